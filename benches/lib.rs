@@ -1,0 +1,1 @@
+//! Shared helpers for the criterion benches (see `parity.rs`, `layout.rs`).

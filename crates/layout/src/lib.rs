@@ -1,0 +1,27 @@
+//! # nbraid-layout: where every byte of a volume lives
+//!
+//! A volume is a tree ([`Node`]): leaves are regions of members; inner nodes concatenate
+//! (JBOD), stripe (RAID 0), mirror (RAID 1, n-way) or protect with one or two parity chunks per
+//! stripe (RAID 5/6, with md's four rotations). The named levels are small trees: RAID 10 is a
+//! stripe over mirrors, RAID 50/60 a stripe over parity groups ("spans"), and any other nesting
+//! is a tree too.
+//!
+//! The crate is pure: no I/O, no threads, no config text. It answers what the engine, the CLI
+//! and the tests ask of a geometry: capacity, the member extents behind a logical range (with
+//! their role and stripe), the members and P/Q holders of a stripe, the full-stripe width and how
+//! many member losses the tree survives. Everything is deterministic and cheap, so it is
+//! property-tested against a brute-force model.
+
+mod error;
+mod geometry;
+mod level;
+mod map;
+mod node;
+mod rotation;
+
+pub use error::LayoutError;
+pub use geometry::{FaultTolerance, Geometry};
+pub use level::{Level, Region, Shape, STRIP_DEFAULT, STRIP_MAX, STRIP_MIN};
+pub use map::{map, Extent, Mapping, StripeId};
+pub use node::{ChildPiece, Concat, MemberRegion, Mirror, Node, ParityGroup, ParityPiece, Stripe};
+pub use rotation::{ParityLayout, Role, StripeRoles};

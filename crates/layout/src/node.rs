@@ -1,0 +1,430 @@
+//! The volume tree: leaves are member regions, inner nodes concatenate, stripe, mirror or
+//! protect their children with parity. Each node maps its own address space (0..capacity)
+//! onto its children's; composing the maps from the root gives member extents.
+
+use crate::rotation::{ParityLayout, StripeRoles};
+use crate::LayoutError;
+
+/// One node of a volume tree. Capacities are computed once at construction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Node {
+    Member(MemberRegion),
+    Concat(Concat),
+    Stripe(Stripe),
+    Mirror(Mirror),
+    Parity(ParityGroup),
+}
+
+/// `len` bytes of member `index` (index into the volume's member list), from byte `start`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberRegion {
+    pub index: usize,
+    pub start: u64,
+    pub len: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Concat {
+    children: Vec<Node>,
+    /// `starts[i]` = logical offset where child `i` begins; `starts[n]` = capacity.
+    starts: Vec<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stripe {
+    /// Bytes placed on one child before moving to the next.
+    unit: u64,
+    children: Vec<Node>,
+    /// Whole units every child contributes (the smallest child decides).
+    units_per_child: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mirror {
+    children: Vec<Node>,
+    capacity: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParityGroup {
+    strip: u64,
+    parity: usize,
+    layout: ParityLayout,
+    children: Vec<Node>,
+    /// Stripes in the group: whole strips on the smallest child.
+    stripes: u64,
+}
+
+/// A piece of a node-local range that lands on one child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChildPiece {
+    /// Offset of the piece in the parent's address space.
+    pub logical: u64,
+    pub child: usize,
+    /// Offset of the piece in the child's address space.
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// A piece of a parity group's range: one data chunk of one stripe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParityPiece {
+    pub logical: u64,
+    pub stripe: u64,
+    /// Data index within the stripe (0..data chunks).
+    pub data_index: usize,
+    /// Child holding that chunk.
+    pub child: usize,
+    /// Byte offset within the chunk.
+    pub in_chunk: u64,
+    pub len: u64,
+}
+
+impl Node {
+    pub fn member(index: usize, start: u64, len: u64) -> Node {
+        Node::Member(MemberRegion { index, start, len })
+    }
+
+    pub fn concat(children: Vec<Node>) -> Result<Node, LayoutError> {
+        need("concat", 1, children.len())?;
+        let mut starts = Vec::with_capacity(children.len() + 1);
+        let mut at = 0;
+        for c in &children {
+            starts.push(at);
+            at += c.capacity();
+        }
+        starts.push(at);
+        Ok(Node::Concat(Concat { children, starts }))
+    }
+
+    pub fn stripe(unit: u64, children: Vec<Node>) -> Result<Node, LayoutError> {
+        need("stripe", 1, children.len())?;
+        assert!(unit > 0, "stripe unit must be positive");
+        let units_per_child = children
+            .iter()
+            .map(|c| c.capacity() / unit)
+            .min()
+            .unwrap_or(0);
+        Ok(Node::Stripe(Stripe {
+            unit,
+            children,
+            units_per_child,
+        }))
+    }
+
+    pub fn mirror(children: Vec<Node>) -> Result<Node, LayoutError> {
+        need("mirror", 1, children.len())?;
+        let capacity = children.iter().map(Node::capacity).min().unwrap_or(0);
+        Ok(Node::Mirror(Mirror { children, capacity }))
+    }
+
+    pub fn parity(
+        strip: u64,
+        parity: usize,
+        layout: ParityLayout,
+        children: Vec<Node>,
+    ) -> Result<Node, LayoutError> {
+        assert!(parity == 1 || parity == 2, "parity must be 1 or 2");
+        assert!(strip > 0, "strip must be positive");
+        need(
+            if parity == 1 { "raid5" } else { "raid6" },
+            parity + 2,
+            children.len(),
+        )?;
+        let stripes = children
+            .iter()
+            .map(|c| c.capacity() / strip)
+            .min()
+            .unwrap_or(0);
+        Ok(Node::Parity(ParityGroup {
+            strip,
+            parity,
+            layout,
+            children,
+            stripes,
+        }))
+    }
+
+    /// Bytes of logical address space this node offers.
+    pub fn capacity(&self) -> u64 {
+        match self {
+            Node::Member(m) => m.len,
+            Node::Concat(c) => *c.starts.last().expect("concat has starts"),
+            Node::Stripe(s) => s.unit * s.units_per_child * s.children.len() as u64,
+            Node::Mirror(m) => m.capacity,
+            Node::Parity(g) => g.stripes * g.strip * g.data_chunks() as u64,
+        }
+    }
+
+    pub fn children(&self) -> &[Node] {
+        match self {
+            Node::Member(_) => &[],
+            Node::Concat(c) => &c.children,
+            Node::Stripe(s) => &s.children,
+            Node::Mirror(m) => &m.children,
+            Node::Parity(g) => &g.children,
+        }
+    }
+
+    /// Number of member leaves below (and including) this node.
+    pub fn member_count(&self) -> usize {
+        match self {
+            Node::Member(_) => 1,
+            _ => self.children().iter().map(Node::member_count).sum(),
+        }
+    }
+
+    /// Member indices of the leaves below this node, in tree order.
+    pub fn member_indices(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        self.visit_members(&mut |m| out.push(m.index));
+        out
+    }
+
+    pub fn visit_members(&self, f: &mut impl FnMut(&MemberRegion)) {
+        match self {
+            Node::Member(m) => f(m),
+            _ => self.children().iter().for_each(|c| c.visit_members(f)),
+        }
+    }
+
+    /// Members whose bytes hold distinct data: capacity ≈ data_members × bytes per member.
+    pub fn data_members(&self) -> usize {
+        match self {
+            Node::Member(_) => 1,
+            Node::Concat(_) | Node::Stripe(_) => {
+                self.children().iter().map(Node::data_members).sum()
+            }
+            Node::Mirror(m) => m.children.iter().map(Node::data_members).min().unwrap_or(0),
+            Node::Parity(g) => {
+                let per = g.children.iter().map(Node::data_members).min().unwrap_or(0);
+                per * g.data_chunks()
+            }
+        }
+    }
+
+    /// Logical bytes of one full stripe: the smallest write that needs no read of old data
+    /// anywhere in the tree. `None` where nothing is striped (a plain member, JBOD of members).
+    pub fn full_stripe_width(&self) -> Option<u64> {
+        match self {
+            Node::Member(_) => None,
+            Node::Concat(c) => c.children.iter().find_map(Node::full_stripe_width),
+            Node::Mirror(m) => m.children.iter().find_map(Node::full_stripe_width),
+            Node::Stripe(s) => Some(s.unit * s.children.len() as u64),
+            Node::Parity(g) => Some(g.strip * g.data_chunks() as u64),
+        }
+    }
+
+    /// The smallest number of member losses that can make data unreadable.
+    pub fn losses_to_fail(&self) -> usize {
+        match self {
+            Node::Member(_) => 1,
+            // Needs every child.
+            Node::Concat(_) | Node::Stripe(_) => self
+                .children()
+                .iter()
+                .map(Node::losses_to_fail)
+                .min()
+                .unwrap_or(0),
+            // Needs one child.
+            Node::Mirror(m) => m.children.iter().map(Node::losses_to_fail).sum(),
+            // Needs all but `parity` children: kill the parity+1 weakest.
+            Node::Parity(g) => {
+                let mut k: Vec<usize> = g.children.iter().map(Node::losses_to_fail).collect();
+                k.sort_unstable();
+                k.iter().take(g.parity + 1).sum()
+            }
+        }
+    }
+
+    /// The most member losses that can leave all data readable, when the losses fall luckily.
+    pub fn most_losses_survived(&self) -> usize {
+        match self {
+            Node::Member(_) => 0,
+            Node::Concat(_) | Node::Stripe(_) => {
+                self.children().iter().map(Node::most_losses_survived).sum()
+            }
+            Node::Mirror(m) => {
+                // Keep one child (as damaged as it can bear), lose every other one whole.
+                let total: usize = m.children.iter().map(Node::member_count).sum();
+                m.children
+                    .iter()
+                    .map(|c| total - c.member_count() + c.most_losses_survived())
+                    .max()
+                    .unwrap_or(0)
+            }
+            Node::Parity(g) => {
+                // Lose `parity` children whole (the ones that add most), damage the rest.
+                let base: usize = g.children.iter().map(Node::most_losses_survived).sum();
+                let mut extra: Vec<usize> = g
+                    .children
+                    .iter()
+                    .map(|c| c.member_count() - c.most_losses_survived())
+                    .collect();
+                extra.sort_unstable_by(|a, b| b.cmp(a));
+                base + extra.iter().take(g.parity).sum::<usize>()
+            }
+        }
+    }
+
+    /// Whether all data stays readable with the members for which `failed` is true gone.
+    pub fn survives(&self, failed: &dyn Fn(usize) -> bool) -> bool {
+        match self {
+            Node::Member(m) => !failed(m.index),
+            Node::Concat(_) | Node::Stripe(_) => self.children().iter().all(|c| c.survives(failed)),
+            Node::Mirror(m) => m.children.iter().any(|c| c.survives(failed)),
+            Node::Parity(g) => {
+                let lost = g.children.iter().filter(|c| !c.survives(failed)).count();
+                lost <= g.parity
+            }
+        }
+    }
+}
+
+fn need(kind: &'static str, min: usize, got: usize) -> Result<(), LayoutError> {
+    if got < min {
+        Err(LayoutError::BadNode { kind, min, got })
+    } else {
+        Ok(())
+    }
+}
+
+impl Concat {
+    pub fn children(&self) -> &[Node] {
+        &self.children
+    }
+
+    /// Splits `[offset, offset+len)` at child boundaries.
+    pub fn split(&self, offset: u64, len: u64) -> Vec<ChildPiece> {
+        let mut out = Vec::new();
+        let end = offset + len;
+        let mut at = offset;
+        // First child whose range contains `at`.
+        let mut child = self.starts.partition_point(|&s| s <= at).saturating_sub(1);
+        while at < end && child < self.children.len() {
+            let child_end = self.starts[child + 1];
+            let piece_end = end.min(child_end);
+            if piece_end > at {
+                out.push(ChildPiece {
+                    logical: at,
+                    child,
+                    offset: at - self.starts[child],
+                    len: piece_end - at,
+                });
+                at = piece_end;
+            }
+            child += 1;
+        }
+        out
+    }
+}
+
+impl Stripe {
+    pub fn unit(&self) -> u64 {
+        self.unit
+    }
+
+    pub fn children(&self) -> &[Node] {
+        &self.children
+    }
+
+    /// Splits `[offset, offset+len)` at unit boundaries: unit `u` lives on child `u % n` at
+    /// child offset `(u / n) * unit`.
+    pub fn split(&self, offset: u64, len: u64) -> Vec<ChildPiece> {
+        let n = self.children.len() as u64;
+        let mut out = Vec::new();
+        let end = offset + len;
+        let mut at = offset;
+        while at < end {
+            let u = at / self.unit;
+            let in_unit = at % self.unit;
+            let piece = (self.unit - in_unit).min(end - at);
+            out.push(ChildPiece {
+                logical: at,
+                child: (u % n) as usize,
+                offset: (u / n) * self.unit + in_unit,
+                len: piece,
+            });
+            at += piece;
+        }
+        out
+    }
+}
+
+impl Mirror {
+    pub fn children(&self) -> &[Node] {
+        &self.children
+    }
+}
+
+impl ParityGroup {
+    pub fn strip(&self) -> u64 {
+        self.strip
+    }
+
+    /// Parity chunks per stripe: 1 (RAID 5) or 2 (RAID 6).
+    pub fn parity(&self) -> usize {
+        self.parity
+    }
+
+    pub fn layout(&self) -> ParityLayout {
+        self.layout
+    }
+
+    pub fn children(&self) -> &[Node] {
+        &self.children
+    }
+
+    pub fn stripes(&self) -> u64 {
+        self.stripes
+    }
+
+    pub fn data_chunks(&self) -> usize {
+        self.children.len() - self.parity
+    }
+
+    /// Logical bytes of one stripe.
+    pub fn stripe_width(&self) -> u64 {
+        self.strip * self.data_chunks() as u64
+    }
+
+    /// Which child holds P, Q and each data chunk of `stripe`.
+    pub fn roles(&self, stripe: u64) -> StripeRoles {
+        StripeRoles::md(self.layout, self.children.len(), self.parity, stripe)
+    }
+
+    /// Where stripe `stripe`'s chunks begin on every child.
+    pub fn chunk_offset(&self, stripe: u64) -> u64 {
+        stripe * self.strip
+    }
+
+    /// Splits `[offset, offset+len)` into data chunk pieces.
+    pub fn split(&self, offset: u64, len: u64) -> Vec<ParityPiece> {
+        let width = self.stripe_width();
+        let mut out = Vec::new();
+        let end = offset + len;
+        let mut at = offset;
+        let mut roles: Option<(u64, StripeRoles)> = None;
+        while at < end {
+            let stripe = at / width;
+            let in_stripe = at % width;
+            let data_index = (in_stripe / self.strip) as usize;
+            let in_chunk = in_stripe % self.strip;
+            let piece = (self.strip - in_chunk).min(end - at);
+            if roles.as_ref().map(|(s, _)| *s) != Some(stripe) {
+                roles = Some((stripe, self.roles(stripe)));
+            }
+            let (_, r) = roles.as_ref().expect("set above");
+            out.push(ParityPiece {
+                logical: at,
+                stripe,
+                data_index,
+                child: r.data[data_index],
+                in_chunk,
+                len: piece,
+            });
+            at += piece;
+        }
+        out
+    }
+}
