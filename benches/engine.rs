@@ -1,0 +1,2 @@
+//! engine benchmark (being written).
+fn main() {}

@@ -1,0 +1,2 @@
+//! layout benchmark (being written).
+fn main() {}

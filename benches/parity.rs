@@ -1,0 +1,2 @@
+//! parity benchmark (being written).
+fn main() {}

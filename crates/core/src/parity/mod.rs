@@ -1,0 +1,1 @@
+//! Parity math: XOR, RAID-6 P+Q (md / ISA-L convention), RMW update, recovery, check.
