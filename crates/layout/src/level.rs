@@ -167,7 +167,7 @@ impl Shape {
                 got: members,
             });
         }
-        if spans == 0 || members % spans != 0 || (level.has_spans() && spans < 2) {
+        if spans == 0 || !members.is_multiple_of(spans) || (level.has_spans() && spans < 2) {
             return Err(LayoutError::SpansDontDivide { members, spans });
         }
         let per_span = members / spans;
@@ -237,7 +237,15 @@ impl Shape {
         let leaves: Vec<Node> = regions
             .iter()
             .enumerate()
-            .map(|(i, r)| Node::member(i, r.start, r.len))
+            .map(|(i, r)| {
+                // Every level but JBOD uses whole strips of each member.
+                let len = if self.level == Level::Jbod {
+                    r.len
+                } else {
+                    r.len / self.strip * self.strip
+                };
+                Node::member(i, r.start, len)
+            })
             .collect();
         let spans = |leaves: Vec<Node>| -> Vec<Vec<Node>> {
             let per = self.per_span();
@@ -277,5 +285,83 @@ impl Shape {
                 Node::stripe(unit, groups)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(level: Level, members: usize, spans: Option<usize>, strip: u64) -> String {
+        match Shape::new(level, members, spans, strip, ParityLayout::default()) {
+            Ok(s) => format!("ok {}x{}", s.spans, s.per_span()),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn validates_members_spans_and_strip() {
+        assert_eq!(
+            shape(Level::Raid5, 2, None, STRIP_DEFAULT),
+            "raid5 needs at least 3 members, got 2"
+        );
+        assert_eq!(
+            shape(Level::Raid60, 6, None, STRIP_DEFAULT),
+            "raid60 needs at least 8 members, got 6"
+        );
+        assert_eq!(
+            shape(Level::Raid50, 9, Some(2), STRIP_DEFAULT),
+            "9 members cannot be divided into 2 spans: spans must be at least 2 and divide the member count evenly"
+        );
+        assert_eq!(
+            shape(Level::Raid50, 8, Some(4), STRIP_DEFAULT),
+            "raid50 with 4 spans needs at least 3 members per span, got 2"
+        );
+        assert_eq!(
+            shape(Level::Raid5, 6, Some(2), STRIP_DEFAULT),
+            "raid5 takes no `spans` (only raid10, raid50 and raid60 are striped over spans); got spans = 2"
+        );
+        assert_eq!(
+            shape(Level::Raid0, 2, None, 48 << 10),
+            "strip size 49152 bytes is not a power of two between 4 KiB and 16 MiB"
+        );
+        assert_eq!(
+            shape(Level::Raid0, 2, None, 32 << 20),
+            "strip size 33554432 bytes is not a power of two between 4 KiB and 16 MiB"
+        );
+        assert_eq!(shape(Level::Raid10, 6, None, STRIP_DEFAULT), "ok 3x2");
+        assert_eq!(shape(Level::Raid10, 6, Some(2), STRIP_DEFAULT), "ok 2x3");
+        assert_eq!(shape(Level::Raid60, 24, Some(6), STRIP_MIN), "ok 6x4");
+        assert_eq!(shape(Level::Raid1, 3, Some(1), STRIP_MAX), "ok 1x3");
+    }
+
+    #[test]
+    fn level_names_parse_with_helpful_errors() {
+        assert_eq!("RAID10".parse::<Level>(), Ok(Level::Raid10));
+        assert_eq!("concat".parse::<Level>(), Ok(Level::Jbod));
+        let err = "raid7".parse::<Level>().unwrap_err();
+        assert!(
+            err.contains("unknown level `raid7`") && err.contains("raid60"),
+            "{err}"
+        );
+        let err = "diagonal".parse::<ParityLayout>().unwrap_err();
+        assert!(err.contains("left-symmetric"), "{err}");
+    }
+
+    #[test]
+    fn member_len_for_rounds_up_to_strips() {
+        let s = Shape::new(Level::Raid5, 4, None, 65536, ParityLayout::default()).unwrap();
+        // 3 data members: 1 MiB needs 349526 bytes each → 6 strips.
+        assert_eq!(s.member_len_for(1 << 20), 6 * 65536);
+        let r = s
+            .build(&vec![
+                Region {
+                    start: 0,
+                    len: 6 * 65536
+                };
+                4
+            ])
+            .unwrap();
+        assert!(r.capacity() >= 1 << 20);
     }
 }

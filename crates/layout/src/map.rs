@@ -38,6 +38,7 @@ pub struct Mapping {
     /// Data extents in logical order (copies of one piece next to each other).
     pub data: Vec<Extent>,
     /// P and Q extents of the touched stripes, covering the chunk rows the range touches.
+    /// (Under nested parity, an inner group's P row may be listed once per outer piece.)
     pub parity: Vec<Extent>,
 }
 
@@ -52,6 +53,9 @@ pub fn map(root: &Node, offset: u64, len: u64) -> Result<Mapping, LayoutError> {
         });
     }
     let mut out = Mapping::default();
+    if len == 0 {
+        return Ok(out);
+    }
     let mut group_base = 0;
     walk(
         root,
@@ -137,11 +141,10 @@ fn walk(
             }
         }
         Node::Mirror(m) => {
-            let k = m.children().len() as u32;
             for (i, child) in m.children().iter().enumerate() {
                 let mut gb = base + child_group_base(m.children(), i);
                 let c = Ctx {
-                    copy: ctx.copy * k + i as u32,
+                    copy: ctx.copy + m.copy_base(i),
                     ..ctx
                 };
                 walk(child, offset, len, logical, c, &mut gb, out);
@@ -151,11 +154,15 @@ fn walk(
             let pieces = g.split(offset, len);
             for p in &pieces {
                 let mut gb = base + 1 + child_group_base(g.children(), p.child);
+                // Bytes of an outer P/Q keep naming the outer stripe they protect.
                 let c = Ctx {
-                    stripe: Some(StripeId {
-                        group: base,
-                        stripe: p.stripe,
-                    }),
+                    stripe: match ctx.role {
+                        None => Some(StripeId {
+                            group: base,
+                            stripe: p.stripe,
+                        }),
+                        Some(_) => ctx.stripe,
+                    },
                     ..ctx
                 };
                 walk(

@@ -43,6 +43,8 @@ pub struct Stripe {
 pub struct Mirror {
     children: Vec<Node>,
     capacity: u64,
+    /// `copy_base[i]`: first copy number of child `i` (children's copies are numbered apart).
+    copy_base: Vec<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,7 +117,19 @@ impl Node {
     pub fn mirror(children: Vec<Node>) -> Result<Node, LayoutError> {
         need("mirror", 1, children.len())?;
         let capacity = children.iter().map(Node::capacity).min().unwrap_or(0);
-        Ok(Node::Mirror(Mirror { children, capacity }))
+        let copy_base = children
+            .iter()
+            .scan(0u32, |next, c| {
+                let base = *next;
+                *next += c.copies();
+                Some(base)
+            })
+            .collect();
+        Ok(Node::Mirror(Mirror {
+            children,
+            capacity,
+            copy_base,
+        }))
     }
 
     pub fn parity(
@@ -163,6 +177,15 @@ impl Node {
             Node::Stripe(s) => &s.children,
             Node::Mirror(m) => &m.children,
             Node::Parity(g) => &g.children,
+        }
+    }
+
+    /// The most copies any logical byte has in this subtree (1 without mirrors).
+    pub fn copies(&self) -> u32 {
+        match self {
+            Node::Member(_) => 1,
+            Node::Mirror(m) => m.children.iter().map(Node::copies).sum(),
+            _ => self.children().iter().map(Node::copies).max().unwrap_or(1),
         }
     }
 
@@ -354,6 +377,11 @@ impl Stripe {
 impl Mirror {
     pub fn children(&self) -> &[Node] {
         &self.children
+    }
+
+    /// First copy number of child `i`'s copies.
+    pub fn copy_base(&self, i: usize) -> u32 {
+        self.copy_base[i]
     }
 }
 
