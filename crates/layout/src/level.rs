@@ -354,13 +354,12 @@ mod tests {
         // 3 data members: 1 MiB needs 349526 bytes each → 6 strips.
         assert_eq!(s.member_len_for(1 << 20), 6 * 65536);
         let r = s
-            .build(&vec![
-                Region {
+            .build(
+                &[Region {
                     start: 0,
-                    len: 6 * 65536
-                };
-                4
-            ])
+                    len: 6 * 65536,
+                }; 4],
+            )
             .unwrap();
         assert!(r.capacity() >= 1 << 20);
     }
