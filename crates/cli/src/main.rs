@@ -1,3 +1,115 @@
-fn main() {
-    println!("nbraid");
+//! # nbraid: the command line
+//!
+//! Checks and explains array configs (`check`), shows where a volume's bytes live (`map`) and
+//! creates missing member files (`create`). It parses arguments and prints; the config rules
+//! live in `nbraid_daemon::config`, the geometry in `nbraid_layout`.
+
+mod check;
+mod diagram;
+mod map;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "nbraid",
+    version,
+    about = "Check and explain nbraid array configs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check a config and explain its volumes: level, spans, members, strip, data members,
+    /// capacity, full-stripe width, fault tolerance.
+    Check {
+        /// The TOML config.
+        file: PathBuf,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Draw the first stripes of every volume as a grid (member columns, D/P/Q cells).
+        #[arg(long)]
+        diagram: bool,
+        /// Strip rows to draw with --diagram (default: one full parity rotation, at least 4).
+        #[arg(long, value_name = "N", requires = "diagram")]
+        rows: Option<u64>,
+    },
+    /// Show the member extents behind a logical range of a volume.
+    Map {
+        /// The TOML config.
+        file: PathBuf,
+        /// The volume's name.
+        volume: String,
+        /// Logical byte offset: bytes or a size such as 1MiB.
+        offset: String,
+        /// Length: bytes or a size (default: one block of the volume).
+        length: Option<String>,
+        /// Print the extents as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create the member files of a config that do not exist yet (sparse, at their size).
+    Create {
+        /// The TOML config.
+        file: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result: Result<String> = match cli.command {
+        Command::Check {
+            file,
+            json,
+            diagram,
+            rows,
+        } => check::run(&file, json, diagram, rows),
+        Command::Map {
+            file,
+            volume,
+            offset,
+            length,
+            json,
+        } => map::run(&file, &volume, &offset, length.as_deref(), json),
+        Command::Create { file } => create(&file),
+    };
+    match result {
+        Ok(out) => {
+            print_out(&out);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            if let Some(out) = e.downcast_ref::<check::JsonError>() {
+                print_out(&out.0);
+            }
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Writes `out` to stdout; a closed pipe (`nbraid check ... | head`) is not an error.
+fn print_out(out: &str) {
+    use std::io::Write;
+    let _ = std::io::stdout().lock().write_all(out.as_bytes());
+}
+
+fn create(file: &std::path::Path) -> Result<String> {
+    let config = nbraid_daemon::config::load(file)?;
+    let created = config.create_missing_members()?;
+    let mut out = String::new();
+    if created.is_empty() {
+        out.push_str(&format!("all {} members exist\n", config.members.len()));
+    }
+    for p in created {
+        out.push_str(&format!("created {}\n", p.display()));
+    }
+    Ok(out)
 }

@@ -3,3 +3,4 @@
 //! Owns the TOML config (parsing, located errors, member regions) and, in `nbd`, the protocol.
 //! It builds volumes from `nbraid-layout` geometry and `nbraid-core` members; it knows no parity
 //! details.
+pub mod config;

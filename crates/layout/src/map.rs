@@ -188,7 +188,9 @@ fn walk(
                     j += 1;
                 }
                 let roles = g.roles(stripe);
-                let row_logical = stripe * g.stripe_width() + lo;
+                // The stripe row lies inside this call's contiguous piece of the volume
+                // (outer stripe units are whole span stripes), so shift by the same amount.
+                let row_logical = (logical + stripe * g.stripe_width() + lo) - offset;
                 let holders =
                     std::iter::once((roles.p, Role::P)).chain(roles.q.map(|q| (q, Role::Q)));
                 for (child, role) in holders {

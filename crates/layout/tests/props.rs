@@ -282,6 +282,17 @@ proptest! {
             shape.data_members() as u64 * usable * shape.strip
         };
         prop_assert_eq!(g.capacity(), cap);
+        // P and Q name the volume offset of the data row they protect.
+        if g.capacity() > 0 {
+            let m = g.map(0, g.capacity()).unwrap();
+            for e in &m.parity {
+                let row = g.map(e.logical, G).unwrap();
+                prop_assert!(row.data.iter().all(|d| d.stripe == e.stripe), "{:?} vs {:?}", e, row.data);
+                let d = row.data[0];
+                let start = |member: usize| regions[member].start;
+                prop_assert_eq!(d.offset - start(d.member), e.offset - start(e.member));
+            }
+        }
         prop_assert_eq!(g.data_members(), shape.data_members());
         // Asking for what a capacity needs gives at least that capacity back.
         if shape.level != Level::Jbod {

@@ -1,0 +1,122 @@
+//! `nbraid map`: the member extents behind a logical range of a volume.
+
+use crate::diagram::describe;
+use anyhow::{anyhow, Context, Result};
+use nbraid_daemon::config::{self, format_size, parse_size};
+use nbraid_layout::{Extent, Role};
+use serde::Serialize;
+use std::path::Path;
+
+/// One extent with its member named.
+#[derive(Serialize)]
+struct Row {
+    logical: u64,
+    len: u64,
+    member: String,
+    member_index: usize,
+    member_offset: u64,
+    role: Role,
+    stripe: Option<nbraid_layout::StripeId>,
+    copy: u32,
+}
+
+#[derive(Serialize)]
+struct Output {
+    volume: String,
+    offset: u64,
+    length: u64,
+    data: Vec<Row>,
+    parity: Vec<Row>,
+}
+
+pub fn run(
+    file: &Path,
+    volume: &str,
+    offset: &str,
+    length: Option<&str>,
+    json: bool,
+) -> Result<String> {
+    let config = config::load(file)?;
+    let v = config.volume(volume).ok_or_else(|| {
+        let names: Vec<&str> = config.volumes.iter().map(|v| v.name.as_str()).collect();
+        anyhow!(
+            "{}: no volume \"{volume}\"; volumes: {}",
+            file.display(),
+            names.join(", ")
+        )
+    })?;
+    let offset = parse_size(offset).context("OFFSET")?;
+    let length = match length {
+        Some(l) => parse_size(l).context("LENGTH")?,
+        None => u64::from(v.block_size),
+    };
+    let mapping = v
+        .geometry
+        .map(offset, length)
+        .with_context(|| format!("volume \"{}\" ({} bytes)", v.name, v.capacity()))?;
+    let ids = v.member_ids(&config);
+    let row = |e: &Extent| Row {
+        logical: e.logical,
+        len: e.len,
+        member: ids[e.member].to_string(),
+        member_index: e.member,
+        member_offset: e.offset,
+        role: e.role,
+        stripe: e.stripe,
+        copy: e.copy,
+    };
+    let out = Output {
+        volume: v.name.clone(),
+        offset,
+        length,
+        data: mapping.data.iter().map(row).collect(),
+        parity: mapping.parity.iter().map(row).collect(),
+    };
+    if json {
+        return Ok(format!("{}\n", serde_json::to_string_pretty(&out)?));
+    }
+    // RAID 50/60 have a parity group per span: name the span with the stripe.
+    let groups = if v.level().parity() > 0 && v.level().has_spans() {
+        v.shape.spans
+    } else {
+        1
+    };
+    let mut text = format!(
+        "{}: {}; {} + {} ({offset} + {length} bytes)\n",
+        v.name,
+        describe(v),
+        format_size(offset),
+        format_size(length)
+    );
+    let cells = |r: &Row| -> Vec<String> {
+        vec![
+            r.logical.to_string(),
+            r.len.to_string(),
+            r.member.clone(),
+            r.member_offset.to_string(),
+            match r.role {
+                Role::Data => "data".into(),
+                Role::P => "P".into(),
+                Role::Q => "Q".into(),
+            },
+            match r.stripe {
+                None => "-".into(),
+                Some(s) if groups > 1 => format!("{}:{}", s.group, s.stripe),
+                Some(s) => s.stripe.to_string(),
+            },
+            r.copy.to_string(),
+        ]
+    };
+    let rows: Vec<Vec<String>> = out.data.iter().chain(&out.parity).map(cells).collect();
+    let header = [
+        "LOGICAL",
+        "LENGTH",
+        "MEMBER",
+        "MEMBER OFFSET",
+        "ROLE",
+        if groups > 1 { "SPAN:STRIPE" } else { "STRIPE" },
+        "COPY",
+    ];
+    text.push_str(&config::table(&header, &rows));
+    Ok(text)
+}

@@ -1,0 +1,130 @@
+//! Config errors: one error per bad config, located at a file, line and column.
+
+use std::io;
+use std::ops::Range;
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// What class of mistake a located error is (for callers and tests that match on it; people
+/// read the message).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// Not TOML at all (unterminated string, bad table header...).
+    Syntax,
+    /// TOML, but not the config's schema: unknown key, wrong type, missing key.
+    Schema,
+    /// Unknown RAID level.
+    Level,
+    /// Too few members for the level, or `spans` that do not divide them.
+    Members,
+    /// A strip size that is not a power of two or out of range.
+    Strip,
+    /// A size that does not parse, or is out of range.
+    Size,
+    /// A member id, member path, volume name or listen address given twice, or a member listed
+    /// twice in one volume.
+    Duplicate,
+    /// A volume names a member that no `[[member]]` defines.
+    UnknownMember,
+    /// A volume does not fit on the space left on its members.
+    Fit,
+    /// A bad `listen` address.
+    Listen,
+    /// A bad or misplaced policy: parity layout, read policy, cache, block size.
+    Option,
+    /// A member path that cannot serve (a directory, too small, unreadable, missing without a
+    /// size).
+    MemberPath,
+    /// A name (member id, volume name) that is empty or unusable.
+    Name,
+}
+
+/// Why a config cannot be used. `Display` gives the whole message, e.g.
+/// `configs/bad.toml:12:14: volume "db": strip_size "48KiB" is not a power of two; ...`.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("{}: cannot read the config: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{file}:{line}:{column}: {message}")]
+    Invalid {
+        /// The config file as the caller named it.
+        file: String,
+        /// 1-based line of the offending text.
+        line: usize,
+        /// 1-based column (in characters) of the offending text.
+        column: usize,
+        kind: ErrorKind,
+        /// What is wrong and what would be valid, starting with the table it is in
+        /// (`volume "db": ...`, `member "d0": ...`, `daemon: ...`).
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// The class of a located error (`None` when the file could not be read).
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            ConfigError::Read { .. } => None,
+            ConfigError::Invalid { kind, .. } => Some(*kind),
+        }
+    }
+
+    /// `(line, column)` of a located error.
+    pub fn location(&self) -> Option<(usize, usize)> {
+        match self {
+            ConfigError::Read { .. } => None,
+            ConfigError::Invalid { line, column, .. } => Some((*line, *column)),
+        }
+    }
+}
+
+/// A semantic problem before it is located: the byte span it concerns and the message.
+#[derive(Debug)]
+pub(crate) struct Problem {
+    pub span: Range<usize>,
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl Problem {
+    pub fn new(span: Range<usize>, kind: ErrorKind, message: impl Into<String>) -> Problem {
+        Problem {
+            span,
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// 1-based line and column (in characters) of byte `offset` of `text`.
+pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_col_counts_from_one_in_characters() {
+        let text = "a = 1\nbé = \"x\"\n";
+        assert_eq!(line_col(text, 0), (1, 1));
+        assert_eq!(line_col(text, 4), (1, 5));
+        assert_eq!(line_col(text, 6), (2, 1));
+        // 'é' is two bytes but one column.
+        assert_eq!(line_col(text, 10), (2, 4));
+        assert_eq!(line_col(text, 999), (3, 1));
+    }
+}

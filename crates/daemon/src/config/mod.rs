@@ -1,0 +1,301 @@
+//! # The TOML array config
+//!
+//! `arrays.toml` declares members (files or block devices), volumes (a RAID level over some of
+//! the members, exported over NBD under the volume's name) and where the daemon listens:
+//!
+//! ```toml
+//! [daemon]
+//! listen = ["unix:/run/nbraid/nbd.sock", "tcp:127.0.0.1:10809"]   # default: tcp:127.0.0.1:10809
+//!
+//! [[member]]
+//! id = "d0"
+//! path = "data/d0.img"   # relative to the config file's directory
+//! size = "4GiB"
+//!
+//! [[volume]]
+//! name = "db"
+//! level = "raid50"
+//! spans = 2
+//! strip_size = "64KiB"
+//! members = ["d0", "d1", "d2", "d3", "d4", "d5"]
+//! size = "all"
+//! ```
+//!
+//! [`load`] reads a file and returns a [`Config`] whose volumes carry a validated
+//! [`Shape`], each member's [`Region`] and the built [`Geometry`]. A bad config gives one
+//! [`ConfigError`] naming the file, line and column, the table and field, and what would be
+//! valid. Reading a config never creates or writes anything; [`Config::create_missing_members`]
+//! does that when the daemon assembles the arrays.
+//!
+//! ## Rules
+//! - **Member size.** `size` is required when `path` does not exist yet (the file is created
+//!   sparse at that size). For an existing file or block device `size` may be left out: its
+//!   actual size is used. When both are there the existing file or device must be at least
+//!   `size` bytes, and nbraid uses only its first `size` bytes (like a partition).
+//! - **Metadata reserve.** The first [`METADATA_RESERVED`] bytes of every member belong to
+//!   nbraid's on-disk metadata; volumes start after it.
+//! - **Regions.** Volumes are placed in file order. Each volume takes one region of every member
+//!   it lists, starting where the previous volumes' regions on that member end (Intel's Matrix
+//!   RAID: a RAID 1 and a RAID 0 on the same two disks). Regions are whole strips and equal on
+//!   every member, except for JBOD, whose members give unequal amounts (in 4 KiB units), filled
+//!   in member order.
+//! - **Volume size.** `size = "all"` (the default) takes what is left: for JBOD all that is left
+//!   on every member; for the other levels what is left on the member with least room (the rest
+//!   of the others stays free). An explicit size is rounded up to whole stripes (JBOD: 4 KiB);
+//!   the volume offers exactly its geometry's capacity, which is never less than asked.
+//! - **Options by level.** `strip_size` applies to striped and parity levels (not jbod or
+//!   raid1), `parity_layout` to raid5/6/50/60, `read_policy` to raid1/raid10, `cache_size` to
+//!   `cache = "write-back"`.
+//!
+//! The config's TOML is known only to this module: the engine (`nbraid-core`) gets plain
+//! values.
+
+mod error;
+mod listen;
+mod raw;
+mod resolve;
+mod size;
+mod summary;
+
+pub use error::{ConfigError, ErrorKind};
+pub use listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP, NBD_PORT};
+pub use size::{format_size, format_size_exact, parse_size, HumanSize, SizeError, SIZE_UNITS_HELP};
+pub use summary::{table, MemberSummary, Summary, VolumeMemberSummary, VolumeSummary};
+
+use nbraid_layout::{Geometry, Level, Region, Shape};
+use serde::Serialize;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// Bytes at the start of every member kept for nbraid's metadata (superblock, later the
+/// write-intent bitmap); no volume region begins before it.
+pub const METADATA_RESERVED: u64 = 1 << 20;
+
+/// Smallest member: the metadata reserve plus one 4 KiB block.
+pub const MEMBER_MIN: u64 = METADATA_RESERVED + nbraid_layout::STRIP_MIN;
+
+/// Default bound of a write-back volume's stripe cache.
+pub const CACHE_SIZE_DEFAULT: u64 = 64 << 20;
+
+/// Default logical block size of a volume.
+pub const BLOCK_SIZE_DEFAULT: u32 = 4096;
+
+/// Logical block sizes a volume may offer.
+pub const BLOCK_SIZES: [u32; 2] = [512, 4096];
+
+/// JBOD regions are whole multiples of this.
+pub const JBOD_ALIGN: u64 = 4096;
+
+/// A checked config: members with their sizes, volumes with their geometry, listeners.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The file it was read from, as the caller named it.
+    pub file: PathBuf,
+    /// Addresses the NBD server listens on (never empty).
+    pub listen: Vec<Listener>,
+    /// Members in file order; volumes refer to them by index.
+    pub members: Vec<Member>,
+    /// Volumes in file order (also the order their regions were allocated in).
+    pub volumes: Vec<Volume>,
+}
+
+/// One member: a file or block device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Unique id (`d0`), what volumes list in `members`.
+    pub id: String,
+    /// The path as written in the config.
+    pub path_text: String,
+    /// The path resolved against the config file's directory.
+    pub path: PathBuf,
+    /// Bytes of the member nbraid uses (metadata reserve included).
+    pub size: u64,
+    /// What is at `path` now.
+    pub state: MemberState,
+}
+
+/// What was found at a member's path when the config was read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum MemberState {
+    /// Nothing yet: a sparse file of `size` bytes is created on assembly.
+    Missing,
+    /// A regular file of `len` bytes (at least the member's size).
+    File { len: u64 },
+    /// A block device of `len` bytes (at least the member's size).
+    BlockDevice { len: u64 },
+}
+
+/// One volume, exported over NBD under its name.
+#[derive(Clone, Debug)]
+pub struct Volume {
+    /// Unique name; the NBD export name.
+    pub name: String,
+    /// Level, member count, spans, strip and parity rotation, validated.
+    pub shape: Shape,
+    /// The volume's members as indices into [`Config::members`], in the volume's order
+    /// (the order of the layout's member indices).
+    pub members: Vec<usize>,
+    /// `regions[i]` is the slice of member `members[i]` the volume uses.
+    pub regions: Vec<Region>,
+    /// The built geometry over `regions`.
+    pub geometry: Geometry,
+    /// The size the config asked for.
+    pub requested: VolumeSize,
+    /// How mirror reads pick a copy (meaningful for raid1 and raid10).
+    pub read_policy: ReadPolicy,
+    pub cache: CacheMode,
+    /// Bound of the write-back stripe cache in bytes (at least one full stripe).
+    pub cache_size: u64,
+    pub read_only: bool,
+    /// Logical block size offered to clients: 512 or 4096.
+    pub block_size: u32,
+}
+
+impl Volume {
+    pub fn level(&self) -> Level {
+        self.shape.level
+    }
+
+    /// Logical bytes the volume offers (its export size).
+    pub fn capacity(&self) -> u64 {
+        self.geometry.capacity()
+    }
+
+    /// Ids of the volume's members in the volume's order.
+    pub fn member_ids<'a>(&self, config: &'a Config) -> Vec<&'a str> {
+        self.members
+            .iter()
+            .map(|&m| config.members[m].id.as_str())
+            .collect()
+    }
+}
+
+/// A volume's `size`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VolumeSize {
+    /// What is left on its members.
+    All,
+    Bytes(u64),
+}
+
+macro_rules! named_enum {
+    ($(#[$m:meta])* $name:ident, $what:literal { $($(#[$vm:meta])* $variant:ident = $text:literal,)+ }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+        #[serde(rename_all = "kebab-case")]
+        pub enum $name {
+            $($(#[$vm])* $variant,)+
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                $name::ALL.iter().copied().find(|v| v.name() == s).ok_or_else(|| {
+                    let valid: Vec<&str> = $name::ALL.iter().map(|v| v.name()).collect();
+                    format!("unknown {} \"{s}\"; valid: {}", $what, valid.join(", "))
+                })
+            }
+        }
+    };
+}
+
+named_enum!(
+    /// How a mirror picks the copy that serves a read.
+    ReadPolicy, "read_policy" {
+        /// Alternate between copies.
+        RoundRobin = "round-robin",
+        /// The copy with the fewest reads in flight (SSDs).
+        LeastPending = "least-pending",
+        /// The copy whose last position is closest (spinning disks).
+        Nearest = "nearest",
+    }
+);
+
+named_enum!(
+    /// When a write is acknowledged.
+    CacheMode, "cache" {
+        /// After it reaches the stripe cache; FLUSH and FUA force it to the members.
+        WriteBack = "write-back",
+        /// After it reaches the members.
+        WriteThrough = "write-through",
+    }
+);
+
+/// Reads and checks the config at `path`. Creates nothing; may stat member paths (read-only)
+/// to learn the size of existing files and devices.
+pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+    let path = path.as_ref();
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(&text, path)
+}
+
+/// Checks config `text` as if read from `file` (named in errors; relative member paths and
+/// Unix socket paths are resolved against its directory).
+pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
+    resolve::parse(text, file)
+}
+
+impl Config {
+    pub fn member(&self, id: &str) -> Option<&Member> {
+        self.members.iter().find(|m| m.id == id)
+    }
+
+    pub fn volume(&self, name: &str) -> Option<&Volume> {
+        self.volumes.iter().find(|v| v.name == name)
+    }
+
+    /// Facts per member and volume, for `nbraid check --json` and for printing.
+    pub fn summary(&self) -> Summary {
+        Summary::of(self)
+    }
+
+    /// The human summary (tables of members and volumes) that `nbraid check` and `nbraidd`
+    /// print.
+    pub fn explain(&self) -> String {
+        self.summary().to_string()
+    }
+
+    /// Creates every missing member file as a sparse file of the member's size (and its
+    /// directory). Returns the paths created. Existing files and devices are left alone.
+    pub fn create_missing_members(&self) -> io::Result<Vec<PathBuf>> {
+        let mut created = Vec::new();
+        for m in &self.members {
+            if m.path.exists() {
+                continue;
+            }
+            if let Some(dir) = m.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)?;
+            }
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&m.path)?;
+            f.set_len(m.size)?;
+            created.push(m.path.clone());
+        }
+        Ok(created)
+    }
+}

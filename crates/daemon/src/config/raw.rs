@@ -1,0 +1,101 @@
+//! The config as TOML says it: every field spanned so later checks can point at it.
+//! Nothing here is validated beyond types; `resolve` does the rest.
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+use serde_spanned::Spanned;
+use std::fmt;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConfig {
+    #[serde(default)]
+    pub daemon: Option<Spanned<RawDaemon>>,
+    #[serde(default)]
+    pub member: Vec<Spanned<RawMember>>,
+    #[serde(default)]
+    pub volume: Vec<Spanned<RawVolume>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDaemon {
+    pub listen: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMember {
+    pub id: Spanned<String>,
+    pub path: Spanned<String>,
+    pub size: Option<Spanned<RawSize>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawVolume {
+    pub name: Spanned<String>,
+    pub level: Spanned<String>,
+    pub members: Spanned<Vec<Spanned<String>>>,
+    pub spans: Option<Spanned<i64>>,
+    pub strip_size: Option<Spanned<RawSize>>,
+    pub size: Option<Spanned<RawSize>>,
+    pub parity_layout: Option<Spanned<String>>,
+    pub read_policy: Option<Spanned<String>>,
+    pub cache: Option<Spanned<String>>,
+    pub cache_size: Option<Spanned<RawSize>>,
+    pub read_only: Option<bool>,
+    pub block_size: Option<Spanned<i64>>,
+}
+
+/// A size as written: a TOML integer (bytes) or a string (`"4GiB"`, `"all"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RawSize {
+    Int(i64),
+    Text(String),
+}
+
+impl RawSize {
+    /// The value as the user wrote it, for messages: `"48KiB"` (quoted) or `49152`.
+    pub fn shown(&self) -> String {
+        match self {
+            RawSize::Int(i) => i.to_string(),
+            RawSize::Text(s) => format!("\"{s}\""),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RawSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawSize, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RawSize;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a size such as \"4GiB\" or a number of bytes")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawSize, E> {
+                Ok(RawSize::Int(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawSize, E> {
+                i64::try_from(v)
+                    .map(RawSize::Int)
+                    .map_err(|_| E::custom("size too large"))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawSize, E> {
+                Ok(RawSize::Text(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Just enough structure to say which `[[member]]` or `[[volume]]` a schema error is in.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Skeleton {
+    #[serde(default)]
+    pub daemon: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    pub member: Option<Vec<Spanned<toml::Value>>>,
+    #[serde(default)]
+    pub volume: Option<Vec<Spanned<toml::Value>>>,
+}

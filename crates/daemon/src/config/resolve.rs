@@ -1,0 +1,938 @@
+//! From TOML text to a checked [`Config`]: schema errors located by toml, semantic errors
+//! located by the spans of the fields they concern, and the allocation of member regions.
+
+use super::error::{line_col, ErrorKind, Problem};
+use super::listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP};
+use super::raw::{RawConfig, RawMember, RawSize, RawVolume, Skeleton};
+use super::size::{format_size, format_size_exact, parse_size, SIZE_UNITS_HELP};
+use super::{
+    CacheMode, Config, ConfigError, Member, MemberState, ReadPolicy, Volume, VolumeSize,
+    BLOCK_SIZES, BLOCK_SIZE_DEFAULT, CACHE_SIZE_DEFAULT, JBOD_ALIGN, MEMBER_MIN, METADATA_RESERVED,
+};
+use nbraid_layout::{
+    Geometry, LayoutError, Level, ParityLayout, Region, Shape, STRIP_DEFAULT, STRIP_MAX, STRIP_MIN,
+};
+use serde_spanned::Spanned;
+use std::collections::HashMap;
+use std::io::{Seek, SeekFrom};
+use std::ops::Range;
+use std::path::{Component, Path, PathBuf};
+
+type R<T> = Result<T, Problem>;
+
+pub(super) fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
+    let located = |p: Problem| {
+        let (line, column) = line_col(text, p.span.start);
+        ConfigError::Invalid {
+            file: file.display().to_string(),
+            line,
+            column,
+            kind: p.kind,
+            message: p.message,
+        }
+    };
+    if let Err(e) = text.parse::<toml::Table>() {
+        let span = e.span().unwrap_or(0..0);
+        return Err(located(Problem::new(
+            span,
+            ErrorKind::Syntax,
+            format!("not valid TOML: {}", one_line(e.message())),
+        )));
+    }
+    let raw: RawConfig = toml::from_str(text).map_err(|e| located(schema_problem(text, &e)))?;
+    let base = match file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let cx = Cx { text, base: &base };
+    cx.resolve(raw, file).map_err(located)
+}
+
+/// A toml/serde error, with the table it is in, the field and a suggestion for misspelt keys.
+fn schema_problem(text: &str, e: &toml::de::Error) -> Problem {
+    let span = e.span().unwrap_or(0..0);
+    let mut message = one_line(e.message())
+        .replace("expected i64", "expected an integer")
+        .replace("expected u64", "expected an integer")
+        .replace("expected a sequence", "expected an array ([ ... ])");
+    if let Some(field) = field_at(text, span.start) {
+        if !message.contains('`') || message.starts_with("invalid") {
+            message = format!("{field}: {message}");
+        }
+    }
+    if let Some(suggestion) = did_you_mean(&message) {
+        message.push_str(&format!("; did you mean `{suggestion}`?"));
+    }
+    if let Some(table) = table_at(text, span.start) {
+        message = format!("{table}: {message}");
+    }
+    Problem::new(span, ErrorKind::Schema, message)
+}
+
+/// toml's message on one line (an error is one line of output).
+fn one_line(message: &str) -> String {
+    let lines: Vec<&str> = message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines.join("; ")
+}
+
+/// The key of `key = value` when `offset` is inside the value.
+fn field_at(text: &str, offset: usize) -> Option<String> {
+    let offset = offset.min(text.len());
+    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let before = &text[line_start..offset];
+    let (key, _) = before.split_once('=')?;
+    let key = key.trim();
+    let ok = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    ok.then(|| key.to_string())
+}
+
+/// `member "d0"`, `volume "db"`, `volume #2` or `daemon` for the table holding `offset`.
+fn table_at(text: &str, offset: usize) -> Option<String> {
+    let sk: Skeleton = toml::from_str(text).ok()?;
+    let inside = |r: Range<usize>| r.start <= offset && offset < r.end;
+    let named = |kind: &str, key: &str, i: usize, v: &toml::Value| match v
+        .get(key)
+        .and_then(|n| n.as_str())
+    {
+        Some(n) => format!("{kind} \"{n}\""),
+        None => format!("{kind} #{}", i + 1),
+    };
+    if let Some(d) = &sk.daemon {
+        if inside(d.span()) {
+            return Some("daemon".into());
+        }
+    }
+    for (i, m) in sk.member.iter().flatten().enumerate() {
+        if inside(m.span()) {
+            return Some(named("member", "id", i, m.get_ref()));
+        }
+    }
+    for (i, v) in sk.volume.iter().flatten().enumerate() {
+        if inside(v.span()) {
+            return Some(named("volume", "name", i, v.get_ref()));
+        }
+    }
+    None
+}
+
+/// For "unknown field `x`, expected one of `a`, `b`": the closest expected name.
+fn did_you_mean(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (got, rest) = rest.split_once('`')?;
+    let expected: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
+    let got_l = got.to_ascii_lowercase().replace('-', "_");
+    expected
+        .iter()
+        .map(|e| (edit_distance(&got_l, e), *e))
+        .filter(|(d, e)| {
+            *d <= 2.max(got.len() / 3) || e.starts_with(&got_l) || got_l.starts_with(*e)
+        })
+        .min()
+        .map(|(_, e)| e.to_string())
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// Lexically cleans a path: drops `.`, folds `..` into the component before it.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if matches!(out.components().next_back(), Some(Component::Normal(_))) {
+                    out.pop();
+                } else {
+                    out.push("..");
+                }
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        out.push(".");
+    }
+    out
+}
+
+/// What is at a member path.
+enum Probe {
+    Missing,
+    Found(MemberState, Option<(u64, u64)>),
+    Unusable(String),
+}
+
+fn probe(path: &Path) -> Probe {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let md = match std::fs::metadata(path) {
+        Ok(md) => md,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Probe::Missing,
+        Err(e) => return Probe::Unusable(format!("cannot be inspected: {e}")),
+    };
+    let id = Some((md.dev(), md.ino()));
+    let ft = md.file_type();
+    if ft.is_file() {
+        Probe::Found(MemberState::File { len: md.len() }, id)
+    } else if ft.is_block_device() {
+        let len = std::fs::File::open(path).and_then(|mut f| f.seek(SeekFrom::End(0)));
+        match len {
+            Ok(len) => Probe::Found(MemberState::BlockDevice { len }, id),
+            Err(e) => Probe::Unusable(format!("is a block device whose size cannot be read: {e}")),
+        }
+    } else if ft.is_dir() {
+        Probe::Unusable("is a directory; valid: a regular file or a block device".into())
+    } else {
+        Probe::Unusable("is neither a regular file nor a block device".into())
+    }
+}
+
+/// Where a member's free space begins and who took the space before it.
+#[derive(Default)]
+struct Usage {
+    cursor: u64,
+    users: Vec<(String, u64)>,
+}
+
+struct Cx<'a> {
+    text: &'a str,
+    base: &'a Path,
+}
+
+impl Cx<'_> {
+    fn line(&self, span: &Range<usize>) -> usize {
+        line_col(self.text, span.start).0
+    }
+
+    fn resolve(&self, raw: RawConfig, file: &Path) -> R<Config> {
+        let listen = self.listen(&raw)?;
+        let mut members: Vec<Member> = Vec::new();
+        let mut spans: Vec<Range<usize>> = Vec::new();
+        let mut ids: Vec<Option<(u64, u64)>> = Vec::new();
+        for m in raw.member {
+            let (member, id) = self.member(m.get_ref(), &members, &spans, &ids)?;
+            members.push(member);
+            spans.push(m.get_ref().id.span());
+            ids.push(id);
+        }
+        if raw.volume.is_empty() {
+            return Err(Problem::new(
+                0..0,
+                ErrorKind::Schema,
+                "the config defines no volumes; add a [[volume]] table with name, level and members",
+            ));
+        }
+        let mut usage: Vec<Usage> = members
+            .iter()
+            .map(|_| Usage {
+                cursor: METADATA_RESERVED,
+                users: Vec::new(),
+            })
+            .collect();
+        let mut volumes: Vec<Volume> = Vec::new();
+        let mut names: HashMap<String, usize> = HashMap::new();
+        for v in &raw.volume {
+            let v = v.get_ref();
+            let name = v.name.get_ref();
+            if let Some(line) = names.get(name) {
+                return Err(Problem::new(
+                    v.name.span(),
+                    ErrorKind::Duplicate,
+                    format!(
+                        "volume \"{name}\": duplicate volume name (first used at line {line}); \
+                         volume names are NBD export names and must be unique"
+                    ),
+                ));
+            }
+            names.insert(name.clone(), self.line(&v.name.span()));
+            volumes.push(self.volume(v, &members, &mut usage)?);
+        }
+        Ok(Config {
+            file: file.to_path_buf(),
+            listen,
+            members,
+            volumes,
+        })
+    }
+
+    fn listen(&self, raw: &RawConfig) -> R<Vec<Listener>> {
+        let Some(list) = raw
+            .daemon
+            .as_ref()
+            .and_then(|d| d.get_ref().listen.as_ref())
+        else {
+            let default = Listener::parse(DEFAULT_LISTEN, self.base).expect("default parses");
+            return Ok(vec![default]);
+        };
+        if list.get_ref().is_empty() {
+            return Err(Problem::new(
+                list.span(),
+                ErrorKind::Listen,
+                format!("daemon: listen is empty; give at least one address ({LISTEN_HELP}), or remove it for the default \"{DEFAULT_LISTEN}\""),
+            ));
+        }
+        let mut out: Vec<Listener> = Vec::new();
+        for a in list.get_ref() {
+            let text = a.get_ref();
+            let l = Listener::parse(text, self.base).map_err(|why| {
+                Problem::new(
+                    a.span(),
+                    ErrorKind::Listen,
+                    format!("daemon: listen address \"{text}\" is not valid: {why}; {LISTEN_HELP}"),
+                )
+            })?;
+            if out.contains(&l) {
+                return Err(Problem::new(
+                    a.span(),
+                    ErrorKind::Duplicate,
+                    format!("daemon: listen address \"{text}\" is given twice"),
+                ));
+            }
+            out.push(l);
+        }
+        Ok(out)
+    }
+
+    fn member(
+        &self,
+        raw: &RawMember,
+        before: &[Member],
+        id_spans: &[Range<usize>],
+        file_ids: &[Option<(u64, u64)>],
+    ) -> R<(Member, Option<(u64, u64)>)> {
+        let id = raw.id.get_ref().clone();
+        check_name(&id, "member id", raw.id.span())?;
+        if let Some(i) = before.iter().position(|m| m.id == id) {
+            return Err(Problem::new(
+                raw.id.span(),
+                ErrorKind::Duplicate,
+                format!(
+                    "member \"{id}\": duplicate member id (first defined at line {}); member ids must be unique",
+                    self.line(&id_spans[i])
+                ),
+            ));
+        }
+        let who = format!("member \"{id}\"");
+        let path_text = raw.path.get_ref().clone();
+        if path_text.trim().is_empty() {
+            return Err(Problem::new(
+                raw.path.span(),
+                ErrorKind::MemberPath,
+                format!(
+                    "{who}: path is empty; give a file (e.g. \"data/{id}.img\") or a block device"
+                ),
+            ));
+        }
+        let path = normalize(&self.base.join(&path_text));
+        let probed = probe(&path);
+        let file_id = match &probed {
+            Probe::Found(_, id) => *id,
+            _ => None,
+        };
+        if let Some(i) = before
+            .iter()
+            .zip(file_ids)
+            .position(|(m, fid)| m.path == path || (file_id.is_some() && *fid == file_id))
+        {
+            return Err(Problem::new(
+                raw.path.span(),
+                ErrorKind::Duplicate,
+                format!(
+                    "{who}: path \"{path_text}\" is already used by member \"{}\" (line {}); every member needs its own file or device",
+                    before[i].id,
+                    self.line(&id_spans[i])
+                ),
+            ));
+        }
+        let size = match &raw.size {
+            Some(s) => Some((self.size(s, &who, "size")?, s)),
+            None => None,
+        };
+        if let Some((bytes, s)) = size {
+            if bytes < MEMBER_MIN {
+                return Err(Problem::new(
+                    s.span(),
+                    ErrorKind::Size,
+                    format!(
+                        "{who}: size {} is too small; a member needs at least {} ({} of metadata reserve and one 4 KiB block)",
+                        s.get_ref().shown(),
+                        format_size_exact(MEMBER_MIN),
+                        format_size(METADATA_RESERVED)
+                    ),
+                ));
+            }
+        }
+        let (size, state) = match (probed, size) {
+            (Probe::Unusable(why), _) => {
+                return Err(Problem::new(
+                    raw.path.span(),
+                    ErrorKind::MemberPath,
+                    format!("{who}: path \"{}\" {why}", path.display()),
+                ))
+            }
+            (Probe::Missing, None) => {
+                return Err(Problem::new(
+                    raw.path.span(),
+                    ErrorKind::MemberPath,
+                    format!(
+                        "{who}: path \"{}\" does not exist, so the member needs a size to be created with; add e.g. size = \"4GiB\"",
+                        path.display()
+                    ),
+                ))
+            }
+            (Probe::Missing, Some((bytes, _))) => (bytes, MemberState::Missing),
+            (Probe::Found(state, _), Some((bytes, s))) => {
+                let actual = state_len(state);
+                if actual < bytes {
+                    return Err(Problem::new(
+                        s.span(),
+                        ErrorKind::MemberPath,
+                        format!(
+                            "{who}: size is {} but \"{}\" holds only {} ({actual} bytes); an existing member must be at least its size: lower size, or grow the file (truncate -s {} {})",
+                            s.get_ref().shown(),
+                            path.display(),
+                            format_size(actual),
+                            format_size_exact(bytes),
+                            path.display()
+                        ),
+                    ));
+                }
+                (bytes, state)
+            }
+            (Probe::Found(state, _), None) => {
+                let actual = state_len(state);
+                if actual < MEMBER_MIN {
+                    return Err(Problem::new(
+                        raw.path.span(),
+                        ErrorKind::MemberPath,
+                        format!(
+                            "{who}: \"{}\" holds only {actual} bytes; a member needs at least {}",
+                            path.display(),
+                            format_size_exact(MEMBER_MIN)
+                        ),
+                    ));
+                }
+                (actual, state)
+            }
+        };
+        Ok((
+            Member {
+                id,
+                path_text,
+                path,
+                size,
+                state,
+            },
+            file_id,
+        ))
+    }
+
+    /// A size field in bytes (`who`: `member "d0"`, `field`: `size`).
+    fn size(&self, raw: &Spanned<RawSize>, who: &str, field: &str) -> R<u64> {
+        let err = |msg: String| {
+            Problem::new(raw.span(), ErrorKind::Size, format!("{who}: {field} {msg}"))
+        };
+        match raw.get_ref() {
+            RawSize::Int(i) if *i <= 0 => Err(err(format!(
+                "{i} is not a size: it must be positive; {SIZE_UNITS_HELP}"
+            ))),
+            RawSize::Int(i) => Ok(*i as u64),
+            RawSize::Text(t) => {
+                let bytes = parse_size(t).map_err(|e| err(e.to_string()))?;
+                if bytes == 0 {
+                    return Err(err(format!("\"{t}\" is zero; a size must be positive")));
+                }
+                Ok(bytes)
+            }
+        }
+    }
+
+    fn volume(&self, v: &RawVolume, members: &[Member], usage: &mut [Usage]) -> R<Volume> {
+        let name = v.name.get_ref().clone();
+        check_name(&name, "volume name", v.name.span())?;
+        if name.len() > 4096 {
+            return Err(Problem::new(
+                v.name.span(),
+                ErrorKind::Name,
+                "volume name is longer than NBD's 4096-byte limit for export names",
+            ));
+        }
+        let who = format!("volume \"{name}\"");
+        let level: Level = v.level.get_ref().parse().map_err(|e: String| {
+            Problem::new(
+                v.level.span(),
+                ErrorKind::Level,
+                format!("{who}: level: {e}"),
+            )
+        })?;
+
+        // Members: known, each once.
+        let mut idx: Vec<usize> = Vec::new();
+        for m in v.members.get_ref() {
+            let id = m.get_ref();
+            let Some(i) = members.iter().position(|x| &x.id == id) else {
+                let defined: Vec<&str> = members.iter().map(|x| x.id.as_str()).collect();
+                let defined = if defined.is_empty() {
+                    "none yet; add [[member]] tables".to_string()
+                } else {
+                    defined.join(", ")
+                };
+                return Err(Problem::new(
+                    m.span(),
+                    ErrorKind::UnknownMember,
+                    format!("{who}: members: unknown member \"{id}\"; defined members: {defined}"),
+                ));
+            };
+            if idx.contains(&i) {
+                return Err(Problem::new(
+                    m.span(),
+                    ErrorKind::Duplicate,
+                    format!("{who}: members: member \"{id}\" is listed twice; a member can give a volume only one column"),
+                ));
+            }
+            idx.push(i);
+        }
+
+        let spans = match &v.spans {
+            None => None,
+            Some(s) if *s.get_ref() < 1 => {
+                return Err(Problem::new(
+                    s.span(),
+                    ErrorKind::Members,
+                    format!("{who}: spans = {} is not valid; spans is a count of at least 2 (for raid10, raid50, raid60)", s.get_ref()),
+                ))
+            }
+            Some(s) => Some(*s.get_ref() as usize),
+        };
+
+        let strip = match &v.strip_size {
+            None => STRIP_DEFAULT,
+            Some(s) => {
+                if matches!(level, Level::Jbod | Level::Raid1) {
+                    return Err(Problem::new(
+                        s.span(),
+                        ErrorKind::Option,
+                        format!("{who}: strip_size does not apply to {level} (it has no strips); remove it, or use a striped level (raid0, raid5, raid6, raid10, raid50, raid60)"),
+                    ));
+                }
+                let bytes = self.size(s, &who, "strip_size")?;
+                let valid = "valid: 4KiB, 8KiB, 16KiB, … 16MiB (powers of two)";
+                if !bytes.is_power_of_two() {
+                    return Err(Problem::new(
+                        s.span(),
+                        ErrorKind::Strip,
+                        format!(
+                            "{who}: strip_size {} is not a power of two; {valid}{}",
+                            s.get_ref().shown(),
+                            nearest_strips(bytes)
+                        ),
+                    ));
+                }
+                if !(STRIP_MIN..=STRIP_MAX).contains(&bytes) {
+                    return Err(Problem::new(
+                        s.span(),
+                        ErrorKind::Strip,
+                        format!(
+                            "{who}: strip_size {} is out of range; {valid}",
+                            s.get_ref().shown()
+                        ),
+                    ));
+                }
+                bytes
+            }
+        };
+
+        let parity_layout = match &v.parity_layout {
+            None => ParityLayout::default(),
+            Some(p) => {
+                if level.parity() == 0 {
+                    return Err(Problem::new(
+                        p.span(),
+                        ErrorKind::Option,
+                        format!("{who}: parity_layout does not apply to {level} (it has no parity); it applies to raid5, raid6, raid50, raid60"),
+                    ));
+                }
+                p.get_ref().parse().map_err(|e: String| {
+                    Problem::new(
+                        p.span(),
+                        ErrorKind::Option,
+                        format!("{who}: parity_layout: {e}"),
+                    )
+                })?
+            }
+        };
+
+        let read_policy = match &v.read_policy {
+            None => ReadPolicy::LeastPending,
+            Some(p) => {
+                if !matches!(level, Level::Raid1 | Level::Raid10) {
+                    return Err(Problem::new(
+                        p.span(),
+                        ErrorKind::Option,
+                        format!("{who}: read_policy does not apply to {level} (it has no mirrors); it applies to raid1 and raid10"),
+                    ));
+                }
+                p.get_ref().parse().map_err(|e: String| {
+                    Problem::new(p.span(), ErrorKind::Option, format!("{who}: {e}"))
+                })?
+            }
+        };
+
+        let cache = match &v.cache {
+            None => CacheMode::WriteBack,
+            Some(c) => c.get_ref().parse().map_err(|e: String| {
+                Problem::new(c.span(), ErrorKind::Option, format!("{who}: {e}"))
+            })?,
+        };
+        let cache_size = match &v.cache_size {
+            None => CACHE_SIZE_DEFAULT,
+            Some(c) => {
+                if cache != CacheMode::WriteBack {
+                    return Err(Problem::new(
+                        c.span(),
+                        ErrorKind::Option,
+                        format!("{who}: cache_size applies only to cache = \"write-back\"; remove it or set cache = \"write-back\""),
+                    ));
+                }
+                self.size(c, &who, "cache_size")?
+            }
+        };
+
+        let block_size = match &v.block_size {
+            None => BLOCK_SIZE_DEFAULT,
+            Some(b) => {
+                let ok = u32::try_from(*b.get_ref())
+                    .ok()
+                    .filter(|b| BLOCK_SIZES.contains(b));
+                ok.ok_or_else(|| {
+                    Problem::new(
+                        b.span(),
+                        ErrorKind::Option,
+                        format!(
+                            "{who}: block_size {} is not supported; valid: 512, 4096",
+                            b.get_ref()
+                        ),
+                    )
+                })?
+            }
+        };
+
+        let shape = Shape::new(level, idx.len(), spans, strip, parity_layout)
+            .map_err(|e| self.shape_problem(&who, v, level, idx.len(), e))?;
+
+        let requested = match &v.size {
+            None => VolumeSize::All,
+            Some(s) => match s.get_ref() {
+                RawSize::Text(t) if t.eq_ignore_ascii_case("all") => VolumeSize::All,
+                _ => VolumeSize::Bytes(self.size(s, &who, "size").map_err(|mut p| {
+                    p.message.push_str(", or \"all\"");
+                    p
+                })?),
+            },
+        };
+        let size_span = v.size.as_ref().map_or(v.name.span(), |s| s.span());
+        let regions = allocate(&who, &shape, requested, &idx, members, usage)
+            .map_err(|m| Problem::new(size_span.clone(), ErrorKind::Fit, m))?;
+        let geometry = Geometry::new(shape.clone(), &regions)
+            .map_err(|e| Problem::new(size_span.clone(), ErrorKind::Fit, format!("{who}: {e}")))?;
+        for (&m, r) in idx.iter().zip(&regions) {
+            usage[m].cursor = r.start + r.len;
+            if r.len > 0 {
+                usage[m].users.push((name.clone(), r.len));
+            }
+        }
+
+        if level.parity() > 0 && cache == CacheMode::WriteBack {
+            let width = geometry.full_stripe_width().unwrap_or(0);
+            if cache_size < width {
+                let span = v.cache_size.as_ref().map_or(v.name.span(), |c| c.span());
+                return Err(Problem::new(
+                    span,
+                    ErrorKind::Option,
+                    format!(
+                        "{who}: cache_size {} is smaller than one full stripe ({}); set cache_size = \"{}\" or more",
+                        format_size(cache_size),
+                        format_size(width),
+                        format_size_exact(width)
+                    ),
+                ));
+            }
+        }
+
+        Ok(Volume {
+            name,
+            shape,
+            members: idx,
+            regions,
+            geometry,
+            requested,
+            read_policy,
+            cache,
+            cache_size,
+            read_only: v.read_only.unwrap_or(false),
+            block_size,
+        })
+    }
+
+    /// A shape error located at the field to change, with the valid choices.
+    fn shape_problem(
+        &self,
+        who: &str,
+        v: &RawVolume,
+        level: Level,
+        n: usize,
+        e: LayoutError,
+    ) -> Problem {
+        let spans_span = v.spans.as_ref().map(|s| s.span());
+        let members_span = v.members.span();
+        match e {
+            LayoutError::TooFewMembers { .. } => Problem::new(
+                members_span,
+                ErrorKind::Members,
+                format!("{who}: members: {e}"),
+            ),
+            LayoutError::SpansNotAllowed { .. } => Problem::new(
+                spans_span.unwrap_or(members_span),
+                ErrorKind::Members,
+                format!("{who}: {e}; remove spans"),
+            ),
+            LayoutError::SpansDontDivide { .. } | LayoutError::SpanTooSmall { .. } => {
+                let valid: Vec<String> = (2..=n)
+                    .filter(|&s| {
+                        Shape::new(level, n, Some(s), STRIP_DEFAULT, ParityLayout::default())
+                            .is_ok()
+                    })
+                    .map(|s| s.to_string())
+                    .collect();
+                let default = if v.spans.is_none() {
+                    format!(
+                        " (spans defaults to {} for {level})",
+                        level.default_spans(n)
+                    )
+                } else {
+                    String::new()
+                };
+                let hint = if valid.is_empty() {
+                    format!("no spans value works for {n} members of {level}")
+                } else {
+                    format!("valid spans for {n} members: {}", valid.join(", "))
+                };
+                Problem::new(
+                    spans_span.unwrap_or(members_span),
+                    ErrorKind::Members,
+                    format!("{who}: {e}{default}; {hint}"),
+                )
+            }
+            other => Problem::new(v.name.span(), ErrorKind::Members, format!("{who}: {other}")),
+        }
+    }
+}
+
+/// "; nearest: 32KiB or 64KiB" for a strip size that is not a power of two (when in range).
+fn nearest_strips(bytes: u64) -> String {
+    let below = 1u64 << (63 - bytes.leading_zeros());
+    let above = below.saturating_mul(2);
+    let ok: Vec<String> = [below, above]
+        .into_iter()
+        .filter(|b| (STRIP_MIN..=STRIP_MAX).contains(b))
+        .map(format_size_exact)
+        .collect();
+    if ok.is_empty() {
+        String::new()
+    } else {
+        format!("; nearest: {}", ok.join(" or "))
+    }
+}
+
+fn state_len(state: MemberState) -> u64 {
+    match state {
+        MemberState::Missing => 0,
+        MemberState::File { len } | MemberState::BlockDevice { len } => len,
+    }
+}
+
+fn check_name(name: &str, what: &str, span: Range<usize>) -> R<()> {
+    if name.is_empty() {
+        return Err(Problem::new(
+            span,
+            ErrorKind::Name,
+            format!("{what} is empty"),
+        ));
+    }
+    if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(Problem::new(
+            span,
+            ErrorKind::Name,
+            format!("{what} \"{name}\" contains whitespace or control characters; use letters, digits, '-', '_' or '.'"),
+        ));
+    }
+    Ok(())
+}
+
+/// "4 GiB, minus the 1 MiB metadata reserve, minus 2 GiB used by volume "a"".
+fn describe_free(m: &Member, u: &Usage) -> String {
+    let mut s = format!(
+        "{} free: {} minus the {} metadata reserve",
+        format_size(m.size.saturating_sub(u.cursor)),
+        format_size(m.size),
+        format_size(METADATA_RESERVED)
+    );
+    for (v, len) in &u.users {
+        s.push_str(&format!(
+            ", minus {} used by volume \"{v}\"",
+            format_size(*len)
+        ));
+    }
+    s
+}
+
+/// Places a volume's regions after the regions already taken on its members. The error is a
+/// message saying how much is needed and how much is there.
+fn allocate(
+    who: &str,
+    shape: &Shape,
+    requested: VolumeSize,
+    idx: &[usize],
+    members: &[Member],
+    usage: &[Usage],
+) -> Result<Vec<Region>, String> {
+    let free = |i: usize| members[i].size.saturating_sub(usage[i].cursor);
+    let level = shape.level;
+    if level == Level::Jbod {
+        let aligned = |i: usize| free(i) / JBOD_ALIGN * JBOD_ALIGN;
+        let total: u64 = idx.iter().map(|&i| aligned(i)).sum();
+        let want = match requested {
+            VolumeSize::All => {
+                if let Some(&i) = idx.iter().find(|&&i| aligned(i) == 0) {
+                    return Err(format!(
+                        "{who}: no room left on member \"{}\" ({}); jbod with size = \"all\" takes at least 4 KiB of every member",
+                        members[i].id,
+                        describe_free(&members[i], &usage[i])
+                    ));
+                }
+                total
+            }
+            VolumeSize::Bytes(b) => {
+                let want = b.div_ceil(JBOD_ALIGN) * JBOD_ALIGN;
+                if want > total {
+                    let each: Vec<String> = idx
+                        .iter()
+                        .map(|&i| {
+                            format!(
+                                "\"{}\" {}",
+                                members[i].id,
+                                describe_free(&members[i], &usage[i])
+                            )
+                        })
+                        .collect();
+                    return Err(format!(
+                        "{who}: does not fit: jbod needs {} ({want} bytes) in total, but its members have only {} ({total} bytes) free; members: {}",
+                        format_size(want),
+                        format_size(total),
+                        each.join("; ")
+                    ));
+                }
+                want
+            }
+        };
+        let mut left = want;
+        return Ok(idx
+            .iter()
+            .map(|&i| {
+                let len = aligned(i).min(left);
+                left -= len;
+                Region {
+                    start: usage[i].cursor,
+                    len,
+                }
+            })
+            .collect());
+    }
+
+    let strip = shape.strip;
+    let (tightest, min_free) = idx
+        .iter()
+        .map(|&i| (i, free(i)))
+        .min_by_key(|&(_, f)| f)
+        .expect("a shape has members");
+    let len = match requested {
+        VolumeSize::All => {
+            let len = min_free / strip * strip;
+            if len == 0 {
+                return Err(format!(
+                    "{who}: no room left on member \"{}\" ({}); {level} needs at least one {} strip on each member",
+                    members[tightest].id,
+                    describe_free(&members[tightest], &usage[tightest]),
+                    format_size(strip)
+                ));
+            }
+            len
+        }
+        VolumeSize::Bytes(b) => {
+            let need = shape.member_len_for(b);
+            if need > min_free {
+                let fits = min_free / strip * strip * shape.data_members() as u64;
+                return Err(format!(
+                    "{who}: size {} does not fit: {level} over {} members needs {} ({need} bytes) on each member, but member \"{}\" has only {}; at most {} fits (size = \"{}\")",
+                    format_size(b),
+                    idx.len(),
+                    format_size(need),
+                    members[tightest].id,
+                    describe_free(&members[tightest], &usage[tightest]),
+                    format_size(fits),
+                    format_size_exact(fits)
+                ));
+            }
+            need
+        }
+    };
+    Ok(idx
+        .iter()
+        .map(|&i| Region {
+            start: usage[i].cursor,
+            len,
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggests_close_field_names() {
+        let m = "unknown field `strip`, expected one of `name`, `level`, `strip_size`, `size`";
+        assert_eq!(did_you_mean(m).as_deref(), Some("strip_size"));
+        let m = "unknown field `memebrs`, expected one of `name`, `members`";
+        assert_eq!(did_you_mean(m).as_deref(), Some("members"));
+        let m = "unknown field `colour`, expected one of `name`, `level`";
+        assert_eq!(did_you_mean(m), None);
+    }
+
+    #[test]
+    fn normalizes_lexically() {
+        assert_eq!(normalize(Path::new("./a/./b/../c")), PathBuf::from("a/c"));
+        assert_eq!(normalize(Path::new("../x")), PathBuf::from("../x"));
+        assert_eq!(normalize(Path::new("/a/b/../../c")), PathBuf::from("/c"));
+        assert_eq!(normalize(Path::new(".")), PathBuf::from("."));
+    }
+}

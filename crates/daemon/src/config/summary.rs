@@ -1,0 +1,267 @@
+//! What a checked config amounts to, for people (`Display`: tables) and scripts (`Serialize`).
+
+use super::size::format_size;
+use super::{Config, MemberState, VolumeSize, METADATA_RESERVED};
+use nbraid_layout::{FaultTolerance, Level};
+use serde::Serialize;
+use std::fmt;
+
+/// Everything `nbraid check` reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub file: String,
+    pub listen: Vec<String>,
+    /// Bytes at the start of each member kept for metadata.
+    pub metadata_reserved_bytes: u64,
+    pub members: Vec<MemberSummary>,
+    pub volumes: Vec<VolumeSummary>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MemberSummary {
+    pub id: String,
+    /// Resolved path.
+    pub path: String,
+    pub size_bytes: u64,
+    /// Bytes given to volumes.
+    pub used_bytes: u64,
+    /// Bytes after the last volume's region, free for more volumes.
+    pub free_bytes: u64,
+    pub state: MemberState,
+    /// Volumes with a region on this member, in allocation order.
+    pub volumes: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct VolumeMemberSummary {
+    pub id: String,
+    /// Absolute byte offset of the volume's region on the member.
+    pub region_start_bytes: u64,
+    pub region_len_bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct VolumeSummary {
+    pub name: String,
+    pub level: Level,
+    /// Spans (raid10: mirror groups) for the levels striped over spans, else `None`.
+    pub spans: Option<usize>,
+    pub members: Vec<VolumeMemberSummary>,
+    /// `None` for the levels without strips (jbod, raid1).
+    pub strip_size_bytes: Option<u64>,
+    /// `None` for the levels without parity.
+    pub parity_layout: Option<String>,
+    pub data_members: usize,
+    pub capacity_bytes: u64,
+    /// The capacity for people, e.g. `15.99 GiB`.
+    pub capacity: String,
+    /// `None` for the size the config asked for when it was `"all"`.
+    pub requested_bytes: Option<u64>,
+    pub full_stripe_width_bytes: Option<u64>,
+    pub fault_tolerance: FaultTolerance,
+    /// `None` for the levels without mirrors.
+    pub read_policy: Option<String>,
+    pub cache: String,
+    /// `None` for write-through.
+    pub cache_size_bytes: Option<u64>,
+    pub read_only: bool,
+    pub block_size: u32,
+}
+
+impl Summary {
+    pub fn of(config: &Config) -> Summary {
+        let mut members: Vec<MemberSummary> = config
+            .members
+            .iter()
+            .map(|m| MemberSummary {
+                id: m.id.clone(),
+                path: m.path.display().to_string(),
+                size_bytes: m.size,
+                used_bytes: 0,
+                free_bytes: m.size.saturating_sub(METADATA_RESERVED),
+                state: m.state,
+                volumes: Vec::new(),
+            })
+            .collect();
+        let mut volumes = Vec::new();
+        for v in &config.volumes {
+            let level = v.level();
+            for (&m, r) in v.members.iter().zip(&v.regions) {
+                let ms = &mut members[m];
+                ms.used_bytes += r.len;
+                ms.free_bytes = config.members[m].size.saturating_sub(r.start + r.len);
+                if r.len > 0 {
+                    ms.volumes.push(v.name.clone());
+                }
+            }
+            let striped = !matches!(level, Level::Jbod | Level::Raid1);
+            volumes.push(VolumeSummary {
+                name: v.name.clone(),
+                level,
+                spans: level.has_spans().then_some(v.shape.spans),
+                members: v
+                    .members
+                    .iter()
+                    .zip(&v.regions)
+                    .map(|(&m, r)| VolumeMemberSummary {
+                        id: config.members[m].id.clone(),
+                        region_start_bytes: r.start,
+                        region_len_bytes: r.len,
+                    })
+                    .collect(),
+                strip_size_bytes: striped.then_some(v.shape.strip),
+                parity_layout: (level.parity() > 0).then(|| v.shape.parity_layout.to_string()),
+                data_members: v.geometry.data_members(),
+                capacity_bytes: v.capacity(),
+                capacity: format_size(v.capacity()),
+                requested_bytes: match v.requested {
+                    VolumeSize::All => None,
+                    VolumeSize::Bytes(b) => Some(b),
+                },
+                full_stripe_width_bytes: v.geometry.full_stripe_width(),
+                fault_tolerance: v.geometry.fault_tolerance(),
+                read_policy: matches!(level, Level::Raid1 | Level::Raid10)
+                    .then(|| v.read_policy.to_string()),
+                cache: v.cache.to_string(),
+                cache_size_bytes: (v.cache == super::CacheMode::WriteBack).then_some(v.cache_size),
+                read_only: v.read_only,
+                block_size: v.block_size,
+            });
+        }
+        Summary {
+            file: config.file.display().to_string(),
+            listen: config.listen.iter().map(|l| l.to_string()).collect(),
+            metadata_reserved_bytes: METADATA_RESERVED,
+            members,
+            volumes,
+        }
+    }
+}
+
+/// Left-aligned columns separated by two spaces, headers first.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut width: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, (c, w)) in cells.iter().zip(&width).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(c);
+            } else {
+                l.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for r in rows {
+        line(r.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "config  {}", self.file)?;
+        writeln!(f, "listen  {}", self.listen.join(", "))?;
+        writeln!(f)?;
+        let rows: Vec<Vec<String>> = self
+            .members
+            .iter()
+            .map(|m| {
+                vec![
+                    m.id.clone(),
+                    m.path.clone(),
+                    format_size(m.size_bytes),
+                    format_size(m.used_bytes),
+                    format_size(m.free_bytes),
+                    match m.state {
+                        MemberState::Missing => "missing: created sparse on assembly".into(),
+                        MemberState::File { .. } => "file".into(),
+                        MemberState::BlockDevice { .. } => "block device".into(),
+                    },
+                    if m.volumes.is_empty() {
+                        "-".into()
+                    } else {
+                        m.volumes.join(", ")
+                    },
+                ]
+            })
+            .collect();
+        f.write_str(&table(
+            &["MEMBER", "PATH", "SIZE", "USED", "FREE", "STATE", "VOLUMES"],
+            &rows,
+        ))?;
+        writeln!(f)?;
+        let rows: Vec<Vec<String>> = self
+            .volumes
+            .iter()
+            .map(|v| {
+                let per_span = v.members.len() / v.spans.unwrap_or(1).max(1);
+                let members: Vec<String> = v
+                    .members
+                    .chunks(per_span.max(1))
+                    .map(|c| {
+                        c.iter()
+                            .map(|m| m.id.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    })
+                    .collect();
+                vec![
+                    v.name.clone(),
+                    v.level.to_string(),
+                    v.spans.map_or("-".into(), |s| s.to_string()),
+                    members.join(" | "),
+                    v.strip_size_bytes.map_or("-".into(), format_size),
+                    v.data_members.to_string(),
+                    format!("{} ({} bytes)", v.capacity, v.capacity_bytes),
+                    v.full_stripe_width_bytes.map_or("-".into(), format_size),
+                    format!(
+                        "{} worst, {} best",
+                        v.fault_tolerance.worst, v.fault_tolerance.best
+                    ),
+                ]
+            })
+            .collect();
+        f.write_str(&table(
+            &[
+                "VOLUME",
+                "LEVEL",
+                "SPANS",
+                "MEMBERS",
+                "STRIP",
+                "DATA",
+                "CAPACITY",
+                "FULL STRIPE",
+                "FAULT TOLERANCE",
+            ],
+            &rows,
+        ))?;
+        for v in &self.volumes {
+            let mut opts = Vec::new();
+            if let Some(p) = &v.parity_layout {
+                opts.push(format!("parity {p}"));
+            }
+            if let Some(r) = &v.read_policy {
+                opts.push(format!("reads {r}"));
+            }
+            match v.cache_size_bytes {
+                Some(c) => opts.push(format!("cache {} ({})", v.cache, format_size(c))),
+                None => opts.push(format!("cache {}", v.cache)),
+            }
+            opts.push(format!("{}-byte blocks", v.block_size));
+            if v.read_only {
+                opts.push("read-only".into());
+            }
+            write!(f, "\n{}: {}", v.name, opts.join(", "))?;
+        }
+        writeln!(f)
+    }
+}

@@ -1,0 +1,370 @@
+//! Good configs: member sizes, region allocation across shared members, defaults.
+
+use nbraid_daemon::config::{
+    self, CacheMode, Listener, MemberState, ReadPolicy, VolumeSize, METADATA_RESERVED,
+};
+use nbraid_layout::{Level, ParityLayout, Region, Role};
+use std::path::{Path, PathBuf};
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+fn parse(text: &str) -> config::Config {
+    match config::parse(text, Path::new("etc/arrays.toml")) {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn matrix_raid_gives_each_volume_its_own_region() {
+    let c = parse(
+        r#"
+[[member]]
+id = "disk0"
+path = "disks/0.img"
+size = "8GiB"
+[[member]]
+id = "disk1"
+path = "disks/1.img"
+size = "8GiB"
+[[volume]]
+name = "system"
+level = "raid1"
+members = ["disk0", "disk1"]
+size = "2GiB"
+[[volume]]
+name = "db"
+level = "raid0"
+strip_size = "16KiB"
+members = ["disk0", "disk1"]
+"#,
+    );
+    assert_eq!(c.members[0].path, PathBuf::from("etc/disks/0.img"));
+    assert_eq!(c.members[0].state, MemberState::Missing);
+    let system = c.volume("system").unwrap();
+    assert_eq!(
+        system.regions,
+        vec![
+            Region {
+                start: MIB,
+                len: 2 * GIB
+            };
+            2
+        ]
+    );
+    assert_eq!(system.capacity(), 2 * GIB);
+    assert_eq!(system.requested, VolumeSize::Bytes(2 * GIB));
+    let db = c.volume("db").unwrap();
+    let rest = 8 * GIB - MIB - 2 * GIB;
+    assert_eq!(
+        db.regions,
+        vec![
+            Region {
+                start: MIB + 2 * GIB,
+                len: rest
+            };
+            2
+        ]
+    );
+    assert_eq!(db.capacity(), 2 * rest);
+    assert_eq!(db.requested, VolumeSize::All);
+    assert_eq!(db.member_ids(&c), vec!["disk0", "disk1"]);
+    // Byte 0 of db is on disk0 right after system's region.
+    let m = db.geometry.map(0, 4096).unwrap();
+    assert_eq!(m.data[0].offset, MIB + 2 * GIB);
+}
+
+#[test]
+fn all_takes_the_smallest_remainder_and_explicit_sizes_round_up_to_stripes() {
+    let c = parse(
+        r#"
+[[member]]
+id = "a"
+path = "a.img"
+size = "1GiB"
+[[member]]
+id = "b"
+path = "b.img"
+size = "2GiB"
+[[member]]
+id = "c"
+path = "c.img"
+size = "2GiB"
+[[volume]]
+name = "small"
+level = "raid5"
+members = ["a", "b", "c"]
+size = 1000000
+[[volume]]
+name = "rest"
+level = "raid5"
+members = ["c", "b", "a"]
+"#,
+    );
+    let small = c.volume("small").unwrap();
+    // 1000000 bytes over 2 data members: 500000 each, rounded up to 8 strips of 64 KiB.
+    assert_eq!(small.regions[0].len, 8 * 65536);
+    assert_eq!(small.capacity(), 16 * 65536);
+    let rest = c.volume("rest").unwrap();
+    // Member a (index 2 in this volume) has least room: 1 GiB - 1 MiB - 512 KiB.
+    let len = GIB - MIB - 8 * 65536;
+    assert!(rest.regions.iter().all(|r| r.len == len));
+    assert_eq!(rest.regions[0].start, MIB + 8 * 65536);
+    assert_eq!(rest.capacity(), 2 * len);
+    assert_eq!(rest.members, vec![2, 1, 0]);
+}
+
+#[test]
+fn jbod_fills_members_in_order() {
+    let c = parse(
+        r#"
+[[member]]
+id = "a"
+path = "a.img"
+size = "10MiB"
+[[member]]
+id = "b"
+path = "b.img"
+size = "20MiB"
+[[volume]]
+name = "first"
+level = "jbod"
+members = ["a", "b"]
+size = "12MiB"
+[[volume]]
+name = "second"
+level = "concat"
+members = ["b"]
+"#,
+    );
+    let first = c.volume("first").unwrap();
+    assert_eq!(
+        first.regions,
+        vec![
+            Region {
+                start: MIB,
+                len: 9 * MIB
+            },
+            Region {
+                start: MIB,
+                len: 3 * MIB
+            }
+        ]
+    );
+    let second = c.volume("second").unwrap();
+    assert_eq!(
+        second.regions,
+        vec![Region {
+            start: 4 * MIB,
+            len: 16 * MIB
+        }]
+    );
+    assert_eq!(second.capacity(), 16 * MIB);
+    // With "all", a member with no room left is an error, not an empty piece.
+    let text = "[[member]]\nid = \"a\"\npath = \"a.img\"\nsize = \"10MiB\"\n\
+        [[volume]]\nname = \"x\"\nlevel = \"jbod\"\nmembers = [\"a\"]\n\
+        [[volume]]\nname = \"y\"\nlevel = \"jbod\"\nmembers = [\"a\"]\n";
+    let e = config::parse(text, Path::new("j.toml")).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("j.toml:10:8: volume \"y\": no room left on member \"a\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn defaults() {
+    let c = parse(
+        r#"
+[[member]]
+id = "a"
+path = "a.img"
+size = "64MiB"
+[[member]]
+id = "b"
+path = "b.img"
+size = "64MiB"
+[[member]]
+id = "c"
+path = "c.img"
+size = "64MiB"
+[[member]]
+id = "d"
+path = "d.img"
+size = "64MiB"
+[[volume]]
+name = "v"
+level = "RAID10"
+members = ["a", "b", "c", "d"]
+"#,
+    );
+    assert_eq!(
+        c.listen,
+        vec![Listener::Tcp("127.0.0.1:10809".parse().unwrap())]
+    );
+    let v = &c.volumes[0];
+    assert_eq!(v.level(), Level::Raid10);
+    assert_eq!(v.shape.spans, 2);
+    assert_eq!(v.shape.strip, nbraid_layout::STRIP_DEFAULT);
+    assert_eq!(v.shape.parity_layout, ParityLayout::LeftSymmetric);
+    assert_eq!(v.read_policy, ReadPolicy::LeastPending);
+    assert_eq!(v.cache, CacheMode::WriteBack);
+    assert_eq!(v.cache_size, 64 * MIB);
+    assert_eq!(v.block_size, 4096);
+    assert!(!v.read_only);
+    assert_eq!(v.geometry.fault_tolerance().worst, 1);
+    assert_eq!(v.geometry.fault_tolerance().best, 2);
+}
+
+#[test]
+fn every_option_is_read() {
+    let c = parse(
+        r#"
+[daemon]
+listen = ["unix:run/nbd.sock", "tcp:[::1]:10809"]
+[[member]]
+id = "a"
+path = "/dev/null/../srv/a.img"
+size = "64MiB"
+[[member]]
+id = "b"
+path = "b.img"
+size = 67108864
+[[member]]
+id = "c"
+path = "c.img"
+size = "64M"
+[[volume]]
+name = "v"
+level = "raid5"
+spans = 1
+strip_size = "128KiB"
+members = ["a", "b", "c"]
+size = "all"
+parity_layout = "right-asymmetric"
+cache = "write-back"
+cache_size = "1MiB"
+read_only = true
+block_size = 512
+"#,
+    );
+    assert_eq!(
+        c.listen,
+        vec![
+            Listener::Unix("etc/run/nbd.sock".into()),
+            Listener::Tcp("[::1]:10809".parse().unwrap())
+        ]
+    );
+    assert_eq!(c.members[0].path, PathBuf::from("/dev/srv/a.img"));
+    assert!(c.members.iter().all(|m| m.size == 64 * MIB));
+    let v = &c.volumes[0];
+    assert_eq!(v.shape.parity_layout, ParityLayout::RightAsymmetric);
+    assert_eq!(v.shape.strip, 128 << 10);
+    assert_eq!(v.cache_size, MIB);
+    assert!(v.read_only);
+    assert_eq!(v.block_size, 512);
+    // right-asymmetric: P of stripe 0 on the first member.
+    let m = v.geometry.map(0, 4096).unwrap();
+    assert_eq!(m.parity[0].member, 0);
+    assert_eq!(m.parity[0].role, Role::P);
+}
+
+#[test]
+fn existing_files_give_their_size_and_create_makes_the_missing_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::File::create(dir.path().join("a.img"))
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    std::fs::File::create(dir.path().join("b.img"))
+        .unwrap()
+        .set_len(100 * MIB)
+        .unwrap();
+    let cfg = dir.path().join("arrays.toml");
+    std::fs::write(
+        &cfg,
+        r#"
+[[member]]
+id = "a"
+path = "a.img"
+[[member]]
+id = "b"
+path = "b.img"
+size = "64MiB"
+[[member]]
+id = "c"
+path = "new/c.img"
+size = "64MiB"
+[[volume]]
+name = "v"
+level = "raid5"
+members = ["a", "b", "c"]
+"#,
+    )
+    .unwrap();
+    let c = config::load(&cfg).unwrap();
+    assert_eq!(c.members[0].size, 64 * MIB);
+    assert_eq!(c.members[0].state, MemberState::File { len: 64 * MIB });
+    // b is larger than its size: only the first 64 MiB are used.
+    assert_eq!(c.members[1].size, 64 * MIB);
+    assert_eq!(c.members[1].state, MemberState::File { len: 100 * MIB });
+    assert_eq!(c.members[2].state, MemberState::Missing);
+    assert!(
+        !dir.path().join("new").exists(),
+        "load must not create anything"
+    );
+    assert_eq!(c.volumes[0].capacity(), 2 * (64 * MIB - METADATA_RESERVED));
+
+    let created = c.create_missing_members().unwrap();
+    assert_eq!(created, vec![dir.path().join("new/c.img")]);
+    assert_eq!(
+        std::fs::metadata(dir.path().join("new/c.img"))
+            .unwrap()
+            .len(),
+        64 * MIB
+    );
+    let again = config::load(&cfg).unwrap();
+    assert_eq!(again.members[2].state, MemberState::File { len: 64 * MIB });
+    assert!(again.create_missing_members().unwrap().is_empty());
+}
+
+#[test]
+fn summary_and_explain() {
+    let c = parse(
+        r#"
+[[member]]
+id = "d0"
+path = "d0.img"
+size = "1GiB"
+[[member]]
+id = "d1"
+path = "d1.img"
+size = "1GiB"
+[[member]]
+id = "d2"
+path = "d2.img"
+size = "1GiB"
+[[member]]
+id = "d3"
+path = "d3.img"
+size = "1GiB"
+[[volume]]
+name = "r5"
+level = "raid5"
+members = ["d0", "d1", "d2", "d3"]
+size = "1536MiB"
+"#,
+    );
+    let s = c.summary();
+    let v = &s.volumes[0];
+    assert_eq!(v.capacity_bytes, 1536 * MIB);
+    assert_eq!(v.capacity, "1.50 GiB");
+    assert_eq!(v.data_members, 3);
+    assert_eq!(v.full_stripe_width_bytes, Some(3 * 65536));
+    assert_eq!(v.spans, None);
+    assert_eq!(s.members[0].used_bytes, 512 * MIB);
+    assert_eq!(s.members[0].free_bytes, 511 * MIB);
+    let text = c.explain();
+    assert!(text.contains("r5      raid5  -      d0 d1 d2 d3  64 KiB  3     1.50 GiB (1610612736 bytes)  192 KiB      1 worst, 1 best"), "{text}");
+}
