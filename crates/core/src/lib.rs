@@ -5,3 +5,29 @@
 //! sockets, NBD or TOML text (see `docs/ARCHITECTURE.md`).
 
 pub mod parity;
+
+pub mod buf;
+pub mod concat;
+pub mod error;
+pub mod faulty;
+pub mod member;
+pub mod memory;
+pub mod mirror;
+pub mod node;
+mod range_lock;
+pub mod read_policy;
+mod rng;
+pub mod stripe;
+mod timer;
+pub mod uring;
+pub mod volume;
+
+pub use buf::{Buf, SharedBuf};
+pub use error::{VolumeError, VolumeResult};
+pub use faulty::{CrashReport, FaultOps, Faulty};
+pub use member::{CounterSnapshot, Member, MemberCounters, MemberError, MemberOp, MemberResult};
+pub use memory::MemoryMember;
+pub use node::{ArrayNode, MemberState, ZeroKind};
+pub use read_policy::ReadPolicy;
+pub use uring::{DirectIo, Engine, FileOptions, UringError, UringFile};
+pub use volume::{Volume, VolumeCounters, VolumeOptions, MAX_REQUEST_BYTES};

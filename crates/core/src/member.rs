@@ -1,0 +1,284 @@
+//! Members: the devices a volume is built from, behind one object-safe trait.
+//!
+//! Every operation returns a boxed future that completes from wherever the backend completes
+//! it (an io_uring engine thread, a timer thread, or at once for memory). No backend blocks
+//! the polling thread, so the same futures run under tokio and under
+//! `futures::executor::block_on`. Buffers are owned: a read takes a [`Buf`] and hands it back
+//! filled; a write takes a [`SharedBuf`] view and holds it until the bytes are written.
+
+use crate::buf::{Buf, SharedBuf};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use std::fmt;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use thiserror::Error;
+
+/// What a member was asked to do (for errors and fault injection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemberOp {
+    Read,
+    Write,
+    Flush,
+    Trim,
+    WriteZeroes,
+}
+
+impl fmt::Display for MemberOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MemberOp::Read => "read",
+            MemberOp::Write => "write",
+            MemberOp::Flush => "flush",
+            MemberOp::Trim => "trim",
+            MemberOp::WriteZeroes => "write-zeroes",
+        })
+    }
+}
+
+/// A member operation that failed: which member, what, where, and the OS error.
+#[derive(Debug, Error)]
+#[error("member `{member}`: {op} of {len} bytes at offset {offset} failed: {source}")]
+pub struct MemberError {
+    pub member: String,
+    pub op: MemberOp,
+    pub offset: u64,
+    pub len: u64,
+    #[source]
+    pub source: io::Error,
+}
+
+impl MemberError {
+    pub fn new(member: &str, op: MemberOp, offset: u64, len: u64, source: io::Error) -> Self {
+        MemberError {
+            member: member.to_string(),
+            op,
+            offset,
+            len,
+            source,
+        }
+    }
+}
+
+pub type MemberResult<T> = Result<T, MemberError>;
+
+/// A device a volume stores bytes on. Offsets are absolute bytes on the member.
+///
+/// Contract: `read` fills the whole buffer or fails; `write` writes every byte or fails;
+/// `write(.., fua = true)` completes only once the bytes are durable; `flush` makes every
+/// write that completed before it was called durable; after `trim` and `write_zeroes` the
+/// range reads as zeroes.
+pub trait Member: Send + Sync {
+    /// A human name for messages (a path, "mem0", ...).
+    fn name(&self) -> &str;
+    /// Usable bytes.
+    fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>>;
+    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>>;
+    fn flush(&self) -> BoxFuture<'_, MemberResult<()>>;
+    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>>;
+    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>>;
+    fn counters(&self) -> &MemberCounters;
+
+    /// Reads consecutive bytes from `offset` into `bufs` in order, as one operation where the
+    /// backend can (io_uring `READV`). The default issues one read per buffer.
+    fn read_vectored(&self, offset: u64, bufs: Vec<Buf>) -> BoxFuture<'_, MemberResult<Vec<Buf>>> {
+        let mut at = offset;
+        let futs: Vec<_> = bufs
+            .into_iter()
+            .map(|b| {
+                let o = at;
+                at += b.len() as u64;
+                self.read(o, b)
+            })
+            .collect();
+        async move { futures::future::join_all(futs).await.into_iter().collect() }.boxed()
+    }
+
+    /// Writes `data` pieces to consecutive bytes from `offset`, as one operation where the
+    /// backend can (io_uring `WRITEV`). The default issues one write per piece.
+    fn write_vectored(
+        &self,
+        offset: u64,
+        data: Vec<SharedBuf>,
+        fua: bool,
+    ) -> BoxFuture<'_, MemberResult<()>> {
+        let mut at = offset;
+        let futs: Vec<_> = data
+            .into_iter()
+            .map(|d| {
+                let o = at;
+                at += d.len() as u64;
+                self.write(o, d, fua)
+            })
+            .collect();
+        async move { futures::future::join_all(futs).await.into_iter().collect() }.boxed()
+    }
+}
+
+impl<T: Member + ?Sized> Member for Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
+        (**self).read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
+        (**self).write(offset, data, fua)
+    }
+    fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
+        (**self).flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        (**self).trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        (**self).write_zeroes(offset, len)
+    }
+    fn counters(&self) -> &MemberCounters {
+        (**self).counters()
+    }
+    fn read_vectored(&self, offset: u64, bufs: Vec<Buf>) -> BoxFuture<'_, MemberResult<Vec<Buf>>> {
+        (**self).read_vectored(offset, bufs)
+    }
+    fn write_vectored(
+        &self,
+        offset: u64,
+        data: Vec<SharedBuf>,
+        fua: bool,
+    ) -> BoxFuture<'_, MemberResult<()>> {
+        (**self).write_vectored(offset, data, fua)
+    }
+}
+
+/// Checks that `[offset, offset+len)` lies on a member of `size` bytes.
+pub(crate) fn check_range(
+    name: &str,
+    op: MemberOp,
+    offset: u64,
+    len: u64,
+    size: u64,
+) -> MemberResult<()> {
+    if offset.checked_add(len).is_none_or(|end| end > size) {
+        return Err(MemberError::new(
+            name,
+            op,
+            offset,
+            len,
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("range ends past the member's {size} bytes"),
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Per-member counters (atomics; read them with [`MemberCounters::snapshot`]).
+#[derive(Debug, Default)]
+pub struct MemberCounters {
+    reads: AtomicU64,
+    read_bytes: AtomicU64,
+    writes: AtomicU64,
+    write_bytes: AtomicU64,
+    flushes: AtomicU64,
+    trims: AtomicU64,
+    errors: AtomicU64,
+    /// Operations issued and not yet completed.
+    in_flight: AtomicU64,
+}
+
+/// A copy of a member's counters at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CounterSnapshot {
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+    pub flushes: u64,
+    pub trims: u64,
+    pub errors: u64,
+    pub in_flight: u64,
+}
+
+impl MemberCounters {
+    /// Counts an operation as in flight until the returned guard is finished or dropped.
+    pub fn start(&self, op: MemberOp, bytes: u64) -> OpGuard<'_> {
+        self.in_flight.fetch_add(1, Relaxed);
+        OpGuard {
+            counters: self,
+            op,
+            bytes,
+            done: false,
+        }
+    }
+
+    pub fn snapshot(&self) -> CounterSnapshot {
+        CounterSnapshot {
+            reads: self.reads.load(Relaxed),
+            read_bytes: self.read_bytes.load(Relaxed),
+            writes: self.writes.load(Relaxed),
+            write_bytes: self.write_bytes.load(Relaxed),
+            flushes: self.flushes.load(Relaxed),
+            trims: self.trims.load(Relaxed),
+            errors: self.errors.load(Relaxed),
+            in_flight: self.in_flight.load(Relaxed),
+        }
+    }
+
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Relaxed)
+    }
+}
+
+/// One operation in flight; [`OpGuard::finish`] counts it as done (or failed).
+pub struct OpGuard<'a> {
+    counters: &'a MemberCounters,
+    op: MemberOp,
+    bytes: u64,
+    done: bool,
+}
+
+impl OpGuard<'_> {
+    pub fn finish<T, E>(mut self, result: Result<T, E>) -> Result<T, E> {
+        self.done = true;
+        let c = self.counters;
+        match (&result, self.op) {
+            (Err(_), _) => {
+                c.errors.fetch_add(1, Relaxed);
+            }
+            (Ok(_), MemberOp::Read) => {
+                c.reads.fetch_add(1, Relaxed);
+                c.read_bytes.fetch_add(self.bytes, Relaxed);
+            }
+            (Ok(_), MemberOp::Write) => {
+                c.writes.fetch_add(1, Relaxed);
+                c.write_bytes.fetch_add(self.bytes, Relaxed);
+            }
+            (Ok(_), MemberOp::Flush) => {
+                c.flushes.fetch_add(1, Relaxed);
+            }
+            (Ok(_), MemberOp::Trim | MemberOp::WriteZeroes) => {
+                c.trims.fetch_add(1, Relaxed);
+            }
+        }
+        c.in_flight.fetch_sub(1, Relaxed);
+        result
+    }
+}
+
+impl Drop for OpGuard<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            // Dropped before completion (the caller cancelled): no longer counted in flight.
+            self.counters.in_flight.fetch_sub(1, Relaxed);
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! RAID 1, n-way: every child holds every byte. Survives the loss of all children but one.
+//!
+//! Reads go to one copy per piece, chosen by the volume's [`ReadPolicy`] (see
+//! [`crate::read_policy`]); copies with a failed member under the range are never chosen.
+//! When a copy returns a read error, the piece is read from the next copy, and the good bytes
+//! are written back to the copy that failed (as md and SPDK do). Only if that rewrite fails is
+//! the member marked failed (by the leaf). The repair holds its range exclusively in a
+//! [`RangeLock`] and re-reads the good copy under it, so a user write cannot land between
+//! the read and the write-back and leave the copies different.
+//!
+//! Writes go to every copy that is not failed, concurrently; the write succeeds when at least
+//! one copy stored every byte (the others are now marked failed by their leaves).
+
+use crate::buf::{Buf, SharedBuf};
+use crate::error::{VolumeError, VolumeResult};
+use crate::node::{all_ok, collect_bufs, first_error, flush_children, ArrayNode, ZeroKind};
+use crate::range_lock::RangeLock;
+use crate::read_policy::{plan, CopyView, ReadPolicy};
+use futures::future::{join_all, BoxFuture};
+use futures::FutureExt;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub struct MirrorNode {
+    /// Engines of the copies.
+    children: Vec<Box<dyn ArrayNode>>,
+    /// The smallest child's capacity.
+    capacity: u64,
+    policy: ReadPolicy,
+    /// Sequential runs move to another copy after this many bytes (a multiple of 4 KiB).
+    seq_piece: u64,
+    /// Chooser state per copy (`usable` is refreshed per request).
+    views: Mutex<Vec<CopyView>>,
+    /// Rotates round-robin and tie-breaks.
+    tick: AtomicU64,
+    /// Shared for user writes, exclusive for repairs.
+    locks: RangeLock,
+    /// Pieces whose bytes were written back to a copy after a read error there (shared with
+    /// the volume's counters).
+    repairs: Arc<AtomicU64>,
+}
+
+impl MirrorNode {
+    pub fn new(
+        children: Vec<Box<dyn ArrayNode>>,
+        capacity: u64,
+        policy: ReadPolicy,
+        seq_piece: u64,
+        repairs: Arc<AtomicU64>,
+    ) -> MirrorNode {
+        let n = children.len();
+        MirrorNode {
+            children,
+            capacity,
+            policy,
+            seq_piece: seq_piece.max(4096),
+            views: Mutex::new(vec![CopyView::default(); n]),
+            tick: AtomicU64::new(0),
+            locks: RangeLock::default(),
+            repairs,
+        }
+    }
+
+    /// Chooses the copies for a read (see [`plan`]); empty when no copy is usable.
+    fn plan_read(&self, offset: u64, len: u64) -> Vec<(u64, u64, usize)> {
+        let usable: Vec<bool> = self
+            .children
+            .iter()
+            .map(|c| c.readable(offset, len))
+            .collect();
+        let tick = self.tick.fetch_add(1, Ordering::Relaxed);
+        let mut views = self.views.lock();
+        for (v, &u) in views.iter_mut().zip(&usable) {
+            v.usable = u;
+        }
+        plan(self.policy, offset, len, &mut views, self.seq_piece, tick)
+    }
+
+    fn done_reading(&self, copy: usize) {
+        let mut v = self.views.lock();
+        v[copy].pending = v[copy].pending.saturating_sub(1);
+    }
+
+    /// Reads one piece, starting with `first` and falling back over the other copies.
+    async fn read_piece(&self, offset: u64, buf: Buf, first: usize) -> VolumeResult<Buf> {
+        let len = buf.len();
+        let r = self.children[first].read(offset, buf).await;
+        self.done_reading(first);
+        let first_err = match r {
+            Ok(b) => return Ok(b),
+            Err(e) => e,
+        };
+        let mut bad = Vec::new();
+        if first_err.is_member_io() {
+            bad.push(first);
+        }
+        let mut errors = vec![first_err];
+        for c in (0..self.children.len()).filter(|&c| c != first) {
+            if !self.children[c].readable(offset, len as u64) {
+                continue;
+            }
+            match self.children[c].read(offset, Buf::new(len)).await {
+                Ok(b) => {
+                    for &copy in &bad {
+                        self.repair(offset, len as u64, c, copy).await;
+                    }
+                    return Ok(b);
+                }
+                Err(e) => {
+                    if e.is_member_io() {
+                        bad.push(c);
+                    }
+                    errors.push(e);
+                }
+            }
+        }
+        let detail: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        Err(VolumeError::Unavailable {
+            reason: format!(
+                "no copy of mirror bytes {offset}..{} could be read ({})",
+                offset + len as u64,
+                detail.join("; ")
+            ),
+        })
+    }
+
+    /// Writes the bytes of `good` back to `bad` under an exclusive range lock.
+    async fn repair(&self, offset: u64, len: u64, good: usize, bad: usize) {
+        let _guard = self.locks.lock(offset, len, true).await;
+        let fresh = match self.children[good]
+            .read(offset, Buf::new(len as usize))
+            .await
+        {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(
+                    "mirror repair of bytes {offset}+{len}: re-reading copy {good} failed: {e}"
+                );
+                return;
+            }
+        };
+        match self.children[bad]
+            .write(offset, fresh.freeze(), false)
+            .await
+        {
+            Ok(()) => {
+                self.repairs.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    "mirror: repaired bytes {offset}+{len} of copy {bad} from copy {good}"
+                );
+            }
+            // The leaf has marked the member failed.
+            Err(e) => tracing::warn!("mirror repair of copy {bad} failed: {e}"),
+        }
+    }
+
+    /// Runs `op` on every copy that can take writes; Ok when at least one stored everything.
+    async fn on_all_copies<'a, F>(&'a self, offset: u64, len: u64, op: F) -> VolumeResult<()>
+    where
+        F: Fn(&'a dyn ArrayNode) -> BoxFuture<'a, VolumeResult<()>>,
+    {
+        let _guard = self.locks.lock(offset, len, false).await;
+        let results = join_all(self.children.iter().map(|c| op(c.as_ref()))).await;
+        let ok = results.iter().filter(|r| r.is_ok()).count();
+        if ok > 0 {
+            return Ok(());
+        }
+        let errors = results.into_iter().filter_map(Result::err).collect();
+        Err(
+            first_error(errors).unwrap_or_else(|| VolumeError::Unavailable {
+                reason: "mirror has no copies".into(),
+            }),
+        )
+    }
+}
+
+impl ArrayNode for MirrorNode {
+    fn kind(&self) -> &'static str {
+        "mirror"
+    }
+
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    fn losses_to_fail(&self) -> usize {
+        self.children.iter().map(|c| c.losses_to_fail()).sum()
+    }
+
+    fn readable(&self, offset: u64, len: u64) -> bool {
+        self.children.iter().any(|c| c.readable(offset, len))
+    }
+
+    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
+        async move {
+            let len = buf.len() as u64;
+            let parts = self.plan_read(offset, len);
+            if parts.is_empty() {
+                return Err(VolumeError::Unavailable {
+                    reason: format!(
+                        "every copy of mirror bytes {offset}..{} has a failed member",
+                        offset + len
+                    ),
+                });
+            }
+            if let [(_, _, copy)] = parts[..] {
+                return self.read_piece(offset, buf, copy).await;
+            }
+            let lens: Vec<usize> = parts.iter().map(|p| p.1 as usize).collect();
+            let bufs = buf.split_lengths(&lens);
+            let results = join_all(
+                parts
+                    .iter()
+                    .zip(bufs)
+                    .map(|(&(off, _, copy), b)| self.read_piece(off, b, copy)),
+            )
+            .await;
+            let mut ok = Vec::with_capacity(results.len());
+            let mut errors = Vec::new();
+            for r in results {
+                match r {
+                    Ok(b) => ok.push(b),
+                    Err(e) => errors.push(e),
+                }
+            }
+            match first_error(errors) {
+                Some(e) => Err(e),
+                None => Ok(Buf::join(ok)),
+            }
+        }
+        .boxed()
+    }
+
+    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            let len = data.len() as u64;
+            self.on_all_copies(offset, len, |c| c.write(offset, data.clone(), fua))
+                .await
+        }
+        .boxed()
+    }
+
+    fn read_vectored(&self, offset: u64, bufs: Vec<Buf>) -> BoxFuture<'_, VolumeResult<Vec<Buf>>> {
+        async move {
+            let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+            let lens: Vec<u64> = bufs.iter().map(|b| b.len() as u64).collect();
+            // One copy for the whole run when the chooser keeps it in one piece.
+            let parts = self.plan_read(offset, len);
+            if let [(_, _, copy)] = parts[..] {
+                let r = self.children[copy].read_vectored(offset, bufs).await;
+                self.done_reading(copy);
+                if let Ok(got) = r {
+                    return Ok(got);
+                }
+            } else {
+                for &(_, _, copy) in &parts {
+                    self.done_reading(copy);
+                }
+            }
+            // Long runs, and any error: buffer by buffer, with fallback and repair.
+            let futs: Vec<_> = lens
+                .iter()
+                .scan(offset, |at, &l| {
+                    let o = *at;
+                    *at += l;
+                    Some(self.read(o, Buf::new(l as usize)))
+                })
+                .collect();
+            collect_bufs(join_all(futs).await)
+        }
+        .boxed()
+    }
+
+    fn write_vectored(
+        &self,
+        offset: u64,
+        data: Vec<SharedBuf>,
+        fua: bool,
+    ) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            let len = data.iter().map(|d| d.len() as u64).sum();
+            self.on_all_copies(offset, len, |c| c.write_vectored(offset, data.clone(), fua))
+                .await
+        }
+        .boxed()
+    }
+
+    fn zero(&self, offset: u64, len: u64, kind: ZeroKind) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            self.on_all_copies(offset, len, |c| c.zero(offset, len, kind))
+                .await
+        }
+        .boxed()
+    }
+
+    fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
+        async move { all_ok(vec![flush_children(&self.children).await]) }.boxed()
+    }
+}

@@ -1,0 +1,486 @@
+//! The engine tree: one [`ArrayNode`] per node of the layout tree, one module per node kind
+//! (`concat`, `stripe`, `mirror`; `parity` joins later as one more kind).
+//!
+//! Each node serves its own address space (`0..capacity`), exactly as the layout defines it:
+//! it splits a request with its layout node's splitter and hands the pieces to its children,
+//! so level code only ever sees ranges of its own. Leaves ([`LeafNode`]) are member regions:
+//! they add the region start, call the member, count errors and mark members failed.
+//!
+//! Member state lives in one [`MemberTable`] shared by the whole tree (and by the volume):
+//! whether a member has failed, whether it holds writes not yet flushed. Nodes ask it before
+//! reading ([`ArrayNode::readable`]) so a failed member is never read, and a mirror never
+//! picks a copy that lost a member under the requested range.
+
+use crate::buf::{Buf, SharedBuf};
+use crate::error::{VolumeError, VolumeResult};
+use crate::member::Member;
+use futures::future::{join_all, BoxFuture};
+use futures::FutureExt;
+use nbraid_layout::ChildPiece;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// What a zeroing request asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZeroKind {
+    /// Discard: the range reads back as zeroes afterwards (members may deallocate it).
+    Trim,
+    /// Write zeroes: the range reads back as zeroes (members may keep it allocated).
+    WriteZeroes,
+}
+
+/// One node of the engine tree. Offsets are in the node's own address space.
+///
+/// Contract: a request lies within `0..capacity()` (the volume checks requests once, at the
+/// top); `read` fills the whole buffer or fails, never returning bytes that are not the
+/// latest data; `write` fails only when some byte of the range could not be stored on any
+/// copy. A parity node will implement read-modify-write on top of its children's `read` and
+/// `write`, using the shared [`MemberTable`] for member state.
+pub trait ArrayNode: Send + Sync {
+    /// The kind's name ("member", "concat", "stripe", "mirror").
+    fn kind(&self) -> &'static str;
+    fn capacity(&self) -> u64;
+    /// Declared fault tolerance: the fewest member losses that can make data of this node
+    /// unreadable (so it survives any `losses_to_fail() - 1` losses).
+    fn losses_to_fail(&self) -> usize;
+    /// Whether every byte of `[offset, offset+len)` can be read with the members as they are.
+    fn readable(&self, offset: u64, len: u64) -> bool;
+    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>>;
+    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, VolumeResult<()>>;
+    fn zero(&self, offset: u64, len: u64, kind: ZeroKind) -> BoxFuture<'_, VolumeResult<()>>;
+    /// Reads consecutive bytes from `offset` into `bufs`, in order. Nodes that can serve the
+    /// whole run with one member operation (leaves, mirrors of leaves) override this; the
+    /// default reads each buffer on its own.
+    fn read_vectored(&self, offset: u64, bufs: Vec<Buf>) -> BoxFuture<'_, VolumeResult<Vec<Buf>>> {
+        let futs: Vec<_> = bufs
+            .into_iter()
+            .scan(offset, |at, b| {
+                let o = *at;
+                *at += b.len() as u64;
+                Some(self.read(o, b))
+            })
+            .collect();
+        async move { collect_bufs(join_all(futs).await) }.boxed()
+    }
+
+    /// Writes `data` pieces to consecutive bytes from `offset` (see `read_vectored`).
+    fn write_vectored(
+        &self,
+        offset: u64,
+        data: Vec<SharedBuf>,
+        fua: bool,
+    ) -> BoxFuture<'_, VolumeResult<()>> {
+        let futs: Vec<_> = data
+            .into_iter()
+            .scan(offset, |at, d| {
+                let o = *at;
+                *at += d.len() as u64;
+                Some(self.write(o, d, fua))
+            })
+            .collect();
+        async move { all_ok(join_all(futs).await) }.boxed()
+    }
+
+    /// Writes back whatever the node itself holds (none of today's kinds hold anything; a
+    /// parity stripe cache will). Members are flushed by the volume afterwards.
+    fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
+        futures::future::ready(Ok(())).boxed()
+    }
+}
+
+/// Health of one member as the volume sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberState {
+    Healthy,
+    /// Returned a write (or repair, or flush) error: never read again, writes skip it.
+    Failed,
+}
+
+/// A member and what the volume knows about it.
+pub struct MemberSlot {
+    pub member: Arc<dyn Member>,
+    /// Set once the member returned an error that leaves its contents stale.
+    failed: AtomicBool,
+    /// Set after a write (not FUA) completes; cleared by a flush of the member.
+    dirty: AtomicBool,
+    /// Read errors this member returned (repaired or not).
+    read_errors: AtomicU64,
+}
+
+impl MemberSlot {
+    pub fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    pub fn read_errors(&self) -> u64 {
+        self.read_errors.load(Ordering::Relaxed)
+    }
+
+    /// Clears the dirty mark, returning whether it was set.
+    pub(crate) fn take_dirty(&self) -> bool {
+        self.dirty.swap(false, Ordering::AcqRel)
+    }
+
+    pub(crate) fn mark_dirty(&self) {
+        self.dirty.store(true, Ordering::Release);
+    }
+}
+
+/// The members of one volume, shared by every node of its tree.
+pub struct MemberTable {
+    slots: Vec<MemberSlot>,
+    /// Number of slots marked failed (0 = fast path: everything is readable).
+    failed: AtomicUsize,
+}
+
+impl MemberTable {
+    pub fn new(members: Vec<Arc<dyn Member>>) -> MemberTable {
+        MemberTable {
+            slots: members
+                .into_iter()
+                .map(|member| MemberSlot {
+                    member,
+                    failed: AtomicBool::new(false),
+                    dirty: AtomicBool::new(false),
+                    read_errors: AtomicU64::new(0),
+                })
+                .collect(),
+            failed: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn slots(&self) -> &[MemberSlot] {
+        &self.slots
+    }
+
+    pub fn slot(&self, index: usize) -> &MemberSlot {
+        &self.slots[index]
+    }
+
+    pub fn any_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire) > 0
+    }
+
+    /// Marks member `index` failed (once), logging why.
+    pub fn fail(&self, index: usize, why: &dyn std::fmt::Display) {
+        let slot = &self.slots[index];
+        if !slot.failed.swap(true, Ordering::AcqRel) {
+            self.failed.fetch_add(1, Ordering::AcqRel);
+            tracing::error!(
+                "member {index} (`{}`) marked failed: {why}",
+                slot.member.name()
+            );
+        }
+    }
+}
+
+/// A member region: the leaf of the tree.
+pub struct LeafNode {
+    /// Index into the member table.
+    index: usize,
+    /// Byte on the member where this region begins.
+    start: u64,
+    /// Bytes in the region.
+    len: u64,
+    table: Arc<MemberTable>,
+}
+
+impl LeafNode {
+    pub fn new(index: usize, start: u64, len: u64, table: Arc<MemberTable>) -> LeafNode {
+        LeafNode {
+            index,
+            start,
+            len,
+            table,
+        }
+    }
+
+    fn slot(&self) -> &MemberSlot {
+        self.table.slot(self.index)
+    }
+
+    fn unavailable(&self, offset: u64, len: u64) -> VolumeError {
+        VolumeError::Unavailable {
+            reason: format!(
+                "member {} (`{}`) has failed; it held bytes {}..{} of the request",
+                self.index,
+                self.slot().member.name(),
+                self.start + offset,
+                self.start + offset + len
+            ),
+        }
+    }
+
+    /// Records a read error. A read error alone does not fail the member (md's choice): a
+    /// mirror repairs the bytes, and only a failed repair write fails the member.
+    fn read_error(&self, e: crate::member::MemberError) -> VolumeError {
+        self.slot().read_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("{e}");
+        VolumeError::Member {
+            member: self.index,
+            source: e,
+        }
+    }
+
+    /// Records a failed write-type op: the member's contents are now stale.
+    fn failed_write(&self, e: crate::member::MemberError) -> VolumeError {
+        self.table.fail(self.index, &e);
+        VolumeError::Member {
+            member: self.index,
+            source: e,
+        }
+    }
+}
+
+impl ArrayNode for LeafNode {
+    fn kind(&self) -> &'static str {
+        "member"
+    }
+
+    fn capacity(&self) -> u64 {
+        self.len
+    }
+
+    fn losses_to_fail(&self) -> usize {
+        1
+    }
+
+    fn readable(&self, _offset: u64, _len: u64) -> bool {
+        !self.slot().is_failed()
+    }
+
+    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
+        async move {
+            let slot = self.slot();
+            if slot.is_failed() {
+                return Err(self.unavailable(offset, buf.len() as u64));
+            }
+            slot.member
+                .read(self.start + offset, buf)
+                .await
+                .map_err(|e| self.read_error(e))
+        }
+        .boxed()
+    }
+
+    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            let slot = self.slot();
+            if slot.is_failed() {
+                return Err(self.unavailable(offset, data.len() as u64));
+            }
+            slot.member
+                .write(self.start + offset, data, fua)
+                .await
+                .map_err(|e| self.failed_write(e))?;
+            if !fua {
+                slot.mark_dirty();
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn read_vectored(&self, offset: u64, bufs: Vec<Buf>) -> BoxFuture<'_, VolumeResult<Vec<Buf>>> {
+        async move {
+            let slot = self.slot();
+            if slot.is_failed() {
+                let len = bufs.iter().map(|b| b.len() as u64).sum();
+                return Err(self.unavailable(offset, len));
+            }
+            slot.member
+                .read_vectored(self.start + offset, bufs)
+                .await
+                .map_err(|e| self.read_error(e))
+        }
+        .boxed()
+    }
+
+    fn write_vectored(
+        &self,
+        offset: u64,
+        data: Vec<SharedBuf>,
+        fua: bool,
+    ) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            let slot = self.slot();
+            if slot.is_failed() {
+                let len = data.iter().map(|d| d.len() as u64).sum();
+                return Err(self.unavailable(offset, len));
+            }
+            slot.member
+                .write_vectored(self.start + offset, data, fua)
+                .await
+                .map_err(|e| self.failed_write(e))?;
+            if !fua {
+                slot.mark_dirty();
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn zero(&self, offset: u64, len: u64, kind: ZeroKind) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            let slot = self.slot();
+            if slot.is_failed() {
+                return Err(self.unavailable(offset, len));
+            }
+            let at = self.start + offset;
+            let r = match kind {
+                ZeroKind::Trim => slot.member.trim(at, len).await,
+                ZeroKind::WriteZeroes => slot.member.write_zeroes(at, len).await,
+            };
+            r.map_err(|e| self.failed_write(e))?;
+            slot.mark_dirty();
+            Ok(())
+        }
+        .boxed()
+    }
+}
+
+/// The first error of a set of results (member I/O errors first: they say the most).
+pub(crate) fn first_error(errors: Vec<VolumeError>) -> Option<VolumeError> {
+    let mut errors = errors;
+    let pos = errors
+        .iter()
+        .position(VolumeError::is_member_io)
+        .unwrap_or(0);
+    (!errors.is_empty()).then(|| errors.swap_remove(pos))
+}
+
+/// Collects buffers in order, or the most telling error.
+pub(crate) fn collect_bufs(results: Vec<VolumeResult<Buf>>) -> VolumeResult<Vec<Buf>> {
+    let mut ok = Vec::with_capacity(results.len());
+    let mut errors = Vec::new();
+    for r in results {
+        match r {
+            Ok(b) => ok.push(b),
+            Err(e) => errors.push(e),
+        }
+    }
+    match first_error(errors) {
+        Some(e) => Err(e),
+        None => Ok(ok),
+    }
+}
+
+/// Groups pieces into runs that are contiguous on one child: `(child, child offset, piece
+/// indices)`. A stripe request covering several rows puts each child's units side by side on
+/// that child, so each child gets one vectored operation instead of one per unit.
+fn child_runs(children: usize, pieces: &[ChildPiece]) -> Vec<(usize, u64, Vec<usize>)> {
+    let mut runs: Vec<(usize, u64, Vec<usize>)> = Vec::new();
+    // Per child: its latest run and where that run ends on the child.
+    let mut open: Vec<Option<(usize, u64)>> = vec![None; children];
+    for (i, p) in pieces.iter().enumerate() {
+        match open[p.child] {
+            Some((r, end)) if end == p.offset => runs[r].2.push(i),
+            _ => {
+                runs.push((p.child, p.offset, vec![i]));
+                open[p.child] = Some((runs.len() - 1, p.offset));
+            }
+        }
+        if let Some((_, end)) = open[p.child].as_mut() {
+            *end = p.offset + p.len;
+        }
+    }
+    runs
+}
+
+/// Reads pieces (in logical order, covering `buf`) from children concurrently and joins them.
+pub(crate) async fn read_pieces(
+    children: &[Box<dyn ArrayNode>],
+    pieces: &[ChildPiece],
+    buf: Buf,
+) -> VolumeResult<Buf> {
+    if let [p] = pieces {
+        return children[p.child].read(p.offset, buf).await;
+    }
+    let lens: Vec<usize> = pieces.iter().map(|p| p.len as usize).collect();
+    let mut bufs: Vec<Option<Buf>> = buf.split_lengths(&lens).into_iter().map(Some).collect();
+    let runs = child_runs(children.len(), pieces);
+    let futs = runs.iter().map(|(child, offset, idx)| {
+        let mut mine: Vec<Buf> = idx.iter().map(|&i| bufs[i].take().expect("once")).collect();
+        async move {
+            if mine.len() == 1 {
+                let b = mine.pop().expect("one");
+                children[*child].read(*offset, b).await.map(|b| vec![b])
+            } else {
+                children[*child].read_vectored(*offset, mine).await
+            }
+        }
+    });
+    let results = join_all(futs).await;
+    let mut errors = Vec::new();
+    for ((_, _, idx), r) in runs.iter().zip(results) {
+        match r {
+            Ok(got) => {
+                for (&i, b) in idx.iter().zip(got) {
+                    bufs[i] = Some(b);
+                }
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    if let Some(e) = first_error(errors) {
+        return Err(e);
+    }
+    Ok(Buf::join(
+        bufs.into_iter().map(|b| b.expect("filled")).collect(),
+    ))
+}
+
+/// Writes pieces (slices of `data`, which starts at `base` in the parent's address space).
+pub(crate) async fn write_pieces(
+    children: &[Box<dyn ArrayNode>],
+    pieces: &[ChildPiece],
+    base: u64,
+    data: SharedBuf,
+    fua: bool,
+) -> VolumeResult<()> {
+    if let [p] = pieces {
+        return children[p.child].write(p.offset, data, fua).await;
+    }
+    let runs = child_runs(children.len(), pieces);
+    let results = join_all(runs.iter().map(|(child, offset, idx)| {
+        let mut mine: Vec<SharedBuf> = idx
+            .iter()
+            .map(|&i| {
+                let at = (pieces[i].logical - base) as usize;
+                data.slice(at..at + pieces[i].len as usize)
+            })
+            .collect();
+        if mine.len() == 1 {
+            children[*child].write(*offset, mine.pop().expect("one"), fua)
+        } else {
+            children[*child].write_vectored(*offset, mine, fua)
+        }
+    }))
+    .await;
+    all_ok(results)
+}
+
+pub(crate) async fn zero_pieces(
+    children: &[Box<dyn ArrayNode>],
+    pieces: &[ChildPiece],
+    kind: ZeroKind,
+) -> VolumeResult<()> {
+    let results = join_all(
+        pieces
+            .iter()
+            .map(|p| children[p.child].zero(p.offset, p.len, kind)),
+    )
+    .await;
+    all_ok(results)
+}
+
+pub(crate) fn all_ok(results: Vec<VolumeResult<()>>) -> VolumeResult<()> {
+    match first_error(results.into_iter().filter_map(Result::err).collect()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+pub(crate) async fn flush_children(children: &[Box<dyn ArrayNode>]) -> VolumeResult<()> {
+    all_ok(join_all(children.iter().map(|c| c.flush())).await)
+}

@@ -1,0 +1,449 @@
+//! A volume: a layout [`Geometry`] assembled over members into an engine tree.
+//!
+//! The volume checks every request once (alignment to its logical block, range, length),
+//! hands it to the root node, and keeps the two things that span the tree: member state (in
+//! the shared [`MemberTable`]) and flush bookkeeping. Flush is exact: a member is marked dirty
+//! when a write to it *completes*, and a flush clears the mark and then `fdatasync`s each
+//! marked member. A write that completed before the flush was issued therefore marked its
+//! member before the flush looked, and is durable when the flush completes.
+
+use crate::buf::Buf;
+use crate::concat::ConcatNode;
+use crate::error::{VolumeError, VolumeResult};
+use crate::member::{CounterSnapshot, Member};
+use crate::mirror::MirrorNode;
+use crate::node::{ArrayNode, LeafNode, MemberState, MemberTable, ZeroKind};
+use crate::read_policy::ReadPolicy;
+use crate::stripe::StripeNode;
+use futures::future::join_all;
+use nbraid_layout::{FaultTolerance, Geometry, Node};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// Longest request a volume accepts.
+pub const MAX_REQUEST_BYTES: u64 = 32 << 20;
+
+/// How a volume is assembled.
+#[derive(Clone, Debug)]
+pub struct VolumeOptions {
+    /// Logical block size: 512 (default) or 4096. Requests must be aligned to it.
+    pub block_size: u64,
+    /// How mirrors pick the copy that serves a read.
+    pub read_policy: ReadPolicy,
+    /// Sequential mirror reads move to another copy after this many bytes (≥ 4 KiB; 1 MiB
+    /// default), so long runs spread over copies in large pieces.
+    pub mirror_seq_piece: u64,
+}
+
+impl Default for VolumeOptions {
+    fn default() -> Self {
+        VolumeOptions {
+            block_size: 512,
+            read_policy: ReadPolicy::default(),
+            mirror_seq_piece: 1 << 20,
+        }
+    }
+}
+
+/// Volume-level counters.
+#[derive(Debug, Default)]
+struct Counters {
+    reads: AtomicU64,
+    read_bytes: AtomicU64,
+    writes: AtomicU64,
+    write_bytes: AtomicU64,
+    flushes: AtomicU64,
+    trims: AtomicU64,
+    zeroes: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// A copy of the volume's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VolumeCounters {
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+    pub flushes: u64,
+    pub trims: u64,
+    pub write_zeroes: u64,
+    /// Requests that returned an error.
+    pub errors: u64,
+    /// Mirror pieces rewritten after a read error on one copy.
+    pub repairs: u64,
+}
+
+pub struct Volume {
+    geometry: Geometry,
+    table: Arc<MemberTable>,
+    root: Box<dyn ArrayNode>,
+    /// Mirror pieces repaired, counted by every mirror node of the tree.
+    repairs: Arc<AtomicU64>,
+    opts: VolumeOptions,
+    /// Usable bytes: the layout's capacity rounded down to the logical block.
+    capacity: u64,
+    counters: Counters,
+}
+
+impl Volume {
+    /// Assembles `geometry` over `members` (index = the layout's member index). Fails with a
+    /// clear message if a member is missing or too small, an option is out of range, or the
+    /// tree holds a kind this engine does not serve yet (parity).
+    pub fn new(
+        geometry: Geometry,
+        members: Vec<Arc<dyn Member>>,
+        opts: VolumeOptions,
+    ) -> VolumeResult<Volume> {
+        if opts.block_size != 512 && opts.block_size != 4096 {
+            return Err(VolumeError::Assembly(format!(
+                "logical block size {} is not supported (512 or 4096)",
+                opts.block_size
+            )));
+        }
+        if opts.mirror_seq_piece < 4096 || !opts.mirror_seq_piece.is_multiple_of(4096) {
+            return Err(VolumeError::Assembly(format!(
+                "mirror_seq_piece {} must be a positive multiple of 4096",
+                opts.mirror_seq_piece
+            )));
+        }
+        let mut problems = Vec::new();
+        let mut has_parity = false;
+        check_tree(geometry.root(), &members, &mut problems, &mut has_parity);
+        if has_parity {
+            return Err(VolumeError::Unsupported(
+                "parity groups (RAID 5/6/50/60) are not served by this engine yet; only jbod, raid0, raid1 and raid10 (and their nestings)".into(),
+            ));
+        }
+        if !problems.is_empty() {
+            return Err(VolumeError::Assembly(problems.join("; ")));
+        }
+        let table = Arc::new(MemberTable::new(members));
+        let repairs = Arc::new(AtomicU64::new(0));
+        let root = build(geometry.root(), &table, &opts, &repairs);
+        let capacity = geometry.capacity() / opts.block_size * opts.block_size;
+        Ok(Volume {
+            geometry,
+            table,
+            root,
+            repairs,
+            opts,
+            capacity,
+            counters: Counters::default(),
+        })
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    pub fn block_size(&self) -> u64 {
+        self.opts.block_size
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    pub fn options(&self) -> &VolumeOptions {
+        &self.opts
+    }
+
+    /// Declared fault tolerance of the tree (from the layout).
+    pub fn fault_tolerance(&self) -> FaultTolerance {
+        self.geometry.fault_tolerance()
+    }
+
+    pub fn member_count(&self) -> usize {
+        self.table.slots().len()
+    }
+
+    pub fn member(&self, index: usize) -> &Arc<dyn Member> {
+        &self.table.slot(index).member
+    }
+
+    pub fn member_states(&self) -> Vec<MemberState> {
+        self.table
+            .slots()
+            .iter()
+            .map(|s| {
+                if s.is_failed() {
+                    MemberState::Failed
+                } else {
+                    MemberState::Healthy
+                }
+            })
+            .collect()
+    }
+
+    /// Read errors each member returned (repaired or not).
+    pub fn member_read_errors(&self) -> Vec<u64> {
+        self.table.slots().iter().map(|s| s.read_errors()).collect()
+    }
+
+    /// Every member's own counters.
+    pub fn member_counters(&self) -> Vec<CounterSnapshot> {
+        self.table
+            .slots()
+            .iter()
+            .map(|s| s.member.counters().snapshot())
+            .collect()
+    }
+
+    /// Whether every byte is still readable with the members that are failed.
+    pub fn is_available(&self) -> bool {
+        self.capacity == 0 || self.root.readable(0, self.capacity)
+    }
+
+    /// Whether some member is failed (but possibly still within tolerance).
+    pub fn is_degraded(&self) -> bool {
+        self.table.any_failed()
+    }
+
+    pub fn counters(&self) -> VolumeCounters {
+        let c = &self.counters;
+        VolumeCounters {
+            reads: c.reads.load(Relaxed),
+            read_bytes: c.read_bytes.load(Relaxed),
+            writes: c.writes.load(Relaxed),
+            write_bytes: c.write_bytes.load(Relaxed),
+            flushes: c.flushes.load(Relaxed),
+            trims: c.trims.load(Relaxed),
+            write_zeroes: c.zeroes.load(Relaxed),
+            errors: c.errors.load(Relaxed),
+            repairs: self.repairs.load(Relaxed),
+        }
+    }
+
+    fn check(&self, op: &'static str, offset: u64, len: u64) -> VolumeResult<()> {
+        let block = self.opts.block_size;
+        if len > MAX_REQUEST_BYTES {
+            return Err(VolumeError::TooLong {
+                op,
+                offset,
+                len,
+                max: MAX_REQUEST_BYTES,
+            });
+        }
+        if !offset.is_multiple_of(block) || !len.is_multiple_of(block) {
+            return Err(VolumeError::Misaligned {
+                op,
+                offset,
+                len,
+                block,
+            });
+        }
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > self.capacity)
+        {
+            return Err(VolumeError::OutOfRange {
+                op,
+                offset,
+                len,
+                capacity: self.capacity,
+            });
+        }
+        Ok(())
+    }
+
+    fn count<T>(&self, r: VolumeResult<T>) -> VolumeResult<T> {
+        if r.is_err() {
+            self.counters.errors.fetch_add(1, Relaxed);
+        }
+        r
+    }
+
+    /// Reads `len` bytes at `offset`.
+    pub async fn read(&self, offset: u64, len: u64) -> VolumeResult<Buf> {
+        self.check("read", offset, len)?;
+        self.read_into(offset, Buf::new(len as usize)).await
+    }
+
+    /// Reads `buf.len()` bytes at `offset` into `buf` (reuse a buffer).
+    pub async fn read_into(&self, offset: u64, buf: Buf) -> VolumeResult<Buf> {
+        let len = buf.len() as u64;
+        self.check("read", offset, len)?;
+        if len == 0 {
+            return Ok(buf);
+        }
+        let r = self.root.read(offset, buf).await;
+        if r.is_ok() {
+            self.counters.reads.fetch_add(1, Relaxed);
+            self.counters.read_bytes.fetch_add(len, Relaxed);
+        }
+        self.count(r)
+    }
+
+    /// Writes `buf` at `offset`; with `fua`, the bytes are durable on every copy when this
+    /// completes. Hands the buffer back for reuse.
+    pub async fn write(&self, offset: u64, buf: Buf, fua: bool) -> VolumeResult<Buf> {
+        let len = buf.len() as u64;
+        self.check("write", offset, len)?;
+        if len == 0 {
+            return Ok(buf);
+        }
+        let data = buf.freeze();
+        let r = self.root.write(offset, data.clone(), fua).await;
+        if r.is_ok() {
+            self.counters.writes.fetch_add(1, Relaxed);
+            self.counters.write_bytes.fetch_add(len, Relaxed);
+        }
+        self.count(r)?;
+        Ok(data.into_buf())
+    }
+
+    /// Makes every write that completed before this call durable on its members.
+    pub async fn flush(&self) -> VolumeResult<()> {
+        let r = self.flush_inner().await;
+        if r.is_ok() {
+            self.counters.flushes.fetch_add(1, Relaxed);
+        }
+        self.count(r)
+    }
+
+    async fn flush_inner(&self) -> VolumeResult<()> {
+        self.root.flush().await?;
+        let slots = self.table.slots();
+        let todo: Vec<usize> = (0..slots.len())
+            .filter(|&i| !slots[i].is_failed() && slots[i].take_dirty())
+            .collect();
+        let results = join_all(todo.iter().map(|&i| slots[i].member.flush())).await;
+        let mut first = None;
+        for (&i, r) in todo.iter().zip(results) {
+            if let Err(e) = r {
+                // Writes may be lost on this member: it cannot be trusted any more.
+                self.table.fail(i, &e);
+                first.get_or_insert(VolumeError::Member {
+                    member: i,
+                    source: e,
+                });
+            }
+        }
+        match first {
+            // Every byte still has a durable copy: the flush did its job.
+            Some(_) if self.is_available() => Ok(()),
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Discards `[offset, offset+len)`; it reads back as zeroes.
+    pub async fn trim(&self, offset: u64, len: u64) -> VolumeResult<()> {
+        self.zero("trim", offset, len, ZeroKind::Trim, false).await
+    }
+
+    /// Writes zeroes over `[offset, offset+len)`; with `fua`, durable when this completes.
+    pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> VolumeResult<()> {
+        self.zero("write-zeroes", offset, len, ZeroKind::WriteZeroes, fua)
+            .await
+    }
+
+    async fn zero(
+        &self,
+        op: &'static str,
+        offset: u64,
+        len: u64,
+        kind: ZeroKind,
+        fua: bool,
+    ) -> VolumeResult<()> {
+        // Zeroing carries no data, so it is not bound by the per-request data limit.
+        if !offset.is_multiple_of(self.opts.block_size) || !len.is_multiple_of(self.opts.block_size)
+        {
+            return Err(VolumeError::Misaligned {
+                op,
+                offset,
+                len,
+                block: self.opts.block_size,
+            });
+        }
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > self.capacity)
+        {
+            return Err(VolumeError::OutOfRange {
+                op,
+                offset,
+                len,
+                capacity: self.capacity,
+            });
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let mut r = self.root.zero(offset, len, kind).await;
+        if r.is_ok() && fua {
+            r = self.flush_inner().await;
+        }
+        if r.is_ok() {
+            match kind {
+                ZeroKind::Trim => self.counters.trims.fetch_add(1, Relaxed),
+                ZeroKind::WriteZeroes => self.counters.zeroes.fetch_add(1, Relaxed),
+            };
+        }
+        self.count(r)
+    }
+}
+
+/// Collects assembly problems: members missing or too small, and whether parity is present.
+fn check_tree(
+    node: &Node,
+    members: &[Arc<dyn Member>],
+    problems: &mut Vec<String>,
+    has_parity: &mut bool,
+) {
+    match node {
+        Node::Member(m) => match members.get(m.index) {
+            None => problems.push(format!(
+                "the layout uses member {} but only {} members were given",
+                m.index,
+                members.len()
+            )),
+            Some(member) => {
+                let end = m.start.checked_add(m.len);
+                if end.is_none_or(|end| end > member.len()) {
+                    problems.push(format!(
+                        "member {} (`{}`) has {} bytes but the layout uses bytes {}..{} of it",
+                        m.index,
+                        member.name(),
+                        member.len(),
+                        m.start,
+                        m.start.saturating_add(m.len)
+                    ));
+                }
+            }
+        },
+        Node::Parity(_) => *has_parity = true,
+        _ => {}
+    }
+    for c in node.children() {
+        check_tree(c, members, problems, has_parity);
+    }
+}
+
+fn build(
+    node: &Node,
+    table: &Arc<MemberTable>,
+    opts: &VolumeOptions,
+    repairs: &Arc<AtomicU64>,
+) -> Box<dyn ArrayNode> {
+    let kids = || -> Vec<Box<dyn ArrayNode>> {
+        node.children()
+            .iter()
+            .map(|c| build(c, table, opts, repairs))
+            .collect()
+    };
+    match node {
+        Node::Member(m) => Box::new(LeafNode::new(m.index, m.start, m.len, table.clone())),
+        Node::Concat(c) => Box::new(ConcatNode::new(c.clone(), kids(), node.capacity())),
+        Node::Stripe(s) => Box::new(StripeNode::new(s.clone(), kids(), node.capacity())),
+        Node::Mirror(_) => Box::new(MirrorNode::new(
+            kids(),
+            node.capacity(),
+            opts.read_policy,
+            opts.mirror_seq_piece,
+            repairs.clone(),
+        )),
+        Node::Parity(_) => unreachable!("rejected by check_tree before building"),
+    }
+}

@@ -1,0 +1,96 @@
+//! Shared helpers for the integration tests: seeds (replayable, printed on failure), volume
+//! shapes over fault-injecting memory members.
+#![allow(dead_code)]
+
+use nbraid_core::{Faulty, Member, MemoryMember};
+use nbraid_layout::{Geometry, Level, ParityLayout, Region, Shape};
+use std::sync::Arc;
+
+/// How much longer soak runs are than the default (env `NBRAID_SOAK`: unset = 1, a number
+/// above 1 = that factor, anything else = 20).
+pub fn soak() -> u64 {
+    match std::env::var("NBRAID_SOAK") {
+        Err(_) => 1,
+        Ok(v) => match v.parse::<u64>() {
+            Ok(0) => 1,
+            Ok(n) if n > 1 => n,
+            _ => 20,
+        },
+    }
+}
+
+/// Seeds to run: `NBRAID_SEED` alone when set, else `n × soak()` seeds derived from `name`.
+pub fn seeds(name: &str, n: u64) -> Vec<u64> {
+    if let Ok(s) = std::env::var("NBRAID_SEED") {
+        let seed = s
+            .trim()
+            .parse::<u64>()
+            .unwrap_or_else(|_| panic!("NBRAID_SEED={s} is not a u64"));
+        return vec![seed];
+    }
+    let base = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    (0..n * soak())
+        .map(|i| base.wrapping_add(i * 7919))
+        .collect()
+}
+
+/// Prints the seed and how to replay it if the test panics while this is alive.
+pub struct SeedGuard {
+    pub test: &'static str,
+    pub seed: u64,
+}
+
+impl Drop for SeedGuard {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "\n*** {} failed with seed {}; replay: NBRAID_SEED={} cargo test -p nbraid-core {}\n",
+                self.test, self.seed, self.seed, self.test
+            );
+        }
+    }
+}
+
+pub const KIB: u64 = 1024;
+pub const MIB: u64 = 1024 * KIB;
+
+/// A named level over `members` equal regions of `member_len` bytes from byte 0.
+pub fn named(
+    level: Level,
+    members: usize,
+    spans: Option<usize>,
+    strip: u64,
+    member_len: u64,
+) -> Geometry {
+    let shape = Shape::new(level, members, spans, strip, ParityLayout::default()).expect("shape");
+    let regions = vec![
+        Region {
+            start: 0,
+            len: member_len
+        };
+        members
+    ];
+    Geometry::new(shape, &regions).expect("geometry")
+}
+
+pub type Members = (Vec<Arc<Faulty<MemoryMember>>>, Vec<Arc<dyn Member>>);
+
+/// `n` fault-injecting memory members of `len` bytes, seeded from `seed`.
+pub fn faulty_members(n: usize, len: u64, seed: u64, power_loss: bool) -> Members {
+    let faulty: Vec<Arc<Faulty<MemoryMember>>> = (0..n)
+        .map(|i| {
+            let f = Faulty::new(
+                MemoryMember::new(format!("mem{i}"), len),
+                seed ^ (i as u64 + 1),
+            );
+            Arc::new(if power_loss { f.with_power_loss() } else { f })
+        })
+        .collect();
+    let dyns = faulty
+        .iter()
+        .map(|f| f.clone() as Arc<dyn Member>)
+        .collect();
+    (faulty, dyns)
+}

@@ -1,0 +1,283 @@
+//! Members on real files through io_uring: O_DIRECT on a disk file system, buffered on tmpfs,
+//! sparse creation, flush/FUA, trim by hole punching, volumes over files, the model check
+//! over files, and use from several OS threads at once.
+
+mod common;
+
+use common::*;
+use futures::executor::block_on;
+use futures::future::join_all;
+use nbraid_core::{
+    Buf, DirectIo, Engine, FileOptions, Member, MemberState, UringError, UringFile, Volume,
+    VolumeOptions,
+};
+use nbraid_layout::Level;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Arc;
+
+fn engine() -> Arc<Engine> {
+    Engine::global().unwrap_or_else(|e| panic!("io_uring must work for these tests: {e}"))
+}
+
+fn open(path: &Path, size: u64, direct: DirectIo) -> UringFile {
+    UringFile::open_with(
+        path,
+        Some(size),
+        FileOptions {
+            direct,
+            engine: Some(engine()),
+        },
+    )
+    .unwrap_or_else(|e| panic!("open {}: {e}", path.display()))
+}
+
+fn exercise(m: &UringFile) {
+    let data: Vec<u8> = (0..3 * 65536u32).map(|i| (i % 253) as u8).collect();
+    // Aligned (direct when available) and unaligned-by-512 (buffered path) writes.
+    block_on(m.write(65536, Buf::copy_from(&data).freeze(), false)).unwrap();
+    block_on(m.write(512, Buf::copy_from(&data[..1024]).freeze(), true)).unwrap();
+    let got = block_on(m.read(65536, Buf::new(data.len()))).unwrap();
+    assert!(got[..] == data[..]);
+    let got = block_on(m.read(512, Buf::new(1024))).unwrap();
+    assert_eq!(&got[..], &data[..1024]);
+    block_on(m.flush()).unwrap();
+    // Trim punches a hole that reads as zeroes; write-zeroes likewise.
+    block_on(m.trim(65536, 65536)).unwrap();
+    block_on(m.write_zeroes(2 * 65536 + 4096, 4096)).unwrap();
+    let got = block_on(m.read(65536, Buf::new(data.len()))).unwrap();
+    assert!(got[..65536].iter().all(|&b| b == 0));
+    assert!(got[65536..65536 + 4096] == data[65536..65536 + 4096]);
+    assert!(got[65536 + 4096..65536 + 8192].iter().all(|&b| b == 0));
+    assert!(got[65536 + 8192..] == data[65536 + 8192..]);
+    // Past the end: a clear error, no I/O.
+    let e = block_on(m.read(m.len() - 512, Buf::new(4096))).unwrap_err();
+    assert!(e.to_string().contains("past the member"), "{e}");
+    // Many in flight at once from one task.
+    let futs =
+        (0..64u64).map(|i| m.write(i * 4096, Buf::copy_from(&[i as u8; 4096]).freeze(), false));
+    for r in block_on(join_all(futs)) {
+        r.unwrap();
+    }
+    let futs = (0..64u64).map(|i| m.read(i * 4096, Buf::new(4096)));
+    for (i, r) in block_on(join_all(futs)).into_iter().enumerate() {
+        assert!(r.unwrap().iter().all(|&b| b == i as u8));
+    }
+    let c = m.counters().snapshot();
+    assert_eq!(c.in_flight, 0);
+    assert!(c.writes >= 66 && c.reads >= 67, "{c:?}");
+    assert_eq!(c.errors, 1);
+}
+
+#[test]
+fn file_member_on_disk_with_o_direct() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = dir.path().join("m0.img");
+    let m = open(&path, 8 * MIB, DirectIo::Auto);
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(meta.len(), 8 * MIB, "created at the asked size");
+    assert!(meta.blocks() * 512 < MIB, "created sparse");
+    eprintln!("{}: direct = {}", path.display(), m.is_direct());
+    exercise(&m);
+    drop(m);
+    // Reopening keeps the data; a larger size than the file is refused.
+    let m = open(&path, 8 * MIB, DirectIo::Auto);
+    let got = block_on(m.read(5 * 4096, Buf::new(4096))).unwrap();
+    assert!(got.iter().all(|&b| b == 5));
+    let e = UringFile::open_or_create(&path, 16 * MIB).err().unwrap();
+    assert!(matches!(e, UringError::WrongSize { .. }), "{e}");
+    assert!(e.to_string().contains("8388608 bytes but 16777216"), "{e}");
+    let e = UringFile::open(dir.path().join("missing.img"))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("missing.img"), "{e}");
+}
+
+#[test]
+fn file_member_buffered_on_tmpfs() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let forced = open(&dir.path().join("b.img"), 4 * MIB, DirectIo::Off);
+    assert!(!forced.is_direct());
+    exercise(&forced);
+    // Auto on tmpfs: direct if this kernel's tmpfs allows it, else buffered with a warning.
+    let auto = open(&dir.path().join("a.img"), 4 * MIB, DirectIo::Auto);
+    eprintln!("tmpfs auto: direct = {}", auto.is_direct());
+    exercise(&auto);
+}
+
+#[test]
+fn raid10_volume_on_files_matches_a_model() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    for seed in seeds("uring_model", 1) {
+        let _g = SeedGuard {
+            test: "raid10_volume_on_files_matches_a_model",
+            seed,
+        };
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let members: Vec<Arc<dyn Member>> = (0..4)
+            .map(|i| {
+                let p = dir.path().join(format!("{seed}-{i}.img"));
+                Arc::new(open(&p, 2 * MIB, DirectIo::Auto)) as Arc<dyn Member>
+            })
+            .collect();
+        let v = Volume::new(
+            named(Level::Raid10, 4, Some(2), 16 * KIB, 2 * MIB),
+            members,
+            VolumeOptions::default(),
+        )
+        .unwrap();
+        let cap = v.capacity();
+        let mut model = vec![0u8; cap as usize];
+        for _round in 0..40 {
+            // Disjoint concurrent writes, then concurrent reads of random ranges.
+            let mut writes = Vec::new();
+            for k in 0..8u64 {
+                let slot = cap / 8;
+                let len = rng.gen_range(1..=slot / 512 / 2) * 512;
+                let off = k * slot + rng.gen_range(0..(slot - len) / 512) * 512;
+                let mut d = vec![0u8; len as usize];
+                rng.fill(&mut d[..]);
+                writes.push((off, d));
+            }
+            let futs = writes
+                .iter()
+                .map(|(o, d)| v.write(*o, Buf::copy_from(d), rng.gen_bool(0.1)));
+            for r in block_on(join_all(futs)) {
+                r.unwrap();
+            }
+            for (o, d) in &writes {
+                model[*o as usize..*o as usize + d.len()].copy_from_slice(d);
+            }
+            if rng.gen_bool(0.3) {
+                let len = rng.gen_range(1..64u64) * 4096;
+                let off = rng.gen_range(0..(cap - len) / 4096) * 4096;
+                block_on(v.trim(off, len)).unwrap();
+                model[off as usize..(off + len) as usize].fill(0);
+            }
+            if rng.gen_bool(0.3) {
+                block_on(v.flush()).unwrap();
+            }
+            let reads: Vec<(u64, u64)> = (0..8)
+                .map(|_| {
+                    let len = rng.gen_range(1..=512u64) * 512;
+                    (rng.gen_range(0..=(cap - len) / 512) * 512, len)
+                })
+                .collect();
+            let futs = reads.iter().map(|&(o, l)| v.read(o, l));
+            for ((o, l), r) in reads.iter().zip(block_on(join_all(futs))) {
+                let got = r.unwrap();
+                assert!(
+                    got[..] == model[*o as usize..(*o + *l) as usize],
+                    "read {o}+{l}"
+                );
+            }
+        }
+        assert_eq!(v.member_states(), vec![MemberState::Healthy; 4]);
+        let got = block_on(v.read(0, cap)).unwrap();
+        assert!(got[..] == model[..]);
+    }
+}
+
+#[test]
+fn volume_on_files_from_many_threads() {
+    // The futures complete from the ring threads: any thread may await them.
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let members: Vec<Arc<dyn Member>> = (0..3)
+        .map(|i| {
+            Arc::new(open(
+                &dir.path().join(format!("t{i}")),
+                4 * MIB,
+                DirectIo::Auto,
+            )) as Arc<dyn Member>
+        })
+        .collect();
+    let v = Arc::new(
+        Volume::new(
+            named(Level::Raid0, 3, None, 4 * KIB, 4 * MIB),
+            members,
+            VolumeOptions::default(),
+        )
+        .unwrap(),
+    );
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let v = v.clone();
+            std::thread::spawn(move || {
+                let base = t * 2 * MIB;
+                for i in 0..32u64 {
+                    let off = base + i * 64 * KIB;
+                    block_on(v.write(
+                        off,
+                        Buf::copy_from(&vec![(t * 32 + i) as u8; 64 * 1024]),
+                        false,
+                    ))
+                    .unwrap();
+                }
+                block_on(v.flush()).unwrap();
+                for i in 0..32u64 {
+                    let got = block_on(v.read(base + i * 64 * KIB, 64 * KIB)).unwrap();
+                    assert!(got.iter().all(|&b| b == (t * 32 + i) as u8));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let c = v.member_counters();
+    assert!(
+        c.iter().all(|c| c.flushes >= 1 && c.in_flight == 0),
+        "{c:?}"
+    );
+    // Each 64 KiB request puts 5 or 6 strips, contiguous on the member, on every member: one
+    // vectored operation per member and request, not one per strip.
+    assert!(c.iter().all(|c| c.writes == 128 && c.reads == 128), "{c:?}");
+}
+
+#[test]
+fn power_loss_over_files_keeps_flushed_writes() {
+    use nbraid_core::Faulty;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    for seed in seeds("uring_power_loss", 2) {
+        let _g = SeedGuard {
+            test: "power_loss_over_files_keeps_flushed_writes",
+            seed,
+        };
+        let faulty: Vec<Arc<Faulty<UringFile>>> = (0..2)
+            .map(|i| {
+                let p = dir.path().join(format!("pl-{seed}-{i}.img"));
+                Arc::new(Faulty::new(open(&p, MIB, DirectIo::Auto), seed + i).with_power_loss())
+            })
+            .collect();
+        let members: Vec<Arc<dyn Member>> = faulty
+            .iter()
+            .map(|f| f.clone() as Arc<dyn Member>)
+            .collect();
+        let geometry = named(Level::Raid1, 2, None, 64 * KIB, MIB);
+        let v = Volume::new(geometry.clone(), members.clone(), VolumeOptions::default()).unwrap();
+        block_on(v.write(0, Buf::copy_from(&[1; 65536]), false)).unwrap();
+        block_on(v.flush()).unwrap();
+        block_on(v.write(65536, Buf::copy_from(&[2; 65536]), true)).unwrap();
+        block_on(v.write(0, Buf::copy_from(&[3; 4096]), false)).unwrap();
+        block_on(v.write(131072, Buf::copy_from(&[4; 4096]), false)).unwrap();
+        drop(v);
+        for f in &faulty {
+            block_on(f.crash(true)).unwrap();
+        }
+        let v = Volume::new(geometry, members, VolumeOptions::default()).unwrap();
+        let got = block_on(v.read(0, 3 * 65536)).unwrap();
+        assert!(
+            got[4096..65536].iter().all(|&b| b == 1),
+            "flushed write lost"
+        );
+        assert!(got[65536..131072].iter().all(|&b| b == 2), "FUA write lost");
+        for s in got[..4096].chunks(512) {
+            assert!(s.iter().all(|&b| b == 1) || s.iter().all(|&b| b == 3));
+        }
+        for s in got[131072..135168].chunks(512) {
+            assert!(s.iter().all(|&b| b == 0) || s.iter().all(|&b| b == 4));
+        }
+    }
+}
