@@ -60,6 +60,14 @@ enum Command {
         /// The TOML config.
         file: PathBuf,
     },
+    /// Serve every volume of a config over NBD (the same as `nbraidd --config FILE`).
+    Serve {
+        /// The TOML config.
+        file: PathBuf,
+        /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
+        #[arg(long, default_value = "info")]
+        log_level: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -79,6 +87,10 @@ fn main() -> ExitCode {
             json,
         } => map::run(&file, &volume, &offset, length.as_deref(), json),
         Command::Create { file } => create(&file),
+        Command::Serve { file, log_level } => {
+            nbraid_daemon::logging::init(&log_level);
+            nbraid_daemon::serve::run(&file).map(|()| String::new())
+        }
     };
     match result {
         Ok(out) => {

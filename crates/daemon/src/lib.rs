@@ -4,3 +4,8 @@
 //! It builds volumes from `nbraid-layout` geometry and `nbraid-core` members; it knows no parity
 //! details.
 pub mod config;
+pub mod nbd;
+pub mod assemble;
+pub mod export;
+pub mod logging;
+pub mod serve;

@@ -1,3 +1,41 @@
-fn main() {
-    println!("nbraidd: not yet serving");
+//! `nbraidd`: serves every volume of a TOML config as an NBD export.
+
+use anyhow::Result;
+use clap::Parser;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "nbraidd", version, about = "Serve nbraid volumes over NBD")]
+struct Args {
+    /// The array config (TOML).
+    #[arg(short, long)]
+    config: PathBuf,
+    /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
+    #[arg(long, default_value = "info")]
+    log_level: String,
+    /// Check the config, print what it declares and exit without serving.
+    #[arg(long)]
+    check: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    nbraid_daemon::logging::init(&args.log_level);
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nbraidd: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<()> {
+    if args.check {
+        let config = nbraid_daemon::config::load(&args.config)?;
+        print!("{}", config.explain());
+        return Ok(());
+    }
+    nbraid_daemon::serve::run(&args.config)
 }

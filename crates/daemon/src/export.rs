@@ -1,0 +1,122 @@
+//! The engine's volumes as NBD exports.
+
+use crate::nbd::{Export, ZeroFlags};
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use nbraid_core::{Buf, Volume, VolumeError};
+use std::io;
+use std::sync::Arc;
+
+/// Serves one [`Volume`].
+pub struct VolumeExport {
+    volume: Arc<Volume>,
+    read_only: bool,
+    description: String,
+}
+
+impl VolumeExport {
+    pub fn new(volume: Arc<Volume>, read_only: bool, description: String) -> VolumeExport {
+        VolumeExport {
+            volume,
+            read_only,
+            description,
+        }
+    }
+}
+
+/// Lets a read's aligned buffer go out on the socket without a copy.
+struct BufOwner(Buf);
+
+impl AsRef<[u8]> for BufOwner {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Engine errors as the `io::Error`s the NBD layer maps to protocol errors.
+fn to_io(e: VolumeError) -> io::Error {
+    let kind = match &e {
+        VolumeError::Misaligned { .. } | VolumeError::TooLong { .. } => io::ErrorKind::InvalidInput,
+        VolumeError::OutOfRange { .. } => io::ErrorKind::InvalidInput,
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, e)
+}
+
+impl Export for VolumeExport {
+    fn size(&self) -> u64 {
+        self.volume.capacity()
+    }
+
+    fn min_block(&self) -> u32 {
+        self.volume.block_size() as u32
+    }
+
+    fn preferred_block(&self) -> u32 {
+        let width = self.volume.geometry().full_stripe_width().unwrap_or(4096);
+        width.min(u64::from(u32::MAX)) as u32
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    fn description(&self) -> String {
+        self.description.clone()
+    }
+
+    fn read(&self, offset: u64, len: u32) -> BoxFuture<'_, io::Result<Bytes>> {
+        Box::pin(async move {
+            let buf = self
+                .volume
+                .read(offset, u64::from(len))
+                .await
+                .map_err(to_io)?;
+            Ok(Bytes::from_owner(BufOwner(buf)))
+        })
+    }
+
+    fn write(&self, offset: u64, data: Bytes, fua: bool) -> BoxFuture<'_, io::Result<()>> {
+        Box::pin(async move {
+            // Member I/O wants aligned buffers (O_DIRECT); the socket's payload is not.
+            let buf = Buf::copy_from(&data);
+            drop(data);
+            self.volume
+                .write(offset, buf, fua)
+                .await
+                .map(drop)
+                .map_err(to_io)
+        })
+    }
+
+    fn flush(&self) -> BoxFuture<'_, io::Result<()>> {
+        Box::pin(async move { self.volume.flush().await.map_err(to_io) })
+    }
+
+    fn trim(&self, offset: u64, len: u32, fua: bool) -> BoxFuture<'_, io::Result<()>> {
+        Box::pin(async move {
+            self.volume
+                .trim(offset, u64::from(len))
+                .await
+                .map_err(to_io)?;
+            if fua {
+                self.volume.flush().await.map_err(to_io)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u32,
+        flags: ZeroFlags,
+    ) -> BoxFuture<'_, io::Result<()>> {
+        Box::pin(async move {
+            self.volume
+                .write_zeroes(offset, u64::from(len), flags.fua)
+                .await
+                .map_err(to_io)
+        })
+    }
+}

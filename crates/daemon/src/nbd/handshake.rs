@@ -1,0 +1,429 @@
+//! Fixed-newstyle handshake: greeting, client flags, option haggling up to `NBD_OPT_GO` or
+//! `NBD_OPT_EXPORT_NAME`.
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+
+use super::proto::*;
+use super::server::{shutdown_signalled, Shared};
+use super::{ConnError, Export};
+
+/// Option data this server reads into memory; longer options are discarded unread.
+const MAX_OPTION_DATA: u32 = 64 * 1024;
+/// Options longer than this end the connection instead of being discarded.
+const MAX_OPTION_DISCARD: u32 = 1024 * 1024;
+/// A client haggling longer than this many options is disconnected.
+const MAX_OPTIONS: usize = 4096;
+/// Context id of `base:allocation` once selected.
+pub(crate) const BASE_ALLOCATION_ID: u32 = 1;
+
+/// The result of a successful negotiation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Negotiated {
+    /// Index of the export in the server's list.
+    pub export: usize,
+    pub structured: bool,
+    /// Id of the `base:allocation` context when the client selected it for this export.
+    pub base_allocation: Option<u32>,
+    pub flags: u16,
+}
+
+/// How the handshake ended without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Transmission(Negotiated),
+    /// The client aborted, or the server is shutting down.
+    Closed,
+}
+
+/// Transmission flags for `export`, identical for `NBD_OPT_INFO`, `NBD_OPT_GO` and
+/// `NBD_OPT_EXPORT_NAME` given the same negotiated state.
+pub(crate) fn transmission_flags(export: &dyn Export, structured: bool) -> u16 {
+    let mut f = TFLAG_HAS_FLAGS | TFLAG_SEND_FLUSH | TFLAG_SEND_FUA | TFLAG_SEND_CACHE;
+    if export.read_only() {
+        f |= TFLAG_READ_ONLY;
+    } else {
+        f |= TFLAG_SEND_TRIM | TFLAG_SEND_WRITE_ZEROES | TFLAG_SEND_FAST_ZERO;
+    }
+    if structured {
+        // Reads always go out as one chunk, so "don't fragment" costs nothing.
+        f |= TFLAG_SEND_DF;
+    }
+    if export.can_multi_conn() {
+        f |= TFLAG_CAN_MULTI_CONN;
+    }
+    if export.rotational() {
+        f |= TFLAG_ROTATIONAL;
+    }
+    f
+}
+
+struct State {
+    structured: bool,
+    /// Export index for which `base:allocation` is selected.
+    meta: Option<usize>,
+    no_zeroes: bool,
+}
+
+/// Runs the handshake on a fresh connection.
+pub(crate) async fn negotiate<R, W>(
+    shared: &Shared,
+    r: &mut R,
+    w: &mut W,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Outcome, ConnError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut greeting = [0u8; 18];
+    greeting[0..8].copy_from_slice(&NBDMAGIC.to_be_bytes());
+    greeting[8..16].copy_from_slice(&IHAVEOPT.to_be_bytes());
+    greeting[16..18].copy_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    w.write_all(&greeting).await?;
+    w.flush().await?;
+
+    let client_flags = tokio::select! {
+        biased;
+        _ = shutdown_signalled(shutdown) => return Ok(Outcome::Closed),
+        f = r.read_u32() => f?,
+    };
+    if client_flags & !KNOWN_CLIENT_FLAGS != 0 {
+        return Err(ConnError::UnknownClientFlags(client_flags));
+    }
+    let mut st = State {
+        structured: false,
+        meta: None,
+        no_zeroes: client_flags & FLAG_C_NO_ZEROES != 0,
+    };
+
+    for _ in 0..MAX_OPTIONS {
+        let mut hdr = [0u8; 16];
+        tokio::select! {
+            biased;
+            _ = shutdown_signalled(shutdown) => return Ok(Outcome::Closed),
+            res = r.read_exact(&mut hdr) => { res?; }
+        }
+        let magic = u64::from_be_bytes(hdr[0..8].try_into().expect("8 bytes"));
+        if magic != IHAVEOPT {
+            return Err(ConnError::BadOptionMagic(magic));
+        }
+        let opt = u32::from_be_bytes(hdr[8..12].try_into().expect("4 bytes"));
+        let len = u32::from_be_bytes(hdr[12..16].try_into().expect("4 bytes"));
+
+        if len > MAX_OPTION_DATA {
+            if opt == OPT_EXPORT_NAME || len > MAX_OPTION_DISCARD {
+                return Err(ConnError::OptionTooLong { option: opt, len });
+            }
+            discard(r, len.into()).await?;
+            let rep = if is_known_option(opt) {
+                REP_ERR_TOO_BIG
+            } else {
+                REP_ERR_UNSUP
+            };
+            send(w, opt, rep, b"option data too long").await?;
+            continue;
+        }
+        // Bounded by MAX_OPTION_DATA above.
+        let mut data = vec![0u8; len as usize];
+        r.read_exact(&mut data).await?;
+
+        if *shutdown.borrow() {
+            match opt {
+                OPT_ABORT => {
+                    let _ = send(w, opt, REP_ACK, &[]).await;
+                    return Ok(Outcome::Closed);
+                }
+                OPT_EXPORT_NAME => return Ok(Outcome::Closed),
+                _ => {
+                    send(w, opt, REP_ERR_SHUTDOWN, b"server is shutting down").await?;
+                    continue;
+                }
+            }
+        }
+
+        match opt {
+            OPT_EXPORT_NAME => {
+                let Some(idx) = shared.lookup(&data) else {
+                    return Err(ConnError::UnknownExport(
+                        String::from_utf8_lossy(&data).into_owned(),
+                    ));
+                };
+                let export = &*shared.exports[idx].export;
+                let flags = transmission_flags(export, st.structured);
+                let mut reply = Vec::with_capacity(10 + 124);
+                reply.extend_from_slice(&export.size().to_be_bytes());
+                reply.extend_from_slice(&flags.to_be_bytes());
+                if !st.no_zeroes {
+                    reply.extend_from_slice(&[0u8; 124]);
+                }
+                w.write_all(&reply).await?;
+                w.flush().await?;
+                return Ok(Outcome::Transmission(negotiated(&st, idx, flags)));
+            }
+            OPT_ABORT => {
+                // The client may already have gone; an ACK it never reads is fine.
+                let _ = send(w, opt, REP_ACK, &[]).await;
+                return Ok(Outcome::Closed);
+            }
+            OPT_LIST => {
+                if !data.is_empty() {
+                    send(w, opt, REP_ERR_INVALID, b"NBD_OPT_LIST takes no data").await?;
+                    continue;
+                }
+                for e in &shared.exports {
+                    // Name, then the description as the human-readable remainder.
+                    let desc = e.export.description();
+                    let desc = truncate_str(&desc, MAX_STRING);
+                    let mut d = Vec::with_capacity(4 + e.name.len() + desc.len());
+                    d.extend_from_slice(&(e.name.len() as u32).to_be_bytes());
+                    d.extend_from_slice(e.name.as_bytes());
+                    d.extend_from_slice(desc.as_bytes());
+                    w.write_all(&option_reply(opt, REP_SERVER, &d)).await?;
+                }
+                send(w, opt, REP_ACK, &[]).await?;
+            }
+            OPT_STRUCTURED_REPLY => {
+                if !data.is_empty() {
+                    send(
+                        w,
+                        opt,
+                        REP_ERR_INVALID,
+                        b"NBD_OPT_STRUCTURED_REPLY takes no data",
+                    )
+                    .await?;
+                    continue;
+                }
+                st.structured = true;
+                send(w, opt, REP_ACK, &[]).await?;
+            }
+            OPT_INFO | OPT_GO => {
+                let Some((name, requests)) = parse_info(&data) else {
+                    send(w, opt, REP_ERR_INVALID, b"malformed NBD_OPT_INFO/GO data").await?;
+                    continue;
+                };
+                let Some(idx) = shared.lookup(name) else {
+                    send(w, opt, REP_ERR_UNKNOWN, b"no such export").await?;
+                    continue;
+                };
+                let entry = &shared.exports[idx];
+                let export = &*entry.export;
+                let flags = transmission_flags(export, st.structured);
+                let mut info = Vec::with_capacity(12);
+                info.extend_from_slice(&INFO_EXPORT.to_be_bytes());
+                info.extend_from_slice(&export.size().to_be_bytes());
+                info.extend_from_slice(&flags.to_be_bytes());
+                w.write_all(&option_reply(opt, REP_INFO, &info)).await?;
+                // Block sizes always go out: the server enforces them either way.
+                let mut bs = Vec::with_capacity(14);
+                bs.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
+                bs.extend_from_slice(&export.min_block().to_be_bytes());
+                bs.extend_from_slice(&entry.preferred.to_be_bytes());
+                bs.extend_from_slice(&MAX_PAYLOAD.to_be_bytes());
+                w.write_all(&option_reply(opt, REP_INFO, &bs)).await?;
+                let wants = |t: u16| requests.chunks_exact(2).any(|c| c == t.to_be_bytes());
+                if wants(INFO_NAME) || name != entry.name.as_bytes() {
+                    let mut d = Vec::with_capacity(2 + entry.name.len());
+                    d.extend_from_slice(&INFO_NAME.to_be_bytes());
+                    d.extend_from_slice(entry.name.as_bytes());
+                    w.write_all(&option_reply(opt, REP_INFO, &d)).await?;
+                }
+                if wants(INFO_DESCRIPTION) {
+                    let desc = export.description();
+                    if !desc.is_empty() {
+                        let desc = truncate_str(&desc, MAX_STRING);
+                        let mut d = Vec::with_capacity(2 + desc.len());
+                        d.extend_from_slice(&INFO_DESCRIPTION.to_be_bytes());
+                        d.extend_from_slice(desc.as_bytes());
+                        w.write_all(&option_reply(opt, REP_INFO, &d)).await?;
+                    }
+                }
+                send(w, opt, REP_ACK, &[]).await?;
+                if opt == OPT_GO {
+                    return Ok(Outcome::Transmission(negotiated(&st, idx, flags)));
+                }
+            }
+            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
+                let set = opt == OPT_SET_META_CONTEXT;
+                if set {
+                    // Replaced even when the option fails.
+                    st.meta = None;
+                }
+                if !st.structured {
+                    send(
+                        w,
+                        opt,
+                        REP_ERR_INVALID,
+                        b"negotiate structured replies first",
+                    )
+                    .await?;
+                    continue;
+                }
+                let Some((name, queries)) = parse_meta(&data) else {
+                    send(w, opt, REP_ERR_INVALID, b"malformed meta context data").await?;
+                    continue;
+                };
+                let Some(idx) = shared.lookup(name) else {
+                    send(w, opt, REP_ERR_UNKNOWN, b"no such export").await?;
+                    continue;
+                };
+                let matched = shared.exports[idx].export.can_block_status()
+                    && if set {
+                        queries
+                            .iter()
+                            .any(|q| *q == META_BASE_ALLOCATION.as_bytes())
+                    } else {
+                        queries.is_empty()
+                            || queries
+                                .iter()
+                                .any(|q| *q == b"base:" || *q == META_BASE_ALLOCATION.as_bytes())
+                    };
+                if matched {
+                    let id = if set { BASE_ALLOCATION_ID } else { 0 };
+                    let mut d = Vec::with_capacity(4 + META_BASE_ALLOCATION.len());
+                    d.extend_from_slice(&id.to_be_bytes());
+                    d.extend_from_slice(META_BASE_ALLOCATION.as_bytes());
+                    w.write_all(&option_reply(opt, REP_META_CONTEXT, &d))
+                        .await?;
+                    if set {
+                        st.meta = Some(idx);
+                    }
+                }
+                send(w, opt, REP_ACK, &[]).await?;
+            }
+            OPT_STARTTLS => send(w, opt, REP_ERR_UNSUP, b"TLS is not supported").await?,
+            _ => send(w, opt, REP_ERR_UNSUP, b"option not supported").await?,
+        }
+    }
+    Err(ConnError::TooManyOptions)
+}
+
+fn negotiated(st: &State, idx: usize, flags: u16) -> Negotiated {
+    Negotiated {
+        export: idx,
+        structured: st.structured,
+        base_allocation: (st.structured && st.meta == Some(idx)).then_some(BASE_ALLOCATION_ID),
+        flags,
+    }
+}
+
+fn is_known_option(opt: u32) -> bool {
+    matches!(
+        opt,
+        OPT_EXPORT_NAME
+            | OPT_ABORT
+            | OPT_LIST
+            | OPT_INFO
+            | OPT_GO
+            | OPT_STRUCTURED_REPLY
+            | OPT_LIST_META_CONTEXT
+            | OPT_SET_META_CONTEXT
+    )
+}
+
+async fn send<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    opt: u32,
+    reply: u32,
+    data: &[u8],
+) -> std::io::Result<()> {
+    w.write_all(&option_reply(opt, reply, data)).await?;
+    w.flush().await
+}
+
+async fn discard<R: AsyncRead + Unpin>(r: &mut R, len: u64) -> std::io::Result<()> {
+    let copied = tokio::io::copy(&mut r.take(len), &mut tokio::io::sink()).await?;
+    if copied < len {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(())
+}
+
+fn truncate_str(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Splits `NBD_OPT_INFO`/`NBD_OPT_GO` data into (name, raw list of 16-bit requests).
+fn parse_info(data: &[u8]) -> Option<(&[u8], &[u8])> {
+    let name_len = u32::from_be_bytes(data.get(0..4)?.try_into().ok()?) as usize;
+    if name_len > MAX_STRING {
+        return None;
+    }
+    let rest = data.get(4..)?;
+    let name = rest.get(..name_len)?;
+    let rest = &rest[name_len..];
+    let n = u16::from_be_bytes(rest.get(0..2)?.try_into().ok()?) as usize;
+    let reqs = &rest[2..];
+    (reqs.len() == n * 2).then_some((name, reqs))
+}
+
+/// Splits meta-context option data into (export name, queries).
+fn parse_meta(data: &[u8]) -> Option<(&[u8], Vec<&[u8]>)> {
+    let mut rest = data;
+    let take_u32 = |rest: &mut &[u8]| -> Option<u32> {
+        let v = u32::from_be_bytes(rest.get(0..4)?.try_into().ok()?);
+        *rest = &rest[4..];
+        Some(v)
+    };
+    let name_len = take_u32(&mut rest)? as usize;
+    if name_len > MAX_STRING || name_len > rest.len() {
+        return None;
+    }
+    let (name, mut rest) = rest.split_at(name_len);
+    let n = take_u32(&mut rest)?;
+    let mut queries = Vec::new();
+    for _ in 0..n {
+        let qlen = take_u32(&mut rest)? as usize;
+        if qlen > MAX_STRING || qlen > rest.len() {
+            return None;
+        }
+        let (q, r) = rest.split_at(qlen);
+        queries.push(q);
+        rest = r;
+    }
+    rest.is_empty().then_some((name, queries))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_info_checks_lengths() {
+        let mut d = Vec::new();
+        d.extend_from_slice(&3u32.to_be_bytes());
+        d.extend_from_slice(b"abc");
+        d.extend_from_slice(&1u16.to_be_bytes());
+        d.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
+        assert_eq!(parse_info(&d), Some((&b"abc"[..], &[0u8, 3][..])));
+        assert_eq!(parse_info(&d[..d.len() - 1]), None);
+        let mut big = d.clone();
+        big[0..4].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert_eq!(parse_info(&big), None);
+        assert_eq!(parse_info(&[]), None);
+    }
+
+    #[test]
+    fn parse_meta_checks_lengths() {
+        let mut d = Vec::new();
+        d.extend_from_slice(&1u32.to_be_bytes());
+        d.extend_from_slice(b"x");
+        d.extend_from_slice(&1u32.to_be_bytes());
+        d.extend_from_slice(&15u32.to_be_bytes());
+        d.extend_from_slice(b"base:allocation");
+        let (name, q) = parse_meta(&d).unwrap();
+        assert_eq!(name, b"x");
+        assert_eq!(q, vec![&b"base:allocation"[..]]);
+        assert!(parse_meta(&d[..d.len() - 1]).is_none());
+        let mut huge = d.clone();
+        huge[5..9].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(parse_meta(&huge).is_none());
+    }
+}

@@ -1,0 +1,425 @@
+//! Listeners, connections and graceful shutdown.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::watch;
+use tokio::task::{AbortHandle, JoinHandle};
+
+use super::handshake::{self, Outcome};
+use super::proto::{MAX_PAYLOAD, MAX_STRING};
+use super::transmission::{self, Limits};
+use super::{ConnError, Export};
+
+/// Errors building a server or binding its listeners.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("export name {0:?} is used twice")]
+    DuplicateName(String),
+    #[error("export name {0:?} is longer than 4096 bytes")]
+    NameTooLong(String),
+    #[error("export {name:?}: minimum block size {min} is not a power of two from 1 to 65536")]
+    BadMinBlock { name: String, min: u32 },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+pub(crate) struct ExportEntry {
+    pub name: String,
+    pub export: Arc<dyn Export>,
+    /// Preferred block size as advertised (a power of two).
+    pub preferred: u32,
+}
+
+pub(crate) struct Shared {
+    pub exports: Vec<ExportEntry>,
+    pub limits: Limits,
+    shutdown: watch::Sender<bool>,
+    connections: watch::Sender<usize>,
+    /// Abort handles of running connection tasks, by connection id.
+    tasks: Mutex<HashMap<u64, AbortHandle>>,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    /// Export index for a client-supplied name; the empty name means the first export.
+    pub fn lookup(&self, name: &[u8]) -> Option<usize> {
+        if let Some(i) = self.exports.iter().position(|e| e.name.as_bytes() == name) {
+            return Some(i);
+        }
+        (name.is_empty() && !self.exports.is_empty()).then_some(0)
+    }
+}
+
+/// Resolves once the server is shutting down (or gone).
+pub(crate) async fn shutdown_signalled(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+/// The preferred block size advertised for an export: the export's preferred size rounded up
+/// to a power of two, at least `max(min_block, 512)` and at most the maximum payload, as
+/// `NBD_INFO_BLOCK_SIZE` requires.
+pub fn advertised_preferred(min_block: u32, preferred: u32) -> u32 {
+    let floor = min_block.max(512);
+    preferred
+        .max(floor)
+        .checked_next_power_of_two()
+        .unwrap_or(MAX_PAYLOAD)
+        .min(MAX_PAYLOAD)
+}
+
+/// A bound listener, ready for [`Server::serve`].
+#[derive(Debug)]
+pub enum Listener {
+    Unix {
+        listener: UnixListener,
+        path: PathBuf,
+    },
+    Tcp(TcpListener),
+}
+
+impl Listener {
+    /// Binds a Unix socket; a stale socket file nobody listens on is replaced, a live one is an
+    /// error (`AddrInUse`).
+    pub fn bind_unix(path: impl AsRef<Path>) -> Result<Self, ServerError> {
+        let path = path.as_ref().to_path_buf();
+        let err = |source| ServerError::Bind {
+            addr: format!("unix:{}", path.display()),
+            source,
+        };
+        match UnixListener::bind(&path) {
+            Ok(listener) => Ok(Listener::Unix { listener, path }),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                use std::os::unix::fs::FileTypeExt;
+                let is_socket = std::fs::symlink_metadata(&path)
+                    .map(|m| m.file_type().is_socket())
+                    .unwrap_or(false);
+                if !is_socket || std::os::unix::net::UnixStream::connect(&path).is_ok() {
+                    return Err(err(e));
+                }
+                std::fs::remove_file(&path).map_err(err)?;
+                let listener = UnixListener::bind(&path).map_err(err)?;
+                Ok(Listener::Unix { listener, path })
+            }
+            Err(e) => Err(err(e)),
+        }
+    }
+
+    /// Binds a TCP listener.
+    pub async fn bind_tcp(addr: SocketAddr) -> Result<Self, ServerError> {
+        TcpListener::bind(addr)
+            .await
+            .map(Listener::Tcp)
+            .map_err(|source| ServerError::Bind {
+                addr: format!("tcp:{addr}"),
+                source,
+            })
+    }
+
+    /// The TCP address actually bound (useful with port 0).
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Listener::Tcp(l) => l.local_addr().ok(),
+            Listener::Unix { .. } => None,
+        }
+    }
+
+    /// The client URI of export `name` on this listener.
+    pub fn uri(&self, name: &str) -> String {
+        match self {
+            Listener::Unix { path, .. } => {
+                format!("nbd+unix:///{name}?socket={}", path.display())
+            }
+            Listener::Tcp(l) => match l.local_addr() {
+                Ok(a) => format!("nbd://{a}/{name}"),
+                Err(_) => format!("nbd://?/{name}"),
+            },
+        }
+    }
+}
+
+impl fmt::Display for Listener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Listener::Unix { path, .. } => write!(f, "unix:{}", path.display()),
+            Listener::Tcp(l) => match l.local_addr() {
+                Ok(a) => write!(f, "tcp:{a}"),
+                Err(_) => write!(f, "tcp:?"),
+            },
+        }
+    }
+}
+
+/// An NBD server over a fixed set of exports. Cheap to clone; all clones share the exports,
+/// the connections and the shutdown state.
+#[derive(Clone)]
+pub struct Server {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Server")
+            .field("exports", &self.export_names().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Counts a connection from accept until its task ends (or is aborted).
+struct ConnGuard {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl ConnGuard {
+    fn new(shared: &Arc<Shared>) -> Self {
+        shared.connections.send_modify(|n| *n += 1);
+        ConnGuard {
+            shared: shared.clone(),
+            id: shared.next_id.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        lock(&self.shared.tasks).remove(&self.id);
+        self.shared.connections.send_modify(|n| *n -= 1);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Server {
+    /// A server for `exports` (name, export); the first export is also the default one (empty
+    /// name). Names must be unique and at most 4096 bytes; minimum block sizes must be powers
+    /// of two up to 65536.
+    pub fn new(exports: Vec<(String, Arc<dyn Export>)>) -> Result<Self, ServerError> {
+        Self::with_limits(exports, Limits::default())
+    }
+
+    /// Like [`Server::new`] with explicit per-connection limits.
+    pub fn with_limits(
+        exports: Vec<(String, Arc<dyn Export>)>,
+        limits: Limits,
+    ) -> Result<Self, ServerError> {
+        let mut entries: Vec<ExportEntry> = Vec::with_capacity(exports.len());
+        for (name, export) in exports {
+            if name.len() > MAX_STRING {
+                return Err(ServerError::NameTooLong(name));
+            }
+            if entries.iter().any(|e| e.name == name) {
+                return Err(ServerError::DuplicateName(name));
+            }
+            let min = export.min_block();
+            if !min.is_power_of_two() || min > 65536 {
+                return Err(ServerError::BadMinBlock { name, min });
+            }
+            let preferred = advertised_preferred(min, export.preferred_block());
+            entries.push(ExportEntry {
+                name,
+                export,
+                preferred,
+            });
+        }
+        Ok(Self {
+            shared: Arc::new(Shared {
+                exports: entries,
+                limits,
+                shutdown: watch::channel(false).0,
+                connections: watch::channel(0).0,
+                tasks: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// Names of the exports, in order.
+    pub fn export_names(&self) -> impl Iterator<Item = &str> {
+        self.shared.exports.iter().map(|e| e.name.as_str())
+    }
+
+    /// Binds `path` and serves it until shutdown.
+    pub async fn serve_unix(&self, path: impl AsRef<Path>) -> Result<(), ServerError> {
+        let l = Listener::bind_unix(path)?;
+        self.serve(l).await;
+        Ok(())
+    }
+
+    /// Binds `addr` and serves it until shutdown.
+    pub async fn serve_tcp(&self, addr: SocketAddr) -> Result<(), ServerError> {
+        let l = Listener::bind_tcp(addr).await?;
+        self.serve(l).await;
+        Ok(())
+    }
+
+    /// Accepts connections on `listener` until [`Server::shutdown`] begins; each connection
+    /// runs as its own task. A Unix socket file is removed when the loop ends.
+    pub async fn serve(&self, listener: Listener) {
+        let mut stop = self.shared.shutdown.subscribe();
+        loop {
+            let accepted = tokio::select! {
+                biased;
+                _ = shutdown_signalled(&mut stop) => break,
+                a = accept_one(&listener) => a,
+            };
+            match accepted {
+                Ok(Accepted::Unix(s)) => {
+                    let (r, w) = s.into_split();
+                    self.spawn_halves(r, w);
+                }
+                Ok(Accepted::Tcp(s)) => {
+                    let _ = s.set_nodelay(true);
+                    let (r, w) = s.into_split();
+                    self.spawn_halves(r, w);
+                }
+                Err(e) => {
+                    // EMFILE, ECONNABORTED and the like: log, pause briefly, carry on.
+                    tracing::warn!("accept on {listener} failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            }
+        }
+        if let Listener::Unix { path, .. } = &listener {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    /// Serves one already-connected stream (any transport) as its own task.
+    pub fn spawn_connection<S>(&self, stream: S) -> JoinHandle<Result<(), ConnError>>
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (r, w) = tokio::io::split(stream);
+        self.spawn_halves(r, w)
+    }
+
+    fn spawn_halves<R, W>(&self, r: R, w: W) -> JoinHandle<Result<(), ConnError>>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let guard = ConnGuard::new(&self.shared);
+        let id = guard.id;
+        let shared = self.shared.clone();
+        let handle = tokio::spawn(async move {
+            let res = run_connection(&shared, r, w).await;
+            match &res {
+                Ok(()) => tracing::debug!("connection closed"),
+                Err(e) => tracing::info!("connection ended: {e}"),
+            }
+            drop(guard);
+            res
+        });
+        // The guard removes the entry under this same lock, and only before the task counts
+        // as finished: checking and inserting under the lock never leaves a stale entry.
+        let mut tasks = lock(&self.shared.tasks);
+        if !handle.is_finished() {
+            tasks.insert(id, handle.abort_handle());
+        }
+        drop(tasks);
+        handle
+    }
+
+    /// Whether shutdown has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        *self.shared.shutdown.borrow()
+    }
+
+    /// Connections currently open.
+    pub fn connections(&self) -> usize {
+        *self.shared.connections.borrow()
+    }
+
+    /// Graceful shutdown: stop accepting, let every connection finish the requests it has
+    /// read (their replies are sent) and close, then flush every export. Returns the first
+    /// flush error, after trying them all. Safe to call more than once.
+    pub async fn shutdown(&self) -> io::Result<()> {
+        self.shared.shutdown.send_replace(true);
+        let mut conns = self.shared.connections.subscribe();
+        let _ = conns.wait_for(|n| *n == 0).await;
+        self.flush_all().await
+    }
+
+    /// Like [`Server::shutdown`], but connections still open after `grace` (a client that
+    /// neither reads its replies nor finishes a payload) are cut off; requests they had already
+    /// started still run to completion in the export before the flush.
+    pub async fn shutdown_with_grace(&self, grace: std::time::Duration) -> io::Result<()> {
+        self.shared.shutdown.send_replace(true);
+        let mut conns = self.shared.connections.subscribe();
+        if tokio::time::timeout(grace, conns.wait_for(|n| *n == 0))
+            .await
+            .is_err()
+        {
+            let stuck: Vec<AbortHandle> = lock(&self.shared.tasks).values().cloned().collect();
+            tracing::warn!("cutting off {} connection(s) at shutdown", stuck.len());
+            for h in stuck {
+                h.abort();
+            }
+            let _ = conns.wait_for(|n| *n == 0).await;
+        }
+        self.flush_all().await
+    }
+
+    async fn flush_all(&self) -> io::Result<()> {
+        let mut first = None;
+        for e in &self.shared.exports {
+            if let Err(err) = e.export.flush().await {
+                tracing::error!("flushing export {:?} failed: {err}", e.name);
+                first.get_or_insert(err);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+enum Accepted {
+    Unix(tokio::net::UnixStream),
+    Tcp(tokio::net::TcpStream),
+}
+
+async fn accept_one(l: &Listener) -> io::Result<Accepted> {
+    match l {
+        Listener::Unix { listener, .. } => listener.accept().await.map(|(s, _)| Accepted::Unix(s)),
+        Listener::Tcp(listener) => listener.accept().await.map(|(s, _)| Accepted::Tcp(s)),
+    }
+}
+
+async fn run_connection<R, W>(shared: &Shared, r: R, w: W) -> Result<(), ConnError>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let mut stop = shared.shutdown.subscribe();
+    let mut r = BufReader::with_capacity(128 * 1024, r);
+    let mut w = BufWriter::with_capacity(64 * 1024, w);
+    let negotiation = handshake::negotiate(shared, &mut r, &mut w, &mut stop);
+    let outcome = tokio::time::timeout(shared.limits.handshake_timeout, negotiation)
+        .await
+        .map_err(|_| ConnError::HandshakeTimeout)??;
+    match outcome {
+        Outcome::Closed => {
+            let _ = w.shutdown().await;
+            Ok(())
+        }
+        Outcome::Transmission(neg) => {
+            // The handshake flushed every reply: nothing is left in the buffer. The
+            // transmission phase batches its own writes.
+            let w = w.into_inner();
+            transmission::serve(shared, neg, r, w, &mut stop).await
+        }
+    }
+}

@@ -1,0 +1,674 @@
+//! Transmission phase: one reader (this task) decodes and validates requests, each valid
+//! request runs as its own task, and one writer task sends replies in completion order.
+//!
+//! Memory is bounded per connection: a request slot (at most `Limits::max_in_flight`) and, for
+//! reads and writes, its length in a byte budget (`Limits::max_bytes_in_flight`) are taken
+//! before a write payload is allocated or a read is started, and released once the reply has
+//! been handed to the socket.
+
+use std::io;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+
+use super::export::{errno_for, Export, Extent, ReadData, ZeroFlags};
+use super::handshake::Negotiated;
+use super::proto::*;
+use super::server::{shutdown_signalled, Shared};
+use super::ConnError;
+
+/// A write whose payload is invalid is discarded and answered with an error when no longer
+/// than this; longer ones end the connection (the protocol allows it past 2^25 bytes).
+const MAX_DISCARD: u32 = 2 * MAX_PAYLOAD;
+
+/// Requests up to this length get one inline poll before being spawned.
+const INLINE_MAX: u32 = 64 * 1024;
+
+/// Per-connection bounds on requests in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Requests being executed or waiting for their reply to be written.
+    pub max_in_flight: usize,
+    /// Payload bytes of those requests (reads and writes); at least `MAX_PAYLOAD`.
+    pub max_bytes_in_flight: usize,
+    /// A client that has not reached the transmission phase by then is disconnected.
+    pub handshake_timeout: std::time::Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_in_flight: 256,
+            max_bytes_in_flight: 128 * 1024 * 1024,
+            handshake_timeout: std::time::Duration::from_secs(60),
+        }
+    }
+}
+
+struct Conn {
+    export: Arc<dyn Export>,
+    size: u64,
+    min_block: u64,
+    read_only: bool,
+    structured: bool,
+    base_allocation: Option<u32>,
+}
+
+/// One reply on its way to the socket, holding the permits of its request.
+struct Outgoing {
+    head: Vec<u8>,
+    payload: ReadData,
+    _slot: Option<OwnedSemaphorePermit>,
+    _bytes: Option<OwnedSemaphorePermit>,
+}
+
+/// Serves requests until the client disconnects, breaks the protocol, or the server shuts down;
+/// then waits for requests in flight and their replies.
+pub(crate) async fn serve<R, W>(
+    shared: &Shared,
+    neg: Negotiated,
+    mut r: R,
+    w: W,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), ConnError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let entry = &shared.exports[neg.export];
+    let conn = Arc::new(Conn {
+        export: entry.export.clone(),
+        size: entry.export.size(),
+        min_block: entry.export.min_block().into(),
+        read_only: entry.export.read_only(),
+        structured: neg.structured,
+        base_allocation: neg.base_allocation,
+    });
+    let limits = shared.limits;
+    let slots = Arc::new(Semaphore::new(limits.max_in_flight.max(1)));
+    let budget = Arc::new(Semaphore::new(
+        limits.max_bytes_in_flight.max(MAX_PAYLOAD as usize),
+    ));
+    let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
+    // Aborted with this future if the connection is cut off at shutdown.
+    let mut writer = AbortOnDrop(tokio::spawn(write_loop(w, rx)));
+
+    let mut stopping = false;
+    let result = loop {
+        let mut hdr = [0u8; REQUEST_HEADER_LEN];
+        let got = tokio::select! {
+            biased;
+            _ = shutdown_signalled(shutdown) => {
+                stopping = true;
+                break Ok(());
+            }
+            _ = tx.closed() => break Ok(()),
+            res = read_header(&mut r, &mut hdr) => res,
+        };
+        match got {
+            Ok(true) => {}
+            Ok(false) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+        let Some(req) = RequestHeader::parse(&hdr) else {
+            let magic = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+            break Err(ConnError::BadRequestMagic(magic));
+        };
+        if req.typ == CMD_DISC {
+            break Ok(());
+        }
+        let slot = slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("semaphore never closed");
+
+        if let Err((errno, msg)) = validate(&conn, &req) {
+            if req.typ == CMD_WRITE {
+                if req.length > MAX_DISCARD {
+                    break Err(ConnError::PayloadTooLong(req.length));
+                }
+                if let Err(e) = discard(&mut r, req.length.into()).await {
+                    break Err(e.into());
+                }
+            }
+            tracing::debug!(cmd = command_name(req.typ), errno, msg, "rejected request");
+            let _ = tx.send(Outgoing {
+                head: error_reply(conn.structured, req.cookie, errno, msg),
+                payload: Vec::new(),
+                _slot: Some(slot),
+                _bytes: None,
+            });
+            continue;
+        }
+
+        let bytes = if matches!(req.typ, CMD_READ | CMD_WRITE) && req.length > 0 {
+            Some(
+                budget
+                    .clone()
+                    .acquire_many_owned(req.length)
+                    .await
+                    .expect("semaphore never closed"),
+            )
+        } else {
+            None
+        };
+        let payload = if req.typ == CMD_WRITE {
+            match read_payload(&mut r, req.length as usize).await {
+                Ok(p) => p,
+                Err(e) => break Err(e.into()),
+            }
+        } else {
+            Bytes::new()
+        };
+
+        let small = req.length <= INLINE_MAX;
+        let conn = conn.clone();
+        let tx = tx.clone();
+        let mut task = Box::pin(async move {
+            let (head, payload) = execute(&conn, req, payload).await;
+            let _ = tx.send(Outgoing {
+                head,
+                payload,
+                _slot: Some(slot),
+                _bytes: bytes,
+            });
+        });
+        // A small request whose export answers at once (memory, cache hit) completes here;
+        // anything still pending after one poll runs as its own task, so a slow request never
+        // holds up the ones behind it.
+        if !small || futures::poll!(task.as_mut()).is_pending() {
+            tokio::spawn(task);
+        }
+    };
+
+    if stopping {
+        refuse_pending(&mut r, &tx, conn.structured).await;
+    }
+    // The writer ends once every request task has sent its reply and dropped its sender.
+    drop(tx);
+    match (&mut writer.0).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!("writing replies failed: {e}"),
+        Err(e) => tracing::warn!("reply writer failed: {e}"),
+    }
+    result
+}
+
+/// At shutdown, answers `NBD_ESHUTDOWN` to the requests the client has already sent (whatever
+/// can be read without waiting), so it sees them fail rather than vanish.
+async fn refuse_pending<R: AsyncRead + Unpin>(
+    r: &mut R,
+    tx: &mpsc::UnboundedSender<Outgoing>,
+    structured: bool,
+) {
+    use futures::FutureExt;
+    // Bounded: a few dozen bytes per refusal.
+    const MAX_REFUSED: usize = 1024;
+    for _ in 0..MAX_REFUSED {
+        let mut hdr = [0u8; REQUEST_HEADER_LEN];
+        if !matches!(read_header(r, &mut hdr).now_or_never(), Some(Ok(true))) {
+            return;
+        }
+        let Some(req) = RequestHeader::parse(&hdr) else {
+            return;
+        };
+        if req.typ == CMD_DISC {
+            return;
+        }
+        if req.typ == CMD_WRITE
+            && (req.length > MAX_DISCARD
+                || !matches!(skip(r, req.length.into()).now_or_never(), Some(Ok(()))))
+        {
+            return;
+        }
+        let _ = tx.send(Outgoing {
+            head: error_reply(structured, req.cookie, ESHUTDOWN, "server is shutting down"),
+            payload: Vec::new(),
+            _slot: None,
+            _bytes: None,
+        });
+    }
+}
+
+/// Reads and drops `len` bytes with plain reads (for use with `now_or_never`).
+async fn skip<R: AsyncRead + Unpin>(r: &mut R, mut len: u64) -> io::Result<()> {
+    let mut scratch = [0u8; 8192];
+    while len > 0 {
+        let want = scratch
+            .len()
+            .min(usize::try_from(len).unwrap_or(usize::MAX));
+        let n = r.read(&mut scratch[..want]).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        len -= n as u64;
+    }
+    Ok(())
+}
+
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Checks a request against the export and the negotiated state, before anything is allocated
+/// for it. Returns the NBD error and a message for the client.
+fn validate(c: &Conn, req: &RequestHeader) -> Result<(), (u32, &'static str)> {
+    let allowed = match req.typ {
+        CMD_READ if c.structured => CMD_FLAG_FUA | CMD_FLAG_DF,
+        CMD_READ | CMD_WRITE | CMD_TRIM | CMD_FLUSH | CMD_CACHE => CMD_FLAG_FUA,
+        CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO,
+        CMD_BLOCK_STATUS => CMD_FLAG_FUA | CMD_FLAG_REQ_ONE,
+        _ => return Err((EINVAL, "unknown command")),
+    };
+    if req.flags & !allowed != 0 {
+        return Err((EINVAL, "command flag not valid for this command"));
+    }
+    let writes = matches!(req.typ, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
+    if writes && c.read_only {
+        return Err((EPERM, "export is read-only"));
+    }
+    match req.typ {
+        CMD_FLUSH => {
+            if req.offset != 0 || req.length != 0 {
+                return Err((EINVAL, "flush offset and length must be zero"));
+            }
+            return Ok(());
+        }
+        CMD_BLOCK_STATUS => {
+            if c.base_allocation.is_none() {
+                return Err((EINVAL, "no metadata context was negotiated"));
+            }
+            if req.length == 0 {
+                return Err((EINVAL, "block status of zero bytes"));
+            }
+        }
+        CMD_READ | CMD_WRITE if req.length > MAX_PAYLOAD => {
+            return Err((EINVAL, "request longer than the maximum payload"));
+        }
+        _ => {}
+    }
+    match req.offset.checked_add(req.length.into()) {
+        Some(end) if end <= c.size => {}
+        _ if matches!(req.typ, CMD_WRITE | CMD_WRITE_ZEROES) => {
+            return Err((ENOSPC, "request past the end of the export"))
+        }
+        _ => return Err((EINVAL, "request past the end of the export")),
+    }
+    // min_block is a power of two (checked by Server::new).
+    if (req.offset | u64::from(req.length)) & (c.min_block - 1) != 0 {
+        return Err((EINVAL, "request not aligned to the minimum block size"));
+    }
+    Ok(())
+}
+
+/// Runs one validated request against the export; returns the reply header and payload.
+async fn execute(c: &Conn, req: RequestHeader, payload: Bytes) -> (Vec<u8>, ReadData) {
+    let e = &*c.export;
+    let fua = req.flags & CMD_FLAG_FUA != 0;
+    let (off, len) = (req.offset, req.length);
+    let done = |res: io::Result<()>| match res {
+        Ok(()) => (simple_reply(0, req.cookie).to_vec(), Vec::new()),
+        Err(err) => export_error(c, &req, &err),
+    };
+    match req.typ {
+        CMD_READ => {
+            if len == 0 {
+                return (read_reply(c, req.cookie, off, 0), Vec::new());
+            }
+            match e.read_parts(off, len).await {
+                Ok(data) if total_len(&data) == len as u64 => {
+                    (read_reply(c, req.cookie, off, len), data)
+                }
+                Ok(data) => {
+                    let got = total_len(&data);
+                    tracing::error!(
+                        want = len,
+                        got,
+                        "export returned a read of the wrong length"
+                    );
+                    let msg = "export returned a short read";
+                    (error_reply(c.structured, req.cookie, EIO, msg), Vec::new())
+                }
+                Err(err) => export_error(c, &req, &err),
+            }
+        }
+        CMD_WRITE => {
+            if payload.is_empty() {
+                return done(Ok(()));
+            }
+            done(e.write(off, payload, fua).await)
+        }
+        CMD_FLUSH => done(e.flush().await),
+        CMD_TRIM => {
+            if len == 0 {
+                return done(Ok(()));
+            }
+            done(e.trim(off, len, fua).await)
+        }
+        CMD_WRITE_ZEROES => {
+            if len == 0 {
+                return done(Ok(()));
+            }
+            let flags = ZeroFlags {
+                may_trim: req.flags & CMD_FLAG_NO_HOLE == 0,
+                fua,
+                fast_only: req.flags & CMD_FLAG_FAST_ZERO != 0,
+            };
+            done(e.write_zeroes(off, len, flags).await)
+        }
+        CMD_CACHE => {
+            if len == 0 {
+                return done(Ok(()));
+            }
+            done(e.cache(off, len).await)
+        }
+        CMD_BLOCK_STATUS => match e.block_status(off, len).await {
+            Ok(extents) => {
+                let id = c.base_allocation.unwrap_or(0);
+                let one = req.flags & CMD_FLAG_REQ_ONE != 0;
+                (
+                    block_status_reply(req.cookie, id, len, &extents, one),
+                    Vec::new(),
+                )
+            }
+            Err(err) => export_error(c, &req, &err),
+        },
+        _ => unreachable!("validate() rejects unknown commands"),
+    }
+}
+
+fn export_error(c: &Conn, req: &RequestHeader, err: &io::Error) -> (Vec<u8>, ReadData) {
+    let errno = errno_for(err);
+    tracing::debug!(
+        cmd = command_name(req.typ),
+        offset = req.offset,
+        len = req.length,
+        "export error: {err}"
+    );
+    let msg = match errno {
+        EPERM => "operation not permitted",
+        ENOSPC => "no space left",
+        EINVAL => "invalid argument",
+        ENOTSUP => "operation not supported",
+        _ => "input/output error",
+    };
+    (
+        error_reply(c.structured, req.cookie, errno, msg),
+        Vec::new(),
+    )
+}
+
+fn total_len(data: &ReadData) -> u64 {
+    data.iter().map(|b| b.len() as u64).sum()
+}
+
+/// Reply header of a successful read of `len` bytes (the data follows separately).
+fn read_reply(c: &Conn, cookie: u64, offset: u64, len: u32) -> Vec<u8> {
+    if !c.structured {
+        return simple_reply(0, cookie).to_vec();
+    }
+    if len == 0 {
+        return structured_header(REPLY_FLAG_DONE, REPLY_TYPE_NONE, cookie, 0).to_vec();
+    }
+    let mut v = Vec::with_capacity(28);
+    v.extend_from_slice(&structured_header(
+        REPLY_FLAG_DONE,
+        REPLY_TYPE_OFFSET_DATA,
+        cookie,
+        8 + len,
+    ));
+    v.extend_from_slice(&offset.to_be_bytes());
+    v
+}
+
+/// An error reply: a structured `NBD_REPLY_TYPE_ERROR` chunk with a message when structured
+/// replies were negotiated (required for reads), a simple reply otherwise.
+fn error_reply(structured: bool, cookie: u64, errno: u32, msg: &str) -> Vec<u8> {
+    if !structured {
+        return simple_reply(errno, cookie).to_vec();
+    }
+    let msg = &msg.as_bytes()[..msg.len().min(MAX_STRING)];
+    let mut v = Vec::with_capacity(26 + msg.len());
+    v.extend_from_slice(&structured_header(
+        REPLY_FLAG_DONE,
+        REPLY_TYPE_ERROR,
+        cookie,
+        6 + msg.len() as u32,
+    ));
+    v.extend_from_slice(&errno.to_be_bytes());
+    v.extend_from_slice(&(msg.len() as u16).to_be_bytes());
+    v.extend_from_slice(msg);
+    v
+}
+
+/// `NBD_REPLY_TYPE_BLOCK_STATUS` chunk: extents are cleaned up so that none is empty, their sum
+/// never exceeds `len`, there is at least one, and only one with `req_one`.
+fn block_status_reply(
+    cookie: u64,
+    id: u32,
+    len: u32,
+    extents: &[Extent],
+    req_one: bool,
+) -> Vec<u8> {
+    let mut out: Vec<Extent> = Vec::new();
+    let mut left = len;
+    for ex in extents {
+        if left == 0 || (req_one && !out.is_empty()) {
+            break;
+        }
+        let n = ex.length.min(left);
+        if n == 0 {
+            continue;
+        }
+        out.push(Extent {
+            length: n,
+            flags: ex.flags & (STATE_HOLE | STATE_ZERO),
+        });
+        left -= n;
+    }
+    if out.is_empty() {
+        out.push(Extent {
+            length: len,
+            flags: 0,
+        });
+    }
+    let mut v = Vec::with_capacity(24 + 8 * out.len());
+    v.extend_from_slice(&structured_header(
+        REPLY_FLAG_DONE,
+        REPLY_TYPE_BLOCK_STATUS,
+        cookie,
+        4 + 8 * out.len() as u32,
+    ));
+    v.extend_from_slice(&id.to_be_bytes());
+    for ex in &out {
+        v.extend_from_slice(&ex.length.to_be_bytes());
+        v.extend_from_slice(&ex.flags.to_be_bytes());
+    }
+    v
+}
+
+/// Reads a request header: `Ok(false)` on a clean end of stream before its first byte.
+async fn read_header<R: AsyncRead + Unpin>(
+    r: &mut R,
+    hdr: &mut [u8; REQUEST_HEADER_LEN],
+) -> Result<bool, ConnError> {
+    let mut filled = 0;
+    while filled < hdr.len() {
+        let n = r.read(&mut hdr[filled..]).await?;
+        if n == 0 {
+            return if filled == 0 {
+                Ok(false)
+            } else {
+                Err(ConnError::ShortHeader(filled))
+            };
+        }
+        filled += n;
+    }
+    Ok(true)
+}
+
+/// First allocation for a write payload; the buffer grows as the data actually arrives, so a
+/// client that claims a long payload and sends little costs little.
+const PAYLOAD_FIRST_ALLOC: usize = 1024 * 1024;
+
+/// Reads a write payload of `len` (already validated) bytes without zero-filling first.
+async fn read_payload<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> io::Result<Bytes> {
+    let mut buf = BytesMut::with_capacity(len.min(PAYLOAD_FIRST_ALLOC));
+    while buf.len() < len {
+        let remaining = len - buf.len();
+        if buf.capacity() == buf.len() {
+            buf.reserve(remaining.min(buf.len().max(PAYLOAD_FIRST_ALLOC)));
+        }
+        let room = (buf.capacity() - buf.len()).min(remaining) as u64;
+        let n = (&mut *r).take(room).read_buf(&mut buf).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(buf.freeze())
+}
+
+async fn discard<R: AsyncRead + Unpin>(r: &mut R, len: u64) -> io::Result<()> {
+    let copied = tokio::io::copy(&mut (&mut *r).take(len), &mut tokio::io::sink()).await?;
+    if copied < len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(())
+}
+
+/// Payloads up to this size are copied into the batch buffer; larger ones go out with one
+/// vectored write together with whatever is buffered.
+const COPY_PAYLOAD_MAX: usize = 16 * 1024;
+/// The batch buffer is written out once it holds this much.
+const BATCH_BYTES: usize = 256 * 1024;
+
+/// Writes replies as they complete: whatever is ready is batched into as few writes as
+/// possible, then flushed.
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut w: W,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+) -> io::Result<()> {
+    let mut buf: Vec<u8> = Vec::with_capacity(BATCH_BYTES + COPY_PAYLOAD_MAX + 64);
+    while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        while let Some(msg) = next.take().or_else(|| rx.try_recv().ok()) {
+            buf.extend_from_slice(&msg.head);
+            if total_len(&msg.payload) <= COPY_PAYLOAD_MAX as u64 {
+                for part in &msg.payload {
+                    buf.extend_from_slice(part);
+                }
+                if buf.len() >= BATCH_BYTES {
+                    w.write_all(&buf).await?;
+                    buf.clear();
+                }
+            } else {
+                write_slices(&mut w, &buf, &msg.payload).await?;
+                buf.clear();
+            }
+            // `msg` (and its permits) is released here, once its bytes are written or queued.
+        }
+        if !buf.is_empty() {
+            w.write_all(&buf).await?;
+            buf.clear();
+        }
+        w.flush().await?;
+    }
+    w.shutdown().await
+}
+
+/// Writes `head` then every part of `parts` with vectored writes.
+async fn write_slices<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    head: &[u8],
+    parts: &[Bytes],
+) -> io::Result<()> {
+    const MAX_IOV: usize = 64;
+    let mut slices: Vec<&[u8]> = std::iter::once(head)
+        .chain(parts.iter().map(|b| &b[..]))
+        .filter(|s| !s.is_empty())
+        .collect();
+    let mut first = 0;
+    while first < slices.len() {
+        let iov: Vec<io::IoSlice<'_>> = slices[first..]
+            .iter()
+            .take(MAX_IOV)
+            .map(|s| io::IoSlice::new(s))
+            .collect();
+        let mut n = w.write_vectored(&iov).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 {
+            let len = slices[first].len();
+            if n >= len {
+                n -= len;
+                first += 1;
+            } else {
+                slices[first] = &slices[first][n..];
+                n = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn write_slices_handles_short_writes() {
+        // A pipe whose reader takes small bites forces partial vectored writes.
+        let (mut a, mut b) = tokio::io::duplex(7);
+        let head: Vec<u8> = (0..100u8).collect();
+        let parts = [
+            Bytes::from((100..150u8).collect::<Vec<_>>()),
+            Bytes::new(),
+            Bytes::from((150..=255u8).collect::<Vec<_>>()),
+        ];
+        let (res, got) = tokio::join!(write_slices(&mut a, &head, &parts), async {
+            let mut got = vec![0u8; 256];
+            b.read_exact(&mut got).await.unwrap();
+            got
+        });
+        res.unwrap();
+        assert_eq!(got, (0..=255u8).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn block_status_reply_is_clamped() {
+        let ex = [
+            Extent {
+                length: 0,
+                flags: 1,
+            },
+            Extent {
+                length: 4096,
+                flags: 3,
+            },
+            Extent {
+                length: 1 << 30,
+                flags: 0xff,
+            },
+        ];
+        let v = block_status_reply(7, 1, 8192, &ex, false);
+        // header(20) + id(4) + 2 extents
+        assert_eq!(v.len(), 24 + 16);
+        assert_eq!(&v[20..24], &1u32.to_be_bytes());
+        assert_eq!(&v[24..28], &4096u32.to_be_bytes());
+        assert_eq!(&v[28..32], &3u32.to_be_bytes());
+        assert_eq!(&v[32..36], &4096u32.to_be_bytes());
+        assert_eq!(&v[36..40], &3u32.to_be_bytes());
+        let one = block_status_reply(7, 1, 8192, &ex, true);
+        assert_eq!(one.len(), 24 + 8);
+        let none = block_status_reply(7, 1, 512, &[], false);
+        assert_eq!(&none[24..28], &512u32.to_be_bytes());
+    }
+}
