@@ -54,12 +54,13 @@ pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
         .map(|v| {
             let volume_members = v.members.iter().map(|&i| members[i].clone()).collect();
             let options = volume_options(v);
-            let volume = Volume::new(v.geometry.clone(), volume_members, options).map_err(
-                |source| AssembleError::Volume {
-                    name: v.name.clone(),
-                    source,
-                },
-            )?;
+            let volume =
+                Volume::new(v.geometry.clone(), volume_members, options).map_err(|source| {
+                    AssembleError::Volume {
+                        name: v.name.clone(),
+                        source,
+                    }
+                })?;
             Ok(Assembled {
                 name: v.name.clone(),
                 volume: Arc::new(volume),

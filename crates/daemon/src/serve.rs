@@ -57,7 +57,11 @@ async fn serve(config: Config) -> Result<()> {
         };
         listeners.push(bound);
     }
-    println!("nbraidd: serving {} from {}", names.len(), config.file.display());
+    println!(
+        "nbraidd: serving {} from {}",
+        names.len(),
+        config.file.display()
+    );
     for name in &names {
         let uris: Vec<String> = listeners.iter().map(|l| l.uri(name)).collect();
         println!("  {name}: {}", uris.join("  "));
