@@ -1,8 +1,10 @@
 //! From a checked [`Config`] to running volumes: opens (or creates) every member once through
 //! io_uring and builds each volume over the members it lists.
 
-use crate::config::{self, Config};
-use nbraid_core::{Member, ReadPolicy, UringError, UringFile, Volume, VolumeError, VolumeOptions};
+use crate::config::{self, Config, MemberState};
+use nbraid_core::{
+    Member, MemoryMember, ReadPolicy, UringError, UringFile, Volume, VolumeError, VolumeOptions,
+};
 use std::path::PathBuf;
 use std::sync::Arc;
 use thiserror::Error;
@@ -39,6 +41,9 @@ pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
         .members
         .iter()
         .map(|m| {
+            if m.state == MemberState::Memory {
+                return Ok(Arc::new(MemoryMember::new(&m.id, m.size)) as Arc<dyn Member>);
+            }
             UringFile::open_or_create(&m.path, m.size)
                 .map(|f| Arc::new(f) as Arc<dyn Member>)
                 .map_err(|source| AssembleError::Member {

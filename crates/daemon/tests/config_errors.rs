@@ -546,3 +546,14 @@ fn unreadable_config_file() {
     );
     assert_eq!(e.kind(), None);
 }
+
+#[test]
+fn memory_member_without_size() {
+    let e = err_raw("[[member]]\nid = \"m0\"\npath = \"memory:\"\n");
+    expect(
+        &e,
+        ErrorKind::MemberPath,
+        "configs/bad.toml:3:8:",
+        &["member \"m0\"", "memory member needs a size"],
+    );
+}

@@ -368,3 +368,30 @@ size = "1536MiB"
     let text = c.explain();
     assert!(text.contains("r5      raid5  -      d0 d1 d2 d3  64 KiB  3     1.50 GiB (1610612736 bytes)  192 KiB      1 worst, 1 best"), "{text}");
 }
+
+#[test]
+fn memory_members_need_no_file_and_may_repeat() {
+    let c = parse(
+        r#"
+[[member]]
+id = "m0"
+path = "memory:"
+size = "64MiB"
+[[member]]
+id = "m1"
+path = "memory:"
+size = "64MiB"
+[[volume]]
+name = "scratch"
+level = "raid0"
+members = ["m0", "m1"]
+"#,
+    );
+    assert!(c.members.iter().all(|m| m.state == MemberState::Memory));
+    assert_eq!(
+        c.volume("scratch").unwrap().capacity(),
+        2 * (64 * MIB - METADATA_RESERVED)
+    );
+    // Nothing to create on disk.
+    assert!(c.create_missing_members().unwrap().is_empty());
+}

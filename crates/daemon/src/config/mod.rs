@@ -88,6 +88,9 @@ pub const BLOCK_SIZES: [u32; 2] = [512, 4096];
 /// JBOD regions are whole multiples of this.
 pub const JBOD_ALIGN: u64 = 4096;
 
+/// The `path` of a member that lives in RAM.
+pub const MEMORY_PATH: &str = "memory:";
+
 /// A checked config: members with their sizes, volumes with their geometry, listeners.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -126,6 +129,9 @@ pub enum MemberState {
     File { len: u64 },
     /// A block device of `len` bytes (at least the member's size).
     BlockDevice { len: u64 },
+    /// `path = "memory:"`: RAM of `size` bytes, zeroed at start and lost at exit (tests,
+    /// benchmarks, scratch volumes).
+    Memory,
 }
 
 /// One volume, exported over NBD under its name.
@@ -283,7 +289,7 @@ impl Config {
     pub fn create_missing_members(&self) -> io::Result<Vec<PathBuf>> {
         let mut created = Vec::new();
         for m in &self.members {
-            if m.path.exists() {
+            if m.state == MemberState::Memory || m.path.exists() {
                 continue;
             }
             if let Some(dir) = m.path.parent().filter(|d| !d.as_os_str().is_empty()) {

@@ -7,7 +7,8 @@ use super::raw::{RawConfig, RawMember, RawSize, RawVolume, Skeleton};
 use super::size::{format_size, format_size_exact, parse_size, SIZE_UNITS_HELP};
 use super::{
     CacheMode, Config, ConfigError, Member, MemberState, ReadPolicy, Volume, VolumeSize,
-    BLOCK_SIZES, BLOCK_SIZE_DEFAULT, CACHE_SIZE_DEFAULT, JBOD_ALIGN, MEMBER_MIN, METADATA_RESERVED,
+    BLOCK_SIZES, BLOCK_SIZE_DEFAULT, CACHE_SIZE_DEFAULT, JBOD_ALIGN, MEMBER_MIN, MEMORY_PATH,
+    METADATA_RESERVED,
 };
 use nbraid_layout::{
     Geometry, LayoutError, Level, ParityLayout, Region, Shape, STRIP_DEFAULT, STRIP_MAX, STRIP_MIN,
@@ -178,6 +179,8 @@ fn normalize(path: &Path) -> PathBuf {
 /// What is at a member path.
 enum Probe {
     Missing,
+    /// A RAM member: nothing on disk to look at.
+    Memory,
     Found(MemberState, Option<(u64, u64)>),
     Unusable(String),
 }
@@ -342,17 +345,20 @@ impl Cx<'_> {
                 ),
             ));
         }
-        let path = normalize(&self.base.join(&path_text));
-        let probed = probe(&path);
+        let memory = path_text.trim() == MEMORY_PATH;
+        let path = if memory {
+            PathBuf::from(MEMORY_PATH)
+        } else {
+            normalize(&self.base.join(&path_text))
+        };
+        let probed = if memory { Probe::Memory } else { probe(&path) };
         let file_id = match &probed {
             Probe::Found(_, id) => *id,
             _ => None,
         };
-        if let Some(i) = before
-            .iter()
-            .zip(file_ids)
-            .position(|(m, fid)| m.path == path || (file_id.is_some() && *fid == file_id))
-        {
+        if let Some(i) = before.iter().zip(file_ids).position(|(m, fid)| {
+            (!memory && m.path == path) || (file_id.is_some() && *fid == file_id)
+        }) {
             return Err(Problem::new(
                 raw.path.span(),
                 ErrorKind::Duplicate,
@@ -400,6 +406,14 @@ impl Cx<'_> {
                 ))
             }
             (Probe::Missing, Some((bytes, _))) => (bytes, MemberState::Missing),
+            (Probe::Memory, Some((bytes, _))) => (bytes, MemberState::Memory),
+            (Probe::Memory, None) => {
+                return Err(Problem::new(
+                    raw.path.span(),
+                    ErrorKind::MemberPath,
+                    format!("{who}: a memory member needs a size; add e.g. size = \"1GiB\""),
+                ))
+            }
             (Probe::Found(state, _), Some((bytes, s))) => {
                 let actual = state_len(state);
                 if actual < bytes {
@@ -765,7 +779,7 @@ fn nearest_strips(bytes: u64) -> String {
 
 fn state_len(state: MemberState) -> u64 {
     match state {
-        MemberState::Missing => 0,
+        MemberState::Missing | MemberState::Memory => 0,
         MemberState::File { len } | MemberState::BlockDevice { len } => len,
     }
 }

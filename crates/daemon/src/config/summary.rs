@@ -185,6 +185,7 @@ impl fmt::Display for Summary {
                         MemberState::Missing => "missing: created sparse on assembly".into(),
                         MemberState::File { .. } => "file".into(),
                         MemberState::BlockDevice { .. } => "block device".into(),
+                        MemberState::Memory => "memory (lost at exit)".into(),
                     },
                     if m.volumes.is_empty() {
                         "-".into()

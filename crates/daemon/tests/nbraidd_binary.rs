@@ -1,0 +1,191 @@
+//! `nbraidd` as a person runs it: start on a config, print the URIs, serve, stop on SIGTERM with
+//! exit 0 and data flushed; refuse bad configs, taken ports and unusable members with a clear
+//! message and a non-zero exit.
+
+mod common;
+use common::{require, run, run_output};
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NBRAIDD: &str = env!("CARGO_BIN_EXE_nbraidd");
+
+/// A RAID 10 and a RAID 0 on four 64 MiB file members, listening on `listen`.
+fn write_config(dir: &Path, listen: &str) -> std::path::PathBuf {
+    let mut text = format!("[daemon]\nlisten = [{listen}]\n\n");
+    for i in 0..4 {
+        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"64MiB\"\n\n");
+    }
+    text += "[[volume]]\nname = \"r10\"\nlevel = \"raid10\"\nmembers = [\"d0\", \"d1\", \"d2\", \"d3\"]\nsize = \"32MiB\"\n\n";
+    text += "[[volume]]\nname = \"r0\"\nlevel = \"raid0\"\nmembers = [\"d0\", \"d1\", \"d2\", \"d3\"]\n";
+    let file = dir.join("arrays.toml");
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+/// A running daemon and the lines it printed up to the export list.
+struct Daemon {
+    child: Child,
+    printed: Vec<String>,
+}
+
+impl Daemon {
+    /// Starts nbraidd and waits until it lists `exports` exports.
+    fn start(config: &Path, exports: usize) -> Daemon {
+        let mut child = Command::new(NBRAIDD)
+            .arg("--config")
+            .arg(config)
+            .args(["--log-level", "warn"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start nbraidd");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut printed = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while printed
+            .iter()
+            .filter(|l: &&String| l.starts_with("  "))
+            .count()
+            < exports
+        {
+            assert!(
+                Instant::now() < deadline,
+                "nbraidd did not list its exports: {printed:?}"
+            );
+            match lines.next() {
+                Some(Ok(l)) => printed.push(l),
+                _ => panic!(
+                    "nbraidd exited early: {:?}, printed {printed:?}",
+                    child.wait()
+                ),
+            }
+        }
+        // Keep draining stdout so the daemon never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines.by_ref() {});
+        Daemon { child, printed }
+    }
+
+    /// The URI printed for `export` with the given scheme prefix.
+    fn uri(&self, export: &str, scheme: &str) -> String {
+        let line = self
+            .printed
+            .iter()
+            .find(|l| l.trim_start().starts_with(&format!("{export}:")))
+            .unwrap_or_else(|| panic!("no line for {export} in {:?}", self.printed));
+        line.split_whitespace()
+            .find(|w| w.starts_with(scheme))
+            .unwrap_or_else(|| panic!("no {scheme} URI in {line:?}"))
+            .to_string()
+    }
+
+    /// SIGTERM, then the exit status.
+    fn stop(mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on our own child's pid has no memory effects.
+        let r = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(r, 0, "kill failed");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "nbraidd ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn serves_stops_cleanly_and_keeps_data_across_restarts() {
+    let nbdinfo = require("nbdinfo", "libnbd-bin");
+    let nbdcopy = require("nbdcopy", "libnbd-bin");
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("nbd.sock");
+    let config = write_config(
+        dir.path(),
+        &format!("\"unix:{}\", \"tcp:127.0.0.1:0\"", sock.display()),
+    );
+    let daemon = Daemon::start(&config, 2);
+    let unix = daemon.uri("r10", "nbd+unix://");
+    let tcp = daemon.uri("r0", "nbd://127.0.0.1:");
+    assert_eq!(unix, format!("nbd+unix:///r10?socket={}", sock.display()));
+
+    // Both listeners answer, with the sizes the config promised.
+    let size = run(Command::new(&nbdinfo).args(["--size", &unix]));
+    assert_eq!(size.trim(), (32u64 << 20).to_string());
+    let list = run(Command::new(&nbdinfo).args(["--list", &tcp]));
+    assert!(list.contains("r10") && list.contains("r0"), "{list}");
+
+    // Data written before SIGTERM is there after a restart.
+    let src = dir.path().join("src.bin");
+    let data: Vec<u8> = (0..32u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(&src, &data).unwrap();
+    run(Command::new(&nbdcopy).arg(&src).arg(&unix));
+    let status = daemon.stop();
+    assert!(status.success(), "nbraidd exited with {status}");
+
+    let daemon = Daemon::start(&config, 2);
+    let back = dir.path().join("back.bin");
+    run(Command::new(&nbdcopy)
+        .arg(daemon.uri("r10", "nbd+unix://"))
+        .arg(&back));
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "data changed across a restart"
+    );
+    assert!(daemon.stop().success());
+}
+
+/// Runs nbraidd to completion; returns (success, stderr).
+fn run_to_exit(config: &Path) -> (bool, String) {
+    let o = run_output(Command::new(NBRAIDD).arg("--config").arg(config));
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn refuses_a_bad_config_with_its_location() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bad.toml");
+    std::fs::write(
+        &config,
+        "[[member]]\nid = \"d0\"\npath = \"d0.img\"\nsize = \"64MiB\"\n\n[[volume]]\nname = \"v\"\nlevel = \"raid7\"\nmembers = [\"d0\"]\n",
+    )
+    .unwrap();
+    let (ok, err) = run_to_exit(&config);
+    assert!(!ok);
+    assert!(
+        err.contains("bad.toml:8:9:") && err.contains("raid7"),
+        "{err}"
+    );
+}
+
+#[test]
+fn refuses_a_taken_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let config = write_config(dir.path(), &format!("\"tcp:127.0.0.1:{port}\""));
+    let (ok, err) = run_to_exit(&config);
+    assert!(!ok);
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+}
+
+#[test]
+fn refuses_an_unusable_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "\"unix:nbd.sock\"");
+    // d2 is a directory, not a file or block device.
+    std::fs::create_dir(dir.path().join("d2.img")).unwrap();
+    let (ok, err) = run_to_exit(&config);
+    assert!(!ok);
+    assert!(err.contains("d2"), "{err}");
+}
