@@ -285,6 +285,21 @@ impl SharedBuf {
         }
     }
 
+    /// The unique buffer back, when this is the last view of the allocation; otherwise a
+    /// fresh buffer of the same length with unspecified contents (for handing a request's
+    /// buffer back for reuse while a cache still holds views of it, without a copy).
+    pub fn into_reusable(self) -> Buf {
+        let len = self.len;
+        match Arc::try_unwrap(self.alloc) {
+            Ok(alloc) => Buf {
+                alloc: Arc::new(alloc),
+                off: self.off,
+                len,
+            },
+            Err(_) => Buf::new(len),
+        }
+    }
+
     /// The unique buffer back, when this is the last view of the allocation; a copy otherwise.
     pub fn into_buf(self) -> Buf {
         match Arc::try_unwrap(self.alloc) {

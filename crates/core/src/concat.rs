@@ -77,4 +77,8 @@ impl ArrayNode for ConcatNode {
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
         flush_children(&self.children).boxed()
     }
+
+    fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
+        crate::raid::all_children_resync(&self.children).boxed()
+    }
 }

@@ -13,7 +13,7 @@
 
 use crate::buf::{Buf, SharedBuf};
 use crate::error::{VolumeError, VolumeResult};
-use crate::node::{all_ok, collect_bufs, first_error, flush_children, ArrayNode, ZeroKind};
+use crate::node::{all_ok, collect_bufs, first_error, ArrayNode, ZeroKind};
 use crate::range_lock::RangeLock;
 use crate::read_policy::{plan, CopyView, ReadPolicy};
 use futures::future::{join_all, BoxFuture};
@@ -295,6 +295,19 @@ impl ArrayNode for MirrorNode {
     }
 
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
-        async move { all_ok(vec![flush_children(&self.children).await]) }.boxed()
+        async move {
+            // As for writes: done when at least one copy holds everything (a copy whose
+            // parity group is beyond its tolerance cannot destage its cache, and is not read).
+            let results = join_all(self.children.iter().map(|c| c.flush())).await;
+            if results.iter().any(Result::is_ok) {
+                return Ok(());
+            }
+            all_ok(results)
+        }
+        .boxed()
+    }
+
+    fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
+        crate::raid::all_children_resync(&self.children).boxed()
     }
 }

@@ -1,5 +1,6 @@
 //! The engine tree: one [`ArrayNode`] per node of the layout tree, one module per node kind
-//! (`concat`, `stripe`, `mirror`; `parity` joins later as one more kind).
+//! (`concat`, `stripe`, `mirror`, and `raid` for parity groups: RAID 5/6 and the spans of
+//! RAID 50/60).
 //!
 //! Each node serves its own address space (`0..capacity`), exactly as the layout defines it:
 //! it splits a request with its layout node's splitter and hands the pieces to its children,
@@ -29,15 +30,15 @@ pub enum ZeroKind {
     WriteZeroes,
 }
 
-/// One node of the engine tree. Offsets are in the node's own address space.
+/// One node of the engine tree (`parity` is RAID 5/6, see [`crate::raid`]). Offsets are in the node's own address space.
 ///
 /// Contract: a request lies within `0..capacity()` (the volume checks requests once, at the
 /// top); `read` fills the whole buffer or fails, never returning bytes that are not the
 /// latest data; `write` fails only when some byte of the range could not be stored on any
-/// copy. A parity node will implement read-modify-write on top of its children's `read` and
-/// `write`, using the shared [`MemberTable`] for member state.
+/// copy. The parity node ([`crate::raid`]) implements read-modify-write on top of its
+/// children's `read` and `write`, asking `readable` which chunks are lost.
 pub trait ArrayNode: Send + Sync {
-    /// The kind's name ("member", "concat", "stripe", "mirror").
+    /// The kind's name ("member", "concat", "stripe", "mirror", "parity").
     fn kind(&self) -> &'static str;
     fn capacity(&self) -> u64;
     /// Declared fault tolerance: the fewest member losses that can make data of this node
@@ -81,9 +82,15 @@ pub trait ArrayNode: Send + Sync {
         async move { all_ok(join_all(futs).await) }.boxed()
     }
 
-    /// Writes back whatever the node itself holds (none of today's kinds hold anything; a
-    /// parity stripe cache will). Members are flushed by the volume afterwards.
+    /// Writes back whatever the node itself holds (a parity group's write-back stripe cache),
+    /// in this node and below. Members are flushed by the volume afterwards.
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
+        futures::future::ready(Ok(())).boxed()
+    }
+
+    /// Recomputes the parity of stripes not known to be in sync, in this node and below
+    /// (nothing to do for kinds without parity and without children).
+    fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
         futures::future::ready(Ok(())).boxed()
     }
 }
@@ -368,7 +375,7 @@ pub(crate) fn collect_bufs(results: Vec<VolumeResult<Buf>>) -> VolumeResult<Vec<
 /// Groups pieces into runs that are contiguous on one child: `(child, child offset, piece
 /// indices)`. A stripe request covering several rows puts each child's units side by side on
 /// that child, so each child gets one vectored operation instead of one per unit.
-fn child_runs(children: usize, pieces: &[ChildPiece]) -> Vec<(usize, u64, Vec<usize>)> {
+pub(crate) fn child_runs(children: usize, pieces: &[ChildPiece]) -> Vec<(usize, u64, Vec<usize>)> {
     let mut runs: Vec<(usize, u64, Vec<usize>)> = Vec::new();
     // Per child: its latest run and where that run ends on the child.
     let mut open: Vec<Option<(usize, u64)>> = vec![None; children];

@@ -78,4 +78,8 @@ impl ArrayNode for StripeNode {
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
         flush_children(&self.children).boxed()
     }
+
+    fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
+        crate::raid::all_children_resync(&self.children).boxed()
+    }
 }

@@ -13,12 +13,14 @@ use crate::error::{VolumeError, VolumeResult};
 use crate::member::{CounterSnapshot, Member};
 use crate::mirror::MirrorNode;
 use crate::node::{ArrayNode, LeafNode, MemberState, MemberTable, ZeroKind};
+use crate::raid::{CacheMode, ParityNode, SyncState};
 use crate::read_policy::ReadPolicy;
 use crate::stripe::StripeNode;
 use futures::future::join_all;
 use nbraid_layout::{FaultTolerance, Geometry, Node};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Longest request a volume accepts.
 pub const MAX_REQUEST_BYTES: u64 = 32 << 20;
@@ -33,6 +35,14 @@ pub struct VolumeOptions {
     /// Sequential mirror reads move to another copy after this many bytes (≥ 4 KiB; 1 MiB
     /// default), so long runs spread over copies in large pieces.
     pub mirror_seq_piece: u64,
+    /// Parity groups (RAID 5/6/50/60): whether parity is known to match data at assembly
+    /// (`Clean` for freshly created zero-filled members; `Unknown`, the default, otherwise).
+    pub initial_sync: SyncState,
+    /// Parity groups: write-back stripe cache (default, 32 MiB per volume) or write-through.
+    pub cache: CacheMode,
+    /// Write-back: a partial stripe waiting longer than this is written by a background
+    /// thread (default 1 s; `None`: it waits for a flush, for eviction or to fill up).
+    pub cache_max_age: Option<Duration>,
 }
 
 impl Default for VolumeOptions {
@@ -41,6 +51,9 @@ impl Default for VolumeOptions {
             block_size: 512,
             read_policy: ReadPolicy::default(),
             mirror_seq_piece: 1 << 20,
+            initial_sync: SyncState::default(),
+            cache: CacheMode::default(),
+            cache_max_age: Some(Duration::from_secs(1)),
         }
     }
 }
@@ -70,7 +83,7 @@ pub struct VolumeCounters {
     pub write_zeroes: u64,
     /// Requests that returned an error.
     pub errors: u64,
-    /// Mirror pieces rewritten after a read error on one copy.
+    /// Mirror pieces and parity chunk ranges rewritten after a read error.
     pub repairs: u64,
 }
 
@@ -78,7 +91,7 @@ pub struct Volume {
     geometry: Geometry,
     table: Arc<MemberTable>,
     root: Box<dyn ArrayNode>,
-    /// Mirror pieces repaired, counted by every mirror node of the tree.
+    /// Mirror pieces and parity chunk ranges repaired, counted by the nodes of the tree.
     repairs: Arc<AtomicU64>,
     opts: VolumeOptions,
     /// Usable bytes: the layout's capacity rounded down to the logical block.
@@ -88,8 +101,7 @@ pub struct Volume {
 
 impl Volume {
     /// Assembles `geometry` over `members` (index = the layout's member index). Fails with a
-    /// clear message if a member is missing or too small, an option is out of range, or the
-    /// tree holds a kind this engine does not serve yet (parity).
+    /// clear message if a member is missing or too small, or an option is out of range.
     pub fn new(
         geometry: Geometry,
         members: Vec<Arc<dyn Member>>,
@@ -108,19 +120,26 @@ impl Volume {
             )));
         }
         let mut problems = Vec::new();
-        let mut has_parity = false;
-        check_tree(geometry.root(), &members, &mut problems, &mut has_parity);
-        if has_parity {
-            return Err(VolumeError::Unsupported(
-                "parity groups (RAID 5/6/50/60) are not served by this engine yet; only jbod, raid0, raid1 and raid10 (and their nestings)".into(),
-            ));
+        let mut parity_groups = 0;
+        check_tree(geometry.root(), &members, &mut problems, &mut parity_groups);
+        if let CacheMode::WriteBack { bytes } = opts.cache {
+            if bytes == 0 {
+                problems.push("a write-back cache needs a size above 0 bytes".into());
+            }
         }
         if !problems.is_empty() {
             return Err(VolumeError::Assembly(problems.join("; ")));
         }
         let table = Arc::new(MemberTable::new(members));
         let repairs = Arc::new(AtomicU64::new(0));
-        let root = build(geometry.root(), &table, &opts, &repairs);
+        // The cache bound is per volume: each parity group gets an equal share.
+        let mut node_opts = opts.clone();
+        if let CacheMode::WriteBack { bytes } = opts.cache {
+            node_opts.cache = CacheMode::WriteBack {
+                bytes: bytes / parity_groups.max(1) as u64,
+            };
+        }
+        let root = build(geometry.root(), &table, &node_opts, &repairs);
         let capacity = geometry.capacity() / opts.block_size * opts.block_size;
         Ok(Volume {
             geometry,
@@ -174,6 +193,15 @@ impl Volume {
                 }
             })
             .collect()
+    }
+
+    /// Marks member `index` failed (mdadm's `--fail`, or a member missing at assembly: pass
+    /// any placeholder member of the right size and fail it at once). It is never read or
+    /// written again; redundancy serves its data. Unknown indices are ignored.
+    pub fn fail_member(&self, index: usize, why: &str) {
+        if index < self.table.slots().len() {
+            self.table.fail(index, &why);
+        }
     }
 
     /// Read errors each member returned (repaired or not).
@@ -276,7 +304,9 @@ impl Volume {
     }
 
     /// Writes `buf` at `offset`; with `fua`, the bytes are durable on every copy when this
-    /// completes. Hands the buffer back for reuse.
+    /// completes. Hands a buffer of the same length back for reuse (its contents are
+    /// unspecified: a parity write-back cache may keep the original's bytes without copying,
+    /// and then a fresh buffer comes back).
     pub async fn write(&self, offset: u64, buf: Buf, fua: bool) -> VolumeResult<Buf> {
         let len = buf.len() as u64;
         self.check("write", offset, len)?;
@@ -290,7 +320,7 @@ impl Volume {
             self.counters.write_bytes.fetch_add(len, Relaxed);
         }
         self.count(r)?;
-        Ok(data.into_buf())
+        Ok(data.into_reusable())
     }
 
     /// Makes every write that completed before this call durable on its members.
@@ -303,7 +333,10 @@ impl Volume {
     }
 
     async fn flush_inner(&self) -> VolumeResult<()> {
-        self.root.flush().await?;
+        // Write back what nodes hold (parity stripe caches). If some of it cannot be written
+        // (beyond tolerance), the members are still flushed, so everything that did reach
+        // them is durable; the error is reported.
+        let drained = self.root.flush().await;
         let slots = self.table.slots();
         let todo: Vec<usize> = (0..slots.len())
             .filter(|&i| !slots[i].is_failed() && slots[i].take_dirty())
@@ -320,12 +353,20 @@ impl Volume {
                 });
             }
         }
+        drained?;
         match first {
             // Every byte still has a durable copy: the flush did its job.
             Some(_) if self.is_available() => Ok(()),
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// Recomputes the parity of every stripe not known to be in sync (after assembling with
+    /// [`SyncState::Unknown`]); afterwards partial writes may use read-modify-write.
+    pub async fn resync(&self) -> VolumeResult<()> {
+        let r = self.root.resync().await;
+        self.count(r)
     }
 
     /// Discards `[offset, offset+len)`; it reads back as zeroes.
@@ -385,12 +426,12 @@ impl Volume {
     }
 }
 
-/// Collects assembly problems: members missing or too small, and whether parity is present.
+/// Collects assembly problems (members missing or too small) and counts parity groups.
 fn check_tree(
     node: &Node,
     members: &[Arc<dyn Member>],
     problems: &mut Vec<String>,
-    has_parity: &mut bool,
+    parity_groups: &mut usize,
 ) {
     match node {
         Node::Member(m) => match members.get(m.index) {
@@ -413,11 +454,11 @@ fn check_tree(
                 }
             }
         },
-        Node::Parity(_) => *has_parity = true,
+        Node::Parity(_) => *parity_groups += 1,
         _ => {}
     }
     for c in node.children() {
-        check_tree(c, members, problems, has_parity);
+        check_tree(c, members, problems, parity_groups);
     }
 }
 
@@ -444,6 +485,14 @@ fn build(
             opts.mirror_seq_piece,
             repairs.clone(),
         )),
-        Node::Parity(_) => unreachable!("rejected by check_tree before building"),
+        Node::Parity(g) => Box::new(ParityNode::new(
+            g.clone(),
+            kids(),
+            node.capacity(),
+            opts.initial_sync,
+            opts.cache,
+            opts.cache_max_age,
+            repairs.clone(),
+        )),
     }
 }

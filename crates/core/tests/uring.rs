@@ -8,8 +8,8 @@ use common::*;
 use futures::executor::block_on;
 use futures::future::join_all;
 use nbraid_core::{
-    Buf, DirectIo, Engine, FileOptions, Member, MemberState, UringError, UringFile, Volume,
-    VolumeOptions,
+    Buf, DirectIo, Engine, FileOptions, Member, MemberState, SyncState, UringError, UringFile,
+    Volume, VolumeOptions,
 };
 use nbraid_layout::Level;
 use rand::rngs::SmallRng;
@@ -109,23 +109,48 @@ fn file_member_buffered_on_tmpfs() {
 
 #[test]
 fn raid10_volume_on_files_matches_a_model() {
+    files_model(
+        Level::Raid10,
+        4,
+        Some(2),
+        "raid10_volume_on_files_matches_a_model",
+    );
+}
+
+#[test]
+fn parity_volumes_on_files_match_a_model() {
+    files_model(
+        Level::Raid5,
+        4,
+        None,
+        "parity_volumes_on_files_match_a_model",
+    );
+    files_model(
+        Level::Raid6,
+        5,
+        None,
+        "parity_volumes_on_files_match_a_model",
+    );
+}
+
+fn files_model(level: Level, n: usize, spans: Option<usize>, test: &'static str) {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    for seed in seeds("uring_model", 1) {
-        let _g = SeedGuard {
-            test: "raid10_volume_on_files_matches_a_model",
-            seed,
-        };
+    for seed in seeds(&format!("uring_model/{level}"), 1) {
+        let _g = SeedGuard { test, seed };
         let mut rng = SmallRng::seed_from_u64(seed);
-        let members: Vec<Arc<dyn Member>> = (0..4)
+        let members: Vec<Arc<dyn Member>> = (0..n)
             .map(|i| {
                 let p = dir.path().join(format!("{seed}-{i}.img"));
                 Arc::new(open(&p, 2 * MIB, DirectIo::Auto)) as Arc<dyn Member>
             })
             .collect();
         let v = Volume::new(
-            named(Level::Raid10, 4, Some(2), 16 * KIB, 2 * MIB),
+            named(level, n, spans, 16 * KIB, 2 * MIB),
             members,
-            VolumeOptions::default(),
+            VolumeOptions {
+                initial_sync: SyncState::Clean,
+                ..VolumeOptions::default()
+            },
         )
         .unwrap();
         let cap = v.capacity();
@@ -174,7 +199,7 @@ fn raid10_volume_on_files_matches_a_model() {
                 );
             }
         }
-        assert_eq!(v.member_states(), vec![MemberState::Healthy; 4]);
+        assert_eq!(v.member_states(), vec![MemberState::Healthy; n]);
         let got = block_on(v.read(0, cap)).unwrap();
         assert!(got[..] == model[..]);
     }

@@ -711,7 +711,42 @@ fn raid1_volume_with_every_client() {
 }
 
 #[test]
+fn raid5_volume_with_every_client() {
+    let fx = raid_fixture(
+        "raid5",
+        4,
+        &[
+            "strip_size = \"64KiB\"",
+            "cache = \"write-back\"",
+            "cache_size = \"8MiB\"",
+        ],
+    );
+    check_all(&fx, "raid5", 2200);
+}
+
+#[test]
+fn raid6_volume_with_every_client() {
+    let fx = raid_fixture("raid6", 6, &["strip_size = \"64KiB\""]);
+    check_all(&fx, "raid6", 2300);
+}
+
+#[test]
 fn raid10_volume_with_every_client() {
     let fx = raid_fixture("raid10", 4, &["spans = 2", "strip_size = \"64KiB\""]);
     check_all(&fx, "raid10", 2400);
+}
+
+#[test]
+fn raid50_volume_with_every_client() {
+    let fx = raid_fixture(
+        "raid50",
+        6,
+        &[
+            "spans = 2",
+            "strip_size = \"64KiB\"",
+            "cache = \"write-back\"",
+            "cache_size = \"8MiB\"",
+        ],
+    );
+    check_all(&fx, "raid50", 2500);
 }
