@@ -1,10 +1,19 @@
 //! From a checked [`Config`] to running volumes: opens (or creates) every member once through
 //! io_uring and builds each volume over the members it lists.
+//!
+//! Without on-disk metadata yet, "new" is decided from what exists: a volume whose members are
+//! all missing (or in memory) is new — its member files are created sparse, all zeroes, so its
+//! parity is in sync from the start. A member missing from a volume that already has data is
+//! never recreated (an empty file would silently stand in for lost data): the volume starts
+//! degraded without it, or refuses to start when that is beyond its fault tolerance.
 
 use crate::config::{self, Config, MemberState};
+use futures::future::{self, BoxFuture};
 use nbraid_core::{
-    Member, MemoryMember, ReadPolicy, UringError, UringFile, Volume, VolumeError, VolumeOptions,
+    Buf, CacheMode, Member, MemberCounters, MemberError, MemberOp, MemberResult, MemoryMember,
+    ReadPolicy, SharedBuf, SyncState, UringError, UringFile, Volume, VolumeError, VolumeOptions,
 };
+use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use thiserror::Error;
@@ -25,6 +34,17 @@ pub enum AssembleError {
         #[source]
         source: VolumeError,
     },
+    #[error(
+        "volume {name}: members {missing} are missing, more than {level} can lose \
+         (it survives {tolerance} lost member(s) at worst); restore the member files or \
+         remove the volume from the config"
+    )]
+    TooManyMissing {
+        name: String,
+        missing: String,
+        level: String,
+        tolerance: usize,
+    },
 }
 
 /// A volume ready to serve, with what the config said about it.
@@ -33,16 +53,49 @@ pub struct Assembled {
     pub volume: Arc<Volume>,
     pub read_only: bool,
     pub description: String,
+    /// Members of the volume that were missing at start (config member ids).
+    pub missing: Vec<String>,
 }
 
-/// Opens every member (creating missing files sparse) and builds every volume.
+/// Opens every member (creating the files of new volumes sparse) and builds every volume.
 pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
+    let absent = |m: usize| config.members[m].state == MemberState::Missing;
+    let in_memory = |m: usize| config.members[m].state == MemberState::Memory;
+    let fresh: Vec<bool> = config
+        .volumes
+        .iter()
+        .map(|v| v.members.iter().all(|&m| absent(m) || in_memory(m)))
+        .collect();
+    // A missing member is created only when every volume on it is new.
+    let create = |m: usize| {
+        absent(m)
+            && config
+                .volumes
+                .iter()
+                .zip(&fresh)
+                .filter(|(v, _)| v.members.contains(&m))
+                .all(|(_, &f)| f)
+    };
     let members = config
         .members
         .iter()
-        .map(|m| {
+        .enumerate()
+        .map(|(i, m)| {
             if m.state == MemberState::Memory {
                 return Ok(Arc::new(MemoryMember::new(&m.id, m.size)) as Arc<dyn Member>);
+            }
+            if absent(i) && !create(i) {
+                return Ok(Arc::new(Absent::new(&m.id, m.size)) as Arc<dyn Member>);
+            }
+            if let Some(dir) = m.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| AssembleError::Member {
+                    id: m.id.clone(),
+                    path: m.path.clone(),
+                    source: UringError::Open {
+                        path: dir.to_path_buf(),
+                        source: e,
+                    },
+                })?;
             }
             UringFile::open_or_create(&m.path, m.size)
                 .map(|f| Arc::new(f) as Arc<dyn Member>)
@@ -56,27 +109,56 @@ pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
     config
         .volumes
         .iter()
-        .map(|v| {
+        .zip(&fresh)
+        .map(|(v, &fresh)| {
             let volume_members = v.members.iter().map(|&i| members[i].clone()).collect();
-            let options = volume_options(v);
-            let volume =
-                Volume::new(v.geometry.clone(), volume_members, options).map_err(|source| {
-                    AssembleError::Volume {
-                        name: v.name.clone(),
-                        source,
-                    }
-                })?;
+            let mut options = volume_options(v);
+            if fresh {
+                options.initial_sync = SyncState::Clean;
+            }
+            let volume = Volume::new(v.geometry.clone(), volume_members, options).map_err(
+                |source| AssembleError::Volume {
+                    name: v.name.clone(),
+                    source,
+                },
+            )?;
+            let mut missing = Vec::new();
+            for (slot, &m) in v.members.iter().enumerate() {
+                if absent(m) && !create(m) {
+                    let member = &config.members[m];
+                    volume.fail_member(
+                        slot,
+                        &format!("missing at start: {} does not exist", member.path.display()),
+                    );
+                    missing.push(member.id.clone());
+                }
+            }
+            if !volume.is_available() {
+                return Err(AssembleError::TooManyMissing {
+                    name: v.name.clone(),
+                    missing: missing.join(", "),
+                    level: v.shape.level.to_string(),
+                    tolerance: volume.fault_tolerance().worst,
+                });
+            }
+            if !missing.is_empty() {
+                tracing::warn!(volume = %v.name, missing = %missing.join(", "), "serving degraded: members missing at start");
+            }
+            if !fresh && v.shape.level.parity() > 0 {
+                tracing::info!(volume = %v.name, "parity not known to be in sync (no metadata yet): partial-stripe writes use reconstruct-write");
+            }
             Ok(Assembled {
                 name: v.name.clone(),
                 volume: Arc::new(volume),
                 read_only: v.read_only,
                 description: describe(config, v),
+                missing,
             })
         })
         .collect()
 }
 
-/// The engine's options for a config volume.
+/// The engine's options for a config volume (parity sync state aside: see [`assemble`]).
 pub fn volume_options(v: &config::Volume) -> VolumeOptions {
     VolumeOptions {
         block_size: u64::from(v.block_size),
@@ -85,6 +167,12 @@ pub fn volume_options(v: &config::Volume) -> VolumeOptions {
             .name()
             .parse::<ReadPolicy>()
             .unwrap_or_default(),
+        cache: match v.cache {
+            config::CacheMode::WriteBack => CacheMode::WriteBack {
+                bytes: v.cache_size,
+            },
+            config::CacheMode::WriteThrough => CacheMode::WriteThrough,
+        },
         ..VolumeOptions::default()
     }
 }
@@ -103,4 +191,68 @@ fn describe(config: &Config, v: &config::Volume) -> String {
         v.shape.data_members(),
         config::format_size(v.shape.strip),
     )
+}
+
+/// Stands in for a member whose file or device is missing: every operation fails, so the
+/// volume treats it as lost (it is also marked failed at assembly).
+struct Absent {
+    id: String,
+    len: u64,
+    counters: MemberCounters,
+}
+
+impl Absent {
+    fn new(id: &str, len: u64) -> Absent {
+        Absent {
+            id: id.to_string(),
+            len,
+            counters: MemberCounters::default(),
+        }
+    }
+
+    fn fail<T: Send + 'static>(
+        &self,
+        op: MemberOp,
+        offset: u64,
+        len: u64,
+    ) -> BoxFuture<'_, MemberResult<T>> {
+        let e = io::Error::new(io::ErrorKind::NotFound, "member missing at start");
+        Box::pin(future::ready(Err(MemberError::new(
+            &self.id, op, offset, len, e,
+        ))))
+    }
+}
+
+impl Member for Absent {
+    fn name(&self) -> &str {
+        &self.id
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
+        self.fail(MemberOp::Read, offset, buf.len() as u64)
+    }
+
+    fn write(&self, offset: u64, data: SharedBuf, _fua: bool) -> BoxFuture<'_, MemberResult<()>> {
+        self.fail(MemberOp::Write, offset, data.len() as u64)
+    }
+
+    fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
+        self.fail(MemberOp::Flush, 0, 0)
+    }
+
+    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        self.fail(MemberOp::Trim, offset, len)
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        self.fail(MemberOp::WriteZeroes, offset, len)
+    }
+
+    fn counters(&self) -> &MemberCounters {
+        &self.counters
+    }
 }

@@ -25,12 +25,6 @@ pub fn run(path: &Path) -> Result<()> {
 }
 
 async fn serve(config: Config) -> Result<()> {
-    let created = config
-        .create_missing_members()
-        .context("creating member files")?;
-    for p in &created {
-        tracing::info!(path = %p.display(), "created sparse member file");
-    }
     let volumes = assemble(&config)?;
     let exports: Vec<(String, Arc<dyn Export>)> = volumes
         .into_iter()

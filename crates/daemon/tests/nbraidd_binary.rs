@@ -15,12 +15,21 @@ const NBRAIDD: &str = env!("CARGO_BIN_EXE_nbraidd");
 
 /// A RAID 10 and a RAID 0 on four 64 MiB file members, listening on `listen`.
 fn write_config(dir: &Path, listen: &str) -> std::path::PathBuf {
+    write_config_with(
+        dir,
+        listen,
+        "[[volume]]\nname = \"r10\"\nlevel = \"raid10\"\nmembers = [\"d0\", \"d1\", \"d2\", \"d3\"]\nsize = \"32MiB\"\n\n\
+         [[volume]]\nname = \"r0\"\nlevel = \"raid0\"\nmembers = [\"d0\", \"d1\", \"d2\", \"d3\"]\n",
+    )
+}
+
+/// Four 64 MiB file members d0..d3 and the given volumes.
+fn write_config_with(dir: &Path, listen: &str, volumes: &str) -> std::path::PathBuf {
     let mut text = format!("[daemon]\nlisten = [{listen}]\n\n");
     for i in 0..4 {
         text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"64MiB\"\n\n");
     }
-    text += "[[volume]]\nname = \"r10\"\nlevel = \"raid10\"\nmembers = [\"d0\", \"d1\", \"d2\", \"d3\"]\nsize = \"32MiB\"\n\n";
-    text += "[[volume]]\nname = \"r0\"\nlevel = \"raid0\"\nmembers = [\"d0\", \"d1\", \"d2\", \"d3\"]\n";
+    text += volumes;
     let file = dir.join("arrays.toml");
     std::fs::write(&file, text).unwrap();
     file
@@ -188,4 +197,50 @@ fn refuses_an_unusable_member() {
     let (ok, err) = run_to_exit(&config);
     assert!(!ok);
     assert!(err.contains("d2"), "{err}");
+}
+
+/// A member file of an existing RAID 5 disappears: the volume serves degraded with the same
+/// data (reconstructed), the file is not recreated; a second loss refuses to start.
+#[test]
+fn missing_members_start_degraded_or_not_at_all() {
+    let nbdcopy = require("nbdcopy", "libnbd-bin");
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("nbd.sock");
+    let config = write_config_with(
+        dir.path(),
+        &format!("\"unix:{}\"", sock.display()),
+        "[[volume]]\nname = \"r5\"\nlevel = \"raid5\"\nstrip_size = \"16KiB\"\nmembers = [\"d0\", \"d1\", \"d2\", \"d3\"]\nsize = \"48MiB\"\n",
+    );
+    let daemon = Daemon::start(&config, 1);
+    let uri = daemon.uri("r5", "nbd+unix://");
+    let src = dir.path().join("src.bin");
+    let data: Vec<u8> = (0..48u32 << 20)
+        .map(|i| (i.wrapping_mul(40503) >> 7) as u8)
+        .collect();
+    std::fs::write(&src, &data).unwrap();
+    run(Command::new(&nbdcopy).arg(&src).arg(&uri));
+    assert!(daemon.stop().success());
+
+    let d1 = dir.path().join("d1.img");
+    std::fs::remove_file(&d1).unwrap();
+    let daemon = Daemon::start(&config, 1);
+    let back = dir.path().join("back.bin");
+    run(Command::new(&nbdcopy).arg(&uri).arg(&back));
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "degraded RAID 5 returned other data"
+    );
+    assert!(daemon.stop().success());
+    assert!(
+        !d1.exists(),
+        "a missing member of an existing volume was recreated"
+    );
+
+    std::fs::remove_file(dir.path().join("d2.img")).unwrap();
+    let (ok, err) = run_to_exit(&config);
+    assert!(!ok);
+    assert!(
+        err.contains("volume r5: members d1, d2 are missing"),
+        "{err}"
+    );
 }
