@@ -18,6 +18,7 @@ pub mod raid;
 mod range_lock;
 pub mod read_policy;
 mod rng;
+pub mod split;
 pub mod stripe;
 mod timer;
 pub mod uring;

@@ -8,14 +8,13 @@
 //! member before the flush looked, and is durable when the flush completes.
 
 use crate::buf::Buf;
-use crate::concat::ConcatNode;
 use crate::error::{VolumeError, VolumeResult};
 use crate::member::{CounterSnapshot, Member};
 use crate::mirror::MirrorNode;
 use crate::node::{ArrayNode, LeafNode, MemberState, MemberTable, ZeroKind};
 use crate::raid::{CacheMode, ParityNode, SyncState};
 use crate::read_policy::ReadPolicy;
-use crate::stripe::StripeNode;
+use crate::split::SplitNode;
 use futures::future::join_all;
 use nbraid_layout::{FaultTolerance, Geometry, Node};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -476,8 +475,8 @@ fn build(
     };
     match node {
         Node::Member(m) => Box::new(LeafNode::new(m.index, m.start, m.len, table.clone())),
-        Node::Concat(c) => Box::new(ConcatNode::new(c.clone(), kids(), node.capacity())),
-        Node::Stripe(s) => Box::new(StripeNode::new(s.clone(), kids(), node.capacity())),
+        Node::Concat(c) => Box::new(SplitNode::new(c.clone(), kids(), node.capacity())),
+        Node::Stripe(s) => Box::new(SplitNode::new(s.clone(), kids(), node.capacity())),
         Node::Mirror(_) => Box::new(MirrorNode::new(
             kids(),
             node.capacity(),

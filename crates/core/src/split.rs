@@ -1,0 +1,93 @@
+//! The node for levels without redundancy (JBOD, RAID 0): the layout splits a request into
+//! child pieces, which run concurrently. Tolerance is the weakest child's. The levels differ
+//! only in how they split ([`Splitter`], implemented in `concat` and `stripe`).
+
+use crate::buf::{Buf, SharedBuf};
+use crate::error::VolumeResult;
+use crate::node::{flush_children, read_pieces, write_pieces, zero_pieces, ArrayNode, ZeroKind};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use nbraid_layout::ChildPiece;
+
+/// How a level without redundancy spreads its address space over its children.
+pub trait Splitter: Send + Sync + 'static {
+    /// Name of the node kind, for messages.
+    const KIND: &'static str;
+    /// The pieces of `[offset, offset+len)`, each on one child.
+    fn split(&self, offset: u64, len: u64) -> Vec<ChildPiece>;
+}
+
+pub struct SplitNode<L: Splitter> {
+    /// The layout node that splits ranges.
+    layout: L,
+    /// Engines of the layout node's children, same order.
+    children: Vec<Box<dyn ArrayNode>>,
+    capacity: u64,
+}
+
+impl<L: Splitter> SplitNode<L> {
+    pub fn new(layout: L, children: Vec<Box<dyn ArrayNode>>, capacity: u64) -> Self {
+        SplitNode {
+            layout,
+            children,
+            capacity,
+        }
+    }
+}
+
+impl<L: Splitter> ArrayNode for SplitNode<L> {
+    fn kind(&self) -> &'static str {
+        L::KIND
+    }
+
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    fn losses_to_fail(&self) -> usize {
+        self.children
+            .iter()
+            .map(|c| c.losses_to_fail())
+            .min()
+            .unwrap_or(1)
+    }
+
+    fn readable(&self, offset: u64, len: u64) -> bool {
+        self.layout
+            .split(offset, len)
+            .iter()
+            .all(|p| self.children[p.child].readable(p.offset, p.len))
+    }
+
+    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
+        async move {
+            let pieces = self.layout.split(offset, buf.len() as u64);
+            read_pieces(&self.children, &pieces, buf).await
+        }
+        .boxed()
+    }
+
+    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            let pieces = self.layout.split(offset, data.len() as u64);
+            write_pieces(&self.children, &pieces, offset, data, fua).await
+        }
+        .boxed()
+    }
+
+    fn zero(&self, offset: u64, len: u64, kind: ZeroKind) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            let pieces = self.layout.split(offset, len);
+            zero_pieces(&self.children, &pieces, kind).await
+        }
+        .boxed()
+    }
+
+    fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
+        flush_children(&self.children).boxed()
+    }
+
+    fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
+        crate::raid::all_children_resync(&self.children).boxed()
+    }
+}
