@@ -14,15 +14,11 @@
 //! is a mirror too). Volumes hold the same 256 MiB of data whatever the member count, so
 //! every configuration moves the same bytes.
 
-use futures::executor::block_on;
-use futures::stream::{FuturesUnordered, StreamExt};
-use nbraid_core::{
-    Buf, DirectIo, FileOptions, Member, MemoryMember, UringFile, Volume, VolumeOptions,
-};
+use nbraid_benches::{drive, fill, Load};
+use nbraid_core::{DirectIo, FileOptions, Member, MemoryMember, UringFile, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Level, Node, ParityLayout, Region, Shape};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 const DATA: u64 = 256 * MIB;
@@ -162,70 +158,15 @@ fn build(backend: Backend, cfg: Config, dir_base: &PathBuf) -> Setup {
 
 /// Runs one cell for about `secs`; returns (bytes, ops, seconds).
 fn run(v: &Volume, work: Work, bs: u64, qd: usize, secs: f64) -> (u64, u64, f64) {
-    let cap = v.capacity().min(DATA) / bs * bs;
-    let mut rng = 0x2545_f491_4f6c_dd1du64;
-    let mut next_off = 0u64;
-    let mut offset = move |seq: bool| {
-        if seq {
-            let o = next_off;
-            next_off = (next_off + bs) % cap;
-            o
-        } else {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            (rng % (cap / bs)) * bs
-        }
+    let load = Load {
+        block: bs,
+        depth: qd,
+        sequential: matches!(work, Work::SeqRead | Work::SeqWrite),
+        write: matches!(work, Work::SeqWrite | Work::RandWrite),
+        span: DATA,
+        flush_at_end: false,
     };
-    let seq = matches!(work, Work::SeqRead | Work::SeqWrite);
-    let write = matches!(work, Work::SeqWrite | Work::RandWrite);
-    let mut spare: Vec<Buf> = (0..qd)
-        .map(|i| {
-            let mut b = Buf::new(bs as usize);
-            b.fill(i as u8 + 1);
-            b
-        })
-        .collect();
-    let deadline = Duration::from_secs_f64(secs);
-    let start = Instant::now();
-    let (mut bytes, mut ops) = (0u64, 0u64);
-    block_on(async {
-        let mut inflight = FuturesUnordered::new();
-        loop {
-            while inflight.len() < qd && start.elapsed() < deadline {
-                let off = offset(seq);
-                let buf = spare.pop().expect("one buffer per slot");
-                inflight.push(async move {
-                    if write {
-                        v.write(off, buf, false).await
-                    } else {
-                        v.read_into(off, buf).await
-                    }
-                });
-            }
-            match inflight.next().await {
-                Some(r) => {
-                    spare.push(r.expect("benchmark I/O"));
-                    bytes += bs;
-                    ops += 1;
-                }
-                None => break,
-            }
-        }
-    });
-    (bytes, ops, start.elapsed().as_secs_f64())
-}
-
-fn fill(v: &Volume) {
-    let cap = v.capacity().min(DATA);
-    let mut at = 0;
-    let chunk = 8 * MIB;
-    while at < cap {
-        let n = chunk.min(cap - at);
-        block_on(v.write(at, Buf::zeroed(n as usize), false)).expect("prefill");
-        at += n;
-    }
-    block_on(v.flush()).expect("flush");
+    drive(v, load, secs)
 }
 
 fn main() {
@@ -271,7 +212,7 @@ fn main() {
             .iter()
             .map(|cfg| {
                 let s = build(backend, *cfg, &base);
-                fill(&s.volume);
+                fill(&s.volume, DATA, 0);
                 s
             })
             .collect();

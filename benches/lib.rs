@@ -1,1 +1,97 @@
-//! Shared helpers for the criterion benches (see `parity.rs`, `layout.rs`).
+//! Shared helpers for the benches: a queue-depth driver and a prefill for volume benchmarks
+//! (`engine.rs`, `raid.rs`). The criterion benches (`parity.rs`, `layout.rs`) need none.
+
+use futures::executor::block_on;
+use futures::stream::{FuturesUnordered, StreamExt};
+use nbraid_core::{Buf, Volume};
+use std::time::{Duration, Instant};
+
+/// What one benchmark cell does to the volume.
+#[derive(Clone, Copy, Debug)]
+pub struct Load {
+    /// Request size in bytes.
+    pub block: u64,
+    /// Requests kept in flight.
+    pub depth: usize,
+    /// Sequential offsets (wrapping) instead of random ones.
+    pub sequential: bool,
+    pub write: bool,
+    /// Offsets stay below this many bytes.
+    pub span: u64,
+    /// Flush once at the end (so a write-back cache's work is counted).
+    pub flush_at_end: bool,
+}
+
+/// Runs `load` on `volume` for about `secs`; returns (bytes, ops, seconds).
+pub fn drive(volume: &Volume, load: Load, secs: f64) -> (u64, u64, f64) {
+    let bs = load.block;
+    let cap = volume.capacity().min(load.span) / bs * bs;
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next_off = 0u64;
+    let mut offset = move || {
+        if load.sequential {
+            let o = next_off;
+            next_off = (next_off + bs) % cap;
+            o
+        } else {
+            // xorshift64: cheap and deterministic, so runs are comparable.
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng % (cap / bs)) * bs
+        }
+    };
+    let mut spare: Vec<Buf> = (0..load.depth)
+        .map(|i| {
+            let mut b = Buf::new(bs as usize);
+            b.fill(i as u8 + 1);
+            b
+        })
+        .collect();
+    let deadline = Duration::from_secs_f64(secs);
+    let start = Instant::now();
+    let (mut bytes, mut ops) = (0u64, 0u64);
+    block_on(async {
+        let mut inflight = FuturesUnordered::new();
+        loop {
+            while inflight.len() < load.depth && start.elapsed() < deadline {
+                let off = offset();
+                let buf = spare.pop().expect("one buffer per slot");
+                inflight.push(async move {
+                    if load.write {
+                        volume.write(off, buf, false).await
+                    } else {
+                        volume.read_into(off, buf).await
+                    }
+                });
+            }
+            match inflight.next().await {
+                Some(r) => {
+                    spare.push(r.expect("benchmark I/O"));
+                    bytes += bs;
+                    ops += 1;
+                }
+                None => break,
+            }
+        }
+        if load.write && load.flush_at_end {
+            volume.flush().await.expect("flush");
+        }
+    });
+    (bytes, ops, start.elapsed().as_secs_f64())
+}
+
+/// Writes `byte` over the first `span` bytes of `volume` and flushes, so reads hit real data.
+pub fn fill(volume: &Volume, span: u64, byte: u8) {
+    let cap = volume.capacity().min(span);
+    let chunk = 8 << 20;
+    let mut at = 0;
+    while at < cap {
+        let n = chunk.min(cap - at);
+        let mut b = Buf::new(n as usize);
+        b.fill(byte);
+        block_on(volume.write(at, b, false)).expect("prefill");
+        at += n;
+    }
+    block_on(volume.flush()).expect("flush");
+}

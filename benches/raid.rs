@@ -18,12 +18,10 @@
 //! median (other work on the machine then hits every configuration alike). Write cells end
 //! with a FLUSH, counted in their time (it destages what the cache still holds).
 
-use futures::executor::block_on;
-use futures::stream::{FuturesUnordered, StreamExt};
-use nbraid_core::{Buf, CacheMode, Member, MemoryMember, SyncState, Volume, VolumeOptions};
+use nbraid_benches::{drive, fill, Load};
+use nbraid_core::{CacheMode, Member, MemoryMember, SyncState, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Level, ParityLayout, Region, Shape};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 /// Logical bytes per volume (every configuration moves the same data).
@@ -120,78 +118,18 @@ fn run(s: &Setup, work: Work, qd: usize, secs: f64) -> (u64, u64, f64) {
         Work::RandWriteWt => &s.wt,
         _ => &s.wb,
     };
-    let cap = v.capacity().min(DATA) / bs * bs;
-    let mut rng = 0x2545_f491_4f6c_dd1du64;
-    let mut next_off = 0u64;
-    let seq = !matches!(work, Work::RandWriteWt | Work::RandWriteWb | Work::RandRead);
-    let write = matches!(
-        work,
-        Work::SeqWrite | Work::SeqWriteFull | Work::RandWriteWt | Work::RandWriteWb
-    );
-    let mut offset = move || {
-        if seq {
-            let o = next_off;
-            next_off = (next_off + bs) % cap;
-            o
-        } else {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            (rng % (cap / bs)) * bs
-        }
+    let load = Load {
+        block: bs,
+        depth: qd,
+        sequential: !matches!(work, Work::RandWriteWt | Work::RandWriteWb | Work::RandRead),
+        write: matches!(
+            work,
+            Work::SeqWrite | Work::SeqWriteFull | Work::RandWriteWt | Work::RandWriteWb
+        ),
+        span: DATA,
+        flush_at_end: true,
     };
-    let mut spare: Vec<Buf> = (0..qd)
-        .map(|i| {
-            let mut b = Buf::new(bs as usize);
-            b.fill(i as u8 + 1);
-            b
-        })
-        .collect();
-    let deadline = Duration::from_secs_f64(secs);
-    let start = Instant::now();
-    let (mut bytes, mut ops) = (0u64, 0u64);
-    block_on(async {
-        let mut inflight = FuturesUnordered::new();
-        loop {
-            while inflight.len() < qd && start.elapsed() < deadline {
-                let off = offset();
-                let buf = spare.pop().expect("one buffer per slot");
-                inflight.push(async move {
-                    if write {
-                        v.write(off, buf, false).await
-                    } else {
-                        v.read_into(off, buf).await
-                    }
-                });
-            }
-            match inflight.next().await {
-                Some(r) => {
-                    spare.push(r.expect("benchmark I/O"));
-                    bytes += bs;
-                    ops += 1;
-                }
-                None => break,
-            }
-        }
-        if write {
-            v.flush().await.expect("flush");
-        }
-    });
-    (bytes, ops, start.elapsed().as_secs_f64())
-}
-
-fn fill(v: &Volume) {
-    let cap = v.capacity().min(DATA);
-    let mut at = 0;
-    let chunk = 8 * MIB;
-    while at < cap {
-        let n = chunk.min(cap - at);
-        let mut b = Buf::new(n as usize);
-        b.fill(0x5a);
-        block_on(v.write(at, b, false)).expect("prefill");
-        at += n;
-    }
-    block_on(v.flush()).expect("flush");
+    drive(v, load, secs)
 }
 
 fn main() {
@@ -222,7 +160,7 @@ fn main() {
     for &n in &counts {
         for level in [Level::Raid0, Level::Raid5, Level::Raid6] {
             let s = build(level, n);
-            fill(&s.wb);
+            fill(&s.wb, DATA, 0x5a);
             setups.push(s);
         }
     }
