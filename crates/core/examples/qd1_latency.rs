@@ -1,7 +1,9 @@
 //! QD1 latency of one io_uring file member against the cost of a bare cross-thread wake-up
 //! round trip on this machine (what two engine hops cost at least).
 //!
-//! `cargo run --release -p nbraid-core --example qd1_latency [path]` (default: /dev/shm).
+//! `cargo run --release -p nbraid-core --example qd1_latency [dir]` (default: /dev/shm; on
+//! tmpfs ops up to 1 MiB run inline on the caller's thread, on a disk file system they go
+//! through the ring). `DIRECT=off` opens the member without O_DIRECT.
 
 use futures::executor::block_on;
 use nbraid_core::{Buf, Member, UringFile};
@@ -10,7 +12,15 @@ use std::time::Instant;
 fn main() {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "/dev/shm".into());
     let path = std::path::Path::new(&dir).join(format!("nbraid-qd1-{}.img", std::process::id()));
-    let m = UringFile::open_or_create(&path, 64 << 20).expect("open");
+    let direct = match std::env::var("DIRECT").as_deref() {
+        Ok("off") => nbraid_core::DirectIo::Off,
+        _ => nbraid_core::DirectIo::Auto,
+    };
+    let opts = nbraid_core::FileOptions {
+        direct,
+        engine: None,
+    };
+    let m = UringFile::open_with(&path, Some(64 << 20), opts).expect("open");
     block_on(m.write(0, Buf::zeroed(64 << 20).freeze(), false)).unwrap();
     let n = 20_000u64;
     let mut buf = Buf::new(4096);

@@ -8,6 +8,11 @@
 //! no extra syscalls per op. Buffers are owned by the in-flight slot until their completion
 //! arrives, so the kernel never sees memory that moved or was freed.
 //!
+//! On a memory-backed file system (tmpfs, ramfs) io_uring cannot complete a read or write
+//! inline (no FMODE_NOWAIT): it would hand every op to an io-wq kernel thread, so an op would
+//! cross three threads to do a memory copy. There ops up to `INLINE_MAX` are plain
+//! `pread`/`pwritev2` calls on the caller's thread instead (see `memory_backed`).
+//!
 //! Files are opened with O_DIRECT where the file system allows it (alignment from `statx`
 //! `STATX_DIOALIGN`); an op that does not meet the alignment goes through a second, buffered
 //! descriptor. Where O_DIRECT is refused (older tmpfs, some FUSE) the member runs buffered and
@@ -42,6 +47,12 @@ const MAX_IN_FLIGHT: usize = 2 * RING_ENTRIES as usize - 1;
 const WAKE_TOKEN: u64 = u64::MAX;
 /// Largest single read/write handed to the kernel (a request longer is resubmitted in parts).
 const MAX_RW: usize = 1 << 30;
+/// Largest op on a memory-backed file that the caller runs itself (a 1 MiB copy takes the
+/// caller's thread for ~0.1 ms, like any other CPU work of a request). A longer one goes to the
+/// ring, and from there to an io-wq worker, so it does not hold up the caller's other tasks.
+/// (Measured with 1 MiB sequential NBD I/O on tmpfs: inline costs 10–30% less CPU per op
+/// than the ring.)
+const INLINE_MAX: usize = 1 << 20;
 
 /// Why io_uring or a member could not be set up. Messages say what and where.
 #[derive(Debug, Error)]
@@ -142,6 +153,9 @@ struct Ring {
     wake_fd: OwnedFd,
     /// True while the ring thread is (about to be) blocked in the kernel.
     sleeping: Arc<AtomicBool>,
+    /// Ops handed to this ring (tests check which path an op took).
+    #[cfg(test)]
+    submitted: AtomicUsize,
 }
 
 impl Ring {
@@ -186,10 +200,14 @@ impl Ring {
             tx,
             wake_fd,
             sleeping,
+            #[cfg(test)]
+            submitted: AtomicUsize::new(0),
         }))
     }
 
     fn submit(&self, op: Op) {
+        #[cfg(test)]
+        self.submitted.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = self.tx.send(op) {
             // The ring thread is gone: fail the op instead of hanging its caller.
             let op = e.into_inner();
@@ -237,6 +255,9 @@ struct FileShared {
     dio_mem_align: usize,
     /// Required offset/length alignment for O_DIRECT (power of two).
     dio_off_align: u64,
+    /// A regular file on a memory-backed file system (tmpfs, ramfs): ops up to [`INLINE_MAX`]
+    /// run as plain system calls on the calling thread (see [`memory_backed`]).
+    inline: bool,
 }
 
 impl FileShared {
@@ -320,30 +341,67 @@ impl IoVecs {
     }
 }
 
-struct Op {
+/// One operation and how far it got, whoever runs it (the ring thread or, on a memory-backed
+/// file system, the caller).
+struct Job {
     file: Arc<FileShared>,
     offset: u64,
     kind: OpKind,
     /// Bytes already transferred (short reads/writes are resubmitted for the rest).
     done: usize,
-    /// Set after O_DIRECT refused this op with EINVAL: retry it buffered.
+    /// Set after O_DIRECT refused this op with EINVAL (or for a synchronous op): use the
+    /// buffered descriptor.
     force_buffered: bool,
+}
+
+/// What a completion leaves of a job.
+enum Next {
+    /// Not finished (short transfer, EAGAIN/EINTR, O_DIRECT refused): run it again.
+    Again(Job),
+    Finished(io::Result<Done>),
+}
+
+/// An op queued on (or in flight in) a ring: the job and whom to tell.
+struct Op {
+    job: Job,
     tx: oneshot::Sender<io::Result<Done>>,
 }
 
 /// The descriptor for a vectored op at `offset` over `iov`.
 fn vec_fd(file: &FileShared, force_buffered: bool, offset: u64, iov: &[libc::iovec]) -> RawFd {
-    if force_buffered {
-        return file.buffered.as_raw_fd();
+    match &file.direct {
+        Some(fd)
+            if !force_buffered
+                && offset.is_multiple_of(file.dio_off_align)
+                && iov.iter().all(|v| {
+                    (v.iov_len as u64).is_multiple_of(file.dio_off_align)
+                        && (v.iov_base as usize).is_multiple_of(file.dio_mem_align)
+                }) =>
+        {
+            fd.as_raw_fd()
+        }
+        _ => file.buffered.as_raw_fd(),
     }
-    let pieces: Vec<(usize, usize)> = iov
-        .iter()
-        .map(|v| (v.iov_base as usize, v.iov_len))
-        .collect();
-    file.fd_for_vec(offset, &pieces)
 }
 
-impl Op {
+/// `-errno` of the last failed libc call, io_uring style.
+fn neg_errno() -> i32 {
+    -io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+impl Job {
+    fn new(file: Arc<FileShared>, offset: u64, kind: OpKind) -> Job {
+        Job {
+            file,
+            offset,
+            kind,
+            done: 0,
+            force_buffered: false,
+        }
+    }
+
     fn entry(&mut self, token: u64) -> io_uring::squeue::Entry {
         let off = self.offset + self.done as u64;
         let e = match &mut self.kind {
@@ -408,6 +466,73 @@ impl Op {
         e.user_data(token)
     }
 
+    /// Performs the next step of the job with a plain system call on the buffered descriptor
+    /// (the same thing an io-wq worker would do for it) and returns what io_uring would have
+    /// reported: bytes moved or `-errno`. The buffers are only borrowed for the call.
+    fn syscall(&mut self) -> i32 {
+        let off = (self.offset + self.done as u64) as libc::off_t;
+        let fd = self.file.buffered.as_raw_fd();
+        let r: isize = match &mut self.kind {
+            OpKind::Read { buf } => {
+                let len = (buf.len() - self.done).min(MAX_RW);
+                // SAFETY: `done < buf.len()`; pread writes at most `len` bytes into the buffer,
+                // which we borrow mutably for the duration of the call.
+                unsafe { libc::pread(fd, buf.as_mut_ptr().add(self.done).cast(), len, off) }
+            }
+            OpKind::Write { data, fua } => {
+                let len = (data.len() - self.done).min(MAX_RW);
+                let iov = libc::iovec {
+                    // SAFETY: `done < data.len()`; the kernel only reads through it.
+                    iov_base: unsafe { data.as_ptr().add(self.done) } as *mut libc::c_void,
+                    iov_len: len,
+                };
+                let flags = if *fua { libc::RWF_DSYNC } else { 0 };
+                // SAFETY: one valid iovec over `len` live bytes of `data`, read during the call.
+                unsafe { libc::pwritev2(fd, &iov, 1, off, flags) }
+            }
+            OpKind::ReadV { bufs, iov } => {
+                let pieces = bufs.iter_mut().map(|b| (b.as_mut_ptr() as usize, b.len()));
+                iov.rebuild(pieces, self.done);
+                // SAFETY: the iovecs point into `bufs`, borrowed mutably for the call; their
+                // count is at most IOV_MAX.
+                unsafe { libc::preadv(fd, iov.0.as_ptr(), iov.0.len() as i32, off) }
+            }
+            OpKind::WriteV { data, fua, iov } => {
+                iov.rebuild(
+                    data.iter().map(|d| (d.as_ptr() as usize, d.len())),
+                    self.done,
+                );
+                let flags = if *fua { libc::RWF_DSYNC } else { 0 };
+                // SAFETY: the iovecs point into `data`, alive for the call; at most IOV_MAX.
+                unsafe { libc::pwritev2(fd, iov.0.as_ptr(), iov.0.len() as i32, off, flags) }
+            }
+            // SAFETY: plain system calls on a descriptor we own; no memory is passed.
+            OpKind::Fsync => unsafe { libc::fdatasync(fd) as isize },
+            OpKind::Fallocate { mode, len } => {
+                // SAFETY: as above.
+                unsafe { libc::fallocate(fd, *mode, off, *len as libc::off_t) as isize }
+            }
+        };
+        if r < 0 {
+            neg_errno()
+        } else {
+            // At most MAX_RW bytes per call, so it fits.
+            r as i32
+        }
+    }
+
+    /// Runs the whole job on the calling thread with plain system calls.
+    fn run_sync(mut self) -> io::Result<Done> {
+        self.force_buffered = true;
+        loop {
+            let res = self.syscall();
+            match self.complete(res) {
+                Next::Again(job) => self = job,
+                Next::Finished(r) => return r,
+            }
+        }
+    }
+
     fn total(&self) -> usize {
         match &self.kind {
             OpKind::Read { buf } => buf.len(),
@@ -418,12 +543,12 @@ impl Op {
         }
     }
 
-    /// Applies a completion: `Some(op)` when the op must be submitted again.
-    fn complete(mut self, res: i32) -> Option<Op> {
+    /// Applies a completion (bytes moved or `-errno`).
+    fn complete(mut self, res: i32) -> Next {
         if res < 0 {
             let errno = -res;
             if errno == libc::EAGAIN || errno == libc::EINTR {
-                return Some(self);
+                return Next::Again(self);
             }
             let rw = self.total() > 0;
             if errno == libc::EINVAL && rw && !self.force_buffered && self.file.direct.is_some() {
@@ -432,10 +557,9 @@ impl Op {
                     "O_DIRECT refused an op; retrying it buffered"
                 );
                 self.force_buffered = true;
-                return Some(self);
+                return Next::Again(self);
             }
-            let _ = self.tx.send(Err(io::Error::from_raw_os_error(errno)));
-            return None;
+            return Next::Finished(Err(io::Error::from_raw_os_error(errno)));
         }
         let total = self.total();
         if total > 0 {
@@ -444,19 +568,17 @@ impl Op {
                     OpKind::Read { .. } | OpKind::ReadV { .. } => io::ErrorKind::UnexpectedEof,
                     _ => io::ErrorKind::WriteZero,
                 };
-                let _ = self.tx.send(Err(io::Error::new(
+                return Next::Finished(Err(io::Error::new(
                     kind,
                     format!("transfer stopped after {} of {total} bytes", self.done),
                 )));
-                return None;
             }
             self.done += res as usize;
             if self.done < total {
-                return Some(self);
+                return Next::Again(self);
             }
         }
-        let Op { kind, tx, .. } = self;
-        let done = match kind {
+        let done = match self.kind {
             OpKind::Read { buf } => Done::Read(buf),
             OpKind::ReadV { bufs, .. } => Done::ReadV(bufs),
             // Release our view of the written bytes before waking the caller, so it gets
@@ -466,8 +588,7 @@ impl Op {
                 Done::Unit
             }
         };
-        let _ = tx.send(Ok(done));
-        None
+        Next::Finished(Ok(done))
     }
 }
 
@@ -486,6 +607,8 @@ struct RingThread {
     /// Target of the armed eventfd read.
     wake_buf: Box<u64>,
     wake_armed: bool,
+    /// Scratch space for completions being reaped.
+    reaped: Vec<(u64, i32)>,
 }
 
 impl RingThread {
@@ -501,6 +624,7 @@ impl RingThread {
             backlog: VecDeque::new(),
             wake_buf: Box::new(0),
             wake_armed: false,
+            reaped: Vec::new(),
         }
     }
 
@@ -576,19 +700,18 @@ impl RingThread {
                 self.slots.len() - 1
             }
         };
-        let e = op.entry(slot as u64);
+        let e = op.job.entry(slot as u64);
         self.slots[slot] = Some(op);
         self.in_flight += 1;
         self.push(&e);
     }
 
     fn reap(&mut self) {
-        let done: Vec<(u64, i32)> = self
-            .ring
-            .completion()
-            .map(|c| (c.user_data(), c.result()))
-            .collect();
-        for (token, res) in done {
+        // Copy the completions out first (completing an op may push to the submission queue);
+        // the scratch vector is reused, so reaping allocates nothing.
+        let mut done = std::mem::take(&mut self.reaped);
+        done.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+        for &(token, res) in &done {
             if token == WAKE_TOKEN {
                 self.wake_armed = false;
                 continue;
@@ -600,10 +723,16 @@ impl RingThread {
             };
             self.in_flight -= 1;
             self.free.push(slot);
-            if let Some(again) = op.complete(res) {
-                self.backlog.push_front(again);
+            let Op { job, tx } = op;
+            match job.complete(res) {
+                Next::Again(job) => self.backlog.push_front(Op { job, tx }),
+                Next::Finished(r) => {
+                    let _ = tx.send(r);
+                }
             }
         }
+        done.clear();
+        self.reaped = done;
     }
 }
 
@@ -714,6 +843,7 @@ impl UringFile {
             }
             Some(wanted) => wanted,
         };
+        let inline = !is_block && memory_backed(&file);
         let (direct, mem_align, off_align) = match opts.direct {
             DirectIo::Off => (None, 1, 1),
             mode => match open_direct(path) {
@@ -742,6 +872,7 @@ impl UringFile {
                 buffered: OwnedFd::from(file),
                 dio_mem_align: mem_align,
                 dio_off_align: off_align,
+                inline,
             }),
             ring: engine.pick(),
             unsupported: AtomicU8::new(0),
@@ -760,15 +891,12 @@ impl UringFile {
     }
 
     async fn run(&self, offset: u64, kind: OpKind) -> io::Result<Done> {
+        let job = Job::new(self.shared.clone(), offset, kind);
+        if self.shared.inline && job.total() <= INLINE_MAX {
+            return job.run_sync();
+        }
         let (tx, rx) = oneshot::channel();
-        self.ring.submit(Op {
-            file: self.shared.clone(),
-            offset,
-            kind,
-            done: 0,
-            force_buffered: false,
-            tx,
-        });
+        self.ring.submit(Op { job, tx });
         match rx.await {
             Ok(r) => r,
             Err(_) => Err(io::Error::other("io_uring engine dropped the operation")),
@@ -835,6 +963,32 @@ impl UringFile {
     fn err(&self, op: MemberOp, offset: u64, len: u64, e: io::Error) -> MemberError {
         MemberError::new(&self.name, op, offset, len, e)
     }
+}
+
+/// Whether `file` lives on a memory-backed file system (tmpfs, ramfs).
+///
+/// Those lack FMODE_NOWAIT, so io_uring can never complete a read or write on them inline: it
+/// hands every one to an io-wq kernel worker thread, which copies the bytes and passes the
+/// completion back to the ring thread, which wakes the caller: three thread hops and context
+/// switches for what is a memory copy (measured: ~5.8 context switches per 4 KiB op). The
+/// copy never waits for a device, so the caller does it itself with pread/pwrite instead,
+/// exactly the work the io-wq worker would have done, with no hop at all. (A swapped-out
+/// tmpfs page makes that call wait for swap-in, as it would make the worker wait.)
+///
+/// Block devices are excluded by the caller: their nodes sit on devtmpfs, which reports
+/// TMPFS_MAGIC too.
+fn memory_backed(file: &File) -> bool {
+    const TMPFS_MAGIC: u32 = 0x0102_1994;
+    const RAMFS_MAGIC: u32 = 0x8584_58f6;
+    // SAFETY: `statfs` is plain old data; zeroed is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs(2) on an open descriptor, writing into `st`.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    // f_type's width and sign differ between architectures; the magic is 32 bits.
+    let magic = st.f_type as u32;
+    magic == TMPFS_MAGIC || magic == RAMFS_MAGIC
 }
 
 /// Opens `path` with O_DIRECT and learns its alignment; `Err` says why not.
@@ -1018,5 +1172,199 @@ impl Member for UringFile {
             g.finish(r)
         }
         .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::executor::block_on;
+
+    fn shm_dir() -> Option<tempfile::TempDir> {
+        let dir = tempfile::tempdir_in("/dev/shm").ok()?;
+        let probe = File::create(dir.path().join("probe")).ok()?;
+        memory_backed(&probe).then_some(dir)
+    }
+
+    fn open(path: &Path, size: u64, engine: &Arc<Engine>) -> UringFile {
+        UringFile::open_with(
+            path,
+            Some(size),
+            FileOptions {
+                direct: DirectIo::Auto,
+                engine: Some(engine.clone()),
+            },
+        )
+        .unwrap()
+    }
+
+    fn ring_ops(m: &UringFile) -> usize {
+        m.ring.submitted.load(Ordering::Relaxed)
+    }
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    #[test]
+    fn memory_backed_file_systems_are_recognised() {
+        let Some(dir) = shm_dir() else {
+            eprintln!("no tmpfs at /dev/shm; skipping");
+            return;
+        };
+        let m = open(&dir.path().join("m.img"), 1 << 20, &Engine::new(1).unwrap());
+        assert!(m.shared.inline, "a /dev/shm file runs inline");
+        // A disk file system (the build directory) keeps every op on the ring.
+        let disk = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        let f = File::create(disk.path().join("d.img")).unwrap();
+        if !memory_backed(&f) {
+            let d = open(
+                &disk.path().join("d.img"),
+                1 << 20,
+                &Engine::new(1).unwrap(),
+            );
+            assert!(!d.shared.inline);
+        }
+    }
+
+    /// Every kind of op on a tmpfs member runs on the caller's thread (the ring sees none of
+    /// them) and means the same as through the ring.
+    #[test]
+    fn small_ops_on_tmpfs_run_inline() {
+        let Some(dir) = shm_dir() else {
+            eprintln!("no tmpfs at /dev/shm; skipping");
+            return;
+        };
+        let engine = Engine::new(1).unwrap();
+        let m = open(&dir.path().join("m.img"), 4 << 20, &engine);
+        let a = pattern(3 * 4096 + 100, 1);
+        // Aligned, unaligned, FUA.
+        block_on(m.write(8192, Buf::copy_from(&a).freeze(), false)).unwrap();
+        block_on(m.write(100_001, Buf::copy_from(&a[..777]).freeze(), true)).unwrap();
+        let got = block_on(m.read(8192, Buf::new(a.len()))).unwrap();
+        assert!(got[..] == a[..]);
+        let got = block_on(m.read(100_001, Buf::new(777))).unwrap();
+        assert!(got[..] == a[..777]);
+        // Vectored both ways.
+        let parts = [pattern(4096, 2), pattern(512, 3), pattern(8192, 4)];
+        let data = parts.iter().map(|p| Buf::copy_from(p).freeze()).collect();
+        block_on(m.write_vectored(1 << 20, data, false)).unwrap();
+        let bufs = parts.iter().map(|p| Buf::new(p.len())).collect();
+        let got = block_on(m.read_vectored(1 << 20, bufs)).unwrap();
+        for (g, p) in got.iter().zip(&parts) {
+            assert!(g[..] == p[..]);
+        }
+        // Flush, trim (hole punch) and write-zeroes.
+        block_on(m.flush()).unwrap();
+        block_on(m.trim(8192, 4096)).unwrap();
+        block_on(m.write_zeroes(8192 + 8192, 4096)).unwrap();
+        let got = block_on(m.read(8192, Buf::new(a.len()))).unwrap();
+        assert!(got[..4096].iter().all(|&b| b == 0));
+        assert!(got[4096..8192] == a[4096..8192]);
+        assert!(got[8192..12288].iter().all(|&b| b == 0));
+        assert!(got[12288..] == a[12288..]);
+        assert_eq!(ring_ops(&m), 0, "no op went through the ring");
+        let c = m.counters().snapshot();
+        assert_eq!((c.in_flight, c.errors), (0, 0));
+    }
+
+    /// Ops above INLINE_MAX on tmpfs go through the ring; both paths see each other's data.
+    #[test]
+    fn large_ops_on_tmpfs_use_the_ring() {
+        let Some(dir) = shm_dir() else {
+            eprintln!("no tmpfs at /dev/shm; skipping");
+            return;
+        };
+        let engine = Engine::new(1).unwrap();
+        let m = open(&dir.path().join("m.img"), 4 << 20, &engine);
+        let big = pattern(INLINE_MAX + 4096, 9);
+        block_on(m.write(4096, Buf::copy_from(&big).freeze(), false)).unwrap();
+        assert_eq!(ring_ops(&m), 1);
+        let got = block_on(m.read(4096 + INLINE_MAX as u64, Buf::new(4096))).unwrap();
+        assert!(got[..] == big[INLINE_MAX..]);
+        assert_eq!(ring_ops(&m), 1, "the small read ran inline");
+        block_on(m.write(4096, Buf::copy_from(&big[..4096]).freeze(), false)).unwrap();
+        let got = block_on(m.read(0, Buf::new(big.len() + 4096))).unwrap();
+        assert!(got[4096..] == big[..]);
+        assert_eq!(ring_ops(&m), 2);
+    }
+
+    /// The synchronous runner's error and short-transfer handling, on a file shorter than the
+    /// ranges asked for.
+    #[test]
+    fn inline_jobs_report_eof_and_errors() {
+        let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        let path = dir.path().join("short.img");
+        std::fs::write(&path, pattern(6000, 5)).unwrap();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let shared = Arc::new(FileShared {
+            direct: None,
+            buffered: OwnedFd::from(file),
+            dio_mem_align: 1,
+            dio_off_align: 1,
+            inline: true,
+        });
+        // A read that crosses the end gets what is there, then a clear EOF error.
+        let job = Job::new(
+            shared.clone(),
+            4096,
+            OpKind::Read {
+                buf: Buf::new(4096),
+            },
+        );
+        let e = job.run_sync().err().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(e.to_string().contains("1904 of 4096"), "{e}");
+        // A read inside the file returns the bytes.
+        let job = Job::new(
+            shared.clone(),
+            100,
+            OpKind::Read {
+                buf: Buf::new(1000),
+            },
+        );
+        let Ok(Done::Read(b)) = job.run_sync() else {
+            panic!("read failed")
+        };
+        assert!(b[..] == pattern(6000, 5)[100..1100]);
+        // An invalid fallocate mode is the kernel's error, passed through.
+        let job = Job::new(
+            shared,
+            0,
+            OpKind::Fallocate {
+                mode: libc::FALLOC_FL_PUNCH_HOLE,
+                len: 4096,
+            },
+        );
+        let e = job.run_sync().err().unwrap();
+        assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP));
+    }
+
+    /// A ring op whose future is dropped while in flight keeps its buffer until the kernel is
+    /// done; the ring carries on.
+    #[test]
+    fn dropped_ring_futures_leave_the_ring_working() {
+        let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        let engine = Engine::new(1).unwrap();
+        let m = open(&dir.path().join("d.img"), 8 << 20, &engine);
+        let data = pattern(1 << 20, 7);
+        block_on(m.write(0, Buf::copy_from(&data).freeze(), false)).unwrap();
+        for _ in 0..50 {
+            let mut r = m.read(0, Buf::new(1 << 20));
+            let _ = block_on(async { futures::poll!(&mut r) });
+            drop(r);
+            let mut w = m.write(1 << 20, Buf::copy_from(&data).freeze(), false);
+            let _ = block_on(async { futures::poll!(&mut w) });
+            drop(w);
+        }
+        let got = block_on(m.read(0, Buf::new(2 << 20))).unwrap();
+        assert!(got[..1 << 20] == data[..]);
+        assert!(got[1 << 20..] == data[..]);
     }
 }
