@@ -1,6 +1,6 @@
 //! The engine's volumes as NBD exports.
 
-use crate::nbd::{Export, ZeroFlags};
+use crate::nbd::{Export, PayloadBuf, ZeroFlags};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use nbraid_core::{Buf, Volume, VolumeError};
@@ -30,6 +30,21 @@ struct BufOwner(Buf);
 impl AsRef<[u8]> for BufOwner {
     fn as_ref(&self) -> &[u8] {
         &self.0
+    }
+}
+
+/// A write's payload, received straight into the aligned buffer the engine writes from.
+struct WriteBuf(Buf);
+
+impl PayloadBuf for WriteBuf {
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+    fn into_bytes(self: Box<Self>) -> Bytes {
+        Bytes::from_owner(BufOwner(self.0))
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
     }
 }
 
@@ -81,6 +96,37 @@ impl Export for VolumeExport {
             // Member I/O wants aligned buffers (O_DIRECT); the socket's payload is not.
             let buf = Buf::copy_from(&data);
             drop(data);
+            self.volume
+                .write(offset, buf, fua)
+                .await
+                .map(drop)
+                .map_err(to_io)
+        })
+    }
+
+    fn payload_buffer(&self, len: usize) -> Option<Box<dyn PayloadBuf>> {
+        // `len` is a validated write length (at most `MAX_PAYLOAD`); pooled memory, with
+        // stale contents that the payload overwrites.
+        Some(Box::new(WriteBuf(Buf::new(len))))
+    }
+
+    fn write_payload(
+        &self,
+        offset: u64,
+        data: Box<dyn PayloadBuf>,
+        fua: bool,
+    ) -> BoxFuture<'_, io::Result<()>> {
+        let buf = match data.into_any().downcast::<WriteBuf>() {
+            Ok(b) => b.0,
+            Err(other) => match other.downcast::<Vec<u8>>() {
+                Ok(v) => Buf::copy_from(&v),
+                Err(_) => {
+                    let e = io::Error::other("foreign payload buffer");
+                    return Box::pin(futures::future::ready(Err(e)));
+                }
+            },
+        };
+        Box::pin(async move {
             self.volume
                 .write(offset, buf, fua)
                 .await

@@ -16,6 +16,30 @@ use super::proto;
 /// with a single vectored write.
 pub type ReadData = Vec<Bytes>;
 
+/// Memory a write's payload is received into, handed out by [`Export::payload_buffer`] and
+/// given back, filled, to [`Export::write_payload`]: an export that needs its own kind of
+/// buffer (aligned, pooled) gets the payload there without a copy.
+pub trait PayloadBuf: Send + 'static {
+    /// The bytes to fill: exactly the length asked for.
+    fn as_mut_slice(&mut self) -> &mut [u8];
+    /// The filled buffer as `Bytes` (for [`Export::write`]).
+    fn into_bytes(self: Box<Self>) -> Bytes;
+    /// For taking back the concrete type (`downcast`).
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send>;
+}
+
+impl PayloadBuf for Vec<u8> {
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        self
+    }
+    fn into_bytes(self: Box<Self>) -> Bytes {
+        Bytes::from(*self)
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
+}
+
 /// One run of blocks with the same `base:allocation` status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Extent {
@@ -94,6 +118,23 @@ pub trait Export: Send + Sync + 'static {
     }
     /// Writes `data` at `offset`; with `fua`, completes only once the data is durable.
     fn write(&self, offset: u64, data: Bytes, fua: bool) -> BoxFuture<'_, io::Result<()>>;
+    /// A buffer of exactly `len` bytes (a validated write length) to receive a write's payload
+    /// into, later passed to [`Export::write_payload`]; `None` (the default) lets the server
+    /// pick its own and call [`Export::write`].
+    fn payload_buffer(&self, len: usize) -> Option<Box<dyn PayloadBuf>> {
+        let _ = len;
+        None
+    }
+    /// Writes a payload received into a buffer from [`Export::payload_buffer`]. The default
+    /// passes it to [`Export::write`] as `Bytes`.
+    fn write_payload(
+        &self,
+        offset: u64,
+        data: Box<dyn PayloadBuf>,
+        fua: bool,
+    ) -> BoxFuture<'_, io::Result<()>> {
+        self.write(offset, data.into_bytes(), fua)
+    }
     /// Makes every completed write durable.
     fn flush(&self) -> BoxFuture<'_, io::Result<()>>;
     /// Hint that `[offset, offset+len)` is no longer needed; contents afterwards are undefined.

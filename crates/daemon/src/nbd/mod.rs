@@ -47,7 +47,7 @@ mod transmission;
 #[cfg(test)]
 mod tests;
 
-pub use export::{errno_for, Export, Extent, MemoryExport, ReadData, ZeroFlags};
+pub use export::{errno_for, Export, Extent, MemoryExport, PayloadBuf, ReadData, ZeroFlags};
 pub use server::{advertised_preferred, Listener, Server, ServerError};
 pub use transmission::Limits;
 

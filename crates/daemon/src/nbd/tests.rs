@@ -1549,3 +1549,147 @@ async fn shutdown_answers_unread_requests_with_eshutdown() {
         "refused write not done"
     );
 }
+
+/// Odd 4 KiB blocks answer after a few yields (their requests run as tasks); the others
+/// complete on the first poll, in the reader. Writes arrive in buffers from `payload_buffer`.
+struct MixedExport {
+    inner: MemoryExport,
+    own_buffers: AtomicUsize,
+}
+
+struct TestPayload(Vec<u8>);
+
+impl PayloadBuf for TestPayload {
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+    fn into_bytes(self: Box<Self>) -> Bytes {
+        Bytes::from(self.0)
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
+}
+
+impl Export for MixedExport {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read(&self, offset: u64, len: u32) -> BoxFuture<'_, io::Result<Bytes>> {
+        Box::pin(async move {
+            if (offset / 4096) % 2 == 1 {
+                for _ in 0..(offset / 4096) % 7 + 1 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            self.inner.read(offset, len).await
+        })
+    }
+    fn write(&self, offset: u64, data: Bytes, fua: bool) -> BoxFuture<'_, io::Result<()>> {
+        self.inner.write(offset, data, fua)
+    }
+    fn payload_buffer(&self, len: usize) -> Option<Box<dyn PayloadBuf>> {
+        Some(Box::new(TestPayload(vec![0; len])))
+    }
+    fn write_payload(
+        &self,
+        offset: u64,
+        data: Box<dyn PayloadBuf>,
+        fua: bool,
+    ) -> BoxFuture<'_, io::Result<()>> {
+        let v = data
+            .into_any()
+            .downcast::<TestPayload>()
+            .expect("own buffer")
+            .0;
+        self.own_buffers.fetch_add(1, Ordering::SeqCst);
+        self.inner.write(offset, Bytes::from(v), fua)
+    }
+    fn flush(&self) -> BoxFuture<'_, io::Result<()>> {
+        self.inner.flush()
+    }
+    fn write_zeroes(&self, o: u64, l: u32, f: ZeroFlags) -> BoxFuture<'_, io::Result<()>> {
+        self.inner.write_zeroes(o, l, f)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_and_task_replies_never_interleave_over_a_tight_pipe() {
+    const BLOCKS: u64 = 256;
+    let e = Arc::new(MixedExport {
+        inner: MemoryExport::new(BLOCKS * 65536),
+        own_buffers: AtomicUsize::new(0),
+    });
+    e.inner.fill(0, &pattern((BLOCKS * 65536) as usize, 9));
+    let server = server_with(vec![("a", e.clone())]);
+    // A pipe much smaller than one reply: every reply takes many partial writes.
+    let (a, b) = duplex(1000);
+    let mut c = Client {
+        s: a,
+        handle: Some(server.spawn_connection(b)),
+    };
+    c.go("a", false).await;
+    let (mut rd, mut wr) = tokio::io::split(c.s);
+    // Reads of 4 KiB or 64 KiB (inline or as tasks) and 4 KiB writes, sent while the replies
+    // are read; cookies say what each reply must hold.
+    let sender = tokio::spawn(async move {
+        for i in 0..2000u64 {
+            let block = (i * 7) % BLOCKS;
+            let h = |typ, len| RequestHeader {
+                flags: 0,
+                typ,
+                cookie: i,
+                offset: block * 4096,
+                length: len,
+            };
+            match i % 3 {
+                0 => wr.write_all(&h(CMD_READ, 4096).encode()).await.unwrap(),
+                1 => wr.write_all(&h(CMD_READ, 65536).encode()).await.unwrap(),
+                _ => {
+                    wr.write_all(&h(CMD_WRITE, 4096).encode()).await.unwrap();
+                    // Same contents as already there: reads stay predictable.
+                    let all = pattern((BLOCKS * 65536) as usize, 9);
+                    let off = (block * 4096) as usize;
+                    wr.write_all(&all[off..off + 4096]).await.unwrap();
+                }
+            }
+        }
+        wr
+    });
+    let all = pattern((BLOCKS * 65536) as usize, 9);
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..2000 {
+        let mut h = [0u8; 16];
+        bounded(rd.read_exact(&mut h)).await.unwrap();
+        assert_eq!(&h[0..4], &SIMPLE_REPLY_MAGIC.to_be_bytes());
+        assert_eq!(u32::from_be_bytes(h[4..8].try_into().unwrap()), 0);
+        let cookie = u64::from_be_bytes(h[8..16].try_into().unwrap());
+        assert!(seen.insert(cookie), "cookie {cookie} answered twice");
+        let off = ((cookie * 7) % BLOCKS * 4096) as usize;
+        let len = match cookie % 3 {
+            0 => 4096,
+            1 => 65536,
+            _ => 0,
+        };
+        let mut data = vec![0u8; len];
+        bounded(rd.read_exact(&mut data)).await.unwrap();
+        assert!(data == all[off..off + len], "payload of cookie {cookie}");
+    }
+    let mut wr = sender.await.unwrap();
+    wr.write_all(
+        &RequestHeader {
+            flags: 0,
+            typ: CMD_DISC,
+            cookie: 0,
+            offset: 0,
+            length: 0,
+        }
+        .encode(),
+    )
+    .await
+    .unwrap();
+    let mut rest = Vec::new();
+    bounded(rd.read_to_end(&mut rest)).await.unwrap();
+    assert!(rest.is_empty());
+    assert!(e.own_buffers.load(Ordering::SeqCst) >= 600);
+}

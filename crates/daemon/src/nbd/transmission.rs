@@ -13,7 +13,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
-use super::export::{errno_for, Export, Extent, ReadData, ZeroFlags};
+use super::export::{errno_for, Export, Extent, PayloadBuf, ReadData, ZeroFlags};
 use super::handshake::Negotiated;
 use super::proto::*;
 use super::server::{shutdown_signalled, Shared};
@@ -155,13 +155,21 @@ where
         } else {
             None
         };
-        let payload = if req.typ == CMD_WRITE {
-            match read_payload(&mut r, req.length as usize).await {
+        let payload = if req.typ == CMD_WRITE && req.length > 0 {
+            // The length is validated (at most MAX_PAYLOAD) and its budget taken.
+            let len = req.length as usize;
+            let got = match conn.export.payload_buffer(len) {
+                Some(mut buf) => read_into(&mut r, buf.as_mut_slice(), len)
+                    .await
+                    .map(|()| WriteData::Own(buf)),
+                None => read_payload(&mut r, len).await.map(WriteData::Bytes),
+            };
+            match got {
                 Ok(p) => p,
                 Err(e) => break Err(e.into()),
             }
         } else {
-            Bytes::new()
+            WriteData::None
         };
 
         let small = req.length <= INLINE_MAX;
@@ -308,8 +316,16 @@ fn validate(c: &Conn, req: &RequestHeader) -> Result<(), (u32, &'static str)> {
     Ok(())
 }
 
+/// A write's payload, as received.
+enum WriteData {
+    None,
+    Bytes(Bytes),
+    /// In a buffer from `Export::payload_buffer`.
+    Own(Box<dyn PayloadBuf>),
+}
+
 /// Runs one validated request against the export; returns the reply header and payload.
-async fn execute(c: &Conn, req: RequestHeader, payload: Bytes) -> (Vec<u8>, ReadData) {
+async fn execute(c: &Conn, req: RequestHeader, payload: WriteData) -> (Vec<u8>, ReadData) {
     let e = &*c.export;
     let fua = req.flags & CMD_FLAG_FUA != 0;
     let (off, len) = (req.offset, req.length);
@@ -339,12 +355,12 @@ async fn execute(c: &Conn, req: RequestHeader, payload: Bytes) -> (Vec<u8>, Read
                 Err(err) => export_error(c, &req, &err),
             }
         }
-        CMD_WRITE => {
-            if payload.is_empty() {
-                return done(Ok(()));
-            }
-            done(e.write(off, payload, fua).await)
-        }
+        CMD_WRITE => match payload {
+            WriteData::None => done(Ok(())),
+            WriteData::Bytes(b) if b.is_empty() => done(Ok(())),
+            WriteData::Bytes(b) => done(e.write(off, b, fua).await),
+            WriteData::Own(buf) => done(e.write_payload(off, buf, fua).await),
+        },
         CMD_FLUSH => done(e.flush().await),
         CMD_TRIM => {
             if len == 0 {
@@ -533,6 +549,16 @@ async fn read_payload<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> io::Result
         }
     }
     Ok(buf.freeze())
+}
+
+/// Fills `buf` (from the export, exactly the validated length) with a write payload.
+async fn read_into<R: AsyncRead + Unpin>(r: &mut R, buf: &mut [u8], len: usize) -> io::Result<()> {
+    if buf.len() != len {
+        return Err(io::Error::other(
+            "export gave a payload buffer of the wrong length",
+        ));
+    }
+    r.read_exact(buf).await.map(drop)
 }
 
 async fn discard<R: AsyncRead + Unpin>(r: &mut R, len: u64) -> io::Result<()> {
