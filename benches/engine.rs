@@ -1,11 +1,13 @@
 //! Engine benchmark (not a test): sequential 1 MiB and random 4 KiB reads and writes at queue
 //! depths 1, 8 and 32, for RAID 0 and RAID 10 of 2, 4 and 8 members, each beside a single
-//! member measured in the same run, over memory members and over files on /dev/shm through
-//! io_uring. Prints MB/s, IOPS and the ratios to the single member.
+//! member measured in the same run, over memory members, over files on /dev/shm through
+//! io_uring, and over simulated devices (`dev`: one op at a time, 100 µs + 1 GB/s — the backend
+//! where striping has device time to overlap). Prints MB/s, IOPS and the ratios to the single
+//! member.
 //!
 //! ```sh
 //! cargo bench -p nbraid-benches --bench engine            # everything (~1-2 minutes)
-//! cargo bench -p nbraid-benches --bench engine -- shm     # only one backend (mem | shm | disk)
+//! cargo bench -p nbraid-benches --bench engine -- shm     # only one backend (mem | shm | dev | disk)
 //! NBRAID_BENCH_SECS=0.2 NBRAID_BENCH_SAMPLES=5 cargo bench -p nbraid-benches --bench engine
 //! NBRAID_BENCH_DIR=/var/tmp cargo bench ... -- disk      # files on a disk file system
 //! ```
@@ -14,21 +16,27 @@
 //! is a mirror too). Volumes hold the same 256 MiB of data whatever the member count, so
 //! every configuration moves the same bytes.
 
-use nbraid_benches::{drive, fill, Load};
+use nbraid_benches::{drive, fill, Load, SimDevice};
 use nbraid_core::{DirectIo, FileOptions, Member, MemoryMember, UringFile, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Level, Node, ParityLayout, Region, Shape};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 const DATA: u64 = 256 * MIB;
 const STRIP: u64 = 64 << 10;
+/// A simulated device: 100 µs per op plus 1 GB/s of transfer, one op at a time.
+const SIM_LATENCY: Duration = Duration::from_micros(100);
+const SIM_BYTES_PER_SEC: f64 = 1e9;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Backend {
     Mem,
     Shm,
     Disk,
+    /// Simulated devices (`SimDevice`): one op at a time, latency plus transfer time.
+    Dev,
 }
 
 impl Backend {
@@ -37,6 +45,7 @@ impl Backend {
             Backend::Mem => "mem",
             Backend::Shm => "shm",
             Backend::Disk => "disk",
+            Backend::Dev => "dev",
         }
     }
 }
@@ -114,10 +123,17 @@ fn build(backend: Backend, cfg: Config, dir_base: &PathBuf) -> Setup {
         Some(_) => cfg.members / 2,
     } as u64;
     let member_len = (DATA / data_members).div_ceil(STRIP) * STRIP;
-    let dir = (backend != Backend::Mem).then(|| tempfile::tempdir_in(dir_base).expect("temp dir"));
+    let dir = matches!(backend, Backend::Shm | Backend::Disk)
+        .then(|| tempfile::tempdir_in(dir_base).expect("temp dir"));
     let members: Vec<Arc<dyn Member>> = (0..cfg.members)
         .map(|i| -> Arc<dyn Member> {
             match &dir {
+                None if backend == Backend::Dev => Arc::new(SimDevice::new(
+                    format!("dev{i}"),
+                    member_len,
+                    SIM_LATENCY,
+                    SIM_BYTES_PER_SEC,
+                )),
                 None => Arc::new(MemoryMember::new(format!("mem{i}"), member_len)),
                 Some(d) => Arc::new(
                     UringFile::open_with(
@@ -195,7 +211,7 @@ fn main() {
         STRIP >> 10,
         DATA >> 20
     );
-    for backend in [Backend::Mem, Backend::Shm, Backend::Disk] {
+    for backend in [Backend::Mem, Backend::Shm, Backend::Dev, Backend::Disk] {
         if !wanted(backend) {
             continue;
         }

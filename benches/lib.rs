@@ -1,9 +1,11 @@
-//! Shared helpers for the benches: a queue-depth driver and a prefill for volume benchmarks
-//! (`engine.rs`, `raid.rs`). The criterion benches (`parity.rs`, `layout.rs`) need none.
+//! Shared helpers for the benches: a queue-depth driver, a prefill and a simulated device for
+//! volume benchmarks (`engine.rs`, `raid.rs`). The criterion benches (`parity.rs`,
+//! `layout.rs`) need none.
 
 use futures::executor::block_on;
+use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
-use nbraid_core::{Buf, Volume};
+use nbraid_core::{Buf, Member, MemberCounters, MemberResult, MemoryMember, SharedBuf, Volume};
 use std::time::{Duration, Instant};
 
 /// What one benchmark cell does to the volume.
@@ -94,4 +96,93 @@ pub fn fill(volume: &Volume, span: u64, byte: u8) {
         at += n;
     }
     block_on(volume.flush()).expect("flush");
+}
+
+/// A simulated device for benchmarks: one operation at a time, each taking `latency` plus its
+/// bytes at `bytes_per_sec` (a vectored operation is one operation) — so a single member
+/// saturates whatever the queue depth, and striping over N of them can show N×. Memory members,
+/// which finish at memory speed, cannot: there is no device time to overlap.
+pub struct SimDevice {
+    inner: MemoryMember,
+    busy: futures::lock::Mutex<()>,
+    latency: Duration,
+    bytes_per_sec: f64,
+}
+
+impl SimDevice {
+    pub fn new(name: String, len: u64, latency: Duration, bytes_per_sec: f64) -> SimDevice {
+        SimDevice {
+            inner: MemoryMember::new(name, len),
+            busy: futures::lock::Mutex::new(()),
+            latency,
+            bytes_per_sec,
+        }
+    }
+
+    /// Holds the device for one operation of `bytes`.
+    async fn serve(&self, bytes: usize) -> futures::lock::MutexGuard<'_, ()> {
+        let held = self.busy.lock().await;
+        let transfer = Duration::from_secs_f64(bytes as f64 / self.bytes_per_sec);
+        nbraid_core::timer::sleep(self.latency + transfer).await;
+        held
+    }
+}
+
+impl Member for SimDevice {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+
+    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
+        Box::pin(async move {
+            let _held = self.serve(buf.len()).await;
+            self.inner.read(offset, buf).await
+        })
+    }
+
+    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
+        Box::pin(async move {
+            let _held = self.serve(data.len()).await;
+            self.inner.write(offset, data, fua).await
+        })
+    }
+
+    fn read_vectored(&self, offset: u64, bufs: Vec<Buf>) -> BoxFuture<'_, MemberResult<Vec<Buf>>> {
+        Box::pin(async move {
+            let _held = self.serve(bufs.iter().map(|b| b.len()).sum()).await;
+            self.inner.read_vectored(offset, bufs).await
+        })
+    }
+
+    fn write_vectored(
+        &self,
+        offset: u64,
+        data: Vec<SharedBuf>,
+        fua: bool,
+    ) -> BoxFuture<'_, MemberResult<()>> {
+        Box::pin(async move {
+            let _held = self.serve(data.iter().map(|d| d.len()).sum()).await;
+            self.inner.write_vectored(offset, data, fua).await
+        })
+    }
+
+    fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
+        self.inner.flush()
+    }
+
+    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        self.inner.trim(offset, len)
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        self.inner.write_zeroes(offset, len)
+    }
+
+    fn counters(&self) -> &MemberCounters {
+        self.inner.counters()
+    }
 }

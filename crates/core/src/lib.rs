@@ -20,7 +20,7 @@ pub mod read_policy;
 mod rng;
 pub mod split;
 pub mod stripe;
-mod timer;
+pub mod timer;
 pub mod uring;
 pub mod volume;
 

@@ -57,7 +57,7 @@ fn timer() -> &'static Sender<Wake> {
 }
 
 /// Completes after `d` (at once for zero).
-pub(crate) async fn sleep(d: Duration) {
+pub async fn sleep(d: Duration) {
     if d.is_zero() {
         return;
     }
