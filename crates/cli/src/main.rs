@@ -114,14 +114,28 @@ fn print_out(out: &str) {
 }
 
 fn create(file: &std::path::Path) -> Result<String> {
+    use nbraid_daemon::config::MemberState;
     let config = nbraid_daemon::config::load(file)?;
     let created = config.create_missing_members()?;
     let mut out = String::new();
-    if created.is_empty() {
-        out.push_str(&format!("all {} members exist\n", config.members.len()));
-    }
-    for p in created {
+    for p in &created {
         out.push_str(&format!("created {}\n", p.display()));
+    }
+    let left: Vec<_> = config
+        .members
+        .iter()
+        .enumerate()
+        .filter(|(i, m)| m.state == MemberState::Missing && !config.may_create(*i))
+        .collect();
+    for (_, m) in &left {
+        out.push_str(&format!(
+            "not created {} (member {}): a volume on it has data; an empty file would stand in for it, so it runs degraded until the member is restored or replaced\n",
+            m.path.display(),
+            m.id
+        ));
+    }
+    if created.is_empty() && left.is_empty() {
+        out.push_str(&format!("all {} members exist\n", config.members.len()));
     }
     Ok(out)
 }

@@ -1,11 +1,11 @@
 //! From a checked [`Config`] to running volumes: opens (or creates) every member once through
 //! io_uring and builds each volume over the members it lists.
 //!
-//! Without on-disk metadata yet, "new" is decided from what exists: a volume whose members are
-//! all missing (or in memory) is new — its member files are created sparse, all zeroes, so its
-//! parity is in sync from the start. A member missing from a volume that already has data is
-//! never recreated (an empty file would silently stand in for lost data): the volume starts
-//! degraded without it, or refuses to start when that is beyond its fault tolerance.
+//! Without on-disk metadata yet, "new" is decided from what exists
+//! ([`Config::volume_is_new`], [`Config::may_create`]): a new volume's member files are created
+//! sparse, all zeroes, so its parity is in sync from the start. A member missing from a volume
+//! that already has data is never recreated: the volume starts degraded without it, or refuses
+//! to start when that is beyond its fault tolerance.
 
 use crate::config::{self, Config, MemberState};
 use futures::future::{self, BoxFuture};
@@ -59,23 +59,14 @@ pub struct Assembled {
 
 /// Opens every member (creating the files of new volumes sparse) and builds every volume.
 pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
-    let absent = |m: usize| config.members[m].state == MemberState::Missing;
-    let in_memory = |m: usize| config.members[m].state == MemberState::Memory;
     let fresh: Vec<bool> = config
         .volumes
         .iter()
-        .map(|v| v.members.iter().all(|&m| absent(m) || in_memory(m)))
+        .map(|v| config.volume_is_new(v))
         .collect();
-    // A missing member is created only when every volume on it is new.
-    let create = |m: usize| {
-        absent(m)
-            && config
-                .volumes
-                .iter()
-                .zip(&fresh)
-                .filter(|(v, _)| v.members.contains(&m))
-                .all(|(_, &f)| f)
-    };
+    // Missing members that may not be created stand in as lost.
+    let absent =
+        |m: usize| config.members[m].state == MemberState::Missing && !config.may_create(m);
     let members = config
         .members
         .iter()
@@ -84,7 +75,7 @@ pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
             if m.state == MemberState::Memory {
                 return Ok(Arc::new(MemoryMember::new(&m.id, m.size)) as Arc<dyn Member>);
             }
-            if absent(i) && !create(i) {
+            if absent(i) {
                 return Ok(Arc::new(Absent::new(&m.id, m.size)) as Arc<dyn Member>);
             }
             if let Some(dir) = m.path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -124,7 +115,7 @@ pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
             )?;
             let mut missing = Vec::new();
             for (slot, &m) in v.members.iter().enumerate() {
-                if absent(m) && !create(m) {
+                if absent(m) {
                     let member = &config.members[m];
                     volume.fail_member(
                         slot,
@@ -162,11 +153,11 @@ pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
 pub fn volume_options(v: &config::Volume) -> VolumeOptions {
     VolumeOptions {
         block_size: u64::from(v.block_size),
-        read_policy: v
-            .read_policy
-            .name()
-            .parse::<ReadPolicy>()
-            .unwrap_or_default(),
+        read_policy: match v.read_policy {
+            config::ReadPolicy::RoundRobin => ReadPolicy::RoundRobin,
+            config::ReadPolicy::LeastPending => ReadPolicy::LeastPending,
+            config::ReadPolicy::Nearest => ReadPolicy::Nearest,
+        },
         cache: match v.cache {
             config::CacheMode::WriteBack => CacheMode::WriteBack {
                 bytes: v.cache_size,

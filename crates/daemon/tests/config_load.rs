@@ -271,7 +271,7 @@ block_size = 512
 }
 
 #[test]
-fn existing_files_give_their_size_and_create_makes_the_missing_ones() {
+fn existing_files_give_their_size_and_a_missing_member_of_them_is_not_created() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::File::create(dir.path().join("a.img"))
         .unwrap()
@@ -316,17 +316,11 @@ members = ["a", "b", "c"]
     );
     assert_eq!(c.volumes[0].capacity(), 2 * (64 * MIB - METADATA_RESERVED));
 
-    let created = c.create_missing_members().unwrap();
-    assert_eq!(created, vec![dir.path().join("new/c.img")]);
-    assert_eq!(
-        std::fs::metadata(dir.path().join("new/c.img"))
-            .unwrap()
-            .len(),
-        64 * MIB
-    );
-    let again = config::load(&cfg).unwrap();
-    assert_eq!(again.members[2].state, MemberState::File { len: 64 * MIB });
-    assert!(again.create_missing_members().unwrap().is_empty());
+    // a and b exist, so the volume may hold data: c is not recreated (it would stand in for
+    // lost data with zeroes); the daemon runs the volume degraded without it.
+    assert!(!c.may_create(2));
+    assert!(c.create_missing_members().unwrap().is_empty());
+    assert!(!dir.path().join("new/c.img").exists());
 }
 
 #[test]
@@ -394,4 +388,41 @@ members = ["m0", "m1"]
     );
     // Nothing to create on disk.
     assert!(c.create_missing_members().unwrap().is_empty());
+}
+
+/// Creating members never recreates one that vanished from a volume that has data (an empty
+/// file would silently stand in for it); the members of a new volume are all created.
+#[test]
+fn only_the_members_of_new_volumes_are_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = r#"
+[[member]]
+id = "a0"
+path = "a0.img"
+size = "8MiB"
+[[member]]
+id = "a1"
+path = "a1.img"
+size = "8MiB"
+[[member]]
+id = "a2"
+path = "a2.img"
+size = "8MiB"
+[[volume]]
+name = "r5"
+level = "raid5"
+members = ["a0", "a1", "a2"]
+"#;
+    let file = dir.path().join("arrays.toml");
+    let load = || config::parse(text, &file).unwrap();
+    let c = load();
+    assert!(c.volume_is_new(&c.volumes[0]));
+    assert_eq!(c.create_missing_members().unwrap().len(), 3);
+
+    std::fs::remove_file(dir.path().join("a1.img")).unwrap();
+    let c = load();
+    assert!(!c.volume_is_new(&c.volumes[0]));
+    assert!(!c.may_create(1));
+    assert!(c.create_missing_members().unwrap().is_empty());
+    assert!(!dir.path().join("a1.img").exists());
 }

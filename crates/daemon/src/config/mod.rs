@@ -284,12 +284,36 @@ impl Config {
         self.summary().to_string()
     }
 
-    /// Creates every missing member file as a sparse file of the member's size (and its
-    /// directory). Returns the paths created. Existing files and devices are left alone.
+    /// Whether volume `v` is new: every one of its members is missing (or in memory). Its
+    /// files can be created, all zeroes, so its parity starts in sync.
+    pub fn volume_is_new(&self, v: &Volume) -> bool {
+        v.members.iter().all(|&m| {
+            matches!(
+                self.members[m].state,
+                MemberState::Missing | MemberState::Memory
+            )
+        })
+    }
+
+    /// Whether member `m` may be created: it is missing and every volume on it is new. A
+    /// member missing from a volume that has data is never recreated — an empty file would
+    /// silently stand in for the lost data; the volume runs degraded without it instead.
+    pub fn may_create(&self, m: usize) -> bool {
+        self.members[m].state == MemberState::Missing
+            && self
+                .volumes
+                .iter()
+                .filter(|v| v.members.contains(&m))
+                .all(|v| self.volume_is_new(v))
+    }
+
+    /// Creates the missing member files that [`Config::may_create`] allows, sparse at the
+    /// member's size (and their directories). Returns the paths created. Existing files and
+    /// devices are left alone.
     pub fn create_missing_members(&self) -> io::Result<Vec<PathBuf>> {
         let mut created = Vec::new();
-        for m in &self.members {
-            if m.state == MemberState::Memory || m.path.exists() {
+        for (i, m) in self.members.iter().enumerate() {
+            if !self.may_create(i) || m.path.exists() {
                 continue;
             }
             if let Some(dir) = m.path.parent().filter(|d| !d.as_os_str().is_empty()) {

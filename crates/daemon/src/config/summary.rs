@@ -28,6 +28,9 @@ pub struct MemberSummary {
     /// Bytes after the last volume's region, free for more volumes.
     pub free_bytes: u64,
     pub state: MemberState,
+    /// Missing, and every volume on it is new: assembly creates it (sparse). A missing member
+    /// of a volume with data is not created; the volume runs degraded without it.
+    pub will_create: bool,
     /// Volumes with a region on this member, in allocation order.
     pub volumes: Vec<String>,
 }
@@ -73,7 +76,9 @@ impl Summary {
         let mut members: Vec<MemberSummary> = config
             .members
             .iter()
-            .map(|m| MemberSummary {
+            .enumerate()
+            .map(|(i, m)| MemberSummary {
+                will_create: config.may_create(i),
                 id: m.id.clone(),
                 path: m.path.display().to_string(),
                 size_bytes: m.size,
@@ -182,7 +187,12 @@ impl fmt::Display for Summary {
                     format_size(m.used_bytes),
                     format_size(m.free_bytes),
                     match m.state {
-                        MemberState::Missing => "missing: created sparse on assembly".into(),
+                        MemberState::Missing if m.will_create => {
+                            "missing: created sparse on assembly".into()
+                        }
+                        MemberState::Missing => {
+                            "MISSING: its volumes run degraded without it".into()
+                        }
                         MemberState::File { .. } => "file".into(),
                         MemberState::BlockDevice { .. } => "block device".into(),
                         MemberState::Memory => "memory (lost at exit)".into(),
