@@ -271,6 +271,16 @@ impl SharedBuf {
         unsafe { self.alloc.ptr.as_ptr().add(self.off) }
     }
 
+    /// Bytes of the whole allocation this view keeps alive.
+    pub fn alloc_len(&self) -> usize {
+        self.alloc.cap
+    }
+
+    /// Identifies the allocation (equal for views of the same one while any is alive).
+    pub fn alloc_id(&self) -> usize {
+        Arc::as_ptr(&self.alloc) as usize
+    }
+
     /// The bytes `range` of this view (relative to it).
     pub fn slice(&self, range: Range<usize>) -> SharedBuf {
         assert!(

@@ -30,7 +30,7 @@ pub use faulty::{CrashReport, FaultOps, Faulty};
 pub use member::{CounterSnapshot, Member, MemberCounters, MemberError, MemberOp, MemberResult};
 pub use memory::MemoryMember;
 pub use node::{ArrayNode, MemberState, ZeroKind};
-pub use raid::{CacheMode, SyncState};
+pub use raid::{CacheMode, CacheUsage, SyncState};
 pub use read_policy::ReadPolicy;
 pub use uring::{DirectIo, Engine, FileOptions, UringError, UringFile};
 pub use volume::{Volume, VolumeCounters, VolumeOptions, MAX_REQUEST_BYTES};

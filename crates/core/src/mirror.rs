@@ -294,6 +294,10 @@ impl ArrayNode for MirrorNode {
         .boxed()
     }
 
+    fn cache_usage(&self) -> crate::raid::CacheUsage {
+        crate::node::children_cache_usage(&self.children)
+    }
+
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
             // As for writes: done when at least one copy holds everything (a copy whose

@@ -15,6 +15,7 @@
 use crate::buf::{Buf, SharedBuf};
 use crate::error::{VolumeError, VolumeResult};
 use crate::member::Member;
+use crate::raid::CacheUsage;
 use futures::future::{join_all, BoxFuture};
 use futures::FutureExt;
 use nbraid_layout::ChildPiece;
@@ -88,6 +89,11 @@ pub trait ArrayNode: Send + Sync {
         futures::future::ready(Ok(())).boxed()
     }
 
+    /// What write-back caches in this node and below hold (nothing for kinds without one).
+    fn cache_usage(&self) -> CacheUsage {
+        CacheUsage::default()
+    }
+
     /// Recomputes the parity of stripes not known to be in sync, in this node and below
     /// (nothing to do for kinds without parity and without children).
     fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
@@ -108,8 +114,12 @@ pub struct MemberSlot {
     pub member: Arc<dyn Member>,
     /// Set once the member returned an error that leaves its contents stale.
     failed: AtomicBool,
-    /// Set after a write (not FUA) completes; cleared by a flush of the member.
-    dirty: AtomicBool,
+    /// Writes (not FUA) completed on the member so far: each bumps it once it is done.
+    writes_done: AtomicU64,
+    /// The highest `writes_done` a completed member flush is known to cover. A flush is
+    /// needed while it is below `writes_done`; concurrent flushes each flush until it is
+    /// not, so none is acknowledged before the writes it must cover are durable.
+    writes_durable: AtomicU64,
     /// Read errors this member returned (repaired or not).
     read_errors: AtomicU64,
 }
@@ -123,13 +133,20 @@ impl MemberSlot {
         self.read_errors.load(Ordering::Relaxed)
     }
 
-    /// Clears the dirty mark, returning whether it was set.
-    pub(crate) fn take_dirty(&self) -> bool {
-        self.dirty.swap(false, Ordering::AcqRel)
+    /// The write count a flush started now must make durable, or `None` when every
+    /// completed write is already known durable.
+    pub(crate) fn flush_target(&self) -> Option<u64> {
+        let done = self.writes_done.load(Ordering::Acquire);
+        (self.writes_durable.load(Ordering::Acquire) < done).then_some(done)
+    }
+
+    /// Records that a member flush started after `target` writes had completed succeeded.
+    pub(crate) fn flushed(&self, target: u64) {
+        self.writes_durable.fetch_max(target, Ordering::AcqRel);
     }
 
     pub(crate) fn mark_dirty(&self) {
-        self.dirty.store(true, Ordering::Release);
+        self.writes_done.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -148,7 +165,8 @@ impl MemberTable {
                 .map(|member| MemberSlot {
                     member,
                     failed: AtomicBool::new(false),
-                    dirty: AtomicBool::new(false),
+                    writes_done: AtomicU64::new(0),
+                    writes_durable: AtomicU64::new(0),
                     read_errors: AtomicU64::new(0),
                 })
                 .collect(),
@@ -486,6 +504,13 @@ pub(crate) fn all_ok(results: Vec<VolumeResult<()>>) -> VolumeResult<()> {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// The children's caches together.
+pub(crate) fn children_cache_usage(children: &[Box<dyn ArrayNode>]) -> CacheUsage {
+    children
+        .iter()
+        .fold(CacheUsage::default(), |u, c| u.plus(c.cache_usage()))
 }
 
 pub(crate) async fn flush_children(children: &[Box<dyn ArrayNode>]) -> VolumeResult<()> {

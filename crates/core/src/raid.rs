@@ -255,26 +255,137 @@ struct CacheState {
     lru: BTreeMap<u64, u64>,
     /// Dirty bytes of all entries.
     bytes: u64,
+    /// Bytes of the allocations the entries' segments keep alive (what the cache really
+    /// costs: a slice pins its writer's whole buffer). The bound applies to this.
+    pinned_bytes: u64,
+    /// Allocation → (its bytes, segments that view it).
+    pins: HashMap<usize, (u64, u32)>,
     tick: u64,
 }
 
 impl CacheState {
-    /// Removes stripe `s`'s entry, keeping `bytes` and `lru` in step.
+    /// Removes stripe `s`'s entry, keeping `bytes`, `pinned_bytes` and `lru` in step.
     fn remove(&mut self, s: u64) -> Option<Entry> {
         let e = self.entries.remove(&s)?;
         self.bytes -= e.bytes;
         self.lru.remove(&e.used);
+        for (_, d) in &e.segs {
+            self.unpin(d);
+        }
         Some(e)
+    }
+
+    fn pin(&mut self, d: &SharedBuf) {
+        let p = self
+            .pins
+            .entry(d.alloc_id())
+            .or_insert((d.alloc_len() as u64, 0));
+        if p.1 == 0 {
+            self.pinned_bytes += p.0;
+        }
+        p.1 += 1;
+    }
+
+    fn unpin(&mut self, d: &SharedBuf) {
+        let id = d.alloc_id();
+        let p = self.pins.get_mut(&id).expect("a cached segment is pinned");
+        p.1 -= 1;
+        if p.1 == 0 {
+            self.pinned_bytes -= p.0;
+            self.pins.remove(&id);
+        }
+    }
+
+    /// Whether caching `d` keeps the cache within `bound` pinned bytes.
+    fn admits(&self, d: &SharedBuf, bound: u64) -> bool {
+        let extra = if self.pins.contains_key(&d.alloc_id()) {
+            0
+        } else {
+            d.alloc_len() as u64
+        };
+        self.pinned_bytes + extra <= bound
+    }
+
+    /// Puts `data` at `off` of stripe `s`'s entry (created if needed), as the most recently
+    /// used; returns whether the entry now covers the whole stripe of `width` bytes.
+    fn insert(&mut self, s: u64, off: u64, data: SharedBuf, width: u64) -> bool {
+        self.tick += 1;
+        let tick = self.tick;
+        let mut e = match self.remove(s) {
+            Some(e) => e,
+            None => Entry {
+                segs: Segs::new(),
+                bytes: 0,
+                used: 0,
+                busy: false,
+                since: Instant::now(),
+            },
+        };
+        e.insert(off, data);
+        e.used = tick;
+        for (_, d) in &e.segs {
+            self.pin(d);
+        }
+        self.bytes += e.bytes;
+        self.lru.insert(tick, s);
+        let full = e.covers(0, width);
+        self.entries.insert(s, e);
+        full
+    }
+
+    fn usage(&self, bound: u64) -> CacheUsage {
+        CacheUsage {
+            dirty_bytes: self.bytes,
+            pinned_bytes: self.pinned_bytes,
+            bound_bytes: bound,
+        }
+    }
+}
+
+/// A segment that views only a small part of a large buffer is copied out, so a few cached
+/// KiB never pin a writer's 32 MiB.
+fn compact(d: SharedBuf) -> SharedBuf {
+    if d.alloc_len() > 2 * d.len() + crate::buf::BUF_ALIGN {
+        Buf::copy_from(&d).freeze()
+    } else {
+        d
     }
 }
 
 struct Cache {
-    /// Most dirty bytes held (the writers' buffers they pin may be larger).
+    /// Most bytes the entries may pin (`CacheState::pinned_bytes`).
     bound: u64,
     /// A partial stripe older than this is destaged by the flusher thread (None: it waits
     /// for a flush, for eviction or to become full).
     max_age: Option<Duration>,
     state: Mutex<CacheState>,
+}
+
+impl Cache {
+    fn over_bound(&self) -> bool {
+        self.state.lock().pinned_bytes > self.bound
+    }
+}
+
+/// What a write-back cache holds and may hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheUsage {
+    /// Bytes written by clients and not yet on the members.
+    pub dirty_bytes: u64,
+    /// Memory those bytes keep alive (whole allocations of the writers' buffers).
+    pub pinned_bytes: u64,
+    /// The most `pinned_bytes` may reach.
+    pub bound_bytes: u64,
+}
+
+impl CacheUsage {
+    pub fn plus(self, o: CacheUsage) -> CacheUsage {
+        CacheUsage {
+            dirty_bytes: self.dirty_bytes + o.dirty_bytes,
+            pinned_bytes: self.pinned_bytes + o.pinned_bytes,
+            bound_bytes: self.bound_bytes + o.bound_bytes,
+        }
+    }
 }
 
 /// Stripes known to have parity matching data.
@@ -1358,46 +1469,55 @@ impl ParityCore {
     async fn write_inner(&self, offset: u64, data: SharedBuf, fua: bool) -> VolumeResult<()> {
         let len = data.len() as u64;
         let w = self.width();
+        if self.cache.as_ref().is_some_and(Cache::over_bound) {
+            // Make room first, before this write holds stripe locks an eviction may need.
+            if let Err(e) = self.evict().await {
+                tracing::warn!("stripe cache eviction: {e}");
+            }
+        }
         let mut over_bound = false;
         {
             let _g = self.lock_stripes(offset, len, true).await;
             let mut futs = Vec::new();
             for (s, segs) in self.per_stripe(offset, &data) {
-                let whole = segs[0].1.len() as u64 == w;
-                match &self.cache {
-                    None => futs.push(self.write_stripe(s, segs, fua)),
-                    Some(cache) => {
-                        let mut st = cache.state.lock();
-                        if whole {
-                            // Supersedes whatever the cache holds for the stripe.
-                            st.remove(s);
-                            drop(st);
-                            futs.push(self.write_stripe(s, segs, fua));
-                            continue;
-                        }
-                        st.tick += 1;
-                        let tick = st.tick;
-                        let e = st.entries.entry(s).or_insert_with(|| Entry {
-                            segs: Segs::new(),
-                            bytes: 0,
-                            used: 0,
-                            busy: false,
-                            since: Instant::now(),
-                        });
-                        let before = e.bytes;
-                        let old_tick = std::mem::replace(&mut e.used, tick);
-                        let (o, d) = segs.into_iter().next().expect("one segment");
-                        e.insert(o, d);
-                        let (after, full) = (e.bytes, e.covers(0, w));
-                        st.bytes = st.bytes - before + after;
-                        st.lru.remove(&old_tick);
-                        st.lru.insert(tick, s);
-                        if full || fua {
-                            let e = st.remove(s).expect("just inserted");
-                            futs.push(self.write_stripe(s, e.segs, fua));
-                        }
-                        over_bound |= st.bytes > cache.bound;
-                    }
+                let Some(cache) = &self.cache else {
+                    futs.push(self.write_over_cache(s, segs, fua));
+                    continue;
+                };
+                if segs[0].1.len() as u64 == w {
+                    // A whole stripe bypasses the cache and supersedes its entry, which stays
+                    // listed until this write is on the members.
+                    futs.push(self.write_over_cache(s, segs, fua));
+                    continue;
+                }
+                let (o, d) = segs.into_iter().next().expect("one segment");
+                let d = compact(d);
+                let mut st = cache.state.lock();
+                if !st.admits(&d, cache.bound) {
+                    // No room (destaging fails, or this stripe alone exceeds the bound): write
+                    // it through rather than grow the cache past its bound.
+                    let mut merged = Entry {
+                        segs: st
+                            .entries
+                            .get(&s)
+                            .map(|e| e.segs.clone())
+                            .unwrap_or_default(),
+                        bytes: 0,
+                        used: 0,
+                        busy: false,
+                        since: Instant::now(),
+                    };
+                    merged.insert(o, d);
+                    drop(st);
+                    futs.push(self.write_over_cache(s, merged.segs, fua));
+                    continue;
+                }
+                let full = st.insert(s, o, d, w);
+                over_bound |= st.pinned_bytes > cache.bound;
+                if full || fua {
+                    let segs = st.entries[&s].segs.clone();
+                    drop(st);
+                    futs.push(self.write_over_cache(s, segs, fua));
                 }
             }
             crate::node::all_ok(join_all(futs).await)?;
@@ -1420,7 +1540,7 @@ impl ParityCore {
         loop {
             let victim = {
                 let mut st = cache.state.lock();
-                if st.bytes <= cache.bound {
+                if st.pinned_bytes <= cache.bound {
                     return Ok(());
                 }
                 let v = st
@@ -1447,29 +1567,33 @@ impl ParityCore {
             return Ok(());
         };
         let _g = self.locks.lock(s, 1, true).await;
-        // Cloned (cheap: shared buffers); the entry stays listed until the members have it,
-        // so a concurrent flush waits on the stripe lock instead of missing it.
+        // Cloned (cheap: shared buffers).
         let segs = match cache.state.lock().entries.get(&s) {
             None => return Ok(()),
             Some(e) => e.segs.clone(),
         };
+        self.write_over_cache(s, segs, fua).await
+    }
+
+    /// Writes `segs` of stripe `s` to the members, the caller holding the stripe's exclusive
+    /// lock, then forgets the stripe's cache entry, whose bytes `segs` include or supersede.
+    /// The entry stays listed until the members have the bytes, so a concurrent FLUSH waits
+    /// for them on the stripe lock instead of missing them; if the write fails it stays
+    /// (reads still see it, the next FLUSH retries and reports the error), so bytes already
+    /// acknowledged never vanish silently.
+    async fn write_over_cache(&self, s: u64, segs: Segs, fua: bool) -> VolumeResult<()> {
         let r = self.write_stripe(s, segs, fua).await;
-        let mut st = cache.state.lock();
-        match r {
-            Ok(()) => {
+        if let Some(cache) = &self.cache {
+            let mut st = cache.state.lock();
+            if r.is_ok() {
                 st.remove(s);
-                Ok(())
-            }
-            Err(err) => {
-                // Keep the bytes: reads still see them, a later flush retries and reports.
-                if let Some(e) = st.entries.get_mut(&s) {
-                    e.busy = false;
-                    // The flusher retries after another `max_age`, not every tick.
-                    e.since = Instant::now();
-                }
-                Err(err)
+            } else if let Some(e) = st.entries.get_mut(&s) {
+                e.busy = false;
+                // The flusher retries after another `max_age`, not every tick.
+                e.since = Instant::now();
             }
         }
+        r
     }
 
     /// Destages the partial stripes that have waited longer than the cache's `max_age`.
@@ -1658,7 +1782,20 @@ impl ArrayNode for ParityCore {
                         .locks
                         .lock(first_full, last_full - first_full, true)
                         .await;
-                    if let Some(cache) = &self.cache {
+                    for s in first_full..last_full {
+                        self.recent_forget(s);
+                    }
+                    let at = self.layout.chunk_offset(first_full);
+                    let n = (last_full - first_full) * self.strip;
+                    let results = join_all(self.children.iter().map(|c| c.zero(at, n, kind))).await;
+                    let errors: Vec<VolumeError> =
+                        results.into_iter().filter_map(Result::err).collect();
+                    let failed_children = errors.len();
+                    if failed_children > self.np {
+                        full_err = crate::node::first_error(errors);
+                    } else if let Some(cache) = &self.cache {
+                        // The zeroes supersede cached bytes of these stripes; until they were
+                        // on the members the entries stayed listed (a FLUSH waited for them).
                         let mut st = cache.state.lock();
                         let doomed: Vec<u64> = st
                             .entries
@@ -1670,17 +1807,7 @@ impl ArrayNode for ParityCore {
                             st.remove(s);
                         }
                     }
-                    for s in first_full..last_full {
-                        self.recent_forget(s);
-                    }
-                    let at = self.layout.chunk_offset(first_full);
-                    let n = (last_full - first_full) * self.strip;
-                    let results = join_all(self.children.iter().map(|c| c.zero(at, n, kind))).await;
-                    let errors: Vec<VolumeError> =
-                        results.into_iter().filter_map(Result::err).collect();
-                    if errors.len() > self.np {
-                        full_err = crate::node::first_error(errors);
-                    } else if errors.is_empty() {
+                    if failed_children == 0 {
                         let mut stale = self.stale.lock();
                         for s in first_full..last_full {
                             self.mark_in_sync(s);
@@ -1710,6 +1837,14 @@ impl ArrayNode for ParityCore {
             crate::node::all_ok(results)
         }
         .boxed()
+    }
+
+    fn cache_usage(&self) -> CacheUsage {
+        let own = self
+            .cache
+            .as_ref()
+            .map_or(CacheUsage::default(), |c| c.state.lock().usage(c.bound));
+        own.plus(crate::node::children_cache_usage(&self.children))
     }
 
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
@@ -1792,6 +1927,9 @@ impl ArrayNode for ParityNode {
     }
     fn zero(&self, offset: u64, len: u64, kind: ZeroKind) -> BoxFuture<'_, VolumeResult<()>> {
         self.core.zero(offset, len, kind)
+    }
+    fn cache_usage(&self) -> CacheUsage {
+        self.core.cache_usage()
     }
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
         self.core.flush()

@@ -83,6 +83,10 @@ impl<L: Splitter> ArrayNode for SplitNode<L> {
         .boxed()
     }
 
+    fn cache_usage(&self) -> crate::raid::CacheUsage {
+        crate::node::children_cache_usage(&self.children)
+    }
+
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
         flush_children(&self.children).boxed()
     }

@@ -11,8 +11,8 @@ use crate::buf::Buf;
 use crate::error::{VolumeError, VolumeResult};
 use crate::member::{CounterSnapshot, Member};
 use crate::mirror::MirrorNode;
-use crate::node::{ArrayNode, LeafNode, MemberState, MemberTable, ZeroKind};
-use crate::raid::{CacheMode, ParityNode, SyncState};
+use crate::node::{ArrayNode, LeafNode, MemberSlot, MemberState, MemberTable, ZeroKind};
+use crate::raid::{CacheMode, CacheUsage, ParityNode, SyncState};
 use crate::read_policy::ReadPolicy;
 use crate::split::SplitNode;
 use futures::future::join_all;
@@ -217,9 +217,41 @@ impl Volume {
             .collect()
     }
 
-    /// Whether every byte is still readable with the members that are failed.
+    /// Whether every byte is still readable with the members that are failed: a property of
+    /// the tree and the failed set, O(members) whatever the capacity.
     pub fn is_available(&self) -> bool {
-        self.capacity == 0 || self.root.readable(0, self.capacity)
+        let slots = self.table.slots();
+        !self.table.any_failed()
+            || self
+                .geometry
+                .root()
+                .survives(&|m| slots.get(m).is_none_or(MemberSlot::is_failed))
+    }
+
+    /// Why the volume has lost data (members failed beyond its tolerance), or `None`.
+    fn data_lost(&self) -> Option<VolumeError> {
+        if self.is_available() {
+            return None;
+        }
+        let failed: Vec<String> = self
+            .table
+            .slots()
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.is_failed())
+            .map(|(i, s)| format!("{i} (`{}`)", s.member.name()))
+            .collect();
+        Some(VolumeError::Unavailable {
+            reason: format!(
+                "members {} have failed, more than the volume tolerates: data written to them is lost",
+                failed.join(", ")
+            ),
+        })
+    }
+
+    /// What the volume's write-back stripe caches hold, and their bound.
+    pub fn cache_usage(&self) -> CacheUsage {
+        self.root.cache_usage()
     }
 
     /// Whether some member is failed (but possibly still within tolerance).
@@ -337,12 +369,18 @@ impl Volume {
         // them is durable; the error is reported.
         let drained = self.root.flush().await;
         let slots = self.table.slots();
-        let todo: Vec<usize> = (0..slots.len())
-            .filter(|&i| !slots[i].is_failed() && slots[i].take_dirty())
+        // Targets are taken before any member flush starts: each flush then covers every
+        // write that completed before this call.
+        let todo: Vec<(usize, u64)> = (0..slots.len())
+            .filter(|&i| !slots[i].is_failed())
+            .filter_map(|i| slots[i].flush_target().map(|t| (i, t)))
             .collect();
-        let results = join_all(todo.iter().map(|&i| slots[i].member.flush())).await;
+        let results = join_all(todo.iter().map(|&(i, _)| slots[i].member.flush())).await;
         let mut first = None;
-        for (&i, r) in todo.iter().zip(results) {
+        for (&(i, target), r) in todo.iter().zip(results) {
+            if r.is_ok() {
+                slots[i].flushed(target);
+            }
             if let Err(e) = r {
                 // Writes may be lost on this member: it cannot be trusted any more.
                 self.table.fail(i, &e);
@@ -353,12 +391,13 @@ impl Volume {
             }
         }
         drained?;
-        match first {
-            // Every byte still has a durable copy: the flush did its job.
-            Some(_) if self.is_available() => Ok(()),
-            Some(e) => Err(e),
-            None => Ok(()),
+        // A flush promises that every acknowledged write is durable: never while some of them
+        // are on members lost beyond tolerance (whether they failed now or earlier).
+        if let Some(lost) = self.data_lost() {
+            return Err(first.unwrap_or(lost));
         }
+        // Otherwise every byte still has a durable copy: the flush did its job.
+        Ok(())
     }
 
     /// Recomputes the parity of every stripe not known to be in sync (after assembling with

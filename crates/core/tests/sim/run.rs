@@ -1,0 +1,470 @@
+//! One simulated schedule: options, faults and requests drawn from a seed, run to a crash,
+//! then the volume assembled again over the surviving images and read back.
+
+use super::disk::{DiskFaults, SimMember, World, SECTOR_BYTES};
+use super::executor::Executor;
+use super::history::{fill, History, Kind};
+use super::rng::Rng;
+use nbraid_core::{Buf, CacheMode, Member, ReadPolicy, SyncState, Volume, VolumeOptions};
+use nbraid_layout::{Geometry, StripeId};
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+const SECTOR: u64 = SECTOR_BYTES as u64;
+
+/// A request waiting longer than this many scheduler steps while members answer is starved.
+pub const LIVENESS_STEPS: u64 = 20_000;
+
+/// A volume shape to simulate.
+pub struct Case {
+    pub name: &'static str,
+    pub geometry: Geometry,
+    pub members: usize,
+    pub member_len: u64,
+}
+
+/// What one schedule exercised (summed over runs for the report).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stats {
+    pub requests: u64,
+    pub member_failures: u64,
+    pub crashes_mid_flight: u64,
+    pub sectors_checked: u64,
+    /// Sectors of stripes a crash may have torn, on members lost before it: the RAID 5/6
+    /// write hole, which this engine does not close yet (on-disk metadata issue).
+    pub sectors_write_hole: u64,
+    pub max_latency_steps: u64,
+}
+
+impl Stats {
+    pub fn add(&mut self, o: &Stats) {
+        self.requests += o.requests;
+        self.member_failures += o.member_failures;
+        self.crashes_mid_flight += o.crashes_mid_flight;
+        self.sectors_checked += o.sectors_checked;
+        self.sectors_write_hole += o.sectors_write_hole;
+        self.max_latency_steps = self.max_latency_steps.max(o.max_latency_steps);
+    }
+}
+
+/// Members that may fail in this schedule: a random set the geometry survives.
+fn choose_failures(rng: &mut Rng, g: &Geometry, n: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        order.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let mut set = Vec::new();
+    for m in order {
+        if rng.chance(400) {
+            set.push(m);
+            if !g.survives(&set) {
+                set.pop();
+            }
+        }
+    }
+    set
+}
+
+struct Shared {
+    history: RefCell<History>,
+    violations: RefCell<Vec<String>>,
+    /// Scheduler step at which each request was issued and completed.
+    steps: RefCell<Vec<(u64, Option<u64>)>>,
+}
+
+/// Runs schedule `seed` of `case`; `Err` describes the first broken rule.
+pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
+    let mut rng = Rng::new(seed);
+    let g = &case.geometry;
+    let n = case.members;
+    let mut stats = Stats::default();
+
+    // Options.
+    let width = g.full_stripe_width().unwrap_or(16 * 1024);
+    let cache = if rng.chance(500) {
+        CacheMode::WriteThrough
+    } else {
+        CacheMode::WriteBack {
+            bytes: width * (1 + rng.below(4)),
+        }
+    };
+    let opts = VolumeOptions {
+        block_size: 512,
+        read_policy: *rng.pick(&ReadPolicy::ALL),
+        initial_sync: SyncState::Clean,
+        cache,
+        cache_max_age: None,
+        ..VolumeOptions::default()
+    };
+
+    // Faults within tolerance.
+    let steps = 300 + rng.below(1200);
+    // One schedule in six goes beyond tolerance: requests may then fail, but a FLUSH may
+    // only succeed while no data is lost, and what reads back must still be right.
+    let beyond = rng.chance(170);
+    let failing = if beyond {
+        let mut f = choose_failures(&mut rng, g, n);
+        let extra = (0..n).find(|m| !f.contains(m) && !g.survives(&[f.clone(), vec![*m]].concat()));
+        f.extend(extra);
+        f
+    } else if rng.chance(600) {
+        choose_failures(&mut rng, g, n)
+    } else {
+        Vec::new()
+    };
+    let mut faults = vec![DiskFaults::default(); n];
+    for &m in &failing {
+        faults[m] = DiskFaults {
+            dies_at_step: rng.chance(700).then(|| rng.below(steps)),
+            read_error_per_mille: if rng.chance(500) { rng.below(60) } else { 0 },
+            flush_error_per_mille: if rng.chance(300) { rng.below(100) } else { 0 },
+        };
+    }
+    let torn = rng.chance(500);
+
+    let world = World::new(vec![vec![0u8; case.member_len as usize]; n], faults);
+    let members = sim_members(&world, n, case.member_len);
+    let vol = Arc::new(
+        Volume::new(g.clone(), members, opts.clone()).map_err(|e| format!("assemble: {e}"))?,
+    );
+    let capacity = vol.capacity();
+    let shared = Rc::new(Shared {
+        history: RefCell::new(History::new(capacity)),
+        violations: RefCell::new(Vec::new()),
+        steps: RefCell::new(Vec::new()),
+    });
+
+    // Requests: a hot window of two stripes takes half of them, so requests overlap.
+    let hot_base = rng.below(
+        (capacity / SECTOR)
+            .saturating_sub(2 * width / SECTOR)
+            .max(1),
+    ) * SECTOR;
+    let max_in_flight = 1 + rng.below(12) as usize;
+    let spawn_per_mille = 100 + rng.below(500);
+    let mix = [350, 350, 60, 100, 70, 70]; // read, write, fua write, flush, trim, zeroes
+    let mut exec = Executor::default();
+    let crash_mid_flight = rng.chance(750);
+    // Crash right after the n-th acknowledged FLUSH in half the schedules: that is when the
+    // guarantees have just grown.
+    let crash_after_flushes = rng.chance(500).then(|| 1 + rng.below(4) as usize);
+    let mut step = 0u64;
+    // History clock when the volume first had data it could not read (beyond tolerance).
+    let mut lost_at: Option<u64> = None;
+    loop {
+        let spawning = step < steps;
+        if !spawning && (crash_mid_flight || exec.live() == 0) {
+            break;
+        }
+        world.lock().expect("world").step = step;
+        if spawning && exec.live() < max_in_flight && rng.chance(spawn_per_mille) {
+            let kind = pick_kind(&mut rng, &mix);
+            let (offset, len) = pick_range(&mut rng, capacity, width, hot_base);
+            spawn(
+                &mut exec, &vol, &shared, &world, kind, offset, len, step, beyond,
+            );
+            stats.requests += 1;
+        }
+        let ready = exec.ready_count();
+        let pending = world.lock().expect("world").pending_count();
+        if ready + pending == 0 {
+            if exec.live() > 0 {
+                return Err(format!(
+                    "deadlock at step {step}: {} requests wait, nothing can run and no member operation is pending",
+                    exec.live()
+                ));
+            }
+        } else {
+            let pick = rng.below((ready + pending) as u64) as usize;
+            if pick < ready {
+                exec.poll_ready(pick);
+            } else {
+                world
+                    .lock()
+                    .expect("world")
+                    .complete(pick - ready, &mut rng);
+            }
+        }
+        if let Some(v) = shared.violations.borrow().first() {
+            return Err(v.clone());
+        }
+        let usage = vol.cache_usage();
+        if usage.pinned_bytes > usage.bound_bytes || usage.dirty_bytes > usage.pinned_bytes {
+            return Err(format!(
+                "stripe cache out of bounds at step {step}: {usage:?}"
+            ));
+        }
+        if lost_at.is_none() && !vol.is_available() {
+            lost_at = Some(shared.history.borrow().now());
+        }
+        if crash_after_flushes.is_some_and(|n| shared.history.borrow().flushes_acknowledged() >= n)
+        {
+            break;
+        }
+        step += 1;
+        if step > steps + LIVENESS_STEPS {
+            return Err(format!(
+                "starvation: {} requests still wait {LIVENESS_STEPS} steps after the last was issued",
+                exec.live()
+            ));
+        }
+    }
+    if let Some(at) = lost_at {
+        if let Some(f) = shared.history.borrow().flush_acknowledged_after(at) {
+            return Err(format!(
+                "FLUSH op {f} was acknowledged after the volume lost data (history clock {at})"
+            ));
+        }
+    }
+    for (issued, done) in shared.steps.borrow().iter() {
+        if let Some(d) = done {
+            stats.max_latency_steps = stats.max_latency_steps.max(d - issued);
+        }
+    }
+    if stats.max_latency_steps > LIVENESS_STEPS {
+        return Err(format!(
+            "a request took {} scheduler steps (bound {LIVENESS_STEPS})",
+            stats.max_latency_steps
+        ));
+    }
+    stats.crashes_mid_flight += u64::from(exec.live() > 0);
+
+    // Crash: what the members keep.
+    let (images, dead): (Vec<Vec<u8>>, Vec<bool>) = {
+        let w = world.lock().expect("world");
+        (
+            w.disks
+                .iter()
+                .map(|d| d.crash_image(&mut rng, torn))
+                .collect(),
+            w.disks.iter().map(|d| d.dead).collect(),
+        )
+    };
+    let states = vol.member_states();
+    let failed: Vec<usize> = (0..n)
+        .filter(|&i| dead[i] || states[i] == nbraid_core::MemberState::Failed)
+        .collect();
+    stats.member_failures += failed.len() as u64;
+    drop(exec);
+    drop(vol);
+
+    // Assemble again (as after a restart: parity sync unknown) and read everything back.
+    let world = World::new(images, vec![DiskFaults::default(); n]);
+    let members = sim_members(&world, n, case.member_len);
+    let opts = VolumeOptions {
+        initial_sync: SyncState::Unknown,
+        ..opts
+    };
+    let vol =
+        Arc::new(Volume::new(g.clone(), members, opts).map_err(|e| format!("reassemble: {e}"))?);
+    for &i in &failed {
+        vol.fail_member(i, "failed before the crash");
+    }
+    let (image, unreadable) = read_all(&vol, &world, &mut rng)?;
+    if !unreadable.is_empty() && !beyond {
+        return Err(format!(
+            "after the crash, within tolerance: {}",
+            unreadable[0].1
+        ));
+    }
+    let history = shared.history.borrow();
+    let exposed = write_hole_exposure(g, &history, &failed);
+    for (s, sector) in image.chunks(SECTOR_BYTES).enumerate() {
+        let s = s as u64;
+        if unreadable
+            .iter()
+            .any(|&((a, b), _)| (a..b).contains(&(s * SECTOR)))
+        {
+            continue; // Beyond tolerance: an error, never wrong data.
+        }
+        if exposed
+            .as_ref()
+            .is_some_and(|e| in_write_hole(g, e, &failed, s))
+        {
+            stats.sectors_write_hole += 1;
+            continue;
+        }
+        history.check_durable(s, sector)?;
+        stats.sectors_checked += 1;
+    }
+    Ok(stats)
+}
+
+fn sim_members(world: &Arc<Mutex<World>>, n: usize, len: u64) -> Vec<Arc<dyn Member>> {
+    (0..n)
+        .map(|i| Arc::new(SimMember::new(world.clone(), i, len)) as Arc<dyn Member>)
+        .collect()
+}
+
+fn pick_kind(rng: &mut Rng, mix: &[u64; 6]) -> Kind {
+    let total: u64 = mix.iter().sum();
+    let mut x = rng.below(total);
+    for (i, &w) in mix.iter().enumerate() {
+        if x < w {
+            return match i {
+                0 => Kind::Read,
+                1 => Kind::Write { fua: false },
+                2 => Kind::Write { fua: true },
+                3 => Kind::Flush,
+                4 => Kind::Zero { fua: false },
+                _ => Kind::Zero {
+                    fua: rng.chance(300),
+                },
+            };
+        }
+        x -= w;
+    }
+    unreachable!("x < total")
+}
+
+fn pick_range(rng: &mut Rng, capacity: u64, width: u64, hot_base: u64) -> (u64, u64) {
+    let sectors = capacity / SECTOR;
+    if rng.chance(200) && capacity >= width {
+        // Whole stripes.
+        let stripes = capacity / width;
+        let s = rng.below(stripes);
+        let n = 1 + rng.below(2.min(stripes - s));
+        return (s * width, n * width);
+    }
+    let start = if rng.chance(500) {
+        hot_base / SECTOR + rng.below((2 * width / SECTOR).max(1))
+    } else {
+        rng.below(sectors)
+    }
+    .min(sectors - 1);
+    let len = 1 + rng.below((2 * width / SECTOR).max(1));
+    let len = len.min(sectors - start);
+    (start * SECTOR, len * SECTOR)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn spawn(
+    exec: &mut Executor,
+    vol: &Arc<Volume>,
+    shared: &Rc<Shared>,
+    world: &Arc<Mutex<World>>,
+    kind: Kind,
+    offset: u64,
+    len: u64,
+    step: u64,
+    beyond_tolerance: bool,
+) {
+    let (offset, len) = if kind == Kind::Flush {
+        (0, 0)
+    } else {
+        (offset, len)
+    };
+    let id = shared.history.borrow_mut().issue(kind, offset, len);
+    shared.steps.borrow_mut().push((step, None));
+    let vol = vol.clone();
+    let shared = shared.clone();
+    let world = world.clone();
+    exec.spawn(async move {
+        let result = match kind {
+            Kind::Read => vol.read(offset, len).await.map(Some),
+            Kind::Write { fua } => {
+                let mut buf = Buf::new(len as usize);
+                fill(&mut buf, offset, id as u64 + 1);
+                vol.write(offset, buf, fua).await.map(|_| None)
+            }
+            Kind::Zero { fua: false } if id.is_multiple_of(2) => {
+                vol.trim(offset, len).await.map(|_| None)
+            }
+            Kind::Zero { fua } => vol.write_zeroes(offset, len, fua).await.map(|_| None),
+            Kind::Flush => vol.flush().await.map(|_| None),
+        };
+        let now = world.lock().expect("world").step;
+        shared.steps.borrow_mut()[id].1 = Some(now);
+        shared.history.borrow_mut().complete(id, result.is_ok());
+        let verdict = match &result {
+            // Members fail only within tolerance: every request must succeed.
+            Err(e) if !beyond_tolerance => Err(format!(
+                "op {id} ({kind:?} {offset}+{len}) failed within tolerance: {e}"
+            )),
+            Err(_) => Ok(()),
+            Ok(Some(buf)) => shared.history.borrow().check_read(id, buf),
+            Ok(None) => Ok(()),
+        };
+        if let Err(v) = verdict {
+            shared.violations.borrow_mut().push(v);
+        }
+    });
+}
+
+/// Reads the whole volume (requests of up to 64 KiB in flight together, member operations
+/// completed in random order).
+/// Unreadable ranges come back beside the image, with their errors.
+type Unreadable = Vec<((u64, u64), String)>;
+
+fn read_all(
+    vol: &Arc<Volume>,
+    world: &Arc<Mutex<World>>,
+    rng: &mut Rng,
+) -> Result<(Vec<u8>, Unreadable), String> {
+    let capacity = vol.capacity();
+    let image = Rc::new(RefCell::new(vec![0u8; capacity as usize]));
+    let errors = Rc::new(RefCell::new(Unreadable::new()));
+    let mut exec = Executor::default();
+    let piece = 4 * 1024;
+    let mut at = 0;
+    while at < capacity {
+        let len = piece.min(capacity - at);
+        let (vol, image, errors) = (vol.clone(), image.clone(), errors.clone());
+        exec.spawn(async move {
+            match vol.read(at, len).await {
+                Ok(b) => image.borrow_mut()[at as usize..(at + len) as usize].copy_from_slice(&b),
+                Err(e) => errors
+                    .borrow_mut()
+                    .push(((at, at + len), format!("read back {at}+{len}: {e}"))),
+            }
+        });
+        at += len;
+    }
+    let mut steps = 0u64;
+    while exec.live() > 0 {
+        let ready = exec.ready_count();
+        let pending = world.lock().expect("world").pending_count();
+        if ready + pending == 0 {
+            return Err("deadlock reading back after the crash".into());
+        }
+        let pick = rng.below((ready + pending) as u64) as usize;
+        if pick < ready {
+            exec.poll_ready(pick);
+        } else {
+            world.lock().expect("world").complete(pick - ready, rng);
+        }
+        steps += 1;
+        if steps > 10 * LIVENESS_STEPS {
+            return Err("reading back after the crash does not finish".into());
+        }
+    }
+    let image = image.borrow().clone();
+    let errors = errors.borrow().clone();
+    Ok((image, errors))
+}
+
+/// Stripes written by requests not guaranteed durable (only when members were lost: a
+/// healthy array never rebuilds from parity).
+fn write_hole_exposure(g: &Geometry, h: &History, failed: &[usize]) -> Option<HashSet<StripeId>> {
+    if failed.is_empty() {
+        return None;
+    }
+    let mut out = HashSet::new();
+    for o in h.unguaranteed_writes() {
+        let m = g.map(o.offset, o.len).expect("in range");
+        out.extend(m.data.iter().filter_map(|e| e.stripe));
+    }
+    Some(out)
+}
+
+/// Whether sector `s` must be rebuilt from parity (every copy on a failed member) in a stripe
+/// that a crash may have left with stale parity.
+fn in_write_hole(g: &Geometry, exposed: &HashSet<StripeId>, failed: &[usize], s: u64) -> bool {
+    let m = g.map(s * SECTOR, SECTOR).expect("in range");
+    m.data.iter().all(|e| failed.contains(&e.member))
+        && m.data
+            .iter()
+            .any(|e| e.stripe.is_some_and(|id| exposed.contains(&id)))
+}
