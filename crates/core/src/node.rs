@@ -485,16 +485,17 @@ pub(crate) async fn write_pieces(
     all_ok(results)
 }
 
+/// Zeroes pieces, one operation per run of pieces contiguous on one child.
 pub(crate) async fn zero_pieces(
     children: &[Box<dyn ArrayNode>],
     pieces: &[ChildPiece],
     kind: ZeroKind,
 ) -> VolumeResult<()> {
-    let results = join_all(
-        pieces
-            .iter()
-            .map(|p| children[p.child].zero(p.offset, p.len, kind)),
-    )
+    let runs = child_runs(children.len(), pieces);
+    let results = join_all(runs.iter().map(|(child, offset, idx)| {
+        let len = idx.iter().map(|&i| pieces[i].len).sum();
+        children[*child].zero(*offset, len, kind)
+    }))
     .await;
     all_ok(results)
 }

@@ -1782,9 +1782,9 @@ impl ArrayNode for ParityCore {
                         .locks
                         .lock(first_full, last_full - first_full, true)
                         .await;
-                    for s in first_full..last_full {
-                        self.recent_forget(s);
-                    }
+                    self.recent
+                        .lock()
+                        .retain(|(s, _)| !(first_full..last_full).contains(s));
                     let at = self.layout.chunk_offset(first_full);
                     let n = (last_full - first_full) * self.strip;
                     let results = join_all(self.children.iter().map(|c| c.zero(at, n, kind))).await;

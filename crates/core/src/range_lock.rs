@@ -1,7 +1,15 @@
-//! An async range lock over a node's address space. User writes take ranges *shared* (they may
-//! overlap each other: the block layer orders nothing between concurrent writes); a mirror
-//! repair takes its range *exclusive*, so the good copy it re-reads and writes back cannot be
-//! overtaken by a user write landing in between (which would leave the copies different).
+//! An async range lock over a node's address space, fair among conflicting requests.
+//!
+//! Two requests conflict when their ranges overlap and either is exclusive. A request is
+//! granted when it conflicts with no held range *and* with no request that asked before it
+//! and still waits: so a steady stream of shared holders cannot starve an exclusive request
+//! (a write, destage or repair waiting behind reads), and a FLUSH that must destage a hot
+//! stripe is not held up forever. Requests that conflict with nothing proceed at once.
+//!
+//! Users: the parity group locks stripe numbers (writes and destages exclusive, reads
+//! shared); a mirror locks byte ranges (user writes shared — the block layer orders nothing
+//! between concurrent writes — and read repairs exclusive, so the good copy a repair re-reads
+//! and writes back cannot be overtaken by a user write landing in between).
 
 use parking_lot::Mutex;
 use std::future::Future;
@@ -13,13 +21,33 @@ pub(crate) struct RangeLock {
     state: Mutex<State>,
 }
 
+#[derive(Clone, Copy)]
+struct Range {
+    start: u64,
+    end: u64,
+    exclusive: bool,
+}
+
+impl Range {
+    fn conflicts(&self, o: &Range) -> bool {
+        self.start < o.end && o.start < self.end && (self.exclusive || o.exclusive)
+    }
+}
+
 #[derive(Default)]
 struct State {
-    /// Held ranges: (id, start, end, exclusive).
-    held: Vec<(u64, u64, u64, bool)>,
+    /// Granted ranges by id.
+    held: Vec<(u64, Range)>,
+    /// Requests not granted yet, by ticket (arrival order): (ticket, range, waker).
+    waiting: Vec<(u64, Range, Waker)>,
     next_id: u64,
-    /// Tasks waiting for any release.
-    waiters: Vec<Waker>,
+    next_ticket: u64,
+}
+
+impl State {
+    fn wake_all(&mut self) -> Vec<Waker> {
+        self.waiting.iter().map(|w| w.2.clone()).collect()
+    }
 }
 
 pub(crate) struct RangeGuard<'a> {
@@ -29,52 +57,94 @@ pub(crate) struct RangeGuard<'a> {
 
 pub(crate) struct Acquire<'a> {
     lock: &'a RangeLock,
-    start: u64,
-    end: u64,
-    exclusive: bool,
+    range: Range,
+    /// Arrival order, taken at the first poll.
+    ticket: Option<u64>,
+    granted: bool,
 }
 
 impl RangeLock {
     pub(crate) fn lock(&self, start: u64, len: u64, exclusive: bool) -> Acquire<'_> {
+        assert!(len > 0, "a range lock covers at least one unit");
         Acquire {
             lock: self,
-            start,
-            end: start + len,
-            exclusive,
+            range: Range {
+                start,
+                end: start + len,
+                exclusive,
+            },
+            ticket: None,
+            granted: false,
         }
     }
 }
 
 impl<'a> Future for Acquire<'a> {
     type Output = RangeGuard<'a>;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<RangeGuard<'a>> {
-        let mut st = self.lock.state.lock();
-        let conflict = st
-            .held
-            .iter()
-            .any(|&(_, s, e, x)| s < self.end && self.start < e && (x || self.exclusive));
-        if conflict {
-            st.waiters.push(cx.waker().clone());
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<RangeGuard<'a>> {
+        assert!(!self.granted, "polled after it was granted");
+        let lock = self.lock;
+        let range = self.range;
+        let mut st = lock.state.lock();
+        let ticket = match self.ticket {
+            Some(t) => t,
+            None => {
+                st.next_ticket += 1;
+                let t = st.next_ticket;
+                self.ticket = Some(t);
+                t
+            }
+        };
+        let blocked = st.held.iter().any(|(_, h)| h.conflicts(&range))
+            || st
+                .waiting
+                .iter()
+                .any(|(t, w, _)| *t < ticket && w.conflicts(&range));
+        let mine = st.waiting.iter().position(|w| w.0 == ticket);
+        if blocked {
+            match mine {
+                Some(i) => st.waiting[i].2 = cx.waker().clone(),
+                None => st.waiting.push((ticket, range, cx.waker().clone())),
+            }
             return Poll::Pending;
+        }
+        if let Some(i) = mine {
+            st.waiting.remove(i);
         }
         st.next_id += 1;
         let id = st.next_id;
-        st.held.push((id, self.start, self.end, self.exclusive));
-        Poll::Ready(RangeGuard {
-            lock: self.lock,
-            id,
-        })
+        st.held.push((id, range));
+        drop(st);
+        self.granted = true;
+        Poll::Ready(RangeGuard { lock, id })
+    }
+}
+
+impl Drop for Acquire<'_> {
+    /// A request given up while waiting no longer blocks those behind it.
+    fn drop(&mut self) {
+        let (Some(ticket), false) = (self.ticket, self.granted) else {
+            return;
+        };
+        let wakers = {
+            let mut st = self.lock.state.lock();
+            st.waiting.retain(|w| w.0 != ticket);
+            st.wake_all()
+        };
+        wakers.into_iter().for_each(Waker::wake);
     }
 }
 
 impl Drop for RangeGuard<'_> {
     fn drop(&mut self) {
-        let waiters = {
+        let wakers = {
             let mut st = self.lock.state.lock();
+            let before = st.held.len();
             st.held.retain(|h| h.0 != self.id);
-            std::mem::take(&mut st.waiters)
+            assert_eq!(st.held.len() + 1, before, "a guard releases its range once");
+            st.wake_all()
         };
-        waiters.into_iter().for_each(Waker::wake);
+        wakers.into_iter().for_each(Waker::wake);
     }
 }
 
@@ -82,6 +152,8 @@ impl Drop for RangeGuard<'_> {
 mod tests {
     use super::*;
     use futures::FutureExt;
+    use std::pin::pin;
+    use std::task::Context;
 
     #[test]
     fn shared_overlap_exclusive_waits() {
@@ -97,5 +169,51 @@ mod tests {
         let d = l.lock(90, 10, true).now_or_never().expect("released");
         assert!(l.lock(95, 1, false).now_or_never().is_none());
         drop((c, d));
+    }
+
+    /// A shared request arriving while an exclusive one waits queues behind it (the old lock
+    /// granted it, so a stream of reads starved writes and destages).
+    #[test]
+    fn waiting_exclusive_is_not_overtaken_by_later_shared() {
+        let l = RangeLock::default();
+        let reader = l.lock(0, 10, false).now_or_never().expect("free");
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut writer = pin!(l.lock(5, 1, true));
+        assert!(writer.as_mut().poll(&mut cx).is_pending());
+        let mut late_reader = pin!(l.lock(0, 10, false));
+        assert!(
+            late_reader.as_mut().poll(&mut cx).is_pending(),
+            "a later shared request must wait behind the exclusive one"
+        );
+        // Shared requests that conflict with no waiter still go ahead.
+        let elsewhere = l.lock(20, 5, false).now_or_never().expect("no conflict");
+        drop(reader);
+        let w = match writer.as_mut().poll(&mut cx) {
+            Poll::Ready(g) => g,
+            Poll::Pending => panic!("the exclusive request is next"),
+        };
+        assert!(late_reader.as_mut().poll(&mut cx).is_pending());
+        drop(w);
+        assert!(late_reader.as_mut().poll(&mut cx).is_ready());
+        drop(elsewhere);
+    }
+
+    /// A waiter that gives up stops blocking the requests behind it.
+    #[test]
+    fn abandoned_waiter_unblocks_followers() {
+        let l = RangeLock::default();
+        let reader = l.lock(0, 10, false).now_or_never().expect("free");
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        {
+            let mut writer = pin!(l.lock(0, 10, true));
+            assert!(writer.as_mut().poll(&mut cx).is_pending());
+        }
+        let again = l
+            .lock(0, 10, false)
+            .now_or_never()
+            .expect("nobody waits any more");
+        drop((reader, again));
     }
 }

@@ -17,6 +17,9 @@ pub trait Splitter: Send + Sync + 'static {
     fn split(&self, offset: u64, len: u64) -> Vec<ChildPiece>;
 }
 
+/// Most bytes of one TRIM / WRITE_ZEROES a split node splits at once.
+pub const ZERO_WINDOW_BYTES: u64 = 64 << 20;
+
 pub struct SplitNode<L: Splitter> {
     /// The layout node that splits ranges.
     layout: L,
@@ -75,10 +78,27 @@ impl<L: Splitter> ArrayNode for SplitNode<L> {
         .boxed()
     }
 
+    /// Zeroes window by window: a window's strips are merged per child (adjacent strips of
+    /// one child are one operation), so a request of any size costs memory for one window's
+    /// pieces and at most one operation per child in flight.
     fn zero(&self, offset: u64, len: u64, kind: ZeroKind) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
-            let pieces = self.layout.split(offset, len);
-            zero_pieces(&self.children, &pieces, kind).await
+            let end = offset + len;
+            let mut at = offset;
+            let mut errors = Vec::new();
+            while at < end {
+                let n = (end - at).min(ZERO_WINDOW_BYTES);
+                let pieces = self.layout.split(at, n);
+                // Every window is attempted even if one fails: no range is left silently old.
+                if let Err(e) = zero_pieces(&self.children, &pieces, kind).await {
+                    errors.push(e);
+                }
+                at += n;
+            }
+            match crate::node::first_error(errors) {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
         }
         .boxed()
     }
