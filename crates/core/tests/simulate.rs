@@ -67,7 +67,7 @@ fn test_name(case: &str) -> String {
     case.replace([' ', '-'], "_")
 }
 
-const PER_CASE: u64 = 560;
+const PER_CASE: u64 = 1500;
 
 #[test]
 fn jbod() {
