@@ -1,0 +1,432 @@
+//! RAID 5 and RAID 6 (and every parity group of a tree: the spans of RAID 50/60, parity over
+//! mirrors, …): one [`ParityNode`] over its children, which are usually members but may be
+//! any node.
+//!
+//! # Ordering
+//! Requests lock the stripes they touch in a range lock over stripe numbers: writes (and
+//! destages of the cache) exclusively, reads shared. Overlapping writes to one stripe are
+//! therefore ordered, writes to different stripes run in parallel, and a read sees a stripe
+//! either before or after a write, never half-way (data written but parity not yet).
+//!
+//! # Writing one stripe (`ParityCore::write_stripe`)
+//! The new bytes of a stripe cover some rows `[r0, r1)` (byte offsets within the chunks).
+//! [`choose`] picks, by md's counting rule, the plan with the fewest member reads:
+//! - `FullRows`: every data chunk is written over `[r0, r1)` (a full-stripe write when the rows
+//!   are the whole chunk): no reads, parity generated from the new data.
+//! - `Rmw`: read the old bytes of the written chunks (their written span only) and the old
+//!   P (and Q) over `[r0, r1)`, update the parity with the difference.
+//! - `Rcw`: read the data chunks not wholly written over `[r0, r1)`, generate parity.
+//! - `Reconstruct`: a chunk the other plans need is lost: read every surviving chunk, rebuild
+//!   the lost old data, then generate parity as `Rcw` does — so a write to a lost chunk still
+//!   updates P/Q as if the chunk had been written, and the data stays recoverable.
+//! - `DataOnly`: every parity chunk of the stripe is lost: just write the data.
+//!
+//! A lost member counts as unreadable (infinite cost); ties go to `Rcw` (md's default); a
+//! stripe not known to be in sync ([`SyncState::Unknown`]) never uses `Rmw`, since old parity
+//! may be stale. `Rcw`, `FullRows` and `Reconstruct` over whole chunks on a healthy stripe
+//! make it known in sync. A read for a plan that fails re-plans without that child; a child
+//! that merely returned a read error still receives its new data.
+//!
+//! A write that fails beyond the stripe's tolerance still puts its bytes on every data chunk
+//! that takes writes, and marks the stripe's parity *stale*: nothing is rebuilt from it (a
+//! clear error instead) until a whole-chunk write regenerates it. So a parity group that
+//! failed a write never serves old bytes for it (a mirror above it relies on that).
+//!
+//! # Reading
+//! Healthy data is read straight from its chunks (runs on one child merged). A chunk that is
+//! lost (failed member, or a read error) is rebuilt from the rest of its stripe: the stripe's
+//! rows are read once (data into the caller's buffer where it lines up) and the lost
+//! chunk(s) rebuilt in place, stripe by stripe — not chunk by chunk. A request covering only
+//! part of such a stripe rebuilds the whole stripe and keeps it (a few stripes, forgotten
+//! as soon as the stripe is written), so sequential degraded reads in requests smaller than
+//! a stripe read each stripe once. A chunk that returned a read error is rewritten from the
+//! rebuilt bytes afterwards (read repair, under the stripe's exclusive lock, only where parity
+//! is known in sync), as mirrors do; if that write fails the member is marked failed.
+//!
+//! # Write-back cache
+//! With [`CacheMode::WriteBack`], partial-stripe writes are kept in a per-node stripe cache
+//! (bounded in dirty bytes; the volume's bound is shared evenly by its parity groups) and
+//! complete at once. The cache holds views of the writers' own buffers, no copy; a later
+//! write trims the views it overlaps, so adjacent and overlapping writes merge. A stripe is
+//! written to the members (destaged) when it becomes full (no reads), when the cache is over
+//! its bound (least recently used first), on FLUSH (everything), at once for FUA writes, and
+//! by a process-wide background thread once it has waited longer than the volume's
+//! `cache_max_age` (default 1 s). Whole-stripe writes bypass the cache. Reads overlay cached
+//! dirty bytes. A stripe that cannot be destaged stays cached (reads see it) and the next
+//! flush reports the error. What is still cached when a volume is dropped without a flush is
+//! lost, as on power loss.
+//!
+//! The write hole (a crash between a stripe's data and parity writes, or before a flush) is
+//! not closed here: flushed and FUA writes survive power loss; unflushed ones may leave the
+//! stripe's parity stale, which matters only if a member is then lost (a later issue:
+//! journal or partial-parity log). Sync and stale knowledge lives in memory only (metadata
+//! is a later issue).
+
+mod cache;
+mod flusher;
+mod plan;
+mod read;
+mod sync;
+mod write;
+
+pub use cache::CacheUsage;
+pub use plan::{choose, Plan};
+
+use cache::{Cache, CacheState};
+use sync::SyncMap;
+
+use crate::buf::{Buf, SharedBuf};
+use crate::error::{VolumeError, VolumeResult};
+use crate::node::{child_runs, ArrayNode, ZeroKind};
+use crate::parity::{self, Loss};
+use crate::range_lock::RangeLock;
+use futures::future::{join_all, BoxFuture};
+use futures::FutureExt;
+use nbraid_layout::{ChildPiece, ParityGroup, ParityPiece, StripeRoles};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+/// What is known about parity when a volume is assembled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SyncState {
+    /// Every stripe's parity matches its data (freshly created zero-filled members: zero data
+    /// has zero P and Q; or the operator asserts it, mdadm's `--assume-clean`).
+    Clean,
+    /// Parity may be stale anywhere: stripes become known in sync as whole-chunk
+    /// reconstruct-writes, full-stripe writes or [`crate::Volume::resync`] cover them.
+    #[default]
+    Unknown,
+}
+
+/// How a volume's parity groups treat writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheMode {
+    /// A write completes when it is on its members.
+    WriteThrough,
+    /// Partial-stripe writes wait in a stripe cache of at most `bytes` (for the whole volume,
+    /// shared evenly by its parity groups) until the stripe fills, is evicted or flushed.
+    WriteBack { bytes: u64 },
+}
+
+impl Default for CacheMode {
+    fn default() -> Self {
+        CacheMode::WriteBack { bytes: 32 << 20 }
+    }
+}
+
+/// One stripe's new bytes, as (offset within the stripe's logical range, bytes), sorted.
+type Segs = Vec<(u64, SharedBuf)>;
+
+/// The parity group's state, shared with the cache flusher thread.
+struct ParityCore {
+    layout: ParityGroup,
+    children: Vec<Box<dyn ArrayNode>>,
+    capacity: u64,
+    strip: u64,
+    /// Data chunks per stripe.
+    k: usize,
+    /// Parity chunks per stripe (1 or 2).
+    np: usize,
+    /// Over stripe numbers: exclusive for writes and destages, shared for reads.
+    locks: RangeLock,
+    sync: SyncMap,
+    /// Stripes whose parity is known not to match their data: a write failed beyond the
+    /// stripe's tolerance after (or instead of) writing some chunks. Never rebuilt from until
+    /// a whole-chunk reconstruct-write or full-stripe write makes them consistent again.
+    stale: Mutex<HashSet<u64>>,
+    cache: Option<Cache>,
+    /// Set when some stripe ever lost a write beyond tolerance (for logs only).
+    warned: AtomicBool,
+    /// Set when the node is dropped: the flusher thread leaves it alone from then on.
+    closed: AtomicBool,
+    /// Held by the flusher thread while it destages this group (so a drop can wait for it).
+    flushing: Mutex<()>,
+    /// Chunk ranges rewritten after a read error (shared with the volume's counters).
+    repairs: Arc<AtomicU64>,
+    /// Recently rebuilt whole stripes (degraded reads): (stripe, data chunks), newest last.
+    /// Filled under the stripe's shared lock, forgotten under its exclusive lock.
+    /// Chunks handed straight to the reader that rebuilt the stripe are not kept (`None`).
+    recent: Mutex<VecDeque<(u64, Vec<Option<SharedBuf>>)>>,
+}
+
+impl ParityCore {
+    fn new(
+        layout: ParityGroup,
+        children: Vec<Box<dyn ArrayNode>>,
+        capacity: u64,
+        sync: SyncState,
+        cache: CacheMode,
+        max_age: Option<Duration>,
+        repairs: Arc<AtomicU64>,
+    ) -> ParityCore {
+        let strip = layout.strip();
+        let np = layout.parity();
+        let k = layout.data_chunks();
+        let sync = match sync {
+            SyncState::Clean => SyncMap::All,
+            SyncState::Unknown => SyncMap::Some(
+                (0..layout.stripes().div_ceil(64))
+                    .map(|_| AtomicU64::new(0))
+                    .collect(),
+            ),
+        };
+        let cache = match cache {
+            CacheMode::WriteThrough => None,
+            CacheMode::WriteBack { bytes } => Some(Cache {
+                bound: bytes.max(layout.stripe_width()),
+                max_age,
+                state: Mutex::new(CacheState::default()),
+            }),
+        };
+        ParityCore {
+            layout,
+            children,
+            capacity,
+            strip,
+            k,
+            np,
+            locks: RangeLock::default(),
+            sync,
+            stale: Mutex::new(HashSet::new()),
+            cache,
+            warned: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            flushing: Mutex::new(()),
+            repairs,
+            recent: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    fn width(&self) -> u64 {
+        self.layout.stripe_width()
+    }
+
+    /// Stripes `[first, last]` touched by `[offset, offset+len)`.
+    fn stripe_span(&self, offset: u64, len: u64) -> (u64, u64) {
+        let w = self.width();
+        (offset / w, (offset + len.max(1) - 1) / w)
+    }
+
+    fn lock_stripes(
+        &self,
+        offset: u64,
+        len: u64,
+        exclusive: bool,
+    ) -> crate::range_lock::Acquire<'_> {
+        let (a, b) = self.stripe_span(offset, len);
+        self.locks.lock(a, b - a + 1, exclusive)
+    }
+
+    /// Which children cannot serve rows `[r0, r1)` of `stripe`.
+    fn lost(&self, stripe: u64, r0: u64, r1: u64) -> Vec<bool> {
+        let at = self.layout.chunk_offset(stripe) + r0;
+        self.children
+            .iter()
+            .map(|c| !c.readable(at, r1 - r0))
+            .collect()
+    }
+
+    fn unavailable(&self, stripe: u64, lost: &[bool], what: &str) -> VolumeError {
+        let which: Vec<usize> = (0..lost.len()).filter(|&c| lost[c]).collect();
+        VolumeError::Unavailable {
+            reason: format!(
+                "{what}: stripe {stripe} of a {}-member RAID {} group has lost children {which:?}, more than its {} parity chunk(s) can rebuild",
+                self.children.len(),
+                if self.np == 1 { 5 } else { 6 },
+                self.np
+            ),
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Reads
+
+    // -----------------------------------------------------------------------------------------
+    // Writes
+}
+
+impl ArrayNode for ParityCore {
+    fn kind(&self) -> &'static str {
+        "parity"
+    }
+
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    fn losses_to_fail(&self) -> usize {
+        let mut l: Vec<usize> = self.children.iter().map(|c| c.losses_to_fail()).collect();
+        l.sort_unstable();
+        l.iter().take(self.np + 1).sum()
+    }
+
+    fn readable(&self, offset: u64, len: u64) -> bool {
+        if len == 0 {
+            return true;
+        }
+        let (a, b) = self.stripe_span(offset, len);
+        if b - a < 16 {
+            // Exact: each piece's chunk, or its stripe within tolerance.
+            return self.layout.split(offset, len).iter().all(|p| {
+                let at = self.layout.chunk_offset(p.stripe);
+                self.children[p.child].readable(at + p.in_chunk, p.len)
+                    || (!self.is_stale(p.stripe)
+                        && self
+                            .lost(p.stripe, 0, self.strip)
+                            .iter()
+                            .filter(|&&l| l)
+                            .count()
+                            <= self.np)
+            });
+        }
+        // Conservative over long ranges: children lost anywhere in the span.
+        if self.any_stale(a, b) {
+            return false;
+        }
+        let at = self.layout.chunk_offset(a);
+        let span = (b - a + 1) * self.strip;
+        self.children
+            .iter()
+            .filter(|c| !c.readable(at, span))
+            .count()
+            <= self.np
+    }
+
+    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
+        async move {
+            let len = buf.len() as u64;
+            let g = self.lock_stripes(offset, len, false).await;
+            if self.cache_covers(offset, len) {
+                let mut buf = buf;
+                self.overlay_cache(offset, &mut buf);
+                return Ok(buf);
+            }
+            let (mut buf, repairs) = self.read_members(offset, buf).await?;
+            self.overlay_cache(offset, &mut buf);
+            drop(g);
+            for r in repairs {
+                self.repair(r).await;
+            }
+            Ok(buf)
+        }
+        .boxed()
+    }
+
+    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, VolumeResult<()>> {
+        self.write_inner(offset, data, fua).boxed()
+    }
+
+    fn zero(&self, offset: u64, len: u64, kind: ZeroKind) -> BoxFuture<'_, VolumeResult<()>> {
+        self.zero_range(offset, len, kind).boxed()
+    }
+
+    fn cache_usage(&self) -> CacheUsage {
+        let own = self
+            .cache
+            .as_ref()
+            .map_or(CacheUsage::default(), |c| c.state.lock().usage(c.bound));
+        own.plus(crate::node::children_cache_usage(&self.children))
+    }
+
+    fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            self.drain().await?;
+            crate::node::flush_children(&self.children).await
+        }
+        .boxed()
+    }
+
+    fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            ParityCore::resync(self).await?;
+            all_children_resync(&self.children).await
+        }
+        .boxed()
+    }
+}
+
+/// A RAID 5/6 group: the engine node (see the module docs).
+pub struct ParityNode {
+    core: Arc<ParityCore>,
+}
+
+impl ParityNode {
+    /// `max_age`: how long a partial stripe may wait in the write-back cache before a
+    /// background thread writes it (`None`: until flush, eviction or it fills up).
+    /// `repairs` counts chunk ranges rewritten after read errors.
+    pub fn new(
+        layout: ParityGroup,
+        children: Vec<Box<dyn ArrayNode>>,
+        capacity: u64,
+        sync: SyncState,
+        cache: CacheMode,
+        max_age: Option<Duration>,
+        repairs: Arc<AtomicU64>,
+    ) -> ParityNode {
+        let core = Arc::new(ParityCore::new(
+            layout, children, capacity, sync, cache, max_age, repairs,
+        ));
+        if core.cache.as_ref().is_some_and(|c| c.max_age.is_some()) {
+            flusher::register(Arc::downgrade(&core));
+        }
+        ParityNode { core }
+    }
+
+    /// Recomputes the parity of every stripe of this group not known to be in sync.
+    pub async fn resync(&self) -> VolumeResult<()> {
+        self.core.resync().await
+    }
+}
+
+impl Drop for ParityNode {
+    /// No background write reaches the members after the node is gone (what is still in
+    /// the cache is lost, as on power loss: volumes are flushed before they are dropped).
+    fn drop(&mut self) {
+        self.core.closed.store(true, Ordering::Release);
+        drop(self.core.flushing.lock());
+    }
+}
+
+impl ArrayNode for ParityNode {
+    fn kind(&self) -> &'static str {
+        "parity"
+    }
+    fn capacity(&self) -> u64 {
+        self.core.capacity()
+    }
+    fn losses_to_fail(&self) -> usize {
+        self.core.losses_to_fail()
+    }
+    fn readable(&self, offset: u64, len: u64) -> bool {
+        self.core.readable(offset, len)
+    }
+    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
+        self.core.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, VolumeResult<()>> {
+        self.core.write(offset, data, fua)
+    }
+    fn zero(&self, offset: u64, len: u64, kind: ZeroKind) -> BoxFuture<'_, VolumeResult<()>> {
+        self.core.zero(offset, len, kind)
+    }
+    fn cache_usage(&self) -> CacheUsage {
+        self.core.cache_usage()
+    }
+    fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
+        self.core.flush()
+    }
+    fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
+        ArrayNode::resync(&*self.core)
+    }
+}
+
+/// Resyncs every child (nodes below a parity group may hold parity groups too).
+pub(crate) async fn all_children_resync(children: &[Box<dyn ArrayNode>]) -> VolumeResult<()> {
+    for c in children {
+        c.resync().await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,557 @@
+//! Reading a parity group: straight from the chunks where they are readable, otherwise
+//! rebuilt stripe by stripe from the rest of the stripe; the few last rebuilt stripes kept for
+//! sequential degraded reads; read repair of chunks that returned errors.
+
+use super::plan::recovery;
+use super::*;
+
+/// Rebuilt stripes kept for the next degraded sequential read.
+pub(super) const RECENT_STRIPES: usize = 4;
+
+/// Copies each piece's bytes out of a stripe's kept data chunks (all present).
+pub(super) fn copy_pieces(rows: &[Option<SharedBuf>], pieces: Vec<(ParityPiece, Buf)>) -> Vec<Buf> {
+    pieces
+        .into_iter()
+        .map(|(p, mut b)| {
+            let at = p.in_chunk as usize;
+            let src = rows[p.data_index].as_ref().expect("checked present");
+            b.copy_from_slice(&src[at..at + p.len as usize]);
+            b
+        })
+        .collect()
+}
+
+/// A child to treat as lost for one rebuild, and whether it failed with a member I/O error
+/// (then its rows are repaired afterwards).
+pub(super) type Force = Option<(usize, bool)>;
+
+/// Rows of one child to rewrite after it returned a read error there.
+pub(super) struct Repair {
+    pub(super) stripe: u64,
+    r0: u64,
+    r1: u64,
+    pub(super) child: usize,
+}
+
+impl ParityCore {
+    /// Reads rows `[r0, r1)` of the data chunks of `stripe` that `want` names, rebuilding lost
+    /// ones from the rest of the stripe. `bufs[i]`, when given, receives chunk `i` (so a
+    /// caller's buffer is filled in place); the others are allocated. Every returned buffer
+    /// whose `want` is set holds the chunk's bytes.
+    pub(super) async fn read_rows(
+        &self,
+        stripe: u64,
+        r0: u64,
+        r1: u64,
+        want: &[bool],
+        bufs: Vec<Option<Buf>>,
+    ) -> VolumeResult<Vec<Buf>> {
+        self.read_rows_ex(stripe, r0, r1, want, bufs, None)
+            .await
+            .map(|(b, _)| b)
+    }
+
+    /// [`Self::read_rows`], treating child `force_lost` as lost too (a repair rebuilds a
+    /// chunk without trusting it), and also returning the children whose reads returned a
+    /// member I/O error (candidates for repair).
+    pub(super) async fn read_rows_ex(
+        &self,
+        stripe: u64,
+        r0: u64,
+        r1: u64,
+        want: &[bool],
+        bufs: Vec<Option<Buf>>,
+        force_lost: Option<usize>,
+    ) -> VolumeResult<(Vec<Buf>, Vec<usize>)> {
+        let roles = self.layout.roles(stripe);
+        let base = self.layout.chunk_offset(stripe) + r0;
+        let rows = (r1 - r0) as usize;
+        let mut lost = self.lost(stripe, r0, r1);
+        if let Some(c) = force_lost {
+            lost[c] = true;
+        }
+        let mut bad: Vec<usize> = Vec::new();
+        let mut data: Vec<Option<Buf>> = bufs;
+        let mut have = vec![false; self.k];
+        let mut p: Option<Buf> = None;
+        let mut q: Option<Buf> = None;
+        let mut errors: Vec<VolumeError> = Vec::new();
+        loop {
+            let lost_data: Vec<usize> = (0..self.k).filter(|&i| lost[roles.data[i]]).collect();
+            let rebuild = lost_data.iter().any(|&i| want[i]);
+            let mut plan = None;
+            if rebuild && self.is_stale(stripe) {
+                return Err(VolumeError::Unavailable {
+                    reason: format!(
+                        "stripe {stripe}: a chunk is lost and the stripe's parity is stale (an earlier write failed beyond tolerance)"
+                    ),
+                });
+            }
+            if rebuild {
+                let mut slots: Vec<usize> = lost_data.iter().map(|&i| roles.q_slot[i]).collect();
+                slots.sort_unstable();
+                let q_ok = roles.q.is_some_and(|c| !lost[c]);
+                match recovery(&slots, !lost[roles.p], q_ok) {
+                    Some(r) => plan = Some(r),
+                    None => {
+                        let mut e = self.unavailable(stripe, &lost, "read");
+                        if let Some(first) = errors.pop() {
+                            e = VolumeError::Unavailable {
+                                reason: format!("{e} (last member error: {first})"),
+                            };
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            let (need_p, need_q) = plan.map_or((false, false), |(_, np, nq)| (np, nq));
+            // Reads to issue: (child, target) where target is a data index or k (P) / k+1 (Q).
+            let mut todo: Vec<(usize, usize, Buf)> = Vec::new();
+            for i in 0..self.k {
+                if !have[i] && !lost[roles.data[i]] && (want[i] || rebuild) {
+                    let b = data[i].take().unwrap_or_else(|| Buf::new(rows));
+                    todo.push((roles.data[i], i, b));
+                }
+            }
+            if need_p && p.is_none() {
+                todo.push((roles.p, self.k, Buf::new(rows)));
+            }
+            if need_q && q.is_none() {
+                let qc = roles.q.expect("need_q only with Q");
+                todo.push((qc, self.k + 1, Buf::new(rows)));
+            }
+            let meta: Vec<(usize, usize)> = todo.iter().map(|t| (t.0, t.1)).collect();
+            let results = join_all(
+                todo.into_iter()
+                    .map(|(c, _, b)| self.children[c].read(base, b)),
+            )
+            .await;
+            let mut failed = false;
+            for ((c, target), r) in meta.into_iter().zip(results) {
+                match r {
+                    Ok(b) if target < self.k => {
+                        data[target] = Some(b);
+                        have[target] = true;
+                    }
+                    Ok(b) if target == self.k => p = Some(b),
+                    Ok(b) => q = Some(b),
+                    Err(e) => {
+                        lost[c] = true;
+                        failed = true;
+                        if e.is_member_io() {
+                            bad.push(c);
+                        }
+                        errors.push(e);
+                    }
+                }
+            }
+            if failed {
+                continue;
+            }
+            let mut out: Vec<Buf> = data
+                .into_iter()
+                .map(|b| b.unwrap_or_else(|| Buf::new(rows)))
+                .collect();
+            if let Some((loss, _, _)) = plan {
+                let mut pb = p.unwrap_or_else(|| Buf::new(rows));
+                let mut order = vec![0usize; self.k];
+                for i in 0..self.k {
+                    order[roles.q_slot[i]] = i;
+                }
+                let mut refs: Vec<Option<&mut [u8]>> =
+                    out.iter_mut().map(|b| Some(&mut b[..])).collect();
+                let mut slots: Vec<&mut [u8]> = order
+                    .iter()
+                    .map(|&i| refs[i].take().expect("each index once"))
+                    .collect();
+                match loss {
+                    Loss::Data(x) => parity::recover_data_p(&mut slots, &pb, x),
+                    Loss::DataP(x) => {
+                        let qb = q.as_ref().expect("read Q");
+                        parity::recover_data_and_p(&mut slots, &mut pb, qb, x)
+                    }
+                    Loss::TwoData(a, b) => {
+                        let qb = q.as_ref().expect("read Q");
+                        parity::recover_two_data(&mut slots, &pb, qb, a, b)
+                    }
+                    _ => unreachable!("recovery() returns data losses only"),
+                }
+            }
+            return Ok((out, bad));
+        }
+    }
+
+    /// Reads one request's pieces from members: straight from their chunks (runs on one child
+    /// merged) when every chunk is readable; pieces whose chunk is lost or whose read failed
+    /// are rebuilt stripe by stripe. Returns the chunk ranges to repair (read errors).
+    pub(super) async fn read_members(
+        &self,
+        offset: u64,
+        buf: Buf,
+    ) -> VolumeResult<(Buf, Vec<Repair>)> {
+        let len = buf.len() as u64;
+        let pieces = self.layout.split(offset, len);
+        let lens: Vec<usize> = pieces.iter().map(|p| p.len as usize).collect();
+        let direct = pieces.iter().all(|p| {
+            self.children[p.child].readable(self.layout.chunk_offset(p.stripe) + p.in_chunk, p.len)
+        }) && !self.rebuild_ahead(offset, len, &pieces);
+        let mut slots: Vec<Option<Buf>> = buf.split_lengths(&lens).into_iter().map(Some).collect();
+        // Pieces to rebuild: (piece index, child whose read failed and whether with an I/O
+        // error of a member — then its rows are repaired afterwards).
+        let mut todo: Vec<(usize, Force)> = Vec::new();
+        if direct {
+            let cp: Vec<ChildPiece> = pieces
+                .iter()
+                .map(|p| ChildPiece {
+                    logical: p.logical,
+                    child: p.child,
+                    offset: self.layout.chunk_offset(p.stripe) + p.in_chunk,
+                    len: p.len,
+                })
+                .collect();
+            let runs = child_runs(self.children.len(), &cp);
+            let futs = runs.iter().map(|(child, at, idx)| {
+                let mut mine: Vec<Buf> = idx
+                    .iter()
+                    .map(|&i| slots[i].take().expect("each piece in one run"))
+                    .collect();
+                let node = &self.children[*child];
+                async move {
+                    if mine.len() == 1 {
+                        let b = mine.pop().expect("one");
+                        node.read(*at, b).await.map(|b| vec![b])
+                    } else {
+                        node.read_vectored(*at, mine).await
+                    }
+                }
+            });
+            let results = join_all(futs).await;
+            for ((child, _, idx), r) in runs.iter().zip(results) {
+                match r {
+                    Ok(bufs) => {
+                        for (&i, b) in idx.iter().zip(bufs) {
+                            slots[i] = Some(b);
+                        }
+                    }
+                    // A member error, or a child (a mirror, say) with no readable copy.
+                    Err(e) => {
+                        tracing::warn!("parity read {offset}+{len}: {e}; rebuilding from parity");
+                        let io = e.is_member_io();
+                        todo.extend(idx.iter().map(|&i| (i, Some((*child, io)))));
+                    }
+                }
+            }
+            if todo.is_empty() {
+                let got = slots.into_iter().map(|b| b.expect("read")).collect();
+                return Ok((Buf::join(got), Vec::new()));
+            }
+            todo.sort_unstable_by_key(|t| t.0);
+        } else {
+            todo = (0..pieces.len()).map(|i| (i, None)).collect();
+        }
+        // Rebuild per stripe (and per failed child): the stripe's rows are read once.
+        let mut groups: Vec<(u64, Force, Vec<usize>)> = Vec::new();
+        for (i, force) in todo {
+            let s = pieces[i].stripe;
+            match groups.last_mut() {
+                Some(g) if g.0 == s && g.1 == force => g.2.push(i),
+                _ => groups.push((s, force, vec![i])),
+            }
+        }
+        let futs: Vec<_> = groups
+            .iter()
+            .map(|(s, force, idx)| {
+                let mine: Vec<(ParityPiece, Buf)> = idx
+                    .iter()
+                    .map(|&i| {
+                        let b = slots[i]
+                            .take()
+                            .unwrap_or_else(|| Buf::new(pieces[i].len as usize));
+                        (pieces[i], b)
+                    })
+                    .collect();
+                self.read_stripe_pieces_recent(*s, mine, *force)
+            })
+            .collect();
+        let mut repairs = Vec::new();
+        let mut errors = Vec::new();
+        for ((_, _, idx), r) in groups.iter().zip(join_all(futs).await) {
+            match r {
+                Ok((bufs, rep)) => {
+                    for (&i, b) in idx.iter().zip(bufs) {
+                        slots[i] = Some(b);
+                    }
+                    repairs.extend(rep);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        if let Some(e) = crate::node::first_error(errors) {
+            return Err(e);
+        }
+        let got = slots.into_iter().map(|b| b.expect("filled")).collect();
+        Ok((Buf::join(got), repairs))
+    }
+
+    /// Whether a read whose chunks are all readable should still rebuild some stripe whole:
+    /// it reads at least one whole chunk of a stripe (a sequential read, not a small random
+    /// one) that has a lost data chunk the read does not cover, so the next request will
+    /// need that chunk rebuilt — from rows this read would otherwise fetch a second time.
+    pub(super) fn rebuild_ahead(&self, offset: u64, len: u64, pieces: &[ParityPiece]) -> bool {
+        if len < self.strip {
+            return false;
+        }
+        let (a, b) = self.stripe_span(offset, len);
+        let at = self.layout.chunk_offset(a);
+        let span = (b - a + 1) * self.strip;
+        if self.children.iter().all(|c| c.readable(at, span)) {
+            return false; // Healthy here: the common case costs one check per child.
+        }
+        let mut i = 0;
+        while i < pieces.len() {
+            let s = pieces[i].stripe;
+            let mut j = i;
+            let mut whole = 0;
+            while j < pieces.len() && pieces[j].stripe == s {
+                whole += usize::from(pieces[j].len == self.strip);
+                j += 1;
+            }
+            if whole > 0 && whole < self.k {
+                let roles = self.layout.roles(s);
+                let lost = self.lost(s, 0, self.strip);
+                let data_lost =
+                    (0..lost.len()).any(|c| lost[c] && roles.data_index_of(c).is_some());
+                if data_lost && lost.iter().filter(|&&l| l).count() <= self.np {
+                    return true;
+                }
+            }
+            i = j;
+        }
+        false
+    }
+
+    /// [`Self::read_stripe_pieces`] for a stripe with a lost data chunk, through the small
+    /// cache of recently rebuilt stripes: a request covering only part of such a stripe
+    /// rebuilds all of it once, so the next sequential request finds its part rebuilt
+    /// instead of reading the whole stripe's rows again.
+    pub(super) async fn read_stripe_pieces_recent(
+        &self,
+        stripe: u64,
+        pieces: Vec<(ParityPiece, Buf)>,
+        force: Force,
+    ) -> VolumeResult<(Vec<Buf>, Vec<Repair>)> {
+        if force.is_none() {
+            if let Some(rows) = self.recent_get(stripe) {
+                if pieces.iter().all(|(p, _)| rows[p.data_index].is_some()) {
+                    return Ok((copy_pieces(&rows, pieces), Vec::new()));
+                }
+            }
+            let whole = pieces.len() == self.k
+                && pieces
+                    .iter()
+                    .all(|(p, _)| p.in_chunk == 0 && p.len == self.strip);
+            let roles = self.layout.roles(stripe);
+            let lost = self.lost(stripe, 0, self.strip);
+            let data_lost = (0..lost.len()).any(|c| lost[c] && roles.data_index_of(c).is_some());
+            let rebuildable = lost.iter().filter(|&&l| l).count() <= self.np;
+            if !whole && data_lost && rebuildable && !self.is_stale(stripe) {
+                // Whole chunks the request wants are read (or rebuilt) straight into its
+                // buffers; every other chunk is kept for the next request.
+                let want = vec![true; self.k];
+                let mut bufs: Vec<Option<Buf>> = (0..self.k).map(|_| None).collect();
+                let mut outs: Vec<(ParityPiece, Option<Buf>)> = Vec::with_capacity(pieces.len());
+                for (p, b) in pieces {
+                    if p.in_chunk == 0 && p.len == self.strip {
+                        bufs[p.data_index] = Some(b);
+                        outs.push((p, None));
+                    } else {
+                        outs.push((p, Some(b)));
+                    }
+                }
+                let rows = self.read_rows(stripe, 0, self.strip, &want, bufs).await?;
+                let mut keep: Vec<Option<Buf>> = rows.into_iter().map(Some).collect();
+                let mut handed = vec![false; self.k];
+                for (p, b) in outs.iter_mut() {
+                    if b.is_none() {
+                        handed[p.data_index] = true;
+                    }
+                }
+                let mut out = Vec::with_capacity(outs.len());
+                for (p, b) in outs {
+                    match b {
+                        None => out.push(keep[p.data_index].take().expect("handed once")),
+                        Some(mut b) => {
+                            let at = p.in_chunk as usize;
+                            let src = keep[p.data_index].as_ref().expect("kept");
+                            b.copy_from_slice(&src[at..at + p.len as usize]);
+                            out.push(b);
+                        }
+                    }
+                }
+                let kept: Vec<Option<SharedBuf>> = keep
+                    .into_iter()
+                    .zip(handed)
+                    .map(|(b, h)| if h { None } else { b.map(Buf::freeze) })
+                    .collect();
+                self.recent_put(stripe, kept);
+                return Ok((out, Vec::new()));
+            }
+        }
+        self.read_stripe_pieces(stripe, pieces, force).await
+    }
+
+    pub(super) fn recent_get(&self, stripe: u64) -> Option<Vec<Option<SharedBuf>>> {
+        let r = self.recent.lock();
+        r.iter()
+            .find(|(s, _)| *s == stripe)
+            .map(|(_, rows)| rows.clone())
+    }
+
+    pub(super) fn recent_put(&self, stripe: u64, rows: Vec<Option<SharedBuf>>) {
+        let mut r = self.recent.lock();
+        r.retain(|(s, _)| *s != stripe);
+        if r.len() >= RECENT_STRIPES {
+            r.pop_front();
+        }
+        r.push_back((stripe, rows));
+    }
+
+    /// Forgets a rebuilt stripe (its data is about to change). Callers hold the stripe's
+    /// exclusive lock, so no read can put it back before the change is on the members.
+    pub(super) fn recent_forget(&self, stripe: u64) {
+        let mut r = self.recent.lock();
+        if !r.is_empty() {
+            r.retain(|(s, _)| *s != stripe);
+        }
+    }
+
+    /// Reads the pieces of one stripe (any lost chunks rebuilt), filling their buffers.
+    pub(super) async fn read_stripe_pieces(
+        &self,
+        stripe: u64,
+        pieces: Vec<(ParityPiece, Buf)>,
+        force: Force,
+    ) -> VolumeResult<(Vec<Buf>, Vec<Repair>)> {
+        let r0 = pieces.iter().map(|(p, _)| p.in_chunk).min().expect("piece");
+        let r1 = pieces
+            .iter()
+            .map(|(p, _)| p.in_chunk + p.len)
+            .max()
+            .expect("piece");
+        let mut want = vec![false; self.k];
+        let mut bufs: Vec<Option<Buf>> = (0..self.k).map(|_| None).collect();
+        let mut outs: Vec<(ParityPiece, Option<Buf>)> = Vec::with_capacity(pieces.len());
+        for (p, b) in pieces {
+            want[p.data_index] = true;
+            if p.in_chunk == r0 && p.in_chunk + p.len == r1 {
+                // Lines up with the row range: read (or rebuild) straight into it.
+                bufs[p.data_index] = Some(b);
+                outs.push((p, None));
+            } else {
+                outs.push((p, Some(b)));
+            }
+        }
+        let (mut rows, mut bad) = self
+            .read_rows_ex(stripe, r0, r1, &want, bufs, force.map(|f| f.0))
+            .await?;
+        if let Some((c, true)) = force {
+            bad.push(c);
+        }
+        bad.sort_unstable();
+        bad.dedup();
+        let repairs = bad
+            .into_iter()
+            .map(|child| Repair {
+                stripe,
+                r0,
+                r1,
+                child,
+            })
+            .collect();
+        let mut result = Vec::with_capacity(outs.len());
+        for (p, b) in outs {
+            match b {
+                None => result.push(std::mem::replace(&mut rows[p.data_index], Buf::new(0))),
+                Some(mut b) => {
+                    let at = (p.in_chunk - r0) as usize;
+                    b.copy_from_slice(&rows[p.data_index][at..at + p.len as usize]);
+                    result.push(b);
+                }
+            }
+        }
+        Ok((result, repairs))
+    }
+
+    /// Rewrites rows `[r0, r1)` of `child` in `stripe` from the rest of the stripe, after the
+    /// child returned a read error there (md's and SPDK's read repair: a rewrite cures a
+    /// transient media error; if the rewrite fails, the leaf marks the member failed). Runs
+    /// under the stripe's exclusive lock and rebuilds afresh under it, so no write is undone.
+    pub(super) async fn repair(&self, r: Repair) {
+        let _g = self.locks.lock(r.stripe, 1, true).await;
+        let roles = self.layout.roles(r.stripe);
+        let at = self.layout.chunk_offset(r.stripe) + r.r0;
+        if !self.children[r.child].readable(at, r.r1 - r.r0) {
+            return; // Failed meanwhile: nothing to repair.
+        }
+        if !self.in_sync(r.stripe) || self.is_stale(r.stripe) {
+            // Parity not known to match: a rebuilt chunk could be wrong, and writing it back
+            // would make that permanent. Leave the chunk as it is.
+            return;
+        }
+        let want = vec![true; self.k];
+        let none = (0..self.k).map(|_| None).collect();
+        let rows = match self
+            .read_rows_ex(r.stripe, r.r0, r.r1, &want, none, Some(r.child))
+            .await
+        {
+            Ok((rows, _)) => rows,
+            Err(e) => {
+                tracing::warn!(
+                    "parity repair of stripe {} child {}: cannot rebuild: {e}",
+                    r.stripe,
+                    r.child
+                );
+                return;
+            }
+        };
+        let n = (r.r1 - r.r0) as usize;
+        let fresh: SharedBuf = match roles.data_index_of(r.child) {
+            Some(i) => {
+                let mut rows = rows;
+                rows.swap_remove(i).freeze()
+            }
+            None => {
+                let mut order = vec![0usize; self.k];
+                for i in 0..self.k {
+                    order[roles.q_slot[i]] = i;
+                }
+                let srcs: Vec<&[u8]> = order.iter().map(|&i| &rows[i][..]).collect();
+                let (mut p, mut q) = (Buf::new(n), Buf::new(n));
+                if self.np == 2 {
+                    parity::pq_gen(&srcs, &mut p, &mut q);
+                } else {
+                    parity::xor_gen(&srcs, &mut p);
+                }
+                if Some(r.child) == roles.q {
+                    q.freeze()
+                } else {
+                    p.freeze()
+                }
+            }
+        };
+        self.recent_forget(r.stripe);
+        match self.children[r.child].write(at, fresh, false).await {
+            Ok(()) => {
+                self.repairs.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    "parity: repaired rows {}..{} of stripe {} on child {}",
+                    r.r0,
+                    r.r1,
+                    r.stripe,
+                    r.child
+                );
+            }
+            Err(e) => tracing::warn!("parity repair of child {} failed: {e}", r.child),
+        }
+    }
+}

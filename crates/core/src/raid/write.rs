@@ -1,0 +1,531 @@
+//! Writing a parity group: per stripe, the plan with the fewest member reads (see `plan`),
+//! salvage after a write fails beyond tolerance, and whole-stripe zeroing.
+
+use super::cache::{compact, Entry};
+use super::plan::{add_range, covers, Ranges};
+use super::*;
+use crate::parity;
+
+impl ParityCore {
+    /// Writes new bytes of one stripe to the members (with parity), the caller holding the
+    /// stripe's lock.
+    pub(super) async fn write_stripe(
+        &self,
+        stripe: u64,
+        segs: Segs,
+        fua: bool,
+    ) -> VolumeResult<()> {
+        self.recent_forget(stripe);
+        let strip = self.strip;
+        // Per data chunk: (in-chunk offset, bytes).
+        let mut w: Vec<Vec<(u64, SharedBuf)>> = (0..self.k).map(|_| Vec::new()).collect();
+        for (off, data) in segs {
+            let mut at = 0u64;
+            let len = data.len() as u64;
+            while at < len {
+                let o = off + at;
+                let i = (o / strip) as usize;
+                let ic = o % strip;
+                let n = (strip - ic).min(len - at);
+                w[i].push((ic, data.slice(at as usize..(at + n) as usize)));
+                at += n;
+            }
+        }
+        let mut r0 = u64::MAX;
+        let mut r1 = 0;
+        for (s, d) in w.iter().flatten() {
+            r0 = r0.min(*s);
+            r1 = r1.max(*s + d.len() as u64);
+        }
+        if r0 >= r1 {
+            return Ok(());
+        }
+        let roles = self.layout.roles(stripe);
+        let mut plan_lost = self.lost(stripe, r0, r1);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self
+                .write_rows(stripe, &roles, r0, r1, &w, &plan_lost, fua, tries > 1)
+                .await
+            {
+                Ok(()) => return Ok(()),
+                // A read for the plan failed: treat that child as lost and plan again.
+                Err(Retry::Read(c, e)) if tries <= self.children.len() => {
+                    tracing::warn!("stripe {stripe}: read for a parity update failed: {e}");
+                    plan_lost[c] = true;
+                }
+                Err(Retry::Read(_, e)) | Err(Retry::Fatal(e)) => {
+                    self.salvage(stripe, &w, fua).await;
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// After a write failed beyond the stripe's tolerance: put the new bytes on every data
+    /// chunk that still takes writes (so a direct read there is never stale) and mark the
+    /// stripe's parity stale (so nothing is rebuilt from it).
+    pub(super) async fn salvage(&self, stripe: u64, w: &[Vec<(u64, SharedBuf)>], fua: bool) {
+        self.stale.lock().insert(stripe);
+        let roles = self.layout.roles(stripe);
+        let base = self.layout.chunk_offset(stripe);
+        let futs = (0..self.k).flat_map(|i| {
+            let c = roles.data[i];
+            w[i].iter()
+                .filter(move |(ic, d)| self.children[c].readable(base + ic, d.len() as u64))
+                .map(move |(ic, d)| self.children[c].write(base + ic, d.clone(), fua))
+        });
+        for r in join_all(futs).await {
+            if let Err(e) = r {
+                tracing::warn!("stripe {stripe}: salvaging a failed write: {e}");
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn write_rows(
+        &self,
+        stripe: u64,
+        roles: &StripeRoles,
+        r0: u64,
+        r1: u64,
+        w: &[Vec<(u64, SharedBuf)>],
+        lost: &[bool],
+        fua: bool,
+        force_reconstruct: bool,
+    ) -> Result<(), Retry> {
+        let k = self.k;
+        let rows = (r1 - r0) as usize;
+        let base = self.layout.chunk_offset(stripe);
+        let touched: Vec<bool> = w.iter().map(|v| !v.is_empty()).collect();
+        let covered: Vec<bool> = w
+            .iter()
+            .map(|v| {
+                let mut r = Ranges::new();
+                for (s, d) in v {
+                    add_range(&mut r, *s, *s + d.len() as u64);
+                }
+                covers(&r, r0, r1)
+            })
+            .collect();
+        let hull: Vec<(u64, u64)> = w
+            .iter()
+            .map(|v| {
+                let s = v.iter().map(|x| x.0).min().unwrap_or(0);
+                let e = v.iter().map(|x| x.0 + x.1.len() as u64).max().unwrap_or(0);
+                (s, e)
+            })
+            .collect();
+        let data_lost: Vec<bool> = (0..k).map(|i| lost[roles.data[i]]).collect();
+        let p_ok = !lost[roles.p];
+        let q_ok = roles.q.map(|c| !lost[c]);
+        let parity_alive = usize::from(p_ok) + usize::from(q_ok == Some(true));
+        let stale = self.is_stale(stripe);
+        let mut plan = choose(
+            &touched,
+            &covered,
+            &data_lost,
+            parity_alive,
+            self.in_sync(stripe) && !stale,
+        );
+        // Children that merely returned a read error still take writes (skipping them would
+        // leave stale data under fresh parity): writes go to every child not actually lost.
+        let actual = self.lost(stripe, r0, r1);
+        let p_live = !actual[roles.p];
+        let q_live = roles.q.is_some_and(|c| !actual[c]);
+        if force_reconstruct && matches!(plan, Plan::Rmw | Plan::Rcw) {
+            plan = Plan::Reconstruct;
+        }
+        if plan == Plan::DataOnly && (p_live || q_live) {
+            // Parity unreadable but writable: generate it afresh.
+            plan = Plan::Reconstruct;
+        }
+        let mut writes: Vec<(usize, u64, SharedBuf)> = Vec::new();
+        match plan {
+            Plan::DataOnly => {
+                if (0..k).any(|i| touched[i] && actual[roles.data[i]]) {
+                    return Err(Retry::Fatal(self.unavailable(stripe, &actual, "write")));
+                }
+                for i in (0..k).filter(|&i| touched[i]) {
+                    let (h0, h1) = hull[i];
+                    let c = roles.data[i];
+                    let d = if w[i].len() == 1 {
+                        w[i][0].1.clone()
+                    } else {
+                        // Gaps: read the old bytes of the span.
+                        let old = self.children[c]
+                            .read(base + h0, Buf::new((h1 - h0) as usize))
+                            .await
+                            .map_err(Retry::Fatal)?;
+                        assemble(h0, h1, &w[i], Some(&old))
+                    };
+                    writes.push((c, base + h0, d));
+                }
+            }
+            Plan::Rmw => {
+                // Old bytes of each written span, old P (and Q) over the rows.
+                let mut reads: Vec<(usize, u64, usize)> = Vec::new();
+                for i in (0..k).filter(|&i| touched[i]) {
+                    let (h0, h1) = hull[i];
+                    reads.push((roles.data[i], base + h0, (h1 - h0) as usize));
+                }
+                if p_ok {
+                    reads.push((roles.p, base + r0, rows));
+                }
+                if q_ok == Some(true) {
+                    reads.push((roles.q.expect("q"), base + r0, rows));
+                }
+                let mut got = self.read_all(&reads).await?;
+                let mut q = if q_ok == Some(true) { got.pop() } else { None };
+                let mut p = if p_ok { got.pop() } else { None };
+                if self.np == 2 {
+                    let mut ps = p.take().unwrap_or_else(|| Buf::zeroed(rows));
+                    let mut qs = q.take().unwrap_or_else(|| Buf::zeroed(rows));
+                    for (n, i) in (0..k).filter(|&i| touched[i]).enumerate() {
+                        let (h0, h1) = hull[i];
+                        let new = assemble(h0, h1, &w[i], Some(&got[n]));
+                        let (a, b) = ((h0 - r0) as usize, (h1 - r0) as usize);
+                        parity::pq_update(
+                            &mut ps[a..b],
+                            &mut qs[a..b],
+                            roles.q_slot[i],
+                            &got[n],
+                            &new,
+                        );
+                        writes.push((roles.data[i], base + h0, new));
+                    }
+                    if p_ok {
+                        writes.push((roles.p, base + r0, ps.freeze()));
+                    }
+                    if q_ok == Some(true) {
+                        writes.push((roles.q.expect("q"), base + r0, qs.freeze()));
+                    }
+                } else {
+                    let mut ps = p.take().expect("RMW on RAID 5 needs P");
+                    for (n, i) in (0..k).filter(|&i| touched[i]).enumerate() {
+                        let (h0, h1) = hull[i];
+                        let new = assemble(h0, h1, &w[i], Some(&got[n]));
+                        let (a, b) = ((h0 - r0) as usize, (h1 - r0) as usize);
+                        parity::xor_update(&mut ps[a..b], &got[n], &new);
+                        writes.push((roles.data[i], base + h0, new));
+                    }
+                    writes.push((roles.p, base + r0, ps.freeze()));
+                }
+            }
+            Plan::FullRows | Plan::Rcw | Plan::Reconstruct => {
+                let olds: Vec<Option<Buf>> = match plan {
+                    Plan::FullRows => (0..k).map(|_| None).collect(),
+                    Plan::Rcw => {
+                        let need: Vec<usize> = (0..k).filter(|&i| !covered[i]).collect();
+                        let reads: Vec<(usize, u64, usize)> = need
+                            .iter()
+                            .map(|&i| (roles.data[i], base + r0, rows))
+                            .collect();
+                        let mut got = self.read_all(&reads).await?.into_iter();
+                        (0..k)
+                            .map(|i| (!covered[i]).then(|| got.next().expect("read")))
+                            .collect()
+                    }
+                    _ => {
+                        // Rebuild the old rows of every chunk not wholly rewritten.
+                        let want: Vec<bool> = covered.iter().map(|c| !c).collect();
+                        let got = self
+                            .read_rows(stripe, r0, r1, &want, (0..k).map(|_| None).collect())
+                            .await
+                            .map_err(Retry::Fatal)?;
+                        got.into_iter()
+                            .zip(&want)
+                            .map(|(b, &wt)| wt.then_some(b))
+                            .collect()
+                    }
+                };
+                let news: Vec<SharedBuf> = (0..k)
+                    .zip(olds)
+                    .map(|(i, old)| match (touched[i], old) {
+                        (false, Some(o)) => o.freeze(),
+                        (_, o) => assemble(r0, r1, &w[i], o.as_deref()),
+                    })
+                    .collect();
+                let mut order = vec![0usize; k];
+                for i in 0..k {
+                    order[roles.q_slot[i]] = i;
+                }
+                let srcs: Vec<&[u8]> = order.iter().map(|&i| &news[i][..]).collect();
+                let mut p = Buf::new(rows);
+                if self.np == 2 {
+                    let mut q = Buf::new(rows);
+                    parity::pq_gen(&srcs, &mut p, &mut q);
+                    if q_live {
+                        writes.push((roles.q.expect("q"), base + r0, q.freeze()));
+                    }
+                } else {
+                    parity::xor_gen(&srcs, &mut p);
+                }
+                if p_live {
+                    writes.push((roles.p, base + r0, p.freeze()));
+                }
+                for i in (0..k).filter(|&i| touched[i] && !actual[roles.data[i]]) {
+                    let (h0, h1) = hull[i];
+                    let d = news[i].slice((h0 - r0) as usize..(h1 - r0) as usize);
+                    writes.push((roles.data[i], base + h0, d));
+                }
+            }
+        }
+        let results = join_all(
+            writes
+                .iter()
+                .map(|(c, at, d)| self.children[*c].write(*at, d.clone(), fua)),
+        )
+        .await;
+        let mut now_lost = actual;
+        let mut errors = Vec::new();
+        for ((c, _, _), r) in writes.iter().zip(results) {
+            if let Err(e) = r {
+                now_lost[*c] = true;
+                errors.push(e);
+            }
+        }
+        let lost_count = now_lost.iter().filter(|&&l| l).count();
+        if lost_count > self.np {
+            if !self.warned.swap(true, Ordering::Relaxed) {
+                tracing::error!("stripe {stripe}: a write lost more chunks than parity covers");
+            }
+            return Err(Retry::Fatal(
+                crate::node::first_error(errors)
+                    .unwrap_or_else(|| self.unavailable(stripe, &now_lost, "write")),
+            ));
+        }
+        let whole = r0 == 0 && r1 == self.strip;
+        let regenerated = matches!(plan, Plan::FullRows | Plan::Rcw | Plan::Reconstruct);
+        if whole && regenerated && errors.is_empty() {
+            // Parity was generated from the whole stripe's data: it is consistent again.
+            if stale {
+                self.stale.lock().remove(&stripe);
+            }
+            if lost_count == 0 {
+                self.mark_in_sync(stripe);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `(child, offset, len)` concurrently; the first failure names the child.
+    pub(super) async fn read_all(&self, reads: &[(usize, u64, usize)]) -> Result<Vec<Buf>, Retry> {
+        let results = join_all(
+            reads
+                .iter()
+                .map(|&(c, at, n)| self.children[c].read(at, Buf::new(n))),
+        )
+        .await;
+        let mut out = Vec::with_capacity(reads.len());
+        for (&(c, _, _), r) in reads.iter().zip(results) {
+            match r {
+                Ok(b) => out.push(b),
+                Err(e) => return Err(Retry::Read(c, e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Splits `[offset, offset+len)` of `data` into per-stripe segments.
+    pub(super) fn per_stripe(&self, offset: u64, data: &SharedBuf) -> Vec<(u64, Segs)> {
+        let w = self.width();
+        let len = data.len() as u64;
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < len {
+            let o = offset + at;
+            let s = o / w;
+            let n = (w - o % w).min(len - at);
+            out.push((s, vec![(o % w, data.slice(at as usize..(at + n) as usize))]));
+            at += n;
+        }
+        out
+    }
+
+    pub(super) async fn write_inner(
+        &self,
+        offset: u64,
+        data: SharedBuf,
+        fua: bool,
+    ) -> VolumeResult<()> {
+        let len = data.len() as u64;
+        let w = self.width();
+        if self.cache.as_ref().is_some_and(Cache::over_bound) {
+            // Make room first, before this write holds stripe locks an eviction may need.
+            if let Err(e) = self.evict().await {
+                tracing::warn!("stripe cache eviction: {e}");
+            }
+        }
+        let mut over_bound = false;
+        {
+            let _g = self.lock_stripes(offset, len, true).await;
+            let mut futs = Vec::new();
+            for (s, segs) in self.per_stripe(offset, &data) {
+                let Some(cache) = &self.cache else {
+                    futs.push(self.write_over_cache(s, segs, fua));
+                    continue;
+                };
+                if segs[0].1.len() as u64 == w {
+                    // A whole stripe bypasses the cache and supersedes its entry, which stays
+                    // listed until this write is on the members.
+                    futs.push(self.write_over_cache(s, segs, fua));
+                    continue;
+                }
+                let (o, d) = segs.into_iter().next().expect("one segment");
+                let d = compact(d);
+                let mut st = cache.state.lock();
+                if !st.admits(&d, cache.bound) {
+                    // No room (destaging fails, or this stripe alone exceeds the bound): write
+                    // it through rather than grow the cache past its bound.
+                    let mut merged = Entry {
+                        segs: st
+                            .entries
+                            .get(&s)
+                            .map(|e| e.segs.clone())
+                            .unwrap_or_default(),
+                        bytes: 0,
+                        used: 0,
+                        busy: false,
+                        since: Instant::now(),
+                    };
+                    merged.insert(o, d);
+                    drop(st);
+                    futs.push(self.write_over_cache(s, merged.segs, fua));
+                    continue;
+                }
+                let full = st.insert(s, o, d, w);
+                over_bound |= st.pinned_bytes > cache.bound;
+                if full || fua {
+                    let segs = st.entries[&s].segs.clone();
+                    drop(st);
+                    futs.push(self.write_over_cache(s, segs, fua));
+                }
+            }
+            crate::node::all_ok(join_all(futs).await)?;
+        }
+        if over_bound {
+            // This write is in the cache (or on the members) either way: a stripe that cannot
+            // be destaged stays cached and dirty (reads see it) and the next flush reports it.
+            if let Err(e) = self.evict().await {
+                tracing::warn!("stripe cache eviction: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// Zeroes `[offset, offset+len)`: whole stripes by zeroing every child over their chunks
+    /// (zero data has zero P and Q), the partial stripes at either end written as zeroes.
+    pub(super) async fn zero_range(
+        &self,
+        offset: u64,
+        len: u64,
+        kind: ZeroKind,
+    ) -> VolumeResult<()> {
+        {
+            // Whole stripes: zero every child over their chunks (zero data has zero P and Q);
+            // the partial stripes at either end are written as zeroes.
+            let w = self.width();
+            let end = offset + len;
+            let first_full = offset.div_ceil(w);
+            let last_full = end / w; // exclusive
+            let mut pieces: Vec<(u64, u64)> = Vec::new();
+            // Zero data has zero parity, so whole stripes stay consistent even where some
+            // child failed: the chunks that were zeroed and the parity agree.
+            let mut full_err = None;
+            if first_full < last_full {
+                if offset < first_full * w {
+                    pieces.push((offset, first_full * w - offset));
+                }
+                if last_full * w < end {
+                    pieces.push((last_full * w, end - last_full * w));
+                }
+                {
+                    let _g = self
+                        .locks
+                        .lock(first_full, last_full - first_full, true)
+                        .await;
+                    self.recent
+                        .lock()
+                        .retain(|(s, _)| !(first_full..last_full).contains(s));
+                    let at = self.layout.chunk_offset(first_full);
+                    let n = (last_full - first_full) * self.strip;
+                    let results = join_all(self.children.iter().map(|c| c.zero(at, n, kind))).await;
+                    let errors: Vec<VolumeError> =
+                        results.into_iter().filter_map(Result::err).collect();
+                    let failed_children = errors.len();
+                    if failed_children > self.np {
+                        full_err = crate::node::first_error(errors);
+                    } else if let Some(cache) = &self.cache {
+                        // The zeroes supersede cached bytes of these stripes; until they were
+                        // on the members the entries stayed listed (a FLUSH waited for them).
+                        let mut st = cache.state.lock();
+                        let doomed: Vec<u64> = st
+                            .entries
+                            .keys()
+                            .copied()
+                            .filter(|s| (first_full..last_full).contains(s))
+                            .collect();
+                        for s in doomed {
+                            st.remove(s);
+                        }
+                    }
+                    if failed_children == 0 {
+                        let mut stale = self.stale.lock();
+                        for s in first_full..last_full {
+                            self.mark_in_sync(s);
+                            stale.remove(&s);
+                        }
+                    }
+                }
+            } else {
+                pieces.push((offset, len));
+            }
+            // Every piece is attempted even if one fails, so no piece is left silently old.
+            let mut results = Vec::new();
+            for (o, l) in pieces {
+                let mut at = o;
+                while at < o + l {
+                    let n = (o + l - at).min(w - at % w);
+                    results.push(
+                        self.write_inner(at, Buf::zeroed(n as usize).freeze(), false)
+                            .await,
+                    );
+                    at += n;
+                }
+            }
+            if let Some(e) = full_err {
+                results.push(Err(e));
+            }
+            crate::node::all_ok(results)
+        }
+    }
+}
+
+/// New bytes of `[s, e)` of one chunk: the written pieces over `old` (which covers `[s, e)`).
+pub(super) fn assemble(s: u64, e: u64, w: &[(u64, SharedBuf)], old: Option<&[u8]>) -> SharedBuf {
+    if let [(o, d)] = w {
+        if *o == s && d.len() as u64 == e - s {
+            return d.clone();
+        }
+    }
+    let mut b = match old {
+        Some(old) => Buf::copy_from(old),
+        None => Buf::zeroed((e - s) as usize),
+    };
+    for (o, d) in w {
+        let (a, z) = ((*o).max(s), (*o + d.len() as u64).min(e));
+        if a < z {
+            b[(a - s) as usize..(z - s) as usize]
+                .copy_from_slice(&d[(a - *o) as usize..(z - *o) as usize]);
+        }
+    }
+    b.freeze()
+}
+
+pub(super) enum Retry {
+    /// A read of this child failed: plan again without it.
+    Read(usize, VolumeError),
+    Fatal(VolumeError),
+}
