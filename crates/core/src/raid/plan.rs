@@ -79,6 +79,210 @@ pub(super) fn covers(r: &Ranges, s: u64, e: u64) -> bool {
     r.iter().any(|&(a, b)| a <= s && e <= b)
 }
 
+/// A chunk of one stripe: a data chunk (by data index), P or Q.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    Data(usize),
+    P,
+    Q,
+}
+
+/// What a chunk's member can still do for one stripe write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Health {
+    /// Its rows can be read: not failed, and no read error there during this write.
+    pub readable: bool,
+    /// It takes writes: not failed (a read error alone does not stop writes to it).
+    pub writable: bool,
+}
+
+impl Health {
+    pub const OK: Health = Health {
+        readable: true,
+        writable: true,
+    };
+    pub const FAILED: Health = Health {
+        readable: false,
+        writable: false,
+    };
+    /// Returned a read error during this write, but still takes writes.
+    pub const READ_ERROR: Health = Health {
+        readable: false,
+        writable: true,
+    };
+}
+
+/// The new bytes one data chunk receives in a write over rows `[r0, r1)`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NewBytes {
+    /// Rows `[start, end)` spanned by the new bytes; empty (`start == end`) when untouched.
+    pub hull: (u64, u64),
+    /// The new bytes cover their hull without gaps.
+    pub hull_covered: bool,
+    /// The new bytes cover every row of the write.
+    pub rows_covered: bool,
+}
+
+impl NewBytes {
+    pub fn touched(&self) -> bool {
+        self.hull.0 < self.hull.1
+    }
+}
+
+/// One data chunk as a stripe write sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataChunk {
+    pub new: NewBytes,
+    pub health: Health,
+}
+
+/// Everything the planner needs to know about one stripe write.
+#[derive(Clone, Debug)]
+pub struct StripeWrite {
+    /// Rows `[r0, r1)` (bytes within each chunk) the write covers.
+    pub rows: (u64, u64),
+    /// Per data index.
+    pub data: Vec<DataChunk>,
+    pub p: Health,
+    /// RAID 6 only.
+    pub q: Option<Health>,
+    /// The stripe's parity is known to match its data (in sync and not stale): only then may
+    /// read-modify-write trust it.
+    pub parity_trusted: bool,
+    /// An earlier plan for this write failed on a read: rebuild from the stripe instead.
+    pub force_reconstruct: bool,
+}
+
+/// Rows `[start, end)` of one chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rows {
+    pub target: Target,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// What the executor does for one stripe write, in order: read `reads` from the members
+/// (and, for [`Plan::Reconstruct`], rebuild the old rows of `rebuild` from the stripe),
+/// compute the new data and parity as `plan` says, write `writes`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WritePlan {
+    pub plan: Plan,
+    pub reads: Vec<Rows>,
+    /// Data chunks whose old rows `[r0, r1)` a reconstruct-write needs.
+    pub rebuild: Vec<usize>,
+    pub writes: Vec<Rows>,
+}
+
+/// Plans one stripe write (md's counting rule, see [`choose`], with the overrides folded in).
+/// `None` when a touched data chunk cannot be written and no parity chunk can carry its
+/// bytes: the write cannot be stored.
+pub fn plan_write(w: &StripeWrite) -> Option<WritePlan> {
+    let (r0, r1) = w.rows;
+    assert!(r0 < r1, "a stripe write covers at least one row");
+    let k = w.data.len();
+    let touched: Vec<bool> = w.data.iter().map(|c| c.new.touched()).collect();
+    let covered: Vec<bool> = w.data.iter().map(|c| c.new.rows_covered).collect();
+    let unreadable: Vec<bool> = w.data.iter().map(|c| !c.health.readable).collect();
+    for c in &w.data {
+        assert!(
+            !c.new.touched() || (r0 <= c.new.hull.0 && c.new.hull.1 <= r1),
+            "new bytes {:?} outside the write's rows {r0}..{r1}",
+            c.new.hull
+        );
+    }
+    let q = w.q.unwrap_or(Health::FAILED);
+    let parity_readable = usize::from(w.p.readable) + usize::from(q.readable);
+    let parity_writable = w.p.writable || q.writable;
+    let rcw_possible = (0..k).all(|i| covered[i] || !unreadable[i]);
+    let mut plan = choose(
+        &touched,
+        &covered,
+        &unreadable,
+        parity_readable,
+        w.parity_trusted,
+    );
+    // A parity chunk that takes writes but cannot be read would keep stale bytes under RMW
+    // (which only updates what it read): generate parity afresh instead.
+    let parity_unreadable_but_writable =
+        (w.p.writable && !w.p.readable) || (w.q.is_some() && q.writable && !q.readable);
+    if plan == Plan::Rmw && parity_unreadable_but_writable {
+        plan = if rcw_possible {
+            Plan::Rcw
+        } else {
+            Plan::Reconstruct
+        };
+    }
+    if w.force_reconstruct && matches!(plan, Plan::Rmw | Plan::Rcw) {
+        plan = Plan::Reconstruct;
+    }
+    if plan == Plan::DataOnly && parity_writable {
+        // Parity unreadable but writable: generate it afresh.
+        plan = if rcw_possible && !w.force_reconstruct {
+            Plan::Rcw
+        } else {
+            Plan::Reconstruct
+        };
+    }
+    let rows = |target, (start, end)| Rows { target, start, end };
+    let touched_data = (0..k).filter(|&i| touched[i]);
+    let mut reads = Vec::new();
+    let mut rebuild = Vec::new();
+    let mut writes: Vec<Rows> = Vec::new();
+    match plan {
+        Plan::DataOnly => {
+            if touched_data.clone().any(|i| !w.data[i].health.writable) {
+                return None;
+            }
+            for i in touched_data {
+                let n = w.data[i].new;
+                if !n.hull_covered {
+                    // Gaps in the new bytes: the old bytes between them are written back.
+                    reads.push(rows(Target::Data(i), n.hull));
+                }
+                writes.push(rows(Target::Data(i), n.hull));
+            }
+        }
+        Plan::Rmw => {
+            for i in touched_data {
+                assert!(
+                    !unreadable[i],
+                    "RMW reads the old bytes of every touched chunk"
+                );
+                reads.push(rows(Target::Data(i), w.data[i].new.hull));
+                writes.push(rows(Target::Data(i), w.data[i].new.hull));
+            }
+            for (t, h) in [(Target::P, w.p), (Target::Q, q)] {
+                if h.readable {
+                    reads.push(rows(t, (r0, r1)));
+                    writes.push(rows(t, (r0, r1)));
+                }
+            }
+        }
+        Plan::FullRows | Plan::Rcw | Plan::Reconstruct => {
+            let uncovered = (0..k).filter(|&i| !covered[i]);
+            match plan {
+                Plan::Rcw => reads.extend(uncovered.map(|i| rows(Target::Data(i), (r0, r1)))),
+                Plan::Reconstruct => rebuild.extend(uncovered),
+                _ => assert!(uncovered.count() == 0, "full rows cover every chunk"),
+            }
+            for i in touched_data.filter(|&i| w.data[i].health.writable) {
+                writes.push(rows(Target::Data(i), w.data[i].new.hull));
+            }
+            for (t, h) in [(Target::P, w.p), (Target::Q, q)] {
+                if h.writable {
+                    writes.push(rows(t, (r0, r1)));
+                }
+            }
+        }
+    }
+    Some(WritePlan {
+        plan,
+        reads,
+        rebuild,
+        writes,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,5 +356,172 @@ mod tests {
         );
         assert_eq!(recovery(&[0, 2], true, false), None);
         assert_eq!(recovery(&[1], false, false), None);
+    }
+
+    fn chunk(hull: (u64, u64), rows_covered: bool, health: Health) -> DataChunk {
+        DataChunk {
+            new: NewBytes {
+                hull,
+                hull_covered: true,
+                rows_covered,
+            },
+            health,
+        }
+    }
+
+    fn untouched(health: Health) -> DataChunk {
+        chunk((0, 0), false, health)
+    }
+
+    /// RAID 5 of 8 (7 data chunks): a 4 KiB write into chunk 3.
+    fn raid5_small(health: impl Fn(usize) -> Health, p: Health) -> StripeWrite {
+        StripeWrite {
+            rows: (0, 4096),
+            data: (0..7)
+                .map(|i| {
+                    if i == 3 {
+                        chunk((0, 4096), true, health(i))
+                    } else {
+                        untouched(health(i))
+                    }
+                })
+                .collect(),
+            p,
+            q: None,
+            parity_trusted: true,
+            force_reconstruct: false,
+        }
+    }
+
+    fn targets(rows: &[Rows]) -> Vec<Target> {
+        rows.iter().map(|r| r.target).collect()
+    }
+
+    #[test]
+    fn healthy_small_write_is_rmw() {
+        let p = plan_write(&raid5_small(|_| Health::OK, Health::OK)).expect("plan");
+        assert_eq!(p.plan, Plan::Rmw);
+        assert_eq!(targets(&p.reads), vec![Target::Data(3), Target::P]);
+        assert_eq!(targets(&p.writes), vec![Target::Data(3), Target::P]);
+    }
+
+    #[test]
+    fn untrusted_parity_is_regenerated() {
+        let mut w = raid5_small(|_| Health::OK, Health::OK);
+        w.parity_trusted = false;
+        let p = plan_write(&w).expect("plan");
+        assert_eq!(p.plan, Plan::Rcw);
+        assert_eq!(p.reads.len(), 6, "the six other data chunks");
+        assert_eq!(targets(&p.writes), vec![Target::Data(3), Target::P]);
+    }
+
+    /// Every single lost member of a RAID 5 of 8 under a small write.
+    #[test]
+    fn every_single_loss() {
+        for lost in 0..7 {
+            let p = plan_write(&raid5_small(
+                |i| {
+                    if i == lost {
+                        Health::FAILED
+                    } else {
+                        Health::OK
+                    }
+                },
+                Health::OK,
+            ))
+            .expect("one loss is within tolerance");
+            if lost == 3 {
+                // The written chunk is lost: its bytes go into parity only.
+                assert_eq!(p.plan, Plan::Rcw);
+                assert_eq!(targets(&p.writes), vec![Target::P]);
+            } else {
+                assert_eq!(p.plan, Plan::Rmw, "lost {lost}");
+                assert_eq!(targets(&p.writes), vec![Target::Data(3), Target::P]);
+            }
+        }
+        let p = plan_write(&raid5_small(|_| Health::OK, Health::FAILED)).expect("plan");
+        assert_eq!(p.plan, Plan::DataOnly);
+        assert_eq!(targets(&p.writes), vec![Target::Data(3)]);
+    }
+
+    #[test]
+    fn unreadable_but_writable_parity_is_regenerated_not_left_stale() {
+        let p = plan_write(&raid5_small(|_| Health::OK, Health::READ_ERROR)).expect("plan");
+        assert_eq!(p.plan, Plan::Rcw);
+        assert!(targets(&p.writes).contains(&Target::P));
+        // RAID 6: Q returned a read error; RMW would have updated P only.
+        let mut w = raid5_small(|_| Health::OK, Health::OK);
+        w.q = Some(Health::READ_ERROR);
+        let p = plan_write(&w).expect("plan");
+        assert_ne!(p.plan, Plan::Rmw);
+        assert_eq!(
+            targets(&p.writes),
+            vec![Target::Data(3), Target::P, Target::Q]
+        );
+    }
+
+    #[test]
+    fn written_chunk_with_a_read_error_is_still_written() {
+        let p = plan_write(&raid5_small(
+            |i| {
+                if i == 3 {
+                    Health::READ_ERROR
+                } else {
+                    Health::OK
+                }
+            },
+            Health::OK,
+        ))
+        .expect("plan");
+        assert_eq!(p.plan, Plan::Rcw);
+        assert_eq!(targets(&p.writes), vec![Target::Data(3), Target::P]);
+    }
+
+    #[test]
+    fn unstorable_write_has_no_plan() {
+        // The written chunk and P both failed: nothing can hold the new bytes.
+        assert!(plan_write(&raid5_small(
+            |i| if i == 3 { Health::FAILED } else { Health::OK },
+            Health::FAILED
+        ))
+        .is_none());
+    }
+
+    #[test]
+    fn two_losses_on_raid6_reconstruct() {
+        // RAID 6 of 6 (4 data): chunk 0 written, chunks 1 and 2 lost.
+        let w = StripeWrite {
+            rows: (0, 512),
+            data: vec![
+                chunk((0, 512), true, Health::OK),
+                untouched(Health::FAILED),
+                untouched(Health::FAILED),
+                untouched(Health::OK),
+            ],
+            p: Health::OK,
+            q: Some(Health::OK),
+            parity_trusted: true,
+            force_reconstruct: false,
+        };
+        let p = plan_write(&w).expect("two losses are within RAID 6's tolerance");
+        assert_eq!(p.plan, Plan::Rmw, "RMW needs only chunk 0, P and Q");
+        let mut forced = w.clone();
+        forced.force_reconstruct = true;
+        let p = plan_write(&forced).expect("plan");
+        assert_eq!(p.plan, Plan::Reconstruct);
+        assert_eq!(p.rebuild, vec![1, 2, 3]);
+        assert_eq!(
+            targets(&p.writes),
+            vec![Target::Data(0), Target::P, Target::Q]
+        );
+    }
+
+    #[test]
+    fn gaps_in_data_only_writes_read_the_old_bytes() {
+        let mut w = raid5_small(|_| Health::OK, Health::FAILED);
+        w.data[3].new.hull_covered = false;
+        let p = plan_write(&w).expect("plan");
+        assert_eq!(p.plan, Plan::DataOnly);
+        assert_eq!(targets(&p.reads), vec![Target::Data(3)]);
     }
 }

@@ -2,7 +2,9 @@
 //! salvage after a write fails beyond tolerance, and whole-stripe zeroing.
 
 use super::cache::{compact, Entry};
-use super::plan::{add_range, covers, Ranges};
+use super::plan::{
+    add_range, covers, plan_write, DataChunk, Health, NewBytes, Ranges, StripeWrite, Target,
+};
 use super::*;
 use crate::parity;
 
@@ -83,6 +85,56 @@ impl ParityCore {
         }
     }
 
+    /// What the planner needs to know about writing `w` over rows `[r0, r1)` of `stripe`:
+    /// `plan_lost` marks children that failed or returned read errors during this write.
+    fn stripe_write(
+        &self,
+        stripe: u64,
+        roles: &StripeRoles,
+        (r0, r1): (u64, u64),
+        w: &[Vec<(u64, SharedBuf)>],
+        plan_lost: &[bool],
+        force_reconstruct: bool,
+    ) -> StripeWrite {
+        // Children that merely returned a read error still take writes (skipping them would
+        // leave stale data under fresh parity): only failed members refuse writes.
+        let failed = self.lost(stripe, r0, r1);
+        let health = |c: usize| match (failed[c], plan_lost[c]) {
+            (true, _) => Health::FAILED,
+            (false, true) => Health::READ_ERROR,
+            (false, false) => Health::OK,
+        };
+        let data = (0..self.k)
+            .map(|i| {
+                let mut ranges = Ranges::new();
+                for (s, d) in &w[i] {
+                    add_range(&mut ranges, *s, *s + d.len() as u64);
+                }
+                let hull = match (ranges.first(), ranges.last()) {
+                    (Some(a), Some(b)) => (a.0, b.1),
+                    _ => (0, 0),
+                };
+                DataChunk {
+                    new: NewBytes {
+                        hull,
+                        hull_covered: ranges.len() <= 1,
+                        rows_covered: covers(&ranges, r0, r1),
+                    },
+                    health: health(roles.data[i]),
+                }
+            })
+            .collect();
+        StripeWrite {
+            rows: (r0, r1),
+            data,
+            p: health(roles.p),
+            q: roles.q.map(health),
+            parity_trusted: self.in_sync(stripe) && !self.is_stale(stripe),
+            force_reconstruct,
+        }
+    }
+
+    /// Plans and carries out one stripe write (see [`plan_write`]): reads, computes, writes.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn write_rows(
         &self,
@@ -91,161 +143,102 @@ impl ParityCore {
         r0: u64,
         r1: u64,
         w: &[Vec<(u64, SharedBuf)>],
-        lost: &[bool],
+        plan_lost: &[bool],
         fua: bool,
         force_reconstruct: bool,
     ) -> Result<(), Retry> {
+        let input = self.stripe_write(stripe, roles, (r0, r1), w, plan_lost, force_reconstruct);
+        let failed = self.lost(stripe, r0, r1);
+        let Some(plan) = plan_write(&input) else {
+            return Err(Retry::Fatal(self.unavailable(stripe, &failed, "write")));
+        };
         let k = self.k;
         let rows = (r1 - r0) as usize;
         let base = self.layout.chunk_offset(stripe);
-        let touched: Vec<bool> = w.iter().map(|v| !v.is_empty()).collect();
-        let covered: Vec<bool> = w
+        let child = |t: Target| match t {
+            Target::Data(i) => roles.data[i],
+            Target::P => roles.p,
+            Target::Q => roles.q.expect("Q only in a RAID 6 plan"),
+        };
+        let reads: Vec<(usize, u64, usize)> = plan
+            .reads
             .iter()
-            .map(|v| {
-                let mut r = Ranges::new();
-                for (s, d) in v {
-                    add_range(&mut r, *s, *s + d.len() as u64);
-                }
-                covers(&r, r0, r1)
-            })
+            .map(|r| (child(r.target), base + r.start, (r.end - r.start) as usize))
             .collect();
-        let hull: Vec<(u64, u64)> = w
+        let mut got = self.read_all(&reads).await?;
+        // Old bytes per target, as read.
+        let mut old: HashMap<Target, Buf> = plan
+            .reads
             .iter()
-            .map(|v| {
-                let s = v.iter().map(|x| x.0).min().unwrap_or(0);
-                let e = v.iter().map(|x| x.0 + x.1.len() as u64).max().unwrap_or(0);
-                (s, e)
-            })
+            .map(|r| r.target)
+            .zip(got.drain(..))
             .collect();
-        let data_lost: Vec<bool> = (0..k).map(|i| lost[roles.data[i]]).collect();
-        let p_ok = !lost[roles.p];
-        let q_ok = roles.q.map(|c| !lost[c]);
-        let parity_alive = usize::from(p_ok) + usize::from(q_ok == Some(true));
-        let stale = self.is_stale(stripe);
-        let mut plan = choose(
-            &touched,
-            &covered,
-            &data_lost,
-            parity_alive,
-            self.in_sync(stripe) && !stale,
-        );
-        // Children that merely returned a read error still take writes (skipping them would
-        // leave stale data under fresh parity): writes go to every child not actually lost.
-        let actual = self.lost(stripe, r0, r1);
-        let p_live = !actual[roles.p];
-        let q_live = roles.q.is_some_and(|c| !actual[c]);
-        if force_reconstruct && matches!(plan, Plan::Rmw | Plan::Rcw) {
-            plan = Plan::Reconstruct;
-        }
-        if plan == Plan::DataOnly && (p_live || q_live) {
-            // Parity unreadable but writable: generate it afresh.
-            plan = Plan::Reconstruct;
-        }
-        let mut writes: Vec<(usize, u64, SharedBuf)> = Vec::new();
-        match plan {
+        let hull = |i: usize| input.data[i].new.hull;
+        // New bytes per written target.
+        let mut out: Vec<(Target, SharedBuf)> = Vec::with_capacity(plan.writes.len());
+        match plan.plan {
             Plan::DataOnly => {
-                if (0..k).any(|i| touched[i] && actual[roles.data[i]]) {
-                    return Err(Retry::Fatal(self.unavailable(stripe, &actual, "write")));
-                }
-                for i in (0..k).filter(|&i| touched[i]) {
-                    let (h0, h1) = hull[i];
-                    let c = roles.data[i];
-                    let d = if w[i].len() == 1 {
-                        w[i][0].1.clone()
-                    } else {
-                        // Gaps: read the old bytes of the span.
-                        let old = self.children[c]
-                            .read(base + h0, Buf::new((h1 - h0) as usize))
-                            .await
-                            .map_err(Retry::Fatal)?;
-                        assemble(h0, h1, &w[i], Some(&old))
+                for r in &plan.writes {
+                    let Target::Data(i) = r.target else {
+                        unreachable!("data-only plans write data")
                     };
-                    writes.push((c, base + h0, d));
+                    let (h0, h1) = hull(i);
+                    out.push((
+                        r.target,
+                        assemble(h0, h1, &w[i], old.get(&r.target).map(|b| &b[..])),
+                    ));
                 }
             }
             Plan::Rmw => {
-                // Old bytes of each written span, old P (and Q) over the rows.
-                let mut reads: Vec<(usize, u64, usize)> = Vec::new();
-                for i in (0..k).filter(|&i| touched[i]) {
-                    let (h0, h1) = hull[i];
-                    reads.push((roles.data[i], base + h0, (h1 - h0) as usize));
-                }
-                if p_ok {
-                    reads.push((roles.p, base + r0, rows));
-                }
-                if q_ok == Some(true) {
-                    reads.push((roles.q.expect("q"), base + r0, rows));
-                }
-                let mut got = self.read_all(&reads).await?;
-                let mut q = if q_ok == Some(true) { got.pop() } else { None };
-                let mut p = if p_ok { got.pop() } else { None };
-                if self.np == 2 {
-                    let mut ps = p.take().unwrap_or_else(|| Buf::zeroed(rows));
-                    let mut qs = q.take().unwrap_or_else(|| Buf::zeroed(rows));
-                    for (n, i) in (0..k).filter(|&i| touched[i]).enumerate() {
-                        let (h0, h1) = hull[i];
-                        let new = assemble(h0, h1, &w[i], Some(&got[n]));
-                        let (a, b) = ((h0 - r0) as usize, (h1 - r0) as usize);
-                        parity::pq_update(
-                            &mut ps[a..b],
-                            &mut qs[a..b],
+                let mut p = old.remove(&Target::P).unwrap_or_else(|| Buf::zeroed(rows));
+                let mut q = (self.np == 2)
+                    .then(|| old.remove(&Target::Q).unwrap_or_else(|| Buf::zeroed(rows)));
+                for r in &plan.writes {
+                    let Target::Data(i) = r.target else { continue };
+                    let (h0, h1) = hull(i);
+                    let before = old.get(&r.target).expect("RMW read the old bytes");
+                    let new = assemble(h0, h1, &w[i], Some(before));
+                    let (a, b) = ((h0 - r0) as usize, (h1 - r0) as usize);
+                    match q.as_mut() {
+                        Some(q) => parity::pq_update(
+                            &mut p[a..b],
+                            &mut q[a..b],
                             roles.q_slot[i],
-                            &got[n],
+                            before,
                             &new,
-                        );
-                        writes.push((roles.data[i], base + h0, new));
+                        ),
+                        None => parity::xor_update(&mut p[a..b], before, &new),
                     }
-                    if p_ok {
-                        writes.push((roles.p, base + r0, ps.freeze()));
+                    out.push((r.target, new));
+                }
+                let (mut p, mut q) = (Some(p.freeze()), q.map(Buf::freeze));
+                for r in &plan.writes {
+                    match r.target {
+                        Target::P => out.push((Target::P, p.take().expect("P written once"))),
+                        Target::Q => out.push((Target::Q, q.take().expect("Q written once"))),
+                        Target::Data(_) => {}
                     }
-                    if q_ok == Some(true) {
-                        writes.push((roles.q.expect("q"), base + r0, qs.freeze()));
-                    }
-                } else {
-                    let mut ps = p.take().expect("RMW on RAID 5 needs P");
-                    for (n, i) in (0..k).filter(|&i| touched[i]).enumerate() {
-                        let (h0, h1) = hull[i];
-                        let new = assemble(h0, h1, &w[i], Some(&got[n]));
-                        let (a, b) = ((h0 - r0) as usize, (h1 - r0) as usize);
-                        parity::xor_update(&mut ps[a..b], &got[n], &new);
-                        writes.push((roles.data[i], base + h0, new));
-                    }
-                    writes.push((roles.p, base + r0, ps.freeze()));
                 }
             }
             Plan::FullRows | Plan::Rcw | Plan::Reconstruct => {
-                let olds: Vec<Option<Buf>> = match plan {
-                    Plan::FullRows => (0..k).map(|_| None).collect(),
-                    Plan::Rcw => {
-                        let need: Vec<usize> = (0..k).filter(|&i| !covered[i]).collect();
-                        let reads: Vec<(usize, u64, usize)> = need
-                            .iter()
-                            .map(|&i| (roles.data[i], base + r0, rows))
-                            .collect();
-                        let mut got = self.read_all(&reads).await?.into_iter();
-                        (0..k)
-                            .map(|i| (!covered[i]).then(|| got.next().expect("read")))
-                            .collect()
+                if !plan.rebuild.is_empty() {
+                    let mut want = vec![false; k];
+                    plan.rebuild.iter().for_each(|&i| want[i] = true);
+                    let rebuilt = self
+                        .read_rows(stripe, r0, r1, &want, (0..k).map(|_| None).collect())
+                        .await
+                        .map_err(Retry::Fatal)?;
+                    for (i, b) in rebuilt.into_iter().enumerate().filter(|(i, _)| want[*i]) {
+                        old.insert(Target::Data(i), b);
                     }
-                    _ => {
-                        // Rebuild the old rows of every chunk not wholly rewritten.
-                        let want: Vec<bool> = covered.iter().map(|c| !c).collect();
-                        let got = self
-                            .read_rows(stripe, r0, r1, &want, (0..k).map(|_| None).collect())
-                            .await
-                            .map_err(Retry::Fatal)?;
-                        got.into_iter()
-                            .zip(&want)
-                            .map(|(b, &wt)| wt.then_some(b))
-                            .collect()
-                    }
-                };
+                }
                 let news: Vec<SharedBuf> = (0..k)
-                    .zip(olds)
-                    .map(|(i, old)| match (touched[i], old) {
-                        (false, Some(o)) => o.freeze(),
-                        (_, o) => assemble(r0, r1, &w[i], o.as_deref()),
-                    })
+                    .map(
+                        |i| match (input.data[i].new.touched(), old.remove(&Target::Data(i))) {
+                            (false, Some(o)) => o.freeze(),
+                            (_, o) => assemble(r0, r1, &w[i], o.as_deref()),
+                        },
+                    )
                     .collect();
                 let mut order = vec![0usize; k];
                 for i in 0..k {
@@ -253,32 +246,54 @@ impl ParityCore {
                 }
                 let srcs: Vec<&[u8]> = order.iter().map(|&i| &news[i][..]).collect();
                 let mut p = Buf::new(rows);
+                let mut q = None;
                 if self.np == 2 {
-                    let mut q = Buf::new(rows);
-                    parity::pq_gen(&srcs, &mut p, &mut q);
-                    if q_live {
-                        writes.push((roles.q.expect("q"), base + r0, q.freeze()));
-                    }
+                    let mut qb = Buf::new(rows);
+                    parity::pq_gen(&srcs, &mut p, &mut qb);
+                    q = Some(qb.freeze());
                 } else {
                     parity::xor_gen(&srcs, &mut p);
                 }
-                if p_live {
-                    writes.push((roles.p, base + r0, p.freeze()));
-                }
-                for i in (0..k).filter(|&i| touched[i] && !actual[roles.data[i]]) {
-                    let (h0, h1) = hull[i];
-                    let d = news[i].slice((h0 - r0) as usize..(h1 - r0) as usize);
-                    writes.push((roles.data[i], base + h0, d));
+                let mut p = Some(p.freeze());
+                for r in &plan.writes {
+                    let bytes = match r.target {
+                        Target::Data(i) => {
+                            let (h0, h1) = hull(i);
+                            news[i].slice((h0 - r0) as usize..(h1 - r0) as usize)
+                        }
+                        Target::P => p.take().expect("P written once"),
+                        Target::Q => q.take().expect("Q generated and written once"),
+                    };
+                    out.push((r.target, bytes));
                 }
             }
         }
+        debug_assert_eq!(
+            out.len(),
+            plan.writes.len(),
+            "every planned write carried out"
+        );
+        let writes: Vec<(usize, u64, SharedBuf)> = plan
+            .writes
+            .iter()
+            .zip(out)
+            .map(|(r, (t, bytes))| {
+                assert_eq!(r.target, t, "writes in plan order");
+                assert_eq!(
+                    bytes.len() as u64,
+                    r.end - r.start,
+                    "{t:?}: bytes match the planned rows"
+                );
+                (child(t), base + r.start, bytes)
+            })
+            .collect();
         let results = join_all(
             writes
                 .iter()
                 .map(|(c, at, d)| self.children[*c].write(*at, d.clone(), fua)),
         )
         .await;
-        let mut now_lost = actual;
+        let mut now_lost = failed;
         let mut errors = Vec::new();
         for ((c, _, _), r) in writes.iter().zip(results) {
             if let Err(e) = r {
@@ -297,10 +312,10 @@ impl ParityCore {
             ));
         }
         let whole = r0 == 0 && r1 == self.strip;
-        let regenerated = matches!(plan, Plan::FullRows | Plan::Rcw | Plan::Reconstruct);
+        let regenerated = matches!(plan.plan, Plan::FullRows | Plan::Rcw | Plan::Reconstruct);
         if whole && regenerated && errors.is_empty() {
             // Parity was generated from the whole stripe's data: it is consistent again.
-            if stale {
+            if !input.parity_trusted {
                 self.stale.lock().remove(&stripe);
             }
             if lost_count == 0 {
