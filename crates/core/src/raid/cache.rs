@@ -185,8 +185,9 @@ pub(super) struct Cache {
 }
 
 impl Cache {
-    pub(super) fn over_bound(&self) -> bool {
-        self.state.lock().pinned_bytes > self.bound
+    /// Whether `room_bytes` more would take the cache past its bound.
+    pub(super) fn needs_room(&self, room_bytes: u64) -> bool {
+        self.state.lock().pinned_bytes + room_bytes > self.bound
     }
 }
 
@@ -252,15 +253,15 @@ impl ParityCore {
         })
     }
 
-    /// Destages least recently used stripes until the cache is within its bound.
-    pub(super) async fn evict(&self) -> VolumeResult<()> {
+    /// Destages least recently used stripes until `room_bytes` more fit within the bound.
+    pub(super) async fn evict(&self, room_bytes: u64) -> VolumeResult<()> {
         let Some(cache) = &self.cache else {
             return Ok(());
         };
         loop {
             let victim = {
                 let mut st = cache.state.lock();
-                if st.pinned_bytes <= cache.bound {
+                if st.pinned_bytes + room_bytes <= cache.bound {
                     return Ok(());
                 }
                 let v = st

@@ -367,9 +367,17 @@ impl ParityCore {
     ) -> VolumeResult<()> {
         let len = data.len() as u64;
         let w = self.width();
-        if self.cache.as_ref().is_some_and(Cache::over_bound) {
+        // What this write may add to the cache: its partial stripes at either end.
+        let room_bytes = len
+            .min(2 * w)
+            .next_multiple_of(crate::buf::BUF_ALIGN as u64);
+        if self
+            .cache
+            .as_ref()
+            .is_some_and(|c| c.needs_room(room_bytes))
+        {
             // Make room first, before this write holds stripe locks an eviction may need.
-            if let Err(e) = self.evict().await {
+            if let Err(e) = self.evict(room_bytes).await {
                 tracing::warn!("stripe cache eviction: {e}");
             }
         }
@@ -423,7 +431,7 @@ impl ParityCore {
         if over_bound {
             // This write is in the cache (or on the members) either way: a stripe that cannot
             // be destaged stays cached and dirty (reads see it) and the next flush reports it.
-            if let Err(e) = self.evict().await {
+            if let Err(e) = self.evict(0).await {
                 tracing::warn!("stripe cache eviction: {e}");
             }
         }
