@@ -4,7 +4,6 @@ use crate::split::Splitter;
 use nbraid_layout::{ChildPiece, Concat};
 
 impl Splitter for Concat {
-    const KIND: &'static str = "concat";
     fn split(&self, offset: u64, len: u64) -> Vec<ChildPiece> {
         Concat::split(self, offset, len)
     }

@@ -176,16 +176,8 @@ impl MirrorNode {
 }
 
 impl ArrayNode for MirrorNode {
-    fn kind(&self) -> &'static str {
-        "mirror"
-    }
-
     fn capacity(&self) -> u64 {
         self.capacity
-    }
-
-    fn losses_to_fail(&self) -> usize {
-        self.children.iter().map(|c| c.losses_to_fail()).sum()
     }
 
     fn readable(&self, offset: u64, len: u64) -> bool {

@@ -39,12 +39,7 @@ pub enum ZeroKind {
 /// copy. The parity node ([`crate::raid`]) implements read-modify-write on top of its
 /// children's `read` and `write`, asking `readable` which chunks are lost.
 pub trait ArrayNode: Send + Sync {
-    /// The kind's name ("member", "concat", "stripe", "mirror", "parity").
-    fn kind(&self) -> &'static str;
     fn capacity(&self) -> u64;
-    /// Declared fault tolerance: the fewest member losses that can make data of this node
-    /// unreadable (so it survives any `losses_to_fail() - 1` losses).
-    fn losses_to_fail(&self) -> usize;
     /// Whether every byte of `[offset, offset+len)` can be read with the members as they are.
     fn readable(&self, offset: u64, len: u64) -> bool;
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>>;
@@ -258,16 +253,8 @@ impl LeafNode {
 }
 
 impl ArrayNode for LeafNode {
-    fn kind(&self) -> &'static str {
-        "member"
-    }
-
     fn capacity(&self) -> u64 {
         self.len
-    }
-
-    fn losses_to_fail(&self) -> usize {
-        1
     }
 
     fn readable(&self, _offset: u64, _len: u64) -> bool {

@@ -79,6 +79,20 @@ impl RangeLock {
     }
 }
 
+impl RangeLock {
+    /// Whether some granted range covers `[start, start + len)` (exclusively, if asked): for
+    /// contract assertions ("the caller holds the stripe's lock"). Cost: one pass over the
+    /// ranges held now.
+    pub(crate) fn holds(&self, start: u64, len: u64, exclusive: bool) -> bool {
+        let end = start + len;
+        self.state
+            .lock()
+            .held
+            .iter()
+            .any(|(_, h)| h.start <= start && end <= h.end && (h.exclusive || !exclusive))
+    }
+}
+
 impl<'a> Future for Acquire<'a> {
     type Output = RangeGuard<'a>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<RangeGuard<'a>> {

@@ -11,8 +11,6 @@ use nbraid_layout::ChildPiece;
 
 /// How a level without redundancy spreads its address space over its children.
 pub trait Splitter: Send + Sync + 'static {
-    /// Name of the node kind, for messages.
-    const KIND: &'static str;
     /// The pieces of `[offset, offset+len)`, each on one child.
     fn split(&self, offset: u64, len: u64) -> Vec<ChildPiece>;
 }
@@ -39,20 +37,8 @@ impl<L: Splitter> SplitNode<L> {
 }
 
 impl<L: Splitter> ArrayNode for SplitNode<L> {
-    fn kind(&self) -> &'static str {
-        L::KIND
-    }
-
     fn capacity(&self) -> u64 {
         self.capacity
-    }
-
-    fn losses_to_fail(&self) -> usize {
-        self.children
-            .iter()
-            .map(|c| c.losses_to_fail())
-            .min()
-            .unwrap_or(1)
     }
 
     fn readable(&self, offset: u64, len: u64) -> bool {

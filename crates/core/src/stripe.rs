@@ -5,7 +5,6 @@ use crate::split::Splitter;
 use nbraid_layout::{ChildPiece, Stripe};
 
 impl Splitter for Stripe {
-    const KIND: &'static str = "stripe";
     fn split(&self, offset: u64, len: u64) -> Vec<ChildPiece> {
         Stripe::split(self, offset, len)
     }

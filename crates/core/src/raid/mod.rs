@@ -249,18 +249,8 @@ impl ParityCore {
 }
 
 impl ArrayNode for ParityCore {
-    fn kind(&self) -> &'static str {
-        "parity"
-    }
-
     fn capacity(&self) -> u64 {
         self.capacity
-    }
-
-    fn losses_to_fail(&self) -> usize {
-        let mut l: Vec<usize> = self.children.iter().map(|c| c.losses_to_fail()).collect();
-        l.sort_unstable();
-        l.iter().take(self.np + 1).sum()
     }
 
     fn readable(&self, offset: u64, len: u64) -> bool {
@@ -374,11 +364,6 @@ impl ParityNode {
         }
         ParityNode { core }
     }
-
-    /// Recomputes the parity of every stripe of this group not known to be in sync.
-    pub async fn resync(&self) -> VolumeResult<()> {
-        self.core.resync().await
-    }
 }
 
 impl Drop for ParityNode {
@@ -391,14 +376,8 @@ impl Drop for ParityNode {
 }
 
 impl ArrayNode for ParityNode {
-    fn kind(&self) -> &'static str {
-        "parity"
-    }
     fn capacity(&self) -> u64 {
         self.core.capacity()
-    }
-    fn losses_to_fail(&self) -> usize {
-        self.core.losses_to_fail()
     }
     fn readable(&self, offset: u64, len: u64) -> bool {
         self.core.readable(offset, len)

@@ -63,6 +63,16 @@ impl ParityCore {
         bufs: Vec<Option<Buf>>,
         force_lost: Option<usize>,
     ) -> VolumeResult<(Vec<Buf>, Vec<usize>)> {
+        assert!(
+            r0 < r1 && r1 <= self.strip,
+            "rows {r0}..{r1} outside a {}-byte strip",
+            self.strip
+        );
+        assert_eq!(want.len(), self.k, "one wish per data chunk");
+        assert!(
+            self.locks.holds(stripe, 1, false),
+            "stripe {stripe} is read without its lock"
+        );
         let roles = self.layout.roles(stripe);
         let base = self.layout.chunk_offset(stripe) + r0;
         let rows = (r1 - r0) as usize;

@@ -17,6 +17,10 @@ impl ParityCore {
         segs: Segs,
         fua: bool,
     ) -> VolumeResult<()> {
+        assert!(
+            self.locks.holds(stripe, 1, true),
+            "stripe {stripe} is written without its exclusive lock"
+        );
         self.recent_forget(stripe);
         let strip = self.strip;
         // Per data chunk: (in-chunk offset, bytes).
@@ -147,6 +151,11 @@ impl ParityCore {
         fua: bool,
         force_reconstruct: bool,
     ) -> Result<(), Retry> {
+        assert!(
+            r0 < r1 && r1 <= self.strip,
+            "rows {r0}..{r1} outside a {}-byte strip",
+            self.strip
+        );
         let input = self.stripe_write(stripe, roles, (r0, r1), w, plan_lost, force_reconstruct);
         let failed = self.lost(stripe, r0, r1);
         let Some(plan) = plan_write(&input) else {
