@@ -2,15 +2,27 @@
 //! mirrors, …): one [`ParityNode`] over its children, which are usually members but may be
 //! any node.
 //!
+//! # Files
+//! `mod.rs` (this essay, the node and its `ArrayNode` impl), `plan.rs` (pure decisions:
+//! [`choose`], [`plan_write`], recovery patterns), `write.rs` (the executor of a write plan,
+//! salvage, whole-stripe zeroing), `read.rs` (direct and degraded reads, the recently rebuilt
+//! stripes, read repair), `cache.rs` (the write-back stripe cache), `sync.rs` (which stripes'
+//! parity is known in sync or stale; resync), `flusher.rs` (the background destage thread).
+//!
 //! # Ordering
-//! Requests lock the stripes they touch in a range lock over stripe numbers: writes (and
-//! destages of the cache) exclusively, reads shared. Overlapping writes to one stripe are
-//! therefore ordered, writes to different stripes run in parallel, and a read sees a stripe
-//! either before or after a write, never half-way (data written but parity not yet).
+//! Requests lock the stripes they touch in a fair range lock over stripe numbers (see
+//! `range_lock`): writes (and destages of the cache) exclusively, reads shared. Overlapping
+//! writes to one stripe are therefore ordered, writes to different stripes run in parallel,
+//! a read sees a stripe either before or after a write, never half-way (data written but
+//! parity not yet), and a stream of reads cannot starve a write waiting for a stripe.
 //!
 //! # Writing one stripe (`ParityCore::write_stripe`)
 //! The new bytes of a stripe cover some rows `[r0, r1)` (byte offsets within the chunks).
-//! [`choose`] picks, by md's counting rule, the plan with the fewest member reads:
+//! Each chunk's state is one struct (its new bytes' hull and coverage, whether its member can
+//! be read and written) and [`plan_write`] — a pure function — turns them into a plan: what
+//! to read, what to rebuild, what to write (data chunk *i*, P or Q). The executor
+//! (`write_rows`) only carries the plan out. [`choose`] picks, by md's counting rule, the
+//! plan with the fewest member reads:
 //! - `FullRows`: every data chunk is written over `[r0, r1)` (a full-stripe write when the rows
 //!   are the whole chunk): no reads, parity generated from the new data.
 //! - `Rmw`: read the old bytes of the written chunks (their written span only) and the old
@@ -25,7 +37,8 @@
 //! stripe not known to be in sync ([`SyncState::Unknown`]) never uses `Rmw`, since old parity
 //! may be stale. `Rcw`, `FullRows` and `Reconstruct` over whole chunks on a healthy stripe
 //! make it known in sync. A read for a plan that fails re-plans without that child; a child
-//! that merely returned a read error still receives its new data.
+//! that merely returned a read error still receives its new data, and a parity chunk that
+//! returned one is regenerated rather than updated by RMW (which would leave it stale).
 //!
 //! A write that fails beyond the stripe's tolerance still puts its bytes on every data chunk
 //! that takes writes, and marks the stripe's parity *stale*: nothing is rebuilt from it (a
@@ -45,16 +58,23 @@
 //!
 //! # Write-back cache
 //! With [`CacheMode::WriteBack`], partial-stripe writes are kept in a per-node stripe cache
-//! (bounded in dirty bytes; the volume's bound is shared evenly by its parity groups) and
-//! complete at once. The cache holds views of the writers' own buffers, no copy; a later
-//! write trims the views it overlaps, so adjacent and overlapping writes merge. A stripe is
+//! and complete at once. The bound (the volume's, shared evenly by its parity groups) counts
+//! the memory the cache really pins — whole allocations of the writers' buffers, a small
+//! slice of a large buffer being copied out first — and a write that would pass it first
+//! evicts for room, or is written through when eviction cannot make any (destaging fails):
+//! the cache never acknowledges more than it may hold. The cache holds views of the writers'
+//! own buffers, no copy; a later write trims the views it overlaps, so adjacent and
+//! overlapping writes merge. A stripe is
 //! written to the members (destaged) when it becomes full (no reads), when the cache is over
 //! its bound (least recently used first), on FLUSH (everything), at once for FUA writes, and
 //! by a process-wide background thread once it has waited longer than the volume's
 //! `cache_max_age` (default 1 s). Whole-stripe writes bypass the cache. Reads overlay cached
-//! dirty bytes. A stripe that cannot be destaged stays cached (reads see it) and the next
-//! flush reports the error. What is still cached when a volume is dropped without a flush is
-//! lost, as on power loss.
+//! dirty bytes. **An entry stays listed until the members have its bytes**, whichever path
+//! writes it (destage, a write that fills it, a FUA write, a whole-stripe write or zeroing
+//! that supersedes it): a FLUSH waits for it on the stripe lock instead of missing it, and if
+//! the write fails the entry stays (reads see it, the next FLUSH retries and reports the
+//! error), so acknowledged bytes never vanish silently. What is still cached when a volume is
+//! dropped without a flush is lost, as on power loss.
 //!
 //! The write hole (a crash between a stripe's data and parity writes, or before a flush) is
 //! not closed here: flushed and FUA writes survive power loss; unflushed ones may leave the
@@ -70,7 +90,9 @@ mod sync;
 mod write;
 
 pub use cache::CacheUsage;
-pub use plan::{choose, Plan};
+pub use plan::{
+    choose, plan_write, DataChunk, Health, NewBytes, Plan, Rows, StripeWrite, Target, WritePlan,
+};
 
 use cache::{Cache, CacheState};
 use sync::SyncMap;
