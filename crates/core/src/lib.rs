@@ -12,6 +12,7 @@ pub mod error;
 pub mod faulty;
 pub mod member;
 pub mod memory;
+pub mod metadata;
 pub mod mirror;
 pub mod node;
 pub mod raid;

@@ -1,0 +1,45 @@
+//! On-disk metadata: what an array knows about itself, on its own members.
+//!
+//! Every member starts with a metadata area (`METADATA_AREA_BYTES`) holding two copies of the
+//! member's superblock: one per volume on the member (Matrix RAID) — array id and name, the
+//! whole geometry as a tree, the member's role in it, the event counter and clean/dirty flag,
+//! and every member's recorded state. A superblock is written to the slot its generation
+//! selects, alternately, so a torn write leaves the other copy (the previous state) intact;
+//! assembly takes the valid copy with the highest generation. `docs/FORMAT.md` documents every
+//! byte; this module is the only code that reads or writes them.
+//!
+//! Decoding is total: any byte string yields a superblock or a [`MetadataError`] naming what
+//! is wrong — never a panic (fuzzed in the tests).
+
+mod codec;
+mod superblock;
+
+pub use superblock::{
+    newest, Area, BitmapArea, MemberEntry, RecordedState, Superblock, Uuid, VolumeRecord,
+    FORMAT_VERSION, METADATA_AREA_BYTES, SLOT_BYTES, SUPERBLOCK_MAGIC,
+};
+
+use thiserror::Error;
+
+/// Why bytes are not a superblock nbraid can use.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum MetadataError {
+    #[error("no nbraid superblock (magic {found:02x?}, expected \"NBRAIDSB\")")]
+    BadMagic { found: [u8; 8] },
+    #[error("superblock format version {found} is not supported (this nbraid reads version {FORMAT_VERSION})")]
+    UnsupportedVersion { found: u32 },
+    #[error("superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): torn or corrupted")]
+    BadChecksum { stored: u32, computed: u32 },
+    #[error("superblock truncated: {what} needs {need} bytes, {have} left")]
+    Truncated {
+        what: &'static str,
+        need: usize,
+        have: usize,
+    },
+    #[error("superblock field {what} is impossible: {detail}")]
+    Invalid { what: &'static str, detail: String },
+    #[error("superblock does not fit its {max}-byte slot: {len} bytes")]
+    TooLarge { len: usize, max: usize },
+}
+
+pub type MetadataResult<T> = Result<T, MetadataError>;

@@ -1,0 +1,311 @@
+//! The superblock format: golden bytes pin the encoding, every field round-trips, every
+//! corruption is named, and no byte string makes the decoder panic.
+
+use nbraid_core::metadata::{
+    newest, Area, BitmapArea, MemberEntry, MetadataError, RecordedState, Superblock, Uuid,
+    VolumeRecord, SLOT_BYTES,
+};
+use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
+use proptest::prelude::*;
+
+const MIB: u64 = 1 << 20;
+
+fn uuid(b: u8) -> Uuid {
+    Uuid([b; 16])
+}
+
+/// A RAID 5 of 4 members, 64 KiB strip, 1 GiB regions after the metadata area.
+fn raid5_record(role: u32) -> VolumeRecord {
+    let shape = Shape::new(Level::Raid5, 4, None, 64 << 10, ParityLayout::LeftSymmetric).unwrap();
+    let regions = vec![
+        Region {
+            start: MIB,
+            len: 1 << 30
+        };
+        4
+    ];
+    VolumeRecord {
+        array: uuid(0xa5),
+        name: "db".into(),
+        events: 7,
+        clean: true,
+        role,
+        members: (0..4)
+            .map(|i| MemberEntry {
+                uuid: uuid(0x10 + i),
+                state: if i == 2 {
+                    RecordedState::Rebuilding {
+                        checkpoint_bytes: 3 * MIB,
+                    }
+                } else {
+                    RecordedState::Active
+                },
+            })
+            .collect(),
+        tree: shape.build(&regions).unwrap(),
+        bitmap: Some(BitmapArea {
+            area: Area {
+                offset: 128 << 10,
+                len: 4096,
+            },
+            chunk_bytes: 64 * MIB,
+        }),
+        ppl: None,
+        checksums: None,
+    }
+}
+
+fn superblock() -> Superblock {
+    Superblock {
+        generation: 41,
+        member: uuid(0x11),
+        member_bytes: (1 << 30) + MIB,
+        volumes: vec![raid5_record(1)],
+    }
+}
+
+#[test]
+fn round_trip() {
+    let sb = superblock();
+    let bytes = sb.encode().unwrap();
+    assert_eq!(Superblock::decode(&bytes).unwrap(), sb);
+    // A slot read whole (zero padded) decodes the same.
+    let mut slot = bytes.clone();
+    slot.resize(SLOT_BYTES as usize, 0);
+    assert_eq!(Superblock::decode(&slot).unwrap(), sb);
+    assert_eq!(
+        sb.slot_offset(),
+        SLOT_BYTES,
+        "odd generations use the second copy"
+    );
+}
+
+#[test]
+fn declared_trees_round_trip() {
+    // A mirror of two RAID 5 groups and RAID 5 over mirrored pairs, with a concat.
+    let leaf = |i: usize| Node::member(i, MIB, 64 * MIB);
+    let r5 = |a: usize| {
+        Node::parity(
+            16 << 10,
+            1,
+            ParityLayout::RightAsymmetric,
+            (a..a + 3).map(leaf).collect(),
+        )
+        .unwrap()
+    };
+    let trees = [
+        Node::mirror(vec![r5(0), r5(3)]).unwrap(),
+        Node::parity(
+            64 << 10,
+            2,
+            ParityLayout::LeftAsymmetric,
+            (0..4)
+                .map(|m| Node::mirror(vec![leaf(2 * m), leaf(2 * m + 1)]).unwrap())
+                .collect(),
+        )
+        .unwrap(),
+        Node::concat(vec![
+            Node::stripe(4096, vec![leaf(0), leaf(1)]).unwrap(),
+            leaf(2),
+        ])
+        .unwrap(),
+    ];
+    for tree in trees {
+        let n = tree.member_count();
+        let mut sb = superblock();
+        sb.volumes[0].tree = tree;
+        sb.volumes[0].members = (0..n as u8)
+            .map(|i| MemberEntry {
+                uuid: uuid(i),
+                state: RecordedState::Active,
+            })
+            .collect();
+        sb.volumes[0].role = 0;
+        let bytes = sb.encode().unwrap();
+        assert_eq!(Superblock::decode(&bytes).unwrap(), sb);
+    }
+}
+
+/// The encoding is pinned: a change to it is a format change (bump the version, document it
+/// in docs/FORMAT.md, keep reading version 1). Fields as docs/FORMAT.md lists them.
+#[test]
+fn golden_bytes() {
+    let bytes = superblock().encode().unwrap();
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut at = 0;
+    for (field, want) in GOLDEN {
+        let got = &hex[at..at + want.len()];
+        assert_eq!(got, *want, "field `{field}` at byte {}", at / 2);
+        at += want.len();
+    }
+    assert_eq!(at, hex.len(), "bytes after the last pinned field");
+}
+
+const GOLDEN: &[(&str, &str)] = &[
+    ("magic", "4e42524149445342"),
+    ("version", "01000000"),
+    ("length", "c3010000"),
+    ("crc32c", "1ca4e6b0"),
+    ("flags", "00000000"),
+    ("generation", "2900000000000000"),
+    ("member uuid", "11111111111111111111111111111111"),
+    ("member size", "0000104000000000"),
+    ("volume count", "01000000"),
+    ("reserved", "00000000"),
+    ("record length", "83010000"),
+    ("array uuid", "a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5"),
+    ("name (64 bytes)", "64620000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"),
+    ("events", "0700000000000000"),
+    ("clean", "01000000"),
+    ("role", "01000000"),
+    ("bitmap offset", "0000020000000000"),
+    ("bitmap length", "0010000000000000"),
+    ("bitmap chunk", "0000000400000000"),
+    ("ppl offset", "0000000000000000"),
+    ("ppl length", "0000000000000000"),
+    ("checksum offset", "0000000000000000"),
+    ("checksum length", "0000000000000000"),
+    ("member count", "04000000"),
+    ("member 0 uuid", "10101010101010101010101010101010"),
+    ("member 0 state, pad", "0000000000000000"),
+    ("member 0 checkpoint", "0000000000000000"),
+    ("member 1 uuid", "11111111111111111111111111111111"),
+    ("member 1 state, pad", "0000000000000000"),
+    ("member 1 checkpoint", "0000000000000000"),
+    ("member 2 uuid", "12121212121212121212121212121212"),
+    ("member 2 state, pad", "0300000000000000"),
+    ("member 2 checkpoint", "0000300000000000"),
+    ("member 3 uuid", "13131313131313131313131313131313"),
+    ("member 3 state, pad", "0000000000000000"),
+    ("member 3 checkpoint", "0000000000000000"),
+    ("tree: parity node", "04"),
+    ("strip", "0000010000000000"),
+    ("parity count", "01"),
+    ("layout", "02"),
+    ("children", "04000000"),
+    ("leaf 0: kind", "00"),
+    ("index", "00000000"),
+    ("start", "0000100000000000"),
+    ("len", "0000004000000000"),
+    ("leaf 1: kind", "00"),
+    ("index", "01000000"),
+    ("start", "0000100000000000"),
+    ("len", "0000004000000000"),
+    ("leaf 2: kind", "00"),
+    ("index", "02000000"),
+    ("start", "0000100000000000"),
+    ("len", "0000004000000000"),
+    ("leaf 3: kind", "00"),
+    ("index", "03000000"),
+    ("start", "0000100000000000"),
+    ("len", "0000004000000000"),
+];
+
+#[test]
+fn every_corruption_is_named() {
+    let good = superblock().encode().unwrap();
+    let mut bad = good.clone();
+    bad[0] = b'X';
+    assert!(matches!(
+        Superblock::decode(&bad),
+        Err(MetadataError::BadMagic { .. })
+    ));
+    let mut bad = good.clone();
+    bad[8] = 2;
+    assert_eq!(
+        Superblock::decode(&bad),
+        Err(MetadataError::UnsupportedVersion { found: 2 })
+    );
+    let mut bad = good.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    assert!(matches!(
+        Superblock::decode(&bad),
+        Err(MetadataError::BadChecksum { .. })
+    ));
+    assert!(
+        Superblock::decode(&good[..good.len() - 1]).is_err(),
+        "truncated"
+    );
+    assert!(matches!(
+        Superblock::decode(&[]),
+        Err(MetadataError::Truncated { .. })
+    ));
+    // An impossible value with a correct checksum: a role past the member list.
+    let mut sb = superblock();
+    sb.volumes[0].role = 9;
+    let e = Superblock::decode(&sb.encode().unwrap()).unwrap_err();
+    assert!(e.to_string().contains("role"), "{e}");
+}
+
+#[test]
+fn the_newest_valid_copy_serves() {
+    let mut old = superblock();
+    old.generation = 40;
+    let new = superblock();
+    let (sb, err) = newest([
+        Superblock::decode(&old.encode().unwrap()),
+        Superblock::decode(&new.encode().unwrap()),
+    ])
+    .unwrap();
+    assert_eq!((sb.generation, err), (41, None));
+    // A torn newest copy: the older one serves, and the damage is reported.
+    let mut torn = new.encode().unwrap();
+    torn[100] ^= 0xff;
+    let (sb, err) = newest([
+        Superblock::decode(&old.encode().unwrap()),
+        Superblock::decode(&torn),
+    ])
+    .unwrap();
+    assert_eq!(sb.generation, 40);
+    assert!(matches!(err, Some(MetadataError::BadChecksum { .. })));
+    assert!(newest([Superblock::decode(&[0; 64]), Superblock::decode(&torn)]).is_err());
+}
+
+#[test]
+fn random_ids_differ_and_print_as_uuids() {
+    let a = Uuid::random().unwrap();
+    let b = Uuid::random().unwrap();
+    assert_ne!(a, b);
+    let s = a.to_string();
+    assert_eq!(s.len(), 36);
+    assert_eq!(&s[14..15], "4", "version 4: {s}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(if std::env::var_os("NBRAID_SOAK").is_some() { 200_000 } else { 4000 }))]
+
+    /// Random bytes never panic the decoder.
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+        let _ = Superblock::decode(&bytes);
+    }
+
+    /// Mutations of a valid superblock, with the checksum fixed up so the fields themselves
+    /// are decoded, never panic: each decodes or is refused with an error.
+    #[test]
+    fn mutated_fields_never_panic(edits in proptest::collection::vec((0usize..0x188, any::<u8>()), 1..8)) {
+        let mut bytes = superblock().encode().unwrap();
+        for (at, b) in edits {
+            if !(16..20).contains(&at) {
+                bytes[at] = b;
+            }
+        }
+        bytes[16..20].fill(0);
+        let crc = crc32c(&bytes[..bytes.len().min(u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize)]);
+        bytes[16..20].copy_from_slice(&crc.to_le_bytes());
+        let _ = Superblock::decode(&bytes);
+    }
+}
+
+/// CRC-32C, as the format defines it (an independent copy for the test).
+fn crc32c(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = (crc >> 1) ^ (0x82f6_3b78 & (crc & 1).wrapping_neg());
+        }
+    }
+    !crc
+}
