@@ -27,8 +27,15 @@ fn leaf(i: usize) -> Node {
     Node::member(i, 0, MEMBER_LEN)
 }
 
-/// Schedules per case by default (×100 with `NBRAID_SOAK`).
+/// Schedules per case by default (×100 with `NBRAID_SOAK`; exactly `NBRAID_SIM_SCHEDULES`
+/// when set).
 fn schedules(default: u64) -> u64 {
+    if let Some(n) = std::env::var("NBRAID_SIM_SCHEDULES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return n;
+    }
     if std::env::var_os("NBRAID_SOAK").is_some() {
         default * 100
     } else {

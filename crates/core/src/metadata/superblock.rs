@@ -393,20 +393,21 @@ fn decode_volume(body: &[u8], member_bytes: u64) -> MetadataResult<VolumeRecord>
     let role = r.u32("role")?;
     let bitmap_area = decode_area(&mut r, "bitmap area", member_bytes)?;
     let chunk_bytes = r.u64("bitmap chunk")?;
-    let bitmap =
-        match (bitmap_area, chunk_bytes) {
-            (None, 0) => None,
-            (Some(area), c) if c >= 4096 && c.is_power_of_two() => Some(BitmapArea {
-                area,
-                chunk_bytes: c,
-            }),
-            (a, c) => return Err(invalid(
+    let bitmap = match (bitmap_area, chunk_bytes) {
+        (None, 0) => None,
+        (Some(area), c) if c >= 4096 && c.is_power_of_two() => Some(BitmapArea {
+            area,
+            chunk_bytes: c,
+        }),
+        (a, c) => {
+            return Err(invalid(
                 "bitmap chunk",
                 format!(
                     "{c} bytes with area {a:?} (a power of two ≥ 4096 with an area, or 0 without)"
                 ),
-            )),
-        };
+            ))
+        }
+    };
     let ppl = decode_area(&mut r, "partial-parity log area", member_bytes)?;
     let checksums = decode_area(&mut r, "checksum area", member_bytes)?;
     let count = r.u32("member count")?;
