@@ -309,3 +309,57 @@ fn crc32c(bytes: &[u8]) -> u32 {
     }
     !crc
 }
+
+mod on_members {
+    use super::*;
+    use futures::executor::block_on;
+    use nbraid_core::metadata::{read_superblock, write_superblock, Found};
+    use nbraid_core::{Member, MemoryMember};
+
+    #[test]
+    fn blank_member_then_alternating_copies() {
+        let m = MemoryMember::new("m0", 4 * MIB);
+        assert!(matches!(
+            block_on(read_superblock(&m)).unwrap(),
+            Found::Blank
+        ));
+        let mut sb = superblock();
+        for generation in 1..=3 {
+            sb.generation = generation;
+            block_on(write_superblock(&m, &sb)).unwrap();
+            match block_on(read_superblock(&m)).unwrap() {
+                Found::Superblock(got, None) if generation > 1 => assert_eq!(got, sb),
+                Found::Superblock(got, Some(MetadataError::BadMagic { .. })) if generation == 1 => {
+                    assert_eq!(got, sb, "the second copy is still blank")
+                }
+                other => panic!("generation {generation}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_corrupted_copy_is_survived_and_reported() {
+        let m = MemoryMember::new("m0", 4 * MIB);
+        let mut sb = superblock();
+        sb.generation = 4;
+        block_on(write_superblock(&m, &sb)).unwrap();
+        sb.generation = 5;
+        block_on(write_superblock(&m, &sb)).unwrap();
+        // Scribble over the newest copy (generation 5 lives in copy 1).
+        m.poke(SLOT_BYTES + 40, &[0xee; 8]);
+        match block_on(read_superblock(&m)).unwrap() {
+            Found::Superblock(got, Some(MetadataError::BadChecksum { .. })) => {
+                assert_eq!(got.generation, 4)
+            }
+            other => panic!("{other:?}"),
+        }
+        m.poke(40, &[0xee; 8]);
+        let e = block_on(read_superblock(&m)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("both superblock copies are unusable"),
+            "{e}"
+        );
+        assert_eq!(m.len(), 4 * MIB);
+    }
+}

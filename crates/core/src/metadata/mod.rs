@@ -12,7 +12,10 @@
 //! is wrong — never a panic (fuzzed in the tests).
 
 mod codec;
+mod io;
 mod superblock;
+
+pub use io::{read_superblock, write_superblock, Found, SuperblockIoError};
 
 pub use superblock::{
     newest, Area, BitmapArea, MemberEntry, RecordedState, Superblock, Uuid, VolumeRecord,
