@@ -137,3 +137,14 @@ fn parity_over_mirrors() {
         PER_CASE,
     );
 }
+
+/// A seed replays exactly: the same schedule, the same requests, the same outcome.
+#[test]
+fn a_seed_replays_exactly() {
+    let c = case("raid6 replay", Level::Raid6, 5, None);
+    for seed in 0..40 {
+        let a = run(&c, seed).expect("schedule passes");
+        let b = run(&c, seed).expect("schedule passes");
+        assert_eq!(a, b, "seed {seed} ran differently twice");
+    }
+}

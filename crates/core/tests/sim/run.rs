@@ -26,7 +26,7 @@ pub struct Case {
 }
 
 /// What one schedule exercised (summed over runs for the report).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     pub requests: u64,
     pub member_failures: u64,
