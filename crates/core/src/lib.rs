@@ -9,6 +9,7 @@ pub mod parity;
 pub mod buf;
 pub mod concat;
 pub mod error;
+pub mod exclusive;
 pub mod faulty;
 pub mod member;
 pub mod memory;

@@ -20,8 +20,12 @@
 //! `RWF_DSYNC` on the write, trim is `fallocate(PUNCH_HOLE | KEEP_SIZE)` — on a block device
 //! the kernel turns that into a discard that is guaranteed to read back as zeroes, so mirror
 //! copies stay identical after a trim (a plain BLKDISCARD leaves contents undefined).
+//!
+//! A member is opened exclusively (an advisory lock, plus `O_EXCL` on block devices; see
+//! [`crate::exclusive`]): open each member once per process and share the [`UringFile`].
 
 use crate::buf::{Buf, SharedBuf};
+use crate::exclusive;
 use crate::member::{check_range, Member, MemberCounters, MemberError, MemberOp, MemberResult};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use futures::channel::oneshot;
@@ -73,6 +77,15 @@ pub enum UringError {
     DirectRefused { path: PathBuf, reason: String },
     #[error("cannot start an io_uring engine thread: {0}")]
     Thread(io::Error),
+    /// Another open of the member holds it (a second daemon, `nbraid create`, a mount).
+    #[error("member {path} is in use by {holder}; two programs driving one member would corrupt it, so stop the other one first")]
+    InUse {
+        path: PathBuf,
+        /// Who holds it: "process PID (comm: cmdline)" or "another process".
+        holder: String,
+        /// The holder's pid, when it could be found.
+        holder_pid: Option<u32>,
+    },
 }
 
 /// A pool of rings, each on its own thread. Members are spread over the rings.
@@ -802,14 +815,8 @@ impl UringFile {
             Some(e) => e,
             None => Engine::global()?,
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(size.is_some())
-            .truncate(false)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)
-            .map_err(open_err)?;
+        // Exclusive before anything else (even the resize below): see `exclusive`.
+        let file = exclusive::open_exclusive(path, size.is_some())?;
         let meta = file.metadata().map_err(open_err)?;
         let is_block = meta.file_type().is_block_device();
         let actual = if is_block {

@@ -86,6 +86,7 @@ fn file_member_on_disk_with_o_direct() {
     let m = open(&path, 8 * MIB, DirectIo::Auto);
     let got = block_on(m.read(5 * 4096, Buf::new(4096))).unwrap();
     assert!(got.iter().all(|&b| b == 5));
+    drop(m);
     let e = UringFile::open_or_create(&path, 16 * MIB).err().unwrap();
     assert!(matches!(e, UringError::WrongSize { .. }), "{e}");
     assert!(e.to_string().contains("8388608 bytes but 16777216"), "{e}");
@@ -304,5 +305,51 @@ fn power_loss_over_files_keeps_flushed_writes() {
         for s in got[131072..135168].chunks(512) {
             assert!(s.iter().all(|&b| b == 0) || s.iter().all(|&b| b == 4));
         }
+    }
+}
+
+/// A member is held exclusively while open: a second open of the same file (another daemon,
+/// or this process by mistake) is refused with the holder named, and succeeds once the first
+/// is closed.
+#[test]
+fn a_member_file_is_opened_exclusively() {
+    for dir in [
+        tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap(),
+        tempfile::tempdir_in("/dev/shm").unwrap(),
+    ] {
+        let path = dir.path().join("x.img");
+        let first = open(&path, MIB, DirectIo::Auto);
+        for direct in [DirectIo::Auto, DirectIo::Off] {
+            let e = UringFile::open_with(
+                &path,
+                Some(MIB),
+                FileOptions {
+                    direct,
+                    engine: Some(engine()),
+                },
+            )
+            .err()
+            .expect("a second open of a held member must be refused");
+            let UringError::InUse { holder_pid, .. } = &e else {
+                panic!("wrong error: {e}");
+            };
+            assert_eq!(*holder_pid, Some(std::process::id()), "{e}");
+            let msg = e.to_string();
+            assert!(msg.contains(&path.display().to_string()), "{msg}");
+            assert!(
+                msg.contains(&format!("in use by process {} (", std::process::id())),
+                "{msg}"
+            );
+        }
+        // A tool holding the member (nbraid create) is refused the same way, and vice versa.
+        let e = nbraid_core::exclusive::open_exclusive(&path, false).unwrap_err();
+        assert!(matches!(e, UringError::InUse { .. }), "{e}");
+        drop(first);
+        let tool = nbraid_core::exclusive::open_exclusive(&path, false).unwrap();
+        let e = UringFile::open(&path).err().unwrap();
+        assert!(matches!(e, UringError::InUse { .. }), "{e}");
+        drop(tool);
+        let again = UringFile::open(&path).unwrap();
+        assert_eq!(again.len(), MIB);
     }
 }
