@@ -20,12 +20,15 @@
 //! `RWF_DSYNC` on the write, trim is `fallocate(PUNCH_HOLE | KEEP_SIZE)` — on a block device
 //! the kernel turns that into a discard that is guaranteed to read back as zeroes, so mirror
 //! copies stay identical after a trim (a plain BLKDISCARD leaves contents undefined).
+//! Flushes go through a [`FlushGate`]: one `fdatasync` at a time, shared by the callers that
+//! wait for it, and after a write-back error every later flush fails.
 //!
 //! A member is opened exclusively (an advisory lock, plus `O_EXCL` on block devices; see
 //! [`crate::exclusive`]): open each member once per process and share the [`UringFile`].
 
 use crate::buf::{Buf, SharedBuf};
 use crate::exclusive;
+use crate::flush_gate::FlushGate;
 use crate::member::{check_range, Member, MemberCounters, MemberError, MemberOp, MemberResult};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use futures::channel::oneshot;
@@ -782,6 +785,9 @@ pub struct UringFile {
     ring: Arc<Ring>,
     /// fallocate modes the file system refused (`NO_*` bits), so we stop asking.
     unsupported: AtomicU8,
+    /// One fdatasync at a time, shared by the callers waiting for it; a write-back error
+    /// fails every later flush (the kernel reports it to one fsync only).
+    flushes: FlushGate,
     counters: MemberCounters,
     /// Keeps the engine (and so the ring threads) alive as long as the member.
     _engine: Arc<Engine>,
@@ -883,6 +889,7 @@ impl UringFile {
             }),
             ring: engine.pick(),
             unsupported: AtomicU8::new(0),
+            flushes: FlushGate::new(),
             counters: MemberCounters::default(),
             _engine: engine,
         })
@@ -969,6 +976,18 @@ impl UringFile {
 
     fn err(&self, op: MemberOp, offset: u64, len: u64, e: io::Error) -> MemberError {
         MemberError::new(&self.name, op, offset, len, e)
+    }
+
+    /// A write's error. A FUA write syncs, and its sync consumes the file's write-back error
+    /// report just as a flush would (it may even be another write's error): so it fails every
+    /// later flush too.
+    fn write_err(&self, offset: u64, len: u64, fua: bool, e: io::Error) -> MemberError {
+        if fua {
+            self.flushes.poison(format!(
+                "a FUA write of {len} bytes at offset {offset} failed: {e}"
+            ));
+        }
+        self.err(MemberOp::Write, offset, len, e)
     }
 }
 
@@ -1066,7 +1085,7 @@ impl Member for UringFile {
                     .run(offset, OpKind::Write { data, fua })
                     .await
                     .map(|_| ())
-                    .map_err(|e| self.err(MemberOp::Write, offset, len, e)),
+                    .map_err(|e| self.write_err(offset, len, fua, e)),
             };
             g.finish(r)
         }
@@ -1076,12 +1095,13 @@ impl Member for UringFile {
     fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
         async move {
             let g = self.counters.start(MemberOp::Flush, 0);
-            let r = self
-                .run(0, OpKind::Fsync)
-                .await
-                .map(|_| ())
-                .map_err(|e| self.err(MemberOp::Flush, 0, 0, e));
-            g.finish(r)
+            let fsync = || async {
+                self.run(0, OpKind::Fsync)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| self.err(MemberOp::Flush, 0, 0, e))
+            };
+            g.finish(self.flushes.flush(&self.name, fsync).await)
         }
         .boxed()
     }
@@ -1173,7 +1193,7 @@ impl Member for UringFile {
                     self.run(offset, OpKind::WriteV { data, fua, iov })
                         .await
                         .map(|_| ())
-                        .map_err(|e| self.err(MemberOp::Write, offset, len, e))
+                        .map_err(|e| self.write_err(offset, len, fua, e))
                 }
             };
             g.finish(r)
@@ -1351,6 +1371,25 @@ mod tests {
         );
         let e = job.run_sync().err().unwrap();
         assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP));
+    }
+
+    /// Flushes asked for while one runs share the next fdatasync: 16 at once cost 2.
+    #[test]
+    fn concurrent_flushes_share_fdatasyncs() {
+        let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        let engine = Engine::new(1).unwrap();
+        let m = open(&dir.path().join("f.img"), 1 << 20, &engine);
+        if m.shared.inline {
+            panic!("the temp dir is on tmpfs: this test needs a disk file system");
+        }
+        block_on(m.write(0, Buf::copy_from(&pattern(4096, 1)).freeze(), false)).unwrap();
+        let before = ring_ops(&m);
+        for r in block_on(futures::future::join_all((0..16).map(|_| m.flush()))) {
+            r.unwrap();
+        }
+        // The first runs alone; the 15 that arrived while it ran share the second.
+        assert_eq!(ring_ops(&m) - before, 2);
+        assert_eq!(m.counters().snapshot().flushes, 16);
     }
 
     /// A ring op whose future is dropped while in flight keeps its buffer until the kernel is
