@@ -33,7 +33,7 @@ use crate::member::{check_range, Member, MemberCounters, MemberError, MemberOp, 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use futures::channel::oneshot;
 use futures::future::BoxFuture;
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use io_uring::{opcode, types, IoUring, Probe};
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -789,6 +789,8 @@ pub struct UringFile {
     /// fails every later flush (the kernel reports it to one fsync only).
     flushes: FlushGate,
     counters: MemberCounters,
+    #[cfg(test)]
+    zero_in_flight: ZeroInFlight,
     /// Keeps the engine (and so the ring threads) alive as long as the member.
     _engine: Arc<Engine>,
 }
@@ -891,6 +893,8 @@ impl UringFile {
             unsupported: AtomicU8::new(0),
             flushes: FlushGate::new(),
             counters: MemberCounters::default(),
+            #[cfg(test)]
+            zero_in_flight: ZeroInFlight::default(),
             _engine: engine,
         })
     }
@@ -955,23 +959,34 @@ impl UringFile {
                 Err(e) => return Err(e),
             }
         }
-        // Neither mode: write zeroes.
-        let chunk = (1u64 << 20).min(len) as usize;
-        let zeros = Buf::zeroed(chunk).freeze();
-        let mut at = 0;
-        while at < len {
-            let n = (len - at).min(chunk as u64) as usize;
-            self.run(
-                offset + at,
-                OpKind::Write {
-                    data: zeros.slice(0..n),
-                    fua: false,
-                },
-            )
-            .await?;
-            at += n as u64;
-        }
-        Ok(())
+        self.write_zero_bytes(offset, len).await
+    }
+
+    /// Zeroes a range by writing zeroes, for file systems without fallocate modes that zero:
+    /// pieces of at most [`ZERO_CHUNK`] from the one process-wide zero buffer, at most
+    /// [`ZERO_IN_FLIGHT`] at a time, so a range of any size costs the same memory. Pieces end
+    /// on multiples of `ZERO_CHUNK`, so all but the first and last can go O_DIRECT.
+    async fn write_zero_bytes(&self, offset: u64, len: u64) -> io::Result<()> {
+        let zeros = zero_buf();
+        let end = offset + len;
+        let mut at = offset;
+        let pieces = std::iter::from_fn(move || {
+            (at < end).then(|| {
+                let n = (ZERO_CHUNK as u64 - at % ZERO_CHUNK as u64).min(end - at);
+                at += n;
+                (at - n, n as usize)
+            })
+        });
+        futures::stream::iter(pieces)
+            .map(|(at, n)| async move {
+                #[cfg(test)]
+                let _count = ZeroInFlight::enter(&self.zero_in_flight);
+                let data = zeros.slice(0..n);
+                self.run(at, OpKind::Write { data, fua: false }).await
+            })
+            .buffer_unordered(ZERO_IN_FLIGHT)
+            .try_for_each(|_| futures::future::ready(Ok(())))
+            .await
     }
 
     fn err(&self, op: MemberOp, offset: u64, len: u64, e: io::Error) -> MemberError {
@@ -988,6 +1003,40 @@ impl UringFile {
             ));
         }
         self.err(MemberOp::Write, offset, len, e)
+    }
+}
+
+/// Largest piece of a zeroing done by writing zeroes (the size of the shared zero buffer).
+const ZERO_CHUNK: usize = 1 << 20;
+/// Most such pieces one zeroing keeps in flight.
+const ZERO_IN_FLIGHT: usize = 4;
+
+/// [`ZERO_CHUNK`] zero bytes, shared by every member and request (read-only, never freed).
+fn zero_buf() -> &'static SharedBuf {
+    static ZEROS: OnceLock<SharedBuf> = OnceLock::new();
+    ZEROS.get_or_init(|| Buf::zeroed(ZERO_CHUNK).freeze())
+}
+
+/// Counts zero-writes in flight and the most at once (tests check the bound).
+#[cfg(test)]
+#[derive(Default)]
+struct ZeroInFlight {
+    now: AtomicUsize,
+    max: AtomicUsize,
+}
+
+#[cfg(test)]
+impl ZeroInFlight {
+    fn enter(this: &ZeroInFlight) -> impl Drop + '_ {
+        let n = this.now.fetch_add(1, Ordering::SeqCst) + 1;
+        this.max.fetch_max(n, Ordering::SeqCst);
+        struct Leave<'a>(&'a ZeroInFlight);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.now.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        Leave(this)
     }
 }
 
@@ -1390,6 +1439,66 @@ mod tests {
         // The first runs alone; the 15 that arrived while it ran share the second.
         assert_eq!(ring_ops(&m) - before, 2);
         assert_eq!(m.counters().snapshot().flushes, 16);
+    }
+
+    /// Where fallocate cannot zero, zeroing writes pieces of one shared 1 MiB zero buffer, a
+    /// bounded number at a time, over a range of any size; the bytes around it stay.
+    #[test]
+    fn zeroing_without_fallocate_streams_one_small_buffer() {
+        let disk = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+        let engine = Engine::new(1).unwrap();
+        for (dir, len) in [(disk.path(), 256u64 << 20), (shm.path(), 64 << 20)] {
+            let m = open(&dir.join("z.img"), len + (1 << 20), &engine);
+            // Force the fallback, as on a file system with neither fallocate mode.
+            m.unsupported
+                .store(NO_PUNCH | NO_ZERO_RANGE, Ordering::Relaxed);
+            // Start and end inside 1 MiB pieces, and off O_DIRECT alignment.
+            let (start, zlen) = (3 * 4096 + 512, len - 5 * 4096);
+            let ones = pattern(2 << 20, 3);
+            for at in [0, start + zlen / 2, len - (1 << 20)] {
+                block_on(m.write(at, Buf::copy_from(&ones).freeze(), false)).unwrap();
+            }
+            let before = ring_ops(&m);
+            for trim in [false, true] {
+                if trim {
+                    block_on(m.trim(start, zlen)).unwrap();
+                } else {
+                    block_on(m.write_zeroes(start, zlen)).unwrap();
+                }
+            }
+            let pieces = 2 * zlen.div_ceil(ZERO_CHUNK as u64);
+            let via_ring = (ring_ops(&m) - before) as u64;
+            if m.shared.inline {
+                assert_eq!(via_ring, 0, "1 MiB pieces run inline on tmpfs");
+            } else {
+                assert!(
+                    (pieces..=pieces + 2).contains(&via_ring),
+                    "{via_ring} ring ops"
+                );
+            }
+            let most = m.zero_in_flight.max.load(Ordering::SeqCst);
+            assert!((1..=ZERO_IN_FLIGHT).contains(&most), "{most} in flight");
+            let got = block_on(m.read(0, Buf::new(start as usize))).unwrap();
+            assert!(
+                got[..] == ones[..start as usize],
+                "bytes before the range changed"
+            );
+            let tail = len + (1 << 20) - (start + zlen);
+            let got = block_on(m.read(start + zlen, Buf::new(tail as usize))).unwrap();
+            let from = (start + zlen - (len - (1 << 20))) as usize;
+            assert!(
+                got[..] == ones[from..from + tail as usize],
+                "bytes after the range changed"
+            );
+            let mut at = start;
+            while at < start + zlen {
+                let n = (8u64 << 20).min(start + zlen - at);
+                let got = block_on(m.read(at, Buf::new(n as usize))).unwrap();
+                assert!(got.iter().all(|&b| b == 0), "non-zero bytes near {at}");
+                at += n;
+            }
+        }
     }
 
     /// A ring op whose future is dropped while in flight keeps its buffer until the kernel is
