@@ -8,7 +8,7 @@ mod check;
 mod diagram;
 mod map;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -116,6 +116,22 @@ fn print_out(out: &str) {
 fn create(file: &std::path::Path) -> Result<String> {
     use nbraid_daemon::config::MemberState;
     let config = nbraid_daemon::config::load(file)?;
+    // Refuse while a daemon (or anything else) holds a member: hold every existing member
+    // exclusively, as nbraidd does, until the new ones are created.
+    let _held = config
+        .members
+        .iter()
+        .filter(|m| {
+            matches!(
+                m.state,
+                MemberState::File { .. } | MemberState::BlockDevice { .. }
+            )
+        })
+        .map(|m| {
+            nbraid_core::exclusive::open_exclusive(&m.path, false)
+                .with_context(|| format!("member {} ({})", m.id, m.path.display()))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let created = config.create_missing_members()?;
     let mut out = String::new();
     for p in &created {

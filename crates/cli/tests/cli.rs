@@ -320,3 +320,43 @@ fn create_makes_sparse_members_and_check_never_does() {
         stdout(&o)
     );
 }
+
+/// `nbraid create` refuses while a daemon holds the members, naming the member and the daemon,
+/// and works again once the daemon is gone.
+#[test]
+fn create_refuses_members_a_daemon_holds() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!("[daemon]\nlisten = [\"unix:nbd.sock\"]\n{RAID5}");
+    std::fs::write(dir.path().join("r5.toml"), config).unwrap();
+    let o = nbraid(&["create", "r5.toml"], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_nbraid"))
+        .args(["serve", "r5.toml", "--log-level", "warn"])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start nbraid serve");
+    // Serving (members held) once it lists its export; EOF means it exited.
+    let serving = BufReader::new(daemon.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.trim_start().starts_with("r5:"));
+    let o = nbraid(&["create", "r5.toml"], dir.path());
+    let pid = daemon.id();
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+    assert!(serving, "nbraid serve exited before serving");
+    assert!(!o.status.success(), "create ran on held members");
+    let err = stderr(&o);
+    assert!(err.contains("member d0 (d0.img)"), "{err}");
+    assert!(
+        err.contains(&format!("in use by process {pid} (nbraid")),
+        "{err}"
+    );
+    let o = nbraid(&["create", "r5.toml"], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("all 3 members exist"), "{}", stdout(&o));
+}

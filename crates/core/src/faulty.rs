@@ -10,10 +10,15 @@
 //!   unflushed writes — whole writes, or torn at 512-byte granularity — and the inner member
 //!   is left exactly as a disk would be after losing power: flushed data plus some of the rest.
 //!
+//! - Flushes go through a [`FlushGate`], as on a real file member: one at a time, shared by
+//!   the callers waiting, and once one has failed (an injected flush error) every later one
+//!   fails, whichever volume asks.
+//!
 //! All randomness comes from one seed, so a failing test replays exactly (given the same
 //! order of operations).
 
 use crate::buf::{Buf, SharedBuf};
+use crate::flush_gate::FlushGate;
 use crate::member::{Member, MemberCounters, MemberError, MemberOp, MemberResult};
 use crate::rng::SplitMix64;
 use crate::timer;
@@ -47,6 +52,11 @@ impl FaultOps {
         write: true,
         flush: false,
     };
+    pub const FLUSH: FaultOps = FaultOps {
+        read: false,
+        write: false,
+        flush: true,
+    };
     pub const ALL: FaultOps = FaultOps {
         read: true,
         write: true,
@@ -72,6 +82,8 @@ enum Rule {
     },
     /// After `after` more ops of `ops`, every such op fails.
     After { ops: FaultOps, after: u64 },
+    /// The next `times` ops of `ops` fail, wherever they are.
+    Next { ops: FaultOps, times: u64 },
 }
 
 struct State {
@@ -99,6 +111,7 @@ pub struct Faulty<M> {
     /// Whether writes are held until flush (power-loss simulation).
     power_loss: bool,
     state: Mutex<State>,
+    flushes: FlushGate,
     counters: MemberCounters,
 }
 
@@ -116,6 +129,7 @@ impl<M: Member> Faulty<M> {
                 cache: BTreeMap::new(),
                 seq: 0,
             }),
+            flushes: FlushGate::new(),
             counters: MemberCounters::default(),
         }
     }
@@ -153,11 +167,17 @@ impl<M: Member> Faulty<M> {
         self.state.lock().rules.push(Rule::After { ops, after });
     }
 
+    /// The next `times` ops of `ops` fail (e.g. one flush: a write-back error).
+    pub fn fail_next(&self, ops: FaultOps, times: u64) {
+        self.state.lock().rules.push(Rule::Next { ops, times });
+    }
+
     /// The device dies: every op fails from now on.
     pub fn kill(&self) {
         self.fail_after(FaultOps::ALL, 0);
     }
 
+    /// Removes the fault rules. A flush failure already seen stays: see [`FlushGate`].
     pub fn clear_faults(&self) {
         self.state.lock().rules.clear();
     }
@@ -236,6 +256,12 @@ impl<M: Member> Faulty<M> {
                             if let Some(t) = times {
                                 *t -= 1;
                             }
+                        }
+                    }
+                    Rule::Next { ops, times } => {
+                        if ops.covers(op) && *times > 0 {
+                            fail = true;
+                            *times -= 1;
                         }
                     }
                     Rule::After { ops, after } => {
@@ -338,6 +364,11 @@ impl<M: Member> Faulty<M> {
     }
 
     async fn do_flush(&self) -> MemberResult<()> {
+        self.flushes.flush(&self.name, || self.flush_now()).await
+    }
+
+    /// One flush of the device (under the flush gate).
+    async fn flush_now(&self) -> MemberResult<()> {
         self.gate(MemberOp::Flush, 0, 0).await?;
         if self.power_loss {
             let snapshot: Vec<(u64, u64, Box<[u8]>)> = {

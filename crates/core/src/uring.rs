@@ -20,13 +20,20 @@
 //! `RWF_DSYNC` on the write, trim is `fallocate(PUNCH_HOLE | KEEP_SIZE)` — on a block device
 //! the kernel turns that into a discard that is guaranteed to read back as zeroes, so mirror
 //! copies stay identical after a trim (a plain BLKDISCARD leaves contents undefined).
+//! Flushes go through a [`FlushGate`]: one `fdatasync` at a time, shared by the callers that
+//! wait for it, and after a write-back error every later flush fails.
+//!
+//! A member is opened exclusively (an advisory lock, plus `O_EXCL` on block devices; see
+//! [`crate::exclusive`]): open each member once per process and share the [`UringFile`].
 
 use crate::buf::{Buf, SharedBuf};
+use crate::exclusive;
+use crate::flush_gate::FlushGate;
 use crate::member::{check_range, Member, MemberCounters, MemberError, MemberOp, MemberResult};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use futures::channel::oneshot;
 use futures::future::BoxFuture;
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use io_uring::{opcode, types, IoUring, Probe};
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -73,6 +80,15 @@ pub enum UringError {
     DirectRefused { path: PathBuf, reason: String },
     #[error("cannot start an io_uring engine thread: {0}")]
     Thread(io::Error),
+    /// Another open of the member holds it (a second daemon, `nbraid create`, a mount).
+    #[error("member {path} is in use by {holder}; two programs driving one member would corrupt it, so stop the other one first")]
+    InUse {
+        path: PathBuf,
+        /// Who holds it: "process PID (comm: cmdline)" or "another process".
+        holder: String,
+        /// The holder's pid, when it could be found.
+        holder_pid: Option<u32>,
+    },
 }
 
 /// A pool of rings, each on its own thread. Members are spread over the rings.
@@ -769,7 +785,12 @@ pub struct UringFile {
     ring: Arc<Ring>,
     /// fallocate modes the file system refused (`NO_*` bits), so we stop asking.
     unsupported: AtomicU8,
+    /// One fdatasync at a time, shared by the callers waiting for it; a write-back error
+    /// fails every later flush (the kernel reports it to one fsync only).
+    flushes: FlushGate,
     counters: MemberCounters,
+    #[cfg(test)]
+    zero_in_flight: ZeroInFlight,
     /// Keeps the engine (and so the ring threads) alive as long as the member.
     _engine: Arc<Engine>,
 }
@@ -802,14 +823,8 @@ impl UringFile {
             Some(e) => e,
             None => Engine::global()?,
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(size.is_some())
-            .truncate(false)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)
-            .map_err(open_err)?;
+        // Exclusive before anything else (even the resize below): see `exclusive`.
+        let file = exclusive::open_exclusive(path, size.is_some())?;
         let meta = file.metadata().map_err(open_err)?;
         let is_block = meta.file_type().is_block_device();
         let actual = if is_block {
@@ -876,7 +891,10 @@ impl UringFile {
             }),
             ring: engine.pick(),
             unsupported: AtomicU8::new(0),
+            flushes: FlushGate::new(),
             counters: MemberCounters::default(),
+            #[cfg(test)]
+            zero_in_flight: ZeroInFlight::default(),
             _engine: engine,
         })
     }
@@ -941,27 +959,84 @@ impl UringFile {
                 Err(e) => return Err(e),
             }
         }
-        // Neither mode: write zeroes.
-        let chunk = (1u64 << 20).min(len) as usize;
-        let zeros = Buf::zeroed(chunk).freeze();
-        let mut at = 0;
-        while at < len {
-            let n = (len - at).min(chunk as u64) as usize;
-            self.run(
-                offset + at,
-                OpKind::Write {
-                    data: zeros.slice(0..n),
-                    fua: false,
-                },
-            )
-            .await?;
-            at += n as u64;
-        }
-        Ok(())
+        self.write_zero_bytes(offset, len).await
+    }
+
+    /// Zeroes a range by writing zeroes, for file systems without fallocate modes that zero:
+    /// pieces of at most [`ZERO_CHUNK`] from the one process-wide zero buffer, at most
+    /// [`ZERO_IN_FLIGHT`] at a time, so a range of any size costs the same memory. Pieces end
+    /// on multiples of `ZERO_CHUNK`, so all but the first and last can go O_DIRECT.
+    async fn write_zero_bytes(&self, offset: u64, len: u64) -> io::Result<()> {
+        let zeros = zero_buf();
+        let end = offset + len;
+        let mut at = offset;
+        let pieces = std::iter::from_fn(move || {
+            (at < end).then(|| {
+                let n = (ZERO_CHUNK as u64 - at % ZERO_CHUNK as u64).min(end - at);
+                at += n;
+                (at - n, n as usize)
+            })
+        });
+        futures::stream::iter(pieces)
+            .map(|(at, n)| async move {
+                #[cfg(test)]
+                let _count = ZeroInFlight::enter(&self.zero_in_flight);
+                let data = zeros.slice(0..n);
+                self.run(at, OpKind::Write { data, fua: false }).await
+            })
+            .buffer_unordered(ZERO_IN_FLIGHT)
+            .try_for_each(|_| futures::future::ready(Ok(())))
+            .await
     }
 
     fn err(&self, op: MemberOp, offset: u64, len: u64, e: io::Error) -> MemberError {
         MemberError::new(&self.name, op, offset, len, e)
+    }
+
+    /// A write's error. A FUA write syncs, and its sync consumes the file's write-back error
+    /// report just as a flush would (it may even be another write's error): so it fails every
+    /// later flush too.
+    fn write_err(&self, offset: u64, len: u64, fua: bool, e: io::Error) -> MemberError {
+        if fua {
+            self.flushes.poison(format!(
+                "a FUA write of {len} bytes at offset {offset} failed: {e}"
+            ));
+        }
+        self.err(MemberOp::Write, offset, len, e)
+    }
+}
+
+/// Largest piece of a zeroing done by writing zeroes (the size of the shared zero buffer).
+const ZERO_CHUNK: usize = 1 << 20;
+/// Most such pieces one zeroing keeps in flight.
+const ZERO_IN_FLIGHT: usize = 4;
+
+/// [`ZERO_CHUNK`] zero bytes, shared by every member and request (read-only, never freed).
+fn zero_buf() -> &'static SharedBuf {
+    static ZEROS: OnceLock<SharedBuf> = OnceLock::new();
+    ZEROS.get_or_init(|| Buf::zeroed(ZERO_CHUNK).freeze())
+}
+
+/// Counts zero-writes in flight and the most at once (tests check the bound).
+#[cfg(test)]
+#[derive(Default)]
+struct ZeroInFlight {
+    now: AtomicUsize,
+    max: AtomicUsize,
+}
+
+#[cfg(test)]
+impl ZeroInFlight {
+    fn enter(this: &ZeroInFlight) -> impl Drop + '_ {
+        let n = this.now.fetch_add(1, Ordering::SeqCst) + 1;
+        this.max.fetch_max(n, Ordering::SeqCst);
+        struct Leave<'a>(&'a ZeroInFlight);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.now.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        Leave(this)
     }
 }
 
@@ -1059,7 +1134,7 @@ impl Member for UringFile {
                     .run(offset, OpKind::Write { data, fua })
                     .await
                     .map(|_| ())
-                    .map_err(|e| self.err(MemberOp::Write, offset, len, e)),
+                    .map_err(|e| self.write_err(offset, len, fua, e)),
             };
             g.finish(r)
         }
@@ -1069,12 +1144,13 @@ impl Member for UringFile {
     fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
         async move {
             let g = self.counters.start(MemberOp::Flush, 0);
-            let r = self
-                .run(0, OpKind::Fsync)
-                .await
-                .map(|_| ())
-                .map_err(|e| self.err(MemberOp::Flush, 0, 0, e));
-            g.finish(r)
+            let fsync = || async {
+                self.run(0, OpKind::Fsync)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| self.err(MemberOp::Flush, 0, 0, e))
+            };
+            g.finish(self.flushes.flush(&self.name, fsync).await)
         }
         .boxed()
     }
@@ -1166,7 +1242,7 @@ impl Member for UringFile {
                     self.run(offset, OpKind::WriteV { data, fua, iov })
                         .await
                         .map(|_| ())
-                        .map_err(|e| self.err(MemberOp::Write, offset, len, e))
+                        .map_err(|e| self.write_err(offset, len, fua, e))
                 }
             };
             g.finish(r)
@@ -1344,6 +1420,85 @@ mod tests {
         );
         let e = job.run_sync().err().unwrap();
         assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP));
+    }
+
+    /// Flushes asked for while one runs share the next fdatasync: 16 at once cost 2.
+    #[test]
+    fn concurrent_flushes_share_fdatasyncs() {
+        let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        let engine = Engine::new(1).unwrap();
+        let m = open(&dir.path().join("f.img"), 1 << 20, &engine);
+        if m.shared.inline {
+            panic!("the temp dir is on tmpfs: this test needs a disk file system");
+        }
+        block_on(m.write(0, Buf::copy_from(&pattern(4096, 1)).freeze(), false)).unwrap();
+        let before = ring_ops(&m);
+        for r in block_on(futures::future::join_all((0..16).map(|_| m.flush()))) {
+            r.unwrap();
+        }
+        // The first runs alone; the 15 that arrived while it ran share the second.
+        assert_eq!(ring_ops(&m) - before, 2);
+        assert_eq!(m.counters().snapshot().flushes, 16);
+    }
+
+    /// Where fallocate cannot zero, zeroing writes pieces of one shared 1 MiB zero buffer, a
+    /// bounded number at a time, over a range of any size; the bytes around it stay.
+    #[test]
+    fn zeroing_without_fallocate_streams_one_small_buffer() {
+        let disk = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+        let engine = Engine::new(1).unwrap();
+        for (dir, len) in [(disk.path(), 256u64 << 20), (shm.path(), 64 << 20)] {
+            let m = open(&dir.join("z.img"), len + (1 << 20), &engine);
+            // Force the fallback, as on a file system with neither fallocate mode.
+            m.unsupported
+                .store(NO_PUNCH | NO_ZERO_RANGE, Ordering::Relaxed);
+            // Start and end inside 1 MiB pieces, and off O_DIRECT alignment.
+            let (start, zlen) = (3 * 4096 + 512, len - 5 * 4096);
+            let ones = pattern(2 << 20, 3);
+            for at in [0, start + zlen / 2, len - (1 << 20)] {
+                block_on(m.write(at, Buf::copy_from(&ones).freeze(), false)).unwrap();
+            }
+            let before = ring_ops(&m);
+            for trim in [false, true] {
+                if trim {
+                    block_on(m.trim(start, zlen)).unwrap();
+                } else {
+                    block_on(m.write_zeroes(start, zlen)).unwrap();
+                }
+            }
+            let pieces = 2 * zlen.div_ceil(ZERO_CHUNK as u64);
+            let via_ring = (ring_ops(&m) - before) as u64;
+            if m.shared.inline {
+                assert_eq!(via_ring, 0, "1 MiB pieces run inline on tmpfs");
+            } else {
+                assert!(
+                    (pieces..=pieces + 2).contains(&via_ring),
+                    "{via_ring} ring ops"
+                );
+            }
+            let most = m.zero_in_flight.max.load(Ordering::SeqCst);
+            assert!((1..=ZERO_IN_FLIGHT).contains(&most), "{most} in flight");
+            let got = block_on(m.read(0, Buf::new(start as usize))).unwrap();
+            assert!(
+                got[..] == ones[..start as usize],
+                "bytes before the range changed"
+            );
+            let tail = len + (1 << 20) - (start + zlen);
+            let got = block_on(m.read(start + zlen, Buf::new(tail as usize))).unwrap();
+            let from = (start + zlen - (len - (1 << 20))) as usize;
+            assert!(
+                got[..] == ones[from..from + tail as usize],
+                "bytes after the range changed"
+            );
+            let mut at = start;
+            while at < start + zlen {
+                let n = (8u64 << 20).min(start + zlen - at);
+                let got = block_on(m.read(at, Buf::new(n as usize))).unwrap();
+                assert!(got.iter().all(|&b| b == 0), "non-zero bytes near {at}");
+                at += n;
+            }
+        }
     }
 
     /// A ring op whose future is dropped while in flight keeps its buffer until the kernel is

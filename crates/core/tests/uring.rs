@@ -86,6 +86,7 @@ fn file_member_on_disk_with_o_direct() {
     let m = open(&path, 8 * MIB, DirectIo::Auto);
     let got = block_on(m.read(5 * 4096, Buf::new(4096))).unwrap();
     assert!(got.iter().all(|&b| b == 5));
+    drop(m);
     let e = UringFile::open_or_create(&path, 16 * MIB).err().unwrap();
     assert!(matches!(e, UringError::WrongSize { .. }), "{e}");
     assert!(e.to_string().contains("8388608 bytes but 16777216"), "{e}");
@@ -305,4 +306,180 @@ fn power_loss_over_files_keeps_flushed_writes() {
             assert!(s.iter().all(|&b| b == 0) || s.iter().all(|&b| b == 4));
         }
     }
+}
+
+/// A member is held exclusively while open: a second open of the same file (another daemon,
+/// or this process by mistake) is refused with the holder named, and succeeds once the first
+/// is closed.
+#[test]
+fn a_member_file_is_opened_exclusively() {
+    for dir in [
+        tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap(),
+        tempfile::tempdir_in("/dev/shm").unwrap(),
+    ] {
+        let path = dir.path().join("x.img");
+        let first = open(&path, MIB, DirectIo::Auto);
+        for direct in [DirectIo::Auto, DirectIo::Off] {
+            let e = UringFile::open_with(
+                &path,
+                Some(MIB),
+                FileOptions {
+                    direct,
+                    engine: Some(engine()),
+                },
+            )
+            .err()
+            .expect("a second open of a held member must be refused");
+            let UringError::InUse { holder_pid, .. } = &e else {
+                panic!("wrong error: {e}");
+            };
+            assert_eq!(*holder_pid, Some(std::process::id()), "{e}");
+            let msg = e.to_string();
+            assert!(msg.contains(&path.display().to_string()), "{msg}");
+            assert!(
+                msg.contains(&format!("in use by process {} (", std::process::id())),
+                "{msg}"
+            );
+        }
+        // A tool holding the member (nbraid create) is refused the same way, and vice versa.
+        let e = nbraid_core::exclusive::open_exclusive(&path, false).unwrap_err();
+        assert!(matches!(e, UringError::InUse { .. }), "{e}");
+        drop(first);
+        let tool = nbraid_core::exclusive::open_exclusive(&path, false).unwrap();
+        let e = UringFile::open(&path).err().unwrap();
+        assert!(matches!(e, UringError::InUse { .. }), "{e}");
+        drop(tool);
+        let again = UringFile::open(&path).unwrap();
+        assert_eq!(again.len(), MIB);
+    }
+}
+
+/// A loop device over a file in `dir`, detached when the last descriptor of it closes
+/// (LO_FLAGS_AUTOCLEAR), so a failed test leaves nothing attached.
+struct Loop {
+    path: std::path::PathBuf,
+    /// Holds the device attached until the test is done with it.
+    _fd: std::fs::File,
+}
+
+fn loop_device(dir: &Path, len: u64) -> Loop {
+    use std::os::fd::AsRawFd;
+    const LOOP_SET_FD: libc::c_ulong = 0x4C00;
+    const LOOP_SET_STATUS64: libc::c_ulong = 0x4C04;
+    const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
+    const LO_FLAGS_AUTOCLEAR: u32 = 4;
+    /// `struct loop_info64` from <linux/loop.h>.
+    #[repr(C)]
+    struct LoopInfo64 {
+        device: u64,
+        inode: u64,
+        rdevice: u64,
+        offset: u64,
+        sizelimit: u64,
+        number: u32,
+        encrypt_type: u32,
+        encrypt_key_size: u32,
+        flags: u32,
+        file_name: [u8; 64],
+        crypt_name: [u8; 64],
+        encrypt_key: [u8; 32],
+        init: [u64; 2],
+    }
+    let backing_path = dir.join("loop-backing.img");
+    let backing = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&backing_path)
+        .unwrap();
+    backing.set_len(len).unwrap();
+    let ctl = std::fs::File::open("/dev/loop-control").unwrap_or_else(|e| {
+        panic!("this test needs loop devices (/dev/loop-control, run as root): {e}")
+    });
+    for _ in 0..16 {
+        // SAFETY: LOOP_CTL_GET_FREE takes no argument and returns a device number.
+        let n = unsafe { libc::ioctl(ctl.as_raw_fd(), LOOP_CTL_GET_FREE) };
+        assert!(
+            n >= 0,
+            "no free loop device: {}",
+            std::io::Error::last_os_error()
+        );
+        let path = std::path::PathBuf::from(format!("/dev/loop{n}"));
+        let dev = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (this test needs loop devices)", path.display()));
+        // SAFETY: LOOP_SET_FD takes the backing file's descriptor by value.
+        if unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_SET_FD, backing.as_raw_fd()) } != 0 {
+            let e = std::io::Error::last_os_error();
+            assert_eq!(e.raw_os_error(), Some(libc::EBUSY), "LOOP_SET_FD: {e}");
+            continue; // another process took it first
+        }
+        // SAFETY: `LoopInfo64` is plain old data; zeroed is valid.
+        let mut info: LoopInfo64 = unsafe { std::mem::zeroed() };
+        info.flags = LO_FLAGS_AUTOCLEAR;
+        // SAFETY: LOOP_SET_STATUS64 reads one `struct loop_info64` through the pointer.
+        let r = unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_SET_STATUS64, &info) };
+        assert_eq!(
+            r,
+            0,
+            "LOOP_SET_STATUS64: {}",
+            std::io::Error::last_os_error()
+        );
+        return Loop { path, _fd: dev };
+    }
+    panic!("could not attach a loop device");
+}
+
+/// A block device member is opened with O_EXCL as well as locked: refused while this process
+/// holds it as a member (holder named) or while something opened it exclusively (say so).
+#[test]
+fn a_block_device_member_is_opened_exclusively() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dev = loop_device(dir.path(), 8 * MIB);
+    let m = UringFile::open(&dev.path).unwrap();
+    assert!(m.is_block_device());
+    assert_eq!(m.len(), 8 * MIB);
+    let e = UringFile::open(&dev.path).err().unwrap();
+    let UringError::InUse { holder_pid, .. } = &e else {
+        panic!("wrong error: {e}")
+    };
+    assert_eq!(*holder_pid, Some(std::process::id()), "{e}");
+    // The kernel's own exclusivity: another O_EXCL open is refused.
+    let busy = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_EXCL)
+        .open(&dev.path)
+        .unwrap_err();
+    assert_eq!(busy.raw_os_error(), Some(libc::EBUSY));
+    drop(m);
+    // Held exclusively by something that takes no lock (a mount, md, another tool).
+    let other = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_EXCL)
+        .open(&dev.path)
+        .unwrap();
+    let e = UringFile::open(&dev.path).err().unwrap();
+    assert!(
+        matches!(
+            e,
+            UringError::InUse {
+                holder_pid: None,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains("in use by another process (or it is mounted"),
+        "{e}"
+    );
+    drop(other);
+    let m = UringFile::open(&dev.path).unwrap();
+    block_on(m.write(0, Buf::copy_from(&[9; 4096]).freeze(), true)).unwrap();
+    block_on(m.flush()).unwrap();
 }

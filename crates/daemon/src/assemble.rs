@@ -1,5 +1,7 @@
 //! From a checked [`Config`] to running volumes: opens (or creates) every member once through
-//! io_uring and builds each volume over the members it lists.
+//! io_uring and builds each volume over the members it lists. Members are held exclusively
+//! ([`nbraid_core::exclusive`]), so the volumes on one member share its one open file, and a
+//! second daemon on the same members is refused with the holder named.
 //!
 //! Without on-disk metadata yet, "new" is decided from what exists
 //! ([`Config::volume_is_new`], [`Config::may_create`]): a new volume's member files are created

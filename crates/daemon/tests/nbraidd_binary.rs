@@ -244,3 +244,26 @@ fn missing_members_start_degraded_or_not_at_all() {
         "{err}"
     );
 }
+
+/// A second daemon on the members a running one holds refuses to start, naming the member and
+/// the process holding it; the first keeps serving and, once stopped, frees its members.
+#[test]
+fn a_second_daemon_on_the_same_members_is_refused() {
+    let nbdinfo = require("nbdinfo", "libnbd-bin");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "\"unix:nbd.sock\"");
+    let first = Daemon::start(&config, 2);
+    let pid = first.child.id();
+    let (ok, err) = run_to_exit(&config);
+    assert!(!ok, "a second nbraidd started on held members");
+    assert!(err.contains("member d0 ("), "{err}");
+    assert!(err.contains("d0.img is in use by"), "{err}");
+    assert!(err.contains(&format!("process {pid} (nbraidd")), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(first.stop().success());
+    // Released with the daemon: a new one starts and serves.
+    let again = Daemon::start(&config, 2);
+    let size = run(Command::new(&nbdinfo).args(["--size", &again.uri("r10", "nbd+unix://")]));
+    assert_eq!(size.trim(), (32u64 << 20).to_string());
+    assert!(again.stop().success());
+}
