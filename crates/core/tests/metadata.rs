@@ -363,3 +363,175 @@ mod on_members {
         assert_eq!(m.len(), 4 * MIB);
     }
 }
+
+mod assembly {
+    use super::*;
+    use nbraid_core::metadata::{assemble, Absence, AssembleError, Probe};
+
+    /// Superblocks of the RAID 5 of 4 as written at `events`, one per role.
+    fn members(events: u64) -> Vec<Superblock> {
+        (0..4u32)
+            .map(|role| {
+                let mut v = raid5_record(role);
+                v.events = events;
+                v.members[2].state = RecordedState::Active;
+                Superblock {
+                    generation: 1,
+                    member: uuid(0x10 + role as u8),
+                    member_bytes: (1 << 30) + MIB,
+                    volumes: vec![v],
+                }
+            })
+            .collect()
+    }
+
+    fn probes(sbs: &[Superblock]) -> Vec<Probe> {
+        sbs.iter()
+            .map(|s| Probe::Superblock(s.clone(), None))
+            .collect()
+    }
+
+    fn config_tree(strip: u64, level: Level) -> Node {
+        let shape = Shape::new(level, 4, None, strip, ParityLayout::LeftSymmetric).unwrap();
+        shape
+            .build(&vec![
+                Region {
+                    start: MIB,
+                    len: 1 << 30
+                };
+                4
+            ])
+            .unwrap()
+    }
+
+    fn roles(a: &nbraid_core::metadata::Assembly) -> Vec<Result<usize, Absence>> {
+        a.roles.clone()
+    }
+
+    #[test]
+    fn healthy_and_swapped() {
+        let tree = config_tree(64 << 10, Level::Raid5);
+        let a = assemble("db", &tree, &probes(&members(7))).unwrap();
+        assert_eq!(roles(&a), vec![Ok(0), Ok(1), Ok(2), Ok(3)]);
+        assert!(a.clean && a.warnings.is_empty());
+        // Paths of members 0 and 3 swapped in the config: they keep their recorded roles.
+        let mut sbs = members(7);
+        sbs.swap(0, 3);
+        let a = assemble("db", &tree, &probes(&sbs)).unwrap();
+        assert_eq!(roles(&a), vec![Ok(3), Ok(1), Ok(2), Ok(0)]);
+    }
+
+    #[test]
+    fn lost_stale_and_failed_members_start_degraded_within_tolerance() {
+        let tree = config_tree(64 << 10, Level::Raid5);
+        let mut p = probes(&members(7));
+        p[1] = Probe::Missing;
+        let a = assemble("db", &tree, &p).unwrap();
+        assert_eq!(a.roles[1], Err(Absence::Lost));
+        assert!(!a.warnings.is_empty(), "a lost member is said loudly");
+        // A member that was offline while the others took writes.
+        let mut sbs = members(9);
+        sbs[2].volumes[0].events = 8;
+        let a = assemble("db", &tree, &probes(&sbs)).unwrap();
+        assert_eq!(
+            a.roles[2],
+            Err(Absence::Stale {
+                member: 2,
+                events: 8
+            })
+        );
+        assert_eq!(a.events, 9);
+        // Its peers recorded it failed.
+        let mut sbs = members(9);
+        for s in &mut sbs {
+            s.volumes[0].members[3].state = RecordedState::Failed;
+        }
+        let a = assemble("db", &tree, &probes(&sbs)).unwrap();
+        assert_eq!(a.roles[3], Err(Absence::Failed { member: 3 }));
+    }
+
+    #[test]
+    fn beyond_tolerance_is_refused() {
+        let tree = config_tree(64 << 10, Level::Raid5);
+        let mut p = probes(&members(7));
+        p[0] = Probe::Missing;
+        p[3] = Probe::Blank;
+        let e = assemble("db", &tree, &p).unwrap_err();
+        assert!(matches!(e, AssembleError::BeyondTolerance { .. }), "{e}");
+        assert!(e.to_string().contains("0, 3"), "{e}");
+    }
+
+    #[test]
+    fn changed_geometry_is_refused_naming_both_values() {
+        let e = assemble(
+            "db",
+            &config_tree(128 << 10, Level::Raid5),
+            &probes(&members(7)),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                AssembleError::GeometryChanged {
+                    what: "strip size",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("131072") && e.to_string().contains("65536"),
+            "{e}"
+        );
+        let e = assemble(
+            "db",
+            &config_tree(64 << 10, Level::Raid6),
+            &probes(&members(7)),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("RAID 6") && e.to_string().contains("RAID 5"),
+            "{e}"
+        );
+        let e = assemble(
+            "db",
+            &config_tree(64 << 10, Level::Raid10),
+            &probes(&members(7)),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, AssembleError::GeometryChanged { what: "level", .. }),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn foreign_members_are_refused_naming_both_arrays() {
+        let tree = config_tree(64 << 10, Level::Raid5);
+        let mut sbs = members(7);
+        sbs[1].volumes[0].array = uuid(0xbb);
+        let e = assemble("db", &tree, &probes(&sbs)).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&uuid(0xbb).to_string()) && msg.contains(&uuid(0xa5).to_string()),
+            "{msg}"
+        );
+        let mut sbs = members(7);
+        sbs[2].volumes[0].name = "other".into();
+        let e = assemble("db", &tree, &probes(&sbs)).unwrap_err();
+        assert!(e.to_string().contains("volume `other`"), "{e}");
+    }
+
+    #[test]
+    fn uninitialized_volume_and_dirty_shutdown() {
+        let tree = config_tree(64 << 10, Level::Raid5);
+        let blank = vec![Probe::Blank, Probe::Blank, Probe::Missing, Probe::Blank];
+        assert!(matches!(
+            assemble("db", &tree, &blank),
+            Err(AssembleError::Uninitialized { .. })
+        ));
+        let mut sbs = members(7);
+        sbs[0].volumes[0].clean = false;
+        assert!(!assemble("db", &tree, &probes(&sbs)).unwrap().clean);
+    }
+}

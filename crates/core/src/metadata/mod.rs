@@ -11,10 +11,12 @@
 //! Decoding is total: any byte string yields a superblock or a [`MetadataError`] naming what
 //! is wrong — never a panic (fuzzed in the tests).
 
+mod assemble;
 mod codec;
 mod io;
 mod superblock;
 
+pub use assemble::{assemble, Absence, AssembleError, Assembly, Probe};
 pub use io::{read_superblock, write_superblock, Found, SuperblockIoError};
 
 pub use superblock::{

@@ -1,0 +1,329 @@
+//! Assembly by superblock, as a pure decision: given what each member the config names was
+//! found to hold, which member plays which role, which roles are lost or stale, and whether
+//! the volume may start at all. Superblocks are trusted over the config's order: members whose
+//! paths were swapped still take their recorded roles. Nothing here reads or writes a member.
+
+use super::{MetadataError, RecordedState, Superblock, Uuid, VolumeRecord};
+use nbraid_layout::Node;
+use std::fmt;
+use thiserror::Error;
+
+/// What the member at one position of the config holds.
+#[derive(Clone, Debug)]
+pub enum Probe {
+    /// The member (file or device) is not there.
+    Missing,
+    /// There, but neither superblock copy carries nbraid's magic.
+    Blank,
+    /// Its newest valid superblock (and the damage found in the other copy, if any).
+    Superblock(Superblock, Option<MetadataError>),
+    /// Both copies unusable, or the member could not be read.
+    Unreadable(String),
+}
+
+/// Why a role has no trusted member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Absence {
+    /// No member the config names carries this role (missing, blank or unreadable).
+    Lost,
+    /// Its member's record has fewer events than the newest: it missed writes.
+    Stale { member: usize, events: u64 },
+    /// Recorded failed by its peers.
+    Failed { member: usize },
+}
+
+/// How to start the volume.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assembly {
+    pub array: Uuid,
+    /// The recorded geometry (roles are its member indices).
+    pub tree: Node,
+    /// Per role: the config position of the member that serves it, or why none does.
+    pub roles: Vec<Result<usize, Absence>>,
+    /// The newest event counter among the members.
+    pub events: u64,
+    /// Every trusted member recorded a clean shutdown (no resync needed).
+    pub clean: bool,
+    /// Things to say loudly at start: damaged superblock copies, lost or stale members.
+    pub warnings: Vec<String>,
+}
+
+impl Assembly {
+    /// Roles without a trusted member (served degraded).
+    pub fn absent(&self) -> impl Iterator<Item = (usize, &Absence)> {
+        self.roles
+            .iter()
+            .enumerate()
+            .filter_map(|(r, m)| m.as_ref().err().map(|a| (r, a)))
+    }
+}
+
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum AssembleError {
+    /// No member carries a superblock: a new volume (create it) or not nbraid's.
+    #[error("volume `{volume}`: no member carries an nbraid superblock")]
+    Uninitialized { volume: String },
+    #[error("volume `{volume}`: member {member} belongs to another array ({theirs}), not to this one ({ours})")]
+    Foreign {
+        volume: String,
+        member: usize,
+        ours: String,
+        theirs: String,
+    },
+    #[error("volume `{volume}`: the config says {what} {config}, the superblocks record {recorded}; data is never reinterpreted — fix the config or re-create the volume")]
+    GeometryChanged {
+        volume: String,
+        what: &'static str,
+        config: String,
+        recorded: String,
+    },
+    #[error("volume `{volume}`: members {a} and {b} both claim role {role}")]
+    DuplicateRole {
+        volume: String,
+        role: usize,
+        a: usize,
+        b: usize,
+    },
+    #[error(
+        "volume `{volume}`: roles {absent} have no trusted member, more than the volume tolerates"
+    )]
+    BeyondTolerance { volume: String, absent: String },
+}
+
+/// Decides how volume `name`, declared by `config_tree` over the config's members (leaf
+/// indices are config positions), assembles from what `probes[i]` found at position `i`.
+pub fn assemble(
+    name: &str,
+    config_tree: &Node,
+    probes: &[Probe],
+) -> Result<Assembly, AssembleError> {
+    let volume = name.to_string();
+    // Records of this volume, by config position.
+    let mut records: Vec<Option<&VolumeRecord>> = vec![None; probes.len()];
+    let mut warnings = Vec::new();
+    let mut newest: Option<&VolumeRecord> = None;
+    // Members whose superblock has no record of this volume: (position, what they hold).
+    let mut foreign: Option<(usize, String)> = None;
+    for (i, p) in probes.iter().enumerate() {
+        match p {
+            Probe::Superblock(sb, damage) => {
+                if let Some(d) = damage {
+                    warnings.push(format!(
+                        "member {i}: one superblock copy is damaged ({d}); the other serves"
+                    ));
+                }
+                match sb.volumes.iter().find(|v| v.name == name) {
+                    Some(r) => {
+                        records[i] = Some(r);
+                        if newest.is_none_or(|n| r.events > n.events) {
+                            newest = Some(r);
+                        }
+                    }
+                    None => {
+                        let theirs: Vec<String> = sb
+                            .volumes
+                            .iter()
+                            .map(|v| format!("volume `{}` of array {}", v.name, v.array))
+                            .collect();
+                        foreign.get_or_insert((
+                            i,
+                            if theirs.is_empty() {
+                                "no volume at all".into()
+                            } else {
+                                theirs.join(", ")
+                            },
+                        ));
+                    }
+                }
+            }
+            Probe::Unreadable(e) => warnings.push(format!(
+                "member {i}: superblock unreadable ({e}); treated as lost"
+            )),
+            Probe::Missing | Probe::Blank => {}
+        }
+    }
+    if let Some((member, theirs)) = foreign {
+        return Err(AssembleError::Foreign {
+            volume,
+            member,
+            ours: newest.map_or("no member carries this volume's record".into(), |n| {
+                format!("array {}", n.array)
+            }),
+            theirs,
+        });
+    }
+    let Some(newest) = newest else {
+        return Err(AssembleError::Uninitialized { volume });
+    };
+    // Every record must name the same array.
+    for (i, r) in records.iter().enumerate() {
+        if let Some(r) = r {
+            if r.array != newest.array {
+                return Err(AssembleError::Foreign {
+                    volume,
+                    member: i,
+                    ours: format!("array {}", newest.array),
+                    theirs: format!("volume `{}` of array {}", r.name, r.array),
+                });
+            }
+        }
+    }
+    check_geometry(&volume, config_tree, &newest.tree, newest.members.len())?;
+    let n = newest.members.len();
+    let mut roles: Vec<Result<usize, Absence>> = vec![Err(Absence::Lost); n];
+    for (i, r) in records.iter().enumerate() {
+        let Some(r) = r else { continue };
+        let role = r.role as usize;
+        if role >= n || r.members.len() != n {
+            return Err(AssembleError::GeometryChanged {
+                volume,
+                what: "member count",
+                config: n.to_string(),
+                recorded: r.members.len().to_string(),
+            });
+        }
+        if let Ok(other) = roles[role] {
+            return Err(AssembleError::DuplicateRole {
+                volume,
+                role,
+                a: other,
+                b: i,
+            });
+        }
+        roles[role] = if r.events < newest.events {
+            Err(Absence::Stale {
+                member: i,
+                events: r.events,
+            })
+        } else {
+            Ok(i)
+        };
+    }
+    // The newest record's view of member states wins.
+    for (role, m) in newest.members.iter().enumerate() {
+        if m.state == RecordedState::Failed {
+            if let Ok(i) = roles[role] {
+                roles[role] = Err(Absence::Failed { member: i });
+            }
+        }
+    }
+    let mut failed = Vec::new();
+    for (role, m) in roles.iter().enumerate() {
+        match m {
+            Ok(_) => {}
+            Err(a) => {
+                failed.push(role);
+                warnings.push(format!("role {role}: {}", describe(a)));
+            }
+        }
+    }
+    if !newest.tree.survives(&|m| failed.contains(&m)) {
+        return Err(AssembleError::BeyondTolerance {
+            volume,
+            absent: failed
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    let clean = records
+        .iter()
+        .flatten()
+        .filter(|r| r.events == newest.events)
+        .all(|r| r.clean);
+    Ok(Assembly {
+        array: newest.array,
+        tree: newest.tree.clone(),
+        roles,
+        events: newest.events,
+        clean,
+        warnings,
+    })
+}
+
+fn describe(a: &Absence) -> String {
+    match a {
+        Absence::Lost => {
+            "no member carries it (missing, blank or unreadable): served degraded".into()
+        }
+        Absence::Stale { member, events } => {
+            format!("member {member} is stale (events {events}): not read until resynced")
+        }
+        Absence::Failed { member } => format!("member {member} is recorded failed"),
+    }
+}
+
+/// The config's tree must be the recorded one up to which member sits at which position.
+fn check_geometry(
+    volume: &str,
+    config: &Node,
+    recorded: &Node,
+    members: usize,
+) -> Result<(), AssembleError> {
+    let changed = |what: &'static str, c: &dyn fmt::Display, r: &dyn fmt::Display| {
+        AssembleError::GeometryChanged {
+            volume: volume.to_string(),
+            what,
+            config: c.to_string(),
+            recorded: r.to_string(),
+        }
+    };
+    if config.member_count() != members {
+        return Err(changed("member count", &config.member_count(), &members));
+    }
+    compare(config, recorded, &changed)
+}
+
+type Changed<'a> = dyn Fn(&'static str, &dyn fmt::Display, &dyn fmt::Display) -> AssembleError + 'a;
+
+fn compare(c: &Node, r: &Node, changed: &Changed) -> Result<(), AssembleError> {
+    let kind = |n: &Node| match n {
+        Node::Member(_) => "a member",
+        Node::Concat(_) => "a concat (JBOD)",
+        Node::Stripe(_) => "a stripe (RAID 0)",
+        Node::Mirror(_) => "a mirror (RAID 1)",
+        Node::Parity(g) if g.parity() == 1 => "a parity group (RAID 5)",
+        Node::Parity(_) => "a parity group (RAID 6)",
+    };
+    match (c, r) {
+        (Node::Member(a), Node::Member(b)) => {
+            if (a.start, a.len) != (b.start, b.len) {
+                return Err(changed(
+                    "member region",
+                    &format!("{}+{}", a.start, a.len),
+                    &format!("{}+{}", b.start, b.len),
+                ));
+            }
+        }
+        (Node::Stripe(a), Node::Stripe(b)) if a.unit() != b.unit() => {
+            return Err(changed("stripe unit", &a.unit(), &b.unit()));
+        }
+        (Node::Parity(a), Node::Parity(b)) => {
+            if a.strip() != b.strip() {
+                return Err(changed("strip size", &a.strip(), &b.strip()));
+            }
+            if a.layout() != b.layout() {
+                return Err(changed("parity layout", &a.layout(), &b.layout()));
+            }
+            if a.parity() != b.parity() {
+                return Err(changed("level", &kind(c), &kind(r)));
+            }
+        }
+        (a, b) if std::mem::discriminant(a) != std::mem::discriminant(b) => {
+            return Err(changed("level", &kind(a), &kind(b)));
+        }
+        _ => {}
+    }
+    if c.children().len() != r.children().len() {
+        return Err(changed(
+            "member count",
+            &c.member_count(),
+            &r.member_count(),
+        ));
+    }
+    c.children()
+        .iter()
+        .zip(r.children())
+        .try_for_each(|(a, b)| compare(a, b, changed))
+}
