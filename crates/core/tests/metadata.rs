@@ -393,15 +393,11 @@ mod assembly {
 
     fn config_tree(strip: u64, level: Level) -> Node {
         let shape = Shape::new(level, 4, None, strip, ParityLayout::LeftSymmetric).unwrap();
-        shape
-            .build(&vec![
-                Region {
-                    start: MIB,
-                    len: 1 << 30
-                };
-                4
-            ])
-            .unwrap()
+        let region = Region {
+            start: MIB,
+            len: 1 << 30,
+        };
+        shape.build(&[region; 4]).unwrap()
     }
 
     fn roles(a: &nbraid_core::metadata::Assembly) -> Vec<Result<usize, Absence>> {

@@ -287,14 +287,12 @@ fn compare(c: &Node, r: &Node, changed: &Changed) -> Result<(), AssembleError> {
         Node::Parity(_) => "a parity group (RAID 6)",
     };
     match (c, r) {
-        (Node::Member(a), Node::Member(b)) => {
-            if (a.start, a.len) != (b.start, b.len) {
-                return Err(changed(
-                    "member region",
-                    &format!("{}+{}", a.start, a.len),
-                    &format!("{}+{}", b.start, b.len),
-                ));
-            }
+        (Node::Member(a), Node::Member(b)) if (a.start, a.len) != (b.start, b.len) => {
+            return Err(changed(
+                "member region",
+                &format!("{}+{}", a.start, a.len),
+                &format!("{}+{}", b.start, b.len),
+            ));
         }
         (Node::Stripe(a), Node::Stripe(b)) if a.unit() != b.unit() => {
             return Err(changed("stripe unit", &a.unit(), &b.unit()));
