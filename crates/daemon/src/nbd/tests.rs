@@ -1220,6 +1220,10 @@ async fn tcp_listener_serves() {
     bounded(task).await.unwrap();
 }
 
+// ---------------------------------------------------------------- limits
+
+mod limits;
+
 // ---------------------------------------------------------------- fuzzing
 
 mod fuzz {
