@@ -3,9 +3,69 @@
 use crate::nbd::{Export, PayloadBuf, ZeroFlags};
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use nbraid_core::split::ZERO_WINDOW_BYTES;
 use nbraid_core::{Buf, Volume, VolumeError};
+use nbraid_layout::Node;
 use std::io;
 use std::sync::Arc;
+
+/// Whether zeroing `[offset, offset+len)` of the tree under `node` is fast: no parity group
+/// has to read or write data for it (a read-modify-write of a partial stripe), so every member
+/// just zeroes its own ranges (fallocate). It follows the engine's own split: a parity group
+/// zeroes whole stripes by zeroing its children and writes zeroes over partial ones; mirrors
+/// pass the range to every copy; concat and stripe nodes work in windows of
+/// [`ZERO_WINDOW_BYTES`] from `offset`, each child's part of a window in one piece. Cost:
+/// O(nodes × windows), never O(range / strip).
+pub fn zeroing_is_fast(node: &Node, offset: u64, len: u64) -> bool {
+    if len == 0 || !has_parity(node) {
+        return true;
+    }
+    match node {
+        Node::Member(_) => true,
+        Node::Mirror(m) => m.children().iter().all(|c| zeroing_is_fast(c, offset, len)),
+        Node::Parity(g) => {
+            let width = g.stripe_width();
+            if !offset.is_multiple_of(width) || !len.is_multiple_of(width) {
+                return false;
+            }
+            let (first, stripes) = (offset / width, len / width);
+            let at = g.chunk_offset(first);
+            g.children()
+                .iter()
+                .all(|c| zeroing_is_fast(c, at, stripes * g.strip()))
+        }
+        Node::Concat(c) => windows(offset, len).all(|(at, n)| {
+            c.split(at, n)
+                .iter()
+                .all(|p| zeroing_is_fast(&c.children()[p.child], p.offset, p.len))
+        }),
+        Node::Stripe(s) => {
+            let unit = s.unit();
+            let row = unit * s.children().len() as u64;
+            // Bytes of `[0, x)` that land on child `i`: they sit at `[0, that)` of the child.
+            let below =
+                |x: u64, i: u64| (x / row) * unit + (x % row).saturating_sub(i * unit).min(unit);
+            windows(offset, len).all(|(at, n)| {
+                s.children().iter().enumerate().all(|(i, child)| {
+                    let (start, end) = (below(at, i as u64), below(at + n, i as u64));
+                    zeroing_is_fast(child, start, end - start)
+                })
+            })
+        }
+    }
+}
+
+/// The windows a concat or stripe node zeroes `[offset, offset+len)` in.
+fn windows(offset: u64, len: u64) -> impl Iterator<Item = (u64, u64)> {
+    let end = offset + len;
+    (offset..end)
+        .step_by(ZERO_WINDOW_BYTES as usize)
+        .map(move |at| (at, (end - at).min(ZERO_WINDOW_BYTES)))
+}
+
+fn has_parity(node: &Node) -> bool {
+    matches!(node, Node::Parity(_)) || node.children().iter().any(has_parity)
+}
 
 /// Serves one [`Volume`].
 pub struct VolumeExport {
@@ -158,9 +218,19 @@ impl Export for VolumeExport {
         len: u32,
         flags: ZeroFlags,
     ) -> BoxFuture<'_, io::Result<()>> {
+        let len = u64::from(len);
+        if flags.fast_only && !zeroing_is_fast(self.volume.geometry().root(), offset, len) {
+            // NBD_CMD_FLAG_FAST_ZERO: fail at once, before touching anything, when zeroing
+            // would cost parity reads and writes (no faster than writing zeroes).
+            let e = io::Error::new(
+                io::ErrorKind::Unsupported,
+                "zeroing this range would read and rewrite parity: not fast",
+            );
+            return Box::pin(futures::future::ready(Err(e)));
+        }
         Box::pin(async move {
             self.volume
-                .write_zeroes(offset, u64::from(len), flags.fua)
+                .write_zeroes(offset, len, flags.fua)
                 .await
                 .map_err(to_io)
         })

@@ -34,7 +34,7 @@ async fn serve(config: Config) -> Result<()> {
         })
         .collect();
     let names: Vec<String> = exports.iter().map(|(n, _)| n.clone()).collect();
-    let server = Server::new(exports)?;
+    let server = Server::with_limits(exports, config.limits)?;
 
     // Bind everything before serving anything, so a taken port fails the start.
     let mut listeners = Vec::new();

@@ -557,3 +557,82 @@ fn memory_member_without_size() {
         &["member \"m0\"", "memory member needs a size"],
     );
 }
+
+#[test]
+fn bad_server_limits() {
+    let daemon = |line: &str| err_raw(&format!("[daemon]\n{line}\n{MEMBERS}"));
+    expect(
+        &daemon("max_connections = 0"),
+        ErrorKind::Limit,
+        "configs/bad.toml:2:19: daemon: max_connections 0 is not valid; give 1 to 65536 (default 128)",
+        &[],
+    );
+    expect(
+        &daemon("max_connections = \"many\""),
+        ErrorKind::Schema,
+        "configs/bad.toml:2:19: daemon: max_connections: invalid type: string \"many\", expected an integer",
+        &[],
+    );
+    expect(
+        &daemon("in_flight_memory = \"16MiB\""),
+        ErrorKind::Limit,
+        "configs/bad.toml:2:20: daemon: in_flight_memory \"16MiB\" is out of range; give \"32MiB\" (one maximal NBD request) to \"1TiB\"",
+        &[],
+    );
+    expect(
+        &daemon("in_flight_memory = \"lots\""),
+        ErrorKind::Size,
+        "configs/bad.toml:2:20: daemon: in_flight_memory \"lots\" is not a size",
+        &[],
+    );
+    expect(
+        &daemon("in_flight_memory_per_connection = -1"),
+        ErrorKind::Limit,
+        "configs/bad.toml:2:35: daemon: in_flight_memory_per_connection -1 is out of range",
+        &[],
+    );
+    // A share larger than the whole, located at the share...
+    expect(
+        &daemon("in_flight_memory = \"256MiB\"\nin_flight_memory_per_connection = \"1GiB\""),
+        ErrorKind::Limit,
+        "configs/bad.toml:3:35: daemon: in_flight_memory_per_connection \"1GiB\" is more than in_flight_memory \"256MiB\": one connection's share cannot exceed the whole; give in_flight_memory at least \"1GiB\", or a smaller share",
+        &[],
+    );
+    // ...or at the whole when the share is the default.
+    expect(
+        &daemon("in_flight_memory = \"64MiB\""),
+        ErrorKind::Limit,
+        "configs/bad.toml:2:20: daemon: in_flight_memory_per_connection \"128MiB\" (the default) is more than in_flight_memory \"64MiB\"",
+        &[],
+    );
+    expect(
+        &daemon("idle_timeout = 600"),
+        ErrorKind::Limit,
+        "configs/bad.toml:2:16: daemon: idle_timeout 600 has no unit; write \"600s\" for seconds; write a number with a unit: ms, s, min (or m), h, d",
+        &[],
+    );
+    expect(
+        &daemon("stall_timeout = \"10 fortnights\""),
+        ErrorKind::Limit,
+        "configs/bad.toml:2:17: daemon: stall_timeout \"10 fortnights\" has an unknown unit \"fortnights\"",
+        &["give from 1s to 1d"],
+    );
+    expect(
+        &daemon("handshake_timeout = \"500ms\""),
+        ErrorKind::Limit,
+        "configs/bad.toml:2:21: daemon: handshake_timeout \"500ms\" is out of range; give from 1s to 1h",
+        &[],
+    );
+    expect(
+        &daemon("stall_timeout = \"off\""),
+        ErrorKind::Limit,
+        "configs/bad.toml:2:17: daemon: stall_timeout \"off\" is not a duration",
+        &[],
+    );
+    expect(
+        &daemon("max_conections = 4"),
+        ErrorKind::Schema,
+        "configs/bad.toml:2:1: daemon: unknown field `max_conections`",
+        &["did you mean `max_connections`?"],
+    );
+}

@@ -426,3 +426,53 @@ members = ["a0", "a1", "a2"]
     assert!(c.create_missing_members().unwrap().is_empty());
     assert!(!dir.path().join("a1.img").exists());
 }
+
+#[test]
+fn server_limits_have_safe_defaults_and_are_read() {
+    use nbraid_daemon::nbd::Limits;
+    use std::time::Duration;
+    const VOLUME: &str = r#"
+[[member]]
+id = "a"
+path = "memory:"
+size = "64MiB"
+[[volume]]
+name = "v"
+level = "jbod"
+members = ["a"]
+"#;
+    let c = parse(VOLUME);
+    assert_eq!(c.limits, Limits::default());
+    assert_eq!(c.limits.max_connections, 128);
+    assert_eq!(c.limits.server_bytes_in_flight, 512 * MIB as usize);
+    assert_eq!(c.limits.max_bytes_in_flight, 128 * MIB as usize);
+    assert_eq!(c.limits.handshake_timeout, Duration::from_secs(30));
+    assert_eq!(c.limits.idle_timeout, None);
+    assert_eq!(c.limits.stall_timeout, Duration::from_secs(60));
+
+    let c = parse(&format!(
+        r#"
+[daemon]
+max_connections = 8
+in_flight_memory = "2GiB"
+in_flight_memory_per_connection = "256MiB"
+handshake_timeout = "10s"
+idle_timeout = "12h"
+stall_timeout = "5min"
+{VOLUME}"#
+    ));
+    assert_eq!(
+        c.limits,
+        Limits {
+            max_connections: 8,
+            server_bytes_in_flight: 2 * GIB as usize,
+            max_bytes_in_flight: 256 * MIB as usize,
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Some(Duration::from_secs(12 * 3600)),
+            stall_timeout: Duration::from_secs(300),
+            ..Limits::default()
+        }
+    );
+    let c = parse(&format!("[daemon]\nidle_timeout = \"off\"\n{VOLUME}"));
+    assert_eq!(c.limits.idle_timeout, None);
+}

@@ -37,6 +37,8 @@ pub enum ErrorKind {
     MemberPath,
     /// A name (member id, volume name) that is empty or unusable.
     Name,
+    /// A server bound in `[daemon]` out of range: connections, request memory, a timeout.
+    Limit,
 }
 
 /// Why a config cannot be used. `Display` gives the whole message, e.g.

@@ -6,6 +6,12 @@
 //! ```toml
 //! [daemon]
 //! listen = ["unix:/run/nbraid/nbd.sock", "tcp:127.0.0.1:10809"]   # default: tcp:127.0.0.1:10809
+//! max_connections = 128           # the defaults of the server's bounds
+//! in_flight_memory = "512MiB"     # request memory of all connections together
+//! in_flight_memory_per_connection = "128MiB"
+//! handshake_timeout = "30s"
+//! idle_timeout = "off"
+//! stall_timeout = "60s"
 //!
 //! [[member]]
 //! id = "d0"
@@ -51,6 +57,7 @@
 //! values.
 
 mod error;
+mod limits;
 mod listen;
 mod raw;
 mod resolve;
@@ -58,6 +65,7 @@ mod size;
 mod summary;
 
 pub use error::{ConfigError, ErrorKind};
+pub use limits::{format_duration, parse_duration, DURATION_HELP};
 pub use listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP, NBD_PORT};
 pub use size::{format_size, format_size_exact, parse_size, HumanSize, SizeError, SIZE_UNITS_HELP};
 pub use summary::{table, MemberSummary, Summary, VolumeMemberSummary, VolumeSummary};
@@ -98,6 +106,8 @@ pub struct Config {
     pub file: PathBuf,
     /// Addresses the NBD server listens on (never empty).
     pub listen: Vec<Listener>,
+    /// The server's bounds (`[daemon]`: connections, request memory, timeouts), validated.
+    pub limits: crate::nbd::Limits,
     /// Members in file order; volumes refer to them by index.
     pub members: Vec<Member>,
     /// Volumes in file order (also the order their regions were allocated in).

@@ -21,6 +21,13 @@ pub(crate) struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawDaemon {
     pub listen: Option<Spanned<Vec<Spanned<String>>>>,
+    pub max_connections: Option<Spanned<i64>>,
+    pub in_flight_memory: Option<Spanned<RawSize>>,
+    pub in_flight_memory_per_connection: Option<Spanned<RawSize>>,
+    /// Durations are written like sizes: a string with a unit (an integer is refused).
+    pub handshake_timeout: Option<Spanned<RawSize>>,
+    pub idle_timeout: Option<Spanned<RawSize>>,
+    pub stall_timeout: Option<Spanned<RawSize>>,
 }
 
 #[derive(Debug, Deserialize)]

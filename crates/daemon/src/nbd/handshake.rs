@@ -298,6 +298,54 @@ where
     Err(ConnError::TooManyOptions)
 }
 
+/// Options a refused client may send before it is disconnected.
+const MAX_REFUSED_OPTIONS: usize = 32;
+
+/// The handshake of a connection the server will not serve: the greeting, then every option
+/// answered `NBD_REP_ERR_POLICY` with `why` until the client gives up (the protocol's way for
+/// a server to say no). `NBD_OPT_ABORT` is acknowledged; `NBD_OPT_EXPORT_NAME`, which cannot
+/// be answered with an error, ends the connection. Reads at most a few options' worth.
+pub(crate) async fn refuse<R, W>(r: &mut R, w: &mut W, why: &str) -> Result<(), ConnError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut greeting = [0u8; 18];
+    greeting[0..8].copy_from_slice(&NBDMAGIC.to_be_bytes());
+    greeting[8..16].copy_from_slice(&IHAVEOPT.to_be_bytes());
+    greeting[16..18].copy_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    w.write_all(&greeting).await?;
+    w.flush().await?;
+    let client_flags = r.read_u32().await?;
+    if client_flags & !KNOWN_CLIENT_FLAGS != 0 {
+        return Err(ConnError::UnknownClientFlags(client_flags));
+    }
+    let why = truncate_str(why, MAX_STRING);
+    for _ in 0..MAX_REFUSED_OPTIONS {
+        let mut hdr = [0u8; 16];
+        r.read_exact(&mut hdr).await?;
+        let magic = u64::from_be_bytes(hdr[0..8].try_into().expect("8 bytes"));
+        if magic != IHAVEOPT {
+            return Err(ConnError::BadOptionMagic(magic));
+        }
+        let opt = u32::from_be_bytes(hdr[8..12].try_into().expect("4 bytes"));
+        let len = u32::from_be_bytes(hdr[12..16].try_into().expect("4 bytes"));
+        if len > MAX_OPTION_DATA {
+            return Err(ConnError::OptionTooLong { option: opt, len });
+        }
+        discard(r, len.into()).await?;
+        match opt {
+            OPT_ABORT => {
+                let _ = send(w, opt, REP_ACK, &[]).await;
+                return Ok(());
+            }
+            OPT_EXPORT_NAME => return Ok(()),
+            _ => send(w, opt, REP_ERR_POLICY, why.as_bytes()).await?,
+        }
+    }
+    Err(ConnError::TooManyOptions)
+}
+
 fn negotiated(st: &State, idx: usize, flags: u16) -> Negotiated {
     Negotiated {
         export: idx,

@@ -7,7 +7,10 @@
 //! * commands `READ`, `WRITE`, `FLUSH`, `TRIM`, `WRITE_ZEROES` (`NO_HOLE`, `FAST_ZERO`),
 //!   `CACHE`, `BLOCK_STATUS`, `DISC`, with `FUA`; simple or structured replies;
 //! * many requests in flight per connection, replies in completion order;
-//! * every request validated before anything is allocated for it.
+//! * every request validated before anything is allocated for it;
+//! * server-wide bounds ([`Limits`]): connections (a client beyond them is refused during the
+//!   handshake), request memory of all connections and of each, handshake, idle and stall
+//!   timeouts.
 //!
 //! Plug storage in by implementing [`Export`]; serve with [`Server`]:
 //!
@@ -40,6 +43,7 @@
 
 mod export;
 mod handshake;
+mod limits;
 pub mod proto;
 mod server;
 mod transmission;
@@ -48,8 +52,8 @@ mod transmission;
 mod tests;
 
 pub use export::{errno_for, Export, Extent, MemoryExport, PayloadBuf, ReadData, ZeroFlags};
+pub use limits::{Limits, REQUEST_COST_MIN};
 pub use server::{advertised_preferred, Listener, Server, ServerError};
-pub use transmission::Limits;
 
 /// Why a connection ended other than by the client's clean disconnect.
 #[derive(Debug, thiserror::Error)]
@@ -74,4 +78,8 @@ pub enum ConnError {
     PayloadTooLong(u32),
     #[error("the client did not finish the handshake in time")]
     HandshakeTimeout,
+    #[error("the client sent no byte of {0} for {1} s")]
+    Stalled(&'static str, u64),
+    #[error("refused: {0}")]
+    Refused(String),
 }

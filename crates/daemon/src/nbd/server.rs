@@ -5,18 +5,27 @@ use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use super::handshake::{self, Outcome};
+use super::limits::Limits;
 use super::proto::{MAX_PAYLOAD, MAX_STRING};
-use super::transmission::{self, Limits};
+use super::transmission;
 use super::{ConnError, Export};
+
+/// Refused connections being told so at once; beyond this many, a connection over the limit
+/// is closed without a word (a flood must not cost more than the connections it floods).
+const MAX_REFUSING: usize = 16;
+
+/// Longest a refused client may take to hear why.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Errors building a server or binding its listeners.
 #[derive(Debug, thiserror::Error)]
@@ -44,12 +53,23 @@ pub(crate) struct ExportEntry {
 
 pub(crate) struct Shared {
     pub exports: Vec<ExportEntry>,
+    /// Normalized (every value at least its minimum).
     pub limits: Limits,
+    /// Request memory of all connections together (`limits.server_bytes_in_flight` bytes).
+    pub budget: Arc<Semaphore>,
     shutdown: watch::Sender<bool>,
+    /// Connections counted from accept until their task ends; at most `max_connections`.
     connections: watch::Sender<usize>,
     /// Abort handles of running connection tasks, by connection id.
     tasks: Mutex<HashMap<u64, AbortHandle>>,
     next_id: AtomicU64,
+    /// Requests started in an export and not finished, of every connection (also of
+    /// connections already cut off).
+    requests: AtomicUsize,
+    /// Woken when `requests` drops to zero.
+    requests_done: Notify,
+    /// Refusals running now (at most `MAX_REFUSING`).
+    refusing: AtomicUsize,
 }
 
 impl Shared {
@@ -183,12 +203,51 @@ struct ConnGuard {
 }
 
 impl ConnGuard {
-    fn new(shared: &Arc<Shared>) -> Self {
-        shared.connections.send_modify(|n| *n += 1);
-        ConnGuard {
+    /// Counts a new connection, unless `max_connections` are open already.
+    fn try_new(shared: &Arc<Shared>) -> Option<Self> {
+        let max = shared.limits.max_connections;
+        let admitted = shared.connections.send_if_modified(|n| {
+            let room = *n < max;
+            if room {
+                *n += 1;
+            }
+            room
+        });
+        admitted.then(|| ConnGuard {
             shared: shared.clone(),
             id: shared.next_id.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+}
+
+/// Counts one request as running in an export, server-wide, until dropped.
+pub(crate) struct RequestGuard {
+    shared: Arc<Shared>,
+}
+
+impl RequestGuard {
+    pub fn new(shared: &Arc<Shared>) -> Self {
+        shared.requests.fetch_add(1, Ordering::AcqRel);
+        RequestGuard {
+            shared: shared.clone(),
         }
+    }
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        if self.shared.requests.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shared.requests_done.notify_waiters();
+        }
+    }
+}
+
+/// Counts a refusal in progress until dropped.
+struct RefusalGuard(Arc<Shared>);
+
+impl Drop for RefusalGuard {
+    fn drop(&mut self) {
+        self.0.refusing.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -211,7 +270,7 @@ impl Server {
         Self::with_limits(exports, Limits::default())
     }
 
-    /// Like [`Server::new`] with explicit per-connection limits.
+    /// Like [`Server::new`] with explicit limits (raised to their minimums, see [`Limits`]).
     pub fn with_limits(
         exports: Vec<(String, Arc<dyn Export>)>,
         limits: Limits,
@@ -235,14 +294,19 @@ impl Server {
                 preferred,
             });
         }
+        let limits = limits.normalized();
         Ok(Self {
             shared: Arc::new(Shared {
                 exports: entries,
                 limits,
+                budget: Arc::new(Semaphore::new(limits.server_bytes_in_flight)),
                 shutdown: watch::channel(false).0,
                 connections: watch::channel(0).0,
                 tasks: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(0),
+                requests: AtomicUsize::new(0),
+                requests_done: Notify::new(),
+                refusing: AtomicUsize::new(0),
             }),
         })
     }
@@ -298,7 +362,8 @@ impl Server {
         }
     }
 
-    /// Serves one already-connected stream (any transport) as its own task.
+    /// Serves one already-connected stream (any transport) as its own task; beyond
+    /// `max_connections` the task only tells the client it is refused.
     pub fn spawn_connection<S>(&self, stream: S) -> JoinHandle<Result<(), ConnError>>
     where
         S: AsyncRead + AsyncWrite + Send + 'static,
@@ -312,7 +377,9 @@ impl Server {
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let guard = ConnGuard::new(&self.shared);
+        let Some(guard) = ConnGuard::try_new(&self.shared) else {
+            return self.refuse(r, w);
+        };
         let id = guard.id;
         let shared = self.shared.clone();
         let handle = tokio::spawn(async move {
@@ -334,6 +401,55 @@ impl Server {
         handle
     }
 
+    /// Tells a client over the connection limit why it cannot be served, the way the NBD
+    /// protocol lets a server say no: every option it sends is answered `NBD_REP_ERR_POLICY`
+    /// with a message (an `NBD_OPT_EXPORT_NAME`, which cannot be answered with an error, ends
+    /// the connection). Cheap: no buffers, bounded in time and in number.
+    fn refuse<R, W>(&self, mut r: R, mut w: W) -> JoinHandle<Result<(), ConnError>>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let max = self.shared.limits.max_connections;
+        let why = format!(
+            "nbraidd: too many connections: at most {max} are served at once \
+             ([daemon] max_connections); try again later"
+        );
+        tracing::info!("refusing a connection: {max} open already");
+        let refusing = self.shared.refusing.fetch_add(1, Ordering::AcqRel);
+        let guard = RefusalGuard(self.shared.clone());
+        let timeout = self.shared.limits.handshake_timeout.min(REFUSAL_TIMEOUT);
+        tokio::spawn(async move {
+            let _guard = guard;
+            if refusing < MAX_REFUSING {
+                let refusal = handshake::refuse(&mut r, &mut w, &why);
+                if let Ok(Err(e)) = tokio::time::timeout(timeout, refusal).await {
+                    tracing::debug!("refusing a connection: {e}");
+                }
+                let _ = w.shutdown().await;
+            }
+            Err(ConnError::Refused(why))
+        })
+    }
+
+    /// Requests running in the exports now, of every connection.
+    pub fn requests_in_flight(&self) -> usize {
+        self.shared.requests.load(Ordering::Acquire)
+    }
+
+    /// Resolves once no request runs in any export.
+    async fn requests_finished(&self) {
+        loop {
+            let done = self.shared.requests_done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if self.requests_in_flight() == 0 {
+                return;
+            }
+            done.await;
+        }
+    }
+
     /// Whether shutdown has begun.
     pub fn is_shutting_down(&self) -> bool {
         *self.shared.shutdown.borrow()
@@ -345,19 +461,23 @@ impl Server {
     }
 
     /// Graceful shutdown: stop accepting, let every connection finish the requests it has
-    /// read (their replies are sent) and close, then flush every export. Returns the first
-    /// flush error, after trying them all. Safe to call more than once.
+    /// read (their replies are sent) and close, wait until no request runs in any export, then
+    /// flush every export. Returns the first flush error, after trying them all. Safe to call
+    /// more than once.
     pub async fn shutdown(&self) -> io::Result<()> {
         self.shared.shutdown.send_replace(true);
         let mut conns = self.shared.connections.subscribe();
         let _ = conns.wait_for(|n| *n == 0).await;
+        self.requests_finished().await;
         self.flush_all().await
     }
 
     /// Like [`Server::shutdown`], but connections still open after `grace` (a client that
-    /// neither reads its replies nor finishes a payload) are cut off; requests they had already
-    /// started still run to completion in the export before the flush.
-    pub async fn shutdown_with_grace(&self, grace: std::time::Duration) -> io::Result<()> {
+    /// neither reads its replies nor finishes a payload) are cut off. Requests they had
+    /// already started still run to completion in the export, and the flush waits for them
+    /// (for another `grace` at most: after that it flushes anyway and reports an error, as
+    /// writes may still be landing).
+    pub async fn shutdown_with_grace(&self, grace: Duration) -> io::Result<()> {
         self.shared.shutdown.send_replace(true);
         let mut conns = self.shared.connections.subscribe();
         if tokio::time::timeout(grace, conns.wait_for(|n| *n == 0))
@@ -371,7 +491,20 @@ impl Server {
             }
             let _ = conns.wait_for(|n| *n == 0).await;
         }
-        self.flush_all().await
+        let finished = tokio::time::timeout(grace, self.requests_finished())
+            .await
+            .is_ok();
+        let flushed = self.flush_all().await;
+        if !finished {
+            let n = self.requests_in_flight();
+            tracing::error!("{n} request(s) still running in the exports after the grace period");
+            flushed?;
+            return Err(io::Error::other(format!(
+                "{n} request(s) still running in the exports after {} s; flushed without them",
+                grace.as_secs()
+            )));
+        }
+        flushed
     }
 
     async fn flush_all(&self) -> io::Result<()> {
@@ -398,7 +531,7 @@ async fn accept_one(l: &Listener) -> io::Result<Accepted> {
     }
 }
 
-async fn run_connection<R, W>(shared: &Shared, r: R, w: W) -> Result<(), ConnError>
+async fn run_connection<R, W>(shared: &Arc<Shared>, r: R, w: W) -> Result<(), ConnError>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,

@@ -1,22 +1,25 @@
 //! Transmission phase: one reader (this task) decodes and validates requests, each valid
 //! request runs as its own task, and one writer task sends replies in completion order.
 //!
-//! Memory is bounded per connection: a request slot (at most `Limits::max_in_flight`) and, for
-//! reads and writes, its length in a byte budget (`Limits::max_bytes_in_flight`) are taken
-//! before a write payload is allocated or a read is started, and released once the reply has
-//! been handed to the socket.
+//! Memory is bounded per connection and server-wide (see [`super::limits`]): a request slot
+//! and the request's cost in both byte budgets are taken before a write payload is allocated
+//! or a read is started, and released once the reply has been handed to the socket (a write's
+//! bytes as soon as its data is in the export).
 
 use std::io;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use super::export::{errno_for, Export, Extent, PayloadBuf, ReadData, ZeroFlags};
 use super::handshake::Negotiated;
+use super::limits::{request_cost, Activity, StallGuard};
 use super::proto::*;
-use super::server::{shutdown_signalled, Shared};
+use super::server::{shutdown_signalled, RequestGuard, Shared};
 use super::ConnError;
 
 /// A write whose payload is invalid is discarded and answered with an error when no longer
@@ -25,27 +28,6 @@ const MAX_DISCARD: u32 = 2 * MAX_PAYLOAD;
 
 /// Requests up to this length get one inline poll before being spawned.
 const INLINE_MAX: u32 = 64 * 1024;
-
-/// Per-connection bounds on requests in flight.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Requests being executed or waiting for their reply to be written.
-    pub max_in_flight: usize,
-    /// Payload bytes of those requests (reads and writes); at least `MAX_PAYLOAD`.
-    pub max_bytes_in_flight: usize,
-    /// A client that has not reached the transmission phase by then is disconnected.
-    pub handshake_timeout: std::time::Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_in_flight: 256,
-            max_bytes_in_flight: 128 * 1024 * 1024,
-            handshake_timeout: std::time::Duration::from_secs(60),
-        }
-    }
-}
 
 struct Conn {
     export: Arc<dyn Export>,
@@ -56,18 +38,81 @@ struct Conn {
     base_allocation: Option<u32>,
 }
 
+/// A request's share of the connection's and the server's memory budgets.
+struct BytesHeld {
+    _conn: OwnedSemaphorePermit,
+    _server: OwnedSemaphorePermit,
+}
+
 /// One reply on its way to the socket, holding the permits of its request.
 struct Outgoing {
     head: Vec<u8>,
     payload: ReadData,
     _slot: Option<OwnedSemaphorePermit>,
-    _bytes: Option<OwnedSemaphorePermit>,
+    _bytes: Option<BytesHeld>,
 }
 
-/// Serves requests until the client disconnects, breaks the protocol, or the server shuts down;
-/// then waits for requests in flight and their replies.
+/// A request header being received; kept across `select!` rounds so that no byte is lost
+/// when another branch wins.
+struct HeaderReader {
+    buf: [u8; REQUEST_HEADER_LEN],
+    filled: usize,
+    /// When the last bytes of a partial header arrived.
+    last_progress: Instant,
+}
+
+impl HeaderReader {
+    fn new() -> Self {
+        HeaderReader {
+            buf: [0; REQUEST_HEADER_LEN],
+            filled: 0,
+            last_progress: Instant::now(),
+        }
+    }
+
+    /// Reads the rest of a header: `Ok(false)` on a clean end of stream before its first
+    /// byte. Cancel-safe: bytes read stay in `buf`.
+    async fn read<R: AsyncRead + Unpin>(&mut self, r: &mut R) -> Result<bool, ConnError> {
+        while self.filled < REQUEST_HEADER_LEN {
+            let n = r.read(&mut self.buf[self.filled..]).await?;
+            if n == 0 {
+                return if self.filled == 0 {
+                    Ok(false)
+                } else {
+                    Err(ConnError::ShortHeader(self.filled))
+                };
+            }
+            self.filled += n;
+            if self.filled < REQUEST_HEADER_LEN {
+                self.last_progress = Instant::now();
+            }
+        }
+        Ok(true)
+    }
+
+    /// Takes the complete header out, ready for the next one.
+    fn take(&mut self) -> [u8; REQUEST_HEADER_LEN] {
+        debug_assert_eq!(self.filled, REQUEST_HEADER_LEN);
+        self.filled = 0;
+        self.buf
+    }
+}
+
+/// What the reader's clock found when it went off.
+enum Clock {
+    /// Nothing in flight, no request for `idle_timeout`: close.
+    Idle,
+    /// Part of a header and then nothing for `stall_timeout`.
+    Stalled,
+    /// Not yet: look again then.
+    Later(Instant),
+}
+
+/// Serves requests until the client disconnects, breaks the protocol, stalls, idles past the
+/// idle timeout, or the server shuts down; then waits for requests in flight and their
+/// replies.
 pub(crate) async fn serve<R, W>(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     neg: Negotiated,
     mut r: R,
     w: W,
@@ -86,18 +131,23 @@ where
         structured: neg.structured,
         base_allocation: neg.base_allocation,
     });
+    // Normalized by the server: every value at least its minimum.
     let limits = shared.limits;
-    let slots = Arc::new(Semaphore::new(limits.max_in_flight.max(1)));
-    let budget = Arc::new(Semaphore::new(
-        limits.max_bytes_in_flight.max(MAX_PAYLOAD as usize),
-    ));
+    let slots = Arc::new(Semaphore::new(limits.max_in_flight));
+    let budget = Arc::new(Semaphore::new(limits.max_bytes_in_flight));
+    let activity = limits.idle_timeout.map(|_| Arc::new(Activity::new()));
     let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
+    let w = StallGuard::new(w, limits.stall_timeout);
     // Aborted with this future if the connection is cut off at shutdown.
-    let mut writer = AbortOnDrop(tokio::spawn(write_loop(w, rx)));
+    let mut writer = AbortOnDrop(tokio::spawn(write_loop(w, rx, activity.clone())));
 
+    let mut hdr = HeaderReader::new();
+    // Goes off at least every idle (or stall) timeout to look for idleness or a stalled header;
+    // it is reset only then, never per request.
+    let first_wait = limits.idle_timeout.unwrap_or(limits.stall_timeout);
+    let mut clock = Box::pin(tokio::time::sleep(first_wait));
     let mut stopping = false;
     let result = loop {
-        let mut hdr = [0u8; REQUEST_HEADER_LEN];
         let got = tokio::select! {
             biased;
             _ = shutdown_signalled(shutdown) => {
@@ -105,33 +155,65 @@ where
                 break Ok(());
             }
             _ = tx.closed() => break Ok(()),
-            res = read_header(&mut r, &mut hdr) => res,
+            res = hdr.read(&mut r) => res,
+            _ = clock.as_mut() => {
+                let now = Instant::now();
+                let verdict = if hdr.filled > 0 {
+                    let due = hdr.last_progress + limits.stall_timeout;
+                    if now >= due { Clock::Stalled } else { Clock::Later(due) }
+                } else if let (Some(idle), Some(act)) = (limits.idle_timeout, &activity) {
+                    if slots.available_permits() < limits.max_in_flight {
+                        // Requests or replies in flight: not idle; look again later.
+                        Clock::Later(now + idle)
+                    } else {
+                        let due = act.last() + idle;
+                        if now >= due { Clock::Idle } else { Clock::Later(due) }
+                    }
+                } else {
+                    Clock::Later(now + limits.stall_timeout)
+                };
+                match verdict {
+                    Clock::Idle => {
+                        tracing::info!("closing a connection idle for {:?}", limits.idle_timeout.unwrap_or_default());
+                        break Ok(());
+                    }
+                    Clock::Stalled => {
+                        break Err(ConnError::Stalled("a request header", limits.stall_timeout.as_secs()));
+                    }
+                    Clock::Later(at) => {
+                        clock.as_mut().reset(at);
+                        continue;
+                    }
+                }
+            }
         };
         match got {
             Ok(true) => {}
             Ok(false) => break Ok(()),
             Err(e) => break Err(e),
         }
-        let Some(req) = RequestHeader::parse(&hdr) else {
-            let magic = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+        if let Some(a) = &activity {
+            a.touch();
+        }
+        let raw = hdr.take();
+        let Some(req) = RequestHeader::parse(&raw) else {
+            let magic = u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]);
             break Err(ConnError::BadRequestMagic(magic));
         };
         if req.typ == CMD_DISC {
             break Ok(());
         }
-        let slot = slots
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("semaphore never closed");
+        let Some(slot) = acquire(&slots, 1, &tx).await else {
+            break Ok(());
+        };
 
         if let Err((errno, msg)) = validate(&conn, &req) {
             if req.typ == CMD_WRITE {
                 if req.length > MAX_DISCARD {
                     break Err(ConnError::PayloadTooLong(req.length));
                 }
-                if let Err(e) = discard(&mut r, req.length.into()).await {
-                    break Err(e.into());
+                if let Err(e) = discard(&mut r, req.length.into(), limits.stall_timeout).await {
+                    break Err(e);
                 }
             }
             tracing::debug!(cmd = command_name(req.typ), errno, msg, "rejected request");
@@ -144,29 +226,32 @@ where
             continue;
         }
 
-        let bytes = if matches!(req.typ, CMD_READ | CMD_WRITE) && req.length > 0 {
-            Some(
-                budget
-                    .clone()
-                    .acquire_many_owned(req.length)
-                    .await
-                    .expect("semaphore never closed"),
-            )
-        } else {
-            None
+        // The connection's share first, then the server's: a connection waits for the server
+        // budget with at most its own share held.
+        let cost = request_cost(req.typ, req.length);
+        let Some(conn_bytes) = acquire(&budget, cost, &tx).await else {
+            break Ok(());
+        };
+        let Some(server_bytes) = acquire(&shared.budget, cost, &tx).await else {
+            break Ok(());
+        };
+        let bytes = BytesHeld {
+            _conn: conn_bytes,
+            _server: server_bytes,
         };
         let payload = if req.typ == CMD_WRITE && req.length > 0 {
             // The length is validated (at most MAX_PAYLOAD) and its budget taken.
             let len = req.length as usize;
+            let stall = limits.stall_timeout;
             let got = match conn.export.payload_buffer(len) {
-                Some(mut buf) => read_into(&mut r, buf.as_mut_slice(), len)
+                Some(mut buf) => read_into(&mut r, buf.as_mut_slice(), len, stall)
                     .await
                     .map(|()| WriteData::Own(buf)),
-                None => read_payload(&mut r, len).await.map(WriteData::Bytes),
+                None => read_payload(&mut r, len, stall).await.map(WriteData::Bytes),
             };
             match got {
                 Ok(p) => p,
-                Err(e) => break Err(e.into()),
+                Err(e) => break Err(e),
             }
         } else {
             WriteData::None
@@ -175,8 +260,14 @@ where
         let small = req.length <= INLINE_MAX;
         let conn = conn.clone();
         let tx = tx.clone();
+        // Counts the request server-wide until it is done in the export (shutdown flushes
+        // only after every request has finished).
+        let started = RequestGuard::new(shared);
         let mut task = Box::pin(async move {
             let (head, payload) = execute(&conn, req, payload).await;
+            drop(started);
+            // Only a read's reply carries its data; other requests' memory is free now.
+            let bytes = (!payload.is_empty()).then_some(bytes);
             let _ = tx.send(Outgoing {
                 head,
                 payload,
@@ -193,22 +284,47 @@ where
     };
 
     if stopping {
-        refuse_pending(&mut r, &tx, conn.structured).await;
+        refuse_pending(&mut r, &mut hdr, &tx, conn.structured).await;
     }
     // The writer ends once every request task has sent its reply and dropped its sender.
     drop(tx);
     match (&mut writer.0).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::debug!("writing replies failed: {e}"),
-        Err(e) => tracing::warn!("reply writer failed: {e}"),
+        Ok(Ok(())) => result,
+        Ok(Err(e)) if e.kind() == io::ErrorKind::TimedOut => Err(ConnError::Io(e)),
+        Ok(Err(e)) => {
+            tracing::debug!("writing replies failed: {e}");
+            result
+        }
+        Err(e) => {
+            tracing::warn!("reply writer failed: {e}");
+            result
+        }
     }
-    result
+}
+
+/// Takes `n` permits, or `None` once the reply writer is gone (the connection is ending, and
+/// what its queued replies held has been released).
+async fn acquire(
+    sem: &Arc<Semaphore>,
+    n: u32,
+    tx: &mpsc::UnboundedSender<Outgoing>,
+) -> Option<OwnedSemaphorePermit> {
+    // Never barges: permits go to queued waiters before they count as available.
+    if let Ok(p) = sem.clone().try_acquire_many_owned(n) {
+        return Some(p);
+    }
+    tokio::select! {
+        biased;
+        p = sem.clone().acquire_many_owned(n) => Some(p.expect("semaphore never closed")),
+        _ = tx.closed() => None,
+    }
 }
 
 /// At shutdown, answers `NBD_ESHUTDOWN` to the requests the client has already sent (whatever
 /// can be read without waiting), so it sees them fail rather than vanish.
 async fn refuse_pending<R: AsyncRead + Unpin>(
     r: &mut R,
+    hdr: &mut HeaderReader,
     tx: &mpsc::UnboundedSender<Outgoing>,
     structured: bool,
 ) {
@@ -216,11 +332,10 @@ async fn refuse_pending<R: AsyncRead + Unpin>(
     // Bounded: a few dozen bytes per refusal.
     const MAX_REFUSED: usize = 1024;
     for _ in 0..MAX_REFUSED {
-        let mut hdr = [0u8; REQUEST_HEADER_LEN];
-        if !matches!(read_header(r, &mut hdr).now_or_never(), Some(Ok(true))) {
+        if !matches!(hdr.read(r).now_or_never(), Some(Ok(true))) {
             return;
         }
-        let Some(req) = RequestHeader::parse(&hdr) else {
+        let Some(req) = RequestHeader::parse(&hdr.take()) else {
             return;
         };
         if req.typ == CMD_DISC {
@@ -510,32 +625,29 @@ fn block_status_reply(
     v
 }
 
-/// Reads a request header: `Ok(false)` on a clean end of stream before its first byte.
-async fn read_header<R: AsyncRead + Unpin>(
-    r: &mut R,
-    hdr: &mut [u8; REQUEST_HEADER_LEN],
-) -> Result<bool, ConnError> {
-    let mut filled = 0;
-    while filled < hdr.len() {
-        let n = r.read(&mut hdr[filled..]).await?;
-        if n == 0 {
-            return if filled == 0 {
-                Ok(false)
-            } else {
-                Err(ConnError::ShortHeader(filled))
-            };
-        }
-        filled += n;
-    }
-    Ok(true)
-}
-
 /// First allocation for a write payload; the buffer grows as the data actually arrives, so a
 /// client that claims a long payload and sends little costs little.
 const PAYLOAD_FIRST_ALLOC: usize = 1024 * 1024;
 
+/// One read of a request's payload: the client has `stall` to send at least a byte.
+async fn read_some<F>(read: F, stall: Duration) -> Result<usize, ConnError>
+where
+    F: std::future::Future<Output = io::Result<usize>>,
+{
+    match tokio::time::timeout(stall, read).await {
+        Ok(Ok(0)) => Err(ConnError::Io(io::ErrorKind::UnexpectedEof.into())),
+        Ok(Ok(n)) => Ok(n),
+        Ok(Err(e)) => Err(e.into()),
+        Err(_) => Err(ConnError::Stalled("a write payload", stall.as_secs())),
+    }
+}
+
 /// Reads a write payload of `len` (already validated) bytes without zero-filling first.
-async fn read_payload<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> io::Result<Bytes> {
+async fn read_payload<R: AsyncRead + Unpin>(
+    r: &mut R,
+    len: usize,
+    stall: Duration,
+) -> Result<Bytes, ConnError> {
     let mut buf = BytesMut::with_capacity(len.min(PAYLOAD_FIRST_ALLOC));
     while buf.len() < len {
         let remaining = len - buf.len();
@@ -543,28 +655,42 @@ async fn read_payload<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> io::Result
             buf.reserve(remaining.min(buf.len().max(PAYLOAD_FIRST_ALLOC)));
         }
         let room = (buf.capacity() - buf.len()).min(remaining) as u64;
-        let n = (&mut *r).take(room).read_buf(&mut buf).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
+        read_some((&mut *r).take(room).read_buf(&mut buf), stall).await?;
     }
     Ok(buf.freeze())
 }
 
 /// Fills `buf` (from the export, exactly the validated length) with a write payload.
-async fn read_into<R: AsyncRead + Unpin>(r: &mut R, buf: &mut [u8], len: usize) -> io::Result<()> {
+async fn read_into<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut [u8],
+    len: usize,
+    stall: Duration,
+) -> Result<(), ConnError> {
     if buf.len() != len {
-        return Err(io::Error::other(
+        return Err(ConnError::Io(io::Error::other(
             "export gave a payload buffer of the wrong length",
-        ));
+        )));
     }
-    r.read_exact(buf).await.map(drop)
+    let mut got = 0;
+    while got < len {
+        got += read_some(r.read(&mut buf[got..]), stall).await?;
+    }
+    Ok(())
 }
 
-async fn discard<R: AsyncRead + Unpin>(r: &mut R, len: u64) -> io::Result<()> {
-    let copied = tokio::io::copy(&mut (&mut *r).take(len), &mut tokio::io::sink()).await?;
-    if copied < len {
-        return Err(io::ErrorKind::UnexpectedEof.into());
+/// Reads and drops `len` bytes of an invalid request's payload.
+async fn discard<R: AsyncRead + Unpin>(
+    r: &mut R,
+    mut len: u64,
+    stall: Duration,
+) -> Result<(), ConnError> {
+    let mut scratch = vec![0u8; 64 * 1024];
+    while len > 0 {
+        let want = scratch
+            .len()
+            .min(usize::try_from(len).unwrap_or(usize::MAX));
+        len -= read_some(r.read(&mut scratch[..want]), stall).await? as u64;
     }
     Ok(())
 }
@@ -580,6 +706,7 @@ const BATCH_BYTES: usize = 256 * 1024;
 async fn write_loop<W: AsyncWrite + Unpin>(
     mut w: W,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    activity: Option<Arc<Activity>>,
 ) -> io::Result<()> {
     let mut buf: Vec<u8> = Vec::with_capacity(BATCH_BYTES + COPY_PAYLOAD_MAX + 64);
     while let Some(first) = rx.recv().await {
@@ -605,6 +732,9 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             buf.clear();
         }
         w.flush().await?;
+        if let Some(a) = &activity {
+            a.touch();
+        }
     }
     w.shutdown().await
 }

@@ -1,0 +1,243 @@
+//! The server's bounds in `[daemon]`: connections, request memory, timeouts. Each has a safe
+//! default; a bad value is reported at its place with what would be valid.
+
+use super::error::{ErrorKind, Problem};
+use super::raw::{RawDaemon, RawSize};
+use super::size::{format_size_exact, parse_size, SIZE_UNITS_HELP};
+use crate::nbd::{proto::MAX_PAYLOAD, Limits};
+use serde_spanned::Spanned;
+use std::time::Duration;
+
+/// Most connections `max_connections` may allow.
+pub const MAX_CONNECTIONS_MAX: u64 = 65536;
+
+/// Least request memory, of the server or of one connection: one maximal NBD payload.
+pub const IN_FLIGHT_MEMORY_MIN: u64 = MAX_PAYLOAD as u64;
+
+/// Most request memory the server may be given.
+pub const IN_FLIGHT_MEMORY_MAX: u64 = 1 << 40;
+
+/// What duration fields accept, for error messages.
+pub const DURATION_HELP: &str =
+    "write a number with a unit: ms, s, min (or m), h, d, e.g. \"30s\", \"10min\", \"1.5h\"";
+
+/// Parses a duration such as `"30s"`, `"10min"`, `"1.5h"`, `"500ms"` (whole milliseconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let num_end = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(num_end);
+    if num.is_empty() {
+        return Err(format!("\"{text}\" is not a duration; {DURATION_HELP}"));
+    }
+    let unit_ms: u64 = match unit.trim_start().to_ascii_lowercase().as_str() {
+        "ms" => 1,
+        "s" | "sec" | "secs" => 1000,
+        "m" | "min" | "mins" => 60_000,
+        "h" | "hour" | "hours" => 3_600_000,
+        "d" | "day" | "days" => 86_400_000,
+        "" => return Err(format!("\"{text}\" has no unit; {DURATION_HELP}")),
+        u => {
+            return Err(format!(
+                "\"{text}\" has an unknown unit \"{u}\"; {DURATION_HELP}"
+            ))
+        }
+    };
+    let (int_part, frac_part) = num.split_once('.').unwrap_or((num, ""));
+    let digits = format!("{int_part}{frac_part}");
+    if int_part.is_empty() || frac_part.contains('.') || digits.len() > 18 {
+        return Err(format!("\"{text}\" is not a duration; {DURATION_HELP}"));
+    }
+    let digits: u128 = digits
+        .parse()
+        .map_err(|_| format!("\"{text}\" is not a duration; {DURATION_HELP}"))?;
+    let scale = 10u128.pow(frac_part.len() as u32);
+    let ms = digits * u128::from(unit_ms);
+    if !ms.is_multiple_of(scale) {
+        return Err(format!("\"{text}\" is not a whole number of milliseconds"));
+    }
+    let ms = u64::try_from(ms / scale).map_err(|_| format!("\"{text}\" is too long"))?;
+    Ok(Duration::from_millis(ms))
+}
+
+/// A duration for people, as the config would write it: `30s`, `10min`, `1500ms`.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    for (unit, n) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("min", 60_000),
+        ("s", 1000),
+    ] {
+        if ms >= n && ms.is_multiple_of(n) {
+            return format!("{}{unit}", ms / n);
+        }
+    }
+    format!("{ms}ms")
+}
+
+/// The limits `[daemon]` sets, the defaults ([`Limits::default`]) for what it leaves out.
+pub(super) fn resolve(raw: Option<&RawDaemon>) -> Result<Limits, Problem> {
+    let mut limits = Limits::default();
+    let Some(raw) = raw else {
+        return Ok(limits);
+    };
+    if let Some(v) = &raw.max_connections {
+        let n = *v.get_ref();
+        if n < 1 || n as u64 > MAX_CONNECTIONS_MAX {
+            return Err(problem(
+                v,
+                format!(
+                    "max_connections {n} is not valid; give 1 to {MAX_CONNECTIONS_MAX} \
+                     (default {})",
+                    Limits::default().max_connections
+                ),
+            ));
+        }
+        limits.max_connections = n as usize;
+    }
+    let total = match &raw.in_flight_memory {
+        Some(v) => Some((memory(v, "in_flight_memory")?, v)),
+        None => None,
+    };
+    let per_conn = match &raw.in_flight_memory_per_connection {
+        Some(v) => Some((memory(v, "in_flight_memory_per_connection")?, v)),
+        None => None,
+    };
+    let total_bytes = total.map_or(limits.server_bytes_in_flight as u64, |(b, _)| b);
+    let per_conn_bytes = per_conn.map_or(limits.max_bytes_in_flight as u64, |(b, _)| b);
+    if per_conn_bytes > total_bytes {
+        let shown = |b: u64| format!("\"{}\"", format_size_exact(b));
+        let (at, default) = match (per_conn, total) {
+            (Some((_, v)), _) => (v, ""),
+            (None, Some((_, v))) => (v, " (the default)"),
+            (None, None) => unreachable!("the defaults are consistent"),
+        };
+        let (per, tot) = (shown(per_conn_bytes), shown(total_bytes));
+        return Err(problem(
+            at,
+            format!(
+                "in_flight_memory_per_connection {per}{default} is more than \
+                 in_flight_memory {tot}: one connection's share cannot exceed the whole; \
+                 give in_flight_memory at least {per}, or a smaller share"
+            ),
+        ));
+    }
+    limits.server_bytes_in_flight = total_bytes as usize;
+    limits.max_bytes_in_flight = per_conn_bytes as usize;
+    let day = Duration::from_secs(86_400);
+    if let Some(v) = &raw.handshake_timeout {
+        let d = duration(v, "handshake_timeout", Duration::from_secs(1), day / 24)?;
+        limits.handshake_timeout = d;
+    }
+    if let Some(v) = &raw.stall_timeout {
+        limits.stall_timeout = duration(v, "stall_timeout", Duration::from_secs(1), day)?;
+    }
+    if let Some(v) = &raw.idle_timeout {
+        let off = matches!(v.get_ref(), RawSize::Text(t) if t.trim().eq_ignore_ascii_case("off"));
+        limits.idle_timeout = if off {
+            None
+        } else {
+            Some(duration(
+                v,
+                "idle_timeout",
+                Duration::from_secs(1),
+                365 * day,
+            )?)
+        };
+    }
+    debug_assert_eq!(
+        limits,
+        limits.normalized(),
+        "validated limits need no raising"
+    );
+    Ok(limits)
+}
+
+fn problem<T>(v: &Spanned<T>, message: String) -> Problem {
+    Problem::new(v.span(), ErrorKind::Limit, format!("daemon: {message}"))
+}
+
+/// A request-memory field: a size from 32 MiB to 1 TiB.
+fn memory(v: &Spanned<RawSize>, field: &str) -> Result<u64, Problem> {
+    let bytes = match v.get_ref() {
+        RawSize::Int(i) if *i <= 0 => None,
+        RawSize::Int(i) => Some(*i as u64),
+        RawSize::Text(t) => Some(parse_size(t).map_err(|e| {
+            Problem::new(v.span(), ErrorKind::Size, format!("daemon: {field} {e}"))
+        })?),
+    };
+    match bytes {
+        Some(b) if (IN_FLIGHT_MEMORY_MIN..=IN_FLIGHT_MEMORY_MAX).contains(&b) => Ok(b),
+        _ => Err(problem(
+            v,
+            format!(
+                "{field} {} is out of range; give \"32MiB\" (one maximal NBD request) to \
+                 \"1TiB\"; {SIZE_UNITS_HELP}",
+                v.get_ref().shown()
+            ),
+        )),
+    }
+}
+
+/// A duration field from `min` to `max`.
+fn duration(
+    v: &Spanned<RawSize>,
+    field: &str,
+    min: Duration,
+    max: Duration,
+) -> Result<Duration, Problem> {
+    let range = format!("from {} to {}", format_duration(min), format_duration(max));
+    let d = match v.get_ref() {
+        RawSize::Int(i) => {
+            return Err(problem(
+                v,
+                format!("{field} {i} has no unit; write \"{i}s\" for seconds; {DURATION_HELP}"),
+            ))
+        }
+        RawSize::Text(t) => {
+            parse_duration(t).map_err(|e| problem(v, format!("{field} {e}; give {range}")))?
+        }
+    };
+    if d < min || d > max {
+        return Err(problem(
+            v,
+            format!(
+                "{field} {} is out of range; give {range}",
+                v.get_ref().shown()
+            ),
+        ));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        let s = Duration::from_secs;
+        assert_eq!(parse_duration("30s"), Ok(s(30)));
+        assert_eq!(parse_duration("30 s"), Ok(s(30)));
+        assert_eq!(parse_duration("10min"), Ok(s(600)));
+        assert_eq!(parse_duration("10m"), Ok(s(600)));
+        assert_eq!(parse_duration("1.5h"), Ok(s(5400)));
+        assert_eq!(parse_duration("2d"), Ok(s(172_800)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5S"), Ok(Duration::from_millis(1500)));
+        for bad in ["30", "s", "", "1.2.3s", "-1s", "5 fortnights", "0.5ms"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert!(parse_duration("30").unwrap_err().contains("no unit"));
+    }
+
+    #[test]
+    fn durations_print_as_the_config_writes_them() {
+        for text in ["30s", "10min", "2h", "1d", "1500ms"] {
+            let d = parse_duration(text).unwrap();
+            assert_eq!(format_duration(d), text);
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! What the server lets its clients hold: connections, requests and their memory, and time.
+//!
+//! Memory is budgeted twice: every request takes its cost (its payload, at least
+//! [`REQUEST_COST_MIN`]) from its connection's budget and from the server's, before anything is
+//! allocated for it, and gives both back once its reply is on the socket (a write's once its
+//! data is in the export: what stays queued then is a 16-byte reply). So the server as a whole
+//! never holds more than [`Limits::server_bytes_in_flight`] of requests, and one connection
+//! never more than [`Limits::max_bytes_in_flight`] of it — a client that stops reading its
+//! replies pins its own share and no more, until [`Limits::stall_timeout`] cuts it off.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use tokio::io::AsyncWrite;
+use tokio::time::{Instant, Sleep};
+
+use super::proto::{CMD_READ, CMD_WRITE, MAX_PAYLOAD};
+
+/// Every request counts at least this many bytes against the memory budgets: requests without
+/// a payload (FLUSH, TRIM, WRITE_ZEROES, ...) still cost a task, buffers and engine state.
+pub const REQUEST_COST_MIN: u32 = 4096;
+
+/// Server-wide and per-connection bounds.
+///
+/// [`Server::with_limits`](super::Server::with_limits) raises values below their minimum to it:
+/// at least one connection and one request, a connection's budget of at least one maximal
+/// payload (32 MiB), a server budget of at least one connection's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections served at once (negotiating or transmitting); a client beyond them is
+    /// refused during the handshake with `NBD_REP_ERR_POLICY` and a message.
+    pub max_connections: usize,
+    /// Requests of one connection being executed or waiting for their reply to be written.
+    pub max_in_flight: usize,
+    /// Request memory of one connection (see [`REQUEST_COST_MIN`]).
+    pub max_bytes_in_flight: usize,
+    /// Request memory of all connections together.
+    pub server_bytes_in_flight: usize,
+    /// A client that has not reached the transmission phase by then is disconnected.
+    pub handshake_timeout: Duration,
+    /// A connection with nothing in flight that sends no request for this long is closed
+    /// (`None`: never; a kernel client with a mounted file system may be silent for hours).
+    pub idle_timeout: Option<Duration>,
+    /// A client that accepts no byte of its replies, or sends no byte of a request it has
+    /// begun, for this long is disconnected, releasing what its requests held.
+    pub stall_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: 128,
+            max_in_flight: 256,
+            max_bytes_in_flight: 128 << 20,
+            server_bytes_in_flight: 512 << 20,
+            handshake_timeout: Duration::from_secs(30),
+            idle_timeout: None,
+            stall_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Limits {
+    /// The limits with every value raised to its minimum (see [`Limits`]).
+    pub fn normalized(self) -> Limits {
+        let conn = self.max_bytes_in_flight.max(MAX_PAYLOAD as usize);
+        Limits {
+            max_connections: self.max_connections.max(1),
+            max_in_flight: self.max_in_flight.max(1),
+            max_bytes_in_flight: conn,
+            server_bytes_in_flight: self.server_bytes_in_flight.max(conn),
+            ..self
+        }
+    }
+}
+
+/// What a request costs in the memory budgets.
+pub(crate) fn request_cost(typ: u16, length: u32) -> u32 {
+    match typ {
+        CMD_READ | CMD_WRITE => length.max(REQUEST_COST_MIN),
+        _ => REQUEST_COST_MIN,
+    }
+}
+
+/// When a connection last did something, for the idle clock: milliseconds since its start.
+pub(crate) struct Activity {
+    start: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    pub fn new() -> Self {
+        Activity {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Records activity now.
+    pub fn touch(&self) {
+        let ms = self.start.elapsed().as_millis() as u64;
+        self.last_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// When activity was last recorded.
+    pub fn last(&self) -> Instant {
+        self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    }
+}
+
+/// A writer that fails with `TimedOut` once the peer has accepted no byte for `limit`: a
+/// client that stops reading its replies is cut off instead of holding its requests' memory
+/// forever.
+pub(crate) struct StallGuard<W> {
+    inner: W,
+    limit: Duration,
+    /// Armed while the inner writer is blocked; reset (not reallocated) when armed again.
+    timer: Pin<Box<Sleep>>,
+    armed: bool,
+}
+
+impl<W> StallGuard<W> {
+    pub fn new(inner: W, limit: Duration) -> Self {
+        StallGuard {
+            inner,
+            limit,
+            timer: Box::pin(tokio::time::sleep(limit)),
+            armed: false,
+        }
+    }
+
+    /// Called when the inner writer is pending: starts the clock if it is not running and
+    /// fails once it has run out.
+    fn blocked<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        if !self.armed {
+            self.armed = true;
+            self.timer.as_mut().reset(Instant::now() + self.limit);
+        }
+        ready!(self.timer.as_mut().poll(cx));
+        Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "the client accepted no reply bytes for {} s",
+                self.limit.as_secs()
+            ),
+        )))
+    }
+
+    fn progress<T>(&mut self, r: Poll<io::Result<T>>, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        match r {
+            Poll::Pending => self.blocked(cx),
+            Poll::Ready(r) => {
+                self.armed = false;
+                Poll::Ready(r)
+            }
+        }
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for StallGuard<W> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.progress(r, cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.progress(r, cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let r = Pin::new(&mut this.inner).poll_flush(cx);
+        this.progress(r, cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let r = Pin::new(&mut this.inner).poll_shutdown(cx);
+        this.progress(r, cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn limits_are_raised_to_their_minimums() {
+        let l = Limits {
+            max_connections: 0,
+            max_in_flight: 0,
+            max_bytes_in_flight: 1,
+            server_bytes_in_flight: 1,
+            ..Limits::default()
+        }
+        .normalized();
+        assert_eq!(l.max_connections, 1);
+        assert_eq!(l.max_in_flight, 1);
+        assert_eq!(l.max_bytes_in_flight, MAX_PAYLOAD as usize);
+        assert_eq!(l.server_bytes_in_flight, MAX_PAYLOAD as usize);
+        assert_eq!(Limits::default().normalized(), Limits::default());
+    }
+
+    #[test]
+    fn payload_free_requests_cost_the_minimum() {
+        use super::super::proto::*;
+        assert_eq!(request_cost(CMD_READ, 1 << 20), 1 << 20);
+        assert_eq!(request_cost(CMD_WRITE, 512), REQUEST_COST_MIN);
+        for typ in [CMD_TRIM, CMD_WRITE_ZEROES, CMD_FLUSH, CMD_CACHE] {
+            assert_eq!(request_cost(typ, u32::MAX), REQUEST_COST_MIN);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_writer_nobody_reads_times_out_and_a_slow_reader_does_not() {
+        // Nobody reads: the pipe fills, then the guard gives up after the limit.
+        let (a, _b) = tokio::io::duplex(64);
+        let mut w = StallGuard::new(a, Duration::from_secs(5));
+        let err = w.write_all(&[0u8; 1024]).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+
+        // A reader that takes a byte every 4 s (under the limit) gets everything.
+        let (a, mut b) = tokio::io::duplex(1);
+        let mut w = StallGuard::new(a, Duration::from_secs(5));
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            let mut one = [0u8; 1];
+            while b.read_exact(&mut one).await.is_ok() {
+                got.push(one[0]);
+                tokio::time::sleep(Duration::from_secs(4)).await;
+            }
+            got
+        });
+        w.write_all(&[1, 2, 3, 4, 5]).await.unwrap();
+        w.shutdown().await.unwrap();
+        drop(w);
+        assert_eq!(reader.await.unwrap(), vec![1, 2, 3, 4, 5]);
+    }
+}
