@@ -123,6 +123,19 @@ pub enum SyncState {
     Unknown,
 }
 
+impl SyncState {
+    /// The engine's decision at assembly: members known to hold only zeroes (files just
+    /// created sparse, RAM) have zero data under zero P and Q, so every stripe is in sync;
+    /// anything else may hold stale parity (until on-disk metadata records more).
+    pub fn at_assembly(members_known_zero: bool) -> SyncState {
+        if members_known_zero {
+            SyncState::Clean
+        } else {
+            SyncState::Unknown
+        }
+    }
+}
+
 pub use nbraid_layout::CacheMode;
 
 /// One stripe's new bytes, as (offset within the stripe's logical range, bytes), sorted.
