@@ -225,6 +225,23 @@ impl ParityCore {
         self.layout.stripe_width()
     }
 
+    /// `[offset, offset+len)` cut at stripe boundaries, in order: (stripe, offset within the
+    /// stripe's logical range, bytes). The one splitter of the group's range into stripes
+    /// (`ParityGroup::split` cuts further, into chunks).
+    fn stripe_pieces(&self, offset: u64, len: u64) -> impl Iterator<Item = (u64, u64, u64)> {
+        let w = self.width();
+        let end = offset + len;
+        let mut at = offset;
+        std::iter::from_fn(move || {
+            (at < end).then(|| {
+                let (s, in_stripe) = (at / w, at % w);
+                let n = (w - in_stripe).min(end - at);
+                at += n;
+                (s, in_stripe, n)
+            })
+        })
+    }
+
     /// Stripes `[first, last]` touched by `[offset, offset+len)`.
     fn stripe_span(&self, offset: u64, len: u64) -> (u64, u64) {
         let w = self.width();
@@ -248,6 +265,17 @@ impl ParityCore {
             .iter()
             .map(|c| !c.readable(at, r1 - r0))
             .collect()
+    }
+
+    /// The one tolerance rule of a parity group: a stripe can be rebuilt (and written) while
+    /// no more of its children are lost than it has parity chunks.
+    fn tolerates(&self, lost_children: usize) -> bool {
+        lost_children <= self.np
+    }
+
+    /// [`Self::tolerates`] for the children marked in `lost`.
+    fn rebuildable(&self, lost: &[bool]) -> bool {
+        self.tolerates(lost.iter().filter(|&&l| l).count())
     }
 
     fn unavailable(&self, stripe: u64, lost: &[bool], what: &str) -> VolumeError {
@@ -285,12 +313,7 @@ impl ArrayNode for ParityCore {
                 let at = self.layout.chunk_offset(p.stripe);
                 self.children[p.child].readable(at + p.in_chunk, p.len)
                     || (!self.is_stale(p.stripe)
-                        && self
-                            .lost(p.stripe, 0, self.strip)
-                            .iter()
-                            .filter(|&&l| l)
-                            .count()
-                            <= self.np)
+                        && self.rebuildable(&self.lost(p.stripe, 0, self.strip)))
             });
         }
         // Conservative over long ranges: children lost anywhere in the span.
@@ -299,11 +322,12 @@ impl ArrayNode for ParityCore {
         }
         let at = self.layout.chunk_offset(a);
         let span = (b - a + 1) * self.strip;
-        self.children
-            .iter()
-            .filter(|c| !c.readable(at, span))
-            .count()
-            <= self.np
+        self.tolerates(
+            self.children
+                .iter()
+                .filter(|c| !c.readable(at, span))
+                .count(),
+        )
     }
 
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
