@@ -197,7 +197,7 @@ impl Drop for Ring {
 }
 
 /// The state one ring thread drives.
-struct RingThread {
+pub(super) struct RingThread {
     ring: IoUring,
     rx: Receiver<Op>,
     wake_fd: OwnedFd,
@@ -216,7 +216,12 @@ struct RingThread {
 }
 
 impl RingThread {
-    fn new(ring: IoUring, rx: Receiver<Op>, wake_fd: OwnedFd, sleeping: Arc<AtomicBool>) -> Self {
+    pub(super) fn new(
+        ring: IoUring,
+        rx: Receiver<Op>,
+        wake_fd: OwnedFd,
+        sleeping: Arc<AtomicBool>,
+    ) -> Self {
         RingThread {
             ring,
             rx,
@@ -236,7 +241,7 @@ impl RingThread {
     /// the kernel first (and, when the kernel is busy, completions are reaped to make room),
     /// at most [`SUBMIT_ATTEMPTS`] times: a ring that stays stuck fails the entry's op with
     /// an error instead of spinning forever.
-    fn push(&mut self, entry: &io_uring::squeue::Entry) -> io::Result<()> {
+    pub(super) fn push(&mut self, entry: &io_uring::squeue::Entry) -> io::Result<()> {
         let mut last_error = None;
         for _ in 0..SUBMIT_ATTEMPTS {
             // SAFETY: every entry points at memory owned by an in-flight slot (or at

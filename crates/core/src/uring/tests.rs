@@ -5,7 +5,7 @@ use super::file::{
     ZERO_CHUNK, ZERO_IN_FLIGHT,
 };
 use super::op::{Done, FileShared, Job, OpKind};
-use super::ring::Engine;
+use super::ring::{Engine, RingThread};
 use crate::buf::Buf;
 use crate::member::Member;
 use futures::executor::block_on;
@@ -281,4 +281,23 @@ fn dropped_ring_futures_leave_the_ring_working() {
     let got = block_on(m.read(0, Buf::new(2 << 20))).unwrap();
     assert!(got[..1 << 20] == data[..]);
     assert!(got[1 << 20..] == data[..]);
+}
+
+/// A ring whose submits keep failing (created disabled, so io_uring_enter refuses it) fails
+/// the entry that does not fit in its full queue, naming the cause, instead of retrying forever.
+#[test]
+fn a_submit_that_keeps_failing_fails_the_entry() {
+    let ring = io_uring::IoUring::builder()
+        .setup_r_disabled()
+        .build(2)
+        .unwrap();
+    let (_tx, rx) = crossbeam_channel::unbounded();
+    let wake_fd = OwnedFd::from(File::open("/dev/null").unwrap());
+    let mut t = RingThread::new(ring, rx, wake_fd, Arc::default());
+    let nop = io_uring::opcode::Nop::new().build();
+    // The queue takes its entries without a submit; the next needs one, which keeps failing.
+    t.push(&nop).unwrap();
+    t.push(&nop).unwrap();
+    let e = t.push(&nop).unwrap_err();
+    assert!(e.to_string().contains("failed 64 times in a row"), "{e}");
 }
