@@ -80,7 +80,14 @@
 //! not closed here: flushed and FUA writes survive power loss; unflushed ones may leave the
 //! stripe's parity stale, which matters only if a member is then lost (a later issue:
 //! journal or partial-parity log). Sync and stale knowledge lives in memory only (metadata
-//! is a later issue).
+//! is a later issue); at assembly the engine decides it from whether the members are known
+//! to be zero ([`SyncState::at_assembly`]): zero data has zero parity.
+//!
+//! # One answer each
+//! Tolerance is one rule (`tolerates` / `rebuildable`: no more lost children than parity
+//! chunks), a range is cut into stripes by one splitter (`stripe_pieces`; chunks come from
+//! `ParityGroup::split`), and which children are lost for some rows is one question
+//! (`lost`), asked once per write attempt.
 
 mod cache;
 mod flusher;

@@ -20,15 +20,17 @@
 //! `RWF_DSYNC` on the write, trim is `fallocate(PUNCH_HOLE | KEEP_SIZE)` — on a block device
 //! the kernel turns that into a discard that is guaranteed to read back as zeroes, so mirror
 //! copies stay identical after a trim (a plain BLKDISCARD leaves contents undefined).
-//! Flushes go through a [`FlushGate`]: one `fdatasync` at a time, shared by the callers that
-//! wait for it, and after a write-back error every later flush fails.
+//! Flushes go through a [`FlushGate`](crate::FlushGate): one `fdatasync` at a time, shared by
+//! the callers that wait for it, and after a write-back error every later flush fails.
 //!
 //! A member is opened exclusively (an advisory lock, plus `O_EXCL` on block devices; see
 //! [`crate::exclusive`]): open each member once per process and share the [`UringFile`].
 //!
 //! The module is split by concern: `ring` (the [`Engine`] and its ring threads), `op` (an
 //! operation's life: descriptor choice, submission entry or system call, completion and
-//! retry) and `file` (the [`UringFile`] member).
+//! retry; one descriptor chooser) and `file` (the [`UringFile`] member; one sequence —
+//! count, check the range, run, name the error, finish — for every ranged op). A submission
+//! the kernel keeps refusing fails its op after a bounded number of attempts, naming why.
 
 mod file;
 mod op;
