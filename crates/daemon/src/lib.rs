@@ -10,6 +10,7 @@ pub mod config;
 pub mod export;
 pub mod logging;
 pub mod serve;
+pub mod zero_map;
 
 /// The NBD protocol crate, under the name the daemon has always used for it.
 pub use nbraid_nbd as nbd;
