@@ -4,6 +4,7 @@
 //! creates missing member files (`create`). It parses arguments and prints; the config rules
 //! live in `nbraid_daemon::config`, the geometry in `nbraid_layout`.
 
+mod bench;
 mod check;
 mod diagram;
 mod map;
@@ -60,6 +61,9 @@ enum Command {
         /// The TOML config.
         file: PathBuf,
     },
+    /// Run the storage reviews' microbenchmarks on a volume, simulated members or NBD
+    /// servers: a table, --json, --chart FILE.svg|png.
+    Bench(Box<bench::BenchArgs>),
     /// Serve every volume of a config over NBD (the same as `nbraidd --config FILE`).
     Serve {
         /// The TOML config.
@@ -87,6 +91,7 @@ fn main() -> ExitCode {
             json,
         } => map::run(&file, &volume, &offset, length.as_deref(), json),
         Command::Create { file } => create(&file),
+        Command::Bench(args) => bench::run(&args),
         Command::Serve { file, log_level } => {
             nbraid_daemon::logging::init(&log_level);
             nbraid_daemon::serve::run(&file).map(|()| String::new())
