@@ -139,6 +139,11 @@ pub struct HddParams {
     pub media_mb_s: f64,
     /// Commands the drive reorders among (NCQ/TCQ); later ones wait in arrival order.
     pub queue_depth: usize,
+    /// A queued read or write starting at most this far past the head continues the stream:
+    /// the drive reads (or skips) through the gap at the media rate and serves it before any
+    /// other (sequential detection, as drives do), so streams with small holes — a parity
+    /// strip — stay streams.
+    pub readahead_kib: f64,
 }
 
 impl Default for HddParams {
@@ -151,6 +156,7 @@ impl Default for HddParams {
             overhead_ms: 0.2,
             media_mb_s: 160.0,
             queue_depth: 64,
+            readahead_kib: 1024.0,
         }
     }
 }
@@ -206,6 +212,7 @@ impl SimModel {
                 "overhead_ms",
                 "media_mb_s",
                 "queue_depth",
+                "readahead_kib",
             ],
             SimModel::Ssd(_) => &[
                 "read_latency_us",
@@ -248,6 +255,7 @@ impl SimModel {
                 "full_stroke_ms" => &mut p.full_stroke_ms,
                 "write_settle_ms" => &mut p.write_settle_ms,
                 "overhead_ms" => &mut p.overhead_ms,
+                "readahead_kib" => &mut p.readahead_kib,
                 _ => return Err(self.unknown(key)),
             },
             SimModel::Ssd(p) => match key {
@@ -357,7 +365,8 @@ const NS_PER_MS: f64 = 1e6;
 
 /// When a command finishes if the HDD starts it at `now_ns` with the head at `head`: the
 /// positioning (seek, settle, rotation) then the transfer. A command that starts where the
-/// last one ended streams (the drive's read-ahead and write cache keep the head on the run).
+/// last one ended streams at the media rate (read-ahead and the write cache keep the head on
+/// the run); after a gap the head waits for the platter to bring the bytes round.
 pub fn hdd_finish_ns(
     p: &HddParams,
     len: u64,
@@ -370,8 +379,13 @@ pub fn hdd_finish_ns(
     let media_b_per_ns = p.media_mb_s * 1e6 / 1e9;
     let transfer_ns = bytes as f64 / media_b_per_ns;
     let overhead_ns = p.overhead_ms * NS_PER_MS;
-    if offset == head {
-        return now_ns + (overhead_ns + transfer_ns) as u64;
+    // Read-ahead and the write cache keep the head streaming: the command's overhead
+    // overlaps the transfer before it, and a small gap passes at the media rate (unless
+    // moving the head there is quicker).
+    let streamed = stream_gap(p, head, offset)
+        .map(|gap| now_ns + ((gap as f64 + bytes as f64) / media_b_per_ns) as u64);
+    if streamed.is_some() && offset == head {
+        return streamed.unwrap_or(now_ns);
     }
     let track_bytes = (media_b_per_ns * rev_ns).max(1.0);
     let distance = offset.abs_diff(head) as f64;
@@ -388,7 +402,14 @@ pub fn hdd_finish_ns(
     let target = (offset as f64 / track_bytes).fract();
     let angle = (arrive / rev_ns).fract();
     let wait = (target - angle).rem_euclid(1.0) * rev_ns;
-    (arrive + wait + transfer_ns) as u64
+    let positioned = (arrive + wait + transfer_ns) as u64;
+    streamed.map_or(positioned, |s| s.min(positioned))
+}
+
+/// Bytes between the head and `offset` when `offset` continues the head's stream.
+fn stream_gap(p: &HddParams, head: u64, offset: u64) -> Option<u64> {
+    let gap = offset.checked_sub(head)?;
+    (gap as f64 <= p.readahead_kib * 1024.0).then_some(gap)
 }
 
 impl Device {
@@ -434,17 +455,23 @@ impl Device {
             return;
         }
         let window = h.queue.len().min(p.queue_depth.max(1));
-        let (pick, at) = h.queue[..window]
+        let finish = |c: &Cmd| hdd_finish_ns(p, self.len, now, h.head, (c.offset, c.len, c.write));
+        // A command continuing the stream goes first (the nearest one); else shortest
+        // positioning time first.
+        let stream = h.queue[..window]
             .iter()
             .enumerate()
-            .map(|(i, c)| {
-                (
-                    i,
-                    hdd_finish_ns(p, self.len, now, h.head, (c.offset, c.len, c.write)),
-                )
-            })
-            .min_by_key(|&(i, at)| (at, i))
-            .expect("queue is not empty");
+            .filter_map(|(i, c)| stream_gap(p, h.head, c.offset).map(|g| (g, i)))
+            .min();
+        let (pick, at) = match stream {
+            Some((_, i)) => (i, finish(&h.queue[i])),
+            None => h.queue[..window]
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (i, finish(c)))
+                .min_by_key(|&(i, at)| (at, i))
+                .expect("queue is not empty"),
+        };
         let cmd = h.queue.remove(pick);
         h.busy = true;
         h.head = cmd.offset + cmd.len;

@@ -58,7 +58,7 @@ pub fn run_cell(target: &dyn Target, cell: &Cell, label: &str, x: f64) -> Result
     let block = target.block_bytes();
     if let Some(e) = cell.mix.iter().find(|e| e.size_bytes % block != 0) {
         bail!(
-            "{}: requests of {} bytes are not multiples of its {block}-byte block",
+            "{}: requests of {} bytes are not multiples of its {block}-byte logical block (a config volume takes `block_size = 512`)",
             target.name(),
             e.size_bytes
         );

@@ -70,6 +70,10 @@ pub struct BenchArgs {
     /// Mirror read policy of simulated volumes: nearest, round-robin, least-pending.
     #[arg(long, value_name = "POLICY", default_value = "nearest")]
     pub read_policy: String,
+    /// Simulated mirrors: a sequential run moves to another copy after this many bytes
+    /// (the engine's `mirror_seq_piece`, default 1 MiB).
+    #[arg(long, value_name = "SIZE")]
+    pub mirror_piece: Option<String>,
     /// Simulated parity volumes without the write-back stripe cache.
     #[arg(long)]
     pub write_through: bool,
@@ -178,6 +182,13 @@ pub fn run(a: &BenchArgs) -> Result<String> {
     };
     let strip = size("strip", &a.strip)?.unwrap_or(256 << 10);
     let member_len = size("member-size", &a.member_size)?.unwrap_or(sim::DEFAULT_MEMBER_BYTES);
+    let shape = sim::SimShape {
+        strip,
+        member_len,
+        policy,
+        cache,
+        mirror_piece: size("mirror-piece", &a.mirror_piece)?,
+    };
     let random = !matches!(a.workload, Workload::SeqRead | Workload::SeqWrite);
     let metric = if random { "IOPS" } else { "MB/s" };
     let y = |c: &CellResult| if random { c.iops } else { c.mb_s };
@@ -219,10 +230,7 @@ pub fn run(a: &BenchArgs) -> Result<String> {
             sweep: &sweep,
             levels: &levels,
             members: a.members,
-            strip,
-            member_len,
-            policy,
-            cache,
+            shape,
             model: &model,
             cell: c,
             iops: random,
@@ -268,10 +276,9 @@ pub fn run(a: &BenchArgs) -> Result<String> {
                 level: nbraid_layout::Level::Raid0,
                 spans: None,
             });
-            let t = sim::level_volume(l, a.members, strip, member_len, policy, cache, m, a.verify)?
-                .with_context(|| {
-                    format!("{} cannot be built on {} members", l.label(), a.members)
-                })?;
+            let t = sim::level_volume(l, a.members, &shape, m, a.verify)?.with_context(|| {
+                format!("{} cannot be built on {} members", l.label(), a.members)
+            })?;
             targets.push(Box::new(t));
         }
         _ => {}

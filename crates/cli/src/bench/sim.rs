@@ -189,16 +189,23 @@ impl LevelSpec {
     }
 }
 
-/// A volume of `spec` over `members` simulated members of `member_len` bytes; `None` when
-/// the level cannot be built on that many members.
-#[allow(clippy::too_many_arguments)]
+/// How simulated volumes are shaped, besides level and member count.
+#[derive(Clone, Copy, Debug)]
+pub struct SimShape {
+    pub strip: u64,
+    pub member_len: u64,
+    pub policy: ReadPolicy,
+    pub cache: CacheMode,
+    /// The engine's `mirror_seq_piece` (default when `None`).
+    pub mirror_piece: Option<u64>,
+}
+
+/// A volume of `spec` over `members` simulated members; `None` when the level cannot be
+/// built on that many members.
 pub fn level_volume(
     spec: LevelSpec,
     members: usize,
-    strip: u64,
-    member_len: u64,
-    policy: ReadPolicy,
-    cache: CacheMode,
+    shape: &SimShape,
     model: &SimModel,
     keep_data: bool,
 ) -> Result<Option<VolumeTarget>> {
@@ -214,16 +221,19 @@ pub fn level_volume(
     let Some(spans) = spec.spans_for(members) else {
         return Ok(None);
     };
-    let shape = Shape::new(spec.level, members, spans, strip, ParityLayout::default())
-        .with_context(|| format!("{} over {members} members", spec.label()))?;
-    let len = member_len / strip * strip;
+    let strip = shape.strip;
+    let what = || format!("{} over {members} members", spec.label());
+    let layout = Shape::new(spec.level, members, spans, strip, ParityLayout::default())
+        .with_context(what)?;
+    let len = shape.member_len / strip * strip;
     let regions = vec![Region { start: 0, len }; members];
-    let geometry = Geometry::new(shape, &regions)
-        .with_context(|| format!("{} over {members} members", spec.label()))?;
+    let geometry = Geometry::new(layout, &regions).with_context(what)?;
+    let defaults = VolumeOptions::default();
     let opts = VolumeOptions {
-        read_policy: policy,
-        cache,
-        ..VolumeOptions::default()
+        read_policy: shape.policy,
+        cache: shape.cache,
+        mirror_seq_piece: shape.mirror_piece.unwrap_or(defaults.mirror_seq_piece),
+        ..defaults
     };
     sim_volume(
         format!("{} ×{members}", spec.label()),

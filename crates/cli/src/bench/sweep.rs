@@ -3,12 +3,11 @@
 
 use super::driver::{run_cell, Cell};
 use super::output::Series;
-use super::sim::{level_volume, LevelSpec};
+use super::sim::{level_volume, LevelSpec, SimShape};
 use super::stats::CellResult;
 use super::target::Target;
 use anyhow::{bail, Context, Result};
 use nbraid_core::simulated::SimModel;
-use nbraid_core::{CacheMode, ReadPolicy};
 use nbraid_daemon::config::parse_size;
 use nbraid_layout::Level;
 
@@ -76,11 +75,8 @@ pub struct SweepSpec<'a> {
     pub levels: &'a [LevelSpec],
     /// Members for a strip sweep.
     pub members: usize,
-    /// Strip for a member sweep.
-    pub strip: u64,
-    pub member_len: u64,
-    pub policy: ReadPolicy,
-    pub cache: CacheMode,
+    /// Strip (for a member sweep), member size, mirror and cache options.
+    pub shape: SimShape,
     pub model: &'a SimModel,
     pub cell: Cell,
     /// Chart IOPS (random patterns) or MB/s.
@@ -111,10 +107,7 @@ pub fn run(
                     spans: None,
                 },
                 1,
-                spec.strip,
-                spec.member_len,
-                spec.policy,
-                spec.cache,
+                &spec.shape,
                 spec.model,
                 keep,
             )?
@@ -128,17 +121,7 @@ pub fn run(
             for l in spec.levels {
                 let mut points = Vec::new();
                 for &n in counts {
-                    let Some(t) = level_volume(
-                        *l,
-                        n,
-                        spec.strip,
-                        spec.member_len,
-                        spec.policy,
-                        spec.cache,
-                        spec.model,
-                        keep,
-                    )?
-                    else {
+                    let Some(t) = level_volume(*l, n, &spec.shape, spec.model, keep)? else {
                         continue;
                     };
                     progress(t.name());
@@ -157,10 +140,10 @@ pub fn run(
                     let Some(t) = level_volume(
                         *l,
                         spec.members,
-                        s,
-                        spec.member_len,
-                        spec.policy,
-                        spec.cache,
+                        &SimShape {
+                            strip: s,
+                            ..spec.shape
+                        },
                         spec.model,
                         keep,
                     )?
