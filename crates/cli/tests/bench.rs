@@ -304,6 +304,11 @@ fn runs_on_a_config_volume_with_verify() {
     text += "[[volume]]\nname = \"r5\"\nlevel = \"raid5\"\nstrip_size = \"16KiB\"\nmembers = [\"d0\", \"d1\", \"d2\", \"d3\"]\nblock_size = 512\n";
     std::fs::write(&cfg, text).unwrap();
     let cfg = cfg.to_str().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_nbraid"))
+        .args(["create", cfg])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     for w in ["fileserver", "rand-write"] {
         let r = bench(&[
             w, "--config", cfg, "--volume", "r5", "--qd", "8", "--bytes", "4MiB", "--verify",

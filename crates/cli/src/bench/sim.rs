@@ -92,21 +92,14 @@ pub fn config_volume(
     model: &SimModel,
     keep_data: bool,
 ) -> Result<VolumeTarget> {
-    let config = nbraid_daemon::config::load(file)?;
-    let Some(v) = config.volumes.iter().find(|v| v.name == name) else {
-        let names: Vec<_> = config.volumes.iter().map(|v| v.name.as_str()).collect();
-        bail!(
-            "{}: no volume `{name}` (volumes: {})",
-            file.display(),
-            names.join(", ")
-        );
-    };
+    let config = nbraid_config::load(file)?;
+    let v = super::target::find_volume(&config, file, name)?;
     let lens: Vec<u64> = v.members.iter().map(|&m| config.members[m].size).collect();
     sim_volume(
         format!("{name} ({})", model.name()),
         v.geometry.clone(),
         &lens,
-        nbraid_daemon::assemble::volume_options(v),
+        super::target::volume_options(v),
         model,
         keep_data,
     )

@@ -7,8 +7,8 @@ use super::sim::{level_volume, LevelSpec, SimShape};
 use super::stats::CellResult;
 use super::target::Target;
 use anyhow::{bail, Context, Result};
+use nbraid_config::parse_size;
 use nbraid_core::simulated::SimModel;
-use nbraid_daemon::config::parse_size;
 use nbraid_layout::Level;
 
 pub const THEORY: &str = "theory";

@@ -1,11 +1,15 @@
 //! What a benchmark runs against, behind one trait: a volume of the engine in-process (on
 //! its config's members, or on simulated members with virtual time), or an NBD server.
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
+use nbraid_config::MemberStorage;
 use nbraid_core::simulated::{run_virtual, SimClock};
-use nbraid_core::{Buf, Volume};
+use nbraid_core::{
+    Buf, FileOptions, Member, MemoryMember, SyncState, UringFile, Volume, VolumeOptions,
+};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -85,23 +89,65 @@ impl Target for VolumeTarget {
     }
 }
 
-/// The volume `name` of the config at `file`, assembled on its members as the daemon would
-/// (members are held exclusively: a running daemon on them is refused).
-pub fn config_volume(file: &std::path::Path, name: &str) -> Result<VolumeTarget> {
-    let config = nbraid_daemon::config::load(file)?;
-    if !config.volumes.iter().any(|v| v.name == name) {
+/// The volume `name` of `config` (read from `file`), or an error listing the volumes.
+pub fn find_volume<'a>(
+    config: &'a nbraid_config::Config,
+    file: &Path,
+    name: &str,
+) -> Result<&'a nbraid_config::Volume> {
+    config.volume(name).with_context(|| {
         let names: Vec<_> = config.volumes.iter().map(|v| v.name.as_str()).collect();
-        anyhow::bail!(
+        format!(
             "{}: no volume `{name}` (volumes: {})",
             file.display(),
             names.join(", ")
-        );
+        )
+    })
+}
+
+/// The engine's options for a config volume.
+pub fn volume_options(v: &nbraid_config::Volume) -> VolumeOptions {
+    VolumeOptions {
+        block_size: u64::from(v.block_size),
+        read_policy: v.read_policy,
+        cache: v.cache,
+        ..VolumeOptions::default()
     }
-    let assembled = nbraid_daemon::assemble::assemble(&config)
-        .with_context(|| format!("assembling {}", file.display()))?;
-    let a = assembled
-        .into_iter()
-        .find(|a| a.name == name)
-        .expect("every config volume is assembled");
-    Ok(VolumeTarget::new(name.to_string(), a.volume, None))
+}
+
+/// The volume `name` of the config at `file`, on its members, in this process. Members are
+/// held exclusively (a daemon serving them is refused) and must exist (`nbraid create`).
+pub fn config_volume(file: &Path, name: &str) -> Result<VolumeTarget> {
+    let config = nbraid_config::load(file)?;
+    let v = find_volume(&config, file, name)?;
+    let members = v
+        .members
+        .iter()
+        .map(|&i| {
+            let m = &config.members[i];
+            Ok(match m.state {
+                MemberStorage::Memory => {
+                    Arc::new(MemoryMember::new(m.id.clone(), m.size)) as Arc<dyn Member>
+                }
+                MemberStorage::Missing => bail!(
+                    "member {} ({}) does not exist; `nbraid create {}` makes it",
+                    m.id,
+                    m.path.display(),
+                    file.display()
+                ),
+                _ => Arc::new(
+                    UringFile::open_with(&m.path, Some(m.size), FileOptions::default())
+                        .with_context(|| format!("member {} ({})", m.id, m.path.display()))?,
+                ) as Arc<dyn Member>,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut opts = volume_options(v);
+    if config.volume_is_new(v) {
+        // Memory members start zeroed: parity is in sync.
+        opts.initial_sync = SyncState::Clean;
+    }
+    let volume = Volume::new(v.geometry.clone(), members, opts)
+        .with_context(|| format!("assembling volume {name}"))?;
+    Ok(VolumeTarget::new(name.to_string(), Arc::new(volume), None))
 }
