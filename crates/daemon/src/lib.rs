@@ -2,10 +2,12 @@
 //!
 //! Reads the TOML config through `nbraid-config`, assembles its volumes (`assemble`: members
 //! opened through `nbraid-core`'s io_uring, one `Volume` per config volume) and serves them
-//! over NBD (`nbd`: the protocol; `export`: a volume as an export; `serve`: `nbraidd`). It knows
-//! no parity details.
+//! over NBD: the protocol lives in `nbraid-nbd` (re-exported here as [`nbd`]), whose `Export`
+//! trait [`export`] implements for volumes; `serve` is `nbraidd`. It knows no parity details.
 pub mod assemble;
 pub mod export;
 pub mod logging;
-pub mod nbd;
 pub mod serve;
+
+/// The NBD protocol crate, under the name the daemon has always used for it.
+pub use nbraid_nbd as nbd;
