@@ -5,6 +5,7 @@
 mod chart;
 mod driver;
 mod generator;
+mod nbd;
 mod output;
 mod sim;
 mod stats;
@@ -43,6 +44,13 @@ pub struct BenchArgs {
     /// The config's volume to run on.
     #[arg(long, value_name = "NAME", requires = "config")]
     pub volume: Option<String>,
+    /// An NBD server's export (nbd://host[:port]/name, nbd+unix:///name?socket=PATH);
+    /// repeatable: the targets run cell by cell in turn, with a ratio column against the first.
+    #[arg(long, value_name = "URI")]
+    pub nbd: Vec<String>,
+    /// NBD connections per target; requests go round them in turn.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub connections: usize,
     /// Simulated members (virtual time): the config volume's shape on simulated members, a
     /// --levels/--members volume, or a sweep's volumes.
     #[arg(long, value_name = "hdd|ssd")]
@@ -283,8 +291,11 @@ pub fn run(a: &BenchArgs) -> Result<String> {
         }
         _ => {}
     }
+    for uri in &a.nbd {
+        targets.push(Box::new(nbd::NbdTarget::connect(uri, a.connections)?));
+    }
     if targets.is_empty() {
-        bail!("nothing to run on: give --config FILE --volume NAME, --sim hdd|ssd, or --sweep");
+        bail!("nothing to run on: give --config FILE --volume NAME, --nbd URI, --sim hdd|ssd, or --sweep");
     }
     let points = a.workload.points(bs, a.read_pct)?;
     let qds = match &a.qd {
