@@ -334,3 +334,75 @@ fn runs_on_a_config_volume_with_verify() {
     assert!(r["cells"][0]["iops"].as_f64().unwrap() > 0.0);
     assert_eq!(r["cells"][0]["target"], "r5 (hdd)");
 }
+
+/// nbdkit's memory plugin on a Unix socket, stopped on drop.
+struct Nbdkit {
+    child: std::process::Child,
+    uri: String,
+}
+
+impl Nbdkit {
+    fn start(dir: &std::path::Path, name: &str) -> Nbdkit {
+        let sock = dir.join(name);
+        let child = Command::new("nbdkit")
+            .args(["-f", "--unix"])
+            .arg(&sock)
+            .args(["memory", "64M"])
+            .spawn()
+            .expect("nbdkit is needed (scripts/test installs it)");
+        for _ in 0..100 {
+            if sock.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(sock.exists(), "nbdkit did not listen on {}", sock.display());
+        Nbdkit {
+            child,
+            uri: format!("nbd+unix:///?socket={}", sock.display()),
+        }
+    }
+}
+
+impl Drop for Nbdkit {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn nbd_targets_run_in_turn_with_a_ratio() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        Nbdkit::start(dir.path(), "a"),
+        Nbdkit::start(dir.path(), "b"),
+    );
+    let r = bench(&[
+        "fileserver",
+        "--nbd",
+        &a.uri,
+        "--nbd",
+        &b.uri,
+        "--qd",
+        "1,16",
+        "--bytes",
+        "2MiB",
+        "--verify",
+        "--connections",
+        "2",
+    ]);
+    let cells = r["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 4, "two depths × two targets");
+    assert_eq!(cells[0]["target"], a.uri.as_str());
+    assert_eq!(cells[1]["target"], b.uri.as_str());
+    assert_eq!(cells[0]["ratio"].as_f64(), Some(1.0));
+    for c in cells {
+        assert!(c["ratio"].as_f64().unwrap() > 0.0, "{c}");
+        assert!(c["verified_sectors"].as_u64().unwrap() > 0, "{c}");
+        assert!(
+            c["writes"].as_u64().unwrap() > 0 && c["reads"].as_u64().unwrap() > 0,
+            "{c}"
+        );
+    }
+}
