@@ -5,7 +5,7 @@
 use super::target::VolumeTarget;
 use anyhow::{bail, Context, Result};
 use nbraid_core::simulated::{HddParams, SimClock, SimMember, SimModel, SsdParams};
-use nbraid_core::{CacheMode, Member, ReadPolicy, SyncState, Volume, VolumeOptions};
+use nbraid_core::{CacheMode, Member, ReadPolicy, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Level, ParityLayout, Region, Shape};
 use std::path::Path;
 use std::sync::Arc;
@@ -53,7 +53,7 @@ pub fn model(kind: &str, params: Option<&Path>) -> Result<SimModel> {
 /// everything runs on the virtual clock), fresh members in sync.
 pub fn sim_options(mut o: VolumeOptions) -> VolumeOptions {
     o.cache_max_age = None;
-    o.initial_sync = SyncState::Clean;
+    o.members_known_zero = true;
     o
 }
 

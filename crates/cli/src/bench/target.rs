@@ -6,9 +6,7 @@ use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use nbraid_config::MemberStorage;
 use nbraid_core::simulated::{run_virtual, SimClock};
-use nbraid_core::{
-    Buf, FileOptions, Member, MemoryMember, SyncState, UringFile, Volume, VolumeOptions,
-};
+use nbraid_core::{Buf, FileOptions, Member, MemoryMember, UringFile, Volume, VolumeOptions};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -145,7 +143,7 @@ pub fn config_volume(file: &Path, name: &str) -> Result<VolumeTarget> {
     let mut opts = volume_options(v);
     if config.volume_is_new(v) {
         // Memory members start zeroed: parity is in sync.
-        opts.initial_sync = SyncState::Clean;
+        opts.members_known_zero = true;
     }
     let volume = Volume::new(v.geometry.clone(), members, opts)
         .with_context(|| format!("assembling volume {name}"))?;
