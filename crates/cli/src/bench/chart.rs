@@ -102,13 +102,21 @@ where
         .x_desc(x.title())
         .y_desc(chart.y_title)
         .x_label_formatter(&|v| x.label(*v))
-        .x_labels(if x.log2() { (x1 - x0) as usize + 1 } else { 12 })
+        .x_labels(match x {
+            // One label per power of two, or per member.
+            _ if x.log2() => (x1 - x0) as usize + 1,
+            XAxis::Members => ((x1 - x0) as usize + 1).min(25),
+            _ => 12,
+        })
         .draw()
         .map_err(err)?;
-    for (i, s) in chart.series.iter().enumerate() {
+    // The theory line last, so it shows over the curve that follows it.
+    let mut order: Vec<(usize, &Series)> = chart.series.iter().enumerate().collect();
+    order.sort_by_key(|(_, s)| s.name == super::sweep::THEORY);
+    for (i, s) in order {
         let color = Palette99::pick(i).to_rgba();
         let style = if s.name == super::sweep::THEORY {
-            ShapeStyle::from(&BLACK).stroke_width(1)
+            ShapeStyle::from(&BLACK.mix(0.7)).stroke_width(1)
         } else {
             ShapeStyle::from(&color).stroke_width(2)
         };

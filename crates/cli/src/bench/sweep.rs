@@ -94,7 +94,7 @@ pub fn run(
     let mut cells = Vec::new();
     let mut series = Vec::new();
     let measure = |t: &dyn Target, x: f64, cells: &mut Vec<CellResult>| -> Result<f64> {
-        let r = run_cell(t, &spec.cell, t.name(), x)?;
+        let r = run_cell(t, &spec.cell, "", x)?;
         let y = metric(&r);
         cells.push(r);
         Ok(y)
@@ -157,7 +157,7 @@ pub fn run(
                     ));
                     let y = measure(&t, s as f64, &mut cells)?;
                     if let Some(c) = cells.last_mut() {
-                        c.point = format!("{} strip {}", c.point, super::output::size_label(s));
+                        c.point = format!("strip {}", super::output::size_label(s));
                     }
                     points.push((s as f64, y));
                 }
