@@ -37,10 +37,10 @@ pub(super) mod mode {
 /// Software prefetch distance in bytes for a stripe of `k` sources (0 = none). Measured on the
 /// development machine (4 KiB-aligned chunks): 2 KiB ahead gains ~5% up to a dozen sources,
 /// and costs up to 25% beyond (k = 16, 22), whatever the distance: there, the hardware
-/// prefetchers do better alone.
+/// prefetchers do better alone. A register type may also set a floor (`Vector::PF_MIN_K`).
 #[inline(always)]
-fn pf_distance(k: usize) -> usize {
-    if k <= PF_MAX_K {
+fn pf_distance<V: Vector>(k: usize) -> usize {
+    if (V::PF_MIN_K..=PF_MAX_K).contains(&k) {
         PF_DISTANCE
     } else {
         0
@@ -238,7 +238,7 @@ unsafe fn pq_range<V: Vector, const U: usize, const MODE: u8, const NT: bool>(
     let step = U * V::WIDTH;
     // SAFETY: the caller has checked the CPU features of `V`.
     let (mut p, mut q) = unsafe { ([V::zero(); U], [V::zero(); U]) };
-    let pf = pf_distance(job.srcs.len());
+    let pf = pf_distance::<V>(job.srcs.len());
     let mut off = start;
     while off < end {
         // SAFETY: the caller has checked the CPU features of `V` and that every present source

@@ -28,6 +28,8 @@ pub(super) trait Vector: Copy {
         // SAFETY: same contract as `stream`, which is stronger than `store`'s.
         unsafe { self.store(p) }
     }
+    /// The fewest sources for which the P+Q kernels prefetch (see `kernels::pf_distance`).
+    const PF_MIN_K: usize = 1;
     /// Hint that the line at `p` will be read soon (any address; never faults).
     #[inline(always)]
     unsafe fn prefetch(_p: *const u8) {}
