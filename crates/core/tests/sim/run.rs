@@ -50,7 +50,7 @@ impl Stats {
 }
 
 /// Members that may fail in this schedule: a random set the geometry survives.
-fn choose_failures(rng: &mut Rng, g: &Geometry, n: usize) -> Vec<usize> {
+pub fn choose_failures(rng: &mut Rng, g: &Geometry, n: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..n).collect();
     for i in (1..n).rev() {
         order.swap(i, rng.below(i as u64 + 1) as usize);
@@ -292,13 +292,13 @@ pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
     Ok(stats)
 }
 
-fn sim_members(world: &Arc<Mutex<World>>, n: usize, len: u64) -> Vec<Arc<dyn Member>> {
+pub fn sim_members(world: &Arc<Mutex<World>>, n: usize, len: u64) -> Vec<Arc<dyn Member>> {
     (0..n)
         .map(|i| Arc::new(SimMember::new(world.clone(), i, len)) as Arc<dyn Member>)
         .collect()
 }
 
-fn pick_kind(rng: &mut Rng, mix: &[u64; 6]) -> Kind {
+pub fn pick_kind(rng: &mut Rng, mix: &[u64; 6]) -> Kind {
     let total: u64 = mix.iter().sum();
     let mut x = rng.below(total);
     for (i, &w) in mix.iter().enumerate() {
@@ -319,7 +319,7 @@ fn pick_kind(rng: &mut Rng, mix: &[u64; 6]) -> Kind {
     unreachable!("x < total")
 }
 
-fn pick_range(rng: &mut Rng, capacity: u64, width: u64, hot_base: u64) -> (u64, u64) {
+pub fn pick_range(rng: &mut Rng, capacity: u64, width: u64, hot_base: u64) -> (u64, u64) {
     let sectors = capacity / SECTOR;
     if rng.chance(200) && capacity >= width {
         // Whole stripes.
@@ -447,7 +447,11 @@ fn read_all(
 
 /// Stripes written by requests not guaranteed durable (only when members were lost: a
 /// healthy array never rebuilds from parity).
-fn write_hole_exposure(g: &Geometry, h: &History, failed: &[usize]) -> Option<HashSet<StripeId>> {
+pub fn write_hole_exposure(
+    g: &Geometry,
+    h: &History,
+    failed: &[usize],
+) -> Option<HashSet<StripeId>> {
     if failed.is_empty() {
         return None;
     }
@@ -461,7 +465,7 @@ fn write_hole_exposure(g: &Geometry, h: &History, failed: &[usize]) -> Option<Ha
 
 /// Whether sector `s` must be rebuilt from parity (every copy on a failed member) in a stripe
 /// that a crash may have left with stale parity.
-fn in_write_hole(g: &Geometry, exposed: &HashSet<StripeId>, failed: &[usize], s: u64) -> bool {
+pub fn in_write_hole(g: &Geometry, exposed: &HashSet<StripeId>, failed: &[usize], s: u64) -> bool {
     let m = g.map(s * SECTOR, SECTOR).expect("in range");
     m.data.iter().all(|e| failed.contains(&e.member))
         && m.data
