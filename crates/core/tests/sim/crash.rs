@@ -7,15 +7,15 @@
 //! what the RAID 5/6 write hole may expose is counted (no journal or PPL yet).
 
 use super::disk::{DiskFaults, World, SECTOR_BYTES};
-use super::executor::Executor;
-use super::history::{fill, History, Kind};
+use super::executor::{step_once, Executor};
+use super::history::{perform, History, Kind};
 use super::rng::Rng;
 use super::run::{
     choose_failures, in_write_hole, pick_kind, pick_range, sim_members, write_hole_exposure,
 };
 use futures::future::join_all;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta};
-use nbraid_core::{Buf, CacheMode, Member, ReadPolicy, SyncState, Volume, VolumeOptions};
+use nbraid_core::{CacheMode, Member, ReadPolicy, SyncState, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Node};
 use std::cell::RefCell;
 use std::future::Future;
@@ -79,16 +79,8 @@ fn drive<T: 'static>(
     });
     let mut steps = 0u64;
     while exec.live() > 0 {
-        let ready = exec.ready_count();
-        let pending = world.lock().expect("world").pending_count();
-        if ready + pending == 0 {
+        if !step_once(&mut exec, world, rng) {
             return Err("deadlock outside the request schedule".into());
-        }
-        let pick = rng.below((ready + pending) as u64) as usize;
-        if pick < ready {
-            exec.poll_ready(pick);
-        } else {
-            world.lock().expect("world").complete(pick - ready, rng);
         }
         steps += 1;
         if steps > STEP_LIMIT {
@@ -203,22 +195,8 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
             }
             stats.requests += 1;
         }
-        let ready = exec.ready_count();
-        let pending = world.lock().expect("world").pending_count();
-        if ready + pending == 0 {
-            if exec.live() > 0 {
-                return Err(format!("deadlock at step {step}"));
-            }
-        } else {
-            let pick = rng.below((ready + pending) as u64) as usize;
-            if pick < ready {
-                exec.poll_ready(pick);
-            } else {
-                world
-                    .lock()
-                    .expect("world")
-                    .complete(pick - ready, &mut rng);
-            }
+        if !step_once(&mut exec, &world, &mut rng) && exec.live() > 0 {
+            return Err(format!("deadlock at step {step}"));
         }
         if let Some(v) = shared.violations.borrow().first() {
             return Err(v.clone());
@@ -368,19 +346,7 @@ fn spawn(
     let a = array.clone();
     let shared = shared.clone();
     exec.spawn(async move {
-        let result = match kind {
-            Kind::Read => a.read(offset, len).await.map(Some),
-            Kind::Write { fua } => {
-                let mut buf = Buf::new(len as usize);
-                fill(&mut buf, offset, id as u64 + 1);
-                a.write(offset, buf, fua).await.map(|_| None)
-            }
-            Kind::Zero { fua: false } if id.is_multiple_of(2) => {
-                a.trim(offset, len).await.map(|_| None)
-            }
-            Kind::Zero { fua } => a.write_zeroes(offset, len, fua).await.map(|_| None),
-            Kind::Flush => a.flush().await.map(|_| None),
-        };
+        let result = perform(&*a, id, kind, offset, len).await;
         shared.history.borrow_mut().complete(id, result.is_ok());
         let verdict = match &result {
             Err(e) => Err(format!(

@@ -2,10 +2,10 @@
 //! then the volume assembled again over the surviving images and read back.
 
 use super::disk::{DiskFaults, SimMember, World, SECTOR_BYTES};
-use super::executor::Executor;
-use super::history::{fill, History, Kind};
+use super::executor::{step_once, Executor};
+use super::history::{perform, History, Kind};
 use super::rng::Rng;
-use nbraid_core::{Buf, CacheMode, Member, ReadPolicy, SyncState, Volume, VolumeOptions};
+use nbraid_core::{CacheMode, Member, ReadPolicy, SyncState, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, StripeId};
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -375,19 +375,7 @@ fn spawn(
     let shared = shared.clone();
     let world = world.clone();
     exec.spawn(async move {
-        let result = match kind {
-            Kind::Read => vol.read(offset, len).await.map(Some),
-            Kind::Write { fua } => {
-                let mut buf = Buf::new(len as usize);
-                fill(&mut buf, offset, id as u64 + 1);
-                vol.write(offset, buf, fua).await.map(|_| None)
-            }
-            Kind::Zero { fua: false } if id.is_multiple_of(2) => {
-                vol.trim(offset, len).await.map(|_| None)
-            }
-            Kind::Zero { fua } => vol.write_zeroes(offset, len, fua).await.map(|_| None),
-            Kind::Flush => vol.flush().await.map(|_| None),
-        };
+        let result = perform(&*vol, id, kind, offset, len).await;
         let now = world.lock().expect("world").step;
         shared.steps.borrow_mut()[id].1 = Some(now);
         shared.history.borrow_mut().complete(id, result.is_ok());
@@ -437,16 +425,8 @@ fn read_all(
     }
     let mut steps = 0u64;
     while exec.live() > 0 {
-        let ready = exec.ready_count();
-        let pending = world.lock().expect("world").pending_count();
-        if ready + pending == 0 {
+        if !step_once(&mut exec, world, rng) {
             return Err("deadlock reading back after the crash".into());
-        }
-        let pick = rng.below((ready + pending) as u64) as usize;
-        if pick < ready {
-            exec.poll_ready(pick);
-        } else {
-            world.lock().expect("world").complete(pick - ready, rng);
         }
         steps += 1;
         if steps > 10 * LIVENESS_STEPS {
