@@ -115,32 +115,40 @@ fn randwrite(t: &Target, span: u64, secs: f64, flush_every: u64, seed: u64) -> f
     let start = Instant::now();
     let mut done = 0u64;
     block_on(async {
+        // Writes and flushes share one set of futures in flight, so a flush (which may wait
+        // for stripes that writes in flight hold) never stops those writes being polled.
         let mut inflight = FuturesUnordered::new();
         let mut spare: Vec<Buf> = (0..QD).map(|_| Buf::zeroed(4096)).collect();
+        let mut issued = 0u64;
         loop {
-            while inflight.len() < QD && Instant::now() < deadline {
+            while inflight.len() < QD && !spare.is_empty() && Instant::now() < deadline {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
                 let off = (x % blocks) * 4096;
-                let b = spare.pop().expect("a spare buffer per slot");
+                let b = spare.pop().expect("a spare buffer");
+                issued += 1;
+                let flush = flush_every > 0 && issued.is_multiple_of(flush_every);
                 inflight.push(async move {
-                    match t {
+                    let w = match t {
                         Target::Volume(v) => v.write(off, b, false).await,
                         Target::Array(a) => a.write(off, b, false).await,
                     }
+                    .expect("write");
+                    if flush {
+                        match t {
+                            Target::Volume(v) => v.flush().await,
+                            Target::Array(a) => a.flush().await,
+                        }
+                        .expect("flush");
+                    }
+                    w
                 });
             }
             match inflight.next().await {
-                Some(r) => {
-                    spare.push(r.expect("write"));
+                Some(b) => {
+                    spare.push(b);
                     done += 1;
-                    if flush_every > 0 && done.is_multiple_of(flush_every) {
-                        match t {
-                            Target::Volume(v) => v.flush().await.expect("flush"),
-                            Target::Array(a) => a.flush().await.expect("flush"),
-                        }
-                    }
                 }
                 None => break,
             }
@@ -153,7 +161,9 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let json = args.iter().any(|a| a == "--json");
     let rest: Vec<&String> = args.iter().filter(|a| *a != "--json").collect();
-    let dir = PathBuf::from(rest.first().map_or("/var/tmp", |s| s.as_str()));
+    let dir = PathBuf::from(rest.first().map_or("/var/tmp", |s| s.as_str()))
+        .join(format!("nbraid-bitmap-cost-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("bench directory");
     let secs: f64 = rest.get(1).and_then(|s| s.parse().ok()).unwrap_or(3.0);
 
     let with = files(&dir, "with");
@@ -206,9 +216,7 @@ fn main() {
     drop(a);
     let (a, t_full, bytes_full) = open(&without, false);
     drop(a);
-    for p in with.iter().chain(&without).chain(&bare_files) {
-        let _ = std::fs::remove_file(p);
-    }
+    let _ = std::fs::remove_dir_all(&dir);
 
     if json {
         let cost: Vec<String> = rows

@@ -731,23 +731,26 @@ impl Array {
                 .is_some_and(|e| e <= self.volume.capacity())
     }
 
-    /// [`Volume::flush`]; afterwards regions no write touched since are cleared in memory.
+    /// [`Volume::flush`]; afterwards the bits of regions no write touched since are cleared,
+    /// on disk too (so a crash later resyncs only what was written after this flush).
     pub async fn flush(&self) -> VolumeResult<()> {
         let epoch = self.intent.as_ref().map(Intent::flush_started);
         let r = self.volume.flush().await;
         self.record_failures().await?;
-        self.flushed(epoch, r)
-    }
-
-    /// After a volume flush that covered `epoch`: the bitmap may drop what it made durable.
-    fn flushed(&self, epoch: Option<u64>, r: VolumeResult<()>) -> VolumeResult<()> {
-        r?;
-        if let (Some(i), Some(e)) = (&self.intent, epoch) {
-            if !self.volume.is_degraded() {
-                i.flushed(e);
-            }
+        if self.flushed(epoch, r)? {
+            self.write_bitmap().await?;
         }
         Ok(())
+    }
+
+    /// After a volume flush that covered `epoch`: the bitmap drops what it made durable
+    /// (in memory; true when some bit went).
+    fn flushed(&self, epoch: Option<u64>, r: VolumeResult<()>) -> VolumeResult<bool> {
+        r?;
+        Ok(match (&self.intent, epoch) {
+            (Some(i), Some(e)) if !self.volume.is_degraded() => i.flushed(e),
+            _ => false,
+        })
     }
 
     /// Flushes and records the volume clean (orderly shutdown, or idle), unless a write is

@@ -1,8 +1,7 @@
 //! The write-intent bitmap (md's idea): one bit per `chunk_bytes` of the volume, set on disk
 //! (FUA, every current member) before a write to a region whose bit is clear proceeds, and
-//! cleared lazily: a bit drops in memory once a completed FLUSH covered every write to its
-//! region and none is in flight, and reaches the disk with the next bitmap write (a new bit,
-//! or the clean shutdown). After an unclean shutdown only regions whose bit is set can hold
+//! cleared after flushes: a bit drops once a completed FLUSH covered every write to its region
+//! and none is in flight; the flush then writes the changed blocks (off the write path). After an unclean shutdown only regions whose bit is set can hold
 //! copies or parity that disagree, so only they are resynced.
 //!
 //! The cost on the write path is one short lock per request while the region's bit is set;
@@ -200,9 +199,11 @@ impl Intent {
     /// A flush that covered epoch `e` succeeded with every member current: regions with no
     /// request in flight and no write completed since are durable, so their bits may go
     /// (lazily: they reach the disk with the next bitmap write). O(set bits / 8).
-    pub fn flushed(&self, e: u64) {
+    /// Returns whether some bit was cleared.
+    pub fn flushed(&self, e: u64) -> bool {
         let mut st = self.state.lock();
         let st = &mut *st;
+        let mut cleared = false;
         for byte in 0..st.want.len() {
             if st.want[byte] == 0 {
                 continue;
@@ -212,9 +213,11 @@ impl Intent {
                 if st.want[byte] & (1 << bit) != 0 && st.pending[r] == 0 && st.written[r] <= e {
                     st.want[byte] &= !(1 << bit);
                     st.confirmed[byte] &= !(1 << bit);
+                    cleared = true;
                 }
             }
         }
+        cleared
     }
 
     /// Whether every region is idle and clear in memory (a clean shutdown may write the
