@@ -6,6 +6,7 @@
 
 pub mod parity;
 
+mod absent;
 pub mod buf;
 pub mod concat;
 pub mod error;
@@ -28,6 +29,7 @@ pub mod timer;
 pub mod uring;
 pub mod volume;
 
+pub use absent::AbsentMember;
 pub use buf::{Buf, SharedBuf};
 pub use error::{VolumeError, VolumeResult};
 pub use faulty::{CrashReport, FaultOps, Faulty};

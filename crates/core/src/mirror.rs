@@ -34,7 +34,7 @@ pub struct MirrorNode {
     views: Mutex<Vec<CopyView>>,
     /// Rotates round-robin and tie-breaks.
     tick: AtomicU64,
-    /// Shared for user writes, exclusive for repairs.
+    /// Exclusive for user writes (overlapping ones in order on every copy) and repairs.
     locks: RangeLock,
     /// Pieces whose bytes were written back to a copy after a read error there (shared with
     /// the volume's counters).
@@ -156,11 +156,13 @@ impl MirrorNode {
     }
 
     /// Runs `op` on every copy that can take writes; Ok when at least one stored everything.
+    /// Overlapping writes are serialized: two in flight together could land in different
+    /// orders on different copies and leave them disagreeing where no bitmap bit says so.
     async fn on_all_copies<'a, F>(&'a self, offset: u64, len: u64, op: F) -> VolumeResult<()>
     where
         F: Fn(&'a dyn ArrayNode) -> BoxFuture<'a, VolumeResult<()>>,
     {
-        let _guard = self.locks.lock(offset, len, false).await;
+        let _guard = self.locks.lock(offset, len, true).await;
         let results = join_all(self.children.iter().map(|c| op(c.as_ref()))).await;
         let ok = results.iter().filter(|r| r.is_ok()).count();
         if ok > 0 {
@@ -182,6 +184,44 @@ impl ArrayNode for MirrorNode {
 
     fn readable(&self, offset: u64, len: u64) -> bool {
         self.children.iter().any(|c| c.readable(offset, len))
+    }
+
+    fn writable(&self, offset: u64, len: u64) -> bool {
+        self.children.iter().any(|c| c.writable(offset, len))
+    }
+
+    /// Each copy is made consistent in itself, then a readable copy's bytes are written over
+    /// every copy (under the repair lock), so the copies agree.
+    fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            for c in &self.children {
+                if c.writable(offset, len) {
+                    c.resync_range(offset, len).await?;
+                }
+            }
+            let _guard = self.locks.lock(offset, len, true).await;
+            let Some(good) = self.children.iter().position(|c| c.readable(offset, len)) else {
+                return Err(VolumeError::Unavailable {
+                    reason: format!("mirror resync of bytes {offset}+{len}: no copy can be read"),
+                });
+            };
+            let bytes = self.children[good]
+                .read(offset, Buf::new(len as usize))
+                .await?
+                .freeze();
+            let results = join_all(
+                self.children
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, c)| i != good && c.writable(offset, len))
+                    .map(|(_, c)| c.write(offset, bytes.clone(), false)),
+            )
+            .await;
+            // A copy that failed the write is marked failed by its leaf; the others agree.
+            drop(results);
+            Ok(())
+        }
+        .boxed()
     }
 
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {

@@ -42,6 +42,11 @@ pub trait ArrayNode: Send + Sync {
     fn capacity(&self) -> u64;
     /// Whether every byte of `[offset, offset+len)` can be read with the members as they are.
     fn readable(&self, offset: u64, len: u64) -> bool;
+    /// Whether `[offset, offset+len)` takes writes: like `readable`, except that a member being
+    /// resynced (stale, not read) still takes them.
+    fn writable(&self, offset: u64, len: u64) -> bool {
+        self.readable(offset, len)
+    }
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>>;
     fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, VolumeResult<()>>;
     fn zero(&self, offset: u64, len: u64, kind: ZeroKind) -> BoxFuture<'_, VolumeResult<()>>;
@@ -94,6 +99,14 @@ pub trait ArrayNode: Send + Sync {
     fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
         futures::future::ready(Ok(())).boxed()
     }
+
+    /// Makes every copy and every parity chunk under `[offset, offset+len)` agree with the
+    /// data as read now (after an unclean shutdown, or onto a stale member): mirrors copy a
+    /// readable child over the others, parity groups rewrite whole stripes. Memory is
+    /// bounded by the range and one stripe; leaves have nothing to do.
+    fn resync_range(&self, _offset: u64, _len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+        futures::future::ready(Ok(())).boxed()
+    }
 }
 
 /// Health of one member as the volume sees it.
@@ -117,6 +130,8 @@ pub struct MemberSlot {
     writes_durable: AtomicU64,
     /// Read errors this member returned (repaired or not).
     read_errors: AtomicU64,
+    /// Stale (it missed writes) and being resynced: written, never read.
+    resyncing: AtomicBool,
 }
 
 impl MemberSlot {
@@ -126,6 +141,16 @@ impl MemberSlot {
 
     pub fn read_errors(&self) -> u64 {
         self.read_errors.load(Ordering::Relaxed)
+    }
+
+    /// Stale and being resynced: takes writes, is never read.
+    pub fn is_resyncing(&self) -> bool {
+        self.resyncing.load(Ordering::Acquire)
+    }
+
+    /// Neither failed nor resyncing: holds current data.
+    pub fn is_current(&self) -> bool {
+        !self.is_failed() && !self.is_resyncing()
     }
 
     /// The write count a flush started now must make durable, or `None` when every
@@ -148,8 +173,10 @@ impl MemberSlot {
 /// The members of one volume, shared by every node of its tree.
 pub struct MemberTable {
     slots: Vec<MemberSlot>,
-    /// Number of slots marked failed (0 = fast path: everything is readable).
+    /// Number of slots marked failed (0 with `resyncing` 0 = fast path: everything is readable).
     failed: AtomicUsize,
+    /// Number of slots resyncing.
+    resyncing: AtomicUsize,
 }
 
 impl MemberTable {
@@ -163,9 +190,11 @@ impl MemberTable {
                     writes_done: AtomicU64::new(0),
                     writes_durable: AtomicU64::new(0),
                     read_errors: AtomicU64::new(0),
+                    resyncing: AtomicBool::new(false),
                 })
                 .collect(),
             failed: AtomicUsize::new(0),
+            resyncing: AtomicUsize::new(0),
         }
     }
 
@@ -177,8 +206,26 @@ impl MemberTable {
         &self.slots[index]
     }
 
+    /// Whether some member is failed or resyncing (not every member can be read).
     pub fn any_failed(&self) -> bool {
-        self.failed.load(Ordering::Acquire) > 0
+        self.failed.load(Ordering::Acquire) > 0 || self.resyncing.load(Ordering::Acquire) > 0
+    }
+
+    /// Members marked failed so far (a change means the superblocks must record it).
+    pub fn failed_count(&self) -> usize {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Marks member `index` stale (resyncing: written, not read) or current again.
+    pub fn set_resyncing(&self, index: usize, on: bool) {
+        let slot = &self.slots[index];
+        if slot.resyncing.swap(on, Ordering::AcqRel) != on {
+            if on {
+                self.resyncing.fetch_add(1, Ordering::AcqRel);
+            } else {
+                self.resyncing.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
     }
 
     /// Marks member `index` failed (once), logging why.
@@ -258,13 +305,17 @@ impl ArrayNode for LeafNode {
     }
 
     fn readable(&self, _offset: u64, _len: u64) -> bool {
+        self.slot().is_current()
+    }
+
+    fn writable(&self, _offset: u64, _len: u64) -> bool {
         !self.slot().is_failed()
     }
 
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
         async move {
             let slot = self.slot();
-            if slot.is_failed() {
+            if !slot.is_current() {
                 return Err(self.unavailable(offset, buf.len() as u64));
             }
             slot.member
@@ -296,7 +347,7 @@ impl ArrayNode for LeafNode {
     fn read_vectored(&self, offset: u64, bufs: Vec<Buf>) -> BoxFuture<'_, VolumeResult<Vec<Buf>>> {
         async move {
             let slot = self.slot();
-            if slot.is_failed() {
+            if !slot.is_current() {
                 let len = bufs.iter().map(|b| b.len() as u64).sum();
                 return Err(self.unavailable(offset, len));
             }

@@ -48,6 +48,13 @@ impl<L: Splitter> ArrayNode for SplitNode<L> {
             .all(|p| self.children[p.child].readable(p.offset, p.len))
     }
 
+    fn writable(&self, offset: u64, len: u64) -> bool {
+        self.layout
+            .split(offset, len)
+            .iter()
+            .all(|p| self.children[p.child].writable(p.offset, p.len))
+    }
+
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
         async move {
             let pieces = self.layout.split(offset, buf.len() as u64);
@@ -99,5 +106,16 @@ impl<L: Splitter> ArrayNode for SplitNode<L> {
 
     fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
         crate::raid::all_children_resync(&self.children).boxed()
+    }
+
+    fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            // Pieces one after another: memory stays bounded by the caller's range.
+            for p in self.layout.split(offset, len) {
+                self.children[p.child].resync_range(p.offset, p.len).await?;
+            }
+            Ok(())
+        }
+        .boxed()
     }
 }

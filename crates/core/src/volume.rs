@@ -11,7 +11,7 @@ use crate::buf::Buf;
 use crate::error::{VolumeError, VolumeResult};
 use crate::member::{CounterSnapshot, Member};
 use crate::mirror::MirrorNode;
-use crate::node::{ArrayNode, LeafNode, MemberSlot, MemberState, MemberTable, ZeroKind};
+use crate::node::{ArrayNode, LeafNode, MemberState, MemberTable, ZeroKind};
 use crate::raid::{CacheMode, CacheUsage, ParityNode, SyncState};
 use crate::read_policy::ReadPolicy;
 use crate::split::SplitNode;
@@ -204,6 +204,29 @@ impl Volume {
         }
     }
 
+    /// Marks member `index` stale (`on`: written but never read, while it is resynced) or
+    /// current again.
+    pub fn set_resyncing(&self, index: usize, on: bool) {
+        if index < self.table.slots().len() {
+            self.table.set_resyncing(index, on);
+        }
+    }
+
+    /// Whether member `index` is neither failed nor resyncing.
+    pub fn member_is_current(&self, index: usize) -> bool {
+        self.table.slot(index).is_current()
+    }
+
+    /// Whether member `index` has been marked failed.
+    pub fn member_is_failed(&self, index: usize) -> bool {
+        self.table.slot(index).is_failed()
+    }
+
+    /// Members marked failed so far (O(1): the superblocks compare it with what they record).
+    pub fn failed_count(&self) -> usize {
+        self.table.failed_count()
+    }
+
     /// Read errors each member returned (repaired or not).
     pub fn member_read_errors(&self) -> Vec<u64> {
         self.table.slots().iter().map(|s| s.read_errors()).collect()
@@ -226,7 +249,7 @@ impl Volume {
             || self
                 .geometry
                 .root()
-                .survives(&|m| slots.get(m).is_none_or(MemberSlot::is_failed))
+                .survives(&|m| slots.get(m).is_none_or(|s| !s.is_current()))
     }
 
     /// Why the volume has lost data (members failed beyond its tolerance), or `None`.
@@ -275,7 +298,7 @@ impl Volume {
         }
     }
 
-    fn check(&self, op: &'static str, offset: u64, len: u64) -> VolumeResult<()> {
+    pub(crate) fn check(&self, op: &'static str, offset: u64, len: u64) -> VolumeResult<()> {
         let block = self.opts.block_size;
         if len > MAX_REQUEST_BYTES {
             return Err(VolumeError::TooLong {
@@ -405,6 +428,14 @@ impl Volume {
     /// not known to be zero: [`SyncState::Unknown`]); afterwards partial writes may use read-modify-write.
     pub async fn resync(&self) -> VolumeResult<()> {
         let r = self.root.resync().await;
+        self.count(r)
+    }
+
+    /// Makes the copies and parity under `[offset, offset+len)` agree with the data as read
+    /// now (see [`ArrayNode::resync_range`]); the range is one request (≤ 32 MiB).
+    pub async fn resync_range(&self, offset: u64, len: u64) -> VolumeResult<()> {
+        self.check("resync", offset, len)?;
+        let r = self.root.resync_range(offset, len).await;
         self.count(r)
     }
 

@@ -427,16 +427,29 @@ mod assembly {
         assert!(!a.warnings.is_empty(), "a lost member is said loudly");
         // A member that was offline while the others took writes.
         let mut sbs = members(9);
-        sbs[2].volumes[0].events = 8;
+        sbs[2].volumes[0].events = 7;
         let a = assemble("db", &tree, &probes(&sbs)).unwrap();
         assert_eq!(
             a.roles[2],
             Err(Absence::Stale {
                 member: 2,
-                events: 8
+                events: 7
             })
         );
         assert_eq!(a.events, 9);
+        // One event behind: the last commit's write was torn on it; no write followed.
+        let mut sbs = members(9);
+        sbs[2].volumes[0].events = 8;
+        let a = assemble("db", &tree, &probes(&sbs)).unwrap();
+        assert_eq!(a.roles[2], Ok(2));
+        // ... unless its peers recorded it being rebuilt (it was missing when they started).
+        for s in &mut sbs {
+            s.volumes[0].members[2].state = RecordedState::Rebuilding {
+                checkpoint_bytes: 0,
+            };
+        }
+        let a = assemble("db", &tree, &probes(&sbs)).unwrap();
+        assert!(matches!(a.roles[2], Err(Absence::Stale { member: 2, .. })));
         // Its peers recorded it failed.
         let mut sbs = members(9);
         for s in &mut sbs {

@@ -10,13 +10,10 @@
 //! that already has data is never recreated: the volume starts degraded without it, or refuses
 //! to start when that is beyond its fault tolerance.
 
-use futures::future::{self, BoxFuture};
 use nbraid_config::{self as config, Config, MemberStorage};
 use nbraid_core::{
-    Buf, Member, MemberCounters, MemberError, MemberOp, MemberResult, MemoryMember, SharedBuf,
-    UringError, UringFile, Volume, VolumeError, VolumeOptions,
+    AbsentMember, Member, MemoryMember, UringError, UringFile, Volume, VolumeError, VolumeOptions,
 };
-use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use thiserror::Error;
@@ -79,7 +76,7 @@ pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
                 return Ok(Arc::new(MemoryMember::new(&m.id, m.size)) as Arc<dyn Member>);
             }
             if absent(i) {
-                return Ok(Arc::new(Absent::new(&m.id, m.size)) as Arc<dyn Member>);
+                return Ok(Arc::new(AbsentMember::new(m.id.as_str(), m.size)) as Arc<dyn Member>);
             }
             if let Some(dir) = m.path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir).map_err(|e| AssembleError::Member {
@@ -179,68 +176,4 @@ fn describe(config: &Config, v: &config::Volume) -> String {
         v.shape.data_members(),
         config::format_size(v.shape.strip),
     )
-}
-
-/// Stands in for a member whose file or device is missing: every operation fails, so the
-/// volume treats it as lost (it is also marked failed at assembly).
-struct Absent {
-    id: String,
-    len: u64,
-    counters: MemberCounters,
-}
-
-impl Absent {
-    fn new(id: &str, len: u64) -> Absent {
-        Absent {
-            id: id.to_string(),
-            len,
-            counters: MemberCounters::default(),
-        }
-    }
-
-    fn fail<T: Send + 'static>(
-        &self,
-        op: MemberOp,
-        offset: u64,
-        len: u64,
-    ) -> BoxFuture<'_, MemberResult<T>> {
-        let e = io::Error::new(io::ErrorKind::NotFound, "member missing at start");
-        Box::pin(future::ready(Err(MemberError::new(
-            &self.id, op, offset, len, e,
-        ))))
-    }
-}
-
-impl Member for Absent {
-    fn name(&self) -> &str {
-        &self.id
-    }
-
-    fn len(&self) -> u64 {
-        self.len
-    }
-
-    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
-        self.fail(MemberOp::Read, offset, buf.len() as u64)
-    }
-
-    fn write(&self, offset: u64, data: SharedBuf, _fua: bool) -> BoxFuture<'_, MemberResult<()>> {
-        self.fail(MemberOp::Write, offset, data.len() as u64)
-    }
-
-    fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
-        self.fail(MemberOp::Flush, 0, 0)
-    }
-
-    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
-        self.fail(MemberOp::Trim, offset, len)
-    }
-
-    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
-        self.fail(MemberOp::WriteZeroes, offset, len)
-    }
-
-    fn counters(&self) -> &MemberCounters {
-        &self.counters
-    }
 }

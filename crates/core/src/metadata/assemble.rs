@@ -190,7 +190,14 @@ pub fn assemble(
                 b: i,
             });
         }
-        roles[role] = if r.events < newest.events {
+        // One event behind is a torn update of the last commit (no acknowledged write follows
+        // a commit before every current member has it); a role the newest record says is
+        // being rebuilt missed writes whatever its counter says.
+        let rebuilding = matches!(
+            newest.members[role].state,
+            RecordedState::Rebuilding { .. } | RecordedState::Spare
+        );
+        roles[role] = if r.events + 1 < newest.events || (rebuilding && r.events < newest.events) {
             Err(Absence::Stale {
                 member: i,
                 events: r.events,
@@ -199,10 +206,11 @@ pub fn assemble(
             Ok(i)
         };
     }
-    // The newest record's view of member states wins.
+    // The newest record's view of member states wins: a member its peers recorded failed
+    // stays failed (never resynced back in), whatever its own record says.
     for (role, m) in newest.members.iter().enumerate() {
         if m.state == RecordedState::Failed {
-            if let Ok(i) = roles[role] {
+            if let Ok(i) | Err(Absence::Stale { member: i, .. }) = roles[role] {
                 roles[role] = Err(Absence::Failed { member: i });
             }
         }

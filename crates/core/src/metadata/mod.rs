@@ -11,11 +11,14 @@
 //! Decoding is total: any byte string yields a superblock or a [`MetadataError`] naming what
 //! is wrong — never a panic (fuzzed in the tests).
 
+mod array;
 mod assemble;
 mod codec;
+pub mod intent;
 mod io;
 mod superblock;
 
+pub use array::{Array, ArrayError, ArrayOptions, MemberMeta, OpenReport};
 pub use assemble::{assemble, Absence, AssembleError, Assembly, Probe};
 pub use io::{read_superblock, write_superblock, Found, SuperblockIoError};
 

@@ -388,6 +388,10 @@ impl ArrayNode for ParityCore {
         }
         .boxed()
     }
+
+    fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+        ParityCore::resync_range(self, offset, len).boxed()
+    }
 }
 
 /// A RAID 5/6 group: the engine node (see the module docs).
@@ -451,6 +455,9 @@ impl ArrayNode for ParityNode {
     }
     fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
         ArrayNode::resync(&*self.core)
+    }
+    fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+        ArrayNode::resync_range(&*self.core, offset, len)
     }
 }
 

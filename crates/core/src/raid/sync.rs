@@ -38,32 +38,56 @@ impl ParityCore {
     /// Recomputes parity of every stripe not known to be in sync.
     pub async fn resync(&self) -> VolumeResult<()> {
         for s in 0..self.layout.stripes() {
-            if self.in_sync(s) {
-                continue;
+            if !self.in_sync(s) {
+                self.resync_stripe(s).await?;
             }
-            let _g = self.locks.lock(s, 1, true).await;
-            let want = vec![true; self.k];
-            let rows = self
-                .read_rows(s, 0, self.strip, &want, (0..self.k).map(|_| None).collect())
-                .await?;
-            // Rewriting the stripe's data through the full-row plan regenerates parity.
-            let w = self.width();
-            let mut all = Buf::new(w as usize);
-            for (i, r) in rows.iter().enumerate() {
-                all[i * self.strip as usize..(i + 1) * self.strip as usize].copy_from_slice(r);
-            }
-            let mut segs = vec![(0, all.freeze())];
-            if let Some(cache) = &self.cache {
-                if let Some(e) = cache.state.lock().entries.get(&s) {
-                    let mut b = Buf::new(w as usize);
-                    b.copy_from_slice(&segs[0].1);
-                    e.overlay(0, &mut b);
-                    segs = vec![(0, b.freeze())];
-                }
-            }
-            self.write_stripe(s, segs, false).await?;
-            self.mark_in_sync(s);
         }
+        Ok(())
+    }
+
+    /// Rewrites every stripe touched by `[offset, offset+len)` whole (see
+    /// [`crate::ArrayNode::resync_range`]), after its children made their own copies agree.
+    pub(super) async fn resync_range(&self, offset: u64, len: u64) -> VolumeResult<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let (a, b) = self.stripe_span(offset, len);
+        let (c0, c1) = (
+            self.layout.chunk_offset(a),
+            self.layout.chunk_offset(b) + self.strip,
+        );
+        for c in &self.children {
+            if c.writable(c0, c1 - c0) {
+                c.resync_range(c0, c1 - c0).await?;
+            }
+        }
+        for s in a..=b {
+            self.resync_stripe(s).await?;
+        }
+        Ok(())
+    }
+
+    /// Reads stripe `s`'s data (rebuilding what is lost), overlays what the cache holds and
+    /// writes the whole stripe: data on every writable child, parity regenerated.
+    async fn resync_stripe(&self, s: u64) -> VolumeResult<()> {
+        let _g = self.locks.lock(s, 1, true).await;
+        let want = vec![true; self.k];
+        let rows = self
+            .read_rows(s, 0, self.strip, &want, (0..self.k).map(|_| None).collect())
+            .await?;
+        let w = self.width();
+        let mut all = Buf::new(w as usize);
+        for (i, r) in rows.iter().enumerate() {
+            all[i * self.strip as usize..(i + 1) * self.strip as usize].copy_from_slice(r);
+        }
+        if let Some(cache) = &self.cache {
+            if let Some(e) = cache.state.lock().entries.get(&s) {
+                e.overlay(0, &mut all);
+            }
+        }
+        // A full-row write regenerates parity and rewrites every data chunk.
+        self.write_stripe(s, vec![(0, all.freeze())], false).await?;
+        self.mark_in_sync(s);
         Ok(())
     }
 }

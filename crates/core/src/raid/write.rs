@@ -104,7 +104,10 @@ impl ParityCore {
     ) -> StripeWrite {
         // Children that merely returned a read error still take writes (skipping them would
         // leave stale data under fresh parity): only failed members refuse writes.
+        let at = self.layout.chunk_offset(stripe) + r0;
         let health = |c: usize| match (failed[c], plan_lost[c]) {
+            // A stale child being resynced is not read but takes writes.
+            (true, _) if self.children[c].writable(at, r1 - r0) => Health::READ_ERROR,
             (true, _) => Health::FAILED,
             (false, true) => Health::READ_ERROR,
             (false, false) => Health::OK,

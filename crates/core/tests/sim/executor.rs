@@ -76,3 +76,24 @@ impl Executor {
         }
     }
 }
+
+/// One scheduler step: polls a ready task or completes a pending member operation, chosen by
+/// `rng`. Returns false when there is nothing to do.
+pub fn step_once(
+    exec: &mut Executor,
+    world: &std::sync::Arc<std::sync::Mutex<super::disk::World>>,
+    rng: &mut super::rng::Rng,
+) -> bool {
+    let ready = exec.ready_count();
+    let pending = world.lock().expect("world").pending_count();
+    if ready + pending == 0 {
+        return false;
+    }
+    let pick = rng.below((ready + pending) as u64) as usize;
+    if pick < ready {
+        exec.poll_ready(pick);
+    } else {
+        world.lock().expect("world").complete(pick - ready, rng);
+    }
+    true
+}

@@ -10,6 +10,8 @@
 //! contents, a trim or write-zeroes) and misplaced or invented bytes are caught.
 
 use super::disk::SECTOR_BYTES;
+use futures::future::BoxFuture;
+use nbraid_core::{Buf, VolumeResult};
 
 const SECTOR: u64 = SECTOR_BYTES as u64;
 
@@ -265,5 +267,66 @@ impl History {
             .iter()
             .map(|&w| (w, &self.ops[w]))
             .collect()
+    }
+}
+
+/// What a schedule's requests run against: a bare volume or an array with its metadata.
+pub trait Target {
+    fn read(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<Buf>>;
+    fn write(&self, offset: u64, buf: Buf, fua: bool) -> BoxFuture<'_, VolumeResult<Buf>>;
+    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>>;
+    fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> BoxFuture<'_, VolumeResult<()>>;
+    fn flush(&self) -> BoxFuture<'_, VolumeResult<()>>;
+}
+
+macro_rules! target {
+    ($t:ty) => {
+        impl Target for $t {
+            fn read(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<Buf>> {
+                Box::pin(<$t>::read(self, offset, len))
+            }
+            fn write(&self, offset: u64, buf: Buf, fua: bool) -> BoxFuture<'_, VolumeResult<Buf>> {
+                Box::pin(<$t>::write(self, offset, buf, fua))
+            }
+            fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+                Box::pin(<$t>::trim(self, offset, len))
+            }
+            fn write_zeroes(
+                &self,
+                offset: u64,
+                len: u64,
+                fua: bool,
+            ) -> BoxFuture<'_, VolumeResult<()>> {
+                Box::pin(<$t>::write_zeroes(self, offset, len, fua))
+            }
+            fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
+                Box::pin(<$t>::flush(self))
+            }
+        }
+    };
+}
+target!(nbraid_core::Volume);
+target!(nbraid_core::metadata::Array);
+
+/// Performs request `id` of `kind` (a write carries `id`'s pattern); a read's bytes come back.
+pub async fn perform(
+    t: &dyn Target,
+    id: usize,
+    kind: Kind,
+    offset: u64,
+    len: u64,
+) -> VolumeResult<Option<Buf>> {
+    match kind {
+        Kind::Read => t.read(offset, len).await.map(Some),
+        Kind::Write { fua } => {
+            let mut buf = Buf::new(len as usize);
+            fill(&mut buf, offset, id as u64 + 1);
+            t.write(offset, buf, fua).await.map(|_| None)
+        }
+        Kind::Zero { fua: false } if id.is_multiple_of(2) => {
+            t.trim(offset, len).await.map(|_| None)
+        }
+        Kind::Zero { fua } => t.write_zeroes(offset, len, fua).await.map(|_| None),
+        Kind::Flush => t.flush().await.map(|_| None),
     }
 }

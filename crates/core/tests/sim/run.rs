@@ -2,10 +2,10 @@
 //! then the volume assembled again over the surviving images and read back.
 
 use super::disk::{DiskFaults, SimMember, World, SECTOR_BYTES};
-use super::executor::Executor;
-use super::history::{fill, History, Kind};
+use super::executor::{step_once, Executor};
+use super::history::{perform, History, Kind};
 use super::rng::Rng;
-use nbraid_core::{Buf, CacheMode, Member, ReadPolicy, Volume, VolumeOptions};
+use nbraid_core::{CacheMode, Member, ReadPolicy, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, StripeId};
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -50,7 +50,7 @@ impl Stats {
 }
 
 /// Members that may fail in this schedule: a random set the geometry survives.
-fn choose_failures(rng: &mut Rng, g: &Geometry, n: usize) -> Vec<usize> {
+pub fn choose_failures(rng: &mut Rng, g: &Geometry, n: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..n).collect();
     for i in (1..n).rev() {
         order.swap(i, rng.below(i as u64 + 1) as usize);
@@ -305,13 +305,13 @@ pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
     Ok(stats)
 }
 
-fn sim_members(world: &Arc<Mutex<World>>, n: usize, len: u64) -> Vec<Arc<dyn Member>> {
+pub fn sim_members(world: &Arc<Mutex<World>>, n: usize, len: u64) -> Vec<Arc<dyn Member>> {
     (0..n)
         .map(|i| Arc::new(SimMember::new(world.clone(), i, len)) as Arc<dyn Member>)
         .collect()
 }
 
-fn pick_kind(rng: &mut Rng, mix: &[u64; 6]) -> Kind {
+pub fn pick_kind(rng: &mut Rng, mix: &[u64; 6]) -> Kind {
     let total: u64 = mix.iter().sum();
     let mut x = rng.below(total);
     for (i, &w) in mix.iter().enumerate() {
@@ -332,7 +332,7 @@ fn pick_kind(rng: &mut Rng, mix: &[u64; 6]) -> Kind {
     unreachable!("x < total")
 }
 
-fn pick_range(rng: &mut Rng, capacity: u64, width: u64, hot_base: u64) -> (u64, u64) {
+pub fn pick_range(rng: &mut Rng, capacity: u64, width: u64, hot_base: u64) -> (u64, u64) {
     let sectors = capacity / SECTOR;
     if rng.chance(200) && capacity >= width {
         // Whole stripes.
@@ -375,19 +375,7 @@ fn spawn(
     let shared = shared.clone();
     let world = world.clone();
     exec.spawn(async move {
-        let result = match kind {
-            Kind::Read => vol.read(offset, len).await.map(Some),
-            Kind::Write { fua } => {
-                let mut buf = Buf::new(len as usize);
-                fill(&mut buf, offset, id as u64 + 1);
-                vol.write(offset, buf, fua).await.map(|_| None)
-            }
-            Kind::Zero { fua: false } if id.is_multiple_of(2) => {
-                vol.trim(offset, len).await.map(|_| None)
-            }
-            Kind::Zero { fua } => vol.write_zeroes(offset, len, fua).await.map(|_| None),
-            Kind::Flush => vol.flush().await.map(|_| None),
-        };
+        let result = perform(&*vol, id, kind, offset, len).await;
         let now = world.lock().expect("world").step;
         shared.steps.borrow_mut()[id].1 = Some(now);
         shared.history.borrow_mut().complete(id, result.is_ok());
@@ -437,16 +425,8 @@ fn read_all(
     }
     let mut steps = 0u64;
     while exec.live() > 0 {
-        let ready = exec.ready_count();
-        let pending = world.lock().expect("world").pending_count();
-        if ready + pending == 0 {
+        if !step_once(&mut exec, world, rng) {
             return Err("deadlock reading back after the crash".into());
-        }
-        let pick = rng.below((ready + pending) as u64) as usize;
-        if pick < ready {
-            exec.poll_ready(pick);
-        } else {
-            world.lock().expect("world").complete(pick - ready, rng);
         }
         steps += 1;
         if steps > 10 * LIVENESS_STEPS {
@@ -460,7 +440,11 @@ fn read_all(
 
 /// Stripes written by requests not guaranteed durable (only when members were lost: a
 /// healthy array never rebuilds from parity).
-fn write_hole_exposure(g: &Geometry, h: &History, failed: &[usize]) -> Option<HashSet<StripeId>> {
+pub fn write_hole_exposure(
+    g: &Geometry,
+    h: &History,
+    failed: &[usize],
+) -> Option<HashSet<StripeId>> {
     if failed.is_empty() {
         return None;
     }
@@ -474,7 +458,7 @@ fn write_hole_exposure(g: &Geometry, h: &History, failed: &[usize]) -> Option<Ha
 
 /// Whether sector `s` must be rebuilt from parity (every copy on a failed member) in a stripe
 /// that a crash may have left with stale parity.
-fn in_write_hole(g: &Geometry, exposed: &HashSet<StripeId>, failed: &[usize], s: u64) -> bool {
+pub fn in_write_hole(g: &Geometry, exposed: &HashSet<StripeId>, failed: &[usize], s: u64) -> bool {
     let m = g.map(s * SECTOR, SECTOR).expect("in range");
     m.data.iter().all(|e| failed.contains(&e.member))
         && m.data

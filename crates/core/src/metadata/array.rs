@@ -1,0 +1,817 @@
+//! A volume that knows itself: the superblock life cycle around a [`Volume`].
+//!
+//! - [`Array::create`] writes every member's record (a fresh array id, member ids, the tree,
+//!   the bitmap area) and brings copies and parity in sync, or trusts zeroed members.
+//! - [`Array::open`] assembles by superblock ([`assemble`]: roles by member id, lost, stale
+//!   and recorded-failed roles), then resyncs — only the regions the write-intent bitmap
+//!   marks when it has one — what an unclean shutdown may have left inconsistent and what
+//!   stale members missed, before anything is served.
+//! - While serving, every state change bumps the event counter on every current member:
+//!   clean → dirty before the first write after a clean point, a member failing (recorded
+//!   before any request that saw it fail is acknowledged, so a member that missed
+//!   acknowledged writes is never trusted again), and dirty → clean in [`Array::mark_clean`]
+//!   (orderly shutdown or idle). The fast path of a write is two atomic loads and the
+//!   bitmap's lock; every metadata loop is O(members).
+
+use super::intent::{self, Hold, Intent};
+use super::{
+    assemble, read_superblock, write_superblock, Absence, Area, AssembleError, BitmapArea, Found,
+    MemberEntry, Probe, RecordedState, Superblock, SuperblockIoError, Uuid, VolumeRecord,
+    METADATA_AREA_BYTES, SLOT_BYTES,
+};
+use crate::absent::AbsentMember;
+use crate::buf::Buf;
+use crate::error::{VolumeError, VolumeResult};
+use crate::member::Member;
+use crate::volume::{Volume, VolumeOptions};
+use futures::future::join_all;
+use futures::lock::Mutex as AsyncMutex;
+use nbraid_layout::{Geometry, Node};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use thiserror::Error;
+
+/// Per-volume metadata areas start after the two superblock copies.
+const AREAS_START: u64 = 2 * SLOT_BYTES;
+/// Resync streams the volume in pieces of about this many bytes (whole full stripes).
+const RESYNC_PIECE_BYTES: u64 = 1 << 20;
+
+/// One member and its superblock, shared by every volume on it (Matrix RAID): updates of
+/// different volumes' records are serialized here so none overwrites another's.
+pub struct MemberMeta {
+    member: Arc<dyn Member>,
+    probe: Probe,
+    sb: AsyncMutex<Option<Superblock>>,
+}
+
+impl MemberMeta {
+    /// Reads `member`'s superblock (both copies; damage is reported by assembly).
+    pub async fn load(member: Arc<dyn Member>) -> Arc<MemberMeta> {
+        let (probe, sb) = match read_superblock(&*member).await {
+            Ok(Found::Blank) => (Probe::Blank, None),
+            Ok(Found::Superblock(sb, d)) => (Probe::Superblock(sb.clone(), d), Some(sb)),
+            Err(e) => (Probe::Unreadable(e.to_string()), None),
+        };
+        Arc::new(MemberMeta {
+            member,
+            probe,
+            sb: AsyncMutex::new(sb),
+        })
+    }
+
+    pub fn member(&self) -> &Arc<dyn Member> {
+        &self.member
+    }
+
+    /// What reading the superblock found when this was loaded.
+    pub fn probe(&self) -> &Probe {
+        &self.probe
+    }
+
+    /// Applies `f` to the superblock, bumps its generation and writes it (FUA).
+    async fn update(&self, f: impl FnOnce(&mut Superblock)) -> Result<(), SuperblockIoError> {
+        let mut g = self.sb.lock().await;
+        let mut sb = g.clone().unwrap_or_else(|| Superblock {
+            generation: 0,
+            member: Uuid::default(),
+            member_bytes: self.member.len(),
+            volumes: Vec::new(),
+        });
+        f(&mut sb);
+        sb.generation += 1;
+        sb.member_bytes = self.member.len();
+        write_superblock(&*self.member, &sb).await?;
+        *g = Some(sb);
+        Ok(())
+    }
+
+    /// This member's record of volume `name`, as last written or read.
+    async fn record(&self, name: &str) -> Option<VolumeRecord> {
+        let g = self.sb.lock().await;
+        g.as_ref()
+            .and_then(|sb| sb.volumes.iter().find(|v| v.name == name).cloned())
+    }
+}
+
+/// How an array is created and opened.
+#[derive(Clone, Debug)]
+pub struct ArrayOptions {
+    pub volume: VolumeOptions,
+    /// Bytes of the volume per write-intent bit (`None`: no bitmap; every unclean start
+    /// resyncs the whole volume). Rounded up to a power of two ≥ 4 KiB.
+    pub bitmap_chunk_bytes: Option<u64>,
+}
+
+impl Default for ArrayOptions {
+    fn default() -> Self {
+        ArrayOptions {
+            volume: VolumeOptions::default(),
+            bitmap_chunk_bytes: Some(intent::DEFAULT_CHUNK_BYTES),
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum ArrayError {
+    #[error(transparent)]
+    Assemble(#[from] AssembleError),
+    #[error(transparent)]
+    Volume(#[from] VolumeError),
+    #[error("volume `{volume}`: {detail}")]
+    Metadata { volume: String, detail: String },
+}
+
+/// What opening an array found and did.
+#[derive(Clone, Debug, Default)]
+pub struct OpenReport {
+    /// Damaged superblock copies, lost, stale and failed roles (say them loudly).
+    pub warnings: Vec<String>,
+    /// Every current member recorded a clean shutdown.
+    pub was_clean: bool,
+    /// Roles whose member was stale and has been resynced.
+    pub resynced_roles: Vec<usize>,
+    /// Roles served degraded (lost or recorded failed).
+    pub absent_roles: Vec<usize>,
+    /// Bytes of the volume resynced before serving.
+    pub resynced_bytes: u64,
+}
+
+/// The volume's state as its records say it.
+struct Recorded {
+    events: u64,
+    clean: bool,
+    members: Vec<MemberEntry>,
+}
+
+pub struct Array {
+    name: String,
+    id: Uuid,
+    volume: Volume,
+    /// By role: the member's superblock (`None`: lost).
+    metas: Vec<Option<Arc<MemberMeta>>>,
+    /// By role: where that member keeps the bitmap.
+    bitmap_areas: Vec<Option<Area>>,
+    recorded: AsyncMutex<Recorded>,
+    /// The records say dirty (a write may be in flight since the last clean point).
+    dirty: AtomicBool,
+    /// Write-type requests in flight.
+    inflight: AtomicU64,
+    /// `Volume::failed_count` when the records last caught up with it.
+    recorded_failed: AtomicUsize,
+    intent: Option<Intent>,
+    /// Serializes bitmap writes (callers waiting share the next one).
+    bitmap_write: AsyncMutex<()>,
+}
+
+impl Array {
+    /// Writes new records for volume `name` over `metas` (leaf `i` of `tree` is `metas[i]`)
+    /// and opens it. Regions must start after the metadata area. With `assume_clean`, the
+    /// members are trusted to agree (zero-filled); otherwise every copy and parity chunk is
+    /// rewritten from the data first (`progress(done, total)` bytes).
+    pub async fn create(
+        name: &str,
+        tree: Node,
+        metas: Vec<Arc<MemberMeta>>,
+        opts: ArrayOptions,
+        assume_clean: bool,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<(Array, OpenReport), ArrayError> {
+        let bad = |detail: String| ArrayError::Metadata {
+            volume: name.to_string(),
+            detail,
+        };
+        if metas.len() != tree.member_count() {
+            return Err(bad(format!(
+                "the tree has {} members, {} were given",
+                tree.member_count(),
+                metas.len()
+            )));
+        }
+        let mut low = None;
+        tree.visit_members(&mut |m| {
+            if m.start < METADATA_AREA_BYTES {
+                low.get_or_insert(m.index);
+            }
+        });
+        if let Some(i) = low {
+            return Err(bad(format!(
+                "member {i}'s region starts inside the first {METADATA_AREA_BYTES} bytes (nbraid's metadata area)"
+            )));
+        }
+        for (i, m) in metas.iter().enumerate() {
+            match m.probe() {
+                Probe::Superblock(sb, _) if sb.volumes.iter().any(|v| v.name == name) => {
+                    return Err(bad(format!(
+                        "member {i} (`{}`) already carries volume `{name}`: open it, or wipe the member to create it anew",
+                        m.member.name()
+                    )))
+                }
+                Probe::Unreadable(e) => {
+                    return Err(bad(format!(
+                        "member {i} (`{}`): {e}; refusing to overwrite it",
+                        m.member.name()
+                    )))
+                }
+                _ => {}
+            }
+        }
+        let capacity = Geometry::from_tree(tree.clone()).capacity();
+        let chunk = opts
+            .bitmap_chunk_bytes
+            .map(|c| intent::chunk_for(capacity, c));
+        let id = Uuid::random().map_err(|e| bad(format!("random id: {e}")))?;
+        let mut member_ids = Vec::with_capacity(metas.len());
+        for m in &metas {
+            let existing = m.sb.lock().await.as_ref().map(|sb| sb.member);
+            member_ids.push(match existing {
+                Some(u) => u,
+                None => Uuid::random().map_err(|e| bad(format!("random id: {e}")))?,
+            });
+        }
+        let members: Vec<MemberEntry> = member_ids
+            .iter()
+            .map(|&uuid| MemberEntry {
+                uuid,
+                state: RecordedState::Active,
+            })
+            .collect();
+        for (role, m) in metas.iter().enumerate() {
+            let bitmap = match chunk {
+                None => None,
+                Some(c) => {
+                    let len = intent::area_bytes(capacity, c);
+                    let held = m.sb.lock().await.clone();
+                    let offset = free_area(held.as_ref(), len).ok_or_else(|| {
+                        bad(format!(
+                            "member {role}: no room for a {len}-byte bitmap in the metadata area"
+                        ))
+                    })?;
+                    m.member
+                        .write(offset, Buf::zeroed(len as usize).freeze(), true)
+                        .await
+                        .map_err(|e| bad(e.to_string()))?;
+                    Some(BitmapArea {
+                        area: Area { offset, len },
+                        chunk_bytes: c,
+                    })
+                }
+            };
+            let record = VolumeRecord {
+                array: id,
+                name: name.to_string(),
+                events: 1,
+                // Not clean until the sync below is done.
+                clean: assume_clean,
+                role: role as u32,
+                members: members.clone(),
+                tree: tree.clone(),
+                bitmap,
+                ppl: None,
+                checksums: None,
+            };
+            let uuid = member_ids[role];
+            m.update(|sb| {
+                sb.member = uuid;
+                sb.volumes.push(record);
+            })
+            .await
+            .map_err(|e| bad(e.to_string()))?;
+        }
+        let metas: Vec<Option<Arc<MemberMeta>>> = metas.into_iter().map(Some).collect();
+        let array = Array::build(name, id, tree, &metas, opts, !assume_clean).await?;
+        let mut report = OpenReport {
+            was_clean: assume_clean,
+            ..OpenReport::default()
+        };
+        if !assume_clean {
+            report.resynced_bytes = array
+                .resync(&[(0, array.volume.capacity())], progress)
+                .await?;
+        }
+        array.settle().await?;
+        Ok((array, report))
+    }
+
+    /// Assembles volume `name` from `metas` (config position `i`; `None`: missing), checking
+    /// them against `config_tree` (leaves are config positions), resyncs what needs it, and
+    /// returns the array ready to serve.
+    pub async fn open(
+        name: &str,
+        config_tree: &Node,
+        metas: Vec<Option<Arc<MemberMeta>>>,
+        opts: ArrayOptions,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<(Array, OpenReport), ArrayError> {
+        let probes: Vec<Probe> = metas
+            .iter()
+            .map(|m| m.as_ref().map_or(Probe::Missing, |m| m.probe().clone()))
+            .collect();
+        let asm = assemble(name, config_tree, &probes)?;
+        let by_role: Vec<Option<Arc<MemberMeta>>> = asm
+            .roles
+            .iter()
+            .map(|r| {
+                let pos = match r {
+                    Ok(i) => Some(*i),
+                    Err(Absence::Stale { member, .. } | Absence::Failed { member }) => {
+                        Some(*member)
+                    }
+                    Err(Absence::Lost) => None,
+                };
+                pos.and_then(|i| metas[i].clone())
+            })
+            .collect();
+        let stale: Vec<usize> = asm
+            .absent()
+            .filter(|(_, a)| matches!(a, Absence::Stale { .. }))
+            .map(|(r, _)| r)
+            .collect();
+        let absent: Vec<usize> = asm
+            .absent()
+            .filter(|(_, a)| !matches!(a, Absence::Stale { .. }))
+            .map(|(r, _)| r)
+            .collect();
+        let array = Array::build(name, asm.array, asm.tree.clone(), &by_role, opts, true).await?;
+        for &r in &absent {
+            array.volume.fail_member(r, "absent at assembly");
+        }
+        array
+            .recorded_failed
+            .store(array.volume.failed_count(), SeqCst);
+        for &r in &stale {
+            array.volume.set_resyncing(r, true);
+        }
+        {
+            let mut rec = array.recorded.lock().await;
+            rec.events = asm.events;
+        }
+        for w in &asm.warnings {
+            tracing::warn!("volume `{name}`: {w}");
+        }
+        let mut report = OpenReport {
+            warnings: asm.warnings.clone(),
+            was_clean: asm.clean,
+            resynced_roles: stale.clone(),
+            absent_roles: absent,
+            resynced_bytes: 0,
+        };
+        if !asm.clean || !stale.is_empty() {
+            let capacity = array.volume.capacity();
+            let ranges = match &array.intent {
+                Some(i) => i.set_ranges(capacity),
+                None => vec![(0, capacity)],
+            };
+            report.resynced_bytes = array.resync(&ranges, progress).await?;
+        }
+        {
+            let mut rec = array.recorded.lock().await;
+            for &r in &stale {
+                array.volume.set_resyncing(r, false);
+                rec.members[r].state = RecordedState::Active;
+            }
+        }
+        array.settle().await?;
+        Ok((array, report))
+    }
+
+    /// The engine volume over members in recorded roles (absent roles get stand-ins).
+    async fn build(
+        name: &str,
+        id: Uuid,
+        tree: Node,
+        by_role: &[Option<Arc<MemberMeta>>],
+        opts: ArrayOptions,
+        dirty: bool,
+    ) -> Result<Array, ArrayError> {
+        let mut ends = vec![0u64; by_role.len()];
+        tree.visit_members(&mut |m| ends[m.index] = ends[m.index].max(m.start + m.len));
+        let mut records = Vec::with_capacity(by_role.len());
+        for m in by_role {
+            records.push(match m {
+                Some(m) => m.record(name).await,
+                None => None,
+            });
+        }
+        let members: Vec<Arc<dyn Member>> = by_role
+            .iter()
+            .enumerate()
+            .map(|(r, m)| match m {
+                Some(m) => m.member.clone(),
+                None => Arc::new(AbsentMember::new(format!("role {r} (missing)"), ends[r]))
+                    as Arc<dyn Member>,
+            })
+            .collect();
+        // Parity is trusted: whatever may disagree (the bitmap's regions, stale members) is
+        // resynced before anything is served, so the volume starts as in sync as zeroed members.
+        let vopts = VolumeOptions {
+            members_known_zero: true,
+            ..opts.volume
+        };
+        let volume = Volume::new(Geometry::from_tree(tree), members, vopts)?;
+        let newest = records
+            .iter()
+            .flatten()
+            .max_by_key(|r| r.events)
+            .ok_or_else(|| ArrayError::Metadata {
+                volume: name.to_string(),
+                detail: "no member carries a record".into(),
+            })?;
+        let bitmap_areas: Vec<Option<Area>> = records
+            .iter()
+            .map(|r| r.as_ref().and_then(|r| r.bitmap.map(|b| b.area)))
+            .collect();
+        let intent = match newest.bitmap {
+            None => None,
+            Some(b) => {
+                // The union of every readable member's bitmap: a member that missed an
+                // update never hides a set bit.
+                let len = b.area.len as usize;
+                let mut union = vec![0u8; len];
+                for (r, area) in bitmap_areas.iter().enumerate() {
+                    let Some(area) = area else { continue };
+                    if !volume.member_is_current(r) || area.len != b.area.len {
+                        continue;
+                    }
+                    if let Ok(bytes) = volume.member(r).read(area.offset, Buf::new(len)).await {
+                        union
+                            .iter_mut()
+                            .zip(bytes.iter())
+                            .for_each(|(u, b)| *u |= b);
+                    }
+                }
+                Some(Intent::new(volume.capacity(), b.chunk_bytes, union))
+            }
+        };
+        Ok(Array {
+            name: name.to_string(),
+            id,
+            volume,
+            metas: by_role.to_vec(),
+            bitmap_areas,
+            recorded: AsyncMutex::new(Recorded {
+                events: newest.events,
+                clean: newest.clean,
+                members: newest.members.clone(),
+            }),
+            dirty: AtomicBool::new(dirty),
+            inflight: AtomicU64::new(0),
+            recorded_failed: AtomicUsize::new(0),
+            intent,
+            bitmap_write: AsyncMutex::new(()),
+        })
+    }
+
+    /// Rewrites copies and parity over `ranges`, piece by piece (whole full stripes, about
+    /// 1 MiB each: memory stays bounded whatever the ranges). Returns the bytes covered.
+    async fn resync(
+        &self,
+        ranges: &[(u64, u64)],
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<u64, ArrayError> {
+        let capacity = self.volume.capacity();
+        let width = self
+            .volume
+            .geometry()
+            .full_stripe_width()
+            .unwrap_or(RESYNC_PIECE_BYTES)
+            .max(self.volume.block_size());
+        let piece = (RESYNC_PIECE_BYTES / width).max(1) * width;
+        let total: u64 = ranges.iter().map(|(a, b)| b - a).sum();
+        let mut done = 0;
+        for &(a, b) in ranges {
+            let mut at = a / width * width;
+            let end = b.div_ceil(width).saturating_mul(width).min(capacity);
+            while at < end {
+                let n = piece.min(end - at);
+                self.volume.resync_range(at, n).await?;
+                at += n;
+                done += n;
+                progress(done.min(total), total);
+            }
+        }
+        self.volume.flush().await?;
+        Ok(total)
+    }
+
+    /// After open or create: every current member records the volume clean, with what
+    /// failed recorded; the bitmap is cleared when no role is missing (else it keeps what
+    /// the missing members will need).
+    async fn settle(&self) -> VolumeResult<()> {
+        self.volume.flush().await?;
+        if let Some(i) = &self.intent {
+            if !self.volume.is_degraded() {
+                i.flushed(i.flush_started());
+            }
+            self.write_bitmap().await?;
+        }
+        let mut rec = self.recorded.lock().await;
+        rec.clean = true;
+        self.commit(&mut rec).await?;
+        self.dirty.store(false, SeqCst);
+        Ok(())
+    }
+
+    pub fn volume(&self) -> &Volume {
+        &self.volume
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn id(&self) -> Uuid {
+        self.id
+    }
+
+    /// The event counter as last recorded.
+    pub async fn events(&self) -> u64 {
+        self.recorded.lock().await.events
+    }
+
+    /// Bytes of the volume per write-intent bit, if the volume has a bitmap.
+    pub fn bitmap_chunk_bytes(&self) -> Option<u64> {
+        self.intent.as_ref().map(Intent::chunk_bytes)
+    }
+
+    /// Writes the recorded state (plus every member failed since) to every current member,
+    /// bumping the event counter. A member that cannot take it is failed and the state
+    /// written again, so the records always name every failed member.
+    async fn commit(&self, rec: &mut Recorded) -> VolumeResult<()> {
+        loop {
+            let failed_before = self.volume.failed_count();
+            for (r, m) in rec.members.iter_mut().enumerate() {
+                if !self.volume.member_is_failed(r) || m.state == RecordedState::Failed {
+                    continue;
+                }
+                m.state = if self.metas[r].is_some() {
+                    RecordedState::Failed
+                } else {
+                    // Missing at assembly: when it comes back it is resynced before rejoining.
+                    RecordedState::Rebuilding {
+                        checkpoint_bytes: 0,
+                    }
+                };
+            }
+            rec.events += 1;
+            let targets: Vec<usize> = (0..self.metas.len())
+                .filter(|&r| self.metas[r].is_some() && self.volume.member_is_current(r))
+                .collect();
+            let (id, name) = (self.id, self.name.as_str());
+            let results = join_all(targets.iter().map(|&r| {
+                let (events, clean, members) = (rec.events, rec.clean, rec.members.clone());
+                self.metas[r].as_ref().expect("target").update(move |sb| {
+                    if let Some(v) = sb
+                        .volumes
+                        .iter_mut()
+                        .find(|v| v.array == id && v.name == name)
+                    {
+                        v.events = events;
+                        v.clean = clean;
+                        v.members = members;
+                    }
+                })
+            }))
+            .await;
+            let mut first = None;
+            for (&r, res) in targets.iter().zip(results) {
+                if let Err(e) = res {
+                    self.volume.fail_member(r, &e.to_string());
+                    first.get_or_insert((r, e));
+                }
+            }
+            if self.volume.failed_count() == failed_before {
+                self.recorded_failed.store(failed_before, SeqCst);
+                return match first {
+                    Some((r, e)) if targets.len() == 1 => Err(VolumeError::Unavailable {
+                        reason: format!("member {r}: superblock write failed: {e}"),
+                    }),
+                    _ if targets.is_empty() => Err(VolumeError::Unavailable {
+                        reason: "no member can take the superblock".into(),
+                    }),
+                    _ => Ok(()),
+                };
+            }
+        }
+    }
+
+    /// Records members failed since the last commit, before a request that may have seen
+    /// them fail is acknowledged.
+    async fn record_failures(&self) -> VolumeResult<()> {
+        if self.volume.failed_count() == self.recorded_failed.load(SeqCst) {
+            return Ok(());
+        }
+        let mut rec = self.recorded.lock().await;
+        if self.volume.failed_count() != self.recorded_failed.load(SeqCst) {
+            self.commit(&mut rec).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes the bitmap blocks that differ from the disk to every current member (FUA).
+    async fn write_bitmap(&self) -> VolumeResult<()> {
+        let Some(intent) = &self.intent else {
+            return Ok(());
+        };
+        let _g = self.bitmap_write.lock().await;
+        let blocks = intent.dirty_blocks();
+        if blocks.is_empty() {
+            intent.written(&[]);
+            return Ok(());
+        }
+        let mut writes = Vec::new();
+        for (r, area) in self.bitmap_areas.iter().enumerate() {
+            let Some(area) = area else { continue };
+            if !self.volume.member_is_current(r) {
+                continue;
+            }
+            for (at, bytes) in &blocks {
+                let mut b = Buf::zeroed(bytes.len());
+                b.copy_from_slice(bytes);
+                writes.push((r, area.offset + at, b.freeze()));
+            }
+        }
+        let results = join_all(
+            writes
+                .iter()
+                .map(|(r, at, b)| self.volume.member(*r).write(*at, b.clone(), true)),
+        )
+        .await;
+        let mut ok = false;
+        for ((r, _, _), res) in writes.iter().zip(results) {
+            match res {
+                Ok(()) => ok = true,
+                Err(e) => self.volume.fail_member(*r, &e.to_string()),
+            }
+        }
+        if !ok {
+            return Err(VolumeError::Unavailable {
+                reason: "no member could take the write-intent bitmap".into(),
+            });
+        }
+        intent.written(&blocks);
+        Ok(())
+    }
+
+    /// Before a write-type request: the records say dirty and its regions' bits are on disk.
+    async fn begin_write(&self, offset: u64, len: u64) -> VolumeResult<Option<Hold>> {
+        self.inflight.fetch_add(1, SeqCst);
+        if !self.dirty.load(SeqCst) {
+            let mut rec = self.recorded.lock().await;
+            if !self.dirty.load(SeqCst) {
+                rec.clean = false;
+                if let Err(e) = self.commit(&mut rec).await {
+                    self.inflight.fetch_sub(1, SeqCst);
+                    return Err(e);
+                }
+                self.dirty.store(true, SeqCst);
+            }
+        }
+        let Some(intent) = &self.intent else {
+            return Ok(None);
+        };
+        let (hold, missing) = intent.begin(offset, len);
+        if missing {
+            if let Err(e) = self.write_bitmap().await {
+                intent.end(hold);
+                self.inflight.fetch_sub(1, SeqCst);
+                return Err(e);
+            }
+            debug_assert!(intent.covered(&hold));
+        }
+        Ok(Some(hold))
+    }
+
+    async fn end_write<T>(&self, hold: Option<Hold>, r: VolumeResult<T>) -> VolumeResult<T> {
+        if let (Some(i), Some(h)) = (&self.intent, hold) {
+            i.end(h);
+        }
+        let recorded = self.record_failures().await;
+        self.inflight.fetch_sub(1, SeqCst);
+        let v = r?;
+        recorded?;
+        Ok(v)
+    }
+
+    pub async fn read(&self, offset: u64, len: u64) -> VolumeResult<Buf> {
+        self.volume.read(offset, len).await
+    }
+
+    /// [`Volume::write`], with the records dirty and the region's bit set first.
+    pub async fn write(&self, offset: u64, buf: Buf, fua: bool) -> VolumeResult<Buf> {
+        self.volume.check("write", offset, buf.len() as u64)?;
+        let hold = self.begin_write(offset, buf.len() as u64).await?;
+        let r = self.volume.write(offset, buf, fua).await;
+        self.end_write(hold, r).await
+    }
+
+    pub async fn trim(&self, offset: u64, len: u64) -> VolumeResult<()> {
+        if !self.in_range(offset, len) {
+            return self.volume.trim(offset, len).await;
+        }
+        let hold = self.begin_write(offset, len).await?;
+        let r = self.volume.trim(offset, len).await;
+        self.end_write(hold, r).await
+    }
+
+    pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> VolumeResult<()> {
+        if !self.in_range(offset, len) {
+            return self.volume.write_zeroes(offset, len, fua).await;
+        }
+        let hold = self.begin_write(offset, len).await?;
+        let r = self.volume.write_zeroes(offset, len, fua).await;
+        self.end_write(hold, r).await
+    }
+
+    /// A non-empty range inside the volume (others go straight to the volume, which refuses
+    /// them or does nothing).
+    fn in_range(&self, offset: u64, len: u64) -> bool {
+        len > 0
+            && offset
+                .checked_add(len)
+                .is_some_and(|e| e <= self.volume.capacity())
+    }
+
+    /// [`Volume::flush`]; afterwards the bits of regions no write touched since are cleared,
+    /// on disk too (so a crash later resyncs only what was written after this flush).
+    pub async fn flush(&self) -> VolumeResult<()> {
+        let epoch = self.intent.as_ref().map(Intent::flush_started);
+        let r = self.volume.flush().await;
+        self.record_failures().await?;
+        if self.flushed(epoch, r)? {
+            self.write_bitmap().await?;
+        }
+        Ok(())
+    }
+
+    /// After a volume flush that covered `epoch`: the bitmap drops what it made durable
+    /// (in memory; true when some bit went).
+    fn flushed(&self, epoch: Option<u64>, r: VolumeResult<()>) -> VolumeResult<bool> {
+        r?;
+        Ok(match (&self.intent, epoch) {
+            (Some(i), Some(e)) if !self.volume.is_degraded() => i.flushed(e),
+            _ => false,
+        })
+    }
+
+    /// Flushes and records the volume clean (orderly shutdown, or idle), unless a write is
+    /// in flight: then it stays dirty and `Ok(false)` says so.
+    pub async fn mark_clean(&self) -> VolumeResult<bool> {
+        let mut rec = self.recorded.lock().await;
+        if !self.dirty.load(SeqCst) {
+            return Ok(true);
+        }
+        // A writer counts itself in flight before it looks at `dirty`: once `dirty` is false
+        // and nothing is in flight, every new writer waits for the records (held here), so
+        // the flush below covers every write there was.
+        self.dirty.store(false, SeqCst);
+        if self.inflight.load(SeqCst) > 0 {
+            self.dirty.store(true, SeqCst);
+            return Ok(false);
+        }
+        let r = self.clean_locked(&mut rec).await;
+        if r.is_err() {
+            self.dirty.store(true, SeqCst);
+        }
+        r.map(|()| true)
+    }
+
+    async fn clean_locked(&self, rec: &mut Recorded) -> VolumeResult<()> {
+        let epoch = self.intent.as_ref().map(Intent::flush_started);
+        let r = self.volume.flush().await;
+        if self.volume.failed_count() != self.recorded_failed.load(SeqCst) {
+            self.commit(rec).await?;
+        }
+        self.flushed(epoch, r)?;
+        self.write_bitmap().await?;
+        rec.clean = true;
+        self.commit(rec).await
+    }
+}
+
+/// The first gap of `len` bytes (4 KiB aligned) in the per-volume metadata areas that no
+/// record on the member uses.
+fn free_area(sb: Option<&Superblock>, len: u64) -> Option<u64> {
+    let mut used: Vec<(u64, u64)> = sb
+        .map(|sb| {
+            sb.volumes
+                .iter()
+                .flat_map(|v| {
+                    [v.bitmap.map(|b| b.area), v.ppl, v.checksums]
+                        .into_iter()
+                        .flatten()
+                        .filter(|a| a.offset < METADATA_AREA_BYTES)
+                        .map(|a| (a.offset, a.offset + a.len))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    used.sort_unstable();
+    let mut at = AREAS_START;
+    for (s, e) in used {
+        if s >= at + len {
+            break;
+        }
+        at = at.max(e.next_multiple_of(4096));
+    }
+    (at + len <= METADATA_AREA_BYTES).then_some(at)
+}

@@ -1,0 +1,418 @@
+//! Power loss with superblocks: an array is created over simulated members, serves a seeded
+//! mix of requests (members may die within tolerance, and `mark_clean` runs now and then),
+//! loses power at a random point, and is opened again from what its members kept — by
+//! superblock, with the write-intent bitmap's resync — sometimes with one member deleted.
+//! Then: every write acknowledged before a completed flush reads back; the copies and parity
+//! agree (every readable subset of up to two more lost members reads the same bytes); and
+//! what the RAID 5/6 write hole may expose is counted (no journal or PPL yet).
+
+use super::disk::{DiskFaults, World, SECTOR_BYTES};
+use super::executor::{step_once, Executor};
+use super::history::{perform, History, Kind};
+use super::rng::Rng;
+use super::run::{
+    choose_failures, in_write_hole, pick_kind, pick_range, sim_members, write_hole_exposure,
+};
+use futures::future::join_all;
+use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta};
+use nbraid_core::{CacheMode, Member, ReadPolicy, Volume, VolumeOptions};
+use nbraid_layout::{Geometry, Node};
+use std::cell::RefCell;
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+const SECTOR: u64 = SECTOR_BYTES as u64;
+const STEP_LIMIT: u64 = 400_000;
+
+pub struct CrashCase {
+    pub name: &'static str,
+    /// Leaves start after the metadata area.
+    pub tree: Node,
+    pub members: usize,
+    pub member_len: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CrashStats {
+    pub runs: u64,
+    pub requests: u64,
+    pub crashes_mid_flight: u64,
+    pub reopened_dirty: u64,
+    pub reopened_with_stale: u64,
+    pub reopened_degraded: u64,
+    pub resynced_bytes: u64,
+    /// What full resyncs would have covered (capacity per dirty reopen).
+    pub full_resync_bytes: u64,
+    pub sectors_checked: u64,
+    pub sectors_write_hole: u64,
+    pub redundancy_views: u64,
+}
+
+impl CrashStats {
+    pub fn add(&mut self, o: &CrashStats) {
+        self.runs += o.runs;
+        self.requests += o.requests;
+        self.crashes_mid_flight += o.crashes_mid_flight;
+        self.reopened_dirty += o.reopened_dirty;
+        self.reopened_with_stale += o.reopened_with_stale;
+        self.reopened_degraded += o.reopened_degraded;
+        self.resynced_bytes += o.resynced_bytes;
+        self.full_resync_bytes += o.full_resync_bytes;
+        self.sectors_checked += o.sectors_checked;
+        self.sectors_write_hole += o.sectors_write_hole;
+        self.redundancy_views += o.redundancy_views;
+    }
+}
+
+/// Runs `fut` to completion, completing member operations in seeded random order.
+fn drive<T: 'static>(
+    world: &Arc<Mutex<World>>,
+    rng: &mut Rng,
+    fut: impl Future<Output = T> + 'static,
+) -> Result<T, String> {
+    let out = Rc::new(RefCell::new(None));
+    let mut exec = Executor::default();
+    let o = out.clone();
+    exec.spawn(async move {
+        *o.borrow_mut() = Some(fut.await);
+    });
+    let mut steps = 0u64;
+    while exec.live() > 0 {
+        if !step_once(&mut exec, world, rng) {
+            return Err("deadlock outside the request schedule".into());
+        }
+        steps += 1;
+        if steps > STEP_LIMIT {
+            return Err("an operation outside the schedule does not finish".into());
+        }
+    }
+    let v = out.borrow_mut().take();
+    v.ok_or_else(|| "task vanished".into())
+}
+
+struct Shared {
+    history: RefCell<History>,
+    violations: RefCell<Vec<String>>,
+}
+
+pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
+    let mut rng = Rng::new(seed);
+    let n = case.members;
+    let g = Geometry::from_tree(case.tree.clone());
+    let mut stats = CrashStats {
+        runs: 1,
+        ..CrashStats::default()
+    };
+    let width = g.full_stripe_width().unwrap_or(16 * 1024);
+    let cache = if rng.chance(500) {
+        CacheMode::WriteThrough
+    } else {
+        CacheMode::WriteBack {
+            bytes: width * (1 + rng.below(4)),
+        }
+    };
+    let opts = ArrayOptions {
+        volume: VolumeOptions {
+            read_policy: *rng.pick(&ReadPolicy::ALL),
+            cache,
+            cache_max_age: None,
+            ..VolumeOptions::default()
+        },
+        bitmap_chunk_bytes: Some(4096 << rng.below(3)),
+    };
+
+    let world = World::new(
+        vec![vec![0u8; case.member_len as usize]; n],
+        vec![DiskFaults::default(); n],
+    );
+    let members = sim_members(&world, n, case.member_len);
+    let (tree, o) = (case.tree.clone(), opts.clone());
+    let array = drive(&world, &mut rng, async move {
+        let metas = join_all(members.into_iter().map(MemberMeta::load)).await;
+        Array::create("sim", tree, metas, o, true, &|_, _| {}).await
+    })?
+    .map_err(|e| format!("create: {e}"))?
+    .0;
+    let array = Arc::new(array);
+    let capacity = array.volume().capacity();
+
+    // Faults within tolerance, from now on.
+    let steps = 300 + rng.below(1200);
+    let failing = if rng.chance(500) {
+        choose_failures(&mut rng, &g, n)
+    } else {
+        Vec::new()
+    };
+    {
+        let mut w = world.lock().expect("world");
+        for &m in &failing {
+            w.disks[m].faults = DiskFaults {
+                dies_at_step: rng.chance(700).then(|| rng.below(steps)),
+                read_error_per_mille: if rng.chance(500) { rng.below(60) } else { 0 },
+                flush_error_per_mille: if rng.chance(300) { rng.below(100) } else { 0 },
+            };
+        }
+    }
+    let torn = rng.chance(500);
+    let shared = Rc::new(Shared {
+        history: RefCell::new(History::new(capacity)),
+        violations: RefCell::new(Vec::new()),
+    });
+    let hot_base = rng.below(
+        (capacity / SECTOR)
+            .saturating_sub(2 * width / SECTOR)
+            .max(1),
+    ) * SECTOR;
+    let max_in_flight = 1 + rng.below(12) as usize;
+    let spawn_per_mille = 100 + rng.below(500);
+    let mix = [300, 400, 60, 100, 70, 70];
+    let mut exec = Executor::default();
+    let crash_mid_flight = rng.chance(750);
+    let mut step = 0u64;
+    loop {
+        let spawning = step < steps;
+        if !spawning && (crash_mid_flight || exec.live() == 0) {
+            break;
+        }
+        world.lock().expect("world").step = step;
+        if spawning && exec.live() < max_in_flight && rng.chance(spawn_per_mille) {
+            if rng.chance(20) {
+                // An idle point: the records go clean if nothing is in flight.
+                let a = array.clone();
+                let sh = shared.clone();
+                exec.spawn(async move {
+                    if let Err(e) = a.mark_clean().await {
+                        sh.violations
+                            .borrow_mut()
+                            .push(format!("mark_clean failed within tolerance: {e}"));
+                    }
+                });
+            } else {
+                let kind = pick_kind(&mut rng, &mix);
+                let (offset, len) = pick_range(&mut rng, capacity, width, hot_base);
+                spawn(&mut exec, &array, &shared, kind, offset, len);
+            }
+            stats.requests += 1;
+        }
+        if !step_once(&mut exec, &world, &mut rng) && exec.live() > 0 {
+            return Err(format!("deadlock at step {step}"));
+        }
+        if let Some(v) = shared.violations.borrow().first() {
+            return Err(v.clone());
+        }
+        step += 1;
+        if step > steps + STEP_LIMIT {
+            return Err("starvation".into());
+        }
+    }
+    stats.crashes_mid_flight += u64::from(exec.live() > 0);
+
+    // Power loss.
+    let images: Vec<Vec<u8>> = {
+        let w = world.lock().expect("world");
+        w.disks
+            .iter()
+            .map(|d| d.crash_image(&mut rng, torn))
+            .collect()
+    };
+    let lost_before: Vec<usize> = {
+        let w = world.lock().expect("world");
+        (0..n)
+            .filter(|&i| w.disks[i].dead || array.volume().member_is_failed(i))
+            .collect()
+    };
+    drop(exec);
+    drop(array);
+    // Sometimes a member that was fine is deleted before the restart.
+    let deleted = rng
+        .chance(250)
+        .then(|| {
+            (0..n).find(|m| {
+                !lost_before.contains(m) && g.survives(&[lost_before.clone(), vec![*m]].concat())
+            })
+        })
+        .flatten();
+
+    let world = World::new(images, vec![DiskFaults::default(); n]);
+    let members = sim_members(&world, n, case.member_len);
+    let (tree, o) = (case.tree.clone(), opts.clone());
+    let (array, report) = drive(&world, &mut rng, async move {
+        let mut metas = Vec::new();
+        for (i, m) in members.into_iter().enumerate() {
+            metas.push(if Some(i) == deleted {
+                None
+            } else {
+                Some(MemberMeta::load(m).await)
+            });
+        }
+        Array::open("sim", &tree, metas, o, &|_, _| {}).await
+    })?
+    .map_err(|e| {
+        format!("reopen after the crash (deleted {deleted:?}, lost {lost_before:?}): {e}")
+    })?;
+    let array = Arc::new(array);
+    if !report.was_clean {
+        stats.reopened_dirty += 1;
+        stats.full_resync_bytes += capacity;
+    }
+    stats.reopened_with_stale += u64::from(!report.resynced_roles.is_empty());
+    stats.resynced_bytes += report.resynced_bytes;
+    let not_current: Vec<usize> = (0..n)
+        .filter(|&i| !array.volume().member_is_current(i))
+        .collect();
+    stats.reopened_degraded += u64::from(!not_current.is_empty());
+
+    // Durability: read everything back.
+    let image = read_volume(&world, &mut rng, &array)?;
+    let history = shared.history.borrow();
+    // Chunks rebuilt from parity in stripes a crash may have torn: on members lost now, and
+    // on stale members rebuilt at the reopen.
+    let rebuilt: Vec<usize> = not_current
+        .iter()
+        .chain(&report.resynced_roles)
+        .copied()
+        .collect();
+    let exposed = write_hole_exposure(&g, &history, &rebuilt);
+    for (s, sector) in image.chunks(SECTOR_BYTES).enumerate() {
+        let s = s as u64;
+        if exposed
+            .as_ref()
+            .is_some_and(|e| in_write_hole(&g, e, &rebuilt, s))
+        {
+            stats.sectors_write_hole += 1;
+            continue;
+        }
+        history
+            .check_durable(s, sector)
+            .map_err(|e| format!("{e} (report {report:?})"))?;
+        stats.sectors_checked += 1;
+    }
+
+    // Redundancy agrees: every view that loses up to two more members reads the same bytes.
+    drop(array);
+    let others: Vec<usize> = (0..n).filter(|m| !not_current.contains(m)).collect();
+    let mut views = Vec::new();
+    for (i, &a) in others.iter().enumerate() {
+        views.push(vec![a]);
+        for &b in &others[i + 1..] {
+            views.push(vec![a, b]);
+        }
+    }
+    let baseline = read_view(&world, &mut rng, &g, case, &not_current)?;
+    for v in views {
+        let lost = [not_current.clone(), v].concat();
+        if !g.survives(&lost) {
+            continue;
+        }
+        let got = read_view(&world, &mut rng, &g, case, &lost)?;
+        if let Some(at) = (0..got.len()).find(|&i| got[i] != baseline[i]) {
+            let s = at / SECTOR_BYTES * SECTOR_BYTES;
+            let id = |b: &[u8]| u64::from_le_bytes(b[s..s + 8].try_into().expect("8"));
+            let ops: Vec<String> = history
+                .ops
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| o.offset <= at as u64 && (at as u64) < o.offset + o.len)
+                .map(|(i, o)| format!("{i}:{o:?}"))
+                .collect();
+            return Err(format!(
+                "writer ids seen {} vs {}; ops over the byte: {ops:?}; ",
+                id(&got),
+                id(&baseline)
+            ) + &format!(
+                "after the resync, the volume read without members {lost:?} differs at byte {at} from the read without {not_current:?}: copies or parity disagree (report {report:?})"
+            ));
+        }
+        stats.redundancy_views += 1;
+    }
+    Ok(stats)
+}
+
+fn spawn(
+    exec: &mut Executor,
+    array: &Arc<Array>,
+    shared: &Rc<Shared>,
+    kind: Kind,
+    offset: u64,
+    len: u64,
+) {
+    let (offset, len) = if kind == Kind::Flush {
+        (0, 0)
+    } else {
+        (offset, len)
+    };
+    let id = shared.history.borrow_mut().issue(kind, offset, len);
+    let a = array.clone();
+    let shared = shared.clone();
+    exec.spawn(async move {
+        let result = perform(&*a, id, kind, offset, len).await;
+        shared.history.borrow_mut().complete(id, result.is_ok());
+        let verdict = match &result {
+            Err(e) => Err(format!(
+                "op {id} ({kind:?} {offset}+{len}) failed within tolerance: {e}"
+            )),
+            Ok(Some(buf)) => shared.history.borrow().check_read(id, buf),
+            Ok(None) => Ok(()),
+        };
+        if let Err(v) = verdict {
+            shared.violations.borrow_mut().push(v);
+        }
+    });
+}
+
+fn read_volume(
+    world: &Arc<Mutex<World>>,
+    rng: &mut Rng,
+    array: &Arc<Array>,
+) -> Result<Vec<u8>, String> {
+    let a = array.clone();
+    drive(world, rng, async move {
+        let capacity = a.volume().capacity();
+        let piece = 16 * 1024;
+        let reads = (0..capacity).step_by(piece as usize).map(|at| {
+            let a = a.clone();
+            async move { a.read(at, piece.min(capacity - at)).await }
+        });
+        let mut out = Vec::with_capacity(capacity as usize);
+        for r in join_all(reads).await {
+            out.extend_from_slice(&r.map_err(|e| format!("read back: {e}"))?);
+        }
+        Ok(out)
+    })?
+}
+
+/// The volume's bytes as a plain volume over the same images reads them with `lost` failed.
+fn read_view(
+    world: &Arc<Mutex<World>>,
+    rng: &mut Rng,
+    g: &Geometry,
+    case: &CrashCase,
+    lost: &[usize],
+) -> Result<Vec<u8>, String> {
+    let members: Vec<Arc<dyn Member>> = sim_members(world, case.members, case.member_len);
+    let opts = VolumeOptions {
+        members_known_zero: true, // read-only view: parity taken as written
+        cache: CacheMode::WriteThrough,
+        ..VolumeOptions::default()
+    };
+    let vol = Arc::new(Volume::new(g.clone(), members, opts).map_err(|e| e.to_string())?);
+    for &m in lost {
+        vol.fail_member(m, "view");
+    }
+    drive(world, rng, async move {
+        let capacity = vol.capacity();
+        let mut out = Vec::with_capacity(capacity as usize);
+        let piece = 16 * 1024;
+        let mut at = 0;
+        while at < capacity {
+            let b = vol
+                .read(at, piece.min(capacity - at))
+                .await
+                .map_err(|e| format!("view read: {e}"))?;
+            out.extend_from_slice(&b);
+            at += piece;
+        }
+        Ok(out)
+    })?
+}
