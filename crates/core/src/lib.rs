@@ -21,6 +21,7 @@ pub mod raid;
 mod range_lock;
 pub mod read_policy;
 mod rng;
+pub mod simulated;
 pub mod split;
 pub mod stripe;
 pub mod timer;

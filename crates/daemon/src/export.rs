@@ -1,15 +1,22 @@
 //! The engine's volumes as NBD exports.
 
-use crate::nbd::proto::{STATE_HOLE, STATE_ZERO};
+use crate::nbd::proto::{MAX_PAYLOAD, STATE_HOLE, STATE_ZERO};
 use crate::nbd::{Export, Extent, PayloadBuf, ZeroFlags};
 use crate::zero_map::ZeroMap;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use nbraid_core::split::ZERO_WINDOW_BYTES;
-use nbraid_core::{Buf, Volume, VolumeError};
+use nbraid_core::{Buf, Volume, VolumeError, MAX_REQUEST_BYTES};
 use nbraid_layout::Node;
 use std::io;
 use std::sync::Arc;
+
+// Every read and write the server accepts (at most one payload) is one the engine accepts:
+// raising the NBD payload limit past the engine's request limit must not compile.
+const _: () = assert!(
+    MAX_PAYLOAD as u64 <= MAX_REQUEST_BYTES,
+    "the NBD payload limit exceeds the engine's request limit"
+);
 
 /// Whether zeroing `[offset, offset+len)` of the tree under `node` is fast: no parity group
 /// has to read or write data for it (a read-modify-write of a partial stripe), so every member
