@@ -12,6 +12,10 @@
 //! handshake_timeout = "30s"
 //! idle_timeout = "off"
 //! stall_timeout = "60s"
+//! tls = "off"                     # "optional" or "required" (NBD STARTTLS) on every listener
+//! tls_certificates = "pki"        # ca-cert.pem, server-cert.pem, server-key.pem
+//! tls_verify_clients = false      # require client certificates signed by ca-cert.pem
+//! insecure_listen = false         # consent to non-loopback TCP without TLS required
 //!
 //! [[member]]
 //! id = "d0"
@@ -66,6 +70,7 @@ mod raw;
 mod resolve;
 mod size;
 mod summary;
+mod tls;
 
 pub use error::{ConfigError, ErrorKind};
 pub use limits::{
@@ -75,6 +80,7 @@ pub use limits::{
 pub use listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP, NBD_PORT};
 pub use size::{format_size, format_size_exact, parse_size, HumanSize, SizeError, SIZE_UNITS_HELP};
 pub use summary::{table, MemberSummary, Summary, VolumeMemberSummary, VolumeSummary};
+pub use tls::{listener_policy, TlsMode, TlsSettings};
 
 pub use nbraid_layout::{CacheMode, ReadPolicy};
 
@@ -113,6 +119,8 @@ pub struct Config {
     pub listen: Vec<Listener>,
     /// The server's bounds (`[daemon]`: connections, request memory, timeouts), validated.
     pub limits: ServerLimits,
+    /// TLS for every listener (`[daemon] tls`, `tls_certificates`, ...).
+    pub tls: TlsSettings,
     /// Members in file order; volumes refer to them by index.
     pub members: Vec<Member>,
     /// Volumes in file order (also the order their regions were allocated in).

@@ -28,6 +28,10 @@ pub(crate) struct RawDaemon {
     pub handshake_timeout: Option<Spanned<RawSize>>,
     pub idle_timeout: Option<Spanned<RawSize>>,
     pub stall_timeout: Option<Spanned<RawSize>>,
+    pub tls: Option<Spanned<String>>,
+    pub tls_certificates: Option<Spanned<String>>,
+    pub tls_verify_clients: Option<bool>,
+    pub insecure_listen: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

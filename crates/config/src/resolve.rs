@@ -229,6 +229,7 @@ impl Cx<'_> {
     fn resolve(&self, raw: RawConfig, file: &Path) -> R<Config> {
         let listen = self.listen(&raw)?;
         let limits = super::limits::resolve(raw.daemon.as_ref().map(|d| d.get_ref()))?;
+        let tls = super::tls::resolve(raw.daemon.as_ref().map(|d| d.get_ref()), self.base)?;
         let mut members: Vec<Member> = Vec::new();
         let mut spans: Vec<Range<usize>> = Vec::new();
         let mut ids: Vec<Option<(u64, u64)>> = Vec::new();
@@ -274,6 +275,7 @@ impl Cx<'_> {
             file: file.to_path_buf(),
             listen,
             limits,
+            tls,
             members,
             volumes,
         })

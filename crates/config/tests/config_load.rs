@@ -473,3 +473,33 @@ stall_timeout = "5min"
     let c = parse(&format!("[daemon]\nidle_timeout = \"off\"\n{VOLUME}"));
     assert_eq!(c.limits.idle_timeout, None);
 }
+
+#[test]
+fn tls_settings_and_the_listener_policy() {
+    let volume = "[[member]]\nid = \"a\"\npath = \"tls-a.img\"\nsize = \"1GiB\"\n\
+                  [[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"a\"]\n";
+    let c = parse(&format!(
+        "[daemon]\nlisten = [\"tcp:0.0.0.0:10809\"]\ntls = \"required\"\n\
+         tls_certificates = \"pki\"\ntls_verify_clients = true\n{volume}"
+    ));
+    assert_eq!(c.tls.mode, config::TlsMode::Required);
+    assert_eq!(c.tls.certificates.as_deref(), Some(Path::new("etc/pki")));
+    assert!(c.tls.verify_clients);
+    assert_eq!(config::listener_policy(&c.listen[0], &c.tls), Ok(None));
+
+    let open = parse(&format!(
+        "[daemon]\nlisten = [\"tcp:0.0.0.0:10809\"]\n{volume}"
+    ));
+    let why = config::listener_policy(&open.listen[0], &open.tls).unwrap_err();
+    assert!(why.contains("insecure_listen"), "{why}");
+
+    for (bad, says) in [
+        ("tls = \"maybe\"", "not valid"),
+        ("tls = \"required\"", "tls_certificates"),
+    ] {
+        let e = config::parse(&format!("[daemon]\n{bad}\n{volume}"), Path::new("x.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}

@@ -3,7 +3,7 @@
 
 use crate::assemble::assemble;
 use crate::export::VolumeExport;
-use crate::nbd::{proto::MAX_PAYLOAD, Export, Limits, Listener, Server};
+use crate::nbd::{proto::MAX_PAYLOAD, Export, Limits, Listener, Server, ServerTls, TlsMode};
 use anyhow::{Context, Result};
 use nbraid_config::{self as config, Config, Listener as ConfigListener, ServerLimits};
 use std::path::Path;
@@ -31,6 +31,34 @@ pub fn server_limits(config: &ServerLimits) -> Limits {
     }
 }
 
+/// The listeners' TLS from `[daemon]`: certificates loaded, every listener checked against
+/// the safe default (non-loopback TCP needs TLS required, or the config's explicit consent,
+/// which is printed as a warning).
+pub fn server_tls(config: &Config) -> Result<ServerTls> {
+    for l in &config.listen {
+        match config::listener_policy(l, &config.tls) {
+            Ok(None) => {}
+            Ok(Some(warning)) => {
+                tracing::warn!("{warning}");
+                eprintln!("nbraidd: {warning}");
+            }
+            Err(why) => anyhow::bail!("{}: refusing to start: {why}", config.file.display()),
+        }
+    }
+    let mode = match config.tls.mode {
+        config::TlsMode::Off => return Ok(ServerTls::off()),
+        config::TlsMode::Optional => TlsMode::Optional,
+        config::TlsMode::Required => TlsMode::Required,
+    };
+    let dir = config
+        .tls
+        .certificates
+        .as_deref()
+        .context("tls needs tls_certificates")?;
+    ServerTls::from_dir(mode, dir, config.tls.verify_clients)
+        .with_context(|| format!("loading the TLS certificates in {}", dir.display()))
+}
+
 /// Runs the daemon on the config at `path`; returns when stopped by a signal.
 pub fn run(path: &Path) -> Result<()> {
     let config = config::load(path)?;
@@ -43,6 +71,7 @@ pub fn run(path: &Path) -> Result<()> {
 }
 
 async fn serve(config: Config) -> Result<()> {
+    let tls = server_tls(&config)?;
     let volumes = assemble(&config)?;
     let exports: Vec<(String, Arc<dyn Export>)> = volumes
         .into_iter()
@@ -75,7 +104,14 @@ async fn serve(config: Config) -> Result<()> {
         config.file.display()
     );
     for name in &names {
-        let uris: Vec<String> = listeners.iter().map(|l| l.uri(name)).collect();
+        let uris: Vec<String> = listeners
+            .iter()
+            .map(|l| match tls.mode {
+                // Clients must upgrade: say so in the scheme (nbds://, nbds+unix://).
+                TlsMode::Required => l.uri(name).replacen("nbd", "nbds", 1),
+                _ => l.uri(name),
+            })
+            .collect();
         println!("  {name}: {}", uris.join("  "));
     }
 
@@ -83,7 +119,8 @@ async fn serve(config: Config) -> Result<()> {
         .into_iter()
         .map(|l| {
             let s = server.clone();
-            tokio::spawn(async move { s.serve(l).await })
+            let tls = tls.clone();
+            tokio::spawn(async move { s.serve_with_tls(l, tls).await })
         })
         .collect();
 

@@ -56,9 +56,16 @@ async fn fast_zero_fails_at_once_where_zeroing_needs_parity_work() {
             structured,
             ..Negotiation::default()
         };
-        let c = Client::handshake(a, "r5", &ConnectOptions { negotiation })
-            .await
-            .unwrap();
+        let c = Client::handshake(
+            a,
+            "r5",
+            &ConnectOptions {
+                negotiation,
+                ..ConnectOptions::default()
+            },
+        )
+        .await
+        .unwrap();
         assert!(c.info().has(TFLAG_SEND_FAST_ZERO));
         let data = pattern(4 * STRIPE as usize, 3);
         c.write(0, Bytes::from(data.clone())).await.unwrap();

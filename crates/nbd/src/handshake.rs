@@ -7,6 +7,7 @@ use tokio::sync::watch;
 use super::proto::*;
 use super::server::{shutdown_signalled, Shared};
 use super::{ConnError, Export};
+use crate::tls::TlsMode;
 
 /// Option data this server reads into memory; longer options are discarded unread.
 const MAX_OPTION_DATA: u32 = 64 * 1024;
@@ -37,6 +38,17 @@ pub(crate) enum Outcome {
     Transmission(Negotiated),
     /// The client aborted, or the server is shutting down.
     Closed,
+    /// `NBD_OPT_STARTTLS` was acknowledged: the TLS handshake comes next, then the options
+    /// again from a clean state.
+    StartTls,
+}
+
+/// Where a connection stands with TLS.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TlsPhase {
+    pub mode: TlsMode,
+    /// The connection runs over TLS now (after `NBD_OPT_STARTTLS`).
+    pub active: bool,
 }
 
 /// Transmission flags for `export`, identical for `NBD_OPT_INFO`, `NBD_OPT_GO` and
@@ -74,30 +86,37 @@ pub(crate) async fn negotiate<R, W>(
     r: &mut R,
     w: &mut W,
     shutdown: &mut watch::Receiver<bool>,
+    tls: TlsPhase,
+    no_zeroes: &mut bool,
 ) -> Result<Outcome, ConnError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut greeting = [0u8; 18];
-    greeting[0..8].copy_from_slice(&NBDMAGIC.to_be_bytes());
-    greeting[8..16].copy_from_slice(&IHAVEOPT.to_be_bytes());
-    greeting[16..18].copy_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
-    w.write_all(&greeting).await?;
-    w.flush().await?;
+    // After STARTTLS the options simply continue: no second greeting.
+    if !tls.active {
+        let mut greeting = [0u8; 18];
+        greeting[0..8].copy_from_slice(&NBDMAGIC.to_be_bytes());
+        greeting[8..16].copy_from_slice(&IHAVEOPT.to_be_bytes());
+        greeting[16..18].copy_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+        w.write_all(&greeting).await?;
+        w.flush().await?;
 
-    let client_flags = tokio::select! {
-        biased;
-        _ = shutdown_signalled(shutdown) => return Ok(Outcome::Closed),
-        f = r.read_u32() => f?,
-    };
-    if client_flags & !KNOWN_CLIENT_FLAGS != 0 {
-        return Err(ConnError::UnknownClientFlags(client_flags));
+        let client_flags = tokio::select! {
+            biased;
+            _ = shutdown_signalled(shutdown) => return Ok(Outcome::Closed),
+            f = r.read_u32() => f?,
+        };
+        if client_flags & !KNOWN_CLIENT_FLAGS != 0 {
+            return Err(ConnError::UnknownClientFlags(client_flags));
+        }
+        *no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
     }
+    // Everything negotiated before STARTTLS is forgotten (the spec's MUST).
     let mut st = State {
         structured: false,
         meta: None,
-        no_zeroes: client_flags & FLAG_C_NO_ZEROES != 0,
+        no_zeroes: *no_zeroes,
     };
 
     for _ in 0..MAX_OPTIONS {
@@ -143,6 +162,22 @@ where
                     continue;
                 }
             }
+        }
+
+        if tls.mode == TlsMode::Required && !tls.active && !matches!(opt, OPT_STARTTLS | OPT_ABORT)
+        {
+            if opt == OPT_EXPORT_NAME {
+                // It cannot be answered with an error: the connection ends.
+                return Err(ConnError::TlsRequired);
+            }
+            send(
+                w,
+                opt,
+                REP_ERR_TLS_REQD,
+                b"TLS is required: send NBD_OPT_STARTTLS first",
+            )
+            .await?;
+            continue;
         }
 
         match opt {
@@ -295,7 +330,19 @@ where
                 }
                 send(w, opt, REP_ACK, &[]).await?;
             }
-            OPT_STARTTLS => send(w, opt, REP_ERR_UNSUP, b"TLS is not supported").await?,
+            OPT_STARTTLS => {
+                let (rep, msg): (u32, &[u8]) = if tls.mode == TlsMode::Off {
+                    (REP_ERR_UNSUP, b"TLS is not configured on this listener")
+                } else if tls.active {
+                    (REP_ERR_INVALID, b"TLS is already active")
+                } else if !data.is_empty() {
+                    (REP_ERR_INVALID, b"NBD_OPT_STARTTLS takes no data")
+                } else {
+                    send(w, opt, REP_ACK, &[]).await?;
+                    return Ok(Outcome::StartTls);
+                };
+                send(w, opt, rep, msg).await?;
+            }
             _ => send(w, opt, REP_ERR_UNSUP, b"option not supported").await?,
         }
     }
@@ -366,6 +413,7 @@ fn is_known_option(opt: u32) -> bool {
         OPT_EXPORT_NAME
             | OPT_ABORT
             | OPT_LIST
+            | OPT_STARTTLS
             | OPT_INFO
             | OPT_GO
             | OPT_STRUCTURED_REPLY

@@ -53,6 +53,7 @@ mod handshake;
 mod limits;
 pub mod proto;
 mod server;
+pub mod tls;
 mod transmission;
 mod unaligned;
 
@@ -62,6 +63,7 @@ mod tests;
 pub use export::{errno_for, Export, Extent, MemoryExport, PayloadBuf, ReadData, ZeroFlags};
 pub use limits::{Limits, REQUEST_COST_MIN};
 pub use server::{advertised_preferred, Listener, Server, ServerError};
+pub use tls::{ClientTls, ServerTls, TlsError, TlsMode};
 
 /// Why a connection ended other than by the client's clean disconnect.
 #[derive(Debug, thiserror::Error)]
@@ -90,4 +92,8 @@ pub enum ConnError {
     Stalled(&'static str, u64),
     #[error("refused: {0}")]
     Refused(String),
+    #[error("the client asked for an export without TLS on a listener that requires it")]
+    TlsRequired,
+    #[error("TLS handshake: {0}")]
+    Tls(String),
 }

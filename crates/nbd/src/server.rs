@@ -16,11 +16,12 @@ use crate::unaligned::BlockLocks;
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::{AbortHandle, JoinHandle};
 
-use super::handshake::{self, Outcome};
+use super::handshake::{self, Outcome, TlsPhase};
 use super::limits::Limits;
 use super::proto::{MAX_PAYLOAD, MAX_STRING};
 use super::transmission;
 use super::{ConnError, Export};
+use crate::tls::{ServerTls, TlsMode};
 
 /// Refused connections being told so at once; beyond this many, a connection over the limit
 /// is closed without a word (a flood must not cost more than the connections it floods).
@@ -357,6 +358,11 @@ impl Server {
     /// Accepts connections on `listener` until [`Server::shutdown`] begins; each connection
     /// runs as its own task. A Unix socket file is removed when the loop ends.
     pub async fn serve(&self, listener: Listener) {
+        self.serve_with_tls(listener, ServerTls::off()).await
+    }
+
+    /// Like [`Server::serve`], with `tls` on this listener (see [`TlsMode`]).
+    pub async fn serve_with_tls(&self, listener: Listener, tls: ServerTls) {
         let mut stop = self.shared.shutdown.subscribe();
         loop {
             let accepted = tokio::select! {
@@ -365,6 +371,13 @@ impl Server {
                 a = accept_one(&listener) => a,
             };
             match accepted {
+                Ok(Accepted::Unix(s)) if tls.mode != TlsMode::Off => {
+                    self.spawn_tls(s, tls.clone());
+                }
+                Ok(Accepted::Tcp(s)) if tls.mode != TlsMode::Off => {
+                    let _ = s.set_nodelay(true);
+                    self.spawn_tls(s, tls.clone());
+                }
                 Ok(Accepted::Unix(s)) => {
                     let (r, w) = s.into_split();
                     self.spawn_halves(r, w);
@@ -396,6 +409,21 @@ impl Server {
         self.spawn_halves(r, w)
     }
 
+    /// Serves one already-connected stream with `tls` (see [`TlsMode`]), as its own task.
+    pub fn spawn_tls<S>(&self, stream: S, tls: ServerTls) -> JoinHandle<Result<(), ConnError>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Some(guard) = ConnGuard::try_new(&self.shared) else {
+            let (r, w) = tokio::io::split(stream);
+            return self.refuse(r, w);
+        };
+        let shared = self.shared.clone();
+        self.track(guard, async move {
+            run_tls_connection(&shared, stream, tls).await
+        })
+    }
+
     fn spawn_halves<R, W>(&self, r: R, w: W) -> JoinHandle<Result<(), ConnError>>
     where
         R: AsyncRead + Unpin + Send + 'static,
@@ -404,10 +432,18 @@ impl Server {
         let Some(guard) = ConnGuard::try_new(&self.shared) else {
             return self.refuse(r, w);
         };
-        let id = guard.id;
         let shared = self.shared.clone();
+        self.track(guard, async move { run_connection(&shared, r, w).await })
+    }
+
+    /// Runs a connection's task, counted by `guard` and abortable at shutdown.
+    fn track<F>(&self, guard: ConnGuard, conn: F) -> JoinHandle<Result<(), ConnError>>
+    where
+        F: std::future::Future<Output = Result<(), ConnError>> + Send + 'static,
+    {
+        let id = guard.id;
         let handle = tokio::spawn(async move {
-            let res = run_connection(&shared, r, w).await;
+            let res = conn.await;
             match &res {
                 Ok(()) => tracing::debug!("connection closed"),
                 Err(e) => tracing::info!("connection ended: {e}"),
@@ -563,10 +599,31 @@ where
     let mut stop = shared.shutdown.subscribe();
     let mut r = BufReader::with_capacity(128 * 1024, r);
     let mut w = BufWriter::with_capacity(64 * 1024, w);
-    let negotiation = handshake::negotiate(shared, &mut r, &mut w, &mut stop);
+    let phase = TlsPhase {
+        mode: TlsMode::Off,
+        active: false,
+    };
+    let mut no_zeroes = false;
+    let negotiation =
+        handshake::negotiate(shared, &mut r, &mut w, &mut stop, phase, &mut no_zeroes);
     let outcome = tokio::time::timeout(shared.limits.handshake_timeout, negotiation)
         .await
         .map_err(|_| ConnError::HandshakeTimeout)??;
+    finish_handshake(shared, outcome, r, w, &mut stop).await
+}
+
+/// Closes, or serves the transmission phase, once the options are done.
+async fn finish_handshake<R, W>(
+    shared: &Arc<Shared>,
+    outcome: Outcome,
+    r: BufReader<R>,
+    mut w: BufWriter<W>,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<(), ConnError>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     match outcome {
         Outcome::Closed => {
             let _ = w.shutdown().await;
@@ -576,7 +633,67 @@ where
             // The handshake flushed every reply: nothing is left in the buffer. The
             // transmission phase batches its own writes.
             let w = w.into_inner();
-            transmission::serve(shared, neg, r, w, &mut stop).await
+            transmission::serve(shared, neg, r, w, stop).await
         }
+        Outcome::StartTls => Err(ConnError::Tls("STARTTLS where TLS is off".into())),
     }
+}
+
+fn timed<T>(r: Result<Result<T, ConnError>, tokio::time::error::Elapsed>) -> Result<T, ConnError> {
+    r.unwrap_or(Err(ConnError::HandshakeTimeout))
+}
+
+/// A connection on a listener with TLS: options in the clear up to `NBD_OPT_STARTTLS` (all
+/// refused but that one in required mode), the TLS handshake, then the options again from a
+/// clean state over TLS. The handshake timeout covers all of it.
+async fn run_tls_connection<S>(shared: &Arc<Shared>, s: S, tls: ServerTls) -> Result<(), ConnError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let deadline = tokio::time::Instant::now() + shared.limits.handshake_timeout;
+    let mut stop = shared.shutdown.subscribe();
+    let (r, w) = tokio::io::split(s);
+    let mut r = BufReader::with_capacity(128 * 1024, r);
+    let mut w = BufWriter::with_capacity(64 * 1024, w);
+    let mut no_zeroes = false;
+    let clear = TlsPhase {
+        mode: tls.mode,
+        active: false,
+    };
+    let negotiation =
+        handshake::negotiate(shared, &mut r, &mut w, &mut stop, clear, &mut no_zeroes);
+    let outcome = timed(tokio::time::timeout_at(deadline, negotiation).await)?;
+    if !matches!(outcome, Outcome::StartTls) {
+        return finish_handshake(shared, outcome, r, w, &mut stop).await;
+    }
+    // The client waits for the ACK before its ClientHello: anything already buffered is a
+    // client sending in the clear what should have been encrypted.
+    if !r.buffer().is_empty() {
+        return Err(ConnError::Tls("data sent before the TLS handshake".into()));
+    }
+    let acceptor = tls
+        .acceptor
+        .clone()
+        .ok_or_else(|| ConnError::Tls("no certificate configured".into()))?;
+    let plain = r.into_inner().unsplit(w.into_inner());
+    let secured = timed(
+        tokio::time::timeout_at(deadline, async {
+            acceptor
+                .accept(plain)
+                .await
+                .map_err(|e| ConnError::Tls(e.to_string()))
+        })
+        .await,
+    )?;
+    let (r, w) = tokio::io::split(secured);
+    let mut r = BufReader::with_capacity(128 * 1024, r);
+    let mut w = BufWriter::with_capacity(64 * 1024, w);
+    let over_tls = TlsPhase {
+        mode: tls.mode,
+        active: true,
+    };
+    let negotiation =
+        handshake::negotiate(shared, &mut r, &mut w, &mut stop, over_tls, &mut no_zeroes);
+    let outcome = timed(tokio::time::timeout_at(deadline, negotiation).await)?;
+    finish_handshake(shared, outcome, r, w, &mut stop).await
 }

@@ -37,7 +37,10 @@ fn server(exports: Vec<(&str, Arc<dyn Export>)>) -> Server {
 async fn pipe(server: &Server, export: &str, how: Negotiation) -> Result<Client, ClientError> {
     let (a, b) = tokio::io::duplex(4 << 20);
     server.spawn_connection(b);
-    let opts = ConnectOptions { negotiation: how };
+    let opts = ConnectOptions {
+        negotiation: how,
+        ..ConnectOptions::default()
+    };
     bounded(Client::handshake(a, export, &opts)).await
 }
 

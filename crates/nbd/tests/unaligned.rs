@@ -100,6 +100,7 @@ async fn byte_client(uri: &str) -> Client {
             block_size: false,
             ..Negotiation::default()
         },
+        ..ConnectOptions::default()
     };
     let c = Client::connect_with(&nbraid_nbd::client::Uri::parse(uri).unwrap(), &opts)
         .await

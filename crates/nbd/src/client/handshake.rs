@@ -198,6 +198,19 @@ async fn simple_option<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
+/// `NBD_OPT_STARTTLS`: `Ok(())` once the server agreed; the TLS handshake follows on the same
+/// stream.
+pub(crate) async fn starttls<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+) -> Result<(), ClientError> {
+    send_option(s, OPT_STARTTLS, &[]).await?;
+    let r = read_reply(s, OPT_STARTTLS).await?;
+    if r.typ != REP_ACK {
+        return Err(refused("STARTTLS", &r));
+    }
+    Ok(())
+}
+
 /// From after the greeting (and TLS) to the transmission phase.
 pub(crate) async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
     s: &mut S,

@@ -43,6 +43,8 @@ pub use error::{errno_name, reply_name, ClientError};
 pub use handshake::{ExportInfo, ExportListing, Negotiation};
 pub use uri::{Address, Uri};
 
+use crate::tls::ClientTls;
+
 use crate::export::{Extent, ZeroFlags};
 use crate::proto::*;
 use crate::transmission::write_slices;
@@ -68,6 +70,9 @@ const DISC: [u8; REQUEST_HEADER_LEN] = RequestHeader {
 #[derive(Debug, Clone, Default)]
 pub struct ConnectOptions {
     pub negotiation: Negotiation,
+    /// Upgrade with `NBD_OPT_STARTTLS` before anything else. `nbds` URIs need it, or a
+    /// `tls-certificates=DIR` parameter (see [`ClientTls::from_dir`]).
+    pub tls: Option<ClientTls>,
 }
 
 /// A connection to one export. Clones share the connection.
@@ -162,15 +167,38 @@ pub async fn list_exports(uri: &str) -> Result<Vec<ExportListing>, ClientError> 
     let uri = Uri::parse(uri)?;
     let mut s = open(&uri).await?;
     handshake::greet(&mut s).await?;
+    let mut s = secure(s, &uri, &ConnectOptions::default()).await?;
     handshake::list(&mut s).await
 }
 
+/// Runs `NBD_OPT_STARTTLS` and the TLS handshake when the URI or the options ask for TLS.
+async fn secure(
+    mut s: Box<dyn Stream>,
+    uri: &Uri,
+    opts: &ConnectOptions,
+) -> Result<Box<dyn Stream>, ClientError> {
+    let tls = match (&opts.tls, uri.param("tls-certificates")) {
+        (Some(t), _) => t.clone(),
+        (None, Some(dir)) => ClientTls::from_dir(std::path::Path::new(dir))
+            .map_err(|e| ClientError::Tls(e.to_string()))?,
+        (None, None) if uri.tls => {
+            return Err(ClientError::Tls(
+                "an nbds:// URI needs tls-certificates=DIR (or TLS settings)".into(),
+            ))
+        }
+        (None, None) => return Ok(s),
+    };
+    let host = match (&uri.address, uri.param("tls-hostname")) {
+        (_, Some(h)) => h.to_string(),
+        (Address::Tcp { host, .. }, None) => host.clone(),
+        (Address::Unix(_), None) => "localhost".to_string(),
+    };
+    handshake::starttls(&mut s).await?;
+    let secured = tls.connect_raw(&host, s).await.map_err(ClientError::Tls)?;
+    Ok(Box::new(secured))
+}
+
 async fn open(uri: &Uri) -> Result<Box<dyn Stream>, ClientError> {
-    if uri.tls {
-        return Err(ClientError::Tls(
-            "nbds:// URIs need a client built with TLS settings".into(),
-        ));
-    }
     match &uri.address {
         Address::Tcp { host, port } => {
             let s = tokio::net::TcpStream::connect((host.as_str(), *port))
@@ -202,8 +230,12 @@ impl Client {
 
     /// Connects with explicit options.
     pub async fn connect_with(uri: &Uri, opts: &ConnectOptions) -> Result<Client, ClientError> {
-        let s = open(uri).await?;
-        Self::handshake(s, &uri.export, opts).await
+        let mut s = open(uri).await?;
+        let no_zeroes = handshake::greet(&mut s).await?;
+        let mut s = secure(s, uri, opts).await?;
+        let info = handshake::negotiate(&mut s, &uri.export, no_zeroes, &opts.negotiation).await?;
+        let (r, w) = tokio::io::split(s);
+        Ok(Self::start(info, Box::new(r), Box::new(w)))
     }
 
     /// Runs the handshake for `export` over an already-connected stream.
