@@ -6,7 +6,7 @@
 //! `mod.rs` (this essay, the node and its `ArrayNode` impl), `plan.rs` (pure decisions:
 //! [`choose`], [`plan_write`], recovery patterns), `write.rs` (the executor of a write plan,
 //! salvage, whole-stripe zeroing), `read.rs` (direct and degraded reads, the recently rebuilt
-//! stripes, read repair), `cache.rs` (the write-back stripe cache), `sync.rs` (which stripes'
+//! stripes, read repair), `cache.rs` (the write-back stripe cache), `scrub.rs` (checking and repairing stripes), `sync.rs` (which stripes'
 //! parity is known in sync or stale; resync), `flusher.rs` (the background destage thread).
 //!
 //! # Ordering
@@ -86,6 +86,7 @@ mod cache;
 mod flusher;
 mod plan;
 mod read;
+mod scrub;
 mod sync;
 mod write;
 
@@ -358,6 +359,15 @@ impl ArrayNode for ParityCore {
         }
         .boxed()
     }
+
+    fn scrub_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        pass: &'a crate::scrub::ScrubPass<'a>,
+    ) -> BoxFuture<'a, VolumeResult<()>> {
+        self.scrub_stripes(offset, len, pass).boxed()
+    }
 }
 
 /// A RAID 5/6 group: the engine node (see the module docs).
@@ -421,6 +431,14 @@ impl ArrayNode for ParityNode {
     }
     fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
         ArrayNode::resync(&*self.core)
+    }
+    fn scrub_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        pass: &'a crate::scrub::ScrubPass<'a>,
+    ) -> BoxFuture<'a, VolumeResult<()>> {
+        self.core.scrub_range(offset, len, pass)
     }
 }
 
