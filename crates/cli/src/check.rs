@@ -2,7 +2,7 @@
 
 use crate::diagram;
 use anyhow::Result;
-use nbraid_daemon::config::{self, ConfigError};
+use nbraid_config::{self as config, ConfigError};
 use std::fmt;
 use std::path::Path;
 

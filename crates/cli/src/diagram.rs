@@ -2,7 +2,7 @@
 //! cells named the way RAID articles name them (`D0 D1 P0`; mirrors repeat the chunk number
 //! in each copy).
 
-use nbraid_daemon::config::{format_size, format_size_exact, Config, Volume};
+use nbraid_config::{format_size, format_size_exact, Config, Volume};
 use nbraid_layout::{Level, Role};
 
 /// The grid for `volume`: `rows` strip rows (default one parity rotation, at least 4).

@@ -2,9 +2,11 @@
 //!
 //! Checks and explains array configs (`check`), shows where a volume's bytes live (`map`) and
 //! creates missing member files (`create`). It parses arguments and prints; the config rules
-//! live in `nbraid_daemon::config`, the geometry in `nbraid_layout`.
+//! live in `nbraid_config`, the geometry in `nbraid_layout`. It does not contain the server:
+//! `nbraid serve` runs the `nbraidd` binary installed beside it ([`serve`]).
 
 mod check;
+mod create;
 mod diagram;
 mod map;
 
@@ -86,11 +88,8 @@ fn main() -> ExitCode {
             length,
             json,
         } => map::run(&file, &volume, &offset, length.as_deref(), json),
-        Command::Create { file } => create(&file),
-        Command::Serve { file, log_level } => {
-            nbraid_daemon::logging::init(&log_level);
-            nbraid_daemon::serve::run(&file).map(|()| String::new())
-        }
+        Command::Create { file } => create::run(&file),
+        Command::Serve { file, log_level } => serve(&file, &log_level),
     };
     match result {
         Ok(out) => {
@@ -113,45 +112,27 @@ fn print_out(out: &str) {
     let _ = std::io::stdout().lock().write_all(out.as_bytes());
 }
 
-fn create(file: &std::path::Path) -> Result<String> {
-    use nbraid_daemon::config::MemberState;
-    let config = nbraid_daemon::config::load(file)?;
-    // Refuse while a daemon (or anything else) holds a member: hold every existing member
-    // exclusively, as nbraidd does, until the new ones are created.
-    let _held = config
-        .members
-        .iter()
-        .filter(|m| {
-            matches!(
-                m.state,
-                MemberState::File { .. } | MemberState::BlockDevice { .. }
-            )
-        })
-        .map(|m| {
-            nbraid_core::exclusive::open_exclusive(&m.path, false)
-                .with_context(|| format!("member {} ({})", m.id, m.path.display()))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let created = config.create_missing_members()?;
-    let mut out = String::new();
-    for p in &created {
-        out.push_str(&format!("created {}\n", p.display()));
-    }
-    let left: Vec<_> = config
-        .members
-        .iter()
-        .enumerate()
-        .filter(|(i, m)| m.state == MemberState::Missing && !config.may_create(*i))
-        .collect();
-    for (_, m) in &left {
-        out.push_str(&format!(
-            "not created {} (member {}): a volume on it has data; an empty file would stand in for it, so it runs degraded until the member is restored or replaced\n",
-            m.path.display(),
-            m.id
-        ));
-    }
-    if created.is_empty() && left.is_empty() {
-        out.push_str(&format!("all {} members exist\n", config.members.len()));
-    }
-    Ok(out)
+/// `nbraid serve`: replaces this process with `nbraidd --config FILE` (same pid, so signals and
+/// process supervisors see the daemon itself). `nbraidd` is looked for beside this binary
+/// (where cargo and `cargo install` put both), then in PATH.
+fn serve(file: &std::path::Path, log_level: &str) -> Result<String> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("finding the nbraid binary")?;
+    let beside = exe.with_file_name("nbraidd");
+    let daemon = if beside.is_file() {
+        beside
+    } else {
+        PathBuf::from("nbraidd")
+    };
+    let e = std::process::Command::new(&daemon)
+        .arg("--config")
+        .arg(file)
+        .args(["--log-level", log_level])
+        .exec();
+    Err(e).with_context(|| {
+        format!(
+            "running {} (nbraid serve runs nbraidd, the daemon binary: build it with              `cargo build --bin nbraidd` or install it beside nbraid or in PATH)",
+            daemon.display()
+        )
+    })
 }

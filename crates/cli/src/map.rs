@@ -2,7 +2,7 @@
 
 use crate::diagram::describe;
 use anyhow::{anyhow, Context, Result};
-use nbraid_daemon::config::{self, format_size, parse_size};
+use nbraid_config::{self as config, format_size, parse_size};
 use nbraid_layout::{Extent, Role};
 use serde::Serialize;
 use std::path::Path;

@@ -332,6 +332,13 @@ fn create_refuses_members_a_daemon_holds() {
     std::fs::write(dir.path().join("r5.toml"), config).unwrap();
     let o = nbraid(&["create", "r5.toml"], dir.path());
     assert!(o.status.success(), "{}", stderr(&o));
+    // `nbraid serve` runs the nbraidd beside it: built by `cargo test --workspace` (scripts/test).
+    let nbraidd = Path::new(env!("CARGO_BIN_EXE_nbraid")).with_file_name("nbraidd");
+    assert!(
+        nbraidd.is_file(),
+        "{} is not built: run `cargo build --bin nbraidd` (or `cargo test --workspace`)",
+        nbraidd.display()
+    );
     let mut daemon = Command::new(env!("CARGO_BIN_EXE_nbraid"))
         .args(["serve", "r5.toml", "--log-level", "warn"])
         .current_dir(dir.path())

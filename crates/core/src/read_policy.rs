@@ -14,50 +14,7 @@
 //! - `nearest`: the copy whose last read ended closest to the request (spinning disks; md's
 //!   `read_balance` head-position rule), ties broken by fewest pending.
 
-use std::fmt;
-use std::str::FromStr;
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum ReadPolicy {
-    RoundRobin,
-    #[default]
-    LeastPending,
-    Nearest,
-}
-
-impl ReadPolicy {
-    pub const ALL: [ReadPolicy; 3] = [
-        ReadPolicy::RoundRobin,
-        ReadPolicy::LeastPending,
-        ReadPolicy::Nearest,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ReadPolicy::RoundRobin => "round-robin",
-            ReadPolicy::LeastPending => "least-pending",
-            ReadPolicy::Nearest => "nearest",
-        }
-    }
-}
-
-impl fmt::Display for ReadPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for ReadPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        ReadPolicy::ALL
-            .into_iter()
-            .find(|p| p.name() == s)
-            .ok_or_else(|| {
-                format!("unknown read policy `{s}`; valid: round-robin, least-pending, nearest")
-            })
-    }
-}
+pub use nbraid_layout::ReadPolicy;
 
 /// What the chooser knows about one copy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -194,15 +151,6 @@ mod tests {
             };
             n
         ]
-    }
-
-    #[test]
-    fn names_round_trip() {
-        for p in ReadPolicy::ALL {
-            assert_eq!(p.name().parse::<ReadPolicy>(), Ok(p));
-        }
-        let e = "fastest".parse::<ReadPolicy>().unwrap_err();
-        assert!(e.contains("round-robin, least-pending, nearest"), "{e}");
     }
 
     #[test]

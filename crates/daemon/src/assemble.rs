@@ -9,11 +9,11 @@
 //! that already has data is never recreated: the volume starts degraded without it, or refuses
 //! to start when that is beyond its fault tolerance.
 
-use crate::config::{self, Config, MemberState};
 use futures::future::{self, BoxFuture};
+use nbraid_config::{self as config, Config, MemberStorage};
 use nbraid_core::{
-    Buf, CacheMode, Member, MemberCounters, MemberError, MemberOp, MemberResult, MemoryMember,
-    ReadPolicy, SharedBuf, SyncState, UringError, UringFile, Volume, VolumeError, VolumeOptions,
+    Buf, Member, MemberCounters, MemberError, MemberOp, MemberResult, MemoryMember, SharedBuf,
+    SyncState, UringError, UringFile, Volume, VolumeError, VolumeOptions,
 };
 use std::io;
 use std::path::PathBuf;
@@ -68,13 +68,13 @@ pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
         .collect();
     // Missing members that may not be created stand in as lost.
     let absent =
-        |m: usize| config.members[m].state == MemberState::Missing && !config.may_create(m);
+        |m: usize| config.members[m].state == MemberStorage::Missing && !config.may_create(m);
     let members = config
         .members
         .iter()
         .enumerate()
         .map(|(i, m)| {
-            if m.state == MemberState::Memory {
+            if m.state == MemberStorage::Memory {
                 return Ok(Arc::new(MemoryMember::new(&m.id, m.size)) as Arc<dyn Member>);
             }
             if absent(i) {
@@ -155,17 +155,8 @@ pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
 pub fn volume_options(v: &config::Volume) -> VolumeOptions {
     VolumeOptions {
         block_size: u64::from(v.block_size),
-        read_policy: match v.read_policy {
-            config::ReadPolicy::RoundRobin => ReadPolicy::RoundRobin,
-            config::ReadPolicy::LeastPending => ReadPolicy::LeastPending,
-            config::ReadPolicy::Nearest => ReadPolicy::Nearest,
-        },
-        cache: match v.cache {
-            config::CacheMode::WriteBack => CacheMode::WriteBack {
-                bytes: v.cache_size,
-            },
-            config::CacheMode::WriteThrough => CacheMode::WriteThrough,
-        },
+        read_policy: v.read_policy,
+        cache: v.cache,
         ..VolumeOptions::default()
     }
 }

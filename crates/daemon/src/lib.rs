@@ -1,11 +1,13 @@
-//! # nbraid-daemon: configs and the NBD server
+//! # nbraid-daemon: the NBD server
 //!
-//! Owns the TOML config (parsing, located errors, member regions) and, in `nbd`, the protocol.
-//! It builds volumes from `nbraid-layout` geometry and `nbraid-core` members; it knows no parity
-//! details.
+//! Reads the TOML config through `nbraid-config`, assembles its volumes (`assemble`: members
+//! opened through `nbraid-core`'s io_uring, one `Volume` per config volume) and serves them
+//! over NBD: the protocol lives in `nbraid-nbd` (re-exported here as [`nbd`]), whose `Export`
+//! trait [`export`] implements for volumes; `serve` is `nbraidd`. It knows no parity details.
 pub mod assemble;
-pub mod config;
 pub mod export;
 pub mod logging;
-pub mod nbd;
 pub mod serve;
+
+/// The NBD protocol crate, under the name the daemon has always used for it.
+pub use nbraid_nbd as nbd;

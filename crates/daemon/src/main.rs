@@ -33,7 +33,7 @@ fn main() -> ExitCode {
 
 fn run(args: &Args) -> Result<()> {
     if args.check {
-        let config = nbraid_daemon::config::load(&args.config)?;
+        let config = nbraid_config::load(&args.config)?;
         print!("{}", config.explain());
         return Ok(());
     }

@@ -2,16 +2,34 @@
 //! and flush. Shared by the `nbraidd` binary and `nbraid serve`.
 
 use crate::assemble::assemble;
-use crate::config::{self, Config, Listener as ConfigListener};
 use crate::export::VolumeExport;
-use crate::nbd::{Export, Listener, Server};
+use crate::nbd::{proto::MAX_PAYLOAD, Export, Limits, Listener, Server};
 use anyhow::{Context, Result};
+use nbraid_config::{self as config, Config, Listener as ConfigListener, ServerLimits};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// How long in-flight requests may take to finish once a stop was asked for.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+// The config's least request memory (of the server, of a connection) is one maximal payload.
+const _: () = assert!(config::IN_FLIGHT_MEMORY_MIN == MAX_PAYLOAD as u64);
+
+/// The NBD server's bounds from the config's `[daemon]` values (validated, so none is raised
+/// by [`Limits::normalized`]).
+pub fn server_limits(config: &ServerLimits) -> Limits {
+    let bytes = |b: u64| usize::try_from(b).unwrap_or(usize::MAX);
+    Limits {
+        max_connections: config.max_connections,
+        max_bytes_in_flight: bytes(config.in_flight_bytes_per_connection),
+        server_bytes_in_flight: bytes(config.in_flight_bytes),
+        handshake_timeout: config.handshake_timeout,
+        idle_timeout: config.idle_timeout,
+        stall_timeout: config.stall_timeout,
+        ..Limits::default()
+    }
+}
 
 /// Runs the daemon on the config at `path`; returns when stopped by a signal.
 pub fn run(path: &Path) -> Result<()> {
@@ -34,7 +52,7 @@ async fn serve(config: Config) -> Result<()> {
         })
         .collect();
     let names: Vec<String> = exports.iter().map(|(n, _)| n.clone()).collect();
-    let server = Server::with_limits(exports, config.limits)?;
+    let server = Server::with_limits(exports, server_limits(&config.limits))?;
 
     // Bind everything before serving anything, so a taken port fails the start.
     let mut listeners = Vec::new();
@@ -88,4 +106,23 @@ async fn wait_for_stop() -> Result<()> {
         _ = int.recv() => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The config's defaults are the server's, and validated limits need no raising.
+    #[test]
+    fn config_limits_are_the_servers() {
+        assert_eq!(server_limits(&ServerLimits::default()), Limits::default());
+        let text = "[daemon]\nin_flight_memory = \"32MiB\"\n\
+                    in_flight_memory_per_connection = \"32MiB\"\nmax_connections = 1\n\
+                    [[member]]\nid = \"a\"\npath = \"memory:\"\nsize = \"8MiB\"\n\
+                    [[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"a\"]\n";
+        let c = config::parse(text, Path::new("t.toml")).unwrap();
+        let limits = server_limits(&c.limits);
+        assert_eq!(limits, limits.normalized());
+        assert_eq!(limits.max_bytes_in_flight, MAX_PAYLOAD as usize);
+    }
 }

@@ -683,9 +683,8 @@ fn raid_fixture(level: &str, members: usize, extra: &[&str]) -> Fixture {
         }
         let file = dir.join("nbraid.toml");
         std::fs::write(&file, &text).unwrap();
-        let config = nbraid_daemon::config::parse(&text, &file)
+        let config = nbraid_config::parse(&text, &file)
             .unwrap_or_else(|e| panic!("config rejected: {e}\n{text}"));
-        config.create_missing_members().unwrap();
         nbraid_daemon::assemble::assemble(&config)
             .unwrap_or_else(|e| panic!("assembly failed: {e}"))
             .into_iter()

@@ -11,12 +11,16 @@
 //! their role and stripe), the members and P/Q holders of a stripe, the full-stripe width and how
 //! many member losses the tree survives. Everything is deterministic and cheap, so it is
 //! property-tested against a brute-force model.
+//!
+//! Beside the geometry it defines a volume's two named options, [`ReadPolicy`] and
+//! [`CacheMode`], once for the config that parses them and the engine that acts on them.
 
 mod error;
 mod geometry;
 mod level;
 mod map;
 mod node;
+mod options;
 mod rotation;
 
 pub use error::LayoutError;
@@ -24,4 +28,5 @@ pub use geometry::{FaultTolerance, Geometry};
 pub use level::{Level, Region, Shape, STRIP_DEFAULT, STRIP_MAX, STRIP_MIN};
 pub use map::{map, Extent, Mapping, StripeId};
 pub use node::{ChildPiece, Concat, MemberRegion, Mirror, Node, ParityGroup, ParityPiece, Stripe};
+pub use options::{CacheMode, ReadPolicy};
 pub use rotation::{ParityLayout, Role, StripeRoles};

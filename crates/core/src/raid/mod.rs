@@ -124,21 +124,7 @@ pub enum SyncState {
     Unknown,
 }
 
-/// How a volume's parity groups treat writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CacheMode {
-    /// A write completes when it is on its members.
-    WriteThrough,
-    /// Partial-stripe writes wait in a stripe cache of at most `bytes` (for the whole volume,
-    /// shared evenly by its parity groups) until the stripe fills, is evicted or flushed.
-    WriteBack { bytes: u64 },
-}
-
-impl Default for CacheMode {
-    fn default() -> Self {
-        CacheMode::WriteBack { bytes: 32 << 20 }
-    }
-}
+pub use nbraid_layout::CacheMode;
 
 /// One stripe's new bytes, as (offset within the stripe's logical range, bytes), sorted.
 type Segs = Vec<(u64, SharedBuf)>;

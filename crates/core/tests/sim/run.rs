@@ -109,9 +109,11 @@ pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
     // One schedule in six goes beyond tolerance: requests may then fail, but a FLUSH may
     // only succeed while no data is lost, and what reads back must still be right.
     let beyond = rng.chance(170);
+    // The member that takes a beyond-tolerance schedule past the line.
+    let mut extra = None;
     let failing = if beyond {
         let mut f = choose_failures(&mut rng, g, n);
-        let extra = (0..n).find(|m| !f.contains(m) && !g.survives(&[f.clone(), vec![*m]].concat()));
+        extra = (0..n).find(|m| !f.contains(m) && !g.survives(&[f.clone(), vec![*m]].concat()));
         f.extend(extra);
         f
     } else if rng.chance(600) {
@@ -125,6 +127,17 @@ pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
             dies_at_step: rng.chance(700).then(|| rng.below(steps)),
             read_error_per_mille: if rng.chance(500) { rng.below(60) } else { 0 },
             flush_error_per_mille: if rng.chance(300) { rng.below(100) } else { 0 },
+        };
+    }
+    // Half the time the extra member never dies but returns many transient read errors: the
+    // volume stays available while single stripes cannot be read or rewritten. A stripe
+    // write that fails then must not drop the acknowledged bytes it carried (the next FLUSH
+    // would succeed without them).
+    if let Some(m) = extra.filter(|_| rng.chance(500)) {
+        faults[m] = DiskFaults {
+            dies_at_step: None,
+            read_error_per_mille: 100 + rng.below(300),
+            flush_error_per_mille: 0,
         };
     }
     let torn = rng.chance(500);

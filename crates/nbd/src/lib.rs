@@ -1,4 +1,10 @@
-//! The NBD protocol server (NetworkBlockDevice `doc/proto.md`), written on tokio.
+//! # nbraid-nbd: the NBD protocol (NetworkBlockDevice `doc/proto.md`) on tokio
+//!
+//! A server over any [`Export`] (below) and an async client with many requests in flight
+//! ([`client::Client`]), sharing the wire format ([`proto`]). The daemon implements `Export`
+//! for its volumes; benchmarks and remote members use the client.
+//!
+//! The server:
 //!
 //! * fixed-newstyle handshake with `NBD_OPT_GO`, `INFO`, `LIST`, `EXPORT_NAME`, `ABORT`,
 //!   `STRUCTURED_REPLY`, `LIST_META_CONTEXT`/`SET_META_CONTEXT` (`base:allocation`); info
@@ -16,7 +22,7 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use nbraid_daemon::nbd::{Export, Listener, MemoryExport, Server};
+//! use nbraid_nbd::{Export, Listener, MemoryExport, Server};
 //!
 //! # async fn demo() -> anyhow::Result<()> {
 //! let vol: Arc<dyn Export> = Arc::new(MemoryExport::new(1 << 30));
@@ -41,6 +47,7 @@
 //! # }
 //! ```
 
+pub mod client;
 mod export;
 mod handshake;
 mod limits;

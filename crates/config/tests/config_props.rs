@@ -2,7 +2,7 @@
 //! with one located error, and never panics. Case counts are sized for CI; `NBRAID_SOAK=1`
 //! runs many more; `NBRAID_PROPS_TRACE=1` prints what each case came to.
 
-use nbraid_daemon::config::{self, ConfigError, VolumeSize, JBOD_ALIGN, METADATA_RESERVED};
+use nbraid_config::{self as config, ConfigError, VolumeSize, JBOD_ALIGN, METADATA_RESERVED};
 use nbraid_layout::Level;
 use proptest::prelude::*;
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! # The TOML array config
+//! # nbraid-config: the TOML array config
 //!
 //! `arrays.toml` declares members (files or block devices), volumes (a RAID level over some of
 //! the members, exported over NBD under the volume's name) and where the daemon listens:
@@ -30,8 +30,9 @@
 //! [`load`] reads a file and returns a [`Config`] whose volumes carry a validated
 //! [`Shape`], each member's [`Region`] and the built [`Geometry`]. A bad config gives one
 //! [`ConfigError`] naming the file, line and column, the table and field, and what would be
-//! valid. Reading a config never creates or writes anything; [`Config::create_missing_members`]
-//! does that when the daemon assembles the arrays.
+//! valid. Reading a config never creates or writes anything: it reads the file and looks at
+//! (stats, and for block devices seeks to the end of) the member paths. Creating members is
+//! `nbraid create`'s and the daemon's business; [`Config::may_create`] says which may be.
 //!
 //! ## Rules
 //! - **Member size.** `size` is required when `path` does not exist yet (the file is created
@@ -53,8 +54,10 @@
 //!   raid1), `parity_layout` to raid5/6/50/60, `read_policy` to raid1/raid10, `cache_size` to
 //!   `cache = "write-back"`.
 //!
-//! The config's TOML is known only to this module: the engine (`nbraid-core`) gets plain
-//! values.
+//! The crate is plain data and checks: no async, no engine, no server. `nbraid check`, `map`
+//! and `create` and the daemon all read configs through it; the config's TOML is known only
+//! here, the engine (`nbraid-core`) gets plain values. [`ReadPolicy`] and [`CacheMode`] are the
+//! layout crate's, shared with the engine.
 
 mod error;
 mod limits;
@@ -65,17 +68,19 @@ mod size;
 mod summary;
 
 pub use error::{ConfigError, ErrorKind};
-pub use limits::{format_duration, parse_duration, DURATION_HELP};
+pub use limits::{
+    format_duration, parse_duration, ServerLimits, DURATION_HELP, IN_FLIGHT_MEMORY_MAX,
+    IN_FLIGHT_MEMORY_MIN, MAX_CONNECTIONS_MAX,
+};
 pub use listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP, NBD_PORT};
 pub use size::{format_size, format_size_exact, parse_size, HumanSize, SizeError, SIZE_UNITS_HELP};
 pub use summary::{table, MemberSummary, Summary, VolumeMemberSummary, VolumeSummary};
 
+pub use nbraid_layout::{CacheMode, ReadPolicy};
+
 use nbraid_layout::{Geometry, Level, Region, Shape};
 use serde::Serialize;
-use std::fmt;
-use std::io;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 /// Bytes at the start of every member kept for nbraid's metadata (superblock, later the
 /// write-intent bitmap); no volume region begins before it.
@@ -107,7 +112,7 @@ pub struct Config {
     /// Addresses the NBD server listens on (never empty).
     pub listen: Vec<Listener>,
     /// The server's bounds (`[daemon]`: connections, request memory, timeouts), validated.
-    pub limits: crate::nbd::Limits,
+    pub limits: ServerLimits,
     /// Members in file order; volumes refer to them by index.
     pub members: Vec<Member>,
     /// Volumes in file order (also the order their regions were allocated in).
@@ -126,13 +131,13 @@ pub struct Member {
     /// Bytes of the member nbraid uses (metadata reserve included).
     pub size: u64,
     /// What is at `path` now.
-    pub state: MemberState,
+    pub state: MemberStorage,
 }
 
 /// What was found at a member's path when the config was read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum MemberState {
+pub enum MemberStorage {
     /// Nothing yet: a sparse file of `size` bytes is created on assembly.
     Missing,
     /// A regular file of `len` bytes (at least the member's size).
@@ -162,9 +167,9 @@ pub struct Volume {
     pub requested: VolumeSize,
     /// How mirror reads pick a copy (meaningful for raid1 and raid10).
     pub read_policy: ReadPolicy,
+    /// When writes are acknowledged; a write-back cache's bound is at least one full stripe
+    /// for parity levels.
     pub cache: CacheMode,
-    /// Bound of the write-back stripe cache in bytes (at least one full stripe).
-    pub cache_size: u64,
     pub read_only: bool,
     /// Logical block size offered to clients: 512 or 4096.
     pub block_size: u32,
@@ -197,65 +202,6 @@ pub enum VolumeSize {
     All,
     Bytes(u64),
 }
-
-macro_rules! named_enum {
-    ($(#[$m:meta])* $name:ident, $what:literal { $($(#[$vm:meta])* $variant:ident = $text:literal,)+ }) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-        #[serde(rename_all = "kebab-case")]
-        pub enum $name {
-            $($(#[$vm])* $variant,)+
-        }
-
-        impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
-
-            pub fn name(self) -> &'static str {
-                match self {
-                    $($name::$variant => $text,)+
-                }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.name())
-            }
-        }
-
-        impl FromStr for $name {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                $name::ALL.iter().copied().find(|v| v.name() == s).ok_or_else(|| {
-                    let valid: Vec<&str> = $name::ALL.iter().map(|v| v.name()).collect();
-                    format!("unknown {} \"{s}\"; valid: {}", $what, valid.join(", "))
-                })
-            }
-        }
-    };
-}
-
-named_enum!(
-    /// How a mirror picks the copy that serves a read.
-    ReadPolicy, "read_policy" {
-        /// Alternate between copies.
-        RoundRobin = "round-robin",
-        /// The copy with the fewest reads in flight (SSDs).
-        LeastPending = "least-pending",
-        /// The copy whose last position is closest (spinning disks).
-        Nearest = "nearest",
-    }
-);
-
-named_enum!(
-    /// When a write is acknowledged.
-    CacheMode, "cache" {
-        /// After it reaches the stripe cache; FLUSH and FUA force it to the members.
-        WriteBack = "write-back",
-        /// After it reaches the members.
-        WriteThrough = "write-through",
-    }
-);
 
 /// Reads and checks the config at `path`. Creates nothing; may stat member paths (read-only)
 /// to learn the size of existing files and devices.
@@ -300,7 +246,7 @@ impl Config {
         v.members.iter().all(|&m| {
             matches!(
                 self.members[m].state,
-                MemberState::Missing | MemberState::Memory
+                MemberStorage::Missing | MemberStorage::Memory
             )
         })
     }
@@ -309,33 +255,11 @@ impl Config {
     /// member missing from a volume that has data is never recreated — an empty file would
     /// silently stand in for the lost data; the volume runs degraded without it instead.
     pub fn may_create(&self, m: usize) -> bool {
-        self.members[m].state == MemberState::Missing
+        self.members[m].state == MemberStorage::Missing
             && self
                 .volumes
                 .iter()
                 .filter(|v| v.members.contains(&m))
                 .all(|v| self.volume_is_new(v))
-    }
-
-    /// Creates the missing member files that [`Config::may_create`] allows, sparse at the
-    /// member's size (and their directories). Returns the paths created. Existing files and
-    /// devices are left alone.
-    pub fn create_missing_members(&self) -> io::Result<Vec<PathBuf>> {
-        let mut created = Vec::new();
-        for (i, m) in self.members.iter().enumerate() {
-            if !self.may_create(i) || m.path.exists() {
-                continue;
-            }
-            if let Some(dir) = m.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)?;
-            }
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&m.path)?;
-            f.set_len(m.size)?;
-            created.push(m.path.clone());
-        }
-        Ok(created)
     }
 }

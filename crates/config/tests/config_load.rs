@@ -1,7 +1,8 @@
 //! Good configs: member sizes, region allocation across shared members, defaults.
 
-use nbraid_daemon::config::{
-    self, CacheMode, Listener, MemberState, ReadPolicy, VolumeSize, METADATA_RESERVED,
+use nbraid_config::{
+    self as config, CacheMode, Listener, MemberStorage, ReadPolicy, ServerLimits, VolumeSize,
+    METADATA_RESERVED,
 };
 use nbraid_layout::{Level, ParityLayout, Region, Role};
 use std::path::{Path, PathBuf};
@@ -41,7 +42,7 @@ members = ["disk0", "disk1"]
 "#,
     );
     assert_eq!(c.members[0].path, PathBuf::from("etc/disks/0.img"));
-    assert_eq!(c.members[0].state, MemberState::Missing);
+    assert_eq!(c.members[0].state, MemberStorage::Missing);
     let system = c.volume("system").unwrap();
     assert_eq!(
         system.regions,
@@ -209,8 +210,7 @@ members = ["a", "b", "c", "d"]
     assert_eq!(v.shape.strip, nbraid_layout::STRIP_DEFAULT);
     assert_eq!(v.shape.parity_layout, ParityLayout::LeftSymmetric);
     assert_eq!(v.read_policy, ReadPolicy::LeastPending);
-    assert_eq!(v.cache, CacheMode::WriteBack);
-    assert_eq!(v.cache_size, 64 * MIB);
+    assert_eq!(v.cache, CacheMode::WriteBack { bytes: 64 * MIB });
     assert_eq!(v.block_size, 4096);
     assert!(!v.read_only);
     assert_eq!(v.geometry.fault_tolerance().worst, 1);
@@ -261,7 +261,7 @@ block_size = 512
     let v = &c.volumes[0];
     assert_eq!(v.shape.parity_layout, ParityLayout::RightAsymmetric);
     assert_eq!(v.shape.strip, 128 << 10);
-    assert_eq!(v.cache_size, MIB);
+    assert_eq!(v.cache, CacheMode::WriteBack { bytes: MIB });
     assert!(v.read_only);
     assert_eq!(v.block_size, 512);
     // right-asymmetric: P of stripe 0 on the first member.
@@ -305,11 +305,11 @@ members = ["a", "b", "c"]
     .unwrap();
     let c = config::load(&cfg).unwrap();
     assert_eq!(c.members[0].size, 64 * MIB);
-    assert_eq!(c.members[0].state, MemberState::File { len: 64 * MIB });
+    assert_eq!(c.members[0].state, MemberStorage::File { len: 64 * MIB });
     // b is larger than its size: only the first 64 MiB are used.
     assert_eq!(c.members[1].size, 64 * MIB);
-    assert_eq!(c.members[1].state, MemberState::File { len: 100 * MIB });
-    assert_eq!(c.members[2].state, MemberState::Missing);
+    assert_eq!(c.members[1].state, MemberStorage::File { len: 100 * MIB });
+    assert_eq!(c.members[2].state, MemberStorage::Missing);
     assert!(
         !dir.path().join("new").exists(),
         "load must not create anything"
@@ -319,8 +319,6 @@ members = ["a", "b", "c"]
     // a and b exist, so the volume may hold data: c is not recreated (it would stand in for
     // lost data with zeroes); the daemon runs the volume degraded without it.
     assert!(!c.may_create(2));
-    assert!(c.create_missing_members().unwrap().is_empty());
-    assert!(!dir.path().join("new/c.img").exists());
 }
 
 #[test]
@@ -381,17 +379,17 @@ level = "raid0"
 members = ["m0", "m1"]
 "#,
     );
-    assert!(c.members.iter().all(|m| m.state == MemberState::Memory));
+    assert!(c.members.iter().all(|m| m.state == MemberStorage::Memory));
     assert_eq!(
         c.volume("scratch").unwrap().capacity(),
         2 * (64 * MIB - METADATA_RESERVED)
     );
     // Nothing to create on disk.
-    assert!(c.create_missing_members().unwrap().is_empty());
+    assert!((0..c.members.len()).all(|m| !c.may_create(m)));
 }
 
-/// Creating members never recreates one that vanished from a volume that has data (an empty
-/// file would silently stand in for it); the members of a new volume are all created.
+/// A member that vanished from a volume that has data may never be recreated (an empty file
+/// would silently stand in for it); the members of a new volume all may be.
 #[test]
 fn only_the_members_of_new_volumes_are_created() {
     let dir = tempfile::tempdir().unwrap();
@@ -417,19 +415,19 @@ members = ["a0", "a1", "a2"]
     let load = || config::parse(text, &file).unwrap();
     let c = load();
     assert!(c.volume_is_new(&c.volumes[0]));
-    assert_eq!(c.create_missing_members().unwrap().len(), 3);
+    assert!((0..3).all(|m| c.may_create(m)));
+    for m in ["a0.img", "a2.img"] {
+        let f = std::fs::File::create(dir.path().join(m)).unwrap();
+        f.set_len(8 * MIB).unwrap();
+    }
 
-    std::fs::remove_file(dir.path().join("a1.img")).unwrap();
     let c = load();
     assert!(!c.volume_is_new(&c.volumes[0]));
     assert!(!c.may_create(1));
-    assert!(c.create_missing_members().unwrap().is_empty());
-    assert!(!dir.path().join("a1.img").exists());
 }
 
 #[test]
 fn server_limits_have_safe_defaults_and_are_read() {
-    use nbraid_daemon::nbd::Limits;
     use std::time::Duration;
     const VOLUME: &str = r#"
 [[member]]
@@ -442,10 +440,10 @@ level = "jbod"
 members = ["a"]
 "#;
     let c = parse(VOLUME);
-    assert_eq!(c.limits, Limits::default());
+    assert_eq!(c.limits, ServerLimits::default());
     assert_eq!(c.limits.max_connections, 128);
-    assert_eq!(c.limits.server_bytes_in_flight, 512 * MIB as usize);
-    assert_eq!(c.limits.max_bytes_in_flight, 128 * MIB as usize);
+    assert_eq!(c.limits.in_flight_bytes, 512 * MIB);
+    assert_eq!(c.limits.in_flight_bytes_per_connection, 128 * MIB);
     assert_eq!(c.limits.handshake_timeout, Duration::from_secs(30));
     assert_eq!(c.limits.idle_timeout, None);
     assert_eq!(c.limits.stall_timeout, Duration::from_secs(60));
@@ -463,14 +461,13 @@ stall_timeout = "5min"
     ));
     assert_eq!(
         c.limits,
-        Limits {
+        ServerLimits {
             max_connections: 8,
-            server_bytes_in_flight: 2 * GIB as usize,
-            max_bytes_in_flight: 256 * MIB as usize,
+            in_flight_bytes: 2 * GIB,
+            in_flight_bytes_per_connection: 256 * MIB,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Some(Duration::from_secs(12 * 3600)),
             stall_timeout: Duration::from_secs(300),
-            ..Limits::default()
         }
     );
     let c = parse(&format!("[daemon]\nidle_timeout = \"off\"\n{VOLUME}"));

@@ -1,7 +1,7 @@
 //! What a checked config amounts to, for people (`Display`: tables) and scripts (`Serialize`).
 
 use super::size::format_size;
-use super::{Config, MemberState, VolumeSize, METADATA_RESERVED};
+use super::{Config, MemberStorage, VolumeSize, METADATA_RESERVED};
 use nbraid_layout::{FaultTolerance, Level};
 use serde::Serialize;
 use std::fmt;
@@ -27,7 +27,7 @@ pub struct MemberSummary {
     pub used_bytes: u64,
     /// Bytes after the last volume's region, free for more volumes.
     pub free_bytes: u64,
-    pub state: MemberState,
+    pub state: MemberStorage,
     /// Missing, and every volume on it is new: assembly creates it (sparse). A missing member
     /// of a volume with data is not created; the volume runs degraded without it.
     pub will_create: bool,
@@ -128,7 +128,7 @@ impl Summary {
                 read_policy: matches!(level, Level::Raid1 | Level::Raid10)
                     .then(|| v.read_policy.to_string()),
                 cache: v.cache.to_string(),
-                cache_size_bytes: (v.cache == super::CacheMode::WriteBack).then_some(v.cache_size),
+                cache_size_bytes: v.cache.cache_bytes(),
                 read_only: v.read_only,
                 block_size: v.block_size,
             });
@@ -187,15 +187,15 @@ impl fmt::Display for Summary {
                     format_size(m.used_bytes),
                     format_size(m.free_bytes),
                     match m.state {
-                        MemberState::Missing if m.will_create => {
+                        MemberStorage::Missing if m.will_create => {
                             "missing: created sparse on assembly".into()
                         }
-                        MemberState::Missing => {
+                        MemberStorage::Missing => {
                             "MISSING: its volumes run degraded without it".into()
                         }
-                        MemberState::File { .. } => "file".into(),
-                        MemberState::BlockDevice { .. } => "block device".into(),
-                        MemberState::Memory => "memory (lost at exit)".into(),
+                        MemberStorage::File { .. } => "file".into(),
+                        MemberStorage::BlockDevice { .. } => "block device".into(),
+                        MemberStorage::Memory => "memory (lost at exit)".into(),
                     },
                     if m.volumes.is_empty() {
                         "-".into()

@@ -146,15 +146,27 @@ impl RequestHeader {
         })
     }
 
-    /// Encodes a header (used by tests and the in-crate client helpers).
-    pub fn encode(&self) -> [u8; REQUEST_HEADER_LEN] {
+    /// Encodes a header.
+    pub const fn encode(&self) -> [u8; REQUEST_HEADER_LEN] {
         let mut b = [0u8; REQUEST_HEADER_LEN];
-        b[0..4].copy_from_slice(&REQUEST_MAGIC.to_be_bytes());
-        b[4..6].copy_from_slice(&self.flags.to_be_bytes());
-        b[6..8].copy_from_slice(&self.typ.to_be_bytes());
-        b[8..16].copy_from_slice(&self.cookie.to_be_bytes());
-        b[16..24].copy_from_slice(&self.offset.to_be_bytes());
-        b[24..28].copy_from_slice(&self.length.to_be_bytes());
+        let parts: [(&[u8], usize); 6] = [
+            (&REQUEST_MAGIC.to_be_bytes(), 0),
+            (&self.flags.to_be_bytes(), 4),
+            (&self.typ.to_be_bytes(), 6),
+            (&self.cookie.to_be_bytes(), 8),
+            (&self.offset.to_be_bytes(), 16),
+            (&self.length.to_be_bytes(), 24),
+        ];
+        let mut p = 0;
+        while p < parts.len() {
+            let (bytes, at) = parts[p];
+            let mut i = 0;
+            while i < bytes.len() {
+                b[at + i] = bytes[i];
+                i += 1;
+            }
+            p += 1;
+        }
         b
     }
 }

@@ -4,15 +4,47 @@
 use super::error::{ErrorKind, Problem};
 use super::raw::{RawDaemon, RawSize};
 use super::size::{format_size_exact, parse_size, SIZE_UNITS_HELP};
-use crate::nbd::{proto::MAX_PAYLOAD, Limits};
 use serde_spanned::Spanned;
 use std::time::Duration;
 
 /// Most connections `max_connections` may allow.
 pub const MAX_CONNECTIONS_MAX: u64 = 65536;
 
-/// Least request memory, of the server or of one connection: one maximal NBD payload.
-pub const IN_FLIGHT_MEMORY_MIN: u64 = MAX_PAYLOAD as u64;
+/// Least request memory, of the server or of one connection: one maximal NBD payload (32 MiB;
+/// the daemon asserts at compile time that this is its NBD payload limit).
+pub const IN_FLIGHT_MEMORY_MIN: u64 = 32 << 20;
+
+/// The server's bounds as `[daemon]` sets them, the defaults for what it leaves out. Plain
+/// values: the daemon hands them to its NBD server (whose `Limits` has the same defaults; a
+/// daemon test keeps the two equal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Connections served at once; a client beyond them is refused.
+    pub max_connections: usize,
+    /// `in_flight_memory`: request memory of all connections together.
+    pub in_flight_bytes: u64,
+    /// `in_flight_memory_per_connection`: request memory of one connection.
+    pub in_flight_bytes_per_connection: u64,
+    /// A client that has not reached the transmission phase by then is disconnected.
+    pub handshake_timeout: Duration,
+    /// An idle connection is closed after this long (`None`: never).
+    pub idle_timeout: Option<Duration>,
+    /// A client that moves no byte of a reply or request for this long is disconnected.
+    pub stall_timeout: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            max_connections: 128,
+            in_flight_bytes: 512 << 20,
+            in_flight_bytes_per_connection: 128 << 20,
+            handshake_timeout: Duration::from_secs(30),
+            idle_timeout: None,
+            stall_timeout: Duration::from_secs(60),
+        }
+    }
+}
 
 /// Most request memory the server may be given.
 pub const IN_FLIGHT_MEMORY_MAX: u64 = 1 << 40;
@@ -77,9 +109,9 @@ pub fn format_duration(d: Duration) -> String {
     format!("{ms}ms")
 }
 
-/// The limits `[daemon]` sets, the defaults ([`Limits::default`]) for what it leaves out.
-pub(super) fn resolve(raw: Option<&RawDaemon>) -> Result<Limits, Problem> {
-    let mut limits = Limits::default();
+/// The limits `[daemon]` sets, the defaults ([`ServerLimits::default`]) for what it leaves out.
+pub(super) fn resolve(raw: Option<&RawDaemon>) -> Result<ServerLimits, Problem> {
+    let mut limits = ServerLimits::default();
     let Some(raw) = raw else {
         return Ok(limits);
     };
@@ -91,7 +123,7 @@ pub(super) fn resolve(raw: Option<&RawDaemon>) -> Result<Limits, Problem> {
                 format!(
                     "max_connections {n} is not valid; give 1 to {MAX_CONNECTIONS_MAX} \
                      (default {})",
-                    Limits::default().max_connections
+                    ServerLimits::default().max_connections
                 ),
             ));
         }
@@ -105,8 +137,8 @@ pub(super) fn resolve(raw: Option<&RawDaemon>) -> Result<Limits, Problem> {
         Some(v) => Some((memory(v, "in_flight_memory_per_connection")?, v)),
         None => None,
     };
-    let total_bytes = total.map_or(limits.server_bytes_in_flight as u64, |(b, _)| b);
-    let per_conn_bytes = per_conn.map_or(limits.max_bytes_in_flight as u64, |(b, _)| b);
+    let total_bytes = total.map_or(limits.in_flight_bytes, |(b, _)| b);
+    let per_conn_bytes = per_conn.map_or(limits.in_flight_bytes_per_connection, |(b, _)| b);
     if per_conn_bytes > total_bytes {
         let shown = |b: u64| format!("\"{}\"", format_size_exact(b));
         let (at, default) = match (per_conn, total) {
@@ -124,8 +156,8 @@ pub(super) fn resolve(raw: Option<&RawDaemon>) -> Result<Limits, Problem> {
             ),
         ));
     }
-    limits.server_bytes_in_flight = total_bytes as usize;
-    limits.max_bytes_in_flight = per_conn_bytes as usize;
+    limits.in_flight_bytes = total_bytes;
+    limits.in_flight_bytes_per_connection = per_conn_bytes;
     let day = Duration::from_secs(86_400);
     if let Some(v) = &raw.handshake_timeout {
         let d = duration(v, "handshake_timeout", Duration::from_secs(1), day / 24)?;
@@ -147,11 +179,6 @@ pub(super) fn resolve(raw: Option<&RawDaemon>) -> Result<Limits, Problem> {
             )?)
         };
     }
-    debug_assert_eq!(
-        limits,
-        limits.normalized(),
-        "validated limits need no raising"
-    );
     Ok(limits)
 }
 

@@ -1,7 +1,7 @@
 //! Every way a config can be wrong gives one error at the right file:line:column, naming the
 //! table and field and saying what would be valid.
 
-use nbraid_daemon::config::{self, ConfigError, ErrorKind};
+use nbraid_config::{self as config, ConfigError, ErrorKind};
 use std::path::Path;
 
 /// Four 1 GiB members a0..a3 (lines 1-16), then `rest`.

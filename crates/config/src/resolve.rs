@@ -6,7 +6,7 @@ use super::listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP};
 use super::raw::{RawConfig, RawMember, RawSize, RawVolume, Skeleton};
 use super::size::{format_size, format_size_exact, parse_size, SIZE_UNITS_HELP};
 use super::{
-    CacheMode, Config, ConfigError, Member, MemberState, ReadPolicy, Volume, VolumeSize,
+    CacheMode, Config, ConfigError, Member, MemberStorage, ReadPolicy, Volume, VolumeSize,
     BLOCK_SIZES, BLOCK_SIZE_DEFAULT, CACHE_SIZE_DEFAULT, JBOD_ALIGN, MEMBER_MIN, MEMORY_PATH,
     METADATA_RESERVED,
 };
@@ -181,7 +181,7 @@ enum Probe {
     Missing,
     /// A RAM member: nothing on disk to look at.
     Memory,
-    Found(MemberState, Option<(u64, u64)>),
+    Found(MemberStorage, Option<(u64, u64)>),
     Unusable(String),
 }
 
@@ -195,11 +195,11 @@ fn probe(path: &Path) -> Probe {
     let id = Some((md.dev(), md.ino()));
     let ft = md.file_type();
     if ft.is_file() {
-        Probe::Found(MemberState::File { len: md.len() }, id)
+        Probe::Found(MemberStorage::File { len: md.len() }, id)
     } else if ft.is_block_device() {
         let len = std::fs::File::open(path).and_then(|mut f| f.seek(SeekFrom::End(0)));
         match len {
-            Ok(len) => Probe::Found(MemberState::BlockDevice { len }, id),
+            Ok(len) => Probe::Found(MemberStorage::BlockDevice { len }, id),
             Err(e) => Probe::Unusable(format!("is a block device whose size cannot be read: {e}")),
         }
     } else if ft.is_dir() {
@@ -407,8 +407,8 @@ impl Cx<'_> {
                     ),
                 ))
             }
-            (Probe::Missing, Some((bytes, _))) => (bytes, MemberState::Missing),
-            (Probe::Memory, Some((bytes, _))) => (bytes, MemberState::Memory),
+            (Probe::Missing, Some((bytes, _))) => (bytes, MemberStorage::Missing),
+            (Probe::Memory, Some((bytes, _))) => (bytes, MemberStorage::Memory),
             (Probe::Memory, None) => {
                 return Err(Problem::new(
                     raw.path.span(),
@@ -613,25 +613,23 @@ impl Cx<'_> {
             }
         };
 
-        let cache = match &v.cache {
-            None => CacheMode::WriteBack,
-            Some(c) => c.get_ref().parse().map_err(|e: String| {
-                Problem::new(c.span(), ErrorKind::Option, format!("{who}: {e}"))
-            })?,
+        let mut cache = match &v.cache {
+            None => CacheMode::WriteBack {
+                bytes: CACHE_SIZE_DEFAULT,
+            },
+            Some(c) => CacheMode::from_name(c.get_ref(), CACHE_SIZE_DEFAULT)
+                .map_err(|e| Problem::new(c.span(), ErrorKind::Option, format!("{who}: {e}")))?,
         };
-        let cache_size = match &v.cache_size {
-            None => CACHE_SIZE_DEFAULT,
-            Some(c) => {
-                if cache != CacheMode::WriteBack {
-                    return Err(Problem::new(
-                        c.span(),
-                        ErrorKind::Option,
-                        format!("{who}: cache_size applies only to cache = \"write-back\"; remove it or set cache = \"write-back\""),
-                    ));
-                }
-                self.size(c, &who, "cache_size")?
-            }
-        };
+        if let Some(c) = &v.cache_size {
+            let CacheMode::WriteBack { bytes } = &mut cache else {
+                return Err(Problem::new(
+                    c.span(),
+                    ErrorKind::Option,
+                    format!("{who}: cache_size applies only to cache = \"write-back\"; remove it or set cache = \"write-back\""),
+                ));
+            };
+            *bytes = self.size(c, &who, "cache_size")?;
+        }
 
         let block_size = match &v.block_size {
             None => BLOCK_SIZE_DEFAULT,
@@ -677,7 +675,7 @@ impl Cx<'_> {
             }
         }
 
-        if level.parity() > 0 && cache == CacheMode::WriteBack {
+        if let (true, Some(cache_size)) = (level.parity() > 0, cache.cache_bytes()) {
             let width = geometry.full_stripe_width().unwrap_or(0);
             if cache_size < width {
                 let span = v.cache_size.as_ref().map_or(v.name.span(), |c| c.span());
@@ -703,7 +701,6 @@ impl Cx<'_> {
             requested,
             read_policy,
             cache,
-            cache_size,
             read_only: v.read_only.unwrap_or(false),
             block_size,
         })
@@ -779,10 +776,10 @@ fn nearest_strips(bytes: u64) -> String {
     }
 }
 
-fn state_len(state: MemberState) -> u64 {
+fn state_len(state: MemberStorage) -> u64 {
     match state {
-        MemberState::Missing | MemberState::Memory => 0,
-        MemberState::File { len } | MemberState::BlockDevice { len } => len,
+        MemberStorage::Missing | MemberStorage::Memory => 0,
+        MemberStorage::File { len } | MemberStorage::BlockDevice { len } => len,
     }
 }
 

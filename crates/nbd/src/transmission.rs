@@ -740,7 +740,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
 }
 
 /// Writes `head` then every part of `parts` with vectored writes.
-async fn write_slices<W: AsyncWrite + Unpin>(
+pub(crate) async fn write_slices<W: AsyncWrite + Unpin>(
     w: &mut W,
     head: &[u8],
     parts: &[Bytes],
