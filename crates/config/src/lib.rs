@@ -113,6 +113,9 @@ pub struct Config {
     pub listen: Vec<Listener>,
     /// The server's bounds (`[daemon]`: connections, request memory, timeouts), validated.
     pub limits: ServerLimits,
+    /// The control socket (`[daemon] control`, resolved against the config's directory;
+    /// default: the config file's path with the extension `.ctl`).
+    pub control: PathBuf,
     /// Members in file order; volumes refer to them by index.
     pub members: Vec<Member>,
     /// Volumes in file order (also the order their regions were allocated in).

@@ -28,6 +28,8 @@ pub(crate) struct RawDaemon {
     pub handshake_timeout: Option<Spanned<RawSize>>,
     pub idle_timeout: Option<Spanned<RawSize>>,
     pub stall_timeout: Option<Spanned<RawSize>>,
+    /// The control socket's path.
+    pub control: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
