@@ -9,6 +9,7 @@ mod check;
 mod create;
 mod diagram;
 mod map;
+mod ops;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -19,7 +20,7 @@ use std::process::ExitCode;
 #[command(
     name = "nbraid",
     version,
-    about = "Check and explain nbraid array configs"
+    about = "Check and explain nbraid array configs, and operate a running daemon"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -70,6 +71,9 @@ enum Command {
         #[arg(long, default_value = "info")]
         log_level: String,
     },
+    /// Operate a running daemon (status, fail, scrub, pause, resume).
+    #[command(flatten)]
+    Ops(ops::OpsCommand),
 }
 
 fn main() -> ExitCode {
@@ -90,6 +94,7 @@ fn main() -> ExitCode {
         } => map::run(&file, &volume, &offset, length.as_deref(), json),
         Command::Create { file } => create::run(&file),
         Command::Serve { file, log_level } => serve(&file, &log_level),
+        Command::Ops(cmd) => ops::run(cmd),
     };
     match result {
         Ok(out) => {
