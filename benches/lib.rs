@@ -1,6 +1,8 @@
 //! Shared helpers for the benches: a queue-depth driver, a prefill and a simulated device for
-//! volume benchmarks (`engine.rs`, `raid.rs`). The criterion benches (`parity.rs`,
-//! `layout.rs`) need none.
+//! volume benchmarks (`engine.rs`, `raid.rs`), and ISA-L as the parity bench's baseline
+//! ([`isal`]).
+
+pub mod isal;
 
 use futures::executor::block_on;
 use futures::future::BoxFuture;

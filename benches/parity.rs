@@ -1,10 +1,11 @@
 //! # Parity benches
 //!
 //! `xor_gen`, `pq_gen`, two-data recovery and the single-chunk RMW update of
-//! `nbraid_core::parity` on every path this CPU has, beside `reed-solomon-erasure`
-//! (`simd-accel`, C built with `-march=native` through `.cargo/config.toml`) encode and
-//! reconstruct of the same k+2 shape, and a single-core memcpy and plain read (sum) of the same
-//! bytes as the physical references.
+//! `nbraid_core::parity` on every path this CPU has, beside ISA-L's same four operations
+//! (`isal.rs`: the system's `libisal.so.2`, or the builds `NBRAID_ISAL_LIB` names),
+//! `reed-solomon-erasure` (`simd-accel`, C built with `-march=native` through
+//! `.cargo/config.toml`) encode and reconstruct of the same k+2 shape, and a single-core memcpy
+//! and plain read (sum) of the same bytes as the physical references.
 //!
 //! ```text
 //! cargo bench --bench parity                         # everything (~8 minutes)
@@ -12,33 +13,44 @@
 //! cargo bench --bench parity -- pq_gen/avx512-gfni   # one operation on one path
 //! cargo bench --bench parity -- --list               # the benchmark ids
 //! NBRAID_PARITY_TABLE=1 cargo bench --bench parity    # interleaved table instead (~1 min)
+//! NBRAID_PARITY_SHAPES=k8-64K,k8-4K ...              # other shapes (k data chunks × size)
+//! # ours against ISA-L, side by side, pinned to one core:
+//! NBRAID_PARITY_TABLE=1 NBRAID_PARITY_ROUNDS=200 NBRAID_PARITY_SAMPLE_MS=2 \
+//!   taskset -c 1 cargo bench --bench parity -- 'avx2|avx512-gfni|isal|/read/'
 //! ```
 //!
 //! On a shared machine, prefer the table: criterion times one id after another, so load from
 //! other processes lands on whichever id runs at the time; the table mode times every id of a
-//! shape round-robin (15 rounds of ~20 ms each) and prints the median and best GB/s
-//! (10⁹ bytes/s) of each, a filter still selecting what runs.
+//! shape round-robin, alternating the order every round (`NBRAID_PARITY_ROUNDS` rounds,
+//! default 15, of `NBRAID_PARITY_SAMPLE_MS` ms per id, default 20; on a busy machine many
+//! short samples fare better) and prints the median and best GB/s (10⁹ bytes/s) of each, then
+//! our best path over each ISA-L per op as the median of the per-round ratios, with the load
+//! averages when the shape started and ended. A filter still selects what runs; `a|b` selects
+//! the ids containing any of the parts (as criterion's regex would).
 //!
 //! Ids are `<shape>/<op>/<impl>`: shape `k{4,8,22}-{64K,1M}` (k data chunks of that size; "64K"
 //! is one stripe kept hot in the caches, "1M" cycles over ≥ 256 MiB of stripes so the data
 //! comes from DRAM), op `xor_gen | pq_gen | rec2 | rmw | rse_encode | rse_rec2 | memcpy | read`,
-//! impl a [`Path`] name (`scalar`, `ssse3`, `avx2`, `avx512`, `avx512-gfni`) or `rse` / `ref`.
+//! impl a [`Path`] name (`scalar`, `ssse3`, `avx2`, `avx512`, `avx512-gfni`), `isal-<version>`
+//! or `rse` / `ref`.
 //! Throughput is the data bytes processed: k chunks for generation, recovery (k−2 surviving
 //! data chunks + P + Q), memcpy and read; one chunk (the chunk being written) for `rmw`, which
 //! moves six chunks of memory traffic (reads old, new, P, Q; writes P, Q).
 //!
-//! Before a path is timed on a shape it is checked against the byte-at-a-time reference on
-//! that shape's first stripe (as ZFS's `raidz_test` does): a path that disagrees is reported and
-//! not benched. Paths the CPU lacks are reported as `skipped: <path> (CPU lacks ...)`.
+//! Before a path (or an ISA-L) is timed on a shape it is checked against the byte-at-a-time
+//! reference on that shape's first stripe (as ZFS's `raidz_test` does): one that disagrees is
+//! reported and not benched. Paths the CPU lacks are reported as `skipped: <path> (CPU lacks ...)`.
 //! Criterion: 10 samples, 0.5 s warm-up, 2 s measurement per id; results in
 //! `target/criterion/<shape>_<op>/<impl>/new/estimates.json`.
 
 use criterion::{BenchmarkId, Criterion, Throughput};
+use nbraid_benches::isal::{self, Isal};
 use nbraid_core::parity::{reference, Kernels, Path};
 use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
 use reed_solomon_erasure::galois_8::ReedSolomon;
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::Duration;
 
 const KIB: usize = 1024;
@@ -159,6 +171,58 @@ fn verify(kern: Kernels, pool: &Pool, exp: &Expected) -> Result<(), String> {
     Ok(())
 }
 
+/// Check ISA-L's four benched operations against the reference on stripe 0 of `pool`.
+fn verify_isal(isal: &Isal, pool: &Pool, exp: &Expected) -> Result<(), String> {
+    let (k, len) = (pool.k, pool.len);
+    let refs: Vec<&[u8]> = pool.data[0].iter().map(Buf::get).collect();
+    let mut rng = SmallRng::seed_from_u64(1);
+    let (mut p, mut q) = (Buf::new(len, &mut rng), Buf::new(len, &mut rng));
+    isal.pq_gen(&refs, p.get_mut(), q.get_mut());
+    if p.get() != exp.p || q.get() != exp.q {
+        return Err("pq_gen".into());
+    }
+    isal.xor_gen(&refs, p.get_mut());
+    if p.get() != exp.p {
+        return Err("xor_gen".into());
+    }
+    let (a, b) = lost(k);
+    let tables = isal.recovery_tables(k, a, b);
+    let survivors = isal_survivors(&refs, a, b, &exp.p, &exp.q);
+    isal.recover_two(&tables, &survivors[..k], p.get_mut(), q.get_mut());
+    if p.get() != refs[a] || q.get() != refs[b] {
+        return Err("recovery (ec_encode_data)".into());
+    }
+    let (mut up, mut uq) = (exp.p.clone(), exp.q.clone());
+    let tables = isal.update_tables(k);
+    isal.pq_update(&tables, 0, &mut up, &mut uq, refs[0], refs[1]);
+    if up != exp.rmw_p || uq != exp.rmw_q {
+        return Err("RMW (ec_encode_data_update)".into());
+    }
+    Ok(())
+}
+
+/// The k survivors of a two-data loss in ISA-L's recovery order: data slots but `a` and `b`,
+/// then P, then Q.
+fn isal_survivors<'a>(
+    data: &[&'a [u8]],
+    a: usize,
+    b: usize,
+    p: &'a [u8],
+    q: &'a [u8],
+) -> [&'a [u8]; MAX_K] {
+    let mut v: [&[u8]; MAX_K] = [&[]; MAX_K];
+    let present = data
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != a && i != b)
+        .map(|(_, d)| *d)
+        .chain([p, q]);
+    for (slot, d) in v.iter_mut().zip(present) {
+        *slot = d;
+    }
+    v
+}
+
 /// Plain read of the bytes: a sum of 64-bit words, as wide as the CPU allows.
 fn read_sum(chunks: &[&[u8]]) -> u64 {
     chunks.iter().fold(0u64, |acc, c| acc.wrapping_add(sum(c)))
@@ -170,10 +234,11 @@ fn sum(b: &[u8]) -> u64 {
         // SAFETY: AVX-512F was just detected.
         return unsafe { sum_avx512(b) };
     }
-    b.chunks(8).fold(0u64, |acc, w| {
-        let mut x = [0u8; 8];
-        x[..w.len()].copy_from_slice(w);
-        acc.wrapping_add(u64::from_ne_bytes(x))
+    let words = b.chunks_exact(8);
+    let tail = words.remainder().iter().map(|&x| x as u64).sum::<u64>();
+    // Plain u64 adds, which the compiler vectorises for the build's target.
+    words.fold(tail, |acc, w| {
+        acc.wrapping_add(u64::from_ne_bytes(w.try_into().expect("8 bytes")))
     })
 }
 
@@ -236,11 +301,15 @@ fn plain_filter() -> Option<String> {
         }
         filter = Some(a);
     }
-    filter.filter(|f| !f.chars().any(|c| "^$.*+?()[]{}|\\".contains(c)))
+    filter.filter(|f| !f.chars().any(|c| "^$.*+?()[]{}\\".contains(c)))
 }
 
+/// Whether `id` matches the filter: a substring, or `a|b|…` for any of several (the same
+/// meaning the regex has for criterion).
 fn wanted(filter: &Option<String>, id: &str) -> bool {
-    filter.as_ref().is_none_or(|f| id.contains(f.as_str()))
+    filter
+        .as_ref()
+        .is_none_or(|f| f.split('|').any(|alt| id.contains(alt)))
 }
 
 /// The most data chunks a benched stripe has (stack arrays of chunk views, no allocation in
@@ -273,10 +342,84 @@ struct Extra {
     rs: ReedSolomon,
 }
 
-fn cases(k: usize, len: usize, kernels: &[Kernels]) -> Vec<Case> {
+/// ISA-L's cases for one shape, beside ours (see `isal.rs` for how each is done with ISA-L).
+fn isal_cases(k: usize, len: usize, isal: &Arc<Isal>, v: &mut Vec<Case>) {
+    let data_bytes = (k * len) as u64;
+    let (a, b) = lost(k);
+    let imp = isal.label();
+    let lib = isal.clone();
+    v.push(Case {
+        op: "xor_gen",
+        imp: imp.clone(),
+        bytes: data_bytes,
+        run: Box::new(move |pool, _, s| {
+            let refs = views(&pool.data[s]);
+            lib.xor_gen(&refs[..k], pool.parity[s][0].get_mut());
+        }),
+    });
+    let lib = isal.clone();
+    v.push(Case {
+        op: "pq_gen",
+        imp: imp.clone(),
+        bytes: data_bytes,
+        run: Box::new(move |pool, _, s| {
+            let refs = views(&pool.data[s]);
+            let [p, q] = &mut pool.parity[s];
+            lib.pq_gen(&refs[..k], p.get_mut(), q.get_mut());
+        }),
+    });
+    // In place, as ours: the lost slots are overwritten with what they held.
+    let lib = isal.clone();
+    let tables = isal.recovery_tables(k, a, b);
+    v.push(Case {
+        op: "rec2",
+        imp: imp.clone(),
+        bytes: data_bytes,
+        run: Box::new(move |pool, _, s| {
+            let (data, [p, q]) = (&mut pool.data[s], &pool.parity[s]);
+            let mut outs: [&mut [u8]; 2] = [&mut [], &mut []];
+            let mut refs: [&[u8]; MAX_K] = [&[]; MAX_K];
+            for (i, d) in data.iter_mut().enumerate() {
+                if i == a {
+                    outs[0] = d.get_mut();
+                } else if i == b {
+                    outs[1] = d.get_mut();
+                } else {
+                    refs[i] = d.get();
+                }
+            }
+            let surv = isal_survivors(&refs[..k], a, b, p.get(), q.get());
+            let [out_a, out_b] = outs;
+            lib.recover_two(&tables, &surv[..k], out_a, out_b);
+        }),
+    });
+    let lib = isal.clone();
+    let tables = isal.update_tables(k);
+    v.push(Case {
+        op: "rmw",
+        imp,
+        bytes: len as u64,
+        run: Box::new(move |pool, _, s| {
+            let (data, [p, q]) = (&pool.data[s], &mut pool.parity[s]);
+            lib.pq_update(
+                &tables,
+                0,
+                p.get_mut(),
+                q.get_mut(),
+                data[0].get(),
+                data[1].get(),
+            );
+        }),
+    });
+}
+
+fn cases(k: usize, len: usize, kernels: &[Kernels], isals: &[Arc<Isal>]) -> Vec<Case> {
     let data_bytes = (k * len) as u64;
     let (a, b) = lost(k);
     let mut v: Vec<Case> = Vec::new();
+    for isal in isals {
+        isal_cases(k, len, isal, &mut v);
+    }
     for &kern in kernels {
         v.push(Case {
             op: "xor_gen",
@@ -403,6 +546,7 @@ const OPS: [&str; 8] = [
 /// excludes the whole shape).
 fn prepare(
     filter: &Option<String>,
+    isals: &[Arc<Isal>],
     k: usize,
     len: usize,
 ) -> Option<(String, Pool, Extra, Vec<Case>)> {
@@ -416,6 +560,7 @@ fn prepare(
         .iter()
         .map(|p| p.name().to_string())
         .chain(["rse".into(), "ref".into()])
+        .chain(isals.iter().map(|i| i.label()))
         .collect();
     if !OPS.iter().any(|op| {
         impls
@@ -445,6 +590,17 @@ fn prepare(
             },
         }
     }
+    let mut checked_isals = Vec::new();
+    for isal in isals {
+        match verify_isal(isal, &pool, &exp) {
+            Ok(()) => checked_isals.push(isal.clone()),
+            Err(op) => println!(
+                "REFUSED: {} ({}) disagrees with the reference on {shape} ({op}); not benched",
+                isal.label(),
+                isal.lib
+            ),
+        }
+    }
     let dst_stripes = if hot { 1 } else { (64 * MIB).div_ceil(k * len) };
     let mut rng = SmallRng::seed_from_u64(2);
     let extra = Extra {
@@ -453,15 +609,21 @@ fn prepare(
             .collect(),
         rs: ReedSolomon::new(k, 2).expect("reed-solomon-erasure codec"),
     };
-    let cases = cases(k, len, &kernels)
+    let cases = cases(k, len, &kernels, &checked_isals)
         .into_iter()
         .filter(|c| wanted(filter, &format!("{shape}/{}/{}", c.op, c.imp)))
         .collect();
     Some((shape, pool, extra, cases))
 }
 
-fn bench_shape(c: &mut Criterion, filter: &Option<String>, k: usize, len: usize) {
-    let Some((shape, mut pool, mut extra, cases)) = prepare(filter, k, len) else {
+fn bench_shape(
+    c: &mut Criterion,
+    filter: &Option<String>,
+    isals: &[Arc<Isal>],
+    k: usize,
+    len: usize,
+) {
+    let Some((shape, mut pool, mut extra, cases)) = prepare(filter, isals, k, len) else {
         return;
     };
     let n = pool.data.len();
@@ -481,13 +643,49 @@ fn bench_shape(c: &mut Criterion, filter: &Option<String>, k: usize, len: usize)
     }
 }
 
+/// The system load averages (1, 5, 15 min) as `/proc/loadavg` has them.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// A number from the environment, or `default`.
+fn env_num(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// What the table mode prints: one row per case, and per op our best path against each ISA-L.
+#[derive(Default)]
+struct Table {
+    rows: Vec<(String, String)>,
+    ratios: Vec<String>,
+}
+
 /// `NBRAID_PARITY_TABLE=1`: instead of criterion, time every case of a shape round-robin
-/// (15 rounds of ~20 ms per case, so load from other processes hits all of them alike) and
-/// print the median and best GB/s (10⁹ bytes/s) as a markdown table.
-fn table_shape(filter: &Option<String>, k: usize, len: usize, rows: &mut Vec<(String, String)>) {
-    let Some((shape, mut pool, mut extra, cases)) = prepare(filter, k, len) else {
+/// (`NBRAID_PARITY_ROUNDS` rounds, default 15, of ~20 ms per case, so load from other processes
+/// hits all of them alike) and print the median and best GB/s (10⁹ bytes/s) as a markdown
+/// table; then, per op, our best path over each ISA-L as the median of the per-round ratios,
+/// with the load averages at the start and end of the shape.
+fn table_shape(
+    filter: &Option<String>,
+    isals: &[Arc<Isal>],
+    k: usize,
+    len: usize,
+    out: &mut Table,
+) {
+    let Some((shape, mut pool, mut extra, cases)) = prepare(filter, isals, k, len) else {
         return;
     };
+    let load_start = loadavg();
     let n = pool.data.len();
     let mut next = 0usize;
     let mut run = |case: &Case, iters: usize, pool: &mut Pool, extra: &mut Extra| {
@@ -498,48 +696,125 @@ fn table_shape(filter: &Option<String>, k: usize, len: usize, rows: &mut Vec<(St
         }
         t.elapsed().as_secs_f64()
     };
+    let sample_secs = env_num("NBRAID_PARITY_SAMPLE_MS", 20) as f64 / 1e3;
     let iters: Vec<usize> = cases
         .iter()
         .map(|c| {
             run(c, 2, &mut pool, &mut extra);
             let t = run(c, 3, &mut pool, &mut extra) / 3.0;
-            ((0.02 / t) as usize).max(1)
+            ((sample_secs / t) as usize).max(1)
         })
         .collect();
+    let rounds = env_num("NBRAID_PARITY_ROUNDS", 15).max(1);
     let mut samples = vec![Vec::new(); cases.len()];
-    for _ in 0..15 {
-        for (i, c) in cases.iter().enumerate() {
-            let t = run(c, iters[i], &mut pool, &mut extra);
-            samples[i].push(c.bytes as f64 * iters[i] as f64 / t / 1e9);
+    for r in 0..rounds {
+        // Alternate the order, so no case always runs right after the same other one.
+        let order: Vec<usize> = if r % 2 == 0 {
+            (0..cases.len()).collect()
+        } else {
+            (0..cases.len()).rev().collect()
+        };
+        for i in order {
+            let t = run(&cases[i], iters[i], &mut pool, &mut extra);
+            samples[i].push(cases[i].bytes as f64 * iters[i] as f64 / t / 1e9);
         }
     }
-    for (c, mut s) in cases.iter().zip(samples) {
-        s.sort_by(|a, b| a.total_cmp(b));
-        let line = format!("{:.1} ({:.1})", s[s.len() / 2], s[s.len() - 1]);
+    let load = format!("{load_start} → {}", loadavg());
+    for (c, s) in cases.iter().zip(&samples) {
+        let best = s.iter().copied().fold(0.0, f64::max);
+        let line = format!("{:.1} ({best:.1})", median(s.clone()));
         println!("{shape}/{}/{}: {line} GB/s", c.op, c.imp);
-        rows.push((format!("{shape}/{}/{}", c.op, c.imp), line));
+        out.rows.push((format!("{shape}/{}/{}", c.op, c.imp), line));
+    }
+    let ours = Path::best().name();
+    for op in OPS {
+        let Some(o) = cases.iter().position(|c| c.op == op && c.imp == ours) else {
+            continue;
+        };
+        for isal in isals {
+            let Some(i) = cases
+                .iter()
+                .position(|c| c.op == op && c.imp == isal.label())
+            else {
+                continue;
+            };
+            let ratio = median(
+                samples[o]
+                    .iter()
+                    .zip(&samples[i])
+                    .map(|(a, b)| a / b)
+                    .collect(),
+            );
+            out.ratios.push(format!(
+                "| {shape} | {op} | {:.1} | {} {:.1} | **{ratio:.2}** | {load} |",
+                median(samples[o].clone()),
+                isal.label(),
+                median(samples[i].clone()),
+            ));
+        }
+    }
+}
+
+/// A shape id as the bench names them (`k8-64K`, `k22-1M`): (k, chunk bytes).
+fn parse_shape(id: &str) -> (usize, usize) {
+    let bad =
+        || -> ! { panic!("NBRAID_PARITY_SHAPES: {id:?} is not a shape like k8-64K or k4-1M") };
+    let Some((k, size)) = id.trim().strip_prefix('k').and_then(|r| r.split_once('-')) else {
+        bad()
+    };
+    let (num, unit) = size.split_at(size.len().saturating_sub(1));
+    let mult = match unit {
+        "K" => KIB,
+        "M" => MIB,
+        _ => bad(),
+    };
+    match (k.parse::<usize>(), num.parse::<usize>()) {
+        (Ok(k), Ok(n)) if (2..=MAX_K).contains(&k) && n > 0 => (k, n * mult),
+        _ => bad(),
     }
 }
 
 fn main() {
-    let shapes = [
-        (8, 64 * KIB),
-        (8, MIB),
-        (4, 64 * KIB),
-        (4, MIB),
-        (22, 64 * KIB),
-        (22, MIB),
-    ];
+    let shapes = match std::env::var("NBRAID_PARITY_SHAPES") {
+        Ok(list) => list.split(',').map(parse_shape).collect(),
+        Err(_) => vec![
+            (8, 64 * KIB),
+            (8, MIB),
+            (4, 64 * KIB),
+            (4, MIB),
+            (22, 64 * KIB),
+            (22, MIB),
+        ],
+    };
     let filter = plain_filter();
     println!("parity paths: best = {}", Path::best());
-    if std::env::var_os("NBRAID_PARITY_TABLE").is_some() {
-        let mut rows = Vec::new();
-        for (k, len) in shapes {
-            table_shape(&filter, k, len, &mut rows);
+    let mut isals = Vec::new();
+    for lib in isal::lib_names() {
+        match Isal::load(&lib) {
+            Ok(i) => {
+                println!("baseline: ISA-L {} from {lib}", i.version);
+                isals.push(Arc::new(i));
+            }
+            Err(e) => println!("skipped: ISA-L baseline ({e})"),
         }
-        println!("\n| shape/op/impl | GB/s median (best) of 15 interleaved samples |\n|---|---:|");
-        for (id, v) in rows {
+    }
+    if std::env::var_os("NBRAID_PARITY_TABLE").is_some() {
+        let mut t = Table::default();
+        for (k, len) in shapes {
+            table_shape(&filter, &isals, k, len, &mut t);
+        }
+        println!("\n| shape/op/impl | GB/s median (best) of interleaved samples |\n|---|---:|");
+        for (id, v) in t.rows {
             println!("| {id} | {v} |");
+        }
+        if !t.ratios.is_empty() {
+            println!(
+                "\n| shape | op | ours ({}) GB/s | ISA-L GB/s | ours / ISA-L (median of per-round ratios) | load 1/5/15 min (start → end) |\n|---|---|---:|---:|---:|---|",
+                Path::best()
+            );
+            for r in t.ratios {
+                println!("{r}");
+            }
         }
         return;
     }
@@ -550,7 +825,7 @@ fn main() {
         .without_plots()
         .configure_from_args();
     for (k, len) in shapes {
-        bench_shape(&mut c, &filter, k, len);
+        bench_shape(&mut c, &filter, &isals, k, len);
     }
     c.final_summary();
 }

@@ -19,7 +19,7 @@
 //! with a FLUSH, counted in their time (it destages what the cache still holds).
 
 use nbraid_benches::{drive, fill, Load};
-use nbraid_core::{CacheMode, Member, MemoryMember, SyncState, Volume, VolumeOptions};
+use nbraid_core::{CacheMode, Member, MemoryMember, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Level, ParityLayout, Region, Shape};
 use std::sync::Arc;
 
@@ -84,7 +84,7 @@ fn build(level: Level, n: usize) -> Setup {
     let width = geometry.full_stripe_width().expect("striped");
     let opts = |cache| VolumeOptions {
         block_size: 4096,
-        initial_sync: SyncState::Clean,
+        members_known_zero: true,
         cache,
         ..VolumeOptions::default()
     };

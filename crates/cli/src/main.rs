@@ -5,6 +5,7 @@
 //! live in `nbraid_config`, the geometry in `nbraid_layout`. It does not contain the server:
 //! `nbraid serve` runs the `nbraidd` binary installed beside it ([`serve`]).
 
+mod bench;
 mod check;
 mod create;
 mod diagram;
@@ -63,6 +64,9 @@ enum Command {
         /// The TOML config.
         file: PathBuf,
     },
+    /// Run the storage reviews' microbenchmarks on a volume, simulated members or NBD
+    /// servers: a table, --json, --chart FILE.svg|png.
+    Bench(Box<bench::BenchArgs>),
     /// Serve every volume of a config over NBD (the same as `nbraidd --config FILE`).
     Serve {
         /// The TOML config.
@@ -93,6 +97,7 @@ fn main() -> ExitCode {
             json,
         } => map::run(&file, &volume, &offset, length.as_deref(), json),
         Command::Create { file } => create::run(&file),
+        Command::Bench(args) => bench::run(&args),
         Command::Serve { file, log_level } => serve(&file, &log_level),
         Command::Ops(cmd) => ops::run(cmd),
     };

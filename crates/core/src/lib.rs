@@ -22,6 +22,7 @@ mod range_lock;
 pub mod read_policy;
 mod rng;
 pub mod scrub;
+pub mod simulated;
 pub mod split;
 pub mod stripe;
 pub mod timer;

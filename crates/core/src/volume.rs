@@ -34,9 +34,10 @@ pub struct VolumeOptions {
     /// Sequential mirror reads move to another copy after this many bytes (≥ 4 KiB; 1 MiB
     /// default), so long runs spread over copies in large pieces.
     pub mirror_seq_piece: u64,
-    /// Parity groups (RAID 5/6/50/60): whether parity is known to match data at assembly
-    /// (`Clean` for freshly created zero-filled members; `Unknown`, the default, otherwise).
-    pub initial_sync: SyncState,
+    /// Whether every member region holds only zeroes (files just created sparse, RAM; default
+    /// false). Parity groups (RAID 5/6/50/60) decide from it whether parity is known to match
+    /// data at assembly ([`SyncState::at_assembly`]).
+    pub members_known_zero: bool,
     /// Parity groups: write-back stripe cache (default, 32 MiB per volume) or write-through.
     pub cache: CacheMode,
     /// Write-back: a partial stripe waiting longer than this is written by a background
@@ -50,7 +51,7 @@ impl Default for VolumeOptions {
             block_size: 512,
             read_policy: ReadPolicy::default(),
             mirror_seq_piece: 1 << 20,
-            initial_sync: SyncState::default(),
+            members_known_zero: false,
             cache: CacheMode::default(),
             cache_max_age: Some(Duration::from_secs(1)),
         }
@@ -405,8 +406,8 @@ impl Volume {
         Ok(())
     }
 
-    /// Recomputes the parity of every stripe not known to be in sync (after assembling with
-    /// [`SyncState::Unknown`]); afterwards partial writes may use read-modify-write.
+    /// Recomputes the parity of every stripe not known to be in sync (after assembling members
+    /// not known to be zero: [`SyncState::Unknown`]); afterwards partial writes may use read-modify-write.
     pub async fn resync(&self) -> VolumeResult<()> {
         let r = self.root.resync().await;
         self.count(r)
@@ -532,7 +533,7 @@ fn build(
             g.clone(),
             kids(),
             node.capacity(),
-            opts.initial_sync,
+            SyncState::at_assembly(opts.members_known_zero),
             opts.cache,
             opts.cache_max_age,
             repairs.clone(),

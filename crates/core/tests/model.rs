@@ -10,9 +10,7 @@ use common::*;
 use futures::executor::block_on;
 use futures::future::{join_all, BoxFuture};
 use futures::FutureExt;
-use nbraid_core::{
-    Buf, CacheMode, FaultOps, MemberState, ReadPolicy, SyncState, Volume, VolumeOptions,
-};
+use nbraid_core::{Buf, CacheMode, FaultOps, MemberState, ReadPolicy, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Level, Node, ParityLayout};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -280,17 +278,13 @@ fn run_case(case: &Case, seed: u64, rounds: u64) -> (usize, u64, u64) {
         1 => CacheMode::WriteBack { bytes: 64 * KIB },
         _ => CacheMode::WriteBack { bytes: 4 * MIB },
     };
-    // Zero-filled members are in sync either way; `Unknown` exercises reconstruct-writes.
-    let initial_sync = if rng.gen_bool(0.7) {
-        SyncState::Clean
-    } else {
-        SyncState::Unknown
-    };
+    // Zero-filled members are in sync either way; not saying so exercises reconstruct-writes.
+    let members_known_zero = rng.gen_bool(0.7);
     let opts = VolumeOptions {
         block_size: block,
         read_policy: policy,
         mirror_seq_piece: seq_piece,
-        initial_sync,
+        members_known_zero,
         cache,
         // Never by age, by the flusher thread racing the requests, or rarely.
         cache_max_age: [

@@ -11,19 +11,19 @@ use common::*;
 use futures::executor::block_on;
 use futures::future::join_all;
 use nbraid_core::{
-    Buf, CacheMode, CounterSnapshot, FaultOps, Member, MemberState, MemoryMember, SyncState,
-    Volume, VolumeError, VolumeOptions,
+    Buf, CacheMode, CounterSnapshot, FaultOps, Member, MemberState, MemoryMember, Volume,
+    VolumeError, VolumeOptions,
 };
 use nbraid_layout::{Geometry, Level};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 
-fn opts(cache: CacheMode, sync: SyncState) -> VolumeOptions {
+fn opts(cache: CacheMode, members_known_zero: bool) -> VolumeOptions {
     VolumeOptions {
         block_size: 4096,
         cache,
-        initial_sync: sync,
+        members_known_zero,
         // Exact counts: no background destage in the middle of a test.
         cache_max_age: None,
         ..VolumeOptions::default()
@@ -82,7 +82,7 @@ fn random_4k_write_costs_min_of_rmw_and_rcw() {
                 let v = Volume::new(
                     named(level, n, None, strip, 2 * MIB),
                     memory_members(n, 2 * MIB),
-                    opts(cache, SyncState::Clean),
+                    opts(cache, true),
                 )
                 .unwrap();
                 // md's counting: RMW reads the old chunk and P (+Q); RCW the k-1 others.
@@ -122,7 +122,7 @@ fn the_issue_figures_4_and_6() {
         let v = Volume::new(
             named(level, n, None, 64 * KIB, MIB),
             memory_members(n, MIB),
-            opts(CacheMode::WriteThrough, SyncState::Clean),
+            opts(CacheMode::WriteThrough, true),
         )
         .unwrap();
         let before = v.member_counters();
@@ -139,12 +139,12 @@ fn full_stripe_write_reads_nothing_and_writes_each_member_once() {
             CacheMode::WriteThrough,
             CacheMode::WriteBack { bytes: 4 * MIB },
         ] {
-            for sync in [SyncState::Clean, SyncState::Unknown] {
+            for known_zero in [true, false] {
                 let strip = 16 * KIB;
                 let v = Volume::new(
                     named(level, n, None, strip, MIB),
                     memory_members(n, MIB),
-                    opts(cache, sync),
+                    opts(cache, known_zero),
                 )
                 .unwrap();
                 let width = strip * k as u64;
@@ -154,7 +154,7 @@ fn full_stripe_write_reads_nothing_and_writes_each_member_once() {
                 assert_eq!(
                     d,
                     (0, n as u64, 0, n as u64 * strip),
-                    "{level} x{n} {cache:?} {sync:?}"
+                    "{level} x{n} {cache:?} known zero {known_zero}"
                 );
                 // Nothing left in the cache to write.
                 let before = v.member_counters();
@@ -168,7 +168,7 @@ fn full_stripe_write_reads_nothing_and_writes_each_member_once() {
         let v = Volume::new(
             named(level, n, Some(2), 16 * KIB, MIB),
             memory_members(n, MIB),
-            opts(CacheMode::WriteThrough, SyncState::Clean),
+            opts(CacheMode::WriteThrough, true),
         )
         .unwrap();
         let width = v.geometry().full_stripe_width().unwrap();
@@ -192,7 +192,7 @@ fn sequential_4k_writes_through_the_cache_become_full_stripes() {
             let v = Volume::new(
                 g,
                 memory_members(n, 4 * MIB),
-                opts(CacheMode::WriteBack { bytes: 2 * MIB }, SyncState::Clean),
+                opts(CacheMode::WriteBack { bytes: 2 * MIB }, true),
             )
             .unwrap();
             let width = v.geometry().full_stripe_width().unwrap();
@@ -250,7 +250,7 @@ fn unknown_sync_uses_reconstruct_write_until_resync() {
     let v = Volume::new(
         named(Level::Raid5, n, None, 64 * KIB, MIB),
         memory_members(n, MIB),
-        opts(CacheMode::WriteThrough, SyncState::Unknown),
+        opts(CacheMode::WriteThrough, false),
     )
     .unwrap();
     let before = v.member_counters();
@@ -273,7 +273,7 @@ fn aged_partial_stripes_are_destaged_in_the_background() {
         memory_members(n, MIB),
         VolumeOptions {
             cache_max_age: Some(std::time::Duration::from_millis(1)),
-            initial_sync: SyncState::Clean,
+            members_known_zero: true,
             ..VolumeOptions::default()
         },
     )
@@ -332,7 +332,7 @@ fn integrity(level: Level, n: usize, spans: Option<usize>, losses: usize, seed: 
     let v = Volume::new(
         g.clone(),
         members.clone(),
-        opts(CacheMode::WriteBack { bytes: MIB }, SyncState::Unknown),
+        opts(CacheMode::WriteBack { bytes: MIB }, false),
     )
     .unwrap();
     // Fill in odd-sized writes (partial stripes through the cache), then flush.
@@ -354,7 +354,7 @@ fn integrity(level: Level, n: usize, spans: Option<usize>, losses: usize, seed: 
         let v = Volume::new(
             g.clone(),
             members.clone(),
-            opts(CacheMode::WriteThrough, SyncState::Unknown),
+            opts(CacheMode::WriteThrough, false),
         )
         .unwrap();
         for &f in &failed {
@@ -418,7 +418,7 @@ fn degraded_writes_stay_recoverable() {
             let v = Volume::new(
                 g.clone(),
                 members.clone(),
-                opts(CacheMode::WriteBack { bytes: 64 * KIB }, SyncState::Clean),
+                opts(CacheMode::WriteBack { bytes: 64 * KIB }, true),
             )
             .unwrap();
             v.fail_member(dead, "test");
@@ -440,7 +440,7 @@ fn degraded_writes_stay_recoverable() {
             let v = Volume::new(
                 g.clone(),
                 members.clone(),
-                opts(CacheMode::WriteThrough, SyncState::Clean),
+                opts(CacheMode::WriteThrough, true),
             )
             .unwrap();
             for &f in &failed {
@@ -462,7 +462,7 @@ fn degraded_sequential_read_reads_each_stripe_once() {
     let v = Volume::new(
         named(Level::Raid5, n, None, strip, 4 * MIB),
         memory_members(n, 4 * MIB),
-        opts(CacheMode::WriteThrough, SyncState::Clean),
+        opts(CacheMode::WriteThrough, true),
     )
     .unwrap();
     v.fail_member(2, "test");
@@ -484,7 +484,7 @@ fn degraded_partial_stripe_reads_rebuild_each_stripe_once() {
     let v = Volume::new(
         named(Level::Raid6, n as usize, None, strip, 2 * MIB),
         memory_members(n as usize, 2 * MIB),
-        opts(CacheMode::WriteThrough, SyncState::Clean),
+        opts(CacheMode::WriteThrough, true),
     )
     .unwrap();
     let mut rng = SmallRng::seed_from_u64(5);
@@ -525,7 +525,7 @@ fn read_errors_are_served_from_parity() {
     let v = Volume::new(
         named(Level::Raid6, 6, None, 16 * KIB, MIB),
         members,
-        opts(CacheMode::WriteThrough, SyncState::Clean),
+        opts(CacheMode::WriteThrough, true),
     )
     .unwrap();
     let mut rng = SmallRng::seed_from_u64(9);
@@ -554,7 +554,7 @@ fn read_error_is_repaired_from_parity() {
         let v = Volume::new(
             named(level, n, None, 16 * KIB, MIB),
             members,
-            opts(CacheMode::WriteThrough, SyncState::Clean),
+            opts(CacheMode::WriteThrough, true),
         )
         .unwrap();
         let mut rng = SmallRng::seed_from_u64(11);
@@ -598,7 +598,7 @@ fn beyond_tolerance_errors_never_wrong_data() {
                 member_len,
             ),
             members,
-            opts(CacheMode::WriteThrough, SyncState::Clean),
+            opts(CacheMode::WriteThrough, true),
         )
         .unwrap();
         let mut rng = SmallRng::seed_from_u64(3);

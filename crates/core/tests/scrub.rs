@@ -7,9 +7,7 @@ mod common;
 
 use common::*;
 use futures::executor::block_on;
-use nbraid_core::{
-    Buf, Member, MemoryMember, ScrubControl, ScrubState, SyncState, Volume, VolumeOptions,
-};
+use nbraid_core::{Buf, Member, MemoryMember, ScrubControl, ScrubState, Volume, VolumeOptions};
 use nbraid_layout::{Level, ParityLayout, StripeRoles};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -26,7 +24,7 @@ fn volume(level: Level, n: usize) -> (Volume, Vec<Arc<MemoryMember>>, Vec<u8>) {
     let dyns = mems.iter().map(|m| m.clone() as Arc<dyn Member>).collect();
     let opts = VolumeOptions {
         block_size: 4096,
-        initial_sync: SyncState::Clean,
+        members_known_zero: true,
         cache_max_age: None,
         ..VolumeOptions::default()
     };
@@ -249,7 +247,7 @@ fn a_cancelled_paused_and_resumed_scrub_covers_the_volume_once() {
         .collect();
     let opts = VolumeOptions {
         block_size: 4096,
-        initial_sync: SyncState::Clean,
+        members_known_zero: true,
         ..VolumeOptions::default()
     };
     let v =

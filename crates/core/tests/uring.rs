@@ -8,8 +8,8 @@ use common::*;
 use futures::executor::block_on;
 use futures::future::join_all;
 use nbraid_core::{
-    Buf, DirectIo, Engine, FileOptions, Member, MemberState, SyncState, UringError, UringFile,
-    Volume, VolumeOptions,
+    Buf, DirectIo, Engine, FileOptions, Member, MemberState, UringError, UringFile, Volume,
+    VolumeOptions,
 };
 use nbraid_layout::Level;
 use rand::rngs::SmallRng;
@@ -149,7 +149,7 @@ fn files_model(level: Level, n: usize, spans: Option<usize>, test: &'static str)
             named(level, n, spans, 16 * KIB, 2 * MIB),
             members,
             VolumeOptions {
-                initial_sync: SyncState::Clean,
+                members_known_zero: true,
                 ..VolumeOptions::default()
             },
         )

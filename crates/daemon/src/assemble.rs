@@ -5,7 +5,8 @@
 //!
 //! Without on-disk metadata yet, "new" is decided from what exists
 //! ([`Config::volume_is_new`], [`Config::may_create`]): a new volume's member files are created
-//! sparse, all zeroes, so its parity is in sync from the start. A member missing from a volume
+//! sparse, all zeroes, and the engine is told so (`VolumeOptions::members_known_zero`; it
+//! decides that such parity starts in sync). A member missing from a volume
 //! that already has data is never recreated: the volume starts degraded without it, or refuses
 //! to start when that is beyond its fault tolerance.
 
@@ -13,7 +14,7 @@ use futures::future::{self, BoxFuture};
 use nbraid_config::{self as config, Config, MemberStorage};
 use nbraid_core::{
     Buf, Member, MemberCounters, MemberError, MemberOp, MemberResult, MemoryMember, SharedBuf,
-    SyncState, UringError, UringFile, Volume, VolumeError, VolumeOptions,
+    UringError, UringFile, Volume, VolumeError, VolumeOptions,
 };
 use std::io;
 use std::path::PathBuf;
@@ -105,10 +106,12 @@ pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
         .zip(&fresh)
         .map(|(v, &fresh)| {
             let volume_members = v.members.iter().map(|&i| members[i].clone()).collect();
-            let mut options = volume_options(v);
-            if fresh {
-                options.initial_sync = SyncState::Clean;
-            }
+            // A new volume's members are created sparse: all zeroes (the engine decides what
+            // that means for parity).
+            let options = VolumeOptions {
+                members_known_zero: fresh,
+                ..volume_options(v)
+            };
             let volume = Volume::new(v.geometry.clone(), volume_members, options).map_err(
                 |source| AssembleError::Volume {
                     name: v.name.clone(),
@@ -151,7 +154,8 @@ pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
         .collect()
 }
 
-/// The engine's options for a config volume (parity sync state aside: see [`assemble`]).
+/// The engine's options for a config volume (whether its members are known zero aside: see
+/// [`assemble`]).
 pub fn volume_options(v: &config::Volume) -> VolumeOptions {
     VolumeOptions {
         block_size: u64::from(v.block_size),

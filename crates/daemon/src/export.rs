@@ -1,13 +1,22 @@
 //! The engine's volumes as NBD exports.
 
-use crate::nbd::{Export, PayloadBuf, ZeroFlags};
+use crate::nbd::proto::{MAX_PAYLOAD, STATE_HOLE, STATE_ZERO};
+use crate::nbd::{Export, Extent, PayloadBuf, ZeroFlags};
+use crate::zero_map::ZeroMap;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use nbraid_core::split::ZERO_WINDOW_BYTES;
-use nbraid_core::{Buf, Volume, VolumeError};
+use nbraid_core::{Buf, Volume, VolumeError, MAX_REQUEST_BYTES};
 use nbraid_layout::Node;
 use std::io;
 use std::sync::Arc;
+
+// Every read and write the server accepts (at most one payload) is one the engine accepts:
+// raising the NBD payload limit past the engine's request limit must not compile.
+const _: () = assert!(
+    MAX_PAYLOAD as u64 <= MAX_REQUEST_BYTES,
+    "the NBD payload limit exceeds the engine's request limit"
+);
 
 /// Whether zeroing `[offset, offset+len)` of the tree under `node` is fast: no parity group
 /// has to read or write data for it (a read-modify-write of a partial stripe), so every member
@@ -72,6 +81,8 @@ pub struct VolumeExport {
     volume: Arc<Volume>,
     read_only: bool,
     description: String,
+    /// Trimmed and zeroed ranges, for `base:allocation`.
+    zeroes: ZeroMap,
 }
 
 impl VolumeExport {
@@ -80,6 +91,7 @@ impl VolumeExport {
             volume,
             read_only,
             description,
+            zeroes: ZeroMap::default(),
         }
     }
 }
@@ -156,6 +168,7 @@ impl Export for VolumeExport {
             // Member I/O wants aligned buffers (O_DIRECT); the socket's payload is not.
             let buf = Buf::copy_from(&data);
             drop(data);
+            let _w = self.zeroes.begin_write(offset, buf.len() as u64);
             self.volume
                 .write(offset, buf, fua)
                 .await
@@ -187,6 +200,7 @@ impl Export for VolumeExport {
             },
         };
         Box::pin(async move {
+            let _w = self.zeroes.begin_write(offset, buf.len() as u64);
             self.volume
                 .write(offset, buf, fua)
                 .await
@@ -201,10 +215,14 @@ impl Export for VolumeExport {
 
     fn trim(&self, offset: u64, len: u32, fua: bool) -> BoxFuture<'_, io::Result<()>> {
         Box::pin(async move {
+            let token = self.zeroes.begin_zeroing();
             self.volume
                 .trim(offset, u64::from(len))
                 .await
                 .map_err(to_io)?;
+            // Trimmed space reads back as zeroes (Volume::trim).
+            let hz = STATE_HOLE | STATE_ZERO;
+            self.zeroes.zeroed(token, offset, u64::from(len), hz);
             if fua {
                 self.volume.flush().await.map_err(to_io)?;
             }
@@ -229,10 +247,28 @@ impl Export for VolumeExport {
             return Box::pin(futures::future::ready(Err(e)));
         }
         Box::pin(async move {
+            let token = self.zeroes.begin_zeroing();
             self.volume
                 .write_zeroes(offset, len, flags.fua)
                 .await
-                .map_err(to_io)
+                .map_err(to_io)?;
+            let state = if flags.may_trim {
+                STATE_HOLE | STATE_ZERO
+            } else {
+                STATE_ZERO
+            };
+            self.zeroes.zeroed(token, offset, len, state);
+            Ok(())
         })
+    }
+
+    fn can_block_status(&self) -> bool {
+        true
+    }
+
+    /// From what this daemon has trimmed and zeroed since it started ([`ZeroMap`]); data
+    /// elsewhere. Costs per extent.
+    fn block_status(&self, offset: u64, len: u32) -> BoxFuture<'_, io::Result<Vec<Extent>>> {
+        Box::pin(futures::future::ready(Ok(self.zeroes.extents(offset, len))))
     }
 }

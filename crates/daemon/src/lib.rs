@@ -9,6 +9,7 @@ pub mod control;
 pub mod export;
 pub mod logging;
 pub mod serve;
+pub mod zero_map;
 
 /// The NBD protocol crate, under the name the daemon has always used for it.
 pub use nbraid_nbd as nbd;

@@ -5,7 +5,7 @@
 //! says "slow", the engine does write data (a parity read-modify-write) — so the predicate is
 //! neither wrong nor needlessly timid. Case counts are sized for CI; `NBRAID_SOAK=1` runs more.
 
-use nbraid_core::{CacheMode, Member, MemoryMember, SyncState, Volume, VolumeOptions};
+use nbraid_core::{CacheMode, Member, MemoryMember, Volume, VolumeOptions};
 use nbraid_daemon::export::zeroing_is_fast;
 use nbraid_layout::{Geometry, Level, Node, ParityLayout, Region, Shape};
 use proptest::prelude::*;
@@ -183,7 +183,7 @@ proptest! {
         let opts = VolumeOptions {
             block_size: 4096,
             cache: CacheMode::WriteThrough,
-            initial_sync: SyncState::Clean,
+            members_known_zero: true,
             ..VolumeOptions::default()
         };
         let volume = Volume::new(geometry, members, opts).unwrap();

@@ -26,6 +26,9 @@ pub(crate) struct Negotiated {
     /// Id of the `base:allocation` context when the client selected it for this export.
     pub base_allocation: Option<u32>,
     pub flags: u16,
+    /// The client negotiated no block size (`EXPORT_NAME`, or `GO` without
+    /// `NBD_INFO_BLOCK_SIZE`): requests need not be aligned (see [`crate::unaligned`]).
+    pub byte_granular: bool,
 }
 
 /// How the handshake ended without an error.
@@ -159,7 +162,7 @@ where
                 }
                 w.write_all(&reply).await?;
                 w.flush().await?;
-                return Ok(Outcome::Transmission(negotiated(&st, idx, flags)));
+                return Ok(Outcome::Transmission(negotiated(&st, idx, flags, true)));
             }
             OPT_ABORT => {
                 // The client may already have gone; an ACK it never reads is fine.
@@ -240,7 +243,8 @@ where
                 }
                 send(w, opt, REP_ACK, &[]).await?;
                 if opt == OPT_GO {
-                    return Ok(Outcome::Transmission(negotiated(&st, idx, flags)));
+                    let agreed = wants(INFO_BLOCK_SIZE);
+                    return Ok(Outcome::Transmission(negotiated(&st, idx, flags, !agreed)));
                 }
             }
             OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
@@ -346,8 +350,9 @@ where
     Err(ConnError::TooManyOptions)
 }
 
-fn negotiated(st: &State, idx: usize, flags: u16) -> Negotiated {
+fn negotiated(st: &State, idx: usize, flags: u16, byte_granular: bool) -> Negotiated {
     Negotiated {
+        byte_granular,
         export: idx,
         structured: st.structured,
         base_allocation: (st.structured && st.meta == Some(idx)).then_some(BASE_ALLOCATION_ID),

@@ -54,6 +54,7 @@ mod limits;
 pub mod proto;
 mod server;
 mod transmission;
+mod unaligned;
 
 #[cfg(test)]
 mod tests;

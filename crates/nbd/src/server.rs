@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, UnixListener};
+
+use crate::unaligned::BlockLocks;
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::{AbortHandle, JoinHandle};
 
@@ -49,6 +51,8 @@ pub(crate) struct ExportEntry {
     pub export: Arc<dyn Export>,
     /// Preferred block size as advertised (a power of two).
     pub preferred: u32,
+    /// Held by every write-type request (see [`crate::unaligned`]).
+    pub locks: Arc<BlockLocks>,
 }
 
 pub(crate) struct Shared {
@@ -113,7 +117,7 @@ impl Listener {
     /// Binds a Unix socket; a stale socket file nobody listens on is replaced, a live one is an
     /// error (`AddrInUse`).
     pub fn bind_unix(path: impl AsRef<Path>) -> Result<Self, ServerError> {
-        let path = path.as_ref().to_path_buf();
+        let path = absolute(path.as_ref());
         let err = |source| ServerError::Bind {
             addr: format!("unix:{}", path.display()),
             source,
@@ -167,6 +171,25 @@ impl Listener {
             },
         }
     }
+}
+
+/// `path` made absolute (its folder resolved, `..` and links gone), so the URI printed works
+/// from any directory; unchanged where the folder cannot be resolved (binding reports it).
+fn absolute(path: &Path) -> PathBuf {
+    let resolved = match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) => {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            dir.canonicalize().ok().map(|d| d.join(name))
+        }
+        _ => None,
+    };
+    resolved
+        .or_else(|| std::path::absolute(path).ok())
+        .unwrap_or_else(|| path.to_path_buf())
 }
 
 impl fmt::Display for Listener {
@@ -292,6 +315,7 @@ impl Server {
                 name,
                 export,
                 preferred,
+                locks: Arc::new(BlockLocks::new()),
             });
         }
         let limits = limits.normalized();

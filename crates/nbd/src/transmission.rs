@@ -20,6 +20,7 @@ use super::handshake::Negotiated;
 use super::limits::{request_cost, Activity, StallGuard};
 use super::proto::*;
 use super::server::{shutdown_signalled, RequestGuard, Shared};
+use super::unaligned::{self, is_unaligned, BlockLocks};
 use super::ConnError;
 
 /// A write whose payload is invalid is discarded and answered with an error when no longer
@@ -31,8 +32,11 @@ const INLINE_MAX: u32 = 64 * 1024;
 
 struct Conn {
     export: Arc<dyn Export>,
+    locks: Arc<BlockLocks>,
     size: u64,
     min_block: u64,
+    /// Requests need not be aligned to `min_block` (no block size was negotiated).
+    byte_granular: bool,
     read_only: bool,
     structured: bool,
     base_allocation: Option<u32>,
@@ -125,8 +129,10 @@ where
     let entry = &shared.exports[neg.export];
     let conn = Arc::new(Conn {
         export: entry.export.clone(),
+        locks: entry.locks.clone(),
         size: entry.export.size(),
         min_block: entry.export.min_block().into(),
+        byte_granular: neg.byte_granular,
         read_only: entry.export.read_only(),
         structured: neg.structured,
         base_allocation: neg.base_allocation,
@@ -243,7 +249,13 @@ where
             // The length is validated (at most MAX_PAYLOAD) and its budget taken.
             let len = req.length as usize;
             let stall = limits.stall_timeout;
-            let got = match conn.export.payload_buffer(len) {
+            // An unaligned write is patched into whole blocks later: plain bytes for it.
+            let own = if is_unaligned(conn.min_block, req.offset, req.length) {
+                None
+            } else {
+                conn.export.payload_buffer(len)
+            };
+            let got = match own {
                 Some(mut buf) => read_into(&mut r, buf.as_mut_slice(), len, stall)
                     .await
                     .map(|()| WriteData::Own(buf)),
@@ -425,7 +437,7 @@ fn validate(c: &Conn, req: &RequestHeader) -> Result<(), (u32, &'static str)> {
         _ => return Err((EINVAL, "request past the end of the export")),
     }
     // min_block is a power of two (checked by Server::new).
-    if (req.offset | u64::from(req.length)) & (c.min_block - 1) != 0 {
+    if !c.byte_granular && is_unaligned(c.min_block, req.offset, req.length) {
         return Err((EINVAL, "request not aligned to the minimum block size"));
     }
     Ok(())
@@ -444,6 +456,9 @@ async fn execute(c: &Conn, req: RequestHeader, payload: WriteData) -> (Vec<u8>, 
     let e = &*c.export;
     let fua = req.flags & CMD_FLAG_FUA != 0;
     let (off, len) = (req.offset, req.length);
+    let bs = c.min_block;
+    // Only a connection without negotiated block sizes gets this far with one.
+    let unaligned = is_unaligned(bs, off, len);
     let done = |res: io::Result<()>| match res {
         Ok(()) => (simple_reply(0, req.cookie).to_vec(), Vec::new()),
         Err(err) => export_error(c, &req, &err),
@@ -453,7 +468,12 @@ async fn execute(c: &Conn, req: RequestHeader, payload: WriteData) -> (Vec<u8>, 
             if len == 0 {
                 return (read_reply(c, req.cookie, off, 0), Vec::new());
             }
-            match e.read_parts(off, len).await {
+            let read = if unaligned {
+                unaligned::read(e, bs, off, len).await
+            } else {
+                e.read_parts(off, len).await
+            };
+            match read {
                 Ok(data) if total_len(&data) == len as u64 => {
                     (read_reply(c, req.cookie, off, len), data)
                 }
@@ -473,14 +493,27 @@ async fn execute(c: &Conn, req: RequestHeader, payload: WriteData) -> (Vec<u8>, 
         CMD_WRITE => match payload {
             WriteData::None => done(Ok(())),
             WriteData::Bytes(b) if b.is_empty() => done(Ok(())),
-            WriteData::Bytes(b) => done(e.write(off, b, fua).await),
-            WriteData::Own(buf) => done(e.write_payload(off, buf, fua).await),
+            WriteData::Bytes(b) if unaligned => {
+                done(unaligned::write(e, &c.locks, bs, off, b, fua).await)
+            }
+            WriteData::Bytes(b) => {
+                let _held = c.locks.lock(bs, off, len.into(), &[]).await;
+                done(e.write(off, b, fua).await)
+            }
+            WriteData::Own(buf) => {
+                let _held = c.locks.lock(bs, off, len.into(), &[]).await;
+                done(e.write_payload(off, buf, fua).await)
+            }
         },
         CMD_FLUSH => done(e.flush().await),
         CMD_TRIM => {
             if len == 0 {
                 return done(Ok(()));
             }
+            if unaligned {
+                return done(unaligned::trim(e, &c.locks, bs, off, len, fua).await);
+            }
+            let _held = c.locks.lock(bs, off, len.into(), &[]).await;
             done(e.trim(off, len, fua).await)
         }
         CMD_WRITE_ZEROES => {
@@ -492,25 +525,34 @@ async fn execute(c: &Conn, req: RequestHeader, payload: WriteData) -> (Vec<u8>, 
                 fua,
                 fast_only: req.flags & CMD_FLAG_FAST_ZERO != 0,
             };
+            if unaligned {
+                return done(unaligned::write_zeroes(e, &c.locks, bs, off, len, flags).await);
+            }
+            let _held = c.locks.lock(bs, off, len.into(), &[]).await;
             done(e.write_zeroes(off, len, flags).await)
         }
         CMD_CACHE => {
             if len == 0 {
                 return done(Ok(()));
             }
-            done(e.cache(off, len).await)
+            let (start, n, _) = unaligned::cover(e, bs, off, len);
+            done(e.cache(start, n).await)
         }
-        CMD_BLOCK_STATUS => match e.block_status(off, len).await {
-            Ok(extents) => {
-                let id = c.base_allocation.unwrap_or(0);
-                let one = req.flags & CMD_FLAG_REQ_ONE != 0;
-                (
-                    block_status_reply(req.cookie, id, len, &extents, one),
-                    Vec::new(),
-                )
+        CMD_BLOCK_STATUS => {
+            let (start, n, skip) = unaligned::cover(e, bs, off, len);
+            match e.block_status(start, n).await {
+                Ok(extents) => {
+                    let extents = unaligned::skip_extents(extents, skip);
+                    let id = c.base_allocation.unwrap_or(0);
+                    let one = req.flags & CMD_FLAG_REQ_ONE != 0;
+                    (
+                        block_status_reply(req.cookie, id, len, &extents, one),
+                        Vec::new(),
+                    )
+                }
+                Err(err) => export_error(c, &req, &err),
             }
-            Err(err) => export_error(c, &req, &err),
-        },
+        }
         _ => unreachable!("validate() rejects unknown commands"),
     }
 }

@@ -400,3 +400,25 @@ async fn unix_uri_list_and_server_going_away() {
         "{e}"
     );
 }
+
+#[tokio::test]
+async fn unix_listener_uris_are_absolute() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = std::env::current_dir().unwrap();
+    // A path relative to the working directory, as a config's `./nbd.sock` resolves to.
+    let rel = pathdiff(dir.path(), &cwd).join("rel.sock");
+    assert!(rel.is_relative());
+    let l = Listener::bind_unix(&rel).unwrap();
+    let uri = l.uri("vol");
+    let sock = uri.split("socket=").nth(1).unwrap();
+    assert!(sock.starts_with('/'), "{uri}");
+    assert_eq!(std::path::Path::new(sock), dir.path().join("rel.sock"));
+}
+
+/// `to` relative to `from` (both absolute), with `..` steps.
+fn pathdiff(to: &std::path::Path, from: &std::path::Path) -> std::path::PathBuf {
+    let ups = from.components().count() - 1;
+    let mut p: std::path::PathBuf = (0..ups).map(|_| "..").collect();
+    p.push(to.strip_prefix("/").unwrap());
+    p
+}

@@ -161,6 +161,13 @@ impl Vector for Avx2 {
         // SAFETY: SSE is part of x86-64.
         unsafe { _mm_sfence() }
     }
+    /// The P+Q kernels' software prefetch (see `kernels::pf_distance`): on an AMD EPYC with
+    /// AVX2 only it lifts k = 8 `pq_gen` ~10% (hot and from DRAM) against ISA-L in the same run.
+    #[inline(always)]
+    unsafe fn prefetch(p: *const u8) {
+        // SAFETY: PREFETCHT0 is part of x86-64 and never faults, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
+    }
     #[inline(always)]
     unsafe fn xor(self, o: Self) -> Self {
         // SAFETY: the caller guarantees AVX2.

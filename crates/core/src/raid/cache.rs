@@ -220,19 +220,12 @@ impl ParityCore {
         if st.entries.is_empty() {
             return;
         }
-        let w = self.width();
-        let end = offset + buf.len() as u64;
-        let (a, b) = self.stripe_span(offset, buf.len() as u64);
-        for s in a..=b {
+        for (s, in_stripe, n) in self.stripe_pieces(offset, buf.len() as u64) {
             let Some(e) = st.entries.get(&s) else {
                 continue;
             };
-            let sbase = s * w;
-            let (gs, ge) = (sbase.max(offset), (sbase + w).min(end));
-            e.overlay(
-                gs - sbase,
-                &mut buf[(gs - offset) as usize..(ge - offset) as usize],
-            );
+            let at = (s * self.width() + in_stripe - offset) as usize;
+            e.overlay(in_stripe, &mut buf[at..at + n as usize]);
         }
     }
 
@@ -241,15 +234,11 @@ impl ParityCore {
         let Some(cache) = &self.cache else {
             return false;
         };
-        let w = self.width();
-        let (a, b) = self.stripe_span(offset, len);
         let st = cache.state.lock();
-        (a..=b).all(|s| {
-            st.entries.get(&s).is_some_and(|e| {
-                let s0 = (s * w).max(offset) - s * w;
-                let s1 = ((s + 1) * w).min(offset + len) - s * w;
-                e.covers(s0, s1)
-            })
+        self.stripe_pieces(offset, len).all(|(s, in_stripe, n)| {
+            st.entries
+                .get(&s)
+                .is_some_and(|e| e.covers(in_stripe, in_stripe + n))
         })
     }
 

@@ -80,7 +80,14 @@
 //! not closed here: flushed and FUA writes survive power loss; unflushed ones may leave the
 //! stripe's parity stale, which matters only if a member is then lost (a later issue:
 //! journal or partial-parity log). Sync and stale knowledge lives in memory only (metadata
-//! is a later issue).
+//! is a later issue); at assembly the engine decides it from whether the members are known
+//! to be zero ([`SyncState::at_assembly`]): zero data has zero parity.
+//!
+//! # One answer each
+//! Tolerance is one rule (`tolerates` / `rebuildable`: no more lost children than parity
+//! chunks), a range is cut into stripes by one splitter (`stripe_pieces`; chunks come from
+//! `ParityGroup::split`), and which children are lost for some rows is one question
+//! (`lost`), asked once per write attempt.
 
 mod cache;
 mod flusher;
@@ -122,6 +129,19 @@ pub enum SyncState {
     /// reconstruct-writes, full-stripe writes or [`crate::Volume::resync`] cover them.
     #[default]
     Unknown,
+}
+
+impl SyncState {
+    /// The engine's decision at assembly: members known to hold only zeroes (files just
+    /// created sparse, RAM) have zero data under zero P and Q, so every stripe is in sync;
+    /// anything else may hold stale parity (until on-disk metadata records more).
+    pub fn at_assembly(members_known_zero: bool) -> SyncState {
+        if members_known_zero {
+            SyncState::Clean
+        } else {
+            SyncState::Unknown
+        }
+    }
 }
 
 pub use nbraid_layout::CacheMode;
@@ -213,6 +233,23 @@ impl ParityCore {
         self.layout.stripe_width()
     }
 
+    /// `[offset, offset+len)` cut at stripe boundaries, in order: (stripe, offset within the
+    /// stripe's logical range, bytes). The one splitter of the group's range into stripes
+    /// (`ParityGroup::split` cuts further, into chunks).
+    fn stripe_pieces(&self, offset: u64, len: u64) -> impl Iterator<Item = (u64, u64, u64)> {
+        let w = self.width();
+        let end = offset + len;
+        let mut at = offset;
+        std::iter::from_fn(move || {
+            (at < end).then(|| {
+                let (s, in_stripe) = (at / w, at % w);
+                let n = (w - in_stripe).min(end - at);
+                at += n;
+                (s, in_stripe, n)
+            })
+        })
+    }
+
     /// Stripes `[first, last]` touched by `[offset, offset+len)`.
     fn stripe_span(&self, offset: u64, len: u64) -> (u64, u64) {
         let w = self.width();
@@ -236,6 +273,17 @@ impl ParityCore {
             .iter()
             .map(|c| !c.readable(at, r1 - r0))
             .collect()
+    }
+
+    /// The one tolerance rule of a parity group: a stripe can be rebuilt (and written) while
+    /// no more of its children are lost than it has parity chunks.
+    fn tolerates(&self, lost_children: usize) -> bool {
+        lost_children <= self.np
+    }
+
+    /// [`Self::tolerates`] for the children marked in `lost`.
+    fn rebuildable(&self, lost: &[bool]) -> bool {
+        self.tolerates(lost.iter().filter(|&&l| l).count())
     }
 
     fn unavailable(&self, stripe: u64, lost: &[bool], what: &str) -> VolumeError {
@@ -273,12 +321,7 @@ impl ArrayNode for ParityCore {
                 let at = self.layout.chunk_offset(p.stripe);
                 self.children[p.child].readable(at + p.in_chunk, p.len)
                     || (!self.is_stale(p.stripe)
-                        && self
-                            .lost(p.stripe, 0, self.strip)
-                            .iter()
-                            .filter(|&&l| l)
-                            .count()
-                            <= self.np)
+                        && self.rebuildable(&self.lost(p.stripe, 0, self.strip)))
             });
         }
         // Conservative over long ranges: children lost anywhere in the span.
@@ -287,11 +330,12 @@ impl ArrayNode for ParityCore {
         }
         let at = self.layout.chunk_offset(a);
         let span = (b - a + 1) * self.strip;
-        self.children
-            .iter()
-            .filter(|c| !c.readable(at, span))
-            .count()
-            <= self.np
+        self.tolerates(
+            self.children
+                .iter()
+                .filter(|c| !c.readable(at, span))
+                .count(),
+        )
     }
 
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {

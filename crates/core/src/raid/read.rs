@@ -329,9 +329,7 @@ impl ParityCore {
             if whole > 0 && whole < self.k {
                 let roles = self.layout.roles(s);
                 let lost = self.lost(s, 0, self.strip);
-                let data_lost =
-                    (0..lost.len()).any(|c| lost[c] && roles.data_index_of(c).is_some());
-                if data_lost && lost.iter().filter(|&&l| l).count() <= self.np {
+                if data_lost(&roles, &lost) && self.rebuildable(&lost) {
                     return true;
                 }
             }
@@ -362,9 +360,8 @@ impl ParityCore {
                     .all(|(p, _)| p.in_chunk == 0 && p.len == self.strip);
             let roles = self.layout.roles(stripe);
             let lost = self.lost(stripe, 0, self.strip);
-            let data_lost = (0..lost.len()).any(|c| lost[c] && roles.data_index_of(c).is_some());
-            let rebuildable = lost.iter().filter(|&&l| l).count() <= self.np;
-            if !whole && data_lost && rebuildable && !self.is_stale(stripe) {
+            let rebuildable = self.rebuildable(&lost);
+            if !whole && data_lost(&roles, &lost) && rebuildable && !self.is_stale(stripe) {
                 // Whole chunks the request wants are read (or rebuilt) straight into its
                 // buffers; every other chunk is kept for the next request.
                 let want = vec![true; self.k];
@@ -564,4 +561,9 @@ impl ParityCore {
             Err(e) => tracing::warn!("parity repair of child {} failed: {e}", r.child),
         }
     }
+}
+
+/// Whether a data chunk of the stripe (not only a parity chunk) is among the `lost` children.
+fn data_lost(roles: &StripeRoles, lost: &[bool]) -> bool {
+    (0..lost.len()).any(|c| lost[c] && roles.data_index_of(c).is_some())
 }

@@ -67,3 +67,15 @@ impl ParityCore {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::SyncState;
+
+    /// Zero members have zero parity: in sync. Anything else may not be.
+    #[test]
+    fn parity_starts_in_sync_only_over_known_zero_members() {
+        assert_eq!(SyncState::at_assembly(true), SyncState::Clean);
+        assert_eq!(SyncState::at_assembly(false), SyncState::Unknown);
+    }
+}

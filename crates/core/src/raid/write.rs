@@ -90,19 +90,20 @@ impl ParityCore {
     }
 
     /// What the planner needs to know about writing `w` over rows `[r0, r1)` of `stripe`:
-    /// `plan_lost` marks children that failed or returned read errors during this write.
+    /// `failed` marks children that cannot serve the rows ([`Self::lost`], asked once per
+    /// attempt), `plan_lost` those too and children that returned read errors during this
+    /// write.
     fn stripe_write(
         &self,
         stripe: u64,
         roles: &StripeRoles,
         (r0, r1): (u64, u64),
         w: &[Vec<(u64, SharedBuf)>],
-        plan_lost: &[bool],
+        (failed, plan_lost): (&[bool], &[bool]),
         force_reconstruct: bool,
     ) -> StripeWrite {
         // Children that merely returned a read error still take writes (skipping them would
         // leave stale data under fresh parity): only failed members refuse writes.
-        let failed = self.lost(stripe, r0, r1);
         let health = |c: usize| match (failed[c], plan_lost[c]) {
             (true, _) => Health::FAILED,
             (false, true) => Health::READ_ERROR,
@@ -156,8 +157,15 @@ impl ParityCore {
             "rows {r0}..{r1} outside a {}-byte strip",
             self.strip
         );
-        let input = self.stripe_write(stripe, roles, (r0, r1), w, plan_lost, force_reconstruct);
         let failed = self.lost(stripe, r0, r1);
+        let input = self.stripe_write(
+            stripe,
+            roles,
+            (r0, r1),
+            w,
+            (&failed, plan_lost),
+            force_reconstruct,
+        );
         let Some(plan) = plan_write(&input) else {
             return Err(Retry::Fatal(self.unavailable(stripe, &failed, "write")));
         };
@@ -310,8 +318,7 @@ impl ParityCore {
                 errors.push(e);
             }
         }
-        let lost_count = now_lost.iter().filter(|&&l| l).count();
-        if lost_count > self.np {
+        if !self.rebuildable(&now_lost) {
             if !self.warned.swap(true, Ordering::Relaxed) {
                 tracing::error!("stripe {stripe}: a write lost more chunks than parity covers");
             }
@@ -327,7 +334,7 @@ impl ParityCore {
             if !input.parity_trusted {
                 self.stale.lock().remove(&stripe);
             }
-            if lost_count == 0 {
+            if !now_lost.contains(&true) {
                 self.mark_in_sync(stripe);
             }
         }
@@ -354,18 +361,14 @@ impl ParityCore {
 
     /// Splits `[offset, offset+len)` of `data` into per-stripe segments.
     pub(super) fn per_stripe(&self, offset: u64, data: &SharedBuf) -> Vec<(u64, Segs)> {
-        let w = self.width();
-        let len = data.len() as u64;
-        let mut out = Vec::new();
         let mut at = 0;
-        while at < len {
-            let o = offset + at;
-            let s = o / w;
-            let n = (w - o % w).min(len - at);
-            out.push((s, vec![(o % w, data.slice(at as usize..(at + n) as usize))]));
-            at += n;
-        }
-        out
+        self.stripe_pieces(offset, data.len() as u64)
+            .map(|(s, in_stripe, n)| {
+                let piece = data.slice(at..at + n as usize);
+                at += n as usize;
+                (s, vec![(in_stripe, piece)])
+            })
+            .collect()
     }
 
     pub(super) async fn write_inner(
@@ -487,7 +490,7 @@ impl ParityCore {
                     let errors: Vec<VolumeError> =
                         results.into_iter().filter_map(Result::err).collect();
                     let failed_children = errors.len();
-                    if failed_children > self.np {
+                    if !self.tolerates(failed_children) {
                         full_err = crate::node::first_error(errors);
                     } else if let Some(cache) = &self.cache {
                         // The zeroes supersede cached bytes of these stripes; until they were

@@ -6,7 +6,7 @@ use super::executor::Executor;
 use super::history::{fill, History, Kind};
 use super::rng::Rng;
 use nbraid_core::{
-    Buf, CacheMode, Member, ReadPolicy, ScrubControl, ScrubState, SyncState, Volume, VolumeOptions,
+    Buf, CacheMode, Member, ReadPolicy, ScrubControl, ScrubState, Volume, VolumeOptions,
 };
 use nbraid_layout::{Geometry, Node, StripeId};
 use std::cell::RefCell;
@@ -98,7 +98,7 @@ pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
     let opts = VolumeOptions {
         block_size: 512,
         read_policy: *rng.pick(&ReadPolicy::ALL),
-        initial_sync: SyncState::Clean,
+        members_known_zero: true,
         cache,
         cache_max_age: None,
         ..VolumeOptions::default()
@@ -286,7 +286,7 @@ pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
     let world = World::new(images, vec![DiskFaults::default(); n]);
     let members = sim_members(&world, n, case.member_len);
     let opts = VolumeOptions {
-        initial_sync: SyncState::Unknown,
+        members_known_zero: false,
         ..opts
     };
     let vol =

@@ -404,16 +404,27 @@ impl Client {
         Ok(())
     }
 
+    /// The alignment requests keep to: the server's minimum block once negotiated (a server
+    /// SHOULD serve any alignment to a client that did not negotiate block sizes).
+    fn align(&self) -> u64 {
+        let info = &self.inner.info;
+        if info.block_size_negotiated {
+            u64::from(info.min_block)
+        } else {
+            1
+        }
+    }
+
     /// The longest length field that keeps to the minimum block.
     fn max_length(&self) -> u64 {
-        let min = u64::from(self.inner.info.min_block);
+        let min = self.align();
         u64::from(u32::MAX) / min * min
     }
 
     /// `[offset, offset+len)` in pieces of at most `max` bytes (rounded down to the minimum
     /// block), each starting where the previous ended.
     fn pieces(&self, offset: u64, len: u64, max: u32) -> Vec<(u64, u32)> {
-        let min = u64::from(self.inner.info.min_block);
+        let min = self.align();
         let step = (u64::from(max) / min * min).max(min);
         let mut v = Vec::with_capacity(len.div_ceil(step) as usize);
         let mut at = offset;
@@ -438,7 +449,7 @@ impl Client {
                 })
             }
         }
-        let min = u64::from(info.min_block);
+        let min = self.align();
         if !offset.is_multiple_of(min) || !len.is_multiple_of(min) {
             return Err(ClientError::Unaligned {
                 cmd,

@@ -1,0 +1,422 @@
+//! `nbraid bench`: the storage reviews' microbenchmarks (seed 001's patterns, seed 000's
+//! member-count curves, seed 004's strip sweep) against a volume of a config, simulated
+//! members or NBD servers, as a table, JSON and charts.
+
+mod chart;
+mod driver;
+mod generator;
+mod nbd;
+mod output;
+mod sim;
+mod stats;
+mod sweep;
+mod target;
+mod verify;
+mod workload;
+
+use anyhow::{bail, Context, Result};
+use chart::{Chart, XAxis};
+use driver::{run_cell, Cell, Stop};
+use indicatif::{ProgressBar, ProgressStyle};
+use nbraid_config::{parse_duration, parse_size};
+use nbraid_core::{CacheMode, ReadPolicy};
+use output::{Report, Series};
+use sim::LevelSpec;
+use stats::CellResult;
+use std::path::PathBuf;
+use std::time::Duration;
+use sweep::Sweep;
+use target::Target;
+pub use workload::Workload;
+use workload::{workstation_rating, Axis};
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// The pattern: seq-read/seq-write (block size stepped 512 B → 1 MiB unless --bs),
+    /// rand-read/rand-write (4 KiB unless --bs), database (8 KiB, read share 100% → 0% unless
+    /// --read-pct), fileserver, webserver, workstation (seed 001's distributions; workstation
+    /// also prints its rating Σ IOPS(q)/q, q = 1..32).
+    #[arg(value_enum)]
+    pub workload: Workload,
+    /// Run on a volume of this config, in this process.
+    #[arg(long, value_name = "FILE", requires = "volume")]
+    pub config: Option<PathBuf>,
+    /// The config's volume to run on.
+    #[arg(long, value_name = "NAME", requires = "config")]
+    pub volume: Option<String>,
+    /// An NBD server's export (nbd://host[:port]/name, nbd+unix:///name?socket=PATH);
+    /// repeatable: the targets run cell by cell in turn, with a ratio column against the first.
+    #[arg(long, value_name = "URI")]
+    pub nbd: Vec<String>,
+    /// NBD connections per target; requests go round them in turn.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub connections: usize,
+    /// Simulated members (virtual time): the config volume's shape on simulated members, a
+    /// --levels/--members volume, or a sweep's volumes.
+    #[arg(long, value_name = "hdd|ssd")]
+    pub sim: Option<String>,
+    /// TOML with the simulated models' parameters ([hdd] rpm, full_stroke_ms, ...; [ssd]
+    /// read_iops, read_mb_s, ...).
+    #[arg(long, value_name = "FILE", requires = "sim")]
+    pub sim_params: Option<PathBuf>,
+    /// Sweep simulated volumes: members=1..24 (one curve per --levels beside the theory
+    /// line) or strip=4KiB..1MiB (one curve per level over --members members).
+    #[arg(long, value_name = "WHAT=RANGE")]
+    pub sweep: Option<String>,
+    /// Levels of simulated volumes: 0,1,5,6,10,50,60 (spans as 50-4).
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub levels: Vec<String>,
+    /// Members of a simulated volume (strip sweeps, single volumes).
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub members: usize,
+    /// Strip size of simulated volumes (default 256 KiB as seed 000).
+    #[arg(long, value_name = "SIZE")]
+    pub strip: Option<String>,
+    /// Bytes of each simulated member (default 300 GB; seeks are shares of it).
+    #[arg(long, value_name = "SIZE")]
+    pub member_size: Option<String>,
+    /// Mirror read policy of simulated volumes: nearest, round-robin, least-pending.
+    #[arg(long, value_name = "POLICY", default_value = "nearest")]
+    pub read_policy: String,
+    /// Simulated mirrors: a sequential run moves to another copy after this many bytes
+    /// (the engine's `mirror_seq_piece`, default 1 MiB).
+    #[arg(long, value_name = "SIZE")]
+    pub mirror_piece: Option<String>,
+    /// Simulated parity volumes without the write-back stripe cache.
+    #[arg(long)]
+    pub write_through: bool,
+    /// Fixed request size (seq-*, rand-*, database).
+    #[arg(long, value_name = "SIZE")]
+    pub bs: Option<String>,
+    /// Fixed read share of the database pattern, in percent.
+    #[arg(long, value_name = "PCT")]
+    pub read_pct: Option<u64>,
+    /// Queue depth per job: 16, a list 1,4,16 or a doubling range 1..256.
+    #[arg(long, value_name = "QD")]
+    pub qd: Option<String>,
+    /// Jobs, each with its own generator, region and queue.
+    #[arg(long, default_value_t = 1)]
+    pub jobs: usize,
+    /// Time per cell (default 5s; 1s virtual on simulated members).
+    #[arg(long, value_name = "TIME", conflicts_with = "bytes")]
+    pub duration: Option<String>,
+    /// Bytes per cell instead of a time.
+    #[arg(long, value_name = "SIZE")]
+    pub bytes: Option<String>,
+    /// Keep requests within the first SIZE bytes of the target.
+    #[arg(long, value_name = "SIZE")]
+    pub span: Option<String>,
+    /// Seed of the request generator: the same seed repeats a run exactly.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Check what reads return against what the run wrote, and read every written sector
+    /// back at the end of each cell.
+    #[arg(long)]
+    pub verify: bool,
+    /// Print the results as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Draw a chart (.svg or .png); repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub chart: Vec<PathBuf>,
+}
+
+/// Queue depths: `16`, `1,4,16`, `1..256` (doubling).
+fn parse_qds(s: &str) -> Result<Vec<usize>> {
+    let num = |x: &str| {
+        x.trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n > 0)
+            .with_context(|| format!("queue depth `{x}` is not a number above 0"))
+    };
+    if let Some((a, b)) = s.split_once("..") {
+        let (a, b) = (num(a)?, num(b)?);
+        if a > b {
+            bail!("queue depths {s}: the range must run upwards");
+        }
+        return Ok(std::iter::successors(Some(a), |&q| Some(q * 2))
+            .take_while(|&q| q <= b)
+            .collect());
+    }
+    s.split(',').map(num).collect()
+}
+
+fn size(what: &str, s: &Option<String>) -> Result<Option<u64>> {
+    s.as_deref()
+        .map(|t| parse_size(t).map_err(|e| anyhow::anyhow!("--{what} {t}: {e}")))
+        .transpose()
+}
+
+fn progress_bar(len: u64) -> ProgressBar {
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    pb
+}
+
+pub fn run(a: &BenchArgs) -> Result<String> {
+    let bs = size("bs", &a.bs)?;
+    let model = a
+        .sim
+        .as_deref()
+        .map(|k| sim::model(k, a.sim_params.as_deref()))
+        .transpose()?;
+    let virtual_time = model.is_some() || a.sweep.is_some();
+    let stop = match (&a.bytes, &a.duration) {
+        (Some(b), _) => Stop::Bytes(size("bytes", &Some(b.clone()))?.expect("given")),
+        (None, Some(d)) => {
+            Stop::Time(parse_duration(d).map_err(|e| anyhow::anyhow!("--duration {d}: {e}"))?)
+        }
+        (None, None) if virtual_time => Stop::Time(Duration::from_secs(1)),
+        (None, None) => Stop::Time(Duration::from_secs(5)),
+    };
+    let levels: Vec<LevelSpec> = a
+        .levels
+        .iter()
+        .map(|l| LevelSpec::parse(l))
+        .collect::<Result<_>>()?;
+    let policy: ReadPolicy = a
+        .read_policy
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--read-policy: {e}"))?;
+    let cache = if a.write_through {
+        CacheMode::WriteThrough
+    } else {
+        nbraid_core::VolumeOptions::default().cache
+    };
+    let strip = size("strip", &a.strip)?.unwrap_or(256 << 10);
+    let member_len = size("member-size", &a.member_size)?.unwrap_or(sim::DEFAULT_MEMBER_BYTES);
+    let shape = sim::SimShape {
+        strip,
+        member_len,
+        policy,
+        cache,
+        mirror_piece: size("mirror-piece", &a.mirror_piece)?,
+    };
+    let random = !matches!(a.workload, Workload::SeqRead | Workload::SeqWrite);
+    let metric = if random { "IOPS" } else { "MB/s" };
+    let y = |c: &CellResult| if random { c.iops } else { c.mb_s };
+    let cell = |mix: Vec<workload::Entry>, qd: usize| Cell {
+        mix,
+        qd,
+        jobs: a.jobs,
+        stop,
+        seed: a.seed,
+        verify: a.verify,
+        span: None,
+    };
+    let span = size("span", &a.span)?;
+
+    if let Some(s) = &a.sweep {
+        let sweep = Sweep::parse(s)?;
+        let model = model.unwrap_or_else(|| sim::model("hdd", None).expect("a built-in model"));
+        if levels.is_empty() {
+            bail!("--sweep needs --levels (0,1,5,6,10,50,60)");
+        }
+        // A sweep runs one point: the review's 256 KiB sequential or 4 KiB random, QD 64.
+        let bs = bs.or((!random).then_some(256 << 10));
+        let points = a.workload.points(
+            bs,
+            a.read_pct
+                .or(Some(100).filter(|_| a.workload == Workload::Database)),
+        )?;
+        let qds =
+            a.qd.as_deref()
+                .map(parse_qds)
+                .transpose()?
+                .unwrap_or(vec![64]);
+        if points.len() != 1 || qds.len() != 1 {
+            bail!("a sweep runs one point: give one --qd (and --bs / --read-pct)");
+        }
+        let mut c = cell(points[0].mix.clone(), qds[0]);
+        c.span = span;
+        let spec = sweep::SweepSpec {
+            sweep: &sweep,
+            levels: &levels,
+            members: a.members,
+            shape,
+            model: &model,
+            cell: c,
+            iops: random,
+        };
+        let total = match &sweep {
+            Sweep::Members(n) => 1 + n.len() * levels.len(),
+            Sweep::Strip(s) => s.len() * levels.len(),
+        };
+        let pb = progress_bar(total as u64);
+        let (cells, series) = sweep::run(&spec, |name| {
+            pb.set_message(name.to_string());
+            pb.inc(1);
+        })?;
+        pb.finish_and_clear();
+        let x = match sweep {
+            Sweep::Members(_) => XAxis::Members,
+            Sweep::Strip(_) => XAxis::Strip,
+        };
+        let title = format!(
+            "{} {}{} QD {} on simulated {}",
+            a.workload.name(),
+            bs.map(output::size_label).unwrap_or_default(),
+            if a.workload == Workload::Database {
+                " 8KiB"
+            } else {
+                ""
+            },
+            qds[0],
+            model.name()
+        );
+        return finish(a, &title, x, metric, cells, series, Vec::new());
+    }
+
+    // Targets, compared cell by cell in this order.
+    let mut targets: Vec<Box<dyn Target>> = Vec::new();
+    match (&a.config, &a.volume, &model) {
+        (Some(f), Some(v), Some(m)) => {
+            targets.push(Box::new(sim::config_volume(f, v, m, a.verify)?))
+        }
+        (Some(f), Some(v), None) => targets.push(Box::new(target::config_volume(f, v)?)),
+        (None, None, Some(m)) => {
+            let l = levels.first().copied().unwrap_or(LevelSpec {
+                level: nbraid_layout::Level::Raid0,
+                spans: None,
+            });
+            let t = sim::level_volume(l, a.members, &shape, m, a.verify)?.with_context(|| {
+                format!("{} cannot be built on {} members", l.label(), a.members)
+            })?;
+            targets.push(Box::new(t));
+        }
+        _ => {}
+    }
+    for uri in &a.nbd {
+        targets.push(Box::new(nbd::NbdTarget::connect(uri, a.connections)?));
+    }
+    if targets.is_empty() {
+        bail!("nothing to run on: give --config FILE --volume NAME, --nbd URI, --sim hdd|ssd, or --sweep");
+    }
+    let points = a.workload.points(bs, a.read_pct)?;
+    let qds = match &a.qd {
+        Some(q) => parse_qds(q)?,
+        None => a.workload.default_qds(),
+    };
+    let pb = progress_bar((points.len() * qds.len() * targets.len()) as u64);
+    let mut cells: Vec<CellResult> = Vec::new();
+    for p in &points {
+        for &qd in &qds {
+            let mut first: Option<f64> = None;
+            for t in &targets {
+                pb.set_message(format!("{} {} QD {qd}", t.name(), p.label));
+                let mut c = cell(p.mix.clone(), qd);
+                c.span = span;
+                let mut r = run_cell(t.as_ref(), &c, &p.label, p.x)?;
+                if targets.len() > 1 {
+                    let base = *first.get_or_insert(r.iops);
+                    r.ratio = Some(if base > 0.0 { r.iops / base } else { 0.0 });
+                }
+                cells.push(r);
+                pb.inc(1);
+            }
+        }
+    }
+    pb.finish_and_clear();
+    let ratings = if a.workload == Workload::Workstation {
+        targets
+            .iter()
+            .filter_map(|t| {
+                let at = |q| {
+                    cells
+                        .iter()
+                        .find(|c| c.target == t.name() && c.qd == q)
+                        .map(|c| c.iops)
+                };
+                workstation_rating(at).map(|r| (t.name().to_string(), r))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    // Curves: against the workload's axis, one per target and depth; or against depth.
+    let axis = a.workload.axis(bs, a.read_pct);
+    let mut series = Vec::new();
+    for t in &targets {
+        let mine = cells.iter().filter(|c| c.target == t.name());
+        match axis {
+            Axis::None => series.push(Series {
+                name: t.name().to_string(),
+                points: mine.map(|c| (c.qd as f64, y(c))).collect(),
+            }),
+            _ => {
+                for &qd in &qds {
+                    series.push(Series {
+                        name: format!("{} QD {qd}", t.name()),
+                        points: cells
+                            .iter()
+                            .filter(|c| c.target == t.name() && c.qd == qd)
+                            .map(|c| (c.x, y(c)))
+                            .collect(),
+                    });
+                }
+            }
+        }
+    }
+    let x = match axis {
+        Axis::BlockSize => XAxis::BlockSize,
+        Axis::ReadShare => XAxis::ReadShare,
+        Axis::None => XAxis::QueueDepth,
+    };
+    finish(a, a.workload.name(), x, metric, cells, series, ratings)
+}
+
+/// Charts, then the table or JSON.
+fn finish(
+    a: &BenchArgs,
+    title: &str,
+    x: XAxis,
+    metric: &str,
+    cells: Vec<CellResult>,
+    series: Vec<Series>,
+    ratings: Vec<(String, f64)>,
+) -> Result<String> {
+    for f in &a.chart {
+        chart::draw(
+            &Chart {
+                title,
+                x,
+                y_title: metric,
+                series: &series,
+            },
+            f,
+        )?;
+    }
+    let report = Report {
+        workload: a.workload.name().to_string(),
+        metric: metric.to_string(),
+        cells,
+        ratings,
+        series,
+    };
+    if a.json {
+        return Ok(serde_json::to_string_pretty(&report)? + "\n");
+    }
+    let mut out = output::table(&report.cells);
+    for (t, r) in &report.ratings {
+        out.push_str(&format!(
+            "workstation rating of {t}: {r:.1} (Σ IOPS(q)/q, q = 1..32)\n"
+        ));
+    }
+    if !report.series.is_empty() && matches!(x, XAxis::Members | XAxis::Strip) {
+        out.push('\n');
+        for s in &report.series {
+            let pts: Vec<String> = s
+                .points
+                .iter()
+                .map(|(x, y)| format!("{x}:{y:.0}"))
+                .collect();
+            out.push_str(&format!("{}: {}\n", s.name, pts.join(" ")));
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,284 @@
+//! Simulated targets: volumes of the engine over [`SimMember`]s on one virtual clock, built
+//! from a config's volume or from a level and member count (sweeps), and the model's
+//! parameters from a TOML file (`[hdd]` / `[ssd]` tables of numbers).
+
+use super::target::VolumeTarget;
+use anyhow::{bail, Context, Result};
+use nbraid_core::simulated::{HddParams, SimClock, SimMember, SimModel, SsdParams};
+use nbraid_core::{CacheMode, Member, ReadPolicy, Volume, VolumeOptions};
+use nbraid_layout::{Geometry, Level, ParityLayout, Region, Shape};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Default bytes of a simulated member: a 300 GB drive of the reviews' era (nothing is
+/// stored unless --verify asks for it).
+pub const DEFAULT_MEMBER_BYTES: u64 = 300_000_000_000 / 4096 * 4096;
+
+/// The model `kind` (`hdd` or `ssd`) with the parameters of `[kind]` in `params` applied.
+pub fn model(kind: &str, params: Option<&Path>) -> Result<SimModel> {
+    let mut m = match kind {
+        "hdd" => SimModel::Hdd(HddParams::default()),
+        "ssd" => SimModel::Ssd(SsdParams::default()),
+        _ => bail!("unknown simulated member `{kind}` (hdd or ssd)"),
+    };
+    let Some(file) = params else {
+        return Ok(m);
+    };
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let table: toml::Table =
+        toml::from_str(&text).with_context(|| format!("{}: not TOML", file.display()))?;
+    for key in table.keys() {
+        if key != "hdd" && key != "ssd" {
+            bail!("{}: unknown table [{key}] (hdd or ssd)", file.display());
+        }
+    }
+    if let Some(t) = table.get(kind) {
+        let t = t
+            .as_table()
+            .with_context(|| format!("{}: `{kind}` must be a table", file.display()))?;
+        for (k, v) in t {
+            let x = v
+                .as_float()
+                .or_else(|| v.as_integer().map(|i| i as f64))
+                .with_context(|| format!("{}: [{kind}] {k} must be a number", file.display()))?;
+            m.set(k, x)
+                .map_err(|e| anyhow::anyhow!("{}: [{kind}] {e}", file.display()))?;
+        }
+    }
+    Ok(m)
+}
+
+/// Options of a simulated volume: no background thread (the cache has no age limit, so
+/// everything runs on the virtual clock), fresh members in sync.
+pub fn sim_options(mut o: VolumeOptions) -> VolumeOptions {
+    o.cache_max_age = None;
+    o.members_known_zero = true;
+    o
+}
+
+/// `geometry` over fresh simulated members of `member_len` bytes each.
+pub fn sim_volume(
+    name: String,
+    geometry: Geometry,
+    member_lens: &[u64],
+    opts: VolumeOptions,
+    model: &SimModel,
+    keep_data: bool,
+) -> Result<VolumeTarget> {
+    let clock = SimClock::new();
+    let members: Vec<Arc<dyn Member>> = member_lens
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| {
+            Arc::new(SimMember::new(
+                format!("{}{i}", model.name()),
+                len,
+                model,
+                clock.clone(),
+                keep_data,
+            )) as Arc<dyn Member>
+        })
+        .collect();
+    let volume = Volume::new(geometry, members, sim_options(opts))
+        .with_context(|| format!("assembling simulated volume {name}"))?;
+    Ok(VolumeTarget::new(name, Arc::new(volume), Some(clock)))
+}
+
+/// The config's volume `name` with its members replaced by simulated ones of the same sizes.
+pub fn config_volume(
+    file: &Path,
+    name: &str,
+    model: &SimModel,
+    keep_data: bool,
+) -> Result<VolumeTarget> {
+    let config = nbraid_config::load(file)?;
+    let v = super::target::find_volume(&config, file, name)?;
+    let lens: Vec<u64> = v.members.iter().map(|&m| config.members[m].size).collect();
+    sim_volume(
+        format!("{name} ({})", model.name()),
+        v.geometry.clone(),
+        &lens,
+        super::target::volume_options(v),
+        model,
+        keep_data,
+    )
+}
+
+/// A level as the sweeps name it: `0`, `1`, `5`, `6`, `10`, `50`, `60`, optionally with
+/// spans (`50-4`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LevelSpec {
+    pub level: Level,
+    pub spans: Option<usize>,
+}
+
+impl LevelSpec {
+    pub fn parse(s: &str) -> Result<LevelSpec> {
+        let (l, spans) = match s.split_once('-') {
+            Some((l, n)) => (
+                l,
+                Some(
+                    n.parse::<usize>()
+                        .ok()
+                        .filter(|&n| n >= 2)
+                        .with_context(|| {
+                            format!("level `{s}`: spans after `-` must be a number ≥ 2")
+                        })?,
+                ),
+            ),
+            None => (s, None),
+        };
+        let level = match l.trim_start_matches("raid") {
+            "0" => Level::Raid0,
+            "1" => Level::Raid1,
+            "5" => Level::Raid5,
+            "6" => Level::Raid6,
+            "10" => Level::Raid10,
+            "50" => Level::Raid50,
+            "60" => Level::Raid60,
+            "jbod" => Level::Jbod,
+            _ => bail!("unknown level `{s}` (0, 1, 5, 6, 10, 50, 60, jbod; spans as 50-4)"),
+        };
+        if spans.is_some() && !matches!(level, Level::Raid50 | Level::Raid60 | Level::Raid10) {
+            bail!("level `{s}`: only 10, 50 and 60 have spans");
+        }
+        Ok(LevelSpec { level, spans })
+    }
+
+    pub fn label(&self) -> String {
+        let n = self.level.name().trim_start_matches("raid").to_uppercase();
+        let n = if self.level == Level::Jbod {
+            n
+        } else {
+            format!("RAID {n}")
+        };
+        match self.spans {
+            Some(s) => format!("{n}-{s}"),
+            None => n,
+        }
+    }
+
+    /// Spans for `members` (default: 2 for RAID 50/60, pairs for RAID 10), or `None` when
+    /// the level cannot be built on that many members.
+    pub fn spans_for(&self, members: usize) -> Option<Option<usize>> {
+        let min_span = match self.level {
+            Level::Raid50 => 3,
+            Level::Raid60 => 4,
+            Level::Raid10 => 2,
+            Level::Raid1 => return (members == 2).then_some(None),
+            Level::Raid5 => return (members >= 3).then_some(None),
+            Level::Raid6 => return (members >= 4).then_some(None),
+            Level::Raid0 => return (members >= 2).then_some(None),
+            Level::Jbod => return (members >= 1).then_some(None),
+        };
+        let spans = self.spans.unwrap_or(if self.level == Level::Raid10 {
+            members / 2
+        } else {
+            2
+        });
+        (spans >= 2 && members.is_multiple_of(spans) && members / spans >= min_span)
+            .then_some(Some(spans))
+    }
+}
+
+/// How simulated volumes are shaped, besides level and member count.
+#[derive(Clone, Copy, Debug)]
+pub struct SimShape {
+    pub strip: u64,
+    pub member_len: u64,
+    pub policy: ReadPolicy,
+    pub cache: CacheMode,
+    /// The engine's `mirror_seq_piece` (default when `None`).
+    pub mirror_piece: Option<u64>,
+}
+
+/// A volume of `spec` over `members` simulated members; `None` when the level cannot be
+/// built on that many members.
+pub fn level_volume(
+    spec: LevelSpec,
+    members: usize,
+    shape: &SimShape,
+    model: &SimModel,
+    keep_data: bool,
+) -> Result<Option<VolumeTarget>> {
+    // One member of RAID 0 is the member itself.
+    let spec = if spec.level == Level::Raid0 && members == 1 {
+        LevelSpec {
+            level: Level::Jbod,
+            spans: None,
+        }
+    } else {
+        spec
+    };
+    let Some(spans) = spec.spans_for(members) else {
+        return Ok(None);
+    };
+    let strip = shape.strip;
+    let what = || format!("{} over {members} members", spec.label());
+    let layout = Shape::new(spec.level, members, spans, strip, ParityLayout::default())
+        .with_context(what)?;
+    let len = shape.member_len / strip * strip;
+    let regions = vec![Region { start: 0, len }; members];
+    let geometry = Geometry::new(layout, &regions).with_context(what)?;
+    let defaults = VolumeOptions::default();
+    let opts = VolumeOptions {
+        read_policy: shape.policy,
+        cache: shape.cache,
+        mirror_seq_piece: shape.mirror_piece.unwrap_or(defaults.mirror_seq_piece),
+        ..defaults
+    };
+    sim_volume(
+        format!("{} ×{members}", spec.label()),
+        geometry,
+        &vec![len; members],
+        opts,
+        model,
+        keep_data,
+    )
+    .map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_parse_and_fit_member_counts() {
+        let l = |s| LevelSpec::parse(s).unwrap();
+        assert_eq!(
+            l("50-4"),
+            LevelSpec {
+                level: Level::Raid50,
+                spans: Some(4)
+            }
+        );
+        assert!(LevelSpec::parse("5-2").is_err());
+        assert!(LevelSpec::parse("7").is_err());
+        assert_eq!(l("5").spans_for(2), None);
+        assert_eq!(l("5").spans_for(3), Some(None));
+        assert_eq!(l("1").spans_for(3), None);
+        assert_eq!(l("10").spans_for(6), Some(Some(3)));
+        assert_eq!(l("10").spans_for(5), None);
+        assert_eq!(l("10").spans_for(2), None);
+        assert_eq!(l("50-4").spans_for(12), Some(Some(4)));
+        assert_eq!(l("50-4").spans_for(8), None);
+        assert_eq!(l("60").spans_for(8), Some(Some(2)));
+        assert_eq!(l("60").label(), "RAID 60");
+    }
+
+    #[test]
+    fn model_parameters_come_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("sim.toml");
+        std::fs::write(&f, "[hdd]\nrpm = 7200\nfull_stroke_ms = 12.5\n").unwrap();
+        let SimModel::Hdd(p) = model("hdd", Some(&f)).unwrap() else {
+            panic!("an hdd");
+        };
+        assert_eq!((p.rpm, p.full_stroke_ms), (7200.0, 12.5));
+        std::fs::write(&f, "[hdd]\nrpms = 7200\n").unwrap();
+        let e = format!("{:#}", model("hdd", Some(&f)).unwrap_err());
+        assert!(e.contains("unknown hdd parameter `rpms`"), "{e}");
+        assert!(model("tape", None).is_err());
+    }
+}

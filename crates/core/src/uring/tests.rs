@@ -1,0 +1,303 @@
+//! Unit tests of the io_uring member's internals (inline ops, descriptor choice, zeroing).
+
+use super::file::{
+    memory_backed, DirectIo, FileOptions, UringFile, INLINE_MAX, NO_PUNCH, NO_ZERO_RANGE,
+    ZERO_CHUNK, ZERO_IN_FLIGHT,
+};
+use super::op::{Done, FileShared, Job, OpKind};
+use super::ring::{Engine, RingThread};
+use crate::buf::Buf;
+use crate::member::Member;
+use futures::executor::block_on;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+fn shm_dir() -> Option<tempfile::TempDir> {
+    let dir = tempfile::tempdir_in("/dev/shm").ok()?;
+    let probe = File::create(dir.path().join("probe")).ok()?;
+    memory_backed(&probe).then_some(dir)
+}
+
+fn open(path: &Path, size: u64, engine: &Arc<Engine>) -> UringFile {
+    UringFile::open_with(
+        path,
+        Some(size),
+        FileOptions {
+            direct: DirectIo::Auto,
+            engine: Some(engine.clone()),
+        },
+    )
+    .unwrap()
+}
+
+fn ring_ops(m: &UringFile) -> usize {
+    m.ring.submitted.load(Ordering::Relaxed)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn memory_backed_file_systems_are_recognised() {
+    let Some(dir) = shm_dir() else {
+        eprintln!("no tmpfs at /dev/shm; skipping");
+        return;
+    };
+    let m = open(&dir.path().join("m.img"), 1 << 20, &Engine::new(1).unwrap());
+    assert!(m.shared.inline, "a /dev/shm file runs inline");
+    // A disk file system (the build directory) keeps every op on the ring.
+    let disk = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+    let f = File::create(disk.path().join("d.img")).unwrap();
+    if !memory_backed(&f) {
+        let d = open(
+            &disk.path().join("d.img"),
+            1 << 20,
+            &Engine::new(1).unwrap(),
+        );
+        assert!(!d.shared.inline);
+    }
+}
+
+/// Every kind of op on a tmpfs member runs on the caller's thread (the ring sees none of
+/// them) and means the same as through the ring.
+#[test]
+fn small_ops_on_tmpfs_run_inline() {
+    let Some(dir) = shm_dir() else {
+        eprintln!("no tmpfs at /dev/shm; skipping");
+        return;
+    };
+    let engine = Engine::new(1).unwrap();
+    let m = open(&dir.path().join("m.img"), 4 << 20, &engine);
+    let a = pattern(3 * 4096 + 100, 1);
+    // Aligned, unaligned, FUA.
+    block_on(m.write(8192, Buf::copy_from(&a).freeze(), false)).unwrap();
+    block_on(m.write(100_001, Buf::copy_from(&a[..777]).freeze(), true)).unwrap();
+    let got = block_on(m.read(8192, Buf::new(a.len()))).unwrap();
+    assert!(got[..] == a[..]);
+    let got = block_on(m.read(100_001, Buf::new(777))).unwrap();
+    assert!(got[..] == a[..777]);
+    // Vectored both ways.
+    let parts = [pattern(4096, 2), pattern(512, 3), pattern(8192, 4)];
+    let data = parts.iter().map(|p| Buf::copy_from(p).freeze()).collect();
+    block_on(m.write_vectored(1 << 20, data, false)).unwrap();
+    let bufs = parts.iter().map(|p| Buf::new(p.len())).collect();
+    let got = block_on(m.read_vectored(1 << 20, bufs)).unwrap();
+    for (g, p) in got.iter().zip(&parts) {
+        assert!(g[..] == p[..]);
+    }
+    // Flush, trim (hole punch) and write-zeroes.
+    block_on(m.flush()).unwrap();
+    block_on(m.trim(8192, 4096)).unwrap();
+    block_on(m.write_zeroes(8192 + 8192, 4096)).unwrap();
+    let got = block_on(m.read(8192, Buf::new(a.len()))).unwrap();
+    assert!(got[..4096].iter().all(|&b| b == 0));
+    assert!(got[4096..8192] == a[4096..8192]);
+    assert!(got[8192..12288].iter().all(|&b| b == 0));
+    assert!(got[12288..] == a[12288..]);
+    assert_eq!(ring_ops(&m), 0, "no op went through the ring");
+    let c = m.counters().snapshot();
+    assert_eq!((c.in_flight, c.errors), (0, 0));
+}
+
+/// Ops above INLINE_MAX on tmpfs go through the ring; both paths see each other's data.
+#[test]
+fn large_ops_on_tmpfs_use_the_ring() {
+    let Some(dir) = shm_dir() else {
+        eprintln!("no tmpfs at /dev/shm; skipping");
+        return;
+    };
+    let engine = Engine::new(1).unwrap();
+    let m = open(&dir.path().join("m.img"), 4 << 20, &engine);
+    let big = pattern(INLINE_MAX + 4096, 9);
+    block_on(m.write(4096, Buf::copy_from(&big).freeze(), false)).unwrap();
+    assert_eq!(ring_ops(&m), 1);
+    let got = block_on(m.read(4096 + INLINE_MAX as u64, Buf::new(4096))).unwrap();
+    assert!(got[..] == big[INLINE_MAX..]);
+    assert_eq!(ring_ops(&m), 1, "the small read ran inline");
+    block_on(m.write(4096, Buf::copy_from(&big[..4096]).freeze(), false)).unwrap();
+    let got = block_on(m.read(0, Buf::new(big.len() + 4096))).unwrap();
+    assert!(got[4096..] == big[..]);
+    assert_eq!(ring_ops(&m), 2);
+}
+
+/// The synchronous runner's error and short-transfer handling, on a file shorter than the
+/// ranges asked for.
+#[test]
+fn inline_jobs_report_eof_and_errors() {
+    let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+    let path = dir.path().join("short.img");
+    std::fs::write(&path, pattern(6000, 5)).unwrap();
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let shared = Arc::new(FileShared {
+        direct: None,
+        buffered: OwnedFd::from(file),
+        dio_mem_align: 1,
+        dio_off_align: 1,
+        inline: true,
+    });
+    // A read that crosses the end gets what is there, then a clear EOF error.
+    let job = Job::new(
+        shared.clone(),
+        4096,
+        OpKind::Read {
+            buf: Buf::new(4096),
+        },
+    );
+    let e = job.run_sync().err().unwrap();
+    assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+    assert!(e.to_string().contains("1904 of 4096"), "{e}");
+    // A read inside the file returns the bytes.
+    let job = Job::new(
+        shared.clone(),
+        100,
+        OpKind::Read {
+            buf: Buf::new(1000),
+        },
+    );
+    let Ok(Done::Read(b)) = job.run_sync() else {
+        panic!("read failed")
+    };
+    assert!(b[..] == pattern(6000, 5)[100..1100]);
+    // An invalid fallocate mode is the kernel's error, passed through.
+    let job = Job::new(
+        shared,
+        0,
+        OpKind::Fallocate {
+            mode: libc::FALLOC_FL_PUNCH_HOLE,
+            len: 4096,
+        },
+    );
+    let e = job.run_sync().err().unwrap();
+    assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP));
+}
+
+/// Flushes asked for while one runs share the next fdatasync: 16 at once cost 2.
+#[test]
+fn concurrent_flushes_share_fdatasyncs() {
+    let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+    let engine = Engine::new(1).unwrap();
+    let m = open(&dir.path().join("f.img"), 1 << 20, &engine);
+    if m.shared.inline {
+        panic!("the temp dir is on tmpfs: this test needs a disk file system");
+    }
+    block_on(m.write(0, Buf::copy_from(&pattern(4096, 1)).freeze(), false)).unwrap();
+    let before = ring_ops(&m);
+    for r in block_on(futures::future::join_all((0..16).map(|_| m.flush()))) {
+        r.unwrap();
+    }
+    // The first runs alone; the 15 that arrived while it ran share the second.
+    assert_eq!(ring_ops(&m) - before, 2);
+    assert_eq!(m.counters().snapshot().flushes, 16);
+}
+
+/// Where fallocate cannot zero, zeroing writes pieces of one shared 1 MiB zero buffer, a
+/// bounded number at a time, over a range of any size; the bytes around it stay.
+#[test]
+fn zeroing_without_fallocate_streams_one_small_buffer() {
+    let disk = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let engine = Engine::new(1).unwrap();
+    for (dir, len) in [(disk.path(), 256u64 << 20), (shm.path(), 64 << 20)] {
+        let m = open(&dir.join("z.img"), len + (1 << 20), &engine);
+        // Force the fallback, as on a file system with neither fallocate mode.
+        m.unsupported
+            .store(NO_PUNCH | NO_ZERO_RANGE, Ordering::Relaxed);
+        // Start and end inside 1 MiB pieces, and off O_DIRECT alignment.
+        let (start, zlen) = (3 * 4096 + 512, len - 5 * 4096);
+        let ones = pattern(2 << 20, 3);
+        for at in [0, start + zlen / 2, len - (1 << 20)] {
+            block_on(m.write(at, Buf::copy_from(&ones).freeze(), false)).unwrap();
+        }
+        let before = ring_ops(&m);
+        for trim in [false, true] {
+            if trim {
+                block_on(m.trim(start, zlen)).unwrap();
+            } else {
+                block_on(m.write_zeroes(start, zlen)).unwrap();
+            }
+        }
+        let pieces = 2 * zlen.div_ceil(ZERO_CHUNK as u64);
+        let via_ring = (ring_ops(&m) - before) as u64;
+        if m.shared.inline {
+            assert_eq!(via_ring, 0, "1 MiB pieces run inline on tmpfs");
+        } else {
+            assert!(
+                (pieces..=pieces + 2).contains(&via_ring),
+                "{via_ring} ring ops"
+            );
+        }
+        let most = m.zero_in_flight.max.load(Ordering::SeqCst);
+        assert!((1..=ZERO_IN_FLIGHT).contains(&most), "{most} in flight");
+        let got = block_on(m.read(0, Buf::new(start as usize))).unwrap();
+        assert!(
+            got[..] == ones[..start as usize],
+            "bytes before the range changed"
+        );
+        let tail = len + (1 << 20) - (start + zlen);
+        let got = block_on(m.read(start + zlen, Buf::new(tail as usize))).unwrap();
+        let from = (start + zlen - (len - (1 << 20))) as usize;
+        assert!(
+            got[..] == ones[from..from + tail as usize],
+            "bytes after the range changed"
+        );
+        let mut at = start;
+        while at < start + zlen {
+            let n = (8u64 << 20).min(start + zlen - at);
+            let got = block_on(m.read(at, Buf::new(n as usize))).unwrap();
+            assert!(got.iter().all(|&b| b == 0), "non-zero bytes near {at}");
+            at += n;
+        }
+    }
+}
+
+/// A ring op whose future is dropped while in flight keeps its buffer until the kernel is
+/// done; the ring carries on.
+#[test]
+fn dropped_ring_futures_leave_the_ring_working() {
+    let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+    let engine = Engine::new(1).unwrap();
+    let m = open(&dir.path().join("d.img"), 8 << 20, &engine);
+    let data = pattern(1 << 20, 7);
+    block_on(m.write(0, Buf::copy_from(&data).freeze(), false)).unwrap();
+    for _ in 0..50 {
+        let mut r = m.read(0, Buf::new(1 << 20));
+        let _ = block_on(async { futures::poll!(&mut r) });
+        drop(r);
+        let mut w = m.write(1 << 20, Buf::copy_from(&data).freeze(), false);
+        let _ = block_on(async { futures::poll!(&mut w) });
+        drop(w);
+    }
+    let got = block_on(m.read(0, Buf::new(2 << 20))).unwrap();
+    assert!(got[..1 << 20] == data[..]);
+    assert!(got[1 << 20..] == data[..]);
+}
+
+/// A ring whose submits keep failing (created disabled, so io_uring_enter refuses it) fails
+/// the entry that does not fit in its full queue, naming the cause, instead of retrying forever.
+#[test]
+fn a_submit_that_keeps_failing_fails_the_entry() {
+    let ring = io_uring::IoUring::builder()
+        .setup_r_disabled()
+        .build(2)
+        .unwrap();
+    let (_tx, rx) = crossbeam_channel::unbounded();
+    let wake_fd = OwnedFd::from(File::open("/dev/null").unwrap());
+    let mut t = RingThread::new(ring, rx, wake_fd, Arc::default());
+    let nop = io_uring::opcode::Nop::new().build();
+    // The queue takes its entries without a submit; the next needs one, which keeps failing.
+    t.push(&nop).unwrap();
+    t.push(&nop).unwrap();
+    let e = t.push(&nop).unwrap_err();
+    assert!(e.to_string().contains("failed 64 times in a row"), "{e}");
+}
