@@ -10,6 +10,7 @@ mod check;
 mod create;
 mod diagram;
 mod map;
+mod ops;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -20,7 +21,7 @@ use std::process::ExitCode;
 #[command(
     name = "nbraid",
     version,
-    about = "Check and explain nbraid array configs"
+    about = "Check and explain nbraid array configs, and operate a running daemon"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -74,6 +75,9 @@ enum Command {
         #[arg(long, default_value = "info")]
         log_level: String,
     },
+    /// Operate a running daemon (status, fail, scrub, pause, resume).
+    #[command(flatten)]
+    Ops(ops::OpsCommand),
 }
 
 fn main() -> ExitCode {
@@ -95,6 +99,7 @@ fn main() -> ExitCode {
         Command::Create { file } => create::run(&file),
         Command::Bench(args) => bench::run(&args),
         Command::Serve { file, log_level } => serve(&file, &log_level),
+        Command::Ops(cmd) => ops::run(cmd),
     };
     match result {
         Ok(out) => {

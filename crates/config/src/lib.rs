@@ -121,6 +121,9 @@ pub struct Config {
     pub limits: ServerLimits,
     /// TLS for every listener (`[daemon] tls`, `tls_certificates`, ...).
     pub tls: TlsSettings,
+    /// The control socket (`[daemon] control`, resolved against the config's directory;
+    /// default: the config file's path with the extension `.ctl`).
+    pub control: PathBuf,
     /// Members in file order; volumes refer to them by index.
     pub members: Vec<Member>,
     /// Volumes in file order (also the order their regions were allocated in).

@@ -32,6 +32,8 @@ pub(crate) struct RawDaemon {
     pub tls_certificates: Option<Spanned<String>>,
     pub tls_verify_clients: Option<bool>,
     pub insecure_listen: Option<bool>,
+    /// The control socket's path.
+    pub control: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -271,11 +271,23 @@ impl Cx<'_> {
             names.insert(name.clone(), self.line(&v.name.span()));
             volumes.push(self.volume(v, &members, &mut usage)?);
         }
+        let control = match raw.daemon.as_ref().and_then(|d| d.get_ref().control.as_ref()) {
+            Some(c) if c.get_ref().is_empty() => {
+                return Err(Problem::new(
+                    c.span(),
+                    ErrorKind::Listen,
+                    "daemon: control is empty; give the control socket's path, or remove it for the default (the config's path with .ctl)",
+                ))
+            }
+            Some(c) => self.base.join(c.get_ref()),
+            None => file.with_extension("ctl"),
+        };
         Ok(Config {
             file: file.to_path_buf(),
             listen,
             limits,
             tls,
+            control,
             members,
             volumes,
         })

@@ -22,6 +22,8 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+mod scrub;
+
 pub struct MirrorNode {
     /// Engines of the copies.
     children: Vec<Box<dyn ArrayNode>>,
@@ -345,5 +347,14 @@ impl ArrayNode for MirrorNode {
 
     fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
         crate::raid::all_children_resync(&self.children).boxed()
+    }
+
+    fn scrub_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        pass: &'a crate::scrub::ScrubPass<'a>,
+    ) -> BoxFuture<'a, VolumeResult<()>> {
+        self.scrub_copies(offset, len, pass).boxed()
     }
 }

@@ -107,6 +107,18 @@ pub trait ArrayNode: Send + Sync {
     fn resync_range(&self, _offset: u64, _len: u64) -> BoxFuture<'_, VolumeResult<()>> {
         futures::future::ready(Ok(())).boxed()
     }
+
+    /// Checks (with `pass.repair`, mends) the redundancy this node and those below own in
+    /// `[offset, offset+len)` (see [`crate::scrub`]); nothing for kinds without redundancy.
+    fn scrub_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        pass: &'a crate::scrub::ScrubPass<'a>,
+    ) -> BoxFuture<'a, VolumeResult<()>> {
+        let _ = (offset, len, pass);
+        futures::future::ready(Ok(())).boxed()
+    }
 }
 
 /// Health of one member as the volume sees it.

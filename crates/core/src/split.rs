@@ -118,4 +118,24 @@ impl<L: Splitter> ArrayNode for SplitNode<L> {
         }
         .boxed()
     }
+
+    /// Each child scrubs its pieces of the range (runs on one child merged).
+    fn scrub_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        pass: &'a crate::scrub::ScrubPass<'a>,
+    ) -> BoxFuture<'a, VolumeResult<()>> {
+        async move {
+            let pieces = self.layout.split(offset, len);
+            let runs = crate::node::child_runs(self.children.len(), &pieces);
+            let results = futures::future::join_all(runs.iter().map(|(child, at, idx)| {
+                let n = idx.iter().map(|&i| pieces[i].len).sum();
+                self.children[*child].scrub_range(*at, n, pass)
+            }))
+            .await;
+            crate::node::all_ok(results)
+        }
+        .boxed()
+    }
 }

@@ -156,6 +156,11 @@ impl Volume {
         self.capacity
     }
 
+    /// The root of the engine tree (for passes over the whole tree, like scrub).
+    pub(crate) fn root_node(&self) -> &dyn ArrayNode {
+        self.root.as_ref()
+    }
+
     pub fn block_size(&self) -> u64 {
         self.opts.block_size
     }

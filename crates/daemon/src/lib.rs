@@ -5,6 +5,7 @@
 //! over NBD: the protocol lives in `nbraid-nbd` (re-exported here as [`nbd`]), whose `Export`
 //! trait [`export`] implements for volumes; `serve` is `nbraidd`. It knows no parity details.
 pub mod assemble;
+pub mod control;
 pub mod export;
 pub mod logging;
 pub mod serve;

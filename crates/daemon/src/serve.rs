@@ -1,7 +1,8 @@
 //! `nbraidd --config FILE`: load, assemble, listen, serve until SIGTERM/SIGINT, then drain
 //! and flush. Shared by the `nbraidd` binary and `nbraid serve`.
 
-use crate::assemble::assemble;
+use crate::assemble::{assemble, Assembled};
+use crate::control::{ControlServer, ControlVolume, Controls};
 use crate::export::VolumeExport;
 use crate::nbd::{proto::MAX_PAYLOAD, Export, Limits, Listener, Server, ServerTls, TlsMode};
 use anyhow::{Context, Result};
@@ -73,6 +74,7 @@ pub fn run(path: &Path) -> Result<()> {
 async fn serve(config: Config) -> Result<()> {
     let tls = server_tls(&config)?;
     let volumes = assemble(&config)?;
+    let controls = Arc::new(controls(&config, &volumes));
     let exports: Vec<(String, Arc<dyn Export>)> = volumes
         .into_iter()
         .map(|a| {
@@ -98,6 +100,7 @@ async fn serve(config: Config) -> Result<()> {
         };
         listeners.push(bound);
     }
+    let control = ControlServer::bind(&config.control)?;
     println!(
         "nbraidd: serving {} from {}",
         names.len(),
@@ -115,6 +118,9 @@ async fn serve(config: Config) -> Result<()> {
         println!("  {name}: {}", uris.join("  "));
     }
 
+    println!("nbraidd: control socket {}", control.path().display());
+    let control_task = tokio::spawn(control.serve(controls));
+
     let tasks: Vec<_> = listeners
         .into_iter()
         .map(|l| {
@@ -130,8 +136,30 @@ async fn serve(config: Config) -> Result<()> {
     for t in tasks {
         t.await.context("listener task")?;
     }
+    // Dropping the control server removes its socket.
+    control_task.abort();
+    let _ = control_task.await;
     println!("nbraidd: stopped cleanly");
     Ok(())
+}
+
+/// The control socket's view of the assembled volumes (member ids from the config).
+fn controls(config: &Config, volumes: &[Assembled]) -> Controls {
+    let volumes = volumes
+        .iter()
+        .map(|a| {
+            let cv = config.volumes.iter().find(|v| v.name == a.name);
+            let level = cv.map_or(String::new(), |v| v.level().name().to_string());
+            let members = cv.map_or_else(Vec::new, |v| {
+                v.members
+                    .iter()
+                    .map(|&m| config.members[m].id.clone())
+                    .collect()
+            });
+            ControlVolume::new(a.name.clone(), level, a.volume.clone(), members)
+        })
+        .collect();
+    Controls { volumes }
 }
 
 async fn wait_for_stop() -> Result<()> {

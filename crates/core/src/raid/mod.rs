@@ -6,7 +6,7 @@
 //! `mod.rs` (this essay, the node and its `ArrayNode` impl), `plan.rs` (pure decisions:
 //! [`choose`], [`plan_write`], recovery patterns), `write.rs` (the executor of a write plan,
 //! salvage, whole-stripe zeroing), `read.rs` (direct and degraded reads, the recently rebuilt
-//! stripes, read repair), `cache.rs` (the write-back stripe cache), `sync.rs` (which stripes'
+//! stripes, read repair), `cache.rs` (the write-back stripe cache), `scrub.rs` (checking and repairing stripes), `sync.rs` (which stripes'
 //! parity is known in sync or stale; resync), `flusher.rs` (the background destage thread).
 //!
 //! # Ordering
@@ -93,6 +93,7 @@ mod cache;
 mod flusher;
 mod plan;
 mod read;
+mod scrub;
 mod sync;
 mod write;
 
@@ -392,6 +393,15 @@ impl ArrayNode for ParityCore {
     fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
         ParityCore::resync_range(self, offset, len).boxed()
     }
+
+    fn scrub_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        pass: &'a crate::scrub::ScrubPass<'a>,
+    ) -> BoxFuture<'a, VolumeResult<()>> {
+        self.scrub_stripes(offset, len, pass).boxed()
+    }
 }
 
 /// A RAID 5/6 group: the engine node (see the module docs).
@@ -458,6 +468,14 @@ impl ArrayNode for ParityNode {
     }
     fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
         ArrayNode::resync_range(&*self.core, offset, len)
+    }
+    fn scrub_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        pass: &'a crate::scrub::ScrubPass<'a>,
+    ) -> BoxFuture<'a, VolumeResult<()>> {
+        self.core.scrub_range(offset, len, pass)
     }
 }
 

@@ -5,8 +5,8 @@ use super::disk::{DiskFaults, SimMember, World, SECTOR_BYTES};
 use super::executor::{step_once, Executor};
 use super::history::{perform, History, Kind};
 use super::rng::Rng;
-use nbraid_core::{CacheMode, Member, ReadPolicy, Volume, VolumeOptions};
-use nbraid_layout::{Geometry, StripeId};
+use nbraid_core::{CacheMode, Member, ReadPolicy, ScrubControl, ScrubState, Volume, VolumeOptions};
+use nbraid_layout::{Geometry, Node, StripeId};
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::rc::Rc;
@@ -36,6 +36,8 @@ pub struct Stats {
     /// write hole, which this engine does not close yet (on-disk metadata issue).
     pub sectors_write_hole: u64,
     pub max_latency_steps: u64,
+    /// Scrubs run (under client I/O before the crash, alone after it).
+    pub scrubs: u64,
 }
 
 impl Stats {
@@ -46,6 +48,7 @@ impl Stats {
         self.sectors_checked += o.sectors_checked;
         self.sectors_write_hole += o.sectors_write_hole;
         self.max_latency_steps = self.max_latency_steps.max(o.max_latency_steps);
+        self.scrubs += o.scrubs;
     }
 }
 
@@ -163,6 +166,12 @@ pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
     // Crash right after the n-th acknowledged FLUSH in half the schedules: that is when the
     // guarantees have just grown.
     let crash_after_flushes = rng.chance(500).then(|| 1 + rng.below(4) as usize);
+    // A scrub (check or repair) among the client requests in some schedules, and one after
+    // the crash: it must never change what clients wrote, and on a live array within
+    // tolerance (parity in sync from the start) it must find nothing to repair.
+    let scrub_at = rng.chance(300).then(|| rng.below(steps));
+    let scrub_repair = rng.chance(500);
+    let scrub_after_crash = rng.chance(300);
     let mut step = 0u64;
     // History clock when the volume first had data it could not read (beyond tolerance).
     let mut lost_at: Option<u64> = None;
@@ -179,6 +188,14 @@ pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
                 &mut exec, &vol, &shared, &world, kind, offset, len, step, beyond,
             );
             stats.requests += 1;
+        }
+        if scrub_at == Some(step) {
+            // Concurrent overlapping writes to a mirror may land on its copies in different
+            // orders (the block layer orders nothing between them, md alike), so copies may
+            // differ on a live array; parity stripes are ordered by their locks.
+            let strict = !beyond && !has_mirror(g.root());
+            spawn_scrub(&mut exec, &vol, &shared, scrub_repair, strict, beyond);
+            stats.scrubs += 1;
         }
         let ready = exec.ready_count();
         let pending = world.lock().expect("world").pending_count();
@@ -274,6 +291,17 @@ pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
         Arc::new(Volume::new(g.clone(), members, opts).map_err(|e| format!("reassemble: {e}"))?);
     for &i in &failed {
         vol.fail_member(i, "failed before the crash");
+    }
+    if scrub_after_crash {
+        // Parity sync is unknown now: repair may rewrite parity and mirror copies, never data
+        // from parity; what reads back below must still be what clients wrote.
+        let mut exec = Executor::default();
+        let v = vol.clone();
+        exec.spawn(async move {
+            let _ = v.scrub(&ScrubControl::new(true, 0)).await;
+        });
+        drive(&mut exec, &world, &mut rng, "scrubbing after the crash")?;
+        stats.scrubs += 1;
     }
     let (image, unreadable) = read_all(&vol, &world, &mut rng)?;
     if !unreadable.is_empty() && !beyond {
@@ -423,19 +451,62 @@ fn read_all(
         });
         at += len;
     }
-    let mut steps = 0u64;
-    while exec.live() > 0 {
-        if !step_once(&mut exec, world, rng) {
-            return Err("deadlock reading back after the crash".into());
-        }
-        steps += 1;
-        if steps > 10 * LIVENESS_STEPS {
-            return Err("reading back after the crash does not finish".into());
-        }
-    }
+    drive(&mut exec, world, rng, "reading back after the crash")?;
     let image = image.borrow().clone();
     let errors = errors.borrow().clone();
     Ok((image, errors))
+}
+
+/// Runs `exec` to completion, completing member operations in random order.
+fn drive(
+    exec: &mut Executor,
+    world: &Arc<Mutex<World>>,
+    rng: &mut Rng,
+    what: &str,
+) -> Result<(), String> {
+    let mut steps = 0u64;
+    while exec.live() > 0 {
+        if !step_once(exec, world, rng) {
+            return Err(format!("deadlock {what}"));
+        }
+        steps += 1;
+        if steps > 10 * LIVENESS_STEPS {
+            return Err(format!("{what} does not finish"));
+        }
+    }
+    Ok(())
+}
+
+fn has_mirror(n: &Node) -> bool {
+    matches!(n, Node::Mirror(_)) || n.children().iter().any(has_mirror)
+}
+
+/// A scrub of the whole volume among the client requests (not in the history: it writes
+/// nothing a client could see).
+fn spawn_scrub(
+    exec: &mut Executor,
+    vol: &Arc<Volume>,
+    shared: &Rc<Shared>,
+    repair: bool,
+    strict: bool,
+    beyond_tolerance: bool,
+) {
+    let vol = vol.clone();
+    let shared = shared.clone();
+    exec.spawn(async move {
+        let r = vol.scrub(&ScrubControl::new(repair, 0)).await;
+        let verdict = match r {
+            Err(e) if !beyond_tolerance => Err(format!("scrub failed within tolerance: {e}")),
+            Ok(r) if r.state != ScrubState::Done => Err(format!("scrub stopped: {r:?}")),
+            Ok(r) if strict && r.mismatches > 0 => Err(format!(
+                "a scrub of a live array in sync found mismatches: {r:?}"
+            )),
+            _ => Ok(()),
+        };
+        if let Err(v) = verdict {
+            shared.violations.borrow_mut().push(v);
+        }
+    });
 }
 
 /// Stripes written by requests not guaranteed durable (only when members were lost: a

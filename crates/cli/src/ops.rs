@@ -1,0 +1,329 @@
+//! Operating a running daemon through its control socket (see the daemon's `control` module
+//! for the protocol): `status`, `fail`, `scrub`, `pause`, `resume`. The socket is found from
+//! the config (`--config FILE`: its `[daemon] control`, default the config's path with `.ctl`)
+//! or named outright (`--control PATH`).
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where the daemon's control socket is.
+#[derive(Args, Clone, Debug)]
+pub struct Target {
+    /// The daemon's config: its control socket is read from it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The control socket itself.
+    #[arg(long, value_name = "PATH", conflicts_with = "config")]
+    control: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+pub enum OpsCommand {
+    /// Show every volume and member of a running daemon: state, scrub progress, I/O, cache.
+    Status {
+        /// Only this volume.
+        volume: Option<String>,
+        #[command(flatten)]
+        target: Target,
+        /// Print the daemon's JSON.
+        #[arg(long)]
+        json: bool,
+        /// Redraw every second until interrupted.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Mark a member failed (mdadm --fail): it is never read or written again.
+    Fail {
+        volume: String,
+        /// The member's config id (or its index in the volume).
+        member: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Check every stripe and copy of a volume; with --repair, rewrite what redundancy proves
+    /// wrong. Shows progress until it is done (interrupting it leaves the scrub running).
+    Scrub {
+        volume: String,
+        #[command(flatten)]
+        target: Target,
+        /// Rewrite what the redundancy proves wrong (RAID 6 locates a single bad chunk; RAID 5
+        /// and two-way mirrors can only rewrite parity / copy the first copy).
+        #[arg(long)]
+        repair: bool,
+        /// Limit the scrub to this many MB/s (10^6 bytes); unlimited by default.
+        #[arg(long, value_name = "MB/s")]
+        rate: Option<f64>,
+        /// Follow the volume's running scrub instead of starting one.
+        #[arg(long, conflicts_with_all = ["repair", "rate"])]
+        follow: bool,
+        /// Print the final report as JSON instead of a progress bar.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause background work (scrubs) of one volume or all.
+    Pause {
+        volume: Option<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Resume paused background work.
+    Resume {
+        volume: Option<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// A connection to the control socket.
+struct Client {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Client {
+    fn connect(t: &Target) -> Result<Client> {
+        let path = match (&t.control, &t.config) {
+            (Some(p), _) => p.clone(),
+            (None, Some(c)) => nbraid_config::load(c)?.control,
+            (None, None) => bail!(
+                "say where the daemon is: --config FILE (its config) or --control PATH (its control socket)"
+            ),
+        };
+        let s = UnixStream::connect(&path).with_context(|| {
+            format!(
+                "connecting to the control socket {} (is nbraidd running on this config?)",
+                path.display()
+            )
+        })?;
+        Ok(Client {
+            reader: BufReader::new(s.try_clone()?),
+            writer: s,
+        })
+    }
+
+    /// Sends a request; the reply, or its error as an error.
+    fn call(&mut self, mut req: Value) -> Result<Value> {
+        req["v"] = json!(1);
+        let mut line = req.to_string();
+        line.push('\n');
+        self.writer.write_all(line.as_bytes())?;
+        let mut reply = String::new();
+        if self.reader.read_line(&mut reply)? == 0 {
+            bail!("the daemon closed the control connection");
+        }
+        let v: Value = serde_json::from_str(&reply).context("the daemon's reply is not JSON")?;
+        if v["ok"] != json!(true) {
+            bail!(
+                "{} ({})",
+                v["error"]["message"].as_str().unwrap_or("unknown error"),
+                v["error"]["code"].as_str().unwrap_or("?")
+            );
+        }
+        Ok(v)
+    }
+}
+
+pub fn run(cmd: OpsCommand) -> Result<String> {
+    match cmd {
+        OpsCommand::Status {
+            volume,
+            target,
+            json,
+            watch,
+        } => {
+            let mut c = Client::connect(&target)?;
+            let req = json!({"op": "status", "volume": volume});
+            if !watch {
+                let v = c.call(req)?;
+                return Ok(if json {
+                    format!("{v:#}\n")
+                } else {
+                    status_table(&v)
+                });
+            }
+            loop {
+                let v = c.call(req.clone())?;
+                let out = if json {
+                    format!("{v}\n")
+                } else {
+                    format!("\x1b[2J\x1b[H{}", status_table(&v))
+                };
+                print!("{out}");
+                std::io::stdout().flush()?;
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        OpsCommand::Fail {
+            volume,
+            member,
+            target,
+        } => {
+            let v = Client::connect(&target)?
+                .call(json!({"op": "fail", "volume": volume, "member": member}))?;
+            Ok(format!(
+                "member {} of {volume} marked failed; the volume is {}\n",
+                v["member"].as_str().unwrap_or(&member),
+                if v["available"] == json!(false) {
+                    "FAILED (beyond its tolerance)"
+                } else {
+                    "degraded"
+                }
+            ))
+        }
+        OpsCommand::Scrub {
+            volume,
+            target,
+            repair,
+            rate,
+            follow,
+            json,
+        } => {
+            let mut c = Client::connect(&target)?;
+            if !follow {
+                let rate_bytes_per_s = rate.map_or(0, |r| (r * 1e6).max(1.0) as u64);
+                c.call(json!({"op": "scrub", "volume": volume, "repair": repair,
+                              "rate_bytes_per_s": rate_bytes_per_s}))?;
+            }
+            let report = follow_scrub(&mut c, &volume, !json)?;
+            Ok(if json {
+                format!("{report:#}\n")
+            } else {
+                format!(
+                    "scrub of {volume} {}: {} checked, {} mismatches, {} repaired, {} unreadable, {} skipped\n",
+                    report["state"].as_str().unwrap_or("?"),
+                    report["checked"], report["mismatches"], report["repaired"],
+                    report["unreadable"], report["skipped"]
+                )
+            })
+        }
+        OpsCommand::Pause { volume, target } => pause_resume(&target, "pause", volume),
+        OpsCommand::Resume { volume, target } => pause_resume(&target, "resume", volume),
+    }
+}
+
+fn pause_resume(target: &Target, op: &str, volume: Option<String>) -> Result<String> {
+    let v = Client::connect(target)?.call(json!({"op": op, "volume": volume}))?;
+    let names: Vec<&str> = v["volumes"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    Ok(if names.is_empty() {
+        "no background work to touch\n".into()
+    } else {
+        format!("{op}d: {}\n", names.join(", "))
+    })
+}
+
+/// Polls the volume's scrub until it stops, with a progress bar; its last report.
+fn follow_scrub(c: &mut Client, volume: &str, bar: bool) -> Result<Value> {
+    let pb = bar.then(|| {
+        let pb = ProgressBar::new(0);
+        pb.set_style(
+            ProgressStyle::with_template(
+                "{msg} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+            )
+            .expect("template")
+            .progress_chars("=> "),
+        );
+        pb
+    });
+    loop {
+        let v = c.call(json!({"op": "status", "volume": volume}))?;
+        let s = v["volumes"][0]["scrub"].clone();
+        if s.is_null() {
+            bail!("volume {volume} has no scrub to follow");
+        }
+        let state = s["state"].as_str().unwrap_or("?").to_string();
+        if let Some(pb) = &pb {
+            pb.set_length(s["total_bytes"].as_u64().unwrap_or(0));
+            pb.set_position(s["position_bytes"].as_u64().unwrap_or(0));
+            pb.set_message(format!(
+                "scrub {volume} {state}, {} mismatches",
+                s["mismatches"]
+            ));
+        }
+        if matches!(state.as_str(), "done" | "cancelled") {
+            if let Some(pb) = pb {
+                pb.finish_and_clear();
+            }
+            return Ok(s);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut x = n as f64;
+    let mut u = 0;
+    while x >= 1024.0 && u < UNITS.len() - 1 {
+        x /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{x:.1} {}", UNITS[u])
+    }
+}
+
+/// The status reply as a table: one line per volume, one per member below it.
+pub fn status_table(v: &Value) -> String {
+    let mut out = format!(
+        "{:<12} {:<7} {:<9} {:>10}  {:<8} {:<34} {:>9} {:>9}  {}\n",
+        "VOLUME", "LEVEL", "STATE", "SIZE", "MEMBERS", "SCRUB", "READS", "WRITES", "CACHE"
+    );
+    for vol in v["volumes"].as_array().into_iter().flatten() {
+        let members = vol["members"].as_array().cloned().unwrap_or_default();
+        let healthy = members.iter().filter(|m| m["state"] == "healthy").count();
+        let scrub = match &vol["scrub"] {
+            Value::Null => "-".to_string(),
+            s => {
+                let total = s["total_bytes"].as_u64().unwrap_or(0).max(1);
+                let pct = s["position_bytes"].as_u64().unwrap_or(0) as f64 * 100.0 / total as f64;
+                let eta = s["eta_s"]
+                    .as_u64()
+                    .map_or(String::new(), |e| format!(" eta {e}s"));
+                format!(
+                    "{} {pct:.0}% {} bad{}",
+                    s["state"].as_str().unwrap_or("?"),
+                    s["mismatches"],
+                    eta
+                )
+            }
+        };
+        let io = &vol["io"];
+        let cache = &vol["cache"];
+        out += &format!(
+            "{:<12} {:<7} {:<9} {:>10}  {:<8} {:<34} {:>9} {:>9}  {}/{}\n",
+            vol["name"].as_str().unwrap_or("?"),
+            vol["level"].as_str().unwrap_or("?"),
+            vol["state"].as_str().unwrap_or("?"),
+            bytes(vol["capacity_bytes"].as_u64().unwrap_or(0)),
+            format!("{healthy}/{}", members.len()),
+            scrub,
+            io["reads"],
+            io["writes"],
+            bytes(cache["dirty_bytes"].as_u64().unwrap_or(0)),
+            bytes(cache["bound_bytes"].as_u64().unwrap_or(0)),
+        );
+        for m in &members {
+            out += &format!(
+                "  {:<10} {:<8} reads {:>9} writes {:>9} read errors {:>4}  {}\n",
+                m["id"].as_str().unwrap_or("?"),
+                m["state"].as_str().unwrap_or("?"),
+                m["reads"],
+                m["writes"],
+                m["read_errors"],
+                m["path"].as_str().unwrap_or("")
+            );
+        }
+    }
+    out
+}

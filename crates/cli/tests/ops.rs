@@ -1,0 +1,317 @@
+//! Operating a running `nbraidd` through its control socket with the `nbraid` binary: the
+//! socket is private (0600) and answers malformed requests with JSON errors; corruption of a
+//! member file of a served RAID 6 volume is found and repaired by `nbraid scrub --repair`,
+//! and the volume read through NBD (nbdcopy) is bit-exact; `nbraid fail` degrades the volume
+//! and `nbraid status` says so. `nbraidd` is the one built beside `nbraid` (`cargo test
+//! --workspace`, as scripts/test runs it).
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+/// Bytes at the start of each member reserved for metadata (the config's rule).
+const RESERVED: u64 = MIB;
+const STRIP: u64 = 64 << 10;
+
+fn nbraid(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nbraid"))
+        .args(args)
+        .output()
+        .expect("run nbraid")
+}
+
+fn ok(o: Output, what: &str) -> String {
+    assert!(
+        o.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn require(tool: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!("required tool `{tool}` is not installed (Debian package libnbd-bin; scripts/test installs it)")
+        })
+}
+
+/// A RAID 6 volume `r6` over six 9 MiB file members (32 MiB), served on a Unix socket.
+fn write_config(dir: &Path) -> PathBuf {
+    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
+    for i in 0..6 {
+        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"9MiB\"\n\n");
+    }
+    text += "[[volume]]\nname = \"r6\"\nlevel = \"raid6\"\nstrip_size = \"64KiB\"\nmembers = [\"d0\", \"d1\", \"d2\", \"d3\", \"d4\", \"d5\"]\n";
+    let file = dir.join("arrays.toml");
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+struct Daemon {
+    child: Child,
+    control: PathBuf,
+}
+
+impl Drop for Daemon {
+    /// A failed test does not leave its daemon running.
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Daemon {
+    fn start(config: &Path) -> Daemon {
+        let nbraidd = Path::new(env!("CARGO_BIN_EXE_nbraid")).with_file_name("nbraidd");
+        assert!(
+            nbraidd.is_file(),
+            "{} is not built: run `cargo build --bin nbraidd` (or `cargo test --workspace`)",
+            nbraidd.display()
+        );
+        let mut child = Command::new(nbraidd)
+            .arg("--config")
+            .arg(config)
+            .args(["--log-level", "warn"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start nbraidd");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let control = loop {
+            assert!(
+                Instant::now() < deadline,
+                "nbraidd printed no control socket"
+            );
+            match lines.next() {
+                Some(Ok(l)) => {
+                    if let Some(p) = l.strip_prefix("nbraidd: control socket ") {
+                        break PathBuf::from(p);
+                    }
+                }
+                _ => panic!("nbraidd exited early: {:?}", child.wait()),
+            }
+        };
+        std::thread::spawn(move || for _ in lines.by_ref() {});
+        Daemon { child, control }
+    }
+
+    fn stop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid has no memory effects.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "nbraidd exited with {status}");
+        assert!(
+            !self.control.exists(),
+            "the control socket is removed on exit"
+        );
+    }
+}
+
+/// Sends raw lines on one connection; the replies, parsed.
+fn exchange(control: &Path, lines: &[&[u8]]) -> Vec<Value> {
+    let s = UnixStream::connect(control).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    lines
+        .iter()
+        .map(|l| {
+            // The daemon may close a connection whose line is too long before taking it all.
+            let _ = w.write_all(l).and_then(|()| w.write_all(b"\n"));
+            let mut reply = String::new();
+            r.read_line(&mut reply).unwrap();
+            serde_json::from_str(&reply).unwrap_or_else(|e| panic!("reply {reply:?}: {e}"))
+        })
+        .collect()
+}
+
+#[test]
+fn control_socket_is_private_and_refuses_malformed_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let mut d = Daemon::start(&config);
+    assert_eq!(
+        d.control,
+        dir.path().join("arrays.ctl"),
+        "default: beside the config"
+    );
+    let meta = std::fs::metadata(&d.control).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o600,
+        "only the daemon's user"
+    );
+
+    let bad: [(&[u8], &str); 8] = [
+        (b"hello", "malformed"),
+        (b"\xff\xfe\x00", "malformed"),
+        (b"[1,2,3]", "malformed"),
+        (br#"{"op":"status"}"#, "bad-request"),
+        (br#"{"v":7,"op":"status"}"#, "unsupported-version"),
+        (br#"{"v":1,"op":"format-everything"}"#, "unknown-op"),
+        (br#"{"v":1,"op":"fail","volume":"r6"}"#, "bad-request"),
+        (br#"{"v":1,"op":"scrub","volume":"nope"}"#, "not-found"),
+    ];
+    let mut lines: Vec<&[u8]> = bad.iter().map(|b| b.0).collect();
+    lines.push(br#"{"v":1,"op":"status"}"#);
+    let replies = exchange(&d.control, &lines);
+    for ((line, code), r) in bad.iter().zip(&replies) {
+        assert_eq!(r["v"], 1);
+        assert_eq!(r["ok"], false, "{}", String::from_utf8_lossy(line));
+        assert_eq!(
+            r["error"]["code"],
+            *code,
+            "{}: {r}",
+            String::from_utf8_lossy(line)
+        );
+        assert!(r["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+    }
+    // The same connection still serves a good request after the bad ones.
+    let status = &replies[bad.len()];
+    assert_eq!(status["ok"], true);
+    assert_eq!(status["volumes"][0]["name"], "r6");
+    assert_eq!(status["volumes"][0]["state"], "healthy");
+
+    // An endless line is cut off with an error, and the daemon lives on.
+    let long = vec![b'x'; 100 << 10];
+    let r = exchange(&d.control, &[&long]);
+    assert_eq!(r[0]["error"]["code"], "malformed");
+    let again = exchange(&d.control, &[br#"{"v":1,"op":"status","volume":"r6"}"#]);
+    assert_eq!(again[0]["ok"], true);
+    d.stop();
+}
+
+#[test]
+fn scrub_repairs_a_corrupt_raid6_member_and_fail_degrades() {
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let cfg = config.to_str().unwrap();
+    let mut d = Daemon::start(&config);
+    let uri = format!(
+        "nbd+unix:///r6?socket={}",
+        dir.path().join("nbd.sock").display()
+    );
+    // Fill the volume with known bytes through NBD.
+    let size = 32 * MIB;
+    let src = dir.path().join("src.img");
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let data: Vec<u8> = (0..size / 8)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect();
+    std::fs::write(&src, &data).unwrap();
+    ok(
+        Command::new(&nbdcopy).arg(&src).arg(&uri).output().unwrap(),
+        "nbdcopy into the volume",
+    );
+
+    // A clean scrub first: nothing to find.
+    let clean: Value = serde_json::from_str(&ok(
+        nbraid(&["scrub", "r6", "--config", cfg, "--json"]),
+        "scrub",
+    ))
+    .unwrap();
+    assert_eq!(clean["state"], "done");
+    assert_eq!(clean["checked"], 8 * MIB / STRIP);
+    assert_eq!(clean["mismatches"], 0);
+
+    // Corrupt two bytes of one chunk of member d2 behind the daemon's back.
+    let member = dir.path().join("d2.img");
+    let at = RESERVED + 5 * STRIP + 1234;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&member)
+        .unwrap();
+    let mut before = vec![0u8; STRIP as usize];
+    f.seek(SeekFrom::Start(RESERVED + 5 * STRIP)).unwrap();
+    f.read_exact(&mut before).unwrap();
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.write_all(&[before[1234] ^ 0xa5, before[1235] ^ 0x01])
+        .unwrap();
+    f.sync_all().unwrap();
+
+    let found: Value = serde_json::from_str(&ok(
+        nbraid(&["scrub", "r6", "--config", cfg, "--json"]),
+        "scrub",
+    ))
+    .unwrap();
+    assert_eq!(
+        (found["mismatches"].as_u64(), found["repaired"].as_u64()),
+        (Some(1), Some(0))
+    );
+    let fixed: Value = serde_json::from_str(&ok(
+        nbraid(&[
+            "scrub", "r6", "--repair", "--rate", "100", "--config", cfg, "--json",
+        ]),
+        "scrub --repair",
+    ))
+    .unwrap();
+    assert_eq!(
+        (fixed["mismatches"].as_u64(), fixed["repaired"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let mut after = vec![0u8; STRIP as usize];
+    f.seek(SeekFrom::Start(RESERVED + 5 * STRIP)).unwrap();
+    f.read_exact(&mut after).unwrap();
+    assert!(after == before, "the member's chunk is restored bit-exact");
+
+    // Read back through NBD: bit-exact.
+    let out = dir.path().join("out.img");
+    ok(
+        Command::new(&nbdcopy).arg(&uri).arg(&out).output().unwrap(),
+        "nbdcopy out of the volume",
+    );
+    assert!(
+        std::fs::read(&out).unwrap() == data,
+        "the volume reads back what was written"
+    );
+
+    // fail: degraded, and status says so.
+    let said = ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
+    assert!(said.contains("degraded"), "{said}");
+    let status: Value = serde_json::from_str(&ok(
+        nbraid(&[
+            "status",
+            "r6",
+            "--json",
+            "--control",
+            d.control.to_str().unwrap(),
+        ]),
+        "status --json",
+    ))
+    .unwrap();
+    let v = &status["volumes"][0];
+    assert_eq!(v["degraded"], true);
+    assert_eq!(v["state"], "degraded");
+    assert_eq!(v["members"][1]["id"], "d1");
+    assert_eq!(v["members"][1]["state"], "failed");
+    assert_eq!(v["scrub"]["repaired"], 1);
+    let table = ok(nbraid(&["status", "--config", cfg]), "status");
+    assert!(
+        table.contains("r6") && table.contains("degraded") && table.contains("5/6"),
+        "{table}"
+    );
+    d.stop();
+}

@@ -1,0 +1,432 @@
+//! Scrub: a streaming pass over a volume that reads every stripe of every parity group and
+//! every copy of every mirror, checks that the redundancy agrees with the data, and — with
+//! `repair` — rewrites what the redundancy can prove wrong.
+//!
+//! # Shape
+//! [`Volume::scrub`] walks the volume's address space in windows of [`SCRUB_WINDOW_BYTES`]
+//! and hands each window to the root node's [`ArrayNode::scrub_range`]. Split nodes pass the
+//! pieces on to their children; parity groups (`raid/scrub.rs`) and mirrors
+//! (`mirror/scrub.rs`) check what they *own* in the range, after their children did. A parity
+//! group owns the stripes whose first byte lies in the range, so every stripe of the tree is
+//! checked exactly once whatever the windows, even under a split node whose pieces cut
+//! stripes. Memory is bounded by one window (times the copies or the stripe's parity share).
+//!
+//! Each node takes its own range lock like any writer (parity groups: the stripe, shared for a
+//! check and exclusive for a repair; mirrors: the byte range, exclusive, since user writes to
+//! a mirror hold it shared and copies are only comparable between them), so a scrub is safe
+//! under concurrent client I/O and never changes bytes a client wrote.
+//!
+//! # What repair can prove
+//! - RAID 6, on a stripe whose parity is known in sync: the P and Q syndromes locate a single
+//!   corrupt chunk ([`locate`], md's raid6check idea): data chunk *z* when
+//!   `Q_syndrome = g^z · P_syndrome` at every differing byte, P alone when only P differs, Q
+//!   alone when only Q differs. That chunk is rewritten.
+//! - RAID 6 when no single chunk explains the syndromes, RAID 5 (one syndrome cannot say
+//!   which chunk is wrong), and any stripe whose parity is not known in sync (after an
+//!   unclean start its parity may legitimately be behind its data: the write hole): parity is
+//!   regenerated from the data, as md's `repair` does. Data is never rewritten on a guess.
+//! - Mirrors: a majority of ≥ 3 readable copies wins (voting); two copies that disagree
+//!   cannot say which is right, so the first readable copy is copied over the others (md's
+//!   rule); with ≥ 3 copies and no majority nothing is rewritten (reported only).
+//! - A chunk or copy that returns a read error is counted unreadable; mirrors rewrite it from
+//!   a good copy, parity groups leave it to read repair (a normal read of the range rebuilds
+//!   and rewrites it where parity is known in sync).
+//!
+//! # Control
+//! A [`ScrubControl`] is shared (an `Arc`) between the scrub and whoever watches it: progress
+//! (position and total bytes), counts, a rate limit in bytes/s that may change while it runs,
+//! pause and cancel. A cancelled scrub keeps its position: calling [`Volume::scrub`] again
+//! with the same control resumes there.
+
+use crate::error::VolumeResult;
+use crate::parity::gf;
+use crate::volume::Volume;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// Logical bytes a scrub hands to the tree at a time.
+pub const SCRUB_WINDOW_BYTES: u64 = 4 << 20;
+
+/// Mirrors compare (and count, and repair) their copies in blocks of this many bytes.
+pub const MIRROR_SCRUB_BLOCK_BYTES: u64 = 64 << 10;
+
+/// How often a paused scrub looks at its control again.
+const PAUSE_POLL: Duration = Duration::from_millis(20);
+
+/// Counts of one scrub (shared atomics: nodes bump them as they go).
+#[derive(Debug, Default)]
+pub struct ScrubStats {
+    /// Parity stripes and mirror blocks whose redundancy was compared.
+    pub checked: AtomicU64,
+    /// Of those, the ones where data and redundancy disagreed.
+    pub mismatches: AtomicU64,
+    /// Mismatches (and unreadable copies) rewritten.
+    pub repaired: AtomicU64,
+    /// Chunks or copies that returned a read error.
+    pub unreadable: AtomicU64,
+    /// Stripes or blocks not checkable: a member under them has failed (nothing to compare
+    /// against) or their parity is stale.
+    pub skipped: AtomicU64,
+}
+
+/// What a node's `scrub_range` is asked to do.
+pub struct ScrubPass<'a> {
+    /// Rewrite what the redundancy proves wrong (else only count).
+    pub repair: bool,
+    pub stats: &'a ScrubStats,
+}
+
+impl ScrubPass<'_> {
+    pub(crate) fn bump(&self, counter: fn(&ScrubStats) -> &AtomicU64, n: u64) {
+        counter(self.stats).fetch_add(n, Relaxed);
+    }
+}
+
+/// Where a scrub is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScrubState {
+    /// Not started.
+    Idle,
+    Running,
+    Paused,
+    /// Stopped before the end; a new `Volume::scrub` with the same control resumes.
+    Cancelled,
+    Done,
+}
+
+impl ScrubState {
+    pub fn name(self) -> &'static str {
+        match self {
+            ScrubState::Idle => "idle",
+            ScrubState::Running => "running",
+            ScrubState::Paused => "paused",
+            ScrubState::Cancelled => "cancelled",
+            ScrubState::Done => "done",
+        }
+    }
+}
+
+/// A scrub's shared control and progress.
+#[derive(Debug, Default)]
+pub struct ScrubControl {
+    repair: AtomicBool,
+    /// Bytes per second, 0 = unlimited.
+    rate_bytes_per_s: AtomicU64,
+    paused: AtomicBool,
+    cancelled: AtomicBool,
+    /// The next byte to scrub (the resume point).
+    position_bytes: AtomicU64,
+    total_bytes: AtomicU64,
+    /// `ScrubState` as a number (see `state_code`).
+    state: AtomicU64,
+    /// Bytes per second over the current run (0 until a window is done).
+    measured_bytes_per_s: AtomicU64,
+    pub stats: ScrubStats,
+}
+
+/// A copy of a scrub's progress and counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScrubReport {
+    pub state: ScrubState,
+    pub repair: bool,
+    pub position_bytes: u64,
+    pub total_bytes: u64,
+    pub rate_limit_bytes_per_s: u64,
+    /// Measured over the current run.
+    pub rate_bytes_per_s: u64,
+    pub checked: u64,
+    pub mismatches: u64,
+    pub repaired: u64,
+    pub unreadable: u64,
+    pub skipped: u64,
+}
+
+impl ScrubReport {
+    /// Seconds left at the measured rate, when it is known.
+    pub fn eta_s(&self) -> Option<u64> {
+        (self.rate_bytes_per_s > 0 && self.state == ScrubState::Running)
+            .then(|| self.total_bytes.saturating_sub(self.position_bytes) / self.rate_bytes_per_s)
+    }
+}
+
+const STATES: [ScrubState; 5] = [
+    ScrubState::Idle,
+    ScrubState::Running,
+    ScrubState::Paused,
+    ScrubState::Cancelled,
+    ScrubState::Done,
+];
+
+fn state_code(s: ScrubState) -> u64 {
+    STATES.iter().position(|&x| x == s).expect("listed") as u64
+}
+
+impl ScrubControl {
+    /// A control for a scrub from byte 0; `repair` rewrites what redundancy proves wrong,
+    /// `rate_bytes_per_s` limits it (0: unlimited).
+    pub fn new(repair: bool, rate_bytes_per_s: u64) -> ScrubControl {
+        let c = ScrubControl::default();
+        c.repair.store(repair, Relaxed);
+        c.rate_bytes_per_s.store(rate_bytes_per_s, Relaxed);
+        c
+    }
+
+    /// A control that resumes at `position_bytes` (counts start from zero).
+    pub fn resume_at(repair: bool, rate_bytes_per_s: u64, position_bytes: u64) -> ScrubControl {
+        let c = ScrubControl::new(repair, rate_bytes_per_s);
+        c.position_bytes.store(position_bytes, Relaxed);
+        c
+    }
+
+    pub fn set_rate(&self, bytes_per_s: u64) {
+        self.rate_bytes_per_s.store(bytes_per_s, Relaxed);
+    }
+
+    pub fn pause(&self) {
+        self.paused.store(true, Relaxed);
+    }
+
+    pub fn resume(&self) {
+        self.paused.store(false, Relaxed);
+    }
+
+    /// Stops the scrub after its current window; the position is kept.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Relaxed);
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Relaxed)
+    }
+
+    fn set_state(&self, s: ScrubState) {
+        self.state.store(state_code(s), Relaxed);
+    }
+
+    pub fn state(&self) -> ScrubState {
+        STATES[self.state.load(Relaxed) as usize]
+    }
+
+    pub fn report(&self) -> ScrubReport {
+        let s = &self.stats;
+        ScrubReport {
+            state: self.state(),
+            repair: self.repair.load(Relaxed),
+            position_bytes: self.position_bytes.load(Relaxed),
+            total_bytes: self.total_bytes.load(Relaxed),
+            rate_limit_bytes_per_s: self.rate_bytes_per_s.load(Relaxed),
+            rate_bytes_per_s: self.measured_bytes_per_s.load(Relaxed),
+            checked: s.checked.load(Relaxed),
+            mismatches: s.mismatches.load(Relaxed),
+            repaired: s.repaired.load(Relaxed),
+            unreadable: s.unreadable.load(Relaxed),
+            skipped: s.skipped.load(Relaxed),
+        }
+    }
+}
+
+/// How long to wait so that `done_bytes` since `started` keep to `rate_bytes_per_s`.
+pub fn rate_delay(done_bytes: u64, elapsed: Duration, rate_bytes_per_s: u64) -> Duration {
+    if rate_bytes_per_s == 0 {
+        return Duration::ZERO;
+    }
+    let due = Duration::from_secs_f64(done_bytes as f64 / rate_bytes_per_s as f64);
+    due.saturating_sub(elapsed)
+}
+
+impl Volume {
+    /// Scrubs the volume from the control's position to the end, one window at a time (see
+    /// the module docs), honouring its rate limit, pause and cancel. Returns the final
+    /// report; a cancelled scrub resumes when called again with the same control.
+    pub async fn scrub(&self, ctl: &ScrubControl) -> VolumeResult<ScrubReport> {
+        let root = self.root_node();
+        let total = root.capacity();
+        ctl.total_bytes.store(total, Relaxed);
+        ctl.cancelled.store(false, Relaxed);
+        let repair = ctl.repair.load(Relaxed);
+        let pass = ScrubPass {
+            repair,
+            stats: &ctl.stats,
+        };
+        let mut started = Instant::now();
+        let mut run_start = ctl.position_bytes.load(Relaxed);
+        ctl.set_state(ScrubState::Running);
+        loop {
+            let at = ctl.position_bytes.load(Relaxed);
+            if at >= total {
+                ctl.set_state(ScrubState::Done);
+                break;
+            }
+            if ctl.cancelled.load(Relaxed) {
+                ctl.set_state(ScrubState::Cancelled);
+                break;
+            }
+            if ctl.is_paused() {
+                ctl.set_state(ScrubState::Paused);
+                crate::timer::sleep(PAUSE_POLL).await;
+                // The rate is measured over running time only.
+                started = Instant::now();
+                run_start = at;
+                continue;
+            }
+            ctl.set_state(ScrubState::Running);
+            let len = (total - at).min(SCRUB_WINDOW_BYTES);
+            root.scrub_range(at, len, &pass).await?;
+            ctl.position_bytes.store(at + len, Relaxed);
+            let done = at + len - run_start;
+            let elapsed = started.elapsed();
+            if elapsed.as_secs_f64() > 0.0 {
+                let rate = done as f64 / elapsed.as_secs_f64();
+                ctl.measured_bytes_per_s.store(rate as u64, Relaxed);
+            }
+            let wait = rate_delay(done, elapsed, ctl.rate_bytes_per_s.load(Relaxed));
+            if !wait.is_zero() {
+                crate::timer::sleep(wait).await;
+            }
+        }
+        Ok(ctl.report())
+    }
+}
+
+/// Which chunk of a RAID 6 stripe the P and Q syndromes blame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Culprit {
+    /// P and Q match the data.
+    None,
+    P,
+    Q,
+    /// The data chunk in Q syndrome slot `z` (md's order), by `e ⊕= P_syndrome`.
+    Slot(usize),
+    /// More than one chunk is wrong (or the syndromes point outside the stripe).
+    Unknown,
+}
+
+/// Locates a single corrupt chunk from the syndromes `ps = P ⊕ P(data)` and
+/// `qs = Q ⊕ Q(data)` of a stripe with `k` data chunks: one culprit must explain every byte.
+/// An error `e` in the data chunk of slot z gives `ps = e` and `qs = g^z·e`, so
+/// `z = log qs − log ps`; only P (only Q) differing blames P (Q).
+pub fn locate(ps: &[u8], qs: &[u8], k: usize) -> Culprit {
+    assert_eq!(ps.len(), qs.len(), "syndromes of one stripe");
+    let mut found = Culprit::None;
+    for (&p, &q) in ps.iter().zip(qs) {
+        let this = match (p, q) {
+            (0, 0) => continue,
+            (_, 0) => Culprit::P,
+            (0, _) => Culprit::Q,
+            (p, q) => {
+                let z = (255 + gf::LOG[q as usize] as usize - gf::LOG[p as usize] as usize) % 255;
+                if z < k {
+                    Culprit::Slot(z)
+                } else {
+                    return Culprit::Unknown;
+                }
+            }
+        };
+        match found {
+            Culprit::None => found = this,
+            f if f == this => {}
+            _ => return Culprit::Unknown,
+        }
+    }
+    found
+}
+
+/// The copy whose bytes a strict majority of `copies` share, if any.
+pub fn majority(copies: &[&[u8]]) -> Option<usize> {
+    let n = copies.len();
+    (0..n).find(|&i| copies.iter().filter(|c| **c == copies[i]).count() * 2 > n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parity;
+
+    fn stripe(k: usize, len: usize, seed: u8) -> Vec<Vec<u8>> {
+        (0..k)
+            .map(|i| {
+                (0..len)
+                    .map(|j| (j as u8).wrapping_mul(31) ^ seed ^ (i as u8 * 17))
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn syndromes(data: &[Vec<u8>], p: &[u8], q: &[u8]) -> (Vec<u8>, Vec<u8>) {
+        let refs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+        let mut p2 = vec![0; p.len()];
+        let mut q2 = vec![0; q.len()];
+        parity::pq_gen(&refs, &mut p2, &mut q2);
+        let ps = p.iter().zip(&p2).map(|(a, b)| a ^ b).collect();
+        let qs = q.iter().zip(&q2).map(|(a, b)| a ^ b).collect();
+        (ps, qs)
+    }
+
+    #[test]
+    fn locate_blames_each_single_corrupt_chunk() {
+        let k = 6;
+        let data = stripe(k, 4096, 5);
+        let refs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+        let mut p = vec![0; 4096];
+        let mut q = vec![0; 4096];
+        parity::pq_gen(&refs, &mut p, &mut q);
+        let (ps, qs) = syndromes(&data, &p, &q);
+        assert_eq!(locate(&ps, &qs, k), Culprit::None);
+        for z in 0..k {
+            let mut bad = data.clone();
+            bad[z][100] ^= 0x5a;
+            bad[z][3000] ^= 0x01;
+            let (ps, qs) = syndromes(&bad, &p, &q);
+            assert_eq!(locate(&ps, &qs, k), Culprit::Slot(z));
+            // Repair by the P syndrome restores the original.
+            for (b, s) in bad[z].iter_mut().zip(&ps) {
+                *b ^= s;
+            }
+            assert_eq!(bad[z], data[z]);
+        }
+        let mut bp = p.clone();
+        bp[7] ^= 0xff;
+        let (ps, qs) = syndromes(&data, &bp, &q);
+        assert_eq!(locate(&ps, &qs, k), Culprit::P);
+        let mut bq = q.clone();
+        bq[9] ^= 0x10;
+        let (ps, qs) = syndromes(&data, &p, &bq);
+        assert_eq!(locate(&ps, &qs, k), Culprit::Q);
+        // Two data chunks wrong at different bytes: no single culprit.
+        let mut two = data.clone();
+        two[1][10] ^= 3;
+        two[4][20] ^= 9;
+        let (ps, qs) = syndromes(&two, &p, &q);
+        assert_eq!(locate(&ps, &qs, k), Culprit::Unknown);
+        // P wrong at one byte and data at another: no single culprit either.
+        let mut d1 = data.clone();
+        d1[2][50] ^= 1;
+        let (ps, qs) = syndromes(&d1, &bp, &q);
+        assert_eq!(locate(&ps, &qs, k), Culprit::Unknown);
+    }
+
+    #[test]
+    fn majority_needs_more_than_half() {
+        let a = [1u8, 2, 3];
+        let b = [1u8, 2, 4];
+        let c = [9u8, 9, 9];
+        assert_eq!(majority(&[&a, &a, &b]), Some(0));
+        assert_eq!(majority(&[&b, &a, &a]), Some(1));
+        assert_eq!(majority(&[&a, &b, &c]), None);
+        assert_eq!(majority(&[&a, &b]), None);
+        assert_eq!(majority(&[&a, &a]), Some(0));
+    }
+
+    #[test]
+    fn rate_delay_keeps_to_the_limit() {
+        assert_eq!(rate_delay(100, Duration::ZERO, 0), Duration::ZERO);
+        assert_eq!(
+            rate_delay(1000, Duration::from_millis(200), 1000),
+            Duration::from_millis(800)
+        );
+        assert_eq!(
+            rate_delay(1000, Duration::from_secs(2), 1000),
+            Duration::ZERO
+        );
+    }
+}

@@ -1,0 +1,241 @@
+//! The control protocol: JSON lines, one request and one reply per line, versioned.
+//!
+//! A request is an object `{"v": 1, "op": "...", ...}`; a reply is `{"v": 1, "ok": true, ...}`
+//! or `{"v": 1, "ok": false, "error": {"code": "...", "message": "..."}}`. Anything that is not
+//! a request of version 1 gets an error reply naming what is wrong; the connection stays open.
+//!
+//! | op | fields | reply |
+//! |---|---|---|
+//! | `status` | `volume` (optional) | `volumes`: state, members, counters, cache, scrub |
+//! | `fail` | `volume`, `member` (config id or index) | `member`: the index failed |
+//! | `scrub` | `volume`, `repair` (bool, default false), `rate_bytes_per_s` (0/absent: unlimited) | `scrub`: its first report |
+//! | `pause`, `resume` | `volume` (optional: all) | `volumes`: the names touched |
+//! | `cancel` | `volume` | the scrub's report |
+
+use serde_json::{json, Map, Value};
+
+/// The protocol version this daemon speaks.
+pub const VERSION: u64 = 1;
+
+/// Longest request line accepted (bytes, newline included).
+pub const MAX_LINE_BYTES: usize = 64 << 10;
+
+/// A parsed request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    Status {
+        volume: Option<String>,
+    },
+    Fail {
+        volume: String,
+        member: String,
+    },
+    Scrub {
+        volume: String,
+        repair: bool,
+        rate_bytes_per_s: u64,
+    },
+    Pause {
+        volume: Option<String>,
+    },
+    Resume {
+        volume: Option<String>,
+    },
+    Cancel {
+        volume: String,
+    },
+}
+
+/// Why a request was refused: a stable code and a message for people.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(code: &'static str, message: impl Into<String>) -> Refusal {
+        Refusal {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// The error reply for `r`.
+pub fn error_reply(r: &Refusal) -> Value {
+    json!({"v": VERSION, "ok": false, "error": {"code": r.code, "message": r.message}})
+}
+
+/// The success reply carrying `fields`.
+pub fn ok_reply(fields: Value) -> Value {
+    let mut m = Map::new();
+    m.insert("v".into(), json!(VERSION));
+    m.insert("ok".into(), json!(true));
+    if let Value::Object(f) = fields {
+        m.extend(f);
+    }
+    Value::Object(m)
+}
+
+fn string_field(o: &Map<String, Value>, key: &str, op: &str) -> Result<String, Refusal> {
+    match o.get(key) {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Number(n)) if key == "member" => Ok(n.to_string()),
+        Some(other) => Err(Refusal::new(
+            "bad-request",
+            format!("`{op}`: field `{key}` must be a string, not {other}"),
+        )),
+        None => Err(Refusal::new(
+            "bad-request",
+            format!("`{op}` needs the field `{key}`"),
+        )),
+    }
+}
+
+fn optional_string(o: &Map<String, Value>, key: &str, op: &str) -> Result<Option<String>, Refusal> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => string_field(o, key, op).map(Some),
+    }
+}
+
+/// Parses one request line.
+pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
+    let v: Value = serde_json::from_slice(line).map_err(|e| {
+        Refusal::new(
+            "malformed",
+            format!("not a JSON object ({e}); send one object per line, like {{\"v\":1,\"op\":\"status\"}}"),
+        )
+    })?;
+    let Value::Object(o) = v else {
+        return Err(Refusal::new(
+            "malformed",
+            format!("a request is a JSON object, not {v}"),
+        ));
+    };
+    match o.get("v") {
+        Some(Value::Number(n)) if n.as_u64() == Some(VERSION) => {}
+        Some(other) => {
+            return Err(Refusal::new(
+                "unsupported-version",
+                format!(
+                "protocol version {other} is not supported; this daemon speaks version {VERSION}"
+            ),
+            ))
+        }
+        None => {
+            return Err(Refusal::new(
+                "bad-request",
+                format!("the request has no version; add \"v\": {VERSION}"),
+            ))
+        }
+    }
+    let op = match o.get("op") {
+        Some(Value::String(s)) => s.as_str(),
+        _ => {
+            return Err(Refusal::new(
+                "bad-request",
+                "the request has no \"op\" string (status, fail, scrub, pause, resume, cancel)",
+            ))
+        }
+    };
+    let known = ["v", "op", "volume", "member", "repair", "rate_bytes_per_s"];
+    if let Some(k) = o.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(Refusal::new(
+            "bad-request",
+            format!("unknown field `{k}` (fields: {})", known.join(", ")),
+        ));
+    }
+    Ok(match op {
+        "status" => Request::Status {
+            volume: optional_string(&o, "volume", op)?,
+        },
+        "fail" => Request::Fail {
+            volume: string_field(&o, "volume", op)?,
+            member: string_field(&o, "member", op)?,
+        },
+        "scrub" => Request::Scrub {
+            volume: string_field(&o, "volume", op)?,
+            repair: match o.get("repair") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(other) => {
+                    return Err(Refusal::new(
+                        "bad-request",
+                        format!("`scrub`: field `repair` must be true or false, not {other}"),
+                    ))
+                }
+            },
+            rate_bytes_per_s: match o.get("rate_bytes_per_s") {
+                None | Some(Value::Null) => 0,
+                Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64().unwrap_or(0),
+                Some(other) => {
+                    return Err(Refusal::new(
+                        "bad-request",
+                        format!("`scrub`: field `rate_bytes_per_s` must be a whole number of bytes per second, not {other}"),
+                    ))
+                }
+            },
+        },
+        "pause" => Request::Pause {
+            volume: optional_string(&o, "volume", op)?,
+        },
+        "resume" => Request::Resume {
+            volume: optional_string(&o, "volume", op)?,
+        },
+        "cancel" => Request::Cancel {
+            volume: string_field(&o, "volume", op)?,
+        },
+        other => {
+            return Err(Refusal::new(
+                "unknown-op",
+                format!("unknown op \"{other}\" (status, fail, scrub, pause, resume, cancel)"),
+            ))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_and_bad_ones_are_named() {
+        assert_eq!(
+            parse(br#"{"v":1,"op":"status"}"#),
+            Ok(Request::Status { volume: None })
+        );
+        assert_eq!(
+            parse(br#"{"v":1,"op":"scrub","volume":"db","repair":true,"rate_bytes_per_s":1000}"#),
+            Ok(Request::Scrub {
+                volume: "db".into(),
+                repair: true,
+                rate_bytes_per_s: 1000
+            })
+        );
+        assert_eq!(
+            parse(br#"{"v":1,"op":"fail","volume":"db","member":2}"#),
+            Ok(Request::Fail {
+                volume: "db".into(),
+                member: "2".into()
+            })
+        );
+        let code = |l: &[u8]| parse(l).unwrap_err().code;
+        assert_eq!(code(b"hello"), "malformed");
+        assert_eq!(code(b"[1,2]"), "malformed");
+        assert_eq!(code(b"\xff\xfe"), "malformed");
+        assert_eq!(code(br#"{"op":"status"}"#), "bad-request");
+        assert_eq!(code(br#"{"v":2,"op":"status"}"#), "unsupported-version");
+        assert_eq!(code(br#"{"v":1,"op":"explode"}"#), "unknown-op");
+        assert_eq!(code(br#"{"v":1,"op":"fail","volume":"db"}"#), "bad-request");
+        assert_eq!(
+            code(br#"{"v":1,"op":"scrub","volume":"db","repair":"yes"}"#),
+            "bad-request"
+        );
+        assert_eq!(
+            code(br#"{"v":1,"op":"status","colour":"red"}"#),
+            "bad-request"
+        );
+    }
+}

@@ -1,0 +1,120 @@
+//! Accepting control connections: the socket is created with mode 0600 (only the daemon's
+//! user may operate it), a stale socket file left by a daemon that died is replaced, a live
+//! one is refused. Each connection reads request lines (at most `MAX_LINE_BYTES`) and writes
+//! one reply line each; a bad line gets an error reply, never a dropped daemon.
+
+use super::ops::Controls;
+use super::proto::{error_reply, parse, Refusal, MAX_LINE_BYTES};
+use anyhow::{bail, Context, Result};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+
+pub struct ControlServer {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl ControlServer {
+    /// Binds the control socket at `path` (mode 0600).
+    pub fn bind(path: &Path) -> Result<ControlServer> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| {
+                format!("creating the control socket's directory {}", dir.display())
+            })?;
+        }
+        if path.exists() {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                bail!(
+                    "control socket {} is in use: another nbraidd serves this config",
+                    path.display()
+                );
+            }
+            std::fs::remove_file(path)
+                .with_context(|| format!("removing the stale control socket {}", path.display()))?;
+        }
+        // No moment at which others could connect: the socket is born 0600.
+        // SAFETY: umask only swaps the process's file mode mask; it cannot fail.
+        let old = unsafe { libc::umask(0o177) };
+        let bound = UnixListener::bind(path);
+        // SAFETY: as above, restoring the previous mask.
+        unsafe { libc::umask(old) };
+        let listener =
+            bound.with_context(|| format!("binding the control socket {}", path.display()))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("setting the mode of {}", path.display()))?;
+        Ok(ControlServer {
+            listener,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Serves connections until the task is dropped.
+    pub async fn serve(self, controls: Arc<Controls>) {
+        loop {
+            match self.listener.accept().await {
+                Ok((stream, _)) => {
+                    let c = controls.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = connection(stream, c).await {
+                            tracing::debug!("control connection: {e}");
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!("control socket accept: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+async fn connection(stream: UnixStream, controls: Arc<Controls>) -> std::io::Result<()> {
+    let (r, mut w) = stream.into_split();
+    let mut reader = BufReader::new(r);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = (&mut reader)
+            .take(MAX_LINE_BYTES as u64)
+            .read_until(b'\n', &mut line)
+            .await?;
+        if n == 0 {
+            return Ok(());
+        }
+        let too_long = line.last() != Some(&b'\n') && n == MAX_LINE_BYTES;
+        let reply = if too_long {
+            error_reply(&Refusal::new(
+                "malformed",
+                format!("request line longer than {MAX_LINE_BYTES} bytes"),
+            ))
+        } else if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        } else {
+            match parse(&line).and_then(|req| controls.handle(req)) {
+                Ok(v) => v,
+                Err(r) => error_reply(&r),
+            }
+        };
+        let mut out = reply.to_string().into_bytes();
+        out.push(b'\n');
+        w.write_all(&out).await?;
+        if too_long {
+            // The rest of that line cannot be told from the next request.
+            return Ok(());
+        }
+    }
+}
