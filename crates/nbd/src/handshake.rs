@@ -126,12 +126,7 @@ where
             _ = shutdown_signalled(shutdown) => return Ok(Outcome::Closed),
             res = r.read_exact(&mut hdr) => { res?; }
         }
-        let magic = u64::from_be_bytes(hdr[0..8].try_into().expect("8 bytes"));
-        if magic != IHAVEOPT {
-            return Err(ConnError::BadOptionMagic(magic));
-        }
-        let opt = u32::from_be_bytes(hdr[8..12].try_into().expect("4 bytes"));
-        let len = u32::from_be_bytes(hdr[12..16].try_into().expect("4 bytes"));
+        let (opt, len) = option_header(&hdr)?;
 
         if len > MAX_OPTION_DATA {
             if opt == OPT_EXPORT_NAME || len > MAX_OPTION_DISCARD {
@@ -375,12 +370,7 @@ where
     for _ in 0..MAX_REFUSED_OPTIONS {
         let mut hdr = [0u8; 16];
         r.read_exact(&mut hdr).await?;
-        let magic = u64::from_be_bytes(hdr[0..8].try_into().expect("8 bytes"));
-        if magic != IHAVEOPT {
-            return Err(ConnError::BadOptionMagic(magic));
-        }
-        let opt = u32::from_be_bytes(hdr[8..12].try_into().expect("4 bytes"));
-        let len = u32::from_be_bytes(hdr[12..16].try_into().expect("4 bytes"));
+        let (opt, len) = option_header(&hdr)?;
         if len > MAX_OPTION_DATA {
             return Err(ConnError::OptionTooLong { option: opt, len });
         }
@@ -490,6 +480,17 @@ fn parse_meta(data: &[u8]) -> Option<(&[u8], Vec<&[u8]>)> {
         rest = r;
     }
     rest.is_empty().then_some((name, queries))
+}
+
+/// An option request's header: (option, length of its data) after the IHAVEOPT magic.
+fn option_header(hdr: &[u8; 16]) -> Result<(u32, u32), ConnError> {
+    let magic = u64::from_be_bytes(hdr[0..8].try_into().expect("8 bytes"));
+    if magic != IHAVEOPT {
+        return Err(ConnError::BadOptionMagic(magic));
+    }
+    let opt = u32::from_be_bytes(hdr[8..12].try_into().expect("4 bytes"));
+    let len = u32::from_be_bytes(hdr[12..16].try_into().expect("4 bytes"));
+    Ok((opt, len))
 }
 
 #[cfg(test)]
