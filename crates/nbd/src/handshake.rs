@@ -95,11 +95,7 @@ where
 {
     // After STARTTLS the options simply continue: no second greeting.
     if !tls.active {
-        let mut greeting = [0u8; 18];
-        greeting[0..8].copy_from_slice(&NBDMAGIC.to_be_bytes());
-        greeting[8..16].copy_from_slice(&IHAVEOPT.to_be_bytes());
-        greeting[16..18].copy_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
-        w.write_all(&greeting).await?;
+        w.write_all(&greeting()).await?;
         w.flush().await?;
 
         let client_flags = tokio::select! {
@@ -356,11 +352,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut greeting = [0u8; 18];
-    greeting[0..8].copy_from_slice(&NBDMAGIC.to_be_bytes());
-    greeting[8..16].copy_from_slice(&IHAVEOPT.to_be_bytes());
-    greeting[16..18].copy_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
-    w.write_all(&greeting).await?;
+    w.write_all(&greeting()).await?;
     w.flush().await?;
     let client_flags = r.read_u32().await?;
     if client_flags & !KNOWN_CLIENT_FLAGS != 0 {
@@ -480,6 +472,15 @@ fn parse_meta(data: &[u8]) -> Option<(&[u8], Vec<&[u8]>)> {
         rest = r;
     }
     rest.is_empty().then_some((name, queries))
+}
+
+/// The server's fixed-newstyle greeting: magic, IHAVEOPT, handshake flags.
+fn greeting() -> [u8; 18] {
+    let mut g = [0u8; 18];
+    g[0..8].copy_from_slice(&NBDMAGIC.to_be_bytes());
+    g[8..16].copy_from_slice(&IHAVEOPT.to_be_bytes());
+    g[16..18].copy_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    g
 }
 
 /// An option request's header: (option, length of its data) after the IHAVEOPT magic.
