@@ -52,7 +52,10 @@ mod export;
 mod handshake;
 mod limits;
 pub mod proto;
+mod replies;
 mod server;
+#[doc(hidden)]
+pub mod testing;
 pub mod tls;
 mod transmission;
 mod unaligned;

@@ -11,14 +11,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::export::{errno_for, Export, Extent, PayloadBuf, ReadData, ZeroFlags};
 use super::handshake::Negotiated;
 use super::limits::{request_cost, Activity, StallGuard};
 use super::proto::*;
+use super::replies::{total_len, BytesHeld, Outgoing, Replies, BATCH_REPLIES};
 use super::server::{shutdown_signalled, RequestGuard, Shared};
 use super::unaligned::{self, is_unaligned, BlockLocks};
 use super::ConnError;
@@ -40,20 +41,6 @@ struct Conn {
     read_only: bool,
     structured: bool,
     base_allocation: Option<u32>,
-}
-
-/// A request's share of the connection's and the server's memory budgets.
-struct BytesHeld {
-    _conn: OwnedSemaphorePermit,
-    _server: OwnedSemaphorePermit,
-}
-
-/// One reply on its way to the socket, holding the permits of its request.
-struct Outgoing {
-    head: Vec<u8>,
-    payload: ReadData,
-    _slot: Option<OwnedSemaphorePermit>,
-    _bytes: Option<BytesHeld>,
 }
 
 /// A request header being received; kept across `select!` rounds so that no byte is lost
@@ -118,7 +105,7 @@ enum Clock {
 pub(crate) async fn serve<R, W>(
     shared: &Arc<Shared>,
     neg: Negotiated,
-    mut r: R,
+    mut r: BufReader<R>,
     w: W,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), ConnError>
@@ -142,10 +129,10 @@ where
     let slots = Arc::new(Semaphore::new(limits.max_in_flight));
     let budget = Arc::new(Semaphore::new(limits.max_bytes_in_flight));
     let activity = limits.idle_timeout.map(|_| Arc::new(Activity::new()));
-    let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
     let w = StallGuard::new(w, limits.stall_timeout);
+    let (tx, write_loop) = Replies::new(w, activity.clone());
     // Aborted with this future if the connection is cut off at shutdown.
-    let mut writer = AbortOnDrop(tokio::spawn(write_loop(w, rx, activity.clone())));
+    let mut writer = AbortOnDrop(tokio::spawn(write_loop));
 
     let mut hdr = HeaderReader::new();
     // Goes off at least every idle (or stall) timeout to look for idleness or a stalled header;
@@ -153,7 +140,15 @@ where
     let first_wait = limits.idle_timeout.unwrap_or(limits.stall_timeout);
     let mut clock = Box::pin(tokio::time::sleep(first_wait));
     let mut stopping = false;
+    // Replies of requests completed inline, written together once no more requests are
+    // buffered (or before anything that may wait).
+    let mut ready: Vec<Outgoing> = Vec::new();
     let result = loop {
+        if !ready.is_empty()
+            && (r.buffer().len() < REQUEST_HEADER_LEN || ready.len() >= BATCH_REPLIES)
+        {
+            tx.send_all(&mut ready);
+        }
         let got = tokio::select! {
             biased;
             _ = shutdown_signalled(shutdown) => {
@@ -209,7 +204,7 @@ where
         if req.typ == CMD_DISC {
             break Ok(());
         }
-        let Some(slot) = acquire(&slots, 1, &tx).await else {
+        let Some(slot) = acquire(&slots, 1, &tx, &mut ready).await else {
             break Ok(());
         };
 
@@ -218,12 +213,13 @@ where
                 if req.length > MAX_DISCARD {
                     break Err(ConnError::PayloadTooLong(req.length));
                 }
+                tx.send_all(&mut ready);
                 if let Err(e) = discard(&mut r, req.length.into(), limits.stall_timeout).await {
                     break Err(e);
                 }
             }
             tracing::debug!(cmd = command_name(req.typ), errno, msg, "rejected request");
-            let _ = tx.send(Outgoing {
+            ready.push(Outgoing {
                 head: error_reply(conn.structured, req.cookie, errno, msg),
                 payload: Vec::new(),
                 _slot: Some(slot),
@@ -235,10 +231,10 @@ where
         // The connection's share first, then the server's: a connection waits for the server
         // budget with at most its own share held.
         let cost = request_cost(req.typ, req.length);
-        let Some(conn_bytes) = acquire(&budget, cost, &tx).await else {
+        let Some(conn_bytes) = acquire(&budget, cost, &tx, &mut ready).await else {
             break Ok(());
         };
-        let Some(server_bytes) = acquire(&shared.budget, cost, &tx).await else {
+        let Some(server_bytes) = acquire(&shared.budget, cost, &tx, &mut ready).await else {
             break Ok(());
         };
         let bytes = BytesHeld {
@@ -249,6 +245,10 @@ where
             // The length is validated (at most MAX_PAYLOAD) and its budget taken.
             let len = req.length as usize;
             let stall = limits.stall_timeout;
+            if r.buffer().len() < len {
+                // Reading the payload may wait for the client: replies go out first.
+                tx.send_all(&mut ready);
+            }
             // An unaligned write is patched into whole blocks later: plain bytes for it.
             let own = if is_unaligned(conn.min_block, req.offset, req.length) {
                 None
@@ -271,7 +271,6 @@ where
 
         let small = req.length <= INLINE_MAX;
         let conn = conn.clone();
-        let tx = tx.clone();
         // Counts the request server-wide until it is done in the export (shutdown flushes
         // only after every request has finished).
         let started = RequestGuard::new(shared);
@@ -280,20 +279,26 @@ where
             drop(started);
             // Only a read's reply carries its data; other requests' memory is free now.
             let bytes = (!payload.is_empty()).then_some(bytes);
-            let _ = tx.send(Outgoing {
+            Outgoing {
                 head,
                 payload,
                 _slot: Some(slot),
                 _bytes: bytes,
-            });
+            }
         });
         // A small request whose export answers at once (memory, cache hit) completes here;
         // anything still pending after one poll runs as its own task, so a slow request never
         // holds up the ones behind it.
-        if !small || futures::poll!(task.as_mut()).is_pending() {
-            tokio::spawn(task);
+        if small {
+            if let std::task::Poll::Ready(out) = futures::poll!(task.as_mut()) {
+                ready.push(out);
+                continue;
+            }
         }
+        let tx = tx.clone();
+        tokio::spawn(async move { tx.send(task.await) });
     };
+    tx.send_all(&mut ready);
 
     if stopping {
         refuse_pending(&mut r, &mut hdr, &tx, conn.structured).await;
@@ -316,15 +321,18 @@ where
 
 /// Takes `n` permits, or `None` once the reply writer is gone (the connection is ending, and
 /// what its queued replies held has been released).
-async fn acquire(
+/// Replies in `ready` (holding permits themselves) are sent before waiting.
+async fn acquire<W: AsyncWrite + Unpin + Send + 'static>(
     sem: &Arc<Semaphore>,
     n: u32,
-    tx: &mpsc::UnboundedSender<Outgoing>,
+    tx: &Replies<W>,
+    ready: &mut Vec<Outgoing>,
 ) -> Option<OwnedSemaphorePermit> {
     // Never barges: permits go to queued waiters before they count as available.
     if let Ok(p) = sem.clone().try_acquire_many_owned(n) {
         return Some(p);
     }
+    tx.send_all(ready);
     tokio::select! {
         biased;
         p = sem.clone().acquire_many_owned(n) => Some(p.expect("semaphore never closed")),
@@ -334,10 +342,10 @@ async fn acquire(
 
 /// At shutdown, answers `NBD_ESHUTDOWN` to the requests the client has already sent (whatever
 /// can be read without waiting), so it sees them fail rather than vanish.
-async fn refuse_pending<R: AsyncRead + Unpin>(
+async fn refuse_pending<R: AsyncRead + Unpin, W: AsyncWrite + Unpin + Send + 'static>(
     r: &mut R,
     hdr: &mut HeaderReader,
-    tx: &mpsc::UnboundedSender<Outgoing>,
+    tx: &Replies<W>,
     structured: bool,
 ) {
     use futures::FutureExt;
@@ -359,12 +367,12 @@ async fn refuse_pending<R: AsyncRead + Unpin>(
         {
             return;
         }
-        let _ = tx.send(Outgoing {
-            head: error_reply(structured, req.cookie, ESHUTDOWN, "server is shutting down"),
-            payload: Vec::new(),
-            _slot: None,
-            _bytes: None,
-        });
+        tx.send(Outgoing::bare(error_reply(
+            structured,
+            req.cookie,
+            ESHUTDOWN,
+            "server is shutting down",
+        )));
     }
 }
 
@@ -578,10 +586,6 @@ fn export_error(c: &Conn, req: &RequestHeader, err: &io::Error) -> (Vec<u8>, Rea
     )
 }
 
-fn total_len(data: &ReadData) -> u64 {
-    data.iter().map(|b| b.len() as u64).sum()
-}
-
 /// Reply header of a successful read of `len` bytes (the data follows separately).
 fn read_reply(c: &Conn, cookie: u64, offset: u64, len: u32) -> Vec<u8> {
     if !c.structured {
@@ -737,108 +741,9 @@ async fn discard<R: AsyncRead + Unpin>(
     Ok(())
 }
 
-/// Payloads up to this size are copied into the batch buffer; larger ones go out with one
-/// vectored write together with whatever is buffered.
-const COPY_PAYLOAD_MAX: usize = 16 * 1024;
-/// The batch buffer is written out once it holds this much.
-const BATCH_BYTES: usize = 256 * 1024;
-
-/// Writes replies as they complete: whatever is ready is batched into as few writes as
-/// possible, then flushed.
-async fn write_loop<W: AsyncWrite + Unpin>(
-    mut w: W,
-    mut rx: mpsc::UnboundedReceiver<Outgoing>,
-    activity: Option<Arc<Activity>>,
-) -> io::Result<()> {
-    let mut buf: Vec<u8> = Vec::with_capacity(BATCH_BYTES + COPY_PAYLOAD_MAX + 64);
-    while let Some(first) = rx.recv().await {
-        let mut next = Some(first);
-        while let Some(msg) = next.take().or_else(|| rx.try_recv().ok()) {
-            buf.extend_from_slice(&msg.head);
-            if total_len(&msg.payload) <= COPY_PAYLOAD_MAX as u64 {
-                for part in &msg.payload {
-                    buf.extend_from_slice(part);
-                }
-                if buf.len() >= BATCH_BYTES {
-                    w.write_all(&buf).await?;
-                    buf.clear();
-                }
-            } else {
-                write_slices(&mut w, &buf, &msg.payload).await?;
-                buf.clear();
-            }
-            // `msg` (and its permits) is released here, once its bytes are written or queued.
-        }
-        if !buf.is_empty() {
-            w.write_all(&buf).await?;
-            buf.clear();
-        }
-        w.flush().await?;
-        if let Some(a) = &activity {
-            a.touch();
-        }
-    }
-    w.shutdown().await
-}
-
-/// Writes `head` then every part of `parts` with vectored writes.
-pub(crate) async fn write_slices<W: AsyncWrite + Unpin>(
-    w: &mut W,
-    head: &[u8],
-    parts: &[Bytes],
-) -> io::Result<()> {
-    const MAX_IOV: usize = 64;
-    let mut slices: Vec<&[u8]> = std::iter::once(head)
-        .chain(parts.iter().map(|b| &b[..]))
-        .filter(|s| !s.is_empty())
-        .collect();
-    let mut first = 0;
-    while first < slices.len() {
-        let iov: Vec<io::IoSlice<'_>> = slices[first..]
-            .iter()
-            .take(MAX_IOV)
-            .map(|s| io::IoSlice::new(s))
-            .collect();
-        let mut n = w.write_vectored(&iov).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        while n > 0 {
-            let len = slices[first].len();
-            if n >= len {
-                n -= len;
-                first += 1;
-            } else {
-                slices[first] = &slices[first][n..];
-                n = 0;
-            }
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn write_slices_handles_short_writes() {
-        // A pipe whose reader takes small bites forces partial vectored writes.
-        let (mut a, mut b) = tokio::io::duplex(7);
-        let head: Vec<u8> = (0..100u8).collect();
-        let parts = [
-            Bytes::from((100..150u8).collect::<Vec<_>>()),
-            Bytes::new(),
-            Bytes::from((150..=255u8).collect::<Vec<_>>()),
-        ];
-        let (res, got) = tokio::join!(write_slices(&mut a, &head, &parts), async {
-            let mut got = vec![0u8; 256];
-            b.read_exact(&mut got).await.unwrap();
-            got
-        });
-        res.unwrap();
-        assert_eq!(got, (0..=255u8).collect::<Vec<_>>());
-    }
 
     #[test]
     fn block_status_reply_is_clamped() {

@@ -13,67 +13,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use nbraid_nbd::client::{list_exports, Client, ClientError, ConnectOptions, Uri};
 use nbraid_nbd::proto::*;
+use nbraid_nbd::testing::make_test_certificates;
 use nbraid_nbd::{ClientTls, Export, Listener, MemoryExport, Server, ServerTls, TlsMode};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 const MIB: u64 = 1 << 20;
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("openssl is required (apt-get install openssl; scripts/test installs it)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA, a server certificate for localhost/127.0.0.1 and a client certificate, in the
-/// layout GnuTLS tools and qemu read (`ca-cert.pem`, `server-*.pem`, `client-*.pem`).
-fn make_certs(dir: &Path) {
-    let days = ["-days", "2"];
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca-key.pem",
-            "-out",
-            "ca-cert.pem",
-            "-subj",
-            "/CN=nbraid test CA",
-            days[0],
-            days[1],
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ],
-    );
-    for (who, ext) in [
-        ("server", "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment"),
-        ("client", "extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment"),
-    ] {
-        let (key, csr, cert, extf) = (
-            format!("{who}-key.pem"),
-            format!("{who}.csr"),
-            format!("{who}-cert.pem"),
-            format!("{who}.ext"),
-        );
-        std::fs::write(dir.join(&extf), ext).unwrap();
-        openssl(dir, &["req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr,
-            "-subj", &format!("/CN={}", if who == "server" { "localhost" } else { "nbraid client" })]);
-        openssl(dir, &["x509", "-req", "-in", &csr, "-CA", "ca-cert.pem", "-CAkey", "ca-key.pem",
-            "-CAcreateserial", "-out", &cert, days[0], days[1], "-extfile", &extf]);
-    }
-}
 
 struct Fixture {
     server: Server,
@@ -96,7 +40,7 @@ async fn serve(mode: TlsMode, verify_clients: bool) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let pki = dir.path().join("pki");
     std::fs::create_dir(&pki).unwrap();
-    make_certs(&pki);
+    make_test_certificates(&pki);
     let tls = ServerTls::from_dir(mode, &pki, verify_clients).unwrap();
     let mem: Arc<dyn Export> = Arc::new(MemoryExport::new(16 * MIB));
     let server = Server::new(vec![("e".into(), mem)]).unwrap();

@@ -47,7 +47,7 @@ use crate::tls::ClientTls;
 
 use crate::export::{Extent, ZeroFlags};
 use crate::proto::*;
-use crate::transmission::write_slices;
+use crate::replies::write_slices;
 
 /// Any byte stream the client can run over (TCP, Unix, TLS, an in-process pipe).
 pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
