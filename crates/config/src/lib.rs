@@ -13,6 +13,7 @@
 //! idle_timeout = "off"
 //! stall_timeout = "60s"
 //! tls = "off"                     # "optional" or "required" (NBD STARTTLS) on every listener
+//!                                 # without its own: { address = "tcp:...", tls = "required" }
 //! tls_certificates = "pki"        # ca-cert.pem, server-cert.pem, server-key.pem
 //! tls_verify_clients = false      # require client certificates signed by ca-cert.pem
 //! insecure_listen = false         # consent to non-loopback TCP without TLS required

@@ -20,7 +20,7 @@ pub(crate) struct RawConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawDaemon {
-    pub listen: Option<Spanned<Vec<Spanned<String>>>>,
+    pub listen: Option<Spanned<Vec<Spanned<RawListen>>>>,
     pub max_connections: Option<Spanned<i64>>,
     pub in_flight_memory: Option<Spanned<RawSize>>,
     pub in_flight_memory_per_connection: Option<Spanned<RawSize>>,
@@ -59,6 +59,46 @@ pub(crate) struct RawVolume {
     pub cache_size: Option<Spanned<RawSize>>,
     pub read_only: Option<bool>,
     pub block_size: Option<Spanned<i64>>,
+}
+
+/// A listen entry: `"tcp:IP:PORT"`, or a table giving that listener its own TLS mode,
+/// `{ address = "tcp:0.0.0.0:10809", tls = "required" }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawListen {
+    pub address: String,
+    pub tls: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for RawListen {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawListen, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Table {
+            address: String,
+            tls: Option<String>,
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawListen;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an address such as \"tcp:127.0.0.1:10809\" or a table { address = \"...\", tls = \"required\" }")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawListen, E> {
+                Ok(RawListen {
+                    address: v.to_string(),
+                    tls: None,
+                })
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<RawListen, A::Error> {
+                let t = Table::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(RawListen {
+                    address: t.address,
+                    tls: t.tls,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// A size as written: a TOML integer (bytes) or a string (`"4GiB"`, `"all"`).

@@ -5,6 +5,7 @@ use super::error::{line_col, ErrorKind, Problem};
 use super::listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP};
 use super::raw::{RawConfig, RawMember, RawSize, RawVolume, Skeleton};
 use super::size::{format_size, format_size_exact, parse_size, SIZE_UNITS_HELP};
+use super::tls::TlsMode;
 use super::{
     CacheMode, Config, ConfigError, Member, MemberStorage, ReadPolicy, Volume, VolumeSize,
     BLOCK_SIZES, BLOCK_SIZE_DEFAULT, CACHE_SIZE_DEFAULT, JBOD_ALIGN, MEMBER_MIN, MEMORY_PATH,
@@ -227,9 +228,13 @@ impl Cx<'_> {
     }
 
     fn resolve(&self, raw: RawConfig, file: &Path) -> R<Config> {
-        let listen = self.listen(&raw)?;
+        let (listen, own_tls) = self.listen(&raw)?;
         let limits = super::limits::resolve(raw.daemon.as_ref().map(|d| d.get_ref()))?;
-        let tls = super::tls::resolve(raw.daemon.as_ref().map(|d| d.get_ref()), self.base)?;
+        let tls = super::tls::resolve(
+            raw.daemon.as_ref().map(|d| d.get_ref()),
+            self.base,
+            &own_tls,
+        )?;
         let mut members: Vec<Member> = Vec::new();
         let mut spans: Vec<Range<usize>> = Vec::new();
         let mut ids: Vec<Option<(u64, u64)>> = Vec::new();
@@ -293,14 +298,16 @@ impl Cx<'_> {
         })
     }
 
-    fn listen(&self, raw: &RawConfig) -> R<Vec<Listener>> {
+    /// The listeners, each with its own TLS mode if its entry names one (and the entry's span).
+    #[allow(clippy::type_complexity)]
+    fn listen(&self, raw: &RawConfig) -> R<(Vec<Listener>, Vec<(Option<TlsMode>, Range<usize>)>)> {
         let Some(list) = raw
             .daemon
             .as_ref()
             .and_then(|d| d.get_ref().listen.as_ref())
         else {
             let default = Listener::parse(DEFAULT_LISTEN, self.base).expect("default parses");
-            return Ok(vec![default]);
+            return Ok((vec![default], vec![(None, 0..0)]));
         };
         if list.get_ref().is_empty() {
             return Err(Problem::new(
@@ -310,8 +317,23 @@ impl Cx<'_> {
             ));
         }
         let mut out: Vec<Listener> = Vec::new();
+        let mut own_tls = Vec::new();
         for a in list.get_ref() {
-            let text = a.get_ref();
+            let text = &a.get_ref().address;
+            let tls = a
+                .get_ref()
+                .tls
+                .as_deref()
+                .map(TlsMode::parse)
+                .transpose()
+                .map_err(|why| {
+                    Problem::new(
+                        a.span(),
+                        ErrorKind::Option,
+                        format!("daemon: listen address \"{text}\": {why}"),
+                    )
+                })?;
+            own_tls.push((tls, a.span()));
             let l = Listener::parse(text, self.base).map_err(|why| {
                 Problem::new(
                     a.span(),
@@ -328,7 +350,7 @@ impl Cx<'_> {
             }
             out.push(l);
         }
-        Ok(out)
+        Ok((out, own_tls))
     }
 
     fn member(

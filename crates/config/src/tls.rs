@@ -1,13 +1,14 @@
-//! `[daemon]` TLS: `tls = "off" | "optional" | "required"` for every listener,
+//! `[daemon]` TLS: `tls = "off" | "optional" | "required"` for every listener (a listen entry
+//! written as a table, `{ address = "tcp:0.0.0.0:10809", tls = "required" }`, has its own),
 //! `tls_certificates = "DIR"` (`ca-cert.pem`, `server-cert.pem`, `server-key.pem`, as qemu,
 //! nbdkit and libnbd lay them out; relative to the config's folder), `tls_verify_clients`
 //! (client certificates signed by `DIR/ca-cert.pem`), and `insecure_listen = true`, the
 //! explicit consent to serve a non-loopback TCP address without TLS.
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use serde_spanned::Spanned;
 
 use super::error::{ErrorKind, Problem};
 use super::listen::Listener;
@@ -23,10 +24,27 @@ pub enum TlsMode {
     Required,
 }
 
+impl TlsMode {
+    /// Parses a mode as the config writes it.
+    pub fn parse(text: &str) -> Result<TlsMode, String> {
+        match text {
+            "off" => Ok(TlsMode::Off),
+            "optional" => Ok(TlsMode::Optional),
+            "required" => Ok(TlsMode::Required),
+            other => Err(format!(
+                "tls = \"{other}\" is not valid; valid: \"off\", \"optional\", \"required\""
+            )),
+        }
+    }
+}
+
 /// What `[daemon]` says about TLS.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct TlsSettings {
+    /// `[daemon] tls`: the mode of every listener that does not name its own.
     pub mode: TlsMode,
+    /// The mode of each listener, in the order of `Config::listen` (its own, or `mode`).
+    pub listeners: Vec<TlsMode>,
     /// The certificates' folder (set whenever `mode` is not off).
     pub certificates: Option<PathBuf>,
     pub verify_clients: bool,
@@ -34,48 +52,68 @@ pub struct TlsSettings {
     pub insecure_listen: bool,
 }
 
-pub(crate) fn resolve(raw: Option<&RawDaemon>, base: &Path) -> Result<TlsSettings, Problem> {
-    let mut s = TlsSettings::default();
+/// `own`: each listener's own mode if it names one, with the span of its entry.
+pub(crate) fn resolve(
+    raw: Option<&RawDaemon>,
+    base: &Path,
+    own: &[(Option<TlsMode>, Range<usize>)],
+) -> Result<TlsSettings, Problem> {
+    let mut s = TlsSettings {
+        listeners: own.iter().map(|(m, _)| m.unwrap_or_default()).collect(),
+        ..TlsSettings::default()
+    };
     let Some(raw) = raw else { return Ok(s) };
-    let bad = |v: &Spanned<String>, m: String| Problem::new(v.span(), ErrorKind::Option, m);
+    let bad = |span: Range<usize>, m: String| Problem::new(span, ErrorKind::Option, m);
     if let Some(v) = &raw.tls {
-        s.mode = match v.get_ref().as_str() {
-            "off" => TlsMode::Off,
-            "optional" => TlsMode::Optional,
-            "required" => TlsMode::Required,
-            other => {
-                return Err(bad(
-                    v,
-                    format!("daemon: tls = \"{other}\" is not valid; valid: \"off\", \"optional\", \"required\""),
-                ))
-            }
-        };
+        s.mode =
+            TlsMode::parse(v.get_ref()).map_err(|why| bad(v.span(), format!("daemon: {why}")))?;
     }
+    s.listeners = own.iter().map(|(m, _)| m.unwrap_or(s.mode)).collect();
     s.certificates = raw
         .tls_certificates
         .as_ref()
         .map(|d| base.join(d.get_ref()));
     s.verify_clients = raw.tls_verify_clients.unwrap_or(false);
     s.insecure_listen = raw.insecure_listen.unwrap_or(false);
-    if s.mode != TlsMode::Off && s.certificates.is_none() {
-        let v = raw.tls.as_ref().expect("mode set from tls");
+    if s.certificates.is_none() && s.any_on() {
+        // Point at what turned TLS on: `tls` if a listener takes it from there, else the
+        // first listener with a mode of its own.
+        let inherits_on = own.iter().any(|(m, _)| m.is_none()) && s.mode != TlsMode::Off;
+        let span = match &raw.tls {
+            Some(v) if inherits_on => v.span(),
+            _ => own
+                .iter()
+                .find(|(m, _)| m.is_some_and(|m| m != TlsMode::Off))
+                .map_or(0..0, |(_, span)| span.clone()),
+        };
         return Err(bad(
-            v,
+            span,
             "daemon: tls needs tls_certificates = \"DIR\" (a folder with server-cert.pem and server-key.pem)".into(),
         ));
     }
     Ok(s)
 }
 
-/// Whether `listener` may start under `tls`: `Ok(None)` fine, `Ok(Some(warning))` served
+impl TlsSettings {
+    /// Whether any listener offers TLS (the certificates are then needed).
+    pub fn any_on(&self) -> bool {
+        self.listeners.iter().any(|m| *m != TlsMode::Off)
+    }
+}
+
+/// Whether `listener` may start with TLS `mode` (its own) under `tls`: `Ok(None)` fine, `Ok(Some(warning))` served
 /// only because the config consents, `Err(why)` refused. Only this machine can reach a Unix
 /// socket or a loopback address, so those may run without TLS; anything else needs TLS
 /// required, or `insecure_listen = true`.
-pub fn listener_policy(listener: &Listener, tls: &TlsSettings) -> Result<Option<String>, String> {
-    if listener.is_local() || tls.mode == TlsMode::Required {
+pub fn listener_policy(
+    listener: &Listener,
+    mode: TlsMode,
+    tls: &TlsSettings,
+) -> Result<Option<String>, String> {
+    if listener.is_local() || mode == TlsMode::Required {
         return Ok(None);
     }
-    let what = match tls.mode {
+    let what = match mode {
         TlsMode::Off => "without TLS",
         _ => "with TLS optional (clients may skip it)",
     };
@@ -87,7 +125,8 @@ pub fn listener_policy(listener: &Listener, tls: &TlsSettings) -> Result<Option<
     }
     Err(format!(
         "{listener} is reachable from other machines and would be served {what}; set \
-         [daemon] tls = \"required\" with tls_certificates, listen on loopback or a Unix socket, \
+         [daemon] tls = \"required\" (or this listener's own tls = \"required\") with \
+         tls_certificates, listen on loopback or a Unix socket, \
          or accept the risk with insecure_listen = true"
     ))
 }
@@ -104,28 +143,22 @@ mod tests {
         let any = Listener::Tcp("0.0.0.0:10809".parse().unwrap());
         let off = TlsSettings::default();
         for l in [&unix, &lo, &lo6] {
-            assert_eq!(listener_policy(l, &off), Ok(None));
+            assert_eq!(listener_policy(l, TlsMode::Off, &off), Ok(None));
         }
-        let e = listener_policy(&any, &off).unwrap_err();
+        let e = listener_policy(&any, TlsMode::Off, &off).unwrap_err();
         assert!(
             e.contains("0.0.0.0:10809") && e.contains("insecure_listen"),
             "{e}"
         );
-        let optional = TlsSettings {
-            mode: TlsMode::Optional,
-            ..off.clone()
-        };
-        assert!(listener_policy(&any, &optional).is_err());
-        let required = TlsSettings {
-            mode: TlsMode::Required,
-            ..off.clone()
-        };
-        assert_eq!(listener_policy(&any, &required), Ok(None));
+        assert!(listener_policy(&any, TlsMode::Optional, &off).is_err());
+        assert_eq!(listener_policy(&any, TlsMode::Required, &off), Ok(None));
         let consent = TlsSettings {
             insecure_listen: true,
             ..off
         };
-        let w = listener_policy(&any, &consent).unwrap().unwrap();
+        let w = listener_policy(&any, TlsMode::Off, &consent)
+            .unwrap()
+            .unwrap();
         assert!(w.starts_with("WARNING"), "{w}");
     }
 }

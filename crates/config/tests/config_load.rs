@@ -485,17 +485,88 @@ fn tls_settings_and_the_listener_policy() {
     assert_eq!(c.tls.mode, config::TlsMode::Required);
     assert_eq!(c.tls.certificates.as_deref(), Some(Path::new("etc/pki")));
     assert!(c.tls.verify_clients);
-    assert_eq!(config::listener_policy(&c.listen[0], &c.tls), Ok(None));
+    assert_eq!(c.tls.listeners, [config::TlsMode::Required]);
+    assert_eq!(
+        config::listener_policy(&c.listen[0], c.tls.listeners[0], &c.tls),
+        Ok(None)
+    );
 
     let open = parse(&format!(
         "[daemon]\nlisten = [\"tcp:0.0.0.0:10809\"]\n{volume}"
     ));
-    let why = config::listener_policy(&open.listen[0], &open.tls).unwrap_err();
+    let why =
+        config::listener_policy(&open.listen[0], open.tls.listeners[0], &open.tls).unwrap_err();
     assert!(why.contains("insecure_listen"), "{why}");
 
     for (bad, says) in [
         ("tls = \"maybe\"", "not valid"),
         ("tls = \"required\"", "tls_certificates"),
+    ] {
+        let e = config::parse(&format!("[daemon]\n{bad}\n{volume}"), Path::new("x.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}
+
+/// A listen entry written as a table has its own TLS mode; the others take `[daemon] tls`
+/// (off when absent), and the certificates are needed as soon as any listener uses TLS.
+#[test]
+fn tls_mode_per_listener() {
+    use config::TlsMode::{Off, Optional, Required};
+    let volume = "[[member]]\nid = \"a\"\npath = \"tls-b.img\"\nsize = \"1GiB\"\n\
+                  [[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"a\"]\n";
+    let c = parse(&format!(
+        "[daemon]\nlisten = [\"unix:nbd.sock\", {{ address = \"tcp:0.0.0.0:10809\", tls = \"required\" }}, \
+         {{ address = \"tcp:127.0.0.1:10810\" }}]\ntls_certificates = \"pki\"\n{volume}"
+    ));
+    assert_eq!(c.tls.mode, Off);
+    assert_eq!(c.tls.listeners, [Off, Required, Off]);
+    assert!(c.tls.any_on());
+    assert_eq!(c.listen[1].to_string(), "tcp:0.0.0.0:10809");
+    for (l, &m) in c.listen.iter().zip(&c.tls.listeners) {
+        assert_eq!(config::listener_policy(l, m, &c.tls), Ok(None), "{l}");
+    }
+
+    // The global mode is every other listener's default; a listener may turn TLS off.
+    let c = parse(&format!(
+        "[daemon]\nlisten = [\"tcp:127.0.0.1:10809\", {{ address = \"unix:nbd.sock\", tls = \"off\" }}]\n\
+         tls = \"optional\"\ntls_certificates = \"pki\"\n{volume}"
+    ));
+    assert_eq!(c.tls.listeners, [Optional, Off]);
+
+    // The old global keys alone still mean every listener.
+    let c = parse(&format!(
+        "[daemon]\nlisten = [\"tcp:127.0.0.1:10809\", \"unix:nbd.sock\"]\ntls = \"required\"\n\
+         tls_certificates = \"pki\"\n{volume}"
+    ));
+    assert_eq!(c.tls.listeners, [Required, Required]);
+    let c = parse(volume);
+    assert_eq!(c.tls.listeners, [Off]);
+    assert!(!c.tls.any_on());
+
+    // A non-loopback listener without TLS of its own is refused even when another has it.
+    let c = parse(&format!(
+        "[daemon]\nlisten = [{{ address = \"tcp:127.0.0.1:10809\", tls = \"required\" }}, \"tcp:0.0.0.0:10810\"]\n\
+         tls_certificates = \"pki\"\n{volume}"
+    ));
+    let why = config::listener_policy(&c.listen[1], c.tls.listeners[1], &c.tls).unwrap_err();
+    assert!(why.contains("0.0.0.0:10810"), "{why}");
+
+    for (bad, says) in [
+        (
+            "listen = [{ address = \"tcp:127.0.0.1:10809\", tls = \"maybe\" }]",
+            "listen address \"tcp:127.0.0.1:10809\": tls = \"maybe\" is not valid",
+        ),
+        (
+            "listen = [{ address = \"tcp:127.0.0.1:10809\", tls = \"required\" }]",
+            "2:11: daemon: tls needs tls_certificates",
+        ),
+        (
+            "listen = [{ address = \"tcp:127.0.0.1:10809\", tsl = \"required\" }]",
+            "tsl",
+        ),
+        ("listen = [{ tls = \"required\" }]", "address"),
     ] {
         let e = config::parse(&format!("[daemon]\n{bad}\n{volume}"), Path::new("x.toml"))
             .unwrap_err()

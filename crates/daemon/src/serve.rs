@@ -32,12 +32,17 @@ pub fn server_limits(config: &ServerLimits) -> Limits {
     }
 }
 
-/// The listeners' TLS from `[daemon]`: certificates loaded, every listener checked against
-/// the safe default (non-loopback TCP needs TLS required, or the config's explicit consent,
-/// which is printed as a warning).
-pub fn server_tls(config: &Config) -> Result<ServerTls> {
-    for l in &config.listen {
-        match config::listener_policy(l, &config.tls) {
+/// Each listener's TLS from `[daemon]` (in the order of `config.listen`): certificates
+/// loaded once, every listener checked against the safe default (non-loopback TCP needs TLS
+/// required, or the config's explicit consent, which is printed as a warning).
+pub fn server_tls(config: &Config) -> Result<Vec<ServerTls>> {
+    let modes = &config.tls.listeners;
+    anyhow::ensure!(
+        modes.len() == config.listen.len(),
+        "a TLS mode for every listener"
+    );
+    for (l, &mode) in config.listen.iter().zip(modes) {
+        match config::listener_policy(l, mode, &config.tls) {
             Ok(None) => {}
             Ok(Some(warning)) => {
                 tracing::warn!("{warning}");
@@ -46,18 +51,26 @@ pub fn server_tls(config: &Config) -> Result<ServerTls> {
             Err(why) => anyhow::bail!("{}: refusing to start: {why}", config.file.display()),
         }
     }
-    let mode = match config.tls.mode {
-        config::TlsMode::Off => return Ok(ServerTls::off()),
-        config::TlsMode::Optional => TlsMode::Optional,
-        config::TlsMode::Required => TlsMode::Required,
+    let loaded = if config.tls.any_on() {
+        let dir = config
+            .tls
+            .certificates
+            .as_deref()
+            .context("tls needs tls_certificates")?;
+        let tls = ServerTls::from_dir(TlsMode::Required, dir, config.tls.verify_clients)
+            .with_context(|| format!("loading the TLS certificates in {}", dir.display()))?;
+        Some(tls)
+    } else {
+        None
     };
-    let dir = config
-        .tls
-        .certificates
-        .as_deref()
-        .context("tls needs tls_certificates")?;
-    ServerTls::from_dir(mode, dir, config.tls.verify_clients)
-        .with_context(|| format!("loading the TLS certificates in {}", dir.display()))
+    Ok(modes
+        .iter()
+        .map(|m| match (m, &loaded) {
+            (config::TlsMode::Optional, Some(t)) => t.with_mode(TlsMode::Optional),
+            (config::TlsMode::Required, Some(t)) => t.with_mode(TlsMode::Required),
+            _ => ServerTls::off(),
+        })
+        .collect())
 }
 
 /// Runs the daemon on the config at `path`; returns when stopped by a signal.
@@ -109,7 +122,8 @@ async fn serve(config: Config) -> Result<()> {
     for name in &names {
         let uris: Vec<String> = listeners
             .iter()
-            .map(|l| match tls.mode {
+            .zip(&tls)
+            .map(|(l, tls)| match tls.mode {
                 // Clients must upgrade: say so in the scheme (nbds://, nbds+unix://).
                 TlsMode::Required => l.uri(name).replacen("nbd", "nbds", 1),
                 _ => l.uri(name),
@@ -123,9 +137,9 @@ async fn serve(config: Config) -> Result<()> {
 
     let tasks: Vec<_> = listeners
         .into_iter()
-        .map(|l| {
+        .zip(tls)
+        .map(|(l, tls)| {
             let s = server.clone();
-            let tls = tls.clone();
             tokio::spawn(async move { s.serve_with_tls(l, tls).await })
         })
         .collect();

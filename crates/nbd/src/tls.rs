@@ -106,6 +106,14 @@ impl ServerTls {
         }
     }
 
+    /// The same certificates in another mode (one set shared by listeners of different modes).
+    pub fn with_mode(&self, mode: TlsMode) -> ServerTls {
+        ServerTls {
+            mode,
+            acceptor: self.acceptor.clone().filter(|_| mode != TlsMode::Off),
+        }
+    }
+
     /// `mode` with the certificate in `dir` (`server-cert.pem`, `server-key.pem`); with
     /// `verify_clients`, clients must present a certificate signed by `dir/ca-cert.pem`.
     pub fn from_dir(
