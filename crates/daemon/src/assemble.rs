@@ -14,7 +14,8 @@
 use crate::plan::{self, Found, MemberFound, Plan};
 use nbraid_config::{self as config, Config, CreatePolicy, MemberStorage};
 use nbraid_core::metadata::{
-    Absence, Array, ArrayError, ArrayOptions, MemberMeta, OpenReport, Probe, METADATA_AREA_BYTES,
+    Absence, Array, ArrayError, ArrayOptions, MemberMeta, OpenReport, Probe, Uuid,
+    METADATA_AREA_BYTES,
 };
 use nbraid_core::{Buf, Member, MemoryMember, UringError, UringFile, VolumeOptions};
 use std::path::PathBuf;
@@ -74,6 +75,16 @@ pub struct Opened {
     blank: bool,
     /// Created by this start (sparse: all zeroes).
     created: bool,
+}
+
+impl Opened {
+    /// The array id this member's superblock records for volume `name`.
+    pub fn array_of(&self, name: &str) -> Option<Uuid> {
+        match self.meta.as_ref()?.probe() {
+            Probe::Superblock(sb, _) => sb.volumes.iter().find(|v| v.name == name).map(|v| v.array),
+            _ => None,
+        }
+    }
 }
 
 /// Opens every member and opens or creates every volume (blocking until resyncs are done).

@@ -2,7 +2,7 @@
 //! and flush. Shared by the `nbraidd` binary and `nbraid serve`.
 
 use crate::assemble::{assemble, Assembled};
-use crate::control::{ControlServer, ControlVolume, Controls};
+use crate::control::{ControlServer, ControlVolume, Controls, StartReport};
 use crate::export::VolumeExport;
 use crate::nbd::{proto::MAX_PAYLOAD, Export, Limits, Listener, Server, ServerTls, TlsMode};
 use anyhow::{Context, Result};
@@ -187,6 +187,11 @@ fn controls(config: &Config, volumes: &[Assembled]) -> Controls {
                 a.array.clone(),
                 a.members.clone(),
                 a.at_start.clone(),
+                StartReport {
+                    created: a.created,
+                    was_clean: a.report.was_clean,
+                    resynced_bytes: a.report.resynced_bytes,
+                },
             )
         })
         .collect();

@@ -18,6 +18,8 @@ pub struct ControlVolume {
     /// By member index: what assembly found in the superblocks ("new", "active", "missing",
     /// "stale", "failed").
     pub at_start: Vec<&'static str>,
+    /// What the start did: created the array, found it clean, bytes resynced before serving.
+    pub start: StartReport,
     /// The latest scrub (running or finished).
     scrub: Mutex<Option<Arc<ScrubControl>>>,
 }
@@ -29,6 +31,7 @@ impl ControlVolume {
         array: Arc<Array>,
         members: Vec<String>,
         at_start: Vec<&'static str>,
+        start: StartReport,
     ) -> Self {
         ControlVolume {
             name,
@@ -36,6 +39,7 @@ impl ControlVolume {
             array,
             members,
             at_start,
+            start,
             scrub: Mutex::new(None),
         }
     }
@@ -43,6 +47,14 @@ impl ControlVolume {
     fn scrub(&self) -> Option<Arc<ScrubControl>> {
         self.scrub.lock().clone()
     }
+}
+
+/// What starting a volume did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StartReport {
+    pub created: bool,
+    pub was_clean: bool,
+    pub resynced_bytes: u64,
 }
 
 /// The daemon's volumes.
@@ -250,6 +262,9 @@ fn status(v: &ControlVolume) -> Value {
             "array": v.array.id().to_string(),
             "dirty": v.array.is_dirty(),
             "bitmap_chunk_bytes": v.array.bitmap_chunk_bytes(),
+            "created_at_start": v.start.created,
+            "clean_at_start": v.start.was_clean,
+            "resynced_bytes_at_start": v.start.resynced_bytes,
         },
         "io": {
             "reads": c.reads, "read_bytes": c.read_bytes,
