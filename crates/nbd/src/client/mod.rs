@@ -277,6 +277,18 @@ impl Client {
         &self.inner.info
     }
 
+    /// Whether the connection has ended (reset or closed by either side): every request
+    /// from now on fails.
+    pub fn is_closed(&self) -> bool {
+        let closed = self
+            .inner
+            .shared
+            .state
+            .lock()
+            .map_or(true, |s| s.closed.is_some());
+        closed || self.inner.reader.is_finished()
+    }
+
     /// The export's size in bytes.
     pub fn size(&self) -> u64 {
         self.inner.info.size
