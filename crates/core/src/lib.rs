@@ -22,6 +22,7 @@ pub mod pass;
 pub mod raid;
 mod range_lock;
 pub mod read_policy;
+pub mod rebuild;
 mod rng;
 pub mod scrub;
 pub mod simulated;

@@ -630,11 +630,10 @@ impl Array {
                 writes.push((r, area.offset + at, b.freeze()));
             }
         }
-        let results = join_all(
-            writes
-                .iter()
-                .map(|(r, at, b)| self.volume.member(*r).write(*at, b.clone(), true)),
-        )
+        let results = join_all(writes.iter().map(|(r, at, b)| {
+            let m = self.volume.member(*r);
+            async move { m.write(*at, b.clone(), true).await }
+        }))
         .await;
         let mut ok = false;
         for ((r, _, _), res) in writes.iter().zip(results) {
