@@ -45,7 +45,7 @@ pub const REBUILD_INFLIGHT: usize = 4;
 
 impl Volume {
     /// Bytes slot `index`'s member must have (the end of its last region).
-    fn member_end(&self, index: usize) -> u64 {
+    pub(crate) fn member_end(&self, index: usize) -> u64 {
         let mut end = 0;
         self.geometry().root().visit_members(&mut |m| {
             if m.index == index {
@@ -124,21 +124,23 @@ impl Volume {
             .collect()
     }
 
-    /// The pass's window: [`REBUILD_WINDOW_BYTES`] rounded to whole full stripes.
-    pub(crate) fn rebuild_window_bytes(&self) -> u64 {
+    /// A rebuild window of about `wanted` bytes, rounded to whole full stripes.
+    pub(crate) fn rebuild_window_bytes(&self, wanted: u64) -> u64 {
         let width = self
             .geometry()
             .full_stripe_width()
-            .unwrap_or(REBUILD_WINDOW_BYTES)
+            .unwrap_or(wanted)
             .max(self.block_size());
-        (REBUILD_WINDOW_BYTES / width).max(1) * width
+        (wanted / width).max(1) * width
     }
 
-    /// Runs the rebuild pass from the control's position to the end; `after(position)` is
-    /// called once everything below `position` is rebuilt (checkpoints).
+    /// Runs the rebuild pass in windows of about `window_bytes` from the control's position
+    /// to the end; `after(position)` is called once everything below `position` is rebuilt
+    /// (checkpoints).
     pub(crate) async fn rebuild_pass<'a>(
         &'a self,
         ctl: &PassControl,
+        window_bytes: u64,
         after: Box<dyn FnMut(u64) -> BoxFuture<'a, VolumeResult<()>> + Send + 'a>,
     ) -> VolumeResult<PassState> {
         let root = self.root_node();
@@ -146,7 +148,7 @@ impl Volume {
             ctl,
             PassWork {
                 total_bytes: root.capacity(),
-                window_bytes: self.rebuild_window_bytes(),
+                window_bytes: self.rebuild_window_bytes(window_bytes),
                 inflight: REBUILD_INFLIGHT,
                 window: Box::new(move |at, len| root.rebuild_range(at, len)),
                 after,
@@ -183,7 +185,11 @@ impl Volume {
             .map(|i| (i, self.table().slot(i).replacement().is_some()))
             .collect();
         let state = self
-            .rebuild_pass(ctl, Box::new(|_| futures::future::ready(Ok(())).boxed()))
+            .rebuild_pass(
+                ctl,
+                REBUILD_WINDOW_BYTES,
+                Box::new(|_| futures::future::ready(Ok(())).boxed()),
+            )
             .await?;
         if state != PassState::Done {
             return Ok((state, Vec::new()));
