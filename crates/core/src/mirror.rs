@@ -166,15 +166,26 @@ impl MirrorNode {
         to: impl Fn(usize) -> bool,
     ) -> VolumeResult<()> {
         debug_assert!(self.locks.holds(offset, len, true));
-        let Some(good) = self.children.iter().position(|c| c.readable(offset, len)) else {
-            return Err(VolumeError::Unavailable {
+        // The first readable copy that reads without an error.
+        let mut got = None;
+        let mut last = None;
+        for (i, c) in self.children.iter().enumerate() {
+            if !c.readable(offset, len) {
+                continue;
+            }
+            match c.read(offset, Buf::new(len as usize)).await {
+                Ok(b) => {
+                    got = Some((i, b.freeze()));
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let Some((good, bytes)) = got else {
+            return Err(last.unwrap_or_else(|| VolumeError::Unavailable {
                 reason: format!("mirror bytes {offset}+{len}: no copy can be read"),
-            });
+            }));
         };
-        let bytes = self.children[good]
-            .read(offset, Buf::new(len as usize))
-            .await?
-            .freeze();
         let results = join_all(
             self.children
                 .iter()

@@ -1,7 +1,10 @@
 //! One streaming pass over an address space, for every background pass (scrub, rebuild):
 //! windows handed out in order with a few in flight, a rate limit that may change while it
-//! runs, pause, cancel, progress and a measured rate — and a hook after each window so a
-//! rebuild can checkpoint. Memory is bounded by `inflight` windows whatever the capacity.
+//! runs, pause, cancel, progress and a measured rate — and a checkpoint hook, called with no
+//! window in flight (so it may wait for anything a window's locks would hold up: a
+//! superblock commit waits for the records' lock, whose holder may be flushing through the
+//! very stripes a window holds). Memory is bounded by `inflight` windows whatever the
+//! capacity.
 //!
 //! A [`PassControl`] is shared (an `Arc`) between the pass and whoever watches it. A
 //! cancelled pass keeps its position: running it again with the same control resumes there.
@@ -150,17 +153,20 @@ pub fn rate_delay(done_bytes: u64, elapsed: Duration, rate_bytes_per_s: u64) -> 
     due.saturating_sub(elapsed)
 }
 
-/// What a pass does: `window(at, len)` for each window in order (up to `inflight` at once),
-/// then `after(position)` once every byte below `position` is done (awaited before the next
-/// window is handed out).
+/// A checkpoint hook: called with the position, every byte below it done, none in flight.
+pub type Checkpoint<'a> = Box<dyn FnMut(u64) -> BoxFuture<'a, VolumeResult<()>> + Send + 'a>;
+
+/// What a pass does: `window(at, len)` for each window in order (up to `inflight` at once);
+/// every `checkpoint_bytes` (0: never) the windows in flight are drained and
+/// `checkpoint(position)` is awaited before the next window is handed out.
 pub(crate) struct PassWork<'a> {
     pub total_bytes: u64,
     pub window_bytes: u64,
     pub inflight: usize,
     #[allow(clippy::type_complexity)]
     pub window: Box<dyn Fn(u64, u64) -> BoxFuture<'a, VolumeResult<()>> + Send + Sync + 'a>,
-    #[allow(clippy::type_complexity)]
-    pub after: Box<dyn FnMut(u64) -> BoxFuture<'a, VolumeResult<()>> + Send + 'a>,
+    pub checkpoint_bytes: u64,
+    pub checkpoint: Checkpoint<'a>,
 }
 
 /// Runs `work` from the control's position to the end, honouring its rate limit, pause and
@@ -174,10 +180,18 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
     let mut started = Instant::now();
     let mut run_start = ctl.position_bytes();
     let mut next = run_start;
+    let mut last_checkpoint = run_start;
     let mut q = FuturesOrdered::new();
     ctl.set_state(PassState::Running);
     loop {
-        let stopping = ctl.cancelled.load(Relaxed) || ctl.is_paused();
+        let due = work.checkpoint_bytes > 0 && next - last_checkpoint >= work.checkpoint_bytes;
+        if due && q.is_empty() {
+            // Everything below `next` is done and nothing is in flight.
+            (work.checkpoint)(next).await?;
+            last_checkpoint = next;
+            continue;
+        }
+        let stopping = ctl.cancelled.load(Relaxed) || ctl.is_paused() || due;
         while !stopping && q.len() < work.inflight && next < total {
             let len = (total - next).min(work.window_bytes);
             let end = next + len;
@@ -213,10 +227,6 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
             }
         };
         ctl.position_bytes.store(end, Relaxed);
-        if let Err(e) = (work.after)(end).await {
-            while q.next().await.is_some() {}
-            return Err(e);
-        }
         let done = end - run_start;
         let elapsed = started.elapsed();
         if elapsed.as_secs_f64() > 0.0 {
@@ -249,8 +259,9 @@ mod tests {
         );
     }
 
-    /// Windows cover the range once, in order; `after` sees every position; a cancel from
-    /// the hook stops the pass and a second run resumes where it stopped.
+    /// Windows cover the range once, in order; checkpoints come every two windows with
+    /// nothing in flight; a cancel from the hook stops the pass and a second run resumes
+    /// where it stopped.
     #[test]
     fn windows_cover_once_and_resume_after_cancel() {
         let (seen, afters) = (Mutex::new(Vec::new()), Mutex::new(Vec::new()));
@@ -264,7 +275,8 @@ mod tests {
                 seen.lock().push((at, len));
                 futures::future::ready(Ok(())).boxed()
             }),
-            after: Box::new(move |pos| {
+            checkpoint_bytes: 6,
+            checkpoint: Box::new(move |pos| {
                 afters.lock().push(pos);
                 if Some(pos) == cancel_at {
                     ctl.cancel();
@@ -272,13 +284,12 @@ mod tests {
                 futures::future::ready(Ok(())).boxed()
             }),
         };
-        let s = futures::executor::block_on(run(ctl, work(Some(3))));
+        let s = futures::executor::block_on(run(ctl, work(Some(6))));
         assert_eq!(s.expect("runs"), PassState::Cancelled);
-        // The second window was in flight at the cancel and finished.
         assert_eq!(ctl.position_bytes(), 6);
         let s = futures::executor::block_on(run(ctl, work(None)));
         assert_eq!(s.expect("runs"), PassState::Done);
         assert_eq!(*seen.lock(), vec![(0, 3), (3, 3), (6, 3), (9, 1)]);
-        assert_eq!(*afters.lock(), vec![3, 6, 9, 10]);
+        assert_eq!(*afters.lock(), vec![6]);
     }
 }

@@ -31,9 +31,8 @@
 
 use crate::error::{VolumeError, VolumeResult};
 use crate::member::Member;
-use crate::pass::{PassControl, PassState, PassWork};
+use crate::pass::{Checkpoint, PassControl, PassState, PassWork};
 use crate::volume::Volume;
-use futures::future::BoxFuture;
 use futures::FutureExt;
 use std::sync::Arc;
 
@@ -135,13 +134,14 @@ impl Volume {
     }
 
     /// Runs the rebuild pass in windows of about `window_bytes` from the control's position
-    /// to the end; `after(position)` is called once everything below `position` is rebuilt
-    /// (checkpoints).
+    /// to the end; every `checkpoint_bytes` (0: never) `checkpoint(position)` runs with no
+    /// window in flight, everything below `position` rebuilt.
     pub(crate) async fn rebuild_pass<'a>(
         &'a self,
         ctl: &PassControl,
         window_bytes: u64,
-        after: Box<dyn FnMut(u64) -> BoxFuture<'a, VolumeResult<()>> + Send + 'a>,
+        checkpoint_bytes: u64,
+        checkpoint: Checkpoint<'a>,
     ) -> VolumeResult<PassState> {
         let root = self.root_node();
         crate::pass::run(
@@ -151,7 +151,8 @@ impl Volume {
                 window_bytes: self.rebuild_window_bytes(window_bytes),
                 inflight: REBUILD_INFLIGHT,
                 window: Box::new(move |at, len| root.rebuild_range(at, len)),
-                after,
+                checkpoint_bytes,
+                checkpoint,
             },
         )
         .await
@@ -188,6 +189,7 @@ impl Volume {
             .rebuild_pass(
                 ctl,
                 REBUILD_WINDOW_BYTES,
+                0,
                 Box::new(|_| futures::future::ready(Ok(())).boxed()),
             )
             .await?;

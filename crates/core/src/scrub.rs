@@ -194,7 +194,8 @@ impl Volume {
                 window_bytes: SCRUB_WINDOW_BYTES,
                 inflight: 1,
                 window: Box::new(move |at, len| root.scrub_range(at, len, pass)),
-                after: Box::new(|_| futures::future::ready(Ok(())).boxed()),
+                checkpoint_bytes: 0,
+                checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
             },
         )
         .await?;

@@ -298,7 +298,7 @@ impl Array {
                     .unwrap_or(0)
             };
             ctl.set_position(start);
-            let state = self.rebuild_pass(ctl, &targets, start).await?;
+            let state = self.rebuild_pass(ctl, &targets).await?;
             if state != PassState::Done {
                 return Ok(RebuildReport { state, completed });
             }
@@ -310,7 +310,6 @@ impl Array {
         &self,
         ctl: &PassControl,
         targets: &[usize],
-        start: u64,
     ) -> Result<PassState, ArrayError> {
         let capacity = self.volume().capacity();
         let window = match self.heal.window_bytes.load(SeqCst) {
@@ -318,35 +317,30 @@ impl Array {
             w => w,
         };
         let every = (capacity / 16).clamp(window, MAX_CHECKPOINT_BYTES.max(window));
-        let last = AtomicU64::new(start);
-        let (last, targets) = (&last, targets);
-        let after = move |pos: u64| {
-            async move {
-                {
-                    let mut rb = self.heal.rebuilding.lock();
-                    for r in targets {
-                        if let Some(b) = rb.get_mut(r) {
-                            *b = (*b).max(pos);
-                        }
-                    }
-                }
-                if pos < capacity && pos - last.load(SeqCst) >= every {
-                    last.store(pos, SeqCst);
-                    self.checkpoint(targets, pos).await?;
-                }
-                Ok(())
-            }
-            .boxed()
-        };
-        Ok(self
+        let checkpoint = move |pos: u64| self.checkpoint(targets, pos).boxed();
+        let state = self
             .volume()
-            .rebuild_pass(ctl, window, Box::new(after))
-            .await?)
+            .rebuild_pass(ctl, window, every, Box::new(checkpoint))
+            .await;
+        // Progress in memory (a cancelled pass resumes here), whatever the outcome.
+        self.advance(targets, ctl.position_bytes());
+        Ok(state?)
+    }
+
+    /// Records that the bytes below `pos` are current on `targets`' new members (in memory).
+    fn advance(&self, targets: &[usize], pos: u64) {
+        let mut rb = self.heal.rebuilding.lock();
+        for r in targets {
+            if let Some(b) = rb.get_mut(r) {
+                *b = (*b).max(pos);
+            }
+        }
     }
 
     /// Makes the rebuilt bytes durable on the new members and records `pos` as their
     /// checkpoint.
     async fn checkpoint(&self, targets: &[usize], pos: u64) -> VolumeResult<()> {
+        self.advance(targets, pos);
         let roles: Vec<usize> = targets
             .iter()
             .copied()
