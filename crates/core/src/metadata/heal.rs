@@ -167,21 +167,34 @@ impl Array {
         Ok(())
     }
 
-    /// Writes volume record for `role` on `meta` (replacing any old record of this volume
-    /// there), with a fresh bitmap area holding `bitmap` (zeroes when `None`). Returns the
-    /// member's id and its bitmap area.
+    /// The id `meta` plays `role` under: its own, unless another role has it.
+    async fn newcomer_id(
+        &self,
+        role: usize,
+        meta: &MemberMeta,
+        rec: &Recorded,
+    ) -> Result<Uuid, ArrayError> {
+        let own = meta.sb.lock().await.as_ref().map(|sb| sb.member);
+        match own {
+            Some(u) if rec.members[role].uuid == u || !rec.members.iter().any(|m| m.uuid == u) => {
+                Ok(u)
+            }
+            _ => Uuid::random().map_err(|e| self.refuse(format!("random id: {e}"))),
+        }
+    }
+
+    /// Writes `rec` as `meta`'s record of `role` (replacing any old record of this volume
+    /// there; `rec` names `meta`'s id in the role), with a fresh bitmap area holding
+    /// `bitmap` (zeroes when `None`). Returns the bitmap area.
     async fn write_role_record(
         &self,
         role: usize,
         meta: &MemberMeta,
         rec: &Recorded,
         bitmap: Option<Vec<u8>>,
-    ) -> Result<(Uuid, Option<Area>), ArrayError> {
+    ) -> Result<Option<Area>, ArrayError> {
+        let uuid = rec.members[role].uuid;
         let held = meta.sb.lock().await.clone();
-        let uuid = match held.as_ref().map(|sb| sb.member) {
-            Some(u) if !rec.members.iter().any(|m| m.uuid == u) || rec.members[role].uuid == u => u,
-            _ => Uuid::random().map_err(|e| self.refuse(format!("random id: {e}")))?,
-        };
         let mut others = held.clone();
         if let Some(sb) = others.as_mut() {
             sb.volumes.retain(|v| v.name != self.name());
@@ -231,7 +244,7 @@ impl Array {
         })
         .await
         .map_err(|e| self.refuse(e.to_string()))?;
-        Ok((uuid, bitmap_area.map(|b| b.area)))
+        Ok(bitmap_area.map(|b| b.area))
     }
 
     /// Puts `meta` in failed role `role` to be rebuilt by [`Array::rebuild`] (it takes writes
@@ -244,17 +257,25 @@ impl Array {
         }
         self.check_newcomer(&meta, Some(role))?;
         let mut rec = self.recorded.lock().await;
-        let (uuid, area) = self.write_role_record(role, &meta, &rec, None).await?;
-        self.volume().install_member(role, meta.member().clone())?;
-        self.metas.write()[role] = Some(meta);
-        self.bitmap_areas.write()[role] = area;
-        self.heal.resume(role, 0);
-        rec.members[role] = MemberEntry {
-            uuid,
+        // Its own record says *rebuilding* from the first write: a later commit torn on it
+        // must not leave a record that looks like a member that merely missed writes.
+        let mut next = Recorded {
+            events: rec.events,
+            clean: rec.clean,
+            members: rec.members.clone(),
+        };
+        next.members[role] = MemberEntry {
+            uuid: self.newcomer_id(role, &meta, &rec).await?,
             state: RecordedState::Rebuilding {
                 checkpoint_bytes: 0,
             },
         };
+        let area = self.write_role_record(role, &meta, &next, None).await?;
+        self.volume().install_member(role, meta.member().clone())?;
+        self.metas.write()[role] = Some(meta);
+        self.bitmap_areas.write()[role] = area;
+        self.heal.resume(role, 0);
+        rec.members[role] = next.members[role];
         self.commit(&mut rec).await?;
         tracing::info!("volume `{}`: rebuilding role {role}", self.name());
         Ok(())
@@ -431,12 +452,12 @@ impl Array {
             clean: rec.clean,
             members: rec.members.clone(),
         };
-        next.members[r].state = RecordedState::Active;
-        let (uuid, area) = self.write_role_record(r, &meta, &next, image).await?;
-        rec.members[r] = MemberEntry {
-            uuid,
+        next.members[r] = MemberEntry {
+            uuid: self.newcomer_id(r, &meta, &rec).await?,
             state: RecordedState::Active,
         };
+        let area = self.write_role_record(r, &meta, &next, image).await?;
+        rec.members[r] = next.members[r];
         let old = self.metas.write()[r].replace(meta);
         self.bitmap_areas.write()[r] = area;
         // Both members take every write until the swap: whichever the records name holds
