@@ -12,6 +12,7 @@
 //! cargo bench -p nbraid-benches --bench raid        # ~1-2 minutes
 //! NBRAID_BENCH_SECS=0.2 NBRAID_BENCH_SAMPLES=7 cargo bench -p nbraid-benches --bench raid
 //! NBRAID_BENCH_MEMBERS=4 cargo bench -p nbraid-benches --bench raid   # one member count
+//! NBRAID_BENCH_WORK="4K wb" cargo bench -p nbraid-benches --bench raid  # workloads named so
 //! ```
 //!
 //! Each cell is measured `samples` times, interleaved across configurations, keeping the
@@ -156,6 +157,8 @@ fn main() {
         Ok(v) => v.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
         Err(_) => vec![4, 8, 24],
     };
+    // NBRAID_BENCH_WORK="4K wb" runs only the workloads whose name contains it (profiling).
+    let only = std::env::var("NBRAID_BENCH_WORK").ok();
     let mut setups = Vec::new();
     for &n in &counts {
         for level in [Level::Raid0, Level::Raid5, Level::Raid6] {
@@ -166,7 +169,10 @@ fn main() {
     }
     // results[config][work] = (MB/s, IOPS)
     let mut results = vec![vec![(0.0f64, 0.0f64); WORKS.len()]; setups.len()];
-    for (wi, &(work, _, qd)) in WORKS.iter().enumerate() {
+    for (wi, &(work, name, qd)) in WORKS.iter().enumerate() {
+        if only.as_ref().is_some_and(|w| !name.contains(w.as_str())) {
+            continue;
+        }
         let degraded = matches!(work, Work::DegradedSeqRead | Work::DegradedSeqReadFull);
         if work == Work::DegradedSeqRead {
             for s in &setups {

@@ -428,13 +428,13 @@ impl ParityCore {
                         busy: false,
                         since: Instant::now(),
                     };
-                    merged.insert(o, d);
+                    merged.insert(o, d, None); // not cached: pins nothing
                     drop(st);
                     futs.push(self.write_over_cache(s, merged.segs, fua));
                     continue;
                 }
                 let full = st.insert(s, o, d, w);
-                over_bound |= st.pinned_bytes > cache.bound;
+                over_bound |= st.pins.bytes > cache.bound;
                 if full || fua {
                     let segs = st.entries[&s].segs.clone();
                     drop(st);
