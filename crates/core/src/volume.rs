@@ -158,6 +158,11 @@ impl Volume {
         self.capacity
     }
 
+    /// The member table (rebuild installs members in it).
+    pub(crate) fn table(&self) -> &MemberTable {
+        &self.table
+    }
+
     /// The root of the engine tree (for passes over the whole tree, like scrub).
     pub(crate) fn root_node(&self) -> &dyn ArrayNode {
         self.root.as_ref()
@@ -184,8 +189,9 @@ impl Volume {
         self.table.slots().len()
     }
 
-    pub fn member(&self, index: usize) -> &Arc<dyn Member> {
-        &self.table.slot(index).member
+    /// The member serving slot `index` now.
+    pub fn member(&self, index: usize) -> Arc<dyn Member> {
+        self.table.slot(index).member()
     }
 
     pub fn member_states(&self) -> Vec<MemberState> {
@@ -244,7 +250,7 @@ impl Volume {
         self.table
             .slots()
             .iter()
-            .map(|s| s.member.counters().snapshot())
+            .map(|s| s.member().counters().snapshot())
             .collect()
     }
 
@@ -270,7 +276,7 @@ impl Volume {
             .iter()
             .enumerate()
             .filter(|(_, s)| s.is_failed())
-            .map(|(i, s)| format!("{i} (`{}`)", s.member.name()))
+            .map(|(i, s)| format!("{i} (`{}`)", s.member().name()))
             .collect();
         Some(VolumeError::Unavailable {
             reason: format!(
@@ -406,7 +412,7 @@ impl Volume {
             .filter(|&i| !slots[i].is_failed())
             .filter_map(|i| slots[i].flush_target().map(|t| (i, t)))
             .collect();
-        let results = join_all(todo.iter().map(|&(i, _)| slots[i].member.flush())).await;
+        let results = join_all(todo.iter().map(|&(i, _)| slots[i].flush())).await;
         let mut first = None;
         for (&(i, target), r) in todo.iter().zip(results) {
             if r.is_ok() {
