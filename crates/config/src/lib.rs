@@ -115,6 +115,15 @@ pub const JBOD_ALIGN: u64 = 4096;
 /// The `path` of a member that lives in RAM.
 pub const MEMORY_PATH: &str = "memory:";
 
+/// URI schemes of members on NBD servers (remote members).
+pub const REMOTE_SCHEMES: [&str; 4] = ["nbd://", "nbds://", "nbd+unix://", "nbds+unix://"];
+
+/// Whether a member's `path` names an NBD export (`nbd://host:port/export`, `nbds://…`,
+/// `nbd+unix:///export?socket=…`) rather than a file.
+pub fn is_remote(path: &str) -> bool {
+    REMOTE_SCHEMES.iter().any(|s| path.trim().starts_with(s))
+}
+
 /// A checked config: members with their sizes, volumes with their geometry, listeners.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -163,6 +172,9 @@ pub enum MemberStorage {
     /// `path = "memory:"`: RAM of `size` bytes, zeroed at start and lost at exit (tests,
     /// benchmarks, scratch volumes).
     Memory,
+    /// `path` is an NBD URI (see [`is_remote`]): an export on an NBD server, connected to on
+    /// assembly (reading the config never connects; `size` is required).
+    Remote,
 }
 
 /// One volume, exported over NBD under its name.

@@ -183,6 +183,7 @@ enum Probe {
     Missing,
     /// A RAM member: nothing on disk to look at.
     Memory,
+    Remote,
     Found(MemberStorage, Option<(u64, u64)>),
     Unusable(String),
 }
@@ -385,12 +386,21 @@ impl Cx<'_> {
             ));
         }
         let memory = path_text.trim() == MEMORY_PATH;
+        let remote = super::is_remote(&path_text);
         let path = if memory {
             PathBuf::from(MEMORY_PATH)
+        } else if remote {
+            PathBuf::from(path_text.trim())
         } else {
             normalize(&self.base.join(&path_text))
         };
-        let probed = if memory { Probe::Memory } else { probe(&path) };
+        let probed = if memory {
+            Probe::Memory
+        } else if remote {
+            Probe::Remote
+        } else {
+            probe(&path)
+        };
         let file_id = match &probed {
             Probe::Found(_, id) => *id,
             _ => None,
@@ -446,6 +456,17 @@ impl Cx<'_> {
             }
             (Probe::Missing, Some((bytes, _))) => (bytes, MemberStorage::Missing),
             (Probe::Memory, Some((bytes, _))) => (bytes, MemberStorage::Memory),
+            (Probe::Remote, Some((bytes, _))) => (bytes, MemberStorage::Remote),
+            (Probe::Remote, None) => {
+                return Err(Problem::new(
+                    raw.path.span(),
+                    ErrorKind::MemberPath,
+                    format!(
+                        "{who}: a remote member needs a size (the config is read without \
+                         connecting; the export must hold at least that); add e.g. size = \"4GiB\""
+                    ),
+                ))
+            }
             (Probe::Memory, None) => {
                 return Err(Problem::new(
                     raw.path.span(),
@@ -816,7 +837,7 @@ fn nearest_strips(bytes: u64) -> String {
 
 fn state_len(state: MemberStorage) -> u64 {
     match state {
-        MemberStorage::Missing | MemberStorage::Memory => 0,
+        MemberStorage::Missing | MemberStorage::Memory | MemberStorage::Remote => 0,
         MemberStorage::File { len } | MemberStorage::BlockDevice { len } => len,
     }
 }

@@ -196,6 +196,7 @@ impl fmt::Display for Summary {
                         MemberStorage::File { .. } => "file".into(),
                         MemberStorage::BlockDevice { .. } => "block device".into(),
                         MemberStorage::Memory => "memory (lost at exit)".into(),
+                        MemberStorage::Remote => "remote NBD export".into(),
                     },
                     if m.volumes.is_empty() {
                         "-".into()

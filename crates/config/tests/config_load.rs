@@ -574,3 +574,27 @@ fn tls_mode_per_listener() {
         assert!(e.contains(says), "{bad}: {e}");
     }
 }
+
+/// A member whose path is an NBD URI is remote: kept verbatim (not joined to the config's
+/// folder), never probed or created, and it needs a size.
+#[test]
+fn remote_members_are_uris_with_a_size() {
+    let c = parse(
+        "[[member]]\nid = \"a\"\npath = \"nbd://10.0.0.2:10809/disk\"\nsize = \"1GiB\"\n\
+         [[member]]\nid = \"b\"\npath = \"nbds+unix:///e?socket=/run/s.sock&tls-certificates=/etc/pki\"\nsize = \"1GiB\"\n\
+         [[volume]]\nname = \"v\"\nlevel = \"raid1\"\nmembers = [\"a\", \"b\"]\n",
+    );
+    assert_eq!(c.members[0].state, config::MemberStorage::Remote);
+    assert_eq!(c.members[0].path, Path::new("nbd://10.0.0.2:10809/disk"));
+    assert_eq!(c.members[1].state, config::MemberStorage::Remote);
+    assert!(!c.may_create(0));
+    assert!(config::is_remote("nbd+unix:///x?socket=/s") && !config::is_remote("nbd.img"));
+    let e = config::parse(
+        "[[member]]\nid = \"a\"\npath = \"nbd://h/e\"\n\
+         [[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"a\"]\n",
+        Path::new("x.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("a remote member needs a size"), "{e}");
+}

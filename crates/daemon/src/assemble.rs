@@ -37,6 +37,12 @@ pub enum AssembleError {
         #[source]
         source: UringError,
     },
+    #[error("member {id}")]
+    Remote {
+        id: String,
+        #[source]
+        source: nbraid_remote::RemoteError,
+    },
     #[error("{0}")]
     Refused(String),
     #[error("volume `{name}` (members by position: {legend})")]
@@ -113,7 +119,7 @@ pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
 pub async fn open_members(config: &Config) -> Result<Vec<Opened>, AssembleError> {
     let mut opened = Vec::with_capacity(config.members.len());
     for m in &config.members {
-        opened.push(open_member(m).await?);
+        opened.push(open_member(config, m).await?);
     }
     Ok(opened)
 }
@@ -186,9 +192,10 @@ pub async fn create_members(
 }
 
 /// Opens member `m` if it is there and reads its superblock.
-async fn open_member(m: &config::Member) -> Result<Opened, AssembleError> {
+async fn open_member(config: &Config, m: &config::Member) -> Result<Opened, AssembleError> {
     let member: Arc<dyn Member> = match m.state {
         MemberStorage::Memory => Arc::new(MemoryMember::new(&m.id, m.size)),
+        MemberStorage::Remote => Arc::new(open_remote(config, m).await?),
         MemberStorage::Missing => {
             return Ok(Opened {
                 meta: None,
@@ -201,6 +208,32 @@ async fn open_member(m: &config::Member) -> Result<Opened, AssembleError> {
         ),
     };
     load(member).await
+}
+
+/// Connects to remote member `m` (an NBD URI); the server's minimum block must suit the
+/// smallest block size of the volumes on it.
+pub async fn open_remote(
+    config: &Config,
+    m: &config::Member,
+) -> Result<nbraid_remote::RemoteMember, AssembleError> {
+    let index = config.members.iter().position(|x| x.id == m.id);
+    let block_size = config
+        .volumes
+        .iter()
+        .filter(|v| index.is_some_and(|i| v.members.contains(&i)))
+        .map(|v| v.block_size)
+        .min()
+        .unwrap_or(config::BLOCK_SIZE_DEFAULT);
+    let opts = nbraid_remote::RemoteOptions {
+        block_size,
+        ..Default::default()
+    };
+    nbraid_remote::RemoteMember::connect(&m.path_text, Some(m.size), &opts)
+        .await
+        .map_err(|source| AssembleError::Remote {
+            id: m.id.clone(),
+            source,
+        })
 }
 
 fn member_error(m: &config::Member, source: UringError) -> AssembleError {

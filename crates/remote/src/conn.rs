@@ -25,6 +25,18 @@ pub fn backoff(attempt: u32) -> Duration {
         .min(BACKOFF_MAX)
 }
 
+/// `fut` polled inside runtime `rt`'s context (its sockets and timers), from any executor.
+/// Outside tokio's cooperative budget: under a `block_on` nested in a tokio task (the
+/// daemon's assembly) the budget is never refilled, and a spent one would spin forever.
+pub(crate) async fn enter<F: Future>(rt: Handle, fut: F) -> F::Output {
+    let mut fut = pin!(tokio::task::unconstrained(fut));
+    std::future::poll_fn(|cx| {
+        let _in = rt.enter();
+        fut.as_mut().poll(cx)
+    })
+    .await
+}
+
 /// Opens one connection (TLS when the URI says `nbds`, with its `tls-certificates`).
 pub(crate) async fn connect(uri: &Uri) -> Result<Client, ClientError> {
     Client::connect_with(uri, &ConnectOptions::default()).await
@@ -64,8 +76,9 @@ fn breaks_connection(e: &ClientError) -> bool {
 }
 
 impl Connections {
-    /// In the current tokio runtime, which then drives the connections.
+    /// Driven by runtime `rt`, which the clients were opened in.
     pub fn new(
+        rt: Handle,
         uri_text: &str,
         uri: Uri,
         info: ExportInfo,
@@ -89,7 +102,7 @@ impl Connections {
             info,
             len,
             timeout,
-            rt: Handle::current(),
+            rt,
             slots,
             next: AtomicUsize::new(0),
         })
@@ -121,15 +134,7 @@ impl Connections {
     where
         F: Future + Send + 'static,
     {
-        let rt = self.rt.clone();
-        async move {
-            let mut fut = pin!(fut);
-            std::future::poll_fn(|cx| {
-                let _in = rt.enter();
-                fut.as_mut().poll(cx)
-            })
-            .await
-        }
+        enter(self.rt.clone(), fut)
     }
 
     /// Runs `op` on the next open connection, bounded by the timeout. A timeout or a broken

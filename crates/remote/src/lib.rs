@@ -25,10 +25,11 @@
 //! bench and these members) and must not depend on the engine; the engine must not depend
 //! on tokio or the network. This crate joins the two, and only the daemon and the CLI use it.
 //!
-//! The client's sockets and timers belong to the tokio runtime the member was connected in;
-//! every operation enters that runtime's context when polled, so member futures also run
-//! under `futures::executor::block_on` on other threads, provided the runtime is
-//! multi-threaded (its workers drive the sockets).
+//! The client's sockets and timers belong to the tokio runtime the member was connected in
+//! (the caller's, or outside any runtime a small one of this crate's); every operation enters
+//! that runtime's context when polled, so member futures also run under
+//! `futures::executor::block_on` on other threads, provided the runtime is multi-threaded
+//! (its workers drive the sockets).
 
 mod conn;
 
@@ -171,6 +172,20 @@ impl RemoteMember {
         len: Option<u64>,
         opts: &RemoteOptions,
     ) -> Result<RemoteMember, RemoteError> {
+        let rt = runtime();
+        let (uri, opts) = (uri.to_string(), opts.clone());
+        conn::enter(rt.clone(), async move {
+            Self::connect_in(rt, &uri, len, &opts).await
+        })
+        .await
+    }
+
+    async fn connect_in(
+        rt: tokio::runtime::Handle,
+        uri: &str,
+        len: Option<u64>,
+        opts: &RemoteOptions,
+    ) -> Result<RemoteMember, RemoteError> {
         let parsed = Uri::parse(uri).map_err(|e| connect_error(uri, e))?;
         let first = tokio::time::timeout(opts.timeout, conn::connect(&parsed))
             .await
@@ -193,7 +208,7 @@ impl RemoteMember {
                 Err(e) => tracing::warn!("{uri}: an extra connection failed: {e}"),
             }
         }
-        let conns = Connections::new(uri, parsed, info, len, opts.timeout, clients);
+        let conns = Connections::new(rt, uri, parsed, info, len, opts.timeout, clients);
         Ok(RemoteMember {
             name: uri.to_string(),
             len,
@@ -250,6 +265,24 @@ impl RemoteMember {
         let err = self.err(op, offset, len);
         async move { g.finish(fut.await.map_err(err)) }.boxed()
     }
+}
+
+/// The caller's tokio runtime, or (outside one: `nbraid create`, tools) a runtime of this
+/// crate's, kept for the life of the process.
+fn runtime() -> tokio::runtime::Handle {
+    static OWN: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    tokio::runtime::Handle::try_current().unwrap_or_else(|_| {
+        OWN.get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("nbraid-remote")
+                .enable_all()
+                .build()
+                .expect("starting the remote members' runtime")
+        })
+        .handle()
+        .clone()
+    })
 }
 
 /// Whether an export can hold a member of `len` bytes for volumes of `block_size` blocks.
