@@ -5,6 +5,7 @@ use anyhow::Result;
 use nbraid_config::{self as config, ConfigError};
 use std::fmt;
 use std::path::Path;
+use std::time::Duration;
 
 /// A config error for a caller that asked for JSON: `.0` is the JSON to print on stdout, the
 /// error itself goes to stderr as for everyone else.
@@ -28,13 +29,32 @@ pub fn run(file: &Path, json: bool, draw: bool, rows: Option<u64>) -> Result<Str
         }
         Err(e) => return Err(e.into()),
     };
+    let remote = remote_members(&config);
     if json {
-        return Ok(format!(
-            "{}\n",
-            serde_json::to_string_pretty(&config.summary())?
-        ));
+        let mut v = serde_json::to_value(config.summary())?;
+        if !remote.is_empty() {
+            v["remote_members"] =
+                serde_json::Value::Array(remote.iter().map(Remote::json).collect());
+        }
+        return Ok(format!("{}\n", serde_json::to_string_pretty(&v)?));
     }
     let mut out = config.explain();
+    if !remote.is_empty() {
+        let rows: Vec<Vec<String>> = remote.iter().map(Remote::row).collect();
+        out.push('\n');
+        out.push_str(&config::table(
+            &[
+                "REMOTE",
+                "URI",
+                "REACHABLE",
+                "SIZE",
+                "BLOCK MIN/PREF/MAX",
+                "MULTI-CONN",
+                "TLS",
+            ],
+            &rows,
+        ));
+    }
     if draw {
         for v in &config.volumes {
             out.push('\n');
@@ -42,6 +62,73 @@ pub fn run(file: &Path, json: bool, draw: bool, rows: Option<u64>) -> Result<Str
         }
     }
     Ok(out)
+}
+
+/// How long `check` waits for a remote member's server.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A remote member as its server describes it (or why it could not be reached).
+struct Remote {
+    id: String,
+    uri: String,
+    probe: Result<nbraid_remote::Probe, String>,
+}
+
+impl Remote {
+    fn row(&self) -> Vec<String> {
+        let mut row = vec![self.id.clone(), self.uri.clone()];
+        match &self.probe {
+            Ok(p) => row.extend([
+                "yes".into(),
+                config::format_size(p.size),
+                format!("{}/{}/{}", p.min_block, p.preferred_block, p.max_block),
+                if p.multi_conn { "yes" } else { "no" }.into(),
+                if p.tls { "yes" } else { "no" }.into(),
+            ]),
+            Err(why) => row.extend([
+                format!("NO: {why}"),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ]),
+        }
+        row
+    }
+
+    fn json(&self) -> serde_json::Value {
+        match &self.probe {
+            Ok(p) => serde_json::json!({
+                "id": self.id, "uri": self.uri, "reachable": true, "size_bytes": p.size,
+                "min_block": p.min_block, "preferred_block": p.preferred_block,
+                "max_block": p.max_block, "read_only": p.read_only,
+                "multi_conn": p.multi_conn, "tls": p.tls,
+            }),
+            Err(why) => serde_json::json!({
+                "id": self.id, "uri": self.uri, "reachable": false, "error": why,
+            }),
+        }
+    }
+}
+
+/// Connects to every remote member once (in parallel threads, each bounded).
+fn remote_members(config: &config::Config) -> Vec<Remote> {
+    let handles: Vec<_> = config
+        .members
+        .iter()
+        .filter(|m| m.state == config::MemberStorage::Remote)
+        .map(|m| {
+            let (id, uri) = (m.id.clone(), m.path_text.clone());
+            std::thread::spawn(move || {
+                let probe = nbraid_remote::probe(&uri, PROBE_TIMEOUT).map_err(|e| e.to_string());
+                Remote { id, uri, probe }
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("probe thread"))
+        .collect()
 }
 
 /// `{"error": {...}}` for scripts that asked for JSON.
