@@ -3,13 +3,11 @@
 //! starts with a warning), and each listener may have its own TLS mode (a table in `listen`).
 
 mod common;
-use common::{require, run, run_output};
+use common::{require, run, run_output, Daemon};
 
-use std::io::{BufRead, BufReader};
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 const NBRAIDD: &str = env!("CARGO_BIN_EXE_nbraidd");
 
@@ -55,63 +53,17 @@ fn config(dir: &Path, daemon: &str) -> std::path::PathBuf {
     file
 }
 
-/// A running daemon: what it printed up to its export list, and its standard error so far.
-struct Daemon {
-    child: Child,
-    printed: Vec<String>,
+fn start(config: &Path) -> Daemon {
+    Daemon::start(config, "error", true, |l| l.starts_with("  v:"))
 }
 
-impl Daemon {
-    fn start(config: &Path) -> Daemon {
-        let mut child = Command::new(NBRAIDD)
-            .arg("--config")
-            .arg(config)
-            .args(["--log-level", "error"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start nbraidd");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut printed = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !printed.iter().any(|l: &String| l.starts_with("  v:")) {
-            assert!(
-                Instant::now() < deadline,
-                "nbraidd listed no export: {printed:?}"
-            );
-            match lines.next() {
-                Some(Ok(l)) => printed.push(l),
-                _ => panic!(
-                    "nbraidd exited early: {:?}, printed {printed:?}",
-                    child.wait()
-                ),
-            }
-        }
-        std::thread::spawn(move || for _ in lines.by_ref() {});
-        Daemon { child, printed }
-    }
-
-    /// Every URI printed for the export.
-    fn uris(&self) -> Vec<String> {
-        let line = self.printed.iter().find(|l| l.starts_with("  v:")).unwrap();
-        line.split_whitespace()
-            .skip(1)
-            .map(str::to_string)
-            .collect()
-    }
-
-    /// SIGTERM; returns its standard error.
-    fn stop(self) -> String {
-        // SAFETY: kill(2) on our own child's pid has no memory effects.
-        assert_eq!(
-            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) },
-            0
-        );
-        let out = self.child.wait_with_output().unwrap();
-        assert!(out.status.success(), "nbraidd exited with {}", out.status);
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    }
+/// Every URI printed for the export.
+fn uris(d: &Daemon) -> Vec<String> {
+    let line = d.printed.iter().find(|l| l.starts_with("  v:")).unwrap();
+    line.split_whitespace()
+        .skip(1)
+        .map(str::to_string)
+        .collect()
 }
 
 #[test]
@@ -141,8 +93,8 @@ fn a_non_loopback_listener_without_tls_needs_insecure_listen() {
         dir.path(),
         &format!("listen = [\"tcp:{ip}:0\"]\ninsecure_listen = true"),
     );
-    let daemon = Daemon::start(&consented);
-    let uri = daemon.uris().pop().unwrap();
+    let daemon = start(&consented);
+    let uri = uris(&daemon).pop().unwrap();
     assert!(uri.starts_with(&format!("nbd://{ip}:")), "{uri}");
     let size = run(Command::new(&nbdinfo).args(["--size", &uri]));
     assert_eq!(size.trim(), (15u64 << 20).to_string());
@@ -172,8 +124,8 @@ fn each_listener_has_its_own_tls_mode() {
             sock.display()
         ),
     );
-    let daemon = Daemon::start(&config);
-    let uris = daemon.uris();
+    let daemon = start(&config);
+    let uris = uris(&daemon);
     assert_eq!(uris.len(), 2, "{uris:?}");
     let (unix, tcp) = (&uris[0], &uris[1]);
     assert_eq!(unix, &format!("nbd+unix:///v?socket={}", sock.display()));

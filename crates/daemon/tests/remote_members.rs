@@ -3,15 +3,15 @@
 //! under fio's writes and keeps serving, degraded, with every block fio wrote verified.
 
 mod common;
-use common::{require, run, run_output};
+use common::{require, run, run_output, Daemon};
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const NBDRAIDD: &str = env!("CARGO_BIN_EXE_nbraidd");
+const NBRAIDD: &str = env!("CARGO_BIN_EXE_nbraidd");
 
 /// `nbdkit memory` on a Unix socket, killed on drop.
 struct Nbdkit(Child);
@@ -43,56 +43,19 @@ impl Drop for Nbdkit {
     }
 }
 
-/// A running nbraidd, stopped (and checked to stop cleanly) on `stop`.
-struct Daemon {
-    child: Child,
-    config: PathBuf,
+fn start(config: &Path) -> Daemon {
+    Daemon::start(config, "warn", false, |l| {
+        l.starts_with("nbraidd: control socket")
+    })
 }
 
-impl Daemon {
-    fn start(config: &Path) -> Daemon {
-        let mut child = Command::new(NBDRAIDD)
-            .arg("--config")
-            .arg(config)
-            .args(["--log-level", "warn"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start nbraidd");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        loop {
-            match lines.next() {
-                Some(Ok(l)) if l.starts_with("nbraidd: control socket") => break,
-                Some(Ok(_)) => {}
-                _ => panic!("nbraidd exited early: {:?}", child.wait()),
-            }
-        }
-        std::thread::spawn(move || for _ in lines.by_ref() {});
-        Daemon {
-            child,
-            config: config.to_path_buf(),
-        }
-    }
-
-    /// The control socket's `status` reply (JSON text).
-    fn status(&self) -> String {
-        let mut s = UnixStream::connect(self.config.with_extension("ctl")).unwrap();
-        s.write_all(b"{\"v\": 1, \"op\": \"status\"}\n").unwrap();
-        let mut line = String::new();
-        BufReader::new(s).read_line(&mut line).unwrap();
-        line
-    }
-
-    fn stop(mut self) {
-        // SAFETY: kill(2) on our own child's pid has no memory effects.
-        assert_eq!(
-            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) },
-            0
-        );
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "nbraidd exited with {status}");
-    }
+/// The control socket's `status` reply (JSON text).
+fn status(config: &Path) -> String {
+    let mut s = UnixStream::connect(config.with_extension("ctl")).unwrap();
+    s.write_all(b"{\"v\": 1, \"op\": \"status\"}\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    line
 }
 
 fn remote(sock: &Path) -> String {
@@ -125,13 +88,13 @@ fn raid1_of_a_local_file_and_a_remote_export() {
     // member: the array is created over blank members, never over part of them).
     let local = std::fs::File::create(dir.path().join("local.img")).unwrap();
     local.set_len(33 << 20).unwrap();
-    let check = run(Command::new(NBDRAIDD)
+    let check = run(Command::new(NBRAIDD)
         .arg("--config")
         .arg(&config)
         .arg("--check"));
     assert!(check.contains("remote NBD export"), "{check}");
 
-    let daemon = Daemon::start(&config);
+    let daemon = start(&config);
     let data: Vec<u8> = (0..32u32 << 20)
         .map(|i| (i.wrapping_mul(2246822519) >> 9) as u8)
         .collect();
@@ -186,7 +149,7 @@ fn raid5_over_four_remote_exports_survives_one_killed_under_writes() {
         ),
     )
     .unwrap();
-    let daemon = Daemon::start(&config);
+    let daemon = start(&config);
     let uri = format!("nbd+unix:///r5?socket={}", sock.display());
     let mut job = Command::new(&fio);
     job.current_dir(dir.path())
@@ -218,7 +181,7 @@ fn raid5_over_four_remote_exports_survives_one_killed_under_writes() {
     );
     assert!(!text.contains("verify:"), "fio found bad data: {text}");
 
-    let status = daemon.status();
+    let status = status(&config);
     assert!(status.contains("\"ok\":true"), "{status}");
     assert!(
         status.contains("degraded") || status.contains("failed"),

@@ -78,3 +78,62 @@ pub fn run(cmd: &mut Command) -> String {
     );
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
+
+/// A running `nbraidd`, with the lines it printed up to the one it was waited for.
+pub struct Daemon {
+    pub child: std::process::Child,
+    pub printed: Vec<String>,
+}
+
+impl Daemon {
+    /// Starts nbraidd on `config` and reads its standard output until a line satisfies
+    /// `ready` (at most 30 s); standard error is captured for [`Daemon::stop`] when
+    /// `capture_stderr`, else inherited.
+    pub fn start(
+        config: &std::path::Path,
+        log_level: &str,
+        capture_stderr: bool,
+        ready: impl Fn(&str) -> bool,
+    ) -> Daemon {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_nbraidd"))
+            .arg("--config")
+            .arg(config)
+            .args(["--log-level", log_level])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(if capture_stderr {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
+            .spawn()
+            .expect("start nbraidd");
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut printed = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !printed.last().is_some_and(|l: &String| ready(l)) {
+            assert!(Instant::now() < deadline, "nbraidd not ready: {printed:?}");
+            match lines.next() {
+                Some(Ok(l)) => printed.push(l),
+                _ => panic!(
+                    "nbraidd exited early: {:?}, printed {printed:?}",
+                    child.wait()
+                ),
+            }
+        }
+        // Keep draining stdout so the daemon never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines.by_ref() {});
+        Daemon { child, printed }
+    }
+
+    /// SIGTERM, checks a clean exit, and returns what it wrote to a captured stderr.
+    pub fn stop(self) -> String {
+        // SAFETY: kill(2) on our own child's pid has no memory effects.
+        let r = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(r, 0, "kill failed");
+        let out = self.child.wait_with_output().unwrap();
+        assert!(out.status.success(), "nbraidd exited with {}", out.status);
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+}
