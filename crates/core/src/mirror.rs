@@ -15,7 +15,7 @@ use crate::buf::{Buf, SharedBuf};
 use crate::error::{VolumeError, VolumeResult};
 use crate::node::{all_ok, collect_bufs, first_error, ArrayNode, ZeroKind};
 use crate::range_lock::RangeLock;
-use crate::read_policy::{plan, CopyView, ReadPolicy};
+use crate::read_policy::{plan, views, CopyView, ReadPolicy};
 use futures::future::{join_all, BoxFuture};
 use futures::FutureExt;
 use parking_lot::Mutex;
@@ -57,7 +57,7 @@ impl MirrorNode {
             capacity,
             policy,
             seq_piece: seq_piece.max(4096),
-            views: Mutex::new(vec![CopyView::default(); n]),
+            views: Mutex::new(views(n, capacity)),
             tick: AtomicU64::new(0),
             locks: RangeLock::default(),
             repairs,
@@ -157,6 +157,48 @@ impl MirrorNode {
         }
     }
 
+    /// Writes a readable copy's bytes of `[offset, offset+len)` over the other copies that
+    /// take writes and that `to` picks; the caller holds the range exclusively.
+    async fn copy_over(
+        &self,
+        offset: u64,
+        len: u64,
+        to: impl Fn(usize) -> bool,
+    ) -> VolumeResult<()> {
+        debug_assert!(self.locks.holds(offset, len, true));
+        // The first readable copy that reads without an error.
+        let mut got = None;
+        let mut last = None;
+        for (i, c) in self.children.iter().enumerate() {
+            if !c.readable(offset, len) {
+                continue;
+            }
+            match c.read(offset, Buf::new(len as usize)).await {
+                Ok(b) => {
+                    got = Some((i, b.freeze()));
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let Some((good, bytes)) = got else {
+            return Err(last.unwrap_or_else(|| VolumeError::Unavailable {
+                reason: format!("mirror bytes {offset}+{len}: no copy can be read"),
+            }));
+        };
+        let results = join_all(
+            self.children
+                .iter()
+                .enumerate()
+                .filter(|&(i, c)| i != good && to(i) && c.writable(offset, len))
+                .map(|(_, c)| c.write(offset, bytes.clone(), false)),
+        )
+        .await;
+        // A copy that failed the write is marked failed by its leaf; the others agree.
+        drop(results);
+        Ok(())
+    }
+
     /// Runs `op` on every copy that can take writes; Ok when at least one stored everything.
     /// Overlapping writes are serialized: two in flight together could land in different
     /// orders on different copies and leave them disagreeing where no bitmap bit says so.
@@ -202,26 +244,35 @@ impl ArrayNode for MirrorNode {
                 }
             }
             let _guard = self.locks.lock(offset, len, true).await;
-            let Some(good) = self.children.iter().position(|c| c.readable(offset, len)) else {
-                return Err(VolumeError::Unavailable {
-                    reason: format!("mirror resync of bytes {offset}+{len}: no copy can be read"),
-                });
-            };
-            let bytes = self.children[good]
-                .read(offset, Buf::new(len as usize))
-                .await?
-                .freeze();
-            let results = join_all(
-                self.children
-                    .iter()
-                    .enumerate()
-                    .filter(|&(i, c)| i != good && c.writable(offset, len))
-                    .map(|(_, c)| c.write(offset, bytes.clone(), false)),
-            )
-            .await;
-            // A copy that failed the write is marked failed by its leaf; the others agree.
-            drop(results);
-            Ok(())
+            self.copy_over(offset, len, |_| true).await
+        }
+        .boxed()
+    }
+
+    /// Copies that take writes but are not read (being rebuilt) get a readable copy's bytes;
+    /// readable copies rebuild what is below them — all under the range's exclusive lock.
+    fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            let _guard = self.locks.lock(offset, len, true).await;
+            let readable: Vec<bool> = self
+                .children
+                .iter()
+                .map(|c| c.readable(offset, len))
+                .collect();
+            all_ok(
+                join_all(
+                    self.children
+                        .iter()
+                        .zip(&readable)
+                        .filter(|(_, &r)| r)
+                        .map(|(c, _)| c.rebuild_range(offset, len)),
+                )
+                .await,
+            )?;
+            if readable.iter().all(|&r| r) {
+                return Ok(());
+            }
+            self.copy_over(offset, len, |c| !readable[c]).await
         }
         .boxed()
     }

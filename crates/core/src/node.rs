@@ -14,11 +14,12 @@
 
 use crate::buf::{Buf, SharedBuf};
 use crate::error::{VolumeError, VolumeResult};
-use crate::member::Member;
+use crate::member::{Member, MemberResult};
 use crate::raid::CacheUsage;
 use futures::future::{join_all, BoxFuture};
 use futures::FutureExt;
 use nbraid_layout::ChildPiece;
+use parking_lot::RwLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -108,6 +109,16 @@ pub trait ArrayNode: Send + Sync {
         futures::future::ready(Ok(())).boxed()
     }
 
+    /// Brings what is written but not read under `[offset, offset+len)` up to date: children
+    /// being rebuilt (a new member in a failed member's place: written, never read) get
+    /// their bytes from the redundancy — mirrors copy a readable copy, parity groups
+    /// reconstruct — and a leaf with a replacement copies its member onto it. Nothing else
+    /// is written. Each node holds its own range lock exclusively over the range while it
+    /// rebuilds it (so user writes cannot land in between); memory is bounded by the range.
+    fn rebuild_range(&self, _offset: u64, _len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+        futures::future::ready(Ok(())).boxed()
+    }
+
     /// Checks (with `pass.repair`, mends) the redundancy this node and those below own in
     /// `[offset, offset+len)` (see [`crate::scrub`]); nothing for kinds without redundancy.
     fn scrub_range<'a>(
@@ -131,7 +142,14 @@ pub enum MemberState {
 
 /// A member and what the volume knows about it.
 pub struct MemberSlot {
-    pub member: Arc<dyn Member>,
+    /// Swapped when a new member takes a failed one's place (rebuild) or a replacement
+    /// takes over (replace).
+    member: RwLock<Arc<dyn Member>>,
+    /// A member being rebuilt to take this one's place while this one still serves (md's
+    /// want_replacement): it takes every write, and is never read.
+    replacement: RwLock<Option<Arc<dyn Member>>>,
+    /// Whether `replacement` is set (the write path's fast check).
+    replacing: AtomicBool,
     /// Set once the member returned an error that leaves its contents stale.
     failed: AtomicBool,
     /// Writes (not FUA) completed on the member so far: each bumps it once it is done.
@@ -147,6 +165,37 @@ pub struct MemberSlot {
 }
 
 impl MemberSlot {
+    /// The member serving this slot now.
+    pub fn member(&self) -> Arc<dyn Member> {
+        self.member.read().clone()
+    }
+
+    /// The member being rebuilt to replace this one, if any.
+    pub fn replacement(&self) -> Option<Arc<dyn Member>> {
+        if !self.replacing.load(Ordering::Acquire) {
+            return None;
+        }
+        self.replacement.read().clone()
+    }
+
+    /// Drops the replacement (it failed, or the replace was given up).
+    pub fn drop_replacement(&self, why: &dyn std::fmt::Display) {
+        if let Some(r) = self.replacement.write().take() {
+            self.replacing.store(false, Ordering::Release);
+            tracing::error!("replacement `{}` dropped: {why}", r.name());
+        }
+    }
+
+    /// Flushes the member and its replacement (a replacement that fails is dropped).
+    pub(crate) async fn flush(&self) -> MemberResult<()> {
+        if let Some(r) = self.replacement() {
+            if let Err(e) = r.flush().await {
+                self.drop_replacement(&e);
+            }
+        }
+        self.member().flush().await
+    }
+
     pub fn is_failed(&self) -> bool {
         self.failed.load(Ordering::Acquire)
     }
@@ -197,7 +246,9 @@ impl MemberTable {
             slots: members
                 .into_iter()
                 .map(|member| MemberSlot {
-                    member,
+                    member: RwLock::new(member),
+                    replacement: RwLock::new(None),
+                    replacing: AtomicBool::new(false),
                     failed: AtomicBool::new(false),
                     writes_done: AtomicU64::new(0),
                     writes_durable: AtomicU64::new(0),
@@ -240,6 +291,42 @@ impl MemberTable {
         }
     }
 
+    /// Puts `member` in failed slot `index`, stale (written, not read) until it is rebuilt.
+    /// Writes that planned without the slot (it was failed) are done before any rebuild of
+    /// their range starts: both hold the node's range lock.
+    pub fn install(&self, index: usize, member: Arc<dyn Member>) {
+        let slot = &self.slots[index];
+        assert!(
+            slot.is_failed(),
+            "a member is installed in a failed slot only"
+        );
+        self.set_resyncing(index, true);
+        *slot.member.write() = member;
+        slot.read_errors.store(0, Ordering::Relaxed);
+        if slot.failed.swap(false, Ordering::AcqRel) {
+            self.failed.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Starts rebuilding `member` as slot `index`'s replacement: it takes every write from
+    /// now on.
+    pub fn set_replacement(&self, index: usize, member: Arc<dyn Member>) {
+        let slot = &self.slots[index];
+        *slot.replacement.write() = Some(member);
+        slot.replacing.store(true, Ordering::Release);
+    }
+
+    /// The replacement takes the slot's place (the old member is returned); `None` when there
+    /// is no replacement (it failed and was dropped).
+    pub fn finish_replacement(&self, index: usize) -> Option<Arc<dyn Member>> {
+        let slot = &self.slots[index];
+        let mut rep = slot.replacement.write();
+        let new = rep.take()?;
+        slot.replacing.store(false, Ordering::Release);
+        let old = std::mem::replace(&mut *slot.member.write(), new);
+        Some(old)
+    }
+
     /// Marks member `index` failed (once), logging why.
     pub fn fail(&self, index: usize, why: &dyn std::fmt::Display) {
         let slot = &self.slots[index];
@@ -247,7 +334,7 @@ impl MemberTable {
             self.failed.fetch_add(1, Ordering::AcqRel);
             tracing::error!(
                 "member {index} (`{}`) marked failed: {why}",
-                slot.member.name()
+                slot.member().name()
             );
         }
     }
@@ -283,7 +370,7 @@ impl LeafNode {
             reason: format!(
                 "member {} (`{}`) has failed; it held bytes {}..{} of the request",
                 self.index,
-                self.slot().member.name(),
+                self.slot().member().name(),
                 self.start + offset,
                 self.start + offset + len
             ),
@@ -298,6 +385,17 @@ impl LeafNode {
         VolumeError::Member {
             member: self.index,
             source: e,
+        }
+    }
+
+    /// Waits for the replacement's copy of a write; a replacement that fails it is dropped
+    /// (the member it was to replace still serves).
+    async fn replacement_done(&self, copy: Option<BoxFuture<'_, MemberResult<()>>>) {
+        if let Some(Err(e)) = match copy {
+            Some(f) => Some(f.await),
+            None => None,
+        } {
+            self.slot().drop_replacement(&e);
         }
     }
 
@@ -330,7 +428,7 @@ impl ArrayNode for LeafNode {
             if !slot.is_current() {
                 return Err(self.unavailable(offset, buf.len() as u64));
             }
-            slot.member
+            slot.member()
                 .read(self.start + offset, buf)
                 .await
                 .map_err(|e| self.read_error(e))
@@ -344,10 +442,12 @@ impl ArrayNode for LeafNode {
             if slot.is_failed() {
                 return Err(self.unavailable(offset, data.len() as u64));
             }
-            slot.member
-                .write(self.start + offset, data, fua)
-                .await
-                .map_err(|e| self.failed_write(e))?;
+            let at = self.start + offset;
+            let rep = slot.replacement();
+            let copy = rep.as_ref().map(|r| r.write(at, data.clone(), fua));
+            let r = slot.member().write(at, data, fua).await;
+            self.replacement_done(copy).await;
+            r.map_err(|e| self.failed_write(e))?;
             if !fua {
                 slot.mark_dirty();
             }
@@ -363,7 +463,7 @@ impl ArrayNode for LeafNode {
                 let len = bufs.iter().map(|b| b.len() as u64).sum();
                 return Err(self.unavailable(offset, len));
             }
-            slot.member
+            slot.member()
                 .read_vectored(self.start + offset, bufs)
                 .await
                 .map_err(|e| self.read_error(e))
@@ -383,12 +483,40 @@ impl ArrayNode for LeafNode {
                 let len = data.iter().map(|d| d.len() as u64).sum();
                 return Err(self.unavailable(offset, len));
             }
-            slot.member
-                .write_vectored(self.start + offset, data, fua)
-                .await
-                .map_err(|e| self.failed_write(e))?;
+            let at = self.start + offset;
+            let rep = slot.replacement();
+            let copy = rep
+                .as_ref()
+                .map(|r| r.write_vectored(at, data.clone(), fua));
+            let r = slot.member().write_vectored(at, data, fua).await;
+            self.replacement_done(copy).await;
+            r.map_err(|e| self.failed_write(e))?;
             if !fua {
                 slot.mark_dirty();
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+
+    /// Copies the member's bytes onto its replacement (the parent holds the range's lock).
+    fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            let slot = self.slot();
+            let Some(rep) = slot.replacement() else {
+                return Ok(());
+            };
+            if !slot.is_current() {
+                return Err(self.unavailable(offset, len));
+            }
+            let at = self.start + offset;
+            let bytes = slot
+                .member()
+                .read(at, Buf::new(len as usize))
+                .await
+                .map_err(|e| self.read_error(e))?;
+            if let Err(e) = rep.write(at, bytes.freeze(), false).await {
+                slot.drop_replacement(&e);
             }
             Ok(())
         }
@@ -402,10 +530,18 @@ impl ArrayNode for LeafNode {
                 return Err(self.unavailable(offset, len));
             }
             let at = self.start + offset;
-            let r = match kind {
-                ZeroKind::Trim => slot.member.trim(at, len).await,
-                ZeroKind::WriteZeroes => slot.member.write_zeroes(at, len).await,
+            let op = |m: Arc<dyn Member>| {
+                async move {
+                    match kind {
+                        ZeroKind::Trim => m.trim(at, len).await,
+                        ZeroKind::WriteZeroes => m.write_zeroes(at, len).await,
+                    }
+                }
+                .boxed()
             };
+            let copy = slot.replacement().map(op);
+            let r = op(slot.member()).await;
+            self.replacement_done(copy).await;
             r.map_err(|e| self.failed_write(e))?;
             slot.mark_dirty();
             Ok(())

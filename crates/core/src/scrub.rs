@@ -40,18 +40,16 @@
 
 use crate::error::VolumeResult;
 use crate::parity::gf;
+use crate::pass::{PassControl, PassState, PassWork};
 use crate::volume::Volume;
+use futures::FutureExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::time::{Duration, Instant};
 
 /// Logical bytes a scrub hands to the tree at a time.
 pub const SCRUB_WINDOW_BYTES: u64 = 4 << 20;
 
 /// Mirrors compare (and count, and repair) their copies in blocks of this many bytes.
 pub const MIRROR_SCRUB_BLOCK_BYTES: u64 = 64 << 10;
-
-/// How often a paused scrub looks at its control again.
-const PAUSE_POLL: Duration = Duration::from_millis(20);
 
 /// Counts of one scrub (shared atomics: nodes bump them as they go).
 #[derive(Debug, Default)]
@@ -82,45 +80,15 @@ impl ScrubPass<'_> {
     }
 }
 
-/// Where a scrub is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScrubState {
-    /// Not started.
-    Idle,
-    Running,
-    Paused,
-    /// Stopped before the end; a new `Volume::scrub` with the same control resumes.
-    Cancelled,
-    Done,
-}
-
-impl ScrubState {
-    pub fn name(self) -> &'static str {
-        match self {
-            ScrubState::Idle => "idle",
-            ScrubState::Running => "running",
-            ScrubState::Paused => "paused",
-            ScrubState::Cancelled => "cancelled",
-            ScrubState::Done => "done",
-        }
-    }
-}
+/// Where a scrub is (the state of its [`crate::pass`]).
+pub type ScrubState = PassState;
 
 /// A scrub's shared control and progress.
 #[derive(Debug, Default)]
 pub struct ScrubControl {
     repair: AtomicBool,
-    /// Bytes per second, 0 = unlimited.
-    rate_bytes_per_s: AtomicU64,
-    paused: AtomicBool,
-    cancelled: AtomicBool,
-    /// The next byte to scrub (the resume point).
-    position_bytes: AtomicU64,
-    total_bytes: AtomicU64,
-    /// `ScrubState` as a number (see `state_code`).
-    state: AtomicU64,
-    /// Bytes per second over the current run (0 until a window is done).
-    measured_bytes_per_s: AtomicU64,
+    /// Position, rate, pause and cancel (the pass machinery shared with rebuild).
+    pub pass: PassControl,
     pub stats: ScrubStats,
 }
 
@@ -149,62 +117,45 @@ impl ScrubReport {
     }
 }
 
-const STATES: [ScrubState; 5] = [
-    ScrubState::Idle,
-    ScrubState::Running,
-    ScrubState::Paused,
-    ScrubState::Cancelled,
-    ScrubState::Done,
-];
-
-fn state_code(s: ScrubState) -> u64 {
-    STATES.iter().position(|&x| x == s).expect("listed") as u64
-}
-
 impl ScrubControl {
     /// A control for a scrub from byte 0; `repair` rewrites what redundancy proves wrong,
     /// `rate_bytes_per_s` limits it (0: unlimited).
     pub fn new(repair: bool, rate_bytes_per_s: u64) -> ScrubControl {
-        let c = ScrubControl::default();
-        c.repair.store(repair, Relaxed);
-        c.rate_bytes_per_s.store(rate_bytes_per_s, Relaxed);
-        c
+        ScrubControl::resume_at(repair, rate_bytes_per_s, 0)
     }
 
     /// A control that resumes at `position_bytes` (counts start from zero).
     pub fn resume_at(repair: bool, rate_bytes_per_s: u64, position_bytes: u64) -> ScrubControl {
-        let c = ScrubControl::new(repair, rate_bytes_per_s);
-        c.position_bytes.store(position_bytes, Relaxed);
-        c
+        ScrubControl {
+            repair: AtomicBool::new(repair),
+            pass: PassControl::resume_at(rate_bytes_per_s, position_bytes),
+            stats: ScrubStats::default(),
+        }
     }
 
     pub fn set_rate(&self, bytes_per_s: u64) {
-        self.rate_bytes_per_s.store(bytes_per_s, Relaxed);
+        self.pass.set_rate(bytes_per_s);
     }
 
     pub fn pause(&self) {
-        self.paused.store(true, Relaxed);
+        self.pass.pause();
     }
 
     pub fn resume(&self) {
-        self.paused.store(false, Relaxed);
+        self.pass.resume();
     }
 
     /// Stops the scrub after its current window; the position is kept.
     pub fn cancel(&self) {
-        self.cancelled.store(true, Relaxed);
+        self.pass.cancel();
     }
 
     pub fn is_paused(&self) -> bool {
-        self.paused.load(Relaxed)
-    }
-
-    fn set_state(&self, s: ScrubState) {
-        self.state.store(state_code(s), Relaxed);
+        self.pass.is_paused()
     }
 
     pub fn state(&self) -> ScrubState {
-        STATES[self.state.load(Relaxed) as usize]
+        self.pass.state()
     }
 
     pub fn report(&self) -> ScrubReport {
@@ -212,10 +163,10 @@ impl ScrubControl {
         ScrubReport {
             state: self.state(),
             repair: self.repair.load(Relaxed),
-            position_bytes: self.position_bytes.load(Relaxed),
-            total_bytes: self.total_bytes.load(Relaxed),
-            rate_limit_bytes_per_s: self.rate_bytes_per_s.load(Relaxed),
-            rate_bytes_per_s: self.measured_bytes_per_s.load(Relaxed),
+            position_bytes: self.pass.position_bytes(),
+            total_bytes: self.pass.total_bytes(),
+            rate_limit_bytes_per_s: self.pass.rate_limit_bytes_per_s(),
+            rate_bytes_per_s: self.pass.measured_bytes_per_s(),
             checked: s.checked.load(Relaxed),
             mismatches: s.mismatches.load(Relaxed),
             repaired: s.repaired.load(Relaxed),
@@ -225,65 +176,29 @@ impl ScrubControl {
     }
 }
 
-/// How long to wait so that `done_bytes` since `started` keep to `rate_bytes_per_s`.
-pub fn rate_delay(done_bytes: u64, elapsed: Duration, rate_bytes_per_s: u64) -> Duration {
-    if rate_bytes_per_s == 0 {
-        return Duration::ZERO;
-    }
-    let due = Duration::from_secs_f64(done_bytes as f64 / rate_bytes_per_s as f64);
-    due.saturating_sub(elapsed)
-}
-
 impl Volume {
     /// Scrubs the volume from the control's position to the end, one window at a time (see
     /// the module docs), honouring its rate limit, pause and cancel. Returns the final
     /// report; a cancelled scrub resumes when called again with the same control.
     pub async fn scrub(&self, ctl: &ScrubControl) -> VolumeResult<ScrubReport> {
         let root = self.root_node();
-        let total = root.capacity();
-        ctl.total_bytes.store(total, Relaxed);
-        ctl.cancelled.store(false, Relaxed);
-        let repair = ctl.repair.load(Relaxed);
         let pass = ScrubPass {
-            repair,
+            repair: ctl.repair.load(Relaxed),
             stats: &ctl.stats,
         };
-        let mut started = Instant::now();
-        let mut run_start = ctl.position_bytes.load(Relaxed);
-        ctl.set_state(ScrubState::Running);
-        loop {
-            let at = ctl.position_bytes.load(Relaxed);
-            if at >= total {
-                ctl.set_state(ScrubState::Done);
-                break;
-            }
-            if ctl.cancelled.load(Relaxed) {
-                ctl.set_state(ScrubState::Cancelled);
-                break;
-            }
-            if ctl.is_paused() {
-                ctl.set_state(ScrubState::Paused);
-                crate::timer::sleep(PAUSE_POLL).await;
-                // The rate is measured over running time only.
-                started = Instant::now();
-                run_start = at;
-                continue;
-            }
-            ctl.set_state(ScrubState::Running);
-            let len = (total - at).min(SCRUB_WINDOW_BYTES);
-            root.scrub_range(at, len, &pass).await?;
-            ctl.position_bytes.store(at + len, Relaxed);
-            let done = at + len - run_start;
-            let elapsed = started.elapsed();
-            if elapsed.as_secs_f64() > 0.0 {
-                let rate = done as f64 / elapsed.as_secs_f64();
-                ctl.measured_bytes_per_s.store(rate as u64, Relaxed);
-            }
-            let wait = rate_delay(done, elapsed, ctl.rate_bytes_per_s.load(Relaxed));
-            if !wait.is_zero() {
-                crate::timer::sleep(wait).await;
-            }
-        }
+        let pass = &pass;
+        crate::pass::run(
+            &ctl.pass,
+            PassWork {
+                total_bytes: root.capacity(),
+                window_bytes: SCRUB_WINDOW_BYTES,
+                inflight: 1,
+                window: Box::new(move |at, len| root.scrub_range(at, len, pass)),
+                checkpoint_bytes: 0,
+                checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
+            },
+        )
+        .await?;
         Ok(ctl.report())
     }
 }
@@ -415,18 +330,5 @@ mod tests {
         assert_eq!(majority(&[&a, &b, &c]), None);
         assert_eq!(majority(&[&a, &b]), None);
         assert_eq!(majority(&[&a, &a]), Some(0));
-    }
-
-    #[test]
-    fn rate_delay_keeps_to_the_limit() {
-        assert_eq!(rate_delay(100, Duration::ZERO, 0), Duration::ZERO);
-        assert_eq!(
-            rate_delay(1000, Duration::from_millis(200), 1000),
-            Duration::from_millis(800)
-        );
-        assert_eq!(
-            rate_delay(1000, Duration::from_secs(2), 1000),
-            Duration::ZERO
-        );
     }
 }

@@ -119,6 +119,21 @@ impl<L: Splitter> ArrayNode for SplitNode<L> {
         .boxed()
     }
 
+    /// Each child rebuilds its pieces of the range (runs on one child merged, concurrently).
+    fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            let pieces = self.layout.split(offset, len);
+            let runs = crate::node::child_runs(self.children.len(), &pieces);
+            let results = futures::future::join_all(runs.iter().map(|(child, at, idx)| {
+                let n = idx.iter().map(|&i| pieces[i].len).sum();
+                self.children[*child].rebuild_range(*at, n)
+            }))
+            .await;
+            crate::node::all_ok(results)
+        }
+        .boxed()
+    }
+
     /// Each child scrubs its pieces of the range (runs on one child merged).
     fn scrub_range<'a>(
         &'a self,

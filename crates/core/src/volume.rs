@@ -31,8 +31,10 @@ pub struct VolumeOptions {
     pub block_size: u64,
     /// How mirrors pick the copy that serves a read.
     pub read_policy: ReadPolicy,
-    /// Sequential mirror reads move to another copy after this many bytes (≥ 4 KiB; 1 MiB
-    /// default), so long runs spread over copies in large pieces.
+    /// Sequential mirror reads move to another copy after this many bytes (≥ 4 KiB; 2 MiB
+    /// default), so long runs spread over copies in large pieces. Each piece one copy skips
+    /// costs it a seek and part of a turn: on the simulated HDD, 1 MiB reads at QD 4 from
+    /// two copies do 1.44× one disk with 1 MiB pieces, 1.84× with 2 or 4 MiB, 1.44× with 8.
     pub mirror_seq_piece: u64,
     /// Whether every member region holds only zeroes (files just created sparse, RAM; default
     /// false). Parity groups (RAID 5/6/50/60) decide from it whether parity is known to match
@@ -50,7 +52,7 @@ impl Default for VolumeOptions {
         VolumeOptions {
             block_size: 512,
             read_policy: ReadPolicy::default(),
-            mirror_seq_piece: 1 << 20,
+            mirror_seq_piece: 2 << 20,
             members_known_zero: false,
             cache: CacheMode::default(),
             cache_max_age: Some(Duration::from_secs(1)),
@@ -156,6 +158,11 @@ impl Volume {
         self.capacity
     }
 
+    /// The member table (rebuild installs members in it).
+    pub(crate) fn table(&self) -> &MemberTable {
+        &self.table
+    }
+
     /// The root of the engine tree (for passes over the whole tree, like scrub).
     pub(crate) fn root_node(&self) -> &dyn ArrayNode {
         self.root.as_ref()
@@ -182,8 +189,9 @@ impl Volume {
         self.table.slots().len()
     }
 
-    pub fn member(&self, index: usize) -> &Arc<dyn Member> {
-        &self.table.slot(index).member
+    /// The member serving slot `index` now.
+    pub fn member(&self, index: usize) -> Arc<dyn Member> {
+        self.table.slot(index).member()
     }
 
     pub fn member_states(&self) -> Vec<MemberState> {
@@ -242,7 +250,7 @@ impl Volume {
         self.table
             .slots()
             .iter()
-            .map(|s| s.member.counters().snapshot())
+            .map(|s| s.member().counters().snapshot())
             .collect()
     }
 
@@ -268,7 +276,7 @@ impl Volume {
             .iter()
             .enumerate()
             .filter(|(_, s)| s.is_failed())
-            .map(|(i, s)| format!("{i} (`{}`)", s.member.name()))
+            .map(|(i, s)| format!("{i} (`{}`)", s.member().name()))
             .collect();
         Some(VolumeError::Unavailable {
             reason: format!(
@@ -404,7 +412,7 @@ impl Volume {
             .filter(|&i| !slots[i].is_failed())
             .filter_map(|i| slots[i].flush_target().map(|t| (i, t)))
             .collect();
-        let results = join_all(todo.iter().map(|&(i, _)| slots[i].member.flush())).await;
+        let results = join_all(todo.iter().map(|&(i, _)| slots[i].flush())).await;
         let mut first = None;
         for (&(i, target), r) in todo.iter().zip(results) {
             if r.is_ok() {

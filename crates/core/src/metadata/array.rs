@@ -27,6 +27,7 @@ use crate::volume::{Volume, VolumeOptions};
 use futures::future::join_all;
 use futures::lock::Mutex as AsyncMutex;
 use nbraid_layout::{Geometry, Node};
+use parking_lot::RwLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use thiserror::Error;
@@ -41,7 +42,7 @@ const RESYNC_PIECE_BYTES: u64 = 1 << 20;
 pub struct MemberMeta {
     member: Arc<dyn Member>,
     probe: Probe,
-    sb: AsyncMutex<Option<Superblock>>,
+    pub(super) sb: AsyncMutex<Option<Superblock>>,
 }
 
 impl MemberMeta {
@@ -69,7 +70,10 @@ impl MemberMeta {
     }
 
     /// Applies `f` to the superblock, bumps its generation and writes it (FUA).
-    async fn update(&self, f: impl FnOnce(&mut Superblock)) -> Result<(), SuperblockIoError> {
+    pub(super) async fn update(
+        &self,
+        f: impl FnOnce(&mut Superblock),
+    ) -> Result<(), SuperblockIoError> {
         let mut g = self.sb.lock().await;
         let mut sb = g.clone().unwrap_or_else(|| Superblock {
             generation: 0,
@@ -137,33 +141,39 @@ pub struct OpenReport {
     /// Per role: the position (in the `metas` given to [`Array::open`]) of the member that
     /// serves it, or why none does (as assembly found it; stale roles are resynced since).
     pub roles: Vec<Result<usize, Absence>>,
+    /// Roles whose new member is being rebuilt, and the checkpoint it resumes from
+    /// ([`Array::rebuild`] continues it while the volume serves).
+    pub rebuilding_roles: Vec<(usize, u64)>,
 }
 
 /// The volume's state as its records say it.
-struct Recorded {
-    events: u64,
-    clean: bool,
-    members: Vec<MemberEntry>,
+pub(super) struct Recorded {
+    pub(super) events: u64,
+    pub(super) clean: bool,
+    pub(super) members: Vec<MemberEntry>,
 }
 
 pub struct Array {
     name: String,
     id: Uuid,
     volume: Volume,
-    /// By role: the member's superblock (`None`: lost).
-    metas: Vec<Option<Arc<MemberMeta>>>,
+    /// By role: the member's superblock (`None`: lost). Changes when a new member takes a
+    /// role (rebuild, replace).
+    pub(super) metas: RwLock<Vec<Option<Arc<MemberMeta>>>>,
     /// By role: where that member keeps the bitmap.
-    bitmap_areas: Vec<Option<Area>>,
-    recorded: AsyncMutex<Recorded>,
+    pub(super) bitmap_areas: RwLock<Vec<Option<Area>>>,
+    pub(super) recorded: AsyncMutex<Recorded>,
+    /// Rebuild and replace state (see `heal.rs`).
+    pub(super) heal: super::heal::Heal,
     /// The records say dirty (a write may be in flight since the last clean point).
     dirty: AtomicBool,
     /// Write-type requests in flight.
     inflight: AtomicU64,
     /// `Volume::failed_count` when the records last caught up with it.
     recorded_failed: AtomicUsize,
-    intent: Option<Intent>,
+    pub(super) intent: Option<Intent>,
     /// Serializes bitmap writes (callers waiting share the next one).
-    bitmap_write: AsyncMutex<()>,
+    pub(super) bitmap_write: AsyncMutex<()>,
 }
 
 impl Array {
@@ -325,9 +335,10 @@ impl Array {
                 pos.and_then(|i| metas[i].clone())
             })
             .collect();
+        let resumed = |r: usize| asm.rebuilding.iter().any(|&(x, _)| x == r);
         let stale: Vec<usize> = asm
             .absent()
-            .filter(|(_, a)| matches!(a, Absence::Stale { .. }))
+            .filter(|&(r, a)| matches!(a, Absence::Stale { .. }) && !resumed(r))
             .map(|(r, _)| r)
             .collect();
         let absent: Vec<usize> = asm
@@ -345,6 +356,16 @@ impl Array {
         for &r in &stale {
             array.volume.set_resyncing(r, true);
         }
+        // New members being rebuilt: written, not read; the rebuild resumes online.
+        let mut rebuilding_roles = Vec::new();
+        for &(r, checkpoint) in &asm.rebuilding {
+            if array.volume.member_is_failed(r) {
+                continue;
+            }
+            array.volume.set_resyncing(r, true);
+            array.heal.resume(r, checkpoint);
+            rebuilding_roles.push((r, checkpoint));
+        }
         {
             let mut rec = array.recorded.lock().await;
             rec.events = asm.events;
@@ -359,6 +380,7 @@ impl Array {
             absent_roles: absent,
             resynced_bytes: 0,
             roles: asm.roles.clone(),
+            rebuilding_roles,
         };
         if !asm.clean || !stale.is_empty() {
             let capacity = array.volume.capacity();
@@ -451,8 +473,9 @@ impl Array {
             name: name.to_string(),
             id,
             volume,
-            metas: by_role.to_vec(),
-            bitmap_areas,
+            metas: RwLock::new(by_role.to_vec()),
+            bitmap_areas: RwLock::new(bitmap_areas),
+            heal: Default::default(),
             recorded: AsyncMutex::new(Recorded {
                 events: newest.events,
                 clean: newest.clean,
@@ -541,14 +564,15 @@ impl Array {
     /// Writes the recorded state (plus every member failed since) to every current member,
     /// bumping the event counter. A member that cannot take it is failed and the state
     /// written again, so the records always name every failed member.
-    async fn commit(&self, rec: &mut Recorded) -> VolumeResult<()> {
+    pub(super) async fn commit(&self, rec: &mut Recorded) -> VolumeResult<()> {
         loop {
+            let metas = self.metas.read().clone();
             let failed_before = self.volume.failed_count();
             for (r, m) in rec.members.iter_mut().enumerate() {
                 if !self.volume.member_is_failed(r) || m.state == RecordedState::Failed {
                     continue;
                 }
-                m.state = if self.metas[r].is_some() {
+                m.state = if metas[r].is_some() {
                     RecordedState::Failed
                 } else {
                     // Missing at assembly: when it comes back it is resynced before rejoining.
@@ -558,13 +582,19 @@ impl Array {
                 };
             }
             rec.events += 1;
-            let targets: Vec<usize> = (0..self.metas.len())
-                .filter(|&r| self.metas[r].is_some() && self.volume.member_is_current(r))
+            // Current members, and members being rebuilt into their role (their records must
+            // keep up; they say the role is rebuilding, so none is trusted early).
+            let targets: Vec<usize> = (0..metas.len())
+                .filter(|&r| {
+                    metas[r].is_some()
+                        && (self.volume.member_is_current(r)
+                            || (!self.volume.member_is_failed(r) && self.heal.is_rebuilding(r)))
+                })
                 .collect();
             let (id, name) = (self.id, self.name.as_str());
             let results = join_all(targets.iter().map(|&r| {
                 let (events, clean, members) = (rec.events, rec.clean, rec.members.clone());
-                self.metas[r].as_ref().expect("target").update(move |sb| {
+                metas[r].as_ref().expect("target").update(move |sb| {
                     if let Some(v) = sb
                         .volumes
                         .iter_mut()
@@ -618,7 +648,7 @@ impl Array {
     }
 
     /// Writes the bitmap blocks that differ from the disk to every current member (FUA).
-    async fn write_bitmap(&self) -> VolumeResult<()> {
+    pub(super) async fn write_bitmap(&self) -> VolumeResult<()> {
         let Some(intent) = &self.intent else {
             return Ok(());
         };
@@ -629,7 +659,8 @@ impl Array {
             return Ok(());
         }
         let mut writes = Vec::new();
-        for (r, area) in self.bitmap_areas.iter().enumerate() {
+        let areas = self.bitmap_areas.read().clone();
+        for (r, area) in areas.iter().enumerate() {
             let Some(area) = area else { continue };
             if !self.volume.member_is_current(r) {
                 continue;
@@ -640,11 +671,10 @@ impl Array {
                 writes.push((r, area.offset + at, b.freeze()));
             }
         }
-        let results = join_all(
-            writes
-                .iter()
-                .map(|(r, at, b)| self.volume.member(*r).write(*at, b.clone(), true)),
-        )
+        let results = join_all(writes.iter().map(|(r, at, b)| {
+            let m = self.volume.member(*r);
+            async move { m.write(*at, b.clone(), true).await }
+        }))
         .await;
         let mut ok = false;
         for ((r, _, _), res) in writes.iter().zip(results) {
@@ -800,7 +830,7 @@ impl Array {
 
 /// The first gap of `len` bytes (4 KiB aligned) in the per-volume metadata areas that no
 /// record on the member uses.
-fn free_area(sb: Option<&Superblock>, len: u64) -> Option<u64> {
+pub(super) fn free_area(sb: Option<&Superblock>, len: u64) -> Option<u64> {
     let mut used: Vec<(u64, u64)> = sb
         .map(|sb| {
             sb.volumes

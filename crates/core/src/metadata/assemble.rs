@@ -46,6 +46,12 @@ pub struct Assembly {
     pub clean: bool,
     /// Things to say loudly at start: damaged superblock copies, lost or stale members.
     pub warnings: Vec<String>,
+    /// Roles whose member is being rebuilt into them (a new member: the records and its own
+    /// record say so), with the bytes of the volume current on it — its checkpoint, or 0
+    /// when it missed commits. They are written, not read, while the rebuild resumes online.
+    /// (A returning member whose role is recorded rebuilding because it went missing is
+    /// not listed: it is stale, resynced over the bitmap's regions.)
+    pub rebuilding: Vec<(usize, u64)>,
 }
 
 impl Assembly {
@@ -171,9 +177,20 @@ pub fn assemble(
     check_geometry(&volume, config_tree, &newest.tree, newest.members.len())?;
     let n = newest.members.len();
     let mut roles: Vec<Result<usize, Absence>> = vec![Err(Absence::Lost); n];
+    let mut resuming = Vec::new();
     for (i, r) in records.iter().enumerate() {
         let Some(r) = r else { continue };
         let role = r.role as usize;
+        // A member whose id the records no longer name in its role was replaced (or rebuilt
+        // over): it holds nothing the volume needs.
+        if let (Probe::Superblock(sb, _), Some(m)) = (&probes[i], newest.members.get(role)) {
+            if sb.member != m.uuid {
+                warnings.push(format!(
+                    "member {i}: its role {role} now belongs to another member; ignored"
+                ));
+                continue;
+            }
+        }
         if role >= n || r.members.len() != n {
             return Err(AssembleError::GeometryChanged {
                 volume,
@@ -197,7 +214,8 @@ pub fn assemble(
             newest.members[role].state,
             RecordedState::Rebuilding { .. } | RecordedState::Spare
         );
-        roles[role] = if r.events + 1 < newest.events || (rebuilding && r.events < newest.events) {
+        let stale = r.events + 1 < newest.events || (rebuilding && r.events < newest.events);
+        roles[role] = if stale {
             Err(Absence::Stale {
                 member: i,
                 events: r.events,
@@ -205,6 +223,15 @@ pub fn assemble(
         } else {
             Ok(i)
         };
+        if let (
+            RecordedState::Rebuilding { checkpoint_bytes },
+            Some(RecordedState::Rebuilding { .. }),
+        ) = (
+            newest.members[role].state,
+            r.members.get(role).map(|m| m.state),
+        ) {
+            resuming.push((role, if stale { 0 } else { checkpoint_bytes }));
+        }
     }
     // The newest record's view of member states wins: a member its peers recorded failed
     // stays failed (never resynced back in), whatever its own record says.
@@ -247,6 +274,7 @@ pub fn assemble(
         events: newest.events,
         clean,
         warnings,
+        rebuilding: resuming,
     })
 }
 

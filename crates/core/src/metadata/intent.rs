@@ -173,6 +173,12 @@ impl Intent {
             .collect()
     }
 
+    /// What every current member's bitmap holds (for a member joining them; call it holding
+    /// the bitmap writer's lock).
+    pub fn on_disk_image(&self) -> Vec<u8> {
+        self.state.lock().on_disk.clone()
+    }
+
     /// Blocks from [`Self::dirty_blocks`] are durable on every current member (call it with
     /// none when there were none, still holding the bitmap writer's lock: it confirms what the
     /// disk holds). O(bitmap bytes), once per bitmap write.

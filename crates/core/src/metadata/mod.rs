@@ -14,12 +14,14 @@
 mod array;
 mod assemble;
 mod codec;
+mod heal;
 pub mod intent;
 mod io;
 mod superblock;
 
 pub use array::{Array, ArrayError, ArrayOptions, MemberMeta, OpenReport};
 pub use assemble::{assemble, Absence, AssembleError, Assembly, Probe};
+pub use heal::RebuildReport;
 pub use io::{read_superblock, write_superblock, Found, SuperblockIoError};
 
 pub use superblock::{

@@ -6,7 +6,7 @@
 //! `mod.rs` (this essay, the node and its `ArrayNode` impl), `plan.rs` (pure decisions:
 //! [`choose`], [`plan_write`], recovery patterns), `write.rs` (the executor of a write plan,
 //! salvage, whole-stripe zeroing), `read.rs` (direct and degraded reads, the recently rebuilt
-//! stripes, read repair), `cache.rs` (the write-back stripe cache), `scrub.rs` (checking and repairing stripes), `sync.rs` (which stripes'
+//! stripes, read repair), `rebuild.rs` (rebuilding a new member's chunks), `cache.rs` (the write-back stripe cache), `scrub.rs` (checking and repairing stripes), `sync.rs` (which stripes'
 //! parity is known in sync or stale; resync), `flusher.rs` (the background destage thread).
 //!
 //! # Ordering
@@ -93,6 +93,7 @@ mod cache;
 mod flusher;
 mod plan;
 mod read;
+mod rebuild;
 mod scrub;
 mod sync;
 mod write;
@@ -394,6 +395,10 @@ impl ArrayNode for ParityCore {
         ParityCore::resync_range(self, offset, len).boxed()
     }
 
+    fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+        ParityCore::rebuild_range(self, offset, len).boxed()
+    }
+
     fn scrub_range<'a>(
         &'a self,
         offset: u64,
@@ -468,6 +473,9 @@ impl ArrayNode for ParityNode {
     }
     fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
         ArrayNode::resync_range(&*self.core, offset, len)
+    }
+    fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+        ArrayNode::rebuild_range(&*self.core, offset, len)
     }
     fn scrub_range<'a>(
         &'a self,

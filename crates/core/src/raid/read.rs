@@ -521,31 +521,8 @@ impl ParityCore {
                 return;
             }
         };
-        let n = (r.r1 - r.r0) as usize;
-        let fresh: SharedBuf = match roles.data_index_of(r.child) {
-            Some(i) => {
-                let mut rows = rows;
-                rows.swap_remove(i).freeze()
-            }
-            None => {
-                let mut order = vec![0usize; self.k];
-                for i in 0..self.k {
-                    order[roles.q_slot[i]] = i;
-                }
-                let srcs: Vec<&[u8]> = order.iter().map(|&i| &rows[i][..]).collect();
-                let (mut p, mut q) = (Buf::new(n), Buf::new(n));
-                if self.np == 2 {
-                    parity::pq_gen(&srcs, &mut p, &mut q);
-                } else {
-                    parity::xor_gen(&srcs, &mut p);
-                }
-                if Some(r.child) == roles.q {
-                    q.freeze()
-                } else {
-                    p.freeze()
-                }
-            }
-        };
+        let rows: Vec<SharedBuf> = rows.into_iter().map(Buf::freeze).collect();
+        let fresh = self.chunk_from_rows(&roles, &rows, r.child);
         self.recent_forget(r.stripe);
         match self.children[r.child].write(at, fresh, false).await {
             Ok(()) => {
@@ -564,6 +541,38 @@ impl ParityCore {
 }
 
 /// Whether a data chunk of the stripe (not only a parity chunk) is among the `lost` children.
+impl ParityCore {
+    /// Child `child`'s bytes of a stripe whose data rows are `rows` (all `k` of them): its
+    /// data chunk, or P or Q generated from them.
+    pub(super) fn chunk_from_rows(
+        &self,
+        roles: &StripeRoles,
+        rows: &[SharedBuf],
+        child: usize,
+    ) -> SharedBuf {
+        if let Some(i) = roles.data_index_of(child) {
+            return rows[i].clone();
+        }
+        let n = rows[0].len();
+        let mut order = vec![0usize; self.k];
+        for i in 0..self.k {
+            order[roles.q_slot[i]] = i;
+        }
+        let srcs: Vec<&[u8]> = order.iter().map(|&i| &rows[i][..]).collect();
+        let (mut p, mut q) = (Buf::new(n), Buf::new(n));
+        if self.np == 2 {
+            parity::pq_gen(&srcs, &mut p, &mut q);
+        } else {
+            parity::xor_gen(&srcs, &mut p);
+        }
+        if Some(child) == roles.q {
+            q.freeze()
+        } else {
+            p.freeze()
+        }
+    }
+}
+
 fn data_lost(roles: &StripeRoles, lost: &[bool]) -> bool {
     (0..lost.len()).any(|c| lost[c] && roles.data_index_of(c).is_some())
 }

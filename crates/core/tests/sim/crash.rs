@@ -5,6 +5,12 @@
 //! Then: every write acknowledged before a completed flush reads back; the copies and parity
 //! agree (every readable subset of up to two more lost members reads the same bytes); and
 //! what the RAID 5/6 write hole may expose is counted (no journal or PPL yet).
+//!
+//! Some schedules heal: a member is pulled during the requests, a spare (one more disk) is
+//! rebuilt into its role while requests go on (small windows, so checkpoints land in the
+//! superblocks), power may go mid-rebuild, and after the reopen the rebuild resumes from the
+//! checkpoint and completes before anything is checked — the same rules then hold for the
+//! rebuilt member (every view losing it, or it and one more, reads the same bytes).
 
 use super::disk::{DiskFaults, World, SECTOR_BYTES};
 use super::executor::{step_once, Executor};
@@ -15,7 +21,7 @@ use super::run::{
 };
 use futures::future::join_all;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta};
-use nbraid_core::{CacheMode, Member, ReadPolicy, Volume, VolumeOptions};
+use nbraid_core::{CacheMode, Member, PassControl, PassState, ReadPolicy, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Node};
 use std::cell::RefCell;
 use std::future::Future;
@@ -47,6 +53,12 @@ pub struct CrashStats {
     pub sectors_checked: u64,
     pub sectors_write_hole: u64,
     pub redundancy_views: u64,
+    /// Schedules where a spare was put in a pulled member's role.
+    pub rebuilds_started: u64,
+    /// Reopens that resumed a rebuild from a checkpoint above 0.
+    pub rebuilds_resumed: u64,
+    /// Rebuilds that completed (before the crash or after the reopen).
+    pub rebuilds_completed: u64,
 }
 
 impl CrashStats {
@@ -62,6 +74,9 @@ impl CrashStats {
         self.sectors_checked += o.sectors_checked;
         self.sectors_write_hole += o.sectors_write_hole;
         self.redundancy_views += o.redundancy_views;
+        self.rebuilds_started += o.rebuilds_started;
+        self.rebuilds_resumed += o.rebuilds_resumed;
+        self.rebuilds_completed += o.rebuilds_completed;
     }
 }
 
@@ -122,9 +137,12 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
         bitmap_chunk_bytes: Some(4096 << rng.below(3)),
     };
 
+    // Healing schedules have one more disk: the spare.
+    let heal = rng.chance(400) && (0..n).any(|m| g.survives(&[m]));
+    let disks = n + usize::from(heal);
     let world = World::new(
-        vec![vec![0u8; case.member_len as usize]; n],
-        vec![DiskFaults::default(); n],
+        vec![vec![0u8; case.member_len as usize]; disks],
+        vec![DiskFaults::default(); disks],
     );
     let members = sim_members(&world, n, case.member_len);
     let (tree, o) = (case.tree.clone(), opts.clone());
@@ -136,6 +154,7 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
     .0;
     let array = Arc::new(array);
     let capacity = array.volume().capacity();
+    array.set_rebuild_window_bytes(width.max(8 * 1024) << rng.below(2));
 
     // Faults within tolerance, from now on.
     let steps = 300 + rng.below(1200);
@@ -155,6 +174,10 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
         }
     }
     let torn = rng.chance(500);
+    // The member pulled for the rebuild: one more loss the layout still survives.
+    let pulled =
+        (0..n).find(|&m| !failing.contains(&m) && g.survives(&[failing.clone(), vec![m]].concat()));
+    let heal_at = (heal && pulled.is_some()).then(|| rng.below(steps));
     let shared = Rc::new(Shared {
         history: RefCell::new(History::new(capacity)),
         violations: RefCell::new(Vec::new()),
@@ -168,6 +191,7 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
     let spawn_per_mille = 100 + rng.below(500);
     let mix = [300, 400, 60, 100, 70, 70];
     let mut exec = Executor::default();
+    let completed = Rc::new(RefCell::new(false));
     let crash_mid_flight = rng.chance(750);
     let mut step = 0u64;
     loop {
@@ -176,6 +200,34 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
             break;
         }
         world.lock().expect("world").step = step;
+        if heal_at == Some(step) {
+            let m = pulled.expect("chosen");
+            stats.rebuilds_started += 1;
+            let spare = sim_members(&world, n + 1, case.member_len)
+                .pop()
+                .expect("spare");
+            let a = array.clone();
+            let sh = shared.clone();
+            let done = completed.clone();
+            exec.spawn(async move {
+                a.volume().fail_member(m, "sim: pulled for a rebuild");
+                let r = match a.rebuild_onto(m, MemberMeta::load(spare).await).await {
+                    Ok(()) => a.rebuild(&PassControl::new(0)).await,
+                    Err(e) => Err(e),
+                };
+                match r {
+                    Ok(r) if r.state == PassState::Done => *done.borrow_mut() = true,
+                    Ok(r) => sh
+                        .violations
+                        .borrow_mut()
+                        .push(format!("rebuild stopped: {r:?}")),
+                    Err(e) => sh
+                        .violations
+                        .borrow_mut()
+                        .push(format!("rebuild of role {m} within tolerance failed: {e}")),
+                }
+            });
+        }
         if spawning && exec.live() < max_in_flight && rng.chance(spawn_per_mille) {
             if rng.chance(20) {
                 // An idle point: the records go clean if nothing is in flight.
@@ -207,6 +259,7 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
         }
     }
     stats.crashes_mid_flight += u64::from(exec.live() > 0);
+    stats.rebuilds_completed += u64::from(*completed.borrow());
 
     // Power loss.
     let images: Vec<Vec<u8>> = {
@@ -225,8 +278,7 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
     drop(exec);
     drop(array);
     // Sometimes a member that was fine is deleted before the restart.
-    let deleted = rng
-        .chance(250)
+    let deleted = (!heal && rng.chance(250))
         .then(|| {
             (0..n).find(|m| {
                 !lost_before.contains(m) && g.survives(&[lost_before.clone(), vec![*m]].concat())
@@ -234,8 +286,9 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
         })
         .flatten();
 
-    let world = World::new(images, vec![DiskFaults::default(); n]);
-    let members = sim_members(&world, n, case.member_len);
+    let world = World::new(images, vec![DiskFaults::default(); disks]);
+    // Every disk is offered (the spare too): superblocks say who plays which role.
+    let members = sim_members(&world, disks, case.member_len);
     let (tree, o) = (case.tree.clone(), opts.clone());
     let (array, report) = drive(&world, &mut rng, async move {
         let mut metas = Vec::new();
@@ -252,6 +305,27 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
         format!("reopen after the crash (deleted {deleted:?}, lost {lost_before:?}): {e}")
     })?;
     let array = Arc::new(array);
+    if !report.rebuilding_roles.is_empty() {
+        stats.rebuilds_resumed += u64::from(report.rebuilding_roles.iter().any(|&(_, c)| c > 0));
+        let a = array.clone();
+        let r = drive(&world, &mut rng, async move {
+            a.rebuild(&PassControl::new(0)).await
+        })?
+        .map_err(|e| format!("resumed rebuild failed (report {report:?}): {e}"))?;
+        if r.state != PassState::Done || r.completed.is_empty() {
+            return Err(format!("resumed rebuild did not complete: {r:?}"));
+        }
+        stats.rebuilds_completed += 1;
+    }
+    // Which disk serves each role now.
+    let role_disks: Vec<usize> = (0..n)
+        .map(|r| {
+            let name = array.volume().member(r).name().to_string();
+            name.strip_prefix("sim")
+                .and_then(|d| d.parse().ok())
+                .unwrap_or(r)
+        })
+        .collect();
     if !report.was_clean {
         stats.reopened_dirty += 1;
         stats.full_resync_bytes += capacity;
@@ -271,6 +345,7 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
     let rebuilt: Vec<usize> = not_current
         .iter()
         .chain(&report.resynced_roles)
+        .chain(report.rebuilding_roles.iter().map(|(r, _)| r))
         .copied()
         .collect();
     let exposed = write_hole_exposure(&g, &history, &rebuilt);
@@ -299,13 +374,13 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
             views.push(vec![a, b]);
         }
     }
-    let baseline = read_view(&world, &mut rng, &g, case, &not_current)?;
+    let baseline = read_view(&world, &mut rng, &g, case, &role_disks, &not_current)?;
     for v in views {
         let lost = [not_current.clone(), v].concat();
         if !g.survives(&lost) {
             continue;
         }
-        let got = read_view(&world, &mut rng, &g, case, &lost)?;
+        let got = read_view(&world, &mut rng, &g, case, &role_disks, &lost)?;
         if let Some(at) = (0..got.len()).find(|&i| got[i] != baseline[i]) {
             let s = at / SECTOR_BYTES * SECTOR_BYTES;
             let id = |b: &[u8]| u64::from_le_bytes(b[s..s + 8].try_into().expect("8"));
@@ -388,9 +463,18 @@ fn read_view(
     rng: &mut Rng,
     g: &Geometry,
     case: &CrashCase,
+    role_disks: &[usize],
     lost: &[usize],
 ) -> Result<Vec<u8>, String> {
-    let members: Vec<Arc<dyn Member>> = sim_members(world, case.members, case.member_len);
+    let disks = sim_members(
+        world,
+        role_disks
+            .len()
+            .max(*role_disks.iter().max().unwrap_or(&0) + 1),
+        case.member_len,
+    );
+    let members: Vec<Arc<dyn Member>> = role_disks.iter().map(|&d| disks[d].clone()).collect();
+    debug_assert_eq!(members.len(), case.members);
     let opts = VolumeOptions {
         members_known_zero: true, // read-only view: parity taken as written
         cache: CacheMode::WriteThrough,

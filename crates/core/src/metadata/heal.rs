@@ -1,0 +1,484 @@
+//! Healing an [`Array`]: hot spares, rebuild onto a new member, replace — the engine's
+//! online rebuild ([`crate::rebuild`]) with its progress in the superblocks.
+//!
+//! - [`Array::rebuild_onto`] puts a new member (a spare, or a failed member that came back:
+//!   nothing it holds is trusted) in a failed role: its superblock gets the volume's record,
+//!   the records name it in the role as *rebuilding* (checkpoint 0), and from then on it takes
+//!   every write and every commit. [`Array::use_spares`] does it for every failed role while
+//!   spares ([`Array::add_spare`]) last.
+//! - [`Array::rebuild`] runs the pass. Every `checkpoint_bytes` (about a sixteenth of the
+//!   volume, at most 1 GiB) the new members are flushed and the position is committed as
+//!   their checkpoint; reopening the array resumes there (the write-intent bitmap covers
+//!   user writes below it that were not flushed at a crash: it is never cleared while a
+//!   role is rebuilding, and an unclean open resyncs its regions onto the rebuilding member
+//!   too). When the pass has covered the volume, the volume is flushed, the new member's
+//!   bitmap gets the current one, its role is committed *active* — and only then is it read.
+//! - [`Array::replace`] rebuilds a replacement beside a member that keeps serving (md's
+//!   want_replacement): nothing is recorded until the pass completes; then the replacement
+//!   gets the role's record and the records name it (committed to it and every current
+//!   member), the slot switches to it, and the old member's record of the volume is removed.
+//!   A restart before that loses the replace, not data: the old member still holds everything
+//!   and the replacement's record, if any, names an id the records do not (assembly ignores
+//!   it). A replace is therefore not checkpointed; it starts again.
+
+use super::array::{free_area, Array, ArrayError, MemberMeta, Recorded};
+use super::{Area, BitmapArea, MemberEntry, Probe, RecordedState, Uuid, VolumeRecord};
+use crate::buf::Buf;
+use crate::error::VolumeResult;
+use crate::pass::{PassControl, PassState};
+use crate::rebuild::REBUILD_WINDOW_BYTES;
+use futures::lock::Mutex as AsyncMutex;
+use futures::FutureExt;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+
+/// Checkpoints are at most this far apart.
+const MAX_CHECKPOINT_BYTES: u64 = 1 << 30;
+
+#[derive(Default)]
+pub(super) struct Heal {
+    spares: Mutex<Vec<Arc<MemberMeta>>>,
+    /// Per role being rebuilt onto a new member: bytes of the volume current on it.
+    rebuilding: Mutex<BTreeMap<usize, u64>>,
+    /// Per role being replaced: the replacement.
+    replacing: Mutex<BTreeMap<usize, Arc<MemberMeta>>>,
+    /// One pass at a time.
+    running: AsyncMutex<()>,
+    /// Rebuild window (0: [`REBUILD_WINDOW_BYTES`]).
+    window_bytes: AtomicU64,
+}
+
+impl Heal {
+    /// Whether role `r`'s member is being rebuilt into it (its records keep up with commits).
+    pub(super) fn is_rebuilding(&self, r: usize) -> bool {
+        self.rebuilding.lock().contains_key(&r)
+    }
+
+    /// Resumes rebuilding role `r` from `checkpoint_bytes` (at open).
+    pub(super) fn resume(&self, r: usize, checkpoint_bytes: u64) {
+        self.rebuilding.lock().insert(r, checkpoint_bytes);
+    }
+}
+
+/// What a rebuild did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RebuildReport {
+    /// `Done`, or where it stopped (cancelled).
+    pub state: PassState,
+    /// Roles now current on their new member (rebuilt) or on their replacement (replaced).
+    pub completed: Vec<usize>,
+}
+
+impl Array {
+    fn refuse(&self, detail: String) -> ArrayError {
+        ArrayError::Metadata {
+            volume: self.name().to_string(),
+            detail,
+        }
+    }
+
+    /// Keeps `meta` as a hot spare (in memory: the config names spares at every start).
+    pub fn add_spare(&self, meta: Arc<MemberMeta>) -> Result<(), ArrayError> {
+        self.check_newcomer(&meta, None)?;
+        self.heal.spares.lock().push(meta);
+        Ok(())
+    }
+
+    /// Spares not used yet.
+    pub fn spare_count(&self) -> usize {
+        self.heal.spares.lock().len()
+    }
+
+    /// Failed roles no member is being rebuilt into (a spare would help).
+    pub fn roles_wanting_a_member(&self) -> Vec<usize> {
+        let v = self.volume();
+        (0..v.member_count())
+            .filter(|&r| v.member_is_failed(r) && !self.heal.is_rebuilding(r))
+            .collect()
+    }
+
+    /// Puts a spare in every failed role while spares last (call it when a member failed);
+    /// returns the roles that got one. [`Array::rebuild`] then rebuilds them.
+    pub async fn use_spares(&self) -> Result<Vec<usize>, ArrayError> {
+        let mut used = Vec::new();
+        for r in self.roles_wanting_a_member() {
+            let Some(spare) = self.heal.spares.lock().pop() else {
+                break;
+            };
+            self.rebuild_onto(r, spare).await?;
+            used.push(r);
+        }
+        Ok(used)
+    }
+
+    /// Roles being rebuilt and the bytes current on their new member so far; roles being
+    /// replaced (position 0: not recorded).
+    pub fn rebuilding(&self) -> Vec<(usize, u64)> {
+        let mut v: Vec<(usize, u64)> = self
+            .heal
+            .rebuilding
+            .lock()
+            .iter()
+            .map(|(&r, &b)| (r, b))
+            .collect();
+        v.extend(self.heal.replacing.lock().keys().map(|&r| (r, 0)));
+        v
+    }
+
+    /// Rebuild windows of about `bytes` (tests and the simulator use small ones).
+    pub fn set_rebuild_window_bytes(&self, bytes: u64) {
+        self.heal.window_bytes.store(bytes, SeqCst);
+    }
+
+    /// Whether `meta` can join (as a spare, or in role `role`, whose old member it may be).
+    fn check_newcomer(&self, meta: &MemberMeta, role: Option<usize>) -> Result<(), ArrayError> {
+        if let Probe::Unreadable(e) = meta.probe() {
+            return Err(self.refuse(format!(
+                "`{}`: {e}; refusing to overwrite it",
+                meta.member().name()
+            )));
+        }
+        let need = (0..self.volume().member_count())
+            .map(|r| self.volume().member_end(r))
+            .max()
+            .unwrap_or(0);
+        if meta.member().len() < need {
+            return Err(self.refuse(format!(
+                "`{}` has {} bytes; a member of this volume needs {need}",
+                meta.member().name(),
+                meta.member().len()
+            )));
+        }
+        let metas = self.metas.read();
+        if metas
+            .iter()
+            .enumerate()
+            .filter(|&(r, _)| Some(r) != role)
+            .filter_map(|(_, m)| m.as_ref())
+            .any(|m| Arc::ptr_eq(m.member(), meta.member()))
+        {
+            return Err(self.refuse(format!(
+                "`{}` already serves this volume",
+                meta.member().name()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The id `meta` plays `role` under: its own, unless another role has it.
+    async fn newcomer_id(
+        &self,
+        role: usize,
+        meta: &MemberMeta,
+        rec: &Recorded,
+    ) -> Result<Uuid, ArrayError> {
+        let own = meta.sb.lock().await.as_ref().map(|sb| sb.member);
+        match own {
+            Some(u) if rec.members[role].uuid == u || !rec.members.iter().any(|m| m.uuid == u) => {
+                Ok(u)
+            }
+            _ => Uuid::random().map_err(|e| self.refuse(format!("random id: {e}"))),
+        }
+    }
+
+    /// Writes `rec` as `meta`'s record of `role` (replacing any old record of this volume
+    /// there; `rec` names `meta`'s id in the role), with a fresh bitmap area holding
+    /// `bitmap` (zeroes when `None`). Returns the bitmap area.
+    async fn write_role_record(
+        &self,
+        role: usize,
+        meta: &MemberMeta,
+        rec: &Recorded,
+        bitmap: Option<Vec<u8>>,
+    ) -> Result<Option<Area>, ArrayError> {
+        let uuid = rec.members[role].uuid;
+        let held = meta.sb.lock().await.clone();
+        let mut others = held.clone();
+        if let Some(sb) = others.as_mut() {
+            sb.volumes.retain(|v| v.name != self.name());
+        }
+        let template = self.bitmap_areas.read().iter().flatten().next().copied();
+        let bitmap_area = match (template, &self.intent) {
+            (Some(t), Some(intent)) => {
+                let offset = free_area(others.as_ref(), t.len).ok_or_else(|| {
+                    self.refuse(format!(
+                        "`{}`: no room for a {}-byte bitmap in the metadata area",
+                        meta.member().name(),
+                        t.len
+                    ))
+                })?;
+                let mut b = Buf::zeroed(t.len as usize);
+                if let Some(image) = &bitmap {
+                    b.copy_from_slice(image);
+                }
+                meta.member()
+                    .write(offset, b.freeze(), true)
+                    .await
+                    .map_err(|e| self.refuse(e.to_string()))?;
+                Some(BitmapArea {
+                    area: Area { offset, len: t.len },
+                    chunk_bytes: intent.chunk_bytes(),
+                })
+            }
+            _ => None,
+        };
+        let record = VolumeRecord {
+            array: self.id(),
+            name: self.name().to_string(),
+            events: rec.events,
+            clean: rec.clean,
+            role: role as u32,
+            members: rec.members.clone(),
+            tree: self.volume().geometry().root().clone(),
+            bitmap: bitmap_area,
+            ppl: None,
+            checksums: None,
+        };
+        let name = self.name().to_string();
+        meta.update(move |sb| {
+            sb.member = uuid;
+            sb.volumes.retain(|v| v.name != name);
+            sb.volumes.push(record);
+        })
+        .await
+        .map_err(|e| self.refuse(e.to_string()))?;
+        Ok(bitmap_area.map(|b| b.area))
+    }
+
+    /// Puts `meta` in failed role `role` to be rebuilt by [`Array::rebuild`] (it takes writes
+    /// at once and is read once the rebuild completes).
+    pub async fn rebuild_onto(&self, role: usize, meta: Arc<MemberMeta>) -> Result<(), ArrayError> {
+        if role >= self.volume().member_count() || !self.volume().member_is_failed(role) {
+            return Err(self.refuse(format!(
+                "role {role} has not failed: replace its member instead"
+            )));
+        }
+        self.check_newcomer(&meta, Some(role))?;
+        let mut rec = self.recorded.lock().await;
+        // Its own record says *rebuilding* from the first write: a later commit torn on it
+        // must not leave a record that looks like a member that merely missed writes.
+        let mut next = Recorded {
+            events: rec.events,
+            clean: rec.clean,
+            members: rec.members.clone(),
+        };
+        next.members[role] = MemberEntry {
+            uuid: self.newcomer_id(role, &meta, &rec).await?,
+            state: RecordedState::Rebuilding {
+                checkpoint_bytes: 0,
+            },
+        };
+        let area = self.write_role_record(role, &meta, &next, None).await?;
+        self.volume().install_member(role, meta.member().clone())?;
+        self.metas.write()[role] = Some(meta);
+        self.bitmap_areas.write()[role] = area;
+        self.heal.resume(role, 0);
+        rec.members[role] = next.members[role];
+        self.commit(&mut rec).await?;
+        tracing::info!("volume `{}`: rebuilding role {role}", self.name());
+        Ok(())
+    }
+
+    /// Starts replacing role `role`'s member (current) by `meta`; [`Array::rebuild`] copies
+    /// it and swaps them when done.
+    pub async fn replace(&self, role: usize, meta: Arc<MemberMeta>) -> Result<(), ArrayError> {
+        self.check_newcomer(&meta, None)?;
+        self.volume()
+            .start_replacement(role, meta.member().clone())?;
+        self.heal.replacing.lock().insert(role, meta);
+        Ok(())
+    }
+
+    /// Rebuilds every role being rebuilt or replaced, resuming at their checkpoints, while
+    /// the volume serves; returns when they are all current (or the control cancelled it).
+    /// Roles added while it runs are rebuilt by a second pass before it returns.
+    pub async fn rebuild(&self, ctl: &PassControl) -> Result<RebuildReport, ArrayError> {
+        let _one = self.heal.running.lock().await;
+        let mut completed = Vec::new();
+        loop {
+            let targets = self.volume().rebuild_targets();
+            // Replacements that failed are given up.
+            self.heal
+                .replacing
+                .lock()
+                .retain(|r, _| self.volume().table().slot(*r).replacement().is_some());
+            if targets.is_empty() {
+                return Ok(RebuildReport {
+                    state: PassState::Done,
+                    completed,
+                });
+            }
+            let start = {
+                let rb = self.heal.rebuilding.lock();
+                targets
+                    .iter()
+                    .map(|r| rb.get(r).copied().unwrap_or(0))
+                    .min()
+                    .unwrap_or(0)
+            };
+            ctl.set_position(start);
+            let state = self.rebuild_pass(ctl, &targets).await?;
+            if state != PassState::Done {
+                return Ok(RebuildReport { state, completed });
+            }
+            completed.extend(self.complete(&targets).await?);
+        }
+    }
+
+    async fn rebuild_pass(
+        &self,
+        ctl: &PassControl,
+        targets: &[usize],
+    ) -> Result<PassState, ArrayError> {
+        let capacity = self.volume().capacity();
+        let window = match self.heal.window_bytes.load(SeqCst) {
+            0 => REBUILD_WINDOW_BYTES,
+            w => w,
+        };
+        let every = (capacity / 16).clamp(window, MAX_CHECKPOINT_BYTES.max(window));
+        let checkpoint = move |pos: u64| self.checkpoint(targets, pos).boxed();
+        let state = self
+            .volume()
+            .rebuild_pass(ctl, window, every, Box::new(checkpoint))
+            .await;
+        // Progress in memory (a cancelled pass resumes here), whatever the outcome.
+        self.advance(targets, ctl.position_bytes());
+        Ok(state?)
+    }
+
+    /// Records that the bytes below `pos` are current on `targets`' new members (in memory).
+    fn advance(&self, targets: &[usize], pos: u64) {
+        let mut rb = self.heal.rebuilding.lock();
+        for r in targets {
+            if let Some(b) = rb.get_mut(r) {
+                *b = (*b).max(pos);
+            }
+        }
+    }
+
+    /// Makes the rebuilt bytes durable on the new members and records `pos` as their
+    /// checkpoint.
+    async fn checkpoint(&self, targets: &[usize], pos: u64) -> VolumeResult<()> {
+        self.advance(targets, pos);
+        let roles: Vec<usize> = targets
+            .iter()
+            .copied()
+            .filter(|&r| self.heal.is_rebuilding(r) && !self.volume().member_is_failed(r))
+            .collect();
+        for &r in &roles {
+            if let Err(e) = self.volume().member(r).flush().await {
+                self.volume().fail_member(r, &e.to_string());
+            }
+        }
+        let mut rec = self.recorded.lock().await;
+        for &r in &roles {
+            if let RecordedState::Rebuilding { checkpoint_bytes } = &mut rec.members[r].state {
+                *checkpoint_bytes = (*checkpoint_bytes).max(pos);
+            }
+        }
+        self.commit(&mut rec).await
+    }
+
+    /// After a pass covered the volume: targets still standing become current, recorded first.
+    async fn complete(&self, targets: &[usize]) -> Result<Vec<usize>, ArrayError> {
+        self.volume().flush().await?;
+        let mut done = Vec::new();
+        for &r in targets {
+            if self.volume().member_is_failed(r) {
+                continue;
+            }
+            let replacement = self.heal.replacing.lock().remove(&r);
+            let ok = match replacement {
+                Some(meta) => self.swap_in(r, meta).await?,
+                None => self.activate(r).await?,
+            };
+            if ok {
+                done.push(r);
+            }
+        }
+        Ok(done)
+    }
+
+    /// A rebuilt new member: its bitmap catches up, its role is committed active, then it
+    /// is read.
+    async fn activate(&self, r: usize) -> Result<bool, ArrayError> {
+        if !self.heal.is_rebuilding(r) {
+            return Ok(false);
+        }
+        // The records' lock before the bitmap writer's, as everywhere.
+        let mut rec = self.recorded.lock().await;
+        let bitmap = self.bitmap_write.lock().await;
+        let area = self.bitmap_areas.read()[r];
+        if let (Some(intent), Some(area)) = (&self.intent, area) {
+            let image = intent.on_disk_image();
+            let mut b = Buf::zeroed(area.len as usize);
+            b.copy_from_slice(&image[..area.len as usize]);
+            if let Err(e) = self
+                .volume()
+                .member(r)
+                .write(area.offset, b.freeze(), true)
+                .await
+            {
+                self.volume().fail_member(r, &e.to_string());
+            }
+        }
+        drop(bitmap);
+        if self.volume().member_is_failed(r) {
+            self.heal.rebuilding.lock().remove(&r);
+            self.commit(&mut rec).await?;
+            return Ok(false);
+        }
+        rec.members[r].state = RecordedState::Active;
+        self.commit(&mut rec).await?;
+        self.heal.rebuilding.lock().remove(&r);
+        self.volume().complete_rebuild(r);
+        tracing::info!("volume `{}`: role {r} rebuilt", self.name());
+        Ok(true)
+    }
+
+    /// A rebuilt replacement takes role `r`: recorded (on it and every current member),
+    /// then swapped in; the old member's record of the volume is removed.
+    async fn swap_in(&self, r: usize, meta: Arc<MemberMeta>) -> Result<bool, ArrayError> {
+        if self.volume().table().slot(r).replacement().is_none() {
+            return Ok(false);
+        }
+        let mut rec = self.recorded.lock().await;
+        let _bitmap = self.bitmap_write.lock().await;
+        let image = self.intent.as_ref().map(|i| i.on_disk_image());
+        let mut next = Recorded {
+            events: rec.events,
+            clean: rec.clean,
+            members: rec.members.clone(),
+        };
+        next.members[r] = MemberEntry {
+            uuid: self.newcomer_id(r, &meta, &rec).await?,
+            state: RecordedState::Active,
+        };
+        let area = self.write_role_record(r, &meta, &next, image).await?;
+        rec.members[r] = next.members[r];
+        let old = self.metas.write()[r].replace(meta);
+        self.bitmap_areas.write()[r] = area;
+        // Both members take every write until the swap: whichever the records name holds
+        // everything.
+        self.commit(&mut rec).await?;
+        self.volume().complete_rebuild(r);
+        drop(rec);
+        if let Some(old) = old {
+            let name = self.name().to_string();
+            if let Err(e) = old
+                .update(move |sb| sb.volumes.retain(|v| v.name != name))
+                .await
+            {
+                tracing::warn!(
+                    "volume `{}`: removing the record from replaced member `{}`: {e}",
+                    self.name(),
+                    old.member().name()
+                );
+            }
+        }
+        tracing::info!("volume `{}`: role {r} replaced", self.name());
+        Ok(true)
+    }
+}

@@ -1,0 +1,295 @@
+//! One streaming pass over an address space, for every background pass (scrub, rebuild):
+//! windows handed out in order with a few in flight, a rate limit that may change while it
+//! runs, pause, cancel, progress and a measured rate — and a checkpoint hook, called with no
+//! window in flight (so it may wait for anything a window's locks would hold up: a
+//! superblock commit waits for the records' lock, whose holder may be flushing through the
+//! very stripes a window holds). Memory is bounded by `inflight` windows whatever the
+//! capacity.
+//!
+//! A [`PassControl`] is shared (an `Arc`) between the pass and whoever watches it. A
+//! cancelled pass keeps its position: running it again with the same control resumes there.
+
+use crate::error::VolumeResult;
+use futures::future::BoxFuture;
+use futures::stream::{FuturesOrdered, StreamExt};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// How often a paused pass looks at its control again.
+const PAUSE_POLL: Duration = Duration::from_millis(20);
+
+/// Where a pass is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PassState {
+    /// Not started.
+    Idle,
+    Running,
+    Paused,
+    /// Stopped before the end; running it again with the same control resumes.
+    Cancelled,
+    Done,
+}
+
+impl PassState {
+    pub fn name(self) -> &'static str {
+        match self {
+            PassState::Idle => "idle",
+            PassState::Running => "running",
+            PassState::Paused => "paused",
+            PassState::Cancelled => "cancelled",
+            PassState::Done => "done",
+        }
+    }
+}
+
+const STATES: [PassState; 5] = [
+    PassState::Idle,
+    PassState::Running,
+    PassState::Paused,
+    PassState::Cancelled,
+    PassState::Done,
+];
+
+fn state_code(s: PassState) -> u64 {
+    STATES.iter().position(|&x| x == s).expect("listed") as u64
+}
+
+/// A pass's shared control and progress.
+#[derive(Debug, Default)]
+pub struct PassControl {
+    /// Bytes per second, 0 = unlimited.
+    rate_bytes_per_s: AtomicU64,
+    paused: AtomicBool,
+    cancelled: AtomicBool,
+    /// The next byte to do (the resume point): every byte below it is done.
+    position_bytes: AtomicU64,
+    total_bytes: AtomicU64,
+    /// `PassState` as a number (see `state_code`).
+    state: AtomicU64,
+    /// Bytes per second over the current run (0 until a window is done).
+    measured_bytes_per_s: AtomicU64,
+}
+
+impl PassControl {
+    /// A control for a pass from byte 0 limited to `rate_bytes_per_s` (0: unlimited).
+    pub fn new(rate_bytes_per_s: u64) -> PassControl {
+        let c = PassControl::default();
+        c.rate_bytes_per_s.store(rate_bytes_per_s, Relaxed);
+        c
+    }
+
+    /// A control that resumes at `position_bytes`.
+    pub fn resume_at(rate_bytes_per_s: u64, position_bytes: u64) -> PassControl {
+        let c = PassControl::new(rate_bytes_per_s);
+        c.position_bytes.store(position_bytes, Relaxed);
+        c
+    }
+
+    pub fn set_rate(&self, bytes_per_s: u64) {
+        self.rate_bytes_per_s.store(bytes_per_s, Relaxed);
+    }
+
+    pub fn rate_limit_bytes_per_s(&self) -> u64 {
+        self.rate_bytes_per_s.load(Relaxed)
+    }
+
+    pub fn pause(&self) {
+        self.paused.store(true, Relaxed);
+    }
+
+    pub fn resume(&self) {
+        self.paused.store(false, Relaxed);
+    }
+
+    /// Stops the pass after the windows in flight; the position is kept.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Relaxed);
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Relaxed)
+    }
+
+    fn set_state(&self, s: PassState) {
+        self.state.store(state_code(s), Relaxed);
+    }
+
+    pub fn state(&self) -> PassState {
+        STATES[self.state.load(Relaxed) as usize]
+    }
+
+    pub fn position_bytes(&self) -> u64 {
+        self.position_bytes.load(Relaxed)
+    }
+
+    /// Moves the resume point (a new pass over the same control, or a checkpoint read back).
+    pub fn set_position(&self, position_bytes: u64) {
+        self.position_bytes.store(position_bytes, Relaxed);
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes.load(Relaxed)
+    }
+
+    /// Measured over the current run.
+    pub fn measured_bytes_per_s(&self) -> u64 {
+        self.measured_bytes_per_s.load(Relaxed)
+    }
+
+    /// Seconds left at the measured rate, when it is known.
+    pub fn eta_s(&self) -> Option<u64> {
+        let rate = self.measured_bytes_per_s();
+        (rate > 0 && self.state() == PassState::Running)
+            .then(|| self.total_bytes().saturating_sub(self.position_bytes()) / rate)
+    }
+}
+
+/// How long to wait so that `done_bytes` since `started` keep to `rate_bytes_per_s`.
+pub fn rate_delay(done_bytes: u64, elapsed: Duration, rate_bytes_per_s: u64) -> Duration {
+    if rate_bytes_per_s == 0 {
+        return Duration::ZERO;
+    }
+    let due = Duration::from_secs_f64(done_bytes as f64 / rate_bytes_per_s as f64);
+    due.saturating_sub(elapsed)
+}
+
+/// A checkpoint hook: called with the position, every byte below it done, none in flight.
+pub type Checkpoint<'a> = Box<dyn FnMut(u64) -> BoxFuture<'a, VolumeResult<()>> + Send + 'a>;
+
+/// What a pass does: `window(at, len)` for each window in order (up to `inflight` at once);
+/// every `checkpoint_bytes` (0: never) the windows in flight are drained and
+/// `checkpoint(position)` is awaited before the next window is handed out.
+pub(crate) struct PassWork<'a> {
+    pub total_bytes: u64,
+    pub window_bytes: u64,
+    pub inflight: usize,
+    #[allow(clippy::type_complexity)]
+    pub window: Box<dyn Fn(u64, u64) -> BoxFuture<'a, VolumeResult<()>> + Send + Sync + 'a>,
+    pub checkpoint_bytes: u64,
+    pub checkpoint: Checkpoint<'a>,
+}
+
+/// Runs `work` from the control's position to the end, honouring its rate limit, pause and
+/// cancel. On an error the windows in flight are finished first, then the error returns
+/// (the position stays below the failed window).
+pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResult<PassState> {
+    assert!(work.window_bytes > 0 && work.inflight > 0, "a pass moves");
+    let total = work.total_bytes;
+    ctl.total_bytes.store(total, Relaxed);
+    ctl.cancelled.store(false, Relaxed);
+    let mut started = Instant::now();
+    let mut run_start = ctl.position_bytes();
+    let mut next = run_start;
+    let mut last_checkpoint = run_start;
+    let mut q = FuturesOrdered::new();
+    ctl.set_state(PassState::Running);
+    loop {
+        let due = work.checkpoint_bytes > 0 && next - last_checkpoint >= work.checkpoint_bytes;
+        if due && q.is_empty() {
+            // Everything below `next` is done and nothing is in flight.
+            (work.checkpoint)(next).await?;
+            last_checkpoint = next;
+            continue;
+        }
+        let stopping = ctl.cancelled.load(Relaxed) || ctl.is_paused() || due;
+        while !stopping && q.len() < work.inflight && next < total {
+            let len = (total - next).min(work.window_bytes);
+            let end = next + len;
+            let f = (work.window)(next, len);
+            q.push_back(async move { f.await.map(|()| end) });
+            next = end;
+        }
+        let Some(r) = q.next().await else {
+            let at = ctl.position_bytes();
+            if at >= total {
+                ctl.set_state(PassState::Done);
+                return Ok(PassState::Done);
+            }
+            if ctl.cancelled.load(Relaxed) {
+                ctl.set_state(PassState::Cancelled);
+                return Ok(PassState::Cancelled);
+            }
+            ctl.set_state(PassState::Paused);
+            crate::timer::sleep(PAUSE_POLL).await;
+            // The rate is measured over running time only.
+            started = Instant::now();
+            run_start = at;
+            if !ctl.is_paused() {
+                ctl.set_state(PassState::Running);
+            }
+            continue;
+        };
+        let end = match r {
+            Ok(end) => end,
+            Err(e) => {
+                while q.next().await.is_some() {}
+                return Err(e);
+            }
+        };
+        ctl.position_bytes.store(end, Relaxed);
+        let done = end - run_start;
+        let elapsed = started.elapsed();
+        if elapsed.as_secs_f64() > 0.0 {
+            let rate = done as f64 / elapsed.as_secs_f64();
+            ctl.measured_bytes_per_s.store(rate as u64, Relaxed);
+        }
+        let wait = rate_delay(done, elapsed, ctl.rate_limit_bytes_per_s());
+        if !wait.is_zero() {
+            crate::timer::sleep(wait).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+    use parking_lot::Mutex;
+
+    #[test]
+    fn rate_delay_keeps_to_the_limit() {
+        assert_eq!(rate_delay(100, Duration::ZERO, 0), Duration::ZERO);
+        assert_eq!(
+            rate_delay(1000, Duration::from_millis(200), 1000),
+            Duration::from_millis(800)
+        );
+        assert_eq!(
+            rate_delay(1000, Duration::from_secs(2), 1000),
+            Duration::ZERO
+        );
+    }
+
+    /// Windows cover the range once, in order; checkpoints come every two windows with
+    /// nothing in flight; a cancel from the hook stops the pass and a second run resumes
+    /// where it stopped.
+    #[test]
+    fn windows_cover_once_and_resume_after_cancel() {
+        let (seen, afters) = (Mutex::new(Vec::new()), Mutex::new(Vec::new()));
+        let (seen, afters) = (&seen, &afters);
+        let ctl = &PassControl::new(0);
+        let work = |cancel_at: Option<u64>| PassWork {
+            total_bytes: 10,
+            window_bytes: 3,
+            inflight: 2,
+            window: Box::new(|at, len| {
+                seen.lock().push((at, len));
+                futures::future::ready(Ok(())).boxed()
+            }),
+            checkpoint_bytes: 6,
+            checkpoint: Box::new(move |pos| {
+                afters.lock().push(pos);
+                if Some(pos) == cancel_at {
+                    ctl.cancel();
+                }
+                futures::future::ready(Ok(())).boxed()
+            }),
+        };
+        let s = futures::executor::block_on(run(ctl, work(Some(6))));
+        assert_eq!(s.expect("runs"), PassState::Cancelled);
+        assert_eq!(ctl.position_bytes(), 6);
+        let s = futures::executor::block_on(run(ctl, work(None)));
+        assert_eq!(s.expect("runs"), PassState::Done);
+        assert_eq!(*seen.lock(), vec![(0, 3), (3, 3), (6, 3), (9, 1)]);
+        assert_eq!(*afters.lock(), vec![6]);
+    }
+}

@@ -1,0 +1,352 @@
+//! Arrays that heal (mdadm's tests/ as the model, over memory members): a member fails under
+//! writes and a hot spare is rebuilt into its place while writes go on, bit-exact, and the
+//! records name it afterwards; RAID 6 rebuilds two spares in one pass; a restart in the
+//! middle of a rebuild resumes from the checkpoint in the superblocks; a healthy member is
+//! replaced under writes and the replacement carries the role after a restart; a failed
+//! member that comes back is not trusted and is rebuilt. After each, every view of the
+//! members that loses what the layout tolerates reads the same bytes.
+
+mod common;
+
+use common::{KIB, MIB};
+use futures::executor::block_on;
+use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
+use nbraid_core::{
+    Buf, CacheMode, Member, MemoryMember, PassControl, PassState, Volume, VolumeOptions,
+};
+use nbraid_layout::{Geometry, Level, Node, ParityLayout, Region, Shape};
+use std::sync::Arc;
+use std::time::Duration;
+
+const REGION: u64 = 4 * MIB;
+const MEMBER_BYTES: u64 = METADATA_AREA_BYTES + REGION;
+const STRIP: u64 = 64 * KIB;
+
+fn tree(level: Level, n: usize) -> Node {
+    let shape = Shape::new(level, n, None, STRIP, ParityLayout::LeftSymmetric).expect("shape");
+    let regions = vec![
+        Region {
+            start: METADATA_AREA_BYTES,
+            len: REGION
+        };
+        n
+    ];
+    shape.build(&regions).expect("tree")
+}
+
+fn disk(name: &str) -> Arc<MemoryMember> {
+    Arc::new(MemoryMember::new(name, MEMBER_BYTES))
+}
+
+fn opts() -> ArrayOptions {
+    ArrayOptions {
+        volume: VolumeOptions {
+            cache: CacheMode::WriteBack { bytes: 2 * MIB },
+            cache_max_age: None,
+            ..VolumeOptions::default()
+        },
+        bitmap_chunk_bytes: Some(256 * KIB),
+    }
+}
+
+fn meta(d: &Arc<MemoryMember>) -> Arc<MemberMeta> {
+    block_on(MemberMeta::load(d.clone() as Arc<dyn Member>))
+}
+
+fn create(level: Level, disks: &[Arc<MemoryMember>]) -> Array {
+    let m = disks.iter().map(meta).collect();
+    block_on(Array::create(
+        "vol",
+        tree(level, disks.len()),
+        m,
+        opts(),
+        true,
+        &|_, _| {},
+    ))
+    .expect("create")
+    .0
+}
+
+fn open(level: Level, disks: &[Arc<MemoryMember>]) -> (Array, nbraid_core::metadata::OpenReport) {
+    block_on(Array::open(
+        "vol",
+        &tree(level, disks.len()),
+        disks.iter().map(|d| Some(meta(d))).collect(),
+        opts(),
+        &|_, _| {},
+    ))
+    .expect("open")
+}
+
+/// The volume's bytes as a model: writes go to both.
+struct Model {
+    bytes: Vec<u8>,
+    seed: u64,
+}
+
+impl Model {
+    fn new(a: &Array) -> Model {
+        Model {
+            bytes: vec![0; a.volume().capacity() as usize],
+            seed: 1,
+        }
+    }
+
+    /// `n` writes of 4 KiB .. 256 KiB spread over the volume (deterministic).
+    fn writes(&mut self, n: usize) -> Vec<(u64, Buf)> {
+        let cap = self.bytes.len() as u64;
+        (0..n)
+            .map(|_| {
+                self.seed = self
+                    .seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let len = ((self.seed >> 33) % 64 + 1) * 4096;
+                let at = (self.seed >> 7) % ((cap - len) / 4096) * 4096;
+                let mut b = Buf::new(len as usize);
+                for (i, x) in b.iter_mut().enumerate() {
+                    *x = (self.seed as usize ^ (i * 31) ^ (i >> 9)) as u8;
+                }
+                self.bytes[at as usize..(at + len) as usize].copy_from_slice(&b);
+                (at, b)
+            })
+            .collect()
+    }
+}
+
+async fn apply(a: &Array, writes: Vec<(u64, Buf)>) {
+    for (at, b) in writes {
+        a.write(at, b, false).await.expect("write");
+        // Yield now and then so a rebuild in the same executor interleaves.
+        nbraid_core::timer::sleep(Duration::from_micros(50)).await;
+    }
+}
+
+async fn read_all(v: &Volume) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < v.capacity() {
+        let n = (v.capacity() - at).min(MIB);
+        out.extend_from_slice(&v.read(at, n).await.expect("read"));
+        at += n;
+    }
+    out
+}
+
+/// Every view of `disks` (in role order) that loses members the layout tolerates reads
+/// the model (plain volumes over the regions: nothing is written).
+fn every_view_reads(level: Level, disks: &[Arc<MemoryMember>], model: &Model) {
+    let g = Geometry::from_tree(tree(level, disks.len()));
+    let n = disks.len();
+    let mut sets: Vec<Vec<usize>> = vec![vec![]];
+    sets.extend((0..n).map(|a| vec![a]));
+    for a in 0..n {
+        sets.extend((a + 1..n).map(|b| vec![a, b]));
+    }
+    for lost in sets.into_iter().filter(|s| g.survives(s)) {
+        let mems = disks.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
+        let opts = VolumeOptions {
+            members_known_zero: true,
+            ..VolumeOptions::default()
+        };
+        let v = Volume::new(g.clone(), mems, opts).expect("view");
+        for &m in &lost {
+            v.fail_member(m, "view");
+        }
+        assert!(
+            block_on(read_all(&v)) == model.bytes,
+            "view losing {lost:?} differs from the model"
+        );
+    }
+}
+
+fn rebuild_under_writes(a: &Array, ctl: &PassControl, writes: Vec<(u64, Buf)>) -> Vec<usize> {
+    let (r, ()) = block_on(futures::future::join(a.rebuild(ctl), apply(a, writes)));
+    block_on(a.flush()).expect("flush");
+    let r = r.expect("rebuild");
+    assert_eq!(r.state, PassState::Done);
+    r.completed
+}
+
+#[test]
+fn a_spare_takes_a_failed_members_place_under_writes() {
+    for level in [Level::Raid1, Level::Raid5, Level::Raid6, Level::Raid10] {
+        let mut disks: Vec<_> = (0..4).map(|i| disk(&format!("d{i}"))).collect();
+        let a = create(level, &disks);
+        a.set_rebuild_window_bytes(256 * KIB);
+        let mut model = Model::new(&a);
+        block_on(apply(&a, model.writes(40)));
+        a.volume().fail_member(1, "test: pulled");
+        block_on(apply(&a, model.writes(20)));
+        let spare = disk("spare");
+        a.add_spare(meta(&spare)).expect("spare");
+        assert_eq!(a.roles_wanting_a_member(), vec![1]);
+        assert_eq!(block_on(a.use_spares()).expect("use"), vec![1]);
+        assert_eq!(a.spare_count(), 0);
+        assert!(!a.volume().member_is_current(1));
+        let done = rebuild_under_writes(&a, &PassControl::new(0), model.writes(60));
+        assert_eq!(done, vec![1], "{level:?}");
+        assert!(!a.volume().is_degraded());
+        assert!(block_on(read_all(a.volume())) == model.bytes);
+        assert!(block_on(a.mark_clean()).expect("clean"));
+        drop(a);
+        disks[1] = spare;
+        let (a, report) = open(level, &disks);
+        assert!(
+            report.was_clean && report.absent_roles.is_empty(),
+            "{report:?}"
+        );
+        assert!(report.rebuilding_roles.is_empty() && report.resynced_roles.is_empty());
+        assert!(block_on(read_all(a.volume())) == model.bytes);
+        drop(a);
+        every_view_reads(level, &disks, &model);
+    }
+}
+
+#[test]
+fn raid6_rebuilds_two_spares_in_one_pass() {
+    let mut disks: Vec<_> = (0..6).map(|i| disk(&format!("d{i}"))).collect();
+    let a = create(Level::Raid6, &disks);
+    let mut model = Model::new(&a);
+    block_on(apply(&a, model.writes(40)));
+    a.volume().fail_member(0, "test");
+    a.volume().fail_member(4, "test");
+    block_on(apply(&a, model.writes(20)));
+    let spares = [disk("s0"), disk("s1")];
+    for s in &spares {
+        a.add_spare(meta(s)).expect("spare");
+    }
+    let mut used = block_on(a.use_spares()).expect("use");
+    used.sort_unstable();
+    assert_eq!(used, vec![0, 4]);
+    let done = rebuild_under_writes(&a, &PassControl::new(0), model.writes(40));
+    assert_eq!(done.len(), 2);
+    assert!(!a.volume().is_degraded());
+    drop(a);
+    // use_spares pops from the end: role 0 got s1, role 4 got s0.
+    disks[0] = spares[1].clone();
+    disks[4] = spares[0].clone();
+    let (a, report) = open(Level::Raid6, &disks);
+    assert!(report.absent_roles.is_empty(), "{report:?}");
+    assert!(block_on(read_all(a.volume())) == model.bytes);
+    drop(a);
+    every_view_reads(Level::Raid6, &disks, &model);
+}
+
+#[test]
+fn a_restart_mid_rebuild_resumes_from_the_checkpoint() {
+    let mut disks: Vec<_> = (0..4).map(|i| disk(&format!("d{i}"))).collect();
+    let a = create(Level::Raid5, &disks);
+    a.set_rebuild_window_bytes(128 * KIB);
+    let mut model = Model::new(&a);
+    block_on(apply(&a, model.writes(40)));
+    a.volume().fail_member(2, "test");
+    let spare = disk("spare");
+    block_on(a.rebuild_onto(2, meta(&spare))).expect("rebuild onto");
+    let cap = a.volume().capacity();
+    // Slow enough to stop half-way: the pass sleeps to keep to the rate.
+    let ctl = PassControl::new(cap * 4);
+    let watcher = async {
+        while ctl.position_bytes() < cap / 2 {
+            nbraid_core::timer::sleep(Duration::from_millis(1)).await;
+        }
+        ctl.cancel();
+    };
+    let (r, ()) = block_on(futures::future::join(a.rebuild(&ctl), watcher));
+    let r = r.expect("rebuild");
+    assert_eq!(r.state, PassState::Cancelled);
+    assert!(r.completed.is_empty());
+    block_on(apply(&a, model.writes(20)));
+    block_on(a.flush()).expect("flush");
+    // A crash: no clean shutdown.
+    drop(a);
+    disks[2] = spare.clone();
+    let (a, report) = open(Level::Raid5, &disks);
+    assert!(!report.was_clean);
+    let [(role, checkpoint)] = report.rebuilding_roles[..] else {
+        panic!("one role resumes: {report:?}");
+    };
+    assert_eq!(role, 2);
+    assert!(
+        checkpoint >= cap / 4 && checkpoint < cap,
+        "checkpoint {checkpoint} of {cap}"
+    );
+    assert!(
+        !a.volume().member_is_current(2),
+        "not read before it is rebuilt"
+    );
+    assert_eq!(a.rebuilding(), vec![(2, checkpoint)]);
+    let before = spare.counters().snapshot();
+    let ctl = PassControl::new(0);
+    let done = rebuild_under_writes(&a, &ctl, model.writes(20));
+    assert_eq!(done, vec![2]);
+    let after = spare.counters().snapshot();
+    assert!(
+        after.write_bytes - before.write_bytes < REGION,
+        "the resumed pass rebuilt less than the whole member"
+    );
+    assert!(block_on(read_all(a.volume())) == model.bytes);
+    assert!(block_on(a.mark_clean()).expect("clean"));
+    drop(a);
+    let (_a, report) = open(Level::Raid5, &disks);
+    assert!(report.rebuilding_roles.is_empty() && report.absent_roles.is_empty());
+    drop(_a);
+    every_view_reads(Level::Raid5, &disks, &model);
+}
+
+#[test]
+fn replace_a_healthy_member_under_writes() {
+    for level in [Level::Raid1, Level::Raid5, Level::Raid6] {
+        let mut disks: Vec<_> = (0..4).map(|i| disk(&format!("d{i}"))).collect();
+        let a = create(level, &disks);
+        a.set_rebuild_window_bytes(256 * KIB);
+        let mut model = Model::new(&a);
+        block_on(apply(&a, model.writes(40)));
+        let new = disk("new");
+        block_on(a.replace(3, meta(&new))).expect("replace");
+        // Redundancy never drops: the old member still serves.
+        assert!(!a.volume().is_degraded());
+        let done = rebuild_under_writes(&a, &PassControl::new(0), model.writes(60));
+        assert_eq!(done, vec![3]);
+        assert!(Arc::ptr_eq(
+            &a.volume().member(3),
+            &(new.clone() as Arc<dyn Member>)
+        ));
+        assert!(block_on(a.mark_clean()).expect("clean"));
+        drop(a);
+        disks[3] = new;
+        let (a, report) = open(level, &disks);
+        assert!(report.absent_roles.is_empty(), "{level:?}: {report:?}");
+        assert!(block_on(read_all(a.volume())) == model.bytes);
+        drop(a);
+        every_view_reads(level, &disks, &model);
+    }
+}
+
+#[test]
+fn a_failed_member_that_returns_is_not_trusted_and_is_rebuilt() {
+    let disks: Vec<_> = (0..2).map(|i| disk(&format!("d{i}"))).collect();
+    let a = create(Level::Raid1, &disks);
+    let mut model = Model::new(&a);
+    block_on(apply(&a, model.writes(20)));
+    a.volume().fail_member(1, "test: cable pulled");
+    // The failure is recorded before the next write is acknowledged; the writes miss d1.
+    block_on(apply(&a, model.writes(20)));
+    block_on(a.flush()).expect("flush");
+    drop(a);
+    let (a, report) = open(Level::Raid1, &disks);
+    assert_eq!(report.absent_roles, vec![1], "recorded failed: not trusted");
+    assert!(a.volume().member_is_failed(1));
+    block_on(a.rebuild_onto(1, meta(&disks[1]))).expect("rebuild onto the old member");
+    let done = rebuild_under_writes(&a, &PassControl::new(0), model.writes(20));
+    assert_eq!(done, vec![1]);
+    assert!(block_on(a.mark_clean()).expect("clean"));
+    drop(a);
+    let (a, report) = open(Level::Raid1, &disks);
+    assert!(
+        report.absent_roles.is_empty() && report.was_clean,
+        "{report:?}"
+    );
+    drop(a);
+    every_view_reads(Level::Raid1, &disks, &model);
+}
