@@ -138,7 +138,7 @@ impl ParityCore {
 
 /// What a stripe with the children `readable` says lost has to rebuild, in Q-slot terms;
 /// `None` when nothing of it is lost.
-fn loss_of(roles: &nbraid_layout::StripeRoles, readable: &[bool]) -> Option<Loss> {
+fn loss_of(roles: &StripeRoles, readable: &[bool]) -> Option<Loss> {
     let mut slots: Vec<usize> = (0..roles.data.len())
         .filter(|&i| !readable[roles.data[i]])
         .map(|i| roles.q_slot[i])
@@ -157,4 +157,39 @@ fn loss_of(roles: &nbraid_layout::StripeRoles, readable: &[bool]) -> Option<Loss
         (&[x, y], false, false) => Loss::TwoData(x, y),
         _ => unreachable!("the caller checked the tolerance"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every pattern of up to two lost children of a RAID 6 stripe maps to the loss that
+    /// rebuilds it, in Q-slot terms; RAID 5 loses data or P.
+    #[test]
+    fn loss_of_names_what_to_rebuild() {
+        let roles = StripeRoles {
+            data: vec![2, 3, 4, 5],
+            p: 0,
+            q: Some(1),
+            q_slot: vec![0, 1, 2, 3],
+        };
+        let lost = |c: &[usize]| -> Vec<bool> { (0..6).map(|i| !c.contains(&i)).collect() };
+        assert_eq!(loss_of(&roles, &lost(&[])), None);
+        assert_eq!(loss_of(&roles, &lost(&[0])), Some(Loss::P));
+        assert_eq!(loss_of(&roles, &lost(&[1])), Some(Loss::Q));
+        assert_eq!(loss_of(&roles, &lost(&[0, 1])), Some(Loss::PQ));
+        assert_eq!(loss_of(&roles, &lost(&[3])), Some(Loss::Data(1)));
+        assert_eq!(loss_of(&roles, &lost(&[0, 4])), Some(Loss::DataP(2)));
+        assert_eq!(loss_of(&roles, &lost(&[5, 1])), Some(Loss::DataQ(3)));
+        assert_eq!(loss_of(&roles, &lost(&[5, 2])), Some(Loss::TwoData(0, 3)));
+        let raid5 = StripeRoles {
+            data: vec![1, 2, 3],
+            p: 0,
+            q: None,
+            q_slot: vec![0, 1, 2],
+        };
+        let lost5 = |c: usize| -> Vec<bool> { (0..4).map(|i| i != c).collect() };
+        assert_eq!(loss_of(&raid5, &lost5(0)), Some(Loss::P));
+        assert_eq!(loss_of(&raid5, &lost5(2)), Some(Loss::Data(1)));
+    }
 }
