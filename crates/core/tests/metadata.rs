@@ -574,42 +574,24 @@ fn assembly_resumes_rebuilds_and_ignores_replaced_members() {
         checkpoint_bytes: 3 * MIB,
     };
     let current = |role: u32| member_probe(role, 7, RecordedState::Active, 0x10 + role as u8);
+    // Members 0, 1 and 3 current, role 2's member as given.
+    let with = |two: Probe| vec![current(0), current(1), two, current(3)];
     // Role 2's new member carries the records' id and says rebuilding: it resumes at 3 MiB.
-    let probes = vec![
-        current(0),
-        current(1),
-        member_probe(2, 7, rebuilding, 0x12),
-        current(3),
-    ];
+    let probes = with(member_probe(2, 7, rebuilding, 0x12));
     let a = assemble("db", &tree, &probes).expect("assembles");
     assert_eq!(a.rebuilding, vec![(2, 3 * MIB)]);
     assert_eq!(a.roles[2], Ok(2));
     // Its record two events behind (it missed commits): resumes from 0.
-    let probes = vec![
-        current(0),
-        current(1),
-        member_probe(2, 5, rebuilding, 0x12),
-        current(3),
-    ];
+    let probes = with(member_probe(2, 5, rebuilding, 0x12));
     let a = assemble("db", &tree, &probes).expect("assembles");
     assert_eq!(a.rebuilding, vec![(2, 0)]);
     // A member that was missing (its own record says active) is stale, not resumed.
-    let probes = vec![
-        current(0),
-        current(1),
-        member_probe(2, 5, RecordedState::Active, 0x12),
-        current(3),
-    ];
+    let probes = with(member_probe(2, 5, RecordedState::Active, 0x12));
     let a = assemble("db", &tree, &probes).expect("assembles");
     assert!(a.rebuilding.is_empty());
     assert!(matches!(a.roles[2], Err(Absence::Stale { member: 2, .. })));
     // A member with another id in role 2 (the one it replaced, say): ignored, role lost.
-    let probes = vec![
-        current(0),
-        current(1),
-        member_probe(2, 7, RecordedState::Active, 0x99),
-        current(3),
-    ];
+    let probes = with(member_probe(2, 7, RecordedState::Active, 0x99));
     let a = assemble("db", &tree, &probes).expect("assembles degraded");
     assert_eq!(a.roles[2], Err(Absence::Lost));
     assert!(a
