@@ -1,72 +1,210 @@
-//! `nbraid create FILE`: creates the member files a config may create ([`Config::may_create`]),
-//! sparse at their size, while holding every existing member as the daemon would.
+//! `nbraid create --config FILE [--volume NAME] [--assume-clean] [--json]`: creates a config's
+//! arrays — the member files that may be created (sparse), then every selected volume's
+//! superblocks, syncing copies and parity from the members' data unless the members are known
+//! zero (files just created) or `--assume-clean` says to trust them. Volumes that already
+//! carry superblocks are left alone. Members are held exclusively while it runs (a daemon
+//! serving them refuses it), and the daemon's own rules decide ([`nbraid_daemon::plan`]):
+//! members of another array or with non-zero bytes where the superblock goes are refused,
+//! never overwritten.
 
-use anyhow::{Context, Result};
-use nbraid_config::{Config, MemberStorage};
-use std::path::{Path, PathBuf};
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use nbraid_config::{Config, CreatePolicy, MemberStorage};
+use nbraid_daemon::assemble::{self, Opened};
+use nbraid_daemon::plan::Plan;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::Instant;
 
-pub fn run(file: &Path) -> Result<String> {
-    let config = nbraid_config::load(file)?;
-    // Refuse while a daemon (or anything else) holds a member: hold every existing member
-    // exclusively, as nbraidd does, until the new ones are created.
-    let _held = config
-        .members
-        .iter()
-        .filter(|m| {
-            matches!(
-                m.state,
-                MemberStorage::File { .. } | MemberStorage::BlockDevice { .. }
-            )
-        })
-        .map(|m| {
-            nbraid_core::exclusive::open_exclusive(&m.path, false)
-                .with_context(|| format!("member {} ({})", m.id, m.path.display()))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let created = create_missing_members(&config)?;
-    let mut out = String::new();
-    for p in &created {
-        out.push_str(&format!("created {}\n", p.display()));
-    }
-    let left: Vec<_> = config
-        .members
-        .iter()
-        .enumerate()
-        .filter(|(i, m)| m.state == MemberStorage::Missing && !config.may_create(*i))
-        .collect();
-    for (_, m) in &left {
-        out.push_str(&format!(
-            "not created {} (member {}): a volume on it has data; an empty file would stand in for it, so it runs degraded until the member is restored or replaced\n",
-            m.path.display(),
-            m.id
-        ));
-    }
-    if created.is_empty() && left.is_empty() {
-        out.push_str(&format!("all {} members exist\n", config.members.len()));
-    }
-    Ok(out)
+/// What happened to one volume.
+struct Outcome {
+    name: String,
+    /// "created", "exists" or "memory".
+    state: &'static str,
+    array: Option<String>,
+    synced_bytes: u64,
+    assume_clean: bool,
+    seconds: f64,
 }
 
-/// Creates the missing member files that [`Config::may_create`] allows, sparse at the member's
-/// size (and their directories). Returns the paths created. Existing files and devices are
-/// left alone.
-fn create_missing_members(config: &Config) -> Result<Vec<PathBuf>> {
-    let mut created = Vec::new();
-    for (i, m) in config.members.iter().enumerate() {
-        if !config.may_create(i) || m.path.exists() {
-            continue;
+pub fn run(file: &Path, volume: Option<&str>, assume_clean: bool, json: bool) -> Result<String> {
+    let config = nbraid_config::load(file)?;
+    let selected: Vec<usize> = match volume {
+        None => (0..config.volumes.len()).collect(),
+        Some(name) => vec![config
+            .volumes
+            .iter()
+            .position(|v| v.name == name)
+            .with_context(|| {
+                let names: Vec<_> = config.volumes.iter().map(|v| v.name.as_str()).collect();
+                format!(
+                    "{}: no volume `{name}` (volumes: {})",
+                    file.display(),
+                    names.join(", ")
+                )
+            })?],
+    };
+    futures::executor::block_on(create(&config, &selected, assume_clean, json))
+}
+
+async fn create(
+    config: &Config,
+    selected: &[usize],
+    assume_clean: bool,
+    json: bool,
+) -> Result<String> {
+    let mut opened = assemble::open_members(config).await?;
+    // `nbraid create` is the operator's consent: `create = "never"` does not stop it.
+    let mut plans = Vec::with_capacity(config.volumes.len());
+    for (k, p) in assemble::plans(config, &opened, Some(CreatePolicy::Auto))
+        .into_iter()
+        .enumerate()
+    {
+        match p {
+            Ok(p) => plans.push(Some(p)),
+            Err(e) if selected.contains(&k) => return Err(e.into()),
+            Err(_) => plans.push(None),
         }
-        let context = || format!("creating member {} ({})", m.id, m.path.display());
-        if let Some(dir) = m.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).with_context(context)?;
-        }
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&m.path)
-            .with_context(context)?;
-        f.set_len(m.size).with_context(context)?;
-        created.push(m.path.clone());
     }
-    Ok(created)
+    let files = assemble::create_members(config, &mut opened, &plans).await?;
+    let mut outcomes = Vec::new();
+    for &k in selected {
+        let v = &config.volumes[k];
+        let in_memory = v
+            .members
+            .iter()
+            .any(|&m| config.members[m].state == MemberStorage::Memory);
+        outcomes.push(match plans[k] {
+            _ if in_memory => Outcome {
+                name: v.name.clone(),
+                state: "memory",
+                array: None,
+                synced_bytes: 0,
+                assume_clean: true,
+                seconds: 0.0,
+            },
+            Some(Plan::Open) => Outcome {
+                name: v.name.clone(),
+                state: "exists",
+                array: array_of(&opened, v),
+                synced_bytes: 0,
+                assume_clean: false,
+                seconds: 0.0,
+            },
+            Some(Plan::Create { assume_clean: zero }) => {
+                create_volume(config, k, &opened, assume_clean || zero, json).await?
+            }
+            None => bail!("volume {} cannot be planned", v.name),
+        });
+    }
+    Ok(if json {
+        let volumes: Vec<Value> = outcomes
+            .iter()
+            .map(|o| {
+                json!({
+                    "name": o.name,
+                    "state": o.state,
+                    "array": o.array,
+                    "synced_bytes": o.synced_bytes,
+                    "assume_clean": o.assume_clean,
+                    "seconds": o.seconds,
+                })
+            })
+            .collect();
+        let files: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+        format!(
+            "{}\n",
+            serde_json::to_string_pretty(&json!({ "files_created": files, "volumes": volumes }))?
+        )
+    } else {
+        text(config, &files, &outcomes)
+    })
+}
+
+fn array_of(opened: &[Opened], v: &nbraid_config::Volume) -> Option<String> {
+    v.members
+        .iter()
+        .find_map(|&m| opened[m].array_of(&v.name))
+        .map(|u| u.to_string())
+}
+
+/// Writes volume `k`'s superblocks, syncing first unless `assume_clean`, with a bar.
+async fn create_volume(
+    config: &Config,
+    k: usize,
+    opened: &[Opened],
+    assume_clean: bool,
+    json: bool,
+) -> Result<Outcome> {
+    let v = &config.volumes[k];
+    let pb = (!json && !assume_clean).then(|| {
+        let pb = ProgressBar::new(v.capacity());
+        pb.set_style(
+            ProgressStyle::with_template(
+                "{msg} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+            )
+            .expect("template")
+            .progress_chars("=> "),
+        );
+        pb.set_message(format!("sync {}", v.name));
+        pb
+    });
+    let progress = |done: u64, total: u64| {
+        if let Some(pb) = &pb {
+            pb.set_length(total);
+            pb.set_position(done);
+        }
+    };
+    let start = Instant::now();
+    let plan = Plan::Create { assume_clean };
+    let a = assemble::start_volume(config, v, plan, opened, &progress).await?;
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    Ok(Outcome {
+        name: v.name.clone(),
+        state: "created",
+        array: Some(a.array.id().to_string()),
+        synced_bytes: a.report.resynced_bytes,
+        assume_clean,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+fn text(config: &Config, files: &[std::path::PathBuf], outcomes: &[Outcome]) -> String {
+    let mut out = String::new();
+    for p in files {
+        out += &format!("created {}\n", p.display());
+    }
+    if files.is_empty() {
+        let missing = config
+            .members
+            .iter()
+            .filter(|m| m.state == MemberStorage::Missing)
+            .count();
+        if missing == 0 {
+            out += &format!("all {} members exist\n", config.members.len());
+        }
+    }
+    for o in outcomes {
+        let array = o.array.as_deref().unwrap_or("-");
+        out += &match o.state {
+            "memory" => format!(
+                "volume {}: in memory, created at every daemon start\n",
+                o.name
+            ),
+            "exists" => format!("volume {}: exists (array {array}), left alone\n", o.name),
+            _ if o.assume_clean => format!(
+                "volume {}: created array {array} (members trusted to agree: not synced)\n",
+                o.name
+            ),
+            _ => format!(
+                "volume {}: created array {array}, synced {} in {:.1} s\n",
+                o.name,
+                nbraid_config::format_size(o.synced_bytes),
+                o.seconds
+            ),
+        };
+    }
+    out
 }

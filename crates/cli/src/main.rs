@@ -1,7 +1,7 @@
 //! # nbraid: the command line
 //!
 //! Checks and explains array configs (`check`), shows where a volume's bytes live (`map`) and
-//! creates missing member files (`create`). It parses arguments and prints; the config rules
+//! creates arrays (`create`: member files and superblocks). It parses arguments and prints; the config rules
 //! live in `nbraid_config`, the geometry in `nbraid_layout`. It does not contain the server:
 //! `nbraid serve` runs the `nbraidd` binary installed beside it ([`serve`]).
 
@@ -59,10 +59,25 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Create the member files of a config that do not exist yet (sparse, at their size).
+    /// Create a config's arrays: member files that do not exist yet (sparse, at their size),
+    /// then every volume's superblocks, syncing copies and parity (with a progress bar)
+    /// unless the members are new or --assume-clean. Existing arrays are left alone.
     Create {
+        /// The TOML config (or --config FILE).
+        #[arg(required_unless_present = "config", conflicts_with = "config")]
+        file: Option<PathBuf>,
         /// The TOML config.
-        file: PathBuf,
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Create only this volume.
+        #[arg(long, value_name = "NAME")]
+        volume: Option<String>,
+        /// Trust the members to agree already (zero-filled): write superblocks, skip the sync.
+        #[arg(long)]
+        assume_clean: bool,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Run the storage reviews' microbenchmarks on a volume, simulated members or NBD
     /// servers: a table, --json, --chart FILE.svg|png.
@@ -96,7 +111,18 @@ fn main() -> ExitCode {
             length,
             json,
         } => map::run(&file, &volume, &offset, length.as_deref(), json),
-        Command::Create { file } => create::run(&file),
+        Command::Create {
+            file,
+            config,
+            volume,
+            assume_clean,
+            json,
+        } => create::run(
+            &file.or(config).expect("clap requires one"),
+            volume.as_deref(),
+            assume_clean,
+            json,
+        ),
         Command::Bench(args) => bench::run(&args),
         Command::Serve { file, log_level } => serve(&file, &log_level),
         Command::Ops(cmd) => ops::run(cmd),

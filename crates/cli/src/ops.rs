@@ -314,10 +314,17 @@ pub fn status_table(v: &Value) -> String {
             bytes(cache["bound_bytes"].as_u64().unwrap_or(0)),
         );
         for m in &members {
+            let state = m["state"].as_str().unwrap_or("?");
+            // What the superblocks said at start, when it is news.
+            let state = match m["at_start"].as_str() {
+                Some("stale") if state == "healthy" => "healthy (was stale: resynced)".into(),
+                Some("failed") => "failed (recorded failed)".into(),
+                _ => state.to_string(),
+            };
             out += &format!(
                 "  {:<10} {:<8} reads {:>9} writes {:>9} read errors {:>4}  {}\n",
                 m["id"].as_str().unwrap_or("?"),
-                m["state"].as_str().unwrap_or("?"),
+                state,
                 m["reads"],
                 m["writes"],
                 m["read_errors"],

@@ -150,18 +150,19 @@ fn raid1_nearest_reads_beat_two_disks_worth_nearly() {
     let single = rand_read_qd16("0", "1", "nearest");
     let nearest = rand_read_qd16("1", "2", "nearest");
     let rr = rand_read_qd16("1", "2", "round-robin");
-    // The review's TwinStor did > 2×; the engine's `nearest` (last issued position per copy)
-    // reaches 1.88× on this model (the gap is the lead's to close in read_policy).
+    // The review's TwinStor did > 2×; the engine's `nearest` (a band per copy) reaches 1.98×
+    // on this model (docs/benchmarks/README.md), md's head-position rule 1.88×.
     assert!(
-        nearest >= 1.85 * single,
+        nearest >= 1.95 * single,
         "nearest {nearest} vs single {single}"
     );
     assert!(
         rr * 1.05 <= nearest,
         "round-robin {rr} should be visibly below nearest {nearest}"
     );
-    // Sequential: runs move between copies in pieces; with 2 MiB pieces both disks stream.
-    let seq = |level: &str, members: &str, piece: &str| {
+    // Sequential: runs move between copies in pieces; with the default 2 MiB pieces both
+    // disks stream.
+    let seq = |level: &str, members: &str| {
         mb_s(&bench(&[
             "seq-read",
             "--sim",
@@ -176,12 +177,10 @@ fn raid1_nearest_reads_beat_two_disks_worth_nearly() {
             "4",
             "--duration",
             "3s",
-            "--mirror-piece",
-            piece,
         ]))
     };
-    let one = seq("0", "1", "1MiB");
-    let two = seq("1", "2", "2MiB");
+    let one = seq("0", "1");
+    let two = seq("1", "2");
     assert!(two >= 1.7 * one, "RAID 1 sequential {two} vs single {one}");
 }
 

@@ -71,6 +71,7 @@ mod resolve;
 mod size;
 mod summary;
 mod tls;
+mod volume_meta;
 
 pub use error::{ConfigError, ErrorKind};
 pub use limits::{
@@ -81,6 +82,9 @@ pub use listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP, NBD_PORT};
 pub use size::{format_size, format_size_exact, parse_size, HumanSize, SizeError, SIZE_UNITS_HELP};
 pub use summary::{table, MemberSummary, Summary, VolumeMemberSummary, VolumeSummary};
 pub use tls::{listener_policy, TlsMode, TlsSettings};
+pub use volume_meta::{
+    CreatePolicy, MetadataOptions, BITMAP_CHUNK_DEFAULT, BITMAP_CHUNK_MIN, CLEAN_DELAY_DEFAULT,
+};
 
 pub use nbraid_layout::{CacheMode, ReadPolicy};
 
@@ -184,6 +188,8 @@ pub struct Volume {
     pub read_only: bool,
     /// Logical block size offered to clients: 512 or 4096.
     pub block_size: u32,
+    /// On-disk metadata: `create`, `bitmap_chunk`, `clean_delay`.
+    pub metadata: MetadataOptions,
 }
 
 impl Volume {

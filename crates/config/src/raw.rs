@@ -59,6 +59,9 @@ pub(crate) struct RawVolume {
     pub cache_size: Option<Spanned<RawSize>>,
     pub read_only: Option<bool>,
     pub block_size: Option<Spanned<i64>>,
+    pub create: Option<Spanned<String>>,
+    pub bitmap_chunk: Option<Spanned<RawSize>>,
+    pub clean_delay: Option<Spanned<RawSize>>,
 }
 
 /// A size as written: a TOML integer (bytes) or a string (`"4GiB"`, `"all"`).

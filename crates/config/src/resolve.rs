@@ -5,6 +5,7 @@ use super::error::{line_col, ErrorKind, Problem};
 use super::listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP};
 use super::raw::{RawConfig, RawMember, RawSize, RawVolume, Skeleton};
 use super::size::{format_size, format_size_exact, parse_size, SIZE_UNITS_HELP};
+use super::volume_meta;
 use super::{
     CacheMode, Config, ConfigError, Member, MemberStorage, ReadPolicy, Volume, VolumeSize,
     BLOCK_SIZES, BLOCK_SIZE_DEFAULT, CACHE_SIZE_DEFAULT, JBOD_ALIGN, MEMBER_MIN, MEMORY_PATH,
@@ -717,6 +718,7 @@ impl Cx<'_> {
             cache,
             read_only: v.read_only.unwrap_or(false),
             block_size,
+            metadata: volume_meta::metadata_options(v, &who)?,
         })
     }
 

@@ -15,7 +15,7 @@ use crate::buf::{Buf, SharedBuf};
 use crate::error::{VolumeError, VolumeResult};
 use crate::node::{all_ok, collect_bufs, first_error, ArrayNode, ZeroKind};
 use crate::range_lock::RangeLock;
-use crate::read_policy::{plan, CopyView, ReadPolicy};
+use crate::read_policy::{plan, views, CopyView, ReadPolicy};
 use futures::future::{join_all, BoxFuture};
 use futures::FutureExt;
 use parking_lot::Mutex;
@@ -57,7 +57,7 @@ impl MirrorNode {
             capacity,
             policy,
             seq_piece: seq_piece.max(4096),
-            views: Mutex::new(vec![CopyView::default(); n]),
+            views: Mutex::new(views(n, capacity)),
             tick: AtomicU64::new(0),
             locks: RangeLock::default(),
             repairs,

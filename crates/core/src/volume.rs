@@ -31,8 +31,10 @@ pub struct VolumeOptions {
     pub block_size: u64,
     /// How mirrors pick the copy that serves a read.
     pub read_policy: ReadPolicy,
-    /// Sequential mirror reads move to another copy after this many bytes (≥ 4 KiB; 1 MiB
-    /// default), so long runs spread over copies in large pieces.
+    /// Sequential mirror reads move to another copy after this many bytes (≥ 4 KiB; 2 MiB
+    /// default), so long runs spread over copies in large pieces. Each piece one copy skips
+    /// costs it a seek and part of a turn: on the simulated HDD, 1 MiB reads at QD 4 from
+    /// two copies do 1.44× one disk with 1 MiB pieces, 1.84× with 2 or 4 MiB, 1.44× with 8.
     pub mirror_seq_piece: u64,
     /// Whether every member region holds only zeroes (files just created sparse, RAM; default
     /// false). Parity groups (RAID 5/6/50/60) decide from it whether parity is known to match
@@ -50,7 +52,7 @@ impl Default for VolumeOptions {
         VolumeOptions {
             block_size: 512,
             read_policy: ReadPolicy::default(),
-            mirror_seq_piece: 1 << 20,
+            mirror_seq_piece: 2 << 20,
             members_known_zero: false,
             cache: CacheMode::default(),
             cache_max_age: Some(Duration::from_secs(1)),

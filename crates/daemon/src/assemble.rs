@@ -1,22 +1,31 @@
-//! From a checked [`Config`] to running volumes: opens (or creates) every member once through
-//! io_uring and builds each volume over the members it lists. Members are held exclusively
-//! ([`nbraid_core::exclusive`]), so the volumes on one member share its one open file, and a
-//! second daemon on the same members is refused with the holder named.
+//! From a checked [`Config`] to running arrays: opens every member once through io_uring,
+//! reads its superblock, and opens or creates each volume through
+//! [`nbraid_core::metadata::Array`] — assembly by superblock, not by config order. Members are
+//! held exclusively ([`nbraid_core::exclusive`]), so the volumes on one member share its one
+//! open file (and its one superblock), and a second daemon on the same members is refused
+//! with the holder named.
 //!
-//! Without on-disk metadata yet, "new" is decided from what exists
-//! ([`Config::volume_is_new`], [`Config::may_create`]): a new volume's member files are created
-//! sparse, all zeroes, and the engine is told so (`VolumeOptions::members_known_zero`; it
-//! decides that such parity starts in sync). A member missing from a volume
-//! that already has data is never recreated: the volume starts degraded without it, or refuses
-//! to start when that is beyond its fault tolerance.
+//! Whether a volume is opened or created is [`plan::plan`]'s pure decision (`create = "auto"`
+//! creates arrays only on new or blank members). A member file that is missing while its
+//! peers carry superblocks is never recreated: the volume starts degraded without it (within
+//! its fault tolerance), with a loud warning. A dirty array is resynced before anything is
+//! served (only the regions its write-intent bitmap marks).
 
-use nbraid_config::{self as config, Config, MemberStorage};
-use nbraid_core::{
-    AbsentMember, Member, MemoryMember, UringError, UringFile, Volume, VolumeError, VolumeOptions,
+use crate::plan::{self, Found, MemberFound, Plan};
+use nbraid_config::{self as config, Config, CreatePolicy, MemberStorage};
+use nbraid_core::metadata::{
+    Absence, Array, ArrayError, ArrayOptions, MemberMeta, OpenReport, Probe, Uuid,
+    METADATA_AREA_BYTES,
 };
+use nbraid_core::{Buf, Member, MemoryMember, UringError, UringFile, VolumeOptions};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use thiserror::Error;
+
+// The config keeps exactly the engine's metadata area free of volume regions.
+const _: () = assert!(config::METADATA_RESERVED == METADATA_AREA_BYTES);
 
 /// Why the arrays could not be assembled. Each names the member or volume concerned.
 #[derive(Debug, Error)]
@@ -28,131 +37,417 @@ pub enum AssembleError {
         #[source]
         source: UringError,
     },
-    #[error("volume {name}")]
-    Volume {
+    #[error("{0}")]
+    Refused(String),
+    #[error("volume `{name}` (members by position: {legend})")]
+    Array {
         name: String,
+        legend: String,
         #[source]
-        source: VolumeError,
-    },
-    #[error(
-        "volume {name}: members {missing} are missing, more than {level} can lose \
-         (it survives {tolerance} lost member(s) at worst); restore the member files or \
-         remove the volume from the config"
-    )]
-    TooManyMissing {
-        name: String,
-        missing: String,
-        level: String,
-        tolerance: usize,
+        source: Box<ArrayError>,
     },
 }
 
-/// A volume ready to serve, with what the config said about it.
+/// A volume ready to serve, with what the config and its superblocks said about it.
 pub struct Assembled {
     pub name: String,
-    pub volume: Arc<Volume>,
+    pub array: Arc<Array>,
     pub read_only: bool,
     pub description: String,
-    /// Members of the volume that were missing at start (config member ids).
-    pub missing: Vec<String>,
+    /// By role (the volume's member index): the config id of the member serving it; for a
+    /// role no member serves, the config member presumed to be it.
+    pub members: Vec<String>,
+    /// By role: what assembly found — "new", "active", "missing", "stale" (resynced before
+    /// serving) or "failed" (recorded failed by its peers).
+    pub at_start: Vec<&'static str>,
+    /// The superblocks were written by this start.
+    pub created: bool,
+    pub report: OpenReport,
+    /// Record the volume clean after this long without writes.
+    pub clean_delay: Option<Duration>,
 }
 
-/// Opens every member (creating the files of new volumes sparse) and builds every volume.
+/// One config member as found at start.
+pub struct Opened {
+    /// `None`: the file is missing.
+    meta: Option<Arc<MemberMeta>>,
+    /// No superblock and an all-zero metadata area.
+    blank: bool,
+    /// Created by this start (sparse: all zeroes).
+    created: bool,
+}
+
+impl Opened {
+    /// The array id this member's superblock records for volume `name`.
+    pub fn array_of(&self, name: &str) -> Option<Uuid> {
+        match self.meta.as_ref()?.probe() {
+            Probe::Superblock(sb, _) => sb.volumes.iter().find(|v| v.name == name).map(|v| v.array),
+            _ => None,
+        }
+    }
+}
+
+/// Opens every member and opens or creates every volume (blocking until resyncs are done).
 pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
-    let fresh: Vec<bool> = config
-        .volumes
-        .iter()
-        .map(|v| config.volume_is_new(v))
-        .collect();
-    // Missing members that may not be created stand in as lost.
-    let absent =
-        |m: usize| config.members[m].state == MemberStorage::Missing && !config.may_create(m);
-    let members = config
-        .members
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            if m.state == MemberStorage::Memory {
-                return Ok(Arc::new(MemoryMember::new(&m.id, m.size)) as Arc<dyn Member>);
-            }
-            if absent(i) {
-                return Ok(Arc::new(AbsentMember::new(m.id.as_str(), m.size)) as Arc<dyn Member>);
-            }
-            if let Some(dir) = m.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|e| AssembleError::Member {
-                    id: m.id.clone(),
-                    path: m.path.clone(),
-                    source: UringError::Open {
-                        path: dir.to_path_buf(),
-                        source: e,
-                    },
-                })?;
-            }
-            UringFile::open_or_create(&m.path, m.size)
-                .map(|f| Arc::new(f) as Arc<dyn Member>)
-                .map_err(|source| AssembleError::Member {
-                    id: m.id.clone(),
-                    path: m.path.clone(),
-                    source,
-                })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    futures::executor::block_on(async {
+        let mut opened = open_members(config).await?;
+        let plans = plans(config, &opened, None);
+        let mut sure = Vec::with_capacity(plans.len());
+        for p in plans {
+            sure.push(p?);
+        }
+        let plans: Vec<Option<Plan>> = sure.into_iter().map(Some).collect();
+        create_members(config, &mut opened, &plans).await?;
+        let mut out = Vec::with_capacity(config.volumes.len());
+        for (v, plan) in config.volumes.iter().zip(plans) {
+            let progress = Progress::new(&v.name);
+            let report = |done, total| progress.report(done, total);
+            let plan = plan.expect("planned");
+            out.push(start_volume(config, v, plan, &opened, &report).await?);
+        }
+        Ok(out)
+    })
+}
+
+/// Opens every member that is there (held exclusively) and reads its superblock.
+pub async fn open_members(config: &Config) -> Result<Vec<Opened>, AssembleError> {
+    let mut opened = Vec::with_capacity(config.members.len());
+    for m in &config.members {
+        opened.push(open_member(m).await?);
+    }
+    Ok(opened)
+}
+
+/// Every volume's [`Plan`] (or why it cannot start), by `create` from the config unless
+/// `policy` overrides it (`nbraid create` is the operator's consent).
+pub fn plans(
+    config: &Config,
+    opened: &[Opened],
+    policy: Option<CreatePolicy>,
+) -> Vec<Result<Plan, AssembleError>> {
+    let file = config.file.display().to_string();
     config
         .volumes
         .iter()
-        .zip(&fresh)
-        .map(|(v, &fresh)| {
-            let volume_members = v.members.iter().map(|&i| members[i].clone()).collect();
-            // A new volume's members are created sparse: all zeroes (the engine decides what
-            // that means for parity).
-            let options = VolumeOptions {
-                members_known_zero: fresh,
-                ..volume_options(v)
-            };
-            let volume = Volume::new(v.geometry.clone(), volume_members, options).map_err(
-                |source| AssembleError::Volume {
-                    name: v.name.clone(),
-                    source,
-                },
-            )?;
-            let mut missing = Vec::new();
-            for (slot, &m) in v.members.iter().enumerate() {
-                if absent(m) {
-                    let member = &config.members[m];
-                    volume.fail_member(
-                        slot,
-                        &format!("missing at start: {} does not exist", member.path.display()),
-                    );
-                    missing.push(member.id.clone());
-                }
-            }
-            if !volume.is_available() {
-                return Err(AssembleError::TooManyMissing {
-                    name: v.name.clone(),
-                    missing: missing.join(", "),
-                    level: v.shape.level.to_string(),
-                    tolerance: volume.fault_tolerance().worst,
-                });
-            }
-            if !missing.is_empty() {
-                tracing::warn!(volume = %v.name, missing = %missing.join(", "), "serving degraded: members missing at start");
-            }
-            if !fresh && v.shape.level.parity() > 0 {
-                tracing::info!(volume = %v.name, "parity not known to be in sync (no metadata yet): partial-stripe writes use reconstruct-write");
-            }
-            Ok(Assembled {
-                name: v.name.clone(),
-                volume: Arc::new(volume),
-                read_only: v.read_only,
-                description: describe(config, v),
-                missing,
-            })
+        .map(|v| {
+            let found: Vec<Found> = v
+                .members
+                .iter()
+                .map(|&m| found(config, opened, m, &v.name))
+                .collect();
+            let members: Vec<MemberFound> = v
+                .members
+                .iter()
+                .zip(&found)
+                .map(|(&m, f)| MemberFound {
+                    id: &config.members[m].id,
+                    path: &config.members[m].path_text,
+                    found: f,
+                })
+                .collect();
+            let policy = policy.unwrap_or(v.metadata.create);
+            plan::plan(&v.name, &file, policy, &members).map_err(|r| AssembleError::Refused(r.0))
         })
         .collect()
 }
 
-/// The engine's options for a config volume (whether its members are known zero aside: see
-/// [`assemble`]).
+/// Creates the missing member files whose every volume is to be created (`plans[k]`:
+/// `None` for a volume that will not start); returns their paths. A missing member that a
+/// volume with data uses is never recreated; a volume to be created on it is refused.
+pub async fn create_members(
+    config: &Config,
+    opened: &mut [Opened],
+    plans: &[Option<Plan>],
+) -> Result<Vec<PathBuf>, AssembleError> {
+    let mut paths = Vec::new();
+    let created = |k: usize| matches!(plans[k], Some(Plan::Create { .. }));
+    for (i, m) in config.members.iter().enumerate() {
+        if opened[i].meta.is_some() {
+            continue;
+        }
+        let on_it: Vec<usize> = (0..config.volumes.len())
+            .filter(|&k| config.volumes[k].members.contains(&i))
+            .collect();
+        if on_it.iter().all(|&k| created(k)) {
+            opened[i] = create_member(m).await?;
+            paths.push(m.path.clone());
+        } else if let Some(&k) = on_it.iter().find(|&&k| created(k)) {
+            let keeper = on_it.iter().find(|&&k| !created(k)).expect("one");
+            let (v, keeper) = (&config.volumes[k].name, &config.volumes[*keeper].name);
+            return Err(AssembleError::Refused(format!(
+                "volume `{v}`: member {} ({}) is missing and volume `{keeper}` on it is not \
+                 being created (it has data, or cannot start), so it is not recreated; `{v}` \
+                 cannot be created without it — restore the file",
+                m.id, m.path_text
+            )));
+        }
+    }
+    Ok(paths)
+}
+
+/// Opens member `m` if it is there and reads its superblock.
+async fn open_member(m: &config::Member) -> Result<Opened, AssembleError> {
+    let member: Arc<dyn Member> = match m.state {
+        MemberStorage::Memory => Arc::new(MemoryMember::new(&m.id, m.size)),
+        MemberStorage::Missing => {
+            return Ok(Opened {
+                meta: None,
+                blank: false,
+                created: false,
+            })
+        }
+        _ => Arc::new(
+            UringFile::open_or_create(&m.path, m.size).map_err(|source| member_error(m, source))?,
+        ),
+    };
+    load(member).await
+}
+
+fn member_error(m: &config::Member, source: UringError) -> AssembleError {
+    AssembleError::Member {
+        id: m.id.clone(),
+        path: m.path.clone(),
+        source,
+    }
+}
+
+/// Creates member `m`'s file, sparse (all zeroes), and its directory.
+async fn create_member(m: &config::Member) -> Result<Opened, AssembleError> {
+    if let Some(dir) = m.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            member_error(
+                m,
+                UringError::Open {
+                    path: dir.to_path_buf(),
+                    source: e,
+                },
+            )
+        })?;
+    }
+    let file = UringFile::open_or_create(&m.path, m.size).map_err(|e| member_error(m, e))?;
+    let mut opened = load(Arc::new(file)).await?;
+    opened.created = true;
+    Ok(opened)
+}
+
+async fn load(member: Arc<dyn Member>) -> Result<Opened, AssembleError> {
+    let meta = MemberMeta::load(member).await;
+    let blank = match meta.probe() {
+        Probe::Blank => {
+            let len = METADATA_AREA_BYTES.min(meta.member().len());
+            match meta.member().read(0, Buf::new(len as usize)).await {
+                Ok(b) => b.iter().all(|&x| x == 0),
+                Err(_) => false,
+            }
+        }
+        _ => false,
+    };
+    Ok(Opened {
+        meta: Some(meta),
+        blank,
+        created: false,
+    })
+}
+
+/// What member `m` holds, as volume `name`'s plan sees it.
+fn found(config: &Config, opened: &[Opened], m: usize, name: &str) -> Found {
+    let Some(meta) = &opened[m].meta else {
+        return Found::Missing;
+    };
+    if config.members[m].state == MemberStorage::Memory || opened[m].created {
+        // Zeroes, as far as anyone could have written: created by this start.
+        return if opened[m].created {
+            Found::Missing
+        } else {
+            Found::Memory
+        };
+    }
+    match meta.probe() {
+        Probe::Missing => Found::Missing,
+        Probe::Blank if opened[m].blank => Found::Blank,
+        Probe::Blank => Found::NotBlank,
+        Probe::Unreadable(e) => Found::Unreadable(e.clone()),
+        Probe::Superblock(sb, _) => {
+            // Records of the config's volumes on this member are siblings (Matrix), not foreign.
+            let ours = |n: &str| {
+                config
+                    .volumes
+                    .iter()
+                    .any(|v| v.name == n && v.members.contains(&m))
+            };
+            Found::Superblock {
+                has_this: sb.volumes.iter().any(|v| v.name == name),
+                foreign: sb
+                    .volumes
+                    .iter()
+                    .filter(|v| !ours(&v.name))
+                    .map(|v| format!("volume `{}` of array {}", v.name, v.array))
+                    .collect(),
+            }
+        }
+    }
+}
+
+/// Opens or creates volume `v` over its members (`progress(done, total)` bytes of a sync).
+pub async fn start_volume(
+    config: &Config,
+    v: &config::Volume,
+    plan: Plan,
+    opened: &[Opened],
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<Assembled, AssembleError> {
+    let metas: Vec<Option<Arc<MemberMeta>>> =
+        v.members.iter().map(|&m| opened[m].meta.clone()).collect();
+    let opts = ArrayOptions {
+        volume: volume_options(v),
+        bitmap_chunk_bytes: v.metadata.bitmap_chunk_bytes,
+    };
+    let tree = v.geometry.root().clone();
+    let legend = || {
+        v.members
+            .iter()
+            .enumerate()
+            .map(|(i, &m)| {
+                let m = &config.members[m];
+                format!("{i} = {} ({})", m.id, m.path_text)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let array_error = |source| match source {
+        ArrayError::Assemble(nbraid_core::metadata::AssembleError::BeyondTolerance { .. }) => {
+            // Name the config's members that carry no record of the volume.
+            let gone: Vec<&str> = v
+                .members
+                .iter()
+                .filter(|&&m| {
+                    !matches!(
+                        found(config, opened, m, &v.name),
+                        Found::Superblock { has_this: true, .. }
+                    )
+                })
+                .map(|&m| config.members[m].id.as_str())
+                .collect();
+            AssembleError::Refused(format!(
+                "volume {}: members {} are missing (or carry no record of it), more than {} can \
+                 lose (it survives {} lost member(s) at worst); restore the member files or \
+                 remove the volume from the config",
+                v.name,
+                gone.join(", "),
+                v.shape.level,
+                v.geometry.fault_tolerance().worst
+            ))
+        }
+        source => AssembleError::Array {
+            name: v.name.clone(),
+            legend: legend(),
+            source: Box::new(source),
+        },
+    };
+    let (array, report, created) = match plan {
+        Plan::Create { assume_clean } => {
+            let metas = metas.into_iter().map(|m| m.expect("created")).collect();
+            if !assume_clean {
+                tracing::info!(volume = %v.name, "creating the array: syncing copies and parity from the members' data");
+            }
+            let (a, r) = Array::create(&v.name, tree, metas, opts, assume_clean, progress)
+                .await
+                .map_err(array_error)?;
+            tracing::info!(volume = %v.name, array = %a.id(), "created the array (superblocks written)");
+            (a, r, true)
+        }
+        Plan::Open => {
+            let (a, r) = Array::open(&v.name, &tree, metas, opts, progress)
+                .await
+                .map_err(array_error)?;
+            tracing::info!(volume = %v.name, array = %a.id(), was_clean = r.was_clean, resynced_bytes = r.resynced_bytes, "assembled by superblock");
+            (a, r, false)
+        }
+    };
+    for w in &report.warnings {
+        eprintln!("nbraidd: volume {}: warning: {w}", v.name);
+    }
+    if !report.was_clean {
+        tracing::warn!(volume = %v.name, resynced_bytes = report.resynced_bytes, "the array was not shut down cleanly: resynced before serving");
+    }
+    // Config member ids by role; roles no member serves take the unclaimed config members in
+    // order (the best guess at which file it was).
+    let claimed: Vec<usize> = report
+        .roles
+        .iter()
+        .filter_map(|r| match r {
+            Ok(p) | Err(Absence::Stale { member: p, .. } | Absence::Failed { member: p }) => {
+                Some(*p)
+            }
+            Err(Absence::Lost) => None,
+        })
+        .collect();
+    let mut unclaimed = (0..v.members.len()).filter(|p| !claimed.contains(p));
+    let mut members = Vec::with_capacity(report.roles.len());
+    let mut at_start = Vec::with_capacity(report.roles.len());
+    for r in &report.roles {
+        let (pos, state) = match r {
+            Ok(p) => (Some(*p), if created { "new" } else { "active" }),
+            Err(Absence::Stale { member, .. }) => (Some(*member), "stale"),
+            Err(Absence::Failed { member }) => (Some(*member), "failed"),
+            Err(Absence::Lost) => (unclaimed.next(), "missing"),
+        };
+        members.push(pos.map_or("?".to_string(), |p| config.members[v.members[p]].id.clone()));
+        at_start.push(state);
+    }
+    let lost: Vec<&str> = members
+        .iter()
+        .zip(&at_start)
+        .filter(|(_, s)| matches!(**s, "missing" | "failed"))
+        .map(|(m, _)| m.as_str())
+        .collect();
+    if !lost.is_empty() {
+        let msg = format!(
+            "volume {}: serving DEGRADED: members {} missing or failed (never recreated blank); restore or replace them",
+            v.name,
+            lost.join(", ")
+        );
+        tracing::warn!("{msg}");
+        eprintln!("nbraidd: warning: {msg}");
+    }
+    Ok(Assembled {
+        name: v.name.clone(),
+        array: Arc::new(array),
+        read_only: v.read_only,
+        description: describe(config, v),
+        members,
+        at_start,
+        created,
+        report,
+        clean_delay: v.metadata.clean_delay,
+    })
+}
+
+/// Logs a sync's progress every 10%.
+struct Progress<'a> {
+    volume: &'a str,
+    next_pct: AtomicU64,
+}
+
+impl<'a> Progress<'a> {
+    fn new(volume: &'a str) -> Self {
+        Progress {
+            volume,
+            next_pct: AtomicU64::new(10),
+        }
+    }
+
+    fn report(&self, done: u64, total: u64) {
+        let pct = done.saturating_mul(100) / total.max(1);
+        let next = self.next_pct.load(Ordering::Relaxed);
+        if pct >= next {
+            self.next_pct.store(pct / 10 * 10 + 10, Ordering::Relaxed);
+            tracing::info!(volume = %self.volume, "sync {pct}% ({done} of {total} bytes)");
+        }
+    }
+}
+
+/// The engine's options for a config volume.
 pub fn volume_options(v: &config::Volume) -> VolumeOptions {
     VolumeOptions {
         block_size: u64::from(v.block_size),

@@ -5,10 +5,12 @@ use crate::nbd::{Export, Extent, PayloadBuf, ZeroFlags};
 use crate::zero_map::ZeroMap;
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use nbraid_core::metadata::Array;
 use nbraid_core::split::ZERO_WINDOW_BYTES;
 use nbraid_core::{Buf, Volume, VolumeError, MAX_REQUEST_BYTES};
 use nbraid_layout::Node;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 // Every read and write the server accepts (at most one payload) is one the engine accepts:
@@ -76,23 +78,91 @@ fn has_parity(node: &Node) -> bool {
     matches!(node, Node::Parity(_)) || node.children().iter().any(has_parity)
 }
 
-/// Serves one [`Volume`].
+/// What an export serves: an array that knows itself (writes mark its records dirty and its
+/// write-intent bits first), or a bare engine volume (tests).
+pub enum Backing {
+    Array(Arc<Array>),
+    Volume(Arc<Volume>),
+}
+
+impl Backing {
+    fn volume(&self) -> &Volume {
+        match self {
+            Backing::Array(a) => a.volume(),
+            Backing::Volume(v) => v,
+        }
+    }
+
+    async fn write(&self, offset: u64, buf: Buf, fua: bool) -> Result<(), VolumeError> {
+        match self {
+            Backing::Array(a) => a.write(offset, buf, fua).await.map(drop),
+            Backing::Volume(v) => v.write(offset, buf, fua).await.map(drop),
+        }
+    }
+
+    async fn flush(&self) -> Result<(), VolumeError> {
+        match self {
+            Backing::Array(a) => a.flush().await,
+            Backing::Volume(v) => v.flush().await,
+        }
+    }
+
+    async fn trim(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
+        match self {
+            Backing::Array(a) => a.trim(offset, len).await,
+            Backing::Volume(v) => v.trim(offset, len).await,
+        }
+    }
+
+    async fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> Result<(), VolumeError> {
+        match self {
+            Backing::Array(a) => a.write_zeroes(offset, len, fua).await,
+            Backing::Volume(v) => v.write_zeroes(offset, len, fua).await,
+        }
+    }
+}
+
+/// Serves one volume.
 pub struct VolumeExport {
-    volume: Arc<Volume>,
+    backing: Backing,
     read_only: bool,
     description: String,
     /// Trimmed and zeroed ranges, for `base:allocation`.
     zeroes: ZeroMap,
+    /// Write-type requests begun (the daemon's clean-on-idle timer watches it).
+    writes_begun: AtomicU64,
 }
 
 impl VolumeExport {
     pub fn new(volume: Arc<Volume>, read_only: bool, description: String) -> VolumeExport {
+        VolumeExport::with_backing(Backing::Volume(volume), read_only, description)
+    }
+
+    pub fn array(array: Arc<Array>, read_only: bool, description: String) -> VolumeExport {
+        VolumeExport::with_backing(Backing::Array(array), read_only, description)
+    }
+
+    fn with_backing(backing: Backing, read_only: bool, description: String) -> VolumeExport {
         VolumeExport {
-            volume,
+            backing,
             read_only,
             description,
             zeroes: ZeroMap::default(),
+            writes_begun: AtomicU64::new(0),
         }
+    }
+
+    /// Write-type requests (write, trim, zeroes) begun since start.
+    pub fn writes_begun(&self) -> u64 {
+        self.writes_begun.load(Ordering::Relaxed)
+    }
+
+    fn volume(&self) -> &Volume {
+        self.backing.volume()
+    }
+
+    fn begin(&self) {
+        self.writes_begun.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -132,15 +202,15 @@ fn to_io(e: VolumeError) -> io::Error {
 
 impl Export for VolumeExport {
     fn size(&self) -> u64 {
-        self.volume.capacity()
+        self.volume().capacity()
     }
 
     fn min_block(&self) -> u32 {
-        self.volume.block_size() as u32
+        self.volume().block_size() as u32
     }
 
     fn preferred_block(&self) -> u32 {
-        let width = self.volume.geometry().full_stripe_width().unwrap_or(4096);
+        let width = self.volume().geometry().full_stripe_width().unwrap_or(4096);
         width.min(u64::from(u32::MAX)) as u32
     }
 
@@ -155,7 +225,7 @@ impl Export for VolumeExport {
     fn read(&self, offset: u64, len: u32) -> BoxFuture<'_, io::Result<Bytes>> {
         Box::pin(async move {
             let buf = self
-                .volume
+                .volume()
                 .read(offset, u64::from(len))
                 .await
                 .map_err(to_io)?;
@@ -168,12 +238,9 @@ impl Export for VolumeExport {
             // Member I/O wants aligned buffers (O_DIRECT); the socket's payload is not.
             let buf = Buf::copy_from(&data);
             drop(data);
+            self.begin();
             let _w = self.zeroes.begin_write(offset, buf.len() as u64);
-            self.volume
-                .write(offset, buf, fua)
-                .await
-                .map(drop)
-                .map_err(to_io)
+            self.backing.write(offset, buf, fua).await.map_err(to_io)
         })
     }
 
@@ -200,23 +267,21 @@ impl Export for VolumeExport {
             },
         };
         Box::pin(async move {
+            self.begin();
             let _w = self.zeroes.begin_write(offset, buf.len() as u64);
-            self.volume
-                .write(offset, buf, fua)
-                .await
-                .map(drop)
-                .map_err(to_io)
+            self.backing.write(offset, buf, fua).await.map_err(to_io)
         })
     }
 
     fn flush(&self) -> BoxFuture<'_, io::Result<()>> {
-        Box::pin(async move { self.volume.flush().await.map_err(to_io) })
+        Box::pin(async move { self.backing.flush().await.map_err(to_io) })
     }
 
     fn trim(&self, offset: u64, len: u32, fua: bool) -> BoxFuture<'_, io::Result<()>> {
         Box::pin(async move {
+            self.begin();
             let token = self.zeroes.begin_zeroing();
-            self.volume
+            self.backing
                 .trim(offset, u64::from(len))
                 .await
                 .map_err(to_io)?;
@@ -224,7 +289,7 @@ impl Export for VolumeExport {
             let hz = STATE_HOLE | STATE_ZERO;
             self.zeroes.zeroed(token, offset, u64::from(len), hz);
             if fua {
-                self.volume.flush().await.map_err(to_io)?;
+                self.backing.flush().await.map_err(to_io)?;
             }
             Ok(())
         })
@@ -237,7 +302,7 @@ impl Export for VolumeExport {
         flags: ZeroFlags,
     ) -> BoxFuture<'_, io::Result<()>> {
         let len = u64::from(len);
-        if flags.fast_only && !zeroing_is_fast(self.volume.geometry().root(), offset, len) {
+        if flags.fast_only && !zeroing_is_fast(self.volume().geometry().root(), offset, len) {
             // NBD_CMD_FLAG_FAST_ZERO: fail at once, before touching anything, when zeroing
             // would cost parity reads and writes (no faster than writing zeroes).
             let e = io::Error::new(
@@ -247,8 +312,9 @@ impl Export for VolumeExport {
             return Box::pin(futures::future::ready(Err(e)));
         }
         Box::pin(async move {
+            self.begin();
             let token = self.zeroes.begin_zeroing();
-            self.volume
+            self.backing
                 .write_zeroes(offset, len, flags.fua)
                 .await
                 .map_err(to_io)?;

@@ -8,6 +8,7 @@ pub mod assemble;
 pub mod control;
 pub mod export;
 pub mod logging;
+pub mod plan;
 pub mod serve;
 pub mod zero_map;
 

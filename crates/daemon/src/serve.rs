@@ -2,11 +2,12 @@
 //! and flush. Shared by the `nbraidd` binary and `nbraid serve`.
 
 use crate::assemble::{assemble, Assembled};
-use crate::control::{ControlServer, ControlVolume, Controls};
+use crate::control::{ControlServer, ControlVolume, Controls, StartReport};
 use crate::export::VolumeExport;
 use crate::nbd::{proto::MAX_PAYLOAD, Export, Limits, Listener, Server, ServerTls, TlsMode};
 use anyhow::{Context, Result};
 use nbraid_config::{self as config, Config, Listener as ConfigListener, ServerLimits};
+use nbraid_core::metadata::Array;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,11 +76,23 @@ async fn serve(config: Config) -> Result<()> {
     let tls = server_tls(&config)?;
     let volumes = assemble(&config)?;
     let controls = Arc::new(controls(&config, &volumes));
-    let exports: Vec<(String, Arc<dyn Export>)> = volumes
-        .into_iter()
+    let served: Vec<(Arc<Array>, Arc<VolumeExport>)> = volumes
+        .iter()
         .map(|a| {
-            let export = VolumeExport::new(a.volume, a.read_only, a.description);
-            (a.name, Arc::new(export) as Arc<dyn Export>)
+            let export = VolumeExport::array(a.array.clone(), a.read_only, a.description.clone());
+            (a.array.clone(), Arc::new(export))
+        })
+        .collect();
+    let exports: Vec<(String, Arc<dyn Export>)> = served
+        .iter()
+        .map(|(a, e)| (a.name().to_string(), e.clone() as Arc<dyn Export>))
+        .collect();
+    let idle_tasks: Vec<_> = volumes
+        .iter()
+        .zip(&served)
+        .filter_map(|(v, (a, e))| {
+            let delay = v.clean_delay?;
+            Some(tokio::spawn(clean_when_idle(a.clone(), e.clone(), delay)))
         })
         .collect();
     let names: Vec<String> = exports.iter().map(|(n, _)| n.clone()).collect();
@@ -139,27 +152,71 @@ async fn serve(config: Config) -> Result<()> {
     // Dropping the control server removes its socket.
     control_task.abort();
     let _ = control_task.await;
+    for t in idle_tasks {
+        t.abort();
+        let _ = t.await;
+    }
+    let mut unclean = Vec::new();
+    for (a, _) in &served {
+        match a.mark_clean().await {
+            Ok(true) => {}
+            Ok(false) => unclean.push(format!("{}: a write was still in flight", a.name())),
+            Err(e) => unclean.push(format!("{}: {e}", a.name())),
+        }
+    }
+    if !unclean.is_empty() {
+        anyhow::bail!(
+            "stopped, but not every volume could be recorded clean (it resyncs at the next start): {}",
+            unclean.join("; ")
+        );
+    }
     println!("nbraidd: stopped cleanly");
     Ok(())
 }
 
-/// The control socket's view of the assembled volumes (member ids from the config).
+/// The control socket's view of the assembled volumes (member ids by role).
 fn controls(config: &Config, volumes: &[Assembled]) -> Controls {
     let volumes = volumes
         .iter()
         .map(|a| {
             let cv = config.volumes.iter().find(|v| v.name == a.name);
             let level = cv.map_or(String::new(), |v| v.level().name().to_string());
-            let members = cv.map_or_else(Vec::new, |v| {
-                v.members
-                    .iter()
-                    .map(|&m| config.members[m].id.clone())
-                    .collect()
-            });
-            ControlVolume::new(a.name.clone(), level, a.volume.clone(), members)
+            ControlVolume::new(
+                a.name.clone(),
+                level,
+                a.array.clone(),
+                a.members.clone(),
+                a.at_start.clone(),
+                StartReport {
+                    created: a.created,
+                    was_clean: a.report.was_clean,
+                    resynced_bytes: a.report.resynced_bytes,
+                },
+            )
         })
         .collect();
     Controls { volumes }
+}
+
+/// Records `array` clean once no write has begun for `delay` (md's safe_mode_delay), so a
+/// crash while idle needs no resync at the next start.
+async fn clean_when_idle(array: Arc<Array>, export: Arc<VolumeExport>, delay: Duration) {
+    let tick = (delay / 4).max(Duration::from_millis(5));
+    let mut seen = export.writes_begun();
+    let mut quiet_since = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(tick).await;
+        let now = export.writes_begun();
+        if now != seen {
+            (seen, quiet_since) = (now, tokio::time::Instant::now());
+            continue;
+        }
+        if array.is_dirty() && quiet_since.elapsed() >= delay {
+            if let Err(e) = array.mark_clean().await {
+                tracing::warn!(volume = %array.name(), "recording the volume clean: {e}");
+            }
+        }
+    }
 }
 
 async fn wait_for_stop() -> Result<()> {

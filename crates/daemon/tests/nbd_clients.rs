@@ -690,7 +690,7 @@ fn raid_fixture(level: &str, members: usize, extra: &[&str]) -> Fixture {
             .into_iter()
             .map(|a| {
                 let e =
-                    nbraid_daemon::export::VolumeExport::new(a.volume, a.read_only, a.description);
+                    nbraid_daemon::export::VolumeExport::array(a.array, a.read_only, a.description);
                 (a.name, Arc::new(e) as Arc<dyn Export>)
             })
             .collect()

@@ -13,7 +13,8 @@ pub enum ReadPolicy {
     /// The copy with the fewest reads in flight (SSDs).
     #[default]
     LeastPending,
-    /// The copy whose last position is closest (spinning disks).
+    /// Each copy serves its own band of the address space while not much busier than the
+    /// others (spinning disks: shorter seeks, denser queues).
     Nearest,
 }
 

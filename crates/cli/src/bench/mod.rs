@@ -79,7 +79,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "POLICY", default_value = "nearest")]
     pub read_policy: String,
     /// Simulated mirrors: a sequential run moves to another copy after this many bytes
-    /// (the engine's `mirror_seq_piece`, default 1 MiB).
+    /// (the engine's `mirror_seq_piece`, default 2 MiB).
     #[arg(long, value_name = "SIZE")]
     pub mirror_piece: Option<String>,
     /// Simulated parity volumes without the write-back stripe cache.

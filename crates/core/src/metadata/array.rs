@@ -138,6 +138,9 @@ pub struct OpenReport {
     pub absent_roles: Vec<usize>,
     /// Bytes of the volume resynced before serving.
     pub resynced_bytes: u64,
+    /// Per role: the position (in the `metas` given to [`Array::open`]) of the member that
+    /// serves it, or why none does (as assembly found it; stale roles are resynced since).
+    pub roles: Vec<Result<usize, Absence>>,
     /// Roles whose new member is being rebuilt, and the checkpoint it resumes from
     /// ([`Array::rebuild`] continues it while the volume serves).
     pub rebuilding_roles: Vec<(usize, u64)>,
@@ -291,6 +294,7 @@ impl Array {
         let array = Array::build(name, id, tree, &metas, opts, !assume_clean).await?;
         let mut report = OpenReport {
             was_clean: assume_clean,
+            roles: (0..array.volume.member_count()).map(Ok).collect(),
             ..OpenReport::default()
         };
         if !assume_clean {
@@ -375,6 +379,7 @@ impl Array {
             resynced_roles: stale.clone(),
             absent_roles: absent,
             resynced_bytes: 0,
+            roles: asm.roles.clone(),
             rebuilding_roles,
         };
         if !asm.clean || !stale.is_empty() {
@@ -624,9 +629,14 @@ impl Array {
         }
     }
 
+    /// Whether the records say dirty (a write since the last clean point).
+    pub fn is_dirty(&self) -> bool {
+        self.dirty.load(SeqCst)
+    }
+
     /// Records members failed since the last commit, before a request that may have seen
-    /// them fail is acknowledged.
-    async fn record_failures(&self) -> VolumeResult<()> {
+    /// them fail is acknowledged (also after an operator fails one).
+    pub async fn record_failures(&self) -> VolumeResult<()> {
         if self.volume.failed_count() == self.recorded_failed.load(SeqCst) {
             return Ok(());
         }

@@ -7,5 +7,5 @@ pub mod ops;
 pub mod proto;
 pub mod server;
 
-pub use ops::{ControlVolume, Controls};
+pub use ops::{ControlVolume, Controls, StartReport};
 pub use server::ControlServer;

@@ -1,7 +1,8 @@
 //! What the control requests do to the daemon's volumes.
 
 use super::proto::{ok_reply, Refusal, Request};
-use nbraid_core::{MemberState, ScrubControl, ScrubReport, ScrubState, Volume};
+use nbraid_core::metadata::Array;
+use nbraid_core::{MemberState, ScrubControl, ScrubReport, ScrubState};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -11,20 +12,34 @@ pub struct ControlVolume {
     pub name: String,
     /// The level's name (`raid6`).
     pub level: String,
-    pub volume: Arc<Volume>,
-    /// Config member ids, by the volume's member index.
+    pub array: Arc<Array>,
+    /// Config member ids, by the volume's member index (its role in the superblocks).
     pub members: Vec<String>,
+    /// By member index: what assembly found in the superblocks ("new", "active", "missing",
+    /// "stale", "failed").
+    pub at_start: Vec<&'static str>,
+    /// What the start did: created the array, found it clean, bytes resynced before serving.
+    pub start: StartReport,
     /// The latest scrub (running or finished).
     scrub: Mutex<Option<Arc<ScrubControl>>>,
 }
 
 impl ControlVolume {
-    pub fn new(name: String, level: String, volume: Arc<Volume>, members: Vec<String>) -> Self {
+    pub fn new(
+        name: String,
+        level: String,
+        array: Arc<Array>,
+        members: Vec<String>,
+        at_start: Vec<&'static str>,
+        start: StartReport,
+    ) -> Self {
         ControlVolume {
             name,
             level,
-            volume,
+            array,
             members,
+            at_start,
+            start,
             scrub: Mutex::new(None),
         }
     }
@@ -32,6 +47,14 @@ impl ControlVolume {
     fn scrub(&self) -> Option<Arc<ScrubControl>> {
         self.scrub.lock().clone()
     }
+}
+
+/// What starting a volume did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StartReport {
+    pub created: bool,
+    pub was_clean: bool,
+    pub resynced_bytes: u64,
 }
 
 /// The daemon's volumes.
@@ -103,14 +126,21 @@ impl Controls {
                             ),
                         )
                     })?;
-                v.volume
-                    .fail_member(index, "failed by the operator (nbraid fail)");
+                let vol = v.array.volume();
+                vol.fail_member(index, "failed by the operator (nbraid fail)");
+                // Into the superblocks now, not at the next write: a restart keeps it failed.
+                let array = v.array.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = array.record_failures().await {
+                        tracing::error!("recording a failed member of {}: {e}", array.name());
+                    }
+                });
                 Ok(ok_reply(json!({
                     "volume": volume,
                     "member": v.members[index],
                     "index": index,
-                    "degraded": v.volume.is_degraded(),
-                    "available": v.volume.is_available(),
+                    "degraded": vol.is_degraded(),
+                    "available": vol.is_available(),
                 })))
             }
             Request::Scrub {
@@ -133,11 +163,11 @@ impl Controls {
                 let ctl = Arc::new(ScrubControl::new(repair, rate_bytes_per_s));
                 *slot = Some(ctl.clone());
                 drop(slot);
-                let vol = v.volume.clone();
+                let array = v.array.clone();
                 let name = volume.clone();
                 let task_ctl = ctl.clone();
                 tokio::spawn(async move {
-                    match vol.scrub(&task_ctl).await {
+                    match array.volume().scrub(&task_ctl).await {
                         Ok(r) => tracing::info!(
                             "scrub of {name} {}: {} checked, {} mismatches, {} repaired, {} unreadable, {} skipped",
                             r.state.name(), r.checked, r.mismatches, r.repaired, r.unreadable, r.skipped
@@ -183,7 +213,7 @@ impl Controls {
 
 /// Everything `status` says about one volume.
 fn status(v: &ControlVolume) -> Value {
-    let vol = &v.volume;
+    let vol = v.array.volume();
     let states = vol.member_states();
     let counters = vol.member_counters();
     let read_errors = vol.member_read_errors();
@@ -197,10 +227,12 @@ fn status(v: &ControlVolume) -> Value {
                 "id": id,
                 "index": i,
                 "path": vol.member(i).name(),
-                "state": match states[i] {
-                    MemberState::Healthy => "healthy",
-                    MemberState::Failed => "failed",
+                "state": match (states[i], v.at_start.get(i).copied()) {
+                    (MemberState::Healthy, _) => "healthy",
+                    (MemberState::Failed, Some("missing")) => "missing",
+                    (MemberState::Failed, _) => "failed",
                 },
+                "at_start": v.at_start.get(i).copied().unwrap_or("?"),
                 "read_errors": read_errors[i],
                 "reads": c.reads,
                 "writes": c.writes,
@@ -226,6 +258,14 @@ fn status(v: &ControlVolume) -> Value {
         "degraded": vol.is_degraded(),
         "available": vol.is_available(),
         "members": members,
+        "metadata": {
+            "array": v.array.id().to_string(),
+            "dirty": v.array.is_dirty(),
+            "bitmap_chunk_bytes": v.array.bitmap_chunk_bytes(),
+            "created_at_start": v.start.created,
+            "clean_at_start": v.start.was_clean,
+            "resynced_bytes_at_start": v.start.resynced_bytes,
+        },
         "io": {
             "reads": c.reads, "read_bytes": c.read_bytes,
             "writes": c.writes, "write_bytes": c.write_bytes,

@@ -1,0 +1,201 @@
+//! A volume's on-disk metadata keys: `create` (what the daemon does with members that carry
+//! no superblock yet), `bitmap_chunk` (bytes of the volume per write-intent bit) and
+//! `clean_delay` (how long after the last write the volume is recorded clean: md's
+//! safe_mode_delay). Each is checked at its place with what would be valid.
+
+use super::error::{ErrorKind, Problem};
+use super::limits::{format_duration, parse_duration, DURATION_HELP};
+use super::raw::{RawSize, RawVolume};
+use super::size::{format_size, parse_size, SIZE_UNITS_HELP};
+use serde_spanned::Spanned;
+use std::fmt;
+use std::time::Duration;
+
+/// Default `bitmap_chunk`: the engine's default (64 MiB per bit; the engine grows it for
+/// volumes so large that the bitmap would pass 64 KiB per member).
+pub const BITMAP_CHUNK_DEFAULT: u64 = 64 << 20;
+/// Least `bitmap_chunk`: one 4 KiB block per bit.
+pub const BITMAP_CHUNK_MIN: u64 = 4 << 10;
+/// Default `clean_delay`: a volume left alone this long is recorded clean, so a crash while
+/// idle needs no resync (md's safe_mode_delay is 200 ms; each clean → dirty turn costs one
+/// superblock write per member before the next write).
+pub const CLEAN_DELAY_DEFAULT: Duration = Duration::from_secs(5);
+
+/// What the daemon does when none of a volume's members carries its superblock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CreatePolicy {
+    /// Create the array (superblocks, sync) when every member is new or blank: missing
+    /// (created now, sparse), in memory, or with an all-zero metadata area and no superblock.
+    /// Members holding anything else are refused, never overwritten.
+    #[default]
+    Auto,
+    /// Refuse to serve until `nbraid create` has written the superblocks.
+    Never,
+}
+
+impl fmt::Display for CreatePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CreatePolicy::Auto => "auto",
+            CreatePolicy::Never => "never",
+        })
+    }
+}
+
+/// A volume's metadata settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetadataOptions {
+    pub create: CreatePolicy,
+    /// Bytes of the volume per write-intent bit (`None`: `bitmap_chunk = "off"`: every
+    /// unclean start resyncs the whole volume).
+    pub bitmap_chunk_bytes: Option<u64>,
+    /// Record the volume clean after this long without writes (`None`: only at shutdown).
+    pub clean_delay: Option<Duration>,
+}
+
+impl Default for MetadataOptions {
+    fn default() -> Self {
+        MetadataOptions {
+            create: CreatePolicy::Auto,
+            bitmap_chunk_bytes: Some(BITMAP_CHUNK_DEFAULT),
+            clean_delay: Some(CLEAN_DELAY_DEFAULT),
+        }
+    }
+}
+
+fn is_off(v: &RawSize) -> bool {
+    matches!(v, RawSize::Text(t) if t.trim().eq_ignore_ascii_case("off"))
+}
+
+/// The metadata keys of volume `v` (`who` names it in messages).
+pub(crate) fn metadata_options(v: &RawVolume, who: &str) -> Result<MetadataOptions, Problem> {
+    let mut opts = MetadataOptions::default();
+    if let Some(c) = &v.create {
+        opts.create = match c.get_ref().as_str() {
+            "auto" => CreatePolicy::Auto,
+            "never" => CreatePolicy::Never,
+            other => {
+                return Err(Problem::new(
+                    c.span(),
+                    ErrorKind::Option,
+                    format!("{who}: create = \"{other}\" is not a policy; valid: \"auto\" (create the array on new or blank members), \"never\" (only `nbraid create` does)"),
+                ))
+            }
+        };
+    }
+    if let Some(b) = &v.bitmap_chunk {
+        opts.bitmap_chunk_bytes = if is_off(b.get_ref()) {
+            None
+        } else {
+            Some(bitmap_chunk(b, who)?)
+        };
+    }
+    if let Some(d) = &v.clean_delay {
+        opts.clean_delay = if is_off(d.get_ref()) {
+            None
+        } else {
+            Some(clean_delay(d, who)?)
+        };
+    }
+    Ok(opts)
+}
+
+fn bitmap_chunk(b: &Spanned<RawSize>, who: &str) -> Result<u64, Problem> {
+    let bad = |msg: String| {
+        Problem::new(
+            b.span(),
+            ErrorKind::Size,
+            format!("{who}: bitmap_chunk {msg}"),
+        )
+    };
+    let bytes = match b.get_ref() {
+        RawSize::Int(i) => u64::try_from(*i).map_err(|_| bad(format!("{i} is negative")))?,
+        RawSize::Text(t) => parse_size(t)
+            .map_err(|e| bad(format!("{e}; or \"off\" for no bitmap; {SIZE_UNITS_HELP}")))?,
+    };
+    if bytes < BITMAP_CHUNK_MIN || !bytes.is_power_of_two() {
+        return Err(bad(format!(
+            "{} must be a power of two of at least {} (default {}), or \"off\"",
+            b.get_ref().shown(),
+            format_size(BITMAP_CHUNK_MIN),
+            format_size(BITMAP_CHUNK_DEFAULT)
+        )));
+    }
+    Ok(bytes)
+}
+
+fn clean_delay(d: &Spanned<RawSize>, who: &str) -> Result<Duration, Problem> {
+    let (min, max) = (Duration::from_millis(10), Duration::from_secs(3600));
+    let bad = |msg: String| {
+        Problem::new(
+            d.span(),
+            ErrorKind::Option,
+            format!(
+                "{who}: clean_delay {msg}; give {} to {}, or \"off\"",
+                format_duration(min),
+                format_duration(max)
+            ),
+        )
+    };
+    let t = match d.get_ref() {
+        RawSize::Int(i) => return Err(bad(format!("{i} has no unit; {DURATION_HELP}"))),
+        RawSize::Text(t) => parse_duration(t).map_err(bad)?,
+    };
+    if t < min || t > max {
+        return Err(bad(format!("{} is out of range", d.get_ref().shown())));
+    }
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{parse, CreatePolicy, ErrorKind};
+    use std::path::Path;
+    use std::time::Duration;
+
+    fn volume(extra: &str) -> Result<crate::Config, crate::ConfigError> {
+        let text = format!(
+            "[[member]]\nid = \"a\"\npath = \"memory:\"\nsize = \"8MiB\"\n\
+             [[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"a\"]\n{extra}\n"
+        );
+        parse(&text, Path::new("t.toml"))
+    }
+
+    #[test]
+    fn defaults_and_values() {
+        let m = volume("").unwrap().volumes[0].metadata;
+        assert_eq!(m.create, CreatePolicy::Auto);
+        assert_eq!(m.bitmap_chunk_bytes, Some(64 << 20));
+        assert_eq!(m.clean_delay, Some(Duration::from_secs(5)));
+        let m = volume("create = \"never\"\nbitmap_chunk = \"1MiB\"\nclean_delay = \"200ms\"")
+            .unwrap()
+            .volumes[0]
+            .metadata;
+        assert_eq!(m.create, CreatePolicy::Never);
+        assert_eq!(m.bitmap_chunk_bytes, Some(1 << 20));
+        assert_eq!(m.clean_delay, Some(Duration::from_millis(200)));
+        let m = volume("bitmap_chunk = \"off\"\nclean_delay = \"off\"")
+            .unwrap()
+            .volumes[0]
+            .metadata;
+        assert_eq!((m.bitmap_chunk_bytes, m.clean_delay), (None, None));
+    }
+
+    #[test]
+    fn bad_values_are_located_and_explained() {
+        for (extra, kind, says) in [
+            ("create = \"yes\"", ErrorKind::Option, "valid: \"auto\""),
+            ("bitmap_chunk = \"3MiB\"", ErrorKind::Size, "power of two"),
+            ("bitmap_chunk = 512", ErrorKind::Size, "at least 4 KiB"),
+            ("clean_delay = 5", ErrorKind::Option, "no unit"),
+            ("clean_delay = \"2h\"", ErrorKind::Option, "out of range"),
+        ] {
+            let e = volume(extra).expect_err(extra);
+            assert_eq!(e.kind(), Some(kind), "{extra}: {e}");
+            let text = e.to_string();
+            assert!(text.contains(says), "{extra}: {text}");
+            assert!(text.contains("t.toml:9:"), "{extra}: {text}");
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! Whether a volume is opened by its superblocks or created, as a pure decision over what was
+//! found on its members — the one place the daemon's `create = "auto"` rule lives.
+//!
+//! - Some member carries the volume's record: open it (assembly by superblock decides roles,
+//!   stale and lost members; a missing file is never recreated).
+//! - No member carries it: with `create = "auto"` the array is created when every member is
+//!   new or blank — missing (created now, sparse), in memory, or an existing member whose
+//!   metadata area is all zeroes and holds no superblock, or that holds only records of the
+//!   config's other volumes on it (Matrix). A member holding anything else (another array's
+//!   superblock, non-zero bytes where the superblock goes: a file system, a partition table)
+//!   is refused, never overwritten. Missing and existing members mixed are refused too: an
+//!   older nbraid's volume (no superblocks) would lose the missing member's data.
+
+use nbraid_config::CreatePolicy;
+use std::fmt;
+
+/// What one member of the volume holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// The file is not there.
+    Missing,
+    /// `path = "memory:"`: zeroes at every start.
+    Memory,
+    /// No superblock and an all-zero metadata area.
+    Blank,
+    /// No superblock, but non-zero bytes in the metadata area.
+    NotBlank,
+    /// A superblock with records of these volumes (name, array id), none of them this one
+    /// unless `has_this`.
+    Superblock {
+        has_this: bool,
+        /// Records of volumes that are not the config's volumes on this member.
+        foreign: Vec<String>,
+    },
+    /// Both superblock copies unusable, or the member could not be read.
+    Unreadable(String),
+}
+
+/// What to do with the volume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// Assemble by superblock.
+    Open,
+    /// Write new superblocks; `assume_clean` when every member is known zero (just created or
+    /// in memory), else copies and parity are synced from the data first.
+    Create { assume_clean: bool },
+}
+
+/// Why the volume cannot start. `Display` names the volume, the member and the way out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal(pub String);
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One member as the decision sees it: config id, path (for messages) and what it holds.
+pub struct MemberFound<'a> {
+    pub id: &'a str,
+    pub path: &'a str,
+    pub found: &'a Found,
+}
+
+/// Decides how volume `name` starts (`config_file` names the config in hints).
+pub fn plan(
+    name: &str,
+    config_file: &str,
+    policy: CreatePolicy,
+    members: &[MemberFound],
+) -> Result<Plan, Refusal> {
+    let who = |m: &MemberFound| format!("member {} ({})", m.id, m.path);
+    if members
+        .iter()
+        .any(|m| matches!(m.found, Found::Superblock { has_this: true, .. }))
+    {
+        // Foreign members among its own are assembly's business (it names both arrays).
+        return Ok(Plan::Open);
+    }
+    for m in members {
+        match m.found {
+            Found::Superblock { foreign, .. } if !foreign.is_empty() => {
+                return Err(Refusal(format!(
+                    "volume `{name}`: {} belongs to another array ({}), not to this volume; \
+                     refusing to overwrite it — remove it from the volume, or wipe its first \
+                     MiB if its data is no longer wanted",
+                    who(m),
+                    foreign.join(", ")
+                )))
+            }
+            Found::NotBlank => {
+                return Err(Refusal(format!(
+                    "volume `{name}`: {} has no nbraid superblock but is not blank (non-zero \
+                     bytes in its first MiB, where the superblock goes): it may hold someone \
+                     else's data; refusing to overwrite it — wipe its first MiB if its data is \
+                     no longer wanted",
+                    who(m)
+                )))
+            }
+            Found::Unreadable(e) => {
+                return Err(Refusal(format!(
+                    "volume `{name}`: {}: {e}; no member carries the volume's superblock, so \
+                     it cannot be assembled",
+                    who(m)
+                )))
+            }
+            _ => {}
+        }
+    }
+    if policy == CreatePolicy::Never {
+        return Err(Refusal(format!(
+            "volume `{name}`: no member carries an nbraid superblock and the volume says \
+             create = \"never\"; run `nbraid create {config_file} --volume {name}` first"
+        )));
+    }
+    let missing: Vec<&MemberFound> = members
+        .iter()
+        .filter(|m| *m.found == Found::Missing)
+        .collect();
+    let on_disk: Vec<&MemberFound> = members
+        .iter()
+        .filter(|m| matches!(m.found, Found::Blank | Found::Superblock { .. }))
+        .collect();
+    if let (Some(gone), Some(there)) = (missing.first(), on_disk.first()) {
+        return Err(Refusal(format!(
+            "volume `{name}`: no member carries its superblock, {} is missing while {} \
+             exists: refusing to create the array over part of its members (a volume of an \
+             older nbraid would lose that member's data); restore the missing file, or \
+             remove the other member files to start anew",
+            who(gone),
+            who(there)
+        )));
+    }
+    Ok(Plan::Create {
+        assume_clean: on_disk.is_empty(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(policy: CreatePolicy, found: &[Found]) -> Result<Plan, Refusal> {
+        let ids: Vec<String> = (0..found.len()).map(|i| format!("d{i}")).collect();
+        let members: Vec<MemberFound> = found
+            .iter()
+            .zip(&ids)
+            .map(|(f, id)| MemberFound {
+                id,
+                path: "p",
+                found: f,
+            })
+            .collect();
+        plan("v", "c.toml", policy, &members)
+    }
+
+    fn sb(has_this: bool, foreign: &[&str]) -> Found {
+        Found::Superblock {
+            has_this,
+            foreign: foreign.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn new_members_are_created_known_zero() {
+        use Found::*;
+        let auto = CreatePolicy::Auto;
+        assert_eq!(
+            run(auto, &[Missing, Missing, Memory]),
+            Ok(Plan::Create { assume_clean: true })
+        );
+        // Existing blank members (or siblings' records only) are synced, not trusted.
+        assert_eq!(
+            run(auto, &[Blank, sb(false, &[]), Blank]),
+            Ok(Plan::Create {
+                assume_clean: false
+            })
+        );
+    }
+
+    #[test]
+    fn a_record_anywhere_opens() {
+        use Found::*;
+        for policy in [CreatePolicy::Auto, CreatePolicy::Never] {
+            assert_eq!(
+                run(policy, &[Missing, sb(true, &[]), NotBlank]),
+                Ok(Plan::Open)
+            );
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_member() {
+        use Found::*;
+        let auto = CreatePolicy::Auto;
+        for (found, says) in [
+            (
+                vec![Blank, sb(false, &["volume `x` of array 1"])],
+                "member d1 (p) belongs to another array (volume `x`",
+            ),
+            (
+                vec![Blank, NotBlank],
+                "member d1 (p) has no nbraid superblock but is not blank",
+            ),
+            (vec![Unreadable("EIO".into()), Blank], "member d0 (p): EIO"),
+            (
+                vec![Blank, Missing],
+                "member d1 (p) is missing while member d0 (p) exists",
+            ),
+        ] {
+            let e = run(auto, &found).expect_err(says).0;
+            assert!(e.contains(says), "{e}");
+        }
+        let e = run(CreatePolicy::Never, &[Missing, Missing]).unwrap_err().0;
+        assert!(e.contains("nbraid create c.toml --volume v"), "{e}");
+    }
+}
