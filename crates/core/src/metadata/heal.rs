@@ -306,6 +306,9 @@ impl Array {
                 .lock()
                 .retain(|r, _| self.volume().table().slot(*r).replacement().is_some());
             if targets.is_empty() {
+                if completed.is_empty() {
+                    ctl.nothing_to_do();
+                }
                 return Ok(RebuildReport {
                     state: PassState::Done,
                     completed,
