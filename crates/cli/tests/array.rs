@@ -454,6 +454,16 @@ fn quickstart_starts_with_no_step_and_restarts_clean() {
         c.size()
     });
     assert_eq!(size, 384 * MIB);
+    // What `nbraid check` says each volume offers is what the daemon serves (the superblocks
+    // and bitmaps live in the reserved first MiB).
+    let o = nbraid(&["check", "quickstart.toml", "--json"], dir.path());
+    let check: Value = serde_json::from_slice(&o.stdout).unwrap();
+    for v in check["volumes"].as_array().unwrap() {
+        let name = v["name"].as_str().unwrap();
+        let served =
+            rt.block_on(async { Client::connect(&daemon.uri(name)).await.unwrap().size() });
+        assert_eq!(v["capacity_bytes"].as_u64(), Some(served), "{name}");
+    }
     let s = status(dir.path(), &config);
     for v in s["volumes"].as_array().unwrap() {
         assert_eq!(v["metadata"]["created_at_start"], true, "{s}");

@@ -254,13 +254,12 @@ fn found(config: &Config, opened: &[Opened], m: usize, name: &str) -> Found {
     let Some(meta) = &opened[m].meta else {
         return Found::Missing;
     };
-    if config.members[m].state == MemberStorage::Memory || opened[m].created {
-        // Zeroes, as far as anyone could have written: created by this start.
-        return if opened[m].created {
-            Found::Missing
-        } else {
-            Found::Memory
-        };
+    if opened[m].created {
+        // Created by this start: zeroes, as it was found.
+        return Found::Missing;
+    }
+    if config.members[m].state == MemberStorage::Memory {
+        return Found::Memory;
     }
     match meta.probe() {
         Probe::Missing => Found::Missing,

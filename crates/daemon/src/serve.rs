@@ -73,6 +73,8 @@ pub fn run(path: &Path) -> Result<()> {
 }
 
 async fn serve(config: Config) -> Result<()> {
+    // Before anything is printed: a supervisor may send SIGTERM as soon as it sees the URIs.
+    let stop = stop_signals()?;
     let tls = server_tls(&config)?;
     let volumes = assemble(&config)?;
     let controls = Arc::new(controls(&config, &volumes));
@@ -114,11 +116,11 @@ async fn serve(config: Config) -> Result<()> {
         listeners.push(bound);
     }
     let control = ControlServer::bind(&config.control)?;
-    println!(
+    say(format_args!(
         "nbraidd: serving {} from {}",
         names.len(),
         config.file.display()
-    );
+    ));
     for name in &names {
         let uris: Vec<String> = listeners
             .iter()
@@ -128,10 +130,13 @@ async fn serve(config: Config) -> Result<()> {
                 _ => l.uri(name),
             })
             .collect();
-        println!("  {name}: {}", uris.join("  "));
+        say(format_args!("  {name}: {}", uris.join("  ")));
     }
 
-    println!("nbraidd: control socket {}", control.path().display());
+    say(format_args!(
+        "nbraidd: control socket {}",
+        control.path().display()
+    ));
     let control_task = tokio::spawn(control.serve(controls));
 
     let tasks: Vec<_> = listeners
@@ -143,7 +148,7 @@ async fn serve(config: Config) -> Result<()> {
         })
         .collect();
 
-    wait_for_stop().await?;
+    wait_for_stop(stop).await;
     tracing::info!("stopping: draining requests and flushing volumes");
     server.shutdown_with_grace(SHUTDOWN_GRACE).await?;
     for t in tasks {
@@ -170,7 +175,7 @@ async fn serve(config: Config) -> Result<()> {
             unclean.join("; ")
         );
     }
-    println!("nbraidd: stopped cleanly");
+    say(format_args!("nbraidd: stopped cleanly"));
     Ok(())
 }
 
@@ -219,15 +224,31 @@ async fn clean_when_idle(array: Arc<Array>, export: Arc<VolumeExport>, delay: Du
     }
 }
 
-async fn wait_for_stop() -> Result<()> {
+/// SIGTERM and SIGINT, installed.
+fn stop_signals() -> Result<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok((term, int))
+}
+
+async fn wait_for_stop(
+    (mut term, mut int): (tokio::signal::unix::Signal, tokio::signal::unix::Signal),
+) {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
-    Ok(())
+}
+
+/// A line on stdout; a closed stdout (the reader went away) does not stop the daemon.
+fn say(line: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out
+        .write_fmt(line)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
 }
 
 #[cfg(test)]
