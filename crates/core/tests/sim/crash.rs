@@ -163,7 +163,8 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
     .0;
     let array = Arc::new(array);
     let capacity = array.volume().capacity();
-    array.set_rebuild_window_bytes(width.max(8 * 1024) << rng.below(2));
+    // Small windows (rounded up to whole full stripes), so checkpoints land mid-rebuild.
+    array.set_rebuild_window_bytes(4096 << rng.below(3));
 
     // Faults within tolerance, from now on.
     let steps = 300 + rng.below(1200);
