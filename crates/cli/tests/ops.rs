@@ -211,22 +211,7 @@ fn scrub_repairs_a_corrupt_raid6_member_and_fail_degrades() {
         dir.path().join("nbd.sock").display()
     );
     // Fill the volume with known bytes through NBD.
-    let size = 32 * MIB;
-    let src = dir.path().join("src.img");
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let data: Vec<u8> = (0..size / 8)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect();
-    std::fs::write(&src, &data).unwrap();
-    ok(
-        Command::new(&nbdcopy).arg(&src).arg(&uri).output().unwrap(),
-        "nbdcopy into the volume",
-    );
+    let data = fill(&nbdcopy, dir.path(), &uri, 0x9e37_79b9_7f4a_7c15);
 
     // A clean scrub first: nothing to find.
     let clean: Value = serde_json::from_str(&ok(
@@ -280,15 +265,7 @@ fn scrub_repairs_a_corrupt_raid6_member_and_fail_degrades() {
     assert!(after == before, "the member's chunk is restored bit-exact");
 
     // Read back through NBD: bit-exact.
-    let out = dir.path().join("out.img");
-    ok(
-        Command::new(&nbdcopy).arg(&uri).arg(&out).output().unwrap(),
-        "nbdcopy out of the volume",
-    );
-    assert!(
-        std::fs::read(&out).unwrap() == data,
-        "the volume reads back what was written"
-    );
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
 
     // fail: degraded, and status says so.
     let said = ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
