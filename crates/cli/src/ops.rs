@@ -66,7 +66,40 @@ pub enum OpsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Pause background work (scrubs) of one volume or all.
+    /// Add a hot spare (an existing member file, at least as large as the members); a failed
+    /// member's place takes it at once and is rebuilt in the background.
+    Add {
+        volume: String,
+        /// The spare's file or block device.
+        path: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Rebuild a member onto PATH while it keeps serving, then swap them (redundancy never
+    /// drops; md's want_replacement).
+    Replace {
+        volume: String,
+        /// The member's config id (or its index in the volume).
+        member: String,
+        /// The replacement's file or block device.
+        path: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Rebuild what the volume is rebuilding or replacing (spares go into failed places
+    /// first) and follow it with a progress bar; a running rebuild only changes its rate.
+    Rebuild {
+        volume: String,
+        #[command(flatten)]
+        target: Target,
+        /// Limit the rebuild to this many MB/s (10^6 bytes); unlimited by default.
+        #[arg(long, value_name = "MB/s")]
+        rate: Option<f64>,
+        /// Print the final report as JSON instead of a progress bar.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause background work (scrubs, rebuilds) of one volume or all.
     Pause {
         volume: Option<String>,
         #[command(flatten)]
@@ -190,7 +223,7 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
                 c.call(json!({"op": "scrub", "volume": volume, "repair": repair,
                               "rate_bytes_per_s": rate_bytes_per_s}))?;
             }
-            let report = follow_scrub(&mut c, &volume, !json)?;
+            let report = follow_pass(&mut c, &volume, "scrub", !json)?;
             Ok(if json {
                 format!("{report:#}\n")
             } else {
@@ -199,6 +232,52 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
                     report["state"].as_str().unwrap_or("?"),
                     report["checked"], report["mismatches"], report["repaired"],
                     report["unreadable"], report["skipped"]
+                )
+            })
+        }
+        OpsCommand::Add {
+            volume,
+            path,
+            target,
+        } => {
+            let v = Client::connect(&target)?
+                .call(json!({"op": "add", "volume": volume, "path": path}))?;
+            Ok(match v["rebuilding_roles"].as_array() {
+                Some(r) if !r.is_empty() => {
+                    format!("{path} added to {volume}: rebuilding member {}\n", r[0])
+                }
+                _ => format!("{path} added to {volume} as a hot spare\n"),
+            })
+        }
+        OpsCommand::Replace {
+            volume,
+            member,
+            path,
+            target,
+        } => {
+            Client::connect(&target)?
+                .call(json!({"op": "replace", "volume": volume, "member": member, "path": path}))?;
+            Ok(format!(
+                "replacing {member} of {volume} by {path}; follow with `nbraid rebuild {volume}`\n"
+            ))
+        }
+        OpsCommand::Rebuild {
+            volume,
+            target,
+            rate,
+            json,
+        } => {
+            let mut c = Client::connect(&target)?;
+            let rate_bytes_per_s = rate.map_or(0, |r| (r * 1e6).max(1.0) as u64);
+            c.call(json!({"op": "rebuild", "volume": volume,
+                          "rate_bytes_per_s": rate_bytes_per_s}))?;
+            let report = follow_pass(&mut c, &volume, "rebuild", !json)?;
+            Ok(if json {
+                format!("{report:#}\n")
+            } else {
+                format!(
+                    "rebuild of {volume} {}\n",
+                    report["state"].as_str().unwrap_or("?")
                 )
             })
         }
@@ -220,8 +299,9 @@ fn pause_resume(target: &Target, op: &str, volume: Option<String>) -> Result<Str
     })
 }
 
-/// Polls the volume's scrub until it stops, with a progress bar; its last report.
-fn follow_scrub(c: &mut Client, volume: &str, bar: bool) -> Result<Value> {
+/// Polls the volume's scrub or rebuild (`what`) until it stops, with a progress bar; its
+/// last report.
+fn follow_pass(c: &mut Client, volume: &str, what: &str, bar: bool) -> Result<Value> {
     let pb = bar.then(|| {
         let pb = ProgressBar::new(0);
         pb.set_style(
@@ -235,18 +315,18 @@ fn follow_scrub(c: &mut Client, volume: &str, bar: bool) -> Result<Value> {
     });
     loop {
         let v = c.call(json!({"op": "status", "volume": volume}))?;
-        let s = v["volumes"][0]["scrub"].clone();
+        let s = v["volumes"][0][what].clone();
         if s.is_null() {
-            bail!("volume {volume} has no scrub to follow");
+            bail!("volume {volume} has no {what} to follow");
         }
         let state = s["state"].as_str().unwrap_or("?").to_string();
         if let Some(pb) = &pb {
             pb.set_length(s["total_bytes"].as_u64().unwrap_or(0));
             pb.set_position(s["position_bytes"].as_u64().unwrap_or(0));
-            pb.set_message(format!(
-                "scrub {volume} {state}, {} mismatches",
-                s["mismatches"]
-            ));
+            pb.set_message(match what {
+                "scrub" => format!("scrub {volume} {state}, {} mismatches", s["mismatches"]),
+                _ => format!("{what} {volume} {state}"),
+            });
         }
         if matches!(state.as_str(), "done" | "cancelled") {
             if let Some(pb) = pb {

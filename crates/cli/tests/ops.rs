@@ -2,7 +2,9 @@
 //! socket is private (0600) and answers malformed requests with JSON errors; corruption of a
 //! member file of a served RAID 6 volume is found and repaired by `nbraid scrub --repair`,
 //! and the volume read through NBD (nbdcopy) is bit-exact; `nbraid fail` degrades the volume
-//! and `nbraid status` says so. `nbraidd` is the one built beside `nbraid` (`cargo test
+//! and `nbraid status` says so; `nbraid fail` + `nbraid add SPARE` rebuild the failed member's
+//! place onto the spare (`nbraid rebuild --rate` follows it), `nbraid replace` swaps a healthy
+//! member without degrading, and the volume reads back bit-exact after each. `nbraidd` is the one built beside `nbraid` (`cargo test
 //! --workspace`, as scripts/test runs it).
 
 use serde_json::Value;
@@ -209,22 +211,7 @@ fn scrub_repairs_a_corrupt_raid6_member_and_fail_degrades() {
         dir.path().join("nbd.sock").display()
     );
     // Fill the volume with known bytes through NBD.
-    let size = 32 * MIB;
-    let src = dir.path().join("src.img");
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let data: Vec<u8> = (0..size / 8)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect();
-    std::fs::write(&src, &data).unwrap();
-    ok(
-        Command::new(&nbdcopy).arg(&src).arg(&uri).output().unwrap(),
-        "nbdcopy into the volume",
-    );
+    let data = fill(&nbdcopy, dir.path(), &uri, 0x9e37_79b9_7f4a_7c15);
 
     // A clean scrub first: nothing to find.
     let clean: Value = serde_json::from_str(&ok(
@@ -278,15 +265,7 @@ fn scrub_repairs_a_corrupt_raid6_member_and_fail_degrades() {
     assert!(after == before, "the member's chunk is restored bit-exact");
 
     // Read back through NBD: bit-exact.
-    let out = dir.path().join("out.img");
-    ok(
-        Command::new(&nbdcopy).arg(&uri).arg(&out).output().unwrap(),
-        "nbdcopy out of the volume",
-    );
-    assert!(
-        std::fs::read(&out).unwrap() == data,
-        "the volume reads back what was written"
-    );
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
 
     // fail: degraded, and status says so.
     let said = ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
@@ -313,5 +292,111 @@ fn scrub_repairs_a_corrupt_raid6_member_and_fail_degrades() {
         table.contains("r6") && table.contains("degraded") && table.contains("5/6"),
         "{table}"
     );
+    d.stop();
+}
+
+/// Writes 32 MiB of seeded bytes into the volume through NBD; the bytes.
+fn fill(nbdcopy: &Path, dir: &Path, uri: &str, seed: u64) -> Vec<u8> {
+    let mut x = seed;
+    let data: Vec<u8> = (0..32 * MIB / 8)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect();
+    let src = dir.join("src.img");
+    std::fs::write(&src, &data).unwrap();
+    ok(
+        Command::new(nbdcopy).arg(&src).arg(uri).output().unwrap(),
+        "nbdcopy into the volume",
+    );
+    data
+}
+
+fn reads_back(nbdcopy: &Path, dir: &Path, uri: &str, data: &[u8]) {
+    let out = dir.join("out.img");
+    let _ = std::fs::remove_file(&out);
+    ok(
+        Command::new(nbdcopy).arg(uri).arg(&out).output().unwrap(),
+        "nbdcopy out of the volume",
+    );
+    assert!(
+        std::fs::read(&out).unwrap() == data,
+        "the volume reads back what was written"
+    );
+}
+
+/// A 9 MiB (sparse) file for a spare or a replacement.
+fn blank_member(dir: &Path, name: &str) -> String {
+    let p = dir.join(name);
+    std::fs::File::create(&p).unwrap().set_len(9 * MIB).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+/// mdadm's fail → add spare → rebuild, and replace, through `nbraid` against a served
+/// RAID 6: the spare takes the failed member's place and is rebuilt (rate-limited, followed
+/// to the end), a healthy member is replaced while it serves, and NBD reads back every byte
+/// after each.
+#[test]
+fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let cfg = config.to_str().unwrap();
+    let mut d = Daemon::start(&config);
+    let uri = format!(
+        "nbd+unix:///r6?socket={}",
+        dir.path().join("nbd.sock").display()
+    );
+    let data = fill(&nbdcopy, dir.path(), &uri, 0x2545_f491_4f6c_dd1d);
+    ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
+    let spare = blank_member(dir.path(), "spare.img");
+    let said = ok(nbraid(&["add", "r6", &spare, "--config", cfg]), "add");
+    assert!(said.contains("rebuilding member 1"), "{said}");
+    let done: Value = serde_json::from_str(&ok(
+        nbraid(&["rebuild", "r6", "--rate", "200", "--config", cfg, "--json"]),
+        "rebuild",
+    ))
+    .unwrap();
+    assert_eq!(done["state"], "done", "{done}");
+    let status = |what: &str| -> Value {
+        let v: Value = serde_json::from_str(&ok(
+            nbraid(&["status", "r6", "--json", "--config", cfg]),
+            what,
+        ))
+        .unwrap();
+        v["volumes"][0].clone()
+    };
+    let v = status("status after the rebuild");
+    assert_eq!(v["degraded"], false, "{v}");
+    assert_eq!(v["members"][1]["state"], "healthy");
+    assert!(v["members"][1]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("spare.img"));
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+
+    // Replace d3 while it serves; the volume never degrades.
+    let new = blank_member(dir.path(), "new.img");
+    ok(
+        nbraid(&["replace", "r6", "d3", &new, "--config", cfg]),
+        "replace",
+    );
+    assert_eq!(status("status while replacing")["degraded"], false);
+    let done: Value = serde_json::from_str(&ok(
+        nbraid(&["rebuild", "r6", "--config", cfg, "--json"]),
+        "rebuild (replace)",
+    ))
+    .unwrap();
+    assert_eq!(done["state"], "done", "{done}");
+    let v = status("status after the replace");
+    assert_eq!(v["degraded"], false, "{v}");
+    assert!(v["members"][3]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("new.img"));
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
     d.stop();
 }

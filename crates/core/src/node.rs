@@ -515,8 +515,10 @@ impl ArrayNode for LeafNode {
                 .read(at, Buf::new(len as usize))
                 .await
                 .map_err(|e| self.read_error(e))?;
-            if let Err(e) = rep.write(at, bytes.freeze(), false).await {
-                slot.drop_replacement(&e);
+            match rep.write(at, bytes.freeze(), false).await {
+                // The next flush of the slot must reach the replacement too.
+                Ok(()) => slot.mark_dirty(),
+                Err(e) => slot.drop_replacement(&e),
             }
             Ok(())
         }

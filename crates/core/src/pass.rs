@@ -25,7 +25,8 @@ pub enum PassState {
     Idle,
     Running,
     Paused,
-    /// Stopped before the end; running it again with the same control resumes.
+    /// Stopped before the end (cancelled, or an error); running it again with the same
+    /// control resumes.
     Cancelled,
     Done,
 }
@@ -118,6 +119,11 @@ impl PassControl {
         STATES[self.state.load(Relaxed) as usize]
     }
 
+    /// A pass with nothing to do is done at once (watchers waiting for `Done` see it).
+    pub(crate) fn nothing_to_do(&self) {
+        self.set_state(PassState::Done);
+    }
+
     pub fn position_bytes(&self) -> u64 {
         self.position_bytes.load(Relaxed)
     }
@@ -187,7 +193,10 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
         let due = work.checkpoint_bytes > 0 && next - last_checkpoint >= work.checkpoint_bytes;
         if due && q.is_empty() {
             // Everything below `next` is done and nothing is in flight.
-            (work.checkpoint)(next).await?;
+            if let Err(e) = (work.checkpoint)(next).await {
+                ctl.set_state(PassState::Cancelled);
+                return Err(e);
+            }
             last_checkpoint = next;
             continue;
         }
@@ -223,6 +232,8 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
             Ok(end) => end,
             Err(e) => {
                 while q.next().await.is_some() {}
+                // Stopped: watchers waiting for it to end see it end.
+                ctl.set_state(PassState::Cancelled);
                 return Err(e);
             }
         };

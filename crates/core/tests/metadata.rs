@@ -1,9 +1,10 @@
 //! The superblock format: golden bytes pin the encoding, every field round-trips, every
-//! corruption is named, and no byte string makes the decoder panic.
+//! corruption is named, and no byte string makes the decoder panic; assembly's rebuild
+//! decisions.
 
 use nbraid_core::metadata::{
-    newest, Area, BitmapArea, MemberEntry, MetadataError, RecordedState, Superblock, Uuid,
-    VolumeRecord, SLOT_BYTES,
+    assemble, newest, Absence, Area, BitmapArea, MemberEntry, MetadataError, Probe, RecordedState,
+    Superblock, Uuid, VolumeRecord, SLOT_BYTES,
 };
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
 use proptest::prelude::*;
@@ -543,4 +544,58 @@ mod assembly {
         sbs[0].volumes[0].clean = false;
         assert!(!assemble("db", &tree, &probes(&sbs)).unwrap().clean);
     }
+}
+
+/// What member `role` of `raid5_record` holds: its own record (with `own` as its role's
+/// state) at `events`.
+fn member_probe(role: u32, events: u64, own: RecordedState, id: u8) -> Probe {
+    let mut r = raid5_record(role);
+    r.events = events;
+    r.members[role as usize].state = own;
+    r.members[role as usize].uuid = uuid(id);
+    Probe::Superblock(
+        Superblock {
+            generation: 1,
+            member: uuid(id),
+            member_bytes: (1 << 30) + MIB,
+            volumes: vec![r],
+        },
+        None,
+    )
+}
+
+/// Assembly's rebuild decisions: a member being rebuilt into its role resumes at the
+/// checkpoint (from 0 when it missed a commit); a member that went missing and returns is
+/// stale, not resumed; a member whose id the records no longer name in its role is ignored.
+#[test]
+fn assembly_resumes_rebuilds_and_ignores_replaced_members() {
+    let tree = raid5_record(0).tree;
+    let rebuilding = RecordedState::Rebuilding {
+        checkpoint_bytes: 3 * MIB,
+    };
+    let current = |role: u32| member_probe(role, 7, RecordedState::Active, 0x10 + role as u8);
+    // Members 0, 1 and 3 current, role 2's member as given.
+    let with = |two: Probe| vec![current(0), current(1), two, current(3)];
+    // Role 2's new member carries the records' id and says rebuilding: it resumes at 3 MiB.
+    let probes = with(member_probe(2, 7, rebuilding, 0x12));
+    let a = assemble("db", &tree, &probes).expect("assembles");
+    assert_eq!(a.rebuilding, vec![(2, 3 * MIB)]);
+    assert_eq!(a.roles[2], Ok(2));
+    // Its record two events behind (it missed commits): resumes from 0.
+    let probes = with(member_probe(2, 5, rebuilding, 0x12));
+    let a = assemble("db", &tree, &probes).expect("assembles");
+    assert_eq!(a.rebuilding, vec![(2, 0)]);
+    // A member that was missing (its own record says active) is stale, not resumed.
+    let probes = with(member_probe(2, 5, RecordedState::Active, 0x12));
+    let a = assemble("db", &tree, &probes).expect("assembles");
+    assert!(a.rebuilding.is_empty());
+    assert!(matches!(a.roles[2], Err(Absence::Stale { member: 2, .. })));
+    // A member with another id in role 2 (the one it replaced, say): ignored, role lost.
+    let probes = with(member_probe(2, 7, RecordedState::Active, 0x99));
+    let a = assemble("db", &tree, &probes).expect("assembles degraded");
+    assert_eq!(a.roles[2], Err(Absence::Lost));
+    assert!(a
+        .warnings
+        .iter()
+        .any(|w| w.contains("belongs to another member")));
 }

@@ -16,10 +16,11 @@
 //! - [`Array::replace`] rebuilds a replacement beside a member that keeps serving (md's
 //!   want_replacement): nothing is recorded until the pass completes; then the replacement
 //!   gets the role's record and the records name it (committed to it and every current
-//!   member), the slot switches to it, and the old member's record of the volume is removed.
-//!   A restart before that loses the replace, not data: the old member still holds everything
-//!   and the replacement's record, if any, names an id the records do not (assembly ignores
-//!   it). A replace is therefore not checkpointed; it starts again.
+//!   member), and the slot switches to it. The old member's superblock is left as it was:
+//!   assembly ignores a member whose id the records no longer name in its role (wipe it to
+//!   reuse it). A restart before the commit loses the replace, not data: the old member still
+//!   holds everything and the replacement's record, if any, names an id the records do not.
+//!   A replace is therefore not checkpointed; it starts again.
 
 use super::array::{free_area, Array, ArrayError, MemberMeta, Recorded};
 use super::{Area, BitmapArea, MemberEntry, Probe, RecordedState, Uuid, VolumeRecord};
@@ -305,6 +306,9 @@ impl Array {
                 .lock()
                 .retain(|r, _| self.volume().table().slot(*r).replacement().is_some());
             if targets.is_empty() {
+                if completed.is_empty() {
+                    ctl.nothing_to_do();
+                }
                 return Ok(RebuildReport {
                     state: PassState::Done,
                     completed,
@@ -439,7 +443,7 @@ impl Array {
     }
 
     /// A rebuilt replacement takes role `r`: recorded (on it and every current member),
-    /// then swapped in; the old member's record of the volume is removed.
+    /// then swapped in.
     async fn swap_in(&self, r: usize, meta: Arc<MemberMeta>) -> Result<bool, ArrayError> {
         if self.volume().table().slot(r).replacement().is_none() {
             return Ok(false);
@@ -458,26 +462,12 @@ impl Array {
         };
         let area = self.write_role_record(r, &meta, &next, image).await?;
         rec.members[r] = next.members[r];
-        let old = self.metas.write()[r].replace(meta);
+        self.metas.write()[r] = Some(meta);
         self.bitmap_areas.write()[r] = area;
         // Both members take every write until the swap: whichever the records name holds
         // everything.
         self.commit(&mut rec).await?;
         self.volume().complete_rebuild(r);
-        drop(rec);
-        if let Some(old) = old {
-            let name = self.name().to_string();
-            if let Err(e) = old
-                .update(move |sb| sb.volumes.retain(|v| v.name != name))
-                .await
-            {
-                tracing::warn!(
-                    "volume `{}`: removing the record from replaced member `{}`: {e}",
-                    self.name(),
-                    old.member().name()
-                );
-            }
-        }
         tracing::info!("volume `{}`: role {r} replaced", self.name());
         Ok(true)
     }

@@ -4,6 +4,12 @@
 //! written (their data chunk, or P or Q generated from the data). RAID 6 with two
 //! rebuilding children rebuilds both from one read of the stripe.
 //!
+//! The fast path reads each surviving child's chunks of the whole range in one member read
+//! and writes each rebuilding child's in one member write, rebuilding stripe by stripe in
+//! memory between (memory: the range times children / data chunks). Anything unusual — a
+//! read error, a stripe whose parity is stale, more lost children than parity — falls back
+//! to stripe-by-stripe rebuilding through the degraded read path, which handles it.
+//!
 //! The whole range's stripes are held exclusively while it is rebuilt, so a user write (which
 //! plans under its stripe's lock) lands either before — and then the reconstruction sees
 //! it — or after, and then it writes the rebuilding child itself (a child that is written
@@ -41,8 +47,74 @@ impl ParityCore {
         if targets.is_empty() {
             return Ok(());
         }
+        if self.rebuild_window(a, b, &readable, &targets).await {
+            return Ok(());
+        }
         let results = join_all((a..=b).map(|s| self.rebuild_stripe(s, &targets))).await;
         crate::node::all_ok(results)
+    }
+
+    /// Rebuilds stripes `a..=b` with one read per surviving child and one write per target;
+    /// false (nothing written) when the slow path must do it.
+    async fn rebuild_window(&self, a: u64, b: u64, readable: &[bool], targets: &[usize]) -> bool {
+        let lost = readable.iter().filter(|&&r| !r).count();
+        if !self.tolerates(lost) || self.any_stale(a, b) {
+            return false;
+        }
+        let c0 = self.layout.chunk_offset(a);
+        let clen = self.layout.chunk_offset(b) + self.strip - c0;
+        let reads =
+            join_all(
+                (0..self.children.len())
+                    .filter(|&c| readable[c])
+                    .map(|c| async move {
+                        (c, self.children[c].read(c0, Buf::new(clen as usize)).await)
+                    }),
+            )
+            .await;
+        let mut bufs: Vec<Buf> = (0..self.children.len()).map(|_| Buf::new(0)).collect();
+        for (c, r) in reads {
+            match r {
+                Ok(buf) => bufs[c] = buf,
+                Err(_) => return false,
+            }
+        }
+        for (c, b) in bufs.iter_mut().enumerate() {
+            if !readable[c] {
+                *b = Buf::new(clen as usize);
+            }
+        }
+        let strip = self.strip as usize;
+        for s in a..=b {
+            let roles = self.layout.roles(s);
+            let Some(loss) = loss_of(&roles, readable) else {
+                continue;
+            };
+            let off = (self.layout.chunk_offset(s) - c0) as usize;
+            let mut parts: Vec<Option<&mut [u8]>> = bufs
+                .iter_mut()
+                .map(|b| Some(&mut b[off..off + strip]))
+                .collect();
+            let mut order = vec![0usize; self.k];
+            for i in 0..self.k {
+                order[roles.q_slot[i]] = i;
+            }
+            let mut data: Vec<&mut [u8]> = order
+                .iter()
+                .map(|&i| parts[roles.data[i]].take().expect("each child once"))
+                .collect();
+            let p = parts[roles.p].take().expect("P once");
+            let q = roles.q.map(|c| parts[c].take().expect("Q once"));
+            parity::recover(&mut data, p, q, loss);
+        }
+        let mut bufs: Vec<Option<Buf>> = bufs.into_iter().map(Some).collect();
+        let writes = targets.iter().map(|&t| {
+            let data = bufs[t].take().expect("each target once").freeze();
+            self.children[t].write(c0, data, false)
+        });
+        // A child that fails the write is marked failed by its leaf (as in the slow path).
+        drop(join_all(writes).await);
+        true
     }
 
     /// Writes the chunks of `targets` in stripe `s` from the rest of the stripe.
@@ -61,5 +133,63 @@ impl ParityCore {
         // others goes on, and whoever drives the rebuild sees the member failed.
         drop(join_all(writes).await);
         Ok(())
+    }
+}
+
+/// What a stripe with the children `readable` says lost has to rebuild, in Q-slot terms;
+/// `None` when nothing of it is lost.
+fn loss_of(roles: &StripeRoles, readable: &[bool]) -> Option<Loss> {
+    let mut slots: Vec<usize> = (0..roles.data.len())
+        .filter(|&i| !readable[roles.data[i]])
+        .map(|i| roles.q_slot[i])
+        .collect();
+    slots.sort_unstable();
+    let p = !readable[roles.p];
+    let q = roles.q.is_some_and(|c| !readable[c]);
+    Some(match (&slots[..], p, q) {
+        ([], false, false) => return None,
+        ([], true, false) => Loss::P,
+        ([], false, true) => Loss::Q,
+        ([], true, true) => Loss::PQ,
+        (&[x], false, false) => Loss::Data(x),
+        (&[x], true, false) => Loss::DataP(x),
+        (&[x], false, true) => Loss::DataQ(x),
+        (&[x, y], false, false) => Loss::TwoData(x, y),
+        _ => unreachable!("the caller checked the tolerance"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every pattern of up to two lost children of a RAID 6 stripe maps to the loss that
+    /// rebuilds it, in Q-slot terms; RAID 5 loses data or P.
+    #[test]
+    fn loss_of_names_what_to_rebuild() {
+        let roles = StripeRoles {
+            data: vec![2, 3, 4, 5],
+            p: 0,
+            q: Some(1),
+            q_slot: vec![0, 1, 2, 3],
+        };
+        let lost = |c: &[usize]| -> Vec<bool> { (0..6).map(|i| !c.contains(&i)).collect() };
+        assert_eq!(loss_of(&roles, &lost(&[])), None);
+        assert_eq!(loss_of(&roles, &lost(&[0])), Some(Loss::P));
+        assert_eq!(loss_of(&roles, &lost(&[1])), Some(Loss::Q));
+        assert_eq!(loss_of(&roles, &lost(&[0, 1])), Some(Loss::PQ));
+        assert_eq!(loss_of(&roles, &lost(&[3])), Some(Loss::Data(1)));
+        assert_eq!(loss_of(&roles, &lost(&[0, 4])), Some(Loss::DataP(2)));
+        assert_eq!(loss_of(&roles, &lost(&[5, 1])), Some(Loss::DataQ(3)));
+        assert_eq!(loss_of(&roles, &lost(&[5, 2])), Some(Loss::TwoData(0, 3)));
+        let raid5 = StripeRoles {
+            data: vec![1, 2, 3],
+            p: 0,
+            q: None,
+            q_slot: vec![0, 1, 2],
+        };
+        let lost5 = |c: usize| -> Vec<bool> { (0..4).map(|i| i != c).collect() };
+        assert_eq!(loss_of(&raid5, &lost5(0)), Some(Loss::P));
+        assert_eq!(loss_of(&raid5, &lost5(2)), Some(Loss::Data(1)));
     }
 }

@@ -10,7 +10,10 @@
 //! rebuilt into its role while requests go on (small windows, so checkpoints land in the
 //! superblocks), power may go mid-rebuild, and after the reopen the rebuild resumes from the
 //! checkpoint and completes before anything is checked — the same rules then hold for the
-//! rebuilt member (every view losing it, or it and one more, reads the same bytes).
+//! rebuilt member (every view losing it, or it and one more, reads the same bytes). Others
+//! replace a healthy member by the spare (md's want_replacement) during the requests, power
+//! lost before, during or after the swap: whichever member the records name after the
+//! reopen must hold every flushed write.
 
 use super::disk::{DiskFaults, World, SECTOR_BYTES};
 use super::executor::{step_once, Executor};
@@ -59,6 +62,10 @@ pub struct CrashStats {
     pub rebuilds_resumed: u64,
     /// Rebuilds that completed (before the crash or after the reopen).
     pub rebuilds_completed: u64,
+    /// Schedules that replaced a healthy member, and reopens that found the replacement in
+    /// its role.
+    pub replaces_started: u64,
+    pub replaced_at_reopen: u64,
 }
 
 impl CrashStats {
@@ -77,6 +84,8 @@ impl CrashStats {
         self.rebuilds_started += o.rebuilds_started;
         self.rebuilds_resumed += o.rebuilds_resumed;
         self.rebuilds_completed += o.rebuilds_completed;
+        self.replaces_started += o.replaces_started;
+        self.replaced_at_reopen += o.replaced_at_reopen;
     }
 }
 
@@ -154,7 +163,8 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
     .0;
     let array = Arc::new(array);
     let capacity = array.volume().capacity();
-    array.set_rebuild_window_bytes(width.max(8 * 1024) << rng.below(2));
+    // Small windows (rounded up to whole full stripes), so checkpoints land mid-rebuild.
+    array.set_rebuild_window_bytes(4096 << rng.below(3));
 
     // Faults within tolerance, from now on.
     let steps = 300 + rng.below(1200);
@@ -178,6 +188,8 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
     let pulled =
         (0..n).find(|&m| !failing.contains(&m) && g.survives(&[failing.clone(), vec![m]].concat()));
     let heal_at = (heal && pulled.is_some()).then(|| rng.below(steps));
+    // Replace instead of pull-and-rebuild: the member keeps serving until the swap.
+    let replace = rng.chance(400);
     let shared = Rc::new(Shared {
         history: RefCell::new(History::new(capacity)),
         violations: RefCell::new(Vec::new()),
@@ -202,7 +214,11 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
         world.lock().expect("world").step = step;
         if heal_at == Some(step) {
             let m = pulled.expect("chosen");
-            stats.rebuilds_started += 1;
+            if replace {
+                stats.replaces_started += 1;
+            } else {
+                stats.rebuilds_started += 1;
+            }
             let spare = sim_members(&world, n + 1, case.member_len)
                 .pop()
                 .expect("spare");
@@ -210,8 +226,14 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
             let sh = shared.clone();
             let done = completed.clone();
             exec.spawn(async move {
-                a.volume().fail_member(m, "sim: pulled for a rebuild");
-                let r = match a.rebuild_onto(m, MemberMeta::load(spare).await).await {
+                let meta = MemberMeta::load(spare).await;
+                let started = if replace {
+                    a.replace(m, meta).await
+                } else {
+                    a.volume().fail_member(m, "sim: pulled for a rebuild");
+                    a.rebuild_onto(m, meta).await
+                };
+                let r = match started {
                     Ok(()) => a.rebuild(&PassControl::new(0)).await,
                     Err(e) => Err(e),
                 };
@@ -259,7 +281,7 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
         }
     }
     stats.crashes_mid_flight += u64::from(exec.live() > 0);
-    stats.rebuilds_completed += u64::from(*completed.borrow());
+    stats.rebuilds_completed += u64::from(*completed.borrow() && !replace);
 
     // Power loss.
     let images: Vec<Vec<u8>> = {
@@ -326,6 +348,7 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
                 .unwrap_or(r)
         })
         .collect();
+    stats.replaced_at_reopen += u64::from(heal && replace && role_disks.contains(&n));
     if !report.was_clean {
         stats.reopened_dirty += 1;
         stats.full_resync_bytes += capacity;

@@ -1,8 +1,10 @@
 //! What the control requests do to the daemon's volumes.
 
 use super::proto::{ok_reply, Refusal, Request};
-use nbraid_core::metadata::Array;
-use nbraid_core::{MemberState, ScrubControl, ScrubReport, ScrubState};
+use nbraid_core::metadata::{Array, MemberMeta};
+use nbraid_core::{
+    Member, MemberState, PassControl, PassState, ScrubControl, ScrubReport, ScrubState, UringFile,
+};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -22,6 +24,8 @@ pub struct ControlVolume {
     pub start: StartReport,
     /// The latest scrub (running or finished).
     scrub: Mutex<Option<Arc<ScrubControl>>>,
+    /// The latest rebuild (running or finished).
+    rebuild: Mutex<Option<Arc<PassControl>>>,
 }
 
 impl ControlVolume {
@@ -41,12 +45,92 @@ impl ControlVolume {
             at_start,
             start,
             scrub: Mutex::new(None),
+            rebuild: Mutex::new(None),
         }
+    }
+
+    fn rebuild(&self) -> Option<Arc<PassControl>> {
+        self.rebuild.lock().clone()
+    }
+
+    /// The member index `member` names (a config id, or an index).
+    fn member_index(&self, member: &str) -> Result<usize, Refusal> {
+        self.members
+            .iter()
+            .position(|m| *m == member)
+            .or_else(|| {
+                member
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&i| i < self.members.len())
+            })
+            .ok_or_else(|| {
+                Refusal::new(
+                    "not-found",
+                    format!(
+                        "volume \"{}\" has no member \"{member}\" (members: {})",
+                        self.name,
+                        self.members.join(", ")
+                    ),
+                )
+            })
+    }
+
+    /// Starts the rebuild task unless one runs (then only its rate changes).
+    fn start_rebuild(&self, rate_bytes_per_s: u64) -> Arc<PassControl> {
+        let mut slot = self.rebuild.lock();
+        if let Some(c) = slot.as_ref() {
+            if matches!(c.state(), PassState::Running | PassState::Paused) {
+                c.set_rate(rate_bytes_per_s);
+                return c.clone();
+            }
+        }
+        let ctl = Arc::new(PassControl::new(rate_bytes_per_s));
+        *slot = Some(ctl.clone());
+        let (array, task_ctl, name) = (self.array.clone(), ctl.clone(), self.name.clone());
+        tokio::spawn(async move {
+            match array.rebuild(&task_ctl).await {
+                Ok(r) => tracing::info!(
+                    "rebuild of {name} {}: roles {:?} current",
+                    r.state.name(),
+                    r.completed
+                ),
+                Err(e) => tracing::error!("rebuild of {name} failed: {e}"),
+            }
+        });
+        ctl
     }
 
     fn scrub(&self) -> Option<Arc<ScrubControl>> {
         self.scrub.lock().clone()
     }
+}
+
+/// Opens an existing member file for `add`/`replace` and reads its superblock.
+async fn open_newcomer(path: &str) -> Result<Arc<MemberMeta>, Refusal> {
+    let file = UringFile::open_with(path, None, Default::default())
+        .map_err(|e| Refusal::new("bad-request", format!("opening `{path}`: {e}")))?;
+    Ok(MemberMeta::load(Arc::new(file) as Arc<dyn Member>).await)
+}
+
+fn refused(e: impl std::fmt::Display) -> Refusal {
+    Refusal::new("refused", e.to_string())
+}
+
+fn rebuild_json(v: &ControlVolume) -> Value {
+    let Some(c) = v.rebuild() else {
+        return Value::Null;
+    };
+    json!({
+        "state": c.state().name(),
+        "roles": v.array.rebuilding().iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+        "position_bytes": c.position_bytes(),
+        "total_bytes": c.total_bytes(),
+        "rate_bytes_per_s": c.measured_bytes_per_s(),
+        "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
+        "eta_s": c.eta_s(),
+        "spares": v.array.spare_count(),
+    })
 }
 
 /// What starting a volume did.
@@ -99,7 +183,7 @@ impl Controls {
     }
 
     /// Carries out one request; the reply's fields, or why not.
-    pub fn handle(&self, req: Request) -> Result<Value, Refusal> {
+    pub async fn handle(&self, req: Request) -> Result<Value, Refusal> {
         match req {
             Request::Status { volume } => {
                 let vols: Vec<Value> = self.select(&volume)?.iter().map(|v| status(v)).collect();
@@ -107,25 +191,7 @@ impl Controls {
             }
             Request::Fail { volume, member } => {
                 let v = self.find(&volume)?;
-                let index = v
-                    .members
-                    .iter()
-                    .position(|m| *m == member)
-                    .or_else(|| {
-                        member
-                            .parse::<usize>()
-                            .ok()
-                            .filter(|&i| i < v.members.len())
-                    })
-                    .ok_or_else(|| {
-                        Refusal::new(
-                            "not-found",
-                            format!(
-                                "volume \"{volume}\" has no member \"{member}\" (members: {})",
-                                v.members.join(", ")
-                            ),
-                        )
-                    })?;
+                let index = v.member_index(&member)?;
                 let vol = v.array.volume();
                 vol.fail_member(index, "failed by the operator (nbraid fail)");
                 // Into the superblocks now, not at the next write: a restart keeps it failed.
@@ -179,6 +245,46 @@ impl Controls {
                     json!({ "volume": volume, "scrub": scrub_json(&ctl.report()) }),
                 ))
             }
+            Request::Add { volume, path } => {
+                let v = self.find(&volume)?;
+                let meta = open_newcomer(&path).await?;
+                v.array.add_spare(meta).map_err(refused)?;
+                // A failed role takes it at once.
+                let roles = v.array.use_spares().await.map_err(refused)?;
+                if !roles.is_empty() {
+                    v.start_rebuild(0);
+                }
+                Ok(ok_reply(json!({
+                    "volume": volume,
+                    "rebuilding_roles": roles,
+                    "rebuild": rebuild_json(v),
+                })))
+            }
+            Request::Replace {
+                volume,
+                member,
+                path,
+            } => {
+                let v = self.find(&volume)?;
+                let index = v.member_index(&member)?;
+                let meta = open_newcomer(&path).await?;
+                v.array.replace(index, meta).await.map_err(refused)?;
+                v.start_rebuild(0);
+                Ok(ok_reply(
+                    json!({ "volume": volume, "index": index, "rebuild": rebuild_json(v) }),
+                ))
+            }
+            Request::Rebuild {
+                volume,
+                rate_bytes_per_s,
+            } => {
+                let v = self.find(&volume)?;
+                v.array.use_spares().await.map_err(refused)?;
+                v.start_rebuild(rate_bytes_per_s);
+                Ok(ok_reply(
+                    json!({ "volume": volume, "rebuild": rebuild_json(v) }),
+                ))
+            }
             Request::Pause { volume } => self.pause_resume(&volume, true),
             Request::Resume { volume } => self.pause_resume(&volume, false),
             Request::Cancel { volume } => {
@@ -198,12 +304,18 @@ impl Controls {
     fn pause_resume(&self, volume: &Option<String>, pause: bool) -> Result<Value, Refusal> {
         let mut touched = Vec::new();
         for v in self.select(volume)? {
-            if let Some(c) = v.scrub() {
+            let (scrub, rebuild) = (v.scrub(), v.rebuild());
+            let passes = [scrub.as_ref().map(|c| &c.pass), rebuild.as_deref()];
+            let mut any = false;
+            for c in passes.into_iter().flatten() {
                 if pause {
                     c.pause();
                 } else {
                     c.resume();
                 }
+                any = true;
+            }
+            if any {
                 touched.push(v.name.clone());
             }
         }
@@ -228,6 +340,7 @@ fn status(v: &ControlVolume) -> Value {
                 "index": i,
                 "path": vol.member(i).name(),
                 "state": match (states[i], v.at_start.get(i).copied()) {
+                    (MemberState::Healthy, _) if !vol.member_is_current(i) => "rebuilding",
                     (MemberState::Healthy, _) => "healthy",
                     (MemberState::Failed, Some("missing")) => "missing",
                     (MemberState::Failed, _) => "failed",
@@ -278,5 +391,6 @@ fn status(v: &ControlVolume) -> Value {
             "bound_bytes": cache.bound_bytes,
         },
         "scrub": v.scrub().map(|s| scrub_json(&s.report())),
+        "rebuild": rebuild_json(v),
     })
 }

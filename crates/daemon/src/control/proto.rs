@@ -44,6 +44,22 @@ pub enum Request {
     Cancel {
         volume: String,
     },
+    /// A hot spare (a member file at `path`); a failed member's role gets it at once.
+    Add {
+        volume: String,
+        path: String,
+    },
+    /// Rebuild onto `path` while `member` keeps serving, then swap (md's want_replacement).
+    Replace {
+        volume: String,
+        member: String,
+        path: String,
+    },
+    /// Start (or re-rate) the rebuild of the volume's rebuilding and replaced members.
+    Rebuild {
+        volume: String,
+        rate_bytes_per_s: u64,
+    },
 }
 
 /// Why a request was refused: a stable code and a message for people.
@@ -101,6 +117,18 @@ fn optional_string(o: &Map<String, Value>, key: &str, op: &str) -> Result<Option
 }
 
 /// Parses one request line.
+/// `rate_bytes_per_s`: absent = 0 (unlimited).
+fn rate_field(o: &Map<String, Value>, op: &str) -> Result<u64, Refusal> {
+    match o.get("rate_bytes_per_s") {
+        None | Some(Value::Null) => Ok(0),
+        Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64().unwrap_or(0)),
+        Some(other) => Err(Refusal::new(
+            "bad-request",
+            format!("`{op}`: field `rate_bytes_per_s` must be a whole number of bytes per second, not {other}"),
+        )),
+    }
+}
+
 pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
     let v: Value = serde_json::from_slice(line).map_err(|e| {
         Refusal::new(
@@ -136,11 +164,19 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
         _ => {
             return Err(Refusal::new(
                 "bad-request",
-                "the request has no \"op\" string (status, fail, scrub, pause, resume, cancel)",
+                "the request has no \"op\" string (status, fail, scrub, pause, resume, cancel, add, replace, rebuild)",
             ))
         }
     };
-    let known = ["v", "op", "volume", "member", "repair", "rate_bytes_per_s"];
+    let known = [
+        "v",
+        "op",
+        "volume",
+        "member",
+        "repair",
+        "rate_bytes_per_s",
+        "path",
+    ];
     if let Some(k) = o.keys().find(|k| !known.contains(&k.as_str())) {
         return Err(Refusal::new(
             "bad-request",
@@ -167,16 +203,7 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
                     ))
                 }
             },
-            rate_bytes_per_s: match o.get("rate_bytes_per_s") {
-                None | Some(Value::Null) => 0,
-                Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64().unwrap_or(0),
-                Some(other) => {
-                    return Err(Refusal::new(
-                        "bad-request",
-                        format!("`scrub`: field `rate_bytes_per_s` must be a whole number of bytes per second, not {other}"),
-                    ))
-                }
-            },
+            rate_bytes_per_s: rate_field(&o, op)?,
         },
         "pause" => Request::Pause {
             volume: optional_string(&o, "volume", op)?,
@@ -187,10 +214,23 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
         "cancel" => Request::Cancel {
             volume: string_field(&o, "volume", op)?,
         },
+        "add" => Request::Add {
+            volume: string_field(&o, "volume", op)?,
+            path: string_field(&o, "path", op)?,
+        },
+        "replace" => Request::Replace {
+            volume: string_field(&o, "volume", op)?,
+            member: string_field(&o, "member", op)?,
+            path: string_field(&o, "path", op)?,
+        },
+        "rebuild" => Request::Rebuild {
+            volume: string_field(&o, "volume", op)?,
+            rate_bytes_per_s: rate_field(&o, op)?,
+        },
         other => {
             return Err(Refusal::new(
                 "unknown-op",
-                format!("unknown op \"{other}\" (status, fail, scrub, pause, resume, cancel)"),
+                format!("unknown op \"{other}\" (status, fail, scrub, pause, resume, cancel, add, replace, rebuild)"),
             ))
         }
     })

@@ -104,7 +104,11 @@ async fn connection(stream: UnixStream, controls: Arc<Controls>) -> std::io::Res
         } else if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         } else {
-            match parse(&line).and_then(|req| controls.handle(req)) {
+            let handled = match parse(&line) {
+                Ok(req) => controls.handle(req).await,
+                Err(r) => Err(r),
+            };
+            match handled {
                 Ok(v) => v,
                 Err(r) => error_reply(&r),
             }
