@@ -349,13 +349,15 @@ impl Nbdkit {
             .args(["memory", "64M"])
             .spawn()
             .expect("nbdkit is needed (scripts/test installs it)");
+        // The socket file appears at bind(), before listen(): wait until a connect succeeds.
+        let listening = || std::os::unix::net::UnixStream::connect(&sock).is_ok();
         for _ in 0..100 {
-            if sock.exists() {
+            if listening() {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        assert!(sock.exists(), "nbdkit did not listen on {}", sock.display());
+        assert!(listening(), "nbdkit did not listen on {}", sock.display());
         Nbdkit {
             child,
             uri: format!("nbd+unix:///?socket={}", sock.display()),

@@ -16,7 +16,8 @@ fn check_describes_remote_members() {
         .spawn()
         .expect("nbdkit is required (apt-get install nbdkit; scripts/test installs it)");
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !sock.exists() {
+    // The socket file appears at bind(), before listen(): wait until a connect succeeds.
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
         assert!(Instant::now() < deadline, "nbdkit did not start");
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -28,7 +28,8 @@ impl Nbdkit {
             .spawn()
             .expect("start nbdkit");
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !sock.exists() {
+        // The socket file appears at bind(), before listen(): wait until a connect succeeds.
+        while std::os::unix::net::UnixStream::connect(sock).is_err() {
             assert!(Instant::now() < deadline, "nbdkit did not start");
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -55,7 +55,8 @@ impl Nbdkit {
         Nbdkit::start(
             &["--unix", sock.to_str().unwrap(), "memory", size],
             format!("nbd+unix:///?socket={}", sock.display()),
-            &move || s.exists(),
+            // The socket file appears at bind(), before listen(): wait for a connect.
+            &move || std::os::unix::net::UnixStream::connect(&s).is_ok(),
         )
     }
 
