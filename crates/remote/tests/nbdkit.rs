@@ -60,6 +60,26 @@ impl Nbdkit {
         )
     }
 
+    /// Waits until every thread of the server is stopped (SIGSTOP takes effect
+    /// asynchronously; a request sent before that may still be answered).
+    fn wait_stopped(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let task_dir = format!("/proc/{}/task", self.child.id());
+        let stopped = || {
+            std::fs::read_dir(&task_dir).unwrap().all(|t| {
+                let stat =
+                    std::fs::read_to_string(t.unwrap().path().join("stat")).unwrap_or_default();
+                // The state follows the command name in parentheses.
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('T'))
+            })
+        };
+        while !stopped() {
+            assert!(Instant::now() < deadline, "nbdkit did not stop");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on our own child's pid has no memory effects.
         assert_eq!(
@@ -193,6 +213,7 @@ async fn a_stopped_server_fails_requests_by_the_timeout() {
     };
     let m = RemoteMember::connect(&kit.uri, None, &opts).await.unwrap();
     kit.signal(libc::SIGSTOP);
+    kit.wait_stopped();
     let started = Instant::now();
     let e = m.read(0, Buf::new(4096)).await.unwrap_err();
     kit.signal(libc::SIGCONT);
