@@ -399,7 +399,8 @@ pub async fn start_volume(
     for w in &report.warnings {
         eprintln!("nbraidd: volume {}: warning: {w}", v.name);
     }
-    if !report.was_clean {
+    // A create's sync is not a recovery: only an opened array can have been left dirty.
+    if !created && !report.was_clean {
         tracing::warn!(volume = %v.name, resynced_bytes = report.resynced_bytes, "the array was not shut down cleanly: resynced before serving");
     }
     // Config member ids by role; roles no member serves take the unclaimed config members in
