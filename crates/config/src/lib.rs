@@ -64,11 +64,13 @@
 //! here, the engine (`nbraid-core`) gets plain values. [`ReadPolicy`] and [`CacheMode`] are the
 //! layout crate's, shared with the engine.
 
+mod allocate;
 mod error;
 mod limits;
 mod listen;
 mod raw;
 mod resolve;
+mod schema_error;
 mod size;
 mod summary;
 mod tls;

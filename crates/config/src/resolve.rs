@@ -1,19 +1,21 @@
 //! From TOML text to a checked [`Config`]: schema errors located by toml, semantic errors
-//! located by the spans of the fields they concern, and the allocation of member regions.
+//! located by the spans of the fields they concern; member regions placed by [`super::allocate`].
 
+use super::allocate::{allocate, Usage};
 use super::error::{line_col, ErrorKind, Problem};
 use super::listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP};
-use super::raw::{RawConfig, RawMember, RawSize, RawVolume, Skeleton};
+use super::raw::{RawConfig, RawMember, RawSize, RawVolume};
+use super::schema_error::{one_line, schema_problem};
 use super::size::{format_size, format_size_exact, parse_size, SIZE_UNITS_HELP};
 use super::tls::TlsMode;
 use super::volume_meta;
 use super::{
     CacheMode, Config, ConfigError, Member, MemberStorage, ReadPolicy, Volume, VolumeSize,
-    BLOCK_SIZES, BLOCK_SIZE_DEFAULT, CACHE_SIZE_DEFAULT, JBOD_ALIGN, MEMBER_MIN, MEMORY_PATH,
+    BLOCK_SIZES, BLOCK_SIZE_DEFAULT, CACHE_SIZE_DEFAULT, MEMBER_MIN, MEMORY_PATH,
     METADATA_RESERVED,
 };
 use nbraid_layout::{
-    Geometry, LayoutError, Level, ParityLayout, Region, Shape, STRIP_DEFAULT, STRIP_MAX, STRIP_MIN,
+    Geometry, LayoutError, Level, ParityLayout, Shape, STRIP_DEFAULT, STRIP_MAX, STRIP_MIN,
 };
 use serde_spanned::Spanned;
 use std::collections::HashMap;
@@ -49,111 +51,6 @@ pub(super) fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     };
     let cx = Cx { text, base: &base };
     cx.resolve(raw, file).map_err(located)
-}
-
-/// A toml/serde error, with the table it is in, the field and a suggestion for misspelt keys.
-fn schema_problem(text: &str, e: &toml::de::Error) -> Problem {
-    let span = e.span().unwrap_or(0..0);
-    let mut message = one_line(e.message())
-        .replace("expected i64", "expected an integer")
-        .replace("expected u64", "expected an integer")
-        .replace("expected a sequence", "expected an array ([ ... ])");
-    if let Some(field) = field_at(text, span.start) {
-        if !message.contains('`') || message.starts_with("invalid") {
-            message = format!("{field}: {message}");
-        }
-    }
-    if let Some(suggestion) = did_you_mean(&message) {
-        message.push_str(&format!("; did you mean `{suggestion}`?"));
-    }
-    if let Some(table) = table_at(text, span.start) {
-        message = format!("{table}: {message}");
-    }
-    Problem::new(span, ErrorKind::Schema, message)
-}
-
-/// toml's message on one line (an error is one line of output).
-fn one_line(message: &str) -> String {
-    let lines: Vec<&str> = message
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    lines.join("; ")
-}
-
-/// The key of `key = value` when `offset` is inside the value.
-fn field_at(text: &str, offset: usize) -> Option<String> {
-    let offset = offset.min(text.len());
-    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
-    let before = &text[line_start..offset];
-    let (key, _) = before.split_once('=')?;
-    let key = key.trim();
-    let ok = !key.is_empty()
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    ok.then(|| key.to_string())
-}
-
-/// `member "d0"`, `volume "db"`, `volume #2` or `daemon` for the table holding `offset`.
-fn table_at(text: &str, offset: usize) -> Option<String> {
-    let sk: Skeleton = toml::from_str(text).ok()?;
-    let inside = |r: Range<usize>| r.start <= offset && offset < r.end;
-    let named = |kind: &str, key: &str, i: usize, v: &toml::Value| match v
-        .get(key)
-        .and_then(|n| n.as_str())
-    {
-        Some(n) => format!("{kind} \"{n}\""),
-        None => format!("{kind} #{}", i + 1),
-    };
-    if let Some(d) = &sk.daemon {
-        if inside(d.span()) {
-            return Some("daemon".into());
-        }
-    }
-    for (i, m) in sk.member.iter().flatten().enumerate() {
-        if inside(m.span()) {
-            return Some(named("member", "id", i, m.get_ref()));
-        }
-    }
-    for (i, v) in sk.volume.iter().flatten().enumerate() {
-        if inside(v.span()) {
-            return Some(named("volume", "name", i, v.get_ref()));
-        }
-    }
-    None
-}
-
-/// For "unknown field `x`, expected one of `a`, `b`": the closest expected name.
-fn did_you_mean(message: &str) -> Option<String> {
-    let rest = message.strip_prefix("unknown field `")?;
-    let (got, rest) = rest.split_once('`')?;
-    let expected: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
-    let got_l = got.to_ascii_lowercase().replace('-', "_");
-    expected
-        .iter()
-        .map(|e| (edit_distance(&got_l, e), *e))
-        .filter(|(d, e)| {
-            *d <= 2.max(got.len() / 3) || e.starts_with(&got_l) || got_l.starts_with(*e)
-        })
-        .min()
-        .map(|(_, e)| e.to_string())
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 /// Lexically cleans a path: drops `.`, folds `..` into the component before it.
@@ -210,13 +107,6 @@ fn probe(path: &Path) -> Probe {
     } else {
         Probe::Unusable("is neither a regular file nor a block device".into())
     }
-}
-
-/// Where a member's free space begins and who took the space before it.
-#[derive(Default)]
-struct Usage {
-    cursor: u64,
-    users: Vec<(String, u64)>,
 }
 
 struct Cx<'a> {
@@ -860,145 +750,9 @@ fn check_name(name: &str, what: &str, span: Range<usize>) -> R<()> {
     Ok(())
 }
 
-/// "4 GiB, minus the 1 MiB metadata reserve, minus 2 GiB used by volume "a"".
-fn describe_free(m: &Member, u: &Usage) -> String {
-    let mut s = format!(
-        "{} free: {} minus the {} metadata reserve",
-        format_size(m.size.saturating_sub(u.cursor)),
-        format_size(m.size),
-        format_size(METADATA_RESERVED)
-    );
-    for (v, len) in &u.users {
-        s.push_str(&format!(
-            ", minus {} used by volume \"{v}\"",
-            format_size(*len)
-        ));
-    }
-    s
-}
-
-/// Places a volume's regions after the regions already taken on its members. The error is a
-/// message saying how much is needed and how much is there.
-fn allocate(
-    who: &str,
-    shape: &Shape,
-    requested: VolumeSize,
-    idx: &[usize],
-    members: &[Member],
-    usage: &[Usage],
-) -> Result<Vec<Region>, String> {
-    let free = |i: usize| members[i].size.saturating_sub(usage[i].cursor);
-    let level = shape.level;
-    if level == Level::Jbod {
-        let aligned = |i: usize| free(i) / JBOD_ALIGN * JBOD_ALIGN;
-        let total: u64 = idx.iter().map(|&i| aligned(i)).sum();
-        let want = match requested {
-            VolumeSize::All => {
-                if let Some(&i) = idx.iter().find(|&&i| aligned(i) == 0) {
-                    return Err(format!(
-                        "{who}: no room left on member \"{}\" ({}); jbod with size = \"all\" takes at least 4 KiB of every member",
-                        members[i].id,
-                        describe_free(&members[i], &usage[i])
-                    ));
-                }
-                total
-            }
-            VolumeSize::Bytes(b) => {
-                let want = b.div_ceil(JBOD_ALIGN) * JBOD_ALIGN;
-                if want > total {
-                    let each: Vec<String> = idx
-                        .iter()
-                        .map(|&i| {
-                            format!(
-                                "\"{}\" {}",
-                                members[i].id,
-                                describe_free(&members[i], &usage[i])
-                            )
-                        })
-                        .collect();
-                    return Err(format!(
-                        "{who}: does not fit: jbod needs {} ({want} bytes) in total, but its members have only {} ({total} bytes) free; members: {}",
-                        format_size(want),
-                        format_size(total),
-                        each.join("; ")
-                    ));
-                }
-                want
-            }
-        };
-        let mut left = want;
-        return Ok(idx
-            .iter()
-            .map(|&i| {
-                let len = aligned(i).min(left);
-                left -= len;
-                Region {
-                    start: usage[i].cursor,
-                    len,
-                }
-            })
-            .collect());
-    }
-
-    let strip = shape.strip;
-    let (tightest, min_free) = idx
-        .iter()
-        .map(|&i| (i, free(i)))
-        .min_by_key(|&(_, f)| f)
-        .expect("a shape has members");
-    let len = match requested {
-        VolumeSize::All => {
-            let len = min_free / strip * strip;
-            if len == 0 {
-                return Err(format!(
-                    "{who}: no room left on member \"{}\" ({}); {level} needs at least one {} strip on each member",
-                    members[tightest].id,
-                    describe_free(&members[tightest], &usage[tightest]),
-                    format_size(strip)
-                ));
-            }
-            len
-        }
-        VolumeSize::Bytes(b) => {
-            let need = shape.member_len_for(b);
-            if need > min_free {
-                let fits = min_free / strip * strip * shape.data_members() as u64;
-                return Err(format!(
-                    "{who}: size {} does not fit: {level} over {} members needs {} ({need} bytes) on each member, but member \"{}\" has only {}; at most {} fits (size = \"{}\")",
-                    format_size(b),
-                    idx.len(),
-                    format_size(need),
-                    members[tightest].id,
-                    describe_free(&members[tightest], &usage[tightest]),
-                    format_size(fits),
-                    format_size_exact(fits)
-                ));
-            }
-            need
-        }
-    };
-    Ok(idx
-        .iter()
-        .map(|&i| Region {
-            start: usage[i].cursor,
-            len,
-        })
-        .collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn suggests_close_field_names() {
-        let m = "unknown field `strip`, expected one of `name`, `level`, `strip_size`, `size`";
-        assert_eq!(did_you_mean(m).as_deref(), Some("strip_size"));
-        let m = "unknown field `memebrs`, expected one of `name`, `members`";
-        assert_eq!(did_you_mean(m).as_deref(), Some("members"));
-        let m = "unknown field `colour`, expected one of `name`, `level`";
-        assert_eq!(did_you_mean(m), None);
-    }
 
     #[test]
     fn normalizes_lexically() {

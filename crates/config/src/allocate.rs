@@ -1,0 +1,139 @@
+//! Where each volume's regions go on its members: after the regions earlier volumes took,
+//! with messages that say how much is needed and how much is free.
+
+use super::size::{format_size, format_size_exact};
+use super::{Member, VolumeSize, JBOD_ALIGN, METADATA_RESERVED};
+use nbraid_layout::{Level, Region, Shape};
+
+/// Where a member's free space begins and who took the space before it.
+#[derive(Default)]
+pub(super) struct Usage {
+    pub(super) cursor: u64,
+    pub(super) users: Vec<(String, u64)>,
+}
+
+/// "4 GiB, minus the 1 MiB metadata reserve, minus 2 GiB used by volume "a"".
+fn describe_free(m: &Member, u: &Usage) -> String {
+    let mut s = format!(
+        "{} free: {} minus the {} metadata reserve",
+        format_size(m.size.saturating_sub(u.cursor)),
+        format_size(m.size),
+        format_size(METADATA_RESERVED)
+    );
+    for (v, len) in &u.users {
+        s.push_str(&format!(
+            ", minus {} used by volume \"{v}\"",
+            format_size(*len)
+        ));
+    }
+    s
+}
+
+/// Places a volume's regions after the regions already taken on its members. The error is a
+/// message saying how much is needed and how much is there.
+pub(super) fn allocate(
+    who: &str,
+    shape: &Shape,
+    requested: VolumeSize,
+    idx: &[usize],
+    members: &[Member],
+    usage: &[Usage],
+) -> Result<Vec<Region>, String> {
+    let free = |i: usize| members[i].size.saturating_sub(usage[i].cursor);
+    let level = shape.level;
+    if level == Level::Jbod {
+        let aligned = |i: usize| free(i) / JBOD_ALIGN * JBOD_ALIGN;
+        let total: u64 = idx.iter().map(|&i| aligned(i)).sum();
+        let want = match requested {
+            VolumeSize::All => {
+                if let Some(&i) = idx.iter().find(|&&i| aligned(i) == 0) {
+                    return Err(format!(
+                        "{who}: no room left on member \"{}\" ({}); jbod with size = \"all\" takes at least 4 KiB of every member",
+                        members[i].id,
+                        describe_free(&members[i], &usage[i])
+                    ));
+                }
+                total
+            }
+            VolumeSize::Bytes(b) => {
+                let want = b.div_ceil(JBOD_ALIGN) * JBOD_ALIGN;
+                if want > total {
+                    let each: Vec<String> = idx
+                        .iter()
+                        .map(|&i| {
+                            format!(
+                                "\"{}\" {}",
+                                members[i].id,
+                                describe_free(&members[i], &usage[i])
+                            )
+                        })
+                        .collect();
+                    return Err(format!(
+                        "{who}: does not fit: jbod needs {} ({want} bytes) in total, but its members have only {} ({total} bytes) free; members: {}",
+                        format_size(want),
+                        format_size(total),
+                        each.join("; ")
+                    ));
+                }
+                want
+            }
+        };
+        let mut left = want;
+        return Ok(idx
+            .iter()
+            .map(|&i| {
+                let len = aligned(i).min(left);
+                left -= len;
+                Region {
+                    start: usage[i].cursor,
+                    len,
+                }
+            })
+            .collect());
+    }
+
+    let strip = shape.strip;
+    let (tightest, min_free) = idx
+        .iter()
+        .map(|&i| (i, free(i)))
+        .min_by_key(|&(_, f)| f)
+        .expect("a shape has members");
+    let len = match requested {
+        VolumeSize::All => {
+            let len = min_free / strip * strip;
+            if len == 0 {
+                return Err(format!(
+                    "{who}: no room left on member \"{}\" ({}); {level} needs at least one {} strip on each member",
+                    members[tightest].id,
+                    describe_free(&members[tightest], &usage[tightest]),
+                    format_size(strip)
+                ));
+            }
+            len
+        }
+        VolumeSize::Bytes(b) => {
+            let need = shape.member_len_for(b);
+            if need > min_free {
+                let fits = min_free / strip * strip * shape.data_members() as u64;
+                return Err(format!(
+                    "{who}: size {} does not fit: {level} over {} members needs {} ({need} bytes) on each member, but member \"{}\" has only {}; at most {} fits (size = \"{}\")",
+                    format_size(b),
+                    idx.len(),
+                    format_size(need),
+                    members[tightest].id,
+                    describe_free(&members[tightest], &usage[tightest]),
+                    format_size(fits),
+                    format_size_exact(fits)
+                ));
+            }
+            need
+        }
+    };
+    Ok(idx
+        .iter()
+        .map(|&i| Region {
+            start: usage[i].cursor,
+            len,
+        })
+        .collect())
+}
