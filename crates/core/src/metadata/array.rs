@@ -14,10 +14,10 @@
 //!   bitmap's lock; every metadata loop is O(members).
 
 use super::intent::{self, Hold, Intent};
+use super::member_meta::MemberMeta;
 use super::{
-    assemble, read_superblock, write_superblock, Absence, Area, AssembleError, BitmapArea, Found,
-    MemberEntry, Probe, RecordedState, Superblock, SuperblockIoError, Uuid, VolumeRecord,
-    METADATA_AREA_BYTES, SLOT_BYTES,
+    assemble, Absence, Area, AssembleError, BitmapArea, MemberEntry, Probe, RecordedState,
+    Superblock, Uuid, VolumeRecord, METADATA_AREA_BYTES, SLOT_BYTES,
 };
 use crate::absent::AbsentMember;
 use crate::buf::Buf;
@@ -36,66 +36,6 @@ use thiserror::Error;
 const AREAS_START: u64 = 2 * SLOT_BYTES;
 /// Resync streams the volume in pieces of about this many bytes (whole full stripes).
 const RESYNC_PIECE_BYTES: u64 = 1 << 20;
-
-/// One member and its superblock, shared by every volume on it (Matrix RAID): updates of
-/// different volumes' records are serialized here so none overwrites another's.
-pub struct MemberMeta {
-    member: Arc<dyn Member>,
-    probe: Probe,
-    pub(super) sb: AsyncMutex<Option<Superblock>>,
-}
-
-impl MemberMeta {
-    /// Reads `member`'s superblock (both copies; damage is reported by assembly).
-    pub async fn load(member: Arc<dyn Member>) -> Arc<MemberMeta> {
-        let (probe, sb) = match read_superblock(&*member).await {
-            Ok(Found::Blank) => (Probe::Blank, None),
-            Ok(Found::Superblock(sb, d)) => (Probe::Superblock(sb.clone(), d), Some(sb)),
-            Err(e) => (Probe::Unreadable(e.to_string()), None),
-        };
-        Arc::new(MemberMeta {
-            member,
-            probe,
-            sb: AsyncMutex::new(sb),
-        })
-    }
-
-    pub fn member(&self) -> &Arc<dyn Member> {
-        &self.member
-    }
-
-    /// What reading the superblock found when this was loaded.
-    pub fn probe(&self) -> &Probe {
-        &self.probe
-    }
-
-    /// Applies `f` to the superblock, bumps its generation and writes it (FUA).
-    pub(super) async fn update(
-        &self,
-        f: impl FnOnce(&mut Superblock),
-    ) -> Result<(), SuperblockIoError> {
-        let mut g = self.sb.lock().await;
-        let mut sb = g.clone().unwrap_or_else(|| Superblock {
-            generation: 0,
-            member: Uuid::default(),
-            member_bytes: self.member.len(),
-            volumes: Vec::new(),
-        });
-        f(&mut sb);
-        sb.generation += 1;
-        sb.member_bytes = self.member.len();
-        write_superblock(&*self.member, &sb).await?;
-        *g = Some(sb);
-        Ok(())
-    }
-
-    /// This member's record of volume `name`, as last written or read.
-    async fn record(&self, name: &str) -> Option<VolumeRecord> {
-        let g = self.sb.lock().await;
-        g.as_ref()
-            .and_then(|sb| sb.volumes.iter().find(|v| v.name == name).cloned())
-    }
-}
 
 /// How an array is created and opened.
 #[derive(Clone, Debug)]

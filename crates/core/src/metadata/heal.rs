@@ -22,7 +22,8 @@
 //!   holds everything and the replacement's record, if any, names an id the records do not.
 //!   A replace is therefore not checkpointed; it starts again.
 
-use super::array::{free_area, Array, ArrayError, MemberMeta, Recorded};
+use super::array::{free_area, Array, ArrayError, Recorded};
+use super::member_meta::MemberMeta;
 use super::{Area, BitmapArea, MemberEntry, Probe, RecordedState, Uuid, VolumeRecord};
 use crate::buf::Buf;
 use crate::error::VolumeResult;

@@ -17,12 +17,14 @@ mod codec;
 mod heal;
 pub mod intent;
 mod io;
+mod member_meta;
 mod superblock;
 
-pub use array::{Array, ArrayError, ArrayOptions, MemberMeta, OpenReport};
+pub use array::{Array, ArrayError, ArrayOptions, OpenReport};
 pub use assemble::{assemble, Absence, AssembleError, Assembly, Probe};
 pub use heal::RebuildReport;
 pub use io::{read_superblock, write_superblock, Found, SuperblockIoError};
+pub use member_meta::MemberMeta;
 
 pub use superblock::{
     newest, Area, BitmapArea, MemberEntry, RecordedState, Superblock, Uuid, VolumeRecord,

@@ -1,0 +1,69 @@
+//! A member and its superblock as loaded, shared by every volume on the member.
+
+use super::{
+    read_superblock, write_superblock, Found, Probe, Superblock, SuperblockIoError, Uuid,
+    VolumeRecord,
+};
+use crate::member::Member;
+use futures::lock::Mutex as AsyncMutex;
+use std::sync::Arc;
+
+/// One member and its superblock, shared by every volume on it (Matrix RAID): updates of
+/// different volumes' records are serialized here so none overwrites another's.
+pub struct MemberMeta {
+    pub(super) member: Arc<dyn Member>,
+    pub(super) probe: Probe,
+    pub(super) sb: AsyncMutex<Option<Superblock>>,
+}
+
+impl MemberMeta {
+    /// Reads `member`'s superblock (both copies; damage is reported by assembly).
+    pub async fn load(member: Arc<dyn Member>) -> Arc<MemberMeta> {
+        let (probe, sb) = match read_superblock(&*member).await {
+            Ok(Found::Blank) => (Probe::Blank, None),
+            Ok(Found::Superblock(sb, d)) => (Probe::Superblock(sb.clone(), d), Some(sb)),
+            Err(e) => (Probe::Unreadable(e.to_string()), None),
+        };
+        Arc::new(MemberMeta {
+            member,
+            probe,
+            sb: AsyncMutex::new(sb),
+        })
+    }
+
+    pub fn member(&self) -> &Arc<dyn Member> {
+        &self.member
+    }
+
+    /// What reading the superblock found when this was loaded.
+    pub fn probe(&self) -> &Probe {
+        &self.probe
+    }
+
+    /// Applies `f` to the superblock, bumps its generation and writes it (FUA).
+    pub(super) async fn update(
+        &self,
+        f: impl FnOnce(&mut Superblock),
+    ) -> Result<(), SuperblockIoError> {
+        let mut g = self.sb.lock().await;
+        let mut sb = g.clone().unwrap_or_else(|| Superblock {
+            generation: 0,
+            member: Uuid::default(),
+            member_bytes: self.member.len(),
+            volumes: Vec::new(),
+        });
+        f(&mut sb);
+        sb.generation += 1;
+        sb.member_bytes = self.member.len();
+        write_superblock(&*self.member, &sb).await?;
+        *g = Some(sb);
+        Ok(())
+    }
+
+    /// This member's record of volume `name`, as last written or read.
+    pub(super) async fn record(&self, name: &str) -> Option<VolumeRecord> {
+        let g = self.sb.lock().await;
+        g.as_ref()
+            .and_then(|sb| sb.volumes.iter().find(|v| v.name == name).cloned())
+    }
+}
