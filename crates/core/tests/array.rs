@@ -13,6 +13,7 @@ use nbraid_core::metadata::{
 use nbraid_core::{Buf, CacheMode, Member, MemoryMember, VolumeOptions};
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
 use std::sync::Arc;
+use std::time::Duration;
 
 const REGION: u64 = 4 * MIB;
 const MEMBER_BYTES: u64 = METADATA_AREA_BYTES + REGION;
@@ -43,6 +44,8 @@ fn opts() -> ArrayOptions {
             ..VolumeOptions::default()
         },
         bitmap_chunk_bytes: Some(CHUNK),
+        // Bits clear at the first flush that covers their writes: the tests see exactly that.
+        bitmap_clear_delay: Duration::ZERO,
     }
 }
 
