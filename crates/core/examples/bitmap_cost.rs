@@ -143,8 +143,8 @@ fn process_cpu() -> Duration {
 }
 
 /// 4 KiB random writes at queue depth 32 over `span` bytes for `secs`; a FLUSH every
-/// `flush_every` writes (0: never). Returns writes per second and CPU µs per write.
-fn randwrite(t: &Target, span: u64, secs: f64, flush_every: u64, seed: u64) -> (f64, f64) {
+/// `flush_every` writes (0: never). Returns writes per second, CPU µs per write and writes.
+fn randwrite(t: &Target, span: u64, secs: f64, flush_every: u64, seed: u64) -> (f64, f64, u64) {
     let mut x = seed | 1;
     let blocks = span / 4096;
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
@@ -192,7 +192,7 @@ fn randwrite(t: &Target, span: u64, secs: f64, flush_every: u64, seed: u64) -> (
         }
     });
     let cpu_us = (process_cpu() - cpu_start).as_secs_f64() * 1e6 / done.max(1) as f64;
-    (done as f64 / start.elapsed().as_secs_f64(), cpu_us)
+    (done as f64 / start.elapsed().as_secs_f64(), cpu_us, done)
 }
 
 fn main() {
@@ -238,17 +238,27 @@ fn main() {
         ];
         let mut iops = [0.0f64; 4];
         let mut cpu = [0.0f64; 4];
+        let mut writes = [0u64; 4];
+        let bitmap_writes_before = [a_with.bitmap_writes(), a_delayed.bitmap_writes()];
         for r in 0..ROUNDS {
             // The order rotates each round, so drifting load hits every target alike.
             for k in 0..targets.len() {
                 let i = (k + r as usize) % targets.len();
-                let (w, c) = randwrite(&targets[i], capacity, secs, flush_every, 0x9e37 + r);
+                let (w, c, n) = randwrite(&targets[i], capacity, secs, flush_every, 0x9e37 + r);
                 iops[i] += w;
                 cpu[i] += c;
+                writes[i] += n;
             }
         }
         let r = ROUNDS as f64;
-        rows.push((name, iops.map(|v| v / r), cpu.map(|v| v / r)));
+        // Bitmap updates per 1000 writes: eager, delayed.
+        let per_k = [
+            (a_with.bitmap_writes() - bitmap_writes_before[0]) as f64 * 1000.0
+                / writes[2].max(1) as f64,
+            (a_delayed.bitmap_writes() - bitmap_writes_before[1]) as f64 * 1000.0
+                / writes[3].max(1) as f64,
+        ];
+        rows.push((name, iops.map(|v| v / r), cpu.map(|v| v / r), per_k));
     }
     block_on(bare.flush()).expect("flush");
     drop(bare);
@@ -281,10 +291,10 @@ fn main() {
     if json {
         let cost: Vec<String> = rows
             .iter()
-            .map(|(name, w, c)| {
+            .map(|(name, w, c, k)| {
                 format!(
-                    "{{\"workload\":\"{name}\",\"volume_iops\":{:.0},\"array_no_bitmap_iops\":{:.0},\"array_bitmap_no_delay_iops\":{:.0},\"array_bitmap_iops\":{:.0},\"cpu_us_per_write\":[{:.2},{:.2},{:.2},{:.2}],\"bitmap_vs_no_bitmap_cpu\":{:.4}}}",
-                    w[0], w[1], w[2], w[3], c[0], c[1], c[2], c[3], c[3] / c[1]
+                    "{{\"workload\":\"{name}\",\"volume_iops\":{:.0},\"array_no_bitmap_iops\":{:.0},\"array_bitmap_no_delay_iops\":{:.0},\"array_bitmap_iops\":{:.0},\"cpu_us_per_write\":[{:.2},{:.2},{:.2},{:.2}],\"bitmap_vs_no_bitmap_cpu\":{:.4},\"bitmap_updates_per_1000_writes\":{{\"no_delay\":{:.2},\"delay\":{:.2}}}}}",
+                    w[0], w[1], w[2], w[3], c[0], c[1], c[2], c[3], c[3] / c[1], k[0], k[1]
                 )
             })
             .collect();
@@ -303,19 +313,21 @@ fn main() {
     );
     println!("writes/s (CPU µs per write); the bitmap with the default clear delay against the array without one:");
     println!(
-        "{:<30} {:>15} {:>15} {:>15} {:>15} {:>9} {:>9}",
-        "workload", "volume", "no bitmap", "bitmap, eager", "bitmap", "iops", "cpu"
+        "{:<30} {:>15} {:>15} {:>15} {:>15} {:>7} {:>7} {:>13}",
+        "workload", "volume", "no bitmap", "bitmap, eager", "bitmap", "iops", "cpu", "upd/1k e, d"
     );
-    for (name, w, c) in &rows {
+    for (name, w, c, k) in &rows {
         let cell = |i: usize| format!("{:.0} ({:.1})", w[i], c[i]);
         println!(
-            "{name:<30} {:>15} {:>15} {:>15} {:>15} {:>9.3} {:>9.3}",
+            "{name:<30} {:>15} {:>15} {:>15} {:>15} {:>7.3} {:>7.3} {:>6.1},{:>6.1}",
             cell(0),
             cell(1),
             cell(2),
             cell(3),
             w[3] / w[1],
-            c[3] / c[1]
+            c[3] / c[1],
+            k[0],
+            k[1]
         );
     }
     println!("bitmap bookkeeping per write whose bit is set (no I/O): {intent_ns:.0} ns");

@@ -121,6 +121,8 @@ pub struct Array {
     pub(super) intent: Option<Intent>,
     /// See [`ArrayOptions::bitmap_clear_delay`].
     bitmap_clear_delay: Duration,
+    /// Bitmap updates written (each a FUA write on every current member).
+    bitmap_writes: AtomicU64,
     /// Serializes bitmap writes (callers waiting share the next one).
     pub(super) bitmap_write: AsyncMutex<()>,
 }
@@ -435,6 +437,7 @@ impl Array {
             recorded_failed: AtomicUsize::new(0),
             intent,
             bitmap_clear_delay: opts.bitmap_clear_delay,
+            bitmap_writes: AtomicU64::new(0),
             bitmap_write: AsyncMutex::new(()),
         })
     }
@@ -507,6 +510,12 @@ impl Array {
     }
 
     /// Bytes of the volume per write-intent bit, if the volume has a bitmap.
+    /// Bitmap updates written since open (each a FUA write on every current member): what
+    /// the write-intent bitmap costs in member writes.
+    pub fn bitmap_writes(&self) -> u64 {
+        self.bitmap_writes.load(SeqCst)
+    }
+
     pub fn bitmap_chunk_bytes(&self) -> Option<u64> {
         self.intent.as_ref().map(Intent::chunk_bytes)
     }
@@ -626,6 +635,7 @@ impl Array {
             async move { m.write(*at, b.clone(), true).await }
         }))
         .await;
+        self.bitmap_writes.fetch_add(1, SeqCst);
         let mut ok = false;
         for ((r, _, _), res) in writes.iter().zip(results) {
             match res {
