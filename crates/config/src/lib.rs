@@ -69,6 +69,7 @@ mod error;
 mod limits;
 mod listen;
 mod raw;
+mod remote_member;
 mod resolve;
 mod schema_error;
 mod size;
@@ -82,6 +83,9 @@ pub use limits::{
     IN_FLIGHT_MEMORY_MIN, MAX_CONNECTIONS_MAX,
 };
 pub use listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP, NBD_PORT};
+pub use remote_member::{
+    RemoteSettings, REMOTE_CONNECTIONS_MAX, REMOTE_TIMEOUT_MAX, REMOTE_TIMEOUT_MIN,
+};
 pub use size::{format_size, format_size_exact, parse_size, HumanSize, SizeError, SIZE_UNITS_HELP};
 pub use summary::{table, MemberSummary, Summary, VolumeMemberSummary, VolumeSummary};
 pub use tls::{listener_policy, TlsMode, TlsSettings};
@@ -159,6 +163,8 @@ pub struct Member {
     pub size: u64,
     /// What is at `path` now.
     pub state: MemberStorage,
+    /// `timeout` and `connections` of a remote member (empty for the others).
+    pub remote: RemoteSettings,
 }
 
 /// What was found at a member's path when the config was read.

@@ -42,6 +42,9 @@ pub(crate) struct RawMember {
     pub id: Spanned<String>,
     pub path: Spanned<String>,
     pub size: Option<Spanned<RawSize>>,
+    /// Remote members only (see `remote_member.rs`).
+    pub timeout: Option<Spanned<RawSize>>,
+    pub connections: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -398,6 +398,7 @@ impl Cx<'_> {
                 (actual, state)
             }
         };
+        let remote = super::remote_member::remote_settings(raw, &who, remote)?;
         Ok((
             Member {
                 id,
@@ -405,6 +406,7 @@ impl Cx<'_> {
                 path,
                 size,
                 state,
+                remote,
             },
             file_id,
         ))

@@ -28,6 +28,8 @@ pub struct MemberSummary {
     /// Bytes after the last volume's region, free for more volumes.
     pub free_bytes: u64,
     pub state: MemberStorage,
+    /// A remote member's `timeout` and `connections` as configured (`null`: the default).
+    pub remote: crate::RemoteSettings,
     /// Missing, and every volume on it is new: assembly creates it (sparse). A missing member
     /// of a volume with data is not created; the volume runs degraded without it.
     pub will_create: bool,
@@ -85,6 +87,7 @@ impl Summary {
                 used_bytes: 0,
                 free_bytes: m.size.saturating_sub(METADATA_RESERVED),
                 state: m.state,
+                remote: m.remote,
                 volumes: Vec::new(),
             })
             .collect();
@@ -196,7 +199,7 @@ impl fmt::Display for Summary {
                         MemberStorage::File { .. } => "file".into(),
                         MemberStorage::BlockDevice { .. } => "block device".into(),
                         MemberStorage::Memory => "memory (lost at exit)".into(),
-                        MemberStorage::Remote => "remote NBD export".into(),
+                        MemberStorage::Remote => remote_text(&m.remote),
                     },
                     if m.volumes.is_empty() {
                         "-".into()
@@ -275,5 +278,21 @@ impl fmt::Display for Summary {
             write!(f, "\n{}: {}", v.name, opts.join(", "))?;
         }
         writeln!(f)
+    }
+}
+
+/// "remote NBD export", with the connection keys the config sets.
+fn remote_text(r: &crate::RemoteSettings) -> String {
+    let mut keys = Vec::new();
+    if let Some(t) = r.timeout {
+        keys.push(format!("timeout {}", crate::format_duration(t)));
+    }
+    if let Some(n) = r.connections {
+        keys.push(format!("up to {n} connections"));
+    }
+    if keys.is_empty() {
+        "remote NBD export".into()
+    } else {
+        format!("remote NBD export ({})", keys.join(", "))
     }
 }

@@ -224,9 +224,14 @@ pub async fn open_remote(
         .map(|v| v.block_size)
         .min()
         .unwrap_or(config::BLOCK_SIZE_DEFAULT);
+    let default = nbraid_remote::RemoteOptions::default();
     let opts = nbraid_remote::RemoteOptions {
         block_size,
-        ..Default::default()
+        timeout: m.remote.timeout.unwrap_or(default.timeout),
+        connections: m
+            .remote
+            .connections
+            .map_or(default.connections, |n| n as usize),
     };
     nbraid_remote::RemoteMember::connect(&m.path_text, Some(m.size), &opts)
         .await
