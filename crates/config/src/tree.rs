@@ -601,10 +601,13 @@ impl Walk<'_> {
                 v.span(),
                 ErrorKind::Strip,
                 format!(
-                    "{who}: strip {} is not valid for a stripe over nested nodes; valid: a multiple of 4KiB up to {} (e.g. {}, one full stripe of its children)",
+                    "{who}: strip {} is not valid for a stripe over nested nodes; valid: a multiple of 4KiB up to {} (e.g. {})",
                     s.get_ref().shown(),
                     format_size_exact(STRIPE_UNIT_MAX),
-                    kids[0].width().map_or("\"64KiB\"".into(), |w| format!("\"{}\"", format_size_exact(w)))
+                    kids[0].width().map_or("\"64KiB\"".into(), |w| format!(
+                        "\"{}\", one full stripe of its children",
+                        format_size_exact(w)
+                    ))
                 ),
             ));
         }
