@@ -75,6 +75,7 @@
 
 mod allocate;
 mod error;
+mod field;
 mod limits;
 mod listen;
 mod raw;

@@ -3,10 +3,11 @@
 
 use super::allocate::{allocate, Sizing, Usage};
 use super::error::{line_col, ErrorKind, Problem};
+use super::field::{size_field, strip_field};
 use super::listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP};
 use super::raw::{RawConfig, RawMember, RawSize, RawVolume};
 use super::schema_error::{one_line, schema_problem};
-use super::size::{format_size, format_size_exact, parse_size, SIZE_UNITS_HELP};
+use super::size::{format_size, format_size_exact};
 use super::tls::TlsMode;
 use super::tree;
 use super::volume_meta;
@@ -15,9 +16,7 @@ use super::{
     BLOCK_SIZES, BLOCK_SIZE_DEFAULT, CACHE_SIZE_DEFAULT, MEMBER_MIN, MEMORY_PATH,
     METADATA_RESERVED,
 };
-use nbraid_layout::{
-    Geometry, LayoutError, Level, Node, ParityLayout, Shape, STRIP_DEFAULT, STRIP_MAX, STRIP_MIN,
-};
+use nbraid_layout::{Geometry, LayoutError, Level, Node, ParityLayout, Shape, STRIP_DEFAULT};
 use serde_spanned::Spanned;
 use std::collections::HashMap;
 use std::io::{Seek, SeekFrom};
@@ -596,7 +595,7 @@ impl Cx<'_> {
                     layout_default: parity_layout,
                 };
                 let d = tree::resolve(input, t)?;
-                self.tree_options(&who, v, &d)?;
+                tree::check_volume_options(&who, v, &d)?;
                 let idx = d.members.clone();
                 (None, Some(d.spec), idx)
             }
@@ -678,41 +677,6 @@ impl Cx<'_> {
             block_size,
             metadata: volume_meta::metadata_options(v, &who)?,
         })
-    }
-
-    /// The volume-wide options a declared tree must have a use for: `strip_size` and
-    /// `parity_layout` are the defaults of its nodes, `read_policy` is for its mirrors.
-    fn tree_options(&self, who: &str, v: &RawVolume, d: &tree::Declared) -> R<()> {
-        let unused = [
-            (
-                &v.strip_size.as_ref().map(|s| s.span()),
-                d.uses_strip_default,
-                "strip_size",
-                "every stripe and parity group in the tree gives its own strip",
-            ),
-            (
-                &v.parity_layout.as_ref().map(|s| s.span()),
-                d.uses_layout_default,
-                "parity_layout",
-                "the tree has no raid5 or raid6 node without its own parity_layout",
-            ),
-            (
-                &v.read_policy.as_ref().map(|s| s.span()),
-                d.has_mirror,
-                "read_policy",
-                "the tree has no mirror",
-            ),
-        ];
-        for (span, used, key, why) in unused {
-            if let (Some(span), false) = (span, used) {
-                return Err(Problem::new(
-                    span.clone(),
-                    ErrorKind::Option,
-                    format!("{who}: {key} does not apply: {why}; remove it"),
-                ));
-            }
-        }
-        Ok(())
     }
 
     /// A volume's `members`: config indices and the span of each entry; each known, each once.
@@ -801,70 +765,6 @@ impl Cx<'_> {
             }
             other => Problem::new(v.name.span(), ErrorKind::Members, format!("{who}: {other}")),
         }
-    }
-}
-
-/// A size field in bytes (`who`: `member "d0"`, `field`: `size`).
-pub(super) fn size_field(raw: &Spanned<RawSize>, who: &str, field: &str) -> R<u64> {
-    let err =
-        |msg: String| Problem::new(raw.span(), ErrorKind::Size, format!("{who}: {field} {msg}"));
-    match raw.get_ref() {
-        RawSize::Int(i) if *i <= 0 => Err(err(format!(
-            "{i} is not a size: it must be positive; {SIZE_UNITS_HELP}"
-        ))),
-        RawSize::Int(i) => Ok(*i as u64),
-        RawSize::Text(t) => {
-            let bytes = parse_size(t).map_err(|e| err(e.to_string()))?;
-            if bytes == 0 {
-                return Err(err(format!("\"{t}\" is zero; a size must be positive")));
-            }
-            Ok(bytes)
-        }
-    }
-}
-
-/// A strip size: a power of two from 4 KiB to 16 MiB (what parity groups and stripes of
-/// members take).
-pub(super) fn strip_field(s: &Spanned<RawSize>, who: &str, field: &str) -> R<u64> {
-    let bytes = size_field(s, who, field)?;
-    let valid = "valid: 4KiB, 8KiB, 16KiB, … 16MiB (powers of two)";
-    if !bytes.is_power_of_two() {
-        return Err(Problem::new(
-            s.span(),
-            ErrorKind::Strip,
-            format!(
-                "{who}: {field} {} is not a power of two; {valid}{}",
-                s.get_ref().shown(),
-                nearest_strips(bytes)
-            ),
-        ));
-    }
-    if !(STRIP_MIN..=STRIP_MAX).contains(&bytes) {
-        return Err(Problem::new(
-            s.span(),
-            ErrorKind::Strip,
-            format!(
-                "{who}: {field} {} is out of range; {valid}",
-                s.get_ref().shown()
-            ),
-        ));
-    }
-    Ok(bytes)
-}
-
-/// "; nearest: 32KiB or 64KiB" for a strip size that is not a power of two (when in range).
-fn nearest_strips(bytes: u64) -> String {
-    let below = 1u64 << (63 - bytes.leading_zeros());
-    let above = below.saturating_mul(2);
-    let ok: Vec<String> = [below, above]
-        .into_iter()
-        .filter(|b| (STRIP_MIN..=STRIP_MAX).contains(b))
-        .map(format_size_exact)
-        .collect();
-    if ok.is_empty() {
-        String::new()
-    } else {
-        format!("; nearest: {}", ok.join(" or "))
     }
 }
 

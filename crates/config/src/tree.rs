@@ -17,8 +17,8 @@
 
 use super::allocate::Sizing;
 use super::error::{line_col, ErrorKind, Problem};
-use super::raw::RawSize;
-use super::resolve::{size_field, strip_field};
+use super::field::{size_field, strip_field};
+use super::raw::{RawSize, RawVolume};
 use super::schema_error::edit_distance;
 use super::size::format_size_exact;
 use super::Member;
@@ -627,6 +627,41 @@ impl Walk<'_> {
             )
         })
     }
+}
+
+/// The volume-wide options a declared tree must have a use for: `strip_size` and
+/// `parity_layout` are the defaults of its nodes, `read_policy` is for its mirrors.
+pub(crate) fn check_volume_options(who: &str, v: &RawVolume, d: &Declared) -> Result<(), Problem> {
+    let unused = [
+        (
+            &v.strip_size.as_ref().map(|s| s.span()),
+            d.uses_strip_default,
+            "strip_size",
+            "every stripe and parity group in the tree gives its own strip",
+        ),
+        (
+            &v.parity_layout.as_ref().map(|s| s.span()),
+            d.uses_layout_default,
+            "parity_layout",
+            "the tree has no raid5 or raid6 node without its own parity_layout",
+        ),
+        (
+            &v.read_policy.as_ref().map(|s| s.span()),
+            d.has_mirror,
+            "read_policy",
+            "the tree has no mirror",
+        ),
+    ];
+    for (span, used, key, why) in unused {
+        if let (Some(span), false) = (span, used) {
+            return Err(Problem::new(
+                span.clone(),
+                ErrorKind::Option,
+                format!("{who}: {key} does not apply: {why}; remove it"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Whether `f` holds for some node of `root`.
