@@ -4,6 +4,7 @@
 
 use nbraid_config::{self as config, ConfigError, ErrorKind, ReadPolicy};
 use nbraid_layout::{Node, ParityLayout};
+use proptest::prelude::*;
 use std::path::Path;
 
 const MIB: u64 = 1 << 20;
@@ -463,4 +464,102 @@ fn volume_keys_a_tree_has_no_use_for_are_refused() {
         (16, 15),
         &["read_policy does not apply: the tree has no mirror"],
     );
+}
+
+/// A random tree: nodes of any kind (and a few misspelt ones), with or without a strip.
+#[derive(Clone, Debug)]
+enum T {
+    Leaf,
+    Node(&'static str, Vec<T>, Option<u64>),
+}
+
+fn random_tree() -> impl Strategy<Value = T> {
+    let leaf = Just(T::Leaf);
+    leaf.prop_recursive(4, 24, 5, |inner| {
+        // Mostly good nodes: enough children, a strip only where one applies.
+        let kinds = prop::sample::select(vec![
+            "concat", "stripe", "mirror", "mirror", "raid5", "raid5", "raid6", "raid1", "mirorr",
+        ]);
+        let children = prop_oneof![1 => prop::collection::vec(inner.clone(), 0..3), 8 => prop::collection::vec(inner, 2..6)];
+        let strip = prop_oneof![
+            6 => Just(None),
+            2 => (12u32..18).prop_map(|s| Some(1u64 << s)),
+            1 => (1u64..(1 << 20)).prop_map(Some),
+        ];
+        (kinds, children, strip).prop_map(|(k, c, s)| {
+            let takes_strip = matches!(k, "stripe" | "raid5" | "raid6");
+            T::Node(k, c, s.filter(|s| takes_strip || s % 7 == 0))
+        })
+    })
+}
+
+/// TOML for `t`, leaves numbered in order (`dup`: a leaf repeats the one before it).
+fn render_tree(t: &T, next: &mut usize, dup: Option<usize>) -> String {
+    match t {
+        T::Leaf => {
+            let id = if dup == Some(*next) && *next > 0 {
+                *next - 1
+            } else {
+                *next
+            };
+            *next += 1;
+            format!("\"m{id}\"")
+        }
+        T::Node(kind, children, strip) => {
+            let kids: Vec<String> = children.iter().map(|c| render_tree(c, next, dup)).collect();
+            let strip = strip.map_or(String::new(), |s| format!(", strip = {s}"));
+            format!("{{ {kind} = [{}]{strip} }}", kids.join(", "))
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        if std::env::var_os("NBRAID_SOAK").is_some() { 20_000 } else { 400 }
+    ))]
+
+    /// Whatever tree is written, the config either loads with sound regions and a tree over
+    /// exactly its members, or fails with one located error; it never panics.
+    #[test]
+    fn random_trees_load_soundly_or_fail_located(
+        t in random_tree(),
+        member_mib in 2u64..64,
+        size_mib in prop::option::of(1u64..256),
+        dup in prop_oneof![4 => Just(None), 1 => (0usize..12).prop_map(Some)],
+    ) {
+        let mut next = 0;
+        let tree = render_tree(&t, &mut next, dup);
+        let mut text = members(next.max(1)).replace("1GiB", &format!("{member_mib}MiB"));
+        text += &format!("[[volume]]\nname = \"v\"\ntree = {tree}\n");
+        if let Some(s) = size_mib {
+            text += &format!("size = \"{s}MiB\"\n");
+        }
+        let parsed = parse(&text);
+        if std::env::var_os("NBRAID_PROPS_TRACE").is_some() {
+            eprintln!("{tree} -> {}", parsed.as_ref().map_or_else(|e| format!("ERR {e}"), |c| format!("OK {}", c.volumes[0].capacity())));
+        }
+        match parsed {
+            Err(ConfigError::Invalid { line, column, .. }) => {
+                prop_assert!(line >= 1 && line <= text.lines().count() + 1 && column >= 1);
+            }
+            Err(e) => prop_assert!(false, "unlocated: {e}"),
+            Ok(c) => {
+                let v = &c.volumes[0];
+                let mut leaves = v.geometry.root().member_indices();
+                leaves.sort_unstable();
+                prop_assert_eq!(leaves, (0..v.members.len()).collect::<Vec<_>>());
+                let len = v.regions[0].len;
+                prop_assert!(v.regions.iter().all(|r| r.len == len && r.start == MIB));
+                prop_assert!(MIB + len <= member_mib * MIB);
+                let cap = v.capacity();
+                prop_assert!(cap > 0);
+                if let Some(s) = size_mib {
+                    prop_assert!(cap >= s * MIB, "{} < {} MiB", cap, s);
+                }
+                prop_assert!(v.geometry.map(cap - 1, 1).is_ok());
+                let ft = v.geometry.fault_tolerance();
+                prop_assert!(ft.worst <= ft.best);
+            }
+        }
+    }
 }
