@@ -690,12 +690,7 @@ impl Cx<'_> {
         for m in list {
             let id = m.get_ref();
             let Some(i) = members.iter().position(|x| &x.id == id) else {
-                let defined: Vec<&str> = members.iter().map(|x| x.id.as_str()).collect();
-                let defined = if defined.is_empty() {
-                    "none yet; add [[member]] tables".to_string()
-                } else {
-                    defined.join(", ")
-                };
+                let defined = defined_members(members);
                 return Err(Problem::new(
                     m.span(),
                     ErrorKind::UnknownMember,
@@ -766,6 +761,15 @@ impl Cx<'_> {
             other => Problem::new(v.name.span(), ErrorKind::Members, format!("{who}: {other}")),
         }
     }
+}
+
+/// "d0, d1, d2", or what to do when no member is defined: for unknown-member messages.
+pub(super) fn defined_members(members: &[Member]) -> String {
+    if members.is_empty() {
+        return "none yet; add [[member]] tables".into();
+    }
+    let ids: Vec<&str> = members.iter().map(|m| m.id.as_str()).collect();
+    ids.join(", ")
 }
 
 fn state_len(state: MemberStorage) -> u64 {

@@ -19,6 +19,7 @@ use super::allocate::Sizing;
 use super::error::{line_col, ErrorKind, Problem};
 use super::field::{size_field, strip_field};
 use super::raw::{RawSize, RawVolume};
+use super::resolve::defined_members;
 use super::schema_error::edit_distance;
 use super::size::format_size_exact;
 use super::Member;
@@ -363,17 +364,12 @@ impl Walk<'_> {
     fn leaf(&mut self, id: &str, span: Range<usize>) -> Result<Spec, Problem> {
         let members = self.input.members;
         let Some(i) = members.iter().position(|m| m.id == id) else {
-            let defined: Vec<&str> = members.iter().map(|m| m.id.as_str()).collect();
             return Err(self.problem(
                 span,
                 ErrorKind::UnknownMember,
                 format!(
                     "tree: unknown member \"{id}\"; defined members: {}",
-                    if defined.is_empty() {
-                        "none yet; add [[member]] tables".into()
-                    } else {
-                        defined.join(", ")
-                    }
+                    defined_members(members)
                 ),
             ));
         };
