@@ -2,7 +2,9 @@
 //! temporary directory) creates the array with the tree in every superblock, serves it to
 //! nbdcopy, refuses a changed tree naming both, and reads everything back with a whole mirror
 //! and one more member gone; a mirror of RAID 5 groups and a concat of mirrors sharing members
-//! assemble by superblock with member paths swapped and read back with a member lost.
+//! resync after a SIGKILL (copies made to disagree behind the daemon agree again, parity is
+//! consistent), assemble by superblock with member paths swapped and read back with a member
+//! lost.
 
 mod common;
 use common::{require, run, run_output, Daemon};
@@ -154,8 +156,27 @@ fn raid5_over_mirrors_records_its_tree_refuses_a_changed_one_and_survives_a_mirr
     assert!(stderr.contains("DEGRADED"), "{stderr}");
 }
 
+/// `len` bytes of member file `i` from `at`.
+fn member_bytes(dir: &Path, i: usize, at: u64, len: u64) -> Vec<u8> {
+    let bytes = std::fs::read(dir.join(format!("d{i}.img"))).unwrap();
+    bytes[at as usize..(at + len) as usize].to_vec()
+}
+
+/// Overwrites 4 KiB of member file `i` at `at` behind the daemon's back.
+fn scribble(dir: &Path, i: usize, at: u64) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join(format!("d{i}.img")))
+        .unwrap();
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.write_all(&[0xa5; 4096]).unwrap();
+    f.sync_all().unwrap();
+}
+
 #[test]
-fn mirror_of_raid5_and_concat_of_mirrors_assemble_by_superblock_and_survive_a_lost_member() {
+fn mirror_of_raid5_and_concat_of_mirrors_resync_after_a_crash_assemble_by_superblock_and_survive_a_lost_member(
+) {
     let dir = tempfile::tempdir().unwrap();
     let write = |swap: bool| {
         let mut t = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
@@ -169,16 +190,17 @@ fn mirror_of_raid5_and_concat_of_mirrors_assemble_by_superblock_and_survive_a_lo
             t +=
                 &format!("[[member]]\nid = \"d{i}\"\npath = \"d{file}.img\"\nsize = \"33MiB\"\n\n");
         }
-        t += "[[volume]]\nname = \"m5\"\nsize = \"16MiB\"\n\
+        // Dirty from the first write until shutdown, without a bitmap: a crash resyncs all.
+        t += "[[volume]]\nname = \"m5\"\nsize = \"16MiB\"\nclean_delay = \"off\"\nbitmap_chunk = \"off\"\n\
               tree = { mirror = [{ raid5 = [\"d0\", \"d1\", \"d2\"] }, { raid5 = [\"d3\", \"d4\", \"d5\"] }] }\n\n\
-              [[volume]]\nname = \"cm\"\n\
+              [[volume]]\nname = \"cm\"\nclean_delay = \"off\"\nbitmap_chunk = \"off\"\n\
               tree = { concat = [{ mirror = [\"d0\", \"d1\"] }, { mirror = [\"d2\", \"d3\"] }] }\n";
         let file = dir.path().join("arrays.toml");
         std::fs::write(&file, t).unwrap();
         file
     };
     let config = write(false);
-    let d = start(&config);
+    let mut d = start(&config);
     let (m5, cm) = (uri(&d, "m5"), uri(&d, "cm"));
     assert_eq!(size(&m5), 16 * MIB);
     // Each mirror of the concat: what is left of 32 MiB after m5's 8 MiB.
@@ -186,8 +208,17 @@ fn mirror_of_raid5_and_concat_of_mirrors_assemble_by_superblock_and_survive_a_lo
     let (a, b) = (pattern(16 * MIB, 2), pattern(48 * MIB, 3));
     put(dir.path(), &m5, &a);
     put(dir.path(), &cm, &b);
-    d.stop();
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
 
+    // The second copies disagree with the first (as a crash between copies can leave them):
+    // m5's second RAID 5 group on d3, cm's first mirror on d1.
+    let (m5_at, cm_at) = (MIB, 9 * MIB);
+    scribble(dir.path(), 3, m5_at + 100 * 1024);
+    scribble(dir.path(), 1, cm_at + 5 * MIB);
+
+    // Restarted dirty with d0 and d3 swapped in the config: assembled by superblock, resynced
+    // through the nested nodes, every byte as written.
     let config = write(true);
     let d = start(&config);
     same(
@@ -201,6 +232,23 @@ fn mirror_of_raid5_and_concat_of_mirrors_assemble_by_superblock_and_survive_a_lo
         "cm with paths swapped",
     );
     d.stop();
+    // On disk the copies agree again and every RAID 5 stripe's parity is the XOR of its data.
+    let m5_len = 8 * MIB;
+    let m: Vec<Vec<u8>> = (0..6)
+        .map(|i| member_bytes(dir.path(), i, m5_at, m5_len))
+        .collect();
+    for i in 0..3 {
+        same(&m[i], &m[i + 3], &format!("m5: d{i} and d{}", i + 3));
+    }
+    assert!(
+        (0..m5_len as usize).all(|k| m[0][k] ^ m[1][k] ^ m[2][k] == 0),
+        "m5: parity of the first group"
+    );
+    let c: Vec<Vec<u8>> = (0..4)
+        .map(|i| member_bytes(dir.path(), i, cm_at, 24 * MIB))
+        .collect();
+    same(&c[0], &c[1], "cm: d0 and d1");
+    same(&c[2], &c[3], "cm: d2 and d3");
 
     // d1 holds a RAID 5 child of m5's first copy and a copy of cm's first mirror.
     std::fs::remove_file(dir.path().join("d1.img")).unwrap();
