@@ -1,7 +1,7 @@
 //! From TOML text to a checked [`Config`]: schema errors located by toml, semantic errors
 //! located by the spans of the fields they concern; member regions placed by [`super::allocate`].
 
-use super::allocate::{allocate, Sizing, Usage};
+use super::allocate::{allocate, Usage};
 use super::error::{line_col, ErrorKind, Problem};
 use super::field::{size_field, strip_field};
 use super::listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP};
@@ -9,14 +9,14 @@ use super::raw::{RawConfig, RawMember, RawSize, RawVolume};
 use super::schema_error::{one_line, schema_problem};
 use super::size::{format_size, format_size_exact};
 use super::tls::TlsMode;
-use super::tree;
+use super::tree::{self, Plan};
 use super::volume_meta;
 use super::{
     CacheMode, Config, ConfigError, Member, MemberStorage, ReadPolicy, Volume, VolumeSize,
     BLOCK_SIZES, BLOCK_SIZE_DEFAULT, CACHE_SIZE_DEFAULT, MEMBER_MIN, MEMORY_PATH,
     METADATA_RESERVED,
 };
-use nbraid_layout::{Geometry, LayoutError, Level, Node, ParityLayout, Shape, STRIP_DEFAULT};
+use nbraid_layout::{LayoutError, Level, Node, ParityLayout, Shape, STRIP_DEFAULT};
 use serde_spanned::Spanned;
 use std::collections::HashMap;
 use std::io::{Seek, SeekFrom};
@@ -107,6 +107,12 @@ fn probe(path: &Path) -> Probe {
     } else {
         Probe::Unusable("is neither a regular file nor a block device".into())
     }
+}
+
+/// What a volume gives for its geometry.
+enum Given<'a> {
+    Level(Level),
+    Tree(&'a Spanned<tree::RawTree>),
 }
 
 struct Cx<'a> {
@@ -433,7 +439,8 @@ impl Cx<'_> {
             ));
         }
         let who = format!("volume \"{name}\"");
-        let level: Option<Level> = match (&v.level, &v.tree) {
+        // A named level or a declared tree: exactly one.
+        let given = match (&v.level, &v.tree) {
             (Some(_), Some(t)) => {
                 return Err(Problem::new(
                     t.span(),
@@ -448,10 +455,14 @@ impl Cx<'_> {
                     format!("{who}: missing field `level` (or `tree`, to declare the nesting)"),
                 ))
             }
-            (Some(l), None) => Some(l.get_ref().parse().map_err(|e: String| {
+            (Some(l), None) => Given::Level(l.get_ref().parse().map_err(|e: String| {
                 Problem::new(l.span(), ErrorKind::Level, format!("{who}: level: {e}"))
             })?),
-            (None, Some(_)) => None,
+            (None, Some(t)) => Given::Tree(t),
+        };
+        let level = match given {
+            Given::Level(l) => Some(l),
+            Given::Tree(_) => None,
         };
 
         // Members: known, each once.
@@ -574,8 +585,8 @@ impl Cx<'_> {
             }
         };
 
-        let (shape, declared, idx) = match (level, &v.tree) {
-            (Some(level), _) => {
+        let (plan, idx) = match given {
+            Given::Level(level) => {
                 let idx: Vec<usize> = listed
                     .unwrap_or_default()
                     .into_iter()
@@ -583,9 +594,9 @@ impl Cx<'_> {
                     .collect();
                 let shape = Shape::new(level, idx.len(), spans, strip, parity_layout)
                     .map_err(|e| self.shape_problem(&who, v, level, idx.len(), e))?;
-                (Some(shape), None, idx)
+                (Plan::Named(shape), idx)
             }
-            (None, Some(t)) => {
+            Given::Tree(t) => {
                 let input = tree::TreeInput {
                     text: self.text,
                     who: &who,
@@ -596,10 +607,8 @@ impl Cx<'_> {
                 };
                 let d = tree::resolve(input, t)?;
                 tree::check_volume_options(&who, v, &d)?;
-                let idx = d.members.clone();
-                (None, Some(d.spec), idx)
+                (Plan::Declared(d.spec), d.members)
             }
-            (None, None) => unreachable!("checked above"),
         };
 
         let requested = match &v.size {
@@ -613,20 +622,11 @@ impl Cx<'_> {
             },
         };
         let size_span = v.size.as_ref().map_or(v.name.span(), |s| s.span());
-        let sizing: &dyn Sizing = match (&shape, &declared) {
-            (Some(shape), _) => shape,
-            (None, Some(spec)) => spec,
-            (None, None) => unreachable!("a volume has a level or a tree"),
-        };
-        let regions = allocate(&who, sizing, requested, &idx, members, usage)
+        let regions = allocate(&who, plan.sizing(), requested, &idx, members, usage)
             .map_err(|m| Problem::new(size_span.clone(), ErrorKind::Fit, m))?;
         let fit =
             |e: LayoutError| Problem::new(size_span.clone(), ErrorKind::Fit, format!("{who}: {e}"));
-        let geometry = match (&shape, &declared) {
-            (Some(shape), _) => Geometry::new(shape.clone(), &regions).map_err(fit)?,
-            (None, Some(spec)) => Geometry::from_tree(spec.build(&regions).map_err(fit)?),
-            (None, None) => unreachable!("a volume has a level or a tree"),
-        };
+        let geometry = plan.geometry(&regions).map_err(fit)?;
         if geometry.capacity() == 0 {
             return Err(Problem::new(
                 size_span.clone(),
@@ -666,7 +666,7 @@ impl Cx<'_> {
 
         Ok(Volume {
             name,
-            shape,
+            shape: plan.into_shape(),
             members: idx,
             regions,
             geometry,

@@ -23,7 +23,7 @@ use super::resolve::defined_members;
 use super::schema_error::edit_distance;
 use super::size::format_size_exact;
 use super::Member;
-use nbraid_layout::{LayoutError, Node, ParityLayout, Region, STRIP_MIN};
+use nbraid_layout::{Geometry, LayoutError, Node, ParityLayout, Region, Shape, STRIP_MIN};
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use serde_spanned::Spanned;
@@ -243,6 +243,36 @@ impl Sizing for Spec {
             }
         }
         hi * unit
+    }
+}
+
+/// What a volume's geometry is built from: a named level's shape or a declared tree.
+pub(crate) enum Plan {
+    Named(Shape),
+    Declared(Spec),
+}
+
+impl Plan {
+    pub(crate) fn sizing(&self) -> &dyn Sizing {
+        match self {
+            Plan::Named(shape) => shape,
+            Plan::Declared(spec) => spec,
+        }
+    }
+
+    /// The geometry over one region per volume member.
+    pub(crate) fn geometry(&self, regions: &[Region]) -> Result<Geometry, LayoutError> {
+        match self {
+            Plan::Named(shape) => Geometry::new(shape.clone(), regions),
+            Plan::Declared(spec) => Ok(Geometry::from_tree(spec.build(regions)?)),
+        }
+    }
+
+    pub(crate) fn into_shape(self) -> Option<Shape> {
+        match self {
+            Plan::Named(shape) => Some(shape),
+            Plan::Declared(_) => None,
+        }
     }
 }
 
