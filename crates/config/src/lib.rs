@@ -59,14 +59,18 @@
 //!   it lists, starting where the previous volumes' regions on that member end (Intel's Matrix
 //!   RAID: a RAID 1 and a RAID 0 on the same two disks). Regions are whole strips and equal on
 //!   every member, except for JBOD, whose members give unequal amounts (in 4 KiB units), filled
-//!   in member order.
+//!   in member order. A declared tree's regions are equal too, whole multiples of its largest
+//!   strip; its capacity follows from its nodes (mirror: the smallest child; stripe and parity:
+//!   data children × the smallest; concat: the sum).
 //! - **Volume size.** `size = "all"` (the default) takes what is left: for JBOD all that is left
 //!   on every member; for the other levels what is left on the member with least room (the rest
 //!   of the others stays free). An explicit size is rounded up to whole stripes (JBOD: 4 KiB);
 //!   the volume offers exactly its geometry's capacity, which is never less than asked.
 //! - **Options by level.** `strip_size` applies to striped and parity levels (not jbod or
 //!   raid1), `parity_layout` to raid5/6/50/60, `read_policy` to raid1/raid10, `cache_size` to
-//!   `cache = "write-back"`.
+//!   `cache = "write-back"`. With a `tree`, `strip_size` and `parity_layout` are the defaults of
+//!   its nodes and `read_policy` applies when it has a mirror; each is refused when nothing in
+//!   the tree uses it, and so is `spans`.
 //!
 //! The crate is plain data and checks: no async, no engine, no server. `nbraid check`, `map`
 //! and `create` and the daemon all read configs through it; the config's TOML is known only
