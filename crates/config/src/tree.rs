@@ -331,7 +331,6 @@ impl Kind {
 pub(crate) fn resolve(input: TreeInput<'_>, raw: &Spanned<RawTree>) -> Result<Declared, Problem> {
     let mut walk = Walk {
         input: &input,
-        // Config member index → (volume position, span of its leaf) for members placed so far.
         placed: Vec::new(),
         uses_strip_default: false,
         uses_layout_default: false,
@@ -375,6 +374,7 @@ pub(crate) fn resolve(input: TreeInput<'_>, raw: &Spanned<RawTree>) -> Result<De
 
 struct Walk<'a> {
     input: &'a TreeInput<'a>,
+    /// The members placed so far, in tree order: config index and the span of the leaf.
     placed: Vec<(usize, Range<usize>)>,
     uses_strip_default: bool,
     uses_layout_default: bool,
