@@ -121,6 +121,28 @@ fn check_draws_a_declared_tree_with_capacity_and_tolerance() {
     assert_eq!(vol["fault_tolerance"]["worst"], 3);
     assert_eq!(vol["fault_tolerance"]["best"], 4);
     assert_eq!(vol["capacity_bytes"], 2145386496u64);
+
+    // `map`: the first stripe's data on both copies of two mirrors, P on both of the third.
+    let o = nbraid(
+        &[
+            "map",
+            "configs/raid5-of-mirrors.toml",
+            "vault",
+            "0",
+            "128KiB",
+        ],
+        &repo(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for want in [
+        "vault: tree, 6 members: raid5:64KiB(mirror(d0 d1), mirror(d2 d3), mirror(d4 d5))",
+        "0        65536   d1      1048576        data  0       1",
+        "65536    65536   d3      1048576        data  0       1",
+        "0        65536   d5      1048576        P     0       1",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in\n{text}");
+    }
 }
 
 #[test]
