@@ -51,8 +51,12 @@ pub(crate) struct RawMember {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawVolume {
     pub name: Spanned<String>,
-    pub level: Spanned<String>,
-    pub members: Spanned<Vec<Spanned<String>>>,
+    /// A named level; a volume gives this or `tree`.
+    pub level: Option<Spanned<String>>,
+    /// A declared tree (see `tree`); a volume gives this or `level`.
+    pub tree: Option<Spanned<super::tree::RawTree>>,
+    /// Required with `level`; with `tree` optional (the tree's leaves, in tree order).
+    pub members: Option<Spanned<Vec<Spanned<String>>>>,
     pub spans: Option<Spanned<i64>>,
     pub strip_size: Option<Spanned<RawSize>>,
     pub size: Option<Spanned<RawSize>>,

@@ -1,8 +1,9 @@
 //! What a checked config amounts to, for people (`Display`: tables) and scripts (`Serialize`).
 
 use super::size::format_size;
+use super::tree::any_node;
 use super::{Config, MemberStorage, VolumeSize, METADATA_RESERVED};
-use nbraid_layout::{FaultTolerance, Level};
+use nbraid_layout::{FaultTolerance, Level, Node};
 use serde::Serialize;
 use std::fmt;
 
@@ -48,7 +49,10 @@ pub struct VolumeMemberSummary {
 #[derive(Clone, Debug, Serialize)]
 pub struct VolumeSummary {
     pub name: String,
-    pub level: Level,
+    /// `None` for a volume that declares its tree.
+    pub level: Option<Level>,
+    /// The tree on one line (named levels too): `mirror(raid5:64KiB(d0 d1 d2), ...)`.
+    pub tree: String,
     /// Spans (raid10: mirror groups) for the levels striped over spans, else `None`.
     pub spans: Option<usize>,
     pub members: Vec<VolumeMemberSummary>,
@@ -102,11 +106,13 @@ impl Summary {
                     ms.volumes.push(v.name.clone());
                 }
             }
-            let striped = !matches!(level, Level::Jbod | Level::Raid1);
+            let shape = v.shape.as_ref();
+            let striped = shape.filter(|s| !matches!(s.level, Level::Jbod | Level::Raid1));
             volumes.push(VolumeSummary {
                 name: v.name.clone(),
                 level,
-                spans: level.has_spans().then_some(v.shape.spans),
+                tree: v.tree_text(config),
+                spans: shape.filter(|s| s.level.has_spans()).map(|s| s.spans),
                 members: v
                     .members
                     .iter()
@@ -117,8 +123,10 @@ impl Summary {
                         region_len_bytes: r.len,
                     })
                     .collect(),
-                strip_size_bytes: striped.then_some(v.shape.strip),
-                parity_layout: (level.parity() > 0).then(|| v.shape.parity_layout.to_string()),
+                strip_size_bytes: striped.map(|s| s.strip),
+                parity_layout: shape
+                    .filter(|s| s.level.parity() > 0)
+                    .map(|s| s.parity_layout.to_string()),
                 data_members: v.geometry.data_members(),
                 capacity_bytes: v.capacity(),
                 capacity: format_size(v.capacity()),
@@ -128,7 +136,7 @@ impl Summary {
                 },
                 full_stripe_width_bytes: v.geometry.full_stripe_width(),
                 fault_tolerance: v.geometry.fault_tolerance(),
-                read_policy: matches!(level, Level::Raid1 | Level::Raid10)
+                read_policy: any_node(v.geometry.root(), &|n| matches!(n, Node::Mirror(_)))
                     .then(|| v.read_policy.to_string()),
                 cache: v.cache.to_string(),
                 cache_size_bytes: v.cache.cache_bytes(),
@@ -231,7 +239,7 @@ impl fmt::Display for Summary {
                     .collect();
                 vec![
                     v.name.clone(),
-                    v.level.to_string(),
+                    v.level.map_or("tree", Level::name).to_string(),
                     v.spans.map_or("-".into(), |s| s.to_string()),
                     members.join(" | "),
                     v.strip_size_bytes.map_or("-".into(), format_size),
@@ -272,6 +280,9 @@ impl fmt::Display for Summary {
                 None => opts.push(format!("cache {}", v.cache)),
             }
             opts.push(format!("{}-byte blocks", v.block_size));
+            if v.level.is_none() {
+                opts.insert(0, format!("tree {}", v.tree));
+            }
             if v.read_only {
                 opts.push("read-only".into());
             }

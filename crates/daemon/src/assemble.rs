@@ -376,7 +376,7 @@ pub async fn start_volume(
                  remove the volume from the config",
                 v.name,
                 gone.join(", "),
-                v.shape.level,
+                v.kind_name(),
                 v.geometry.fault_tolerance().worst
             ))
         }
@@ -502,16 +502,23 @@ pub fn volume_options(v: &config::Volume) -> VolumeOptions {
 
 /// One line for NBD_INFO_DESCRIPTION and the start-up listing.
 fn describe(config: &Config, v: &config::Volume) -> String {
-    let spans = if v.shape.level.has_spans() {
-        format!(", {} spans", v.shape.spans)
+    let Some(shape) = &v.shape else {
+        return format!(
+            "nbraid tree {} ({} data members)",
+            v.tree_text(config),
+            v.geometry.data_members()
+        );
+    };
+    let spans = if shape.level.has_spans() {
+        format!(", {} spans", shape.spans)
     } else {
         String::new()
     };
     format!(
         "nbraid {}{spans} over {} ({} data members, strip {})",
-        v.shape.level,
+        shape.level,
         v.member_ids(config).join(" "),
-        v.shape.data_members(),
-        config::format_size(v.shape.strip),
+        shape.data_members(),
+        config::format_size(shape.strip),
     )
 }
