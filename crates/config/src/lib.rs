@@ -72,6 +72,7 @@ mod raw;
 mod resolve;
 mod schema_error;
 mod size;
+mod spares;
 mod summary;
 mod tls;
 mod volume_meta;
@@ -83,6 +84,7 @@ pub use limits::{
 };
 pub use listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP, NBD_PORT};
 pub use size::{format_size, format_size_exact, parse_size, HumanSize, SizeError, SIZE_UNITS_HELP};
+pub use spares::HealOptions;
 pub use summary::{table, MemberSummary, Summary, VolumeMemberSummary, VolumeSummary};
 pub use tls::{listener_policy, TlsMode, TlsSettings};
 pub use volume_meta::{
@@ -205,6 +207,8 @@ pub struct Volume {
     pub block_size: u32,
     /// On-disk metadata: `create`, `bitmap_chunk`, `clean_delay`.
     pub metadata: MetadataOptions,
+    /// `spares` and `rebuild_rate`.
+    pub heal: HealOptions,
 }
 
 impl Volume {
