@@ -71,6 +71,12 @@ pub struct Assembled {
     pub report: OpenReport,
     /// Record the volume clean after this long without writes.
     pub clean_delay: Option<Duration>,
+    /// Members and spares by config id, and what the start must say about them
+    /// ([`crate::heal::adopt`]).
+    pub known: Vec<crate::heal::Known>,
+    pub notes: Vec<String>,
+    /// Bytes per second of rebuilds the daemon starts by itself (0: unlimited).
+    pub rebuild_rate_bytes_per_s: u64,
 }
 
 /// One config member as found at start.
@@ -84,6 +90,21 @@ pub struct Opened {
 }
 
 impl Opened {
+    /// The member and its superblock (`None`: the file is missing).
+    pub fn meta(&self) -> Option<&Arc<MemberMeta>> {
+        self.meta.as_ref()
+    }
+
+    /// No superblock and an all-zero metadata area.
+    pub fn is_blank(&self) -> bool {
+        self.blank
+    }
+
+    /// Created by this start (all zeroes).
+    pub fn was_created(&self) -> bool {
+        self.created
+    }
+
     /// The array id this member's superblock records for volume `name`.
     pub fn array_of(&self, name: &str) -> Option<Uuid> {
         match self.meta.as_ref()?.probe() {
@@ -389,6 +410,11 @@ pub async fn start_volume(
             (a, r, true)
         }
         Plan::Open => {
+            // Spares that took a role are found by their superblocks, after the members.
+            let metas = metas
+                .into_iter()
+                .chain(crate::heal::spares_for_assembly(v, opened))
+                .collect();
             let (a, r) = Array::open(&v.name, &tree, metas, opts, progress)
                 .await
                 .map_err(array_error)?;
@@ -425,7 +451,7 @@ pub async fn start_volume(
             Err(Absence::Failed { member }) => (Some(*member), "failed"),
             Err(Absence::Lost) => (unclaimed.next(), "missing"),
         };
-        members.push(pos.map_or("?".to_string(), |p| config.members[v.members[p]].id.clone()));
+        members.push(pos.map_or("?".to_string(), |p| crate::heal::id_at(config, v, p)));
         at_start.push(state);
     }
     let lost: Vec<&str> = members
@@ -443,6 +469,11 @@ pub async fn start_volume(
         tracing::warn!("{msg}");
         eprintln!("nbraidd: warning: {msg}");
     }
+    let (notes, known) = crate::heal::adopt(&array, config, v, opened, &report, &members);
+    for n in &notes {
+        tracing::warn!(volume = %v.name, "{n}");
+        eprintln!("nbraidd: volume {}: {n}", v.name);
+    }
     Ok(Assembled {
         name: v.name.clone(),
         array: Arc::new(array),
@@ -453,6 +484,9 @@ pub async fn start_volume(
         created,
         report,
         clean_delay: v.metadata.clean_delay,
+        known,
+        notes,
+        rebuild_rate_bytes_per_s: v.heal.rebuild_rate_bytes_per_s,
     })
 }
 

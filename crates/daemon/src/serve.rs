@@ -151,7 +151,9 @@ async fn serve(config: Config) -> Result<()> {
         "nbraidd: control socket {}",
         control.path().display()
     ));
-    let control_task = tokio::spawn(control.serve(controls));
+    let control_task = tokio::spawn(control.serve(controls.clone()));
+    // Spares into failed roles, rebuilds started and resumed, by themselves.
+    let heal_task = tokio::spawn(crate::heal::watch(controls));
 
     let tasks: Vec<_> = listeners
         .into_iter()
@@ -171,6 +173,8 @@ async fn serve(config: Config) -> Result<()> {
     // Dropping the control server removes its socket.
     control_task.abort();
     let _ = control_task.await;
+    heal_task.abort();
+    let _ = heal_task.await;
     for t in idle_tasks {
         t.abort();
         let _ = t.await;
@@ -212,6 +216,7 @@ fn controls(config: &Config, volumes: &[Assembled]) -> Controls {
                     resynced_bytes: a.report.resynced_bytes,
                 },
             )
+            .with_heal(a.rebuild_rate_bytes_per_s, a.known.clone(), a.notes.clone())
         })
         .collect();
     Controls { volumes }

@@ -14,6 +14,11 @@ use crate::absent::AbsentMember;
 use std::sync::Arc;
 
 impl Array {
+    /// Whether a member stands in role `role` (false: missing at assembly, or removed).
+    pub fn has_member(&self, role: usize) -> bool {
+        self.metas.read().get(role).is_some_and(Option::is_some)
+    }
+
     /// Takes failed role `role`'s member out of the array (see the module); returns its name.
     pub async fn remove_member(&self, role: usize) -> Result<String, ArrayError> {
         let refuse = |detail: String| ArrayError::Metadata {
