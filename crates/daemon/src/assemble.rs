@@ -429,31 +429,23 @@ pub async fn start_volume(
     if !created && !report.was_clean {
         tracing::warn!(volume = %v.name, resynced_bytes = report.resynced_bytes, "the array was not shut down cleanly: resynced before serving");
     }
-    // Config member ids by role; roles no member serves take the unclaimed config members in
-    // order (the best guess at which file it was).
-    let claimed: Vec<usize> = report
+    // Config member ids by role (spares that took a role by their own id).
+    let members = crate::heal::ids_by_role(
+        &crate::heal::position_ids(config, v),
+        v.members.len(),
+        &report.roles,
+    );
+    let at_start: Vec<&'static str> = report
         .roles
         .iter()
-        .filter_map(|r| match r {
-            Ok(p) | Err(Absence::Stale { member: p, .. } | Absence::Failed { member: p }) => {
-                Some(*p)
-            }
-            Err(Absence::Lost) => None,
+        .map(|r| match r {
+            Ok(_) if created => "new",
+            Ok(_) => "active",
+            Err(Absence::Stale { .. }) => "stale",
+            Err(Absence::Failed { .. }) => "failed",
+            Err(Absence::Lost) => "missing",
         })
         .collect();
-    let mut unclaimed = (0..v.members.len()).filter(|p| !claimed.contains(p));
-    let mut members = Vec::with_capacity(report.roles.len());
-    let mut at_start = Vec::with_capacity(report.roles.len());
-    for r in &report.roles {
-        let (pos, state) = match r {
-            Ok(p) => (Some(*p), if created { "new" } else { "active" }),
-            Err(Absence::Stale { member, .. }) => (Some(*member), "stale"),
-            Err(Absence::Failed { member }) => (Some(*member), "failed"),
-            Err(Absence::Lost) => (unclaimed.next(), "missing"),
-        };
-        members.push(pos.map_or("?".to_string(), |p| crate::heal::id_at(config, v, p)));
-        at_start.push(state);
-    }
     let lost: Vec<&str> = members
         .iter()
         .zip(&at_start)
@@ -469,7 +461,7 @@ pub async fn start_volume(
         tracing::warn!("{msg}");
         eprintln!("nbraidd: warning: {msg}");
     }
-    let (notes, known) = crate::heal::adopt(&array, config, v, opened, &report, &members);
+    let (notes, known) = crate::heal::adopt(&array, config, v, opened, &report);
     for n in &notes {
         tracing::warn!(volume = %v.name, "{n}");
         eprintln!("nbraidd: volume {}: {n}", v.name);

@@ -62,20 +62,18 @@ pub fn spares_for_assembly(v: &config::Volume, opened: &[Opened]) -> Vec<Option<
         .collect()
 }
 
-/// The config id of assembly position `p` (members, then spares).
-pub fn id_at(config: &Config, v: &config::Volume, p: usize) -> String {
-    let m = v
-        .members
-        .get(p)
-        .or_else(|| v.heal.spares.get(p - v.members.len()))
-        .copied();
-    m.map_or("?".into(), |m| config.members[m].id.clone())
+/// The config ids of assembly's positions: members, then spares.
+pub fn position_ids(config: &Config, v: &config::Volume) -> Vec<String> {
+    v.members
+        .iter()
+        .chain(&v.heal.spares)
+        .map(|&m| config.members[m].id.clone())
+        .collect()
 }
 
 /// Positions (members, then spares) that serve or are recorded in some role.
-fn claimed(report: &OpenReport) -> Vec<usize> {
-    report
-        .roles
+fn claimed(roles: &[Result<usize, Absence>]) -> Vec<usize> {
+    roles
         .iter()
         .filter_map(|r| match r {
             Ok(p) | Err(Absence::Stale { member: p, .. } | Absence::Failed { member: p }) => {
@@ -86,21 +84,80 @@ fn claimed(report: &OpenReport) -> Vec<usize> {
         .collect()
 }
 
+/// The config id serving each role: the position assembly found in it, or for a role no
+/// member serves the unclaimed member positions in order (the best guess at which it was).
+/// `ids` are by position (members, then spares), `n` the member count.
+pub fn ids_by_role(ids: &[String], n: usize, roles: &[Result<usize, Absence>]) -> Vec<String> {
+    let claimed = claimed(roles);
+    let mut unclaimed = (0..n).filter(|p| !claimed.contains(p));
+    roles
+        .iter()
+        .map(|r| {
+            let p = match r {
+                Ok(p) | Err(Absence::Stale { member: p, .. } | Absence::Failed { member: p }) => {
+                    Some(*p)
+                }
+                Err(Absence::Lost) => unclaimed.next(),
+            };
+            p.map_or("?".into(), |p| ids[p].clone())
+        })
+        .collect()
+}
+
+/// What the operator must hear about where members stand after assembly: a spare (position
+/// `n..`) serving a role, with the `members = [...]` line matching the superblocks; a member
+/// of the config carrying the volume's record (`has_record`) that no role claims (rebuilt
+/// over, replaced or removed).
+pub fn role_notes(
+    volume: &str,
+    ids: &[String],
+    n: usize,
+    roles: &[Result<usize, Absence>],
+    has_record: &dyn Fn(usize) -> bool,
+) -> Vec<String> {
+    let by_role = ids_by_role(ids, n, roles);
+    let line = by_role
+        .iter()
+        .map(|i| format!("\"{i}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut notes = Vec::new();
+    for (role, r) in roles.iter().enumerate() {
+        if let Ok(p) = r {
+            if *p >= n {
+                notes.push(format!(
+                    "member {} (listed in spares) now holds role {role}; update the config: members = [{line}]",
+                    ids[*p]
+                ));
+            }
+        }
+    }
+    let claimed = claimed(roles);
+    for p in (0..n).filter(|p| !claimed.contains(p) && has_record(*p)) {
+        notes.push(format!(
+            "member {} no longer holds a role in volume {volume} (rebuilt over, replaced or removed): ignored — remove it from the config, or wipe its first MiB to make it a spare",
+            ids[p]
+        ));
+    }
+    notes
+}
+
 /// After the volume started: hands every usable spare (and blank unclaimed member) to the
-/// array, and returns what the operator must hear (a spare holding a role, an old member
-/// ignored, a spare that cannot be used) and every member and spare known by id.
-/// `by_role` are the config ids by role, as they now stand.
+/// array, and returns what the operator must hear ([`role_notes`], spares that cannot be
+/// used) and every member and spare known by id.
 pub fn adopt(
     array: &Array,
     config: &Config,
     v: &config::Volume,
     opened: &[Opened],
     report: &OpenReport,
-    by_role: &[String],
 ) -> (Vec<String>, Vec<Known>) {
     let n = v.members.len();
-    let claimed = claimed(report);
-    let mut notes = Vec::new();
+    let claimed = claimed(&report.roles);
+    let ids = position_ids(config, v);
+    let mut notes = role_notes(&v.name, &ids, n, &report.roles, &|p| {
+        only_this_volume(&opened[v.members[p]], &v.name) == Some(true)
+    });
     let mut known = Vec::new();
     let positions = v.members.iter().chain(&v.heal.spares).enumerate();
     for (p, &m) in positions {
@@ -117,30 +174,17 @@ pub fn adopt(
             member: meta.member().clone(),
         });
         if claimed.contains(&p) {
-            if let Some(role) = report.roles.iter().position(|r| r.as_ref() == Ok(&p)) {
-                if p >= n {
-                    notes.push(format!(
-                        "member {id} (listed in spares) now holds role {role}; update the config: members = [{}]",
-                        by_role.iter().map(|i| format!("\"{i}\"")).collect::<Vec<_>>().join(", ")
-                    ));
-                }
-            }
             continue;
         }
         let blank = o.is_blank() || o.was_created();
         let usable = match only_this_volume(o, &v.name) {
+            // An old member whose id the records no longer name: `role_notes` says it.
+            Some(true) if p < n => false,
             None if blank => true,
             None => {
                 notes.push(format!(
                     "{} {id} has no nbraid superblock but is not blank (non-zero bytes in its first MiB): not used as a spare — wipe its first MiB if its data is no longer wanted",
                     if p < n { "member" } else { "spare" }
-                ));
-                false
-            }
-            Some(true) if p < n => {
-                notes.push(format!(
-                    "member {id} no longer holds a role in volume {} (rebuilt over, replaced or removed): ignored — remove it from the config, or wipe its first MiB to make it a spare",
-                    v.name
                 ));
                 false
             }
@@ -215,5 +259,38 @@ pub async fn watch(controls: Arc<Controls>) {
             }
         }
         tokio::time::sleep(WATCH_INTERVAL).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_spare_in_a_role_and_the_member_it_replaced_are_named() {
+        // Config: members d0..d3, spare s0; s0 holds role 1, d1 carries an old record.
+        let pos = ids(&["d0", "d1", "d2", "d3", "s0"]);
+        let roles = vec![Ok(0), Ok(4), Ok(2), Ok(3)];
+        assert_eq!(ids_by_role(&pos, 4, &roles), ids(&["d0", "s0", "d2", "d3"]));
+        let notes = role_notes("v", &pos, 4, &roles, &|p| p != 4);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].contains(r#"s0 (listed in spares) now holds role 1; update the config: members = ["d0", "s0", "d2", "d3"]"#));
+        assert!(notes[1].starts_with("member d1 no longer holds a role in volume v"));
+    }
+
+    #[test]
+    fn lost_roles_take_the_unclaimed_members_in_order() {
+        let pos = ids(&["a", "b", "c", "s"]);
+        // Members swapped by superblock, role 2 lost: the unclaimed member c is presumed it.
+        let roles = vec![Ok(1), Ok(0), Err(Absence::Lost)];
+        assert_eq!(ids_by_role(&pos, 3, &roles), ids(&["b", "a", "c"]));
+        // A blank member with no record is not an "old member".
+        assert!(role_notes("v", &pos, 3, &roles, &|p| p != 2).is_empty());
+        let failed = vec![Ok(0), Err(Absence::Failed { member: 1 }), Ok(2)];
+        assert_eq!(ids_by_role(&pos, 3, &failed), ids(&["a", "b", "c"]));
     }
 }

@@ -8,6 +8,7 @@ use nbraid_core::{
 };
 use parking_lot::Mutex;
 use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 
 /// One served volume as the control socket sees it.
@@ -25,8 +26,9 @@ pub struct ControlVolume {
     pub start: StartReport,
     /// The latest scrub (running or finished).
     scrub: Mutex<Option<Arc<ScrubControl>>>,
-    /// The latest rebuild (running or finished).
-    rebuild: Mutex<Option<Arc<PassControl>>>,
+    /// The latest rebuild (running or finished), and whether its task has returned (the
+    /// pass says done before the rebuilt members are committed current).
+    rebuild: Mutex<Option<(Arc<PassControl>, Arc<AtomicBool>)>>,
     /// Bytes per second of rebuilds the daemon starts by itself (0: unlimited).
     pub rebuild_rate_bytes_per_s: u64,
     /// Every member and spare known by id (config ids; paths for those added at run time).
@@ -108,7 +110,17 @@ impl ControlVolume {
     }
 
     fn rebuild(&self) -> Option<Arc<PassControl>> {
-        self.rebuild.lock().clone()
+        self.rebuild.lock().as_ref().map(|(c, _)| c.clone())
+    }
+
+    /// The latest rebuild's state; `running` until its task returned.
+    fn rebuild_state(&self) -> Option<PassState> {
+        let slot = self.rebuild.lock();
+        let (c, finished) = slot.as_ref()?;
+        Some(match c.state() {
+            PassState::Done | PassState::Cancelled if !finished.load(SeqCst) => PassState::Running,
+            s => s,
+        })
     }
 
     /// The member index `member` names (a config id, or an index).
@@ -141,11 +153,8 @@ impl ControlVolume {
 
     fn rebuild_task(&self, rate_bytes_per_s: u64, set_rate: bool) -> Arc<PassControl> {
         let mut slot = self.rebuild.lock();
-        if let Some(c) = slot.as_ref() {
-            if matches!(
-                c.state(),
-                PassState::Idle | PassState::Running | PassState::Paused
-            ) {
+        if let Some((c, finished)) = slot.as_ref() {
+            if !finished.load(SeqCst) {
                 if set_rate {
                     c.set_rate(rate_bytes_per_s);
                 }
@@ -153,10 +162,13 @@ impl ControlVolume {
             }
         }
         let ctl = Arc::new(PassControl::new(rate_bytes_per_s));
-        *slot = Some(ctl.clone());
+        let finished = Arc::new(AtomicBool::new(false));
+        *slot = Some((ctl.clone(), finished.clone()));
         let (array, task_ctl, name) = (self.array.clone(), ctl.clone(), self.name.clone());
         tokio::spawn(async move {
-            match array.rebuild(&task_ctl).await {
+            let r = array.rebuild(&task_ctl).await;
+            finished.store(true, SeqCst);
+            match r {
                 Ok(r) => tracing::info!(
                     "rebuild of {name} {}: roles {:?} current",
                     r.state.name(),
@@ -188,8 +200,9 @@ fn rebuild_json(v: &ControlVolume) -> Value {
     let Some(c) = v.rebuild() else {
         return Value::Null;
     };
+    let state = v.rebuild_state().unwrap_or(c.state());
     json!({
-        "state": c.state().name(),
+        "state": state.name(),
         "roles": v.array.rebuilding().iter().map(|(r, _)| *r).collect::<Vec<_>>(),
         "position_bytes": c.position_bytes(),
         "total_bytes": c.total_bytes(),
