@@ -19,6 +19,7 @@ pub mod intent;
 mod io;
 mod member_meta;
 mod remove;
+mod resync;
 mod spares;
 mod superblock;
 
