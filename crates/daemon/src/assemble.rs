@@ -415,7 +415,8 @@ pub async fn start_volume(
                 .into_iter()
                 .chain(crate::heal::spares_for_assembly(v, opened))
                 .collect();
-            let (a, r) = Array::open(&v.name, &tree, metas, opts, progress)
+            // Mirrors resync in the background while serving; parity before serving.
+            let (a, r) = Array::open_background(&v.name, &tree, metas, opts, progress)
                 .await
                 .map_err(array_error)?;
             tracing::info!(volume = %v.name, array = %a.id(), was_clean = r.was_clean, resynced_bytes = r.resynced_bytes, "assembled by superblock");
@@ -426,7 +427,7 @@ pub async fn start_volume(
         eprintln!("nbraidd: volume {}: warning: {w}", v.name);
     }
     // A create's sync is not a recovery: only an opened array can have been left dirty.
-    if !created && !report.was_clean {
+    if !created && !report.was_clean && report.background_bytes == 0 {
         tracing::warn!(volume = %v.name, resynced_bytes = report.resynced_bytes, "the array was not shut down cleanly: resynced before serving");
     }
     // Config member ids by role (spares that took a role by their own id).

@@ -23,7 +23,7 @@ use crate::assemble::Opened;
 use crate::control::{ControlVolume, Controls};
 use nbraid_config::{self as config, Config};
 use nbraid_core::metadata::{Absence, Array, MemberMeta, OpenReport, Probe};
-use nbraid_core::Member;
+use nbraid_core::{Member, PassControl};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -245,6 +245,30 @@ fn rate_text(bytes_per_s: u64) -> String {
         0 => "rate unlimited".into(),
         r => format!("at {}/s", config::format_size(r)),
     }
+}
+
+/// Starts volume `v`'s background resync if its start left one (mirrors after an unclean
+/// shutdown), at the volume's `rebuild_rate`.
+pub fn start_background_resync(v: &ControlVolume) {
+    if !v.array.background_pending() {
+        return;
+    }
+    let ctl = Arc::new(PassControl::new(v.rebuild_rate_bytes_per_s));
+    *v.resync.lock() = Some(ctl.clone());
+    let (array, name) = (v.array.clone(), v.name.clone());
+    let msg = format!(
+        "volume {name}: not shut down cleanly: resyncing {} in the background while serving ({})",
+        config::format_size(array.background_bytes()),
+        rate_text(v.rebuild_rate_bytes_per_s)
+    );
+    tracing::warn!("{msg}");
+    eprintln!("nbraidd: {msg}");
+    tokio::spawn(async move {
+        match array.background_resync(&ctl).await {
+            Ok(s) => tracing::info!("background resync of {name} {}", s.name()),
+            Err(e) => tracing::error!("background resync of {name} failed: {e}"),
+        }
+    });
 }
 
 /// Watches every volume: on a change of its failed count, [`heal_once`].

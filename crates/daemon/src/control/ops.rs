@@ -31,6 +31,8 @@ pub struct ControlVolume {
     rebuild: Mutex<Option<(Arc<PassControl>, Arc<AtomicBool>)>>,
     /// Bytes per second of rebuilds the daemon starts by itself (0: unlimited).
     pub rebuild_rate_bytes_per_s: u64,
+    /// The background resync after an unclean start, if there was one.
+    pub resync: Mutex<Option<Arc<PassControl>>>,
     /// Every member and spare known by id (config ids; paths for those added at run time).
     known: Mutex<Vec<Known>>,
     /// What the start found that the operator must hear (spares holding roles, old members
@@ -57,6 +59,7 @@ impl ControlVolume {
             scrub: Mutex::new(None),
             rebuild: Mutex::new(None),
             rebuild_rate_bytes_per_s: 0,
+            resync: Mutex::new(None),
             known: Mutex::new(Vec::new()),
             notes: Vec::new(),
         }
@@ -219,6 +222,8 @@ pub struct StartReport {
     pub created: bool,
     pub was_clean: bool,
     pub resynced_bytes: u64,
+    /// Bytes left to resync in the background while serving.
+    pub background_bytes: u64,
 }
 
 /// The daemon's volumes.
@@ -391,7 +396,12 @@ impl Controls {
         let mut touched = Vec::new();
         for v in self.select(volume)? {
             let (scrub, rebuild) = (v.scrub(), v.rebuild());
-            let passes = [scrub.as_ref().map(|c| &c.pass), rebuild.as_deref()];
+            let resync = v.resync.lock().clone();
+            let passes = [
+                scrub.as_ref().map(|c| &c.pass),
+                rebuild.as_deref(),
+                resync.as_deref(),
+            ];
             let mut any = false;
             for c in passes.into_iter().flatten() {
                 if pause {
@@ -465,6 +475,7 @@ fn status(v: &ControlVolume) -> Value {
             "created_at_start": v.start.created,
             "clean_at_start": v.start.was_clean,
             "resynced_bytes_at_start": v.start.resynced_bytes,
+            "background_resync_bytes_at_start": v.start.background_bytes,
         },
         "io": {
             "reads": c.reads, "read_bytes": c.read_bytes,
@@ -479,6 +490,15 @@ fn status(v: &ControlVolume) -> Value {
         },
         "scrub": v.scrub().map(|s| scrub_json(&s.report())),
         "rebuild": rebuild_json(v),
+        "resync": v.resync.lock().as_ref().map(|c| json!({
+            "state": c.state().name(),
+            "position_bytes": c.position_bytes(),
+            "total_bytes": c.total_bytes(),
+            "remaining_bytes": v.array.background_bytes(),
+            "rate_bytes_per_s": c.measured_bytes_per_s(),
+            "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
+            "eta_s": c.eta_s(),
+        })),
         "spares": v.array.spares().iter().map(|m| v.id_of(m.member())).collect::<Vec<_>>(),
         "notes": v.notes,
     })
