@@ -354,6 +354,11 @@ pub async fn start_volume(
     let opts = ArrayOptions {
         volume: volume_options(v),
         bitmap_chunk_bytes: v.metadata.bitmap_chunk_bytes,
+        // A region is recorded clean after the same quiet time as the whole volume.
+        bitmap_clear_delay: v
+            .metadata
+            .clean_delay
+            .unwrap_or(nbraid_core::metadata::intent::DEFAULT_CLEAR_DELAY),
     };
     let tree = v.geometry.root().clone();
     let legend = || {

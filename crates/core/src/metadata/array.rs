@@ -30,6 +30,7 @@ use nbraid_layout::{Geometry, Node};
 use parking_lot::RwLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
+use std::time::Duration;
 use thiserror::Error;
 
 /// Per-volume metadata areas start after the two superblock copies.
@@ -44,6 +45,11 @@ pub struct ArrayOptions {
     /// Bytes of the volume per write-intent bit (`None`: no bitmap; every unclean start
     /// resyncs the whole volume). Rounded up to a power of two ≥ 4 KiB.
     pub bitmap_chunk_bytes: Option<u64>,
+    /// A region's bit is cleared by a flush only once no write touched the region for this
+    /// long (md's bitmap daemon sleep): bits of regions in use stay set instead of being
+    /// written clear at every flush and set again by the next write. Zero: at the first
+    /// flush that covers the region's writes. A clean shutdown clears every bit regardless.
+    pub bitmap_clear_delay: Duration,
 }
 
 impl Default for ArrayOptions {
@@ -51,6 +57,7 @@ impl Default for ArrayOptions {
         ArrayOptions {
             volume: VolumeOptions::default(),
             bitmap_chunk_bytes: Some(intent::DEFAULT_CHUNK_BYTES),
+            bitmap_clear_delay: intent::DEFAULT_CLEAR_DELAY,
         }
     }
 }
@@ -116,6 +123,10 @@ pub struct Array {
     /// `Volume::failed_count` when the records last caught up with it.
     recorded_failed: AtomicUsize,
     pub(super) intent: Option<Intent>,
+    /// See [`ArrayOptions::bitmap_clear_delay`].
+    bitmap_clear_delay: Duration,
+    /// Bitmap updates written (each a FUA write on every current member).
+    bitmap_writes: AtomicU64,
     /// Serializes bitmap writes (callers waiting share the next one).
     pub(super) bitmap_write: AsyncMutex<()>,
 }
@@ -448,6 +459,8 @@ impl Array {
             inflight: AtomicU64::new(0),
             recorded_failed: AtomicUsize::new(0),
             intent,
+            bitmap_clear_delay: opts.bitmap_clear_delay,
+            bitmap_writes: AtomicU64::new(0),
             bitmap_write: AsyncMutex::new(()),
         })
     }
@@ -491,7 +504,7 @@ impl Array {
         self.volume.flush().await?;
         if let Some(i) = &self.intent {
             if !self.volume.is_degraded() {
-                i.flushed(i.flush_started());
+                i.flushed(i.flush_started(), Duration::ZERO);
             }
             self.write_bitmap().await?;
         }
@@ -520,6 +533,12 @@ impl Array {
     }
 
     /// Bytes of the volume per write-intent bit, if the volume has a bitmap.
+    /// Bitmap updates written since open (each a FUA write on every current member): what
+    /// the write-intent bitmap costs in member writes.
+    pub fn bitmap_writes(&self) -> u64 {
+        self.bitmap_writes.load(SeqCst)
+    }
+
     pub fn bitmap_chunk_bytes(&self) -> Option<u64> {
         self.intent.as_ref().map(Intent::chunk_bytes)
     }
@@ -639,6 +658,7 @@ impl Array {
             async move { m.write(*at, b.clone(), true).await }
         }))
         .await;
+        self.bitmap_writes.fetch_add(1, SeqCst);
         let mut ok = false;
         for ((r, _, _), res) in writes.iter().zip(results) {
             match res {
@@ -743,18 +763,23 @@ impl Array {
         let epoch = self.intent.as_ref().map(Intent::flush_started);
         let r = self.volume.flush().await;
         self.record_failures().await?;
-        if self.flushed(epoch, r)? {
+        if self.flushed(epoch, r, self.bitmap_clear_delay)? {
             self.write_bitmap().await?;
         }
         Ok(())
     }
 
-    /// After a volume flush that covered `epoch`: the bitmap drops what it made durable
-    /// (in memory; true when some bit went).
-    fn flushed(&self, epoch: Option<u64>, r: VolumeResult<()>) -> VolumeResult<bool> {
+    /// After a volume flush that covered `epoch`: the bitmap drops what it made durable of
+    /// the regions idle for `min_idle` (in memory; true when some bit went).
+    fn flushed(
+        &self,
+        epoch: Option<u64>,
+        r: VolumeResult<()>,
+        min_idle: Duration,
+    ) -> VolumeResult<bool> {
         r?;
         Ok(match (&self.intent, epoch) {
-            (Some(i), Some(e)) if !self.volume.is_degraded() => i.flushed(e),
+            (Some(i), Some(e)) if !self.volume.is_degraded() => i.flushed(e, min_idle),
             _ => false,
         })
     }
@@ -792,7 +817,7 @@ impl Array {
         if self.volume.failed_count() != self.recorded_failed.load(SeqCst) {
             self.commit(rec).await?;
         }
-        self.flushed(epoch, r)?;
+        self.flushed(epoch, r, Duration::ZERO)?;
         self.write_bitmap().await?;
         rec.clean = true;
         self.commit(rec).await

@@ -30,6 +30,7 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 const SECTOR: u64 = SECTOR_BYTES as u64;
 const STEP_LIMIT: u64 = 400_000;
@@ -144,6 +145,8 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
             ..VolumeOptions::default()
         },
         bitmap_chunk_bytes: Some(4096 << rng.below(3)),
+        // The most eager clearing: the most bitmap writes racing the data.
+        bitmap_clear_delay: Duration::ZERO,
     };
 
     // Healing schedules have one more disk: the spare.
