@@ -130,6 +130,16 @@ impl Daemon {
     }
 }
 
+/// Starts the daemon on `config` (listening on `nbd.sock` beside it); the NBD URI of `volume`.
+fn serve(config: &Path, volume: &str) -> (Daemon, String) {
+    let socket = config.with_file_name("nbd.sock");
+    let d = Daemon::start(config);
+    (
+        d,
+        format!("nbd+unix:///{volume}?socket={}", socket.display()),
+    )
+}
+
 /// Sends raw lines on one connection; the replies, parsed.
 fn exchange(control: &Path, lines: &[&[u8]]) -> Vec<Value> {
     let s = UnixStream::connect(control).unwrap();
@@ -213,11 +223,7 @@ fn scrub_repairs_a_corrupt_raid6_member_and_fail_degrades() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path());
     let cfg = config.to_str().unwrap();
-    let mut d = Daemon::start(&config);
-    let uri = format!(
-        "nbd+unix:///r6?socket={}",
-        dir.path().join("nbd.sock").display()
-    );
+    let (mut d, uri) = serve(&config, "r6");
     // Fill the volume with known bytes through NBD.
     let data = fill(&nbdcopy, dir.path(), &uri, 0x9e37_79b9_7f4a_7c15);
 
@@ -353,11 +359,7 @@ fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path());
     let cfg = config.to_str().unwrap();
-    let mut d = Daemon::start(&config);
-    let uri = format!(
-        "nbd+unix:///r6?socket={}",
-        dir.path().join("nbd.sock").display()
-    );
+    let (mut d, uri) = serve(&config, "r6");
     let data = fill(&nbdcopy, dir.path(), &uri, 0x2545_f491_4f6c_dd1d);
     ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
     let spare = blank_member(dir.path(), "spare.img");
@@ -452,11 +454,7 @@ fn a_config_spare_is_rebuilt_onto_by_itself_and_a_restart_keeps_it() {
         check.contains("spare of r6") && check.contains("spares s0"),
         "{check}"
     );
-    let mut d = Daemon::start(&config);
-    let uri = format!(
-        "nbd+unix:///r6?socket={}",
-        dir.path().join("nbd.sock").display()
-    );
+    let (mut d, uri) = serve(&config, "r6");
     assert_eq!(volume_status(cfg)["spares"], serde_json::json!(["s0"]));
     fill(&nbdcopy, dir.path(), &uri, 0x1234_5678_9abc_def1);
     ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
@@ -514,11 +512,7 @@ fn remove_refuses_active_members_and_takes_out_failed_ones_and_spares() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path());
     let cfg = config.to_str().unwrap();
-    let mut d = Daemon::start(&config);
-    let uri = format!(
-        "nbd+unix:///r6?socket={}",
-        dir.path().join("nbd.sock").display()
-    );
+    let (mut d, uri) = serve(&config, "r6");
     let data = fill(&nbdcopy, dir.path(), &uri, 0x5eed_0000_0000_0011);
     let refused = nbraid(&["remove", "r6", "d2", "--config", cfg]);
     assert!(!refused.status.success());
@@ -590,10 +584,6 @@ fn an_unclean_mirror_serves_at_once_and_resyncs_in_the_background() {
     let config = dir.path().join("arrays.toml");
     std::fs::write(&config, text).unwrap();
     let cfg = config.to_str().unwrap();
-    let uri = format!(
-        "nbd+unix:///m?socket={}",
-        dir.path().join("nbd.sock").display()
-    );
     let status = || -> Value {
         let v: Value = serde_json::from_str(&ok(
             nbraid(&["status", "m", "--json", "--config", cfg]),
@@ -602,7 +592,7 @@ fn an_unclean_mirror_serves_at_once_and_resyncs_in_the_background() {
         .unwrap();
         v["volumes"][0].clone()
     };
-    let mut d = Daemon::start(&config);
+    let (mut d, uri) = serve(&config, "m");
     let data = fill(&nbdcopy, dir.path(), &uri, 0x7777_1234_abcd_0001);
     d.child.kill().unwrap();
     d.child.wait().unwrap();
