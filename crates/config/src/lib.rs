@@ -87,6 +87,7 @@ mod remote_member;
 mod resolve;
 mod schema_error;
 mod size;
+mod spares;
 mod summary;
 mod tls;
 mod tree;
@@ -102,6 +103,7 @@ pub use remote_member::{
     RemoteSettings, REMOTE_CONNECTIONS_MAX, REMOTE_TIMEOUT_MAX, REMOTE_TIMEOUT_MIN,
 };
 pub use size::{format_size, format_size_exact, parse_size, HumanSize, SizeError, SIZE_UNITS_HELP};
+pub use spares::HealOptions;
 pub use summary::{table, MemberSummary, Summary, VolumeMemberSummary, VolumeSummary};
 pub use tls::{listener_policy, TlsMode, TlsSettings};
 pub use tree::{STRIPE_UNIT_MAX, TREE_CHILDREN_MAX, TREE_DEPTH_MAX};
@@ -228,6 +230,8 @@ pub struct Volume {
     pub block_size: u32,
     /// On-disk metadata: `create`, `bitmap_chunk`, `clean_delay`.
     pub metadata: MetadataOptions,
+    /// `spares` and `rebuild_rate`.
+    pub heal: HealOptions,
 }
 
 impl Volume {

@@ -69,6 +69,8 @@ pub(crate) struct RawVolume {
     pub create: Option<Spanned<String>>,
     pub bitmap_chunk: Option<Spanned<RawSize>>,
     pub clean_delay: Option<Spanned<RawSize>>,
+    pub spares: Option<Spanned<Vec<Spanned<String>>>>,
+    pub rebuild_rate: Option<Spanned<RawSize>>,
 }
 
 /// A listen entry: `"tcp:IP:PORT"`, or a table giving that listener its own TLS mode,

@@ -175,6 +175,8 @@ impl Cx<'_> {
             names.insert(name.clone(), self.line(&v.name.span()));
             volumes.push(self.volume(v, span, &members, &mut usage)?);
         }
+        let raw_volumes: Vec<&RawVolume> = raw.volume.iter().map(|v| v.get_ref()).collect();
+        super::spares::resolve(&raw_volumes, &mut volumes, &members)?;
         let control = match raw.daemon.as_ref().and_then(|d| d.get_ref().control.as_ref()) {
             Some(c) if c.get_ref().is_empty() => {
                 return Err(Problem::new(
@@ -678,6 +680,7 @@ impl Cx<'_> {
             read_only: v.read_only.unwrap_or(false),
             block_size,
             metadata: volume_meta::metadata_options(v, &who)?,
+            heal: Default::default(),
         })
     }
 

@@ -36,6 +36,8 @@ pub struct MemberSummary {
     pub will_create: bool,
     /// Volumes with a region on this member, in allocation order.
     pub volumes: Vec<String>,
+    /// The volume this member stands by for as a spare.
+    pub spare_of: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -75,6 +77,10 @@ pub struct VolumeSummary {
     pub cache_size_bytes: Option<u64>,
     pub read_only: bool,
     pub block_size: u32,
+    /// Ids of the members standing by as spares.
+    pub spares: Vec<String>,
+    /// Bytes per second an automatic rebuild runs at (0: unlimited).
+    pub rebuild_rate_bytes_per_s: u64,
 }
 
 impl Summary {
@@ -93,6 +99,11 @@ impl Summary {
                 state: m.state,
                 remote: m.remote,
                 volumes: Vec::new(),
+                spare_of: config
+                    .volumes
+                    .iter()
+                    .find(|v| v.heal.spares.contains(&i))
+                    .map(|v| v.name.clone()),
             })
             .collect();
         let mut volumes = Vec::new();
@@ -142,6 +153,13 @@ impl Summary {
                 cache_size_bytes: v.cache.cache_bytes(),
                 read_only: v.read_only,
                 block_size: v.block_size,
+                spares: v
+                    .heal
+                    .spares
+                    .iter()
+                    .map(|&m| config.members[m].id.clone())
+                    .collect(),
+                rebuild_rate_bytes_per_s: v.heal.rebuild_rate_bytes_per_s,
             });
         }
         Summary {
@@ -209,10 +227,10 @@ impl fmt::Display for Summary {
                         MemberStorage::Memory => "memory (lost at exit)".into(),
                         MemberStorage::Remote => remote_text(&m.remote),
                     },
-                    if m.volumes.is_empty() {
-                        "-".into()
-                    } else {
-                        m.volumes.join(", ")
+                    match &m.spare_of {
+                        Some(v) => format!("spare of {v}"),
+                        None if m.volumes.is_empty() => "-".into(),
+                        None => m.volumes.join(", "),
                     },
                 ]
             })
@@ -285,6 +303,13 @@ impl fmt::Display for Summary {
             }
             if v.read_only {
                 opts.push("read-only".into());
+            }
+            if !v.spares.is_empty() {
+                opts.push(format!("spares {}", v.spares.join(" ")));
+                opts.push(match v.rebuild_rate_bytes_per_s {
+                    0 => "rebuilds unlimited".into(),
+                    r => format!("rebuilds at {}/s", format_size(r)),
+                });
             }
             write!(f, "\n{}: {}", v.name, opts.join(", "))?;
         }

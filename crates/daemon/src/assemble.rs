@@ -71,6 +71,12 @@ pub struct Assembled {
     pub report: OpenReport,
     /// Record the volume clean after this long without writes.
     pub clean_delay: Option<Duration>,
+    /// Members and spares by config id, and what the start must say about them
+    /// ([`crate::heal::adopt`]).
+    pub known: Vec<crate::heal::Known>,
+    pub notes: Vec<String>,
+    /// Bytes per second of rebuilds the daemon starts by itself (0: unlimited).
+    pub rebuild_rate_bytes_per_s: u64,
 }
 
 /// One config member as found at start.
@@ -84,6 +90,21 @@ pub struct Opened {
 }
 
 impl Opened {
+    /// The member and its superblock (`None`: the file is missing).
+    pub fn meta(&self) -> Option<&Arc<MemberMeta>> {
+        self.meta.as_ref()
+    }
+
+    /// No superblock and an all-zero metadata area.
+    pub fn is_blank(&self) -> bool {
+        self.blank
+    }
+
+    /// Created by this start (all zeroes).
+    pub fn was_created(&self) -> bool {
+        self.created
+    }
+
     /// The array id this member's superblock records for volume `name`.
     pub fn array_of(&self, name: &str) -> Option<Uuid> {
         match self.meta.as_ref()?.probe() {
@@ -399,7 +420,13 @@ pub async fn start_volume(
             (a, r, true)
         }
         Plan::Open => {
-            let (a, r) = Array::open(&v.name, &tree, metas, opts, progress)
+            // Spares that took a role are found by their superblocks, after the members.
+            let metas = metas
+                .into_iter()
+                .chain(crate::heal::spares_for_assembly(v, opened))
+                .collect();
+            // Mirrors resync in the background while serving; parity before serving.
+            let (a, r) = Array::open_background(&v.name, &tree, metas, opts, progress)
                 .await
                 .map_err(array_error)?;
             tracing::info!(volume = %v.name, array = %a.id(), was_clean = r.was_clean, resynced_bytes = r.resynced_bytes, "assembled by superblock");
@@ -410,34 +437,26 @@ pub async fn start_volume(
         eprintln!("nbraidd: volume {}: warning: {w}", v.name);
     }
     // A create's sync is not a recovery: only an opened array can have been left dirty.
-    if !created && !report.was_clean {
+    if !created && !report.was_clean && report.background_bytes == 0 {
         tracing::warn!(volume = %v.name, resynced_bytes = report.resynced_bytes, "the array was not shut down cleanly: resynced before serving");
     }
-    // Config member ids by role; roles no member serves take the unclaimed config members in
-    // order (the best guess at which file it was).
-    let claimed: Vec<usize> = report
+    // Config member ids by role (spares that took a role by their own id).
+    let members = crate::heal::ids_by_role(
+        &crate::heal::position_ids(config, v),
+        v.members.len(),
+        &report.roles,
+    );
+    let at_start: Vec<&'static str> = report
         .roles
         .iter()
-        .filter_map(|r| match r {
-            Ok(p) | Err(Absence::Stale { member: p, .. } | Absence::Failed { member: p }) => {
-                Some(*p)
-            }
-            Err(Absence::Lost) => None,
+        .map(|r| match r {
+            Ok(_) if created => "new",
+            Ok(_) => "active",
+            Err(Absence::Stale { .. }) => "stale",
+            Err(Absence::Failed { .. }) => "failed",
+            Err(Absence::Lost) => "missing",
         })
         .collect();
-    let mut unclaimed = (0..v.members.len()).filter(|p| !claimed.contains(p));
-    let mut members = Vec::with_capacity(report.roles.len());
-    let mut at_start = Vec::with_capacity(report.roles.len());
-    for r in &report.roles {
-        let (pos, state) = match r {
-            Ok(p) => (Some(*p), if created { "new" } else { "active" }),
-            Err(Absence::Stale { member, .. }) => (Some(*member), "stale"),
-            Err(Absence::Failed { member }) => (Some(*member), "failed"),
-            Err(Absence::Lost) => (unclaimed.next(), "missing"),
-        };
-        members.push(pos.map_or("?".to_string(), |p| config.members[v.members[p]].id.clone()));
-        at_start.push(state);
-    }
     let lost: Vec<&str> = members
         .iter()
         .zip(&at_start)
@@ -453,6 +472,11 @@ pub async fn start_volume(
         tracing::warn!("{msg}");
         eprintln!("nbraidd: warning: {msg}");
     }
+    let (notes, known) = crate::heal::adopt(&array, config, v, opened, &report);
+    for n in &notes {
+        tracing::warn!(volume = %v.name, "{n}");
+        eprintln!("nbraidd: volume {}: {n}", v.name);
+    }
     Ok(Assembled {
         name: v.name.clone(),
         array: Arc::new(array),
@@ -463,6 +487,9 @@ pub async fn start_volume(
         created,
         report,
         clean_delay: v.metadata.clean_delay,
+        known,
+        notes,
+        rebuild_rate_bytes_per_s: v.heal.rebuild_rate_bytes_per_s,
     })
 }
 

@@ -18,6 +18,9 @@ mod heal;
 pub mod intent;
 mod io;
 mod member_meta;
+mod remove;
+mod resync;
+mod spares;
 mod superblock;
 
 pub use array::{Array, ArrayError, ArrayOptions, OpenReport};
@@ -25,6 +28,7 @@ pub use assemble::{assemble, Absence, AssembleError, Assembly, Probe};
 pub use heal::RebuildReport;
 pub use io::{read_superblock, write_superblock, Found, SuperblockIoError};
 pub use member_meta::MemberMeta;
+pub use spares::{assign_spares, SpareChoice};
 
 pub use superblock::{
     newest, Area, BitmapArea, MemberEntry, RecordedState, Superblock, Uuid, VolumeRecord,
