@@ -62,6 +62,7 @@ pub(crate) struct RawVolume {
     pub create: Option<Spanned<String>>,
     pub bitmap_chunk: Option<Spanned<RawSize>>,
     pub clean_delay: Option<Spanned<RawSize>>,
+    pub write_hole: Option<Spanned<String>>,
 }
 
 /// A listen entry: `"tcp:IP:PORT"`, or a table giving that listener its own TLS mode,

@@ -82,6 +82,7 @@ fn opts(bitmap: bool) -> ArrayOptions {
     ArrayOptions {
         volume: VolumeOptions::default(),
         bitmap_chunk_bytes: bitmap.then_some(nbraid_core::metadata::intent::DEFAULT_CHUNK_BYTES),
+        ppl: true,
     }
 }
 

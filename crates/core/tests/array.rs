@@ -43,6 +43,7 @@ fn opts() -> ArrayOptions {
             ..VolumeOptions::default()
         },
         bitmap_chunk_bytes: Some(CHUNK),
+        ppl: true,
     }
 }
 

@@ -46,6 +46,7 @@ fn opts() -> ArrayOptions {
             ..VolumeOptions::default()
         },
         bitmap_chunk_bytes: Some(256 * KIB),
+        ppl: true,
     }
 }
 

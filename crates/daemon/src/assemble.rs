@@ -333,6 +333,7 @@ pub async fn start_volume(
     let opts = ArrayOptions {
         volume: volume_options(v),
         bitmap_chunk_bytes: v.metadata.bitmap_chunk_bytes,
+        ppl: v.metadata.ppl,
     };
     let tree = v.geometry.root().clone();
     let legend = || {

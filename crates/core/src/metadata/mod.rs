@@ -18,6 +18,7 @@ mod heal;
 pub mod intent;
 mod io;
 mod member_meta;
+mod ppl_area;
 mod superblock;
 
 pub use array::{Array, ArrayError, ArrayOptions, OpenReport};
