@@ -337,7 +337,8 @@ fn crash_and_restart(stripes: bool, lose: Option<&str>) {
     let config = raid5_config(
         dir.path(),
         [0, 1, 2, 3],
-        "bitmap_chunk = \"256KiB\"\ncache = \"write-through\"",
+        // A short clean_delay: regions left alone that long are cleared by the next flush.
+        "bitmap_chunk = \"256KiB\"\ncache = \"write-through\"\nclean_delay = \"100ms\"",
     );
     let mut daemon = Daemon::start(&config);
     let uri = daemon.uri("r5");

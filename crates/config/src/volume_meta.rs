@@ -1,9 +1,10 @@
 //! A volume's on-disk metadata keys: `create` (what the daemon does with members that carry
 //! no superblock yet), `bitmap_chunk` (bytes of the volume per write-intent bit) and
 //! `clean_delay` (how long after the last write the volume is recorded clean: md's
-//! safe_mode_delay), `write_hole` (`"ppl"`, the default: RAID 5/6 groups log partial parity
-//! so a crash followed by a lost member never corrupts data nobody wrote; `"off"`). Each is
-//! checked at its place with what would be valid.
+//! safe_mode_delay; a write-intent region left alone as long has its bit cleared by the next
+//! flush — with "off", after the default delay), `write_hole` (`"ppl"`, the default: RAID 5/6
+//! groups log partial parity so a crash followed by a lost member never corrupts data nobody
+//! wrote; `"off"`). Each is checked at its place with what would be valid.
 
 use super::error::{ErrorKind, Problem};
 use super::limits::{format_duration, parse_duration, DURATION_HELP};

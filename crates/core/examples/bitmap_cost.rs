@@ -1,9 +1,10 @@
 //! What the write-intent bitmap costs and what it saves, ours against ourselves in one run:
 //!
 //! 1. 4 KiB random writes (queue depth 32) on a RAID 5 of 4 file members, 5 rounds, the order
-//!    rotated each round:
-//!    the bare volume, the array without a bitmap, the array with the default bitmap; also
-//!    with a FLUSH every 256 writes (bits are cleared and set again).
+//!    rotated each round: the bare volume, the array without a bitmap, the array with the
+//!    default bitmap clearing at the first flush after a write (no clear delay) and with the
+//!    default clear delay; also with a FLUSH every 256 writes and every 16 writes (where bits
+//!    are cleared and set again). Writes per second and the process's CPU time per write.
 //! 2. Resync after a crash: writes into 2 regions after the last flush, no clean shutdown,
 //!    reopen — with the
 //!    bitmap (only the set regions) against without (the whole volume).
@@ -78,15 +79,21 @@ fn open_members(paths: &[PathBuf]) -> Vec<Arc<dyn Member>> {
         .collect()
 }
 
-fn opts(bitmap: bool) -> ArrayOptions {
+/// The bitmap: none, or the default chunk with this clear delay.
+type Bitmap = Option<Duration>;
+
+fn opts(bitmap: Bitmap) -> ArrayOptions {
     ArrayOptions {
         volume: VolumeOptions::default(),
-        bitmap_chunk_bytes: bitmap.then_some(nbraid_core::metadata::intent::DEFAULT_CHUNK_BYTES),
+        bitmap_chunk_bytes: bitmap
+            .is_some()
+            .then_some(nbraid_core::metadata::intent::DEFAULT_CHUNK_BYTES),
+        bitmap_clear_delay: bitmap.unwrap_or_default(),
         ppl: true,
     }
 }
 
-fn create(paths: &[PathBuf], bitmap: bool) -> Array {
+fn create(paths: &[PathBuf], bitmap: Bitmap) -> Array {
     let metas = block_on(futures::future::join_all(
         open_members(paths).into_iter().map(MemberMeta::load),
     ));
@@ -102,7 +109,7 @@ fn create(paths: &[PathBuf], bitmap: bool) -> Array {
     .0
 }
 
-fn open(paths: &[PathBuf], bitmap: bool) -> (Array, Duration, u64) {
+fn open(paths: &[PathBuf], bitmap: Bitmap) -> (Array, Duration, u64) {
     let metas = block_on(futures::future::join_all(
         open_members(paths).into_iter().map(MemberMeta::load),
     ));
@@ -123,13 +130,27 @@ enum Target<'a> {
     Array(&'a Array),
 }
 
+/// CPU time of the whole process so far (every thread: the caller, the io_uring engine
+/// threads, the cache's destage), from /proc/self/stat's utime + stime.
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    // The command name may hold spaces: the fields that follow start after its ')'.
+    let after = &stat[stat.rfind(')').expect("stat format") + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime");
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_nanos(ticks * 1_000_000_000 / hz)
+}
+
 /// 4 KiB random writes at queue depth 32 over `span` bytes for `secs`; a FLUSH every
-/// `flush_every` writes (0: never). Returns writes per second.
-fn randwrite(t: &Target, span: u64, secs: f64, flush_every: u64, seed: u64) -> f64 {
+/// `flush_every` writes (0: never). Returns writes per second, CPU µs per write and writes.
+fn randwrite(t: &Target, span: u64, secs: f64, flush_every: u64, seed: u64) -> (f64, f64, u64) {
     let mut x = seed | 1;
     let blocks = span / 4096;
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let start = Instant::now();
+    let cpu_start = process_cpu();
     let mut done = 0u64;
     block_on(async {
         // Writes and flushes share one set of futures in flight, so a flush (which may wait
@@ -171,7 +192,8 @@ fn randwrite(t: &Target, span: u64, secs: f64, flush_every: u64, seed: u64) -> f
             }
         }
     });
-    done as f64 / start.elapsed().as_secs_f64()
+    let cpu_us = (process_cpu() - cpu_start).as_secs_f64() * 1e6 / done.max(1) as f64;
+    (done as f64 / start.elapsed().as_secs_f64(), cpu_us, done)
 }
 
 fn main() {
@@ -185,8 +207,14 @@ fn main() {
 
     let with = files(&dir, "with");
     let without = files(&dir, "without");
-    let a_with = create(&with, true);
-    let a_without = create(&without, false);
+    let delayed = files(&dir, "delayed");
+    let eager = Some(Duration::ZERO);
+    let a_with = create(&with, eager);
+    let a_without = create(&without, None);
+    let a_delayed = create(
+        &delayed,
+        Some(nbraid_core::metadata::intent::DEFAULT_CLEAR_DELAY),
+    );
     let capacity = a_with.volume().capacity();
     // The bare volume: no superblocks, no bitmap.
     let bare_files = files(&dir, "bare");
@@ -201,25 +229,41 @@ fn main() {
     for (flush_every, name) in [
         (0u64, "4k randwrite qd32"),
         (256, "4k randwrite qd32, flush/256"),
+        (16, "4k randwrite qd32, flush/16"),
     ] {
-        let mut sums = [0.0f64; 3];
         let targets = [
             Target::Volume(&bare),
             Target::Array(&a_without),
             Target::Array(&a_with),
+            Target::Array(&a_delayed),
         ];
+        let mut iops = [0.0f64; 4];
+        let mut cpu = [0.0f64; 4];
+        let mut writes = [0u64; 4];
+        let bitmap_writes_before = [a_with.bitmap_writes(), a_delayed.bitmap_writes()];
         for r in 0..ROUNDS {
             // The order rotates each round, so drifting load hits every target alike.
-            for k in 0..3 {
-                let i = (k + r as usize) % 3;
-                sums[i] += randwrite(&targets[i], capacity, secs, flush_every, 0x9e37 + r);
+            for k in 0..targets.len() {
+                let i = (k + r as usize) % targets.len();
+                let (w, c, n) = randwrite(&targets[i], capacity, secs, flush_every, 0x9e37 + r);
+                iops[i] += w;
+                cpu[i] += c;
+                writes[i] += n;
             }
         }
         let r = ROUNDS as f64;
-        rows.push((name, sums[0] / r, sums[1] / r, sums[2] / r));
+        // Bitmap updates per 1000 writes: eager, delayed.
+        let per_k = [
+            (a_with.bitmap_writes() - bitmap_writes_before[0]) as f64 * 1000.0
+                / writes[2].max(1) as f64,
+            (a_delayed.bitmap_writes() - bitmap_writes_before[1]) as f64 * 1000.0
+                / writes[3].max(1) as f64,
+        ];
+        rows.push((name, iops.map(|v| v / r), cpu.map(|v| v / r), per_k));
     }
     block_on(bare.flush()).expect("flush");
     drop(bare);
+    drop(a_delayed);
 
     // Everything flushed; then a crash during writes to 2 regions (128 MiB of the volume)
     // after the last flush, and a reopen.
@@ -229,9 +273,9 @@ fn main() {
     }
     drop(a_with);
     drop(a_without);
-    let (a, t_bitmap, bytes_bitmap) = open(&with, true);
+    let (a, t_bitmap, bytes_bitmap) = open(&with, eager);
     drop(a);
-    let (a, t_full, bytes_full) = open(&without, false);
+    let (a, t_full, bytes_full) = open(&without, None);
     drop(a);
     let _ = std::fs::remove_dir_all(&dir);
 
@@ -248,10 +292,10 @@ fn main() {
     if json {
         let cost: Vec<String> = rows
             .iter()
-            .map(|(name, v, n, b)| {
+            .map(|(name, w, c, k)| {
                 format!(
-                    "{{\"workload\":\"{name}\",\"volume_iops\":{v:.0},\"array_no_bitmap_iops\":{n:.0},\"array_bitmap_iops\":{b:.0},\"bitmap_vs_volume\":{:.4}}}",
-                    b / v
+                    "{{\"workload\":\"{name}\",\"volume_iops\":{:.0},\"array_no_bitmap_iops\":{:.0},\"array_bitmap_no_delay_iops\":{:.0},\"array_bitmap_iops\":{:.0},\"cpu_us_per_write\":[{:.2},{:.2},{:.2},{:.2}],\"bitmap_vs_no_bitmap_cpu\":{:.4},\"bitmap_updates_per_1000_writes\":{{\"no_delay\":{:.2},\"delay\":{:.2}}}}}",
+                    w[0], w[1], w[2], w[3], c[0], c[1], c[2], c[3], c[3] / c[1], k[0], k[1]
                 )
             })
             .collect();
@@ -268,12 +312,24 @@ fn main() {
         dir.display(),
         capacity / MIB
     );
+    println!("writes/s (CPU µs per write); the bitmap with the default clear delay against the array without one:");
     println!(
-        "{:<32} {:>12} {:>14} {:>12} {:>10}",
-        "workload", "volume", "no bitmap", "bitmap", "bitmap/vol"
+        "{:<30} {:>15} {:>15} {:>15} {:>15} {:>7} {:>7} {:>13}",
+        "workload", "volume", "no bitmap", "bitmap, eager", "bitmap", "iops", "cpu", "upd/1k e, d"
     );
-    for (name, v, n, b) in &rows {
-        println!("{name:<32} {v:>12.0} {n:>14.0} {b:>12.0} {:>10.3}", b / v);
+    for (name, w, c, k) in &rows {
+        let cell = |i: usize| format!("{:.0} ({:.1})", w[i], c[i]);
+        println!(
+            "{name:<30} {:>15} {:>15} {:>15} {:>15} {:>7.3} {:>7.3} {:>6.1},{:>6.1}",
+            cell(0),
+            cell(1),
+            cell(2),
+            cell(3),
+            w[3] / w[1],
+            c[3] / c[1],
+            k[0],
+            k[1]
+        );
     }
     println!("bitmap bookkeeping per write whose bit is set (no I/O): {intent_ns:.0} ns");
     println!(

@@ -52,6 +52,7 @@ fn create(
         },
         bitmap_chunk_bytes: Some(nbraid_core::metadata::intent::DEFAULT_CHUNK_BYTES),
         ppl,
+        ..ArrayOptions::default()
     };
     block_on(Array::create(
         "bench",

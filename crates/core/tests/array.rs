@@ -13,6 +13,7 @@ use nbraid_core::metadata::{
 use nbraid_core::{Buf, CacheMode, Member, MemoryMember, VolumeOptions};
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
 use std::sync::Arc;
+use std::time::Duration;
 
 const REGION: u64 = 4 * MIB;
 const MEMBER_BYTES: u64 = METADATA_AREA_BYTES + REGION;
@@ -44,6 +45,8 @@ fn opts() -> ArrayOptions {
         },
         bitmap_chunk_bytes: Some(CHUNK),
         ppl: true,
+        // Bits clear at the first flush that covers their writes: the tests see exactly that.
+        bitmap_clear_delay: Duration::ZERO,
     }
 }
 
@@ -386,4 +389,36 @@ fn a_dirty_degraded_array_starts_and_serves_flushed_data() {
         check(&a, 0, 8, 64 * 1024);
         check(&a, 2 * MIB, 7, 192 * 1024);
     }
+}
+
+#[test]
+fn regions_in_use_keep_their_bits_across_flushes_with_a_clear_delay() {
+    let run = |delay: Duration| {
+        let d = disks(4);
+        let m = metas(&d, &all(&d)).into_iter().flatten().collect();
+        let opts = ArrayOptions {
+            bitmap_clear_delay: delay,
+            ..opts()
+        };
+        let tree = tree(Level::Raid5, 4, 64 * KIB);
+        let (a, _) = block_on(Array::create("vol", tree, m, opts, true, &|_, _| {})).unwrap();
+        let before = a.bitmap_writes();
+        // A database's pattern: a write, a commit (FLUSH), again, in two regions.
+        for i in 0..20u64 {
+            write(&a, (i % 2) * CHUNK + i * 4096, i, 4096);
+            block_on(a.flush()).unwrap();
+        }
+        let updates = a.bitmap_writes() - before;
+        // A clean shutdown clears every bit whatever the delay.
+        assert!(block_on(a.mark_clean()).unwrap());
+        drop(a);
+        let (a, report) = open(Level::Raid5, &d, &all(&d), 64 * KIB).unwrap();
+        assert!(report.was_clean && report.resynced_bytes == 0);
+        check(&a, 19 * 4096 + CHUNK, 19, 4096);
+        updates
+    };
+    // Cleared at every flush, set again by the next write: two bitmap writes per commit.
+    assert!(run(Duration::ZERO) >= 38, "eager clearing");
+    // Set once per region, kept while the regions are in use.
+    assert_eq!(run(Duration::from_secs(3600)), 2, "delayed clearing");
 }

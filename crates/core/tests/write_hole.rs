@@ -78,6 +78,7 @@ fn opts(ppl: bool) -> ArrayOptions {
         },
         bitmap_chunk_bytes: Some(256 * KIB),
         ppl,
+        ..ArrayOptions::default()
     }
 }
 

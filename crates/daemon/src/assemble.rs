@@ -334,6 +334,11 @@ pub async fn start_volume(
         volume: volume_options(v),
         bitmap_chunk_bytes: v.metadata.bitmap_chunk_bytes,
         ppl: v.metadata.ppl,
+        // A region is recorded clean after the same quiet time as the whole volume.
+        bitmap_clear_delay: v
+            .metadata
+            .clean_delay
+            .unwrap_or(nbraid_core::metadata::intent::DEFAULT_CLEAR_DELAY),
     };
     let tree = v.geometry.root().clone();
     let legend = || {

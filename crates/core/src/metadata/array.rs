@@ -30,6 +30,7 @@ use nbraid_layout::{Geometry, Node};
 use parking_lot::RwLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
+use std::time::Duration;
 use thiserror::Error;
 
 /// Per-volume metadata areas start after the two superblock copies.
@@ -47,6 +48,11 @@ pub struct ArrayOptions {
     /// The partial-parity log of RAID 5/6/50/60 groups (`crate::ppl`; default on): closes the
     /// write hole. Off: an area is still reserved at create, but nothing is logged.
     pub ppl: bool,
+    /// A region's bit is cleared by a flush only once no write touched the region for this
+    /// long (md's bitmap daemon sleep): bits of regions in use stay set instead of being
+    /// written clear at every flush and set again by the next write. Zero: at the first
+    /// flush that covers the region's writes. A clean shutdown clears every bit regardless.
+    pub bitmap_clear_delay: Duration,
 }
 
 impl Default for ArrayOptions {
@@ -55,6 +61,7 @@ impl Default for ArrayOptions {
             volume: VolumeOptions::default(),
             bitmap_chunk_bytes: Some(intent::DEFAULT_CHUNK_BYTES),
             ppl: true,
+            bitmap_clear_delay: intent::DEFAULT_CLEAR_DELAY,
         }
     }
 }
@@ -121,6 +128,10 @@ pub struct Array {
     /// By role: where that member keeps the partial-parity log (a new member in the role
     /// gets the same place).
     pub(super) ppl_areas: Vec<Option<Area>>,
+    /// See [`ArrayOptions::bitmap_clear_delay`].
+    bitmap_clear_delay: Duration,
+    /// Bitmap updates written (each a FUA write on every current member).
+    bitmap_writes: AtomicU64,
     /// Serializes bitmap writes (callers waiting share the next one).
     pub(super) bitmap_write: AsyncMutex<()>,
     /// The log the engine writes (`None`: none), for the replay at open.
@@ -464,6 +475,8 @@ impl Array {
             inflight: AtomicU64::new(0),
             recorded_failed: AtomicUsize::new(0),
             intent,
+            bitmap_clear_delay: opts.bitmap_clear_delay,
+            bitmap_writes: AtomicU64::new(0),
             bitmap_write: AsyncMutex::new(()),
         })
     }
@@ -507,7 +520,7 @@ impl Array {
         self.volume.flush().await?;
         if let Some(i) = &self.intent {
             if !self.volume.is_degraded() {
-                i.flushed(i.flush_started());
+                i.flushed(i.flush_started(), Duration::ZERO);
             }
             self.write_bitmap().await?;
         }
@@ -536,6 +549,12 @@ impl Array {
     }
 
     /// Bytes of the volume per write-intent bit, if the volume has a bitmap.
+    /// Bitmap updates written since open (each a FUA write on every current member): what
+    /// the write-intent bitmap costs in member writes.
+    pub fn bitmap_writes(&self) -> u64 {
+        self.bitmap_writes.load(SeqCst)
+    }
+
     pub fn bitmap_chunk_bytes(&self) -> Option<u64> {
         self.intent.as_ref().map(Intent::chunk_bytes)
     }
@@ -655,6 +674,7 @@ impl Array {
             async move { m.write(*at, b.clone(), true).await }
         }))
         .await;
+        self.bitmap_writes.fetch_add(1, SeqCst);
         let mut ok = false;
         for ((r, _, _), res) in writes.iter().zip(results) {
             match res {
@@ -756,18 +776,23 @@ impl Array {
         let epoch = self.intent.as_ref().map(Intent::flush_started);
         let r = self.volume.flush().await;
         self.record_failures().await?;
-        if self.flushed(epoch, r)? {
+        if self.flushed(epoch, r, self.bitmap_clear_delay)? {
             self.write_bitmap().await?;
         }
         Ok(())
     }
 
-    /// After a volume flush that covered `epoch`: the bitmap drops what it made durable
-    /// (in memory; true when some bit went).
-    fn flushed(&self, epoch: Option<u64>, r: VolumeResult<()>) -> VolumeResult<bool> {
+    /// After a volume flush that covered `epoch`: the bitmap drops what it made durable of
+    /// the regions idle for `min_idle` (in memory; true when some bit went).
+    fn flushed(
+        &self,
+        epoch: Option<u64>,
+        r: VolumeResult<()>,
+        min_idle: Duration,
+    ) -> VolumeResult<bool> {
         r?;
         Ok(match (&self.intent, epoch) {
-            (Some(i), Some(e)) if !self.volume.is_degraded() => i.flushed(e),
+            (Some(i), Some(e)) if !self.volume.is_degraded() => i.flushed(e, min_idle),
             _ => false,
         })
     }
@@ -800,7 +825,7 @@ impl Array {
         if self.volume.failed_count() != self.recorded_failed.load(SeqCst) {
             self.commit(rec).await?;
         }
-        self.flushed(epoch, r)?;
+        self.flushed(epoch, r, Duration::ZERO)?;
         self.write_bitmap().await?;
         rec.clean = true;
         self.commit(rec).await

@@ -6,7 +6,10 @@
 //!
 //! The cost on the write path is one short lock per request while the region's bit is set;
 //! a disk write only when a region gets its first write since it was last cleared, so a
-//! chunk much larger than a request (64 MiB by default) keeps it rare. Bits are never
+//! chunk much larger than a request (64 MiB by default) keeps it rare. A flush clears only
+//! regions left alone for a while (the array's clear delay, md's bitmap daemon sleep): with a
+//! flush every few writes (a database's commits) clearing at once would write the bitmap on
+//! every flush and set the bits again with the next writes. Bits are never
 //! cleared while some member is failed, absent or stale: a member that comes back later is
 //! resynced over exactly the regions written without it.
 //!
@@ -15,11 +18,15 @@
 //! changed are written.
 
 use parking_lot::Mutex;
+use std::time::{Duration, Instant};
 
 /// Default bytes of the volume per bit: large enough that 4 KiB random writes set a new bit
 /// rarely (md's cost with small chunks), small enough that a crash resyncs a few regions
 /// rather than the whole array (64 MiB resyncs in well under a second on one SSD).
 pub const DEFAULT_CHUNK_BYTES: u64 = 64 << 20;
+/// Default clear delay: a region no write touched for this long has its bit cleared by the
+/// next flush (md clears after its bitmap daemon's sleep of 5 s, twice).
+pub const DEFAULT_CLEAR_DELAY: Duration = Duration::from_secs(5);
 /// The bitmap is written in blocks of this size.
 pub const BLOCK_BYTES: u64 = 4096;
 /// Most bytes of bitmap per member and volume: the chunk grows for volumes so large that the
@@ -72,6 +79,8 @@ pub fn dirty_ranges(bytes: &[u8], chunk: u64, capacity: u64) -> Vec<(u64, u64)> 
 /// The in-memory side of the bitmap. Decisions only: callers write the blocks it hands out.
 pub struct Intent {
     chunk: u64,
+    /// The zero of `State::last_end_ms`.
+    start: Instant,
     state: Mutex<State>,
 }
 
@@ -89,6 +98,8 @@ struct State {
     pending: Vec<u32>,
     /// Per region: the flush epoch in which its last write completed.
     written: Vec<u64>,
+    /// Per region: when its last write completed, in ms since `Intent::start`.
+    last_end_ms: Vec<u64>,
     /// Bumped when a flush starts: writes completed before then have a smaller epoch.
     epoch: u64,
 }
@@ -109,12 +120,14 @@ impl Intent {
         assert!(on_disk.len() * 8 >= regions, "bitmap too short");
         Intent {
             chunk,
+            start: Instant::now(),
             state: Mutex::new(State {
                 want: on_disk.clone(),
                 confirmed: on_disk.clone(),
                 on_disk,
                 pending: vec![0; regions],
                 written: vec![0; regions],
+                last_end_ms: vec![0; regions],
                 epoch: 1,
             }),
         }
@@ -142,12 +155,21 @@ impl Intent {
 
     /// The request holding `h` has completed (successfully or not).
     pub fn end(&self, h: Hold) {
+        self.end_at(h, self.now_ms())
+    }
+
+    fn end_at(&self, h: Hold, now_ms: u64) {
         let mut st = self.state.lock();
         let epoch = st.epoch;
         for r in h.first..=h.last {
             st.pending[r as usize] -= 1;
             st.written[r as usize] = epoch;
+            st.last_end_ms[r as usize] = now_ms;
         }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
     }
 
     /// Whether every bit of the hold's regions is confirmed on disk.
@@ -204,9 +226,16 @@ impl Intent {
 
     /// A flush that covered epoch `e` succeeded with every member current: regions with no
     /// request in flight and no write completed since are durable, so their bits may go
-    /// (lazily: they reach the disk with the next bitmap write). O(set bits / 8).
-    /// Returns whether some bit was cleared.
-    pub fn flushed(&self, e: u64) -> bool {
+    /// (lazily: they reach the disk with the next bitmap write) — those whose last write
+    /// ended at least `min_idle` ago (a region in use keeps its bit rather than having it
+    /// cleared and set again). O(bitmap bytes). Returns whether some bit was cleared.
+    pub fn flushed(&self, e: u64, min_idle: Duration) -> bool {
+        self.flushed_at(e, min_idle, self.now_ms())
+    }
+
+    fn flushed_at(&self, e: u64, min_idle: Duration, now_ms: u64) -> bool {
+        // A region is idle when its last write ended at or before this (ms since `start`).
+        let idle_before_ms = now_ms.checked_sub(min_idle.as_millis() as u64);
         let mut st = self.state.lock();
         let st = &mut *st;
         let mut cleared = false;
@@ -216,7 +245,12 @@ impl Intent {
             }
             for bit in 0..8 {
                 let r = byte * 8 + bit;
-                if st.want[byte] & (1 << bit) != 0 && st.pending[r] == 0 && st.written[r] <= e {
+                // Only set bits are looked at: the bytes hold bits past the last region.
+                if st.want[byte] & (1 << bit) != 0
+                    && st.pending[r] == 0
+                    && st.written[r] <= e
+                    && idle_before_ms.is_some_and(|t| st.last_end_ms[r] <= t)
+                {
                     st.want[byte] &= !(1 << bit);
                     st.confirmed[byte] &= !(1 << bit);
                     cleared = true;
@@ -271,7 +305,7 @@ mod tests {
         i.end(h2);
         // Cleared in memory (a bitmap write may be taking the clear to the disk): every
         // request there needs a bitmap write that took the bit set again.
-        i.flushed(i.flush_started());
+        i.flushed(i.flush_started(), Duration::ZERO);
         let in_flight = i.dirty_blocks(); // a write of the clear, in flight
         let (h2, missing) = i.begin(65 * MIB, 4096);
         assert!(missing);
@@ -288,7 +322,7 @@ mod tests {
         i.end(h2);
         // Cleared in memory (a write of the bitmap may be taking the clear to the disk):
         // the next write there writes the bit again.
-        i.flushed(i.flush_started());
+        i.flushed(i.flush_started(), Duration::ZERO);
         let (h2, missing) = i.begin(65 * MIB, 4096);
         assert!(missing);
         i.written(&i.dirty_blocks());
@@ -306,17 +340,57 @@ mod tests {
         let e = i.flush_started();
         let (c, _) = i.begin(128 * MIB, 4096); // region 2, completes after the flush started
         i.end(c);
-        i.flushed(e);
+        i.flushed(e, Duration::ZERO);
         assert_eq!(
             i.set_ranges(256 * MIB),
             vec![(0, 64 * MIB), (128 * MIB, 192 * MIB)]
         );
         i.end(a);
         let e = i.flush_started();
-        i.flushed(e);
+        i.flushed(e, Duration::ZERO);
         assert!(i.all_clear());
         // The clears reach the disk with the next bitmap write.
         assert_eq!(i.dirty_blocks()[0].1[0], 0);
+    }
+
+    #[test]
+    fn a_region_in_use_keeps_its_bit_across_flushes_until_left_alone() {
+        let i = Intent::new(256 * MIB, 64 * MIB, vec![0; 4096]);
+        let (a, _) = i.begin(0, 4096);
+        i.written(&i.dirty_blocks());
+        i.end(a);
+        let hour = Duration::from_secs(3600);
+        assert!(!i.flushed(i.flush_started(), hour), "written just now");
+        assert_eq!(i.set_ranges(256 * MIB), vec![(0, 64 * MIB)]);
+        let (b, missing) = i.begin(4096, 4096);
+        assert!(
+            !missing,
+            "still on disk: no bitmap write for the next write"
+        );
+        i.end(b);
+        // A clean shutdown (or an idle volume) clears whatever a flush covered.
+        assert!(i.flushed(i.flush_started(), Duration::ZERO));
+        assert!(i.all_clear());
+    }
+
+    #[test]
+    fn a_bit_clears_at_the_first_flush_after_the_delay() {
+        // 3 regions: bits 3..7 of the byte lie past the last one.
+        let i = Intent::new(3 * 64 * MIB, 64 * MIB, vec![0; 4096]);
+        let delay = Duration::from_millis(100);
+        let (a, _) = i.begin(0, 4096);
+        let (b, _) = i.begin(2 * 64 * MIB, 4096);
+        i.written(&i.dirty_blocks());
+        i.end_at(a, 1000);
+        i.end_at(b, 1050);
+        assert!(!i.flushed_at(i.flush_started(), delay, 1099));
+        assert!(
+            i.flushed_at(i.flush_started(), delay, 1100),
+            "region 0 idle 100 ms"
+        );
+        assert_eq!(i.set_ranges(3 * 64 * MIB), vec![(128 * MIB, 192 * MIB)]);
+        assert!(i.flushed_at(i.flush_started(), delay, 1150));
+        assert!(i.all_clear());
     }
 
     #[test]

@@ -31,8 +31,10 @@
 //! oversized stripe are programmer errors: every function panics on them with a message that
 //! names the argument (see each function's `# Panics`).
 
+mod checks;
 pub mod gf;
 mod kernels;
+mod path;
 pub mod reference;
 mod vector;
 #[cfg(target_arch = "x86_64")]
@@ -41,9 +43,9 @@ mod x86;
 #[cfg(test)]
 mod tests;
 
+use checks::*;
 use kernels::{mode, PqJob, UpdJob, XorJob};
-use std::fmt;
-use std::sync::OnceLock;
+pub use path::Path;
 
 /// The largest number of data chunks in one stripe.
 pub const MAX_DATA: usize = 255;
@@ -54,121 +56,6 @@ pub const MAX_DATA: usize = 255;
 /// from the caches. Out of cache this is worth ~15% (measured on 1 MiB chunks); below it the
 /// outputs are usually read again soon. [`Kernels::with_streaming`] turns it off.
 pub const STREAM_MIN_LEN: usize = 512 * 1024;
-
-/// An implementation of the kernels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Path {
-    /// Portable: 64-bit words (SWAR), any CPU.
-    Scalar,
-    /// x86-64 SSSE3: 16-byte registers, PSHUFB multiplication.
-    Ssse3,
-    /// x86-64 AVX2: 32-byte registers.
-    Avx2,
-    /// x86-64 AVX-512F+BW: 64-byte registers, PSHUFB multiplication.
-    Avx512,
-    /// x86-64 AVX-512F+BW with GFNI: multiplication as one affine transform.
-    Avx512Gfni,
-}
-
-impl Path {
-    /// Every path, slowest first.
-    pub const ALL: [Path; 5] = [
-        Path::Scalar,
-        Path::Ssse3,
-        Path::Avx2,
-        Path::Avx512,
-        Path::Avx512Gfni,
-    ];
-
-    /// A short lowercase name (used in bench ids and test messages).
-    pub fn name(self) -> &'static str {
-        match self {
-            Path::Scalar => "scalar",
-            Path::Ssse3 => "ssse3",
-            Path::Avx2 => "avx2",
-            Path::Avx512 => "avx512",
-            Path::Avx512Gfni => "avx512-gfni",
-        }
-    }
-
-    /// The CPU features this path needs.
-    pub fn features(self) -> &'static [&'static str] {
-        match self {
-            Path::Scalar => &[],
-            Path::Ssse3 => &["ssse3"],
-            Path::Avx2 => &["avx2"],
-            Path::Avx512 => &["avx512f", "avx512bw"],
-            Path::Avx512Gfni => &["avx512f", "avx512bw", "gfni"],
-        }
-    }
-
-    /// The features this path needs that the CPU (or the target architecture) lacks; empty
-    /// when the path can run.
-    pub fn missing_features(self) -> Vec<&'static str> {
-        self.features()
-            .iter()
-            .copied()
-            .filter(|f| !cpu_has(f))
-            .collect()
-    }
-
-    /// Whether this path can run here.
-    pub fn is_available(self) -> bool {
-        match self {
-            Path::Scalar => true,
-            _ => cfg!(target_arch = "x86_64") && self.missing_features().is_empty(),
-        }
-    }
-
-    /// The paths that can run here, slowest first.
-    pub fn available() -> Vec<Path> {
-        Path::ALL.into_iter().filter(|p| p.is_available()).collect()
-    }
-
-    /// The fastest path that can run here (detected once).
-    pub fn best() -> Path {
-        static BEST: OnceLock<Path> = OnceLock::new();
-        *BEST.get_or_init(|| {
-            *Path::available()
-                .last()
-                .expect("Scalar is always available")
-        })
-    }
-
-    /// Why this path cannot run, as "CPU lacks avx512bw, gfni"; `None` when it can.
-    pub fn unavailable_reason(self) -> Option<String> {
-        if self.is_available() {
-            None
-        } else if !cfg!(target_arch = "x86_64") {
-            Some("not an x86-64 build".to_string())
-        } else {
-            Some(format!("CPU lacks {}", self.missing_features().join(", ")))
-        }
-    }
-}
-
-impl fmt::Display for Path {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn cpu_has(feature: &str) -> bool {
-    match feature {
-        "ssse3" => is_x86_feature_detected!("ssse3"),
-        "avx2" => is_x86_feature_detected!("avx2"),
-        "avx512f" => is_x86_feature_detected!("avx512f"),
-        "avx512bw" => is_x86_feature_detected!("avx512bw"),
-        "gfni" => is_x86_feature_detected!("gfni"),
-        _ => false,
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn cpu_has(_feature: &str) -> bool {
-    false
-}
 
 /// One changed data chunk of a read-modify-write: its slot and its old and new contents.
 #[derive(Clone, Copy, Debug)]
@@ -669,110 +556,6 @@ impl<'a, 'b> PqJob<'a, 'b> {
             out0: core::ptr::null_mut(),
             out1: core::ptr::null_mut(),
         }
-    }
-}
-
-// ----- validation (programmer errors panic, naming the argument) -----
-
-fn stripe_len(op: &str, data: &[&[u8]], lost: Option<[usize; 2]>) -> usize {
-    assert!(!data.is_empty(), "parity::{op}: no data chunks");
-    assert!(
-        data.len() <= MAX_DATA,
-        "parity::{op}: {} data chunks, at most {MAX_DATA} are supported",
-        data.len()
-    );
-    let lost = lost.unwrap_or([usize::MAX, usize::MAX]);
-    for (name, &l) in ["a", "b"].iter().zip(&lost) {
-        if l != usize::MAX {
-            check_slot(op, name, l, data.len());
-        }
-    }
-    let mut len = None;
-    for (i, d) in data.iter().enumerate() {
-        if lost.contains(&i) {
-            continue;
-        }
-        match len {
-            None => len = Some((i, d.len())),
-            Some((first, l)) => assert!(
-                d.len() == l,
-                "parity::{op}: data[{i}] is {} bytes but data[{first}] is {l}",
-                d.len()
-            ),
-        }
-    }
-    // With every data chunk lost (k = 1, or k = 2 with two lost), the parity sets the length.
-    len.map_or(usize::MAX, |(_, l)| l)
-}
-
-fn expect_len(op: &str, what: &str, got: usize, len: usize) -> usize {
-    // `usize::MAX` = not yet known (all data chunks lost): the first buffer sets it.
-    assert!(
-        len == usize::MAX || got == len,
-        "parity::{op}: {what} is {got} bytes but the data chunks are {len}"
-    );
-    got
-}
-
-fn check_slot(op: &str, name: &str, slot: usize, k: usize) {
-    assert!(
-        slot < k,
-        "parity::{op}: slot {name} = {slot} is out of range for {k} data chunks"
-    );
-}
-
-fn check_changes(op: &str, changes: &[Change], len: usize, with_q: bool) {
-    for (i, c) in changes.iter().enumerate() {
-        assert!(
-            c.old.len() == len && c.new.len() == len,
-            "parity::{op}: change {i} has old {} / new {} bytes but p is {len}",
-            c.old.len(),
-            c.new.len()
-        );
-        if with_q {
-            assert!(
-                c.slot < MAX_DATA,
-                "parity::{op}: change {i} has slot {}, at most {} is supported",
-                c.slot,
-                MAX_DATA - 1
-            );
-        }
-    }
-}
-
-/// Split a stripe into shared survivors (lost entries replaced by `&[]`) and the lost chunks.
-/// `lost[1] == lost[0]` means one lost chunk (the second output is then an empty slice);
-/// `usize::MAX` means none.
-fn check_k(op: &str, k: usize) {
-    assert!(k > 0, "parity::{op}: no data chunks");
-    assert!(
-        k <= MAX_DATA,
-        "parity::{op}: {k} data chunks, at most {MAX_DATA} are supported"
-    );
-}
-
-fn split_lost<'s>(
-    data: &'s mut [&mut [u8]],
-    lost: [usize; 2],
-) -> ([&'s [u8]; MAX_DATA], [&'s mut [u8]; 2]) {
-    let mut srcs: [&[u8]; MAX_DATA] = [&[]; MAX_DATA];
-    let mut outs: [&mut [u8]; 2] = [&mut [], &mut []];
-    for (i, d) in data.iter_mut().enumerate().take(MAX_DATA) {
-        if i == lost[0] {
-            outs[0] = d;
-        } else if i == lost[1] {
-            outs[1] = d;
-        } else {
-            srcs[i] = d;
-        }
-    }
-    (srcs, outs)
-}
-
-fn need_q<'q>(q: Option<&'q mut [u8]>, what: &str) -> &'q mut [u8] {
-    match q {
-        Some(q) => q,
-        None => panic!("parity::recover: {what} needs Q, but no Q was given (RAID 5?)"),
     }
 }
 

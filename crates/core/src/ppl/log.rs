@@ -543,33 +543,45 @@ impl GroupLog {
                     })
                 };
             }
-            self.write_round().await;
+            if let Some(rx) = self.write_round().await {
+                // Wait without the writer lock: the write that must end first may need it.
+                drop(_g);
+                let _ = rx.await;
+            }
         }
     }
 
     /// Writes what is pending (as much as fits half of each ring), one batch per ring.
-    async fn write_round(&self) {
+    /// `Some`: no room until a write in flight ends (wait for it without the writer lock).
+    async fn write_round(&self) -> Option<oneshot::Receiver<()>> {
         loop {
             let (taken, plan) = {
                 let mut st = self.state.lock();
                 self.retire(&mut st);
                 let tail = Self::tail(&st);
-                // Take entries in order while every ring's batch fits half its ring.
+                // Take whole tickets (one stripe write's entries, which fit half a ring by
+                // `min_ring_bytes`) in order while every ring's batch fits half its ring: a
+                // write whose entries were split over two batches would hold ring space
+                // while waiting for ring space.
                 let mut size: HashMap<usize, u64> = HashMap::new();
                 let mut n = 0;
-                for p in &st.pending {
-                    let fits = p.rings.iter().all(|&r| {
-                        let ring = st.rings[r].as_ref().expect("ring");
-                        let now = size.get(&r).copied().unwrap_or(64);
-                        now + p.entry.encoded_len() as u64 <= ring.len / 2
-                    });
+                while n < st.pending.len() {
+                    let t = st.pending[n].ticket;
+                    let end = n + st.pending[n..].iter().take_while(|p| p.ticket == t).count();
+                    let mut next = size.clone();
+                    for p in &st.pending[n..end] {
+                        for &r in &p.rings {
+                            *next.entry(r).or_insert(64) += p.entry.encoded_len() as u64;
+                        }
+                    }
+                    let fits = next
+                        .iter()
+                        .all(|(&r, &len)| len <= st.rings[r].as_ref().expect("ring").len / 2);
                     if !fits && n > 0 {
                         break;
                     }
-                    for &r in &p.rings {
-                        *size.entry(r).or_insert(64) += p.entry.encoded_len() as u64;
-                    }
-                    n += 1;
+                    size = next;
+                    n = end;
                 }
                 // Ring places: every ring's batch must fit without touching a live batch.
                 let mut places = Vec::new();
@@ -631,18 +643,33 @@ impl GroupLog {
                         for t in failed {
                             st.done.insert(t, false);
                         }
-                        return;
+                        return None;
                     }
                 };
                 match waiting {
                     None => self.flush_members().await,
-                    Some(rx) => {
-                        let _ = rx.await;
-                    }
+                    Some(rx) => return Some(rx),
                 }
                 continue;
             };
-            let results = join_all(plan.iter().map(|(_, m, at, bytes, _)| {
+            // A ring more than half full of live batches: flush the group's members beside
+            // this batch, so bands written so far settle before the ring runs out (instead of
+            // every writer stalling behind a flush then).
+            let flush_now = {
+                let st = self.state.lock();
+                let crowded = st
+                    .rings
+                    .iter()
+                    .flatten()
+                    .any(|r| r.live.iter().map(|b| b.1 - b.0).sum::<u64>() > r.len / 2);
+                crowded && st.bands.values().any(|b| b.inflight == 0 && b.durable)
+            };
+            let flush = async {
+                if flush_now {
+                    self.flush_members().await;
+                }
+            };
+            let writes = join_all(plan.iter().map(|(_, m, at, bytes, _)| {
                 let slot = self.table.slot(*m);
                 let mut b = Buf::zeroed(bytes.len());
                 b.copy_from_slice(bytes);
@@ -668,8 +695,8 @@ impl GroupLog {
                         }
                     }
                 }
-            }))
-            .await;
+            }));
+            let (results, ()) = futures::future::join(writes, flush).await;
             let mut st = self.state.lock();
             let mut ring_ok = HashMap::new();
             for ((r, _, _, _, tail), ok) in plan.iter().zip(results) {
@@ -696,7 +723,7 @@ impl GroupLog {
             for w in st.waiters.drain(..) {
                 let _ = w.send(());
             }
-            return;
+            return None;
         }
     }
 }

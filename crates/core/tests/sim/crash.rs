@@ -33,6 +33,7 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 const SECTOR: u64 = SECTOR_BYTES as u64;
 const STEP_LIMIT: u64 = 400_000;
@@ -159,6 +160,8 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
         },
         bitmap_chunk_bytes: Some(4096 << rng.below(3)),
         ppl: case.ppl,
+        // The most eager clearing: the most bitmap writes racing the data.
+        bitmap_clear_delay: Duration::ZERO,
     };
 
     // Healing schedules have one more disk: the spare.
