@@ -71,6 +71,7 @@ pub(crate) struct RawVolume {
     pub clean_delay: Option<Spanned<RawSize>>,
     pub spares: Option<Spanned<Vec<Spanned<String>>>>,
     pub rebuild_rate: Option<Spanned<RawSize>>,
+    pub write_hole: Option<Spanned<String>>,
 }
 
 /// A listen entry: `"tcp:IP:PORT"`, or a table giving that listener its own TLS mode,

@@ -359,6 +359,7 @@ pub async fn start_volume(
     let opts = ArrayOptions {
         volume: volume_options(v),
         bitmap_chunk_bytes: v.metadata.bitmap_chunk_bytes,
+        ppl: v.metadata.ppl,
         // A region is recorded clean after the same quiet time as the whole volume.
         bitmap_clear_delay: v
             .metadata
