@@ -53,7 +53,10 @@ pub(crate) fn resolve(
                 format!(
                     "{who}: spares do not apply to {} (it has no redundancy: nothing can be \
                      rebuilt onto a spare); remove spares, or use a level with redundancy",
-                    volumes[k].level()
+                    match volumes[k].level() {
+                        Some(l) => l.to_string(),
+                        None => "this tree".to_string(),
+                    }
                 ),
             ));
         }

@@ -2,8 +2,9 @@
 //! no superblock yet), `bitmap_chunk` (bytes of the volume per write-intent bit) and
 //! `clean_delay` (how long after the last write the volume is recorded clean: md's
 //! safe_mode_delay; a write-intent region left alone as long has its bit cleared by the next
-//! flush — with "off", after the default delay). Each is checked at its place with what would
-//! be valid.
+//! flush — with "off", after the default delay), `write_hole` (`"ppl"`, the default: RAID 5/6
+//! groups log partial parity so a crash followed by a lost member never corrupts data nobody
+//! wrote; `"off"`). Each is checked at its place with what would be valid.
 
 use super::error::{ErrorKind, Problem};
 use super::limits::{format_duration, parse_duration, DURATION_HELP};
@@ -54,6 +55,8 @@ pub struct MetadataOptions {
     pub bitmap_chunk_bytes: Option<u64>,
     /// Record the volume clean after this long without writes (`None`: only at shutdown).
     pub clean_delay: Option<Duration>,
+    /// `write_hole = "ppl"` (default): the partial-parity log closes the RAID 5/6 write hole.
+    pub ppl: bool,
 }
 
 impl Default for MetadataOptions {
@@ -62,6 +65,7 @@ impl Default for MetadataOptions {
             create: CreatePolicy::Auto,
             bitmap_chunk_bytes: Some(BITMAP_CHUNK_DEFAULT),
             clean_delay: Some(CLEAN_DELAY_DEFAULT),
+            ppl: true,
         }
     }
 }
@@ -91,6 +95,19 @@ pub(crate) fn metadata_options(v: &RawVolume, who: &str) -> Result<MetadataOptio
             None
         } else {
             Some(bitmap_chunk(b, who)?)
+        };
+    }
+    if let Some(w) = &v.write_hole {
+        opts.ppl = match w.get_ref().as_str() {
+            "ppl" => true,
+            "off" => false,
+            other => {
+                return Err(Problem::new(
+                    w.span(),
+                    ErrorKind::Option,
+                    format!("{who}: write_hole = \"{other}\" is not a choice; valid: \"ppl\" (default: a partial-parity log closes the RAID 5/6 write hole), \"off\""),
+                ))
+            }
         };
     }
     if let Some(d) = &v.clean_delay {
@@ -182,6 +199,9 @@ mod tests {
             .volumes[0]
             .metadata;
         assert_eq!((m.bitmap_chunk_bytes, m.clean_delay), (None, None));
+        assert!(m.ppl);
+        let m = volume("write_hole = \"off\"").unwrap().volumes[0].metadata;
+        assert!(!m.ppl);
     }
 
     #[test]
@@ -190,6 +210,7 @@ mod tests {
             ("create = \"yes\"", ErrorKind::Option, "valid: \"auto\""),
             ("bitmap_chunk = \"3MiB\"", ErrorKind::Size, "power of two"),
             ("bitmap_chunk = 512", ErrorKind::Size, "at least 4 KiB"),
+            ("write_hole = \"journal\"", ErrorKind::Option, "\"ppl\""),
             ("clean_delay = 5", ErrorKind::Option, "no unit"),
             ("clean_delay = \"2h\"", ErrorKind::Option, "out of range"),
         ] {

@@ -89,6 +89,7 @@ fn opts(bitmap: Bitmap) -> ArrayOptions {
             .is_some()
             .then_some(nbraid_core::metadata::intent::DEFAULT_CHUNK_BYTES),
         bitmap_clear_delay: bitmap.unwrap_or_default(),
+        ppl: true,
     }
 }
 

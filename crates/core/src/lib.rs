@@ -19,6 +19,7 @@ pub mod metadata;
 pub mod mirror;
 pub mod node;
 pub mod pass;
+pub mod ppl;
 pub mod raid;
 mod range_lock;
 pub mod read_policy;

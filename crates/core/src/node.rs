@@ -226,6 +226,15 @@ impl MemberSlot {
         self.writes_durable.fetch_max(target, Ordering::AcqRel);
     }
 
+    /// Non-FUA writes completed so far, and how many of them a completed flush covers (the
+    /// partial-parity log retires an entry once its stripe's writes are all durable).
+    pub(crate) fn write_counts(&self) -> (u64, u64) {
+        (
+            self.writes_done.load(Ordering::Acquire),
+            self.writes_durable.load(Ordering::Acquire),
+        )
+    }
+
     pub(crate) fn mark_dirty(&self) {
         self.writes_done.fetch_add(1, Ordering::AcqRel);
     }

@@ -109,6 +109,17 @@ impl Volume {
         members: Vec<Arc<dyn Member>>,
         opts: VolumeOptions,
     ) -> VolumeResult<Volume> {
+        Self::with_ppl(geometry, members, opts, None)
+    }
+
+    /// [`Volume::new`] with a partial-parity log on the members' `ppl` areas (`metadata::Array`
+    /// passes them; without one the RAID 5/6 write hole stays open).
+    pub fn with_ppl(
+        geometry: Geometry,
+        members: Vec<Arc<dyn Member>>,
+        opts: VolumeOptions,
+        ppl: Option<crate::ppl::PplSetup>,
+    ) -> VolumeResult<Volume> {
         if opts.block_size != 512 && opts.block_size != 4096 {
             return Err(VolumeError::Assembly(format!(
                 "logical block size {} is not supported (512 or 4096)",
@@ -141,7 +152,8 @@ impl Volume {
                 bytes: bytes / parity_groups.max(1) as u64,
             };
         }
-        let root = build(geometry.root(), &table, &node_opts, &repairs);
+        let ppl = ppl.as_ref();
+        let root = build(geometry.root(), &table, &node_opts, (&repairs, ppl), &mut 0);
         let capacity = geometry.capacity() / opts.block_size * opts.block_size;
         Ok(Volume {
             geometry,
@@ -549,33 +561,55 @@ fn build(
     node: &Node,
     table: &Arc<MemberTable>,
     opts: &VolumeOptions,
-    repairs: &Arc<AtomicU64>,
+    (repairs, ppl): (&Arc<AtomicU64>, Option<&crate::ppl::PplSetup>),
+    groups: &mut u32,
 ) -> Box<dyn ArrayNode> {
-    let kids = || -> Vec<Box<dyn ArrayNode>> {
-        node.children()
-            .iter()
-            .map(|c| build(c, table, opts, repairs))
-            .collect()
-    };
+    // Parity groups are numbered in preorder (the partial-parity log's group numbers).
+    let group = *groups;
+    if matches!(node, Node::Parity(_)) {
+        *groups += 1;
+    }
+    let kids: Vec<Box<dyn ArrayNode>> = node
+        .children()
+        .iter()
+        .map(|c| build(c, table, opts, (repairs, ppl), groups))
+        .collect();
     match node {
         Node::Member(m) => Box::new(LeafNode::new(m.index, m.start, m.len, table.clone())),
-        Node::Concat(c) => Box::new(SplitNode::new(c.clone(), kids(), node.capacity())),
-        Node::Stripe(s) => Box::new(SplitNode::new(s.clone(), kids(), node.capacity())),
+        Node::Concat(c) => Box::new(SplitNode::new(c.clone(), kids, node.capacity())),
+        Node::Stripe(s) => Box::new(SplitNode::new(s.clone(), kids, node.capacity())),
         Node::Mirror(_) => Box::new(MirrorNode::new(
-            kids(),
+            kids,
             node.capacity(),
             opts.read_policy,
             opts.mirror_seq_piece,
             repairs.clone(),
         )),
-        Node::Parity(g) => Box::new(ParityNode::new(
-            g.clone(),
-            kids(),
-            node.capacity(),
-            SyncState::at_assembly(opts.members_known_zero),
-            opts.cache,
-            opts.cache_max_age,
-            repairs.clone(),
-        )),
+        Node::Parity(g) => {
+            let leaves: Option<Vec<usize>> = node
+                .children()
+                .iter()
+                .map(|c| match c {
+                    Node::Member(m) => Some(m.index),
+                    _ => None,
+                })
+                .collect();
+            let log = match (ppl, leaves) {
+                (Some(setup), Some(members)) => {
+                    crate::ppl::GroupLog::new(setup, group, g, members, table.clone())
+                }
+                _ => None,
+            };
+            Box::new(ParityNode::logged(
+                g.clone(),
+                kids,
+                node.capacity(),
+                SyncState::at_assembly(opts.members_known_zero),
+                opts.cache,
+                opts.cache_max_age,
+                repairs.clone(),
+                log,
+            ))
+        }
     }
 }

@@ -44,6 +44,7 @@ fn opts() -> ArrayOptions {
             ..VolumeOptions::default()
         },
         bitmap_chunk_bytes: Some(CHUNK),
+        ppl: true,
         // Bits clear at the first flush that covers their writes: the tests see exactly that.
         bitmap_clear_delay: Duration::ZERO,
     }

@@ -46,6 +46,7 @@ fn opts() -> ArrayOptions {
             ..VolumeOptions::default()
         },
         bitmap_chunk_bytes: Some(256 * KIB),
+        ppl: true,
         bitmap_clear_delay: std::time::Duration::ZERO,
     }
 }

@@ -34,6 +34,7 @@ fn opts() -> ArrayOptions {
         bitmap_chunk_bytes: Some(256 * KIB),
         // Resynced chunks' bits go at the next flush (the crash test counts on it).
         bitmap_clear_delay: Duration::ZERO,
+        ppl: true,
     }
 }
 

@@ -245,9 +245,14 @@ pub async fn open_remote(
         .map(|v| v.block_size)
         .min()
         .unwrap_or(config::BLOCK_SIZE_DEFAULT);
+    let default = nbraid_remote::RemoteOptions::default();
     let opts = nbraid_remote::RemoteOptions {
         block_size,
-        ..Default::default()
+        timeout: m.remote.timeout.unwrap_or(default.timeout),
+        connections: m
+            .remote
+            .connections
+            .map_or(default.connections, |n| n as usize),
     };
     nbraid_remote::RemoteMember::connect(&m.path_text, Some(m.size), &opts)
         .await
@@ -354,6 +359,7 @@ pub async fn start_volume(
     let opts = ArrayOptions {
         volume: volume_options(v),
         bitmap_chunk_bytes: v.metadata.bitmap_chunk_bytes,
+        ppl: v.metadata.ppl,
         // A region is recorded clean after the same quiet time as the whole volume.
         bitmap_clear_delay: v
             .metadata
@@ -392,7 +398,7 @@ pub async fn start_volume(
                  remove the volume from the config",
                 v.name,
                 gone.join(", "),
-                v.shape.level,
+                v.kind_name(),
                 v.geometry.fault_tolerance().worst
             ))
         }
@@ -524,16 +530,23 @@ pub fn volume_options(v: &config::Volume) -> VolumeOptions {
 
 /// One line for NBD_INFO_DESCRIPTION and the start-up listing.
 fn describe(config: &Config, v: &config::Volume) -> String {
-    let spans = if v.shape.level.has_spans() {
-        format!(", {} spans", v.shape.spans)
+    let Some(shape) = &v.shape else {
+        return format!(
+            "nbraid tree {} ({} data members)",
+            v.tree_text(config),
+            v.geometry.data_members()
+        );
+    };
+    let spans = if shape.level.has_spans() {
+        format!(", {} spans", shape.spans)
     } else {
         String::new()
     };
     format!(
         "nbraid {}{spans} over {} ({} data members, strip {})",
-        v.shape.level,
+        shape.level,
         v.member_ids(config).join(" "),
-        v.shape.data_members(),
-        config::format_size(v.shape.strip),
+        shape.data_members(),
+        config::format_size(shape.strip),
     )
 }

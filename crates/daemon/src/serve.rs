@@ -210,7 +210,7 @@ fn controls(config: &Config, volumes: &[Assembled]) -> Controls {
         .iter()
         .map(|a| {
             let cv = config.volumes.iter().find(|v| v.name == a.name);
-            let level = cv.map_or(String::new(), |v| v.level().name().to_string());
+            let level = cv.map_or(String::new(), |v| v.kind_name().to_string());
             ControlVolume::new(
                 a.name.clone(),
                 level,

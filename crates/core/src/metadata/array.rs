@@ -45,6 +45,9 @@ pub struct ArrayOptions {
     /// Bytes of the volume per write-intent bit (`None`: no bitmap; every unclean start
     /// resyncs the whole volume). Rounded up to a power of two ≥ 4 KiB.
     pub bitmap_chunk_bytes: Option<u64>,
+    /// The partial-parity log of RAID 5/6/50/60 groups (`crate::ppl`; default on): closes the
+    /// write hole. Off: an area is still reserved at create, but nothing is logged.
+    pub ppl: bool,
     /// A region's bit is cleared by a flush only once no write touched the region for this
     /// long (md's bitmap daemon sleep): bits of regions in use stay set instead of being
     /// written clear at every flush and set again by the next write. Zero: at the first
@@ -57,6 +60,7 @@ impl Default for ArrayOptions {
         ArrayOptions {
             volume: VolumeOptions::default(),
             bitmap_chunk_bytes: Some(intent::DEFAULT_CHUNK_BYTES),
+            ppl: true,
             bitmap_clear_delay: intent::DEFAULT_CLEAR_DELAY,
         }
     }
@@ -93,6 +97,8 @@ pub struct OpenReport {
     /// Roles whose new member is being rebuilt, and the checkpoint it resumes from
     /// ([`Array::rebuild`] continues it while the volume serves).
     pub rebuilding_roles: Vec<(usize, u64)>,
+    /// What replaying the partial-parity log did (nothing after a clean shutdown).
+    pub ppl: crate::ppl::RecoverReport,
 }
 
 /// The volume's state as its records say it.
@@ -123,12 +129,17 @@ pub struct Array {
     /// `Volume::failed_count` when the records last caught up with it.
     recorded_failed: AtomicUsize,
     pub(super) intent: Option<Intent>,
+    /// By role: where that member keeps the partial-parity log (a new member in the role
+    /// gets the same place).
+    pub(super) ppl_areas: Vec<Option<Area>>,
     /// See [`ArrayOptions::bitmap_clear_delay`].
     bitmap_clear_delay: Duration,
     /// Bitmap updates written (each a FUA write on every current member).
     bitmap_writes: AtomicU64,
     /// Serializes bitmap writes (callers waiting share the next one).
     pub(super) bitmap_write: AsyncMutex<()>,
+    /// The log the engine writes (`None`: none), for the replay at open.
+    ppl_setup: Option<crate::ppl::PplSetup>,
 }
 
 impl Array {
@@ -224,6 +235,14 @@ impl Array {
                     })
                 }
             };
+            let avoid: Vec<Area> = bitmap.map(|b| b.area).into_iter().collect();
+            let held = m.sb.lock().await.clone();
+            let ppl = super::ppl_area::allocate(held.as_ref(), &tree, &avoid);
+            if let Some(a) = ppl {
+                super::ppl_area::clear(&*m.member, a)
+                    .await
+                    .map_err(|e| bad(e.to_string()))?;
+            }
             let record = VolumeRecord {
                 array: id,
                 name: name.to_string(),
@@ -234,7 +253,7 @@ impl Array {
                 members: members.clone(),
                 tree: tree.clone(),
                 bitmap,
-                ppl: None,
+                ppl,
                 checksums: None,
             };
             let uuid = member_ids[role];
@@ -318,6 +337,7 @@ impl Array {
         for &r in &absent {
             array.volume.fail_member(r, "absent at assembly");
         }
+
         array
             .recorded_failed
             .store(array.volume.failed_count(), SeqCst);
@@ -334,6 +354,11 @@ impl Array {
             array.heal.resume(r, checkpoint);
             rebuilding_roles.push((r, checkpoint));
         }
+        // The write hole: replay the partial-parity log before the resync and before serving.
+        let ppl = match &array.ppl_setup {
+            Some(p) => crate::ppl::recover(&array.volume, &p.areas, p.life, !asm.clean).await?,
+            None => Default::default(),
+        };
         {
             let mut rec = array.recorded.lock().await;
             rec.events = asm.events;
@@ -342,6 +367,7 @@ impl Array {
             tracing::warn!("volume `{name}`: {w}");
         }
         let mut report = OpenReport {
+            ppl,
             warnings: asm.warnings.clone(),
             was_clean: asm.clean,
             resynced_roles: stale.clone(),
@@ -407,7 +433,15 @@ impl Array {
             members_known_zero: true,
             ..opts.volume
         };
-        let volume = Volume::new(Geometry::from_tree(tree), members, vopts)?;
+        let newest_events = records
+            .iter()
+            .flatten()
+            .map(|r| r.events)
+            .max()
+            .unwrap_or(0);
+        let ppl_setup = super::ppl_area::setup(name, &tree, &records, newest_events, opts.ppl);
+        let volume =
+            Volume::with_ppl(Geometry::from_tree(tree), members, vopts, ppl_setup.clone())?;
         let newest = records
             .iter()
             .flatten()
@@ -448,6 +482,11 @@ impl Array {
             volume,
             metas: RwLock::new(by_role.to_vec()),
             bitmap_areas: RwLock::new(bitmap_areas),
+            ppl_areas: records
+                .iter()
+                .map(|r| r.as_ref().and_then(|r| r.ppl))
+                .collect(),
+            ppl_setup,
             heal: Default::default(),
             recorded: AsyncMutex::new(Recorded {
                 events: newest.events,
@@ -827,6 +866,11 @@ impl Array {
 /// The first gap of `len` bytes (4 KiB aligned) in the per-volume metadata areas that no
 /// record on the member uses.
 pub(super) fn free_area(sb: Option<&Superblock>, len: u64) -> Option<u64> {
+    free_area_avoiding(sb, len, &[])
+}
+
+/// [`free_area`], also avoiding `avoid` (areas not recorded yet).
+pub(super) fn free_area_avoiding(sb: Option<&Superblock>, len: u64, avoid: &[Area]) -> Option<u64> {
     let mut used: Vec<(u64, u64)> = sb
         .map(|sb| {
             sb.volumes
@@ -841,6 +885,7 @@ pub(super) fn free_area(sb: Option<&Superblock>, len: u64) -> Option<u64> {
                 .collect()
         })
         .unwrap_or_default();
+    used.extend(avoid.iter().map(|a| (a.offset, a.offset + a.len)));
     used.sort_unstable();
     let mut at = AREAS_START;
     for (s, e) in used {

@@ -22,7 +22,7 @@
 //!   holds everything and the replacement's record, if any, names an id the records do not.
 //!   A replace is therefore not checkpointed; it starts again.
 
-use super::array::{free_area, Array, ArrayError, Recorded};
+use super::array::{free_area_avoiding, Array, ArrayError, Recorded};
 use super::member_meta::MemberMeta;
 use super::{Area, BitmapArea, MemberEntry, Probe, RecordedState, Uuid, VolumeRecord};
 use crate::buf::Buf;
@@ -236,16 +236,40 @@ impl Array {
         if let Some(sb) = others.as_mut() {
             sb.volumes.retain(|v| v.name != self.name());
         }
+        // The role's partial-parity log stays where the engine writes it.
+        let ppl = self.ppl_areas.get(role).copied().flatten();
+        if let Some(a) = ppl {
+            let taken = others.as_ref().is_some_and(|sb| {
+                sb.volumes.iter().any(|v| {
+                    [v.bitmap.map(|b| b.area), v.ppl, v.checksums]
+                        .into_iter()
+                        .flatten()
+                        .any(|u| u.offset < a.offset + a.len && a.offset < u.offset + u.len)
+                })
+            });
+            if taken {
+                return Err(self.refuse(format!(
+                    "`{}`: the partial-parity log's place (bytes {}..{}) is taken in its metadata area",
+                    meta.member().name(),
+                    a.offset,
+                    a.offset + a.len
+                )));
+            }
+            super::ppl_area::clear(meta.member().as_ref(), a)
+                .await
+                .map_err(|e| self.refuse(e.to_string()))?;
+        }
         let template = self.bitmap_areas.read().iter().flatten().next().copied();
         let bitmap_area = match (template, &self.intent) {
             (Some(t), Some(intent)) => {
-                let offset = free_area(others.as_ref(), t.len).ok_or_else(|| {
-                    self.refuse(format!(
-                        "`{}`: no room for a {}-byte bitmap in the metadata area",
-                        meta.member().name(),
-                        t.len
-                    ))
-                })?;
+                let offset = free_area_avoiding(others.as_ref(), t.len, ppl.as_slice())
+                    .ok_or_else(|| {
+                        self.refuse(format!(
+                            "`{}`: no room for a {}-byte bitmap in the metadata area",
+                            meta.member().name(),
+                            t.len
+                        ))
+                    })?;
                 let mut b = Buf::zeroed(t.len as usize);
                 if let Some(image) = &bitmap {
                     b.copy_from_slice(image);
@@ -270,7 +294,7 @@ impl Array {
             members: rec.members.clone(),
             tree: self.volume().geometry().root().clone(),
             bitmap: bitmap_area,
-            ppl: None,
+            ppl,
             checksums: None,
         };
         let name = self.name().to_string();

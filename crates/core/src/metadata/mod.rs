@@ -18,6 +18,7 @@ mod heal;
 pub mod intent;
 mod io;
 mod member_meta;
+mod ppl_area;
 mod remove;
 mod resync;
 mod spares;

@@ -77,11 +77,13 @@
 //! dropped without a flush is lost, as on power loss.
 //!
 //! The write hole (a crash between a stripe's data and parity writes, or before a flush) is
-//! not closed here: flushed and FUA writes survive power loss; unflushed ones may leave the
-//! stripe's parity stale, which matters only if a member is then lost (a later issue:
-//! journal or partial-parity log). Sync and stale knowledge lives in memory only (metadata
-//! is a later issue); at assembly the engine decides it from whether the members are known
-//! to be zero ([`SyncState::at_assembly`]): zero data has zero parity.
+//! closed by the partial-parity log (`crate::ppl`) when the volume has one: before a
+//! partial-stripe write's member writes are issued, `write_rows` logs the partial parity of
+//! what it does not write (computed from the reads its plan made), and zeroing whole stripes
+//! settles what the log holds for them. Sync and stale knowledge lives in memory only; at
+//! assembly the engine decides it from whether the members are known to be zero
+//! ([`SyncState::at_assembly`]): zero data has zero parity (`metadata::Array` resyncs what
+//! may disagree before serving).
 //!
 //! # One answer each
 //! Tolerance is one rule (`tolerates` / `rebuildable`: no more lost children than parity
@@ -180,6 +182,8 @@ struct ParityCore {
     /// Filled under the stripe's shared lock, forgotten under its exclusive lock.
     /// Chunks handed straight to the reader that rebuilt the stripe are not kept (`None`).
     recent: Mutex<VecDeque<(u64, Vec<Option<SharedBuf>>)>>,
+    /// The partial-parity log (`crate::ppl`): partial-stripe writes log first.
+    ppl: Option<crate::ppl::GroupLog>,
 }
 
 impl ParityCore {
@@ -227,6 +231,7 @@ impl ParityCore {
             flushing: Mutex::new(()),
             repairs,
             recent: Mutex::new(VecDeque::new()),
+            ppl: None,
         }
     }
 
@@ -427,9 +432,26 @@ impl ParityNode {
         max_age: Option<Duration>,
         repairs: Arc<AtomicU64>,
     ) -> ParityNode {
-        let core = Arc::new(ParityCore::new(
-            layout, children, capacity, sync, cache, max_age, repairs,
-        ));
+        Self::logged(
+            layout, children, capacity, sync, cache, max_age, repairs, None,
+        )
+    }
+
+    /// [`ParityNode::new`] with a partial-parity log (`crate::ppl`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn logged(
+        layout: ParityGroup,
+        children: Vec<Box<dyn ArrayNode>>,
+        capacity: u64,
+        sync: SyncState,
+        cache: CacheMode,
+        max_age: Option<Duration>,
+        repairs: Arc<AtomicU64>,
+        ppl: Option<crate::ppl::GroupLog>,
+    ) -> ParityNode {
+        let mut core = ParityCore::new(layout, children, capacity, sync, cache, max_age, repairs);
+        core.ppl = ppl;
+        let core = Arc::new(core);
         if core.cache.as_ref().is_some_and(|c| c.max_age.is_some()) {
             flusher::register(Arc::downgrade(&core));
         }

@@ -137,7 +137,10 @@ impl ParityCore {
             data,
             p: health(roles.p),
             q: roles.q.map(health),
-            parity_trusted: self.in_sync(stripe) && !self.is_stale(stripe),
+            // The log computes a read-modify-write's partial parity from the old P.
+            parity_trusted: self.in_sync(stripe)
+                && !self.is_stale(stripe)
+                && (self.ppl.is_none() || health(roles.p) == Health::OK),
             force_reconstruct,
         }
     }
@@ -196,6 +199,13 @@ impl ParityCore {
         let hull = |i: usize| input.data[i].new.hull;
         // New bytes per written target.
         let mut out: Vec<(Target, SharedBuf)> = Vec::with_capacity(plan.writes.len());
+        // Per data chunk, the rows this write puts new bytes on (for the log).
+        let ranges = || -> Vec<Vec<(u64, u64)>> {
+            w.iter()
+                .map(|c| c.iter().map(|(s, d)| (*s, *s + d.len() as u64)).collect())
+                .collect()
+        };
+        let mut entries = Vec::new();
         match plan.plan {
             Plan::DataOnly => {
                 for r in &plan.writes {
@@ -210,6 +220,17 @@ impl ParityCore {
                 }
             }
             Plan::Rmw => {
+                if let (Some(log), Some(p)) = (&self.ppl, old.get(&Target::P)) {
+                    let values = crate::ppl::Values::Delta {
+                        old: (0..k)
+                            .map(|i| old.get(&Target::Data(i)).map(|b| (hull(i).0, &b[..])))
+                            .collect(),
+                        p,
+                        q: old.get(&Target::Q).map(|b| &b[..]),
+                        r0,
+                    };
+                    entries = log.prepare_settled(stripe, &ranges(), &values).await;
+                }
                 let mut p = old.remove(&Target::P).unwrap_or_else(|| Buf::zeroed(rows));
                 let mut q = (self.np == 2)
                     .then(|| old.remove(&Target::Q).unwrap_or_else(|| Buf::zeroed(rows)));
@@ -260,6 +281,13 @@ impl ParityCore {
                         },
                     )
                     .collect();
+                if let Some(log) = &self.ppl {
+                    let values = crate::ppl::Values::Direct {
+                        chunks: news.iter().map(|b| &b[..]).collect(),
+                        r0,
+                    };
+                    entries = log.prepare_settled(stripe, &ranges(), &values).await;
+                }
                 let mut order = vec![0usize; k];
                 for i in 0..k {
                     order[roles.q_slot[i]] = i;
@@ -307,6 +335,16 @@ impl ParityCore {
                 (child(t), base + r.start, bytes)
             })
             .collect();
+        // The log entries are durable before any member write is issued (a log that no
+        // parity member takes fails P: plan again without it).
+        let _hold = match &self.ppl {
+            Some(log) => Some(
+                log.write(entries)
+                    .await
+                    .map_err(|e| Retry::Read(roles.p, e))?,
+            ),
+            None => None,
+        };
         let results = join_all(
             writes
                 .iter()
@@ -487,6 +525,15 @@ impl ParityCore {
                     self.recent
                         .lock()
                         .retain(|(s, _)| !(first_full..last_full).contains(s));
+                    // What the log may replay of these stripes is settled first.
+                    let _hold = match &self.ppl {
+                        Some(log) => {
+                            let entries = log.prepare_whole(first_full, last_full);
+                            // A log no parity member takes is one nobody replays.
+                            log.write(entries).await.ok()
+                        }
+                        None => None,
+                    };
                     let at = self.layout.chunk_offset(first_full);
                     let n = (last_full - first_full) * self.strip;
                     let results = join_all(self.children.iter().map(|c| c.zero(at, n, kind))).await;

@@ -1,0 +1,62 @@
+//! Where a volume's partial-parity log lives on each member (`crate::ppl`): allocated at
+//! create in the per-volume metadata areas, recorded in the volume record (`ppl`), handed to
+//! the engine at every open with a life above every earlier open's.
+
+use super::array::free_area_avoiding;
+use super::{Area, Superblock, VolumeRecord};
+use crate::buf::Buf;
+use crate::member::Member;
+use crate::ppl::{self, PplSetup};
+use nbraid_layout::Node;
+
+/// A log area for a volume over `tree` on a member holding `held`, avoiding `avoid` (areas
+/// of this volume not recorded yet): the default size, or the smallest the log works with
+/// when the metadata area is short. `None`: no parity group to log, or no room.
+pub(super) fn allocate(held: Option<&Superblock>, tree: &Node, avoid: &[Area]) -> Option<Area> {
+    let want = ppl::area_bytes(tree)?;
+    let least = ppl::parity_groups(tree)
+        .iter()
+        .filter(|(_, leaves)| leaves.is_some())
+        .map(|(g, _)| ppl::min_ring_bytes(g))
+        .max()?;
+    [want, least]
+        .into_iter()
+        .find_map(|len| free_area_avoiding(held, len, avoid).map(|offset| Area { offset, len }))
+}
+
+/// Zeroes a new log area (a member's earlier life must never be replayed).
+pub(super) async fn clear(member: &dyn Member, area: Area) -> crate::member::MemberResult<()> {
+    member
+        .write(area.offset, Buf::zeroed(area.len as usize).freeze(), true)
+        .await
+}
+
+/// The engine's log setup from the records by role (`None` for a volume without a log: one
+/// created before logs existed, or with the log switched off). `events`: the newest record's
+/// event counter (every open bumps it, so `events + 1` is above every earlier life).
+pub(super) fn setup(
+    name: &str,
+    tree: &Node,
+    records: &[Option<VolumeRecord>],
+    events: u64,
+    enabled: bool,
+) -> Option<PplSetup> {
+    let logged = ppl::parity_groups(tree).iter().any(|(_, l)| l.is_some());
+    if !enabled || !logged {
+        return None;
+    }
+    let areas: Vec<Option<(u64, u64)>> = records
+        .iter()
+        .map(|r| r.as_ref().and_then(|r| r.ppl).map(|a| (a.offset, a.len)))
+        .collect();
+    if areas.iter().all(Option::is_none) {
+        tracing::warn!(
+            "volume `{name}`: no partial-parity log area in its records (created before the log existed): the RAID 5/6 write hole stays open; recreate the array to close it"
+        );
+        return None;
+    }
+    Some(PplSetup {
+        life: events + 1,
+        areas,
+    })
+}

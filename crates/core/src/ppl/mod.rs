@@ -1,0 +1,106 @@
+//! The partial-parity log (md's PPL): closes the RAID 5/6 write hole.
+//!
+//! A crash between a stripe's data and parity writes leaves parity that matches neither the
+//! old nor the new data; if a member that was *not* being written is then lost, rebuilding
+//! its chunk from that parity gives wrong bytes — data nobody wrote is corrupted. Before a
+//! partial-stripe write reaches the members, its parity group logs, for each 4 KiB band of
+//! rows it touches, which sectors of which data chunks are in flux and the partial parity
+//! (XOR, and for RAID 6 md's Q syndrome) of every other chunk, with FUA, on the stripe's P
+//! (and Q) member. At a dirty start each band's newest entry is replayed before anything is
+//! served: parity := partial parity ⊕ the written chunks as found, so the unwritten chunks —
+//! present or lost — are exact whatever the crash tore (`replay`).
+//!
+//! What "in flux" means: every sector written since the band's writes were last known
+//! durable (a completed flush of the group's members covered them), not only the current
+//! write's — an earlier acknowledged but unflushed write may still be torn. The band keeps
+//! that union and its partial parity in memory (`log::Band`), so a read-modify-write needs no
+//! extra reads: the partial parity is the old parity minus the old bytes of the chunks it
+//! writes, or the previous partial parity minus the newly written ones.
+//!
+//! Entries are never replayed stale: each ring batch carries a tail (entries below it are
+//! settled) and the volume's life (every open starts a new one and marks every ring, so a
+//! previous life's entries are never replayed); a band whose last entry a ring may still
+//! replay gets a new entry even from a write that needs no partial parity (every chunk
+//! written). Full-stripe writes to bands with nothing logged write no entry at all.
+//!
+//! Files: `codec.rs` (the bytes, docs/FORMAT.md), `replay.rs` (pure: which entries count,
+//! the parity of a sector), `log.rs` (the writer: bands, batches, rings), `recover.rs` (the
+//! dirty start: read the rings, replay, mark the new life).
+
+pub mod codec;
+mod log;
+mod recover;
+pub mod replay;
+
+pub(crate) use log::{GroupLog, Values};
+pub use recover::{recover, RecoverReport};
+
+use nbraid_layout::{Node, ParityGroup};
+
+/// Rows per log band: an entry covers one band of one stripe (md's 4 KiB stripe unit).
+pub const BAND_BYTES: u64 = 4096;
+/// Sector granularity of an entry's masks.
+pub const SECTOR_BYTES: usize = 512;
+/// Log area per member and volume (a ring of batches; at least two of the largest stripe
+/// write's entries must fit, see [`area_bytes`]).
+pub const DEFAULT_AREA_BYTES: u64 = 512 << 10;
+
+/// Where each member keeps the volume's log, and the life the log writes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PplSetup {
+    /// A number larger than any earlier open's (the event counter at assembly + 1).
+    pub life: u64,
+    /// By member index: (offset, length) of the log area; `None`: no log on that member.
+    pub areas: Vec<Option<(u64, u64)>>,
+}
+
+/// A parity group and, when every child is a member region, each child's (member index,
+/// region start).
+pub type LoggedGroup = (ParityGroup, Option<Vec<(usize, u64)>>);
+
+/// A parity group of a volume's tree, in preorder (the group number entries carry), with its
+/// children's (member index, region start) when every child is a member region — only such
+/// groups are logged (a group over mirrors or groups keeps parity on no single member).
+pub fn parity_groups(root: &Node) -> Vec<LoggedGroup> {
+    fn walk(n: &Node, out: &mut Vec<LoggedGroup>) {
+        if let Node::Parity(g) = n {
+            let leaves = n
+                .children()
+                .iter()
+                .map(|c| match c {
+                    Node::Member(m) => Some((m.index, m.start)),
+                    _ => None,
+                })
+                .collect();
+            out.push((g.clone(), leaves));
+        }
+        for c in n.children() {
+            walk(c, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, &mut out);
+    out
+}
+
+/// Bytes of log area a volume needs per member: two of its largest stripe write's entries
+/// (every band of a strip) plus a marker block, at least [`DEFAULT_AREA_BYTES`]; `None` for
+/// a tree without logged parity groups.
+pub fn area_bytes(root: &Node) -> Option<u64> {
+    parity_groups(root)
+        .iter()
+        .filter(|(_, leaves)| leaves.is_some())
+        .map(|(g, _)| min_ring_bytes(g))
+        .max()
+        .map(|need| need.max(DEFAULT_AREA_BYTES))
+}
+
+/// The smallest ring a group's log works with.
+pub fn min_ring_bytes(g: &ParityGroup) -> u64 {
+    let bands = g.strip().div_ceil(BAND_BYTES);
+    let k = g.data_chunks().next_multiple_of(8) as u64;
+    let worst = bands * (codec::ENTRY_HEADER_BYTES as u64 + k + g.parity() as u64 * BAND_BYTES)
+        + codec::BATCH_HEADER_BYTES as u64;
+    (2 * worst.next_multiple_of(codec::LOG_BLOCK_BYTES) + codec::LOG_BLOCK_BYTES)
+        .next_multiple_of(codec::LOG_BLOCK_BYTES)
+}

@@ -1,0 +1,176 @@
+//! The dirty start: read every current member's log ring, replay each band's newest entry
+//! (before the bitmap resync and before anything is served), then mark every ring with the
+//! new life so nothing of the old one is ever replayed again.
+
+use super::codec::{encode_batch, scan, Batch, Entry};
+use super::replay::{replay_sector, select, SectorState};
+use super::{parity_groups, BAND_BYTES, SECTOR_BYTES};
+use crate::buf::Buf;
+use crate::error::VolumeResult;
+use crate::volume::Volume;
+
+/// What the dirty start found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoverReport {
+    /// Entries replayed (each one band of one stripe).
+    pub entries: u64,
+    /// Sectors whose parity was rewritten.
+    pub sectors: u64,
+    /// Entries that could not be used, and why (logged as warnings too).
+    pub skipped: Vec<String>,
+}
+
+/// Reads the log areas (`areas` by member index) of the current members; with `replay`
+/// (an unclean shutdown), replays the newest entries; then, when any ring held a batch, marks
+/// every current member's ring with `life` (block 0) so none of it is replayed again.
+pub async fn recover(
+    volume: &Volume,
+    areas: &[Option<(u64, u64)>],
+    life: u64,
+    replay: bool,
+) -> VolumeResult<RecoverReport> {
+    let mut report = RecoverReport::default();
+    let mut rings: Vec<Vec<Batch>> = Vec::new();
+    for (m, area) in areas.iter().enumerate() {
+        let Some((offset, len)) = *area else { continue };
+        if !volume.member_is_current(m) {
+            continue;
+        }
+        match volume.member(m).read(offset, Buf::new(len as usize)).await {
+            Ok(b) => rings.push(scan(&b)),
+            Err(e) => tracing::warn!("member {m}: partial-parity log unreadable: {e}"),
+        }
+    }
+    if rings.iter().all(Vec::is_empty) {
+        return Ok(report);
+    }
+    if replay {
+        let groups = parity_groups(volume.geometry().root());
+        for e in select(&rings) {
+            match replay_entry(volume, &groups, &e).await {
+                Ok(n) => {
+                    report.entries += 1;
+                    report.sectors += n;
+                }
+                Err(why) => {
+                    let why = format!(
+                        "log entry {} (group {}, stripe {}, band {}): {why}",
+                        e.seq, e.group, e.stripe, e.band
+                    );
+                    tracing::warn!("{why}");
+                    report.skipped.push(why);
+                }
+            }
+        }
+    }
+    let marker = encode_batch(life, 0, &[]);
+    for (m, area) in areas.iter().enumerate() {
+        let Some((offset, _)) = *area else { continue };
+        if !volume.member_is_current(m) {
+            continue;
+        }
+        let mut b = Buf::zeroed(marker.len());
+        b.copy_from_slice(&marker);
+        if let Err(e) = volume.member(m).write(offset, b.freeze(), true).await {
+            volume.fail_member(m, &format!("partial-parity log marker: {e}"));
+        }
+    }
+    Ok(report)
+}
+
+type Groups = Vec<super::LoggedGroup>;
+
+/// Replays one entry; the number of sectors rewritten, or why it cannot be used.
+async fn replay_entry(volume: &Volume, groups: &Groups, e: &Entry) -> Result<u64, String> {
+    let (g, leaves) = groups
+        .get(e.group as usize)
+        .ok_or("no such parity group in this volume")?;
+    let leaves = leaves.as_ref().ok_or("the group is not logged")?;
+    let k = g.data_chunks();
+    let b0 = u64::from(e.band) * BAND_BYTES;
+    let len = u64::from(e.sectors) * SECTOR_BYTES as u64;
+    if e.masks.len() != k
+        || usize::from(e.parity) != g.parity()
+        || e.stripe >= g.stripes()
+        || b0 + len > g.strip()
+    {
+        return Err("does not fit the volume's geometry".into());
+    }
+    let roles = g.roles(e.stripe);
+    let at = g.chunk_offset(e.stripe) + b0;
+    // Each child's band: the data chunks, P, Q (`None`: its member is not current).
+    let read = |c: usize| async move {
+        let (m, start) = leaves[c];
+        if !volume.member_is_current(m) {
+            return None;
+        }
+        volume
+            .member(m)
+            .read(start + at, Buf::new(len as usize))
+            .await
+            .ok()
+    };
+    let mut data = Vec::with_capacity(k);
+    for &c in &roles.data {
+        data.push(read(c).await);
+    }
+    let p = read(roles.p).await;
+    let q = match roles.q {
+        Some(c) => read(c).await,
+        None => None,
+    };
+    let stored = e.stored();
+    let mut out_p = p.as_ref().map(|b| b.to_vec());
+    let mut out_q = q.as_ref().map(|b| b.to_vec());
+    let (mut n, mut si) = (0u64, 0usize);
+    for x in 0..usize::from(e.sectors) {
+        let bit = 1u8 << x;
+        if e.covered() & bit == 0 {
+            continue;
+        }
+        let r = x * SECTOR_BYTES..(x + 1) * SECTOR_BYTES;
+        let zero = vec![0u8; SECTOR_BYTES];
+        let (pp, pq) = if stored & bit != 0 {
+            let s = si * SECTOR_BYTES..(si + 1) * SECTOR_BYTES;
+            si += 1;
+            (
+                e.pp[s.clone()].to_vec(),
+                (e.parity == 2).then(|| e.pq[s].to_vec()),
+            )
+        } else {
+            (zero.clone(), (e.parity == 2).then(|| zero.clone()))
+        };
+        let written: Vec<bool> = e.masks.iter().map(|m| m & bit != 0).collect();
+        let st = SectorState {
+            data: data
+                .iter()
+                .map(|d| d.as_ref().map(|b| &b[r.clone()]))
+                .collect(),
+            p: p.as_ref().map(|b| &b[r.clone()]),
+            q: q.as_ref().map(|b| &b[r.clone()]),
+            q_slot: &roles.q_slot,
+        };
+        let (np, nq) = replay_sector(&st, &written, &pp, pq.as_deref())
+            .ok_or("more chunks missing than the partial parity covers")?;
+        if let Some(o) = out_p.as_mut() {
+            o[r.clone()].copy_from_slice(&np);
+        }
+        if let (Some(o), Some(nq)) = (out_q.as_mut(), nq) {
+            o[r].copy_from_slice(&nq);
+        }
+        n += 1;
+    }
+    let targets = [(roles.p, out_p), (roles.q.unwrap_or(usize::MAX), out_q)];
+    for (c, bytes) in targets {
+        let Some(bytes) = bytes else { continue };
+        let (m, start) = leaves[c];
+        let mut b = Buf::zeroed(bytes.len());
+        b.copy_from_slice(&bytes);
+        volume
+            .member(m)
+            .write(start + at, b.freeze(), true)
+            .await
+            .map_err(|err| format!("writing the replayed parity to member {m}: {err}"))?;
+    }
+    Ok(n)
+}
