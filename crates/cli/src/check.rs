@@ -30,8 +30,10 @@ pub fn run(file: &Path, json: bool, draw: bool, rows: Option<u64>) -> Result<Str
         Err(e) => return Err(e.into()),
     };
     let remote = remote_members(&config);
+    let records = crate::records::look(&config);
     if json {
         let mut v = serde_json::to_value(config.summary())?;
+        v["superblocks"] = serde_json::to_value(&records)?;
         if !remote.is_empty() {
             v["remote_members"] =
                 serde_json::Value::Array(remote.iter().map(Remote::json).collect());
@@ -39,6 +41,13 @@ pub fn run(file: &Path, json: bool, draw: bool, rows: Option<u64>) -> Result<Str
         return Ok(format!("{}\n", serde_json::to_string_pretty(&v)?));
     }
     let mut out = config.explain();
+    out.push_str("\nsuperblocks\n");
+    for r in &records {
+        out.push_str(&format!("  {}: {}\n", r.volume, r.state));
+        for n in &r.notes {
+            out.push_str(&format!("    note: {n}\n"));
+        }
+    }
     if !remote.is_empty() {
         let rows: Vec<Vec<String>> = remote.iter().map(Remote::row).collect();
         out.push('\n');

@@ -1,16 +1,22 @@
 //! Stripe diagrams: the first strip rows of every member of a volume, one column per member,
 //! cells named the way RAID articles name them (`D0 D1 P0`; mirrors repeat the chunk number
-//! in each copy).
+//! in each copy). A declared tree is drawn as an outline first, each node with its capacity
+//! and the member losses it survives.
 
 use nbraid_config::{format_size, format_size_exact, Config, Volume};
-use nbraid_layout::{Level, Role};
+use nbraid_layout::{Level, Node, Role, STRIP_DEFAULT};
 
 /// The grid for `volume`: `rows` strip rows (default one parity rotation, at least 4).
 pub fn draw(config: &Config, volume: &Volume, rows: Option<u64>) -> String {
-    let shape = &volume.shape;
     let ids = volume.member_ids(config);
-    let mut out = format!("{}: {}", volume.name, describe(volume));
-    if shape.level == Level::Jbod {
+    let root = volume.geometry.root();
+    let mut out = format!("{}: {}", volume.name, describe(config, volume));
+    if volume.shape.is_none() {
+        out.push('\n');
+        outline(&mut out, root, &ids, volume, "  ", "  ");
+        out.push_str(volume.name.as_str());
+    }
+    if volume.level() == Some(Level::Jbod) {
         out.push_str(" — members one after another\n");
         let mut logical = 0;
         for (id, r) in ids.iter().zip(&volume.regions) {
@@ -25,9 +31,12 @@ pub fn draw(config: &Config, volume: &Volume, rows: Option<u64>) -> String {
         }
         return out;
     }
-    let strip = shape.strip;
+    let strip = volume.shape.as_ref().map_or_else(
+        || smallest_strip(root).unwrap_or(STRIP_DEFAULT),
+        |s| s.strip,
+    );
     let row_bytes = strip * volume.geometry.data_members() as u64;
-    let default_rows = (shape.per_span() as u64).max(4);
+    let default_rows = (widest_group(root) as u64).max(4);
     let rows = rows
         .unwrap_or(default_rows)
         .min(volume.capacity() / row_bytes)
@@ -61,15 +70,22 @@ pub fn draw(config: &Config, volume: &Volume, rows: Option<u64>) -> String {
         .chain(ids.iter().map(|i| i.chars().count()))
         .max()
         .unwrap_or(2);
-    let per_span = if shape.level.has_spans() {
-        shape.per_span()
-    } else {
-        ids.len()
-    };
+    // Columns are grouped by the root's children when those are groups (RAID 10's mirrors,
+    // RAID 50's spans, a declared tree's branches).
+    let mut group_of = vec![0usize; ids.len()];
+    if root
+        .children()
+        .iter()
+        .any(|c| !matches!(c, Node::Member(_)))
+    {
+        for (g, c) in root.children().iter().enumerate() {
+            c.visit_members(&mut |m| group_of[m.index] = g);
+        }
+    }
     let line = |cells: &[String]| -> String {
         let mut l = String::new();
         for (i, c) in cells.iter().enumerate() {
-            if i > 0 && i % per_span == 0 {
+            if i > 0 && group_of[i] != group_of[i - 1] {
                 l.push_str(" |");
             }
             l.push_str(&format!(" {c:<width$}"));
@@ -103,9 +119,16 @@ pub fn draw(config: &Config, volume: &Volume, rows: Option<u64>) -> String {
     out
 }
 
-/// `raid50, 2 spans × 3 members, strip 64 KiB, left-symmetric`.
-pub fn describe(volume: &Volume) -> String {
-    let s = &volume.shape;
+/// `raid50, 2 spans × 3 members, strip 64 KiB, left-symmetric`; for a declared tree
+/// `tree, 6 members: mirror(raid5:64KiB(d0 d1 d2), raid5:64KiB(d3 d4 d5))`.
+pub fn describe(config: &Config, volume: &Volume) -> String {
+    let Some(s) = &volume.shape else {
+        return format!(
+            "tree, {} members: {}",
+            volume.members.len(),
+            volume.tree_text(config)
+        );
+    };
     let mut d = s.level.to_string();
     if s.level.has_spans() {
         d.push_str(&format!(", {} spans × {} members", s.spans, s.per_span()));
@@ -119,4 +142,78 @@ pub fn describe(volume: &Volume) -> String {
         d.push_str(&format!(", {}", s.parity_layout));
     }
     d
+}
+
+/// One line per node, children indented under their parent with box-drawing branches:
+/// the kind, its strip, capacity and fault tolerance; members by id and region.
+fn outline(out: &mut String, n: &Node, ids: &[&str], v: &Volume, first: &str, rest: &str) {
+    let tolerance = n.losses_to_fail().saturating_sub(1);
+    let facts = format!(
+        "{}, survives {tolerance} lost member{} at worst",
+        format_size(n.capacity()),
+        if tolerance == 1 { "" } else { "s" }
+    );
+    let line = match n {
+        Node::Member(m) => {
+            let r = &v.regions[m.index];
+            format!(
+                "{}  member bytes {} .. {}",
+                ids[m.index],
+                format_size_exact(r.start),
+                format_size_exact(r.start + r.len)
+            )
+        }
+        Node::Concat(_) => format!("concat  {facts}"),
+        Node::Mirror(_) => format!("mirror  {facts}"),
+        Node::Stripe(s) => format!("stripe, unit {}  {facts}", format_size(s.unit())),
+        Node::Parity(g) => format!(
+            "raid{}, strip {}, {}  {facts}",
+            if g.parity() == 1 { 5 } else { 6 },
+            format_size(g.strip()),
+            g.layout()
+        ),
+    };
+    out.push_str(&format!("{first}{line}\n"));
+    let kids = n.children();
+    for (i, c) in kids.iter().enumerate() {
+        let last = i + 1 == kids.len();
+        let (branch, under) = if last {
+            ("└─ ", "   ")
+        } else {
+            ("├─ ", "│  ")
+        };
+        outline(
+            out,
+            c,
+            ids,
+            v,
+            &format!("{rest}{branch}"),
+            &format!("{rest}{under}"),
+        );
+    }
+}
+
+/// The smallest strip of any parity group or stripe of members: the grid's cell.
+fn smallest_strip(n: &Node) -> Option<u64> {
+    let own = match n {
+        Node::Parity(g) => Some(g.strip()),
+        Node::Stripe(s) if n.children().iter().all(|c| matches!(c, Node::Member(_))) => {
+            Some(s.unit())
+        }
+        _ => None,
+    };
+    n.children()
+        .iter()
+        .filter_map(smallest_strip)
+        .chain(own)
+        .min()
+}
+
+/// The most children of any parity group (one parity rotation is that many rows).
+fn widest_group(n: &Node) -> usize {
+    let own = match n {
+        Node::Parity(g) => g.children().len(),
+        _ => 0,
+    };
+    n.children().iter().map(widest_group).fold(own, usize::max)
 }

@@ -11,6 +11,7 @@ mod create;
 mod diagram;
 mod map;
 mod ops;
+mod records;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};

@@ -29,6 +29,12 @@ struct Output {
     parity: Vec<Row>,
 }
 
+/// Parity groups in a tree.
+fn parity_groups(n: &nbraid_layout::Node) -> usize {
+    let own = usize::from(matches!(n, nbraid_layout::Node::Parity(_)));
+    own + n.children().iter().map(parity_groups).sum::<usize>()
+}
+
 pub fn run(
     file: &Path,
     volume: &str,
@@ -75,16 +81,12 @@ pub fn run(
     if json {
         return Ok(format!("{}\n", serde_json::to_string_pretty(&out)?));
     }
-    // RAID 50/60 have a parity group per span: name the span with the stripe.
-    let groups = if v.level().parity() > 0 && v.level().has_spans() {
-        v.shape.spans
-    } else {
-        1
-    };
+    // RAID 50/60 and trees may have several parity groups: name the group with the stripe.
+    let groups = parity_groups(v.geometry.root());
     let mut text = format!(
         "{}: {}; {} + {} ({offset} + {length} bytes)\n",
         v.name,
-        describe(v),
+        describe(&config, v),
         format_size(offset),
         format_size(length)
     );

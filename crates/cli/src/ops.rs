@@ -75,6 +75,18 @@ pub enum OpsCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// Take a failed member out of the volume, or a spare out of its spares (mdadm --remove).
+    /// An active member is refused: fail it first.
+    Remove {
+        volume: String,
+        /// A failed member's config id (or index), or a spare's id or path.
+        member: String,
+        #[command(flatten)]
+        target: Target,
+        /// Print the daemon's reply as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Rebuild a member onto PATH while it keeps serving, then swap them (redundancy never
     /// drops; md's want_replacement).
     Replace {
@@ -249,6 +261,31 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
                 _ => format!("{path} added to {volume} as a hot spare\n"),
             })
         }
+        OpsCommand::Remove {
+            volume,
+            member,
+            target,
+            json,
+        } => {
+            let v = Client::connect(&target)?
+                .call(json!({"op": "remove", "volume": volume, "member": member}))?;
+            Ok(if json {
+                format!("{v:#}\n")
+            } else if v["removed"] == "spare" {
+                format!("spare {member} removed from {volume}\n")
+            } else {
+                format!(
+                    "member {} (role {}) removed from {volume}; the volume is {}\n",
+                    v["member"].as_str().unwrap_or(&member),
+                    v["index"],
+                    if v["degraded"] == json!(true) {
+                        "degraded until a spare takes the role (nbraid add)"
+                    } else {
+                        "not degraded"
+                    }
+                )
+            })
+        }
         OpsCommand::Replace {
             volume,
             member,
@@ -393,6 +430,31 @@ pub fn status_table(v: &Value) -> String {
             bytes(cache["dirty_bytes"].as_u64().unwrap_or(0)),
             bytes(cache["bound_bytes"].as_u64().unwrap_or(0)),
         );
+        if let Some(r) = vol["rebuild"].as_object() {
+            let total = r["total_bytes"].as_u64().unwrap_or(0).max(1);
+            let pct = r["position_bytes"].as_u64().unwrap_or(0) as f64 * 100.0 / total as f64;
+            out += &format!(
+                "  rebuild {} {pct:.0}% of roles {} at {}/s{}\n",
+                r["state"].as_str().unwrap_or("?"),
+                r["roles"],
+                bytes(r["rate_bytes_per_s"].as_u64().unwrap_or(0)),
+                r["eta_s"]
+                    .as_u64()
+                    .map_or(String::new(), |e| format!(", eta {e}s"))
+            );
+        }
+        let spares: Vec<&str> = vol["spares"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if !spares.is_empty() {
+            out += &format!("  spares: {}\n", spares.join(" "));
+        }
+        for n in vol["notes"].as_array().into_iter().flatten() {
+            out += &format!("  note: {}\n", n.as_str().unwrap_or("?"));
+        }
         for m in &members {
             let state = m["state"].as_str().unwrap_or("?");
             // What the superblocks said at start, when it is news.

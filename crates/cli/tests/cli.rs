@@ -55,6 +55,7 @@ fn every_example_config_checks() {
         "jbod",
         "matrix",
         "quickstart",
+        "raid5-of-mirrors",
     ] {
         assert!(
             names.iter().any(|n| n == want),
@@ -83,6 +84,64 @@ fn every_example_config_checks() {
             assert!(vol["capacity_bytes"].as_u64().unwrap() > 0, "{f}: {vol}");
             assert!(vol["fault_tolerance"]["worst"].is_u64(), "{f}: {vol}");
         }
+    }
+}
+
+#[test]
+fn check_draws_a_declared_tree_with_capacity_and_tolerance() {
+    let o = nbraid(
+        &["check", "--diagram", "configs/raid5-of-mirrors.toml"],
+        &repo(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for want in [
+        // The table: a tree, 2 data members, 2 × 1023 MiB rounded to whole stripes.
+        "vault   tree   -      d0 d1 d2 d3 d4 d5  -      2     1.99 GiB (2145386496 bytes)  128 KiB      3 worst, 4 best",
+        "vault: tree raid5:64KiB(mirror(d0 d1), mirror(d2 d3), mirror(d4 d5))",
+        // The outline, each node with its capacity and tolerance.
+        "  raid5, strip 64 KiB, left-symmetric  1.99 GiB, survives 3 lost members at worst\n  ├─ mirror  1023 MiB, survives 1 lost member at worst\n  │  ├─ d0  member bytes 1MiB .. 1GiB\n  │  └─ d1  member bytes 1MiB .. 1GiB\n",
+        "     └─ d5  member bytes 1MiB .. 1GiB\n",
+        // The grid, columns grouped by mirror, copies side by side.
+        "  row  d0 d1 | d2 d3 | d4 d5\n    0  D0 D0 | D1 D1 | P0 P0\n    1  D3 D3 | P1 P1 | D2 D2\n",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in\n{text}");
+    }
+    let o = nbraid(
+        &["check", "--json", "configs/raid5-of-mirrors.toml"],
+        &repo(),
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("--json parses");
+    let vol = &v["volumes"][0];
+    assert!(vol["level"].is_null(), "{vol}");
+    assert_eq!(
+        vol["tree"],
+        "raid5:64KiB(mirror(d0 d1), mirror(d2 d3), mirror(d4 d5))"
+    );
+    assert_eq!(vol["fault_tolerance"]["worst"], 3);
+    assert_eq!(vol["fault_tolerance"]["best"], 4);
+    assert_eq!(vol["capacity_bytes"], 2145386496u64);
+
+    // `map`: the first stripe's data on both copies of two mirrors, P on both of the third.
+    let o = nbraid(
+        &[
+            "map",
+            "configs/raid5-of-mirrors.toml",
+            "vault",
+            "0",
+            "128KiB",
+        ],
+        &repo(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for want in [
+        "vault: tree, 6 members: raid5:64KiB(mirror(d0 d1), mirror(d2 d3), mirror(d4 d5))",
+        "0        65536   d1      1048576        data  0       1",
+        "65536    65536   d3      1048576        data  0       1",
+        "0        65536   d5      1048576        P     0       1",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in\n{text}");
     }
 }
 

@@ -49,11 +49,19 @@ fn require(tool: &str) -> PathBuf {
 
 /// A RAID 6 volume `r6` over six 9 MiB file members (32 MiB), served on a Unix socket.
 fn write_config(dir: &Path) -> PathBuf {
+    write_config_with(dir, &[], "")
+}
+
+/// [`write_config`] with 9 MiB members `spares` more (not in the volume) and more keys for
+/// the volume.
+fn write_config_with(dir: &Path, spares: &[&str], volume_keys: &str) -> PathBuf {
     let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..6 {
-        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"9MiB\"\n\n");
+    let ids = (0..6).map(|i| format!("d{i}"));
+    for id in ids.chain(spares.iter().map(|s| s.to_string())) {
+        text += &format!("[[member]]\nid = \"{id}\"\npath = \"{id}.img\"\nsize = \"9MiB\"\n\n");
     }
     text += "[[volume]]\nname = \"r6\"\nlevel = \"raid6\"\nstrip_size = \"64KiB\"\nmembers = [\"d0\", \"d1\", \"d2\", \"d3\", \"d4\", \"d5\"]\n";
+    text += volume_keys;
     let file = dir.join("arrays.toml");
     std::fs::write(&file, text).unwrap();
     file
@@ -120,6 +128,16 @@ impl Daemon {
             "the control socket is removed on exit"
         );
     }
+}
+
+/// Starts the daemon on `config` (listening on `nbd.sock` beside it); the NBD URI of `volume`.
+fn serve(config: &Path, volume: &str) -> (Daemon, String) {
+    let socket = config.with_file_name("nbd.sock");
+    let d = Daemon::start(config);
+    (
+        d,
+        format!("nbd+unix:///{volume}?socket={}", socket.display()),
+    )
 }
 
 /// Sends raw lines on one connection; the replies, parsed.
@@ -205,11 +223,7 @@ fn scrub_repairs_a_corrupt_raid6_member_and_fail_degrades() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path());
     let cfg = config.to_str().unwrap();
-    let mut d = Daemon::start(&config);
-    let uri = format!(
-        "nbd+unix:///r6?socket={}",
-        dir.path().join("nbd.sock").display()
-    );
+    let (mut d, uri) = serve(&config, "r6");
     // Fill the volume with known bytes through NBD.
     let data = fill(&nbdcopy, dir.path(), &uri, 0x9e37_79b9_7f4a_7c15);
 
@@ -345,11 +359,7 @@ fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path());
     let cfg = config.to_str().unwrap();
-    let mut d = Daemon::start(&config);
-    let uri = format!(
-        "nbd+unix:///r6?socket={}",
-        dir.path().join("nbd.sock").display()
-    );
+    let (mut d, uri) = serve(&config, "r6");
     let data = fill(&nbdcopy, dir.path(), &uri, 0x2545_f491_4f6c_dd1d);
     ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
     let spare = blank_member(dir.path(), "spare.img");
@@ -397,6 +407,241 @@ fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
         .as_str()
         .unwrap()
         .ends_with("new.img"));
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+    d.stop();
+}
+
+/// `nbraid status r6 --json`'s volume.
+fn volume_status(cfg: &str) -> Value {
+    let v: Value = serde_json::from_str(&ok(
+        nbraid(&["status", "r6", "--json", "--config", cfg]),
+        "status",
+    ))
+    .unwrap();
+    v["volumes"][0].clone()
+}
+
+/// Polls status until `done` says so (60 s at most); the last status.
+fn wait_for(cfg: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = volume_status(cfg);
+        if done(&v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "waiting for {what}: {v:#}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Issue 11's hot spare end to end: a spare named in the config stands by; `nbraid fail`
+/// makes the daemon rebuild the member's place onto it by itself (rate-limited, progress in
+/// status) while NBD writes go on; the volume reads back bit-exact. Restarted on the
+/// unchanged config (the old member still in `members`), the volume assembles healthy by
+/// superblock with the spare in the role, says to update the config, resyncs nothing.
+#[test]
+fn a_config_spare_is_rebuilt_onto_by_itself_and_a_restart_keeps_it() {
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(
+        dir.path(),
+        &["s0"],
+        "spares = [\"s0\"]\nrebuild_rate = \"8MiB\"\n",
+    );
+    let cfg = config.to_str().unwrap();
+    let check = ok(nbraid(&["check", cfg]), "check");
+    assert!(
+        check.contains("spare of r6") && check.contains("spares s0"),
+        "{check}"
+    );
+    let (mut d, uri) = serve(&config, "r6");
+    assert_eq!(volume_status(cfg)["spares"], serde_json::json!(["s0"]));
+    fill(&nbdcopy, dir.path(), &uri, 0x1234_5678_9abc_def1);
+    ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
+    // The rebuild starts by itself; at 8 MiB/s the 32 MiB pass takes ~4 s: write under it.
+    let v = wait_for(cfg, "the automatic rebuild to start", |v| {
+        v["rebuild"]["state"] == "running"
+    });
+    assert_eq!(v["rebuild"]["roles"], serde_json::json!([1]), "{v:#}");
+    assert_eq!(v["members"][1]["id"], "s0", "{v:#}");
+    assert_eq!(v["members"][1]["state"], "rebuilding", "{v:#}");
+    assert_eq!(v["rebuild"]["rate_limit_bytes_per_s"], 8 << 20);
+    let table = ok(nbraid(&["status", "r6", "--config", cfg]), "status table");
+    assert!(table.contains("rebuild running"), "{table}");
+    let data = fill(&nbdcopy, dir.path(), &uri, 0x0dd_ba11_cafe_f00d);
+    let v = wait_for(cfg, "the rebuild to finish", |v| {
+        v["rebuild"]["state"] == "done" && v["degraded"] == false
+    });
+    assert_eq!(v["members"][1]["state"], "healthy", "{v:#}");
+    assert!(v["members"][1]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("s0.img"));
+    assert_eq!(v["spares"], serde_json::json!([]));
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+    d.stop();
+
+    // The same config: s0 holds role 1 by its superblock, d1 is ignored.
+    let mut d = Daemon::start(&config);
+    let v = volume_status(cfg);
+    assert_eq!(v["state"], "healthy", "{v:#}");
+    assert_eq!(v["members"][1]["id"], "s0", "{v:#}");
+    assert_eq!(v["metadata"]["clean_at_start"], true, "{v:#}");
+    assert_eq!(v["metadata"]["resynced_bytes_at_start"], 0, "{v:#}");
+    let notes = v["notes"].to_string();
+    assert!(
+        notes.contains("s0 (listed in spares) now holds role 1")
+            && notes.contains(r#"members = [\"d0\", \"s0\", \"d2\""#)
+            && notes.contains("member d1 no longer holds a role"),
+        "{notes}"
+    );
+    assert!(
+        v["rebuild"].is_null(),
+        "nothing rebuilt at the restart: {v:#}"
+    );
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+    d.stop();
+}
+
+/// mdadm --remove through `nbraid remove`: an active member is refused with the way out, a
+/// failed one is taken out (status: removed, degraded), a spare added at run time is taken
+/// back out of the spares, and the data reads back after each.
+#[test]
+fn remove_refuses_active_members_and_takes_out_failed_ones_and_spares() {
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let cfg = config.to_str().unwrap();
+    let (mut d, uri) = serve(&config, "r6");
+    let data = fill(&nbdcopy, dir.path(), &uri, 0x5eed_0000_0000_0011);
+    let refused = nbraid(&["remove", "r6", "d2", "--config", cfg]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("active") && said.contains("fail it first"),
+        "{said}"
+    );
+    ok(nbraid(&["fail", "r6", "d2", "--config", cfg]), "fail");
+    let r: Value = serde_json::from_str(&ok(
+        nbraid(&["remove", "r6", "d2", "--config", cfg, "--json"]),
+        "remove",
+    ))
+    .unwrap();
+    assert_eq!(
+        (
+            r["removed"].as_str(),
+            r["index"].as_u64(),
+            r["degraded"].as_bool()
+        ),
+        (Some("member"), Some(2), Some(true)),
+        "{r}"
+    );
+    let v = volume_status(cfg);
+    assert_eq!(v["members"][2]["state"], "removed", "{v:#}");
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+    // A spare added while no role wants it stands by; remove takes it back out.
+    ok(nbraid(&["fail", "r6", "d4", "--config", cfg]), "fail");
+    ok(
+        nbraid(&["remove", "r6", "4", "--config", cfg]),
+        "remove by index",
+    );
+    let spare = blank_member(dir.path(), "x.img");
+    let s = blank_member(dir.path(), "y.img");
+    ok(nbraid(&["add", "r6", &spare, "--config", cfg]), "add");
+    ok(nbraid(&["add", "r6", &s, "--config", cfg]), "add");
+    wait_for(cfg, "both roles rebuilt", |v| v["degraded"] == false);
+    let extra = blank_member(dir.path(), "z.img");
+    ok(
+        nbraid(&["add", "r6", &extra, "--config", cfg]),
+        "add a spare",
+    );
+    assert_eq!(volume_status(cfg)["spares"], serde_json::json!([extra]));
+    let said = ok(
+        nbraid(&["remove", "r6", &extra, "--config", cfg]),
+        "remove a spare",
+    );
+    assert!(said.contains("spare"), "{said}");
+    assert_eq!(volume_status(cfg)["spares"], serde_json::json!([]));
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+    d.stop();
+}
+
+/// Issue 11's background resync end to end: a RAID 1 killed after writes, one copy then
+/// damaged behind its back (a torn mirror write), restarts serving at once with the resync
+/// left to the background (rate-limited, progress in status); NBD reads return the first
+/// copy, the pass leaves both copies equal, and after an orderly stop the next start is
+/// clean.
+#[test]
+fn an_unclean_mirror_serves_at_once_and_resyncs_in_the_background() {
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
+    for i in 0..2 {
+        text += &format!("[[member]]\nid = \"m{i}\"\npath = \"m{i}.img\"\nsize = \"33MiB\"\n\n");
+    }
+    text += "[[volume]]\nname = \"m\"\nlevel = \"raid1\"\nmembers = [\"m0\", \"m1\"]\n\
+             bitmap_chunk = \"1MiB\"\nrebuild_rate = \"4MiB\"\n";
+    let config = dir.path().join("arrays.toml");
+    std::fs::write(&config, text).unwrap();
+    let cfg = config.to_str().unwrap();
+    let status = || -> Value {
+        let v: Value = serde_json::from_str(&ok(
+            nbraid(&["status", "m", "--json", "--config", cfg]),
+            "status",
+        ))
+        .unwrap();
+        v["volumes"][0].clone()
+    };
+    let (mut d, uri) = serve(&config, "m");
+    let data = fill(&nbdcopy, dir.path(), &uri, 0x7777_1234_abcd_0001);
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    // The second copy of the first MiB is torn.
+    let m1 = dir.path().join("m1.img");
+    let mut f = std::fs::OpenOptions::new().write(true).open(&m1).unwrap();
+    f.seek(SeekFrom::Start(RESERVED)).unwrap();
+    f.write_all(&vec![0xee; MIB as usize]).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+
+    let mut d = Daemon::start(&config);
+    let v = status();
+    assert_eq!(v["metadata"]["clean_at_start"], false, "{v:#}");
+    assert_eq!(v["metadata"]["resynced_bytes_at_start"], 0, "{v:#}");
+    assert_eq!(
+        v["metadata"]["background_resync_bytes_at_start"],
+        32 * MIB,
+        "{v:#}"
+    );
+    assert_eq!(v["resync"]["state"], "running", "{v:#}");
+    assert_eq!(v["resync"]["rate_limit_bytes_per_s"], 4 * MIB);
+    // Served while the resync runs: the first copy is what reads see.
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while status()["resync"]["state"] != "done" {
+        assert!(
+            Instant::now() < deadline,
+            "the resync finishes: {:#}",
+            status()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    d.stop();
+    let copy = |p: &Path| {
+        let mut b = vec![0; 32 * MIB as usize];
+        let mut f = std::fs::File::open(p).unwrap();
+        f.seek(SeekFrom::Start(RESERVED)).unwrap();
+        f.read_exact(&mut b).unwrap();
+        b
+    };
+    assert!(
+        copy(&dir.path().join("m0.img")) == copy(&m1),
+        "the copies agree"
+    );
+    let mut d = Daemon::start(&config);
+    let v = status();
+    assert_eq!(v["metadata"]["clean_at_start"], true, "{v:#}");
+    assert!(v["resync"].is_null(), "{v:#}");
     reads_back(&nbdcopy, dir.path(), &uri, &data);
     d.stop();
 }

@@ -5,6 +5,44 @@ use super::size::{format_size, format_size_exact};
 use super::{Member, VolumeSize, JBOD_ALIGN, METADATA_RESERVED};
 use nbraid_layout::{Level, Region, Shape};
 
+/// What allocation needs to know of a volume's layout: a named level's [`Shape`] or a declared
+/// tree.
+pub(super) trait Sizing {
+    /// `raid5`, `the tree`: for messages.
+    fn name(&self) -> String;
+    /// JBOD: members give unequal amounts, filled in order.
+    fn concatenates_members(&self) -> bool;
+    /// Every member's region is a whole number of these.
+    fn unit(&self) -> u64;
+    /// Volume capacity when every member gives `member_len` bytes (a multiple of `unit`).
+    fn capacity_at(&self, member_len: u64) -> u64;
+    /// Bytes each member gives for a volume of at least `capacity` bytes (a multiple of
+    /// `unit`; more than any member has when it cannot be done).
+    fn member_len_for(&self, capacity: u64) -> u64;
+}
+
+impl Sizing for Shape {
+    fn name(&self) -> String {
+        self.level.to_string()
+    }
+
+    fn concatenates_members(&self) -> bool {
+        self.level == Level::Jbod
+    }
+
+    fn unit(&self) -> u64 {
+        self.strip
+    }
+
+    fn capacity_at(&self, member_len: u64) -> u64 {
+        member_len / self.strip * self.strip * self.data_members() as u64
+    }
+
+    fn member_len_for(&self, capacity: u64) -> u64 {
+        Shape::member_len_for(self, capacity)
+    }
+}
+
 /// Where a member's free space begins and who took the space before it.
 #[derive(Default)]
 pub(super) struct Usage {
@@ -33,15 +71,15 @@ fn describe_free(m: &Member, u: &Usage) -> String {
 /// message saying how much is needed and how much is there.
 pub(super) fn allocate(
     who: &str,
-    shape: &Shape,
+    shape: &dyn Sizing,
     requested: VolumeSize,
     idx: &[usize],
     members: &[Member],
     usage: &[Usage],
 ) -> Result<Vec<Region>, String> {
     let free = |i: usize| members[i].size.saturating_sub(usage[i].cursor);
-    let level = shape.level;
-    if level == Level::Jbod {
+    let level = shape.name();
+    if shape.concatenates_members() {
         let aligned = |i: usize| free(i) / JBOD_ALIGN * JBOD_ALIGN;
         let total: u64 = idx.iter().map(|&i| aligned(i)).sum();
         let want = match requested {
@@ -92,7 +130,7 @@ pub(super) fn allocate(
             .collect());
     }
 
-    let strip = shape.strip;
+    let strip = shape.unit();
     let (tightest, min_free) = idx
         .iter()
         .map(|&i| (i, free(i)))
@@ -114,7 +152,7 @@ pub(super) fn allocate(
         VolumeSize::Bytes(b) => {
             let need = shape.member_len_for(b);
             if need > min_free {
-                let fits = min_free / strip * strip * shape.data_members() as u64;
+                let fits = shape.capacity_at(min_free / strip * strip);
                 return Err(format!(
                     "{who}: size {} does not fit: {level} over {} members needs {} ({need} bytes) on each member, but member \"{}\" has only {}; at most {} fits (size = \"{}\")",
                     format_size(b),

@@ -37,6 +37,9 @@ pub enum ErrorKind {
     MemberPath,
     /// A name (member id, volume name) that is empty or unusable.
     Name,
+    /// A declared `tree` that is malformed: a node without a kind or with two, too few
+    /// children, nesting too deep, `level` and `tree` both given.
+    Tree,
     /// A server bound in `[daemon]` out of range: connections, request memory, a timeout.
     Limit,
 }

@@ -32,8 +32,17 @@
 //! size = "all"
 //! ```
 //!
+//! Instead of `level` (and `members`), a volume may declare its tree, nodes being tables with
+//! one kind key (`concat`, `stripe`, `mirror`, `raid5`, `raid6`) listing their children:
+//!
+//! ```toml
+//! tree = { mirror = [{ raid5 = ["d0", "d1", "d2"] }, { raid5 = ["d3", "d4", "d5"] }] }
+//! ```
+//!
 //! [`load`] reads a file and returns a [`Config`] whose volumes carry a validated
-//! [`Shape`], each member's [`Region`] and the built [`Geometry`]. A bad config gives one
+//! [`Shape`] (named levels only), each member's [`Region`] and the built [`Geometry`] — for a
+//! named level and a declared tree alike a layout tree, which is what the engine, the
+//! superblock and `nbraid check` read. A bad config gives one
 //! [`ConfigError`] naming the file, line and column, the table and field, and what would be
 //! valid. Reading a config never creates or writes anything: it reads the file and looks at
 //! (stats, and for block devices seeks to the end of) the member paths. Creating members is
@@ -50,14 +59,18 @@
 //!   it lists, starting where the previous volumes' regions on that member end (Intel's Matrix
 //!   RAID: a RAID 1 and a RAID 0 on the same two disks). Regions are whole strips and equal on
 //!   every member, except for JBOD, whose members give unequal amounts (in 4 KiB units), filled
-//!   in member order.
+//!   in member order. A declared tree's regions are equal too, whole multiples of its largest
+//!   strip; its capacity follows from its nodes (mirror: the smallest child; stripe and parity:
+//!   data children × the smallest; concat: the sum).
 //! - **Volume size.** `size = "all"` (the default) takes what is left: for JBOD all that is left
 //!   on every member; for the other levels what is left on the member with least room (the rest
 //!   of the others stays free). An explicit size is rounded up to whole stripes (JBOD: 4 KiB);
 //!   the volume offers exactly its geometry's capacity, which is never less than asked.
 //! - **Options by level.** `strip_size` applies to striped and parity levels (not jbod or
 //!   raid1), `parity_layout` to raid5/6/50/60, `read_policy` to raid1/raid10, `cache_size` to
-//!   `cache = "write-back"`.
+//!   `cache = "write-back"`. With a `tree`, `strip_size` and `parity_layout` are the defaults of
+//!   its nodes and `read_policy` applies when it has a mirror; each is refused when nothing in
+//!   the tree uses it, and so is `spans`.
 //!
 //! The crate is plain data and checks: no async, no engine, no server. `nbraid check`, `map`
 //! and `create` and the daemon all read configs through it; the config's TOML is known only
@@ -66,14 +79,18 @@
 
 mod allocate;
 mod error;
+mod field;
 mod limits;
 mod listen;
 mod raw;
+mod remote_member;
 mod resolve;
 mod schema_error;
 mod size;
+mod spares;
 mod summary;
 mod tls;
+mod tree;
 mod volume_meta;
 
 pub use error::{ConfigError, ErrorKind};
@@ -82,9 +99,14 @@ pub use limits::{
     IN_FLIGHT_MEMORY_MIN, MAX_CONNECTIONS_MAX,
 };
 pub use listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP, NBD_PORT};
+pub use remote_member::{
+    RemoteSettings, REMOTE_CONNECTIONS_MAX, REMOTE_TIMEOUT_MAX, REMOTE_TIMEOUT_MIN,
+};
 pub use size::{format_size, format_size_exact, parse_size, HumanSize, SizeError, SIZE_UNITS_HELP};
+pub use spares::HealOptions;
 pub use summary::{table, MemberSummary, Summary, VolumeMemberSummary, VolumeSummary};
 pub use tls::{listener_policy, TlsMode, TlsSettings};
+pub use tree::{STRIPE_UNIT_MAX, TREE_CHILDREN_MAX, TREE_DEPTH_MAX};
 pub use volume_meta::{
     CreatePolicy, MetadataOptions, BITMAP_CHUNK_DEFAULT, BITMAP_CHUNK_MIN, CLEAN_DELAY_DEFAULT,
 };
@@ -159,6 +181,8 @@ pub struct Member {
     pub size: u64,
     /// What is at `path` now.
     pub state: MemberStorage,
+    /// `timeout` and `connections` of a remote member (empty for the others).
+    pub remote: RemoteSettings,
 }
 
 /// What was found at a member's path when the config was read.
@@ -184,8 +208,9 @@ pub enum MemberStorage {
 pub struct Volume {
     /// Unique name; the NBD export name.
     pub name: String,
-    /// Level, member count, spans, strip and parity rotation, validated.
-    pub shape: Shape,
+    /// Level, member count, spans, strip and parity rotation, validated; `None` for a volume
+    /// that declares its `tree` (the geometry's root is then the whole story).
+    pub shape: Option<Shape>,
     /// The volume's members as indices into [`Config::members`], in the volume's order
     /// (the order of the layout's member indices).
     pub members: Vec<usize>,
@@ -205,11 +230,25 @@ pub struct Volume {
     pub block_size: u32,
     /// On-disk metadata: `create`, `bitmap_chunk`, `clean_delay`.
     pub metadata: MetadataOptions,
+    /// `spares` and `rebuild_rate`.
+    pub heal: HealOptions,
 }
 
 impl Volume {
-    pub fn level(&self) -> Level {
-        self.shape.level
+    /// The named level; `None` for a declared tree.
+    pub fn level(&self) -> Option<Level> {
+        self.shape.as_ref().map(|s| s.level)
+    }
+
+    /// `raid50`, or `tree` for a declared tree: what the volume is, in one word.
+    pub fn kind_name(&self) -> &'static str {
+        self.level().map_or("tree", Level::name)
+    }
+
+    /// The volume's tree on one line, members by id:
+    /// `mirror(raid5:64KiB(d0 d1 d2), raid5:64KiB(d3 d4 d5))`.
+    pub fn tree_text(&self, config: &Config) -> String {
+        tree::tree_text(self.geometry.root(), &self.member_ids(config))
     }
 
     /// Logical bytes the volume offers (its export size).

@@ -42,14 +42,21 @@ pub(crate) struct RawMember {
     pub id: Spanned<String>,
     pub path: Spanned<String>,
     pub size: Option<Spanned<RawSize>>,
+    /// Remote members only (see `remote_member.rs`).
+    pub timeout: Option<Spanned<RawSize>>,
+    pub connections: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawVolume {
     pub name: Spanned<String>,
-    pub level: Spanned<String>,
-    pub members: Spanned<Vec<Spanned<String>>>,
+    /// A named level; a volume gives this or `tree`.
+    pub level: Option<Spanned<String>>,
+    /// A declared tree (see `tree`); a volume gives this or `level`.
+    pub tree: Option<Spanned<super::tree::RawTree>>,
+    /// Required with `level`; with `tree` optional (the tree's leaves, in tree order).
+    pub members: Option<Spanned<Vec<Spanned<String>>>>,
     pub spans: Option<Spanned<i64>>,
     pub strip_size: Option<Spanned<RawSize>>,
     pub size: Option<Spanned<RawSize>>,
@@ -62,6 +69,8 @@ pub(crate) struct RawVolume {
     pub create: Option<Spanned<String>>,
     pub bitmap_chunk: Option<Spanned<RawSize>>,
     pub clean_delay: Option<Spanned<RawSize>>,
+    pub spares: Option<Spanned<Vec<Spanned<String>>>>,
+    pub rebuild_rate: Option<Spanned<RawSize>>,
     pub write_hole: Option<Spanned<String>>,
 }
 

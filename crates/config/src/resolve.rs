@@ -3,20 +3,20 @@
 
 use super::allocate::{allocate, Usage};
 use super::error::{line_col, ErrorKind, Problem};
+use super::field::{size_field, strip_field};
 use super::listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP};
 use super::raw::{RawConfig, RawMember, RawSize, RawVolume};
 use super::schema_error::{one_line, schema_problem};
-use super::size::{format_size, format_size_exact, parse_size, SIZE_UNITS_HELP};
+use super::size::{format_size, format_size_exact};
 use super::tls::TlsMode;
+use super::tree::{self, Plan};
 use super::volume_meta;
 use super::{
     CacheMode, Config, ConfigError, Member, MemberStorage, ReadPolicy, Volume, VolumeSize,
     BLOCK_SIZES, BLOCK_SIZE_DEFAULT, CACHE_SIZE_DEFAULT, MEMBER_MIN, MEMORY_PATH,
     METADATA_RESERVED,
 };
-use nbraid_layout::{
-    Geometry, LayoutError, Level, ParityLayout, Shape, STRIP_DEFAULT, STRIP_MAX, STRIP_MIN,
-};
+use nbraid_layout::{LayoutError, Level, Node, ParityLayout, Shape, STRIP_DEFAULT};
 use serde_spanned::Spanned;
 use std::collections::HashMap;
 use std::io::{Seek, SeekFrom};
@@ -109,6 +109,12 @@ fn probe(path: &Path) -> Probe {
     }
 }
 
+/// What a volume gives for its geometry.
+enum Given<'a> {
+    Level(Level),
+    Tree(&'a Spanned<tree::RawTree>),
+}
+
 struct Cx<'a> {
     text: &'a str,
     base: &'a Path,
@@ -153,6 +159,7 @@ impl Cx<'_> {
         let mut volumes: Vec<Volume> = Vec::new();
         let mut names: HashMap<String, usize> = HashMap::new();
         for v in &raw.volume {
+            let span = v.span();
             let v = v.get_ref();
             let name = v.name.get_ref();
             if let Some(line) = names.get(name) {
@@ -166,8 +173,10 @@ impl Cx<'_> {
                 ));
             }
             names.insert(name.clone(), self.line(&v.name.span()));
-            volumes.push(self.volume(v, &members, &mut usage)?);
+            volumes.push(self.volume(v, span, &members, &mut usage)?);
         }
+        let raw_volumes: Vec<&RawVolume> = raw.volume.iter().map(|v| v.get_ref()).collect();
+        super::spares::resolve(&raw_volumes, &mut volumes, &members)?;
         let control = match raw.daemon.as_ref().and_then(|d| d.get_ref().control.as_ref()) {
             Some(c) if c.get_ref().is_empty() => {
                 return Err(Problem::new(
@@ -398,6 +407,7 @@ impl Cx<'_> {
                 (actual, state)
             }
         };
+        let remote = super::remote_member::remote_settings(raw, &who, remote)?;
         Ok((
             Member {
                 id,
@@ -405,6 +415,7 @@ impl Cx<'_> {
                 path,
                 size,
                 state,
+                remote,
             },
             file_id,
         ))
@@ -412,25 +423,16 @@ impl Cx<'_> {
 
     /// A size field in bytes (`who`: `member "d0"`, `field`: `size`).
     fn size(&self, raw: &Spanned<RawSize>, who: &str, field: &str) -> R<u64> {
-        let err = |msg: String| {
-            Problem::new(raw.span(), ErrorKind::Size, format!("{who}: {field} {msg}"))
-        };
-        match raw.get_ref() {
-            RawSize::Int(i) if *i <= 0 => Err(err(format!(
-                "{i} is not a size: it must be positive; {SIZE_UNITS_HELP}"
-            ))),
-            RawSize::Int(i) => Ok(*i as u64),
-            RawSize::Text(t) => {
-                let bytes = parse_size(t).map_err(|e| err(e.to_string()))?;
-                if bytes == 0 {
-                    return Err(err(format!("\"{t}\" is zero; a size must be positive")));
-                }
-                Ok(bytes)
-            }
-        }
+        size_field(raw, who, field)
     }
 
-    fn volume(&self, v: &RawVolume, members: &[Member], usage: &mut [Usage]) -> R<Volume> {
+    fn volume(
+        &self,
+        v: &RawVolume,
+        vspan: Range<usize>,
+        members: &[Member],
+        usage: &mut [Usage],
+    ) -> R<Volume> {
         let name = v.name.get_ref().clone();
         check_name(&name, "volume name", v.name.span())?;
         if name.len() > 4096 {
@@ -441,43 +443,54 @@ impl Cx<'_> {
             ));
         }
         let who = format!("volume \"{name}\"");
-        let level: Level = v.level.get_ref().parse().map_err(|e: String| {
-            Problem::new(
-                v.level.span(),
-                ErrorKind::Level,
-                format!("{who}: level: {e}"),
-            )
-        })?;
+        // A named level or a declared tree: exactly one.
+        let given = match (&v.level, &v.tree) {
+            (Some(_), Some(t)) => {
+                return Err(Problem::new(
+                    t.span(),
+                    ErrorKind::Tree,
+                    format!("{who}: gives both level and tree; give one: level names a RAID level (level = \"raid50\"), tree declares the nesting (tree = {{ mirror = [...] }})"),
+                ))
+            }
+            (None, None) => {
+                return Err(Problem::new(
+                    vspan,
+                    ErrorKind::Schema,
+                    format!("{who}: missing field `level` (or `tree`, to declare the nesting)"),
+                ))
+            }
+            (Some(l), None) => Given::Level(l.get_ref().parse().map_err(|e: String| {
+                Problem::new(l.span(), ErrorKind::Level, format!("{who}: level: {e}"))
+            })?),
+            (None, Some(t)) => Given::Tree(t),
+        };
+        let level = match given {
+            Given::Level(l) => Some(l),
+            Given::Tree(_) => None,
+        };
 
         // Members: known, each once.
-        let mut idx: Vec<usize> = Vec::new();
-        for m in v.members.get_ref() {
-            let id = m.get_ref();
-            let Some(i) = members.iter().position(|x| &x.id == id) else {
-                let defined: Vec<&str> = members.iter().map(|x| x.id.as_str()).collect();
-                let defined = if defined.is_empty() {
-                    "none yet; add [[member]] tables".to_string()
-                } else {
-                    defined.join(", ")
-                };
+        let listed = match &v.members {
+            Some(list) => Some(self.member_list(&who, list.get_ref(), members)?),
+            None if level.is_some() => {
                 return Err(Problem::new(
-                    m.span(),
-                    ErrorKind::UnknownMember,
-                    format!("{who}: members: unknown member \"{id}\"; defined members: {defined}"),
-                ));
-            };
-            if idx.contains(&i) {
-                return Err(Problem::new(
-                    m.span(),
-                    ErrorKind::Duplicate,
-                    format!("{who}: members: member \"{id}\" is listed twice; a member can give a volume only one column"),
-                ));
+                    vspan,
+                    ErrorKind::Schema,
+                    format!("{who}: missing field `members`"),
+                ))
             }
-            idx.push(i);
-        }
+            None => None,
+        };
 
         let spans = match &v.spans {
             None => None,
+            Some(s) if level.is_none() => {
+                return Err(Problem::new(
+                    s.span(),
+                    ErrorKind::Members,
+                    format!("{who}: spans does not apply to a declared tree (its nodes say how members group); remove it"),
+                ))
+            }
             Some(s) if *s.get_ref() < 1 => {
                 return Err(Problem::new(
                     s.span(),
@@ -491,44 +504,22 @@ impl Cx<'_> {
         let strip = match &v.strip_size {
             None => STRIP_DEFAULT,
             Some(s) => {
-                if matches!(level, Level::Jbod | Level::Raid1) {
+                if matches!(level, Some(Level::Jbod | Level::Raid1)) {
+                    let level = level.expect("matched");
                     return Err(Problem::new(
                         s.span(),
                         ErrorKind::Option,
                         format!("{who}: strip_size does not apply to {level} (it has no strips); remove it, or use a striped level (raid0, raid5, raid6, raid10, raid50, raid60)"),
                     ));
                 }
-                let bytes = self.size(s, &who, "strip_size")?;
-                let valid = "valid: 4KiB, 8KiB, 16KiB, … 16MiB (powers of two)";
-                if !bytes.is_power_of_two() {
-                    return Err(Problem::new(
-                        s.span(),
-                        ErrorKind::Strip,
-                        format!(
-                            "{who}: strip_size {} is not a power of two; {valid}{}",
-                            s.get_ref().shown(),
-                            nearest_strips(bytes)
-                        ),
-                    ));
-                }
-                if !(STRIP_MIN..=STRIP_MAX).contains(&bytes) {
-                    return Err(Problem::new(
-                        s.span(),
-                        ErrorKind::Strip,
-                        format!(
-                            "{who}: strip_size {} is out of range; {valid}",
-                            s.get_ref().shown()
-                        ),
-                    ));
-                }
-                bytes
+                strip_field(s, &who, "strip_size")?
             }
         };
 
         let parity_layout = match &v.parity_layout {
             None => ParityLayout::default(),
             Some(p) => {
-                if level.parity() == 0 {
+                if let Some(level) = level.filter(|l| l.parity() == 0) {
                     return Err(Problem::new(
                         p.span(),
                         ErrorKind::Option,
@@ -548,7 +539,7 @@ impl Cx<'_> {
         let read_policy = match &v.read_policy {
             None => ReadPolicy::LeastPending,
             Some(p) => {
-                if !matches!(level, Level::Raid1 | Level::Raid10) {
+                if let Some(level) = level.filter(|l| !matches!(l, Level::Raid1 | Level::Raid10)) {
                     return Err(Problem::new(
                         p.span(),
                         ErrorKind::Option,
@@ -598,8 +589,31 @@ impl Cx<'_> {
             }
         };
 
-        let shape = Shape::new(level, idx.len(), spans, strip, parity_layout)
-            .map_err(|e| self.shape_problem(&who, v, level, idx.len(), e))?;
+        let (plan, idx) = match given {
+            Given::Level(level) => {
+                let idx: Vec<usize> = listed
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|m| m.0)
+                    .collect();
+                let shape = Shape::new(level, idx.len(), spans, strip, parity_layout)
+                    .map_err(|e| self.shape_problem(&who, v, level, idx.len(), e))?;
+                (Plan::Named(shape), idx)
+            }
+            Given::Tree(t) => {
+                let input = tree::TreeInput {
+                    text: self.text,
+                    who: &who,
+                    members,
+                    listed,
+                    strip_default: strip,
+                    layout_default: parity_layout,
+                };
+                let d = tree::resolve(input, t)?;
+                tree::check_volume_options(&who, v, &d)?;
+                (Plan::Declared(d.spec), d.members)
+            }
+        };
 
         let requested = match &v.size {
             None => VolumeSize::All,
@@ -612,10 +626,21 @@ impl Cx<'_> {
             },
         };
         let size_span = v.size.as_ref().map_or(v.name.span(), |s| s.span());
-        let regions = allocate(&who, &shape, requested, &idx, members, usage)
+        let regions = allocate(&who, plan.sizing(), requested, &idx, members, usage)
             .map_err(|m| Problem::new(size_span.clone(), ErrorKind::Fit, m))?;
-        let geometry = Geometry::new(shape.clone(), &regions)
-            .map_err(|e| Problem::new(size_span.clone(), ErrorKind::Fit, format!("{who}: {e}")))?;
+        let fit =
+            |e: LayoutError| Problem::new(size_span.clone(), ErrorKind::Fit, format!("{who}: {e}"));
+        let geometry = plan.geometry(&regions).map_err(fit)?;
+        if geometry.capacity() == 0 {
+            return Err(Problem::new(
+                size_span.clone(),
+                ErrorKind::Fit,
+                format!(
+                    "{who}: its members' regions ({} each) are too small to hold one stripe of the tree; give the members more room or a smaller strip",
+                    format_size(regions.first().map_or(0, |r| r.len))
+                ),
+            ));
+        }
         for (&m, r) in idx.iter().zip(&regions) {
             usage[m].cursor = r.start + r.len;
             if r.len > 0 {
@@ -623,7 +648,10 @@ impl Cx<'_> {
             }
         }
 
-        if let (true, Some(cache_size)) = (level.parity() > 0, cache.cache_bytes()) {
+        if let (true, Some(cache_size)) = (
+            tree::any_node(geometry.root(), &|n| matches!(n, Node::Parity(_))),
+            cache.cache_bytes(),
+        ) {
             let width = geometry.full_stripe_width().unwrap_or(0);
             if cache_size < width {
                 let span = v.cache_size.as_ref().map_or(v.name.span(), |c| c.span());
@@ -642,7 +670,7 @@ impl Cx<'_> {
 
         Ok(Volume {
             name,
-            shape,
+            shape: plan.into_shape(),
             members: idx,
             regions,
             geometry,
@@ -652,7 +680,38 @@ impl Cx<'_> {
             read_only: v.read_only.unwrap_or(false),
             block_size,
             metadata: volume_meta::metadata_options(v, &who)?,
+            heal: Default::default(),
         })
+    }
+
+    /// A volume's `members`: config indices and the span of each entry; each known, each once.
+    fn member_list(
+        &self,
+        who: &str,
+        list: &[Spanned<String>],
+        members: &[Member],
+    ) -> R<Vec<(usize, Range<usize>)>> {
+        let mut idx: Vec<(usize, Range<usize>)> = Vec::new();
+        for m in list {
+            let id = m.get_ref();
+            let Some(i) = members.iter().position(|x| &x.id == id) else {
+                let defined = defined_members(members);
+                return Err(Problem::new(
+                    m.span(),
+                    ErrorKind::UnknownMember,
+                    format!("{who}: members: unknown member \"{id}\"; defined members: {defined}"),
+                ));
+            };
+            if idx.iter().any(|(j, _)| *j == i) {
+                return Err(Problem::new(
+                    m.span(),
+                    ErrorKind::Duplicate,
+                    format!("{who}: members: member \"{id}\" is listed twice; a member can give a volume only one column"),
+                ));
+            }
+            idx.push((i, m.span()));
+        }
+        Ok(idx)
     }
 
     /// A shape error located at the field to change, with the valid choices.
@@ -665,7 +724,7 @@ impl Cx<'_> {
         e: LayoutError,
     ) -> Problem {
         let spans_span = v.spans.as_ref().map(|s| s.span());
-        let members_span = v.members.span();
+        let members_span = v.members.as_ref().map_or(v.name.span(), |m| m.span());
         match e {
             LayoutError::TooFewMembers { .. } => Problem::new(
                 members_span,
@@ -709,20 +768,13 @@ impl Cx<'_> {
     }
 }
 
-/// "; nearest: 32KiB or 64KiB" for a strip size that is not a power of two (when in range).
-fn nearest_strips(bytes: u64) -> String {
-    let below = 1u64 << (63 - bytes.leading_zeros());
-    let above = below.saturating_mul(2);
-    let ok: Vec<String> = [below, above]
-        .into_iter()
-        .filter(|b| (STRIP_MIN..=STRIP_MAX).contains(b))
-        .map(format_size_exact)
-        .collect();
-    if ok.is_empty() {
-        String::new()
-    } else {
-        format!("; nearest: {}", ok.join(" or "))
+/// "d0, d1, d2", or what to do when no member is defined: for unknown-member messages.
+pub(super) fn defined_members(members: &[Member]) -> String {
+    if members.is_empty() {
+        return "none yet; add [[member]] tables".into();
     }
+    let ids: Vec<&str> = members.iter().map(|m| m.id.as_str()).collect();
+    ids.join(", ")
 }
 
 fn state_len(state: MemberStorage) -> u64 {

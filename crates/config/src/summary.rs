@@ -1,8 +1,9 @@
 //! What a checked config amounts to, for people (`Display`: tables) and scripts (`Serialize`).
 
 use super::size::format_size;
+use super::tree::any_node;
 use super::{Config, MemberStorage, VolumeSize, METADATA_RESERVED};
-use nbraid_layout::{FaultTolerance, Level};
+use nbraid_layout::{FaultTolerance, Level, Node};
 use serde::Serialize;
 use std::fmt;
 
@@ -28,11 +29,15 @@ pub struct MemberSummary {
     /// Bytes after the last volume's region, free for more volumes.
     pub free_bytes: u64,
     pub state: MemberStorage,
+    /// A remote member's `timeout` and `connections` as configured (`null`: the default).
+    pub remote: crate::RemoteSettings,
     /// Missing, and every volume on it is new: assembly creates it (sparse). A missing member
     /// of a volume with data is not created; the volume runs degraded without it.
     pub will_create: bool,
     /// Volumes with a region on this member, in allocation order.
     pub volumes: Vec<String>,
+    /// The volume this member stands by for as a spare.
+    pub spare_of: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -46,7 +51,10 @@ pub struct VolumeMemberSummary {
 #[derive(Clone, Debug, Serialize)]
 pub struct VolumeSummary {
     pub name: String,
-    pub level: Level,
+    /// `None` for a volume that declares its tree.
+    pub level: Option<Level>,
+    /// The tree on one line (named levels too): `mirror(raid5:64KiB(d0 d1 d2), ...)`.
+    pub tree: String,
     /// Spans (raid10: mirror groups) for the levels striped over spans, else `None`.
     pub spans: Option<usize>,
     pub members: Vec<VolumeMemberSummary>,
@@ -69,6 +77,10 @@ pub struct VolumeSummary {
     pub cache_size_bytes: Option<u64>,
     pub read_only: bool,
     pub block_size: u32,
+    /// Ids of the members standing by as spares.
+    pub spares: Vec<String>,
+    /// Bytes per second an automatic rebuild runs at (0: unlimited).
+    pub rebuild_rate_bytes_per_s: u64,
 }
 
 impl Summary {
@@ -85,7 +97,13 @@ impl Summary {
                 used_bytes: 0,
                 free_bytes: m.size.saturating_sub(METADATA_RESERVED),
                 state: m.state,
+                remote: m.remote,
                 volumes: Vec::new(),
+                spare_of: config
+                    .volumes
+                    .iter()
+                    .find(|v| v.heal.spares.contains(&i))
+                    .map(|v| v.name.clone()),
             })
             .collect();
         let mut volumes = Vec::new();
@@ -99,11 +117,13 @@ impl Summary {
                     ms.volumes.push(v.name.clone());
                 }
             }
-            let striped = !matches!(level, Level::Jbod | Level::Raid1);
+            let shape = v.shape.as_ref();
+            let striped = shape.filter(|s| !matches!(s.level, Level::Jbod | Level::Raid1));
             volumes.push(VolumeSummary {
                 name: v.name.clone(),
                 level,
-                spans: level.has_spans().then_some(v.shape.spans),
+                tree: v.tree_text(config),
+                spans: shape.filter(|s| s.level.has_spans()).map(|s| s.spans),
                 members: v
                     .members
                     .iter()
@@ -114,8 +134,10 @@ impl Summary {
                         region_len_bytes: r.len,
                     })
                     .collect(),
-                strip_size_bytes: striped.then_some(v.shape.strip),
-                parity_layout: (level.parity() > 0).then(|| v.shape.parity_layout.to_string()),
+                strip_size_bytes: striped.map(|s| s.strip),
+                parity_layout: shape
+                    .filter(|s| s.level.parity() > 0)
+                    .map(|s| s.parity_layout.to_string()),
                 data_members: v.geometry.data_members(),
                 capacity_bytes: v.capacity(),
                 capacity: format_size(v.capacity()),
@@ -125,12 +147,19 @@ impl Summary {
                 },
                 full_stripe_width_bytes: v.geometry.full_stripe_width(),
                 fault_tolerance: v.geometry.fault_tolerance(),
-                read_policy: matches!(level, Level::Raid1 | Level::Raid10)
+                read_policy: any_node(v.geometry.root(), &|n| matches!(n, Node::Mirror(_)))
                     .then(|| v.read_policy.to_string()),
                 cache: v.cache.to_string(),
                 cache_size_bytes: v.cache.cache_bytes(),
                 read_only: v.read_only,
                 block_size: v.block_size,
+                spares: v
+                    .heal
+                    .spares
+                    .iter()
+                    .map(|&m| config.members[m].id.clone())
+                    .collect(),
+                rebuild_rate_bytes_per_s: v.heal.rebuild_rate_bytes_per_s,
             });
         }
         Summary {
@@ -196,12 +225,12 @@ impl fmt::Display for Summary {
                         MemberStorage::File { .. } => "file".into(),
                         MemberStorage::BlockDevice { .. } => "block device".into(),
                         MemberStorage::Memory => "memory (lost at exit)".into(),
-                        MemberStorage::Remote => "remote NBD export".into(),
+                        MemberStorage::Remote => remote_text(&m.remote),
                     },
-                    if m.volumes.is_empty() {
-                        "-".into()
-                    } else {
-                        m.volumes.join(", ")
+                    match &m.spare_of {
+                        Some(v) => format!("spare of {v}"),
+                        None if m.volumes.is_empty() => "-".into(),
+                        None => m.volumes.join(", "),
                     },
                 ]
             })
@@ -228,7 +257,7 @@ impl fmt::Display for Summary {
                     .collect();
                 vec![
                     v.name.clone(),
-                    v.level.to_string(),
+                    v.level.map_or("tree", Level::name).to_string(),
                     v.spans.map_or("-".into(), |s| s.to_string()),
                     members.join(" | "),
                     v.strip_size_bytes.map_or("-".into(), format_size),
@@ -269,11 +298,37 @@ impl fmt::Display for Summary {
                 None => opts.push(format!("cache {}", v.cache)),
             }
             opts.push(format!("{}-byte blocks", v.block_size));
+            if v.level.is_none() {
+                opts.insert(0, format!("tree {}", v.tree));
+            }
             if v.read_only {
                 opts.push("read-only".into());
+            }
+            if !v.spares.is_empty() {
+                opts.push(format!("spares {}", v.spares.join(" ")));
+                opts.push(match v.rebuild_rate_bytes_per_s {
+                    0 => "rebuilds unlimited".into(),
+                    r => format!("rebuilds at {}/s", format_size(r)),
+                });
             }
             write!(f, "\n{}: {}", v.name, opts.join(", "))?;
         }
         writeln!(f)
+    }
+}
+
+/// "remote NBD export", with the connection keys the config sets.
+fn remote_text(r: &crate::RemoteSettings) -> String {
+    let mut keys = Vec::new();
+    if let Some(t) = r.timeout {
+        keys.push(format!("timeout {}", crate::format_duration(t)));
+    }
+    if let Some(n) = r.connections {
+        keys.push(format!("up to {n} connections"));
+    }
+    if keys.is_empty() {
+        "remote NBD export".into()
+    } else {
+        format!("remote NBD export ({})", keys.join(", "))
     }
 }

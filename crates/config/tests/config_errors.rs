@@ -90,7 +90,7 @@ fn unknown_member_key() {
     expect(
         &e,
         ErrorKind::Schema,
-        "configs/bad.toml:3:1: member \"a0\": unknown field `paht`, expected one of `id`, `path`, `size`; did you mean `path`?",
+        "configs/bad.toml:3:1: member \"a0\": unknown field `paht`, expected one of `id`, `path`, `size`, `timeout`, `connections`; did you mean `path`?",
         &[],
     );
 }

@@ -205,10 +205,16 @@ members = ["a", "b", "c", "d"]
         vec![Listener::Tcp("127.0.0.1:10809".parse().unwrap())]
     );
     let v = &c.volumes[0];
-    assert_eq!(v.level(), Level::Raid10);
-    assert_eq!(v.shape.spans, 2);
-    assert_eq!(v.shape.strip, nbraid_layout::STRIP_DEFAULT);
-    assert_eq!(v.shape.parity_layout, ParityLayout::LeftSymmetric);
+    assert_eq!(v.level(), Some(Level::Raid10));
+    assert_eq!(v.shape.as_ref().unwrap().spans, 2);
+    assert_eq!(
+        v.shape.as_ref().unwrap().strip,
+        nbraid_layout::STRIP_DEFAULT
+    );
+    assert_eq!(
+        v.shape.as_ref().unwrap().parity_layout,
+        ParityLayout::LeftSymmetric
+    );
     assert_eq!(v.read_policy, ReadPolicy::LeastPending);
     assert_eq!(v.cache, CacheMode::WriteBack { bytes: 64 * MIB });
     assert_eq!(v.block_size, 4096);
@@ -259,8 +265,11 @@ block_size = 512
     assert_eq!(c.members[0].path, PathBuf::from("/dev/srv/a.img"));
     assert!(c.members.iter().all(|m| m.size == 64 * MIB));
     let v = &c.volumes[0];
-    assert_eq!(v.shape.parity_layout, ParityLayout::RightAsymmetric);
-    assert_eq!(v.shape.strip, 128 << 10);
+    assert_eq!(
+        v.shape.as_ref().unwrap().parity_layout,
+        ParityLayout::RightAsymmetric
+    );
+    assert_eq!(v.shape.as_ref().unwrap().strip, 128 << 10);
     assert_eq!(v.cache, CacheMode::WriteBack { bytes: MIB });
     assert!(v.read_only);
     assert_eq!(v.block_size, 512);

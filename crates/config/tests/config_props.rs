@@ -165,13 +165,13 @@ proptest! {
                 }
                 taken[m].push((r.start, r.start + r.len));
             }
-            if v.level() == Level::Jbod {
+            if v.level() == Some(Level::Jbod) {
                 prop_assert!(v.regions.iter().all(|r| r.len % JBOD_ALIGN == 0));
                 let sum: u64 = v.regions.iter().map(|r| r.len).sum();
                 prop_assert_eq!(v.capacity(), sum);
             } else {
                 let len = v.regions[0].len;
-                prop_assert!(len > 0 && len % v.shape.strip == 0);
+                prop_assert!(len > 0 && len % v.shape.as_ref().unwrap().strip == 0);
                 prop_assert!(v.regions.iter().all(|r| r.len == len));
                 prop_assert_eq!(v.capacity(), len * v.geometry.data_members() as u64);
             }

@@ -317,6 +317,15 @@ impl MemberTable {
         }
     }
 
+    /// Puts `member` (a placeholder) in failed slot `index` instead of its failed member,
+    /// which is returned; the slot stays failed (the member was removed).
+    pub fn detach(&self, index: usize, member: Arc<dyn Member>) -> Arc<dyn Member> {
+        let slot = &self.slots[index];
+        assert!(slot.is_failed(), "only a failed member is detached");
+        self.set_resyncing(index, false);
+        std::mem::replace(&mut *slot.member.write(), member)
+    }
+
     /// Starts rebuilding `member` as slot `index`'s replacement: it takes every write from
     /// now on.
     pub fn set_replacement(&self, index: usize, member: Arc<dyn Member>) {

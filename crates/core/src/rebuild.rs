@@ -93,6 +93,21 @@ impl Volume {
         Ok(())
     }
 
+    /// Takes failed slot `index`'s member out (the slot keeps `placeholder`, failed):
+    /// returns the member.
+    pub fn detach_member(
+        &self,
+        index: usize,
+        placeholder: Arc<dyn Member>,
+    ) -> VolumeResult<Arc<dyn Member>> {
+        if index >= self.member_count() || !self.member_is_failed(index) {
+            return Err(VolumeError::Assembly(format!(
+                "member {index} has not failed: fail it before removing it"
+            )));
+        }
+        Ok(self.table().detach(index, placeholder))
+    }
+
     /// Starts replacing the member of slot `index` (current) by `member`: the next
     /// [`Volume::rebuild`] copies it over while the old member keeps serving, then swaps.
     pub fn start_replacement(&self, index: usize, member: Arc<dyn Member>) -> VolumeResult<()> {

@@ -76,6 +76,12 @@ fn crash(case: CrashCase) {
         "some schedules rebuild a spare, some resume it from a checkpoint after the crash, some replace a member"
     );
     assert!(
+        total.runs < 50
+            || !matches!(case.name, "raid1" | "raid10")
+            || (total.background_resyncs > 0 && total.background_crashes > 0),
+        "some mirror schedules resync in the background, some lose power during it"
+    );
+    assert!(
         total.resynced_bytes < total.full_resync_bytes,
         "the bitmap resynced no less than full resyncs would"
     );

@@ -225,9 +225,9 @@ fn raid6_rebuilds_two_spares_in_one_pass() {
     assert_eq!(done.len(), 2);
     assert!(!a.volume().is_degraded());
     drop(a);
-    // use_spares pops from the end: role 0 got s1, role 4 got s0.
-    disks[0] = spares[1].clone();
-    disks[4] = spares[0].clone();
+    // Equal spares go in role order: role 0 got s0, role 4 got s1.
+    disks[0] = spares[0].clone();
+    disks[4] = spares[1].clone();
     let (a, report) = open(Level::Raid6, &disks);
     assert!(report.absent_roles.is_empty(), "{report:?}");
     assert!(block_on(read_all(a.volume())) == model.bytes);
@@ -351,4 +351,102 @@ fn a_failed_member_that_returns_is_not_trusted_and_is_rebuilt() {
     );
     drop(a);
     every_view_reads(Level::Raid1, &disks, &model);
+}
+
+/// Opens `vol` over `disks` followed by `extra` (spares the config names): assembly goes by
+/// superblock over every one of them.
+fn open_with(
+    level: Level,
+    disks: &[Arc<MemoryMember>],
+    extra: &[Arc<MemoryMember>],
+) -> (Array, nbraid_core::metadata::OpenReport) {
+    block_on(Array::open(
+        "vol",
+        &tree(level, disks.len()),
+        disks.iter().chain(extra).map(|d| Some(meta(d))).collect(),
+        opts(),
+        &|_, _| {},
+    ))
+    .expect("open")
+}
+
+/// After a spare took role 1, the unchanged config (old member still listed, the spare after
+/// the members) assembles healthy: the spare holds role 1 by its superblock, the old member
+/// is ignored and said so, nothing is resynced.
+#[test]
+fn a_spare_that_took_a_role_is_found_beside_the_member_it_replaced() {
+    let disks: Vec<_> = (0..4).map(|i| disk(&format!("d{i}"))).collect();
+    let a = create(Level::Raid5, &disks);
+    let mut model = Model::new(&a);
+    block_on(apply(&a, model.writes(30)));
+    a.volume().fail_member(1, "test: pulled");
+    let spare = disk("spare");
+    a.add_spare(meta(&spare)).expect("spare");
+    assert_eq!(block_on(a.use_spares()).expect("use"), vec![1]);
+    assert_eq!(
+        rebuild_under_writes(&a, &PassControl::new(0), model.writes(20)),
+        vec![1]
+    );
+    assert!(block_on(a.mark_clean()).expect("clean"));
+    drop(a);
+    let before = spare.counters().snapshot();
+    let (a, report) = open_with(Level::Raid5, &disks, std::slice::from_ref(&spare));
+    assert_eq!(report.roles, vec![Ok(0), Ok(4), Ok(2), Ok(3)], "{report:?}");
+    assert!(report.was_clean && report.absent_roles.is_empty() && report.resynced_bytes == 0);
+    assert!(
+        report
+            .warnings
+            .iter()
+            .any(|w| w.contains("member 1") && w.contains("belongs to another member")),
+        "{report:?}"
+    );
+    assert!(!a.volume().is_degraded());
+    assert!(block_on(read_all(a.volume())) == model.bytes);
+    assert!(
+        spare.counters().snapshot().write_bytes - before.write_bytes < 64 * KIB,
+        "only records written on the spare at assembly, no resync"
+    );
+}
+
+/// mdadm --remove: an active member is refused; a failed one is taken out (records bumped,
+/// the role named by no member), the old member is ignored at the next assembly, and a
+/// spare then takes the role.
+#[test]
+fn remove_takes_out_failed_members_only() {
+    let disks: Vec<_> = (0..4).map(|i| disk(&format!("d{i}"))).collect();
+    let a = create(Level::Raid6, &disks);
+    let mut model = Model::new(&a);
+    block_on(apply(&a, model.writes(30)));
+    let e = block_on(a.remove_member(2)).unwrap_err().to_string();
+    assert!(e.contains("active") && e.contains("fail it first"), "{e}");
+    a.volume().fail_member(2, "test");
+    block_on(a.record_failures()).expect("record");
+    let events = block_on(a.events());
+    assert_eq!(block_on(a.remove_member(2)).expect("remove"), "d2");
+    assert!(block_on(a.events()) > events);
+    let e = block_on(a.remove_member(2)).unwrap_err().to_string();
+    assert!(e.contains("no member to remove"), "{e}");
+    assert!(a.volume().member(2).name().contains("removed"));
+    block_on(apply(&a, model.writes(20)));
+    assert!(block_on(a.mark_clean()).expect("clean"));
+    drop(a);
+    // d2 comes back: its id is no longer named, so it is not even stale — ignored.
+    let (a, report) = open(Level::Raid6, &disks);
+    assert_eq!(report.absent_roles, vec![2], "{report:?}");
+    assert!(block_on(read_all(a.volume())) == model.bytes);
+    // A spare removed before use is not used; the next one is.
+    let (s0, s1) = (meta(&disk("s0")), disk("s1"));
+    a.add_spare(s0.clone()).expect("spare");
+    assert!(a.remove_spare(&s0) && !a.remove_spare(&s0));
+    a.add_spare(meta(&s1)).expect("spare");
+    assert_eq!(block_on(a.use_spares()).expect("use"), vec![2]);
+    assert_eq!(
+        rebuild_under_writes(&a, &PassControl::new(0), model.writes(10)),
+        vec![2]
+    );
+    assert!(block_on(a.mark_clean()).expect("clean"));
+    drop(a);
+    let (a, report) = open_with(Level::Raid6, &disks, &[s1]);
+    assert!(report.absent_roles.is_empty(), "{report:?}");
+    assert!(block_on(read_all(a.volume())) == model.bytes);
 }

@@ -71,6 +71,12 @@ pub struct Assembled {
     pub report: OpenReport,
     /// Record the volume clean after this long without writes.
     pub clean_delay: Option<Duration>,
+    /// Members and spares by config id, and what the start must say about them
+    /// ([`crate::heal::adopt`]).
+    pub known: Vec<crate::heal::Known>,
+    pub notes: Vec<String>,
+    /// Bytes per second of rebuilds the daemon starts by itself (0: unlimited).
+    pub rebuild_rate_bytes_per_s: u64,
 }
 
 /// One config member as found at start.
@@ -84,6 +90,21 @@ pub struct Opened {
 }
 
 impl Opened {
+    /// The member and its superblock (`None`: the file is missing).
+    pub fn meta(&self) -> Option<&Arc<MemberMeta>> {
+        self.meta.as_ref()
+    }
+
+    /// No superblock and an all-zero metadata area.
+    pub fn is_blank(&self) -> bool {
+        self.blank
+    }
+
+    /// Created by this start (all zeroes).
+    pub fn was_created(&self) -> bool {
+        self.created
+    }
+
     /// The array id this member's superblock records for volume `name`.
     pub fn array_of(&self, name: &str) -> Option<Uuid> {
         match self.meta.as_ref()?.probe() {
@@ -224,9 +245,14 @@ pub async fn open_remote(
         .map(|v| v.block_size)
         .min()
         .unwrap_or(config::BLOCK_SIZE_DEFAULT);
+    let default = nbraid_remote::RemoteOptions::default();
     let opts = nbraid_remote::RemoteOptions {
         block_size,
-        ..Default::default()
+        timeout: m.remote.timeout.unwrap_or(default.timeout),
+        connections: m
+            .remote
+            .connections
+            .map_or(default.connections, |n| n as usize),
     };
     nbraid_remote::RemoteMember::connect(&m.path_text, Some(m.size), &opts)
         .await
@@ -372,7 +398,7 @@ pub async fn start_volume(
                  remove the volume from the config",
                 v.name,
                 gone.join(", "),
-                v.shape.level,
+                v.kind_name(),
                 v.geometry.fault_tolerance().worst
             ))
         }
@@ -395,7 +421,13 @@ pub async fn start_volume(
             (a, r, true)
         }
         Plan::Open => {
-            let (a, r) = Array::open(&v.name, &tree, metas, opts, progress)
+            // Spares that took a role are found by their superblocks, after the members.
+            let metas = metas
+                .into_iter()
+                .chain(crate::heal::spares_for_assembly(v, opened))
+                .collect();
+            // Mirrors resync in the background while serving; parity before serving.
+            let (a, r) = Array::open_background(&v.name, &tree, metas, opts, progress)
                 .await
                 .map_err(array_error)?;
             tracing::info!(volume = %v.name, array = %a.id(), was_clean = r.was_clean, resynced_bytes = r.resynced_bytes, "assembled by superblock");
@@ -406,34 +438,26 @@ pub async fn start_volume(
         eprintln!("nbraidd: volume {}: warning: {w}", v.name);
     }
     // A create's sync is not a recovery: only an opened array can have been left dirty.
-    if !created && !report.was_clean {
+    if !created && !report.was_clean && report.background_bytes == 0 {
         tracing::warn!(volume = %v.name, resynced_bytes = report.resynced_bytes, "the array was not shut down cleanly: resynced before serving");
     }
-    // Config member ids by role; roles no member serves take the unclaimed config members in
-    // order (the best guess at which file it was).
-    let claimed: Vec<usize> = report
+    // Config member ids by role (spares that took a role by their own id).
+    let members = crate::heal::ids_by_role(
+        &crate::heal::position_ids(config, v),
+        v.members.len(),
+        &report.roles,
+    );
+    let at_start: Vec<&'static str> = report
         .roles
         .iter()
-        .filter_map(|r| match r {
-            Ok(p) | Err(Absence::Stale { member: p, .. } | Absence::Failed { member: p }) => {
-                Some(*p)
-            }
-            Err(Absence::Lost) => None,
+        .map(|r| match r {
+            Ok(_) if created => "new",
+            Ok(_) => "active",
+            Err(Absence::Stale { .. }) => "stale",
+            Err(Absence::Failed { .. }) => "failed",
+            Err(Absence::Lost) => "missing",
         })
         .collect();
-    let mut unclaimed = (0..v.members.len()).filter(|p| !claimed.contains(p));
-    let mut members = Vec::with_capacity(report.roles.len());
-    let mut at_start = Vec::with_capacity(report.roles.len());
-    for r in &report.roles {
-        let (pos, state) = match r {
-            Ok(p) => (Some(*p), if created { "new" } else { "active" }),
-            Err(Absence::Stale { member, .. }) => (Some(*member), "stale"),
-            Err(Absence::Failed { member }) => (Some(*member), "failed"),
-            Err(Absence::Lost) => (unclaimed.next(), "missing"),
-        };
-        members.push(pos.map_or("?".to_string(), |p| config.members[v.members[p]].id.clone()));
-        at_start.push(state);
-    }
     let lost: Vec<&str> = members
         .iter()
         .zip(&at_start)
@@ -449,6 +473,11 @@ pub async fn start_volume(
         tracing::warn!("{msg}");
         eprintln!("nbraidd: warning: {msg}");
     }
+    let (notes, known) = crate::heal::adopt(&array, config, v, opened, &report);
+    for n in &notes {
+        tracing::warn!(volume = %v.name, "{n}");
+        eprintln!("nbraidd: volume {}: {n}", v.name);
+    }
     Ok(Assembled {
         name: v.name.clone(),
         array: Arc::new(array),
@@ -459,6 +488,9 @@ pub async fn start_volume(
         created,
         report,
         clean_delay: v.metadata.clean_delay,
+        known,
+        notes,
+        rebuild_rate_bytes_per_s: v.heal.rebuild_rate_bytes_per_s,
     })
 }
 
@@ -498,16 +530,23 @@ pub fn volume_options(v: &config::Volume) -> VolumeOptions {
 
 /// One line for NBD_INFO_DESCRIPTION and the start-up listing.
 fn describe(config: &Config, v: &config::Volume) -> String {
-    let spans = if v.shape.level.has_spans() {
-        format!(", {} spans", v.shape.spans)
+    let Some(shape) = &v.shape else {
+        return format!(
+            "nbraid tree {} ({} data members)",
+            v.tree_text(config),
+            v.geometry.data_members()
+        );
+    };
+    let spans = if shape.level.has_spans() {
+        format!(", {} spans", shape.spans)
     } else {
         String::new()
     };
     format!(
         "nbraid {}{spans} over {} ({} data members, strip {})",
-        v.shape.level,
+        shape.level,
         v.member_ids(config).join(" "),
-        v.shape.data_members(),
-        config::format_size(v.shape.strip),
+        shape.data_members(),
+        config::format_size(shape.strip),
     )
 }

@@ -7,6 +7,7 @@
 pub mod assemble;
 pub mod control;
 pub mod export;
+pub mod heal;
 pub mod logging;
 pub mod plan;
 pub mod serve;

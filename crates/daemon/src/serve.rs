@@ -151,7 +151,12 @@ async fn serve(config: Config) -> Result<()> {
         "nbraidd: control socket {}",
         control.path().display()
     ));
-    let control_task = tokio::spawn(control.serve(controls));
+    let control_task = tokio::spawn(control.serve(controls.clone()));
+    for v in &controls.volumes {
+        crate::heal::start_background_resync(v);
+    }
+    // Spares into failed roles, rebuilds started and resumed, by themselves.
+    let heal_task = tokio::spawn(crate::heal::watch(controls));
 
     let tasks: Vec<_> = listeners
         .into_iter()
@@ -171,6 +176,8 @@ async fn serve(config: Config) -> Result<()> {
     // Dropping the control server removes its socket.
     control_task.abort();
     let _ = control_task.await;
+    heal_task.abort();
+    let _ = heal_task.await;
     for t in idle_tasks {
         t.abort();
         let _ = t.await;
@@ -179,6 +186,10 @@ async fn serve(config: Config) -> Result<()> {
     for (a, _) in &served {
         match a.mark_clean().await {
             Ok(true) => {}
+            Ok(false) if a.background_pending() => say(format_args!(
+                "nbraidd: {}: the background resync is not finished: it resumes at the next start",
+                a.name()
+            )),
             Ok(false) => unclean.push(format!("{}: a write was still in flight", a.name())),
             Err(e) => unclean.push(format!("{}: {e}", a.name())),
         }
@@ -199,7 +210,7 @@ fn controls(config: &Config, volumes: &[Assembled]) -> Controls {
         .iter()
         .map(|a| {
             let cv = config.volumes.iter().find(|v| v.name == a.name);
-            let level = cv.map_or(String::new(), |v| v.level().name().to_string());
+            let level = cv.map_or(String::new(), |v| v.kind_name().to_string());
             ControlVolume::new(
                 a.name.clone(),
                 level,
@@ -210,8 +221,10 @@ fn controls(config: &Config, volumes: &[Assembled]) -> Controls {
                     created: a.created,
                     was_clean: a.report.was_clean,
                     resynced_bytes: a.report.resynced_bytes,
+                    background_bytes: a.report.background_bytes,
                 },
             )
+            .with_heal(a.rebuild_rate_bytes_per_s, a.known.clone(), a.notes.clone())
         })
         .collect();
     Controls { volumes }

@@ -214,3 +214,85 @@ fn raid5_over_four_remote_exports_survives_one_killed_under_writes() {
     );
     daemon.stop();
 }
+
+/// A member's `timeout` key is what the daemon waits for a silent server: with the server
+/// stopped (SIGSTOP: the connection stays open, nothing answers), a write to a RAID 1 of a
+/// local file and the remote export completes degraded after about `timeout = "1s"`, far
+/// inside the 30 s default.
+#[test]
+fn a_remote_members_timeout_key_bounds_the_wait_for_a_silent_server() {
+    let nbdcopy = require("nbdcopy", "libnbd-bin");
+    let dir = tempfile::tempdir().unwrap();
+    let ksock = dir.path().join("kit.sock");
+    let kit = Nbdkit::start(&ksock, "40M");
+    let sock = dir.path().join("nbd.sock");
+    let config = dir.path().join("arrays.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[daemon]\nlisten = [\"unix:{}\"]\n\n\
+             [[member]]\nid = \"local\"\npath = \"local.img\"\nsize = \"33MiB\"\n\n\
+             [[member]]\nid = \"far\"\npath = \"{}\"\nsize = \"33MiB\"\n\
+             timeout = \"1s\"\nconnections = 1\n\n\
+             [[volume]]\nname = \"m\"\nlevel = \"raid1\"\nmembers = [\"local\", \"far\"]\n",
+            sock.display(),
+            remote(&ksock)
+        ),
+    )
+    .unwrap();
+    let local = std::fs::File::create(dir.path().join("local.img")).unwrap();
+    local.set_len(33 << 20).unwrap();
+    let check = run(Command::new(NBRAIDD)
+        .arg("--config")
+        .arg(&config)
+        .arg("--check"));
+    assert!(
+        check.contains("remote NBD export (timeout 1s, up to 1 connections)"),
+        "{check}"
+    );
+    let daemon = start(&config);
+
+    let pid = kit.0.id().to_string();
+    run(Command::new("kill").args(["-STOP", &pid]));
+    // SIGSTOP takes effect asynchronously: wait until every nbdkit thread is stopped.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .any(|t| {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            !stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('T')
+        })
+    {
+        assert!(Instant::now() < deadline, "nbdkit did not stop");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let src = dir.path().join("src.bin");
+    std::fs::write(&src, vec![0x5au8; 1 << 20]).unwrap();
+    let uri = format!("nbd+unix:///m?socket={}", sock.display());
+    let started = Instant::now();
+    // --flush: the copy ends with a FLUSH, which needs every copy (or a failed member).
+    run(Command::new(&nbdcopy).arg("--flush").arg(&src).arg(&uri));
+    let waited = started.elapsed();
+    run(Command::new("kill").args(["-CONT", &pid]));
+    // Generous against load; the point is that it is not the 30 s default.
+    assert!(
+        waited < Duration::from_secs(20),
+        "the write waited {waited:?} for the stopped server"
+    );
+    let s = status(&config);
+    assert!(s.contains("\"degraded\":true"), "{s}");
+    let back = dir.path().join("back.bin");
+    run(Command::new(&nbdcopy).arg(&uri).arg(&back));
+    let back = std::fs::read(&back).unwrap();
+    assert!(
+        back[..1 << 20] == vec![0x5au8; 1 << 20][..],
+        "read back other data"
+    );
+    daemon.stop();
+}

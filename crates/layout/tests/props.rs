@@ -336,6 +336,54 @@ fn named_fault_tolerance() {
     }
 }
 
+/// Trees a config may declare: how many lost members each survives, worst and best, checked
+/// against brute force too.
+#[test]
+fn nested_fault_tolerance() {
+    let mut next = 0;
+    let mut m = || {
+        next += 1;
+        Node::member(next - 1, 0, 1 << 20)
+    };
+    let l = ParityLayout::default();
+    let mut mirror = |n: usize| Node::mirror((0..n).map(|_| m()).collect()).unwrap();
+    let raid5_of_mirrors =
+        Node::parity(65536, 1, l, vec![mirror(2), mirror(2), mirror(2)]).unwrap();
+    let raid6_of_mirrors = Node::parity(
+        65536,
+        2,
+        l,
+        vec![mirror(2), mirror(2), mirror(3), mirror(2)],
+    )
+    .unwrap();
+    let concat_of_mirrors = Node::concat(vec![mirror(2), mirror(3)]).unwrap();
+    let mut next = 0;
+    let mut m = || {
+        next += 1;
+        Node::member(next - 1, 0, 1 << 20)
+    };
+    let mut raid5 = |n: usize| Node::parity(65536, 1, l, (0..n).map(|_| m()).collect()).unwrap();
+    let mirror_of_raid5 = Node::mirror(vec![raid5(3), raid5(4)]).unwrap();
+    let cases = [
+        // Data is lost only with both halves of two pairs gone; luckily one of each pair and
+        // the whole of one more.
+        ("raid5 over 3 mirrors", raid5_of_mirrors, (3, 4)),
+        ("raid6 over 4 mirrors", raid6_of_mirrors, (5, 7)),
+        // Each RAID 5 copy dies with two losses; one copy can lose everything.
+        ("mirror of raid5 of 3 and 4", mirror_of_raid5, (3, 5)),
+        ("concat of a pair and a triple", concat_of_mirrors, (1, 3)),
+    ];
+    for (what, root, (worst, best)) in cases {
+        let t = Geometry::from_tree(root.clone()).fault_tolerance();
+        assert_eq!((t.worst, t.best), (worst, best), "{what}");
+        assert_eq!(
+            brute_tolerance(&root),
+            (worst, best),
+            "{what} by brute force"
+        );
+    }
+}
+
 /// The seed review's RAID 50-2/4/8 and 60-2/4/6 are spans counts, with equal data members.
 #[test]
 fn seed_span_counts() {

@@ -89,6 +89,8 @@ pub struct OpenReport {
     pub absent_roles: Vec<usize>,
     /// Bytes of the volume resynced before serving.
     pub resynced_bytes: u64,
+    /// Bytes left to resync in the background ([`Array::open_background`]).
+    pub background_bytes: u64,
     /// Per role: the position (in the `metas` given to [`Array::open`]) of the member that
     /// serves it, or why none does (as assembly found it; stale roles are resynced since).
     pub roles: Vec<Result<usize, Absence>>,
@@ -119,7 +121,9 @@ pub struct Array {
     /// Rebuild and replace state (see `heal.rs`).
     pub(super) heal: super::heal::Heal,
     /// The records say dirty (a write may be in flight since the last clean point).
-    dirty: AtomicBool,
+    pub(super) dirty: AtomicBool,
+    /// A resync left to the background at open (see `resync.rs`).
+    pub(super) background: super::resync::BackgroundSlot,
     /// Write-type requests in flight.
     inflight: AtomicU64,
     /// `Volume::failed_count` when the records last caught up with it.
@@ -286,6 +290,19 @@ impl Array {
         opts: ArrayOptions,
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<(Array, OpenReport), ArrayError> {
+        Array::open_with(name, config_tree, metas, opts, progress, false).await
+    }
+
+    /// [`Array::open`]; with `background`, a resync a mirrors-only volume needs is left to
+    /// [`Array::background_resync`] ([`Array::open_background`]).
+    pub(super) async fn open_with(
+        name: &str,
+        config_tree: &Node,
+        metas: Vec<Option<Arc<MemberMeta>>>,
+        opts: ArrayOptions,
+        progress: &(dyn Fn(u64, u64) + Sync),
+        background: bool,
+    ) -> Result<(Array, OpenReport), ArrayError> {
         let probes: Vec<Probe> = metas
             .iter()
             .map(|m| m.as_ref().map_or(Probe::Missing, |m| m.probe().clone()))
@@ -356,6 +373,7 @@ impl Array {
             resynced_roles: stale.clone(),
             absent_roles: absent,
             resynced_bytes: 0,
+            background_bytes: 0,
             roles: asm.roles.clone(),
             rebuilding_roles,
         };
@@ -365,6 +383,10 @@ impl Array {
                 Some(i) => i.set_ranges(capacity),
                 None => vec![(0, capacity)],
             };
+            if background && array.start_background(&ranges, &stale).await? {
+                report.background_bytes = array.background_bytes();
+                return Ok((array, report));
+            }
             report.resynced_bytes = array.resync(&ranges, progress).await?;
         }
         {
@@ -472,6 +494,7 @@ impl Array {
                 members: newest.members.clone(),
             }),
             dirty: AtomicBool::new(dirty),
+            background: Default::default(),
             inflight: AtomicU64::new(0),
             recorded_failed: AtomicUsize::new(0),
             intent,
@@ -732,6 +755,9 @@ impl Array {
     }
 
     pub async fn read(&self, offset: u64, len: u64) -> VolumeResult<Buf> {
+        if self.background.pending() && self.in_range(offset, len) {
+            self.sync_before_read(offset, len).await?;
+        }
         self.volume.read(offset, len).await
     }
 
@@ -800,6 +826,11 @@ impl Array {
     /// Flushes and records the volume clean (orderly shutdown, or idle), unless a write is
     /// in flight: then it stays dirty and `Ok(false)` says so.
     pub async fn mark_clean(&self) -> VolumeResult<bool> {
+        if self.background.pending() {
+            // No clean point before the background resync is done: a restart resumes it.
+            self.flush().await?;
+            return Ok(false);
+        }
         let mut rec = self.recorded.lock().await;
         if !self.dirty.load(SeqCst) {
             return Ok(true);

@@ -58,6 +58,12 @@ impl Heal {
         self.rebuilding.lock().contains_key(&r)
     }
 
+    /// Role `r` lost its member: nothing is rebuilt or replaced into it any more.
+    pub(super) fn forget(&self, r: usize) {
+        self.rebuilding.lock().remove(&r);
+        self.replacing.lock().remove(&r);
+    }
+
     /// Resumes rebuilding role `r` from `checkpoint_bytes` (at open).
     pub(super) fn resume(&self, r: usize, checkpoint_bytes: u64) {
         self.rebuilding.lock().insert(r, checkpoint_bytes);
@@ -93,22 +99,51 @@ impl Array {
         self.heal.spares.lock().len()
     }
 
-    /// Failed roles no member is being rebuilt into (a spare would help).
+    /// The spares not used yet, in the order they were added.
+    pub fn spares(&self) -> Vec<Arc<MemberMeta>> {
+        self.heal.spares.lock().clone()
+    }
+
+    /// Drops spare `meta` (by identity); whether it was one.
+    pub fn remove_spare(&self, meta: &Arc<MemberMeta>) -> bool {
+        let mut s = self.heal.spares.lock();
+        let before = s.len();
+        s.retain(|m| !Arc::ptr_eq(m, meta));
+        s.len() != before
+    }
+
+    /// Failed roles (a spare would help; a new member that failed while being rebuilt
+    /// leaves its role failed again).
     pub fn roles_wanting_a_member(&self) -> Vec<usize> {
         let v = self.volume();
         (0..v.member_count())
-            .filter(|&r| v.member_is_failed(r) && !self.heal.is_rebuilding(r))
+            .filter(|&r| v.member_is_failed(r))
             .collect()
     }
 
-    /// Puts a spare in every failed role while spares last (call it when a member failed);
-    /// returns the roles that got one. [`Array::rebuild`] then rebuilds them.
+    /// Puts spares in failed roles, the most endangered first, each the smallest spare that
+    /// fits ([`super::assign_spares`]); returns the roles that got one. [`Array::rebuild`]
+    /// then rebuilds them. Call it whenever a member failed or a spare came.
     pub async fn use_spares(&self) -> Result<Vec<usize>, ArrayError> {
+        let chosen: Vec<(usize, Arc<MemberMeta>)> = {
+            let mut spares = self.heal.spares.lock();
+            let sizes: Vec<u64> = spares.iter().map(|m| m.member().len()).collect();
+            let v = self.volume();
+            let choices = super::assign_spares(
+                v.geometry().root(),
+                &|r| !v.member_is_current(r),
+                &self.roles_wanting_a_member(),
+                &sizes,
+            );
+            let picked: Vec<(usize, Arc<MemberMeta>)> = choices
+                .iter()
+                .map(|c| (c.role, spares[c.spare].clone()))
+                .collect();
+            spares.retain(|m| !picked.iter().any(|(_, p)| Arc::ptr_eq(m, p)));
+            picked
+        };
         let mut used = Vec::new();
-        for r in self.roles_wanting_a_member() {
-            let Some(spare) = self.heal.spares.lock().pop() else {
-                break;
-            };
+        for (r, spare) in chosen {
             self.rebuild_onto(r, spare).await?;
             used.push(r);
         }

@@ -19,6 +19,9 @@ pub mod intent;
 mod io;
 mod member_meta;
 mod ppl_area;
+mod remove;
+mod resync;
+mod spares;
 mod superblock;
 
 pub use array::{Array, ArrayError, ArrayOptions, OpenReport};
@@ -26,6 +29,7 @@ pub use assemble::{assemble, Absence, AssembleError, Assembly, Probe};
 pub use heal::RebuildReport;
 pub use io::{read_superblock, write_superblock, Found, SuperblockIoError};
 pub use member_meta::MemberMeta;
+pub use spares::{assign_spares, SpareChoice};
 
 pub use superblock::{
     newest, Area, BitmapArea, MemberEntry, RecordedState, Superblock, Uuid, VolumeRecord,

@@ -79,6 +79,11 @@ pub struct CrashStats {
     /// its role.
     pub replaces_started: u64,
     pub replaced_at_reopen: u64,
+    /// Reopens that left the resync to the background (mirrors), power losses during it and
+    /// member deaths scheduled during it (`background.rs`).
+    pub background_resyncs: u64,
+    pub background_crashes: u64,
+    pub background_member_deaths: u64,
 }
 
 impl CrashStats {
@@ -101,11 +106,14 @@ impl CrashStats {
         self.rebuilds_completed += o.rebuilds_completed;
         self.replaces_started += o.replaces_started;
         self.replaced_at_reopen += o.replaced_at_reopen;
+        self.background_resyncs += o.background_resyncs;
+        self.background_crashes += o.background_crashes;
+        self.background_member_deaths += o.background_member_deaths;
     }
 }
 
 /// Runs `fut` to completion, completing member operations in seeded random order.
-fn drive<T: 'static>(
+pub(super) fn drive<T: 'static>(
     world: &Arc<Mutex<World>>,
     rng: &mut Rng,
     fut: impl Future<Output = T> + 'static,
@@ -330,6 +338,8 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
     // Every disk is offered (the spare too): superblocks say who plays which role.
     let members = sim_members(&world, disks, case.member_len);
     let (tree, o) = (case.tree.clone(), opts.clone());
+    // Mirrors sometimes serve at once and resync in the background (`background.rs`).
+    let background = super::background::mirrors_only(&case.tree) && rng.chance(600);
     let (array, report) = drive(&world, &mut rng, async move {
         let mut metas = Vec::new();
         for (i, m) in members.into_iter().enumerate() {
@@ -339,7 +349,11 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
                 Some(MemberMeta::load(m).await)
             });
         }
-        Array::open("sim", &tree, metas, o, &|_, _| {}).await
+        if background {
+            Array::open_background("sim", &tree, metas, o, &|_, _| {}).await
+        } else {
+            Array::open("sim", &tree, metas, o, &|_, _| {}).await
+        }
     })?
     .map_err(|e| {
         format!("reopen after the crash (deleted {deleted:?}, lost {lost_before:?}): {e}")
@@ -372,7 +386,7 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
         stats.full_resync_bytes += capacity;
     }
     stats.reopened_with_stale += u64::from(!report.resynced_roles.is_empty());
-    stats.resynced_bytes += report.resynced_bytes;
+    stats.resynced_bytes += report.resynced_bytes + report.background_bytes;
     stats.ppl_entries_replayed += report.ppl.entries;
     let not_current: Vec<usize> = (0..n)
         .filter(|&i| !array.volume().member_is_current(i))
@@ -410,6 +424,10 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
         stats.sectors_checked += 1;
     }
 
+    // The background resync (if any) finishes, maybe through a member death or a power loss.
+    let (world, array, not_current) = super::background::finish(
+        world, &mut rng, array, case, disks, &opts, &history, &mut stats,
+    )?;
     // Redundancy agrees: every view that loses up to two more members reads the same bytes.
     drop(array);
     let others: Vec<usize> = (0..n).filter(|m| !not_current.contains(m)).collect();
@@ -490,7 +508,7 @@ fn spawn(
     });
 }
 
-fn read_volume(
+pub(super) fn read_volume(
     world: &Arc<Mutex<World>>,
     rng: &mut Rng,
     array: &Arc<Array>,

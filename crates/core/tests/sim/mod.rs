@@ -6,6 +6,7 @@
 //! `history.rs` for the rules checked.
 #![allow(dead_code)]
 
+pub mod background;
 pub mod crash;
 pub mod disk;
 pub mod executor;

@@ -1,12 +1,14 @@
 //! What the control requests do to the daemon's volumes.
 
 use super::proto::{ok_reply, Refusal, Request};
+use crate::heal::Known;
 use nbraid_core::metadata::{Array, MemberMeta};
 use nbraid_core::{
     Member, MemberState, PassControl, PassState, ScrubControl, ScrubReport, ScrubState, UringFile,
 };
 use parking_lot::Mutex;
 use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 
 /// One served volume as the control socket sees it.
@@ -24,8 +26,18 @@ pub struct ControlVolume {
     pub start: StartReport,
     /// The latest scrub (running or finished).
     scrub: Mutex<Option<Arc<ScrubControl>>>,
-    /// The latest rebuild (running or finished).
-    rebuild: Mutex<Option<Arc<PassControl>>>,
+    /// The latest rebuild (running or finished), and whether its task has returned (the
+    /// pass says done before the rebuilt members are committed current).
+    rebuild: Mutex<Option<(Arc<PassControl>, Arc<AtomicBool>)>>,
+    /// Bytes per second of rebuilds the daemon starts by itself (0: unlimited).
+    pub rebuild_rate_bytes_per_s: u64,
+    /// The background resync after an unclean start, if there was one.
+    pub resync: Mutex<Option<Arc<PassControl>>>,
+    /// Every member and spare known by id (config ids; paths for those added at run time).
+    known: Mutex<Vec<Known>>,
+    /// What the start found that the operator must hear (spares holding roles, old members
+    /// ignored, spares that cannot be used).
+    pub notes: Vec<String>,
 }
 
 impl ControlVolume {
@@ -46,31 +58,87 @@ impl ControlVolume {
             start,
             scrub: Mutex::new(None),
             rebuild: Mutex::new(None),
+            rebuild_rate_bytes_per_s: 0,
+            resync: Mutex::new(None),
+            known: Mutex::new(Vec::new()),
+            notes: Vec::new(),
         }
     }
 
+    /// With the spares' side: the automatic rebuild's rate, the members and spares known by
+    /// id, what the start must say.
+    pub fn with_heal(
+        mut self,
+        rate_bytes_per_s: u64,
+        known: Vec<Known>,
+        notes: Vec<String>,
+    ) -> Self {
+        self.rebuild_rate_bytes_per_s = rate_bytes_per_s;
+        self.known = Mutex::new(known);
+        self.notes = notes;
+        self
+    }
+
+    /// The id of whatever serves each role now (a spare that took a role goes by its own
+    /// id); roles with no known member keep the id they had at start.
+    pub fn member_ids(&self) -> Vec<String> {
+        let known = self.known.lock();
+        let vol = self.array.volume();
+        (0..vol.member_count())
+            .map(|r| {
+                let m = vol.member(r);
+                known
+                    .iter()
+                    .find(|k| Arc::ptr_eq(&k.member, &m))
+                    .map_or_else(|| self.members[r].clone(), |k| k.id.clone())
+            })
+            .collect()
+    }
+
+    /// The id of a member or spare (its path when unknown).
+    fn id_of(&self, member: &Arc<dyn Member>) -> String {
+        let known = self.known.lock();
+        known
+            .iter()
+            .find(|k| Arc::ptr_eq(&k.member, member))
+            .map_or_else(|| member.name().to_string(), |k| k.id.clone())
+    }
+
+    /// Remembers a member added at run time by its path.
+    fn learn(&self, id: &str, member: &Arc<dyn Member>) {
+        self.known.lock().push(Known {
+            id: id.to_string(),
+            member: member.clone(),
+        });
+    }
+
     fn rebuild(&self) -> Option<Arc<PassControl>> {
-        self.rebuild.lock().clone()
+        self.rebuild.lock().as_ref().map(|(c, _)| c.clone())
+    }
+
+    /// The latest rebuild's state; `running` until its task returned.
+    fn rebuild_state(&self) -> Option<PassState> {
+        let slot = self.rebuild.lock();
+        let (c, finished) = slot.as_ref()?;
+        Some(match c.state() {
+            PassState::Done | PassState::Cancelled if !finished.load(SeqCst) => PassState::Running,
+            s => s,
+        })
     }
 
     /// The member index `member` names (a config id, or an index).
     fn member_index(&self, member: &str) -> Result<usize, Refusal> {
-        self.members
-            .iter()
+        let ids = self.member_ids();
+        ids.iter()
             .position(|m| *m == member)
-            .or_else(|| {
-                member
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|&i| i < self.members.len())
-            })
+            .or_else(|| member.parse::<usize>().ok().filter(|&i| i < ids.len()))
             .ok_or_else(|| {
                 Refusal::new(
                     "not-found",
                     format!(
                         "volume \"{}\" has no member \"{member}\" (members: {})",
                         self.name,
-                        self.members.join(", ")
+                        ids.join(", ")
                     ),
                 )
             })
@@ -78,18 +146,32 @@ impl ControlVolume {
 
     /// Starts the rebuild task unless one runs (then only its rate changes).
     fn start_rebuild(&self, rate_bytes_per_s: u64) -> Arc<PassControl> {
+        self.rebuild_task(rate_bytes_per_s, true)
+    }
+
+    /// Starts the rebuild task unless one runs (which is left as it is).
+    pub fn ensure_rebuild(&self, rate_bytes_per_s: u64) -> Arc<PassControl> {
+        self.rebuild_task(rate_bytes_per_s, false)
+    }
+
+    fn rebuild_task(&self, rate_bytes_per_s: u64, set_rate: bool) -> Arc<PassControl> {
         let mut slot = self.rebuild.lock();
-        if let Some(c) = slot.as_ref() {
-            if matches!(c.state(), PassState::Running | PassState::Paused) {
-                c.set_rate(rate_bytes_per_s);
+        if let Some((c, finished)) = slot.as_ref() {
+            if !finished.load(SeqCst) {
+                if set_rate {
+                    c.set_rate(rate_bytes_per_s);
+                }
                 return c.clone();
             }
         }
         let ctl = Arc::new(PassControl::new(rate_bytes_per_s));
-        *slot = Some(ctl.clone());
+        let finished = Arc::new(AtomicBool::new(false));
+        *slot = Some((ctl.clone(), finished.clone()));
         let (array, task_ctl, name) = (self.array.clone(), ctl.clone(), self.name.clone());
         tokio::spawn(async move {
-            match array.rebuild(&task_ctl).await {
+            let r = array.rebuild(&task_ctl).await;
+            finished.store(true, SeqCst);
+            match r {
                 Ok(r) => tracing::info!(
                     "rebuild of {name} {}: roles {:?} current",
                     r.state.name(),
@@ -121,8 +203,9 @@ fn rebuild_json(v: &ControlVolume) -> Value {
     let Some(c) = v.rebuild() else {
         return Value::Null;
     };
+    let state = v.rebuild_state().unwrap_or(c.state());
     json!({
-        "state": c.state().name(),
+        "state": state.name(),
         "roles": v.array.rebuilding().iter().map(|(r, _)| *r).collect::<Vec<_>>(),
         "position_bytes": c.position_bytes(),
         "total_bytes": c.total_bytes(),
@@ -139,6 +222,8 @@ pub struct StartReport {
     pub created: bool,
     pub was_clean: bool,
     pub resynced_bytes: u64,
+    /// Bytes left to resync in the background while serving.
+    pub background_bytes: u64,
 }
 
 /// The daemon's volumes.
@@ -203,7 +288,7 @@ impl Controls {
                 });
                 Ok(ok_reply(json!({
                     "volume": volume,
-                    "member": v.members[index],
+                    "member": v.member_ids()[index],
                     "index": index,
                     "degraded": vol.is_degraded(),
                     "available": vol.is_available(),
@@ -248,6 +333,7 @@ impl Controls {
             Request::Add { volume, path } => {
                 let v = self.find(&volume)?;
                 let meta = open_newcomer(&path).await?;
+                v.learn(&path, meta.member());
                 v.array.add_spare(meta).map_err(refused)?;
                 // A failed role takes it at once.
                 let roles = v.array.use_spares().await.map_err(refused)?;
@@ -268,6 +354,7 @@ impl Controls {
                 let v = self.find(&volume)?;
                 let index = v.member_index(&member)?;
                 let meta = open_newcomer(&path).await?;
+                v.learn(&path, meta.member());
                 v.array.replace(index, meta).await.map_err(refused)?;
                 v.start_rebuild(0);
                 Ok(ok_reply(
@@ -284,6 +371,10 @@ impl Controls {
                 Ok(ok_reply(
                     json!({ "volume": volume, "rebuild": rebuild_json(v) }),
                 ))
+            }
+            Request::Remove { volume, member } => {
+                let v = self.find(&volume)?;
+                Ok(ok_reply(remove(v, &member).await?))
             }
             Request::Pause { volume } => self.pause_resume(&volume, true),
             Request::Resume { volume } => self.pause_resume(&volume, false),
@@ -305,7 +396,12 @@ impl Controls {
         let mut touched = Vec::new();
         for v in self.select(volume)? {
             let (scrub, rebuild) = (v.scrub(), v.rebuild());
-            let passes = [scrub.as_ref().map(|c| &c.pass), rebuild.as_deref()];
+            let resync = v.resync.lock().clone();
+            let passes = [
+                scrub.as_ref().map(|c| &c.pass),
+                rebuild.as_deref(),
+                resync.as_deref(),
+            ];
             let mut any = false;
             for c in passes.into_iter().flatten() {
                 if pause {
@@ -329,8 +425,8 @@ fn status(v: &ControlVolume) -> Value {
     let states = vol.member_states();
     let counters = vol.member_counters();
     let read_errors = vol.member_read_errors();
-    let members: Vec<Value> = v
-        .members
+    let ids = v.member_ids();
+    let members: Vec<Value> = ids
         .iter()
         .enumerate()
         .map(|(i, id)| {
@@ -342,6 +438,7 @@ fn status(v: &ControlVolume) -> Value {
                 "state": match (states[i], v.at_start.get(i).copied()) {
                     (MemberState::Healthy, _) if !vol.member_is_current(i) => "rebuilding",
                     (MemberState::Healthy, _) => "healthy",
+                    (MemberState::Failed, _) if !v.array.has_member(i) && v.at_start[i] != "missing" => "removed",
                     (MemberState::Failed, Some("missing")) => "missing",
                     (MemberState::Failed, _) => "failed",
                 },
@@ -378,6 +475,7 @@ fn status(v: &ControlVolume) -> Value {
             "created_at_start": v.start.created,
             "clean_at_start": v.start.was_clean,
             "resynced_bytes_at_start": v.start.resynced_bytes,
+            "background_resync_bytes_at_start": v.start.background_bytes,
         },
         "io": {
             "reads": c.reads, "read_bytes": c.read_bytes,
@@ -392,5 +490,40 @@ fn status(v: &ControlVolume) -> Value {
         },
         "scrub": v.scrub().map(|s| scrub_json(&s.report())),
         "rebuild": rebuild_json(v),
+        "resync": v.resync.lock().as_ref().map(|c| json!({
+            "state": c.state().name(),
+            "position_bytes": c.position_bytes(),
+            "total_bytes": c.total_bytes(),
+            "remaining_bytes": v.array.background_bytes(),
+            "rate_bytes_per_s": c.measured_bytes_per_s(),
+            "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
+            "eta_s": c.eta_s(),
+        })),
+        "spares": v.array.spares().iter().map(|m| v.id_of(m.member())).collect::<Vec<_>>(),
+        "notes": v.notes,
     })
+}
+
+/// `remove`: a spare (by id or path) leaves the spares; a failed member (by id or index)
+/// leaves its role (the array refuses an active one).
+async fn remove(v: &ControlVolume, member: &str) -> Result<Value, Refusal> {
+    let spare = v
+        .array
+        .spares()
+        .into_iter()
+        .find(|m| v.id_of(m.member()) == member || m.member().name() == member);
+    if let Some(s) = spare {
+        v.array.remove_spare(&s);
+        return Ok(json!({ "volume": v.name, "member": member, "removed": "spare" }));
+    }
+    let index = v.member_index(member)?;
+    let id = v.member_ids()[index].clone();
+    v.array.remove_member(index).await.map_err(refused)?;
+    Ok(json!({
+        "volume": v.name,
+        "member": id,
+        "index": index,
+        "removed": "member",
+        "degraded": v.array.volume().is_degraded(),
+    }))
 }

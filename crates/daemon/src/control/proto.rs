@@ -11,6 +11,10 @@
 //! | `scrub` | `volume`, `repair` (bool, default false), `rate_bytes_per_s` (0/absent: unlimited) | `scrub`: its first report |
 //! | `pause`, `resume` | `volume` (optional: all) | `volumes`: the names touched |
 //! | `cancel` | `volume` | the scrub's report |
+//! | `add` | `volume`, `path` | `rebuilding_roles`, `rebuild` |
+//! | `remove` | `volume`, `member` (a failed member's id or index, or a spare's id or path) | `removed`: `member` or `spare` |
+//! | `replace` | `volume`, `member`, `path` | `index`, `rebuild` |
+//! | `rebuild` | `volume`, `rate_bytes_per_s` | `rebuild`: progress |
 
 use serde_json::{json, Map, Value};
 
@@ -54,6 +58,11 @@ pub enum Request {
         volume: String,
         member: String,
         path: String,
+    },
+    /// Take a failed member out of its role, or a spare out of the spares (mdadm --remove).
+    Remove {
+        volume: String,
+        member: String,
     },
     /// Start (or re-rate) the rebuild of the volume's rebuilding and replaced members.
     Rebuild {
@@ -164,7 +173,7 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
         _ => {
             return Err(Refusal::new(
                 "bad-request",
-                "the request has no \"op\" string (status, fail, scrub, pause, resume, cancel, add, replace, rebuild)",
+                "the request has no \"op\" string (status, fail, scrub, pause, resume, cancel, add, remove, replace, rebuild)",
             ))
         }
     };
@@ -223,6 +232,10 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
             member: string_field(&o, "member", op)?,
             path: string_field(&o, "path", op)?,
         },
+        "remove" => Request::Remove {
+            volume: string_field(&o, "volume", op)?,
+            member: string_field(&o, "member", op)?,
+        },
         "rebuild" => Request::Rebuild {
             volume: string_field(&o, "volume", op)?,
             rate_bytes_per_s: rate_field(&o, op)?,
@@ -230,7 +243,7 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
         other => {
             return Err(Refusal::new(
                 "unknown-op",
-                format!("unknown op \"{other}\" (status, fail, scrub, pause, resume, cancel, add, replace, rebuild)"),
+                format!("unknown op \"{other}\" (status, fail, scrub, pause, resume, cancel, add, remove, replace, rebuild)"),
             ))
         }
     })

@@ -128,12 +128,28 @@ impl Daemon {
     }
 
     /// SIGTERM, checks a clean exit, and returns what it wrote to a captured stderr.
-    pub fn stop(self) -> String {
+    pub fn stop(mut self) -> String {
+        use std::io::Read;
         // SAFETY: kill(2) on our own child's pid has no memory effects.
         let r = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
         assert_eq!(r, 0, "kill failed");
-        let out = self.child.wait_with_output().unwrap();
-        assert!(out.status.success(), "nbraidd exited with {}", out.status);
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        let mut stderr = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut stderr);
+        }
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "nbraidd exited with {status}: {stderr}");
+        stderr
+    }
+}
+
+impl Drop for Daemon {
+    /// A failed test does not leave its daemon running (holding its sockets and the test
+    /// harness's output pipe).
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }

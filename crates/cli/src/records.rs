@@ -1,0 +1,119 @@
+//! `nbraid check`'s look at the superblocks: the two superblock slots of every member and
+//! spare file are read with plain reads (no lock: a running daemon is not disturbed, nothing
+//! is written), assembly's own pure decision runs over them, and the daemon's own words say
+//! what it means for the config — a spare now holding a role (with the `members = [...]`
+//! line to write), an old member ignored, roles no member serves.
+
+use nbraid_config::{Config, MemberStorage, Volume};
+use nbraid_core::metadata::{assemble, Absence, MemberMeta, Probe, SLOT_BYTES};
+use nbraid_core::{Member, MemoryMember};
+use nbraid_daemon::heal;
+use serde::Serialize;
+use std::io::Read;
+use std::sync::Arc;
+
+/// What the superblocks say about one volume.
+#[derive(Clone, Debug, Serialize)]
+pub struct Records {
+    pub volume: String,
+    /// `healthy`, `degraded: ...`, `no superblocks yet`, `not on files`, or why assembly
+    /// would refuse.
+    pub state: String,
+    /// The config id serving each role by the superblocks (empty when they do not decide).
+    pub members: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+/// The superblocks of every volume whose members are files or devices.
+pub fn look(config: &Config) -> Vec<Records> {
+    config.volumes.iter().map(|v| volume(config, v)).collect()
+}
+
+fn volume(config: &Config, v: &Volume) -> Records {
+    let mut r = Records {
+        volume: v.name.clone(),
+        state: String::new(),
+        members: Vec::new(),
+        notes: Vec::new(),
+    };
+    let positions: Vec<usize> = v.members.iter().chain(&v.heal.spares).copied().collect();
+    if positions.iter().any(|&m| {
+        matches!(
+            config.members[m].state,
+            MemberStorage::Memory | MemberStorage::Remote
+        )
+    }) {
+        r.state = "not on files (read at start only)".into();
+        return r;
+    }
+    let n = v.members.len();
+    let probes: Vec<Probe> = positions
+        .iter()
+        .enumerate()
+        .map(|(p, &m)| {
+            let probe = read_probe(config, m);
+            // Spares join assembly only with a record of this volume alone (the daemon's rule).
+            match &probe {
+                Probe::Superblock(sb, _)
+                    if p >= n && !sb.volumes.iter().all(|x| x.name == v.name) =>
+                {
+                    Probe::Missing
+                }
+                Probe::Superblock(sb, _) if p >= n && sb.volumes.is_empty() => Probe::Missing,
+                _ => probe,
+            }
+        })
+        .collect();
+    if !probes.iter().any(|p| matches!(p, Probe::Superblock(..))) {
+        r.state = "no superblocks yet (written at the first start)".into();
+        return r;
+    }
+    let asm = match assemble(&v.name, v.geometry.root(), &probes) {
+        Ok(a) => a,
+        Err(e) => {
+            r.state = format!("refused: {e}");
+            return r;
+        }
+    };
+    let ids = heal::position_ids(config, v);
+    let has_record = |p: usize| matches!(&probes[p], Probe::Superblock(sb, _) if sb.volumes.iter().any(|x| x.name == v.name));
+    r.members = heal::ids_by_role(&ids, n, &asm.roles);
+    r.notes = heal::role_notes(&v.name, &ids, n, &asm.roles, &has_record);
+    let absent: Vec<String> = asm
+        .absent()
+        .map(|(role, a)| {
+            let why = match a {
+                Absence::Lost => "lost",
+                Absence::Stale { .. } => "stale",
+                Absence::Failed { .. } => "failed",
+            };
+            format!("role {role} {why}")
+        })
+        .collect();
+    r.state = if absent.is_empty() {
+        "healthy".into()
+    } else {
+        format!("degraded: {}", absent.join(", "))
+    };
+    r
+}
+
+/// Member `m`'s superblock, read without opening it for writing.
+fn read_probe(config: &Config, m: usize) -> Probe {
+    let path = &config.members[m].path;
+    let mut bytes = Vec::new();
+    match std::fs::File::open(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Probe::Missing,
+        Err(e) => return Probe::Unreadable(format!("{}: {e}", path.display())),
+        Ok(f) => {
+            if let Err(e) = f.take(2 * SLOT_BYTES).read_to_end(&mut bytes) {
+                return Probe::Unreadable(format!("{}: {e}", path.display()));
+            }
+        }
+    }
+    // Assembly's own reader over a copy of the two slots.
+    let copy = MemoryMember::new(&config.members[m].id, 2 * SLOT_BYTES);
+    copy.poke(0, &bytes);
+    let meta = futures::executor::block_on(MemberMeta::load(Arc::new(copy) as Arc<dyn Member>));
+    meta.probe().clone()
+}

@@ -1,0 +1,314 @@
+//! Background resync after an unclean start, for volumes whose redundancy is mirrors only
+//! (RAID 1, RAID 10, any tree without a parity group): [`Array::open_background`] serves at
+//! once and [`Array::background_resync`] streams the regions the write-intent bitmap marks
+//! (and what stale members missed) on the pass machinery, rate-limited and pausable.
+//!
+//! - **Reads are consistent before the pass gets there.** A read touching a region not yet
+//!   resynced first resyncs the 1 MiB pieces it touches (the first readable copy over the
+//!   others, under the mirror's range lock: md's rule that the first copy is the truth), then
+//!   reads: two reads of the same block never see different copies. Writes go to every copy
+//!   as always.
+//! - **Checkpointed by the bitmap.** Each bitmap chunk not yet resynced keeps a hold on its
+//!   bit, so no flush clears it; when its last piece is resynced the hold goes and the next
+//!   flush clears it. The records stay dirty until the pass is done ([`Array::mark_clean`]
+//!   declines), so a restart resyncs exactly the chunks still set. Stale members stay
+//!   write-only until the pass completes, then are recorded active.
+//! - **Parity volumes keep the resync before serving**: a degraded read of a stripe whose
+//!   parity was never resynced cannot be trusted, and the partial-parity log replays there.
+
+use super::array::{Array, ArrayError, OpenReport};
+use super::intent::Hold;
+use super::member_meta::MemberMeta;
+use super::RecordedState;
+use crate::error::VolumeResult;
+use crate::pass::{PassControl, PassState, PassWork};
+use futures::FutureExt;
+use nbraid_layout::Node;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+
+/// Reads and the pass resync pieces of this many bytes (aligned).
+const PIECE_BYTES: u64 = 1 << 20;
+/// Pieces the pass has in flight.
+const INFLIGHT: usize = 4;
+
+/// The array's background resync, if one is pending.
+#[derive(Default)]
+pub(super) struct BackgroundSlot {
+    pending: AtomicBool,
+    state: Mutex<Option<Arc<Background>>>,
+}
+
+struct Background {
+    /// Regions not resynced yet: start → end, disjoint, merged.
+    unsynced: Mutex<BTreeMap<u64, u64>>,
+    /// What the pass walks: the regions pending at open, in order.
+    plan: Vec<(u64, u64)>,
+    /// Bitmap holds by chunk, given back when the chunk has nothing left to resync.
+    holds: Mutex<BTreeMap<u64, Hold>>,
+    /// Stale roles, made current when everything is resynced.
+    stale: Vec<usize>,
+}
+
+impl BackgroundSlot {
+    pub(super) fn pending(&self) -> bool {
+        self.pending.load(SeqCst)
+    }
+
+    fn get(&self) -> Option<Arc<Background>> {
+        self.state.lock().clone()
+    }
+}
+
+/// Whether the tree's redundancy is mirrors only.
+fn mirrors_only(n: &Node) -> bool {
+    !matches!(n, Node::Parity(_)) && n.children().iter().all(mirrors_only)
+}
+
+/// Removes `[a, b)` from the range map.
+fn subtract(map: &mut BTreeMap<u64, u64>, a: u64, b: u64) {
+    let hit: Vec<(u64, u64)> = map
+        .range(..b)
+        .rev()
+        .take_while(|(_, &e)| e > a)
+        .map(|(&s, &e)| (s, e))
+        .collect();
+    for (s, e) in hit {
+        map.remove(&s);
+        if s < a {
+            map.insert(s, a);
+        }
+        if e > b {
+            map.insert(b, e);
+        }
+    }
+}
+
+/// The first range of the map overlapping `[a, b)`, clipped to it.
+fn first_overlap(map: &BTreeMap<u64, u64>, a: u64, b: u64) -> Option<(u64, u64)> {
+    let before = map.range(..=a).next_back().filter(|(_, &e)| e > a);
+    let after = map.range(a..b).next();
+    before
+        .or(after)
+        .map(|(&s, &e)| (s.max(a), e.min(b)))
+        .filter(|(s, e)| s < e)
+}
+
+impl Array {
+    /// [`Array::open`], but a volume with mirrors only serves at once after an unclean start:
+    /// what needs resyncing is left to [`Array::background_resync`] (reads resync the pieces
+    /// they touch first). Parity volumes resync before serving, as with `open`.
+    pub async fn open_background(
+        name: &str,
+        config_tree: &Node,
+        metas: Vec<Option<Arc<MemberMeta>>>,
+        opts: super::ArrayOptions,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<(Array, OpenReport), ArrayError> {
+        Array::open_with(name, config_tree, metas, opts, progress, true).await
+    }
+
+    /// Hands the resync of `ranges` (and of the stale roles) to the background when the
+    /// volume has mirrors only; whether it did. The records stay dirty.
+    pub(super) async fn start_background(
+        &self,
+        ranges: &[(u64, u64)],
+        stale: &[usize],
+    ) -> VolumeResult<bool> {
+        if !mirrors_only(self.volume().geometry().root()) {
+            return Ok(false);
+        }
+        let mut unsynced = BTreeMap::new();
+        for &(a, b) in ranges.iter().filter(|(a, b)| a < b) {
+            unsynced.insert(a, b);
+        }
+        let mut holds = BTreeMap::new();
+        if let Some(intent) = &self.intent {
+            let chunk = intent.chunk_bytes();
+            for &(a, b) in ranges {
+                for c in a / chunk..b.div_ceil(chunk) {
+                    let (h, _) =
+                        intent.begin(c * chunk, chunk.min(self.volume().capacity() - c * chunk));
+                    if let Some(old) = holds.insert(c, h) {
+                        intent.end(old);
+                    }
+                }
+            }
+        }
+        *self.background.state.lock() = Some(Arc::new(Background {
+            plan: unsynced.iter().map(|(&a, &b)| (a, b)).collect(),
+            unsynced: Mutex::new(unsynced),
+            holds: Mutex::new(holds),
+            stale: stale.to_vec(),
+        }));
+        self.background.pending.store(true, SeqCst);
+        // Recorded dirty (no clean point until the pass is done), the bitmap as it is.
+        self.write_bitmap().await?;
+        let mut rec = self.recorded.lock().await;
+        rec.clean = false;
+        self.commit(&mut rec).await?;
+        self.dirty.store(true, SeqCst);
+        Ok(true)
+    }
+
+    /// Bytes still to resync in the background (0: none pending).
+    pub fn background_bytes(&self) -> u64 {
+        self.background
+            .get()
+            .map_or(0, |b| b.unsynced.lock().iter().map(|(a, b)| b - a).sum())
+    }
+
+    /// Whether a background resync is pending (the records stay dirty until it is done).
+    pub fn background_pending(&self) -> bool {
+        self.background.pending()
+    }
+
+    /// Before a read of `[offset, offset+len)`: resyncs the pending pieces it touches.
+    pub(super) async fn sync_before_read(&self, offset: u64, len: u64) -> VolumeResult<()> {
+        let Some(bg) = self.background.get() else {
+            return Ok(());
+        };
+        self.sync_range(&bg, offset, offset + len).await
+    }
+
+    /// Resyncs every pending piece overlapping `[a, b)`.
+    async fn sync_range(&self, bg: &Background, a: u64, b: u64) -> VolumeResult<()> {
+        loop {
+            let Some((s, _)) = first_overlap(&bg.unsynced.lock(), a, b) else {
+                return Ok(());
+            };
+            // The aligned piece around `s`, inside the pending range.
+            let piece = s / PIECE_BYTES * PIECE_BYTES;
+            let (ps, pe) = match first_overlap(&bg.unsynced.lock(), piece, piece + PIECE_BYTES) {
+                Some(r) => r,
+                None => continue,
+            };
+            self.volume().resync_range(ps, pe - ps).await?;
+            self.synced(bg, ps, pe);
+        }
+    }
+
+    /// `[a, b)` is resynced: off the map; chunks with nothing left give their holds back.
+    fn synced(&self, bg: &Background, a: u64, b: u64) {
+        let mut map = bg.unsynced.lock();
+        subtract(&mut map, a, b);
+        let Some(intent) = &self.intent else { return };
+        let chunk = intent.chunk_bytes();
+        let mut holds = bg.holds.lock();
+        for c in a / chunk..b.div_ceil(chunk) {
+            if first_overlap(&map, c * chunk, (c + 1) * chunk).is_none() {
+                if let Some(h) = holds.remove(&c) {
+                    intent.end(h);
+                }
+            }
+        }
+    }
+
+    /// Runs the background resync to the end (or until the control cancels it), while the
+    /// volume serves; then stale members are recorded active and the records may go clean
+    /// again. Nothing pending: done at once.
+    pub async fn background_resync(&self, ctl: &PassControl) -> Result<PassState, ArrayError> {
+        let Some(bg) = self.background.get() else {
+            ctl.nothing_to_do();
+            return Ok(PassState::Done);
+        };
+        let total: u64 = bg.plan.iter().map(|(a, b)| b - a).sum();
+        let plan = &bg.plan;
+        let this = &bg;
+        let window = move |at: u64, len: u64| {
+            // Virtual offsets `at..at+len` of the plan's ranges laid end to end.
+            let mut real = Vec::new();
+            let (mut skip, mut left) = (at, len);
+            for &(a, b) in plan {
+                let n = b - a;
+                if skip >= n {
+                    skip -= n;
+                    continue;
+                }
+                let take = (n - skip).min(left);
+                real.push((a + skip, a + skip + take));
+                left -= take;
+                skip = 0;
+                if left == 0 {
+                    break;
+                }
+            }
+            async move {
+                for (a, b) in real {
+                    self.sync_range(this, a, b).await?;
+                }
+                Ok(())
+            }
+            .boxed()
+        };
+        let state = crate::pass::run(
+            ctl,
+            PassWork {
+                total_bytes: total,
+                window_bytes: PIECE_BYTES,
+                inflight: INFLIGHT,
+                window: Box::new(window),
+                checkpoint_bytes: 0,
+                checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
+            },
+        )
+        .await?;
+        if state == PassState::Done {
+            self.finish_background(&bg).await?;
+        }
+        Ok(state)
+    }
+
+    /// Everything is resynced: durable, stale members current and recorded active.
+    async fn finish_background(&self, bg: &Background) -> VolumeResult<()> {
+        // Pieces that failed to resync would still be on the map: not done then.
+        if !bg.unsynced.lock().is_empty() {
+            return Ok(());
+        }
+        self.volume().flush().await?;
+        let mut rec = self.recorded.lock().await;
+        for &r in &bg.stale {
+            if !self.volume().member_is_failed(r) {
+                self.volume().set_resyncing(r, false);
+                rec.members[r].state = RecordedState::Active;
+            }
+        }
+        self.commit(&mut rec).await?;
+        *self.background.state.lock() = None;
+        self.background.pending.store(false, SeqCst);
+        tracing::info!("volume `{}`: background resync done", self.name());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_subtract_and_overlap() {
+        let mut m: BTreeMap<u64, u64> = [(0, 10), (20, 30), (40, 50)].into_iter().collect();
+        assert_eq!(first_overlap(&m, 5, 25), Some((5, 10)));
+        assert_eq!(first_overlap(&m, 10, 20), None);
+        assert_eq!(first_overlap(&m, 12, 45), Some((20, 30)));
+        subtract(&mut m, 5, 45);
+        assert_eq!(m.into_iter().collect::<Vec<_>>(), vec![(0, 5), (45, 50)]);
+        let mut m: BTreeMap<u64, u64> = [(0, 100)].into_iter().collect();
+        subtract(&mut m, 40, 60);
+        assert_eq!(m.into_iter().collect::<Vec<_>>(), vec![(0, 40), (60, 100)]);
+    }
+
+    #[test]
+    fn only_mirror_trees_resync_in_the_background() {
+        use nbraid_layout::ParityLayout;
+        let m = |i| Node::member(i, 1 << 20, 4 << 20);
+        let pair = |i| Node::mirror(vec![m(i), m(i + 1)]).unwrap();
+        assert!(mirrors_only(
+            &Node::stripe(64 << 10, vec![pair(0), pair(2)]).unwrap()
+        ));
+        let raid5 = Node::parity(64 << 10, 1, ParityLayout::default(), vec![m(0), m(1), m(2)]);
+        assert!(!mirrors_only(&raid5.unwrap()));
+    }
+}

@@ -1,0 +1,170 @@
+//! Background resync in the crash simulator (mirrors-only trees): some reopens serve at once
+//! (`Array::open_background`) and the durability check reads the volume *before* the pass
+//! ran — reads resync what they touch. Then the pass runs under the simulator's scheduler;
+//! in some schedules a member dies during it (within tolerance), in others power is lost in
+//! the middle of it: the members' crash images are assembled again (background again), every
+//! flushed write must still read back, and the pass finishes. The caller's redundancy views
+//! then require every copy to agree.
+
+use super::crash::{read_volume, CrashCase, CrashStats};
+use super::disk::{DiskFaults, World, SECTOR_BYTES};
+use super::executor::{step_once, Executor};
+use super::history::History;
+use super::rng::Rng;
+use super::run::sim_members;
+use futures::future::join_all;
+use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta};
+use nbraid_core::{PassControl, PassState};
+use nbraid_layout::{Geometry, Node};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+const STEP_LIMIT: u64 = 400_000;
+
+/// Whether the tree's redundancy is mirrors only (the trees that resync in the background).
+pub fn mirrors_only(n: &Node) -> bool {
+    !matches!(n, Node::Parity(_)) && n.children().iter().all(mirrors_only)
+}
+
+/// What is left after the background resync: the world and array to check, and the roles
+/// not current.
+pub type Finished = (Arc<Mutex<World>>, Arc<Array>, Vec<usize>);
+
+/// Runs the pending background resync of `array` to the end, with a member death or a power
+/// loss in the middle of it in some schedules (see the module).
+#[allow(clippy::too_many_arguments)]
+pub fn finish(
+    world: Arc<Mutex<World>>,
+    rng: &mut Rng,
+    array: Arc<Array>,
+    case: &CrashCase,
+    disks: usize,
+    opts: &ArrayOptions,
+    history: &History,
+    stats: &mut CrashStats,
+) -> Result<Finished, String> {
+    if !array.background_pending() {
+        let lost = not_current(&array);
+        return Ok((world, array, lost));
+    }
+    stats.background_resyncs += 1;
+    let g = Geometry::from_tree(case.tree.clone());
+    let lost = not_current(&array);
+    // One more member may die during the pass (within tolerance).
+    if rng.chance(300) {
+        let m = (0..case.members)
+            .find(|&m| !lost.contains(&m) && g.survives(&[lost.clone(), vec![m]].concat()));
+        if let Some(m) = m {
+            let mut w = world.lock().expect("world");
+            w.disks[disk_of(&array, m)].faults = DiskFaults {
+                dies_at_step: Some(rng.below(40)),
+                ..DiskFaults::default()
+            };
+            stats.background_member_deaths += 1;
+        }
+    }
+    // Small sim volumes resync in a few dozen steps.
+    let crash_at = rng.chance(400).then(|| rng.below(40));
+    let outcome = Rc::new(RefCell::new(None));
+    let mut exec = Executor::default();
+    {
+        let (a, out) = (array.clone(), outcome.clone());
+        exec.spawn(async move {
+            let r = a.background_resync(&PassControl::new(0)).await;
+            *out.borrow_mut() = Some(r.map_err(|e| e.to_string()));
+        });
+    }
+    let mut step = 0u64;
+    while exec.live() > 0 && Some(step) != crash_at {
+        world.lock().expect("world").step = step;
+        if !step_once(&mut exec, &world, rng) {
+            return Err(format!("background resync deadlocked at step {step}"));
+        }
+        step += 1;
+        if step > STEP_LIMIT {
+            return Err("the background resync does not finish".into());
+        }
+    }
+    // A death that did not come during the pass does not come later.
+    for d in &mut world.lock().expect("world").disks {
+        if !d.dead {
+            d.faults.dies_at_step = None;
+        }
+    }
+    if exec.live() == 0 {
+        match outcome.borrow_mut().take() {
+            Some(Ok(PassState::Done)) => {}
+            other => return Err(format!("background resync within tolerance: {other:?}")),
+        }
+        let lost = lost_roles(&world, &array);
+        return Ok((world, array, lost));
+    }
+
+    // Power lost in the middle of the pass.
+    stats.background_crashes += 1;
+    let torn = rng.chance(500);
+    let images: Vec<Vec<u8>> = {
+        let w = world.lock().expect("world");
+        w.disks.iter().map(|d| d.crash_image(rng, torn)).collect()
+    };
+    drop(exec);
+    drop(array);
+    let world = World::new(images, vec![DiskFaults::default(); disks]);
+    let members = sim_members(&world, disks, case.member_len);
+    let (tree, o) = (case.tree.clone(), opts.clone());
+    let (array, report) = super::crash::drive(&world, rng, async move {
+        let metas = join_all(members.into_iter().map(MemberMeta::load)).await;
+        Array::open_background(
+            "sim",
+            &tree,
+            metas.into_iter().map(Some).collect(),
+            o,
+            &|_, _| {},
+        )
+        .await
+    })?
+    .map_err(|e| format!("reopen after a crash during the background resync: {e}"))?;
+    let array = Arc::new(array);
+    stats.resynced_bytes += report.resynced_bytes + report.background_bytes;
+    // Every flushed write still reads back (reads resync what they touch first).
+    let image = read_volume(&world, rng, &array)?;
+    for (s, sector) in image.chunks(SECTOR_BYTES).enumerate() {
+        history
+            .check_durable(s as u64, sector)
+            .map_err(|e| format!("{e} (after a crash during the background resync: {report:?})"))?;
+        stats.sectors_checked += 1;
+    }
+    let a = array.clone();
+    let r = super::crash::drive(&world, rng, async move {
+        a.background_resync(&PassControl::new(0)).await
+    })?
+    .map_err(|e| format!("resumed background resync: {e}"))?;
+    if r != PassState::Done || array.background_pending() {
+        return Err(format!("resumed background resync did not finish: {r:?}"));
+    }
+    let lost = not_current(&array);
+    Ok((world, array, lost))
+}
+
+/// The disk serving role `r` (members are named `simN`).
+fn disk_of(array: &Array, r: usize) -> usize {
+    let name = array.volume().member(r).name().to_string();
+    name.strip_prefix("sim")
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(r)
+}
+
+/// Roles not current, or whose disk died without the array noticing (no I/O since).
+fn lost_roles(world: &Arc<Mutex<World>>, array: &Array) -> Vec<usize> {
+    let w = world.lock().expect("world");
+    (0..array.volume().member_count())
+        .filter(|&r| !array.volume().member_is_current(r) || w.disks[disk_of(array, r)].dead)
+        .collect()
+}
+
+fn not_current(array: &Array) -> Vec<usize> {
+    (0..array.volume().member_count())
+        .filter(|&i| !array.volume().member_is_current(i))
+        .collect()
+}

@@ -1,0 +1,320 @@
+//! Hot spares and automatic rebuild in the daemon.
+//!
+//! - **Assembly over members and spares.** The config's spares that carry this volume's
+//!   record join assembly after the members (positions `members.len()..`): a spare that took
+//!   a role serves it by its superblock although the config still lists the member it
+//!   replaced, and that old member (its id no longer named) is ignored. Both are said loudly,
+//!   with the `members = [...]` line that matches the superblocks.
+//! - **Standing by.** Spares no role claims are handed to the array
+//!   ([`Array::add_spare`]) when they are blank (missing files were created sparse), or carry
+//!   only an old record of this volume. So is a member listed in `members` that is blank and
+//!   claims no role: a wiped old member, or a new disk put at a lost member's path.
+//!   Anything else (another array's records, non-zero bytes where the superblock goes) is
+//!   never overwritten: warned about and left alone.
+//! - **Automatic rebuild.** A watcher per volume looks at the volume's failed count (one
+//!   atomic load every [`WATCH_INTERVAL`]); when it changes — a member failed past the
+//!   engine's tolerance of I/O errors, `nbraid fail`, a new member installed — failed roles
+//!   take spares ([`Array::use_spares`]: the most endangered first, the smallest spare that
+//!   fits) and the rebuild starts at the volume's `rebuild_rate`, logged loudly and shown by
+//!   `nbraid status`. At start the same look resumes rebuilds left at a checkpoint and puts
+//!   spares in roles lost before the start.
+
+use crate::assemble::Opened;
+use crate::control::{ControlVolume, Controls};
+use nbraid_config::{self as config, Config};
+use nbraid_core::metadata::{Absence, Array, MemberMeta, OpenReport, Probe};
+use nbraid_core::{Member, PassControl};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the watcher looks at a volume's failed count.
+pub const WATCH_INTERVAL: Duration = Duration::from_millis(200);
+
+/// A member or spare the daemon knows by its config id (or, added at run time, its path).
+#[derive(Clone)]
+pub struct Known {
+    pub id: String,
+    pub member: Arc<dyn Member>,
+}
+
+/// What volume `name`'s records say about member `o`: `None` when it carries none (blank,
+/// missing, unreadable), else whether every record on it is this volume's.
+fn only_this_volume(o: &Opened, name: &str) -> Option<bool> {
+    match o.meta()?.probe() {
+        Probe::Superblock(sb, _) if sb.volumes.iter().any(|v| v.name == name) => {
+            Some(sb.volumes.iter().all(|v| v.name == name))
+        }
+        Probe::Superblock(..) => Some(false),
+        _ => None,
+    }
+}
+
+/// Volume `v`'s spares as assembly sees them (after the members): those carrying the
+/// volume's record, the others as missing (a blank spare holds no role).
+pub fn spares_for_assembly(v: &config::Volume, opened: &[Opened]) -> Vec<Option<Arc<MemberMeta>>> {
+    v.heal
+        .spares
+        .iter()
+        .map(|&m| match only_this_volume(&opened[m], &v.name) {
+            Some(true) => opened[m].meta().cloned(),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The config ids of assembly's positions: members, then spares.
+pub fn position_ids(config: &Config, v: &config::Volume) -> Vec<String> {
+    v.members
+        .iter()
+        .chain(&v.heal.spares)
+        .map(|&m| config.members[m].id.clone())
+        .collect()
+}
+
+/// Positions (members, then spares) that serve or are recorded in some role.
+fn claimed(roles: &[Result<usize, Absence>]) -> Vec<usize> {
+    roles
+        .iter()
+        .filter_map(|r| match r {
+            Ok(p) | Err(Absence::Stale { member: p, .. } | Absence::Failed { member: p }) => {
+                Some(*p)
+            }
+            Err(Absence::Lost) => None,
+        })
+        .collect()
+}
+
+/// The config id serving each role: the position assembly found in it, or for a role no
+/// member serves the unclaimed member positions in order (the best guess at which it was).
+/// `ids` are by position (members, then spares), `n` the member count.
+pub fn ids_by_role(ids: &[String], n: usize, roles: &[Result<usize, Absence>]) -> Vec<String> {
+    let claimed = claimed(roles);
+    let mut unclaimed = (0..n).filter(|p| !claimed.contains(p));
+    roles
+        .iter()
+        .map(|r| {
+            let p = match r {
+                Ok(p) | Err(Absence::Stale { member: p, .. } | Absence::Failed { member: p }) => {
+                    Some(*p)
+                }
+                Err(Absence::Lost) => unclaimed.next(),
+            };
+            p.map_or("?".into(), |p| ids[p].clone())
+        })
+        .collect()
+}
+
+/// What the operator must hear about where members stand after assembly: a spare (position
+/// `n..`) serving a role, with the `members = [...]` line matching the superblocks; a member
+/// of the config carrying the volume's record (`has_record`) that no role claims (rebuilt
+/// over, replaced or removed).
+pub fn role_notes(
+    volume: &str,
+    ids: &[String],
+    n: usize,
+    roles: &[Result<usize, Absence>],
+    has_record: &dyn Fn(usize) -> bool,
+) -> Vec<String> {
+    let by_role = ids_by_role(ids, n, roles);
+    let line = by_role
+        .iter()
+        .map(|i| format!("\"{i}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut notes = Vec::new();
+    for (role, r) in roles.iter().enumerate() {
+        if let Ok(p) = r {
+            if *p >= n {
+                notes.push(format!(
+                    "member {} (listed in spares) now holds role {role}; update the config: members = [{line}]",
+                    ids[*p]
+                ));
+            }
+        }
+    }
+    let claimed = claimed(roles);
+    for p in (0..n).filter(|p| !claimed.contains(p) && has_record(*p)) {
+        notes.push(format!(
+            "member {} no longer holds a role in volume {volume} (rebuilt over, replaced or removed): ignored — remove it from the config, or wipe its first MiB to make it a spare",
+            ids[p]
+        ));
+    }
+    notes
+}
+
+/// After the volume started: hands every usable spare (and blank unclaimed member) to the
+/// array, and returns what the operator must hear ([`role_notes`], spares that cannot be
+/// used) and every member and spare known by id.
+pub fn adopt(
+    array: &Array,
+    config: &Config,
+    v: &config::Volume,
+    opened: &[Opened],
+    report: &OpenReport,
+) -> (Vec<String>, Vec<Known>) {
+    let n = v.members.len();
+    let claimed = claimed(&report.roles);
+    let ids = position_ids(config, v);
+    let mut notes = role_notes(&v.name, &ids, n, &report.roles, &|p| {
+        only_this_volume(&opened[v.members[p]], &v.name) == Some(true)
+    });
+    let mut known = Vec::new();
+    let positions = v.members.iter().chain(&v.heal.spares).enumerate();
+    for (p, &m) in positions {
+        let id = &config.members[m].id;
+        let o = &opened[m];
+        let Some(meta) = o.meta() else {
+            if p >= n {
+                notes.push(format!("spare {id} is missing: not standing by"));
+            }
+            continue;
+        };
+        known.push(Known {
+            id: id.clone(),
+            member: meta.member().clone(),
+        });
+        if claimed.contains(&p) {
+            continue;
+        }
+        let blank = o.is_blank() || o.was_created();
+        let usable = match only_this_volume(o, &v.name) {
+            // An old member whose id the records no longer name: `role_notes` says it.
+            Some(true) if p < n => false,
+            None if blank => true,
+            None => {
+                notes.push(format!(
+                    "{} {id} has no nbraid superblock but is not blank (non-zero bytes in its first MiB): not used as a spare — wipe its first MiB if its data is no longer wanted",
+                    if p < n { "member" } else { "spare" }
+                ));
+                false
+            }
+            Some(true) => true,
+            Some(false) => {
+                notes.push(format!(
+                    "spare {id} carries another volume's records: not used as a spare — wipe its first MiB if its data is no longer wanted"
+                ));
+                false
+            }
+        };
+        if !usable {
+            continue;
+        }
+        match array.add_spare(meta.clone()) {
+            Ok(()) if p < n => notes.push(format!(
+                "member {id} is blank and holds no role: it stands by as a spare (a lost role is rebuilt onto it)"
+            )),
+            Ok(()) => {}
+            Err(e) => notes.push(format!("spare {id}: {e}")),
+        }
+    }
+    (notes, known)
+}
+
+/// Puts spares in failed roles and makes sure a rebuild runs for whatever is being rebuilt
+/// or replaced; says loudly what it started.
+pub async fn heal_once(v: &ControlVolume) {
+    let array = &v.array;
+    let wanting = array.roles_wanting_a_member();
+    if !wanting.is_empty() && array.spare_count() > 0 {
+        let before = v.member_ids();
+        match array.use_spares().await {
+            Ok(roles) => {
+                let after = v.member_ids();
+                for r in roles {
+                    let msg = format!(
+                        "volume {}: member {} failed: rebuilding its role {r} onto spare {} ({})",
+                        v.name,
+                        before[r],
+                        after[r],
+                        rate_text(v.rebuild_rate_bytes_per_s)
+                    );
+                    tracing::warn!("{msg}");
+                    eprintln!("nbraidd: {msg}");
+                }
+            }
+            Err(e) => tracing::error!("volume {}: putting a spare in place: {e}", v.name),
+        }
+    }
+    if !array.rebuilding().is_empty() {
+        v.ensure_rebuild(v.rebuild_rate_bytes_per_s);
+    }
+}
+
+fn rate_text(bytes_per_s: u64) -> String {
+    match bytes_per_s {
+        0 => "rate unlimited".into(),
+        r => format!("at {}/s", config::format_size(r)),
+    }
+}
+
+/// Starts volume `v`'s background resync if its start left one (mirrors after an unclean
+/// shutdown), at the volume's `rebuild_rate`.
+pub fn start_background_resync(v: &ControlVolume) {
+    if !v.array.background_pending() {
+        return;
+    }
+    let ctl = Arc::new(PassControl::new(v.rebuild_rate_bytes_per_s));
+    *v.resync.lock() = Some(ctl.clone());
+    let (array, name) = (v.array.clone(), v.name.clone());
+    let msg = format!(
+        "volume {name}: not shut down cleanly: resyncing {} in the background while serving ({})",
+        config::format_size(array.background_bytes()),
+        rate_text(v.rebuild_rate_bytes_per_s)
+    );
+    tracing::warn!("{msg}");
+    eprintln!("nbraidd: {msg}");
+    tokio::spawn(async move {
+        match array.background_resync(&ctl).await {
+            Ok(s) => tracing::info!("background resync of {name} {}", s.name()),
+            Err(e) => tracing::error!("background resync of {name} failed: {e}"),
+        }
+    });
+}
+
+/// Watches every volume: on a change of its failed count, [`heal_once`].
+pub async fn watch(controls: Arc<Controls>) {
+    let mut seen: Vec<Option<usize>> = vec![None; controls.volumes.len()];
+    loop {
+        for (v, seen) in controls.volumes.iter().zip(seen.iter_mut()) {
+            let now = v.array.volume().failed_count();
+            if *seen != Some(now) {
+                *seen = Some(now);
+                heal_once(v).await;
+            }
+        }
+        tokio::time::sleep(WATCH_INTERVAL).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_spare_in_a_role_and_the_member_it_replaced_are_named() {
+        // Config: members d0..d3, spare s0; s0 holds role 1, d1 carries an old record.
+        let pos = ids(&["d0", "d1", "d2", "d3", "s0"]);
+        let roles = vec![Ok(0), Ok(4), Ok(2), Ok(3)];
+        assert_eq!(ids_by_role(&pos, 4, &roles), ids(&["d0", "s0", "d2", "d3"]));
+        let notes = role_notes("v", &pos, 4, &roles, &|p| p != 4);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].contains(r#"s0 (listed in spares) now holds role 1; update the config: members = ["d0", "s0", "d2", "d3"]"#));
+        assert!(notes[1].starts_with("member d1 no longer holds a role in volume v"));
+    }
+
+    #[test]
+    fn lost_roles_take_the_unclaimed_members_in_order() {
+        let pos = ids(&["a", "b", "c", "s"]);
+        // Members swapped by superblock, role 2 lost: the unclaimed member c is presumed it.
+        let roles = vec![Ok(1), Ok(0), Err(Absence::Lost)];
+        assert_eq!(ids_by_role(&pos, 3, &roles), ids(&["b", "a", "c"]));
+        // A blank member with no record is not an "old member".
+        assert!(role_notes("v", &pos, 3, &roles, &|p| p != 2).is_empty());
+        let failed = vec![Ok(0), Err(Absence::Failed { member: 1 }), Ok(2)];
+        assert_eq!(ids_by_role(&pos, 3, &failed), ids(&["a", "b", "c"]));
+    }
+}
