@@ -7,7 +7,7 @@
 //! time (user + system) per write, with the log / without.
 //!
 //! `cargo run --release -p nbraid-core --example ppl_cost [dir] [seconds per round] [rounds]`
-//! (default /var/tmp, 2 s, 4; `NBRAID_PPL_LEVELS=raid5` runs one level).
+//! (default /var/tmp, 2 s, 4).
 
 use futures::executor::block_on;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -143,15 +143,7 @@ fn main() {
         "level", "workload", "IOPS log", "IOPS off", "ratio", "CPU µs log", "CPU µs off", "ratio"
     );
     let wb = CacheMode::default();
-    // NBRAID_PPL_LEVELS=raid6 runs only the levels named so.
-    let only = std::env::var("NBRAID_PPL_LEVELS").ok();
     for (level, members, name) in [(Level::Raid5, 4, "raid5"), (Level::Raid6, 6, "raid6")] {
-        if only
-            .as_ref()
-            .is_some_and(|o| !o.split(',').any(|x| x == name))
-        {
-            continue;
-        }
         for (work, bs, qd, random, cache) in [
             ("4k randwrite qd32 wb", 4096u64, 32usize, true, wb),
             (

@@ -249,18 +249,6 @@ impl Crc {
     }
 
     pub fn update(&mut self, bytes: &[u8]) {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("sse4.2") {
-            // SAFETY: the CPU has SSE4.2 (checked just above).
-            self.0 = unsafe { crc_sse42(self.0, bytes) };
-            return;
-        }
-        self.update_tables(bytes);
-    }
-
-    /// The portable path (slicing by 8), also the reference the hardware path is tested
-    /// against.
-    pub fn update_tables(&mut self, bytes: &[u8]) {
         let t = tables();
         let mut c = self.0;
         let mut chunks = bytes.chunks_exact(8);
@@ -291,23 +279,6 @@ impl Default for Crc {
     fn default() -> Self {
         Crc::new()
     }
-}
-
-/// CRC-32C with the SSE4.2 instruction (8 bytes a step): the log checksums every batch.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "sse4.2")]
-unsafe fn crc_sse42(mut c: u32, bytes: &[u8]) -> u32 {
-    use std::arch::x86_64::{_mm_crc32_u64, _mm_crc32_u8};
-    let mut chunks = bytes.chunks_exact(8);
-    let mut c64 = u64::from(c);
-    for ch in &mut chunks {
-        c64 = _mm_crc32_u64(c64, u64::from_le_bytes(ch.try_into().expect("8")));
-    }
-    c = c64 as u32;
-    for &b in chunks.remainder() {
-        c = _mm_crc32_u8(c, b);
-    }
-    c
 }
 
 pub fn crc32c(bytes: &[u8]) -> u32 {
@@ -348,14 +319,6 @@ mod tests {
         let mut split = Crc::new();
         split.update(&data[..13]);
         split.update(&data[13..]);
-        let mut tables = Crc::new();
-        tables.update_tables(&data[..5]);
-        tables.update_tables(&data[5..]);
-        assert_eq!(
-            tables.finish(),
-            split.finish(),
-            "hardware and table paths agree"
-        );
         let mut slow = !0u32;
         for &b in &data {
             slow ^= u32::from(b);

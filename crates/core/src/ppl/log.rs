@@ -10,7 +10,7 @@ use crate::error::{VolumeError, VolumeResult};
 use crate::node::MemberTable;
 use crate::parity;
 use futures::channel::oneshot;
-use futures::future::{join_all, Either};
+use futures::future::join_all;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -68,28 +68,6 @@ struct Band {
     need: Vec<u64>,
 }
 
-impl Band {
-    /// Records entry `seq` of band `key` (a write of it is now in flight).
-    fn logged(st: &mut State, key: (u64, u32), seq: u64, masks: Vec<u8>, pp: Vec<u8>, pq: Vec<u8>) {
-        let b = st.bands.entry(key).or_insert_with(|| Band {
-            masks: Vec::new(),
-            pp: Vec::new(),
-            pq: Vec::new(),
-            first_seq: seq,
-            seq,
-            durable: false,
-            inflight: 0,
-            need: Vec::new(),
-        });
-        b.masks = masks;
-        b.pp = pp;
-        b.pq = pq;
-        b.seq = seq;
-        b.durable = false;
-        b.inflight += 1;
-    }
-}
-
 struct Pending {
     ticket: u64,
     entry: Entry,
@@ -105,7 +83,7 @@ struct State {
     pending: Vec<Pending>,
     next_ticket: u64,
     /// Tickets written (true) or failed (false), until their callers look.
-    done: HashMap<u64, oneshot::Sender<bool>>,
+    done: HashMap<u64, bool>,
     waiters: Vec<oneshot::Sender<()>>,
 }
 
@@ -301,16 +279,6 @@ impl GroupLog {
         written: &[Vec<(u64, u64)>],
         values: &Values<'_>,
     ) -> Option<Vec<(Entry, Vec<usize>)>> {
-        // Fast path: every chunk written over the same rows (a full-stripe write) while
-        // nothing is logged: no entry, nothing to settle.
-        if let Some(first) = written.first().filter(|f| f.len() == 1) {
-            if written.iter().all(|c| c.as_slice() == first.as_slice()) {
-                let st = self.state.lock();
-                if st.bands.is_empty() && st.retired.is_empty() {
-                    return Some(Vec::new());
-                }
-            }
-        }
         let rings = self.targets(stripe);
         let q_slot = self.layout.roles(stripe).q_slot;
         let mut st = self.state.lock();
@@ -445,7 +413,23 @@ impl GroupLog {
                     entry.pq.extend_from_slice(&pq[r]);
                 }
             }
-            Band::logged(&mut st, key, seq, union, pp, pq);
+            let need = vec![0; self.members.len()];
+            let b = st.bands.entry(key).or_insert_with(|| Band {
+                masks: Vec::new(),
+                pp: Vec::new(),
+                pq: Vec::new(),
+                first_seq: seq,
+                seq,
+                durable: false,
+                inflight: 0,
+                need,
+            });
+            b.masks = union;
+            b.pp = pp;
+            b.pq = pq;
+            b.seq = seq;
+            b.durable = false;
+            b.inflight += 1;
             out.push((entry, rings.clone()));
         }
         Some(out)
@@ -462,16 +446,6 @@ impl GroupLog {
         loop {
             if let Some(e) = self.prepare(stripe, written, values) {
                 return e;
-            }
-            // The band's last entry may still be pending (its writer gave up waiting): write
-            // what is pending, then make the band's writes durable.
-            let pending = !self.state.lock().pending.is_empty();
-            if pending {
-                let g = self.writer.lock().await;
-                if let Some(rx) = self.write_round().await {
-                    drop(g);
-                    let _ = rx.await;
-                }
             }
             self.flush_members().await;
         }
@@ -503,15 +477,22 @@ impl GroupLog {
             let seq = st.next_seq;
             st.next_seq += 1;
             let n = sectors as usize * SECTOR_BYTES;
-            let pq = vec![0; if self.np == 2 { n } else { 0 }];
-            Band::logged(
-                &mut st,
-                (stripe, band),
+            let b = st.bands.entry((stripe, band)).or_insert_with(|| Band {
+                masks: Vec::new(),
+                pp: Vec::new(),
+                pq: Vec::new(),
+                first_seq: seq,
                 seq,
-                vec![all; self.k],
-                vec![0; n],
-                pq,
-            );
+                durable: false,
+                inflight: 0,
+                need: Vec::new(),
+            });
+            b.masks = vec![all; self.k];
+            b.pp = vec![0; n];
+            b.pq = vec![0; if self.np == 2 { n } else { 0 }];
+            b.seq = seq;
+            b.durable = false;
+            b.inflight += 1;
             let entry = Entry {
                 seq,
                 group: self.group,
@@ -538,12 +519,10 @@ impl GroupLog {
         if entries.is_empty() {
             return Ok(hold);
         }
-        let (tx, mut rx) = oneshot::channel();
-        {
+        let ticket = {
             let mut st = self.state.lock();
             let t = st.next_ticket;
             st.next_ticket += 1;
-            st.done.insert(t, tx);
             for (entry, rings) in entries {
                 st.pending.push(Pending {
                     ticket: t,
@@ -551,30 +530,23 @@ impl GroupLog {
                     rings,
                 });
             }
-        }
-        let result = |ok: Result<bool, oneshot::Canceled>| match ok {
-            Ok(true) => Ok(()),
-            _ => Err(VolumeError::Unavailable {
-                reason: "no parity member could take a partial-parity log entry".into(),
-            }),
+            t
         };
-        // Whoever holds the writer lock writes what is pending; a writer learns that its
-        // entries are durable from its own channel, never by queueing for the lock.
         loop {
-            let g = match futures::future::select(rx, Box::pin(self.writer.lock())).await {
-                Either::Left((ok, _)) => return result(ok).map(|()| hold),
-                Either::Right((g, back)) => {
-                    rx = back;
-                    g
-                }
-            };
-            if let Some(wait) = self.write_round().await {
+            let _g = self.writer.lock().await;
+            if let Some(ok) = self.state.lock().done.remove(&ticket) {
+                return if ok {
+                    Ok(hold)
+                } else {
+                    Err(VolumeError::Unavailable {
+                        reason: "no parity member could take a partial-parity log entry".into(),
+                    })
+                };
+            }
+            if let Some(rx) = self.write_round().await {
                 // Wait without the writer lock: the write that must end first may need it.
-                drop(g);
-                match futures::future::select(rx, wait).await {
-                    Either::Left((ok, _)) => return result(ok).map(|()| hold),
-                    Either::Right((_, back)) => rx = back,
-                }
+                drop(_g);
+                let _ = rx.await;
             }
         }
     }
@@ -669,9 +641,7 @@ impl GroupLog {
                         // with rings sized by `GroupLog::new`); fail them rather than hang.
                         let failed: Vec<u64> = st.pending.drain(..).map(|p| p.ticket).collect();
                         for t in failed {
-                            if let Some(tx) = st.done.remove(&t) {
-                                let _ = tx.send(false);
-                            }
+                            st.done.insert(t, false);
                         }
                         return None;
                     }
@@ -749,11 +719,7 @@ impl GroupLog {
                     }
                 }
             }
-            for (t, ok) in tickets {
-                if let Some(tx) = st.done.remove(&t) {
-                    let _ = tx.send(ok);
-                }
-            }
+            st.done.extend(tickets);
             for w in st.waiters.drain(..) {
                 let _ = w.send(());
             }
