@@ -63,6 +63,29 @@ fn remote(sock: &Path) -> String {
     format!("nbd+unix:///?socket={}", sock.display())
 }
 
+/// A RAID 1 `m` of a blank local file and the export on `ksock` (its `[[member]]` gets
+/// `far_keys`), served on `dir/nbd.sock`. Both members exist and are blank: a new file would
+/// be refused next to an existing member (the array is created over blank members, never
+/// over part of them).
+fn raid1_config(dir: &Path, ksock: &Path, far_keys: &str) -> std::path::PathBuf {
+    let config = dir.join("arrays.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[daemon]\nlisten = [\"unix:{}\"]\n\n\
+             [[member]]\nid = \"local\"\npath = \"local.img\"\nsize = \"33MiB\"\n\n\
+             [[member]]\nid = \"far\"\npath = \"{}\"\nsize = \"33MiB\"\n{far_keys}\n\
+             [[volume]]\nname = \"m\"\nlevel = \"raid1\"\nmembers = [\"local\", \"far\"]\n",
+            dir.join("nbd.sock").display(),
+            remote(ksock)
+        ),
+    )
+    .unwrap();
+    let local = std::fs::File::create(dir.join("local.img")).unwrap();
+    local.set_len(33 << 20).unwrap();
+    config
+}
+
 /// A RAID 1 of a local file and an `nbdkit memory` export: data written through the volume
 /// is on both copies (read back from the export itself with nbdcopy).
 #[test]
@@ -72,23 +95,7 @@ fn raid1_of_a_local_file_and_a_remote_export() {
     let ksock = dir.path().join("kit.sock");
     let _kit = Nbdkit::start(&ksock, "40M");
     let sock = dir.path().join("nbd.sock");
-    let config = dir.path().join("arrays.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[daemon]\nlisten = [\"unix:{}\"]\n\n\
-             [[member]]\nid = \"local\"\npath = \"local.img\"\nsize = \"33MiB\"\n\n\
-             [[member]]\nid = \"far\"\npath = \"{}\"\nsize = \"33MiB\"\n\n\
-             [[volume]]\nname = \"m\"\nlevel = \"raid1\"\nmembers = [\"local\", \"far\"]\n",
-            sock.display(),
-            remote(&ksock)
-        ),
-    )
-    .unwrap();
-    // Both members exist and are blank (a new file would be refused next to an existing
-    // member: the array is created over blank members, never over part of them).
-    let local = std::fs::File::create(dir.path().join("local.img")).unwrap();
-    local.set_len(33 << 20).unwrap();
+    let config = raid1_config(dir.path(), &ksock, "");
     let check = run(Command::new(NBRAIDD)
         .arg("--config")
         .arg(&config)
@@ -226,22 +233,7 @@ fn a_remote_members_timeout_key_bounds_the_wait_for_a_silent_server() {
     let ksock = dir.path().join("kit.sock");
     let kit = Nbdkit::start(&ksock, "40M");
     let sock = dir.path().join("nbd.sock");
-    let config = dir.path().join("arrays.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[daemon]\nlisten = [\"unix:{}\"]\n\n\
-             [[member]]\nid = \"local\"\npath = \"local.img\"\nsize = \"33MiB\"\n\n\
-             [[member]]\nid = \"far\"\npath = \"{}\"\nsize = \"33MiB\"\n\
-             timeout = \"1s\"\nconnections = 1\n\n\
-             [[volume]]\nname = \"m\"\nlevel = \"raid1\"\nmembers = [\"local\", \"far\"]\n",
-            sock.display(),
-            remote(&ksock)
-        ),
-    )
-    .unwrap();
-    let local = std::fs::File::create(dir.path().join("local.img")).unwrap();
-    local.set_len(33 << 20).unwrap();
+    let config = raid1_config(dir.path(), &ksock, "timeout = \"1s\"\nconnections = 1\n");
     let check = run(Command::new(NBRAIDD)
         .arg("--config")
         .arg(&config)
