@@ -1,0 +1,201 @@
+//! The array's request path: every write-type request marks the records dirty and has its
+//! regions' write-intent bits on disk before it reaches the volume; flushes clear what they
+//! made durable; `mark_clean` records an orderly stop. (A child of `array` for its fields.)
+
+use super::*;
+
+impl Array {
+    /// Writes the bitmap blocks that differ from the disk to every current member (FUA).
+    pub(in crate::metadata) async fn write_bitmap(&self) -> VolumeResult<()> {
+        let Some(intent) = &self.intent else {
+            return Ok(());
+        };
+        let _g = self.bitmap_write.lock().await;
+        let blocks = intent.dirty_blocks();
+        if blocks.is_empty() {
+            intent.written(&[]);
+            return Ok(());
+        }
+        let mut writes = Vec::new();
+        let areas = self.bitmap_areas.read().clone();
+        for (r, area) in areas.iter().enumerate() {
+            let Some(area) = area else { continue };
+            if !self.volume.member_is_current(r) {
+                continue;
+            }
+            for (at, bytes) in &blocks {
+                let mut b = Buf::zeroed(bytes.len());
+                b.copy_from_slice(bytes);
+                writes.push((r, area.offset + at, b.freeze()));
+            }
+        }
+        let results = join_all(writes.iter().map(|(r, at, b)| {
+            let m = self.volume.member(*r);
+            async move { m.write(*at, b.clone(), true).await }
+        }))
+        .await;
+        self.bitmap_writes.fetch_add(1, SeqCst);
+        let mut ok = false;
+        for ((r, _, _), res) in writes.iter().zip(results) {
+            match res {
+                Ok(()) => ok = true,
+                Err(e) => self.volume.fail_member(*r, &e.to_string()),
+            }
+        }
+        if !ok {
+            return Err(VolumeError::Unavailable {
+                reason: "no member could take the write-intent bitmap".into(),
+            });
+        }
+        intent.written(&blocks);
+        Ok(())
+    }
+
+    /// Before a write-type request: the records say dirty and its regions' bits are on disk.
+    async fn begin_write(&self, offset: u64, len: u64) -> VolumeResult<Option<Hold>> {
+        self.inflight.fetch_add(1, SeqCst);
+        if !self.dirty.load(SeqCst) {
+            let mut rec = self.recorded.lock().await;
+            if !self.dirty.load(SeqCst) {
+                rec.clean = false;
+                if let Err(e) = self.commit(&mut rec).await {
+                    self.inflight.fetch_sub(1, SeqCst);
+                    return Err(e);
+                }
+                self.dirty.store(true, SeqCst);
+            }
+        }
+        let Some(intent) = &self.intent else {
+            return Ok(None);
+        };
+        let (hold, missing) = intent.begin(offset, len);
+        if missing {
+            if let Err(e) = self.write_bitmap().await {
+                intent.end(hold);
+                self.inflight.fetch_sub(1, SeqCst);
+                return Err(e);
+            }
+            debug_assert!(intent.covered(&hold));
+        }
+        Ok(Some(hold))
+    }
+
+    async fn end_write<T>(&self, hold: Option<Hold>, r: VolumeResult<T>) -> VolumeResult<T> {
+        if let (Some(i), Some(h)) = (&self.intent, hold) {
+            i.end(h);
+        }
+        let recorded = self.record_failures().await;
+        self.inflight.fetch_sub(1, SeqCst);
+        let v = r?;
+        recorded?;
+        Ok(v)
+    }
+
+    pub async fn read(&self, offset: u64, len: u64) -> VolumeResult<Buf> {
+        if self.background.pending() && self.in_range(offset, len) {
+            self.sync_before_read(offset, len).await?;
+        }
+        self.volume.read(offset, len).await
+    }
+
+    /// [`Volume::write`], with the records dirty and the region's bit set first.
+    pub async fn write(&self, offset: u64, buf: Buf, fua: bool) -> VolumeResult<Buf> {
+        self.volume.check("write", offset, buf.len() as u64)?;
+        let hold = self.begin_write(offset, buf.len() as u64).await?;
+        let r = self.volume.write(offset, buf, fua).await;
+        self.end_write(hold, r).await
+    }
+
+    pub async fn trim(&self, offset: u64, len: u64) -> VolumeResult<()> {
+        if !self.in_range(offset, len) {
+            return self.volume.trim(offset, len).await;
+        }
+        let hold = self.begin_write(offset, len).await?;
+        let r = self.volume.trim(offset, len).await;
+        self.end_write(hold, r).await
+    }
+
+    pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> VolumeResult<()> {
+        if !self.in_range(offset, len) {
+            return self.volume.write_zeroes(offset, len, fua).await;
+        }
+        let hold = self.begin_write(offset, len).await?;
+        let r = self.volume.write_zeroes(offset, len, fua).await;
+        self.end_write(hold, r).await
+    }
+
+    /// A non-empty range inside the volume (others go straight to the volume, which refuses
+    /// them or does nothing).
+    fn in_range(&self, offset: u64, len: u64) -> bool {
+        len > 0
+            && offset
+                .checked_add(len)
+                .is_some_and(|e| e <= self.volume.capacity())
+    }
+
+    /// [`Volume::flush`]; afterwards the bits of regions no write touched since are cleared,
+    /// on disk too (so a crash later resyncs only what was written after this flush).
+    pub async fn flush(&self) -> VolumeResult<()> {
+        let epoch = self.intent.as_ref().map(Intent::flush_started);
+        let r = self.volume.flush().await;
+        self.record_failures().await?;
+        if self.flushed(epoch, r, self.bitmap_clear_delay)? {
+            self.write_bitmap().await?;
+        }
+        Ok(())
+    }
+
+    /// After a volume flush that covered `epoch`: the bitmap drops what it made durable of
+    /// the regions idle for `min_idle` (in memory; true when some bit went).
+    fn flushed(
+        &self,
+        epoch: Option<u64>,
+        r: VolumeResult<()>,
+        min_idle: Duration,
+    ) -> VolumeResult<bool> {
+        r?;
+        Ok(match (&self.intent, epoch) {
+            (Some(i), Some(e)) if !self.volume.is_degraded() => i.flushed(e, min_idle),
+            _ => false,
+        })
+    }
+
+    /// Flushes and records the volume clean (orderly shutdown, or idle), unless a write is
+    /// in flight: then it stays dirty and `Ok(false)` says so.
+    pub async fn mark_clean(&self) -> VolumeResult<bool> {
+        if self.background.pending() {
+            // No clean point before the background resync is done: a restart resumes it.
+            self.flush().await?;
+            return Ok(false);
+        }
+        let mut rec = self.recorded.lock().await;
+        if !self.dirty.load(SeqCst) {
+            return Ok(true);
+        }
+        // A writer counts itself in flight before it looks at `dirty`: once `dirty` is false
+        // and nothing is in flight, every new writer waits for the records (held here), so
+        // the flush below covers every write there was.
+        self.dirty.store(false, SeqCst);
+        if self.inflight.load(SeqCst) > 0 {
+            self.dirty.store(true, SeqCst);
+            return Ok(false);
+        }
+        let r = self.clean_locked(&mut rec).await;
+        if r.is_err() {
+            self.dirty.store(true, SeqCst);
+        }
+        r.map(|()| true)
+    }
+
+    async fn clean_locked(&self, rec: &mut Recorded) -> VolumeResult<()> {
+        let epoch = self.intent.as_ref().map(Intent::flush_started);
+        let r = self.volume.flush().await;
+        if self.volume.failed_count() != self.recorded_failed.load(SeqCst) {
+            self.commit(rec).await?;
+        }
+        self.flushed(epoch, r, Duration::ZERO)?;
+        self.write_bitmap().await?;
+        rec.clean = true;
+        self.commit(rec).await
+    }
+}
