@@ -68,6 +68,22 @@ struct Band {
     need: Vec<u64>,
 }
 
+impl Band {
+    /// A band going live with entry `seq`, nothing logged in it yet.
+    fn live(seq: u64, need: Vec<u64>) -> Band {
+        Band {
+            masks: Vec::new(),
+            pp: Vec::new(),
+            pq: Vec::new(),
+            first_seq: seq,
+            seq,
+            durable: false,
+            inflight: 0,
+            need,
+        }
+    }
+}
+
 struct Pending {
     ticket: u64,
     entry: Entry,
@@ -414,16 +430,7 @@ impl GroupLog {
                 }
             }
             let need = vec![0; self.members.len()];
-            let b = st.bands.entry(key).or_insert_with(|| Band {
-                masks: Vec::new(),
-                pp: Vec::new(),
-                pq: Vec::new(),
-                first_seq: seq,
-                seq,
-                durable: false,
-                inflight: 0,
-                need,
-            });
+            let b = st.bands.entry(key).or_insert_with(|| Band::live(seq, need));
             b.masks = union;
             b.pp = pp;
             b.pq = pq;
@@ -477,16 +484,10 @@ impl GroupLog {
             let seq = st.next_seq;
             st.next_seq += 1;
             let n = sectors as usize * SECTOR_BYTES;
-            let b = st.bands.entry((stripe, band)).or_insert_with(|| Band {
-                masks: Vec::new(),
-                pp: Vec::new(),
-                pq: Vec::new(),
-                first_seq: seq,
-                seq,
-                durable: false,
-                inflight: 0,
-                need: Vec::new(),
-            });
+            let b = st
+                .bands
+                .entry((stripe, band))
+                .or_insert_with(|| Band::live(seq, Vec::new()));
             b.masks = vec![all; self.k];
             b.pp = vec![0; n];
             b.pq = vec![0; if self.np == 2 { n } else { 0 }];
