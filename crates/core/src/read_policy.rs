@@ -17,7 +17,10 @@
 //!   least busy one is passed over. md's `read_balance` instead sends a read to the copy
 //!   whose last *issued* read ended closest, which at depth is not where the head is: on the
 //!   simulated HDD at QD 16 (`nbraid bench rand-read --sim hdd`) that rule gave 1.88× a
-//!   single disk, round-robin 1.71×, the bands 1.97–1.99× (three generator seeds).
+//!   single disk, round-robin 1.71×, the bands 1.97–1.99× (three generator seeds), near
+//!   the 2.01× that the drives' own reordering leaves to any chooser; on drives fed one
+//!   command at a time (seed 001's, where TwinStor did > 2×) the bands do 2.37×,
+//!   round-robin 1.99× (docs/benchmarks/README.md).
 
 pub use nbraid_layout::ReadPolicy;
 

@@ -358,6 +358,8 @@ struct Device {
     clock: Arc<SimClock>,
     /// Bytes of the simulated surface (seek distances are shares of it).
     len: u64,
+    /// The platter's angle at time 0, a share of a turn (see [`hdd_finish_ns`]).
+    phase: f64,
     state: Mutex<DevState>,
 }
 
@@ -366,12 +368,15 @@ const NS_PER_MS: f64 = 1e6;
 /// When a command finishes if the HDD starts it at `now_ns` with the head at `head`: the
 /// positioning (seek, settle, rotation) then the transfer. A command that starts where the
 /// last one ended streams at the media rate (read-ahead and the write cache keep the head on
-/// the run); after a gap the head waits for the platter to bring the bytes round.
+/// the run); after a gap the head waits for the platter to bring the bytes round. `phase`
+/// (a share of a turn) is where this drive's platter stood at time 0: drives are not
+/// spindle-synchronised, so a request split over two waits for the slower turn.
 pub fn hdd_finish_ns(
     p: &HddParams,
     len: u64,
     now_ns: u64,
     head: u64,
+    phase: f64,
     cmd: (u64, u64, bool),
 ) -> u64 {
     let (offset, bytes, write) = cmd;
@@ -400,10 +405,23 @@ pub fn hdd_finish_ns(
     }
     // The platter turns at a fixed rate; a byte sits at a fixed angle of its track.
     let target = (offset as f64 / track_bytes).fract();
-    let angle = (arrive / rev_ns).fract();
+    let angle = (arrive / rev_ns + phase).fract();
     let wait = (target - angle).rem_euclid(1.0) * rev_ns;
     let positioned = (arrive + wait + transfer_ns) as u64;
     streamed.map_or(positioned, |s| s.min(positioned))
+}
+
+/// A drive's spindle phase from its name (FNV-1a, mixed by SplitMix64's finaliser, as a
+/// share of a turn): fixed per drive, so runs repeat, and unrelated between the drives of
+/// an array.
+fn spindle_phase(name: &str) -> f64 {
+    let mut z = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Bytes between the head and `offset` when `offset` continues the head's stream.
@@ -455,7 +473,16 @@ impl Device {
             return;
         }
         let window = h.queue.len().min(p.queue_depth.max(1));
-        let finish = |c: &Cmd| hdd_finish_ns(p, self.len, now, h.head, (c.offset, c.len, c.write));
+        let finish = |c: &Cmd| {
+            hdd_finish_ns(
+                p,
+                self.len,
+                now,
+                h.head,
+                self.phase,
+                (c.offset, c.len, c.write),
+            )
+        };
         // A command continuing the stream goes first (the nearest one); else shortest
         // positioning time first.
         let stream = h.queue[..window]
@@ -514,6 +541,7 @@ impl SimMember {
             device: Arc::new(Device {
                 clock,
                 len,
+                phase: spindle_phase(&name),
                 state: Mutex::new(state),
             }),
             data: keep_data.then(|| MemoryMember::new(name.clone(), len)),
@@ -639,133 +667,4 @@ impl SimMember {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use futures::stream::{FuturesUnordered, StreamExt};
-
-    const GIB: u64 = 1 << 30;
-
-    /// Random (or sequential) I/O of `bs` bytes at `depth` on one member for `ops`
-    /// operations; returns operations per virtual second.
-    fn iops(
-        model: &SimModel,
-        depth: usize,
-        bs: u64,
-        write: bool,
-        sequential: bool,
-        ops: u64,
-    ) -> f64 {
-        let clock = SimClock::new();
-        let len = 300 * GIB;
-        let m = SimMember::new("d0", len, model, clock.clone(), false);
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = 0u64;
-        let mut offset = move || {
-            if sequential {
-                next += bs;
-                next - bs
-            } else {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x % (len / bs) * bs
-            }
-        };
-        let m = &m;
-        run_virtual(&clock, async {
-            let mut inflight = FuturesUnordered::new();
-            let mut issued = 0;
-            loop {
-                while inflight.len() < depth && issued < ops {
-                    let off = offset();
-                    issued += 1;
-                    inflight.push(async move {
-                        if write {
-                            m.write(off, Buf::new(bs as usize).freeze(), false)
-                                .await
-                                .unwrap();
-                        } else {
-                            m.read(off, Buf::new(bs as usize)).await.unwrap();
-                        }
-                    });
-                }
-                if inflight.next().await.is_none() {
-                    break;
-                }
-            }
-        })
-        .unwrap();
-        ops as f64 / clock.now().as_secs_f64()
-    }
-
-    #[test]
-    fn hdd_is_calibrated_to_the_review() {
-        let hdd = SimModel::Hdd(HddParams::default());
-        let q1 = iops(&hdd, 1, 4096, false, false, 2000);
-        let q64 = iops(&hdd, 64, 4096, false, false, 8000);
-        let w64 = iops(&hdd, 64, 4096, true, false, 8000);
-        eprintln!("hdd 4K random read QD1 {q1:.0}, QD64 {q64:.0}, write QD64 {w64:.0}");
-        assert!((q64 - 393.0).abs() < 393.0 * 0.05, "QD64 {q64}");
-        assert!(q1 < q64 * 0.6, "QD1 {q1} vs QD64 {q64}");
-        assert!((w64 - 327.0).abs() < 327.0 * 0.05, "write QD64 {w64}");
-        let seq = iops(&hdd, 4, 1 << 20, false, true, 500) * (1 << 20) as f64 / 1e6;
-        assert!((seq - 160.0).abs() < 160.0 * 0.05, "sequential {seq} MB/s");
-    }
-
-    #[test]
-    fn ssd_caps_iops_and_bandwidth() {
-        let ssd = SimModel::Ssd(SsdParams::default());
-        let q1 = iops(&ssd, 1, 4096, false, false, 2000);
-        let q32 = iops(&ssd, 32, 4096, false, false, 20000);
-        assert!((q1 - 1e6 / 97.4).abs() < 200.0, "QD1 {q1}");
-        assert!((q32 - 95_000.0).abs() < 95_000.0 * 0.02, "QD32 {q32}");
-        let mb_s = iops(&ssd, 8, 1 << 20, false, true, 500) * (1 << 20) as f64 / 1e6;
-        assert!((mb_s - 550.0).abs() < 550.0 * 0.02, "{mb_s} MB/s");
-    }
-
-    #[test]
-    fn runs_repeat_exactly() {
-        let hdd = SimModel::Hdd(HddParams::default());
-        let a = iops(&hdd, 16, 4096, false, false, 500);
-        let b = iops(&hdd, 16, 4096, false, false, 500);
-        assert_eq!(a.to_bits(), b.to_bits());
-    }
-
-    #[test]
-    fn parameters_are_set_by_name() {
-        let mut m = SimModel::Hdd(HddParams::default());
-        m.set("rpm", 7200.0).unwrap();
-        assert_eq!(
-            m,
-            SimModel::Hdd(HddParams {
-                rpm: 7200.0,
-                ..HddParams::default()
-            })
-        );
-        let e = m.set("iops", 1.0).unwrap_err();
-        assert!(e.contains("known: rpm"), "{e}");
-        assert!(m.set("rpm", 0.0).is_err());
-    }
-
-    #[test]
-    fn stored_data_reads_back_and_ranges_are_checked() {
-        let clock = SimClock::new();
-        let m = SimMember::new(
-            "d0",
-            1 << 20,
-            &SimModel::Ssd(SsdParams::default()),
-            clock.clone(),
-            true,
-        );
-        let got = run_virtual(&clock, async {
-            m.write(4096, Buf::copy_from(&[7u8; 512]).freeze(), false)
-                .await
-                .unwrap();
-            assert!(m.read(1 << 20, Buf::new(512)).await.is_err());
-            m.read(4096, Buf::new(512)).await.unwrap()
-        })
-        .unwrap();
-        assert_eq!(&got[..], &[7u8; 512][..]);
-        assert!(clock.now() > Duration::ZERO);
-    }
-}
+mod tests;
