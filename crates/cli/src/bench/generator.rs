@@ -49,6 +49,9 @@ pub struct Generator {
     span: u64,
     /// Where the next sequential request starts (relative to `base`).
     cursor: u64,
+    /// A scan under way: its entry, whether it writes, where it continues (relative to
+    /// `base`) and how many requests it has left.
+    scan: Option<(usize, bool, u64, u64)>,
 }
 
 impl Generator {
@@ -74,10 +77,25 @@ impl Generator {
             base,
             span,
             cursor: 0,
+            scan: None,
         }
     }
 
     pub fn next_request(&mut self) -> Request {
+        if let Some((i, write, at, left)) = self.scan.take() {
+            let len = self.mix[i].size_bytes;
+            // A scan that reaches the end of the span stops there.
+            if at + len <= self.span {
+                if left > 1 {
+                    self.scan = Some((i, write, at + len, left - 1));
+                }
+                return Request {
+                    offset: self.base + at,
+                    len,
+                    write,
+                };
+            }
+        }
         let total = *self.cumulative.last().expect("a pattern has entries");
         let pick = self.rng.unit() * total;
         let i = self
@@ -102,6 +120,9 @@ impl Generator {
             self.cursor += len;
             o
         };
+        if e.run > 1 {
+            self.scan = Some((i, write, offset + len, e.run - 1));
+        }
         Request {
             offset: self.base + offset,
             len,
@@ -140,6 +161,49 @@ mod tests {
             assert!(r.offset >= 4096 && r.offset + r.len <= 4096 + (1 << 30));
             assert_eq!((r.offset - 4096) % r.len, 0, "aligned to its size");
         }
+    }
+
+    #[test]
+    fn a_scan_reads_its_run_in_a_row_from_a_random_place() {
+        let mix = [
+            Entry {
+                size_bytes: 8192,
+                share: 1.0,
+                read_pct: 50.0,
+                random_pct: 100.0,
+                run: 1,
+            },
+            Entry {
+                size_bytes: 65536,
+                share: 1.0,
+                read_pct: 100.0,
+                random_pct: 100.0,
+                run: 8,
+            },
+        ];
+        let mut g = Generator::new(&mix, 3, 0, 1 << 30);
+        let reqs: Vec<Request> = (0..2000).map(|_| g.next_request()).collect();
+        let mut k = 0;
+        let mut scans = 0;
+        while k < reqs.len() {
+            if reqs[k].len == 8192 {
+                k += 1;
+                continue;
+            }
+            // Up to 8 extents in a row (the last scan may be cut by the end of the list).
+            let run = &reqs[k..(k + 8).min(reqs.len())];
+            assert_eq!(run[0].offset % 65536, 0);
+            for w in run.windows(2) {
+                assert_eq!((w[1].offset, w[1].len), (w[0].offset + 65536, 65536));
+            }
+            assert!(run.iter().all(|r| !r.write));
+            scans += 1;
+            k += run.len();
+        }
+        assert!(
+            (scans as f64 - 2000.0 / 9.0 * 1.0).abs() < 40.0,
+            "{scans} scans"
+        );
     }
 
     #[test]

@@ -34,7 +34,8 @@ use workload::{workstation_rating, Axis};
 pub struct BenchArgs {
     /// The pattern: seq-read/seq-write (block size stepped 512 B → 1 MiB unless --bs),
     /// rand-read/rand-write (4 KiB unless --bs), database (8 KiB, read share 100% → 0% unless
-    /// --read-pct), fileserver, webserver, workstation (seed 001's distributions; workstation
+    /// --read-pct), sql (seed 004's SQL Server: 8 KiB pages at random and scans of 64 KiB
+    /// extents), fileserver, webserver, workstation (seed 001's distributions; workstation
     /// also prints its rating Σ IOPS(q)/q, q = 1..32).
     #[arg(value_enum)]
     pub workload: Workload,

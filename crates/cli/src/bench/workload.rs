@@ -7,13 +7,15 @@ const KIB: u64 = 1024;
 
 /// One line of an access pattern: requests of `size_bytes`, `share` of all requests (any
 /// unit: shares are weights), `read_pct` of them reads, `random_pct` at random offsets (the
-/// rest continue sequentially).
+/// rest continue sequentially). An entry with `run` > 1 is a scan: once picked, it issues
+/// `run` requests in a row, the first placed as above, the others each continuing the last.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Entry {
     pub size_bytes: u64,
     pub share: f64,
     pub read_pct: f64,
     pub random_pct: f64,
+    pub run: u64,
 }
 
 const fn e(size_bytes: u64, share: f64, read_pct: f64, random_pct: f64) -> Entry {
@@ -22,6 +24,7 @@ const fn e(size_bytes: u64, share: f64, read_pct: f64, random_pct: f64) -> Entry
         share,
         read_pct,
         random_pct,
+        run: 1,
     }
 }
 
@@ -69,6 +72,19 @@ pub const WORKSTATION: [Entry; 14] = [
     e(64 * KIB + 512, 2.0, 50.0, 100.0),
 ];
 
+/// Seed 004's SQL Server (1C on MS SQL, one client): 8 KiB pages at random, 70% of them
+/// read, and range scans reading index extents of 64 KiB (8 pages) eight in a row (512 KiB
+/// of read-ahead) from a random place, one scan per three page requests. The scans are what
+/// the strip size decides at low depth: a strip below the extent lets both disks transfer
+/// one extent, while pages (strip ≥ 8 KiB) sit on one disk whatever the strip.
+pub const SQL: [Entry; 2] = [
+    e(8 * KIB, 3.0, 70.0, 100.0),
+    Entry {
+        run: 8,
+        ..e(64 * KIB, 1.0, 100.0, 100.0)
+    },
+];
+
 /// Queue depths of the Workstation rating: Σ IOPS(q)/q over these.
 pub const WORKSTATION_QDS: [usize; 6] = [1, 2, 4, 8, 16, 32];
 
@@ -80,6 +96,7 @@ pub enum Workload {
     RandRead,
     RandWrite,
     Database,
+    Sql,
     Fileserver,
     Webserver,
     Workstation,
@@ -123,6 +140,7 @@ impl Workload {
             Workload::RandRead => "rand-read",
             Workload::RandWrite => "rand-write",
             Workload::Database => "database",
+            Workload::Sql => "sql",
             Workload::Fileserver => "fileserver",
             Workload::Webserver => "webserver",
             Workload::Workstation => "workstation",
@@ -144,6 +162,7 @@ impl Workload {
             Workload::SeqRead | Workload::SeqWrite => vec![4],
             Workload::Workstation => WORKSTATION_QDS.to_vec(),
             Workload::Database => vec![1, 16, 64],
+            Workload::Sql => vec![1, 2, 4, 16],
             _ => vec![1, 4, 16, 64, 256],
         }
     }
@@ -157,7 +176,7 @@ impl Workload {
             }
             if matches!(
                 self,
-                Workload::Fileserver | Workload::Webserver | Workload::Workstation
+                Workload::Fileserver | Workload::Webserver | Workload::Workstation | Workload::Sql
             ) {
                 bail!(
                     "{} has its own size distribution; --bs applies to seq-*, rand-* and database",
@@ -179,6 +198,7 @@ impl Workload {
                 share: 1.0,
                 read_pct: read,
                 random_pct: random,
+                run: 1,
             }]
         };
         let fixed = |mix: Vec<Entry>| {
@@ -219,6 +239,7 @@ impl Workload {
                     })
                     .collect()
             }
+            Workload::Sql => fixed(SQL.to_vec()),
             Workload::Fileserver => fixed(FILESERVER.to_vec()),
             Workload::Webserver => fixed(WEBSERVER.to_vec()),
             Workload::Workstation => fixed(WORKSTATION.to_vec()),
@@ -266,6 +287,10 @@ mod tests {
         assert!(Workload::Webserver.points(Some(4096), None).is_err());
         assert!(Workload::RandRead.points(Some(1000), None).is_err());
         assert!(Workload::RandRead.points(None, Some(50)).is_err());
+        let sql = Workload::Sql.points(None, None).unwrap();
+        assert_eq!(sql.len(), 1);
+        assert_eq!((sql[0].mix[1].size_bytes, sql[0].mix[1].run), (65536, 8));
+        assert!(Workload::Sql.points(Some(4096), None).is_err());
     }
 
     #[test]
