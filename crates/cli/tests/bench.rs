@@ -492,4 +492,16 @@ fn nbd_targets_run_in_turn_with_a_ratio() {
             "{c}"
         );
     }
+    // Without --verify the target neither copies read data nor each write's bytes.
+    for w in ["rand-write", "seq-read"] {
+        let r = bench(&[
+            w, "--nbd", &a.uri, "--qd", "4", "--bs", "64KiB", "--bytes", "2MiB",
+        ]);
+        let c = &r["cells"][0];
+        assert_eq!(
+            c["reads"].as_u64().unwrap() + c["writes"].as_u64().unwrap(),
+            32,
+            "{c}"
+        );
+    }
 }

@@ -293,7 +293,11 @@ pub fn run(a: &BenchArgs) -> Result<String> {
         _ => {}
     }
     for uri in &a.nbd {
-        targets.push(Box::new(nbd::NbdTarget::connect(uri, a.connections)?));
+        targets.push(Box::new(nbd::NbdTarget::connect(
+            uri,
+            a.connections,
+            a.verify,
+        )?));
     }
     if targets.is_empty() {
         bail!("nothing to run on: give --config FILE --volume NAME, --nbd URI, --sim hdd|ssd, or --sweep");
