@@ -351,7 +351,7 @@ impl GroupLog {
 
     /// The children whose rings take stripe `stripe`'s entries: its P and Q, where their
     /// members have not failed.
-    fn targets(&self, stripe: u64) -> Vec<usize> {
+    pub(crate) fn targets(&self, stripe: u64) -> Vec<usize> {
         let roles = self.layout.roles(stripe);
         [Some(roles.p), roles.q]
             .into_iter()

@@ -335,14 +335,17 @@ impl ParityCore {
                 (child(t), base + r.start, bytes)
             })
             .collect();
-        // The log entries are durable before any member write is issued (a log that no
-        // parity member takes fails P: plan again without it).
+        // The log entries are durable before any member write is issued. A log that no
+        // parity member took failed them (their writes failed): plan again without P. Any
+        // other failure must not write the stripe without its parity while P still serves.
         let _hold = match &self.ppl {
-            Some(log) => Some(
-                log.write(entries)
-                    .await
-                    .map_err(|e| Retry::Read(roles.p, e))?,
-            ),
+            Some(log) => Some(log.write(entries).await.map_err(|e| {
+                if log.targets(stripe).is_empty() {
+                    Retry::Read(roles.p, e)
+                } else {
+                    Retry::Fatal(e)
+                }
+            })?),
             None => None,
         };
         let results = join_all(
