@@ -7,6 +7,7 @@ use super::plan::{
 };
 use super::*;
 use crate::parity;
+use crate::ppl::LogFailed;
 
 impl ParityCore {
     /// Writes new bytes of one stripe to the members (with parity), the caller holding the
@@ -336,15 +337,12 @@ impl ParityCore {
             })
             .collect();
         // The log entries are durable before any member write is issued. A log that no
-        // parity member took failed them (their writes failed): plan again without P. Any
-        // other failure must not write the stripe without its parity while P still serves.
+        // parity member took (they failed): plan again without P. A log with no room must
+        // not leave the stripe written without its parity while P still serves.
         let _hold = match &self.ppl {
-            Some(log) => Some(log.write(entries).await.map_err(|e| {
-                if log.targets(stripe).is_empty() {
-                    Retry::Read(roles.p, e)
-                } else {
-                    Retry::Fatal(e)
-                }
+            Some(log) => Some(log.write(entries).await.map_err(|e| match e {
+                LogFailed::ParityFailed => Retry::Read(roles.p, e.into_error()),
+                LogFailed::NoRoom => Retry::Fatal(e.into_error()),
             })?),
             None => None,
         };
