@@ -528,7 +528,7 @@ impl ParityCore {
                     // What the log may replay of these stripes is settled first.
                     let _hold = match &self.ppl {
                         Some(log) => {
-                            let entries = log.prepare_whole(first_full, last_full);
+                            let entries = log.prepare_whole_settled(first_full, last_full).await;
                             // A log no parity member takes is one nobody replays.
                             log.write(entries).await.ok()
                         }
