@@ -183,13 +183,8 @@ impl Array {
         self.metas.write()[role] = Some(fresh);
         // After the install: a write that planned without the member has its bit set already.
         let capacity = v.capacity();
-        let width = v
-            .geometry()
-            .full_stripe_width()
-            .unwrap_or(v.block_size())
-            .max(v.block_size());
         let set = self.intent.as_ref().map(|i| i.set_ranges(capacity));
-        let ranges = aligned(&set.unwrap_or_default(), width, capacity);
+        let ranges = aligned(&set.unwrap_or_default(), self.resync_width(), capacity);
         let bytes = ranges.iter().map(|(a, b)| b - a).sum();
         self.returning.roles.lock().insert(role, ranges);
         drop(rec);
@@ -275,6 +270,23 @@ impl Array {
         }
     }
 
+    /// Gives role `r`'s member the current bitmap (it missed updates while it was not
+    /// current); a member that cannot take it is failed. Call with the records' lock held.
+    pub(super) async fn catch_up_bitmap(&self, r: usize) {
+        let _bitmap = self.bitmap_write.lock().await;
+        let area = self.bitmap_areas.read()[r];
+        let (Some(intent), Some(area)) = (&self.intent, area) else {
+            return;
+        };
+        let image = intent.on_disk_image();
+        let mut b = Buf::zeroed(area.len as usize);
+        b.copy_from_slice(&image[..area.len as usize]);
+        let member = self.volume().member(r);
+        if let Err(e) = member.write(area.offset, b.freeze(), true).await {
+            self.volume().fail_member(r, &e.to_string());
+        }
+    }
+
     /// Full stripe width (the unit every range of the plan is a multiple of).
     fn resync_width(&self) -> u64 {
         let v = self.volume();
@@ -292,22 +304,7 @@ impl Array {
         if !pending || self.volume().member_is_failed(r) {
             return Ok(false);
         }
-        let bitmap = self.bitmap_write.lock().await;
-        let area = self.bitmap_areas.read()[r];
-        if let (Some(intent), Some(area)) = (&self.intent, area) {
-            let image = intent.on_disk_image();
-            let mut b = Buf::zeroed(area.len as usize);
-            b.copy_from_slice(&image[..area.len as usize]);
-            if let Err(e) = self
-                .volume()
-                .member(r)
-                .write(area.offset, b.freeze(), true)
-                .await
-            {
-                self.volume().fail_member(r, &e.to_string());
-            }
-        }
-        drop(bitmap);
+        self.catch_up_bitmap(r).await;
         if self.volume().member_is_failed(r) {
             self.commit(&mut rec).await?;
             return Ok(false);
