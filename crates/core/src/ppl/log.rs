@@ -6,11 +6,11 @@
 use super::codec::{encode_batch, Entry, LOG_BLOCK_BYTES};
 use super::{PplSetup, BAND_BYTES, SECTOR_BYTES};
 use crate::buf::Buf;
-use crate::error::{VolumeError, VolumeResult};
+use crate::error::VolumeError;
 use crate::node::MemberTable;
 use crate::parity;
 use futures::channel::oneshot;
-use futures::future::join_all;
+use futures::future::{join_all, Either};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -101,9 +101,34 @@ struct State {
     rings: Vec<Option<Ring>>,
     pending: Vec<Pending>,
     next_ticket: u64,
-    /// Tickets written (true) or failed (false), until their callers look.
-    done: HashMap<u64, bool>,
+    /// Per ticket not yet ended, where to say whether it was written (true) or failed: a
+    /// writer learns it without queueing for the writer lock (where, behind a round in
+    /// flight, it would hold up every writer after it).
+    notify: HashMap<u64, oneshot::Sender<Result<(), LogFailed>>>,
     waiters: Vec<oneshot::Sender<()>>,
+}
+
+/// Why [`GroupLog::write`] did not log a stripe write's entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LogFailed {
+    /// Every ring an entry was for is on a member that failed (before or by this write):
+    /// the stripe is written as with its parity lost.
+    ParityFailed,
+    /// The entries fit no ring (cannot happen with rings sized by `GroupLog::new`): the
+    /// stripe must not be written, its parity members still serving.
+    NoRoom,
+}
+
+impl LogFailed {
+    pub(crate) fn into_error(self) -> VolumeError {
+        VolumeError::Unavailable {
+            reason: match self {
+                LogFailed::ParityFailed => "no parity member could take a partial-parity log entry",
+                LogFailed::NoRoom => "the partial-parity log had no room for an entry",
+            }
+            .into(),
+        }
+    }
 }
 
 /// Why [`GroupLog::prepare`] cannot log a stripe write yet.
@@ -124,9 +149,7 @@ struct PendingGuard<'a> {
 impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
         let mut st = self.log.state.lock();
-        if st.done.remove(&self.ticket).is_some() {
-            return;
-        }
+        st.notify.remove(&self.ticket);
         let mut gone = Vec::new();
         st.pending.retain(|p| {
             let mine = p.ticket == self.ticket;
@@ -231,7 +254,7 @@ impl GroupLog {
                 rings,
                 pending: Vec::new(),
                 next_ticket: 1,
-                done: HashMap::new(),
+                notify: HashMap::new(),
                 waiters: Vec::new(),
             }),
             writer: futures::lock::Mutex::new(()),
@@ -642,7 +665,10 @@ impl GroupLog {
 
     /// Writes `entries` (from [`Self::prepare`]) to their rings; the returned hold ends the
     /// bands' writes when dropped (after the member writes, whatever their outcome).
-    pub(crate) async fn write(&self, entries: Vec<(Entry, Vec<usize>)>) -> VolumeResult<Hold<'_>> {
+    pub(crate) async fn write(
+        &self,
+        entries: Vec<(Entry, Vec<usize>)>,
+    ) -> Result<Hold<'_>, LogFailed> {
         let hold = Hold {
             log: self,
             bands: entries.iter().map(|(e, _)| (e.stripe, e.band)).collect(),
@@ -650,6 +676,7 @@ impl GroupLog {
         if entries.is_empty() {
             return Ok(hold);
         }
+        let (tx, mut ended) = oneshot::channel();
         let ticket = {
             let mut st = self.state.lock();
             let t = st.next_ticket;
@@ -661,28 +688,37 @@ impl GroupLog {
                     rings,
                 });
             }
+            st.notify.insert(t, tx);
             t
         };
         let guard = PendingGuard { log: self, ticket };
-        loop {
-            let _g = self.writer.lock().await;
-            let done = self.state.lock().done.remove(&ticket);
-            if let Some(ok) = done {
-                std::mem::forget(guard);
-                return if ok {
-                    Ok(hold)
-                } else {
-                    Err(VolumeError::Unavailable {
-                        reason: "no parity member could take a partial-parity log entry".into(),
-                    })
-                };
+        // Whoever holds the writer lock writes a round of everything pending; the others
+        // wait for their ticket's end or for the lock, whichever comes first.
+        // A dropped sender: the ticket was given up (cannot happen while we wait).
+        let gone = Err(LogFailed::NoRoom);
+        let ended_as = loop {
+            if let Ok(Some(r)) = ended.try_recv() {
+                break r;
             }
-            if let Some(rx) = self.write_round().await {
+            let lock = self.writer.lock();
+            futures::pin_mut!(lock);
+            let _g = match futures::future::select(&mut ended, lock).await {
+                Either::Left((r, _)) => break r.unwrap_or(gone),
+                Either::Right((g, _)) => g,
+            };
+            if let Ok(Some(r)) = ended.try_recv() {
+                break r;
+            }
+            if let Some(room) = self.write_round().await {
                 // Wait without the writer lock: the write that must end first may need it.
                 drop(_g);
-                let _ = rx.await;
+                if let Either::Left((r, _)) = futures::future::select(&mut ended, room).await {
+                    break r.unwrap_or(gone);
+                }
             }
-        }
+        };
+        std::mem::forget(guard);
+        ended_as.map(|()| hold)
     }
 
     /// Writes what is pending (as much as fits half of each ring), one batch per ring.
@@ -782,7 +818,9 @@ impl GroupLog {
                         );
                         let failed: Vec<Pending> = st.pending.drain(..).collect();
                         for p in &failed {
-                            st.done.insert(p.ticket, false);
+                            if let Some(tx) = st.notify.remove(&p.ticket) {
+                                let _ = tx.send(Err(LogFailed::NoRoom));
+                            }
                         }
                         let gone = failed
                             .iter()
@@ -864,7 +902,15 @@ impl GroupLog {
                     }
                 }
             }
-            st.done.extend(tickets);
+            for (t, ok) in tickets {
+                if let Some(tx) = st.notify.remove(&t) {
+                    let _ = tx.send(if ok {
+                        Ok(())
+                    } else {
+                        Err(LogFailed::ParityFailed)
+                    });
+                }
+            }
             for w in st.waiters.drain(..) {
                 let _ = w.send(());
             }

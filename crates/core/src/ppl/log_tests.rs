@@ -89,3 +89,24 @@ fn a_write_to_a_band_in_flight_waits_to_be_woken_instead_of_spinning() {
     // Memory members count no unflushed writes: the band settles without a flush.
     assert!(one_sector(&log, 7).is_ok());
 }
+
+#[test]
+fn a_writer_learns_its_entries_are_written_without_the_writer_lock() {
+    let log = small_log();
+    let entries = one_sector(&log, 3).ok().expect("nothing live");
+    let mut write = Box::pin(log.write(entries));
+    // Another writer leads a round (holds the writer lock) ...
+    let leader = log.writer.try_lock().expect("free");
+    assert!(
+        write.as_mut().now_or_never().is_none(),
+        "queued, not written"
+    );
+    // ... which takes the queued entries: the waiting writer ends while the lock is held.
+    assert!(block_on(log.write_round()).is_none());
+    let hold = write
+        .as_mut()
+        .now_or_never()
+        .expect("ended without the lock");
+    assert!(hold.is_ok());
+    drop(leader);
+}
