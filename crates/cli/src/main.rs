@@ -12,6 +12,7 @@ mod diagram;
 mod map;
 mod ops;
 mod records;
+mod remote_member;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};

@@ -10,6 +10,7 @@ pub mod export;
 pub mod heal;
 pub mod logging;
 pub mod plan;
+pub mod returning;
 pub mod serve;
 pub mod zero_map;
 

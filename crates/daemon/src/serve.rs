@@ -156,6 +156,7 @@ async fn serve(config: Config) -> Result<()> {
         crate::heal::start_background_resync(v);
     }
     // Spares into failed roles, rebuilds started and resumed, by themselves.
+    let returning_task = tokio::spawn(crate::returning::watch(controls.clone()));
     let heal_task = tokio::spawn(crate::heal::watch(controls));
 
     let tasks: Vec<_> = listeners
@@ -178,6 +179,8 @@ async fn serve(config: Config) -> Result<()> {
     let _ = control_task.await;
     heal_task.abort();
     let _ = heal_task.await;
+    returning_task.abort();
+    let _ = returning_task.await;
     for t in idle_tasks {
         t.abort();
         let _ = t.await;

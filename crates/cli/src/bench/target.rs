@@ -127,6 +127,7 @@ pub fn config_volume(file: &Path, name: &str) -> Result<VolumeTarget> {
                 MemberStorage::Memory => {
                     Arc::new(MemoryMember::new(m.id.clone(), m.size)) as Arc<dyn Member>
                 }
+                MemberStorage::Remote => crate::remote_member::open(&config, m)?,
                 MemberStorage::Missing => bail!(
                     "member {} ({}) does not exist; `nbraid create {}` makes it",
                     m.id,

@@ -124,6 +124,8 @@ pub struct Array {
     pub(super) dirty: AtomicBool,
     /// A resync left to the background at open (see `resync.rs`).
     pub(super) background: super::resync::BackgroundSlot,
+    /// Failed members re-added and being resynced (see `readd.rs`).
+    pub(super) returning: super::readd::Returning,
     /// Write-type requests in flight.
     inflight: AtomicU64,
     /// `Volume::failed_count` when the records last caught up with it.
@@ -497,6 +499,7 @@ impl Array {
             }),
             dirty: AtomicBool::new(dirty),
             background: Default::default(),
+            returning: Default::default(),
             inflight: AtomicU64::new(0),
             recorded_failed: AtomicUsize::new(0),
             intent,

@@ -473,22 +473,7 @@ impl Array {
         }
         // The records' lock before the bitmap writer's, as everywhere.
         let mut rec = self.recorded.lock().await;
-        let bitmap = self.bitmap_write.lock().await;
-        let area = self.bitmap_areas.read()[r];
-        if let (Some(intent), Some(area)) = (&self.intent, area) {
-            let image = intent.on_disk_image();
-            let mut b = Buf::zeroed(area.len as usize);
-            b.copy_from_slice(&image[..area.len as usize]);
-            if let Err(e) = self
-                .volume()
-                .member(r)
-                .write(area.offset, b.freeze(), true)
-                .await
-            {
-                self.volume().fail_member(r, &e.to_string());
-            }
-        }
-        drop(bitmap);
+        self.catch_up_bitmap(r).await;
         if self.volume().member_is_failed(r) {
             self.heal.rebuilding.lock().remove(&r);
             self.commit(&mut rec).await?;

@@ -19,6 +19,7 @@ pub mod intent;
 mod io;
 mod member_meta;
 mod ppl_area;
+mod readd;
 mod remove;
 mod resync;
 mod spares;
@@ -29,6 +30,7 @@ pub use assemble::{assemble, Absence, AssembleError, Assembly, Probe};
 pub use heal::RebuildReport;
 pub use io::{read_superblock, write_superblock, Found, SuperblockIoError};
 pub use member_meta::MemberMeta;
+pub use readd::Readd;
 pub use spares::{assign_spares, SpareChoice};
 
 pub use superblock::{

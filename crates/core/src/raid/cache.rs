@@ -3,6 +3,10 @@
 //! the cache before the members have their bytes.
 
 use super::*;
+use futures::stream::StreamExt;
+
+/// Aged stripes the background destage writes at once.
+const AGED_DESTAGES_IN_FLIGHT: usize = 32;
 
 /// One cached stripe: its dirty bytes as segments of the writers' own buffers (no copy; a
 /// later write trims the segments it overlaps), sorted and disjoint, in stripe offsets.
@@ -340,8 +344,13 @@ impl ParityCore {
                 .collect()
         };
         old.sort_unstable();
-        for s in old {
-            if let Err(e) = self.destage(s, false).await {
+        // Several at once: each stripe write waits on its own round trips (and, with the
+        // partial-parity log, a log write), which concurrent destages share.
+        let mut writes = futures::stream::iter(old)
+            .map(|s| async move { (s, self.destage(s, false).await) })
+            .buffer_unordered(AGED_DESTAGES_IN_FLIGHT);
+        while let Some((s, r)) = writes.next().await {
+            if let Err(e) = r {
                 tracing::warn!("stripe cache: destaging aged stripe {s}: {e}");
             }
         }

@@ -499,6 +499,7 @@ fn status(v: &ControlVolume) -> Value {
             "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
             "eta_s": c.eta_s(),
         })),
+        "returning": v.array.returning().iter().map(|&(i, b)| json!({ "index": i, "resync_bytes": b })).collect::<Vec<_>>(),
         "spares": v.array.spares().iter().map(|m| v.id_of(m.member())).collect::<Vec<_>>(),
         "notes": v.notes,
     })

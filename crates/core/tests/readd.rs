@@ -1,0 +1,376 @@
+//! A failed member that comes back (`Array::readd`, md's re-add): it is read nowhere until the
+//! regions the write-intent bitmap marks are resynced onto it, only those regions are
+//! rewritten, afterwards its copy agrees with its peers and the array reopens healthy; a
+//! member that comes back blank is rebuilt whole; a crash before the resync ends leaves the
+//! role failed and the re-add starts over.
+
+mod common;
+
+use common::{KIB, MIB};
+use futures::executor::block_on;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use nbraid_core::metadata::{
+    Array, ArrayOptions, MemberMeta, OpenReport, Readd, METADATA_AREA_BYTES,
+};
+use nbraid_core::{
+    Buf, CacheMode, Member, MemberCounters, MemberError, MemberOp, MemberResult, MemoryMember,
+    PassControl, PassState, SharedBuf, VolumeOptions,
+};
+use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+const REGION: u64 = 16 * MIB;
+const CHUNK: u64 = 256 * KIB;
+
+/// A memory member that can go away and come back with its bytes (a remote server killed
+/// and restarted), counting reads of its data region.
+struct Switch {
+    inner: MemoryMember,
+    down: AtomicBool,
+    data_reads: AtomicU64,
+}
+
+impl Switch {
+    fn new(i: usize) -> Arc<Switch> {
+        Arc::new(Switch {
+            inner: MemoryMember::new(format!("d{i}"), METADATA_AREA_BYTES + REGION),
+            down: AtomicBool::new(false),
+            data_reads: AtomicU64::new(0),
+        })
+    }
+
+    fn check(&self, op: MemberOp, offset: u64, len: u64) -> MemberResult<()> {
+        if self.down.load(SeqCst) {
+            let e = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "server gone");
+            return Err(MemberError::new(self.name(), op, offset, len, e));
+        }
+        Ok(())
+    }
+
+    fn region(&self) -> Vec<u8> {
+        let mut v = vec![0; REGION as usize];
+        self.inner.peek(METADATA_AREA_BYTES, &mut v);
+        v
+    }
+}
+
+impl Member for Switch {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
+        if let Err(e) = self.check(MemberOp::Read, offset, buf.len() as u64) {
+            return futures::future::ready(Err(e)).boxed();
+        }
+        if offset >= METADATA_AREA_BYTES {
+            self.data_reads.fetch_add(1, SeqCst);
+        }
+        self.inner.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
+        match self.check(MemberOp::Write, offset, data.len() as u64) {
+            Err(e) => futures::future::ready(Err(e)).boxed(),
+            Ok(()) => self.inner.write(offset, data, fua),
+        }
+    }
+    fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
+        match self.check(MemberOp::Flush, 0, 0) {
+            Err(e) => futures::future::ready(Err(e)).boxed(),
+            Ok(()) => self.inner.flush(),
+        }
+    }
+    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        match self.check(MemberOp::Trim, offset, len) {
+            Err(e) => futures::future::ready(Err(e)).boxed(),
+            Ok(()) => self.inner.trim(offset, len),
+        }
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        match self.check(MemberOp::WriteZeroes, offset, len) {
+            Err(e) => futures::future::ready(Err(e)).boxed(),
+            Ok(()) => self.inner.write_zeroes(offset, len),
+        }
+    }
+    fn counters(&self) -> &MemberCounters {
+        self.inner.counters()
+    }
+}
+
+fn tree(level: Level, n: usize) -> Node {
+    let shape = Shape::new(level, n, None, 64 * KIB, ParityLayout::LeftSymmetric).expect("shape");
+    let region = Region {
+        start: METADATA_AREA_BYTES,
+        len: REGION,
+    };
+    shape.build(&vec![region; n]).expect("tree")
+}
+
+fn opts() -> ArrayOptions {
+    ArrayOptions {
+        volume: VolumeOptions {
+            cache: CacheMode::WriteThrough,
+            ..VolumeOptions::default()
+        },
+        bitmap_chunk_bytes: Some(CHUNK),
+        bitmap_clear_delay: Duration::ZERO,
+        ppl: true,
+    }
+}
+
+fn metas(d: &[Arc<Switch>]) -> Vec<Arc<MemberMeta>> {
+    d.iter()
+        .map(|m| block_on(MemberMeta::load(m.clone() as Arc<dyn Member>)))
+        .collect()
+}
+
+fn create(level: Level, d: &[Arc<Switch>], bitmap: bool) -> Array {
+    let o = ArrayOptions {
+        bitmap_chunk_bytes: bitmap.then_some(CHUNK),
+        ..opts()
+    };
+    block_on(Array::create(
+        "vol",
+        tree(level, d.len()),
+        metas(d),
+        o,
+        true,
+        &|_, _| {},
+    ))
+    .expect("create")
+    .0
+}
+
+fn reopen(level: Level, d: &[Arc<Switch>]) -> (Array, OpenReport) {
+    let m = metas(d).into_iter().map(Some).collect();
+    block_on(Array::open(
+        "vol",
+        &tree(level, d.len()),
+        m,
+        opts(),
+        &|_, _| {},
+    ))
+    .expect("open")
+}
+
+fn pattern(seed: u64, len: usize) -> Buf {
+    let mut b = Buf::new(len);
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = (seed as usize ^ (i * 13) ^ (i >> 8)) as u8;
+    }
+    b
+}
+
+fn write(a: &Array, model: &mut [u8], at: u64, len: u64, seed: u64) {
+    let b = pattern(seed ^ at, len as usize);
+    model[at as usize..(at + len) as usize].copy_from_slice(&b);
+    block_on(a.write(at, b, false)).expect("write");
+}
+
+fn read_all(a: &Array) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < a.volume().capacity() {
+        out.extend_from_slice(&block_on(a.read(at, MIB)).expect("read"));
+        at += MIB;
+    }
+    out
+}
+
+/// The whole volume written, flushed (every bit cleared), then member `gone` goes away and
+/// two small regions are written while it is out. Returns the model.
+fn fill_then_lose(a: &Array, d: &[Arc<Switch>], gone: usize) -> Vec<u8> {
+    let cap = a.volume().capacity();
+    let mut model = vec![0u8; cap as usize];
+    let mut at = 0;
+    while at < cap {
+        write(a, &mut model, at, MIB, 1);
+        at += MIB;
+    }
+    block_on(a.flush()).expect("flush");
+    assert_eq!(a.volume().failed_count(), 0);
+    d[gone].down.store(true, SeqCst);
+    write(a, &mut model, 3 * MIB + 4 * KIB, 8 * KIB, 2);
+    write(a, &mut model, cap - 100 * KIB, 64 * KIB, 3);
+    block_on(a.flush()).expect("flush degraded");
+    assert!(
+        a.volume().member_is_failed(gone),
+        "the member was not failed"
+    );
+    model
+}
+
+fn resync(a: &Array) {
+    let ctl = PassControl::new(0);
+    assert_eq!(
+        block_on(a.resync_returned(&ctl)).expect("resync"),
+        PassState::Done
+    );
+}
+
+#[test]
+fn a_returning_member_is_resynced_over_the_bitmap_before_it_is_read() {
+    for (level, n, gone) in [
+        (Level::Raid1, 2, 1),
+        (Level::Raid5, 4, 2),
+        (Level::Raid6, 5, 0),
+    ] {
+        let d: Vec<Arc<Switch>> = (0..n).map(Switch::new).collect();
+        let a = create(level, &d, true);
+        let model = fill_then_lose(&a, &d, gone);
+        let cap = a.volume().capacity();
+
+        // Still away: nothing happens.
+        assert!(matches!(block_on(a.readd(gone)), Ok(Readd::Unreachable(_))));
+        assert!(a.volume().member_is_failed(gone));
+
+        d[gone].down.store(false, SeqCst);
+        d[gone].data_reads.store(0, SeqCst);
+        let Readd::Resync { bytes } = block_on(a.readd(gone)).expect("readd") else {
+            panic!("{level:?}: not resynced over the bitmap");
+        };
+        // Two regions were written while it was away: two bitmap chunks (whole stripes).
+        let width = a.volume().geometry().full_stripe_width().unwrap_or(4096);
+        assert!(
+            bytes >= 2 * CHUNK && bytes <= 2 * (CHUNK + width),
+            "{level:?}: {bytes} bytes to resync"
+        );
+        assert_eq!(a.returning(), vec![(gone, bytes)]);
+        assert!(!a.volume().member_is_failed(gone) && !a.volume().member_is_current(gone));
+        // Served without it: its stale bytes are never read.
+        assert!(read_all(&a) == model, "{level:?}: reads before the resync");
+        assert_eq!(
+            d[gone].data_reads.load(SeqCst),
+            0,
+            "{level:?}: stale member read"
+        );
+
+        let written_before = d[gone].counters().snapshot().write_bytes;
+        resync(&a);
+        let written = d[gone].counters().snapshot().write_bytes - written_before;
+        assert!(
+            written < cap / 4,
+            "{level:?}: {written} bytes written to the returning member"
+        );
+        assert!(a.volume().member_is_current(gone), "{level:?}: not current");
+        assert!(!a.volume().is_degraded());
+        assert!(a.returning().is_empty());
+        assert!(read_all(&a) == model, "{level:?}: reads after the resync");
+        if level == Level::Raid1 {
+            assert!(d[0].region() == d[1].region(), "the copies differ");
+        }
+        // Every other member may go: the returned one carries its share.
+        let other = (gone + 1) % n;
+        a.volume().fail_member(other, "test");
+        assert!(
+            read_all(&a) == model,
+            "{level:?}: reads without member {other}"
+        );
+
+        // A clean stop and a restart: all members current, nothing resynced.
+        block_on(a.mark_clean()).expect("clean");
+        drop(a);
+        d[other].data_reads.store(0, SeqCst);
+        let (a, report) = reopen(level, &d);
+        assert!(
+            report.resynced_roles.is_empty() && report.absent_roles == vec![other],
+            "{level:?}: {report:?}"
+        );
+        assert!(a.volume().member_is_current(gone));
+        assert!(read_all(&a) == model, "{level:?}: after the restart");
+    }
+}
+
+#[test]
+fn a_member_back_blank_or_without_a_bitmap_is_rebuilt_whole() {
+    for bitmap in [true, false] {
+        let d: Vec<Arc<Switch>> = (0..2).map(Switch::new).collect();
+        let a = create(Level::Raid1, &d, bitmap);
+        let model = fill_then_lose(&a, &d, 1);
+        if bitmap {
+            // The server came back empty.
+            d[1].inner.poke(0, &vec![0u8; METADATA_AREA_BYTES as usize]);
+            d[1].inner
+                .poke(METADATA_AREA_BYTES, &vec![0u8; REGION as usize]);
+        }
+        d[1].down.store(false, SeqCst);
+        assert_eq!(block_on(a.readd(1)).expect("readd"), Readd::Rebuild);
+        assert!(!a.volume().member_is_current(1));
+        let ctl = PassControl::new(0);
+        let r = block_on(a.rebuild(&ctl)).expect("rebuild");
+        assert_eq!(r.completed, vec![1], "bitmap {bitmap}");
+        assert!(
+            d[0].region() == d[1].region(),
+            "bitmap {bitmap}: copies differ"
+        );
+        assert!(read_all(&a) == model);
+    }
+}
+
+#[test]
+fn a_crash_before_the_resync_ends_leaves_the_role_failed_and_it_starts_over() {
+    let d: Vec<Arc<Switch>> = (0..2).map(Switch::new).collect();
+    let a = create(Level::Raid1, &d, true);
+    let model = fill_then_lose(&a, &d, 1);
+    d[1].down.store(false, SeqCst);
+    assert!(matches!(block_on(a.readd(1)), Ok(Readd::Resync { .. })));
+    drop(a); // a crash before the pass
+    let (a, report) = reopen(Level::Raid1, &d);
+    assert_eq!(report.absent_roles, vec![1], "{report:?}");
+    assert!(read_all(&a) == model);
+    let Readd::Resync { bytes } = block_on(a.readd(1)).expect("readd") else {
+        panic!("not resynced over the bitmap after the restart");
+    };
+    assert!(
+        bytes >= 2 * CHUNK && bytes < a.volume().capacity() / 4,
+        "{bytes}"
+    );
+    resync(&a);
+    assert!(d[0].region() == d[1].region(), "the copies differ");
+    assert!(read_all(&a) == model);
+}
+
+#[test]
+fn a_member_with_another_arrays_records_is_refused() {
+    let d: Vec<Arc<Switch>> = (0..2).map(Switch::new).collect();
+    let a = create(Level::Raid1, &d, true);
+    fill_then_lose(&a, &d, 1);
+    // Someone created another array on it while it was away.
+    d[1].down.store(false, SeqCst);
+    d[1].inner.poke(0, &vec![0u8; METADATA_AREA_BYTES as usize]);
+    let other = vec![d[1].clone(), Switch::new(9)];
+    drop(create(Level::Raid1, &other, true));
+    let e = block_on(a.readd(1)).expect_err("refused");
+    assert!(e.to_string().contains("no record of this array"), "{e}");
+    assert!(a.volume().member_is_failed(1));
+    let e = block_on(a.readd(0)).expect_err("not failed");
+    assert!(e.to_string().contains("has not failed"), "{e}");
+}
+
+#[test]
+fn a_member_that_goes_away_again_during_the_resync_stays_failed_until_it_is_back() {
+    for (level, n) in [(Level::Raid1, 2), (Level::Raid5, 3)] {
+        let d: Vec<Arc<Switch>> = (0..n).map(Switch::new).collect();
+        let a = create(level, &d, true);
+        let model = fill_then_lose(&a, &d, 1);
+        d[1].down.store(false, SeqCst);
+        assert!(matches!(block_on(a.readd(1)), Ok(Readd::Resync { .. })));
+        d[1].down.store(true, SeqCst);
+        let ctl = PassControl::new(0);
+        let r = block_on(a.resync_returned(&ctl));
+        assert!(a.volume().member_is_failed(1), "{level:?}: {r:?}");
+        assert!(a.returning().is_empty());
+        assert!(read_all(&a) == model, "{level:?}: degraded again");
+        d[1].down.store(false, SeqCst);
+        assert!(matches!(block_on(a.readd(1)), Ok(Readd::Resync { .. })));
+        resync(&a);
+        assert!(a.volume().member_is_current(1));
+        a.volume().fail_member(0, "test");
+        assert!(read_all(&a) == model, "{level:?}: from the returned member");
+    }
+}
