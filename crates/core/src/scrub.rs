@@ -100,6 +100,8 @@ pub struct ScrubReport {
     pub position_bytes: u64,
     pub total_bytes: u64,
     pub rate_limit_bytes_per_s: u64,
+    /// Yields to client I/O ([`crate::pace`]).
+    pub adaptive: bool,
     /// Measured over the current run.
     pub rate_bytes_per_s: u64,
     pub checked: u64,
@@ -166,6 +168,7 @@ impl ScrubControl {
             position_bytes: self.pass.position_bytes(),
             total_bytes: self.pass.total_bytes(),
             rate_limit_bytes_per_s: self.pass.rate_limit_bytes_per_s(),
+            adaptive: self.pass.is_adaptive(),
             rate_bytes_per_s: self.pass.measured_bytes_per_s(),
             checked: s.checked.load(Relaxed),
             mismatches: s.mismatches.load(Relaxed),
@@ -196,6 +199,7 @@ impl Volume {
                 window: Box::new(move |at, len| root.scrub_range(at, len, pass)),
                 checkpoint_bytes: 0,
                 checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
+                activity: Some(Box::new(move || self.client_ops())),
             },
         )
         .await?;

@@ -224,7 +224,7 @@ fn controls(config: &Config, volumes: &[Assembled]) -> Controls {
                     background_bytes: a.report.background_bytes,
                 },
             )
-            .with_heal(a.rebuild_rate_bytes_per_s, a.known.clone(), a.notes.clone())
+            .with_heal(a.rebuild_rate, a.known.clone(), a.notes.clone())
         })
         .collect();
     Controls { volumes }
