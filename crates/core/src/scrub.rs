@@ -40,7 +40,7 @@
 
 use crate::error::VolumeResult;
 use crate::parity::gf;
-use crate::pass::{PassControl, PassState, PassWork};
+use crate::pass::{Checkpoint, PassControl, PassState, PassWork};
 use crate::volume::Volume;
 use futures::FutureExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -184,6 +184,18 @@ impl Volume {
     /// the module docs), honouring its rate limit, pause and cancel. Returns the final
     /// report; a cancelled scrub resumes when called again with the same control.
     pub async fn scrub(&self, ctl: &ScrubControl) -> VolumeResult<ScrubReport> {
+        self.scrub_pass(ctl, 0, Box::new(|_| futures::future::ready(Ok(())).boxed()))
+            .await
+    }
+
+    /// [`Volume::scrub`], calling `checkpoint(position)` every `checkpoint_bytes` (0: never)
+    /// with no window in flight, everything below `position` scrubbed.
+    pub(crate) async fn scrub_pass<'a>(
+        &'a self,
+        ctl: &'a ScrubControl,
+        checkpoint_bytes: u64,
+        mut checkpoint: Checkpoint<'a>,
+    ) -> VolumeResult<ScrubReport> {
         let root = self.root_node();
         let pass = ScrubPass {
             repair: ctl.repair.load(Relaxed),
@@ -197,8 +209,9 @@ impl Volume {
                 window_bytes: SCRUB_WINDOW_BYTES,
                 inflight: 1,
                 window: Box::new(move |at, len| root.scrub_range(at, len, pass)),
-                checkpoint_bytes: 0,
-                checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
+                checkpoint_bytes,
+                // Shortened to the pass's own lifetime (it borrows `pass`).
+                checkpoint: Box::new(move |pos| checkpoint(pos)),
                 activity: Some(Box::new(move || self.client_ops())),
             },
         )

@@ -21,6 +21,7 @@ mod member_meta;
 mod ppl_area;
 mod remove;
 mod resync;
+mod scrub;
 mod spares;
 mod superblock;
 
@@ -32,8 +33,8 @@ pub use member_meta::MemberMeta;
 pub use spares::{assign_spares, SpareChoice};
 
 pub use superblock::{
-    newest, Area, BitmapArea, MemberEntry, RecordedState, Superblock, Uuid, VolumeRecord,
-    FORMAT_VERSION, METADATA_AREA_BYTES, SLOT_BYTES, SUPERBLOCK_MAGIC,
+    newest, Area, BitmapArea, MemberEntry, RecordedState, ScrubCheckpoint, Superblock, Uuid,
+    VolumeRecord, FORMAT_VERSION, METADATA_AREA_BYTES, SLOT_BYTES, SUPERBLOCK_MAGIC,
 };
 
 use thiserror::Error;
