@@ -23,7 +23,7 @@ use crate::assemble::Opened;
 use crate::control::{ControlVolume, Controls};
 use nbraid_config::{self as config, Config};
 use nbraid_core::metadata::{Absence, Array, MemberMeta, OpenReport, Probe};
-use nbraid_core::{Member, PassControl, PassRate};
+use nbraid_core::{Member, PassControl, PassRate, ScrubControl};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -246,6 +246,28 @@ fn rate_text(rate: PassRate) -> String {
         (0, true) => "rate adaptive".into(),
         (r, false) => format!("at {}/s", config::format_size(r)),
         (r, true) => format!("rate adaptive, at most {}/s", config::format_size(r)),
+    }
+}
+
+/// Resumes the scrub volume `v`'s superblocks name as unfinished (a restart cut it off), at
+/// the volume's `rebuild_rate`.
+pub async fn resume_scrub(v: &ControlVolume) {
+    let Some(c) = v.array.scrub_checkpoint().await else {
+        return;
+    };
+    let ctl = Arc::new(ScrubControl::resume_at(c.repair, 0, c.position_bytes));
+    ctl.pass.set_pass_rate(v.rebuild_rate);
+    let msg = format!(
+        "volume {}: resuming the {} interrupted at {} ({})",
+        v.name,
+        if c.repair { "scrub --repair" } else { "scrub" },
+        config::format_size(c.position_bytes),
+        rate_text(v.rebuild_rate)
+    );
+    tracing::warn!("{msg}");
+    eprintln!("nbraidd: {msg}");
+    if let Err(e) = v.start_scrub(ctl) {
+        tracing::error!("volume {}: resuming its scrub: {}", v.name, e.message);
     }
 }
 

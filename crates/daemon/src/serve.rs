@@ -154,6 +154,7 @@ async fn serve(config: Config) -> Result<()> {
     let control_task = tokio::spawn(control.serve(controls.clone()));
     for v in &controls.volumes {
         crate::heal::start_background_resync(v);
+        crate::heal::resume_scrub(v).await;
     }
     // Spares into failed roles, rebuilds started and resumed, by themselves.
     let heal_task = tokio::spawn(crate::heal::watch(controls));

@@ -182,6 +182,35 @@ impl ControlVolume {
     fn scrub(&self) -> Option<Arc<ScrubControl>> {
         self.scrub.lock().clone()
     }
+
+    /// Scrubs the volume under `ctl` (from its position: a resumed scrub starts at its
+    /// checkpoint), recording its progress in the superblocks; refused while one runs.
+    pub fn start_scrub(&self, ctl: Arc<ScrubControl>) -> Result<(), Refusal> {
+        let mut slot = self.scrub.lock();
+        if let Some(c) = slot.as_ref() {
+            if matches!(c.state(), ScrubState::Running | ScrubState::Paused) {
+                return Err(Refusal::new(
+                    "busy",
+                    format!(
+                        "volume \"{}\" is already being scrubbed (cancel it first)",
+                        self.name
+                    ),
+                ));
+            }
+        }
+        *slot = Some(ctl.clone());
+        let (array, name) = (self.array.clone(), self.name.clone());
+        tokio::spawn(async move {
+            match array.scrub(&ctl).await {
+                Ok(r) => tracing::info!(
+                    "scrub of {name} {}: {} checked, {} mismatches, {} repaired, {} unreadable, {} skipped",
+                    r.state.name(), r.checked, r.mismatches, r.repaired, r.unreadable, r.skipped
+                ),
+                Err(e) => tracing::error!("scrub of {name} failed: {e}"),
+            }
+        });
+        Ok(())
+    }
 }
 
 /// Opens an existing member file for `add`/`replace` and reads its superblock.
@@ -298,33 +327,9 @@ impl Controls {
                 rate,
             } => {
                 let v = self.find(&volume)?;
-                let mut slot = v.scrub.lock();
-                if let Some(c) = slot.as_ref() {
-                    if matches!(c.state(), ScrubState::Running | ScrubState::Paused) {
-                        return Err(Refusal::new(
-                            "busy",
-                            format!(
-                                "volume \"{volume}\" is already being scrubbed (cancel it first)"
-                            ),
-                        ));
-                    }
-                }
                 let ctl = Arc::new(ScrubControl::new(repair, 0));
                 ctl.pass.set_pass_rate(rate);
-                *slot = Some(ctl.clone());
-                drop(slot);
-                let array = v.array.clone();
-                let name = volume.clone();
-                let task_ctl = ctl.clone();
-                tokio::spawn(async move {
-                    match array.volume().scrub(&task_ctl).await {
-                        Ok(r) => tracing::info!(
-                            "scrub of {name} {}: {} checked, {} mismatches, {} repaired, {} unreadable, {} skipped",
-                            r.state.name(), r.checked, r.mismatches, r.repaired, r.unreadable, r.skipped
-                        ),
-                        Err(e) => tracing::error!("scrub of {name} failed: {e}"),
-                    }
-                });
+                v.start_scrub(ctl.clone())?;
                 Ok(ok_reply(
                     json!({ "volume": volume, "scrub": scrub_json(&ctl.report()) }),
                 ))
