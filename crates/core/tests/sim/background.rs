@@ -148,7 +148,7 @@ pub fn finish(
 }
 
 /// The disk serving role `r` (members are named `simN`).
-fn disk_of(array: &Array, r: usize) -> usize {
+pub(super) fn disk_of(array: &Array, r: usize) -> usize {
     let name = array.volume().member(r).name().to_string();
     name.strip_prefix("sim")
         .and_then(|d| d.parse().ok())
@@ -156,14 +156,14 @@ fn disk_of(array: &Array, r: usize) -> usize {
 }
 
 /// Roles not current, or whose disk died without the array noticing (no I/O since).
-fn lost_roles(world: &Arc<Mutex<World>>, array: &Array) -> Vec<usize> {
+pub(super) fn lost_roles(world: &Arc<Mutex<World>>, array: &Array) -> Vec<usize> {
     let w = world.lock().expect("world");
     (0..array.volume().member_count())
         .filter(|&r| !array.volume().member_is_current(r) || w.disks[disk_of(array, r)].dead)
         .collect()
 }
 
-fn not_current(array: &Array) -> Vec<usize> {
+pub(super) fn not_current(array: &Array) -> Vec<usize> {
     (0..array.volume().member_count())
         .filter(|&i| !array.volume().member_is_current(i))
         .collect()
