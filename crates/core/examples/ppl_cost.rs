@@ -7,7 +7,8 @@
 //! time (user + system) per write, with the log / without.
 //!
 //! `cargo run --release -p nbraid-core --example ppl_cost [dir] [seconds per round] [rounds]`
-//! (default /var/tmp, 2 s, 4).
+//! (default /var/tmp, 2 s, 4); `NBRAID_PPL_ONLY="raid5 4k"` runs only the workloads whose
+//! level and name contain it.
 
 use futures::executor::block_on;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -143,6 +144,8 @@ fn main() {
         "level", "workload", "IOPS log", "IOPS off", "ratio", "CPU µs log", "CPU µs off", "ratio"
     );
     let wb = CacheMode::default();
+    // Only the workloads whose "level workload" contains this (e.g. "raid5 4k randwrite").
+    let only = std::env::var("NBRAID_PPL_ONLY").ok();
     for (level, members, name) in [(Level::Raid5, 4, "raid5"), (Level::Raid6, 6, "raid6")] {
         for (work, bs, qd, random, cache) in [
             ("4k randwrite qd32 wb", 4096u64, 32usize, true, wb),
@@ -155,6 +158,12 @@ fn main() {
             ),
             ("1M seqwrite qd4 wb", MIB, 4, false, wb),
         ] {
+            if !only
+                .as_ref()
+                .is_none_or(|o| format!("{name} {work}").contains(o.as_str()))
+            {
+                continue;
+            }
             let on = create(&dir, &format!("{name}-on"), level, members, true, cache);
             let off = create(&dir, &format!("{name}-off"), level, members, false, cache);
             let (mut sum_on, mut sum_off) = ((0.0, 0.0), (0.0, 0.0));

@@ -6,11 +6,11 @@
 use super::codec::{encode_batch, Entry, LOG_BLOCK_BYTES};
 use super::{PplSetup, BAND_BYTES, SECTOR_BYTES};
 use crate::buf::Buf;
-use crate::error::{VolumeError, VolumeResult};
+use crate::error::VolumeError;
 use crate::node::MemberTable;
 use crate::parity;
 use futures::channel::oneshot;
-use futures::future::join_all;
+use futures::future::{join_all, Either};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -62,6 +62,8 @@ struct Band {
     seq: u64,
     /// The newest entry is on its rings.
     durable: bool,
+    /// A round has taken one of the band's entries (it counts for the tail from then on).
+    written: bool,
     /// Writes of the band in flight.
     inflight: u32,
     /// Per member of the group: its completed-writes count when the band's last write ended.
@@ -78,6 +80,7 @@ impl Band {
             first_seq: seq,
             seq,
             durable: false,
+            written: false,
             inflight: 0,
             need,
         }
@@ -98,9 +101,67 @@ struct State {
     rings: Vec<Option<Ring>>,
     pending: Vec<Pending>,
     next_ticket: u64,
-    /// Tickets written (true) or failed (false), until their callers look.
-    done: HashMap<u64, bool>,
+    /// Per ticket not yet ended, where to say whether it was written (true) or failed: a
+    /// writer learns it without queueing for the writer lock (where, behind a round in
+    /// flight, it would hold up every writer after it).
+    notify: HashMap<u64, oneshot::Sender<Result<(), LogFailed>>>,
     waiters: Vec<oneshot::Sender<()>>,
+}
+
+/// Why [`GroupLog::write`] did not log a stripe write's entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LogFailed {
+    /// Every ring an entry was for is on a member that failed (before or by this write):
+    /// the stripe is written as with its parity lost.
+    ParityFailed,
+    /// The entries fit no ring (cannot happen with rings sized by `GroupLog::new`): the
+    /// stripe must not be written, its parity members still serving.
+    NoRoom,
+}
+
+impl LogFailed {
+    pub(crate) fn into_error(self) -> VolumeError {
+        VolumeError::Unavailable {
+            reason: match self {
+                LogFailed::ParityFailed => "no parity member could take a partial-parity log entry",
+                LogFailed::NoRoom => "the partial-parity log had no room for an entry",
+            }
+            .into(),
+        }
+    }
+}
+
+/// Why [`GroupLog::prepare`] cannot log a stripe write yet.
+pub(crate) enum Blocked {
+    /// A band's earlier writes are done but not known durable: flush the group's members.
+    Flush,
+    /// A band's earlier log entry or member writes are in flight: woken when one ends.
+    Wait(oneshot::Receiver<()>),
+}
+
+/// A writer's pending entries, given up if the writer goes away before a round takes
+/// them (its future dropped): nobody else would end their bands.
+struct PendingGuard<'a> {
+    log: &'a GroupLog,
+    ticket: u64,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        let mut st = self.log.state.lock();
+        st.notify.remove(&self.ticket);
+        let mut gone = Vec::new();
+        st.pending.retain(|p| {
+            let mine = p.ticket == self.ticket;
+            if mine {
+                gone.push((p.entry.stripe, p.entry.band, p.entry.seq));
+            }
+            !mine
+        });
+        if !gone.is_empty() {
+            GroupLog::abandon(&mut st, gone);
+        }
+    }
 }
 
 /// One parity group's log (see the module docs of `ppl`).
@@ -193,7 +254,7 @@ impl GroupLog {
                 rings,
                 pending: Vec::new(),
                 next_ticket: 1,
-                done: HashMap::new(),
+                notify: HashMap::new(),
                 waiters: Vec::new(),
             }),
             writer: futures::lock::Mutex::new(()),
@@ -260,13 +321,55 @@ impl GroupLog {
         }
     }
 
-    /// Entries below this are settled (what a batch written now carries).
+    /// Entries below this are settled (what a batch written now carries). A band none of
+    /// whose entries a round has taken yet does not count: its entries are numbered anew
+    /// when taken (above every tail written before), so a writer slow to hand its entries
+    /// over never pins the ring space its own batch needs.
     fn tail(st: &State) -> u64 {
         st.bands
             .values()
+            .filter(|b| b.written)
             .map(|b| b.first_seq)
             .min()
             .unwrap_or(st.next_seq)
+    }
+
+    /// Numbers the entries a round takes anew, in the order they were prepared, from
+    /// `next_seq`: above the tail the round's batches carry (see [`Self::tail`]).
+    fn renumber(st: &mut State, taken: &mut [Pending]) {
+        let mut order: Vec<usize> = (0..taken.len()).collect();
+        order.sort_by_key(|&i| taken[i].entry.seq);
+        for i in order {
+            let e = &mut taken[i].entry;
+            let (old, new) = (e.seq, st.next_seq);
+            st.next_seq += 1;
+            e.seq = new;
+            if let Some(b) = st.bands.get_mut(&(e.stripe, e.band)) {
+                if !b.written {
+                    b.first_seq = new;
+                    b.written = true;
+                }
+                if b.seq == old {
+                    b.seq = new;
+                }
+            }
+        }
+    }
+
+    /// Entries that will never be written (their round failed them, or their writer gave
+    /// up): their bands' member writes are not issued either, so nothing of the bands is
+    /// pending any more — without this a later write to the band would wait forever.
+    fn abandon(st: &mut State, entries: impl IntoIterator<Item = (u64, u32, u64)>) {
+        for (stripe, band, seq) in entries {
+            if let Some(b) = st.bands.get_mut(&(stripe, band)) {
+                if b.seq == seq {
+                    b.durable = true;
+                }
+            }
+        }
+        for w in st.waiters.drain(..) {
+            let _ = w.send(());
+        }
     }
 
     /// The children whose rings take stripe `stripe`'s entries: its P and Q, where their
@@ -282,8 +385,10 @@ impl GroupLog {
 
     /// Builds the entries of one stripe write (the caller holds the stripe's exclusive
     /// lock): `written[i]` are data chunk `i`'s new byte ranges (rows). Returns the entries
-    /// to write (none: nothing needs logging), or `None` when a band it touches still has
-    /// earlier writes that are not durable: flush ([`Self::flush_members`]) and prepare again.
+    /// to write (none: nothing needs logging), or why not yet: a band it touches still has
+    /// earlier writes that are not durable — [`Blocked::Flush`] when a flush of the group's
+    /// members settles them, [`Blocked::Wait`] when their log entry or member writes are
+    /// still in flight (then prepare again once woken).
     ///
     /// Why not log the union of both writes instead: an earlier acknowledged write becomes
     /// guaranteed when a flush issued after it completes — possibly after this entry is
@@ -294,19 +399,19 @@ impl GroupLog {
         stripe: u64,
         written: &[Vec<(u64, u64)>],
         values: &Values<'_>,
-    ) -> Option<Vec<(Entry, Vec<usize>)>> {
+    ) -> Result<Vec<(Entry, Vec<usize>)>, Blocked> {
         let rings = self.targets(stripe);
         let q_slot = self.layout.roles(stripe).q_slot;
         let mut st = self.state.lock();
         if rings.is_empty() {
-            return Some(Vec::new());
+            return Ok(Vec::new());
         }
         let (lo, hi) = written
             .iter()
             .flatten()
             .fold((u64::MAX, 0), |(a, b), &(s, e)| (a.min(s), b.max(e)));
         if lo >= hi {
-            return Some(Vec::new());
+            return Ok(Vec::new());
         }
         let touched = (lo / BAND_BYTES)..hi.div_ceil(BAND_BYTES);
         if touched
@@ -314,11 +419,18 @@ impl GroupLog {
             .any(|b| st.bands.contains_key(&(stripe, b as u32)))
         {
             self.retire(&mut st);
-            if touched
+            let blocking: Vec<&Band> = touched
                 .clone()
-                .any(|b| st.bands.contains_key(&(stripe, b as u32)))
-            {
-                return None;
+                .filter_map(|b| st.bands.get(&(stripe, b as u32)))
+                .collect();
+            if !blocking.is_empty() {
+                if blocking.iter().any(|b| b.inflight == 0 && b.durable) {
+                    return Err(Blocked::Flush);
+                }
+                // Registered under the state lock: the wake-up cannot be missed.
+                let (tx, rx) = oneshot::channel();
+                st.waiters.push(tx);
+                return Err(Blocked::Wait(rx));
             }
         }
         let floor = rings
@@ -439,11 +551,11 @@ impl GroupLog {
             b.inflight += 1;
             out.push((entry, rings.clone()));
         }
-        Some(out)
+        Ok(out)
     }
 
     /// [`Self::prepare`], flushing the group's members first when a band it touches has
-    /// earlier writes that are not durable yet.
+    /// earlier writes that are not durable yet, or waiting for those writes to end.
     pub(crate) async fn prepare_settled(
         &self,
         stripe: u64,
@@ -451,18 +563,59 @@ impl GroupLog {
         values: &Values<'_>,
     ) -> Vec<(Entry, Vec<usize>)> {
         loop {
-            if let Some(e) = self.prepare(stripe, written, values) {
-                return e;
+            match self.prepare(stripe, written, values) {
+                Ok(e) => return e,
+                Err(Blocked::Flush) => self.flush_members().await,
+                Err(Blocked::Wait(rx)) => {
+                    let _ = rx.await;
+                }
             }
-            self.flush_members().await;
+        }
+    }
+
+    /// [`Self::prepare_whole`], flushing or waiting first like [`Self::prepare_settled`].
+    pub(crate) async fn prepare_whole_settled(
+        &self,
+        first: u64,
+        end: u64,
+    ) -> Vec<(Entry, Vec<usize>)> {
+        loop {
+            match self.prepare_whole(first, end) {
+                Ok(e) => return e,
+                Err(Blocked::Flush) => self.flush_members().await,
+                Err(Blocked::Wait(rx)) => {
+                    let _ = rx.await;
+                }
+            }
         }
     }
 
     /// Entries that settle every band of stripes `[first, end)` a ring may still replay
     /// (every chunk written, no partial parity): for writes that replace whole stripes
-    /// without going through [`Self::prepare`] (zeroing).
-    pub(crate) fn prepare_whole(&self, first: u64, end: u64) -> Vec<(Entry, Vec<usize>)> {
+    /// without going through [`Self::prepare`] (zeroing; the caller holds the stripes'
+    /// exclusive locks). Like [`Self::prepare`], a band still live blocks it: its new entry
+    /// must not wait for ring space its own older entries hold.
+    fn prepare_whole(&self, first: u64, end: u64) -> Result<Vec<(Entry, Vec<usize>)>, Blocked> {
         let mut st = self.state.lock();
+        let live = |st: &State| {
+            st.bands
+                .iter()
+                .filter(|((s, _), _)| (first..end).contains(s))
+                .map(|(_, b)| b.inflight == 0 && b.durable)
+                .collect::<Vec<bool>>()
+        };
+        if !live(&st).is_empty() {
+            self.retire(&mut st);
+            let blocking = live(&st);
+            if blocking.contains(&true) {
+                return Err(Blocked::Flush);
+            }
+            if !blocking.is_empty() {
+                let (tx, rx) = oneshot::channel();
+                st.waiters.push(tx);
+                return Err(Blocked::Wait(rx));
+            }
+        }
         let mut keys: Vec<(u64, u32)> = st
             .bands
             .keys()
@@ -507,12 +660,15 @@ impl GroupLog {
             };
             out.push((entry, rings));
         }
-        out
+        Ok(out)
     }
 
     /// Writes `entries` (from [`Self::prepare`]) to their rings; the returned hold ends the
     /// bands' writes when dropped (after the member writes, whatever their outcome).
-    pub(crate) async fn write(&self, entries: Vec<(Entry, Vec<usize>)>) -> VolumeResult<Hold<'_>> {
+    pub(crate) async fn write(
+        &self,
+        entries: Vec<(Entry, Vec<usize>)>,
+    ) -> Result<Hold<'_>, LogFailed> {
         let hold = Hold {
             log: self,
             bands: entries.iter().map(|(e, _)| (e.stripe, e.band)).collect(),
@@ -520,6 +676,7 @@ impl GroupLog {
         if entries.is_empty() {
             return Ok(hold);
         }
+        let (tx, mut ended) = oneshot::channel();
         let ticket = {
             let mut st = self.state.lock();
             let t = st.next_ticket;
@@ -531,25 +688,37 @@ impl GroupLog {
                     rings,
                 });
             }
+            st.notify.insert(t, tx);
             t
         };
-        loop {
-            let _g = self.writer.lock().await;
-            if let Some(ok) = self.state.lock().done.remove(&ticket) {
-                return if ok {
-                    Ok(hold)
-                } else {
-                    Err(VolumeError::Unavailable {
-                        reason: "no parity member could take a partial-parity log entry".into(),
-                    })
-                };
+        let guard = PendingGuard { log: self, ticket };
+        // Whoever holds the writer lock writes a round of everything pending; the others
+        // wait for their ticket's end or for the lock, whichever comes first.
+        // A dropped sender: the ticket was given up (cannot happen while we wait).
+        let gone = Err(LogFailed::NoRoom);
+        let ended_as = loop {
+            if let Ok(Some(r)) = ended.try_recv() {
+                break r;
             }
-            if let Some(rx) = self.write_round().await {
+            let lock = self.writer.lock();
+            futures::pin_mut!(lock);
+            let _g = match futures::future::select(&mut ended, lock).await {
+                Either::Left((r, _)) => break r.unwrap_or(gone),
+                Either::Right((g, _)) => g,
+            };
+            if let Ok(Some(r)) = ended.try_recv() {
+                break r;
+            }
+            if let Some(room) = self.write_round().await {
                 // Wait without the writer lock: the write that must end first may need it.
                 drop(_g);
-                let _ = rx.await;
+                if let Either::Left((r, _)) = futures::future::select(&mut ended, room).await {
+                    break r.unwrap_or(gone);
+                }
             }
-        }
+        };
+        std::mem::forget(guard);
+        ended_as.map(|()| hold)
     }
 
     /// Writes what is pending (as much as fits half of each ring), one batch per ring.
@@ -603,7 +772,8 @@ impl GroupLog {
                     places.push((r, start, len));
                 }
                 if ok {
-                    let taken: Vec<Pending> = st.pending.drain(..n).collect();
+                    let mut taken: Vec<Pending> = st.pending.drain(..n).collect();
+                    Self::renumber(&mut st, &mut taken);
                     let mut plan = Vec::new();
                     for (r, start, len) in places {
                         let ring = st.rings[r].as_mut().expect("ring");
@@ -639,11 +809,23 @@ impl GroupLog {
                         Some(rx)
                     } else {
                         // Nothing to wait for: the pending entries cannot fit (cannot happen
-                        // with rings sized by `GroupLog::new`); fail them rather than hang.
-                        let failed: Vec<u64> = st.pending.drain(..).map(|p| p.ticket).collect();
-                        for t in failed {
-                            st.done.insert(t, false);
+                        // with rings sized by `GroupLog::new`, pending entries pinning no
+                        // ring space); fail them rather than hang.
+                        tracing::error!(
+                            "parity group {}: {} partial-parity log entries fit no ring",
+                            self.group,
+                            st.pending.len()
+                        );
+                        let failed: Vec<Pending> = st.pending.drain(..).collect();
+                        for p in &failed {
+                            if let Some(tx) = st.notify.remove(&p.ticket) {
+                                let _ = tx.send(Err(LogFailed::NoRoom));
+                            }
                         }
+                        let gone = failed
+                            .iter()
+                            .map(|p| (p.entry.stripe, p.entry.band, p.entry.seq));
+                        Self::abandon(&mut st, gone);
                         return None;
                     }
                 };
@@ -720,7 +902,15 @@ impl GroupLog {
                     }
                 }
             }
-            st.done.extend(tickets);
+            for (t, ok) in tickets {
+                if let Some(tx) = st.notify.remove(&t) {
+                    let _ = tx.send(if ok {
+                        Ok(())
+                    } else {
+                        Err(LogFailed::ParityFailed)
+                    });
+                }
+            }
             for w in st.waiters.drain(..) {
                 let _ = w.send(());
             }
@@ -728,3 +918,7 @@ impl GroupLog {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "log_tests.rs"]
+mod tests;

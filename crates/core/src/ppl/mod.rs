@@ -32,7 +32,7 @@ mod log;
 mod recover;
 pub mod replay;
 
-pub(crate) use log::{GroupLog, Values};
+pub(crate) use log::{GroupLog, LogFailed, Values};
 pub use recover::{recover, RecoverReport};
 
 use nbraid_layout::{Node, ParityGroup};

@@ -7,6 +7,7 @@ use super::plan::{
 };
 use super::*;
 use crate::parity;
+use crate::ppl::LogFailed;
 
 impl ParityCore {
     /// Writes new bytes of one stripe to the members (with parity), the caller holding the
@@ -335,14 +336,14 @@ impl ParityCore {
                 (child(t), base + r.start, bytes)
             })
             .collect();
-        // The log entries are durable before any member write is issued (a log that no
-        // parity member takes fails P: plan again without it).
+        // The log entries are durable before any member write is issued. A log that no
+        // parity member took (they failed): plan again without P. A log with no room must
+        // not leave the stripe written without its parity while P still serves.
         let _hold = match &self.ppl {
-            Some(log) => Some(
-                log.write(entries)
-                    .await
-                    .map_err(|e| Retry::Read(roles.p, e))?,
-            ),
+            Some(log) => Some(log.write(entries).await.map_err(|e| match e {
+                LogFailed::ParityFailed => Retry::Read(roles.p, e.into_error()),
+                LogFailed::NoRoom => Retry::Fatal(e.into_error()),
+            })?),
             None => None,
         };
         let results = join_all(
@@ -528,7 +529,7 @@ impl ParityCore {
                     // What the log may replay of these stripes is settled first.
                     let _hold = match &self.ppl {
                         Some(log) => {
-                            let entries = log.prepare_whole(first_full, last_full);
+                            let entries = log.prepare_whole_settled(first_full, last_full).await;
                             // A log no parity member takes is one nobody replays.
                             log.write(entries).await.ok()
                         }
