@@ -5,26 +5,21 @@
 //! unfinished scrub (once its start was committed), and a scrub resumed from that checkpoint
 //! runs to the end, clears it, and changes no data (every flushed write reads back again).
 
-use super::background::{disk_of, lost_roles, not_current};
+use super::background::{
+    disk_of, lost_roles, not_current, reopen_after_power_loss, run_until, Finished,
+};
 use super::crash::{read_volume, CrashCase, CrashStats};
 use super::disk::{DiskFaults, World, SECTOR_BYTES};
-use super::executor::{step_once, Executor};
+use super::executor::Executor;
 use super::history::History;
 use super::rng::Rng;
-use super::run::sim_members;
-use futures::future::join_all;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta};
+use nbraid_core::metadata::{Array, ArrayOptions};
 use nbraid_core::{ScrubControl, ScrubState};
 use nbraid_layout::Geometry;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
-
-const STEP_LIMIT: u64 = 400_000;
-
-/// The world and array to check afterwards, and the roles not current.
-pub type Finished = (Arc<Mutex<World>>, Arc<Array>, Vec<usize>);
 
 /// In some schedules, scrubs `array` (repairing) with a member death or a power loss during
 /// it (see the module); `lost`: the roles not current (or dead) before.
@@ -67,22 +62,7 @@ pub fn maybe_scrub(
             *out.borrow_mut() = Some(r.map_err(|e| e.to_string()));
         });
     }
-    let mut step = 0u64;
-    while exec.live() > 0 && Some(step) != crash_at {
-        world.lock().expect("world").step = step;
-        if !step_once(&mut exec, &world, rng) {
-            return Err(format!("scrub deadlocked at step {step}"));
-        }
-        step += 1;
-        if step > STEP_LIMIT {
-            return Err("the scrub does not finish".into());
-        }
-    }
-    for d in &mut world.lock().expect("world").disks {
-        if !d.dead {
-            d.faults.dies_at_step = None;
-        }
-    }
+    run_until(&mut exec, &world, rng, crash_at, "the scrub")?;
     if exec.live() == 0 {
         match outcome.borrow_mut().take() {
             Some(Ok(r)) if r.state == ScrubState::Done => {}
@@ -107,29 +87,10 @@ pub fn maybe_scrub(
 
     // Power lost in the middle of the scrub.
     stats.scrub_crashes += 1;
-    let torn = rng.chance(500);
-    let images: Vec<Vec<u8>> = {
-        let w = world.lock().expect("world");
-        w.disks.iter().map(|d| d.crash_image(rng, torn)).collect()
-    };
     drop(exec);
     drop(array);
-    let world = World::new(images, vec![DiskFaults::default(); disks]);
-    let members = sim_members(&world, disks, case.member_len);
-    let (tree, o) = (case.tree.clone(), opts.clone());
-    let (array, _report) = super::crash::drive(&world, rng, async move {
-        let metas = join_all(members.into_iter().map(MemberMeta::load)).await;
-        Array::open(
-            "sim",
-            &tree,
-            metas.into_iter().map(Some).collect(),
-            o,
-            &|_, _| {},
-        )
-        .await
-    })?
-    .map_err(|e| format!("reopen after a crash during a scrub: {e}"))?;
-    let array = Arc::new(array);
+    let (world, array, _) =
+        reopen_after_power_loss(&world, rng, case, disks, opts, false, "a scrub")?;
     let when = "after a crash during a scrub";
     check_durable(&world, rng, &array, history, stats, &excused, when)?;
     let a = array.clone();
