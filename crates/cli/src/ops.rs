@@ -6,6 +6,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use nbraid_core::PassRate;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -56,9 +57,10 @@ pub enum OpsCommand {
         /// and two-way mirrors can only rewrite parity / copy the first copy).
         #[arg(long)]
         repair: bool,
-        /// Limit the scrub to this many MB/s (10^6 bytes); unlimited by default.
-        #[arg(long, value_name = "MB/s")]
-        rate: Option<f64>,
+        /// Limit the scrub to this many MB/s (10^6 bytes), or `adaptive`: full speed while
+        /// clients are idle, yielding while they do I/O; unlimited by default.
+        #[arg(long, value_name = "MB/s|adaptive", value_parser = parse_rate)]
+        rate: Option<PassRate>,
         /// Follow the volume's running scrub instead of starting one.
         #[arg(long, conflicts_with_all = ["repair", "rate"])]
         follow: bool,
@@ -104,9 +106,10 @@ pub enum OpsCommand {
         volume: String,
         #[command(flatten)]
         target: Target,
-        /// Limit the rebuild to this many MB/s (10^6 bytes); unlimited by default.
-        #[arg(long, value_name = "MB/s")]
-        rate: Option<f64>,
+        /// Limit the rebuild to this many MB/s (10^6 bytes), or `adaptive`: full speed while
+        /// clients are idle, yielding while they do I/O; unlimited by default.
+        #[arg(long, value_name = "MB/s|adaptive", value_parser = parse_rate)]
+        rate: Option<PassRate>,
         /// Print the final report as JSON instead of a progress bar.
         #[arg(long)]
         json: bool,
@@ -231,9 +234,9 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
         } => {
             let mut c = Client::connect(&target)?;
             if !follow {
-                let rate_bytes_per_s = rate.map_or(0, |r| (r * 1e6).max(1.0) as u64);
+                let r = rate.unwrap_or_default();
                 c.call(json!({"op": "scrub", "volume": volume, "repair": repair,
-                              "rate_bytes_per_s": rate_bytes_per_s}))?;
+                              "rate_bytes_per_s": r.limit_bytes_per_s, "adaptive": r.adaptive}))?;
             }
             let report = follow_pass(&mut c, &volume, "scrub", !json)?;
             Ok(if json {
@@ -305,9 +308,9 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
             json,
         } => {
             let mut c = Client::connect(&target)?;
-            let rate_bytes_per_s = rate.map_or(0, |r| (r * 1e6).max(1.0) as u64);
+            let r = rate.unwrap_or_default();
             c.call(json!({"op": "rebuild", "volume": volume,
-                          "rate_bytes_per_s": rate_bytes_per_s}))?;
+                          "rate_bytes_per_s": r.limit_bytes_per_s, "adaptive": r.adaptive}))?;
             let report = follow_pass(&mut c, &volume, "rebuild", !json)?;
             Ok(if json {
                 format!("{report:#}\n")
@@ -320,6 +323,22 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
         }
         OpsCommand::Pause { volume, target } => pause_resume(&target, "pause", volume),
         OpsCommand::Resume { volume, target } => pause_resume(&target, "resume", volume),
+    }
+}
+
+/// `--rate`: MB/s (10^6 bytes per second, more than 0) or `adaptive`.
+fn parse_rate(s: &str) -> Result<PassRate, String> {
+    if s.trim().eq_ignore_ascii_case("adaptive") {
+        return Ok(PassRate {
+            limit_bytes_per_s: 0,
+            adaptive: true,
+        });
+    }
+    match s.trim().parse::<f64>() {
+        Ok(mb) if mb > 0.0 && mb.is_finite() => Ok(PassRate::limit((mb * 1e6).max(1.0) as u64)),
+        _ => Err(format!(
+            "`{s}` is not a rate: give MB/s (10^6 bytes per second, e.g. 200) or `adaptive`"
+        )),
     }
 }
 
@@ -434,10 +453,15 @@ pub fn status_table(v: &Value) -> String {
             let total = r["total_bytes"].as_u64().unwrap_or(0).max(1);
             let pct = r["position_bytes"].as_u64().unwrap_or(0) as f64 * 100.0 / total as f64;
             out += &format!(
-                "  rebuild {} {pct:.0}% of roles {} at {}/s{}\n",
+                "  rebuild {} {pct:.0}% of roles {} at {}/s{}{}\n",
                 r["state"].as_str().unwrap_or("?"),
                 r["roles"],
                 bytes(r["rate_bytes_per_s"].as_u64().unwrap_or(0)),
+                if r["adaptive"] == true {
+                    " (adaptive)"
+                } else {
+                    ""
+                },
                 r["eta_s"]
                     .as_u64()
                     .map_or(String::new(), |e| format!(", eta {e}s"))
@@ -475,4 +499,21 @@ pub fn status_table(v: &Value) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse_as_mb_per_s_or_adaptive() {
+        assert_eq!(parse_rate("200"), Ok(PassRate::limit(200_000_000)));
+        assert_eq!(parse_rate("0.5"), Ok(PassRate::limit(500_000)));
+        let adaptive = parse_rate("Adaptive").expect("a rate");
+        assert!(adaptive.adaptive);
+        assert_eq!(adaptive.limit_bytes_per_s, 0);
+        for bad in ["0", "-3", "fast", "inf", ""] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -645,3 +645,38 @@ fn an_unclean_mirror_serves_at_once_and_resyncs_in_the_background() {
     reads_back(&nbdcopy, dir.path(), &uri, &data);
     d.stop();
 }
+
+/// Issue 11's resumable scrub end to end: a scrub killed with the daemon (after its first
+/// checkpoint) is resumed by the next start from the checkpoint in the superblocks, at the
+/// volume's rebuild_rate, and runs to the end; after that nothing is left to resume.
+#[test]
+fn a_scrub_cut_off_by_a_crash_resumes_after_the_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(dir.path(), &[], "rebuild_rate = \"8MiB\"\n");
+    let cfg = config.to_str().unwrap();
+    let mut d = Daemon::start(&config);
+    let r = exchange(
+        &d.control,
+        &[br#"{"v":1,"op":"scrub","volume":"r6","rate_bytes_per_s":2000000}"#],
+    );
+    assert_eq!(r[0]["ok"], true, "{:#}", r[0]);
+    // Two 4 MiB windows done: the first one's checkpoint is recorded.
+    wait_for(cfg, "the scrub's second window", |v| {
+        v["scrub"]["position_bytes"].as_u64().unwrap_or(0) >= 8 * MIB
+    });
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+
+    let mut d = Daemon::start(&config);
+    let v = volume_status(cfg);
+    let at = v["scrub"]["position_bytes"].as_u64().unwrap_or(0);
+    assert!(at >= 4 * MIB, "resumed from the checkpoint: {v:#}");
+    assert_eq!(v["scrub"]["rate_limit_bytes_per_s"], 8 * MIB, "{v:#}");
+    let v = wait_for(cfg, "the resumed scrub", |v| v["scrub"]["state"] == "done");
+    assert_eq!(v["scrub"]["mismatches"], 0, "{v:#}");
+    d.stop();
+    let mut d = Daemon::start(&config);
+    let v = volume_status(cfg);
+    assert!(v["scrub"].is_null(), "nothing left to resume: {v:#}");
+    d.stop();
+}

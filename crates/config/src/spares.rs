@@ -9,6 +9,7 @@
 //! members = ["d0", "d1", "d2", "d3"]
 //! spares = ["s0"]
 //! rebuild_rate = "200MiB"   # bytes per second ("200MiB/s" too); "off" = unlimited (default)
+//! # rebuild_rate = "adaptive"  # full speed while clients are idle, yielding while they do I/O
 //! ```
 //!
 //! A spare is a `[[member]]` no volume takes a region of, standing by for one volume only
@@ -29,6 +30,9 @@ pub struct HealOptions {
     pub spares: Vec<usize>,
     /// Bytes per second an automatic rebuild runs at (0: unlimited).
     pub rebuild_rate_bytes_per_s: u64,
+    /// `rebuild_rate = "adaptive"`: full speed while clients are idle, yielding to their I/O
+    /// (the limit is then 0).
+    pub rebuild_adaptive: bool,
 }
 
 /// Fills every volume's [`HealOptions`] from its raw table (`raw[k]` is `volumes[k]`).
@@ -41,10 +45,12 @@ pub(crate) fn resolve(
     let mut spare_of: Vec<Option<usize>> = vec![None; members.len()];
     for (k, rv) in raw.iter().enumerate() {
         let who = format!("volume \"{}\"", volumes[k].name);
-        volumes[k].heal.rebuild_rate_bytes_per_s = match &rv.rebuild_rate {
-            None => 0,
-            Some(r) => rate(r, &who)?,
-        };
+        let heal = &mut volumes[k].heal;
+        match &rv.rebuild_rate {
+            None => {}
+            Some(r) if is_adaptive(r.get_ref()) => heal.rebuild_adaptive = true,
+            Some(r) => heal.rebuild_rate_bytes_per_s = rate(r, &who)?,
+        }
         let Some(list) = &rv.spares else { continue };
         if !list.get_ref().is_empty() && volumes[k].geometry.fault_tolerance().best == 0 {
             return Err(Problem::new(
@@ -129,6 +135,10 @@ pub(crate) fn resolve(
     Ok(())
 }
 
+fn is_adaptive(r: &RawSize) -> bool {
+    matches!(r, RawSize::Text(t) if t.trim().eq_ignore_ascii_case("adaptive"))
+}
+
 /// `rebuild_rate`: a size per second (`"200MiB"`, `"200MiB/s"`, bytes), or `"off"`.
 fn rate(r: &Spanned<RawSize>, who: &str) -> Result<u64, Problem> {
     let bad = |msg: String| {
@@ -137,7 +147,7 @@ fn rate(r: &Spanned<RawSize>, who: &str) -> Result<u64, Problem> {
             ErrorKind::Size,
             format!(
                 "{who}: rebuild_rate {msg}; give bytes per second (\"200MiB\", \"200MiB/s\") or \
-                 \"off\" for unlimited; {SIZE_UNITS_HELP}"
+                 \"off\" for unlimited or \"adaptive\" to yield to clients' I/O; {SIZE_UNITS_HELP}"
             ),
         )
     };
@@ -178,6 +188,9 @@ mod tests {
         let h = &c.volumes[0].heal;
         assert_eq!(h.spares, vec![2]);
         assert_eq!(h.rebuild_rate_bytes_per_s, 200 << 20);
+        let c = config("rebuild_rate = \"adaptive\"", "").unwrap();
+        assert!(c.volumes[0].heal.rebuild_adaptive);
+        assert_eq!(c.volumes[0].heal.rebuild_rate_bytes_per_s, 0);
         let c = config("rebuild_rate = \"off\"", "").unwrap();
         assert_eq!(c.volumes[0].heal, Default::default());
         assert_eq!(

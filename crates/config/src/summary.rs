@@ -81,6 +81,8 @@ pub struct VolumeSummary {
     pub spares: Vec<String>,
     /// Bytes per second an automatic rebuild runs at (0: unlimited).
     pub rebuild_rate_bytes_per_s: u64,
+    /// The automatic rebuild yields to clients' I/O.
+    pub rebuild_adaptive: bool,
 }
 
 impl Summary {
@@ -160,6 +162,7 @@ impl Summary {
                     .map(|&m| config.members[m].id.clone())
                     .collect(),
                 rebuild_rate_bytes_per_s: v.heal.rebuild_rate_bytes_per_s,
+                rebuild_adaptive: v.heal.rebuild_adaptive,
             });
         }
         Summary {
@@ -307,6 +310,7 @@ impl fmt::Display for Summary {
             if !v.spares.is_empty() {
                 opts.push(format!("spares {}", v.spares.join(" ")));
                 opts.push(match v.rebuild_rate_bytes_per_s {
+                    _ if v.rebuild_adaptive => "rebuilds adaptive".into(),
                     0 => "rebuilds unlimited".into(),
                     r => format!("rebuilds at {}/s", format_size(r)),
                 });

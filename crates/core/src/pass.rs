@@ -10,6 +10,7 @@
 //! cancelled pass keeps its position: running it again with the same control resumes there.
 
 use crate::error::VolumeResult;
+use crate::pace::{Pace, PassRate};
 use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, StreamExt};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -60,6 +61,8 @@ fn state_code(s: PassState) -> u64 {
 pub struct PassControl {
     /// Bytes per second, 0 = unlimited.
     rate_bytes_per_s: AtomicU64,
+    /// Yield to client I/O ([`crate::pace`]); the rate limit still caps the pass.
+    adaptive: AtomicBool,
     paused: AtomicBool,
     cancelled: AtomicBool,
     /// The next byte to do (the resume point): every byte below it is done.
@@ -92,6 +95,35 @@ impl PassControl {
 
     pub fn rate_limit_bytes_per_s(&self) -> u64 {
         self.rate_bytes_per_s.load(Relaxed)
+    }
+
+    /// Adaptive mode: full speed while clients are idle, yielding while they do I/O.
+    pub fn set_adaptive(&self, on: bool) {
+        self.adaptive.store(on, Relaxed);
+    }
+
+    /// A control for a pass from byte 0 at `rate`.
+    pub fn with_rate(rate: PassRate) -> PassControl {
+        let c = PassControl::new(0);
+        c.set_pass_rate(rate);
+        c
+    }
+
+    /// Sets the limit and the adaptive mode together.
+    pub fn set_pass_rate(&self, rate: PassRate) {
+        self.set_rate(rate.limit_bytes_per_s);
+        self.set_adaptive(rate.adaptive);
+    }
+
+    pub fn pass_rate(&self) -> PassRate {
+        PassRate {
+            limit_bytes_per_s: self.rate_limit_bytes_per_s(),
+            adaptive: self.is_adaptive(),
+        }
+    }
+
+    pub fn is_adaptive(&self) -> bool {
+        self.adaptive.load(Relaxed)
     }
 
     pub fn pause(&self) {
@@ -162,6 +194,10 @@ pub fn rate_delay(done_bytes: u64, elapsed: Duration, rate_bytes_per_s: u64) -> 
 /// A checkpoint hook: called with the position, every byte below it done, none in flight.
 pub type Checkpoint<'a> = Box<dyn FnMut(u64) -> BoxFuture<'a, VolumeResult<()>> + Send + 'a>;
 
+/// Client requests completed so far (any count that grows with client I/O only): what the
+/// adaptive mode watches.
+pub type Activity<'a> = Box<dyn Fn() -> u64 + Send + Sync + 'a>;
+
 /// What a pass does: `window(at, len)` for each window in order (up to `inflight` at once);
 /// every `checkpoint_bytes` (0: never) the windows in flight are drained and
 /// `checkpoint(position)` is awaited before the next window is handed out.
@@ -173,6 +209,8 @@ pub(crate) struct PassWork<'a> {
     pub window: Box<dyn Fn(u64, u64) -> BoxFuture<'a, VolumeResult<()>> + Send + Sync + 'a>,
     pub checkpoint_bytes: u64,
     pub checkpoint: Checkpoint<'a>,
+    /// Client activity for the adaptive mode (`None`: the pass ignores the mode).
+    pub activity: Option<Activity<'a>>,
 }
 
 /// Runs `work` from the control's position to the end, honouring its rate limit, pause and
@@ -188,6 +226,14 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
     let mut next = run_start;
     let mut last_checkpoint = run_start;
     let mut q = FuturesOrdered::new();
+    // The adaptive mode's pace, decided after each window.
+    let full = Pace {
+        inflight: work.inflight,
+        gap: Duration::ZERO,
+    };
+    let mut pace = full;
+    let user_ops = || work.activity.as_ref().map_or(0, |a| a());
+    let (mut ops_seen, mut window_done) = (user_ops(), Instant::now());
     ctl.set_state(PassState::Running);
     loop {
         let due = work.checkpoint_bytes > 0 && next - last_checkpoint >= work.checkpoint_bytes;
@@ -201,7 +247,7 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
             continue;
         }
         let stopping = ctl.cancelled.load(Relaxed) || ctl.is_paused() || due;
-        while !stopping && q.len() < work.inflight && next < total {
+        while !stopping && q.len() < pace.inflight && next < total {
             let len = (total - next).min(work.window_bytes);
             let end = next + len;
             let f = (work.window)(next, len);
@@ -244,10 +290,17 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
             let rate = done as f64 / elapsed.as_secs_f64();
             ctl.measured_bytes_per_s.store(rate as u64, Relaxed);
         }
-        let wait = rate_delay(done, elapsed, ctl.rate_limit_bytes_per_s());
+        pace = full;
+        if ctl.is_adaptive() && work.activity.is_some() {
+            let ops = user_ops();
+            pace = crate::pace::adaptive_pace(ops - ops_seen, window_done.elapsed(), work.inflight);
+            ops_seen = ops;
+        }
+        let wait = rate_delay(done, elapsed, ctl.rate_limit_bytes_per_s()).max(pace.gap);
         if !wait.is_zero() {
             crate::timer::sleep(wait).await;
         }
+        window_done = Instant::now();
     }
 }
 
@@ -294,6 +347,7 @@ mod tests {
                 }
                 futures::future::ready(Ok(())).boxed()
             }),
+            activity: None,
         };
         let s = futures::executor::block_on(run(ctl, work(Some(6))));
         assert_eq!(s.expect("runs"), PassState::Cancelled);
@@ -302,5 +356,56 @@ mod tests {
         assert_eq!(s.expect("runs"), PassState::Done);
         assert_eq!(*seen.lock(), vec![(0, 3), (3, 3), (6, 3), (9, 1)]);
         assert_eq!(*afters.lock(), vec![6]);
+    }
+
+    /// Adaptive: while clients complete requests (here during windows below 20) the pass
+    /// keeps one window in flight; once they stop it goes back to its full depth. Without
+    /// the mode it keeps its full depth throughout.
+    #[test]
+    fn adaptive_passes_keep_one_window_while_clients_are_busy() {
+        let run_with = |adaptive: bool| {
+            let (live, ops) = (&AtomicU64::new(0), &AtomicU64::new(0));
+            let created = Mutex::new(Vec::new());
+            let created = &created;
+            let ctl = PassControl::new(0);
+            ctl.set_adaptive(adaptive);
+            let work = PassWork {
+                total_bytes: 40,
+                window_bytes: 1,
+                inflight: 4,
+                window: Box::new(move |at, _| {
+                    created.lock().push((at, live.fetch_add(1, Relaxed)));
+                    async move {
+                        if at < 20 {
+                            ops.fetch_add(1, Relaxed);
+                        }
+                        live.fetch_sub(1, Relaxed);
+                        Ok(())
+                    }
+                    .boxed()
+                }),
+                checkpoint_bytes: 0,
+                checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
+                activity: Some(Box::new(move || ops.load(Relaxed))),
+            };
+            let s = futures::executor::block_on(run(&ctl, work)).expect("runs");
+            assert_eq!(s, PassState::Done);
+            let c = created.lock().clone();
+            c
+        };
+        let busy = |c: &[(u64, u64)]| -> Vec<u64> {
+            c.iter()
+                .filter(|&&(at, _)| (4..=20).contains(&at))
+                .map(|&(_, l)| l)
+                .collect()
+        };
+        let adaptive = run_with(true);
+        assert!(busy(&adaptive).iter().all(|&l| l == 0), "{adaptive:?}");
+        assert!(
+            adaptive.iter().any(|&(at, l)| at > 21 && l == 3),
+            "{adaptive:?}"
+        );
+        let plain = run_with(false);
+        assert!(busy(&plain).contains(&3), "{plain:?}");
     }
 }

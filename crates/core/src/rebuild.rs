@@ -20,8 +20,10 @@
 //! # Pieces
 //! Windows of [`REBUILD_WINDOW_BYTES`] (rounded to whole full stripes), [`REBUILD_INFLIGHT`]
 //! at a time: large sequential member I/O with several in flight, memory bounded by the
-//! windows in flight (times the stripe's parity share). Rate limit, pause, cancel and
-//! progress are the pass's ([`PassControl`]).
+//! windows in flight (times the stripe's parity share). Rate limit, adaptive mode
+//! ([`crate::pace`]: full speed while clients are idle, one window at a time and about half
+//! the members' time while they do I/O), pause, cancel and progress are the pass's
+//! ([`PassControl`]).
 //!
 //! # What is rebuilt
 //! The whole volume. The write-intent bitmap only knows regions written since the last clean
@@ -138,6 +140,12 @@ impl Volume {
             .collect()
     }
 
+    /// Client requests completed so far (what an adaptive pass yields to).
+    pub(crate) fn client_ops(&self) -> u64 {
+        let c = self.counters();
+        c.reads + c.writes + c.flushes + c.trims + c.write_zeroes + c.errors
+    }
+
     /// A rebuild window of about `wanted` bytes, rounded to whole full stripes.
     pub(crate) fn rebuild_window_bytes(&self, wanted: u64) -> u64 {
         let width = self
@@ -168,6 +176,7 @@ impl Volume {
                 window: Box::new(move |at, len| root.rebuild_range(at, len)),
                 checkpoint_bytes,
                 checkpoint,
+                activity: Some(Box::new(move || self.client_ops())),
             },
         )
         .await

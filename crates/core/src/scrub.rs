@@ -40,7 +40,7 @@
 
 use crate::error::VolumeResult;
 use crate::parity::gf;
-use crate::pass::{PassControl, PassState, PassWork};
+use crate::pass::{Checkpoint, PassControl, PassState, PassWork};
 use crate::volume::Volume;
 use futures::FutureExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -100,6 +100,8 @@ pub struct ScrubReport {
     pub position_bytes: u64,
     pub total_bytes: u64,
     pub rate_limit_bytes_per_s: u64,
+    /// Yields to client I/O ([`crate::pace`]).
+    pub adaptive: bool,
     /// Measured over the current run.
     pub rate_bytes_per_s: u64,
     pub checked: u64,
@@ -166,6 +168,7 @@ impl ScrubControl {
             position_bytes: self.pass.position_bytes(),
             total_bytes: self.pass.total_bytes(),
             rate_limit_bytes_per_s: self.pass.rate_limit_bytes_per_s(),
+            adaptive: self.pass.is_adaptive(),
             rate_bytes_per_s: self.pass.measured_bytes_per_s(),
             checked: s.checked.load(Relaxed),
             mismatches: s.mismatches.load(Relaxed),
@@ -181,6 +184,18 @@ impl Volume {
     /// the module docs), honouring its rate limit, pause and cancel. Returns the final
     /// report; a cancelled scrub resumes when called again with the same control.
     pub async fn scrub(&self, ctl: &ScrubControl) -> VolumeResult<ScrubReport> {
+        self.scrub_pass(ctl, 0, Box::new(|_| futures::future::ready(Ok(())).boxed()))
+            .await
+    }
+
+    /// [`Volume::scrub`], calling `checkpoint(position)` every `checkpoint_bytes` (0: never)
+    /// with no window in flight, everything below `position` scrubbed.
+    pub(crate) async fn scrub_pass<'a>(
+        &'a self,
+        ctl: &'a ScrubControl,
+        checkpoint_bytes: u64,
+        mut checkpoint: Checkpoint<'a>,
+    ) -> VolumeResult<ScrubReport> {
         let root = self.root_node();
         let pass = ScrubPass {
             repair: ctl.repair.load(Relaxed),
@@ -194,8 +209,10 @@ impl Volume {
                 window_bytes: SCRUB_WINDOW_BYTES,
                 inflight: 1,
                 window: Box::new(move |at, len| root.scrub_range(at, len, pass)),
-                checkpoint_bytes: 0,
-                checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
+                checkpoint_bytes,
+                // Shortened to the pass's own lifetime (it borrows `pass`).
+                checkpoint: Box::new(move |pos| checkpoint(pos)),
+                activity: Some(Box::new(move || self.client_ops())),
             },
         )
         .await?;

@@ -4,7 +4,7 @@
 
 use nbraid_core::metadata::{
     assemble, newest, Absence, Area, BitmapArea, MemberEntry, MetadataError, Probe, RecordedState,
-    Superblock, Uuid, VolumeRecord, SLOT_BYTES,
+    ScrubCheckpoint, Superblock, Uuid, VolumeRecord, SLOT_BYTES,
 };
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
 use proptest::prelude::*;
@@ -53,6 +53,7 @@ fn raid5_record(role: u32) -> VolumeRecord {
         }),
         ppl: None,
         checksums: None,
+        scrub: None,
     }
 }
 
@@ -201,6 +202,33 @@ const GOLDEN: &[(&str, &str)] = &[
     ("start", "0000100000000000"),
     ("len", "0000004000000000"),
 ];
+
+/// An unfinished scrub is 16 bytes after the tree, only while there is one; flags other
+/// than repair are refused by name.
+#[test]
+fn a_scrub_checkpoint_round_trips_and_is_written_only_while_there_is_one() {
+    let plain = superblock().encode().unwrap();
+    let mut sb = superblock();
+    sb.volumes[0].scrub = Some(ScrubCheckpoint {
+        position_bytes: 5 * MIB,
+        repair: true,
+    });
+    let bytes = sb.encode().unwrap();
+    assert_eq!(bytes.len(), plain.len() + 16);
+    assert_eq!(Superblock::decode(&bytes).unwrap(), sb);
+    assert_eq!(
+        bytes[bytes.len() - 16..bytes.len() - 8],
+        (5 * MIB).to_le_bytes()
+    );
+    let mut bad = bytes.clone();
+    let last = bad.len() - 1;
+    bad[last] = 0x80;
+    bad[16..20].fill(0);
+    let crc = crc32c(&bad);
+    bad[16..20].copy_from_slice(&crc.to_le_bytes());
+    let e = Superblock::decode(&bad).unwrap_err();
+    assert!(e.to_string().contains("scrub flags"), "{e}");
+}
 
 #[test]
 fn every_corruption_is_named() {

@@ -75,8 +75,8 @@ pub struct Assembled {
     /// ([`crate::heal::adopt`]).
     pub known: Vec<crate::heal::Known>,
     pub notes: Vec<String>,
-    /// Bytes per second of rebuilds the daemon starts by itself (0: unlimited).
-    pub rebuild_rate_bytes_per_s: u64,
+    /// The rate of rebuilds the daemon starts by itself.
+    pub rebuild_rate: nbraid_core::PassRate,
 }
 
 /// One config member as found at start.
@@ -490,7 +490,10 @@ pub async fn start_volume(
         clean_delay: v.metadata.clean_delay,
         known,
         notes,
-        rebuild_rate_bytes_per_s: v.heal.rebuild_rate_bytes_per_s,
+        rebuild_rate: nbraid_core::PassRate {
+            limit_bytes_per_s: v.heal.rebuild_rate_bytes_per_s,
+            adaptive: v.heal.rebuild_adaptive,
+        },
     })
 }
 

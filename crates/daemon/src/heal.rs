@@ -23,7 +23,7 @@ use crate::assemble::Opened;
 use crate::control::{ControlVolume, Controls};
 use nbraid_config::{self as config, Config};
 use nbraid_core::metadata::{Absence, Array, MemberMeta, OpenReport, Probe};
-use nbraid_core::{Member, PassControl};
+use nbraid_core::{Member, PassControl, PassRate, ScrubControl};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -226,7 +226,7 @@ pub async fn heal_once(v: &ControlVolume) {
                         v.name,
                         before[r],
                         after[r],
-                        rate_text(v.rebuild_rate_bytes_per_s)
+                        rate_text(v.rebuild_rate)
                     );
                     tracing::warn!("{msg}");
                     eprintln!("nbraidd: {msg}");
@@ -236,14 +236,38 @@ pub async fn heal_once(v: &ControlVolume) {
         }
     }
     if !array.rebuilding().is_empty() {
-        v.ensure_rebuild(v.rebuild_rate_bytes_per_s);
+        v.ensure_rebuild(v.rebuild_rate);
     }
 }
 
-fn rate_text(bytes_per_s: u64) -> String {
-    match bytes_per_s {
-        0 => "rate unlimited".into(),
-        r => format!("at {}/s", config::format_size(r)),
+fn rate_text(rate: PassRate) -> String {
+    match (rate.limit_bytes_per_s, rate.adaptive) {
+        (0, false) => "rate unlimited".into(),
+        (0, true) => "rate adaptive".into(),
+        (r, false) => format!("at {}/s", config::format_size(r)),
+        (r, true) => format!("rate adaptive, at most {}/s", config::format_size(r)),
+    }
+}
+
+/// Resumes the scrub volume `v`'s superblocks name as unfinished (a restart cut it off), at
+/// the volume's `rebuild_rate`.
+pub async fn resume_scrub(v: &ControlVolume) {
+    let Some(c) = v.array.scrub_checkpoint().await else {
+        return;
+    };
+    let ctl = Arc::new(ScrubControl::resume_at(c.repair, 0, c.position_bytes));
+    ctl.pass.set_pass_rate(v.rebuild_rate);
+    let msg = format!(
+        "volume {}: resuming the {} interrupted at {} ({})",
+        v.name,
+        if c.repair { "scrub --repair" } else { "scrub" },
+        config::format_size(c.position_bytes),
+        rate_text(v.rebuild_rate)
+    );
+    tracing::warn!("{msg}");
+    eprintln!("nbraidd: {msg}");
+    if let Err(e) = v.start_scrub(ctl) {
+        tracing::error!("volume {}: resuming its scrub: {}", v.name, e.message);
     }
 }
 
@@ -253,13 +277,13 @@ pub fn start_background_resync(v: &ControlVolume) {
     if !v.array.background_pending() {
         return;
     }
-    let ctl = Arc::new(PassControl::new(v.rebuild_rate_bytes_per_s));
+    let ctl = Arc::new(PassControl::with_rate(v.rebuild_rate));
     *v.resync.lock() = Some(ctl.clone());
     let (array, name) = (v.array.clone(), v.name.clone());
     let msg = format!(
         "volume {name}: not shut down cleanly: resyncing {} in the background while serving ({})",
         config::format_size(array.background_bytes()),
-        rate_text(v.rebuild_rate_bytes_per_s)
+        rate_text(v.rebuild_rate)
     );
     tracing::warn!("{msg}");
     eprintln!("nbraidd: {msg}");

@@ -154,6 +154,7 @@ async fn serve(config: Config) -> Result<()> {
     let control_task = tokio::spawn(control.serve(controls.clone()));
     for v in &controls.volumes {
         crate::heal::start_background_resync(v);
+        crate::heal::resume_scrub(v).await;
     }
     // Spares into failed roles, rebuilds started and resumed, by themselves.
     let returning_task = tokio::spawn(crate::returning::watch(controls.clone()));
@@ -227,7 +228,7 @@ fn controls(config: &Config, volumes: &[Assembled]) -> Controls {
                     background_bytes: a.report.background_bytes,
                 },
             )
-            .with_heal(a.rebuild_rate_bytes_per_s, a.known.clone(), a.notes.clone())
+            .with_heal(a.rebuild_rate, a.known.clone(), a.notes.clone())
         })
         .collect();
     Controls { volumes }

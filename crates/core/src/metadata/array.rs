@@ -17,7 +17,7 @@ use super::intent::{self, Hold, Intent};
 use super::member_meta::MemberMeta;
 use super::{
     assemble, Absence, Area, AssembleError, BitmapArea, MemberEntry, Probe, RecordedState,
-    Superblock, Uuid, VolumeRecord, METADATA_AREA_BYTES, SLOT_BYTES,
+    ScrubCheckpoint, Superblock, Uuid, VolumeRecord, METADATA_AREA_BYTES, SLOT_BYTES,
 };
 use crate::absent::AbsentMember;
 use crate::buf::Buf;
@@ -106,6 +106,8 @@ pub(super) struct Recorded {
     pub(super) events: u64,
     pub(super) clean: bool,
     pub(super) members: Vec<MemberEntry>,
+    /// An unfinished scrub (see `scrub.rs`).
+    pub(super) scrub: Option<ScrubCheckpoint>,
 }
 
 pub struct Array {
@@ -259,6 +261,7 @@ impl Array {
                 bitmap,
                 ppl,
                 checksums: None,
+                scrub: None,
             };
             let uuid = member_ids[role];
             m.update(|sb| {
@@ -496,6 +499,7 @@ impl Array {
                 events: newest.events,
                 clean: newest.clean,
                 members: newest.members.clone(),
+                scrub: newest.scrub,
             }),
             dirty: AtomicBool::new(dirty),
             background: Default::default(),
@@ -619,7 +623,8 @@ impl Array {
                 .collect();
             let (id, name) = (self.id, self.name.as_str());
             let results = join_all(targets.iter().map(|&r| {
-                let (events, clean, members) = (rec.events, rec.clean, rec.members.clone());
+                let (events, clean, members, scrub) =
+                    (rec.events, rec.clean, rec.members.clone(), rec.scrub);
                 metas[r].as_ref().expect("target").update(move |sb| {
                     if let Some(v) = sb
                         .volumes
@@ -629,6 +634,7 @@ impl Array {
                         v.events = events;
                         v.clean = clean;
                         v.members = members;
+                        v.scrub = scrub;
                     }
                 })
             }))

@@ -39,6 +39,12 @@ use std::sync::Arc;
 /// Checkpoints are at most this far apart.
 const MAX_CHECKPOINT_BYTES: u64 = 1 << 30;
 
+/// How far apart a pass over `capacity` in windows of `window` bytes records its position:
+/// about a sixteenth of the volume, at least a window, at most [`MAX_CHECKPOINT_BYTES`].
+pub(super) fn checkpoint_every(capacity: u64, window: u64) -> u64 {
+    (capacity / 16).clamp(window, MAX_CHECKPOINT_BYTES.max(window))
+}
+
 #[derive(Default)]
 pub(super) struct Heal {
     spares: Mutex<Vec<Arc<MemberMeta>>>,
@@ -296,6 +302,7 @@ impl Array {
             bitmap: bitmap_area,
             ppl,
             checksums: None,
+            scrub: rec.scrub,
         };
         let name = self.name().to_string();
         meta.update(move |sb| {
@@ -324,6 +331,7 @@ impl Array {
             events: rec.events,
             clean: rec.clean,
             members: rec.members.clone(),
+            scrub: rec.scrub,
         };
         next.members[role] = MemberEntry {
             uuid: self.newcomer_id(role, &meta, &rec).await?,
@@ -401,7 +409,7 @@ impl Array {
             0 => REBUILD_WINDOW_BYTES,
             w => w,
         };
-        let every = (capacity / 16).clamp(window, MAX_CHECKPOINT_BYTES.max(window));
+        let every = checkpoint_every(capacity, window);
         let checkpoint = move |pos: u64| self.checkpoint(targets, pos).boxed();
         let state = self
             .volume()
@@ -500,6 +508,7 @@ impl Array {
             events: rec.events,
             clean: rec.clean,
             members: rec.members.clone(),
+            scrub: rec.scrub,
         };
         next.members[r] = MemberEntry {
             uuid: self.newcomer_id(r, &meta, &rec).await?,

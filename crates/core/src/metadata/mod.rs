@@ -22,6 +22,7 @@ mod ppl_area;
 mod readd;
 mod remove;
 mod resync;
+mod scrub;
 mod spares;
 mod superblock;
 
@@ -34,8 +35,8 @@ pub use readd::Readd;
 pub use spares::{assign_spares, SpareChoice};
 
 pub use superblock::{
-    newest, Area, BitmapArea, MemberEntry, RecordedState, Superblock, Uuid, VolumeRecord,
-    FORMAT_VERSION, METADATA_AREA_BYTES, SLOT_BYTES, SUPERBLOCK_MAGIC,
+    newest, Area, BitmapArea, MemberEntry, RecordedState, ScrubCheckpoint, Superblock, Uuid,
+    VolumeRecord, FORMAT_VERSION, METADATA_AREA_BYTES, SLOT_BYTES, SUPERBLOCK_MAGIC,
 };
 
 use thiserror::Error;

@@ -117,7 +117,21 @@ pub struct VolumeRecord {
     pub ppl: Option<Area>,
     /// Reserved for per-block checksums.
     pub checksums: Option<Area>,
+    /// An unfinished scrub (encoded only while there is one).
+    pub scrub: Option<ScrubCheckpoint>,
 }
+
+/// Where an unfinished scrub stopped: it resumes there after a restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScrubCheckpoint {
+    /// Every byte of the volume below it was scrubbed.
+    pub position_bytes: u64,
+    /// The scrub rewrites what the redundancy proves wrong.
+    pub repair: bool,
+}
+
+/// Scrub checkpoint flags: bit 0 = repair.
+const SCRUB_REPAIR: u64 = 1;
 
 /// A member's superblock: its identity and one record per volume that uses it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -367,6 +381,10 @@ fn encode_volume(w: &mut Writer, v: &VolumeRecord) -> MetadataResult<()> {
         encode_state(w, m.state);
     }
     encode_node(w, &v.tree);
+    if let Some(s) = v.scrub {
+        w.u64(s.position_bytes);
+        w.u64(if s.repair { SCRUB_REPAIR } else { 0 });
+    }
     Ok(())
 }
 
@@ -427,6 +445,23 @@ fn decode_volume(body: &[u8], member_bytes: u64) -> MetadataResult<VolumeRecord>
         members.push(MemberEntry { uuid, state });
     }
     let tree = decode_node(&mut r, count as usize, 0)?;
+    let scrub = match r.remaining() {
+        0 => None,
+        _ => {
+            let position_bytes = r.u64("scrub checkpoint")?;
+            let flags = r.u64("scrub flags")?;
+            if flags & !SCRUB_REPAIR != 0 {
+                return Err(invalid(
+                    "scrub flags",
+                    format!("{flags:#x} (only bit 0, repair, is defined)"),
+                ));
+            }
+            Some(ScrubCheckpoint {
+                position_bytes,
+                repair: flags & SCRUB_REPAIR != 0,
+            })
+        }
+    };
     if r.remaining() != 0 {
         return Err(invalid(
             "volume record",
@@ -452,6 +487,7 @@ fn decode_volume(body: &[u8], member_bytes: u64) -> MetadataResult<VolumeRecord>
         bitmap,
         ppl,
         checksums,
+        scrub,
     })
 }
 

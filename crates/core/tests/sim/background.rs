@@ -13,7 +13,7 @@ use super::history::History;
 use super::rng::Rng;
 use super::run::sim_members;
 use futures::future::join_all;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta};
+use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, OpenReport};
 use nbraid_core::{PassControl, PassState};
 use nbraid_layout::{Geometry, Node};
 use std::cell::RefCell;
@@ -75,23 +75,7 @@ pub fn finish(
             *out.borrow_mut() = Some(r.map_err(|e| e.to_string()));
         });
     }
-    let mut step = 0u64;
-    while exec.live() > 0 && Some(step) != crash_at {
-        world.lock().expect("world").step = step;
-        if !step_once(&mut exec, &world, rng) {
-            return Err(format!("background resync deadlocked at step {step}"));
-        }
-        step += 1;
-        if step > STEP_LIMIT {
-            return Err("the background resync does not finish".into());
-        }
-    }
-    // A death that did not come during the pass does not come later.
-    for d in &mut world.lock().expect("world").disks {
-        if !d.dead {
-            d.faults.dies_at_step = None;
-        }
-    }
+    run_until(&mut exec, &world, rng, crash_at, "the background resync")?;
     if exec.live() == 0 {
         match outcome.borrow_mut().take() {
             Some(Ok(PassState::Done)) => {}
@@ -103,29 +87,17 @@ pub fn finish(
 
     // Power lost in the middle of the pass.
     stats.background_crashes += 1;
-    let torn = rng.chance(500);
-    let images: Vec<Vec<u8>> = {
-        let w = world.lock().expect("world");
-        w.disks.iter().map(|d| d.crash_image(rng, torn)).collect()
-    };
     drop(exec);
     drop(array);
-    let world = World::new(images, vec![DiskFaults::default(); disks]);
-    let members = sim_members(&world, disks, case.member_len);
-    let (tree, o) = (case.tree.clone(), opts.clone());
-    let (array, report) = super::crash::drive(&world, rng, async move {
-        let metas = join_all(members.into_iter().map(MemberMeta::load)).await;
-        Array::open_background(
-            "sim",
-            &tree,
-            metas.into_iter().map(Some).collect(),
-            o,
-            &|_, _| {},
-        )
-        .await
-    })?
-    .map_err(|e| format!("reopen after a crash during the background resync: {e}"))?;
-    let array = Arc::new(array);
+    let (world, array, report) = reopen_after_power_loss(
+        &world,
+        rng,
+        case,
+        disks,
+        opts,
+        true,
+        "the background resync",
+    )?;
     stats.resynced_bytes += report.resynced_bytes + report.background_bytes;
     // Every flushed write still reads back (reads resync what they touch first).
     let image = read_volume(&world, rng, &array)?;
@@ -147,8 +119,71 @@ pub fn finish(
     Ok((world, array, lost))
 }
 
+/// Runs `exec` until its tasks are done or step `crash_at` (power lost there); a member
+/// death that did not come by then does not come later.
+pub(super) fn run_until(
+    exec: &mut Executor,
+    world: &Arc<Mutex<World>>,
+    rng: &mut Rng,
+    crash_at: Option<u64>,
+    what: &str,
+) -> Result<(), String> {
+    let mut step = 0u64;
+    while exec.live() > 0 && Some(step) != crash_at {
+        world.lock().expect("world").step = step;
+        if !step_once(exec, world, rng) {
+            return Err(format!("{what} deadlocked at step {step}"));
+        }
+        step += 1;
+        if step > STEP_LIMIT {
+            return Err(format!("{what} does not finish"));
+        }
+    }
+    for d in &mut world.lock().expect("world").disks {
+        if !d.dead {
+            d.faults.dies_at_step = None;
+        }
+    }
+    Ok(())
+}
+
+/// The world after a power loss, the array assembled on it and what the assembly did.
+pub type Reopened = (Arc<Mutex<World>>, Arc<Array>, OpenReport);
+
+/// Power lost: the members' crash images (some torn) assembled again — in the background
+/// (`Array::open_background`) or not; `during` names what was running.
+pub(super) fn reopen_after_power_loss(
+    world: &Arc<Mutex<World>>,
+    rng: &mut Rng,
+    case: &CrashCase,
+    disks: usize,
+    opts: &ArrayOptions,
+    background: bool,
+    during: &str,
+) -> Result<Reopened, String> {
+    let torn = rng.chance(500);
+    let images: Vec<Vec<u8>> = {
+        let w = world.lock().expect("world");
+        w.disks.iter().map(|d| d.crash_image(rng, torn)).collect()
+    };
+    let world = World::new(images, vec![DiskFaults::default(); disks]);
+    let members = sim_members(&world, disks, case.member_len);
+    let (tree, o) = (case.tree.clone(), opts.clone());
+    let (array, report) = super::crash::drive(&world, rng, async move {
+        let metas = join_all(members.into_iter().map(MemberMeta::load)).await;
+        let metas = metas.into_iter().map(Some).collect();
+        if background {
+            Array::open_background("sim", &tree, metas, o, &|_, _| {}).await
+        } else {
+            Array::open("sim", &tree, metas, o, &|_, _| {}).await
+        }
+    })?
+    .map_err(|e| format!("reopen after a crash during {during}: {e}"))?;
+    Ok((world, Arc::new(array), report))
+}
+
 /// The disk serving role `r` (members are named `simN`).
-fn disk_of(array: &Array, r: usize) -> usize {
+pub(super) fn disk_of(array: &Array, r: usize) -> usize {
     let name = array.volume().member(r).name().to_string();
     name.strip_prefix("sim")
         .and_then(|d| d.parse().ok())
@@ -156,14 +191,14 @@ fn disk_of(array: &Array, r: usize) -> usize {
 }
 
 /// Roles not current, or whose disk died without the array noticing (no I/O since).
-fn lost_roles(world: &Arc<Mutex<World>>, array: &Array) -> Vec<usize> {
+pub(super) fn lost_roles(world: &Arc<Mutex<World>>, array: &Array) -> Vec<usize> {
     let w = world.lock().expect("world");
     (0..array.volume().member_count())
         .filter(|&r| !array.volume().member_is_current(r) || w.disks[disk_of(array, r)].dead)
         .collect()
 }
 
-fn not_current(array: &Array) -> Vec<usize> {
+pub(super) fn not_current(array: &Array) -> Vec<usize> {
     (0..array.volume().member_count())
         .filter(|&i| !array.volume().member_is_current(i))
         .collect()

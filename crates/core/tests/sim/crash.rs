@@ -84,6 +84,11 @@ pub struct CrashStats {
     pub background_resyncs: u64,
     pub background_crashes: u64,
     pub background_member_deaths: u64,
+    /// Schedules that scrubbed the reopened array, power losses during it, and reopens that
+    /// resumed it from the recorded checkpoint (`scrub.rs`).
+    pub scrubs: u64,
+    pub scrub_crashes: u64,
+    pub scrubs_resumed: u64,
 }
 
 impl CrashStats {
@@ -109,6 +114,9 @@ impl CrashStats {
         self.background_resyncs += o.background_resyncs;
         self.background_crashes += o.background_crashes;
         self.background_member_deaths += o.background_member_deaths;
+        self.scrubs += o.scrubs;
+        self.scrub_crashes += o.scrub_crashes;
+        self.scrubs_resumed += o.scrubs_resumed;
     }
 }
 
@@ -425,8 +433,18 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
     }
 
     // The background resync (if any) finishes, maybe through a member death or a power loss.
-    let (world, array, not_current) = super::background::finish(
+    let (world, array, lost) = super::background::finish(
         world, &mut rng, array, case, disks, &opts, &history, &mut stats,
+    )?;
+    // A scrub (if any) runs, maybe through a member death or a power loss.
+    let (world, array, not_current) = super::scrub::maybe_scrub(
+        (world, array, lost),
+        &mut rng,
+        case,
+        disks,
+        &opts,
+        &history,
+        &mut stats,
     )?;
     // Redundancy agrees: every view that loses up to two more members reads the same bytes.
     drop(array);

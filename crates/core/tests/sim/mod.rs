@@ -13,3 +13,4 @@ pub mod executor;
 pub mod history;
 pub mod rng;
 pub mod run;
+pub mod scrub;

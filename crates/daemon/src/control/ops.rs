@@ -4,7 +4,8 @@ use super::proto::{ok_reply, Refusal, Request};
 use crate::heal::Known;
 use nbraid_core::metadata::{Array, MemberMeta};
 use nbraid_core::{
-    Member, MemberState, PassControl, PassState, ScrubControl, ScrubReport, ScrubState, UringFile,
+    Member, MemberState, PassControl, PassRate, PassState, ScrubControl, ScrubReport, ScrubState,
+    UringFile,
 };
 use parking_lot::Mutex;
 use serde_json::{json, Value};
@@ -29,8 +30,8 @@ pub struct ControlVolume {
     /// The latest rebuild (running or finished), and whether its task has returned (the
     /// pass says done before the rebuilt members are committed current).
     rebuild: Mutex<Option<(Arc<PassControl>, Arc<AtomicBool>)>>,
-    /// Bytes per second of rebuilds the daemon starts by itself (0: unlimited).
-    pub rebuild_rate_bytes_per_s: u64,
+    /// The rate of rebuilds (and background resyncs) the daemon starts by itself.
+    pub rebuild_rate: PassRate,
     /// The background resync after an unclean start, if there was one.
     pub resync: Mutex<Option<Arc<PassControl>>>,
     /// Every member and spare known by id (config ids; paths for those added at run time).
@@ -58,7 +59,7 @@ impl ControlVolume {
             start,
             scrub: Mutex::new(None),
             rebuild: Mutex::new(None),
-            rebuild_rate_bytes_per_s: 0,
+            rebuild_rate: PassRate::default(),
             resync: Mutex::new(None),
             known: Mutex::new(Vec::new()),
             notes: Vec::new(),
@@ -67,13 +68,8 @@ impl ControlVolume {
 
     /// With the spares' side: the automatic rebuild's rate, the members and spares known by
     /// id, what the start must say.
-    pub fn with_heal(
-        mut self,
-        rate_bytes_per_s: u64,
-        known: Vec<Known>,
-        notes: Vec<String>,
-    ) -> Self {
-        self.rebuild_rate_bytes_per_s = rate_bytes_per_s;
+    pub fn with_heal(mut self, rate: PassRate, known: Vec<Known>, notes: Vec<String>) -> Self {
+        self.rebuild_rate = rate;
         self.known = Mutex::new(known);
         self.notes = notes;
         self
@@ -145,26 +141,26 @@ impl ControlVolume {
     }
 
     /// Starts the rebuild task unless one runs (then only its rate changes).
-    fn start_rebuild(&self, rate_bytes_per_s: u64) -> Arc<PassControl> {
-        self.rebuild_task(rate_bytes_per_s, true)
+    fn start_rebuild(&self, rate: PassRate) -> Arc<PassControl> {
+        self.rebuild_task(rate, true)
     }
 
     /// Starts the rebuild task unless one runs (which is left as it is).
-    pub fn ensure_rebuild(&self, rate_bytes_per_s: u64) -> Arc<PassControl> {
-        self.rebuild_task(rate_bytes_per_s, false)
+    pub fn ensure_rebuild(&self, rate: PassRate) -> Arc<PassControl> {
+        self.rebuild_task(rate, false)
     }
 
-    fn rebuild_task(&self, rate_bytes_per_s: u64, set_rate: bool) -> Arc<PassControl> {
+    fn rebuild_task(&self, rate: PassRate, set_rate: bool) -> Arc<PassControl> {
         let mut slot = self.rebuild.lock();
         if let Some((c, finished)) = slot.as_ref() {
             if !finished.load(SeqCst) {
                 if set_rate {
-                    c.set_rate(rate_bytes_per_s);
+                    c.set_pass_rate(rate);
                 }
                 return c.clone();
             }
         }
-        let ctl = Arc::new(PassControl::new(rate_bytes_per_s));
+        let ctl = Arc::new(PassControl::with_rate(rate));
         let finished = Arc::new(AtomicBool::new(false));
         *slot = Some((ctl.clone(), finished.clone()));
         let (array, task_ctl, name) = (self.array.clone(), ctl.clone(), self.name.clone());
@@ -185,6 +181,35 @@ impl ControlVolume {
 
     fn scrub(&self) -> Option<Arc<ScrubControl>> {
         self.scrub.lock().clone()
+    }
+
+    /// Scrubs the volume under `ctl` (from its position: a resumed scrub starts at its
+    /// checkpoint), recording its progress in the superblocks; refused while one runs.
+    pub fn start_scrub(&self, ctl: Arc<ScrubControl>) -> Result<(), Refusal> {
+        let mut slot = self.scrub.lock();
+        if let Some(c) = slot.as_ref() {
+            if matches!(c.state(), ScrubState::Running | ScrubState::Paused) {
+                return Err(Refusal::new(
+                    "busy",
+                    format!(
+                        "volume \"{}\" is already being scrubbed (cancel it first)",
+                        self.name
+                    ),
+                ));
+            }
+        }
+        *slot = Some(ctl.clone());
+        let (array, name) = (self.array.clone(), self.name.clone());
+        tokio::spawn(async move {
+            match array.scrub(&ctl).await {
+                Ok(r) => tracing::info!(
+                    "scrub of {name} {}: {} checked, {} mismatches, {} repaired, {} unreadable, {} skipped",
+                    r.state.name(), r.checked, r.mismatches, r.repaired, r.unreadable, r.skipped
+                ),
+                Err(e) => tracing::error!("scrub of {name} failed: {e}"),
+            }
+        });
+        Ok(())
     }
 }
 
@@ -211,6 +236,7 @@ fn rebuild_json(v: &ControlVolume) -> Value {
         "total_bytes": c.total_bytes(),
         "rate_bytes_per_s": c.measured_bytes_per_s(),
         "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
+        "adaptive": c.is_adaptive(),
         "eta_s": c.eta_s(),
         "spares": v.array.spare_count(),
     })
@@ -239,6 +265,7 @@ fn scrub_json(r: &ScrubReport) -> Value {
         "total_bytes": r.total_bytes,
         "rate_bytes_per_s": r.rate_bytes_per_s,
         "rate_limit_bytes_per_s": r.rate_limit_bytes_per_s,
+        "adaptive": r.adaptive,
         "eta_s": r.eta_s(),
         "checked": r.checked,
         "mismatches": r.mismatches,
@@ -297,35 +324,12 @@ impl Controls {
             Request::Scrub {
                 volume,
                 repair,
-                rate_bytes_per_s,
+                rate,
             } => {
                 let v = self.find(&volume)?;
-                let mut slot = v.scrub.lock();
-                if let Some(c) = slot.as_ref() {
-                    if matches!(c.state(), ScrubState::Running | ScrubState::Paused) {
-                        return Err(Refusal::new(
-                            "busy",
-                            format!(
-                                "volume \"{volume}\" is already being scrubbed (cancel it first)"
-                            ),
-                        ));
-                    }
-                }
-                let ctl = Arc::new(ScrubControl::new(repair, rate_bytes_per_s));
-                *slot = Some(ctl.clone());
-                drop(slot);
-                let array = v.array.clone();
-                let name = volume.clone();
-                let task_ctl = ctl.clone();
-                tokio::spawn(async move {
-                    match array.volume().scrub(&task_ctl).await {
-                        Ok(r) => tracing::info!(
-                            "scrub of {name} {}: {} checked, {} mismatches, {} repaired, {} unreadable, {} skipped",
-                            r.state.name(), r.checked, r.mismatches, r.repaired, r.unreadable, r.skipped
-                        ),
-                        Err(e) => tracing::error!("scrub of {name} failed: {e}"),
-                    }
-                });
+                let ctl = Arc::new(ScrubControl::new(repair, 0));
+                ctl.pass.set_pass_rate(rate);
+                v.start_scrub(ctl.clone())?;
                 Ok(ok_reply(
                     json!({ "volume": volume, "scrub": scrub_json(&ctl.report()) }),
                 ))
@@ -338,7 +342,7 @@ impl Controls {
                 // A failed role takes it at once.
                 let roles = v.array.use_spares().await.map_err(refused)?;
                 if !roles.is_empty() {
-                    v.start_rebuild(0);
+                    v.start_rebuild(PassRate::default());
                 }
                 Ok(ok_reply(json!({
                     "volume": volume,
@@ -356,18 +360,15 @@ impl Controls {
                 let meta = open_newcomer(&path).await?;
                 v.learn(&path, meta.member());
                 v.array.replace(index, meta).await.map_err(refused)?;
-                v.start_rebuild(0);
+                v.start_rebuild(PassRate::default());
                 Ok(ok_reply(
                     json!({ "volume": volume, "index": index, "rebuild": rebuild_json(v) }),
                 ))
             }
-            Request::Rebuild {
-                volume,
-                rate_bytes_per_s,
-            } => {
+            Request::Rebuild { volume, rate } => {
                 let v = self.find(&volume)?;
                 v.array.use_spares().await.map_err(refused)?;
-                v.start_rebuild(rate_bytes_per_s);
+                v.start_rebuild(rate);
                 Ok(ok_reply(
                     json!({ "volume": volume, "rebuild": rebuild_json(v) }),
                 ))

@@ -8,14 +8,15 @@
 //! |---|---|---|
 //! | `status` | `volume` (optional) | `volumes`: state, members, counters, cache, scrub |
 //! | `fail` | `volume`, `member` (config id or index) | `member`: the index failed |
-//! | `scrub` | `volume`, `repair` (bool, default false), `rate_bytes_per_s` (0/absent: unlimited) | `scrub`: its first report |
+//! | `scrub` | `volume`, `repair` (bool, default false), `rate_bytes_per_s` (0/absent: unlimited), `adaptive` (bool, default false: yield to clients' I/O) | `scrub`: its first report |
 //! | `pause`, `resume` | `volume` (optional: all) | `volumes`: the names touched |
 //! | `cancel` | `volume` | the scrub's report |
 //! | `add` | `volume`, `path` | `rebuilding_roles`, `rebuild` |
 //! | `remove` | `volume`, `member` (a failed member's id or index, or a spare's id or path) | `removed`: `member` or `spare` |
 //! | `replace` | `volume`, `member`, `path` | `index`, `rebuild` |
-//! | `rebuild` | `volume`, `rate_bytes_per_s` | `rebuild`: progress |
+//! | `rebuild` | `volume`, `rate_bytes_per_s`, `adaptive` (as for `scrub`) | `rebuild`: progress |
 
+use nbraid_core::PassRate;
 use serde_json::{json, Map, Value};
 
 /// The protocol version this daemon speaks.
@@ -37,7 +38,7 @@ pub enum Request {
     Scrub {
         volume: String,
         repair: bool,
-        rate_bytes_per_s: u64,
+        rate: PassRate,
     },
     Pause {
         volume: Option<String>,
@@ -67,7 +68,7 @@ pub enum Request {
     /// Start (or re-rate) the rebuild of the volume's rebuilding and replaced members.
     Rebuild {
         volume: String,
-        rate_bytes_per_s: u64,
+        rate: PassRate,
     },
 }
 
@@ -126,14 +127,30 @@ fn optional_string(o: &Map<String, Value>, key: &str, op: &str) -> Result<Option
 }
 
 /// Parses one request line.
-/// `rate_bytes_per_s`: absent = 0 (unlimited).
-fn rate_field(o: &Map<String, Value>, op: &str) -> Result<u64, Refusal> {
-    match o.get("rate_bytes_per_s") {
-        None | Some(Value::Null) => Ok(0),
-        Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64().unwrap_or(0)),
-        Some(other) => Err(Refusal::new(
+/// `rate_bytes_per_s` (absent = 0: unlimited) and `adaptive` (absent = false).
+fn rate_field(o: &Map<String, Value>, op: &str) -> Result<PassRate, Refusal> {
+    let limit_bytes_per_s = match o.get("rate_bytes_per_s") {
+        None | Some(Value::Null) => 0,
+        Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64().unwrap_or(0),
+        Some(other) => return Err(Refusal::new(
             "bad-request",
             format!("`{op}`: field `rate_bytes_per_s` must be a whole number of bytes per second, not {other}"),
+        )),
+    };
+    Ok(PassRate {
+        limit_bytes_per_s,
+        adaptive: bool_field(o, "adaptive", op)?,
+    })
+}
+
+/// A bool field, absent = false.
+fn bool_field(o: &Map<String, Value>, key: &str, op: &str) -> Result<bool, Refusal> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(Refusal::new(
+            "bad-request",
+            format!("`{op}`: field `{key}` must be true or false, not {other}"),
         )),
     }
 }
@@ -184,6 +201,7 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
         "member",
         "repair",
         "rate_bytes_per_s",
+        "adaptive",
         "path",
     ];
     if let Some(k) = o.keys().find(|k| !known.contains(&k.as_str())) {
@@ -202,17 +220,8 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
         },
         "scrub" => Request::Scrub {
             volume: string_field(&o, "volume", op)?,
-            repair: match o.get("repair") {
-                None | Some(Value::Null) => false,
-                Some(Value::Bool(b)) => *b,
-                Some(other) => {
-                    return Err(Refusal::new(
-                        "bad-request",
-                        format!("`scrub`: field `repair` must be true or false, not {other}"),
-                    ))
-                }
-            },
-            rate_bytes_per_s: rate_field(&o, op)?,
+            repair: bool_field(&o, "repair", op)?,
+            rate: rate_field(&o, op)?,
         },
         "pause" => Request::Pause {
             volume: optional_string(&o, "volume", op)?,
@@ -238,7 +247,7 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
         },
         "rebuild" => Request::Rebuild {
             volume: string_field(&o, "volume", op)?,
-            rate_bytes_per_s: rate_field(&o, op)?,
+            rate: rate_field(&o, op)?,
         },
         other => {
             return Err(Refusal::new(
@@ -264,7 +273,17 @@ mod tests {
             Ok(Request::Scrub {
                 volume: "db".into(),
                 repair: true,
-                rate_bytes_per_s: 1000
+                rate: PassRate::limit(1000)
+            })
+        );
+        assert_eq!(
+            parse(br#"{"v":1,"op":"rebuild","volume":"db","adaptive":true}"#),
+            Ok(Request::Rebuild {
+                volume: "db".into(),
+                rate: PassRate {
+                    limit_bytes_per_s: 0,
+                    adaptive: true
+                }
             })
         );
         assert_eq!(
@@ -284,6 +303,10 @@ mod tests {
         assert_eq!(code(br#"{"v":1,"op":"fail","volume":"db"}"#), "bad-request");
         assert_eq!(
             code(br#"{"v":1,"op":"scrub","volume":"db","repair":"yes"}"#),
+            "bad-request"
+        );
+        assert_eq!(
+            code(br#"{"v":1,"op":"rebuild","volume":"db","adaptive":1}"#),
             "bad-request"
         );
         assert_eq!(
