@@ -51,7 +51,7 @@ pub async fn probe_volume(v: &ControlVolume, refused: &mut HashSet<usize>) {
                     v.name,
                     config::format_size(bytes)
                 ));
-                let ctl = Arc::new(PassControl::new(v.rebuild_rate_bytes_per_s));
+                let ctl = Arc::new(PassControl::with_rate(v.rebuild_rate));
                 let (array, name) = (v.array.clone(), v.name.clone());
                 tokio::spawn(async move {
                     match array.resync_returned(&ctl).await {
@@ -67,7 +67,7 @@ pub async fn probe_volume(v: &ControlVolume, refused: &mut HashSet<usize>) {
                     "volume {}: remote member {id} is back but cannot be resynced from the bitmap (blank, or no bitmap): rebuilding it whole",
                     v.name
                 ));
-                v.ensure_rebuild(v.rebuild_rate_bytes_per_s);
+                v.ensure_rebuild(v.rebuild_rate);
             }
             Err(e) => {
                 if refused.insert(r) {

@@ -257,6 +257,7 @@ impl Array {
                     window: Box::new(window),
                     checkpoint_bytes: 0,
                     checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
+                    activity: Some(Box::new(|| self.volume().client_ops())),
                 },
             )
             .await?;
