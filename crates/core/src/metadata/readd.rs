@@ -83,7 +83,7 @@ fn aligned(ranges: &[(u64, u64)], width: u64, capacity: u64) -> Vec<(u64, u64)> 
 }
 
 /// The real ranges under virtual bytes `at..at+len` of `plan` laid end to end.
-fn slice(plan: &[(u64, u64)], at: u64, len: u64) -> Vec<(u64, u64)> {
+pub(super) fn slice(plan: &[(u64, u64)], at: u64, len: u64) -> Vec<(u64, u64)> {
     let mut real = Vec::new();
     let (mut skip, mut left) = (at, len);
     for &(a, b) in plan {

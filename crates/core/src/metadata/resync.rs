@@ -219,22 +219,7 @@ impl Array {
         let this = &bg;
         let window = move |at: u64, len: u64| {
             // Virtual offsets `at..at+len` of the plan's ranges laid end to end.
-            let mut real = Vec::new();
-            let (mut skip, mut left) = (at, len);
-            for &(a, b) in plan {
-                let n = b - a;
-                if skip >= n {
-                    skip -= n;
-                    continue;
-                }
-                let take = (n - skip).min(left);
-                real.push((a + skip, a + skip + take));
-                left -= take;
-                skip = 0;
-                if left == 0 {
-                    break;
-                }
-            }
+            let real = super::readd::slice(plan, at, len);
             async move {
                 for (a, b) in real {
                     self.sync_range(this, a, b).await?;
