@@ -24,8 +24,9 @@
 //! written). Full-stripe writes to bands with nothing logged write no entry at all.
 //!
 //! Files: `codec.rs` (the bytes, docs/FORMAT.md), `replay.rs` (pure: which entries count,
-//! the parity of a sector), `log.rs` (the writer: bands, batches, rings), `recover.rs` (the
-//! dirty start: read the rings, replay, mark the new life).
+//! the parity of a sector), `log.rs` (the writer: bands, rings, what an entry holds),
+//! `log/rounds.rs` (batches: who writes them, numbering, how a writer learns its end),
+//! `recover.rs` (the dirty start: read the rings, replay, mark the new life).
 
 pub mod codec;
 mod log;

@@ -1,0 +1,361 @@
+//! The log's rounds: writers queue their entries; whoever holds the writer lock writes one
+//! batch per ring of everything pending (numbering entries as it takes them), and every
+//! writer learns the end of its own entries on its own channel.
+
+use super::*;
+
+/// Why [`GroupLog::write`] did not log a stripe write's entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LogFailed {
+    /// Every ring an entry was for is on a member that failed (before or by this write):
+    /// the stripe is written as with its parity lost.
+    ParityFailed,
+    /// The entries fit no ring (cannot happen with rings sized by `GroupLog::new`): the
+    /// stripe must not be written, its parity members still serving.
+    NoRoom,
+}
+
+impl LogFailed {
+    pub(crate) fn into_error(self) -> VolumeError {
+        VolumeError::Unavailable {
+            reason: match self {
+                LogFailed::ParityFailed => "no parity member could take a partial-parity log entry",
+                LogFailed::NoRoom => "the partial-parity log had no room for an entry",
+            }
+            .into(),
+        }
+    }
+}
+
+/// A writer's pending entries, given up if the writer goes away before a round takes
+/// them (its future dropped): nobody else would end their bands.
+struct PendingGuard<'a> {
+    log: &'a GroupLog,
+    ticket: u64,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        let mut st = self.log.state.lock();
+        st.notify.remove(&self.ticket);
+        let mut gone = Vec::new();
+        st.pending.retain(|p| {
+            let mine = p.ticket == self.ticket;
+            if mine {
+                gone.push((p.entry.stripe, p.entry.band, p.entry.seq));
+            }
+            !mine
+        });
+        if !gone.is_empty() {
+            GroupLog::abandon(&mut st, gone);
+        }
+    }
+}
+
+impl GroupLog {
+    /// Entries below this are settled (what a batch written now carries). A band none of
+    /// whose entries a round has taken yet does not count: its entries are numbered anew
+    /// when taken (above every tail written before), so a writer slow to hand its entries
+    /// over never pins the ring space its own batch needs.
+    fn tail(st: &State) -> u64 {
+        st.bands
+            .values()
+            .filter(|b| b.written)
+            .map(|b| b.first_seq)
+            .min()
+            .unwrap_or(st.next_seq)
+    }
+
+    /// Numbers the entries a round takes anew, in the order they were prepared, from
+    /// `next_seq`: above the tail the round's batches carry (see [`Self::tail`]).
+    fn renumber(st: &mut State, taken: &mut [Pending]) {
+        let mut order: Vec<usize> = (0..taken.len()).collect();
+        order.sort_by_key(|&i| taken[i].entry.seq);
+        for i in order {
+            let e = &mut taken[i].entry;
+            let (old, new) = (e.seq, st.next_seq);
+            st.next_seq += 1;
+            e.seq = new;
+            if let Some(b) = st.bands.get_mut(&(e.stripe, e.band)) {
+                if !b.written {
+                    b.first_seq = new;
+                    b.written = true;
+                }
+                if b.seq == old {
+                    b.seq = new;
+                }
+            }
+        }
+    }
+
+    /// Entries that will never be written (their round failed them, or their writer gave
+    /// up): their bands' member writes are not issued either, so nothing of the bands is
+    /// pending any more — without this a later write to the band would wait forever.
+    fn abandon(st: &mut State, entries: impl IntoIterator<Item = (u64, u32, u64)>) {
+        for (stripe, band, seq) in entries {
+            if let Some(b) = st.bands.get_mut(&(stripe, band)) {
+                if b.seq == seq {
+                    b.durable = true;
+                }
+            }
+        }
+        for w in st.waiters.drain(..) {
+            let _ = w.send(());
+        }
+    }
+
+    /// Writes `entries` (from [`Self::prepare`]) to their rings; the returned hold ends the
+    /// bands' writes when dropped (after the member writes, whatever their outcome).
+    pub(crate) async fn write(
+        &self,
+        entries: Vec<(Entry, Vec<usize>)>,
+    ) -> Result<Hold<'_>, LogFailed> {
+        let hold = Hold {
+            log: self,
+            bands: entries.iter().map(|(e, _)| (e.stripe, e.band)).collect(),
+        };
+        if entries.is_empty() {
+            return Ok(hold);
+        }
+        let (tx, mut ended) = oneshot::channel();
+        let ticket = {
+            let mut st = self.state.lock();
+            let t = st.next_ticket;
+            st.next_ticket += 1;
+            for (entry, rings) in entries {
+                st.pending.push(Pending {
+                    ticket: t,
+                    entry,
+                    rings,
+                });
+            }
+            st.notify.insert(t, tx);
+            t
+        };
+        let guard = PendingGuard { log: self, ticket };
+        // Whoever holds the writer lock writes a round of everything pending; the others
+        // wait for their ticket's end or for the lock, whichever comes first.
+        // A dropped sender: the ticket was given up (cannot happen while we wait).
+        let gone = Err(LogFailed::NoRoom);
+        let ended_as = loop {
+            if let Ok(Some(r)) = ended.try_recv() {
+                break r;
+            }
+            let lock = self.writer.lock();
+            futures::pin_mut!(lock);
+            let _g = match futures::future::select(&mut ended, lock).await {
+                Either::Left((r, _)) => break r.unwrap_or(gone),
+                Either::Right((g, _)) => g,
+            };
+            if let Ok(Some(r)) = ended.try_recv() {
+                break r;
+            }
+            if let Some(room) = self.write_round().await {
+                // Wait without the writer lock: the write that must end first may need it.
+                drop(_g);
+                if let Either::Left((r, _)) = futures::future::select(&mut ended, room).await {
+                    break r.unwrap_or(gone);
+                }
+            }
+        };
+        std::mem::forget(guard);
+        ended_as.map(|()| hold)
+    }
+
+    /// Writes what is pending (as much as fits half of each ring), one batch per ring.
+    /// `Some`: no room until a write in flight ends (wait for it without the writer lock).
+    pub(super) async fn write_round(&self) -> Option<oneshot::Receiver<()>> {
+        loop {
+            let (taken, plan) = {
+                let mut st = self.state.lock();
+                self.retire(&mut st);
+                let tail = Self::tail(&st);
+                // Take whole tickets (one stripe write's entries, which fit half a ring by
+                // `min_ring_bytes`) in order while every ring's batch fits half its ring: a
+                // write whose entries were split over two batches would hold ring space
+                // while waiting for ring space.
+                let mut size: HashMap<usize, u64> = HashMap::new();
+                let mut n = 0;
+                while n < st.pending.len() {
+                    let t = st.pending[n].ticket;
+                    let end = n + st.pending[n..].iter().take_while(|p| p.ticket == t).count();
+                    let mut next = size.clone();
+                    for p in &st.pending[n..end] {
+                        for &r in &p.rings {
+                            *next.entry(r).or_insert(64) += p.entry.encoded_len() as u64;
+                        }
+                    }
+                    let fits = next
+                        .iter()
+                        .all(|(&r, &len)| len <= st.rings[r].as_ref().expect("ring").len / 2);
+                    if !fits && n > 0 {
+                        break;
+                    }
+                    size = next;
+                    n = end;
+                }
+                // Ring places: every ring's batch must fit without touching a live batch.
+                let mut places = Vec::new();
+                let mut ok = true;
+                for (&r, &len) in &size {
+                    let len = len.next_multiple_of(LOG_BLOCK_BYTES);
+                    let ring = st.rings[r].as_mut().expect("ring");
+                    ring.live.retain(|b| b.2 >= tail);
+                    let start = if ring.head + len <= ring.len {
+                        ring.head
+                    } else {
+                        0
+                    };
+                    if ring.live.iter().any(|b| b.0 < start + len && start < b.1) {
+                        ok = false;
+                        break;
+                    }
+                    places.push((r, start, len));
+                }
+                if ok {
+                    let mut taken: Vec<Pending> = st.pending.drain(..n).collect();
+                    Self::renumber(&mut st, &mut taken);
+                    let mut plan = Vec::new();
+                    for (r, start, len) in places {
+                        let ring = st.rings[r].as_mut().expect("ring");
+                        let es: Vec<&Entry> = taken
+                            .iter()
+                            .filter(|p| p.rings.contains(&r))
+                            .map(|p| &p.entry)
+                            .collect();
+                        let newest = es.iter().map(|e| e.seq).max().unwrap_or(0);
+                        ring.head = start + len;
+                        ring.live.push_back((start, start + len, newest));
+                        let bytes = encode_batch(self.life, tail, &es);
+                        debug_assert_eq!(bytes.len() as u64, len);
+                        plan.push((r, ring.member, ring.offset + start, bytes, tail));
+                    }
+                    (taken, Some(plan))
+                } else {
+                    (Vec::new(), None)
+                }
+            };
+            let Some(plan) = plan else {
+                // No room: settle what can be settled (flush the group's members), or wait
+                // for a write in flight to end, then try again.
+                let waiting = {
+                    let mut st = self.state.lock();
+                    let settle = st.bands.values().any(|b| b.inflight == 0 && b.durable);
+                    let busy = st.bands.values().any(|b| b.inflight > 0 && b.durable);
+                    if settle {
+                        None
+                    } else if busy {
+                        let (tx, rx) = oneshot::channel();
+                        st.waiters.push(tx);
+                        Some(rx)
+                    } else {
+                        // Nothing to wait for: the pending entries cannot fit (cannot happen
+                        // with rings sized by `GroupLog::new`, pending entries pinning no
+                        // ring space); fail them rather than hang.
+                        tracing::error!(
+                            "parity group {}: {} partial-parity log entries fit no ring",
+                            self.group,
+                            st.pending.len()
+                        );
+                        let failed: Vec<Pending> = st.pending.drain(..).collect();
+                        for p in &failed {
+                            if let Some(tx) = st.notify.remove(&p.ticket) {
+                                let _ = tx.send(Err(LogFailed::NoRoom));
+                            }
+                        }
+                        let gone = failed
+                            .iter()
+                            .map(|p| (p.entry.stripe, p.entry.band, p.entry.seq));
+                        Self::abandon(&mut st, gone);
+                        return None;
+                    }
+                };
+                match waiting {
+                    None => self.flush_members().await,
+                    Some(rx) => return Some(rx),
+                }
+                continue;
+            };
+            // A ring more than half full of live batches: flush the group's members beside
+            // this batch, so bands written so far settle before the ring runs out (instead of
+            // every writer stalling behind a flush then).
+            let flush_now = {
+                let st = self.state.lock();
+                let crowded = st
+                    .rings
+                    .iter()
+                    .flatten()
+                    .any(|r| r.live.iter().map(|b| b.1 - b.0).sum::<u64>() > r.len / 2);
+                crowded && st.bands.values().any(|b| b.inflight == 0 && b.durable)
+            };
+            let flush = async {
+                if flush_now {
+                    self.flush_members().await;
+                }
+            };
+            let writes = join_all(plan.iter().map(|(_, m, at, bytes, _)| {
+                let slot = self.table.slot(*m);
+                let mut b = Buf::zeroed(bytes.len());
+                b.copy_from_slice(bytes);
+                let b = b.freeze();
+                async move {
+                    if slot.is_failed() {
+                        return false;
+                    }
+                    let rep = slot.replacement();
+                    let copy = rep.as_ref().map(|r| r.write(*at, b.clone(), true));
+                    let r = slot.member().write(*at, b, true).await;
+                    if let Some(Err(e)) = match copy {
+                        Some(f) => Some(f.await),
+                        None => None,
+                    } {
+                        slot.drop_replacement(&e);
+                    }
+                    match r {
+                        Ok(()) => true,
+                        Err(e) => {
+                            self.table.fail(*m, &e);
+                            false
+                        }
+                    }
+                }
+            }));
+            let (results, ()) = futures::future::join(writes, flush).await;
+            let mut st = self.state.lock();
+            let mut ring_ok = HashMap::new();
+            for ((r, _, _, _, tail), ok) in plan.iter().zip(results) {
+                ring_ok.insert(*r, ok);
+                if ok {
+                    let ring = st.rings[*r].as_mut().expect("ring");
+                    ring.durable_tail = ring.durable_tail.max(*tail);
+                }
+            }
+            let mut tickets: HashMap<u64, bool> = HashMap::new();
+            for p in &taken {
+                let ok = p.rings.iter().any(|r| ring_ok.get(r) == Some(&true));
+                let t = tickets.entry(p.ticket).or_insert(true);
+                *t &= ok;
+                // Nothing of the band is pending any more (an entry no ring took was not
+                // written, and neither are the member writes it was to protect).
+                if let Some(b) = st.bands.get_mut(&(p.entry.stripe, p.entry.band)) {
+                    if b.seq == p.entry.seq {
+                        b.durable = true;
+                    }
+                }
+            }
+            for (t, ok) in tickets {
+                if let Some(tx) = st.notify.remove(&t) {
+                    let _ = tx.send(if ok {
+                        Ok(())
+                    } else {
+                        Err(LogFailed::ParityFailed)
+                    });
+                }
+            }
+            for w in st.waiters.drain(..) {
+                let _ = w.send(());
+            }
+            return None;
+        }
+    }
+}
