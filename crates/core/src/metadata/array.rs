@@ -191,7 +191,7 @@ impl Array {
                         m.member.name()
                     )))
                 }
-                Probe::Unreadable(e) => {
+                Probe::Unreadable(e) | Probe::Unreachable(e) => {
                     return Err(bad(format!(
                         "member {i} (`{}`): {e}; refusing to overwrite it",
                         m.member.name()
@@ -321,10 +321,7 @@ impl Array {
             .map(|r| {
                 let pos = match r {
                     Ok(i) => Some(*i),
-                    Err(Absence::Stale { member, .. } | Absence::Failed { member }) => {
-                        Some(*member)
-                    }
-                    Err(Absence::Lost) => None,
+                    Err(a) => a.member(),
                 };
                 pos.and_then(|i| metas[i].clone())
             })
