@@ -8,8 +8,9 @@
 //! Whether a volume is opened or created is [`plan::plan`]'s pure decision (`create = "auto"`
 //! creates arrays only on new or blank members). A member file that is missing while its
 //! peers carry superblocks is never recreated: the volume starts degraded without it (within
-//! its fault tolerance), with a loud warning. A dirty array is resynced before anything is
-//! served (only the regions its write-intent bitmap marks).
+//! its fault tolerance), with a loud warning; so does a remote member whose server does not
+//! answer (`unreachable.rs`: re-added once it answers). A dirty array is resynced before
+//! anything is served (only the regions its write-intent bitmap marks).
 
 use crate::plan::{self, Found, MemberFound, Plan};
 use nbraid_config::{self as config, Config, CreatePolicy, MemberStorage};
@@ -64,7 +65,8 @@ pub struct Assembled {
     /// role no member serves, the config member presumed to be it.
     pub members: Vec<String>,
     /// By role: what assembly found — "new", "active", "missing", "stale" (resynced before
-    /// serving) or "failed" (recorded failed by its peers).
+    /// serving), "failed" (recorded failed by its peers) or "unreachable" (a remote member
+    /// whose server did not answer).
     pub at_start: Vec<&'static str>,
     /// The superblocks were written by this start.
     pub created: bool,
@@ -136,13 +138,14 @@ pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
     })
 }
 
-/// Opens every member that is there (held exclusively) and reads its superblock.
+/// Opens every member that is there (held exclusively) and reads its superblock, all at
+/// once: a remote server that does not answer costs its timeout once, not once per member
+/// after it. The first error in config order is returned.
 pub async fn open_members(config: &Config) -> Result<Vec<Opened>, AssembleError> {
-    let mut opened = Vec::with_capacity(config.members.len());
-    for m in &config.members {
-        opened.push(open_member(config, m).await?);
-    }
-    Ok(opened)
+    futures::future::join_all(config.members.iter().map(|m| open_member(config, m)))
+        .await
+        .into_iter()
+        .collect()
 }
 
 /// Every volume's [`Plan`] (or why it cannot start), by `create` from the config unless

@@ -21,7 +21,7 @@ pub struct ControlVolume {
     /// Config member ids, by the volume's member index (its role in the superblocks).
     pub members: Vec<String>,
     /// By member index: what assembly found in the superblocks ("new", "active", "missing",
-    /// "stale", "failed").
+    /// "stale", "failed", "unreachable").
     pub at_start: Vec<&'static str>,
     /// What the start did: created the array, found it clean, bytes resynced before serving.
     pub start: StartReport,
