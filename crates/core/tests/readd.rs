@@ -446,3 +446,24 @@ fn a_member_unreachable_at_open_is_served_degraded_then_re_added_over_the_bitmap
         );
     }
 }
+
+/// Found by the crash simulator (`readd_sim`): the re-add put one failed member back
+/// without telling the records' failure count, so the next member to fail matched the old
+/// count, went unrecorded, and a restart trusted its stale copy.
+#[test]
+fn a_member_failing_during_the_re_add_is_recorded_before_writes_are_acknowledged() {
+    let d: Vec<Arc<Switch>> = (0..3).map(Switch::new).collect();
+    let a = create(Level::Raid1, &d, true);
+    let mut model = fill_then_lose(&a, &d, 2);
+    d[2].down.store(false, SeqCst);
+    assert!(matches!(block_on(a.readd(2)), Ok(Readd::Resync { .. })));
+    // Before the resync ran, member 0 goes; a write is acknowledged without it.
+    d[0].down.store(true, SeqCst);
+    write(&a, &mut model, 7 * MIB, 64 * KIB, 9);
+    assert!(a.volume().member_is_failed(0));
+    drop(a); // a crash; member 0's server comes back with its old bytes
+    d[0].down.store(false, SeqCst);
+    let (a, report) = reopen(Level::Raid1, &d);
+    assert!(report.absent_roles.contains(&0), "{report:?}");
+    assert!(read_all(&a) == model, "a stale copy was served");
+}

@@ -131,7 +131,7 @@ pub struct Array {
     /// Write-type requests in flight.
     inflight: AtomicU64,
     /// `Volume::failed_count` when the records last caught up with it.
-    recorded_failed: AtomicUsize,
+    pub(super) recorded_failed: AtomicUsize,
     pub(super) intent: Option<Intent>,
     /// By role: where that member keeps the partial-parity log (a new member in the role
     /// gets the same place).

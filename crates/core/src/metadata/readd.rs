@@ -190,6 +190,11 @@ impl Array {
         }
         self.bitmap_areas.write()[role] = area;
         v.install_member(role, member)?;
+        // One failed member fewer, and its failure was recorded (above): without this, the
+        // next member to fail would match the old count and go unrecorded while writes that
+        // missed it are acknowledged.
+        self.recorded_failed
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         self.metas.write()[role] = Some(fresh);
         // After the install: a write that planned without the member has its bit set already.
         let capacity = v.capacity();
