@@ -12,6 +12,7 @@ use common::run_output;
 
 use nbraid_daemon::nbd::client::Client;
 use std::process::Command;
+use std::time::Duration;
 
 #[test]
 fn a_remote_member_down_at_start_is_served_degraded_then_re_added() {
@@ -106,4 +107,91 @@ fn beyond_tolerance_an_unreachable_member_is_named_in_the_refusal() {
             && stderr.contains(&format!("far (nbd+unix:///?socket={})", ksock.display())),
         "the refusal does not name the unreachable member: {stderr}"
     );
+}
+
+/// The re-add resync shows its progress in `status` and pauses, resumes and cancels through
+/// the control socket like other background work; cancelled, the member stays written and
+/// unread until `resume` runs it again.
+#[test]
+fn the_re_add_resync_shows_progress_and_pauses_cancels_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ksock, far) = (dir.path().join("kit.sock"), dir.path().join("far.img"));
+    let config = raid1_config(dir.path());
+    // Slow enough to be seen running: 4 MiB to resync at 512 KiB/s.
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("clean_delay", "rebuild_rate = \"512KiB\"\nclean_delay");
+    std::fs::write(&config, text).unwrap();
+    let uri = volume_uri(dir.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let kit = Kit::start(&ksock, &far, &dir.path().join("kit1.log"));
+    let daemon = start_daemon(&config, false);
+    drop(kit);
+    let mut model = vec![0u8; VOLUME as usize];
+    let c = rt.block_on(Client::connect(&uri)).expect("connect");
+    rt.block_on(async {
+        for at in [2, 9, 16, 23] {
+            write(&c, &mut model, at * MIB, MIB, 5).await;
+        }
+        c.flush().await.expect("flush, degraded");
+    });
+    assert_eq!(member_state(&status(&config), 1), "failed");
+
+    let log2 = dir.path().join("kit2.log");
+    let kit = Kit::start(&ksock, &far, &log2);
+    let readd = |s: &serde_json::Value| s["readd"]["state"].as_str().unwrap_or("").to_string();
+    wait_for("the re-add resync to run", Duration::from_secs(30), || {
+        readd(&status(&config)) == "running"
+    });
+    let s = status(&config);
+    assert_eq!(s["readd"]["roles"], serde_json::json!([1]), "{s}");
+    assert!(s["readd"]["total_bytes"].as_u64() >= Some(4 * MIB), "{s}");
+    assert_eq!(member_state(&s, 1), "rebuilding", "{s}");
+
+    let volume = "\"volume\": \"m\"";
+    let r = control(
+        &config,
+        &format!("{{\"v\": 1, \"op\": \"pause\", {volume}}}"),
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    wait_for("the pass to pause", Duration::from_secs(10), || {
+        readd(&status(&config)) == "paused"
+    });
+    let at = status(&config)["readd"]["position_bytes"].clone();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        status(&config)["readd"]["position_bytes"],
+        at,
+        "moved while paused"
+    );
+
+    let r = control(
+        &config,
+        &format!("{{\"v\": 1, \"op\": \"cancel\", {volume}}}"),
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    wait_for("the pass to stop", Duration::from_secs(10), || {
+        readd(&status(&config)) == "cancelled"
+    });
+    let s = status(&config);
+    assert_eq!(
+        member_state(&s, 1),
+        "rebuilding",
+        "cancelled, it stays unread: {s}"
+    );
+    assert!(rt.block_on(read_all(&c)) == model, "reads while cancelled");
+
+    let r = control(
+        &config,
+        &format!("{{\"v\": 1, \"op\": \"resume\", {volume}}}"),
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    wait_current(&config, 1);
+    assert_eq!(readd(&status(&config)), "done");
+    only_metadata_read(&log2).unwrap();
+    assert!(rt.block_on(read_all(&c)) == model, "reads after the re-add");
+    rt.block_on(c.disconnect());
+    daemon.stop();
+    copies_hold(dir.path(), &model);
+    drop(kit);
 }

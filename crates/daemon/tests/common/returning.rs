@@ -49,12 +49,16 @@ impl Drop for Kit {
 }
 
 pub fn status(config: &Path) -> serde_json::Value {
+    control(config, "{\"v\": 1, \"op\": \"status\"}")["volumes"][0].clone()
+}
+
+/// One request on the daemon's control socket and its reply.
+pub fn control(config: &Path, request: &str) -> serde_json::Value {
     let mut s = UnixStream::connect(config.with_extension("ctl")).unwrap();
-    s.write_all(b"{\"v\": 1, \"op\": \"status\"}\n").unwrap();
+    s.write_all(format!("{request}\n").as_bytes()).unwrap();
     let mut line = String::new();
     BufReader::new(s).read_line(&mut line).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-    v["volumes"][0].clone()
+    serde_json::from_str(&line).unwrap()
 }
 
 pub fn member_state(v: &serde_json::Value, i: usize) -> String {
