@@ -25,10 +25,7 @@ fn a_remote_member_that_comes_back_is_resynced_before_it_is_read() {
     // The whole volume written and flushed; then quiet, so the bitmap is clear.
     let mut model = vec![0u8; VOLUME as usize];
     rt.block_on(async {
-        for at in (0..VOLUME).step_by(MIB as usize) {
-            write(&c, &mut model, at, MIB, 1).await;
-        }
-        c.flush().await.unwrap();
+        fill(&c, &mut model).await;
         tokio::time::sleep(Duration::from_millis(700)).await;
         c.flush().await.unwrap();
     });

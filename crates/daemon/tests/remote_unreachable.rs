@@ -29,10 +29,7 @@ fn a_remote_member_down_at_start_is_served_degraded_then_re_added() {
     let mut model = vec![0u8; VOLUME as usize];
     let c = rt.block_on(Client::connect(&uri)).expect("connect");
     rt.block_on(async {
-        for at in (0..VOLUME).step_by(MIB as usize) {
-            write(&c, &mut model, at, MIB, 1).await;
-        }
-        c.flush().await.unwrap();
+        fill(&c, &mut model).await;
         c.disconnect().await;
     });
     daemon.stop();

@@ -225,14 +225,7 @@ impl RemoteMember {
                 Err(e) => tracing::warn!("{uri}: an extra connection failed: {e}"),
             }
         }
-        let target = conn::Target {
-            uri_text: uri.to_string(),
-            uri: parsed,
-            len,
-            block_size: opts.block_size,
-            timeout: opts.timeout,
-        };
-        let conns = Connections::new(rt, target, info, clients);
+        let conns = Connections::new(rt, target(uri, parsed, len, opts), info, clients);
         Ok(RemoteMember {
             name: uri.to_string(),
             len,
@@ -249,16 +242,9 @@ impl RemoteMember {
     pub fn offline(uri: &str, len: u64, opts: &RemoteOptions) -> Result<RemoteMember, RemoteError> {
         let parsed = Uri::parse(uri).map_err(|e| connect_error(uri, e))?;
         let rt = runtime();
-        let target = conn::Target {
-            uri_text: uri.to_string(),
-            uri: parsed,
-            len,
-            block_size: opts.block_size,
-            timeout: opts.timeout,
-        };
         let conns = {
             let _in = rt.enter();
-            Connections::offline(rt.clone(), target, opts.connections)
+            Connections::offline(rt.clone(), target(uri, parsed, len, opts), opts.connections)
         };
         Ok(RemoteMember {
             name: uri.to_string(),
@@ -316,6 +302,17 @@ impl RemoteMember {
         let fut = self.conns.enter(fut);
         let err = self.err(op, offset, len);
         async move { g.finish(fut.await.map_err(err)) }.boxed()
+    }
+}
+
+/// What a member's connections serve: `len` bytes of the export at `uri`.
+fn target(uri: &str, parsed: Uri, len: u64, opts: &RemoteOptions) -> conn::Target {
+    conn::Target {
+        uri_text: uri.to_string(),
+        uri: parsed,
+        len,
+        block_size: opts.block_size,
+        timeout: opts.timeout,
     }
 }
 

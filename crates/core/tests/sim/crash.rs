@@ -120,6 +120,65 @@ impl CrashStats {
     }
 }
 
+/// A schedule's array options: write-through or a small write-back cache, a read policy,
+/// a bitmap chunk of 4-16 KiB, the case's log, and the most eager bitmap clearing (the most
+/// bitmap writes racing the data).
+pub(super) fn array_options(rng: &mut Rng, case: &CrashCase, width: u64) -> ArrayOptions {
+    let cache = if rng.chance(500) {
+        CacheMode::WriteThrough
+    } else {
+        CacheMode::WriteBack {
+            bytes: width * (1 + rng.below(4)),
+        }
+    };
+    ArrayOptions {
+        volume: VolumeOptions {
+            read_policy: *rng.pick(&ReadPolicy::ALL),
+            cache,
+            cache_max_age: None,
+            ..VolumeOptions::default()
+        },
+        bitmap_chunk_bytes: Some(4096 << rng.below(3)),
+        ppl: case.ppl,
+        bitmap_clear_delay: Duration::ZERO,
+    }
+}
+
+/// Where a schedule's requests go: the volume's size, its full stripe, the base of the hot
+/// area, the mix of kinds.
+pub(super) struct Load {
+    pub capacity: u64,
+    pub width: u64,
+    pub hot_base: u64,
+    pub mix: [u64; 6],
+}
+
+/// Starts one request of `load` — or, one time in fifty, an idle point (the records go
+/// clean if nothing is in flight).
+pub(super) fn start_request(
+    exec: &mut Executor,
+    rng: &mut Rng,
+    array: &Arc<Array>,
+    shared: &Rc<Shared>,
+    load: &Load,
+) {
+    if rng.chance(20) {
+        let a = array.clone();
+        let sh = shared.clone();
+        exec.spawn(async move {
+            if let Err(e) = a.mark_clean().await {
+                sh.violations
+                    .borrow_mut()
+                    .push(format!("mark_clean failed within tolerance: {e}"));
+            }
+        });
+    } else {
+        let kind = pick_kind(rng, &load.mix);
+        let (offset, len) = pick_range(rng, load.capacity, load.width, load.hot_base);
+        spawn(exec, array, shared, kind, offset, len);
+    }
+}
+
 /// Runs `fut` to completion, completing member operations in seeded random order.
 pub(super) fn drive<T: 'static>(
     world: &Arc<Mutex<World>>,
@@ -160,25 +219,7 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
         ..CrashStats::default()
     };
     let width = g.full_stripe_width().unwrap_or(16 * 1024);
-    let cache = if rng.chance(500) {
-        CacheMode::WriteThrough
-    } else {
-        CacheMode::WriteBack {
-            bytes: width * (1 + rng.below(4)),
-        }
-    };
-    let opts = ArrayOptions {
-        volume: VolumeOptions {
-            read_policy: *rng.pick(&ReadPolicy::ALL),
-            cache,
-            cache_max_age: None,
-            ..VolumeOptions::default()
-        },
-        bitmap_chunk_bytes: Some(4096 << rng.below(3)),
-        ppl: case.ppl,
-        // The most eager clearing: the most bitmap writes racing the data.
-        bitmap_clear_delay: Duration::ZERO,
-    };
+    let opts = array_options(&mut rng, case, width);
 
     // Healing schedules have one more disk: the spare.
     let heal = rng.chance(400) && (0..n).any(|m| g.survives(&[m]));
@@ -285,22 +326,13 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
             });
         }
         if spawning && exec.live() < max_in_flight && rng.chance(spawn_per_mille) {
-            if rng.chance(20) {
-                // An idle point: the records go clean if nothing is in flight.
-                let a = array.clone();
-                let sh = shared.clone();
-                exec.spawn(async move {
-                    if let Err(e) = a.mark_clean().await {
-                        sh.violations
-                            .borrow_mut()
-                            .push(format!("mark_clean failed within tolerance: {e}"));
-                    }
-                });
-            } else {
-                let kind = pick_kind(&mut rng, &mix);
-                let (offset, len) = pick_range(&mut rng, capacity, width, hot_base);
-                spawn(&mut exec, &array, &shared, kind, offset, len);
-            }
+            let load = Load {
+                capacity,
+                width,
+                hot_base,
+                mix,
+            };
+            start_request(&mut exec, &mut rng, &array, &shared, &load);
             stats.requests += 1;
         }
         if !step_once(&mut exec, &world, &mut rng) && exec.live() > 0 {

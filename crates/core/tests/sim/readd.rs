@@ -16,20 +16,21 @@
 
 use super::background::{disk_of, lost_roles, reopen_wrapped};
 use super::crash::{
-    being_written, drive, read_volume, redundancy_agrees, spawn, CrashCase, CrashStats, Shared,
+    array_options, being_written, drive, read_volume, redundancy_agrees, start_request, CrashCase,
+    CrashStats, Load, Shared,
 };
 use super::disk::{DiskFaults, World, SECTOR_BYTES};
 use super::executor::{step_once, Executor};
 use super::history::History;
 use super::rng::Rng;
-use super::run::{in_write_hole, pick_kind, pick_range, sim_members, write_hole_exposure};
+use super::run::{in_write_hole, sim_members, write_hole_exposure};
 use super::scrub::{check_durable, unreadable};
 use futures::future::{join_all, BoxFuture};
 use futures::FutureExt;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, Readd, METADATA_AREA_BYTES};
+use nbraid_core::metadata::{Array, MemberMeta, Readd, METADATA_AREA_BYTES};
 use nbraid_core::{
-    Buf, CacheMode, Member, MemberCounters, MemberError, MemberOp, MemberResult, PassControl,
-    PassState, ReadPolicy, SharedBuf, VolumeOptions,
+    Buf, Member, MemberCounters, MemberError, MemberOp, MemberResult, PassControl, PassState,
+    SharedBuf,
 };
 use nbraid_layout::Geometry;
 use std::cell::RefCell;
@@ -38,7 +39,6 @@ use std::io;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
 
 const SECTOR: u64 = SECTOR_BYTES as u64;
 const STEP_LIMIT: u64 = 400_000;
@@ -192,27 +192,6 @@ async fn readd(a: &Array, role: usize) -> Result<(Readd, Option<PassState>), Str
     Ok((r, Some(s)))
 }
 
-fn options(rng: &mut Rng, case: &CrashCase, width: u64) -> ArrayOptions {
-    let cache = if rng.chance(500) {
-        CacheMode::WriteThrough
-    } else {
-        CacheMode::WriteBack {
-            bytes: width * (1 + rng.below(4)),
-        }
-    };
-    ArrayOptions {
-        volume: VolumeOptions {
-            read_policy: *rng.pick(&ReadPolicy::ALL),
-            cache,
-            cache_max_age: None,
-            ..VolumeOptions::default()
-        },
-        bitmap_chunk_bytes: Some(4096 << rng.below(3)),
-        ppl: case.ppl,
-        bitmap_clear_delay: Duration::ZERO,
-    }
-}
-
 /// One schedule (see the module).
 pub fn run_readd(case: &CrashCase, seed: u64) -> Result<ReaddStats, String> {
     let mut rng = Rng::new(seed);
@@ -223,7 +202,7 @@ pub fn run_readd(case: &CrashCase, seed: u64) -> Result<ReaddStats, String> {
         ..ReaddStats::default()
     };
     let width = g.full_stripe_width().unwrap_or(16 * 1024);
-    let opts = options(&mut rng, case, width);
+    let opts = array_options(&mut rng, case, width);
     let role = loop {
         let r = rng.below(n as u64) as usize;
         if g.survives(&[r]) {
@@ -281,7 +260,12 @@ pub fn run_readd(case: &CrashCase, seed: u64) -> Result<ReaddStats, String> {
     let max_in_flight = 1 + rng.below(12) as usize;
     let spawn_per_mille = 100 + rng.below(500);
     // Writes dominate: they are what the member misses.
-    let mix = [200, 500, 60, 100, 70, 70];
+    let load = Load {
+        capacity,
+        width,
+        hot_base,
+        mix: [200, 500, 60, 100, 70, 70],
+    };
     let outcome = Rc::new(RefCell::new(None));
     let mut exec = Executor::default();
     let mut step = 0u64;
@@ -305,21 +289,7 @@ pub fn run_readd(case: &CrashCase, seed: u64) -> Result<ReaddStats, String> {
             });
         }
         if spawning && exec.live() < max_in_flight && rng.chance(spawn_per_mille) {
-            if rng.chance(20) {
-                let a = array.clone();
-                let sh = shared.clone();
-                exec.spawn(async move {
-                    if let Err(e) = a.mark_clean().await {
-                        sh.violations
-                            .borrow_mut()
-                            .push(format!("mark_clean failed within tolerance: {e}"));
-                    }
-                });
-            } else {
-                let kind = pick_kind(&mut rng, &mix);
-                let (offset, len) = pick_range(&mut rng, capacity, width, hot_base);
-                spawn(&mut exec, &array, &shared, kind, offset, len);
-            }
+            start_request(&mut exec, &mut rng, &array, &shared, &load);
             stats.requests += 1;
         }
         if !step_once(&mut exec, &world, &mut rng) && exec.live() > 0 {

@@ -99,6 +99,14 @@ pub async fn read_all(c: &Client) -> Vec<u8> {
     out
 }
 
+/// The whole volume written with pattern 1 (`model` follows) and flushed.
+pub async fn fill(c: &Client, model: &mut [u8]) {
+    for at in (0..VOLUME).step_by(MIB as usize) {
+        write(c, model, at, MIB, 1).await;
+    }
+    c.flush().await.unwrap();
+}
+
 pub fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !ok() {
