@@ -86,6 +86,7 @@ fn volume(config: &Config, v: &Volume) -> Records {
                 Absence::Lost => "lost",
                 Absence::Stale { .. } => "stale",
                 Absence::Failed { .. } => "failed",
+                Absence::Unreachable { .. } => "unreachable",
             };
             format!("role {role} {why}")
         })

@@ -489,6 +489,43 @@ mod assembly {
     }
 
     #[test]
+    fn an_unreachable_member_is_presumed_in_its_role_never_blank() {
+        let tree = config_tree(64 << 10, Level::Raid5);
+        let down = || Probe::Unreachable("connection refused".into());
+        let mut p = probes(&members(7));
+        p[2] = down();
+        let a = assemble("db", &tree, &p).unwrap();
+        assert_eq!(a.roles[2], Err(Absence::Unreachable { member: 2 }));
+        assert!(
+            a.warnings
+                .iter()
+                .any(|w| w.contains("unreachable (connection refused)")),
+            "{:?}",
+            a.warnings
+        );
+        // Paths swapped in the config: the one role left is the unreachable member's.
+        let mut sbs = members(7);
+        sbs.swap(0, 2);
+        let mut p = probes(&sbs);
+        p[0] = down();
+        let a = assemble("db", &tree, &p).unwrap();
+        assert_eq!(roles(&a)[0], Ok(2));
+        assert_eq!(a.roles[2], Err(Absence::Unreachable { member: 0 }));
+        // Two down: beyond a RAID 5's tolerance.
+        let mut p = probes(&members(7));
+        p[1] = down();
+        p[3] = down();
+        let e = assemble("db", &tree, &p).unwrap_err();
+        assert!(e.to_string().contains("1, 3"), "{e}");
+        // None answers with a record: nothing to assemble (never created over them).
+        let p: Vec<Probe> = (0..4).map(|_| down()).collect();
+        assert!(matches!(
+            assemble("db", &tree, &p),
+            Err(AssembleError::Uninitialized { .. })
+        ));
+    }
+
+    #[test]
     fn beyond_tolerance_is_refused() {
         let tree = config_tree(64 << 10, Level::Raid5);
         let mut p = probes(&members(7));

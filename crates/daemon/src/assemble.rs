@@ -8,8 +8,9 @@
 //! Whether a volume is opened or created is [`plan::plan`]'s pure decision (`create = "auto"`
 //! creates arrays only on new or blank members). A member file that is missing while its
 //! peers carry superblocks is never recreated: the volume starts degraded without it (within
-//! its fault tolerance), with a loud warning. A dirty array is resynced before anything is
-//! served (only the regions its write-intent bitmap marks).
+//! its fault tolerance), with a loud warning; so does a remote member whose server does not
+//! answer (`unreachable.rs`: re-added once it answers). A dirty array is resynced before
+//! anything is served (only the regions its write-intent bitmap marks).
 
 use crate::plan::{self, Found, MemberFound, Plan};
 use nbraid_config::{self as config, Config, CreatePolicy, MemberStorage};
@@ -64,7 +65,8 @@ pub struct Assembled {
     /// role no member serves, the config member presumed to be it.
     pub members: Vec<String>,
     /// By role: what assembly found — "new", "active", "missing", "stale" (resynced before
-    /// serving) or "failed" (recorded failed by its peers).
+    /// serving), "failed" (recorded failed by its peers) or "unreachable" (a remote member
+    /// whose server did not answer).
     pub at_start: Vec<&'static str>,
     /// The superblocks were written by this start.
     pub created: bool,
@@ -82,11 +84,11 @@ pub struct Assembled {
 /// One config member as found at start.
 pub struct Opened {
     /// `None`: the file is missing.
-    meta: Option<Arc<MemberMeta>>,
+    pub(crate) meta: Option<Arc<MemberMeta>>,
     /// No superblock and an all-zero metadata area.
-    blank: bool,
+    pub(crate) blank: bool,
     /// Created by this start (sparse: all zeroes).
-    created: bool,
+    pub(crate) created: bool,
 }
 
 impl Opened {
@@ -136,13 +138,14 @@ pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
     })
 }
 
-/// Opens every member that is there (held exclusively) and reads its superblock.
+/// Opens every member that is there (held exclusively) and reads its superblock, all at
+/// once: a remote server that does not answer costs its timeout once, not once per member
+/// after it. The first error in config order is returned.
 pub async fn open_members(config: &Config) -> Result<Vec<Opened>, AssembleError> {
-    let mut opened = Vec::with_capacity(config.members.len());
-    for m in &config.members {
-        opened.push(open_member(config, m).await?);
-    }
-    Ok(opened)
+    futures::future::join_all(config.members.iter().map(|m| open_member(config, m)))
+        .await
+        .into_iter()
+        .collect()
 }
 
 /// Every volume's [`Plan`] (or why it cannot start), by `create` from the config unless
@@ -216,7 +219,10 @@ pub async fn create_members(
 async fn open_member(config: &Config, m: &config::Member) -> Result<Opened, AssembleError> {
     let member: Arc<dyn Member> = match m.state {
         MemberStorage::Memory => Arc::new(MemoryMember::new(&m.id, m.size)),
-        MemberStorage::Remote => Arc::new(open_remote(config, m).await?),
+        MemberStorage::Remote => match open_remote(config, m).await {
+            Ok(member) => Arc::new(member),
+            Err(e) => return crate::unreachable::at_start(config, m, e),
+        },
         MemberStorage::Missing => {
             return Ok(Opened {
                 meta: None,
@@ -231,12 +237,9 @@ async fn open_member(config: &Config, m: &config::Member) -> Result<Opened, Asse
     load(member).await
 }
 
-/// Connects to remote member `m` (an NBD URI); the server's minimum block must suit the
+/// The options remote member `m` connects with: the server's minimum block must suit the
 /// smallest block size of the volumes on it.
-pub async fn open_remote(
-    config: &Config,
-    m: &config::Member,
-) -> Result<nbraid_remote::RemoteMember, AssembleError> {
+pub(crate) fn remote_options(config: &Config, m: &config::Member) -> nbraid_remote::RemoteOptions {
     let index = config.members.iter().position(|x| x.id == m.id);
     let block_size = config
         .volumes
@@ -246,14 +249,22 @@ pub async fn open_remote(
         .min()
         .unwrap_or(config::BLOCK_SIZE_DEFAULT);
     let default = nbraid_remote::RemoteOptions::default();
-    let opts = nbraid_remote::RemoteOptions {
+    nbraid_remote::RemoteOptions {
         block_size,
         timeout: m.remote.timeout.unwrap_or(default.timeout),
         connections: m
             .remote
             .connections
             .map_or(default.connections, |n| n as usize),
-    };
+    }
+}
+
+/// Connects to remote member `m` (an NBD URI).
+pub async fn open_remote(
+    config: &Config,
+    m: &config::Member,
+) -> Result<nbraid_remote::RemoteMember, AssembleError> {
+    let opts = remote_options(config, m);
     nbraid_remote::RemoteMember::connect(&m.path_text, Some(m.size), &opts)
         .await
         .map_err(|source| AssembleError::Remote {
@@ -325,6 +336,7 @@ fn found(config: &Config, opened: &[Opened], m: usize, name: &str) -> Found {
         Probe::Blank if opened[m].blank => Found::Blank,
         Probe::Blank => Found::NotBlank,
         Probe::Unreadable(e) => Found::Unreadable(e.clone()),
+        Probe::Unreachable(e) => Found::Unreadable(format!("unreachable: {e}")),
         Probe::Superblock(sb, _) => {
             // Records of the config's volumes on this member are siblings (Matrix), not foreign.
             let ours = |n: &str| {
@@ -392,10 +404,29 @@ pub async fn start_volume(
                 })
                 .map(|&m| config.members[m].id.as_str())
                 .collect();
+            let unreachable: Vec<String> = v
+                .members
+                .iter()
+                .filter_map(|&m| match opened[m].meta.as_ref()?.probe() {
+                    Probe::Unreachable(e) => Some(format!(
+                        "{} ({}): {e}",
+                        config.members[m].id, config.members[m].path_text
+                    )),
+                    _ => None,
+                })
+                .collect();
+            let unreachable = if unreachable.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; unreachable (their servers did not answer): {}",
+                    unreachable.join("; ")
+                )
+            };
             AssembleError::Refused(format!(
-                "volume {}: members {} are missing (or carry no record of it), more than {} can \
-                 lose (it survives {} lost member(s) at worst); restore the member files or \
-                 remove the volume from the config",
+                "volume {}: members {} are missing, unreachable or carry no record of it, more \
+                 than {} can lose (it survives {} lost member(s) at worst){unreachable}; restore \
+                 the member files, start their servers, or remove the volume from the config",
                 v.name,
                 gone.join(", "),
                 v.kind_name(),
@@ -456,17 +487,18 @@ pub async fn start_volume(
             Err(Absence::Stale { .. }) => "stale",
             Err(Absence::Failed { .. }) => "failed",
             Err(Absence::Lost) => "missing",
+            Err(Absence::Unreachable { .. }) => "unreachable",
         })
         .collect();
     let lost: Vec<&str> = members
         .iter()
         .zip(&at_start)
-        .filter(|(_, s)| matches!(**s, "missing" | "failed"))
+        .filter(|(_, s)| matches!(**s, "missing" | "failed" | "unreachable"))
         .map(|(m, _)| m.as_str())
         .collect();
     if !lost.is_empty() {
         let msg = format!(
-            "volume {}: serving DEGRADED: members {} missing or failed (never recreated blank); restore or replace them",
+            "volume {}: serving DEGRADED: members {} missing, unreachable or failed (never recreated blank); restore or replace them",
             v.name,
             lost.join(", ")
         );

@@ -76,10 +76,8 @@ fn claimed(roles: &[Result<usize, Absence>]) -> Vec<usize> {
     roles
         .iter()
         .filter_map(|r| match r {
-            Ok(p) | Err(Absence::Stale { member: p, .. } | Absence::Failed { member: p }) => {
-                Some(*p)
-            }
-            Err(Absence::Lost) => None,
+            Ok(p) => Some(*p),
+            Err(a) => a.member(),
         })
         .collect()
 }
@@ -94,10 +92,8 @@ pub fn ids_by_role(ids: &[String], n: usize, roles: &[Result<usize, Absence>]) -
         .iter()
         .map(|r| {
             let p = match r {
-                Ok(p) | Err(Absence::Stale { member: p, .. } | Absence::Failed { member: p }) => {
-                    Some(*p)
-                }
-                Err(Absence::Lost) => unclaimed.next(),
+                Ok(p) => Some(*p),
+                Err(a) => a.member().or_else(|| unclaimed.next()),
             };
             p.map_or("?".into(), |p| ids[p].clone())
         })

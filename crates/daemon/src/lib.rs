@@ -12,6 +12,7 @@ pub mod logging;
 pub mod plan;
 pub mod returning;
 pub mod serve;
+pub mod unreachable;
 pub mod zero_map;
 
 /// The NBD protocol crate, under the name the daemon has always used for it.

@@ -13,7 +13,8 @@
 use crate::control::{ControlVolume, Controls};
 use nbraid_config as config;
 use nbraid_core::metadata::Readd;
-use nbraid_core::PassControl;
+use nbraid_core::{PassControl, PassState};
+use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,63 +33,147 @@ fn say(msg: &str) {
     eprintln!("nbraidd: {msg}");
 }
 
-/// Tries every failed remote member of `v` once; `refused` holds the roles already said to
-/// be refused (said once, until the role changes).
-pub async fn probe_volume(v: &ControlVolume, refused: &mut HashSet<usize>) {
+/// Per volume: the roles being probed now, and those already said to be refused (said
+/// once, until the role changes).
+#[derive(Default)]
+struct Probing {
+    busy: Arc<Mutex<HashSet<usize>>>,
+    refused: Arc<Mutex<HashSet<usize>>>,
+}
+
+/// The roles of `v` to probe: failed, with a member, on an NBD server. Roles that are
+/// not are forgotten from `refused`.
+fn due(v: &ControlVolume, refused: &Mutex<HashSet<usize>>) -> Vec<usize> {
     let vol = v.array.volume();
-    for r in 0..vol.member_count() {
-        let remote = is_remote(vol.member(r).name());
-        if !vol.member_is_failed(r) || !v.array.has_member(r) || !remote {
-            refused.remove(&r);
+    (0..vol.member_count())
+        .filter(|&r| {
+            let ok =
+                vol.member_is_failed(r) && v.array.has_member(r) && is_remote(vol.member(r).name());
+            if !ok {
+                refused.lock().remove(&r);
+            }
+            ok
+        })
+        .collect()
+}
+
+/// Starts `probe(r)` for every role in `due` not being probed already (`busy`), each as a
+/// task of its own: a server that accepts and never answers holds only its own member's
+/// probe (for the member's timeout), never the others'.
+fn start_probes<F, Fut>(due: Vec<usize>, busy: &Arc<Mutex<HashSet<usize>>>, probe: F)
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    for r in due {
+        if !busy.lock().insert(r) {
             continue;
         }
-        let id = v.member_ids()[r].clone();
-        match v.array.readd(r).await {
-            Ok(Readd::Unreachable(_)) => {}
-            Ok(Readd::Resync { bytes }) => {
+        let (fut, busy) = (probe(r), busy.clone());
+        tokio::spawn(async move {
+            fut.await;
+            busy.lock().remove(&r);
+        });
+    }
+}
+
+/// Tries failed remote member `r` of volume `k` once.
+async fn probe_member(
+    controls: Arc<Controls>,
+    k: usize,
+    r: usize,
+    refused: Arc<Mutex<HashSet<usize>>>,
+) {
+    let v = &controls.volumes[k];
+    let id = v.member_ids()[r].clone();
+    match v.array.readd(r).await {
+        Ok(Readd::Unreachable(_)) => {}
+        Ok(Readd::Resync { bytes }) => {
+            say(&format!(
+                "volume {}: remote member {id} is back: resyncing the {} the write-intent bitmap marks before it is read again",
+                v.name,
+                config::format_size(bytes)
+            ));
+            start_resync(v);
+        }
+        Ok(Readd::Rebuild) => {
+            say(&format!(
+                "volume {}: remote member {id} is back but cannot be resynced from the bitmap (blank, or no bitmap): rebuilding it whole",
+                v.name
+            ));
+            v.ensure_rebuild(v.rebuild_rate);
+        }
+        Err(e) => {
+            if refused.lock().insert(r) {
                 say(&format!(
-                    "volume {}: remote member {id} is back: resyncing the {} the write-intent bitmap marks before it is read again",
-                    v.name,
-                    config::format_size(bytes)
-                ));
-                let ctl = Arc::new(PassControl::with_rate(v.rebuild_rate));
-                let (array, name) = (v.array.clone(), v.name.clone());
-                tokio::spawn(async move {
-                    match array.resync_returned(&ctl).await {
-                        Ok(s) => {
-                            tracing::info!("resync of {name}'s returning members {}", s.name())
-                        }
-                        Err(e) => tracing::error!("resync of {name}'s returning members: {e}"),
-                    }
-                });
-            }
-            Ok(Readd::Rebuild) => {
-                say(&format!(
-                    "volume {}: remote member {id} is back but cannot be resynced from the bitmap (blank, or no bitmap): rebuilding it whole",
+                    "volume {}: remote member {id} answers again but stays failed: {e}",
                     v.name
                 ));
-                v.ensure_rebuild(v.rebuild_rate);
-            }
-            Err(e) => {
-                if refused.insert(r) {
-                    say(&format!(
-                        "volume {}: remote member {id} answers again but stays failed: {e}",
-                        v.name
-                    ));
-                }
             }
         }
     }
 }
 
-/// Watches every volume's failed remote members, every [`PROBE_INTERVAL`].
-pub async fn watch(controls: Arc<Controls>) {
-    let mut refused: Vec<HashSet<usize>> = vec![HashSet::new(); controls.volumes.len()];
-    loop {
-        for (v, refused) in controls.volumes.iter().zip(refused.iter_mut()) {
-            if v.array.volume().failed_count() > 0 {
-                probe_volume(v, refused).await;
+/// Runs the resync of `v`'s re-added members in the background under the volume's re-add
+/// control ([`ControlVolume::readd`]: progress in `status`, pause/resume/cancel like other
+/// background work). A pass that was cancelled starts again under the same control (a new
+/// one when there is none, or the last one finished); one already running is left alone.
+pub fn start_resync(v: &ControlVolume) {
+    let ctl = {
+        let mut slot = v.readd.lock();
+        match slot.as_ref() {
+            Some(c) if c.state() == PassState::Running || c.state() == PassState::Paused => return,
+            Some(c) if c.state() == PassState::Cancelled => c.clone(),
+            _ => {
+                let c = Arc::new(PassControl::with_rate(v.rebuild_rate));
+                *slot = Some(c.clone());
+                c
             }
+        }
+    };
+    ctl.resume();
+    let (array, name) = (v.array.clone(), v.name.clone());
+    tokio::spawn(async move {
+        match array.resync_returned(&ctl).await {
+            Ok(s) => tracing::info!("resync of {name}'s returning members {}", s.name()),
+            Err(e) => tracing::error!("resync of {name}'s returning members: {e}"),
+        }
+    });
+}
+
+/// Cancels `v`'s re-add resync if it runs (or is paused): its members stay written and
+/// unread until `resume` runs it again. Whether there was one to cancel.
+pub fn cancel_resync(v: &ControlVolume) -> bool {
+    let Some(c) = v.readd.lock().clone() else {
+        return false;
+    };
+    if !matches!(c.state(), PassState::Running | PassState::Paused) {
+        return false;
+    }
+    c.cancel();
+    c.resume();
+    true
+}
+
+/// Watches every volume's failed remote members, every [`PROBE_INTERVAL`], each member's
+/// probe on its own (see [`start_probes`]).
+pub async fn watch(controls: Arc<Controls>) {
+    let probing: Vec<Probing> = controls
+        .volumes
+        .iter()
+        .map(|_| Probing::default())
+        .collect();
+    loop {
+        for (k, (v, p)) in controls.volumes.iter().zip(&probing).enumerate() {
+            if v.array.volume().failed_count() == 0 {
+                p.refused.lock().clear();
+                continue;
+            }
+            let refused = p.refused.clone();
+            let controls = controls.clone();
+            start_probes(due(v, &p.refused), &p.busy, move |r| {
+                probe_member(controls.clone(), k, r, refused.clone())
+            });
         }
         tokio::time::sleep(PROBE_INTERVAL).await;
     }
@@ -104,5 +189,37 @@ mod tests {
         assert!(is_remote("nbd+unix:///?socket=/run/kit.sock"));
         assert!(!is_remote("/var/lib/nbraid/d0.img"));
         assert!(!is_remote("d0.img"));
+    }
+
+    #[tokio::test]
+    async fn a_member_whose_server_never_answers_does_not_hold_the_others_probes() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let busy = Arc::new(Mutex::new(HashSet::new()));
+        let started: Arc<[AtomicUsize; 2]> = Arc::new(Default::default());
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for round in 0..2 {
+            let (started, tx) = (started.clone(), tx.clone());
+            start_probes(vec![0, 1], &busy, move |r| {
+                started[r].fetch_add(1, SeqCst);
+                let tx = tx.clone();
+                async move {
+                    if r == 0 {
+                        // A stopped server: no reply, ever.
+                        futures::future::pending::<()>().await;
+                    }
+                    tx.send(r).unwrap();
+                }
+            });
+            // Member 1's probe ends while member 0's hangs.
+            assert_eq!(rx.recv().await, Some(1), "round {round}");
+            tokio::task::yield_now().await;
+            while busy.lock().contains(&1) {
+                tokio::task::yield_now().await;
+            }
+        }
+        // The hanging probe is not started again while it runs; the other is, every round.
+        assert_eq!(started[0].load(SeqCst), 1);
+        assert_eq!(started[1].load(SeqCst), 2);
+        assert!(busy.lock().contains(&0));
     }
 }

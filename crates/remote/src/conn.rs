@@ -5,7 +5,7 @@ use std::future::Future;
 use std::io;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use nbraid_nbd::client::{Client, ClientError, ConnectOptions, ExportInfo, Uri};
@@ -56,8 +56,11 @@ struct Slot {
 pub(crate) struct Connections {
     uri_text: String,
     uri: Uri,
-    info: ExportInfo,
+    /// As the server described the export at the first connection (unset until one opens).
+    info: OnceLock<ExportInfo>,
     len: u64,
+    /// The volume's block size (the server's minimum block must divide it).
+    block_size: u32,
     timeout: Duration,
     rt: Handle,
     slots: Vec<Slot>,
@@ -75,41 +78,82 @@ fn breaks_connection(e: &ClientError) -> bool {
     )
 }
 
+/// Where a member's connections come from and what they must serve.
+pub(crate) struct Target {
+    pub uri_text: String,
+    pub uri: Uri,
+    pub len: u64,
+    pub block_size: u32,
+    pub timeout: Duration,
+}
+
 impl Connections {
-    /// Driven by runtime `rt`, which the clients were opened in.
-    pub fn new(
+    /// Driven by runtime `rt`, which the clients were opened in; `info` as the first one
+    /// found the export, `None` with no client yet (see [`Connections::offline`]). Slots
+    /// beyond the clients start closed.
+    fn build(
         rt: Handle,
-        uri_text: &str,
-        uri: Uri,
-        info: ExportInfo,
-        len: u64,
-        timeout: Duration,
+        target: Target,
+        info: Option<ExportInfo>,
         clients: Vec<Client>,
+        slots: usize,
     ) -> Arc<Connections> {
-        let slots = clients
-            .into_iter()
-            .map(|c| Slot {
+        let mut clients = clients.into_iter();
+        let slots = (0..slots.max(1))
+            .map(|_| Slot {
                 state: Mutex::new(SlotState {
                     generation: 0,
-                    client: Some(c),
+                    client: clients.next(),
                 }),
                 reconnecting: AtomicBool::new(false),
             })
             .collect();
+        let cell = OnceLock::new();
+        if let Some(info) = info {
+            let _ = cell.set(info);
+        }
         Arc::new(Connections {
-            uri_text: uri_text.to_string(),
-            uri,
-            info,
-            len,
-            timeout,
+            uri_text: target.uri_text,
+            uri: target.uri,
+            info: cell,
+            len: target.len,
+            block_size: target.block_size,
+            timeout: target.timeout,
             rt,
             slots,
             next: AtomicUsize::new(0),
         })
     }
 
-    pub fn info(&self) -> &ExportInfo {
-        &self.info
+    /// Over `clients`, opened in runtime `rt` (the first described the export as `info`).
+    pub fn new(
+        rt: Handle,
+        target: Target,
+        info: ExportInfo,
+        clients: Vec<Client>,
+    ) -> Arc<Connections> {
+        let n = clients.len();
+        Connections::build(rt, target, Some(info), clients, n)
+    }
+
+    /// With no connection yet (the server did not answer): every request fails at once
+    /// until the first connection opens in the background (with backoff, checked as at
+    /// connect); the others follow when the server offers multi-conn.
+    pub fn offline(rt: Handle, target: Target, connections: usize) -> Arc<Connections> {
+        let this = Connections::build(rt, target, None, Vec::new(), connections);
+        this.slots[0].reconnecting.store(true, Relaxed);
+        this.rt.spawn(reopen(Arc::downgrade(&this), 0));
+        this
+    }
+
+    /// The export as the first connection found it (`None`: none has opened yet).
+    pub fn info(&self) -> Option<&ExportInfo> {
+        self.info.get()
+    }
+
+    /// Whether the server sets transmission flag `flag` (false before any connection).
+    pub fn has(&self, flag: u16) -> bool {
+        self.info().is_some_and(|i| i.has(flag))
     }
 
     pub fn uri(&self) -> &Uri {
@@ -215,36 +259,48 @@ impl Connections {
     }
 }
 
+impl Connections {
+    /// Connection `i` re-opened as `c`. The first connection of a member that started
+    /// offline tells the export, and opens the other slots when the server offers multi-conn.
+    fn opened(self: &Arc<Self>, i: usize, c: Client) {
+        let first = self.info.set(c.info().clone()).is_ok();
+        let mut s = self.slots[i].state.lock();
+        s.client = Some(c);
+        s.generation += 1;
+        self.slots[i].reconnecting.store(false, Relaxed);
+        drop(s);
+        if first && self.has(nbraid_nbd::proto::TFLAG_CAN_MULTI_CONN) {
+            for k in (0..self.slots.len()).filter(|&k| k != i) {
+                if !self.slots[k].reconnecting.swap(true, Relaxed) {
+                    self.rt.spawn(reopen(Arc::downgrade(self), k));
+                }
+            }
+        }
+    }
+}
+
 /// Re-opens connection `i` with backoff until it works or the member is gone.
 async fn reopen(weak: Weak<Connections>, i: usize) {
     for attempt in 0u32.. {
         tokio::time::sleep(backoff(attempt)).await;
         let Some(this) = weak.upgrade() else { return };
         let why = match tokio::time::timeout(this.timeout, connect(&this.uri)).await {
-            Ok(Ok(c)) if c.size() >= this.len && !c.info().read_only() => {
-                let mut s = this.slots[i].state.lock();
-                s.client = Some(c);
-                s.generation += 1;
-                this.slots[i].reconnecting.store(false, Relaxed);
-                tracing::info!(
-                    "{}: connection {i} re-opened after {} attempts",
-                    this.uri_text,
-                    attempt + 1
-                );
-                return;
-            }
             Ok(Ok(c)) => {
-                c.disconnect().await;
-                format!(
-                    "the export is now {} bytes{} (the member needs {} writable)",
-                    c.size(),
-                    if c.info().read_only() {
-                        ", read-only"
-                    } else {
-                        ""
-                    },
-                    this.len
-                )
+                match crate::check_export(&this.uri_text, c.info(), this.len, this.block_size) {
+                    Ok(()) => {
+                        this.opened(i, c);
+                        tracing::info!(
+                            "{}: connection {i} re-opened after {} attempts",
+                            this.uri_text,
+                            attempt + 1
+                        );
+                        return;
+                    }
+                    Err(e) => {
+                        c.disconnect().await;
+                        e.to_string()
+                    }
+                }
             }
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {:?}", this.timeout),

@@ -97,6 +97,23 @@ pub enum RemoteError {
     },
 }
 
+impl RemoteError {
+    /// Whether the server did not answer at all (refused, reset, no reply in time): what
+    /// the member holds is unknown, it may come back. An answer that turns the member
+    /// down (no such export, too small, TLS required) is not this.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            RemoteError::Connect {
+                source: ClientError::Connect { .. }
+                    | ClientError::Io(_)
+                    | ClientError::Disconnected(_),
+                ..
+            }
+        )
+    }
+}
+
 /// What a server says about an export, for `nbraid check`.
 #[derive(Clone, Debug)]
 pub struct Probe {
@@ -208,7 +225,14 @@ impl RemoteMember {
                 Err(e) => tracing::warn!("{uri}: an extra connection failed: {e}"),
             }
         }
-        let conns = Connections::new(rt, uri, parsed, info, len, opts.timeout, clients);
+        let target = conn::Target {
+            uri_text: uri.to_string(),
+            uri: parsed,
+            len,
+            block_size: opts.block_size,
+            timeout: opts.timeout,
+        };
+        let conns = Connections::new(rt, target, info, clients);
         Ok(RemoteMember {
             name: uri.to_string(),
             len,
@@ -217,9 +241,37 @@ impl RemoteMember {
         })
     }
 
-    /// The export as the server described it at connect.
-    pub fn probe(&self) -> Probe {
-        Probe::of(self.conns.info(), self.conns.uri().tls)
+    /// A member of `len` bytes on `uri` whose server does not answer now (see
+    /// [`RemoteError::is_unreachable`]): every operation fails at once until a connection
+    /// opens in the background (retried with [`backoff`]; the export checked as
+    /// [`RemoteMember::connect`] checks it). For a member that must be served degraded and
+    /// re-added when it answers. Only a bad URI is refused.
+    pub fn offline(uri: &str, len: u64, opts: &RemoteOptions) -> Result<RemoteMember, RemoteError> {
+        let parsed = Uri::parse(uri).map_err(|e| connect_error(uri, e))?;
+        let rt = runtime();
+        let target = conn::Target {
+            uri_text: uri.to_string(),
+            uri: parsed,
+            len,
+            block_size: opts.block_size,
+            timeout: opts.timeout,
+        };
+        let conns = {
+            let _in = rt.enter();
+            Connections::offline(rt.clone(), target, opts.connections)
+        };
+        Ok(RemoteMember {
+            name: uri.to_string(),
+            len,
+            conns,
+            counters: MemberCounters::default(),
+        })
+    }
+
+    /// The export as the server described it at the first connection (`None`: none has
+    /// opened yet).
+    pub fn probe(&self) -> Option<Probe> {
+        Some(Probe::of(self.conns.info()?, self.conns.uri().tls))
     }
 
     /// Connections open now (the others are being re-opened).
@@ -236,7 +288,7 @@ impl RemoteMember {
     fn zero(&self, op: MemberOp, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
         let g = self.counters.start(op, len);
         let conns = self.conns.clone();
-        let native = conns.info().has(TFLAG_SEND_WRITE_ZEROES);
+        let native = conns.has(TFLAG_SEND_WRITE_ZEROES);
         let how = ZeroFlags {
             may_trim: op == MemberOp::Trim,
             fua: false,
@@ -286,7 +338,7 @@ fn runtime() -> tokio::runtime::Handle {
 }
 
 /// Whether an export can hold a member of `len` bytes for volumes of `block_size` blocks.
-fn check_export(
+pub(crate) fn check_export(
     uri: &str,
     info: &ExportInfo,
     len: u64,
@@ -355,7 +407,7 @@ impl Member for RemoteMember {
         let g = self.counters.start(MemberOp::Write, len);
         let conns = self.conns.clone();
         let data = Bytes::from_owner(Owned(data));
-        let native_fua = conns.info().has(TFLAG_SEND_FUA);
+        let native_fua = conns.has(TFLAG_SEND_FUA);
         let fut = async move {
             if fua && native_fua {
                 return conns
@@ -401,7 +453,8 @@ impl Member for RemoteMember {
 fn flush(conns: &Arc<Connections>) -> impl Future<Output = io::Result<()>> + Send + 'static {
     let conns = conns.clone();
     async move {
-        if !conns.info().has(TFLAG_SEND_FLUSH) {
+        // Before any connection the request below fails (not connected).
+        if conns.info().is_some_and(|i| !i.has(TFLAG_SEND_FLUSH)) {
             return Ok(());
         }
         conns.run(|c| async move { c.flush().await }).await

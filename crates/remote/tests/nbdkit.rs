@@ -120,7 +120,7 @@ async fn every_operation_against_a_model_on_several_connections() {
         .await
         .unwrap();
     assert_eq!(m.len(), 64 * MIB);
-    let p = m.probe();
+    let p = m.probe().unwrap();
     assert!(p.multi_conn && !p.read_only && !p.tls, "{p:?}");
     assert_eq!(m.connections_open(), RemoteOptions::default().connections);
 
@@ -257,7 +257,7 @@ async fn a_tls_remote_member() {
     let m = RemoteMember::connect(&uri, None, &RemoteOptions::default())
         .await
         .unwrap();
-    assert!(m.probe().tls);
+    assert!(m.probe().unwrap().tls);
     write(&m, 8192, &pattern(5, 65536), true).await;
     assert_eq!(read(&m, 8192, 65536).await, pattern(5, 65536));
     let plain = format!("nbd://127.0.0.1:{port}/");

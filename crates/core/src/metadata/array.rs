@@ -131,7 +131,7 @@ pub struct Array {
     /// Write-type requests in flight.
     inflight: AtomicU64,
     /// `Volume::failed_count` when the records last caught up with it.
-    recorded_failed: AtomicUsize,
+    pub(super) recorded_failed: AtomicUsize,
     pub(super) intent: Option<Intent>,
     /// By role: where that member keeps the partial-parity log (a new member in the role
     /// gets the same place).
@@ -191,7 +191,7 @@ impl Array {
                         m.member.name()
                     )))
                 }
-                Probe::Unreadable(e) => {
+                Probe::Unreadable(e) | Probe::Unreachable(e) => {
                     return Err(bad(format!(
                         "member {i} (`{}`): {e}; refusing to overwrite it",
                         m.member.name()
@@ -321,10 +321,7 @@ impl Array {
             .map(|r| {
                 let pos = match r {
                     Ok(i) => Some(*i),
-                    Err(Absence::Stale { member, .. } | Absence::Failed { member }) => {
-                        Some(*member)
-                    }
-                    Err(Absence::Lost) => None,
+                    Err(a) => a.member(),
                 };
                 pos.and_then(|i| metas[i].clone())
             })

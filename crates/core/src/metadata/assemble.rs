@@ -19,6 +19,10 @@ pub enum Probe {
     Superblock(Superblock, Option<MetadataError>),
     /// Both copies unusable, or the member could not be read.
     Unreadable(String),
+    /// A remote member whose server did not answer (refused, timed out): what it holds is
+    /// unknown. It is never taken for blank; its role is presumed from its position and
+    /// served degraded ([`Absence::Unreachable`]) until it answers and is re-added.
+    Unreachable(String),
 }
 
 /// Why a role has no trusted member.
@@ -30,6 +34,21 @@ pub enum Absence {
     Stale { member: usize, events: u64 },
     /// Recorded failed by its peers.
     Failed { member: usize },
+    /// Its member (presumed by position) did not answer at start: served degraded and
+    /// recorded failed, re-added once it answers.
+    Unreachable { member: usize },
+}
+
+impl Absence {
+    /// The position of the member held in the role while it is absent, if any.
+    pub fn member(&self) -> Option<usize> {
+        match self {
+            Absence::Lost => None,
+            Absence::Stale { member, .. }
+            | Absence::Failed { member }
+            | Absence::Unreachable { member } => Some(*member),
+        }
+    }
 }
 
 /// How to start the volume.
@@ -145,7 +164,7 @@ pub fn assemble(
             Probe::Unreadable(e) => warnings.push(format!(
                 "member {i}: superblock unreadable ({e}); treated as lost"
             )),
-            Probe::Missing | Probe::Blank => {}
+            Probe::Missing | Probe::Blank | Probe::Unreachable(_) => {}
         }
     }
     if let Some((member, theirs)) = foreign {
@@ -233,6 +252,7 @@ pub fn assemble(
             resuming.push((role, if stale { 0 } else { checkpoint_bytes }));
         }
     }
+    presume_unreachable(config_tree, &newest.tree, probes, &mut roles, &mut warnings);
     // The newest record's view of member states wins: a member its peers recorded failed
     // stays failed (never resynced back in), whatever its own record says.
     for (role, m) in newest.members.iter().enumerate() {
@@ -278,6 +298,69 @@ pub fn assemble(
     })
 }
 
+/// Gives each unreachable member (its superblock unknown) the lost role at its position in
+/// the tree (the config's leaf order is the records'), or the one lost role left when one
+/// unreachable member is left; a wrong guess is caught when it answers (its records must
+/// name the role). Unplaced ones stay out, with a warning.
+fn presume_unreachable(
+    config_tree: &Node,
+    recorded: &Node,
+    probes: &[Probe],
+    roles: &mut [Result<usize, Absence>],
+    warnings: &mut Vec<String>,
+) {
+    let mut leaves = Vec::new();
+    config_tree.visit_members(&mut |m| leaves.push(m.index));
+    let mut k = 0;
+    let mut at_leaf = Vec::new();
+    recorded.visit_members(&mut |m| {
+        at_leaf.push((leaves.get(k).copied(), m.index));
+        k += 1;
+    });
+    let unreachable: Vec<(usize, &String)> = probes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match p {
+            Probe::Unreachable(e) => Some((i, e)),
+            _ => None,
+        })
+        .collect();
+    let mut unplaced = Vec::new();
+    for &(i, e) in &unreachable {
+        let role = at_leaf
+            .iter()
+            .find(|&&(p, _)| p == Some(i))
+            .map(|&(_, r)| r)
+            .filter(|&r| roles.get(r) == Some(&Err(Absence::Lost)));
+        match role {
+            Some(r) => roles[r] = Err(Absence::Unreachable { member: i }),
+            None => unplaced.push((i, e)),
+        }
+    }
+    let lost: Vec<usize> = (0..roles.len())
+        .filter(|&r| roles[r] == Err(Absence::Lost))
+        .collect();
+    if let ([(i, _)], [r]) = (unplaced.as_slice(), lost.as_slice()) {
+        roles[*r] = Err(Absence::Unreachable { member: *i });
+        unplaced.clear();
+    }
+    for (i, e) in unplaced {
+        warnings.push(format!(
+            "member {i}: unreachable ({e}); no lost role to presume it in: left out"
+        ));
+    }
+    for &(i, e) in &unreachable {
+        if let Some(r) = roles
+            .iter()
+            .position(|x| *x == Err(Absence::Unreachable { member: i }))
+        {
+            warnings.push(format!(
+                "member {i}: unreachable ({e}); presumed to hold role {r}: served degraded, recorded failed, re-added when it answers"
+            ));
+        }
+    }
+}
+
 fn describe(a: &Absence) -> String {
     match a {
         Absence::Lost => {
@@ -287,6 +370,9 @@ fn describe(a: &Absence) -> String {
             format!("member {member} is stale (events {events}): not read until resynced")
         }
         Absence::Failed { member } => format!("member {member} is recorded failed"),
+        Absence::Unreachable { member } => {
+            format!("member {member} is unreachable: served degraded")
+        }
     }
 }
 

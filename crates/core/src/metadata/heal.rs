@@ -177,7 +177,7 @@ impl Array {
 
     /// Whether `meta` can join (as a spare, or in role `role`, whose old member it may be).
     fn check_newcomer(&self, meta: &MemberMeta, role: Option<usize>) -> Result<(), ArrayError> {
-        if let Probe::Unreadable(e) = meta.probe() {
+        if let Probe::Unreadable(e) | Probe::Unreachable(e) = meta.probe() {
             return Err(self.refuse(format!(
                 "`{}`: {e}; refusing to overwrite it",
                 meta.member().name()

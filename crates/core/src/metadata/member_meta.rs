@@ -31,6 +31,16 @@ impl MemberMeta {
         })
     }
 
+    /// `member` whose server did not answer (`why`): its superblock is unknown, read again
+    /// when it is re-added.
+    pub fn unreachable(member: Arc<dyn Member>, why: String) -> Arc<MemberMeta> {
+        Arc::new(MemberMeta {
+            member,
+            probe: Probe::Unreachable(why),
+            sb: AsyncMutex::new(None),
+        })
+    }
+
     pub fn member(&self) -> &Arc<dyn Member> {
         &self.member
     }

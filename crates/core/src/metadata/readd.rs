@@ -171,15 +171,30 @@ impl Array {
                 ),
             ));
         }
-        let resync = self.intent.is_some()
-            && self.bitmap_areas.read()[role].is_some()
-            && entry.state == RecordedState::Failed;
+        // A member unreachable at open had no record read then: its own says where its
+        // bitmap is.
+        let area = self.bitmap_areas.read()[role].or_else(|| {
+            let theirs = record
+                .bitmap
+                .filter(|b| Some(b.chunk_bytes) == self.bitmap_chunk_bytes())?
+                .area;
+            let len = self.bitmap_areas.read().iter().flatten().next()?.len;
+            (theirs.len == len).then_some(theirs)
+        });
+        let resync =
+            self.intent.is_some() && area.is_some() && entry.state == RecordedState::Failed;
         if !resync {
             drop(rec);
             self.rebuild_onto(role, fresh).await?;
             return Ok(Readd::Rebuild);
         }
+        self.bitmap_areas.write()[role] = area;
         v.install_member(role, member)?;
+        // One failed member fewer, and its failure was recorded (above): without this, the
+        // next member to fail would match the old count and go unrecorded while writes that
+        // missed it are acknowledged.
+        self.recorded_failed
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         self.metas.write()[role] = Some(fresh);
         // After the install: a write that planned without the member has its bit set already.
         let capacity = v.capacity();

@@ -14,7 +14,7 @@ use super::rng::Rng;
 use super::run::sim_members;
 use futures::future::join_all;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, OpenReport};
-use nbraid_core::{PassControl, PassState};
+use nbraid_core::{Member, PassControl, PassState};
 use nbraid_layout::{Geometry, Node};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -161,13 +161,33 @@ pub(super) fn reopen_after_power_loss(
     background: bool,
     during: &str,
 ) -> Result<Reopened, String> {
+    let same = |_: usize, m: Arc<dyn Member>| m;
+    reopen_wrapped(world, rng, case, disks, opts, background, during, &same)
+}
+
+/// [`reopen_after_power_loss`] with disk `i`'s member given as `wrap(i, member)`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn reopen_wrapped(
+    world: &Arc<Mutex<World>>,
+    rng: &mut Rng,
+    case: &CrashCase,
+    disks: usize,
+    opts: &ArrayOptions,
+    background: bool,
+    during: &str,
+    wrap: &dyn Fn(usize, Arc<dyn Member>) -> Arc<dyn Member>,
+) -> Result<Reopened, String> {
     let torn = rng.chance(500);
     let images: Vec<Vec<u8>> = {
         let w = world.lock().expect("world");
         w.disks.iter().map(|d| d.crash_image(rng, torn)).collect()
     };
     let world = World::new(images, vec![DiskFaults::default(); disks]);
-    let members = sim_members(&world, disks, case.member_len);
+    let members: Vec<Arc<dyn Member>> = sim_members(&world, disks, case.member_len)
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| wrap(i, m))
+        .collect();
     let (tree, o) = (case.tree.clone(), opts.clone());
     let (array, report) = super::crash::drive(&world, rng, async move {
         let metas = join_all(members.into_iter().map(MemberMeta::load)).await;

@@ -146,9 +146,9 @@ pub(super) fn drive<T: 'static>(
     v.ok_or_else(|| "task vanished".into())
 }
 
-struct Shared {
-    history: RefCell<History>,
-    violations: RefCell<Vec<String>>,
+pub(super) struct Shared {
+    pub history: RefCell<History>,
+    pub violations: RefCell<Vec<String>>,
 }
 
 pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
@@ -448,6 +448,34 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
     )?;
     // Redundancy agrees: every view that loses up to two more members reads the same bytes.
     drop(array);
+    let what = format!("report {report:?}");
+    stats.redundancy_views += redundancy_agrees(
+        &world,
+        &mut rng,
+        case,
+        &role_disks,
+        &not_current,
+        &history,
+        &what,
+    )?;
+    Ok(stats)
+}
+
+/// Every view of the members in `role_disks` that loses up to two more members than
+/// `not_current` (within tolerance) reads the same bytes: copies and parity agree. Returns
+/// the views checked; `what` goes into the error.
+pub(super) fn redundancy_agrees(
+    world: &Arc<Mutex<World>>,
+    rng: &mut Rng,
+    case: &CrashCase,
+    role_disks: &[usize],
+    not_current: &[usize],
+    history: &History,
+    what: &str,
+) -> Result<u64, String> {
+    let g = Geometry::from_tree(case.tree.clone());
+    let n = case.members;
+    let mut views_checked = 0;
     let others: Vec<usize> = (0..n).filter(|m| !not_current.contains(m)).collect();
     let mut views = Vec::new();
     for (i, &a) in others.iter().enumerate() {
@@ -456,13 +484,13 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
             views.push(vec![a, b]);
         }
     }
-    let baseline = read_view(&world, &mut rng, &g, case, &role_disks, &not_current)?;
+    let baseline = read_view(world, rng, &g, case, role_disks, not_current)?;
     for v in views {
-        let lost = [not_current.clone(), v].concat();
+        let lost = [not_current.to_vec(), v].concat();
         if !g.survives(&lost) {
             continue;
         }
-        let got = read_view(&world, &mut rng, &g, case, &role_disks, &lost)?;
+        let got = read_view(world, rng, &g, case, role_disks, &lost)?;
         if let Some(at) = (0..got.len()).find(|&i| got[i] != baseline[i]) {
             let s = at / SECTOR_BYTES * SECTOR_BYTES;
             let id = |b: &[u8]| u64::from_le_bytes(b[s..s + 8].try_into().expect("8"));
@@ -478,23 +506,23 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
                 id(&got),
                 id(&baseline)
             ) + &format!(
-                "after the resync, the volume read without members {lost:?} differs at byte {at} from the read without {not_current:?}: copies or parity disagree (report {report:?})"
+                "after the resync, the volume read without members {lost:?} differs at byte {at} from the read without {not_current:?}: copies or parity disagree ({what})"
             ));
         }
-        stats.redundancy_views += 1;
+        views_checked += 1;
     }
-    Ok(stats)
+    Ok(views_checked)
 }
 
 /// Sectors some write not guaranteed durable covers (a crash may have torn them).
-fn being_written(h: &History) -> std::collections::HashSet<u64> {
+pub(super) fn being_written(h: &History) -> std::collections::HashSet<u64> {
     h.unguaranteed_writes()
         .iter()
         .flat_map(|o| o.offset / SECTOR..(o.offset + o.len).div_ceil(SECTOR))
         .collect()
 }
 
-fn spawn(
+pub(super) fn spawn(
     exec: &mut Executor,
     array: &Arc<Array>,
     shared: &Rc<Shared>,

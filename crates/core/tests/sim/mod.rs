@@ -11,6 +11,7 @@ pub mod crash;
 pub mod disk;
 pub mod executor;
 pub mod history;
+pub mod readd;
 pub mod rng;
 pub mod run;
 pub mod scrub;

@@ -119,7 +119,7 @@ pub fn maybe_scrub(
 }
 
 /// Sectors whose bytes no flushed write explains.
-fn unreadable(
+pub(super) fn unreadable(
     world: &Arc<Mutex<World>>,
     rng: &mut Rng,
     array: &Arc<Array>,
@@ -136,7 +136,7 @@ fn unreadable(
 
 /// Every flushed write reads back, but in the `excused` sectors.
 #[allow(clippy::too_many_arguments)]
-fn check_durable(
+pub(super) fn check_durable(
     world: &Arc<Mutex<World>>,
     rng: &mut Rng,
     array: &Arc<Array>,

@@ -21,7 +21,7 @@ pub struct ControlVolume {
     /// Config member ids, by the volume's member index (its role in the superblocks).
     pub members: Vec<String>,
     /// By member index: what assembly found in the superblocks ("new", "active", "missing",
-    /// "stale", "failed").
+    /// "stale", "failed", "unreachable").
     pub at_start: Vec<&'static str>,
     /// What the start did: created the array, found it clean, bytes resynced before serving.
     pub start: StartReport,
@@ -34,6 +34,8 @@ pub struct ControlVolume {
     pub rebuild_rate: PassRate,
     /// The background resync after an unclean start, if there was one.
     pub resync: Mutex<Option<Arc<PassControl>>>,
+    /// The latest resync of re-added members (`returning.rs`), running or finished.
+    pub readd: Mutex<Option<Arc<PassControl>>>,
     /// Every member and spare known by id (config ids; paths for those added at run time).
     known: Mutex<Vec<Known>>,
     /// What the start found that the operator must hear (spares holding roles, old members
@@ -61,6 +63,7 @@ impl ControlVolume {
             rebuild: Mutex::new(None),
             rebuild_rate: PassRate::default(),
             resync: Mutex::new(None),
+            readd: Mutex::new(None),
             known: Mutex::new(Vec::new()),
             notes: Vec::new(),
         }
@@ -242,6 +245,22 @@ fn rebuild_json(v: &ControlVolume) -> Value {
     })
 }
 
+/// The re-add resync (`returning.rs`): its pass, and the roles it brings back.
+fn readd_json(v: &ControlVolume) -> Value {
+    let Some(c) = v.readd.lock().clone() else {
+        return Value::Null;
+    };
+    json!({
+        "state": c.state().name(),
+        "roles": v.array.returning().iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+        "position_bytes": c.position_bytes(),
+        "total_bytes": c.total_bytes(),
+        "rate_bytes_per_s": c.measured_bytes_per_s(),
+        "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
+        "eta_s": c.eta_s(),
+    })
+}
+
 /// What starting a volume did.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StartReport {
@@ -381,14 +400,24 @@ impl Controls {
             Request::Resume { volume } => self.pause_resume(&volume, false),
             Request::Cancel { volume } => {
                 let v = self.find(&volume)?;
-                let c = v.scrub().ok_or_else(|| {
-                    Refusal::new("not-found", format!("volume \"{volume}\" has no scrub"))
-                })?;
+                let scrub = v.scrub();
+                let readd = crate::returning::cancel_resync(v);
+                let Some(c) = scrub else {
+                    if readd {
+                        return Ok(ok_reply(
+                            json!({ "volume": volume, "readd": readd_json(v) }),
+                        ));
+                    }
+                    return Err(Refusal::new(
+                        "not-found",
+                        format!("volume \"{volume}\" has no scrub or re-add resync"),
+                    ));
+                };
                 c.cancel();
                 c.resume();
-                Ok(ok_reply(
-                    json!({ "volume": volume, "scrub": scrub_json(&c.report()) }),
-                ))
+                Ok(ok_reply(json!({
+                    "volume": volume, "scrub": scrub_json(&c.report()), "readd": readd_json(v),
+                })))
             }
         }
     }
@@ -398,10 +427,12 @@ impl Controls {
         for v in self.select(volume)? {
             let (scrub, rebuild) = (v.scrub(), v.rebuild());
             let resync = v.resync.lock().clone();
+            let readd = v.readd.lock().clone();
             let passes = [
                 scrub.as_ref().map(|c| &c.pass),
                 rebuild.as_deref(),
                 resync.as_deref(),
+                readd.as_deref(),
             ];
             let mut any = false;
             for c in passes.into_iter().flatten() {
@@ -411,6 +442,10 @@ impl Controls {
                     c.resume();
                 }
                 any = true;
+            }
+            // A cancelled re-add resync runs again (its members are written, not read).
+            if !pause && !v.array.returning().is_empty() {
+                crate::returning::start_resync(v);
             }
             if any {
                 touched.push(v.name.clone());
@@ -501,6 +536,7 @@ fn status(v: &ControlVolume) -> Value {
             "eta_s": c.eta_s(),
         })),
         "returning": v.array.returning().iter().map(|&(i, b)| json!({ "index": i, "resync_bytes": b })).collect::<Vec<_>>(),
+        "readd": readd_json(v),
         "spares": v.array.spares().iter().map(|m| v.id_of(m.member())).collect::<Vec<_>>(),
         "notes": v.notes,
     })

@@ -2,6 +2,8 @@
 //! bounded in time, output captured.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod returning;
+
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

@@ -1,0 +1,46 @@
+//! Remote members whose server does not answer when the daemon starts (connection refused,
+//! no reply in time). What such a member holds is unknown, so it is never taken for blank:
+//! it joins assembly as *unreachable* ([`Probe::Unreachable`]), its volumes assemble from the
+//! members that answer (their superblocks decide) and, within their tolerance, serve
+//! degraded with its role recorded failed — the write-intent bitmap then keeps every region
+//! it misses. Its connection is retried in the background, and the returning-member probe
+//! ([`crate::returning`]) re-adds it once it answers: resynced over the bitmap before it is
+//! read. Beyond tolerance the volume is refused, naming the members that did not answer.
+//!
+//! [`Probe::Unreachable`]: nbraid_core::metadata::Probe::Unreachable
+
+use crate::assemble::{remote_options, AssembleError, Opened};
+use nbraid_config::{Config, Member};
+use nbraid_core::metadata::MemberMeta;
+use std::sync::Arc;
+
+/// What to do with remote member `m` that failed to open with `e`: an unreachable server
+/// gives a member with no connection yet (said loudly); any other error stands.
+pub fn at_start(config: &Config, m: &Member, e: AssembleError) -> Result<Opened, AssembleError> {
+    let AssembleError::Remote { source, .. } = &e else {
+        return Err(e);
+    };
+    if !source.is_unreachable() {
+        return Err(e);
+    }
+    let member =
+        nbraid_remote::RemoteMember::offline(&m.path_text, m.size, &remote_options(config, m))
+            .map_err(|source| AssembleError::Remote {
+                id: m.id.clone(),
+                source,
+            })?;
+    let msg = format!(
+        "remote member {} ({}) is UNREACHABLE: {source}; its volumes start degraded without it (within their tolerance) and it is re-added, resynced, once it answers",
+        m.id, m.path_text
+    );
+    tracing::warn!("{msg}");
+    eprintln!("nbraidd: warning: {msg}");
+    Ok(Opened {
+        meta: Some(MemberMeta::unreachable(
+            Arc::new(member),
+            source.to_string(),
+        )),
+        blank: false,
+        created: false,
+    })
+}
