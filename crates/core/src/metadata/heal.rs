@@ -87,7 +87,7 @@ pub struct RebuildReport {
 }
 
 impl Array {
-    fn refuse(&self, detail: String) -> ArrayError {
+    pub(super) fn refuse(&self, detail: String) -> ArrayError {
         ArrayError::Metadata {
             volume: self.name().to_string(),
             detail,
@@ -304,6 +304,7 @@ impl Array {
             ppl,
             checksums: None,
             scrub: rec.scrub,
+            spares: rec.spares.clone(),
         };
         let name = self.name().to_string();
         meta.update(move |sb| {
@@ -326,6 +327,8 @@ impl Array {
         }
         self.check_newcomer(&meta, Some(role))?;
         let mut rec = self.recorded.lock().await;
+        // A recorded spare that takes a role is no longer one.
+        rec.spares.retain(|p| p != meta.member().name());
         // Its own record says *rebuilding* from the first write: a later commit torn on it
         // must not leave a record that looks like a member that merely missed writes.
         let mut next = Recorded {
@@ -333,6 +336,7 @@ impl Array {
             clean: rec.clean,
             members: rec.members.clone(),
             scrub: rec.scrub,
+            spares: rec.spares.clone(),
         };
         next.members[role] = MemberEntry {
             uuid: self.newcomer_id(role, &meta, &rec).await?,
@@ -533,6 +537,7 @@ impl Array {
             clean: rec.clean,
             members: rec.members.clone(),
             scrub: rec.scrub,
+            spares: rec.spares.clone(),
         };
         next.members[r] = MemberEntry {
             uuid: self.newcomer_id(r, &meta, &rec).await?,
