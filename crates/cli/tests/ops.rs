@@ -503,6 +503,42 @@ fn a_config_spare_is_rebuilt_onto_by_itself_and_a_restart_keeps_it() {
     d.stop();
 }
 
+/// A spare added at run time is recorded (format version 2): after a restart on the same
+/// config (which does not name it) it still stands by, and a member failed then is rebuilt
+/// onto it by itself; the volume reads back bit-exact.
+#[test]
+fn a_spare_added_at_run_time_survives_a_restart_and_takes_a_failed_role() {
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let cfg = config.to_str().unwrap();
+    let (mut d, uri) = serve(&config, "r6");
+    let data = fill(&nbdcopy, dir.path(), &uri, 0x5eed_0f5a_4e5a_f00d);
+    let spare = blank_member(dir.path(), "spare.img");
+    ok(nbraid(&["add", "r6", &spare, "--config", cfg]), "add");
+    assert_eq!(volume_status(cfg)["spares"], serde_json::json!([spare]));
+    d.stop();
+
+    let (mut d, uri) = serve(&config, "r6");
+    let v = volume_status(cfg);
+    assert_eq!(v["spares"], serde_json::json!([spare]), "{v:#}");
+    assert_eq!(v["state"], "healthy", "{v:#}");
+    ok(nbraid(&["fail", "r6", "d2", "--config", cfg]), "fail");
+    let v = wait_for(cfg, "the rebuild onto the recorded spare", |v| {
+        v["rebuild"]["state"] == "done" && v["degraded"] == false
+    });
+    assert!(
+        v["members"][2]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("spare.img"),
+        "{v:#}"
+    );
+    assert_eq!(v["spares"], serde_json::json!([]), "{v:#}");
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+    d.stop();
+}
+
 /// mdadm --remove through `nbraid remove`: an active member is refused with the way out, a
 /// failed one is taken out (status: removed, degraded), a spare added at run time is taken
 /// back out of the spares, and the data reads back after each.

@@ -8,7 +8,8 @@
 //!
 //! `cargo run --release -p nbraid-core --example ppl_cost [dir] [seconds per round] [rounds]`
 //! (default /var/tmp, 2 s, 4); `NBRAID_PPL_ONLY="raid5 4k"` runs only the workloads whose
-//! level and name contain it.
+//! level and name contain it; `NBRAID_PPL_SIDE=on` (or `off`) runs only that side (for
+//! profiling one of them).
 
 use futures::executor::block_on;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -77,8 +78,20 @@ fn cpu() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
+/// The process's (read_bytes, write_bytes) so far, from /proc/self/io.
+fn io_bytes() -> (u64, u64) {
+    let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+    let field = |name: &str| {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (field("read_bytes:"), field("write_bytes:"))
+}
+
 /// `bs`-byte writes at queue depth `qd` for `secs` (random offsets, or sequential from
-/// `*seq_at`), then a flush. Returns (writes per second, CPU µs per write).
+/// `*seq_at`), then a flush. Returns (writes per second, CPU µs per write, writes).
 fn run(
     a: &Array,
     bs: u64,
@@ -87,12 +100,12 @@ fn run(
     secs: f64,
     seq_at: &mut u64,
     seed: u64,
-) -> (f64, f64) {
+) -> (f64, f64, u64) {
     let capacity = a.volume().capacity();
     let blocks = capacity / bs;
     let mut x = seed | 1;
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
-    let (t0, c0) = (Instant::now(), cpu());
+    let (t0, c0, io0) = (Instant::now(), cpu(), io_bytes());
     let mut done = 0u64;
     block_on(async {
         let mut inflight = FuturesUnordered::new();
@@ -123,7 +136,15 @@ fn run(
         a.flush().await.expect("flush");
     });
     let (wall, c) = (t0.elapsed().as_secs_f64(), (cpu() - c0).as_secs_f64());
-    (done as f64 / wall, c * 1e6 / done.max(1) as f64)
+    if std::env::var("NBRAID_PPL_IO").is_ok() {
+        let (r, w) = io_bytes();
+        eprintln!(
+            "{done} writes; member KiB per write: read {:.1}, written {:.1}",
+            (r - io0.0) as f64 / 1024.0 / done as f64,
+            (w - io0.1) as f64 / 1024.0 / done as f64
+        );
+    }
+    (done as f64 / wall, c * 1e6 / done.max(1) as f64, done)
 }
 
 fn main() {
@@ -146,6 +167,7 @@ fn main() {
     let wb = CacheMode::default();
     // Only the workloads whose "level workload" contains this (e.g. "raid5 4k randwrite").
     let only = std::env::var("NBRAID_PPL_ONLY").ok();
+    let side = std::env::var("NBRAID_PPL_SIDE").ok();
     for (level, members, name) in [(Level::Raid5, 4, "raid5"), (Level::Raid6, 6, "raid6")] {
         for (work, bs, qd, random, cache) in [
             ("4k randwrite qd32 wb", 4096u64, 32usize, true, wb),
@@ -168,6 +190,8 @@ fn main() {
             let off = create(&dir, &format!("{name}-off"), level, members, false, cache);
             let (mut sum_on, mut sum_off) = ((0.0, 0.0), (0.0, 0.0));
             let (mut at_on, mut at_off) = (0u64, 0u64);
+            // The log's own counts over the runs with it.
+            let (mut log, mut writes_on) = (nbraid_core::ppl::LogStats::default(), 0u64);
             for r in 0..rounds {
                 let order: [bool; 2] = if r % 2 == 0 {
                     [true, false]
@@ -175,12 +199,27 @@ fn main() {
                     [false, true]
                 };
                 for with in order {
+                    if side.as_deref().is_some_and(|s| (s == "on") != with) {
+                        continue;
+                    }
                     let (a, at) = if with {
                         (&on, &mut at_on)
                     } else {
                         (&off, &mut at_off)
                     };
-                    let (iops, us) = run(a, bs, qd, random, secs, at, 0x9e37 + r);
+                    let before = nbraid_core::ppl::stats();
+                    let (iops, us, done) = run(a, bs, qd, random, secs, at, 0x9e37 + r);
+                    if with {
+                        let d = nbraid_core::ppl::stats().since(&before);
+                        log.rounds += d.rounds;
+                        log.batches += d.batches;
+                        log.entries += d.entries;
+                        log.batch_bytes += d.batch_bytes;
+                        log.member_flushes += d.member_flushes;
+                        log.band_waits += d.band_waits;
+                        log.room_waits += d.room_waits;
+                        writes_on += done;
+                    }
                     let s = if with { &mut sum_on } else { &mut sum_off };
                     s.0 += iops;
                     s.1 += us;
@@ -193,6 +232,17 @@ fn main() {
                 "{name:<8} {work:<26} {i_on:>10.0} {i_off:>10.0} {:>7.3} {c_on:>11.1} {c_off:>11.1} {:>7.3}",
                 i_on / i_off,
                 c_on / c_off
+            );
+            let per_k = |n: u64| n as f64 * 1000.0 / writes_on.max(1) as f64;
+            println!(
+                "{:<8} log: {:.1} entries/round, per 1000 writes: {:.0} batches, {:.0} KiB, {:.1} member flushes, {:.1} band waits, {:.1} room waits",
+                "",
+                log.entries as f64 / log.rounds.max(1) as f64,
+                per_k(log.batches),
+                per_k(log.batch_bytes) / 1024.0,
+                per_k(log.member_flushes),
+                per_k(log.band_waits),
+                per_k(log.room_waits),
             );
             drop(on);
             drop(off);

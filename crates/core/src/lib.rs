@@ -9,6 +9,7 @@ pub mod parity;
 mod absent;
 pub mod buf;
 pub mod concat;
+pub mod crc32c;
 pub mod error;
 pub mod exclusive;
 pub mod faulty;

@@ -10,7 +10,7 @@
 //! cancelled pass keeps its position: running it again with the same control resumes there.
 
 use crate::error::VolumeResult;
-use crate::pace::{Pace, PassRate};
+use crate::pace::PassRate;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, StreamExt};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -226,14 +226,10 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
     let mut next = run_start;
     let mut last_checkpoint = run_start;
     let mut q = FuturesOrdered::new();
-    // The adaptive mode's pace, decided after each window.
-    let full = Pace {
-        inflight: work.inflight,
-        gap: Duration::ZERO,
-    };
-    let mut pace = full;
+    // Windows in flight: the adaptive mode decides after each window.
+    let mut inflight = work.inflight;
     let user_ops = || work.activity.as_ref().map_or(0, |a| a());
-    let (mut ops_seen, mut window_done) = (user_ops(), Instant::now());
+    let mut ops_seen = user_ops();
     ctl.set_state(PassState::Running);
     loop {
         let due = work.checkpoint_bytes > 0 && next - last_checkpoint >= work.checkpoint_bytes;
@@ -247,7 +243,7 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
             continue;
         }
         let stopping = ctl.cancelled.load(Relaxed) || ctl.is_paused() || due;
-        while !stopping && q.len() < pace.inflight && next < total {
+        while !stopping && q.len() < inflight && next < total {
             let len = (total - next).min(work.window_bytes);
             let end = next + len;
             let f = (work.window)(next, len);
@@ -290,17 +286,16 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
             let rate = done as f64 / elapsed.as_secs_f64();
             ctl.measured_bytes_per_s.store(rate as u64, Relaxed);
         }
-        pace = full;
+        inflight = work.inflight;
         if ctl.is_adaptive() && work.activity.is_some() {
             let ops = user_ops();
-            pace = crate::pace::adaptive_pace(ops - ops_seen, window_done.elapsed(), work.inflight);
+            inflight = crate::pace::adaptive_inflight(ops - ops_seen, work.inflight);
             ops_seen = ops;
         }
-        let wait = rate_delay(done, elapsed, ctl.rate_limit_bytes_per_s()).max(pace.gap);
+        let wait = rate_delay(done, elapsed, ctl.rate_limit_bytes_per_s());
         if !wait.is_zero() {
             crate::timer::sleep(wait).await;
         }
-        window_done = Instant::now();
     }
 }
 

@@ -21,8 +21,8 @@
 //! Windows of [`REBUILD_WINDOW_BYTES`] (rounded to whole full stripes), [`REBUILD_INFLIGHT`]
 //! at a time: large sequential member I/O with several in flight, memory bounded by the
 //! windows in flight (times the stripe's parity share). Rate limit, adaptive mode
-//! ([`crate::pace`]: full speed while clients are idle, one window at a time and about half
-//! the members' time while they do I/O), pause, cancel and progress are the pass's
+//! ([`crate::pace`]: full speed while clients are idle, one window always in flight while
+//! they do I/O), pause, cancel and progress are the pass's
 //! ([`PassControl`]).
 //!
 //! # What is rebuilt

@@ -54,6 +54,7 @@ fn raid5_record(role: u32) -> VolumeRecord {
         ppl: None,
         checksums: None,
         scrub: None,
+        spares: Vec::new(),
     }
 }
 
@@ -230,6 +231,33 @@ fn a_scrub_checkpoint_round_trips_and_is_written_only_while_there_is_one() {
     assert!(e.to_string().contains("scrub flags"), "{e}");
 }
 
+/// Spares added at run time are recorded in format version 2: a superblock listing none is
+/// written as version 1, byte for byte as before (readers of version 1 read it); one that
+/// lists some says version 2 (those readers refuse it, naming the version) and round-trips.
+#[test]
+fn recorded_spares_round_trip_and_only_they_bump_the_version() {
+    let plain = superblock().encode().unwrap();
+    assert_eq!(plain[8..12], 1u32.to_le_bytes());
+    let mut sb = superblock();
+    sb.volumes[0].spares = vec!["/dev/disk/by-id/spare-0".into(), "s1.img".into()];
+    let bytes = sb.encode().unwrap();
+    assert_eq!(bytes[8..12], 2u32.to_le_bytes());
+    assert_eq!(bytes.len(), plain.len() + 4 + (4 + 23) + (4 + 6));
+    assert_eq!(Superblock::decode(&bytes).unwrap(), sb);
+    // With an unfinished scrub too: the checkpoint still ends the record.
+    sb.volumes[0].scrub = Some(ScrubCheckpoint {
+        position_bytes: 3 * MIB,
+        repair: false,
+    });
+    assert_eq!(Superblock::decode(&sb.encode().unwrap()).unwrap(), sb);
+    let mut bad = superblock();
+    bad.volumes[0].spares = vec![String::new()];
+    assert!(bad.encode().unwrap_err().to_string().contains("spare path"));
+    assert!(MetadataError::UnsupportedVersion { found: 2 }
+        .to_string()
+        .contains("versions 1 to 2"));
+}
+
 #[test]
 fn every_corruption_is_named() {
     let good = superblock().encode().unwrap();
@@ -240,10 +268,10 @@ fn every_corruption_is_named() {
         Err(MetadataError::BadMagic { .. })
     ));
     let mut bad = good.clone();
-    bad[8] = 2;
+    bad[8] = 3;
     assert_eq!(
         Superblock::decode(&bad),
-        Err(MetadataError::UnsupportedVersion { found: 2 })
+        Err(MetadataError::UnsupportedVersion { found: 3 })
     );
     let mut bad = good.clone();
     let last = bad.len() - 1;

@@ -300,7 +300,7 @@ async fn create_member(m: &config::Member) -> Result<Opened, AssembleError> {
     Ok(opened)
 }
 
-async fn load(member: Arc<dyn Member>) -> Result<Opened, AssembleError> {
+pub(crate) async fn load(member: Arc<dyn Member>) -> Result<Opened, AssembleError> {
     let meta = MemberMeta::load(member).await;
     let blank = match meta.probe() {
         Probe::Blank => {
@@ -505,7 +505,7 @@ pub async fn start_volume(
         tracing::warn!("{msg}");
         eprintln!("nbraidd: warning: {msg}");
     }
-    let (notes, known) = crate::heal::adopt(&array, config, v, opened, &report);
+    let (notes, known) = crate::heal::adopt(&array, config, v, opened, &report).await;
     for n in &notes {
         tracing::warn!(volume = %v.name, "{n}");
         eprintln!("nbraidd: volume {}: {n}", v.name);

@@ -141,7 +141,7 @@ pub fn role_notes(
 /// After the volume started: hands every usable spare (and blank unclaimed member) to the
 /// array, and returns what the operator must hear ([`role_notes`], spares that cannot be
 /// used) and every member and spare known by id.
-pub fn adopt(
+pub async fn adopt(
     array: &Array,
     config: &Config,
     v: &config::Volume,
@@ -203,7 +203,63 @@ pub fn adopt(
             Err(e) => notes.push(format!("spare {id}: {e}")),
         }
     }
+    for path in array.recorded_spares().await {
+        if let Some(m) = adopt_recorded(array, &v.name, &path, &known, &mut notes).await {
+            known.push(Known {
+                id: path,
+                member: m,
+            });
+        }
+    }
     (notes, known)
+}
+
+/// A spare added at run time (`nbraid add`) that the records list: opened again by its path
+/// and kept as a spare by the config's spares' rules (blank, or only an old record of this
+/// volume); else said, and left alone. `None` when it is not standing by.
+async fn adopt_recorded(
+    array: &Array,
+    volume: &str,
+    path: &str,
+    known: &[Known],
+    notes: &mut Vec<String>,
+) -> Option<Arc<dyn Member>> {
+    if known.iter().any(|k| k.member.name() == path) {
+        return None; // the config names it
+    }
+    let opened = match nbraid_core::UringFile::open_with(path, None, Default::default()) {
+        Ok(f) => crate::assemble::load(Arc::new(f))
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let o = match opened {
+        Ok(o) => o,
+        Err(e) => {
+            notes.push(format!(
+                "recorded spare {path} (added with nbraid add) cannot be opened: not standing by ({e})"
+            ));
+            return None;
+        }
+    };
+    let meta = o.meta()?.clone();
+    let usable = match only_this_volume(&o, volume) {
+        None => o.is_blank(),
+        Some(this_only) => this_only,
+    };
+    if !usable {
+        notes.push(format!(
+            "recorded spare {path} (added with nbraid add) is no longer blank: not used as a spare — wipe its first MiB, or nbraid remove it"
+        ));
+        return None;
+    }
+    match array.add_spare(meta.clone()) {
+        Ok(()) => Some(meta.member().clone()),
+        Err(e) => {
+            notes.push(format!("recorded spare {path}: {e}"));
+            None
+        }
+    }
 }
 
 /// Puts spares in failed roles and makes sure a rebuild runs for whatever is being rebuilt

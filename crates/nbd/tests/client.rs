@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use nbraid_nbd::client::{list_exports, Client, ClientError, ConnectOptions, Negotiation};
 use nbraid_nbd::proto::{EIO, ENOTSUP, STATE_HOLE, STATE_ZERO};
@@ -424,4 +424,36 @@ fn pathdiff(to: &std::path::Path, from: &std::path::Path) -> std::path::PathBuf 
     let mut p: std::path::PathBuf = (0..ups).map(|_| "..").collect();
     p.push(to.strip_prefix("/").unwrap());
     p
+}
+
+/// `read_into` receives into the caller's buffer — split requests each into their part, holes
+/// as zeroes over whatever the buffer held — and hands back the same allocation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_into_fills_the_callers_buffer() {
+    for structured in [false, true] {
+        let mem = Arc::new(MemoryExport::new(48 * MIB).with_block_sizes(4096, 4096));
+        let srv = server(vec![("m", mem.clone())]);
+        let how = Negotiation {
+            structured,
+            ..Negotiation::default()
+        };
+        let c = pipe(&srv, "m", how).await.unwrap();
+        // 40 MiB: two requests of the 32 MiB maximum and less.
+        let data = pattern(40 << 20, 7);
+        c.write(4096, data.clone()).await.unwrap();
+        let buf = BytesMut::from(&vec![0xee; data.len()][..]);
+        let at = buf.as_ptr();
+        let got = bounded(c.read_into(4096, buf)).await.unwrap();
+        assert!(got[..] == data[..], "structured {structured}");
+        assert_eq!(got.as_ptr(), at, "the caller's buffer comes back");
+
+        c.trim(0, 64 << 10).await.unwrap();
+        let buf = BytesMut::from(&[0xee; 128 << 10][..]);
+        let got = c.read_into(0, buf).await.unwrap();
+        assert_eq!(got[..], c.read(0, 128 << 10).await.unwrap()[..]);
+        assert!(got[..64 << 10].iter().all(|&b| b == 0));
+        assert!(got[64 << 10..] == data[(64 << 10) - 4096..(128 << 10) - 4096]);
+        let e = c.read_into(100, BytesMut::zeroed(4096)).await.unwrap_err();
+        assert!(matches!(e, ClientError::Unaligned { .. }), "{e}");
+    }
 }

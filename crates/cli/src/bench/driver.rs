@@ -119,17 +119,14 @@ pub fn run_cell(target: &dyn Target, cell: &Cell, label: &str, x: f64) -> Result
                         per_job[j] += 1;
                         issued_bytes += req.len;
                         let t0 = target.now();
-                        inflight.push(
-                            async move {
-                                let r = if req.write {
-                                    target.write(req.offset, buf).await
-                                } else {
-                                    target.read(req.offset, buf).await
-                                };
-                                (j, req, t0, r)
-                            }
-                            .boxed_local(),
-                        );
+                        inflight.push(async move {
+                            let r = if req.write {
+                                target.write(req.offset, buf).await
+                            } else {
+                                target.read(req.offset, buf).await
+                            };
+                            (j, req, t0, r)
+                        });
                         if matches!(cell.stop, Stop::Bytes(n) if issued_bytes >= n) {
                             break;
                         }

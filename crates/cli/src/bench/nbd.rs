@@ -3,14 +3,14 @@
 //! go round the target's connections in turn.
 //!
 //! Unless the run verifies data, the target does what fio's nbd engine does per request and
-//! no more: read data is received and dropped (not copied into the caller's buffer), and a
-//! write sends one shared copy of the caller's bytes per length (the driver's buffers hold
-//! the same fill then) instead of copying them each time. A 1 MiB request otherwise paid two
-//! memcpys of its own on top of the socket's.
+//! no more: read data is received into a buffer kept for reuse (not copied on into the
+//! caller's), and a write sends one shared copy of the caller's bytes per length (the
+//! driver's buffers hold the same fill then) instead of copying them each time. A 1 MiB
+//! request otherwise paid two memcpys of its own on top of the socket's.
 
 use super::target::Target;
 use anyhow::{Context, Result};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use nbraid_core::Buf;
@@ -29,6 +29,8 @@ pub struct NbdTarget {
     keep_data: bool,
     /// Without `keep_data`: the bytes sent for writes of each length.
     write_data: RefCell<HashMap<usize, Bytes>>,
+    /// Buffers the client receives read data into, by length, reused.
+    read_bufs: RefCell<HashMap<usize, Vec<BytesMut>>>,
 }
 
 impl NbdTarget {
@@ -36,7 +38,6 @@ impl NbdTarget {
     /// `nbd+unix:///export?socket=PATH`). `keep_data`: reads fill the caller's buffer and
     /// writes send its bytes (needed to verify); else see the module's note.
     pub fn connect(uri: &str, connections: usize, keep_data: bool) -> Result<NbdTarget> {
-        keep_large_buffers();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -60,6 +61,7 @@ impl NbdTarget {
             start: Instant::now(),
             keep_data,
             write_data: RefCell::default(),
+            read_bufs: RefCell::default(),
         })
     }
 
@@ -67,20 +69,6 @@ impl NbdTarget {
         let i = self.next.get();
         self.next.set((i + 1) % self.conns.len());
         &self.conns[i]
-    }
-}
-
-/// The NBD client receives each read reply into a fresh buffer. glibc serves blocks of 128 KiB
-/// and more by mmap until a free raises its threshold, and trims the heap's top, so 1 MiB
-/// reads kept faulting in new pages: 320–375 µs of CPU per read against fio's 250; with large
-/// blocks kept on the heap 148–162 µs (`nbraid bench seq-read --bs 1MiB --qd 8` on nbdkit's
-/// memory plugin, three alternated pairs).
-fn keep_large_buffers() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets glibc allocator thresholds (it takes the allocator's lock).
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
     }
 }
 
@@ -110,11 +98,19 @@ impl Target for NbdTarget {
 
     fn read(&self, offset: u64, mut buf: Buf) -> LocalBoxFuture<'_, Result<Buf>> {
         let c = self.conn();
+        let len = buf.len();
+        let dest = self.read_bufs.borrow_mut().get_mut(&len).and_then(Vec::pop);
+        let dest = dest.unwrap_or_else(|| BytesMut::zeroed(len));
         async move {
-            let data = c.read(offset, buf.len()).await?;
+            let data = c.read_into(offset, dest).await?;
             if self.keep_data {
                 buf.copy_from_slice(&data);
             }
+            self.read_bufs
+                .borrow_mut()
+                .entry(len)
+                .or_default()
+                .push(data);
             Ok(buf)
         }
         .boxed_local()

@@ -108,6 +108,8 @@ pub(super) struct Recorded {
     pub(super) members: Vec<MemberEntry>,
     /// An unfinished scrub (see `scrub.rs`).
     pub(super) scrub: Option<ScrubCheckpoint>,
+    /// Spares added at run time, by path (see `spare_list.rs`).
+    pub(super) spares: Vec<String>,
 }
 
 pub struct Array {
@@ -262,6 +264,7 @@ impl Array {
                 ppl,
                 checksums: None,
                 scrub: None,
+                spares: Vec::new(),
             };
             let uuid = member_ids[role];
             m.update(|sb| {
@@ -497,6 +500,7 @@ impl Array {
                 clean: newest.clean,
                 members: newest.members.clone(),
                 scrub: newest.scrub,
+                spares: newest.spares.clone(),
             }),
             dirty: AtomicBool::new(dirty),
             background: Default::default(),
@@ -620,8 +624,13 @@ impl Array {
                 .collect();
             let (id, name) = (self.id, self.name.as_str());
             let results = join_all(targets.iter().map(|&r| {
-                let (events, clean, members, scrub) =
-                    (rec.events, rec.clean, rec.members.clone(), rec.scrub);
+                let (events, clean, members, scrub, spares) = (
+                    rec.events,
+                    rec.clean,
+                    rec.members.clone(),
+                    rec.scrub,
+                    rec.spares.clone(),
+                );
                 metas[r].as_ref().expect("target").update(move |sb| {
                     if let Some(v) = sb
                         .volumes
@@ -632,6 +641,7 @@ impl Array {
                         v.clean = clean;
                         v.members = members;
                         v.scrub = scrub;
+                        v.spares = spares;
                     }
                 })
             }))

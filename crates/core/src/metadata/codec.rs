@@ -80,18 +80,7 @@ impl Writer {
     }
 }
 
-/// CRC-32C (Castagnoli), bitwise table-free reference: metadata is small and written rarely.
-pub(super) fn crc32c(bytes: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in bytes {
-        crc ^= u32::from(b);
-        for _ in 0..8 {
-            let mask = (crc & 1).wrapping_neg();
-            crc = (crc >> 1) ^ (0x82f6_3b78 & mask);
-        }
-    }
-    !crc
-}
+pub(super) use crate::crc32c::crc32c;
 
 #[cfg(test)]
 mod tests {

@@ -11,8 +11,9 @@
 //!   their checkpoint; reopening the array resumes there (the write-intent bitmap covers
 //!   user writes below it that were not flushed at a crash: it is never cleared while a
 //!   role is rebuilding, and an unclean open resyncs its regions onto the rebuilding member
-//!   too). When the pass has covered the volume, the volume is flushed, the new member's
-//!   bitmap gets the current one, its role is committed *active* — and only then is it read.
+//!   too). When the pass has covered the volume, the new members are flushed (not the
+//!   volume: its write-back cache is not the rebuild's), the new member's bitmap gets the
+//!   current one, its role is committed *active* — and only then is it read.
 //! - [`Array::replace`] rebuilds a replacement beside a member that keeps serving (md's
 //!   want_replacement): nothing is recorded until the pass completes; then the replacement
 //!   gets the role's record and the records name it (committed to it and every current
@@ -86,7 +87,7 @@ pub struct RebuildReport {
 }
 
 impl Array {
-    fn refuse(&self, detail: String) -> ArrayError {
+    pub(super) fn refuse(&self, detail: String) -> ArrayError {
         ArrayError::Metadata {
             volume: self.name().to_string(),
             detail,
@@ -303,6 +304,7 @@ impl Array {
             ppl,
             checksums: None,
             scrub: rec.scrub,
+            spares: rec.spares.clone(),
         };
         let name = self.name().to_string();
         meta.update(move |sb| {
@@ -325,6 +327,8 @@ impl Array {
         }
         self.check_newcomer(&meta, Some(role))?;
         let mut rec = self.recorded.lock().await;
+        // A recorded spare that takes a role is no longer one.
+        rec.spares.retain(|p| p != meta.member().name());
         // Its own record says *rebuilding* from the first write: a later commit torn on it
         // must not leave a record that looks like a member that merely missed writes.
         let mut next = Recorded {
@@ -332,6 +336,7 @@ impl Array {
             clean: rec.clean,
             members: rec.members.clone(),
             scrub: rec.scrub,
+            spares: rec.spares.clone(),
         };
         next.members[role] = MemberEntry {
             uuid: self.newcomer_id(role, &meta, &rec).await?,
@@ -434,16 +439,7 @@ impl Array {
     /// checkpoint.
     async fn checkpoint(&self, targets: &[usize], pos: u64) -> VolumeResult<()> {
         self.advance(targets, pos);
-        let roles: Vec<usize> = targets
-            .iter()
-            .copied()
-            .filter(|&r| self.heal.is_rebuilding(r) && !self.volume().member_is_failed(r))
-            .collect();
-        for &r in &roles {
-            if let Err(e) = self.volume().member(r).flush().await {
-                self.volume().fail_member(r, &e.to_string());
-            }
-        }
+        let roles = self.flush_newcomers(targets).await;
         let mut rec = self.recorded.lock().await;
         for &r in &roles {
             if let RecordedState::Rebuilding { checkpoint_bytes } = &mut rec.members[r].state {
@@ -453,9 +449,41 @@ impl Array {
         self.commit(&mut rec).await
     }
 
+    /// Flushes what `targets` are being rebuilt onto (new members, replacements); one that
+    /// fails is failed (a replacement given up). Returns the roles rebuilding onto a new
+    /// member that still stand.
+    async fn flush_newcomers(&self, targets: &[usize]) -> Vec<usize> {
+        let v = self.volume();
+        let flushes = targets.iter().map(|&r| async move {
+            if let Some(m) = v.table().slot(r).replacement() {
+                if let Err(e) = m.flush().await {
+                    v.table().slot(r).drop_replacement(&e);
+                }
+                return None;
+            }
+            if !self.heal.is_rebuilding(r) || v.member_is_failed(r) {
+                return None;
+            }
+            if let Err(e) = v.member(r).flush().await {
+                v.fail_member(r, &e.to_string());
+                return None;
+            }
+            Some(r)
+        });
+        futures::future::join_all(flushes)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
     /// After a pass covered the volume: targets still standing become current, recorded first.
     async fn complete(&self, targets: &[usize]) -> Result<Vec<usize>, ArrayError> {
-        self.volume().flush().await?;
+        // What the role is recorded on must hold the pass's bytes: a flush of the new
+        // members, not of the volume — under client writes that destages the whole
+        // write-back cache first (seconds; none of it is the rebuild's: what is still cached
+        // goes to the new member like to every other when it is destaged).
+        self.flush_newcomers(targets).await;
         let mut done = Vec::new();
         for &r in targets {
             if self.volume().member_is_failed(r) {
@@ -509,6 +537,7 @@ impl Array {
             clean: rec.clean,
             members: rec.members.clone(),
             scrub: rec.scrub,
+            spares: rec.spares.clone(),
         };
         next.members[r] = MemberEntry {
             uuid: self.newcomer_id(r, &meta, &rec).await?,

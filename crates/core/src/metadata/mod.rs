@@ -23,6 +23,7 @@ mod readd;
 mod remove;
 mod resync;
 mod scrub;
+mod spare_list;
 mod spares;
 mod superblock;
 
@@ -36,7 +37,8 @@ pub use spares::{assign_spares, SpareChoice};
 
 pub use superblock::{
     newest, Area, BitmapArea, MemberEntry, RecordedState, ScrubCheckpoint, Superblock, Uuid,
-    VolumeRecord, FORMAT_VERSION, METADATA_AREA_BYTES, SLOT_BYTES, SUPERBLOCK_MAGIC,
+    VolumeRecord, FIRST_FORMAT_VERSION, FORMAT_VERSION, METADATA_AREA_BYTES, SLOT_BYTES,
+    SUPERBLOCK_MAGIC,
 };
 
 use thiserror::Error;
@@ -46,7 +48,7 @@ use thiserror::Error;
 pub enum MetadataError {
     #[error("no nbraid superblock (magic {found:02x?}, expected \"NBRAIDSB\")")]
     BadMagic { found: [u8; 8] },
-    #[error("superblock format version {found} is not supported (this nbraid reads version {FORMAT_VERSION})")]
+    #[error("superblock format version {found} is not supported (this nbraid reads versions {FIRST_FORMAT_VERSION} to {FORMAT_VERSION})")]
     UnsupportedVersion { found: u32 },
     #[error("superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): torn or corrupted")]
     BadChecksum { stored: u32, computed: u32 },

@@ -6,7 +6,16 @@ use nbraid_layout::{Node, ParityLayout};
 use std::fmt;
 
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"NBRAIDSB";
-pub const FORMAT_VERSION: u32 = 1;
+/// The newest format this reads and writes. A superblock is written as version 2 only when
+/// one of its records lists spares (see [`VolumeRecord::spares`]), else as version 1, byte
+/// for byte as before: readers of version 1 only refuse just the superblocks they cannot read.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format this reads.
+pub const FIRST_FORMAT_VERSION: u32 = 1;
+/// Spares one volume record lists at most.
+pub const MAX_SPARES: usize = 64;
+/// Bytes of one spare's path at most.
+pub const MAX_SPARE_PATH_BYTES: usize = 4096;
 /// Bytes at the start of every member reserved for metadata (superblocks, bitmaps, logs).
 pub const METADATA_AREA_BYTES: u64 = 1 << 20;
 /// Bytes of one superblock copy; copy `g % 2` lives at `(g % 2) * SLOT_BYTES`.
@@ -119,6 +128,9 @@ pub struct VolumeRecord {
     pub checksums: Option<Area>,
     /// An unfinished scrub (encoded only while there is one).
     pub scrub: Option<ScrubCheckpoint>,
+    /// Spares added at run time (`nbraid add`), by the path they were opened by: a restart
+    /// opens them beside the config's spares. Recorded from format version 2 on.
+    pub spares: Vec<String>,
 }
 
 /// Where an unfinished scrub stopped: it resumes there after a restart.
@@ -154,7 +166,12 @@ impl Superblock {
     pub fn encode(&self) -> MetadataResult<Vec<u8>> {
         let mut w = Writer::default();
         w.bytes(&SUPERBLOCK_MAGIC);
-        w.u32(FORMAT_VERSION);
+        let version = if self.volumes.iter().any(|v| !v.spares.is_empty()) {
+            FORMAT_VERSION
+        } else {
+            FIRST_FORMAT_VERSION
+        };
+        w.u32(version);
         w.u32(0); // length, patched below
         w.u32(0); // checksum, patched below
         w.u32(0); // flags
@@ -167,7 +184,7 @@ impl Superblock {
         for v in &self.volumes {
             let at = w.len();
             w.u32(0); // record length, patched below
-            encode_volume(&mut w, v)?;
+            encode_volume(&mut w, v, version)?;
             let len = (w.len() - at) as u32;
             w.patch_u32(at, len);
         }
@@ -192,7 +209,7 @@ impl Superblock {
             return Err(MetadataError::BadMagic { found: magic });
         }
         let version = r.u32("version")?;
-        if version != FORMAT_VERSION {
+        if !(FIRST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(MetadataError::UnsupportedVersion { found: version });
         }
         let len = r.u32("length")? as usize;
@@ -243,7 +260,7 @@ impl Superblock {
                 ));
             }
             let body = r.take(rec_len - 4, "volume record")?;
-            let v = decode_volume(body, member_bytes).map_err(|e| within(e, start))?;
+            let v = decode_volume(body, member_bytes, version).map_err(|e| within(e, start))?;
             volumes.push(v);
         }
         if r.remaining() != 0 {
@@ -356,7 +373,7 @@ fn decode_area(
     Ok(Some(Area { offset, len }))
 }
 
-fn encode_volume(w: &mut Writer, v: &VolumeRecord) -> MetadataResult<()> {
+fn encode_volume(w: &mut Writer, v: &VolumeRecord, version: u32) -> MetadataResult<()> {
     w.bytes(&v.array.0);
     let name = v.name.as_bytes();
     if name.is_empty() || name.len() > NAME_BYTES || name.contains(&0) {
@@ -381,6 +398,9 @@ fn encode_volume(w: &mut Writer, v: &VolumeRecord) -> MetadataResult<()> {
         encode_state(w, m.state);
     }
     encode_node(w, &v.tree);
+    if version >= 2 {
+        encode_spares(w, &v.spares)?;
+    }
     if let Some(s) = v.scrub {
         w.u64(s.position_bytes);
         w.u64(if s.repair { SCRUB_REPAIR } else { 0 });
@@ -388,7 +408,7 @@ fn encode_volume(w: &mut Writer, v: &VolumeRecord) -> MetadataResult<()> {
     Ok(())
 }
 
-fn decode_volume(body: &[u8], member_bytes: u64) -> MetadataResult<VolumeRecord> {
+fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult<VolumeRecord> {
     let mut r = Reader::new(body);
     let array = Uuid(r.array("array uuid")?);
     let raw: [u8; NAME_BYTES] = r.array("volume name")?;
@@ -445,6 +465,11 @@ fn decode_volume(body: &[u8], member_bytes: u64) -> MetadataResult<VolumeRecord>
         members.push(MemberEntry { uuid, state });
     }
     let tree = decode_node(&mut r, count as usize, 0)?;
+    let spares = if version >= 2 {
+        decode_spares(&mut r)?
+    } else {
+        Vec::new()
+    };
     let scrub = match r.remaining() {
         0 => None,
         _ => {
@@ -488,7 +513,61 @@ fn decode_volume(body: &[u8], member_bytes: u64) -> MetadataResult<VolumeRecord>
         ppl,
         checksums,
         scrub,
+        spares,
     })
+}
+
+/// A spare path as recorded: 1 to [`MAX_SPARE_PATH_BYTES`] bytes of UTF-8, no NUL.
+fn check_spare_path(path: &str) -> MetadataResult<()> {
+    if path.is_empty() || path.len() > MAX_SPARE_PATH_BYTES || path.contains('\0') {
+        return Err(invalid(
+            "spare path",
+            format!("{path:?}: 1 to {MAX_SPARE_PATH_BYTES} bytes, no NUL"),
+        ));
+    }
+    Ok(())
+}
+
+fn encode_spares(w: &mut Writer, spares: &[String]) -> MetadataResult<()> {
+    if spares.len() > MAX_SPARES {
+        return Err(invalid(
+            "spare count",
+            format!("{} (at most {MAX_SPARES})", spares.len()),
+        ));
+    }
+    w.u32(spares.len() as u32);
+    for p in spares {
+        check_spare_path(p)?;
+        w.u32(p.len() as u32);
+        w.bytes(p.as_bytes());
+    }
+    Ok(())
+}
+
+fn decode_spares(r: &mut Reader) -> MetadataResult<Vec<String>> {
+    let count = r.u32("spare count")? as usize;
+    if count > MAX_SPARES {
+        return Err(invalid(
+            "spare count",
+            format!("{count} (at most {MAX_SPARES})"),
+        ));
+    }
+    let mut spares = Vec::with_capacity(count);
+    for _ in 0..count {
+        let len = r.u32("spare path length")? as usize;
+        if len == 0 || len > MAX_SPARE_PATH_BYTES {
+            return Err(invalid(
+                "spare path length",
+                format!("{len} (1 to {MAX_SPARE_PATH_BYTES})"),
+            ));
+        }
+        let raw = r.take(len, "spare path")?;
+        let path = std::str::from_utf8(raw)
+            .map_err(|e| invalid("spare path", format!("not UTF-8: {e}")))?;
+        check_spare_path(path)?;
+        spares.push(path.to_string());
+    }
+    Ok(spares)
 }
 
 const NODE_MEMBER: u8 = 0;

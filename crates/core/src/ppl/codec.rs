@@ -72,44 +72,74 @@ pub struct Batch {
     pub entries: Vec<Entry>,
 }
 
+/// Bytes of the batch of `entries` on the ring: header and entries, padded to whole log
+/// blocks.
+pub fn batch_bytes(entries: &[&Entry]) -> usize {
+    let len = BATCH_HEADER_BYTES + entries.iter().map(|e| e.encoded_len()).sum::<usize>();
+    (len as u64).next_multiple_of(LOG_BLOCK_BYTES) as usize
+}
+
 /// Encodes `entries` as one batch, padded to whole log blocks.
 pub fn encode_batch(life: u64, tail: u64, entries: &[&Entry]) -> Vec<u8> {
-    let len = BATCH_HEADER_BYTES + entries.iter().map(|e| e.encoded_len()).sum::<usize>();
-    let mut b = Vec::with_capacity((len as u64).next_multiple_of(LOG_BLOCK_BYTES) as usize);
-    b.extend_from_slice(&BATCH_MAGIC);
-    b.extend_from_slice(&LOG_VERSION.to_le_bytes());
-    b.extend_from_slice(&0u32.to_le_bytes()); // CRC, filled below
-    b.extend_from_slice(&(len as u32).to_le_bytes());
-    b.extend_from_slice(&(entries.len() as u32).to_le_bytes());
-    b.extend_from_slice(&life.to_le_bytes());
-    b.extend_from_slice(&tail.to_le_bytes());
-    b.resize(BATCH_HEADER_BYTES, 0);
-    for e in entries {
-        let at = b.len();
-        b.extend_from_slice(&(e.encoded_len() as u32).to_le_bytes());
-        b.extend_from_slice(&e.group.to_le_bytes());
-        b.extend_from_slice(&e.seq.to_le_bytes());
-        b.extend_from_slice(&e.stripe.to_le_bytes());
-        b.extend_from_slice(&e.band.to_le_bytes());
-        b.extend_from_slice(&(e.masks.len() as u16).to_le_bytes());
-        b.push(e.parity);
-        b.push(e.sectors);
-        b.extend_from_slice(&e.masks);
-        b.resize(
-            at + ENTRY_HEADER_BYTES + Entry::masks_bytes(e.masks.len()),
-            0,
-        );
-        b.extend_from_slice(&e.pp);
-        if e.parity == 2 {
-            b.extend_from_slice(&e.pq);
-        }
-        debug_assert_eq!(b.len() - at, e.encoded_len());
-    }
-    assert_eq!(b.len(), len, "batch length");
-    let crc = crc32c(&b);
-    b[12..16].copy_from_slice(&crc.to_le_bytes());
-    b.resize((len as u64).next_multiple_of(LOG_BLOCK_BYTES) as usize, 0);
+    let mut b = vec![0; batch_bytes(entries)];
+    encode_batch_into(life, tail, entries, &mut b);
     b
+}
+
+/// [`encode_batch`] into `out` (of [`batch_bytes`] bytes, whatever it held: every byte is
+/// written), so the log writes a batch from the buffer it was encoded in.
+pub fn encode_batch_into(life: u64, tail: u64, entries: &[&Entry], out: &mut [u8]) {
+    let len = BATCH_HEADER_BYTES + entries.iter().map(|e| e.encoded_len()).sum::<usize>();
+    assert_eq!(out.len(), batch_bytes(entries), "batch buffer length");
+    let mut w = Cursor { out, at: 0 };
+    w.put(&BATCH_MAGIC);
+    w.put(&LOG_VERSION.to_le_bytes());
+    w.put(&0u32.to_le_bytes()); // CRC, filled below
+    w.put(&(len as u32).to_le_bytes());
+    w.put(&(entries.len() as u32).to_le_bytes());
+    w.put(&life.to_le_bytes());
+    w.put(&tail.to_le_bytes());
+    w.zeros_to(BATCH_HEADER_BYTES);
+    for e in entries {
+        let at = w.at;
+        w.put(&(e.encoded_len() as u32).to_le_bytes());
+        w.put(&e.group.to_le_bytes());
+        w.put(&e.seq.to_le_bytes());
+        w.put(&e.stripe.to_le_bytes());
+        w.put(&e.band.to_le_bytes());
+        w.put(&(e.masks.len() as u16).to_le_bytes());
+        w.put(&[e.parity, e.sectors]);
+        w.put(&e.masks);
+        w.zeros_to(at + ENTRY_HEADER_BYTES + Entry::masks_bytes(e.masks.len()));
+        w.put(&e.pp);
+        if e.parity == 2 {
+            w.put(&e.pq);
+        }
+        debug_assert_eq!(w.at - at, e.encoded_len());
+    }
+    assert_eq!(w.at, len, "batch length");
+    let end = w.out.len();
+    w.zeros_to(end);
+    let crc = crc32c(&out[..len]);
+    out[12..16].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Writes bytes in order into a buffer.
+struct Cursor<'a> {
+    out: &'a mut [u8],
+    at: usize,
+}
+
+impl Cursor<'_> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.out[self.at..self.at + bytes.len()].copy_from_slice(bytes);
+        self.at += bytes.len();
+    }
+
+    fn zeros_to(&mut self, end: usize) {
+        self.out[self.at..end].fill(0);
+        self.at = end;
+    }
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
@@ -217,75 +247,7 @@ pub fn scan(area: &[u8]) -> Vec<Batch> {
     out
 }
 
-/// CRC-32C (Castagnoli), slicing by 8: log batches are written with every partial-stripe
-/// write, so the checksum must cost little next to the parity work (about 1 byte per cycle).
-pub struct Crc(u32);
-
-static TABLES: std::sync::OnceLock<[[u32; 256]; 8]> = std::sync::OnceLock::new();
-
-fn tables() -> &'static [[u32; 256]; 8] {
-    TABLES.get_or_init(|| {
-        let mut t = [[0u32; 256]; 8];
-        for i in 0..256u32 {
-            let mut c = i;
-            for _ in 0..8 {
-                c = (c >> 1) ^ (0x82f6_3b78 & (c & 1).wrapping_neg());
-            }
-            t[0][i as usize] = c;
-        }
-        for i in 0..256 {
-            for s in 1..8 {
-                let prev = t[s - 1][i];
-                t[s][i] = (prev >> 8) ^ t[0][(prev & 0xff) as usize];
-            }
-        }
-        t
-    })
-}
-
-impl Crc {
-    pub fn new() -> Crc {
-        Crc(!0)
-    }
-
-    pub fn update(&mut self, bytes: &[u8]) {
-        let t = tables();
-        let mut c = self.0;
-        let mut chunks = bytes.chunks_exact(8);
-        for ch in &mut chunks {
-            let lo = u32::from_le_bytes(ch[..4].try_into().expect("4")) ^ c;
-            let hi = u32::from_le_bytes(ch[4..].try_into().expect("4"));
-            c = t[7][(lo & 0xff) as usize]
-                ^ t[6][((lo >> 8) & 0xff) as usize]
-                ^ t[5][((lo >> 16) & 0xff) as usize]
-                ^ t[4][(lo >> 24) as usize]
-                ^ t[3][(hi & 0xff) as usize]
-                ^ t[2][((hi >> 8) & 0xff) as usize]
-                ^ t[1][((hi >> 16) & 0xff) as usize]
-                ^ t[0][(hi >> 24) as usize];
-        }
-        for &b in chunks.remainder() {
-            c = (c >> 8) ^ t[0][((c ^ u32::from(b)) & 0xff) as usize];
-        }
-        self.0 = c;
-    }
-
-    pub fn finish(&self) -> u32 {
-        !self.0
-    }
-}
-
-impl Default for Crc {
-    fn default() -> Self {
-        Crc::new()
-    }
-}
-
-pub fn crc32c(bytes: &[u8]) -> u32 {
-    let mut c = Crc::new();
-    c.update(bytes);
-    c.finish()
-}
+pub use crate::crc32c::{crc32c, Crc};
 
 #[cfg(test)]
 mod tests {

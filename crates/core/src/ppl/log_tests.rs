@@ -1,7 +1,8 @@
 //! The log writer's bookkeeping, driven by hand (memory members complete at once): ring
 //! space a slow writer's band must not pin, and writers that wait instead of spinning.
 
-use super::{Blocked, GroupLog, Values};
+use super::{Blocked, GroupLog, LogFailed, Values};
+use crate::faulty::Faulty;
 use crate::member::Member;
 use crate::memory::MemoryMember;
 use crate::node::MemberTable;
@@ -10,12 +11,18 @@ use futures::executor::block_on;
 use futures::FutureExt;
 use nbraid_layout::{Level, ParityLayout, Region, Shape};
 use std::sync::Arc;
+use std::time::Duration;
 
 const STRIP: u64 = 4096;
 
 /// The log of a 3-member RAID 5 (4 KiB strips) whose rings are as small as allowed: two
 /// batches fill one.
 fn small_log() -> GroupLog {
+    small_log_with_latency(Duration::ZERO)
+}
+
+/// [`small_log`] over members that take `latency` for every op.
+fn small_log_with_latency(latency: Duration) -> GroupLog {
     let regions = vec![
         Region {
             start: 1 << 20,
@@ -30,7 +37,11 @@ fn small_log() -> GroupLog {
     let (group, _) = parity_groups(&root).remove(0);
     let ring = min_ring_bytes(&group);
     let members: Vec<Arc<dyn Member>> = (0..3)
-        .map(|i| Arc::new(MemoryMember::new(format!("m{i}"), 2 << 20)) as Arc<dyn Member>)
+        .map(|i| {
+            let m = Faulty::new(MemoryMember::new(format!("m{i}"), 2 << 20), i);
+            m.set_latency(latency, latency);
+            Arc::new(m) as Arc<dyn Member>
+        })
         .collect();
     let setup = PplSetup {
         life: 1,
@@ -91,22 +102,64 @@ fn a_write_to_a_band_in_flight_waits_to_be_woken_instead_of_spinning() {
 }
 
 #[test]
-fn a_writer_learns_its_entries_are_written_without_the_writer_lock() {
+fn a_writer_learns_its_entries_are_written_without_a_round_slot() {
     let log = small_log();
     let entries = one_sector(&log, 3).ok().expect("nothing live");
     let mut write = Box::pin(log.write(entries));
-    // Another writer leads a round (holds the writer lock) ...
-    let leader = log.writer.try_lock().expect("free");
+    // Other writers' rounds take every slot ...
+    let slots = take_every_round_slot(&log);
     assert!(
         write.as_mut().now_or_never().is_none(),
         "queued, not written"
     );
-    // ... which takes the queued entries: the waiting writer ends while the lock is held.
+    // ... one of which takes the queued entries: the waiting writer ends while they run.
     assert!(block_on(log.write_round()).is_none());
-    let hold = write
+    let hold = write.as_mut().now_or_never().expect("ended without a slot");
+    assert!(hold.is_ok());
+    drop(slots);
+}
+
+/// Every round slot, as writers writing rounds would hold them.
+fn take_every_round_slot(log: &GroupLog) -> Vec<super::rounds::RoundSlot<'_>> {
+    (0..super::MAX_ROUNDS_IN_FLIGHT)
+        .map(|_| super::rounds::RoundSlot::take(log).expect("a free slot"))
+        .collect()
+}
+
+#[test]
+fn writers_start_rounds_of_their_own_while_slots_are_free() {
+    let log = small_log();
+    let mut slots = take_every_round_slot(&log);
+    slots.pop();
+    // One slot free: a writer starts its own round and ends without anyone else's help.
+    let entries = one_sector(&log, 4).ok().expect("nothing live");
+    let hold = block_on(log.write(entries)).expect("written");
+    drop(hold);
+    assert!(
+        super::rounds::RoundSlot::take(&log).is_some(),
+        "its slot was given back"
+    );
+}
+
+#[test]
+fn a_round_dropped_unfinished_fails_the_entries_it_took() {
+    // Members slow enough that the round is still writing when it is dropped.
+    let log = small_log_with_latency(Duration::from_secs(5));
+    let entries = one_sector(&log, 5).ok().expect("nothing live");
+    let mut write = Box::pin(log.write(entries));
+    let slots = take_every_round_slot(&log);
+    assert!(write.as_mut().now_or_never().is_none(), "queued");
+    // A round takes the entry, then its future is dropped before its batches are written.
+    {
+        let mut round = Box::pin(log.write_round());
+        assert!(round.as_mut().now_or_never().is_none(), "still writing");
+    }
+    let r = write
         .as_mut()
         .now_or_never()
-        .expect("ended without the lock");
-    assert!(hold.is_ok());
-    drop(leader);
+        .expect("told, not left waiting");
+    assert_eq!(r.err(), Some(LogFailed::NoRoom));
+    drop(slots);
+    // Nothing of the band is pending: a new write of it is not blocked by the dropped one.
+    assert!(one_sector(&log, 5).is_ok());
 }

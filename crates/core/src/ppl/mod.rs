@@ -26,15 +26,18 @@
 //! Files: `codec.rs` (the bytes, docs/FORMAT.md), `replay.rs` (pure: which entries count,
 //! the parity of a sector), `log.rs` (the writer: bands, rings, what an entry holds),
 //! `log/rounds.rs` (batches: who writes them, numbering, how a writer learns its end),
-//! `recover.rs` (the dirty start: read the rings, replay, mark the new life).
+//! `recover.rs` (the dirty start: read the rings, replay, mark the new life), `stats.rs`
+//! (counters for benchmarks).
 
 pub mod codec;
 mod log;
 mod recover;
 pub mod replay;
+mod stats;
 
 pub(crate) use log::{GroupLog, LogFailed, Values};
 pub use recover::{recover, RecoverReport};
+pub use stats::{stats, LogStats};
 
 use nbraid_layout::{Node, ParityGroup};
 

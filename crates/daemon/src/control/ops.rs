@@ -357,7 +357,8 @@ impl Controls {
                 let v = self.find(&volume)?;
                 let meta = open_newcomer(&path).await?;
                 v.learn(&path, meta.member());
-                v.array.add_spare(meta).map_err(refused)?;
+                // Recorded: a restart still knows it.
+                v.array.add_recorded_spare(meta).await.map_err(refused)?;
                 // A failed role takes it at once.
                 let roles = v.array.use_spares().await.map_err(refused)?;
                 if !roles.is_empty() {
@@ -552,6 +553,10 @@ async fn remove(v: &ControlVolume, member: &str) -> Result<Value, Refusal> {
         .find(|m| v.id_of(m.member()) == member || m.member().name() == member);
     if let Some(s) = spare {
         v.array.remove_spare(&s);
+        v.array
+            .forget_spare(s.member().name())
+            .await
+            .map_err(refused)?;
         return Ok(json!({ "volume": v.name, "member": member, "removed": "spare" }));
     }
     let index = v.member_index(member)?;

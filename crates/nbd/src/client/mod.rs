@@ -22,13 +22,17 @@
 //! * the server's block sizes are honoured: offsets and lengths not multiples of the minimum
 //!   block are refused here with [`ClientError::Unaligned`], requests longer than the maximum
 //!   payload are split into several sent at once;
-//! * a request's future may be dropped at any point: a request cut off half written marks the
-//!   connection broken rather than desynchronising it.
+//! * requests go out through one writer task, those submitted in the same turn of the runtime
+//!   in one vectored write; a request's future may be dropped at any point (once queued the
+//!   request is sent and its reply discarded), which never tears the stream;
+//! * [`Client::read_into`] receives a read's data straight into the caller's buffer, so a
+//!   caller that reuses buffers allocates nothing per read.
 
 mod error;
 mod handshake;
 mod reader;
 pub mod uri;
+mod writer;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,7 +40,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use futures::future::try_join_all;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::oneshot;
 
 pub use error::{errno_name, reply_name, ClientError};
@@ -47,7 +51,6 @@ use crate::tls::ClientTls;
 
 use crate::export::{Extent, ZeroFlags};
 use crate::proto::*;
-use crate::replies::write_slices;
 
 /// Any byte stream the client can run over (TCP, Unix, TLS, an in-process pipe).
 pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
@@ -55,16 +58,6 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Stream for T {}
 
 type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
 type BoxWrite = Box<dyn AsyncWrite + Send + Unpin>;
-
-/// `NBD_CMD_DISC`, the last request of a connection.
-const DISC: [u8; REQUEST_HEADER_LEN] = RequestHeader {
-    flags: 0,
-    typ: CMD_DISC,
-    cookie: 0,
-    offset: 0,
-    length: 0,
-}
-.encode();
 
 /// How to connect.
 #[derive(Debug, Clone, Default)]
@@ -92,15 +85,10 @@ impl std::fmt::Debug for Client {
 struct Inner {
     info: ExportInfo,
     shared: Arc<Shared>,
-    writer: tokio::sync::Mutex<Writer>,
     reader: tokio::task::JoinHandle<()>,
+    /// Taken by the first [`Client::disconnect`], which waits for it.
+    writer: tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     next_cookie: AtomicU64,
-}
-
-struct Writer {
-    w: Option<BoxWrite>,
-    /// A request was cut off half written: the stream is out of step with the protocol.
-    torn: bool,
 }
 
 /// What a request waits for, known to the reader task.
@@ -108,23 +96,31 @@ pub(crate) struct Waiter {
     pub cmd: u16,
     pub offset: u64,
     pub len: u32,
+    /// Where a read's `len` bytes go ([`Client::read_into`]); `None`: a new buffer.
+    pub dest: Option<BytesMut>,
     pub tx: oneshot::Sender<Result<Reply, ClientError>>,
 }
 
 /// A request's successful outcome.
 pub(crate) enum Reply {
     Done,
-    Data(Bytes),
+    Data(BytesMut),
     Extents(Vec<Extent>),
 }
 
-/// Requests in flight, shared with the reader task.
+/// Requests in flight, shared with the reader and writer tasks.
 pub(crate) struct Shared {
     pub state: Mutex<Pending>,
+    /// The writer has requests to send, or the connection ends.
+    pub wake_writer: tokio::sync::Notify,
 }
 
 pub(crate) struct Pending {
     pub waiters: HashMap<u64, Waiter>,
+    /// Requests not yet handed to the writer.
+    pub outbox: Vec<writer::Outgoing>,
+    /// The client said goodbye: nothing more is queued.
+    pub disconnecting: bool,
     /// Why the connection ended, once it has.
     pub closed: Option<String>,
 }
@@ -139,25 +135,12 @@ impl Shared {
         let waiters: Vec<Waiter> = {
             let mut p = self.lock();
             p.closed.get_or_insert(why.clone());
+            p.outbox.clear();
             p.waiters.drain().map(|(_, w)| w).collect()
         };
+        self.wake_writer.notify_one();
         for w in waiters {
             let _ = w.tx.send(Err(ClientError::Disconnected(why.clone())));
-        }
-    }
-}
-
-/// Removes a registered request again unless it reached the wire.
-struct Registration<'a> {
-    shared: &'a Shared,
-    cookie: u64,
-    armed: bool,
-}
-
-impl Drop for Registration<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.shared.lock().waiters.remove(&self.cookie);
         }
     }
 }
@@ -254,19 +237,20 @@ impl Client {
         let shared = Arc::new(Shared {
             state: Mutex::new(Pending {
                 waiters: HashMap::new(),
+                outbox: Vec::new(),
+                disconnecting: false,
                 closed: None,
             }),
+            wake_writer: tokio::sync::Notify::new(),
         });
         let reader = tokio::spawn(reader::run(r, shared.clone(), info.clone()));
+        let writer = tokio::spawn(writer::run(w, shared.clone()));
         Client {
             inner: Arc::new(Inner {
                 info,
                 shared,
-                writer: tokio::sync::Mutex::new(Writer {
-                    w: Some(w),
-                    torn: false,
-                }),
                 reader,
+                writer: tokio::sync::Mutex::new(Some(writer)),
                 next_cookie: AtomicU64::new(1),
             }),
         }
@@ -300,20 +284,55 @@ impl Client {
         if len == 0 {
             return Ok(Bytes::new());
         }
-        let pieces = self.pieces(offset, len as u64, self.inner.info.max_block);
-        if pieces.len() == 1 {
-            return self.read_one(offset, len as u32).await;
+        if len as u64 <= self.step(self.inner.info.max_block) {
+            return Ok(self.read_one(offset, len as u32, None).await?.freeze());
         }
-        let parts = try_join_all(pieces.iter().map(|&(o, n)| self.read_one(o, n))).await?;
-        let mut out = BytesMut::with_capacity(len);
-        for p in parts {
-            out.extend_from_slice(&p);
-        }
-        Ok(out.freeze())
+        Ok(self
+            .read_into(offset, BytesMut::zeroed(len))
+            .await?
+            .freeze())
     }
 
-    async fn read_one(&self, offset: u64, len: u32) -> Result<Bytes, ClientError> {
-        match self.submit(CMD_READ, 0, offset, len, None).await? {
+    /// Reads `buf.len()` bytes at `offset` into `buf` and hands it back. The reply's data is
+    /// received straight into it, so a caller that reuses its buffers allocates nothing per
+    /// read (as fio's nbd engine does).
+    pub async fn read_into(&self, offset: u64, mut buf: BytesMut) -> Result<BytesMut, ClientError> {
+        let len = buf.len();
+        self.check("READ", offset, len as u64)?;
+        if len == 0 {
+            return Ok(buf);
+        }
+        let max = self.inner.info.max_block;
+        if len as u64 <= self.step(max) {
+            return self.read_one(offset, len as u32, Some(buf)).await;
+        }
+        // Each piece into its own part of `buf`; the parts join again without a copy.
+        let parts: Vec<(u64, BytesMut)> = self
+            .pieces(offset, len as u64, max)
+            .into_iter()
+            .map(|(o, n)| (o, buf.split_to(n as usize)))
+            .collect();
+        let parts = try_join_all(
+            parts
+                .into_iter()
+                .map(|(o, p)| self.read_one(o, p.len() as u32, Some(p))),
+        )
+        .await?;
+        let mut parts = parts.into_iter();
+        let mut out = parts.next().unwrap_or_default();
+        for p in parts {
+            out.unsplit(p);
+        }
+        Ok(out)
+    }
+
+    async fn read_one(
+        &self,
+        offset: u64,
+        len: u32,
+        dest: Option<BytesMut>,
+    ) -> Result<BytesMut, ClientError> {
+        match self.submit(CMD_READ, 0, offset, len, None, dest).await? {
             Reply::Data(b) => Ok(b),
             _ => Err(ClientError::Protocol(
                 "a read completed without data".into(),
@@ -338,11 +357,19 @@ impl Client {
         if data.is_empty() {
             return Ok(());
         }
-        let pieces = self.pieces(offset, data.len() as u64, self.inner.info.max_block);
+        let max = self.inner.info.max_block;
+        if data.len() as u64 <= self.step(max) {
+            let len = data.len() as u32;
+            return self
+                .submit(CMD_WRITE, flags, offset, len, Some(data), None)
+                .await
+                .map(drop);
+        }
+        let pieces = self.pieces(offset, data.len() as u64, max);
         try_join_all(pieces.iter().map(|&(o, n)| {
             let at = (o - offset) as usize;
             let part = data.slice(at..at + n as usize);
-            self.submit(CMD_WRITE, flags, o, n, Some(part))
+            self.submit(CMD_WRITE, flags, o, n, Some(part), None)
         }))
         .await?;
         Ok(())
@@ -353,7 +380,7 @@ impl Client {
         if !self.inner.info.has(TFLAG_SEND_FLUSH) {
             return Err(ClientError::Unsupported("FLUSH"));
         }
-        self.submit(CMD_FLUSH, 0, 0, 0, None).await.map(drop)
+        self.submit(CMD_FLUSH, 0, 0, 0, None, None).await.map(drop)
     }
 
     /// Tells the server `[offset, offset+len)` is no longer needed.
@@ -411,7 +438,10 @@ impl Client {
         if len == 0 {
             return Ok(Vec::new());
         }
-        match self.submit(CMD_BLOCK_STATUS, 0, offset, len, None).await? {
+        match self
+            .submit(CMD_BLOCK_STATUS, 0, offset, len, None, None)
+            .await?
+        {
             Reply::Extents(e) => Ok(e),
             _ => Err(ClientError::Protocol(
                 "block status completed without extents".into(),
@@ -422,13 +452,11 @@ impl Client {
     /// Sends `NBD_CMD_DISC` once the requests already sent are on the wire, and closes the
     /// connection. Requests still waiting for replies get them if the server sends them.
     pub async fn disconnect(&self) {
-        let mut w = self.inner.writer.lock().await;
-        if let Some(mut s) = w.w.take() {
-            if !w.torn {
-                let _ = s.write_all(&DISC).await;
-                let _ = s.flush().await;
-            }
-            let _ = s.shutdown().await;
+        let mut writer = self.inner.writer.lock().await;
+        if let Some(task) = writer.take() {
+            self.inner.shared.lock().disconnecting = true;
+            self.inner.shared.wake_writer.notify_one();
+            let _ = task.await;
         }
     }
 
@@ -442,7 +470,7 @@ impl Client {
         try_join_all(
             pieces
                 .iter()
-                .map(|&(o, n)| self.submit(cmd, flags, o, n, None)),
+                .map(|&(o, n)| self.submit(cmd, flags, o, n, None, None)),
         )
         .await?;
         Ok(())
@@ -465,11 +493,17 @@ impl Client {
         u64::from(u32::MAX) / min * min
     }
 
+    /// The longest piece of a request whose length field may hold `max`: `max` rounded down
+    /// to the minimum block.
+    fn step(&self, max: u32) -> u64 {
+        let min = self.align();
+        (u64::from(max) / min * min).max(min)
+    }
+
     /// `[offset, offset+len)` in pieces of at most `max` bytes (rounded down to the minimum
     /// block), each starting where the previous ended.
     fn pieces(&self, offset: u64, len: u64, max: u32) -> Vec<(u64, u32)> {
-        let min = self.align();
-        let step = (u64::from(max) / min * min).max(min);
+        let step = self.step(max);
         let mut v = Vec::with_capacity(len.div_ceil(step) as usize);
         let mut at = offset;
         while at < offset + len {
@@ -528,29 +562,11 @@ impl Client {
         offset: u64,
         len: u32,
         payload: Option<Bytes>,
+        dest: Option<BytesMut>,
     ) -> Result<Reply, ClientError> {
         let inner = &*self.inner;
         let cookie = inner.next_cookie.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        {
-            let mut p = inner.shared.lock();
-            if let Some(why) = &p.closed {
-                return Err(ClientError::Disconnected(why.clone()));
-            }
-            // Registered before it is sent: the reply may come back at once.
-            let w = Waiter {
-                cmd,
-                offset,
-                len,
-                tx,
-            };
-            p.waiters.insert(cookie, w);
-        }
-        let mut reg = Registration {
-            shared: &inner.shared,
-            cookie,
-            armed: true,
-        };
         let head = RequestHeader {
             flags,
             typ: cmd,
@@ -559,34 +575,32 @@ impl Client {
             length: len,
         }
         .encode();
-        {
-            let mut guard = inner.writer.lock().await;
-            let w = &mut *guard;
-            if w.torn {
-                return Err(ClientError::Disconnected(
-                    "an earlier request was cut off half written".into(),
-                ));
+        let first = {
+            let mut p = inner.shared.lock();
+            if let Some(why) = &p.closed {
+                return Err(ClientError::Disconnected(why.clone()));
             }
-            let Some(s) = w.w.as_mut() else {
+            if p.disconnecting {
                 return Err(ClientError::Disconnected(
                     "disconnected by the client".into(),
                 ));
+            }
+            // Registered as it is queued: the reply may come back as soon as it is sent.
+            let w = Waiter {
+                cmd,
+                offset,
+                len,
+                dest,
+                tx,
             };
-            // Cleared only once the whole request is out; a dropped future leaves it set.
-            w.torn = true;
-            let sent = async {
-                write_slices(s, &head, payload.as_slice()).await?;
-                s.flush().await
-            }
-            .await;
-            if let Err(e) = sent {
-                drop(guard);
-                inner.shared.close(format!("sending a request failed: {e}"));
-                return Err(e.into());
-            }
-            w.torn = false;
+            p.waiters.insert(cookie, w);
+            p.outbox.push(writer::Outgoing { head, payload });
+            p.outbox.len() == 1
+        };
+        // Requests queued after this one in the same turn go out in the same write.
+        if first {
+            inner.shared.wake_writer.notify_one();
         }
-        reg.armed = false;
         match rx.await {
             Ok(r) => r,
             Err(_) => Err(ClientError::Disconnected("the reply reader ended".into())),
@@ -597,19 +611,8 @@ impl Client {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.reader.abort();
+        // The writer says goodbye properly (`NBD_CMD_DISC`) if its runtime still runs.
+        self.shared.lock().disconnecting = true;
         self.shared.close("the client was dropped".into());
-        // Say goodbye properly when a runtime is there to do it.
-        if let (Ok(rt), Some(mut w)) = (
-            tokio::runtime::Handle::try_current(),
-            self.writer.get_mut().w.take(),
-        ) {
-            let torn = self.writer.get_mut().torn;
-            rt.spawn(async move {
-                if !torn {
-                    let _ = w.write_all(&DISC).await;
-                }
-                let _ = w.shutdown().await;
-            });
-        }
     }
 }

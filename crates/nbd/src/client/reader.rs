@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
 
 use super::{BoxRead, ClientError, ExportInfo, Reply, Shared, Waiter};
@@ -63,8 +63,18 @@ fn server_error(w: &Waiter, errno: u32, message: String) -> ClientError {
     }
 }
 
-/// Reads `len` bytes into a fresh buffer without zero-filling it first.
-async fn read_fresh<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> std::io::Result<Bytes> {
+/// Reads a read's `len` bytes into the caller's buffer `dest` (`len` long), or else into a
+/// fresh one without zero-filling it first.
+async fn read_data<R: AsyncRead + Unpin>(
+    r: &mut R,
+    dest: Option<BytesMut>,
+    len: usize,
+) -> std::io::Result<BytesMut> {
+    if let Some(mut buf) = dest {
+        debug_assert_eq!(buf.len(), len);
+        r.read_exact(&mut buf).await?;
+        return Ok(buf);
+    }
     let mut buf = BytesMut::with_capacity(len);
     while buf.len() < len {
         let room = (len - buf.len()) as u64;
@@ -72,7 +82,7 @@ async fn read_fresh<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> std::io::Res
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
     }
-    Ok(buf.freeze())
+    Ok(buf)
 }
 
 async fn one_reply<R: AsyncRead + Unpin>(
@@ -86,7 +96,7 @@ async fn one_reply<R: AsyncRead + Unpin>(
         SIMPLE_REPLY_MAGIC => {
             let errno = r.read_u32().await?;
             let cookie = r.read_u64().await?;
-            let w = take_waiter(shared, cookie)?;
+            let mut w = take_waiter(shared, cookie)?;
             let out = if errno != 0 {
                 Err(server_error(&w, errno, String::new()))
             } else if w.cmd == CMD_READ {
@@ -96,7 +106,9 @@ async fn one_reply<R: AsyncRead + Unpin>(
                             .into(),
                     ));
                 }
-                Ok(Reply::Data(read_fresh(r, w.len as usize).await?))
+                Ok(Reply::Data(
+                    read_data(r, w.dest.take(), w.len as usize).await?,
+                ))
             } else if w.cmd == CMD_BLOCK_STATUS {
                 return Err(ClientError::Protocol(
                     "a simple reply to block status".into(),
@@ -166,12 +178,9 @@ async fn chunk<R: AsyncRead + Unpin>(
             p.covered += n;
             if p.data.is_none() && rel == 0 && n == req_len {
                 // The common case: the whole read in one chunk, read straight into place.
-                let b = read_fresh(r, n as usize).await?;
-                p.data = Some(BytesMut::from(b));
+                p.data = Some(read_data(r, p.w.dest.take(), n as usize).await?);
             } else {
-                let buf = p
-                    .data
-                    .get_or_insert_with(|| BytesMut::zeroed(req_len as usize));
+                let buf = p.data.get_or_insert_with(|| whole(&mut p.w, req_len));
                 r.read_exact(&mut buf[rel as usize..(rel + n) as usize])
                     .await?;
             }
@@ -188,9 +197,7 @@ async fn chunk<R: AsyncRead + Unpin>(
                 return Err(bad("OFFSET_HOLE outside the range read"));
             };
             p.covered += n;
-            let buf = p
-                .data
-                .get_or_insert_with(|| BytesMut::zeroed(req_len as usize));
+            let buf = p.data.get_or_insert_with(|| whole(&mut p.w, req_len));
             buf[rel as usize..(rel + n) as usize].fill(0);
             Ok(())
         }
@@ -244,6 +251,14 @@ async fn chunk<R: AsyncRead + Unpin>(
     }
 }
 
+/// The buffer a read answered in several chunks lands in: the caller's, else a zeroed one.
+/// Either way the chunks must cover all of it (their lengths add up to the read's, see `finish`).
+fn whole(w: &mut Waiter, len: u64) -> BytesMut {
+    w.dest
+        .take()
+        .unwrap_or_else(|| BytesMut::zeroed(len as usize))
+}
+
 /// The outcome of a request whose final chunk has arrived.
 fn finish(p: &mut Partial) -> Result<Result<Reply, ClientError>, ClientError> {
     if let Some((errno, msg)) = p.error.take() {
@@ -257,7 +272,7 @@ fn finish(p: &mut Partial) -> Result<Result<Reply, ClientError>, ClientError> {
                     p.w.len, p.covered
                 )));
             }
-            Reply::Data(p.data.take().map(BytesMut::freeze).unwrap_or_default())
+            Reply::Data(p.data.take().unwrap_or_default())
         }
         CMD_BLOCK_STATUS => {
             if p.extents.is_empty() {

@@ -1,6 +1,7 @@
-//! The log's rounds: writers queue their entries; whoever holds the writer lock writes one
-//! batch per ring of everything pending (numbering entries as it takes them), and every
-//! writer learns the end of its own entries on its own channel.
+//! The log's rounds: writers queue their entries; a writer that finds fewer than
+//! `MAX_ROUNDS_IN_FLIGHT` rounds being written starts one: one batch per ring of everything
+//! pending (numbering entries as it takes them). Every writer learns the end of its own
+//! entries on its own channel.
 
 use super::*;
 
@@ -10,8 +11,9 @@ pub(crate) enum LogFailed {
     /// Every ring an entry was for is on a member that failed (before or by this write):
     /// the stripe is written as with its parity lost.
     ParityFailed,
-    /// The entries fit no ring (cannot happen with rings sized by `GroupLog::new`): the
-    /// stripe must not be written, its parity members still serving.
+    /// The entries fit no ring (cannot happen with rings sized by `GroupLog::new`), or the
+    /// round that took them was dropped unfinished: the stripe must not be written, its
+    /// parity members still serving.
     NoRoom,
 }
 
@@ -48,6 +50,61 @@ impl Drop for PendingGuard<'_> {
         });
         if !gone.is_empty() {
             GroupLog::abandon(&mut st, gone);
+        }
+    }
+}
+
+/// The entries a round took, failed if the round is dropped before it ends (its writer's
+/// future cancelled): their writers would otherwise wait for an end nobody sends.
+struct Unfinished<'a> {
+    log: &'a GroupLog,
+    taken: &'a [Pending],
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        let mut st = self.log.state.lock();
+        for p in self.taken {
+            if let Some(tx) = st.notify.remove(&p.ticket) {
+                let _ = tx.send(Err(LogFailed::NoRoom));
+            }
+        }
+        let gone = self
+            .taken
+            .iter()
+            .map(|p| (p.entry.stripe, p.entry.band, p.entry.seq));
+        GroupLog::abandon(&mut st, gone);
+    }
+}
+
+/// A round being written: ended (and a writer waiting for a slot woken) when dropped.
+pub(super) struct RoundSlot<'a> {
+    log: &'a GroupLog,
+}
+
+impl<'a> RoundSlot<'a> {
+    /// A slot to write a round in, if fewer than `MAX_ROUNDS_IN_FLIGHT` are being written
+    /// (`st` is `log`'s state, locked by the caller).
+    fn take_in(st: &mut State, log: &'a GroupLog) -> Option<RoundSlot<'a>> {
+        let free = st.rounds_in_flight < MAX_ROUNDS_IN_FLIGHT;
+        free.then(|| {
+            st.rounds_in_flight += 1;
+            RoundSlot { log }
+        })
+    }
+
+    #[cfg(test)]
+    pub(super) fn take(log: &'a GroupLog) -> Option<RoundSlot<'a>> {
+        Self::take_in(&mut log.state.lock(), log)
+    }
+}
+
+impl Drop for RoundSlot<'_> {
+    fn drop(&mut self) {
+        let mut st = self.log.state.lock();
+        st.rounds_in_flight -= 1;
+        for w in st.slot_waiters.drain(..) {
+            let _ = w.send(());
         }
     }
 }
@@ -133,28 +190,44 @@ impl GroupLog {
             t
         };
         let guard = PendingGuard { log: self, ticket };
-        // Whoever holds the writer lock writes a round of everything pending; the others
-        // wait for their ticket's end or for the lock, whichever comes first.
+        // A writer whose entries are still pending starts a round of everything pending if
+        // fewer than `MAX_ROUNDS_IN_FLIGHT` are being written; otherwise it waits for its
+        // ticket's end or for a round to end, whichever comes first.
         // A dropped sender: the ticket was given up (cannot happen while we wait).
         let gone = Err(LogFailed::NoRoom);
         let ended_as = loop {
             if let Ok(Some(r)) = ended.try_recv() {
                 break r;
             }
-            let lock = self.writer.lock();
-            futures::pin_mut!(lock);
-            let _g = match futures::future::select(&mut ended, lock).await {
-                Either::Left((r, _)) => break r.unwrap_or(gone),
-                Either::Right((g, _)) => g,
+            let next = {
+                let mut st = self.state.lock();
+                if !st.pending.iter().any(|p| p.ticket == ticket) {
+                    None // a round in flight carries them: only its end is worth waiting for
+                } else if let Some(slot) = RoundSlot::take_in(&mut st, self) {
+                    Some(Either::Left(slot))
+                } else {
+                    let (tx, rx) = oneshot::channel();
+                    st.slot_waiters.push(tx);
+                    Some(Either::Right(rx))
+                }
             };
-            if let Ok(Some(r)) = ended.try_recv() {
-                break r;
-            }
-            if let Some(room) = self.write_round().await {
-                // Wait without the writer lock: the write that must end first may need it.
-                drop(_g);
-                if let Either::Left((r, _)) = futures::future::select(&mut ended, room).await {
-                    break r.unwrap_or(gone);
+            match next {
+                None => break (&mut ended).await.unwrap_or(gone),
+                Some(Either::Right(slot_freed)) => {
+                    let first = futures::future::select(&mut ended, slot_freed).await;
+                    if let Either::Left((r, _)) = first {
+                        break r.unwrap_or(gone);
+                    }
+                }
+                Some(Either::Left(slot)) => {
+                    if let Some(room) = self.write_round().await {
+                        // Wait without the slot: the write that must end first may need it.
+                        drop(slot);
+                        let first = futures::future::select(&mut ended, room).await;
+                        if let Either::Left((r, _)) = first {
+                            break r.unwrap_or(gone);
+                        }
+                    }
                 }
             }
         };
@@ -163,7 +236,7 @@ impl GroupLog {
     }
 
     /// Writes what is pending (as much as fits half of each ring), one batch per ring.
-    /// `Some`: no room until a write in flight ends (wait for it without the writer lock).
+    /// `Some`: no room until a write in flight ends (wait for it without the round slot).
     pub(super) async fn write_round(&self) -> Option<oneshot::Receiver<()>> {
         loop {
             let (taken, plan) = {
@@ -226,10 +299,17 @@ impl GroupLog {
                         let newest = es.iter().map(|e| e.seq).max().unwrap_or(0);
                         ring.head = start + len;
                         ring.live.push_back((start, start + len, newest));
-                        let bytes = encode_batch(self.life, tail, &es);
+                        let mut bytes = Buf::new(batch_bytes(&es));
+                        encode_batch_into(self.life, tail, &es, &mut bytes);
                         debug_assert_eq!(bytes.len() as u64, len);
+                        let bytes = bytes.freeze();
                         plan.push((r, ring.member, ring.offset + start, bytes, tail));
                     }
+                    count(&stats::ROUNDS, 1);
+                    count(&stats::ENTRIES, taken.len() as u64);
+                    count(&stats::BATCHES, plan.len() as u64);
+                    let bytes: usize = plan.iter().map(|p| p.3.len()).sum();
+                    count(&stats::BATCH_BYTES, bytes as u64);
                     (taken, Some(plan))
                 } else {
                     (Vec::new(), None)
@@ -241,10 +321,16 @@ impl GroupLog {
                 let waiting = {
                     let mut st = self.state.lock();
                     let settle = st.bands.values().any(|b| b.inflight == 0 && b.durable);
-                    let busy = st.bands.values().any(|b| b.inflight > 0 && b.durable);
+                    // Member writes in flight, or an entry in another round in flight: each
+                    // ends and wakes the waiters. (Not a band whose entry is only pending.)
+                    let busy = st
+                        .bands
+                        .values()
+                        .any(|b| b.inflight > 0 && (b.durable || b.written));
                     if settle {
                         None
                     } else if busy {
+                        count(&stats::ROOM_WAITS, 1);
                         let (tx, rx) = oneshot::channel();
                         st.waiters.push(tx);
                         Some(rx)
@@ -295,9 +381,7 @@ impl GroupLog {
             };
             let writes = join_all(plan.iter().map(|(_, m, at, bytes, _)| {
                 let slot = self.table.slot(*m);
-                let mut b = Buf::zeroed(bytes.len());
-                b.copy_from_slice(bytes);
-                let b = b.freeze();
+                let b = bytes.clone();
                 async move {
                     if slot.is_failed() {
                         return false;
@@ -320,7 +404,12 @@ impl GroupLog {
                     }
                 }
             }));
+            let unfinished = Unfinished {
+                log: self,
+                taken: &taken,
+            };
             let (results, ()) = futures::future::join(writes, flush).await;
+            std::mem::forget(unfinished);
             let mut st = self.state.lock();
             let mut ring_ok = HashMap::new();
             for ((r, _, _, _, tail), ok) in plan.iter().zip(results) {
