@@ -47,6 +47,7 @@ pub fn open_exclusive(path: &Path, create: bool) -> Result<File, UringError> {
         }
         Err(e) => return Err(open_err(e)),
     };
+    let started = std::time::Instant::now();
     loop {
         // SAFETY: flock(2) on a descriptor we own; no memory is passed.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
@@ -55,7 +56,21 @@ pub fn open_exclusive(path: &Path, create: bool) -> Result<File, UringError> {
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
             Some(libc::EINTR) => continue,
-            Some(libc::EWOULDBLOCK) => return Err(in_use(path, file.metadata().ok(), is_block)),
+            Some(libc::EWOULDBLOCK) => {
+                let meta = file.metadata().ok();
+                let live = meta
+                    .as_ref()
+                    .and_then(find_holder)
+                    .is_some_and(|h| h.is_alive());
+                if !live && started.elapsed() < DEAD_HOLDER_GRACE {
+                    // Held by no live process: a killed holder's io_uring requests still
+                    // reference the file while the kernel tears its rings down (after its
+                    // exit), keeping the lock a moment longer.
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    continue;
+                }
+                return Err(in_use(path, meta, is_block));
+            }
             _ => {
                 return Err(open_err(io::Error::new(
                     e.kind(),
@@ -65,6 +80,10 @@ pub fn open_exclusive(path: &Path, create: bool) -> Result<File, UringError> {
         }
     }
 }
+
+/// How long a lock held by no live process may take to go away before the member is
+/// reported in use.
+const DEAD_HOLDER_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The error for a member held elsewhere, naming the holder as far as it can be found.
 fn in_use(path: &Path, meta: Option<Metadata>, is_block: bool) -> UringError {
@@ -89,6 +108,14 @@ struct Holder {
     comm: String,
     /// `/proc/PID/cmdline` with spaces for NULs, shortened; empty when unreadable.
     cmdline: String,
+}
+
+impl Holder {
+    /// Whether the process still exists (its lock may outlive it briefly, see
+    /// `open_exclusive`).
+    fn is_alive(&self) -> bool {
+        Path::new(&format!("/proc/{}", self.pid)).exists()
+    }
 }
 
 impl std::fmt::Display for Holder {
