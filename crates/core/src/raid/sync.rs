@@ -67,8 +67,8 @@ impl ParityCore {
         Ok(())
     }
 
-    /// Reads stripe `s`'s data (rebuilding what is lost), overlays what the cache holds and
-    /// writes the whole stripe: data on every writable child, parity regenerated.
+    /// Reads stripe `s`'s data (rebuilding what is lost) and writes the whole stripe: data on
+    /// every writable child, parity regenerated.
     async fn resync_stripe(&self, s: u64) -> VolumeResult<()> {
         let _g = self.locks.lock(s, 1, true).await;
         let want = vec![true; self.k];
@@ -80,11 +80,10 @@ impl ParityCore {
         for (i, r) in rows.iter().enumerate() {
             all[i * self.strip as usize..(i + 1) * self.strip as usize].copy_from_slice(r);
         }
-        if let Some(cache) = &self.cache {
-            if let Some(e) = cache.state.lock().entries.get(&s) {
-                e.overlay(0, &mut all);
-            }
-        }
+        // Not with the cache's dirty bytes: then the write changes no byte a present member
+        // holds (only parity and a resyncing member's chunk), so a crash tearing it can cost
+        // nothing a member that is absent at the next start needs. The cached bytes reach the
+        // members later through the logged write path.
         // A full-row write regenerates parity and rewrites every data chunk.
         self.write_stripe(s, vec![(0, all.freeze())], false).await?;
         self.mark_in_sync(s);

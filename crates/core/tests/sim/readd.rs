@@ -64,9 +64,11 @@ pub struct ReaddStats {
     /// Reads of the returning member's data while it was current (the only ones allowed).
     pub member_reads: u64,
     pub sectors_checked: u64,
-    /// Sectors in a stripe torn while the member was being resynced, on its role, not
-    /// being written: not checked (see `run_readd`).
+    /// Sectors of a stripe torn at the crash and rebuilt from parity, being written: old
+    /// or new both allowed (the crash check's rule), not checked.
     pub sectors_write_hole: u64,
+    /// Such sectors not being written: checked like every other.
+    pub sectors_write_hole_checked: u64,
     pub redundancy_views: u64,
 }
 
@@ -85,6 +87,7 @@ impl ReaddStats {
         self.member_reads += o.member_reads;
         self.sectors_checked += o.sectors_checked;
         self.sectors_write_hole += o.sectors_write_hole;
+        self.sectors_write_hole_checked += o.sectors_write_hole_checked;
         self.redundancy_views += o.redundancy_views;
     }
 }
@@ -390,15 +393,15 @@ pub fn run_readd(case: &CrashCase, seed: u64) -> Result<ReaddStats, String> {
         let hole = exposed
             .as_ref()
             .is_some_and(|e| in_write_hole(&g, e, &rebuilt, s));
-        // Known gap, left to the log's side: a stripe torn while the returning member was
-        // being resynced (written, not read) is rebuilt without it at the reopen (its role is
-        // recorded failed), but the log's entries were built with it present — such sectors
-        // are counted, not checked.
-        if hole && (busy.contains(&s) || !current) {
-            stats.sectors_write_hole += u64::from(!busy.contains(&s));
+        // Where a torn stripe is rebuilt from parity (a role absent at the reopen), a sector
+        // being written may read old or new (md's PPL promise); every other one is checked —
+        // including those of a stripe the re-add's resync was rewriting at the crash.
+        if hole && busy.contains(&s) {
+            stats.sectors_write_hole += 1;
             excused.insert(s);
             continue;
         }
+        stats.sectors_write_hole_checked += u64::from(hole);
         history.check_durable(s, sector).map_err(|e| {
             format!(
                 "{e} (reopened: {report:?}) map {:?}",
