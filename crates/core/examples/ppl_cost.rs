@@ -210,14 +210,7 @@ fn main() {
                     let before = nbraid_core::ppl::stats();
                     let (iops, us, done) = run(a, bs, qd, random, secs, at, 0x9e37 + r);
                     if with {
-                        let d = nbraid_core::ppl::stats().since(&before);
-                        log.rounds += d.rounds;
-                        log.batches += d.batches;
-                        log.entries += d.entries;
-                        log.batch_bytes += d.batch_bytes;
-                        log.member_flushes += d.member_flushes;
-                        log.band_waits += d.band_waits;
-                        log.room_waits += d.room_waits;
+                        log = log.plus(&nbraid_core::ppl::stats().since(&before));
                         writes_on += done;
                     }
                     let s = if with { &mut sum_on } else { &mut sum_off };

@@ -24,6 +24,19 @@ pub struct LogStats {
 }
 
 impl LogStats {
+    /// The counts of `self` and `o` together.
+    pub fn plus(&self, o: &LogStats) -> LogStats {
+        LogStats {
+            rounds: self.rounds + o.rounds,
+            batches: self.batches + o.batches,
+            entries: self.entries + o.entries,
+            batch_bytes: self.batch_bytes + o.batch_bytes,
+            member_flushes: self.member_flushes + o.member_flushes,
+            band_waits: self.band_waits + o.band_waits,
+            room_waits: self.room_waits + o.room_waits,
+        }
+    }
+
     /// The counts of `self` since `before`.
     pub fn since(&self, before: &LogStats) -> LogStats {
         LogStats {
