@@ -147,13 +147,17 @@ async fn serve(config: Config) -> Result<()> {
         say(format_args!("  {name}: {}", uris.join("  ")));
     }
 
+    // Background resyncs start before the control socket is announced: a `status` asked
+    // as soon as it is must already see them running.
+    for v in &controls.volumes {
+        crate::heal::start_background_resync(v);
+    }
     say(format_args!(
         "nbraidd: control socket {}",
         control.path().display()
     ));
     let control_task = tokio::spawn(control.serve(controls.clone()));
     for v in &controls.volumes {
-        crate::heal::start_background_resync(v);
         crate::heal::resume_scrub(v).await;
     }
     // Spares into failed roles, rebuilds started and resumed, by themselves.
