@@ -1,8 +1,8 @@
-//! Background resync of mirrors after an unclean start (`Array::open_background`): the volume
+//! Background resync after an unclean start (`Array::open_background`): the volume
 //! serves at once; a read of a region not yet resynced returns the first copy and leaves
 //! every copy equal (md's rule), so two reads never disagree; a crash in the middle of the
 //! background pass resumes over the chunks still marked; a member lost during the pass does
-//! not stop it; parity volumes still resync before serving.
+//! not stop it. A dirty RAID 5 serves at once too; one without the log resyncs first.
 
 mod common;
 
@@ -231,15 +231,95 @@ fn a_crash_mid_pass_resumes_and_a_lost_member_does_not_stop_it() {
     );
 }
 
-/// Parity cannot be trusted for a degraded read before it is resynced: RAID 5 still
-/// resyncs before serving.
+/// A dirty RAID 5 serves at once: reads before the pass return the data (read straight from
+/// the data chunks, parity unused); a write into a stripe whose parity is wrong (as a torn
+/// full-row write leaves it) resyncs that stripe first, so a member lost afterwards rebuilds
+/// exact bytes; the pass then ends, parity agrees everywhere and the records go clean.
 #[test]
-fn parity_volumes_resync_before_serving() {
+fn a_dirty_raid5_serves_before_its_resync_and_ends_clean() {
     let d = disks(4);
     let a = create(Level::Raid5, &d);
+    let mut model = write_all(&a, 3);
+    drop(a); // unclean: every bitmap chunk set
+             // Stripe 0's parity (left-symmetric: on member 3) is junk.
+    d[3].poke(METADATA_AREA_BYTES, &vec![0xa5; 64 * KIB as usize]);
+    let (a, report) = reopen(Level::Raid5, &d);
+    let cap = a.volume().capacity();
+    assert!(
+        report.resynced_bytes == 0 && report.background_bytes == cap,
+        "serves before resyncing: {report:?}"
+    );
+    assert!(a.background_pending());
+    assert!(read_all(&a) == model, "reads before the pass");
+    assert_eq!(a.background_bytes(), cap, "reads resync nothing");
+    // A 4 KiB write into stripe 0's first chunk, then member 1 (stripe 0's second chunk) lost.
+    let b = pattern(77, 4 * KIB as usize);
+    model[..4 * KIB as usize].copy_from_slice(&b);
+    block_on(a.write(0, b, false)).expect("write before the pass");
+    assert!(a.background_pending() && a.background_bytes() < cap);
+    a.volume().fail_member(1, "test: lost before the pass");
+    assert!(
+        block_on(a.read(0, 192 * KIB)).expect("degraded read")[..] == model[..192 * KIB as usize],
+        "the written stripe was resynced before the write: no junk parity rebuilt"
+    );
+    let ctl = PassControl::new(0);
+    assert_eq!(
+        block_on(a.background_resync(&ctl)).expect("pass"),
+        PassState::Done
+    );
+    assert!(!a.background_pending());
+    assert!(read_all(&a) == model, "every write reads back degraded");
+    assert!(block_on(a.mark_clean()).expect("clean"));
+    drop(a);
+    // Healthy again (member 1's bytes are intact): clean, nothing to resync, parity agrees.
+    let (a, report) = reopen(Level::Raid5, &d);
+    assert!(report.background_bytes == 0 && report.resynced_bytes == 0);
+    for lost in 0..4 {
+        let v = nbraid_core::Volume::new(
+            a.volume().geometry().clone(),
+            d.iter().map(|m| m.clone() as Arc<dyn Member>).collect(),
+            VolumeOptions {
+                members_known_zero: true,
+                cache: CacheMode::WriteThrough,
+                ..VolumeOptions::default()
+            },
+        )
+        .expect("view");
+        v.fail_member(lost, "view");
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < cap {
+            out.extend_from_slice(&block_on(v.read(at, MIB)).expect("view read"));
+            at += MIB;
+        }
+        assert!(out == model, "parity agrees without member {lost}");
+    }
+}
+
+/// Without the partial-parity log a torn partial-stripe write leaves parity wrong under data
+/// nobody was writing: such a volume still resyncs before serving.
+#[test]
+fn parity_volumes_without_the_log_resync_before_serving() {
+    let d = disks(4);
+    let o = ArrayOptions {
+        ppl: false,
+        ..opts()
+    };
+    let t = tree(Level::Raid5, 4);
+    let a = block_on(Array::create(
+        "vol",
+        t.clone(),
+        metas(&d),
+        o.clone(),
+        true,
+        &|_, _| {},
+    ))
+    .expect("create")
+    .0;
     let model = write_all(&a, 3);
     drop(a);
-    let (a, report) = reopen(Level::Raid5, &d);
+    let m = metas(&d).into_iter().map(Some).collect();
+    let (a, report) = block_on(Array::open_background("vol", &t, m, o, &|_, _| {})).expect("open");
     assert!(
         report.resynced_bytes > 0 && report.background_bytes == 0,
         "{report:?}"

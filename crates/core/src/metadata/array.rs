@@ -145,7 +145,7 @@ pub struct Array {
     /// Serializes bitmap writes (callers waiting share the next one).
     pub(super) bitmap_write: AsyncMutex<()>,
     /// The log the engine writes (`None`: none), for the replay at open.
-    ppl_setup: Option<crate::ppl::PplSetup>,
+    pub(super) ppl_setup: Option<crate::ppl::PplSetup>,
 }
 
 mod requests;
@@ -522,13 +522,7 @@ impl Array {
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<u64, ArrayError> {
         let capacity = self.volume.capacity();
-        let width = self
-            .volume
-            .geometry()
-            .full_stripe_width()
-            .unwrap_or(RESYNC_PIECE_BYTES)
-            .max(self.volume.block_size());
-        let piece = (RESYNC_PIECE_BYTES / width).max(1) * width;
+        let (width, piece) = self.resync_piece_bytes();
         let total: u64 = ranges.iter().map(|(a, b)| b - a).sum();
         let mut done = 0;
         for &(a, b) in ranges {
@@ -544,6 +538,18 @@ impl Array {
         }
         self.volume.flush().await?;
         Ok(total)
+    }
+
+    /// The full stripe (at least a block) and the resync's piece: whole full stripes,
+    /// about [`RESYNC_PIECE_BYTES`].
+    pub(super) fn resync_piece_bytes(&self) -> (u64, u64) {
+        let width = self
+            .volume
+            .geometry()
+            .full_stripe_width()
+            .unwrap_or(RESYNC_PIECE_BYTES)
+            .max(self.volume.block_size());
+        (width, (RESYNC_PIECE_BYTES / width).max(1) * width)
     }
 
     /// After open or create: every current member records the volume clean, with what

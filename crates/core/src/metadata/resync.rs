@@ -1,20 +1,51 @@
-//! Background resync after an unclean start, for volumes whose redundancy is mirrors only
-//! (RAID 1, RAID 10, any tree without a parity group): [`Array::open_background`] serves at
-//! once and [`Array::background_resync`] streams the regions the write-intent bitmap marks
-//! (and what stale members missed) on the pass machinery, rate-limited and pausable.
+//! Background resync after an unclean start: [`Array::open_background`] serves at once and
+//! [`Array::background_resync`] streams the regions the write-intent bitmap marks (and, for
+//! mirrors, what stale members missed) on the pass machinery, rate-limited, pausable, with
+//! progress (the daemon's `status` shows it). Mirror trees (RAID 1, 10, concats of mirrors)
+//! and trees with parity groups (RAID 5, 6, 50, 60, mirrors of parity groups) both qualify,
+//! under the conditions below (md's rules: serve during the resync, trust no parity that was
+//! not resynced).
 //!
-//! - **Reads are consistent before the pass gets there.** A read touching a region not yet
-//!   resynced first resyncs the 1 MiB pieces it touches (the first readable copy over the
-//!   others, under the mirror's range lock: md's rule that the first copy is the truth), then
-//!   reads: two reads of the same block never see different copies. Writes go to every copy
-//!   as always.
+//! - **Mirrors: reads resync first.** A read touching a region not yet resynced first
+//!   resyncs the pieces it touches (the first readable copy over the others, under the
+//!   mirror's range lock: md's rule that the first copy is the truth), then reads: two reads
+//!   of the same block never see different copies. Writes go to every copy as always.
+//! - **Parity: reads go straight, writes resync first.** A healthy parity group reads data
+//!   chunks directly; parity is not used, so a read needs nothing first (a tree that also
+//!   has mirrors still resyncs before reads, for the copies). A write into a stripe not yet
+//!   resynced must not carry untrusted parity forward (a read-modify-write updates old
+//!   parity by a difference, so a wrong parity stays wrong — and the partial-parity log's
+//!   entry for the write is computed from it). md writes by reconstruct-write above its
+//!   resync point; we **resync the piece first** (whole full stripes, about 1 MiB), each
+//!   stripe under its exclusive stripe lock, then write as usual. Why: our pending regions
+//!   are the bitmap's scattered ranges, not one resync point, and the engine's per-stripe
+//!   sync state is fixed at assembly (a per-stripe map over the whole volume plus a tree
+//!   walk to clear it would be new engine surface); resyncing first reuses the mirror read
+//!   path's machinery, leaves the piece trusted for every later write (plain RMW again),
+//!   and is work the pass would do anyway. The cost: the first write into each unsynced
+//!   piece waits for that piece's resync (a piece read and written once).
+//! - **What a degraded read may return before the pass gets there.** The log is replayed at
+//!   open, before serving, so every partially-written stripe is consistent by then; only a
+//!   stripe torn by a full-row write (not logged: every data chunk of those rows was being
+//!   written) can have parity that disagrees with its data. If a member is lost before the
+//!   pass reaches such a stripe, its chunk rebuilt from that parity may be wrong — but only
+//!   in rows every data chunk of which was being written at the crash: the write-hole
+//!   promise excuses exactly those sectors (as it does for a member absent at the start
+//!   with the resync in the foreground, which rebuilds from the same parity). Every other
+//!   sector reads back exact; the crash simulator (`tests/sim/background.rs`) asserts both.
+//! - **Only logged parity groups, no stale members.** Without the log (a volume created
+//!   before it, the log off, a group over mirrors or groups, which is never logged) a torn
+//!   partial-stripe write leaves parity wrong under data that was *not* being written; a
+//!   member lost during a background pass would then rebuild wrong bytes nobody excused, so
+//!   those volumes resync before serving. A stale member of a parity volume (offline during
+//!   writes) is also resynced in the foreground: its chunks must be rebuilt from parity
+//!   that, in a dirty array, may be torn in stripes whose writes it missed — left out of
+//!   this change rather than argued safe.
 //! - **Checkpointed by the bitmap.** Each bitmap chunk not yet resynced keeps a hold on its
 //!   bit, so no flush clears it; when its last piece is resynced the hold goes and the next
 //!   flush clears it. The records stay dirty until the pass is done ([`Array::mark_clean`]
-//!   declines), so a restart resyncs exactly the chunks still set. Stale members stay
-//!   write-only until the pass completes, then are recorded active.
-//! - **Parity volumes keep the resync before serving**: a degraded read of a stripe whose
-//!   parity was never resynced cannot be trusted, and the partial-parity log replays there.
+//!   declines), so a restart (the log replayed again) resyncs exactly the chunks still set.
+//!   Stale members stay write-only until the pass completes, then are recorded active.
 
 use super::array::{Array, ArrayError, OpenReport};
 use super::intent::Hold;
@@ -29,8 +60,6 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 
-/// Reads and the pass resync pieces of this many bytes (aligned).
-const PIECE_BYTES: u64 = 1 << 20;
 /// Pieces the pass has in flight.
 const INFLIGHT: usize = 4;
 
@@ -50,6 +79,12 @@ struct Background {
     holds: Mutex<BTreeMap<u64, Hold>>,
     /// Stale roles, made current when everything is resynced.
     stale: Vec<usize>,
+    /// Bytes resynced at once (whole full stripes, aligned).
+    piece: u64,
+    /// Reads resync what they touch first (the tree has mirrors).
+    before_reads: bool,
+    /// Writes resync what they touch first (the tree has parity groups).
+    before_writes: bool,
 }
 
 impl BackgroundSlot {
@@ -65,6 +100,22 @@ impl BackgroundSlot {
 /// Whether the tree's redundancy is mirrors only.
 fn mirrors_only(n: &Node) -> bool {
     !matches!(n, Node::Parity(_)) && n.children().iter().all(mirrors_only)
+}
+
+/// Whether the tree has a mirror somewhere.
+fn has_mirror(n: &Node) -> bool {
+    matches!(n, Node::Mirror(_)) || n.children().iter().any(has_mirror)
+}
+
+/// Whether a volume over `root` may serve before its resync (see the module docs): mirrors
+/// only; or every parity group logged (`logged`: the volume has a log) and no stale member.
+fn serves_before_resync(root: &Node, logged: bool, stale: bool) -> bool {
+    let all_logged = || {
+        crate::ppl::parity_groups(root)
+            .iter()
+            .all(|(_, leaves)| leaves.is_some())
+    };
+    mirrors_only(root) || (logged && !stale && all_logged())
 }
 
 /// Removes `[a, b)` from the range map.
@@ -97,9 +148,10 @@ fn first_overlap(map: &BTreeMap<u64, u64>, a: u64, b: u64) -> Option<(u64, u64)>
 }
 
 impl Array {
-    /// [`Array::open`], but a volume with mirrors only serves at once after an unclean start:
-    /// what needs resyncing is left to [`Array::background_resync`] (reads resync the pieces
-    /// they touch first). Parity volumes resync before serving, as with `open`.
+    /// [`Array::open`], but a volume serves at once after an unclean start: what needs
+    /// resyncing is left to [`Array::background_resync`] (mirrors resync the pieces reads
+    /// touch first, parity groups those writes touch). Parity volumes without a log, and with
+    /// a stale member, resync before serving, as with `open` (see the module docs).
     pub async fn open_background(
         name: &str,
         config_tree: &Node,
@@ -111,13 +163,15 @@ impl Array {
     }
 
     /// Hands the resync of `ranges` (and of the stale roles) to the background when the
-    /// volume has mirrors only; whether it did. The records stay dirty.
+    /// volume may serve before it ([`serves_before_resync`]); whether it did. The records
+    /// stay dirty.
     pub(super) async fn start_background(
         &self,
         ranges: &[(u64, u64)],
         stale: &[usize],
     ) -> VolumeResult<bool> {
-        if !mirrors_only(self.volume().geometry().root()) {
+        let root = self.volume().geometry().root();
+        if !serves_before_resync(root, self.ppl_setup.is_some(), !stale.is_empty()) {
             return Ok(false);
         }
         let mut unsynced = BTreeMap::new();
@@ -142,6 +196,9 @@ impl Array {
             unsynced: Mutex::new(unsynced),
             holds: Mutex::new(holds),
             stale: stale.to_vec(),
+            piece: self.resync_piece_bytes().1,
+            before_reads: has_mirror(root),
+            before_writes: !mirrors_only(root),
         }));
         self.background.pending.store(true, SeqCst);
         // Recorded dirty (no clean point until the pass is done), the bitmap as it is.
@@ -165,12 +222,22 @@ impl Array {
         self.background.pending()
     }
 
-    /// Before a read of `[offset, offset+len)`: resyncs the pending pieces it touches.
+    /// Before a read of `[offset, offset+len)`: resyncs the pending pieces it touches, when
+    /// the tree has mirrors.
     pub(super) async fn sync_before_read(&self, offset: u64, len: u64) -> VolumeResult<()> {
-        let Some(bg) = self.background.get() else {
-            return Ok(());
-        };
-        self.sync_range(&bg, offset, offset + len).await
+        match self.background.get() {
+            Some(bg) if bg.before_reads => self.sync_range(&bg, offset, offset + len).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Before a write-type request over `[offset, offset+len)`: resyncs the pending pieces
+    /// it touches, when the tree has parity groups (no write builds on untrusted parity).
+    pub(super) async fn sync_before_write(&self, offset: u64, len: u64) -> VolumeResult<()> {
+        match self.background.get() {
+            Some(bg) if bg.before_writes => self.sync_range(&bg, offset, offset + len).await,
+            _ => Ok(()),
+        }
     }
 
     /// Resyncs every pending piece overlapping `[a, b)`.
@@ -180,8 +247,8 @@ impl Array {
                 return Ok(());
             };
             // The aligned piece around `s`, inside the pending range.
-            let piece = s / PIECE_BYTES * PIECE_BYTES;
-            let (ps, pe) = match first_overlap(&bg.unsynced.lock(), piece, piece + PIECE_BYTES) {
+            let piece = s / bg.piece * bg.piece;
+            let (ps, pe) = match first_overlap(&bg.unsynced.lock(), piece, piece + bg.piece) {
                 Some(r) => r,
                 None => continue,
             };
@@ -232,7 +299,7 @@ impl Array {
             ctl,
             PassWork {
                 total_bytes: total,
-                window_bytes: PIECE_BYTES,
+                window_bytes: bg.piece,
                 inflight: INFLIGHT,
                 window: Box::new(window),
                 checkpoint_bytes: 0,
@@ -287,14 +354,35 @@ mod tests {
     }
 
     #[test]
-    fn only_mirror_trees_resync_in_the_background() {
+    fn mirrors_and_logged_parity_without_stale_members_resync_in_the_background() {
         use nbraid_layout::ParityLayout;
         let m = |i| Node::member(i, 1 << 20, 4 << 20);
         let pair = |i| Node::mirror(vec![m(i), m(i + 1)]).unwrap();
-        assert!(mirrors_only(
-            &Node::stripe(64 << 10, vec![pair(0), pair(2)]).unwrap()
-        ));
-        let raid5 = Node::parity(64 << 10, 1, ParityLayout::default(), vec![m(0), m(1), m(2)]);
-        assert!(!mirrors_only(&raid5.unwrap()));
+        let raid5 = |kids| Node::parity(64 << 10, 1, ParityLayout::default(), kids).unwrap();
+        let raid10 = Node::stripe(64 << 10, vec![pair(0), pair(2)]).unwrap();
+        assert!(mirrors_only(&raid10) && has_mirror(&raid10));
+        // Mirrors: always, stale members too, log or none.
+        assert!(serves_before_resync(&raid10, false, true));
+        let r5 = raid5(vec![m(0), m(1), m(2)]);
+        assert!(!mirrors_only(&r5) && !has_mirror(&r5));
+        assert!(serves_before_resync(&r5, true, false));
+        assert!(!serves_before_resync(&r5, false, false), "no log");
+        assert!(!serves_before_resync(&r5, true, true), "a stale member");
+        // RAID 50 (groups of members) is logged; RAID 5 over mirrors is not.
+        let r50 = Node::stripe(
+            128 << 10,
+            vec![raid5(vec![m(0), m(1), m(2)]), raid5(vec![m(3), m(4), m(5)])],
+        )
+        .unwrap();
+        assert!(serves_before_resync(&r50, true, false));
+        let over_mirrors = raid5(vec![pair(0), pair(2), pair(4)]);
+        assert!(!serves_before_resync(&over_mirrors, true, false));
+        // A mirror of logged groups: reads resync first too.
+        let mirrored = Node::mirror(vec![
+            raid5(vec![m(0), m(1), m(2)]),
+            raid5(vec![m(3), m(4), m(5)]),
+        ])
+        .unwrap();
+        assert!(serves_before_resync(&mirrored, true, false) && has_mirror(&mirrored));
     }
 }

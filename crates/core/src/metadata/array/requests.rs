@@ -101,6 +101,9 @@ impl Array {
     /// [`Volume::write`], with the records dirty and the region's bit set first.
     pub async fn write(&self, offset: u64, buf: Buf, fua: bool) -> VolumeResult<Buf> {
         self.volume.check("write", offset, buf.len() as u64)?;
+        if self.background.pending() {
+            self.sync_before_write(offset, buf.len() as u64).await?;
+        }
         let hold = self.begin_write(offset, buf.len() as u64).await?;
         let r = self.volume.write(offset, buf, fua).await;
         self.end_write(hold, r).await
@@ -110,6 +113,9 @@ impl Array {
         if !self.in_range(offset, len) {
             return self.volume.trim(offset, len).await;
         }
+        if self.background.pending() {
+            self.sync_before_write(offset, len).await?;
+        }
         let hold = self.begin_write(offset, len).await?;
         let r = self.volume.trim(offset, len).await;
         self.end_write(hold, r).await
@@ -118,6 +124,9 @@ impl Array {
     pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> VolumeResult<()> {
         if !self.in_range(offset, len) {
             return self.volume.write_zeroes(offset, len, fua).await;
+        }
+        if self.background.pending() {
+            self.sync_before_write(offset, len).await?;
         }
         let hold = self.begin_write(offset, len).await?;
         let r = self.volume.write_zeroes(offset, len, fua).await;
