@@ -489,10 +489,7 @@ impl Array {
             volume,
             metas: RwLock::new(by_role.to_vec()),
             bitmap_areas: RwLock::new(bitmap_areas),
-            ppl_areas: records
-                .iter()
-                .map(|r| r.as_ref().and_then(|r| r.ppl))
-                .collect(),
+            ppl_areas: super::ppl_area::areas_by_role(&records),
             ppl_setup,
             heal: Default::default(),
             recorded: AsyncMutex::new(Recorded {

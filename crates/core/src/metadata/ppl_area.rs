@@ -31,6 +31,24 @@ pub(super) async fn clear(member: &dyn Member, area: Area) -> crate::member::Mem
         .await
 }
 
+/// Where each role keeps the log, from the records by role. A role no member carries
+/// (missing at assembly) keeps it where its peers do (every member of a volume gets the same
+/// place): its parity groups are then still logged on their other members (the log skips a
+/// failed member) — without it a group with a missing member wrote no log at all, and a
+/// crash tearing a degraded write corrupted the missing member's chunks when it came back
+/// (found by the background resync's crash simulator) — and a new member rebuilt into the
+/// role gets that place.
+pub(super) fn areas_by_role(records: &[Option<VolumeRecord>]) -> Vec<Option<Area>> {
+    let peers = records.iter().flatten().find_map(|r| r.ppl);
+    records
+        .iter()
+        .map(|r| match r {
+            Some(r) => r.ppl,
+            None => peers,
+        })
+        .collect()
+}
+
 /// The engine's log setup from the records by role (`None` for a volume without a log: one
 /// created before logs existed, or with the log switched off). `events`: the newest record's
 /// event counter (every open bumps it, so `events + 1` is above every earlier life).
@@ -45,9 +63,9 @@ pub(super) fn setup(
     if !enabled || !logged {
         return None;
     }
-    let areas: Vec<Option<(u64, u64)>> = records
-        .iter()
-        .map(|r| r.as_ref().and_then(|r| r.ppl).map(|a| (a.offset, a.len)))
+    let areas: Vec<Option<(u64, u64)>> = areas_by_role(records)
+        .into_iter()
+        .map(|a| a.map(|a| (a.offset, a.len)))
         .collect();
     if areas.iter().all(Option::is_none) {
         tracing::warn!(
@@ -59,4 +77,40 @@ pub(super) fn setup(
         life: events + 1,
         areas,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(ppl: Option<Area>) -> VolumeRecord {
+        VolumeRecord {
+            array: super::super::Uuid([0; 16]),
+            name: "v".into(),
+            events: 1,
+            clean: false,
+            role: 0,
+            members: Vec::new(),
+            tree: Node::member(0, 0, 1 << 20),
+            bitmap: None,
+            ppl,
+            checksums: None,
+            scrub: None,
+            spares: Vec::new(),
+        }
+    }
+
+    /// A role no member carries keeps the log where its peers do (so its groups stay
+    /// logged); a member whose own record has no log keeps none.
+    #[test]
+    fn a_missing_role_keeps_the_log_where_its_peers_do() {
+        let a = Area {
+            offset: 8192,
+            len: 512 << 10,
+        };
+        let records = [Some(record(Some(a))), None, Some(record(Some(a)))];
+        assert_eq!(areas_by_role(&records), vec![Some(a); 3]);
+        let old = [Some(record(None)), None];
+        assert_eq!(areas_by_role(&old), vec![None, None]);
+    }
 }

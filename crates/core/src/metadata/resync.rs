@@ -107,15 +107,28 @@ fn has_mirror(n: &Node) -> bool {
     matches!(n, Node::Mirror(_)) || n.children().iter().any(has_mirror)
 }
 
+/// Whether the engine logs every parity group of `root` with the log `setup` (as
+/// `GroupLog::new` decides: a group over members, each with a ring large enough).
+fn every_group_logged(root: &Node, setup: Option<&crate::ppl::PplSetup>) -> bool {
+    let Some(setup) = setup else { return false };
+    crate::ppl::parity_groups(root).iter().all(|(g, leaves)| {
+        leaves.as_ref().is_some_and(|leaves| {
+            leaves.iter().all(|&(m, _)| {
+                setup
+                    .areas
+                    .get(m)
+                    .copied()
+                    .flatten()
+                    .is_some_and(|(_, len)| len >= crate::ppl::min_ring_bytes(g))
+            })
+        })
+    })
+}
+
 /// Whether a volume over `root` may serve before its resync (see the module docs): mirrors
-/// only; or every parity group logged (`logged`: the volume has a log) and no stale member.
+/// only; or every parity group logged and no stale member.
 fn serves_before_resync(root: &Node, logged: bool, stale: bool) -> bool {
-    let all_logged = || {
-        crate::ppl::parity_groups(root)
-            .iter()
-            .all(|(_, leaves)| leaves.is_some())
-    };
-    mirrors_only(root) || (logged && !stale && all_logged())
+    mirrors_only(root) || (logged && !stale)
 }
 
 /// Removes `[a, b)` from the range map.
@@ -171,7 +184,8 @@ impl Array {
         stale: &[usize],
     ) -> VolumeResult<bool> {
         let root = self.volume().geometry().root();
-        if !serves_before_resync(root, self.ppl_setup.is_some(), !stale.is_empty()) {
+        let logged = every_group_logged(root, self.ppl_setup.as_ref());
+        if !serves_before_resync(root, logged, !stale.is_empty()) {
             return Ok(false);
         }
         let mut unsynced = BTreeMap::new();
@@ -368,21 +382,33 @@ mod tests {
         assert!(serves_before_resync(&r5, true, false));
         assert!(!serves_before_resync(&r5, false, false), "no log");
         assert!(!serves_before_resync(&r5, true, true), "a stale member");
-        // RAID 50 (groups of members) is logged; RAID 5 over mirrors is not.
+        // Logged: every group over members, each member with a ring large enough.
+        let setup = |n: usize, len: u64| crate::ppl::PplSetup {
+            life: 1,
+            areas: (0..n).map(|_| Some((4096, len))).collect(),
+        };
         let r50 = Node::stripe(
             128 << 10,
             vec![raid5(vec![m(0), m(1), m(2)]), raid5(vec![m(3), m(4), m(5)])],
         )
         .unwrap();
-        assert!(serves_before_resync(&r50, true, false));
+        assert!(every_group_logged(&r50, Some(&setup(6, 1 << 20))));
+        assert!(
+            !every_group_logged(&r50, Some(&setup(6, 4096))),
+            "rings too small"
+        );
+        let mut one_missing = setup(6, 1 << 20);
+        one_missing.areas[4] = None;
+        assert!(!every_group_logged(&r50, Some(&one_missing)));
+        assert!(!every_group_logged(&r50, None));
         let over_mirrors = raid5(vec![pair(0), pair(2), pair(4)]);
-        assert!(!serves_before_resync(&over_mirrors, true, false));
+        assert!(!every_group_logged(&over_mirrors, Some(&setup(6, 1 << 20))));
         // A mirror of logged groups: reads resync first too.
         let mirrored = Node::mirror(vec![
             raid5(vec![m(0), m(1), m(2)]),
             raid5(vec![m(3), m(4), m(5)]),
         ])
         .unwrap();
-        assert!(serves_before_resync(&mirrored, true, false) && has_mirror(&mirrored));
+        assert!(every_group_logged(&mirrored, Some(&setup(6, 1 << 20))) && has_mirror(&mirrored));
     }
 }
