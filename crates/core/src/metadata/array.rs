@@ -390,7 +390,8 @@ impl Array {
                 Some(i) => i.set_ranges(capacity),
                 None => vec![(0, capacity)],
             };
-            if background && array.start_background(&ranges, &stale).await? {
+            let rebuilding = !report.rebuilding_roles.is_empty();
+            if background && array.start_background(&ranges, &stale, rebuilding).await? {
                 report.background_bytes = array.background_bytes();
                 return Ok((array, report));
             }

@@ -41,6 +41,12 @@
 //!   writes) is also resynced in the foreground: its chunks must be rebuilt from parity
 //!   that, in a dirty array, may be torn in stripes whose writes it missed — left out of
 //!   this change rather than argued safe.
+//! - **No role being rebuilt.** A new member resumed from its rebuild checkpoint is trusted
+//!   below it only once the open's resync rewrote the bitmap's regions onto it (writes it
+//!   took there but did not flush at the crash); its rebuild may finish — and it be read —
+//!   before a background pass gets there, so such a volume resyncs before serving (the
+//!   crash simulator found a RAID 6 rebuilding one member with another failed serving a
+//!   stale parity chunk that way).
 //! - **Checkpointed by the bitmap.** Each bitmap chunk not yet resynced keeps a hold on its
 //!   bit, so no flush clears it; when its last piece is resynced the hold goes and the next
 //!   flush clears it. The records stay dirty until the pass is done ([`Array::mark_clean`]
@@ -125,10 +131,10 @@ fn every_group_logged(root: &Node, setup: Option<&crate::ppl::PplSetup>) -> bool
     })
 }
 
-/// Whether a volume over `root` may serve before its resync (see the module docs): mirrors
-/// only; or every parity group logged and no stale member.
-fn serves_before_resync(root: &Node, logged: bool, stale: bool) -> bool {
-    mirrors_only(root) || (logged && !stale)
+/// Whether a volume over `root` may serve before its resync (see the module docs): no role
+/// being rebuilt, and mirrors only, or every parity group logged and no stale member.
+fn serves_before_resync(root: &Node, logged: bool, stale: bool, rebuilding: bool) -> bool {
+    !rebuilding && (mirrors_only(root) || (logged && !stale))
 }
 
 /// Removes `[a, b)` from the range map.
@@ -163,8 +169,9 @@ fn first_overlap(map: &BTreeMap<u64, u64>, a: u64, b: u64) -> Option<(u64, u64)>
 impl Array {
     /// [`Array::open`], but a volume serves at once after an unclean start: what needs
     /// resyncing is left to [`Array::background_resync`] (mirrors resync the pieces reads
-    /// touch first, parity groups those writes touch). Parity volumes without a log, and with
-    /// a stale member, resync before serving, as with `open` (see the module docs).
+    /// touch first, parity groups those writes touch). Volumes with a role being rebuilt, and
+    /// parity volumes without a log or with a stale member, resync before serving, as with
+    /// `open` (see the module docs).
     pub async fn open_background(
         name: &str,
         config_tree: &Node,
@@ -182,10 +189,11 @@ impl Array {
         &self,
         ranges: &[(u64, u64)],
         stale: &[usize],
+        rebuilding: bool,
     ) -> VolumeResult<bool> {
         let root = self.volume().geometry().root();
         let logged = every_group_logged(root, self.ppl_setup.as_ref());
-        if !serves_before_resync(root, logged, !stale.is_empty()) {
+        if !serves_before_resync(root, logged, !stale.is_empty(), rebuilding) {
             return Ok(false);
         }
         let mut unsynced = BTreeMap::new();
@@ -376,12 +384,19 @@ mod tests {
         let raid10 = Node::stripe(64 << 10, vec![pair(0), pair(2)]).unwrap();
         assert!(mirrors_only(&raid10) && has_mirror(&raid10));
         // Mirrors: always, stale members too, log or none.
-        assert!(serves_before_resync(&raid10, false, true));
+        assert!(serves_before_resync(&raid10, false, true, false));
+        assert!(
+            !serves_before_resync(&raid10, false, false, true),
+            "a role being rebuilt"
+        );
         let r5 = raid5(vec![m(0), m(1), m(2)]);
         assert!(!mirrors_only(&r5) && !has_mirror(&r5));
-        assert!(serves_before_resync(&r5, true, false));
-        assert!(!serves_before_resync(&r5, false, false), "no log");
-        assert!(!serves_before_resync(&r5, true, true), "a stale member");
+        assert!(serves_before_resync(&r5, true, false, false));
+        assert!(!serves_before_resync(&r5, false, false, false), "no log");
+        assert!(
+            !serves_before_resync(&r5, true, true, false),
+            "a stale member"
+        );
         // Logged: every group over members, each member with a ring large enough.
         let setup = |n: usize, len: u64| crate::ppl::PplSetup {
             life: 1,
