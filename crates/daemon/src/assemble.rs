@@ -457,7 +457,8 @@ pub async fn start_volume(
                 .into_iter()
                 .chain(crate::heal::spares_for_assembly(v, opened))
                 .collect();
-            // Mirrors resync in the background while serving; parity before serving.
+            // Resync in the background while serving (parity volumes without a log or with a
+            // stale member before serving: `core::metadata::resync`).
             let (a, r) = Array::open_background(&v.name, &tree, metas, opts, progress)
                 .await
                 .map_err(array_error)?;

@@ -323,7 +323,7 @@ pub async fn resume_scrub(v: &ControlVolume) {
     }
 }
 
-/// Starts volume `v`'s background resync if its start left one (mirrors after an unclean
+/// Starts volume `v`'s background resync if its start left one (after an unclean
 /// shutdown), at the volume's `rebuild_rate`.
 pub fn start_background_resync(v: &ControlVolume) {
     if !v.array.background_pending() {

@@ -12,6 +12,7 @@
 use super::disk::SECTOR_BYTES;
 use futures::future::BoxFuture;
 use nbraid_core::{Buf, VolumeResult};
+use std::collections::HashSet;
 
 const SECTOR: u64 = SECTOR_BYTES as u64;
 
@@ -148,6 +149,24 @@ impl History {
             .position(|o| o.kind == Kind::Flush && o.ok() && o.issued > at)
     }
 
+    /// Power was lost (before requests go on after the restart): writes acknowledged but not
+    /// guaranteed may have been lost, so a later FLUSH must not make them guaranteed — they
+    /// count as failed from now on (their data may still be found, until superseded).
+    pub fn power_lost(&mut self) {
+        let f = self.last_flush_issued();
+        let lost: Vec<usize> = (0..self.ops.len())
+            .filter(|&i| {
+                let o = &self.ops[i];
+                o.writes() && o.ok() && !self.guaranteed(o, f)
+            })
+            .collect();
+        for i in lost {
+            if let Some((at, _)) = self.ops[i].done {
+                self.ops[i].done = Some((at, false));
+            }
+        }
+    }
+
     pub fn complete(&mut self, id: usize, ok: bool) {
         let at = self.tick();
         self.ops[id].done = Some((at, ok));
@@ -204,11 +223,24 @@ impl History {
 
     /// Checks a successful read of `[offset, offset + data.len())` issued as op `id`.
     pub fn check_read(&self, id: usize, data: &[u8]) -> Result<(), String> {
+        self.check_read_except(id, data, &HashSet::new())
+    }
+
+    /// [`History::check_read`], but for the sectors in `excused`.
+    pub fn check_read_except(
+        &self,
+        id: usize,
+        data: &[u8],
+        excused: &HashSet<u64>,
+    ) -> Result<(), String> {
         let op = &self.ops[id];
         let issued = op.issued;
         let done = op.done_at().unwrap_or(u64::MAX);
         for (i, sector) in data.chunks(SECTOR_BYTES).enumerate() {
             let s = op.offset / SECTOR + i as u64;
+            if excused.contains(&s) {
+                continue;
+            }
             let seen = decode(sector, s);
             let barrier = self.barrier(s, |o| o.ok() && o.done_at().is_some_and(|d| d < issued));
             self.allowed(s, &seen, barrier, done).map_err(|e| {
@@ -223,7 +255,7 @@ impl History {
     }
 
     /// The issue time of the latest FLUSH that completed successfully (0: none).
-    fn last_flush_issued(&self) -> u64 {
+    pub fn last_flush_issued(&self) -> u64 {
         self.ops
             .iter()
             .filter(|o| o.kind == Kind::Flush && o.ok())

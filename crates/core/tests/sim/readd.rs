@@ -257,7 +257,7 @@ pub fn run_readd(case: &CrashCase, seed: u64) -> Result<ReaddStats, String> {
     }
     let shared = Rc::new(Shared {
         history: RefCell::new(History::new(capacity)),
-        violations: RefCell::new(Vec::new()),
+        ..Shared::default()
     });
     let hot_base = rng.below(
         (capacity / SECTOR)
