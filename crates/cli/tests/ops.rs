@@ -602,6 +602,118 @@ fn remove_refuses_active_members_and_takes_out_failed_ones_and_spares() {
     d.stop();
 }
 
+/// `status --json` of volume `name`.
+fn status_of(cfg: &str, name: &str) -> Value {
+    let v: Value = serde_json::from_str(&ok(
+        nbraid(&["status", name, "--json", "--config", cfg]),
+        "status",
+    ))
+    .unwrap();
+    v["volumes"][0].clone()
+}
+
+/// A daemon restarted after a SIGKILL, serving volume `name` with its resync in the
+/// background, and what the volume held.
+struct UncleanStart {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    uri: String,
+    data: Vec<u8>,
+    daemon: Daemon,
+    nbdcopy: PathBuf,
+}
+
+impl UncleanStart {
+    /// Volume `name` (`level`, 32 MiB, 1 MiB bitmap chunks, resync at 4 MiB/s, `extra` keys)
+    /// over `members` files `{name}{i}.img` of `member_mib`: filled through NBD, the daemon
+    /// SIGKILLed, `damage(dir)` done behind its back, restarted: it serves at once with all
+    /// of it left to the background pass, running at the volume's rate.
+    fn new(
+        name: &str,
+        level: &str,
+        (members, member_mib): (usize, u64),
+        extra: &str,
+        damage: impl FnOnce(&Path),
+    ) -> UncleanStart {
+        let nbdcopy = require("nbdcopy");
+        let dir = tempfile::tempdir().unwrap();
+        let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
+        let ids: Vec<String> = (0..members).map(|i| format!("\"{name}{i}\"")).collect();
+        for i in 0..members {
+            text += &format!(
+                "[[member]]\nid = \"{name}{i}\"\npath = \"{name}{i}.img\"\nsize = \"{member_mib}MiB\"\n\n"
+            );
+        }
+        text += &format!(
+            "[[volume]]\nname = \"{name}\"\nlevel = \"{level}\"\nmembers = [{}]\n\
+             bitmap_chunk = \"1MiB\"\nrebuild_rate = \"4MiB\"\n{extra}",
+            ids.join(", ")
+        );
+        let config = dir.path().join("arrays.toml");
+        std::fs::write(&config, text).unwrap();
+        let (mut d, uri) = serve(&config, name);
+        let data = fill(&nbdcopy, dir.path(), &uri, 0x7777_1234_abcd_0001);
+        d.child.kill().unwrap();
+        d.child.wait().unwrap();
+        damage(dir.path());
+        let daemon = Daemon::start(&config);
+        let v = status_of(config.to_str().unwrap(), name);
+        assert_eq!(v["metadata"]["clean_at_start"], false, "{v:#}");
+        assert_eq!(v["metadata"]["resynced_bytes_at_start"], 0, "{v:#}");
+        assert_eq!(
+            v["metadata"]["background_resync_bytes_at_start"],
+            32 * MIB,
+            "{v:#}"
+        );
+        assert_eq!(v["resync"]["state"], "running", "{v:#}");
+        assert_eq!(v["resync"]["rate_limit_bytes_per_s"], 4 * MIB);
+        UncleanStart {
+            dir,
+            config,
+            uri,
+            data,
+            daemon,
+            nbdcopy,
+        }
+    }
+
+    fn cfg(&self) -> &str {
+        self.config.to_str().unwrap()
+    }
+
+    /// Waits (up to a minute) for the background pass of `name` to be done.
+    fn wait_done(&self, name: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while status_of(self.cfg(), name)["resync"]["state"] != "done" {
+            assert!(
+                Instant::now() < deadline,
+                "the resync finishes: {:#}",
+                status_of(self.cfg(), name)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// After an orderly stop: the next start is clean, with nothing to resync, and serves
+    /// `data`.
+    fn starts_clean(&self, name: &str, data: &[u8]) {
+        let mut d = Daemon::start(&self.config);
+        let v = status_of(self.cfg(), name);
+        assert_eq!(v["metadata"]["clean_at_start"], true, "{v:#}");
+        assert!(v["resync"].is_null(), "{v:#}");
+        reads_back(&self.nbdcopy, self.dir.path(), &self.uri, data);
+        d.stop();
+    }
+}
+
+/// Overwrites `len` bytes of member file `path` at `at` (past the reserved area) with junk.
+fn junk(path: &Path, at: u64, len: u64) {
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(RESERVED + at)).unwrap();
+    f.write_all(&vec![0xee; len as usize]).unwrap();
+    f.sync_all().unwrap();
+}
+
 /// Issue 11's background resync end to end: a RAID 1 killed after writes, one copy then
 /// damaged behind its back (a torn mirror write), restarts serving at once with the resync
 /// left to the background (rate-limited, progress in status); NBD reads return the first
@@ -609,60 +721,14 @@ fn remove_refuses_active_members_and_takes_out_failed_ones_and_spares() {
 /// clean.
 #[test]
 fn an_unclean_mirror_serves_at_once_and_resyncs_in_the_background() {
-    let nbdcopy = require("nbdcopy");
-    let dir = tempfile::tempdir().unwrap();
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..2 {
-        text += &format!("[[member]]\nid = \"m{i}\"\npath = \"m{i}.img\"\nsize = \"33MiB\"\n\n");
-    }
-    text += "[[volume]]\nname = \"m\"\nlevel = \"raid1\"\nmembers = [\"m0\", \"m1\"]\n\
-             bitmap_chunk = \"1MiB\"\nrebuild_rate = \"4MiB\"\n";
-    let config = dir.path().join("arrays.toml");
-    std::fs::write(&config, text).unwrap();
-    let cfg = config.to_str().unwrap();
-    let status = || -> Value {
-        let v: Value = serde_json::from_str(&ok(
-            nbraid(&["status", "m", "--json", "--config", cfg]),
-            "status",
-        ))
-        .unwrap();
-        v["volumes"][0].clone()
-    };
-    let (mut d, uri) = serve(&config, "m");
-    let data = fill(&nbdcopy, dir.path(), &uri, 0x7777_1234_abcd_0001);
-    d.child.kill().unwrap();
-    d.child.wait().unwrap();
     // The second copy of the first MiB is torn.
-    let m1 = dir.path().join("m1.img");
-    let mut f = std::fs::OpenOptions::new().write(true).open(&m1).unwrap();
-    f.seek(SeekFrom::Start(RESERVED)).unwrap();
-    f.write_all(&vec![0xee; MIB as usize]).unwrap();
-    f.sync_all().unwrap();
-    drop(f);
-
-    let mut d = Daemon::start(&config);
-    let v = status();
-    assert_eq!(v["metadata"]["clean_at_start"], false, "{v:#}");
-    assert_eq!(v["metadata"]["resynced_bytes_at_start"], 0, "{v:#}");
-    assert_eq!(
-        v["metadata"]["background_resync_bytes_at_start"],
-        32 * MIB,
-        "{v:#}"
-    );
-    assert_eq!(v["resync"]["state"], "running", "{v:#}");
-    assert_eq!(v["resync"]["rate_limit_bytes_per_s"], 4 * MIB);
+    let mut u = UncleanStart::new("m", "raid1", (2, 33), "", |dir| {
+        junk(&dir.join("m1.img"), 0, MIB)
+    });
     // Served while the resync runs: the first copy is what reads see.
-    reads_back(&nbdcopy, dir.path(), &uri, &data);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while status()["resync"]["state"] != "done" {
-        assert!(
-            Instant::now() < deadline,
-            "the resync finishes: {:#}",
-            status()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    d.stop();
+    reads_back(&u.nbdcopy, u.dir.path(), &u.uri, &u.data);
+    u.wait_done("m");
+    u.daemon.stop();
     let copy = |p: &Path| {
         let mut b = vec![0; 32 * MIB as usize];
         let mut f = std::fs::File::open(p).unwrap();
@@ -671,15 +737,10 @@ fn an_unclean_mirror_serves_at_once_and_resyncs_in_the_background() {
         b
     };
     assert!(
-        copy(&dir.path().join("m0.img")) == copy(&m1),
+        copy(&u.dir.path().join("m0.img")) == copy(&u.dir.path().join("m1.img")),
         "the copies agree"
     );
-    let mut d = Daemon::start(&config);
-    let v = status();
-    assert_eq!(v["metadata"]["clean_at_start"], true, "{v:#}");
-    assert!(v["resync"].is_null(), "{v:#}");
-    reads_back(&nbdcopy, dir.path(), &uri, &data);
-    d.stop();
+    u.starts_clean("m", &u.data);
 }
 
 /// The same for RAID 5 (with the partial-parity log): killed after writes, stripe 0's parity
@@ -690,80 +751,30 @@ fn an_unclean_mirror_serves_at_once_and_resyncs_in_the_background() {
 /// after an orderly stop is clean.
 #[test]
 fn an_unclean_raid5_serves_at_once_and_resyncs_in_the_background() {
-    let nbdcopy = require("nbdcopy");
-    let dir = tempfile::tempdir().unwrap();
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..3 {
-        text += &format!("[[member]]\nid = \"p{i}\"\npath = \"p{i}.img\"\nsize = \"17MiB\"\n\n");
-    }
-    text += "[[volume]]\nname = \"p\"\nlevel = \"raid5\"\nmembers = [\"p0\", \"p1\", \"p2\"]\n\
-             bitmap_chunk = \"1MiB\"\nrebuild_rate = \"4MiB\"\ncache = \"write-through\"\n";
-    let config = dir.path().join("arrays.toml");
-    std::fs::write(&config, text).unwrap();
-    let cfg = config.to_str().unwrap();
-    let status = || -> Value {
-        let v: Value = serde_json::from_str(&ok(
-            nbraid(&["status", "p", "--json", "--config", cfg]),
-            "status",
-        ))
-        .unwrap();
-        v["volumes"][0].clone()
-    };
-    let (mut d, uri) = serve(&config, "p");
-    let data = fill(&nbdcopy, dir.path(), &uri, 0x5555_1234_abcd_0005);
-    d.child.kill().unwrap();
-    d.child.wait().unwrap();
     // Stripe 0's parity (left-symmetric, 3 members: on p2) is junk.
-    let p2 = dir.path().join("p2.img");
-    let mut f = std::fs::OpenOptions::new().write(true).open(&p2).unwrap();
-    f.seek(SeekFrom::Start(RESERVED)).unwrap();
-    f.write_all(&vec![0xee; STRIP as usize]).unwrap();
-    f.sync_all().unwrap();
-    drop(f);
-
-    let mut d = Daemon::start(&config);
-    let v = status();
-    assert_eq!(v["metadata"]["clean_at_start"], false, "{v:#}");
-    assert_eq!(v["metadata"]["resynced_bytes_at_start"], 0, "{v:#}");
-    assert_eq!(
-        v["metadata"]["background_resync_bytes_at_start"],
-        32 * MIB,
-        "{v:#}"
-    );
-    assert_eq!(v["resync"]["state"], "running", "{v:#}");
-    assert_eq!(v["resync"]["rate_limit_bytes_per_s"], 4 * MIB);
+    let extra = "cache = \"write-through\"\n";
+    let mut u = UncleanStart::new("p", "raid5", (3, 17), extra, |dir| {
+        junk(&dir.join("p2.img"), 0, STRIP)
+    });
     // Served while the resync runs: reads, then writes over everything.
-    reads_back(&nbdcopy, dir.path(), &uri, &data);
-    let data = fill(&nbdcopy, dir.path(), &uri, 0x5555_1234_abcd_0006);
+    reads_back(&u.nbdcopy, u.dir.path(), &u.uri, &u.data);
+    let data = fill(&u.nbdcopy, u.dir.path(), &u.uri, 0x5555_1234_abcd_0006);
+    let v = status_of(u.cfg(), "p");
     assert_eq!(
-        status()["resync"]["state"],
-        "running",
-        "written during the pass"
+        v["resync"]["state"], "running",
+        "written during the pass: {v:#}"
     );
-    reads_back(&nbdcopy, dir.path(), &uri, &data);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while status()["resync"]["state"] != "done" {
-        assert!(
-            Instant::now() < deadline,
-            "the resync finishes: {:#}",
-            status()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    reads_back(&u.nbdcopy, u.dir.path(), &u.uri, &data);
+    u.wait_done("p");
     let scrub: Value = serde_json::from_str(&ok(
-        nbraid(&["scrub", "--config", cfg, "p", "--json"]),
+        nbraid(&["scrub", "--config", u.cfg(), "p", "--json"]),
         "scrub",
     ))
     .unwrap();
     assert_eq!(scrub["mismatches"], 0, "{scrub:#}");
     assert_eq!(scrub["state"], "done", "{scrub:#}");
-    d.stop();
-    let mut d = Daemon::start(&config);
-    let v = status();
-    assert_eq!(v["metadata"]["clean_at_start"], true, "{v:#}");
-    assert!(v["resync"].is_null(), "{v:#}");
-    reads_back(&nbdcopy, dir.path(), &uri, &data);
-    d.stop();
+    u.daemon.stop();
+    u.starts_clean("p", &data);
 }
 
 /// Issue 11's resumable scrub end to end: a scrub killed with the daemon (after its first

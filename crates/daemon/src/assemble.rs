@@ -457,8 +457,8 @@ pub async fn start_volume(
                 .into_iter()
                 .chain(crate::heal::spares_for_assembly(v, opened))
                 .collect();
-            // Resync in the background while serving (parity volumes without a log or with a
-            // stale member before serving: `core::metadata::resync`).
+            // Resync in the background while serving (some volumes before serving — without
+            // the log, with a stale or rebuilding member, mixed trees: `core::metadata::resync`).
             let (a, r) = Array::open_background(&v.name, &tree, metas, opts, progress)
                 .await
                 .map_err(array_error)?;

@@ -2,17 +2,19 @@
 //! [`Array::background_resync`] streams the regions the write-intent bitmap marks (and, for
 //! mirrors, what stale members missed) on the pass machinery, rate-limited, pausable, with
 //! progress (the daemon's `status` shows it). Mirror trees (RAID 1, 10, concats of mirrors)
-//! and trees with parity groups (RAID 5, 6, 50, 60, mirrors of parity groups) both qualify,
-//! under the conditions below (md's rules: serve during the resync, trust no parity that was
-//! not resynced).
+//! and trees of parity groups without mirrors (RAID 5, 6, 50, 60) both qualify, under the
+//! conditions below (md's rules: serve during the resync, trust no parity that was not
+//! resynced). Trees mixing both (a mirror of RAID 5 groups, RAID 5 over mirrors) resync
+//! before serving: a mirror of parity groups read back its second copy's torn bytes once
+//! in three runs of `daemon/tests/declared_trees.rs` with the pass in the background,
+//! not understood by the end of the session, so left out.
 //!
 //! - **Mirrors: reads resync first.** A read touching a region not yet resynced first
 //!   resyncs the pieces it touches (the first readable copy over the others, under the
 //!   mirror's range lock: md's rule that the first copy is the truth), then reads: two reads
 //!   of the same block never see different copies. Writes go to every copy as always.
 //! - **Parity: reads go straight, writes resync first.** A healthy parity group reads data
-//!   chunks directly; parity is not used, so a read needs nothing first (a tree that also
-//!   has mirrors still resyncs before reads, for the copies). A write into a stripe not yet
+//!   chunks directly; parity is not used, so a read needs nothing first. A write into a stripe not yet
 //!   resynced must not carry untrusted parity forward (a read-modify-write updates old
 //!   parity by a difference, so a wrong parity stays wrong — and the partial-parity log's
 //!   entry for the write is computed from it). md writes by reconstruct-write above its
@@ -33,6 +35,8 @@
 //!   promise excuses exactly those sectors (as it does for a member absent at the start
 //!   with the resync in the foreground, which rebuilds from the same parity). Every other
 //!   sector reads back exact; the crash simulator (`tests/sim/background.rs`) asserts both.
+//!   (A group with a member missing at assembly is logged too, its ring for that member
+//!   placed where its peers keep theirs: `ppl_area::areas_by_role`.)
 //! - **Only logged parity groups, no stale members.** Without the log (a volume created
 //!   before it, the log off, a group over mirrors or groups, which is never logged) a torn
 //!   partial-stripe write leaves parity wrong under data that was *not* being written; a
@@ -132,9 +136,10 @@ fn every_group_logged(root: &Node, setup: Option<&crate::ppl::PplSetup>) -> bool
 }
 
 /// Whether a volume over `root` may serve before its resync (see the module docs): no role
-/// being rebuilt, and mirrors only, or every parity group logged and no stale member.
+/// being rebuilt, and mirrors only, or parity groups without mirrors, every group logged
+/// and no stale member.
 fn serves_before_resync(root: &Node, logged: bool, stale: bool, rebuilding: bool) -> bool {
-    !rebuilding && (mirrors_only(root) || (logged && !stale))
+    !rebuilding && (mirrors_only(root) || (logged && !stale && !has_mirror(root)))
 }
 
 /// Removes `[a, b)` from the range map.
@@ -418,12 +423,13 @@ mod tests {
         assert!(!every_group_logged(&r50, None));
         let over_mirrors = raid5(vec![pair(0), pair(2), pair(4)]);
         assert!(!every_group_logged(&over_mirrors, Some(&setup(6, 1 << 20))));
-        // A mirror of logged groups: reads resync first too.
+        // A mirror of logged groups: still before serving (see the module docs).
         let mirrored = Node::mirror(vec![
             raid5(vec![m(0), m(1), m(2)]),
             raid5(vec![m(3), m(4), m(5)]),
         ])
         .unwrap();
-        assert!(every_group_logged(&mirrored, Some(&setup(6, 1 << 20))) && has_mirror(&mirrored));
+        assert!(every_group_logged(&mirrored, Some(&setup(6, 1 << 20))));
+        assert!(!serves_before_resync(&mirrored, true, false, false));
     }
 }
