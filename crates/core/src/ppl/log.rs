@@ -3,7 +3,7 @@
 //! batches (callers waiting at the same time share one write per ring), written with FUA
 //! before the stripe's member writes are issued; rings reused once their entries are settled.
 
-use super::codec::{batch_bytes, encode_batch_into, Entry, LOG_BLOCK_BYTES};
+use super::codec::{batch_bytes, encode_batch_into, Entry, Part, LOG_BLOCK_BYTES};
 use super::stats::{self, count};
 use super::{PplSetup, BAND_BYTES, SECTOR_BYTES};
 use crate::buf::Buf;
@@ -91,10 +91,13 @@ impl Band {
     }
 }
 
+/// The rings (children) an entry goes to, each with the partial parity it takes there.
+pub(crate) type Rings = Vec<(usize, Part)>;
+
 struct Pending {
     ticket: u64,
     entry: Entry,
-    rings: Vec<usize>,
+    rings: Rings,
 }
 
 struct State {
@@ -288,14 +291,22 @@ impl GroupLog {
         }
     }
 
-    /// The children whose rings take stripe `stripe`'s entries: its P and Q, where their
-    /// members have not failed.
-    fn targets(&self, stripe: u64) -> Vec<usize> {
+    /// The children whose rings take stripe `stripe`'s entries: its P (taking the partial P)
+    /// and Q (the partial Q), where their members have not failed.
+    ///
+    /// One partial per ring is enough for every loss RAID 6 tolerates after a crash, because
+    /// an entry's member writes start only once it is durable on every ring it went to (or
+    /// that ring's member failed): P lost — the Q ring's partial Q makes Q right; Q lost —
+    /// the P ring's P; one data member lost — either partial rebuilds it (an unwritten
+    /// chunk exactly); a data member and P (or Q) — the other ring; two data members — both
+    /// rings are there and replay uses both partials of the same entry; P and Q — the data
+    /// is all there, nothing to rebuild. See docs/FORMAT.md, "Replay".
+    fn targets(&self, stripe: u64) -> Rings {
         let roles = self.layout.roles(stripe);
-        [Some(roles.p), roles.q]
+        [Some((roles.p, Part::P)), roles.q.map(|q| (q, Part::Q))]
             .into_iter()
             .flatten()
-            .filter(|&c| !self.table.slot(self.members[c]).is_failed())
+            .filter(|&(c, _)| !self.table.slot(self.members[c]).is_failed())
             .collect()
     }
 
@@ -315,7 +326,7 @@ impl GroupLog {
         stripe: u64,
         written: &[Vec<(u64, u64)>],
         values: &Values<'_>,
-    ) -> Result<Vec<(Entry, Vec<usize>)>, Blocked> {
+    ) -> Result<Vec<(Entry, Rings)>, Blocked> {
         let rings = self.targets(stripe);
         let q_slot = self.layout.roles(stripe).q_slot;
         let mut st = self.state.lock();
@@ -352,7 +363,7 @@ impl GroupLog {
         }
         let floor = rings
             .iter()
-            .map(|&c| st.rings[c].as_ref().expect("ring").durable_tail)
+            .map(|&(c, _)| st.rings[c].as_ref().expect("ring").durable_tail)
             .min()
             .unwrap_or(0);
         let mut out = Vec::new();
@@ -448,14 +459,16 @@ impl GroupLog {
                 sectors,
                 parity: self.np as u8,
                 masks: union.clone(),
-                pp: Vec::new(),
-                pq: Vec::new(),
+                pp: Some(Vec::new()),
+                pq: (self.np == 2).then(Vec::new),
             };
             for x in (0..sectors as usize).filter(|x| stored & (1 << x) != 0) {
                 let r = x * SECTOR_BYTES..(x + 1) * SECTOR_BYTES;
-                entry.pp.extend_from_slice(&pp[r.clone()]);
-                if self.np == 2 {
-                    entry.pq.extend_from_slice(&pq[r]);
+                if let Some(e) = entry.pp.as_mut() {
+                    e.extend_from_slice(&pp[r.clone()]);
+                }
+                if let Some(e) = entry.pq.as_mut() {
+                    e.extend_from_slice(&pq[r]);
                 }
             }
             let need = vec![0; self.members.len()];
@@ -478,7 +491,7 @@ impl GroupLog {
         stripe: u64,
         written: &[Vec<(u64, u64)>],
         values: &Values<'_>,
-    ) -> Vec<(Entry, Vec<usize>)> {
+    ) -> Vec<(Entry, Rings)> {
         loop {
             match self.prepare(stripe, written, values) {
                 Ok(e) => return e,
@@ -491,11 +504,7 @@ impl GroupLog {
     }
 
     /// [`Self::prepare_whole`], flushing or waiting first like [`Self::prepare_settled`].
-    pub(crate) async fn prepare_whole_settled(
-        &self,
-        first: u64,
-        end: u64,
-    ) -> Vec<(Entry, Vec<usize>)> {
+    pub(crate) async fn prepare_whole_settled(&self, first: u64, end: u64) -> Vec<(Entry, Rings)> {
         loop {
             match self.prepare_whole(first, end) {
                 Ok(e) => return e,
@@ -512,7 +521,7 @@ impl GroupLog {
     /// without going through [`Self::prepare`] (zeroing; the caller holds the stripes'
     /// exclusive locks). Like [`Self::prepare`], a band still live blocks it: its new entry
     /// must not wait for ring space its own older entries hold.
-    fn prepare_whole(&self, first: u64, end: u64) -> Result<Vec<(Entry, Vec<usize>)>, Blocked> {
+    fn prepare_whole(&self, first: u64, end: u64) -> Result<Vec<(Entry, Rings)>, Blocked> {
         let mut st = self.state.lock();
         let live = |st: &State| {
             st.bands
@@ -572,8 +581,8 @@ impl GroupLog {
                 sectors,
                 parity: self.np as u8,
                 masks: vec![all; self.k],
-                pp: Vec::new(),
-                pq: Vec::new(),
+                pp: Some(Vec::new()),
+                pq: (self.np == 2).then(Vec::new),
             };
             out.push((entry, rings));
         }

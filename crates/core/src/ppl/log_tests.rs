@@ -58,7 +58,7 @@ fn small_log_with_latency(latency: Duration) -> GroupLog {
 }
 
 /// The first sector of data chunk 0 written, the rest of the stripe zero.
-fn one_sector(log: &GroupLog, stripe: u64) -> Result<Vec<(super::Entry, Vec<usize>)>, Blocked> {
+fn one_sector(log: &GroupLog, stripe: u64) -> Result<Vec<(super::Entry, super::Rings)>, Blocked> {
     let zeros = vec![0u8; STRIP as usize];
     let values = Values::Direct {
         chunks: vec![&zeros[..], &zeros[..]],
