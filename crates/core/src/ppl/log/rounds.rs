@@ -153,6 +153,7 @@ impl GroupLog {
             if let Some(b) = st.bands.get_mut(&(stripe, band)) {
                 if b.seq == seq {
                     b.durable = true;
+                    st.changed.push((stripe, band));
                 }
             }
         }
@@ -428,6 +429,7 @@ impl GroupLog {
                 if let Some(b) = st.bands.get_mut(&(p.entry.stripe, p.entry.band)) {
                     if b.seq == p.entry.seq {
                         b.durable = true;
+                        st.changed.push((p.entry.stripe, p.entry.band));
                     }
                 }
             }
