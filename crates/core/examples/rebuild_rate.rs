@@ -16,12 +16,20 @@
 //!
 //! Rounds alternate peer and ours (3 rounds, the median ratio is reported) so machine noise
 //! hits both. `cargo run --release -p nbraid-core --example rebuild_rate -- [--json] [DIR...]`
-//! (default /dev/shm and /var/tmp; 256 MiB per member, about 2.5 GiB of files per DIR).
+//! (default /dev/shm, /var/tmp and `sim:ssd`; 256 MiB per member, about 2.5 GiB of files per
+//! DIR).
+//!
+//! `sim:ssd` instead of a DIR: every member its own simulated SSD (the bench's model: 550 MB/s
+//! read, 500 MB/s write, latency and IOPS caps) on a virtual clock — members that share no
+//! device, as in a real array, and no CPU time: what the rebuild's I/O pattern (window size,
+//! windows in flight, read then write per window) gets out of independent members.
 
 use futures::executor::block_on;
 use futures::stream::{FuturesUnordered, StreamExt};
+use nbraid_core::simulated::{run_virtual, SimClock, SimMember, SimModel, SsdParams};
 use nbraid_core::{Buf, Member, PassControl, PassState, UringFile, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Level, ParityLayout, Region, Shape};
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -59,9 +67,74 @@ const CASES: [Case; 3] = [
     },
 ];
 
-fn file(path: &Path) -> Arc<dyn Member> {
-    let _ = std::fs::remove_file(path);
-    Arc::new(UringFile::open_with(path, Some(REGION), Default::default()).expect("member file"))
+/// Where the members live: files in a directory, or simulated SSDs on a virtual clock.
+enum Target {
+    Dir(PathBuf),
+    SimSsd(Arc<SimClock>),
+}
+
+impl Target {
+    fn parse(arg: &str) -> Target {
+        match arg {
+            "sim:ssd" => Target::SimSsd(SimClock::new()),
+            dir => Target::Dir(dir.into()),
+        }
+    }
+
+    fn label(&self) -> String {
+        match self {
+            Target::Dir(d) => d.display().to_string(),
+            Target::SimSsd(_) => "sim:ssd".into(),
+        }
+    }
+
+    /// A fresh member named `tag` (its file recreated).
+    fn member(&self, tag: &str) -> Arc<dyn Member> {
+        match self {
+            Target::Dir(dir) => {
+                let p = path(dir, tag);
+                let _ = std::fs::remove_file(&p);
+                Arc::new(
+                    UringFile::open_with(&p, Some(REGION), Default::default())
+                        .expect("member file"),
+                )
+            }
+            Target::SimSsd(clock) => Arc::new(SimMember::new(
+                tag,
+                REGION,
+                &SimModel::Ssd(SsdParams::default()),
+                clock.clone(),
+                false,
+            )),
+        }
+    }
+
+    /// Removes member `tag`'s file, if it has one.
+    fn remove(&self, tag: &str) {
+        if let Target::Dir(dir) = self {
+            let _ = std::fs::remove_file(path(dir, tag));
+        }
+    }
+
+    /// Runs `fut` to its end: on this thread, or on the virtual clock.
+    fn run<F: Future>(&self, fut: F) -> F::Output {
+        match self {
+            Target::Dir(_) => block_on(fut),
+            Target::SimSsd(clock) => run_virtual(clock, fut).expect("only simulated members wait"),
+        }
+    }
+
+    /// A clock for timing runs: wall time, or the virtual clock's.
+    fn now_s(&self) -> f64 {
+        match self {
+            Target::Dir(_) => EPOCH.with(|e| e.elapsed().as_secs_f64()),
+            Target::SimSsd(clock) => clock.now().as_secs_f64(),
+        }
+    }
+}
+
+thread_local! {
+    static EPOCH: Instant = Instant::now();
 }
 
 fn path(dir: &Path, tag: &str) -> PathBuf {
@@ -88,11 +161,10 @@ struct Run {
 }
 
 /// One fresh member written sequentially and flushed.
-fn peer(dir: &Path) -> Run {
-    let p = path(dir, "peer");
-    let m = file(&p);
-    let (start, cpu0) = (Instant::now(), cpu_s());
-    block_on(async {
+fn peer(t: &Target) -> Run {
+    let m = t.member("peer");
+    let (start, cpu0) = (t.now_s(), cpu_s());
+    t.run(async {
         let mut q = FuturesUnordered::new();
         let mut at = 0;
         while at < REGION || !q.is_empty() {
@@ -107,21 +179,22 @@ fn peer(dir: &Path) -> Run {
         m.flush().await.expect("peer flush");
     });
     let run = Run {
-        bytes_per_s: REGION as f64 / start.elapsed().as_secs_f64(),
+        bytes_per_s: REGION as f64 / (t.now_s() - start),
         cpu_s: cpu_s() - cpu0,
     };
     drop(m);
-    let _ = std::fs::remove_file(&p);
+    t.remove("peer");
     run
 }
 
 struct Rig {
     v: Volume,
-    paths: Vec<PathBuf>,
+    /// The members' tags, by slot.
+    tags: Vec<String>,
     generation: usize,
 }
 
-fn rig(dir: &Path, case: &Case) -> Rig {
+fn rig(t: &Target, case: &Case) -> Rig {
     let shape = Shape::new(
         case.level,
         case.members,
@@ -141,17 +214,17 @@ fn rig(dir: &Path, case: &Case) -> Rig {
         ],
     )
     .expect("geometry");
-    let paths: Vec<PathBuf> = (0..case.members)
-        .map(|i| path(dir, &format!("{}-m{i}-0", case.level as u8)))
+    let tags: Vec<String> = (0..case.members)
+        .map(|i| format!("{}-m{i}-0", case.level as u8))
         .collect();
-    let members = paths.iter().map(|p| file(p)).collect();
+    let members = tags.iter().map(|tag| t.member(tag)).collect();
     let opts = VolumeOptions {
         members_known_zero: true,
         ..VolumeOptions::default()
     };
     let v = Volume::new(g, members, opts).expect("volume");
     // Fill with data (full stripes, several in flight).
-    block_on(async {
+    t.run(async {
         let piece = 4 * MIB / v.geometry().full_stripe_width().unwrap_or(MIB)
             * v.geometry().full_stripe_width().unwrap_or(MIB);
         let mut q = FuturesUnordered::new();
@@ -170,17 +243,17 @@ fn rig(dir: &Path, case: &Case) -> Rig {
     });
     Rig {
         v,
-        paths,
+        tags,
         generation: 0,
     }
 }
 
 /// Member 0 of the rig (not rebuilt) read sequentially (1 MiB reads, 4 in flight): what a
 /// member gives when read.
-fn peer_read(r: &Rig) -> f64 {
+fn peer_read(t: &Target, r: &Rig) -> f64 {
     let m = r.v.member(0);
-    let start = Instant::now();
-    block_on(async {
+    let start = t.now_s();
+    t.run(async {
         let mut q = FuturesUnordered::new();
         let mut at = 0;
         while at < REGION || !q.is_empty() {
@@ -191,7 +264,7 @@ fn peer_read(r: &Rig) -> f64 {
             q.next().await.expect("in flight").expect("peer read");
         }
     });
-    REGION as f64 / start.elapsed().as_secs_f64()
+    REGION as f64 / (t.now_s() - start)
 }
 
 /// The best rate a rebuild could reach, as a ratio of the member write bandwidth, when all
@@ -201,23 +274,23 @@ fn shared_device_bound(reads: usize, writes: usize, read_per_write: f64) -> f64 
     1.0 / (reads as f64 / read_per_write + writes as f64)
 }
 
-/// Fails the case's members, installs fresh files, rebuilds: member bytes per second.
-fn rebuild(dir: &Path, case: &Case, r: &mut Rig) -> Run {
+/// Fails the case's members, installs fresh ones, rebuilds: member bytes per second.
+fn rebuild(t: &Target, case: &Case, r: &mut Rig) -> Run {
     r.generation += 1;
     let mut fresh = Vec::new();
     for &m in case.failed {
         r.v.fail_member(m, "bench");
-        let p = path(dir, &format!("{}-m{m}-{}", case.level as u8, r.generation));
-        r.v.install_member(m, file(&p)).expect("install");
-        fresh.push((m, p));
+        let tag = format!("{}-m{m}-{}", case.level as u8, r.generation);
+        r.v.install_member(m, t.member(&tag)).expect("install");
+        fresh.push((m, tag));
     }
-    let (start, cpu0) = (Instant::now(), cpu_s());
-    let (state, done) = block_on(r.v.rebuild(&PassControl::new(0))).expect("rebuild");
-    let (secs, cpu) = (start.elapsed().as_secs_f64(), cpu_s() - cpu0);
+    let (start, cpu0) = (t.now_s(), cpu_s());
+    let (state, done) = t.run(r.v.rebuild(&PassControl::new(0))).expect("rebuild");
+    let (secs, cpu) = (t.now_s() - start, cpu_s() - cpu0);
     assert_eq!(state, PassState::Done);
     assert_eq!(done, case.failed.to_vec());
-    for (m, p) in fresh {
-        let _ = std::fs::remove_file(std::mem::replace(&mut r.paths[m], p));
+    for (m, tag) in fresh {
+        t.remove(&std::mem::replace(&mut r.tags[m], tag));
     }
     Run {
         bytes_per_s: REGION as f64 / secs,
@@ -233,23 +306,25 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let json = args.iter().any(|a| a == "--json");
-    let mut dirs: Vec<PathBuf> = args
+    let mut targets: Vec<Target> = args
         .iter()
         .filter(|a| !a.starts_with("--"))
-        .map(PathBuf::from)
+        .map(|a| Target::parse(a))
         .collect();
-    if dirs.is_empty() {
-        dirs = vec!["/dev/shm".into(), "/var/tmp".into()];
+    if targets.is_empty() {
+        targets = ["/dev/shm", "/var/tmp", "sim:ssd"]
+            .map(Target::parse)
+            .into();
     }
     // NBRAID_CASE=raid6 runs only the cases whose name starts with it.
     let only = std::env::var("NBRAID_CASE").ok();
     let mut rows = Vec::new();
-    for dir in &dirs {
+    for t in &targets {
         for case in CASES
             .iter()
             .filter(|c| only.as_ref().is_none_or(|o| c.name.starts_with(o)))
         {
-            let mut r = rig(dir, case);
+            let mut r = rig(t, case);
             let (mut peers, mut ours, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
             let (mut peer_cpu, mut our_cpu, mut bounds) = (Vec::new(), Vec::new(), Vec::new());
             // Members read per rebuilt byte: a mirror copies one, a parity group reads the
@@ -259,14 +334,16 @@ fn main() {
                 _ => case.members - case.failed.len(),
             };
             for _ in 0..ROUNDS {
-                let p = peer(dir);
-                let pr = peer_read(&r);
-                bounds.push(shared_device_bound(
-                    reads,
-                    case.failed.len(),
-                    pr / p.bytes_per_s,
-                ));
-                let o = rebuild(dir, case, &mut r);
+                let p = peer(t);
+                let pr = peer_read(t, &r);
+                bounds.push(match t {
+                    Target::Dir(_) => {
+                        shared_device_bound(reads, case.failed.len(), pr / p.bytes_per_s)
+                    }
+                    // Each member its own device: the new member's write, or a survivor's read.
+                    Target::SimSsd(_) => (pr / p.bytes_per_s).min(1.0),
+                });
+                let o = rebuild(t, case, &mut r);
                 peers.push(p.bytes_per_s);
                 ours.push(o.bytes_per_s);
                 ratios.push(o.bytes_per_s / p.bytes_per_s);
@@ -275,11 +352,11 @@ fn main() {
                 our_cpu.push(o.cpu_s * GIB / REGION as f64);
             }
             drop(r.v);
-            for p in &r.paths {
-                let _ = std::fs::remove_file(p);
+            for tag in &r.tags {
+                t.remove(tag);
             }
             rows.push((
-                dir.display().to_string(),
+                t.label(),
                 case.name,
                 median(peers) / MIB as f64,
                 median(ours) / MIB as f64,
@@ -323,7 +400,8 @@ fn main() {
     }
     println!(
         "(bound: the best ratio members sharing one device allow, from a member's read and \
-         write bandwidth in the same round; CPU: seconds of this process, all threads, per GiB \
+         write bandwidth in the same round (sim:ssd: members share nothing, 1 unless a read is \
+         slower than a write); CPU: seconds of this process, all threads, per GiB \
          of member written; medians)"
     );
 }

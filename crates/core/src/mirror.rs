@@ -383,6 +383,10 @@ impl ArrayNode for MirrorNode {
         crate::node::children_cache_usage(&self.children)
     }
 
+    fn destage_aged(&self, older_than: std::time::Duration) -> BoxFuture<'_, ()> {
+        crate::node::children_destage_aged(&self.children, older_than).boxed()
+    }
+
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
             // As for writes: done when at least one copy holds everything (a copy whose

@@ -22,6 +22,7 @@ use nbraid_layout::ChildPiece;
 use parking_lot::RwLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What a zeroing request asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,6 +94,14 @@ pub trait ArrayNode: Send + Sync {
     /// What write-back caches in this node and below hold (nothing for kinds without one).
     fn cache_usage(&self) -> CacheUsage {
         CacheUsage::default()
+    }
+
+    /// Writes back the partial stripes the write-back caches in this node and below have held
+    /// for at least `older_than`: what the background flusher thread does every tick
+    /// (simulators, which run no threads, drive it themselves). A stripe that fails to write
+    /// stays cached (logged; the next FLUSH reports it). Nothing for kinds without a cache.
+    fn destage_aged(&self, _older_than: Duration) -> BoxFuture<'_, ()> {
+        futures::future::ready(()).boxed()
     }
 
     /// Recomputes the parity of stripes not known to be in sync, in this node and below
@@ -722,4 +731,9 @@ pub(crate) fn children_cache_usage(children: &[Box<dyn ArrayNode>]) -> CacheUsag
 
 pub(crate) async fn flush_children(children: &[Box<dyn ArrayNode>]) -> VolumeResult<()> {
     all_ok(join_all(children.iter().map(|c| c.flush())).await)
+}
+
+/// [`ArrayNode::destage_aged`] on every child, at once.
+pub(crate) async fn children_destage_aged(children: &[Box<dyn ArrayNode>], older_than: Duration) {
+    join_all(children.iter().map(|c| c.destage_aged(older_than))).await;
 }

@@ -100,6 +100,10 @@ impl<L: Splitter> ArrayNode for SplitNode<L> {
         crate::node::children_cache_usage(&self.children)
     }
 
+    fn destage_aged(&self, older_than: std::time::Duration) -> BoxFuture<'_, ()> {
+        crate::node::children_destage_aged(&self.children, older_than).boxed()
+    }
+
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
         flush_children(&self.children).boxed()
     }

@@ -303,6 +303,13 @@ impl Volume {
         self.root.cache_usage()
     }
 
+    /// Writes back the cached partial stripes that have waited at least `older_than` (what
+    /// the background flusher does for `cache_max_age`; simulators, which run no threads,
+    /// set `cache_max_age: None` and call this as their flusher).
+    pub async fn destage_aged(&self, older_than: Duration) {
+        self.root.destage_aged(older_than).await
+    }
+
     /// Whether some member is failed (but possibly still within tolerance).
     pub fn is_degraded(&self) -> bool {
         self.table.any_failed()

@@ -3,45 +3,19 @@
 //! under fio's writes and keeps serving, degraded, with every block fio wrote verified.
 
 mod common;
-use common::{require, run, run_output, Daemon};
+use common::{require, run, run_output, Daemon, Nbdkit};
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const NBRAIDD: &str = env!("CARGO_BIN_EXE_nbraidd");
 
-/// `nbdkit memory` on a Unix socket, killed on drop.
-struct Nbdkit(Child);
-
-impl Nbdkit {
-    fn start(sock: &Path, size: &str) -> Nbdkit {
-        require("nbdkit", "nbdkit");
-        let child = Command::new("nbdkit")
-            .args(["--foreground", "--exit-with-parent", "--unix"])
-            .arg(sock)
-            .args(["memory", size])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start nbdkit");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        // The socket file appears at bind(), before listen(): wait until a connect succeeds.
-        while std::os::unix::net::UnixStream::connect(sock).is_err() {
-            assert!(Instant::now() < deadline, "nbdkit did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Nbdkit(child)
-    }
-}
-
-impl Drop for Nbdkit {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// `nbdkit memory` of `size` on a Unix socket, killed on drop.
+fn memory_kit(sock: &Path, size: &str) -> Nbdkit {
+    Nbdkit::start(sock, ["memory", size])
 }
 
 fn start(config: &Path) -> Daemon {
@@ -93,7 +67,7 @@ fn raid1_of_a_local_file_and_a_remote_export() {
     let nbdcopy = require("nbdcopy", "libnbd-bin");
     let dir = tempfile::tempdir().unwrap();
     let ksock = dir.path().join("kit.sock");
-    let _kit = Nbdkit::start(&ksock, "40M");
+    let _kit = memory_kit(&ksock, "40M");
     let sock = dir.path().join("nbd.sock");
     let config = raid1_config(dir.path(), &ksock, "");
     let check = run(Command::new(NBRAIDD)
@@ -139,7 +113,7 @@ fn raid5_over_four_remote_exports_survives_one_killed_under_writes() {
     let mut members = String::new();
     for i in 0..4 {
         let s = dir.path().join(format!("kit{i}.sock"));
-        kits.push(Some(Nbdkit::start(&s, "40M")));
+        kits.push(Some(memory_kit(&s, "40M")));
         members += &format!(
             "[[member]]\nid = \"r{i}\"\npath = \"{}\"\nsize = \"33MiB\"\n\n",
             remote(&s)
@@ -231,7 +205,7 @@ fn a_remote_members_timeout_key_bounds_the_wait_for_a_silent_server() {
     let nbdcopy = require("nbdcopy", "libnbd-bin");
     let dir = tempfile::tempdir().unwrap();
     let ksock = dir.path().join("kit.sock");
-    let kit = Nbdkit::start(&ksock, "40M");
+    let kit = memory_kit(&ksock, "40M");
     let sock = dir.path().join("nbd.sock");
     let config = raid1_config(dir.path(), &ksock, "timeout = \"1s\"\nconnections = 1\n");
     let check = run(Command::new(NBRAIDD)

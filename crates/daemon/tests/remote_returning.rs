@@ -45,19 +45,10 @@ fn a_remote_member_that_comes_back_is_resynced_before_it_is_read() {
     assert!(rt.block_on(read_all(&c)) == model, "degraded reads");
 
     // Back with the same data. From here the log shows what the daemon asks it.
+    // (a) Nothing but metadata was read from it before it was current, and only the regions
+    // written while it was away (3 bitmap chunks) were rewritten on it.
     let log2 = dir.path().join("kit2.log");
-    let kit = Kit::start(&ksock, &far, &log2);
-    wait_current(&config, 1);
-    // (a) Nothing but metadata was read from it before it was current (no client read has
-    // been served since it came back: these are the daemon's own).
-    only_metadata_read(&log2).unwrap();
-    // Only the regions written while it was away (3 bitmap chunks) were rewritten on it.
-    let written = data_written(&log2);
-    assert!(
-        (MIB + 4096..=4 * MIB).contains(&written),
-        "{written} bytes of data written to the returning member"
-    );
-    assert_eq!(status(&config)["state"], "healthy");
+    let kit = returns_resynced_over_the_bitmap(&config, &ksock, &far, &log2);
 
     // (b) Every block reads back; both copies hold the same bytes.
     assert!(rt.block_on(read_all(&c)) == model, "reads after the resync");

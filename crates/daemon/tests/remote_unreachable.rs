@@ -52,15 +52,7 @@ fn a_remote_member_down_at_start_is_served_degraded_then_re_added() {
 
     // The server runs again on the same file: re-added, only the marked regions written.
     let log2 = dir.path().join("kit2.log");
-    let kit = Kit::start(&ksock, &far, &log2);
-    wait_current(&config, 1);
-    only_metadata_read(&log2).unwrap();
-    let written = data_written(&log2);
-    assert!(
-        (MIB + 4096..=4 * MIB).contains(&written),
-        "{written} bytes of data written to the returning member"
-    );
-    assert_eq!(status(&config)["state"], "healthy");
+    let kit = returns_resynced_over_the_bitmap(&config, &ksock, &far, &log2);
     assert!(rt.block_on(read_all(&c)) == model, "reads after the re-add");
     rt.block_on(c.disconnect());
     let stderr = daemon.stop();

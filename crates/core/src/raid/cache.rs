@@ -333,13 +333,19 @@ impl ParityCore {
 
     /// Destages the partial stripes that have waited longer than the cache's `max_age`.
     pub(super) async fn destage_aged(&self) {
+        if let Some(max_age) = self.cache.as_ref().and_then(|c| c.max_age) {
+            self.destage_older_than(max_age).await;
+        }
+    }
+
+    /// Destages the partial stripes that have waited at least `age`.
+    pub(super) async fn destage_older_than(&self, age: Duration) {
         let Some(cache) = &self.cache else { return };
-        let Some(max_age) = cache.max_age else { return };
         let mut old: Vec<u64> = {
             let st = cache.state.lock();
             st.entries
                 .iter()
-                .filter(|(_, e)| !e.busy && e.since.elapsed() >= max_age)
+                .filter(|(_, e)| !e.busy && e.since.elapsed() >= age)
                 .map(|(&s, _)| s)
                 .collect()
         };

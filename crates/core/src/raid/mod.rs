@@ -380,6 +380,14 @@ impl ArrayNode for ParityCore {
         own.plus(crate::node::children_cache_usage(&self.children))
     }
 
+    fn destage_aged(&self, older_than: Duration) -> BoxFuture<'_, ()> {
+        async move {
+            self.destage_older_than(older_than).await;
+            crate::node::children_destage_aged(&self.children, older_than).await;
+        }
+        .boxed()
+    }
+
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
             self.drain().await?;
@@ -486,6 +494,9 @@ impl ArrayNode for ParityNode {
     }
     fn cache_usage(&self) -> CacheUsage {
         self.core.cache_usage()
+    }
+    fn destage_aged(&self, older_than: Duration) -> BoxFuture<'_, ()> {
+        ArrayNode::destage_aged(&*self.core, older_than)
     }
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
         self.core.flush()

@@ -4,8 +4,10 @@
 
 pub mod returning;
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::ffi::OsStr;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Longest any external command may run before the test fails.
@@ -153,5 +155,42 @@ impl Drop for Daemon {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+/// nbdkit serving `plugin_args` (a plugin, its filters and parameters) on the Unix socket
+/// `sock`; SIGKILLed on drop.
+pub struct Nbdkit(pub Child);
+
+impl Nbdkit {
+    pub fn start<I, S>(sock: &Path, plugin_args: I) -> Nbdkit
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        require("nbdkit", "nbdkit");
+        let _ = std::fs::remove_file(sock);
+        let child = Command::new("nbdkit")
+            .args(["--foreground", "--exit-with-parent", "--unix"])
+            .arg(sock)
+            .args(plugin_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start nbdkit");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        // The socket file appears at bind(), before listen(): wait until a connect succeeds.
+        while UnixStream::connect(sock).is_err() {
+            assert!(Instant::now() < deadline, "nbdkit did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Nbdkit(child)
+    }
+}
+
+impl Drop for Nbdkit {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }

@@ -1,12 +1,11 @@
 //! For tests of remote members that leave and come back: `nbdkit file` with its log filter
 //! on a Unix socket, the control socket's status, nbdkit's request log, a model of the volume.
 
-use super::{require, Daemon};
+use super::{Daemon, Nbdkit};
 use nbraid_daemon::nbd::client::Client;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub const MIB: u64 = 1 << 20;
@@ -16,35 +15,19 @@ pub const VOLUME: u64 = 32 * MIB;
 
 /// `nbdkit file` over `file` on a Unix socket, every request logged to `log`; SIGKILLed on
 /// drop.
-pub struct Kit(pub Child);
+pub struct Kit(pub Nbdkit);
 
 impl Kit {
     pub fn start(sock: &Path, file: &Path, log: &Path) -> Kit {
-        require("nbdkit", "nbdkit");
-        let _ = std::fs::remove_file(sock);
-        let child = Command::new("nbdkit")
-            .args(["--foreground", "--exit-with-parent", "--unix"])
-            .arg(sock)
-            .args(["--filter=log", "file"])
-            .arg(file)
-            .arg(format!("logfile={}", log.display()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start nbdkit");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while UnixStream::connect(sock).is_err() {
-            assert!(Instant::now() < deadline, "nbdkit did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Kit(child)
-    }
-}
-
-impl Drop for Kit {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        Kit(Nbdkit::start(
+            sock,
+            [
+                "--filter=log".into(),
+                "file".into(),
+                file.as_os_str().to_owned(),
+                format!("logfile={}", log.display()).into(),
+            ] as [std::ffi::OsString; 4],
+        ))
     }
 }
 
@@ -178,6 +161,24 @@ pub fn only_metadata_read(log: &Path) -> Result<(), String> {
 }
 
 /// Waits until member `i` of the volume is current again and nothing is returning.
+/// Restarts the export of member 1 (`far` on `sock`, logged to `log`), waits until the
+/// daemon has it current again, and checks what it asked the server meanwhile: nothing but
+/// metadata was read from it, and only the three 1 MiB bitmap chunks written while it was away
+/// were rewritten (between 1 MiB + 4 KiB and 4 MiB of data). The volume is healthy after.
+pub fn returns_resynced_over_the_bitmap(config: &Path, sock: &Path, far: &Path, log: &Path) -> Kit {
+    let kit = Kit::start(sock, far, log);
+    wait_current(config, 1);
+    // No client read has been served since it came back: the reads are the daemon's own.
+    only_metadata_read(log).unwrap();
+    let written = data_written(log);
+    assert!(
+        (MIB + 4096..=4 * MIB).contains(&written),
+        "{written} bytes of data written to the returning member"
+    );
+    assert_eq!(status(config)["state"], "healthy");
+    kit
+}
+
 pub fn wait_current(config: &Path, i: usize) {
     wait_for(
         "the member to be current again",
