@@ -6,14 +6,26 @@ use super::{BAND_BYTES, SECTOR_BYTES};
 
 /// First bytes of every batch.
 pub const BATCH_MAGIC: [u8; 8] = *b"NBRAIDPL";
-/// The one log format version.
-pub const LOG_VERSION: u32 = 1;
+/// The log format version written for batches holding a RAID 6 entry (one partial parity
+/// per ring); batches of RAID 5 entries only are written as version 1, byte for byte as
+/// before, so an older reader still reads them.
+pub const LOG_VERSION: u32 = 2;
+/// The first version: every RAID 6 entry carries partial P and Q (on both rings). Still read.
+pub const LOG_VERSION_1: u32 = 1;
 /// Bytes of a batch header.
 pub const BATCH_HEADER_BYTES: usize = 64;
 /// Bytes of an entry header (before its masks).
 pub const ENTRY_HEADER_BYTES: usize = 32;
 /// Batches start on, and are written in, blocks of this size.
 pub const LOG_BLOCK_BYTES: u64 = 4096;
+
+/// Which partial parity an entry carries on a ring: the P ring of a stripe its partial P,
+/// the Q ring its partial Q.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Part {
+    P,
+    Q,
+}
 
 /// One logged band of a stripe: which sectors of which data chunks are being written, and the
 /// partial parity of everything else.
@@ -32,10 +44,11 @@ pub struct Entry {
     pub parity: u8,
     /// Per data chunk (logical order): bit `s` set when sector `s` of the band is written.
     pub masks: Vec<u8>,
-    /// Partial P (then partial Q for RAID 6) of the sectors [`Entry::stored`] names, in
-    /// order: XOR (and md's Q syndrome) of the data chunks not written there.
-    pub pp: Vec<u8>,
-    pub pq: Vec<u8>,
+    /// Partial P and (RAID 6) partial Q of the sectors [`Entry::stored`] names, in order:
+    /// XOR and md's Q syndrome of the data chunks not written there. `None`: not carried
+    /// (an entry read from a ring carries its ring's part; the writer holds both).
+    pub pp: Option<Vec<u8>>,
+    pub pq: Option<Vec<u8>>,
 }
 
 impl Entry {
@@ -55,10 +68,28 @@ impl Entry {
         k.next_multiple_of(8)
     }
 
-    /// Bytes of the encoded entry.
+    /// Bytes of the entry encoded (version 2) with one partial parity.
     pub fn encoded_len(&self) -> usize {
+        self.encoded_len_parts(1)
+    }
+
+    fn encoded_len_parts(&self, parts: usize) -> usize {
         let n = self.stored().count_ones() as usize * SECTOR_BYTES;
-        ENTRY_HEADER_BYTES + Self::masks_bytes(self.masks.len()) + n * usize::from(self.parity)
+        ENTRY_HEADER_BYTES + Self::masks_bytes(self.masks.len()) + n * parts
+    }
+
+    /// The entry carries every partial parity its stripe has (P, and Q for RAID 6).
+    pub fn complete(&self) -> bool {
+        self.pp.is_some() && (self.parity == 1 || self.pq.is_some())
+    }
+
+    /// Byte 30 of an entry of version 2: which partial it carries.
+    fn kind(&self, part: Part) -> u8 {
+        match (self.parity, part) {
+            (1, _) => 1,
+            (_, Part::P) => 2,
+            (_, Part::Q) => 3,
+        }
     }
 }
 
@@ -72,35 +103,42 @@ pub struct Batch {
     pub entries: Vec<Entry>,
 }
 
-/// Bytes of the batch of `entries` on the ring: header and entries, padded to whole log
-/// blocks.
-pub fn batch_bytes(entries: &[&Entry]) -> usize {
-    let len = BATCH_HEADER_BYTES + entries.iter().map(|e| e.encoded_len()).sum::<usize>();
+/// Bytes of the batch of `entries` on the ring (each with the part it carries there):
+/// header and entries, padded to whole log blocks.
+pub fn batch_bytes(entries: &[(&Entry, Part)]) -> usize {
+    let len = BATCH_HEADER_BYTES + entries.iter().map(|e| e.0.encoded_len()).sum::<usize>();
     (len as u64).next_multiple_of(LOG_BLOCK_BYTES) as usize
 }
 
 /// Encodes `entries` as one batch, padded to whole log blocks.
-pub fn encode_batch(life: u64, tail: u64, entries: &[&Entry]) -> Vec<u8> {
+pub fn encode_batch(life: u64, tail: u64, entries: &[(&Entry, Part)]) -> Vec<u8> {
     let mut b = vec![0; batch_bytes(entries)];
     encode_batch_into(life, tail, entries, &mut b);
     b
 }
 
 /// [`encode_batch`] into `out` (of [`batch_bytes`] bytes, whatever it held: every byte is
-/// written), so the log writes a batch from the buffer it was encoded in.
-pub fn encode_batch_into(life: u64, tail: u64, entries: &[&Entry], out: &mut [u8]) {
-    let len = BATCH_HEADER_BYTES + entries.iter().map(|e| e.encoded_len()).sum::<usize>();
+/// written), so the log writes a batch from the buffer it was encoded in. Each entry is
+/// written with the partial parity `part` names (it must carry it).
+pub fn encode_batch_into(life: u64, tail: u64, entries: &[(&Entry, Part)], out: &mut [u8]) {
+    let len = BATCH_HEADER_BYTES + entries.iter().map(|e| e.0.encoded_len()).sum::<usize>();
     assert_eq!(out.len(), batch_bytes(entries), "batch buffer length");
+    // Version 1 where the bytes are the same (RAID 5 entries only): older readers read them.
+    let version = if entries.iter().any(|e| e.0.parity == 2) {
+        LOG_VERSION
+    } else {
+        LOG_VERSION_1
+    };
     let mut w = Cursor { out, at: 0 };
     w.put(&BATCH_MAGIC);
-    w.put(&LOG_VERSION.to_le_bytes());
+    w.put(&version.to_le_bytes());
     w.put(&0u32.to_le_bytes()); // CRC, filled below
     w.put(&(len as u32).to_le_bytes());
     w.put(&(entries.len() as u32).to_le_bytes());
     w.put(&life.to_le_bytes());
     w.put(&tail.to_le_bytes());
     w.zeros_to(BATCH_HEADER_BYTES);
-    for e in entries {
+    for &(e, part) in entries {
         let at = w.at;
         w.put(&(e.encoded_len() as u32).to_le_bytes());
         w.put(&e.group.to_le_bytes());
@@ -108,13 +146,17 @@ pub fn encode_batch_into(life: u64, tail: u64, entries: &[&Entry], out: &mut [u8
         w.put(&e.stripe.to_le_bytes());
         w.put(&e.band.to_le_bytes());
         w.put(&(e.masks.len() as u16).to_le_bytes());
-        w.put(&[e.parity, e.sectors]);
+        w.put(&[e.kind(part), e.sectors]);
         w.put(&e.masks);
         w.zeros_to(at + ENTRY_HEADER_BYTES + Entry::masks_bytes(e.masks.len()));
-        w.put(&e.pp);
-        if e.parity == 2 {
-            w.put(&e.pq);
-        }
+        let pp = match part {
+            Part::P => &e.pp,
+            Part::Q => &e.pq,
+        };
+        w.put(
+            pp.as_deref()
+                .expect("the entry carries the part its ring takes"),
+        );
         debug_assert_eq!(w.at - at, e.encoded_len());
     }
     assert_eq!(w.at, len, "batch length");
@@ -153,7 +195,8 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 /// The batch starting at `bytes[0]`, and its length, or `None` (no batch, another version, a
 /// bad checksum, or an impossible field).
 pub fn decode_batch(bytes: &[u8]) -> Option<(Batch, usize)> {
-    if bytes.get(..8)? != BATCH_MAGIC || u32_at(bytes, 8)? != LOG_VERSION {
+    let version = u32_at(bytes, 8)?;
+    if bytes.get(..8)? != BATCH_MAGIC || !(LOG_VERSION_1..=LOG_VERSION).contains(&version) {
         return None;
     }
     let stored = u32_at(bytes, 12)?;
@@ -175,8 +218,8 @@ pub fn decode_batch(bytes: &[u8]) -> Option<(Batch, usize)> {
     let mut entries = Vec::new();
     let mut at = BATCH_HEADER_BYTES;
     for _ in 0..count {
-        let e = decode_entry(body.get(at..)?)?;
-        at += e.encoded_len();
+        let (e, elen) = decode_entry(body.get(at..)?, version)?;
+        at += elen;
         entries.push(e);
     }
     (at == len).then_some((
@@ -189,17 +232,26 @@ pub fn decode_batch(bytes: &[u8]) -> Option<(Batch, usize)> {
     ))
 }
 
-fn decode_entry(b: &[u8]) -> Option<Entry> {
+/// One entry of a batch of `version`, and its length.
+fn decode_entry(b: &[u8], version: u32) -> Option<(Entry, usize)> {
     let len = u32_at(b, 0)? as usize;
     let group = u32_at(b, 4)?;
     let seq = u64_at(b, 8)?;
     let stripe = u64_at(b, 16)?;
     let band = u32_at(b, 24)?;
     let k = usize::from(u16::from_le_bytes(b.get(28..30)?.try_into().ok()?));
-    let parity = *b.get(30)?;
+    // Version 1: byte 30 is the stripe's parity chunks, and a RAID 6 entry carries partial
+    // P then Q. Version 2: 1 = RAID 5 partial P, 2 = RAID 6 partial P, 3 = RAID 6 partial Q.
+    let (parity, p, q) = match (version, *b.get(30)?) {
+        (_, 1) => (1, true, false),
+        (LOG_VERSION_1, 2) => (2, true, true),
+        (LOG_VERSION, 2) => (2, true, false),
+        (LOG_VERSION, 3) => (2, false, true),
+        _ => return None,
+    };
     let sectors = *b.get(31)?;
     let band_sectors = (BAND_BYTES / SECTOR_BYTES as u64) as u8;
-    if k < 1 || !(1..=2).contains(&parity) || !(1..=band_sectors).contains(&sectors) {
+    if k < 1 || !(1..=band_sectors).contains(&sectors) {
         return None;
     }
     let m0 = ENTRY_HEADER_BYTES;
@@ -216,19 +268,22 @@ fn decode_entry(b: &[u8]) -> Option<Entry> {
         sectors,
         parity,
         masks,
-        pp: Vec::new(),
-        pq: Vec::new(),
+        pp: None,
+        pq: None,
     };
     let n = e.stored().count_ones() as usize * SECTOR_BYTES;
-    if len != e.encoded_len() {
+    if len != e.encoded_len_parts(usize::from(p) + usize::from(q)) {
         return None;
     }
     let p0 = m0 + Entry::masks_bytes(k);
-    e.pp = b.get(p0..p0 + n)?.to_vec();
-    if parity == 2 {
-        e.pq = b.get(p0 + n..p0 + 2 * n)?.to_vec();
+    let p1 = p0 + if p { n } else { 0 };
+    if p {
+        e.pp = Some(b.get(p0..p1)?.to_vec());
     }
-    Some(e)
+    if q {
+        e.pq = Some(b.get(p1..p1 + n)?.to_vec());
+    }
+    Some((e, len))
 }
 
 /// Every batch found in a log area's bytes (at block boundaries).
@@ -262,14 +317,24 @@ mod tests {
             sectors: 8,
             parity,
             masks,
-            pp: Vec::new(),
-            pq: Vec::new(),
+            pp: None,
+            pq: None,
         };
         assert_eq!(e.masks.len(), k);
         let n = e.stored().count_ones() as usize * SECTOR_BYTES;
-        e.pp = vec![fill; n];
+        e.pp = Some(vec![fill; n]);
         if parity == 2 {
-            e.pq = vec![fill ^ 0x5a; n];
+            e.pq = Some(vec![fill ^ 0x5a; n]);
+        }
+        e
+    }
+
+    /// `e` as read back from a ring that takes `part` of it.
+    fn on_ring(e: &Entry, part: Part) -> Entry {
+        let mut e = e.clone();
+        match part {
+            Part::P => e.pq = None,
+            Part::Q => e.pp = None,
         }
         e
     }
@@ -296,28 +361,114 @@ mod tests {
     fn batches_round_trip_and_pad_to_blocks() {
         let a = entry(3, 1, vec![0b1111_0000, 0, 0b0000_0001], 9);
         let b = entry(4, 2, vec![0xff, 0xff, 0xff, 0xff], 0); // full: nothing stored
+        let c = entry(2, 2, vec![0b11, 0], 4);
         assert_eq!(a.stored(), 0b1111_0001);
         assert_eq!(b.stored(), 0);
         assert_eq!(a.encoded_len(), 32 + 8 + 5 * 512);
         assert_eq!(b.encoded_len(), 32 + 8);
-        let bytes = encode_batch(5, 2, &[&a, &b]);
+        assert_eq!(c.encoded_len(), 32 + 8 + 2 * 512); // one partial per ring
+        let parts = [(&a, Part::P), (&b, Part::P), (&c, Part::Q)];
+        let bytes = encode_batch(5, 2, &parts);
         assert_eq!(bytes.len() % LOG_BLOCK_BYTES as usize, 0);
+        assert_eq!(u32_at(&bytes, 8), Some(LOG_VERSION));
         let (got, len) = decode_batch(&bytes).expect("decodes");
-        assert_eq!(len, 64 + a.encoded_len() + b.encoded_len());
+        assert_eq!(
+            len,
+            64 + a.encoded_len() + b.encoded_len() + c.encoded_len()
+        );
+        let want = parts.iter().map(|&(e, p)| on_ring(e, p)).collect();
         assert_eq!(
             got,
             Batch {
                 life: 5,
                 tail: 2,
-                entries: vec![a, b]
+                entries: want
             }
         );
+    }
+
+    /// The bytes of docs/FORMAT.md, written out field by field.
+    fn golden(version: u32, entry_kind: u8, partials: &[&[u8]]) -> Vec<u8> {
+        let mut e = Vec::new();
+        let body: usize = partials.iter().map(|p| p.len()).sum();
+        e.extend_from_slice(&(32 + 8 + body as u32).to_le_bytes()); // entry length
+        e.extend_from_slice(&1u32.to_le_bytes()); // group
+        e.extend_from_slice(&9u64.to_le_bytes()); // seq
+        e.extend_from_slice(&40u64.to_le_bytes()); // stripe
+        e.extend_from_slice(&2u32.to_le_bytes()); // band
+        e.extend_from_slice(&3u16.to_le_bytes()); // k
+        e.extend_from_slice(&[entry_kind, 8]); // kind (v1: parity chunks), sectors
+        e.extend_from_slice(&[0b0000_0001, 0, 0, 0, 0, 0, 0, 0]); // masks, padded to 8
+        for p in partials {
+            e.extend_from_slice(p);
+        }
+        let len = 64 + e.len();
+        let mut b = Vec::new();
+        b.extend_from_slice(b"NBRAIDPL");
+        b.extend_from_slice(&version.to_le_bytes());
+        b.extend_from_slice(&[0; 4]); // CRC
+        b.extend_from_slice(&(len as u32).to_le_bytes());
+        b.extend_from_slice(&1u32.to_le_bytes()); // entries
+        b.extend_from_slice(&6u64.to_le_bytes()); // life
+        b.extend_from_slice(&4u64.to_le_bytes()); // tail
+        b.resize(64, 0);
+        b.extend_from_slice(&e);
+        let crc = crc32c(&b);
+        b[12..16].copy_from_slice(&crc.to_le_bytes());
+        b.resize(len.next_multiple_of(4096), 0);
+        b
+    }
+
+    fn golden_entry(parity: u8, pp: Option<u8>, pq: Option<u8>) -> Entry {
+        Entry {
+            seq: 9,
+            group: 1,
+            stripe: 40,
+            band: 2,
+            sectors: 8,
+            parity,
+            masks: vec![1, 0, 0],
+            pp: pp.map(|x| vec![x; 512]),
+            pq: pq.map(|x| vec![x; 512]),
+        }
+    }
+
+    #[test]
+    fn the_bytes_are_those_of_the_format_document() {
+        let (p, q) = ([0x11u8; 512], [0x22u8; 512]);
+        let e5 = golden_entry(1, Some(0x11), None);
+        let e6 = golden_entry(2, Some(0x11), Some(0x22));
+        // RAID 5: version 1, as before the per-ring parts (older readers read it).
+        assert_eq!(encode_batch(6, 4, &[(&e5, Part::P)]), golden(1, 1, &[&p]));
+        // RAID 6: version 2, the P ring takes the partial P (kind 2), the Q ring the Q (3).
+        assert_eq!(encode_batch(6, 4, &[(&e6, Part::P)]), golden(2, 2, &[&p]));
+        assert_eq!(encode_batch(6, 4, &[(&e6, Part::Q)]), golden(2, 3, &[&q]));
+        let one = |b: Vec<u8>| decode_batch(&b).expect("decodes").0.entries.remove(0);
+        assert_eq!(one(golden(1, 1, &[&p])), e5);
+        assert_eq!(one(golden(2, 2, &[&p])), golden_entry(2, Some(0x11), None));
+        assert_eq!(one(golden(2, 3, &[&q])), golden_entry(2, None, Some(0x22)));
+    }
+
+    #[test]
+    fn a_version_1_raid6_entry_is_read_with_both_partials_and_nothing_is_misread() {
+        let (p, q) = ([0x11u8; 512], [0x22u8; 512]);
+        let v1 = golden(1, 2, &[&p, &q]);
+        let got = decode_batch(&v1).expect("version 1 is read").0;
+        assert_eq!(got.entries, vec![golden_entry(2, Some(0x11), Some(0x22))]);
+        assert!(got.entries[0].complete());
+        // A version 1 RAID 6 entry with one partial, a version 2 one with two, kinds a
+        // version does not have, an unknown version: refused, never misread.
+        assert!(decode_batch(&golden(1, 2, &[&p])).is_none());
+        assert!(decode_batch(&golden(2, 2, &[&p, &q])).is_none());
+        assert!(decode_batch(&golden(1, 3, &[&q])).is_none());
+        assert!(decode_batch(&golden(2, 4, &[&q])).is_none());
+        assert!(decode_batch(&golden(3, 2, &[&p])).is_none());
     }
 
     #[test]
     fn every_flipped_bit_is_refused() {
         let a = entry(2, 2, vec![0b11, 0b100], 1);
-        let bytes = encode_batch(1, 0, &[&a]);
+        let bytes = encode_batch(1, 0, &[(&a, Part::Q)]);
         let len = decode_batch(&bytes).expect("valid").1;
         for bit in 0..len * 8 {
             let mut b = bytes.clone();
@@ -330,9 +481,9 @@ mod tests {
     fn scan_finds_batches_at_block_boundaries_and_skips_torn_ones() {
         let a = entry(3, 1, vec![1, 0, 0], 3);
         let mut area = vec![0u8; 6 * LOG_BLOCK_BYTES as usize];
-        let one = encode_batch(2, 0, &[&a]);
+        let one = encode_batch(2, 0, &[(&a, Part::P)]);
         area[..one.len()].copy_from_slice(&one);
-        let two = encode_batch(2, 1, &[&a, &a]);
+        let two = encode_batch(2, 1, &[(&a, Part::P), (&a, Part::P)]);
         let at = 3 * LOG_BLOCK_BYTES as usize;
         area[at..at + two.len()].copy_from_slice(&two);
         area[at + 100] ^= 1; // torn
@@ -352,12 +503,13 @@ mod tests {
         fn a_valid_header_over_random_entries_never_panics(
             body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..6000),
             count in 0u32..5,
+            version in 1u32..=2,
         ) {
             // A correct checksum over garbage entries: the structure checks must hold alone.
             let len = BATCH_HEADER_BYTES + body.len();
             let mut b = Vec::new();
             b.extend_from_slice(&BATCH_MAGIC);
-            b.extend_from_slice(&LOG_VERSION.to_le_bytes());
+            b.extend_from_slice(&version.to_le_bytes());
             b.extend_from_slice(&0u32.to_le_bytes());
             b.extend_from_slice(&(len as u32).to_le_bytes());
             b.extend_from_slice(&count.to_le_bytes());

@@ -3,7 +3,7 @@
 //! batches (callers waiting at the same time share one write per ring), written with FUA
 //! before the stripe's member writes are issued; rings reused once their entries are settled.
 
-use super::codec::{batch_bytes, encode_batch_into, Entry, LOG_BLOCK_BYTES};
+use super::codec::{batch_bytes, encode_batch_into, Entry, Part, LOG_BLOCK_BYTES};
 use super::stats::{self, count};
 use super::{PplSetup, BAND_BYTES, SECTOR_BYTES};
 use crate::buf::Buf;
@@ -19,14 +19,29 @@ use std::sync::Arc;
 mod rounds;
 pub(crate) use rounds::LogFailed;
 
-static ZERO: [u8; SECTOR_BYTES] = [0; SECTOR_BYTES];
+static ZERO: [u8; BAND_BYTES as usize] = [0; BAND_BYTES as usize];
 
-/// Adds `v` (data chunk at syndrome slot `slot`) into a partial P (and Q).
-fn add(slot: usize, v: &[u8], sp: &mut [u8], sq: &mut Option<&mut [u8]>) {
+/// Adds `v` (data chunk at syndrome slot `slot`, at most a band) into a partial P (and Q).
+fn add(slot: usize, v: &[u8], sp: &mut [u8], sq: Option<&mut [u8]>) {
+    let zero = &ZERO[..v.len()];
     match sq {
-        Some(q) => parity::pq_update(sp, q, slot, &ZERO, v),
-        None => parity::xor_update(sp, &ZERO, v),
+        Some(q) => parity::pq_update(sp, q, slot, zero, v),
+        None => parity::xor_update(sp, zero, v),
     }
+}
+
+/// The runs of set bits of a band's sector mask, as sector ranges `(first, end)`.
+fn runs(mask: u8) -> impl Iterator<Item = (usize, usize)> {
+    let mut rest = u16::from(mask);
+    std::iter::from_fn(move || {
+        if rest == 0 {
+            return None;
+        }
+        let first = rest.trailing_zeros() as usize;
+        let end = first + (rest >> first).trailing_ones() as usize;
+        rest &= !((1u16 << end) - (1u16 << first));
+        Some((first, end))
+    })
 }
 
 /// What a stripe write can tell the log about the bytes it replaces.
@@ -91,10 +106,13 @@ impl Band {
     }
 }
 
+/// The rings (children) an entry goes to, each with the partial parity it takes there.
+pub(crate) type Rings = Vec<(usize, Part)>;
+
 struct Pending {
     ticket: u64,
     entry: Entry,
-    rings: Vec<usize>,
+    rings: Rings,
 }
 
 struct State {
@@ -102,6 +120,13 @@ struct State {
     bands: HashMap<(u64, u32), Band>,
     /// Bands settled in memory whose last entry a ring may still replay: (band) → seq.
     retired: HashMap<(u64, u32), u64>,
+    /// The ring floor `retired` was last trimmed to.
+    retired_floor: u64,
+    /// Per member of the group, durable write counts and failed flags when `retire` last
+    /// looked at every band.
+    seen: (Vec<u64>, Vec<bool>),
+    /// Bands whose writes ended or whose entry was written since `retire` last ran.
+    changed: Vec<(u64, u32)>,
     rings: Vec<Option<Ring>>,
     pending: Vec<Pending>,
     next_ticket: u64,
@@ -161,6 +186,7 @@ impl Drop for Hold<'_> {
             if let Some(band) = st.bands.get_mut(key) {
                 band.inflight -= 1;
                 band.need = need.clone();
+                st.changed.push(*key);
             }
         }
         for w in st.waiters.drain(..) {
@@ -216,6 +242,9 @@ impl GroupLog {
                 next_seq: 1,
                 bands: HashMap::new(),
                 retired: HashMap::new(),
+                retired_floor: 0,
+                seen: (Vec::new(), Vec::new()),
+                changed: Vec::new(),
                 rings,
                 pending: Vec::new(),
                 next_ticket: 1,
@@ -235,7 +264,10 @@ impl GroupLog {
             .unzip()
     }
 
-    /// Moves bands whose writes are all durable out of the live set.
+    /// Moves bands whose writes are all durable out of the live set. Every live band is
+    /// looked at only when a member's durable count or failed state changed since the last
+    /// look (hundreds of bands wait for a flush between two; a round calls this each time);
+    /// otherwise only the bands whose own state changed since (`State::changed`).
     fn retire(&self, st: &mut State) {
         let durable = self.counts().1;
         let failed: Vec<bool> = self
@@ -243,23 +275,32 @@ impl GroupLog {
             .iter()
             .map(|&m| self.table.slot(m).is_failed())
             .collect();
-        let settled: Vec<(u64, u32)> = st
-            .bands
-            .iter()
-            .filter(|(_, b)| {
-                b.inflight == 0
-                    && b.durable
-                    && b.need
-                        .iter()
-                        .enumerate()
-                        .all(|(i, &n)| failed[i] || durable[i] >= n)
-            })
-            .map(|(k, _)| *k)
-            .collect();
+        let ready = |b: &Band| {
+            b.inflight == 0
+                && b.durable
+                && b.need
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &n)| failed[i] || durable[i] >= n)
+        };
+        let mut settled: Vec<(u64, u32)> = if st.seen.0 != durable || st.seen.1 != failed {
+            st.changed.clear();
+            let all = st.bands.iter().filter(|(_, b)| ready(b));
+            all.map(|(k, _)| *k).collect()
+        } else {
+            let changed = std::mem::take(&mut st.changed);
+            let some = changed
+                .into_iter()
+                .filter(|k| st.bands.get(k).is_some_and(ready));
+            some.collect()
+        };
+        settled.sort_unstable();
+        settled.dedup();
         for key in settled {
             let b = st.bands.remove(&key).expect("listed");
             st.retired.insert(key, b.seq);
         }
+        st.seen = (durable, failed);
         let floor = st
             .rings
             .iter()
@@ -267,7 +308,10 @@ impl GroupLog {
             .map(|r| r.durable_tail)
             .min()
             .unwrap_or(0);
-        st.retired.retain(|_, seq| *seq >= floor);
+        if floor != st.retired_floor {
+            st.retired.retain(|_, seq| *seq >= floor);
+            st.retired_floor = floor;
+        }
     }
 
     /// Flushes the group's members (so the bands written before are settled).
@@ -288,14 +332,22 @@ impl GroupLog {
         }
     }
 
-    /// The children whose rings take stripe `stripe`'s entries: its P and Q, where their
-    /// members have not failed.
-    fn targets(&self, stripe: u64) -> Vec<usize> {
+    /// The children whose rings take stripe `stripe`'s entries: its P (taking the partial P)
+    /// and Q (the partial Q), where their members have not failed.
+    ///
+    /// One partial per ring is enough for every loss RAID 6 tolerates after a crash, because
+    /// an entry's member writes start only once it is durable on every ring it went to (or
+    /// that ring's member failed): P lost — the Q ring's partial Q makes Q right; Q lost —
+    /// the P ring's P; one data member lost — either partial rebuilds it (an unwritten
+    /// chunk exactly); a data member and P (or Q) — the other ring; two data members — both
+    /// rings are there and replay uses both partials of the same entry; P and Q — the data
+    /// is all there, nothing to rebuild. See docs/FORMAT.md, "Replay".
+    fn targets(&self, stripe: u64) -> Rings {
         let roles = self.layout.roles(stripe);
-        [Some(roles.p), roles.q]
+        [Some((roles.p, Part::P)), roles.q.map(|q| (q, Part::Q))]
             .into_iter()
             .flatten()
-            .filter(|&c| !self.table.slot(self.members[c]).is_failed())
+            .filter(|&(c, _)| !self.table.slot(self.members[c]).is_failed())
             .collect()
     }
 
@@ -315,7 +367,7 @@ impl GroupLog {
         stripe: u64,
         written: &[Vec<(u64, u64)>],
         values: &Values<'_>,
-    ) -> Result<Vec<(Entry, Vec<usize>)>, Blocked> {
+    ) -> Result<Vec<(Entry, Rings)>, Blocked> {
         let rings = self.targets(stripe);
         let q_slot = self.layout.roles(stripe).q_slot;
         let mut st = self.state.lock();
@@ -352,7 +404,7 @@ impl GroupLog {
         }
         let floor = rings
             .iter()
-            .map(|&c| st.rings[c].as_ref().expect("ring").durable_tail)
+            .map(|&(c, _)| st.rings[c].as_ref().expect("ring").durable_tail)
             .min()
             .unwrap_or(0);
         let mut out = Vec::new();
@@ -391,48 +443,52 @@ impl GroupLog {
                 continue;
             }
             let n = sectors as usize * SECTOR_BYTES;
-            let (mut pp, mut pq) = match st.bands.get(&key) {
-                Some(b) => (b.pp.clone(), b.pq.clone()),
+            // The band's partial parity, taken (not copied): it is put back below, updated.
+            let (mut pp, mut pq) = match st.bands.get_mut(&key) {
+                Some(b) => (std::mem::take(&mut b.pp), std::mem::take(&mut b.pq)),
                 None => (vec![0; n], vec![0; if self.np == 2 { n } else { 0 }]),
             };
-            for x in 0..sectors as usize {
-                let bit = 1u8 << x;
-                if now.iter().all(|m| m & bit == 0) {
-                    continue; // untouched now: as before
-                }
-                let row = b0 + (x * SECTOR_BYTES) as u64;
-                let sp = &mut pp[x * SECTOR_BYTES..(x + 1) * SECTOR_BYTES];
-                let mut sq =
-                    (self.np == 2).then(|| &mut pq[x * SECTOR_BYTES..(x + 1) * SECTOR_BYTES]);
-                match values {
-                    Values::Direct { chunks, r0 } => {
-                        sp.fill(0);
-                        if let Some(q) = sq.as_deref_mut() {
-                            q.fill(0);
-                        }
-                        let at = (row - r0) as usize;
-                        for i in 0..self.k {
-                            if union[i] & bit == 0 {
-                                add(q_slot[i], &chunks[i][at..at + SECTOR_BYTES], sp, &mut sq);
-                            }
+            // Whole runs of sectors at a time (one parity call per run, not per sector).
+            let touched = now.iter().fold(0, |a, m| a | m); // untouched sectors: as before
+            let sector = |x: usize| x * SECTOR_BYTES;
+            // Where byte `a` of the band is in a buffer that starts at row `base` (the
+            // buffers cover the sectors touched, maybe not the band's first ones).
+            let at = |base: u64, a: usize| (b0 + a as u64 - base) as usize;
+            match values {
+                Values::Direct { chunks, r0 } => {
+                    for (x, end) in runs(touched) {
+                        pp[sector(x)..sector(end)].fill(0);
+                        if self.np == 2 {
+                            pq[sector(x)..sector(end)].fill(0);
                         }
                     }
-                    Values::Delta { old, p, q, r0 } => {
-                        if prev_masks.iter().all(|m| m & bit == 0) {
-                            // Not covered before: start from the old parity.
-                            let at = (row - r0) as usize;
-                            sp.copy_from_slice(&p[at..at + SECTOR_BYTES]);
-                            if let (Some(dq), Some(q)) = (sq.as_deref_mut(), q) {
-                                dq.copy_from_slice(&q[at..at + SECTOR_BYTES]);
-                            }
+                    for i in 0..self.k {
+                        for (x, end) in runs(touched & !union[i]) {
+                            let (a, b) = (sector(x), sector(end));
+                            let v = &chunks[i][at(*r0, a)..at(*r0, b)];
+                            let sq = (self.np == 2).then(|| &mut pq[a..b]);
+                            add(q_slot[i], v, &mut pp[a..b], sq);
                         }
-                        for i in 0..self.k {
-                            if now[i] & bit == 0 || prev_masks[i] & bit != 0 {
-                                continue;
-                            }
+                    }
+                }
+                Values::Delta { old, p, q, r0 } => {
+                    // Sectors not covered before start from the old parity.
+                    let before = prev_masks.iter().fold(0, |a, m| a | m);
+                    for (x, end) in runs(touched & !before) {
+                        let (a, b) = (sector(x), sector(end));
+                        let r = at(*r0, a)..at(*r0, b);
+                        pp[a..b].copy_from_slice(&p[r.clone()]);
+                        if let (true, Some(q)) = (self.np == 2, q) {
+                            pq[a..b].copy_from_slice(&q[r]);
+                        }
+                    }
+                    for i in 0..self.k {
+                        for (x, end) in runs(now[i] & !prev_masks[i]) {
                             let (start, bytes) = old[i].expect("RMW read the written chunk");
-                            let at = (row - start) as usize;
-                            add(q_slot[i], &bytes[at..at + SECTOR_BYTES], sp, &mut sq);
+                            let (a, b) = (sector(x), sector(end));
+                            let v = &bytes[at(start, a)..at(start, b)];
+                            let sq = (self.np == 2).then(|| &mut pq[a..b]);
+                            add(q_slot[i], v, &mut pp[a..b], sq);
                         }
                     }
                 }
@@ -440,7 +496,17 @@ impl GroupLog {
             let seq = st.next_seq;
             st.next_seq += 1;
             let stored = covered & !full;
-            let mut entry = Entry {
+            // The stored sectors of a partial, in order (one allocation, no growing; copied
+            // a sector at a time even when all are stored: a 4 KiB copy between two 4 KiB
+            // heap buffers took glibc's `rep movsb` path, 10× slower on this machine's CPU).
+            let part = |v: &[u8]| {
+                let mut out = Vec::with_capacity(stored.count_ones() as usize * SECTOR_BYTES);
+                for x in (0..sectors as usize).filter(|x| stored & (1 << x) != 0) {
+                    out.extend_from_slice(&v[x * SECTOR_BYTES..(x + 1) * SECTOR_BYTES]);
+                }
+                out
+            };
+            let entry = Entry {
                 seq,
                 group: self.group,
                 stripe,
@@ -448,16 +514,9 @@ impl GroupLog {
                 sectors,
                 parity: self.np as u8,
                 masks: union.clone(),
-                pp: Vec::new(),
-                pq: Vec::new(),
+                pp: Some(part(&pp)),
+                pq: (self.np == 2).then(|| part(&pq)),
             };
-            for x in (0..sectors as usize).filter(|x| stored & (1 << x) != 0) {
-                let r = x * SECTOR_BYTES..(x + 1) * SECTOR_BYTES;
-                entry.pp.extend_from_slice(&pp[r.clone()]);
-                if self.np == 2 {
-                    entry.pq.extend_from_slice(&pq[r]);
-                }
-            }
             let need = vec![0; self.members.len()];
             let b = st.bands.entry(key).or_insert_with(|| Band::live(seq, need));
             b.masks = union;
@@ -478,7 +537,7 @@ impl GroupLog {
         stripe: u64,
         written: &[Vec<(u64, u64)>],
         values: &Values<'_>,
-    ) -> Vec<(Entry, Vec<usize>)> {
+    ) -> Vec<(Entry, Rings)> {
         loop {
             match self.prepare(stripe, written, values) {
                 Ok(e) => return e,
@@ -491,11 +550,7 @@ impl GroupLog {
     }
 
     /// [`Self::prepare_whole`], flushing or waiting first like [`Self::prepare_settled`].
-    pub(crate) async fn prepare_whole_settled(
-        &self,
-        first: u64,
-        end: u64,
-    ) -> Vec<(Entry, Vec<usize>)> {
+    pub(crate) async fn prepare_whole_settled(&self, first: u64, end: u64) -> Vec<(Entry, Rings)> {
         loop {
             match self.prepare_whole(first, end) {
                 Ok(e) => return e,
@@ -512,7 +567,7 @@ impl GroupLog {
     /// without going through [`Self::prepare`] (zeroing; the caller holds the stripes'
     /// exclusive locks). Like [`Self::prepare`], a band still live blocks it: its new entry
     /// must not wait for ring space its own older entries hold.
-    fn prepare_whole(&self, first: u64, end: u64) -> Result<Vec<(Entry, Vec<usize>)>, Blocked> {
+    fn prepare_whole(&self, first: u64, end: u64) -> Result<Vec<(Entry, Rings)>, Blocked> {
         let mut st = self.state.lock();
         let live = |st: &State| {
             st.bands
@@ -572,8 +627,8 @@ impl GroupLog {
                 sectors,
                 parity: self.np as u8,
                 masks: vec![all; self.k],
-                pp: Vec::new(),
-                pq: Vec::new(),
+                pp: Some(Vec::new()),
+                pq: (self.np == 2).then(Vec::new),
             };
             out.push((entry, rings));
         }

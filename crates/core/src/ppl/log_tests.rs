@@ -58,7 +58,7 @@ fn small_log_with_latency(latency: Duration) -> GroupLog {
 }
 
 /// The first sector of data chunk 0 written, the rest of the stripe zero.
-fn one_sector(log: &GroupLog, stripe: u64) -> Result<Vec<(super::Entry, Vec<usize>)>, Blocked> {
+fn one_sector(log: &GroupLog, stripe: u64) -> Result<Vec<(super::Entry, super::Rings)>, Blocked> {
     let zeros = vec![0u8; STRIP as usize];
     let values = Values::Direct {
         chunks: vec![&zeros[..], &zeros[..]],
@@ -162,4 +162,13 @@ fn a_round_dropped_unfinished_fails_the_entries_it_took() {
     drop(slots);
     // Nothing of the band is pending: a new write of it is not blocked by the dropped one.
     assert!(one_sector(&log, 5).is_ok());
+}
+
+#[test]
+fn runs_are_the_stretches_of_set_sectors() {
+    let all = |m| super::runs(m).collect::<Vec<_>>();
+    assert_eq!(all(0), vec![]);
+    assert_eq!(all(0xff), vec![(0, 8)]);
+    assert_eq!(all(0b1011_0110), vec![(1, 3), (4, 6), (7, 8)]);
+    assert_eq!(all(0b1000_0001), vec![(0, 1), (7, 8)]);
 }

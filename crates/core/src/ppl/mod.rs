@@ -5,10 +5,12 @@
 //! its chunk from that parity gives wrong bytes — data nobody wrote is corrupted. Before a
 //! partial-stripe write reaches the members, its parity group logs, for each 4 KiB band of
 //! rows it touches, which sectors of which data chunks are in flux and the partial parity
-//! (XOR, and for RAID 6 md's Q syndrome) of every other chunk, with FUA, on the stripe's P
-//! (and Q) member. At a dirty start each band's newest entry is replayed before anything is
-//! served: parity := partial parity ⊕ the written chunks as found, so the unwritten chunks —
-//! present or lost — are exact whatever the crash tore (`replay`).
+//! of every other chunk, with FUA: the partial P (XOR) on the stripe's P member and, for
+//! RAID 6, the partial Q (md's syndrome) on its Q member — one partial per ring is enough
+//! for every loss RAID 6 tolerates (`GroupLog::targets`, `replay::select`). At a dirty start
+//! each band's newest entry is replayed before anything is served: parity := partial parity
+//! ⊕ the written chunks as found, so the unwritten chunks — present or lost — are exact
+//! whatever the crash tore (`replay`).
 //!
 //! What "in flux" means: every sector written since the band's writes were last known
 //! durable (a completed flush of the group's members covered them), not only the current

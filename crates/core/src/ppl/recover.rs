@@ -3,7 +3,7 @@
 //! new life so nothing of the old one is ever replayed again.
 
 use super::codec::{encode_batch, scan, Batch, Entry};
-use super::replay::{replay_sector, select, SectorState};
+use super::replay::{replay_sector, select, Replay, SectorState};
 use super::{parity_groups, BAND_BYTES, SECTOR_BYTES};
 use crate::buf::Buf;
 use crate::error::VolumeResult;
@@ -46,8 +46,9 @@ pub async fn recover(
     }
     if replay {
         let groups = parity_groups(volume.geometry().root());
-        for e in select(&rings) {
-            match replay_entry(volume, &groups, &e).await {
+        for r in select(&rings) {
+            let e = &r.entry;
+            match replay_band(volume, &groups, &r).await {
                 Ok(n) => {
                     report.entries += 1;
                     report.sectors += n;
@@ -80,8 +81,33 @@ pub async fn recover(
 
 type Groups = Vec<super::LoggedGroup>;
 
+/// Replays a band's entry, or its fallback where the entry's one partial parity does not
+/// cover the chunks missing (RAID 6: see [`select`]).
+async fn replay_band(volume: &Volume, groups: &Groups, r: &Replay) -> Result<u64, String> {
+    match (replay_entry(volume, groups, &r.entry).await, &r.fallback) {
+        (Err(Why::Uncovered), Some(older)) => replay_entry(volume, groups, older).await,
+        (got, _) => got,
+    }
+    .map_err(|why| match why {
+        Why::Uncovered => "more chunks missing than the partial parity covers".into(),
+        Why::Other(s) => s,
+    })
+}
+
+/// Why an entry could not be replayed.
+enum Why {
+    Uncovered,
+    Other(String),
+}
+
+impl From<&str> for Why {
+    fn from(s: &str) -> Why {
+        Why::Other(s.into())
+    }
+}
+
 /// Replays one entry; the number of sectors rewritten, or why it cannot be used.
-async fn replay_entry(volume: &Volume, groups: &Groups, e: &Entry) -> Result<u64, String> {
+async fn replay_entry(volume: &Volume, groups: &Groups, e: &Entry) -> Result<u64, Why> {
     let (g, leaves) = groups
         .get(e.group as usize)
         .ok_or("no such parity group in this volume")?;
@@ -129,17 +155,19 @@ async fn replay_entry(volume: &Volume, groups: &Groups, e: &Entry) -> Result<u64
             continue;
         }
         let r = x * SECTOR_BYTES..(x + 1) * SECTOR_BYTES;
-        let zero = vec![0u8; SECTOR_BYTES];
-        let (pp, pq) = if stored & bit != 0 {
-            let s = si * SECTOR_BYTES..(si + 1) * SECTOR_BYTES;
-            si += 1;
-            (
-                e.pp[s.clone()].to_vec(),
-                (e.parity == 2).then(|| e.pq[s].to_vec()),
-            )
-        } else {
-            (zero.clone(), (e.parity == 2).then(|| zero.clone()))
-        };
+        // A partial's sector: stored ones in order, zero where every chunk is written.
+        fn sector(v: &Option<Vec<u8>>, stored: bool, si: usize) -> Option<&[u8]> {
+            static ZERO: [u8; SECTOR_BYTES] = [0; SECTOR_BYTES];
+            let v = v.as_deref()?;
+            Some(if stored {
+                &v[si * SECTOR_BYTES..(si + 1) * SECTOR_BYTES]
+            } else {
+                &ZERO
+            })
+        }
+        let here = stored & bit != 0;
+        let (pp, pq) = (sector(&e.pp, here, si), sector(&e.pq, here, si));
+        si += usize::from(here);
         let written: Vec<bool> = e.masks.iter().map(|m| m & bit != 0).collect();
         let st = SectorState {
             data: data
@@ -148,10 +176,10 @@ async fn replay_entry(volume: &Volume, groups: &Groups, e: &Entry) -> Result<u64
                 .collect(),
             p: p.as_ref().map(|b| &b[r.clone()]),
             q: q.as_ref().map(|b| &b[r.clone()]),
+            raid6: e.parity == 2,
             q_slot: &roles.q_slot,
         };
-        let (np, nq) = replay_sector(&st, &written, &pp, pq.as_deref())
-            .ok_or("more chunks missing than the partial parity covers")?;
+        let (np, nq) = replay_sector(&st, &written, pp, pq).ok_or(Why::Uncovered)?;
         if let Some(o) = out_p.as_mut() {
             o[r.clone()].copy_from_slice(&np);
         }
@@ -170,7 +198,9 @@ async fn replay_entry(volume: &Volume, groups: &Groups, e: &Entry) -> Result<u64
             .member(m)
             .write(start + at, b.freeze(), true)
             .await
-            .map_err(|err| format!("writing the replayed parity to member {m}: {err}"))?;
+            .map_err(|err| {
+                Why::Other(format!("writing the replayed parity to member {m}: {err}"))
+            })?;
     }
     Ok(n)
 }

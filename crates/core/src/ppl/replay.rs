@@ -5,18 +5,35 @@
 use super::codec::{Batch, Entry};
 use super::SECTOR_BYTES;
 use crate::parity::{self, Loss};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+
+/// What to replay for one band: its newest entry, with every partial parity the rings hold
+/// of it, and — when that entry lacks one (RAID 6: its other ring was lost, or the crash
+/// came before that ring's batch was written) — the newest older entry of the band that
+/// has both, for losses the one partial cannot cover.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replay {
+    pub entry: Entry,
+    pub fallback: Option<Entry>,
+}
 
 /// The entries to replay from every log ring read at a dirty start (`rings[i]`: the batches
 /// found on one member): only batches of the newest life count (every open starts a new one
 /// and settles the previous one's entries); in each ring, entries below the largest tail a
-/// batch of that ring carries are settled; of the rest, the newest entry of each band wins
-/// (RAID 6 keeps a copy on the P and the Q member: either serves).
-pub fn select(rings: &[Vec<Batch>]) -> Vec<Entry> {
+/// batch of that ring carries are settled; of the rest, the newest entry of each band wins,
+/// its partial P taken from the stripe's P ring and its partial Q from the Q ring.
+///
+/// Why each of them alone is exact: an entry's member writes start only once it is durable
+/// on every ring it was sent to, and a band has one write in flight at a time. So a ring's
+/// newest entry of a band names every chunk written since (nothing newer was written), and
+/// where the two rings' newest differ (RAID 6), the newer one's member writes never started:
+/// the older one, found on both rings, is as exact (the fallback).
+pub fn select(rings: &[Vec<Batch>]) -> Vec<Replay> {
     let Some(life) = rings.iter().flatten().map(|b| b.life).max() else {
         return Vec::new();
     };
-    let mut newest: HashMap<(u32, u64, u32), Entry> = HashMap::new();
+    // Per band, per sequence number: the entry with the partials of every ring holding it.
+    let mut found: HashMap<(u32, u64, u32), BTreeMap<u64, Entry>> = HashMap::new();
     for ring in rings {
         let current: Vec<&Batch> = ring.iter().filter(|b| b.life == life).collect();
         let tail = current.iter().map(|b| b.tail).max().unwrap_or(0);
@@ -24,14 +41,34 @@ pub fn select(rings: &[Vec<Batch>]) -> Vec<Entry> {
             if e.seq < tail {
                 continue;
             }
-            let key = (e.group, e.stripe, e.band);
-            if newest.get(&key).is_none_or(|o| o.seq < e.seq) {
-                newest.insert(key, e.clone());
+            let seqs = found.entry((e.group, e.stripe, e.band)).or_default();
+            let merged = seqs.entry(e.seq).or_insert_with(|| Entry {
+                pp: None,
+                pq: None,
+                ..e.clone()
+            });
+            if merged.pp.is_none() {
+                merged.pp.clone_from(&e.pp);
+            }
+            if merged.pq.is_none() {
+                merged.pq.clone_from(&e.pq);
             }
         }
     }
-    let mut out: Vec<Entry> = newest.into_values().collect();
-    out.sort_by_key(|e| (e.group, e.stripe, e.band));
+    let mut out: Vec<Replay> = found
+        .into_values()
+        .map(|seqs| {
+            let mut newest_first = seqs.into_values().rev();
+            let entry = newest_first.next().expect("a band found has an entry");
+            let fallback = if entry.complete() {
+                None
+            } else {
+                newest_first.find(Entry::complete)
+            };
+            Replay { entry, fallback }
+        })
+        .collect();
+    out.sort_by_key(|r| (r.entry.group, r.entry.stripe, r.entry.band));
     out
 }
 
@@ -41,26 +78,29 @@ pub struct SectorState<'a> {
     pub data: Vec<Option<&'a [u8]>>,
     pub p: Option<&'a [u8]>,
     pub q: Option<&'a [u8]>,
+    /// The stripe has a Q (RAID 6).
+    pub raid6: bool,
     /// md's syndrome slot of each data chunk (`StripeRoles::q_slot`).
     pub q_slot: &'a [usize],
 }
 
 /// The P (and for RAID 6 Q) that makes the sector consistent, given which data chunks the
 /// entry says were being written (`written[i]`) and its partial parity over the others (`pp`,
-/// `pq`: all zero where every chunk is written). A missing chunk that was *not* being
-/// written is rebuilt from the partial parity and the other unwritten chunks — exactly, however
-/// the crash tore the written ones; a missing chunk that was being written is rebuilt from the
-/// parity found (old, new or torn: md's PPL makes no promise there). `None` when more is
-/// missing than that can cover.
+/// `pq`: all zero where every chunk is written; either may be absent on RAID 6, not both). A
+/// missing chunk that was *not* being written is rebuilt from the partial parity and the
+/// other unwritten chunks — exactly, however the crash tore the written ones; a missing chunk
+/// that was being written is rebuilt from the parity found (old, new or torn: md's PPL makes
+/// no promise there). Both parities come from the one stripe so rebuilt, so they agree even
+/// where only one partial was logged. `None` when more is missing than that can cover.
 pub fn replay_sector(
     s: &SectorState<'_>,
     written: &[bool],
-    pp: &[u8],
+    pp: Option<&[u8]>,
     pq: Option<&[u8]>,
 ) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
     let k = s.data.len();
     let n = SECTOR_BYTES;
-    let raid6 = s.q_slot.len() == k && pq.is_some();
+    let raid6 = s.raid6;
     // Slot order, as the parity kernels take data.
     let mut order = vec![0usize; k];
     for (i, &slot) in s.q_slot.iter().enumerate() {
@@ -85,11 +125,12 @@ pub fn replay_sector(
                 }
             })
             .collect();
-        let mut vp = pp.to_vec();
-        let mut vq = pq.map(<[u8]>::to_vec);
-        let loss = match (lost_u.as_slice(), raid6) {
-            ([a], _) => Loss::Data(s.q_slot[*a]),
-            ([a, b], true) => Loss::TwoData(s.q_slot[*a], s.q_slot[*b]),
+        let mut vp = pp.map_or_else(|| vec![0; n], <[u8]>::to_vec);
+        let mut vq = raid6.then(|| pq.map_or_else(|| vec![0; n], <[u8]>::to_vec));
+        let loss = match (lost_u.as_slice(), pp.is_some(), raid6 && pq.is_some()) {
+            ([a], true, _) => Loss::Data(s.q_slot[*a]),
+            ([a], false, true) => Loss::DataP(s.q_slot[*a]),
+            ([a, b], true, true) => Loss::TwoData(s.q_slot[*a], s.q_slot[*b]),
             _ => return None,
         };
         {
@@ -219,40 +260,87 @@ mod tests {
                         .collect(),
                     p: (lost & (1 << k) == 0).then_some(p.as_slice()),
                     q: (raid6 && lost & (1 << (k + 1)) == 0).then_some(q.as_slice()),
+                    raid6,
                     q_slot: &slots,
                 };
-                let (rp, rq) = replay_sector(&s, written, &pp, raid6.then_some(pq.as_slice()))
-                    .expect("within tolerance");
-                // Rebuild every missing data chunk from the replayed parity.
-                let mut data: Vec<Vec<u8>> = on_disk.iter().map(|d| d.to_vec()).collect();
-                let lost_data: Vec<usize> = (0..k).filter(|&i| lost & (1 << i) != 0).collect();
-                let mut by_slot: Vec<Vec<u8>> = vec![Vec::new(); k];
-                for i in 0..k {
-                    by_slot[slots[i]] = data[i].clone();
-                }
-                let mut rp2 = rp.clone();
-                let mut rq2 = rq.clone().unwrap_or_else(|| vec![0; SECTOR_BYTES]);
-                let loss = match lost_data.as_slice() {
-                    [] => continue,
-                    [a] => Loss::Data(slots[*a]),
-                    [a, b] => Loss::TwoData(slots[*a], slots[*b]),
-                    _ => unreachable!(),
-                };
-                {
-                    let mut refs: Vec<&mut [u8]> =
-                        by_slot.iter_mut().map(|v| v.as_mut_slice()).collect();
-                    parity::recover(&mut refs, &mut rp2, raid6.then_some(&mut rq2[..]), loss);
-                }
-                for &i in &lost_data {
-                    data[i] = by_slot[slots[i]].clone();
-                    if !written[i] {
-                        assert_eq!(
-                            data[i], old[i],
-                            "k {k} written {written:?} torn {torn:b} lost {lost:b}: chunk {i}"
-                        );
+                // The partials replay has: a lost parity member took its ring with it; with
+                // both rings there, also each alone (the other ring's batch not written
+                // before the crash) where it covers the losses.
+                let (p_lost, q_lost) = (lost & (1 << k) != 0, lost & (1 << (k + 1)) != 0);
+                let lost_data = (lost & ((1 << k) - 1)).count_ones();
+                let mut partials = Vec::new();
+                if !raid6 {
+                    partials.push((true, false));
+                } else if p_lost && !q_lost {
+                    partials.push((false, true));
+                } else if q_lost && !p_lost {
+                    partials.push((true, false));
+                } else if !p_lost {
+                    partials.push((true, true));
+                    if lost_data <= 1 {
+                        partials.extend([(true, false), (false, true)]);
                     }
                 }
+                for (with_p, with_q) in partials {
+                    let (rp, rq) = replay_sector(
+                        &s,
+                        written,
+                        with_p.then_some(pp.as_slice()),
+                        with_q.then_some(pq.as_slice()),
+                    )
+                    .expect("within tolerance");
+                    let what = format!(
+                        "k {k} written {written:?} torn {torn:b} lost {lost:b} pp {with_p} pq {with_q}"
+                    );
+                    rebuild_and_check(&on_disk, &old, written, lost, &slots, raid6, rp, rq, &what);
+                }
             }
+        }
+    }
+
+    /// Rebuilds the data chunks `lost` names from the replayed parity and checks the
+    /// unwritten ones are exact and the replayed P and Q agree with the rebuilt stripe.
+    #[allow(clippy::too_many_arguments)]
+    fn rebuild_and_check(
+        on_disk: &[&[u8]],
+        old: &[Vec<u8>],
+        written: &[bool],
+        lost: u32,
+        slots: &[usize],
+        raid6: bool,
+        rp: Vec<u8>,
+        rq: Option<Vec<u8>>,
+        what: &str,
+    ) {
+        let k = on_disk.len();
+        let mut data: Vec<Vec<u8>> = on_disk.iter().map(|d| d.to_vec()).collect();
+        let lost_data: Vec<usize> = (0..k).filter(|&i| lost & (1 << i) != 0).collect();
+        let mut by_slot: Vec<Vec<u8>> = vec![Vec::new(); k];
+        for i in 0..k {
+            by_slot[slots[i]] = data[i].clone();
+        }
+        let mut rp2 = rp.clone();
+        let mut rq2 = rq.clone().unwrap_or_else(|| vec![0; SECTOR_BYTES]);
+        let loss = match lost_data.as_slice() {
+            [] => None,
+            [a] => Some(Loss::Data(slots[*a])),
+            [a, b] => Some(Loss::TwoData(slots[*a], slots[*b])),
+            _ => unreachable!(),
+        };
+        if let Some(loss) = loss {
+            let mut refs: Vec<&mut [u8]> = by_slot.iter_mut().map(|v| v.as_mut_slice()).collect();
+            parity::recover(&mut refs, &mut rp2, raid6.then_some(&mut rq2[..]), loss);
+        }
+        for &i in &lost_data {
+            data[i] = by_slot[slots[i]].clone();
+            if !written[i] {
+                assert_eq!(data[i], old[i], "{what}: chunk {i}");
+            }
+        }
+        let (gp, gq) = gen(&data, slots, raid6);
+        assert_eq!(rp, gp, "{what}: replayed P");
+        if raid6 {
+            assert_eq!(rq, Some(gq), "{what}: replayed Q");
         }
     }
 
@@ -281,18 +369,21 @@ mod tests {
             sectors: 8,
             parity: 1,
             masks: vec![1, 0],
-            pp: vec![seq as u8; SECTOR_BYTES],
-            pq: Vec::new(),
+            pp: Some(vec![seq as u8; SECTOR_BYTES]),
+            pq: None,
+        }
+    }
+
+    fn b(life: u64, tail: u64, entries: Vec<Entry>) -> Batch {
+        Batch {
+            life,
+            tail,
+            entries,
         }
     }
 
     #[test]
     fn select_takes_the_newest_life_the_tail_and_the_newest_entry_per_band() {
-        let b = |life, tail, entries| Batch {
-            life,
-            tail,
-            entries,
-        };
         let rings = vec![
             vec![
                 b(3, 0, vec![e(1, 10), e(2, 11)]),
@@ -301,8 +392,63 @@ mod tests {
             ],
             vec![b(3, 0, vec![e(4, 13), e(6, 14)]), b(3, 5, vec![])],
         ];
-        let got: Vec<(u64, u64)> = select(&rings).iter().map(|e| (e.stripe, e.seq)).collect();
+        let got: Vec<(u64, u64)> = select(&rings)
+            .iter()
+            .map(|r| (r.entry.stripe, r.entry.seq))
+            .collect();
         // Ring 0: tail 2 drops seq 1; stripe 10's newest is 5. Ring 1: tail 5 drops seq 4.
         assert_eq!(got, vec![(10, 5), (11, 2), (14, 6)]);
+    }
+
+    /// A RAID 6 entry as the P ring (partial P) or the Q ring (partial Q) holds it.
+    fn e6(seq: u64, q: bool) -> Entry {
+        Entry {
+            parity: 2,
+            pp: (!q).then(|| vec![seq as u8; SECTOR_BYTES]),
+            pq: q.then(|| vec![!seq as u8; SECTOR_BYTES]),
+            ..e(seq, 10)
+        }
+    }
+
+    #[test]
+    fn select_joins_the_p_and_q_rings_halves_of_an_entry() {
+        let both = |seq| Entry {
+            pp: e6(seq, false).pp,
+            ..e6(seq, true)
+        };
+        // Both rings hold entry 4: one entry with both partials.
+        let rings = vec![
+            vec![b(1, 0, vec![e6(4, false)])],
+            vec![b(1, 0, vec![e6(4, true)])],
+        ];
+        assert_eq!(
+            select(&rings),
+            vec![Replay {
+                entry: both(4),
+                fallback: None
+            }]
+        );
+        // The P ring has entry 5, the Q ring's batch of it was not written: 5 with its
+        // partial P, and 4 (both partials) should that not cover the losses.
+        let rings = vec![
+            vec![b(1, 0, vec![e6(4, false)]), b(1, 0, vec![e6(5, false)])],
+            vec![b(1, 0, vec![e6(4, true)])],
+        ];
+        assert_eq!(
+            select(&rings),
+            vec![Replay {
+                entry: e6(5, false),
+                fallback: Some(both(4))
+            }]
+        );
+        // The P ring's member is lost: the Q ring's entry alone.
+        let rings = vec![vec![b(1, 0, vec![e6(4, true), e6(5, true)])]];
+        assert_eq!(
+            select(&rings),
+            vec![Replay {
+                entry: e6(5, true),
+                fallback: None
+            }]
+        );
     }
 }

@@ -153,6 +153,7 @@ impl GroupLog {
             if let Some(b) = st.bands.get_mut(&(stripe, band)) {
                 if b.seq == seq {
                     b.durable = true;
+                    st.changed.push((stripe, band));
                 }
             }
         }
@@ -163,10 +164,7 @@ impl GroupLog {
 
     /// Writes `entries` (from [`Self::prepare`]) to their rings; the returned hold ends the
     /// bands' writes when dropped (after the member writes, whatever their outcome).
-    pub(crate) async fn write(
-        &self,
-        entries: Vec<(Entry, Vec<usize>)>,
-    ) -> Result<Hold<'_>, LogFailed> {
+    pub(crate) async fn write(&self, entries: Vec<(Entry, Rings)>) -> Result<Hold<'_>, LogFailed> {
         let hold = Hold {
             log: self,
             bands: entries.iter().map(|(e, _)| (e.stripe, e.band)).collect(),
@@ -254,7 +252,7 @@ impl GroupLog {
                     let end = n + st.pending[n..].iter().take_while(|p| p.ticket == t).count();
                     let mut next = size.clone();
                     for p in &st.pending[n..end] {
-                        for &r in &p.rings {
+                        for &(r, _) in &p.rings {
                             *next.entry(r).or_insert(64) += p.entry.encoded_len() as u64;
                         }
                     }
@@ -291,12 +289,14 @@ impl GroupLog {
                     let mut plan = Vec::new();
                     for (r, start, len) in places {
                         let ring = st.rings[r].as_mut().expect("ring");
-                        let es: Vec<&Entry> = taken
+                        let es: Vec<(&Entry, Part)> = taken
                             .iter()
-                            .filter(|p| p.rings.contains(&r))
-                            .map(|p| &p.entry)
+                            .filter_map(|p| {
+                                let (_, part) = p.rings.iter().find(|(c, _)| *c == r)?;
+                                Some((&p.entry, *part))
+                            })
                             .collect();
-                        let newest = es.iter().map(|e| e.seq).max().unwrap_or(0);
+                        let newest = es.iter().map(|e| e.0.seq).max().unwrap_or(0);
                         ring.head = start + len;
                         ring.live.push_back((start, start + len, newest));
                         let mut bytes = Buf::new(batch_bytes(&es));
@@ -421,7 +421,7 @@ impl GroupLog {
             }
             let mut tickets: HashMap<u64, bool> = HashMap::new();
             for p in &taken {
-                let ok = p.rings.iter().any(|r| ring_ok.get(r) == Some(&true));
+                let ok = p.rings.iter().any(|(r, _)| ring_ok.get(r) == Some(&true));
                 let t = tickets.entry(p.ticket).or_insert(true);
                 *t &= ok;
                 // Nothing of the band is pending any more (an entry no ring took was not
@@ -429,6 +429,7 @@ impl GroupLog {
                 if let Some(b) = st.bands.get_mut(&(p.entry.stripe, p.entry.band)) {
                     if b.seq == p.entry.seq {
                         b.durable = true;
+                        st.changed.push((p.entry.stripe, p.entry.band));
                     }
                 }
             }
