@@ -160,7 +160,9 @@ pub(super) struct Load {
 }
 
 /// Starts one request of `load` — or, one time in fifty, an idle point (the records go
-/// clean if nothing is in flight).
+/// clean if nothing is in flight), or, one time in twenty-five, the write-back cache's
+/// background flusher step (every cached stripe not being written goes to the members,
+/// racing the requests, flushes and the power loss as the flusher thread would).
 pub(super) fn start_request(
     exec: &mut Executor,
     rng: &mut Rng,
@@ -178,6 +180,9 @@ pub(super) fn start_request(
                     .push(format!("mark_clean failed within tolerance: {e}"));
             }
         });
+    } else if rng.chance(40) {
+        let a = array.clone();
+        exec.spawn(async move { a.volume().destage_aged(Duration::ZERO).await });
     } else {
         let kind = pick_kind(rng, &load.mix);
         let (offset, len) = pick_range(rng, load.capacity, load.width, load.hot_base);
