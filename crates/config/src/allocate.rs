@@ -58,11 +58,8 @@ fn describe_free(m: &Member, u: &Usage) -> String {
         format_size(m.size),
         format_size(METADATA_RESERVED)
     );
-    for (v, len) in &u.users {
-        s.push_str(&format!(
-            ", minus {} used by volume \"{v}\"",
-            format_size(*len)
-        ));
+    for (what, len) in &u.users {
+        s.push_str(&format!(", minus {} used by {what}", format_size(*len)));
     }
     s
 }

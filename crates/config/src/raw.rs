@@ -72,6 +72,7 @@ pub(crate) struct RawVolume {
     pub spares: Option<Spanned<Vec<Spanned<String>>>>,
     pub rebuild_rate: Option<Spanned<RawSize>>,
     pub write_hole: Option<Spanned<String>>,
+    pub write_hole_log_size: Option<Spanned<RawSize>>,
 }
 
 /// A listen entry: `"tcp:IP:PORT"`, or a table giving that listener its own TLS mode,

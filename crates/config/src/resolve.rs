@@ -460,6 +460,15 @@ impl Cx<'_> {
                 })?),
             },
         };
+        let metadata = volume_meta::metadata_options(v, &who)?;
+        // The write-hole log's reserve comes before the volume's region on every member.
+        if let Some(log_bytes) = metadata.ppl_log_bytes {
+            for &m in &idx {
+                usage[m].cursor += log_bytes;
+                let what = format!("the write-hole log of volume \"{name}\"");
+                usage[m].users.push((what, log_bytes));
+            }
+        }
         let size_span = v.size.as_ref().map_or(v.name.span(), |s| s.span());
         let regions = allocate(&who, plan.sizing(), requested, &idx, members, usage)
             .map_err(|m| Problem::new(size_span.clone(), ErrorKind::Fit, m))?;
@@ -476,10 +485,18 @@ impl Cx<'_> {
                 ),
             ));
         }
+        let logged = tree::any_node(geometry.root(), &|n| matches!(n, Node::Parity(_)));
+        if let (false, Some(s)) = (logged, &v.write_hole_log_size) {
+            return Err(Problem::new(
+                s.span(),
+                ErrorKind::Option,
+                format!("{who}: write_hole_log_size applies only to volumes with RAID 5/6 parity (raid5, raid6, raid50, raid60 or a tree with a parity node); remove it"),
+            ));
+        }
         for (&m, r) in idx.iter().zip(&regions) {
             usage[m].cursor = r.start + r.len;
             if r.len > 0 {
-                usage[m].users.push((name.clone(), r.len));
+                usage[m].users.push((format!("volume \"{name}\""), r.len));
             }
         }
 
@@ -514,7 +531,7 @@ impl Cx<'_> {
             cache,
             read_only: v.read_only.unwrap_or(false),
             block_size,
-            metadata: volume_meta::metadata_options(v, &who)?,
+            metadata,
             heal: Default::default(),
         })
     }

@@ -75,6 +75,9 @@ pub struct VolumeSummary {
     pub cache: String,
     /// `None` for write-through.
     pub cache_size_bytes: Option<u64>,
+    /// `write_hole_log_size`: the log's reserve before the region on every member (`None`:
+    /// the log, if any, lives in the metadata area).
+    pub write_hole_log_bytes: Option<u64>,
     pub read_only: bool,
     pub block_size: u32,
     /// Ids of the members standing by as spares.
@@ -113,7 +116,7 @@ impl Summary {
             let level = v.level();
             for (&m, r) in v.members.iter().zip(&v.regions) {
                 let ms = &mut members[m];
-                ms.used_bytes += r.len;
+                ms.used_bytes += r.len + v.metadata.ppl_log_bytes.unwrap_or(0);
                 ms.free_bytes = config.members[m].size.saturating_sub(r.start + r.len);
                 if r.len > 0 {
                     ms.volumes.push(v.name.clone());
@@ -153,6 +156,7 @@ impl Summary {
                     .then(|| v.read_policy.to_string()),
                 cache: v.cache.to_string(),
                 cache_size_bytes: v.cache.cache_bytes(),
+                write_hole_log_bytes: v.metadata.ppl_log_bytes,
                 read_only: v.read_only,
                 block_size: v.block_size,
                 spares: v
@@ -299,6 +303,9 @@ impl fmt::Display for Summary {
             match v.cache_size_bytes {
                 Some(c) => opts.push(format!("cache {} ({})", v.cache, format_size(c))),
                 None => opts.push(format!("cache {}", v.cache)),
+            }
+            if let Some(b) = v.write_hole_log_bytes {
+                opts.push(format!("write-hole log {} per member", format_size(b)));
             }
             opts.push(format!("{}-byte blocks", v.block_size));
             if v.level.is_none() {

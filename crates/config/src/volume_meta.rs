@@ -4,7 +4,10 @@
 //! safe_mode_delay; a write-intent region left alone as long has its bit cleared by the next
 //! flush — with "off", after the default delay), `write_hole` (`"ppl"`, the default: RAID 5/6
 //! groups log partial parity so a crash followed by a lost member never corrupts data nobody
-//! wrote; `"off"`). Each is checked at its place with what would be valid.
+//! wrote; `"off"`), `write_hole_log_size` (the log in a reserve of that many bytes before
+//! the volume's region on every member, instead of 512 KiB in the 1 MiB metadata area: a
+//! larger ring needs fewer member flushes to make room). Each is checked at its place with
+//! what would be valid.
 
 use super::error::{ErrorKind, Problem};
 use super::limits::{format_duration, parse_duration, DURATION_HELP};
@@ -23,6 +26,11 @@ pub const BITMAP_CHUNK_MIN: u64 = 4 << 10;
 /// idle needs no resync (md's safe_mode_delay is 200 ms; each clean → dirty turn costs one
 /// superblock write per member before the next write).
 pub const CLEAN_DELAY_DEFAULT: Duration = Duration::from_secs(5);
+/// Least `write_hole_log_size` (the engine refuses less than its smallest ring, which for
+/// large strips may be more).
+pub const PPL_LOG_MIN: u64 = 1 << 20;
+/// Most `write_hole_log_size`.
+pub const PPL_LOG_MAX: u64 = 1 << 30;
 
 /// What the daemon does when none of a volume's members carries its superblock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -57,6 +65,9 @@ pub struct MetadataOptions {
     pub clean_delay: Option<Duration>,
     /// `write_hole = "ppl"` (default): the partial-parity log closes the RAID 5/6 write hole.
     pub ppl: bool,
+    /// `write_hole_log_size`: bytes reserved for the log before the volume's region on every
+    /// member (`None`: the log lives in the metadata area).
+    pub ppl_log_bytes: Option<u64>,
 }
 
 impl Default for MetadataOptions {
@@ -66,6 +77,7 @@ impl Default for MetadataOptions {
             bitmap_chunk_bytes: Some(BITMAP_CHUNK_DEFAULT),
             clean_delay: Some(CLEAN_DELAY_DEFAULT),
             ppl: true,
+            ppl_log_bytes: None,
         }
     }
 }
@@ -110,6 +122,16 @@ pub(crate) fn metadata_options(v: &RawVolume, who: &str) -> Result<MetadataOptio
             }
         };
     }
+    if let Some(s) = &v.write_hole_log_size {
+        if !opts.ppl {
+            return Err(Problem::new(
+                s.span(),
+                ErrorKind::Option,
+                format!("{who}: write_hole_log_size needs write_hole = \"ppl\" (the default); remove it"),
+            ));
+        }
+        opts.ppl_log_bytes = Some(log_size(s, who)?);
+    }
     if let Some(d) = &v.clean_delay {
         opts.clean_delay = if is_off(d.get_ref()) {
             None
@@ -140,6 +162,28 @@ fn bitmap_chunk(b: &Spanned<RawSize>, who: &str) -> Result<u64, Problem> {
             format_size(BITMAP_CHUNK_MIN),
             format_size(BITMAP_CHUNK_DEFAULT)
         )));
+    }
+    Ok(bytes)
+}
+
+fn log_size(s: &Spanned<RawSize>, who: &str) -> Result<u64, Problem> {
+    let bad = |msg: String| {
+        Problem::new(
+            s.span(),
+            ErrorKind::Size,
+            format!(
+                "{who}: write_hole_log_size {msg}; give whole 4 KiB blocks from {} to {} (8 MiB suits most disks)",
+                format_size(PPL_LOG_MIN),
+                format_size(PPL_LOG_MAX)
+            ),
+        )
+    };
+    let bytes = match s.get_ref() {
+        RawSize::Int(i) => u64::try_from(*i).map_err(|_| bad(format!("{i} is negative")))?,
+        RawSize::Text(t) => parse_size(t).map_err(|e| bad(format!("{e}; {SIZE_UNITS_HELP}")))?,
+    };
+    if !(PPL_LOG_MIN..=PPL_LOG_MAX).contains(&bytes) || !bytes.is_multiple_of(4096) {
+        return Err(bad(format!("{} is out of range", s.get_ref().shown())));
     }
     Ok(bytes)
 }
@@ -202,6 +246,61 @@ mod tests {
         assert!(m.ppl);
         let m = volume("write_hole = \"off\"").unwrap().volumes[0].metadata;
         assert!(!m.ppl);
+    }
+
+    fn raid5(extra: &str) -> Result<crate::Config, crate::ConfigError> {
+        let members: String = (0..3)
+            .map(|i| format!("[[member]]\nid = \"m{i}\"\npath = \"memory:\"\nsize = \"64MiB\"\n"))
+            .collect();
+        let text = format!(
+            "{members}[[volume]]\nname = \"v\"\nlevel = \"raid5\"\nmembers = [\"m0\", \"m1\", \"m2\"]\n{extra}\n"
+        );
+        parse(&text, Path::new("t.toml"))
+    }
+
+    /// The log's reserve sits between the metadata area and the region on every member, and
+    /// the capacity shrinks by it.
+    #[test]
+    fn write_hole_log_size_reserves_room_before_the_region() {
+        let plain = raid5("").unwrap();
+        assert_eq!(plain.volumes[0].metadata.ppl_log_bytes, None);
+        let c = raid5("write_hole_log_size = \"8 MiB\"").unwrap();
+        let v = &c.volumes[0];
+        assert_eq!(v.metadata.ppl_log_bytes, Some(8 << 20));
+        for r in &v.regions {
+            assert_eq!(r.start, crate::METADATA_RESERVED + (8 << 20));
+        }
+        assert_eq!(plain.volumes[0].capacity() - v.capacity(), 2 * (8 << 20));
+    }
+
+    #[test]
+    fn write_hole_log_size_is_refused_where_it_cannot_apply() {
+        for (text, kind, says) in [
+            (
+                raid5("write_hole_log_size = \"512KiB\""),
+                ErrorKind::Size,
+                "out of range",
+            ),
+            (
+                raid5("write_hole_log_size = \"1MiB\"\nwrite_hole = \"off\""),
+                ErrorKind::Option,
+                "needs write_hole = \"ppl\"",
+            ),
+            (
+                raid5("write_hole_log_size = \"64MiB\""),
+                ErrorKind::Fit,
+                "write-hole log of volume",
+            ),
+            (
+                volume("write_hole_log_size = \"1MiB\""),
+                ErrorKind::Option,
+                "only to volumes with RAID 5/6 parity",
+            ),
+        ] {
+            let e = text.expect_err(says);
+            assert_eq!(e.kind(), Some(kind), "{e}");
+            assert!(e.to_string().contains(says), "{e}");
+        }
     }
 
     #[test]

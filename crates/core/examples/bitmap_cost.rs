@@ -90,6 +90,7 @@ fn opts(bitmap: Bitmap) -> ArrayOptions {
             .then_some(nbraid_core::metadata::intent::DEFAULT_CHUNK_BYTES),
         bitmap_clear_delay: bitmap.unwrap_or_default(),
         ppl: true,
+        ..ArrayOptions::default()
     }
 }
 

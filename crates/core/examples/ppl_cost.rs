@@ -9,7 +9,8 @@
 //! `cargo run --release -p nbraid-core --example ppl_cost [dir] [seconds per round] [rounds]`
 //! (default /var/tmp, 2 s, 4); `NBRAID_PPL_ONLY="raid5 4k"` runs only the workloads whose
 //! level and name contain it; `NBRAID_PPL_SIDE=on` (or `off`) runs only that side (for
-//! profiling one of them).
+//! profiling one of them); `NBRAID_PPL_LOG_MIB=8` puts the log in an 8 MiB reserve before
+//! the regions (config `write_hole_log_size`) instead of 512 KiB in the metadata area.
 
 use futures::executor::block_on;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -23,11 +24,20 @@ use std::time::{Duration, Instant};
 const MIB: u64 = 1 << 20;
 const REGION: u64 = 128 * MIB;
 
+/// Bytes of the log's reserve before the regions (`NBRAID_PPL_LOG_MIB`; 0: none).
+fn log_reserve() -> u64 {
+    std::env::var("NBRAID_PPL_LOG_MIB")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
+        * MIB
+}
+
 fn tree(level: Level, members: usize) -> Node {
     let shape =
         Shape::new(level, members, None, 64 << 10, ParityLayout::LeftSymmetric).expect("shape");
     let r = Region {
-        start: METADATA_AREA_BYTES,
+        start: METADATA_AREA_BYTES + log_reserve(),
         len: REGION,
     };
     shape.build(&vec![r; members]).expect("tree")
@@ -43,8 +53,12 @@ fn create(
 ) -> Array {
     let metas = block_on(futures::future::join_all((0..members).map(|i| {
         let p = dir.join(format!("{tag}-{i}.img"));
-        let f = UringFile::open_with(&p, Some(METADATA_AREA_BYTES + REGION), Default::default())
-            .unwrap_or_else(|e| panic!("open {}: {e}", p.display()));
+        let f = UringFile::open_with(
+            &p,
+            Some(METADATA_AREA_BYTES + log_reserve() + REGION),
+            Default::default(),
+        )
+        .unwrap_or_else(|e| panic!("open {}: {e}", p.display()));
         MemberMeta::load(Arc::new(f) as Arc<dyn Member>)
     })));
     let opts = ArrayOptions {
@@ -54,6 +68,7 @@ fn create(
         },
         bitmap_chunk_bytes: Some(nbraid_core::metadata::intent::DEFAULT_CHUNK_BYTES),
         ppl,
+        ppl_area_before_region_bytes: (log_reserve() > 0).then(log_reserve),
         ..ArrayOptions::default()
     };
     block_on(Array::create(

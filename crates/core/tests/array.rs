@@ -47,6 +47,7 @@ fn opts() -> ArrayOptions {
         ppl: true,
         // Bits clear at the first flush that covers their writes: the tests see exactly that.
         bitmap_clear_delay: Duration::ZERO,
+        ..ArrayOptions::default()
     }
 }
 

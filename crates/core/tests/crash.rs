@@ -18,22 +18,30 @@ const STRIP: u64 = 4 * KIB;
 const POINTS: u64 = 200;
 
 fn case(name: &'static str, level: Level, members: usize, spans: Option<usize>) -> CrashCase {
+    case_with_reserve(name, level, members, spans, 0)
+}
+
+/// [`case`] with the log in a reserve of `log_reserve` bytes before the regions (0: in the
+/// metadata area).
+fn case_with_reserve(
+    name: &'static str,
+    level: Level,
+    members: usize,
+    spans: Option<usize>,
+    log_reserve: u64,
+) -> CrashCase {
     let shape =
         Shape::new(level, members, spans, STRIP, ParityLayout::LeftSymmetric).expect("shape");
-    let regions = vec![
-        Region {
-            start: METADATA_AREA_BYTES,
-            len: REGION
-        };
-        members
-    ];
+    let start = METADATA_AREA_BYTES + log_reserve;
+    let regions = vec![Region { start, len: REGION }; members];
     CrashCase {
         name,
         tree: shape.build(&regions).expect("tree"),
         members,
-        member_len: METADATA_AREA_BYTES + REGION,
+        member_len: start + REGION,
         ppl: true,
         strict: true,
+        log_reserve,
     }
 }
 
@@ -114,6 +122,19 @@ fn raid5() {
 #[test]
 fn raid6() {
     crash(case("raid6", Level::Raid6, 5, None));
+}
+
+/// The log in a reserve before the regions (`write_hole_log_size`), small enough (32 KiB:
+/// a few 4 KiB-strip entries) that its ring wraps and fills again and again.
+#[test]
+fn raid6_with_the_log_before_the_region() {
+    crash(case_with_reserve(
+        "raid6-log-reserve",
+        Level::Raid6,
+        5,
+        None,
+        32 * KIB,
+    ));
 }
 
 #[test]

@@ -48,6 +48,8 @@ fn opts() -> ArrayOptions {
         bitmap_chunk_bytes: Some(256 * KIB),
         ppl: true,
         bitmap_clear_delay: std::time::Duration::ZERO,
+
+        ..ArrayOptions::default()
     }
 }
 

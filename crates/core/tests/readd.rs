@@ -120,6 +120,8 @@ fn opts() -> ArrayOptions {
         bitmap_chunk_bytes: Some(CHUNK),
         bitmap_clear_delay: Duration::ZERO,
         ppl: true,
+
+        ..ArrayOptions::default()
     }
 }
 

@@ -33,6 +33,7 @@ fn case(name: &'static str, level: Level, members: usize) -> CrashCase {
         member_len: METADATA_AREA_BYTES + REGION,
         ppl: true,
         strict: true,
+        log_reserve: 0,
     }
 }
 

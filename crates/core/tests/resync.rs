@@ -35,6 +35,7 @@ fn opts() -> ArrayOptions {
         // Resynced chunks' bits go at the next flush (the crash test counts on it).
         bitmap_clear_delay: Duration::ZERO,
         ppl: true,
+        ..ArrayOptions::default()
     }
 }
 

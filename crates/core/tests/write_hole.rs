@@ -9,7 +9,7 @@ use common::{KIB, MIB};
 use futures::executor::block_on;
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
+use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, Probe, METADATA_AREA_BYTES};
 use nbraid_core::{
     Buf, CacheMode, Member, MemberCounters, MemberResult, MemoryMember, SharedBuf, VolumeOptions,
 };
@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 const REGION: u64 = 2 * MIB;
-const MEMBER_BYTES: u64 = METADATA_AREA_BYTES + REGION;
+/// Room before the region for a log outside the metadata area (`write_hole_log_size`).
+const LOG_RESERVE: u64 = MIB;
+const MEMBER_BYTES: u64 = METADATA_AREA_BYTES + LOG_RESERVE + REGION;
 const STRIP: u64 = 64 * KIB;
 
 /// A member whose non-FUA writes vanish while `lose` is set: what a power loss does to
@@ -58,20 +60,17 @@ impl Member for Lossy {
     }
 }
 
-fn tree(level: Level, n: usize) -> Node {
+/// The tree over regions right after the metadata area, or after the log's reserve.
+fn tree(level: Level, n: usize, log_outside: bool) -> Node {
     let shape = Shape::new(level, n, None, STRIP, ParityLayout::LeftSymmetric).expect("shape");
-    let regions = vec![
-        Region {
-            start: METADATA_AREA_BYTES,
-            len: REGION
-        };
-        n
-    ];
+    let start = METADATA_AREA_BYTES + if log_outside { LOG_RESERVE } else { 0 };
+    let regions = vec![Region { start, len: REGION }; n];
     shape.build(&regions).expect("tree")
 }
 
-fn opts(ppl: bool) -> ArrayOptions {
+fn opts(ppl: bool, log_outside: bool) -> ArrayOptions {
     ArrayOptions {
+        ppl_area_before_region_bytes: log_outside.then_some(LOG_RESERVE),
         volume: VolumeOptions {
             cache: CacheMode::WriteThrough,
             ..VolumeOptions::default()
@@ -133,6 +132,20 @@ fn scenario_with(
     ppl: bool,
     then_lose_one: bool,
 ) -> bool {
+    scenario_placed(level, n, lost, tear, ppl, then_lose_one, false)
+}
+
+/// [`scenario_with`], the log in the reserve before the region (`log_outside`) or in the
+/// metadata area.
+fn scenario_placed(
+    level: Level,
+    n: usize,
+    lost: &[Role],
+    tear: Tear,
+    ppl: bool,
+    then_lose_one: bool,
+    log_outside: bool,
+) -> bool {
     let disks: Vec<Arc<Lossy>> = (0..n)
         .map(|i| {
             Arc::new(Lossy {
@@ -151,12 +164,12 @@ fn scenario_with(
             })
             .collect()
     };
-    let t = tree(level, n);
+    let t = tree(level, n, log_outside);
     let a = block_on(Array::create(
         "vol",
         t.clone(),
         metas(&[]).into_iter().flatten().collect(),
-        opts(ppl),
+        opts(ppl, log_outside),
         true,
         &|_, _| {},
     ))
@@ -202,7 +215,7 @@ fn scenario_with(
         "vol",
         &t,
         metas(&lost_members),
-        opts(ppl),
+        opts(ppl, log_outside),
         &|_, _| {},
     ))
     .expect("a dirty degraded array starts");
@@ -210,6 +223,27 @@ fn scenario_with(
         !report.was_clean && report.absent_roles == lost_members,
         "{report:?}"
     );
+    if ppl {
+        // Where the log lives: right before the region, or inside the metadata area.
+        let m = metas(&lost_members)
+            .into_iter()
+            .flatten()
+            .next()
+            .expect("a member");
+        let Probe::Superblock(sb, _) = m.probe() else {
+            panic!("no superblock")
+        };
+        let area = sb.volumes[0].ppl.expect("a log area");
+        let region_start = METADATA_AREA_BYTES + if log_outside { LOG_RESERVE } else { 0 };
+        if log_outside {
+            assert_eq!(
+                (area.offset, area.len),
+                (region_start - LOG_RESERVE, LOG_RESERVE)
+            );
+        } else {
+            assert!(area.offset + area.len <= METADATA_AREA_BYTES, "{area:?}");
+        }
+    }
     let rings_lost = lost.contains(&Role::P) && (roles.q.is_none() || lost.contains(&Role::Q));
     if ppl && !rings_lost {
         assert_eq!(report.ppl.entries, 1, "{report:?}");
@@ -300,4 +334,50 @@ fn raid5_every_tolerated_loss_after_a_torn_write_keeps_the_unwritten_data() {
             );
         }
     }
+}
+
+/// A log in the reserve before the region (`write_hole_log_size`) closes the hole the same
+/// way: every loss RAID 5 and RAID 6 tolerate after the torn write.
+#[test]
+fn a_log_before_the_region_keeps_the_unwritten_data_too() {
+    use Role::{D, P, Q};
+    for lost in [&[][..], &[P], &[D(1)], &[D(0)]] {
+        assert!(
+            scenario_placed(Level::Raid5, 4, lost, Tear::Parity, true, true, true),
+            "RAID 5, lost {lost:?}"
+        );
+    }
+    for lost in [&[D(1), D(2)][..], &[P, D(1)], &[Q, D(1)]] {
+        assert!(
+            scenario_placed(Level::Raid6, 6, lost, Tear::Parity, true, false, true),
+            "RAID 6, lost {lost:?}"
+        );
+    }
+}
+
+/// The reserve must hold the log's smallest ring and stay out of the metadata area.
+#[test]
+fn a_log_reserve_that_is_too_small_or_reaches_the_metadata_area_is_refused() {
+    let disks = || -> Vec<Arc<MemberMeta>> {
+        (0..4)
+            .map(|i| {
+                let m = MemoryMember::new(format!("disk{i}"), MEMBER_BYTES);
+                block_on(MemberMeta::load(Arc::new(m) as Arc<dyn Member>))
+            })
+            .collect()
+    };
+    let create = |t: Node, reserve: u64| {
+        let o = ArrayOptions {
+            ppl_area_before_region_bytes: Some(reserve),
+            ..opts(true, false)
+        };
+        block_on(Array::create("vol", t, disks(), o, true, &|_, _| {}))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let small = create(tree(Level::Raid5, 4, true), 64 * KIB);
+    assert!(small.contains("needs at least"), "{small}");
+    let reaches = create(tree(Level::Raid5, 4, false), LOG_RESERVE);
+    assert!(reaches.contains("metadata area"), "{reaches}");
 }

@@ -377,6 +377,7 @@ pub async fn start_volume(
             .metadata
             .clean_delay
             .unwrap_or(nbraid_core::metadata::intent::DEFAULT_CLEAR_DELAY),
+        ppl_area_before_region_bytes: v.metadata.ppl_log_bytes,
     };
     let tree = v.geometry.root().clone();
     let legend = || {

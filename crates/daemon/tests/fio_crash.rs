@@ -18,19 +18,24 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A RAID 5 of four file members (created by the daemon), write-through so that a write the
-/// client saw complete is in the member files when the process dies.
-fn config(dir: &Path) -> PathBuf {
+/// client saw complete is in the member files when the process dies; with `log_reserve`,
+/// its write-hole log in an 8 MiB reserve before the region (`write_hole_log_size`).
+fn config(dir: &Path, log_reserve: bool) -> PathBuf {
     let config = dir.join("arrays.toml");
     let mut text = format!(
         "[daemon]\nlisten = [\"unix:{}\"]\n\n",
         dir.join("nbd.sock").display()
     );
     for i in 0..4 {
-        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"33MiB\"\n\n");
+        let size = if log_reserve { "41MiB" } else { "33MiB" };
+        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"{size}\"\n\n");
     }
     text += "[[volume]]\nname = \"r5\"\nlevel = \"raid5\"\nstrip_size = \"64KiB\"\n\
              members = [\"d0\", \"d1\", \"d2\", \"d3\"]\ncache = \"write-through\"\n\
              bitmap_chunk = \"1MiB\"\n";
+    if log_reserve {
+        text += "write_hole_log_size = \"8MiB\"\n";
+    }
     std::fs::write(&config, text).unwrap();
     config
 }
@@ -61,10 +66,10 @@ fn job(fio: &Path, dir: &Path) -> Command {
     c
 }
 
-fn crash_and_verify(lose: Option<&str>) {
+fn crash_and_verify(lose: Option<&str>, log_reserve: bool) {
     let fio = require("fio", "fio");
     let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path());
+    let config = config(dir.path(), log_reserve);
     let mut daemon = start(&config);
     // After 1 s fio runs the trigger (SIGKILL to nbraidd), saves which writes completed and
     // which were in flight, and exits.
@@ -88,6 +93,13 @@ fn crash_and_verify(lose: Option<&str>) {
         "fio completed only {} writes before the kill: {text}",
         acked.len()
     );
+    if log_reserve {
+        // The log's batches (magic `NBRAIDPL`) are in the reserve, none in the metadata area.
+        let img = std::fs::read(dir.path().join("d0.img")).unwrap();
+        let has_log = |r: std::ops::Range<usize>| img[r].windows(8).any(|w| w == b"NBRAIDPL");
+        assert!(has_log(1 << 20..9 << 20), "no log batch in d0's reserve");
+        assert!(!has_log(0..1 << 20), "a log batch in d0's metadata area");
+    }
     if let Some(m) = lose {
         std::fs::remove_file(dir.path().join(format!("{m}.img"))).unwrap();
     }
@@ -172,10 +184,16 @@ fn fio_block_problem(block: &[u8], at: u64) -> Option<String> {
 
 #[test]
 fn sigkill_under_fio_writes_then_restart_keeps_every_completed_write() {
-    crash_and_verify(None);
+    crash_and_verify(None, false);
 }
 
 #[test]
 fn sigkill_under_fio_writes_then_a_member_lost_keeps_every_completed_write() {
-    crash_and_verify(Some("d1"));
+    crash_and_verify(Some("d1"), false);
+}
+
+/// The same with the log in a reserve before the region instead of the metadata area.
+#[test]
+fn sigkill_then_a_member_lost_with_the_log_before_the_region_keeps_every_completed_write() {
+    crash_and_verify(Some("d1"), true);
 }

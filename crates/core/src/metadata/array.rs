@@ -53,6 +53,11 @@ pub struct ArrayOptions {
     /// written clear at every flush and set again by the next write. Zero: at the first
     /// flush that covers the region's writes. A clean shutdown clears every bit regardless.
     pub bitmap_clear_delay: Duration,
+    /// Create only: the partial-parity log takes the `n` bytes right before the volume's
+    /// region on every member (a reserve the config leaves there: `write_hole_log_size`)
+    /// instead of [`crate::ppl::DEFAULT_AREA_BYTES`] inside the 1 MiB metadata area. A larger
+    /// ring settles its entries in fewer member flushes. Opening uses the recorded place.
+    pub ppl_area_before_region_bytes: Option<u64>,
 }
 
 impl Default for ArrayOptions {
@@ -62,6 +67,7 @@ impl Default for ArrayOptions {
             bitmap_chunk_bytes: Some(intent::DEFAULT_CHUNK_BYTES),
             ppl: true,
             bitmap_clear_delay: intent::DEFAULT_CLEAR_DELAY,
+            ppl_area_before_region_bytes: None,
         }
     }
 }
@@ -245,7 +251,11 @@ impl Array {
             };
             let avoid: Vec<Area> = bitmap.map(|b| b.area).into_iter().collect();
             let held = m.sb.lock().await.clone();
-            let ppl = super::ppl_area::allocate(held.as_ref(), &tree, &avoid);
+            let ppl = match opts.ppl_area_before_region_bytes {
+                None => super::ppl_area::allocate(held.as_ref(), &tree, &avoid),
+                Some(len) => super::ppl_area::before_region(held.as_ref(), &tree, role, len)
+                    .map_err(|e| bad(format!("member {role}: {e}")))?,
+            };
             if let Some(a) = ppl {
                 super::ppl_area::clear(&*m.member, a)
                     .await

@@ -3,7 +3,7 @@
 //! the engine at every open with a life above every earlier open's.
 
 use super::array::free_area_avoiding;
-use super::{Area, Superblock, VolumeRecord};
+use super::{Area, Superblock, VolumeRecord, METADATA_AREA_BYTES};
 use crate::buf::Buf;
 use crate::member::Member;
 use crate::ppl::{self, PplSetup};
@@ -22,6 +22,71 @@ pub(super) fn allocate(held: Option<&Superblock>, tree: &Node, avoid: &[Area]) -
     [want, least]
         .into_iter()
         .find_map(|len| free_area_avoiding(held, len, avoid).map(|offset| Area { offset, len }))
+}
+
+/// The log area of `len` bytes that ends where member `role`'s region of `tree` starts (the
+/// reserve the config leaves before a volume with `write_hole_log_size`), if it is outside
+/// the metadata area, holds the log's smallest ring and touches nothing recorded on the
+/// member (`held`): another volume's areas or regions. `Ok(None)`: no group to log.
+pub(super) fn before_region(
+    held: Option<&Superblock>,
+    tree: &Node,
+    role: usize,
+    len: u64,
+) -> Result<Option<Area>, String> {
+    let Some(least) = ppl::parity_groups(tree)
+        .iter()
+        .filter(|(_, leaves)| leaves.is_some())
+        .map(|(g, _)| ppl::min_ring_bytes(g))
+        .max()
+    else {
+        return Ok(None);
+    };
+    if len < least || !len.is_multiple_of(4096) {
+        return Err(format!(
+            "a {len}-byte partial-parity log area is too small or not whole 4 KiB blocks: this tree's log needs at least {least} bytes"
+        ));
+    }
+    let (start, _) = region_of(tree, role).ok_or_else(|| format!("no region of role {role}"))?;
+    let area = start
+        .checked_sub(len)
+        .filter(|&o| o >= METADATA_AREA_BYTES)
+        .map(|offset| Area { offset, len })
+        .ok_or_else(|| {
+            format!(
+                "a {len}-byte partial-parity log area before the region at byte {start} would reach into the {METADATA_AREA_BYTES}-byte metadata area"
+            )
+        })?;
+    let overlaps = |o: u64, l: u64| o < area.offset + area.len && area.offset < o + l;
+    for v in held.map(|sb| sb.volumes.as_slice()).unwrap_or_default() {
+        let areas = [v.bitmap.map(|b| b.area), v.ppl, v.checksums];
+        let region = region_of(&v.tree, v.role as usize);
+        let taken = areas
+            .into_iter()
+            .flatten()
+            .any(|u| overlaps(u.offset, u.len))
+            || region.is_some_and(|(s, l)| overlaps(s, l));
+        if taken {
+            return Err(format!(
+                "the partial-parity log area (bytes {}..{}) overlaps volume `{}` recorded on the member",
+                area.offset,
+                area.offset + area.len,
+                v.name
+            ));
+        }
+    }
+    Ok(Some(area))
+}
+
+/// Member `role`'s region of `tree`: (start, length).
+fn region_of(tree: &Node, role: usize) -> Option<(u64, u64)> {
+    let mut at = None;
+    tree.visit_members(&mut |m| {
+        if m.index == role {
+            at = Some((m.start, m.len));
+        }
+    });
+    at
 }
 
 /// Zeroes a new log area (a member's earlier life must never be replayed).

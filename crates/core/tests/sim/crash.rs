@@ -49,6 +49,9 @@ pub struct CrashCase {
     /// counted, and checked when `strict`: the guard that the check is real).
     pub ppl: bool,
     pub strict: bool,
+    /// The log in this many bytes right before the leaves' regions (config
+    /// `write_hole_log_size`; the tree leaves that room) instead of in the metadata area (0).
+    pub log_reserve: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -147,6 +150,7 @@ pub(super) fn array_options(rng: &mut Rng, case: &CrashCase, width: u64) -> Arra
         bitmap_chunk_bytes: Some(4096 << rng.below(3)),
         ppl: case.ppl,
         bitmap_clear_delay: Duration::ZERO,
+        ppl_area_before_region_bytes: (case.log_reserve > 0).then_some(case.log_reserve),
     }
 }
 
