@@ -381,3 +381,43 @@ fn a_log_reserve_that_is_too_small_or_reaches_the_metadata_area_is_refused() {
     let reaches = create(tree(Level::Raid5, 4, false), LOG_RESERVE);
     assert!(reaches.contains("metadata area"), "{reaches}");
 }
+
+/// An eviction in a logged group destages several least recently used stripes at once (their
+/// entries share the log's rounds); without the log, one.
+#[test]
+fn eviction_with_the_log_destages_a_batch_of_stripes() {
+    let dirty_after_one_eviction = |ppl: bool| {
+        let metas: Vec<Arc<MemberMeta>> = (0..4)
+            .map(|i| {
+                let m = MemoryMember::new(format!("disk{i}"), MEMBER_BYTES);
+                block_on(MemberMeta::load(Arc::new(m) as Arc<dyn Member>))
+            })
+            .collect();
+        // The least bound there is: one full stripe (48 blocks).
+        let o = ArrayOptions {
+            volume: VolumeOptions {
+                cache: CacheMode::WriteBack { bytes: 3 * STRIP },
+                cache_max_age: None,
+                ..VolumeOptions::default()
+            },
+            ..opts(ppl, false)
+        };
+        let t = tree(Level::Raid5, 4, false);
+        let a = block_on(Array::create("vol", t, metas, o, true, &|_, _| {}))
+            .expect("create")
+            .0;
+        let width = 3 * STRIP;
+        // Two blocks in each of 24 stripes fill the cache; one more block evicts.
+        for s in 0..24u64 {
+            for at in [0, STRIP] {
+                block_on(a.write(s * width + at, pattern(s, 4096), false)).expect("write");
+            }
+        }
+        assert_eq!(a.volume().cache_usage().dirty_bytes, 3 * STRIP);
+        block_on(a.write(24 * width, pattern(24, 4096), false)).expect("write");
+        a.volume().cache_usage().dirty_bytes / 4096
+    };
+    // Room for the block: one stripe of two blocks out, or four.
+    assert_eq!(dirty_after_one_eviction(false), 48 - 2 + 1);
+    assert_eq!(dirty_after_one_eviction(true), 48 - 8 + 1);
+}

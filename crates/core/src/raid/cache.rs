@@ -8,6 +8,14 @@ use futures::stream::StreamExt;
 /// Aged stripes the background destage writes at once.
 const AGED_DESTAGES_IN_FLIGHT: usize = 32;
 
+/// Stripes an eviction destages at once in a group with a partial-parity log: their entries
+/// share the log's rounds (one FUA write per ring each), so an evicting writer's stripes
+/// wait for one round instead of a round apiece. `ppl_cost` on /var/tmp, 4 KiB random
+/// writes with an 8 MiB log reserve: 12-16% more IOPS with the log (RAID 5 and 6); with the
+/// 512 KiB ring in the metadata area about even (the ring's room is the bound there).
+/// Without the log one at a time measured best (4 at once: 5-15% fewer IOPS).
+const LOGGED_EVICT_BATCH: usize = 4;
+
 /// One cached stripe: its dirty bytes as segments of the writers' own buffers (no copy; a
 /// later write trims the segments it overlaps), sorted and disjoint, in stripe offsets.
 pub(super) struct Entry {
@@ -267,32 +275,42 @@ impl ParityCore {
         })
     }
 
-    /// Destages least recently used stripes until `room_bytes` more fit within the bound.
+    /// Destages least recently used stripes until `room_bytes` more fit within the bound:
+    /// one at a time, or with a partial-parity log [`LOGGED_EVICT_BATCH`] at once.
     pub(super) async fn evict(&self, room_bytes: u64) -> VolumeResult<()> {
         let Some(cache) = &self.cache else {
             return Ok(());
         };
+        let batch = if self.ppl.is_some() {
+            LOGGED_EVICT_BATCH
+        } else {
+            1
+        };
         loop {
-            let victim = {
+            let victims: Vec<u64> = {
                 let mut st = cache.state.lock();
                 if st.pins.bytes + room_bytes <= cache.bound {
                     return Ok(());
                 }
-                let v = st
+                let st = &mut *st;
+                let picked: Vec<u64> = st
                     .lru
                     .values()
                     .copied()
-                    .find(|s| st.entries.get(s).is_some_and(|e| !e.busy));
-                match v {
-                    Some(s) => {
-                        st.entries.get_mut(&s).expect("listed").busy = true;
-                        s
-                    }
-                    // Others are destaging everything there is.
-                    None => return Ok(()),
+                    .filter(|s| st.entries.get(s).is_some_and(|e| !e.busy))
+                    .take(batch)
+                    .collect();
+                for s in &picked {
+                    st.entries.get_mut(s).expect("listed").busy = true;
                 }
+                picked
             };
-            self.destage(victim, false).await?;
+            if victims.is_empty() {
+                // Others are destaging everything there is.
+                return Ok(());
+            }
+            let results = join_all(victims.into_iter().map(|s| self.destage(s, false))).await;
+            crate::node::all_ok(results)?;
         }
     }
 
