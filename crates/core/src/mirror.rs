@@ -166,10 +166,16 @@ impl MirrorNode {
         to: impl Fn(usize) -> bool,
     ) -> VolumeResult<()> {
         debug_assert!(self.locks.holds(offset, len, true));
-        // The first readable copy that reads without an error.
+        // The first readable copy that reads without an error, intact copies first: a copy
+        // that rebuilds the range from parity gives bytes nobody wrote where a crash tore
+        // a stripe being written (the write hole allows that for a lost member's bytes
+        // being written; another copy still has them as written or as before).
         let mut got = None;
         let mut last = None;
-        for (i, c) in self.children.iter().enumerate() {
+        let mut order: Vec<usize> = (0..self.children.len()).collect();
+        order.sort_by_key(|&i| !self.children[i].intact(offset, len));
+        for i in order {
+            let c = &self.children[i];
             if !c.readable(offset, len) {
                 continue;
             }
@@ -232,6 +238,10 @@ impl ArrayNode for MirrorNode {
 
     fn writable(&self, offset: u64, len: u64) -> bool {
         self.children.iter().any(|c| c.writable(offset, len))
+    }
+
+    fn intact(&self, offset: u64, len: u64) -> bool {
+        self.children.iter().any(|c| c.intact(offset, len))
     }
 
     /// Each copy is made consistent in itself, then a readable copy's bytes are written over

@@ -49,6 +49,13 @@ pub trait ArrayNode: Send + Sync {
     fn writable(&self, offset: u64, len: u64) -> bool {
         self.readable(offset, len)
     }
+    /// Whether `[offset, offset+len)` reads without rebuilding anything from parity: every
+    /// member under it that a read would use is there (a mirror: some copy is intact).
+    /// Parity rebuilt from a stripe a crash tore gives bytes nobody wrote, so a resync
+    /// prefers intact sources.
+    fn intact(&self, offset: u64, len: u64) -> bool {
+        self.readable(offset, len)
+    }
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>>;
     fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, VolumeResult<()>>;
     fn zero(&self, offset: u64, len: u64, kind: ZeroKind) -> BoxFuture<'_, VolumeResult<()>>;

@@ -344,6 +344,18 @@ impl ArrayNode for ParityCore {
         )
     }
 
+    /// Every child is there over the chunks of the range's stripes (conservative: whole
+    /// chunks of the span).
+    fn intact(&self, offset: u64, len: u64) -> bool {
+        if len == 0 {
+            return true;
+        }
+        let (a, b) = self.stripe_span(offset, len);
+        let at = self.layout.chunk_offset(a);
+        let span = (b - a + 1) * self.strip;
+        self.children.iter().all(|c| c.intact(at, span))
+    }
+
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
         async move {
             let len = buf.len() as u64;
@@ -482,6 +494,9 @@ impl ArrayNode for ParityNode {
     }
     fn readable(&self, offset: u64, len: u64) -> bool {
         self.core.readable(offset, len)
+    }
+    fn intact(&self, offset: u64, len: u64) -> bool {
+        self.core.intact(offset, len)
     }
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
         self.core.read(offset, buf)
