@@ -156,6 +156,24 @@ impl Volume {
         (wanted / width).max(1) * width
     }
 
+    /// Why a new member being rebuilt cannot be, with the members not current now (checked
+    /// before each window: a member lost during the pass stops it). Without the check, a
+    /// new member in a RAID 5 group that lost another member under a mirror got none of
+    /// the other copy's bytes (the group takes no writes) and was made current all the same.
+    fn unrebuildable(&self) -> Option<VolumeError> {
+        let n = self.member_count();
+        let lost: Vec<usize> = (0..n).filter(|&m| !self.member_is_current(m)).collect();
+        let slots = self.table().slots();
+        let stuck = lost.iter().find(|&&m| {
+            slots[m].is_resyncing() && !slots[m].is_failed() && !self.geometry().rebuilds(m, &lost)
+        })?;
+        Some(VolumeError::Unavailable {
+            reason: format!(
+                "member {stuck} cannot be rebuilt with members {lost:?} not current: no node above it holds its bytes and takes writes (a parity group beyond its tolerance lies between)"
+            ),
+        })
+    }
+
     /// Runs the rebuild pass in windows of about `window_bytes` from the control's position
     /// to the end; every `checkpoint_bytes` (0: never) `checkpoint(position)` runs with no
     /// window in flight, everything below `position` rebuilt.
@@ -173,7 +191,10 @@ impl Volume {
                 total_bytes: root.capacity(),
                 window_bytes: self.rebuild_window_bytes(window_bytes),
                 inflight: REBUILD_INFLIGHT,
-                window: Box::new(move |at, len| root.rebuild_range(at, len)),
+                window: Box::new(move |at, len| match self.unrebuildable() {
+                    Some(e) => futures::future::ready(Err(e)).boxed(),
+                    None => root.rebuild_range(at, len),
+                }),
                 checkpoint_bytes,
                 checkpoint,
                 activity: Some(Box::new(move || self.client_ops())),

@@ -12,7 +12,7 @@ use futures::executor::block_on;
 use nbraid_core::{
     Buf, CacheMode, Faulty, Member, MemoryMember, PassControl, PassState, Volume, VolumeOptions,
 };
-use nbraid_layout::{Geometry, Level};
+use nbraid_layout::{Geometry, Level, Node, ParityLayout};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
@@ -261,4 +261,34 @@ fn refuses_what_cannot_be_rebuilt() {
         r0.v.start_replacement(0, big).is_err(),
         "no redundancy over a RAID 0 member"
     );
+}
+
+/// A mirror of two RAID 5 groups whose copy 0 lost two members: a new member in one of
+/// their places cannot be rebuilt (the group takes no writes, so the other copy's bytes
+/// never reach it). The rebuild says so instead of making a member of zeroes current —
+/// which then read, with the group's parity, as bytes nobody wrote.
+#[test]
+fn a_member_of_a_group_beyond_its_tolerance_is_not_made_current() {
+    let group = |first: usize| {
+        let leaves = (first..first + 3)
+            .map(|i| Node::member(i, 0, MEMBER))
+            .collect();
+        Node::parity(STRIP, 1, ParityLayout::LeftSymmetric, leaves).expect("parity")
+    };
+    let g = Geometry::from_tree(Node::mirror(vec![group(0), group(3)]).expect("mirror"));
+    let mems: Vec<Arc<dyn Member>> = (0..6)
+        .map(|i| member(&format!("m{i}"), 40 + i as u64) as Arc<dyn Member>)
+        .collect();
+    let v = Volume::new(g, mems, opts(false)).expect("volume");
+    let data = vec![0x5a; v.capacity() as usize];
+    block_on(v.write(0, Buf::copy_from(&data), false)).expect("fill");
+    v.fail_member(0, "test");
+    v.fail_member(2, "test");
+    let new = member("new0", 99) as Arc<dyn Member>;
+    v.install_member(0, new)
+        .expect("install: the mirror survives losing it");
+    let e = block_on(v.rebuild(&PassControl::new(0))).expect_err("nothing to rebuild from");
+    assert!(e.to_string().contains("cannot be rebuilt"), "{e}");
+    assert!(!v.member_is_current(0), "member 0 holds nothing it should");
+    assert!(block_on(v.read(0, v.capacity())).expect("copy 1 reads")[..] == data[..]);
 }

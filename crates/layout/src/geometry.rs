@@ -76,6 +76,12 @@ impl Geometry {
         self.root.survives(&|m| failed.contains(&m))
     }
 
+    /// Whether lost member `member` can be rebuilt with these members (it among them) lost
+    /// ([`Node::rebuilds`]).
+    pub fn rebuilds(&self, member: usize, failed: &[usize]) -> bool {
+        self.root.rebuilds(member, &|m| failed.contains(&m))
+    }
+
     /// Member extents behind `[offset, offset+len)`.
     pub fn map(&self, offset: u64, len: u64) -> Result<Mapping, LayoutError> {
         map(&self.root, offset, len)

@@ -290,6 +290,47 @@ impl Node {
         }
     }
 
+    /// Whether lost member `member` can be rebuilt with the members for which `failed` is
+    /// true gone (it among them): a node above it holds its bytes elsewhere — a parity group
+    /// within its tolerance, a mirror with another copy that survives — and writes pass
+    /// down to it from there. A parity group beyond its tolerance passes none (it takes no
+    /// writes): a mirror of RAID 5 groups does not regenerate a group that lost two members
+    /// from the other copy, as md's RAID 1 over failed RAID 5 arrays does not.
+    pub fn rebuilds(&self, member: usize, failed: &dyn Fn(usize) -> bool) -> bool {
+        self.reach(member, failed) == Some(Reach::Rebuilt)
+    }
+
+    /// How a rebuild reaches `member` from this node (`None`: it is not below).
+    fn reach(&self, member: usize, failed: &dyn Fn(usize) -> bool) -> Option<Reach> {
+        if let Node::Member(m) = self {
+            return (m.index == member).then_some(Reach::Open);
+        }
+        let (i, below) = self
+            .children()
+            .iter()
+            .enumerate()
+            .find_map(|(i, c)| c.reach(member, failed).map(|r| (i, r)))?;
+        if below != Reach::Open {
+            return Some(below);
+        }
+        Some(match self {
+            Node::Mirror(m) => {
+                let other = m.children.iter().enumerate();
+                if other
+                    .filter(|&(j, _)| j != i)
+                    .any(|(_, c)| c.survives(failed))
+                {
+                    Reach::Rebuilt
+                } else {
+                    Reach::Open
+                }
+            }
+            Node::Parity(_) if self.survives(failed) => Reach::Rebuilt,
+            Node::Parity(_) => Reach::Blocked,
+            _ => Reach::Open,
+        })
+    }
+
     /// Whether all data stays readable with the members for which `failed` is true gone.
     pub fn survives(&self, failed: &dyn Fn(usize) -> bool) -> bool {
         match self {
@@ -302,6 +343,17 @@ impl Node {
             }
         }
     }
+}
+
+/// How a rebuild reaches a lost member from a node above it ([`Node::rebuilds`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reach {
+    /// Some node on the way holds its bytes elsewhere and writes them down to it.
+    Rebuilt,
+    /// Writes reach it from here, nothing so far holds its bytes.
+    Open,
+    /// A parity group beyond its tolerance is on the way: no writes pass.
+    Blocked,
 }
 
 fn need(kind: &'static str, min: usize, got: usize) -> Result<(), LayoutError> {
@@ -454,5 +506,45 @@ impl ParityGroup {
             at += piece;
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raid5(members: std::ops::Range<usize>) -> Node {
+        let leaves = members.map(|i| Node::member(i, 0, 1 << 20)).collect();
+        Node::parity(4096, 1, ParityLayout::LeftSymmetric, leaves).expect("raid5")
+    }
+
+    /// A member is rebuilt by the nearest node above it that still holds its bytes, unless a
+    /// parity group beyond its tolerance lies between.
+    #[test]
+    fn rebuilds_only_through_nodes_that_take_writes() {
+        let lost = |l: &'static [usize]| move |m: usize| l.contains(&m);
+        let mirror_of_groups = Node::mirror(vec![raid5(0..3), raid5(3..6)]).expect("mirror");
+        assert!(mirror_of_groups.rebuilds(0, &lost(&[0])));
+        assert!(mirror_of_groups.rebuilds(0, &lost(&[0, 4])));
+        // Its group lost another member: the other copy survives, the group takes no writes.
+        assert!(mirror_of_groups.survives(&lost(&[0, 2])));
+        assert!(!mirror_of_groups.rebuilds(0, &lost(&[0, 2])));
+        let pairs = (0..3)
+            .map(|p| {
+                Node::mirror(vec![
+                    Node::member(2 * p, 0, 1 << 20),
+                    Node::member(2 * p + 1, 0, 1 << 20),
+                ])
+                .expect("pair")
+            })
+            .collect();
+        let group_of_pairs =
+            Node::parity(4096, 1, ParityLayout::LeftSymmetric, pairs).expect("raid5");
+        assert!(group_of_pairs.rebuilds(0, &lost(&[0])));
+        // Both copies of a pair: the group rebuilds the pair and writes it down to the leaf.
+        assert!(group_of_pairs.rebuilds(0, &lost(&[0, 1])));
+        assert!(!group_of_pairs.rebuilds(0, &lost(&[0, 1, 2, 3])));
+        assert!(!raid5(0..3).rebuilds(0, &lost(&[0, 1])));
+        assert!(raid5(0..3).rebuilds(1, &lost(&[1])));
     }
 }

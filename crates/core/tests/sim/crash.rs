@@ -280,9 +280,14 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
         }
     }
     let torn = rng.chance(500);
-    // The member pulled for the rebuild: one more loss the layout still survives.
-    let pulled =
-        (0..n).find(|&m| !failing.contains(&m) && g.survives(&[failing.clone(), vec![m]].concat()));
+    // The member pulled for the rebuild: one more loss the layout still survives, that the
+    // engine can rebuild with the failing members lost too — in a declared tree surviving
+    // is not enough: a RAID 5 group under a mirror that lost another member takes no writes,
+    // so nothing reaches its new member (`Geometry::rebuilds`; the rebuild refuses it).
+    let pulled = (0..n).find(|&m| {
+        let lost = [failing.clone(), vec![m]].concat();
+        !failing.contains(&m) && g.survives(&lost) && g.rebuilds(m, &lost)
+    });
     let heal_at = (heal && pulled.is_some()).then(|| rng.below(steps));
     // Replace instead of pull-and-rebuild: the member keeps serving until the swap.
     let replace = rng.chance(400);
