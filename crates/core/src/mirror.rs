@@ -166,6 +166,29 @@ impl MirrorNode {
         to: impl Fn(usize) -> bool,
     ) -> VolumeResult<()> {
         debug_assert!(self.locks.holds(offset, len, true));
+        if len <= COPY_PIECE_BYTES || self.children.iter().any(|c| c.intact(offset, len)) {
+            return self.copy_piece(offset, len, &to).await;
+        }
+        // No copy is intact over the whole range (each lost a member somewhere in it): piece
+        // by piece, each from a copy intact there if any — a RAID 5 copy that lost a member
+        // holds the chunks on its other members as written, and rebuilding them from torn
+        // parity instead would copy bytes nobody wrote over the other copy.
+        let mut at = offset;
+        while at < offset + len {
+            let piece = (offset + len - at).min(COPY_PIECE_BYTES - at % COPY_PIECE_BYTES);
+            self.copy_piece(at, piece, &to).await?;
+            at += piece;
+        }
+        Ok(())
+    }
+
+    /// [`Self::copy_over`] of one piece.
+    async fn copy_piece(
+        &self,
+        offset: u64,
+        len: u64,
+        to: &impl Fn(usize) -> bool,
+    ) -> VolumeResult<()> {
         // The first readable copy that reads without an error, intact copies first: a copy
         // that rebuilds the range from parity gives bytes nobody wrote where a crash tore
         // a stripe being written (the write hole allows that for a lost member's bytes
@@ -226,6 +249,10 @@ impl MirrorNode {
         )
     }
 }
+
+/// The pieces a resync or rebuild copies when no copy is intact over its whole range (a
+/// block: no strip is smaller).
+const COPY_PIECE_BYTES: u64 = 4096;
 
 impl ArrayNode for MirrorNode {
     fn capacity(&self) -> u64 {

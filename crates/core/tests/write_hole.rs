@@ -429,6 +429,21 @@ fn eviction_with_the_log_destages_a_batch_of_stripes() {
 /// copies the intact copy over the degraded one, never the other way round.
 #[test]
 fn a_mirror_of_raid5s_resyncs_from_the_intact_copy() {
+    torn_mirror_of_raid5s(false);
+}
+
+/// As [`a_mirror_of_raid5s_resyncs_from_the_intact_copy`] with copy 1 lost a member too
+/// (the one under chunk 1 of the torn stripe): no copy is intact over the stripe, and the
+/// resync takes each chunk from a copy that holds it on a member — copy 1's chunk 0, copy
+/// 0's chunk 1 — never copy 0's chunk 0 rebuilt from its torn parity.
+#[test]
+fn a_mirror_of_raid5s_both_degraded_resyncs_each_chunk_from_where_it_is_intact() {
+    torn_mirror_of_raid5s(true);
+}
+
+/// A torn partial write in stripe 3 of copy 0 (chunk 1's write lost), then copy 0 loses
+/// chunk 0's member — and copy 1 chunk 1's member if `copy1_degraded` — and reopens dirty.
+fn torn_mirror_of_raid5s(copy1_degraded: bool) {
     let disks: Vec<Arc<Lossy>> = (0..6)
         .map(|i| {
             Arc::new(Lossy {
@@ -484,10 +499,15 @@ fn a_mirror_of_raid5s_resyncs_from_the_intact_copy() {
     drop(a);
     disks[roles.data[1]].lose.store(false, Ordering::SeqCst);
     let lost = roles.data[0];
+    let skip = if copy1_degraded {
+        vec![lost, roles.data[1] + 3]
+    } else {
+        vec![lost]
+    };
     let (a, report) = block_on(Array::open(
         "vol",
         &t,
-        metas(&[lost]),
+        metas(&skip),
         opts(true, false),
         &|_, _| {},
     ))

@@ -344,16 +344,17 @@ impl ArrayNode for ParityCore {
         )
     }
 
-    /// Every child is there over the chunks of the range's stripes (conservative: whole
-    /// chunks of the span).
+    /// Every child under the range's chunks is there.
     fn intact(&self, offset: u64, len: u64) -> bool {
         if len == 0 {
             return true;
         }
-        let (a, b) = self.stripe_span(offset, len);
-        let at = self.layout.chunk_offset(a);
-        let span = (b - a + 1) * self.strip;
-        self.children.iter().all(|c| c.intact(at, span))
+        // The chunks a read uses, each on a child intact there: a lost member elsewhere in
+        // the stripe rebuilds nothing of this range.
+        self.layout.split(offset, len).iter().all(|p| {
+            let at = self.layout.chunk_offset(p.stripe);
+            self.children[p.child].intact(at + p.in_chunk, p.len)
+        })
     }
 
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
