@@ -281,6 +281,11 @@ impl ArrayNode for MirrorNode {
                 }
             }
             let _guard = self.locks.lock(offset, len, true).await;
+            if !self.readable(offset, len) {
+                // Every copy lost (one a new member being rebuilt): nothing here to agree on;
+                // the parity group above rebuilds the range and writes it to every copy.
+                return Ok(());
+            }
             self.copy_over(offset, len, |_| true).await
         }
         .boxed()
