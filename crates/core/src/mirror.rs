@@ -311,10 +311,15 @@ impl ArrayNode for MirrorNode {
                 )
                 .await,
             )?;
-            if readable.iter().all(|&r| r) {
+            // Copies not read that take writes (a new member below); a failed copy takes
+            // none, and reading the others for it would only risk their read errors.
+            let targets: Vec<bool> = (self.children.iter().zip(&readable))
+                .map(|(c, &r)| !r && c.writable(offset, len))
+                .collect();
+            if !targets.contains(&true) {
                 return Ok(());
             }
-            self.copy_over(offset, len, |c| !readable[c]).await
+            self.copy_over(offset, len, |c| targets[c]).await
         }
         .boxed()
     }

@@ -10,7 +10,8 @@ mod common;
 use common::*;
 use futures::executor::block_on;
 use nbraid_core::{
-    Buf, CacheMode, Faulty, Member, MemoryMember, PassControl, PassState, Volume, VolumeOptions,
+    Buf, CacheMode, FaultOps, Faulty, Member, MemoryMember, PassControl, PassState, Volume,
+    VolumeOptions,
 };
 use nbraid_layout::{Geometry, Level, Node, ParityLayout};
 use rand::rngs::SmallRng;
@@ -291,4 +292,31 @@ fn a_member_of_a_group_beyond_its_tolerance_is_not_made_current() {
     assert!(e.to_string().contains("cannot be rebuilt"), "{e}");
     assert!(!v.member_is_current(0), "member 0 holds nothing it should");
     assert!(block_on(v.read(0, v.capacity())).expect("copy 1 reads")[..] == data[..]);
+}
+
+/// RAID 5 over mirrored pairs: a new member rebuilt into pair 0 while pair 1 lost one copy
+/// and its other copy fails every read. Pair 1 has nothing to rebuild (its lost copy is
+/// failed, not new): the rebuild reads none of it, so its read errors cannot fail the pass.
+#[test]
+fn a_rebuild_reads_nothing_for_a_mirror_with_no_new_copy() {
+    let pairs = (0..3)
+        .map(|p| {
+            let leaf = |i: usize| Node::member(i, 0, MEMBER);
+            Node::mirror(vec![leaf(2 * p), leaf(2 * p + 1)]).expect("pair")
+        })
+        .collect();
+    let t = Node::parity(STRIP, 1, ParityLayout::LeftSymmetric, pairs).expect("raid5");
+    let faulty: Vec<_> = (0..6).map(|i| member(&format!("m{i}"), 60 + i)).collect();
+    let mems: Vec<Arc<dyn Member>> = faulty.iter().map(|m| m.clone() as _).collect();
+    let v = Volume::new(Geometry::from_tree(t), mems, opts(false)).expect("volume");
+    let data: Vec<u8> = (0..v.capacity()).map(|i| (i % 251) as u8).collect();
+    block_on(v.write(0, Buf::copy_from(&data), false)).expect("fill");
+    v.fail_member(0, "test");
+    v.fail_member(2, "test");
+    faulty[3].fail_range(FaultOps::READ, 0..MEMBER);
+    v.install_member(0, member("new0", 99) as Arc<dyn Member>)
+        .expect("install");
+    let (state, done) = block_on(v.rebuild(&PassControl::new(0))).expect("rebuild");
+    assert_eq!((state, done), (PassState::Done, vec![0]));
+    assert!(block_on(read_all(&v)) == data);
 }
