@@ -604,3 +604,53 @@ fn raid5_of_mirrors_restarts_with_a_whole_pair_lost_and_one_being_rebuilt() {
     assert_eq!(done, vec![1]);
     assert!(block_on(read_all(a.volume())) == model.bytes);
 }
+
+/// A mirror of two RAID 5 groups whose copy 0 lost two members: one recorded failed, one
+/// missing while writes went on (stale when it is back). Nothing can resync the stale one
+/// (its group takes no writes): it stays out instead of being made current unresynced —
+/// then read, with the group's parity, as bytes nobody wrote.
+#[test]
+fn a_stale_member_nothing_can_resync_stays_out() {
+    let disks: Vec<_> = (0..6).map(|i| disk(&format!("d{i}"))).collect();
+    let group = |first: usize| {
+        let leaves = (first..first + 3)
+            .map(|i| Node::member(i, METADATA_AREA_BYTES, REGION))
+            .collect();
+        Node::parity(STRIP, 1, ParityLayout::LeftSymmetric, leaves).expect("parity")
+    };
+    let t = Node::mirror(vec![group(0), group(3)]).expect("mirror");
+    let open = |skip: Option<usize>| {
+        let metas = (disks.iter().enumerate())
+            .map(|(i, d)| (Some(i) != skip).then(|| meta(d)))
+            .collect();
+        block_on(Array::open("vol", &t, metas, opts(), &|_, _| {})).expect("open")
+    };
+    let a = block_on(Array::create(
+        "vol",
+        t.clone(),
+        disks.iter().map(meta).collect(),
+        opts(),
+        true,
+        &|_, _| {},
+    ))
+    .expect("create")
+    .0;
+    let mut model = Model::new(&a);
+    block_on(apply(&a, model.writes(20)));
+    assert!(block_on(a.mark_clean()).expect("clean"));
+    drop(a);
+    // Member 0 missing: writes it misses, then member 1 fails.
+    let (a, _) = open(Some(0));
+    block_on(apply(&a, model.writes(40)));
+    a.volume().fail_member(1, "test");
+    block_on(apply(&a, model.writes(10)));
+    assert!(block_on(a.mark_clean()).expect("clean"));
+    drop(a);
+    let (a, report) = open(None);
+    assert!(block_on(read_all(a.volume())) == model.bytes);
+    assert!(
+        report.absent_roles.contains(&0) && !report.resynced_roles.contains(&0),
+        "{report:?}"
+    );
+    assert!(!a.volume().member_is_current(0));
+}

@@ -345,11 +345,28 @@ impl Array {
             .filter(|&(r, a)| matches!(a, Absence::Stale { .. }) && !resumed(r))
             .map(|(r, _)| r)
             .collect();
-        let absent: Vec<usize> = asm
+        let mut absent: Vec<usize> = asm
             .absent()
             .filter(|(_, a)| !matches!(a, Absence::Stale { .. }))
             .map(|(r, _)| r)
             .collect();
+        // A stale member is resynced through a node above it that holds its bytes; where
+        // none reaches it (a RAID 5 group under a mirror that lost another member takes no
+        // writes) it stays out: made current unresynced, it would be read with the group's
+        // parity as bytes nobody wrote.
+        let lost: Vec<usize> = (stale.iter().chain(&absent).copied())
+            .chain(asm.rebuilding.iter().map(|&(r, _)| r))
+            .collect();
+        let (stale, unreachable): (Vec<usize>, Vec<usize>) = stale
+            .into_iter()
+            .partition(|&r| asm.tree.rebuilds(r, &|m| lost.contains(&m)));
+        let mut warnings = asm.warnings.clone();
+        for &r in &unreachable {
+            warnings.push(format!(
+                "role {r}: stale, and nothing can resync it with roles {lost:?} lost: left out"
+            ));
+        }
+        absent.extend(unreachable);
         let array = Array::build(name, asm.array, asm.tree.clone(), &by_role, opts, true).await?;
         for &r in &absent {
             array.volume.fail_member(r, "absent at assembly");
@@ -380,12 +397,12 @@ impl Array {
             let mut rec = array.recorded.lock().await;
             rec.events = asm.events;
         }
-        for w in &asm.warnings {
+        for w in &warnings {
             tracing::warn!("volume `{name}`: {w}");
         }
         let mut report = OpenReport {
             ppl,
-            warnings: asm.warnings.clone(),
+            warnings,
             was_clean: asm.clean,
             resynced_roles: stale.clone(),
             absent_roles: absent,
