@@ -299,6 +299,20 @@ fn a_member_of_a_group_beyond_its_tolerance_is_not_made_current() {
 /// failed, not new): the rebuild reads none of it, so its read errors cannot fail the pass.
 #[test]
 fn a_rebuild_reads_nothing_for_a_mirror_with_no_new_copy() {
+    let (faulty, v, data) = raid5_of_pairs();
+    v.fail_member(0, "test");
+    v.fail_member(2, "test");
+    faulty[3].fail_range(FaultOps::READ, 0..MEMBER);
+    v.install_member(0, member("new0", 99) as Arc<dyn Member>)
+        .expect("install");
+    let (state, done) = block_on(v.rebuild(&PassControl::new(0))).expect("rebuild");
+    assert_eq!((state, done), (PassState::Done, vec![0]));
+    assert!(block_on(read_all(&v)) == data);
+}
+
+/// RAID 5 over three mirrored pairs of faulty members, filled: the members, the volume, its
+/// bytes.
+fn raid5_of_pairs() -> (Vec<Arc<Faulty<MemoryMember>>>, Volume, Vec<u8>) {
     let pairs = (0..3)
         .map(|p| {
             let leaf = |i: usize| Node::member(i, 0, MEMBER);
@@ -311,12 +325,23 @@ fn a_rebuild_reads_nothing_for_a_mirror_with_no_new_copy() {
     let v = Volume::new(Geometry::from_tree(t), mems, opts(false)).expect("volume");
     let data: Vec<u8> = (0..v.capacity()).map(|i| (i % 251) as u8).collect();
     block_on(v.write(0, Buf::copy_from(&data), false)).expect("fill");
-    v.fail_member(0, "test");
-    v.fail_member(2, "test");
-    faulty[3].fail_range(FaultOps::READ, 0..MEMBER);
-    v.install_member(0, member("new0", 99) as Arc<dyn Member>)
+    (faulty, v, data)
+}
+
+/// RAID 5 over mirrored pairs: a new member rebuilt into pair 0 whose other copy fails every
+/// read. The pair cannot copy itself; the parity group rebuilds the pair's bytes from the
+/// other pairs and writes them to both copies.
+#[test]
+fn a_pair_whose_last_copy_errs_is_rebuilt_from_the_parity_group() {
+    let (faulty, v, data) = raid5_of_pairs();
+    v.fail_member(1, "test");
+    v.install_member(1, member("new1", 98) as Arc<dyn Member>)
         .expect("install");
+    faulty[0].fail_range(FaultOps::READ, 0..MEMBER);
     let (state, done) = block_on(v.rebuild(&PassControl::new(0))).expect("rebuild");
-    assert_eq!((state, done), (PassState::Done, vec![0]));
+    assert_eq!((state, done), (PassState::Done, vec![1]));
+    assert!(block_on(read_all(&v)) == data);
+    // The new member alone holds pair 0 as written.
+    v.fail_member(0, "test");
     assert!(block_on(read_all(&v)) == data);
 }

@@ -28,19 +28,24 @@ impl ParityCore {
         let c0 = self.layout.chunk_offset(a);
         let clen = self.layout.chunk_offset(b) + self.strip - c0;
         let _g = self.locks.lock(a, b - a + 1, true).await;
-        let readable: Vec<bool> = self.children.iter().map(|c| c.readable(c0, clen)).collect();
+        let mut readable: Vec<bool> = self.children.iter().map(|c| c.readable(c0, clen)).collect();
         // Readable children rebuild what is below them (replacements, nested groups) under
-        // this group's lock.
-        crate::node::all_ok(
-            join_all(
-                self.children
-                    .iter()
-                    .zip(&readable)
-                    .filter(|(_, &r)| r)
-                    .map(|(c, _)| c.rebuild_range(c0, clen)),
-            )
-            .await,
-        )?;
+        // this group's lock. One that cannot for a member's read error (a mirrored pair
+        // whose last copy errs, a new member in the other) is rebuilt from this group's
+        // parity instead: written whole, its new member gets the bytes too.
+        let below = join_all(
+            (0..self.children.len())
+                .filter(|&c| readable[c])
+                .map(|c| async move { (c, self.children[c].rebuild_range(c0, clen).await) }),
+        )
+        .await;
+        for (c, r) in below {
+            match r {
+                Ok(()) => {}
+                Err(e) if e.is_member_io() => readable[c] = false,
+                Err(e) => return Err(e),
+            }
+        }
         let targets: Vec<usize> = (0..self.children.len())
             .filter(|&c| !readable[c] && self.children[c].writable(c0, clen))
             .collect();
