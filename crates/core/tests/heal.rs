@@ -557,13 +557,7 @@ fn a_restart_mid_scrub_resumes_from_the_checkpoint() {
 #[test]
 fn raid5_of_mirrors_restarts_with_a_whole_pair_lost_and_one_being_rebuilt() {
     let mut disks: Vec<_> = (0..6).map(|i| disk(&format!("d{i}"))).collect();
-    let pairs = (0..3)
-        .map(|p| {
-            let leaf = |i: usize| Node::member(i, METADATA_AREA_BYTES, REGION);
-            Node::mirror(vec![leaf(2 * p), leaf(2 * p + 1)]).expect("pair")
-        })
-        .collect();
-    let t = Node::parity(STRIP, 1, ParityLayout::LeftSymmetric, pairs).expect("raid5");
+    let t = common::raid5_of_pairs(STRIP, METADATA_AREA_BYTES, REGION);
     let o = ArrayOptions {
         ppl: false,
         ..opts()
@@ -612,13 +606,7 @@ fn raid5_of_mirrors_restarts_with_a_whole_pair_lost_and_one_being_rebuilt() {
 #[test]
 fn a_stale_member_nothing_can_resync_stays_out() {
     let disks: Vec<_> = (0..6).map(|i| disk(&format!("d{i}"))).collect();
-    let group = |first: usize| {
-        let leaves = (first..first + 3)
-            .map(|i| Node::member(i, METADATA_AREA_BYTES, REGION))
-            .collect();
-        Node::parity(STRIP, 1, ParityLayout::LeftSymmetric, leaves).expect("parity")
-    };
-    let t = Node::mirror(vec![group(0), group(3)]).expect("mirror");
+    let t = common::mirror_of_raid5s(STRIP, METADATA_AREA_BYTES, REGION);
     let open = |skip: Option<usize>| {
         let metas = (disks.iter().enumerate())
             .map(|(i, d)| (Some(i) != skip).then(|| meta(d)))

@@ -13,7 +13,7 @@ use nbraid_core::{
     Buf, CacheMode, FaultOps, Faulty, Member, MemoryMember, PassControl, PassState, Volume,
     VolumeOptions,
 };
-use nbraid_layout::{Geometry, Level, Node, ParityLayout};
+use nbraid_layout::{Geometry, Level};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
@@ -270,13 +270,7 @@ fn refuses_what_cannot_be_rebuilt() {
 /// which then read, with the group's parity, as bytes nobody wrote.
 #[test]
 fn a_member_of_a_group_beyond_its_tolerance_is_not_made_current() {
-    let group = |first: usize| {
-        let leaves = (first..first + 3)
-            .map(|i| Node::member(i, 0, MEMBER))
-            .collect();
-        Node::parity(STRIP, 1, ParityLayout::LeftSymmetric, leaves).expect("parity")
-    };
-    let g = Geometry::from_tree(Node::mirror(vec![group(0), group(3)]).expect("mirror"));
+    let g = Geometry::from_tree(common::mirror_of_raid5s(STRIP, 0, MEMBER));
     let mems: Vec<Arc<dyn Member>> = (0..6)
         .map(|i| member(&format!("m{i}"), 40 + i as u64) as Arc<dyn Member>)
         .collect();
@@ -313,13 +307,7 @@ fn a_rebuild_reads_nothing_for_a_mirror_with_no_new_copy() {
 /// RAID 5 over three mirrored pairs of faulty members, filled: the members, the volume, its
 /// bytes.
 fn raid5_of_pairs() -> (Vec<Arc<Faulty<MemoryMember>>>, Volume, Vec<u8>) {
-    let pairs = (0..3)
-        .map(|p| {
-            let leaf = |i: usize| Node::member(i, 0, MEMBER);
-            Node::mirror(vec![leaf(2 * p), leaf(2 * p + 1)]).expect("pair")
-        })
-        .collect();
-    let t = Node::parity(STRIP, 1, ParityLayout::LeftSymmetric, pairs).expect("raid5");
+    let t = common::raid5_of_pairs(STRIP, 0, MEMBER);
     let faulty: Vec<_> = (0..6).map(|i| member(&format!("m{i}"), 60 + i)).collect();
     let mems: Vec<Arc<dyn Member>> = faulty.iter().map(|m| m.clone() as _).collect();
     let v = Volume::new(Geometry::from_tree(t), mems, opts(false)).expect("volume");

@@ -462,13 +462,7 @@ fn torn_mirror_of_raid5s(copy1_degraded: bool) {
             })
             .collect()
     };
-    let group = |first: usize| {
-        let leaves = (first..first + 3)
-            .map(|i| Node::member(i, METADATA_AREA_BYTES, REGION))
-            .collect();
-        Node::parity(STRIP, 1, ParityLayout::LeftSymmetric, leaves).expect("parity")
-    };
-    let t = Node::mirror(vec![group(0), group(3)]).expect("mirror");
+    let t = common::mirror_of_raid5s(STRIP, METADATA_AREA_BYTES, REGION);
     let all = metas(&[]).into_iter().flatten().collect();
     let a = block_on(Array::create(
         "vol",

@@ -94,3 +94,28 @@ pub fn faulty_members(n: usize, len: u64, seed: u64, power_loss: bool) -> Member
         .collect();
     (faulty, dyns)
 }
+
+/// A mirror of two 3-member RAID 5 groups (members 0..3 and 3..6), each member a region of
+/// `len` bytes at `start`.
+pub fn mirror_of_raid5s(strip: u64, start: u64, len: u64) -> nbraid_layout::Node {
+    use nbraid_layout::Node;
+    let group = |first: usize| {
+        let leaves = (first..first + 3)
+            .map(|i| Node::member(i, start, len))
+            .collect();
+        Node::parity(strip, 1, ParityLayout::LeftSymmetric, leaves).expect("parity")
+    };
+    Node::mirror(vec![group(0), group(3)]).expect("mirror")
+}
+
+/// RAID 5 over three mirrored pairs (members 2p and 2p+1), regions as in [`mirror_of_raid5s`].
+pub fn raid5_of_pairs(strip: u64, start: u64, len: u64) -> nbraid_layout::Node {
+    use nbraid_layout::Node;
+    let pairs = (0..3)
+        .map(|p| {
+            let leaf = |i: usize| Node::member(i, start, len);
+            Node::mirror(vec![leaf(2 * p), leaf(2 * p + 1)]).expect("pair")
+        })
+        .collect();
+    Node::parity(strip, 1, ParityLayout::LeftSymmetric, pairs).expect("raid5")
+}
