@@ -60,6 +60,42 @@ impl Member for Lossy {
     }
 }
 
+/// `n` in-memory members that can lose writes.
+fn lossy_disks(n: usize) -> Vec<Arc<Lossy>> {
+    (0..n)
+        .map(|i| {
+            Arc::new(Lossy {
+                inner: MemoryMember::new(format!("disk{i}"), MEMBER_BYTES),
+                lose: AtomicBool::new(false),
+            })
+        })
+        .collect()
+}
+
+/// Each disk's metadata as found now, `None` for the disks in `skip` (lost).
+fn metas_without(disks: &[Arc<Lossy>], skip: &[usize]) -> Vec<Option<Arc<MemberMeta>>> {
+    disks
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            (!skip.contains(&i)).then(|| block_on(MemberMeta::load(d.clone() as Arc<dyn Member>)))
+        })
+        .collect()
+}
+
+/// A volume `t` created (assumed clean) over every disk, written whole with `pattern(1, ..)`
+/// and flushed; with its capacity.
+fn create_filled(t: &Node, disks: &[Arc<Lossy>], o: ArrayOptions) -> (Array, u64) {
+    let all = metas_without(disks, &[]).into_iter().flatten().collect();
+    let a = block_on(Array::create("vol", t.clone(), all, o, true, &|_, _| {}))
+        .expect("create")
+        .0;
+    let capacity = a.volume().capacity();
+    block_on(a.write(0, pattern(1, capacity as usize), false)).expect("fill");
+    block_on(a.flush()).expect("flush");
+    (a, capacity)
+}
+
 /// The tree over regions right after the metadata area, or after the log's reserve.
 fn tree(level: Level, n: usize, log_outside: bool) -> Node {
     let shape = Shape::new(level, n, None, STRIP, ParityLayout::LeftSymmetric).expect("shape");
@@ -116,28 +152,16 @@ enum Tear {
 /// Returns whether every byte of the volume reads back as the writes left it.
 fn scenario(level: Level, n: usize, lost: &[usize], ppl: bool) -> bool {
     let lost: Vec<Role> = lost.iter().map(|&i| Role::D(i)).collect();
-    scenario_with(level, n, &lost, Tear::Parity, ppl, false)
+    scenario_with(level, n, &lost, Tear::Parity, ppl, false, false)
 }
 
 /// [`scenario`] with any members lost (`lost`; the written chunk 0 among them or not) and
 /// any tear. The 4 KiB being written must read back, sector by sector, as before or as
 /// written; every other byte exactly. With `then_lose_one`, once that holds, one more data
 /// member not being written is failed (within tolerance) and everything read again: the
-/// parity the restart left must rebuild it too.
+/// parity the restart left must rebuild it too. The log sits in a reserve before the region
+/// with `log_outside`, else in the metadata area.
 fn scenario_with(
-    level: Level,
-    n: usize,
-    lost: &[Role],
-    tear: Tear,
-    ppl: bool,
-    then_lose_one: bool,
-) -> bool {
-    scenario_placed(level, n, lost, tear, ppl, then_lose_one, false)
-}
-
-/// [`scenario_with`], the log in the reserve before the region (`log_outside`) or in the
-/// metadata area.
-fn scenario_placed(
     level: Level,
     n: usize,
     lost: &[Role],
@@ -146,39 +170,11 @@ fn scenario_placed(
     then_lose_one: bool,
     log_outside: bool,
 ) -> bool {
-    let disks: Vec<Arc<Lossy>> = (0..n)
-        .map(|i| {
-            Arc::new(Lossy {
-                inner: MemoryMember::new(format!("disk{i}"), MEMBER_BYTES),
-                lose: AtomicBool::new(false),
-            })
-        })
-        .collect();
-    let metas = |skip: &[usize]| -> Vec<Option<Arc<MemberMeta>>> {
-        disks
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                (!skip.contains(&i))
-                    .then(|| block_on(MemberMeta::load(d.clone() as Arc<dyn Member>)))
-            })
-            .collect()
-    };
+    let disks = lossy_disks(n);
+    let metas = |skip: &[usize]| metas_without(&disks, skip);
     let t = tree(level, n, log_outside);
-    let a = block_on(Array::create(
-        "vol",
-        t.clone(),
-        metas(&[]).into_iter().flatten().collect(),
-        opts(ppl, log_outside),
-        true,
-        &|_, _| {},
-    ))
-    .expect("create")
-    .0;
-    let capacity = a.volume().capacity();
+    let (a, capacity) = create_filled(&t, &disks, opts(ppl, log_outside));
     let mut image = pattern(1, capacity as usize).to_vec();
-    block_on(a.write(0, pattern(1, capacity as usize), false)).expect("fill");
-    block_on(a.flush()).expect("flush");
 
     let (g, _) = nbraid_core::ppl::parity_groups(&t).remove(0);
     let stripe = 3u64;
@@ -315,7 +311,7 @@ fn raid6_every_tolerated_loss_after_a_torn_write_keeps_the_unwritten_data() {
     for lost in losses {
         for tear in [Tear::Parity, Tear::P, Tear::Q, Tear::Data] {
             assert!(
-                scenario_with(Level::Raid6, 6, lost, tear, true, true),
+                scenario_with(Level::Raid6, 6, lost, tear, true, true, false),
                 "lost {lost:?}, torn {tear:?}"
             );
         }
@@ -329,7 +325,7 @@ fn raid5_every_tolerated_loss_after_a_torn_write_keeps_the_unwritten_data() {
     for lost in [&[][..], &[P], &[D(1)], &[D(0)]] {
         for tear in [Tear::Parity, Tear::Data] {
             assert!(
-                scenario_with(Level::Raid5, 4, lost, tear, true, true),
+                scenario_with(Level::Raid5, 4, lost, tear, true, true, false),
                 "lost {lost:?}, torn {tear:?}"
             );
         }
@@ -343,13 +339,13 @@ fn a_log_before_the_region_keeps_the_unwritten_data_too() {
     use Role::{D, P, Q};
     for lost in [&[][..], &[P], &[D(1)], &[D(0)]] {
         assert!(
-            scenario_placed(Level::Raid5, 4, lost, Tear::Parity, true, true, true),
+            scenario_with(Level::Raid5, 4, lost, Tear::Parity, true, true, true),
             "RAID 5, lost {lost:?}"
         );
     }
     for lost in [&[D(1), D(2)][..], &[P, D(1)], &[Q, D(1)]] {
         assert!(
-            scenario_placed(Level::Raid6, 6, lost, Tear::Parity, true, false, true),
+            scenario_with(Level::Raid6, 6, lost, Tear::Parity, true, false, true),
             "RAID 6, lost {lost:?}"
         );
     }
@@ -444,39 +440,10 @@ fn a_mirror_of_raid5s_both_degraded_resyncs_each_chunk_from_where_it_is_intact()
 /// A torn partial write in stripe 3 of copy 0 (chunk 1's write lost), then copy 0 loses
 /// chunk 0's member — and copy 1 chunk 1's member if `copy1_degraded` — and reopens dirty.
 fn torn_mirror_of_raid5s(copy1_degraded: bool) {
-    let disks: Vec<Arc<Lossy>> = (0..6)
-        .map(|i| {
-            Arc::new(Lossy {
-                inner: MemoryMember::new(format!("disk{i}"), MEMBER_BYTES),
-                lose: AtomicBool::new(false),
-            })
-        })
-        .collect();
-    let metas = |skip: &[usize]| -> Vec<Option<Arc<MemberMeta>>> {
-        disks
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                (!skip.contains(&i))
-                    .then(|| block_on(MemberMeta::load(d.clone() as Arc<dyn Member>)))
-            })
-            .collect()
-    };
+    let disks = lossy_disks(6);
+    let metas = |skip: &[usize]| metas_without(&disks, skip);
     let t = common::mirror_of_raid5s(STRIP, METADATA_AREA_BYTES, REGION);
-    let all = metas(&[]).into_iter().flatten().collect();
-    let a = block_on(Array::create(
-        "vol",
-        t.clone(),
-        all,
-        opts(true, false),
-        true,
-        &|_, _| {},
-    ))
-    .expect("create")
-    .0;
-    let capacity = a.volume().capacity();
-    block_on(a.write(0, pattern(1, capacity as usize), false)).expect("fill");
-    block_on(a.flush()).expect("flush");
+    let (a, capacity) = create_filled(&t, &disks, opts(true, false));
     // Stripe 3 of copy 0 (members 0..3): a write across its data chunks 0 and 1 whose
     // chunk 1 write is lost (P and chunk 0 land), then chunk 0's member is lost: rebuilding
     // it from that parity mixes old and new bytes of chunk 1 into the rows both carry.
