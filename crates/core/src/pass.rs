@@ -354,10 +354,10 @@ mod tests {
     }
 
     /// Adaptive: while clients complete requests (here during windows below 20) the pass
-    /// keeps one window in flight; once they stop it goes back to its full depth. Without
-    /// the mode it keeps its full depth throughout.
+    /// keeps `BUSY_INFLIGHT` windows in flight; once they stop it goes back to its full depth.
+    /// Without the mode it keeps its full depth throughout.
     #[test]
-    fn adaptive_passes_keep_one_window_while_clients_are_busy() {
+    fn adaptive_passes_keep_fewer_windows_while_clients_are_busy() {
         let run_with = |adaptive: bool| {
             let (live, ops) = (&AtomicU64::new(0), &AtomicU64::new(0));
             let created = Mutex::new(Vec::new());
@@ -395,7 +395,8 @@ mod tests {
                 .collect()
         };
         let adaptive = run_with(true);
-        assert!(busy(&adaptive).iter().all(|&l| l == 0), "{adaptive:?}");
+        let most = crate::pace::BUSY_INFLIGHT as u64 - 1;
+        assert!(busy(&adaptive).iter().all(|&l| l <= most), "{adaptive:?}");
         assert!(
             adaptive.iter().any(|&(at, l)| at > 21 && l == 3),
             "{adaptive:?}"

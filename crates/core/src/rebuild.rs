@@ -21,7 +21,7 @@
 //! Windows of [`REBUILD_WINDOW_BYTES`] (rounded to whole full stripes), [`REBUILD_INFLIGHT`]
 //! at a time: large sequential member I/O with several in flight, memory bounded by the
 //! windows in flight (times the stripe's parity share). Rate limit, adaptive mode
-//! ([`crate::pace`]: full speed while clients are idle, one window always in flight while
+//! ([`crate::pace`]: full speed while clients are idle, two windows always in flight while
 //! they do I/O), pause, cancel and progress are the pass's
 //! ([`PassControl`]).
 //!
