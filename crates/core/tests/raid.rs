@@ -676,3 +676,65 @@ fn beyond_tolerance_errors_never_wrong_data() {
         );
     }
 }
+
+/// A mirror of two RAID 5 groups (4 KiB strips: stripe 0 has data chunks on members 0 and
+/// 1, P on 2), a write-back cache of two 4 KiB buffers per group, full with 1 KiB of `a`
+/// across chunks 0 and 1 (bytes 3584..4608) and a sector of stripe 1 in both copies; then copy 0's group loses
+/// members 1 and 2 — beyond its tolerance: its cache can no longer destage stripe 0.
+fn mirror_with_copy_0_beyond_tolerance(a: u8) -> Volume {
+    let tree = mirror_of_raid5s(4 * KIB, 0, 64 * KIB);
+    let v = Volume::new(
+        Geometry::from_tree(tree),
+        memory_members(6, 64 * KIB),
+        VolumeOptions {
+            block_size: 512,
+            ..opts(CacheMode::WriteBack { bytes: 4 * KIB }, true)
+        },
+    )
+    .unwrap();
+    block_on(v.write(3584, Buf::copy_from(&[a; 1024]), false)).unwrap();
+    // Stripe 1 fills the rest of the cache (its least bound: one stripe, 8 KiB).
+    block_on(v.write(8 * KIB, Buf::copy_from(&[a; 512]), false)).unwrap();
+    v.fail_member(1, "test");
+    v.fail_member(2, "test");
+    v
+}
+
+/// Reads bytes 3584..4096 (chunk 0, on member 0) from copy 0 alone (copy 1's members failed).
+fn read_chunk_0_of_copy_0(v: &Volume) -> Vec<u8> {
+    for m in 3..6 {
+        v.fail_member(m, "test: copy 1 away");
+    }
+    block_on(v.read(3584, 512)).unwrap().to_vec()
+}
+
+/// A write that copy 0's group fails beyond its tolerance goes through the cache (no room)
+/// and is salvaged onto member 0; the bytes cached before it must not come back over it —
+/// neither in reads of that copy nor in later destage attempts (the crash simulator's
+/// mirror of RAID 5s, seed 1625684700: a flushed write read back as the zeroes cached
+/// before it, which the retried destage had written over member 0).
+#[test]
+fn a_write_a_parity_group_fails_leaves_no_older_cached_bytes_over_it() {
+    let v = mirror_with_copy_0_beyond_tolerance(0xaa);
+    // Copy 0 fails it (chunk 1 and P lost); copy 1 takes it: the mirror's write succeeds.
+    block_on(v.write(3584, Buf::copy_from(&[0xbb; 1024]), false)).unwrap();
+    // Copy 0's destage is retried (and salvaged again) by a flush.
+    let _ = block_on(v.flush());
+    assert!(
+        read_chunk_0_of_copy_0(&v).iter().all(|&x| x == 0xbb),
+        "copy 0 serves the bytes cached before the write"
+    );
+}
+
+/// The same for whole stripes zeroed while copy 0's group is beyond its tolerance: the
+/// zeroes reached member 0, and the cached bytes they superseded must not come back.
+#[test]
+fn zeroing_a_parity_group_fails_leaves_no_older_cached_bytes_over_it() {
+    let v = mirror_with_copy_0_beyond_tolerance(0xaa);
+    block_on(v.write_zeroes(0, 8 * KIB, false)).unwrap();
+    let _ = block_on(v.flush());
+    assert!(
+        read_chunk_0_of_copy_0(&v).iter().all(|&x| x == 0),
+        "copy 0 serves the bytes cached before the zeroes"
+    );
+}

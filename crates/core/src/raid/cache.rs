@@ -189,6 +189,23 @@ impl CacheState {
         e.covers(0, width)
     }
 
+    /// After a write of `segs` over stripe `s`'s entry (if it has one) failed: the entry takes
+    /// them (they include or supersede its bytes) and waits for the next destage attempt.
+    /// It may pass the bound for a while: at most a stripe per entry already listed.
+    pub(super) fn supersede(&mut self, s: u64, segs: Segs) {
+        let Some(e) = self.entries.get_mut(&s) else {
+            return;
+        };
+        let before = e.bytes;
+        for (o, d) in segs {
+            e.insert(o, compact(d), Some(&mut self.pins));
+        }
+        self.bytes = self.bytes + e.bytes - before;
+        e.busy = false;
+        // The flusher retries after another `max_age`, not every tick.
+        e.since = Instant::now();
+    }
+
     pub(super) fn usage(&self, bound: u64) -> CacheUsage {
         CacheUsage {
             dirty_bytes: self.bytes,
@@ -333,17 +350,19 @@ impl ParityCore {
     /// The entry stays listed until the members have the bytes, so a concurrent FLUSH waits
     /// for them on the stripe lock instead of missing them; if the write fails it stays
     /// (reads still see it, the next FLUSH retries and reports the error), so bytes already
-    /// acknowledged never vanish silently.
+    /// acknowledged never vanish silently — and takes `segs`: the failed write salvaged them
+    /// onto the data chunks that take writes, and the older bytes it held must not come
+    /// back over them, in reads or in the retried destage (a mirror above reads this copy).
     pub(super) async fn write_over_cache(&self, s: u64, segs: Segs, fua: bool) -> VolumeResult<()> {
+        // Kept for a failure (cheap: shared buffers).
+        let attempted = self.cache.as_ref().map(|_| segs.clone());
         let r = self.write_stripe(s, segs, fua).await;
         if let Some(cache) = &self.cache {
             let mut st = cache.state.lock();
             if r.is_ok() {
                 st.remove(s);
-            } else if let Some(e) = st.entries.get_mut(&s) {
-                e.busy = false;
-                // The flusher retries after another `max_age`, not every tick.
-                e.since = Instant::now();
+            } else {
+                st.supersede(s, attempted.unwrap_or_default());
             }
         }
         r

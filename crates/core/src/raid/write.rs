@@ -543,6 +543,17 @@ impl ParityCore {
                     let failed_children = errors.len();
                     if !self.tolerates(failed_children) {
                         full_err = crate::node::first_error(errors);
+                        // The children that took the zeroes hold them: cached bytes of
+                        // these stripes become zeroes too (see `write_over_cache`).
+                        if let Some(cache) = &self.cache {
+                            let mut st = cache.state.lock();
+                            let hit: Vec<u64> = (st.entries.keys().copied())
+                                .filter(|s| (first_full..last_full).contains(s))
+                                .collect();
+                            for s in hit {
+                                st.supersede(s, vec![(0, Buf::zeroed(w as usize).freeze())]);
+                            }
+                        }
                     } else if let Some(cache) = &self.cache {
                         // The zeroes supersede cached bytes of these stripes; until they were
                         // on the members the entries stayed listed (a FLUSH waited for them).

@@ -280,6 +280,22 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
         }
     }
     let torn = rng.chance(500);
+    if std::env::var_os("NBRAID_SIM_TRACE").is_some() {
+        eprintln!(
+            "crash: failing {failing:?} faults {:?} steps {steps}",
+            world
+                .lock()
+                .expect("w")
+                .disks
+                .iter()
+                .map(|d| (
+                    d.faults.dies_at_step,
+                    d.faults.read_error_per_mille,
+                    d.faults.flush_error_per_mille
+                ))
+                .collect::<Vec<_>>()
+        );
+    }
     // The member pulled for the rebuild: one more loss the layout still survives, that the
     // engine can rebuild with the failing members lost too — in a declared tree surviving
     // is not enough: a RAID 5 group under a mirror that lost another member takes no writes,
