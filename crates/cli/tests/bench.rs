@@ -548,3 +548,118 @@ fn nbd_targets_run_in_turn_with_a_ratio() {
         );
     }
 }
+
+/// Targets' names in the order they ran, and each cell's ratio to the first.
+fn targets_and_ratios(r: &Value) -> Vec<(String, f64)> {
+    r["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["target"].as_str().unwrap().to_string(),
+                c["ratio"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn simulated_levels_policies_and_caches_run_side_by_side() {
+    // The TwinStor comparison in one table: the ratio column is "× a single disk".
+    let r = bench(&[
+        "rand-read",
+        "--sim",
+        "hdd",
+        "--sim-params",
+        ONE_COMMAND_HDD,
+        "--vs-single",
+        "--levels",
+        "1",
+        "--members",
+        "2",
+        "--read-policy",
+        "nearest,round-robin",
+        "--qd",
+        "16",
+        "--duration",
+        "20s",
+    ]);
+    let t = targets_and_ratios(&r);
+    let names: Vec<&str> = t.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["single hdd", "RAID 1 ×2 nearest", "RAID 1 ×2 round-robin"]
+    );
+    assert_eq!(t[0].1, 1.0);
+    assert!(t[1].1 > 2.2 && t[2].1 * 1.1 <= t[1].1, "{t:?}");
+    // Each target has its own virtual clock: the same figures as separate runs.
+    let q = Some(ONE_COMMAND_HDD);
+    let cells = r["cells"].as_array().unwrap();
+    assert_eq!(
+        cells[1]["iops"].as_f64().unwrap(),
+        rand_read_qd16("1", "2", "nearest", q)
+    );
+    assert_eq!(
+        cells[0]["iops"].as_f64().unwrap(),
+        rand_read_qd16("0", "1", "nearest", q)
+    );
+
+    // Cache modes vary parity levels only.
+    let r = bench(&[
+        "seq-write",
+        "--sim",
+        "hdd",
+        "--levels",
+        "0,5",
+        "--members",
+        "4",
+        "--strip",
+        "64KiB",
+        "--bs",
+        "4KiB",
+        "--qd",
+        "4",
+        "--duration",
+        "1s",
+        "--cache",
+        "write-back,write-through",
+    ]);
+    let t = targets_and_ratios(&r);
+    let names: Vec<&str> = t.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "RAID 0 ×4",
+            "RAID 5 ×4 write-back",
+            "RAID 5 ×4 write-through"
+        ]
+    );
+    // Write-back streams full stripes at three members' media rate (160 MB/s each);
+    // write-through pays a parity update per 4 KiB.
+    let mb = |i: usize| r["cells"][i]["mb_s"].as_f64().unwrap();
+    assert!(near(mb(1), 480.0, 0.05) && mb(2) < 0.05 * mb(1), "{t:?}");
+
+    // A sweep draws its own single-member line and takes one policy and one cache.
+    for extra in [
+        &["--vs-single"][..],
+        &["--read-policy", "nearest,round-robin"],
+        &["--cache", "write-back,write-through"],
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_nbraid"))
+            .args([
+                "bench",
+                "rand-read",
+                "--sweep",
+                "members=2",
+                "--levels",
+                "1",
+            ])
+            .args(["--sim", "hdd"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{extra:?} was taken");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("a sweep"));
+    }
+}
