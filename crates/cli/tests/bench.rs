@@ -501,6 +501,76 @@ impl Drop for Nbdkit {
     }
 }
 
+/// `nbraidd` built beside `nbraid` (`cargo build --bin nbraidd`, or `cargo test --workspace`).
+fn nbraidd() -> std::path::PathBuf {
+    let p = std::path::Path::new(env!("CARGO_BIN_EXE_nbraid")).with_file_name("nbraidd");
+    assert!(
+        p.is_file(),
+        "{} is not built: run `cargo build --bin nbraidd` (or `cargo test --workspace`)",
+        p.display()
+    );
+    p
+}
+
+/// The README's first Benchmarking command on small settings: a volume served by nbraidd
+/// and nbdkit's memory plugin in one run, cell by cell, with the ratio column.
+#[test]
+fn an_nbraid_volume_and_nbdkit_in_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
+    for i in 0..4 {
+        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"20MiB\"\n\n");
+    }
+    text += "[[volume]]\nname = \"r5\"\nlevel = \"raid5\"\nstrip_size = \"64KiB\"\nmembers = [\"d0\", \"d1\", \"d2\", \"d3\"]\n";
+    let cfg = dir.path().join("a.toml");
+    std::fs::write(&cfg, text).unwrap();
+    // Stopped on drop, also when an assertion fails.
+    struct Daemon(std::process::Child);
+    impl Drop for Daemon {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _daemon = Daemon(
+        Command::new(nbraidd())
+            .arg("--config")
+            .arg(&cfg)
+            .args(["--log-level", "warn"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start nbraidd"),
+    );
+    let sock = dir.path().join("nbd.sock");
+    let serving = || std::os::unix::net::UnixStream::connect(&sock).is_ok();
+    for _ in 0..200 {
+        if serving() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(serving(), "nbraidd did not serve on {}", sock.display());
+    let kit = Nbdkit::start(dir.path(), "kit");
+    let ours = format!("nbd+unix:///r5?socket={}", sock.display());
+    let run = |w: &str| {
+        bench(&[
+            w, "--nbd", &ours, "--nbd", &kit.uri, "--qd", "1,8", "--bytes", "2MiB", "--verify",
+        ])
+    };
+    let (written, read) = (run("rand-write"), run("rand-read"));
+    for r in [&written, &read] {
+        let t = targets_and_ratios(r);
+        let names: Vec<&str> = t.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, [&ours, &kit.uri, &ours, &kit.uri]);
+        assert!(t.iter().all(|(_, ratio)| *ratio > 0.0), "{t:?}");
+        assert_eq!((t[0].1, t[2].1), (1.0, 1.0));
+    }
+    for c in written["cells"].as_array().unwrap() {
+        assert_eq!(c["writes"].as_u64().unwrap(), 512, "{c}");
+        assert!(c["verified_sectors"].as_u64().unwrap() > 0, "{c}");
+    }
+}
+
 #[test]
 fn nbd_targets_run_in_turn_with_a_ratio() {
     let dir = tempfile::tempdir().unwrap();
