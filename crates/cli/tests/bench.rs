@@ -733,3 +733,20 @@ fn simulated_levels_policies_and_caches_run_side_by_side() {
         assert!(String::from_utf8_lossy(&o.stderr).contains("a sweep"));
     }
 }
+
+#[test]
+fn a_cell_of_nothing_is_refused() {
+    for (args, says) in [
+        (&["--jobs", "0"][..], "--jobs"),
+        (&["--bytes", "0"], "--bytes 0"),
+        (&["--duration", "0s"], "--duration 0s"),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_nbraid"))
+            .args(["bench", "rand-read", "--sim", "ssd", "--qd", "1"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(says), "{args:?}: {err}");
+    }
+}

@@ -175,6 +175,10 @@ fn progress_bar(len: u64) -> ProgressBar {
 }
 
 pub fn run(a: &BenchArgs) -> Result<String> {
+    // A cell of no jobs, bytes or time measures nothing: say so rather than print zeros.
+    if a.jobs == 0 || a.connections == 0 {
+        bail!("--jobs and --connections must be at least 1");
+    }
     let bs = size("bs", &a.bs)?;
     let model = a
         .sim
@@ -183,9 +187,15 @@ pub fn run(a: &BenchArgs) -> Result<String> {
         .transpose()?;
     let virtual_time = model.is_some() || a.sweep.is_some();
     let stop = match (&a.bytes, &a.duration) {
-        (Some(b), _) => Stop::Bytes(size("bytes", &Some(b.clone()))?.expect("given")),
+        (Some(b), _) => match size("bytes", &Some(b.clone()))? {
+            Some(n) if n > 0 => Stop::Bytes(n),
+            _ => bail!("--bytes {b}: a cell needs at least one byte"),
+        },
         (None, Some(d)) => {
-            Stop::Time(parse_duration(d).map_err(|e| anyhow::anyhow!("--duration {d}: {e}"))?)
+            match parse_duration(d).map_err(|e| anyhow::anyhow!("--duration {d}: {e}"))? {
+                t if t.is_zero() => bail!("--duration {d}: a cell needs some time"),
+                t => Stop::Time(t),
+            }
         }
         (None, None) if virtual_time => Stop::Time(Duration::from_secs(1)),
         (None, None) => Stop::Time(Duration::from_secs(5)),
