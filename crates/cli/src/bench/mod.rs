@@ -64,7 +64,8 @@ pub struct BenchArgs {
     /// line) or strip=4KiB..1MiB (one curve per level over --members members).
     #[arg(long, value_name = "WHAT=RANGE")]
     pub sweep: Option<String>,
-    /// Levels of simulated volumes: 0,1,5,6,10,50,60 (spans as 50-4).
+    /// Levels of simulated volumes: 0,1,5,6,10,50,60 (spans as 50-4); with --sim and no
+    /// sweep each level is a target of its own, run in turn.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub levels: Vec<String>,
     /// Members of a simulated volume (strip sweeps, single volumes).
@@ -76,16 +77,30 @@ pub struct BenchArgs {
     /// Bytes of each simulated member (default 300 GB; seeks are shares of it).
     #[arg(long, value_name = "SIZE")]
     pub member_size: Option<String>,
-    /// Mirror read policy of simulated volumes: nearest, round-robin, least-pending.
-    #[arg(long, value_name = "POLICY", default_value = "nearest")]
-    pub read_policy: String,
+    /// Mirror read policy of simulated volumes: nearest, round-robin, least-pending; with
+    /// --sim and no sweep a list runs each mirrored level once per policy.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "POLICY",
+        default_value = "nearest"
+    )]
+    pub read_policy: Vec<String>,
     /// Simulated mirrors: a sequential run moves to another copy after this many bytes
     /// (the engine's `mirror_seq_piece`, default 2 MiB).
     #[arg(long, value_name = "SIZE")]
     pub mirror_piece: Option<String>,
     /// Simulated parity volumes without the write-back stripe cache.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "cache")]
     pub write_through: bool,
+    /// Stripe cache of simulated parity volumes: write-back, write-through; with --sim and no
+    /// sweep a list runs each parity level once per mode.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub cache: Vec<String>,
+    /// With --sim: first run one simulated member alone, so the ratio column reads as
+    /// "× a single disk".
+    #[arg(long, requires = "sim")]
+    pub vs_single: bool,
     /// Fixed request size (seq-*, rand-*, database).
     #[arg(long, value_name = "SIZE")]
     pub bs: Option<String>,
@@ -160,6 +175,10 @@ fn progress_bar(len: u64) -> ProgressBar {
 }
 
 pub fn run(a: &BenchArgs) -> Result<String> {
+    // A cell of no jobs, bytes or time measures nothing: say so rather than print zeros.
+    if a.jobs == 0 || a.connections == 0 {
+        bail!("--jobs and --connections must be at least 1");
+    }
     let bs = size("bs", &a.bs)?;
     let model = a
         .sim
@@ -168,9 +187,15 @@ pub fn run(a: &BenchArgs) -> Result<String> {
         .transpose()?;
     let virtual_time = model.is_some() || a.sweep.is_some();
     let stop = match (&a.bytes, &a.duration) {
-        (Some(b), _) => Stop::Bytes(size("bytes", &Some(b.clone()))?.expect("given")),
+        (Some(b), _) => match size("bytes", &Some(b.clone()))? {
+            Some(n) if n > 0 => Stop::Bytes(n),
+            _ => bail!("--bytes {b}: a cell needs at least one byte"),
+        },
         (None, Some(d)) => {
-            Stop::Time(parse_duration(d).map_err(|e| anyhow::anyhow!("--duration {d}: {e}"))?)
+            match parse_duration(d).map_err(|e| anyhow::anyhow!("--duration {d}: {e}"))? {
+                t if t.is_zero() => bail!("--duration {d}: a cell needs some time"),
+                t => Stop::Time(t),
+            }
         }
         (None, None) if virtual_time => Stop::Time(Duration::from_secs(1)),
         (None, None) => Stop::Time(Duration::from_secs(5)),
@@ -180,22 +205,35 @@ pub fn run(a: &BenchArgs) -> Result<String> {
         .iter()
         .map(|l| LevelSpec::parse(l))
         .collect::<Result<_>>()?;
-    let policy: ReadPolicy = a
+    let policies: Vec<ReadPolicy> = a
         .read_policy
-        .parse()
-        .map_err(|e: String| anyhow::anyhow!("--read-policy: {e}"))?;
-    let cache = if a.write_through {
-        CacheMode::WriteThrough
+        .iter()
+        .map(|p| {
+            p.parse()
+                .map_err(|e: String| anyhow::anyhow!("--read-policy: {e}"))
+        })
+        .collect::<Result<_>>()?;
+    let default_cache = nbraid_core::VolumeOptions::default().cache;
+    let caches: Vec<CacheMode> = if a.write_through {
+        vec![CacheMode::WriteThrough]
+    } else if a.cache.is_empty() {
+        vec![default_cache]
     } else {
-        nbraid_core::VolumeOptions::default().cache
+        a.cache
+            .iter()
+            .map(|c| {
+                CacheMode::from_name(c, default_cache.cache_bytes().unwrap_or(32 << 20))
+                    .map_err(|e| anyhow::anyhow!("--cache: {e}"))
+            })
+            .collect::<Result<_>>()?
     };
     let strip = size("strip", &a.strip)?.unwrap_or(256 << 10);
     let member_len = size("member-size", &a.member_size)?.unwrap_or(sim::DEFAULT_MEMBER_BYTES);
     let shape = sim::SimShape {
         strip,
         member_len,
-        policy,
-        cache,
+        policy: policies[0],
+        cache: caches[0],
         mirror_piece: size("mirror-piece", &a.mirror_piece)?,
     };
     let random = !matches!(a.workload, Workload::SeqRead | Workload::SeqWrite);
@@ -217,6 +255,9 @@ pub fn run(a: &BenchArgs) -> Result<String> {
         let model = model.unwrap_or_else(|| sim::model("hdd", None).expect("a built-in model"));
         if levels.is_empty() {
             bail!("--sweep needs --levels (0,1,5,6,10,50,60)");
+        }
+        if policies.len() > 1 || caches.len() > 1 || a.vs_single {
+            bail!("a sweep takes one --read-policy and one --cache, and draws its own single-member line");
         }
         // A sweep runs one point: the review's 256 KiB sequential or 4 KiB random, QD 64.
         let bs = bs.or((!random).then_some(256 << 10));
@@ -277,20 +318,34 @@ pub fn run(a: &BenchArgs) -> Result<String> {
     let mut targets: Vec<Box<dyn Target>> = Vec::new();
     match (&a.config, &a.volume, &model) {
         (Some(f), Some(v), Some(m)) => {
+            if a.vs_single {
+                targets.push(Box::new(sim::single(&shape, m, a.verify)?));
+            }
             targets.push(Box::new(sim::config_volume(f, v, m, a.verify)?))
         }
         (Some(f), Some(v), None) => targets.push(Box::new(target::config_volume(f, v)?)),
         (None, None, Some(m)) => {
-            let l = levels.first().copied().unwrap_or(LevelSpec {
-                level: nbraid_layout::Level::Raid0,
-                spans: None,
-            });
-            let t = sim::level_volume(l, a.members, &shape, m, a.verify)?.with_context(|| {
-                format!("{} cannot be built on {} members", l.label(), a.members)
-            })?;
-            targets.push(Box::new(t));
+            if a.vs_single {
+                targets.push(Box::new(sim::single(&shape, m, a.verify)?));
+            }
+            let levels = if levels.is_empty() {
+                vec![LevelSpec {
+                    level: nbraid_layout::Level::Raid0,
+                    spans: None,
+                }]
+            } else {
+                levels.clone()
+            };
+            for l in levels {
+                for t in sim::variants(l, a.members, &shape, &policies, &caches, m, a.verify)? {
+                    targets.push(Box::new(t));
+                }
+            }
         }
         _ => {}
+    }
+    if a.vs_single && targets.len() < 2 {
+        bail!("--vs-single runs beside simulated --levels or a --config volume");
     }
     for uri in &a.nbd {
         targets.push(Box::new(nbd::NbdTarget::connect(
@@ -424,4 +479,23 @@ fn finish(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_qds;
+
+    #[test]
+    fn queue_depths_parse_as_one_a_list_or_a_doubling_range() {
+        assert_eq!(parse_qds("16").unwrap(), [16]);
+        assert_eq!(parse_qds("1,4,16").unwrap(), [1, 4, 16]);
+        assert_eq!(
+            parse_qds("1..256").unwrap(),
+            [1, 2, 4, 8, 16, 32, 64, 128, 256]
+        );
+        assert_eq!(parse_qds("3..20").unwrap(), [3, 6, 12]);
+        for bad in ["0", "1..0", "a", "4..", "1,,2", "-1"] {
+            assert!(parse_qds(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! from a config's volume or from a level and member count (sweeps), and the model's
 //! parameters from a TOML file (`[hdd]` / `[ssd]` tables of numbers).
 
-use super::target::VolumeTarget;
+use super::target::{Target, VolumeTarget};
 use anyhow::{bail, Context, Result};
 use nbraid_core::simulated::{HddParams, SimClock, SimMember, SimModel, SsdParams};
 use nbraid_core::{CacheMode, Member, ReadPolicy, Volume, VolumeOptions};
@@ -237,6 +237,64 @@ pub fn level_volume(
         keep_data,
     )
     .map(Some)
+}
+
+/// One simulated member alone (`single hdd`): what the ratio column compares with.
+pub fn single(shape: &SimShape, model: &SimModel, keep_data: bool) -> Result<VolumeTarget> {
+    let jbod = LevelSpec {
+        level: Level::Jbod,
+        spans: None,
+    };
+    Ok(level_volume(jbod, 1, shape, model, keep_data)?
+        .context("one member is a JBOD")?
+        .named(format!("single {}", model.name())))
+}
+
+/// `spec` over `members` simulated members once per read policy (levels with mirrors) and
+/// once per cache mode (levels with parity); a name carries the policy or mode when more
+/// than one is given.
+pub fn variants(
+    spec: LevelSpec,
+    members: usize,
+    shape: &SimShape,
+    policies: &[ReadPolicy],
+    caches: &[CacheMode],
+    model: &SimModel,
+    keep_data: bool,
+) -> Result<Vec<VolumeTarget>> {
+    let mirrored = matches!(spec.level, Level::Raid1 | Level::Raid10);
+    let parity = matches!(
+        spec.level,
+        Level::Raid5 | Level::Raid6 | Level::Raid50 | Level::Raid60
+    );
+    let policies = if mirrored { policies } else { &policies[..1] };
+    let caches = if parity { caches } else { &caches[..1] };
+    let mut out = Vec::new();
+    for &policy in policies {
+        for &cache in caches {
+            let t = level_volume(
+                spec,
+                members,
+                &SimShape {
+                    policy,
+                    cache,
+                    ..*shape
+                },
+                model,
+                keep_data,
+            )?
+            .with_context(|| format!("{} cannot be built on {members} members", spec.label()))?;
+            let mut name = t.name().to_string();
+            if policies.len() > 1 {
+                name += &format!(" {policy}");
+            }
+            if caches.len() > 1 {
+                name += &format!(" {}", cache.name());
+            }
+            out.push(t.named(name));
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

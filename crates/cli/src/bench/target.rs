@@ -45,6 +45,12 @@ impl VolumeTarget {
             start: Instant::now(),
         }
     }
+
+    /// The same target under another name.
+    pub fn named(mut self, name: String) -> VolumeTarget {
+        self.name = name;
+        self
+    }
 }
 
 impl Target for VolumeTarget {
