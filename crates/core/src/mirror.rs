@@ -271,6 +271,12 @@ impl ArrayNode for MirrorNode {
         self.children.iter().any(|c| c.intact(offset, len))
     }
 
+    fn fail_unreadable(&self, offset: u64, len: u64, why: &str) {
+        for c in &self.children {
+            c.fail_unreadable(offset, len, why);
+        }
+    }
+
     /// Each copy is made consistent in itself, then a readable copy's bytes are written over
     /// every copy (under the repair lock), so the copies agree.
     fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {

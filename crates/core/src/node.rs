@@ -92,6 +92,13 @@ pub trait ArrayNode: Send + Sync {
         async move { all_ok(join_all(futs).await) }.boxed()
     }
 
+    /// Marks failed the members under `[offset, offset+len)` that could not be read there (a
+    /// mirror: every copy, since a mirror's read fails only when each did): a parity group
+    /// whose write had to give up its redundancy because of such a read error says so on
+    /// disk this way, where an in-memory note would be forgotten at the next start. Kinds
+    /// a parity group does not stand over keep the default: nothing.
+    fn fail_unreadable(&self, _offset: u64, _len: u64, _why: &str) {}
+
     /// Writes back whatever the node itself holds (a parity group's write-back stripe cache),
     /// in this node and below. Members are flushed by the volume afterwards.
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
@@ -454,6 +461,10 @@ impl ArrayNode for LeafNode {
 
     fn writable(&self, _offset: u64, _len: u64) -> bool {
         !self.slot().is_failed()
+    }
+
+    fn fail_unreadable(&self, _offset: u64, _len: u64, why: &str) {
+        self.table.fail(self.index, &why);
     }
 
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {

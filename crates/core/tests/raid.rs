@@ -738,3 +738,39 @@ fn zeroing_a_parity_group_fails_leaves_no_older_cached_bytes_over_it() {
         "copy 0 serves the bytes cached before the zeroes"
     );
 }
+
+/// A degraded RAID 5 whose partial write needs the parity that returns a read error gives up
+/// the stripe's redundancy (data written, parity stale): the lost chunk can never be rebuilt
+/// again. That must not live only in memory — a restart would rebuild the chunk from the
+/// stale parity as bytes nobody wrote — so the member whose read error forced it is failed
+/// (recorded, the array beyond its tolerance on disk too). Found by the mirror-of-RAID-5
+/// crash case (seed 1624846868: copy 0 served such a chunk after the restart and the resync
+/// copied it over copy 1).
+#[test]
+fn a_read_error_that_costs_a_degraded_stripe_its_redundancy_fails_the_member() {
+    // Stripe 0: data on members 0 and 1, P on member 2.
+    let member_len = 64 * KIB;
+    let (faulty, members) = faulty_members(3, member_len, 5, false);
+    let v = Volume::new(
+        named(Level::Raid5, 3, None, 4 * KIB, member_len),
+        members,
+        VolumeOptions {
+            block_size: 512,
+            ..opts(CacheMode::WriteThrough, true)
+        },
+    )
+    .unwrap();
+    block_on(v.write(0, Buf::copy_from(&[0xaa; 8192]), false)).unwrap();
+    v.fail_member(1, "test");
+    faulty[2].fail_range(FaultOps::READ, 0..4096);
+    // Part of chunk 0: RMW needs P (read error), RCW needs chunk 1 (lost).
+    assert!(block_on(v.write(0, Buf::copy_from(&[0xbb; 512]), false)).is_err());
+    assert_eq!(
+        v.member_states()[2],
+        MemberState::Failed,
+        "the member whose read error cost the stripe its redundancy"
+    );
+    // Chunk 0 took the bytes (salvaged); chunk 1 is an error, never rebuilt bytes.
+    assert!(block_on(v.read(0, 512)).unwrap().iter().all(|&x| x == 0xbb));
+    assert!(block_on(v.read(4096, 512)).is_err());
+}

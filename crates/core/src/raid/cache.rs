@@ -80,6 +80,29 @@ impl Entry {
         }
     }
 
+    /// Removes the bytes in `[lo, hi)`, trimming the segments it cuts, and keeps `pins` in
+    /// step.
+    pub(super) fn remove_range(&mut self, lo: u64, hi: u64, pins: &mut Pins) {
+        let i = self.segs.partition_point(|(o, d)| o + d.len() as u64 <= lo);
+        let j = self.segs.partition_point(|(o, _)| *o < hi);
+        let overlapped = &self.segs[i..j];
+        let mut keep: Segs = Vec::with_capacity(2);
+        if let Some((o, d)) = overlapped.first().filter(|(o, _)| *o < lo) {
+            keep.push((*o, d.slice(0..(lo - o) as usize)));
+        }
+        if let Some((o, d)) = overlapped.last().filter(|(o, d)| hi < o + d.len() as u64) {
+            keep.push((hi, d.slice((hi - o) as usize..d.len())));
+        }
+        for (_, d) in &keep {
+            pins.pin(d);
+            self.bytes += d.len() as u64;
+        }
+        for (_, d) in self.segs.splice(i..j, keep) {
+            pins.unpin(&d);
+            self.bytes -= d.len() as u64;
+        }
+    }
+
     /// Copies the cached bytes that fall in `[s, s + buf.len())` (stripe offsets) into `buf`.
     pub(super) fn overlay(&self, s: u64, buf: &mut [u8]) {
         let e = s + buf.len() as u64;
@@ -189,21 +212,21 @@ impl CacheState {
         e.covers(0, width)
     }
 
-    /// After a write of `segs` over stripe `s`'s entry (if it has one) failed: the entry takes
-    /// them (they include or supersede its bytes) and waits for the next destage attempt.
-    /// It may pass the bound for a while: at most a stripe per entry already listed.
-    pub(super) fn supersede(&mut self, s: u64, segs: Segs) {
+    /// Drops stripe `s`'s cached bytes in `[lo, hi)` (stripe offsets), and the entry with
+    /// them if nothing is left: a newer write over them failed and salvaged its own bytes
+    /// onto the data chunks that take writes, and the older cached bytes must not come back
+    /// over those, in reads or in a retried destage (a mirror above reads this copy). Pins
+    /// only shrink.
+    pub(super) fn forget(&mut self, s: u64, lo: u64, hi: u64) {
         let Some(e) = self.entries.get_mut(&s) else {
             return;
         };
         let before = e.bytes;
-        for (o, d) in segs {
-            e.insert(o, compact(d), Some(&mut self.pins));
-        }
+        e.remove_range(lo, hi, &mut self.pins);
         self.bytes = self.bytes + e.bytes - before;
-        e.busy = false;
-        // The flusher retries after another `max_age`, not every tick.
-        e.since = Instant::now();
+        if e.segs.is_empty() {
+            self.remove(s);
+        }
     }
 
     pub(super) fn usage(&self, bound: u64) -> CacheUsage {
@@ -342,7 +365,7 @@ impl ParityCore {
             None => return Ok(()),
             Some(e) => e.segs.clone(),
         };
-        self.write_over_cache(s, segs, fua).await
+        self.write_over_cache(s, segs, None, fua).await
     }
 
     /// Writes `segs` of stripe `s` to the members, the caller holding the stripe's exclusive
@@ -350,19 +373,30 @@ impl ParityCore {
     /// The entry stays listed until the members have the bytes, so a concurrent FLUSH waits
     /// for them on the stripe lock instead of missing them; if the write fails it stays
     /// (reads still see it, the next FLUSH retries and reports the error), so bytes already
-    /// acknowledged never vanish silently — and takes `segs`: the failed write salvaged them
-    /// onto the data chunks that take writes, and the older bytes it held must not come
-    /// back over them, in reads or in the retried destage (a mirror above reads this copy).
-    pub(super) async fn write_over_cache(&self, s: u64, segs: Segs, fua: bool) -> VolumeResult<()> {
-        // Kept for a failure (cheap: shared buffers).
-        let attempted = self.cache.as_ref().map(|_| segs.clone());
+    /// acknowledged never vanish silently — except its bytes in `newer` (stripe offsets),
+    /// which a newer write in `segs` covered: that write salvaged its own bytes there, and
+    /// the older ones must not come back over them ([`CacheState::forget`]).
+    pub(super) async fn write_over_cache(
+        &self,
+        s: u64,
+        segs: Segs,
+        newer: Option<(u64, u64)>,
+        fua: bool,
+    ) -> VolumeResult<()> {
         let r = self.write_stripe(s, segs, fua).await;
         if let Some(cache) = &self.cache {
             let mut st = cache.state.lock();
             if r.is_ok() {
                 st.remove(s);
             } else {
-                st.supersede(s, attempted.unwrap_or_default());
+                if let Some((lo, hi)) = newer {
+                    st.forget(s, lo, hi);
+                }
+                if let Some(e) = st.entries.get_mut(&s) {
+                    e.busy = false;
+                    // The flusher retries after another `max_age`, not every tick.
+                    e.since = Instant::now();
+                }
             }
         }
         r
@@ -443,19 +477,25 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Any sequence of overlapping writes: the entry reads as a byte-by-byte model, its
-        /// segments stay sorted and disjoint, and the incremental pins equal a recount.
+        /// Any sequence of overlapping writes and removed ranges: the entry reads as a
+        /// byte-by-byte model, its segments stay sorted and disjoint, and the incremental
+        /// pins equal a recount.
         #[test]
         fn entry_insert_matches_a_byte_model_and_keeps_pins_exact(
-            writes in proptest::collection::vec((0u64..4000, 1usize..900), 1..40)
+            writes in proptest::collection::vec((0u64..4000, 1usize..900, proptest::bool::weighted(0.2)), 1..40)
         ) {
             let mut e = Entry { segs: Segs::new(), bytes: 0, used: 0, busy: false, since: Instant::now() };
             let mut pins = Pins::default();
             let mut model = vec![0u8; 5000];
-            for (n, (off, len)) in writes.into_iter().enumerate() {
+            for (n, (off, len, remove)) in writes.into_iter().enumerate() {
                 let byte = (n % 250 + 1) as u8;
-                e.insert(off, Buf::copy_from(&vec![byte; len]).freeze(), Some(&mut pins));
-                model[off as usize..off as usize + len].fill(byte);
+                if remove {
+                    e.remove_range(off, off + len as u64, &mut pins);
+                    model[off as usize..off as usize + len].fill(0);
+                } else {
+                    e.insert(off, Buf::copy_from(&vec![byte; len]).freeze(), Some(&mut pins));
+                    model[off as usize..off as usize + len].fill(byte);
+                }
                 let mut out = vec![0u8; 5000];
                 e.overlay(0, &mut out);
                 proptest::prop_assert_eq!(&out, &model);

@@ -9,6 +9,10 @@ use super::*;
 use crate::parity;
 use crate::ppl::LogFailed;
 
+/// How many more times a write reads the children whose read errors left it no plan
+/// before it gives the stripe's redundancy up (and fails them).
+const REREADS: u32 = 3;
+
 impl ParityCore {
     /// Writes new bytes of one stripe to the members (with parity), the caller holding the
     /// stripe's lock.
@@ -49,25 +53,84 @@ impl ParityCore {
         }
         let roles = self.layout.roles(stripe);
         let mut plan_lost = self.lost(stripe, r0, r1);
+        // Children whose reads for this write failed (not failed members).
+        let mut unreadable = Vec::new();
+        let mut rereads = 0;
         let mut tries = 0;
         loop {
             tries += 1;
-            match self
+            let r = self
                 .write_rows(stripe, &roles, r0, r1, &w, &plan_lost, fua, tries > 1)
-                .await
-            {
+                .await;
+            match r {
                 Ok(()) => return Ok(()),
                 // A read for the plan failed: treat that child as lost and plan again.
                 Err(Retry::Read(c, e)) if tries <= self.children.len() => {
                     tracing::warn!("stripe {stripe}: read for a parity update failed: {e}");
                     plan_lost[c] = true;
+                    unreadable.push(c);
                 }
-                Err(Retry::Read(_, e)) | Err(Retry::Fatal(e)) => {
+                // Read errors left no plan: they often pass, so read those children again
+                // before giving the stripe's redundancy up.
+                Err(Retry::Read(..)) | Err(Retry::Rebuild(_)) | Err(Retry::Fatal(_))
+                    if rereads < REREADS
+                        && (!unreadable.is_empty() || matches!(r, Err(Retry::Rebuild(_)))) =>
+                {
+                    rereads += 1;
+                    for c in unreadable.drain(..) {
+                        plan_lost[c] = false;
+                    }
+                    tries = 0;
+                }
+                Err(Retry::Read(_, e)) | Err(Retry::Rebuild(e)) | Err(Retry::Fatal(e)) => {
+                    // Salvaging writes data without parity: a chunk lost in this stripe can
+                    // no longer be rebuilt. The stale mark says so only until the next
+                    // start, so where read errors (not failed members) forced it, those
+                    // children fail — recorded, the group is beyond its tolerance on disk
+                    // too, and nothing rebuilds the stripe from its parity after a crash
+                    // (md fails a member whose read error it cannot correct).
+                    let base = self.layout.chunk_offset(stripe);
+                    for c in self
+                        .still_unreadable(base + r0, r1 - r0, &plan_lost, &unreadable)
+                        .await
+                    {
+                        let why = format!(
+                            "stripe {stripe}: its read error, {REREADS} times again, left a write no redundancy to keep ({e})"
+                        );
+                        self.children[c].fail_unreadable(base + r0, r1 - r0, &why);
+                    }
                     self.salvage(stripe, &w, fua).await;
                     return Err(e);
                 }
             }
         }
+    }
+
+    /// The children that cannot be read over `[at, at+len)` now: those in `unreadable`,
+    /// and any other not in `lost` whose read there fails (a read error met while
+    /// rebuilding a lost chunk does not say whose it was).
+    async fn still_unreadable(
+        &self,
+        at: u64,
+        len: u64,
+        lost: &[bool],
+        unreadable: &[usize],
+    ) -> Vec<usize> {
+        let probe: Vec<usize> = (0..self.children.len())
+            .filter(|&c| !lost[c] && !unreadable.contains(&c))
+            .collect();
+        let reads = join_all(
+            probe
+                .iter()
+                .map(|&c| self.children[c].read(at, Buf::new(len as usize))),
+        )
+        .await;
+        let failed = probe.iter().zip(reads).filter(|(_, r)| r.is_err());
+        unreadable
+            .iter()
+            .copied()
+            .chain(failed.map(|(&c, _)| c))
+            .collect()
     }
 
     /// After a write failed beyond the stripe's tolerance: put the new bytes on every data
@@ -269,7 +332,7 @@ impl ParityCore {
                     let rebuilt = self
                         .read_rows(stripe, r0, r1, &want, (0..k).map(|_| None).collect())
                         .await
-                        .map_err(Retry::Fatal)?;
+                        .map_err(Retry::Rebuild)?;
                     for (i, b) in rebuilt.into_iter().enumerate().filter(|(i, _)| want[*i]) {
                         old.insert(Target::Data(i), b);
                     }
@@ -441,13 +504,13 @@ impl ParityCore {
             let mut futs = Vec::new();
             for (s, segs) in self.per_stripe(offset, &data) {
                 let Some(cache) = &self.cache else {
-                    futs.push(self.write_over_cache(s, segs, fua));
+                    futs.push(self.write_over_cache(s, segs, None, fua));
                     continue;
                 };
                 if segs[0].1.len() as u64 == w {
                     // A whole stripe bypasses the cache and supersedes its entry, which stays
                     // listed until this write is on the members.
-                    futs.push(self.write_over_cache(s, segs, fua));
+                    futs.push(self.write_over_cache(s, segs, Some((0, w)), fua));
                     continue;
                 }
                 let (o, d) = segs.into_iter().next().expect("one segment");
@@ -467,9 +530,10 @@ impl ParityCore {
                         busy: false,
                         since: Instant::now(),
                     };
+                    let newer = (o, o + d.len() as u64);
                     merged.insert(o, d, None); // not cached: pins nothing
                     drop(st);
-                    futs.push(self.write_over_cache(s, merged.segs, fua));
+                    futs.push(self.write_over_cache(s, merged.segs, Some(newer), fua));
                     continue;
                 }
                 let full = st.insert(s, o, d, w);
@@ -477,7 +541,8 @@ impl ParityCore {
                 if full || fua {
                     let segs = st.entries[&s].segs.clone();
                     drop(st);
-                    futs.push(self.write_over_cache(s, segs, fua));
+                    // The entry's own bytes: it stays whole if the write fails.
+                    futs.push(self.write_over_cache(s, segs, None, fua));
                 }
             }
             crate::node::all_ok(join_all(futs).await)?;
@@ -544,14 +609,15 @@ impl ParityCore {
                     if !self.tolerates(failed_children) {
                         full_err = crate::node::first_error(errors);
                         // The children that took the zeroes hold them: cached bytes of
-                        // these stripes become zeroes too (see `write_over_cache`).
+                        // these stripes must not come back over them (see
+                        // `write_over_cache`).
                         if let Some(cache) = &self.cache {
                             let mut st = cache.state.lock();
                             let hit: Vec<u64> = (st.entries.keys().copied())
                                 .filter(|s| (first_full..last_full).contains(s))
                                 .collect();
                             for s in hit {
-                                st.supersede(s, vec![(0, Buf::zeroed(w as usize).freeze())]);
+                                st.forget(s, 0, w);
                             }
                         }
                     } else if let Some(cache) = &self.cache {
@@ -624,5 +690,8 @@ pub(super) fn assemble(s: u64, e: u64, w: &[(u64, SharedBuf)], old: Option<&[u8]
 pub(super) enum Retry {
     /// A read of this child failed: plan again without it.
     Read(usize, VolumeError),
+    /// Rebuilding the plan's lost chunks failed: a read error beyond what the stripe's
+    /// parity covers (which child is not known here).
+    Rebuild(VolumeError),
     Fatal(VolumeError),
 }
