@@ -280,7 +280,20 @@ fn dropped_ring_futures_leave_the_ring_working() {
     }
     let got = block_on(m.read(0, Buf::new(2 << 20))).unwrap();
     assert!(got[..1 << 20] == data[..]);
-    assert!(got[1 << 20..] == data[..]);
+    // The dropped writes still run, but nothing orders them before this read: on a loaded
+    // machine all of them can still be in the kernel's hands here (seen once in a full run).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut second = got[1 << 20..].to_vec();
+    while second != data && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        second = block_on(m.read(1 << 20, Buf::new(1 << 20)))
+            .unwrap()
+            .to_vec();
+    }
+    assert!(
+        second == data,
+        "no dropped write reached the file within 10 s"
+    );
 }
 
 /// A ring whose submits keep failing (created disabled, so io_uring_enter refuses it) fails
