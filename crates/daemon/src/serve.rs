@@ -192,7 +192,13 @@ async fn serve(config: Config) -> Result<()> {
     }
     let mut unclean = Vec::new();
     for (a, _) in &served {
-        match a.mark_clean().await {
+        let mut outcome = a.mark_clean().await;
+        if matches!(outcome, Ok(false)) && !a.background_pending() {
+            // The background resync ended between mark_clean's look and ours (it said
+            // "not clean: a resync is pending"): now there is a clean point to record.
+            outcome = a.mark_clean().await;
+        }
+        match outcome {
             Ok(true) => {}
             Ok(false) if a.background_pending() => say(format_args!(
                 "nbraidd: {}: the background resync is not finished: it resumes at the next start",
