@@ -101,13 +101,16 @@ pub enum OpsCommand {
         target: Target,
     },
     /// Rebuild what the volume is rebuilding or replacing (spares go into failed places
-    /// first) and follow it with a progress bar; a running rebuild only changes its rate.
+    /// first) and follow it with a progress bar; a running rebuild only changes its rate, and
+    /// without --rate not even that (follow it from another terminal). A rebuild started
+    /// without --rate runs at the volume's `rebuild_rate`.
     Rebuild {
         volume: String,
         #[command(flatten)]
         target: Target,
         /// Limit the rebuild to this many MB/s (10^6 bytes), or `adaptive`: full speed while
-        /// clients are idle, yielding while they do I/O; unlimited by default.
+        /// clients are idle, yielding while they do I/O; by default a running rebuild keeps
+        /// its rate and a new one runs at the volume's `rebuild_rate`.
         #[arg(long, value_name = "MB/s|adaptive", value_parser = parse_rate)]
         rate: Option<PassRate>,
         /// Print the final report as JSON instead of a progress bar.
@@ -308,9 +311,14 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
             json,
         } => {
             let mut c = Client::connect(&target)?;
-            let r = rate.unwrap_or_default();
-            c.call(json!({"op": "rebuild", "volume": volume,
-                          "rate_bytes_per_s": r.limit_bytes_per_s, "adaptive": r.adaptive}))?;
+            let mut req = json!({"op": "rebuild", "volume": volume});
+            // Without --rate a running rebuild keeps its rate: following it from another
+            // terminal changes nothing.
+            if let Some(r) = rate {
+                req["rate_bytes_per_s"] = json!(r.limit_bytes_per_s);
+                req["adaptive"] = json!(r.adaptive);
+            }
+            c.call(req)?;
             let report = follow_pass(&mut c, &volume, "rebuild", !json)?;
             Ok(if json {
                 format!("{report:#}\n")

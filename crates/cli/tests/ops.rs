@@ -811,3 +811,102 @@ fn a_scrub_cut_off_by_a_crash_resumes_after_the_restart() {
     assert!(v["scrub"].is_null(), "nothing left to resume: {v:#}");
     d.stop();
 }
+
+/// The volume's `rebuild_rate` holds for a rebuild `nbraid add` starts (it started unlimited),
+/// and `nbraid rebuild VOLUME` without `--rate` follows a running rebuild from another
+/// terminal without touching its rate (it made it unlimited); the data reads back bit-exact.
+#[test]
+fn add_rebuilds_at_the_volume_rate_and_following_a_rebuild_keeps_its_rate() {
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(dir.path(), &[], "rebuild_rate = \"8MiB\"\n");
+    let cfg = config.to_str().unwrap();
+    let (mut d, uri) = serve(&config, "r6");
+    let data = fill(&nbdcopy, dir.path(), &uri, 0x0bad_cafe_0000_0011);
+    ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
+    let spare = blank_member(dir.path(), "spare.img");
+    ok(nbraid(&["add", "r6", &spare, "--config", cfg]), "add");
+    let v = volume_status(cfg);
+    assert_eq!(
+        v["rebuild"]["rate_limit_bytes_per_s"],
+        8 << 20,
+        "the volume's rate: {v:#}"
+    );
+    // Follow it from "another terminal"; at 8 MiB/s the 32 MiB pass takes ~4 s.
+    let follower = Command::new(env!("CARGO_BIN_EXE_nbraid"))
+        .args(["rebuild", "r6", "--json", "--config", cfg])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let v = volume_status(cfg);
+    assert_eq!(v["rebuild"]["state"], "running", "{v:#}");
+    assert_eq!(
+        v["rebuild"]["rate_limit_bytes_per_s"],
+        8 << 20,
+        "following kept the rate: {v:#}"
+    );
+    let done: Value = serde_json::from_str(&ok(
+        follower.wait_with_output().unwrap(),
+        "rebuild (follow)",
+    ))
+    .unwrap();
+    assert_eq!(done["state"], "done", "{done}");
+    assert_eq!(volume_status(cfg)["degraded"], false);
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+    d.stop();
+}
+
+/// Long operations can be followed from another terminal: `nbraid scrub VOLUME --follow`
+/// follows a scrub another `nbraid scrub` started, to the same final report, and
+/// `nbraid status --watch --json` prints a fresh status line every second.
+#[test]
+fn a_scrub_and_the_status_can_be_followed_from_another_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let cfg = config.to_str().unwrap();
+    let (mut d, _uri) = serve(&config, "r6");
+    // 32 MiB at 8 MB/s: about 4 s.
+    let starter = Command::new(env!("CARGO_BIN_EXE_nbraid"))
+        .args(["scrub", "r6", "--rate", "8", "--json", "--config", cfg])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(cfg, "the scrub to start", |v| {
+        v["scrub"]["state"] == "running"
+    });
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_nbraid"))
+        .args(["status", "r6", "--watch", "--json", "--config", cfg])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let positions: Vec<u64> = (0..2)
+        .map(|_| {
+            let l = lines.next().expect("a status line").unwrap();
+            let v: Value = serde_json::from_str(&l).unwrap_or_else(|e| panic!("{l}: {e}"));
+            assert_eq!(v["volumes"][0]["name"], "r6", "{v}");
+            v["volumes"][0]["scrub"]["position_bytes"].as_u64().unwrap()
+        })
+        .collect();
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert!(
+        positions[1] > positions[0],
+        "--watch shows the scrub moving: {positions:?}"
+    );
+    let followed: Value = serde_json::from_str(&ok(
+        nbraid(&["scrub", "r6", "--follow", "--json", "--config", cfg]),
+        "scrub --follow",
+    ))
+    .unwrap();
+    let started: Value =
+        serde_json::from_str(&ok(starter.wait_with_output().unwrap(), "scrub")).unwrap();
+    assert_eq!(followed["state"], "done", "{followed}");
+    assert_eq!(started["state"], "done", "{started}");
+    assert_eq!(followed["checked"], started["checked"]);
+    assert_eq!(followed["checked"], 8 * MIB / STRIP);
+    d.stop();
+}

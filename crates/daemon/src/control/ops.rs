@@ -362,7 +362,8 @@ impl Controls {
                 // A failed role takes it at once.
                 let roles = v.array.use_spares().await.map_err(refused)?;
                 if !roles.is_empty() {
-                    v.start_rebuild(PassRate::default());
+                    // At the volume's rate, as if the daemon had started it.
+                    v.ensure_rebuild(v.rebuild_rate);
                 }
                 Ok(ok_reply(json!({
                     "volume": volume,
@@ -380,7 +381,7 @@ impl Controls {
                 let meta = open_newcomer(&path).await?;
                 v.learn(&path, meta.member());
                 v.array.replace(index, meta).await.map_err(refused)?;
-                v.start_rebuild(PassRate::default());
+                v.ensure_rebuild(v.rebuild_rate);
                 Ok(ok_reply(
                     json!({ "volume": volume, "index": index, "rebuild": rebuild_json(v) }),
                 ))
@@ -388,7 +389,10 @@ impl Controls {
             Request::Rebuild { volume, rate } => {
                 let v = self.find(&volume)?;
                 v.array.use_spares().await.map_err(refused)?;
-                v.start_rebuild(rate);
+                match rate {
+                    Some(r) => v.start_rebuild(r),
+                    None => v.ensure_rebuild(v.rebuild_rate),
+                };
                 Ok(ok_reply(
                     json!({ "volume": volume, "rebuild": rebuild_json(v) }),
                 ))
