@@ -858,6 +858,70 @@ fn add_rebuilds_at_the_volume_rate_and_following_a_rebuild_keeps_its_rate() {
     d.stop();
 }
 
+/// A file the daemon already uses is refused by `add` and `replace` with the reason — a
+/// member (of this volume or another), a spare of another volume (a spare stands by for one
+/// volume) — instead of "in use by process nbraidd"; mdadm's fail → remove → add of the same
+/// member works (it is rebuilt whole), and the data reads back bit-exact.
+#[test]
+fn add_refuses_files_in_use_and_takes_back_a_removed_member() {
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let second = "\n[[volume]]\nname = \"m\"\nlevel = \"raid1\"\nmembers = [\"e0\", \"e1\"]\nspares = [\"s0\"]\n";
+    let config = write_config_with(dir.path(), &["e0", "e1", "s0"], second);
+    let cfg = config.to_str().unwrap();
+    let (mut d, uri) = serve(&config, "r6");
+    let data = fill(&nbdcopy, dir.path(), &uri, 0x00c0_ffee_0000_0012);
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let refused = |args: &[&str], want: &str| {
+        let o = nbraid(args);
+        let said = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(
+            !o.status.success() && said.contains(want),
+            "{args:?}: {said}"
+        );
+    };
+    refused(
+        &["add", "r6", &path("s0.img"), "--config", cfg],
+        "is a spare of volume \"m\"",
+    );
+    refused(
+        &["add", "r6", &path("e1.img"), "--config", cfg],
+        "is member e1 of volume \"m\"",
+    );
+    refused(
+        &["add", "r6", &path("d3.img"), "--config", cfg],
+        "is member d3 of volume \"r6\"",
+    );
+    refused(
+        &["replace", "r6", "d2", &path("e0.img"), "--config", cfg],
+        "is member e0 of volume \"m\"",
+    );
+    let extra = blank_member(dir.path(), "extra.img");
+    ok(nbraid(&["add", "m", &extra, "--config", cfg]), "add to m");
+    refused(
+        &["add", "r6", &extra, "--config", cfg],
+        "is a spare of volume \"m\"",
+    );
+    ok(nbraid(&["fail", "r6", "d2", "--config", cfg]), "fail");
+    refused(
+        &["add", "r6", &path("d2.img"), "--config", cfg],
+        "`nbraid remove` it first",
+    );
+    ok(nbraid(&["remove", "r6", "d2", "--config", cfg]), "remove");
+    let said = ok(
+        nbraid(&["add", "r6", &path("d2.img"), "--config", cfg]),
+        "add the removed member back",
+    );
+    assert!(said.contains("rebuilding member 2"), "{said}");
+    let v = wait_for(cfg, "the rebuild onto the member taken back", |v| {
+        v["rebuild"]["state"] == "done" && v["degraded"] == false
+    });
+    assert_eq!(v["members"][2]["id"], "d2", "{v:#}");
+    assert_eq!(v["members"][2]["state"], "healthy", "{v:#}");
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+    d.stop();
+}
+
 /// Long operations can be followed from another terminal: `nbraid scrub VOLUME --follow`
 /// follows a scrub another `nbraid scrub` started, to the same final report, and
 /// `nbraid status --watch --json` prints a fresh status line every second.
