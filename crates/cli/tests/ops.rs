@@ -1042,3 +1042,58 @@ fn a_member_failed_under_nbd_writes_is_rebuilt_onto_a_spare_bit_exact() {
     );
     d.stop();
 }
+
+/// `nbraid pause` holds a running rebuild and a running scrub where they are (status says
+/// paused, the position stays), `nbraid resume` lets them run to the end.
+#[test]
+fn pause_and_resume_hold_and_restart_a_rebuild_and_a_scrub() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(
+        dir.path(),
+        &["s0"],
+        "spares = [\"s0\"]\nrebuild_rate = \"8MiB\"\n",
+    );
+    let cfg = config.to_str().unwrap();
+    let (mut d, _uri) = serve(&config, "r6");
+    let held = |what: &str| {
+        let said = ok(nbraid(&["pause", "r6", "--config", cfg]), "pause");
+        assert!(said.contains("paused: r6"), "{said}");
+        let v = wait_for(cfg, "the pause", |v| v[what]["state"] == "paused");
+        let at = v[what]["position_bytes"].as_u64().unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        let v = volume_status(cfg);
+        assert_eq!(v[what]["state"], "paused", "{v:#}");
+        assert_eq!(v[what]["position_bytes"], at, "{what} moved while paused");
+        let said = ok(nbraid(&["resume", "r6", "--config", cfg]), "resume");
+        assert!(said.contains("resumed: r6"), "{said}");
+    };
+    ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
+    wait_for(cfg, "the rebuild to start", |v| {
+        v["rebuild"]["state"] == "running"
+    });
+    held("rebuild");
+    wait_for(cfg, "the rebuild to finish", |v| {
+        v["rebuild"]["state"] == "done" && v["degraded"] == false
+    });
+    let scrub = Command::new(env!("CARGO_BIN_EXE_nbraid"))
+        .args(["scrub", "r6", "--rate", "8", "--json", "--config", cfg])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(cfg, "the scrub to start", |v| {
+        v["scrub"]["state"] == "running"
+    });
+    held("scrub");
+    let r: Value = serde_json::from_str(&ok(scrub.wait_with_output().unwrap(), "scrub")).unwrap();
+    assert_eq!(
+        (
+            r["state"].as_str(),
+            r["checked"].as_u64(),
+            r["mismatches"].as_u64()
+        ),
+        (Some("done"), Some(8 * MIB / STRIP), Some(0)),
+        "{r}"
+    );
+    d.stop();
+}
