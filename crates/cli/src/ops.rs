@@ -101,13 +101,16 @@ pub enum OpsCommand {
         target: Target,
     },
     /// Rebuild what the volume is rebuilding or replacing (spares go into failed places
-    /// first) and follow it with a progress bar; a running rebuild only changes its rate.
+    /// first) and follow it with a progress bar; a running rebuild only changes its rate, and
+    /// without --rate not even that (follow it from another terminal). A rebuild started
+    /// without --rate runs at the volume's `rebuild_rate`.
     Rebuild {
         volume: String,
         #[command(flatten)]
         target: Target,
         /// Limit the rebuild to this many MB/s (10^6 bytes), or `adaptive`: full speed while
-        /// clients are idle, yielding while they do I/O; unlimited by default.
+        /// clients are idle, yielding while they do I/O; by default a running rebuild keeps
+        /// its rate and a new one runs at the volume's `rebuild_rate`.
         #[arg(long, value_name = "MB/s|adaptive", value_parser = parse_rate)]
         rate: Option<PassRate>,
         /// Print the final report as JSON instead of a progress bar.
@@ -308,9 +311,14 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
             json,
         } => {
             let mut c = Client::connect(&target)?;
-            let r = rate.unwrap_or_default();
-            c.call(json!({"op": "rebuild", "volume": volume,
-                          "rate_bytes_per_s": r.limit_bytes_per_s, "adaptive": r.adaptive}))?;
+            let mut req = json!({"op": "rebuild", "volume": volume});
+            // Without --rate a running rebuild keeps its rate: following it from another
+            // terminal changes nothing.
+            if let Some(r) = rate {
+                req["rate_bytes_per_s"] = json!(r.limit_bytes_per_s);
+                req["adaptive"] = json!(r.adaptive);
+            }
+            c.call(req)?;
             let report = follow_pass(&mut c, &volume, "rebuild", !json)?;
             Ok(if json {
                 format!("{report:#}\n")
@@ -449,15 +457,27 @@ pub fn status_table(v: &Value) -> String {
             bytes(cache["dirty_bytes"].as_u64().unwrap_or(0)),
             bytes(cache["bound_bytes"].as_u64().unwrap_or(0)),
         );
-        if let Some(r) = vol["rebuild"].as_object() {
+        // Background passes: a rebuild (or replace), the resync after an unclean start, the
+        // resync of re-added members.
+        for (what, roles) in [
+            ("rebuild", "of roles "),
+            ("resync", ""),
+            ("readd", "of roles "),
+        ] {
+            let Some(r) = vol[what].as_object() else {
+                continue;
+            };
             let total = r["total_bytes"].as_u64().unwrap_or(0).max(1);
             let pct = r["position_bytes"].as_u64().unwrap_or(0) as f64 * 100.0 / total as f64;
+            let roles = match r.get("roles") {
+                Some(list) if !roles.is_empty() => format!(" {roles}{list}"),
+                _ => String::new(),
+            };
             out += &format!(
-                "  rebuild {} {pct:.0}% of roles {} at {}/s{}{}\n",
+                "  {what} {} {pct:.0}%{roles} at {}/s{}{}\n",
                 r["state"].as_str().unwrap_or("?"),
-                r["roles"],
                 bytes(r["rate_bytes_per_s"].as_u64().unwrap_or(0)),
-                if r["adaptive"] == true {
+                if r.get("adaptive") == Some(&Value::Bool(true)) {
                     " (adaptive)"
                 } else {
                     ""
@@ -504,6 +524,28 @@ pub fn status_table(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_shows_every_background_pass_with_progress_rate_and_eta() {
+        let pass = |pos: u64| {
+            json!({"state": "running", "roles": [1], "position_bytes": pos,
+                   "total_bytes": 100u64 << 20, "rate_bytes_per_s": 10u64 << 20,
+                   "adaptive": false, "eta_s": 5})
+        };
+        let status = json!({"volumes": [{
+            "name": "db", "level": "raid6", "state": "degraded", "capacity_bytes": 100u64 << 20,
+            "members": [], "scrub": null, "io": {}, "cache": {},
+            "rebuild": pass(25 << 20), "resync": pass(50 << 20), "readd": pass(75 << 20),
+        }]});
+        let t = status_table(&status);
+        for line in [
+            "rebuild running 25% of roles [1] at 10.0 MiB/s, eta 5s",
+            "resync running 50% at 10.0 MiB/s, eta 5s",
+            "readd running 75% of roles [1] at 10.0 MiB/s, eta 5s",
+        ] {
+            assert!(t.contains(line), "{line:?} not in\n{t}");
+        }
+    }
 
     #[test]
     fn rates_parse_as_mb_per_s_or_adaptive() {

@@ -811,3 +811,289 @@ fn a_scrub_cut_off_by_a_crash_resumes_after_the_restart() {
     assert!(v["scrub"].is_null(), "nothing left to resume: {v:#}");
     d.stop();
 }
+
+/// The volume's `rebuild_rate` holds for a rebuild `nbraid add` starts (it started unlimited),
+/// and `nbraid rebuild VOLUME` without `--rate` follows a running rebuild from another
+/// terminal without touching its rate (it made it unlimited); the data reads back bit-exact.
+#[test]
+fn add_rebuilds_at_the_volume_rate_and_following_a_rebuild_keeps_its_rate() {
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(dir.path(), &[], "rebuild_rate = \"8MiB\"\n");
+    let cfg = config.to_str().unwrap();
+    let (mut d, uri) = serve(&config, "r6");
+    let data = fill(&nbdcopy, dir.path(), &uri, 0x0bad_cafe_0000_0011);
+    ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
+    let spare = blank_member(dir.path(), "spare.img");
+    ok(nbraid(&["add", "r6", &spare, "--config", cfg]), "add");
+    let v = volume_status(cfg);
+    assert_eq!(
+        v["rebuild"]["rate_limit_bytes_per_s"],
+        8 << 20,
+        "the volume's rate: {v:#}"
+    );
+    // Follow it from "another terminal"; at 8 MiB/s the 32 MiB pass takes ~4 s.
+    let follower = Command::new(env!("CARGO_BIN_EXE_nbraid"))
+        .args(["rebuild", "r6", "--json", "--config", cfg])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let v = volume_status(cfg);
+    assert_eq!(v["rebuild"]["state"], "running", "{v:#}");
+    assert_eq!(
+        v["rebuild"]["rate_limit_bytes_per_s"],
+        8 << 20,
+        "following kept the rate: {v:#}"
+    );
+    let done: Value = serde_json::from_str(&ok(
+        follower.wait_with_output().unwrap(),
+        "rebuild (follow)",
+    ))
+    .unwrap();
+    assert_eq!(done["state"], "done", "{done}");
+    assert_eq!(volume_status(cfg)["degraded"], false);
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+    d.stop();
+}
+
+/// A file the daemon already uses is refused by `add` and `replace` with the reason — a
+/// member (of this volume or another), a spare of another volume (a spare stands by for one
+/// volume) — instead of "in use by process nbraidd"; mdadm's fail → remove → add of the same
+/// member works (it is rebuilt whole), and the data reads back bit-exact.
+#[test]
+fn add_refuses_files_in_use_and_takes_back_a_removed_member() {
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let second = "\n[[volume]]\nname = \"m\"\nlevel = \"raid1\"\nmembers = [\"e0\", \"e1\"]\nspares = [\"s0\"]\n";
+    let config = write_config_with(dir.path(), &["e0", "e1", "s0"], second);
+    let cfg = config.to_str().unwrap();
+    let (mut d, uri) = serve(&config, "r6");
+    let data = fill(&nbdcopy, dir.path(), &uri, 0x00c0_ffee_0000_0012);
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let refused = |args: &[&str], want: &str| {
+        let o = nbraid(args);
+        let said = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(
+            !o.status.success() && said.contains(want),
+            "{args:?}: {said}"
+        );
+    };
+    refused(
+        &["add", "r6", &path("s0.img"), "--config", cfg],
+        "is a spare of volume \"m\"",
+    );
+    refused(
+        &["add", "r6", &path("e1.img"), "--config", cfg],
+        "is member e1 of volume \"m\"",
+    );
+    refused(
+        &["add", "r6", &path("d3.img"), "--config", cfg],
+        "is member d3 of volume \"r6\"",
+    );
+    refused(
+        &["replace", "r6", "d2", &path("e0.img"), "--config", cfg],
+        "is member e0 of volume \"m\"",
+    );
+    let extra = blank_member(dir.path(), "extra.img");
+    ok(nbraid(&["add", "m", &extra, "--config", cfg]), "add to m");
+    refused(
+        &["add", "r6", &extra, "--config", cfg],
+        "is a spare of volume \"m\"",
+    );
+    ok(nbraid(&["fail", "r6", "d2", "--config", cfg]), "fail");
+    refused(
+        &["add", "r6", &path("d2.img"), "--config", cfg],
+        "`nbraid remove` it first",
+    );
+    ok(nbraid(&["remove", "r6", "d2", "--config", cfg]), "remove");
+    let said = ok(
+        nbraid(&["add", "r6", &path("d2.img"), "--config", cfg]),
+        "add the removed member back",
+    );
+    assert!(said.contains("rebuilding member 2"), "{said}");
+    let v = wait_for(cfg, "the rebuild onto the member taken back", |v| {
+        v["rebuild"]["state"] == "done" && v["degraded"] == false
+    });
+    assert_eq!(v["members"][2]["id"], "d2", "{v:#}");
+    assert_eq!(v["members"][2]["state"], "healthy", "{v:#}");
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+    d.stop();
+}
+
+/// Long operations can be followed from another terminal: `nbraid scrub VOLUME --follow`
+/// follows a scrub another `nbraid scrub` started, to the same final report, and
+/// `nbraid status --watch --json` prints a fresh status line every second.
+#[test]
+fn a_scrub_and_the_status_can_be_followed_from_another_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let cfg = config.to_str().unwrap();
+    let (mut d, _uri) = serve(&config, "r6");
+    // 32 MiB at 8 MB/s: about 4 s.
+    let starter = Command::new(env!("CARGO_BIN_EXE_nbraid"))
+        .args(["scrub", "r6", "--rate", "8", "--json", "--config", cfg])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(cfg, "the scrub to start", |v| {
+        v["scrub"]["state"] == "running"
+    });
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_nbraid"))
+        .args(["status", "r6", "--watch", "--json", "--config", cfg])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let positions: Vec<u64> = (0..2)
+        .map(|_| {
+            let l = lines.next().expect("a status line").unwrap();
+            let v: Value = serde_json::from_str(&l).unwrap_or_else(|e| panic!("{l}: {e}"));
+            assert_eq!(v["volumes"][0]["name"], "r6", "{v}");
+            v["volumes"][0]["scrub"]["position_bytes"].as_u64().unwrap()
+        })
+        .collect();
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert!(
+        positions[1] > positions[0],
+        "--watch shows the scrub moving: {positions:?}"
+    );
+    let followed: Value = serde_json::from_str(&ok(
+        nbraid(&["scrub", "r6", "--follow", "--json", "--config", cfg]),
+        "scrub --follow",
+    ))
+    .unwrap();
+    let started: Value =
+        serde_json::from_str(&ok(starter.wait_with_output().unwrap(), "scrub")).unwrap();
+    assert_eq!(followed["state"], "done", "{followed}");
+    assert_eq!(started["state"], "done", "{started}");
+    assert_eq!(followed["checked"], started["checked"]);
+    assert_eq!(followed["checked"], 8 * MIB / STRIP);
+    d.stop();
+}
+
+/// Issue 11's first test, through NBD: a member fails while nbdcopy writes the volume
+/// (three passes of different bytes, the member failed during the second), the daemon
+/// rebuilds its place onto the config's spare by itself while the writes go on, and the
+/// volume reads back bit-exact; a scrub then finds parity and data agreeing everywhere.
+#[test]
+fn a_member_failed_under_nbd_writes_is_rebuilt_onto_a_spare_bit_exact() {
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(dir.path(), &["s0"], "spares = [\"s0\"]\n");
+    let cfg = config.to_str().unwrap();
+    let (mut d, uri) = serve(&config, "r6");
+    let mut srcs = Vec::new();
+    for (i, seed) in [
+        0x1111_2222_3333_4444u64,
+        0x5555_6666_7777_8888,
+        0x9999_aaaa_bbbb_cccc,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut x = seed;
+        let data: Vec<u8> = (0..32 * MIB / 8)
+            .flat_map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x.to_le_bytes()
+            })
+            .collect();
+        let src = dir.path().join(format!("src{i}.img"));
+        std::fs::write(&src, &data).unwrap();
+        srcs.push((src, data));
+    }
+    let script = srcs
+        .iter()
+        .map(|(s, _)| format!("{} {} '{uri}'", nbdcopy.display(), s.display()))
+        .collect::<Vec<_>>()
+        .join(" && ");
+    let mut writer = Command::new("sh").args(["-c", &script]).spawn().unwrap();
+    let written = |v: &Value| v["io"]["write_bytes"].as_u64().unwrap_or(0);
+    wait_for(cfg, "the second pass to be under way", |v| {
+        written(v) > 40 * MIB
+    });
+    ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
+    assert!(
+        writer.try_wait().unwrap().is_none(),
+        "the writes were still going when the member failed"
+    );
+    assert!(writer.wait().unwrap().success(), "nbdcopy");
+    let v = wait_for(cfg, "the rebuild onto the spare", |v| {
+        v["rebuild"]["state"] == "done" && v["degraded"] == false
+    });
+    assert_eq!(v["members"][1]["id"], "s0", "{v:#}");
+    assert!(written(&v) >= 96 * MIB, "{v:#}");
+    reads_back(&nbdcopy, dir.path(), &uri, &srcs[2].1);
+    let scrub: Value = serde_json::from_str(&ok(
+        nbraid(&["scrub", "r6", "--config", cfg, "--json"]),
+        "scrub",
+    ))
+    .unwrap();
+    assert_eq!(
+        (scrub["mismatches"].as_u64(), scrub["skipped"].as_u64()),
+        (Some(0), Some(0)),
+        "{scrub}"
+    );
+    d.stop();
+}
+
+/// `nbraid pause` holds a running rebuild and a running scrub where they are (status says
+/// paused, the position stays), `nbraid resume` lets them run to the end.
+#[test]
+fn pause_and_resume_hold_and_restart_a_rebuild_and_a_scrub() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(
+        dir.path(),
+        &["s0"],
+        "spares = [\"s0\"]\nrebuild_rate = \"8MiB\"\n",
+    );
+    let cfg = config.to_str().unwrap();
+    let (mut d, _uri) = serve(&config, "r6");
+    let held = |what: &str| {
+        let said = ok(nbraid(&["pause", "r6", "--config", cfg]), "pause");
+        assert!(said.contains("paused: r6"), "{said}");
+        let v = wait_for(cfg, "the pause", |v| v[what]["state"] == "paused");
+        let at = v[what]["position_bytes"].as_u64().unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        let v = volume_status(cfg);
+        assert_eq!(v[what]["state"], "paused", "{v:#}");
+        assert_eq!(v[what]["position_bytes"], at, "{what} moved while paused");
+        let said = ok(nbraid(&["resume", "r6", "--config", cfg]), "resume");
+        assert!(said.contains("resumed: r6"), "{said}");
+    };
+    ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
+    wait_for(cfg, "the rebuild to start", |v| {
+        v["rebuild"]["state"] == "running"
+    });
+    held("rebuild");
+    wait_for(cfg, "the rebuild to finish", |v| {
+        v["rebuild"]["state"] == "done" && v["degraded"] == false
+    });
+    let scrub = Command::new(env!("CARGO_BIN_EXE_nbraid"))
+        .args(["scrub", "r6", "--rate", "8", "--json", "--config", cfg])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(cfg, "the scrub to start", |v| {
+        v["scrub"]["state"] == "running"
+    });
+    held("scrub");
+    let r: Value = serde_json::from_str(&ok(scrub.wait_with_output().unwrap(), "scrub")).unwrap();
+    assert_eq!(
+        (
+            r["state"].as_str(),
+            r["checked"].as_u64(),
+            r["mismatches"].as_u64()
+        ),
+        (Some("done"), Some(8 * MIB / STRIP), Some(0)),
+        "{r}"
+    );
+    d.stop();
+}

@@ -128,6 +128,11 @@ impl Volume {
         Ok(())
     }
 
+    /// The replacement being rebuilt beside slot `index`'s member, if any.
+    pub fn replacement(&self, index: usize) -> Option<Arc<dyn Member>> {
+        self.table().slots().get(index)?.replacement()
+    }
+
     /// Slots the next rebuild pass brings up to date: new members (resyncing, not failed)
     /// and members with a replacement.
     pub fn rebuild_targets(&self) -> Vec<usize> {

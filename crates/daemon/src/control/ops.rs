@@ -105,7 +105,11 @@ impl ControlVolume {
 
     /// Remembers a member added at run time by its path.
     fn learn(&self, id: &str, member: &Arc<dyn Member>) {
-        self.known.lock().push(Known {
+        let mut known = self.known.lock();
+        if known.iter().any(|k| Arc::ptr_eq(&k.member, member)) {
+            return; // one it let go and took back keeps its id
+        }
+        known.push(Known {
             id: id.to_string(),
             member: member.clone(),
         });
@@ -216,11 +220,32 @@ impl ControlVolume {
     }
 }
 
-/// Opens an existing member file for `add`/`replace` and reads its superblock.
-async fn open_newcomer(path: &str) -> Result<Arc<MemberMeta>, Refusal> {
-    let file = UringFile::open_with(path, None, Default::default())
-        .map_err(|e| Refusal::new("bad-request", format!("opening `{path}`: {e}")))?;
-    Ok(MemberMeta::load(Arc::new(file) as Arc<dyn Member>).await)
+/// Opens an existing member file for `add`/`replace` (or takes the daemon's open one,
+/// `open`) and reads its superblock.
+async fn open_newcomer(
+    path: &str,
+    open: Option<Arc<dyn Member>>,
+) -> Result<Arc<MemberMeta>, Refusal> {
+    let member = match open {
+        Some(m) => m,
+        None => Arc::new(
+            UringFile::open_with(path, None, Default::default())
+                .map_err(|e| Refusal::new("bad-request", format!("opening `{path}`: {e}")))?,
+        ) as Arc<dyn Member>,
+    };
+    Ok(MemberMeta::load(member).await)
+}
+
+/// Whether the member named `name` (a path; remote members' URIs never match) is the file or
+/// device `new` describes.
+fn same_file(name: &str, new: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    std::fs::metadata(name).is_ok_and(|m| {
+        (m.dev() == new.dev() && m.ino() == new.ino())
+            || (m.file_type().is_block_device()
+                && new.file_type().is_block_device()
+                && m.rdev() == new.rdev())
+    })
 }
 
 fn refused(e: impl std::fmt::Display) -> Refusal {
@@ -305,6 +330,66 @@ impl Controls {
         })
     }
 
+    /// What this daemon already does with the file or device at `path`, offered as a new
+    /// spare or replacement of volume `volume`: refused when it serves — a member of any
+    /// volume (member files may carry several), a spare standing by (a spare stands by for
+    /// one volume, as in the config), a replacement being rebuilt in; opening it again would
+    /// only meet the daemon's own lock. A member let go but still open (removed, or replaced)
+    /// is handed back to be used again.
+    fn already_open(&self, volume: &str, path: &str) -> Result<Option<Arc<dyn Member>>, Refusal> {
+        let Ok(new) = std::fs::metadata(path) else {
+            return Ok(None); // opening it says what is wrong
+        };
+        let in_use = |what: String| {
+            Refusal::new(
+                "in-use",
+                format!("`{path}` is {what}; a member or spare serves one place at a time"),
+            )
+        };
+        for v in &self.volumes {
+            let vol = v.array.volume();
+            for (r, id) in v.member_ids().iter().enumerate() {
+                if same_file(vol.member(r).name(), &new) {
+                    let hint = match vol.member_is_failed(r) {
+                        true if v.name == volume => {
+                            " (failed: `nbraid remove` it first, then add it to rebuild it)"
+                        }
+                        true => " (failed)",
+                        false => "",
+                    };
+                    return Err(in_use(format!(
+                        "member {id} of volume \"{}\"{hint}",
+                        v.name
+                    )));
+                }
+                if vol
+                    .replacement(r)
+                    .is_some_and(|m| same_file(m.name(), &new))
+                {
+                    return Err(in_use(format!(
+                        "replacing member {id} of volume \"{}\"",
+                        v.name
+                    )));
+                }
+            }
+            if v.array
+                .spares()
+                .iter()
+                .any(|m| same_file(m.member().name(), &new))
+            {
+                return Err(in_use(format!("a spare of volume \"{}\"", v.name)));
+            }
+        }
+        let let_go = self.volumes.iter().find_map(|v| {
+            let known = v.known.lock();
+            known
+                .iter()
+                .find(|k| same_file(k.member.name(), &new))
+                .map(|k| k.member.clone())
+        });
+        Ok(let_go)
+    }
+
     /// The volumes a request names (`None`: all of them).
     fn select(&self, name: &Option<String>) -> Result<Vec<&ControlVolume>, Refusal> {
         match name {
@@ -355,14 +440,16 @@ impl Controls {
             }
             Request::Add { volume, path } => {
                 let v = self.find(&volume)?;
-                let meta = open_newcomer(&path).await?;
+                let open = self.already_open(&volume, &path)?;
+                let meta = open_newcomer(&path, open).await?;
                 v.learn(&path, meta.member());
                 // Recorded: a restart still knows it.
                 v.array.add_recorded_spare(meta).await.map_err(refused)?;
                 // A failed role takes it at once.
                 let roles = v.array.use_spares().await.map_err(refused)?;
                 if !roles.is_empty() {
-                    v.start_rebuild(PassRate::default());
+                    // At the volume's rate, as if the daemon had started it.
+                    v.ensure_rebuild(v.rebuild_rate);
                 }
                 Ok(ok_reply(json!({
                     "volume": volume,
@@ -377,10 +464,11 @@ impl Controls {
             } => {
                 let v = self.find(&volume)?;
                 let index = v.member_index(&member)?;
-                let meta = open_newcomer(&path).await?;
+                let open = self.already_open(&volume, &path)?;
+                let meta = open_newcomer(&path, open).await?;
                 v.learn(&path, meta.member());
                 v.array.replace(index, meta).await.map_err(refused)?;
-                v.start_rebuild(PassRate::default());
+                v.ensure_rebuild(v.rebuild_rate);
                 Ok(ok_reply(
                     json!({ "volume": volume, "index": index, "rebuild": rebuild_json(v) }),
                 ))
@@ -388,7 +476,10 @@ impl Controls {
             Request::Rebuild { volume, rate } => {
                 let v = self.find(&volume)?;
                 v.array.use_spares().await.map_err(refused)?;
-                v.start_rebuild(rate);
+                match rate {
+                    Some(r) => v.start_rebuild(r),
+                    None => v.ensure_rebuild(v.rebuild_rate),
+                };
                 Ok(ok_reply(
                     json!({ "volume": volume, "rebuild": rebuild_json(v) }),
                 ))

@@ -14,7 +14,10 @@
 //! | `add` | `volume`, `path` | `rebuilding_roles`, `rebuild` |
 //! | `remove` | `volume`, `member` (a failed member's id or index, or a spare's id or path) | `removed`: `member` or `spare` |
 //! | `replace` | `volume`, `member`, `path` | `index`, `rebuild` |
-//! | `rebuild` | `volume`, `rate_bytes_per_s`, `adaptive` (as for `scrub`) | `rebuild`: progress |
+//! | `rebuild` | `volume`, `rate_bytes_per_s`, `adaptive` (as for `scrub`; both absent: a running rebuild keeps its rate, one started runs at the volume's `rebuild_rate`) | `rebuild`: progress |
+//!
+//! Rebuilds that `add` and `replace` start run at the volume's `rebuild_rate`, like the ones
+//! the daemon starts by itself; a rebuild already running keeps its rate.
 
 use nbraid_core::PassRate;
 use serde_json::{json, Map, Value};
@@ -65,10 +68,12 @@ pub enum Request {
         volume: String,
         member: String,
     },
-    /// Start (or re-rate) the rebuild of the volume's rebuilding and replaced members.
+    /// Start (or re-rate) the rebuild of the volume's rebuilding and replaced members;
+    /// `rate: None` leaves a running rebuild's rate alone (following it from another
+    /// terminal), or starts one at the volume's `rebuild_rate`.
     Rebuild {
         volume: String,
-        rate: PassRate,
+        rate: Option<PassRate>,
     },
 }
 
@@ -247,7 +252,13 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
         },
         "rebuild" => Request::Rebuild {
             volume: string_field(&o, "volume", op)?,
-            rate: rate_field(&o, op)?,
+            rate: match ["rate_bytes_per_s", "adaptive"]
+                .iter()
+                .all(|k| matches!(o.get(*k), None | Some(Value::Null)))
+            {
+                true => None,
+                false => Some(rate_field(&o, op)?),
+            },
         },
         other => {
             return Err(Refusal::new(
@@ -280,10 +291,25 @@ mod tests {
             parse(br#"{"v":1,"op":"rebuild","volume":"db","adaptive":true}"#),
             Ok(Request::Rebuild {
                 volume: "db".into(),
-                rate: PassRate {
+                rate: Some(PassRate {
                     limit_bytes_per_s: 0,
                     adaptive: true
-                }
+                })
+            })
+        );
+        // No rate: a running rebuild keeps its own (following it changes nothing).
+        assert_eq!(
+            parse(br#"{"v":1,"op":"rebuild","volume":"db"}"#),
+            Ok(Request::Rebuild {
+                volume: "db".into(),
+                rate: None
+            })
+        );
+        assert_eq!(
+            parse(br#"{"v":1,"op":"rebuild","volume":"db","rate_bytes_per_s":0}"#),
+            Ok(Request::Rebuild {
+                volume: "db".into(),
+                rate: Some(PassRate::default())
             })
         );
         assert_eq!(
