@@ -155,33 +155,34 @@ pub(super) fn resolve(
     let table = prefix.trim_end_matches('.');
     for (key, model) in &raw.0 {
         let name = key.get_ref().as_str();
-        let (slot, specs) = match (name, model) {
-            ("hdd", Some(m)) => (&mut out.hdd, (m, &HDD_PARAMS[..])),
-            ("ssd", Some(m)) => (&mut out.ssd, (m, &SSD_PARAMS[..])),
-            _ => {
-                let names: Vec<&str> = MODELS.iter().map(|(n, _)| *n).collect();
-                let near = closest(name, &names)
-                    .map_or(String::new(), |w| format!("; did you mean `{w}`?"));
-                let tables: Vec<String> = names.iter().map(|n| format!("[{prefix}{n}]")).collect();
-                let what = if table.is_empty() {
-                    format!("unknown table `{name}`; a --sim-params file holds")
-                } else {
-                    format!("{table}: unknown key `{name}`; {table} holds")
-                };
-                return Err(Problem::new(
-                    key.span(),
-                    ErrorKind::Schema,
-                    format!(
-                        "{what} the simulated models' tables, {}{near}",
-                        tables.join(" and ")
-                    ),
-                ));
-            }
+        let (slot, specs) = match name {
+            "hdd" => (&mut out.hdd, &HDD_PARAMS[..]),
+            "ssd" => (&mut out.ssd, &SSD_PARAMS[..]),
+            _ => (&mut None, &[][..]),
+        };
+        let Some(model) = model.as_ref().filter(|_| !specs.is_empty()) else {
+            let names: Vec<&str> = MODELS.iter().map(|(n, _)| *n).collect();
+            let near =
+                closest(name, &names).map_or(String::new(), |w| format!("; did you mean `{w}`?"));
+            let tables: Vec<String> = names.iter().map(|n| format!("[{prefix}{n}]")).collect();
+            let what = if table.is_empty() {
+                format!("unknown table `{name}`; a --sim-params file holds")
+            } else {
+                format!("{table}: unknown key `{name}`; {table} holds")
+            };
+            return Err(Problem::new(
+                key.span(),
+                ErrorKind::Schema,
+                format!(
+                    "{what} the simulated models' tables, {}{near}",
+                    tables.join(" and ")
+                ),
+            ));
         };
         *slot = Some(model_params(
-            specs.0,
+            model,
             &format!("{prefix}{name}"),
-            specs.1,
+            specs,
             text,
         )?);
     }
@@ -252,7 +253,8 @@ fn shown(v: &Value) -> String {
     match v {
         Value::String(s) => format!("\"{s}\""),
         Value::Integer(i) => i.to_string(),
-        Value::Float(f) => f.to_string(),
+        // Debug writes 1e300 as such, where Display spells out 301 digits.
+        Value::Float(f) => format!("{f:?}"),
         Value::Boolean(b) => b.to_string(),
         Value::Datetime(d) => d.to_string(),
         Value::Array(_) => "(an array)".into(),

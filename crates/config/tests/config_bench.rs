@@ -204,6 +204,12 @@ fn a_bad_value_is_located_with_its_range_and_unit() {
             &[],
         );
     }
+    let e = err("[bench.ssd]\nread_latency_us = 1e300\n");
+    assert!(
+        e.to_string()
+            .contains("read_latency_us 1e300 is out of range; give 0 to 60000000 (µs)"),
+        "{e}"
+    );
 }
 
 #[test]
