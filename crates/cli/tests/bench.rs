@@ -750,3 +750,135 @@ fn a_cell_of_nothing_is_refused() {
         assert!(!o.status.success() && err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// A config of one RAID 1 over two 300 GB members (never created: the runs below put
+/// simulated members in their place), then `bench`; its path.
+fn mirror_config(dir: &std::path::Path, name: &str, bench: &str) -> String {
+    let mut text = String::new();
+    for m in ["a", "b"] {
+        text += &format!("[[member]]\nid = \"{m}\"\npath = \"{m}.img\"\nsize = \"300GB\"\n");
+    }
+    text += "[[volume]]\nname = \"m\"\nlevel = \"raid1\"\nmembers = [\"a\", \"b\"]\nread_policy = \"nearest\"\n";
+    let path = dir.join(name);
+    std::fs::write(&path, text + bench).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn a_configs_bench_table_sets_the_model_as_a_sim_params_file_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = mirror_config(dir.path(), "plain.toml", "");
+    // docs/benchmarks/hdd-one-command.toml's drive, kept beside the array.
+    let one = mirror_config(dir.path(), "one.toml", "\n[bench.hdd]\nqueue_depth = 1\n");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "rand-read",
+            "--sim",
+            "hdd",
+            "--qd",
+            "16",
+            "--duration",
+            "5s",
+        ];
+        args.extend(extra);
+        iops(&bench(&args))
+    };
+    // The config's volume on simulated members: the table gives what the file gives.
+    let by_file = run(&[
+        "--config",
+        &plain,
+        "--volume",
+        "m",
+        "--sim-params",
+        ONE_COMMAND_HDD,
+    ]);
+    let by_config = run(&["--config", &one, "--volume", "m"]);
+    let default = run(&["--config", &plain, "--volume", "m"]);
+    assert_eq!(by_config, by_file);
+    assert!(
+        by_config * 1.2 < default,
+        "one command at a time {by_config} should be well below reordering 64 {default}"
+    );
+    // --sim-params wins: its [hdd] (the defaults here) replaces the config's table.
+    let defaults = dir.path().join("defaults.toml");
+    std::fs::write(&defaults, "[hdd]\n").unwrap();
+    let defaults = defaults.to_str().unwrap();
+    let both = run(&["--config", &one, "--volume", "m", "--sim-params", defaults]);
+    assert_eq!(both, default);
+    // Without --volume the config gives only the model: --levels volumes and sweeps.
+    let levels = [
+        "--levels",
+        "1",
+        "--members",
+        "2",
+        "--read-policy",
+        "nearest",
+    ];
+    assert_eq!(
+        run(&[&levels[..], &["--config", &one]].concat()),
+        run(&[&levels[..], &["--sim-params", ONE_COMMAND_HDD]].concat())
+    );
+    let sweep = |extra: &[&str]| {
+        let mut args = vec![
+            "rand-read",
+            "--sweep",
+            "members=1..2",
+            "--levels",
+            "0",
+            "--qd",
+            "16",
+            "--duration",
+            "2s",
+        ];
+        args.extend(extra);
+        bench(&args)["series"].clone()
+    };
+    let swept = sweep(&["--config", &one]);
+    assert_eq!(
+        swept,
+        sweep(&["--sim", "hdd", "--sim-params", ONE_COMMAND_HDD])
+    );
+    assert_ne!(swept, sweep(&["--config", &plain]));
+}
+
+#[test]
+fn a_bad_bench_table_or_a_config_without_a_volume_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = mirror_config(dir.path(), "bad.toml", "[bench.hdd]\nrpms = 7200\n");
+    let plain = mirror_config(dir.path(), "plain.toml", "");
+    let refused = |args: &[&str], says: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_nbraid"))
+            .args(["bench", "rand-read", "--qd", "1"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(says), "{args:?}: {err}");
+    };
+    // The config's error, at its line, whether or not the run uses a volume of it.
+    let at = format!("{bad}:15:1: bench.hdd: unknown key `rpms`");
+    refused(&["--sim", "hdd", "--config", &bad], &at);
+    refused(&["--sim", "hdd", "--config", &bad, "--volume", "m"], &at);
+    refused(
+        &["--sweep", "members=1..2", "--levels", "0", "--config", &bad],
+        &at,
+    );
+    // A config without --volume only gives models.
+    refused(
+        &["--config", &plain, "--nbd", "nbd://127.0.0.1:1/x"],
+        "needs --volume",
+    );
+    refused(
+        &[
+            "--sweep",
+            "members=1..2",
+            "--levels",
+            "0",
+            "--config",
+            &plain,
+            "--volume",
+            "m",
+        ],
+        "--volume is not used",
+    );
+}

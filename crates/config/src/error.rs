@@ -42,6 +42,9 @@ pub enum ErrorKind {
     Tree,
     /// A server bound in `[daemon]` out of range: connections, request memory, a timeout.
     Limit,
+    /// A simulated disk model's parameter (`[bench.hdd]`, `[bench.ssd]`, or a `--sim-params`
+    /// file's `[hdd]`, `[ssd]`) that is not a number or out of range.
+    Model,
 }
 
 /// Why a config cannot be used. `Display` gives the whole message, e.g.
@@ -101,6 +104,20 @@ impl Problem {
             span,
             kind,
             message: message.into(),
+        }
+    }
+}
+
+impl Problem {
+    /// The error at the problem's place in `text`, read from `file`.
+    pub fn located(self, text: &str, file: &std::path::Path) -> ConfigError {
+        let (line, column) = line_col(text, self.span.start);
+        ConfigError::Invalid {
+            file: file.display().to_string(),
+            line,
+            column,
+            kind: self.kind,
+            message: self.message,
         }
     }
 }

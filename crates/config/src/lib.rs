@@ -30,6 +30,10 @@
 //! strip_size = "64KiB"
 //! members = ["d0", "d1", "d2", "d3", "d4", "d5"]
 //! size = "all"
+//!
+//! [bench.hdd]            # optional: `nbraid bench --sim hdd --config FILE`'s disk model
+//! rpm = 7200             # the keys of a `--sim-params` file's [hdd]; [bench.ssd] likewise
+//! queue_depth = 1
 //! ```
 //!
 //! Instead of `level` (and `members`), a volume may declare its tree, nodes being tables with
@@ -78,6 +82,7 @@
 //! layout crate's, shared with the engine.
 
 mod allocate;
+mod bench;
 mod error;
 mod field;
 mod limits;
@@ -93,6 +98,10 @@ mod tls;
 mod tree;
 mod volume_meta;
 
+pub use bench::{
+    load_sim_params, parse_sim_params, BenchModels, ModelParams, ParamSpec, HDD_PARAMS, MODELS,
+    SSD_PARAMS,
+};
 pub use error::{ConfigError, ErrorKind};
 pub use limits::{
     format_duration, parse_duration, ServerLimits, DURATION_HELP, IN_FLIGHT_MEMORY_MAX,
@@ -162,6 +171,9 @@ pub struct Config {
     /// The control socket (`[daemon] control`, resolved against the config's directory;
     /// default: the config file's path with the extension `.ctl`).
     pub control: PathBuf,
+    /// `[bench.hdd]`, `[bench.ssd]`: parameters of `nbraid bench --sim`'s disk models (none
+    /// when the tables are absent; the daemon does not use them).
+    pub bench: BenchModels,
     /// Members in file order; volumes refer to them by index.
     pub members: Vec<Member>,
     /// Volumes in file order (also the order their regions were allocated in).

@@ -15,6 +15,9 @@ pub(crate) struct RawConfig {
     pub member: Vec<Spanned<RawMember>>,
     #[serde(default)]
     pub volume: Vec<Spanned<RawVolume>>,
+    /// `[bench.hdd]`, `[bench.ssd]`: only `nbraid bench --sim` reads them.
+    #[serde(default)]
+    pub bench: Option<RawBench>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -34,6 +37,69 @@ pub(crate) struct RawDaemon {
     pub insecure_listen: Option<bool>,
     /// The control socket's path.
     pub control: Option<Spanned<String>>,
+}
+
+/// The simulated disk models' tables: `[bench]` of a config, or the top level of a
+/// `--sim-params` file: each key with its model's table, `None` for a key that names no
+/// model (reported by `bench`, which lists the valid ones). Nothing here is `Spanned` as a
+/// whole: `[bench.hdd]` leaves `bench` an implicit table, which toml gives no span.
+#[derive(Debug)]
+pub(crate) struct RawBench(pub Vec<(Spanned<String>, Option<RawModel>)>);
+
+impl<'de> Deserialize<'de> for RawBench {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawBench, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawBench;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("tables of the simulated models, hdd and ssd")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<RawBench, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(key) = map.next_key::<Spanned<String>>()? {
+                    let model = if super::bench::MODELS
+                        .iter()
+                        .any(|(name, _)| name == key.get_ref())
+                    {
+                        Some(map.next_value::<RawModel>()?)
+                    } else {
+                        map.next_value::<de::IgnoredAny>()?;
+                        None
+                    };
+                    entries.push((key, model));
+                }
+                Ok(RawBench(entries))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A model's table as written: its keys (with their places) and values in file order,
+/// checked in `bench`, so an unknown key can name the valid ones. The values are not
+/// `Spanned` for the same reason (`rpm.x = 1` makes an implicit table); `bench` finds them
+/// after their keys.
+#[derive(Debug)]
+pub(crate) struct RawModel(pub Vec<(Spanned<String>, toml::Value)>);
+
+impl<'de> Deserialize<'de> for RawModel {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawModel, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawModel;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a table of parameters such as { rpm = 7200 }")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<RawModel, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(key) = map.next_key::<Spanned<String>>()? {
+                    entries.push((key, map.next_value::<toml::Value>()?));
+                }
+                Ok(RawModel(entries))
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -26,31 +26,31 @@ use std::path::{Component, Path, PathBuf};
 type R<T> = Result<T, Problem>;
 
 pub(super) fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
-    let located = |p: Problem| {
-        let (line, column) = line_col(text, p.span.start);
-        ConfigError::Invalid {
-            file: file.display().to_string(),
-            line,
-            column,
-            kind: p.kind,
-            message: p.message,
-        }
-    };
-    if let Err(e) = text.parse::<toml::Table>() {
-        let span = e.span().unwrap_or(0..0);
-        return Err(located(Problem::new(
-            span,
-            ErrorKind::Syntax,
-            format!("not valid TOML: {}", one_line(e.message())),
-        )));
-    }
-    let raw: RawConfig = toml::from_str(text).map_err(|e| located(schema_problem(text, &e)))?;
+    let located = |p: Problem| p.located(text, file);
+    let raw: RawConfig = from_toml(text, file)?;
     let base = match file.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
     let cx = Cx { text, base: &base };
     cx.resolve(raw, file).map_err(located)
+}
+
+/// `text` as `T`: not TOML is a syntax error, TOML that `T` does not take a schema error.
+pub(super) fn from_toml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    file: &Path,
+) -> Result<T, ConfigError> {
+    if let Err(e) = text.parse::<toml::Table>() {
+        let span = e.span().unwrap_or(0..0);
+        return Err(Problem::new(
+            span,
+            ErrorKind::Syntax,
+            format!("not valid TOML: {}", one_line(e.message())),
+        )
+        .located(text, file));
+    }
+    toml::from_str(text).map_err(|e| schema_problem(text, &e).located(text, file))
 }
 
 /// Lexically cleans a path: drops `.`, folds `..` into the component before it.
@@ -130,6 +130,7 @@ impl Cx<'_> {
     fn resolve(&self, raw: RawConfig, file: &Path) -> R<Config> {
         let (listen, own_tls) = self.listen(&raw)?;
         let limits = super::limits::resolve(raw.daemon.as_ref().map(|d| d.get_ref()))?;
+        let bench = super::bench::resolve(raw.bench.as_ref(), "bench.", self.text)?;
         let tls = super::tls::resolve(
             raw.daemon.as_ref().map(|d| d.get_ref()),
             self.base,
@@ -196,6 +197,7 @@ impl Cx<'_> {
             limits,
             tls,
             control,
+            bench,
             members,
             volumes,
         })

@@ -11,6 +11,7 @@ pub(super) fn schema_problem(text: &str, e: &toml::de::Error) -> Problem {
     let mut message = one_line(e.message())
         .replace("expected i64", "expected an integer")
         .replace("expected u64", "expected an integer")
+        .replace("expected f64", "expected a number")
         .replace("expected a sequence", "expected an array ([ ... ])");
     if let Some(field) = field_at(text, span.start) {
         if !message.contains('`') || message.starts_with("invalid") {
@@ -66,6 +67,7 @@ fn table_at(text: &str, offset: usize) -> Option<String> {
             return Some("daemon".into());
         }
     }
+
     for (i, m) in sk.member.iter().flatten().enumerate() {
         if inside(m.span()) {
             return Some(named("member", "id", i, m.get_ref()));
@@ -84,6 +86,14 @@ fn did_you_mean(message: &str) -> Option<String> {
     let rest = message.strip_prefix("unknown field `")?;
     let (got, rest) = rest.split_once('`')?;
     let expected: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
+    closest(got, &expected).map(str::to_string)
+}
+
+/// The name in `expected` that `got` most likely misspells, if any is close.
+pub(super) fn closest<'a>(got: &str, expected: &[&'a str]) -> Option<&'a str> {
+    if got.is_empty() {
+        return None;
+    }
     let got_l = got.to_ascii_lowercase().replace('-', "_");
     expected
         .iter()
@@ -92,7 +102,7 @@ fn did_you_mean(message: &str) -> Option<String> {
             *d <= 2.max(got.len() / 3) || e.starts_with(&got_l) || got_l.starts_with(*e)
         })
         .min()
-        .map(|(_, e)| e.to_string())
+        .map(|(_, e)| e)
 }
 
 pub(super) fn edit_distance(a: &str, b: &str) -> usize {

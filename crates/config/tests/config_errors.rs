@@ -79,7 +79,7 @@ fn unknown_table() {
     expect(
         &e,
         ErrorKind::Schema,
-        "configs/bad.toml:1:3: unknown field `members`, expected one of `daemon`, `member`, `volume`; did you mean `member`?",
+        "configs/bad.toml:1:3: unknown field `members`, expected one of `daemon`, `member`, `volume`, `bench`; did you mean `member`?",
         &[],
     );
 }

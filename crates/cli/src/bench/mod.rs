@@ -39,8 +39,10 @@ pub struct BenchArgs {
     /// also prints its rating Σ IOPS(q)/q, q = 1..32).
     #[arg(value_enum)]
     pub workload: Workload,
-    /// Run on a volume of this config, in this process.
-    #[arg(long, value_name = "FILE", requires = "volume")]
+    /// Run on a volume of this config, in this process. With --sim or --sweep its
+    /// [bench.hdd] / [bench.ssd] tables set the simulated models' parameters (then --volume
+    /// is optional: without it the config gives only the models).
+    #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The config's volume to run on.
     #[arg(long, value_name = "NAME", requires = "config")]
@@ -57,7 +59,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "hdd|ssd")]
     pub sim: Option<String>,
     /// TOML with the simulated models' parameters ([hdd] rpm, full_stroke_ms, ...; [ssd]
-    /// read_iops, read_mb_s, ...).
+    /// read_iops, read_mb_s, ...): the keys of a config's [bench.hdd] / [bench.ssd]. It wins
+    /// over the config: given, the config's tables are not used.
     #[arg(long, value_name = "FILE", requires = "sim")]
     pub sim_params: Option<PathBuf>,
     /// Sweep simulated volumes: members=1..24 (one curve per --levels beside the theory
@@ -180,12 +183,28 @@ pub fn run(a: &BenchArgs) -> Result<String> {
         bail!("--jobs and --connections must be at least 1");
     }
     let bs = size("bs", &a.bs)?;
+    let simulated = a.sim.is_some() || a.sweep.is_some();
+    if a.config.is_some() && a.volume.is_none() && !simulated {
+        bail!("--config FILE needs --volume NAME (or --sim / --sweep, for which the config alone gives its [bench.hdd] / [bench.ssd] models)");
+    }
+    if a.sweep.is_some() && a.volume.is_some() {
+        bail!("a sweep builds its own volumes: --volume is not used (--config alone gives the sweep its [bench.hdd] / [bench.ssd] models)");
+    }
+    // The config is read once: for its volume and for the models' tables.
+    let config = match &a.config {
+        Some(f) if simulated => Some(nbraid_config::load(f)?),
+        _ => None,
+    };
+    let source = sim::ModelSource {
+        params_file: a.sim_params.as_deref(),
+        config: config.as_ref(),
+    };
     let model = a
         .sim
         .as_deref()
-        .map(|k| sim::model(k, a.sim_params.as_deref()))
+        .map(|k| sim::model(k, source))
         .transpose()?;
-    let virtual_time = model.is_some() || a.sweep.is_some();
+    let virtual_time = simulated;
     let stop = match (&a.bytes, &a.duration) {
         (Some(b), _) => match size("bytes", &Some(b.clone()))? {
             Some(n) if n > 0 => Stop::Bytes(n),
@@ -252,7 +271,10 @@ pub fn run(a: &BenchArgs) -> Result<String> {
 
     if let Some(s) = &a.sweep {
         let sweep = Sweep::parse(s)?;
-        let model = model.unwrap_or_else(|| sim::model("hdd", None).expect("a built-in model"));
+        let model = match model {
+            Some(m) => m,
+            None => sim::model("hdd", source)?,
+        };
         if levels.is_empty() {
             bail!("--sweep needs --levels (0,1,5,6,10,50,60)");
         }
@@ -317,14 +339,15 @@ pub fn run(a: &BenchArgs) -> Result<String> {
     // Targets, compared cell by cell in this order.
     let mut targets: Vec<Box<dyn Target>> = Vec::new();
     match (&a.config, &a.volume, &model) {
-        (Some(f), Some(v), Some(m)) => {
+        (Some(_), Some(v), Some(m)) => {
             if a.vs_single {
                 targets.push(Box::new(sim::single(&shape, m, a.verify)?));
             }
-            targets.push(Box::new(sim::config_volume(f, v, m, a.verify)?))
+            let config = config.as_ref().context("the config is read for --sim")?;
+            targets.push(Box::new(sim::config_volume(config, v, m, a.verify)?))
         }
         (Some(f), Some(v), None) => targets.push(Box::new(target::config_volume(f, v)?)),
-        (None, None, Some(m)) => {
+        (_, None, Some(m)) => {
             if a.vs_single {
                 targets.push(Box::new(sim::single(&shape, m, a.verify)?));
             }

@@ -1,9 +1,11 @@
 //! Simulated targets: volumes of the engine over [`SimMember`]s on one virtual clock, built
 //! from a config's volume or from a level and member count (sweeps), and the model's
-//! parameters from a TOML file (`[hdd]` / `[ssd]` tables of numbers).
+//! parameters from a `--sim-params` file (`[hdd]` / `[ssd]` tables of numbers) or the
+//! config's `[bench.hdd]` / `[bench.ssd]` (both checked by `nbraid_config`).
 
 use super::target::{Target, VolumeTarget};
 use anyhow::{bail, Context, Result};
+use nbraid_config::{BenchModels, Config};
 use nbraid_core::simulated::{HddParams, SimClock, SimMember, SimModel, SsdParams};
 use nbraid_core::{CacheMode, Member, ReadPolicy, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Level, ParityLayout, Region, Shape};
@@ -14,37 +16,40 @@ use std::sync::Arc;
 /// stored unless --verify asks for it).
 pub const DEFAULT_MEMBER_BYTES: u64 = 300_000_000_000 / 4096 * 4096;
 
-/// The model `kind` (`hdd` or `ssd`) with the parameters of `[kind]` in `params` applied.
-pub fn model(kind: &str, params: Option<&Path>) -> Result<SimModel> {
+/// Where a model's parameters come from, besides the engine's defaults.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ModelSource<'a> {
+    /// A `--sim-params` file: when given, its `[kind]` is the whole story.
+    pub params_file: Option<&'a Path>,
+    /// The config's tables (`--config FILE`), used when there is no file.
+    pub config: Option<&'a Config>,
+}
+
+/// The model `kind` (`hdd` or `ssd`): the engine's defaults with the parameters of the
+/// `--sim-params` file's `[kind]` applied, or else those of the config's `[bench.kind]`. The
+/// file replaces the config's table rather than merging with it, so a published file gives
+/// the published drive whatever the config says.
+pub fn model(kind: &str, from: ModelSource<'_>) -> Result<SimModel> {
     let mut m = match kind {
         "hdd" => SimModel::Hdd(HddParams::default()),
         "ssd" => SimModel::Ssd(SsdParams::default()),
         _ => bail!("unknown simulated member `{kind}` (hdd or ssd)"),
     };
-    let Some(file) = params else {
-        return Ok(m);
+    let (models, whence): (BenchModels, String) = match (from.params_file, from.config) {
+        (Some(file), _) => (
+            nbraid_config::load_sim_params(file)?,
+            format!("{} [{kind}]", file.display()),
+        ),
+        (None, Some(c)) => (
+            c.bench.clone(),
+            format!("{} [bench.{kind}]", c.file.display()),
+        ),
+        (None, None) => return Ok(m),
     };
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    let table: toml::Table =
-        toml::from_str(&text).with_context(|| format!("{}: not TOML", file.display()))?;
-    for key in table.keys() {
-        if key != "hdd" && key != "ssd" {
-            bail!("{}: unknown table [{key}] (hdd or ssd)", file.display());
-        }
-    }
-    if let Some(t) = table.get(kind) {
-        let t = t
-            .as_table()
-            .with_context(|| format!("{}: `{kind}` must be a table", file.display()))?;
-        for (k, v) in t {
-            let x = v
-                .as_float()
-                .or_else(|| v.as_integer().map(|i| i as f64))
-                .with_context(|| format!("{}: [{kind}] {k} must be a number", file.display()))?;
-            m.set(k, x)
-                .map_err(|e| anyhow::anyhow!("{}: [{kind}] {e}", file.display()))?;
-        }
+    for (key, value) in models.model(kind).into_iter().flat_map(|p| p.iter()) {
+        // nbraid_config checked the key and range; the engine has the last word.
+        m.set(key, value)
+            .map_err(|e| anyhow::anyhow!("{whence}: {e}"))?;
     }
     Ok(m)
 }
@@ -87,13 +92,12 @@ pub fn sim_volume(
 
 /// The config's volume `name` with its members replaced by simulated ones of the same sizes.
 pub fn config_volume(
-    file: &Path,
+    config: &Config,
     name: &str,
     model: &SimModel,
     keep_data: bool,
 ) -> Result<VolumeTarget> {
-    let config = nbraid_config::load(file)?;
-    let v = super::target::find_volume(&config, file, name)?;
+    let v = super::target::find_volume(config, &config.file, name)?;
     let lens: Vec<u64> = v.members.iter().map(|&m| config.members[m].size).collect();
     sim_volume(
         format!("{name} ({})", model.name()),
@@ -326,17 +330,81 @@ mod tests {
     }
 
     #[test]
-    fn model_parameters_come_from_the_file() {
+    fn model_parameters_come_from_the_file_or_the_config() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("sim.toml");
+        let file = |f| ModelSource {
+            params_file: Some(f),
+            config: None,
+        };
         std::fs::write(&f, "[hdd]\nrpm = 7200\nfull_stroke_ms = 12.5\n").unwrap();
-        let SimModel::Hdd(p) = model("hdd", Some(&f)).unwrap() else {
+        let SimModel::Hdd(p) = model("hdd", file(&f)).unwrap() else {
             panic!("an hdd");
         };
         assert_eq!((p.rpm, p.full_stroke_ms), (7200.0, 12.5));
         std::fs::write(&f, "[hdd]\nrpms = 7200\n").unwrap();
-        let e = format!("{:#}", model("hdd", Some(&f)).unwrap_err());
-        assert!(e.contains("unknown hdd parameter `rpms`"), "{e}");
-        assert!(model("tape", None).is_err());
+        let e = format!("{:#}", model("hdd", file(&f)).unwrap_err());
+        assert!(e.contains(":2:1: hdd: unknown key `rpms`"), "{e}");
+        assert!(model("tape", ModelSource::default()).is_err());
+
+        let c = dir.path().join("arrays.toml");
+        let array = "[[member]]\nid = \"m\"\npath = \"memory:\"\nsize = \"64MiB\"\n\
+                     [[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"m\"]\n";
+        std::fs::write(&c, format!("{array}[bench.hdd]\nqueue_depth = 1\n")).unwrap();
+        let config = nbraid_config::load(&c).unwrap();
+        let from_config = ModelSource {
+            params_file: None,
+            config: Some(&config),
+        };
+        let SimModel::Hdd(p) = model("hdd", from_config).unwrap() else {
+            panic!("an hdd");
+        };
+        assert_eq!(
+            p,
+            HddParams {
+                queue_depth: 1,
+                ..HddParams::default()
+            }
+        );
+        // The config has no [bench.ssd]: the defaults.
+        assert_eq!(
+            model("ssd", from_config).unwrap(),
+            SimModel::Ssd(SsdParams::default())
+        );
+        // A --sim-params file replaces the config's table.
+        std::fs::write(&f, "[hdd]\nrpm = 7200\n").unwrap();
+        let both = ModelSource {
+            params_file: Some(&f),
+            config: Some(&config),
+        };
+        let SimModel::Hdd(p) = model("hdd", both).unwrap() else {
+            panic!("an hdd");
+        };
+        assert_eq!(
+            p,
+            HddParams {
+                rpm: 7200.0,
+                ..HddParams::default()
+            }
+        );
+    }
+
+    #[test]
+    fn the_config_knows_the_engines_keys() {
+        // nbraid_config checks the keys without the engine: the two lists must agree.
+        for (name, specs) in nbraid_config::MODELS {
+            let m = model(name, ModelSource::default()).unwrap();
+            let keys: Vec<&str> = specs.iter().map(|s| s.key).collect();
+            assert_eq!(keys, m.keys(), "{name}");
+            // Every bound the config accepts, the engine takes.
+            for s in specs {
+                for v in [s.min, s.max] {
+                    model(name, ModelSource::default())
+                        .unwrap()
+                        .set(s.key, v)
+                        .unwrap();
+                }
+            }
+        }
     }
 }
