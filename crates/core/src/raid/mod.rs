@@ -43,7 +43,10 @@
 //! A write that fails beyond the stripe's tolerance still puts its bytes on every data chunk
 //! that takes writes, and marks the stripe's parity *stale*: nothing is rebuilt from it (a
 //! clear error instead) until a whole-chunk write regenerates it. So a parity group that
-//! failed a write never serves old bytes for it (a mirror above it relies on that).
+//! failed a write never serves old bytes for it (a mirror above it relies on that), and its
+//! write-back cache forgets the older bytes it held there. The stale mark lives in memory
+//! only: where read errors (not failed members) forced the salvage, the write first reads
+//! those children again (`REREADS`), then fails them, so the records say it too.
 //!
 //! # Reading
 //! Healthy data is read straight from its chunks (runs on one child merged). A chunk that is
