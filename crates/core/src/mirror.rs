@@ -281,16 +281,23 @@ impl ArrayNode for MirrorNode {
     /// every copy (under the repair lock), so the copies agree.
     fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
+            let mut failed = None;
             for c in &self.children {
                 if c.writable(offset, len) {
-                    c.resync_range(offset, len).await?;
+                    if let Err(e) = c.resync_range(offset, len).await {
+                        // A copy beyond its tolerance cannot be made consistent in itself
+                        // (a parity group that lost two members); a readable copy's bytes
+                        // still go over what of it takes writes, below.
+                        tracing::warn!("mirror bytes {offset}+{len}: a copy's resync: {e}");
+                        failed.get_or_insert(e);
+                    }
                 }
             }
             let _guard = self.locks.lock(offset, len, true).await;
             if !self.readable(offset, len) {
                 // Every copy lost (one a new member being rebuilt): nothing here to agree on;
                 // the parity group above rebuilds the range and writes it to every copy.
-                return Ok(());
+                return failed.map_or(Ok(()), Err);
             }
             self.copy_over(offset, len, |_| true).await
         }

@@ -774,3 +774,25 @@ fn a_read_error_that_costs_a_degraded_stripe_its_redundancy_fails_the_member() {
     assert!(block_on(v.read(0, 512)).unwrap().iter().all(|&x| x == 0xbb));
     assert!(block_on(v.read(4096, 512)).is_err());
 }
+
+/// A mirror's resync goes on past a copy that cannot be made consistent in itself (its RAID 5
+/// group lost two members): the other copy's bytes still serve, where before the resync —
+/// and with it every read during a background resync — failed (the crash simulator's mirror
+/// of RAID 5 groups resyncing in the background, seed 1700042290).
+#[test]
+fn a_mirror_resyncs_past_a_copy_beyond_its_tolerance() {
+    let tree = mirror_of_raid5s(4 * KIB, 0, 64 * KIB);
+    let v = Volume::new(
+        Geometry::from_tree(tree),
+        memory_members(6, 64 * KIB),
+        opts(CacheMode::WriteThrough, true),
+    )
+    .unwrap();
+    let data = vec![0x5a; 16 * 1024];
+    block_on(v.write(0, Buf::copy_from(&data), false)).unwrap();
+    v.fail_member(3, "test");
+    v.fail_member(4, "test");
+    // Stripe 1's first data chunk: on member 5 in copy 1, which still takes writes there.
+    block_on(v.resync_range(8 * KIB, 4 * KIB)).unwrap();
+    assert!(block_on(v.read(0, 16 * KIB)).unwrap()[..] == data[..]);
+}
