@@ -93,6 +93,15 @@ impl Backing {
         }
     }
 
+    /// Through the array: while its background resync runs, a read of a mirror first
+    /// resyncs what it touches, so two reads never see different copies.
+    async fn read(&self, offset: u64, len: u64) -> Result<Buf, VolumeError> {
+        match self {
+            Backing::Array(a) => a.read(offset, len).await,
+            Backing::Volume(v) => v.read(offset, len).await,
+        }
+    }
+
     async fn write(&self, offset: u64, buf: Buf, fua: bool) -> Result<(), VolumeError> {
         match self {
             Backing::Array(a) => a.write(offset, buf, fua).await.map(drop),
@@ -225,7 +234,7 @@ impl Export for VolumeExport {
     fn read(&self, offset: u64, len: u32) -> BoxFuture<'_, io::Result<Bytes>> {
         Box::pin(async move {
             let buf = self
-                .volume()
+                .backing
                 .read(offset, u64::from(len))
                 .await
                 .map_err(to_io)?;

@@ -38,18 +38,14 @@ pub fn mirrors_only(n: &Node) -> bool {
     !matches!(n, Node::Parity(_)) && n.children().iter().all(mirrors_only)
 }
 
-fn has_mirror(n: &Node) -> bool {
-    matches!(n, Node::Mirror(_)) || n.children().iter().any(has_mirror)
-}
-
 /// Whether the case's volume may resync in the background: mirrors only, or every parity
-/// group over members and logged, no mirror (the engine decides the same; a stale or
-/// rebuilding member still makes it resync first).
+/// group over members and logged (the engine decides the same; a stale or rebuilding member
+/// still makes it resync first).
 pub fn serves_before_resync(case: &CrashCase) -> bool {
     let logged = nbraid_core::ppl::parity_groups(&case.tree)
         .iter()
         .all(|(_, leaves)| leaves.is_some());
-    mirrors_only(&case.tree) || (case.ppl && logged && !has_mirror(&case.tree))
+    mirrors_only(&case.tree) || (case.ppl && logged)
 }
 
 /// What is left after the background resync: the world and array to check, and the roles
