@@ -93,6 +93,34 @@ impl RangeLock {
     }
 }
 
+impl RangeGuard<'_> {
+    /// Keeps only `[start, start + len)` of the held range and lets the rest go: a writer
+    /// done with the ends of its range (cached, nothing to write) does not hold up the next
+    /// writer there while its middle is on the members.
+    pub(crate) fn narrow(&mut self, start: u64, len: u64) {
+        assert!(len > 0, "a range lock covers at least one unit");
+        let wakers = {
+            let mut st = self.lock.state.lock();
+            let h = st
+                .held
+                .iter_mut()
+                .find(|h| h.0 == self.id)
+                .expect("a guard's range is held");
+            assert!(
+                h.1.start <= start && start + len <= h.1.end,
+                "narrowed to a part of the held range"
+            );
+            if (h.1.start, h.1.end) == (start, start + len) {
+                return;
+            }
+            h.1.start = start;
+            h.1.end = start + len;
+            st.wake_all()
+        };
+        wakers.into_iter().for_each(Waker::wake);
+    }
+}
+
 impl<'a> Future for Acquire<'a> {
     type Output = RangeGuard<'a>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<RangeGuard<'a>> {
@@ -211,6 +239,23 @@ mod tests {
         drop(w);
         assert!(late_reader.as_mut().poll(&mut cx).is_ready());
         drop(elsewhere);
+    }
+
+    /// A narrowed guard lets go of the rest of its range (and only that).
+    #[test]
+    fn narrowed_guard_releases_its_ends() {
+        let l = RangeLock::default();
+        let mut g = l.lock(0, 10, true).now_or_never().expect("free");
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut tail = pin!(l.lock(9, 3, true));
+        assert!(tail.as_mut().poll(&mut cx).is_pending());
+        g.narrow(1, 8);
+        assert!(tail.as_mut().poll(&mut cx).is_ready());
+        assert!(l.lock(0, 1, true).now_or_never().is_some());
+        assert!(l.lock(8, 1, false).now_or_never().is_none());
+        assert!(l.holds(1, 8, true));
+        drop(g);
     }
 
     /// A waiter that gives up stops blocking the requests behind it.

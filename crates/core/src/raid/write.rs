@@ -500,16 +500,23 @@ impl ParityCore {
         }
         let mut over_bound = false;
         {
-            let _g = self.lock_stripes(offset, len, true).await;
+            let mut g = self.lock_stripes(offset, len, true).await;
             let mut futs = Vec::new();
+            // The first and last stripe that go to the members (the others are cached).
+            let mut written: Option<(u64, u64)> = None;
+            let mut to_members = |s: u64| {
+                written = Some(written.map_or((s, s), |(a, _)| (a, s)));
+            };
             for (s, segs) in self.per_stripe(offset, &data) {
                 let Some(cache) = &self.cache else {
+                    to_members(s);
                     futs.push(self.write_over_cache(s, segs, None, fua));
                     continue;
                 };
                 if segs[0].1.len() as u64 == w {
                     // A whole stripe bypasses the cache and supersedes its entry, which stays
                     // listed until this write is on the members.
+                    to_members(s);
                     futs.push(self.write_over_cache(s, segs, Some((0, w)), fua));
                     continue;
                 }
@@ -533,6 +540,7 @@ impl ParityCore {
                     let newer = (o, o + d.len() as u64);
                     merged.insert(o, d, None); // not cached: pins nothing
                     drop(st);
+                    to_members(s);
                     futs.push(self.write_over_cache(s, merged.segs, Some(newer), fua));
                     continue;
                 }
@@ -541,9 +549,17 @@ impl ParityCore {
                 if full || fua {
                     let segs = st.entries[&s].segs.clone();
                     drop(st);
+                    to_members(s);
                     // The entry's own bytes: it stays whole if the write fails.
                     futs.push(self.write_over_cache(s, segs, None, fua));
                 }
+            }
+            // A partial stripe at either end that only went into the cache is let go now:
+            // the next sequential writer, which completes it, need not wait for this one's
+            // member writes (it did, and the drives saw the writers out of order).
+            match written {
+                Some((a, b)) => g.narrow(a, b - a + 1),
+                None => drop(g),
             }
             crate::node::all_ok(join_all(futs).await)?;
         }
