@@ -721,11 +721,48 @@ fn junk(path: &Path, at: u64, len: u64) {
 /// clean.
 #[test]
 fn an_unclean_mirror_serves_at_once_and_resyncs_in_the_background() {
-    // The second copy of the first MiB is torn.
-    let mut u = UncleanStart::new("m", "raid1", (2, 33), "", |dir| {
-        junk(&dir.join("m1.img"), 0, MIB)
-    });
-    // Served while the resync runs: the first copy is what reads see.
+    // The second copy of the first and of the last MiB is torn; reads go round-robin.
+    let mut u = UncleanStart::new(
+        "m",
+        "raid1",
+        (2, 33),
+        "read_policy = \"round-robin\"\n",
+        |dir| {
+            junk(&dir.join("m1.img"), 0, MIB);
+            junk(&dir.join("m1.img"), 31 * MIB, MIB);
+        },
+    );
+    // Served while the resync runs (4 MiB/s from the start: seconds from the last MiB): the
+    // first copy is what reads see. 4 KiB reads of the last MiB, backwards so no sequential
+    // run keeps them on one copy, alternate copies: each must resync what it touches first
+    // (nbraidd's exports once read the engine volume directly, past that rule).
+    let blocks = u.dir.path().join("blocks.bin");
+    let script = format!(
+        "import nbd\nh = nbd.NBD()\nh.connect_uri({:?})\nout = open({:?}, 'wb')\n\
+         for off in range({}, {}, -4096):\n    out.write(h.pread(4096, off))\n\
+         out.close()\nh.shutdown()\n",
+        u.uri,
+        blocks.display().to_string(),
+        32 * MIB - 4096,
+        31 * MIB - 4096,
+    );
+    // Debian's python3-libnbd, with the system interpreter (PATH may name another).
+    ok(
+        Command::new("/usr/bin/python3")
+            .args(["-c", &script])
+            .output()
+            .unwrap(),
+        "libnbd reads of the last MiB",
+    );
+    let got = std::fs::read(&blocks).unwrap();
+    for (i, block) in got.chunks(4096).enumerate() {
+        let at = (32 * MIB - 4096) as usize - i * 4096;
+        assert!(
+            block == &u.data[at..at + 4096],
+            "block at byte {at}: the torn copy"
+        );
+    }
+    assert_eq!(got.len() as u64, MIB);
     reads_back(&u.nbdcopy, u.dir.path(), &u.uri, &u.data);
     u.wait_done("m");
     u.daemon.stop();
