@@ -62,6 +62,8 @@ impl ParityCore {
             let r = self
                 .write_rows(stripe, &roles, r0, r1, &w, &plan_lost, fua, tries > 1)
                 .await;
+            // A read error while rebuilding the plan's lost chunks (whose, not known).
+            let rebuild_failed = matches!(r, Err(Retry::Rebuild(_)));
             match r {
                 Ok(()) => return Ok(()),
                 // A read for the plan failed: treat that child as lost and plan again.
@@ -73,8 +75,7 @@ impl ParityCore {
                 // Read errors left no plan: they often pass, so read those children again
                 // before giving the stripe's redundancy up.
                 Err(Retry::Read(..)) | Err(Retry::Rebuild(_)) | Err(Retry::Fatal(_))
-                    if rereads < REREADS
-                        && (!unreadable.is_empty() || matches!(r, Err(Retry::Rebuild(_)))) =>
+                    if rereads < REREADS && (!unreadable.is_empty() || rebuild_failed) =>
                 {
                     rereads += 1;
                     for c in unreadable.drain(..) {
@@ -89,11 +90,16 @@ impl ParityCore {
                     // children fail — recorded, the group is beyond its tolerance on disk
                     // too, and nothing rebuilds the stripe from its parity after a crash
                     // (md fails a member whose read error it cannot correct).
+                    // A stripe beyond its tolerance through failed members alone (a copy
+                    // under a mirror: every write) has nothing to find, and reads nothing.
                     let base = self.layout.chunk_offset(stripe);
-                    for c in self
-                        .still_unreadable(base + r0, r1 - r0, &plan_lost, &unreadable)
-                        .await
-                    {
+                    let failing = if !unreadable.is_empty() || rebuild_failed {
+                        self.still_unreadable(base + r0, r1 - r0, &plan_lost, &unreadable)
+                            .await
+                    } else {
+                        Vec::new()
+                    };
+                    for c in failing {
                         let why = format!(
                             "stripe {stripe}: its read error, {REREADS} times again, left a write no redundancy to keep ({e})"
                         );
