@@ -1045,22 +1045,32 @@ fn a_member_failed_under_nbd_writes_is_rebuilt_onto_a_spare_bit_exact() {
         std::fs::write(&src, &data).unwrap();
         srcs.push((src, data));
     }
-    let script = srcs
-        .iter()
-        .map(|(s, _)| format!("{} {} '{uri}'", nbdcopy.display(), s.display()))
-        .collect::<Vec<_>>()
-        .join(" && ");
-    let mut writer = Command::new("sh").args(["-c", &script]).spawn().unwrap();
+    let copy = |src: &Path| {
+        ok(
+            Command::new(&nbdcopy).arg(src).arg(&uri).output().unwrap(),
+            "nbdcopy into the volume",
+        )
+    };
+    copy(&srcs[0].0);
+    // The second pass streams from a pipe this test feeds, so the member fails while that
+    // pass is certainly still writing, however fast the machine is.
+    let mut writer = Command::new(&nbdcopy)
+        .args(["-", &uri])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = writer.stdin.take().unwrap();
+    let (head, tail) = srcs[1].1.split_at(12 * MIB as usize);
+    pipe.write_all(head).unwrap();
     let written = |v: &Value| v["io"]["write_bytes"].as_u64().unwrap_or(0);
     wait_for(cfg, "the second pass to be under way", |v| {
         written(v) > 40 * MIB
     });
     ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
-    assert!(
-        writer.try_wait().unwrap().is_none(),
-        "the writes were still going when the member failed"
-    );
-    assert!(writer.wait().unwrap().success(), "nbdcopy");
+    pipe.write_all(tail).unwrap();
+    drop(pipe);
+    assert!(writer.wait().unwrap().success(), "nbdcopy from the pipe");
+    copy(&srcs[2].0);
     let v = wait_for(cfg, "the rebuild onto the spare", |v| {
         v["rebuild"]["state"] == "done" && v["degraded"] == false
     });
