@@ -11,6 +11,8 @@
 //! level and name contain it; `NBRAID_PPL_SIDE=on` (or `off`) runs only that side (for
 //! profiling one of them); `NBRAID_PPL_LOG_MIB=8` puts the log in an 8 MiB reserve before
 //! the regions (config `write_hole_log_size`) instead of 512 KiB in the metadata area.
+//! Member files are written out in full first, as a block device would be
+//! (`NBRAID_PPL_SPARSE=1` leaves them sparse).
 
 use futures::executor::block_on;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -53,6 +55,9 @@ fn create(
 ) -> Array {
     let metas = block_on(futures::future::join_all((0..members).map(|i| {
         let p = dir.join(format!("{tag}-{i}.img"));
+        if preallocate() {
+            write_out(&p, METADATA_AREA_BYTES + log_reserve() + REGION);
+        }
         let f = UringFile::open_with(
             &p,
             Some(METADATA_AREA_BYTES + log_reserve() + REGION),
@@ -83,6 +88,28 @@ fn create(
     .0
 }
 
+/// Whether member files are written out in full before the runs (`NBRAID_PPL_SPARSE=1`:
+/// left sparse). A block device has no blocks to allocate; a sparse file's first writes to
+/// a place allocate extents (journalled, and every later flush commits them), which costs
+/// both sides a noisy amount unrelated to the log.
+fn preallocate() -> bool {
+    std::env::var_os("NBRAID_PPL_SPARSE").is_none()
+}
+
+/// Writes `len` zero bytes to `path` (creating it) and syncs it.
+fn write_out(path: &Path, len: u64) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let zeros = vec![0u8; 4 << 20];
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(zeros.len() as u64) as usize;
+        f.write_all(&zeros[..n]).expect("write out a member");
+        left -= n as u64;
+    }
+    f.sync_all().expect("sync a member");
+}
+
 /// The process's CPU time so far (user + system, every thread).
 fn cpu() -> Duration {
     // SAFETY: getrusage writes into the zeroed struct we own.
@@ -91,6 +118,15 @@ fn cpu() -> Duration {
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// The process's context switches so far (voluntary + involuntary, every thread).
+fn switches() -> u64 {
+    // SAFETY: getrusage writes into the zeroed struct we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to an rusage; RUSAGE_SELF is always valid.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    (ru.ru_nvcsw + ru.ru_nivcsw) as u64
 }
 
 /// The process's (read_bytes, write_bytes) so far, from /proc/self/io.
@@ -120,7 +156,7 @@ fn run(
     let blocks = capacity / bs;
     let mut x = seed | 1;
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
-    let (t0, c0, io0) = (Instant::now(), cpu(), io_bytes());
+    let (t0, c0, io0, sw0) = (Instant::now(), cpu(), io_bytes(), switches());
     let mut done = 0u64;
     block_on(async {
         let mut inflight = FuturesUnordered::new();
@@ -154,9 +190,10 @@ fn run(
     if std::env::var("NBRAID_PPL_IO").is_ok() {
         let (r, w) = io_bytes();
         eprintln!(
-            "{done} writes; member KiB per write: read {:.1}, written {:.1}",
+            "{done} writes; member KiB per write: read {:.1}, written {:.1}; context switches per write {:.2}",
             (r - io0.0) as f64 / 1024.0 / done as f64,
-            (w - io0.1) as f64 / 1024.0 / done as f64
+            (w - io0.1) as f64 / 1024.0 / done as f64,
+            (switches() - sw0) as f64 / done as f64
         );
     }
     (done as f64 / wall, c * 1e6 / done.max(1) as f64, done)
@@ -207,7 +244,10 @@ fn main() {
             let (mut at_on, mut at_off) = (0u64, 0u64);
             // The log's own counts over the runs with it.
             let (mut log, mut writes_on) = (nbraid_core::ppl::LogStats::default(), 0u64);
+            // Per round, IOPS with the log / without (the pair ran back to back).
+            let mut pair_ratios = Vec::new();
             for r in 0..rounds {
+                let mut pair = (0.0, 0.0);
                 let order: [bool; 2] = if r % 2 == 0 {
                     [true, false]
                 } else {
@@ -231,8 +271,21 @@ fn main() {
                     let s = if with { &mut sum_on } else { &mut sum_off };
                     s.0 += iops;
                     s.1 += us;
+                    if with {
+                        pair.0 = iops;
+                    } else {
+                        pair.1 = iops;
+                    }
+                }
+                if pair.1 > 0.0 {
+                    pair_ratios.push(pair.0 / pair.1);
                 }
             }
+            pair_ratios.sort_by(f64::total_cmp);
+            let median = pair_ratios
+                .get(pair_ratios.len() / 2)
+                .copied()
+                .unwrap_or(0.0);
             let n = rounds as f64;
             let (i_on, c_on, i_off, c_off) =
                 (sum_on.0 / n, sum_on.1 / n, sum_off.0 / n, sum_off.1 / n);
@@ -243,12 +296,15 @@ fn main() {
             );
             let per_k = |n: u64| n as f64 * 1000.0 / writes_on.max(1) as f64;
             println!(
-                "{:<8} log: {:.1} entries/round, per 1000 writes: {:.0} batches, {:.0} KiB, {:.1} member flushes, {:.1} band waits, {:.1} room waits",
+                "{:<8} median of the rounds' ratios {median:.3} (lowest {:.3}, highest {:.3}); log: {:.1} entries/round, per 1000 writes: {:.0} batches, {:.0} KiB, {:.1} member flushes ({:.1} for a band), {:.1} band waits, {:.1} room waits",
                 "",
+                pair_ratios.first().copied().unwrap_or(0.0),
+                pair_ratios.last().copied().unwrap_or(0.0),
                 log.entries as f64 / log.rounds.max(1) as f64,
                 per_k(log.batches),
                 per_k(log.batch_bytes) / 1024.0,
                 per_k(log.member_flushes),
+                per_k(log.band_flushes),
                 per_k(log.band_waits),
                 per_k(log.room_waits),
             );

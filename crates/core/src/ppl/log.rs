@@ -21,15 +21,6 @@ pub(crate) use rounds::LogFailed;
 
 static ZERO: [u8; BAND_BYTES as usize] = [0; BAND_BYTES as usize];
 
-/// Adds `v` (data chunk at syndrome slot `slot`, at most a band) into a partial P (and Q).
-fn add(slot: usize, v: &[u8], sp: &mut [u8], sq: Option<&mut [u8]>) {
-    let zero = &ZERO[..v.len()];
-    match sq {
-        Some(q) => parity::pq_update(sp, q, slot, zero, v),
-        None => parity::xor_update(sp, zero, v),
-    }
-}
-
 /// The runs of set bits of a band's sector mask, as sector ranges `(first, end)`.
 fn runs(mask: u8) -> impl Iterator<Item = (usize, usize)> {
     let mut rest = u16::from(mask);
@@ -41,6 +32,25 @@ fn runs(mask: u8) -> impl Iterator<Item = (usize, usize)> {
         let end = first + (rest >> first).trailing_ones() as usize;
         rest &= !((1u16 << end) - (1u16 << first));
         Some((first, end))
+    })
+}
+
+/// The runs of `stored`'s sectors over which the same chunks are written (`now[i]`, per
+/// chunk): `(first, end)` sector ranges, in order.
+fn same_chunk_runs(stored: u8, now: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let column = move |x: usize| now.iter().map(move |m| m >> x & 1);
+    runs(stored).flat_map(move |(first, end)| {
+        let mut at = first;
+        std::iter::from_fn(move || {
+            (at < end).then(|| {
+                let start = at;
+                at += 1;
+                while at < end && column(at).eq(column(start)) {
+                    at += 1;
+                }
+                (start, at)
+            })
+        })
     })
 }
 
@@ -70,12 +80,9 @@ struct Ring {
     durable_tail: u64,
 }
 
+/// A band with a write whose entry or member writes may not be durable yet. Only one write
+/// at a time: a write to a live band waits until it settles (see [`GroupLog::prepare`]).
 struct Band {
-    /// Per data chunk: sectors written since the band's writes were last all durable.
-    masks: Vec<u8>,
-    /// Partial P and Q of the band's sectors (zero where nothing is written).
-    pp: Vec<u8>,
-    pq: Vec<u8>,
     /// The first entry since the band went live: older ones are settled.
     first_seq: u64,
     seq: u64,
@@ -93,9 +100,6 @@ impl Band {
     /// A band going live with entry `seq`, nothing logged in it yet.
     fn live(seq: u64, need: Vec<u64>) -> Band {
         Band {
-            masks: Vec::new(),
-            pp: Vec::new(),
-            pq: Vec::new(),
             first_seq: seq,
             seq,
             durable: false,
@@ -369,7 +373,6 @@ impl GroupLog {
         values: &Values<'_>,
     ) -> Result<Vec<(Entry, Rings)>, Blocked> {
         let rings = self.targets(stripe);
-        let q_slot = self.layout.roles(stripe).q_slot;
         let mut st = self.state.lock();
         if rings.is_empty() {
             return Ok(Vec::new());
@@ -425,87 +428,23 @@ impl GroupLog {
                     m
                 })
                 .collect();
-            if now.iter().all(|&m| m == 0) {
+            let key = (stripe, band as u32);
+            // Checked above: a live band blocks, so an entry covers this write alone.
+            debug_assert!(!st.bands.contains_key(&key), "band {key:?} still live");
+            let covered = now.iter().fold(0, |a, m| a | m);
+            if covered == 0 {
                 continue;
             }
-            let key = (stripe, band as u32);
-            let live = st.bands.contains_key(&key);
-            let replayable = live || st.retired.get(&key).is_some_and(|&s| s >= floor);
-            let prev_masks = st
-                .bands
-                .get(&key)
-                .map_or_else(|| vec![0; self.k], |b| b.masks.clone());
-            let union: Vec<u8> = prev_masks.iter().zip(&now).map(|(a, b)| a | b).collect();
-            let covered = union.iter().fold(0, |a, m| a | m);
-            let full = union.iter().fold(0xff, |a, m| a & m);
-            if covered & !full == 0 && !replayable {
+            let full = now.iter().fold(0xff, |a, m| a & m);
+            let stored = covered & !full;
+            let replayable = st.retired.get(&key).is_some_and(|&s| s >= floor);
+            if stored == 0 && !replayable {
                 // Every chunk written wherever anything is: nothing to protect, nothing stale.
                 continue;
             }
-            let n = sectors as usize * SECTOR_BYTES;
-            // The band's partial parity, taken (not copied): it is put back below, updated.
-            let (mut pp, mut pq) = match st.bands.get_mut(&key) {
-                Some(b) => (std::mem::take(&mut b.pp), std::mem::take(&mut b.pq)),
-                None => (vec![0; n], vec![0; if self.np == 2 { n } else { 0 }]),
-            };
-            // Whole runs of sectors at a time (one parity call per run, not per sector).
-            let touched = now.iter().fold(0, |a, m| a | m); // untouched sectors: as before
-            let sector = |x: usize| x * SECTOR_BYTES;
-            // Where byte `a` of the band is in a buffer that starts at row `base` (the
-            // buffers cover the sectors touched, maybe not the band's first ones).
-            let at = |base: u64, a: usize| (b0 + a as u64 - base) as usize;
-            match values {
-                Values::Direct { chunks, r0 } => {
-                    for (x, end) in runs(touched) {
-                        pp[sector(x)..sector(end)].fill(0);
-                        if self.np == 2 {
-                            pq[sector(x)..sector(end)].fill(0);
-                        }
-                    }
-                    for i in 0..self.k {
-                        for (x, end) in runs(touched & !union[i]) {
-                            let (a, b) = (sector(x), sector(end));
-                            let v = &chunks[i][at(*r0, a)..at(*r0, b)];
-                            let sq = (self.np == 2).then(|| &mut pq[a..b]);
-                            add(q_slot[i], v, &mut pp[a..b], sq);
-                        }
-                    }
-                }
-                Values::Delta { old, p, q, r0 } => {
-                    // Sectors not covered before start from the old parity.
-                    let before = prev_masks.iter().fold(0, |a, m| a | m);
-                    for (x, end) in runs(touched & !before) {
-                        let (a, b) = (sector(x), sector(end));
-                        let r = at(*r0, a)..at(*r0, b);
-                        pp[a..b].copy_from_slice(&p[r.clone()]);
-                        if let (true, Some(q)) = (self.np == 2, q) {
-                            pq[a..b].copy_from_slice(&q[r]);
-                        }
-                    }
-                    for i in 0..self.k {
-                        for (x, end) in runs(now[i] & !prev_masks[i]) {
-                            let (start, bytes) = old[i].expect("RMW read the written chunk");
-                            let (a, b) = (sector(x), sector(end));
-                            let v = &bytes[at(start, a)..at(start, b)];
-                            let sq = (self.np == 2).then(|| &mut pq[a..b]);
-                            add(q_slot[i], v, &mut pp[a..b], sq);
-                        }
-                    }
-                }
-            }
+            let (pp, pq) = self.partials(stripe, b0, stored, &now, values);
             let seq = st.next_seq;
             st.next_seq += 1;
-            let stored = covered & !full;
-            // The stored sectors of a partial, in order (one allocation, no growing; copied
-            // a sector at a time even when all are stored: a 4 KiB copy between two 4 KiB
-            // heap buffers took glibc's `rep movsb` path, 10× slower on this machine's CPU).
-            let part = |v: &[u8]| {
-                let mut out = Vec::with_capacity(stored.count_ones() as usize * SECTOR_BYTES);
-                for x in (0..sectors as usize).filter(|x| stored & (1 << x) != 0) {
-                    out.extend_from_slice(&v[x * SECTOR_BYTES..(x + 1) * SECTOR_BYTES]);
-                }
-                out
-            };
             let entry = Entry {
                 seq,
                 group: self.group,
@@ -513,21 +452,103 @@ impl GroupLog {
                 band: band as u32,
                 sectors,
                 parity: self.np as u8,
-                masks: union.clone(),
-                pp: Some(part(&pp)),
-                pq: (self.np == 2).then(|| part(&pq)),
+                masks: now,
+                pp: Some(pp),
+                pq,
             };
             let need = vec![0; self.members.len()];
             let b = st.bands.entry(key).or_insert_with(|| Band::live(seq, need));
-            b.masks = union;
-            b.pp = pp;
-            b.pq = pq;
             b.seq = seq;
             b.durable = false;
             b.inflight += 1;
             out.push((entry, rings.clone()));
         }
         Ok(out)
+    }
+
+    /// The partial P (and Q) of band `b0`'s `stored` sectors, in order, where `now[i]` are the
+    /// sectors data chunk `i` writes: per sector, the parity of the chunks not written
+    /// there — from the new bytes of every other chunk (`Direct`), or from the old parity
+    /// minus the old bytes of the written chunks (`Delta`). Computed straight into the
+    /// entry's buffers, a run of sectors with the same written chunks at a time.
+    fn partials(
+        &self,
+        stripe: u64,
+        b0: u64,
+        stored: u8,
+        now: &[u8],
+        values: &Values<'_>,
+    ) -> (Vec<u8>, Option<Vec<u8>>) {
+        let q_slot = &self.layout.roles(stripe).q_slot;
+        let raid6 = self.np == 2;
+        let n = stored.count_ones() as usize * SECTOR_BYTES;
+        let mut pp = vec![0u8; n];
+        let mut pq = raid6.then(|| vec![0u8; n]);
+        let mut put = 0; // where the next run goes in the outputs
+        for (x, end) in same_chunk_runs(stored, now) {
+            let len = (end - x) * SECTOR_BYTES;
+            let (op, oq) = (
+                &mut pp[put..put + len],
+                pq.as_mut().map(|q| &mut q[put..put + len]),
+            );
+            put += len;
+            let bit = 1u8 << x;
+            // Row `b0 + x sectors` in a buffer that starts at row `base`.
+            let at = |base: u64| (b0 + (x * SECTOR_BYTES) as u64 - base) as usize;
+            match values {
+                Values::Direct { chunks, r0 } => {
+                    let a = at(*r0);
+                    let src = |i: usize| &chunks[i][a..a + len];
+                    match oq {
+                        // Every slot, written chunks as zero: Q needs the slot order.
+                        Some(oq) => {
+                            let mut by_slot = vec![&ZERO[..len]; self.k];
+                            for i in (0..self.k).filter(|&i| now[i] & bit == 0) {
+                                by_slot[q_slot[i]] = src(i);
+                            }
+                            parity::pq_gen(&by_slot, op, oq);
+                        }
+                        None => {
+                            let srcs: Vec<&[u8]> = (0..self.k)
+                                .filter(|&i| now[i] & bit == 0)
+                                .map(src)
+                                .collect();
+                            parity::xor_gen(&srcs, op);
+                        }
+                    }
+                }
+                Values::Delta { old, p, q, r0 } => {
+                    let a = at(*r0);
+                    let old_of = |i: usize| {
+                        let (start, bytes) = old[i].expect("RMW read the written chunk");
+                        let o = at(start);
+                        &bytes[o..o + len]
+                    };
+                    let writes = (0..self.k).filter(|&i| now[i] & bit != 0);
+                    match oq {
+                        Some(oq) => {
+                            // (A kernel copy: glibc's `rep movsb` is slow on this CPU.)
+                            parity::xor_gen(&[&p[a..a + len]], op);
+                            // No Q read (its member failed): no ring takes the partial Q.
+                            if let Some(q) = q {
+                                parity::xor_gen(&[&q[a..a + len]], oq);
+                            }
+                            for i in writes {
+                                parity::pq_update(op, oq, q_slot[i], &ZERO[..len], old_of(i));
+                            }
+                        }
+                        None => {
+                            let srcs: Vec<&[u8]> = std::iter::once(&p[a..a + len])
+                                .chain(writes.map(old_of))
+                                .collect();
+                            parity::xor_gen(&srcs, op);
+                        }
+                    }
+                }
+            }
+        }
+        debug_assert_eq!(put, n, "every stored sector computed");
+        (pp, pq)
     }
 
     /// [`Self::prepare`], flushing the group's members first when a band it touches has
@@ -541,7 +562,10 @@ impl GroupLog {
         loop {
             match self.prepare(stripe, written, values) {
                 Ok(e) => return e,
-                Err(Blocked::Flush) => self.flush_members().await,
+                Err(Blocked::Flush) => {
+                    count(&stats::BAND_FLUSHES, 1);
+                    self.flush_members().await
+                }
                 Err(Blocked::Wait(rx)) => {
                     let _ = rx.await;
                 }
@@ -554,7 +578,10 @@ impl GroupLog {
         loop {
             match self.prepare_whole(first, end) {
                 Ok(e) => return e,
-                Err(Blocked::Flush) => self.flush_members().await,
+                Err(Blocked::Flush) => {
+                    count(&stats::BAND_FLUSHES, 1);
+                    self.flush_members().await
+                }
                 Err(Blocked::Wait(rx)) => {
                     let _ = rx.await;
                 }
@@ -608,14 +635,10 @@ impl GroupLog {
             let all = ((1u16 << sectors) - 1) as u8;
             let seq = st.next_seq;
             st.next_seq += 1;
-            let n = sectors as usize * SECTOR_BYTES;
             let b = st
                 .bands
                 .entry((stripe, band))
                 .or_insert_with(|| Band::live(seq, Vec::new()));
-            b.masks = vec![all; self.k];
-            b.pp = vec![0; n];
-            b.pq = vec![0; if self.np == 2 { n } else { 0 }];
             b.seq = seq;
             b.durable = false;
             b.inflight += 1;

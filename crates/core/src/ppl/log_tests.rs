@@ -23,35 +23,40 @@ fn small_log() -> GroupLog {
 
 /// [`small_log`] over members that take `latency` for every op.
 fn small_log_with_latency(latency: Duration) -> GroupLog {
+    log_of(Level::Raid5, 3, latency)
+}
+
+/// The log of a `n`-member group of `level` (4 KiB strips), rings as small as allowed.
+fn log_of(level: Level, n: usize, latency: Duration) -> GroupLog {
     let regions = vec![
         Region {
             start: 1 << 20,
             len: 1 << 20
         };
-        3
+        n
     ];
-    let root = Shape::new(Level::Raid5, 3, None, STRIP, ParityLayout::LeftSymmetric)
+    let root = Shape::new(level, n, None, STRIP, ParityLayout::LeftSymmetric)
         .expect("shape")
         .build(&regions)
         .expect("tree");
     let (group, _) = parity_groups(&root).remove(0);
     let ring = min_ring_bytes(&group);
-    let members: Vec<Arc<dyn Member>> = (0..3)
+    let members: Vec<Arc<dyn Member>> = (0..n)
         .map(|i| {
-            let m = Faulty::new(MemoryMember::new(format!("m{i}"), 2 << 20), i);
+            let m = Faulty::new(MemoryMember::new(format!("m{i}"), 2 << 20), i as u64);
             m.set_latency(latency, latency);
             Arc::new(m) as Arc<dyn Member>
         })
         .collect();
     let setup = PplSetup {
         life: 1,
-        areas: vec![Some((0, ring)); 3],
+        areas: vec![Some((0, ring)); n],
     };
     GroupLog::new(
         &setup,
         0,
         &group,
-        vec![0, 1, 2],
+        (0..n).collect(),
         Arc::new(MemberTable::new(members)),
     )
     .expect("rings large enough")
@@ -171,4 +176,95 @@ fn runs_are_the_stretches_of_set_sectors() {
     assert_eq!(all(0xff), vec![(0, 8)]);
     assert_eq!(all(0b1011_0110), vec![(1, 3), (4, 6), (7, 8)]);
     assert_eq!(all(0b1000_0001), vec![(0, 1), (7, 8)]);
+}
+
+#[test]
+fn same_chunk_runs_split_stored_runs_where_the_written_chunks_change() {
+    let all = |stored, now: &[u8]| super::same_chunk_runs(stored, now).collect::<Vec<_>>();
+    assert_eq!(all(0xff, &[0xff, 0]), vec![(0, 8)]);
+    assert_eq!(all(0xff, &[0x0f, 0xf0]), vec![(0, 4), (4, 8)]);
+    assert_eq!(
+        all(0b0110_0110, &[0b0010_0010, 0]),
+        vec![(1, 2), (2, 3), (5, 6), (6, 7)]
+    );
+    assert_eq!(all(0, &[0xff, 0]), vec![]);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config::with_cases(64))]
+
+    /// The partial parity of an entry's stored sectors is the parity of the chunks not
+    /// written there (P: XOR; Q: md's syndrome, written chunks as zero), whether computed
+    /// from the new bytes (reconstruct-write) or from the old parity and the written chunks'
+    /// old bytes (read-modify-write) — against a sector-by-sector reference.
+    #[test]
+    fn partial_parity_is_the_parity_of_the_unwritten_chunks(
+        raid6 in proptest::bool::ANY,
+        stripe in 0u64..12,
+        masks in proptest::collection::vec(proptest::num::u8::ANY, 4),
+        seed in proptest::num::u64::ANY,
+    ) {
+        let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 5) };
+        let log = log_of(level, n, Duration::ZERO);
+        let k = log.k;
+        let now: Vec<u8> = masks.iter().cycle().take(k).copied().collect();
+        let covered = now.iter().fold(0, |a, m| a | m);
+        let full = now.iter().fold(0xff, |a, m| a & m);
+        let stored = covered & !full;
+        let mut x = seed | 1;
+        let mut bytes = |len: usize| -> Vec<u8> {
+            (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect()
+        };
+        let band = STRIP as usize;
+        let olds: Vec<Vec<u8>> = (0..k).map(|_| bytes(band)).collect();
+        let news: Vec<Vec<u8>> = (0..k)
+            .map(|i| {
+                let fresh = bytes(band);
+                (0..band)
+                    .map(|b| if now[i] >> (b / 512) & 1 == 1 { fresh[b] } else { olds[i][b] })
+                    .collect()
+            })
+            .collect();
+        let slot = &log.layout.roles(stripe).q_slot;
+        fn by_slot<'a>(slot: &[usize], chunks: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
+            let mut v = vec![&chunks[0][..]; chunks.len()];
+            for (i, c) in chunks.iter().enumerate() {
+                v[slot[i]] = &c[..];
+            }
+            v
+        }
+        let (mut p, mut q) = (vec![0u8; band], vec![0u8; band]);
+        crate::parity::pq_gen(&by_slot(slot, &olds), &mut p, &mut q);
+        // Reference: per stored sector, the parity of the chunks not written there.
+        let (mut want_p, mut want_q) = (Vec::new(), Vec::new());
+        for s in (0..8).filter(|s| stored >> s & 1 == 1) {
+            let r = s * 512..(s + 1) * 512;
+            let kept: Vec<Vec<u8>> = (0..k)
+                .map(|i| if now[i] >> s & 1 == 1 { vec![0; 512] } else { olds[i][r.clone()].to_vec() })
+                .collect();
+            let (mut sp, mut sq) = (vec![0u8; 512], vec![0u8; 512]);
+            crate::parity::pq_gen(&by_slot(slot, &kept), &mut sp, &mut sq);
+            want_p.extend(sp);
+            want_q.extend(sq);
+        }
+        let direct = Values::Direct { chunks: news.iter().map(|c| &c[..]).collect(), r0: 0 };
+        let delta = Values::Delta {
+            old: (0..k).map(|i| (now[i] != 0).then(|| (0, &olds[i][..]))).collect(),
+            p: &p,
+            q: raid6.then_some(&q[..]),
+            r0: 0,
+        };
+        for values in [direct, delta] {
+            let (pp, pq) = log.partials(stripe, 0, stored, &now, &values);
+            proptest::prop_assert_eq!(&pp, &want_p);
+            proptest::prop_assert_eq!(pq.as_ref(), raid6.then_some(&want_q));
+        }
+    }
 }

@@ -14,10 +14,12 @@
 //!
 //! What "in flux" means: every sector written since the band's writes were last known
 //! durable (a completed flush of the group's members covered them), not only the current
-//! write's — an earlier acknowledged but unflushed write may still be torn. The band keeps
-//! that union and its partial parity in memory (`log::Band`), so a read-modify-write needs no
-//! extra reads: the partial parity is the old parity minus the old bytes of the chunks it
-//! writes, or the previous partial parity minus the newly written ones.
+//! write's — an earlier acknowledged but unflushed write may still be torn. So a band holds
+//! one write at a time (`log::Band`): a write to a band whose earlier write is not yet known
+//! durable waits for it (flushing the group's members when that is what it lacks), and an
+//! entry names its own write's sectors alone. The partial parity comes from bytes the write
+//! has anyway: the old parity minus the old bytes of the chunks it writes (read-modify-write),
+//! or the new bytes of the chunks it does not write (reconstruct-write).
 //!
 //! Entries are never replayed stale: each ring batch carries a tail (entries below it are
 //! settled) and the volume's life (every open starts a new one and marks every ring, so a

@@ -19,6 +19,9 @@ pub struct LogStats {
     pub member_flushes: u64,
     /// Times a stripe write found a band of its stripe still in flight and waited.
     pub band_waits: u64,
+    /// Times a stripe write found a band of its stripe written but not known durable, and
+    /// flushed the group's members before logging it again (counted in `member_flushes`).
+    pub band_flushes: u64,
     /// Times a round found no ring space and waited for a write in flight.
     pub room_waits: u64,
 }
@@ -33,6 +36,7 @@ impl LogStats {
             batch_bytes: self.batch_bytes + o.batch_bytes,
             member_flushes: self.member_flushes + o.member_flushes,
             band_waits: self.band_waits + o.band_waits,
+            band_flushes: self.band_flushes + o.band_flushes,
             room_waits: self.room_waits + o.room_waits,
         }
     }
@@ -46,6 +50,7 @@ impl LogStats {
             batch_bytes: self.batch_bytes - before.batch_bytes,
             member_flushes: self.member_flushes - before.member_flushes,
             band_waits: self.band_waits - before.band_waits,
+            band_flushes: self.band_flushes - before.band_flushes,
             room_waits: self.room_waits - before.room_waits,
         }
     }
@@ -57,6 +62,7 @@ pub(super) static ENTRIES: AtomicU64 = AtomicU64::new(0);
 pub(super) static BATCH_BYTES: AtomicU64 = AtomicU64::new(0);
 pub(super) static MEMBER_FLUSHES: AtomicU64 = AtomicU64::new(0);
 pub(super) static BAND_WAITS: AtomicU64 = AtomicU64::new(0);
+pub(super) static BAND_FLUSHES: AtomicU64 = AtomicU64::new(0);
 pub(super) static ROOM_WAITS: AtomicU64 = AtomicU64::new(0);
 
 /// Adds `n` to counter `c`.
@@ -73,6 +79,7 @@ pub fn stats() -> LogStats {
         batch_bytes: BATCH_BYTES.load(Relaxed),
         member_flushes: MEMBER_FLUSHES.load(Relaxed),
         band_waits: BAND_WAITS.load(Relaxed),
+        band_flushes: BAND_FLUSHES.load(Relaxed),
         room_waits: ROOM_WAITS.load(Relaxed),
     }
 }
