@@ -196,7 +196,8 @@ proptest::proptest! {
     /// The partial parity of an entry's stored sectors is the parity of the chunks not
     /// written there (P: XOR; Q: md's syndrome, written chunks as zero), whether computed
     /// from the new bytes (reconstruct-write) or from the old parity and the written chunks'
-    /// old bytes (read-modify-write) — against a sector-by-sector reference.
+    /// old bytes (read-modify-write), into reused buffers whatever they held — against a
+    /// sector-by-sector reference.
     #[test]
     fn partial_parity_is_the_parity_of_the_unwritten_chunks(
         raid6 in proptest::bool::ANY,
@@ -262,7 +263,9 @@ proptest::proptest! {
             r0: 0,
         };
         for values in [direct, delta] {
-            let (pp, pq) = log.partials(stripe, 0, stored, &now, &values);
+            // Reused buffers: stale bytes, any length.
+            let bufs = (vec![0xa5; 777], raid6.then(|| vec![0x5a; 4096]));
+            let (pp, pq) = log.partials(stripe, 0, stored, &now, &values, bufs);
             proptest::prop_assert_eq!(&pp, &want_p);
             proptest::prop_assert_eq!(pq.as_ref(), raid6.then_some(&want_q));
         }

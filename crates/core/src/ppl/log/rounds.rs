@@ -445,6 +445,7 @@ impl GroupLog {
             for w in st.waiters.drain(..) {
                 let _ = w.send(());
             }
+            Self::recycle(&mut st, taken.into_iter().map(|p| p.entry));
             return None;
         }
     }
