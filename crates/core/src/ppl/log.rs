@@ -12,6 +12,7 @@ use crate::node::MemberTable;
 use crate::parity;
 use futures::channel::oneshot;
 use futures::future::{join_all, Either};
+use nbraid_layout::StripeRoles;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -191,12 +192,18 @@ impl Drop for Hold<'_> {
         if self.bands.is_empty() {
             return;
         }
-        let need = self.log.counts().0;
-        let mut st = self.log.state.lock();
+        let log = self.log;
+        let mut st = log.state.lock();
         for key in &self.bands {
             if let Some(band) = st.bands.get_mut(key) {
                 band.inflight -= 1;
-                band.need = need.clone();
+                // Each member's completed writes now (the band's writes among them).
+                band.need.clear();
+                let done = log
+                    .members
+                    .iter()
+                    .map(|&m| log.table.slot(m).write_counts().0);
+                band.need.extend(done);
                 st.changed.push(*key);
             }
         }
@@ -365,8 +372,7 @@ impl GroupLog {
     /// chunk exactly); a data member and P (or Q) — the other ring; two data members — both
     /// rings are there and replay uses both partials of the same entry; P and Q — the data
     /// is all there, nothing to rebuild. See docs/FORMAT.md, "Replay".
-    fn targets(&self, stripe: u64) -> Rings {
-        let roles = self.layout.roles(stripe);
+    fn targets(&self, roles: &StripeRoles) -> Rings {
         [Some((roles.p, Part::P)), roles.q.map(|q| (q, Part::Q))]
             .into_iter()
             .flatten()
@@ -391,7 +397,8 @@ impl GroupLog {
         written: &[Vec<(u64, u64)>],
         values: &Values<'_>,
     ) -> Result<Vec<(Entry, Rings)>, Blocked> {
-        let rings = self.targets(stripe);
+        let roles = self.layout.roles(stripe);
+        let rings = self.targets(&roles);
         let mut st = self.state.lock();
         if rings.is_empty() {
             return Ok(Vec::new());
@@ -463,7 +470,7 @@ impl GroupLog {
             }
             let mut spare = || st.spare_parts.pop().unwrap_or_default();
             let bufs = (spare(), (self.np == 2).then(&mut spare));
-            let (pp, pq) = self.partials(stripe, b0, stored, &now, values, bufs);
+            let (pp, pq) = self.partials(&roles.q_slot, b0, stored, &now, values, bufs);
             let seq = st.next_seq;
             st.next_seq += 1;
             let entry = Entry {
@@ -494,14 +501,13 @@ impl GroupLog {
     /// entry's buffers, a run of sectors with the same written chunks at a time.
     fn partials(
         &self,
-        stripe: u64,
+        q_slot: &[usize],
         b0: u64,
         stored: u8,
         now: &[u8],
         values: &Values<'_>,
         (mut pp, mut pq): (Vec<u8>, Option<Vec<u8>>),
     ) -> (Vec<u8>, Option<Vec<u8>>) {
-        let q_slot = &self.layout.roles(stripe).q_slot;
         let raid6 = self.np == 2;
         let n = stored.count_ones() as usize * SECTOR_BYTES;
         // Every byte is computed below: a reused buffer of the right length keeps its bytes.
@@ -653,7 +659,7 @@ impl GroupLog {
         keys.dedup();
         let mut out = Vec::new();
         for (stripe, band) in keys {
-            let rings = self.targets(stripe);
+            let rings = self.targets(&self.layout.roles(stripe));
             if rings.is_empty() {
                 continue;
             }

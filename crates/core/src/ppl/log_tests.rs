@@ -265,7 +265,7 @@ proptest::proptest! {
         for values in [direct, delta] {
             // Reused buffers: stale bytes, any length.
             let bufs = (vec![0xa5; 777], raid6.then(|| vec![0x5a; 4096]));
-            let (pp, pq) = log.partials(stripe, 0, stored, &now, &values, bufs);
+            let (pp, pq) = log.partials(slot, 0, stored, &now, &values, bufs);
             proptest::prop_assert_eq!(&pp, &want_p);
             proptest::prop_assert_eq!(pq.as_ref(), raid6.then_some(&want_q));
         }
