@@ -57,10 +57,11 @@ fn same_chunk_runs(stored: u8, now: &[u8]) -> impl Iterator<Item = (usize, usize
 
 /// What a stripe write can tell the log about the bytes it replaces.
 pub(crate) enum Values<'a> {
-    /// Read-modify-write: per data chunk the old bytes it read (from row `start`), and the
-    /// old P (and Q) over rows `[r0, ..)`.
+    /// Read-modify-write: per data chunk written, its bytes (from row `start`), and P (and
+    /// Q) over rows `[r0, ..)` — all as they were before the write, or all as they are after
+    /// it: either way the parity minus the written chunks is the partial parity.
     Delta {
-        old: Vec<Option<(u64, &'a [u8])>>,
+        chunks: Vec<Option<(u64, &'a [u8])>>,
         p: &'a [u8],
         q: Option<&'a [u8]>,
         r0: u64,
@@ -549,10 +550,15 @@ impl GroupLog {
                         }
                     }
                 }
-                Values::Delta { old, p, q, r0 } => {
+                Values::Delta {
+                    chunks: written,
+                    p,
+                    q,
+                    r0,
+                } => {
                     let a = at(*r0);
-                    let old_of = |i: usize| {
-                        let (start, bytes) = old[i].expect("RMW read the written chunk");
+                    let written_of = |i: usize| {
+                        let (start, bytes) = written[i].expect("the written chunk's bytes");
                         let o = at(start);
                         &bytes[o..o + len]
                     };
@@ -567,12 +573,12 @@ impl GroupLog {
                                 None => oq.fill(0),
                             }
                             for i in writes {
-                                parity::pq_update(op, oq, q_slot[i], &ZERO[..len], old_of(i));
+                                parity::pq_update(op, oq, q_slot[i], &ZERO[..len], written_of(i));
                             }
                         }
                         None => {
                             let srcs: Vec<&[u8]> = std::iter::once(&p[a..a + len])
-                                .chain(writes.map(old_of))
+                                .chain(writes.map(written_of))
                                 .collect();
                             parity::xor_gen(&srcs, op);
                         }

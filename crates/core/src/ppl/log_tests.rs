@@ -195,8 +195,9 @@ proptest::proptest! {
 
     /// The partial parity of an entry's stored sectors is the parity of the chunks not
     /// written there (P: XOR; Q: md's syndrome, written chunks as zero), whether computed
-    /// from the new bytes (reconstruct-write) or from the old parity and the written chunks'
-    /// old bytes (read-modify-write), into reused buffers whatever they held — against a
+    /// from the new bytes (reconstruct-write) or from the parity and the written chunks' bytes
+    /// (read-modify-write), all before the write or all after it, into reused buffers whatever
+    /// they held — against a
     /// sector-by-sector reference.
     #[test]
     fn partial_parity_is_the_parity_of_the_unwritten_chunks(
@@ -256,13 +257,21 @@ proptest::proptest! {
             want_q.extend(sq);
         }
         let direct = Values::Direct { chunks: news.iter().map(|c| &c[..]).collect(), r0: 0 };
-        let delta = Values::Delta {
-            old: (0..k).map(|i| (now[i] != 0).then(|| (0, &olds[i][..]))).collect(),
+        let before = Values::Delta {
+            chunks: (0..k).map(|i| (now[i] != 0).then(|| (0, &olds[i][..]))).collect(),
             p: &p,
             q: raid6.then_some(&q[..]),
             r0: 0,
         };
-        for values in [direct, delta] {
+        let (mut new_p, mut new_q) = (vec![0u8; band], vec![0u8; band]);
+        crate::parity::pq_gen(&by_slot(slot, &news), &mut new_p, &mut new_q);
+        let after = Values::Delta {
+            chunks: (0..k).map(|i| (now[i] != 0).then(|| (0, &news[i][..]))).collect(),
+            p: &new_p,
+            q: raid6.then_some(&new_q[..]),
+            r0: 0,
+        };
+        for values in [direct, before, after] {
             // Reused buffers: stale bytes, any length.
             let bufs = (vec![0xa5; 777], raid6.then(|| vec![0x5a; 4096]));
             let (pp, pq) = log.partials(slot, 0, stored, &now, &values, bufs);

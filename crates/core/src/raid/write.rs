@@ -290,17 +290,9 @@ impl ParityCore {
                 }
             }
             Plan::Rmw => {
-                if let (Some(log), Some(p)) = (&self.ppl, old.get(&Target::P)) {
-                    let values = crate::ppl::Values::Delta {
-                        old: (0..k)
-                            .map(|i| old.get(&Target::Data(i)).map(|b| (hull(i).0, &b[..])))
-                            .collect(),
-                        p,
-                        q: old.get(&Target::Q).map(|b| &b[..]),
-                        r0,
-                    };
-                    entries = log.prepare_settled(stripe, &ranges(), &values).await;
-                }
+                // The log takes its partial parity from the new P (and Q) and the new bytes
+                // of the written chunks, in cache from the update just made.
+                let (p_read, q_read) = (old.contains_key(&Target::P), old.contains_key(&Target::Q));
                 let mut p = old.remove(&Target::P).unwrap_or_else(|| Buf::zeroed(rows));
                 let mut q = (self.np == 2)
                     .then(|| old.remove(&Target::Q).unwrap_or_else(|| Buf::zeroed(rows)));
@@ -321,6 +313,21 @@ impl ParityCore {
                         None => parity::xor_update(&mut p[a..b], before, &new),
                     }
                     out.push((r.target, new));
+                }
+                if let (Some(log), true) = (&self.ppl, p_read) {
+                    let mut news: Vec<Option<(u64, &[u8])>> = vec![None; k];
+                    for (t, b) in &out {
+                        if let Target::Data(i) = *t {
+                            news[i] = Some((hull(i).0, &b[..]));
+                        }
+                    }
+                    let values = crate::ppl::Values::Delta {
+                        chunks: news,
+                        p: &p,
+                        q: q.as_deref().filter(|_| q_read),
+                        r0,
+                    };
+                    entries = log.prepare_settled(stripe, &ranges(), &values).await;
                 }
                 let (mut p, mut q) = (Some(p.freeze()), q.map(Buf::freeze));
                 for r in &plan.writes {
