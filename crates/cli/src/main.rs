@@ -12,7 +12,6 @@ mod diagram;
 mod map;
 mod ops;
 mod records;
-mod remote_member;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};

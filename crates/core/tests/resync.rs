@@ -131,8 +131,13 @@ fn reads_before_the_pass_return_the_first_copy_and_sync_it() {
         let d = disks(n);
         let a = create(level, &d);
         let model = write_all(&a, 7);
-        // Volume offset 0 is at the start of members 0 and 1's regions for both levels.
+        // Volume offset 0 is at the start of members 0 and 1's regions for both levels;
+        // volume offset 2 MiB (another resync piece) is on member 1 too, at 2 MiB of RAID
+        // 1's region and 1 MiB of RAID 10's (64 KiB units over two pairs).
         d[1].poke(METADATA_AREA_BYTES, &[0xee; 4096]);
+        let torn = 2 * MIB;
+        let on_member = if level == Level::Raid1 { torn } else { MIB };
+        d[1].poke(METADATA_AREA_BYTES + on_member, &[0xee; 4096]);
         drop(a); // a crash: the records say dirty
         let (a, report) = reopen(level, &d);
         assert!(
@@ -149,6 +154,14 @@ fn reads_before_the_pass_return_the_first_copy_and_sync_it() {
         let mut copy1 = vec![0; 4096];
         d[1].peek(METADATA_AREA_BYTES, &mut copy1);
         assert!(copy1[..] == model[..4096], "the read synced copy 1");
+        // The same into a caller's buffer.
+        let t = torn as usize;
+        for _ in 0..2 {
+            let got = block_on(a.read_into(torn, Buf::new(4096))).expect("read_into");
+            assert!(got[..] == model[t..t + 4096], "{level:?}: copy 0 again");
+        }
+        d[1].peek(METADATA_AREA_BYTES + on_member, &mut copy1);
+        assert!(copy1[..] == model[t..t + 4096], "read_into synced copy 1");
         assert!(a.background_bytes() < a.volume().capacity());
         assert!(
             !block_on(a.mark_clean()).expect("flush"),

@@ -39,7 +39,9 @@ pub struct BenchArgs {
     /// also prints its rating Σ IOPS(q)/q, q = 1..32).
     #[arg(value_enum)]
     pub workload: Workload,
-    /// Run on a volume of this config, in this process. With --sim or --sweep its
+    /// Run on a volume of this config, in this process: assembled by its superblocks as
+    /// nbraidd assembles it (refused while a daemon serves its members), recorded clean at the
+    /// end. With --sim or --sweep its
     /// [bench.hdd] / [bench.ssd] tables set the simulated models' parameters (then --volume
     /// is optional: without it the config gives only the models).
     #[arg(long, value_name = "FILE")]
@@ -336,75 +338,90 @@ pub fn run(a: &BenchArgs) -> Result<String> {
         return finish(a, &title, x, metric, cells, series, Vec::new());
     }
 
-    // Targets, compared cell by cell in this order.
-    let mut targets: Vec<Box<dyn Target>> = Vec::new();
-    match (&a.config, &a.volume, &model) {
-        (Some(_), Some(v), Some(m)) => {
-            if a.vs_single {
-                targets.push(Box::new(sim::single(&shape, m, a.verify)?));
-            }
-            let config = config.as_ref().context("the config is read for --sim")?;
-            targets.push(Box::new(sim::config_volume(config, v, m, a.verify)?))
-        }
-        (Some(f), Some(v), None) => targets.push(Box::new(target::config_volume(f, v)?)),
-        (_, None, Some(m)) => {
-            if a.vs_single {
-                targets.push(Box::new(sim::single(&shape, m, a.verify)?));
-            }
-            let levels = if levels.is_empty() {
-                vec![LevelSpec {
-                    level: nbraid_layout::Level::Raid0,
-                    spans: None,
-                }]
-            } else {
-                levels.clone()
-            };
-            for l in levels {
-                for t in sim::variants(l, a.members, &shape, &policies, &caches, m, a.verify)? {
-                    targets.push(Box::new(t));
-                }
-            }
-        }
-        _ => {}
-    }
-    if a.vs_single && targets.len() < 2 {
-        bail!("--vs-single runs beside simulated --levels or a --config volume");
-    }
-    for uri in &a.nbd {
-        targets.push(Box::new(nbd::NbdTarget::connect(
-            uri,
-            a.connections,
-            a.verify,
-        )?));
-    }
-    if targets.is_empty() {
-        bail!("nothing to run on: give --config FILE --volume NAME, --nbd URI, --sim hdd|ssd, or --sweep");
-    }
+    // The points and depths are checked before any target is opened.
     let points = a.workload.points(bs, a.read_pct)?;
     let qds = match &a.qd {
         Some(q) => parse_qds(q)?,
         None => a.workload.default_qds(),
     };
-    let pb = progress_bar((points.len() * qds.len() * targets.len()) as u64);
-    let mut cells: Vec<CellResult> = Vec::new();
-    for p in &points {
-        for &qd in &qds {
-            let mut first: Option<f64> = None;
-            for t in &targets {
-                pb.set_message(format!("{} {} QD {qd}", t.name(), p.label));
-                let mut c = cell(p.mix.clone(), qd);
-                c.span = span;
-                let mut r = run_cell(t.as_ref(), &c, &p.label, p.x)?;
-                if targets.len() > 1 {
-                    let base = *first.get_or_insert(r.iops);
-                    r.ratio = Some(if base > 0.0 { r.iops / base } else { 0.0 });
+    let open = |targets: &mut Vec<Box<dyn Target>>| -> Result<()> {
+        match (&a.config, &a.volume, &model) {
+            (Some(_), Some(v), Some(m)) => {
+                if a.vs_single {
+                    targets.push(Box::new(sim::single(&shape, m, a.verify)?));
                 }
-                cells.push(r);
-                pb.inc(1);
+                let config = config.as_ref().context("the config is read for --sim")?;
+                targets.push(Box::new(sim::config_volume(config, v, m, a.verify)?))
+            }
+            (Some(f), Some(v), None) => targets.push(Box::new(target::config_volume(f, v)?)),
+            (_, None, Some(m)) => {
+                if a.vs_single {
+                    targets.push(Box::new(sim::single(&shape, m, a.verify)?));
+                }
+                let levels = if levels.is_empty() {
+                    vec![LevelSpec {
+                        level: nbraid_layout::Level::Raid0,
+                        spans: None,
+                    }]
+                } else {
+                    levels.clone()
+                };
+                for l in levels {
+                    for t in sim::variants(l, a.members, &shape, &policies, &caches, m, a.verify)? {
+                        targets.push(Box::new(t));
+                    }
+                }
+            }
+            _ => {}
+        }
+        if a.vs_single && targets.len() < 2 {
+            bail!("--vs-single runs beside simulated --levels or a --config volume");
+        }
+        for uri in &a.nbd {
+            targets.push(Box::new(nbd::NbdTarget::connect(
+                uri,
+                a.connections,
+                a.verify,
+            )?));
+        }
+        if targets.is_empty() {
+            bail!("nothing to run on: give --config FILE --volume NAME, --nbd URI, --sim hdd|ssd, or --sweep");
+        }
+        Ok(())
+    };
+    let run_all = |targets: &[Box<dyn Target>]| -> Result<Vec<CellResult>> {
+        let pb = progress_bar((points.len() * qds.len() * targets.len()) as u64);
+        let mut cells: Vec<CellResult> = Vec::new();
+        for p in &points {
+            for &qd in &qds {
+                let mut first: Option<f64> = None;
+                for t in targets {
+                    pb.set_message(format!("{} {} QD {qd}", t.name(), p.label));
+                    let mut c = cell(p.mix.clone(), qd);
+                    c.span = span;
+                    let mut r = run_cell(t.as_ref(), &c, &p.label, p.x)?;
+                    if targets.len() > 1 {
+                        let base = *first.get_or_insert(r.iops);
+                        r.ratio = Some(if base > 0.0 { r.iops / base } else { 0.0 });
+                    }
+                    cells.push(r);
+                    pb.inc(1);
+                }
             }
         }
-    }
-    pb.finish_and_clear();
+        pb.finish_and_clear();
+        Ok(cells)
+    };
+    // Targets, compared cell by cell in this order. Every target opened is closed, whatever
+    // happens after (a config volume is recorded clean then).
+    let mut targets: Vec<Box<dyn Target>> = Vec::new();
+    let ran = open(&mut targets).and_then(|()| run_all(&targets));
+    let closed = close_all(&targets);
+    let cells = match (ran, closed) {
+        (Ok(cells), Ok(())) => cells,
+        (Err(e), Ok(())) | (Ok(_), Err(e)) => return Err(e),
+        (Err(e), Err(c)) => bail!("{e:#}; then closing: {c:#}"),
+    };
     let ratings = if a.workload == Workload::Workstation {
         targets
             .iter()
@@ -451,6 +468,17 @@ pub fn run(a: &BenchArgs) -> Result<String> {
         Axis::None => XAxis::QueueDepth,
     };
     finish(a, a.workload.name(), x, metric, cells, series, ratings)
+}
+
+/// Closes every target; the first error, after trying them all.
+fn close_all(targets: &[Box<dyn Target>]) -> Result<()> {
+    let mut first = None;
+    for t in targets {
+        if let Err(e) = t.block_on(t.close()) {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
 }
 
 /// Charts, then the table or JSON.

@@ -1,12 +1,16 @@
-//! What a benchmark runs against, behind one trait: a volume of the engine in-process (on
-//! its config's members, or on simulated members with virtual time), or an NBD server.
+//! What a benchmark runs against, behind one trait: a volume of the engine in-process (a
+//! config's array on its members, assembled as the daemon assembles it, or a volume on
+//! simulated members with virtual time), or an NBD server.
 
 use anyhow::{anyhow, bail, Context, Result};
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
-use nbraid_config::MemberStorage;
+use nbraid_config::{Config, MemberStorage};
+use nbraid_core::metadata::Array;
 use nbraid_core::simulated::{run_virtual, SimClock};
-use nbraid_core::{Buf, FileOptions, Member, MemoryMember, UringFile, Volume, VolumeOptions};
+use nbraid_core::{Buf, PassControl, PassState, Volume};
+use nbraid_daemon::assemble::{self, Assembled};
+use nbraid_daemon::plan::Plan;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,6 +29,10 @@ pub trait Target {
     fn now(&self) -> Duration;
     /// Drives `work` to completion (on the target's executor and clock).
     fn block_on(&self, work: LocalBoxFuture<'_, Result<()>>) -> Result<()>;
+    /// Ends the run (after the last cell, or an error): what the target must record.
+    fn close(&self) -> LocalBoxFuture<'_, Result<()>> {
+        async { Ok(()) }.boxed_local()
+    }
 }
 
 /// A volume of the engine in this process.
@@ -109,50 +117,154 @@ pub fn find_volume<'a>(
     })
 }
 
-/// The engine's options for a config volume.
-pub fn volume_options(v: &nbraid_config::Volume) -> VolumeOptions {
-    VolumeOptions {
-        block_size: u64::from(v.block_size),
-        read_policy: v.read_policy,
-        cache: v.cache,
-        ..VolumeOptions::default()
+/// A config volume in this process, assembled as `nbraidd` assembles it, every request
+/// through its [`Array`]: writes mark the records dirty and set their write-intent bits
+/// first, parity writes log partial parity, reads resync what an unclean start left unsynced,
+/// and [`Target::close`] records the volume clean, as the daemon's orderly stop does.
+pub struct ArrayTarget {
+    name: String,
+    array: Arc<Array>,
+    /// The config says `read_only`: writes are refused, as the daemon's export refuses them.
+    read_only: bool,
+    start: Instant,
+}
+
+impl Target for ArrayTarget {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn len_bytes(&self) -> u64 {
+        self.array.volume().capacity()
+    }
+
+    fn block_bytes(&self) -> u64 {
+        self.array.volume().block_size()
+    }
+
+    fn read(&self, offset: u64, buf: Buf) -> LocalBoxFuture<'_, Result<Buf>> {
+        async move { Ok(self.array.read_into(offset, buf).await?) }.boxed_local()
+    }
+
+    fn write(&self, offset: u64, buf: Buf) -> LocalBoxFuture<'_, Result<Buf>> {
+        async move {
+            if self.read_only {
+                bail!(
+                    "volume {} is read_only in the config: a write workload would change it",
+                    self.name
+                );
+            }
+            Ok(self.array.write(offset, buf, false).await?)
+        }
+        .boxed_local()
+    }
+
+    fn flush(&self) -> LocalBoxFuture<'_, Result<()>> {
+        async move { Ok(self.array.flush().await?) }.boxed_local()
+    }
+
+    fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    fn block_on(&self, work: LocalBoxFuture<'_, Result<()>>) -> Result<()> {
+        futures::executor::block_on(work)
+    }
+
+    fn close(&self) -> LocalBoxFuture<'_, Result<()>> {
+        async move {
+            match self.array.mark_clean().await {
+                Ok(true) => Ok(()),
+                // Only a request cut off by an error leaves one in flight.
+                Ok(false) => bail!(
+                    "volume {}: not recorded clean (a write was still in flight): the next start resyncs it",
+                    self.name
+                ),
+                Err(e) => Err(anyhow!(e).context(format!(
+                    "volume {}: recording it clean (the next start resyncs it)",
+                    self.name
+                ))),
+            }
+        }
+        .boxed_local()
     }
 }
 
-/// The volume `name` of the config at `file`, on its members, in this process. Members are
-/// held exclusively (a daemon serving them is refused) and must exist (`nbraid create`).
-pub fn config_volume(file: &Path, name: &str) -> Result<VolumeTarget> {
+/// Volume `name` of the config at `file`, on its members, in this process: opened by its
+/// superblocks through the daemon's own assembly ([`nbraid_daemon::assemble`]; roles by
+/// superblock whatever the config's order, recorded failed and stale members as recorded, a
+/// geometry the superblocks disagree with refused), or created where the daemon would create
+/// it (`create = "auto"` over new or blank members, as `nbraid create` does). Members are
+/// held exclusively, so a daemon serving them is refused. What an unclean stop left to
+/// resync is resynced before the bench starts, so it measures the volume, not the resync.
+pub fn config_volume(file: &Path, name: &str) -> Result<ArrayTarget> {
     let config = nbraid_config::load(file)?;
     let v = find_volume(&config, file, name)?;
-    let members = v
+    let a = futures::executor::block_on(assemble_volume(&config, v))?;
+    Ok(ArrayTarget {
+        name: name.to_string(),
+        array: a.array,
+        read_only: a.read_only,
+        start: Instant::now(),
+    })
+}
+
+async fn assemble_volume(config: &Config, v: &nbraid_config::Volume) -> Result<Assembled> {
+    let k = config
+        .volumes
+        .iter()
+        .position(|x| x.name == v.name)
+        .context("a volume of the config")?;
+    let mut opened = assemble::open_members(config).await?;
+    // The config's `create` decides, as at a daemon start. Every volume is planned, as
+    // `nbraid create --volume` plans them: a missing member file is created (sparse) only
+    // where every volume on it is to be created, never under a volume with data.
+    let mut plans = Vec::with_capacity(config.volumes.len());
+    for (i, p) in assemble::plans(config, &opened, None)
+        .into_iter()
+        .enumerate()
+    {
+        match p {
+            Ok(p) => plans.push(Some(p)),
+            Err(e) if i == k => return Err(e.into()),
+            Err(_) => plans.push(None),
+        }
+    }
+    let plan = plans[k].context("planned")?;
+    for p in assemble::create_members(config, &mut opened, &plans).await? {
+        eprintln!("nbraid bench: created {}", p.display());
+    }
+    // Memory members are new at every start: creating their array goes without saying.
+    let in_memory = v
         .members
         .iter()
-        .map(|&i| {
-            let m = &config.members[i];
-            Ok(match m.state {
-                MemberStorage::Memory => {
-                    Arc::new(MemoryMember::new(m.id.clone(), m.size)) as Arc<dyn Member>
-                }
-                MemberStorage::Remote => crate::remote_member::open(&config, m)?,
-                MemberStorage::Missing => bail!(
-                    "member {} ({}) does not exist; `nbraid create {}` makes it",
-                    m.id,
-                    m.path.display(),
-                    file.display()
-                ),
-                _ => Arc::new(
-                    UringFile::open_with(&m.path, Some(m.size), FileOptions::default())
-                        .with_context(|| format!("member {} ({})", m.id, m.path.display()))?,
-                ) as Arc<dyn Member>,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let mut opts = volume_options(v);
-    if config.volume_is_new(v) {
-        // Memory members start zeroed: parity is in sync.
-        opts.members_known_zero = true;
+        .any(|&m| config.members[m].state == MemberStorage::Memory);
+    if let (Plan::Create { assume_clean }, false) = (plan, in_memory) {
+        let sync = if assume_clean {
+            ""
+        } else {
+            ", syncing its copies and parity first"
+        };
+        eprintln!(
+            "nbraid bench: volume {}: no member carries its superblock: creating the array as nbraidd would (create = \"auto\"){sync}",
+            v.name
+        );
     }
-    let volume = Volume::new(v.geometry.clone(), members, opts)
-        .with_context(|| format!("assembling volume {name}"))?;
-    Ok(VolumeTarget::new(name.to_string(), Arc::new(volume), None))
+    let a = assemble::start_volume(config, v, plan, &opened, &|_, _| {}).await?;
+    if a.array.background_pending() {
+        eprintln!(
+            "nbraid bench: volume {}: not shut down cleanly: resyncing {} before the bench",
+            v.name,
+            nbraid_config::format_size(a.array.background_bytes())
+        );
+        let state = a.array.background_resync(&PassControl::new(0)).await?;
+        if state != PassState::Done || a.array.background_pending() {
+            bail!(
+                "volume {}: the resync ended {}, not done: not benchmarking a volume whose copies or parity may disagree",
+                v.name,
+                state.name()
+            );
+        }
+    }
+    Ok(a)
 }

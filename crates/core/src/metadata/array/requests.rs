@@ -92,10 +92,23 @@ impl Array {
     }
 
     pub async fn read(&self, offset: u64, len: u64) -> VolumeResult<Buf> {
+        self.before_read(offset, len).await?;
+        self.volume.read(offset, len).await
+    }
+
+    /// [`Array::read`] into `buf` (`buf.len()` bytes), so a caller can reuse its buffers.
+    pub async fn read_into(&self, offset: u64, buf: Buf) -> VolumeResult<Buf> {
+        self.before_read(offset, buf.len() as u64).await?;
+        self.volume.read_into(offset, buf).await
+    }
+
+    /// Before a read: the pending resync pieces it touches are done (a mirror's copies may
+    /// disagree there after an unclean start).
+    async fn before_read(&self, offset: u64, len: u64) -> VolumeResult<()> {
         if self.background.pending() && self.in_range(offset, len) {
             self.sync_before_read(offset, len).await?;
         }
-        self.volume.read(offset, len).await
+        Ok(())
     }
 
     /// [`Volume::write`], with the records dirty and the region's bit set first.

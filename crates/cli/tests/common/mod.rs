@@ -1,0 +1,188 @@
+//! Helpers for the test files that run `nbraid` and `nbraidd` on real member files: a RAID 6
+//! config, a daemon started and stopped as an operator would, volumes filled and read back
+//! through NBD with nbdcopy, status as JSON, a member's bytes made junk behind its back.
+
+// Each test file uses its own share of these.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const MIB: u64 = 1 << 20;
+/// Bytes at the start of each member reserved for metadata (the config's rule).
+pub const RESERVED: u64 = MIB;
+
+pub fn nbraid(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nbraid"))
+        .args(args)
+        .output()
+        .expect("run nbraid")
+}
+
+pub fn ok(o: Output, what: &str) -> String {
+    assert!(
+        o.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn require(tool: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!("required tool `{tool}` is not installed (Debian package libnbd-bin; scripts/test installs it)")
+        })
+}
+
+/// A RAID 6 volume `r6` over six 9 MiB file members (32 MiB), served on a Unix socket.
+pub fn write_config(dir: &Path) -> PathBuf {
+    write_config_with(dir, &[], "")
+}
+
+/// [`write_config`] with 9 MiB members `spares` more (not in the volume) and more keys for
+/// the volume.
+pub fn write_config_with(dir: &Path, spares: &[&str], volume_keys: &str) -> PathBuf {
+    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
+    let ids = (0..6).map(|i| format!("d{i}"));
+    for id in ids.chain(spares.iter().map(|s| s.to_string())) {
+        text += &format!("[[member]]\nid = \"{id}\"\npath = \"{id}.img\"\nsize = \"9MiB\"\n\n");
+    }
+    text += "[[volume]]\nname = \"r6\"\nlevel = \"raid6\"\nstrip_size = \"64KiB\"\nmembers = [\"d0\", \"d1\", \"d2\", \"d3\", \"d4\", \"d5\"]\n";
+    text += volume_keys;
+    let file = dir.join("arrays.toml");
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+pub struct Daemon {
+    pub child: Child,
+    /// The control socket it announced.
+    pub control: PathBuf,
+}
+
+impl Drop for Daemon {
+    /// A failed test does not leave its daemon running.
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Daemon {
+    pub fn start(config: &Path) -> Daemon {
+        let nbraidd = Path::new(env!("CARGO_BIN_EXE_nbraid")).with_file_name("nbraidd");
+        assert!(
+            nbraidd.is_file(),
+            "{} is not built: run `cargo build --bin nbraidd` (or `cargo test --workspace`)",
+            nbraidd.display()
+        );
+        let mut child = Command::new(nbraidd)
+            .arg("--config")
+            .arg(config)
+            .args(["--log-level", "warn"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start nbraidd");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let control = loop {
+            assert!(
+                Instant::now() < deadline,
+                "nbraidd printed no control socket"
+            );
+            match lines.next() {
+                Some(Ok(l)) => {
+                    if let Some(p) = l.strip_prefix("nbraidd: control socket ") {
+                        break PathBuf::from(p);
+                    }
+                }
+                _ => panic!("nbraidd exited early: {:?}", child.wait()),
+            }
+        };
+        std::thread::spawn(move || for _ in lines.by_ref() {});
+        Daemon { child, control }
+    }
+
+    pub fn stop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid has no memory effects.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "nbraidd exited with {status}");
+        assert!(
+            !self.control.exists(),
+            "the control socket is removed on exit"
+        );
+    }
+}
+
+/// Starts the daemon on `config` (listening on `nbd.sock` beside it); the NBD URI of `volume`.
+pub fn serve(config: &Path, volume: &str) -> (Daemon, String) {
+    let socket = config.with_file_name("nbd.sock");
+    let d = Daemon::start(config);
+    (
+        d,
+        format!("nbd+unix:///{volume}?socket={}", socket.display()),
+    )
+}
+
+/// Writes 32 MiB of seeded bytes into the volume through NBD; the bytes.
+pub fn fill(nbdcopy: &Path, dir: &Path, uri: &str, seed: u64) -> Vec<u8> {
+    let mut x = seed;
+    let data: Vec<u8> = (0..32 * MIB / 8)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect();
+    let src = dir.join("src.img");
+    std::fs::write(&src, &data).unwrap();
+    ok(
+        Command::new(nbdcopy).arg(&src).arg(uri).output().unwrap(),
+        "nbdcopy into the volume",
+    );
+    data
+}
+
+pub fn reads_back(nbdcopy: &Path, dir: &Path, uri: &str, data: &[u8]) {
+    let out = dir.join("out.img");
+    let _ = std::fs::remove_file(&out);
+    ok(
+        Command::new(nbdcopy).arg(uri).arg(&out).output().unwrap(),
+        "nbdcopy out of the volume",
+    );
+    assert!(
+        std::fs::read(&out).unwrap() == data,
+        "the volume reads back what was written"
+    );
+}
+
+/// `status --json` of volume `name`.
+pub fn status_of(cfg: &str, name: &str) -> Value {
+    let v: Value = serde_json::from_str(&ok(
+        nbraid(&["status", name, "--json", "--config", cfg]),
+        "status",
+    ))
+    .unwrap();
+    v["volumes"][0].clone()
+}
+
+/// Overwrites `len` bytes of member file `path` at `at` (past the reserved area) with junk.
+pub fn junk(path: &Path, at: u64, len: u64) {
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(RESERVED + at)).unwrap();
+    f.write_all(&vec![0xee; len as usize]).unwrap();
+    f.sync_all().unwrap();
+}
