@@ -861,15 +861,7 @@ fn a_member_failed_under_nbd_writes_is_rebuilt_onto_a_spare_bit_exact() {
     .into_iter()
     .enumerate()
     {
-        let mut x = seed;
-        let data: Vec<u8> = (0..32 * MIB / 8)
-            .flat_map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x.to_le_bytes()
-            })
-            .collect();
+        let data = seeded_bytes(seed, 32 * MIB);
         let src = dir.path().join(format!("src{i}.img"));
         std::fs::write(&src, &data).unwrap();
         srcs.push((src, data));

@@ -136,17 +136,22 @@ pub fn serve(config: &Path, volume: &str) -> (Daemon, String) {
     )
 }
 
-/// Writes 32 MiB of seeded bytes into the volume through NBD; the bytes.
-pub fn fill(nbdcopy: &Path, dir: &Path, uri: &str, seed: u64) -> Vec<u8> {
+/// `len_bytes` (a multiple of 8) of xorshift bytes from `seed`: different seeds, different bytes.
+pub fn seeded_bytes(seed: u64, len_bytes: u64) -> Vec<u8> {
     let mut x = seed;
-    let data: Vec<u8> = (0..32 * MIB / 8)
+    (0..len_bytes / 8)
         .flat_map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             x.to_le_bytes()
         })
-        .collect();
+        .collect()
+}
+
+/// Writes 32 MiB of seeded bytes into the volume through NBD; the bytes.
+pub fn fill(nbdcopy: &Path, dir: &Path, uri: &str, seed: u64) -> Vec<u8> {
+    let data = seeded_bytes(seed, 32 * MIB);
     let src = dir.join("src.img");
     std::fs::write(&src, &data).unwrap();
     ok(
