@@ -117,7 +117,7 @@ fn create_then_assemble_reads_back_and_is_clean() {
     let a = create(Level::Raid5, &d, 64 * KIB);
     write(&a, 0, 1, 256 * 1024);
     write(&a, 3 * MIB, 2, 64 * 1024);
-    assert!(block_on(a.mark_clean()).expect("clean"));
+    assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
     let events = block_on(a.events());
     drop(a);
     let (a, report) = open(Level::Raid5, &d, &all(&d), 64 * KIB).expect("open");
@@ -411,7 +411,7 @@ fn regions_in_use_keep_their_bits_across_flushes_with_a_clear_delay() {
         }
         let updates = a.bitmap_writes() - before;
         // A clean shutdown clears every bit whatever the delay.
-        assert!(block_on(a.mark_clean()).unwrap());
+        assert!(block_on(a.mark_clean()).unwrap().is_recorded());
         drop(a);
         let (a, report) = open(Level::Raid5, &d, &all(&d), 64 * KIB).unwrap();
         assert!(report.was_clean && report.resynced_bytes == 0);

@@ -192,7 +192,7 @@ fn a_spare_takes_a_failed_members_place_under_writes() {
         assert_eq!(done, vec![1], "{level:?}");
         assert!(!a.volume().is_degraded());
         assert!(block_on(read_all(a.volume())) == model.bytes);
-        assert!(block_on(a.mark_clean()).expect("clean"));
+        assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
         drop(a);
         disks[1] = spare;
         let (a, report) = open(level, &disks);
@@ -231,7 +231,7 @@ fn completing_a_rebuild_leaves_the_write_back_cache_alone() {
     assert_eq!(a.volume().cache_usage().dirty_bytes, cached, "not destaged");
     assert!(block_on(read_all(a.volume())) == model.bytes);
     block_on(a.flush()).expect("flush");
-    assert!(block_on(a.mark_clean()).expect("clean"));
+    assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
     drop(a);
     disks[2] = spare;
     let (a, report) = open(Level::Raid5, &disks);
@@ -327,7 +327,7 @@ fn a_restart_mid_rebuild_resumes_from_the_checkpoint() {
         "the resumed pass rebuilt less than the whole member"
     );
     assert!(block_on(read_all(a.volume())) == model.bytes);
-    assert!(block_on(a.mark_clean()).expect("clean"));
+    assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
     drop(a);
     let (_a, report) = open(Level::Raid5, &disks);
     assert!(report.rebuilding_roles.is_empty() && report.absent_roles.is_empty());
@@ -353,7 +353,7 @@ fn replace_a_healthy_member_under_writes() {
             &a.volume().member(3),
             &(new.clone() as Arc<dyn Member>)
         ));
-        assert!(block_on(a.mark_clean()).expect("clean"));
+        assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
         drop(a);
         disks[3] = new;
         let (a, report) = open(level, &disks);
@@ -381,7 +381,7 @@ fn a_failed_member_that_returns_is_not_trusted_and_is_rebuilt() {
     block_on(a.rebuild_onto(1, meta(&disks[1]))).expect("rebuild onto the old member");
     let done = rebuild_under_writes(&a, &PassControl::new(0), model.writes(20));
     assert_eq!(done, vec![1]);
-    assert!(block_on(a.mark_clean()).expect("clean"));
+    assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
     drop(a);
     let (a, report) = open(Level::Raid1, &disks);
     assert!(
@@ -426,7 +426,7 @@ fn a_spare_that_took_a_role_is_found_beside_the_member_it_replaced() {
         rebuild_under_writes(&a, &PassControl::new(0), model.writes(20)),
         vec![1]
     );
-    assert!(block_on(a.mark_clean()).expect("clean"));
+    assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
     drop(a);
     let before = spare.counters().snapshot();
     let (a, report) = open_with(Level::Raid5, &disks, std::slice::from_ref(&spare));
@@ -467,7 +467,7 @@ fn remove_takes_out_failed_members_only() {
     assert!(e.contains("no member to remove"), "{e}");
     assert!(a.volume().member(2).name().contains("removed"));
     block_on(apply(&a, model.writes(20)));
-    assert!(block_on(a.mark_clean()).expect("clean"));
+    assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
     drop(a);
     // d2 comes back: its id is no longer named, so it is not even stale — ignored.
     let (a, report) = open(Level::Raid6, &disks);
@@ -483,7 +483,7 @@ fn remove_takes_out_failed_members_only() {
         rebuild_under_writes(&a, &PassControl::new(0), model.writes(10)),
         vec![2]
     );
-    assert!(block_on(a.mark_clean()).expect("clean"));
+    assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
     drop(a);
     let (a, report) = open_with(Level::Raid6, &disks, &[s1]);
     assert!(report.absent_roles.is_empty(), "{report:?}");
@@ -625,14 +625,14 @@ fn a_stale_member_nothing_can_resync_stays_out() {
     .0;
     let mut model = Model::new(&a);
     block_on(apply(&a, model.writes(20)));
-    assert!(block_on(a.mark_clean()).expect("clean"));
+    assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
     drop(a);
     // Member 0 missing: writes it misses, then member 1 fails.
     let (a, _) = open(Some(0));
     block_on(apply(&a, model.writes(40)));
     a.volume().fail_member(1, "test");
     block_on(apply(&a, model.writes(10)));
-    assert!(block_on(a.mark_clean()).expect("clean"));
+    assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
     drop(a);
     let (a, report) = open(None);
     assert!(block_on(read_all(a.volume())) == model.bytes);
@@ -708,7 +708,7 @@ fn a_read_error_after_a_restart_is_repaired_from_the_redundancy() {
             block_on(apply(&a, model.writes(60)));
             block_on(a.flush()).expect("flush");
             match restart {
-                Restart::Clean => assert!(block_on(a.mark_clean()).expect("clean")),
+                Restart::Clean => assert!(block_on(a.mark_clean()).expect("clean").is_recorded()),
                 // Writes after the last flush leave bitmap bits set and the records dirty.
                 _ => block_on(apply(&a, model.writes(20))),
             }

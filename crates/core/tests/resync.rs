@@ -163,9 +163,10 @@ fn reads_before_the_pass_return_the_first_copy_and_sync_it() {
         d[1].peek(METADATA_AREA_BYTES + on_member, &mut copy1);
         assert!(copy1[..] == model[t..t + 4096], "read_into synced copy 1");
         assert!(a.background_bytes() < a.volume().capacity());
-        assert!(
-            !block_on(a.mark_clean()).expect("flush"),
-            "no clean point yet"
+        assert_eq!(
+            block_on(a.mark_clean()).expect("flush"),
+            nbraid_core::metadata::CleanMark::ResyncPending,
+            "no clean point before the background resync is done"
         );
         let ctl = PassControl::new(0);
         assert_eq!(
@@ -174,7 +175,7 @@ fn reads_before_the_pass_return_the_first_copy_and_sync_it() {
         );
         assert!(!a.background_pending() && a.background_bytes() == 0);
         assert!(read_all(&a) == model);
-        assert!(block_on(a.mark_clean()).expect("clean"));
+        assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
         drop(a);
         let (_a, report) = reopen(level, &d);
         assert!(
@@ -283,7 +284,7 @@ fn a_dirty_raid5_serves_before_its_resync_and_ends_clean() {
     );
     assert!(!a.background_pending());
     assert!(read_all(&a) == model, "every write reads back degraded");
-    assert!(block_on(a.mark_clean()).expect("clean"));
+    assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
     drop(a);
     // Healthy again (member 1's bytes are intact): clean, nothing to resync, parity agrees.
     let (a, report) = reopen(Level::Raid5, &d);

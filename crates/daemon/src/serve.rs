@@ -7,7 +7,7 @@ use crate::export::VolumeExport;
 use crate::nbd::{proto::MAX_PAYLOAD, Export, Limits, Listener, Server, ServerTls, TlsMode};
 use anyhow::{Context, Result};
 use nbraid_config::{self as config, Config, Listener as ConfigListener, ServerLimits};
-use nbraid_core::metadata::Array;
+use nbraid_core::metadata::{Array, CleanMark};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -193,18 +193,18 @@ async fn serve(config: Config) -> Result<()> {
     let mut unclean = Vec::new();
     for (a, _) in &served {
         let mut outcome = a.mark_clean().await;
-        if matches!(outcome, Ok(false)) && !a.background_pending() {
-            // The background resync ended between mark_clean's look and ours (it said
-            // "not clean: a resync is pending"): now there is a clean point to record.
+        if matches!(outcome, Ok(CleanMark::ResyncPending)) && !a.background_pending() {
+            // The background resync ended between mark_clean's look and now: there is a
+            // clean point to record.
             outcome = a.mark_clean().await;
         }
         match outcome {
-            Ok(true) => {}
-            Ok(false) if a.background_pending() => say(format_args!(
-                "nbraidd: {}: the background resync is not finished: it resumes at the next start",
+            Ok(CleanMark::Recorded) => {}
+            Ok(why @ CleanMark::ResyncPending) => say(format_args!(
+                "nbraidd: {}: {why}: it resumes at the next start",
                 a.name()
             )),
-            Ok(false) => unclean.push(format!("{}: a write was still in flight", a.name())),
+            Ok(why @ CleanMark::WritesInFlight) => unclean.push(format!("{}: {why}", a.name())),
             Err(e) => unclean.push(format!("{}: {e}", a.name())),
         }
     }

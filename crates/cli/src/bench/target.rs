@@ -6,7 +6,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use nbraid_config::{Config, MemberStorage};
-use nbraid_core::metadata::Array;
+use nbraid_core::metadata::{Array, CleanMark};
 use nbraid_core::simulated::{run_virtual, SimClock};
 use nbraid_core::{Buf, PassControl, PassState, Volume};
 use nbraid_daemon::assemble::{self, Assembled};
@@ -174,10 +174,11 @@ impl Target for ArrayTarget {
     fn close(&self) -> LocalBoxFuture<'_, Result<()>> {
         async move {
             match self.array.mark_clean().await {
-                Ok(true) => Ok(()),
-                // Only a request cut off by an error leaves one in flight.
-                Ok(false) => bail!(
-                    "volume {}: not recorded clean (a write was still in flight): the next start resyncs it",
+                Ok(CleanMark::Recorded) => Ok(()),
+                // Only a request cut off by an error leaves one in flight; the resync ran to
+                // its end before the first cell.
+                Ok(why) => bail!(
+                    "volume {}: not recorded clean ({why}): the next start resyncs it",
                     self.name
                 ),
                 Err(e) => Err(anyhow!(e).context(format!(

@@ -156,6 +156,33 @@ pub struct Array {
 
 mod requests;
 
+/// What [`Array::mark_clean`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CleanMark {
+    /// The records say clean: the next start resyncs nothing.
+    Recorded,
+    /// Not recorded clean: the background resync is not done (the next start resumes it).
+    ResyncPending,
+    /// Not recorded clean: a write was in flight (the records stay dirty).
+    WritesInFlight,
+}
+
+impl CleanMark {
+    pub fn is_recorded(self) -> bool {
+        self == CleanMark::Recorded
+    }
+}
+
+impl std::fmt::Display for CleanMark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CleanMark::Recorded => "recorded clean",
+            CleanMark::ResyncPending => "the background resync is not finished",
+            CleanMark::WritesInFlight => "a write was still in flight",
+        })
+    }
+}
+
 impl Array {
     /// Writes new records for volume `name` over `metas` (leaf `i` of `tree` is `metas[i]`)
     /// and opens it. Regions must start after the metadata area. With `assume_clean`, the

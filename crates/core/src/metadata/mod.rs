@@ -27,7 +27,7 @@ mod spare_list;
 mod spares;
 mod superblock;
 
-pub use array::{Array, ArrayError, ArrayOptions, OpenReport};
+pub use array::{Array, ArrayError, ArrayOptions, CleanMark, OpenReport};
 pub use assemble::{assemble, Absence, AssembleError, Assembly, Probe};
 pub use heal::RebuildReport;
 pub use io::{read_superblock, write_superblock, Found, SuperblockIoError};

@@ -284,7 +284,7 @@ fn clean_at_the_end(
     }
     let a = array.clone();
     match super::crash::drive(world, rng, async move { a.mark_clean().await })? {
-        Ok(true) => Ok(()),
+        Ok(nbraid_core::metadata::CleanMark::Recorded) => Ok(()),
         other => Err(format!(
             "records not clean after the background resync: {other:?}"
         )),

@@ -182,17 +182,18 @@ impl Array {
         })
     }
 
-    /// Flushes and records the volume clean (orderly shutdown, or idle), unless a write is
-    /// in flight: then it stays dirty and `Ok(false)` says so.
-    pub async fn mark_clean(&self) -> VolumeResult<bool> {
+    /// Flushes and records the volume clean (orderly shutdown, or idle), unless the
+    /// background resync is not done or a write is in flight: then it stays dirty, and the
+    /// answer says which.
+    pub async fn mark_clean(&self) -> VolumeResult<CleanMark> {
         if self.background.pending() {
             // No clean point before the background resync is done: a restart resumes it.
             self.flush().await?;
-            return Ok(false);
+            return Ok(CleanMark::ResyncPending);
         }
         let mut rec = self.recorded.lock().await;
         if !self.dirty.load(SeqCst) {
-            return Ok(true);
+            return Ok(CleanMark::Recorded);
         }
         // A writer counts itself in flight before it looks at `dirty`: once `dirty` is false
         // and nothing is in flight, every new writer waits for the records (held here), so
@@ -200,13 +201,13 @@ impl Array {
         self.dirty.store(false, SeqCst);
         if self.inflight.load(SeqCst) > 0 {
             self.dirty.store(true, SeqCst);
-            return Ok(false);
+            return Ok(CleanMark::WritesInFlight);
         }
         let r = self.clean_locked(&mut rec).await;
         if r.is_err() {
             self.dirty.store(true, SeqCst);
         }
-        r.map(|()| true)
+        r.map(|()| CleanMark::Recorded)
     }
 
     async fn clean_locked(&self, rec: &mut Recorded) -> VolumeResult<()> {
