@@ -423,3 +423,40 @@ fn regions_in_use_keep_their_bits_across_flushes_with_a_clear_delay() {
     // Set once per region, kept while the regions are in use.
     assert_eq!(run(Duration::from_secs(3600)), 2, "delayed clearing");
 }
+
+/// A write still in flight keeps the records dirty: `mark_clean` says so (and records
+/// nothing), then records the volume clean once the write is done.
+#[test]
+fn a_write_in_flight_keeps_the_volume_dirty_until_it_is_done() {
+    use futures::FutureExt;
+    use nbraid_core::metadata::CleanMark;
+    use nbraid_core::Faulty;
+    let d: Vec<Arc<Faulty<MemoryMember>>> = (0..3)
+        .map(|i| {
+            let m = MemoryMember::new(format!("disk{i}"), MEMBER_BYTES);
+            Arc::new(Faulty::new(m, i as u64))
+        })
+        .collect();
+    let m = d
+        .iter()
+        .map(|x| block_on(MemberMeta::load(x.clone() as Arc<dyn Member>)))
+        .collect();
+    let tree = tree(Level::Raid5, 3, 64 * KIB);
+    let create = Array::create("vol", tree, m, opts(), true, &|_, _| {});
+    let a = block_on(create).expect("create").0;
+    // The records are dirty from this write on; the next write to the place finds them so.
+    write(&a, 0, 1, 4096);
+    let slow = Duration::from_millis(300);
+    d.iter().for_each(|x| x.set_latency(slow, slow));
+    let mut second = Box::pin(a.write(0, pattern(2, 4096), false));
+    assert!(second.as_mut().now_or_never().is_none(), "in flight");
+    assert_eq!(
+        block_on(a.mark_clean()).expect("mark"),
+        CleanMark::WritesInFlight
+    );
+    block_on(second).expect("the write");
+    d.iter()
+        .for_each(|x| x.set_latency(Duration::ZERO, Duration::ZERO));
+    assert_eq!(block_on(a.mark_clean()).expect("mark"), CleanMark::Recorded);
+    check(&a, 0, 2, 4096);
+}
