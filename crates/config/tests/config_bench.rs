@@ -2,6 +2,9 @@
 //! `--sim-params` files: read in file order, and every bad key or value refused at its
 //! file:line:column naming the table and key.
 
+mod common;
+
+use common::expect;
 use nbraid_config::{self as config, BenchModels, ConfigError, ErrorKind, HDD_PARAMS, SSD_PARAMS};
 use std::path::Path;
 
@@ -16,31 +19,14 @@ level = "jbod"
 members = ["m0"]
 "#;
 
-fn check(rest: &str) -> Result<config::Config, ConfigError> {
-    config::parse(&format!("{ARRAY}{rest}"), Path::new("configs/bad.toml"))
-}
-
 fn models(rest: &str) -> BenchModels {
-    check(rest).unwrap_or_else(|e| panic!("{e}")).bench
+    common::check(&format!("{ARRAY}{rest}"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .bench
 }
 
 fn err(rest: &str) -> ConfigError {
-    match check(rest) {
-        Ok(_) => panic!("config was accepted:\n{rest}"),
-        Err(e) => e,
-    }
-}
-
-fn expect(e: &ConfigError, kind: ErrorKind, prefix: &str, contains: &[&str]) {
-    let msg = e.to_string();
-    assert!(
-        msg.starts_with(prefix),
-        "expected prefix\n  {prefix}\ngot\n  {msg}"
-    );
-    for c in contains {
-        assert!(msg.contains(c), "expected {c:?} in\n  {msg}");
-    }
-    assert_eq!(e.kind(), Some(kind), "{msg}");
+    common::refused(&format!("{ARRAY}{rest}"))
 }
 
 #[test]

@@ -1,8 +1,10 @@
 //! Every way a config can be wrong gives one error at the right file:line:column, naming the
 //! table and field and saying what would be valid.
 
+mod common;
+
+use common::{expect, refused};
 use nbraid_config::{self as config, ConfigError, ErrorKind};
-use std::path::Path;
 
 /// Four 1 GiB members a0..a3 (lines 1-16), then `rest`.
 const MEMBERS: &str = r#"[[member]]
@@ -23,37 +25,14 @@ path = "nowhere/a3.img"
 size = "1GiB"
 "#;
 
-fn check(text: &str) -> Result<config::Config, ConfigError> {
-    config::parse(text, Path::new("configs/bad.toml"))
-}
-
 /// The error for `MEMBERS` + `rest` (the volume tables start at line 17).
 fn err(rest: &str) -> ConfigError {
-    err_raw(&format!("{MEMBERS}{rest}"))
-}
-
-fn err_raw(text: &str) -> ConfigError {
-    match check(text) {
-        Ok(_) => panic!("config was accepted:\n{text}"),
-        Err(e) => e,
-    }
-}
-
-fn expect(e: &ConfigError, kind: ErrorKind, prefix: &str, contains: &[&str]) {
-    let msg = e.to_string();
-    assert!(
-        msg.starts_with(prefix),
-        "expected prefix\n  {prefix}\ngot\n  {msg}"
-    );
-    for c in contains {
-        assert!(msg.contains(c), "expected {c:?} in\n  {msg}");
-    }
-    assert_eq!(e.kind(), Some(kind), "{msg}");
+    refused(&format!("{MEMBERS}{rest}"))
 }
 
 #[test]
 fn not_toml() {
-    let e = err_raw("[[member]]\nid = \"a0\npath = \"x\"\n");
+    let e = refused("[[member]]\nid = \"a0\npath = \"x\"\n");
     expect(
         &e,
         ErrorKind::Syntax,
@@ -75,7 +54,7 @@ fn unknown_key_suggests_the_right_one() {
 
 #[test]
 fn unknown_table() {
-    let e = err_raw("[[members]]\nid = \"a0\"\n");
+    let e = refused("[[members]]\nid = \"a0\"\n");
     expect(
         &e,
         ErrorKind::Schema,
@@ -86,7 +65,7 @@ fn unknown_table() {
 
 #[test]
 fn unknown_member_key() {
-    let e = err_raw("[[member]]\nid = \"a0\"\npaht = \"x.img\"\n");
+    let e = refused("[[member]]\nid = \"a0\"\npaht = \"x.img\"\n");
     expect(
         &e,
         ErrorKind::Schema,
@@ -162,7 +141,7 @@ fn span_too_small() {
          [[volume]]\nname = \"db\"\nlevel = \"raid50\"\nspans = 3\n\
          members = [\"a0\", \"a1\", \"a2\", \"a3\", \"a4\", \"a5\"]\n"
     );
-    let e = err_raw(&text);
+    let e = refused(&text);
     expect(
         &e,
         ErrorKind::Members,
@@ -281,7 +260,7 @@ fn strip_on_a_mirror() {
 
 #[test]
 fn unparsable_sizes_say_which_units_are_decimal() {
-    let e = err_raw("[[member]]\nid = \"a0\"\npath = \"x.img\"\nsize = \"4 GBs\"\n");
+    let e = refused("[[member]]\nid = \"a0\"\npath = \"x.img\"\nsize = \"4 GBs\"\n");
     expect(
         &e,
         ErrorKind::Size,
@@ -311,7 +290,7 @@ fn unparsable_sizes_say_which_units_are_decimal() {
 
 #[test]
 fn member_too_small() {
-    let e = err_raw("[[member]]\nid = \"a0\"\npath = \"x.img\"\nsize = \"1MiB\"\n");
+    let e = refused("[[member]]\nid = \"a0\"\npath = \"x.img\"\nsize = \"1MiB\"\n");
     expect(
         &e,
         ErrorKind::Size,
@@ -360,7 +339,7 @@ fn jbod_too_large() {
 
 #[test]
 fn bad_listen_addresses() {
-    let e = err_raw(&format!(
+    let e = refused(&format!(
         "[daemon]\nlisten = [\"tcp:127.0.0.1:10809\", \"tcp:localhost:10809\"]\n{MEMBERS}"
     ));
     expect(
@@ -369,7 +348,7 @@ fn bad_listen_addresses() {
         "configs/bad.toml:2:34: daemon: listen address \"tcp:localhost:10809\" is not valid: \"localhost:10809\" is not an IP address and port; valid: \"unix:/run/nbraid/nbd.sock\"",
         &["\"tcp:127.0.0.1:10809\""],
     );
-    let e = err_raw(&format!(
+    let e = refused(&format!(
         "[daemon]\nlisten = [\"127.0.0.1:10809\"]\n{MEMBERS}"
     ));
     expect(
@@ -378,7 +357,7 @@ fn bad_listen_addresses() {
         "configs/bad.toml:2:11: daemon: listen address \"127.0.0.1:10809\" is not valid: it does not start with \"unix:\" or \"tcp:\"",
         &[],
     );
-    let e = err_raw(&format!(
+    let e = refused(&format!(
         "[daemon]\nlisten = [\"tcp:127.0.0.1\"]\n{MEMBERS}"
     ));
     expect(
@@ -387,7 +366,7 @@ fn bad_listen_addresses() {
         "configs/bad.toml:2:11: daemon: listen address \"tcp:127.0.0.1\" is not valid: \"127.0.0.1\" has no port (NBD's port is 10809)",
         &[],
     );
-    let e = err_raw(&format!(
+    let e = refused(&format!(
         "[daemon]\nlisten = [\"unix:a.sock\", \"unix:a.sock\"]\n{MEMBERS}"
     ));
     expect(
@@ -452,7 +431,7 @@ fn names() {
         "configs/bad.toml:18:8: volume name is empty",
         &[],
     );
-    let e = err_raw("[[member]]\nid = \"disk 0\"\npath = \"x.img\"\nsize = \"1GiB\"\n");
+    let e = refused("[[member]]\nid = \"disk 0\"\npath = \"x.img\"\nsize = \"1GiB\"\n");
     expect(
         &e,
         ErrorKind::Name,
@@ -463,7 +442,7 @@ fn names() {
 
 #[test]
 fn no_volumes() {
-    let e = err_raw(MEMBERS);
+    let e = refused(MEMBERS);
     expect(
         &e,
         ErrorKind::Schema,
@@ -474,7 +453,7 @@ fn no_volumes() {
 
 #[test]
 fn a_missing_file_needs_a_size() {
-    let e = err_raw("[[member]]\nid = \"a0\"\npath = \"nowhere/a0.img\"\n");
+    let e = refused("[[member]]\nid = \"a0\"\npath = \"nowhere/a0.img\"\n");
     expect(
         &e,
         ErrorKind::MemberPath,
@@ -549,7 +528,7 @@ fn unreadable_config_file() {
 
 #[test]
 fn memory_member_without_size() {
-    let e = err_raw("[[member]]\nid = \"m0\"\npath = \"memory:\"\n");
+    let e = refused("[[member]]\nid = \"m0\"\npath = \"memory:\"\n");
     expect(
         &e,
         ErrorKind::MemberPath,
@@ -560,7 +539,7 @@ fn memory_member_without_size() {
 
 #[test]
 fn bad_server_limits() {
-    let daemon = |line: &str| err_raw(&format!("[daemon]\n{line}\n{MEMBERS}"));
+    let daemon = |line: &str| refused(&format!("[daemon]\n{line}\n{MEMBERS}"));
     expect(
         &daemon("max_connections = 0"),
         ErrorKind::Limit,
