@@ -296,7 +296,7 @@ fn main() {
             );
             let per_k = |n: u64| n as f64 * 1000.0 / writes_on.max(1) as f64;
             println!(
-                "{:<8} median of the rounds' ratios {median:.3} (lowest {:.3}, highest {:.3}); log: {:.1} entries/round, per 1000 writes: {:.0} batches, {:.0} KiB, {:.1} member flushes ({:.1} for a band), {:.1} band waits, {:.1} room waits",
+                "{:<8} median of the rounds' ratios {median:.3} (lowest {:.3}, highest {:.3}); log: {:.1} entries/round, per 1000 writes: {:.0} batches, {:.0} KiB, {:.1} member flushes ({:.1} for a band), {:.1} band rewrites without one, {:.1} band waits, {:.1} room waits",
                 "",
                 pair_ratios.first().copied().unwrap_or(0.0),
                 pair_ratios.last().copied().unwrap_or(0.0),
@@ -305,6 +305,7 @@ fn main() {
                 per_k(log.batch_bytes) / 1024.0,
                 per_k(log.member_flushes),
                 per_k(log.band_flushes),
+                per_k(log.band_rewrites),
                 per_k(log.band_waits),
                 per_k(log.room_waits),
             );

@@ -75,7 +75,11 @@ fn crash(case: CrashCase) {
             ),
         }
     }
-    eprintln!("{}: {total:?}", case.name);
+    eprintln!(
+        "{}: {total:?}; log so far (all tests of this process): {:?}",
+        case.name,
+        nbraid_core::ppl::stats()
+    );
     assert!(total.sectors_checked > 0 && total.reopened_dirty > 0);
     assert!(
         total.runs < 50

@@ -69,7 +69,7 @@ fn one_sector(log: &GroupLog, stripe: u64) -> Result<Vec<(super::Entry, super::R
         chunks: vec![&zeros[..], &zeros[..]],
         r0: 0,
     };
-    log.prepare(stripe, &[vec![(0, 512)], vec![]], &values)
+    log.prepare(stripe, &[vec![(0, 512)], vec![]], &values, false)
 }
 
 #[test]
@@ -188,6 +188,151 @@ fn same_chunk_runs_split_stored_runs_where_the_written_chunks_change() {
         vec![(1, 2), (2, 3), (5, 6), (6, 7)]
     );
     assert_eq!(all(0, &[0xff, 0]), vec![]);
+}
+
+#[test]
+fn a_band_left_unflushed_needs_no_flush_only_where_the_new_entry_covers_its_flux() {
+    let ok = super::needs_no_flush;
+    // A rewrite of the same sectors: nothing unflushed is left unwritten.
+    assert!(ok(&[0xff, 0, 0], &[0xff, 0, 0]));
+    assert!(ok(&[0x0f, 0, 0], &[0xff, 0, 0]));
+    // Sequential writes meeting in a stripe: every other chunk, the one unflushed chunk the
+    // only one left unwritten.
+    assert!(ok(&[0xff, 0, 0], &[0, 0xff, 0xff]));
+    // A whole row over anything: no partial parity at all.
+    assert!(ok(&[0xff, 0xff, 0], &[0xff, 0xff, 0xff]));
+    // Beside an unflushed chunk with a settled one unwritten: the partial parity would count
+    // bytes the media may not hold when the settled chunk is rebuilt from it.
+    assert!(!ok(&[0xff, 0, 0], &[0, 0xff, 0]));
+    // Two unflushed chunks unwritten: one rebuilt from the other's media.
+    assert!(!ok(&[0xff, 0xff, 0], &[0, 0, 0xff]));
+    // Dirty sectors the new write does not write: its entry could not describe them.
+    assert!(!ok(&[0xff, 0, 0], &[0x0f, 0, 0]));
+    assert!(!ok(&[0xf0, 0, 0], &[0, 0x0f, 0x0f]));
+}
+
+/// A RAID 5 of 4 (three data chunks, one 4 KiB band per strip) whose band 0 of stripe 0 was
+/// written (chunk 0, whole band) and is done but not known durable: every member counts a
+/// completed write no flush covers yet.
+fn log_with_unflushed_chunk_0() -> GroupLog {
+    let log = log_of(Level::Raid5, 4, Duration::ZERO);
+    let c = vec![1u8; STRIP as usize];
+    let values = Values::Direct {
+        chunks: vec![&c[..], &c[..], &c[..]],
+        r0: 0,
+    };
+    let entries = log
+        .prepare(0, &[vec![(0, STRIP)], vec![], vec![]], &values, false)
+        .ok()
+        .expect("nothing live");
+    let hold = block_on(log.write(entries)).expect("written");
+    for m in 0..4 {
+        log.table.slot(m).mark_dirty();
+    }
+    drop(hold);
+    log
+}
+
+#[test]
+fn sequential_writes_meeting_in_a_band_are_logged_without_a_flush() {
+    let log = log_with_unflushed_chunk_0();
+    let (c0, c1, c2) = (
+        vec![7u8; STRIP as usize],
+        vec![1u8; STRIP as usize],
+        vec![2; STRIP as usize],
+    );
+    let values = Values::Direct {
+        chunks: vec![&c0[..], &c1[..], &c2[..]],
+        r0: 0,
+    };
+    let whole = vec![(0, STRIP)];
+    let entries = log
+        .prepare(0, &[vec![], whole.clone(), whole], &values, false)
+        .ok()
+        .expect("chunks 1 and 2 beside the unflushed chunk 0 need no flush");
+    assert_eq!(entries.len(), 1);
+    let e = &entries[0].0;
+    assert_eq!(e.masks, vec![0, 0xff, 0xff]);
+    // The partial parity is chunk 0 as the earlier write left it.
+    assert_eq!(e.pp.as_deref(), Some(&c0[..]));
+}
+
+#[test]
+fn a_fua_write_to_a_band_left_unflushed_flushes_first() {
+    // Durable when done while the earlier write may not be: rebuilt from its parity, a lost
+    // chunk of this write would count the earlier chunk's bytes the media may not hold.
+    let log = log_with_unflushed_chunk_0();
+    let c = vec![1u8; STRIP as usize];
+    let values = Values::Direct {
+        chunks: vec![&c[..], &c[..], &c[..]],
+        r0: 0,
+    };
+    let whole = vec![(0, STRIP)];
+    let Err(Blocked::Flush) = log.prepare(0, &[vec![], whole.clone(), whole], &values, true) else {
+        panic!("a FUA write must not skip the flush");
+    };
+}
+
+#[test]
+fn a_write_beside_an_unflushed_chunk_with_a_settled_one_unwritten_flushes_first() {
+    let log = log_with_unflushed_chunk_0();
+    let c = vec![1u8; STRIP as usize];
+    let values = Values::Direct {
+        chunks: vec![&c[..], &c[..], &c[..]],
+        r0: 0,
+    };
+    let Err(Blocked::Flush) = log.prepare(0, &[vec![], vec![(0, STRIP)], vec![]], &values, false)
+    else {
+        panic!("chunk 2 is settled and unwritten: the members must be flushed first");
+    };
+    // A flush settles the band: then it is logged as any other.
+    block_on(log.flush_members());
+    assert!(log
+        .prepare(0, &[vec![], vec![(0, STRIP)], vec![]], &values, false)
+        .is_ok());
+}
+
+#[test]
+fn a_whole_row_written_over_an_unflushed_band_still_supersedes_its_entry() {
+    let log = log_with_unflushed_chunk_0();
+    let c = vec![1u8; STRIP as usize];
+    let values = Values::Direct {
+        chunks: vec![&c[..], &c[..], &c[..]],
+        r0: 0,
+    };
+    let whole = vec![(0, STRIP)];
+    let entries = log
+        .prepare(0, &[whole.clone(), whole.clone(), whole], &values, false)
+        .ok()
+        .expect("a whole row needs no flush");
+    // Without a new entry, a crash would replay the earlier one over the new bytes.
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].0.masks, vec![0xff; 3]);
+}
+
+#[test]
+fn a_band_logged_again_without_a_flush_does_not_wait_for_ring_space_its_own_entries_hold() {
+    let log = small_log();
+    let dirty_all = |log: &GroupLog| (0..3).for_each(|m| log.table.slot(m).mark_dirty());
+    // The band's first write: its entry is on the ring, its member writes still going ...
+    let entries = one_sector(&log, 0).ok().expect("nothing live");
+    let first = block_on(log.write(entries)).expect("room in the ring");
+    // ... while writes to stripes with the same P member fill that ring up to it: the tail
+    // keeps every batch from the band's entry on, whatever flushes settle meanwhile.
+    for stripe in [3, 6, 9, 12] {
+        let entries = one_sector(&log, stripe).ok().expect("nothing live");
+        let hold = block_on(log.write(entries)).expect("room in the ring");
+        dirty_all(&log);
+        drop(hold);
+    }
+    // The band's write ends, not flushed; a rewrite needs no flush — but its entry finds the
+    // ring full of batches kept for the band's own earlier entry.
+    dirty_all(&log);
+    drop(first);
+    let entries = one_sector(&log, 0).ok().expect("a rewrite needs no flush");
+    let write = log.write(entries).now_or_never();
+    let hold = write.expect("written after a flush, not waiting on itself");
+    assert!(hold.is_ok());
 }
 
 proptest::proptest! {

@@ -22,6 +22,10 @@ pub struct LogStats {
     /// Times a stripe write found a band of its stripe written but not known durable, and
     /// flushed the group's members before logging it again (counted in `member_flushes`).
     pub band_flushes: u64,
+    /// Times a stripe write found a band of its stripe written but not known durable, and
+    /// logged it without a flush: its entry describes every sector left in flux
+    /// (`needs_no_flush` in `log.rs`: a rewrite, or sequential writes meeting in a stripe).
+    pub band_rewrites: u64,
     /// Times a round found no ring space and waited for a write in flight.
     pub room_waits: u64,
 }
@@ -37,6 +41,7 @@ impl LogStats {
             member_flushes: self.member_flushes + o.member_flushes,
             band_waits: self.band_waits + o.band_waits,
             band_flushes: self.band_flushes + o.band_flushes,
+            band_rewrites: self.band_rewrites + o.band_rewrites,
             room_waits: self.room_waits + o.room_waits,
         }
     }
@@ -51,6 +56,7 @@ impl LogStats {
             member_flushes: self.member_flushes - before.member_flushes,
             band_waits: self.band_waits - before.band_waits,
             band_flushes: self.band_flushes - before.band_flushes,
+            band_rewrites: self.band_rewrites - before.band_rewrites,
             room_waits: self.room_waits - before.room_waits,
         }
     }
@@ -63,6 +69,7 @@ pub(super) static BATCH_BYTES: AtomicU64 = AtomicU64::new(0);
 pub(super) static MEMBER_FLUSHES: AtomicU64 = AtomicU64::new(0);
 pub(super) static BAND_WAITS: AtomicU64 = AtomicU64::new(0);
 pub(super) static BAND_FLUSHES: AtomicU64 = AtomicU64::new(0);
+pub(super) static BAND_REWRITES: AtomicU64 = AtomicU64::new(0);
 pub(super) static ROOM_WAITS: AtomicU64 = AtomicU64::new(0);
 
 /// Adds `n` to counter `c`.
@@ -80,6 +87,7 @@ pub fn stats() -> LogStats {
         member_flushes: MEMBER_FLUSHES.load(Relaxed),
         band_waits: BAND_WAITS.load(Relaxed),
         band_flushes: BAND_FLUSHES.load(Relaxed),
+        band_rewrites: BAND_REWRITES.load(Relaxed),
         room_waits: ROOM_WAITS.load(Relaxed),
     }
 }

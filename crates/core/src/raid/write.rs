@@ -327,7 +327,7 @@ impl ParityCore {
                         q: q.as_deref().filter(|_| q_read),
                         r0,
                     };
-                    entries = log.prepare_settled(stripe, &ranges(), &values).await;
+                    entries = log.prepare_settled(stripe, &ranges(), &values, fua).await;
                 }
                 let (mut p, mut q) = (Some(p.freeze()), q.map(Buf::freeze));
                 for r in &plan.writes {
@@ -363,7 +363,7 @@ impl ParityCore {
                         chunks: news.iter().map(|b| &b[..]).collect(),
                         r0,
                     };
-                    entries = log.prepare_settled(stripe, &ranges(), &values).await;
+                    entries = log.prepare_settled(stripe, &ranges(), &values, fua).await;
                 }
                 let mut order = vec![0usize; k];
                 for i in 0..k {

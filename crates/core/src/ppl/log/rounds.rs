@@ -236,9 +236,13 @@ impl GroupLog {
     /// Writes what is pending (as much as fits half of each ring), one batch per ring.
     /// `Some`: no room until a write in flight ends (wait for it without the round slot).
     pub(super) async fn write_round(&self) -> Option<oneshot::Receiver<()>> {
+        let mut flushed = false;
         loop {
             let (taken, plan) = {
                 let mut st = self.state.lock();
+                if flushed {
+                    self.rebase(&mut st);
+                }
                 self.retire(&mut st);
                 let tail = Self::tail(&st);
                 // Take whole tickets (one stripe write's entries, which fit half a ring by
@@ -320,7 +324,11 @@ impl GroupLog {
                 // for a write in flight to end, then try again.
                 let waiting = {
                     let mut st = self.state.lock();
-                    let settle = st.bands.values().any(|b| b.inflight == 0 && b.durable);
+                    // A band done but not durable settles with a flush; so do the older
+                    // entries of a band logged again without one (see `rebase`).
+                    let settle = st.bands.values().any(|b| {
+                        (b.inflight == 0 && b.durable) || (b.inflight > 0 && b.first_seq < b.seq)
+                    });
                     // Member writes in flight, or an entry in another round in flight: each
                     // ends and wakes the waiters. (Not a band whose entry is only pending.)
                     let busy = st
@@ -357,7 +365,10 @@ impl GroupLog {
                     }
                 };
                 match waiting {
-                    None => self.flush_members().await,
+                    None => {
+                        self.flush_members().await;
+                        flushed = true;
+                    }
                     Some(rx) => return Some(rx),
                 }
                 continue;
