@@ -115,6 +115,14 @@ impl Band {
     }
 }
 
+/// Whether a completed flush covers `need` (per member: the completed-write count a band's
+/// writes were among) on every member that has not failed.
+fn covered(need: &[u64], durable: &[u64], failed: &[bool]) -> bool {
+    need.iter()
+        .enumerate()
+        .all(|(i, &n)| failed[i] || durable[i] >= n)
+}
+
 /// Whether a write that writes sectors `now[i]` of data chunk `i` may be logged in a band
 /// whose earlier writes are done but not known durable (`dirty[i]`: the sectors they wrote)
 /// without flushing the members first. Its entry supersedes theirs, so it must describe every
@@ -315,25 +323,23 @@ impl GroupLog {
             .unzip()
     }
 
+    /// Per member of the group: writes known durable, and whether it failed.
+    fn durable_or_failed(&self) -> (Vec<u64>, Vec<bool>) {
+        let failed = self
+            .members
+            .iter()
+            .map(|&m| self.table.slot(m).is_failed())
+            .collect();
+        (self.counts().1, failed)
+    }
+
     /// Moves bands whose writes are all durable out of the live set. Every live band is
     /// looked at only when a member's durable count or failed state changed since the last
     /// look (hundreds of bands wait for a flush between two; a round calls this each time);
     /// otherwise only the bands whose own state changed since (`State::changed`).
     fn retire(&self, st: &mut State) {
-        let durable = self.counts().1;
-        let failed: Vec<bool> = self
-            .members
-            .iter()
-            .map(|&m| self.table.slot(m).is_failed())
-            .collect();
-        let ready = |b: &Band| {
-            b.inflight == 0
-                && b.durable
-                && b.need
-                    .iter()
-                    .enumerate()
-                    .all(|(i, &n)| failed[i] || durable[i] >= n)
-        };
+        let (durable, failed) = self.durable_or_failed();
+        let ready = |b: &Band| b.inflight == 0 && b.durable && covered(&b.need, &durable, &failed);
         let mut settled: Vec<(u64, u32)> = if st.seen.0 != durable || st.seen.1 != failed {
             st.changed.clear();
             let all = st.bands.iter().filter(|(_, b)| ready(b));
@@ -388,24 +394,14 @@ impl GroupLog {
     /// yet taken by a round, like any band's first entry). Without this the newest entry
     /// could wait forever for ring space its own band's older entries hold.
     fn rebase(&self, st: &mut State) {
-        let durable = self.counts().1;
-        let failed: Vec<bool> = self
-            .members
-            .iter()
-            .map(|&m| self.table.slot(m).is_failed())
-            .collect();
+        let (durable, failed) = self.durable_or_failed();
         let pending: std::collections::HashSet<(u64, u32, u64)> = st
             .pending
             .iter()
             .map(|p| (p.entry.stripe, p.entry.band, p.entry.seq))
             .collect();
         for (&(stripe, band), b) in st.bands.iter_mut() {
-            let older_durable = b
-                .need
-                .iter()
-                .enumerate()
-                .all(|(i, &n)| failed[i] || durable[i] >= n);
-            if b.inflight > 0 && b.first_seq < b.seq && older_durable {
+            if b.inflight > 0 && b.first_seq < b.seq && covered(&b.need, &durable, &failed) {
                 b.first_seq = b.seq;
                 b.written = !pending.contains(&(stripe, band, b.seq));
             }

@@ -217,10 +217,7 @@ fn a_band_left_unflushed_needs_no_flush_only_where_the_new_entry_covers_its_flux
 fn log_with_unflushed_chunk_0() -> GroupLog {
     let log = log_of(Level::Raid5, 4, Duration::ZERO);
     let c = vec![1u8; STRIP as usize];
-    let values = Values::Direct {
-        chunks: vec![&c[..], &c[..], &c[..]],
-        r0: 0,
-    };
+    let values = same_bytes(&c);
     let entries = log
         .prepare(0, &[vec![(0, STRIP)], vec![], vec![]], &values, false)
         .ok()
@@ -231,6 +228,14 @@ fn log_with_unflushed_chunk_0() -> GroupLog {
     }
     drop(hold);
     log
+}
+
+/// The values of a reconstruct-write of the 3-data-chunk stripe whose chunks all hold `c`.
+fn same_bytes(c: &[u8]) -> Values<'_> {
+    Values::Direct {
+        chunks: vec![c, c, c],
+        r0: 0,
+    }
 }
 
 #[test]
@@ -263,10 +268,7 @@ fn a_fua_write_to_a_band_left_unflushed_flushes_first() {
     // chunk of this write would count the earlier chunk's bytes the media may not hold.
     let log = log_with_unflushed_chunk_0();
     let c = vec![1u8; STRIP as usize];
-    let values = Values::Direct {
-        chunks: vec![&c[..], &c[..], &c[..]],
-        r0: 0,
-    };
+    let values = same_bytes(&c);
     let whole = vec![(0, STRIP)];
     let Err(Blocked::Flush) = log.prepare(0, &[vec![], whole.clone(), whole], &values, true) else {
         panic!("a FUA write must not skip the flush");
@@ -277,10 +279,7 @@ fn a_fua_write_to_a_band_left_unflushed_flushes_first() {
 fn a_write_beside_an_unflushed_chunk_with_a_settled_one_unwritten_flushes_first() {
     let log = log_with_unflushed_chunk_0();
     let c = vec![1u8; STRIP as usize];
-    let values = Values::Direct {
-        chunks: vec![&c[..], &c[..], &c[..]],
-        r0: 0,
-    };
+    let values = same_bytes(&c);
     let Err(Blocked::Flush) = log.prepare(0, &[vec![], vec![(0, STRIP)], vec![]], &values, false)
     else {
         panic!("chunk 2 is settled and unwritten: the members must be flushed first");
@@ -296,10 +295,7 @@ fn a_write_beside_an_unflushed_chunk_with_a_settled_one_unwritten_flushes_first(
 fn a_whole_row_written_over_an_unflushed_band_still_supersedes_its_entry() {
     let log = log_with_unflushed_chunk_0();
     let c = vec![1u8; STRIP as usize];
-    let values = Values::Direct {
-        chunks: vec![&c[..], &c[..], &c[..]],
-        r0: 0,
-    };
+    let values = same_bytes(&c);
     let whole = vec![(0, STRIP)];
     let entries = log
         .prepare(0, &[whole.clone(), whole.clone(), whole], &values, false)
