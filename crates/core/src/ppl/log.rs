@@ -17,43 +17,12 @@ use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+mod masks;
 mod rounds;
+use masks::{band_masks, covered, needs_no_flush, same_chunk_runs};
 pub(crate) use rounds::LogFailed;
 
 static ZERO: [u8; BAND_BYTES as usize] = [0; BAND_BYTES as usize];
-
-/// The runs of set bits of a band's sector mask, as sector ranges `(first, end)`.
-fn runs(mask: u8) -> impl Iterator<Item = (usize, usize)> {
-    let mut rest = u16::from(mask);
-    std::iter::from_fn(move || {
-        if rest == 0 {
-            return None;
-        }
-        let first = rest.trailing_zeros() as usize;
-        let end = first + (rest >> first).trailing_ones() as usize;
-        rest &= !((1u16 << end) - (1u16 << first));
-        Some((first, end))
-    })
-}
-
-/// The runs of `stored`'s sectors over which the same chunks are written (`now[i]`, per
-/// chunk): `(first, end)` sector ranges, in order.
-fn same_chunk_runs(stored: u8, now: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
-    let column = move |x: usize| now.iter().map(move |m| m >> x & 1);
-    runs(stored).flat_map(move |(first, end)| {
-        let mut at = first;
-        std::iter::from_fn(move || {
-            (at < end).then(|| {
-                let start = at;
-                at += 1;
-                while at < end && column(at).eq(column(start)) {
-                    at += 1;
-                }
-                (start, at)
-            })
-        })
-    })
-}
 
 /// What a stripe write can tell the log about the bytes it replaces.
 pub(crate) enum Values<'a> {
@@ -82,8 +51,10 @@ struct Ring {
     durable_tail: u64,
 }
 
-/// A band with a write whose entry or member writes may not be durable yet. Only one write
-/// at a time: a write to a live band waits until it settles (see [`GroupLog::prepare`]).
+/// A band with a write whose entry or member writes may not be durable yet. One write at a
+/// time: a write to a live band waits until it settles — or, once the earlier write is done,
+/// goes on without the flush where its entry covers that write's flux (`needs_no_flush`; see
+/// [`GroupLog::prepare`]).
 struct Band {
     /// The first entry since the band went live: older ones are settled.
     first_seq: u64,
@@ -113,42 +84,6 @@ impl Band {
             dirty: vec![0; k],
         }
     }
-}
-
-/// Whether a completed flush covers `need` (per member: the completed-write count a band's
-/// writes were among) on every member that has not failed.
-fn covered(need: &[u64], durable: &[u64], failed: &[bool]) -> bool {
-    need.iter()
-        .enumerate()
-        .all(|(i, &n)| failed[i] || durable[i] >= n)
-}
-
-/// Whether a write that writes sectors `now[i]` of data chunk `i` may be logged in a band
-/// whose earlier writes are done but not known durable (`dirty[i]`: the sectors they wrote)
-/// without flushing the members first. Its entry supersedes theirs, so it must describe every
-/// sector they left in flux: it writes somewhere in each dirty sector. And where its partial
-/// parity covers a chunk the earlier writes left unflushed (whose media may still hold the
-/// bytes from before them), that chunk must be the only one it covers: rebuilt from the
-/// partial parity it is exact (its bytes after the earlier write, acknowledged), and no
-/// settled chunk is then rebuilt from a partial parity that counted unflushed bytes. A rewrite
-/// of the same sectors (nothing unflushed unwritten) and a write of every other chunk of a
-/// band one earlier write wrote (sequential writes meeting in a stripe) pass; a write beside
-/// an unflushed chunk with settled chunks unwritten does not — it flushes first.
-fn needs_no_flush(dirty: &[u8], now: &[u8]) -> bool {
-    let covered = now.iter().fold(0, |a, m| a | m);
-    let full = now.iter().fold(0xff, |a, m| a & m);
-    let dirty_any = dirty.iter().fold(0, |a, m| a | m);
-    if dirty_any & !covered != 0 {
-        return false;
-    }
-    let stored = covered & !full;
-    (0..8).filter(|x| stored >> x & 1 == 1).all(|x| {
-        let unwritten = now.iter().filter(|m| *m >> x & 1 == 0).count();
-        let unflushed = (0..now.len())
-            .filter(|&i| now[i] >> x & 1 == 0 && dirty[i] >> x & 1 == 1)
-            .count();
-        unflushed == 0 || (unflushed == 1 && unwritten == 1)
-    })
 }
 
 /// The rings (children) an entry goes to, each with the partial parity it takes there.
@@ -491,23 +426,7 @@ impl GroupLog {
             return Ok(Vec::new());
         }
         // Per data chunk, the sectors of band `band` this write writes.
-        let masks = |band: u64| -> Vec<u8> {
-            let b0 = band * BAND_BYTES;
-            let b1 = (b0 + BAND_BYTES).min(self.strip);
-            written
-                .iter()
-                .map(|ranges| {
-                    let mut m = 0u8;
-                    for &(s, e) in ranges {
-                        let (s, e) = (s.max(b0), e.min(b1));
-                        for x in (s..e).step_by(SECTOR_BYTES) {
-                            m |= 1 << ((x - b0) / SECTOR_BYTES as u64);
-                        }
-                    }
-                    m
-                })
-                .collect()
-        };
+        let masks = |band: u64| band_masks(written, band * BAND_BYTES, self.strip);
         let touched = (lo / BAND_BYTES)..hi.div_ceil(BAND_BYTES);
         if touched
             .clone()

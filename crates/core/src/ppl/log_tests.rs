@@ -171,7 +171,7 @@ fn a_round_dropped_unfinished_fails_the_entries_it_took() {
 
 #[test]
 fn runs_are_the_stretches_of_set_sectors() {
-    let all = |m| super::runs(m).collect::<Vec<_>>();
+    let all = |m| super::masks::runs(m).collect::<Vec<_>>();
     assert_eq!(all(0), vec![]);
     assert_eq!(all(0xff), vec![(0, 8)]);
     assert_eq!(all(0b1011_0110), vec![(1, 3), (4, 6), (7, 8)]);

@@ -32,6 +32,7 @@
 //! Files: `codec.rs` (the bytes, docs/FORMAT.md), `replay.rs` (pure: which entries count,
 //! the parity of a sector), `log.rs` (the writer: bands, rings, what an entry holds),
 //! `log/rounds.rs` (batches: who writes them, numbering, how a writer learns its end),
+//! `log/masks.rs` (pure: a write's sector masks per band, when a band may skip its flush),
 //! `recover.rs` (the dirty start: read the rings, replay, mark the new life), `stats.rs`
 //! (counters for benchmarks).
 

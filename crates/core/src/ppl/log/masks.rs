@@ -1,0 +1,93 @@
+//! The log's pure decisions over a band's sector masks (bit `x`: sector `x` of the 4 KiB band)
+//! and members' write counts: which sectors a write writes, the runs a partial is computed
+//! over, whether a band's earlier writes are durable, and whether a write may skip the flush.
+
+use crate::ppl::{BAND_BYTES, SECTOR_BYTES};
+
+/// Per data chunk, the sectors of the band starting at row `b0` (of a `strip`-byte strip)
+/// that the row ranges `written[i]` of chunk `i` write.
+pub(super) fn band_masks(written: &[Vec<(u64, u64)>], b0: u64, strip: u64) -> Vec<u8> {
+    let b1 = (b0 + BAND_BYTES).min(strip);
+    written
+        .iter()
+        .map(|ranges| {
+            let mut m = 0u8;
+            for &(s, e) in ranges {
+                let (s, e) = (s.max(b0), e.min(b1));
+                for x in (s..e).step_by(SECTOR_BYTES) {
+                    m |= 1 << ((x - b0) / SECTOR_BYTES as u64);
+                }
+            }
+            m
+        })
+        .collect()
+}
+
+/// The runs of set bits of a band's sector mask, as sector ranges `(first, end)`.
+pub(super) fn runs(mask: u8) -> impl Iterator<Item = (usize, usize)> {
+    let mut rest = u16::from(mask);
+    std::iter::from_fn(move || {
+        if rest == 0 {
+            return None;
+        }
+        let first = rest.trailing_zeros() as usize;
+        let end = first + (rest >> first).trailing_ones() as usize;
+        rest &= !((1u16 << end) - (1u16 << first));
+        Some((first, end))
+    })
+}
+
+/// The runs of `stored`'s sectors over which the same chunks are written (`now[i]`, per
+/// chunk): `(first, end)` sector ranges, in order.
+pub(super) fn same_chunk_runs(stored: u8, now: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let column = move |x: usize| now.iter().map(move |m| m >> x & 1);
+    runs(stored).flat_map(move |(first, end)| {
+        let mut at = first;
+        std::iter::from_fn(move || {
+            (at < end).then(|| {
+                let start = at;
+                at += 1;
+                while at < end && column(at).eq(column(start)) {
+                    at += 1;
+                }
+                (start, at)
+            })
+        })
+    })
+}
+
+/// Whether a completed flush covers `need` (per member: the completed-write count a band's
+/// writes were among) on every member that has not failed.
+pub(super) fn covered(need: &[u64], durable: &[u64], failed: &[bool]) -> bool {
+    need.iter()
+        .enumerate()
+        .all(|(i, &n)| failed[i] || durable[i] >= n)
+}
+
+/// Whether a write that writes sectors `now[i]` of data chunk `i` may be logged in a band
+/// whose earlier writes are done but not known durable (`dirty[i]`: the sectors they wrote)
+/// without flushing the members first. Its entry supersedes theirs, so it must describe every
+/// sector they left in flux: it writes somewhere in each dirty sector. And where its partial
+/// parity covers a chunk the earlier writes left unflushed (whose media may still hold the
+/// bytes from before them), that chunk must be the only one it covers: rebuilt from the
+/// partial parity it is exact (its bytes after the earlier write, acknowledged), and no
+/// settled chunk is then rebuilt from a partial parity that counted unflushed bytes. A rewrite
+/// of the same sectors (nothing unflushed unwritten) and a write of every other chunk of a
+/// band one earlier write wrote (sequential writes meeting in a stripe) pass; a write beside
+/// an unflushed chunk with settled chunks unwritten does not — it flushes first.
+pub(super) fn needs_no_flush(dirty: &[u8], now: &[u8]) -> bool {
+    let covered = now.iter().fold(0, |a, m| a | m);
+    let full = now.iter().fold(0xff, |a, m| a & m);
+    let dirty_any = dirty.iter().fold(0, |a, m| a | m);
+    if dirty_any & !covered != 0 {
+        return false;
+    }
+    let stored = covered & !full;
+    (0..8).filter(|x| stored >> x & 1 == 1).all(|x| {
+        let unwritten = now.iter().filter(|m| *m >> x & 1 == 0).count();
+        let unflushed = (0..now.len())
+            .filter(|&i| now[i] >> x & 1 == 0 && dirty[i] >> x & 1 == 1)
+            .count();
+        unflushed == 0 || (unflushed == 1 && unwritten == 1)
+    })
+}
