@@ -12,6 +12,7 @@ pub mod concat;
 pub mod crc32c;
 pub mod error;
 pub mod exclusive;
+pub mod failure_gate;
 pub mod faulty;
 pub mod flush_gate;
 pub mod member;

@@ -5,7 +5,8 @@
 //! Each node serves its own address space (`0..capacity`), exactly as the layout defines it:
 //! it splits a request with its layout node's splitter and hands the pieces to its children,
 //! so level code only ever sees ranges of its own. Leaves ([`LeafNode`]) are member regions:
-//! they add the region start, call the member, count errors and mark members failed.
+//! they add the region start, call the member, count errors and mark members failed, and
+//! hold every write back while a member failure is not recorded yet ([`crate::failure_gate`]).
 //!
 //! Member state lives in one [`MemberTable`] shared by the whole tree (and by the volume):
 //! whether a member has failed, whether it holds writes not yet flushed. Nodes ask it before
@@ -14,6 +15,7 @@
 
 use crate::buf::{Buf, SharedBuf};
 use crate::error::{VolumeError, VolumeResult};
+use crate::failure_gate::FailureGate;
 use crate::member::{Member, MemberResult};
 use crate::raid::CacheUsage;
 use futures::future::{join_all, BoxFuture};
@@ -270,6 +272,8 @@ pub struct MemberTable {
     failed: AtomicUsize,
     /// Number of slots resyncing.
     resyncing: AtomicUsize,
+    /// Holds member writes back while a failure is not recorded yet.
+    gate: FailureGate,
 }
 
 impl MemberTable {
@@ -290,6 +294,7 @@ impl MemberTable {
                 .collect(),
             failed: AtomicUsize::new(0),
             resyncing: AtomicUsize::new(0),
+            gate: FailureGate::default(),
         }
     }
 
@@ -306,9 +311,14 @@ impl MemberTable {
         self.failed.load(Ordering::Acquire) > 0 || self.resyncing.load(Ordering::Acquire) > 0
     }
 
-    /// Members marked failed so far (a change means the superblocks must record it).
+    /// Members marked failed so far.
     pub fn failed_count(&self) -> usize {
         self.failed.load(Ordering::Acquire)
+    }
+
+    /// Failures counted and recorded: member writes wait on it.
+    pub fn failure_gate(&self) -> &FailureGate {
+        &self.gate
     }
 
     /// Marks member `index` stale (resyncing: written, not read) or current again.
@@ -373,6 +383,7 @@ impl MemberTable {
         let slot = &self.slots[index];
         if !slot.failed.swap(true, Ordering::AcqRel) {
             self.failed.fetch_add(1, Ordering::AcqRel);
+            self.gate.failed();
             tracing::error!(
                 "member {index} (`{}`) marked failed: {why}",
                 slot.member().name()
@@ -483,6 +494,7 @@ impl ArrayNode for LeafNode {
 
     fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
+            self.table.gate.wait_recorded().await?;
             let slot = self.slot();
             if slot.is_failed() {
                 return Err(self.unavailable(offset, data.len() as u64));
@@ -523,6 +535,7 @@ impl ArrayNode for LeafNode {
         fua: bool,
     ) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
+            self.table.gate.wait_recorded().await?;
             let slot = self.slot();
             if slot.is_failed() {
                 let len = data.iter().map(|d| d.len() as u64).sum();
@@ -572,6 +585,7 @@ impl ArrayNode for LeafNode {
 
     fn zero(&self, offset: u64, len: u64, kind: ZeroKind) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
+            self.table.gate.wait_recorded().await?;
             let slot = self.slot();
             if slot.is_failed() {
                 return Err(self.unavailable(offset, len));

@@ -175,6 +175,11 @@ impl Volume {
         &self.table
     }
 
+    /// The member table, shared (the volume's records keep it to record failures).
+    pub(crate) fn shared_table(&self) -> Arc<MemberTable> {
+        self.table.clone()
+    }
+
     /// The root of the engine tree (for passes over the whole tree, like scrub).
     pub(crate) fn root_node(&self) -> &dyn ArrayNode {
         self.root.as_ref()

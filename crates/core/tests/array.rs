@@ -460,3 +460,55 @@ fn a_write_in_flight_keeps_the_volume_dirty_until_it_is_done() {
     assert_eq!(block_on(a.mark_clean()).expect("mark"), CleanMark::Recorded);
     check(&a, 0, 2, 4096);
 }
+
+/// A member that fails under a write no request waits for (the write-back cache's destage,
+/// a resync: engine writes below the array) is recorded failed before the next member write
+/// is issued, not when the next request ends. A power loss after writes that skipped it must
+/// not leave it trusted at the next assembly (md: no stripe is written while a superblock
+/// update is pending).
+#[test]
+fn a_member_failed_under_an_unawaited_write_is_recorded_before_the_next_write() {
+    use nbraid_core::metadata::Absence;
+    use nbraid_core::{FaultOps, Faulty};
+    let strip = 64 * KIB;
+    let d: Vec<Arc<Faulty<MemoryMember>>> = (0..3)
+        .map(|i| {
+            let m = MemoryMember::new(format!("disk{i}"), MEMBER_BYTES);
+            Arc::new(Faulty::new(m, i as u64))
+        })
+        .collect();
+    let load = || -> Vec<Option<Arc<MemberMeta>>> {
+        d.iter()
+            .map(|x| Some(block_on(MemberMeta::load(x.clone() as Arc<dyn Member>))))
+            .collect()
+    };
+    let m = load().into_iter().flatten().collect();
+    let create = Array::create(
+        "vol",
+        tree(Level::Raid5, 3, strip),
+        m,
+        opts(),
+        true,
+        &|_, _| {},
+    );
+    let a = block_on(create).expect("create").0;
+    // Stripe 0: data on members 0 and 1, parity on 2. Member 1's chunk takes no writes.
+    d[1].fail_range(
+        FaultOps::WRITE,
+        METADATA_AREA_BYTES..METADATA_AREA_BYTES + strip,
+    );
+    block_on(a.volume().write(strip, pattern(1, 4096), false)).expect("degraded write");
+    assert!(a.volume().member_is_failed(1));
+    // Stripe 1, skipping member 1: held back until the records name it failed.
+    block_on(a.volume().write(2 * strip, pattern(2, 4096), false)).expect("write");
+    // Power loss: nothing else runs.
+    drop(a);
+    let t = tree(Level::Raid5, 3, strip);
+    let opened = Array::open("vol", &t, load(), opts(), &|_, _| {});
+    let (a, report) = block_on(opened).expect("open");
+    assert!(
+        matches!(report.roles[1], Err(Absence::Failed { .. })),
+        "member 1 missed writes and must not be trusted: {report:?}"
+    );
+    check(&a, 2 * strip, 2, 4096);
+}

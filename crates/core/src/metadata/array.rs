@@ -8,27 +8,31 @@
 //!   stale members missed, before anything is served.
 //! - While serving, every state change bumps the event counter on every current member:
 //!   clean → dirty before the first write after a clean point, a member failing (recorded
-//!   before any request that saw it fail is acknowledged, so a member that missed
-//!   acknowledged writes is never trusted again), and dirty → clean in [`Array::mark_clean`]
+//!   before any further member write is issued, by whichever write comes next, so a member
+//!   that missed writes is never trusted again: `records.rs`, `crate::failure_gate`), and
+//!   dirty → clean in [`Array::mark_clean`]
 //!   (orderly shutdown or idle). The fast path of a write is two atomic loads and the
 //!   bitmap's lock; every metadata loop is O(members).
 
 use super::intent::{self, Hold, Intent};
 use super::member_meta::MemberMeta;
+pub(super) use super::records::Recorded;
+use super::records::Records;
 use super::{
     assemble, Absence, Area, AssembleError, BitmapArea, MemberEntry, Probe, RecordedState,
-    ScrubCheckpoint, Superblock, Uuid, VolumeRecord, METADATA_AREA_BYTES, SLOT_BYTES,
+    Superblock, Uuid, VolumeRecord, METADATA_AREA_BYTES, SLOT_BYTES,
 };
 use crate::absent::AbsentMember;
 use crate::buf::Buf;
 use crate::error::{VolumeError, VolumeResult};
+use crate::failure_gate::FailureRecorder;
 use crate::member::Member;
 use crate::volume::{Volume, VolumeOptions};
 use futures::future::join_all;
 use futures::lock::Mutex as AsyncMutex;
 use nbraid_layout::{Geometry, Node};
 use parking_lot::RwLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
@@ -107,29 +111,14 @@ pub struct OpenReport {
     pub ppl: crate::ppl::RecoverReport,
 }
 
-/// The volume's state as its records say it.
-pub(super) struct Recorded {
-    pub(super) events: u64,
-    pub(super) clean: bool,
-    pub(super) members: Vec<MemberEntry>,
-    /// An unfinished scrub (see `scrub.rs`).
-    pub(super) scrub: Option<ScrubCheckpoint>,
-    /// Spares added at run time, by path (see `spare_list.rs`).
-    pub(super) spares: Vec<String>,
-}
-
 pub struct Array {
-    name: String,
-    id: Uuid,
     volume: Volume,
-    /// By role: the member's superblock (`None`: lost). Changes when a new member takes a
-    /// role (rebuild, replace).
-    pub(super) metas: RwLock<Vec<Option<Arc<MemberMeta>>>>,
+    /// The records and their writer, shared with the member table (see `records.rs`).
+    pub(super) records: Arc<Records>,
     /// By role: where that member keeps the bitmap.
     pub(super) bitmap_areas: RwLock<Vec<Option<Area>>>,
-    pub(super) recorded: AsyncMutex<Recorded>,
     /// Rebuild and replace state (see `heal.rs`).
-    pub(super) heal: super::heal::Heal,
+    pub(super) heal: Arc<super::heal::Heal>,
     /// The records say dirty (a write may be in flight since the last clean point).
     pub(super) dirty: AtomicBool,
     /// A resync left to the background at open (see `resync.rs`).
@@ -138,8 +127,6 @@ pub struct Array {
     pub(super) returning: super::readd::Returning,
     /// Write-type requests in flight.
     inflight: AtomicU64,
-    /// `Volume::failed_count` when the records last caught up with it.
-    pub(super) recorded_failed: AtomicUsize,
     pub(super) intent: Option<Intent>,
     /// By role: where that member keeps the partial-parity log (a new member in the role
     /// gets the same place).
@@ -150,6 +137,8 @@ pub struct Array {
     bitmap_writes: AtomicU64,
     /// Serializes bitmap writes (callers waiting share the next one).
     pub(super) bitmap_write: AsyncMutex<()>,
+    /// One [`Array::mark_clean`] at a time.
+    cleaning: AsyncMutex<()>,
     /// The log the engine writes (`None`: none), for the replay at open.
     pub(super) ppl_setup: Option<crate::ppl::PplSetup>,
 }
@@ -399,9 +388,9 @@ impl Array {
             array.volume.fail_member(r, "absent at assembly");
         }
 
-        array
-            .recorded_failed
-            .store(array.volume.failed_count(), SeqCst);
+        // Settled below (they were not there to miss anything since the records were written).
+        let gate = array.volume.table().failure_gate();
+        gate.recorded_up_to(gate.generation());
         for &r in &stale {
             array.volume.set_resyncing(r, true);
         }
@@ -421,7 +410,7 @@ impl Array {
             None => Default::default(),
         };
         {
-            let mut rec = array.recorded.lock().await;
+            let mut rec = array.records.recorded.lock().await;
             rec.events = asm.events;
         }
         for w in &warnings {
@@ -452,7 +441,7 @@ impl Array {
             report.resynced_bytes = array.resync(&ranges, progress).await?;
         }
         {
-            let mut rec = array.recorded.lock().await;
+            let mut rec = array.records.recorded.lock().await;
             for &r in &stale {
                 array.volume.set_resyncing(r, false);
                 rec.members[r].state = RecordedState::Active;
@@ -538,15 +527,12 @@ impl Array {
                 Some(Intent::new(volume.capacity(), b.chunk_bytes, union))
             }
         };
-        Ok(Array {
-            name: name.to_string(),
+        let heal: Arc<super::heal::Heal> = Default::default();
+        let shared = Arc::new(Records {
             id,
-            volume,
+            name: name.to_string(),
+            table: volume.shared_table(),
             metas: RwLock::new(by_role.to_vec()),
-            bitmap_areas: RwLock::new(bitmap_areas),
-            ppl_areas: super::ppl_area::areas_by_role(&records),
-            ppl_setup,
-            heal: Default::default(),
             recorded: AsyncMutex::new(Recorded {
                 events: newest.events,
                 clean: newest.clean,
@@ -554,15 +540,30 @@ impl Array {
                 scrub: newest.scrub,
                 spares: newest.spares.clone(),
             }),
+            heal: heal.clone(),
+        });
+        // From here on a member failure is recorded before any further member write.
+        let recorder: Arc<dyn FailureRecorder> = shared.clone();
+        volume
+            .table()
+            .failure_gate()
+            .install(Arc::downgrade(&recorder));
+        Ok(Array {
+            volume,
+            records: shared,
+            bitmap_areas: RwLock::new(bitmap_areas),
+            ppl_areas: super::ppl_area::areas_by_role(&records),
+            ppl_setup,
+            heal,
             dirty: AtomicBool::new(dirty),
             background: Default::default(),
             returning: Default::default(),
             inflight: AtomicU64::new(0),
-            recorded_failed: AtomicUsize::new(0),
             intent,
             bitmap_clear_delay: opts.bitmap_clear_delay,
             bitmap_writes: AtomicU64::new(0),
             bitmap_write: AsyncMutex::new(()),
+            cleaning: AsyncMutex::new(()),
         })
     }
 
@@ -615,7 +616,7 @@ impl Array {
             }
             self.write_bitmap().await?;
         }
-        let mut rec = self.recorded.lock().await;
+        let mut rec = self.records.recorded.lock().await;
         rec.clean = true;
         self.commit(&mut rec).await?;
         self.dirty.store(false, SeqCst);
@@ -627,16 +628,16 @@ impl Array {
     }
 
     pub fn name(&self) -> &str {
-        &self.name
+        &self.records.name
     }
 
     pub fn id(&self) -> Uuid {
-        self.id
+        self.records.id
     }
 
     /// The event counter as last recorded.
     pub async fn events(&self) -> u64 {
-        self.recorded.lock().await.events
+        self.records.recorded.lock().await.events
     }
 
     /// Bytes of the volume per write-intent bit, if the volume has a bitmap.
@@ -650,80 +651,9 @@ impl Array {
         self.intent.as_ref().map(Intent::chunk_bytes)
     }
 
-    /// Writes the recorded state (plus every member failed since) to every current member,
-    /// bumping the event counter. A member that cannot take it is failed and the state
-    /// written again, so the records always name every failed member.
+    /// See [`Records::commit`].
     pub(super) async fn commit(&self, rec: &mut Recorded) -> VolumeResult<()> {
-        loop {
-            let metas = self.metas.read().clone();
-            let failed_before = self.volume.failed_count();
-            for (r, m) in rec.members.iter_mut().enumerate() {
-                if !self.volume.member_is_failed(r) || m.state == RecordedState::Failed {
-                    continue;
-                }
-                m.state = if metas[r].is_some() {
-                    RecordedState::Failed
-                } else {
-                    // Missing at assembly: when it comes back it is resynced before rejoining.
-                    RecordedState::Rebuilding {
-                        checkpoint_bytes: 0,
-                    }
-                };
-            }
-            rec.events += 1;
-            // Current members, and members being rebuilt into their role (their records must
-            // keep up; they say the role is rebuilding, so none is trusted early).
-            let targets: Vec<usize> = (0..metas.len())
-                .filter(|&r| {
-                    metas[r].is_some()
-                        && (self.volume.member_is_current(r)
-                            || (!self.volume.member_is_failed(r) && self.heal.is_rebuilding(r)))
-                })
-                .collect();
-            let (id, name) = (self.id, self.name.as_str());
-            let results = join_all(targets.iter().map(|&r| {
-                let (events, clean, members, scrub, spares) = (
-                    rec.events,
-                    rec.clean,
-                    rec.members.clone(),
-                    rec.scrub,
-                    rec.spares.clone(),
-                );
-                metas[r].as_ref().expect("target").update(move |sb| {
-                    if let Some(v) = sb
-                        .volumes
-                        .iter_mut()
-                        .find(|v| v.array == id && v.name == name)
-                    {
-                        v.events = events;
-                        v.clean = clean;
-                        v.members = members;
-                        v.scrub = scrub;
-                        v.spares = spares;
-                    }
-                })
-            }))
-            .await;
-            let mut first = None;
-            for (&r, res) in targets.iter().zip(results) {
-                if let Err(e) = res {
-                    self.volume.fail_member(r, &e.to_string());
-                    first.get_or_insert((r, e));
-                }
-            }
-            if self.volume.failed_count() == failed_before {
-                self.recorded_failed.store(failed_before, SeqCst);
-                return match first {
-                    Some((r, e)) if targets.len() == 1 => Err(VolumeError::Unavailable {
-                        reason: format!("member {r}: superblock write failed: {e}"),
-                    }),
-                    _ if targets.is_empty() => Err(VolumeError::Unavailable {
-                        reason: "no member can take the superblock".into(),
-                    }),
-                    _ => Ok(()),
-                };
-            }
-        }
+        self.records.commit(rec).await
     }
 
     /// Whether the records say dirty (a write since the last clean point).
@@ -732,16 +662,10 @@ impl Array {
     }
 
     /// Records members failed since the last commit, before a request that may have seen
-    /// them fail is acknowledged (also after an operator fails one).
+    /// them fail is acknowledged (also after an operator fails one). Member writes wait for
+    /// it too (`crate::failure_gate`).
     pub async fn record_failures(&self) -> VolumeResult<()> {
-        if self.volume.failed_count() == self.recorded_failed.load(SeqCst) {
-            return Ok(());
-        }
-        let mut rec = self.recorded.lock().await;
-        if self.volume.failed_count() != self.recorded_failed.load(SeqCst) {
-            self.commit(&mut rec).await?;
-        }
-        Ok(())
+        self.records.record_failures().await
     }
 }
 

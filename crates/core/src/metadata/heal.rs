@@ -195,7 +195,7 @@ impl Array {
                 meta.member().len()
             )));
         }
-        let metas = self.metas.read();
+        let metas = self.records.metas.read();
         if metas
             .iter()
             .enumerate()
@@ -326,7 +326,7 @@ impl Array {
             )));
         }
         self.check_newcomer(&meta, Some(role))?;
-        let mut rec = self.recorded.lock().await;
+        let mut rec = self.records.recorded.lock().await;
         // A recorded spare that takes a role is no longer one.
         rec.spares.retain(|p| p != meta.member().name());
         // Its own record says *rebuilding* from the first write: a later commit torn on it
@@ -346,7 +346,7 @@ impl Array {
         };
         let area = self.write_role_record(role, &meta, &next, None).await?;
         self.volume().install_member(role, meta.member().clone())?;
-        self.metas.write()[role] = Some(meta);
+        self.records.metas.write()[role] = Some(meta);
         self.bitmap_areas.write()[role] = area;
         self.heal.resume(role, 0);
         rec.members[role] = next.members[role];
@@ -440,7 +440,7 @@ impl Array {
     async fn checkpoint(&self, targets: &[usize], pos: u64) -> VolumeResult<()> {
         self.advance(targets, pos);
         let roles = self.flush_newcomers(targets).await;
-        let mut rec = self.recorded.lock().await;
+        let mut rec = self.records.recorded.lock().await;
         for &r in &roles {
             if let RecordedState::Rebuilding { checkpoint_bytes } = &mut rec.members[r].state {
                 *checkpoint_bytes = (*checkpoint_bytes).max(pos);
@@ -508,7 +508,7 @@ impl Array {
             return Ok(false);
         }
         // The records' lock before the bitmap writer's, as everywhere.
-        let mut rec = self.recorded.lock().await;
+        let mut rec = self.records.recorded.lock().await;
         self.catch_up_bitmap(r).await;
         if self.volume().member_is_failed(r) {
             self.heal.rebuilding.lock().remove(&r);
@@ -529,7 +529,7 @@ impl Array {
         if self.volume().table().slot(r).replacement().is_none() {
             return Ok(false);
         }
-        let mut rec = self.recorded.lock().await;
+        let mut rec = self.records.recorded.lock().await;
         let _bitmap = self.bitmap_write.lock().await;
         let image = self.intent.as_ref().map(|i| i.on_disk_image());
         let mut next = Recorded {
@@ -545,7 +545,7 @@ impl Array {
         };
         let area = self.write_role_record(r, &meta, &next, image).await?;
         rec.members[r] = next.members[r];
-        self.metas.write()[r] = Some(meta);
+        self.records.metas.write()[r] = Some(meta);
         self.bitmap_areas.write()[r] = area;
         // Both members take every write until the swap: whichever the records name holds
         // everything.

@@ -20,6 +20,7 @@ mod io;
 mod member_meta;
 mod ppl_area;
 mod readd;
+mod records;
 mod remove;
 mod resync;
 mod scrub;

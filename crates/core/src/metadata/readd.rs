@@ -122,7 +122,7 @@ impl Array {
         if !v.member_is_failed(role) {
             return Err(self.refuse_readd(role, "it has not failed"));
         }
-        let Some(old) = self.metas.read()[role].clone() else {
+        let Some(old) = self.records.metas.read()[role].clone() else {
             return Err(self.refuse_readd(role, "the role has no member (missing or removed)"));
         };
         // The records say the role failed before anything else happens to it.
@@ -147,7 +147,7 @@ impl Array {
             self.rebuild_onto(role, fresh).await?;
             return Ok(Readd::Rebuild);
         };
-        let rec = self.recorded.lock().await;
+        let rec = self.records.recorded.lock().await;
         let entry = rec.members[role];
         let Some(record) = sb
             .volumes
@@ -190,12 +190,7 @@ impl Array {
         }
         self.bitmap_areas.write()[role] = area;
         v.install_member(role, member)?;
-        // One failed member fewer, and its failure was recorded (above): without this, the
-        // next member to fail would match the old count and go unrecorded while writes that
-        // missed it are acknowledged.
-        self.recorded_failed
-            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-        self.metas.write()[role] = Some(fresh);
+        self.records.metas.write()[role] = Some(fresh);
         // After the install: a write that planned without the member has its bit set already.
         let capacity = v.capacity();
         let set = self.intent.as_ref().map(|i| i.set_ranges(capacity));
@@ -315,7 +310,7 @@ impl Array {
     /// Re-added role `r`, resynced and flushed: its bitmap catches up, it becomes current
     /// and its role is committed active. Whether it did (not failed again meanwhile).
     async fn rejoin(&self, r: usize) -> Result<bool, ArrayError> {
-        let mut rec = self.recorded.lock().await;
+        let mut rec = self.records.recorded.lock().await;
         let pending = self.returning.roles.lock().remove(&r).is_some();
         if !pending || self.volume().member_is_failed(r) {
             return Ok(false);

@@ -16,7 +16,11 @@ use std::sync::Arc;
 impl Array {
     /// Whether a member stands in role `role` (false: missing at assembly, or removed).
     pub fn has_member(&self, role: usize) -> bool {
-        self.metas.read().get(role).is_some_and(Option::is_some)
+        self.records
+            .metas
+            .read()
+            .get(role)
+            .is_some_and(Option::is_some)
     }
 
     /// Takes failed role `role`'s member out of the array (see the module); returns its name.
@@ -32,7 +36,7 @@ impl Array {
                 v.member_count()
             )));
         }
-        let mut rec = self.recorded.lock().await;
+        let mut rec = self.records.recorded.lock().await;
         let name = v.member(role).name().to_string();
         if !v.member_is_failed(role) {
             let what = if v.member_is_current(role) {
@@ -44,7 +48,7 @@ impl Array {
                 "member {role} (`{name}`) is {what}; fail it first (nbraid fail), then remove it"
             )));
         }
-        if self.metas.read()[role].is_none() {
+        if self.records.metas.read()[role].is_none() {
             return Err(refuse(format!(
                 "member {role} has no member to remove (missing, or removed already)"
             )));
@@ -54,7 +58,7 @@ impl Array {
             v.member(role).len(),
         ));
         v.detach_member(role, placeholder)?;
-        self.metas.write()[role] = None;
+        self.records.metas.write()[role] = None;
         self.bitmap_areas.write()[role] = None;
         self.heal.forget(role);
         rec.members[role] = MemberEntry {

@@ -230,7 +230,7 @@ impl Array {
         self.background.pending.store(true, SeqCst);
         // Recorded dirty (no clean point until the pass is done), the bitmap as it is.
         self.write_bitmap().await?;
-        let mut rec = self.recorded.lock().await;
+        let mut rec = self.records.recorded.lock().await;
         rec.clean = false;
         self.commit(&mut rec).await?;
         self.dirty.store(true, SeqCst);
@@ -348,7 +348,7 @@ impl Array {
             return Ok(());
         }
         self.volume().flush().await?;
-        let mut rec = self.recorded.lock().await;
+        let mut rec = self.records.recorded.lock().await;
         for &r in &bg.stale {
             if !self.volume().member_is_failed(r) {
                 self.volume().set_resyncing(r, false);

@@ -18,7 +18,7 @@ use futures::FutureExt;
 impl Array {
     /// The unfinished scrub the records name, if any.
     pub async fn scrub_checkpoint(&self) -> Option<ScrubCheckpoint> {
-        self.recorded.lock().await.scrub
+        self.records.recorded.lock().await.scrub
     }
 
     /// Scrubs the volume from the control's position (see the module docs), recording its
@@ -46,7 +46,7 @@ impl Array {
 
     /// Commits `scrub` as the records' scrub checkpoint (nothing when it is already).
     async fn record_scrub(&self, scrub: Option<ScrubCheckpoint>) -> VolumeResult<()> {
-        let mut rec = self.recorded.lock().await;
+        let mut rec = self.records.recorded.lock().await;
         if rec.scrub == scrub {
             return Ok(());
         }

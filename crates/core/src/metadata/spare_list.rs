@@ -21,7 +21,7 @@ impl Array {
                 "spare `{path}`: its path cannot be recorded (1 to {MAX_SPARE_PATH_BYTES} bytes, no NUL)"
             )));
         }
-        let mut rec = self.recorded.lock().await;
+        let mut rec = self.records.recorded.lock().await;
         if !rec.spares.contains(&path) && rec.spares.len() >= MAX_SPARES {
             return Err(self.refuse(format!(
                 "already {MAX_SPARES} spares recorded: remove one first"
@@ -37,12 +37,12 @@ impl Array {
 
     /// Spares added at run time, as recorded (paths).
     pub async fn recorded_spares(&self) -> Vec<String> {
-        self.recorded.lock().await.spares.clone()
+        self.records.recorded.lock().await.spares.clone()
     }
 
     /// Takes `path` out of the recorded spares; whether it was there.
     pub async fn forget_spare(&self, path: &str) -> Result<bool, ArrayError> {
-        let mut rec = self.recorded.lock().await;
+        let mut rec = self.records.recorded.lock().await;
         let before = rec.spares.len();
         rec.spares.retain(|p| p != path);
         if rec.spares.len() == before {

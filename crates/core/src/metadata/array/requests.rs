@@ -55,7 +55,7 @@ impl Array {
     async fn begin_write(&self, offset: u64, len: u64) -> VolumeResult<Option<Hold>> {
         self.inflight.fetch_add(1, SeqCst);
         if !self.dirty.load(SeqCst) {
-            let mut rec = self.recorded.lock().await;
+            let mut rec = self.records.recorded.lock().await;
             if !self.dirty.load(SeqCst) {
                 rec.clean = false;
                 if let Err(e) = self.commit(&mut rec).await {
@@ -191,32 +191,48 @@ impl Array {
             self.flush().await?;
             return Ok(CleanMark::ResyncPending);
         }
-        let mut rec = self.recorded.lock().await;
-        if !self.dirty.load(SeqCst) {
-            return Ok(CleanMark::Recorded);
+        let _one = self.cleaning.lock().await;
+        {
+            let _rec = self.records.recorded.lock().await;
+            if !self.dirty.load(SeqCst) {
+                return Ok(CleanMark::Recorded);
+            }
+            // A writer counts itself in flight before it looks at `dirty`: once `dirty` is
+            // false and nothing is in flight, every new writer records the volume dirty
+            // again (under the records' lock) before it writes, and sets `dirty`.
+            self.dirty.store(false, SeqCst);
+            if self.inflight.load(SeqCst) > 0 {
+                self.dirty.store(true, SeqCst);
+                return Ok(CleanMark::WritesInFlight);
+            }
         }
-        // A writer counts itself in flight before it looks at `dirty`: once `dirty` is false
-        // and nothing is in flight, every new writer waits for the records (held here), so
-        // the flush below covers every write there was.
-        self.dirty.store(false, SeqCst);
-        if self.inflight.load(SeqCst) > 0 {
-            self.dirty.store(true, SeqCst);
-            return Ok(CleanMark::WritesInFlight);
+        // The flush runs without the records' lock: a member failing under the write-back
+        // cache's destage is recorded by the next member write (`crate::failure_gate`),
+        // which takes that lock.
+        let epoch = self.intent.as_ref().map(Intent::flush_started);
+        let r = self.volume.flush().await;
+        let r = r.and(self.record_failures().await);
+        let mut rec = self.records.recorded.lock().await;
+        if self.dirty.load(SeqCst) {
+            // A write came meanwhile and recorded the volume dirty: it stays so.
+            return r.map(|()| CleanMark::WritesInFlight);
         }
-        let r = self.clean_locked(&mut rec).await;
+        let r = self.clean_locked(&mut rec, epoch, r).await;
         if r.is_err() {
             self.dirty.store(true, SeqCst);
         }
         r.map(|()| CleanMark::Recorded)
     }
 
-    async fn clean_locked(&self, rec: &mut Recorded) -> VolumeResult<()> {
-        let epoch = self.intent.as_ref().map(Intent::flush_started);
-        let r = self.volume.flush().await;
-        if self.volume.failed_count() != self.recorded_failed.load(SeqCst) {
-            self.commit(rec).await?;
-        }
-        self.flushed(epoch, r, Duration::ZERO)?;
+    /// The flush that began at `epoch` (its result `flushed`) covered every write since the
+    /// last clean point: the bitmap is cleared and the records say clean.
+    async fn clean_locked(
+        &self,
+        rec: &mut Recorded,
+        epoch: Option<u64>,
+        flushed: VolumeResult<()>,
+    ) -> VolumeResult<()> {
+        self.flushed(epoch, flushed, Duration::ZERO)?;
         self.write_bitmap().await?;
         rec.clean = true;
         self.commit(rec).await

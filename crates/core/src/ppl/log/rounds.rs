@@ -394,7 +394,10 @@ impl GroupLog {
                 let slot = self.table.slot(*m);
                 let b = bytes.clone();
                 async move {
-                    if slot.is_failed() {
+                    // A ring write reuses space of entries that may still be needed to rebuild
+                    // a stripe a failed member missed: not before the failure is recorded.
+                    let recorded = self.table.failure_gate().wait_recorded().await;
+                    if recorded.is_err() || slot.is_failed() {
                         return false;
                     }
                     let rep = slot.replacement();
