@@ -215,7 +215,13 @@ fn a_band_left_unflushed_needs_no_flush_only_where_the_new_entry_covers_its_flux
 /// written (chunk 0, whole band) and is done but not known durable: every member counts a
 /// completed write no flush covers yet.
 fn log_with_unflushed_chunk_0() -> GroupLog {
-    let log = log_of(Level::Raid5, 4, Duration::ZERO);
+    unflushed_chunk_0_of(Level::Raid5, 4)
+}
+
+/// [`log_with_unflushed_chunk_0`] for a group of `level` over `n` members with three data
+/// chunks.
+fn unflushed_chunk_0_of(level: Level, n: usize) -> GroupLog {
+    let log = log_of(level, n, Duration::ZERO);
     let c = vec![1u8; STRIP as usize];
     let values = same_bytes(&c);
     let entries = log
@@ -223,7 +229,7 @@ fn log_with_unflushed_chunk_0() -> GroupLog {
         .ok()
         .expect("nothing live");
     let hold = block_on(log.write(entries)).expect("written");
-    for m in 0..4 {
+    for m in 0..n {
         log.table.slot(m).mark_dirty();
     }
     drop(hold);
@@ -238,11 +244,15 @@ fn same_bytes(c: &[u8]) -> Values<'_> {
     }
 }
 
-#[test]
-fn sequential_writes_meeting_in_a_band_are_logged_without_a_flush() {
-    let log = log_with_unflushed_chunk_0();
+/// Chunk 0 as the earlier write of [`unflushed_chunk_0_of`] left it (the values a
+/// reconstruct-write of the rest of the band reads).
+const CHUNK_0: u8 = 7;
+
+/// Chunks 1 and 2 of band 0 of stripe 0 written beside the unflushed chunk 0: logged without a
+/// flush, one entry marking them written. Returns it.
+fn rest_of_band_0(log: &GroupLog) -> super::Entry {
     let (c0, c1, c2) = (
-        vec![7u8; STRIP as usize],
+        vec![CHUNK_0; STRIP as usize],
         vec![1u8; STRIP as usize],
         vec![2; STRIP as usize],
     );
@@ -251,15 +261,35 @@ fn sequential_writes_meeting_in_a_band_are_logged_without_a_flush() {
         r0: 0,
     };
     let whole = vec![(0, STRIP)];
-    let entries = log
+    let mut entries = log
         .prepare(0, &[vec![], whole.clone(), whole], &values, false)
         .ok()
         .expect("chunks 1 and 2 beside the unflushed chunk 0 need no flush");
     assert_eq!(entries.len(), 1);
-    let e = &entries[0].0;
+    let e = entries.remove(0).0;
     assert_eq!(e.masks, vec![0, 0xff, 0xff]);
+    e
+}
+
+#[test]
+fn sequential_writes_meeting_in_a_band_are_logged_without_a_flush() {
+    let e = rest_of_band_0(&log_with_unflushed_chunk_0());
     // The partial parity is chunk 0 as the earlier write left it.
-    assert_eq!(e.pp.as_deref(), Some(&c0[..]));
+    assert_eq!(e.pp.as_deref(), Some(&[CHUNK_0; STRIP as usize][..]));
+}
+
+#[test]
+fn raid6_sequential_writes_meeting_in_a_band_log_both_partials_of_the_unflushed_chunk() {
+    let log = unflushed_chunk_0_of(Level::Raid6, 5);
+    let e = rest_of_band_0(&log);
+    // P and Q of the stripe with chunk 0 as the earlier write left it and the rest zero.
+    let (zero, c0) = (vec![0u8; STRIP as usize], vec![CHUNK_0; STRIP as usize]);
+    let mut by_slot: Vec<&[u8]> = vec![&zero[..]; 3];
+    by_slot[log.layout.roles(0).q_slot[0]] = &c0[..];
+    let (mut p, mut q) = (zero.clone(), zero.clone());
+    crate::parity::pq_gen(&by_slot, &mut p, &mut q);
+    assert_eq!(e.pp.as_deref(), Some(&p[..]));
+    assert_eq!(e.pq.as_deref(), Some(&q[..]));
 }
 
 #[test]

@@ -17,7 +17,7 @@
 //! write's — an earlier acknowledged but unflushed write may still be torn. So a band holds
 //! one write at a time (`log::Band`): a write to a band whose earlier write is not yet known
 //! durable waits for it (flushing the group's members when that is what it lacks), and an
-//! entry names its own write's sectors alone — except on RAID 5 when the new entry covers
+//! entry names its own write's sectors alone — except when the new entry covers
 //! everything the earlier one left in flux (a rewrite; sequential writes meeting in a
 //! stripe): see `log::needs_no_flush`. The partial parity comes from bytes the write
 //! has anyway: the old parity minus the old bytes of the chunks it writes (read-modify-write),
