@@ -43,6 +43,7 @@ fn case_with_reserve(
         ppl: true,
         strict: true,
         log_reserve,
+        sequential: false,
     }
 }
 
@@ -143,6 +144,25 @@ fn raid6_with_the_log_before_the_region() {
     ));
 }
 
+/// RAID 5 and 6 with a sequential writer among the random requests: its writes meet in
+/// stripes, left unflushed by the one before (the log's writes without a flush first:
+/// `needs_no_flush`).
+#[test]
+fn raid5_with_a_sequential_writer() {
+    crash(CrashCase {
+        sequential: true,
+        ..case("raid5-sequential", Level::Raid5, 4, None)
+    });
+}
+
+#[test]
+fn raid6_with_a_sequential_writer() {
+    crash(CrashCase {
+        sequential: true,
+        ..case("raid6-sequential", Level::Raid6, 6, None)
+    });
+}
+
 #[test]
 fn raid10() {
     crash(case("raid10", Level::Raid10, 4, None));
@@ -188,6 +208,7 @@ fn declared(
         ppl: true,
         strict: true,
         log_reserve: 0,
+        sequential: false,
     }
 }
 

@@ -34,6 +34,7 @@ fn case(name: &'static str, level: Level, members: usize) -> CrashCase {
         ppl: true,
         strict: true,
         log_reserve: 0,
+        sequential: false,
     }
 }
 

@@ -69,6 +69,9 @@ struct Band {
     need: Vec<u64>,
     /// Per data chunk, the sectors written since the band went live (not known durable).
     dirty: Vec<u8>,
+    /// Writes logged since the band went live: at 1, `dirty` is one write's, whose chunks
+    /// become guaranteed together (`needs_no_flush`).
+    writes: u32,
 }
 
 impl Band {
@@ -82,6 +85,7 @@ impl Band {
             inflight: 0,
             need,
             dirty: vec![0; k],
+            writes: 0,
         }
     }
 }
@@ -437,7 +441,9 @@ impl GroupLog {
                 };
                 if b.inflight > 0 || !b.durable {
                     wait = true;
-                } else if fua || !self.may_skip_flushes() || !needs_no_flush(&b.dirty, &masks(band))
+                } else if fua
+                    || !self.may_skip_flushes()
+                    || !needs_no_flush(&b.dirty, &masks(band), b.writes == 1)
                 {
                     flush = true;
                 }
@@ -505,6 +511,7 @@ impl GroupLog {
             b.seq = seq;
             b.durable = false;
             b.inflight += 1;
+            b.writes += 1;
             for (d, m) in b.dirty.iter_mut().zip(&entry.masks) {
                 *d |= m;
             }
@@ -698,6 +705,7 @@ impl GroupLog {
                 .entry((stripe, band))
                 .or_insert_with(|| Band::live(seq, Vec::new(), self.k));
             b.dirty.fill(all);
+            b.writes += 1;
             b.seq = seq;
             b.durable = false;
             b.inflight += 1;

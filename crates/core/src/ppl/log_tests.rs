@@ -192,7 +192,7 @@ fn same_chunk_runs_split_stored_runs_where_the_written_chunks_change() {
 
 #[test]
 fn a_band_left_unflushed_needs_no_flush_only_where_the_new_entry_covers_its_flux() {
-    let ok = super::needs_no_flush;
+    let ok = |dirty: &[u8], now: &[u8]| super::needs_no_flush(dirty, now, false);
     // A rewrite of the same sectors: nothing unflushed is left unwritten.
     assert!(ok(&[0xff, 0, 0], &[0xff, 0, 0]));
     assert!(ok(&[0x0f, 0, 0], &[0xff, 0, 0]));
@@ -204,11 +204,25 @@ fn a_band_left_unflushed_needs_no_flush_only_where_the_new_entry_covers_its_flux
     // Beside an unflushed chunk with a settled one unwritten: the partial parity would count
     // bytes the media may not hold when the settled chunk is rebuilt from it.
     assert!(!ok(&[0xff, 0, 0], &[0, 0xff, 0]));
-    // Two unflushed chunks unwritten: one rebuilt from the other's media.
+    // Two unflushed chunks unwritten, by two writes: one rebuilt from the other's media, which
+    // a flush covering only the first write's may leave old.
     assert!(!ok(&[0xff, 0xff, 0], &[0, 0, 0xff]));
     // Dirty sectors the new write does not write: its entry could not describe them.
     assert!(!ok(&[0xff, 0, 0], &[0x0f, 0, 0]));
     assert!(!ok(&[0xf0, 0, 0], &[0, 0x0f, 0x0f]));
+}
+
+#[test]
+fn chunks_one_write_left_unflushed_may_all_be_left_unwritten() {
+    let ok = |dirty: &[u8], now: &[u8]| super::needs_no_flush(dirty, now, true);
+    // Sequential writes of two chunks meeting in a stripe of three: guaranteed together,
+    // each is rebuilt from the partial parity and the other's media.
+    assert!(ok(&[0xff, 0xff, 0], &[0, 0, 0xff]));
+    // In the sectors the earlier write wrote; a settled chunk left unwritten beside them
+    // still needs the flush.
+    assert!(ok(&[0x0f, 0x0f, 0, 0], &[0, 0, 0xff, 0xff]));
+    assert!(!ok(&[0xff, 0, 0, 0], &[0, 0, 0xff, 0xff]));
+    assert!(!ok(&[0x0f, 0x0f, 0, 0], &[0, 0, 0xff, 0]));
 }
 
 /// A RAID 5 of 4 (three data chunks, one 4 KiB band per strip) whose band 0 of stripe 0 was
@@ -290,6 +304,47 @@ fn raid6_sequential_writes_meeting_in_a_band_log_both_partials_of_the_unflushed_
     crate::parity::pq_gen(&by_slot, &mut p, &mut q);
     assert_eq!(e.pp.as_deref(), Some(&p[..]));
     assert_eq!(e.pq.as_deref(), Some(&q[..]));
+}
+
+#[test]
+fn the_rest_of_a_stripe_one_write_began_with_two_chunks_is_logged_without_a_flush() {
+    let log = log_of(Level::Raid5, 4, Duration::ZERO);
+    let (c0, c1, c2) = (
+        vec![5u8; STRIP as usize],
+        vec![6u8; STRIP as usize],
+        vec![7u8; STRIP as usize],
+    );
+    let values = Values::Direct {
+        chunks: vec![&c0[..], &c1[..], &c2[..]],
+        r0: 0,
+    };
+    let whole = vec![(0, STRIP)];
+    let write = |w: [bool; 3]| {
+        let ranges: Vec<Vec<(u64, u64)>> = w
+            .iter()
+            .map(|&on| if on { whole.clone() } else { vec![] })
+            .collect();
+        log.prepare(0, &ranges, &values, false)
+    };
+    let first = write([true, true, false]).ok().expect("nothing live");
+    let hold = block_on(log.write(first)).expect("written");
+    for m in 0..4 {
+        log.table.slot(m).mark_dirty();
+    }
+    drop(hold);
+    let second = write([false, false, true])
+        .ok()
+        .expect("chunks 0 and 1, one write's, need no flush");
+    let e = &second[0].0;
+    let both: Vec<u8> = c0.iter().zip(&c1).map(|(a, b)| a ^ b).collect();
+    assert_eq!(e.pp.as_deref(), Some(&both[..]));
+    let hold = block_on(log.write(second)).expect("written");
+    drop(hold);
+    // Now two writes left the band unflushed: chunk 1 (the first's) and chunk 2 (the
+    // second's) unwritten by a rewrite of chunk 0 need the flush.
+    let Err(Blocked::Flush) = write([true, false, false]) else {
+        panic!("two writes' chunks left unwritten: flush first");
+    };
 }
 
 #[test]

@@ -189,6 +189,7 @@ pub(super) fn finish(
         width: g.full_stripe_width().unwrap_or(16 * 1024),
         hot_base: rng.below(capacity / SECTOR) * SECTOR / 2,
         mix: [300, 400, 60, 100, 70, 70],
+        stream: None,
     };
     let max_in_flight = 2 + rng.below(8) as usize;
     let mut spawn = |exec: &mut Executor, rng: &mut Rng| {

@@ -29,7 +29,7 @@ use futures::future::join_all;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta};
 use nbraid_core::{CacheMode, Member, PassControl, PassState, ReadPolicy, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Node};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::rc::Rc;
@@ -52,6 +52,10 @@ pub struct CrashCase {
     /// The log in this many bytes right before the leaves' regions (config
     /// `write_hole_log_size`; the tree leaves that room) instead of in the metadata area (0).
     pub log_reserve: u64,
+    /// One request in three is a sequential writer's next write (whole 4 KiB blocks, up to a
+    /// stripe, starting where its previous one ended), so writes meet in stripes: the ones a
+    /// partial-parity log may write without flushing first.
+    pub sequential: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -161,6 +165,8 @@ pub(super) struct Load {
     pub width: u64,
     pub hot_base: u64,
     pub mix: [u64; 6],
+    /// Where the sequential writer writes next (`CrashCase::sequential`).
+    pub stream: Option<Rc<Cell<u64>>>,
 }
 
 /// Starts one request of `load` — or, one time in fifty, an idle point (the records go
@@ -187,6 +193,17 @@ pub(super) fn start_request(
     } else if rng.chance(40) {
         let a = array.clone();
         exec.spawn(async move { a.volume().destage_aged(Duration::ZERO).await });
+    } else if let Some(at) = load.stream.as_ref().filter(|_| rng.chance(333)) {
+        let block = 8 * SECTOR;
+        let offset = at.get();
+        let len =
+            (block * (1 + rng.below((load.width / block).max(1)))).min(load.capacity - offset);
+        at.set(if offset + len >= load.capacity {
+            0
+        } else {
+            offset + len
+        });
+        spawn(exec, array, shared, Kind::Write { fua: false }, offset, len);
     } else {
         let kind = pick_kind(rng, &load.mix);
         let (offset, len) = pick_range(rng, load.capacity, load.width, load.hot_base);
@@ -318,6 +335,7 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
     ) * SECTOR;
     let max_in_flight = 1 + rng.below(12) as usize;
     let spawn_per_mille = 100 + rng.below(500);
+    let stream = case.sequential.then(|| Rc::new(Cell::new(0)));
     let mix = [300, 400, 60, 100, 70, 70];
     let mut exec = Executor::default();
     let completed = Rc::new(RefCell::new(false));
@@ -373,6 +391,7 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
                 width,
                 hot_base,
                 mix,
+                stream: stream.clone(),
             };
             start_request(&mut exec, &mut rng, &array, &shared, &load);
             stats.requests += 1;

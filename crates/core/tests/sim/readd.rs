@@ -272,6 +272,7 @@ pub fn run_readd(case: &CrashCase, seed: u64) -> Result<ReaddStats, String> {
         width,
         hot_base,
         mix: [200, 500, 60, 100, 70, 70],
+        stream: case.sequential.then(|| Rc::new(std::cell::Cell::new(0))),
     };
     let outcome = Rc::new(RefCell::new(None));
     let mut exec = Executor::default();

@@ -65,17 +65,24 @@ pub(super) fn covered(need: &[u64], durable: &[u64], failed: &[bool]) -> bool {
 }
 
 /// Whether a write that writes sectors `now[i]` of data chunk `i` may be logged in a band
-/// whose earlier writes are done but not known durable (`dirty[i]`: the sectors they wrote)
-/// without flushing the members first. Its entry supersedes theirs, so it must describe every
-/// sector they left in flux: it writes somewhere in each dirty sector. And where its partial
-/// parity covers a chunk the earlier writes left unflushed (whose media may still hold the
-/// bytes from before them), that chunk must be the only one it covers: rebuilt from the
-/// partial parity it is exact (its bytes after the earlier write, acknowledged), and no
-/// settled chunk is then rebuilt from a partial parity that counted unflushed bytes. A rewrite
-/// of the same sectors (nothing unflushed unwritten) and a write of every other chunk of a
-/// band one earlier write wrote (sequential writes meeting in a stripe) pass; a write beside
-/// an unflushed chunk with settled chunks unwritten does not — it flushes first.
-pub(super) fn needs_no_flush(dirty: &[u8], now: &[u8]) -> bool {
+/// whose earlier writes are done but not known durable (`dirty[i]`: the sectors they wrote;
+/// `one_write`: all of them by one write) without flushing the members first. Its entry
+/// supersedes theirs, so it must describe every sector they left in flux: it writes somewhere
+/// in each dirty sector. And no settled chunk may be rebuilt from a partial parity that counted
+/// unflushed bytes the media may not hold. So in each sector where the partial parity covers an
+/// unflushed chunk, either:
+/// - that chunk is the only one it covers: rebuilt from the partial parity it is exact (its
+///   bytes after the earlier write). This covers sequential writes meeting in a stripe, where
+///   the previous write wrote one chunk of the sector.
+/// - or every chunk it covers is unflushed and one write wrote them all. Chunks of one write
+///   become guaranteed together: a flush acknowledged after that write finds every one of its
+///   member writes done and makes them durable at once. Once guaranteed, each is rebuilt
+///   exactly from the partial parity and the others' media; until then its sectors are in flux.
+///   This covers sequential writes of more than a chunk meeting in a stripe.
+///
+/// A rewrite of the same sectors (nothing unflushed unwritten) passes. A write beside an
+/// unflushed chunk with settled chunks unwritten does not: it flushes first.
+pub(super) fn needs_no_flush(dirty: &[u8], now: &[u8], one_write: bool) -> bool {
     let covered = now.iter().fold(0, |a, m| a | m);
     let full = now.iter().fold(0xff, |a, m| a & m);
     let dirty_any = dirty.iter().fold(0, |a, m| a | m);
@@ -88,6 +95,8 @@ pub(super) fn needs_no_flush(dirty: &[u8], now: &[u8]) -> bool {
         let unflushed = (0..now.len())
             .filter(|&i| now[i] >> x & 1 == 0 && dirty[i] >> x & 1 == 1)
             .count();
-        unflushed == 0 || (unflushed == 1 && unwritten == 1)
+        unflushed == 0
+            || (unflushed == 1 && unwritten == 1)
+            || (one_write && unflushed == unwritten)
     })
 }
