@@ -16,8 +16,7 @@
 
 use super::intent::{self, Hold, Intent};
 use super::member_meta::MemberMeta;
-pub(super) use super::records::Recorded;
-use super::records::Records;
+use super::records::{Recorded, Records};
 use super::{
     assemble, Absence, Area, AssembleError, BitmapArea, MemberEntry, Probe, RecordedState,
     Superblock, Uuid, VolumeRecord, METADATA_AREA_BYTES, SLOT_BYTES,

@@ -23,8 +23,9 @@
 //!   holds everything and the replacement's record, if any, names an id the records do not.
 //!   A replace is therefore not checkpointed; it starts again.
 
-use super::array::{free_area_avoiding, Array, ArrayError, Recorded};
+use super::array::{free_area_avoiding, Array, ArrayError};
 use super::member_meta::MemberMeta;
+use super::records::Recorded;
 use super::{Area, BitmapArea, MemberEntry, Probe, RecordedState, Uuid, VolumeRecord};
 use crate::buf::Buf;
 use crate::error::VolumeResult;
