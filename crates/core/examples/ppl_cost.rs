@@ -3,8 +3,10 @@
 //! flips each round so drifting load hits both alike). For RAID 5 (4 members) and RAID 6 (6),
 //! 64 KiB strips: 4 KiB random writes at queue depth 32 with the write-back cache (the
 //! default) and write-through (every write a partial-stripe write: the log's worst case), and
-//! 1 MiB sequential writes at queue depth 4. Reported per workload: IOPS and the process's CPU
-//! time (user + system) per write, with the log / without.
+//! 1 MiB sequential writes at queue depth 4, and 128 KiB sequential writes write-through at
+//! queue depth 8 (smaller than a stripe: joined when they queue on one). Reported per
+//! workload: IOPS and the process's CPU time (user + system) per write, with the log /
+//! without.
 //!
 //! `cargo run --release -p nbraid-core --example ppl_cost [dir] [seconds per round] [rounds]`
 //! (default /var/tmp, 2 s, 4); `NBRAID_PPL_ONLY="raid5 4k"` runs only the workloads whose
@@ -231,6 +233,15 @@ fn main() {
                 CacheMode::WriteThrough,
             ),
             ("1M seqwrite qd4 wb", MIB, 4, false, wb),
+            // Sequential writes smaller than a stripe (192 KiB on RAID 5, 256 KiB on RAID 6),
+            // which write-through joins into full stripes when they queue on one.
+            (
+                "128k seqwrite qd8 wt",
+                128 << 10,
+                8,
+                false,
+                CacheMode::WriteThrough,
+            ),
         ] {
             if !only
                 .as_ref()
@@ -244,6 +255,8 @@ fn main() {
             let (mut at_on, mut at_off) = (0u64, 0u64);
             // The log's own counts over the runs with it.
             let (mut log, mut writes_on) = (nbraid_core::ppl::LogStats::default(), 0u64);
+            // Stripe pieces another write carried (write-through joining) over those runs.
+            let mut joined_on = 0u64;
             // Per round, IOPS with the log / without (the pair ran back to back).
             let mut pair_ratios = Vec::new();
             for r in 0..rounds {
@@ -263,10 +276,12 @@ fn main() {
                         (&off, &mut at_off)
                     };
                     let before = nbraid_core::ppl::stats();
+                    let joined_before = nbraid_core::raid::joined_writes();
                     let (iops, us, done) = run(a, bs, qd, random, secs, at, 0x9e37 + r);
                     if with {
                         log = log.plus(&nbraid_core::ppl::stats().since(&before));
                         writes_on += done;
+                        joined_on += nbraid_core::raid::joined_writes() - joined_before;
                     }
                     let s = if with { &mut sum_on } else { &mut sum_off };
                     s.0 += iops;
@@ -296,7 +311,7 @@ fn main() {
             );
             let per_k = |n: u64| n as f64 * 1000.0 / writes_on.max(1) as f64;
             println!(
-                "{:<8} median of the rounds' ratios {median:.3} (lowest {:.3}, highest {:.3}); log: {:.1} entries/round, per 1000 writes: {:.0} batches, {:.0} KiB, {:.1} member flushes ({:.1} for a band), {:.1} band rewrites without one, {:.1} band waits, {:.1} room waits",
+                "{:<8} median of the rounds' ratios {median:.3} (lowest {:.3}, highest {:.3}); log: {:.1} entries/round, per 1000 writes: {:.0} batches, {:.0} KiB, {:.1} member flushes ({:.1} for a band), {:.1} band rewrites without one, {:.1} band waits, {:.1} room waits; {:.0} stripe pieces joined",
                 "",
                 pair_ratios.first().copied().unwrap_or(0.0),
                 pair_ratios.last().copied().unwrap_or(0.0),
@@ -308,6 +323,7 @@ fn main() {
                 per_k(log.band_rewrites),
                 per_k(log.band_waits),
                 per_k(log.room_waits),
+                per_k(joined_on),
             );
             drop(on);
             drop(off);

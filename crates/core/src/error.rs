@@ -47,6 +47,59 @@ impl VolumeError {
     pub fn is_member_io(&self) -> bool {
         matches!(self, VolumeError::Member { .. })
     }
+
+    /// The same error for a second caller (one write's result answers several requests);
+    /// an I/O error keeps its kind and message.
+    pub fn duplicate(&self) -> VolumeError {
+        match self {
+            VolumeError::Misaligned {
+                op,
+                offset,
+                len,
+                block,
+            } => VolumeError::Misaligned {
+                op,
+                offset: *offset,
+                len: *len,
+                block: *block,
+            },
+            VolumeError::OutOfRange {
+                op,
+                offset,
+                len,
+                capacity,
+            } => VolumeError::OutOfRange {
+                op,
+                offset: *offset,
+                len: *len,
+                capacity: *capacity,
+            },
+            VolumeError::TooLong {
+                op,
+                offset,
+                len,
+                max,
+            } => VolumeError::TooLong {
+                op,
+                offset: *offset,
+                len: *len,
+                max: *max,
+            },
+            VolumeError::Unavailable { reason } => VolumeError::Unavailable {
+                reason: reason.clone(),
+            },
+            VolumeError::Member { member, source } => VolumeError::Member {
+                member: *member,
+                source: MemberError {
+                    source: std::io::Error::new(source.source.kind(), source.source.to_string()),
+                    member: source.member.clone(),
+                    ..*source
+                },
+            },
+            VolumeError::Assembly(s) => VolumeError::Assembly(s.clone()),
+            VolumeError::Unsupported(s) => VolumeError::Unsupported(s.clone()),
+        }
+    }
 }
 
 pub type VolumeResult<T> = Result<T, VolumeError>;

@@ -93,6 +93,23 @@ impl RangeLock {
     }
 }
 
+impl RangeLock {
+    /// Whether an exclusive request overlapping `[start, start + len)` waits (a writer
+    /// queued behind the holder). Cost: one pass over the waiting requests.
+    pub(crate) fn exclusive_waiter(&self, start: u64, len: u64) -> bool {
+        let asked = Range {
+            start,
+            end: start + len,
+            exclusive: true,
+        };
+        self.state
+            .lock()
+            .waiting
+            .iter()
+            .any(|(_, w, _)| w.exclusive && w.conflicts(&asked))
+    }
+}
+
 impl RangeGuard<'_> {
     /// Keeps only `[start, start + len)` of the held range and lets the rest go: a writer
     /// done with the ends of its range (cached, nothing to write) does not hold up the next

@@ -67,6 +67,7 @@ fn crash(case: CrashCase) {
         Err(_) => (0..points()).map(|i| 0x5eed_0000 + i * 104_729).collect(),
     };
     let mut total = CrashStats::default();
+    let joined_before = nbraid_core::raid::joined_writes();
     for seed in seeds {
         match run_crash(&case, seed) {
             Ok(s) => total.add(&s),
@@ -77,11 +78,17 @@ fn crash(case: CrashCase) {
         }
     }
     eprintln!(
-        "{}: {total:?}; log so far (all tests of this process): {:?}",
+        "{}: {total:?}; log so far (all tests of this process): {:?}; joined writes: {}",
         case.name,
-        nbraid_core::ppl::stats()
+        nbraid_core::ppl::stats(),
+        nbraid_core::raid::joined_writes()
     );
     assert!(total.sectors_checked > 0 && total.reopened_dirty > 0);
+    // Process-wide (other tests add to it): a floor, that the simulator reaches joining.
+    assert!(
+        !case.sequential || total.runs < 50 || nbraid_core::raid::joined_writes() > joined_before,
+        "a sequential writer's write-through writes were joined into others (`raid/join.rs`)"
+    );
     assert!(
         total.runs < 50
             || (total.rebuilds_completed > 0

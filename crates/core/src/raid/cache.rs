@@ -31,6 +31,17 @@ pub(super) struct Entry {
 }
 
 impl Entry {
+    /// No bytes yet, dirty since now.
+    pub(super) fn new() -> Entry {
+        Entry {
+            segs: Segs::new(),
+            bytes: 0,
+            used: 0,
+            busy: false,
+            since: Instant::now(),
+        }
+    }
+
     /// Whether the segments cover `[s, e)` without a gap.
     pub(super) fn covers(&self, s: u64, e: u64) -> bool {
         let mut at = s;

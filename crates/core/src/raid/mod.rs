@@ -6,7 +6,8 @@
 //! `mod.rs` (this essay, the node and its `ArrayNode` impl), `plan.rs` (pure decisions:
 //! [`choose`], [`plan_write`], recovery patterns), `write.rs` (the executor of a write plan,
 //! salvage, whole-stripe zeroing), `read.rs` (direct and degraded reads, the recently rebuilt
-//! stripes, read repair), `rebuild.rs` (rebuilding a new member's chunks), `cache.rs` (the write-back stripe cache), `scrub.rs` (checking and repairing stripes), `sync.rs` (which stripes'
+//! stripes, read repair), `rebuild.rs` (rebuilding a new member's chunks), `cache.rs` (the write-back stripe cache), `join.rs` (write-through writes
+//! queued on one stripe written together), `scrub.rs` (checking and repairing stripes), `sync.rs` (which stripes'
 //! parity is known in sync or stale; resync), `flusher.rs` (the background destage thread).
 //!
 //! # Ordering
@@ -79,6 +80,16 @@
 //! error), so acknowledged bytes never vanish silently. What is still cached when a volume is
 //! dropped without a flush is lost, as on power loss.
 //!
+//! # Write-through joining
+//! Without the cache, a partial-stripe write may leave its bytes on the stripe for the next
+//! writer (`join.rs`): when a writer is already queued on the stripe's lock, or when it
+//! continues a sequential stream, fills the stripe from its start and other writes of the
+//! group are in flight (then it waits for the next write to arrive, or until only such held
+//! writes remain). The next writer writes the union — a full stripe, with no reads and no
+//! partial parity, when the stream fills it — and answers the writers whose bytes it carried.
+//! A writer that finds its bytes still left when it holds the stripe again writes them
+//! itself, so a lone writer never waits and nothing waits for a writer that may not come.
+//!
 //! The write hole (a crash between a stripe's data and parity writes, or before a flush) is
 //! closed by the partial-parity log (`crate::ppl`) when the volume has one: before a
 //! partial-stripe write's member writes are issued, `write_rows` logs the partial parity of
@@ -96,6 +107,7 @@
 
 mod cache;
 mod flusher;
+mod join;
 mod plan;
 mod read;
 mod rebuild;
@@ -104,6 +116,7 @@ mod sync;
 mod write;
 
 pub use cache::CacheUsage;
+pub use join::joined_writes;
 pub use plan::{
     choose, plan_write, DataChunk, Health, NewBytes, Plan, Rows, StripeWrite, Target, WritePlan,
 };
@@ -187,6 +200,8 @@ struct ParityCore {
     recent: Mutex<VecDeque<(u64, Vec<Option<SharedBuf>>)>>,
     /// The partial-parity log (`crate::ppl`): partial-stripe writes log first.
     ppl: Option<crate::ppl::GroupLog>,
+    /// Write-through: bytes partial-stripe writers left to the writers queued behind them.
+    joins: join::Joins,
 }
 
 impl ParityCore {
@@ -235,6 +250,7 @@ impl ParityCore {
             repairs,
             recent: Mutex::new(VecDeque::new()),
             ppl: None,
+            joins: join::Joins::default(),
         }
     }
 

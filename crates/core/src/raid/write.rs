@@ -2,6 +2,7 @@
 //! salvage after a write fails beyond tolerance, and whole-stripe zeroing.
 
 use super::cache::{compact, Entry};
+use super::join::Joined;
 use super::plan::{
     add_range, covers, plan_write, DataChunk, Health, NewBytes, Ranges, StripeWrite, Target,
 };
@@ -512,25 +513,39 @@ impl ParityCore {
             }
         }
         let mut over_bound = false;
+        // Write-through: this write counts as in flight for the hold rule (`join`).
+        let arrival = self.cache.is_none().then(|| self.joins.arrive(offset, len));
         {
             let mut g = self.lock_stripes(offset, len, true).await;
+            if arrival.is_some() {
+                self.joins.holding();
+            }
+            let continues = arrival.as_ref().is_some_and(|a| a.continues);
             let mut futs = Vec::new();
             // The first and last stripe that go to the members (the others are cached).
             let mut written: Option<(u64, u64)> = None;
             let mut to_members = |s: u64| {
                 written = Some(written.map_or((s, s), |(a, _)| (a, s)));
             };
+            // Write-through stripes this write left to a writer queued on them (`join`).
+            let mut left = Vec::new();
             for (s, segs) in self.per_stripe(offset, &data) {
                 let Some(cache) = &self.cache else {
-                    to_members(s);
-                    futs.push(self.write_over_cache(s, segs, None, fua));
+                    let queued = self.locks.exclusive_waiter(s, 1);
+                    match self.joins.take(s, segs, fua, w, (queued, continues)) {
+                        Joined::Write { segs, fua, waiters } => {
+                            to_members(s);
+                            futs.push(self.write_joined(s, segs, fua, waiters).boxed());
+                        }
+                        Joined::Leave(answer, wait) => left.push((s, answer, wait)),
+                    }
                     continue;
                 };
                 if segs[0].1.len() as u64 == w {
                     // A whole stripe bypasses the cache and supersedes its entry, which stays
                     // listed until this write is on the members.
                     to_members(s);
-                    futs.push(self.write_over_cache(s, segs, Some((0, w)), fua));
+                    futs.push(self.write_over_cache(s, segs, Some((0, w)), fua).boxed());
                     continue;
                 }
                 let (o, d) = segs.into_iter().next().expect("one segment");
@@ -539,22 +554,20 @@ impl ParityCore {
                 if !st.admits(&d, cache.bound) {
                     // No room (destaging fails, or this stripe alone exceeds the bound): write
                     // it through rather than grow the cache past its bound.
-                    let mut merged = Entry {
-                        segs: st
-                            .entries
-                            .get(&s)
-                            .map(|e| e.segs.clone())
-                            .unwrap_or_default(),
-                        bytes: 0,
-                        used: 0,
-                        busy: false,
-                        since: Instant::now(),
-                    };
+                    let mut merged = Entry::new();
+                    merged.segs = st
+                        .entries
+                        .get(&s)
+                        .map(|e| e.segs.clone())
+                        .unwrap_or_default();
                     let newer = (o, o + d.len() as u64);
                     merged.insert(o, d, None); // not cached: pins nothing
                     drop(st);
                     to_members(s);
-                    futs.push(self.write_over_cache(s, merged.segs, Some(newer), fua));
+                    futs.push(
+                        self.write_over_cache(s, merged.segs, Some(newer), fua)
+                            .boxed(),
+                    );
                     continue;
                 }
                 let full = st.insert(s, o, d, w);
@@ -564,17 +577,23 @@ impl ParityCore {
                     drop(st);
                     to_members(s);
                     // The entry's own bytes: it stays whole if the write fails.
-                    futs.push(self.write_over_cache(s, segs, None, fua));
+                    futs.push(self.write_over_cache(s, segs, None, fua).boxed());
                 }
             }
             // A partial stripe at either end that only went into the cache is let go now:
             // the next sequential writer, which completes it, need not wait for this one's
             // member writes (it did, and the drives saw the writers out of order).
-            match written {
-                Some((a, b)) => g.narrow(a, b - a + 1),
-                None => drop(g),
-            }
-            crate::node::all_ok(join_all(futs).await)?;
+            let g = written.map(|(a, b)| {
+                g.narrow(a, b - a + 1);
+                g
+            });
+            let results = join_all(futs).await;
+            drop(g);
+            // Only now, holding no stripe: the writer these were left to may be queued for
+            // stripes this write held too.
+            let answered =
+                join_all(left.into_iter().map(|(s, a, w)| self.finish_left(s, a, w))).await;
+            crate::node::all_ok(results.into_iter().chain(answered).collect())?;
         }
         if over_bound {
             // This write is in the cache (or on the members) either way: a stripe that cannot
