@@ -8,16 +8,20 @@
 //! writer here leaves its bytes on a stripe for the next writer of that stripe in two cases:
 //! - **Queued:** an exclusive request already waits on the stripe's lock. The writer queues
 //!   again at once, behind it.
-//! - **Held:** the write continues the group's last write (a sequential stream), its bytes
-//!   fill the stripe from its start, so the stream's next write would complete it, and other
-//!   writes of the group are in flight (the client is not waiting for this one to send
-//!   more). The writer waits until a write arrives in the group and holds its stripes, or
-//!   until every write still in flight in the group is a held one; then it queues again.
+//! - **Held:** the write belongs to a sequential stream (one of the group's last writes ended
+//!   at most a stripe before it begins), its bytes are one run short of the stripe, so the
+//!   stream's neighbouring writes would complete it, and other writes of the group are in
+//!   flight (the client is not waiting for this one to send more). The writer waits until a
+//!   later writer of the stripe answers it, until [`HOLD_ARRIVALS`] more writes have arrived
+//!   in the group (a stream's writes reach the group a few places out of order: the daemon
+//!   serves requests concurrently), or until every write still in flight in the group is a
+//!   held one; then it queues again.
 //!
 //! Either way, when it holds the stripe again, a later writer has written its bytes (and
 //! answered it) or the bytes are still left and it writes them itself. So a lone writer
 //! (queue depth 1) never waits, and nothing waits for a writer that may never come: a held
-//! writer waits only while some write of the group that is not held is in flight.
+//! writer waits only while some write of the group that is not held is in flight, and for
+//! at most a few arrivals.
 //!
 //! The union is built and written under the stripe's exclusive lock; a writer queues again
 //! only after releasing every stripe it held (the writer it left bytes to may need them).
@@ -28,6 +32,7 @@
 use super::cache::Entry;
 use super::*;
 use futures::channel::oneshot;
+use futures::future::{select, Either};
 
 /// A write's answer, sent by the writer that put its bytes on the members.
 pub(super) type Answer = oneshot::Receiver<VolumeResult<()>>;
@@ -48,20 +53,40 @@ pub fn joined_writes() -> u64 {
     JOINED.load(Ordering::Relaxed)
 }
 
+/// Write ends [`Flow`] remembers: a client's queue of sequential writes may reach the group
+/// out of order (the daemon serves requests concurrently), so a stream's next write starts
+/// at one of its last few ends, not always at the very last.
+const RECENT_ENDS: usize = 16;
+
+/// Writes that may arrive in the group while a writer holds its bytes before it gives up on
+/// its stripe's other writers and writes alone: a stream's writes reach the group at most
+/// a few places out of order.
+const HOLD_ARRIVALS: u64 = 8;
+
 /// The group's write-through writes in flight, for the hold rule.
 #[derive(Default)]
 struct Flow {
     /// Writes between [`Joins::arrive`] and the drop of its [`Arrival`].
     in_flight: usize,
-    /// Held writers, woken by the next arrival or once only held writers are in flight.
-    held: Vec<oneshot::Sender<()>>,
-    /// Where the last write to arrive ends (a write starting there continues a stream).
-    last_end: u64,
+    /// Held writers (the arrival count at which each gives up, and its wake), woken then or
+    /// once only held writers are in flight.
+    held: Vec<(u64, oneshot::Sender<()>)>,
+    /// Writes arrived so far.
+    arrivals: u64,
+    /// Where the last writes to arrive end, newest at `next - 1` (a ring).
+    recent_ends: [u64; RECENT_ENDS],
+    next: usize,
 }
 
 impl Flow {
+    /// Wakes the held writers whose wait is over: all of them when only held writers are in
+    /// flight, else those that saw their [`HOLD_ARRIVALS`] arrivals. Forgets writers answered
+    /// meanwhile (they stopped waiting), so `held` counts exactly the writers still held.
     fn wake_held(&mut self) {
-        for w in self.held.drain(..) {
+        self.held.retain(|(_, w)| !w.is_canceled());
+        let all = self.in_flight <= self.held.len();
+        let arrivals = self.arrivals;
+        for (_, w) in self.held.extract_if(.., |(at, _)| all || *at <= arrivals) {
             let _ = w.send(());
         }
     }
@@ -77,8 +102,9 @@ pub(super) struct Joins {
 /// One write-through write in flight in the group (see [`Joins::arrive`]).
 pub(super) struct Arrival<'a> {
     joins: &'a Joins,
-    /// Whether it begins where the group's previous write ended.
-    pub(super) continues: bool,
+    /// Whether one of the group's last writes ended at most a stripe before it begins: it
+    /// belongs to a sequential stream, whose next or late writes fill its stripes.
+    pub(super) streams: bool,
 }
 
 impl Drop for Arrival<'_> {
@@ -86,9 +112,7 @@ impl Drop for Arrival<'_> {
     fn drop(&mut self) {
         let mut f = self.joins.flow.lock();
         f.in_flight -= 1;
-        if f.in_flight == f.held.len() {
-            f.wake_held();
-        }
+        f.wake_held();
     }
 }
 
@@ -96,7 +120,8 @@ impl Drop for Arrival<'_> {
 pub(super) enum Wait {
     /// A writer waits on the stripe: queue again at once.
     Queued,
-    /// Held: until the next write arrives (or only held writers are in flight).
+    /// Held: until its stripe's next writer answers it, [`HOLD_ARRIVALS`] more writes arrive
+    /// in the group, or only held writers are in flight.
     Held(oneshot::Receiver<()>),
 }
 
@@ -112,23 +137,33 @@ pub(super) enum Joined {
     Leave(Answer, Wait),
 }
 
-/// Whether the bytes `e` holds fill the stripe from its start up to where they end, short of
-/// its `width`: a stream's next write, beginning there, would complete it.
-fn fills_forward(e: &Entry, width: u64) -> bool {
-    let end = e.segs.last().map_or(0, |(o, d)| o + d.len() as u64);
-    end > 0 && end < width && e.covers(0, end)
+/// Whether the bytes `e` holds are one run short of the stripe's `width`: a stream's writes
+/// before and after it (arriving late or next) would complete the stripe.
+fn one_run(e: &Entry, width: u64) -> bool {
+    let (Some((start, _)), Some((o, d))) = (e.segs.first(), e.segs.last()) else {
+        return false;
+    };
+    let end = o + d.len() as u64;
+    end - start < width && e.covers(*start, end)
 }
 
 impl Joins {
-    /// A write of `[offset, offset + len)` enters the group (until the guard drops).
-    pub(super) fn arrive(&self, offset: u64, len: u64) -> Arrival<'_> {
+    /// A write of `[offset, offset + len)` enters the group of stripes `width` bytes wide
+    /// (in flight until the guard drops).
+    pub(super) fn arrive(&self, offset: u64, len: u64, width: u64) -> Arrival<'_> {
         let mut f = self.flow.lock();
         f.in_flight += 1;
-        let continues = f.last_end == offset;
-        f.last_end = offset + len;
+        f.arrivals += 1;
+        let streams = f
+            .recent_ends
+            .iter()
+            .any(|&e| e <= offset && offset - e <= width);
+        let at = f.next;
+        f.recent_ends[at] = offset + len;
+        f.next = (at + 1) % RECENT_ENDS;
         Arrival {
             joins: self,
-            continues,
+            streams,
         }
     }
 
@@ -143,7 +178,7 @@ impl Joins {
 
     /// Stripe `s`'s bytes left so far with `segs` over them: written, or left when they do not
     /// cover the stripe (`width` bytes) and `queued` (a writer waits on the stripe) or the
-    /// hold rule allows it (`continues`: the write continues a stream). The caller holds the
+    /// hold rule allows it (`streams`: the write belongs to a stream). The caller holds the
     /// stripe's exclusive lock.
     pub(super) fn take(
         &self,
@@ -151,7 +186,7 @@ impl Joins {
         segs: Segs,
         fua: bool,
         width: u64,
-        (queued, continues): (bool, bool),
+        (queued, streams): (bool, bool),
     ) -> Joined {
         let mut left = self.left.lock();
         let mut union = left.remove(&s).unwrap_or_else(|| Left {
@@ -167,7 +202,7 @@ impl Joins {
             None
         } else if queued {
             Some(Wait::Queued)
-        } else if continues && fills_forward(&union.entry, width) {
+        } else if streams && one_run(&union.entry, width) {
             self.hold()
         } else {
             None
@@ -188,11 +223,13 @@ impl Joins {
     /// A hold, if a write of the group that is not held is in flight besides the caller's.
     fn hold(&self) -> Option<Wait> {
         let mut f = self.flow.lock();
+        f.held.retain(|(_, w)| !w.is_canceled());
         if f.in_flight <= f.held.len() + 1 {
             return None;
         }
         let (tx, rx) = oneshot::channel();
-        f.held.push(tx);
+        let until = f.arrivals + HOLD_ARRIVALS;
+        f.held.push((until, tx));
         Some(Wait::Held(rx))
     }
 }
@@ -224,15 +261,14 @@ impl ParityCore {
         wait: Wait,
     ) -> VolumeResult<()> {
         if let Wait::Held(woken) = wait {
-            // Sent or dropped, either way it is time to look again.
-            let _ = woken.await;
+            // The answer, or the wake (sent or dropped: either way time to look again).
+            if let Either::Left((answered, _)) = select(&mut answer, woken).await {
+                return joined(s, answered);
+            }
         }
         let _g = self.locks.lock(s, 1, true).await;
         match answer.try_recv() {
-            Ok(Some(r)) => {
-                JOINED.fetch_add(1, Ordering::Relaxed);
-                r
-            }
+            Ok(Some(r)) => joined(s, Ok(r)),
             Ok(None) => {
                 // Still left (our own sender is among the waiters): write them now.
                 let left = self.joins.left.lock().remove(&s);
@@ -240,13 +276,21 @@ impl ParityCore {
                 self.write_joined(s, left.entry.segs, left.fua, left.waiters)
                     .await
             }
-            Err(oneshot::Canceled) => Err(VolumeError::Unavailable {
-                reason: format!(
-                    "stripe {s}: the write that took this write's bytes was abandoned before it answered"
-                ),
-            }),
+            Err(oneshot::Canceled) => joined(s, Err(oneshot::Canceled)),
         }
     }
+}
+
+/// The answer of the writer that carried this write's bytes on stripe `s`.
+fn joined(s: u64, answer: Result<VolumeResult<()>, oneshot::Canceled>) -> VolumeResult<()> {
+    JOINED.fetch_add(1, Ordering::Relaxed);
+    answer.unwrap_or_else(|oneshot::Canceled| {
+        Err(VolumeError::Unavailable {
+            reason: format!(
+                "stripe {s}: the write that took this write's bytes was abandoned before it answered"
+            ),
+        })
+    })
 }
 
 #[cfg(test)]
@@ -263,32 +307,49 @@ mod tests {
     }
 
     #[test]
-    fn only_bytes_from_the_stripes_start_wait_for_a_stream_to_fill_it() {
+    fn one_run_short_of_the_stripe_waits_for_a_stream_to_complete_it() {
         let w = 192 << 10;
-        assert!(fills_forward(&entry(&[(0, 128 << 10)]), w));
-        assert!(fills_forward(&entry(&[(0, 4096), (4096, 4096)]), w));
-        // A gap, a tail, a full stripe, nothing.
-        assert!(!fills_forward(&entry(&[(0, 4096), (8192, 4096)]), w));
-        assert!(!fills_forward(&entry(&[(64 << 10, 128 << 10)]), w));
-        assert!(!fills_forward(&entry(&[(0, 192 << 10)]), w));
-        assert!(!fills_forward(&entry(&[]), w));
+        assert!(one_run(&entry(&[(0, 128 << 10)]), w));
+        assert!(one_run(&entry(&[(64 << 10, 128 << 10)]), w));
+        assert!(one_run(&entry(&[(0, 4096), (4096, 4096)]), w));
+        // A gap, a full stripe, nothing.
+        assert!(!one_run(&entry(&[(0, 4096), (8192, 4096)]), w));
+        assert!(!one_run(&entry(&[(0, 192 << 10)]), w));
+        assert!(!one_run(&entry(&[]), w));
     }
 
     #[test]
-    fn a_held_writer_is_woken_by_an_arrival_or_when_only_held_writers_remain() {
+    fn a_write_near_a_recent_end_belongs_to_a_stream() {
         let j = Joins::default();
-        let a = j.arrive(8192, 4096);
+        let w = 192 << 10;
+        let _a = j.arrive(10 * w, 4096, w);
+        // Out of order: a stream's write a little after a recent end, and one far away.
+        assert!(j.arrive(10 * w + 3 * 4096, 4096, w).streams);
+        assert!(!j.arrive(20 * w, 4096, w).streams);
+        assert!(
+            !j.arrive(10 * w - 4096, 4096, w).streams,
+            "before every end"
+        );
+    }
+
+    #[test]
+    fn a_held_writer_waits_for_a_few_arrivals_or_until_only_held_writers_remain() {
+        let w = 192 << 10;
+        let j = Joins::default();
+        let a = j.arrive(8 * w, 4096, w);
         // Alone: no hold.
         assert!(j.hold().is_none());
-        let b = j.arrive(12288, 4096);
-        assert!(b.continues && !a.continues);
+        let b = j.arrive(9 * w, 4096, w);
         let Some(Wait::Held(mut woken)) = j.hold() else {
             panic!("another write is in flight: held");
         };
-        assert_eq!(woken.try_recv(), Ok(None));
-        // `a` is held now: `b` may not be held too (only held writers would be in flight).
+        // One held already: a second would leave only held writers in flight.
         assert!(j.hold().is_none());
-        j.holding();
+        for i in 0..HOLD_ARRIVALS {
+            assert_eq!(woken.try_recv(), Ok(None), "after {i} arrivals");
+            drop(j.arrive(20 * w, 4096, w));
+            j.holding();
+        }
         assert_eq!(woken.try_recv(), Ok(Some(())));
         let Some(Wait::Held(mut woken)) = j.hold() else {
             panic!("held again");
@@ -299,6 +360,13 @@ mod tests {
             Ok(Some(())),
             "only the held writer remained"
         );
-        drop(a);
+        // A writer answered meanwhile stops counting as held.
+        let c = j.arrive(30 * w, 4096, w);
+        let Some(Wait::Held(answered)) = j.hold() else {
+            panic!("held");
+        };
+        drop(answered);
+        assert!(matches!(j.hold(), Some(Wait::Held(_))));
+        drop((a, c));
     }
 }

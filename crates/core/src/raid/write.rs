@@ -514,13 +514,16 @@ impl ParityCore {
         }
         let mut over_bound = false;
         // Write-through: this write counts as in flight for the hold rule (`join`).
-        let arrival = self.cache.is_none().then(|| self.joins.arrive(offset, len));
+        let arrival = self
+            .cache
+            .is_none()
+            .then(|| self.joins.arrive(offset, len, self.width()));
         {
             let mut g = self.lock_stripes(offset, len, true).await;
             if arrival.is_some() {
                 self.joins.holding();
             }
-            let continues = arrival.as_ref().is_some_and(|a| a.continues);
+            let streams = arrival.as_ref().is_some_and(|a| a.streams);
             let mut futs = Vec::new();
             // The first and last stripe that go to the members (the others are cached).
             let mut written: Option<(u64, u64)> = None;
@@ -532,7 +535,7 @@ impl ParityCore {
             for (s, segs) in self.per_stripe(offset, &data) {
                 let Some(cache) = &self.cache else {
                     let queued = self.locks.exclusive_waiter(s, 1);
-                    match self.joins.take(s, segs, fua, w, (queued, continues)) {
+                    match self.joins.take(s, segs, fua, w, (queued, streams)) {
                         Joined::Write { segs, fua, waiters } => {
                             to_members(s);
                             futs.push(self.write_joined(s, segs, fua, waiters).boxed());
