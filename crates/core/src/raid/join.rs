@@ -220,6 +220,25 @@ impl Joins {
         Joined::Leave(rx, wait)
     }
 
+    /// Forgets the bytes left on stripes `[first, last)` — whole stripes zeroed over them,
+    /// the caller holding their exclusive lock — and answers their writers: their writes and
+    /// the zeroing were in flight together, so the zeroes may come last (as the write-back
+    /// cache lets them). Bytes of a writer gone away never land after the zeroes.
+    pub(super) fn superseded(&self, first: u64, last: u64) {
+        let mut left = self.left.lock();
+        let hit: Vec<u64> = left
+            .keys()
+            .copied()
+            .filter(|s| (first..last).contains(s))
+            .collect();
+        for s in hit {
+            let l = left.remove(&s).expect("listed");
+            for tx in l.waiters {
+                let _ = tx.send(Ok(()));
+            }
+        }
+    }
+
     /// A hold, if a write of the group that is not held is in flight besides the caller's.
     fn hold(&self) -> Option<Wait> {
         let mut f = self.flow.lock();

@@ -83,12 +83,13 @@
 //! # Write-through joining
 //! Without the cache, a partial-stripe write may leave its bytes on the stripe for the next
 //! writer (`join.rs`): when a writer is already queued on the stripe's lock, or when it
-//! continues a sequential stream, fills the stripe from its start and other writes of the
-//! group are in flight (then it waits for the next write to arrive, or until only such held
-//! writes remain). The next writer writes the union — a full stripe, with no reads and no
-//! partial parity, when the stream fills it — and answers the writers whose bytes it carried.
-//! A writer that finds its bytes still left when it holds the stripe again writes them
-//! itself, so a lone writer never waits and nothing waits for a writer that may not come.
+//! belongs to a sequential stream, its bytes are one run short of the stripe and other writes
+//! of the group are in flight (then it waits for its answer, a few more arrivals, or until
+//! only such held writes remain). The next writer writes the union — a full stripe, with no
+//! reads and no partial parity, when the stream fills it — and answers the writers whose
+//! bytes it carried. A writer that finds its bytes still left when it holds the stripe again
+//! writes them itself, so a lone writer never waits and nothing waits for a writer that may
+//! not come.
 //!
 //! The write hole (a crash between a stripe's data and parity writes, or before a flush) is
 //! closed by the partial-parity log (`crate::ppl`) when the volume has one: before a

@@ -685,6 +685,9 @@ impl ParityCore {
                             st.remove(s);
                         }
                     }
+                    if full_err.is_none() {
+                        self.joins.superseded(first_full, last_full);
+                    }
                     if failed_children == 0 {
                         let mut stale = self.stale.lock();
                         for s in first_full..last_full {
