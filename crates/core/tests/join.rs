@@ -216,3 +216,21 @@ fn bytes_left_on_a_stripe_that_is_then_zeroed_whole_do_not_land_after_the_zeroes
     want.extend(pattern(3, STRIP));
     assert!(read(&v, 0, width) == want);
 }
+
+#[test]
+fn fua_bytes_left_on_a_stripe_that_is_then_zeroed_whole_land_after_the_zeroes() {
+    // A FUA write was promised durability, which unflushed zeroes cannot give: its bytes
+    // are written after them.
+    let (v, _m) = slow_array(Level::Raid5, 4);
+    let width = 3 * STRIP;
+    let (held, a) = (pattern(1, width), pattern(2, STRIP));
+    let (r_held, r_a, r_zero) = block_on(futures::future::join3(
+        v.write(0, Buf::copy_from(&held), false),
+        v.write(0, Buf::copy_from(&a), true),
+        v.write_zeroes(0, width, false),
+    ));
+    assert!(r_held.is_ok() && r_a.is_ok() && r_zero.is_ok());
+    let mut want = a;
+    want.resize(width as usize, 0);
+    assert!(read(&v, 0, width) == want);
+}

@@ -223,13 +223,15 @@ impl Joins {
     /// Forgets the bytes left on stripes `[first, last)` — whole stripes zeroed over them,
     /// the caller holding their exclusive lock — and answers their writers: their writes and
     /// the zeroing were in flight together, so the zeroes may come last (as the write-back
-    /// cache lets them). Bytes of a writer gone away never land after the zeroes.
+    /// cache lets them). Bytes of a writer gone away never land after the zeroes. Not FUA
+    /// bytes: their writers were promised durability, which the zeroes (not yet flushed)
+    /// cannot give; those writers write their bytes after the zeroes.
     pub(super) fn superseded(&self, first: u64, last: u64) {
         let mut left = self.left.lock();
         let hit: Vec<u64> = left
-            .keys()
-            .copied()
-            .filter(|s| (first..last).contains(s))
+            .iter()
+            .filter(|(s, l)| (first..last).contains(*s) && !l.fua)
+            .map(|(&s, _)| s)
             .collect();
         for s in hit {
             let l = left.remove(&s).expect("listed");

@@ -530,7 +530,7 @@ impl ParityCore {
             let mut to_members = |s: u64| {
                 written = Some(written.map_or((s, s), |(a, _)| (a, s)));
             };
-            // Write-through stripes this write left to a writer queued on them (`join`).
+            // Write-through stripes whose bytes this write left for a later writer (`join`).
             let mut left = Vec::new();
             for (s, segs) in self.per_stripe(offset, &data) {
                 let Some(cache) = &self.cache else {
