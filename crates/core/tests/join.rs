@@ -197,40 +197,39 @@ fn a_held_write_whose_successor_never_comes_is_written_when_the_others_end() {
     assert!(read(&v, 0, width + width / 2) == want);
 }
 
-#[test]
-fn bytes_left_on_a_stripe_that_is_then_zeroed_whole_do_not_land_after_the_zeroes() {
-    // A leaves its bytes to the zeroing queued behind it; the zeroes supersede them (both
-    // were in flight together) and A is answered, so its bytes never land later.
+/// A whole stripe held by a slow write; then A (`STRIP` bytes of pattern 2 at 0, with `fua`)
+/// and a zeroing of the stripe queue behind it, in that order: A leaves its bytes to the
+/// zeroing. Returns the array once all three succeeded.
+fn zeroed_over_left_bytes(fua: bool) -> Arc<Volume> {
     let (v, _m) = slow_array(Level::Raid5, 4);
     let width = 3 * STRIP;
     let (held, a) = (pattern(1, width), pattern(2, STRIP));
     let (r_held, r_a, r_zero) = block_on(futures::future::join3(
         v.write(0, Buf::copy_from(&held), false),
-        v.write(0, Buf::copy_from(&a), false),
+        v.write(0, Buf::copy_from(&a), fua),
         v.write_zeroes(0, width, false),
     ));
     assert!(r_held.is_ok() && r_a.is_ok() && r_zero.is_ok());
-    // Another write of the stripe afterwards finds nothing left to carry.
+    v
+}
+
+#[test]
+fn bytes_left_on_a_stripe_that_is_then_zeroed_whole_do_not_land_after_the_zeroes() {
+    // The zeroes supersede A's bytes (both were in flight together) and A is answered, so
+    // its bytes never land later: another write of the stripe finds nothing to carry.
+    let v = zeroed_over_left_bytes(false);
     block_on(v.write(2 * STRIP, Buf::copy_from(&pattern(3, STRIP)), false)).unwrap();
     let mut want = vec![0u8; 2 * STRIP as usize];
     want.extend(pattern(3, STRIP));
-    assert!(read(&v, 0, width) == want);
+    assert!(read(&v, 0, 3 * STRIP) == want);
 }
 
 #[test]
 fn fua_bytes_left_on_a_stripe_that_is_then_zeroed_whole_land_after_the_zeroes() {
     // A FUA write was promised durability, which unflushed zeroes cannot give: its bytes
     // are written after them.
-    let (v, _m) = slow_array(Level::Raid5, 4);
-    let width = 3 * STRIP;
-    let (held, a) = (pattern(1, width), pattern(2, STRIP));
-    let (r_held, r_a, r_zero) = block_on(futures::future::join3(
-        v.write(0, Buf::copy_from(&held), false),
-        v.write(0, Buf::copy_from(&a), true),
-        v.write_zeroes(0, width, false),
-    ));
-    assert!(r_held.is_ok() && r_a.is_ok() && r_zero.is_ok());
-    let mut want = a;
-    want.resize(width as usize, 0);
-    assert!(read(&v, 0, width) == want);
+    let v = zeroed_over_left_bytes(true);
+    let mut want = pattern(2, STRIP);
+    want.resize(3 * STRIP as usize, 0);
+    assert!(read(&v, 0, 3 * STRIP) == want);
 }
