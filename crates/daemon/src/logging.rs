@@ -1,5 +1,7 @@
-//! Logs through `tracing` to stderr; `RUST_LOG` wins over the command line's level.
+//! Logs through `tracing` to stderr; `RUST_LOG` wins over the command line's level. Colours
+//! only when stderr is a terminal: a log redirected to a file or a journal gets plain text.
 
+use std::io::IsTerminal;
 use tracing_subscriber::EnvFilter;
 
 pub fn init(level: &str) {
@@ -8,5 +10,6 @@ pub fn init(level: &str) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }

@@ -44,13 +44,18 @@ struct Daemon {
 impl Daemon {
     /// Starts nbraidd and waits until it lists `exports` exports.
     fn start(config: &Path, exports: usize) -> Daemon {
+        Self::start_logging_to(config, exports, Stdio::inherit())
+    }
+
+    /// [`Daemon::start`] with the daemon's stderr (its log) sent to `log`.
+    fn start_logging_to(config: &Path, exports: usize, log: Stdio) -> Daemon {
         let mut child = Command::new(NBRAIDD)
             .arg("--config")
             .arg(config)
             .args(["--log-level", "warn"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(log)
             .spawn()
             .expect("start nbraidd");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -243,6 +248,30 @@ fn missing_members_start_degraded_or_not_at_all() {
         err.contains("volume r5: members d1, d2 are missing"),
         "{err}"
     );
+}
+
+/// A log that is not a terminal (a file here, a journal or a pipe in real life) is plain text:
+/// no colour codes around the levels of the warnings a degraded start logs.
+#[test]
+fn a_log_to_a_file_has_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(
+        dir.path(),
+        "\"unix:nbd.sock\"",
+        "[[volume]]\nname = \"r10\"\nlevel = \"raid10\"\nmembers = [\"d0\", \"d1\", \"d2\", \"d3\"]\n",
+    );
+    assert!(Daemon::start(&config, 1).stop().success());
+    std::fs::remove_file(dir.path().join("d1.img")).unwrap();
+    let path = dir.path().join("nbraidd.log");
+    let file = std::fs::File::create(&path).unwrap();
+    let daemon = Daemon::start_logging_to(&config, 1, Stdio::from(file));
+    assert!(daemon.stop().success());
+    let log = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        !log.contains('\u{1b}'),
+        "colour codes in a log file: {log:?}"
+    );
+    assert!(log.contains(" WARN ") && log.contains("DEGRADED"), "{log}");
 }
 
 /// A second daemon on the members a running one holds refuses to start, naming the member and
