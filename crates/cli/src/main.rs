@@ -15,6 +15,7 @@ mod records;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use nbraid_daemon::error_text::error_text;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -137,7 +138,7 @@ fn main() -> ExitCode {
             if let Some(out) = e.downcast_ref::<check::JsonError>() {
                 print_out(&out.0);
             }
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(e.as_ref()));
             ExitCode::FAILURE
         }
     }

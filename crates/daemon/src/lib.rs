@@ -6,6 +6,7 @@
 //! trait [`export`] implements for volumes; `serve` is `nbraidd`. It knows no parity details.
 pub mod assemble;
 pub mod control;
+pub mod error_text;
 pub mod export;
 pub mod heal;
 pub mod logging;

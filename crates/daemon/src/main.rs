@@ -25,7 +25,10 @@ fn main() -> ExitCode {
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("nbraidd: error: {e:#}");
+            eprintln!(
+                "nbraidd: error: {}",
+                nbraid_daemon::error_text::error_text(e.as_ref())
+            );
             ExitCode::FAILURE
         }
     }

@@ -20,6 +20,7 @@ use driver::{run_cell, Cell, Stop};
 use indicatif::{ProgressBar, ProgressStyle};
 use nbraid_config::{parse_duration, parse_size};
 use nbraid_core::{CacheMode, ReadPolicy};
+use nbraid_daemon::error_text::error_text;
 use output::{Report, Series};
 use sim::LevelSpec;
 use stats::CellResult;
@@ -420,7 +421,11 @@ pub fn run(a: &BenchArgs) -> Result<String> {
     let cells = match (ran, closed) {
         (Ok(cells), Ok(())) => cells,
         (Err(e), Ok(())) | (Ok(_), Err(e)) => return Err(e),
-        (Err(e), Err(c)) => bail!("{e:#}; then closing: {c:#}"),
+        (Err(e), Err(c)) => bail!(
+            "{}; then closing: {}",
+            error_text(e.as_ref()),
+            error_text(c.as_ref())
+        ),
     };
     let ratings = if a.workload == Workload::Workstation {
         targets
