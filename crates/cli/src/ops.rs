@@ -417,6 +417,12 @@ fn bytes(n: u64) -> String {
     }
 }
 
+/// A count of the status reply as text ("-" where the daemon sent none). A JSON value's own
+/// `Display` ignores widths, which left the table's columns unaligned.
+fn count(v: &Value) -> String {
+    v.as_u64().map_or_else(|| "-".into(), |n| n.to_string())
+}
+
 /// The status reply as a table: one line per volume, one per member below it.
 pub fn status_table(v: &Value) -> String {
     let mut out = format!(
@@ -443,19 +449,26 @@ pub fn status_table(v: &Value) -> String {
             }
         };
         let io = &vol["io"];
-        let cache = &vol["cache"];
+        // Dirty / bound; "-" for a volume without a stripe cache (no parity, or write-through).
+        let cache = match vol["cache"]["bound_bytes"].as_u64().unwrap_or(0) {
+            0 => "-".to_string(),
+            bound => format!(
+                "{}/{}",
+                bytes(vol["cache"]["dirty_bytes"].as_u64().unwrap_or(0)),
+                bytes(bound)
+            ),
+        };
         out += &format!(
-            "{:<12} {:<7} {:<9} {:>10}  {:<8} {:<34} {:>9} {:>9}  {}/{}\n",
+            "{:<12} {:<7} {:<9} {:>10}  {:<8} {:<34} {:>9} {:>9}  {}\n",
             vol["name"].as_str().unwrap_or("?"),
             vol["level"].as_str().unwrap_or("?"),
             vol["state"].as_str().unwrap_or("?"),
             bytes(vol["capacity_bytes"].as_u64().unwrap_or(0)),
             format!("{healthy}/{}", members.len()),
             scrub,
-            io["reads"],
-            io["writes"],
-            bytes(cache["dirty_bytes"].as_u64().unwrap_or(0)),
-            bytes(cache["bound_bytes"].as_u64().unwrap_or(0)),
+            count(&io["reads"]),
+            count(&io["writes"]),
+            cache,
         );
         // Background passes: a rebuild (or replace), the resync after an unclean start, the
         // resync of re-added members.
@@ -511,9 +524,9 @@ pub fn status_table(v: &Value) -> String {
                 "  {:<10} {:<8} reads {:>9} writes {:>9} read errors {:>4}  {}\n",
                 m["id"].as_str().unwrap_or("?"),
                 state,
-                m["reads"],
-                m["writes"],
-                m["read_errors"],
+                count(&m["reads"]),
+                count(&m["writes"]),
+                count(&m["read_errors"]),
                 m["path"].as_str().unwrap_or("")
             );
         }
@@ -545,6 +558,28 @@ mod tests {
         ] {
             assert!(t.contains(line), "{line:?} not in\n{t}");
         }
+    }
+
+    #[test]
+    fn the_counts_line_up_under_their_headings() {
+        let status = json!({"volumes": [{
+            "name": "r5", "level": "raid5", "state": "healthy", "capacity_bytes": 1u64 << 30,
+            "members": [{"id": "d0", "state": "healthy", "reads": 7, "writes": 12345,
+                         "read_errors": 0, "path": "d0.img"}],
+            "scrub": null, "io": {"reads": 123, "writes": 45},
+            "cache": {"dirty_bytes": 0, "bound_bytes": 0},
+        }]});
+        let t = status_table(&status);
+        let lines: Vec<&str> = t.lines().collect();
+        let end = |line: &str, word: &str| line.find(word).map(|i| i + word.len());
+        let row = lines[1];
+        assert_eq!(end(lines[0], "READS"), end(row, " 123"), "\n{t}");
+        assert_eq!(end(lines[0], "WRITES"), end(row, " 45"), "\n{t}");
+        assert!(row.ends_with("  -"), "no cache shown as -:\n{t}");
+        assert!(
+            lines[2].contains("reads         7 writes     12345 read errors    0"),
+            "\n{t}"
+        );
     }
 
     #[test]

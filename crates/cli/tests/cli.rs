@@ -171,6 +171,26 @@ fn check_reports_each_volume() {
     assert_eq!(db["members"][3]["region_start_bytes"], 1 << 20);
 }
 
+/// Only parity groups have a stripe cache: a RAID 10 says it has none, whatever `cache` says.
+#[test]
+fn check_says_which_volumes_have_a_stripe_cache() {
+    let o = nbraid(&["check", "configs/quickstart.toml"], &repo());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("r5: parity left-symmetric, cache write-back ("),
+        "{text}"
+    );
+    assert!(
+        text.contains("r10: reads least-pending, no stripe cache (no parity),"),
+        "{text}"
+    );
+    let o = nbraid(&["check", "--json", "configs/quickstart.toml"], &repo());
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["volumes"][0]["has_parity"], true);
+    assert_eq!(v["volumes"][1]["has_parity"], false);
+}
+
 /// Each file in tests/bad/ says on its second line `# error: <expected message start>`.
 #[test]
 fn bad_configs_fail_with_located_messages() {
@@ -211,6 +231,13 @@ fn missing_config_file() {
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).starts_with("error: no-such.toml: cannot read the config: "),
+        "{}",
+        stderr(&o)
+    );
+    // The cause once, though the message names it and is also its source.
+    assert_eq!(
+        stderr(&o).matches("No such file or directory").count(),
+        1,
         "{}",
         stderr(&o)
     );

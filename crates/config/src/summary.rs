@@ -72,9 +72,12 @@ pub struct VolumeSummary {
     pub fault_tolerance: FaultTolerance,
     /// `None` for the levels without mirrors.
     pub read_policy: Option<String>,
+    /// The cache mode the config gives; it applies to parity groups only (`has_parity`).
     pub cache: String,
     /// `None` for write-through.
     pub cache_size_bytes: Option<u64>,
+    /// The tree has a parity group: only those have a stripe cache and a write-hole log.
+    pub has_parity: bool,
     /// `write_hole_log_size`: the log's reserve before the region on every member (`None`:
     /// the log, if any, lives in the metadata area).
     pub write_hole_log_bytes: Option<u64>,
@@ -156,6 +159,7 @@ impl Summary {
                     .then(|| v.read_policy.to_string()),
                 cache: v.cache.to_string(),
                 cache_size_bytes: v.cache.cache_bytes(),
+                has_parity: any_node(v.geometry.root(), &|n| matches!(n, Node::Parity(_))),
                 write_hole_log_bytes: v.metadata.ppl_log_bytes,
                 read_only: v.read_only,
                 block_size: v.block_size,
@@ -300,9 +304,10 @@ impl fmt::Display for Summary {
             if let Some(r) = &v.read_policy {
                 opts.push(format!("reads {r}"));
             }
-            match v.cache_size_bytes {
-                Some(c) => opts.push(format!("cache {} ({})", v.cache, format_size(c))),
-                None => opts.push(format!("cache {}", v.cache)),
+            match (v.has_parity, v.cache_size_bytes) {
+                (false, _) => opts.push("no stripe cache (no parity)".into()),
+                (true, Some(c)) => opts.push(format!("cache {} ({})", v.cache, format_size(c))),
+                (true, None) => opts.push(format!("cache {}", v.cache)),
             }
             if let Some(b) = v.write_hole_log_bytes {
                 opts.push(format!("write-hole log {} per member", format_size(b)));
