@@ -245,12 +245,7 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
             Ok(if json {
                 format!("{report:#}\n")
             } else {
-                format!(
-                    "scrub of {volume} {}: {} checked, {} mismatches, {} repaired, {} unreadable, {} skipped\n",
-                    report["state"].as_str().unwrap_or("?"),
-                    report["checked"], report["mismatches"], report["repaired"],
-                    report["unreadable"], report["skipped"]
-                )
+                scrub_summary(&volume, &report)
             })
         }
         OpsCommand::Add {
@@ -417,6 +412,21 @@ fn bytes(n: u64) -> String {
     }
 }
 
+/// A scrub's end for people: how far it went, what it compared (parity stripes, mirror
+/// blocks) and what it found. Stripes under a failed member are skipped, not checked.
+fn scrub_summary(volume: &str, report: &Value) -> String {
+    format!(
+        "scrub of {volume} {} over {}: {} parity stripes and mirror blocks checked, {} mismatches, {} repaired, {} unreadable, {} skipped\n",
+        report["state"].as_str().unwrap_or("?"),
+        bytes(report["position_bytes"].as_u64().unwrap_or(0)),
+        count(&report["checked"]),
+        count(&report["mismatches"]),
+        count(&report["repaired"]),
+        count(&report["unreadable"]),
+        count(&report["skipped"]),
+    )
+}
+
 /// A count of the status reply as text ("-" where the daemon sent none). A JSON value's own
 /// `Display` ignores widths, which left the table's columns unaligned.
 fn count(v: &Value) -> String {
@@ -579,6 +589,17 @@ mod tests {
         assert!(
             lines[2].contains("reads         7 writes     12345 read errors    0"),
             "\n{t}"
+        );
+    }
+
+    #[test]
+    fn a_scrub_ends_with_bytes_and_counts() {
+        let report = json!({"state": "done", "position_bytes": 384u64 << 20,
+                            "total_bytes": 384u64 << 20, "checked": 2048, "mismatches": 1,
+                            "repaired": 1, "unreadable": 0, "skipped": 0});
+        assert_eq!(
+            scrub_summary("r5", &report),
+            "scrub of r5 done over 384.0 MiB: 2048 parity stripes and mirror blocks checked, 1 mismatches, 1 repaired, 0 unreadable, 0 skipped\n"
         );
     }
 
