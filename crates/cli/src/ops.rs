@@ -313,7 +313,14 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
                 req["rate_bytes_per_s"] = json!(r.limit_bytes_per_s);
                 req["adaptive"] = json!(r.adaptive);
             }
-            c.call(req)?;
+            let reply = c.call(req)?;
+            if reply["nothing_to_rebuild"] == json!(true) {
+                return Ok(if json {
+                    format!("{:#}\n", reply["rebuild"])
+                } else {
+                    nothing_to_rebuild(&volume, &reply["rebuild"])
+                });
+            }
             let report = follow_pass(&mut c, &volume, "rebuild", !json)?;
             Ok(if json {
                 format!("{report:#}\n")
@@ -412,6 +419,16 @@ fn bytes(n: u64) -> String {
     }
 }
 
+/// `nbraid rebuild` when no role waits for one: the last rebuild's end, if there was one.
+fn nothing_to_rebuild(volume: &str, last: &Value) -> String {
+    match last["state"].as_str() {
+        Some(state) => format!("rebuild of {volume} {state}; nothing left to rebuild\n"),
+        None => format!(
+            "{volume}: nothing to rebuild: no failed member has a spare or a replacement to rebuild onto (`nbraid add`, `nbraid replace`)\n"
+        ),
+    }
+}
+
 /// A scrub's end for people: how far it went, what it compared (parity stripes, mirror
 /// blocks) and what it found. Stripes under a failed member are skipped, not checked.
 fn scrub_summary(volume: &str, report: &Value) -> String {
@@ -490,6 +507,14 @@ pub fn status_table(v: &Value) -> String {
             let Some(r) = vol[what].as_object() else {
                 continue;
             };
+            if r["state"] == "done" {
+                // Its roles are current and its counters said all they had to say.
+                out += &match r["total_bytes"].as_u64().unwrap_or(0) {
+                    0 => format!("  {what} done\n"),
+                    total => format!("  {what} done over {}\n", bytes(total)),
+                };
+                continue;
+            }
             let total = r["total_bytes"].as_u64().unwrap_or(0).max(1);
             let pct = r["position_bytes"].as_u64().unwrap_or(0) as f64 * 100.0 / total as f64;
             let roles = match r.get("roles") {
@@ -590,6 +615,24 @@ mod tests {
             lines[2].contains("reads         7 writes     12345 read errors    0"),
             "\n{t}"
         );
+    }
+
+    #[test]
+    fn a_finished_pass_says_done_and_how_far() {
+        let status = json!({"volumes": [{
+            "name": "r5", "level": "raid5", "state": "healthy", "capacity_bytes": 1u64 << 30,
+            "members": [], "scrub": null, "io": {}, "cache": {},
+            "rebuild": {"state": "done", "roles": [], "position_bytes": 128u64 << 20,
+                        "total_bytes": 128u64 << 20, "rate_bytes_per_s": 0},
+        }]});
+        let t = status_table(&status);
+        assert!(t.contains("\n  rebuild done over 128.0 MiB\n"), "{t}");
+        assert!(!t.contains("roles []"), "{t}");
+        assert_eq!(
+            nothing_to_rebuild("r5", &json!({"state": "done"})),
+            "rebuild of r5 done; nothing left to rebuild\n"
+        );
+        assert!(nothing_to_rebuild("r5", &Value::Null).starts_with("r5: nothing to rebuild: "));
     }
 
     #[test]

@@ -119,6 +119,13 @@ impl ControlVolume {
         self.rebuild.lock().as_ref().map(|(c, _)| c.clone())
     }
 
+    /// A rebuild task is running (its pass may already report done).
+    fn rebuild_running(&self) -> bool {
+        let slot = self.rebuild.lock();
+        slot.as_ref()
+            .is_some_and(|(_, finished)| !finished.load(SeqCst))
+    }
+
     /// The latest rebuild's state; `running` until its task returned.
     fn rebuild_state(&self) -> Option<PassState> {
         let slot = self.rebuild.lock();
@@ -476,6 +483,13 @@ impl Controls {
             Request::Rebuild { volume, rate } => {
                 let v = self.find(&volume)?;
                 v.array.use_spares().await.map_err(refused)?;
+                // No role waits for a rebuild and none runs: a new pass would be done at once,
+                // its empty report replacing the last rebuild's. Say so instead.
+                if v.array.rebuilding().is_empty() && !v.rebuild_running() {
+                    return Ok(ok_reply(json!({
+                        "volume": volume, "rebuild": rebuild_json(v), "nothing_to_rebuild": true,
+                    })));
+                }
                 match rate {
                     Some(r) => v.start_rebuild(r),
                     None => v.ensure_rebuild(v.rebuild_rate),
