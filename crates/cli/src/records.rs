@@ -47,11 +47,12 @@ fn volume(config: &Config, v: &Volume) -> Records {
         return r;
     }
     let n = v.members.len();
-    let probes: Vec<Probe> = positions
+    let mut probes: Vec<Probe> = positions
         .iter()
         .enumerate()
         .map(|(p, &m)| {
-            let probe = read_probe(config, m);
+            let member = &config.members[m];
+            let probe = read_probe(&member.path, &member.id);
             // Spares join assembly only with a record of this volume alone (the daemon's rule).
             match &probe {
                 Probe::Superblock(sb, _)
@@ -64,6 +65,24 @@ fn volume(config: &Config, v: &Volume) -> Records {
             }
         })
         .collect();
+    // Members added at run time: the newest record lists their paths (the daemon's rule:
+    // offered after the config's, with this volume's record alone).
+    let added: Vec<String> = newest_added_paths(&probes, &v.name)
+        .into_iter()
+        .filter(|p| {
+            !positions
+                .iter()
+                .any(|&m| config.members[m].path.as_os_str() == p.as_str())
+        })
+        .collect();
+    for path in &added {
+        probes.push(match read_probe(std::path::Path::new(path), path) {
+            Probe::Superblock(sb, _) if !sb.volumes.iter().all(|x| x.name == v.name) => {
+                Probe::Missing
+            }
+            probe => probe,
+        });
+    }
     if !probes.iter().any(|p| matches!(p, Probe::Superblock(..))) {
         r.state = "no superblocks yet (written at the first start)".into();
         return r;
@@ -75,10 +94,10 @@ fn volume(config: &Config, v: &Volume) -> Records {
             return r;
         }
     };
-    let ids = heal::position_ids(config, v);
+    let ids = heal::position_ids(config, v, &added);
     let has_record = |p: usize| matches!(&probes[p], Probe::Superblock(sb, _) if sb.volumes.iter().any(|x| x.name == v.name));
     r.members = heal::ids_by_role(&ids, n, &asm.roles);
-    r.notes = heal::role_notes(&v.name, &ids, n, &asm.roles, &has_record);
+    r.notes = heal::role_notes(&v.name, &ids, (n, positions.len()), &asm.roles, &has_record);
     let absent: Vec<String> = asm
         .absent()
         .map(|(role, a)| {
@@ -99,9 +118,22 @@ fn volume(config: &Config, v: &Volume) -> Records {
     r
 }
 
-/// Member `m`'s superblock, read without opening it for writing.
-fn read_probe(config: &Config, m: usize) -> Probe {
-    let path = &config.members[m].path;
+/// The paths of members added at run time that volume `name`'s newest record lists.
+fn newest_added_paths(probes: &[Probe], name: &str) -> Vec<String> {
+    probes
+        .iter()
+        .filter_map(|p| match p {
+            Probe::Superblock(sb, _) => sb.volumes.iter().find(|r| r.name == name),
+            _ => None,
+        })
+        .max_by_key(|r| r.events)
+        .map(|r| r.added_paths.clone())
+        .unwrap_or_default()
+}
+
+/// The superblock of the member file at `path` (config id or path `id`), read without
+/// opening it for writing.
+fn read_probe(path: &std::path::Path, id: &str) -> Probe {
     let mut bytes = Vec::new();
     match std::fs::File::open(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Probe::Missing,
@@ -113,7 +145,7 @@ fn read_probe(config: &Config, m: usize) -> Probe {
         }
     }
     // Assembly's own reader over a copy of the two slots.
-    let copy = MemoryMember::new(&config.members[m].id, 2 * SLOT_BYTES);
+    let copy = MemoryMember::new(id, 2 * SLOT_BYTES);
     copy.poke(0, &bytes);
     let meta = futures::executor::block_on(MemberMeta::load(Arc::new(copy) as Arc<dyn Member>));
     meta.probe().clone()

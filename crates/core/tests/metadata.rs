@@ -54,7 +54,7 @@ fn raid5_record(role: u32) -> VolumeRecord {
         ppl: None,
         checksums: None,
         scrub: None,
-        spares: Vec::new(),
+        added_paths: Vec::new(),
     }
 }
 
@@ -235,11 +235,11 @@ fn a_scrub_checkpoint_round_trips_and_is_written_only_while_there_is_one() {
 /// written as version 1, byte for byte as before (readers of version 1 read it); one that
 /// lists some says version 2 (those readers refuse it, naming the version) and round-trips.
 #[test]
-fn recorded_spares_round_trip_and_only_they_bump_the_version() {
+fn added_paths_round_trip_and_only_they_bump_the_version() {
     let plain = superblock().encode().unwrap();
     assert_eq!(plain[8..12], 1u32.to_le_bytes());
     let mut sb = superblock();
-    sb.volumes[0].spares = vec!["/dev/disk/by-id/spare-0".into(), "s1.img".into()];
+    sb.volumes[0].added_paths = vec!["/dev/disk/by-id/spare-0".into(), "s1.img".into()];
     let bytes = sb.encode().unwrap();
     assert_eq!(bytes[8..12], 2u32.to_le_bytes());
     assert_eq!(bytes.len(), plain.len() + 4 + (4 + 23) + (4 + 6));
@@ -251,8 +251,8 @@ fn recorded_spares_round_trip_and_only_they_bump_the_version() {
     });
     assert_eq!(Superblock::decode(&sb.encode().unwrap()).unwrap(), sb);
     let mut bad = superblock();
-    bad.volumes[0].spares = vec![String::new()];
-    assert!(bad.encode().unwrap_err().to_string().contains("spare path"));
+    bad.volumes[0].added_paths = vec![String::new()];
+    assert!(bad.encode().unwrap_err().to_string().contains("added path"));
     assert!(MetadataError::UnsupportedVersion { found: 2 }
         .to_string()
         .contains("versions 1 to 2"));

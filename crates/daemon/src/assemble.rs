@@ -440,6 +440,10 @@ pub async fn start_volume(
             source: Box::new(source),
         },
     };
+    let added = match plan {
+        Plan::Open => crate::added::open_added(config, v, opened).await,
+        Plan::Create { .. } => Vec::new(),
+    };
     let (array, report, created) = match plan {
         Plan::Create { assume_clean } => {
             let metas = metas.into_iter().map(|m| m.expect("created")).collect();
@@ -453,10 +457,12 @@ pub async fn start_volume(
             (a, r, true)
         }
         Plan::Open => {
-            // Spares that took a role are found by their superblocks, after the members.
+            // Spares that took a role are found by their superblocks, after the members; so
+            // are the members added at run time that the records list (`added.rs`).
             let metas = metas
                 .into_iter()
                 .chain(crate::heal::spares_for_assembly(v, opened))
+                .chain(added.iter().map(|a| a.for_assembly(&v.name)))
                 .collect();
             // Resync in the background while serving (some volumes before serving — without
             // the log, with a stale or rebuilding member, mixed trees: `core::metadata::resync`).
@@ -475,8 +481,9 @@ pub async fn start_volume(
         tracing::warn!(volume = %v.name, resynced_bytes = report.resynced_bytes, "the array was not shut down cleanly: resynced before serving");
     }
     // Config member ids by role (spares that took a role by their own id).
+    let added_paths: Vec<String> = added.iter().map(|a| a.path.clone()).collect();
     let members = crate::heal::ids_by_role(
-        &crate::heal::position_ids(config, v),
+        &crate::heal::position_ids(config, v, &added_paths),
         v.members.len(),
         &report.roles,
     );
@@ -507,7 +514,7 @@ pub async fn start_volume(
         tracing::warn!("{msg}");
         eprintln!("nbraidd: warning: {msg}");
     }
-    let (notes, known) = crate::heal::adopt(&array, config, v, opened, &report).await;
+    let (notes, known) = crate::heal::adopt(&array, config, v, (opened, &added), &report).await;
     for n in &notes {
         tracing::warn!(volume = %v.name, "{n}");
         eprintln!("nbraidd: volume {}: {n}", v.name);

@@ -19,6 +19,7 @@
 //!   `nbraid status`. At start the same look resumes rebuilds left at a checkpoint and puts
 //!   spares in roles lost before the start.
 
+use crate::added::Added;
 use crate::assemble::Opened;
 use crate::control::{ControlVolume, Controls};
 use nbraid_config::{self as config, Config};
@@ -39,7 +40,7 @@ pub struct Known {
 
 /// What volume `name`'s records say about member `o`: `None` when it carries none (blank,
 /// missing, unreadable), else whether every record on it is this volume's.
-fn only_this_volume(o: &Opened, name: &str) -> Option<bool> {
+pub(crate) fn only_this_volume(o: &Opened, name: &str) -> Option<bool> {
     match o.meta()?.probe() {
         Probe::Superblock(sb, _) if sb.volumes.iter().any(|v| v.name == name) => {
             Some(sb.volumes.iter().all(|v| v.name == name))
@@ -62,12 +63,19 @@ pub fn spares_for_assembly(v: &config::Volume, opened: &[Opened]) -> Vec<Option<
         .collect()
 }
 
-/// The config ids of assembly's positions: members, then spares.
-pub fn position_ids(config: &Config, v: &config::Volume) -> Vec<String> {
+/// Member `o` carries a record of volume `name` (perhaps beside other volumes' records).
+fn has_this_volume(o: &Opened, name: &str) -> bool {
+    matches!(o.meta().map(|m| m.probe()), Some(Probe::Superblock(sb, _)) if sb.volumes.iter().any(|v| v.name == name))
+}
+
+/// The ids of assembly's positions: the config's members, then its spares (config ids),
+/// then the members added at run time that the records list (their paths).
+pub fn position_ids(config: &Config, v: &config::Volume, added_paths: &[String]) -> Vec<String> {
     v.members
         .iter()
         .chain(&v.heal.spares)
         .map(|&m| config.members[m].id.clone())
+        .chain(added_paths.iter().cloned())
         .collect()
 }
 
@@ -101,13 +109,14 @@ pub fn ids_by_role(ids: &[String], n: usize, roles: &[Result<usize, Absence>]) -
 }
 
 /// What the operator must hear about where members stand after assembly: a spare (position
-/// `n..`) serving a role, with the `members = [...]` line matching the superblocks; a member
-/// of the config carrying the volume's record (`has_record`) that no role claims (rebuilt
-/// over, replaced or removed).
+/// `n..configured`) serving a role, with the `members = [...]` line matching the superblocks;
+/// a member added at run time (position `configured..`) serving one; a member of the config
+/// carrying the volume's record (`has_record`) that no role claims (rebuilt over, replaced or
+/// removed).
 pub fn role_notes(
     volume: &str,
     ids: &[String],
-    n: usize,
+    (n, configured): (usize, usize),
     roles: &[Result<usize, Absence>],
     has_record: &dyn Fn(usize) -> bool,
 ) -> Vec<String> {
@@ -119,13 +128,16 @@ pub fn role_notes(
         .join(", ");
     let mut notes = Vec::new();
     for (role, r) in roles.iter().enumerate() {
-        if let Ok(p) = r {
-            if *p >= n {
-                notes.push(format!(
-                    "member {} (listed in spares) now holds role {role}; update the config: members = [{line}]",
-                    ids[*p]
-                ));
-            }
+        match r {
+            Ok(p) if *p >= configured => notes.push(format!(
+                "member {} (added at run time) holds role {role}: opened by the path the records keep; to name it in the config, give it a [[member]] and list it in members",
+                ids[*p]
+            )),
+            Ok(p) if *p >= n => notes.push(format!(
+                "member {} (listed in spares) now holds role {role}; update the config: members = [{line}]",
+                ids[*p]
+            )),
+            _ => {}
         }
     }
     let claimed = claimed(roles);
@@ -145,14 +157,16 @@ pub async fn adopt(
     array: &Array,
     config: &Config,
     v: &config::Volume,
-    opened: &[Opened],
+    (opened, added): (&[Opened], &[Added]),
     report: &OpenReport,
 ) -> (Vec<String>, Vec<Known>) {
     let n = v.members.len();
+    let configured = n + v.heal.spares.len();
     let claimed = claimed(&report.roles);
-    let ids = position_ids(config, v);
-    let mut notes = role_notes(&v.name, &ids, n, &report.roles, &|p| {
-        only_this_volume(&opened[v.members[p]], &v.name) == Some(true)
+    let paths: Vec<String> = added.iter().map(|a| a.path.clone()).collect();
+    let ids = position_ids(config, v, &paths);
+    let mut notes = role_notes(&v.name, &ids, (n, configured), &report.roles, &|p| {
+        has_this_volume(&opened[v.members[p]], &v.name)
     });
     let mut known = Vec::new();
     let positions = v.members.iter().chain(&v.heal.spares).enumerate();
@@ -173,9 +187,11 @@ pub async fn adopt(
             continue;
         }
         let blank = o.is_blank() || o.was_created();
+        // An old member whose id the records no longer name: `role_notes` says it.
+        if p < n && has_this_volume(o, &v.name) {
+            continue;
+        }
         let usable = match only_this_volume(o, &v.name) {
-            // An old member whose id the records no longer name: `role_notes` says it.
-            Some(true) if p < n => false,
             None if blank => true,
             None => {
                 notes.push(format!(
@@ -187,7 +203,8 @@ pub async fn adopt(
             Some(true) => true,
             Some(false) => {
                 notes.push(format!(
-                    "spare {id} carries another volume's records: not used as a spare — wipe its first MiB if its data is no longer wanted"
+                    "{} {id} carries another volume's records: not used as a spare — wipe its first MiB if its data is no longer wanted",
+                    if p < n { "member" } else { "spare" }
                 ));
                 false
             }
@@ -203,10 +220,21 @@ pub async fn adopt(
             Err(e) => notes.push(format!("spare {id}: {e}")),
         }
     }
-    for path in array.recorded_spares().await {
-        if let Some(m) = adopt_recorded(array, &v.name, &path, &known, &mut notes).await {
+    for (i, a) in added.iter().enumerate() {
+        if claimed.contains(&(configured + i)) {
+            if let Ok(o) = &a.opened {
+                if let Some(meta) = o.meta() {
+                    known.push(Known {
+                        id: a.path.clone(),
+                        member: meta.member().clone(),
+                    });
+                }
+            }
+            continue;
+        }
+        if let Some(m) = adopt_recorded(array, &v.name, a, &mut notes) {
             known.push(Known {
-                id: path,
+                id: a.path.clone(),
                 member: m,
             });
         }
@@ -214,26 +242,17 @@ pub async fn adopt(
     (notes, known)
 }
 
-/// A spare added at run time (`nbraid add`) that the records list: opened again by its path
-/// and kept as a spare by the config's spares' rules (blank, or only an old record of this
-/// volume); else said, and left alone. `None` when it is not standing by.
-async fn adopt_recorded(
+/// A member added at run time that the records list and no role claims: kept as a spare by
+/// the config's spares' rules (blank, or only an old record of this volume); else said, and
+/// left alone. `None` when it is not standing by.
+fn adopt_recorded(
     array: &Array,
     volume: &str,
-    path: &str,
-    known: &[Known],
+    added: &Added,
     notes: &mut Vec<String>,
 ) -> Option<Arc<dyn Member>> {
-    if known.iter().any(|k| k.member.name() == path) {
-        return None; // the config names it
-    }
-    let opened = match nbraid_core::UringFile::open_with(path, None, Default::default()) {
-        Ok(f) => crate::assemble::load(Arc::new(f))
-            .await
-            .map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    let o = match opened {
+    let path = &added.path;
+    let o = match &added.opened {
         Ok(o) => o,
         Err(e) => {
             notes.push(format!(
@@ -243,7 +262,7 @@ async fn adopt_recorded(
         }
     };
     let meta = o.meta()?.clone();
-    let usable = match only_this_volume(&o, volume) {
+    let usable = match only_this_volume(o, volume) {
         None => o.is_blank(),
         Some(this_only) => this_only,
     };
@@ -376,10 +395,25 @@ mod tests {
         let pos = ids(&["d0", "d1", "d2", "d3", "s0"]);
         let roles = vec![Ok(0), Ok(4), Ok(2), Ok(3)];
         assert_eq!(ids_by_role(&pos, 4, &roles), ids(&["d0", "s0", "d2", "d3"]));
-        let notes = role_notes("v", &pos, 4, &roles, &|p| p != 4);
+        let notes = role_notes("v", &pos, (4, 5), &roles, &|p| p != 4);
         assert_eq!(notes.len(), 2, "{notes:?}");
         assert!(notes[0].contains(r#"s0 (listed in spares) now holds role 1; update the config: members = ["d0", "s0", "d2", "d3"]"#));
         assert!(notes[1].starts_with("member d1 no longer holds a role in volume v"));
+    }
+
+    #[test]
+    fn a_member_added_at_run_time_in_a_role_is_named_by_its_path() {
+        // Config: members d0..d2, no spares; /x/new.img (added at run time) holds role 2.
+        let pos = ids(&["d0", "d1", "d2", "/x/new.img"]);
+        let roles = vec![Ok(0), Ok(1), Ok(3)];
+        assert_eq!(
+            ids_by_role(&pos, 3, &roles),
+            ids(&["d0", "d1", "/x/new.img"])
+        );
+        let notes = role_notes("v", &pos, (3, 3), &roles, &|_| true);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].starts_with("member /x/new.img (added at run time) holds role 2: opened by the path the records keep"), "{notes:?}");
+        assert!(notes[1].starts_with("member d2 no longer holds a role in volume v"));
     }
 
     #[test]
@@ -389,7 +423,7 @@ mod tests {
         let roles = vec![Ok(1), Ok(0), Err(Absence::Lost)];
         assert_eq!(ids_by_role(&pos, 3, &roles), ids(&["b", "a", "c"]));
         // A blank member with no record is not an "old member".
-        assert!(role_notes("v", &pos, 3, &roles, &|p| p != 2).is_empty());
+        assert!(role_notes("v", &pos, (3, 4), &roles, &|p| p != 2).is_empty());
         let failed = vec![Ok(0), Err(Absence::Failed { member: 1 }), Ok(2)];
         assert_eq!(ids_by_role(&pos, 3, &failed), ids(&["a", "b", "c"]));
     }

@@ -4,6 +4,7 @@
 //! opened through `nbraid-core`'s io_uring, one `Volume` per config volume) and serves them
 //! over NBD: the protocol lives in `nbraid-nbd` (re-exported here as [`nbd`]), whose `Export`
 //! trait [`export`] implements for volumes; `serve` is `nbraidd`. It knows no parity details.
+pub mod added;
 pub mod assemble;
 pub mod control;
 pub mod error_text;

@@ -42,6 +42,14 @@ pub fn require(tool: &str) -> PathBuf {
         })
 }
 
+/// A 9 MiB (sparse) file for a spare or a replacement.
+#[allow(dead_code)] // not every test binary adds members
+pub fn blank_member(dir: &Path, name: &str) -> String {
+    let p = dir.join(name);
+    std::fs::File::create(&p).unwrap().set_len(9 * MIB).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
 /// A RAID 6 volume `r6` over six 9 MiB file members (32 MiB), served on a Unix socket.
 pub fn write_config(dir: &Path) -> PathBuf {
     write_config_with(dir, &[], "")

@@ -289,7 +289,7 @@ impl Array {
                 ppl,
                 checksums: None,
                 scrub: None,
-                spares: Vec::new(),
+                added_paths: Vec::new(),
             };
             let uuid = member_ids[role];
             m.update(|sb| {
@@ -537,7 +537,7 @@ impl Array {
                 clean: newest.clean,
                 members: newest.members.clone(),
                 scrub: newest.scrub,
-                spares: newest.spares.clone(),
+                added_paths: newest.added_paths.clone(),
             }),
             heal: heal.clone(),
         });

@@ -305,7 +305,7 @@ impl Array {
             ppl,
             checksums: None,
             scrub: rec.scrub,
-            spares: rec.spares.clone(),
+            added_paths: rec.added_paths.clone(),
         };
         let name = self.name().to_string();
         meta.update(move |sb| {
@@ -328,8 +328,8 @@ impl Array {
         }
         self.check_newcomer(&meta, Some(role))?;
         let mut rec = self.records.recorded.lock().await;
-        // A recorded spare that takes a role is no longer one.
-        rec.spares.retain(|p| p != meta.member().name());
+        // A spare added at run time stays listed: it holds the role now, and a restart must
+        // open it again (`spare_list.rs`).
         // Its own record says *rebuilding* from the first write: a later commit torn on it
         // must not leave a record that looks like a member that merely missed writes.
         let mut next = Recorded {
@@ -337,7 +337,7 @@ impl Array {
             clean: rec.clean,
             members: rec.members.clone(),
             scrub: rec.scrub,
-            spares: rec.spares.clone(),
+            added_paths: rec.added_paths.clone(),
         };
         next.members[role] = MemberEntry {
             uuid: self.newcomer_id(role, &meta, &rec).await?,
@@ -360,6 +360,9 @@ impl Array {
     /// it and swaps them when done.
     pub async fn replace(&self, role: usize, meta: Arc<MemberMeta>) -> Result<(), ArrayError> {
         self.check_newcomer(&meta, None)?;
+        // Its path is recorded when it takes the role: refused now if it could not be.
+        let listed = self.records.recorded.lock().await.added_paths.clone();
+        self.check_recordable(meta.member().name(), &listed)?;
         self.volume()
             .start_replacement(role, meta.member().clone())?;
         self.heal.replacing.lock().insert(role, meta);
@@ -538,14 +541,25 @@ impl Array {
             clean: rec.clean,
             members: rec.members.clone(),
             scrub: rec.scrub,
-            spares: rec.spares.clone(),
+            added_paths: rec.added_paths.clone(),
         };
         next.members[r] = MemberEntry {
             uuid: self.newcomer_id(r, &meta, &rec).await?,
             state: RecordedState::Active,
         };
+        // A restart opens the replacement by its recorded path (the config names the member
+        // it replaced, if any); the replaced member is no longer one.
+        let old = self.volume().member(r).name().to_string();
+        next.added_paths.retain(|p| *p != old);
+        let path = meta.member().name().to_string();
+        if !next.added_paths.contains(&path)
+            && self.check_recordable(&path, &next.added_paths).is_ok()
+        {
+            next.added_paths.push(path);
+        }
         let area = self.write_role_record(r, &meta, &next, image).await?;
         rec.members[r] = next.members[r];
+        rec.added_paths = next.added_paths.clone();
         self.records.metas.write()[r] = Some(meta);
         self.bitmap_areas.write()[r] = area;
         // Both members take every write until the swap: whichever the records name holds

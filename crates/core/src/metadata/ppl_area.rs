@@ -161,7 +161,7 @@ mod tests {
             ppl,
             checksums: None,
             scrub: None,
-            spares: Vec::new(),
+            added_paths: Vec::new(),
         }
     }
 

@@ -24,8 +24,8 @@ pub(super) struct Recorded {
     pub(super) members: Vec<MemberEntry>,
     /// An unfinished scrub (see `scrub.rs`).
     pub(super) scrub: Option<ScrubCheckpoint>,
-    /// Spares added at run time, by path (see `spare_list.rs`).
-    pub(super) spares: Vec<String>,
+    /// Members added at run time, by path (see `spare_list.rs`).
+    pub(super) added_paths: Vec<String>,
 }
 
 pub(super) struct Records {
@@ -88,12 +88,12 @@ impl Records {
                 .collect();
             let (id, name) = (self.id, self.name.as_str());
             let results = join_all(targets.iter().map(|&r| {
-                let (events, clean, members, scrub, spares) = (
+                let (events, clean, members, scrub, added_paths) = (
                     rec.events,
                     rec.clean,
                     rec.members.clone(),
                     rec.scrub,
-                    rec.spares.clone(),
+                    rec.added_paths.clone(),
                 );
                 metas[r].as_ref().expect("target").update(move |sb| {
                     if let Some(v) = sb
@@ -105,7 +105,7 @@ impl Records {
                         v.clean = clean;
                         v.members = members;
                         v.scrub = scrub;
-                        v.spares = spares;
+                        v.added_paths = added_paths;
                     }
                 })
             }))

@@ -65,6 +65,8 @@ impl Array {
             uuid: Uuid::default(),
             state: RecordedState::Failed,
         };
+        // Added at run time: no longer a member, not to be opened at the next start.
+        rec.added_paths.retain(|p| *p != name);
         self.commit(&mut rec).await?;
         tracing::warn!(
             "volume `{}`: member {role} (`{name}`) removed; the role waits for a new member",

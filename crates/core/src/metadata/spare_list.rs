@@ -1,51 +1,59 @@
-//! Spares added at run time, recorded (format version 2, `docs/FORMAT.md`): the config names
-//! its spares at every start, but a spare an operator adds to a running daemon (`nbraid add`)
-//! would be forgotten by a restart. The records list such spares by the path they were opened
-//! by (the member's name), committed like any state change; the daemon opens them again at
-//! start and keeps them as spares if they are still blank (or carry only an old record of
-//! the volume). A recorded spare that takes a role leaves the list (it is a member now), and
-//! `nbraid remove` takes one out.
+//! Members added at run time, recorded by path (format version 2, `docs/FORMAT.md`). The
+//! config names its members and spares at every start, but a spare an operator adds to a
+//! running daemon (`nbraid add`) or a replacement (`nbraid replace`) is not in it: a restart
+//! that forgot them would start degraded, or lose a spare. The records list their paths (the
+//! member's name), committed like any state change, from the moment they are added until
+//! they are gone: a spare that takes a role stays listed (it holds the role now), a
+//! replacement joins the list when it takes its role and the member it replaced leaves it,
+//! and `nbraid remove` takes a spare or a removed member out. The daemon opens the listed
+//! paths at start and offers them to assembly after the config's members and spares.
 
 use super::array::{Array, ArrayError};
 use super::member_meta::MemberMeta;
-use super::superblock::{MAX_SPARES, MAX_SPARE_PATH_BYTES};
+use super::superblock::{MAX_ADDED_PATHS, MAX_ADDED_PATH_BYTES};
 use std::sync::Arc;
 
 impl Array {
-    /// Keeps `meta` as a hot spare ([`Array::add_spare`]) and records it, so a restart still
-    /// knows it.
+    /// Keeps `meta` as a hot spare ([`Array::add_spare`]) and records its path, so a
+    /// restart still knows it.
     pub async fn add_recorded_spare(&self, meta: Arc<MemberMeta>) -> Result<(), ArrayError> {
         let path = meta.member().name().to_string();
-        if path.is_empty() || path.len() > MAX_SPARE_PATH_BYTES || path.contains('\0') {
-            return Err(self.refuse(format!(
-                "spare `{path}`: its path cannot be recorded (1 to {MAX_SPARE_PATH_BYTES} bytes, no NUL)"
-            )));
-        }
         let mut rec = self.records.recorded.lock().await;
-        if !rec.spares.contains(&path) && rec.spares.len() >= MAX_SPARES {
-            return Err(self.refuse(format!(
-                "already {MAX_SPARES} spares recorded: remove one first"
-            )));
-        }
+        self.check_recordable(&path, &rec.added_paths)?;
         self.add_spare(meta)?;
-        if !rec.spares.contains(&path) {
-            rec.spares.push(path);
+        if !rec.added_paths.contains(&path) {
+            rec.added_paths.push(path);
             self.commit(&mut rec).await?;
         }
         Ok(())
     }
 
-    /// Spares added at run time, as recorded (paths).
-    pub async fn recorded_spares(&self) -> Vec<String> {
-        self.records.recorded.lock().await.spares.clone()
+    /// Refuses a path the records cannot list: malformed, or one more than they hold.
+    pub(super) fn check_recordable(&self, path: &str, listed: &[String]) -> Result<(), ArrayError> {
+        if path.is_empty() || path.len() > MAX_ADDED_PATH_BYTES || path.contains('\0') {
+            return Err(self.refuse(format!(
+                "`{path}`: its path cannot be recorded (1 to {MAX_ADDED_PATH_BYTES} bytes, no NUL)"
+            )));
+        }
+        if !listed.iter().any(|p| p == path) && listed.len() >= MAX_ADDED_PATHS {
+            return Err(self.refuse(format!(
+                "already {MAX_ADDED_PATHS} members added at run time are recorded: remove a spare first"
+            )));
+        }
+        Ok(())
     }
 
-    /// Takes `path` out of the recorded spares; whether it was there.
-    pub async fn forget_spare(&self, path: &str) -> Result<bool, ArrayError> {
+    /// Members added at run time, as recorded (paths): spares and members in roles.
+    pub async fn added_paths(&self) -> Vec<String> {
+        self.records.recorded.lock().await.added_paths.clone()
+    }
+
+    /// Takes `path` out of the recorded paths; whether it was there.
+    pub async fn forget_added_path(&self, path: &str) -> Result<bool, ArrayError> {
         let mut rec = self.records.recorded.lock().await;
-        let before = rec.spares.len();
-        rec.spares.retain(|p| p != path);
-        if rec.spares.len() == before {
+        let before = rec.added_paths.len();
+        rec.added_paths.retain(|p| p != path);
+        if rec.added_paths.len() == before {
             return Ok(false);
         }
         self.commit(&mut rec).await?;

@@ -7,15 +7,16 @@ use std::fmt;
 
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"NBRAIDSB";
 /// The newest format this reads and writes. A superblock is written as version 2 only when
-/// one of its records lists spares (see [`VolumeRecord::spares`]), else as version 1, byte
-/// for byte as before: readers of version 1 only refuse just the superblocks they cannot read.
+/// one of its records lists paths added at run time (see [`VolumeRecord::added_paths`]),
+/// else as version 1, byte for byte as before: readers of version 1 only refuse just the
+/// superblocks they cannot read.
 pub const FORMAT_VERSION: u32 = 2;
 /// The oldest format this reads.
 pub const FIRST_FORMAT_VERSION: u32 = 1;
-/// Spares one volume record lists at most.
-pub const MAX_SPARES: usize = 64;
-/// Bytes of one spare's path at most.
-pub const MAX_SPARE_PATH_BYTES: usize = 4096;
+/// Paths added at run time one volume record lists at most.
+pub const MAX_ADDED_PATHS: usize = 64;
+/// Bytes of one added path at most.
+pub const MAX_ADDED_PATH_BYTES: usize = 4096;
 /// Bytes at the start of every member reserved for metadata (superblocks, bitmaps, logs).
 pub const METADATA_AREA_BYTES: u64 = 1 << 20;
 /// Bytes of one superblock copy; copy `g % 2` lives at `(g % 2) * SLOT_BYTES`.
@@ -128,9 +129,11 @@ pub struct VolumeRecord {
     pub checksums: Option<Area>,
     /// An unfinished scrub (encoded only while there is one).
     pub scrub: Option<ScrubCheckpoint>,
-    /// Spares added at run time (`nbraid add`), by the path they were opened by: a restart
-    /// opens them beside the config's spares. Recorded from format version 2 on.
-    pub spares: Vec<String>,
+    /// Members added at run time, by the path they were opened by: spares (`nbraid add`)
+    /// standing by or holding the role they were rebuilt into, and replacements (`nbraid
+    /// replace`). The config does not name them, so a restart opens them by these paths.
+    /// Recorded from format version 2 on.
+    pub added_paths: Vec<String>,
 }
 
 /// Where an unfinished scrub stopped: it resumes there after a restart.
@@ -166,7 +169,7 @@ impl Superblock {
     pub fn encode(&self) -> MetadataResult<Vec<u8>> {
         let mut w = Writer::default();
         w.bytes(&SUPERBLOCK_MAGIC);
-        let version = if self.volumes.iter().any(|v| !v.spares.is_empty()) {
+        let version = if self.volumes.iter().any(|v| !v.added_paths.is_empty()) {
             FORMAT_VERSION
         } else {
             FIRST_FORMAT_VERSION
@@ -399,7 +402,7 @@ fn encode_volume(w: &mut Writer, v: &VolumeRecord, version: u32) -> MetadataResu
     }
     encode_node(w, &v.tree);
     if version >= 2 {
-        encode_spares(w, &v.spares)?;
+        encode_added_paths(w, &v.added_paths)?;
     }
     if let Some(s) = v.scrub {
         w.u64(s.position_bytes);
@@ -465,8 +468,8 @@ fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult
         members.push(MemberEntry { uuid, state });
     }
     let tree = decode_node(&mut r, count as usize, 0)?;
-    let spares = if version >= 2 {
-        decode_spares(&mut r)?
+    let added_paths = if version >= 2 {
+        decode_added_paths(&mut r)?
     } else {
         Vec::new()
     };
@@ -513,61 +516,61 @@ fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult
         ppl,
         checksums,
         scrub,
-        spares,
+        added_paths,
     })
 }
 
-/// A spare path as recorded: 1 to [`MAX_SPARE_PATH_BYTES`] bytes of UTF-8, no NUL.
-fn check_spare_path(path: &str) -> MetadataResult<()> {
-    if path.is_empty() || path.len() > MAX_SPARE_PATH_BYTES || path.contains('\0') {
+/// A path added at run time as recorded: 1 to [`MAX_ADDED_PATH_BYTES`] bytes of UTF-8, no NUL.
+fn check_added_path(path: &str) -> MetadataResult<()> {
+    if path.is_empty() || path.len() > MAX_ADDED_PATH_BYTES || path.contains('\0') {
         return Err(invalid(
-            "spare path",
-            format!("{path:?}: 1 to {MAX_SPARE_PATH_BYTES} bytes, no NUL"),
+            "added path",
+            format!("{path:?}: 1 to {MAX_ADDED_PATH_BYTES} bytes, no NUL"),
         ));
     }
     Ok(())
 }
 
-fn encode_spares(w: &mut Writer, spares: &[String]) -> MetadataResult<()> {
-    if spares.len() > MAX_SPARES {
+fn encode_added_paths(w: &mut Writer, paths: &[String]) -> MetadataResult<()> {
+    if paths.len() > MAX_ADDED_PATHS {
         return Err(invalid(
-            "spare count",
-            format!("{} (at most {MAX_SPARES})", spares.len()),
+            "added path count",
+            format!("{} (at most {MAX_ADDED_PATHS})", paths.len()),
         ));
     }
-    w.u32(spares.len() as u32);
-    for p in spares {
-        check_spare_path(p)?;
+    w.u32(paths.len() as u32);
+    for p in paths {
+        check_added_path(p)?;
         w.u32(p.len() as u32);
         w.bytes(p.as_bytes());
     }
     Ok(())
 }
 
-fn decode_spares(r: &mut Reader) -> MetadataResult<Vec<String>> {
-    let count = r.u32("spare count")? as usize;
-    if count > MAX_SPARES {
+fn decode_added_paths(r: &mut Reader) -> MetadataResult<Vec<String>> {
+    let count = r.u32("added path count")? as usize;
+    if count > MAX_ADDED_PATHS {
         return Err(invalid(
-            "spare count",
-            format!("{count} (at most {MAX_SPARES})"),
+            "added path count",
+            format!("{count} (at most {MAX_ADDED_PATHS})"),
         ));
     }
-    let mut spares = Vec::with_capacity(count);
+    let mut paths = Vec::with_capacity(count);
     for _ in 0..count {
-        let len = r.u32("spare path length")? as usize;
-        if len == 0 || len > MAX_SPARE_PATH_BYTES {
+        let len = r.u32("added path length")? as usize;
+        if len == 0 || len > MAX_ADDED_PATH_BYTES {
             return Err(invalid(
-                "spare path length",
-                format!("{len} (1 to {MAX_SPARE_PATH_BYTES})"),
+                "added path length",
+                format!("{len} (1 to {MAX_ADDED_PATH_BYTES})"),
             ));
         }
-        let raw = r.take(len, "spare path")?;
+        let raw = r.take(len, "added path")?;
         let path = std::str::from_utf8(raw)
-            .map_err(|e| invalid("spare path", format!("not UTF-8: {e}")))?;
-        check_spare_path(path)?;
-        spares.push(path.to_string());
+            .map_err(|e| invalid("added path", format!("not UTF-8: {e}")))?;
+        check_added_path(path)?;
+        paths.push(path.to_string());
     }
-    Ok(spares)
+    Ok(paths)
 }
 
 const NODE_MEMBER: u8 = 0;

@@ -659,7 +659,7 @@ async fn remove(v: &ControlVolume, member: &str) -> Result<Value, Refusal> {
     if let Some(s) = spare {
         v.array.remove_spare(&s);
         v.array
-            .forget_spare(s.member().name())
+            .forget_added_path(s.member().name())
             .await
             .map_err(refused)?;
         return Ok(json!({ "volume": v.name, "member": member, "removed": "spare" }));

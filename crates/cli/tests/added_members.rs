@@ -1,0 +1,125 @@
+//! Members added to a running daemon (`nbraid add`, `nbraid replace`) that the config does
+//! not name: they serve, and keep serving their roles across restarts (the records keep their
+//! paths).
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+/// mdadm's fail → add spare → rebuild, and replace, through `nbraid` against a served
+/// RAID 6: the spare takes the failed member's place and is rebuilt (rate-limited, followed
+/// to the end), a healthy member is replaced while it serves, and NBD reads back every byte
+/// after each.
+#[test]
+fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let cfg = config.to_str().unwrap();
+    let (mut d, uri) = serve(&config, "r6");
+    let data = fill(&nbdcopy, dir.path(), &uri, 0x2545_f491_4f6c_dd1d);
+    ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
+    let spare = blank_member(dir.path(), "spare.img");
+    let said = ok(nbraid(&["add", "r6", &spare, "--config", cfg]), "add");
+    assert!(said.contains("rebuilding member 1"), "{said}");
+    let done: Value = serde_json::from_str(&ok(
+        nbraid(&["rebuild", "r6", "--rate", "200", "--config", cfg, "--json"]),
+        "rebuild",
+    ))
+    .unwrap();
+    assert_eq!(done["state"], "done", "{done}");
+    let status = |what: &str| -> Value {
+        let v: Value = serde_json::from_str(&ok(
+            nbraid(&["status", "r6", "--json", "--config", cfg]),
+            what,
+        ))
+        .unwrap();
+        v["volumes"][0].clone()
+    };
+    let v = status("status after the rebuild");
+    assert_eq!(v["degraded"], false, "{v}");
+    assert_eq!(v["members"][1]["state"], "healthy");
+    assert!(v["members"][1]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("spare.img"));
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+
+    // A restart finds the spare in its role by the path the records keep: the config still
+    // lists d1, and does not name spare.img at all.
+    d.stop();
+    let (mut d, uri) = serve(&config, "r6");
+    let v = status("status after a restart");
+    assert_eq!(v["degraded"], false, "{v}");
+    assert!(v["members"][1]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("spare.img"));
+    let notes = v["notes"].to_string();
+    assert!(
+        notes.contains("spare.img (added at run time) holds role 1"),
+        "{v}"
+    );
+    assert!(notes.contains("member d1 no longer holds a role"), "{v}");
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+
+    // Replace d3 while it serves; the volume never degrades.
+    let new = blank_member(dir.path(), "new.img");
+    ok(
+        nbraid(&["replace", "r6", "d3", &new, "--config", cfg]),
+        "replace",
+    );
+    assert_eq!(status("status while replacing")["degraded"], false);
+    let done: Value = serde_json::from_str(&ok(
+        nbraid(&["rebuild", "r6", "--config", cfg, "--json"]),
+        "rebuild (replace)",
+    ))
+    .unwrap();
+    assert_eq!(done["state"], "done", "{done}");
+    let v = status("status after the replace");
+    assert_eq!(v["degraded"], false, "{v}");
+    assert!(v["members"][3]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("new.img"));
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+
+    // And the replacement too, beside the spare; `nbraid check` reads the same from the
+    // superblocks alone.
+    d.stop();
+    let checked = ok(nbraid(&["check", cfg]), "check");
+    assert!(checked.contains("r6: healthy"), "{checked}");
+    let (mut d, uri) = serve(&config, "r6");
+    let v = status("status after the second restart");
+    assert_eq!(v["degraded"], false, "{v}");
+    for (role, file) in [(1, "spare.img"), (3, "new.img")] {
+        assert!(
+            v["members"][role]["path"].as_str().unwrap().ends_with(file),
+            "{v}"
+        );
+    }
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+    let said = ok(
+        nbraid(&["rebuild", "r6", "--config", cfg]),
+        "rebuild, healthy",
+    );
+    assert!(said.starts_with("r6: nothing to rebuild: "), "{said}");
+
+    // A removed member leaves the records' list: the next start does not open it.
+    ok(
+        nbraid(&["fail", "r6", "3", "--config", cfg]),
+        "fail the replacement",
+    );
+    ok(nbraid(&["remove", "r6", "3", "--config", cfg]), "remove it");
+    d.stop();
+    let (mut d, _) = serve(&config, "r6");
+    let v = status("status after the removal and a restart");
+    assert_eq!(v["degraded"], true, "{v}");
+    assert!(!v.to_string().contains("new.img"), "{v}");
+    assert!(v["members"][1]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("spare.img"));
+    d.stop();
+}
