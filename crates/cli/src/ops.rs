@@ -253,6 +253,7 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
             path,
             target,
         } => {
+            let path = absolute(&path)?;
             let v = Client::connect(&target)?
                 .call(json!({"op": "add", "volume": volume, "path": path}))?;
             Ok(match v["rebuilding_roles"].as_array() {
@@ -293,6 +294,7 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
             path,
             target,
         } => {
+            let path = absolute(&path)?;
             Client::connect(&target)?
                 .call(json!({"op": "replace", "volume": volume, "member": member, "path": path}))?;
             Ok(format!(
@@ -334,6 +336,16 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
         OpsCommand::Pause { volume, target } => pause_resume(&target, "pause", volume),
         OpsCommand::Resume { volume, target } => pause_resume(&target, "resume", volume),
     }
+}
+
+/// A member path as the daemon must open it: relative paths are the caller's (the daemon's
+/// working directory is its own), and the records keep the path for every later start.
+fn absolute(path: &str) -> Result<String> {
+    let abs = std::path::absolute(path)
+        .with_context(|| format!("{path}: cannot make the path absolute"))?;
+    abs.into_os_string()
+        .into_string()
+        .map_err(|p| anyhow::anyhow!("{}: the path is not UTF-8", p.to_string_lossy()))
 }
 
 /// `--rate`: MB/s (10^6 bytes per second, more than 0) or `adaptive`.

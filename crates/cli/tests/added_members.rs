@@ -66,10 +66,15 @@ fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
 
     // Replace d3 while it serves; the volume never degrades.
     let new = blank_member(dir.path(), "new.img");
-    ok(
-        nbraid(&["replace", "r6", "d3", &new, "--config", cfg]),
-        "replace",
-    );
+    // Given relative to the caller's directory (not the daemon's): made absolute, it is
+    // opened there and recorded so.
+    assert!(new.ends_with("/new.img"));
+    let replace = std::process::Command::new(env!("CARGO_BIN_EXE_nbraid"))
+        .current_dir(dir.path())
+        .args(["replace", "r6", "d3", "new.img", "--config", cfg])
+        .output()
+        .unwrap();
+    ok(replace, "replace");
     assert_eq!(status("status while replacing")["degraded"], false);
     let done: Value = serde_json::from_str(&ok(
         nbraid(&["rebuild", "r6", "--config", cfg, "--json"]),
