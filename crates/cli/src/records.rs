@@ -95,9 +95,14 @@ fn volume(config: &Config, v: &Volume) -> Records {
         }
     };
     let ids = heal::position_ids(config, v, &added);
-    let has_record = |p: usize| matches!(&probes[p], Probe::Superblock(sb, _) if sb.volumes.iter().any(|x| x.name == v.name));
+    let record = |p: usize| match &probes[p] {
+        Probe::Superblock(sb, _) if sb.volumes.iter().any(|x| x.name == v.name) => {
+            Some(sb.volumes.iter().all(|x| x.name == v.name))
+        }
+        _ => None,
+    };
     r.members = heal::ids_by_role(&ids, n, &asm.roles);
-    r.notes = heal::role_notes(&v.name, &ids, (n, positions.len()), &asm.roles, &has_record);
+    r.notes = heal::role_notes(&v.name, &ids, (n, positions.len()), &asm.roles, &record);
     let absent: Vec<String> = asm
         .absent()
         .map(|(role, a)| {

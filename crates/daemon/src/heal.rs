@@ -111,14 +111,15 @@ pub fn ids_by_role(ids: &[String], n: usize, roles: &[Result<usize, Absence>]) -
 /// What the operator must hear about where members stand after assembly: a spare (position
 /// `n..configured`) serving a role, with the `members = [...]` line matching the superblocks;
 /// a member added at run time (position `configured..`) serving one; a member of the config
-/// carrying the volume's record (`has_record`) that no role claims (rebuilt over, replaced or
-/// removed).
+/// carrying the volume's record that no role claims (rebuilt over, replaced or removed).
+/// `record(p)`: `None` when position `p` carries no record of the volume, else whether it
+/// carries no other volume's (a member shared with other volumes must not be wiped).
 pub fn role_notes(
     volume: &str,
     ids: &[String],
     (n, configured): (usize, usize),
     roles: &[Result<usize, Absence>],
-    has_record: &dyn Fn(usize) -> bool,
+    record: &dyn Fn(usize) -> Option<bool>,
 ) -> Vec<String> {
     let by_role = ids_by_role(ids, n, roles);
     let line = by_role
@@ -141,9 +142,14 @@ pub fn role_notes(
         }
     }
     let claimed = claimed(roles);
-    for p in (0..n).filter(|p| !claimed.contains(p) && has_record(*p)) {
+    for p in (0..n).filter(|p| !claimed.contains(p)) {
+        let advice = match record(p) {
+            None => continue,
+            Some(true) => "remove it from the config, or wipe its first MiB to make it a spare",
+            Some(false) => "take it out of this volume's members (it carries other volumes' records: do not wipe it)",
+        };
         notes.push(format!(
-            "member {} no longer holds a role in volume {volume} (rebuilt over, replaced or removed): ignored — remove it from the config, or wipe its first MiB to make it a spare",
+            "member {} no longer holds a role in volume {volume} (rebuilt over, replaced or removed): ignored — {advice}",
             ids[p]
         ));
     }
@@ -166,7 +172,8 @@ pub async fn adopt(
     let paths: Vec<String> = added.iter().map(|a| a.path.clone()).collect();
     let ids = position_ids(config, v, &paths);
     let mut notes = role_notes(&v.name, &ids, (n, configured), &report.roles, &|p| {
-        has_this_volume(&opened[v.members[p]], &v.name)
+        let o = &opened[v.members[p]];
+        has_this_volume(o, &v.name).then(|| only_this_volume(o, &v.name) == Some(true))
     });
     let mut known = Vec::new();
     let positions = v.members.iter().chain(&v.heal.spares).enumerate();
@@ -395,7 +402,7 @@ mod tests {
         let pos = ids(&["d0", "d1", "d2", "d3", "s0"]);
         let roles = vec![Ok(0), Ok(4), Ok(2), Ok(3)];
         assert_eq!(ids_by_role(&pos, 4, &roles), ids(&["d0", "s0", "d2", "d3"]));
-        let notes = role_notes("v", &pos, (4, 5), &roles, &|p| p != 4);
+        let notes = role_notes("v", &pos, (4, 5), &roles, &|p| (p != 4).then_some(true));
         assert_eq!(notes.len(), 2, "{notes:?}");
         assert!(notes[0].contains(r#"s0 (listed in spares) now holds role 1; update the config: members = ["d0", "s0", "d2", "d3"]"#));
         assert!(notes[1].starts_with("member d1 no longer holds a role in volume v"));
@@ -410,10 +417,20 @@ mod tests {
             ids_by_role(&pos, 3, &roles),
             ids(&["d0", "d1", "/x/new.img"])
         );
-        let notes = role_notes("v", &pos, (3, 3), &roles, &|_| true);
+        let notes = role_notes("v", &pos, (3, 3), &roles, &|_| Some(true));
         assert_eq!(notes.len(), 2, "{notes:?}");
         assert!(notes[0].starts_with("member /x/new.img (added at run time) holds role 2: opened by the path the records keep"), "{notes:?}");
         assert!(notes[1].starts_with("member d2 no longer holds a role in volume v"));
+        assert!(
+            notes[1].ends_with("or wipe its first MiB to make it a spare"),
+            "{notes:?}"
+        );
+        // Shared with other volumes (Matrix): never told to wipe it.
+        let notes = role_notes("v", &pos, (3, 3), &roles, &|_| Some(false));
+        assert!(
+            notes[1].ends_with("(it carries other volumes' records: do not wipe it)"),
+            "{notes:?}"
+        );
     }
 
     #[test]
@@ -423,7 +440,7 @@ mod tests {
         let roles = vec![Ok(1), Ok(0), Err(Absence::Lost)];
         assert_eq!(ids_by_role(&pos, 3, &roles), ids(&["b", "a", "c"]));
         // A blank member with no record is not an "old member".
-        assert!(role_notes("v", &pos, (3, 4), &roles, &|p| p != 2).is_empty());
+        assert!(role_notes("v", &pos, (3, 4), &roles, &|p| (p != 2).then_some(true)).is_empty());
         let failed = vec![Ok(0), Err(Absence::Failed { member: 1 }), Ok(2)];
         assert_eq!(ids_by_role(&pos, 3, &failed), ids(&["a", "b", "c"]));
     }
