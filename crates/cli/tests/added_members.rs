@@ -127,4 +127,19 @@ fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
         .unwrap()
         .ends_with("spare.img"));
     d.stop();
+
+    // The config names the spare later (its own spelling): it is opened once, as the
+    // config's spare, and still serves role 1.
+    write_config_with(dir.path(), &["spare"], "spares = [\"spare\"]\n");
+    let (mut d, uri) = serve(&config, "r6");
+    let v = status("status with the spare in the config");
+    assert_eq!(v["members"][1]["id"], "spare", "{v}");
+    assert!(
+        v["notes"]
+            .to_string()
+            .contains("spare (listed in spares) now holds role 1"),
+        "{v}"
+    );
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+    d.stop();
 }

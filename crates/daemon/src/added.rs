@@ -42,14 +42,26 @@ pub fn recorded_paths(v: &config::Volume, opened: &[Opened]) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Opens the paths volume `v`'s records list that the config does not name.
+/// The same file or device, however the two paths spell it (relative, through links).
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Opens the paths volume `v`'s records list that the config does not name (a file named
+/// there too, by any spelling, is the config's: opened once).
 pub async fn open_added(config: &Config, v: &config::Volume, opened: &[Opened]) -> Vec<Added> {
     let named = |path: &str| {
         v.members.iter().chain(&v.heal.spares).any(|&m| {
-            config.members[m].path.as_os_str() == path
+            let configured = &config.members[m].path;
+            configured.as_os_str() == path
                 || opened[m]
                     .meta()
                     .is_some_and(|meta| meta.member().name() == path)
+                || same_file(configured, std::path::Path::new(path))
         })
     };
     let mut added = Vec::new();
