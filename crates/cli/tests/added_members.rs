@@ -40,10 +40,7 @@ fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
     let v = status("status after the rebuild");
     assert_eq!(v["degraded"], false, "{v}");
     assert_eq!(v["members"][1]["state"], "healthy");
-    assert!(v["members"][1]["path"]
-        .as_str()
-        .unwrap()
-        .ends_with("spare.img"));
+    serves(&v, 1, "spare.img");
     reads_back(&nbdcopy, dir.path(), &uri, &data);
 
     // A restart finds the spare in its role by the path the records keep: the config still
@@ -52,10 +49,7 @@ fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
     let (mut d, uri) = serve(&config, "r6");
     let v = status("status after a restart");
     assert_eq!(v["degraded"], false, "{v}");
-    assert!(v["members"][1]["path"]
-        .as_str()
-        .unwrap()
-        .ends_with("spare.img"));
+    serves(&v, 1, "spare.img");
     let notes = v["notes"].to_string();
     assert!(
         notes.contains("spare.img (added at run time) holds role 1"),
@@ -84,10 +78,7 @@ fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
     assert_eq!(done["state"], "done", "{done}");
     let v = status("status after the replace");
     assert_eq!(v["degraded"], false, "{v}");
-    assert!(v["members"][3]["path"]
-        .as_str()
-        .unwrap()
-        .ends_with("new.img"));
+    serves(&v, 3, "new.img");
     reads_back(&nbdcopy, dir.path(), &uri, &data);
 
     // And the replacement too, beside the spare; `nbraid check` reads the same from the
@@ -98,12 +89,8 @@ fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
     let (mut d, uri) = serve(&config, "r6");
     let v = status("status after the second restart");
     assert_eq!(v["degraded"], false, "{v}");
-    for (role, file) in [(1, "spare.img"), (3, "new.img")] {
-        assert!(
-            v["members"][role]["path"].as_str().unwrap().ends_with(file),
-            "{v}"
-        );
-    }
+    serves(&v, 1, "spare.img");
+    serves(&v, 3, "new.img");
     reads_back(&nbdcopy, dir.path(), &uri, &data);
     let said = ok(
         nbraid(&["rebuild", "r6", "--config", cfg]),
@@ -122,10 +109,7 @@ fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
     let v = status("status after the removal and a restart");
     assert_eq!(v["degraded"], true, "{v}");
     assert!(!v.to_string().contains("new.img"), "{v}");
-    assert!(v["members"][1]["path"]
-        .as_str()
-        .unwrap()
-        .ends_with("spare.img"));
+    serves(&v, 1, "spare.img");
     d.stop();
 
     // The config names the spare later (its own spelling): it is opened once, as the
@@ -142,4 +126,13 @@ fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
     );
     reads_back(&nbdcopy, dir.path(), &uri, &data);
     d.stop();
+}
+
+/// `v` (a volume's status) has role `role` served by the file named `file`.
+fn serves(v: &Value, role: usize, file: &str) {
+    let path = v["members"][role]["path"].as_str().unwrap_or("");
+    assert!(
+        path.ends_with(&format!("/{file}")),
+        "role {role} not on {file}: {v}"
+    );
 }
