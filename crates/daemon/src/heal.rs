@@ -263,7 +263,7 @@ fn adopt_recorded(
         Ok(o) => o,
         Err(e) => {
             notes.push(format!(
-                "recorded spare {path} (added with nbraid add) cannot be opened: not standing by ({e})"
+                "{path} (added at run time, recorded) cannot be opened: neither serving nor standing by ({e})"
             ));
             return None;
         }
@@ -275,7 +275,7 @@ fn adopt_recorded(
     };
     if !usable {
         notes.push(format!(
-            "recorded spare {path} (added with nbraid add) is no longer blank: not used as a spare — wipe its first MiB, or nbraid remove it"
+            "{path} (added at run time, recorded) holds no role and is no longer blank: not used as a spare — wipe its first MiB, or nbraid remove it"
         ));
         return None;
     }
