@@ -7,6 +7,7 @@
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -43,7 +44,6 @@ pub fn require(tool: &str) -> PathBuf {
 }
 
 /// A 9 MiB (sparse) file for a spare or a replacement.
-#[allow(dead_code)] // not every test binary adds members
 pub fn blank_member(dir: &Path, name: &str) -> String {
     let p = dir.join(name);
     std::fs::File::create(&p).unwrap().set_len(9 * MIB).unwrap();
@@ -198,4 +198,45 @@ pub fn junk(path: &Path, at: u64, len: u64) {
     f.seek(SeekFrom::Start(RESERVED + at)).unwrap();
     f.write_all(&vec![0xee; len as usize]).unwrap();
     f.sync_all().unwrap();
+}
+
+/// Sends raw lines on one connection; the replies, parsed.
+pub fn exchange(control: &Path, lines: &[&[u8]]) -> Vec<Value> {
+    let s = UnixStream::connect(control).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    lines
+        .iter()
+        .map(|l| {
+            // The daemon may close a connection whose line is too long before taking it all.
+            let _ = w.write_all(l).and_then(|()| w.write_all(b"\n"));
+            let mut reply = String::new();
+            r.read_line(&mut reply).unwrap();
+            serde_json::from_str(&reply).unwrap_or_else(|e| panic!("reply {reply:?}: {e}"))
+        })
+        .collect()
+}
+
+/// `nbraid status r6 --json`'s volume.
+pub fn volume_status(cfg: &str) -> Value {
+    let v: Value = serde_json::from_str(&ok(
+        nbraid(&["status", "r6", "--json", "--config", cfg]),
+        "status",
+    ))
+    .unwrap();
+    v["volumes"][0].clone()
+}
+
+/// Polls status until `done` says so (60 s at most); the last status.
+pub fn wait_for(cfg: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = volume_status(cfg);
+        if done(&v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "waiting for {what}: {v:#}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
