@@ -7,7 +7,7 @@
 use nbraid_config::{Config, MemberStorage, Volume};
 use nbraid_core::metadata::{assemble, Absence, MemberMeta, Probe, SLOT_BYTES};
 use nbraid_core::{Member, MemoryMember};
-use nbraid_daemon::heal;
+use nbraid_daemon::{added, heal};
 use serde::Serialize;
 use std::io::Read;
 use std::sync::Arc;
@@ -67,12 +67,14 @@ fn volume(config: &Config, v: &Volume) -> Records {
         .collect();
     // Members added at run time: the newest record lists their paths (the daemon's rule:
     // offered after the config's, with this volume's record alone).
-    let added: Vec<String> = newest_added_paths(&probes, &v.name)
+    let added: Vec<String> = added::newest_added_paths(probes.iter(), &v.name)
         .into_iter()
         .filter(|p| {
-            !positions
-                .iter()
-                .any(|&m| config.members[m].path.as_os_str() == p.as_str())
+            !positions.iter().any(|&m| {
+                let configured = &config.members[m].path;
+                configured.as_os_str() == p.as_str()
+                    || added::same_file(configured, std::path::Path::new(p))
+            })
         })
         .collect();
     for path in &added {
@@ -121,19 +123,6 @@ fn volume(config: &Config, v: &Volume) -> Records {
         format!("degraded: {}", absent.join(", "))
     };
     r
-}
-
-/// The paths of members added at run time that volume `name`'s newest record lists.
-fn newest_added_paths(probes: &[Probe], name: &str) -> Vec<String> {
-    probes
-        .iter()
-        .filter_map(|p| match p {
-            Probe::Superblock(sb, _) => sb.volumes.iter().find(|r| r.name == name),
-            _ => None,
-        })
-        .max_by_key(|r| r.events)
-        .map(|r| r.added_paths.clone())
-        .unwrap_or_default()
 }
 
 /// The superblock of the member file at `path` (config id or path `id`), read without

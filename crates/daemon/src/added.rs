@@ -24,26 +24,30 @@ impl Added {
     }
 }
 
-/// The paths volume `v`'s newest record (among the config's members and spares) lists.
-pub fn recorded_paths(v: &config::Volume, opened: &[Opened]) -> Vec<String> {
-    v.members
-        .iter()
-        .chain(&v.heal.spares)
-        .filter_map(|&m| match opened[m].meta()?.probe() {
-            Probe::Superblock(sb, _) => sb
-                .volumes
-                .iter()
-                .find(|r| r.name == v.name)
-                .map(|r| (r.events, r.added_paths.clone())),
+/// The paths volume `name`'s newest record among `probes` lists.
+pub fn newest_added_paths<'a>(probes: impl Iterator<Item = &'a Probe>, name: &str) -> Vec<String> {
+    probes
+        .filter_map(|p| match p {
+            Probe::Superblock(sb, _) => sb.volumes.iter().find(|r| r.name == name),
             _ => None,
         })
-        .max_by_key(|(events, _)| *events)
-        .map(|(_, paths)| paths)
+        .max_by_key(|r| r.events)
+        .map(|r| r.added_paths.clone())
         .unwrap_or_default()
 }
 
+/// The paths volume `v`'s newest record (among the config's members and spares) lists.
+fn recorded_paths(v: &config::Volume, opened: &[Opened]) -> Vec<String> {
+    let probes = v
+        .members
+        .iter()
+        .chain(&v.heal.spares)
+        .filter_map(|&m| Some(opened[m].meta()?.probe()));
+    newest_added_paths(probes, &v.name)
+}
+
 /// The same file or device, however the two paths spell it (relative, through links).
-fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+pub fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     match (std::fs::metadata(a), std::fs::metadata(b)) {
         (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
