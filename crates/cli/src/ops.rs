@@ -275,6 +275,8 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
                 format!("{v:#}\n")
             } else if v["removed"] == "spare" {
                 format!("spare {member} removed from {volume}\n")
+            } else if v["removed"] == "recorded path" {
+                format!("{member} is no longer recorded in {volume}: no start opens it\n")
             } else {
                 format!(
                     "member {} (role {}) removed from {volume}; the volume is {}\n",
@@ -320,7 +322,7 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
                 return Ok(if json {
                     format!("{:#}\n", reply["rebuild"])
                 } else {
-                    nothing_to_rebuild(&volume, &reply["rebuild"])
+                    nothing_to_rebuild(&volume, &reply)
                 });
             }
             let report = follow_pass(&mut c, &volume, "rebuild", !json)?;
@@ -431,12 +433,25 @@ fn bytes(n: u64) -> String {
     }
 }
 
-/// `nbraid rebuild` when no role waits for one: the last rebuild's end, if there was one.
-fn nothing_to_rebuild(volume: &str, last: &Value) -> String {
-    match last["state"].as_str() {
+/// `nbraid rebuild` when nothing is being rebuilt: failed roles still waiting for a member,
+/// or the last rebuild's end, if there was one.
+fn nothing_to_rebuild(volume: &str, reply: &Value) -> String {
+    let waiting: Vec<String> = reply["roles_without_a_member"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| r.to_string())
+        .collect();
+    if !waiting.is_empty() {
+        return format!(
+            "{volume}: nothing to rebuild onto: role(s) {} failed with no spare to take them (`nbraid add` one)\n",
+            waiting.join(", ")
+        );
+    }
+    match reply["rebuild"]["state"].as_str() {
         Some(state) => format!("rebuild of {volume} {state}; nothing left to rebuild\n"),
         None => format!(
-            "{volume}: nothing to rebuild: no failed member has a spare or a replacement to rebuild onto (`nbraid add`, `nbraid replace`)\n"
+            "{volume}: nothing to rebuild: every member is current (`nbraid replace` rebuilds one onto a new member)\n"
         ),
     }
 }
@@ -641,10 +656,17 @@ mod tests {
         assert!(t.contains("\n  rebuild done over 128.0 MiB\n"), "{t}");
         assert!(!t.contains("roles []"), "{t}");
         assert_eq!(
-            nothing_to_rebuild("r5", &json!({"state": "done"})),
+            nothing_to_rebuild("r5", &json!({"rebuild": {"state": "done"}})),
             "rebuild of r5 done; nothing left to rebuild\n"
         );
-        assert!(nothing_to_rebuild("r5", &Value::Null).starts_with("r5: nothing to rebuild: "));
+        assert!(nothing_to_rebuild("r5", &json!({})).starts_with("r5: nothing to rebuild: "));
+        let waiting = json!({"rebuild": {"state": "done"}, "roles_without_a_member": [2]});
+        assert!(
+            nothing_to_rebuild("r5", &waiting)
+                .starts_with("r5: nothing to rebuild onto: role(s) 2 failed"),
+            "{}",
+            nothing_to_rebuild("r5", &waiting)
+        );
     }
 
     #[test]

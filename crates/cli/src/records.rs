@@ -5,7 +5,7 @@
 //! line to write), an old member ignored, roles no member serves.
 
 use nbraid_config::{Config, MemberStorage, Volume};
-use nbraid_core::metadata::{assemble, Absence, MemberMeta, Probe, SLOT_BYTES};
+use nbraid_core::metadata::{assemble, Absence, MemberMeta, Probe, MAX_ADDED_PATHS, SLOT_BYTES};
 use nbraid_core::{Member, MemoryMember};
 use nbraid_daemon::{added, heal};
 use serde::Serialize;
@@ -47,44 +47,53 @@ fn volume(config: &Config, v: &Volume) -> Records {
         return r;
     }
     let n = v.members.len();
-    let mut probes: Vec<Probe> = positions
+    let raw: Vec<Probe> = positions
         .iter()
-        .enumerate()
-        .map(|(p, &m)| {
-            let member = &config.members[m];
-            let probe = read_probe(&member.path, &member.id);
-            // Spares join assembly only with a record of this volume alone (the daemon's rule).
-            match &probe {
-                Probe::Superblock(sb, _)
-                    if p >= n && !sb.volumes.iter().all(|x| x.name == v.name) =>
-                {
-                    Probe::Missing
-                }
-                Probe::Superblock(sb, _) if p >= n && sb.volumes.is_empty() => Probe::Missing,
-                _ => probe,
-            }
-        })
+        .map(|&m| read_probe(&config.members[m].path, &config.members[m].id))
         .collect();
-    // Members added at run time: the newest record lists their paths (the daemon's rule:
-    // offered after the config's, with this volume's record alone).
-    let added: Vec<String> = added::newest_added_paths(probes.iter(), &v.name)
-        .into_iter()
-        .filter(|p| {
-            !positions.iter().any(|&m| {
-                let configured = &config.members[m].path;
-                configured.as_os_str() == p.as_str()
-                    || added::same_file(configured, std::path::Path::new(p))
-            })
-        })
-        .collect();
-    for path in &added {
-        probes.push(match read_probe(std::path::Path::new(path), path) {
-            Probe::Superblock(sb, _) if !sb.volumes.iter().all(|x| x.name == v.name) => {
-                Probe::Missing
-            }
-            probe => probe,
-        });
+    // Members added at run time, by the daemon's rules (`nbraid_daemon::added`): the paths
+    // the newest record lists (following the lists of those read), no config member's.
+    let named = |p: &str| {
+        config
+            .members
+            .iter()
+            .any(|m| m.path.as_os_str() == p || added::same_file(&m.path, std::path::Path::new(p)))
+    };
+    let mut added: Vec<(String, Probe)> = Vec::new();
+    loop {
+        let listed =
+            added::newest_added_paths(raw.iter().chain(added.iter().map(|a| &a.1)), &v.name);
+        let new: Vec<String> = listed
+            .into_iter()
+            .filter(|p| !named(p) && !added.iter().any(|a| a.0 == *p))
+            .collect();
+        if new.is_empty() || added.len() >= 4 * MAX_ADDED_PATHS {
+            break;
+        }
+        for p in new {
+            let probe = read_probe(std::path::Path::new(&p), &p);
+            added.push((p, probe));
+        }
     }
+    let newest = added::newest_added_paths(raw.iter().chain(added.iter().map(|a| &a.1)), &v.name);
+    added.retain(|a| newest.contains(&a.0));
+    let has_this = |probe: &Probe| matches!(probe, Probe::Superblock(sb, _) if sb.volumes.iter().any(|x| x.name == v.name));
+    let only_this = |probe: &Probe| matches!(probe, Probe::Superblock(sb, _) if !sb.volumes.is_empty() && sb.volumes.iter().all(|x| x.name == v.name));
+    // Config spares join assembly only with a record of this volume alone; added members
+    // with one of this volume (the records list them).
+    let mut probes: Vec<Probe> = raw
+        .into_iter()
+        .enumerate()
+        .map(|(p, probe)| match probe {
+            Probe::Superblock(..) if p >= n && !only_this(&probe) => Probe::Missing,
+            probe => probe,
+        })
+        .collect();
+    probes.extend(added.iter().map(|(_, probe)| match probe {
+        Probe::Superblock(..) if !has_this(probe) => Probe::Missing,
+        probe => probe.clone(),
+    }));
+    let added: Vec<String> = added.into_iter().map(|a| a.0).collect();
     if !probes.iter().any(|p| matches!(p, Probe::Superblock(..))) {
         r.state = "no superblocks yet (written at the first start)".into();
         return r;

@@ -128,6 +128,66 @@ fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
     d.stop();
 }
 
+/// Every config member replaced, one after the other, by files the config does not name
+/// (md's "migrate to new disks"): no config member carries the newest record any more, so
+/// a restart follows the lists of the members it opens by path until it has them all.
+#[test]
+fn a_volume_moved_whole_onto_new_files_restarts_on_them() {
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let cfg = config.to_str().unwrap();
+    let (mut d, uri) = serve(&config, "r6");
+    let data = fill(&nbdcopy, dir.path(), &uri, 0x9e37_79b9_7f4a_7c15);
+    for i in 0..6 {
+        let new = blank_member(dir.path(), &format!("n{i}.img"));
+        ok(
+            nbraid(&["replace", "r6", &format!("d{i}"), &new, "--config", cfg]),
+            "replace",
+        );
+        ok(nbraid(&["rebuild", "r6", "--config", cfg]), "rebuild");
+    }
+    d.stop();
+    let (mut d, uri) = serve(&config, "r6");
+    let v = status_of(cfg, "r6");
+    assert_eq!(v["degraded"], false, "{v}");
+    for i in 0..6 {
+        serves(&v, i, &format!("n{i}.img"));
+    }
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+    d.stop();
+}
+
+/// A spare added at run time that failed in its role and was rebuilt over leaves the
+/// records' list: a restart does not take the failed file for a spare.
+#[test]
+fn a_failed_added_member_rebuilt_over_is_not_a_spare_after_a_restart() {
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let cfg = config.to_str().unwrap();
+    let (mut d, uri) = serve(&config, "r6");
+    let data = fill(&nbdcopy, dir.path(), &uri, 0x6a09_e667_f3bc_c908);
+    for (i, name) in ["s1.img", "s2.img"].into_iter().enumerate() {
+        ok(nbraid(&["fail", "r6", "1", "--config", cfg]), "fail role 1");
+        let spare = blank_member(dir.path(), name);
+        ok(nbraid(&["add", "r6", &spare, "--config", cfg]), "add");
+        ok(nbraid(&["rebuild", "r6", "--config", cfg]), "rebuild");
+        let v = wait_for(cfg, &format!("round {i}'s rebuild"), |v| {
+            v["degraded"] == false
+        });
+        serves(&v, 1, name);
+    }
+    d.stop();
+    let (mut d, uri) = serve(&config, "r6");
+    let v = status_of(cfg, "r6");
+    serves(&v, 1, "s2.img");
+    assert_eq!(v["spares"], serde_json::json!([]), "{v}");
+    assert!(!v.to_string().contains("s1.img"), "{v}");
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+    d.stop();
+}
+
 /// `v` (a volume's status) has role `role` served by the file named `file`.
 fn serves(v: &Value, role: usize, file: &str) {
     let path = v["members"][role]["path"].as_str().unwrap_or("");

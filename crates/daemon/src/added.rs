@@ -6,7 +6,8 @@
 
 use crate::assemble::Opened;
 use nbraid_config::{self as config, Config};
-use nbraid_core::metadata::{MemberMeta, Probe};
+use nbraid_core::metadata::{MemberMeta, Probe, MAX_ADDED_PATHS};
+use std::path::Path;
 use std::sync::Arc;
 
 /// A path the records list and the config does not name, opened (or why it could not be).
@@ -16,11 +17,16 @@ pub struct Added {
 }
 
 impl Added {
-    /// The member, for assembly, when it carries this volume's record and no other
-    /// volume's (what a member added to this volume holds).
+    /// The member, for assembly, when it carries a record of this volume. The records list
+    /// it, so other volumes' records beside that one do not make it another volume's (a
+    /// replacement may carry them).
     pub fn for_assembly(&self, volume: &str) -> Option<Arc<MemberMeta>> {
         let o = self.opened.as_ref().ok()?;
-        (crate::heal::only_this_volume(o, volume) == Some(true)).then(|| o.meta().cloned())?
+        crate::heal::has_this_volume(o, volume).then(|| o.meta().cloned())?
+    }
+
+    fn probe(&self) -> Option<&Probe> {
+        Some(self.opened.as_ref().ok()?.meta()?.probe())
     }
 }
 
@@ -36,50 +42,78 @@ pub fn newest_added_paths<'a>(probes: impl Iterator<Item = &'a Probe>, name: &st
         .unwrap_or_default()
 }
 
-/// The paths volume `v`'s newest record (among the config's members and spares) lists.
-fn recorded_paths(v: &config::Volume, opened: &[Opened]) -> Vec<String> {
-    let probes = v
-        .members
-        .iter()
-        .chain(&v.heal.spares)
-        .filter_map(|&m| Some(opened[m].meta()?.probe()));
-    newest_added_paths(probes, &v.name)
-}
-
-/// The same file or device, however the two paths spell it (relative, through links).
-pub fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
+/// The same file or device, however the two paths spell it (relative, through links, or
+/// two nodes of one block device).
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
     match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        (Ok(a), Ok(b)) => {
+            (a.dev() == b.dev() && a.ino() == b.ino())
+                || (a.file_type().is_block_device()
+                    && b.file_type().is_block_device()
+                    && a.rdev() == b.rdev())
+        }
         _ => false,
     }
 }
 
-/// Opens the paths volume `v`'s records list that the config does not name (a file named
-/// there too, by any spelling, is the config's: opened once).
+/// Paths opened while following the lists at most: far above what records can list.
+const MAX_FOLLOWED: usize = 4 * MAX_ADDED_PATHS;
+
+/// Opens the paths volume `v`'s newest record lists that no config member names (a file the
+/// config names, by any spelling and for any volume, is the config's: opened once, by it).
+/// The newest record may be on a member added at run time — every config member of the
+/// volume replaced since — so the lists of the members opened here are read too, until no
+/// new path appears; a path only an older list names (a member replaced since) is dropped.
 pub async fn open_added(config: &Config, v: &config::Volume, opened: &[Opened]) -> Vec<Added> {
     let named = |path: &str| {
-        v.members.iter().chain(&v.heal.spares).any(|&m| {
-            let configured = &config.members[m].path;
-            configured.as_os_str() == path
+        config.members.iter().enumerate().any(|(m, member)| {
+            member.path.as_os_str() == path
                 || opened[m]
                     .meta()
                     .is_some_and(|meta| meta.member().name() == path)
-                || same_file(configured, std::path::Path::new(path))
+                || same_file(&member.path, Path::new(path))
         })
     };
-    let mut added = Vec::new();
-    for path in recorded_paths(v, opened) {
-        if named(&path) {
-            continue;
-        }
-        let opened = match nbraid_core::UringFile::open_with(&path, None, Default::default()) {
-            Ok(f) => crate::assemble::load(Arc::new(f))
-                .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+    let config_probes: Vec<&Probe> = v
+        .members
+        .iter()
+        .chain(&v.heal.spares)
+        .filter_map(|&m| Some(opened[m].meta()?.probe()))
+        .collect();
+    let mut added: Vec<Added> = Vec::new();
+    loop {
+        let listed = {
+            let probes = config_probes
+                .iter()
+                .copied()
+                .chain(added.iter().filter_map(Added::probe));
+            newest_added_paths(probes, &v.name)
         };
-        added.push(Added { path, opened });
+        let new: Vec<String> = listed
+            .into_iter()
+            .filter(|p| !named(p) && !added.iter().any(|a| a.path == *p))
+            .collect();
+        if new.is_empty() || added.len() >= MAX_FOLLOWED {
+            break;
+        }
+        for path in new {
+            let opened = match nbraid_core::UringFile::open_with(&path, None, Default::default()) {
+                Ok(f) => crate::assemble::load(Arc::new(f))
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            added.push(Added { path, opened });
+        }
     }
+    let newest = {
+        let probes = config_probes
+            .iter()
+            .copied()
+            .chain(added.iter().filter_map(Added::probe));
+        newest_added_paths(probes, &v.name)
+    };
+    added.retain(|a| newest.contains(&a.path));
     added
 }

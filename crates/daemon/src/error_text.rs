@@ -1,18 +1,19 @@
 //! An error as one line for a person: its message, then each cause the text so far does not
-//! already contain. Many of our errors name their source in their own message (so `Display`
+//! already end with. Many of our errors name their source in their own message (so `Display`
 //! alone is complete, for logs and JSON) and also expose it as `source()`, so printing the
 //! whole chain (anyhow's `{:#}`) said the cause twice: "No such file or directory (os error
 //! 2): No such file or directory (os error 2)".
 
 use std::error::Error;
 
-/// `e` and its causes, joined by ": ", leaving out a cause whose text is already there.
+/// `e` and its causes, joined by ": ", leaving out a cause the text so far ends with (a
+/// message that names its source names it last: `"...: {source}"`).
 pub fn error_text(e: &(dyn Error + 'static)) -> String {
     let mut text = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {
         let said = c.to_string();
-        if !text.contains(&said) {
+        if !text.ends_with(&said) {
             text.push_str(": ");
             text.push_str(&said);
         }
@@ -56,6 +57,20 @@ mod tests {
     fn a_cause_the_message_does_not_name_is_added() {
         let e = Hides { source: missing() };
         assert_eq!(error_text(&e), "member d0: no such file");
+    }
+
+    #[test]
+    fn a_cause_met_only_inside_the_message_is_still_added() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("no such file in the spare list")]
+        struct Inside {
+            source: std::io::Error,
+        }
+        let e = Inside { source: missing() };
+        assert_eq!(
+            error_text(&e),
+            "no such file in the spare list: no such file"
+        );
     }
 
     #[test]

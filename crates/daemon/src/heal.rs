@@ -64,7 +64,7 @@ pub fn spares_for_assembly(v: &config::Volume, opened: &[Opened]) -> Vec<Option<
 }
 
 /// Member `o` carries a record of volume `name` (perhaps beside other volumes' records).
-fn has_this_volume(o: &Opened, name: &str) -> bool {
+pub(crate) fn has_this_volume(o: &Opened, name: &str) -> bool {
     matches!(o.meta().map(|m| m.probe()), Some(Probe::Superblock(sb, _)) if sb.volumes.iter().any(|v| v.name == name))
 }
 
@@ -263,7 +263,7 @@ fn adopt_recorded(
         Ok(o) => o,
         Err(e) => {
             notes.push(format!(
-                "{path} (added at run time, recorded) cannot be opened: neither serving nor standing by ({e})"
+                "{path} (added at run time, recorded) cannot be opened: neither serving nor standing by ({e}); `nbraid remove {volume} {path}` forgets it"
             ));
             return None;
         }
@@ -275,7 +275,7 @@ fn adopt_recorded(
     };
     if !usable {
         notes.push(format!(
-            "{path} (added at run time, recorded) holds no role and is no longer blank: not used as a spare — wipe its first MiB, or nbraid remove it"
+            "{path} (added at run time, recorded) holds no role and is no longer blank: not used as a spare — wipe its first MiB, or `nbraid remove {volume} {path}` to forget it"
         ));
         return None;
     }

@@ -328,8 +328,6 @@ impl Array {
         }
         self.check_newcomer(&meta, Some(role))?;
         let mut rec = self.records.recorded.lock().await;
-        // A spare added at run time stays listed: it holds the role now, and a restart must
-        // open it again (`spare_list.rs`).
         // Its own record says *rebuilding* from the first write: a later commit torn on it
         // must not leave a record that looks like a member that merely missed writes.
         let mut next = Recorded {
@@ -339,6 +337,13 @@ impl Array {
             scrub: rec.scrub,
             added_paths: rec.added_paths.clone(),
         };
+        // A spare added at run time stays listed: it holds the role now, and a restart must
+        // open it again (`spare_list.rs`). The failed member it rebuilds over leaves the list
+        // if it was added at run time: a restart must not take it for a spare.
+        let failed = self.volume().member(role).name().to_string();
+        if failed != meta.member().name() {
+            next.added_paths.retain(|p| *p != failed);
+        }
         next.members[role] = MemberEntry {
             uuid: self.newcomer_id(role, &meta, &rec).await?,
             state: RecordedState::Rebuilding {
@@ -351,6 +356,7 @@ impl Array {
         self.bitmap_areas.write()[role] = area;
         self.heal.resume(role, 0);
         rec.members[role] = next.members[role];
+        rec.added_paths = next.added_paths;
         self.commit(&mut rec).await?;
         tracing::info!("volume `{}`: rebuilding role {role}", self.name());
         Ok(())
@@ -552,10 +558,15 @@ impl Array {
         let old = self.volume().member(r).name().to_string();
         next.added_paths.retain(|p| *p != old);
         let path = meta.member().name().to_string();
-        if !next.added_paths.contains(&path)
-            && self.check_recordable(&path, &next.added_paths).is_ok()
-        {
-            next.added_paths.push(path);
+        if !next.added_paths.contains(&path) {
+            match self.check_recordable(&path, &next.added_paths) {
+                Ok(()) => next.added_paths.push(path),
+                // `replace` checked it; spares added since filled the list.
+                Err(e) => tracing::warn!(
+                    "volume `{}`: role {r}'s replacement is not recorded ({e}): name it in the config, or a restart will not find it",
+                    self.name()
+                ),
+            }
         }
         let area = self.write_role_record(r, &meta, &next, image).await?;
         rec.members[r] = next.members[r];

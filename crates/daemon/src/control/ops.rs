@@ -488,6 +488,7 @@ impl Controls {
                 if v.array.rebuilding().is_empty() && !v.rebuild_running() {
                     return Ok(ok_reply(json!({
                         "volume": volume, "rebuild": rebuild_json(v), "nothing_to_rebuild": true,
+                        "roles_without_a_member": v.array.roles_wanting_a_member(),
                     })));
                 }
                 match rate {
@@ -664,7 +665,19 @@ async fn remove(v: &ControlVolume, member: &str) -> Result<Value, Refusal> {
             .map_err(refused)?;
         return Ok(json!({ "volume": v.name, "member": member, "removed": "spare" }));
     }
-    let index = v.member_index(member)?;
+    let index = match v.member_index(member) {
+        Ok(index) => index,
+        // A path the records keep that is neither a spare nor a member here (it could not be
+        // opened at start, or is no longer blank): forgotten, so no later start opens it.
+        Err(e) => {
+            return match v.array.forget_added_path(member).await.map_err(refused)? {
+                true => {
+                    Ok(json!({ "volume": v.name, "member": member, "removed": "recorded path" }))
+                }
+                false => Err(e),
+            };
+        }
+    };
     let id = v.member_ids()[index].clone();
     v.array.remove_member(index).await.map_err(refused)?;
     Ok(json!({
