@@ -185,6 +185,23 @@ fn a_failed_added_member_rebuilt_over_is_not_a_spare_after_a_restart() {
     assert_eq!(v["spares"], serde_json::json!([]), "{v}");
     assert!(!v.to_string().contains("s1.img"), "{v}");
     reads_back(&nbdcopy, dir.path(), &uri, &data);
+
+    // A recorded spare whose file is gone is said at start, and `nbraid remove` forgets it.
+    let s3 = blank_member(dir.path(), "s3.img");
+    ok(nbraid(&["add", "r6", &s3, "--config", cfg]), "add s3");
+    d.stop();
+    std::fs::remove_file(&s3).unwrap();
+    let (mut d, _) = serve(&config, "r6");
+    let notes = status_of(cfg, "r6")["notes"].to_string();
+    assert!(
+        notes.contains("s3.img (added at run time, recorded) cannot be opened"),
+        "{notes}"
+    );
+    let said = ok(nbraid(&["remove", "r6", &s3, "--config", cfg]), "remove s3");
+    assert!(said.contains("is no longer recorded"), "{said}");
+    d.stop();
+    let (mut d, _) = serve(&config, "r6");
+    assert!(!status_of(cfg, "r6").to_string().contains("s3.img"));
     d.stop();
 }
 
