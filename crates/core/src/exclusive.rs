@@ -132,10 +132,17 @@ impl std::fmt::Display for Holder {
 /// Longest command line quoted in a message.
 const CMDLINE_MAX: usize = 200;
 
+/// Reads of `/proc/locks` when looking for a holder. The file is produced a page at a time
+/// from the kernel's live list: locks taken or dropped between two pages shift the rest, so
+/// one read can miss a line (seen once in a full test run, other threads locking at once).
+const LOCKS_READS: usize = 3;
+
 /// Finds the process holding an exclusive `flock` on the file with metadata `meta`.
 fn find_holder(meta: &Metadata) -> Option<Holder> {
-    let locks = std::fs::read_to_string("/proc/locks").ok()?;
-    let pid = holder_pid(&locks, meta.dev(), meta.ino())?;
+    let pid = (0..LOCKS_READS).find_map(|_| {
+        let locks = std::fs::read_to_string("/proc/locks").ok()?;
+        holder_pid(&locks, meta.dev(), meta.ino())
+    })?;
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|s| s.trim_end().to_string())
         .unwrap_or_default();
