@@ -4,8 +4,9 @@
 //! what it means for the config — a spare now holding a role (with the `members = [...]`
 //! line to write), an old member ignored, roles no member serves.
 
+use futures::FutureExt;
 use nbraid_config::{Config, MemberStorage, Volume};
-use nbraid_core::metadata::{assemble, Absence, MemberMeta, Probe, MAX_ADDED_PATHS, SLOT_BYTES};
+use nbraid_core::metadata::{assemble, Absence, MemberMeta, Probe, SLOT_BYTES};
 use nbraid_core::{Member, MemoryMember};
 use nbraid_daemon::{added, heal};
 use serde::Serialize;
@@ -59,24 +60,15 @@ fn volume(config: &Config, v: &Volume) -> Records {
             .iter()
             .any(|m| m.path.as_os_str() == p || added::same_file(&m.path, std::path::Path::new(p)))
     };
-    let mut added: Vec<(String, Probe)> = Vec::new();
-    loop {
-        let listed =
-            added::newest_added_paths(raw.iter().chain(added.iter().map(|a| &a.1)), &v.name);
-        let new: Vec<String> = listed
-            .into_iter()
-            .filter(|p| !named(p) && !added.iter().any(|a| a.0 == *p))
-            .collect();
-        if new.is_empty() || added.len() >= 4 * MAX_ADDED_PATHS {
-            break;
-        }
-        for p in new {
-            let probe = read_probe(std::path::Path::new(&p), &p);
-            added.push((p, probe));
-        }
-    }
-    let newest = added::newest_added_paths(raw.iter().chain(added.iter().map(|a| &a.1)), &v.name);
-    added.retain(|a| newest.contains(&a.0));
+    let config_probes: Vec<&Probe> = raw.iter().collect();
+    let read = |p: String| async move { read_probe(std::path::Path::new(&p), &p) };
+    let added = futures::executor::block_on(added::follow_added(
+        &v.name,
+        &config_probes,
+        named,
+        read,
+        read_probe_of,
+    ));
     let has_this = |probe: &Probe| matches!(probe, Probe::Superblock(sb, _) if sb.volumes.iter().any(|x| x.name == v.name));
     let only_this = |probe: &Probe| matches!(probe, Probe::Superblock(sb, _) if !sb.volumes.is_empty() && sb.volumes.iter().all(|x| x.name == v.name));
     // Config spares join assembly only with a record of this volume alone; added members
@@ -134,6 +126,11 @@ fn volume(config: &Config, v: &Volume) -> Records {
     r
 }
 
+/// A probe as [`added::follow_added`] asks for it.
+fn read_probe_of(probe: &Probe) -> Option<&Probe> {
+    Some(probe)
+}
+
 /// The superblock of the member file at `path` (config id or path `id`), read without
 /// opening it for writing.
 fn read_probe(path: &std::path::Path, id: &str) -> Probe {
@@ -150,6 +147,10 @@ fn read_probe(path: &std::path::Path, id: &str) -> Probe {
     // Assembly's own reader over a copy of the two slots.
     let copy = MemoryMember::new(id, 2 * SLOT_BYTES);
     copy.poke(0, &bytes);
-    let meta = futures::executor::block_on(MemberMeta::load(Arc::new(copy) as Arc<dyn Member>));
+    // A memory member answers at once: polled once, no executor (this runs inside
+    // `follow_added`'s).
+    let meta = MemberMeta::load(Arc::new(copy) as Arc<dyn Member>)
+        .now_or_never()
+        .expect("a memory member's reads complete at once");
     meta.probe().clone()
 }

@@ -24,10 +24,6 @@ impl Added {
         let o = self.opened.as_ref().ok()?;
         crate::heal::has_this_volume(o, volume).then(|| o.meta().cloned())?
     }
-
-    fn probe(&self) -> Option<&Probe> {
-        Some(self.opened.as_ref().ok()?.meta()?.probe())
-    }
 }
 
 /// The paths volume `name`'s newest record among `probes` lists.
@@ -57,14 +53,55 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// Paths opened while following the lists at most: far above what records can list.
+/// Paths read while following the lists at most: far above what records can list.
 const MAX_FOLLOWED: usize = 4 * MAX_ADDED_PATHS;
 
-/// Opens the paths volume `v`'s newest record lists that no config member names (a file the
-/// config names, by any spelling and for any volume, is the config's: opened once, by it).
-/// The newest record may be on a member added at run time — every config member of the
-/// volume replaced since — so the lists of the members opened here are read too, until no
-/// new path appears; a path only an older list names (a member replaced since) is dropped.
+/// The members added at run time that volume `name`'s newest record lists, each read by
+/// `read` (the daemon opens it, `nbraid check` reads its superblock). The newest record may
+/// be on such a member — every config member replaced since — so the lists of those read are
+/// followed too, until no new path appears; a path only an older list names (a member
+/// replaced since) is dropped. `config_probes`: the config's members and spares of the
+/// volume; `named`: a path a config member names (read there, not here); `probe`: what a
+/// read member's superblock says.
+pub async fn follow_added<T, Fut>(
+    name: &str,
+    config_probes: &[&Probe],
+    named: impl Fn(&str) -> bool,
+    mut read: impl FnMut(String) -> Fut,
+    probe: impl Fn(&T) -> Option<&Probe>,
+) -> Vec<(String, T)>
+where
+    Fut: std::future::Future<Output = T>,
+{
+    let newest = |added: &[(String, T)]| {
+        let probes = config_probes
+            .iter()
+            .copied()
+            .chain(added.iter().filter_map(|(_, t)| probe(t)));
+        newest_added_paths(probes, name)
+    };
+    let mut added: Vec<(String, T)> = Vec::new();
+    loop {
+        let new: Vec<String> = newest(&added)
+            .into_iter()
+            .filter(|p| !named(p) && !added.iter().any(|(a, _)| a == p))
+            .collect();
+        if new.is_empty() || added.len() >= MAX_FOLLOWED {
+            break;
+        }
+        for path in new {
+            let t = read(path.clone()).await;
+            added.push((path, t));
+        }
+    }
+    let listed = newest(&added);
+    added.retain(|(p, _)| listed.contains(p));
+    added
+}
+
+/// Opens the paths volume `v`'s newest record lists ([`follow_added`]) that no config member
+/// names (a file the config names, by any spelling and for any volume, is the config's:
+/// opened once, by it).
 pub async fn open_added(config: &Config, v: &config::Volume, opened: &[Opened]) -> Vec<Added> {
     let named = |path: &str| {
         config.members.iter().enumerate().any(|(m, member)| {
@@ -81,39 +118,22 @@ pub async fn open_added(config: &Config, v: &config::Volume, opened: &[Opened]) 
         .chain(&v.heal.spares)
         .filter_map(|&m| Some(opened[m].meta()?.probe()))
         .collect();
-    let mut added: Vec<Added> = Vec::new();
-    loop {
-        let listed = {
-            let probes = config_probes
-                .iter()
-                .copied()
-                .chain(added.iter().filter_map(Added::probe));
-            newest_added_paths(probes, &v.name)
-        };
-        let new: Vec<String> = listed
-            .into_iter()
-            .filter(|p| !named(p) && !added.iter().any(|a| a.path == *p))
-            .collect();
-        if new.is_empty() || added.len() >= MAX_FOLLOWED {
-            break;
+    let open = |path: String| async move {
+        match nbraid_core::UringFile::open_with(&path, None, Default::default()) {
+            Ok(f) => crate::assemble::load(Arc::new(f))
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
         }
-        for path in new {
-            let opened = match nbraid_core::UringFile::open_with(&path, None, Default::default()) {
-                Ok(f) => crate::assemble::load(Arc::new(f))
-                    .await
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            added.push(Added { path, opened });
-        }
-    }
-    let newest = {
-        let probes = config_probes
-            .iter()
-            .copied()
-            .chain(added.iter().filter_map(Added::probe));
-        newest_added_paths(probes, &v.name)
     };
-    added.retain(|a| newest.contains(&a.path));
-    added
+    follow_added(&v.name, &config_probes, named, open, opened_probe)
+        .await
+        .into_iter()
+        .map(|(path, opened)| Added { path, opened })
+        .collect()
+}
+
+/// What an opened member's superblock says (`None`: it could not be opened).
+fn opened_probe(o: &Result<Opened, String>) -> Option<&Probe> {
+    Some(o.as_ref().ok()?.meta()?.probe())
 }

@@ -79,11 +79,16 @@ struct Flow {
 }
 
 impl Flow {
+    /// Held writers answered meanwhile stopped waiting (their wake's receiver is gone).
+    fn forget_answered(&mut self) {
+        self.held.retain(|(_, w)| !w.is_canceled());
+    }
+
     /// Wakes the held writers whose wait is over: all of them when only held writers are in
     /// flight, else those that saw their [`HOLD_ARRIVALS`] arrivals. Forgets writers answered
     /// meanwhile (they stopped waiting), so `held` counts exactly the writers still held.
     fn wake_held(&mut self) {
-        self.held.retain(|(_, w)| !w.is_canceled());
+        self.forget_answered();
         let all = self.in_flight <= self.held.len();
         let arrivals = self.arrivals;
         for (_, w) in self.held.extract_if(.., |(at, _)| all || *at <= arrivals) {
@@ -244,7 +249,7 @@ impl Joins {
     /// A hold, if a write of the group that is not held is in flight besides the caller's.
     fn hold(&self) -> Option<Wait> {
         let mut f = self.flow.lock();
-        f.held.retain(|(_, w)| !w.is_canceled());
+        f.forget_answered();
         if f.in_flight <= f.held.len() + 1 {
             return None;
         }
