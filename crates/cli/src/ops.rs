@@ -372,11 +372,30 @@ fn pause_resume(target: &Target, op: &str, volume: Option<String>) -> Result<Str
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    Ok(if names.is_empty() {
-        "no background work to touch\n".into()
+    let selected: Vec<&str> = v["selected"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    Ok(pause_text(op, &names, &selected))
+}
+
+/// What `pause`/`resume` did: the volumes whose passes it touched, and the volumes it
+/// holds (or lets go) for passes that start later.
+fn pause_text(op: &str, touched: &[&str], selected: &[&str]) -> String {
+    let mut out = if touched.is_empty() {
+        "no background work running now\n".to_string()
     } else {
-        format!("{op}d: {}\n", names.join(", "))
-    })
+        format!("{op}d: {}\n", touched.join(", "))
+    };
+    if !selected.is_empty() {
+        let list = selected.join(", ");
+        out += &if op == "pause" {
+            format!("held: {list} (rebuilds, resyncs and scrubs that start later wait for `nbraid resume`)\n")
+        } else {
+            format!("no longer held: {list}\n")
+        };
+    }
+    out
 }
 
 /// Polls the volume's scrub or rebuild (`what`) until it stops, with a progress bar; its
@@ -561,6 +580,9 @@ pub fn status_table(v: &Value) -> String {
                     .as_u64()
                     .map_or(String::new(), |e| format!(", eta {e}s"))
             );
+        }
+        if vol["held"] == json!(true) {
+            out += "  background work held (nbraid pause): it waits for `nbraid resume`\n";
         }
         let spares: Vec<&str> = vol["spares"]
             .as_array()

@@ -573,6 +573,38 @@ fn a_member_failed_under_nbd_writes_is_rebuilt_onto_a_spare_bit_exact() {
     d.stop();
 }
 
+/// `nbraid pause` on an idle volume holds the rebuild that a failure starts later (md's
+/// `frozen`): it waits at byte 0 until `nbraid resume` (it once ran at full speed while
+/// "paused").
+#[test]
+fn pause_while_idle_holds_a_rebuild_that_starts_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(dir.path(), &["s0"], "spares = [\"s0\"]\n");
+    let cfg = config.to_str().unwrap();
+    let (mut d, _uri) = serve(&config, "r6");
+    let said = ok(nbraid(&["pause", "r6", "--config", cfg]), "pause");
+    assert!(said.contains("held: r6"), "{said}");
+    assert!(said.contains("no background work running now"), "{said}");
+    assert_eq!(volume_status(cfg)["held"], true);
+    let status = ok(nbraid(&["status", "--config", cfg]), "status");
+    assert!(status.contains("background work held"), "{status}");
+    ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
+    let v = wait_for(cfg, "the rebuild to be there", |v| v["rebuild"].is_object());
+    std::thread::sleep(Duration::from_millis(600));
+    let v2 = volume_status(cfg);
+    assert_eq!(v2["rebuild"]["state"], "paused", "{v:#}\n{v2:#}");
+    assert_eq!(
+        v2["rebuild"]["position_bytes"], 0,
+        "the rebuild ran while held: {v2:#}"
+    );
+    let said = ok(nbraid(&["resume", "r6", "--config", cfg]), "resume");
+    assert!(said.contains("resumed: r6"), "{said}");
+    wait_for(cfg, "the rebuild to finish", |v| {
+        v["rebuild"]["state"] == "done" && v["degraded"] == false && v["held"] == false
+    });
+    d.stop();
+}
+
 /// `nbraid pause` holds a running rebuild and a running scrub where they are (status says
 /// paused, the position stays), `nbraid resume` lets them run to the end.
 #[test]

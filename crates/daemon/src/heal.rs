@@ -24,7 +24,7 @@ use crate::assemble::Opened;
 use crate::control::{ControlVolume, Controls};
 use nbraid_config::{self as config, Config};
 use nbraid_core::metadata::{Absence, Array, MemberMeta, OpenReport, Probe};
-use nbraid_core::{Member, PassControl, PassRate, ScrubControl};
+use nbraid_core::{Member, PassRate, ScrubControl};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -355,7 +355,7 @@ pub fn start_background_resync(v: &ControlVolume) {
     if !v.array.background_pending() {
         return;
     }
-    let ctl = Arc::new(PassControl::with_rate(v.rebuild_rate));
+    let ctl = v.new_pass(v.rebuild_rate);
     *v.resync.lock() = Some(ctl.clone());
     let (array, name) = (v.array.clone(), v.name.clone());
     let msg = format!(

@@ -13,7 +13,7 @@
 use crate::control::{ControlVolume, Controls};
 use nbraid_config as config;
 use nbraid_core::metadata::Readd;
-use nbraid_core::{PassControl, PassState};
+use nbraid_core::PassState;
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -125,13 +125,15 @@ pub fn start_resync(v: &ControlVolume) {
             Some(c) if c.state() == PassState::Running || c.state() == PassState::Paused => return,
             Some(c) if c.state() == PassState::Cancelled => c.clone(),
             _ => {
-                let c = Arc::new(PassControl::with_rate(v.rebuild_rate));
+                let c = v.new_pass(v.rebuild_rate);
                 *slot = Some(c.clone());
                 c
             }
         }
     };
-    ctl.resume();
+    if !v.is_held() {
+        ctl.resume();
+    }
     let (array, name) = (v.array.clone(), v.name.clone());
     tokio::spawn(async move {
         match array.resync_returned(&ctl).await {

@@ -41,6 +41,9 @@ pub struct ControlVolume {
     /// What the start found that the operator must hear (spares holding roles, old members
     /// ignored, spares that cannot be used).
     pub notes: Vec<String>,
+    /// `nbraid pause` holds the volume's background work until `nbraid resume` — passes
+    /// that start later too (md's `frozen`), so every pass is made by [`Self::new_pass`].
+    held: AtomicBool,
 }
 
 impl ControlVolume {
@@ -66,7 +69,33 @@ impl ControlVolume {
             readd: Mutex::new(None),
             known: Mutex::new(Vec::new()),
             notes: Vec::new(),
+            held: AtomicBool::new(false),
         }
+    }
+
+    /// Whether `nbraid pause` holds this volume's background work.
+    pub fn is_held(&self) -> bool {
+        self.held.load(SeqCst)
+    }
+
+    /// A control for a new background pass at `rate`: paused from its start while the
+    /// volume is held.
+    pub fn new_pass(&self, rate: PassRate) -> Arc<PassControl> {
+        let c = Arc::new(PassControl::with_rate(rate));
+        if self.is_held() {
+            c.pause();
+        }
+        c
+    }
+
+    /// A control for a new scrub: paused from its start while the volume is held.
+    pub fn new_scrub(&self, repair: bool, rate: PassRate) -> Arc<ScrubControl> {
+        let c = Arc::new(ScrubControl::new(repair, 0));
+        c.pass.set_pass_rate(rate);
+        if self.is_held() {
+            c.pause();
+        }
+        c
     }
 
     /// With the spares' side: the automatic rebuild's rate, the members and spares known by
@@ -174,7 +203,7 @@ impl ControlVolume {
                 return c.clone();
             }
         }
-        let ctl = Arc::new(PassControl::with_rate(rate));
+        let ctl = self.new_pass(rate);
         let finished = Arc::new(AtomicBool::new(false));
         *slot = Some((ctl.clone(), finished.clone()));
         let (array, task_ctl, name) = (self.array.clone(), ctl.clone(), self.name.clone());
@@ -438,8 +467,7 @@ impl Controls {
                 rate,
             } => {
                 let v = self.find(&volume)?;
-                let ctl = Arc::new(ScrubControl::new(repair, 0));
-                ctl.pass.set_pass_rate(rate);
+                let ctl = v.new_scrub(repair, rate);
                 v.start_scrub(ctl.clone())?;
                 Ok(ok_reply(
                     json!({ "volume": volume, "scrub": scrub_json(&ctl.report()) }),
@@ -532,6 +560,7 @@ impl Controls {
     fn pause_resume(&self, volume: &Option<String>, pause: bool) -> Result<Value, Refusal> {
         let mut touched = Vec::new();
         for v in self.select(volume)? {
+            v.held.store(pause, SeqCst);
             let (scrub, rebuild) = (v.scrub(), v.rebuild());
             let resync = v.resync.lock().clone();
             let readd = v.readd.lock().clone();
@@ -558,7 +587,14 @@ impl Controls {
                 touched.push(v.name.clone());
             }
         }
-        Ok(ok_reply(json!({ "volumes": touched })))
+        let held: Vec<&str> = self
+            .select(volume)?
+            .iter()
+            .map(|v| v.name.as_str())
+            .collect();
+        Ok(ok_reply(
+            json!({ "volumes": touched, "held": pause, "selected": held }),
+        ))
     }
 }
 
@@ -610,6 +646,7 @@ fn status(v: &ControlVolume) -> Value {
         "state": state,
         "degraded": vol.is_degraded(),
         "available": vol.is_available(),
+        "held": v.is_held(),
         "members": members,
         "metadata": {
             "array": v.array.id().to_string(),
