@@ -91,6 +91,9 @@ enum Command {
         /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
         #[arg(long, default_value = "info")]
         log_level: String,
+        /// Assemble VOLUME by force past its tolerance (see `nbraidd --help`). Repeatable.
+        #[arg(long, value_name = "VOLUME")]
+        force_assemble: Vec<String>,
     },
     /// Operate a running daemon (status, fail, scrub, pause, resume).
     #[command(flatten)]
@@ -126,7 +129,11 @@ fn main() -> ExitCode {
             json,
         ),
         Command::Bench(args) => bench::run(&args),
-        Command::Serve { file, log_level } => serve(&file, &log_level),
+        Command::Serve {
+            file,
+            log_level,
+            force_assemble,
+        } => serve(&file, &log_level, &force_assemble),
         Command::Ops(cmd) => ops::run(cmd),
     };
     match result {
@@ -153,7 +160,7 @@ fn print_out(out: &str) {
 /// `nbraid serve`: replaces this process with `nbraidd --config FILE` (same pid, so signals and
 /// process supervisors see the daemon itself). `nbraidd` is looked for beside this binary
 /// (where cargo and `cargo install` put both), then in PATH.
-fn serve(file: &std::path::Path, log_level: &str) -> Result<String> {
+fn serve(file: &std::path::Path, log_level: &str, force_assemble: &[String]) -> Result<String> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("finding the nbraid binary")?;
     let beside = exe.with_file_name("nbraidd");
@@ -166,6 +173,11 @@ fn serve(file: &std::path::Path, log_level: &str) -> Result<String> {
         .arg("--config")
         .arg(file)
         .args(["--log-level", log_level])
+        .args(
+            force_assemble
+                .iter()
+                .flat_map(|v| ["--force-assemble", v.as_str()]),
+        )
         .exec();
     Err(e).with_context(|| {
         format!(

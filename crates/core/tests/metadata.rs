@@ -423,7 +423,9 @@ mod on_members {
 
 mod assembly {
     use super::*;
-    use nbraid_core::metadata::{assemble, Absence, AssembleError, Probe};
+    use nbraid_core::metadata::{
+        assemble, assemble_forced, pick_forced, Absence, AssembleError, ForcedRole, Probe,
+    };
 
     /// Superblocks of the RAID 5 of 4 as written at `events`, one per role.
     fn members(events: u64) -> Vec<Superblock> {
@@ -562,6 +564,93 @@ mod assembly {
         let e = assemble("db", &tree, &p).unwrap_err();
         assert!(matches!(e, AssembleError::BeyondTolerance { .. }), "{e}");
         assert!(e.to_string().contains("0, 3"), "{e}");
+    }
+
+    /// Past tolerance, a forced assembly takes back the freshest stale or failed member
+    /// (mdadm --assemble --force) and says so; an ordinary one refuses naming each role.
+    #[test]
+    fn forced_assembly_takes_back_the_freshest_member_that_missed_writes() {
+        let tree = config_tree(64 << 10, Level::Raid5);
+        // Role 1 dropped out at event 5, role 3 at 7; the others went on to 9.
+        let mut sbs = members(9);
+        sbs[1].volumes[0].events = 5;
+        sbs[3].volumes[0].events = 7;
+        let e = assemble("db", &tree, &probes(&sbs)).unwrap_err();
+        let AssembleError::BeyondTolerance { why, .. } = &e else {
+            panic!("{e}")
+        };
+        assert_eq!(
+            why,
+            &vec![
+                (
+                    1,
+                    Absence::Stale {
+                        member: 1,
+                        events: 5
+                    }
+                ),
+                (
+                    3,
+                    Absence::Stale {
+                        member: 3,
+                        events: 7
+                    }
+                )
+            ]
+        );
+        let a = assemble_forced("db", &tree, &probes(&sbs)).unwrap();
+        assert_eq!(a.roles[3], Ok(3), "the freshest is taken back");
+        assert!(matches!(a.roles[1], Err(Absence::Stale { member: 1, .. })));
+        assert_eq!(
+            a.forced,
+            vec![ForcedRole {
+                role: 3,
+                member: 3,
+                events: 7,
+                newest_events: 9,
+                was_failed: false
+            }]
+        );
+        assert!(
+            a.warnings.iter().any(|w| w.contains("FORCED")),
+            "{:?}",
+            a.warnings
+        );
+        // Within tolerance, force changes nothing.
+        let mut sbs = members(9);
+        sbs[1].volumes[0].events = 5;
+        let a = assemble_forced("db", &tree, &probes(&sbs)).unwrap();
+        assert!(a.forced.is_empty());
+        // Lost members (no record) are never taken: still refused.
+        let mut p = probes(&members(9));
+        p[0] = Probe::Missing;
+        p[2] = Probe::Blank;
+        assert!(assemble_forced("db", &tree, &p).is_err());
+    }
+
+    #[test]
+    fn pick_forced_takes_the_fewest_freshest_roles() {
+        let raid6 = config_tree(64 << 10, Level::Raid6);
+        // Three of four out: one must come back, the freshest.
+        assert_eq!(
+            pick_forced(&raid6, &[0, 1, 2], &[(0, 4), (1, 8), (2, 6)]),
+            Some(vec![1])
+        );
+        // Ties go to the lower role, so the choice repeats.
+        assert_eq!(
+            pick_forced(&raid6, &[0, 1, 2], &[(2, 8), (1, 8)]),
+            Some(vec![1])
+        );
+        // Nothing to take back, or not enough.
+        assert_eq!(pick_forced(&raid6, &[0, 1, 2], &[]), None);
+        let raid5 = config_tree(64 << 10, Level::Raid5);
+        assert_eq!(pick_forced(&raid5, &[0, 1, 2], &[(0, 3)]), None);
+        assert_eq!(
+            pick_forced(&raid5, &[0, 1, 2], &[(0, 3), (2, 5)]),
+            Some(vec![2, 0])
+        );
+        // Surviving already: nothing taken.
+        assert_eq!(pick_forced(&raid5, &[1], &[(1, 3)]), Some(vec![]));
     }
 
     #[test]

@@ -116,8 +116,37 @@ impl Opened {
     }
 }
 
+/// How the start treats volumes beyond their tolerance.
+#[derive(Clone, Debug, Default)]
+pub struct StartOptions {
+    /// Volumes to assemble by force ([`nbraid_core::metadata::assemble_forced`]): past
+    /// their tolerance, the freshest failed or stale members are taken back.
+    pub force_assemble: Vec<String>,
+}
+
 /// Opens every member and opens or creates every volume (blocking until resyncs are done).
 pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
+    assemble_with(config, &StartOptions::default())
+}
+
+/// [`assemble`] with `opts`; a volume named for a forced assembly must be in the config.
+pub fn assemble_with(
+    config: &Config,
+    opts: &StartOptions,
+) -> Result<Vec<Assembled>, AssembleError> {
+    for name in &opts.force_assemble {
+        if !config.volumes.iter().any(|v| &v.name == name) {
+            return Err(AssembleError::Refused(format!(
+                "--force-assemble {name}: the config has no volume `{name}` (volumes: {})",
+                config
+                    .volumes
+                    .iter()
+                    .map(|v| v.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
     futures::executor::block_on(async {
         let mut opened = open_members(config).await?;
         let plans = plans(config, &opened, None);
@@ -132,7 +161,8 @@ pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
             let progress = Progress::new(&v.name);
             let report = |done, total| progress.report(done, total);
             let plan = plan.expect("planned");
-            out.push(start_volume(config, v, plan, &opened, &report).await?);
+            let force = opts.force_assemble.contains(&v.name);
+            out.push(start_volume_with(config, v, plan, &opened, &report, force).await?);
         }
         Ok(out)
     })
@@ -366,6 +396,18 @@ pub async fn start_volume(
     opened: &[Opened],
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Assembled, AssembleError> {
+    start_volume_with(config, v, plan, opened, progress, false).await
+}
+
+/// [`start_volume`]; with `force`, a volume past its tolerance is assembled by force.
+pub async fn start_volume_with(
+    config: &Config,
+    v: &config::Volume,
+    plan: Plan,
+    opened: &[Opened],
+    progress: &(dyn Fn(u64, u64) + Sync),
+    force: bool,
+) -> Result<Assembled, AssembleError> {
     let metas: Vec<Option<Arc<MemberMeta>>> =
         v.members.iter().map(|&m| opened[m].meta.clone()).collect();
     let opts = ArrayOptions {
@@ -378,6 +420,7 @@ pub async fn start_volume(
             .clean_delay
             .unwrap_or(nbraid_core::metadata::intent::DEFAULT_CLEAR_DELAY),
         ppl_area_before_region_bytes: v.metadata.ppl_log_bytes,
+        force_assembly: force,
     };
     let tree = v.geometry.root().clone();
     let legend = || {
@@ -392,7 +435,9 @@ pub async fn start_volume(
             .join(", ")
     };
     let array_error = |source| match source {
-        ArrayError::Assemble(nbraid_core::metadata::AssembleError::BeyondTolerance { .. }) => {
+        ArrayError::Assemble(nbraid_core::metadata::AssembleError::BeyondTolerance {
+            why, ..
+        }) => {
             // Name the config's members that carry no record of the volume.
             let gone: Vec<&str> = v
                 .members
@@ -424,15 +469,24 @@ pub async fn start_volume(
                     unreachable.join("; ")
                 )
             };
-            AssembleError::Refused(format!(
-                "volume {}: members {} are missing, unreachable or carry no record of it, more \
-                 than {} can lose (it survives {} lost member(s) at worst){unreachable}; restore \
-                 the member files, start their servers, or remove the volume from the config",
-                v.name,
-                gone.join(", "),
-                v.kind_name(),
-                v.geometry.fault_tolerance().worst
-            ))
+            let ids: Vec<&str> = v
+                .members
+                .iter()
+                .map(|&m| config.members[m].id.as_str())
+                .collect();
+            AssembleError::Refused(
+                BeyondTolerance {
+                    name: &v.name,
+                    kind: v.kind_name(),
+                    worst: v.geometry.fault_tolerance().worst,
+                    why: &why,
+                    no_record: &gone,
+                    unreachable: &unreachable,
+                    ids: &ids,
+                    forced: force,
+                }
+                .text(),
+            )
         }
         source => AssembleError::Array {
             name: v.name.clone(),
@@ -514,7 +568,22 @@ pub async fn start_volume(
         tracing::warn!("{msg}");
         eprintln!("nbraidd: warning: {msg}");
     }
-    let (notes, known) = crate::heal::adopt(&array, config, v, (opened, &added), &report).await;
+    let (mut notes, known) = crate::heal::adopt(&array, config, v, (opened, &added), &report).await;
+    notes.extend(report.forced.iter().map(|f| {
+        format!(
+            "assembled by force: {} took role {} back ({} at event {} of {}); bytes written \
+             after it dropped out may be stale on it — check the data (fsck) before trusting it",
+            members.get(f.role).map_or("?", String::as_str),
+            f.role,
+            if f.was_failed {
+                "recorded failed"
+            } else {
+                "stale"
+            },
+            f.events,
+            f.newest_events
+        )
+    }));
     for n in &notes {
         tracing::warn!(volume = %v.name, "{n}");
         eprintln!("nbraidd: volume {}: {n}", v.name);
@@ -593,4 +662,80 @@ fn describe(config: &Config, v: &config::Volume) -> String {
         shape.data_members(),
         config::format_size(shape.strip),
     )
+}
+
+/// Why a volume cannot start: each absent role and why, and what can bring it back — a
+/// forced assembly when members that missed writes are there, else the lost members.
+struct BeyondTolerance<'a> {
+    name: &'a str,
+    kind: &'a str,
+    /// The member losses it survives at worst.
+    worst: usize,
+    why: &'a [(usize, Absence)],
+    /// Config ids of the members missing, blank or without its record.
+    no_record: &'a [&'a str],
+    /// Already worded: "; unreachable …" or empty.
+    unreachable: &'a str,
+    /// Config ids by the volume's member position.
+    ids: &'a [&'a str],
+    /// This start was a forced assembly already.
+    forced: bool,
+}
+
+impl BeyondTolerance<'_> {
+    fn text(&self) -> String {
+        let id = |pos: usize| self.ids.get(pos).copied().unwrap_or("?");
+        let roles: Vec<String> = self
+            .why
+            .iter()
+            .map(|(role, a)| match a {
+                Absence::Failed { member } => {
+                    format!("role {role}: {} recorded failed", id(*member))
+                }
+                Absence::Stale { member, events } => format!(
+                    "role {role}: {} stale (its records stop at event {events})",
+                    id(*member)
+                ),
+                Absence::Unreachable { member } => {
+                    format!("role {role}: {} unreachable", id(*member))
+                }
+                Absence::Lost => format!("role {role}: no member carries it"),
+            })
+            .collect();
+        let takeable = self
+            .why
+            .iter()
+            .any(|(_, a)| matches!(a, Absence::Failed { .. } | Absence::Stale { .. }));
+        let mut text = format!(
+            "volume {}: more members are out than {} can lose (it survives {} lost member(s) at \
+             worst): {}",
+            self.name,
+            self.kind,
+            self.worst,
+            roles.join("; ")
+        );
+        if !self.no_record.is_empty() {
+            text += &format!(
+                "; missing, blank or carrying no record of it: {}",
+                self.no_record.join(", ")
+            );
+        }
+        text += self.unreachable;
+        text += &if self.forced {
+            "; even by force there are not enough failed or stale members to take back: \
+             restore the member files or start their servers"
+                .to_string()
+        } else if takeable {
+            format!(
+                "; restore the lost members, or assemble by force (`nbraidd --force-assemble {}`, \
+                 as mdadm --assemble --force): the freshest failed or stale members are taken \
+                 back as current, and bytes written after they dropped out may be stale on them",
+                self.name
+            )
+        } else {
+            "; restore the member files, start their servers, or remove the volume from the config"
+                .to_string()
+        };
+        text
+    }
 }

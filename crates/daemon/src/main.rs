@@ -17,6 +17,11 @@ struct Args {
     /// Check the config, print what it declares and exit without serving.
     #[arg(long)]
     check: bool,
+    /// Assemble VOLUME by force when more members are out than it survives (mdadm
+    /// --assemble --force): the freshest failed or stale members are taken back as current;
+    /// bytes written after they dropped out may be stale on them. Repeatable.
+    #[arg(long, value_name = "VOLUME")]
+    force_assemble: Vec<String>,
 }
 
 fn main() -> ExitCode {
@@ -40,5 +45,8 @@ fn run(args: &Args) -> Result<()> {
         print!("{}", config.explain());
         return Ok(());
     }
-    nbraid_daemon::serve::run(&args.config)
+    let opts = nbraid_daemon::assemble::StartOptions {
+        force_assemble: args.force_assemble.clone(),
+    };
+    nbraid_daemon::serve::run_with(&args.config, &opts)
 }

@@ -1,7 +1,7 @@
 //! `nbraidd --config FILE`: load, assemble, listen, serve until SIGTERM/SIGINT, then drain
 //! and flush. Shared by the `nbraidd` binary and `nbraid serve`.
 
-use crate::assemble::{assemble, Assembled};
+use crate::assemble::{assemble_with, Assembled, StartOptions};
 use crate::control::{ControlServer, ControlVolume, Controls, StartReport};
 use crate::export::VolumeExport;
 use crate::nbd::{proto::MAX_PAYLOAD, Export, Limits, Listener, Server, ServerTls, TlsMode};
@@ -76,20 +76,25 @@ pub fn server_tls(config: &Config) -> Result<Vec<ServerTls>> {
 
 /// Runs the daemon on the config at `path`; returns when stopped by a signal.
 pub fn run(path: &Path) -> Result<()> {
+    run_with(path, &StartOptions::default())
+}
+
+/// [`run`] with `opts` (volumes to assemble by force).
+pub fn run_with(path: &Path, opts: &StartOptions) -> Result<()> {
     let config = config::load(path)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("nbraidd")
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(serve(config))
+    runtime.block_on(serve(config, opts))
 }
 
-async fn serve(config: Config) -> Result<()> {
+async fn serve(config: Config, opts: &StartOptions) -> Result<()> {
     // Before anything is printed: a supervisor may send SIGTERM as soon as it sees the URIs.
     let stop = stop_signals()?;
     let tls = server_tls(&config)?;
-    let volumes = assemble(&config)?;
+    let volumes = assemble_with(&config, opts)?;
     let controls = Arc::new(controls(&config, &volumes));
     let served: Vec<(Arc<Array>, Arc<VolumeExport>)> = volumes
         .iter()

@@ -88,7 +88,12 @@ impl Drop for Daemon {
 
 impl Daemon {
     pub fn start(config: &Path) -> Daemon {
-        let nbraidd = Path::new(env!("CARGO_BIN_EXE_nbraid")).with_file_name("nbraidd");
+        Daemon::start_with(config, &[])
+    }
+
+    /// [`Daemon::start`] with more `nbraidd` arguments.
+    pub fn start_with(config: &Path, args: &[&str]) -> Daemon {
+        let nbraidd = nbraidd_path();
         assert!(
             nbraidd.is_file(),
             "{} is not built: run `cargo build --bin nbraidd` (or `cargo test --workspace`)",
@@ -98,6 +103,7 @@ impl Daemon {
             .arg("--config")
             .arg(config)
             .args(["--log-level", "warn"])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
@@ -132,6 +138,11 @@ impl Daemon {
             "the control socket is removed on exit"
         );
     }
+}
+
+/// The `nbraidd` binary built beside `nbraid`.
+pub fn nbraidd_path() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_nbraid")).with_file_name("nbraidd")
 }
 
 /// Starts the daemon on `config` (listening on `nbd.sock` beside it); the NBD URI of `volume`.

@@ -61,6 +61,9 @@ pub struct ArrayOptions {
     /// instead of [`crate::ppl::DEFAULT_AREA_BYTES`] inside the 1 MiB metadata area. A larger
     /// ring settles its entries in fewer member flushes. Opening uses the recorded place.
     pub ppl_area_before_region_bytes: Option<u64>,
+    /// Opening only: past the volume's tolerance, take back the freshest failed or stale
+    /// members ([`super::assemble_forced`], mdadm's `--assemble --force`).
+    pub force_assembly: bool,
 }
 
 impl Default for ArrayOptions {
@@ -71,6 +74,7 @@ impl Default for ArrayOptions {
             ppl: true,
             bitmap_clear_delay: intent::DEFAULT_CLEAR_DELAY,
             ppl_area_before_region_bytes: None,
+            force_assembly: false,
         }
     }
 }
@@ -108,6 +112,8 @@ pub struct OpenReport {
     pub rebuilding_roles: Vec<(usize, u64)>,
     /// What replaying the partial-parity log did (nothing after a clean shutdown).
     pub ppl: crate::ppl::RecoverReport,
+    /// Roles a forced assembly took back (their late bytes may be stale).
+    pub forced: Vec<super::ForcedRole>,
 }
 
 pub struct Array {
@@ -342,7 +348,11 @@ impl Array {
             .iter()
             .map(|m| m.as_ref().map_or(Probe::Missing, |m| m.probe().clone()))
             .collect();
-        let asm = assemble(name, config_tree, &probes)?;
+        let asm = if opts.force_assembly {
+            super::assemble_forced(name, config_tree, &probes)?
+        } else {
+            assemble(name, config_tree, &probes)?
+        };
         let by_role: Vec<Option<Arc<MemberMeta>>> = asm
             .roles
             .iter()
@@ -411,6 +421,10 @@ impl Array {
         {
             let mut rec = array.records.recorded.lock().await;
             rec.events = asm.events;
+            // Trusted from now on: the next commit records them current.
+            for f in &asm.forced {
+                rec.members[f.role].state = RecordedState::Active;
+            }
         }
         for w in &warnings {
             tracing::warn!("volume `{name}`: {w}");
@@ -425,6 +439,7 @@ impl Array {
             background_bytes: 0,
             roles: asm.roles.clone(),
             rebuilding_roles,
+            forced: asm.forced.clone(),
         };
         if !asm.clean || !stale.is_empty() {
             let capacity = array.volume.capacity();

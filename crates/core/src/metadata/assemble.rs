@@ -71,6 +71,23 @@ pub struct Assembly {
     /// (A returning member whose role is recorded rebuilding because it went missing is
     /// not listed: it is stale, resynced over the bitmap's regions.)
     pub rebuilding: Vec<(usize, u64)>,
+    /// Roles a forced assembly ([`assemble_forced`]) took back past the volume's tolerance:
+    /// served as current without a resync, so bytes written after they dropped out may be
+    /// stale on them. Empty for an ordinary assembly.
+    pub forced: Vec<ForcedRole>,
+}
+
+/// A role a forced assembly trusts although its member missed writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForcedRole {
+    pub role: usize,
+    /// The config position of the member taken back.
+    pub member: usize,
+    /// Its record's event counter, and the newest one: the commits it missed.
+    pub events: u64,
+    pub newest_events: u64,
+    /// Why it was out: recorded failed by its peers, or stale.
+    pub was_failed: bool,
 }
 
 impl Assembly {
@@ -112,7 +129,12 @@ pub enum AssembleError {
     #[error(
         "volume `{volume}`: roles {absent} have no trusted member, more than the volume tolerates"
     )]
-    BeyondTolerance { volume: String, absent: String },
+    BeyondTolerance {
+        volume: String,
+        absent: String,
+        /// Each absent role and why (a failed or stale member may be taken back by force).
+        why: Vec<(usize, Absence)>,
+    },
 }
 
 /// Decides how volume `name`, declared by `config_tree` over the config's members (leaf
@@ -121,6 +143,50 @@ pub fn assemble(
     name: &str,
     config_tree: &Node,
     probes: &[Probe],
+) -> Result<Assembly, AssembleError> {
+    assemble_with(name, config_tree, probes, false)
+}
+
+/// [`assemble`], and where more roles are absent than the volume survives, takes back the
+/// freshest members that carry this array's records (failed or stale ones, the most recent
+/// event counter first) until it survives — mdadm's `--assemble --force`. What it took back
+/// is in [`Assembly::forced`]: their bytes written after they dropped out may be stale.
+/// Members of another array, blank or unreadable ones are never taken.
+pub fn assemble_forced(
+    name: &str,
+    config_tree: &Node,
+    probes: &[Probe],
+) -> Result<Assembly, AssembleError> {
+    assemble_with(name, config_tree, probes, true)
+}
+
+/// The roles to take back, freshest first, until `tree` survives: `candidates` are
+/// (role, events) of absent roles whose member is there with this array's records,
+/// `absent` every absent role. `None` when even all of them do not make it survive.
+pub fn pick_forced(
+    tree: &Node,
+    absent: &[usize],
+    candidates: &[(usize, u64)],
+) -> Option<Vec<usize>> {
+    let mut by_freshness = candidates.to_vec();
+    // The freshest first; among equals the lower role, so the choice is repeatable.
+    by_freshness.sort_by_key(|&(role, events)| (std::cmp::Reverse(events), role));
+    let mut taken = Vec::new();
+    for (role, _) in by_freshness {
+        if tree.survives(&|m| absent.contains(&m) && !taken.contains(&m)) {
+            break;
+        }
+        taken.push(role);
+    }
+    tree.survives(&|m| absent.contains(&m) && !taken.contains(&m))
+        .then_some(taken)
+}
+
+fn assemble_with(
+    name: &str,
+    config_tree: &Node,
+    probes: &[Probe],
+    force: bool,
 ) -> Result<Assembly, AssembleError> {
     let volume = name.to_string();
     // Records of this volume, by config position.
@@ -262,18 +328,38 @@ pub fn assemble(
             }
         }
     }
-    let mut failed = Vec::new();
+    let mut failed: Vec<usize> = roles
+        .iter()
+        .enumerate()
+        .filter_map(|(r, m)| m.is_err().then_some(r))
+        .collect();
+    let mut forced = Vec::new();
+    if force && !newest.tree.survives(&|m| failed.contains(&m)) {
+        forced = force_roles(&newest.tree, &records, newest.events, &mut roles);
+        failed.retain(|r| roles[*r].is_err());
+    }
     for (role, m) in roles.iter().enumerate() {
-        match m {
-            Ok(_) => {}
-            Err(a) => {
-                failed.push(role);
-                warnings.push(format!("role {role}: {}", describe(a)));
-            }
+        if let Err(a) = m {
+            warnings.push(format!("role {role}: {}", describe(a)));
         }
+    }
+    for f in &forced {
+        warnings.push(format!(
+            "role {}: FORCED back in (member {}, {} at event {} of {}): served as current without a resync; bytes written after it dropped out may be stale on it",
+            f.role,
+            f.member,
+            if f.was_failed { "recorded failed" } else { "stale" },
+            f.events,
+            f.newest_events
+        ));
     }
     if !newest.tree.survives(&|m| failed.contains(&m)) {
         return Err(AssembleError::BeyondTolerance {
+            why: roles
+                .iter()
+                .enumerate()
+                .filter_map(|(r, m)| m.as_ref().err().map(|a| (r, a.clone())))
+                .collect(),
             volume,
             absent: failed
                 .iter()
@@ -295,7 +381,50 @@ pub fn assemble(
         clean,
         warnings,
         rebuilding: resuming,
+        forced,
     })
+}
+
+/// Takes back into `roles` the freshest failed or stale members ([`pick_forced`]) and says
+/// which; nothing when even all of them leave the tree beyond its tolerance.
+fn force_roles(
+    tree: &Node,
+    records: &[Option<&VolumeRecord>],
+    newest_events: u64,
+    roles: &mut [Result<usize, Absence>],
+) -> Vec<ForcedRole> {
+    let absent: Vec<usize> = (0..roles.len()).filter(|&r| roles[r].is_err()).collect();
+    let events_of = |member: usize| records[member].map_or(0, |r| r.events);
+    let candidates: Vec<(usize, u64)> = absent
+        .iter()
+        .filter_map(|&r| match roles[r] {
+            Err(Absence::Failed { member } | Absence::Stale { member, .. }) => {
+                Some((r, events_of(member)))
+            }
+            _ => None,
+        })
+        .collect();
+    let Some(taken) = pick_forced(tree, &absent, &candidates) else {
+        return Vec::new();
+    };
+    taken
+        .into_iter()
+        .map(|role| {
+            let (member, was_failed) = match roles[role] {
+                Err(Absence::Failed { member }) => (member, true),
+                Err(Absence::Stale { member, .. }) => (member, false),
+                _ => unreachable!("only failed or stale roles are candidates"),
+            };
+            roles[role] = Ok(member);
+            ForcedRole {
+                role,
+                member,
+                events: events_of(member),
+                newest_events,
+                was_failed,
+            }
+        })
+        .collect()
 }
 
 /// Gives each unreachable member (its superblock unknown) the lost role at its position in

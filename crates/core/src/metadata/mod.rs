@@ -29,7 +29,9 @@ mod spares;
 mod superblock;
 
 pub use array::{Array, ArrayError, ArrayOptions, CleanMark, OpenReport};
-pub use assemble::{assemble, Absence, AssembleError, Assembly, Probe};
+pub use assemble::{
+    assemble, assemble_forced, pick_forced, Absence, AssembleError, Assembly, ForcedRole, Probe,
+};
 pub use heal::RebuildReport;
 pub use io::{read_superblock, write_superblock, Found, SuperblockIoError};
 pub use member_meta::MemberMeta;
