@@ -398,6 +398,35 @@ fn pause_text(op: &str, touched: &[&str], selected: &[&str]) -> String {
     out
 }
 
+/// How long a finished pass stays in the plain status.
+const DONE_SHOWN_S: u64 = 3600;
+
+/// "42s", "5 min", "2 h".
+fn ago_text(s: u64) -> String {
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{} min", s / 60),
+        _ => format!("{} h", s / 3600),
+    }
+}
+
+/// A pass's moves as "d2 → s1, d4 → d4" (who held each role, who is written now).
+fn moves_text(moves: Option<&Value>) -> String {
+    moves
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            format!(
+                "{} → {}",
+                m["from"].as_str().unwrap_or("?"),
+                m["to"].as_str().unwrap_or("?")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Polls the volume's scrub or rebuild (`what`) until it stops, with a progress bar; its
 /// last report.
 fn follow_pass(c: &mut Client, volume: &str, what: &str, bar: bool) -> Result<Value> {
@@ -543,6 +572,10 @@ pub fn status_table(v: &Value) -> String {
             count(&io["writes"]),
             cache,
         );
+        // The array's id (mdadm --detail's UUID), when the daemon says it.
+        if let Some(id) = vol["metadata"]["array"].as_str() {
+            out += &format!("  array {id}\n");
+        }
         // Background passes: a rebuild (or replace), the resync after an unclean start, the
         // resync of re-added members.
         for (what, roles) in [
@@ -554,16 +587,25 @@ pub fn status_table(v: &Value) -> String {
                 continue;
             };
             if r["state"] == "done" {
-                // Its roles are current and its counters said all they had to say.
-                out += &match r["total_bytes"].as_u64().unwrap_or(0) {
-                    0 => format!("  {what} done\n"),
-                    total => format!("  {what} done over {}\n", bytes(total)),
+                // Its roles are current and its counters said all they had to say; an hour
+                // on, it is history (`--json` keeps it).
+                let ago = r.get("done_s_ago").and_then(Value::as_u64);
+                if ago.is_some_and(|s| s >= DONE_SHOWN_S) {
+                    continue;
+                }
+                let over = match r["total_bytes"].as_u64().unwrap_or(0) {
+                    0 => String::new(),
+                    total => format!(" over {}", bytes(total)),
                 };
+                let ago = ago.map_or(String::new(), |s| format!(", {} ago", ago_text(s)));
+                out += &format!("  {what} done{over}{ago}\n");
                 continue;
             }
             let total = r["total_bytes"].as_u64().unwrap_or(0).max(1);
             let pct = r["position_bytes"].as_u64().unwrap_or(0) as f64 * 100.0 / total as f64;
+            let moves = moves_text(r.get("moves"));
             let roles = match r.get("roles") {
+                _ if !moves.is_empty() => format!(" {moves}"),
                 Some(list) if !roles.is_empty() => format!(" {roles}{list}"),
                 _ => String::new(),
             };
@@ -576,8 +618,8 @@ pub fn status_table(v: &Value) -> String {
                 } else {
                     ""
                 },
-                r["eta_s"]
-                    .as_u64()
+                r.get("eta_s")
+                    .and_then(Value::as_u64)
                     .map_or(String::new(), |e| format!(", eta {e}s"))
             );
         }
@@ -590,9 +632,14 @@ pub fn status_table(v: &Value) -> String {
             .flatten()
             .filter_map(Value::as_str)
             .collect();
-        if !spares.is_empty() {
-            out += &format!("  spares: {}\n", spares.join(" "));
-        }
+        out += &format!(
+            "  spares: {}\n",
+            if spares.is_empty() {
+                "none".to_string()
+            } else {
+                spares.join(" ")
+            }
+        );
         for n in vol["notes"].as_array().into_iter().flatten() {
             out += &format!("  note: {}\n", n.as_str().unwrap_or("?"));
         }
@@ -635,6 +682,7 @@ mod tests {
             "rebuild": pass(25 << 20), "resync": pass(50 << 20), "readd": pass(75 << 20),
         }]});
         let t = status_table(&status);
+        assert!(t.contains("  spares: none\n"), "{t}");
         for line in [
             "rebuild running 25% of roles [1] at 10.0 MiB/s, eta 5s",
             "resync running 50% at 10.0 MiB/s, eta 5s",
@@ -642,6 +690,44 @@ mod tests {
         ] {
             assert!(t.contains(line), "{line:?} not in\n{t}");
         }
+    }
+
+    /// A pass names who held each role and who is written now; a finished one says how
+    /// long ago and leaves the table after an hour; the array id is shown.
+    #[test]
+    fn passes_name_their_moves_and_finished_ones_age() {
+        let status = |rebuild: Value| {
+            json!({"volumes": [{
+                "name": "db", "level": "raid6", "state": "degraded", "capacity_bytes": 1u64 << 30,
+                "members": [], "scrub": null, "io": {}, "cache": {}, "spares": ["s2"],
+                "metadata": {"array": "0f3c0a9e-5b1d-4e0c-9a53-1c2d3e4f5a6b"},
+                "rebuild": rebuild,
+            }]})
+        };
+        let t = status_table(&status(json!({
+            "state": "running", "roles": [1], "position_bytes": 1u64 << 29,
+            "total_bytes": 1u64 << 30, "rate_bytes_per_s": 0,
+            "moves": [{"role": 1, "from": "d1", "to": "s1"}],
+        })));
+        assert!(t.contains("rebuild running 50% d1 → s1 at"), "{t}");
+        assert!(!t.contains("roles [1]"), "{t}");
+        assert!(
+            t.contains("  array 0f3c0a9e-5b1d-4e0c-9a53-1c2d3e4f5a6b\n"),
+            "{t}"
+        );
+        assert!(t.contains("  spares: s2\n"), "{t}");
+        let done = |ago: u64| {
+            status_table(&status(json!({
+                "state": "done", "roles": [], "position_bytes": 1u64 << 30,
+                "total_bytes": 1u64 << 30, "done_s_ago": ago,
+            })))
+        };
+        assert!(
+            done(300).contains("  rebuild done over 1.0 GiB, 5 min ago\n"),
+            "{}",
+            done(300)
+        );
+        assert!(!done(7200).contains("rebuild"), "{}", done(7200));
     }
 
     #[test]
@@ -661,7 +747,7 @@ mod tests {
         assert_eq!(end(lines[0], "WRITES"), end(row, " 45"), "\n{t}");
         assert!(row.ends_with("  -"), "no cache shown as -:\n{t}");
         assert!(
-            lines[2].contains("reads         7 writes     12345 read errors    0"),
+            t.contains("reads         7 writes     12345 read errors    0"),
             "\n{t}"
         );
     }

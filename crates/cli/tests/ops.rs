@@ -597,6 +597,8 @@ fn pause_while_idle_holds_a_rebuild_that_starts_later() {
         v2["rebuild"]["position_bytes"], 0,
         "the rebuild ran while held: {v2:#}"
     );
+    let status = ok(nbraid(&["status", "--config", cfg]), "status");
+    assert!(status.contains("rebuild paused 0% d1 → s0"), "{status}");
     let said = ok(nbraid(&["resume", "r6", "--config", cfg]), "resume");
     assert!(said.contains("resumed: r6"), "{said}");
     wait_for(cfg, "the rebuild to finish", |v| {

@@ -187,9 +187,56 @@ pub struct MemberSlot {
     read_errors: AtomicU64,
     /// Stale (it missed writes) and being resynced: written, never read.
     resyncing: AtomicBool,
+    /// This volume's own reads and writes of the member's region (a member file shared by
+    /// several volumes counts each volume's apart; its own counters count them all).
+    region_io: RegionIo,
+}
+
+/// Reads and writes a volume sent to one member's region, by count and bytes.
+#[derive(Debug, Default)]
+struct RegionIo {
+    reads: AtomicU64,
+    read_bytes: AtomicU64,
+    writes: AtomicU64,
+    write_bytes: AtomicU64,
+}
+
+/// A copy of [`RegionIo`] at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegionIoSnapshot {
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+}
+
+impl RegionIo {
+    fn read(&self, len_bytes: u64) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.read_bytes.fetch_add(len_bytes, Ordering::Relaxed);
+    }
+
+    fn write(&self, len_bytes: u64) {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.write_bytes.fetch_add(len_bytes, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> RegionIoSnapshot {
+        RegionIoSnapshot {
+            reads: self.reads.load(Ordering::Relaxed),
+            read_bytes: self.read_bytes.load(Ordering::Relaxed),
+            writes: self.writes.load(Ordering::Relaxed),
+            write_bytes: self.write_bytes.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl MemberSlot {
+    /// This volume's reads and writes of the member's region so far.
+    pub fn region_io(&self) -> RegionIoSnapshot {
+        self.region_io.snapshot()
+    }
+
     /// The member serving this slot now.
     pub fn member(&self) -> Arc<dyn Member> {
         self.member.read().clone()
@@ -290,6 +337,7 @@ impl MemberTable {
                     writes_durable: AtomicU64::new(0),
                     read_errors: AtomicU64::new(0),
                     resyncing: AtomicBool::new(false),
+                    region_io: RegionIo::default(),
                 })
                 .collect(),
             failed: AtomicUsize::new(0),
@@ -484,6 +532,7 @@ impl ArrayNode for LeafNode {
             if !slot.is_current() {
                 return Err(self.unavailable(offset, buf.len() as u64));
             }
+            slot.region_io.read(buf.len() as u64);
             slot.member()
                 .read(self.start + offset, buf)
                 .await
@@ -500,6 +549,7 @@ impl ArrayNode for LeafNode {
                 return Err(self.unavailable(offset, data.len() as u64));
             }
             let at = self.start + offset;
+            slot.region_io.write(data.len() as u64);
             let rep = slot.replacement();
             let copy = rep.as_ref().map(|r| r.write(at, data.clone(), fua));
             let r = slot.member().write(at, data, fua).await;
@@ -520,6 +570,8 @@ impl ArrayNode for LeafNode {
                 let len = bufs.iter().map(|b| b.len() as u64).sum();
                 return Err(self.unavailable(offset, len));
             }
+            slot.region_io
+                .read(bufs.iter().map(|b| b.len() as u64).sum());
             slot.member()
                 .read_vectored(self.start + offset, bufs)
                 .await
@@ -542,6 +594,8 @@ impl ArrayNode for LeafNode {
                 return Err(self.unavailable(offset, len));
             }
             let at = self.start + offset;
+            slot.region_io
+                .write(data.iter().map(|d| d.len() as u64).sum());
             let rep = slot.replacement();
             let copy = rep
                 .as_ref()

@@ -72,6 +72,8 @@ pub struct PassControl {
     state: AtomicU64,
     /// Bytes per second over the current run (0 until a window is done).
     measured_bytes_per_s: AtomicU64,
+    /// When the pass reached `Done` (status stops showing a pass finished long ago).
+    done_at: parking_lot::Mutex<Option<Instant>>,
 }
 
 impl PassControl {
@@ -144,7 +146,16 @@ impl PassControl {
     }
 
     fn set_state(&self, s: PassState) {
+        if s == PassState::Done && self.state() != PassState::Done {
+            *self.done_at.lock() = Some(Instant::now());
+        }
         self.state.store(state_code(s), Relaxed);
+    }
+
+    /// Seconds since the pass finished, once it is done.
+    pub fn done_s_ago(&self) -> Option<u64> {
+        let at = (*self.done_at.lock())?;
+        (self.state() == PassState::Done).then(|| at.elapsed().as_secs())
     }
 
     pub fn state(&self) -> PassState {

@@ -262,6 +262,12 @@ impl Volume {
         self.table.slots().iter().map(|s| s.read_errors()).collect()
     }
 
+    /// Per member: this volume's own reads and writes of its region (Matrix volumes on one
+    /// file count apart; [`Volume::member_counters`] counts the whole file).
+    pub fn member_region_io(&self) -> Vec<crate::node::RegionIoSnapshot> {
+        self.table.slots().iter().map(|s| s.region_io()).collect()
+    }
+
     /// Every member's own counters.
     pub fn member_counters(&self) -> Vec<CounterSnapshot> {
         self.table

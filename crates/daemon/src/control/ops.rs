@@ -293,9 +293,12 @@ fn rebuild_json(v: &ControlVolume) -> Value {
         return Value::Null;
     };
     let state = v.rebuild_state().unwrap_or(c.state());
+    let roles: Vec<usize> = v.array.rebuilding().iter().map(|(r, _)| *r).collect();
     json!({
         "state": state.name(),
-        "roles": v.array.rebuilding().iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+        "moves": moves(v, &roles),
+        "roles": roles,
+        "done_s_ago": c.done_s_ago(),
         "position_bytes": c.position_bytes(),
         "total_bytes": c.total_bytes(),
         "rate_bytes_per_s": c.measured_bytes_per_s(),
@@ -306,14 +309,43 @@ fn rebuild_json(v: &ControlVolume) -> Value {
     })
 }
 
+/// For each role a pass fills: who held it at start and who is written now (a spare or a
+/// replacement by its id; the same id when a member comes back into its own role).
+fn moves(v: &ControlVolume, roles: &[usize]) -> Vec<Value> {
+    let ids = v.member_ids();
+    let vol = v.array.volume();
+    roles
+        .iter()
+        .map(|&r| {
+            let (from, to) = match vol.replacement(r) {
+                Some(rep) => (ids[r].clone(), v.id_of(&rep)),
+                None => (v.members[r].clone(), ids[r].clone()),
+            };
+            json!({ "role": r, "from": from, "to": to })
+        })
+        .collect()
+}
+
+/// A member's path as the operator can use it anywhere: relative paths are the daemon's
+/// (its working directory); URIs and `memory:` stay as they are.
+fn absolute_path(name: &str) -> String {
+    if name.contains("://") || name.starts_with("memory:") || name.starts_with("nbd+") {
+        return name.to_string();
+    }
+    std::path::absolute(name).map_or_else(|_| name.to_string(), |p| p.display().to_string())
+}
+
 /// The re-add resync (`returning.rs`): its pass, and the roles it brings back.
 fn readd_json(v: &ControlVolume) -> Value {
     let Some(c) = v.readd.lock().clone() else {
         return Value::Null;
     };
+    let roles: Vec<usize> = v.array.returning().iter().map(|(r, _)| *r).collect();
     json!({
         "state": c.state().name(),
-        "roles": v.array.returning().iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+        "moves": moves(v, &roles),
+        "roles": roles,
+        "done_s_ago": c.done_s_ago(),
         "position_bytes": c.position_bytes(),
         "total_bytes": c.total_bytes(),
         "rate_bytes_per_s": c.measured_bytes_per_s(),
@@ -603,17 +635,18 @@ fn status(v: &ControlVolume) -> Value {
     let vol = v.array.volume();
     let states = vol.member_states();
     let counters = vol.member_counters();
+    let region_io = vol.member_region_io();
     let read_errors = vol.member_read_errors();
     let ids = v.member_ids();
     let members: Vec<Value> = ids
         .iter()
         .enumerate()
         .map(|(i, id)| {
-            let c = &counters[i];
+            let (c, file) = (&region_io[i], &counters[i]);
             json!({
                 "id": id,
                 "index": i,
-                "path": vol.member(i).name(),
+                "path": absolute_path(vol.member(i).name()),
                 "state": match (states[i], v.at_start.get(i).copied()) {
                     (MemberState::Healthy, _) if !vol.member_is_current(i) => "rebuilding",
                     (MemberState::Healthy, _) => "healthy",
@@ -627,6 +660,12 @@ fn status(v: &ControlVolume) -> Value {
                 "writes": c.writes,
                 "read_bytes": c.read_bytes,
                 "write_bytes": c.write_bytes,
+                // The whole file's, every volume on it and the metadata included.
+                "file_io": {
+                    "reads": file.reads, "writes": file.writes,
+                    "read_bytes": file.read_bytes, "write_bytes": file.write_bytes,
+                    "flushes": file.flushes,
+                },
             })
         })
         .collect();
@@ -672,6 +711,7 @@ fn status(v: &ControlVolume) -> Value {
         "rebuild": rebuild_json(v),
         "resync": v.resync.lock().as_ref().map(|c| json!({
             "state": c.state().name(),
+            "done_s_ago": c.done_s_ago(),
             "position_bytes": c.position_bytes(),
             "total_bytes": c.total_bytes(),
             "remaining_bytes": v.array.background_bytes(),
