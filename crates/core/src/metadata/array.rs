@@ -523,7 +523,11 @@ impl Array {
                             .for_each(|(u, b)| *u |= b);
                     }
                 }
-                Some(Intent::new(volume.capacity(), b.chunk_bytes, union))
+                let intent = Intent::new(volume.capacity(), b.chunk_bytes, union);
+                Some(intent.map_err(|detail| ArrayError::Metadata {
+                    volume: name.to_string(),
+                    detail,
+                })?)
             }
         };
         let heal: Arc<super::heal::Heal> = Default::default();
