@@ -286,6 +286,17 @@ fn decode_entry(b: &[u8], version: u32) -> Option<(Entry, usize)> {
     Some((e, len))
 }
 
+/// The length a batch starting at `bytes[0]` declares (its header's magic and version
+/// right), unchecked otherwise: how many bytes to read to decode it.
+pub fn declared_len(bytes: &[u8]) -> Option<usize> {
+    let version = u32_at(bytes, 8)?;
+    if bytes.get(..8)? != BATCH_MAGIC || !(LOG_VERSION_1..=LOG_VERSION).contains(&version) {
+        return None;
+    }
+    let len = u32_at(bytes, 16)? as usize;
+    (len >= BATCH_HEADER_BYTES).then_some(len)
+}
+
 /// Every batch found in a log area's bytes (at block boundaries).
 pub fn scan(area: &[u8]) -> Vec<Batch> {
     let mut out = Vec::new();
