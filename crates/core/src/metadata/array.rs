@@ -268,8 +268,13 @@ impl Array {
             let held = m.sb.lock().await.clone();
             let ppl = match opts.ppl_area_before_region_bytes {
                 None => super::ppl_area::allocate(held.as_ref(), &tree, &avoid),
-                Some(len) => super::ppl_area::before_region(held.as_ref(), &tree, role, len)
-                    .map_err(|e| bad(format!("member {role}: {e}")))?,
+                Some(len) => super::ppl_area::before_region(held.as_ref(), &tree, role, len),
+            };
+            // With the log off an area is kept where one fits (it may be switched on later).
+            let ppl = match ppl {
+                Ok(a) => a,
+                Err(_) if !opts.ppl => None,
+                Err(e) => return Err(bad(format!("member {role}: {e}"))),
             };
             if let Some(a) = ppl {
                 super::ppl_area::clear(&*m.member, a)

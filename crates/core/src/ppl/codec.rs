@@ -13,11 +13,11 @@ pub const LOG_VERSION: u32 = 2;
 /// The first version: every RAID 6 entry carries partial P and Q (on both rings). Still read.
 pub const LOG_VERSION_1: u32 = 1;
 /// Bytes of a batch header.
-pub const BATCH_HEADER_BYTES: usize = 64;
+pub const BATCH_HEADER_BYTES: usize = nbraid_layout::LOG_BATCH_HEADER_BYTES as usize;
 /// Bytes of an entry header (before its masks).
-pub const ENTRY_HEADER_BYTES: usize = 32;
+pub const ENTRY_HEADER_BYTES: usize = nbraid_layout::LOG_ENTRY_HEADER_BYTES as usize;
 /// Batches start on, and are written in, blocks of this size.
-pub const LOG_BLOCK_BYTES: u64 = 4096;
+pub const LOG_BLOCK_BYTES: u64 = nbraid_layout::LOG_BLOCK_BYTES;
 
 /// Which partial parity an entry carries on a ring: the P ring of a stripe its partial P,
 /// the Q ring its partial Q.
