@@ -462,7 +462,16 @@ impl Cx<'_> {
                 })?),
             },
         };
-        let metadata = volume_meta::metadata_options(v, &who)?;
+        let mut metadata = volume_meta::metadata_options(v, &who)?;
+        // A log whose ring the metadata area cannot hold (large strips) gets a reserve sized
+        // from the strip, as if `write_hole_log_size` had asked for it: every parity volume
+        // has its log. The strips, hence the ring, do not depend on where regions start.
+        if metadata.ppl && metadata.ppl_log_bytes.is_none() {
+            let trial = allocate(&who, plan.sizing(), requested, &idx, members, usage)
+                .ok()
+                .and_then(|regions| plan.geometry(&regions).ok());
+            metadata.ppl_log_bytes = trial.and_then(|g| nbraid_layout::log_reserve_bytes(g.root()));
+        }
         // The write-hole log's reserve comes before the volume's region on every member.
         if let Some(log_bytes) = metadata.ppl_log_bytes {
             for &m in &idx {
@@ -494,6 +503,21 @@ impl Cx<'_> {
                 ErrorKind::Option,
                 format!("{who}: write_hole_log_size applies only to volumes with RAID 5/6 parity (raid5, raid6, raid50, raid60 or a tree with a parity node); remove it"),
             ));
+        }
+        let ring = nbraid_layout::volume_log_ring_bytes(geometry.root());
+        if let (Some(s), Some(given), Some(need)) = (&v.write_hole_log_size, metadata.ppl_log_bytes, ring) {
+            if given < need {
+                return Err(Problem::new(
+                    s.span(),
+                    ErrorKind::Option,
+                    format!(
+                        "{who}: write_hole_log_size {} is smaller than the log its strips need ({}: two of the largest stripe write's entries); give at least \"{}\", or remove it to have it sized from the strip",
+                        format_size(given),
+                        format_size(need),
+                        format_size_exact(need.next_multiple_of(1 << 20))
+                    ),
+                ));
+            }
         }
         for (&m, r) in idx.iter().zip(&regions) {
             usage[m].cursor = r.start + r.len;

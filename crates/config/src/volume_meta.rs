@@ -273,6 +273,41 @@ mod tests {
         assert_eq!(plain.volumes[0].capacity() - v.capacity(), 2 * (8 << 20));
     }
 
+    /// Every strip of RAID 5 and RAID 6 gets its log: inside the metadata area while its
+    /// ring fits there, else in a reserve before the region sized from the strip (the
+    /// capacity shrinks by it); a given size below the ring is refused, naming the need.
+    #[test]
+    fn every_strip_gets_room_for_its_write_hole_log() {
+        let strips = std::iter::successors(Some(nbraid_layout::STRIP_MIN), |s| Some(s * 2))
+            .take_while(|&s| s <= nbraid_layout::STRIP_MAX);
+        for strip in strips {
+            for level in ["raid5", "raid6"] {
+                let members: String = (0..4)
+                    .map(|i| format!("[[member]]\nid = \"m{i}\"\npath = \"memory:\"\nsize = \"256MiB\"\n"))
+                    .collect();
+                let text = format!(
+                    "{members}[[volume]]\nname = \"v\"\nlevel = \"{level}\"\nmembers = [\"m0\", \"m1\", \"m2\", \"m3\"]\nstrip_size = {strip}\n"
+                );
+                let c = parse(&text, Path::new("t.toml")).unwrap();
+                let v = &c.volumes[0];
+                let root = v.geometry.root();
+                let ring = nbraid_layout::volume_log_ring_bytes(root).unwrap();
+                let what = format!("{level} strip {strip}: ring {ring}");
+                match v.metadata.ppl_log_bytes {
+                    None => assert!(ring <= nbraid_layout::LOG_IN_METADATA_AREA_MAX_BYTES, "{what}"),
+                    Some(reserve) => {
+                        assert!(reserve >= ring, "{what}: reserve {reserve}");
+                        for r in &v.regions {
+                            assert_eq!(r.start, crate::METADATA_RESERVED + reserve, "{what}");
+                        }
+                    }
+                }
+            }
+        }
+        let e = raid5("strip_size = \"1MiB\"\nwrite_hole_log_size = \"1MiB\"").expect_err("too small");
+        assert!(e.to_string().contains("smaller than the log its strips need"), "{e}");
+    }
+
     #[test]
     fn write_hole_log_size_is_refused_where_it_cannot_apply() {
         for (text, kind, says) in [

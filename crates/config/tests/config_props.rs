@@ -164,6 +164,11 @@ proptest! {
                         "overlap on m{}: {:?} and {}..{}", m, r, s, e);
                 }
                 taken[m].push((r.start, r.start + r.len));
+                // The write-hole log's reserve, right before the region (large strips).
+                if let Some(log) = v.metadata.ppl_log_bytes {
+                    prop_assert!(r.start >= METADATA_RESERVED + log);
+                    taken[m].push((r.start - log, r.start));
+                }
             }
             if v.level() == Some(Level::Jbod) {
                 prop_assert!(v.regions.iter().all(|r| r.len % JBOD_ALIGN == 0));

@@ -281,7 +281,8 @@ fn main() {
     let _ = std::fs::remove_dir_all(&dir);
 
     // The bitmap's own work on a write whose bit is set: begin + end, no I/O.
-    let intent = nbraid_core::metadata::intent::Intent::new(capacity, 64 * MIB, vec![0xff; 4096]);
+    let intent = nbraid_core::metadata::intent::Intent::new(capacity, 64 * MIB, vec![0xff; 4096])
+        .expect("a bitmap that fits");
     let n = 1_000_000u64;
     let t = Instant::now();
     for i in 0..n {

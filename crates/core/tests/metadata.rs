@@ -295,6 +295,40 @@ fn every_corruption_is_named() {
     assert!(e.to_string().contains("role"), "{e}");
 }
 
+/// A checksum proves the bytes were written so, not that they are sane: lengths, offsets
+/// and checkpoints past the format's limits are named, whatever the recorded member size.
+#[test]
+fn values_past_the_formats_limits_are_named() {
+    let refused = |f: &dyn Fn(&mut VolumeRecord), what: &str| {
+        let mut sb = superblock();
+        sb.member_bytes = 1 << 50;
+        f(&mut sb.volumes[0]);
+        let e = Superblock::decode(&sb.encode().unwrap()).unwrap_err();
+        assert!(e.to_string().contains(what), "{what}: {e}");
+    };
+    let bitmap = |f: fn(&mut BitmapArea)| move |v: &mut VolumeRecord| f(v.bitmap.as_mut().unwrap());
+    refused(&bitmap(|b| b.area.len = 16 << 40), "bitmap area");
+    refused(&bitmap(|b| b.chunk_bytes = 4096), "bitmap area"); // 1 GiB needs 32 KiB of bits
+    refused(&bitmap(|b| b.area.offset = 4096), "bitmap area"); // over the superblocks
+    refused(&bitmap(|b| b.area.offset = MIB), "bitmap area"); // over the region
+    let ppl = |offset, len| move |v: &mut VolumeRecord| v.ppl = Some(Area { offset, len });
+    refused(&ppl(2 << 30, 2 << 30), "partial-parity log area");
+    refused(&ppl(256 << 10, 1000), "partial-parity log area");
+    refused(
+        &|v| v.members[2].state = RecordedState::Rebuilding { checkpoint_bytes: 1 << 40 },
+        "rebuild checkpoint",
+    );
+    refused(
+        &|v| {
+            v.scrub = Some(ScrubCheckpoint {
+                position_bytes: 1 << 40,
+                repair: false,
+            })
+        },
+        "scrub checkpoint",
+    );
+}
+
 #[test]
 fn the_newest_valid_copy_serves() {
     let mut old = superblock();
@@ -373,9 +407,13 @@ mod on_members {
     use nbraid_core::metadata::{read_superblock, write_superblock, Found};
     use nbraid_core::{Member, MemoryMember};
 
+    /// Room for [`raid5_record`]'s region (a superblock placing bytes past its member's end
+    /// is refused); memory members are sparse.
+    const MEMBER_BYTES: u64 = MIB + (1 << 30);
+
     #[test]
     fn blank_member_then_alternating_copies() {
-        let m = MemoryMember::new("m0", 4 * MIB);
+        let m = MemoryMember::new("m0", MEMBER_BYTES);
         assert!(matches!(
             block_on(read_superblock(&m)).unwrap(),
             Found::Blank
@@ -396,7 +434,7 @@ mod on_members {
 
     #[test]
     fn a_corrupted_copy_is_survived_and_reported() {
-        let m = MemoryMember::new("m0", 4 * MIB);
+        let m = MemoryMember::new("m0", MEMBER_BYTES);
         let mut sb = superblock();
         sb.generation = 4;
         block_on(write_superblock(&m, &sb)).unwrap();
@@ -417,7 +455,7 @@ mod on_members {
                 .contains("both superblock copies are unusable"),
             "{e}"
         );
-        assert_eq!(m.len(), 4 * MIB);
+        assert_eq!(m.len(), MEMBER_BYTES);
     }
 }
 

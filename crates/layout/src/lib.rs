@@ -22,6 +22,7 @@ mod map;
 mod node;
 mod options;
 mod rotation;
+mod write_hole_log;
 
 pub use error::LayoutError;
 pub use geometry::{FaultTolerance, Geometry};
@@ -30,3 +31,8 @@ pub use map::{map, Extent, Mapping, StripeId};
 pub use node::{ChildPiece, Concat, MemberRegion, Mirror, Node, ParityGroup, ParityPiece, Stripe};
 pub use options::{CacheMode, ReadPolicy};
 pub use rotation::{ParityLayout, Role, StripeRoles};
+pub use write_hole_log::{
+    is_logged, log_reserve_bytes, log_ring_bytes, volume_log_ring_bytes, LOG_BAND_BYTES,
+    LOG_BATCH_HEADER_BYTES, LOG_BLOCK_BYTES, LOG_ENTRY_HEADER_BYTES,
+    LOG_IN_METADATA_AREA_MAX_BYTES,
+};

@@ -274,8 +274,13 @@ impl Array {
             let held = m.sb.lock().await.clone();
             let ppl = match opts.ppl_area_before_region_bytes {
                 None => super::ppl_area::allocate(held.as_ref(), &tree, &avoid),
-                Some(len) => super::ppl_area::before_region(held.as_ref(), &tree, role, len)
-                    .map_err(|e| bad(format!("member {role}: {e}")))?,
+                Some(len) => super::ppl_area::before_region(held.as_ref(), &tree, role, len),
+            };
+            // With the log off an area is kept where one fits (it may be switched on later).
+            let ppl = match ppl {
+                Ok(a) => a,
+                Err(_) if !opts.ppl => None,
+                Err(e) => return Err(bad(format!("member {role}: {e}"))),
             };
             if let Some(a) = ppl {
                 super::ppl_area::clear(&*m.member, a)
@@ -538,7 +543,11 @@ impl Array {
                             .for_each(|(u, b)| *u |= b);
                     }
                 }
-                Some(Intent::new(volume.capacity(), b.chunk_bytes, union))
+                let intent = Intent::new(volume.capacity(), b.chunk_bytes, union);
+                Some(intent.map_err(|detail| ArrayError::Metadata {
+                    volume: name.to_string(),
+                    detail,
+                })?)
             }
         };
         let heal: Arc<super::heal::Heal> = Default::default();

@@ -114,11 +114,32 @@ pub struct Hold {
 impl Intent {
     /// An intent map over `capacity` bytes with `chunk` bytes per bit, starting from what the
     /// disk holds (`on_disk`, `area_bytes` long): those bits stay set until a flush clears them.
-    pub fn new(capacity: u64, chunk: u64, on_disk: Vec<u8>) -> Intent {
-        assert!(chunk.is_power_of_two() && chunk >= BLOCK_BYTES);
-        let regions = capacity.div_ceil(chunk) as usize;
-        assert!(on_disk.len() * 8 >= regions, "bitmap too short");
-        Intent {
+    /// Refused (the sizes come from a member's records): a chunk that is not a power of two
+    /// of at least 4 KiB, or bytes with fewer bits than the volume has regions.
+    pub fn new(capacity: u64, chunk: u64, on_disk: Vec<u8>) -> Result<Intent, String> {
+        if !chunk.is_power_of_two() || chunk < BLOCK_BYTES {
+            return Err(format!(
+                "a write-intent bitmap chunk of {chunk} bytes (a power of two of at least {BLOCK_BYTES})"
+            ));
+        }
+        let regions = capacity.div_ceil(chunk);
+        if (on_disk.len() as u64).saturating_mul(8) < regions {
+            return Err(format!(
+                "a {}-byte write-intent bitmap cannot hold the {regions} regions of {chunk} bytes of a {capacity}-byte volume",
+                on_disk.len()
+            ));
+        }
+        let regions = regions as usize;
+        // Bits past the last region mean nothing (a member may hold any there): dropped,
+        // so no region index past the volume is ever looked up.
+        let mut on_disk = on_disk;
+        for (i, byte) in on_disk.iter_mut().enumerate() {
+            let first_bit = i * 8;
+            if first_bit + 8 > regions {
+                *byte &= ((1u16 << regions.saturating_sub(first_bit).min(8)) - 1) as u8;
+            }
+        }
+        Ok(Intent {
             chunk,
             start: Instant::now(),
             state: Mutex::new(State {
@@ -130,7 +151,7 @@ impl Intent {
                 last_end_ms: vec![0; regions],
                 epoch: 1,
             }),
-        }
+        })
     }
 
     pub fn chunk_bytes(&self) -> u64 {
@@ -291,7 +312,7 @@ mod tests {
     #[test]
     fn a_new_region_needs_a_disk_write_once() {
         let cap = 256 * MIB;
-        let i = Intent::new(cap, 64 * MIB, vec![0; 4096]);
+        let i = Intent::new(cap, 64 * MIB, vec![0; 4096]).unwrap();
         let (h, missing) = i.begin(70 * MIB, 4096);
         assert!(missing);
         let blocks = i.dirty_blocks();
@@ -332,7 +353,7 @@ mod tests {
 
     #[test]
     fn bits_clear_only_after_a_flush_covering_every_write() {
-        let i = Intent::new(256 * MIB, 64 * MIB, vec![0; 4096]);
+        let i = Intent::new(256 * MIB, 64 * MIB, vec![0; 4096]).unwrap();
         let (a, _) = i.begin(0, 4096); // region 0, still in flight at the flush
         let (b, _) = i.begin(64 * MIB, 4096); // region 1, completes before the flush
         i.written(&i.dirty_blocks());
@@ -355,7 +376,7 @@ mod tests {
 
     #[test]
     fn a_region_in_use_keeps_its_bit_across_flushes_until_left_alone() {
-        let i = Intent::new(256 * MIB, 64 * MIB, vec![0; 4096]);
+        let i = Intent::new(256 * MIB, 64 * MIB, vec![0; 4096]).unwrap();
         let (a, _) = i.begin(0, 4096);
         i.written(&i.dirty_blocks());
         i.end(a);
@@ -376,7 +397,7 @@ mod tests {
     #[test]
     fn a_bit_clears_at_the_first_flush_after_the_delay() {
         // 3 regions: bits 3..7 of the byte lie past the last one.
-        let i = Intent::new(3 * 64 * MIB, 64 * MIB, vec![0; 4096]);
+        let i = Intent::new(3 * 64 * MIB, 64 * MIB, vec![0; 4096]).unwrap();
         let delay = Duration::from_millis(100);
         let (a, _) = i.begin(0, 4096);
         let (b, _) = i.begin(2 * 64 * MIB, 4096);
@@ -390,6 +411,23 @@ mod tests {
         );
         assert_eq!(i.set_ranges(3 * 64 * MIB), vec![(128 * MIB, 192 * MIB)]);
         assert!(i.flushed_at(i.flush_started(), delay, 1150));
+        assert!(i.all_clear());
+    }
+
+    /// Sizes read from a member are refused, never asserted on.
+    #[test]
+    fn a_bitmap_too_short_for_the_volume_or_a_bad_chunk_is_refused() {
+        let e = Intent::new(1 << 40, 4096, vec![0; 4096]).err().expect("too short");
+        assert!(e.contains("cannot hold"), "{e}");
+        assert!(Intent::new(1 << 30, 5000, vec![0; 4096]).is_err());
+    }
+
+    /// Bits a member holds past the volume's last region are dropped, not indexed.
+    #[test]
+    fn bits_past_the_last_region_are_dropped() {
+        let i = Intent::new(3 * 64 * MIB, 64 * MIB, vec![0xff; 4096]).unwrap();
+        assert_eq!(i.set_ranges(3 * 64 * MIB), vec![(0, 3 * 64 * MIB)]);
+        assert!(i.flushed(i.flush_started(), Duration::ZERO));
         assert!(i.all_clear());
     }
 

@@ -27,13 +27,16 @@ pub enum SuperblockIoError {
     },
 }
 
-/// Reads both copies of `member`'s superblock.
+/// Reads both copies of `member`'s superblock. A copy whose areas or regions do not fit the
+/// member as it is counts as damaged, like a bad checksum ([`Superblock::check_fits`]).
 pub async fn read_superblock(member: &dyn Member) -> Result<Found, SuperblockIoError> {
     let slots = [0, SLOT_BYTES];
     let mut decoded = Vec::with_capacity(2);
     for at in slots {
         let buf = member.read(at, Buf::new(SLOT_BYTES as usize)).await?;
-        decoded.push((buf[..8] == SUPERBLOCK_MAGIC, Superblock::decode(&buf)));
+        let copy = Superblock::decode(&buf)
+            .and_then(|sb| sb.check_fits(member.len()).map(|()| sb));
+        decoded.push((buf[..8] == SUPERBLOCK_MAGIC, copy));
     }
     if decoded.iter().all(|(magic, _)| !magic) {
         return Ok(Found::Blank);

@@ -7,21 +7,30 @@ use super::{Area, Superblock, VolumeRecord, METADATA_AREA_BYTES};
 use crate::buf::Buf;
 use crate::member::Member;
 use crate::ppl::{self, PplSetup};
-use nbraid_layout::Node;
+use nbraid_layout::{volume_log_ring_bytes, Node};
 
 /// A log area for a volume over `tree` on a member holding `held`, avoiding `avoid` (areas
-/// of this volume not recorded yet): the default size, or the smallest the log works with
-/// when the metadata area is short. `None`: no parity group to log, or no room.
-pub(super) fn allocate(held: Option<&Superblock>, tree: &Node, avoid: &[Area]) -> Option<Area> {
-    let want = ppl::area_bytes(tree)?;
-    let least = ppl::parity_groups(tree)
-        .iter()
-        .filter(|(_, leaves)| leaves.is_some())
-        .map(|(g, _)| ppl::min_ring_bytes(g))
-        .max()?;
+/// of this volume not recorded yet), in the metadata area: the default size, or the
+/// smallest the log works with when the area is short. `Ok(None)`: no parity group to log;
+/// `Err`: why there is no room (a ring too large for the metadata area belongs in a reserve
+/// before the region, which the config leaves for such strips).
+pub(super) fn allocate(
+    held: Option<&Superblock>,
+    tree: &Node,
+    avoid: &[Area],
+) -> Result<Option<Area>, String> {
+    let (Some(want), Some(least)) = (ppl::area_bytes(tree), volume_log_ring_bytes(tree)) else {
+        return Ok(None);
+    };
     [want, least]
         .into_iter()
         .find_map(|len| free_area_avoiding(held, len, avoid).map(|offset| Area { offset, len }))
+        .map(Some)
+        .ok_or_else(|| {
+            format!(
+                "its partial-parity log needs {least} bytes and the {METADATA_AREA_BYTES}-byte metadata area has no such room left (its superblocks, bitmap and other volumes' areas): give the volume write_hole_log_size (a reserve before its region) or write_hole = \"off\""
+            )
+        })
 }
 
 /// The log area of `len` bytes that ends where member `role`'s region of `tree` starts (the
@@ -34,12 +43,7 @@ pub(super) fn before_region(
     role: usize,
     len: u64,
 ) -> Result<Option<Area>, String> {
-    let Some(least) = ppl::parity_groups(tree)
-        .iter()
-        .filter(|(_, leaves)| leaves.is_some())
-        .map(|(g, _)| ppl::min_ring_bytes(g))
-        .max()
-    else {
+    let Some(least) = volume_log_ring_bytes(tree) else {
         return Ok(None);
     };
     if len < least || !len.is_multiple_of(4096) {
@@ -133,8 +137,10 @@ pub(super) fn setup(
         .map(|a| a.map(|a| (a.offset, a.len)))
         .collect();
     if areas.iter().all(Option::is_none) {
+        // Every volume created since has its log (or its create was refused): this one was
+        // created by an nbraid without the log, or with write_hole = "off" where none fit.
         tracing::warn!(
-            "volume `{name}`: no partial-parity log area in its records (created before the log existed): the RAID 5/6 write hole stays open; recreate the array to close it"
+            "volume `{name}`: its records hold no partial-parity log area (created by an older nbraid, or with write_hole = \"off\"): the RAID 5/6 write hole stays open. A volume created now gets its log: copy the data off, recreate the volume, copy it back; or set write_hole = \"off\" to say the hole is accepted"
         );
         return None;
     }

@@ -1,6 +1,7 @@
 //! The superblock: its types, encoding and decoding (layout in `docs/FORMAT.md`).
 
 use super::codec::{crc32c, Reader, Writer};
+use super::intent::MAX_BITMAP_BYTES;
 use super::{MetadataError, MetadataResult};
 use nbraid_layout::{Node, ParityLayout};
 use std::fmt;
@@ -32,6 +33,14 @@ const MAX_MEMBERS: u32 = 1024;
 const MAX_TREE_DEPTH: usize = 16;
 /// No member region ends past 1 PiB, so capacities of 1024 of them fit a `u64`.
 const MAX_REGION_END: u64 = 1 << 50;
+/// Most bytes of a partial-parity log area (the config's largest `write_hole_log_size`; the
+/// largest ring any geometry needs is far below it).
+pub const MAX_PPL_AREA_BYTES: u64 = 1 << 30;
+/// Most an event counter or a generation may be: both only count up by one per state
+/// change or superblock write, so no member gets near it, and `+ 1` never overflows.
+pub const MAX_COUNTER: u64 = 1 << 62;
+/// Metadata areas are whole blocks of this size.
+const AREA_BLOCK_BYTES: u64 = 4096;
 
 /// A 128-bit random identity (RFC 4122 version 4 layout when generated here).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -242,6 +251,12 @@ impl Superblock {
             ));
         }
         let generation = r.u64("generation")?;
+        if generation > MAX_COUNTER {
+            return Err(invalid(
+                "generation",
+                format!("{generation} (at most {MAX_COUNTER})"),
+            ));
+        }
         let member = Uuid(r.array("member uuid")?);
         let member_bytes = r.u64("member size")?;
         let count = r.u32("volume count")?;
@@ -278,6 +293,50 @@ impl Superblock {
             member_bytes,
             volumes,
         })
+    }
+
+    /// Whether what the superblock places on its member fits the member as it is
+    /// (`member_len` bytes, its real size, not the recorded one): every metadata area and
+    /// this member's regions. A checksum proves the bytes were written so, not that they
+    /// are sane (an older version's bug, a member moved from another machine or cut short).
+    pub fn check_fits(&self, member_len: u64) -> MetadataResult<()> {
+        for v in &self.volumes {
+            let areas = [
+                ("bitmap area", v.bitmap.map(|b| b.area)),
+                ("partial-parity log area", v.ppl),
+                ("checksum area", v.checksums),
+            ];
+            for (what, a) in areas {
+                let Some(a) = a else { continue };
+                if a.offset + a.len > member_len {
+                    return Err(invalid(
+                        what,
+                        format!(
+                            "bytes {}..{} of volume `{}` past the member's end ({member_len} bytes)",
+                            a.offset,
+                            a.offset + a.len,
+                            v.name
+                        ),
+                    ));
+                }
+            }
+            let mut past = None;
+            v.tree.visit_members(&mut |m| {
+                if m.index == v.role as usize && m.start + m.len > member_len {
+                    past.get_or_insert((m.start, m.len));
+                }
+            });
+            if let Some((start, len)) = past {
+                return Err(invalid(
+                    "tree",
+                    format!(
+                        "volume `{}`'s region {start}+{len} on this member past its end ({member_len} bytes)",
+                        v.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -426,6 +485,12 @@ fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult
         .map_err(|e| invalid("volume name", format!("not UTF-8: {e}")))?
         .to_string();
     let events = r.u64("event counter")?;
+    if events > MAX_COUNTER {
+        return Err(invalid(
+            "event counter",
+            format!("{events} (at most {MAX_COUNTER})"),
+        ));
+    }
     let clean = match r.u32("clean flag")? {
         0 => false,
         1 => true,
@@ -504,6 +569,7 @@ fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult
             format!("member {i} appears {} times (exactly once)", uses[i]),
         ));
     }
+    check_limits(&tree, role, bitmap, ppl, checksums, &members, scrub)?;
     Ok(VolumeRecord {
         array,
         name,
@@ -518,6 +584,98 @@ fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult
         scrub,
         added_paths,
     })
+}
+
+/// The format's limits on a record's lengths and positions, checked before anything is
+/// sized or read from them: areas are whole 4 KiB blocks after the superblock copies and
+/// outside this member's regions; a bitmap holds a bit for every region of the volume
+/// within [`MAX_BITMAP_BYTES`]; a log area at most [`MAX_PPL_AREA_BYTES`]; checkpoints
+/// inside the volume.
+fn check_limits(
+    tree: &Node,
+    role: u32,
+    bitmap: Option<BitmapArea>,
+    ppl: Option<Area>,
+    checksums: Option<Area>,
+    members: &[MemberEntry],
+    scrub: Option<ScrubCheckpoint>,
+) -> MetadataResult<()> {
+    let mut regions = Vec::new();
+    tree.visit_members(&mut |m| {
+        if m.index == role as usize {
+            regions.push((m.start, m.len));
+        }
+    });
+    let areas = [
+        ("bitmap area", bitmap.map(|b| b.area)),
+        ("partial-parity log area", ppl),
+        ("checksum area", checksums),
+    ];
+    for (what, a) in areas {
+        let Some(a) = a else { continue };
+        let end = a.offset + a.len; // checked against the member size: no overflow
+        if a.offset < 2 * SLOT_BYTES
+            || !a.offset.is_multiple_of(AREA_BLOCK_BYTES)
+            || !a.len.is_multiple_of(AREA_BLOCK_BYTES)
+        {
+            return Err(invalid(
+                what,
+                format!(
+                    "bytes {}..{end}: whole 4 KiB blocks after the superblock copies (byte {})",
+                    a.offset,
+                    2 * SLOT_BYTES
+                ),
+            ));
+        }
+        if let Some((s, l)) = regions.iter().find(|(s, l)| a.offset < s + l && *s < end) {
+            return Err(invalid(
+                what,
+                format!(
+                    "bytes {}..{end} overlap this member's region {s}+{l}",
+                    a.offset
+                ),
+            ));
+        }
+    }
+    let capacity = tree.capacity();
+    if let Some(b) = bitmap {
+        let bits = capacity.div_ceil(b.chunk_bytes);
+        if b.area.len > MAX_BITMAP_BYTES || b.area.len.saturating_mul(8) < bits {
+            return Err(invalid(
+                "bitmap area",
+                format!(
+                    "{} bytes for {bits} bits ({} bytes per bit over {capacity}): at least one bit per region, at most {MAX_BITMAP_BYTES} bytes",
+                    b.area.len, b.chunk_bytes
+                ),
+            ));
+        }
+    }
+    if let Some(a) = ppl.filter(|a| a.len > MAX_PPL_AREA_BYTES) {
+        return Err(invalid(
+            "partial-parity log area",
+            format!("{} bytes (at most {MAX_PPL_AREA_BYTES})", a.len),
+        ));
+    }
+    for (i, m) in members.iter().enumerate() {
+        if let RecordedState::Rebuilding { checkpoint_bytes } = m.state {
+            if checkpoint_bytes > capacity {
+                return Err(invalid(
+                    "rebuild checkpoint",
+                    format!("{checkpoint_bytes} of member {i}, past the volume's {capacity} bytes"),
+                ));
+            }
+        }
+    }
+    if let Some(s) = scrub.filter(|s| s.position_bytes > capacity) {
+        return Err(invalid(
+            "scrub checkpoint",
+            format!(
+                "{} past the volume's {capacity} bytes",
+                s.position_bytes
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A path added at run time as recorded: 1 to [`MAX_ADDED_PATH_BYTES`] bytes of UTF-8, no NUL.

@@ -13,11 +13,11 @@ pub const LOG_VERSION: u32 = 2;
 /// The first version: every RAID 6 entry carries partial P and Q (on both rings). Still read.
 pub const LOG_VERSION_1: u32 = 1;
 /// Bytes of a batch header.
-pub const BATCH_HEADER_BYTES: usize = 64;
+pub const BATCH_HEADER_BYTES: usize = nbraid_layout::LOG_BATCH_HEADER_BYTES as usize;
 /// Bytes of an entry header (before its masks).
-pub const ENTRY_HEADER_BYTES: usize = 32;
+pub const ENTRY_HEADER_BYTES: usize = nbraid_layout::LOG_ENTRY_HEADER_BYTES as usize;
 /// Batches start on, and are written in, blocks of this size.
-pub const LOG_BLOCK_BYTES: u64 = 4096;
+pub const LOG_BLOCK_BYTES: u64 = nbraid_layout::LOG_BLOCK_BYTES;
 
 /// Which partial parity an entry carries on a ring: the P ring of a stripe its partial P,
 /// the Q ring its partial Q.
@@ -284,6 +284,17 @@ fn decode_entry(b: &[u8], version: u32) -> Option<(Entry, usize)> {
         e.pq = Some(b.get(p1..p1 + n)?.to_vec());
     }
     Some((e, len))
+}
+
+/// The length a batch starting at `bytes[0]` declares (its header's magic and version
+/// right), unchecked otherwise: how many bytes to read to decode it.
+pub fn declared_len(bytes: &[u8]) -> Option<usize> {
+    let version = u32_at(bytes, 8)?;
+    if bytes.get(..8)? != BATCH_MAGIC || !(LOG_VERSION_1..=LOG_VERSION).contains(&version) {
+        return None;
+    }
+    let len = u32_at(bytes, 16)? as usize;
+    (len >= BATCH_HEADER_BYTES).then_some(len)
 }
 
 /// Every batch found in a log area's bytes (at block boundaries).

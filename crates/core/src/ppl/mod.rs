@@ -49,7 +49,7 @@ pub use stats::{stats, LogStats};
 use nbraid_layout::{Node, ParityGroup};
 
 /// Rows per log band: an entry covers one band of one stripe (md's 4 KiB stripe unit).
-pub const BAND_BYTES: u64 = 4096;
+pub const BAND_BYTES: u64 = nbraid_layout::LOG_BAND_BYTES;
 /// Sector granularity of an entry's masks.
 pub const SECTOR_BYTES: usize = 512;
 /// Log area per member and volume (a ring of batches; at least two of the largest stripe
@@ -106,12 +106,8 @@ pub fn area_bytes(root: &Node) -> Option<u64> {
         .map(|need| need.max(DEFAULT_AREA_BYTES))
 }
 
-/// The smallest ring a group's log works with.
+/// The smallest ring a group's log works with (the geometry's figure, which the config
+/// also uses to leave room for the log: [`nbraid_layout::log_ring_bytes`]).
 pub fn min_ring_bytes(g: &ParityGroup) -> u64 {
-    let bands = g.strip().div_ceil(BAND_BYTES);
-    let k = g.data_chunks().next_multiple_of(8) as u64;
-    let worst = bands * (codec::ENTRY_HEADER_BYTES as u64 + k + g.parity() as u64 * BAND_BYTES)
-        + codec::BATCH_HEADER_BYTES as u64;
-    (2 * worst.next_multiple_of(codec::LOG_BLOCK_BYTES) + codec::LOG_BLOCK_BYTES)
-        .next_multiple_of(codec::LOG_BLOCK_BYTES)
+    nbraid_layout::log_ring_bytes(g)
 }

@@ -2,7 +2,8 @@
 //! (before the bitmap resync and before anything is served), then mark every ring with the
 //! new life so nothing of the old one is ever replayed again.
 
-use super::codec::{encode_batch, scan, Batch, Entry};
+use super::codec::{declared_len, decode_batch, encode_batch, Batch, Entry, LOG_BLOCK_BYTES};
+use crate::member::{Member, MemberResult};
 use super::replay::{replay_sector, select, Replay, SectorState};
 use super::{parity_groups, BAND_BYTES, SECTOR_BYTES};
 use crate::buf::Buf;
@@ -36,8 +37,8 @@ pub async fn recover(
         if !volume.member_is_current(m) {
             continue;
         }
-        match volume.member(m).read(offset, Buf::new(len as usize)).await {
-            Ok(b) => rings.push(scan(&b)),
+        match read_ring(volume.member(m).as_ref(), offset, len).await {
+            Ok(batches) => rings.push(batches),
             Err(e) => tracing::warn!("member {m}: partial-parity log unreadable: {e}"),
         }
     }
@@ -77,6 +78,45 @@ pub async fn recover(
         }
     }
     Ok(report)
+}
+
+/// The ring is read in pieces of this many bytes (a batch running past a piece is read
+/// whole on its own: at most half the ring, as the writer sizes them).
+pub const RING_PIECE_BYTES: u64 = 1 << 20;
+
+/// Every batch in the ring at `offset` of `len` bytes on `member`, read a piece at a time:
+/// memory stays one piece and one batch whatever the ring's recorded length.
+async fn read_ring(member: &dyn Member, offset: u64, len: u64) -> MemberResult<Vec<Batch>> {
+    let block = LOG_BLOCK_BYTES as usize;
+    let mut batches = Vec::new();
+    let mut at = 0u64;
+    while at < len {
+        let n = RING_PIECE_BYTES.min(len - at) as usize;
+        let piece = member.read(offset + at, Buf::new(n)).await?;
+        let mut p = 0usize;
+        while p < n {
+            let rest = &piece[p..];
+            let left = (len - at - p as u64) as usize;
+            let found = match declared_len(rest) {
+                // Starts here, ends past the piece (but inside the ring): read it alone.
+                Some(blen) if blen > rest.len() && blen <= left => {
+                    let whole = blen.next_multiple_of(block);
+                    let b = member.read(offset + at + p as u64, Buf::new(whole)).await?;
+                    decode_batch(&b)
+                }
+                _ => decode_batch(rest),
+            };
+            p += match found {
+                Some((b, blen)) => {
+                    batches.push(b);
+                    blen.next_multiple_of(block)
+                }
+                None => block,
+            };
+        }
+        at += p as u64;
+    }
+    Ok(batches)
 }
 
 type Groups = Vec<super::LoggedGroup>;
