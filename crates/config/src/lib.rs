@@ -17,6 +17,7 @@
 //! tls_certificates = "pki"        # ca-cert.pem, server-cert.pem, server-key.pem
 //! tls_verify_clients = false      # require client certificates signed by ca-cert.pem
 //! insecure_listen = false         # consent to non-loopback TCP without TLS required
+//! insecure_unverified_clients = false  # consent to non-loopback TCP with TLS, clients unverified
 //!
 //! [[member]]
 //! id = "d0"

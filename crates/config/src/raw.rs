@@ -35,6 +35,7 @@ pub(crate) struct RawDaemon {
     pub tls_certificates: Option<Spanned<String>>,
     pub tls_verify_clients: Option<bool>,
     pub insecure_listen: Option<bool>,
+    pub insecure_unverified_clients: Option<bool>,
     /// The control socket's path.
     pub control: Option<Spanned<String>>,
 }
