@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::export::{errno_for, Export, Extent, PayloadBuf, ReadData, ZeroFlags};
 use super::handshake::Negotiated;
-use super::limits::{request_cost, Activity, StallGuard};
+use super::limits::{payload_time_allowed, request_cost, Activity, Limits, StallGuard};
 use super::proto::*;
 use super::replies::{total_len, BytesHeld, Outgoing, Replies, BATCH_REPLIES};
 use super::server::{shutdown_signalled, RequestGuard, Shared};
@@ -214,7 +214,8 @@ where
                     break Err(ConnError::PayloadTooLong(req.length));
                 }
                 tx.send_all(&mut ready);
-                if let Err(e) = discard(&mut r, req.length.into(), limits.stall_timeout).await {
+                let clock = PayloadClock::start(&limits, req.length.into());
+                if let Err(e) = discard(&mut r, req.length.into(), &clock).await {
                     break Err(e);
                 }
             }
@@ -234,6 +235,16 @@ where
         let Some(conn_bytes) = acquire(&budget, cost, &tx, &mut ready).await else {
             break Ok(());
         };
+        // A payload still to arrive holds the server's budget at the client's pace: only the
+        // part of it set aside for arriving payloads (see `Limits::arriving_bytes`).
+        let arriving = if req.typ == CMD_WRITE && req.length > 0 {
+            match acquire(&shared.arriving, cost, &tx, &mut ready).await {
+                Some(p) => Some(p),
+                None => break Ok(()),
+            }
+        } else {
+            None
+        };
         let Some(server_bytes) = acquire(&shared.budget, cost, &tx, &mut ready).await else {
             break Ok(());
         };
@@ -244,7 +255,7 @@ where
         let payload = if req.typ == CMD_WRITE && req.length > 0 {
             // The length is validated (at most MAX_PAYLOAD) and its budget taken.
             let len = req.length as usize;
-            let stall = limits.stall_timeout;
+            let clock = PayloadClock::start(&limits, len as u64);
             if r.buffer().len() < len {
                 // Reading the payload may wait for the client: replies go out first.
                 tx.send_all(&mut ready);
@@ -256,11 +267,14 @@ where
                 conn.export.payload_buffer(len)
             };
             let got = match own {
-                Some(mut buf) => read_into(&mut r, buf.as_mut_slice(), len, stall)
+                Some(mut buf) => read_into(&mut r, buf.as_mut_slice(), len, &clock)
                     .await
                     .map(|()| WriteData::Own(buf)),
-                None => read_payload(&mut r, len, stall).await.map(WriteData::Bytes),
+                None => read_payload(&mut r, len, &clock)
+                    .await
+                    .map(WriteData::Bytes),
             };
+            drop(arriving);
             match got {
                 Ok(p) => p,
                 Err(e) => break Err(e),
@@ -675,16 +689,50 @@ fn block_status_reply(
 /// client that claims a long payload and sends little costs little.
 const PAYLOAD_FIRST_ALLOC: usize = 1024 * 1024;
 
-/// One read of a request's payload: the client has `stall` to send at least a byte.
-async fn read_some<F>(read: F, stall: Duration) -> Result<usize, ConnError>
+/// The clocks of one payload being received: `stall` for each read, and a deadline for the
+/// whole (see [`payload_time_allowed`]).
+struct PayloadClock {
+    stall: Duration,
+    deadline: Instant,
+    len_bytes: u64,
+    allowed: Duration,
+    min_bytes_per_s: u64,
+}
+
+impl PayloadClock {
+    fn start(limits: &Limits, len_bytes: u64) -> Self {
+        let allowed = payload_time_allowed(
+            len_bytes,
+            limits.payload_min_bytes_per_s,
+            limits.stall_timeout,
+        );
+        PayloadClock {
+            stall: limits.stall_timeout,
+            deadline: Instant::now() + allowed,
+            len_bytes,
+            allowed,
+            min_bytes_per_s: limits.payload_min_bytes_per_s,
+        }
+    }
+}
+
+/// One read of a request's payload: the client has `stall` to send at least a byte, and
+/// until the payload's deadline to send all of it.
+async fn read_some<F>(read: F, clock: &PayloadClock) -> Result<usize, ConnError>
 where
     F: std::future::Future<Output = io::Result<usize>>,
 {
-    match tokio::time::timeout(stall, read).await {
+    let stalled_at = Instant::now() + clock.stall;
+    match tokio::time::timeout_at(stalled_at.min(clock.deadline), read).await {
         Ok(Ok(0)) => Err(ConnError::Io(io::ErrorKind::UnexpectedEof.into())),
         Ok(Ok(n)) => Ok(n),
         Ok(Err(e)) => Err(e.into()),
-        Err(_) => Err(ConnError::Stalled("a write payload", stall.as_secs())),
+        Err(_) if clock.deadline < stalled_at => Err(ConnError::PayloadTooSlow {
+            len_bytes: clock.len_bytes,
+            allowed_ms: clock.allowed.as_millis() as u64,
+            min_bytes_per_s: clock.min_bytes_per_s,
+        }),
+        Err(_) => Err(ConnError::Stalled("a write payload", clock.stall.as_secs())),
     }
 }
 
@@ -692,7 +740,7 @@ where
 async fn read_payload<R: AsyncRead + Unpin>(
     r: &mut R,
     len: usize,
-    stall: Duration,
+    clock: &PayloadClock,
 ) -> Result<Bytes, ConnError> {
     let mut buf = BytesMut::with_capacity(len.min(PAYLOAD_FIRST_ALLOC));
     while buf.len() < len {
@@ -701,7 +749,7 @@ async fn read_payload<R: AsyncRead + Unpin>(
             buf.reserve(remaining.min(buf.len().max(PAYLOAD_FIRST_ALLOC)));
         }
         let room = (buf.capacity() - buf.len()).min(remaining) as u64;
-        read_some((&mut *r).take(room).read_buf(&mut buf), stall).await?;
+        read_some((&mut *r).take(room).read_buf(&mut buf), clock).await?;
     }
     Ok(buf.freeze())
 }
@@ -711,7 +759,7 @@ async fn read_into<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut [u8],
     len: usize,
-    stall: Duration,
+    clock: &PayloadClock,
 ) -> Result<(), ConnError> {
     if buf.len() != len {
         return Err(ConnError::Io(io::Error::other(
@@ -720,7 +768,7 @@ async fn read_into<R: AsyncRead + Unpin>(
     }
     let mut got = 0;
     while got < len {
-        got += read_some(r.read(&mut buf[got..]), stall).await?;
+        got += read_some(r.read(&mut buf[got..]), clock).await?;
     }
     Ok(())
 }
@@ -729,14 +777,14 @@ async fn read_into<R: AsyncRead + Unpin>(
 async fn discard<R: AsyncRead + Unpin>(
     r: &mut R,
     mut len: u64,
-    stall: Duration,
+    clock: &PayloadClock,
 ) -> Result<(), ConnError> {
     let mut scratch = vec![0u8; 64 * 1024];
     while len > 0 {
         let want = scratch
             .len()
             .min(usize::try_from(len).unwrap_or(usize::MAX));
-        len -= read_some(r.read(&mut scratch[..want]), stall).await? as u64;
+        len -= read_some(r.read(&mut scratch[..want]), clock).await? as u64;
     }
     Ok(())
 }
