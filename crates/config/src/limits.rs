@@ -316,11 +316,11 @@ mod tests {
 
     #[test]
     fn handshakes_and_the_payload_rate_are_read_and_checked() {
-        let raw: super::super::raw::RawConfig = toml::from_str(
-            "[daemon]\nmax_handshakes = 4\npayload_min_bytes_per_s = \"1MiB\"\n",
-        )
-        .unwrap();
-        let l = resolve(raw.daemon.as_ref().map(|d| d.get_ref())).unwrap_or_else(|e| panic!("{}", e.message));
+        let raw: super::super::raw::RawConfig =
+            toml::from_str("[daemon]\nmax_handshakes = 4\npayload_min_bytes_per_s = \"1MiB\"\n")
+                .unwrap();
+        let l = resolve(raw.daemon.as_ref().map(|d| d.get_ref()))
+            .unwrap_or_else(|e| panic!("{}", e.message));
         assert_eq!((l.max_handshakes, l.payload_min_bytes_per_s), (4, 1 << 20));
         for bad in ["max_handshakes = 0", "payload_min_bytes_per_s = \"10B\""] {
             let raw: super::super::raw::RawConfig =

@@ -1,9 +1,10 @@
 //! What clients and listeners on the wire cannot do to nbraidd: a listener beyond loopback
 //! with TLS required but no client certificates checked refuses to start (anyone who speaks
-//! TLS could read and write every volume).
+//! TLS could read and write every volume); and what they may: a client that negotiated no
+//! block size is served requests past 32 MiB, as nbdkit serves them.
 
 mod common;
-use common::run_output;
+use common::{require, run, run_output, Daemon};
 
 use std::path::Path;
 use std::process::Command;
@@ -50,4 +51,35 @@ fn tls_without_client_verification_beyond_loopback_refuses_to_start() {
     }
     assert!(!err.contains("panicked"), "{err}");
     assert!(!dir.path().join("d0.img").exists());
+}
+
+/// Issue 30, point 9d: libnbd without block-size negotiation (as the NBD project's
+/// `integrityhuge` test) writes 47 MiB in one request and reads it back in one:
+/// served in pieces the volume takes (its limit is 32 MiB a request).
+#[test]
+fn a_47_mib_request_from_a_client_without_block_sizes_is_served() {
+    let nbdsh = require("nbdsh", "python3-libnbd");
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("nbd.sock");
+    let config = config(
+        dir.path(),
+        &format!("listen = [\"unix:{}\"]", sock.display()),
+    );
+    let daemon = Daemon::start(&config, "error", true, |l| l.starts_with("  v:"));
+    let uri = format!("nbd+unix:///v?socket={}", sock.display());
+    let script = format!(
+        "h.set_request_block_size(False)\n\
+         h.connect_uri({uri:?})\n\
+         buf = bytes((i * 7 + i // 4099) % 251 for i in range(47 * 1024 * 1024))\n\
+         h.pwrite(buf, 1048576)\n\
+         h.flush()\n\
+         back = h.pread(len(buf), 1048576)\n\
+         print('same' if back == buf else 'DIFFERENT')\n\
+         print(h.get_block_size(nbd.SIZE_MAXIMUM))\n"
+    );
+    // nbdsh runs the python3 first on PATH; the system's has the nbd module.
+    let path = format!("/usr/bin:{}", std::env::var("PATH").unwrap_or_default());
+    let out = run(Command::new(&nbdsh).env("PATH", path).args(["-c", &script]));
+    assert_eq!(out.lines().next(), Some("same"), "{out}");
+    daemon.stop();
 }
