@@ -9,14 +9,17 @@
 //! max_connections = 128           # the defaults of the server's bounds
 //! in_flight_memory = "512MiB"     # request memory of all connections together
 //! in_flight_memory_per_connection = "128MiB"
-//! handshake_timeout = "30s"
+//! max_handshakes = 64            # negotiating at once, apart from max_connections
+//! handshake_timeout = "10s"
 //! idle_timeout = "off"
 //! stall_timeout = "60s"
+//! payload_min_bytes_per_s = "256KiB"  # a write payload arrives in stall_timeout + len / this
 //! tls = "off"                     # "optional" or "required" (NBD STARTTLS) on every listener
 //!                                 # without its own: { address = "tcp:...", tls = "required" }
 //! tls_certificates = "pki"        # ca-cert.pem, server-cert.pem, server-key.pem
 //! tls_verify_clients = false      # require client certificates signed by ca-cert.pem
 //! insecure_listen = false         # consent to non-loopback TCP without TLS required
+//! insecure_unverified_clients = false  # consent to non-loopback TCP with TLS, clients unverified
 //!
 //! [[member]]
 //! id = "d0"

@@ -19,8 +19,11 @@ pub const IN_FLIGHT_MEMORY_MIN: u64 = 32 << 20;
 /// daemon test keeps the two equal).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerLimits {
-    /// Connections served at once; a client beyond them is refused.
+    /// Connections served at once (past their handshake); a client beyond them is refused.
     pub max_connections: usize,
+    /// Connections negotiating at once, apart from the served ones; a new one beyond them
+    /// closes the one negotiating longest.
+    pub max_handshakes: usize,
     /// `in_flight_memory`: request memory of all connections together.
     pub in_flight_bytes: u64,
     /// `in_flight_memory_per_connection`: request memory of one connection.
@@ -31,20 +34,31 @@ pub struct ServerLimits {
     pub idle_timeout: Option<Duration>,
     /// A client that moves no byte of a reply or request for this long is disconnected.
     pub stall_timeout: Duration,
+    /// `payload_min_bytes_per_s`: a write payload must arrive within `stall_timeout` plus its
+    /// length at this rate.
+    pub payload_min_bytes_per_s: u64,
 }
 
 impl Default for ServerLimits {
     fn default() -> Self {
         ServerLimits {
             max_connections: 128,
+            max_handshakes: 64,
             in_flight_bytes: 512 << 20,
             in_flight_bytes_per_connection: 128 << 20,
-            handshake_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(10),
             idle_timeout: None,
             stall_timeout: Duration::from_secs(60),
+            payload_min_bytes_per_s: 256 << 10,
         }
     }
 }
+
+/// Most connections `max_handshakes` may allow.
+pub const MAX_HANDSHAKES_MAX: u64 = 65536;
+
+/// Least and most of `payload_min_bytes_per_s`.
+pub const PAYLOAD_MIN_RATE_RANGE: (u64, u64) = (1 << 10, 1 << 30);
 
 /// Most request memory the server may be given.
 pub const IN_FLIGHT_MEMORY_MAX: u64 = 1 << 40;
@@ -129,6 +143,23 @@ pub(super) fn resolve(raw: Option<&RawDaemon>) -> Result<ServerLimits, Problem> 
         }
         limits.max_connections = n as usize;
     }
+    if let Some(v) = &raw.max_handshakes {
+        let n = *v.get_ref();
+        if n < 1 || n as u64 > MAX_HANDSHAKES_MAX {
+            return Err(problem(
+                v,
+                format!(
+                    "max_handshakes {n} is not valid; give 1 to {MAX_HANDSHAKES_MAX} \
+                     (default {})",
+                    ServerLimits::default().max_handshakes
+                ),
+            ));
+        }
+        limits.max_handshakes = n as usize;
+    }
+    if let Some(v) = &raw.payload_min_bytes_per_s {
+        limits.payload_min_bytes_per_s = payload_rate(v)?;
+    }
     let total = match &raw.in_flight_memory {
         Some(v) => Some((memory(v, "in_flight_memory")?, v)),
         None => None,
@@ -208,6 +239,29 @@ fn memory(v: &Spanned<RawSize>, field: &str) -> Result<u64, Problem> {
     }
 }
 
+/// `payload_min_bytes_per_s`: a size (per second) from 1 KiB to 1 GiB.
+fn payload_rate(v: &Spanned<RawSize>) -> Result<u64, Problem> {
+    let field = "payload_min_bytes_per_s";
+    let bytes = match v.get_ref() {
+        RawSize::Int(i) => u64::try_from(*i).ok(),
+        RawSize::Text(t) => Some(parse_size(t).map_err(|e| {
+            Problem::new(v.span(), ErrorKind::Size, format!("daemon: {field} {e}"))
+        })?),
+    };
+    let (min, max) = PAYLOAD_MIN_RATE_RANGE;
+    match bytes {
+        Some(b) if (min..=max).contains(&b) => Ok(b),
+        _ => Err(problem(
+            v,
+            format!(
+                "{field} {} is out of range; give \"1KiB\" to \"1GiB\" (bytes a second); \
+                 {SIZE_UNITS_HELP}",
+                v.get_ref().shown()
+            ),
+        )),
+    }
+}
+
 /// A duration field from `min` to `max`.
 fn duration(
     v: &Spanned<RawSize>,
@@ -258,6 +312,25 @@ mod tests {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
         assert!(parse_duration("30").unwrap_err().contains("no unit"));
+    }
+
+    #[test]
+    fn handshakes_and_the_payload_rate_are_read_and_checked() {
+        let raw: super::super::raw::RawConfig =
+            toml::from_str("[daemon]\nmax_handshakes = 4\npayload_min_bytes_per_s = \"1MiB\"\n")
+                .unwrap();
+        let l = resolve(raw.daemon.as_ref().map(|d| d.get_ref()))
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!((l.max_handshakes, l.payload_min_bytes_per_s), (4, 1 << 20));
+        for bad in ["max_handshakes = 0", "payload_min_bytes_per_s = \"10B\""] {
+            let raw: super::super::raw::RawConfig =
+                toml::from_str(&format!("[daemon]\n{bad}\n")).unwrap();
+            let Err(e) = resolve(raw.daemon.as_ref().map(|d| d.get_ref())) else {
+                panic!("{bad} accepted");
+            };
+            let field = bad.split(' ').next().unwrap();
+            assert!(e.message.contains(field), "{}", e.message);
+        }
     }
 
     #[test]

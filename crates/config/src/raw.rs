@@ -25,6 +25,9 @@ pub(crate) struct RawConfig {
 pub(crate) struct RawDaemon {
     pub listen: Option<Spanned<Vec<Spanned<RawListen>>>>,
     pub max_connections: Option<Spanned<i64>>,
+    pub max_handshakes: Option<Spanned<i64>>,
+    /// A size: bytes a second.
+    pub payload_min_bytes_per_s: Option<Spanned<RawSize>>,
     pub in_flight_memory: Option<Spanned<RawSize>>,
     pub in_flight_memory_per_connection: Option<Spanned<RawSize>>,
     /// Durations are written like sizes: a string with a unit (an integer is refused).
@@ -35,6 +38,7 @@ pub(crate) struct RawDaemon {
     pub tls_certificates: Option<Spanned<String>>,
     pub tls_verify_clients: Option<bool>,
     pub insecure_listen: Option<bool>,
+    pub insecure_unverified_clients: Option<bool>,
     /// The control socket's path.
     pub control: Option<Spanned<String>>,
 }

@@ -2,8 +2,11 @@
 //! written as a table, `{ address = "tcp:0.0.0.0:10809", tls = "required" }`, has its own),
 //! `tls_certificates = "DIR"` (`ca-cert.pem`, `server-cert.pem`, `server-key.pem`, as qemu,
 //! nbdkit and libnbd lay them out; relative to the config's folder), `tls_verify_clients`
-//! (client certificates signed by `DIR/ca-cert.pem`), and `insecure_listen = true`, the
-//! explicit consent to serve a non-loopback TCP address without TLS.
+//! (client certificates signed by `DIR/ca-cert.pem`), `insecure_listen = true`, the
+//! explicit consent to serve a non-loopback TCP address without TLS, and
+//! `insecure_unverified_clients = true`, the consent to serve one with TLS required but any
+//! client let in (TLS without client certificates only hides the traffic: whoever reaches the
+//! port still reads and writes every volume).
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -50,6 +53,9 @@ pub struct TlsSettings {
     pub verify_clients: bool,
     /// Serve non-loopback TCP without TLS anyway (with a warning at start).
     pub insecure_listen: bool,
+    /// Serve non-loopback TCP with TLS required but no client certificates checked (with a
+    /// warning at start).
+    pub insecure_unverified_clients: bool,
 }
 
 /// `own`: each listener's own mode if it names one, with the span of its entry.
@@ -75,6 +81,7 @@ pub(crate) fn resolve(
         .map(|d| base.join(d.get_ref()));
     s.verify_clients = raw.tls_verify_clients.unwrap_or(false);
     s.insecure_listen = raw.insecure_listen.unwrap_or(false);
+    s.insecure_unverified_clients = raw.insecure_unverified_clients.unwrap_or(false);
     if s.certificates.is_none() && s.any_on() {
         // Point at what turned TLS on: `tls` if a listener takes it from there, else the
         // first listener with a mode of its own.
@@ -101,17 +108,42 @@ impl TlsSettings {
     }
 }
 
-/// Whether `listener` may start with TLS `mode` (its own) under `tls`: `Ok(None)` fine, `Ok(Some(warning))` served
-/// only because the config consents, `Err(why)` refused. Only this machine can reach a Unix
-/// socket or a loopback address, so those may run without TLS; anything else needs TLS
-/// required, or `insecure_listen = true`.
+/// Whether `listener` may start with TLS `mode` (its own) under `tls`: `Ok(None)` fine,
+/// `Ok(Some(warning))` served only because the config consents, `Err(why)` refused. Only this
+/// machine can reach a Unix socket or a loopback address, so those may run without TLS;
+/// anything else needs TLS required *and* client certificates verified (TLS alone lets in
+/// whoever connects), or the config's explicit consent: `insecure_listen = true` for less than
+/// TLS required, `insecure_unverified_clients = true` (or `insecure_listen`) for TLS without
+/// client verification.
 pub fn listener_policy(
     listener: &Listener,
     mode: TlsMode,
     tls: &TlsSettings,
 ) -> Result<Option<String>, String> {
-    if listener.is_local() || mode == TlsMode::Required {
+    if listener.is_local() || (mode == TlsMode::Required && tls.verify_clients) {
         return Ok(None);
+    }
+    let anyone = "anyone on the network can read and write its volumes";
+    if mode == TlsMode::Required {
+        if tls.insecure_unverified_clients || tls.insecure_listen {
+            let key = if tls.insecure_unverified_clients {
+                "insecure_unverified_clients"
+            } else {
+                "insecure_listen"
+            };
+            return Ok(Some(format!(
+                "WARNING: {listener} is reachable from other machines and serves any client \
+                 that speaks TLS, without checking a client certificate ([daemon] {key} = \
+                 true): {anyone}"
+            )));
+        }
+        return Err(format!(
+            "{listener} is reachable from other machines and has TLS required but does not \
+             verify clients: any client that speaks TLS would read and write every volume; \
+             set [daemon] tls_verify_clients = true (client certificates signed by \
+             ca-cert.pem), listen on loopback or a Unix socket, or accept the risk with \
+             insecure_unverified_clients = true"
+        ));
     }
     let what = match mode {
         TlsMode::Off => "without TLS",
@@ -120,13 +152,13 @@ pub fn listener_policy(
     if tls.insecure_listen {
         return Ok(Some(format!(
             "WARNING: {listener} is reachable from other machines and served {what} \
-             ([daemon] insecure_listen = true): anyone on the network can read and write its volumes"
+             ([daemon] insecure_listen = true): {anyone}"
         )));
     }
     Err(format!(
         "{listener} is reachable from other machines and would be served {what}; set \
          [daemon] tls = \"required\" (or this listener's own tls = \"required\") with \
-         tls_certificates, listen on loopback or a Unix socket, \
+         tls_certificates and tls_verify_clients = true, listen on loopback or a Unix socket, \
          or accept the risk with insecure_listen = true"
     ))
 }
@@ -151,14 +183,65 @@ mod tests {
             "{e}"
         );
         assert!(listener_policy(&any, TlsMode::Optional, &off).is_err());
-        assert_eq!(listener_policy(&any, TlsMode::Required, &off), Ok(None));
+        let verified = TlsSettings {
+            verify_clients: true,
+            ..off.clone()
+        };
+        assert_eq!(
+            listener_policy(&any, TlsMode::Required, &verified),
+            Ok(None)
+        );
+        assert!(listener_policy(&any, TlsMode::Optional, &verified).is_err());
         let consent = TlsSettings {
             insecure_listen: true,
-            ..off
+            ..off.clone()
         };
         let w = listener_policy(&any, TlsMode::Off, &consent)
             .unwrap()
             .unwrap();
         assert!(w.starts_with("WARNING"), "{w}");
+    }
+
+    #[test]
+    fn tls_required_beyond_loopback_needs_verified_clients_or_consent() {
+        let any = Listener::Tcp("0.0.0.0:10809".parse().unwrap());
+        let lo = Listener::Tcp("127.0.0.1:10809".parse().unwrap());
+        let unverified = TlsSettings::default();
+        let e = listener_policy(&any, TlsMode::Required, &unverified).unwrap_err();
+        for says in [
+            "does not verify clients",
+            "tls_verify_clients = true",
+            "insecure_unverified_clients",
+        ] {
+            assert!(e.contains(says), "missing {says:?} in: {e}");
+        }
+        assert_eq!(
+            listener_policy(&lo, TlsMode::Required, &unverified),
+            Ok(None)
+        );
+        for consent in [
+            TlsSettings {
+                insecure_unverified_clients: true,
+                ..TlsSettings::default()
+            },
+            TlsSettings {
+                insecure_listen: true,
+                ..TlsSettings::default()
+            },
+        ] {
+            let w = listener_policy(&any, TlsMode::Required, &consent)
+                .unwrap()
+                .unwrap();
+            assert!(
+                w.starts_with("WARNING") && w.contains("without checking a client certificate"),
+                "{w}"
+            );
+        }
+        // The consent to unverified clients is no consent to plain text.
+        let only_unverified = TlsSettings {
+            insecure_unverified_clients: true,
+            ..TlsSettings::default()
+        };
+        assert!(listener_policy(&any, TlsMode::Off, &only_unverified).is_err());
     }
 }

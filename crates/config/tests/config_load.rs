@@ -453,7 +453,9 @@ members = ["a"]
     assert_eq!(c.limits.max_connections, 128);
     assert_eq!(c.limits.in_flight_bytes, 512 * MIB);
     assert_eq!(c.limits.in_flight_bytes_per_connection, 128 * MIB);
-    assert_eq!(c.limits.handshake_timeout, Duration::from_secs(30));
+    assert_eq!(c.limits.handshake_timeout, Duration::from_secs(10));
+    assert_eq!(c.limits.max_handshakes, 64);
+    assert_eq!(c.limits.payload_min_bytes_per_s, 256 << 10);
     assert_eq!(c.limits.idle_timeout, None);
     assert_eq!(c.limits.stall_timeout, Duration::from_secs(60));
 
@@ -472,11 +474,13 @@ stall_timeout = "5min"
         c.limits,
         ServerLimits {
             max_connections: 8,
+            max_handshakes: 64,
             in_flight_bytes: 2 * GIB,
             in_flight_bytes_per_connection: 256 * MIB,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Some(Duration::from_secs(12 * 3600)),
             stall_timeout: Duration::from_secs(300),
+            payload_min_bytes_per_s: 256 << 10,
         }
     );
     let c = parse(&format!("[daemon]\nidle_timeout = \"off\"\n{VOLUME}"));

@@ -24,11 +24,13 @@ pub fn server_limits(config: &ServerLimits) -> Limits {
     let bytes = |b: u64| usize::try_from(b).unwrap_or(usize::MAX);
     Limits {
         max_connections: config.max_connections,
+        max_handshakes: config.max_handshakes,
         max_bytes_in_flight: bytes(config.in_flight_bytes_per_connection),
         server_bytes_in_flight: bytes(config.in_flight_bytes),
         handshake_timeout: config.handshake_timeout,
         idle_timeout: config.idle_timeout,
         stall_timeout: config.stall_timeout,
+        payload_min_bytes_per_s: config.payload_min_bytes_per_s,
         ..Limits::default()
     }
 }

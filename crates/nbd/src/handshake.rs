@@ -4,8 +4,9 @@
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
+use super::admission::ServingSlot;
 use super::proto::*;
-use super::server::{shutdown_signalled, Shared};
+use super::server::{shutdown_signalled, too_many_connections, Shared};
 use super::{ConnError, Export};
 use crate::tls::TlsMode;
 
@@ -33,9 +34,10 @@ pub(crate) struct Negotiated {
 }
 
 /// How the handshake ended without an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Outcome {
-    Transmission(Negotiated),
+    /// The client is served, holding one of the server's places until it goes.
+    Transmission(Negotiated, ServingSlot),
     /// The client aborted, or the server is shutting down.
     Closed,
     /// `NBD_OPT_STARTTLS` was acknowledged: the TLS handshake comes next, then the options
@@ -178,6 +180,10 @@ where
                         String::from_utf8_lossy(&data).into_owned(),
                     ));
                 };
+                let Some(slot) = shared.admission.try_serve() else {
+                    // EXPORT_NAME cannot be answered with an error: the client is disconnected.
+                    return Err(ConnError::Refused(too_many_connections(shared)));
+                };
                 let export = &*shared.exports[idx].export;
                 let flags = transmission_flags(export, st.structured);
                 let mut reply = Vec::with_capacity(10 + 124);
@@ -188,7 +194,8 @@ where
                 }
                 w.write_all(&reply).await?;
                 w.flush().await?;
-                return Ok(Outcome::Transmission(negotiated(&st, idx, flags, true)));
+                let neg = negotiated(&st, idx, flags, true);
+                return Ok(Outcome::Transmission(neg, slot));
             }
             OPT_ABORT => {
                 // The client may already have gone; an ACK it never reads is fine.
@@ -235,6 +242,17 @@ where
                     send(w, opt, REP_ERR_UNKNOWN, b"no such export").await?;
                     continue;
                 };
+                // GO takes a serving place before saying yes; INFO needs none.
+                let slot = if opt == OPT_GO {
+                    let Some(slot) = shared.admission.try_serve() else {
+                        let why = too_many_connections(shared);
+                        send(w, opt, REP_ERR_POLICY, why.as_bytes()).await?;
+                        continue;
+                    };
+                    Some(slot)
+                } else {
+                    None
+                };
                 let entry = &shared.exports[idx];
                 let export = &*entry.export;
                 let flags = transmission_flags(export, st.structured);
@@ -268,9 +286,10 @@ where
                     }
                 }
                 send(w, opt, REP_ACK, &[]).await?;
-                if opt == OPT_GO {
+                if let Some(slot) = slot {
                     let agreed = wants(INFO_BLOCK_SIZE);
-                    return Ok(Outcome::Transmission(negotiated(&st, idx, flags, !agreed)));
+                    let neg = negotiated(&st, idx, flags, !agreed);
+                    return Ok(Outcome::Transmission(neg, slot));
                 }
             }
             OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {

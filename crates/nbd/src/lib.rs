@@ -47,6 +47,7 @@
 //! # }
 //! ```
 
+mod admission;
 pub mod client;
 mod export;
 mod handshake;
@@ -93,6 +94,15 @@ pub enum ConnError {
     HandshakeTimeout,
     #[error("the client sent no byte of {0} for {1} s")]
     Stalled(&'static str, u64),
+    #[error(
+        "the client sent a {len_bytes}-byte write payload too slowly: not all of it in \
+         {allowed_ms} ms (at least {min_bytes_per_s} bytes/s after the stall timeout)"
+    )]
+    PayloadTooSlow {
+        len_bytes: u64,
+        allowed_ms: u64,
+        min_bytes_per_s: u64,
+    },
     #[error("refused: {0}")]
     Refused(String),
     #[error("the client asked for an export without TLS on a listener that requires it")]

@@ -7,6 +7,12 @@
 //! never holds more than [`Limits::server_bytes_in_flight`] of requests, and one connection
 //! never more than [`Limits::max_bytes_in_flight`] of it — a client that stops reading its
 //! replies pins its own share and no more, until [`Limits::stall_timeout`] cuts it off.
+//!
+//! A write's payload arrives after its budget is taken, at the client's pace. So that slow
+//! senders cannot hold the server's memory from the clients whose requests are complete,
+//! payloads still arriving may together hold only [`Limits::arriving_bytes`] (three quarters of
+//! the server's budget), and each must arrive within [`payload_time_allowed`]: the stall
+//! timeout plus its length at [`Limits::payload_min_bytes_per_s`].
 
 use std::future::Future;
 use std::io;
@@ -31,9 +37,12 @@ pub const REQUEST_COST_MIN: u32 = 4096;
 /// payload (32 MiB), a server budget of at least one connection's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Connections served at once (negotiating or transmitting); a client beyond them is
+    /// Connections served at once (in the transmission phase); a client beyond them is
     /// refused during the handshake with `NBD_REP_ERR_POLICY` and a message.
     pub max_connections: usize,
+    /// Connections negotiating at once, counted apart from the served ones; a new one beyond
+    /// them closes the one negotiating longest (see [`crate::admission`]).
+    pub max_handshakes: usize,
     /// Requests of one connection being executed or waiting for their reply to be written.
     pub max_in_flight: usize,
     /// Request memory of one connection (see [`REQUEST_COST_MIN`]).
@@ -48,18 +57,23 @@ pub struct Limits {
     /// A client that accepts no byte of its replies, or sends no byte of a request it has
     /// begun, for this long is disconnected, releasing what its requests held.
     pub stall_timeout: Duration,
+    /// A write payload must arrive at this rate (after `stall_timeout` of grace, see
+    /// [`payload_time_allowed`]), or the connection is closed.
+    pub payload_min_bytes_per_s: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
             max_connections: 128,
+            max_handshakes: 64,
             max_in_flight: 256,
             max_bytes_in_flight: 128 << 20,
             server_bytes_in_flight: 512 << 20,
-            handshake_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(10),
             idle_timeout: None,
             stall_timeout: Duration::from_secs(60),
+            payload_min_bytes_per_s: 256 << 10,
         }
     }
 }
@@ -70,12 +84,34 @@ impl Limits {
         let conn = self.max_bytes_in_flight.max(MAX_PAYLOAD as usize);
         Limits {
             max_connections: self.max_connections.max(1),
+            max_handshakes: self.max_handshakes.max(1),
             max_in_flight: self.max_in_flight.max(1),
+            payload_min_bytes_per_s: self.payload_min_bytes_per_s.max(1),
             max_bytes_in_flight: conn,
             server_bytes_in_flight: self.server_bytes_in_flight.max(conn),
             ..self
         }
     }
+}
+
+impl Limits {
+    /// How much of the server's budget write payloads still arriving may hold together:
+    /// three quarters of it, at least one maximal payload (a server budget of one payload
+    /// keeps no reserve).
+    pub fn arriving_bytes(&self) -> usize {
+        let reserve = self.server_bytes_in_flight / 4;
+        (self.server_bytes_in_flight - reserve)
+            .max(MAX_PAYLOAD as usize)
+            .min(self.server_bytes_in_flight)
+    }
+}
+
+/// How long a write payload of `len_bytes` may take to arrive: `grace` (the stall timeout)
+/// plus its length at `min_bytes_per_s`. A client trickling a byte now and then to keep a
+/// large payload's budget is closed after this, whatever its pace.
+pub fn payload_time_allowed(len_bytes: u64, min_bytes_per_s: u64, grace: Duration) -> Duration {
+    let at_rate_ms = len_bytes.saturating_mul(1000) / min_bytes_per_s.max(1);
+    grace.saturating_add(Duration::from_millis(at_rate_ms))
 }
 
 /// What a request costs in the memory budgets.
@@ -219,6 +255,32 @@ mod tests {
         assert_eq!(l.max_bytes_in_flight, MAX_PAYLOAD as usize);
         assert_eq!(l.server_bytes_in_flight, MAX_PAYLOAD as usize);
         assert_eq!(Limits::default().normalized(), Limits::default());
+    }
+
+    #[test]
+    fn payloads_get_their_length_at_the_minimum_rate_plus_the_grace() {
+        let grace = Duration::from_secs(60);
+        assert_eq!(payload_time_allowed(0, 1, grace), grace);
+        assert_eq!(
+            payload_time_allowed(32 << 20, 256 << 10, grace),
+            Duration::from_secs(60 + 128)
+        );
+        assert_eq!(
+            payload_time_allowed(1 << 20, 1 << 20, Duration::from_millis(500)),
+            Duration::from_millis(1500)
+        );
+        assert!(payload_time_allowed(u64::MAX, 1, grace) > Duration::from_secs(1 << 40));
+    }
+
+    #[test]
+    fn arriving_payloads_leave_a_quarter_of_the_budget_to_complete_requests() {
+        let l = Limits::default();
+        assert_eq!(l.arriving_bytes(), 384 << 20);
+        let small = Limits {
+            server_bytes_in_flight: MAX_PAYLOAD as usize,
+            ..l
+        };
+        assert_eq!(small.arriving_bytes(), MAX_PAYLOAD as usize);
     }
 
     #[test]

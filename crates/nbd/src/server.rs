@@ -16,6 +16,7 @@ use crate::unaligned::BlockLocks;
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::{AbortHandle, JoinHandle};
 
+use super::admission::{Admission, HandshakeSlot};
 use super::handshake::{self, Outcome, TlsPhase};
 use super::limits::Limits;
 use super::proto::{MAX_PAYLOAD, MAX_STRING};
@@ -62,8 +63,15 @@ pub(crate) struct Shared {
     pub limits: Limits,
     /// Request memory of all connections together (`limits.server_bytes_in_flight` bytes).
     pub budget: Arc<Semaphore>,
+    /// The part of `budget` write payloads may hold while they are still arriving
+    /// ([`Limits::arriving_bytes`]): the rest stays for requests that are complete, so slow
+    /// senders cannot starve everyone else.
+    pub arriving: Arc<Semaphore>,
+    /// Places of negotiating and of served connections.
+    pub admission: Arc<Admission>,
     shutdown: watch::Sender<bool>,
-    /// Connections counted from accept until their task ends; at most `max_connections`.
+    /// Connections counted from accept until their task ends (negotiating or served; their
+    /// places are counted by `admission`).
     connections: watch::Sender<usize>,
     /// Abort handles of running connection tasks, by connection id.
     tasks: Mutex<HashMap<u64, AbortHandle>>,
@@ -227,21 +235,23 @@ struct ConnGuard {
 }
 
 impl ConnGuard {
-    /// Counts a new connection, unless `max_connections` are open already.
-    fn try_new(shared: &Arc<Shared>) -> Option<Self> {
-        let max = shared.limits.max_connections;
-        let admitted = shared.connections.send_if_modified(|n| {
-            let room = *n < max;
-            if room {
-                *n += 1;
-            }
-            room
-        });
-        admitted.then(|| ConnGuard {
+    /// Counts a new connection.
+    fn new(shared: &Arc<Shared>) -> Self {
+        shared.connections.send_modify(|n| *n += 1);
+        ConnGuard {
             shared: shared.clone(),
             id: shared.next_id.fetch_add(1, Ordering::Relaxed),
-        })
+        }
     }
+}
+
+/// What a client beyond `max_connections` is told.
+pub(crate) fn too_many_connections(shared: &Shared) -> String {
+    let max = shared.limits.max_connections;
+    format!(
+        "nbraidd: too many connections: at most {max} are served at once \
+         ([daemon] max_connections); try again later"
+    )
 }
 
 /// Counts one request as running in an export, server-wide, until dropped.
@@ -325,6 +335,8 @@ impl Server {
                 exports: entries,
                 limits,
                 budget: Arc::new(Semaphore::new(limits.server_bytes_in_flight)),
+                arriving: Arc::new(Semaphore::new(limits.arriving_bytes())),
+                admission: Admission::new(limits.max_connections, limits.max_handshakes),
                 shutdown: watch::channel(false).0,
                 connections: watch::channel(0).0,
                 tasks: Mutex::new(HashMap::new()),
@@ -414,13 +426,13 @@ impl Server {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let Some(guard) = ConnGuard::try_new(&self.shared) else {
+        let Some((guard, handshake)) = self.admit() else {
             let (r, w) = tokio::io::split(stream);
             return self.refuse(r, w);
         };
         let shared = self.shared.clone();
         self.track(guard, async move {
-            run_tls_connection(&shared, stream, tls).await
+            run_tls_connection(&shared, stream, tls, handshake).await
         })
     }
 
@@ -429,11 +441,36 @@ impl Server {
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let Some(guard) = ConnGuard::try_new(&self.shared) else {
+        let Some((guard, handshake)) = self.admit() else {
             return self.refuse(r, w);
         };
         let shared = self.shared.clone();
-        self.track(guard, async move { run_connection(&shared, r, w).await })
+        self.track(guard, async move {
+            run_connection(&shared, r, w, handshake).await
+        })
+    }
+
+    /// Counts a new connection and gives it a negotiating place, closing the connection
+    /// negotiating longest if `max_handshakes` are; `None` when every serving place is taken
+    /// (the client is refused at once).
+    fn admit(&self) -> Option<(ConnGuard, HandshakeSlot)> {
+        if self.shared.admission.serving_full() {
+            return None;
+        }
+        let guard = ConnGuard::new(&self.shared);
+        let (slot, evicted) = self.shared.admission.begin_handshake(guard.id);
+        if let Some(old) = evicted {
+            let handle = lock(&self.shared.tasks).get(&old).cloned();
+            if let Some(h) = handle {
+                let max = self.shared.limits.max_handshakes;
+                tracing::info!(
+                    "closing the connection negotiating longest: {max} were negotiating \
+                     ([daemon] max_handshakes)"
+                );
+                h.abort();
+            }
+        }
+        Some((guard, slot))
     }
 
     /// Runs a connection's task, counted by `guard` and abortable at shutdown.
@@ -471,10 +508,7 @@ impl Server {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let max = self.shared.limits.max_connections;
-        let why = format!(
-            "nbraidd: too many connections: at most {max} are served at once \
-             ([daemon] max_connections); try again later"
-        );
+        let why = too_many_connections(&self.shared);
         tracing::info!("refusing a connection: {max} open already");
         let refusing = self.shared.refusing.fetch_add(1, Ordering::AcqRel);
         let guard = RefusalGuard(self.shared.clone());
@@ -591,7 +625,12 @@ async fn accept_one(l: &Listener) -> io::Result<Accepted> {
     }
 }
 
-async fn run_connection<R, W>(shared: &Arc<Shared>, r: R, w: W) -> Result<(), ConnError>
+async fn run_connection<R, W>(
+    shared: &Arc<Shared>,
+    r: R,
+    w: W,
+    handshake: HandshakeSlot,
+) -> Result<(), ConnError>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -609,6 +648,7 @@ where
     let outcome = tokio::time::timeout(shared.limits.handshake_timeout, negotiation)
         .await
         .map_err(|_| ConnError::HandshakeTimeout)??;
+    drop(handshake);
     finish_handshake(shared, outcome, r, w, &mut stop).await
 }
 
@@ -629,7 +669,7 @@ where
             let _ = w.shutdown().await;
             Ok(())
         }
-        Outcome::Transmission(neg) => {
+        Outcome::Transmission(neg, _place) => {
             // The handshake flushed every reply: nothing is left in the buffer. The
             // transmission phase batches its own writes.
             let w = w.into_inner();
@@ -646,7 +686,12 @@ fn timed<T>(r: Result<Result<T, ConnError>, tokio::time::error::Elapsed>) -> Res
 /// A connection on a listener with TLS: options in the clear up to `NBD_OPT_STARTTLS` (all
 /// refused but that one in required mode), the TLS handshake, then the options again from a
 /// clean state over TLS. The handshake timeout covers all of it.
-async fn run_tls_connection<S>(shared: &Arc<Shared>, s: S, tls: ServerTls) -> Result<(), ConnError>
+async fn run_tls_connection<S>(
+    shared: &Arc<Shared>,
+    s: S,
+    tls: ServerTls,
+    handshake: HandshakeSlot,
+) -> Result<(), ConnError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -664,6 +709,7 @@ where
         handshake::negotiate(shared, &mut r, &mut w, &mut stop, clear, &mut no_zeroes);
     let outcome = timed(tokio::time::timeout_at(deadline, negotiation).await)?;
     if !matches!(outcome, Outcome::StartTls) {
+        drop(handshake);
         return finish_handshake(shared, outcome, r, w, &mut stop).await;
     }
     // The client waits for the ACK before its ClientHello: anything already buffered is a
@@ -695,5 +741,6 @@ where
     let negotiation =
         handshake::negotiate(shared, &mut r, &mut w, &mut stop, over_tls, &mut no_zeroes);
     let outcome = timed(tokio::time::timeout_at(deadline, negotiation).await)?;
+    drop(handshake);
     finish_handshake(shared, outcome, r, w, &mut stop).await
 }

@@ -457,6 +457,36 @@ async fn export_name_with_and_without_zeroes() {
     }
 }
 
+/// Issue 30, point 9d: a client that negotiated no block size (EXPORT_NAME, as the NBD
+/// project's test client) may write and read up to 64 MiB at once, unaligned too; the export
+/// sees pieces of at most 32 MiB. One that negotiated block sizes still gets EINVAL past 32 MiB.
+#[tokio::test]
+async fn requests_past_32_mib_without_block_sizes_are_served_in_pieces() {
+    let e = Arc::new(MemoryExport::new(96 * MIB).with_block_sizes(4096, 65536));
+    let server = server_with(vec![("a", e.clone())]);
+    let mut c = Client::connect(&server);
+    c.start(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).await;
+    c.send_opt(OPT_EXPORT_NAME, b"a").await;
+    let mut r = [0u8; 10];
+    bounded(c.s.read_exact(&mut r)).await.unwrap();
+    let len = 47 * MIB as usize;
+    let data = pattern(len, 3);
+    c.write(1, 512, &data).await;
+    assert_eq!(c.simple().await, (0, 1));
+    c.request(0, CMD_READ, 2, 512, len as u32).await;
+    assert_eq!(c.simple().await, (0, 2));
+    let mut back = vec![0u8; len];
+    bounded(c.s.read_exact(&mut back)).await.unwrap();
+    assert!(back == data, "47 MiB read back differ");
+    c.request(0, CMD_READ, 3, 0, 64 * MIB as u32 + 4096).await;
+    assert_eq!(c.simple().await, (EINVAL, 3));
+
+    let mut g = Client::connect(&server);
+    g.go("a", false).await;
+    g.request(0, CMD_READ, 4, 0, MAX_PAYLOAD + 4096).await;
+    assert_eq!(g.simple().await, (EINVAL, 4));
+}
+
 #[tokio::test]
 async fn export_name_then_hangup_before_reply() {
     let server = server_with(vec![("a", mem(MIB))]);

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::export::{errno_for, Export, Extent, PayloadBuf, ReadData, ZeroFlags};
 use super::handshake::Negotiated;
-use super::limits::{request_cost, Activity, StallGuard};
+use super::limits::{payload_time_allowed, request_cost, Activity, Limits, StallGuard};
 use super::proto::*;
 use super::replies::{total_len, BytesHeld, Outgoing, Replies, BATCH_REPLIES};
 use super::server::{shutdown_signalled, RequestGuard, Shared};
@@ -31,6 +31,12 @@ const MAX_DISCARD: u32 = 2 * MAX_PAYLOAD;
 /// Requests up to this length get one inline poll before being spawned.
 const INLINE_MAX: u32 = 64 * 1024;
 
+/// Longest read or write served to a client that negotiated no block size (and so was never
+/// told the 32 MiB maximum): nbdkit serves up to this, and the NBD project's own tests send
+/// 47 MiB writes. Such a request is carried out in pieces of at most [`MAX_PAYLOAD`], the
+/// export's limit; its memory is budgeted whole, as any request's.
+pub(crate) const MAX_UNNEGOTIATED_PAYLOAD: u32 = 64 << 20;
+
 struct Conn {
     export: Arc<dyn Export>,
     locks: Arc<BlockLocks>,
@@ -38,6 +44,9 @@ struct Conn {
     min_block: u64,
     /// Requests need not be aligned to `min_block` (no block size was negotiated).
     byte_granular: bool,
+    /// Longest read or write accepted: [`MAX_PAYLOAD`], or for a client that negotiated no
+    /// block size up to [`MAX_UNNEGOTIATED_PAYLOAD`] as far as the memory budgets hold it.
+    max_payload: u32,
     read_only: bool,
     structured: bool,
     base_allocation: Option<u32>,
@@ -120,6 +129,7 @@ where
         size: entry.export.size(),
         min_block: entry.export.min_block().into(),
         byte_granular: neg.byte_granular,
+        max_payload: max_payload(&shared.limits, neg.byte_granular),
         read_only: entry.export.read_only(),
         structured: neg.structured,
         base_allocation: neg.base_allocation,
@@ -214,7 +224,8 @@ where
                     break Err(ConnError::PayloadTooLong(req.length));
                 }
                 tx.send_all(&mut ready);
-                if let Err(e) = discard(&mut r, req.length.into(), limits.stall_timeout).await {
+                let clock = PayloadClock::start(&limits, req.length.into());
+                if let Err(e) = discard(&mut r, req.length.into(), &clock).await {
                     break Err(e);
                 }
             }
@@ -234,6 +245,16 @@ where
         let Some(conn_bytes) = acquire(&budget, cost, &tx, &mut ready).await else {
             break Ok(());
         };
+        // A payload still to arrive holds the server's budget at the client's pace: only the
+        // part of it set aside for arriving payloads (see `Limits::arriving_bytes`).
+        let arriving = if req.typ == CMD_WRITE && req.length > 0 {
+            match acquire(&shared.arriving, cost, &tx, &mut ready).await {
+                Some(p) => Some(p),
+                None => break Ok(()),
+            }
+        } else {
+            None
+        };
         let Some(server_bytes) = acquire(&shared.budget, cost, &tx, &mut ready).await else {
             break Ok(());
         };
@@ -244,23 +265,29 @@ where
         let payload = if req.typ == CMD_WRITE && req.length > 0 {
             // The length is validated (at most MAX_PAYLOAD) and its budget taken.
             let len = req.length as usize;
-            let stall = limits.stall_timeout;
+            let clock = PayloadClock::start(&limits, len as u64);
             if r.buffer().len() < len {
                 // Reading the payload may wait for the client: replies go out first.
                 tx.send_all(&mut ready);
             }
-            // An unaligned write is patched into whole blocks later: plain bytes for it.
-            let own = if is_unaligned(conn.min_block, req.offset, req.length) {
+            // An unaligned write is patched into whole blocks later, a longer one than the
+            // export takes is cut in pieces: plain bytes for them.
+            let own = if is_unaligned(conn.min_block, req.offset, req.length)
+                || req.length > MAX_PAYLOAD
+            {
                 None
             } else {
                 conn.export.payload_buffer(len)
             };
             let got = match own {
-                Some(mut buf) => read_into(&mut r, buf.as_mut_slice(), len, stall)
+                Some(mut buf) => read_into(&mut r, buf.as_mut_slice(), len, &clock)
                     .await
                     .map(|()| WriteData::Own(buf)),
-                None => read_payload(&mut r, len, stall).await.map(WriteData::Bytes),
+                None => read_payload(&mut r, len, &clock)
+                    .await
+                    .map(WriteData::Bytes),
             };
+            drop(arriving);
             match got {
                 Ok(p) => p,
                 Err(e) => break Err(e),
@@ -432,7 +459,7 @@ fn validate(c: &Conn, req: &RequestHeader) -> Result<(), (u32, &'static str)> {
                 return Err((EINVAL, "block status of zero bytes"));
             }
         }
-        CMD_READ | CMD_WRITE if req.length > MAX_PAYLOAD => {
+        CMD_READ | CMD_WRITE if req.length > c.max_payload => {
             return Err((EINVAL, "request longer than the maximum payload"));
         }
         _ => {}
@@ -476,12 +503,7 @@ async fn execute(c: &Conn, req: RequestHeader, payload: WriteData) -> (Vec<u8>, 
             if len == 0 {
                 return (read_reply(c, req.cookie, off, 0), Vec::new());
             }
-            let read = if unaligned {
-                unaligned::read(e, bs, off, len).await
-            } else {
-                e.read_parts(off, len).await
-            };
-            match read {
+            match read_range(c, off, len).await {
                 Ok(data) if total_len(&data) == len as u64 => {
                     (read_reply(c, req.cookie, off, len), data)
                 }
@@ -501,13 +523,7 @@ async fn execute(c: &Conn, req: RequestHeader, payload: WriteData) -> (Vec<u8>, 
         CMD_WRITE => match payload {
             WriteData::None => done(Ok(())),
             WriteData::Bytes(b) if b.is_empty() => done(Ok(())),
-            WriteData::Bytes(b) if unaligned => {
-                done(unaligned::write(e, &c.locks, bs, off, b, fua).await)
-            }
-            WriteData::Bytes(b) => {
-                let _held = c.locks.lock(bs, off, len.into(), &[]).await;
-                done(e.write(off, b, fua).await)
-            }
+            WriteData::Bytes(b) => done(write_bytes(c, off, b, fua).await),
             WriteData::Own(buf) => {
                 let _held = c.locks.lock(bs, off, len.into(), &[]).await;
                 done(e.write_payload(off, buf, fua).await)
@@ -563,6 +579,58 @@ async fn execute(c: &Conn, req: RequestHeader, payload: WriteData) -> (Vec<u8>, 
         }
         _ => unreachable!("validate() rejects unknown commands"),
     }
+}
+
+/// The longest read or write a connection may send (see [`MAX_UNNEGOTIATED_PAYLOAD`]): never
+/// more than its own or the arriving payloads' budget, so that a request can always get its
+/// memory.
+fn max_payload(limits: &Limits, byte_granular: bool) -> u32 {
+    if !byte_granular {
+        return MAX_PAYLOAD;
+    }
+    let budget = limits.max_bytes_in_flight.min(limits.arriving_bytes());
+    let budget = u32::try_from(budget).unwrap_or(u32::MAX);
+    budget.clamp(MAX_PAYLOAD, MAX_UNNEGOTIATED_PAYLOAD)
+}
+
+/// `[offset, offset+len)` cut in the pieces the export takes: at most [`MAX_PAYLOAD`] each.
+fn pieces(offset: u64, len: u32) -> impl Iterator<Item = (u64, u32)> {
+    let step = u64::from(MAX_PAYLOAD);
+    let end = offset + u64::from(len);
+    (offset..end)
+        .step_by(step as usize)
+        .map(move |at| (at, (end - at).min(step) as u32))
+}
+
+/// Reads a request's range, piece by piece, each through the blocks covering it.
+async fn read_range(c: &Conn, offset: u64, len: u32) -> io::Result<ReadData> {
+    let (e, bs) = (&*c.export, c.min_block);
+    let mut data = ReadData::new();
+    for (at, n) in pieces(offset, len) {
+        let mut part = if is_unaligned(bs, at, n) {
+            unaligned::read(e, bs, at, n).await?
+        } else {
+            e.read_parts(at, n).await?
+        };
+        data.append(&mut part);
+    }
+    Ok(data)
+}
+
+/// Writes a received payload, piece by piece; the first error ends it.
+async fn write_bytes(c: &Conn, offset: u64, data: Bytes, fua: bool) -> io::Result<()> {
+    let (e, bs) = (&*c.export, c.min_block);
+    for (at, n) in pieces(offset, data.len() as u32) {
+        let from = (at - offset) as usize;
+        let piece = data.slice(from..from + n as usize);
+        if is_unaligned(bs, at, n) {
+            unaligned::write(e, &c.locks, bs, at, piece, fua).await?;
+        } else {
+            let _held = c.locks.lock(bs, at, n.into(), &[]).await;
+            e.write(at, piece, fua).await?;
+        }
+    }
+    Ok(())
 }
 
 fn export_error(c: &Conn, req: &RequestHeader, err: &io::Error) -> (Vec<u8>, ReadData) {
@@ -675,16 +743,50 @@ fn block_status_reply(
 /// client that claims a long payload and sends little costs little.
 const PAYLOAD_FIRST_ALLOC: usize = 1024 * 1024;
 
-/// One read of a request's payload: the client has `stall` to send at least a byte.
-async fn read_some<F>(read: F, stall: Duration) -> Result<usize, ConnError>
+/// The clocks of one payload being received: `stall` for each read, and a deadline for the
+/// whole (see [`payload_time_allowed`]).
+struct PayloadClock {
+    stall: Duration,
+    deadline: Instant,
+    len_bytes: u64,
+    allowed: Duration,
+    min_bytes_per_s: u64,
+}
+
+impl PayloadClock {
+    fn start(limits: &Limits, len_bytes: u64) -> Self {
+        let allowed = payload_time_allowed(
+            len_bytes,
+            limits.payload_min_bytes_per_s,
+            limits.stall_timeout,
+        );
+        PayloadClock {
+            stall: limits.stall_timeout,
+            deadline: Instant::now() + allowed,
+            len_bytes,
+            allowed,
+            min_bytes_per_s: limits.payload_min_bytes_per_s,
+        }
+    }
+}
+
+/// One read of a request's payload: the client has `stall` to send at least a byte, and
+/// until the payload's deadline to send all of it.
+async fn read_some<F>(read: F, clock: &PayloadClock) -> Result<usize, ConnError>
 where
     F: std::future::Future<Output = io::Result<usize>>,
 {
-    match tokio::time::timeout(stall, read).await {
+    let stalled_at = Instant::now() + clock.stall;
+    match tokio::time::timeout_at(stalled_at.min(clock.deadline), read).await {
         Ok(Ok(0)) => Err(ConnError::Io(io::ErrorKind::UnexpectedEof.into())),
         Ok(Ok(n)) => Ok(n),
         Ok(Err(e)) => Err(e.into()),
-        Err(_) => Err(ConnError::Stalled("a write payload", stall.as_secs())),
+        Err(_) if clock.deadline < stalled_at => Err(ConnError::PayloadTooSlow {
+            len_bytes: clock.len_bytes,
+            allowed_ms: clock.allowed.as_millis() as u64,
+            min_bytes_per_s: clock.min_bytes_per_s,
+        }),
+        Err(_) => Err(ConnError::Stalled("a write payload", clock.stall.as_secs())),
     }
 }
 
@@ -692,7 +794,7 @@ where
 async fn read_payload<R: AsyncRead + Unpin>(
     r: &mut R,
     len: usize,
-    stall: Duration,
+    clock: &PayloadClock,
 ) -> Result<Bytes, ConnError> {
     let mut buf = BytesMut::with_capacity(len.min(PAYLOAD_FIRST_ALLOC));
     while buf.len() < len {
@@ -701,7 +803,7 @@ async fn read_payload<R: AsyncRead + Unpin>(
             buf.reserve(remaining.min(buf.len().max(PAYLOAD_FIRST_ALLOC)));
         }
         let room = (buf.capacity() - buf.len()).min(remaining) as u64;
-        read_some((&mut *r).take(room).read_buf(&mut buf), stall).await?;
+        read_some((&mut *r).take(room).read_buf(&mut buf), clock).await?;
     }
     Ok(buf.freeze())
 }
@@ -711,7 +813,7 @@ async fn read_into<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut [u8],
     len: usize,
-    stall: Duration,
+    clock: &PayloadClock,
 ) -> Result<(), ConnError> {
     if buf.len() != len {
         return Err(ConnError::Io(io::Error::other(
@@ -720,7 +822,7 @@ async fn read_into<R: AsyncRead + Unpin>(
     }
     let mut got = 0;
     while got < len {
-        got += read_some(r.read(&mut buf[got..]), stall).await?;
+        got += read_some(r.read(&mut buf[got..]), clock).await?;
     }
     Ok(())
 }
@@ -729,14 +831,14 @@ async fn read_into<R: AsyncRead + Unpin>(
 async fn discard<R: AsyncRead + Unpin>(
     r: &mut R,
     mut len: u64,
-    stall: Duration,
+    clock: &PayloadClock,
 ) -> Result<(), ConnError> {
     let mut scratch = vec![0u8; 64 * 1024];
     while len > 0 {
         let want = scratch
             .len()
             .min(usize::try_from(len).unwrap_or(usize::MAX));
-        len -= read_some(r.read(&mut scratch[..want]), stall).await? as u64;
+        len -= read_some(r.read(&mut scratch[..want]), clock).await? as u64;
     }
     Ok(())
 }
@@ -744,6 +846,37 @@ async fn discard<R: AsyncRead + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_requests_are_cut_in_export_sized_pieces() {
+        let big = u64::from(MAX_PAYLOAD);
+        assert_eq!(pieces(7, 100).collect::<Vec<_>>(), [(7, 100)]);
+        assert_eq!(
+            pieces(512, 47 << 20).collect::<Vec<_>>(),
+            [(512, MAX_PAYLOAD), (512 + big, (47 << 20) - MAX_PAYLOAD)]
+        );
+        assert_eq!(pieces(0, 2 * MAX_PAYLOAD).count(), 2);
+        assert_eq!(pieces(0, 0).count(), 0);
+    }
+
+    #[test]
+    fn only_clients_without_block_sizes_may_send_more_than_32_mib_within_their_budget() {
+        let l = Limits::default().normalized();
+        assert_eq!(max_payload(&l, false), MAX_PAYLOAD);
+        assert_eq!(max_payload(&l, true), MAX_UNNEGOTIATED_PAYLOAD);
+        let tight = Limits {
+            max_bytes_in_flight: 40 << 20,
+            ..l
+        };
+        assert_eq!(max_payload(&tight, true), 40 << 20);
+        let least = Limits {
+            max_bytes_in_flight: 0,
+            server_bytes_in_flight: 0,
+            ..l
+        }
+        .normalized();
+        assert_eq!(max_payload(&least, true), MAX_PAYLOAD);
+    }
 
     #[test]
     fn block_status_reply_is_clamped() {

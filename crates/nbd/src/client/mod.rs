@@ -28,6 +28,7 @@
 //! * [`Client::read_into`] receives a read's data straight into the caller's buffer, so a
 //!   caller that reuses buffers allocates nothing per read.
 
+mod coverage;
 mod error;
 mod handshake;
 mod reader;

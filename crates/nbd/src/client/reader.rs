@@ -7,6 +7,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
 
+use super::coverage::Coverage;
 use super::{BoxRead, ClientError, ExportInfo, Reply, Shared, Waiter};
 use crate::export::Extent;
 use crate::proto::*;
@@ -19,9 +20,13 @@ struct Partial {
     w: Waiter,
     /// A read's data, zero-filled where holes are (allocated on the first chunk).
     data: Option<BytesMut>,
-    covered: u64,
+    /// Bytes of the read its chunks answered: each exactly once, all of them by the end.
+    covered: Coverage,
     extents: Vec<Extent>,
     error: Option<(u32, String)>,
+    /// A broken reply to this request (the stream itself still in step): the request fails
+    /// with it, the connection goes on.
+    broken: Option<String>,
 }
 
 pub(crate) async fn run(r: BoxRead, shared: Arc<Shared>, info: ExportInfo) {
@@ -129,9 +134,10 @@ async fn one_reply<R: AsyncRead + Unpin>(
                 None => Partial {
                     w: take_waiter(shared, cookie)?,
                     data: None,
-                    covered: 0,
+                    covered: Coverage::default(),
                     extents: Vec::new(),
                     error: None,
+                    broken: None,
                 },
             };
             let done = flags & REPLY_FLAG_DONE != 0;
@@ -175,7 +181,12 @@ async fn chunk<R: AsyncRead + Unpin>(
             let Some(rel) = rel.filter(|_| n > 0) else {
                 return Err(bad("OFFSET_DATA outside the range read"));
             };
-            p.covered += n;
+            if let Err(o) = p.covered.add(rel, rel + n) {
+                // Read past, so the stream stays in step; the request fails.
+                skip(r, n).await?;
+                p.broken.get_or_insert(overlap_message(req_off, o));
+                return Ok(());
+            }
             if p.data.is_none() && rel == 0 && n == req_len {
                 // The common case: the whole read in one chunk, read straight into place.
                 p.data = Some(read_data(r, p.w.dest.take(), n as usize).await?);
@@ -196,7 +207,10 @@ async fn chunk<R: AsyncRead + Unpin>(
             let Some(rel) = rel.filter(|_| n > 0) else {
                 return Err(bad("OFFSET_HOLE outside the range read"));
             };
-            p.covered += n;
+            if let Err(o) = p.covered.add(rel, rel + n) {
+                p.broken.get_or_insert(overlap_message(req_off, o));
+                return Ok(());
+            }
             let buf = p.data.get_or_insert_with(|| whole(&mut p.w, req_len));
             buf[rel as usize..(rel + n) as usize].fill(0);
             Ok(())
@@ -259,18 +273,42 @@ fn whole(w: &mut Waiter, len: u64) -> BytesMut {
         .unwrap_or_else(|| BytesMut::zeroed(len as usize))
 }
 
-/// The outcome of a request whose final chunk has arrived.
+/// Reads past `n` bytes of a chunk that cannot be used.
+async fn skip<R: AsyncRead + Unpin>(r: &mut R, n: u64) -> std::io::Result<()> {
+    let copied = tokio::io::copy(&mut (&mut *r).take(n), &mut tokio::io::sink()).await?;
+    if copied < n {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(())
+}
+
+fn overlap_message(req_off: u64, o: super::coverage::Overlap) -> String {
+    format!(
+        "the server answered bytes {}..{} of a read twice (overlapping data or hole chunks)",
+        req_off + o.start,
+        req_off + o.end
+    )
+}
+
+/// The outcome of a request whose final chunk has arrived: a broken reply fails the request
+/// alone (the connection is still in step).
 fn finish(p: &mut Partial) -> Result<Result<Reply, ClientError>, ClientError> {
+    if let Some(why) = p.broken.take() {
+        return Ok(Err(ClientError::Protocol(why)));
+    }
     if let Some((errno, msg)) = p.error.take() {
         return Ok(Err(server_error(&p.w, errno, msg)));
     }
     Ok(Ok(match p.w.cmd {
         CMD_READ => {
-            if p.covered != u64::from(p.w.len) {
-                return Err(ClientError::Protocol(format!(
-                    "a read of {} bytes answered with {} bytes of data and holes",
-                    p.w.len, p.covered
-                )));
+            let len = u64::from(p.w.len);
+            if !p.covered.is_whole(len) {
+                return Ok(Err(ClientError::Protocol(format!(
+                    "a read of {len} bytes at {} answered with {} bytes of data and holes, \
+                     not every byte once",
+                    p.w.offset,
+                    p.covered.answered_bytes()
+                ))));
             }
             Reply::Data(p.data.take().unwrap_or_default())
         }
@@ -282,4 +320,108 @@ fn finish(p: &mut Partial) -> Result<Result<Reply, ClientError>, ClientError> {
         }
         _ => Reply::Done,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::Pending;
+    use tokio::sync::oneshot;
+
+    fn chunk_bytes(out: &mut Vec<u8>, flags: u16, typ: u16, cookie: u64, body: &[u8]) {
+        out.extend_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
+        out.extend_from_slice(&flags.to_be_bytes());
+        out.extend_from_slice(&typ.to_be_bytes());
+        out.extend_from_slice(&cookie.to_be_bytes());
+        out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        out.extend_from_slice(body);
+    }
+
+    fn data(at: u64, bytes: &[u8]) -> Vec<u8> {
+        [&at.to_be_bytes()[..], bytes].concat()
+    }
+
+    fn hole(at: u64, len: u32) -> Vec<u8> {
+        [&at.to_be_bytes()[..], &len.to_be_bytes()[..]].concat()
+    }
+
+    /// Replies to reads of 8 bytes at 100 with cookies 1, 2, ...; returns each outcome.
+    async fn answer(stream: Vec<u8>, reads: u64) -> Vec<Result<Reply, ClientError>> {
+        let shared = Arc::new(Shared {
+            state: std::sync::Mutex::new(Pending {
+                waiters: HashMap::new(),
+                outbox: Vec::new(),
+                disconnecting: false,
+                closed: None,
+            }),
+            wake_writer: tokio::sync::Notify::new(),
+        });
+        let mut rxs = Vec::new();
+        for cookie in 1..=reads {
+            let (tx, rx) = oneshot::channel();
+            let w = Waiter {
+                cmd: CMD_READ,
+                offset: 100,
+                len: 8,
+                dest: None,
+                tx,
+            };
+            shared.lock().waiters.insert(cookie, w);
+            rxs.push(rx);
+        }
+        let info = ExportInfo {
+            name: String::new(),
+            description: String::new(),
+            size: 1 << 20,
+            flags: 0,
+            min_block: 1,
+            preferred_block: 4096,
+            max_block: MAX_PAYLOAD,
+            structured: true,
+            base_allocation: None,
+            block_size_negotiated: false,
+        };
+        run(Box::new(std::io::Cursor::new(stream)), shared, info).await;
+        let mut out = Vec::new();
+        for rx in rxs {
+            out.push(rx.await.expect("every request answered"));
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn overlapping_or_missing_chunks_fail_their_read_and_only_it() {
+        let done = REPLY_FLAG_DONE;
+        let mut s = Vec::new();
+        // Read 1: 100..104 and 102..106: lengths add up to 8, bytes 106..108 never sent.
+        chunk_bytes(&mut s, 0, REPLY_TYPE_OFFSET_DATA, 1, &data(100, b"abcd"));
+        chunk_bytes(&mut s, done, REPLY_TYPE_OFFSET_DATA, 1, &data(102, b"wxyz"));
+        // Read 2: a hole over data already sent.
+        chunk_bytes(
+            &mut s,
+            0,
+            REPLY_TYPE_OFFSET_DATA,
+            2,
+            &data(100, b"12345678"),
+        );
+        chunk_bytes(&mut s, done, REPLY_TYPE_OFFSET_HOLE, 2, &hole(104, 4));
+        // Read 3: half the bytes, then done.
+        chunk_bytes(&mut s, done, REPLY_TYPE_OFFSET_DATA, 3, &data(104, b"efgh"));
+        // Read 4: a hole and data, out of order, each byte once: fine.
+        chunk_bytes(&mut s, 0, REPLY_TYPE_OFFSET_DATA, 4, &data(104, b"WXYZ"));
+        chunk_bytes(&mut s, done, REPLY_TYPE_OFFSET_HOLE, 4, &hole(100, 4));
+        let out = answer(s, 4).await;
+        for (i, says) in [(0, "102..104"), (1, "104..108"), (2, "4 bytes")] {
+            match &out[i] {
+                Err(ClientError::Protocol(m)) => assert!(m.contains(says), "read {}: {m}", i + 1),
+                Err(e) => panic!("read {}: {e}", i + 1),
+                Ok(_) => panic!("read {} taken as data", i + 1),
+            }
+        }
+        match &out[3] {
+            Ok(Reply::Data(d)) => assert_eq!(&d[..], b"\0\0\0\0WXYZ"),
+            Err(e) => panic!("read 4: {e}"),
+            Ok(_) => panic!("read 4: not data"),
+        }
+    }
 }

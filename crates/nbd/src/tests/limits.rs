@@ -133,9 +133,8 @@ async fn a_client_beyond_max_connections_is_refused_with_a_message() {
     let server = server_limited(mem(MIB), limits);
     let mut a = Client::connect(&server);
     a.go("a", false).await;
-    // One still negotiating counts too.
     let mut b = Client::connect(&server);
-    b.start(FLAG_C_FIXED_NEWSTYLE).await;
+    b.go("a", false).await;
     assert_eq!(server.connections(), 2);
 
     let mut c = Client::connect(&server);
@@ -174,12 +173,130 @@ async fn a_client_beyond_max_connections_is_refused_with_a_message() {
     ));
 
     // Once a connection ends, a new client is served.
-    b.send_opt(OPT_ABORT, &[]).await;
-    assert_eq!(b.opt_reply().await.typ, REP_ACK);
+    b.request(0, CMD_DISC, 2, 0, 0).await;
     assert!(b.expect_closed().await.is_ok());
     let mut e = Client::connect(&server);
     e.go("a", false).await;
     assert_eq!(server.connections(), 2);
+}
+
+/// Places are taken when the client asks for an export, not when it connects: two clients
+/// negotiating side by side for the last place, the second to ask is refused with a message
+/// and may ask again once the place is free.
+#[tokio::test(start_paused = true)]
+async fn the_last_place_goes_to_the_first_client_to_ask_for_an_export() {
+    let limits = Limits {
+        max_connections: 1,
+        ..Limits::default()
+    };
+    let server = server_limited(mem(MIB), limits);
+    let mut a = Client::connect(&server);
+    let mut b = Client::connect(&server);
+    b.start(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).await;
+    a.go("a", false).await;
+    let replies = b.info_or_go(OPT_GO, "a", &[]).await;
+    let last = replies.last().unwrap();
+    assert_eq!(last.typ, REP_ERR_POLICY);
+    assert!(String::from_utf8_lossy(&last.data).contains("max_connections"));
+    a.request(0, CMD_DISC, 1, 0, 0).await;
+    assert!(a.expect_closed().await.is_ok());
+    let replies = b.info_or_go(OPT_GO, "a", &[]).await;
+    assert_eq!(replies.last().unwrap().typ, REP_ACK);
+}
+
+/// Issue 30, point 4: writers trickling a byte of a 32 MiB payload every 5 s (together the
+/// whole server budget) and more half-open connections than may negotiate at once, beside a
+/// normal client: it connects, and its 4 KiB reads and flushes are answered within a second
+/// each, all along. The trickling writers are closed once their payloads are overdue (stall
+/// timeout plus their length at the minimum rate), the oldest half-open ones as newer arrive.
+#[tokio::test(start_paused = true)]
+async fn slow_writers_and_half_open_connections_leave_a_normal_client_served() {
+    const SLOW: u64 = 4;
+    let limits = Limits {
+        max_connections: 8,
+        max_handshakes: 4,
+        max_bytes_in_flight: BIG as usize,
+        server_bytes_in_flight: SLOW as usize * BIG as usize,
+        handshake_timeout: Duration::from_secs(600),
+        stall_timeout: Duration::from_secs(10),
+        // A 32 MiB payload is overdue after 10 s + 32 s.
+        payload_min_bytes_per_s: MIB,
+        ..Limits::default()
+    };
+    let server = server_limited(mem(SLOW * u64::from(BIG)), limits);
+    let mut slow = Vec::new();
+    for i in 0..SLOW {
+        let mut c = Client::connect(&server);
+        c.go("a", false).await;
+        c.request(0, CMD_WRITE, i, i * u64::from(BIG), BIG).await;
+        slow.push(c);
+    }
+    let start = tokio::time::Instant::now();
+    let trickle = tokio::spawn(async move {
+        while start.elapsed() < Duration::from_secs(60) {
+            for c in &mut slow {
+                let _ = c.s.write_all(&[7]).await;
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        slow
+    });
+    let mut half: Vec<Client> = (0..2 * 4).map(|_| Client::connect(&server)).collect();
+    settle().await;
+
+    let within_a_second = Duration::from_secs(1);
+    let mut n = Client::connect(&server);
+    tokio::time::timeout(within_a_second, n.go("a", false))
+        .await
+        .expect("a new client could not connect beside half-open ones");
+    let mut cookie = 100;
+    while start.elapsed() < Duration::from_secs(50) {
+        cookie += 1;
+        n.request(0, CMD_READ, cookie, 0, 4096).await;
+        let answered = tokio::time::timeout(within_a_second, async {
+            let got = n.simple().await;
+            let mut data = vec![0u8; 4096];
+            n.s.read_exact(&mut data).await.unwrap();
+            got
+        });
+        let at = start.elapsed();
+        assert_eq!(
+            answered
+                .await
+                .unwrap_or_else(|_| panic!("a 4 KiB read unanswered at {at:?}")),
+            (0, cookie)
+        );
+        cookie += 1;
+        n.request(0, CMD_FLUSH, cookie, 0, 0).await;
+        let flushed = tokio::time::timeout(within_a_second, n.simple()).await;
+        assert_eq!(
+            flushed.unwrap_or_else(|_| panic!("a flush unanswered at {at:?}")),
+            (0, cookie)
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    // Three payloads arrived at once (three quarters of the budget) and were overdue at 42 s;
+    // the fourth began when they left and was cut off when the trickle stopped.
+    let mut too_slow = 0;
+    for mut c in trickle.await.unwrap() {
+        match c.expect_closed().await {
+            Err(ConnError::PayloadTooSlow { len_bytes, .. }) => {
+                assert_eq!(len_bytes, u64::from(BIG));
+                too_slow += 1;
+            }
+            Err(ConnError::Stalled(..)) => {}
+            other => panic!("a trickling writer was not cut off: {other:?}"),
+        }
+    }
+    assert!(too_slow >= 3, "{too_slow} closed as too slow");
+    // The oldest half-open connections made room for newer ones and for the normal client.
+    for c in half.iter_mut().take(5) {
+        let mut sink = Vec::new();
+        bounded(c.s.read_to_end(&mut sink)).await.unwrap();
+        let ended = bounded(c.handle.take().unwrap()).await;
+        assert!(matches!(&ended, Err(e) if e.is_cancelled()), "{ended:?}");
+    }
+    assert_eq!(server.connections(), 1 + 3);
 }
 
 #[tokio::test(start_paused = true)]
