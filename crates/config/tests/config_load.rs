@@ -531,7 +531,8 @@ fn tls_mode_per_listener() {
                   [[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"a\"]\n";
     let c = parse(&format!(
         "[daemon]\nlisten = [\"unix:nbd.sock\", {{ address = \"tcp:0.0.0.0:10809\", tls = \"required\" }}, \
-         {{ address = \"tcp:127.0.0.1:10810\" }}]\ntls_certificates = \"pki\"\n{volume}"
+         {{ address = \"tcp:127.0.0.1:10810\" }}]\ntls_certificates = \"pki\"\n\
+         tls_verify_clients = true\n{volume}"
     ));
     assert_eq!(c.tls.mode, Off);
     assert_eq!(c.tls.listeners, [Off, Required, Off]);
