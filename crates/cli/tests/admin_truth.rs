@@ -53,3 +53,50 @@ fn a_write_bench_on_a_config_volume_needs_destroy_data() {
         "{err}"
     );
 }
+
+/// `nbraidd` beside `nbraid`, as cargo builds both.
+fn nbraidd(args: &[&str]) -> std::process::Output {
+    let bin = Path::new(env!("CARGO_BIN_EXE_nbraid")).with_file_name("nbraidd");
+    assert!(bin.is_file(), "{} is not built", bin.display());
+    std::process::Command::new(bin)
+        .args(args)
+        .args(["--log-level", "error"])
+        .output()
+        .expect("run nbraidd")
+}
+
+#[test]
+fn a_check_fails_when_the_start_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path());
+    let cfg = cfg.to_str().unwrap();
+    ok(nbraid(&["create", cfg]), "nbraid create");
+    ok(nbraid(&["check", cfg]), "check of a healthy array");
+    ok(nbraidd(&["--config", cfg, "--check"]), "nbraidd --check of a healthy array");
+    // Three of six members blanked: more than RAID 6 survives.
+    for i in 0..3 {
+        let f = std::fs::File::create(dir.path().join(format!("d{i}.img"))).unwrap();
+        f.set_len(9 << 20).unwrap();
+    }
+    let start = nbraidd(&["--config", cfg]);
+    assert!(!start.status.success(), "the daemon started on three blank members");
+    for json in [false, true] {
+        let mut args = vec!["check", cfg];
+        args.extend(json.then_some("--json"));
+        let o = nbraid(&args);
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+        );
+        assert!(!o.status.success(), "nbraid check exited 0:\n{out}");
+        assert!(out.contains("refused"), "the report is printed: {out}");
+        assert!(err.contains("nbraidd would refuse to start") && err.contains("r6"), "{err}");
+    }
+    let o = nbraidd(&["--config", cfg, "--check"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "nbraidd --check exited 0");
+    assert!(
+        err.contains("a start would fail: volume r6: superblocks refused"),
+        "{err}"
+    );
+}
