@@ -53,9 +53,9 @@ enum Command {
         file: PathBuf,
         /// The volume's name.
         volume: String,
-        /// Logical byte offset: bytes or a size such as 1MiB.
+        /// Logical byte offset: a size such as 1MiB or 4096B (a unit is needed, 0 aside).
         offset: String,
-        /// Length: bytes or a size (default: one block of the volume).
+        /// Length: a size such as 64KiB (default: one block of the volume).
         length: Option<String>,
         /// Print the extents as JSON.
         #[arg(long)]

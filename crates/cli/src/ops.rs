@@ -57,9 +57,9 @@ pub enum OpsCommand {
         /// and two-way mirrors can only rewrite parity / copy the first copy).
         #[arg(long)]
         repair: bool,
-        /// Limit the scrub to this many MB/s (10^6 bytes), or `adaptive`: full speed while
+        /// Limit the scrub to a rate (200MB/s, 100MiB/s: a unit is needed), or `adaptive`: full speed while
         /// clients are idle, yielding while they do I/O; unlimited by default.
-        #[arg(long, value_name = "MB/s|adaptive", value_parser = parse_rate)]
+        #[arg(long, value_name = "RATE|adaptive", value_parser = parse_rate)]
         rate: Option<PassRate>,
         /// Follow the volume's running scrub instead of starting one.
         #[arg(long, conflicts_with_all = ["repair", "rate"])]
@@ -108,10 +108,10 @@ pub enum OpsCommand {
         volume: String,
         #[command(flatten)]
         target: Target,
-        /// Limit the rebuild to this many MB/s (10^6 bytes), or `adaptive`: full speed while
+        /// Limit the rebuild to a rate (200MB/s, 100MiB/s: a unit is needed), or `adaptive`: full speed while
         /// clients are idle, yielding while they do I/O; by default a running rebuild keeps
         /// its rate and a new one runs at the volume's `rebuild_rate`.
-        #[arg(long, value_name = "MB/s|adaptive", value_parser = parse_rate)]
+        #[arg(long, value_name = "RATE|adaptive", value_parser = parse_rate)]
         rate: Option<PassRate>,
         /// Print the final report as JSON instead of a progress bar.
         #[arg(long)]
@@ -350,7 +350,8 @@ fn absolute(path: &str) -> Result<String> {
         .map_err(|p| anyhow::anyhow!("{}: the path is not UTF-8", p.to_string_lossy()))
 }
 
-/// `--rate`: MB/s (10^6 bytes per second, more than 0) or `adaptive`.
+/// `--rate`: a size per second as the config's `rebuild_rate` takes it (`200MB/s`,
+/// `200MiB`), more than 0, or `adaptive`.
 fn parse_rate(s: &str) -> Result<PassRate, String> {
     if s.trim().eq_ignore_ascii_case("adaptive") {
         return Ok(PassRate {
@@ -358,10 +359,13 @@ fn parse_rate(s: &str) -> Result<PassRate, String> {
             adaptive: true,
         });
     }
-    match s.trim().parse::<f64>() {
-        Ok(mb) if mb > 0.0 && mb.is_finite() => Ok(PassRate::limit((mb * 1e6).max(1.0) as u64)),
-        _ => Err(format!(
-            "`{s}` is not a rate: give MB/s (10^6 bytes per second, e.g. 200) or `adaptive`"
+    match nbraid_config::parse_rate(s) {
+        Ok(0) => Err(format!(
+            "`{s}` is zero: give a rate such as 200MB/s, or `adaptive`"
+        )),
+        Ok(bytes_per_s) => Ok(PassRate::limit(bytes_per_s)),
+        Err(e) => Err(format!(
+            "{e}; a rate is a size per second (200MB/s, 200MiB/s) or `adaptive`"
         )),
     }
 }
@@ -681,9 +685,11 @@ mod tests {
     }
 
     #[test]
-    fn rates_parse_as_mb_per_s_or_adaptive() {
-        assert_eq!(parse_rate("200"), Ok(PassRate::limit(200_000_000)));
-        assert_eq!(parse_rate("0.5"), Ok(PassRate::limit(500_000)));
+    fn rates_parse_as_sizes_per_second_or_adaptive() {
+        assert_eq!(parse_rate("200MB/s"), Ok(PassRate::limit(200_000_000)));
+        assert_eq!(parse_rate("0.5MB"), Ok(PassRate::limit(500_000)));
+        assert_eq!(parse_rate("100MiB/s"), Ok(PassRate::limit(100 << 20)));
+        assert!(parse_rate("200").unwrap_err().contains("no unit"));
         let adaptive = parse_rate("Adaptive").expect("a rate");
         assert!(adaptive.adaptive);
         assert_eq!(adaptive.limit_bytes_per_s, 0);

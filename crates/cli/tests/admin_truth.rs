@@ -43,7 +43,10 @@ fn a_write_bench_on_a_config_volume_needs_destroy_data() {
     }
     // Reads are free.
     ok(bench("rand-read", &[]), "rand-read");
-    ok(bench("database", &["--read-pct", "100"]), "database 100% reads");
+    ok(
+        bench("database", &["--read-pct", "100"]),
+        "database 100% reads",
+    );
     // Told, it writes, and says so first.
     let o = bench("rand-write", &["--destroy-data"]);
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
@@ -72,14 +75,20 @@ fn a_check_fails_when_the_start_would() {
     let cfg = cfg.to_str().unwrap();
     ok(nbraid(&["create", cfg]), "nbraid create");
     ok(nbraid(&["check", cfg]), "check of a healthy array");
-    ok(nbraidd(&["--config", cfg, "--check"]), "nbraidd --check of a healthy array");
+    ok(
+        nbraidd(&["--config", cfg, "--check"]),
+        "nbraidd --check of a healthy array",
+    );
     // Three of six members blanked: more than RAID 6 survives.
     for i in 0..3 {
         let f = std::fs::File::create(dir.path().join(format!("d{i}.img"))).unwrap();
         f.set_len(9 << 20).unwrap();
     }
     let start = nbraidd(&["--config", cfg]);
-    assert!(!start.status.success(), "the daemon started on three blank members");
+    assert!(
+        !start.status.success(),
+        "the daemon started on three blank members"
+    );
     for json in [false, true] {
         let mut args = vec!["check", cfg];
         args.extend(json.then_some("--json"));
@@ -90,7 +99,10 @@ fn a_check_fails_when_the_start_would() {
         );
         assert!(!o.status.success(), "nbraid check exited 0:\n{out}");
         assert!(out.contains("refused"), "the report is printed: {out}");
-        assert!(err.contains("nbraidd would refuse to start") && err.contains("r6"), "{err}");
+        assert!(
+            err.contains("nbraidd would refuse to start") && err.contains("r6"),
+            "{err}"
+        );
     }
     let o = nbraidd(&["--config", cfg, "--check"]);
     let err = String::from_utf8_lossy(&o.stderr);
@@ -99,4 +111,55 @@ fn a_check_fails_when_the_start_would() {
         err.contains("a start would fail: volume r6: superblocks refused"),
         "{err}"
     );
+}
+
+#[test]
+fn sizes_and_rates_need_a_unit_in_the_config_and_on_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    for (rate, says) in [
+        // Was 100 B/s, silently.
+        ("\"100\"", "rebuild_rate \"100\" has no unit: write \"100B\""),
+        ("1000000", "rebuild_rate 1000000 has no unit: write \"1000000B\" or \"1MB\""),
+        // Was taken for 512 MB.
+        ("\"512Mb\"", "\"512Mb\" is in bits (\"Mb\"); sizes are in bytes: write \"512MiB\" (binary) or \"512MB\" (decimal)"),
+        ("\"512mib\"", "write the unit as \"MiB\": \"512MiB\""),
+    ] {
+        let cfg = common::write_config_with(dir.path(), &[], &format!("rebuild_rate = {rate}\n"));
+        let cfg = cfg.to_str().unwrap();
+        for o in [nbraid(&["check", cfg]), nbraidd(&["--config", cfg, "--check"])] {
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(!o.status.success(), "rebuild_rate = {rate} was accepted");
+            assert!(err.contains("arrays.toml:") && err.contains(says), "{rate}: {err}");
+        }
+    }
+    for good in ["\"100MiB\"", "\"100MB/s\"", "\"adaptive\""] {
+        let cfg = common::write_config_with(dir.path(), &[], &format!("rebuild_rate = {good}\n"));
+        ok(nbraid(&["check", cfg.to_str().unwrap()]), good);
+    }
+    // The command line takes the config's spelling: a bare number was MB/s there, and
+    // "100MiB" was refused.
+    let cfg = write_config(dir.path());
+    let cfg = cfg.to_str().unwrap();
+    let o = nbraid(&["scrub", "r6", "--rate", "100", "--config", cfg]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("\"100\" has no unit"),
+        "{err}"
+    );
+    for rate in ["100MiB", "100MB/s", "adaptive"] {
+        // No daemon runs: the rate is taken, the connection is what fails.
+        let o = nbraid(&["scrub", "r6", "--rate", rate, "--config", cfg]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !err.contains("--rate") && !err.contains("not a rate"),
+            "{rate}: {err}"
+        );
+    }
+    let o = nbraid(&["map", cfg, "r6", "4096"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("\"4096\" has no unit: write \"4096B\" or \"4KiB\""),
+        "{err}"
+    );
+    ok(nbraid(&["map", cfg, "r6", "0", "4KiB"]), "map 0 4KiB");
 }

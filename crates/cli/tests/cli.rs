@@ -336,7 +336,7 @@ fn map_follows_md_left_symmetric() {
     );
 
     // The text form names the same extents; sizes are accepted for OFFSET and LENGTH.
-    let o = nbraid(&["map", "r5.toml", "r5", "12KiB", "4K"], dir.path());
+    let o = nbraid(&["map", "r5.toml", "r5", "12KiB", "4KiB"], dir.path());
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     let rows: Vec<Vec<&str>> = text

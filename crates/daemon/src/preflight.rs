@@ -79,10 +79,14 @@ pub fn probes(config: &Config, v: &Volume) -> Option<Vec<Probe>> {
             false => probe,
         })
         .collect();
-    probes.extend(found.into_iter().map(|(_, probe)| match names(&probe, false) {
-        true => probe,
-        false => Probe::Missing,
-    }));
+    probes.extend(
+        found
+            .into_iter()
+            .map(|(_, probe)| match names(&probe, false) {
+                true => probe,
+                false => Probe::Missing,
+            }),
+    );
     Some(probes)
 }
 
