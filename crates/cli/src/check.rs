@@ -108,9 +108,17 @@ fn report(
         ));
     }
     if let Some(rows) = draw {
-        for v in &config.volumes {
+        for (v, r) in config.volumes.iter().zip(records) {
             out.push('\n');
-            out.push_str(&diagram::draw(config, v, rows));
+            match crate::roles::of(config, v, Some(r)) {
+                Ok(roles) => {
+                    out.push_str(&diagram::draw(config, v, &roles.ids, rows));
+                    if let Some(note) = &roles.note {
+                        out.push_str(&format!("  {note}\n"));
+                    }
+                }
+                Err(e) => out.push_str(&format!("{}: no diagram: {e}\n", v.name)),
+            }
         }
     }
     Ok(out)

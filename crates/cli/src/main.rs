@@ -12,6 +12,7 @@ mod diagram;
 mod map;
 mod ops;
 mod records;
+mod roles;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};

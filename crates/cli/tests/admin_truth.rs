@@ -163,3 +163,55 @@ fn sizes_and_rates_need_a_unit_in_the_config_and_on_the_command_line() {
     );
     ok(nbraid(&["map", cfg, "r6", "0", "4KiB"]), "map 0 4KiB");
 }
+
+#[test]
+fn map_and_diagram_name_the_file_the_superblocks_put_in_a_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path());
+    ok(nbraid(&["create", cfg.to_str().unwrap()]), "nbraid create");
+    // The config now names d0's file d1 and d1's file d0: role 0 is still in d0.img.
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let swapped = text
+        .replace("path = \"d0.img\"", "path = \"tmp.img\"")
+        .replace("path = \"d1.img\"", "path = \"d0.img\"")
+        .replace("path = \"tmp.img\"", "path = \"d1.img\"");
+    std::fs::write(&cfg, swapped).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&ok(
+        nbraid(&["map", cfg, "r6", "0", "--json"]),
+        "map --json",
+    ))
+    .unwrap();
+    // `create` wrote role i's superblock on d{i}.img: every extent is named by that file.
+    let rows = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(v["parity"].as_array().unwrap());
+    for e in rows {
+        let role = e["member_index"].as_u64().unwrap();
+        assert_eq!(e["member_path"], format!("d{role}.img"), "{v}");
+        let id = match role {
+            0 => "d1".to_string(),
+            1 => "d0".to_string(),
+            r => format!("d{r}"),
+        };
+        assert_eq!(e["member"], id.as_str(), "{v}");
+    }
+    assert_eq!(v["data"][0]["role"], "data", "the table's word: {v}");
+    let table = ok(nbraid(&["map", cfg, "r6", "0"]), "map");
+    assert!(
+        table.contains("roles follow the superblocks, not the config's order: 0 = d1 (d0.img), 1 = d0 (d1.img)"),
+        "{table}"
+    );
+    let row = table.lines().find(|l| l.starts_with("0 ")).expect("a row");
+    // D0 is on role 1: d1.img, which the config now calls d0.
+    assert!(row.contains(" d0 ") && row.contains(" d1.img "), "{table}");
+    let drawn = ok(nbraid(&["check", "--diagram", cfg]), "check --diagram");
+    let header = drawn
+        .lines()
+        .find(|l| l.trim_start().starts_with("row "))
+        .expect("the grid's header");
+    let columns: Vec<&str> = header.split_whitespace().skip(1).collect();
+    assert_eq!(columns, ["d1", "d0", "d2", "d3", "d4", "d5"], "{drawn}");
+}
