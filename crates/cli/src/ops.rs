@@ -170,10 +170,10 @@ impl Client {
         }
         let v: Value = serde_json::from_str(&reply).context("the daemon's reply is not JSON")?;
         if v["ok"] != json!(true) {
+            // The message is for the admin; the protocol's code ("bad-request") is for programs.
             bail!(
-                "{} ({})",
-                v["error"]["message"].as_str().unwrap_or("unknown error"),
-                v["error"]["code"].as_str().unwrap_or("?")
+                "{}",
+                v["error"]["message"].as_str().unwrap_or("unknown error")
             );
         }
         Ok(v)
@@ -422,19 +422,9 @@ fn follow_pass(c: &mut Client, volume: &str, what: &str, bar: bool) -> Result<Va
     }
 }
 
+/// Sizes as every command prints them (`nbraid check` too): one formatter.
 fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut x = n as f64;
-    let mut u = 0;
-    while x >= 1024.0 && u < UNITS.len() - 1 {
-        x /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{x:.1} {}", UNITS[u])
-    }
+    nbraid_config::format_size(n)
 }
 
 /// `nbraid rebuild` when nothing is being rebuilt: failed roles still waiting for a member,
@@ -618,9 +608,9 @@ mod tests {
         }]});
         let t = status_table(&status);
         for line in [
-            "rebuild running 25% of roles [1] at 10.0 MiB/s, eta 5s",
-            "resync running 50% at 10.0 MiB/s, eta 5s",
-            "readd running 75% of roles [1] at 10.0 MiB/s, eta 5s",
+            "rebuild running 25% of roles [1] at 10 MiB/s, eta 5s",
+            "resync running 50% at 10 MiB/s, eta 5s",
+            "readd running 75% of roles [1] at 10 MiB/s, eta 5s",
         ] {
             assert!(t.contains(line), "{line:?} not in\n{t}");
         }
@@ -657,7 +647,7 @@ mod tests {
                         "total_bytes": 128u64 << 20, "rate_bytes_per_s": 0},
         }]});
         let t = status_table(&status);
-        assert!(t.contains("\n  rebuild done over 128.0 MiB\n"), "{t}");
+        assert!(t.contains("\n  rebuild done over 128 MiB\n"), "{t}");
         assert!(!t.contains("roles []"), "{t}");
         assert_eq!(
             nothing_to_rebuild("r5", &json!({"rebuild": {"state": "done"}})),
@@ -680,7 +670,7 @@ mod tests {
                             "repaired": 1, "unreadable": 0, "skipped": 0});
         assert_eq!(
             scrub_summary("r5", &report),
-            "scrub of r5 done over 384.0 MiB: 2048 parity stripes and mirror blocks checked, 1 mismatches, 1 repaired, 0 unreadable, 0 skipped\n"
+            "scrub of r5 done over 384 MiB: 2048 parity stripes and mirror blocks checked, 1 mismatches, 1 repaired, 0 unreadable, 0 skipped\n"
         );
     }
 

@@ -215,3 +215,49 @@ fn map_and_diagram_name_the_file_the_superblocks_put_in_a_role() {
     let columns: Vec<&str> = header.split_whitespace().skip(1).collect();
     assert_eq!(columns, ["d1", "d0", "d2", "d3", "d4", "d5"], "{drawn}");
 }
+
+#[test]
+fn exports_describe_their_shape_and_prefer_a_block_within_one_stripe() {
+    let nbdinfo = common::require("nbdinfo");
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
+    for i in 0..6 {
+        text += &format!("[[member]]\nid = \"m{i}\"\npath = \"memory:\"\nsize = \"16MiB\"\n\n");
+    }
+    text += "[[volume]]\nname = \"r5\"\nlevel = \"raid5\"\nstrip_size = \"64KiB\"\nmembers = [\"m0\", \"m1\", \"m2\", \"m3\"]\n\n";
+    text += "[[volume]]\nname = \"r1\"\nlevel = \"raid1\"\nmembers = [\"m4\", \"m5\"]\n";
+    let cfg = dir.path().join("arrays.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let _daemon = common::Daemon::start(&cfg);
+    let socket = dir.path().join("nbd.sock");
+    let info = |name: &str| -> serde_json::Value {
+        let uri = format!("nbd+unix:///{name}?socket={}", socket.display());
+        let o = std::process::Command::new(&nbdinfo)
+            .args(["--json", &uri])
+            .output()
+            .unwrap();
+        let out = ok(o, "nbdinfo");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["exports"][0].clone()
+    };
+    let r5 = info("r5");
+    // Three data members, 192 KiB stripes: 256 KiB (rounded up to a power of two, as NBD
+    // wants) straddled two of them.
+    assert_eq!(r5["block_size_preferred"], 64 << 10, "{r5}");
+    assert_eq!(
+        r5["description"],
+        "nbraid raid5 over m0 m1 m2 m3 (3 data members, strip 64 KiB)"
+    );
+    let r1 = info("r1");
+    assert_eq!(
+        r1["description"], "nbraid raid1 over m4 m5 (2 copies)",
+        "{r1}"
+    );
+    // The daemon's refusal reads as a message, without the protocol's code.
+    let o = nbraid(&["fail", "r1", "nope", "--config", cfg.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "failing member nope was accepted");
+    assert!(
+        err.contains("has no member \"nope\"") && !err.contains("not-found"),
+        "{err}"
+    );
+}
