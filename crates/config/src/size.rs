@@ -112,7 +112,11 @@ fn unit_factor(text: &str, num: &str, unit: &str) -> Result<u128, SizeError> {
 fn exact_spellings(bytes: u64) -> Vec<String> {
     let mut out = vec![format!("\"{bytes}B\"")];
     for units in [&UNITS[1..6], &UNITS[6..]] {
-        if let Some((u, f)) = units.iter().rev().find(|(_, f)| (bytes as u128).is_multiple_of(*f)) {
+        if let Some((u, f)) = units
+            .iter()
+            .rev()
+            .find(|(_, f)| (bytes as u128).is_multiple_of(*f))
+        {
             out.push(format!("\"{}{u}\"", bytes as u128 / f));
         }
     }

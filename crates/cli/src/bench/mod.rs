@@ -576,7 +576,30 @@ fn finish(
 
 #[cfg(test)]
 mod tests {
-    use super::parse_qds;
+    use super::{data_at_risk, parse_qds, Workload};
+
+    #[test]
+    fn a_workload_that_writes_needs_the_operators_word() {
+        let points = |w: Workload, read_pct: Option<u64>| w.points(None, read_pct).unwrap();
+        let reads = points(Workload::RandRead, None);
+        assert_eq!(
+            data_at_risk(Workload::RandRead, &reads, "v", false).unwrap(),
+            None
+        );
+        let writes = points(Workload::RandWrite, None);
+        let refused = data_at_risk(Workload::RandWrite, &writes, "v", false).unwrap_err();
+        assert!(refused.to_string().contains("--destroy-data"), "{refused}");
+        let said = data_at_risk(Workload::RandWrite, &writes, "v", true).unwrap();
+        assert!(said.is_some_and(|s| s.contains("writes over volume v's data")));
+        // The database sweep reaches 0% reads; held at 100% it only reads.
+        let sweep = points(Workload::Database, None);
+        assert!(data_at_risk(Workload::Database, &sweep, "v", false).is_err());
+        let all_reads = points(Workload::Database, Some(100));
+        assert_eq!(
+            data_at_risk(Workload::Database, &all_reads, "v", false).unwrap(),
+            None
+        );
+    }
 
     #[test]
     fn queue_depths_parse_as_one_a_list_or_a_doubling_range() {
