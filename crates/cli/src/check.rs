@@ -20,6 +20,34 @@ impl fmt::Display for JsonError {
 
 impl std::error::Error for JsonError {}
 
+/// The config parses but the daemon would refuse to start on it (its superblocks say so):
+/// `.0` is the report to print on stdout all the same, and the command fails, as `nginx -t`
+/// fails on what nginx would refuse.
+#[derive(Debug)]
+pub struct WouldNotStart(pub String, Vec<String>);
+
+impl fmt::Display for WouldNotStart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "nbraidd would refuse to start: the superblocks of {} do not assemble (see above)",
+            self.1.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for WouldNotStart {}
+
+/// The volumes whose superblocks assembly refuses (`records::Records::state` says
+/// "refused: ..."): a start on this config fails.
+fn refused(records: &[crate::records::Records]) -> Vec<String> {
+    records
+        .iter()
+        .filter(|r| r.state.starts_with("refused"))
+        .map(|r| r.volume.clone())
+        .collect()
+}
+
 pub fn run(file: &Path, json: bool, draw: bool, rows: Option<u64>) -> Result<String> {
     let config = match config::load(file) {
         Ok(c) => c,
@@ -31,9 +59,24 @@ pub fn run(file: &Path, json: bool, draw: bool, rows: Option<u64>) -> Result<Str
     };
     let remote = remote_members(&config);
     let records = crate::records::look(&config);
+    let out = report(&config, &records, &remote, json, draw.then_some(rows))?;
+    match refused(&records) {
+        volumes if volumes.is_empty() => Ok(out),
+        volumes => Err(WouldNotStart(out, volumes).into()),
+    }
+}
+
+/// What `check` prints: the summary, the superblocks, remote members, diagrams.
+fn report(
+    config: &config::Config,
+    records: &[crate::records::Records],
+    remote: &[Remote],
+    json: bool,
+    draw: Option<Option<u64>>,
+) -> Result<String> {
     if json {
         let mut v = serde_json::to_value(config.summary())?;
-        v["superblocks"] = serde_json::to_value(&records)?;
+        v["superblocks"] = serde_json::to_value(records)?;
         if !remote.is_empty() {
             v["remote_members"] =
                 serde_json::Value::Array(remote.iter().map(Remote::json).collect());
@@ -42,7 +85,7 @@ pub fn run(file: &Path, json: bool, draw: bool, rows: Option<u64>) -> Result<Str
     }
     let mut out = config.explain();
     out.push_str("\nsuperblocks\n");
-    for r in &records {
+    for r in records {
         out.push_str(&format!("  {}: {}\n", r.volume, r.state));
         for n in &r.notes {
             out.push_str(&format!("    note: {n}\n"));
@@ -64,10 +107,18 @@ pub fn run(file: &Path, json: bool, draw: bool, rows: Option<u64>) -> Result<Str
             &rows,
         ));
     }
-    if draw {
-        for v in &config.volumes {
+    if let Some(rows) = draw {
+        for (v, r) in config.volumes.iter().zip(records) {
             out.push('\n');
-            out.push_str(&diagram::draw(&config, v, rows));
+            match crate::roles::of(config, v, Some(r)) {
+                Ok(roles) => {
+                    out.push_str(&diagram::draw(config, v, &roles.ids, rows));
+                    if let Some(note) = &roles.note {
+                        out.push_str(&format!("  {note}\n"));
+                    }
+                }
+                Err(e) => out.push_str(&format!("{}: no diagram: {e}\n", v.name)),
+            }
         }
     }
     Ok(out)

@@ -6,9 +6,10 @@
 use nbraid_config::{format_size, format_size_exact, Config, Volume};
 use nbraid_layout::{Level, Node, Role, STRIP_DEFAULT};
 
-/// The grid for `volume`: `rows` strip rows (default one parity rotation, at least 4).
-pub fn draw(config: &Config, volume: &Volume, rows: Option<u64>) -> String {
-    let ids = volume.member_ids(config);
+/// The grid for `volume`: `rows` strip rows (default one parity rotation, at least 4), a
+/// column per role named by `ids` (the member the superblocks put in it).
+pub fn draw(config: &Config, volume: &Volume, ids: &[String], rows: Option<u64>) -> String {
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
     let root = volume.geometry.root();
     let mut out = format!("{}: {}", volume.name, describe(config, volume));
     if volume.shape.is_none() {

@@ -12,6 +12,7 @@ mod diagram;
 mod map;
 mod ops;
 mod records;
+mod roles;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -53,9 +54,9 @@ enum Command {
         file: PathBuf,
         /// The volume's name.
         volume: String,
-        /// Logical byte offset: bytes or a size such as 1MiB.
+        /// Logical byte offset: a size such as 1MiB or 4096B (a unit is needed, 0 aside).
         offset: String,
-        /// Length: bytes or a size (default: one block of the volume).
+        /// Length: a size such as 64KiB (default: one block of the volume).
         length: Option<String>,
         /// Print the extents as JSON.
         #[arg(long)]
@@ -143,6 +144,9 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             if let Some(out) = e.downcast_ref::<check::JsonError>() {
+                print_out(&out.0);
+            }
+            if let Some(out) = e.downcast_ref::<check::WouldNotStart>() {
                 print_out(&out.0);
             }
             eprintln!("error: {}", error_text(e.as_ref()));

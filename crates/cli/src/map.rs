@@ -7,15 +7,17 @@ use nbraid_layout::{Extent, Role};
 use serde::Serialize;
 use std::path::Path;
 
-/// One extent with its member named.
+/// One extent with its member named: the id and file the superblocks put in its role.
 #[derive(Serialize)]
 struct Row {
     logical: u64,
     len: u64,
     member: String,
+    member_path: String,
     member_index: usize,
     member_offset: u64,
-    role: Role,
+    /// `data`, `P` or `Q`, as the table writes it.
+    role: &'static str,
     stripe: Option<nbraid_layout::StripeId>,
     copy: u32,
 }
@@ -60,14 +62,22 @@ pub fn run(
         .geometry
         .map(offset, length)
         .with_context(|| format!("volume \"{}\" ({} bytes)", v.name, v.capacity()))?;
-    let ids = v.member_ids(&config);
+    let record = crate::records::look(&config)
+        .into_iter()
+        .find(|r| r.volume == v.name);
+    let roles = crate::roles::of(&config, v, record.as_ref())?;
     let row = |e: &Extent| Row {
         logical: e.logical,
         len: e.len,
-        member: ids[e.member].to_string(),
+        member: roles.ids[e.member].clone(),
+        member_path: roles.paths[e.member].clone(),
         member_index: e.member,
         member_offset: e.offset,
-        role: e.role,
+        role: match e.role {
+            Role::Data => "data",
+            Role::P => "P",
+            Role::Q => "Q",
+        },
         stripe: e.stripe,
         copy: e.copy,
     };
@@ -90,17 +100,17 @@ pub fn run(
         format_size(offset),
         format_size(length)
     );
+    if let Some(note) = &roles.note {
+        text.push_str(&format!("{note}\n"));
+    }
     let cells = |r: &Row| -> Vec<String> {
         vec![
             r.logical.to_string(),
             r.len.to_string(),
             r.member.clone(),
+            r.member_path.clone(),
             r.member_offset.to_string(),
-            match r.role {
-                Role::Data => "data".into(),
-                Role::P => "P".into(),
-                Role::Q => "Q".into(),
-            },
+            r.role.to_string(),
             match r.stripe {
                 None => "-".into(),
                 Some(s) if groups > 1 => format!("{}:{}", s.group, s.stripe),
@@ -114,6 +124,7 @@ pub fn run(
         "LOGICAL",
         "LENGTH",
         "MEMBER",
+        "FILE",
         "MEMBER OFFSET",
         "ROLE",
         if groups > 1 { "SPAN:STRIPE" } else { "STRIPE" },

@@ -57,9 +57,9 @@ pub enum OpsCommand {
         /// and two-way mirrors can only rewrite parity / copy the first copy).
         #[arg(long)]
         repair: bool,
-        /// Limit the scrub to this many MB/s (10^6 bytes), or `adaptive`: full speed while
+        /// Limit the scrub to a rate (200MB/s, 100MiB/s: a unit is needed), or `adaptive`: full speed while
         /// clients are idle, yielding while they do I/O; unlimited by default.
-        #[arg(long, value_name = "MB/s|adaptive", value_parser = parse_rate)]
+        #[arg(long, value_name = "RATE|adaptive", value_parser = parse_rate)]
         rate: Option<PassRate>,
         /// Follow the volume's running scrub instead of starting one.
         #[arg(long, conflicts_with_all = ["repair", "rate"])]
@@ -108,10 +108,10 @@ pub enum OpsCommand {
         volume: String,
         #[command(flatten)]
         target: Target,
-        /// Limit the rebuild to this many MB/s (10^6 bytes), or `adaptive`: full speed while
+        /// Limit the rebuild to a rate (200MB/s, 100MiB/s: a unit is needed), or `adaptive`: full speed while
         /// clients are idle, yielding while they do I/O; by default a running rebuild keeps
         /// its rate and a new one runs at the volume's `rebuild_rate`.
-        #[arg(long, value_name = "MB/s|adaptive", value_parser = parse_rate)]
+        #[arg(long, value_name = "RATE|adaptive", value_parser = parse_rate)]
         rate: Option<PassRate>,
         /// Print the final report as JSON instead of a progress bar.
         #[arg(long)]
@@ -170,10 +170,10 @@ impl Client {
         }
         let v: Value = serde_json::from_str(&reply).context("the daemon's reply is not JSON")?;
         if v["ok"] != json!(true) {
+            // The message is for the admin; the protocol's code ("bad-request") is for programs.
             bail!(
-                "{} ({})",
-                v["error"]["message"].as_str().unwrap_or("unknown error"),
-                v["error"]["code"].as_str().unwrap_or("?")
+                "{}",
+                v["error"]["message"].as_str().unwrap_or("unknown error")
             );
         }
         Ok(v)
@@ -350,7 +350,8 @@ fn absolute(path: &str) -> Result<String> {
         .map_err(|p| anyhow::anyhow!("{}: the path is not UTF-8", p.to_string_lossy()))
 }
 
-/// `--rate`: MB/s (10^6 bytes per second, more than 0) or `adaptive`.
+/// `--rate`: a size per second as the config's `rebuild_rate` takes it (`200MB/s`,
+/// `200MiB`), more than 0, or `adaptive`.
 fn parse_rate(s: &str) -> Result<PassRate, String> {
     if s.trim().eq_ignore_ascii_case("adaptive") {
         return Ok(PassRate {
@@ -358,10 +359,13 @@ fn parse_rate(s: &str) -> Result<PassRate, String> {
             adaptive: true,
         });
     }
-    match s.trim().parse::<f64>() {
-        Ok(mb) if mb > 0.0 && mb.is_finite() => Ok(PassRate::limit((mb * 1e6).max(1.0) as u64)),
-        _ => Err(format!(
-            "`{s}` is not a rate: give MB/s (10^6 bytes per second, e.g. 200) or `adaptive`"
+    match nbraid_config::parse_rate(s) {
+        Ok(0) => Err(format!(
+            "`{s}` is zero: give a rate such as 200MB/s, or `adaptive`"
+        )),
+        Ok(bytes_per_s) => Ok(PassRate::limit(bytes_per_s)),
+        Err(e) => Err(format!(
+            "{e}; a rate is a size per second (200MB/s, 200MiB/s) or `adaptive`"
         )),
     }
 }
@@ -466,19 +470,9 @@ fn follow_pass(c: &mut Client, volume: &str, what: &str, bar: bool) -> Result<Va
     }
 }
 
+/// Sizes as every command prints them (`nbraid check` too): one formatter.
 fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut x = n as f64;
-    let mut u = 0;
-    while x >= 1024.0 && u < UNITS.len() - 1 {
-        x /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{x:.1} {}", UNITS[u])
-    }
+    nbraid_config::format_size(n)
 }
 
 /// `nbraid rebuild` when nothing is being rebuilt: failed roles still waiting for a member,
@@ -684,9 +678,9 @@ mod tests {
         let t = status_table(&status);
         assert!(t.contains("  spares: none\n"), "{t}");
         for line in [
-            "rebuild running 25% of roles [1] at 10.0 MiB/s, eta 5s",
-            "resync running 50% at 10.0 MiB/s, eta 5s",
-            "readd running 75% of roles [1] at 10.0 MiB/s, eta 5s",
+            "rebuild running 25% of roles [1] at 10 MiB/s, eta 5s",
+            "resync running 50% at 10 MiB/s, eta 5s",
+            "readd running 75% of roles [1] at 10 MiB/s, eta 5s",
         ] {
             assert!(t.contains(line), "{line:?} not in\n{t}");
         }
@@ -761,7 +755,7 @@ mod tests {
                         "total_bytes": 128u64 << 20, "rate_bytes_per_s": 0},
         }]});
         let t = status_table(&status);
-        assert!(t.contains("\n  rebuild done over 128.0 MiB\n"), "{t}");
+        assert!(t.contains("\n  rebuild done over 128 MiB\n"), "{t}");
         assert!(!t.contains("roles []"), "{t}");
         assert_eq!(
             nothing_to_rebuild("r5", &json!({"rebuild": {"state": "done"}})),
@@ -784,14 +778,16 @@ mod tests {
                             "repaired": 1, "unreadable": 0, "skipped": 0});
         assert_eq!(
             scrub_summary("r5", &report),
-            "scrub of r5 done over 384.0 MiB: 2048 parity stripes and mirror blocks checked, 1 mismatches, 1 repaired, 0 unreadable, 0 skipped\n"
+            "scrub of r5 done over 384 MiB: 2048 parity stripes and mirror blocks checked, 1 mismatches, 1 repaired, 0 unreadable, 0 skipped\n"
         );
     }
 
     #[test]
-    fn rates_parse_as_mb_per_s_or_adaptive() {
-        assert_eq!(parse_rate("200"), Ok(PassRate::limit(200_000_000)));
-        assert_eq!(parse_rate("0.5"), Ok(PassRate::limit(500_000)));
+    fn rates_parse_as_sizes_per_second_or_adaptive() {
+        assert_eq!(parse_rate("200MB/s"), Ok(PassRate::limit(200_000_000)));
+        assert_eq!(parse_rate("0.5MB"), Ok(PassRate::limit(500_000)));
+        assert_eq!(parse_rate("100MiB/s"), Ok(PassRate::limit(100 << 20)));
+        assert!(parse_rate("200").unwrap_err().contains("no unit"));
         let adaptive = parse_rate("Adaptive").expect("a rate");
         assert!(adaptive.adaptive);
         assert_eq!(adaptive.limit_bytes_per_s, 0);

@@ -24,7 +24,9 @@ fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
     let said = ok(nbraid(&["add", "r6", &spare, "--config", cfg]), "add");
     assert!(said.contains("rebuilding member 1"), "{said}");
     let done: Value = serde_json::from_str(&ok(
-        nbraid(&["rebuild", "r6", "--rate", "200", "--config", cfg, "--json"]),
+        nbraid(&[
+            "rebuild", "r6", "--rate", "200MB/s", "--config", cfg, "--json",
+        ]),
         "rebuild",
     ))
     .unwrap();

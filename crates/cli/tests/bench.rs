@@ -439,7 +439,17 @@ fn runs_on_a_config_volume_with_verify() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     for w in ["fileserver", "rand-write"] {
         let r = bench(&[
-            w, "--config", cfg, "--volume", "r5", "--qd", "8", "--bytes", "4MiB", "--verify",
+            w,
+            "--config",
+            cfg,
+            "--volume",
+            "r5",
+            "--destroy-data",
+            "--qd",
+            "8",
+            "--bytes",
+            "4MiB",
+            "--verify",
         ]);
         let c = &r["cells"][0];
         assert!(c["bytes"].as_u64().unwrap() >= 4 << 20, "{c}");

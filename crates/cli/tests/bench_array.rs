@@ -16,7 +16,15 @@ const STRIP: u64 = 64 << 10;
 /// `nbraid bench rand-write` of 4 KiB requests on volume `r6` of `cfg`, `extra` args more.
 fn bench(cfg: &str, extra: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_nbraid"))
-        .args(["bench", "rand-write", "--config", cfg, "--volume", "r6"])
+        .args([
+            "bench",
+            "rand-write",
+            "--config",
+            cfg,
+            "--volume",
+            "r6",
+            "--destroy-data",
+        ])
         .args(["--bs", "4KiB", "--qd", "8", "--json"])
         .args(extra)
         .output()

@@ -74,7 +74,7 @@ fn bench_runs_on_volumes_with_remote_members() {
             .arg("rand-write")
             .arg("--config")
             .arg(&config)
-            .args(["--volume", volume])
+            .args(["--volume", volume, "--destroy-data"])
             .args(["--qd", "8", "--duration", "0.5s", "--span", "8MiB"])
             .args(["--verify", "--json"])
             .output()

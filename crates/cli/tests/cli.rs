@@ -137,9 +137,9 @@ fn check_draws_a_declared_tree_with_capacity_and_tolerance() {
     let text = stdout(&o);
     for want in [
         "vault: tree, 6 members: raid5:64KiB(mirror(d0 d1), mirror(d2 d3), mirror(d4 d5))",
-        "0        65536   d1      1048576        data  0       1",
-        "65536    65536   d3      1048576        data  0       1",
-        "0        65536   d5      1048576        P     0       1",
+        "0        65536   d1      data/raid5-of-mirrors/d1.img  1048576        data  0       1",
+        "65536    65536   d3      data/raid5-of-mirrors/d3.img  1048576        data  0       1",
+        "0        65536   d5      data/raid5-of-mirrors/d5.img  1048576        P     0       1",
     ] {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }
@@ -336,7 +336,7 @@ fn map_follows_md_left_symmetric() {
     );
 
     // The text form names the same extents; sizes are accepted for OFFSET and LENGTH.
-    let o = nbraid(&["map", "r5.toml", "r5", "12KiB", "4K"], dir.path());
+    let o = nbraid(&["map", "r5.toml", "r5", "12KiB", "4KiB"], dir.path());
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     let rows: Vec<Vec<&str>> = text
@@ -347,8 +347,8 @@ fn map_follows_md_left_symmetric() {
     assert_eq!(
         rows,
         vec![
-            vec!["12288", "4096", "d0", "1052672", "data", "1", "0"],
-            vec!["8192", "4096", "d1", "1052672", "P", "1", "0"],
+            vec!["12288", "4096", "d0", "d0.img", "1052672", "data", "1", "0"],
+            vec!["8192", "4096", "d1", "d1.img", "1052672", "P", "1", "0"],
         ],
         "{text}"
     );

@@ -127,7 +127,7 @@ fn scrub_repairs_a_corrupt_raid6_member_and_fail_degrades() {
     );
     let fixed: Value = serde_json::from_str(&ok(
         nbraid(&[
-            "scrub", "r6", "--repair", "--rate", "100", "--config", cfg, "--json",
+            "scrub", "r6", "--repair", "--rate", "100MB/s", "--config", cfg, "--json",
         ]),
         "scrub --repair",
     ))
@@ -461,7 +461,7 @@ fn a_scrub_and_the_status_can_be_followed_from_another_terminal() {
     let (mut d, _uri) = serve(&config, "r6");
     // 32 MiB at 8 MB/s: about 4 s.
     let starter = Command::new(env!("CARGO_BIN_EXE_nbraid"))
-        .args(["scrub", "r6", "--rate", "8", "--json", "--config", cfg])
+        .args(["scrub", "r6", "--rate", "8MB/s", "--json", "--config", cfg])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -640,7 +640,7 @@ fn pause_and_resume_hold_and_restart_a_rebuild_and_a_scrub() {
         v["rebuild"]["state"] == "done" && v["degraded"] == false
     });
     let scrub = Command::new(env!("CARGO_BIN_EXE_nbraid"))
-        .args(["scrub", "r6", "--rate", "8", "--json", "--config", cfg])
+        .args(["scrub", "r6", "--rate", "8MB/s", "--json", "--config", cfg])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -2,7 +2,7 @@
 
 use super::error::{ErrorKind, Problem};
 use super::raw::RawSize;
-use super::size::{format_size_exact, parse_size, SIZE_UNITS_HELP};
+use super::size::{format_size_exact, no_unit, parse_size, SIZE_UNITS_HELP};
 use nbraid_layout::{STRIP_MAX, STRIP_MIN};
 use serde_spanned::Spanned;
 
@@ -16,7 +16,7 @@ pub(super) fn size_field(raw: &Spanned<RawSize>, who: &str, field: &str) -> R<u6
         RawSize::Int(i) if *i <= 0 => Err(err(format!(
             "{i} is not a size: it must be positive; {SIZE_UNITS_HELP}"
         ))),
-        RawSize::Int(i) => Ok(*i as u64),
+        RawSize::Int(i) => Err(err(no_unit(*i))),
         RawSize::Text(t) => {
             let bytes = parse_size(t).map_err(|e| err(e.to_string()))?;
             if bytes == 0 {

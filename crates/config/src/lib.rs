@@ -114,7 +114,9 @@ pub use listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP, NBD_PORT};
 pub use remote_member::{
     RemoteSettings, REMOTE_CONNECTIONS_MAX, REMOTE_TIMEOUT_MAX, REMOTE_TIMEOUT_MIN,
 };
-pub use size::{format_size, format_size_exact, parse_size, HumanSize, SizeError, SIZE_UNITS_HELP};
+pub use size::{
+    format_size, format_size_exact, parse_rate, parse_size, HumanSize, SizeError, SIZE_UNITS_HELP,
+};
 pub use spares::HealOptions;
 pub use summary::{table, MemberSummary, Summary, VolumeMemberSummary, VolumeSummary};
 pub use tls::{listener_policy, TlsMode, TlsSettings};

@@ -3,7 +3,7 @@
 
 use super::error::{ErrorKind, Problem};
 use super::raw::{RawDaemon, RawSize};
-use super::size::{format_size_exact, parse_size, SIZE_UNITS_HELP};
+use super::size::{format_size_exact, no_unit, parse_size, SIZE_UNITS_HELP};
 use serde_spanned::Spanned;
 use std::time::Duration;
 
@@ -221,7 +221,7 @@ fn problem<T>(v: &Spanned<T>, message: String) -> Problem {
 fn memory(v: &Spanned<RawSize>, field: &str) -> Result<u64, Problem> {
     let bytes = match v.get_ref() {
         RawSize::Int(i) if *i <= 0 => None,
-        RawSize::Int(i) => Some(*i as u64),
+        RawSize::Int(i) => return Err(problem(v, format!("{field} {}", no_unit(*i)))),
         RawSize::Text(t) => Some(parse_size(t).map_err(|e| {
             Problem::new(v.span(), ErrorKind::Size, format!("daemon: {field} {e}"))
         })?),

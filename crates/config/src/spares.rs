@@ -19,7 +19,7 @@
 
 use super::error::{ErrorKind, Problem};
 use super::raw::{RawSize, RawVolume};
-use super::size::{format_size, format_size_exact, parse_size, SIZE_UNITS_HELP};
+use super::size::{format_size, format_size_exact, no_unit, parse_rate, SIZE_UNITS_HELP};
 use super::{Member, Volume};
 use serde_spanned::Spanned;
 
@@ -152,17 +152,14 @@ fn rate(r: &Spanned<RawSize>, who: &str) -> Result<u64, Problem> {
         )
     };
     match r.get_ref() {
-        RawSize::Int(i) if *i > 0 => Ok(*i as u64),
+        RawSize::Int(i) if *i > 0 => Err(bad(no_unit(*i))),
         RawSize::Int(i) => Err(bad(format!("{i} is not a rate"))),
         RawSize::Text(t) if t.trim().eq_ignore_ascii_case("off") => Ok(0),
-        RawSize::Text(t) => {
-            let per_second = t.trim().strip_suffix("/s").unwrap_or(t.trim());
-            match parse_size(per_second) {
-                Ok(0) => Err(bad(format!("\"{t}\" is zero"))),
-                Ok(b) => Ok(b),
-                Err(e) => Err(bad(format!("\"{t}\": {e}"))),
-            }
-        }
+        RawSize::Text(t) => match parse_rate(t) {
+            Ok(0) => Err(bad(format!("\"{t}\" is zero"))),
+            Ok(b) => Ok(b),
+            Err(e) => Err(bad(e.to_string())),
+        },
     }
 }
 
@@ -193,12 +190,11 @@ mod tests {
         assert_eq!(c.volumes[0].heal.rebuild_rate_bytes_per_s, 0);
         let c = config("rebuild_rate = \"off\"", "").unwrap();
         assert_eq!(c.volumes[0].heal, Default::default());
-        assert_eq!(
-            config("rebuild_rate = 1000000", "").unwrap().volumes[0]
-                .heal
-                .rebuild_rate_bytes_per_s,
-            1_000_000
-        );
+        // A bare number could be B/s or MB/s: refused with the spellings meant.
+        let e = config("rebuild_rate = 1000000", "")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no unit: write \"1000000B\" or \"1MB\""), "{e}");
         let s = config("spares = [\"s\"]", "").unwrap().summary();
         assert_eq!(s.volumes[0].spares, vec!["s".to_string()]);
         assert_eq!(s.members[2].spare_of.as_deref(), Some("v"));

@@ -12,7 +12,7 @@
 use super::error::{ErrorKind, Problem};
 use super::limits::{format_duration, parse_duration, DURATION_HELP};
 use super::raw::{RawSize, RawVolume};
-use super::size::{format_size, parse_size, SIZE_UNITS_HELP};
+use super::size::{format_size, no_unit, parse_size, SIZE_UNITS_HELP};
 use serde_spanned::Spanned;
 use std::fmt;
 use std::time::Duration;
@@ -151,7 +151,7 @@ fn bitmap_chunk(b: &Spanned<RawSize>, who: &str) -> Result<u64, Problem> {
         )
     };
     let bytes = match b.get_ref() {
-        RawSize::Int(i) => u64::try_from(*i).map_err(|_| bad(format!("{i} is negative")))?,
+        RawSize::Int(i) => return Err(bad(no_unit(*i))),
         RawSize::Text(t) => parse_size(t)
             .map_err(|e| bad(format!("{e}; or \"off\" for no bitmap; {SIZE_UNITS_HELP}")))?,
     };
@@ -179,7 +179,7 @@ fn log_size(s: &Spanned<RawSize>, who: &str) -> Result<u64, Problem> {
         )
     };
     let bytes = match s.get_ref() {
-        RawSize::Int(i) => u64::try_from(*i).map_err(|_| bad(format!("{i} is negative")))?,
+        RawSize::Int(i) => return Err(bad(no_unit(*i))),
         RawSize::Text(t) => parse_size(t).map_err(|e| bad(format!("{e}; {SIZE_UNITS_HELP}")))?,
     };
     if !(PPL_LOG_MIN..=PPL_LOG_MAX).contains(&bytes) || !bytes.is_multiple_of(4096) {
@@ -343,7 +343,8 @@ mod tests {
         for (extra, kind, says) in [
             ("create = \"yes\"", ErrorKind::Option, "valid: \"auto\""),
             ("bitmap_chunk = \"3MiB\"", ErrorKind::Size, "power of two"),
-            ("bitmap_chunk = 512", ErrorKind::Size, "at least 4 KiB"),
+            ("bitmap_chunk = 512", ErrorKind::Size, "no unit"),
+            ("bitmap_chunk = \"512B\"", ErrorKind::Size, "at least 4 KiB"),
             ("write_hole = \"journal\"", ErrorKind::Option, "\"ppl\""),
             ("clean_delay = 5", ErrorKind::Option, "no unit"),
             ("clean_delay = \"2h\"", ErrorKind::Option, "out of range"),

@@ -233,10 +233,10 @@ fn strip_not_a_power_of_two() {
 
 #[test]
 fn strip_out_of_range() {
-    let e = err("[[volume]]\nname = \"db\"\nlevel = \"raid0\"\nmembers = [\"a0\", \"a1\"]\nstrip_size = 2048\n");
+    let e = err("[[volume]]\nname = \"db\"\nlevel = \"raid0\"\nmembers = [\"a0\", \"a1\"]\nstrip_size = \"2KiB\"\n");
     assert_eq!(
         e.to_string(),
-        "configs/bad.toml:21:14: volume \"db\": strip_size 2048 is out of range; valid: 4KiB, 8KiB, 16KiB, … 16MiB (powers of two)"
+        "configs/bad.toml:21:14: volume \"db\": strip_size \"2KiB\" is out of range; valid: 4KiB, 8KiB, 16KiB, … 16MiB (powers of two)"
     );
     let e = err("[[volume]]\nname = \"db\"\nlevel = \"raid0\"\nmembers = [\"a0\", \"a1\"]\nstrip_size = \"32MiB\"\n");
     expect(
@@ -266,7 +266,7 @@ fn unparsable_sizes_say_which_units_are_decimal() {
         ErrorKind::Size,
         "configs/bad.toml:4:8: member \"a0\": size \"4 GBs\" has an unknown unit \"GBs\"; ",
         &[
-            "KiB, MiB, GiB, TiB, PiB or K, M, G, T, P (binary, powers of 1024)",
+            "B, KiB, MiB, GiB, TiB, PiB (binary, powers of 1024)",
             "KB, MB, GB, TB, PB (decimal, powers of 1000)",
         ],
     );

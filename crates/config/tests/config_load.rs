@@ -96,7 +96,7 @@ size = "2GiB"
 name = "small"
 level = "raid5"
 members = ["a", "b", "c"]
-size = 1000000
+size = "1MB"
 [[volume]]
 name = "rest"
 level = "raid5"
@@ -236,11 +236,11 @@ size = "64MiB"
 [[member]]
 id = "b"
 path = "b.img"
-size = 67108864
+size = "67108864B"
 [[member]]
 id = "c"
 path = "c.img"
-size = "64M"
+size = "64MiB"
 [[volume]]
 name = "v"
 level = "raid5"

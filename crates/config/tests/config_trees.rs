@@ -160,7 +160,7 @@ fn explicit_sizes_round_up_to_the_smallest_member_length_that_holds_them() {
     // One 64 KiB strip less on every member would not hold it.
     let smaller = config::parse(
         &format!(
-            "{}[[volume]]\nname = \"v\"\nsize = {}\ntree = {{ stripe = [{{ raid5 = [\"m0\", \"m1\", \"m2\", \"m3\"] }}, {{ raid5 = [\"m4\", \"m5\", \"m6\", \"m7\"] }}] }}\n",
+            "{}[[volume]]\nname = \"v\"\nsize = \"{}B\"\ntree = {{ stripe = [{{ raid5 = [\"m0\", \"m1\", \"m2\", \"m3\"] }}, {{ raid5 = [\"m4\", \"m5\", \"m6\", \"m7\"] }}] }}\n",
             members(8),
             v.capacity() - 1
         ),
@@ -361,23 +361,23 @@ fn strips_are_checked_where_they_apply() {
     );
     let e = err(
         3,
-        &format!("{head}tree = {{ raid5 = [\"m0\", \"m1\", \"m2\"], strip = 1000 }}\n"),
+        &format!("{head}tree = {{ raid5 = [\"m0\", \"m1\", \"m2\"], strip = \"1000B\" }}\n"),
     );
     expect(
         &e,
         ErrorKind::Strip,
         (15, 46),
-        &["strip 1000 is not a power of two"],
+        &["strip \"1000B\" is not a power of two"],
     );
     let e = err(
         4,
-        &format!("{head}tree = {{ stripe = [{{ mirror = [\"m0\", \"m1\"] }}, {{ mirror = [\"m2\", \"m3\"] }}], strip = 6000 }}\n"),
+        &format!("{head}tree = {{ stripe = [{{ mirror = [\"m0\", \"m1\"] }}, {{ mirror = [\"m2\", \"m3\"] }}], strip = \"6000B\" }}\n"),
     );
     expect(
         &e,
         ErrorKind::Strip,
         (19, 83),
-        &["strip 6000 is not valid for a stripe over nested nodes; valid: a multiple of 4KiB up to 256MiB"],
+        &["strip \"6000B\" is not valid for a stripe over nested nodes; valid: a multiple of 4KiB up to 256MiB"],
     );
     // A stripe over nested groups may take a unit that is not a power of two.
     let c = load(

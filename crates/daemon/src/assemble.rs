@@ -656,11 +656,10 @@ fn describe(config: &Config, v: &config::Volume) -> String {
         String::new()
     };
     format!(
-        "nbraid {}{spans} over {} ({} data members, strip {})",
+        "nbraid {}{spans} over {} ({})",
         shape.level,
         v.member_ids(config).join(" "),
-        shape.data_members(),
-        config::format_size(shape.strip),
+        crate::export::shape_words(shape),
     )
 }
 

@@ -199,6 +199,43 @@ impl PayloadBuf for WriteBuf {
     }
 }
 
+/// The preferred block size to advertise for a volume whose full stripe is `width` bytes.
+/// NBD requires a power of two (the server rounds anything else up: 256 KiB for RAID 5 of
+/// three members' 192 KiB, so every preferred-sized request straddled two stripes). The
+/// largest power of two dividing the full stripe is the whole stripe when that is a power of
+/// two (full-stripe writes: no read-modify-write) and otherwise still keeps aligned requests
+/// inside one stripe (64 KiB for 3 × 64 KiB). 4 KiB for volumes without a stripe (mirrors,
+/// JBOD); at most 32 MiB, the largest request the server takes.
+pub fn preferred_block_bytes(full_stripe_width: Option<u64>) -> u32 {
+    const LARGEST: u64 = 32 << 20;
+    match full_stripe_width {
+        Some(w) if w > 0 => (1u64 << w.trailing_zeros()).min(LARGEST) as u32,
+        _ => 4096,
+    }
+}
+
+/// `3 data members, strip 64 KiB`; `3 copies` for a mirror, `concatenated` for JBOD: the
+/// shape words of an export's description.
+pub fn shape_words(shape: &nbraid_layout::Shape) -> String {
+    use nbraid_layout::Level;
+    match shape.level {
+        Level::Raid1 => format!("{} copies", shape.members),
+        Level::Jbod => "concatenated".into(),
+        _ => {
+            let n = shape.data_members();
+            let members = if n == 1 {
+                "data member"
+            } else {
+                "data members"
+            };
+            format!(
+                "{n} {members}, strip {}",
+                nbraid_config::format_size(shape.strip)
+            )
+        }
+    }
+}
+
 /// Engine errors as the `io::Error`s the NBD layer maps to protocol errors.
 fn to_io(e: VolumeError) -> io::Error {
     let kind = match &e {
@@ -219,8 +256,7 @@ impl Export for VolumeExport {
     }
 
     fn preferred_block(&self) -> u32 {
-        let width = self.volume().geometry().full_stripe_width().unwrap_or(4096);
-        width.min(u64::from(u32::MAX)) as u32
+        preferred_block_bytes(self.volume().geometry().full_stripe_width())
     }
 
     fn read_only(&self) -> bool {
@@ -345,5 +381,20 @@ impl Export for VolumeExport {
     /// elsewhere. Costs per extent.
     fn block_status(&self, offset: u64, len: u32) -> BoxFuture<'_, io::Result<Vec<Extent>>> {
         Box::pin(futures::future::ready(Ok(self.zeroes.extents(offset, len))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::preferred_block_bytes;
+
+    #[test]
+    fn the_preferred_block_is_the_largest_power_of_two_dividing_the_full_stripe() {
+        let kib = |k: u64| Some(k << 10);
+        assert_eq!(preferred_block_bytes(kib(192)), 64 << 10); // RAID 5 of 3, 64 KiB strips
+        assert_eq!(preferred_block_bytes(kib(256)), 256 << 10); // RAID 5 of 5
+        assert_eq!(preferred_block_bytes(kib(320)), 64 << 10); // RAID 6 of 7
+        assert_eq!(preferred_block_bytes(kib(64 << 10)), 32 << 20);
+        assert_eq!(preferred_block_bytes(None), 4096);
     }
 }

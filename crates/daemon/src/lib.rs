@@ -12,6 +12,7 @@ pub mod export;
 pub mod heal;
 pub mod logging;
 pub mod plan;
+pub mod preflight;
 pub mod returning;
 pub mod serve;
 pub mod unreachable;

@@ -43,6 +43,11 @@ fn run(args: &Args) -> Result<()> {
     if args.check {
         let config = nbraid_config::load(&args.config)?;
         print!("{}", config.explain());
+        // A config the start would refuse fails the check (superblocks read, not locked).
+        let refusals = nbraid_daemon::preflight::refusals(&config);
+        if !refusals.is_empty() {
+            anyhow::bail!("a start would fail: {}", refusals.join("; "));
+        }
         return Ok(());
     }
     let opts = nbraid_daemon::assemble::StartOptions {

@@ -50,6 +50,10 @@ pub struct BenchArgs {
     /// The config's volume to run on.
     #[arg(long, value_name = "NAME", requires = "config")]
     pub volume: Option<String>,
+    /// Let a workload that writes overwrite the --volume's data (refused without: the bench
+    /// writes over whatever the volume holds). Read workloads need no flag.
+    #[arg(long, requires = "volume")]
+    pub destroy_data: bool,
     /// An NBD server's export (nbd://host[:port]/name, nbd+unix:///name?socket=PATH);
     /// repeatable: the targets run cell by cell in turn, with a ratio column against the first.
     #[arg(long, value_name = "URI")]
@@ -162,6 +166,32 @@ fn parse_qds(s: &str) -> Result<Vec<usize>> {
             .collect());
     }
     s.split(',').map(num).collect()
+}
+
+/// Whether a run of `points` may write over config volume `volume`: refused when it writes
+/// and the operator did not say `--destroy-data`, a warning to print when they did, nothing
+/// for a workload that only reads.
+fn data_at_risk(
+    workload: Workload,
+    points: &[workload::Point],
+    volume: &str,
+    destroy_data: bool,
+) -> Result<Option<String>> {
+    let writes = points
+        .iter()
+        .any(|p| p.mix.iter().any(|e| e.read_pct < 100.0));
+    match (writes, destroy_data) {
+        (false, _) => Ok(None),
+        (true, false) => bail!(
+            "{} writes over volume {volume}'s data: give --destroy-data to let it, or run a \
+             read workload (seq-read, rand-read, webserver, database --read-pct 100)",
+            workload.name()
+        ),
+        (true, true) => Ok(Some(format!(
+            "nbraid bench: {} writes over volume {volume}'s data (--destroy-data)",
+            workload.name()
+        ))),
+    }
 }
 
 fn size(what: &str, s: &Option<String>) -> Result<Option<u64>> {
@@ -354,7 +384,14 @@ pub fn run(a: &BenchArgs) -> Result<String> {
                 let config = config.as_ref().context("the config is read for --sim")?;
                 targets.push(Box::new(sim::config_volume(config, v, m, a.verify)?))
             }
-            (Some(f), Some(v), None) => targets.push(Box::new(target::config_volume(f, v)?)),
+            (Some(f), Some(v), None) => {
+                // Refused or said before the volume is opened, as mkfs says it.
+                let note = data_at_risk(a.workload, &points, v, a.destroy_data)?;
+                if let Some(note) = note {
+                    eprintln!("{note}");
+                }
+                targets.push(Box::new(target::config_volume(f, v)?))
+            }
             (_, None, Some(m)) => {
                 if a.vs_single {
                     targets.push(Box::new(sim::single(&shape, m, a.verify)?));
@@ -539,7 +576,30 @@ fn finish(
 
 #[cfg(test)]
 mod tests {
-    use super::parse_qds;
+    use super::{data_at_risk, parse_qds, Workload};
+
+    #[test]
+    fn a_workload_that_writes_needs_the_operators_word() {
+        let points = |w: Workload, read_pct: Option<u64>| w.points(None, read_pct).unwrap();
+        let reads = points(Workload::RandRead, None);
+        assert_eq!(
+            data_at_risk(Workload::RandRead, &reads, "v", false).unwrap(),
+            None
+        );
+        let writes = points(Workload::RandWrite, None);
+        let refused = data_at_risk(Workload::RandWrite, &writes, "v", false).unwrap_err();
+        assert!(refused.to_string().contains("--destroy-data"), "{refused}");
+        let said = data_at_risk(Workload::RandWrite, &writes, "v", true).unwrap();
+        assert!(said.is_some_and(|s| s.contains("writes over volume v's data")));
+        // The database sweep reaches 0% reads; held at 100% it only reads.
+        let sweep = points(Workload::Database, None);
+        assert!(data_at_risk(Workload::Database, &sweep, "v", false).is_err());
+        let all_reads = points(Workload::Database, Some(100));
+        assert_eq!(
+            data_at_risk(Workload::Database, &all_reads, "v", false).unwrap(),
+            None
+        );
+    }
 
     #[test]
     fn queue_depths_parse_as_one_a_list_or_a_doubling_range() {

@@ -1,0 +1,119 @@
+//! `nbraidd --check`: whether a start on this config would assemble every volume, decided
+//! without disturbing anything. Every member, spare and member added at run time is read
+//! with plain reads of its two superblock slots (no lock, no write: a running daemon is not
+//! disturbed) and assembly's own pure decision runs over them, as at a start. A volume
+//! whose superblocks it refuses makes the check fail, as the start would (`nginx -t`).
+
+use crate::added;
+use futures::FutureExt;
+use nbraid_config::{Config, MemberStorage, Volume};
+use nbraid_core::metadata::{assemble, MemberMeta, Probe, SLOT_BYTES};
+use nbraid_core::{Member, MemoryMember};
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Why a start on `config` would refuse volumes, one line per volume (empty: it would not,
+/// as far as the superblocks tell).
+pub fn refusals(config: &Config) -> Vec<String> {
+    config
+        .volumes
+        .iter()
+        .filter_map(|v| {
+            let probes = probes(config, v)?;
+            if !probes.iter().any(|p| matches!(p, Probe::Superblock(..))) {
+                return None; // written at the first start
+            }
+            let e = assemble(&v.name, v.geometry.root(), &probes).err()?;
+            Some(format!("volume {}: superblocks refused: {e}", v.name))
+        })
+        .collect()
+}
+
+/// The superblocks assembly would see for volume `v`, by position: the config's members,
+/// its spares (with a record of this volume alone), then the members added at run time its
+/// records list (with a record of this volume). `None` for a volume with members in memory
+/// or on NBD servers (read at start only).
+pub fn probes(config: &Config, v: &Volume) -> Option<Vec<Probe>> {
+    let n = v.members.len();
+    let positions: Vec<usize> = v.members.iter().chain(&v.heal.spares).copied().collect();
+    if positions.iter().any(|&m| {
+        matches!(
+            config.members[m].state,
+            MemberStorage::Memory | MemberStorage::Remote
+        )
+    }) {
+        return None;
+    }
+    let raw: Vec<Probe> = positions
+        .iter()
+        .map(|&m| read_probe(&config.members[m].path, &config.members[m].id))
+        .collect();
+    let named = |p: &str| {
+        config
+            .members
+            .iter()
+            .any(|m| m.path.as_os_str() == p || added::same_file(&m.path, Path::new(p)))
+    };
+    let config_probes: Vec<&Probe> = raw.iter().collect();
+    let read = |p: String| async move { read_probe(Path::new(&p), &p) };
+    let found = futures::executor::block_on(added::follow_added(
+        &v.name,
+        &config_probes,
+        named,
+        read,
+        read_probe_of,
+    ));
+    let names = |probe: &Probe, alone: bool| match probe {
+        Probe::Superblock(sb, _) if alone => {
+            !sb.volumes.is_empty() && sb.volumes.iter().all(|x| x.name == v.name)
+        }
+        Probe::Superblock(sb, _) => sb.volumes.iter().any(|x| x.name == v.name),
+        _ => true,
+    };
+    let mut probes: Vec<Probe> = raw
+        .into_iter()
+        .enumerate()
+        .map(|(p, probe)| match p >= n && !names(&probe, true) {
+            true => Probe::Missing,
+            false => probe,
+        })
+        .collect();
+    probes.extend(
+        found
+            .into_iter()
+            .map(|(_, probe)| match names(&probe, false) {
+                true => probe,
+                false => Probe::Missing,
+            }),
+    );
+    Some(probes)
+}
+
+/// A probe as [`added::follow_added`] asks for it.
+fn read_probe_of(probe: &Probe) -> Option<&Probe> {
+    Some(probe)
+}
+
+/// The superblock of the member file at `path` (config id or path `id`), read without
+/// opening it for writing.
+fn read_probe(path: &Path, id: &str) -> Probe {
+    let mut bytes = Vec::new();
+    match std::fs::File::open(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Probe::Missing,
+        Err(e) => return Probe::Unreadable(format!("{}: {e}", path.display())),
+        Ok(f) => {
+            if let Err(e) = f.take(2 * SLOT_BYTES).read_to_end(&mut bytes) {
+                return Probe::Unreadable(format!("{}: {e}", path.display()));
+            }
+        }
+    }
+    // Assembly's own reader over a copy of the two slots; a memory member answers at once,
+    // so one poll does (this runs inside `follow_added`'s executor).
+    let copy = MemoryMember::new(id, 2 * SLOT_BYTES);
+    copy.poke(0, &bytes);
+    let meta = MemberMeta::load(Arc::new(copy) as Arc<dyn Member>)
+        .now_or_never()
+        .expect("a memory member's reads complete at once");
+    meta.probe().clone()
+}
