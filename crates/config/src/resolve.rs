@@ -505,7 +505,9 @@ impl Cx<'_> {
             ));
         }
         let ring = nbraid_layout::volume_log_ring_bytes(geometry.root());
-        if let (Some(s), Some(given), Some(need)) = (&v.write_hole_log_size, metadata.ppl_log_bytes, ring) {
+        if let (Some(s), Some(given), Some(need)) =
+            (&v.write_hole_log_size, metadata.ppl_log_bytes, ring)
+        {
             if given < need {
                 return Err(Problem::new(
                     s.span(),

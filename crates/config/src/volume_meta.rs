@@ -283,7 +283,11 @@ mod tests {
         for strip in strips {
             for level in ["raid5", "raid6"] {
                 let members: String = (0..4)
-                    .map(|i| format!("[[member]]\nid = \"m{i}\"\npath = \"memory:\"\nsize = \"256MiB\"\n"))
+                    .map(|i| {
+                        format!(
+                            "[[member]]\nid = \"m{i}\"\npath = \"memory:\"\nsize = \"256MiB\"\n"
+                        )
+                    })
                     .collect();
                 let text = format!(
                     "{members}[[volume]]\nname = \"v\"\nlevel = \"{level}\"\nmembers = [\"m0\", \"m1\", \"m2\", \"m3\"]\nstrip_size = {strip}\n"
@@ -294,7 +298,10 @@ mod tests {
                 let ring = nbraid_layout::volume_log_ring_bytes(root).unwrap();
                 let what = format!("{level} strip {strip}: ring {ring}");
                 match v.metadata.ppl_log_bytes {
-                    None => assert!(ring <= nbraid_layout::LOG_IN_METADATA_AREA_MAX_BYTES, "{what}"),
+                    None => assert!(
+                        ring <= nbraid_layout::LOG_IN_METADATA_AREA_MAX_BYTES,
+                        "{what}"
+                    ),
                     Some(reserve) => {
                         assert!(reserve >= ring, "{what}: reserve {reserve}");
                         for r in &v.regions {
@@ -304,8 +311,13 @@ mod tests {
                 }
             }
         }
-        let e = raid5("strip_size = \"1MiB\"\nwrite_hole_log_size = \"1MiB\"").expect_err("too small");
-        assert!(e.to_string().contains("smaller than the log its strips need"), "{e}");
+        let e =
+            raid5("strip_size = \"1MiB\"\nwrite_hole_log_size = \"1MiB\"").expect_err("too small");
+        assert!(
+            e.to_string()
+                .contains("smaller than the log its strips need"),
+            "{e}"
+        );
     }
 
     #[test]

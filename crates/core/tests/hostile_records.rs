@@ -118,14 +118,24 @@ fn base(level: Level, n: usize, log_reserve: bool) -> Base {
         .map(|d| block_on(MemberMeta::load(d.clone() as Arc<dyn Member>)))
         .collect();
     let o = opts(log_reserve);
-    let (a, _) = block_on(Array::create("vol", tree.clone(), metas, o.clone(), true, &|_, _| {}))
-        .expect("create");
+    let (a, _) = block_on(Array::create(
+        "vol",
+        tree.clone(),
+        metas,
+        o.clone(),
+        true,
+        &|_, _| {},
+    ))
+    .expect("create");
     let capacity = a.volume().capacity() as usize;
     let mut image = pattern(1, capacity);
     block_on(a.write(0, Buf::copy_from(&image), false)).expect("fill");
     block_on(a.flush()).expect("flush");
     // Partial-stripe writes: log entries on the rings, bits set in the bitmaps.
-    for (i, at) in [8 * KIB, 200 * KIB, 3 * STRIP + 4 * KIB].into_iter().enumerate() {
+    for (i, at) in [8 * KIB, 200 * KIB, 3 * STRIP + 4 * KIB]
+        .into_iter()
+        .enumerate()
+    {
         let new = pattern(10 + i as u64, 4096);
         let at = at as usize;
         image[at..at + 4096].copy_from_slice(&new);
@@ -179,23 +189,25 @@ fn entry() -> impl Strategy<Value = Entry> {
         proptest::collection::vec(any::<u8>(), 1..6),
         any::<u8>(),
     )
-        .prop_map(|((seq, group, stripe, band, sectors, parity), masks, fill)| {
-            let in_band = ((1u16 << sectors) - 1) as u8;
-            let mut e = Entry {
-                seq,
-                group,
-                stripe,
-                band,
-                sectors,
-                parity,
-                masks: masks.into_iter().map(|m| m & in_band).collect(),
-                pp: None,
-                pq: None,
-            };
-            let n = e.stored().count_ones() as usize * 512;
-            e.pp = Some(vec![fill; n]);
-            e
-        })
+        .prop_map(
+            |((seq, group, stripe, band, sectors, parity), masks, fill)| {
+                let in_band = ((1u16 << sectors) - 1) as u8;
+                let mut e = Entry {
+                    seq,
+                    group,
+                    stripe,
+                    band,
+                    sectors,
+                    parity,
+                    masks: masks.into_iter().map(|m| m & in_band).collect(),
+                    pp: None,
+                    pq: None,
+                };
+                let n = e.stored().count_ones() as usize * 512;
+                e.pp = Some(vec![fill; n]);
+                e
+            },
+        )
 }
 
 fn mutation() -> impl Strategy<Value = Mutation> {
@@ -360,10 +372,7 @@ fn check(base: &Base, victim: usize, m: &Mutation) -> Result<(), TestCaseError> 
 
 #[test]
 fn hostile_records_never_panic_nor_allocate_from_a_disk_value() {
-    let bases = [
-        base(Level::Raid5, 4, false),
-        base(Level::Raid6, 5, true),
-    ];
+    let bases = [base(Level::Raid5, 4, false), base(Level::Raid6, 5, true)];
     let budget = Duration::from_secs(30 * common::soak());
     let mut runner = TestRunner::new(Config {
         cases: 1_000_000,
@@ -430,7 +439,10 @@ fn a_16_tib_bitmap_behind_a_right_checksum_makes_the_member_unreadable() {
     let Probe::Unreadable(why) = metas[1].probe() else {
         panic!("taken as {:?}", metas[1].probe())
     };
-    assert!(why.contains("disk1") && why.contains("bitmap area"), "{why}");
+    assert!(
+        why.contains("disk1") && why.contains("bitmap area"),
+        "{why}"
+    );
     let (a, report) = block_on(Array::open(
         "vol",
         &base.tree,
@@ -454,7 +466,10 @@ fn a_member_shorter_than_its_region_is_unreadable() {
     let Probe::Unreadable(why) = meta.probe() else {
         panic!("taken as {:?}", meta.probe())
     };
-    assert!(why.contains("disk2") && why.contains("past its end"), "{why}");
+    assert!(
+        why.contains("disk2") && why.contains("past its end"),
+        "{why}"
+    );
 }
 
 /// Reads of a member, by length (the largest one asked for).
@@ -520,8 +535,15 @@ fn a_dirty_start_reads_the_log_ring_in_bounded_pieces() {
             .map(|d| block_on(MemberMeta::load(d.clone() as Arc<dyn Member>)))
             .collect()
     };
-    let (a, _) = block_on(Array::create("vol", tree.clone(), metas(), o.clone(), true, &|_, _| {}))
-        .expect("create");
+    let (a, _) = block_on(Array::create(
+        "vol",
+        tree.clone(),
+        metas(),
+        o.clone(),
+        true,
+        &|_, _| {},
+    ))
+    .expect("create");
     block_on(a.write(8 * KIB, Buf::copy_from(&pattern(3, 4096)), false)).expect("write");
     drop(a); // a crash
     for d in &disks {

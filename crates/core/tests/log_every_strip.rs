@@ -112,19 +112,31 @@ fn torn_write_recovers(level: Level, strip: u64) {
         })
         .collect();
     let all = metas(&disks, None).into_iter().flatten().collect();
-    let (a, _) = block_on(Array::create("vol", t.clone(), all, opts(reserve), true, &|_, _| {}))
-        .unwrap_or_else(|e| panic!("{what}: create: {e}"));
+    let (a, _) = block_on(Array::create(
+        "vol",
+        t.clone(),
+        all,
+        opts(reserve),
+        true,
+        &|_, _| {},
+    ))
+    .unwrap_or_else(|e| panic!("{what}: create: {e}"));
 
     // The log exists, holds the ring its geometry needs, and sits where it was placed.
     let Probe::Superblock(sb, _) = metas(&disks, None)[0].as_ref().unwrap().probe().clone() else {
         panic!("{what}: no superblock")
     };
-    let area = sb.volumes[0].ppl.unwrap_or_else(|| panic!("{what}: no log area"));
+    let area = sb.volumes[0]
+        .ppl
+        .unwrap_or_else(|| panic!("{what}: no log area"));
     let ring = nbraid_layout::volume_log_ring_bytes(&t).unwrap();
     assert!(area.len >= ring, "{what}: {area:?} for a {ring}-byte ring");
     match reserve {
         Some(r) => assert_eq!((area.offset, area.len), (METADATA_AREA_BYTES, r), "{what}"),
-        None => assert!(area.offset + area.len <= METADATA_AREA_BYTES, "{what}: {area:?}"),
+        None => assert!(
+            area.offset + area.len <= METADATA_AREA_BYTES,
+            "{what}: {area:?}"
+        ),
     }
 
     let (g, _) = nbraid_core::ppl::parity_groups(&t).remove(0);
@@ -162,7 +174,8 @@ fn torn_write_recovers(level: Level, strip: u64) {
 
 #[test]
 fn every_strip_of_raid5_and_raid6_gets_its_log_and_recovers_through_it() {
-    let strips = std::iter::successors(Some(STRIP_MIN), |s| Some(s * 2)).take_while(|&s| s <= STRIP_MAX);
+    let strips =
+        std::iter::successors(Some(STRIP_MIN), |s| Some(s * 2)).take_while(|&s| s <= STRIP_MAX);
     for strip in strips {
         for level in [Level::Raid5, Level::Raid6] {
             torn_write_recovers(level, strip);
@@ -176,9 +189,17 @@ fn every_strip_of_raid5_and_raid6_gets_its_log_and_recovers_through_it() {
 fn a_create_with_no_room_for_the_log_is_refused_naming_why() {
     let t = tree(Level::Raid5, 3, MIB, 0);
     let disks: Vec<Arc<dyn Member>> = (0..3)
-        .map(|i| Arc::new(MemoryMember::new(format!("disk{i}"), METADATA_AREA_BYTES + 2 * MIB)) as _)
+        .map(|i| {
+            Arc::new(MemoryMember::new(
+                format!("disk{i}"),
+                METADATA_AREA_BYTES + 2 * MIB,
+            )) as _
+        })
         .collect();
-    let all = disks.iter().map(|d| block_on(MemberMeta::load(d.clone()))).collect();
+    let all = disks
+        .iter()
+        .map(|d| block_on(MemberMeta::load(d.clone())))
+        .collect();
     let e = block_on(Array::create("vol", t, all, opts(None), true, &|_, _| {}))
         .err()
         .expect("refused");

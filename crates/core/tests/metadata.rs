@@ -315,7 +315,11 @@ fn values_past_the_formats_limits_are_named() {
     refused(&ppl(2 << 30, 2 << 30), "partial-parity log area");
     refused(&ppl(256 << 10, 1000), "partial-parity log area");
     refused(
-        &|v| v.members[2].state = RecordedState::Rebuilding { checkpoint_bytes: 1 << 40 },
+        &|v| {
+            v.members[2].state = RecordedState::Rebuilding {
+                checkpoint_bytes: 1 << 40,
+            }
+        },
         "rebuild checkpoint",
     );
     refused(

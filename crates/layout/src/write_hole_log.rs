@@ -82,8 +82,8 @@ mod tests {
     /// strip gets a reserve that holds its ring.
     #[test]
     fn the_log_moves_out_of_the_metadata_area_exactly_where_it_cannot_fit() {
-        let strips = std::iter::successors(Some(STRIP_MIN), |s| Some(s * 2))
-            .take_while(|&s| s <= STRIP_MAX);
+        let strips =
+            std::iter::successors(Some(STRIP_MIN), |s| Some(s * 2)).take_while(|&s| s <= STRIP_MAX);
         for strip in strips {
             for (level, n, parity) in [
                 (Level::Raid5, 3, 1),

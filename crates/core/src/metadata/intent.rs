@@ -417,7 +417,9 @@ mod tests {
     /// Sizes read from a member are refused, never asserted on.
     #[test]
     fn a_bitmap_too_short_for_the_volume_or_a_bad_chunk_is_refused() {
-        let e = Intent::new(1 << 40, 4096, vec![0; 4096]).err().expect("too short");
+        let e = Intent::new(1 << 40, 4096, vec![0; 4096])
+            .err()
+            .expect("too short");
         assert!(e.contains("cannot hold"), "{e}");
         assert!(Intent::new(1 << 30, 5000, vec![0; 4096]).is_err());
     }

@@ -34,8 +34,7 @@ pub async fn read_superblock(member: &dyn Member) -> Result<Found, SuperblockIoE
     let mut decoded = Vec::with_capacity(2);
     for at in slots {
         let buf = member.read(at, Buf::new(SLOT_BYTES as usize)).await?;
-        let copy = Superblock::decode(&buf)
-            .and_then(|sb| sb.check_fits(member.len()).map(|()| sb));
+        let copy = Superblock::decode(&buf).and_then(|sb| sb.check_fits(member.len()).map(|()| sb));
         decoded.push((buf[..8] == SUPERBLOCK_MAGIC, copy));
     }
     if decoded.iter().all(|(magic, _)| !magic) {

@@ -41,8 +41,7 @@ pub use spares::{assign_spares, SpareChoice};
 pub use superblock::{
     newest, Area, BitmapArea, MemberEntry, RecordedState, ScrubCheckpoint, Superblock, Uuid,
     VolumeRecord, FIRST_FORMAT_VERSION, FORMAT_VERSION, MAX_ADDED_PATHS, MAX_PPL_AREA_BYTES,
-    METADATA_AREA_BYTES,
-    SLOT_BYTES, SUPERBLOCK_MAGIC,
+    METADATA_AREA_BYTES, SLOT_BYTES, SUPERBLOCK_MAGIC,
 };
 
 use thiserror::Error;

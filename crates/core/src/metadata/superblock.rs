@@ -669,10 +669,7 @@ fn check_limits(
     if let Some(s) = scrub.filter(|s| s.position_bytes > capacity) {
         return Err(invalid(
             "scrub checkpoint",
-            format!(
-                "{} past the volume's {capacity} bytes",
-                s.position_bytes
-            ),
+            format!("{} past the volume's {capacity} bytes", s.position_bytes),
         ));
     }
     Ok(())

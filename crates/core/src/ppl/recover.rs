@@ -3,11 +3,11 @@
 //! new life so nothing of the old one is ever replayed again.
 
 use super::codec::{declared_len, decode_batch, encode_batch, Batch, Entry, LOG_BLOCK_BYTES};
-use crate::member::{Member, MemberResult};
 use super::replay::{replay_sector, select, Replay, SectorState};
 use super::{parity_groups, BAND_BYTES, SECTOR_BYTES};
 use crate::buf::Buf;
 use crate::error::VolumeResult;
+use crate::member::{Member, MemberResult};
 use crate::volume::Volume;
 
 /// What the dirty start found and did.
