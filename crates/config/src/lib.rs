@@ -17,6 +17,8 @@
 //! tls_certificates = "pki"        # ca-cert.pem, server-cert.pem, server-key.pem
 //! tls_verify_clients = false      # require client certificates signed by ca-cert.pem
 //! insecure_listen = false         # consent to non-loopback TCP without TLS required
+//! on_event = "/usr/local/sbin/nbraid-event"   # run on every event, its fields in the environment
+//! metrics_listen = "127.0.0.1:9187"           # Prometheus text at /metrics (a port alone: loopback)
 //!
 //! [[member]]
 //! id = "d0"
@@ -91,6 +93,7 @@ mod raw;
 mod remote_member;
 mod resolve;
 mod schema_error;
+mod service;
 mod size;
 mod spares;
 mod summary;
@@ -111,6 +114,7 @@ pub use listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP, NBD_PORT};
 pub use remote_member::{
     RemoteSettings, REMOTE_CONNECTIONS_MAX, REMOTE_TIMEOUT_MAX, REMOTE_TIMEOUT_MIN,
 };
+pub use service::{parse_metrics_listen, ServiceSettings};
 pub use size::{format_size, format_size_exact, parse_size, HumanSize, SizeError, SIZE_UNITS_HELP};
 pub use spares::HealOptions;
 pub use summary::{table, MemberSummary, Summary, VolumeMemberSummary, VolumeSummary};
@@ -171,6 +175,8 @@ pub struct Config {
     /// The control socket (`[daemon] control`, resolved against the config's directory;
     /// default: the config file's path with the extension `.ctl`).
     pub control: PathBuf,
+    /// `[daemon] on_event` and `metrics_listen`: the event hook and the Prometheus listener.
+    pub service: ServiceSettings,
     /// `[bench.hdd]`, `[bench.ssd]`: parameters of `nbraid bench --sim`'s disk models (none
     /// when the tables are absent; the daemon does not use them).
     pub bench: BenchModels,
