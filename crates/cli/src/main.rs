@@ -9,6 +9,7 @@ mod bench;
 mod check;
 mod create;
 mod diagram;
+mod events;
 mod map;
 mod ops;
 mod records;
@@ -92,6 +93,9 @@ enum Command {
         #[arg(long, default_value = "info")]
         log_level: String,
     },
+    /// Show the daemon's latest events (member failed, volume degraded, rebuild finished...);
+    /// --follow streams them as they happen.
+    Events(events::EventsArgs),
     /// Operate a running daemon (status, fail, scrub, pause, resume).
     #[command(flatten)]
     Ops(ops::OpsCommand),
@@ -127,6 +131,7 @@ fn main() -> ExitCode {
         ),
         Command::Bench(args) => bench::run(&args),
         Command::Serve { file, log_level } => serve(&file, &log_level),
+        Command::Events(args) => events::run(&args),
         Command::Ops(cmd) => ops::run(cmd),
     };
     match result {

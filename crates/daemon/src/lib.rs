@@ -14,6 +14,7 @@ pub mod logging;
 pub mod plan;
 pub mod returning;
 pub mod serve;
+pub mod service;
 pub mod unreachable;
 pub mod zero_map;
 
