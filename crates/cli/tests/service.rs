@@ -49,20 +49,30 @@ fn spawn_daemon(
         .stderr(Stdio::null())
         .spawn()
         .expect("start nbraidd");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Read on a thread: a line that never comes must fail the test, not hang it.
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
     let deadline = Instant::now() + Duration::from_secs(30);
     let found = loop {
-        assert!(
-            Instant::now() < deadline,
-            "nbraidd did not print the line awaited"
-        );
-        match lines.next() {
-            Some(Ok(l)) if until(&l) => break l,
-            Some(Ok(_)) => {}
-            _ => panic!("nbraidd exited early: {:?}", child.wait()),
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if until(&l) => break l,
+            Ok(_) => {}
+            Err(e) => {
+                let _ = child.kill();
+                panic!(
+                    "nbraidd did not print the line awaited ({e}): {:?}",
+                    child.wait()
+                );
+            }
         }
     };
-    std::thread::spawn(move || for _ in lines.by_ref() {});
+    // The thread drains the rest of its output.
     (child, found)
 }
 
@@ -401,4 +411,67 @@ fn require_tool(tool: &str, package: &str) -> PathBuf {
         .map(|d| d.join(tool))
         .find(|p| p.is_file())
         .unwrap_or_else(|| panic!("`{tool}` is not installed: install the Debian package `{package}` (scripts/test does)"))
+}
+
+/// A port free on all addresses now (bound, then let go).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn a_warning_is_logged_once_and_under_the_journal_with_its_priority() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let text = std::fs::read_to_string(&config).unwrap().replacen(
+        "listen = [\"unix:nbd.sock\"]",
+        &format!(
+            "listen = [\"unix:nbd.sock\", \"tcp:0.0.0.0:{}\"]\ninsecure_listen = true",
+            free_port()
+        ),
+        1,
+    );
+    std::fs::write(&config, text).unwrap();
+    let log = dir.path().join("stderr.log");
+    let file = std::fs::File::create(&log).unwrap();
+    let meta = file.metadata().unwrap();
+    // stderr is the stream JOURNAL_STREAM names, as systemd sets it up for a service.
+    let journal_stream = format!("{}:{}", meta.dev(), meta.ino());
+    let mut child = Command::new(nbraidd())
+        .arg("--config")
+        .arg(&config)
+        .env("JOURNAL_STREAM", &journal_stream)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(file)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while !lines
+        .next()
+        .and_then(Result::ok)
+        .is_some_and(|l| l.starts_with("nbraidd: control socket"))
+    {}
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    stop(child);
+    let said = std::fs::read_to_string(&log).unwrap();
+    let warnings: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("anyone on the network"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "said once: {said}");
+    assert!(
+        warnings[0].starts_with("<4>"),
+        "a warning's priority: {said}"
+    );
+    for l in said.lines() {
+        assert!(
+            l.starts_with('<') && !l[..8.min(l.len())].contains("20"),
+            "every line has its priority and no timestamp: {l:?}"
+        );
+    }
 }
