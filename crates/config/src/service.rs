@@ -97,4 +97,46 @@ mod tests {
             .unwrap_err()
             .contains("HOST:PORT"));
     }
+
+    fn config(dir: &Path, daemon_keys: &str) -> Result<crate::Config, crate::ConfigError> {
+        let text = format!(
+            "[daemon]\n{daemon_keys}\n[[member]]\nid = \"a\"\npath = \"memory:\"\nsize = \"8MiB\"\n\
+             [[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"a\"]\n"
+        );
+        crate::parse(&text, &dir.join("arrays.toml"))
+    }
+
+    #[test]
+    fn on_event_must_name_a_program_beside_the_config_or_elsewhere() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let err = config(dir.path(), "on_event = \"hook.sh\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("daemon: on_event \"hook.sh\"") && err.contains("cannot be read"),
+            "{err}"
+        );
+        let hook = dir.path().join("hook.sh");
+        std::fs::write(&hook, "#!/bin/sh\n").unwrap();
+        let err = config(dir.path(), "on_event = \"hook.sh\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not executable"), "{err}");
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let c = config(
+            dir.path(),
+            "on_event = \"hook.sh\"\nmetrics_listen = \"9187\"",
+        )
+        .unwrap();
+        assert_eq!(c.service.on_event, Some(hook));
+        assert_eq!(
+            c.service.metrics_listen,
+            Some("127.0.0.1:9187".parse().unwrap())
+        );
+        let err = config(dir.path(), "metrics_listen = \"somewhere\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("daemon: metrics_listen"), "{err}");
+    }
 }

@@ -221,7 +221,7 @@ fn pass_changes(
 ) {
     let Some(n) = next else { return };
     let (started, finished) = kind.events();
-    let new_instance = !prev.is_some_and(|p| p.instance == n.instance);
+    let new_instance = prev.is_none_or(|p| p.instance != n.instance);
     let was_running = !new_instance && prev.is_some_and(Pass::in_progress);
     // A pass seen for the first time was started, even if it is over already; one over
     // that runs again (a cancelled pass resumed) starts again.
