@@ -188,9 +188,9 @@ fn log(e: &Event) {
     let member = e.member.as_deref().unwrap_or("-");
     let result = e.result.as_deref().unwrap_or("-");
     if e.kind.is_alarm() {
-        tracing::warn!(event = e.kind.name(), volume = %e.volume, member, result, "{}", e.detail);
+        tracing::warn!(event = %e.kind.name(), volume = %e.volume, member = %member, result = %result, "{}", e.detail);
     } else {
-        tracing::info!(event = e.kind.name(), volume = %e.volume, member, result, "{}", e.detail);
+        tracing::info!(event = %e.kind.name(), volume = %e.volume, member = %member, result = %result, "{}", e.detail);
     }
 }
 

@@ -19,6 +19,8 @@ pub struct Role {
     /// The id of what serves the role (config id, or the path of a member added at run time).
     pub id: String,
     pub failed: bool,
+    /// Read from: neither failed nor being rebuilt or resynced.
+    pub current: bool,
     /// On an NBD server (its failure is most likely the server being out of reach).
     pub remote: bool,
 }
@@ -124,6 +126,7 @@ impl VolumeSnapshot {
                 .iter()
                 .map(|r| Role {
                     failed: false,
+                    current: true,
                     ..r.clone()
                 })
                 .collect(),
@@ -134,6 +137,14 @@ impl VolumeSnapshot {
 
     pub fn pass(&self, kind: PassKind) -> Option<&Pass> {
         self.passes[kind as usize].as_ref()
+    }
+
+    fn not_current_ids(&self) -> Vec<&str> {
+        self.roles
+            .iter()
+            .filter(|r| !r.current)
+            .map(|r| r.id.as_str())
+            .collect()
     }
 
     fn failed_ids(&self) -> Vec<&str> {
@@ -187,6 +198,13 @@ pub fn changes(volume: &str, prev: &VolumeSnapshot, next: &VolumeSnapshot) -> Ve
         let failed = next.failed_ids();
         let (kind, detail) = match next.health {
             Health::Optimal => (EventKind::VolumeOptimal, "every member serves".to_string()),
+            Health::Degraded if failed.is_empty() => (
+                EventKind::VolumeDegraded,
+                format!(
+                    "degraded: {} being rebuilt or resynced; served from the others",
+                    next.not_current_ids().join(", ")
+                ),
+            ),
             Health::Degraded => (
                 EventKind::VolumeDegraded,
                 format!(
@@ -286,12 +304,14 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
         .map(|(r, id)| Role {
             id: id.clone(),
             failed: vol.member_is_failed(r),
+            current: vol.member_is_current(r),
             remote: nbraid_nbd::client::Uri::parse(vol.member(r).name()).is_ok(),
         })
         .collect();
+    // A role being rebuilt (a spare that took it) is not redundancy yet: degraded until done.
     let health = if !vol.is_available() {
         Health::Failed
-    } else if vol.is_degraded() {
+    } else if vol.is_degraded() || (0..vol.member_count()).any(|r| !vol.member_is_current(r)) {
         Health::Degraded
     } else {
         Health::Optimal
@@ -409,6 +429,7 @@ mod tests {
             .map(|(i, &f)| Role {
                 id: format!("d{i}"),
                 failed: f,
+                current: !f,
                 remote: false,
             })
             .collect();
@@ -465,18 +486,19 @@ mod tests {
         let before = vol(&[false, true]);
         let mut after = vol(&[false, false]);
         after.roles[1].id = "s0".into();
+        after.roles[1].current = false;
+        after.health = Health::Degraded;
         after.passes[PassKind::Rebuild as usize] = Some(pass(1, PassState::Running));
         let e = changes("db", &before, &after);
-        assert_eq!(
-            kinds(&e),
-            ["spare-active", "volume-optimal", "rebuild-started"]
-        );
+        assert_eq!(kinds(&e), ["spare-active", "rebuild-started"]);
         assert_eq!(e[0].member.as_deref(), Some("s0"));
         let mut done = after.clone();
+        done.roles[1].current = true;
+        done.health = Health::Optimal;
         done.passes[PassKind::Rebuild as usize] = Some(pass(1, PassState::Done));
         let e = changes("db", &after, &done);
-        assert_eq!(kinds(&e), ["rebuild-finished"]);
-        assert_eq!(e[0].result.as_deref(), Some("done"));
+        assert_eq!(kinds(&e), ["volume-optimal", "rebuild-finished"]);
+        assert_eq!(e[1].result.as_deref(), Some("done"));
         assert!(changes("db", &done, &done).is_empty());
     }
 
