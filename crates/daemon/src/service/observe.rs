@@ -157,7 +157,7 @@ impl VolumeSnapshot {
 }
 
 /// What changed on volume `volume` from `prev` to `next`, in the order an operator reads it:
-/// members, then the volume, then its passes.
+/// members, their passes, then what it means for the volume.
 pub fn changes(volume: &str, prev: &VolumeSnapshot, next: &VolumeSnapshot) -> Vec<Event> {
     let mut out = Vec::new();
     for (r, n) in next.roles.iter().enumerate() {
@@ -194,6 +194,9 @@ pub fn changes(volume: &str, prev: &VolumeSnapshot, next: &VolumeSnapshot) -> Ve
             );
         }
     }
+    for kind in PassKind::ALL {
+        pass_changes(volume, kind, prev.pass(kind), next.pass(kind), &mut out);
+    }
     if prev.health != next.health {
         let failed = next.failed_ids();
         let (kind, detail) = match next.health {
@@ -223,9 +226,6 @@ pub fn changes(volume: &str, prev: &VolumeSnapshot, next: &VolumeSnapshot) -> Ve
             ),
         };
         out.push(Event::new(kind, volume, detail));
-    }
-    for kind in PassKind::ALL {
-        pass_changes(volume, kind, prev.pass(kind), next.pass(kind), &mut out);
     }
     out
 }
@@ -497,8 +497,8 @@ mod tests {
         done.health = Health::Optimal;
         done.passes[PassKind::Rebuild as usize] = Some(pass(1, PassState::Done));
         let e = changes("db", &after, &done);
-        assert_eq!(kinds(&e), ["volume-optimal", "rebuild-finished"]);
-        assert_eq!(e[1].result.as_deref(), Some("done"));
+        assert_eq!(kinds(&e), ["rebuild-finished", "volume-optimal"]);
+        assert_eq!(e[0].result.as_deref(), Some("done"));
         assert!(changes("db", &done, &done).is_empty());
     }
 
