@@ -9,6 +9,7 @@ mod bench;
 mod check;
 mod create;
 mod diagram;
+mod events;
 mod map;
 mod ops;
 mod records;
@@ -96,6 +97,9 @@ enum Command {
         #[arg(long, value_name = "VOLUME")]
         force_assemble: Vec<String>,
     },
+    /// Show the daemon's latest events (member failed, volume degraded, rebuild finished...);
+    /// --follow streams them as they happen.
+    Events(events::EventsArgs),
     /// Operate a running daemon (status, fail, scrub, pause, resume).
     #[command(flatten)]
     Ops(ops::OpsCommand),
@@ -135,6 +139,7 @@ fn main() -> ExitCode {
             log_level,
             force_assemble,
         } => serve(&file, &log_level, &force_assemble),
+        Command::Events(args) => events::run(&args),
         Command::Ops(cmd) => ops::run(cmd),
     };
     match result {

@@ -132,13 +132,13 @@ pub enum OpsCommand {
 }
 
 /// A connection to the control socket.
-struct Client {
+pub(crate) struct Client {
     reader: BufReader<UnixStream>,
     writer: UnixStream,
 }
 
 impl Client {
-    fn connect(t: &Target) -> Result<Client> {
+    pub(crate) fn connect(t: &Target) -> Result<Client> {
         let path = match (&t.control, &t.config) {
             (Some(p), _) => p.clone(),
             (None, Some(c)) => nbraid_config::load(c)?.control,
@@ -158,8 +158,20 @@ impl Client {
         })
     }
 
+    /// The next line the daemon sends unasked (`events` with `follow`); `None` when it
+    /// closed the connection.
+    pub(crate) fn next_line(&mut self) -> Result<Option<Value>> {
+        let mut line = String::new();
+        if self.reader.read_line(&mut line)? == 0 {
+            return Ok(None);
+        }
+        Ok(Some(
+            serde_json::from_str(&line).context("the daemon's line is not JSON")?,
+        ))
+    }
+
     /// Sends a request; the reply, or its error as an error.
-    fn call(&mut self, mut req: Value) -> Result<Value> {
+    pub(crate) fn call(&mut self, mut req: Value) -> Result<Value> {
         req["v"] = json!(1);
         let mut line = req.to_string();
         line.push('\n');

@@ -20,6 +20,8 @@
 //! tls_verify_clients = false      # require client certificates signed by ca-cert.pem
 //! insecure_listen = false         # consent to non-loopback TCP without TLS required
 //! insecure_unverified_clients = false  # consent to non-loopback TCP with TLS, clients unverified
+//! on_event = "/usr/local/sbin/nbraid-event"   # run on every event, its fields in the environment
+//! metrics_listen = "127.0.0.1:9187"           # Prometheus text at /metrics (a port alone: loopback)
 //!
 //! [[member]]
 //! id = "d0"
@@ -94,6 +96,7 @@ mod raw;
 mod remote_member;
 mod resolve;
 mod schema_error;
+mod service;
 mod size;
 mod spares;
 mod summary;
@@ -114,6 +117,7 @@ pub use listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP, NBD_PORT};
 pub use remote_member::{
     RemoteSettings, REMOTE_CONNECTIONS_MAX, REMOTE_TIMEOUT_MAX, REMOTE_TIMEOUT_MIN,
 };
+pub use service::{parse_metrics_listen, ServiceSettings};
 pub use size::{
     format_size, format_size_exact, parse_rate, parse_size, HumanSize, SizeError, SIZE_UNITS_HELP,
 };
@@ -176,6 +180,8 @@ pub struct Config {
     /// The control socket (`[daemon] control`, resolved against the config's directory;
     /// default: the config file's path with the extension `.ctl`).
     pub control: PathBuf,
+    /// `[daemon] on_event` and `metrics_listen`: the event hook and the Prometheus listener.
+    pub service: ServiceSettings,
     /// `[bench.hdd]`, `[bench.ssd]`: parameters of `nbraid bench --sim`'s disk models (none
     /// when the tables are absent; the daemon does not use them).
     pub bench: BenchModels,

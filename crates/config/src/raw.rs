@@ -41,6 +41,10 @@ pub(crate) struct RawDaemon {
     pub insecure_unverified_clients: Option<bool>,
     /// The control socket's path.
     pub control: Option<Spanned<String>>,
+    /// A program run on each event (`service.rs`).
+    pub on_event: Option<Spanned<String>>,
+    /// The Prometheus listener's address (`service.rs`).
+    pub metrics_listen: Option<Spanned<String>>,
 }
 
 /// The simulated disk models' tables: `[bench]` of a config, or the top level of a

@@ -191,12 +191,14 @@ impl Cx<'_> {
             Some(c) => self.base.join(c.get_ref()),
             None => file.with_extension("ctl"),
         };
+        let service = super::service::resolve(raw.daemon.as_ref().map(|d| d.get_ref()), self.base)?;
         Ok(Config {
             file: file.to_path_buf(),
             listen,
             limits,
             tls,
             control,
+            service,
             bench,
             members,
             volumes,

@@ -527,9 +527,7 @@ pub async fn start_volume_with(
             (a, r, false)
         }
     };
-    for w in &report.warnings {
-        eprintln!("nbraidd: volume {}: warning: {w}", v.name);
-    }
+    // report.warnings: logged once by the engine as it found them.
     // A create's sync is not a recovery: only an opened array can have been left dirty.
     if !created && !report.was_clean && report.background_bytes == 0 {
         tracing::warn!(volume = %v.name, resynced_bytes = report.resynced_bytes, "the array was not shut down cleanly: resynced before serving");
@@ -566,7 +564,6 @@ pub async fn start_volume_with(
             lost.join(", ")
         );
         tracing::warn!("{msg}");
-        eprintln!("nbraidd: warning: {msg}");
     }
     let (mut notes, known) = crate::heal::adopt(&array, config, v, (opened, &added), &report).await;
     notes.extend(report.forced.iter().map(|f| {
@@ -586,7 +583,6 @@ pub async fn start_volume_with(
     }));
     for n in &notes {
         tracing::warn!(volume = %v.name, "{n}");
-        eprintln!("nbraidd: volume {}: {n}", v.name);
     }
     Ok(Assembled {
         name: v.name.clone(),

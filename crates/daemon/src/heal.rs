@@ -307,7 +307,6 @@ pub async fn heal_once(v: &ControlVolume) {
                         rate_text(v.rebuild_rate)
                     );
                     tracing::warn!("{msg}");
-                    eprintln!("nbraidd: {msg}");
                 }
             }
             Err(e) => tracing::error!("volume {}: putting a spare in place: {e}", v.name),
@@ -343,7 +342,6 @@ pub async fn resume_scrub(v: &ControlVolume) {
         rate_text(v.rebuild_rate)
     );
     tracing::warn!("{msg}");
-    eprintln!("nbraidd: {msg}");
     if let Err(e) = v.start_scrub(ctl) {
         tracing::error!("volume {}: resuming its scrub: {}", v.name, e.message);
     }
@@ -364,7 +362,6 @@ pub fn start_background_resync(v: &ControlVolume) {
         rate_text(v.rebuild_rate)
     );
     tracing::warn!("{msg}");
-    eprintln!("nbraidd: {msg}");
     tokio::spawn(async move {
         match array.background_resync(&ctl).await {
             Ok(s) => tracing::info!("background resync of {name} {}", s.name()),

@@ -15,6 +15,7 @@ pub mod plan;
 pub mod preflight;
 pub mod returning;
 pub mod serve;
+pub mod service;
 pub mod unreachable;
 pub mod zero_map;
 

@@ -30,7 +30,6 @@ fn is_remote(name: &str) -> bool {
 
 fn say(msg: &str) {
     tracing::warn!("{msg}");
-    eprintln!("nbraidd: {msg}");
 }
 
 /// Per volume: the roles being probed now, and those already said to be refused (said

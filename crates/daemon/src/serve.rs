@@ -5,6 +5,7 @@ use crate::assemble::{assemble_with, Assembled, StartOptions};
 use crate::control::{ControlServer, ControlVolume, Controls, StartReport};
 use crate::export::VolumeExport;
 use crate::nbd::{proto::MAX_PAYLOAD, Export, Limits, Listener, Server, ServerTls, TlsMode};
+use crate::service::{events::EventBus, hook::HookQueue, metrics, notify::Notifier, observe};
 use anyhow::{Context, Result};
 use nbraid_config::{self as config, Config, Listener as ConfigListener, ServerLimits};
 use nbraid_core::metadata::{Array, CleanMark};
@@ -47,10 +48,7 @@ pub fn server_tls(config: &Config) -> Result<Vec<ServerTls>> {
     for (l, &mode) in config.listen.iter().zip(modes) {
         match config::listener_policy(l, mode, &config.tls) {
             Ok(None) => {}
-            Ok(Some(warning)) => {
-                tracing::warn!("{warning}");
-                eprintln!("nbraidd: {warning}");
-            }
+            Ok(Some(warning)) => tracing::warn!("{warning}"),
             Err(why) => anyhow::bail!("{}: refusing to start: {why}", config.file.display()),
         }
     }
@@ -84,15 +82,24 @@ pub fn run(path: &Path) -> Result<()> {
 /// [`run`] with `opts` (volumes to assemble by force).
 pub fn run_with(path: &Path, opts: &StartOptions) -> Result<()> {
     let config = config::load(path)?;
+    // Before any thread starts: it takes NOTIFY_SOCKET out of the environment.
+    let notifier = Arc::new(Notifier::from_env());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("nbraidd")
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(serve(config, opts))
+    let served = runtime.block_on(serve(config, opts, notifier.clone()));
+    if let Err(e) = &served {
+        notifier.stopping(&format!(
+            "failed: {}",
+            crate::error_text::error_text(e.as_ref())
+        ));
+    }
+    served
 }
 
-async fn serve(config: Config, opts: &StartOptions) -> Result<()> {
+async fn serve(config: Config, opts: &StartOptions, notifier: Arc<Notifier>) -> Result<()> {
     // Before anything is printed: a supervisor may send SIGTERM as soon as it sees the URIs.
     let stop = stop_signals()?;
     let tls = server_tls(&config)?;
@@ -135,7 +142,14 @@ async fn serve(config: Config, opts: &StartOptions) -> Result<()> {
         };
         listeners.push(bound);
     }
-    let control = ControlServer::bind(&config.control)?;
+    let metrics_listener = match config.service.metrics_listen {
+        Some(addr) => Some(metrics::bind(addr).await?),
+        None => None,
+    };
+    let events = Arc::new(EventBus::new(
+        config.service.on_event.clone().map(HookQueue::start),
+    ));
+    let control = ControlServer::bind(&config.control)?.with_events(events.clone());
     say(format_args!(
         "nbraidd: serving {} from {}",
         names.len(),
@@ -164,11 +178,30 @@ async fn serve(config: Config, opts: &StartOptions) -> Result<()> {
         control.path().display()
     ));
     let control_task = tokio::spawn(control.serve(controls.clone()));
+    let status_notifier = notifier.clone();
+    let observe_task = tokio::spawn(observe::watch(controls.clone(), events, move |line| {
+        status_notifier.status(line)
+    }));
+    let metrics_task = metrics_listener.map(|l| {
+        let s = server.clone();
+        let connections = Arc::new(move || s.connections());
+        say(format_args!(
+            "nbraidd: metrics http://{}/metrics",
+            l.local_addr()
+                .map_or_else(|e| e.to_string(), |a| a.to_string())
+        ));
+        tokio::spawn(metrics::serve(l, controls.clone(), connections))
+    });
     for v in &controls.volumes {
         crate::heal::resume_scrub(v).await;
     }
     // Spares into failed roles, rebuilds started and resumed, by themselves.
     let returning_task = tokio::spawn(crate::returning::watch(controls.clone()));
+    let summary_now = {
+        let names: Vec<&str> = controls.volumes.iter().map(|v| v.name.as_str()).collect();
+        let snaps: Vec<_> = controls.volumes.iter().map(observe::snapshot).collect();
+        observe::summary(&names, &snaps)
+    };
     let heal_task = tokio::spawn(crate::heal::watch(controls));
 
     let tasks: Vec<_> = listeners
@@ -179,8 +212,20 @@ async fn serve(config: Config, opts: &StartOptions) -> Result<()> {
             tokio::spawn(async move { s.serve_with_tls(l, tls).await })
         })
         .collect();
+    // Every volume assembled, every listener bound and accepting: ready.
+    notifier.ready(&summary_now);
+    let watchdog_task = crate::service::notify::watchdog_from_env().map(|every| {
+        let n = notifier.clone();
+        tokio::spawn(async move {
+            loop {
+                n.watchdog();
+                tokio::time::sleep(every).await;
+            }
+        })
+    });
 
     wait_for_stop(stop).await;
+    notifier.stopping("stopping: draining requests and flushing volumes");
     tracing::info!("stopping: draining requests and flushing volumes");
     server.shutdown_with_grace(SHUTDOWN_GRACE).await?;
     for t in tasks {
@@ -193,6 +238,13 @@ async fn serve(config: Config, opts: &StartOptions) -> Result<()> {
     let _ = heal_task.await;
     returning_task.abort();
     let _ = returning_task.await;
+    for t in [Some(observe_task), metrics_task, watchdog_task]
+        .into_iter()
+        .flatten()
+    {
+        t.abort();
+        let _ = t.await;
+    }
     for t in idle_tasks {
         t.abort();
         let _ = t.await;

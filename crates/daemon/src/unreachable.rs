@@ -34,7 +34,6 @@ pub fn at_start(config: &Config, m: &Member, e: AssembleError) -> Result<Opened,
         m.id, m.path_text
     );
     tracing::warn!("{msg}");
-    eprintln!("nbraidd: warning: {msg}");
     Ok(Opened {
         meta: Some(MemberMeta::unreachable(
             Arc::new(member),

@@ -226,6 +226,17 @@ impl ControlVolume {
         self.scrub.lock().clone()
     }
 
+    /// The latest scrub, for the service's observer (`service::observe`).
+    pub fn scrub_pass(&self) -> Option<Arc<ScrubControl>> {
+        self.scrub()
+    }
+
+    /// The latest rebuild and its state (`running` until its task returned), for the
+    /// service's observer.
+    pub fn rebuild_pass(&self) -> Option<(Arc<PassControl>, PassState)> {
+        Some((self.rebuild()?, self.rebuild_state()?))
+    }
+
     /// Scrubs the volume under `ctl` (from its position: a resumed scrub starts at its
     /// checkpoint), recording its progress in the superblocks; refused while one runs.
     pub fn start_scrub(&self, ctl: Arc<ScrubControl>) -> Result<(), Refusal> {
@@ -469,6 +480,11 @@ impl Controls {
     /// Carries out one request; the reply's fields, or why not.
     pub async fn handle(&self, req: Request) -> Result<Value, Refusal> {
         match req {
+            // Streamed by the server (`server.rs`), which holds the events.
+            Request::Events { .. } => Err(Refusal::new(
+                "unsupported",
+                "events are served by the control server",
+            )),
             Request::Status { volume } => {
                 let vols: Vec<Value> = self.select(&volume)?.iter().map(|v| status(v)).collect();
                 Ok(ok_reply(json!({ "volumes": vols })))

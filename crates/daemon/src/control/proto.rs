@@ -14,6 +14,7 @@
 //! | `add` | `volume`, `path` | `rebuilding_roles`, `rebuild` |
 //! | `remove` | `volume`, `member` (a failed member's id or index, or a spare's id or path) | `removed`: `member` or `spare` |
 //! | `replace` | `volume`, `member`, `path` | `index`, `rebuild` |
+//! | `events` | `follow` (bool, default false) | `events`: the latest (at most 256); with `follow`, then one line `{"v":1,"event":...}` per event until the client closes |
 //! | `rebuild` | `volume`, `rate_bytes_per_s`, `adaptive` (as for `scrub`; both absent: a running rebuild keeps its rate, one started runs at the volume's `rebuild_rate`) | `rebuild`: progress |
 //!
 //! Rebuilds that `add` and `replace` start run at the volume's `rebuild_rate`, like the ones
@@ -74,6 +75,10 @@ pub enum Request {
     Rebuild {
         volume: String,
         rate: Option<PassRate>,
+    },
+    /// The latest events (`service::events`); `follow`: then every later one, streamed.
+    Events {
+        follow: bool,
     },
 }
 
@@ -208,6 +213,7 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
         "rate_bytes_per_s",
         "adaptive",
         "path",
+        "follow",
     ];
     if let Some(k) = o.keys().find(|k| !known.contains(&k.as_str())) {
         return Err(Refusal::new(
@@ -260,10 +266,13 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
                 false => Some(rate_field(&o, op)?),
             },
         },
+        "events" => Request::Events {
+            follow: bool_field(&o, "follow", op)?,
+        },
         other => {
             return Err(Refusal::new(
                 "unknown-op",
-                format!("unknown op \"{other}\" (status, fail, scrub, pause, resume, cancel, add, remove, replace, rebuild)"),
+                format!("unknown op \"{other}\" (status, fail, scrub, pause, resume, cancel, add, remove, replace, rebuild, events)"),
             ))
         }
     })
@@ -320,6 +329,10 @@ mod tests {
             })
         );
         let code = |l: &[u8]| parse(l).unwrap_err().code;
+        assert_eq!(
+            parse(br#"{"v":1,"op":"events","follow":true}"#),
+            Ok(Request::Events { follow: true })
+        );
         assert_eq!(code(b"hello"), "malformed");
         assert_eq!(code(b"[1,2]"), "malformed");
         assert_eq!(code(b"\xff\xfe"), "malformed");

@@ -4,7 +4,8 @@
 //! one reply line each; a bad line gets an error reply, never a dropped daemon.
 
 use super::ops::Controls;
-use super::proto::{error_reply, parse, Refusal, MAX_LINE_BYTES};
+use super::proto::{error_reply, ok_reply, parse, Refusal, Request, MAX_LINE_BYTES};
+use crate::service::events::EventBus;
 use anyhow::{bail, Context, Result};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,8 @@ use tokio::net::{UnixListener, UnixStream};
 pub struct ControlServer {
     listener: UnixListener,
     path: PathBuf,
+    /// What `events` reads and follows (none: `events` is refused).
+    events: Option<Arc<EventBus>>,
 }
 
 impl ControlServer {
@@ -48,7 +51,14 @@ impl ControlServer {
         Ok(ControlServer {
             listener,
             path: path.to_path_buf(),
+            events: None,
         })
+    }
+
+    /// With the daemon's events, for `events` requests.
+    pub fn with_events(mut self, events: Arc<EventBus>) -> ControlServer {
+        self.events = Some(events);
+        self
     }
 
     pub fn path(&self) -> &Path {
@@ -61,8 +71,9 @@ impl ControlServer {
             match self.listener.accept().await {
                 Ok((stream, _)) => {
                     let c = controls.clone();
+                    let events = self.events.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = connection(stream, c).await {
+                        if let Err(e) = connection(stream, c, events).await {
                             tracing::debug!("control connection: {e}");
                         }
                     });
@@ -82,7 +93,11 @@ impl Drop for ControlServer {
     }
 }
 
-async fn connection(stream: UnixStream, controls: Arc<Controls>) -> std::io::Result<()> {
+async fn connection(
+    stream: UnixStream,
+    controls: Arc<Controls>,
+    events: Option<Arc<EventBus>>,
+) -> std::io::Result<()> {
     let (r, mut w) = stream.into_split();
     let mut reader = BufReader::new(r);
     let mut line = Vec::new();
@@ -105,6 +120,11 @@ async fn connection(stream: UnixStream, controls: Arc<Controls>) -> std::io::Res
             continue;
         } else {
             let handled = match parse(&line) {
+                Ok(Request::Events { follow }) => match &events {
+                    Some(bus) if follow => return follow_events(bus, reader, w).await,
+                    Some(bus) => Ok(events_reply(&bus.follow().0)),
+                    None => Err(Refusal::new("unsupported", "this daemon keeps no events")),
+                },
                 Ok(req) => controls.handle(req).await,
                 Err(r) => Err(r),
             };
@@ -120,5 +140,48 @@ async fn connection(stream: UnixStream, controls: Arc<Controls>) -> std::io::Res
             // The rest of that line cannot be told from the next request.
             return Ok(());
         }
+    }
+}
+
+fn events_reply(events: &[crate::service::events::Event]) -> serde_json::Value {
+    let list: Vec<_> = events.iter().map(|e| e.to_json()).collect();
+    ok_reply(serde_json::json!({ "events": list }))
+}
+
+/// `events` with `follow`: the reply with the events kept so far, then one line per event
+/// until the client closes its side (or stops reading and falls too far behind: then a
+/// `lagged` line says how many it missed).
+async fn follow_events(
+    bus: &EventBus,
+    mut reader: BufReader<tokio::net::unix::OwnedReadHalf>,
+    mut w: tokio::net::unix::OwnedWriteHalf,
+) -> std::io::Result<()> {
+    use tokio::sync::broadcast::error::RecvError;
+    let (kept, mut rx) = bus.follow();
+    let mut first = events_reply(&kept);
+    first["following"] = true.into();
+    let mut out = first.to_string().into_bytes();
+    out.push(b'\n');
+    w.write_all(&out).await?;
+    let mut sink = [0u8; 256];
+    loop {
+        let line = tokio::select! {
+            got = rx.recv() => match got {
+                Ok(e) => {
+                    let mut v = e.to_json();
+                    v["v"] = super::proto::VERSION.into();
+                    v
+                }
+                Err(RecvError::Lagged(n)) => serde_json::json!({"v": super::proto::VERSION, "lagged": n}),
+                Err(RecvError::Closed) => return Ok(()),
+            },
+            read = reader.read(&mut sink) => match read? {
+                0 => return Ok(()),
+                _ => continue, // nothing more is asked on a followed connection
+            },
+        };
+        let mut out = line.to_string().into_bytes();
+        out.push(b'\n');
+        w.write_all(&out).await?;
     }
 }

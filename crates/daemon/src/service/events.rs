@@ -1,0 +1,224 @@
+//! Events: the state changes an operator must hear of, one value each. The [`EventBus`]
+//! logs each as one structured line, keeps the latest for `nbraid events`, streams them to
+//! followers (`nbraid events --follow`) and hands them to the hook ([`super::hook`]).
+
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::sync::broadcast;
+
+/// What happened. Names (`member-failed`) are the `event` field of the JSON, the log line
+/// and the hook's `NBRAID_EVENT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// A member was marked failed (an I/O error, `nbraid fail`, or missing at start).
+    MemberFailed,
+    /// A failed remote member is not answering (its server is down or out of reach).
+    MemberUnreachable,
+    /// A failed member serves again in its role (a remote member re-added).
+    MemberBack,
+    /// A spare (or a replacement) took a role: `member` is the newcomer.
+    SpareActive,
+    /// Some member is failed; every byte is still readable.
+    VolumeDegraded,
+    /// More members failed than the volume tolerates: some data cannot be read.
+    VolumeFailed,
+    /// Every member serves again.
+    VolumeOptimal,
+    RebuildStarted,
+    RebuildFinished,
+    ResyncStarted,
+    ResyncFinished,
+    ScrubStarted,
+    ScrubFinished,
+    /// A scrub found copies or parity that disagreed with the data.
+    MismatchesFound,
+}
+
+impl EventKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::MemberFailed => "member-failed",
+            EventKind::MemberUnreachable => "member-unreachable",
+            EventKind::MemberBack => "member-back",
+            EventKind::SpareActive => "spare-active",
+            EventKind::VolumeDegraded => "volume-degraded",
+            EventKind::VolumeFailed => "volume-failed",
+            EventKind::VolumeOptimal => "volume-optimal",
+            EventKind::RebuildStarted => "rebuild-started",
+            EventKind::RebuildFinished => "rebuild-finished",
+            EventKind::ResyncStarted => "resync-started",
+            EventKind::ResyncFinished => "resync-finished",
+            EventKind::ScrubStarted => "scrub-started",
+            EventKind::ScrubFinished => "scrub-finished",
+            EventKind::MismatchesFound => "mismatches-found",
+        }
+    }
+
+    /// Whether the event asks for the operator's attention (logged as a warning).
+    pub fn is_alarm(self) -> bool {
+        matches!(
+            self,
+            EventKind::MemberFailed
+                | EventKind::MemberUnreachable
+                | EventKind::VolumeDegraded
+                | EventKind::VolumeFailed
+                | EventKind::MismatchesFound
+        )
+    }
+}
+
+/// One event: what, on which volume, which member (its config id, or its path for one
+/// added at run time), and a sentence for people.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub kind: EventKind,
+    pub volume: String,
+    pub member: Option<String>,
+    /// The outcome of a finished pass (`done`, `cancelled`, `failed`), if any.
+    pub result: Option<String>,
+    pub detail: String,
+    /// Milliseconds since the Unix epoch, set when published.
+    pub time_unix_ms: u64,
+}
+
+impl Event {
+    pub fn new(kind: EventKind, volume: &str, detail: impl Into<String>) -> Event {
+        Event {
+            kind,
+            volume: volume.to_string(),
+            member: None,
+            result: None,
+            detail: detail.into(),
+            time_unix_ms: 0,
+        }
+    }
+
+    pub fn member(mut self, id: &str) -> Event {
+        self.member = Some(id.to_string());
+        self
+    }
+
+    pub fn result(mut self, result: &str) -> Event {
+        self.result = Some(result.to_string());
+        self
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "event": self.kind.name(),
+            "volume": self.volume,
+            "member": self.member,
+            "result": self.result,
+            "detail": self.detail,
+            "time_unix_ms": self.time_unix_ms,
+        })
+    }
+
+    /// The environment the hook runs with (`NBRAID_EVENT`, `NBRAID_VOLUME`, ...); absent
+    /// fields are left out.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        let mut env = vec![
+            ("NBRAID_EVENT", self.kind.name().to_string()),
+            ("NBRAID_VOLUME", self.volume.clone()),
+            ("NBRAID_DETAIL", self.detail.clone()),
+            ("NBRAID_TIME_UNIX_MS", self.time_unix_ms.to_string()),
+        ];
+        if let Some(m) = &self.member {
+            env.push(("NBRAID_MEMBER", m.clone()));
+        }
+        if let Some(r) = &self.result {
+            env.push(("NBRAID_RESULT", r.clone()));
+        }
+        env
+    }
+}
+
+/// Events kept for `nbraid events` without `--follow`.
+pub const HISTORY_LEN: usize = 256;
+
+/// Where events are published: the log, the history, the followers, the hook.
+pub struct EventBus {
+    history: Mutex<VecDeque<Event>>,
+    followers: broadcast::Sender<Event>,
+    hook: Option<super::hook::HookQueue>,
+}
+
+impl EventBus {
+    pub fn new(hook: Option<super::hook::HookQueue>) -> EventBus {
+        EventBus {
+            history: Mutex::new(VecDeque::new()),
+            followers: broadcast::channel(HISTORY_LEN).0,
+            hook,
+        }
+    }
+
+    /// Logs `event` as one line, keeps it and hands it on. Never waits.
+    pub fn publish(&self, mut event: Event) {
+        event.time_unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        log(&event);
+        if let Some(hook) = &self.hook {
+            hook.offer(&event);
+        }
+        let mut history = self.history.lock();
+        if history.len() == HISTORY_LEN {
+            history.pop_front();
+        }
+        history.push_back(event.clone());
+        // Under the history's lock: a follower that took the history and subscribed under
+        // it neither misses this event nor sees it twice.
+        let _ = self.followers.send(event);
+    }
+
+    /// The events kept so far, and a subscription to every later one.
+    pub fn follow(&self) -> (Vec<Event>, broadcast::Receiver<Event>) {
+        let history = self.history.lock();
+        (
+            history.iter().cloned().collect(),
+            self.followers.subscribe(),
+        )
+    }
+}
+
+/// The event's one log line, its fields structured (`event=member-failed volume=db ...`).
+fn log(e: &Event) {
+    let member = e.member.as_deref().unwrap_or("-");
+    let result = e.result.as_deref().unwrap_or("-");
+    if e.kind.is_alarm() {
+        tracing::warn!(event = %e.kind.name(), volume = %e.volume, member = %member, result = %result, "{}", e.detail);
+    } else {
+        tracing::info!(event = %e.kind.name(), volume = %e.volume, member = %member, result = %result, "{}", e.detail);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn followers_get_the_history_then_every_later_event_once() {
+        let bus = EventBus::new(None);
+        bus.publish(Event::new(EventKind::MemberFailed, "db", "x").member("d1"));
+        let (history, mut rx) = bus.follow();
+        assert_eq!(history.len(), 1);
+        bus.publish(Event::new(EventKind::VolumeDegraded, "db", "y"));
+        let next = rx.try_recv().unwrap();
+        assert_eq!(next.kind, EventKind::VolumeDegraded);
+        assert!(rx.try_recv().is_err());
+        assert!(next.time_unix_ms > 0);
+    }
+
+    #[test]
+    fn the_hook_environment_names_the_event_and_its_member() {
+        let e = Event::new(EventKind::RebuildFinished, "db", "done")
+            .member("d1")
+            .result("done");
+        let env = e.env();
+        assert!(env.contains(&("NBRAID_EVENT", "rebuild-finished".into())));
+        assert!(env.contains(&("NBRAID_MEMBER", "d1".into())));
+        assert!(env.contains(&("NBRAID_RESULT", "done".into())));
+    }
+}

@@ -1,0 +1,420 @@
+//! `/metrics` in Prometheus's text format (version 0.0.4) on `[daemon] metrics_listen`.
+//! Everything is read from counters the engine keeps anyway (relaxed atomic loads, the
+//! same reads as `nbraid status`): a scrape adds nothing to the I/O path. The listener is a
+//! bare HTTP/1.1 responder (one request per connection, `Connection: close`): Prometheus
+//! needs no more, and it keeps a web framework out of the daemon.
+
+use super::observe::{snapshot, Health, PassKind};
+use crate::control::Controls;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// One metric family: its samples as (labels, value).
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    kind: &'static str,
+    samples: Vec<(String, f64)>,
+}
+
+/// Families in the order they are declared, samples added as they are read.
+#[derive(Default)]
+struct Families(Vec<Family>);
+
+impl Families {
+    fn add(
+        &mut self,
+        name: &'static str,
+        kind: &'static str,
+        help: &'static str,
+        labels: &[(&str, &str)],
+        value: f64,
+    ) {
+        let labels = labels
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+            .collect::<Vec<_>>()
+            .join(",");
+        match self.0.iter_mut().find(|f| f.name == name) {
+            Some(f) => f.samples.push((labels, value)),
+            None => self.0.push(Family {
+                name,
+                help,
+                kind,
+                samples: vec![(labels, value)],
+            }),
+        }
+    }
+
+    fn counter(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&str, &str)],
+        value: u64,
+    ) {
+        self.add(name, "counter", help, labels, value as f64);
+    }
+
+    fn gauge(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&str, &str)],
+        value: f64,
+    ) {
+        self.add(name, "gauge", help, labels, value);
+    }
+
+    fn render(&self) -> String {
+        let mut out = String::new();
+        for f in &self.0 {
+            let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
+            let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
+            for (labels, value) in &f.samples {
+                let _ = match labels.is_empty() {
+                    true => writeln!(out, "{} {value}", f.name),
+                    false => writeln!(out, "{}{{{labels}}} {value}", f.name),
+                };
+            }
+        }
+        out
+    }
+}
+
+/// A label value as the text format writes it.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The whole exposition: every volume, its members, the NBD server.
+pub fn render(controls: &Controls, nbd_connections: usize) -> String {
+    let mut m = Families::default();
+    for v in &controls.volumes {
+        volume_metrics(&mut m, v);
+    }
+    m.gauge(
+        "nbraid_nbd_connections",
+        "NBD client connections open now.",
+        &[],
+        nbd_connections as f64,
+    );
+    m.render()
+}
+
+fn volume_metrics(m: &mut Families, v: &crate::control::ControlVolume) {
+    let vol = v.array.volume();
+    let name = v.name.as_str();
+    let s = snapshot(v);
+    for h in [Health::Optimal, Health::Degraded, Health::Failed] {
+        let on = f64::from(u8::from(s.health == h));
+        m.gauge(
+            "nbraid_volume_state",
+            "1 for the volume's state (optimal, degraded, failed), 0 for the others.",
+            &[("volume", name), ("state", h.name())],
+            on,
+        );
+    }
+    m.gauge(
+        "nbraid_volume_capacity_bytes",
+        "Bytes the volume exports.",
+        &[("volume", name)],
+        vol.capacity() as f64,
+    );
+    let c = vol.counters();
+    for (op, n) in [
+        ("read", c.reads),
+        ("write", c.writes),
+        ("flush", c.flushes),
+        ("trim", c.trims),
+        ("write_zeroes", c.write_zeroes),
+    ] {
+        m.counter(
+            "nbraid_volume_requests_total",
+            "Requests served, by operation.",
+            &[("volume", name), ("op", op)],
+            n,
+        );
+    }
+    for (op, n) in [("read", c.read_bytes), ("write", c.write_bytes)] {
+        m.counter(
+            "nbraid_volume_bytes_total",
+            "Bytes read and written by clients.",
+            &[("volume", name), ("op", op)],
+            n,
+        );
+    }
+    m.counter(
+        "nbraid_volume_errors_total",
+        "Requests that returned an error.",
+        &[("volume", name)],
+        c.errors,
+    );
+    m.counter(
+        "nbraid_volume_repairs_total",
+        "Mirror pieces and parity chunk ranges rewritten after a read error.",
+        &[("volume", name)],
+        c.repairs,
+    );
+    let cache = vol.cache_usage();
+    m.gauge(
+        "nbraid_volume_cache_dirty_bytes",
+        "Bytes written by clients and not yet on the members (stripe cache).",
+        &[("volume", name)],
+        cache.dirty_bytes as f64,
+    );
+    m.gauge(
+        "nbraid_volume_cache_limit_bytes",
+        "The most memory the stripe cache may pin.",
+        &[("volume", name)],
+        cache.bound_bytes as f64,
+    );
+    m.gauge(
+        "nbraid_volume_spares",
+        "Spares standing by.",
+        &[("volume", name)],
+        v.array.spare_count() as f64,
+    );
+    for kind in PassKind::ALL {
+        let p = s.pass(kind);
+        let labels = [("volume", name), ("pass", kind.name())];
+        let running = p.is_some_and(|p| p.in_progress());
+        m.gauge(
+            "nbraid_volume_pass_running",
+            "1 while a background pass (rebuild, resync, readd, scrub) runs or is paused.",
+            &labels,
+            f64::from(u8::from(running)),
+        );
+        m.gauge(
+            "nbraid_volume_pass_position_bytes",
+            "How far the latest pass of its kind got.",
+            &labels,
+            p.map_or(0, |p| p.position_bytes) as f64,
+        );
+        m.gauge(
+            "nbraid_volume_pass_size_bytes",
+            "Bytes the latest pass of its kind covers.",
+            &labels,
+            p.map_or(0, |p| p.total_bytes) as f64,
+        );
+    }
+    let scrub = s.pass(PassKind::Scrub);
+    m.gauge(
+        "nbraid_volume_scrub_mismatches",
+        "Mismatches the latest scrub found.",
+        &[("volume", name)],
+        scrub.map_or(0, |p| p.mismatches) as f64,
+    );
+    member_metrics(m, v, &s);
+}
+
+fn member_metrics(
+    m: &mut Families,
+    v: &crate::control::ControlVolume,
+    s: &super::observe::VolumeSnapshot,
+) {
+    let vol = v.array.volume();
+    let counters = vol.member_counters();
+    let read_errors = vol.member_read_errors();
+    for (r, role) in s.roles.iter().enumerate() {
+        let role_text = r.to_string();
+        let labels = [
+            ("volume", v.name.as_str()),
+            ("member", role.id.as_str()),
+            ("role", role_text.as_str()),
+        ];
+        let state = match (role.failed, vol.member_is_current(r)) {
+            (true, _) => "failed",
+            (false, true) => "active",
+            (false, false) => "resyncing",
+        };
+        for st in ["active", "resyncing", "failed"] {
+            let with_state = [labels[0], labels[1], labels[2], ("state", st)];
+            m.gauge(
+                "nbraid_member_state",
+                "1 for the member's state (active, resyncing, failed), 0 for the others.",
+                &with_state,
+                f64::from(u8::from(st == state)),
+            );
+        }
+        let Some(c) = counters.get(r) else { continue };
+        for (op, n) in [
+            ("read", c.reads),
+            ("write", c.writes),
+            ("flush", c.flushes),
+            ("trim", c.trims),
+        ] {
+            let l = [labels[0], labels[1], labels[2], ("op", op)];
+            m.counter(
+                "nbraid_member_requests_total",
+                "Requests sent to the member, by operation.",
+                &l,
+                n,
+            );
+        }
+        for (op, n) in [("read", c.read_bytes), ("write", c.write_bytes)] {
+            let l = [labels[0], labels[1], labels[2], ("op", op)];
+            m.counter(
+                "nbraid_member_bytes_total",
+                "Bytes read from and written to the member.",
+                &l,
+                n,
+            );
+        }
+        m.counter(
+            "nbraid_member_errors_total",
+            "Requests to the member that returned an error.",
+            &labels,
+            c.errors,
+        );
+        m.counter(
+            "nbraid_member_read_errors_total",
+            "Read errors the member returned (repaired or not).",
+            &labels,
+            read_errors.get(r).copied().unwrap_or(0),
+        );
+        m.gauge(
+            "nbraid_member_in_flight",
+            "Requests to the member not answered yet.",
+            &labels,
+            c.in_flight as f64,
+        );
+    }
+}
+
+/// How long a scraper may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest request head read.
+const MAX_REQUEST_BYTES: usize = 8 << 10;
+
+/// Serves `/metrics` on `listener` until the task is dropped; `connections` reads the NBD
+/// server's connection count.
+pub async fn serve(
+    listener: TcpListener,
+    controls: Arc<Controls>,
+    connections: Arc<dyn Fn() -> usize + Send + Sync>,
+) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let (c, n) = (controls.clone(), connections.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = answer(stream, &c, n.as_ref()).await {
+                        tracing::debug!("metrics connection: {e}");
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!("metrics listener accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Binds `addr` for [`serve`].
+pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    use anyhow::Context;
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the metrics listener {addr} ([daemon] metrics_listen)"))
+}
+
+async fn answer(
+    mut stream: TcpStream,
+    controls: &Controls,
+    connections: &(dyn Fn() -> usize + Send + Sync),
+) -> std::io::Result<()> {
+    let head = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no request in time"))??;
+    let (status, body, kind) = match route(&head) {
+        Route::Metrics => (
+            "200 OK",
+            render(controls, connections()),
+            "text/plain; version=0.0.4; charset=utf-8",
+        ),
+        Route::NotFound => (
+            "404 Not Found",
+            "nbraidd serves /metrics\n".to_string(),
+            "text/plain; charset=utf-8",
+        ),
+        Route::BadMethod => (
+            "405 Method Not Allowed",
+            "GET /metrics\n".to_string(),
+            "text/plain; charset=utf-8",
+        ),
+    };
+    let reply = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(reply.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<String> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < MAX_REQUEST_BYTES {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    Metrics,
+    NotFound,
+    BadMethod,
+}
+
+/// What the request line asks for.
+fn route(head: &str) -> Route {
+    let mut words = head.lines().next().unwrap_or("").split_whitespace();
+    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    match (method, path) {
+        ("GET", "/metrics") => Route::Metrics,
+        ("GET", _) => Route::NotFound,
+        _ => Route::BadMethod,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_get_metrics_is_served() {
+        assert_eq!(
+            route("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Route::Metrics
+        );
+        assert_eq!(route("GET /metrics?x=1 HTTP/1.1\r\n\r\n"), Route::Metrics);
+        assert_eq!(route("GET / HTTP/1.1\r\n\r\n"), Route::NotFound);
+        assert_eq!(route("POST /metrics HTTP/1.1\r\n\r\n"), Route::BadMethod);
+        assert_eq!(route(""), Route::BadMethod);
+    }
+
+    #[test]
+    fn families_are_declared_once_and_labels_escaped() {
+        let mut m = Families::default();
+        m.counter("x_total", "X.", &[("v", "a\"b")], 1);
+        m.counter("x_total", "X.", &[("v", "c")], 2);
+        let text = m.render();
+        assert_eq!(text.matches("# TYPE x_total counter").count(), 1);
+        assert!(text.contains("x_total{v=\"a\\\"b\"} 1\n"), "{text}");
+    }
+}

@@ -1,0 +1,21 @@
+//! Running as a service: what a supervisor and an unwatched admin need from `nbraidd`.
+//!
+//! - [`notify`]: systemd's readiness protocol (`READY=1` once every export listens,
+//!   `STATUS=`, `STOPPING=1`) and its watchdog, over `$NOTIFY_SOCKET`; nothing without it.
+//! - [`events`]: one [`events::Event`] per state change an operator must hear of (a member
+//!   failed, a volume degraded, a spare taken, a rebuild, resync or scrub started or
+//!   finished), logged as one structured line, kept for `nbraid events`, streamed to its
+//!   followers and handed to the `on_event` program ([`hook`]).
+//! - [`observe`]: where events come from. The daemon does not hook the engine: it compares
+//!   what the control socket's `status` reads (member states, the passes' controls) a few
+//!   times a second, so the I/O path is untouched and any change, whoever made it, is seen.
+//! - [`metrics`]: Prometheus text at `/metrics` on `[daemon] metrics_listen`, read from the
+//!   counters the engine keeps anyway.
+//!
+//! None of them can stop I/O: each runs as its own task, and a hook that hangs is killed.
+
+pub mod events;
+pub mod hook;
+pub mod metrics;
+pub mod notify;
+pub mod observe;
