@@ -14,6 +14,7 @@
 mod array;
 mod assemble;
 mod codec;
+pub mod disk_rule;
 mod heal;
 pub mod intent;
 mod io;

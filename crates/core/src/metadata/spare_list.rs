@@ -9,6 +9,7 @@
 //! paths at start and offers them to assembly after the config's members and spares.
 
 use super::array::{Array, ArrayError};
+use super::disk_rule::Consent;
 use super::member_meta::MemberMeta;
 use super::superblock::{MAX_ADDED_PATHS, MAX_ADDED_PATH_BYTES};
 use std::sync::Arc;
@@ -16,11 +17,17 @@ use std::sync::Arc;
 impl Array {
     /// Keeps `meta` as a hot spare ([`Array::add_spare`]) and records its path, so a
     /// restart still knows it.
-    pub async fn add_recorded_spare(&self, meta: Arc<MemberMeta>) -> Result<(), ArrayError> {
+    /// `consent`: the operator's `--force` and the disk's Matrix siblings (the write rule,
+    /// `disk_rule.rs`).
+    pub async fn add_recorded_spare(
+        &self,
+        meta: Arc<MemberMeta>,
+        consent: &Consent,
+    ) -> Result<(), ArrayError> {
         let path = meta.member().name().to_string();
         let mut rec = self.records.recorded.lock().await;
         self.check_recordable(&path, &rec.added_paths)?;
-        self.add_spare(meta)?;
+        self.add_spare_with(meta, consent)?;
         if !rec.added_paths.contains(&path) {
             rec.added_paths.push(path);
             self.commit(&mut rec).await?;

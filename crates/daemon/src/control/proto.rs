@@ -34,9 +34,12 @@ pub enum Request {
     Status {
         volume: Option<String>,
     },
+    /// Fail a member; refused when it would lose data (beyond the tree's tolerance) unless
+    /// `force`.
     Fail {
         volume: String,
         member: String,
+        force: bool,
     },
     Scrub {
         volume: String,
@@ -53,15 +56,18 @@ pub enum Request {
         volume: String,
     },
     /// A hot spare (a member file at `path`); a failed member's role gets it at once.
+    /// `force`: write onto it although the write rule refuses (data, another array's records).
     Add {
         volume: String,
         path: String,
+        force: bool,
     },
     /// Rebuild onto `path` while `member` keeps serving, then swap (md's want_replacement).
     Replace {
         volume: String,
         member: String,
         path: String,
+        force: bool,
     },
     /// Take a failed member out of its role, or a spare out of the spares (mdadm --remove).
     Remove {
@@ -208,6 +214,7 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
         "rate_bytes_per_s",
         "adaptive",
         "path",
+        "force",
     ];
     if let Some(k) = o.keys().find(|k| !known.contains(&k.as_str())) {
         return Err(Refusal::new(
@@ -222,6 +229,7 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
         "fail" => Request::Fail {
             volume: string_field(&o, "volume", op)?,
             member: string_field(&o, "member", op)?,
+            force: bool_field(&o, "force", op)?,
         },
         "scrub" => Request::Scrub {
             volume: string_field(&o, "volume", op)?,
@@ -240,11 +248,13 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
         "add" => Request::Add {
             volume: string_field(&o, "volume", op)?,
             path: string_field(&o, "path", op)?,
+            force: bool_field(&o, "force", op)?,
         },
         "replace" => Request::Replace {
             volume: string_field(&o, "volume", op)?,
             member: string_field(&o, "member", op)?,
             path: string_field(&o, "path", op)?,
+            force: bool_field(&o, "force", op)?,
         },
         "remove" => Request::Remove {
             volume: string_field(&o, "volume", op)?,
@@ -316,7 +326,16 @@ mod tests {
             parse(br#"{"v":1,"op":"fail","volume":"db","member":2}"#),
             Ok(Request::Fail {
                 volume: "db".into(),
-                member: "2".into()
+                member: "2".into(),
+                force: false
+            })
+        );
+        assert_eq!(
+            parse(br#"{"v":1,"op":"add","volume":"db","path":"/d","force":true}"#),
+            Ok(Request::Add {
+                volume: "db".into(),
+                path: "/d".into(),
+                force: true
             })
         );
         let code = |l: &[u8]| parse(l).unwrap_err().code;
