@@ -10,6 +10,7 @@ mod check;
 mod create;
 mod diagram;
 mod map;
+mod offline;
 mod ops;
 mod records;
 

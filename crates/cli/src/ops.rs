@@ -88,11 +88,15 @@ pub enum OpsCommand {
         target: Target,
     },
     /// Take a failed member out of the volume, or a spare out of its spares (mdadm --remove).
-    /// An active member is refused: fail it first.
+    /// An active member is refused: fail it first. With --offline (no daemon serving the
+    /// volume): forget a path the superblocks record (a member added at run time).
     Remove {
         volume: String,
         /// A failed member's config id (or index), or a spare's id or path.
         member: String,
+        /// No daemon runs: take the path out of the superblocks' added paths (--config).
+        #[arg(long, requires = "config")]
+        offline: bool,
         #[command(flatten)]
         target: Target,
         /// Print the daemon's reply as JSON.
@@ -281,9 +285,17 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
         OpsCommand::Remove {
             volume,
             member,
+            offline,
             target,
             json,
         } => {
+            if offline {
+                let config = target
+                    .config
+                    .as_deref()
+                    .context("--offline needs --config")?;
+                return crate::offline::forget_offline(config, &volume, &absolute(&member)?);
+            }
             let v = Client::connect(&target)?
                 .call(json!({"op": "remove", "volume": volume, "member": member}))?;
             Ok(if json {

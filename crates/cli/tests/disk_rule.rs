@@ -282,7 +282,8 @@ fn a_fresh_mirror_with_a_blank_remote_member_is_created() {
 
 /// A spare added at run time (recorded), later made a member of another array whose volume
 /// has the same name: the first daemon still starts (the records are matched by array id),
-/// says why the file is not its spare, and `nbraid remove` forgets it.
+/// says why the file is not its spare, and `nbraid remove --offline` forgets it while no
+/// daemon runs.
 #[test]
 fn a_recorded_spare_taken_by_another_array_of_the_same_name_does_not_stop_the_start() {
     let dir = tempfile::tempdir().unwrap();
@@ -311,8 +312,18 @@ fn a_recorded_spare_taken_by_another_array_of_the_same_name_does_not_stop_the_st
         ) && notes.contains(&theirs),
         "{v}"
     );
-    let said = ok(nbraid(&["remove", "r6", &spare, "--config", cfg]), "remove");
+    // Forgotten without a daemon: refused while one serves the members, done once stopped.
+    let forget = ["remove", "r6", &spare, "--offline", "--config", cfg];
+    let err = refused(nbraid(&forget), "remove --offline while served");
+    assert!(err.contains("without --offline"), "{err}");
+    d.stop();
+    let said = ok(nbraid(&forget), "remove --offline");
     assert!(said.contains("no longer recorded"), "{said}");
+    let err = refused(nbraid(&forget), "remove --offline again");
+    assert!(err.contains("list no path"), "{err}");
+    let (mut d, _) = serve(&config, "r6");
+    let v = status_of(cfg, "r6");
+    assert!(!v["notes"].to_string().contains("spare.img"), "{v}");
     d.stop();
     // The other array is untouched: still its member.
     let checked = ok(

@@ -291,7 +291,7 @@ fn adopt_recorded(
     };
     if let Some(found) = found {
         notes.push(format!(
-            "{path} (added at run time, recorded) holds no role and {found}: not used as a spare — `nbraid remove {volume} {path}` forgets it (or wipe its first MiB if its data is no longer wanted)"
+            "{path} (added at run time, recorded) holds no role and {found}: not used as a spare — `nbraid remove {volume} {path}` forgets it (`--offline` while no daemon runs; or wipe its first MiB if its data is no longer wanted)"
         ));
         return None;
     }

@@ -35,6 +35,7 @@ pub use heal::RebuildReport;
 pub use io::{read_superblock, write_superblock, Found, SuperblockIoError};
 pub use member_meta::MemberMeta;
 pub use readd::Readd;
+pub use spare_list::forget_added_path_offline;
 pub use spares::{assign_spares, SpareChoice};
 
 pub use superblock::{

@@ -12,6 +12,7 @@ use super::array::{Array, ArrayError};
 use super::disk_rule::Consent;
 use super::member_meta::MemberMeta;
 use super::superblock::{MAX_ADDED_PATHS, MAX_ADDED_PATH_BYTES};
+use super::{SuperblockIoError, Uuid};
 use std::sync::Arc;
 
 impl Array {
@@ -66,4 +67,41 @@ impl Array {
         self.commit(&mut rec).await?;
         Ok(true)
     }
+}
+
+/// Takes `path` out of the added paths of volume `volume`'s records (array `array`) on
+/// `metas` — the volume's members read while no daemon serves them (`nbraid remove
+/// --offline`). The event counter is left alone (the write-hole log's lives count from it):
+/// every readable record listing the path is edited, so a start reads the same list whatever
+/// member it reads; an edit cut short is finished by running it again. Returns how many
+/// superblocks were written; 0 when no record lists `path`.
+pub async fn forget_added_path_offline(
+    metas: &[Arc<MemberMeta>],
+    volume: &str,
+    array: Uuid,
+    path: &str,
+) -> Result<usize, SuperblockIoError> {
+    let mut written = 0;
+    for meta in metas {
+        let lists = meta.sb.lock().await.as_ref().is_some_and(|sb| {
+            sb.volumes.iter().any(|v| {
+                v.name == volume && v.array == array && v.added_paths.iter().any(|p| p == path)
+            })
+        });
+        if !lists {
+            continue;
+        }
+        meta.update(|sb| {
+            for v in sb
+                .volumes
+                .iter_mut()
+                .filter(|v| v.name == volume && v.array == array)
+            {
+                v.added_paths.retain(|p| p != path);
+            }
+        })
+        .await?;
+        written += 1;
+    }
+    Ok(written)
 }

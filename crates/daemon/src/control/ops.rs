@@ -234,8 +234,8 @@ enum Offered {
     New,
     /// A member let go (removed, replaced) but still open.
     LetGo(Arc<dyn Member>),
-    /// A member of another volume (named) on the same file (Matrix), with its shared
-    /// superblock.
+    /// A member of another volume ("member d0 of volume \"r10\"") on the same file
+    /// (Matrix), with its shared superblock.
     Shared(Arc<MemberMeta>, String),
 }
 
@@ -372,7 +372,8 @@ impl Controls {
             for (r, id) in v.member_ids().iter().enumerate() {
                 if same_file(vol.member(r).name(), &new) {
                     if v.name != volume {
-                        shared = shared.or(v.array.member_meta(r).map(|m| (m, v.name.clone())));
+                        let what = format!("member {id} of volume \"{}\"", v.name);
+                        shared = shared.or(v.array.member_meta(r).map(|m| (m, what)));
                         continue;
                     }
                     let hint = match vol.member_is_failed(r) {
@@ -439,7 +440,7 @@ impl Controls {
                     return Err(Refusal::new(
                         "in-use",
                         format!(
-                            "`{path}` is a member of volume \"{other}\" and carries no record of volume \"{}\": its place there is not this volume's",
+                            "`{path}` is {other} and carries no record of volume \"{}\"; a member or spare serves one place at a time",
                             v.name
                         ),
                     ));
