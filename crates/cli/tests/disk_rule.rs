@@ -125,6 +125,24 @@ fn add_and_replace_refuse_data_and_another_arrays_member_unless_forced() {
     .unwrap();
     assert_eq!(done["state"], "done", "{done}");
     assert_eq!(status_of(cfg, "r6")["degraded"], false);
+    // Forced onto another array's member: its record is taken off, so that array finds its
+    // member gone instead of assembling over what this one writes.
+    let other = dir.path().join("other/arrays.toml");
+    let other = other.to_str().unwrap();
+    assert!(ok(nbraid(&["check", other]), "check").contains("r6: healthy"));
+    ok(
+        nbraid(&[
+            "add",
+            "r6",
+            o0.to_str().unwrap(),
+            "--force",
+            "--config",
+            cfg,
+        ]),
+        "add --force another array's member",
+    );
+    let checked = ok(nbraid(&["check", other]), "check the other array");
+    assert!(!checked.contains("r6: healthy"), "{checked}");
     d.stop();
 }
 

@@ -24,7 +24,7 @@
 //!   A replace is therefore not checkpointed; it starts again.
 
 use super::array::{free_area_avoiding, Array, ArrayError};
-use super::disk_rule::{may_write, Allowed, Consent, Writer};
+use super::disk_rule::{may_write, Allowed, Consent, Refused, Writer};
 use super::member_meta::MemberMeta;
 use super::records::Recorded;
 use super::{Area, BitmapArea, MemberEntry, Probe, RecordedState, Uuid, VolumeRecord};
@@ -217,6 +217,40 @@ impl Array {
                 why.force_advice()
             ))),
         }
+    }
+
+    /// Takes the records of other arrays off `meta` when the operator forced this array onto
+    /// it (`--force` over another array's member): that array must find its member gone, not
+    /// assemble over bytes this array rebuilt. Call it once every other check has passed.
+    pub(super) async fn drop_forced_records(
+        &self,
+        meta: &MemberMeta,
+        consent: &Consent,
+    ) -> Result<(), ArrayError> {
+        let writer = Writer {
+            array: Some(self.id()),
+            siblings: consent.siblings.clone(),
+        };
+        let Ok(Allowed::Forced(Refused::Foreign(foreign))) =
+            may_write(&meta.contents(), &writer, consent.force)
+        else {
+            return Ok(());
+        };
+        let gone: Vec<Uuid> = foreign.iter().map(|r| r.array).collect();
+        meta.update(|sb| sb.volumes.retain(|v| !gone.contains(&v.array)))
+            .await
+            .map_err(|e| self.refuse(e.to_string()))?;
+        tracing::warn!(
+            "volume `{}`: `{}`: records of another array taken off as forced ({})",
+            self.name(),
+            meta.member().name(),
+            foreign
+                .iter()
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        Ok(())
     }
 
     /// Whether `meta` can join (as a spare, or in role `role`, whose old member it may be).
@@ -432,6 +466,7 @@ impl Array {
         // Its path is recorded when it takes the role: refused now if it could not be.
         let listed = self.records.recorded.lock().await.added_paths.clone();
         self.check_recordable(meta.member().name(), &listed)?;
+        self.drop_forced_records(&meta, consent).await?;
         self.volume()
             .start_replacement(role, meta.member().clone())?;
         self.heal.replacing.lock().insert(role, meta);

@@ -28,6 +28,8 @@ impl Array {
         let path = meta.member().name().to_string();
         let mut rec = self.records.recorded.lock().await;
         self.check_recordable(&path, &rec.added_paths)?;
+        self.check_disk(&meta, consent)?;
+        self.drop_forced_records(&meta, consent).await?;
         self.add_spare_with(meta, consent)?;
         if !rec.added_paths.contains(&path) {
             rec.added_paths.push(path);
