@@ -11,6 +11,7 @@ mod create;
 mod diagram;
 mod events;
 mod map;
+mod offline;
 mod ops;
 mod records;
 mod roles;

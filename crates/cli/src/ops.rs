@@ -39,11 +39,16 @@ pub enum OpsCommand {
         #[arg(long)]
         watch: bool,
     },
-    /// Mark a member failed (mdadm --fail): it is never read or written again.
+    /// Mark a member failed (mdadm --fail): it is never read or written again. Refused when
+    /// some data would be left without a readable copy (the last half of a mirror, a third
+    /// member of a RAID 6), unless --force.
     Fail {
         volume: String,
         /// The member's config id (or its index in the volume).
         member: String,
+        /// Fail it even if the volume loses data (it stops serving what has no copy left).
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -69,20 +74,29 @@ pub enum OpsCommand {
         json: bool,
     },
     /// Add a hot spare (an existing member file, at least as large as the members); a failed
-    /// member's place takes it at once and is rebuilt in the background.
+    /// member's place takes it at once and is rebuilt in the background. Only a blank disk
+    /// (first MiB zero) or one of this volume's own members is taken: data (a file system,
+    /// non-zero bytes) or another array's records are refused unless --force.
     Add {
         volume: String,
         /// The spare's file or block device.
         path: String,
+        /// Write onto it although it holds data or another array's records.
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         target: Target,
     },
     /// Take a failed member out of the volume, or a spare out of its spares (mdadm --remove).
-    /// An active member is refused: fail it first.
+    /// An active member is refused: fail it first. With --offline (no daemon serving the
+    /// volume): forget a path the superblocks record (a member added at run time).
     Remove {
         volume: String,
         /// A failed member's config id (or index), or a spare's id or path.
         member: String,
+        /// No daemon runs: take the path out of the superblocks' added paths (--config).
+        #[arg(long, requires = "config")]
+        offline: bool,
         #[command(flatten)]
         target: Target,
         /// Print the daemon's reply as JSON.
@@ -90,13 +104,16 @@ pub enum OpsCommand {
         json: bool,
     },
     /// Rebuild a member onto PATH while it keeps serving, then swap them (redundancy never
-    /// drops; md's want_replacement).
+    /// drops; md's want_replacement). PATH is taken by the same rule as `add`'s.
     Replace {
         volume: String,
         /// The member's config id (or its index in the volume).
         member: String,
         /// The replacement's file or block device.
         path: String,
+        /// Write onto it although it holds data or another array's records.
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -225,10 +242,11 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
         OpsCommand::Fail {
             volume,
             member,
+            force,
             target,
         } => {
             let v = Client::connect(&target)?
-                .call(json!({"op": "fail", "volume": volume, "member": member}))?;
+                .call(json!({"op": "fail", "volume": volume, "member": member, "force": force}))?;
             Ok(format!(
                 "member {} of {volume} marked failed; the volume is {}\n",
                 v["member"].as_str().unwrap_or(&member),
@@ -263,11 +281,12 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
         OpsCommand::Add {
             volume,
             path,
+            force,
             target,
         } => {
             let path = absolute(&path)?;
             let v = Client::connect(&target)?
-                .call(json!({"op": "add", "volume": volume, "path": path}))?;
+                .call(json!({"op": "add", "volume": volume, "path": path, "force": force}))?;
             Ok(match v["rebuilding_roles"].as_array() {
                 Some(r) if !r.is_empty() => {
                     format!("{path} added to {volume}: rebuilding member {}\n", r[0])
@@ -278,9 +297,17 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
         OpsCommand::Remove {
             volume,
             member,
+            offline,
             target,
             json,
         } => {
+            if offline {
+                let config = target
+                    .config
+                    .as_deref()
+                    .context("--offline needs --config")?;
+                return crate::offline::forget_offline(config, &volume, &absolute(&member)?);
+            }
             let v = Client::connect(&target)?
                 .call(json!({"op": "remove", "volume": volume, "member": member}))?;
             Ok(if json {
@@ -306,11 +333,12 @@ pub fn run(cmd: OpsCommand) -> Result<String> {
             volume,
             member,
             path,
+            force,
             target,
         } => {
             let path = absolute(&path)?;
-            Client::connect(&target)?
-                .call(json!({"op": "replace", "volume": volume, "member": member, "path": path}))?;
+            Client::connect(&target)?.call(json!({"op": "replace", "volume": volume,
+                "member": member, "path": path, "force": force}))?;
             Ok(format!(
                 "replacing {member} of {volume} by {path}; follow with `nbraid rebuild {volume}`\n"
             ))

@@ -69,8 +69,11 @@ fn volume(config: &Config, v: &Volume) -> Records {
         read,
         read_probe_of,
     ));
-    let has_this = |probe: &Probe| matches!(probe, Probe::Superblock(sb, _) if sb.volumes.iter().any(|x| x.name == v.name));
-    let only_this = |probe: &Probe| matches!(probe, Probe::Superblock(sb, _) if !sb.volumes.is_empty() && sb.volumes.iter().all(|x| x.name == v.name));
+    // By array id, as the daemon: a file later used by another array's volume of the same
+    // name is not this volume's.
+    let this = added::this_array(config_probes.iter().copied(), &v.name);
+    let has_this = |probe: &Probe| added::record_of(probe, &v.name, this).is_some();
+    let only_this = |probe: &Probe| matches!(probe, Probe::Superblock(sb, _) if has_this(probe) && sb.volumes.iter().all(|x| x.name == v.name && this.is_none_or(|a| x.array == a)));
     // Config spares join assembly only with a record of this volume alone; added members
     // with one of this volume (the records list them).
     let mut probes: Vec<Probe> = raw

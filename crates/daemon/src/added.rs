@@ -6,7 +6,7 @@
 
 use crate::assemble::Opened;
 use nbraid_config::{self as config, Config};
-use nbraid_core::metadata::{MemberMeta, Probe, MAX_ADDED_PATHS};
+use nbraid_core::metadata::{MemberMeta, Probe, Uuid, VolumeRecord, MAX_ADDED_PATHS};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -20,19 +20,52 @@ impl Added {
     /// The member, for assembly, when it carries a record of this volume. The records list
     /// it, so other volumes' records beside that one do not make it another volume's (a
     /// replacement may carry them).
-    pub fn for_assembly(&self, volume: &str) -> Option<Arc<MemberMeta>> {
+    /// `array`: the volume's array ([`this_array`]); a record of another array whose volume
+    /// has the same name is not this volume's.
+    pub fn for_assembly(&self, volume: &str, array: Option<Uuid>) -> Option<Arc<MemberMeta>> {
         let o = self.opened.as_ref().ok()?;
-        crate::heal::has_this_volume(o, volume).then(|| o.meta().cloned())?
+        crate::heal::has_this_volume(o, volume, array).then(|| o.meta().cloned())?
     }
 }
 
-/// The paths volume `name`'s newest record among `probes` lists.
-pub fn newest_added_paths<'a>(probes: impl Iterator<Item = &'a Probe>, name: &str) -> Vec<String> {
-    probes
-        .filter_map(|p| match p {
-            Probe::Superblock(sb, _) => sb.volumes.iter().find(|r| r.name == name),
-            _ => None,
+/// Volume `name`'s record in `probe` when it is of array `array` (of any array: `None`).
+pub fn record_of<'a>(
+    probe: &'a Probe,
+    name: &str,
+    array: Option<Uuid>,
+) -> Option<&'a VolumeRecord> {
+    match probe {
+        Probe::Superblock(sb, _) => sb
+            .volumes
+            .iter()
+            .find(|r| r.name == name && array.is_none_or(|a| r.array == a)),
+        _ => None,
+    }
+}
+
+/// The array volume `name` is, as the config's members and spares (`probes`) say: the id
+/// most of their records of that name carry (ties: the newest record's). A file later used
+/// by another array whose volume has the same name is outvoted by the members; `None` when
+/// none carries a record.
+pub fn this_array<'a>(probes: impl Iterator<Item = &'a Probe>, name: &str) -> Option<Uuid> {
+    let records: Vec<&VolumeRecord> = probes.filter_map(|p| record_of(p, name, None)).collect();
+    records
+        .iter()
+        .max_by_key(|r| {
+            let votes = records.iter().filter(|o| o.array == r.array).count();
+            (votes, r.events)
         })
+        .map(|r| r.array)
+}
+
+/// The paths volume `name`'s (of array `array`) newest record among `probes` lists.
+pub fn newest_added_paths<'a>(
+    probes: impl Iterator<Item = &'a Probe>,
+    name: &str,
+    array: Option<Uuid>,
+) -> Vec<String> {
+    probes
+        .filter_map(|p| record_of(p, name, array))
         .max_by_key(|r| r.events)
         .map(|r| r.added_paths.clone())
         .unwrap_or_default()
@@ -73,12 +106,15 @@ pub async fn follow_added<T, Fut>(
 where
     Fut: std::future::Future<Output = T>,
 {
+    // Only this array's records are followed (a listed file may carry another array's
+    // volume of the same name since).
+    let array = this_array(config_probes.iter().copied(), name);
     let newest = |added: &[(String, T)]| {
         let probes = config_probes
             .iter()
             .copied()
             .chain(added.iter().filter_map(|(_, t)| probe(t)));
-        newest_added_paths(probes, name)
+        newest_added_paths(probes, name, array)
     };
     let mut added: Vec<(String, T)> = Vec::new();
     loop {

@@ -14,11 +14,12 @@
 
 use crate::plan::{self, Found, MemberFound, Plan};
 use nbraid_config::{self as config, Config, CreatePolicy, MemberStorage};
+use nbraid_core::metadata::disk_rule::{may_write, Allowed, DiskContents, Writer};
 use nbraid_core::metadata::{
     Absence, Array, ArrayError, ArrayOptions, MemberMeta, OpenReport, Probe, Uuid,
     METADATA_AREA_BYTES,
 };
-use nbraid_core::{Buf, Member, MemoryMember, UringError, UringFile, VolumeOptions};
+use nbraid_core::{Member, MemoryMember, UringError, UringFile, VolumeOptions};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -332,16 +333,7 @@ async fn create_member(m: &config::Member) -> Result<Opened, AssembleError> {
 
 pub(crate) async fn load(member: Arc<dyn Member>) -> Result<Opened, AssembleError> {
     let meta = MemberMeta::load(member).await;
-    let blank = match meta.probe() {
-        Probe::Blank => {
-            let len = METADATA_AREA_BYTES.min(meta.member().len());
-            match meta.member().read(0, Buf::new(len as usize)).await {
-                Ok(b) => b.iter().all(|&x| x == 0),
-                Err(_) => false,
-            }
-        }
-        _ => false,
-    };
+    let blank = meta.contents() == DiskContents::Blank;
     Ok(Opened {
         meta: Some(meta),
         blank,
@@ -363,26 +355,33 @@ fn found(config: &Config, opened: &[Opened], m: usize, name: &str) -> Found {
     }
     match meta.probe() {
         Probe::Missing => Found::Missing,
-        Probe::Blank if opened[m].blank => Found::Blank,
-        Probe::Blank => Found::NotBlank,
-        Probe::Unreadable(e) => Found::Unreadable(e.clone()),
-        Probe::Unreachable(e) => Found::Unreadable(format!("unreachable: {e}")),
-        Probe::Superblock(sb, _) => {
-            // Records of the config's volumes on this member are siblings (Matrix), not foreign.
-            let ours = |n: &str| {
-                config
+        Probe::Superblock(sb, _) if sb.volumes.iter().any(|v| v.name == name) => Found::HasThis,
+        probe => {
+            // Records of the config's other volumes on this member are siblings (Matrix).
+            let siblings = match probe {
+                Probe::Superblock(sb, _) => sb
                     .volumes
                     .iter()
-                    .any(|v| v.name == n && v.members.contains(&m))
-            };
-            Found::Superblock {
-                has_this: sb.volumes.iter().any(|v| v.name == name),
-                foreign: sb
-                    .volumes
-                    .iter()
-                    .filter(|v| !ours(&v.name))
-                    .map(|v| format!("volume `{}` of array {}", v.name, v.array))
+                    .filter(|r| {
+                        config
+                            .volumes
+                            .iter()
+                            .any(|v| v.name == r.name && v.members.contains(&m))
+                    })
+                    .map(|r| r.array)
                     .collect(),
+                _ => Vec::new(),
+            };
+            let writer = Writer {
+                array: None,
+                siblings,
+            };
+            match may_write(&meta.contents(), &writer, false) {
+                Ok(Allowed::Blank) => Found::Blank {
+                    remote: config.members[m].state == MemberStorage::Remote,
+                },
+                Ok(_) => Found::Siblings,
+                Err(r) => Found::Refused(r),
             }
         }
     }
@@ -442,12 +441,7 @@ pub async fn start_volume_with(
             let gone: Vec<&str> = v
                 .members
                 .iter()
-                .filter(|&&m| {
-                    !matches!(
-                        found(config, opened, m, &v.name),
-                        Found::Superblock { has_this: true, .. }
-                    )
-                })
+                .filter(|&&m| found(config, opened, m, &v.name) != Found::HasThis)
                 .map(|&m| config.members[m].id.as_str())
                 .collect();
             let unreachable: Vec<String> = v
@@ -513,10 +507,19 @@ pub async fn start_volume_with(
         Plan::Open => {
             // Spares that took a role are found by their superblocks, after the members; so
             // are the members added at run time that the records list (`added.rs`).
+            // By array id: a file later used by another array's volume of the same name is
+            // not this volume's.
+            let this = crate::added::this_array(
+                v.members
+                    .iter()
+                    .chain(&v.heal.spares)
+                    .filter_map(|&m| Some(opened[m].meta()?.probe())),
+                &v.name,
+            );
             let metas = metas
                 .into_iter()
-                .chain(crate::heal::spares_for_assembly(v, opened))
-                .chain(added.iter().map(|a| a.for_assembly(&v.name)))
+                .chain(crate::heal::spares_for_assembly(v, opened, this))
+                .chain(added.iter().map(|a| a.for_assembly(&v.name, this)))
                 .collect();
             // Resync in the background while serving (some volumes before serving — without
             // the log, with a stale or rebuilding member, mixed trees: `core::metadata::resync`).

@@ -19,11 +19,13 @@
 //!   `nbraid status`. At start the same look resumes rebuilds left at a checkpoint and puts
 //!   spares in roles lost before the start.
 
+use crate::added::record_of;
 use crate::added::Added;
 use crate::assemble::Opened;
 use crate::control::{ControlVolume, Controls};
 use nbraid_config::{self as config, Config};
-use nbraid_core::metadata::{Absence, Array, MemberMeta, OpenReport, Probe};
+use nbraid_core::metadata::disk_rule::{may_write, Refused, Writer};
+use nbraid_core::metadata::{Absence, Array, MemberMeta, OpenReport, Probe, Uuid};
 use nbraid_core::{Member, PassRate, ScrubControl};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,34 +40,55 @@ pub struct Known {
     pub member: Arc<dyn Member>,
 }
 
-/// What volume `name`'s records say about member `o`: `None` when it carries none (blank,
-/// missing, unreadable), else whether every record on it is this volume's.
-pub(crate) fn only_this_volume(o: &Opened, name: &str) -> Option<bool> {
-    match o.meta()?.probe() {
-        Probe::Superblock(sb, _) if sb.volumes.iter().any(|v| v.name == name) => {
-            Some(sb.volumes.iter().all(|v| v.name == name))
-        }
+/// What volume `name`'s records (of array `array`, [`crate::added::this_array`]) say about
+/// member `o`: `None` when it carries none (blank, missing, unreadable), else whether every
+/// record on it is this volume's. A record of another array is another volume's, whatever its
+/// name.
+pub(crate) fn only_this_volume(o: &Opened, name: &str, array: Option<Uuid>) -> Option<bool> {
+    let probe = o.meta()?.probe();
+    match probe {
+        Probe::Superblock(sb, _) if record_of(probe, name, array).is_some() => Some(
+            sb.volumes
+                .iter()
+                .all(|v| v.name == name && array.is_none_or(|a| v.array == a)),
+        ),
         Probe::Superblock(..) => Some(false),
         _ => None,
     }
 }
 
+/// The write rule (`nbraid_core::metadata::disk_rule`) for a spare taken at start: blank, or
+/// carrying this array's record; never forced.
+fn spare_rule(meta: &MemberMeta, array: &Array) -> Result<(), Refused> {
+    let writer = Writer {
+        array: Some(array.id()),
+        siblings: Vec::new(),
+    };
+    may_write(&meta.contents(), &writer, false).map(|_| ())
+}
+
 /// Volume `v`'s spares as assembly sees them (after the members): those carrying the
-/// volume's record, the others as missing (a blank spare holds no role).
-pub fn spares_for_assembly(v: &config::Volume, opened: &[Opened]) -> Vec<Option<Arc<MemberMeta>>> {
+/// volume's record (of array `array`), the others as missing (a blank spare holds no role).
+pub fn spares_for_assembly(
+    v: &config::Volume,
+    opened: &[Opened],
+    array: Option<Uuid>,
+) -> Vec<Option<Arc<MemberMeta>>> {
     v.heal
         .spares
         .iter()
-        .map(|&m| match only_this_volume(&opened[m], &v.name) {
+        .map(|&m| match only_this_volume(&opened[m], &v.name, array) {
             Some(true) => opened[m].meta().cloned(),
             _ => None,
         })
         .collect()
 }
 
-/// Member `o` carries a record of volume `name` (perhaps beside other volumes' records).
-pub(crate) fn has_this_volume(o: &Opened, name: &str) -> bool {
-    matches!(o.meta().map(|m| m.probe()), Some(Probe::Superblock(sb, _)) if sb.volumes.iter().any(|v| v.name == name))
+/// Member `o` carries a record of volume `name` of array `array` (perhaps beside other
+/// volumes' records).
+pub(crate) fn has_this_volume(o: &Opened, name: &str, array: Option<Uuid>) -> bool {
+    o.meta()
+        .is_some_and(|m| record_of(m.probe(), name, array).is_some())
 }
 
 /// The ids of assembly's positions: the config's members, then its spares (config ids),
@@ -169,11 +192,12 @@ pub async fn adopt(
     let n = v.members.len();
     let configured = n + v.heal.spares.len();
     let claimed = claimed(&report.roles);
+    let this = Some(array.id());
     let paths: Vec<String> = added.iter().map(|a| a.path.clone()).collect();
     let ids = position_ids(config, v, &paths);
     let mut notes = role_notes(&v.name, &ids, (n, configured), &report.roles, &|p| {
         let o = &opened[v.members[p]];
-        has_this_volume(o, &v.name).then(|| only_this_volume(o, &v.name) == Some(true))
+        has_this_volume(o, &v.name, this).then(|| only_this_volume(o, &v.name, this) == Some(true))
     });
     let mut known = Vec::new();
     let positions = v.members.iter().chain(&v.heal.spares).enumerate();
@@ -193,30 +217,19 @@ pub async fn adopt(
         if claimed.contains(&p) {
             continue;
         }
-        let blank = o.is_blank() || o.was_created();
         // An old member whose id the records no longer name: `role_notes` says it.
-        if p < n && has_this_volume(o, &v.name) {
+        if p < n && has_this_volume(o, &v.name, this) {
             continue;
         }
-        let usable = match only_this_volume(o, &v.name) {
-            None if blank => true,
-            None => {
-                notes.push(format!(
-                    "{} {id} has no nbraid superblock but is not blank (non-zero bytes in its first MiB): not used as a spare — wipe its first MiB if its data is no longer wanted",
-                    if p < n { "member" } else { "spare" }
-                ));
-                false
-            }
-            Some(true) => true,
-            Some(false) => {
-                notes.push(format!(
-                    "{} {id} carries another volume's records: not used as a spare — wipe its first MiB if its data is no longer wanted",
-                    if p < n { "member" } else { "spare" }
-                ));
-                false
-            }
-        };
-        if !usable {
+        let what = if p < n { "member" } else { "spare" };
+        if let Err(why) = spare_rule(meta, array) {
+            notes.push(format!("{what} {id} {why} — not used as a spare; wipe its first MiB if its data is no longer wanted"));
+            continue;
+        }
+        if only_this_volume(o, &v.name, this) == Some(false) {
+            notes.push(format!(
+                "{what} {id} carries another volume's records: not used as a spare — wipe its first MiB if its data is no longer wanted"
+            ));
             continue;
         }
         match array.add_spare(meta.clone()) {
@@ -269,13 +282,16 @@ fn adopt_recorded(
         }
     };
     let meta = o.meta()?.clone();
-    let usable = match only_this_volume(o, volume) {
-        None => o.is_blank(),
-        Some(this_only) => this_only,
+    let found = match spare_rule(&meta, array) {
+        Err(why) => Some(why.to_string()),
+        Ok(()) if only_this_volume(o, volume, Some(array.id())) == Some(false) => {
+            Some("carries other volumes' records".to_string())
+        }
+        Ok(()) => None,
     };
-    if !usable {
+    if let Some(found) = found {
         notes.push(format!(
-            "{path} (added at run time, recorded) holds no role and is no longer blank: not used as a spare — wipe its first MiB, or `nbraid remove {volume} {path}` to forget it"
+            "{path} (added at run time, recorded) holds no role and {found}: not used as a spare — `nbraid remove {volume} {path}` forgets it (`--offline` while no daemon runs; or wipe its first MiB if its data is no longer wanted)"
         ));
         return None;
     }

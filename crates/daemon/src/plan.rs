@@ -8,10 +8,14 @@
 //!   metadata area is all zeroes and holds no superblock, or that holds only records of the
 //!   config's other volumes on it (Matrix). A member holding anything else (another array's
 //!   superblock, non-zero bytes where the superblock goes: a file system, a partition table)
-//!   is refused, never overwritten. Missing and existing members mixed are refused too: an
-//!   older nbraid's volume (no superblocks) would lose the missing member's data.
+//!   is refused, never overwritten: the write rule decides (`nbraid_core::metadata::
+//!   disk_rule`, one for every path that writes onto a disk). Missing and existing local
+//!   files mixed are refused too: an older nbraid's volume (no superblocks) would lose the
+//!   missing member's data. A blank remote export is new, never "missing": it is created
+//!   beside new local files.
 
 use nbraid_config::CreatePolicy;
+use nbraid_core::metadata::disk_rule::Refused;
 use std::fmt;
 
 /// What one member of the volume holds.
@@ -21,19 +25,17 @@ pub enum Found {
     Missing,
     /// `path = "memory:"`: zeroes at every start.
     Memory,
-    /// No superblock and an all-zero metadata area.
-    Blank,
-    /// No superblock, but non-zero bytes in the metadata area.
-    NotBlank,
-    /// A superblock with records of these volumes (name, array id), none of them this one
-    /// unless `has_this`.
-    Superblock {
-        has_this: bool,
-        /// Records of volumes that are not the config's volumes on this member.
-        foreign: Vec<String>,
-    },
-    /// Both superblock copies unusable, or the member could not be read.
-    Unreadable(String),
+    /// No superblock and an all-zero first MiB. `remote`: an export on an NBD server, which
+    /// cannot be "missing" — a new export is blank.
+    Blank { remote: bool },
+    /// A superblock carrying this volume's record.
+    HasThis,
+    /// A superblock with only the config's other volumes' records on this member (Matrix),
+    /// or no record at all: the write rule lets the array be written beside them.
+    Siblings,
+    /// What the write rule (`nbraid_core::metadata::disk_rule`) refuses to write onto:
+    /// another array's records, data where the superblock goes, an unreadable member.
+    Refused(Refused),
 }
 
 /// What to do with the volume.
@@ -71,37 +73,23 @@ pub fn plan(
     members: &[MemberFound],
 ) -> Result<Plan, Refusal> {
     let who = |m: &MemberFound| format!("member {} ({})", m.id, m.path);
-    if members
-        .iter()
-        .any(|m| matches!(m.found, Found::Superblock { has_this: true, .. }))
-    {
+    if members.iter().any(|m| *m.found == Found::HasThis) {
         // Foreign members among its own are assembly's business (it names both arrays).
         return Ok(Plan::Open);
     }
     for m in members {
         match m.found {
-            Found::Superblock { foreign, .. } if !foreign.is_empty() => {
-                return Err(Refusal(format!(
-                    "volume `{name}`: {} belongs to another array ({}), not to this volume; \
-                     refusing to overwrite it — remove it from the volume, or wipe its first \
-                     MiB if its data is no longer wanted",
-                    who(m),
-                    foreign.join(", ")
-                )))
-            }
-            Found::NotBlank => {
-                return Err(Refusal(format!(
-                    "volume `{name}`: {} has no nbraid superblock but is not blank (non-zero \
-                     bytes in its first MiB, where the superblock goes): it may hold someone \
-                     else's data; refusing to overwrite it — wipe its first MiB if its data is \
-                     no longer wanted",
-                    who(m)
-                )))
-            }
-            Found::Unreadable(e) => {
+            Found::Refused(Refused::Unknown(e)) => {
                 return Err(Refusal(format!(
                     "volume `{name}`: {}: {e}; no member carries the volume's superblock, so \
                      it cannot be assembled",
+                    who(m)
+                )))
+            }
+            Found::Refused(r) => {
+                return Err(Refusal(format!(
+                    "volume `{name}`: {} {r} — remove it from the volume, or wipe its first \
+                     MiB if its data is no longer wanted",
                     who(m)
                 )))
             }
@@ -118,11 +106,13 @@ pub fn plan(
         .iter()
         .filter(|m| *m.found == Found::Missing)
         .collect();
-    let on_disk: Vec<&MemberFound> = members
+    // Local files that exist: with a missing one they may be an older nbraid's volume (no
+    // superblocks). A blank remote export is new whatever the local files are.
+    let local_on_disk: Vec<&MemberFound> = members
         .iter()
-        .filter(|m| matches!(m.found, Found::Blank | Found::Superblock { .. }))
+        .filter(|m| matches!(m.found, Found::Blank { remote: false } | Found::Siblings))
         .collect();
-    if let (Some(gone), Some(there)) = (missing.first(), on_disk.first()) {
+    if let (Some(gone), Some(there)) = (missing.first(), local_on_disk.first()) {
         return Err(Refusal(format!(
             "volume `{name}`: no member carries its superblock, {} is missing while {} \
              exists: refusing to create the array over part of its members (a volume of an \
@@ -132,14 +122,19 @@ pub fn plan(
             who(there)
         )));
     }
+    let existing = members
+        .iter()
+        .any(|m| matches!(m.found, Found::Blank { .. } | Found::Siblings));
     Ok(Plan::Create {
-        assume_clean: on_disk.is_empty(),
+        assume_clean: !existing,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nbraid_core::metadata::disk_rule::{RecordSeen, Refused::*};
+    use nbraid_core::metadata::Uuid;
 
     fn run(policy: CreatePolicy, found: &[Found]) -> Result<Plan, Refusal> {
         let ids: Vec<String> = (0..found.len()).map(|i| format!("d{i}")).collect();
@@ -155,11 +150,13 @@ mod tests {
         plan("v", "c.toml", policy, &members)
     }
 
-    fn sb(has_this: bool, foreign: &[&str]) -> Found {
-        Found::Superblock {
-            has_this,
-            foreign: foreign.iter().map(|s| s.to_string()).collect(),
-        }
+    const BLANK: Found = Found::Blank { remote: false };
+
+    fn foreign() -> Found {
+        Found::Refused(Refused::Foreign(vec![RecordSeen {
+            array: Uuid([1; 16]),
+            volume: "x".into(),
+        }]))
     }
 
     #[test]
@@ -172,7 +169,18 @@ mod tests {
         );
         // Existing blank members (or siblings' records only) are synced, not trusted.
         assert_eq!(
-            run(auto, &[Blank, sb(false, &[]), Blank]),
+            run(auto, &[BLANK, Siblings, BLANK]),
+            Ok(Plan::Create {
+                assume_clean: false
+            })
+        );
+    }
+
+    #[test]
+    fn a_blank_remote_export_is_created_beside_a_new_file() {
+        use Found::*;
+        assert_eq!(
+            run(CreatePolicy::Auto, &[Missing, Blank { remote: true }]),
             Ok(Plan::Create {
                 assume_clean: false
             })
@@ -184,7 +192,10 @@ mod tests {
         use Found::*;
         for policy in [CreatePolicy::Auto, CreatePolicy::Never] {
             assert_eq!(
-                run(policy, &[Missing, sb(true, &[]), NotBlank]),
+                run(
+                    policy,
+                    &[Missing, HasThis, Refused(Data { signature: None })]
+                ),
                 Ok(Plan::Open)
             );
         }
@@ -196,16 +207,28 @@ mod tests {
         let auto = CreatePolicy::Auto;
         for (found, says) in [
             (
-                vec![Blank, sb(false, &["volume `x` of array 1"])],
+                vec![BLANK, foreign()],
                 "member d1 (p) belongs to another array (volume `x`",
             ),
             (
-                vec![Blank, NotBlank],
+                vec![BLANK, Refused(Data { signature: None })],
                 "member d1 (p) has no nbraid superblock but is not blank",
             ),
-            (vec![Unreadable("EIO".into()), Blank], "member d0 (p): EIO"),
             (
-                vec![Blank, Missing],
+                vec![
+                    BLANK,
+                    Refused(Data {
+                        signature: Some("an XFS file system"),
+                    }),
+                ],
+                "member d1 (p) holds an XFS file system",
+            ),
+            (
+                vec![Refused(Unknown("EIO".into())), BLANK],
+                "member d0 (p): EIO",
+            ),
+            (
+                vec![BLANK, Missing],
                 "member d1 (p) is missing while member d0 (p) exists",
             ),
         ] {

@@ -24,6 +24,7 @@
 //!   A replace is therefore not checkpointed; it starts again.
 
 use super::array::{free_area_avoiding, Array, ArrayError};
+use super::disk_rule::{may_write, Allowed, Consent, Refused, Writer};
 use super::member_meta::MemberMeta;
 use super::records::Recorded;
 use super::{Area, BitmapArea, MemberEntry, Probe, RecordedState, Uuid, VolumeRecord};
@@ -95,8 +96,19 @@ impl Array {
         }
     }
 
-    /// Keeps `meta` as a hot spare (in memory: the config names spares at every start).
+    /// Keeps `meta` as a hot spare (in memory: the config names spares at every start), if
+    /// the write rule lets it be written (`disk_rule.rs`; no `--force`).
     pub fn add_spare(&self, meta: Arc<MemberMeta>) -> Result<(), ArrayError> {
+        self.add_spare_with(meta, &Consent::default())
+    }
+
+    /// [`Array::add_spare`] with the operator's consent (`--force`, Matrix siblings).
+    pub fn add_spare_with(
+        &self,
+        meta: Arc<MemberMeta>,
+        consent: &Consent,
+    ) -> Result<(), ArrayError> {
+        self.check_disk(&meta, consent)?;
         self.check_newcomer(&meta, None)?;
         self.heal.spares.lock().push(meta);
         Ok(())
@@ -152,7 +164,8 @@ impl Array {
         };
         let mut used = Vec::new();
         for (r, spare) in chosen {
-            self.rebuild_onto(r, spare).await?;
+            // Spares passed the write rule when they were added.
+            self.install_newcomer(r, spare).await?;
             used.push(r);
         }
         Ok(used)
@@ -175,6 +188,69 @@ impl Array {
     /// Rebuild windows of about `bytes` (tests and the simulator use small ones).
     pub fn set_rebuild_window_bytes(&self, bytes: u64) {
         self.heal.window_bytes.store(bytes, SeqCst);
+    }
+
+    /// Whether the write rule lets this array write onto `meta` (`disk_rule.rs`); a forced
+    /// write is logged with what it overrides.
+    pub(super) fn check_disk(
+        &self,
+        meta: &MemberMeta,
+        consent: &Consent,
+    ) -> Result<(), ArrayError> {
+        let writer = Writer {
+            array: Some(self.id()),
+            siblings: consent.siblings.clone(),
+        };
+        match may_write(&meta.contents(), &writer, consent.force) {
+            Ok(Allowed::Forced(why)) => {
+                tracing::warn!(
+                    "volume `{}`: writing onto `{}` as forced (--force), although {why}",
+                    self.name(),
+                    meta.member().name()
+                );
+                Ok(())
+            }
+            Ok(_) => Ok(()),
+            Err(why) => Err(self.refuse(format!(
+                "`{}` {why}{}",
+                meta.member().name(),
+                why.force_advice()
+            ))),
+        }
+    }
+
+    /// Takes the records of other arrays off `meta` when the operator forced this array onto
+    /// it (`--force` over another array's member): that array must find its member gone, not
+    /// assemble over bytes this array rebuilt. Call it once every other check has passed.
+    pub(super) async fn drop_forced_records(
+        &self,
+        meta: &MemberMeta,
+        consent: &Consent,
+    ) -> Result<(), ArrayError> {
+        let writer = Writer {
+            array: Some(self.id()),
+            siblings: consent.siblings.clone(),
+        };
+        let Ok(Allowed::Forced(Refused::Foreign(foreign))) =
+            may_write(&meta.contents(), &writer, consent.force)
+        else {
+            return Ok(());
+        };
+        let gone: Vec<Uuid> = foreign.iter().map(|r| r.array).collect();
+        meta.update(|sb| sb.volumes.retain(|v| !gone.contains(&v.array)))
+            .await
+            .map_err(|e| self.refuse(e.to_string()))?;
+        tracing::warn!(
+            "volume `{}`: `{}`: records of another array taken off as forced ({})",
+            self.name(),
+            meta.member().name(),
+            foreign
+                .iter()
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        Ok(())
     }
 
     /// Whether `meta` can join (as a spare, or in role `role`, whose old member it may be).
@@ -319,8 +395,18 @@ impl Array {
     }
 
     /// Puts `meta` in failed role `role` to be rebuilt by [`Array::rebuild`] (it takes writes
-    /// at once and is read once the rebuild completes).
+    /// at once and is read once the rebuild completes), if the write rule lets it be written.
     pub async fn rebuild_onto(&self, role: usize, meta: Arc<MemberMeta>) -> Result<(), ArrayError> {
+        self.check_disk(&meta, &Consent::default())?;
+        self.install_newcomer(role, meta).await
+    }
+
+    /// [`Array::rebuild_onto`] for a disk the write rule has passed already.
+    pub(super) async fn install_newcomer(
+        &self,
+        role: usize,
+        meta: Arc<MemberMeta>,
+    ) -> Result<(), ArrayError> {
         if role >= self.volume().member_count() || !self.volume().member_is_failed(role) {
             return Err(self.refuse(format!(
                 "role {role} has not failed: replace its member instead"
@@ -365,10 +451,22 @@ impl Array {
     /// Starts replacing role `role`'s member (current) by `meta`; [`Array::rebuild`] copies
     /// it and swaps them when done.
     pub async fn replace(&self, role: usize, meta: Arc<MemberMeta>) -> Result<(), ArrayError> {
+        self.replace_with(role, meta, &Consent::default()).await
+    }
+
+    /// [`Array::replace`] with the operator's consent (`--force`, Matrix siblings).
+    pub async fn replace_with(
+        &self,
+        role: usize,
+        meta: Arc<MemberMeta>,
+        consent: &Consent,
+    ) -> Result<(), ArrayError> {
+        self.check_disk(&meta, consent)?;
         self.check_newcomer(&meta, None)?;
         // Its path is recorded when it takes the role: refused now if it could not be.
         let listed = self.records.recorded.lock().await.added_paths.clone();
         self.check_recordable(meta.member().name(), &listed)?;
+        self.drop_forced_records(&meta, consent).await?;
         self.volume()
             .start_replacement(role, meta.member().clone())?;
         self.heal.replacing.lock().insert(role, meta);

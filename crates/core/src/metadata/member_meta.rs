@@ -1,11 +1,13 @@
 //! A member and its superblock as loaded, shared by every volume on the member.
 
+use super::disk_rule::{read_first_mib, DiskContents};
 use super::{
     read_superblock, write_superblock, Found, Probe, Superblock, SuperblockIoError, Uuid,
     VolumeRecord,
 };
 use crate::member::Member;
 use futures::lock::Mutex as AsyncMutex;
+use parking_lot::Mutex;
 use std::sync::Arc;
 
 /// One member and its superblock, shared by every volume on it (Matrix RAID): updates of
@@ -13,6 +15,9 @@ use std::sync::Arc;
 pub struct MemberMeta {
     pub(super) member: Arc<dyn Member>,
     pub(super) probe: Probe,
+    /// What the disk holds, as the write rule sees it (`disk_rule.rs`): as loaded, then its
+    /// records as last written.
+    pub(super) contents: Mutex<DiskContents>,
     pub(super) sb: AsyncMutex<Option<Superblock>>,
 }
 
@@ -24,9 +29,11 @@ impl MemberMeta {
             Ok(Found::Superblock(sb, d)) => (Probe::Superblock(sb.clone(), d), Some(sb)),
             Err(e) => (Probe::Unreadable(e.to_string()), None),
         };
+        let contents = contents_of(&*member, &probe).await;
         Arc::new(MemberMeta {
             member,
             probe,
+            contents: Mutex::new(contents),
             sb: AsyncMutex::new(sb),
         })
     }
@@ -36,6 +43,7 @@ impl MemberMeta {
     pub fn unreachable(member: Arc<dyn Member>, why: String) -> Arc<MemberMeta> {
         Arc::new(MemberMeta {
             member,
+            contents: Mutex::new(DiskContents::Unknown(format!("unreachable: {why}"))),
             probe: Probe::Unreachable(why),
             sb: AsyncMutex::new(None),
         })
@@ -48,6 +56,12 @@ impl MemberMeta {
     /// What reading the superblock found when this was loaded.
     pub fn probe(&self) -> &Probe {
         &self.probe
+    }
+
+    /// What the disk holds (blank, data, records: as loaded, or as nbraid last wrote its
+    /// superblock), for the write rule.
+    pub fn contents(&self) -> DiskContents {
+        self.contents.lock().clone()
     }
 
     /// Applies `f` to the superblock, bumps its generation and writes it (FUA).
@@ -66,6 +80,7 @@ impl MemberMeta {
         sb.generation += 1;
         sb.member_bytes = self.member.len();
         write_superblock(&*self.member, &sb).await?;
+        *self.contents.lock() = DiskContents::of_superblock(&sb);
         *g = Some(sb);
         Ok(())
     }
@@ -76,4 +91,14 @@ impl MemberMeta {
         g.as_ref()
             .and_then(|sb| sb.volumes.iter().find(|v| v.name == name).cloned())
     }
+}
+
+/// What `member` holds for the write rule: its records, or (no superblock) whether its first
+/// MiB is blank.
+pub(super) async fn contents_of(member: &dyn Member, probe: &Probe) -> DiskContents {
+    let first = match probe {
+        Probe::Blank => read_first_mib(member).await,
+        _ => None,
+    };
+    DiskContents::from_probe(probe, first.as_deref())
 }

@@ -14,6 +14,7 @@
 mod array;
 mod assemble;
 mod codec;
+pub mod disk_rule;
 mod heal;
 pub mod intent;
 mod io;
@@ -36,6 +37,7 @@ pub use heal::RebuildReport;
 pub use io::{read_superblock, write_superblock, Found, SuperblockIoError};
 pub use member_meta::MemberMeta;
 pub use readd::Readd;
+pub use spare_list::forget_added_path_offline;
 pub use spares::{assign_spares, SpareChoice};
 
 pub use superblock::{

@@ -13,9 +13,10 @@
 //!   pass — rate-limited, pausable — then flushes, gives the member the current bitmap, makes
 //!   it current and commits its role *active*.
 //! - **Otherwise it is rebuilt whole** ([`Array::rebuild_onto`], then [`Array::rebuild`]): a
-//!   blank member (a `nbdkit memory` export restarted), a volume without a bitmap, a member
-//!   that failed while it was being rebuilt. A member with other records (another array, an
-//!   id the role no longer has) is refused: it may hold someone else's data.
+//!   blank member (a `nbdkit memory` export restarted: no superblock and its first MiB zero),
+//!   a volume without a bitmap, a member that failed while it was being rebuilt. A member with
+//!   other records (another array, an id the role no longer has), or with data and no
+//!   superblock, is refused: it may hold someone else's data (the write rule, `disk_rule.rs`).
 //! - **A crash during the resync loses nothing.** The records keep the role *failed* until
 //!   the commit at the end (the member's own record is not touched before), so a restart
 //!   serves the role degraded and the re-add starts again from the bitmap, which still marks
@@ -133,9 +134,12 @@ impl Array {
             Ok(Found::Superblock(sb, d)) => (Probe::Superblock(sb.clone(), d), Some(sb)),
             Err(e) => return Ok(Readd::Unreachable(e.to_string())),
         };
+        // A member that comes back without a superblock is written only if blank (the rule).
+        let contents = super::member_meta::contents_of(&*member, &probe).await;
         let fresh = Arc::new(MemberMeta {
             member: member.clone(),
             probe,
+            contents: parking_lot::Mutex::new(contents),
             sb: AsyncMutex::new(sb.clone()),
         });
         let Some(sb) = sb else {

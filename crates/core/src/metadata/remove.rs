@@ -9,6 +9,7 @@
 //! redundancy away behind the operator's back — fail it first.
 
 use super::array::{Array, ArrayError};
+use super::member_meta::MemberMeta;
 use super::{MemberEntry, RecordedState, Uuid};
 use crate::absent::AbsentMember;
 use std::sync::Arc;
@@ -21,6 +22,12 @@ impl Array {
             .read()
             .get(role)
             .is_some_and(Option::is_some)
+    }
+
+    /// The member (and superblock) standing in role `role`: shared by every volume on the
+    /// member file, so a volume that takes the file too writes through the same one.
+    pub fn member_meta(&self, role: usize) -> Option<Arc<MemberMeta>> {
+        self.records.metas.read().get(role).cloned().flatten()
     }
 
     /// Takes failed role `role`'s member out of the array (see the module); returns its name.

@@ -9,18 +9,28 @@
 //! paths at start and offers them to assembly after the config's members and spares.
 
 use super::array::{Array, ArrayError};
+use super::disk_rule::Consent;
 use super::member_meta::MemberMeta;
 use super::superblock::{MAX_ADDED_PATHS, MAX_ADDED_PATH_BYTES};
+use super::{SuperblockIoError, Uuid};
 use std::sync::Arc;
 
 impl Array {
     /// Keeps `meta` as a hot spare ([`Array::add_spare`]) and records its path, so a
     /// restart still knows it.
-    pub async fn add_recorded_spare(&self, meta: Arc<MemberMeta>) -> Result<(), ArrayError> {
+    /// `consent`: the operator's `--force` and the disk's Matrix siblings (the write rule,
+    /// `disk_rule.rs`).
+    pub async fn add_recorded_spare(
+        &self,
+        meta: Arc<MemberMeta>,
+        consent: &Consent,
+    ) -> Result<(), ArrayError> {
         let path = meta.member().name().to_string();
         let mut rec = self.records.recorded.lock().await;
         self.check_recordable(&path, &rec.added_paths)?;
-        self.add_spare(meta)?;
+        self.check_disk(&meta, consent)?;
+        self.drop_forced_records(&meta, consent).await?;
+        self.add_spare_with(meta, consent)?;
         if !rec.added_paths.contains(&path) {
             rec.added_paths.push(path);
             self.commit(&mut rec).await?;
@@ -59,4 +69,41 @@ impl Array {
         self.commit(&mut rec).await?;
         Ok(true)
     }
+}
+
+/// Takes `path` out of the added paths of volume `volume`'s records (array `array`) on
+/// `metas` — the volume's members read while no daemon serves them (`nbraid remove
+/// --offline`). The event counter is left alone (the write-hole log's lives count from it):
+/// every readable record listing the path is edited, so a start reads the same list whatever
+/// member it reads; an edit cut short is finished by running it again. Returns how many
+/// superblocks were written; 0 when no record lists `path`.
+pub async fn forget_added_path_offline(
+    metas: &[Arc<MemberMeta>],
+    volume: &str,
+    array: Uuid,
+    path: &str,
+) -> Result<usize, SuperblockIoError> {
+    let mut written = 0;
+    for meta in metas {
+        let lists = meta.sb.lock().await.as_ref().is_some_and(|sb| {
+            sb.volumes.iter().any(|v| {
+                v.name == volume && v.array == array && v.added_paths.iter().any(|p| p == path)
+            })
+        });
+        if !lists {
+            continue;
+        }
+        meta.update(|sb| {
+            for v in sb
+                .volumes
+                .iter_mut()
+                .filter(|v| v.name == volume && v.array == array)
+            {
+                v.added_paths.retain(|p| p != path);
+            }
+        })
+        .await?;
+        written += 1;
+    }
+    Ok(written)
 }

@@ -3,6 +3,7 @@
 //! format (JSON lines, versioned), `ops` carries requests out on the daemon's volumes,
 //! `server` accepts connections and answers them one line at a time.
 
+mod fail;
 pub mod ops;
 pub mod proto;
 pub mod server;

@@ -2,6 +2,7 @@
 
 use super::proto::{ok_reply, Refusal, Request};
 use crate::heal::Known;
+use nbraid_core::metadata::disk_rule::{may_write, Allowed, Consent, Writer};
 use nbraid_core::metadata::{Array, MemberMeta};
 use nbraid_core::{
     Member, MemberState, PassControl, PassRate, PassState, ScrubControl, ScrubReport, ScrubState,
@@ -267,6 +268,17 @@ impl ControlVolume {
     }
 }
 
+/// What the daemon already does with a path offered to `add`/`replace`.
+enum Offered {
+    /// Nothing: opened anew.
+    New,
+    /// A member let go (removed, replaced) but still open.
+    LetGo(Arc<dyn Member>),
+    /// A member of another volume ("member d0 of volume \"r10\"") on the same file
+    /// (Matrix), with its shared superblock.
+    Shared(Arc<MemberMeta>, String),
+}
+
 /// Opens an existing member file for `add`/`replace` (or takes the daemon's open one,
 /// `open`) and reads its superblock.
 async fn open_newcomer(
@@ -410,14 +422,15 @@ impl Controls {
     }
 
     /// What this daemon already does with the file or device at `path`, offered as a new
-    /// spare or replacement of volume `volume`: refused when it serves — a member of any
-    /// volume (member files may carry several), a spare standing by (a spare stands by for
-    /// one volume, as in the config), a replacement being rebuilt in; opening it again would
-    /// only meet the daemon's own lock. A member let go but still open (removed, or replaced)
-    /// is handed back to be used again.
-    fn already_open(&self, volume: &str, path: &str) -> Result<Option<Arc<dyn Member>>, Refusal> {
+    /// spare or replacement of volume `volume`: refused when it serves this volume — a
+    /// member, a spare standing by (a spare stands by for one volume, as in the config), a
+    /// replacement being rebuilt in; opening it again would only meet the daemon's own lock.
+    /// A member of *another* volume (Matrix: member files carry several) is handed over with
+    /// its superblock, which the volumes share ([`Offered::Shared`]). A member let go but
+    /// still open (removed, or replaced) is handed back to be used again.
+    fn already_open(&self, volume: &str, path: &str) -> Result<Offered, Refusal> {
         let Ok(new) = std::fs::metadata(path) else {
-            return Ok(None); // opening it says what is wrong
+            return Ok(Offered::New); // opening it says what is wrong
         };
         let in_use = |what: String| {
             Refusal::new(
@@ -425,15 +438,18 @@ impl Controls {
                 format!("`{path}` is {what}; a member or spare serves one place at a time"),
             )
         };
+        let mut shared = None;
         for v in &self.volumes {
             let vol = v.array.volume();
             for (r, id) in v.member_ids().iter().enumerate() {
                 if same_file(vol.member(r).name(), &new) {
+                    if v.name != volume {
+                        let what = format!("member {id} of volume \"{}\"", v.name);
+                        shared = shared.or(v.array.member_meta(r).map(|m| (m, what)));
+                        continue;
+                    }
                     let hint = match vol.member_is_failed(r) {
-                        true if v.name == volume => {
-                            " (failed: `nbraid remove` it first, then add it to rebuild it)"
-                        }
-                        true => " (failed)",
+                        true => " (failed: `nbraid remove` it first, then add it to rebuild it)",
                         false => "",
                     };
                     return Err(in_use(format!(
@@ -459,6 +475,9 @@ impl Controls {
                 return Err(in_use(format!("a spare of volume \"{}\"", v.name)));
             }
         }
+        if let Some((meta, other)) = shared {
+            return Ok(Offered::Shared(meta, other));
+        }
         let let_go = self.volumes.iter().find_map(|v| {
             let known = v.known.lock();
             known
@@ -466,7 +485,44 @@ impl Controls {
                 .find(|k| same_file(k.member.name(), &new))
                 .map(|k| k.member.clone())
         });
-        Ok(let_go)
+        Ok(let_go.map_or(Offered::New, Offered::LetGo))
+    }
+
+    /// The member at `path` for `add`/`replace` of volume `v`, and the consent the write
+    /// rule hears (`--force`). A member file another volume serves (Matrix) is taken only
+    /// when it carries this volume's own record (a member of it, removed and added back):
+    /// then only this volume's region is rebuilt; never forced.
+    async fn newcomer(
+        &self,
+        v: &ControlVolume,
+        path: &str,
+        force: bool,
+    ) -> Result<(Arc<MemberMeta>, Consent), Refusal> {
+        let consent = Consent {
+            force,
+            siblings: Vec::new(),
+        };
+        let open = match self.already_open(&v.name, path)? {
+            Offered::Shared(meta, other) => {
+                let writer = Writer {
+                    array: Some(v.array.id()),
+                    siblings: Vec::new(),
+                };
+                if may_write(&meta.contents(), &writer, false) != Ok(Allowed::Ours) {
+                    return Err(Refusal::new(
+                        "in-use",
+                        format!(
+                            "`{path}` is {other} and carries no record of volume \"{}\"; a member or spare serves one place at a time",
+                            v.name
+                        ),
+                    ));
+                }
+                return Ok((meta, consent));
+            }
+            Offered::LetGo(m) => Some(m),
+            Offered::New => None,
+        };
+        Ok((open_newcomer(path, open).await?, consent))
     }
 
     /// The volumes a request names (`None`: all of them).
@@ -489,10 +545,22 @@ impl Controls {
                 let vols: Vec<Value> = self.select(&volume)?.iter().map(|v| status(v)).collect();
                 Ok(ok_reply(json!({ "volumes": vols })))
             }
-            Request::Fail { volume, member } => {
+            Request::Fail {
+                volume,
+                member,
+                force,
+            } => {
                 let v = self.find(&volume)?;
                 let index = v.member_index(&member)?;
                 let vol = v.array.volume();
+                let tree = vol.geometry().root();
+                let unreadable = |m: usize| m < vol.member_count() && !vol.member_is_current(m);
+                if let Some(why) = super::fail::refuse_fail(tree, &unreadable, index, force) {
+                    return Err(Refusal::new(
+                        "would-lose-data",
+                        format!("volume \"{volume}\": {why}"),
+                    ));
+                }
                 vol.fail_member(index, "failed by the operator (nbraid fail)");
                 // Into the superblocks now, not at the next write: a restart keeps it failed.
                 let array = v.array.clone();
@@ -521,13 +589,19 @@ impl Controls {
                     json!({ "volume": volume, "scrub": scrub_json(&ctl.report()) }),
                 ))
             }
-            Request::Add { volume, path } => {
+            Request::Add {
+                volume,
+                path,
+                force,
+            } => {
                 let v = self.find(&volume)?;
-                let open = self.already_open(&volume, &path)?;
-                let meta = open_newcomer(&path, open).await?;
+                let (meta, consent) = self.newcomer(v, &path, force).await?;
                 v.learn(&path, meta.member());
                 // Recorded: a restart still knows it.
-                v.array.add_recorded_spare(meta).await.map_err(refused)?;
+                v.array
+                    .add_recorded_spare(meta, &consent)
+                    .await
+                    .map_err(refused)?;
                 // A failed role takes it at once.
                 let roles = v.array.use_spares().await.map_err(refused)?;
                 if !roles.is_empty() {
@@ -544,13 +618,16 @@ impl Controls {
                 volume,
                 member,
                 path,
+                force,
             } => {
                 let v = self.find(&volume)?;
                 let index = v.member_index(&member)?;
-                let open = self.already_open(&volume, &path)?;
-                let meta = open_newcomer(&path, open).await?;
+                let (meta, consent) = self.newcomer(v, &path, force).await?;
                 v.learn(&path, meta.member());
-                v.array.replace(index, meta).await.map_err(refused)?;
+                v.array
+                    .replace_with(index, meta, &consent)
+                    .await
+                    .map_err(refused)?;
                 v.ensure_rebuild(v.rebuild_rate);
                 Ok(ok_reply(
                     json!({ "volume": volume, "index": index, "rebuild": rebuild_json(v) }),

@@ -35,9 +35,12 @@ pub enum Request {
     Status {
         volume: Option<String>,
     },
+    /// Fail a member; refused when it would lose data (beyond the tree's tolerance) unless
+    /// `force`.
     Fail {
         volume: String,
         member: String,
+        force: bool,
     },
     Scrub {
         volume: String,
@@ -54,15 +57,18 @@ pub enum Request {
         volume: String,
     },
     /// A hot spare (a member file at `path`); a failed member's role gets it at once.
+    /// `force`: write onto it although the write rule refuses (data, another array's records).
     Add {
         volume: String,
         path: String,
+        force: bool,
     },
     /// Rebuild onto `path` while `member` keeps serving, then swap (md's want_replacement).
     Replace {
         volume: String,
         member: String,
         path: String,
+        force: bool,
     },
     /// Take a failed member out of its role, or a spare out of the spares (mdadm --remove).
     Remove {
@@ -214,6 +220,7 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
         "adaptive",
         "path",
         "follow",
+        "force",
     ];
     if let Some(k) = o.keys().find(|k| !known.contains(&k.as_str())) {
         return Err(Refusal::new(
@@ -228,6 +235,7 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
         "fail" => Request::Fail {
             volume: string_field(&o, "volume", op)?,
             member: string_field(&o, "member", op)?,
+            force: bool_field(&o, "force", op)?,
         },
         "scrub" => Request::Scrub {
             volume: string_field(&o, "volume", op)?,
@@ -246,11 +254,13 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
         "add" => Request::Add {
             volume: string_field(&o, "volume", op)?,
             path: string_field(&o, "path", op)?,
+            force: bool_field(&o, "force", op)?,
         },
         "replace" => Request::Replace {
             volume: string_field(&o, "volume", op)?,
             member: string_field(&o, "member", op)?,
             path: string_field(&o, "path", op)?,
+            force: bool_field(&o, "force", op)?,
         },
         "remove" => Request::Remove {
             volume: string_field(&o, "volume", op)?,
@@ -325,7 +335,16 @@ mod tests {
             parse(br#"{"v":1,"op":"fail","volume":"db","member":2}"#),
             Ok(Request::Fail {
                 volume: "db".into(),
-                member: "2".into()
+                member: "2".into(),
+                force: false
+            })
+        );
+        assert_eq!(
+            parse(br#"{"v":1,"op":"add","volume":"db","path":"/d","force":true}"#),
+            Ok(Request::Add {
+                volume: "db".into(),
+                path: "/d".into(),
+                force: true
             })
         );
         let code = |l: &[u8]| parse(l).unwrap_err().code;

@@ -1,0 +1,93 @@
+//! Whether `nbraid fail` may fail a member: never the last copy of any data unless the
+//! operator says `--force` (mdadm refuses the same). The tree's computed tolerance decides
+//! ([`Node::survives`]): a fail is refused when the volume could not read all its data with
+//! this member lost beside those already unreadable (failed, or still being rebuilt) — RAID 1
+//! failing its last half, RAID 10 both halves of one mirror, RAID 6 a third member.
+
+use nbraid_layout::Node;
+
+/// Why a fail is refused (`None`: it may go ahead). `unreadable(m)`: member `m` is failed or
+/// not yet current; `index`: the member to fail; `force`: the operator's `--force`.
+pub fn refuse_fail(
+    tree: &Node,
+    unreadable: &dyn Fn(usize) -> bool,
+    index: usize,
+    force: bool,
+) -> Option<String> {
+    if force || unreadable(index) {
+        return None;
+    }
+    if tree.survives(&|m| m == index || unreadable(m)) {
+        return None;
+    }
+    let down: Vec<String> = (0..=max_index(tree))
+        .filter(|&m| unreadable(m))
+        .map(|m| m.to_string())
+        .collect();
+    let beside = match down.is_empty() {
+        true => String::new(),
+        false => format!(
+            " beside members {} (failed or being rebuilt)",
+            down.join(", ")
+        ),
+    };
+    Some(format!(
+        "failing member {index}{beside} would lose data: some of it would have no readable \
+         copy left (more lost than the layout tolerates); add --force to fail it anyway"
+    ))
+}
+
+fn max_index(tree: &Node) -> usize {
+    tree.member_indices().into_iter().max().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nbraid_layout::ParityLayout;
+
+    const MIB: u64 = 1 << 20;
+
+    fn members(first: usize, n: usize) -> Vec<Node> {
+        (first..first + n)
+            .map(|i| Node::member(i, MIB, 8 * MIB))
+            .collect()
+    }
+
+    fn check(tree: &Node, down: &[usize], index: usize) -> bool {
+        refuse_fail(tree, &|m| down.contains(&m), index, false).is_none()
+    }
+
+    #[test]
+    fn the_last_copy_is_not_failed_unless_forced() {
+        let raid1 = Node::mirror(members(0, 2)).unwrap();
+        assert!(check(&raid1, &[], 0));
+        assert!(!check(&raid1, &[0], 1));
+        assert!(refuse_fail(&raid1, &|m| m == 0, 1, true).is_none());
+        // Failing a member already failed changes nothing.
+        assert!(check(&raid1, &[0], 0));
+        let text = refuse_fail(&raid1, &|m| m == 0, 1, false).unwrap();
+        assert!(
+            text.contains("--force") && text.contains("members 0"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_tree_decides_not_a_count() {
+        // RAID 10: one half of each mirror may go, not both halves of one.
+        let pairs = (0..2)
+            .map(|k| Node::mirror(members(2 * k, 2)).unwrap())
+            .collect();
+        let raid10 = Node::stripe(64 << 10, pairs).unwrap();
+        assert!(check(&raid10, &[0], 2));
+        assert!(!check(&raid10, &[0], 1));
+        // RAID 6: two may go, not a third.
+        let raid6 = Node::parity(64 << 10, 2, ParityLayout::default(), members(0, 5)).unwrap();
+        assert!(check(&raid6, &[0], 1));
+        assert!(!check(&raid6, &[0, 1], 2));
+        // RAID 0: nothing may go.
+        let raid0 = Node::stripe(64 << 10, members(0, 2)).unwrap();
+        assert!(!check(&raid0, &[], 0));
+    }
+}
