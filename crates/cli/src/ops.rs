@@ -757,7 +757,7 @@ mod tests {
             })))
         };
         assert!(
-            done(300).contains("  rebuild done over 1.0 GiB, 5 min ago\n"),
+            done(300).contains("  rebuild done over 1 GiB, 5 min ago\n"),
             "{}",
             done(300)
         );

@@ -4,14 +4,11 @@
 //! what it means for the config — a spare now holding a role (with the `members = [...]`
 //! line to write), an old member ignored, roles no member serves.
 
-use futures::FutureExt;
 use nbraid_config::{Config, MemberStorage, Volume};
-use nbraid_core::metadata::{assemble, Absence, MemberMeta, Probe, SLOT_BYTES};
-use nbraid_core::{Member, MemoryMember};
+use nbraid_core::metadata::{assemble, Absence, Probe};
+use nbraid_daemon::preflight::{read_probe, read_probe_of};
 use nbraid_daemon::{added, heal};
 use serde::Serialize;
-use std::io::Read;
-use std::sync::Arc;
 
 /// What the superblocks say about one volume.
 #[derive(Clone, Debug, Serialize)]
@@ -108,7 +105,13 @@ fn volume(config: &Config, v: &Volume) -> Records {
         _ => None,
     };
     r.members = heal::ids_by_role(&ids, n, &asm.roles);
-    r.notes = heal::role_notes(&v.name, &ids, (n, positions.len()), &asm.roles, &record);
+    r.notes = heal::role_notes(
+        &v.name,
+        (&ids, &added),
+        (n, positions.len()),
+        &asm.roles,
+        &record,
+    );
     let absent: Vec<String> = asm
         .absent()
         .map(|(role, a)| {
@@ -127,33 +130,4 @@ fn volume(config: &Config, v: &Volume) -> Records {
         format!("degraded: {}", absent.join(", "))
     };
     r
-}
-
-/// A probe as [`added::follow_added`] asks for it.
-fn read_probe_of(probe: &Probe) -> Option<&Probe> {
-    Some(probe)
-}
-
-/// The superblock of the member file at `path` (config id or path `id`), read without
-/// opening it for writing.
-fn read_probe(path: &std::path::Path, id: &str) -> Probe {
-    let mut bytes = Vec::new();
-    match std::fs::File::open(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Probe::Missing,
-        Err(e) => return Probe::Unreadable(format!("{}: {e}", path.display())),
-        Ok(f) => {
-            if let Err(e) = f.take(2 * SLOT_BYTES).read_to_end(&mut bytes) {
-                return Probe::Unreadable(format!("{}: {e}", path.display()));
-            }
-        }
-    }
-    // Assembly's own reader over a copy of the two slots.
-    let copy = MemoryMember::new(id, 2 * SLOT_BYTES);
-    copy.poke(0, &bytes);
-    // A memory member answers at once: polled once, no executor (this runs inside
-    // `follow_added`'s).
-    let meta = MemberMeta::load(Arc::new(copy) as Arc<dyn Member>)
-        .now_or_never()
-        .expect("a memory member's reads complete at once");
-    meta.probe().clone()
 }

@@ -54,8 +54,26 @@ fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
     serves(&v, 1, "spare.img");
     let notes = v["notes"].to_string();
     assert!(
-        notes.contains("spare.img (added at run time) holds role 1"),
+        notes.contains("member spare (added at run time: /")
+            && notes.contains("spare.img) holds role 1"),
         "{v}"
+    );
+    // It goes by an id, and its note gives the lines to paste into the config.
+    assert_eq!(v["members"][1]["id"], "spare", "{v}");
+    let note = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .find(|n| n.contains("added at run time"))
+        .unwrap();
+    let spare_path = dir.path().join("spare.img");
+    assert!(
+        note.contains(&format!(
+            "[[member]]\nid = \"spare\"\npath = \"{}\"\nand set members = [\"d0\", \"spare\", ",
+            spare_path.display()
+        )),
+        "{note}"
     );
     assert!(notes.contains("member d1 no longer holds a role"), "{v}");
     reads_back(&nbdcopy, dir.path(), &uri, &data);

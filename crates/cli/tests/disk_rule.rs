@@ -141,8 +141,14 @@ fn add_and_replace_refuse_data_and_another_arrays_member_unless_forced() {
         ]),
         "add --force another array's member",
     );
-    let checked = ok(nbraid(&["check", other]), "check the other array");
-    assert!(!checked.contains("r6: healthy"), "{checked}");
+    // Its start would now be refused: `nbraid check` says so and exits 1.
+    let checked = nbraid(&["check", other]);
+    let said = String::from_utf8_lossy(&checked.stdout);
+    assert!(!checked.status.success(), "{said}");
+    assert!(
+        !said.contains("r6: healthy") && said.contains("r6: refused"),
+        "{said}"
+    );
     d.stop();
 }
 

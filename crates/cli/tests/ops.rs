@@ -254,12 +254,13 @@ fn a_spare_added_at_run_time_survives_a_restart_and_takes_a_failed_role() {
     let data = fill(&nbdcopy, dir.path(), &uri, 0x5eed_0f5a_4e5a_f00d);
     let spare = blank_member(dir.path(), "spare.img");
     ok(nbraid(&["add", "r6", &spare, "--config", cfg]), "add");
-    assert_eq!(volume_status(cfg)["spares"], serde_json::json!([spare]));
+    // A member added at run time goes by an id made from its file name.
+    assert_eq!(volume_status(cfg)["spares"], serde_json::json!(["spare"]));
     d.stop();
 
     let (mut d, uri) = serve(&config, "r6");
     let v = volume_status(cfg);
-    assert_eq!(v["spares"], serde_json::json!([spare]), "{v:#}");
+    assert_eq!(v["spares"], serde_json::json!(["spare"]), "{v:#}");
     assert_eq!(v["state"], "healthy", "{v:#}");
     ok(nbraid(&["fail", "r6", "d2", "--config", cfg]), "fail");
     let v = wait_for(cfg, "the rebuild onto the recorded spare", |v| {
@@ -329,7 +330,7 @@ fn remove_refuses_active_members_and_takes_out_failed_ones_and_spares() {
         nbraid(&["add", "r6", &extra, "--config", cfg]),
         "add a spare",
     );
-    assert_eq!(volume_status(cfg)["spares"], serde_json::json!([extra]));
+    assert_eq!(volume_status(cfg)["spares"], serde_json::json!(["z"]));
     let said = ok(
         nbraid(&["remove", "r6", &extra, "--config", cfg]),
         "remove a spare",

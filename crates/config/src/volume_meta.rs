@@ -290,7 +290,7 @@ mod tests {
                     })
                     .collect();
                 let text = format!(
-                    "{members}[[volume]]\nname = \"v\"\nlevel = \"{level}\"\nmembers = [\"m0\", \"m1\", \"m2\", \"m3\"]\nstrip_size = {strip}\n"
+                    "{members}[[volume]]\nname = \"v\"\nlevel = \"{level}\"\nmembers = [\"m0\", \"m1\", \"m2\", \"m3\"]\nstrip_size = \"{strip}B\"\n"
                 );
                 let c = parse(&text, Path::new("t.toml")).unwrap();
                 let v = &c.volumes[0];

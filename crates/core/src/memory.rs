@@ -31,6 +31,21 @@ impl MemoryMember {
         }
     }
 
+    /// A member of `len` bytes that keeps only its first `kept_bytes`: reads past them are
+    /// zeroes, writes past them are refused. Reading a large device's superblocks through
+    /// assembly's own reader (which checks them against the member's real size) without
+    /// holding the device open or its size in memory.
+    pub fn with_prefix(name: impl Into<String>, len: u64, kept_bytes: u64) -> MemoryMember {
+        let mut m = MemoryMember::new(name, kept_bytes.min(len));
+        m.len = len;
+        m
+    }
+
+    /// The bytes it can hold: `len`, or fewer for [`MemoryMember::with_prefix`].
+    fn kept_bytes(&self) -> u64 {
+        (self.chunks.len() as u64 * CHUNK).min(self.len)
+    }
+
     /// Copies bytes out without counting an operation (for test assertions).
     pub fn peek(&self, offset: u64, out: &mut [u8]) {
         self.copy_out(offset, out);
@@ -60,7 +75,11 @@ impl MemoryMember {
 
     fn copy_out(&self, offset: u64, out: &mut [u8]) {
         for (c, ic, io, n) in Self::pieces(offset, out.len() as u64) {
-            match &*self.chunks[c].lock() {
+            let Some(chunk) = self.chunks.get(c) else {
+                out[io..io + n].fill(0); // past a prefix member's kept bytes
+                continue;
+            };
+            match &*chunk.lock() {
                 Some(data) => out[io..io + n].copy_from_slice(&data[ic..ic + n]),
                 None => out[io..io + n].fill(0),
             }
@@ -77,7 +96,10 @@ impl MemoryMember {
 
     fn zero(&self, offset: u64, len: u64) {
         for (c, ic, _, n) in Self::pieces(offset, len) {
-            let mut slot = self.chunks[c].lock();
+            let Some(slot) = self.chunks.get(c) else {
+                continue; // past a prefix member's kept bytes: zeroes already
+            };
+            let mut slot = slot.lock();
             if n as u64 == CHUNK {
                 *slot = None;
             } else if let Some(chunk) = slot.as_mut() {
@@ -119,7 +141,7 @@ impl Member for MemoryMember {
             MemberOp::Write,
             offset,
             data.len() as u64,
-            self.len,
+            self.kept_bytes(),
         )
         .map(|()| self.copy_in(offset, &data));
         future::ready(g.finish(r)).boxed()
@@ -174,13 +196,14 @@ impl Member for MemoryMember {
     ) -> BoxFuture<'_, MemberResult<()>> {
         let len: u64 = data.iter().map(|d| d.len() as u64).sum();
         let g = self.counters.start(MemberOp::Write, len);
-        let r = check_range(&self.name, MemberOp::Write, offset, len, self.len).map(|()| {
-            let mut at = offset;
-            for d in &data {
-                self.copy_in(at, d);
-                at += d.len() as u64;
-            }
-        });
+        let r =
+            check_range(&self.name, MemberOp::Write, offset, len, self.kept_bytes()).map(|()| {
+                let mut at = offset;
+                for d in &data {
+                    self.copy_in(at, d);
+                    at += d.len() as u64;
+                }
+            });
         future::ready(g.finish(r)).boxed()
     }
 }

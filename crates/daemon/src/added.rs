@@ -28,6 +28,37 @@ impl Added {
     }
 }
 
+/// The id a member added at run time goes by (status, notes, the config snippet to paste):
+/// its file name without the extension, in the characters a config id may hold, made unique
+/// against `taken` with `-2`, `-3`… The same path and ids give the same id at every start.
+pub fn added_id(path: &str, taken: &[String]) -> String {
+    let stem = Path::new(path)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut base: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if base.is_empty() || !base.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        base = format!("m-{base}").trim_end_matches('-').to_string();
+    }
+    let free = |id: &str| !taken.iter().any(|t| t == id);
+    if free(&base) {
+        return base;
+    }
+    (2..)
+        .map(|n| format!("{base}-{n}"))
+        .find(|id| free(id))
+        .expect("some suffix is free")
+}
+
 /// Volume `name`'s record in `probe` when it is of array `array` (of any array: `None`).
 pub fn record_of<'a>(
     probe: &'a Probe,
@@ -172,4 +203,23 @@ pub async fn open_added(config: &Config, v: &config::Volume, opened: &[Opened]) 
 /// What an opened member's superblock says (`None`: it could not be opened).
 fn opened_probe(o: &Result<Opened, String>) -> Option<&Probe> {
     Some(o.as_ref().ok()?.meta()?.probe())
+}
+
+#[cfg(test)]
+mod id_tests {
+    use super::added_id;
+
+    #[test]
+    fn an_added_member_is_named_by_its_file_and_never_twice() {
+        let taken = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(added_id("/srv/disks/new-d.img", &taken(&["d0"])), "new-d");
+        assert_eq!(
+            added_id("/srv/disks/d0.img", &taken(&["d0", "d0-2"])),
+            "d0-3"
+        );
+        assert_eq!(added_id("/dev/sdc", &[]), "sdc");
+        assert_eq!(added_id("/x/disk 1.img", &[]), "disk-1");
+        assert_eq!(added_id("/x/7.img", &[]), "m-7");
+        assert_eq!(added_id("/", &[]), "m");
+    }
 }

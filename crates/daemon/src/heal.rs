@@ -94,12 +94,26 @@ pub(crate) fn has_this_volume(o: &Opened, name: &str, array: Option<Uuid>) -> bo
 /// The ids of assembly's positions: the config's members, then its spares (config ids),
 /// then the members added at run time that the records list (their paths).
 pub fn position_ids(config: &Config, v: &config::Volume, added_paths: &[String]) -> Vec<String> {
-    v.members
+    let mut ids: Vec<String> = v
+        .members
         .iter()
         .chain(&v.heal.spares)
         .map(|&m| config.members[m].id.clone())
-        .chain(added_paths.iter().cloned())
-        .collect()
+        .collect();
+    // Added members go by an id no config member has (their snippet must paste).
+    let mut taken: Vec<String> = config.members.iter().map(|m| m.id.clone()).collect();
+    for path in added_paths {
+        let id = crate::added::added_id(path, &taken);
+        taken.push(id.clone());
+        ids.push(id);
+    }
+    ids
+}
+
+/// The config lines that name a member added at run time: a `[[member]]` to paste, since
+/// its id is not the config's yet.
+pub fn member_snippet(id: &str, path: &str) -> String {
+    format!("[[member]]\nid = \"{id}\"\npath = \"{path}\"")
 }
 
 /// Positions (members, then spares) that serve or are recorded in some role.
@@ -139,7 +153,7 @@ pub fn ids_by_role(ids: &[String], n: usize, roles: &[Result<usize, Absence>]) -
 /// carries no other volume's (a member shared with other volumes must not be wiped).
 pub fn role_notes(
     volume: &str,
-    ids: &[String],
+    (ids, added_paths): (&[String], &[String]),
     (n, configured): (usize, usize),
     roles: &[Result<usize, Absence>],
     record: &dyn Fn(usize) -> Option<bool>,
@@ -153,10 +167,14 @@ pub fn role_notes(
     let mut notes = Vec::new();
     for (role, r) in roles.iter().enumerate() {
         match r {
-            Ok(p) if *p >= configured => notes.push(format!(
-                "member {} (added at run time) holds role {role}: opened by the path the records keep; to name it in the config, give it a [[member]] and list it in members",
-                ids[*p]
-            )),
+            Ok(p) if *p >= configured => {
+                let path = added_paths.get(*p - configured).map_or("?", String::as_str);
+                notes.push(format!(
+                    "member {} (added at run time: {path}) holds role {role}, opened by the path the records keep; to name it in the config, add\n{}\nand set members = [{line}]",
+                    ids[*p],
+                    member_snippet(&ids[*p], path)
+                ))
+            }
             Ok(p) if *p >= n => notes.push(format!(
                 "member {} (listed in spares) now holds role {role}; update the config: members = [{line}]",
                 ids[*p]
@@ -195,10 +213,17 @@ pub async fn adopt(
     let this = Some(array.id());
     let paths: Vec<String> = added.iter().map(|a| a.path.clone()).collect();
     let ids = position_ids(config, v, &paths);
-    let mut notes = role_notes(&v.name, &ids, (n, configured), &report.roles, &|p| {
-        let o = &opened[v.members[p]];
-        has_this_volume(o, &v.name, this).then(|| only_this_volume(o, &v.name, this) == Some(true))
-    });
+    let mut notes = role_notes(
+        &v.name,
+        (&ids, &paths),
+        (n, configured),
+        &report.roles,
+        &|p| {
+            let o = &opened[v.members[p]];
+            has_this_volume(o, &v.name, this)
+                .then(|| only_this_volume(o, &v.name, this) == Some(true))
+        },
+    );
     let mut known = Vec::new();
     let positions = v.members.iter().chain(&v.heal.spares).enumerate();
     for (p, &m) in positions {
@@ -245,7 +270,7 @@ pub async fn adopt(
             if let Ok(o) = &a.opened {
                 if let Some(meta) = o.meta() {
                     known.push(Known {
-                        id: a.path.clone(),
+                        id: ids[configured + i].clone(),
                         member: meta.member().clone(),
                     });
                 }
@@ -254,7 +279,7 @@ pub async fn adopt(
         }
         if let Some(m) = adopt_recorded(array, &v.name, a, &mut notes) {
             known.push(Known {
-                id: a.path.clone(),
+                id: ids[configured + i].clone(),
                 member: m,
             });
         }
@@ -415,31 +440,35 @@ mod tests {
         let pos = ids(&["d0", "d1", "d2", "d3", "s0"]);
         let roles = vec![Ok(0), Ok(4), Ok(2), Ok(3)];
         assert_eq!(ids_by_role(&pos, 4, &roles), ids(&["d0", "s0", "d2", "d3"]));
-        let notes = role_notes("v", &pos, (4, 5), &roles, &|p| (p != 4).then_some(true));
+        let notes = role_notes("v", (&pos, &[]), (4, 5), &roles, &|p| {
+            (p != 4).then_some(true)
+        });
         assert_eq!(notes.len(), 2, "{notes:?}");
         assert!(notes[0].contains(r#"s0 (listed in spares) now holds role 1; update the config: members = ["d0", "s0", "d2", "d3"]"#));
         assert!(notes[1].starts_with("member d1 no longer holds a role in volume v"));
     }
 
     #[test]
-    fn a_member_added_at_run_time_in_a_role_is_named_by_its_path() {
+    fn a_member_added_at_run_time_in_a_role_gets_an_id_and_a_snippet_to_paste() {
         // Config: members d0..d2, no spares; /x/new.img (added at run time) holds role 2.
-        let pos = ids(&["d0", "d1", "d2", "/x/new.img"]);
+        let pos = ids(&["d0", "d1", "d2", "new"]);
         let roles = vec![Ok(0), Ok(1), Ok(3)];
-        assert_eq!(
-            ids_by_role(&pos, 3, &roles),
-            ids(&["d0", "d1", "/x/new.img"])
-        );
-        let notes = role_notes("v", &pos, (3, 3), &roles, &|_| Some(true));
+        assert_eq!(ids_by_role(&pos, 3, &roles), ids(&["d0", "d1", "new"]));
+        let notes = role_notes("v", (&pos, &ids(&["/x/new.img"])), (3, 3), &roles, &|_| {
+            Some(true)
+        });
         assert_eq!(notes.len(), 2, "{notes:?}");
-        assert!(notes[0].starts_with("member /x/new.img (added at run time) holds role 2: opened by the path the records keep"), "{notes:?}");
+        assert_eq!(
+            notes[0],
+            "member new (added at run time: /x/new.img) holds role 2, opened by the path the records keep; to name it in the config, add\n[[member]]\nid = \"new\"\npath = \"/x/new.img\"\nand set members = [\"d0\", \"d1\", \"new\"]"
+        );
         assert!(notes[1].starts_with("member d2 no longer holds a role in volume v"));
         assert!(
             notes[1].ends_with("or wipe its first MiB to make it a spare"),
             "{notes:?}"
         );
         // Shared with other volumes (Matrix): never told to wipe it.
-        let notes = role_notes("v", &pos, (3, 3), &roles, &|_| Some(false));
+        let notes = role_notes("v", (&pos, &[]), (3, 3), &roles, &|_| Some(false));
         assert!(
             notes[1].ends_with("(it carries other volumes' records: do not wipe it)"),
             "{notes:?}"
@@ -453,7 +482,9 @@ mod tests {
         let roles = vec![Ok(1), Ok(0), Err(Absence::Lost)];
         assert_eq!(ids_by_role(&pos, 3, &roles), ids(&["b", "a", "c"]));
         // A blank member with no record is not an "old member".
-        assert!(role_notes("v", &pos, (3, 4), &roles, &|p| (p != 2).then_some(true)).is_empty());
+        assert!(role_notes("v", (&pos, &[]), (3, 4), &roles, &|p| (p != 2)
+            .then_some(true))
+        .is_empty());
         let failed = vec![Ok(0), Err(Absence::Failed { member: 1 }), Ok(2)];
         assert_eq!(ids_by_role(&pos, 3, &failed), ids(&["a", "b", "c"]));
     }

@@ -9,7 +9,7 @@ use futures::FutureExt;
 use nbraid_config::{Config, MemberStorage, Volume};
 use nbraid_core::metadata::{assemble, MemberMeta, Probe, SLOT_BYTES};
 use nbraid_core::{Member, MemoryMember};
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -91,26 +91,31 @@ pub fn probes(config: &Config, v: &Volume) -> Option<Vec<Probe>> {
 }
 
 /// A probe as [`added::follow_added`] asks for it.
-fn read_probe_of(probe: &Probe) -> Option<&Probe> {
+pub fn read_probe_of(probe: &Probe) -> Option<&Probe> {
     Some(probe)
 }
 
 /// The superblock of the member file at `path` (config id or path `id`), read without
-/// opening it for writing.
-fn read_probe(path: &Path, id: &str) -> Probe {
+/// opening it for writing (`nbraidd --check` and `nbraid check`).
+pub fn read_probe(path: &Path, id: &str) -> Probe {
     let mut bytes = Vec::new();
-    match std::fs::File::open(path) {
+    let len_bytes = match std::fs::File::open(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Probe::Missing,
         Err(e) => return Probe::Unreadable(format!("{}: {e}", path.display())),
-        Ok(f) => {
-            if let Err(e) = f.take(2 * SLOT_BYTES).read_to_end(&mut bytes) {
-                return Probe::Unreadable(format!("{}: {e}", path.display()));
-            }
-        }
-    }
-    // Assembly's own reader over a copy of the two slots; a memory member answers at once,
-    // so one poll does (this runs inside `follow_added`'s executor).
-    let copy = MemoryMember::new(id, 2 * SLOT_BYTES);
+        // The real size (a block device's too: its metadata says 0), which assembly's
+        // reader checks the records against.
+        Ok(mut f) => match f
+            .seek(std::io::SeekFrom::End(0))
+            .and_then(|len| f.rewind().map(|()| len))
+            .and_then(|len| f.take(2 * SLOT_BYTES).read_to_end(&mut bytes).map(|_| len))
+        {
+            Ok(len) => len,
+            Err(e) => return Probe::Unreadable(format!("{}: {e}", path.display())),
+        },
+    };
+    // Assembly's own reader over a copy of the two slots, as long as the member; a memory
+    // member answers at once, so one poll does (this runs inside `follow_added`'s executor).
+    let copy = MemoryMember::with_prefix(id, len_bytes, 2 * SLOT_BYTES);
     copy.poke(0, &bytes);
     let meta = MemberMeta::load(Arc::new(copy) as Arc<dyn Member>)
         .now_or_never()

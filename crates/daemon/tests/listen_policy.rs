@@ -54,7 +54,8 @@ fn config(dir: &Path, daemon: &str) -> std::path::PathBuf {
 }
 
 fn start(config: &Path) -> Daemon {
-    Daemon::start(config, "error", true, |l| l.starts_with("  v:"))
+    // At warn: a consent to listen unprotected is said as a warning.
+    Daemon::start(config, "warn", true, |l| l.starts_with("  v:"))
 }
 
 /// Every URI printed for the export.

@@ -133,7 +133,7 @@ impl ControlVolume {
             .map_or_else(|| member.name().to_string(), |k| k.id.clone())
     }
 
-    /// Remembers a member added at run time by its path.
+    /// Remembers a member added at run time by its id ([`Controls::added_id`]).
     fn learn(&self, id: &str, member: &Arc<dyn Member>) {
         let mut known = self.known.lock();
         if known.iter().any(|k| Arc::ptr_eq(&k.member, member)) {
@@ -525,6 +525,20 @@ impl Controls {
         Ok((open_newcomer(path, open).await?, consent))
     }
 
+    /// The id a member added at run time from `path` goes by: no volume's member or known
+    /// member has it ([`crate::added::added_id`], as a restart names it).
+    fn added_id(&self, path: &str) -> String {
+        let taken: Vec<String> = self
+            .volumes
+            .iter()
+            .flat_map(|v| {
+                let known: Vec<String> = v.known.lock().iter().map(|k| k.id.clone()).collect();
+                v.members.iter().cloned().chain(known)
+            })
+            .collect();
+        crate::added::added_id(path, &taken)
+    }
+
     /// The volumes a request names (`None`: all of them).
     fn select(&self, name: &Option<String>) -> Result<Vec<&ControlVolume>, Refusal> {
         match name {
@@ -596,7 +610,7 @@ impl Controls {
             } => {
                 let v = self.find(&volume)?;
                 let (meta, consent) = self.newcomer(v, &path, force).await?;
-                v.learn(&path, meta.member());
+                v.learn(&self.added_id(&path), meta.member());
                 // Recorded: a restart still knows it.
                 v.array
                     .add_recorded_spare(meta, &consent)
@@ -623,7 +637,7 @@ impl Controls {
                 let v = self.find(&volume)?;
                 let index = v.member_index(&member)?;
                 let (meta, consent) = self.newcomer(v, &path, force).await?;
-                v.learn(&path, meta.member());
+                v.learn(&self.added_id(&path), meta.member());
                 v.array
                     .replace_with(index, meta, &consent)
                     .await
