@@ -233,4 +233,21 @@ mod tests {
             (2, 1, 1, 1, 0)
         );
     }
+
+    /// A member as long as a large device that keeps only its first bytes: reads past them
+    /// are zeroes, writes past them refused, its length the device's.
+    #[test]
+    fn a_prefix_member_is_long_and_holds_only_its_first_bytes() {
+        let len_bytes = 1u64 << 44; // 16 TiB: no chunk table that size is made
+        let m = MemoryMember::with_prefix("big", len_bytes, 2 * CHUNK);
+        assert_eq!(m.len(), len_bytes);
+        m.poke(10, b"superblock");
+        let back = block_on(m.read(0, Buf::new(CHUNK as usize))).unwrap();
+        assert_eq!(&back[10..20], b"superblock");
+        let far = block_on(m.read(len_bytes - 4096, Buf::new(4096))).unwrap();
+        assert!(far.iter().all(|&b| b == 0));
+        let past = block_on(m.write(3 * CHUNK, Buf::copy_from(&[1; 512]).freeze(), false));
+        assert!(past.is_err(), "a write past the kept bytes is refused");
+        block_on(m.trim(0, 4 * CHUNK)).unwrap();
+    }
 }

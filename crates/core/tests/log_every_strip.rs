@@ -7,54 +7,13 @@
 
 mod common;
 
-use common::{KIB, MIB};
+use common::{Lossy, KIB, MIB};
 use futures::executor::block_on;
-use futures::future::BoxFuture;
-use futures::FutureExt;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, Probe, METADATA_AREA_BYTES};
-use nbraid_core::{
-    Buf, CacheMode, Member, MemberCounters, MemberResult, MemoryMember, SharedBuf, VolumeOptions,
-};
+use nbraid_core::{Buf, CacheMode, Member, MemoryMember, VolumeOptions};
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape, STRIP_MAX, STRIP_MIN};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-
-/// A member whose non-FUA writes vanish while `lose` is set (a power loss; the log's FUA
-/// writes are durable).
-struct Lossy {
-    inner: MemoryMember,
-    lose: AtomicBool,
-}
-
-impl Member for Lossy {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
-        self.inner.read(offset, buf)
-    }
-    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
-        if self.lose.load(Ordering::SeqCst) && !fua {
-            return async { Ok(()) }.boxed();
-        }
-        self.inner.write(offset, data, fua)
-    }
-    fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.trim(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.write_zeroes(offset, len)
-    }
-    fn counters(&self) -> &MemberCounters {
-        self.inner.counters()
-    }
-}
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
     (0..len)

@@ -2,8 +2,11 @@
 //! shapes over fault-injecting memory members.
 #![allow(dead_code)]
 
-use nbraid_core::{Faulty, Member, MemoryMember};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use nbraid_core::{Buf, Faulty, Member, MemberCounters, MemberResult, MemoryMember, SharedBuf};
 use nbraid_layout::{Geometry, Level, ParityLayout, Region, Shape};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// How much longer soak runs are than the default (env `NBRAID_SOAK`: unset = 1, a number
@@ -118,4 +121,41 @@ pub fn raid5_of_pairs(strip: u64, start: u64, len: u64) -> nbraid_layout::Node {
         })
         .collect();
     Node::parity(strip, 1, ParityLayout::LeftSymmetric, pairs).expect("raid5")
+}
+
+/// A member whose non-FUA writes vanish while `lose` is set: what a power loss does to
+/// writes still in the drive's volatile cache (FUA writes — the log — are durable).
+pub struct Lossy {
+    pub inner: MemoryMember,
+    pub lose: AtomicBool,
+}
+
+impl Member for Lossy {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
+        self.inner.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
+        if self.lose.load(Ordering::SeqCst) && !fua {
+            return async { Ok(()) }.boxed();
+        }
+        self.inner.write(offset, data, fua)
+    }
+    fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
+        self.inner.flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        self.inner.trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        self.inner.write_zeroes(offset, len)
+    }
+    fn counters(&self) -> &MemberCounters {
+        self.inner.counters()
+    }
 }
