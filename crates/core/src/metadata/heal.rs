@@ -190,6 +190,15 @@ impl Array {
         self.heal.window_bytes.store(bytes, SeqCst);
     }
 
+    /// The write rule's verdict (`disk_rule.rs`) on this array writing onto `meta`.
+    fn disk_verdict(&self, meta: &MemberMeta, consent: &Consent) -> Result<Allowed, Refused> {
+        let writer = Writer {
+            array: Some(self.id()),
+            siblings: consent.siblings.clone(),
+        };
+        may_write(&meta.contents(), &writer, consent.force)
+    }
+
     /// Whether the write rule lets this array write onto `meta` (`disk_rule.rs`); a forced
     /// write is logged with what it overrides.
     pub(super) fn check_disk(
@@ -197,11 +206,7 @@ impl Array {
         meta: &MemberMeta,
         consent: &Consent,
     ) -> Result<(), ArrayError> {
-        let writer = Writer {
-            array: Some(self.id()),
-            siblings: consent.siblings.clone(),
-        };
-        match may_write(&meta.contents(), &writer, consent.force) {
+        match self.disk_verdict(meta, consent) {
             Ok(Allowed::Forced(why)) => {
                 tracing::warn!(
                     "volume `{}`: writing onto `{}` as forced (--force), although {why}",
@@ -227,12 +232,7 @@ impl Array {
         meta: &MemberMeta,
         consent: &Consent,
     ) -> Result<(), ArrayError> {
-        let writer = Writer {
-            array: Some(self.id()),
-            siblings: consent.siblings.clone(),
-        };
-        let Ok(Allowed::Forced(Refused::Foreign(foreign))) =
-            may_write(&meta.contents(), &writer, consent.force)
+        let Ok(Allowed::Forced(Refused::Foreign(foreign))) = self.disk_verdict(meta, consent)
         else {
             return Ok(());
         };
