@@ -1,7 +1,7 @@
 //! The flattened view: a logical range of the whole volume as member extents, every copy of
 //! every byte, with the parity chunks of the stripes it touches.
 
-use crate::node::Node;
+use crate::node::{ChildPiece, Node, ParityGroup, ParityPiece};
 use crate::rotation::Role;
 use crate::LayoutError;
 use serde::Serialize;
@@ -56,16 +56,12 @@ pub fn map(root: &Node, offset: u64, len: u64) -> Result<Mapping, LayoutError> {
     if len == 0 {
         return Ok(out);
     }
-    let mut group_base = 0;
-    walk(
-        root,
+    let whole = Span {
         offset,
         len,
-        offset,
-        Ctx::default(),
-        &mut group_base,
-        &mut out,
-    );
+        logical: offset,
+    };
+    walk(root, whole, Ctx::default(), 0, &mut out);
     Ok(out)
 }
 
@@ -77,31 +73,30 @@ struct Ctx {
     copy: u32,
 }
 
+/// Bytes `[offset, offset+len)` of a node's address space, the first of them at volume
+/// offset `logical`.
+#[derive(Clone, Copy)]
+struct Span {
+    offset: u64,
+    len: u64,
+    logical: u64,
+}
+
 /// Number of parity groups in a subtree (for numbering groups in tree order).
 fn groups_in(node: &Node) -> usize {
     let own = usize::from(matches!(node, Node::Parity(_)));
     own + node.children().iter().map(groups_in).sum::<usize>()
 }
 
-/// `logical` is the volume offset of the first byte of `[offset, offset+len)` of `node`.
-/// `group_base` is the number of the first parity group inside `node`.
-fn walk(
-    node: &Node,
-    offset: u64,
-    len: u64,
-    logical: u64,
-    ctx: Ctx,
-    group_base: &mut usize,
-    out: &mut Mapping,
-) {
-    let base = *group_base;
+/// Maps `span` of `node`; `group_base` is the number of the first parity group inside `node`.
+fn walk(node: &Node, span: Span, ctx: Ctx, group_base: usize, out: &mut Mapping) {
     match node {
         Node::Member(m) => {
             let e = Extent {
-                logical,
-                len,
+                logical: span.logical,
+                len: span.len,
                 member: m.index,
-                offset: m.start + offset,
+                offset: m.start + span.offset,
                 role: ctx.role.unwrap_or(Role::Data),
                 stripe: ctx.stripe,
                 copy: ctx.copy,
@@ -112,109 +107,127 @@ fn walk(
                 out.parity.push(e);
             }
         }
-        Node::Concat(c) => {
-            for p in c.split(offset, len) {
-                let mut gb = base + child_group_base(c.children(), p.child);
-                walk(
-                    &c.children()[p.child],
-                    p.offset,
-                    p.len,
-                    logical + (p.logical - offset),
-                    ctx,
-                    &mut gb,
-                    out,
-                );
-            }
-        }
-        Node::Stripe(s) => {
-            for p in s.split(offset, len) {
-                let mut gb = base + child_group_base(s.children(), p.child);
-                walk(
-                    &s.children()[p.child],
-                    p.offset,
-                    p.len,
-                    logical + (p.logical - offset),
-                    ctx,
-                    &mut gb,
-                    out,
-                );
-            }
-        }
+        Node::Concat(c) => walk_pieces(
+            c.children(),
+            &c.split(span.offset, span.len),
+            span,
+            ctx,
+            group_base,
+            out,
+        ),
+        Node::Stripe(s) => walk_pieces(
+            s.children(),
+            &s.split(span.offset, span.len),
+            span,
+            ctx,
+            group_base,
+            out,
+        ),
         Node::Mirror(m) => {
             for (i, child) in m.children().iter().enumerate() {
-                let mut gb = base + child_group_base(m.children(), i);
-                let c = Ctx {
+                let copy = Ctx {
                     copy: ctx.copy + m.copy_base(i),
                     ..ctx
                 };
-                walk(child, offset, len, logical, c, &mut gb, out);
+                let base = group_base + child_group_base(m.children(), i);
+                walk(child, span, copy, base, out);
             }
         }
         Node::Parity(g) => {
-            let pieces = g.split(offset, len);
-            for p in &pieces {
-                let mut gb = base + 1 + child_group_base(g.children(), p.child);
-                // Bytes of an outer P/Q keep naming the outer stripe they protect.
-                let c = Ctx {
-                    stripe: match ctx.role {
-                        None => Some(StripeId {
-                            group: base,
-                            stripe: p.stripe,
-                        }),
-                        Some(_) => ctx.stripe,
-                    },
-                    ..ctx
-                };
-                walk(
-                    &g.children()[p.child],
-                    g.chunk_offset(p.stripe) + p.in_chunk,
-                    p.len,
-                    logical + (p.logical - offset),
-                    c,
-                    &mut gb,
-                    out,
-                );
-            }
-            // P and Q cover, per stripe, the union of the chunk rows touched.
-            let mut i = 0;
-            while i < pieces.len() {
-                let stripe = pieces[i].stripe;
-                let mut lo = u64::MAX;
-                let mut hi = 0;
-                let mut j = i;
-                while j < pieces.len() && pieces[j].stripe == stripe {
-                    lo = lo.min(pieces[j].in_chunk);
-                    hi = hi.max(pieces[j].in_chunk + pieces[j].len);
-                    j += 1;
-                }
-                let roles = g.roles(stripe);
-                // The stripe row lies inside this call's contiguous piece of the volume
-                // (outer stripe units are whole span stripes), so shift by the same amount.
-                let row_logical = (logical + stripe * g.stripe_width() + lo) - offset;
-                let holders =
-                    std::iter::once((roles.p, Role::P)).chain(roles.q.map(|q| (q, Role::Q)));
-                for (child, role) in holders {
-                    let mut gb = base + 1 + child_group_base(g.children(), child);
-                    let c = Ctx {
-                        role: Some(role),
-                        stripe: Some(StripeId {
-                            group: base,
-                            stripe,
-                        }),
-                        ..ctx
-                    };
-                    walk(
-                        &g.children()[child],
-                        g.chunk_offset(stripe) + lo,
-                        hi - lo,
-                        row_logical,
-                        c,
-                        &mut gb,
-                        out,
-                    );
-                }
-                i = j;
-            }
+            let pieces = g.split(span.offset, span.len);
+            walk_parity_data(g, &pieces, span, ctx, group_base, out);
+            walk_parity_rows(g, &pieces, span, ctx, group_base, out);
+        }
+    }
+}
+
+/// Concat and stripe: each piece goes to its child, at its place in the volume.
+fn walk_pieces(
+    children: &[Node],
+    pieces: &[ChildPiece],
+    span: Span,
+    ctx: Ctx,
+    group_base: usize,
+    out: &mut Mapping,
+) {
+    for p in pieces {
+        let child = Span {
+            offset: p.offset,
+            len: p.len,
+            logical: span.logical + (p.logical - span.offset),
+        };
+        let base = group_base + child_group_base(children, p.child);
+        walk(&children[p.child], child, ctx, base, out);
+    }
+}
+
+/// A parity group's data pieces, each naming the stripe it belongs to.
+fn walk_parity_data(
+    g: &ParityGroup,
+    pieces: &[ParityPiece],
+    span: Span,
+    ctx: Ctx,
+    group_base: usize,
+    out: &mut Mapping,
+) {
+    for p in pieces {
+        // Bytes of an outer P/Q keep naming the outer stripe they protect.
+        let stripe = match ctx.role {
+            None => Some(StripeId {
+                group: group_base,
+                stripe: p.stripe,
+            }),
+            Some(_) => ctx.stripe,
+        };
+        let child = Span {
+            offset: g.chunk_offset(p.stripe) + p.in_chunk,
+            len: p.len,
+            logical: span.logical + (p.logical - span.offset),
+        };
+        let base = group_base + 1 + child_group_base(g.children(), p.child);
+        walk(
+            &g.children()[p.child],
+            child,
+            Ctx { stripe, ..ctx },
+            base,
+            out,
+        );
+    }
+}
+
+/// P and Q of a parity group cover, per stripe, the union of the chunk rows touched.
+fn walk_parity_rows(
+    g: &ParityGroup,
+    pieces: &[ParityPiece],
+    span: Span,
+    ctx: Ctx,
+    group_base: usize,
+    out: &mut Mapping,
+) {
+    for row in pieces.chunk_by(|a, b| a.stripe == b.stripe) {
+        let stripe = row[0].stripe;
+        let lo = row.iter().map(|p| p.in_chunk).min().unwrap_or(0);
+        let hi = row.iter().map(|p| p.in_chunk + p.len).max().unwrap_or(0);
+        let roles = g.roles(stripe);
+        // The stripe row lies inside this call's contiguous piece of the volume (outer stripe
+        // units are whole span stripes), so shift by the same amount.
+        let rows = Span {
+            offset: g.chunk_offset(stripe) + lo,
+            len: hi - lo,
+            logical: (span.logical + stripe * g.stripe_width() + lo) - span.offset,
+        };
+        let holders = std::iter::once((roles.p, Role::P)).chain(roles.q.map(|q| (q, Role::Q)));
+        for (child, role) in holders {
+            let c = Ctx {
+                role: Some(role),
+                stripe: Some(StripeId {
+                    group: group_base,
+                    stripe,
+                }),
+                ..ctx
+            };
+            let base = group_base + 1 + child_group_base(g.children(), child);
+            walk(&g.children()[child], rows, c, base, out);
         }
     }
 }
