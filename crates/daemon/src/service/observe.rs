@@ -391,6 +391,13 @@ pub fn summary(names: &[&str], snaps: &[VolumeSnapshot]) -> String {
     format!("serving {}: {}", names.len(), parts.join("; "))
 }
 
+/// [`summary`] of every volume now.
+pub fn summary_of(controls: &Controls) -> String {
+    let names: Vec<&str> = controls.volumes.iter().map(|v| v.name.as_str()).collect();
+    let snaps: Vec<_> = controls.volumes.iter().map(snapshot).collect();
+    summary(&names, &snaps)
+}
+
 /// Looks at every volume each [`POLL_INTERVAL`], publishes what changed on `bus`, and hands
 /// the summary to `status` whenever it changes (first at once).
 pub async fn watch(controls: Arc<Controls>, bus: Arc<EventBus>, status: impl Fn(&str)) {
