@@ -163,6 +163,19 @@ pub fn changes(volume: &str, prev: &VolumeSnapshot, next: &VolumeSnapshot) -> Ve
     for (r, n) in next.roles.iter().enumerate() {
         let Some(p) = prev.roles.get(r) else { continue };
         if p.id != n.id {
+            // A spare that took the role between two looks is still being rebuilt: the member
+            // it replaced failed in between (a replacement swaps in rebuilt, its old member
+            // serving until then).
+            if !p.failed && !n.current {
+                out.push(
+                    Event::new(
+                        EventKind::MemberFailed,
+                        volume,
+                        format!("member {} failed: it is no longer read or written", p.id),
+                    )
+                    .member(&p.id),
+                );
+            }
             out.push(
                 Event::new(
                     EventKind::SpareActive,
@@ -507,6 +520,25 @@ mod tests {
         assert_eq!(kinds(&e), ["rebuild-finished", "volume-optimal"]);
         assert_eq!(e[0].result.as_deref(), Some("done"));
         assert!(changes("db", &done, &done).is_empty());
+    }
+
+    #[test]
+    fn a_member_that_failed_and_was_taken_over_between_two_looks_is_still_said_to_fail() {
+        let before = vol(&[false, false]);
+        let mut after = vol(&[false, false]);
+        after.roles[1].id = "s0".into();
+        after.roles[1].current = false;
+        after.health = Health::Degraded;
+        let e = changes("db", &before, &after);
+        assert_eq!(
+            kinds(&e),
+            ["member-failed", "spare-active", "volume-degraded"]
+        );
+        assert_eq!(e[0].member.as_deref(), Some("d1"));
+        // A replacement swaps in rebuilt: its old member did not fail.
+        let mut replaced = vol(&[false, false]);
+        replaced.roles[1].id = "new".into();
+        assert_eq!(kinds(&changes("db", &before, &replaced)), ["spare-active"]);
     }
 
     #[test]
