@@ -203,17 +203,8 @@ async fn serve(config: Config, opts: &StartOptions, notifier: Arc<Notifier>) -> 
     // Spares into failed roles, rebuilds started and resumed, by themselves.
     let returning_task = tokio::spawn(crate::returning::watch(controls.clone()));
     let summary_now = observe::summary_of(&controls);
-    let reloader = reload::Reloader::new(
-        config.clone(),
-        controls.clone(),
-        events,
-        metrics,
-        notifier.clone(),
-    );
-    let summary_controls = controls.clone();
-    let reload_task = tokio::spawn(reload::watch(hangup, reloader, move || {
-        observe::summary_of(&summary_controls)
-    }));
+    let reloader = reload::Reloader::new(&config, &controls, events, metrics, &notifier);
+    let reload_task = tokio::spawn(reload::watch(hangup, reloader));
     let heal_task = tokio::spawn(crate::heal::watch(controls));
 
     let tasks: Vec<_> = listeners
@@ -226,15 +217,7 @@ async fn serve(config: Config, opts: &StartOptions, notifier: Arc<Notifier>) -> 
         .collect();
     // Every volume assembled, every listener bound and accepting: ready.
     notifier.ready(&summary_now);
-    let watchdog_task = crate::service::notify::watchdog_from_env().map(|every| {
-        let n = notifier.clone();
-        tokio::spawn(async move {
-            loop {
-                n.watchdog();
-                tokio::time::sleep(every).await;
-            }
-        })
-    });
+    let watchdog_task = crate::service::notify::spawn_watchdog(&notifier);
 
     wait_for_stop(stop).await;
     notifier.stopping("stopping: draining requests and flushing volumes");

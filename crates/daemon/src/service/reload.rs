@@ -313,20 +313,20 @@ pub struct Reloader {
 
 impl Reloader {
     pub fn new(
-        started: Config,
-        controls: Arc<Controls>,
+        started: &Config,
+        controls: &Arc<Controls>,
         events: Arc<EventBus>,
         metrics: MetricsListener,
-        notifier: Arc<Notifier>,
+        notifier: &Arc<Notifier>,
     ) -> Reloader {
         Reloader {
             file: started.file.clone(),
-            live: Live::of(&started),
-            started,
-            controls,
+            live: Live::of(started),
+            started: started.clone(),
+            controls: controls.clone(),
             events,
             metrics,
-            notifier,
+            notifier: notifier.clone(),
         }
     }
 
@@ -413,9 +413,9 @@ impl Reloader {
         &mut self.live.volumes[at.expect("a volume the plan named is live")]
     }
 
-    /// One reload as SIGHUP asks: systemd told (`RELOADING=1` … `READY=1`), the outcome
-    /// logged and published; `status` is the summary line systemd shows afterwards.
-    pub async fn on_hangup(&mut self, status: impl Fn() -> String) {
+    /// One reload as SIGHUP asks: systemd told (`RELOADING=1` … `READY=1` with the volumes'
+    /// summary line), the outcome logged and published.
+    pub async fn on_hangup(&mut self) {
         self.notifier
             .send(&format!("RELOADING=1\nMONOTONIC_USEC={}", monotonic_usec()));
         let file = self.file.display().to_string();
@@ -436,7 +436,8 @@ impl Reloader {
                     .publish(Event::new(EventKind::ConfigRefused, "-", detail).result("refused"));
             }
         }
-        self.notifier.ready(&status());
+        self.notifier
+            .ready(&super::observe::summary_of(&self.controls));
     }
 }
 
@@ -463,13 +464,9 @@ pub fn hangup_signal() -> anyhow::Result<tokio::signal::unix::Signal> {
 }
 
 /// Reloads at every SIGHUP until the task is dropped.
-pub async fn watch(
-    mut hangup: tokio::signal::unix::Signal,
-    mut reloader: Reloader,
-    status: impl Fn() -> String,
-) {
+pub async fn watch(mut hangup: tokio::signal::unix::Signal, mut reloader: Reloader) {
     while hangup.recv().await.is_some() {
-        reloader.on_hangup(&status).await;
+        reloader.on_hangup().await;
     }
 }
 
