@@ -748,3 +748,52 @@ fn wait_for_hook_pid(pids: &Path, event: &str) -> u32 {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn sighup_moves_the_metrics_listener_and_starts_the_hook() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (free_port(), free_port());
+    let config = config_with_daemon_keys(
+        dir.path(),
+        &format!("metrics_listen = \"127.0.0.1:{first}\""),
+    );
+    let cfg = config.to_str().unwrap();
+    let (daemon, _) = spawn_daemon(&config, &[], |l| l.starts_with("nbraidd: control socket"));
+    let at = |port: u16| format!("127.0.0.1:{port}");
+    scrape(&at(first));
+
+    let log = dir.path().join("events.log");
+    hook_script(dir.path(), &log);
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        &format!("metrics_listen = \"127.0.0.1:{first}\""),
+        &format!("metrics_listen = \"127.0.0.1:{second}\"\non_event = \"on-event.sh\""),
+    );
+    std::fs::write(&config, text).unwrap();
+    let kept = events_of(cfg).len();
+    hangup(&daemon);
+    let e = wait_for_events(cfg, "config-reloaded", kept, 1);
+    let detail = e["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("metrics_listen now 127.0.0.1:{second}"))
+            && detail.contains("on_event now runs"),
+        "{detail}"
+    );
+    assert!(!detail.contains("waiting for a restart"), "{detail}");
+    let (_, metrics) = scrape(&at(second));
+    assert!(metrics
+        .samples
+        .iter()
+        .any(|s| s.metric == "nbraid_volume_state"));
+    assert!(
+        std::net::TcpStream::connect(at(first)).is_err(),
+        "the old metrics address is let go"
+    );
+    ok(
+        nbraid(&["fail", "r6", "d1", "--config", cfg]),
+        "nbraid fail",
+    );
+    wait_for_hook(&log, |b| {
+        b.contains("NBRAID_EVENT=member-failed") && b.contains("NBRAID_MEMBER=d1")
+    });
+    stop(daemon);
+}
