@@ -76,8 +76,8 @@ impl EventKind {
     }
 }
 
-/// One event: what, on which volume, which member (its config id, or its path for one
-/// added at run time), and a sentence for people.
+/// One event: what, on which volume (`-` for the daemon's own: a reload), which member
+/// (its config id, or the id given to one added at run time), and a sentence for people.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Event {
     pub kind: EventKind,

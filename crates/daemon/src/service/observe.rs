@@ -16,7 +16,8 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// One role of a volume.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Role {
-    /// The id of what serves the role (config id, or the path of a member added at run time).
+    /// The id of what serves the role (config id, or the id made from the file name of a
+    /// member added at run time).
     pub id: String,
     pub failed: bool,
     /// Read from: neither failed nor being rebuilt or resynced.
