@@ -277,6 +277,26 @@ fn sample(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]
     }
 }
 
+/// The request latency histogram of `volume` and `op`: its buckets, and its `_count`.
+fn latency(
+    scrape: &prometheus_parse::Scrape,
+    volume: &str,
+    op: &str,
+) -> (Vec<prometheus_parse::HistogramCount>, u64) {
+    let name = "nbraid_volume_request_duration_seconds";
+    let labels = [("volume", volume), ("op", op)];
+    let h = scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .unwrap_or_else(|| panic!("no histogram {name} {labels:?}"));
+    let prometheus_parse::Value::Histogram(buckets) = &h.value else {
+        panic!("{name} is not a histogram: {:?}", h.value)
+    };
+    let count = sample(scrape, &format!("{name}_count"), &labels);
+    (buckets.clone(), count as u64)
+}
+
 fn scrape(addr: &str) -> (String, prometheus_parse::Scrape) {
     let (status, body) = http_get(addr, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
@@ -299,13 +319,20 @@ fn metrics_parse_as_prometheus_text_and_move_with_io() {
     // Every sample has a declared type, a counter ends in _total, names carry the prefix.
     for s in &before.samples {
         assert!(s.metric.starts_with("nbraid_"), "{}", s.metric);
-        let doc = before.docs.get(&s.metric);
+        // A histogram's _sum and _count belong to its declaration (the parser reads them as
+        // samples of their own, untyped).
+        let family = ["_sum", "_count"]
+            .iter()
+            .find_map(|suffix| s.metric.strip_suffix(suffix))
+            .filter(|base| body.contains(&format!("# TYPE {base} histogram\n")))
+            .unwrap_or(&s.metric);
+        let doc = before.docs.get(family);
         assert!(doc.is_some(), "no HELP for {}: {body}", s.metric);
         if matches!(s.value, prometheus_parse::Value::Counter(_)) {
             assert!(s.metric.ends_with("_total"), "{}", s.metric);
         }
         assert!(
-            !matches!(s.value, prometheus_parse::Value::Untyped(_)),
+            family != s.metric || !matches!(s.value, prometheus_parse::Value::Untyped(_)),
             "no TYPE for {}",
             s.metric
         );
@@ -338,6 +365,9 @@ fn metrics_parse_as_prometheus_text_and_move_with_io() {
         )
     };
     let (w0, m0) = (written(&before), member_writes(&before));
+    let write_latency = |s: &prometheus_parse::Scrape| latency(s, "r6", "write");
+    let (buckets0, count0) = write_latency(&before);
+    assert_eq!(buckets0.last().map(|b| b.count), Some(count0 as f64));
 
     let uri = format!(
         "nbd+unix:///r6?socket={}",
@@ -356,6 +386,31 @@ fn metrics_parse_as_prometheus_text_and_move_with_io() {
         "client bytes written"
     );
     assert!(member_writes(&after) > m0, "a member's writes move too");
+    // Every write request was timed: its histogram counts them, cumulatively up to +Inf.
+    let writes = sample(
+        &after,
+        "nbraid_volume_requests_total",
+        &[("volume", "r6"), ("op", "write")],
+    );
+    let (buckets, count) = write_latency(&after);
+    assert!(
+        count > count0 && count as f64 == writes,
+        "{count} timed, {writes} written"
+    );
+    assert!(buckets
+        .windows(2)
+        .all(|w| w[0].count <= w[1].count && w[0].less_than < w[1].less_than));
+    assert!(buckets.last().unwrap().less_than.is_infinite());
+    assert_eq!(buckets.last().unwrap().count, count as f64);
+    let sum = sample(
+        &after,
+        "nbraid_volume_request_duration_seconds_sum",
+        &[("volume", "r6"), ("op", "write")],
+    );
+    assert!(
+        sum > 0.0 && sum < count as f64 * 10.0,
+        "{sum} s over {count} writes"
+    );
     assert_eq!(
         sample(
             &after,
@@ -474,4 +529,271 @@ fn a_warning_is_logged_once_and_under_the_journal_with_its_priority() {
             "every line has its priority and no timestamp: {l:?}"
         );
     }
+}
+
+/// The daemon's kept events, asked on the control socket beside `cfg` (`nbraid events`
+/// reads the config first, which may be broken on purpose).
+fn events_of(cfg: &str) -> Vec<Value> {
+    let control = Path::new(cfg).with_extension("ctl");
+    let reply = exchange(&control, &[br#"{"v":1,"op":"events"}"#]).remove(0);
+    reply["events"].as_array().cloned().unwrap_or_default()
+}
+
+/// Polls the events until `n` of `kind` are there past the first `after` (30 s at most);
+/// the `n`th.
+fn wait_for_events(cfg: &str, kind: &str, after: usize, n: usize) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let events = events_of(cfg);
+        let found: Vec<&Value> = events
+            .iter()
+            .skip(after)
+            .filter(|e| e["event"] == kind)
+            .collect();
+        if found.len() >= n {
+            return found[n - 1].clone();
+        }
+        assert!(Instant::now() < deadline, "no {kind} event: {events:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn hangup(child: &Child) {
+    // SAFETY: kill(2) on our own child's pid has no memory effects.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGHUP) };
+}
+
+/// Notifications on `sock` until one has a line `line` (10 s at most): all of them.
+fn notifications_until(sock: &UnixDatagram, line: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    while !seen.iter().any(|m: &String| m.lines().any(|l| l == line)) {
+        let m = next_notification(sock, Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("no {line}: {seen:?}"));
+        seen.push(m);
+    }
+    seen
+}
+
+#[test]
+fn sighup_applies_a_new_rebuild_rate_and_spare_and_says_what_waits_for_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(dir.path(), &["s0"], "rebuild_rate = \"10MiB\"\n");
+    let cfg = config.to_str().unwrap();
+    let notify_path = dir.path().join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    let notify_env = notify_path.to_str().unwrap();
+    let (daemon, _) = spawn_daemon(&config, &[("NOTIFY_SOCKET", notify_env)], |l| {
+        l.starts_with("nbraidd: control socket")
+    });
+    notifications_until(&notify, "READY=1");
+    let rate = |v: &Value| v["rebuild_rate"]["limit_bytes_per_s"].as_u64();
+    // On the control socket: `nbraid status` reads the config first, broken on purpose below.
+    let control = config.with_extension("ctl");
+    let volume_status = |_: &str| {
+        let reply = exchange(&control, &[br#"{"v":1,"op":"status"}"#]).remove(0);
+        reply["volumes"][0].clone()
+    };
+    assert_eq!(rate(&volume_status(cfg)), Some(10 * MIB));
+    assert_eq!(volume_status(cfg)["spares"], serde_json::json!([]));
+
+    // A faster rate and a spare (live), a larger strip (the superblocks' business).
+    let text = std::fs::read_to_string(&config).unwrap();
+    let edited = text
+        .replace(
+            "rebuild_rate = \"10MiB\"",
+            "rebuild_rate = \"20MiB\"\nspares = [\"s0\"]",
+        )
+        .replace("strip_size = \"64KiB\"", "strip_size = \"128KiB\"");
+    std::fs::write(&config, edited).unwrap();
+    let kept = events_of(cfg).len();
+    hangup(&daemon);
+    let said = notifications_until(&notify, "READY=1");
+    let reloading = said
+        .iter()
+        .position(|m| m.lines().any(|l| l == "RELOADING=1"));
+    assert!(
+        reloading.is_some_and(|at| at + 1 < said.len()),
+        "RELOADING=1, then READY=1: {said:?}"
+    );
+    let e = wait_for_events(cfg, "config-reloaded", kept, 1);
+    let detail = e["detail"].as_str().unwrap();
+    assert!(detail.contains("r6: rebuild_rate now 20 MiB/s"), "{detail}");
+    assert!(detail.contains("r6: spare s0 added"), "{detail}");
+    assert!(
+        detail.contains("waiting for a restart: r6: layout") && detail.contains("superblocks"),
+        "{detail}"
+    );
+    assert_eq!(e["result"], "applied", "{e}");
+    let v = volume_status(cfg);
+    assert_eq!(rate(&v), Some(20 * MIB), "{v:#}");
+    assert_eq!(v["spares"], serde_json::json!(["s0"]), "{v:#}");
+
+    // A config that no longer loads changes nothing and says why.
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("\"20MiB\"", "\"fast\"")).unwrap();
+    let kept = events_of(cfg).len();
+    hangup(&daemon);
+    let e = wait_for_events(cfg, "config-refused", kept, 1);
+    let detail = e["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("no longer loads; nothing changed") && detail.contains("rebuild_rate"),
+        "{detail}"
+    );
+    assert_eq!(rate(&volume_status(cfg)), Some(20 * MIB));
+    stop(daemon);
+}
+
+#[test]
+fn a_hook_that_hangs_blocks_neither_io_nor_events_and_is_killed_once_with_its_children() {
+    use std::os::unix::fs::PermissionsExt;
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    // The hook starts a child that would outlive a hook killed alone, and never returns.
+    let pids = dir.path().join("pids");
+    let script = dir.path().join("hang.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nsleep 100000 &\necho \"$1 $!\" >> '{}'\nwait\n",
+            pids.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = config_with_daemon_keys(dir.path(), "on_event = \"hang.sh\"");
+    let cfg = config.to_str().unwrap();
+    let log = dir.path().join("stderr.log");
+    let mut child = Command::new(nbraidd())
+        .arg("--config")
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while !lines
+        .next()
+        .and_then(Result::ok)
+        .is_some_and(|l| l.starts_with("nbraidd: control socket"))
+    {}
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    let started = Instant::now();
+
+    ok(
+        nbraid(&["fail", "r6", "d2", "--config", cfg]),
+        "nbraid fail",
+    );
+    let hanging = wait_for_hook_pid(&pids, "member-failed");
+    // While the hook hangs: I/O is served, and later events are published.
+    let uri = format!(
+        "nbd+unix:///r6?socket={}",
+        dir.path().join("nbd.sock").display()
+    );
+    let data = fill(&nbdcopy, dir.path(), &uri, 11);
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+    ok(
+        nbraid(&["fail", "r6", "d4", "--config", cfg]),
+        "nbraid fail",
+    );
+    let second = wait_for_events(cfg, "member-failed", 0, 2);
+    assert_eq!(second["member"], "d4", "{second}");
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "all this while the first run of the hook still hung"
+    );
+
+    // Its timeout kills it and the child it started; the next event's run begins.
+    wait_for_hook_pid(&pids, "volume-degraded");
+    // Gone, or dead and not reaped yet (a zombie: nothing reaps orphans in some containers).
+    let stat = std::fs::read_to_string(format!("/proc/{hanging}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next());
+    assert!(
+        matches!(state, None | Some("Z" | "X")),
+        "the hung hook's child {hanging} was killed with it: {stat}"
+    );
+    let said = std::fs::read_to_string(&log).unwrap();
+    let killed: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("member-failed on r6") && l.contains("killed"))
+        .collect();
+    assert_eq!(killed.len(), 1, "the kill said once: {said}");
+    stop(child);
+    // The run for volume-degraded still hangs: its child goes with the test.
+    for l in std::fs::read_to_string(&pids).unwrap().lines() {
+        if let Some(pid) = l.split_whitespace().nth(1).and_then(|p| p.parse().ok()) {
+            // SAFETY: kill(2) has no memory effects; the pids are the test hook's children.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// The pid of the child the hang hook started for `event`, once it has (40 s at most).
+fn wait_for_hook_pid(pids: &Path, event: &str) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let text = std::fs::read_to_string(pids).unwrap_or_default();
+        let found = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{event} ")));
+        if let Some(pid) = found {
+            return pid.trim().parse().unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the hook did not run for {event}: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn sighup_moves_the_metrics_listener_and_starts_the_hook() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (free_port(), free_port());
+    let config = config_with_daemon_keys(
+        dir.path(),
+        &format!("metrics_listen = \"127.0.0.1:{first}\""),
+    );
+    let cfg = config.to_str().unwrap();
+    let (daemon, _) = spawn_daemon(&config, &[], |l| l.starts_with("nbraidd: control socket"));
+    let at = |port: u16| format!("127.0.0.1:{port}");
+    scrape(&at(first));
+
+    let log = dir.path().join("events.log");
+    hook_script(dir.path(), &log);
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        &format!("metrics_listen = \"127.0.0.1:{first}\""),
+        &format!("metrics_listen = \"127.0.0.1:{second}\"\non_event = \"on-event.sh\""),
+    );
+    std::fs::write(&config, text).unwrap();
+    let kept = events_of(cfg).len();
+    hangup(&daemon);
+    let e = wait_for_events(cfg, "config-reloaded", kept, 1);
+    let detail = e["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("metrics_listen now 127.0.0.1:{second}"))
+            && detail.contains("on_event now runs"),
+        "{detail}"
+    );
+    assert!(!detail.contains("waiting for a restart"), "{detail}");
+    let (_, metrics) = scrape(&at(second));
+    assert!(metrics
+        .samples
+        .iter()
+        .any(|s| s.metric == "nbraid_volume_state"));
+    assert!(
+        std::net::TcpStream::connect(at(first)).is_err(),
+        "the old metrics address is let go"
+    );
+    ok(
+        nbraid(&["fail", "r6", "d1", "--config", cfg]),
+        "nbraid fail",
+    );
+    wait_for_hook(&log, |b| {
+        b.contains("NBRAID_EVENT=member-failed") && b.contains("NBRAID_MEMBER=d1")
+    });
+    stop(daemon);
 }

@@ -345,7 +345,7 @@ pub async fn heal_once(v: &ControlVolume) {
                         v.name,
                         before[r],
                         after[r],
-                        rate_text(v.rebuild_rate)
+                        rate_text(v.rebuild_rate())
                     );
                     tracing::warn!("{msg}");
                 }
@@ -354,7 +354,7 @@ pub async fn heal_once(v: &ControlVolume) {
         }
     }
     if !array.rebuilding().is_empty() {
-        v.ensure_rebuild(v.rebuild_rate);
+        v.ensure_rebuild(v.rebuild_rate());
     }
 }
 
@@ -374,13 +374,13 @@ pub async fn resume_scrub(v: &ControlVolume) {
         return;
     };
     let ctl = Arc::new(ScrubControl::resume_at(c.repair, 0, c.position_bytes));
-    ctl.pass.set_pass_rate(v.rebuild_rate);
+    ctl.pass.set_pass_rate(v.rebuild_rate());
     let msg = format!(
         "volume {}: resuming the {} interrupted at {} ({})",
         v.name,
         if c.repair { "scrub --repair" } else { "scrub" },
         config::format_size(c.position_bytes),
-        rate_text(v.rebuild_rate)
+        rate_text(v.rebuild_rate())
     );
     tracing::warn!("{msg}");
     if let Err(e) = v.start_scrub(ctl) {
@@ -394,13 +394,13 @@ pub fn start_background_resync(v: &ControlVolume) {
     if !v.array.background_pending() {
         return;
     }
-    let ctl = v.new_pass(v.rebuild_rate);
+    let ctl = v.new_pass(v.rebuild_rate());
     *v.resync.lock() = Some(ctl.clone());
     let (array, name) = (v.array.clone(), v.name.clone());
     let msg = format!(
         "volume {name}: not shut down cleanly: resyncing {} in the background while serving ({})",
         config::format_size(array.background_bytes()),
-        rate_text(v.rebuild_rate)
+        rate_text(v.rebuild_rate())
     );
     tracing::warn!("{msg}");
     tokio::spawn(async move {

@@ -100,7 +100,7 @@ async fn probe_member(
                 "volume {}: remote member {id} is back but cannot be resynced from the bitmap (blank, or no bitmap): rebuilding it whole",
                 v.name
             ));
-            v.ensure_rebuild(v.rebuild_rate);
+            v.ensure_rebuild(v.rebuild_rate());
         }
         Err(e) => {
             if refused.lock().insert(r) {
@@ -124,7 +124,7 @@ pub fn start_resync(v: &ControlVolume) {
             Some(c) if c.state() == PassState::Running || c.state() == PassState::Paused => return,
             Some(c) if c.state() == PassState::Cancelled => c.clone(),
             _ => {
-                let c = v.new_pass(v.rebuild_rate);
+                let c = v.new_pass(v.rebuild_rate());
                 *slot = Some(c.clone());
                 c
             }

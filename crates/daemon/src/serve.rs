@@ -5,7 +5,10 @@ use crate::assemble::{assemble_with, Assembled, StartOptions};
 use crate::control::{ControlServer, ControlVolume, Controls, StartReport};
 use crate::export::VolumeExport;
 use crate::nbd::{proto::MAX_PAYLOAD, Export, Limits, Listener, Server, ServerTls, TlsMode};
-use crate::service::{events::EventBus, hook::HookQueue, metrics, notify::Notifier, observe};
+use crate::service::{
+    events::EventBus, hook::HookQueue, latency::Latencies, metrics, notify::Notifier, observe,
+    reload,
+};
 use anyhow::{Context, Result};
 use nbraid_config::{self as config, Config, Listener as ConfigListener, ServerLimits};
 use nbraid_core::metadata::{Array, CleanMark};
@@ -102,6 +105,7 @@ pub fn run_with(path: &Path, opts: &StartOptions) -> Result<()> {
 async fn serve(config: Config, opts: &StartOptions, notifier: Arc<Notifier>) -> Result<()> {
     // Before anything is printed: a supervisor may send SIGTERM as soon as it sees the URIs.
     let stop = stop_signals()?;
+    let hangup = reload::hangup_signal()?;
     let tls = server_tls(&config)?;
     let volumes = assemble_with(&config, opts)?;
     let controls = Arc::new(controls(&config, &volumes));
@@ -124,6 +128,7 @@ async fn serve(config: Config, opts: &StartOptions, notifier: Arc<Notifier>) -> 
             Some(tokio::spawn(clean_when_idle(a.clone(), e.clone(), delay)))
         })
         .collect();
+    let (exports, latencies) = Latencies::wrap(exports);
     let names: Vec<String> = exports.iter().map(|(n, _)| n.clone()).collect();
     let server = Server::with_limits(exports, server_limits(&config.limits))?;
 
@@ -142,10 +147,15 @@ async fn serve(config: Config, opts: &StartOptions, notifier: Arc<Notifier>) -> 
         };
         listeners.push(bound);
     }
-    let metrics_listener = match config.service.metrics_listen {
-        Some(addr) => Some(metrics::bind(addr).await?),
-        None => None,
+    let scraped = metrics::Scraped {
+        controls: controls.clone(),
+        latencies: Arc::new(latencies),
+        connections: {
+            let s = server.clone();
+            Arc::new(move || s.connections())
+        },
     };
+    let metrics = metrics::MetricsListener::start(config.service.metrics_listen, scraped).await?;
     let events = Arc::new(EventBus::new(
         config.service.on_event.clone().map(HookQueue::start),
     ));
@@ -179,29 +189,22 @@ async fn serve(config: Config, opts: &StartOptions, notifier: Arc<Notifier>) -> 
     ));
     let control_task = tokio::spawn(control.serve(controls.clone()));
     let status_notifier = notifier.clone();
-    let observe_task = tokio::spawn(observe::watch(controls.clone(), events, move |line| {
-        status_notifier.status(line)
-    }));
-    let metrics_task = metrics_listener.map(|l| {
-        let s = server.clone();
-        let connections = Arc::new(move || s.connections());
-        say(format_args!(
-            "nbraidd: metrics http://{}/metrics",
-            l.local_addr()
-                .map_or_else(|e| e.to_string(), |a| a.to_string())
-        ));
-        tokio::spawn(metrics::serve(l, controls.clone(), connections))
-    });
+    let observe_task = tokio::spawn(observe::watch(
+        controls.clone(),
+        events.clone(),
+        move |line| status_notifier.status(line),
+    ));
+    if let Some(addr) = metrics.local_addr() {
+        say(format_args!("nbraidd: metrics http://{addr}/metrics"));
+    }
     for v in &controls.volumes {
         crate::heal::resume_scrub(v).await;
     }
     // Spares into failed roles, rebuilds started and resumed, by themselves.
     let returning_task = tokio::spawn(crate::returning::watch(controls.clone()));
-    let summary_now = {
-        let names: Vec<&str> = controls.volumes.iter().map(|v| v.name.as_str()).collect();
-        let snaps: Vec<_> = controls.volumes.iter().map(observe::snapshot).collect();
-        observe::summary(&names, &snaps)
-    };
+    let summary_now = observe::summary_of(&controls);
+    let reloader = reload::Reloader::new(&config, &controls, events, metrics, &notifier);
+    let reload_task = tokio::spawn(reload::watch(hangup, reloader));
     let heal_task = tokio::spawn(crate::heal::watch(controls));
 
     let tasks: Vec<_> = listeners
@@ -214,15 +217,7 @@ async fn serve(config: Config, opts: &StartOptions, notifier: Arc<Notifier>) -> 
         .collect();
     // Every volume assembled, every listener bound and accepting: ready.
     notifier.ready(&summary_now);
-    let watchdog_task = crate::service::notify::watchdog_from_env().map(|every| {
-        let n = notifier.clone();
-        tokio::spawn(async move {
-            loop {
-                n.watchdog();
-                tokio::time::sleep(every).await;
-            }
-        })
-    });
+    let watchdog_task = crate::service::notify::spawn_watchdog(&notifier);
 
     wait_for_stop(stop).await;
     notifier.stopping("stopping: draining requests and flushing volumes");
@@ -238,7 +233,7 @@ async fn serve(config: Config, opts: &StartOptions, notifier: Arc<Notifier>) -> 
     let _ = heal_task.await;
     returning_task.abort();
     let _ = returning_task.await;
-    for t in [Some(observe_task), metrics_task, watchdog_task]
+    for t in [Some(observe_task), Some(reload_task), watchdog_task]
         .into_iter()
         .flatten()
     {

@@ -31,8 +31,9 @@ pub struct ControlVolume {
     /// The latest rebuild (running or finished), and whether its task has returned (the
     /// pass says done before the rebuilt members are committed current).
     rebuild: Mutex<Option<(Arc<PassControl>, Arc<AtomicBool>)>>,
-    /// The rate of rebuilds (and background resyncs) the daemon starts by itself.
-    pub rebuild_rate: PassRate,
+    /// The rate of rebuilds (and background resyncs) the daemon starts by itself; a reload
+    /// (SIGHUP) may change it.
+    rebuild_rate: Mutex<PassRate>,
     /// The background resync after an unclean start, if there was one.
     pub resync: Mutex<Option<Arc<PassControl>>>,
     /// The latest resync of re-added members (`returning.rs`), running or finished.
@@ -65,13 +66,23 @@ impl ControlVolume {
             start,
             scrub: Mutex::new(None),
             rebuild: Mutex::new(None),
-            rebuild_rate: PassRate::default(),
+            rebuild_rate: Mutex::new(PassRate::default()),
             resync: Mutex::new(None),
             readd: Mutex::new(None),
             known: Mutex::new(Vec::new()),
             notes: Vec::new(),
             held: AtomicBool::new(false),
         }
+    }
+
+    /// The rate of rebuilds (and background resyncs) the daemon starts by itself.
+    pub fn rebuild_rate(&self) -> PassRate {
+        *self.rebuild_rate.lock()
+    }
+
+    /// Sets [`Self::rebuild_rate`] (a reload); passes running keep theirs.
+    pub fn set_rebuild_rate(&self, rate: PassRate) {
+        *self.rebuild_rate.lock() = rate;
     }
 
     /// Whether `nbraid pause` holds this volume's background work.
@@ -102,7 +113,7 @@ impl ControlVolume {
     /// With the spares' side: the automatic rebuild's rate, the members and spares known by
     /// id, what the start must say.
     pub fn with_heal(mut self, rate: PassRate, known: Vec<Known>, notes: Vec<String>) -> Self {
-        self.rebuild_rate = rate;
+        self.rebuild_rate = Mutex::new(rate);
         self.known = Mutex::new(known);
         self.notes = notes;
         self
@@ -620,7 +631,7 @@ impl Controls {
                 let roles = v.array.use_spares().await.map_err(refused)?;
                 if !roles.is_empty() {
                     // At the volume's rate, as if the daemon had started it.
-                    v.ensure_rebuild(v.rebuild_rate);
+                    v.ensure_rebuild(v.rebuild_rate());
                 }
                 Ok(ok_reply(json!({
                     "volume": volume,
@@ -642,7 +653,7 @@ impl Controls {
                     .replace_with(index, meta, &consent)
                     .await
                     .map_err(refused)?;
-                v.ensure_rebuild(v.rebuild_rate);
+                v.ensure_rebuild(v.rebuild_rate());
                 Ok(ok_reply(
                     json!({ "volume": volume, "index": index, "rebuild": rebuild_json(v) }),
                 ))
@@ -660,7 +671,7 @@ impl Controls {
                 }
                 match rate {
                     Some(r) => v.start_rebuild(r),
-                    None => v.ensure_rebuild(v.rebuild_rate),
+                    None => v.ensure_rebuild(v.rebuild_rate()),
                 };
                 Ok(ok_reply(
                     json!({ "volume": volume, "rebuild": rebuild_json(v) }),
@@ -793,6 +804,7 @@ fn status(v: &ControlVolume) -> Value {
         "degraded": vol.is_degraded(),
         "available": vol.is_available(),
         "held": v.is_held(),
+        "rebuild_rate": { "limit_bytes_per_s": v.rebuild_rate().limit_bytes_per_s, "adaptive": v.rebuild_rate().adaptive },
         "members": members,
         "metadata": {
             "array": v.array.id().to_string(),

@@ -34,6 +34,10 @@ pub enum EventKind {
     ScrubFinished,
     /// A scrub found copies or parity that disagreed with the data.
     MismatchesFound,
+    /// The config was read again (SIGHUP): what changed live, what waits for a restart.
+    ConfigReloaded,
+    /// The config was read again but no longer loads: nothing changed.
+    ConfigRefused,
 }
 
 impl EventKind {
@@ -53,6 +57,8 @@ impl EventKind {
             EventKind::ScrubStarted => "scrub-started",
             EventKind::ScrubFinished => "scrub-finished",
             EventKind::MismatchesFound => "mismatches-found",
+            EventKind::ConfigReloaded => "config-reloaded",
+            EventKind::ConfigRefused => "config-refused",
         }
     }
 
@@ -65,12 +71,13 @@ impl EventKind {
                 | EventKind::VolumeDegraded
                 | EventKind::VolumeFailed
                 | EventKind::MismatchesFound
+                | EventKind::ConfigRefused
         )
     }
 }
 
-/// One event: what, on which volume, which member (its config id, or its path for one
-/// added at run time), and a sentence for people.
+/// One event: what, on which volume (`-` for the daemon's own: a reload), which member
+/// (its config id, or the id given to one added at run time), and a sentence for people.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Event {
     pub kind: EventKind,
@@ -142,7 +149,8 @@ pub const HISTORY_LEN: usize = 256;
 pub struct EventBus {
     history: Mutex<VecDeque<Event>>,
     followers: broadcast::Sender<Event>,
-    hook: Option<super::hook::HookQueue>,
+    /// Swapped by a reload; the old queue's task ends once it has run what it holds.
+    hook: Mutex<Option<super::hook::HookQueue>>,
 }
 
 impl EventBus {
@@ -150,8 +158,13 @@ impl EventBus {
         EventBus {
             history: Mutex::new(VecDeque::new()),
             followers: broadcast::channel(HISTORY_LEN).0,
-            hook,
+            hook: Mutex::new(hook),
         }
+    }
+
+    /// Hands later events to `hook` instead (a reload changed `on_event`).
+    pub fn set_hook(&self, hook: Option<super::hook::HookQueue>) {
+        *self.hook.lock() = hook;
     }
 
     /// Logs `event` as one line, keeps it and hands it on. Never waits.
@@ -160,7 +173,7 @@ impl EventBus {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         log(&event);
-        if let Some(hook) = &self.hook {
+        if let Some(hook) = &*self.hook.lock() {
             hook.offer(&event);
         }
         let mut history = self.history.lock();

@@ -3,7 +3,9 @@
 //! `NBRAID_VOLUME`, `NBRAID_MEMBER`, `NBRAID_RESULT`, `NBRAID_DETAIL`,
 //! `NBRAID_TIME_UNIX_MS`). Events queue (up to [`QUEUE_LEN`]) for one task that runs them in
 //! order, one at a time; publishing never waits for it. A run longer than [`HOOK_TIMEOUT`] is
-//! killed, and a failed or killed run is logged; neither holds anything else up.
+//! killed with every process it started (it runs in its own process group: a shell script's
+//! `sleep` goes too), and a failed or killed run is logged once; neither holds anything else
+//! up.
 
 use super::events::Event;
 use std::path::PathBuf;
@@ -71,14 +73,21 @@ async fn run_once(program: &PathBuf, event: &Event) -> Result<(), String> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true);
     let child = cmd.spawn().map_err(|e| format!("cannot be run: {e}"))?;
+    let group = child.id();
     let out = match tokio::time::timeout(HOOK_TIMEOUT, child.wait_with_output()).await {
         Err(_) => {
+            if let Some(pgid) = group.and_then(|p| libc::pid_t::try_from(p).ok()) {
+                // SAFETY: kill(2) has no memory effects; -pgid names the group the hook
+                // leads (process_group(0)), which only its own processes are in.
+                unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            }
             return Err(format!(
-                "still running after {}s: killed",
+                "still running after {}s: killed, with the processes it started; later events run it again",
                 HOOK_TIMEOUT.as_secs()
-            ))
+            ));
         }
         Ok(r) => r.map_err(|e| format!("waiting for it: {e}"))?,
     };

@@ -2,8 +2,11 @@
 //! Everything is read from counters the engine keeps anyway (relaxed atomic loads, the
 //! same reads as `nbraid status`): a scrape adds nothing to the I/O path. The listener is a
 //! bare HTTP/1.1 responder (one request per connection, `Connection: close`): Prometheus
-//! needs no more, and it keeps a web framework out of the daemon.
+//! needs no more, and it keeps a web framework out of the daemon. Request latency comes from
+//! [`super::latency`]'s atomic buckets. A reload may move or close the listener
+//! ([`MetricsListener::move_to`]).
 
+use super::latency::{Latencies, Op, BOUNDS_NS};
 use super::observe::{snapshot, Health, PassKind};
 use crate::control::Controls;
 use std::fmt::Write as _;
@@ -13,12 +16,13 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// One metric family: its samples as (labels, value).
+/// One metric family: its samples as (name suffix, labels, value); the suffix is empty but
+/// for histograms (`_bucket`, `_sum`, `_count`).
 struct Family {
     name: &'static str,
     help: &'static str,
     kind: &'static str,
-    samples: Vec<(String, f64)>,
+    samples: Vec<(&'static str, String, f64)>,
 }
 
 /// Families in the order they are declared, samples added as they are read.
@@ -28,7 +32,7 @@ struct Families(Vec<Family>);
 impl Families {
     fn add(
         &mut self,
-        name: &'static str,
+        (name, suffix): (&'static str, &'static str),
         kind: &'static str,
         help: &'static str,
         labels: &[(&str, &str)],
@@ -40,14 +44,37 @@ impl Families {
             .collect::<Vec<_>>()
             .join(",");
         match self.0.iter_mut().find(|f| f.name == name) {
-            Some(f) => f.samples.push((labels, value)),
+            Some(f) => f.samples.push((suffix, labels, value)),
             None => self.0.push(Family {
                 name,
                 help,
                 kind,
-                samples: vec![(labels, value)],
+                samples: vec![(suffix, labels, value)],
             }),
         }
+    }
+
+    /// A histogram's samples: cumulative buckets by `le`, `_sum` and `_count`.
+    fn histogram(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&str, &str)],
+        buckets: &[(f64, u64)],
+        sum: f64,
+        count: u64,
+    ) {
+        for &(le, n) in buckets {
+            let le = match le.is_infinite() {
+                true => "+Inf".to_string(),
+                false => le.to_string(),
+            };
+            let mut with_le = labels.to_vec();
+            with_le.push(("le", &le));
+            self.add((name, "_bucket"), "histogram", help, &with_le, n as f64);
+        }
+        self.add((name, "_sum"), "histogram", help, labels, sum);
+        self.add((name, "_count"), "histogram", help, labels, count as f64);
     }
 
     fn counter(
@@ -57,7 +84,7 @@ impl Families {
         labels: &[(&str, &str)],
         value: u64,
     ) {
-        self.add(name, "counter", help, labels, value as f64);
+        self.add((name, ""), "counter", help, labels, value as f64);
     }
 
     fn gauge(
@@ -67,7 +94,7 @@ impl Families {
         labels: &[(&str, &str)],
         value: f64,
     ) {
-        self.add(name, "gauge", help, labels, value);
+        self.add((name, ""), "gauge", help, labels, value);
     }
 
     fn render(&self) -> String {
@@ -75,10 +102,10 @@ impl Families {
         for f in &self.0 {
             let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
             let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
-            for (labels, value) in &f.samples {
+            for (suffix, labels, value) in &f.samples {
                 let _ = match labels.is_empty() {
-                    true => writeln!(out, "{} {value}", f.name),
-                    false => writeln!(out, "{}{{{labels}}} {value}", f.name),
+                    true => writeln!(out, "{}{suffix} {value}", f.name),
+                    false => writeln!(out, "{}{suffix}{{{labels}}} {value}", f.name),
                 };
             }
         }
@@ -94,10 +121,13 @@ fn escape(v: &str) -> String {
 }
 
 /// The whole exposition: every volume, its members, the NBD server.
-pub fn render(controls: &Controls, nbd_connections: usize) -> String {
+pub fn render(controls: &Controls, latencies: &Latencies, nbd_connections: usize) -> String {
     let mut m = Families::default();
     for v in &controls.volumes {
         volume_metrics(&mut m, v);
+        if let Some(l) = latencies.volume(&v.name) {
+            latency_metrics(&mut m, &v.name, l);
+        }
     }
     m.gauge(
         "nbraid_nbd_connections",
@@ -106,6 +136,22 @@ pub fn render(controls: &Controls, nbd_connections: usize) -> String {
         nbd_connections as f64,
     );
     m.render()
+}
+
+fn latency_metrics(m: &mut Families, volume: &str, l: &super::latency::VolumeLatency) {
+    for op in Op::ALL {
+        let r = l.read(op);
+        let bounds = BOUNDS_NS.iter().map(|&ns| ns as f64 / 1e9);
+        let buckets: Vec<(f64, u64)> = bounds.chain([f64::INFINITY]).zip(r.cumulative).collect();
+        m.histogram(
+            "nbraid_volume_request_duration_seconds",
+            "Time from a request reaching the volume to its completion, by operation.",
+            &[("volume", volume), ("op", op.name())],
+            &buckets,
+            r.sum_ns as f64 / 1e9,
+            r.count(),
+        );
+    }
 }
 
 fn volume_metrics(m: &mut Families, v: &crate::control::ControlVolume) {
@@ -294,19 +340,78 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest request head read.
 const MAX_REQUEST_BYTES: usize = 8 << 10;
 
-/// Serves `/metrics` on `listener` until the task is dropped; `connections` reads the NBD
-/// server's connection count.
-pub async fn serve(
-    listener: TcpListener,
-    controls: Arc<Controls>,
-    connections: Arc<dyn Fn() -> usize + Send + Sync>,
-) {
+/// What a scrape reads: the volumes, their latencies, the NBD server's connection count.
+#[derive(Clone)]
+pub struct Scraped {
+    pub controls: Arc<Controls>,
+    pub latencies: Arc<Latencies>,
+    pub connections: Arc<dyn Fn() -> usize + Send + Sync>,
+}
+
+/// The `/metrics` listener (`[daemon] metrics_listen`), served by its own task until it is
+/// dropped or moved.
+pub struct MetricsListener {
+    /// Where it listens (as configured: a port 0 stays 0 here), if anywhere.
+    addr: Option<SocketAddr>,
+    bound: Option<SocketAddr>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    source: Scraped,
+}
+
+impl MetricsListener {
+    /// Binds `addr` (nothing for `None`) and serves it; a port taken fails the start.
+    pub async fn start(addr: Option<SocketAddr>, source: Scraped) -> anyhow::Result<Self> {
+        let mut l = MetricsListener {
+            addr: None,
+            bound: None,
+            task: None,
+            source,
+        };
+        l.move_to(addr).await?;
+        Ok(l)
+    }
+
+    /// The address bound, if any (the real port when the config said 0).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.bound
+    }
+
+    /// Listens on `addr` instead (a reload): the new address is bound before the old one is
+    /// let go, so a refused bind leaves the listener as it was.
+    pub async fn move_to(&mut self, addr: Option<SocketAddr>) -> anyhow::Result<()> {
+        if addr == self.addr && (addr.is_none() || self.task.is_some()) {
+            return Ok(());
+        }
+        let listener = match addr {
+            Some(a) => Some(bind(a).await?),
+            None => None,
+        };
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+        self.addr = addr;
+        self.bound = listener.as_ref().and_then(|l| l.local_addr().ok());
+        self.task = listener.map(|l| tokio::spawn(serve(l, self.source.clone())));
+        Ok(())
+    }
+}
+
+impl Drop for MetricsListener {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+/// Serves `/metrics` on `listener` until the task is dropped.
+async fn serve(listener: TcpListener, source: Scraped) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                let (c, n) = (controls.clone(), connections.clone());
+                let source = source.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = answer(stream, &c, n.as_ref()).await {
+                    if let Err(e) = answer(stream, &source).await {
                         tracing::debug!("metrics connection: {e}");
                     }
                 });
@@ -320,25 +425,21 @@ pub async fn serve(
 }
 
 /// Binds `addr` for [`serve`].
-pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     use anyhow::Context;
     TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding the metrics listener {addr} ([daemon] metrics_listen)"))
 }
 
-async fn answer(
-    mut stream: TcpStream,
-    controls: &Controls,
-    connections: &(dyn Fn() -> usize + Send + Sync),
-) -> std::io::Result<()> {
+async fn answer(mut stream: TcpStream, source: &Scraped) -> std::io::Result<()> {
     let head = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no request in time"))??;
     let (status, body, kind) = match route(&head) {
         Route::Metrics => (
             "200 OK",
-            render(controls, connections()),
+            render(&source.controls, &source.latencies, (source.connections)()),
             "text/plain; version=0.0.4; charset=utf-8",
         ),
         Route::NotFound => (
@@ -416,5 +517,24 @@ mod tests {
         let text = m.render();
         assert_eq!(text.matches("# TYPE x_total counter").count(), 1);
         assert!(text.contains("x_total{v=\"a\\\"b\"} 1\n"), "{text}");
+    }
+
+    #[test]
+    fn a_histogram_has_cumulative_buckets_up_to_inf_then_sum_and_count() {
+        let mut m = Families::default();
+        let buckets = [(0.001, 2), (f64::INFINITY, 3)];
+        m.histogram("h_seconds", "H.", &[("op", "read")], &buckets, 0.5, 3);
+        let text = m.render();
+        assert_eq!(text.matches("# TYPE h_seconds histogram").count(), 1);
+        assert!(
+            text.contains("h_seconds_bucket{op=\"read\",le=\"0.001\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("h_seconds_bucket{op=\"read\",le=\"+Inf\"} 3\n"),
+            "{text}"
+        );
+        assert!(text.contains("h_seconds_sum{op=\"read\"} 0.5\n"), "{text}");
+        assert!(text.contains("h_seconds_count{op=\"read\"} 3\n"), "{text}");
     }
 }

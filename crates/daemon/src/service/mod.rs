@@ -10,12 +10,15 @@
 //!   what the control socket's `status` reads (member states, the passes' controls) a few
 //!   times a second, so the I/O path is untouched and any change, whoever made it, is seen.
 //! - [`metrics`]: Prometheus text at `/metrics` on `[daemon] metrics_listen`, read from the
-//!   counters the engine keeps anyway.
+//!   counters the engine keeps anyway and the request latency [`latency`] times.
+//! - [`reload`]: SIGHUP reads the config again; what can change live does, the rest is said.
 //!
 //! None of them can stop I/O: each runs as its own task, and a hook that hangs is killed.
 
 pub mod events;
 pub mod hook;
+pub mod latency;
 pub mod metrics;
 pub mod notify;
 pub mod observe;
+pub mod reload;

@@ -4,6 +4,7 @@
 //! the daemon: a supervisor that went away is said at debug level.
 
 use std::os::unix::net::UnixDatagram;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where notifications go, if anywhere.
@@ -82,6 +83,19 @@ pub fn watchdog_interval(usec: Option<&str>, pid: Option<&str>, own_pid: u32) ->
     }
     let usec: u64 = usec?.trim().parse().ok().filter(|&u| u > 0)?;
     Some(Duration::from_micros(usec / 2))
+}
+
+/// Pings the watchdog at the interval the environment asks for, if any, until the task is
+/// dropped.
+pub fn spawn_watchdog(notifier: &Arc<Notifier>) -> Option<tokio::task::JoinHandle<()>> {
+    let every = watchdog_from_env()?;
+    let n = notifier.clone();
+    Some(tokio::spawn(async move {
+        loop {
+            n.watchdog();
+            tokio::time::sleep(every).await;
+        }
+    }))
 }
 
 /// [`watchdog_interval`] from this process's environment.

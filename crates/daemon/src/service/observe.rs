@@ -16,7 +16,8 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// One role of a volume.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Role {
-    /// The id of what serves the role (config id, or the path of a member added at run time).
+    /// The id of what serves the role (config id, or the id made from the file name of a
+    /// member added at run time).
     pub id: String,
     pub failed: bool,
     /// Read from: neither failed nor being rebuilt or resynced.
@@ -163,6 +164,19 @@ pub fn changes(volume: &str, prev: &VolumeSnapshot, next: &VolumeSnapshot) -> Ve
     for (r, n) in next.roles.iter().enumerate() {
         let Some(p) = prev.roles.get(r) else { continue };
         if p.id != n.id {
+            // A spare that took the role between two looks is still being rebuilt: the member
+            // it replaced failed in between (a replacement swaps in rebuilt, its old member
+            // serving until then).
+            if !p.failed && !n.current {
+                out.push(
+                    Event::new(
+                        EventKind::MemberFailed,
+                        volume,
+                        format!("member {} failed: it is no longer read or written", p.id),
+                    )
+                    .member(&p.id),
+                );
+            }
             out.push(
                 Event::new(
                     EventKind::SpareActive,
@@ -391,6 +405,13 @@ pub fn summary(names: &[&str], snaps: &[VolumeSnapshot]) -> String {
     format!("serving {}: {}", names.len(), parts.join("; "))
 }
 
+/// [`summary`] of every volume now.
+pub fn summary_of(controls: &Controls) -> String {
+    let names: Vec<&str> = controls.volumes.iter().map(|v| v.name.as_str()).collect();
+    let snaps: Vec<_> = controls.volumes.iter().map(snapshot).collect();
+    summary(&names, &snaps)
+}
+
 /// Looks at every volume each [`POLL_INTERVAL`], publishes what changed on `bus`, and hands
 /// the summary to `status` whenever it changes (first at once).
 pub async fn watch(controls: Arc<Controls>, bus: Arc<EventBus>, status: impl Fn(&str)) {
@@ -500,6 +521,25 @@ mod tests {
         assert_eq!(kinds(&e), ["rebuild-finished", "volume-optimal"]);
         assert_eq!(e[0].result.as_deref(), Some("done"));
         assert!(changes("db", &done, &done).is_empty());
+    }
+
+    #[test]
+    fn a_member_that_failed_and_was_taken_over_between_two_looks_is_still_said_to_fail() {
+        let before = vol(&[false, false]);
+        let mut after = vol(&[false, false]);
+        after.roles[1].id = "s0".into();
+        after.roles[1].current = false;
+        after.health = Health::Degraded;
+        let e = changes("db", &before, &after);
+        assert_eq!(
+            kinds(&e),
+            ["member-failed", "spare-active", "volume-degraded"]
+        );
+        assert_eq!(e[0].member.as_deref(), Some("d1"));
+        // A replacement swaps in rebuilt: its old member did not fail.
+        let mut replaced = vol(&[false, false]);
+        replaced.roles[1].id = "new".into();
+        assert_eq!(kinds(&changes("db", &before, &replaced)), ["spare-active"]);
     }
 
     #[test]
