@@ -18,7 +18,7 @@ mod roles;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use nbraid_daemon::error_text::error_text;
+use nbraid_assembly::error_text::error_text;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
