@@ -155,6 +155,9 @@ fn main() -> ExitCode {
             if let Some(out) = e.downcast_ref::<check::WouldNotStart>() {
                 print_out(&out.0);
             }
+            if let Some(out) = e.downcast_ref::<ops::JsonFailure>() {
+                print_out(&out.0);
+            }
             eprintln!("error: {}", error_text(e.as_ref()));
             ExitCode::FAILURE
         }

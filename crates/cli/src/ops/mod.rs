@@ -19,8 +19,12 @@ mod text;
 
 use anyhow::Result;
 use clap::Subcommand;
+use client::Refused;
 pub(crate) use client::{Client, Target};
+use nbraid_assembly::error_text::error_text;
 use nbraid_core::PassRate;
+use serde_json::json;
+use std::fmt;
 
 #[derive(Subcommand)]
 pub enum OpsCommand {
@@ -146,7 +150,59 @@ pub enum OpsCommand {
     },
 }
 
+/// A command that asked for `--json` failed: `.0` is the error object to print on stdout,
+/// `{"error": {"code": ..., "message": ...}}` (the daemon's refusal code, or `"error"` for one
+/// the CLI met itself); the message still goes to stderr as for everyone else.
+#[derive(Debug)]
+pub struct JsonFailure(pub String, String);
+
+impl fmt::Display for JsonFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.1)
+    }
+}
+
+impl std::error::Error for JsonFailure {}
+
+impl JsonFailure {
+    fn of(e: &anyhow::Error) -> JsonFailure {
+        let message = error_text(e.as_ref());
+        let code = e
+            .downcast_ref::<Refused>()
+            .map_or_else(|| "error".to_string(), |r| r.0.code.clone());
+        let object = json!({"error": {"code": code, "message": message}});
+        let out = serde_json::to_string_pretty(&object).unwrap_or_default() + "\n";
+        JsonFailure(out, message)
+    }
+}
+
+impl OpsCommand {
+    /// The caller asked for JSON.
+    fn wants_json(&self) -> bool {
+        match self {
+            OpsCommand::Status { json, .. }
+            | OpsCommand::Scrub { json, .. }
+            | OpsCommand::Remove { json, .. }
+            | OpsCommand::Rebuild { json, .. } => *json,
+            OpsCommand::Fail { .. }
+            | OpsCommand::Add { .. }
+            | OpsCommand::Replace { .. }
+            | OpsCommand::Pause { .. }
+            | OpsCommand::Resume { .. } => false,
+        }
+    }
+}
+
+/// Carries out `cmd`; what to print, or why not (for `--json`, a [`JsonFailure`]).
 pub fn run(cmd: OpsCommand) -> Result<String> {
+    let json = cmd.wants_json();
+    carry_out(cmd).map_err(|e| match json {
+        true => JsonFailure::of(&e).into(),
+        false => e,
+    })
+}
+
+fn carry_out(cmd: OpsCommand) -> Result<String> {
     match cmd {
         OpsCommand::Status {
             volume,
