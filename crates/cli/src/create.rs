@@ -3,15 +3,15 @@
 //! superblocks, syncing copies and parity from the members' data unless the members are known
 //! zero (files just created) or `--assume-clean` says to trust them. Volumes that already
 //! carry superblocks are left alone. Members are held exclusively while it runs (a daemon
-//! serving them refuses it), and the daemon's own rules decide ([`nbraid_daemon::plan`]):
+//! serving them refuses it), and the daemon's own rules decide ([`nbraid_assembly::plan`]):
 //! members of another array or with non-zero bytes where the superblock goes are refused,
 //! never overwritten.
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use nbraid_assembly::plan::Plan;
+use nbraid_assembly::{assemble, Opened};
 use nbraid_config::{Config, CreatePolicy, MemberStorage};
-use nbraid_daemon::assemble::{self, Opened};
-use nbraid_daemon::plan::Plan;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Instant;

@@ -5,7 +5,8 @@
 use crate::ops::{Client, Target};
 use anyhow::{bail, Result};
 use clap::Args;
-use serde_json::{json, Value};
+use nbraid_control::Request;
+use serde_json::Value;
 use std::io::Write;
 
 #[derive(Args)]
@@ -22,7 +23,7 @@ pub struct EventsArgs {
 
 pub fn run(a: &EventsArgs) -> Result<String> {
     let mut c = Client::connect(&a.target)?;
-    let reply = c.call(json!({"op": "events", "follow": a.follow}))?;
+    let reply = c.call(&Request::Events { follow: a.follow })?;
     let kept = reply["events"].as_array().cloned().unwrap_or_default();
     let lines: String = kept.iter().map(|e| line(e, a.json)).collect();
     if !a.follow {
@@ -90,6 +91,7 @@ fn utc_text(unix_ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn times_are_utc_dates() {

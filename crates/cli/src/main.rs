@@ -18,7 +18,7 @@ mod roles;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use nbraid_daemon::error_text::error_text;
+use nbraid_assembly::error_text::error_text;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -153,6 +153,9 @@ fn main() -> ExitCode {
                 print_out(&out.0);
             }
             if let Some(out) = e.downcast_ref::<check::WouldNotStart>() {
+                print_out(&out.0);
+            }
+            if let Some(out) = e.downcast_ref::<ops::JsonFailure>() {
                 print_out(&out.0);
             }
             eprintln!("error: {}", error_text(e.as_ref()));

@@ -4,9 +4,8 @@
 //! matched by array id, as the daemon matches them.
 
 use anyhow::{bail, Context, Result};
+use nbraid_assembly::{added, assemble, records, Opened};
 use nbraid_core::metadata::{forget_added_path_offline, MemberMeta};
-use nbraid_daemon::added;
-use nbraid_daemon::assemble::{self, Opened};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -32,7 +31,7 @@ pub fn forget_offline(file: &Path, volume: &str, path: &str) -> Result<String> {
             .chain(&v.heal.spares)
             .map(|&m| &opened[m])
             .collect();
-        let array = added::this_array(own.iter().filter_map(|o| Some(o.meta()?.probe())), volume)
+        let array = records::this_array(own.iter().filter_map(|o| Some(o.meta()?.probe())), volume)
             .with_context(|| format!("volume `{volume}`: no member carries its records"))?;
         let listed = added::open_added(&config, v, &opened).await;
         let metas: Vec<Arc<MemberMeta>> = own

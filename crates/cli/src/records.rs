@@ -4,10 +4,10 @@
 //! what it means for the config — a spare now holding a role (with the `members = [...]`
 //! line to write), an old member ignored, roles no member serves.
 
+use nbraid_assembly::preflight::{read_probe, read_probe_of};
+use nbraid_assembly::{added, adopt, records};
 use nbraid_config::{Config, MemberStorage, Volume};
 use nbraid_core::metadata::{assemble, Absence, Probe};
-use nbraid_daemon::preflight::{read_probe, read_probe_of};
-use nbraid_daemon::{added, heal};
 use serde::Serialize;
 
 /// What the superblocks say about one volume.
@@ -49,7 +49,7 @@ fn volume(config: &Config, v: &Volume) -> Records {
         .iter()
         .map(|&m| read_probe(&config.members[m].path, &config.members[m].id))
         .collect();
-    // Members added at run time, by the daemon's rules (`nbraid_daemon::added`): the paths
+    // Members added at run time, by the daemon's rules (`nbraid_assembly::added`): the paths
     // the newest record lists (following the lists of those read), no config member's.
     let named = |p: &str| {
         config
@@ -68,8 +68,8 @@ fn volume(config: &Config, v: &Volume) -> Records {
     ));
     // By array id, as the daemon: a file later used by another array's volume of the same
     // name is not this volume's.
-    let this = added::this_array(config_probes.iter().copied(), &v.name);
-    let has_this = |probe: &Probe| added::record_of(probe, &v.name, this).is_some();
+    let this = records::this_array(config_probes.iter().copied(), &v.name);
+    let has_this = |probe: &Probe| records::record_of(probe, &v.name, this).is_some();
     let only_this = |probe: &Probe| matches!(probe, Probe::Superblock(sb, _) if has_this(probe) && sb.volumes.iter().all(|x| x.name == v.name && this.is_none_or(|a| x.array == a)));
     // Config spares join assembly only with a record of this volume alone; added members
     // with one of this volume (the records list them).
@@ -97,15 +97,15 @@ fn volume(config: &Config, v: &Volume) -> Records {
             return r;
         }
     };
-    let ids = heal::position_ids(config, v, &added);
+    let ids = adopt::position_ids(config, v, &added);
     let record = |p: usize| match &probes[p] {
         Probe::Superblock(sb, _) if sb.volumes.iter().any(|x| x.name == v.name) => {
             Some(sb.volumes.iter().all(|x| x.name == v.name))
         }
         _ => None,
     };
-    r.members = heal::ids_by_role(&ids, n, &asm.roles);
-    r.notes = heal::role_notes(
+    r.members = adopt::ids_by_role(&ids, n, &asm.roles);
+    r.notes = adopt::role_notes(
         &v.name,
         (&ids, &added),
         (n, positions.len()),

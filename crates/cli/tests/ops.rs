@@ -71,6 +71,21 @@ fn control_socket_is_private_and_refuses_malformed_requests() {
     assert_eq!(status["volumes"][0]["name"], "r6");
     assert_eq!(status["volumes"][0]["state"], "healthy");
 
+    // Through the CLI: with `--json` a refusal is an error object on stdout, code and
+    // message; the plain error is the message alone, a sentence with no code tail.
+    let ctl = d.control.to_str().unwrap();
+    let o = nbraid(&["status", "nope", "--json", "--control", ctl]);
+    assert!(!o.status.success());
+    let v: Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+    assert_eq!(v["error"]["code"], "not-found", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("no volume \"nope\""), "{v}");
+    let o = nbraid(&["status", "nope", "--control", ctl]);
+    assert!(!o.status.success() && o.stdout.is_empty());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.trim_end(), format!("error: {message}"));
+    assert!(!err.contains("not-found"), "{err}");
+
     // An endless line is cut off with an error, and the daemon lives on.
     let long = vec![b'x'; 100 << 10];
     let r = exchange(&d.control, &[&long]);

@@ -214,28 +214,6 @@ pub fn preferred_block_bytes(full_stripe_width: Option<u64>) -> u32 {
     }
 }
 
-/// `3 data members, strip 64 KiB`; `3 copies` for a mirror, `concatenated` for JBOD: the
-/// shape words of an export's description.
-pub fn shape_words(shape: &nbraid_layout::Shape) -> String {
-    use nbraid_layout::Level;
-    match shape.level {
-        Level::Raid1 => format!("{} copies", shape.members),
-        Level::Jbod => "concatenated".into(),
-        _ => {
-            let n = shape.data_members();
-            let members = if n == 1 {
-                "data member"
-            } else {
-                "data members"
-            };
-            format!(
-                "{n} {members}, strip {}",
-                nbraid_config::format_size(shape.strip)
-            )
-        }
-    }
-}
-
 /// Engine errors as the `io::Error`s the NBD layer maps to protocol errors.
 fn to_io(e: VolumeError) -> io::Error {
     let kind = match &e {

@@ -32,7 +32,7 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!(
                 "nbraidd: error: {}",
-                nbraid_daemon::error_text::error_text(e.as_ref())
+                nbraid_assembly::error_text::error_text(e.as_ref())
             );
             ExitCode::FAILURE
         }
@@ -44,13 +44,13 @@ fn run(args: &Args) -> Result<()> {
         let config = nbraid_config::load(&args.config)?;
         print!("{}", config.explain());
         // A config the start would refuse fails the check (superblocks read, not locked).
-        let refusals = nbraid_daemon::preflight::refusals(&config);
+        let refusals = nbraid_assembly::preflight::refusals(&config);
         if !refusals.is_empty() {
             anyhow::bail!("a start would fail: {}", refusals.join("; "));
         }
         return Ok(());
     }
-    let opts = nbraid_daemon::assemble::StartOptions {
+    let opts = nbraid_assembly::assemble::StartOptions {
         force_assemble: args.force_assemble.clone(),
     };
     nbraid_daemon::serve::run_with(&args.config, &opts)

@@ -13,7 +13,6 @@
 use crate::control::{ControlVolume, Controls};
 use nbraid_config as config;
 use nbraid_core::metadata::Readd;
-use nbraid_core::PassState;
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -93,7 +92,7 @@ async fn probe_member(
                 v.name,
                 config::format_size(bytes)
             ));
-            start_resync(v);
+            v.start_readd_resync();
         }
         Ok(Readd::Rebuild) => {
             say(&format!(
@@ -111,49 +110,6 @@ async fn probe_member(
             }
         }
     }
-}
-
-/// Runs the resync of `v`'s re-added members in the background under the volume's re-add
-/// control ([`ControlVolume::readd`]: progress in `status`, pause/resume/cancel like other
-/// background work). A pass that was cancelled starts again under the same control (a new
-/// one when there is none, or the last one finished); one already running is left alone.
-pub fn start_resync(v: &ControlVolume) {
-    let ctl = {
-        let mut slot = v.readd.lock();
-        match slot.as_ref() {
-            Some(c) if c.state() == PassState::Running || c.state() == PassState::Paused => return,
-            Some(c) if c.state() == PassState::Cancelled => c.clone(),
-            _ => {
-                let c = v.new_pass(v.rebuild_rate());
-                *slot = Some(c.clone());
-                c
-            }
-        }
-    };
-    if !v.is_held() {
-        ctl.resume();
-    }
-    let (array, name) = (v.array.clone(), v.name.clone());
-    tokio::spawn(async move {
-        match array.resync_returned(&ctl).await {
-            Ok(s) => tracing::info!("resync of {name}'s returning members {}", s.name()),
-            Err(e) => tracing::error!("resync of {name}'s returning members: {e}"),
-        }
-    });
-}
-
-/// Cancels `v`'s re-add resync if it runs (or is paused): its members stay written and
-/// unread until `resume` runs it again. Whether there was one to cancel.
-pub fn cancel_resync(v: &ControlVolume) -> bool {
-    let Some(c) = v.readd.lock().clone() else {
-        return false;
-    };
-    if !matches!(c.state(), PassState::Running | PassState::Paused) {
-        return false;
-    }
-    c.cancel();
-    c.resume();
-    true
 }
 
 /// Watches every volume's failed remote members, every [`PROBE_INTERVAL`], each member's

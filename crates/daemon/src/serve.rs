@@ -1,7 +1,6 @@
 //! `nbraidd --config FILE`: load, assemble, listen, serve until SIGTERM/SIGINT, then drain
 //! and flush. Shared by the `nbraidd` binary and `nbraid serve`.
 
-use crate::assemble::{assemble_with, Assembled, StartOptions};
 use crate::control::{ControlServer, ControlVolume, Controls, StartReport};
 use crate::export::VolumeExport;
 use crate::nbd::{proto::MAX_PAYLOAD, Export, Limits, Listener, Server, ServerTls, TlsMode};
@@ -10,6 +9,7 @@ use crate::service::{
     reload,
 };
 use anyhow::{Context, Result};
+use nbraid_assembly::assemble::{assemble_with, Assembled, StartOptions};
 use nbraid_config::{self as config, Config, Listener as ConfigListener, ServerLimits};
 use nbraid_core::metadata::{Array, CleanMark};
 use std::path::Path;
@@ -96,12 +96,14 @@ pub fn run_with(path: &Path, opts: &StartOptions) -> Result<()> {
     if let Err(e) = &served {
         notifier.stopping(&format!(
             "failed: {}",
-            crate::error_text::error_text(e.as_ref())
+            nbraid_assembly::error_text::error_text(e.as_ref())
         ));
     }
     served
 }
 
+/// `nbraidd` from start to stop, in order: assemble, bind everything, announce, start the
+/// background tasks, serve until a stop signal, drain, record the volumes clean.
 async fn serve(config: Config, opts: &StartOptions, notifier: Arc<Notifier>) -> Result<()> {
     // Before anything is printed: a supervisor may send SIGTERM as soon as it sees the URIs.
     let stop = stop_signals()?;
@@ -133,6 +135,57 @@ async fn serve(config: Config, opts: &StartOptions, notifier: Arc<Notifier>) -> 
     let server = Server::with_limits(exports, server_limits(&config.limits))?;
 
     // Bind everything before serving anything, so a taken port fails the start.
+    let listeners = bind_listeners(&config).await?;
+    let scraped = metrics::Scraped {
+        controls: controls.clone(),
+        latencies: Arc::new(latencies),
+        connections: {
+            let s = server.clone();
+            Arc::new(move || s.connections())
+        },
+    };
+    let metrics = metrics::MetricsListener::start(config.service.metrics_listen, scraped).await?;
+    let events = Arc::new(EventBus::new(
+        config.service.on_event.clone().map(HookQueue::start),
+    ));
+    let control = ControlServer::bind(&config.control)?.with_events(events.clone());
+    announce(&config, &names, &listeners, &tls);
+    let mut background =
+        Background::start(&controls, control, events.clone(), &metrics, &notifier).await;
+    let reloader = reload::Reloader::new(&config, &controls, events, metrics, &notifier);
+    background
+        .service
+        .push(tokio::spawn(reload::watch(hangup, reloader)));
+
+    let tasks: Vec<_> = listeners
+        .into_iter()
+        .zip(tls)
+        .map(|(l, tls)| {
+            let s = server.clone();
+            tokio::spawn(async move { s.serve_with_tls(l, tls).await })
+        })
+        .collect();
+    // Every volume assembled, every listener bound and accepting: ready.
+    notifier.ready(&background.summary_at_ready);
+    let watchdog_task = crate::service::notify::spawn_watchdog(&notifier);
+
+    wait_for_stop(stop).await;
+    notifier.stopping("stopping: draining requests and flushing volumes");
+    tracing::info!("stopping: draining requests and flushing volumes");
+    server.shutdown_with_grace(SHUTDOWN_GRACE).await?;
+    for t in tasks {
+        t.await.context("listener task")?;
+    }
+    background.stop().await;
+    for t in watchdog_task.into_iter().chain(idle_tasks) {
+        t.abort();
+        let _ = t.await;
+    }
+    record_clean(&served).await
+}
+
+/// Binds every listener of the config (a Unix socket's directory created first).
+async fn bind_listeners(config: &Config) -> Result<Vec<Listener>> {
     let mut listeners = Vec::new();
     for l in &config.listen {
         let bound = match l {
@@ -147,28 +200,20 @@ async fn serve(config: Config, opts: &StartOptions, notifier: Arc<Notifier>) -> 
         };
         listeners.push(bound);
     }
-    let scraped = metrics::Scraped {
-        controls: controls.clone(),
-        latencies: Arc::new(latencies),
-        connections: {
-            let s = server.clone();
-            Arc::new(move || s.connections())
-        },
-    };
-    let metrics = metrics::MetricsListener::start(config.service.metrics_listen, scraped).await?;
-    let events = Arc::new(EventBus::new(
-        config.service.on_event.clone().map(HookQueue::start),
-    ));
-    let control = ControlServer::bind(&config.control)?.with_events(events.clone());
+    Ok(listeners)
+}
+
+/// Says what is served and where: one line per volume with its URI on every listener.
+fn announce(config: &Config, names: &[String], listeners: &[Listener], tls: &[ServerTls]) {
     say(format_args!(
         "nbraidd: serving {} from {}",
         names.len(),
         config.file.display()
     ));
-    for name in &names {
+    for name in names {
         let uris: Vec<String> = listeners
             .iter()
-            .zip(&tls)
+            .zip(tls)
             .map(|(l, tls)| match tls.mode {
                 // Clients must upgrade: say so in the scheme (nbds://, nbds+unix://).
                 TlsMode::Required => l.uri(name).replacen("nbd", "nbds", 1),
@@ -177,75 +222,83 @@ async fn serve(config: Config, opts: &StartOptions, notifier: Arc<Notifier>) -> 
             .collect();
         say(format_args!("  {name}: {}", uris.join("  ")));
     }
+}
 
-    // Background resyncs start before the control socket is announced: a `status` asked
-    // as soon as it is must already see them running.
-    for v in &controls.volumes {
-        crate::heal::start_background_resync(v);
-    }
-    say(format_args!(
-        "nbraidd: control socket {}",
-        control.path().display()
-    ));
-    let control_task = tokio::spawn(control.serve(controls.clone()));
-    let status_notifier = notifier.clone();
-    let observe_task = tokio::spawn(observe::watch(
-        controls.clone(),
-        events.clone(),
-        move |line| status_notifier.status(line),
-    ));
-    if let Some(addr) = metrics.local_addr() {
-        say(format_args!("nbraidd: metrics http://{addr}/metrics"));
-    }
-    for v in &controls.volumes {
-        crate::heal::resume_scrub(v).await;
-    }
-    // Spares into failed roles, rebuilds started and resumed, by themselves.
-    let returning_task = tokio::spawn(crate::returning::watch(controls.clone()));
-    let summary_now = observe::summary_of(&controls);
-    let reloader = reload::Reloader::new(&config, &controls, events, metrics, &notifier);
-    let reload_task = tokio::spawn(reload::watch(hangup, reloader));
-    let heal_task = tokio::spawn(crate::heal::watch(controls));
+/// The tasks that run beside the NBD server: the control socket, the observer (events,
+/// status line), the reload watcher, the returning-member probe and the heal watcher.
+struct Background {
+    control: tokio::task::JoinHandle<()>,
+    heal: tokio::task::JoinHandle<()>,
+    returning: tokio::task::JoinHandle<()>,
+    /// The observer and the reload watcher (the metrics endpoint is the reloader's: a reload
+    /// may move it).
+    service: Vec<tokio::task::JoinHandle<()>>,
+    /// The volumes' summary once started, for the service manager's "ready".
+    summary_at_ready: String,
+}
 
-    let tasks: Vec<_> = listeners
-        .into_iter()
-        .zip(tls)
-        .map(|(l, tls)| {
-            let s = server.clone();
-            tokio::spawn(async move { s.serve_with_tls(l, tls).await })
-        })
-        .collect();
-    // Every volume assembled, every listener bound and accepting: ready.
-    notifier.ready(&summary_now);
-    let watchdog_task = crate::service::notify::spawn_watchdog(&notifier);
+impl Background {
+    /// Starts them, in the order a client can see: background resyncs before the control
+    /// socket is announced, interrupted scrubs resumed before spares are healed in.
+    async fn start(
+        controls: &Arc<Controls>,
+        control: ControlServer,
+        events: Arc<EventBus>,
+        metrics: &metrics::MetricsListener,
+        notifier: &Arc<Notifier>,
+    ) -> Background {
+        // Background resyncs start before the control socket is announced: a `status` asked
+        // as soon as it is must already see them running.
+        for v in &controls.volumes {
+            crate::heal::start_background_resync(v);
+        }
+        say(format_args!(
+            "nbraidd: control socket {}",
+            control.path().display()
+        ));
+        let control_task = tokio::spawn(control.serve(controls.clone()));
+        let status_notifier = notifier.clone();
+        let service = vec![tokio::spawn(observe::watch(
+            controls.clone(),
+            events,
+            move |line| status_notifier.status(line),
+        ))];
+        if let Some(addr) = metrics.local_addr() {
+            say(format_args!("nbraidd: metrics http://{addr}/metrics"));
+        }
+        for v in &controls.volumes {
+            crate::heal::resume_scrub(v).await;
+        }
+        // Spares into failed roles, rebuilds started and resumed, by themselves.
+        let returning = tokio::spawn(crate::returning::watch(controls.clone()));
+        let summary_at_ready = observe::summary_of(controls);
+        let heal = tokio::spawn(crate::heal::watch(controls.clone()));
+        Background {
+            control: control_task,
+            heal,
+            returning,
+            service,
+            summary_at_ready,
+        }
+    }
 
-    wait_for_stop(stop).await;
-    notifier.stopping("stopping: draining requests and flushing volumes");
-    tracing::info!("stopping: draining requests and flushing volumes");
-    server.shutdown_with_grace(SHUTDOWN_GRACE).await?;
-    for t in tasks {
-        t.await.context("listener task")?;
+    /// Stops them all; dropping the control server removes its socket.
+    async fn stop(self) {
+        for t in [self.control, self.heal, self.returning]
+            .into_iter()
+            .chain(self.service)
+        {
+            t.abort();
+            let _ = t.await;
+        }
     }
-    // Dropping the control server removes its socket.
-    control_task.abort();
-    let _ = control_task.await;
-    heal_task.abort();
-    let _ = heal_task.await;
-    returning_task.abort();
-    let _ = returning_task.await;
-    for t in [Some(observe_task), Some(reload_task), watchdog_task]
-        .into_iter()
-        .flatten()
-    {
-        t.abort();
-        let _ = t.await;
-    }
-    for t in idle_tasks {
-        t.abort();
-        let _ = t.await;
-    }
+}
+
+/// Records every served array clean after the drain; an error naming those that could not
+/// be (they resync at the next start).
+async fn record_clean(served: &[(Arc<Array>, Arc<VolumeExport>)]) -> Result<()> {
     let mut unclean = Vec::new();
-    for (a, _) in &served {
+    for (a, _) in served {
         let mut outcome = a.mark_clean().await;
         if matches!(outcome, Ok(CleanMark::ResyncPending)) && !a.background_pending() {
             // The background resync ended between mark_clean's look and now: there is a

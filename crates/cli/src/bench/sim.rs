@@ -103,7 +103,7 @@ pub fn config_volume(
         format!("{name} ({})", model.name()),
         v.geometry.clone(),
         &lens,
-        nbraid_daemon::assemble::volume_options(v),
+        nbraid_assembly::assemble::volume_options(v),
         model,
         keep_data,
     )

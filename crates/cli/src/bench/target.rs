@@ -5,12 +5,12 @@
 use anyhow::{anyhow, bail, Context, Result};
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
+use nbraid_assembly::assemble::{self, Assembled};
+use nbraid_assembly::plan::Plan;
 use nbraid_config::{Config, MemberStorage};
 use nbraid_core::metadata::{Array, CleanMark};
 use nbraid_core::simulated::{run_virtual, SimClock};
 use nbraid_core::{Buf, PassControl, PassState, Volume};
-use nbraid_daemon::assemble::{self, Assembled};
-use nbraid_daemon::plan::Plan;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -192,7 +192,7 @@ impl Target for ArrayTarget {
 }
 
 /// Volume `name` of the config at `file`, on its members, in this process: opened by its
-/// superblocks through the daemon's own assembly ([`nbraid_daemon::assemble`]; roles by
+/// superblocks through the daemon's own assembly ([`nbraid_assembly::assemble`]; roles by
 /// superblock whatever the config's order, recorded failed and stale members as recorded, a
 /// geometry the superblocks disagree with refused), or created where the daemon would create
 /// it (`create = "auto"` over new or blank members, as `nbraid create` does). Members are

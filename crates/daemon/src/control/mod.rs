@@ -1,12 +1,22 @@
 //! The control socket: a Unix socket (mode 0600, `[daemon] control`) on which `nbraid status`,
-//! `fail`, `scrub`, `pause` and `resume` talk to the running daemon. `proto` is the wire
-//! format (JSON lines, versioned), `ops` carries requests out on the daemon's volumes,
-//! `server` accepts connections and answers them one line at a time.
+//! `fail`, `scrub`, `pause` and `resume` talk to the running daemon. The wire format (JSON
+//! lines, versioned) is the `nbraid-control` crate, shared with the CLI.
+//!
+//! - `server` accepts connections and answers them one line at a time;
+//! - `controls` holds the daemon's volumes; `dispatch` hands each request to its family:
+//!   `members` (fail, add, replace, remove; `fail` asks `fail` whether data would be lost),
+//!   `passes` (scrub, rebuild, cancel, pause, resume), `report` (status);
+//! - `volume` is one served volume: its members by id and its background passes.
 
+mod controls;
+mod dispatch;
 mod fail;
-pub mod ops;
-pub mod proto;
+mod members;
+mod passes;
+mod report;
 pub mod server;
+mod volume;
 
-pub use ops::{ControlVolume, Controls, StartReport};
+pub use controls::Controls;
 pub use server::ControlServer;
+pub use volume::{ControlVolume, StartReport};

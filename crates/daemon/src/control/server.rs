@@ -3,10 +3,10 @@
 //! one is refused. Each connection reads request lines (at most `MAX_LINE_BYTES`) and writes
 //! one reply line each; a bad line gets an error reply, never a dropped daemon.
 
-use super::ops::Controls;
-use super::proto::{error_reply, ok_reply, parse, Refusal, Request, MAX_LINE_BYTES};
+use super::controls::Controls;
 use crate::service::events::EventBus;
 use anyhow::{bail, Context, Result};
+use nbraid_control::{error_reply, ok_reply, parse, Refusal, Request, MAX_LINE_BYTES};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -169,10 +169,10 @@ async fn follow_events(
             got = rx.recv() => match got {
                 Ok(e) => {
                     let mut v = e.to_json();
-                    v["v"] = super::proto::VERSION.into();
+                    v["v"] = nbraid_control::VERSION.into();
                     v
                 }
-                Err(RecvError::Lagged(n)) => serde_json::json!({"v": super::proto::VERSION, "lagged": n}),
+                Err(RecvError::Lagged(n)) => serde_json::json!({"v": nbraid_control::VERSION, "lagged": n}),
                 Err(RecvError::Closed) => return Ok(()),
             },
             read = reader.read(&mut sink) => match read? {

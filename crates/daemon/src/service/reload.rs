@@ -13,7 +13,7 @@ use super::events::{Event, EventBus, EventKind};
 use super::hook::HookQueue;
 use super::metrics::MetricsListener;
 use super::notify::Notifier;
-use crate::control::proto::Request;
+use nbraid_control::Request;
 use crate::control::Controls;
 use nbraid_config::{self as config, Config};
 use nbraid_core::{PassRate, PassState};

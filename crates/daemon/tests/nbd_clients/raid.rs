@@ -28,7 +28,7 @@ fn raid_fixture(level: &str, members: usize, extra: &[&str]) -> Fixture {
         std::fs::write(&file, &text).unwrap();
         let config = nbraid_config::parse(&text, &file)
             .unwrap_or_else(|e| panic!("config rejected: {e}\n{text}"));
-        nbraid_daemon::assemble::assemble(&config)
+        nbraid_assembly::assemble::assemble(&config)
             .unwrap_or_else(|e| panic!("assembly failed: {e}"))
             .into_iter()
             .map(|a| {

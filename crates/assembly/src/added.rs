@@ -2,11 +2,12 @@
 //! the volume's records list their paths (`nbraid_core::metadata`'s `spare_list.rs`). At
 //! start they are opened by those paths and offered to assembly after the config's members
 //! and spares, so a spare that took a role, or a replacement, serves its role again instead
-//! of the volume starting degraded; the others stand by as spares ([`crate::heal::adopt`]).
+//! of the volume starting degraded; the others stand by as spares (`adopt`).
 
-use crate::assemble::Opened;
+use crate::member::{load, Opened};
+use crate::records::{has_this_volume, newest_added_paths, this_array};
 use nbraid_config::{self as config, Config};
-use nbraid_core::metadata::{MemberMeta, Probe, Uuid, VolumeRecord, MAX_ADDED_PATHS};
+use nbraid_core::metadata::{MemberMeta, Probe, Uuid, MAX_ADDED_PATHS};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -24,7 +25,7 @@ impl Added {
     /// has the same name is not this volume's.
     pub fn for_assembly(&self, volume: &str, array: Option<Uuid>) -> Option<Arc<MemberMeta>> {
         let o = self.opened.as_ref().ok()?;
-        crate::heal::has_this_volume(o, volume, array).then(|| o.meta().cloned())?
+        has_this_volume(o, volume, array).then(|| o.meta().cloned())?
     }
 }
 
@@ -57,49 +58,6 @@ pub fn added_id(path: &str, taken: &[String]) -> String {
         .map(|n| format!("{base}-{n}"))
         .find(|id| free(id))
         .expect("some suffix is free")
-}
-
-/// Volume `name`'s record in `probe` when it is of array `array` (of any array: `None`).
-pub fn record_of<'a>(
-    probe: &'a Probe,
-    name: &str,
-    array: Option<Uuid>,
-) -> Option<&'a VolumeRecord> {
-    match probe {
-        Probe::Superblock(sb, _) => sb
-            .volumes
-            .iter()
-            .find(|r| r.name == name && array.is_none_or(|a| r.array == a)),
-        _ => None,
-    }
-}
-
-/// The array volume `name` is, as the config's members and spares (`probes`) say: the id
-/// most of their records of that name carry (ties: the newest record's). A file later used
-/// by another array whose volume has the same name is outvoted by the members; `None` when
-/// none carries a record.
-pub fn this_array<'a>(probes: impl Iterator<Item = &'a Probe>, name: &str) -> Option<Uuid> {
-    let records: Vec<&VolumeRecord> = probes.filter_map(|p| record_of(p, name, None)).collect();
-    records
-        .iter()
-        .max_by_key(|r| {
-            let votes = records.iter().filter(|o| o.array == r.array).count();
-            (votes, r.events)
-        })
-        .map(|r| r.array)
-}
-
-/// The paths volume `name`'s (of array `array`) newest record among `probes` lists.
-pub fn newest_added_paths<'a>(
-    probes: impl Iterator<Item = &'a Probe>,
-    name: &str,
-    array: Option<Uuid>,
-) -> Vec<String> {
-    probes
-        .filter_map(|p| record_of(p, name, array))
-        .max_by_key(|r| r.events)
-        .map(|r| r.added_paths.clone())
-        .unwrap_or_default()
 }
 
 /// The same file or device, however the two paths spell it (relative, through links, or
@@ -187,9 +145,7 @@ pub async fn open_added(config: &Config, v: &config::Volume, opened: &[Opened]) 
         .collect();
     let open = |path: String| async move {
         match nbraid_core::UringFile::open_with(&path, None, Default::default()) {
-            Ok(f) => crate::assemble::load(Arc::new(f))
-                .await
-                .map_err(|e| e.to_string()),
+            Ok(f) => load(Arc::new(f)).await.map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         }
     };

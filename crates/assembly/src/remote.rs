@@ -1,18 +1,57 @@
+//! Members on NBD servers: the options they connect with ([`remote_options`]), the
+//! connection ([`open_remote`]), and the one whose server does not answer ([`at_start`]).
+//!
 //! Remote members whose server does not answer when the daemon starts (connection refused,
 //! no reply in time). What such a member holds is unknown, so it is never taken for blank:
 //! it joins assembly as *unreachable* ([`Probe::Unreachable`]), its volumes assemble from the
 //! members that answer (their superblocks decide) and, within their tolerance, serve
 //! degraded with its role recorded failed — the write-intent bitmap then keeps every region
 //! it misses. Its connection is retried in the background, and the returning-member probe
-//! ([`crate::returning`]) re-adds it once it answers: resynced over the bitmap before it is
+//! (the daemon's `returning`) re-adds it once it answers: resynced over the bitmap before it is
 //! read. Beyond tolerance the volume is refused, naming the members that did not answer.
 //!
 //! [`Probe::Unreachable`]: nbraid_core::metadata::Probe::Unreachable
 
-use crate::assemble::{remote_options, AssembleError, Opened};
-use nbraid_config::{Config, Member};
+use crate::member::{AssembleError, Opened};
+use nbraid_config::{self as config, Config, Member};
 use nbraid_core::metadata::MemberMeta;
 use std::sync::Arc;
+
+/// The options remote member `m` connects with: the server's minimum block must suit the
+/// smallest block size of the volumes on it.
+pub(crate) fn remote_options(config: &Config, m: &Member) -> nbraid_remote::RemoteOptions {
+    let index = config.members.iter().position(|x| x.id == m.id);
+    let block_size = config
+        .volumes
+        .iter()
+        .filter(|v| index.is_some_and(|i| v.members.contains(&i)))
+        .map(|v| v.block_size)
+        .min()
+        .unwrap_or(config::BLOCK_SIZE_DEFAULT);
+    let default = nbraid_remote::RemoteOptions::default();
+    nbraid_remote::RemoteOptions {
+        block_size,
+        timeout: m.remote.timeout.unwrap_or(default.timeout),
+        connections: m
+            .remote
+            .connections
+            .map_or(default.connections, |n| n as usize),
+    }
+}
+
+/// Connects to remote member `m` (an NBD URI).
+pub async fn open_remote(
+    config: &Config,
+    m: &Member,
+) -> Result<nbraid_remote::RemoteMember, AssembleError> {
+    let opts = remote_options(config, m);
+    nbraid_remote::RemoteMember::connect(&m.path_text, Some(m.size), &opts)
+        .await
+        .map_err(|source| AssembleError::Remote {
+            id: m.id.clone(),
+            source,
+        })
+}
 
 /// What to do with remote member `m` that failed to open with `e`: an unreachable server
 /// gives a member with no connection yet (said loudly); any other error stands.

@@ -1,4 +1,14 @@
-//! The control protocol: JSON lines, one request and one reply per line, versioned.
+//! # nbraid-control: the control protocol between `nbraidd` and `nbraid`
+//!
+//! JSON lines, one request and one reply per line, versioned. Both sides use this crate: the
+//! daemon parses requests with [`parse`] and answers with [`ok_reply`] and [`error_reply`];
+//! the CLI writes them with [`Request::to_json`] and reads refusals as [`ErrorBody`]. So a field
+//! renamed on one side cannot silently drift from the other: the round trip
+//! `parse(to_json(r)) == r` is tested for every request.
+//!
+//! **Boundaries.** Only the wire format lives here: what a request does to a volume is the
+//! daemon's (`control::ops`), how a reply is shown is the CLI's.
+//!
 //!
 //! A request is an object `{"v": 1, "op": "...", ...}`; a reply is `{"v": 1, "ok": true, ...}`
 //! or `{"v": 1, "ok": false, "error": {"code": "...", "message": "..."}}`. Anything that is not
@@ -21,6 +31,7 @@
 //! the daemon starts by itself; a rebuild already running keeps its rate.
 
 use nbraid_core::PassRate;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 /// The protocol version this daemon speaks.
@@ -104,9 +115,97 @@ impl Refusal {
     }
 }
 
+/// A refusal as the wire carries it: `"error": {"code": ..., "message": ...}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Stable, for programs: "bad-request", "no-volume", ...
+    pub code: String,
+    /// For people.
+    pub message: String,
+}
+
+impl ErrorBody {
+    /// The refusal a reply carries (`None`: the reply is a success).
+    pub fn of_reply(reply: &Value) -> Option<ErrorBody> {
+        if reply["ok"] == json!(true) {
+            return None;
+        }
+        Some(
+            serde_json::from_value(reply["error"].clone()).unwrap_or_else(|_| ErrorBody {
+                code: "unknown".into(),
+                message: "unknown error".into(),
+            }),
+        )
+    }
+}
+
 /// The error reply for `r`.
 pub fn error_reply(r: &Refusal) -> Value {
-    json!({"v": VERSION, "ok": false, "error": {"code": r.code, "message": r.message}})
+    let body = ErrorBody {
+        code: r.code.into(),
+        message: r.message.clone(),
+    };
+    json!({"v": VERSION, "ok": false, "error": body})
+}
+
+impl Request {
+    /// The request as its wire object, `"v"` included; [`parse`] reads it back as `self`.
+    pub fn to_json(&self) -> Value {
+        let rate =
+            |r: &PassRate| json!({"rate_bytes_per_s": r.limit_bytes_per_s, "adaptive": r.adaptive});
+        let mut fields = match self {
+            Request::Status { volume } => json!({"op": "status", "volume": volume}),
+            Request::Fail {
+                volume,
+                member,
+                force,
+            } => json!({"op": "fail", "volume": volume, "member": member, "force": force}),
+            Request::Scrub {
+                volume,
+                repair,
+                rate: r,
+            } => with(
+                json!({"op": "scrub", "volume": volume, "repair": repair}),
+                rate(r),
+            ),
+            Request::Pause { volume } => json!({"op": "pause", "volume": volume}),
+            Request::Resume { volume } => json!({"op": "resume", "volume": volume}),
+            Request::Cancel { volume } => json!({"op": "cancel", "volume": volume}),
+            Request::Add {
+                volume,
+                path,
+                force,
+            } => json!({"op": "add", "volume": volume, "path": path, "force": force}),
+            Request::Replace {
+                volume,
+                member,
+                path,
+                force,
+            } => json!({"op": "replace", "volume": volume, "member": member, "path": path,
+                        "force": force}),
+            Request::Remove { volume, member } => {
+                json!({"op": "remove", "volume": volume, "member": member})
+            }
+            Request::Rebuild { volume, rate: r } => {
+                let req = json!({"op": "rebuild", "volume": volume});
+                match r {
+                    Some(r) => with(req, rate(r)),
+                    None => req,
+                }
+            }
+            Request::Events { follow } => json!({"op": "events", "follow": follow}),
+        };
+        fields["v"] = json!(VERSION);
+        fields
+    }
+}
+
+/// Object `a` with `b`'s fields added.
+fn with(mut a: Value, b: Value) -> Value {
+    if let (Value::Object(a), Value::Object(b)) = (&mut a, b) {
+        a.extend(b);
+    }
+    a
 }
 
 /// The success reply carrying `fields`.
@@ -291,6 +390,100 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One of every request, with and without its optional fields.
+    fn every_request() -> Vec<Request> {
+        let (v, m) = (|| "db".to_string(), || "d1".to_string());
+        vec![
+            Request::Status { volume: None },
+            Request::Status { volume: Some(v()) },
+            Request::Fail {
+                volume: v(),
+                member: m(),
+                force: true,
+            },
+            Request::Scrub {
+                volume: v(),
+                repair: true,
+                rate: PassRate {
+                    limit_bytes_per_s: 1 << 20,
+                    adaptive: true,
+                },
+            },
+            Request::Pause { volume: None },
+            Request::Resume { volume: Some(v()) },
+            Request::Cancel { volume: v() },
+            Request::Add {
+                volume: v(),
+                path: "/d/x".into(),
+                force: false,
+            },
+            Request::Replace {
+                volume: v(),
+                member: m(),
+                path: "/d/y".into(),
+                force: true,
+            },
+            Request::Remove {
+                volume: v(),
+                member: m(),
+            },
+            Request::Rebuild {
+                volume: v(),
+                rate: None,
+            },
+            Request::Rebuild {
+                volume: v(),
+                rate: Some(PassRate::limit(5)),
+            },
+            Request::Events { follow: true },
+        ]
+    }
+
+    #[test]
+    fn every_request_written_reads_back_as_itself() {
+        for r in every_request() {
+            let line = r.to_json().to_string();
+            assert_eq!(parse(line.as_bytes()), Ok(r), "{line}");
+        }
+    }
+
+    #[test]
+    fn the_wire_bytes_are_the_ones_nbraid_always_sent() {
+        let line = |r: Request| r.to_json().to_string();
+        assert_eq!(
+            line(Request::Status { volume: None }),
+            r#"{"op":"status","v":1,"volume":null}"#
+        );
+        assert_eq!(
+            line(Request::Scrub {
+                volume: "db".into(),
+                repair: false,
+                rate: PassRate::default()
+            }),
+            r#"{"adaptive":false,"op":"scrub","rate_bytes_per_s":0,"repair":false,"v":1,"volume":"db"}"#
+        );
+        assert_eq!(
+            line(Request::Rebuild {
+                volume: "db".into(),
+                rate: None
+            }),
+            r#"{"op":"rebuild","v":1,"volume":"db"}"#
+        );
+    }
+
+    #[test]
+    fn a_refusal_reads_back_from_its_reply() {
+        let reply = error_reply(&Refusal::new("no-volume", "no volume x"));
+        assert_eq!(
+            ErrorBody::of_reply(&reply),
+            Some(ErrorBody {
+                code: "no-volume".into(),
+                message: "no volume x".into()
+            })
+        );
+        assert_eq!(ErrorBody::of_reply(&ok_reply(json!({}))), None);
+    }
 
     #[test]
     fn requests_parse_and_bad_ones_are_named() {

@@ -1,0 +1,361 @@
+//! After a volume started: which member serves which role, the spares standing by, and what
+//! the operator must hear about both.
+//!
+//! - **Assembly over members and spares.** The config's spares that carry this volume's
+//!   record join assembly after the members (positions `members.len()..`): a spare that took
+//!   a role serves it by its superblock although the config still lists the member it
+//!   replaced, and that old member (its id no longer named) is ignored. Both are said loudly,
+//!   with the `members = [...]` line that matches the superblocks.
+//! - **Standing by.** Spares no role claims are handed to the array
+//!   ([`Array::add_spare`]) when they are blank (missing files were created sparse), or carry
+//!   only an old record of this volume. So is a member listed in `members` that is blank and
+//!   claims no role: a wiped old member, or a new disk put at a lost member's path.
+//!   Anything else (another array's records, non-zero bytes where the superblock goes) is
+//!   never overwritten: warned about and left alone.
+//!
+//! While the volume is served, spares are put in failed roles by the daemon (its `heal`).
+
+use crate::added::{added_id, Added};
+use crate::member::Opened;
+use crate::records::{has_this_volume, only_this_volume};
+use nbraid_config::{self as config, Config};
+use nbraid_core::metadata::disk_rule::{may_write, Refused, Writer};
+use nbraid_core::metadata::{Absence, Array, MemberMeta, OpenReport, Uuid};
+use nbraid_core::Member;
+use std::sync::Arc;
+
+/// A member or spare the daemon knows by its config id (or, added at run time, its path).
+#[derive(Clone)]
+pub struct Known {
+    pub id: String,
+    pub member: Arc<dyn Member>,
+}
+
+/// The write rule (`nbraid_core::metadata::disk_rule`) for a spare taken at start: blank, or
+/// carrying this array's record; never forced.
+fn spare_rule(meta: &MemberMeta, array: &Array) -> Result<(), Refused> {
+    let writer = Writer {
+        array: Some(array.id()),
+        siblings: Vec::new(),
+    };
+    may_write(&meta.contents(), &writer, false).map(|_| ())
+}
+
+/// Volume `v`'s spares as assembly sees them (after the members): those carrying the
+/// volume's record (of array `array`), the others as missing (a blank spare holds no role).
+pub fn spares_for_assembly(
+    v: &config::Volume,
+    opened: &[Opened],
+    array: Option<Uuid>,
+) -> Vec<Option<Arc<MemberMeta>>> {
+    v.heal
+        .spares
+        .iter()
+        .map(|&m| match only_this_volume(&opened[m], &v.name, array) {
+            Some(true) => opened[m].meta().cloned(),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The ids of assembly's positions: the config's members, then its spares (config ids),
+/// then the members added at run time that the records list (their paths).
+pub fn position_ids(config: &Config, v: &config::Volume, added_paths: &[String]) -> Vec<String> {
+    let mut ids: Vec<String> = v
+        .members
+        .iter()
+        .chain(&v.heal.spares)
+        .map(|&m| config.members[m].id.clone())
+        .collect();
+    // Added members go by an id no config member has (their snippet must paste).
+    let mut taken: Vec<String> = config.members.iter().map(|m| m.id.clone()).collect();
+    for path in added_paths {
+        let id = added_id(path, &taken);
+        taken.push(id.clone());
+        ids.push(id);
+    }
+    ids
+}
+
+/// The config lines that name a member added at run time: a `[[member]]` to paste, since
+/// its id is not the config's yet.
+pub fn member_snippet(id: &str, path: &str) -> String {
+    format!("[[member]]\nid = \"{id}\"\npath = \"{path}\"")
+}
+
+/// Positions (members, then spares) that serve or are recorded in some role.
+fn claimed(roles: &[Result<usize, Absence>]) -> Vec<usize> {
+    roles
+        .iter()
+        .filter_map(|r| match r {
+            Ok(p) => Some(*p),
+            Err(a) => a.member(),
+        })
+        .collect()
+}
+
+/// The config id serving each role: the position assembly found in it, or for a role no
+/// member serves the unclaimed member positions in order (the best guess at which it was).
+/// `ids` are by position (members, then spares), `n` the member count.
+pub fn ids_by_role(ids: &[String], n: usize, roles: &[Result<usize, Absence>]) -> Vec<String> {
+    let claimed = claimed(roles);
+    let mut unclaimed = (0..n).filter(|p| !claimed.contains(p));
+    roles
+        .iter()
+        .map(|r| {
+            let p = match r {
+                Ok(p) => Some(*p),
+                Err(a) => a.member().or_else(|| unclaimed.next()),
+            };
+            p.map_or("?".into(), |p| ids[p].clone())
+        })
+        .collect()
+}
+
+/// What the operator must hear about where members stand after assembly: a spare (position
+/// `n..configured`) serving a role, with the `members = [...]` line matching the superblocks;
+/// a member added at run time (position `configured..`) serving one; a member of the config
+/// carrying the volume's record that no role claims (rebuilt over, replaced or removed).
+/// `record(p)`: `None` when position `p` carries no record of the volume, else whether it
+/// carries no other volume's (a member shared with other volumes must not be wiped).
+pub fn role_notes(
+    volume: &str,
+    (ids, added_paths): (&[String], &[String]),
+    (n, configured): (usize, usize),
+    roles: &[Result<usize, Absence>],
+    record: &dyn Fn(usize) -> Option<bool>,
+) -> Vec<String> {
+    let by_role = ids_by_role(ids, n, roles);
+    let line = by_role
+        .iter()
+        .map(|i| format!("\"{i}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut notes = Vec::new();
+    for (role, r) in roles.iter().enumerate() {
+        match r {
+            Ok(p) if *p >= configured => {
+                let path = added_paths.get(*p - configured).map_or("?", String::as_str);
+                notes.push(format!(
+                    "member {} (added at run time: {path}) holds role {role}, opened by the path the records keep; to name it in the config, add\n{}\nand set members = [{line}]",
+                    ids[*p],
+                    member_snippet(&ids[*p], path)
+                ))
+            }
+            Ok(p) if *p >= n => notes.push(format!(
+                "member {} (listed in spares) now holds role {role}; update the config: members = [{line}]",
+                ids[*p]
+            )),
+            _ => {}
+        }
+    }
+    let claimed = claimed(roles);
+    for p in (0..n).filter(|p| !claimed.contains(p)) {
+        let advice = match record(p) {
+            None => continue,
+            Some(true) => "remove it from the config, or wipe its first MiB to make it a spare",
+            Some(false) => "take it out of this volume's members (it carries other volumes' records: do not wipe it)",
+        };
+        notes.push(format!(
+            "member {} no longer holds a role in volume {volume} (rebuilt over, replaced or removed): ignored — {advice}",
+            ids[p]
+        ));
+    }
+    notes
+}
+
+/// After the volume started: hands every usable spare (and blank unclaimed member) to the
+/// array, and returns what the operator must hear ([`role_notes`], spares that cannot be
+/// used) and every member and spare known by id.
+pub async fn adopt(
+    array: &Array,
+    config: &Config,
+    v: &config::Volume,
+    (opened, added): (&[Opened], &[Added]),
+    report: &OpenReport,
+) -> (Vec<String>, Vec<Known>) {
+    let n = v.members.len();
+    let configured = n + v.heal.spares.len();
+    let claimed = claimed(&report.roles);
+    let this = Some(array.id());
+    let paths: Vec<String> = added.iter().map(|a| a.path.clone()).collect();
+    let ids = position_ids(config, v, &paths);
+    let mut notes = role_notes(
+        &v.name,
+        (&ids, &paths),
+        (n, configured),
+        &report.roles,
+        &|p| {
+            let o = &opened[v.members[p]];
+            has_this_volume(o, &v.name, this)
+                .then(|| only_this_volume(o, &v.name, this) == Some(true))
+        },
+    );
+    let mut known = Vec::new();
+    let positions = v.members.iter().chain(&v.heal.spares).enumerate();
+    for (p, &m) in positions {
+        let id = &config.members[m].id;
+        let o = &opened[m];
+        let Some(meta) = o.meta() else {
+            if p >= n {
+                notes.push(format!("spare {id} is missing: not standing by"));
+            }
+            continue;
+        };
+        known.push(Known {
+            id: id.clone(),
+            member: meta.member().clone(),
+        });
+        if claimed.contains(&p) {
+            continue;
+        }
+        // An old member whose id the records no longer name: `role_notes` says it.
+        if p < n && has_this_volume(o, &v.name, this) {
+            continue;
+        }
+        let what = if p < n { "member" } else { "spare" };
+        if let Err(why) = spare_rule(meta, array) {
+            notes.push(format!("{what} {id} {why} — not used as a spare; wipe its first MiB if its data is no longer wanted"));
+            continue;
+        }
+        if only_this_volume(o, &v.name, this) == Some(false) {
+            notes.push(format!(
+                "{what} {id} carries another volume's records: not used as a spare — wipe its first MiB if its data is no longer wanted"
+            ));
+            continue;
+        }
+        match array.add_spare(meta.clone()) {
+            Ok(()) if p < n => notes.push(format!(
+                "member {id} is blank and holds no role: it stands by as a spare (a lost role is rebuilt onto it)"
+            )),
+            Ok(()) => {}
+            Err(e) => notes.push(format!("spare {id}: {e}")),
+        }
+    }
+    for (i, a) in added.iter().enumerate() {
+        if claimed.contains(&(configured + i)) {
+            if let Ok(o) = &a.opened {
+                if let Some(meta) = o.meta() {
+                    known.push(Known {
+                        id: ids[configured + i].clone(),
+                        member: meta.member().clone(),
+                    });
+                }
+            }
+            continue;
+        }
+        if let Some(m) = adopt_recorded(array, &v.name, a, &mut notes) {
+            known.push(Known {
+                id: ids[configured + i].clone(),
+                member: m,
+            });
+        }
+    }
+    (notes, known)
+}
+
+/// A member added at run time that the records list and no role claims: kept as a spare by
+/// the config's spares' rules (blank, or only an old record of this volume); else said, and
+/// left alone. `None` when it is not standing by.
+fn adopt_recorded(
+    array: &Array,
+    volume: &str,
+    added: &Added,
+    notes: &mut Vec<String>,
+) -> Option<Arc<dyn Member>> {
+    let path = &added.path;
+    let o = match &added.opened {
+        Ok(o) => o,
+        Err(e) => {
+            notes.push(format!(
+                "{path} (added at run time, recorded) cannot be opened: neither serving nor standing by ({e}); `nbraid remove {volume} {path}` forgets it"
+            ));
+            return None;
+        }
+    };
+    let meta = o.meta()?.clone();
+    let found = match spare_rule(&meta, array) {
+        Err(why) => Some(why.to_string()),
+        Ok(()) if only_this_volume(o, volume, Some(array.id())) == Some(false) => {
+            Some("carries other volumes' records".to_string())
+        }
+        Ok(()) => None,
+    };
+    if let Some(found) = found {
+        notes.push(format!(
+            "{path} (added at run time, recorded) holds no role and {found}: not used as a spare — `nbraid remove {volume} {path}` forgets it (`--offline` while no daemon runs; or wipe its first MiB if its data is no longer wanted)"
+        ));
+        return None;
+    }
+    match array.add_spare(meta.clone()) {
+        Ok(()) => Some(meta.member().clone()),
+        Err(e) => {
+            notes.push(format!("recorded spare {path}: {e}"));
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_spare_in_a_role_and_the_member_it_replaced_are_named() {
+        // Config: members d0..d3, spare s0; s0 holds role 1, d1 carries an old record.
+        let pos = ids(&["d0", "d1", "d2", "d3", "s0"]);
+        let roles = vec![Ok(0), Ok(4), Ok(2), Ok(3)];
+        assert_eq!(ids_by_role(&pos, 4, &roles), ids(&["d0", "s0", "d2", "d3"]));
+        let notes = role_notes("v", (&pos, &[]), (4, 5), &roles, &|p| {
+            (p != 4).then_some(true)
+        });
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].contains(r#"s0 (listed in spares) now holds role 1; update the config: members = ["d0", "s0", "d2", "d3"]"#));
+        assert!(notes[1].starts_with("member d1 no longer holds a role in volume v"));
+    }
+
+    #[test]
+    fn a_member_added_at_run_time_in_a_role_gets_an_id_and_a_snippet_to_paste() {
+        // Config: members d0..d2, no spares; /x/new.img (added at run time) holds role 2.
+        let pos = ids(&["d0", "d1", "d2", "new"]);
+        let roles = vec![Ok(0), Ok(1), Ok(3)];
+        assert_eq!(ids_by_role(&pos, 3, &roles), ids(&["d0", "d1", "new"]));
+        let notes = role_notes("v", (&pos, &ids(&["/x/new.img"])), (3, 3), &roles, &|_| {
+            Some(true)
+        });
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert_eq!(
+            notes[0],
+            "member new (added at run time: /x/new.img) holds role 2, opened by the path the records keep; to name it in the config, add\n[[member]]\nid = \"new\"\npath = \"/x/new.img\"\nand set members = [\"d0\", \"d1\", \"new\"]"
+        );
+        assert!(notes[1].starts_with("member d2 no longer holds a role in volume v"));
+        assert!(
+            notes[1].ends_with("or wipe its first MiB to make it a spare"),
+            "{notes:?}"
+        );
+        // Shared with other volumes (Matrix): never told to wipe it.
+        let notes = role_notes("v", (&pos, &[]), (3, 3), &roles, &|_| Some(false));
+        assert!(
+            notes[1].ends_with("(it carries other volumes' records: do not wipe it)"),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn lost_roles_take_the_unclaimed_members_in_order() {
+        let pos = ids(&["a", "b", "c", "s"]);
+        // Members swapped by superblock, role 2 lost: the unclaimed member c is presumed it.
+        let roles = vec![Ok(1), Ok(0), Err(Absence::Lost)];
+        assert_eq!(ids_by_role(&pos, 3, &roles), ids(&["b", "a", "c"]));
+        // A blank member with no record is not an "old member".
+        assert!(role_notes("v", (&pos, &[]), (3, 4), &roles, &|p| (p != 2)
+            .then_some(true))
+        .is_empty());
+        let failed = vec![Ok(0), Err(Absence::Failed { member: 1 }), Ok(2)];
+        assert_eq!(ids_by_role(&pos, 3, &failed), ids(&["a", "b", "c"]));
+    }
+}

@@ -1,0 +1,615 @@
+//! From a checked [`Config`] to running arrays: opens every member once through io_uring,
+//! reads its superblock, and opens or creates each volume through
+//! [`nbraid_core::metadata::Array`] — assembly by superblock, not by config order. Members are
+//! held exclusively ([`nbraid_core::exclusive`]), so the volumes on one member share its one
+//! open file (and its one superblock), and a second daemon on the same members is refused
+//! with the holder named.
+//!
+//! Whether a volume is opened or created is [`plan::plan`]'s pure decision (`create = "auto"`
+//! creates arrays only on new or blank members). A member file that is missing while its
+//! peers carry superblocks is never recreated: the volume starts degraded without it (within
+//! its fault tolerance), with a loud warning; so does a remote member whose server does not
+//! answer (`unreachable.rs`: re-added once it answers). A dirty array is resynced before
+//! anything is served (only the regions its write-intent bitmap marks).
+
+use crate::added::{open_added, Added};
+use crate::adopt::{adopt, ids_by_role, position_ids, spares_for_assembly, Known};
+use crate::beyond_tolerance::BeyondTolerance;
+use crate::describe::describe;
+use crate::member::{load, member_error, AssembleError, Opened};
+use crate::plan::{self, Found, MemberFound, Plan};
+use crate::records::this_array;
+use crate::remote::{self, open_remote};
+use nbraid_config::{self as config, Config, CreatePolicy, MemberStorage};
+use nbraid_core::metadata::disk_rule::{may_write, Allowed, Writer};
+use nbraid_core::metadata::{
+    Absence, Array, ArrayError, ArrayOptions, MemberMeta, OpenReport, Probe, METADATA_AREA_BYTES,
+};
+use nbraid_core::{Member, MemoryMember, PassRate, UringError, UringFile, VolumeOptions};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+// The config keeps exactly the engine's metadata area free of volume regions.
+const _: () = assert!(config::METADATA_RESERVED == METADATA_AREA_BYTES);
+
+/// A volume ready to serve, with what the config and its superblocks said about it.
+pub struct Assembled {
+    pub name: String,
+    pub array: Arc<Array>,
+    pub read_only: bool,
+    pub description: String,
+    /// By role (the volume's member index): the config id of the member serving it; for a
+    /// role no member serves, the config member presumed to be it.
+    pub members: Vec<String>,
+    /// By role: what assembly found — "new", "active", "missing", "stale" (resynced before
+    /// serving), "failed" (recorded failed by its peers) or "unreachable" (a remote member
+    /// whose server did not answer).
+    pub at_start: Vec<&'static str>,
+    /// The superblocks were written by this start.
+    pub created: bool,
+    pub report: OpenReport,
+    /// Record the volume clean after this long without writes.
+    pub clean_delay: Option<Duration>,
+    /// Members and spares by config id, and what the start must say about them
+    /// ([`adopt`]).
+    pub known: Vec<Known>,
+    pub notes: Vec<String>,
+    /// The rate of rebuilds the daemon starts by itself.
+    pub rebuild_rate: nbraid_core::PassRate,
+}
+
+/// How the start treats volumes beyond their tolerance.
+#[derive(Clone, Debug, Default)]
+pub struct StartOptions {
+    /// Volumes to assemble by force ([`nbraid_core::metadata::assemble_forced`]): past
+    /// their tolerance, the freshest failed or stale members are taken back.
+    pub force_assemble: Vec<String>,
+}
+
+/// Opens every member and opens or creates every volume (blocking until resyncs are done).
+pub fn assemble(config: &Config) -> Result<Vec<Assembled>, AssembleError> {
+    assemble_with(config, &StartOptions::default())
+}
+
+/// [`assemble`] with `opts`; a volume named for a forced assembly must be in the config.
+pub fn assemble_with(
+    config: &Config,
+    opts: &StartOptions,
+) -> Result<Vec<Assembled>, AssembleError> {
+    for name in &opts.force_assemble {
+        if !config.volumes.iter().any(|v| &v.name == name) {
+            return Err(AssembleError::Refused(format!(
+                "--force-assemble {name}: the config has no volume `{name}` (volumes: {})",
+                config
+                    .volumes
+                    .iter()
+                    .map(|v| v.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    futures::executor::block_on(async {
+        let mut opened = open_members(config).await?;
+        let plans = plans(config, &opened, None);
+        let mut sure = Vec::with_capacity(plans.len());
+        for p in plans {
+            sure.push(p?);
+        }
+        let plans: Vec<Option<Plan>> = sure.into_iter().map(Some).collect();
+        create_members(config, &mut opened, &plans).await?;
+        let mut out = Vec::with_capacity(config.volumes.len());
+        for (v, plan) in config.volumes.iter().zip(plans) {
+            let progress = Progress::new(&v.name);
+            let report = |done, total| progress.report(done, total);
+            let plan = plan.expect("planned");
+            let force = opts.force_assemble.contains(&v.name);
+            out.push(start_volume_with(config, v, plan, &opened, &report, force).await?);
+        }
+        Ok(out)
+    })
+}
+
+/// Opens every member that is there (held exclusively) and reads its superblock, all at
+/// once: a remote server that does not answer costs its timeout once, not once per member
+/// after it. The first error in config order is returned.
+pub async fn open_members(config: &Config) -> Result<Vec<Opened>, AssembleError> {
+    futures::future::join_all(config.members.iter().map(|m| open_member(config, m)))
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// Every volume's [`Plan`] (or why it cannot start), by `create` from the config unless
+/// `policy` overrides it (`nbraid create` is the operator's consent).
+pub fn plans(
+    config: &Config,
+    opened: &[Opened],
+    policy: Option<CreatePolicy>,
+) -> Vec<Result<Plan, AssembleError>> {
+    let file = config.file.display().to_string();
+    config
+        .volumes
+        .iter()
+        .map(|v| {
+            let found: Vec<Found> = v
+                .members
+                .iter()
+                .map(|&m| found(config, opened, m, &v.name))
+                .collect();
+            let members: Vec<MemberFound> = v
+                .members
+                .iter()
+                .zip(&found)
+                .map(|(&m, f)| MemberFound {
+                    id: &config.members[m].id,
+                    path: &config.members[m].path_text,
+                    found: f,
+                })
+                .collect();
+            let policy = policy.unwrap_or(v.metadata.create);
+            plan::plan(&v.name, &file, policy, &members).map_err(|r| AssembleError::Refused(r.0))
+        })
+        .collect()
+}
+
+/// Creates the missing member files whose every volume is to be created (`plans[k]`:
+/// `None` for a volume that will not start); returns their paths. A missing member that a
+/// volume with data uses is never recreated; a volume to be created on it is refused.
+pub async fn create_members(
+    config: &Config,
+    opened: &mut [Opened],
+    plans: &[Option<Plan>],
+) -> Result<Vec<PathBuf>, AssembleError> {
+    let mut paths = Vec::new();
+    let created = |k: usize| matches!(plans[k], Some(Plan::Create { .. }));
+    for (i, m) in config.members.iter().enumerate() {
+        if opened[i].meta.is_some() {
+            continue;
+        }
+        let on_it: Vec<usize> = (0..config.volumes.len())
+            .filter(|&k| config.volumes[k].members.contains(&i))
+            .collect();
+        if on_it.iter().all(|&k| created(k)) {
+            opened[i] = create_member(m).await?;
+            paths.push(m.path.clone());
+        } else if let Some(&k) = on_it.iter().find(|&&k| created(k)) {
+            let keeper = on_it.iter().find(|&&k| !created(k)).expect("one");
+            let (v, keeper) = (&config.volumes[k].name, &config.volumes[*keeper].name);
+            return Err(AssembleError::Refused(format!(
+                "volume `{v}`: member {} ({}) is missing and volume `{keeper}` on it is not \
+                 being created (it has data, or cannot start), so it is not recreated; `{v}` \
+                 cannot be created without it — restore the file",
+                m.id, m.path_text
+            )));
+        }
+    }
+    Ok(paths)
+}
+
+/// Opens member `m` if it is there and reads its superblock.
+async fn open_member(config: &Config, m: &config::Member) -> Result<Opened, AssembleError> {
+    let member: Arc<dyn Member> = match m.state {
+        MemberStorage::Memory => Arc::new(MemoryMember::new(&m.id, m.size)),
+        MemberStorage::Remote => match open_remote(config, m).await {
+            Ok(member) => Arc::new(member),
+            Err(e) => return remote::at_start(config, m, e),
+        },
+        MemberStorage::Missing => return Ok(Opened::missing()),
+        _ => Arc::new(
+            UringFile::open_or_create(&m.path, m.size).map_err(|source| member_error(m, source))?,
+        ),
+    };
+    load(member).await
+}
+
+/// Creates member `m`'s file, sparse (all zeroes), and its directory.
+async fn create_member(m: &config::Member) -> Result<Opened, AssembleError> {
+    if let Some(dir) = m.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            member_error(
+                m,
+                UringError::Open {
+                    path: dir.to_path_buf(),
+                    source: e,
+                },
+            )
+        })?;
+    }
+    let file = UringFile::open_or_create(&m.path, m.size).map_err(|e| member_error(m, e))?;
+    let mut opened = load(Arc::new(file)).await?;
+    opened.created = true;
+    Ok(opened)
+}
+
+/// What member `m` holds, as volume `name`'s plan sees it.
+fn found(config: &Config, opened: &[Opened], m: usize, name: &str) -> Found {
+    let Some(meta) = &opened[m].meta else {
+        return Found::Missing;
+    };
+    if opened[m].created {
+        // Created by this start: zeroes, as it was found.
+        return Found::Missing;
+    }
+    if config.members[m].state == MemberStorage::Memory {
+        return Found::Memory;
+    }
+    match meta.probe() {
+        Probe::Missing => Found::Missing,
+        Probe::Superblock(sb, _) if sb.volumes.iter().any(|v| v.name == name) => Found::HasThis,
+        probe => {
+            // Records of the config's other volumes on this member are siblings (Matrix).
+            let siblings = match probe {
+                Probe::Superblock(sb, _) => sb
+                    .volumes
+                    .iter()
+                    .filter(|r| {
+                        config
+                            .volumes
+                            .iter()
+                            .any(|v| v.name == r.name && v.members.contains(&m))
+                    })
+                    .map(|r| r.array)
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let writer = Writer {
+                array: None,
+                siblings,
+            };
+            match may_write(&meta.contents(), &writer, false) {
+                Ok(Allowed::Blank) => Found::Blank {
+                    remote: config.members[m].state == MemberStorage::Remote,
+                },
+                Ok(_) => Found::Siblings,
+                Err(r) => Found::Refused(r),
+            }
+        }
+    }
+}
+
+/// Opens or creates volume `v` over its members (`progress(done, total)` bytes of a sync).
+pub async fn start_volume(
+    config: &Config,
+    v: &config::Volume,
+    plan: Plan,
+    opened: &[Opened],
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<Assembled, AssembleError> {
+    start_volume_with(config, v, plan, opened, progress, false).await
+}
+
+/// [`start_volume`]; with `force`, a volume past its tolerance is assembled by force.
+///
+/// The stages, in order: the members added at run time are opened (an opened volume's
+/// records list them), the array is opened by its superblocks or created, the roles are
+/// named, spares are adopted, and everything the operator must hear is logged.
+pub async fn start_volume_with(
+    config: &Config,
+    v: &config::Volume,
+    plan: Plan,
+    opened: &[Opened],
+    progress: &(dyn Fn(u64, u64) + Sync),
+    force: bool,
+) -> Result<Assembled, AssembleError> {
+    let start = VolumeStart {
+        config,
+        v,
+        opened,
+        force,
+    };
+    let added = match plan {
+        Plan::Open => open_added(config, v, opened).await,
+        Plan::Create { .. } => Vec::new(),
+    };
+    let (array, report, created) = start.open_or_create(plan, &added, progress).await?;
+    // report.warnings: logged once by the engine as it found them.
+    // A create's sync is not a recovery: only an opened array can have been left dirty.
+    if !created && !report.was_clean && report.background_bytes == 0 {
+        tracing::warn!(volume = %v.name, resynced_bytes = report.resynced_bytes, "the array was not shut down cleanly: resynced before serving");
+    }
+    // Config member ids by role (spares that took a role by their own id).
+    let added_paths: Vec<String> = added.iter().map(|a| a.path.clone()).collect();
+    let members = ids_by_role(
+        &position_ids(config, v, &added_paths),
+        v.members.len(),
+        &report.roles,
+    );
+    let at_start = role_states(&report.roles, created);
+    if let Some(msg) = degraded_warning(&v.name, &members, &at_start) {
+        tracing::warn!("{msg}");
+    }
+    let (mut notes, known) = adopt(&array, config, v, (opened, &added), &report).await;
+    notes.extend(forced_notes(&report, &members));
+    for n in &notes {
+        tracing::warn!(volume = %v.name, "{n}");
+    }
+    Ok(Assembled {
+        name: v.name.clone(),
+        array: Arc::new(array),
+        read_only: v.read_only,
+        description: describe(config, v),
+        members,
+        at_start,
+        created,
+        report,
+        clean_delay: v.metadata.clean_delay,
+        known,
+        notes,
+        rebuild_rate: PassRate {
+            limit_bytes_per_s: v.heal.rebuild_rate_bytes_per_s,
+            adaptive: v.heal.rebuild_adaptive,
+        },
+    })
+}
+
+/// One volume's start: what it is started from.
+struct VolumeStart<'a> {
+    config: &'a Config,
+    v: &'a config::Volume,
+    opened: &'a [Opened],
+    /// Assembled by force past its tolerance (`nbraidd --force-assemble`).
+    force: bool,
+}
+
+impl VolumeStart<'_> {
+    /// The engine's options for the array.
+    fn array_options(&self) -> ArrayOptions {
+        let v = self.v;
+        ArrayOptions {
+            volume: volume_options(v),
+            bitmap_chunk_bytes: v.metadata.bitmap_chunk_bytes,
+            ppl: v.metadata.ppl,
+            // A region is recorded clean after the same quiet time as the whole volume.
+            bitmap_clear_delay: v
+                .metadata
+                .clean_delay
+                .unwrap_or(nbraid_core::metadata::intent::DEFAULT_CLEAR_DELAY),
+            ppl_area_before_region_bytes: v.metadata.ppl_log_bytes,
+            force_assembly: self.force,
+        }
+    }
+
+    /// Creates the array or opens it by its superblocks (the members, then the spares, then
+    /// the members added at run time); returns it, the engine's report and whether it was
+    /// created.
+    async fn open_or_create(
+        &self,
+        plan: Plan,
+        added: &[Added],
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<(Array, OpenReport, bool), AssembleError> {
+        let (v, opened) = (self.v, self.opened);
+        let metas: Vec<Option<Arc<MemberMeta>>> =
+            v.members.iter().map(|&m| opened[m].meta.clone()).collect();
+        let (opts, tree) = (self.array_options(), v.geometry.root().clone());
+        match plan {
+            Plan::Create { assume_clean } => {
+                let metas = metas.into_iter().map(|m| m.expect("created")).collect();
+                if !assume_clean {
+                    tracing::info!(volume = %v.name, "creating the array: syncing copies and parity from the members' data");
+                }
+                let (a, r) = Array::create(&v.name, tree, metas, opts, assume_clean, progress)
+                    .await
+                    .map_err(|e| self.array_error(e))?;
+                tracing::info!(volume = %v.name, array = %a.id(), "created the array (superblocks written)");
+                Ok((a, r, true))
+            }
+            Plan::Open => {
+                // Spares that took a role are found by their superblocks, after the members;
+                // so are the members added at run time that the records list (`added.rs`).
+                // By array id: a file later used by another array's volume of the same name
+                // is not this volume's.
+                let this = this_array(
+                    v.members
+                        .iter()
+                        .chain(&v.heal.spares)
+                        .filter_map(|&m| Some(opened[m].meta()?.probe())),
+                    &v.name,
+                );
+                let metas = metas
+                    .into_iter()
+                    .chain(spares_for_assembly(v, opened, this))
+                    .chain(added.iter().map(|a| a.for_assembly(&v.name, this)))
+                    .collect();
+                // Resync in the background while serving (some volumes before serving —
+                // without the log, with a stale or rebuilding member, mixed trees:
+                // `core::metadata::resync`).
+                let (a, r) = Array::open_background(&v.name, &tree, metas, opts, progress)
+                    .await
+                    .map_err(|e| self.array_error(e))?;
+                tracing::info!(volume = %v.name, array = %a.id(), was_clean = r.was_clean, resynced_bytes = r.resynced_bytes, "assembled by superblock");
+                Ok((a, r, false))
+            }
+        }
+    }
+
+    /// The engine's refusal in the config's words: beyond tolerance, the members by id and
+    /// what can bring the volume back; else the members by position.
+    fn array_error(&self, source: ArrayError) -> AssembleError {
+        let (config, v, opened) = (self.config, self.v, self.opened);
+        let ArrayError::Assemble(nbraid_core::metadata::AssembleError::BeyondTolerance {
+            why, ..
+        }) = source
+        else {
+            let legend = v
+                .members
+                .iter()
+                .enumerate()
+                .map(|(i, &m)| {
+                    let m = &config.members[m];
+                    format!("{i} = {} ({})", m.id, m.path_text)
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            return AssembleError::Array {
+                name: v.name.clone(),
+                legend,
+                source: Box::new(source),
+            };
+        };
+        // Name the config's members that carry no record of the volume.
+        let gone: Vec<&str> = v
+            .members
+            .iter()
+            .filter(|&&m| found(config, opened, m, &v.name) != Found::HasThis)
+            .map(|&m| config.members[m].id.as_str())
+            .collect();
+        let unreachable: Vec<String> = v
+            .members
+            .iter()
+            .filter_map(|&m| match opened[m].meta.as_ref()?.probe() {
+                Probe::Unreachable(e) => Some(format!(
+                    "{} ({}): {e}",
+                    config.members[m].id, config.members[m].path_text
+                )),
+                _ => None,
+            })
+            .collect();
+        let unreachable = if unreachable.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; unreachable (their servers did not answer): {}",
+                unreachable.join("; ")
+            )
+        };
+        let ids: Vec<&str> = v
+            .members
+            .iter()
+            .map(|&m| config.members[m].id.as_str())
+            .collect();
+        AssembleError::Refused(
+            BeyondTolerance {
+                name: &v.name,
+                kind: v.kind_name(),
+                worst: v.geometry.fault_tolerance().worst,
+                why: &why,
+                no_record: &gone,
+                unreachable: &unreachable,
+                ids: &ids,
+                forced: self.force,
+            }
+            .text(),
+        )
+    }
+}
+
+/// By role, what assembly found ([`Assembled::at_start`]).
+fn role_states(roles: &[Result<usize, Absence>], created: bool) -> Vec<&'static str> {
+    roles
+        .iter()
+        .map(|r| match r {
+            Ok(_) if created => "new",
+            Ok(_) => "active",
+            Err(Absence::Stale { .. }) => "stale",
+            Err(Absence::Failed { .. }) => "failed",
+            Err(Absence::Lost) => "missing",
+            Err(Absence::Unreachable { .. }) => "unreachable",
+        })
+        .collect()
+}
+
+/// The loud warning for a volume serving without some of its members (`None`: it has them
+/// all); `members` and `at_start` by role.
+fn degraded_warning(volume: &str, members: &[String], at_start: &[&str]) -> Option<String> {
+    let lost: Vec<&str> = members
+        .iter()
+        .zip(at_start)
+        .filter(|(_, s)| matches!(**s, "missing" | "failed" | "unreachable"))
+        .map(|(m, _)| m.as_str())
+        .collect();
+    (!lost.is_empty()).then(|| {
+        format!(
+            "volume {volume}: serving DEGRADED: members {} missing, unreachable or failed (never recreated blank); restore or replace them",
+            lost.join(", ")
+        )
+    })
+}
+
+/// What a forced assembly took back, one note per member (`members`: ids by role).
+fn forced_notes(report: &OpenReport, members: &[String]) -> Vec<String> {
+    report
+        .forced
+        .iter()
+        .map(|f| {
+            format!(
+                "assembled by force: {} took role {} back ({} at event {} of {}); bytes written \
+                 after it dropped out may be stale on it — check the data (fsck) before trusting it",
+                members.get(f.role).map_or("?", String::as_str),
+                f.role,
+                if f.was_failed {
+                    "recorded failed"
+                } else {
+                    "stale"
+                },
+                f.events,
+                f.newest_events
+            )
+        })
+        .collect()
+}
+
+/// Logs a sync's progress every 10%.
+struct Progress<'a> {
+    volume: &'a str,
+    next_pct: AtomicU64,
+}
+
+impl<'a> Progress<'a> {
+    fn new(volume: &'a str) -> Self {
+        Progress {
+            volume,
+            next_pct: AtomicU64::new(10),
+        }
+    }
+
+    fn report(&self, done: u64, total: u64) {
+        let pct = done.saturating_mul(100) / total.max(1);
+        let next = self.next_pct.load(Ordering::Relaxed);
+        if pct >= next {
+            self.next_pct.store(pct / 10 * 10 + 10, Ordering::Relaxed);
+            tracing::info!(volume = %self.volume, "sync {pct}% ({done} of {total} bytes)");
+        }
+    }
+}
+
+/// The engine's options for a config volume.
+pub fn volume_options(v: &config::Volume) -> VolumeOptions {
+    VolumeOptions {
+        block_size: u64::from(v.block_size),
+        read_policy: v.read_policy,
+        cache: v.cache,
+        ..VolumeOptions::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_are_named_by_what_assembly_found_and_the_lost_ones_warned_about() {
+        let roles = vec![
+            Ok(0),
+            Err(Absence::Failed { member: 1 }),
+            Err(Absence::Lost),
+            Err(Absence::Stale {
+                member: 3,
+                events: 7,
+            }),
+        ];
+        let states = role_states(&roles, false);
+        assert_eq!(states, ["active", "failed", "missing", "stale"]);
+        assert_eq!(role_states(&roles[..1], true), ["new"]);
+        let ids: Vec<String> = ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect();
+        let msg = degraded_warning("v", &ids, &states).expect("degraded");
+        assert!(
+            msg.starts_with("volume v: serving DEGRADED: members b, c missing"),
+            "{msg}"
+        );
+        assert_eq!(degraded_warning("v", &ids, &["active", "stale"]), None);
+    }
+}

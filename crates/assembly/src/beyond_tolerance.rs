@@ -1,0 +1,80 @@
+//! Why a volume cannot start: more members are out than its tree can lose. The text names
+//! each absent role and why, and what can bring the volume back.
+
+use nbraid_core::metadata::Absence;
+
+/// Why a volume cannot start: each absent role and why, and what can bring it back — a
+/// forced assembly when members that missed writes are there, else the lost members.
+pub struct BeyondTolerance<'a> {
+    pub name: &'a str,
+    pub kind: &'a str,
+    /// The member losses it survives at worst.
+    pub worst: usize,
+    pub why: &'a [(usize, Absence)],
+    /// Config ids of the members missing, blank or without its record.
+    pub no_record: &'a [&'a str],
+    /// Already worded: "; unreachable …" or empty.
+    pub unreachable: &'a str,
+    /// Config ids by the volume's member position.
+    pub ids: &'a [&'a str],
+    /// This start was a forced assembly already.
+    pub forced: bool,
+}
+
+impl BeyondTolerance<'_> {
+    pub fn text(&self) -> String {
+        let id = |pos: usize| self.ids.get(pos).copied().unwrap_or("?");
+        let roles: Vec<String> = self
+            .why
+            .iter()
+            .map(|(role, a)| match a {
+                Absence::Failed { member } => {
+                    format!("role {role}: {} recorded failed", id(*member))
+                }
+                Absence::Stale { member, events } => format!(
+                    "role {role}: {} stale (its records stop at event {events})",
+                    id(*member)
+                ),
+                Absence::Unreachable { member } => {
+                    format!("role {role}: {} unreachable", id(*member))
+                }
+                Absence::Lost => format!("role {role}: no member carries it"),
+            })
+            .collect();
+        let takeable = self
+            .why
+            .iter()
+            .any(|(_, a)| matches!(a, Absence::Failed { .. } | Absence::Stale { .. }));
+        let mut text = format!(
+            "volume {}: more members are out than {} can lose (it survives {} lost member(s) at \
+             worst): {}",
+            self.name,
+            self.kind,
+            self.worst,
+            roles.join("; ")
+        );
+        if !self.no_record.is_empty() {
+            text += &format!(
+                "; missing, blank or carrying no record of it: {}",
+                self.no_record.join(", ")
+            );
+        }
+        text += self.unreachable;
+        text += &if self.forced {
+            "; even by force there are not enough failed or stale members to take back: \
+             restore the member files or start their servers"
+                .to_string()
+        } else if takeable {
+            format!(
+                "; restore the lost members, or assemble by force (`nbraidd --force-assemble {}`, \
+                 as mdadm --assemble --force): the freshest failed or stale members are taken \
+                 back as current, and bytes written after they dropped out may be stale on them",
+                self.name
+            )
+        } else {
+            "; restore the member files, start their servers, or remove the volume from the config"
+                .to_string()
+        };
+        text
+    }
+}

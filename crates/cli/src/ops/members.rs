@@ -1,0 +1,110 @@
+//! Who serves a volume: `fail`, `add`, `remove`, `replace`.
+
+use super::client::{Client, Target};
+use anyhow::{Context, Result};
+use nbraid_control::Request;
+use serde_json::json;
+
+/// `nbraid fail VOLUME MEMBER`.
+pub(super) fn fail(target: &Target, volume: String, member: String, force: bool) -> Result<String> {
+    let v = Client::connect(target)?.call(&Request::Fail {
+        volume: volume.clone(),
+        member: member.clone(),
+        force,
+    })?;
+    Ok(format!(
+        "member {} of {volume} marked failed; the volume is {}\n",
+        v["member"].as_str().unwrap_or(&member),
+        if v["available"] == json!(false) {
+            "FAILED (beyond its tolerance)"
+        } else {
+            "degraded"
+        }
+    ))
+}
+
+/// `nbraid add VOLUME PATH`: a hot spare, or at once a failed role's member.
+pub(super) fn add(target: &Target, volume: String, path: &str, force: bool) -> Result<String> {
+    let path = absolute(path)?;
+    let v = Client::connect(target)?.call(&Request::Add {
+        volume: volume.clone(),
+        path: path.clone(),
+        force,
+    })?;
+    Ok(match v["rebuilding_roles"].as_array() {
+        Some(r) if !r.is_empty() => {
+            format!("{path} added to {volume}: rebuilding member {}\n", r[0])
+        }
+        _ => format!("{path} added to {volume} as a hot spare\n"),
+    })
+}
+
+/// `nbraid remove VOLUME MEMBER`: a failed member, a spare, or (`offline`, no daemon) a
+/// recorded path.
+pub(super) fn remove(
+    target: &Target,
+    volume: String,
+    member: String,
+    offline: bool,
+    json: bool,
+) -> Result<String> {
+    if offline {
+        let config = target
+            .config
+            .as_deref()
+            .context("--offline needs --config")?;
+        return crate::offline::forget_offline(config, &volume, &absolute(&member)?);
+    }
+    let v = Client::connect(target)?.call(&Request::Remove {
+        volume: volume.clone(),
+        member: member.clone(),
+    })?;
+    Ok(if json {
+        format!("{v:#}\n")
+    } else if v["removed"] == "spare" {
+        format!("spare {member} removed from {volume}\n")
+    } else if v["removed"] == "recorded path" {
+        format!("{member} is no longer recorded in {volume}: no start opens it\n")
+    } else {
+        format!(
+            "member {} (role {}) removed from {volume}; the volume is {}\n",
+            v["member"].as_str().unwrap_or(&member),
+            v["index"],
+            if v["degraded"] == json!(true) {
+                "degraded until a spare takes the role (nbraid add)"
+            } else {
+                "not degraded"
+            }
+        )
+    })
+}
+
+/// `nbraid replace VOLUME MEMBER PATH`.
+pub(super) fn replace(
+    target: &Target,
+    volume: String,
+    member: String,
+    path: &str,
+    force: bool,
+) -> Result<String> {
+    let path = absolute(path)?;
+    Client::connect(target)?.call(&Request::Replace {
+        volume: volume.clone(),
+        member: member.clone(),
+        path: path.clone(),
+        force,
+    })?;
+    Ok(format!(
+        "replacing {member} of {volume} by {path}; follow with `nbraid rebuild {volume}`\n"
+    ))
+}
+
+/// A member path as the daemon must open it: relative paths are the caller's (the daemon's
+/// working directory is its own), and the records keep the path for every later start.
+fn absolute(path: &str) -> Result<String> {
+    let abs = std::path::absolute(path)
+        .with_context(|| format!("{path}: cannot make the path absolute"))?;
+    abs.into_os_string()
+        .into_string()
+        .map_err(|p| anyhow::anyhow!("{}: the path is not UTF-8", p.to_string_lossy()))
+}

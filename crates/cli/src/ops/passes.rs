@@ -1,0 +1,247 @@
+//! Background passes over a volume: `scrub` and `rebuild` (started, then followed with a
+//! progress bar), `pause` and `resume`.
+
+use super::client::{Client, Target};
+use super::text::{bytes, count};
+use anyhow::{bail, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use nbraid_control::Request;
+use nbraid_core::PassRate;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// `nbraid scrub VOLUME`: `start` (repair, rate) starts one, `None` follows the running one.
+pub(super) fn scrub(
+    target: &Target,
+    volume: String,
+    start: Option<(bool, PassRate)>,
+    json: bool,
+) -> Result<String> {
+    let mut c = Client::connect(target)?;
+    if let Some((repair, rate)) = start {
+        c.call(&Request::Scrub {
+            volume: volume.clone(),
+            repair,
+            rate,
+        })?;
+    }
+    let report = follow_pass(&mut c, &volume, "scrub", !json)?;
+    Ok(if json {
+        format!("{report:#}\n")
+    } else {
+        scrub_summary(&volume, &report)
+    })
+}
+
+/// `nbraid rebuild VOLUME`: starts (or re-rates) the rebuild and follows it. Without a rate
+/// a running rebuild keeps its own: following it from another terminal changes nothing.
+pub(super) fn rebuild(
+    target: &Target,
+    volume: String,
+    rate: Option<PassRate>,
+    json: bool,
+) -> Result<String> {
+    let mut c = Client::connect(target)?;
+    let reply = c.call(&Request::Rebuild {
+        volume: volume.clone(),
+        rate,
+    })?;
+    if reply["nothing_to_rebuild"] == json!(true) {
+        return Ok(if json {
+            format!("{:#}\n", reply["rebuild"])
+        } else {
+            nothing_to_rebuild(&volume, &reply)
+        });
+    }
+    let report = follow_pass(&mut c, &volume, "rebuild", !json)?;
+    Ok(if json {
+        format!("{report:#}\n")
+    } else {
+        format!(
+            "rebuild of {volume} {}\n",
+            report["state"].as_str().unwrap_or("?")
+        )
+    })
+}
+
+/// `--rate`: a size per second as the config's `rebuild_rate` takes it (`200MB/s`,
+/// `200MiB`), more than 0, or `adaptive`.
+pub(super) fn parse_rate(s: &str) -> Result<PassRate, String> {
+    if s.trim().eq_ignore_ascii_case("adaptive") {
+        return Ok(PassRate {
+            limit_bytes_per_s: 0,
+            adaptive: true,
+        });
+    }
+    match nbraid_config::parse_rate(s) {
+        Ok(0) => Err(format!(
+            "`{s}` is zero: give a rate such as 200MB/s, or `adaptive`"
+        )),
+        Ok(bytes_per_s) => Ok(PassRate::limit(bytes_per_s)),
+        Err(e) => Err(format!(
+            "{e}; a rate is a size per second (200MB/s, 200MiB/s) or `adaptive`"
+        )),
+    }
+}
+
+/// `nbraid pause` or `nbraid resume` (`op`), of one volume or all.
+pub(super) fn pause_resume(target: &Target, op: &str, volume: Option<String>) -> Result<String> {
+    let req = match op {
+        "pause" => Request::Pause { volume },
+        _ => Request::Resume { volume },
+    };
+    let v = Client::connect(target)?.call(&req)?;
+    let names: Vec<&str> = v["volumes"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let selected: Vec<&str> = v["selected"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    Ok(pause_text(op, &names, &selected))
+}
+
+/// What `pause`/`resume` did: the volumes whose passes it touched, and the volumes it
+/// holds (or lets go) for passes that start later.
+fn pause_text(op: &str, touched: &[&str], selected: &[&str]) -> String {
+    let mut out = if touched.is_empty() {
+        "no background work running now\n".to_string()
+    } else {
+        format!("{op}d: {}\n", touched.join(", "))
+    };
+    if !selected.is_empty() {
+        let list = selected.join(", ");
+        out += &if op == "pause" {
+            format!("held: {list} (rebuilds, resyncs and scrubs that start later wait for `nbraid resume`)\n")
+        } else {
+            format!("no longer held: {list}\n")
+        };
+    }
+    out
+}
+
+/// Polls the volume's scrub or rebuild (`what`) until it stops, with a progress bar; its
+/// last report.
+fn follow_pass(c: &mut Client, volume: &str, what: &str, bar: bool) -> Result<Value> {
+    let pb = bar.then(|| {
+        let pb = ProgressBar::new(0);
+        pb.set_style(
+            ProgressStyle::with_template(
+                "{msg} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+            )
+            .expect("template")
+            .progress_chars("=> "),
+        );
+        pb
+    });
+    loop {
+        let v = c.call(&Request::Status {
+            volume: Some(volume.to_string()),
+        })?;
+        let s = v["volumes"][0][what].clone();
+        if s.is_null() {
+            bail!("volume {volume} has no {what} to follow");
+        }
+        let state = s["state"].as_str().unwrap_or("?").to_string();
+        if let Some(pb) = &pb {
+            pb.set_length(s["total_bytes"].as_u64().unwrap_or(0));
+            pb.set_position(s["position_bytes"].as_u64().unwrap_or(0));
+            pb.set_message(match what {
+                "scrub" => format!("scrub {volume} {state}, {} mismatches", s["mismatches"]),
+                _ => format!("{what} {volume} {state}"),
+            });
+        }
+        if matches!(state.as_str(), "done" | "cancelled") {
+            if let Some(pb) = pb {
+                pb.finish_and_clear();
+            }
+            return Ok(s);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `nbraid rebuild` when nothing is being rebuilt: failed roles still waiting for a member,
+/// or the last rebuild's end, if there was one.
+fn nothing_to_rebuild(volume: &str, reply: &Value) -> String {
+    let waiting: Vec<String> = reply["roles_without_a_member"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| r.to_string())
+        .collect();
+    if !waiting.is_empty() {
+        return format!(
+            "{volume}: nothing to rebuild onto: role(s) {} failed with no spare to take them (`nbraid add` one)\n",
+            waiting.join(", ")
+        );
+    }
+    match reply["rebuild"]["state"].as_str() {
+        Some(state) => format!("rebuild of {volume} {state}; nothing left to rebuild\n"),
+        None => format!(
+            "{volume}: nothing to rebuild: every member is current (`nbraid replace` rebuilds one onto a new member)\n"
+        ),
+    }
+}
+
+/// A scrub's end for people: how far it went, what it compared (parity stripes, mirror
+/// blocks) and what it found. Stripes under a failed member are skipped, not checked.
+fn scrub_summary(volume: &str, report: &Value) -> String {
+    format!(
+        "scrub of {volume} {} over {}: {} parity stripes and mirror blocks checked, {} mismatches, {} repaired, {} unreadable, {} skipped\n",
+        report["state"].as_str().unwrap_or("?"),
+        bytes(report["position_bytes"].as_u64().unwrap_or(0)),
+        count(&report["checked"]),
+        count(&report["mismatches"]),
+        count(&report["repaired"]),
+        count(&report["unreadable"]),
+        count(&report["skipped"]),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_to_rebuild_says_why() {
+        assert_eq!(
+            nothing_to_rebuild("r5", &json!({"rebuild": {"state": "done"}})),
+            "rebuild of r5 done; nothing left to rebuild\n"
+        );
+        assert!(nothing_to_rebuild("r5", &json!({})).starts_with("r5: nothing to rebuild: "));
+        let waiting = json!({"rebuild": {"state": "done"}, "roles_without_a_member": [2]});
+        assert!(
+            nothing_to_rebuild("r5", &waiting)
+                .starts_with("r5: nothing to rebuild onto: role(s) 2 failed"),
+            "{}",
+            nothing_to_rebuild("r5", &waiting)
+        );
+    }
+
+    #[test]
+    fn a_scrub_ends_with_bytes_and_counts() {
+        let report = json!({"state": "done", "position_bytes": 384u64 << 20,
+                            "total_bytes": 384u64 << 20, "checked": 2048, "mismatches": 1,
+                            "repaired": 1, "unreadable": 0, "skipped": 0});
+        assert_eq!(
+            scrub_summary("r5", &report),
+            "scrub of r5 done over 384 MiB: 2048 parity stripes and mirror blocks checked, 1 mismatches, 1 repaired, 0 unreadable, 0 skipped\n"
+        );
+    }
+
+    #[test]
+    fn rates_parse_as_sizes_per_second_or_adaptive() {
+        assert_eq!(parse_rate("200MB/s"), Ok(PassRate::limit(200_000_000)));
+        assert_eq!(parse_rate("0.5MB"), Ok(PassRate::limit(500_000)));
+        assert_eq!(parse_rate("100MiB/s"), Ok(PassRate::limit(100 << 20)));
+        assert!(parse_rate("200").unwrap_err().contains("no unit"));
+        let adaptive = parse_rate("Adaptive").expect("a rate");
+        assert!(adaptive.adaptive);
+        assert_eq!(adaptive.limit_bytes_per_s, 0);
+        for bad in ["0", "-3", "fast", "inf", ""] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+    }
+}

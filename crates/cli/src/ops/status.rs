@@ -1,0 +1,331 @@
+//! `nbraid status`: every volume and member of a running daemon, as a table (or the
+//! daemon's JSON), once or redrawn every second.
+
+use super::client::{Client, Target};
+use super::text::{bytes, count};
+use anyhow::Result;
+use nbraid_control::Request;
+use serde_json::{json, Map, Value};
+use std::io::Write;
+use std::time::Duration;
+
+/// `nbraid status [VOLUME]`; with `watch`, redrawn every second until interrupted.
+pub(super) fn run(
+    target: &Target,
+    volume: Option<String>,
+    json: bool,
+    watch: bool,
+) -> Result<String> {
+    let mut c = Client::connect(target)?;
+    let req = Request::Status { volume };
+    if !watch {
+        let v = c.call(&req)?;
+        return Ok(if json {
+            format!("{v:#}\n")
+        } else {
+            status_table(&v)
+        });
+    }
+    loop {
+        let v = c.call(&req)?;
+        let out = if json {
+            format!("{v}\n")
+        } else {
+            format!("\x1b[2J\x1b[H{}", status_table(&v))
+        };
+        print!("{out}");
+        std::io::stdout().flush()?;
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// How long a finished pass stays in the plain status.
+const DONE_SHOWN_S: u64 = 3600;
+
+/// "42s", "5 min", "2 h".
+fn ago_text(s: u64) -> String {
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{} min", s / 60),
+        _ => format!("{} h", s / 3600),
+    }
+}
+
+/// A pass's moves as "d2 → s1, d4 → d4" (who held each role, who is written now).
+fn moves_text(moves: Option<&Value>) -> String {
+    moves
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            format!(
+                "{} → {}",
+                m["from"].as_str().unwrap_or("?"),
+                m["to"].as_str().unwrap_or("?")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The status reply as a table: one line per volume, what runs in the background, its
+/// spares and notes, then one line per member.
+pub fn status_table(v: &Value) -> String {
+    let mut out = format!(
+        "{:<12} {:<7} {:<9} {:>10}  {:<8} {:<34} {:>9} {:>9}  {}\n",
+        "VOLUME", "LEVEL", "STATE", "SIZE", "MEMBERS", "SCRUB", "READS", "WRITES", "CACHE"
+    );
+    for vol in v["volumes"].as_array().into_iter().flatten() {
+        out += &volume_line(vol);
+        // The array's id (mdadm --detail's UUID), when the daemon says it.
+        if let Some(id) = vol["metadata"]["array"].as_str() {
+            out += &format!("  array {id}\n");
+        }
+        out += &pass_lines(vol);
+        if vol["held"] == json!(true) {
+            out += "  background work held (nbraid pause): it waits for `nbraid resume`\n";
+        }
+        let spares: Vec<&str> = vol["spares"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        out += &format!(
+            "  spares: {}\n",
+            if spares.is_empty() {
+                "none".to_string()
+            } else {
+                spares.join(" ")
+            }
+        );
+        for n in vol["notes"].as_array().into_iter().flatten() {
+            out += &format!("  note: {}\n", n.as_str().unwrap_or("?"));
+        }
+        for m in vol["members"].as_array().into_iter().flatten() {
+            out += &member_line(m);
+        }
+    }
+    out
+}
+
+/// A volume's line under the table's headings.
+fn volume_line(vol: &Value) -> String {
+    let members = vol["members"].as_array().cloned().unwrap_or_default();
+    let healthy = members.iter().filter(|m| m["state"] == "healthy").count();
+    let scrub = match &vol["scrub"] {
+        Value::Null => "-".to_string(),
+        s => {
+            let total = s["total_bytes"].as_u64().unwrap_or(0).max(1);
+            let pct = s["position_bytes"].as_u64().unwrap_or(0) as f64 * 100.0 / total as f64;
+            let eta = s["eta_s"]
+                .as_u64()
+                .map_or(String::new(), |e| format!(" eta {e}s"));
+            format!(
+                "{} {pct:.0}% {} bad{}",
+                s["state"].as_str().unwrap_or("?"),
+                s["mismatches"],
+                eta
+            )
+        }
+    };
+    let io = &vol["io"];
+    // Dirty / bound; "-" for a volume without a stripe cache (no parity, or write-through).
+    let cache = match vol["cache"]["bound_bytes"].as_u64().unwrap_or(0) {
+        0 => "-".to_string(),
+        bound => format!(
+            "{}/{}",
+            bytes(vol["cache"]["dirty_bytes"].as_u64().unwrap_or(0)),
+            bytes(bound)
+        ),
+    };
+    format!(
+        "{:<12} {:<7} {:<9} {:>10}  {:<8} {:<34} {:>9} {:>9}  {}\n",
+        vol["name"].as_str().unwrap_or("?"),
+        vol["level"].as_str().unwrap_or("?"),
+        vol["state"].as_str().unwrap_or("?"),
+        bytes(vol["capacity_bytes"].as_u64().unwrap_or(0)),
+        format!("{healthy}/{}", members.len()),
+        scrub,
+        count(&io["reads"]),
+        count(&io["writes"]),
+        cache,
+    )
+}
+
+/// Background passes: a rebuild (or replace), the resync after an unclean start, the
+/// resync of re-added members; one line each.
+fn pass_lines(vol: &Value) -> String {
+    let mut out = String::new();
+    for (what, roles) in [
+        ("rebuild", "of roles "),
+        ("resync", ""),
+        ("readd", "of roles "),
+    ] {
+        if let Some(r) = vol[what].as_object() {
+            out += &pass_line(what, roles, r);
+        }
+    }
+    out
+}
+
+/// Pass `what`'s line (`roles`: how its roles are introduced, empty: not shown); a finished
+/// pass says how far it went and how long ago, and an hour on it is history (`--json` keeps
+/// it).
+fn pass_line(what: &str, roles: &str, r: &Map<String, Value>) -> String {
+    if r["state"] == "done" {
+        // Its roles are current and its counters said all they had to say.
+        let ago = r.get("done_s_ago").and_then(Value::as_u64);
+        if ago.is_some_and(|s| s >= DONE_SHOWN_S) {
+            return String::new();
+        }
+        let over = match r["total_bytes"].as_u64().unwrap_or(0) {
+            0 => String::new(),
+            total => format!(" over {}", bytes(total)),
+        };
+        let ago = ago.map_or(String::new(), |s| format!(", {} ago", ago_text(s)));
+        return format!("  {what} done{over}{ago}\n");
+    }
+    let total = r["total_bytes"].as_u64().unwrap_or(0).max(1);
+    let pct = r["position_bytes"].as_u64().unwrap_or(0) as f64 * 100.0 / total as f64;
+    let moves = moves_text(r.get("moves"));
+    let roles = match r.get("roles") {
+        _ if !moves.is_empty() => format!(" {moves}"),
+        Some(list) if !roles.is_empty() => format!(" {roles}{list}"),
+        _ => String::new(),
+    };
+    format!(
+        "  {what} {} {pct:.0}%{roles} at {}/s{}{}\n",
+        r["state"].as_str().unwrap_or("?"),
+        bytes(r["rate_bytes_per_s"].as_u64().unwrap_or(0)),
+        if r.get("adaptive") == Some(&Value::Bool(true)) {
+            " (adaptive)"
+        } else {
+            ""
+        },
+        r.get("eta_s")
+            .and_then(Value::as_u64)
+            .map_or(String::new(), |e| format!(", eta {e}s"))
+    )
+}
+
+/// A member's line under its volume.
+fn member_line(m: &Value) -> String {
+    let state = m["state"].as_str().unwrap_or("?");
+    // What the superblocks said at start, when it is news.
+    let state = match m["at_start"].as_str() {
+        Some("stale") if state == "healthy" => "healthy (was stale: resynced)".into(),
+        Some("failed") => "failed (recorded failed)".into(),
+        _ => state.to_string(),
+    };
+    format!(
+        "  {:<10} {:<8} reads {:>9} writes {:>9} read errors {:>4}  {}\n",
+        m["id"].as_str().unwrap_or("?"),
+        state,
+        count(&m["reads"]),
+        count(&m["writes"]),
+        count(&m["read_errors"]),
+        m["path"].as_str().unwrap_or("")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_shows_every_background_pass_with_progress_rate_and_eta() {
+        let pass = |pos: u64| {
+            json!({"state": "running", "roles": [1], "position_bytes": pos,
+                   "total_bytes": 100u64 << 20, "rate_bytes_per_s": 10u64 << 20,
+                   "adaptive": false, "eta_s": 5})
+        };
+        let status = json!({"volumes": [{
+            "name": "db", "level": "raid6", "state": "degraded", "capacity_bytes": 100u64 << 20,
+            "members": [], "scrub": null, "io": {}, "cache": {},
+            "rebuild": pass(25 << 20), "resync": pass(50 << 20), "readd": pass(75 << 20),
+        }]});
+        let t = status_table(&status);
+        assert!(t.contains("  spares: none\n"), "{t}");
+        for line in [
+            "rebuild running 25% of roles [1] at 10 MiB/s, eta 5s",
+            "resync running 50% at 10 MiB/s, eta 5s",
+            "readd running 75% of roles [1] at 10 MiB/s, eta 5s",
+        ] {
+            assert!(t.contains(line), "{line:?} not in\n{t}");
+        }
+    }
+
+    /// A pass names who held each role and who is written now; a finished one says how
+    /// long ago and leaves the table after an hour; the array id is shown.
+    #[test]
+    fn passes_name_their_moves_and_finished_ones_age() {
+        let status = |rebuild: Value| {
+            json!({"volumes": [{
+                "name": "db", "level": "raid6", "state": "degraded", "capacity_bytes": 1u64 << 30,
+                "members": [], "scrub": null, "io": {}, "cache": {}, "spares": ["s2"],
+                "metadata": {"array": "0f3c0a9e-5b1d-4e0c-9a53-1c2d3e4f5a6b"},
+                "rebuild": rebuild,
+            }]})
+        };
+        let t = status_table(&status(json!({
+            "state": "running", "roles": [1], "position_bytes": 1u64 << 29,
+            "total_bytes": 1u64 << 30, "rate_bytes_per_s": 0,
+            "moves": [{"role": 1, "from": "d1", "to": "s1"}],
+        })));
+        assert!(t.contains("rebuild running 50% d1 → s1 at"), "{t}");
+        assert!(!t.contains("roles [1]"), "{t}");
+        assert!(
+            t.contains("  array 0f3c0a9e-5b1d-4e0c-9a53-1c2d3e4f5a6b\n"),
+            "{t}"
+        );
+        assert!(t.contains("  spares: s2\n"), "{t}");
+        let done = |ago: u64| {
+            status_table(&status(json!({
+                "state": "done", "roles": [], "position_bytes": 1u64 << 30,
+                "total_bytes": 1u64 << 30, "done_s_ago": ago,
+            })))
+        };
+        assert!(
+            done(300).contains("  rebuild done over 1 GiB, 5 min ago\n"),
+            "{}",
+            done(300)
+        );
+        assert!(!done(7200).contains("rebuild"), "{}", done(7200));
+    }
+
+    #[test]
+    fn the_counts_line_up_under_their_headings() {
+        let status = json!({"volumes": [{
+            "name": "r5", "level": "raid5", "state": "healthy", "capacity_bytes": 1u64 << 30,
+            "members": [{"id": "d0", "state": "healthy", "reads": 7, "writes": 12345,
+                         "read_errors": 0, "path": "d0.img"}],
+            "scrub": null, "io": {"reads": 123, "writes": 45},
+            "cache": {"dirty_bytes": 0, "bound_bytes": 0},
+        }]});
+        let t = status_table(&status);
+        let lines: Vec<&str> = t.lines().collect();
+        let end = |line: &str, word: &str| line.find(word).map(|i| i + word.len());
+        let row = lines[1];
+        assert_eq!(end(lines[0], "READS"), end(row, " 123"), "\n{t}");
+        assert_eq!(end(lines[0], "WRITES"), end(row, " 45"), "\n{t}");
+        assert!(row.ends_with("  -"), "no cache shown as -:\n{t}");
+        assert!(
+            t.contains("reads         7 writes     12345 read errors    0"),
+            "\n{t}"
+        );
+    }
+
+    #[test]
+    fn a_finished_pass_says_done_and_how_far() {
+        let status = json!({"volumes": [{
+            "name": "r5", "level": "raid5", "state": "healthy", "capacity_bytes": 1u64 << 30,
+            "members": [], "scrub": null, "io": {}, "cache": {},
+            "rebuild": {"state": "done", "roles": [], "position_bytes": 128u64 << 20,
+                        "total_bytes": 128u64 << 20, "rate_bytes_per_s": 0},
+        }]});
+        let t = status_table(&status);
+        assert!(t.contains("\n  rebuild done over 128 MiB\n"), "{t}");
+        assert!(!t.contains("roles []"), "{t}");
+    }
+}

@@ -1,0 +1,270 @@
+//! Requests that change who serves a volume: `fail`, `add` (a hot spare, or at once a failed
+//! role's member), `replace`, `remove` — and how a path offered to `add`/`replace` is found
+//! among what the daemon already holds open.
+
+use super::controls::{refused, Controls};
+use super::report::rebuild_json;
+use super::volume::ControlVolume;
+use nbraid_control::Refusal;
+use nbraid_core::metadata::disk_rule::{may_write, Allowed, Consent, Writer};
+use nbraid_core::metadata::MemberMeta;
+use nbraid_core::{Member, UringFile};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// `fail`: marks the member failed, refused when it would lose data unless `force`.
+pub(super) fn fail(v: &ControlVolume, member: &str, force: bool) -> Result<Value, Refusal> {
+    let index = v.member_index(member)?;
+    let vol = v.array.volume();
+    let tree = vol.geometry().root();
+    let unreadable = |m: usize| m < vol.member_count() && !vol.member_is_current(m);
+    if let Some(why) = super::fail::refuse_fail(tree, &unreadable, index, force) {
+        return Err(Refusal::new(
+            "would-lose-data",
+            format!("volume \"{}\": {why}", v.name),
+        ));
+    }
+    vol.fail_member(index, "failed by the operator (nbraid fail)");
+    // Into the superblocks now, not at the next write: a restart keeps it failed.
+    let array = v.array.clone();
+    tokio::spawn(async move {
+        if let Err(e) = array.record_failures().await {
+            tracing::error!("recording a failed member of {}: {e}", array.name());
+        }
+    });
+    Ok(json!({
+        "volume": v.name,
+        "member": v.member_ids()[index],
+        "index": index,
+        "degraded": vol.is_degraded(),
+        "available": vol.is_available(),
+    }))
+}
+
+/// `add`: the member at `path` joins the spares (recorded: a restart still knows it), and a
+/// failed role takes it at once.
+pub(super) async fn add(
+    controls: &Controls,
+    v: &ControlVolume,
+    path: &str,
+    force: bool,
+) -> Result<Value, Refusal> {
+    let (meta, consent) = newcomer(controls, v, path, force).await?;
+    v.learn(&controls.added_id(path), meta.member());
+    v.array
+        .add_recorded_spare(meta, &consent)
+        .await
+        .map_err(refused)?;
+    let roles = v.array.use_spares().await.map_err(refused)?;
+    if !roles.is_empty() {
+        // At the volume's rate, as if the daemon had started it.
+        v.ensure_rebuild(v.rebuild_rate());
+    }
+    Ok(json!({
+        "volume": v.name,
+        "rebuilding_roles": roles,
+        "rebuild": rebuild_json(v),
+    }))
+}
+
+/// `replace`: `member` keeps serving while the member at `path` is rebuilt in its place.
+pub(super) async fn replace(
+    controls: &Controls,
+    v: &ControlVolume,
+    member: &str,
+    path: &str,
+    force: bool,
+) -> Result<Value, Refusal> {
+    let index = v.member_index(member)?;
+    let (meta, consent) = newcomer(controls, v, path, force).await?;
+    v.learn(&controls.added_id(path), meta.member());
+    v.array
+        .replace_with(index, meta, &consent)
+        .await
+        .map_err(refused)?;
+    v.ensure_rebuild(v.rebuild_rate());
+    Ok(json!({ "volume": v.name, "index": index, "rebuild": rebuild_json(v) }))
+}
+
+/// `remove`: a spare (by id or path) leaves the spares; a failed member (by id or index)
+/// leaves its role (the array refuses an active one).
+pub(super) async fn remove(v: &ControlVolume, member: &str) -> Result<Value, Refusal> {
+    let spare = v
+        .array
+        .spares()
+        .into_iter()
+        .find(|m| v.id_of(m.member()) == member || m.member().name() == member);
+    if let Some(s) = spare {
+        v.array.remove_spare(&s);
+        v.array
+            .forget_added_path(s.member().name())
+            .await
+            .map_err(refused)?;
+        return Ok(json!({ "volume": v.name, "member": member, "removed": "spare" }));
+    }
+    let index = match v.member_index(member) {
+        Ok(index) => index,
+        // A path the records keep that is neither a spare nor a member here (it could not be
+        // opened at start, or is no longer blank): forgotten, so no later start opens it.
+        Err(e) => {
+            return match v.array.forget_added_path(member).await.map_err(refused)? {
+                true => {
+                    Ok(json!({ "volume": v.name, "member": member, "removed": "recorded path" }))
+                }
+                false => Err(e),
+            };
+        }
+    };
+    let id = v.member_ids()[index].clone();
+    v.array.remove_member(index).await.map_err(refused)?;
+    Ok(json!({
+        "volume": v.name,
+        "member": id,
+        "index": index,
+        "removed": "member",
+        "degraded": v.array.volume().is_degraded(),
+    }))
+}
+
+/// What the daemon already does with a path offered to `add`/`replace`.
+enum Offered {
+    /// Nothing: opened anew.
+    New,
+    /// A member let go (removed, replaced) but still open.
+    LetGo(Arc<dyn Member>),
+    /// A member of another volume ("member d0 of volume \"r10\"") on the same file
+    /// (Matrix), with its shared superblock.
+    Shared(Arc<MemberMeta>, String),
+}
+
+/// Opens an existing member file for `add`/`replace` (or takes the daemon's open one,
+/// `open`) and reads its superblock.
+async fn open_newcomer(
+    path: &str,
+    open: Option<Arc<dyn Member>>,
+) -> Result<Arc<MemberMeta>, Refusal> {
+    let member = match open {
+        Some(m) => m,
+        None => Arc::new(
+            UringFile::open_with(path, None, Default::default())
+                .map_err(|e| Refusal::new("bad-request", format!("opening `{path}`: {e}")))?,
+        ) as Arc<dyn Member>,
+    };
+    Ok(MemberMeta::load(member).await)
+}
+
+/// Whether the member named `name` (a path; remote members' URIs never match) is the file or
+/// device `new` describes.
+fn same_file(name: &str, new: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    std::fs::metadata(name).is_ok_and(|m| {
+        (m.dev() == new.dev() && m.ino() == new.ino())
+            || (m.file_type().is_block_device()
+                && new.file_type().is_block_device()
+                && m.rdev() == new.rdev())
+    })
+}
+
+/// What this daemon already does with the file or device at `path`, offered as a new
+/// spare or replacement of volume `volume` (`controls`: every volume): refused when it serves this volume — a
+/// member, a spare standing by (a spare stands by for one volume, as in the config), a
+/// replacement being rebuilt in; opening it again would only meet the daemon's own lock.
+/// A member of *another* volume (Matrix: member files carry several) is handed over with
+/// its superblock, which the volumes share ([`Offered::Shared`]). A member let go but
+/// still open (removed, or replaced) is handed back to be used again.
+fn already_open(controls: &Controls, volume: &str, path: &str) -> Result<Offered, Refusal> {
+    let Ok(new) = std::fs::metadata(path) else {
+        return Ok(Offered::New); // opening it says what is wrong
+    };
+    let in_use = |what: String| {
+        Refusal::new(
+            "in-use",
+            format!("`{path}` is {what}; a member or spare serves one place at a time"),
+        )
+    };
+    let mut shared = None;
+    for v in &controls.volumes {
+        let vol = v.array.volume();
+        for (r, id) in v.member_ids().iter().enumerate() {
+            if same_file(vol.member(r).name(), &new) {
+                if v.name != volume {
+                    let what = format!("member {id} of volume \"{}\"", v.name);
+                    shared = shared.or(v.array.member_meta(r).map(|m| (m, what)));
+                    continue;
+                }
+                let hint = match vol.member_is_failed(r) {
+                    true => " (failed: `nbraid remove` it first, then add it to rebuild it)",
+                    false => "",
+                };
+                return Err(in_use(format!(
+                    "member {id} of volume \"{}\"{hint}",
+                    v.name
+                )));
+            }
+            if vol
+                .replacement(r)
+                .is_some_and(|m| same_file(m.name(), &new))
+            {
+                return Err(in_use(format!(
+                    "replacing member {id} of volume \"{}\"",
+                    v.name
+                )));
+            }
+        }
+        if v.array
+            .spares()
+            .iter()
+            .any(|m| same_file(m.member().name(), &new))
+        {
+            return Err(in_use(format!("a spare of volume \"{}\"", v.name)));
+        }
+    }
+    if let Some((meta, other)) = shared {
+        return Ok(Offered::Shared(meta, other));
+    }
+    let let_go = controls.volumes.iter().find_map(|v| {
+        let known = v.known.lock();
+        known
+            .iter()
+            .find(|k| same_file(k.member.name(), &new))
+            .map(|k| k.member.clone())
+    });
+    Ok(let_go.map_or(Offered::New, Offered::LetGo))
+}
+
+/// The member at `path` for `add`/`replace` of volume `v`, and the consent the write
+/// rule hears (`--force`). A member file another volume serves (Matrix) is taken only
+/// when it carries this volume's own record (a member of it, removed and added back):
+/// then only this volume's region is rebuilt; never forced.
+async fn newcomer(
+    controls: &Controls,
+    v: &ControlVolume,
+    path: &str,
+    force: bool,
+) -> Result<(Arc<MemberMeta>, Consent), Refusal> {
+    let consent = Consent {
+        force,
+        siblings: Vec::new(),
+    };
+    let open = match already_open(controls, &v.name, path)? {
+        Offered::Shared(meta, other) => {
+            let writer = Writer {
+                array: Some(v.array.id()),
+                siblings: Vec::new(),
+            };
+            if may_write(&meta.contents(), &writer, false) != Ok(Allowed::Ours) {
+                return Err(Refusal::new(
+                    "in-use",
+                    format!(
+                        "`{path}` is {other} and carries no record of volume \"{}\"; a member or spare serves one place at a time",
+                        v.name
+                    ),
+                ));
+            }
+            return Ok((meta, consent));
+        }
+        Offered::LetGo(m) => Some(m),
+        Offered::New => None,
+    };
+    Ok((open_newcomer(path, open).await?, consent))
+}

@@ -1,0 +1,92 @@
+//! Requests about a volume's background passes: `scrub`, `rebuild`, `cancel`, `pause`,
+//! `resume`. The passes themselves are the volume's ([`ControlVolume`]).
+
+use super::controls::refused;
+use super::report::{readd_json, rebuild_json, scrub_json};
+use super::volume::ControlVolume;
+use nbraid_control::Refusal;
+use nbraid_core::PassRate;
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering::SeqCst;
+
+/// `scrub`: starts one at `rate` (refused while one runs); its first report.
+pub(super) fn scrub(v: &ControlVolume, repair: bool, rate: PassRate) -> Result<Value, Refusal> {
+    let ctl = v.new_scrub(repair, rate);
+    v.start_scrub(ctl.clone())?;
+    Ok(json!({ "volume": v.name, "scrub": scrub_json(&ctl.report()) }))
+}
+
+/// `rebuild`: spares into failed roles, then the rebuild started at `rate` (a running one
+/// re-rated), or at the volume's own rate when `rate` is `None` (a running one left alone).
+pub(super) async fn rebuild(v: &ControlVolume, rate: Option<PassRate>) -> Result<Value, Refusal> {
+    v.array.use_spares().await.map_err(refused)?;
+    // No role waits for a rebuild and none runs: a new pass would be done at once, its empty
+    // report replacing the last rebuild's. Say so instead.
+    if v.array.rebuilding().is_empty() && !v.rebuild_running() {
+        return Ok(json!({
+            "volume": v.name, "rebuild": rebuild_json(v), "nothing_to_rebuild": true,
+            "roles_without_a_member": v.array.roles_wanting_a_member(),
+        }));
+    }
+    match rate {
+        Some(r) => v.start_rebuild(r),
+        None => v.ensure_rebuild(v.rebuild_rate()),
+    };
+    Ok(json!({ "volume": v.name, "rebuild": rebuild_json(v) }))
+}
+
+/// `cancel`: the volume's scrub and its re-add resync.
+pub(super) fn cancel(v: &ControlVolume) -> Result<Value, Refusal> {
+    let scrub = v.scrub();
+    let readd = v.cancel_readd_resync();
+    let Some(c) = scrub else {
+        if readd {
+            return Ok(json!({ "volume": v.name, "readd": readd_json(v) }));
+        }
+        return Err(Refusal::new(
+            "not-found",
+            format!("volume \"{}\" has no scrub or re-add resync", v.name),
+        ));
+    };
+    c.cancel();
+    c.resume();
+    Ok(json!({
+        "volume": v.name, "scrub": scrub_json(&c.report()), "readd": readd_json(v),
+    }))
+}
+
+/// `pause` (`pause`: true) or `resume` of the volumes `selected`: every pass on them, and
+/// the passes that start later.
+pub(super) fn pause_resume(selected: &[&ControlVolume], pause: bool) -> Value {
+    let mut touched = Vec::new();
+    for v in selected {
+        v.held.store(pause, SeqCst);
+        let (scrub, rebuild) = (v.scrub(), v.rebuild());
+        let resync = v.resync.lock().clone();
+        let readd = v.readd.lock().clone();
+        let passes = [
+            scrub.as_ref().map(|c| &c.pass),
+            rebuild.as_deref(),
+            resync.as_deref(),
+            readd.as_deref(),
+        ];
+        let mut any = false;
+        for c in passes.into_iter().flatten() {
+            if pause {
+                c.pause();
+            } else {
+                c.resume();
+            }
+            any = true;
+        }
+        // A cancelled re-add resync runs again (its members are written, not read).
+        if !pause && !v.array.returning().is_empty() {
+            v.start_readd_resync();
+        }
+        if any {
+            touched.push(v.name.clone());
+        }
+    }
+    let held: Vec<&str> = selected.iter().map(|v| v.name.as_str()).collect();
+    json!({ "volumes": touched, "held": pause, "selected": held })
+}

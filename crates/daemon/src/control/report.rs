@@ -1,0 +1,192 @@
+//! What `status` says, and the JSON of each background pass that other replies carry too.
+
+use super::volume::ControlVolume;
+use nbraid_core::{MemberState, ScrubReport};
+use serde_json::{json, Value};
+
+/// `status` of the volumes `selected`.
+pub(super) fn status(selected: &[&ControlVolume]) -> Value {
+    let vols: Vec<Value> = selected.iter().map(|v| volume_status(v)).collect();
+    json!({ "volumes": vols })
+}
+
+/// Everything `status` says about one volume.
+fn volume_status(v: &ControlVolume) -> Value {
+    let vol = v.array.volume();
+    let states = vol.member_states();
+    let counters = vol.member_counters();
+    let region_io = vol.member_region_io();
+    let read_errors = vol.member_read_errors();
+    let ids = v.member_ids();
+    let members: Vec<Value> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let (c, file) = (&region_io[i], &counters[i]);
+            json!({
+                "id": id,
+                "index": i,
+                "path": absolute_path(vol.member(i).name()),
+                "state": match (states[i], v.at_start.get(i).copied()) {
+                    (MemberState::Healthy, _) if !vol.member_is_current(i) => "rebuilding",
+                    (MemberState::Healthy, _) => "healthy",
+                    (MemberState::Failed, _) if !v.array.has_member(i) && v.at_start[i] != "missing" => "removed",
+                    (MemberState::Failed, Some("missing")) => "missing",
+                    (MemberState::Failed, _) => "failed",
+                },
+                "at_start": v.at_start.get(i).copied().unwrap_or("?"),
+                "read_errors": read_errors[i],
+                "reads": c.reads,
+                "writes": c.writes,
+                "read_bytes": c.read_bytes,
+                "write_bytes": c.write_bytes,
+                // The whole file's, every volume on it and the metadata included.
+                "file_io": {
+                    "reads": file.reads, "writes": file.writes,
+                    "read_bytes": file.read_bytes, "write_bytes": file.write_bytes,
+                    "flushes": file.flushes,
+                },
+            })
+        })
+        .collect();
+    let c = vol.counters();
+    let cache = vol.cache_usage();
+    let state = if !vol.is_available() {
+        "failed"
+    } else if vol.is_degraded() {
+        "degraded"
+    } else {
+        "healthy"
+    };
+    json!({
+        "name": v.name,
+        "level": v.level,
+        "capacity_bytes": vol.capacity(),
+        "state": state,
+        "degraded": vol.is_degraded(),
+        "available": vol.is_available(),
+        "held": v.is_held(),
+        "rebuild_rate": { "limit_bytes_per_s": v.rebuild_rate().limit_bytes_per_s, "adaptive": v.rebuild_rate().adaptive },
+        "members": members,
+        "metadata": {
+            "array": v.array.id().to_string(),
+            "dirty": v.array.is_dirty(),
+            "bitmap_chunk_bytes": v.array.bitmap_chunk_bytes(),
+            "created_at_start": v.start.created,
+            "clean_at_start": v.start.was_clean,
+            "resynced_bytes_at_start": v.start.resynced_bytes,
+            "background_resync_bytes_at_start": v.start.background_bytes,
+        },
+        "io": {
+            "reads": c.reads, "read_bytes": c.read_bytes,
+            "writes": c.writes, "write_bytes": c.write_bytes,
+            "flushes": c.flushes, "trims": c.trims, "write_zeroes": c.write_zeroes,
+            "errors": c.errors, "repairs": c.repairs,
+        },
+        "cache": {
+            "dirty_bytes": cache.dirty_bytes,
+            "pinned_bytes": cache.pinned_bytes,
+            "bound_bytes": cache.bound_bytes,
+        },
+        "scrub": v.scrub().map(|s| scrub_json(&s.report())),
+        "rebuild": rebuild_json(v),
+        "resync": v.resync.lock().as_ref().map(|c| json!({
+            "state": c.state().name(),
+            "done_s_ago": c.done_s_ago(),
+            "position_bytes": c.position_bytes(),
+            "total_bytes": c.total_bytes(),
+            "remaining_bytes": v.array.background_bytes(),
+            "rate_bytes_per_s": c.measured_bytes_per_s(),
+            "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
+            "eta_s": c.eta_s(),
+        })),
+        "returning": v.array.returning().iter().map(|&(i, b)| json!({ "index": i, "resync_bytes": b })).collect::<Vec<_>>(),
+        "readd": readd_json(v),
+        "spares": v.array.spares().iter().map(|m| v.id_of(m.member())).collect::<Vec<_>>(),
+        "notes": v.notes,
+    })
+}
+
+pub(super) fn scrub_json(r: &ScrubReport) -> Value {
+    json!({
+        "state": r.state.name(),
+        "repair": r.repair,
+        "position_bytes": r.position_bytes,
+        "total_bytes": r.total_bytes,
+        "rate_bytes_per_s": r.rate_bytes_per_s,
+        "rate_limit_bytes_per_s": r.rate_limit_bytes_per_s,
+        "adaptive": r.adaptive,
+        "eta_s": r.eta_s(),
+        "checked": r.checked,
+        "mismatches": r.mismatches,
+        "repaired": r.repaired,
+        "unreadable": r.unreadable,
+        "skipped": r.skipped,
+    })
+}
+
+pub(super) fn rebuild_json(v: &ControlVolume) -> Value {
+    let Some(c) = v.rebuild() else {
+        return Value::Null;
+    };
+    let state = v.rebuild_state().unwrap_or(c.state());
+    let roles: Vec<usize> = v.array.rebuilding().iter().map(|(r, _)| *r).collect();
+    json!({
+        "state": state.name(),
+        "moves": moves(v, &roles),
+        "roles": roles,
+        "done_s_ago": c.done_s_ago(),
+        "position_bytes": c.position_bytes(),
+        "total_bytes": c.total_bytes(),
+        "rate_bytes_per_s": c.measured_bytes_per_s(),
+        "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
+        "adaptive": c.is_adaptive(),
+        "eta_s": c.eta_s(),
+        "spares": v.array.spare_count(),
+    })
+}
+
+/// For each role a pass fills: who held it at start and who is written now (a spare or a
+/// replacement by its id; the same id when a member comes back into its own role).
+fn moves(v: &ControlVolume, roles: &[usize]) -> Vec<Value> {
+    let ids = v.member_ids();
+    let vol = v.array.volume();
+    roles
+        .iter()
+        .map(|&r| {
+            let (from, to) = match vol.replacement(r) {
+                Some(rep) => (ids[r].clone(), v.id_of(&rep)),
+                None => (v.members[r].clone(), ids[r].clone()),
+            };
+            json!({ "role": r, "from": from, "to": to })
+        })
+        .collect()
+}
+
+/// A member's path as the operator can use it anywhere: relative paths are the daemon's
+/// (its working directory); URIs and `memory:` stay as they are.
+fn absolute_path(name: &str) -> String {
+    if name.contains("://") || name.starts_with("memory:") || name.starts_with("nbd+") {
+        return name.to_string();
+    }
+    std::path::absolute(name).map_or_else(|_| name.to_string(), |p| p.display().to_string())
+}
+
+/// The re-add resync (`returning.rs`): its pass, and the roles it brings back.
+pub(super) fn readd_json(v: &ControlVolume) -> Value {
+    let Some(c) = v.readd.lock().clone() else {
+        return Value::Null;
+    };
+    let roles: Vec<usize> = v.array.returning().iter().map(|(r, _)| *r).collect();
+    json!({
+        "state": c.state().name(),
+        "moves": moves(v, &roles),
+        "roles": roles,
+        "done_s_ago": c.done_s_ago(),
+        "position_bytes": c.position_bytes(),
+        "total_bytes": c.total_bytes(),
+        "rate_bytes_per_s": c.measured_bytes_per_s(),
+        "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
+        "eta_s": c.eta_s(),
+    })
+}

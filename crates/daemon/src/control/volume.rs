@@ -1,0 +1,333 @@
+//! One served volume as the control socket sees it ([`ControlVolume`]): its members by id,
+//! and the background passes on it (scrub, rebuild, the resync of re-added members), each
+//! started, held and cancelled here, in one place.
+
+use nbraid_assembly::adopt::Known;
+use nbraid_control::Refusal;
+use nbraid_core::metadata::Array;
+use nbraid_core::{Member, PassControl, PassRate, PassState, ScrubControl, ScrubState};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+
+/// One served volume as the control socket sees it.
+pub struct ControlVolume {
+    pub name: String,
+    /// The level's name (`raid6`).
+    pub level: String,
+    pub array: Arc<Array>,
+    /// Config member ids, by the volume's member index (its role in the superblocks).
+    pub members: Vec<String>,
+    /// By member index: what assembly found in the superblocks ("new", "active", "missing",
+    /// "stale", "failed", "unreachable").
+    pub at_start: Vec<&'static str>,
+    /// What the start did: created the array, found it clean, bytes resynced before serving.
+    pub start: StartReport,
+    /// The latest scrub (running or finished).
+    pub(super) scrub: Mutex<Option<Arc<ScrubControl>>>,
+    /// The latest rebuild (running or finished), and whether its task has returned (the
+    /// pass says done before the rebuilt members are committed current).
+    pub(super) rebuild: Mutex<Option<(Arc<PassControl>, Arc<AtomicBool>)>>,
+    /// The rate of rebuilds (and background resyncs) the daemon starts by itself; a reload
+    /// (SIGHUP) may change it.
+    rebuild_rate: Mutex<PassRate>,
+    /// The background resync after an unclean start, if there was one.
+    pub resync: Mutex<Option<Arc<PassControl>>>,
+    /// The latest resync of re-added members ([`Self::start_readd_resync`]), running or
+    /// finished.
+    pub readd: Mutex<Option<Arc<PassControl>>>,
+    /// Every member and spare known by id (config ids; paths for those added at run time).
+    pub(super) known: Mutex<Vec<Known>>,
+    /// What the start found that the operator must hear (spares holding roles, old members
+    /// ignored, spares that cannot be used).
+    pub notes: Vec<String>,
+    /// `nbraid pause` holds the volume's background work until `nbraid resume` — passes
+    /// that start later too (md's `frozen`), so every pass is made by [`Self::new_pass`].
+    pub(super) held: AtomicBool,
+}
+
+impl ControlVolume {
+    pub fn new(
+        name: String,
+        level: String,
+        array: Arc<Array>,
+        members: Vec<String>,
+        at_start: Vec<&'static str>,
+        start: StartReport,
+    ) -> Self {
+        ControlVolume {
+            name,
+            level,
+            array,
+            members,
+            at_start,
+            start,
+            scrub: Mutex::new(None),
+            rebuild: Mutex::new(None),
+            rebuild_rate: Mutex::new(PassRate::default()),
+            resync: Mutex::new(None),
+            readd: Mutex::new(None),
+            known: Mutex::new(Vec::new()),
+            notes: Vec::new(),
+            held: AtomicBool::new(false),
+        }
+    }
+
+    /// The rate of rebuilds (and background resyncs) the daemon starts by itself.
+    pub fn rebuild_rate(&self) -> PassRate {
+        *self.rebuild_rate.lock()
+    }
+
+    /// Sets [`Self::rebuild_rate`] (a reload); passes running keep theirs.
+    pub fn set_rebuild_rate(&self, rate: PassRate) {
+        *self.rebuild_rate.lock() = rate;
+    }
+
+    /// Whether `nbraid pause` holds this volume's background work.
+    pub fn is_held(&self) -> bool {
+        self.held.load(SeqCst)
+    }
+
+    /// A control for a new background pass at `rate`: paused from its start while the
+    /// volume is held.
+    pub fn new_pass(&self, rate: PassRate) -> Arc<PassControl> {
+        let c = Arc::new(PassControl::with_rate(rate));
+        if self.is_held() {
+            c.pause();
+        }
+        c
+    }
+
+    /// A control for a new scrub: paused from its start while the volume is held.
+    pub fn new_scrub(&self, repair: bool, rate: PassRate) -> Arc<ScrubControl> {
+        let c = Arc::new(ScrubControl::new(repair, 0));
+        c.pass.set_pass_rate(rate);
+        if self.is_held() {
+            c.pause();
+        }
+        c
+    }
+
+    /// With the spares' side: the automatic rebuild's rate, the members and spares known by
+    /// id, what the start must say.
+    pub fn with_heal(mut self, rate: PassRate, known: Vec<Known>, notes: Vec<String>) -> Self {
+        self.rebuild_rate = Mutex::new(rate);
+        self.known = Mutex::new(known);
+        self.notes = notes;
+        self
+    }
+
+    /// The id of whatever serves each role now (a spare that took a role goes by its own
+    /// id); roles with no known member keep the id they had at start.
+    pub fn member_ids(&self) -> Vec<String> {
+        let known = self.known.lock();
+        let vol = self.array.volume();
+        (0..vol.member_count())
+            .map(|r| {
+                let m = vol.member(r);
+                known
+                    .iter()
+                    .find(|k| Arc::ptr_eq(&k.member, &m))
+                    .map_or_else(|| self.members[r].clone(), |k| k.id.clone())
+            })
+            .collect()
+    }
+
+    /// The id of a member or spare (its path when unknown).
+    pub(super) fn id_of(&self, member: &Arc<dyn Member>) -> String {
+        let known = self.known.lock();
+        known
+            .iter()
+            .find(|k| Arc::ptr_eq(&k.member, member))
+            .map_or_else(|| member.name().to_string(), |k| k.id.clone())
+    }
+
+    /// Remembers a member added at run time by its id ([`Controls::added_id`]).
+    pub(super) fn learn(&self, id: &str, member: &Arc<dyn Member>) {
+        let mut known = self.known.lock();
+        if known.iter().any(|k| Arc::ptr_eq(&k.member, member)) {
+            return; // one it let go and took back keeps its id
+        }
+        known.push(Known {
+            id: id.to_string(),
+            member: member.clone(),
+        });
+    }
+
+    pub(super) fn rebuild(&self) -> Option<Arc<PassControl>> {
+        self.rebuild.lock().as_ref().map(|(c, _)| c.clone())
+    }
+
+    /// A rebuild task is running (its pass may already report done).
+    pub(super) fn rebuild_running(&self) -> bool {
+        let slot = self.rebuild.lock();
+        slot.as_ref()
+            .is_some_and(|(_, finished)| !finished.load(SeqCst))
+    }
+
+    /// The latest rebuild's state; `running` until its task returned.
+    pub(super) fn rebuild_state(&self) -> Option<PassState> {
+        let slot = self.rebuild.lock();
+        let (c, finished) = slot.as_ref()?;
+        Some(match c.state() {
+            PassState::Done | PassState::Cancelled if !finished.load(SeqCst) => PassState::Running,
+            s => s,
+        })
+    }
+
+    /// The member index `member` names (a config id, or an index).
+    pub(super) fn member_index(&self, member: &str) -> Result<usize, Refusal> {
+        let ids = self.member_ids();
+        ids.iter()
+            .position(|m| *m == member)
+            .or_else(|| member.parse::<usize>().ok().filter(|&i| i < ids.len()))
+            .ok_or_else(|| {
+                Refusal::new(
+                    "not-found",
+                    format!(
+                        "volume \"{}\" has no member \"{member}\" (members: {})",
+                        self.name,
+                        ids.join(", ")
+                    ),
+                )
+            })
+    }
+
+    /// Starts the rebuild task unless one runs (then only its rate changes).
+    pub(super) fn start_rebuild(&self, rate: PassRate) -> Arc<PassControl> {
+        self.rebuild_task(rate, true)
+    }
+
+    /// Starts the rebuild task unless one runs (which is left as it is).
+    pub fn ensure_rebuild(&self, rate: PassRate) -> Arc<PassControl> {
+        self.rebuild_task(rate, false)
+    }
+
+    fn rebuild_task(&self, rate: PassRate, set_rate: bool) -> Arc<PassControl> {
+        let mut slot = self.rebuild.lock();
+        if let Some((c, finished)) = slot.as_ref() {
+            if !finished.load(SeqCst) {
+                if set_rate {
+                    c.set_pass_rate(rate);
+                }
+                return c.clone();
+            }
+        }
+        let ctl = self.new_pass(rate);
+        let finished = Arc::new(AtomicBool::new(false));
+        *slot = Some((ctl.clone(), finished.clone()));
+        let (array, task_ctl, name) = (self.array.clone(), ctl.clone(), self.name.clone());
+        tokio::spawn(async move {
+            let r = array.rebuild(&task_ctl).await;
+            finished.store(true, SeqCst);
+            match r {
+                Ok(r) => tracing::info!(
+                    "rebuild of {name} {}: roles {:?} current",
+                    r.state.name(),
+                    r.completed
+                ),
+                Err(e) => tracing::error!("rebuild of {name} failed: {e}"),
+            }
+        });
+        ctl
+    }
+
+    pub(super) fn scrub(&self) -> Option<Arc<ScrubControl>> {
+        self.scrub.lock().clone()
+    }
+
+    /// The latest scrub, for the service's observer (`service::observe`).
+    pub fn scrub_pass(&self) -> Option<Arc<ScrubControl>> {
+        self.scrub()
+    }
+
+    /// The latest rebuild and its state (`running` until its task returned), for the
+    /// service's observer.
+    pub fn rebuild_pass(&self) -> Option<(Arc<PassControl>, PassState)> {
+        Some((self.rebuild()?, self.rebuild_state()?))
+    }
+
+    /// Scrubs the volume under `ctl` (from its position: a resumed scrub starts at its
+    /// checkpoint), recording its progress in the superblocks; refused while one runs.
+    pub fn start_scrub(&self, ctl: Arc<ScrubControl>) -> Result<(), Refusal> {
+        let mut slot = self.scrub.lock();
+        if let Some(c) = slot.as_ref() {
+            if matches!(c.state(), ScrubState::Running | ScrubState::Paused) {
+                return Err(Refusal::new(
+                    "busy",
+                    format!(
+                        "volume \"{}\" is already being scrubbed (cancel it first)",
+                        self.name
+                    ),
+                ));
+            }
+        }
+        *slot = Some(ctl.clone());
+        let (array, name) = (self.array.clone(), self.name.clone());
+        tokio::spawn(async move {
+            match array.scrub(&ctl).await {
+                Ok(r) => tracing::info!(
+                    "scrub of {name} {}: {} checked, {} mismatches, {} repaired, {} unreadable, {} skipped",
+                    r.state.name(), r.checked, r.mismatches, r.repaired, r.unreadable, r.skipped
+                ),
+                Err(e) => tracing::error!("scrub of {name} failed: {e}"),
+            }
+        });
+        Ok(())
+    }
+
+    /// Runs the resync of this volume's re-added members in the background under the volume's re-add
+    /// control ([`Self::readd`]: progress in `status`, pause/resume/cancel like other
+    /// background work). A pass that was cancelled starts again under the same control (a new
+    /// one when there is none, or the last one finished); one already running is left alone.
+    pub fn start_readd_resync(&self) {
+        let ctl = {
+            let mut slot = self.readd.lock();
+            match slot.as_ref() {
+                Some(c) if c.state() == PassState::Running || c.state() == PassState::Paused => {
+                    return
+                }
+                Some(c) if c.state() == PassState::Cancelled => c.clone(),
+                _ => {
+                    let c = self.new_pass(self.rebuild_rate());
+                    *slot = Some(c.clone());
+                    c
+                }
+            }
+        };
+        if !self.is_held() {
+            ctl.resume();
+        }
+        let (array, name) = (self.array.clone(), self.name.clone());
+        tokio::spawn(async move {
+            match array.resync_returned(&ctl).await {
+                Ok(s) => tracing::info!("resync of {name}'s returning members {}", s.name()),
+                Err(e) => tracing::error!("resync of {name}'s returning members: {e}"),
+            }
+        });
+    }
+
+    /// Cancels the re-add resync if it runs (or is paused): its members stay written and
+    /// unread until `resume` runs it again. Whether there was one to cancel.
+    pub fn cancel_readd_resync(&self) -> bool {
+        let Some(c) = self.readd.lock().clone() else {
+            return false;
+        };
+        if !matches!(c.state(), PassState::Running | PassState::Paused) {
+            return false;
+        }
+        c.cancel();
+        c.resume();
+        true
+    }
+}
+
+/// What starting a volume did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StartReport {
+    pub created: bool,
+    pub was_clean: bool,
+    pub resynced_bytes: u64,
+    /// Bytes left to resync in the background while serving.
+    pub background_bytes: u64,
+}
