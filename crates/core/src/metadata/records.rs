@@ -4,20 +4,28 @@
 //! member write held back by a failure nobody has recorded yet can record it itself. That
 //! happens even when the failure came from the write-back cache's destage, or from a resync
 //! with no request waiting.
+//!
+//! Contracts held by types: the records change only under their lock, and a commit or a
+//! change needs `&mut Recorded`, which only [`Records::lock`] hands out. The clean/dirty flag
+//! ([`Records::is_dirty`]) is read without the lock on the write path and changed only with
+//! it held (its setters take `&Recorded` as the proof).
 
-use super::heal::Heal;
 use super::member_meta::MemberMeta;
+use super::superblock::{MAX_ADDED_PATHS, MAX_ADDED_PATH_BYTES};
 use super::{MemberEntry, RecordedState, ScrubCheckpoint, Uuid};
 use crate::error::{VolumeError, VolumeResult};
 use crate::failure_gate::FailureRecorder;
 use crate::node::MemberTable;
 use futures::future::{join_all, BoxFuture};
-use futures::lock::Mutex as AsyncMutex;
+use futures::lock::{Mutex as AsyncMutex, MutexGuard};
 use futures::FutureExt;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 
 /// The volume's state as its records say it.
+#[derive(Clone)]
 pub(super) struct Recorded {
     pub(super) events: u64,
     pub(super) clean: bool,
@@ -28,21 +36,141 @@ pub(super) struct Recorded {
     pub(super) added_paths: Vec<String>,
 }
 
+/// Refuses a path the records cannot list: malformed, or one more than `listed` holds.
+pub(super) fn recordable(path: &str, listed: &[String]) -> Result<(), String> {
+    if path.is_empty() || path.len() > MAX_ADDED_PATH_BYTES || path.contains('\0') {
+        return Err(format!(
+            "`{path}`: its path cannot be recorded (1 to {MAX_ADDED_PATH_BYTES} bytes, no NUL)"
+        ));
+    }
+    if !listed.iter().any(|p| p == path) && listed.len() >= MAX_ADDED_PATHS {
+        return Err(format!(
+            "already {MAX_ADDED_PATHS} members added at run time are recorded: remove a spare first"
+        ));
+    }
+    Ok(())
+}
+
+/// Roles being rebuilt onto a new member, with the bytes of the volume current on it (in
+/// memory; the records hold the last checkpoint). A role listed here takes every commit.
+#[derive(Default)]
+pub(super) struct Rebuilding(Mutex<BTreeMap<usize, u64>>);
+
+impl Rebuilding {
+    pub(super) fn contains(&self, r: usize) -> bool {
+        self.0.lock().contains_key(&r)
+    }
+
+    /// Role `r` rebuilds from `checkpoint_bytes` (a new member: 0; at open: as recorded).
+    pub(super) fn resume(&self, r: usize, checkpoint_bytes: u64) {
+        self.0.lock().insert(r, checkpoint_bytes);
+    }
+
+    /// Role `r` is not rebuilt any more (done, failed, or its member gone); whether it was.
+    pub(super) fn remove(&self, r: usize) -> bool {
+        self.0.lock().remove(&r).is_some()
+    }
+
+    /// The lowest position among `targets` (0 for one not listed): where a pass resumes.
+    pub(super) fn start_of(&self, targets: &[usize]) -> u64 {
+        let rb = self.0.lock();
+        targets
+            .iter()
+            .map(|r| rb.get(r).copied().unwrap_or(0))
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// The bytes below `pos` are current on `targets`' new members; positions never go back.
+    pub(super) fn advance(&self, targets: &[usize], pos: u64) {
+        let mut rb = self.0.lock();
+        for r in targets {
+            if let Some(b) = rb.get_mut(r) {
+                *b = (*b).max(pos);
+            }
+        }
+    }
+
+    pub(super) fn snapshot(&self) -> Vec<(usize, u64)> {
+        self.0.lock().iter().map(|(&r, &b)| (r, b)).collect()
+    }
+}
+
+/// What [`Records::claim_clean_point`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CleanClaim {
+    /// The records say clean already.
+    AlreadyClean,
+    /// A write is in flight: the records stay dirty.
+    Busy,
+    /// The flag says clean from now on; a writer that comes records the volume dirty again.
+    Claimed,
+}
+
 pub(super) struct Records {
-    pub(super) id: Uuid,
-    pub(super) name: String,
-    pub(super) table: Arc<MemberTable>,
+    id: Uuid,
+    name: String,
+    table: Arc<MemberTable>,
     /// By role: the member's superblock (`None`: lost). Changes when a new member takes a
     /// role (rebuild, replace).
-    pub(super) metas: RwLock<Vec<Option<Arc<MemberMeta>>>>,
+    metas: RwLock<Vec<Option<Arc<MemberMeta>>>>,
     /// Held while the records change; a commit writes them.
-    pub(super) recorded: AsyncMutex<Recorded>,
-    /// Rebuild and replace state (see `heal.rs`): a member rebuilt into its role takes the
-    /// records too.
-    pub(super) heal: Arc<Heal>,
+    recorded: AsyncMutex<Recorded>,
+    /// The records say dirty (a write may be in flight since the last clean point).
+    dirty: AtomicBool,
+    /// Roles being rebuilt into (their records keep up with commits).
+    pub(super) rebuilding: Rebuilding,
 }
 
 impl Records {
+    pub(super) fn new(
+        id: Uuid,
+        name: &str,
+        table: Arc<MemberTable>,
+        metas: Vec<Option<Arc<MemberMeta>>>,
+        recorded: Recorded,
+        dirty: bool,
+    ) -> Records {
+        assert_eq!(metas.len(), recorded.members.len(), "a record per role");
+        Records {
+            id,
+            name: name.to_string(),
+            table,
+            metas: RwLock::new(metas),
+            recorded: AsyncMutex::new(recorded),
+            dirty: AtomicBool::new(dirty),
+            rebuilding: Rebuilding::default(),
+        }
+    }
+
+    pub(super) fn id(&self) -> Uuid {
+        self.id
+    }
+
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The records, to change (then [`Records::commit`]) or read consistently.
+    pub(super) async fn lock(&self) -> MutexGuard<'_, Recorded> {
+        self.recorded.lock().await
+    }
+
+    /// Role `r`'s member and superblock (`None`: lost, removed, or no such role).
+    pub(super) fn meta(&self, r: usize) -> Option<Arc<MemberMeta>> {
+        self.metas.read().get(r).cloned().flatten()
+    }
+
+    /// Every role's member, by role.
+    pub(super) fn metas(&self) -> Vec<Option<Arc<MemberMeta>>> {
+        self.metas.read().clone()
+    }
+
+    /// A new member (or none) stands in role `r`; the records' lock is held (`_held`).
+    pub(super) fn set_meta(&self, _held: &Recorded, r: usize, meta: Option<Arc<MemberMeta>>) {
+        self.metas.write()[r] = meta;
+    }
+
     fn is_failed(&self, r: usize) -> bool {
         self.table.slot(r).is_failed()
     }
@@ -55,6 +183,66 @@ impl Records {
         self.table.fail(r, &why);
     }
 
+    /// Whether the records say dirty (read without the lock: the write path's fast check).
+    pub(super) fn is_dirty(&self) -> bool {
+        self.dirty.load(SeqCst)
+    }
+
+    /// Records the volume dirty (committed) unless it is already; the write path's first
+    /// stage, checked again under the lock so one writer commits.
+    pub(super) async fn ensure_dirty(&self) -> VolumeResult<()> {
+        if self.is_dirty() {
+            return Ok(());
+        }
+        let mut rec = self.recorded.lock().await;
+        if !self.is_dirty() {
+            self.mark_dirty(&mut rec).await?;
+        }
+        Ok(())
+    }
+
+    /// Commits the records dirty, then sets the flag: a writer that sees it set knows the
+    /// disk says dirty.
+    pub(super) async fn mark_dirty(&self, rec: &mut Recorded) -> VolumeResult<()> {
+        rec.clean = false;
+        self.commit(rec).await?;
+        self.dirty.store(true, SeqCst);
+        Ok(())
+    }
+
+    /// Commits the records clean, then clears the flag (open, create: nothing is in flight).
+    pub(super) async fn mark_clean(&self, rec: &mut Recorded) -> VolumeResult<()> {
+        rec.clean = true;
+        self.commit(rec).await?;
+        self.dirty.store(false, SeqCst);
+        Ok(())
+    }
+
+    /// The first half of a clean point (see `Array::mark_clean`): with the lock held, the flag
+    /// goes clean unless a write is in flight (`idle` false). A writer counts itself in flight
+    /// before it looks at the flag, so once the flag is clean and nothing is in flight, every
+    /// new writer records the volume dirty again (under the lock) before it writes.
+    pub(super) fn claim_clean_point(
+        &self,
+        _held: &Recorded,
+        idle: impl Fn() -> bool,
+    ) -> CleanClaim {
+        if !self.is_dirty() {
+            return CleanClaim::AlreadyClean;
+        }
+        self.dirty.store(false, SeqCst);
+        if !idle() {
+            self.dirty.store(true, SeqCst);
+            return CleanClaim::Busy;
+        }
+        CleanClaim::Claimed
+    }
+
+    /// A claimed clean point could not be recorded: the flag says dirty again.
+    pub(super) fn unclaim_clean_point(&self, _held: &Recorded) {
+        self.dirty.store(true, SeqCst);
+    }
+
     /// Writes the recorded state (plus every member failed since) to every current member,
     /// bumping the event counter. A member that cannot take it is failed and the state
     /// written again, so the records always name every failed member.
@@ -62,52 +250,14 @@ impl Records {
         let gate = self.table.failure_gate();
         loop {
             let metas = self.metas.read().clone();
+            assert_eq!(metas.len(), rec.members.len(), "a record per role");
             let generation = gate.generation();
-            for (r, m) in rec.members.iter_mut().enumerate() {
-                if !self.is_failed(r) || m.state == RecordedState::Failed {
-                    continue;
-                }
-                m.state = if metas[r].is_some() {
-                    RecordedState::Failed
-                } else {
-                    // Missing at assembly: when it comes back it is resynced before rejoining.
-                    RecordedState::Rebuilding {
-                        checkpoint_bytes: 0,
-                    }
-                };
-            }
+            self.note_failed(rec, &metas);
             rec.events += 1;
-            // Current members, and members being rebuilt into their role (their records must
-            // keep up; they say the role is rebuilding, so none is trusted early).
-            let targets: Vec<usize> = (0..metas.len())
-                .filter(|&r| {
-                    metas[r].is_some()
-                        && (self.is_current(r)
-                            || (!self.is_failed(r) && self.heal.is_rebuilding(r)))
-                })
-                .collect();
-            let (id, name) = (self.id, self.name.as_str());
+            let targets = self.commit_targets(&metas);
             let results = join_all(targets.iter().map(|&r| {
-                let (events, clean, members, scrub, added_paths) = (
-                    rec.events,
-                    rec.clean,
-                    rec.members.clone(),
-                    rec.scrub,
-                    rec.added_paths.clone(),
-                );
-                metas[r].as_ref().expect("target").update(move |sb| {
-                    if let Some(v) = sb
-                        .volumes
-                        .iter_mut()
-                        .find(|v| v.array == id && v.name == name)
-                    {
-                        v.events = events;
-                        v.clean = clean;
-                        v.members = members;
-                        v.scrub = scrub;
-                        v.added_paths = added_paths;
-                    }
-                })
+                let meta = metas[r].as_ref().expect("targets stand in their role");
+                self.write_record(meta, rec)
             }))
             .await;
             let mut first = None;
@@ -117,19 +267,73 @@ impl Records {
                     first.get_or_insert((r, e));
                 }
             }
-            if gate.generation() == generation {
-                gate.recorded_up_to(generation);
-                return match first {
-                    Some((r, e)) if targets.len() == 1 => Err(VolumeError::Unavailable {
-                        reason: format!("member {r}: superblock write failed: {e}"),
-                    }),
-                    _ if targets.is_empty() => Err(VolumeError::Unavailable {
-                        reason: "no member can take the superblock".into(),
-                    }),
-                    _ => Ok(()),
-                };
+            // A member failed meanwhile: written again, so the records name it.
+            if gate.generation() != generation {
+                continue;
             }
+            gate.recorded_up_to(generation);
+            return match first {
+                Some((r, e)) if targets.len() == 1 => Err(VolumeError::Unavailable {
+                    reason: format!("member {r}: superblock write failed: {e}"),
+                }),
+                _ if targets.is_empty() => Err(VolumeError::Unavailable {
+                    reason: "no member can take the superblock".into(),
+                }),
+                _ => Ok(()),
+            };
         }
+    }
+
+    /// Members failed since the last commit are recorded failed (one missing at assembly:
+    /// rebuilding from 0, so that when it comes back it is resynced before rejoining).
+    fn note_failed(&self, rec: &mut Recorded, metas: &[Option<Arc<MemberMeta>>]) {
+        for (r, m) in rec.members.iter_mut().enumerate() {
+            if !self.is_failed(r) || m.state == RecordedState::Failed {
+                continue;
+            }
+            m.state = if metas[r].is_some() {
+                RecordedState::Failed
+            } else {
+                RecordedState::Rebuilding {
+                    checkpoint_bytes: 0,
+                }
+            };
+        }
+    }
+
+    /// Current members, and members being rebuilt into their role (their records must keep
+    /// up; they say the role is rebuilding, so none is trusted early).
+    fn commit_targets(&self, metas: &[Option<Arc<MemberMeta>>]) -> Vec<usize> {
+        (0..metas.len())
+            .filter(|&r| {
+                metas[r].is_some()
+                    && (self.is_current(r) || (!self.is_failed(r) && self.rebuilding.contains(r)))
+            })
+            .collect()
+    }
+
+    /// Writes `rec` into `meta`'s record of this volume.
+    async fn write_record(
+        &self,
+        meta: &MemberMeta,
+        rec: &Recorded,
+    ) -> Result<(), super::SuperblockIoError> {
+        let (id, name) = (self.id, self.name.as_str());
+        let rec = rec.clone();
+        meta.update(move |sb| {
+            if let Some(v) = sb
+                .volumes
+                .iter_mut()
+                .find(|v| v.array == id && v.name == name)
+            {
+                v.events = rec.events;
+                v.clean = rec.clean;
+                v.members = rec.members;
+                v.scrub = rec.scrub;
+                v.added_paths = rec.added_paths;
+            }
+        })
+        .await
     }
 
     /// Records members failed since the last commit (before any further member write, and
@@ -150,5 +354,32 @@ impl Records {
 impl FailureRecorder for Records {
     fn record(&self) -> BoxFuture<'_, VolumeResult<()>> {
         self.record_failures().boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recordable_paths() {
+        assert!(recordable("/dev/sdb", &[]).is_ok());
+        assert!(recordable("", &[]).is_err());
+        assert!(recordable("a\0b", &[]).is_err());
+        let full: Vec<String> = (0..MAX_ADDED_PATHS).map(|i| format!("/d{i}")).collect();
+        assert!(recordable("/new", &full).is_err());
+        assert!(recordable("/d3", &full).is_ok(), "listed already");
+    }
+
+    #[test]
+    fn rebuild_positions_only_advance() {
+        let rb = Rebuilding::default();
+        rb.resume(2, 100);
+        rb.resume(4, 0);
+        assert_eq!(rb.start_of(&[2, 4]), 0);
+        rb.advance(&[2, 4], 50);
+        assert_eq!(rb.snapshot(), vec![(2, 100), (4, 50)]);
+        assert!(rb.remove(4) && !rb.contains(4));
+        assert_eq!(rb.start_of(&[2]), 100);
     }
 }
