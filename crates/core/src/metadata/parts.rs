@@ -1,5 +1,5 @@
 //! What the array's components act on: the engine volume, the records, the write-intent
-//! bitmap and the log's places — borrowed from the [`super::Array`] that owns them, so each
+//! bitmap and the log's places — borrowed from the `Array` that owns them, so each
 //! component (heal, re-add, background resync) owns only its own state and is handed the
 //! rest explicitly.
 
