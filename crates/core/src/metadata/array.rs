@@ -51,8 +51,6 @@ use std::time::Duration;
 
 mod requests;
 
-use requests::InFlight;
-
 pub struct Array {
     volume: Volume,
     /// The records and their writer, shared with the member table as its failure recorder.
@@ -64,8 +62,6 @@ pub struct Array {
     heal: Heal,
     returning: Returning,
     background: BackgroundResync,
-    /// Write-type requests in flight, and the one clean point at a time.
-    inflight: InFlight,
 }
 
 /// What [`Array::mark_clean`] did.
@@ -335,7 +331,6 @@ impl Array {
             heal: Heal::default(),
             returning: Returning::default(),
             background: BackgroundResync::default(),
-            inflight: InFlight::default(),
         })
     }
 

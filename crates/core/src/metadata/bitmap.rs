@@ -6,7 +6,7 @@
 //! first and hand its guard in as the proof (`catch_up`, `write_image_locked`).
 
 use super::intent::Intent;
-use super::records::Recorded;
+use super::records::RecordsGuard;
 use super::{Area, BitmapArea};
 use crate::buf::Buf;
 use crate::error::{VolumeError, VolumeResult};
@@ -135,7 +135,7 @@ impl Bitmap {
 
     /// Gives role `r`'s member the current bitmap (it missed updates while it was not
     /// current); a member that cannot take it is failed. The records' lock is held (`_held`).
-    pub(super) async fn catch_up(&self, volume: &Volume, _held: &Recorded, r: usize) {
+    pub(super) async fn catch_up(&self, volume: &Volume, _held: &RecordsGuard<'_>, r: usize) {
         let _bitmap = self.writer.lock().await;
         let Some(area) = self.area(r) else { return };
         let image = self.intent.on_disk_image();
@@ -148,7 +148,10 @@ impl Bitmap {
 
     /// The bitmap as on disk, with the writer held until the guard goes: a member given this
     /// image misses no update. The records' lock is held (`_held`).
-    pub(super) async fn image_locked(&self, _held: &Recorded) -> (MutexGuard<'_, ()>, Vec<u8>) {
+    pub(super) async fn image_locked(
+        &self,
+        _held: &RecordsGuard<'_>,
+    ) -> (MutexGuard<'_, ()>, Vec<u8>) {
         let g = self.writer.lock().await;
         (g, self.intent.on_disk_image())
     }

@@ -24,7 +24,7 @@
 //!   A replace is therefore not checkpointed; it starts again.
 //!
 //! [`Heal`] owns the spares, the replacements under way and the pass's settings; the
-//! positions of roles being rebuilt are the records' ([`super::records::Rebuilding`]: every
+//! positions of roles being rebuilt are the records' ([`super::rebuilding::Rebuilding`]: every
 //! commit reaches them). The pass itself is in `rebuild.rs`.
 
 use super::areas::free_area_avoiding;

@@ -30,6 +30,7 @@ mod ppl_area;
 mod ranges;
 mod readd;
 mod rebuild;
+mod rebuilding;
 mod records;
 mod remove;
 mod resync;

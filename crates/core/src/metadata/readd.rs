@@ -29,7 +29,7 @@ use super::heal::Heal;
 use super::member_meta::{contents_of, MemberMeta};
 use super::parts::Parts;
 use super::ranges::{aligned, piece_bytes, slice, total_bytes};
-use super::records::Recorded;
+use super::records::{Recorded, RecordsGuard};
 use super::{read_superblock, Area, Found, Probe, RecordedState, Superblock};
 use crate::pass::{PassControl, PassState, PassWork};
 use futures::lock::Mutex as AsyncMutex;
@@ -134,7 +134,7 @@ impl Returning {
     fn put_back(
         &self,
         p: Parts<'_>,
-        held: &Recorded,
+        held: &RecordsGuard<'_>,
         role: usize,
         fresh: Arc<MemberMeta>,
         area: Option<Area>,

@@ -5,12 +5,16 @@
 //! happens even when the failure came from the write-back cache's destage, or from a resync
 //! with no request waiting.
 //!
-//! Contracts held by types: the records change only under their lock, and a commit or a
-//! change needs `&mut Recorded`, which only [`Records::lock`] hands out. The clean/dirty flag
-//! ([`Records::is_dirty`]) is read without the lock on the write path and changed only with
-//! it held (its setters take `&Recorded` as the proof).
+//! The records also keep the clean point: the clean/dirty flag ([`Records::is_dirty`], read
+//! without the lock on the write path) and the write-type requests in flight.
+//!
+//! Contracts held by types: the records change only under their lock — a commit, and every
+//! change made under the lock, takes the lock's guard ([`RecordsGuard`]), which only
+//! [`Records::lock`] hands out; the flag goes dirty only for a request counted in flight
+//! ([`Counted`]).
 
 use super::member_meta::MemberMeta;
+use super::rebuilding::Rebuilding;
 use super::superblock::{MAX_ADDED_PATHS, MAX_ADDED_PATH_BYTES};
 use super::{MemberEntry, RecordedState, ScrubCheckpoint, Uuid};
 use crate::error::{VolumeError, VolumeResult};
@@ -19,9 +23,8 @@ use crate::node::MemberTable;
 use futures::future::{join_all, BoxFuture};
 use futures::lock::{Mutex as AsyncMutex, MutexGuard};
 use futures::FutureExt;
-use parking_lot::{Mutex, RwLock};
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use parking_lot::RwLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 
 /// The volume's state as its records say it.
@@ -34,6 +37,19 @@ pub(super) struct Recorded {
     pub(super) scrub: Option<ScrubCheckpoint>,
     /// Members added at run time, by path (see `spare_list.rs`).
     pub(super) added_paths: Vec<String>,
+}
+
+/// The records' lock, held: the proof a caller holds it (a `Recorded` alone may be a copy).
+pub(super) type RecordsGuard<'a> = MutexGuard<'a, Recorded>;
+
+/// A write-type request counted in flight (see [`Records::enter`]) until it is dropped.
+pub(super) struct Counted<'a>(&'a AtomicU64);
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        let before = self.0.fetch_sub(1, SeqCst);
+        assert!(before > 0, "a request leaves only once it was counted");
+    }
 }
 
 /// Refuses a path the records cannot list: malformed, or one more than `listed` holds.
@@ -49,51 +65,6 @@ pub(super) fn recordable(path: &str, listed: &[String]) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// Roles being rebuilt onto a new member, with the bytes of the volume current on it (in
-/// memory; the records hold the last checkpoint). A role listed here takes every commit.
-#[derive(Default)]
-pub(super) struct Rebuilding(Mutex<BTreeMap<usize, u64>>);
-
-impl Rebuilding {
-    pub(super) fn contains(&self, r: usize) -> bool {
-        self.0.lock().contains_key(&r)
-    }
-
-    /// Role `r` rebuilds from `checkpoint_bytes` (a new member: 0; at open: as recorded).
-    pub(super) fn resume(&self, r: usize, checkpoint_bytes: u64) {
-        self.0.lock().insert(r, checkpoint_bytes);
-    }
-
-    /// Role `r` is not rebuilt any more (done, failed, or its member gone); whether it was.
-    pub(super) fn remove(&self, r: usize) -> bool {
-        self.0.lock().remove(&r).is_some()
-    }
-
-    /// The lowest position among `targets` (0 for one not listed): where a pass resumes.
-    pub(super) fn start_of(&self, targets: &[usize]) -> u64 {
-        let rb = self.0.lock();
-        targets
-            .iter()
-            .map(|r| rb.get(r).copied().unwrap_or(0))
-            .min()
-            .unwrap_or(0)
-    }
-
-    /// The bytes below `pos` are current on `targets`' new members; positions never go back.
-    pub(super) fn advance(&self, targets: &[usize], pos: u64) {
-        let mut rb = self.0.lock();
-        for r in targets {
-            if let Some(b) = rb.get_mut(r) {
-                *b = (*b).max(pos);
-            }
-        }
-    }
-
-    pub(super) fn snapshot(&self) -> Vec<(usize, u64)> {
-        self.0.lock().iter().map(|(&r, &b)| (r, b)).collect()
-    }
 }
 
 /// What [`Records::claim_clean_point`] found.
@@ -118,6 +89,10 @@ pub(super) struct Records {
     recorded: AsyncMutex<Recorded>,
     /// The records say dirty (a write may be in flight since the last clean point).
     dirty: AtomicBool,
+    /// Write-type requests in flight ([`Records::enter`]).
+    inflight: AtomicU64,
+    /// One clean point at a time.
+    cleaning: AsyncMutex<()>,
     /// Roles being rebuilt into (their records keep up with commits).
     pub(super) rebuilding: Rebuilding,
 }
@@ -139,6 +114,8 @@ impl Records {
             metas: RwLock::new(metas),
             recorded: AsyncMutex::new(recorded),
             dirty: AtomicBool::new(dirty),
+            inflight: AtomicU64::new(0),
+            cleaning: AsyncMutex::new(()),
             rebuilding: Rebuilding::default(),
         }
     }
@@ -152,7 +129,7 @@ impl Records {
     }
 
     /// The records, to change (then [`Records::commit`]) or read consistently.
-    pub(super) async fn lock(&self) -> MutexGuard<'_, Recorded> {
+    pub(super) async fn lock(&self) -> RecordsGuard<'_> {
         self.recorded.lock().await
     }
 
@@ -167,7 +144,7 @@ impl Records {
     }
 
     /// A new member (or none) stands in role `r`; the records' lock is held (`_held`).
-    pub(super) fn set_meta(&self, _held: &Recorded, r: usize, meta: Option<Arc<MemberMeta>>) {
+    pub(super) fn set_meta(&self, _held: &RecordsGuard, r: usize, meta: Option<Arc<MemberMeta>>) {
         self.metas.write()[r] = meta;
     }
 
@@ -188,9 +165,16 @@ impl Records {
         self.dirty.load(SeqCst)
     }
 
-    /// Records the volume dirty (committed) unless it is already; the write path's first
-    /// stage, checked again under the lock so one writer commits.
-    pub(super) async fn ensure_dirty(&self) -> VolumeResult<()> {
+    /// Counts a write-type request in flight, before it looks at the flag
+    /// ([`Records::ensure_dirty`] takes the count as the proof).
+    pub(super) fn enter(&self) -> Counted<'_> {
+        self.inflight.fetch_add(1, SeqCst);
+        Counted(&self.inflight)
+    }
+
+    /// Records the volume dirty (committed) unless it is already, for a request counted in
+    /// flight; checked again under the lock so one writer commits.
+    pub(super) async fn ensure_dirty(&self, _counted: &Counted<'_>) -> VolumeResult<()> {
         if self.is_dirty() {
             return Ok(());
         }
@@ -203,7 +187,7 @@ impl Records {
 
     /// Commits the records dirty, then sets the flag: a writer that sees it set knows the
     /// disk says dirty.
-    pub(super) async fn mark_dirty(&self, rec: &mut Recorded) -> VolumeResult<()> {
+    pub(super) async fn mark_dirty(&self, rec: &mut RecordsGuard<'_>) -> VolumeResult<()> {
         rec.clean = false;
         self.commit(rec).await?;
         self.dirty.store(true, SeqCst);
@@ -211,27 +195,29 @@ impl Records {
     }
 
     /// Commits the records clean, then clears the flag (open, create: nothing is in flight).
-    pub(super) async fn mark_clean(&self, rec: &mut Recorded) -> VolumeResult<()> {
+    pub(super) async fn mark_clean(&self, rec: &mut RecordsGuard<'_>) -> VolumeResult<()> {
         rec.clean = true;
         self.commit(rec).await?;
         self.dirty.store(false, SeqCst);
         Ok(())
     }
 
+    /// One clean point at a time: held from before [`Records::claim_clean_point`] to the end.
+    pub(super) async fn one_clean_point(&self) -> MutexGuard<'_, ()> {
+        self.cleaning.lock().await
+    }
+
     /// The first half of a clean point (see `Array::mark_clean`): with the lock held, the flag
-    /// goes clean unless a write is in flight (`idle` false). A writer counts itself in flight
-    /// before it looks at the flag, so once the flag is clean and nothing is in flight, every
-    /// new writer records the volume dirty again (under the lock) before it writes.
-    pub(super) fn claim_clean_point(
-        &self,
-        _held: &Recorded,
-        idle: impl Fn() -> bool,
-    ) -> CleanClaim {
+    /// goes clean unless a write is in flight. A writer counts itself in flight before it
+    /// looks at the flag ([`Records::enter`]), so once the flag is clean and nothing is in
+    /// flight, every new writer records the volume dirty again (under the lock) before it
+    /// writes.
+    pub(super) fn claim_clean_point(&self, _held: &RecordsGuard) -> CleanClaim {
         if !self.is_dirty() {
             return CleanClaim::AlreadyClean;
         }
         self.dirty.store(false, SeqCst);
-        if !idle() {
+        if self.inflight.load(SeqCst) > 0 {
             self.dirty.store(true, SeqCst);
             return CleanClaim::Busy;
         }
@@ -239,14 +225,14 @@ impl Records {
     }
 
     /// A claimed clean point could not be recorded: the flag says dirty again.
-    pub(super) fn unclaim_clean_point(&self, _held: &Recorded) {
+    pub(super) fn unclaim_clean_point(&self, _held: &RecordsGuard) {
         self.dirty.store(true, SeqCst);
     }
 
     /// Writes the recorded state (plus every member failed since) to every current member,
     /// bumping the event counter. A member that cannot take it is failed and the state
     /// written again, so the records always name every failed member.
-    pub(super) async fn commit(&self, rec: &mut Recorded) -> VolumeResult<()> {
+    pub(super) async fn commit(&self, rec: &mut RecordsGuard<'_>) -> VolumeResult<()> {
         let gate = self.table.failure_gate();
         loop {
             let metas = self.metas.read().clone();
@@ -369,17 +355,5 @@ mod tests {
         let full: Vec<String> = (0..MAX_ADDED_PATHS).map(|i| format!("/d{i}")).collect();
         assert!(recordable("/new", &full).is_err());
         assert!(recordable("/d3", &full).is_ok(), "listed already");
-    }
-
-    #[test]
-    fn rebuild_positions_only_advance() {
-        let rb = Rebuilding::default();
-        rb.resume(2, 100);
-        rb.resume(4, 0);
-        assert_eq!(rb.start_of(&[2, 4]), 0);
-        rb.advance(&[2, 4], 50);
-        assert_eq!(rb.snapshot(), vec![(2, 100), (4, 50)]);
-        assert!(rb.remove(4) && !rb.contains(4));
-        assert_eq!(rb.start_of(&[2]), 100);
     }
 }

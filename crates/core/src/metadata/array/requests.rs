@@ -21,40 +21,9 @@ use super::{Array, CleanMark};
 use crate::buf::Buf;
 use crate::error::VolumeResult;
 use crate::metadata::intent::{Hold, Intent};
-use crate::metadata::records::{CleanClaim, Recorded};
-use futures::lock::Mutex as AsyncMutex;
+use crate::metadata::records::{CleanClaim, Counted, RecordsGuard};
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
-
-/// Write-type requests in flight, and the one clean point at a time.
-#[derive(Default)]
-pub(super) struct InFlight {
-    count: AtomicU64,
-    /// One [`Array::mark_clean`] at a time.
-    cleaning: AsyncMutex<()>,
-}
-
-/// One request counted in flight until it is dropped.
-struct Counted<'a>(&'a AtomicU64);
-
-impl InFlight {
-    fn enter(&self) -> Counted<'_> {
-        self.count.fetch_add(1, SeqCst);
-        Counted(&self.count)
-    }
-
-    fn idle(&self) -> bool {
-        self.count.load(SeqCst) == 0
-    }
-}
-
-impl Drop for Counted<'_> {
-    fn drop(&mut self) {
-        let before = self.0.fetch_sub(1, SeqCst);
-        assert!(before > 0, "a request leaves only once it was counted");
-    }
-}
 
 /// A write-type request between stage 2 and stage 6.
 struct Admitted<'a> {
@@ -144,8 +113,8 @@ impl Array {
     /// Stages 2 to 4: counted in flight, then the records say dirty, then the request's
     /// regions' bits are on disk. An error leaves nothing held.
     async fn admit(&self, offset: u64, len: u64) -> VolumeResult<Admitted<'_>> {
-        let counted = self.inflight.enter();
-        self.records.ensure_dirty().await?;
+        let counted = self.records.enter();
+        self.records.ensure_dirty(&counted).await?;
         let Some(bitmap) = &self.bitmap else {
             return Ok(Admitted {
                 _counted: counted,
@@ -234,10 +203,10 @@ impl Array {
             self.flush().await?;
             return Ok(CleanMark::ResyncPending);
         }
-        let _one = self.inflight.cleaning.lock().await;
+        let _one = self.records.one_clean_point().await;
         {
             let rec = self.records.lock().await;
-            match (self.records).claim_clean_point(&rec, || self.inflight.idle()) {
+            match self.records.claim_clean_point(&rec) {
                 CleanClaim::AlreadyClean => return Ok(CleanMark::Recorded),
                 CleanClaim::Busy => return Ok(CleanMark::WritesInFlight),
                 CleanClaim::Claimed => {}
@@ -265,7 +234,7 @@ impl Array {
     /// last clean point: the bitmap is cleared and the records say clean.
     async fn clean_locked(
         &self,
-        rec: &mut Recorded,
+        rec: &mut RecordsGuard<'_>,
         epoch: Option<u64>,
         flushed: VolumeResult<()>,
     ) -> VolumeResult<()> {
