@@ -45,7 +45,6 @@ use crate::pass::{PassControl, PassState};
 use crate::scrub::{ScrubControl, ScrubReport};
 use crate::volume::{Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Node};
-use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -479,7 +478,7 @@ impl Array {
 
     /// Rebuild windows of about `bytes` (tests and the simulator use small ones).
     pub fn set_rebuild_window_bytes(&self, bytes: u64) {
-        self.heal.window_bytes.store(bytes, SeqCst);
+        self.heal.set_window_bytes(bytes);
     }
 
     /// Puts `meta` in failed role `role` to be rebuilt by [`Array::rebuild`] (it takes writes

@@ -25,7 +25,7 @@
 //!
 //! [`Heal`] owns the spares, the replacements under way and the pass's settings; the
 //! positions of roles being rebuilt are the records' ([`super::rebuilding::Rebuilding`]: every
-//! commit reaches them). The pass itself is in `rebuild.rs`.
+//! commit reaches them). The pass itself is in `heal/rebuild.rs`.
 
 use super::areas::free_area_avoiding;
 use super::disk_rule::{may_write, Allowed, Consent, Refused, Writer};
@@ -39,18 +39,20 @@ use crate::pass::PassState;
 use futures::lock::Mutex as AsyncMutex;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
+
+mod rebuild;
 
 #[derive(Default)]
 pub(super) struct Heal {
     spares: Mutex<Vec<Arc<MemberMeta>>>,
     /// Per role being replaced: the replacement.
-    pub(super) replacing: Mutex<BTreeMap<usize, Arc<MemberMeta>>>,
+    replacing: Mutex<BTreeMap<usize, Arc<MemberMeta>>>,
     /// One pass at a time.
-    pub(super) running: AsyncMutex<()>,
+    running: AsyncMutex<()>,
     /// Rebuild window (0: [`crate::rebuild::REBUILD_WINDOW_BYTES`]).
-    pub(super) window_bytes: AtomicU64,
+    window_bytes: AtomicU64,
 }
 
 /// What a rebuild did.
@@ -67,6 +69,11 @@ impl Heal {
     pub(super) fn forget(&self, p: Parts<'_>, r: usize) {
         p.records.rebuilding.remove(r);
         self.replacing.lock().remove(&r);
+    }
+
+    /// Rebuild windows of about `bytes` (0: [`crate::rebuild::REBUILD_WINDOW_BYTES`]).
+    pub(super) fn set_window_bytes(&self, bytes: u64) {
+        self.window_bytes.store(bytes, SeqCst);
     }
 
     /// Keeps `meta` as a hot spare (in memory), if the write rule lets it be written.
@@ -320,7 +327,7 @@ fn check_newcomer(p: Parts<'_>, meta: &MemberMeta, role: Option<usize>) -> Resul
 }
 
 /// The id `meta` plays `role` under: its own, unless another role has it.
-pub(super) async fn newcomer_id(
+async fn newcomer_id(
     p: Parts<'_>,
     role: usize,
     meta: &MemberMeta,
@@ -336,7 +343,7 @@ pub(super) async fn newcomer_id(
 /// Writes `rec` as `meta`'s record of `role` (replacing any old record of this volume
 /// there; `rec` names `meta`'s id in the role), with a fresh bitmap area holding `bitmap`
 /// (zeroes when `None`). Returns the bitmap area.
-pub(super) async fn write_role_record(
+async fn write_role_record(
     p: Parts<'_>,
     role: usize,
     meta: &MemberMeta,

@@ -29,7 +29,6 @@ mod parts;
 mod ppl_area;
 mod ranges;
 mod readd;
-mod rebuild;
 mod rebuilding;
 mod records;
 mod remove;

@@ -1,15 +1,15 @@
-//! The rebuild pass of [`Heal`] (see `heal.rs`): every role being rebuilt onto a new member
+//! The rebuild pass of [`Heal`] (see `heal.rs`; a child for its fields): every role being rebuilt onto a new member
 //! or replaced is copied by the engine's online rebuild ([`crate::rebuild`]), checkpointed
 //! in the records, and made current — recorded first, then read.
 
-use super::error::ArrayError;
-use super::heal::{newcomer_id, write_role_record, Heal, RebuildReport};
-use super::member_meta::MemberMeta;
-use super::parts::Parts;
-use super::ranges::checkpoint_every;
-use super::records::recordable;
-use super::{MemberEntry, RecordedState};
+use super::{newcomer_id, write_role_record, Heal, RebuildReport};
 use crate::error::VolumeResult;
+use crate::metadata::error::ArrayError;
+use crate::metadata::member_meta::MemberMeta;
+use crate::metadata::parts::Parts;
+use crate::metadata::ranges::checkpoint_every;
+use crate::metadata::records::recordable;
+use crate::metadata::{MemberEntry, RecordedState};
 use crate::pass::{PassControl, PassState};
 use crate::rebuild::REBUILD_WINDOW_BYTES;
 use futures::FutureExt;
@@ -20,7 +20,7 @@ impl Heal {
     /// Rebuilds every role being rebuilt or replaced, resuming at their checkpoints, while
     /// the volume serves; returns when they are all current (or the control cancelled it).
     /// Roles added while it runs are rebuilt by a second pass before it returns.
-    pub(super) async fn rebuild(
+    pub(in crate::metadata) async fn rebuild(
         &self,
         p: Parts<'_>,
         ctl: &PassControl,
