@@ -168,15 +168,8 @@ impl Array {
             assemble(name, config_tree, &probes)?
         };
         let roles = plan_roles(&asm, &metas);
-        let array = Array::build(
-            name,
-            asm.array,
-            asm.tree.clone(),
-            &roles.by_role,
-            opts,
-            true,
-        );
-        let array = array.await?;
+        let tree = asm.tree.clone();
+        let array = Array::build(name, asm.array, tree, &roles.by_role, opts, true).await?;
         let rebuilding_roles = array.take_roles(&asm, &roles);
         // The write hole: replay the partial-parity log before the resync and before serving.
         let ppl = match array.ppl.setup() {
@@ -200,24 +193,15 @@ impl Array {
             forced: asm.forced.clone(),
         };
         let stale = roles.stale;
-        if !asm.clean || !stale.is_empty() {
-            let capacity = array.volume.capacity();
-            let ranges = match &array.bitmap {
-                Some(b) => b.intent().set_ranges(capacity),
-                None => vec![(0, capacity)],
-            };
-            let rebuilding = !report.rebuilding_roles.is_empty();
-            let p = array.parts();
-            if background
-                && array
-                    .background
-                    .start(p, &ranges, &stale, rebuilding)
-                    .await?
-            {
+        let rebuilding = !report.rebuilding_roles.is_empty();
+        let resync =
+            (array.resync_at_open(asm.clean, &stale, rebuilding, background, progress)).await?;
+        match resync {
+            Resynced::Background => {
                 report.background_bytes = array.background_bytes();
                 return Ok((array, report));
             }
-            report.resynced_bytes = array.resync(&ranges, progress).await?;
+            Resynced::Foreground(bytes) => report.resynced_bytes = bytes,
         }
         let mut rec = array.records.lock().await;
         for &r in &stale {
@@ -227,6 +211,32 @@ impl Array {
         drop(rec);
         array.settle().await?;
         Ok((array, report))
+    }
+
+    /// After an unclean start or with stale roles: resyncs what the bitmap marks (the whole
+    /// volume without one) before serving, or leaves it to the background when `background`
+    /// and the volume may serve first (`resync.rs`).
+    async fn resync_at_open(
+        &self,
+        clean: bool,
+        stale: &[usize],
+        rebuilding: bool,
+        background: bool,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<Resynced, ArrayError> {
+        if clean && stale.is_empty() {
+            return Ok(Resynced::Foreground(0));
+        }
+        let capacity = self.volume.capacity();
+        let ranges = match &self.bitmap {
+            Some(b) => b.intent().set_ranges(capacity),
+            None => vec![(0, capacity)],
+        };
+        let p = self.parts();
+        if background && self.background.start(p, &ranges, stale, rebuilding).await? {
+            return Ok(Resynced::Background);
+        }
+        Ok(Resynced::Foreground(self.resync(&ranges, progress).await?))
     }
 
     /// The slots as the role plan says: absent roles failed, stale ones resyncing, new
@@ -599,6 +609,14 @@ impl Array {
     pub async fn scrub(&self, ctl: &ScrubControl) -> Result<ScrubReport, ArrayError> {
         super::scrub::scrub(self.parts(), ctl).await
     }
+}
+
+/// Where opening left the resync.
+enum Resynced {
+    /// Before serving: these bytes.
+    Foreground(u64),
+    /// Left to [`Array::background_resync`].
+    Background,
 }
 
 /// The engine's members by role: the member standing there, or a stand-in as long as the
