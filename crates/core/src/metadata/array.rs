@@ -2,7 +2,7 @@
 //!
 //! - [`Array::create`] writes every member's record (a fresh array id, member ids, the tree,
 //!   the bitmap area) and brings copies and parity in sync, or trusts zeroed members.
-//! - [`Array::open`] assembles by superblock ([`assemble`]: roles by member id, lost, stale
+//! - [`Array::open`] assembles by superblock ([`super::assemble()`]: roles by member id, lost, stale
 //!   and recorded-failed roles), then resyncs — only the regions the write-intent bitmap
 //!   marks when it has one — what an unclean shutdown may have left inconsistent and what
 //!   stale members missed, before anything is served.

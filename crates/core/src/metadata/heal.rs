@@ -1,12 +1,12 @@
-//! Healing an [`Array`]: hot spares, rebuild onto a new member, replace — the engine's
+//! Healing an `Array`: hot spares, rebuild onto a new member, replace — the engine's
 //! online rebuild ([`crate::rebuild`]) with its progress in the superblocks.
 //!
-//! - [`Array::rebuild_onto`] puts a new member (a spare, or a failed member that came back:
+//! - `Array::rebuild_onto` puts a new member (a spare, or a failed member that came back:
 //!   nothing it holds is trusted) in a failed role: its superblock gets the volume's record,
 //!   the records name it in the role as *rebuilding* (checkpoint 0), and from then on it takes
-//!   every write and every commit. [`Array::use_spares`] does it for every failed role while
-//!   spares ([`Array::add_spare`]) last.
-//! - [`Array::rebuild`] runs the pass. Every `checkpoint_bytes` (about a sixteenth of the
+//!   every write and every commit. `Array::use_spares` does it for every failed role while
+//!   spares (`Array::add_spare`) last.
+//! - `Array::rebuild` runs the pass. Every `checkpoint_bytes` (about a sixteenth of the
 //!   volume, at most 1 GiB) the new members are flushed and the position is committed as
 //!   their checkpoint; reopening the array resumes there (the write-intent bitmap covers
 //!   user writes below it that were not flushed at a crash: it is never cleared while a
@@ -14,7 +14,7 @@
 //!   too). When the pass has covered the volume, the new members are flushed (not the
 //!   volume: its write-back cache is not the rebuild's), the new member's bitmap gets the
 //!   current one, its role is committed *active* — and only then is it read.
-//! - [`Array::replace`] rebuilds a replacement beside a member that keeps serving (md's
+//! - `Array::replace` rebuilds a replacement beside a member that keeps serving (md's
 //!   want_replacement): nothing is recorded until the pass completes; then the replacement
 //!   gets the role's record and the records name it (committed to it and every current
 //!   member), and the slot switches to it. The old member's superblock is left as it was:

@@ -1,18 +1,18 @@
 //! A failed member that comes back (md's re-add): a remote member whose server returns after
 //! a timeout or a reset, a disk that was unplugged and plugged back.
 //!
-//! - **Nothing it holds is trusted until it is brought up to date.** [`Array::readd`] reads the
+//! - **Nothing it holds is trusted until it is brought up to date.** `Array::readd` reads the
 //!   member's superblock again. If it carries this array's record in the same role under the
 //!   id the records name there, was recorded *failed* (not half rebuilt) and the volume has a
 //!   write-intent bitmap, the member is put back in its slot *resyncing*: it takes every write
 //!   from then on and is read nowhere. The regions the bitmap marks at that moment are what it
 //!   may have missed: a region's bit is set before any write to it and is never cleared while
 //!   the volume is degraded (`Array::flush`), so every write since the member failed, and every
-//!   write in flight when it did, lies in a set region. [`Array::resync_returned`] rewrites
+//!   write in flight when it did, lies in a set region. `Array::resync_returned` rewrites
 //!   those regions (the readable copies and the data over the member, parity recomputed) as a
 //!   pass — rate-limited, pausable — then flushes, gives the member the current bitmap, makes
 //!   it current and commits its role *active*.
-//! - **Otherwise it is rebuilt whole** ([`Array::rebuild_onto`], then [`Array::rebuild`]): a
+//! - **Otherwise it is rebuilt whole** (`Array::rebuild_onto`, then `Array::rebuild`): a
 //!   blank member (a `nbdkit memory` export restarted: no superblock and its first MiB zero),
 //!   a volume without a bitmap, a member that failed while it was being rebuilt. A member with
 //!   other records (another array, an id the role no longer has), or with data and no

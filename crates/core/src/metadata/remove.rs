@@ -1,4 +1,4 @@
-//! Removing a failed member from an [`Array`] (mdadm --remove).
+//! Removing a failed member from an `Array` (mdadm --remove).
 //!
 //! The records name no member in the role any more (a nil id, recorded failed) — committed,
 //! so the event counter moves on — and the slot lets the member go (it keeps a placeholder

@@ -1,5 +1,5 @@
-//! Background resync after an unclean start: [`Array::open_background`] serves at once and
-//! [`Array::background_resync`] streams the regions the write-intent bitmap marks (and, for
+//! Background resync after an unclean start: `Array::open_background` serves at once and
+//! `Array::background_resync` streams the regions the write-intent bitmap marks (and, for
 //! mirrors, what stale members missed) on the pass machinery, rate-limited, pausable, with
 //! progress (the daemon's `status` shows it). Mirror trees (RAID 1, 10, concats of mirrors),
 //! trees of parity groups (RAID 5, 6, 50, 60) and mirrors of logged parity groups qualify,
@@ -54,7 +54,7 @@
 //!   stale parity chunk that way).
 //! - **Checkpointed by the bitmap.** Each bitmap chunk not yet resynced keeps a hold on its
 //!   bit, so no flush clears it; when its last piece is resynced the hold goes and the next
-//!   flush clears it. The records stay dirty until the pass is done ([`Array::mark_clean`]
+//!   flush clears it. The records stay dirty until the pass is done (`Array::mark_clean`
 //!   declines), so a restart (the log replayed again) resyncs exactly the chunks still set.
 //!   Stale members stay write-only until the pass completes, then are recorded active.
 

@@ -1,4 +1,4 @@
-//! A scrub of an [`Array`] that survives restarts: the position is recorded in the volume's
+//! A scrub of an `Array` that survives restarts: the position is recorded in the volume's
 //! records (the superblocks' scrub checkpoint, `docs/FORMAT.md`) when the scrub starts and
 //! about every sixteenth of the volume (at most 1 GiB) with no window in flight, and cleared
 //! when it finishes or an operator cancels it. After a restart
