@@ -2,7 +2,7 @@
 //!
 //! - [`Array::create`] writes every member's record (a fresh array id, member ids, the tree,
 //!   the bitmap area) and brings copies and parity in sync, or trusts zeroed members.
-//! - [`Array::open`] assembles by superblock ([`assemble`]: roles by member id, lost, stale
+//! - [`Array::open`] assembles by superblock ([`super::assemble()`]: roles by member id, lost, stale
 //!   and recorded-failed roles), then resyncs — only the regions the write-intent bitmap
 //!   marks when it has one — what an unclean shutdown may have left inconsistent and what
 //!   stale members missed, before anything is served.
@@ -13,142 +13,55 @@
 //!   dirty → clean in [`Array::mark_clean`]
 //!   (orderly shutdown or idle). The fast path of a write is two atomic loads and the
 //!   bitmap's lock; every metadata loop is O(members).
+//!
+//! `Array` is a thin composition: each part owns its state and its invariants — the records
+//! and their commit (`records.rs`), the write-intent bitmap (`bitmap.rs`), hot spares,
+//! rebuild and replace (`heal.rs`, `rebuild.rs`), re-added members (`readd.rs`), the
+//! background resync (`resync.rs`) — and is handed the others it acts on as [`Parts`]. The
+//! request path is `array/requests.rs`; creating and opening are here, their decisions in
+//! `create.rs` and `open.rs`.
 
-use super::intent::{self, Hold, Intent};
+use super::bitmap::Bitmap;
+use super::disk_rule::Consent;
+use super::error::ArrayError;
+use super::heal::{roles_wanting_a_member, Heal, RebuildReport};
 use super::member_meta::MemberMeta;
+use super::open::{plan_roles, RolePlan};
+use super::options::{ArrayOptions, OpenReport};
+use super::parts::Parts;
+use super::ppl_area::PplPlaces;
+use super::readd::{Readd, Returning};
 use super::records::{Recorded, Records};
+use super::resync::BackgroundResync;
 use super::{
-    assemble, Absence, Area, AssembleError, BitmapArea, MemberEntry, Probe, RecordedState,
-    Superblock, Uuid, VolumeRecord, METADATA_AREA_BYTES, SLOT_BYTES,
+    assemble, assemble_forced, Area, Assembly, Probe, RecordedState, ScrubCheckpoint, Uuid,
+    VolumeRecord,
 };
 use crate::absent::AbsentMember;
-use crate::buf::Buf;
-use crate::error::{VolumeError, VolumeResult};
+use crate::error::VolumeResult;
 use crate::failure_gate::FailureRecorder;
 use crate::member::Member;
+use crate::pass::{PassControl, PassState};
+use crate::scrub::{ScrubControl, ScrubReport};
 use crate::volume::{Volume, VolumeOptions};
-use futures::future::join_all;
-use futures::lock::Mutex as AsyncMutex;
 use nbraid_layout::{Geometry, Node};
-use parking_lot::RwLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
-use thiserror::Error;
 
-/// Per-volume metadata areas start after the two superblock copies.
-const AREAS_START: u64 = 2 * SLOT_BYTES;
-/// Resync streams the volume in pieces of about this many bytes (whole full stripes).
-const RESYNC_PIECE_BYTES: u64 = 1 << 20;
-
-/// How an array is created and opened.
-#[derive(Clone, Debug)]
-pub struct ArrayOptions {
-    pub volume: VolumeOptions,
-    /// Bytes of the volume per write-intent bit (`None`: no bitmap; every unclean start
-    /// resyncs the whole volume). Rounded up to a power of two ≥ 4 KiB.
-    pub bitmap_chunk_bytes: Option<u64>,
-    /// The partial-parity log of RAID 5/6/50/60 groups (`crate::ppl`; default on): closes the
-    /// write hole. Off: an area is still reserved at create, but nothing is logged.
-    pub ppl: bool,
-    /// A region's bit is cleared by a flush only once no write touched the region for this
-    /// long (md's bitmap daemon sleep): bits of regions in use stay set instead of being
-    /// written clear at every flush and set again by the next write. Zero: at the first
-    /// flush that covers the region's writes. A clean shutdown clears every bit regardless.
-    pub bitmap_clear_delay: Duration,
-    /// Create only: the partial-parity log takes the `n` bytes right before the volume's
-    /// region on every member (a reserve the config leaves there: `write_hole_log_size`)
-    /// instead of [`crate::ppl::DEFAULT_AREA_BYTES`] inside the 1 MiB metadata area. A larger
-    /// ring settles its entries in fewer member flushes. Opening uses the recorded place.
-    pub ppl_area_before_region_bytes: Option<u64>,
-    /// Opening only: past the volume's tolerance, take back the freshest failed or stale
-    /// members ([`super::assemble_forced`], mdadm's `--assemble --force`).
-    pub force_assembly: bool,
-}
-
-impl Default for ArrayOptions {
-    fn default() -> Self {
-        ArrayOptions {
-            volume: VolumeOptions::default(),
-            bitmap_chunk_bytes: Some(intent::DEFAULT_CHUNK_BYTES),
-            ppl: true,
-            bitmap_clear_delay: intent::DEFAULT_CLEAR_DELAY,
-            ppl_area_before_region_bytes: None,
-            force_assembly: false,
-        }
-    }
-}
-
-#[derive(Debug, Error)]
-pub enum ArrayError {
-    #[error(transparent)]
-    Assemble(#[from] AssembleError),
-    #[error(transparent)]
-    Volume(#[from] VolumeError),
-    #[error("volume `{volume}`: {detail}")]
-    Metadata { volume: String, detail: String },
-}
-
-/// What opening an array found and did.
-#[derive(Clone, Debug, Default)]
-pub struct OpenReport {
-    /// Damaged superblock copies, lost, stale and failed roles (say them loudly).
-    pub warnings: Vec<String>,
-    /// Every current member recorded a clean shutdown.
-    pub was_clean: bool,
-    /// Roles whose member was stale and has been resynced.
-    pub resynced_roles: Vec<usize>,
-    /// Roles served degraded (lost or recorded failed).
-    pub absent_roles: Vec<usize>,
-    /// Bytes of the volume resynced before serving.
-    pub resynced_bytes: u64,
-    /// Bytes left to resync in the background ([`Array::open_background`]).
-    pub background_bytes: u64,
-    /// Per role: the position (in the `metas` given to [`Array::open`]) of the member that
-    /// serves it, or why none does (as assembly found it; stale roles are resynced since).
-    pub roles: Vec<Result<usize, Absence>>,
-    /// Roles whose new member is being rebuilt, and the checkpoint it resumes from
-    /// ([`Array::rebuild`] continues it while the volume serves).
-    pub rebuilding_roles: Vec<(usize, u64)>,
-    /// What replaying the partial-parity log did (nothing after a clean shutdown).
-    pub ppl: crate::ppl::RecoverReport,
-    /// Roles a forced assembly took back (their late bytes may be stale).
-    pub forced: Vec<super::ForcedRole>,
-}
+mod requests;
 
 pub struct Array {
     volume: Volume,
-    /// The records and their writer, shared with the member table (see `records.rs`).
-    pub(super) records: Arc<Records>,
-    /// By role: where that member keeps the bitmap.
-    pub(super) bitmap_areas: RwLock<Vec<Option<Area>>>,
-    /// Rebuild and replace state (see `heal.rs`).
-    pub(super) heal: Arc<super::heal::Heal>,
-    /// The records say dirty (a write may be in flight since the last clean point).
-    pub(super) dirty: AtomicBool,
-    /// A resync left to the background at open (see `resync.rs`).
-    pub(super) background: super::resync::BackgroundSlot,
-    /// Failed members re-added and being resynced (see `readd.rs`).
-    pub(super) returning: super::readd::Returning,
-    /// Write-type requests in flight.
-    inflight: AtomicU64,
-    pub(super) intent: Option<Intent>,
-    /// By role: where that member keeps the partial-parity log (a new member in the role
-    /// gets the same place).
-    pub(super) ppl_areas: Vec<Option<Area>>,
-    /// See [`ArrayOptions::bitmap_clear_delay`].
-    bitmap_clear_delay: Duration,
-    /// Bitmap updates written (each a FUA write on every current member).
-    bitmap_writes: AtomicU64,
-    /// Serializes bitmap writes (callers waiting share the next one).
-    pub(super) bitmap_write: AsyncMutex<()>,
-    /// One [`Array::mark_clean`] at a time.
-    cleaning: AsyncMutex<()>,
-    /// The log the engine writes (`None`: none), for the replay at open.
-    pub(super) ppl_setup: Option<crate::ppl::PplSetup>,
+    /// The records and their writer, shared with the member table as its failure recorder.
+    records: Arc<Records>,
+    /// `None`: no bitmap (every unclean start resyncs the whole volume).
+    bitmap: Option<Bitmap>,
+    /// Where each role keeps the partial-parity log.
+    ppl: PplPlaces,
+    heal: Heal,
+    returning: Returning,
+    background: BackgroundResync,
 }
-
-mod requests;
 
 /// What [`Array::mark_clean`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,126 +103,7 @@ impl Array {
         assume_clean: bool,
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<(Array, OpenReport), ArrayError> {
-        let bad = |detail: String| ArrayError::Metadata {
-            volume: name.to_string(),
-            detail,
-        };
-        if metas.len() != tree.member_count() {
-            return Err(bad(format!(
-                "the tree has {} members, {} were given",
-                tree.member_count(),
-                metas.len()
-            )));
-        }
-        let mut low = None;
-        tree.visit_members(&mut |m| {
-            if m.start < METADATA_AREA_BYTES {
-                low.get_or_insert(m.index);
-            }
-        });
-        if let Some(i) = low {
-            return Err(bad(format!(
-                "member {i}'s region starts inside the first {METADATA_AREA_BYTES} bytes (nbraid's metadata area)"
-            )));
-        }
-        for (i, m) in metas.iter().enumerate() {
-            match m.probe() {
-                Probe::Superblock(sb, _) if sb.volumes.iter().any(|v| v.name == name) => {
-                    return Err(bad(format!(
-                        "member {i} (`{}`) already carries volume `{name}`: open it, or wipe the member to create it anew",
-                        m.member.name()
-                    )))
-                }
-                Probe::Unreadable(e) | Probe::Unreachable(e) => {
-                    return Err(bad(format!(
-                        "member {i} (`{}`): {e}; refusing to overwrite it",
-                        m.member.name()
-                    )))
-                }
-                _ => {}
-            }
-        }
-        let capacity = Geometry::from_tree(tree.clone()).capacity();
-        let chunk = opts
-            .bitmap_chunk_bytes
-            .map(|c| intent::chunk_for(capacity, c));
-        let id = Uuid::random().map_err(|e| bad(format!("random id: {e}")))?;
-        let mut member_ids = Vec::with_capacity(metas.len());
-        for m in &metas {
-            let existing = m.sb.lock().await.as_ref().map(|sb| sb.member);
-            member_ids.push(match existing {
-                Some(u) => u,
-                None => Uuid::random().map_err(|e| bad(format!("random id: {e}")))?,
-            });
-        }
-        let members: Vec<MemberEntry> = member_ids
-            .iter()
-            .map(|&uuid| MemberEntry {
-                uuid,
-                state: RecordedState::Active,
-            })
-            .collect();
-        for (role, m) in metas.iter().enumerate() {
-            let bitmap = match chunk {
-                None => None,
-                Some(c) => {
-                    let len = intent::area_bytes(capacity, c);
-                    let held = m.sb.lock().await.clone();
-                    let offset = free_area(held.as_ref(), len).ok_or_else(|| {
-                        bad(format!(
-                            "member {role}: no room for a {len}-byte bitmap in the metadata area"
-                        ))
-                    })?;
-                    m.member
-                        .write(offset, Buf::zeroed(len as usize).freeze(), true)
-                        .await
-                        .map_err(|e| bad(e.to_string()))?;
-                    Some(BitmapArea {
-                        area: Area { offset, len },
-                        chunk_bytes: c,
-                    })
-                }
-            };
-            let avoid: Vec<Area> = bitmap.map(|b| b.area).into_iter().collect();
-            let held = m.sb.lock().await.clone();
-            let ppl = match opts.ppl_area_before_region_bytes {
-                None => super::ppl_area::allocate(held.as_ref(), &tree, &avoid),
-                Some(len) => super::ppl_area::before_region(held.as_ref(), &tree, role, len),
-            };
-            // With the log off an area is kept where one fits (it may be switched on later).
-            let ppl = match ppl {
-                Ok(a) => a,
-                Err(_) if !opts.ppl => None,
-                Err(e) => return Err(bad(format!("member {role}: {e}"))),
-            };
-            if let Some(a) = ppl {
-                super::ppl_area::clear(&*m.member, a)
-                    .await
-                    .map_err(|e| bad(e.to_string()))?;
-            }
-            let record = VolumeRecord {
-                array: id,
-                name: name.to_string(),
-                events: 1,
-                // Not clean until the sync below is done.
-                clean: assume_clean,
-                role: role as u32,
-                members: members.clone(),
-                tree: tree.clone(),
-                bitmap,
-                ppl,
-                checksums: None,
-                scrub: None,
-                added_paths: Vec::new(),
-            };
-            let uuid = member_ids[role];
-            m.update(|sb| {
-                sb.member = uuid;
-                sb.volumes.push(record);
-            })
-            .await
-            .map_err(|e| bad(e.to_string()))?;
-        }
+        let id = super::create::write_records(name, &tree, &metas, &opts, assume_clean).await?;
         let metas: Vec<Option<Arc<MemberMeta>>> = metas.into_iter().map(Some).collect();
         let array = Array::build(name, id, tree, &metas, opts, !assume_clean).await?;
         let mut report = OpenReport {
@@ -339,9 +133,24 @@ impl Array {
         Array::open_with(name, config_tree, metas, opts, progress, false).await
     }
 
-    /// [`Array::open`]; with `background`, a resync a mirrors-only volume needs is left to
-    /// [`Array::background_resync`] ([`Array::open_background`]).
-    pub(super) async fn open_with(
+    /// [`Array::open`], but a volume serves at once after an unclean start: what needs
+    /// resyncing is left to [`Array::background_resync`] (mirrors resync the pieces reads
+    /// touch first, parity groups those writes touch). Volumes with a role being rebuilt, and
+    /// parity volumes without a log or with a stale member, resync before serving, as with
+    /// `open` (see `resync.rs`).
+    pub async fn open_background(
+        name: &str,
+        config_tree: &Node,
+        metas: Vec<Option<Arc<MemberMeta>>>,
+        opts: ArrayOptions,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<(Array, OpenReport), ArrayError> {
+        Array::open_with(name, config_tree, metas, opts, progress, true).await
+    }
+
+    /// [`Array::open`]; with `background`, a resync the volume may serve before is left to
+    /// [`Array::background_resync`].
+    async fn open_with(
         name: &str,
         config_tree: &Node,
         metas: Vec<Option<Arc<MemberMeta>>>,
@@ -354,123 +163,119 @@ impl Array {
             .map(|m| m.as_ref().map_or(Probe::Missing, |m| m.probe().clone()))
             .collect();
         let asm = if opts.force_assembly {
-            super::assemble_forced(name, config_tree, &probes)?
+            assemble_forced(name, config_tree, &probes)?
         } else {
             assemble(name, config_tree, &probes)?
         };
-        let by_role: Vec<Option<Arc<MemberMeta>>> = asm
-            .roles
-            .iter()
-            .map(|r| {
-                let pos = match r {
-                    Ok(i) => Some(*i),
-                    Err(a) => a.member(),
-                };
-                pos.and_then(|i| metas[i].clone())
-            })
-            .collect();
-        let resumed = |r: usize| asm.rebuilding.iter().any(|&(x, _)| x == r);
-        let stale: Vec<usize> = asm
-            .absent()
-            .filter(|&(r, a)| matches!(a, Absence::Stale { .. }) && !resumed(r))
-            .map(|(r, _)| r)
-            .collect();
-        let mut absent: Vec<usize> = asm
-            .absent()
-            .filter(|(_, a)| !matches!(a, Absence::Stale { .. }))
-            .map(|(r, _)| r)
-            .collect();
-        // A stale member is resynced through a node above it that holds its bytes; where
-        // none reaches it (a RAID 5 group under a mirror that lost another member takes no
-        // writes) it stays out: made current unresynced, it would be read with the group's
-        // parity as bytes nobody wrote.
-        let lost: Vec<usize> = (stale.iter().chain(&absent).copied())
-            .chain(asm.rebuilding.iter().map(|&(r, _)| r))
-            .collect();
-        let (stale, unreachable): (Vec<usize>, Vec<usize>) = stale
-            .into_iter()
-            .partition(|&r| asm.tree.rebuilds(r, &|m| lost.contains(&m)));
-        let mut warnings = asm.warnings.clone();
-        for &r in &unreachable {
-            warnings.push(format!(
-                "role {r}: stale, and nothing can resync it with roles {lost:?} lost: left out"
-            ));
-        }
-        absent.extend(unreachable);
-        let array = Array::build(name, asm.array, asm.tree.clone(), &by_role, opts, true).await?;
-        for &r in &absent {
-            array.volume.fail_member(r, "absent at assembly");
-        }
-
-        // Settled below (they were not there to miss anything since the records were written).
-        let gate = array.volume.table().failure_gate();
-        gate.recorded_up_to(gate.generation());
-        for &r in &stale {
-            array.volume.set_resyncing(r, true);
-        }
-        // New members being rebuilt: written, not read; the rebuild resumes online.
-        let mut rebuilding_roles = Vec::new();
-        for &(r, checkpoint) in &asm.rebuilding {
-            if array.volume.member_is_failed(r) {
-                continue;
-            }
-            array.volume.set_resyncing(r, true);
-            array.heal.resume(r, checkpoint);
-            rebuilding_roles.push((r, checkpoint));
-        }
+        let roles = plan_roles(&asm, &metas);
+        let tree = asm.tree.clone();
+        let array = Array::build(name, asm.array, tree, &roles.by_role, opts, true).await?;
+        let rebuilding_roles = array.take_roles(&asm, &roles);
         // The write hole: replay the partial-parity log before the resync and before serving.
-        let ppl = match &array.ppl_setup {
+        let ppl = match array.ppl.setup() {
             Some(p) => crate::ppl::recover(&array.volume, &p.areas, p.life, !asm.clean).await?,
             None => Default::default(),
         };
-        {
-            let mut rec = array.records.recorded.lock().await;
-            rec.events = asm.events;
-            // Trusted from now on: the next commit records them current.
-            for f in &asm.forced {
-                rec.members[f.role].state = RecordedState::Active;
-            }
-        }
-        for w in &warnings {
+        array.adopt_assembly(&asm).await;
+        for w in &roles.warnings {
             tracing::warn!("volume `{name}`: {w}");
         }
         let mut report = OpenReport {
             ppl,
-            warnings,
+            warnings: roles.warnings,
             was_clean: asm.clean,
-            resynced_roles: stale.clone(),
-            absent_roles: absent,
+            resynced_roles: roles.stale.clone(),
+            absent_roles: roles.absent,
             resynced_bytes: 0,
             background_bytes: 0,
             roles: asm.roles.clone(),
             rebuilding_roles,
             forced: asm.forced.clone(),
         };
-        if !asm.clean || !stale.is_empty() {
-            let capacity = array.volume.capacity();
-            let ranges = match &array.intent {
-                Some(i) => i.set_ranges(capacity),
-                None => vec![(0, capacity)],
-            };
-            let rebuilding = !report.rebuilding_roles.is_empty();
-            if background && array.start_background(&ranges, &stale, rebuilding).await? {
+        let stale = roles.stale;
+        let rebuilding = !report.rebuilding_roles.is_empty();
+        let resync =
+            (array.resync_at_open(asm.clean, &stale, rebuilding, background, progress)).await?;
+        match resync {
+            Resynced::Background => {
                 report.background_bytes = array.background_bytes();
                 return Ok((array, report));
             }
-            report.resynced_bytes = array.resync(&ranges, progress).await?;
+            Resynced::Foreground(bytes) => report.resynced_bytes = bytes,
         }
-        {
-            let mut rec = array.records.recorded.lock().await;
-            for &r in &stale {
-                array.volume.set_resyncing(r, false);
-                rec.members[r].state = RecordedState::Active;
-            }
+        let mut rec = array.records.lock().await;
+        for &r in &stale {
+            array.volume.set_resyncing(r, false);
+            rec.members[r].state = RecordedState::Active;
         }
+        drop(rec);
         array.settle().await?;
         Ok((array, report))
     }
 
-    /// The engine volume over members in recorded roles (absent roles get stand-ins).
+    /// After an unclean start or with stale roles: resyncs what the bitmap marks (the whole
+    /// volume without one) before serving, or leaves it to the background when `background`
+    /// and the volume may serve first (`resync.rs`).
+    async fn resync_at_open(
+        &self,
+        clean: bool,
+        stale: &[usize],
+        rebuilding: bool,
+        background: bool,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<Resynced, ArrayError> {
+        if clean && stale.is_empty() {
+            return Ok(Resynced::Foreground(0));
+        }
+        let capacity = self.volume.capacity();
+        let ranges = match &self.bitmap {
+            Some(b) => b.intent().set_ranges(capacity),
+            None => vec![(0, capacity)],
+        };
+        let p = self.parts();
+        if background && self.background.start(p, &ranges, stale, rebuilding).await? {
+            return Ok(Resynced::Background);
+        }
+        Ok(Resynced::Foreground(self.resync(&ranges, progress).await?))
+    }
+
+    /// The slots as the role plan says: absent roles failed, stale ones resyncing, new
+    /// members being rebuilt written but not read (the rebuild resumes online). Returns the
+    /// roles being rebuilt and their checkpoints.
+    fn take_roles(&self, asm: &Assembly, roles: &RolePlan) -> Vec<(usize, u64)> {
+        for &r in &roles.absent {
+            self.volume.fail_member(r, "absent at assembly");
+        }
+        // Settled below (they were not there to miss anything since the records were written).
+        let gate = self.volume.table().failure_gate();
+        gate.recorded_up_to(gate.generation());
+        for &r in &roles.stale {
+            self.volume.set_resyncing(r, true);
+        }
+        let mut rebuilding = Vec::new();
+        for &(r, checkpoint) in &asm.rebuilding {
+            if self.volume.member_is_failed(r) {
+                continue;
+            }
+            self.volume.set_resyncing(r, true);
+            self.records.rebuilding.resume(r, checkpoint);
+            rebuilding.push((r, checkpoint));
+        }
+        rebuilding
+    }
+
+    /// The records take assembly's event counter, and trust the roles a forced assembly took
+    /// back (the next commit records them current).
+    async fn adopt_assembly(&self, asm: &Assembly) {
+        let mut rec = self.records.lock().await;
+        rec.events = asm.events;
+        for f in &asm.forced {
+            rec.members[f.role].state = RecordedState::Active;
+        }
+    }
+
+    /// The engine volume over members in recorded roles (absent roles get stand-ins), with
+    /// its records, bitmap and log places.
     async fn build(
         name: &str,
         id: Uuid,
@@ -479,8 +284,10 @@ impl Array {
         opts: ArrayOptions,
         dirty: bool,
     ) -> Result<Array, ArrayError> {
-        let mut ends = vec![0u64; by_role.len()];
-        tree.visit_members(&mut |m| ends[m.index] = ends[m.index].max(m.start + m.len));
+        let bad = |detail: String| ArrayError::Metadata {
+            volume: name.to_string(),
+            detail,
+        };
         let mut records = Vec::with_capacity(by_role.len());
         for m in by_role {
             records.push(match m {
@@ -488,105 +295,51 @@ impl Array {
                 None => None,
             });
         }
-        let members: Vec<Arc<dyn Member>> = by_role
-            .iter()
-            .enumerate()
-            .map(|(r, m)| match m {
-                Some(m) => m.member.clone(),
-                None => Arc::new(AbsentMember::new(format!("role {r} (missing)"), ends[r]))
-                    as Arc<dyn Member>,
-            })
-            .collect();
+        let newest = (records.iter().flatten().max_by_key(|r| r.events).cloned())
+            .ok_or_else(|| bad("no member carries a record".into()))?;
+        let ppl = PplPlaces::new(name, &tree, &records, newest.events, opts.ppl);
         // Parity is trusted: whatever may disagree (the bitmap's regions, stale members) is
         // resynced before anything is served, so the volume starts as in sync as zeroed members.
         let vopts = VolumeOptions {
             members_known_zero: true,
             ..opts.volume
         };
-        let newest_events = records
-            .iter()
-            .flatten()
-            .map(|r| r.events)
-            .max()
-            .unwrap_or(0);
-        let ppl_setup = super::ppl_area::setup(name, &tree, &records, newest_events, opts.ppl);
-        let volume =
-            Volume::with_ppl(Geometry::from_tree(tree), members, vopts, ppl_setup.clone())?;
-        let newest = records
-            .iter()
-            .flatten()
-            .max_by_key(|r| r.events)
-            .ok_or_else(|| ArrayError::Metadata {
-                volume: name.to_string(),
-                detail: "no member carries a record".into(),
-            })?;
-        let bitmap_areas: Vec<Option<Area>> = records
-            .iter()
-            .map(|r| r.as_ref().and_then(|r| r.bitmap.map(|b| b.area)))
-            .collect();
-        let intent = match newest.bitmap {
+        let members = members_by_role(&tree, by_role);
+        let volume = Volume::with_ppl(
+            Geometry::from_tree(tree),
+            members,
+            vopts,
+            ppl.setup().cloned(),
+        )?;
+        let bitmap = match newest.bitmap {
             None => None,
             Some(b) => {
-                // The union of every readable member's bitmap: a member that missed an
-                // update never hides a set bit.
-                let len = b.area.len as usize;
-                let mut union = vec![0u8; len];
-                for (r, area) in bitmap_areas.iter().enumerate() {
-                    let Some(area) = area else { continue };
-                    if !volume.member_is_current(r) || area.len != b.area.len {
-                        continue;
-                    }
-                    if let Ok(bytes) = volume.member(r).read(area.offset, Buf::new(len)).await {
-                        union
-                            .iter_mut()
-                            .zip(bytes.iter())
-                            .for_each(|(u, b)| *u |= b);
-                    }
-                }
-                let intent = Intent::new(volume.capacity(), b.chunk_bytes, union);
-                Some(intent.map_err(|detail| ArrayError::Metadata {
-                    volume: name.to_string(),
-                    detail,
-                })?)
+                let areas: Vec<Option<Area>> = (records.iter())
+                    .map(|r| r.as_ref().and_then(|r| r.bitmap.map(|b| b.area)))
+                    .collect();
+                let loaded = Bitmap::load(&volume, b, areas, opts.bitmap_clear_delay);
+                Some(loaded.await.map_err(bad)?)
             }
         };
-        let heal: Arc<super::heal::Heal> = Default::default();
-        let shared = Arc::new(Records {
+        let records = Arc::new(Records::new(
             id,
-            name: name.to_string(),
-            table: volume.shared_table(),
-            metas: RwLock::new(by_role.to_vec()),
-            recorded: AsyncMutex::new(Recorded {
-                events: newest.events,
-                clean: newest.clean,
-                members: newest.members.clone(),
-                scrub: newest.scrub,
-                added_paths: newest.added_paths.clone(),
-            }),
-            heal: heal.clone(),
-        });
+            name,
+            volume.shared_table(),
+            by_role.to_vec(),
+            recorded_as(&newest),
+            dirty,
+        ));
         // From here on a member failure is recorded before any further member write.
-        let recorder: Arc<dyn FailureRecorder> = shared.clone();
-        volume
-            .table()
-            .failure_gate()
-            .install(Arc::downgrade(&recorder));
+        let recorder: Arc<dyn FailureRecorder> = records.clone();
+        (volume.table().failure_gate()).install(Arc::downgrade(&recorder));
         Ok(Array {
             volume,
-            records: shared,
-            bitmap_areas: RwLock::new(bitmap_areas),
-            ppl_areas: super::ppl_area::areas_by_role(&records),
-            ppl_setup,
-            heal,
-            dirty: AtomicBool::new(dirty),
-            background: Default::default(),
-            returning: Default::default(),
-            inflight: AtomicU64::new(0),
-            intent,
-            bitmap_clear_delay: opts.bitmap_clear_delay,
-            bitmap_writes: AtomicU64::new(0),
-            bitmap_write: AsyncMutex::new(()),
-            cleaning: AsyncMutex::new(()),
+            records,
+            bitmap,
+            ppl,
+            heal: Heal::default(),
+            returning: Returning::default(),
+            background: BackgroundResync::default(),
         })
     }
 
@@ -598,8 +351,8 @@ impl Array {
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<u64, ArrayError> {
         let capacity = self.volume.capacity();
-        let (width, piece) = self.resync_piece_bytes();
-        let total: u64 = ranges.iter().map(|(a, b)| b - a).sum();
+        let (width, piece) = self.parts().resync_piece();
+        let total = super::ranges::total_bytes(ranges);
         let mut done = 0;
         for &(a, b) in ranges {
             let mut at = a / width * width;
@@ -616,34 +369,30 @@ impl Array {
         Ok(total)
     }
 
-    /// The full stripe (at least a block) and the resync's piece: whole full stripes,
-    /// about [`RESYNC_PIECE_BYTES`].
-    pub(super) fn resync_piece_bytes(&self) -> (u64, u64) {
-        let width = self
-            .volume
-            .geometry()
-            .full_stripe_width()
-            .unwrap_or(RESYNC_PIECE_BYTES)
-            .max(self.volume.block_size());
-        (width, (RESYNC_PIECE_BYTES / width).max(1) * width)
-    }
-
     /// After open or create: every current member records the volume clean, with what
     /// failed recorded; the bitmap is cleared when no role is missing (else it keeps what
     /// the missing members will need).
     async fn settle(&self) -> VolumeResult<()> {
         self.volume.flush().await?;
-        if let Some(i) = &self.intent {
+        if let Some(b) = &self.bitmap {
+            let i = b.intent();
             if !self.volume.is_degraded() {
                 i.flushed(i.flush_started(), Duration::ZERO);
             }
-            self.write_bitmap().await?;
+            b.write(&self.volume).await?;
         }
-        let mut rec = self.records.recorded.lock().await;
-        rec.clean = true;
-        self.commit(&mut rec).await?;
-        self.dirty.store(false, SeqCst);
-        Ok(())
+        let mut rec = self.records.lock().await;
+        self.records.mark_clean(&mut rec).await
+    }
+
+    /// What the components act on.
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            volume: &self.volume,
+            records: &self.records,
+            bitmap: self.bitmap.as_ref(),
+            ppl: &self.ppl,
+        }
     }
 
     pub fn volume(&self) -> &Volume {
@@ -651,37 +400,32 @@ impl Array {
     }
 
     pub fn name(&self) -> &str {
-        &self.records.name
+        self.records.name()
     }
 
     pub fn id(&self) -> Uuid {
-        self.records.id
+        self.records.id()
     }
 
     /// The event counter as last recorded.
     pub async fn events(&self) -> u64 {
-        self.records.recorded.lock().await.events
+        self.records.lock().await.events
     }
 
-    /// Bytes of the volume per write-intent bit, if the volume has a bitmap.
     /// Bitmap updates written since open (each a FUA write on every current member): what
     /// the write-intent bitmap costs in member writes.
     pub fn bitmap_writes(&self) -> u64 {
-        self.bitmap_writes.load(SeqCst)
+        self.bitmap.as_ref().map_or(0, Bitmap::writes)
     }
 
+    /// Bytes of the volume per write-intent bit, if the volume has a bitmap.
     pub fn bitmap_chunk_bytes(&self) -> Option<u64> {
-        self.intent.as_ref().map(Intent::chunk_bytes)
-    }
-
-    /// See [`Records::commit`].
-    pub(super) async fn commit(&self, rec: &mut Recorded) -> VolumeResult<()> {
-        self.records.commit(rec).await
+        self.bitmap.as_ref().map(|b| b.intent().chunk_bytes())
     }
 
     /// Whether the records say dirty (a write since the last clean point).
     pub fn is_dirty(&self) -> bool {
-        self.dirty.load(SeqCst)
+        self.records.is_dirty()
     }
 
     /// Records members failed since the last commit, before a request that may have seen
@@ -690,38 +434,214 @@ impl Array {
     pub async fn record_failures(&self) -> VolumeResult<()> {
         self.records.record_failures().await
     }
-}
 
-/// The first gap of `len` bytes (4 KiB aligned) in the per-volume metadata areas that no
-/// record on the member uses.
-pub(super) fn free_area(sb: Option<&Superblock>, len: u64) -> Option<u64> {
-    free_area_avoiding(sb, len, &[])
-}
+    // Healing (`heal.rs`, `rebuild.rs`).
 
-/// [`free_area`], also avoiding `avoid` (areas not recorded yet).
-pub(super) fn free_area_avoiding(sb: Option<&Superblock>, len: u64, avoid: &[Area]) -> Option<u64> {
-    let mut used: Vec<(u64, u64)> = sb
-        .map(|sb| {
-            sb.volumes
-                .iter()
-                .flat_map(|v| {
-                    [v.bitmap.map(|b| b.area), v.ppl, v.checksums]
-                        .into_iter()
-                        .flatten()
-                        .filter(|a| a.offset < METADATA_AREA_BYTES)
-                        .map(|a| (a.offset, a.offset + a.len))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    used.extend(avoid.iter().map(|a| (a.offset, a.offset + a.len)));
-    used.sort_unstable();
-    let mut at = AREAS_START;
-    for (s, e) in used {
-        if s >= at + len {
-            break;
-        }
-        at = at.max(e.next_multiple_of(4096));
+    /// Keeps `meta` as a hot spare (in memory: the config names spares at every start), if
+    /// the write rule lets it be written (`disk_rule.rs`; no `--force`).
+    pub fn add_spare(&self, meta: Arc<MemberMeta>) -> Result<(), ArrayError> {
+        self.add_spare_with(meta, &Consent::default())
     }
-    (at + len <= METADATA_AREA_BYTES).then_some(at)
+
+    /// [`Array::add_spare`] with the operator's consent (`--force`, Matrix siblings).
+    pub fn add_spare_with(
+        &self,
+        meta: Arc<MemberMeta>,
+        consent: &Consent,
+    ) -> Result<(), ArrayError> {
+        self.heal.add_spare(self.parts(), meta, consent)
+    }
+
+    /// Spares not used yet.
+    pub fn spare_count(&self) -> usize {
+        self.heal.spare_count()
+    }
+
+    /// The spares not used yet, in the order they were added.
+    pub fn spares(&self) -> Vec<Arc<MemberMeta>> {
+        self.heal.spares()
+    }
+
+    /// Drops spare `meta` (by identity); whether it was one.
+    pub fn remove_spare(&self, meta: &Arc<MemberMeta>) -> bool {
+        self.heal.remove_spare(meta)
+    }
+
+    /// Failed roles (a spare would help; a new member that failed while being rebuilt
+    /// leaves its role failed again).
+    pub fn roles_wanting_a_member(&self) -> Vec<usize> {
+        roles_wanting_a_member(self.parts())
+    }
+
+    /// Puts spares in failed roles, the most endangered first, each the smallest spare that
+    /// fits ([`super::assign_spares`]); returns the roles that got one. [`Array::rebuild`]
+    /// then rebuilds them. Call it whenever a member failed or a spare came.
+    pub async fn use_spares(&self) -> Result<Vec<usize>, ArrayError> {
+        self.heal.use_spares(self.parts()).await
+    }
+
+    /// Roles being rebuilt and the bytes current on their new member so far; roles being
+    /// replaced (position 0: not recorded).
+    pub fn rebuilding(&self) -> Vec<(usize, u64)> {
+        self.heal.rebuilding(self.parts())
+    }
+
+    /// Rebuild windows of about `bytes` (tests and the simulator use small ones).
+    pub fn set_rebuild_window_bytes(&self, bytes: u64) {
+        self.heal.set_window_bytes(bytes);
+    }
+
+    /// Puts `meta` in failed role `role` to be rebuilt by [`Array::rebuild`] (it takes writes
+    /// at once and is read once the rebuild completes), if the write rule lets it be written.
+    pub async fn rebuild_onto(&self, role: usize, meta: Arc<MemberMeta>) -> Result<(), ArrayError> {
+        self.heal.rebuild_onto(self.parts(), role, meta).await
+    }
+
+    /// Starts replacing role `role`'s member (current) by `meta`; [`Array::rebuild`] copies
+    /// it and swaps them when done.
+    pub async fn replace(&self, role: usize, meta: Arc<MemberMeta>) -> Result<(), ArrayError> {
+        self.replace_with(role, meta, &Consent::default()).await
+    }
+
+    /// [`Array::replace`] with the operator's consent (`--force`, Matrix siblings).
+    pub async fn replace_with(
+        &self,
+        role: usize,
+        meta: Arc<MemberMeta>,
+        consent: &Consent,
+    ) -> Result<(), ArrayError> {
+        self.heal.replace(self.parts(), role, meta, consent).await
+    }
+
+    /// Rebuilds every role being rebuilt or replaced, resuming at their checkpoints, while
+    /// the volume serves; returns when they are all current (or the control cancelled it).
+    /// Roles added while it runs are rebuilt by a second pass before it returns.
+    pub async fn rebuild(&self, ctl: &PassControl) -> Result<RebuildReport, ArrayError> {
+        self.heal.rebuild(self.parts(), ctl).await
+    }
+
+    // Re-added members (`readd.rs`).
+
+    /// Brings failed role `role`'s own member back: resynced over the bitmap's regions when
+    /// it can be, else rebuilt whole; refused when it carries other records. Call
+    /// [`Array::resync_returned`] (or [`Array::rebuild`]) next.
+    pub async fn readd(&self, role: usize) -> Result<Readd, ArrayError> {
+        self.returning.readd(self.parts(), &self.heal, role).await
+    }
+
+    /// Roles re-added and not current yet, with the bytes each has to resync.
+    pub fn returning(&self) -> Vec<(usize, u64)> {
+        self.returning.returning()
+    }
+
+    /// Resyncs every re-added member over its regions while the volume serves, and makes
+    /// those still standing current (recorded first).
+    pub async fn resync_returned(&self, ctl: &PassControl) -> Result<PassState, ArrayError> {
+        self.returning.resync_returned(self.parts(), ctl).await
+    }
+
+    // The background resync (`resync.rs`).
+
+    /// Bytes still to resync in the background (0: none pending).
+    pub fn background_bytes(&self) -> u64 {
+        self.background.bytes()
+    }
+
+    /// Whether a background resync is pending (the records stay dirty until it is done).
+    pub fn background_pending(&self) -> bool {
+        self.background.pending()
+    }
+
+    /// Runs the background resync to the end (or until the control cancels it), while the
+    /// volume serves; then stale members are recorded active and the records may go clean
+    /// again. Nothing pending: done at once.
+    pub async fn background_resync(&self, ctl: &PassControl) -> Result<PassState, ArrayError> {
+        self.background.run(self.parts(), ctl).await
+    }
+
+    // Members by role, removal (`remove.rs`), added paths (`spare_list.rs`), scrub.
+
+    /// Whether a member stands in role `role` (false: missing at assembly, or removed).
+    pub fn has_member(&self, role: usize) -> bool {
+        self.records.meta(role).is_some()
+    }
+
+    /// The member (and superblock) standing in role `role`: shared by every volume on the
+    /// member file, so a volume that takes the file too writes through the same one.
+    pub fn member_meta(&self, role: usize) -> Option<Arc<MemberMeta>> {
+        self.records.meta(role)
+    }
+
+    /// Takes failed role `role`'s member out of the array (see `remove.rs`); returns its name.
+    pub async fn remove_member(&self, role: usize) -> Result<String, ArrayError> {
+        super::remove::remove_member(self.parts(), &self.heal, role).await
+    }
+
+    /// Keeps `meta` as a hot spare ([`Array::add_spare`]) and records its path, so a
+    /// restart still knows it.
+    /// `consent`: the operator's `--force` and the disk's Matrix siblings (the write rule,
+    /// `disk_rule.rs`).
+    pub async fn add_recorded_spare(
+        &self,
+        meta: Arc<MemberMeta>,
+        consent: &Consent,
+    ) -> Result<(), ArrayError> {
+        super::spare_list::add_recorded_spare(self.parts(), &self.heal, meta, consent).await
+    }
+
+    /// Members added at run time, as recorded (paths): spares and members in roles.
+    pub async fn added_paths(&self) -> Vec<String> {
+        self.records.lock().await.added_paths.clone()
+    }
+
+    /// Takes `path` out of the recorded paths; whether it was there.
+    pub async fn forget_added_path(&self, path: &str) -> Result<bool, ArrayError> {
+        super::spare_list::forget_added_path(self.parts(), path).await
+    }
+
+    /// The unfinished scrub the records name, if any.
+    pub async fn scrub_checkpoint(&self) -> Option<ScrubCheckpoint> {
+        self.records.lock().await.scrub
+    }
+
+    /// Scrubs the volume from the control's position (see `scrub.rs`), recording its
+    /// progress; returns the final report.
+    pub async fn scrub(&self, ctl: &ScrubControl) -> Result<ScrubReport, ArrayError> {
+        super::scrub::scrub(self.parts(), ctl).await
+    }
+}
+
+/// Where opening left the resync.
+enum Resynced {
+    /// Before serving: these bytes.
+    Foreground(u64),
+    /// Left to [`Array::background_resync`].
+    Background,
+}
+
+/// The engine's members by role: the member standing there, or a stand-in as long as the
+/// role's regions for a role none stands in.
+fn members_by_role(tree: &Node, by_role: &[Option<Arc<MemberMeta>>]) -> Vec<Arc<dyn Member>> {
+    let mut ends = vec![0u64; by_role.len()];
+    tree.visit_members(&mut |m| ends[m.index] = ends[m.index].max(m.start + m.len));
+    by_role
+        .iter()
+        .enumerate()
+        .map(|(r, m)| match m {
+            Some(m) => m.member.clone(),
+            None => Arc::new(AbsentMember::new(format!("role {r} (missing)"), ends[r]))
+                as Arc<dyn Member>,
+        })
+        .collect()
+}
+
+/// The records as the newest record says them.
+fn recorded_as(newest: &VolumeRecord) -> Recorded {
+    Recorded {
+        events: newest.events,
+        clean: newest.clean,
+        members: newest.members.clone(),
+        scrub: newest.scrub,
+        added_paths: newest.added_paths.clone(),
+    }
 }

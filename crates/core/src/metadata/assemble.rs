@@ -189,135 +189,13 @@ fn assemble_with(
     force: bool,
 ) -> Result<Assembly, AssembleError> {
     let volume = name.to_string();
-    // Records of this volume, by config position.
-    let mut records: Vec<Option<&VolumeRecord>> = vec![None; probes.len()];
-    let mut warnings = Vec::new();
-    let mut newest: Option<&VolumeRecord> = None;
-    // Members whose superblock has no record of this volume: (position, what they hold).
-    let mut foreign: Option<(usize, String)> = None;
-    for (i, p) in probes.iter().enumerate() {
-        match p {
-            Probe::Superblock(sb, damage) => {
-                if let Some(d) = damage {
-                    warnings.push(format!(
-                        "member {i}: one superblock copy is damaged ({d}); the other serves"
-                    ));
-                }
-                match sb.volumes.iter().find(|v| v.name == name) {
-                    Some(r) => {
-                        records[i] = Some(r);
-                        if newest.is_none_or(|n| r.events > n.events) {
-                            newest = Some(r);
-                        }
-                    }
-                    None => {
-                        let theirs: Vec<String> = sb
-                            .volumes
-                            .iter()
-                            .map(|v| format!("volume `{}` of array {}", v.name, v.array))
-                            .collect();
-                        foreign.get_or_insert((
-                            i,
-                            if theirs.is_empty() {
-                                "no volume at all".into()
-                            } else {
-                                theirs.join(", ")
-                            },
-                        ));
-                    }
-                }
-            }
-            Probe::Unreadable(e) => warnings.push(format!(
-                "member {i}: superblock unreadable ({e}); treated as lost"
-            )),
-            Probe::Missing | Probe::Blank | Probe::Unreachable(_) => {}
-        }
-    }
-    if let Some((member, theirs)) = foreign {
-        return Err(AssembleError::Foreign {
-            volume,
-            member,
-            ours: newest.map_or("no member carries this volume's record".into(), |n| {
-                format!("array {}", n.array)
-            }),
-            theirs,
-        });
-    }
-    let Some(newest) = newest else {
-        return Err(AssembleError::Uninitialized { volume });
-    };
-    // Every record must name the same array.
-    for (i, r) in records.iter().enumerate() {
-        if let Some(r) = r {
-            if r.array != newest.array {
-                return Err(AssembleError::Foreign {
-                    volume,
-                    member: i,
-                    ours: format!("array {}", newest.array),
-                    theirs: format!("volume `{}` of array {}", r.name, r.array),
-                });
-            }
-        }
-    }
+    let Gathered {
+        records,
+        newest,
+        mut warnings,
+    } = gather(name, probes)?;
     check_geometry(&volume, config_tree, &newest.tree, newest.members.len())?;
-    let n = newest.members.len();
-    let mut roles: Vec<Result<usize, Absence>> = vec![Err(Absence::Lost); n];
-    let mut resuming = Vec::new();
-    for (i, r) in records.iter().enumerate() {
-        let Some(r) = r else { continue };
-        let role = r.role as usize;
-        // A member whose id the records no longer name in its role was replaced (or rebuilt
-        // over): it holds nothing the volume needs.
-        if let (Probe::Superblock(sb, _), Some(m)) = (&probes[i], newest.members.get(role)) {
-            if sb.member != m.uuid {
-                warnings.push(format!(
-                    "member {i}: its role {role} now belongs to another member; ignored"
-                ));
-                continue;
-            }
-        }
-        if role >= n || r.members.len() != n {
-            return Err(AssembleError::GeometryChanged {
-                volume,
-                what: "member count",
-                config: n.to_string(),
-                recorded: r.members.len().to_string(),
-            });
-        }
-        if let Ok(other) = roles[role] {
-            return Err(AssembleError::DuplicateRole {
-                volume,
-                role,
-                a: other,
-                b: i,
-            });
-        }
-        // One event behind is a torn update of the last commit (no acknowledged write follows
-        // a commit before every current member has it); a role the newest record says is
-        // being rebuilt missed writes whatever its counter says.
-        let rebuilding = matches!(
-            newest.members[role].state,
-            RecordedState::Rebuilding { .. } | RecordedState::Spare
-        );
-        let stale = r.events + 1 < newest.events || (rebuilding && r.events < newest.events);
-        roles[role] = if stale {
-            Err(Absence::Stale {
-                member: i,
-                events: r.events,
-            })
-        } else {
-            Ok(i)
-        };
-        if let (
-            RecordedState::Rebuilding { checkpoint_bytes },
-            Some(RecordedState::Rebuilding { .. }),
-        ) = (
-            newest.members[role].state,
-            r.members.get(role).map(|m| m.state),
-        ) {
-            resuming.push((role, if stale { 0 } else { checkpoint_bytes }));
-        }
-    }
+    let (mut roles, resuming) = place_roles(&volume, newest, &records, probes, &mut warnings)?;
     presume_unreachable(config_tree, &newest.tree, probes, &mut roles, &mut warnings);
     // The newest record's view of member states wins: a member its peers recorded failed
     // stays failed (never resynced back in), whatever its own record says.
@@ -328,31 +206,15 @@ fn assemble_with(
             }
         }
     }
-    let mut failed: Vec<usize> = roles
-        .iter()
-        .enumerate()
-        .filter_map(|(r, m)| m.is_err().then_some(r))
-        .collect();
+    let lost = |roles: &[Result<usize, Absence>]| -> Vec<usize> {
+        (0..roles.len()).filter(|&r| roles[r].is_err()).collect()
+    };
     let mut forced = Vec::new();
-    if force && !newest.tree.survives(&|m| failed.contains(&m)) {
+    if force && !newest.tree.survives(&|m| lost(&roles).contains(&m)) {
         forced = force_roles(&newest.tree, &records, newest.events, &mut roles);
-        failed.retain(|r| roles[*r].is_err());
     }
-    for (role, m) in roles.iter().enumerate() {
-        if let Err(a) = m {
-            warnings.push(format!("role {role}: {}", describe(a)));
-        }
-    }
-    for f in &forced {
-        warnings.push(format!(
-            "role {}: FORCED back in (member {}, {} at event {} of {}): served as current without a resync; bytes written after it dropped out may be stale on it",
-            f.role,
-            f.member,
-            if f.was_failed { "recorded failed" } else { "stale" },
-            f.events,
-            f.newest_events
-        ));
-    }
+    warn_absent(&roles, &forced, &mut warnings);
+    let failed = lost(&roles);
     if !newest.tree.survives(&|m| failed.contains(&m)) {
         return Err(AssembleError::BeyondTolerance {
             why: roles
@@ -383,6 +245,196 @@ fn assemble_with(
         rebuilding: resuming,
         forced,
     })
+}
+
+/// The records of one volume, as the members hold them.
+struct Gathered<'a> {
+    /// By config position.
+    records: Vec<Option<&'a VolumeRecord>>,
+    /// The record with the highest event counter.
+    newest: &'a VolumeRecord,
+    warnings: Vec<String>,
+}
+
+/// Every member's record of volume `name`; refused when a member holds none (another
+/// array's, or none at all), when no member does, or when they name different arrays.
+fn gather<'a>(name: &str, probes: &'a [Probe]) -> Result<Gathered<'a>, AssembleError> {
+    let volume = name.to_string();
+    let mut records: Vec<Option<&VolumeRecord>> = vec![None; probes.len()];
+    let mut warnings = Vec::new();
+    let mut newest: Option<&VolumeRecord> = None;
+    // Members whose superblock has no record of this volume: (position, what they hold).
+    let mut foreign: Option<(usize, String)> = None;
+    for (i, p) in probes.iter().enumerate() {
+        match p {
+            Probe::Superblock(sb, damage) => {
+                if let Some(d) = damage {
+                    warnings.push(format!(
+                        "member {i}: one superblock copy is damaged ({d}); the other serves"
+                    ));
+                }
+                match sb.volumes.iter().find(|v| v.name == name) {
+                    Some(r) => {
+                        records[i] = Some(r);
+                        if newest.is_none_or(|n| r.events > n.events) {
+                            newest = Some(r);
+                        }
+                    }
+                    None => {
+                        foreign.get_or_insert((i, holdings(sb)));
+                    }
+                }
+            }
+            Probe::Unreadable(e) => warnings.push(format!(
+                "member {i}: superblock unreadable ({e}); treated as lost"
+            )),
+            Probe::Missing | Probe::Blank | Probe::Unreachable(_) => {}
+        }
+    }
+    if let Some((member, theirs)) = foreign {
+        return Err(AssembleError::Foreign {
+            volume,
+            member,
+            ours: newest.map_or("no member carries this volume's record".into(), |n| {
+                format!("array {}", n.array)
+            }),
+            theirs,
+        });
+    }
+    let Some(newest) = newest else {
+        return Err(AssembleError::Uninitialized { volume });
+    };
+    // Every record must name the same array.
+    for (i, r) in records.iter().enumerate() {
+        if let Some(r) = r.filter(|r| r.array != newest.array) {
+            return Err(AssembleError::Foreign {
+                volume,
+                member: i,
+                ours: format!("array {}", newest.array),
+                theirs: format!("volume `{}` of array {}", r.name, r.array),
+            });
+        }
+    }
+    Ok(Gathered {
+        records,
+        newest,
+        warnings,
+    })
+}
+
+/// What a superblock without this volume's record holds, for the refusal.
+fn holdings(sb: &Superblock) -> String {
+    let theirs: Vec<String> = sb
+        .volumes
+        .iter()
+        .map(|v| format!("volume `{}` of array {}", v.name, v.array))
+        .collect();
+    if theirs.is_empty() {
+        "no volume at all".into()
+    } else {
+        theirs.join(", ")
+    }
+}
+
+/// Each record's member in its recorded role: current, or stale when it missed writes; and
+/// the roles being rebuilt with the checkpoint they resume from.
+/// Per role: the config position serving it, or why none does.
+type Roles = Vec<Result<usize, Absence>>;
+
+fn place_roles(
+    volume: &str,
+    newest: &VolumeRecord,
+    records: &[Option<&VolumeRecord>],
+    probes: &[Probe],
+    warnings: &mut Vec<String>,
+) -> Result<(Roles, Vec<(usize, u64)>), AssembleError> {
+    let n = newest.members.len();
+    let mut roles: Roles = vec![Err(Absence::Lost); n];
+    let mut resuming = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        let Some(r) = r else { continue };
+        let role = r.role as usize;
+        // A member whose id the records no longer name in its role was replaced (or rebuilt
+        // over): it holds nothing the volume needs.
+        if let (Probe::Superblock(sb, _), Some(m)) = (&probes[i], newest.members.get(role)) {
+            if sb.member != m.uuid {
+                warnings.push(format!(
+                    "member {i}: its role {role} now belongs to another member; ignored"
+                ));
+                continue;
+            }
+        }
+        if role >= n || r.members.len() != n {
+            return Err(AssembleError::GeometryChanged {
+                volume: volume.to_string(),
+                what: "member count",
+                config: n.to_string(),
+                recorded: r.members.len().to_string(),
+            });
+        }
+        if let Ok(other) = roles[role] {
+            return Err(AssembleError::DuplicateRole {
+                volume: volume.to_string(),
+                role,
+                a: other,
+                b: i,
+            });
+        }
+        let stale = is_stale(newest, r);
+        roles[role] = if stale {
+            Err(Absence::Stale {
+                member: i,
+                events: r.events,
+            })
+        } else {
+            Ok(i)
+        };
+        if let (
+            RecordedState::Rebuilding { checkpoint_bytes },
+            Some(RecordedState::Rebuilding { .. }),
+        ) = (
+            newest.members[role].state,
+            r.members.get(role).map(|m| m.state),
+        ) {
+            resuming.push((role, if stale { 0 } else { checkpoint_bytes }));
+        }
+    }
+    Ok((roles, resuming))
+}
+
+/// Whether the member holding `r` missed writes the newest record `newest` covers. One event
+/// behind is a torn update of the last commit (no acknowledged write follows a commit before
+/// every current member has it); a role the newest record says is being rebuilt missed
+/// writes whatever its counter says.
+fn is_stale(newest: &VolumeRecord, r: &VolumeRecord) -> bool {
+    let rebuilding = matches!(
+        newest.members[r.role as usize].state,
+        RecordedState::Rebuilding { .. } | RecordedState::Spare
+    );
+    r.events + 1 < newest.events || (rebuilding && r.events < newest.events)
+}
+
+/// A warning per absent role, and per role a forced assembly took back.
+fn warn_absent(
+    roles: &[Result<usize, Absence>],
+    forced: &[ForcedRole],
+    warnings: &mut Vec<String>,
+) {
+    for (role, m) in roles.iter().enumerate() {
+        if let Err(a) = m {
+            warnings.push(format!("role {role}: {}", describe(a)));
+        }
+    }
+    for f in forced {
+        warnings.push(format!(
+            "role {}: FORCED back in (member {}, {} at event {} of {}): served as current without a resync; bytes written after it dropped out may be stale on it",
+            f.role,
+            f.member,
+            if f.was_failed { "recorded failed" } else { "stale" },
+            f.events,
+            f.newest_events
+        ));
+    }
 }
 
 /// Takes back into `roles` the freshest failed or stale members ([`pick_forced`]) and says

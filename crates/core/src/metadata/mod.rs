@@ -11,16 +11,25 @@
 //! Decoding is total: any byte string yields a superblock or a [`MetadataError`] naming what
 //! is wrong — never a panic (fuzzed in the tests).
 
+mod areas;
 mod array;
 mod assemble;
+mod bitmap;
 mod codec;
+mod create;
 pub mod disk_rule;
+mod error;
 mod heal;
 pub mod intent;
 mod io;
 mod member_meta;
+mod open;
+mod options;
+mod parts;
 mod ppl_area;
+mod ranges;
 mod readd;
+mod rebuilding;
 mod records;
 mod remove;
 mod resync;
@@ -29,13 +38,15 @@ mod spare_list;
 mod spares;
 mod superblock;
 
-pub use array::{Array, ArrayError, ArrayOptions, CleanMark, OpenReport};
+pub use array::{Array, CleanMark};
 pub use assemble::{
     assemble, assemble_forced, pick_forced, Absence, AssembleError, Assembly, ForcedRole, Probe,
 };
+pub use error::ArrayError;
 pub use heal::RebuildReport;
 pub use io::{read_superblock, write_superblock, Found, SuperblockIoError};
 pub use member_meta::MemberMeta;
+pub use options::{ArrayOptions, OpenReport};
 pub use readd::Readd;
 pub use spare_list::forget_added_path_offline;
 pub use spares::{assign_spares, SpareChoice};

@@ -2,7 +2,7 @@
 //! create in the per-volume metadata areas, recorded in the volume record (`ppl`), handed to
 //! the engine at every open with a life above every earlier open's.
 
-use super::array::free_area_avoiding;
+use super::areas::free_area_avoiding;
 use super::{Area, Superblock, VolumeRecord, METADATA_AREA_BYTES};
 use crate::buf::Buf;
 use crate::member::Member;
@@ -100,6 +100,39 @@ pub(super) async fn clear(member: &dyn Member, area: Area) -> crate::member::Mem
         .await
 }
 
+/// Where each role keeps the partial-parity log, and the engine's log setup (`None`: none).
+pub(super) struct PplPlaces {
+    /// By role (a new member in the role gets the same place).
+    areas: Vec<Option<Area>>,
+    setup: Option<PplSetup>,
+}
+
+impl PplPlaces {
+    /// From the records by role (see [`areas_by_role`], [`setup`]).
+    pub(super) fn new(
+        name: &str,
+        tree: &Node,
+        records: &[Option<VolumeRecord>],
+        events: u64,
+        enabled: bool,
+    ) -> PplPlaces {
+        PplPlaces {
+            areas: areas_by_role(records),
+            setup: setup(name, tree, records, events, enabled),
+        }
+    }
+
+    /// Role `r`'s log area.
+    pub(super) fn area(&self, r: usize) -> Option<Area> {
+        self.areas.get(r).copied().flatten()
+    }
+
+    /// The log the engine writes, for the replay at open.
+    pub(super) fn setup(&self) -> Option<&PplSetup> {
+        self.setup.as_ref()
+    }
+}
+
 /// Where each role keeps the log, from the records by role. A role no member carries
 /// (missing at assembly) keeps it where its peers do (every member of a volume gets the same
 /// place): its parity groups are then still logged on their other members (the log skips a
@@ -107,7 +140,7 @@ pub(super) async fn clear(member: &dyn Member, area: Area) -> crate::member::Mem
 /// crash tearing a degraded write corrupted the missing member's chunks when it came back
 /// (found by the background resync's crash simulator) — and a new member rebuilt into the
 /// role gets that place.
-pub(super) fn areas_by_role(records: &[Option<VolumeRecord>]) -> Vec<Option<Area>> {
+fn areas_by_role(records: &[Option<VolumeRecord>]) -> Vec<Option<Area>> {
     let peers = records.iter().flatten().find_map(|r| r.ppl);
     records
         .iter()
@@ -121,7 +154,7 @@ pub(super) fn areas_by_role(records: &[Option<VolumeRecord>]) -> Vec<Option<Area
 /// The engine's log setup from the records by role (`None` for a volume without a log: one
 /// created before logs existed, or with the log switched off). `events`: the newest record's
 /// event counter (every open bumps it, so `events + 1` is above every earlier life).
-pub(super) fn setup(
+fn setup(
     name: &str,
     tree: &Node,
     records: &[Option<VolumeRecord>],

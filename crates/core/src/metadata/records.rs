@@ -4,20 +4,31 @@
 //! member write held back by a failure nobody has recorded yet can record it itself. That
 //! happens even when the failure came from the write-back cache's destage, or from a resync
 //! with no request waiting.
+//!
+//! The records also keep the clean point: the clean/dirty flag ([`Records::is_dirty`], read
+//! without the lock on the write path) and the write-type requests in flight.
+//!
+//! Contracts held by types: the records change only under their lock — a commit, and every
+//! change made under the lock, takes the lock's guard ([`RecordsGuard`]), which only
+//! [`Records::lock`] hands out; the flag goes dirty only for a request counted in flight
+//! ([`Counted`]).
 
-use super::heal::Heal;
 use super::member_meta::MemberMeta;
+use super::rebuilding::Rebuilding;
+use super::superblock::{MAX_ADDED_PATHS, MAX_ADDED_PATH_BYTES};
 use super::{MemberEntry, RecordedState, ScrubCheckpoint, Uuid};
 use crate::error::{VolumeError, VolumeResult};
 use crate::failure_gate::FailureRecorder;
 use crate::node::MemberTable;
 use futures::future::{join_all, BoxFuture};
-use futures::lock::Mutex as AsyncMutex;
+use futures::lock::{Mutex as AsyncMutex, MutexGuard};
 use futures::FutureExt;
 use parking_lot::RwLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 
 /// The volume's state as its records say it.
+#[derive(Clone)]
 pub(super) struct Recorded {
     pub(super) events: u64,
     pub(super) clean: bool,
@@ -28,21 +39,115 @@ pub(super) struct Recorded {
     pub(super) added_paths: Vec<String>,
 }
 
+/// The records' lock, held: the proof a caller holds it (a `Recorded` alone may be a copy).
+pub(super) type RecordsGuard<'a> = MutexGuard<'a, Recorded>;
+
+/// A write-type request counted in flight (see [`Records::enter`]) until it is dropped.
+pub(super) struct Counted<'a>(&'a AtomicU64);
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        let before = self.0.fetch_sub(1, SeqCst);
+        assert!(before > 0, "a request leaves only once it was counted");
+    }
+}
+
+/// Refuses a path the records cannot list: malformed, or one more than `listed` holds.
+pub(super) fn recordable(path: &str, listed: &[String]) -> Result<(), String> {
+    if path.is_empty() || path.len() > MAX_ADDED_PATH_BYTES || path.contains('\0') {
+        return Err(format!(
+            "`{path}`: its path cannot be recorded (1 to {MAX_ADDED_PATH_BYTES} bytes, no NUL)"
+        ));
+    }
+    if !listed.iter().any(|p| p == path) && listed.len() >= MAX_ADDED_PATHS {
+        return Err(format!(
+            "already {MAX_ADDED_PATHS} members added at run time are recorded: remove a spare first"
+        ));
+    }
+    Ok(())
+}
+
+/// What [`Records::claim_clean_point`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CleanClaim {
+    /// The records say clean already.
+    AlreadyClean,
+    /// A write is in flight: the records stay dirty.
+    Busy,
+    /// The flag says clean from now on; a writer that comes records the volume dirty again.
+    Claimed,
+}
+
 pub(super) struct Records {
-    pub(super) id: Uuid,
-    pub(super) name: String,
-    pub(super) table: Arc<MemberTable>,
+    id: Uuid,
+    name: String,
+    table: Arc<MemberTable>,
     /// By role: the member's superblock (`None`: lost). Changes when a new member takes a
     /// role (rebuild, replace).
-    pub(super) metas: RwLock<Vec<Option<Arc<MemberMeta>>>>,
+    metas: RwLock<Vec<Option<Arc<MemberMeta>>>>,
     /// Held while the records change; a commit writes them.
-    pub(super) recorded: AsyncMutex<Recorded>,
-    /// Rebuild and replace state (see `heal.rs`): a member rebuilt into its role takes the
-    /// records too.
-    pub(super) heal: Arc<Heal>,
+    recorded: AsyncMutex<Recorded>,
+    /// The records say dirty (a write may be in flight since the last clean point).
+    dirty: AtomicBool,
+    /// Write-type requests in flight ([`Records::enter`]).
+    inflight: AtomicU64,
+    /// One clean point at a time.
+    cleaning: AsyncMutex<()>,
+    /// Roles being rebuilt into (their records keep up with commits).
+    pub(super) rebuilding: Rebuilding,
 }
 
 impl Records {
+    pub(super) fn new(
+        id: Uuid,
+        name: &str,
+        table: Arc<MemberTable>,
+        metas: Vec<Option<Arc<MemberMeta>>>,
+        recorded: Recorded,
+        dirty: bool,
+    ) -> Records {
+        assert_eq!(metas.len(), recorded.members.len(), "a record per role");
+        Records {
+            id,
+            name: name.to_string(),
+            table,
+            metas: RwLock::new(metas),
+            recorded: AsyncMutex::new(recorded),
+            dirty: AtomicBool::new(dirty),
+            inflight: AtomicU64::new(0),
+            cleaning: AsyncMutex::new(()),
+            rebuilding: Rebuilding::default(),
+        }
+    }
+
+    pub(super) fn id(&self) -> Uuid {
+        self.id
+    }
+
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The records, to change (then [`Records::commit`]) or read consistently.
+    pub(super) async fn lock(&self) -> RecordsGuard<'_> {
+        self.recorded.lock().await
+    }
+
+    /// Role `r`'s member and superblock (`None`: lost, removed, or no such role).
+    pub(super) fn meta(&self, r: usize) -> Option<Arc<MemberMeta>> {
+        self.metas.read().get(r).cloned().flatten()
+    }
+
+    /// Every role's member, by role.
+    pub(super) fn metas(&self) -> Vec<Option<Arc<MemberMeta>>> {
+        self.metas.read().clone()
+    }
+
+    /// A new member (or none) stands in role `r`; the records' lock is held (`_held`).
+    pub(super) fn set_meta(&self, _held: &RecordsGuard, r: usize, meta: Option<Arc<MemberMeta>>) {
+        self.metas.write()[r] = meta;
+    }
+
     fn is_failed(&self, r: usize) -> bool {
         self.table.slot(r).is_failed()
     }
@@ -55,59 +160,90 @@ impl Records {
         self.table.fail(r, &why);
     }
 
+    /// Whether the records say dirty (read without the lock: the write path's fast check).
+    pub(super) fn is_dirty(&self) -> bool {
+        self.dirty.load(SeqCst)
+    }
+
+    /// Counts a write-type request in flight, before it looks at the flag
+    /// ([`Records::ensure_dirty`] takes the count as the proof).
+    pub(super) fn enter(&self) -> Counted<'_> {
+        self.inflight.fetch_add(1, SeqCst);
+        Counted(&self.inflight)
+    }
+
+    /// Records the volume dirty (committed) unless it is already, for a request counted in
+    /// flight; checked again under the lock so one writer commits.
+    pub(super) async fn ensure_dirty(&self, _counted: &Counted<'_>) -> VolumeResult<()> {
+        if self.is_dirty() {
+            return Ok(());
+        }
+        let mut rec = self.recorded.lock().await;
+        if !self.is_dirty() {
+            self.mark_dirty(&mut rec).await?;
+        }
+        Ok(())
+    }
+
+    /// Commits the records dirty, then sets the flag: a writer that sees it set knows the
+    /// disk says dirty.
+    pub(super) async fn mark_dirty(&self, rec: &mut RecordsGuard<'_>) -> VolumeResult<()> {
+        rec.clean = false;
+        self.commit(rec).await?;
+        self.dirty.store(true, SeqCst);
+        Ok(())
+    }
+
+    /// Commits the records clean, then clears the flag (open, create: nothing is in flight).
+    pub(super) async fn mark_clean(&self, rec: &mut RecordsGuard<'_>) -> VolumeResult<()> {
+        rec.clean = true;
+        self.commit(rec).await?;
+        self.dirty.store(false, SeqCst);
+        Ok(())
+    }
+
+    /// One clean point at a time: held from before [`Records::claim_clean_point`] to the end.
+    pub(super) async fn one_clean_point(&self) -> MutexGuard<'_, ()> {
+        self.cleaning.lock().await
+    }
+
+    /// The first half of a clean point (see `Array::mark_clean`): with the lock held, the flag
+    /// goes clean unless a write is in flight. A writer counts itself in flight before it
+    /// looks at the flag ([`Records::enter`]), so once the flag is clean and nothing is in
+    /// flight, every new writer records the volume dirty again (under the lock) before it
+    /// writes.
+    pub(super) fn claim_clean_point(&self, _held: &RecordsGuard) -> CleanClaim {
+        if !self.is_dirty() {
+            return CleanClaim::AlreadyClean;
+        }
+        self.dirty.store(false, SeqCst);
+        if self.inflight.load(SeqCst) > 0 {
+            self.dirty.store(true, SeqCst);
+            return CleanClaim::Busy;
+        }
+        CleanClaim::Claimed
+    }
+
+    /// A claimed clean point could not be recorded: the flag says dirty again.
+    pub(super) fn unclaim_clean_point(&self, _held: &RecordsGuard) {
+        self.dirty.store(true, SeqCst);
+    }
+
     /// Writes the recorded state (plus every member failed since) to every current member,
     /// bumping the event counter. A member that cannot take it is failed and the state
     /// written again, so the records always name every failed member.
-    pub(super) async fn commit(&self, rec: &mut Recorded) -> VolumeResult<()> {
+    pub(super) async fn commit(&self, rec: &mut RecordsGuard<'_>) -> VolumeResult<()> {
         let gate = self.table.failure_gate();
         loop {
             let metas = self.metas.read().clone();
+            assert_eq!(metas.len(), rec.members.len(), "a record per role");
             let generation = gate.generation();
-            for (r, m) in rec.members.iter_mut().enumerate() {
-                if !self.is_failed(r) || m.state == RecordedState::Failed {
-                    continue;
-                }
-                m.state = if metas[r].is_some() {
-                    RecordedState::Failed
-                } else {
-                    // Missing at assembly: when it comes back it is resynced before rejoining.
-                    RecordedState::Rebuilding {
-                        checkpoint_bytes: 0,
-                    }
-                };
-            }
+            self.note_failed(rec, &metas);
             rec.events += 1;
-            // Current members, and members being rebuilt into their role (their records must
-            // keep up; they say the role is rebuilding, so none is trusted early).
-            let targets: Vec<usize> = (0..metas.len())
-                .filter(|&r| {
-                    metas[r].is_some()
-                        && (self.is_current(r)
-                            || (!self.is_failed(r) && self.heal.is_rebuilding(r)))
-                })
-                .collect();
-            let (id, name) = (self.id, self.name.as_str());
+            let targets = self.commit_targets(&metas);
             let results = join_all(targets.iter().map(|&r| {
-                let (events, clean, members, scrub, added_paths) = (
-                    rec.events,
-                    rec.clean,
-                    rec.members.clone(),
-                    rec.scrub,
-                    rec.added_paths.clone(),
-                );
-                metas[r].as_ref().expect("target").update(move |sb| {
-                    if let Some(v) = sb
-                        .volumes
-                        .iter_mut()
-                        .find(|v| v.array == id && v.name == name)
-                    {
-                        v.events = events;
-                        v.clean = clean;
-                        v.members = members;
-                        v.scrub = scrub;
-                        v.added_paths = added_paths;
-                    }
-                })
+                let meta = metas[r].as_ref().expect("targets stand in their role");
+                self.write_record(meta, rec)
             }))
             .await;
             let mut first = None;
@@ -117,19 +253,73 @@ impl Records {
                     first.get_or_insert((r, e));
                 }
             }
-            if gate.generation() == generation {
-                gate.recorded_up_to(generation);
-                return match first {
-                    Some((r, e)) if targets.len() == 1 => Err(VolumeError::Unavailable {
-                        reason: format!("member {r}: superblock write failed: {e}"),
-                    }),
-                    _ if targets.is_empty() => Err(VolumeError::Unavailable {
-                        reason: "no member can take the superblock".into(),
-                    }),
-                    _ => Ok(()),
-                };
+            // A member failed meanwhile: written again, so the records name it.
+            if gate.generation() != generation {
+                continue;
             }
+            gate.recorded_up_to(generation);
+            return match first {
+                Some((r, e)) if targets.len() == 1 => Err(VolumeError::Unavailable {
+                    reason: format!("member {r}: superblock write failed: {e}"),
+                }),
+                _ if targets.is_empty() => Err(VolumeError::Unavailable {
+                    reason: "no member can take the superblock".into(),
+                }),
+                _ => Ok(()),
+            };
         }
+    }
+
+    /// Members failed since the last commit are recorded failed (one missing at assembly:
+    /// rebuilding from 0, so that when it comes back it is resynced before rejoining).
+    fn note_failed(&self, rec: &mut Recorded, metas: &[Option<Arc<MemberMeta>>]) {
+        for (r, m) in rec.members.iter_mut().enumerate() {
+            if !self.is_failed(r) || m.state == RecordedState::Failed {
+                continue;
+            }
+            m.state = if metas[r].is_some() {
+                RecordedState::Failed
+            } else {
+                RecordedState::Rebuilding {
+                    checkpoint_bytes: 0,
+                }
+            };
+        }
+    }
+
+    /// Current members, and members being rebuilt into their role (their records must keep
+    /// up; they say the role is rebuilding, so none is trusted early).
+    fn commit_targets(&self, metas: &[Option<Arc<MemberMeta>>]) -> Vec<usize> {
+        (0..metas.len())
+            .filter(|&r| {
+                metas[r].is_some()
+                    && (self.is_current(r) || (!self.is_failed(r) && self.rebuilding.contains(r)))
+            })
+            .collect()
+    }
+
+    /// Writes `rec` into `meta`'s record of this volume.
+    async fn write_record(
+        &self,
+        meta: &MemberMeta,
+        rec: &Recorded,
+    ) -> Result<(), super::SuperblockIoError> {
+        let (id, name) = (self.id, self.name.as_str());
+        let rec = rec.clone();
+        meta.update(move |sb| {
+            if let Some(v) = sb
+                .volumes
+                .iter_mut()
+                .find(|v| v.array == id && v.name == name)
+            {
+                v.events = rec.events;
+                v.clean = rec.clean;
+                v.members = rec.members;
+                v.scrub = rec.scrub;
+                v.added_paths = rec.added_paths;
+            }
+        })
+        .await
     }
 
     /// Records members failed since the last commit (before any further member write, and
@@ -150,5 +340,20 @@ impl Records {
 impl FailureRecorder for Records {
     fn record(&self) -> BoxFuture<'_, VolumeResult<()>> {
         self.record_failures().boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recordable_paths() {
+        assert!(recordable("/dev/sdb", &[]).is_ok());
+        assert!(recordable("", &[]).is_err());
+        assert!(recordable("a\0b", &[]).is_err());
+        let full: Vec<String> = (0..MAX_ADDED_PATHS).map(|i| format!("/d{i}")).collect();
+        assert!(recordable("/new", &full).is_err());
+        assert!(recordable("/d3", &full).is_ok(), "listed already");
     }
 }

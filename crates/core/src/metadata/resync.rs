@@ -1,5 +1,5 @@
-//! Background resync after an unclean start: [`Array::open_background`] serves at once and
-//! [`Array::background_resync`] streams the regions the write-intent bitmap marks (and, for
+//! Background resync after an unclean start: `Array::open_background` serves at once and
+//! `Array::background_resync` streams the regions the write-intent bitmap marks (and, for
 //! mirrors, what stale members missed) on the pass machinery, rate-limited, pausable, with
 //! progress (the daemon's `status` shows it). Mirror trees (RAID 1, 10, concats of mirrors),
 //! trees of parity groups (RAID 5, 6, 50, 60) and mirrors of logged parity groups qualify,
@@ -54,13 +54,14 @@
 //!   stale parity chunk that way).
 //! - **Checkpointed by the bitmap.** Each bitmap chunk not yet resynced keeps a hold on its
 //!   bit, so no flush clears it; when its last piece is resynced the hold goes and the next
-//!   flush clears it. The records stay dirty until the pass is done ([`Array::mark_clean`]
+//!   flush clears it. The records stay dirty until the pass is done (`Array::mark_clean`
 //!   declines), so a restart (the log replayed again) resyncs exactly the chunks still set.
 //!   Stale members stay write-only until the pass completes, then are recorded active.
 
-use super::array::{Array, ArrayError, OpenReport};
+use super::error::ArrayError;
 use super::intent::Hold;
-use super::member_meta::MemberMeta;
+use super::parts::Parts;
+use super::ranges::{first_overlap, slice, subtract, total_bytes};
 use super::RecordedState;
 use crate::error::VolumeResult;
 use crate::pass::{PassControl, PassState, PassWork};
@@ -76,7 +77,8 @@ const INFLIGHT: usize = 4;
 
 /// The array's background resync, if one is pending.
 #[derive(Default)]
-pub(super) struct BackgroundSlot {
+pub(super) struct BackgroundResync {
+    /// Set while `state` holds a resync (read on every request without the lock).
     pending: AtomicBool,
     state: Mutex<Option<Arc<Background>>>,
 }
@@ -96,16 +98,6 @@ struct Background {
     before_reads: bool,
     /// Writes resync what they touch first (the tree has parity groups).
     before_writes: bool,
-}
-
-impl BackgroundSlot {
-    pub(super) fn pending(&self) -> bool {
-        self.pending.load(SeqCst)
-    }
-
-    fn get(&self) -> Option<Arc<Background>> {
-        self.state.lock().clone()
-    }
 }
 
 /// Whether the tree's redundancy is mirrors only.
@@ -142,62 +134,28 @@ fn serves_before_resync(root: &Node, logged: bool, stale: bool, rebuilding: bool
     !rebuilding && (mirrors_only(root) || (logged && !stale))
 }
 
-/// Removes `[a, b)` from the range map.
-fn subtract(map: &mut BTreeMap<u64, u64>, a: u64, b: u64) {
-    let hit: Vec<(u64, u64)> = map
-        .range(..b)
-        .rev()
-        .take_while(|(_, &e)| e > a)
-        .map(|(&s, &e)| (s, e))
-        .collect();
-    for (s, e) in hit {
-        map.remove(&s);
-        if s < a {
-            map.insert(s, a);
-        }
-        if e > b {
-            map.insert(b, e);
-        }
+impl BackgroundResync {
+    /// Whether a background resync is pending (the records stay dirty until it is done).
+    pub(super) fn pending(&self) -> bool {
+        self.pending.load(SeqCst)
     }
-}
 
-/// The first range of the map overlapping `[a, b)`, clipped to it.
-fn first_overlap(map: &BTreeMap<u64, u64>, a: u64, b: u64) -> Option<(u64, u64)> {
-    let before = map.range(..=a).next_back().filter(|(_, &e)| e > a);
-    let after = map.range(a..b).next();
-    before
-        .or(after)
-        .map(|(&s, &e)| (s.max(a), e.min(b)))
-        .filter(|(s, e)| s < e)
-}
-
-impl Array {
-    /// [`Array::open`], but a volume serves at once after an unclean start: what needs
-    /// resyncing is left to [`Array::background_resync`] (mirrors resync the pieces reads
-    /// touch first, parity groups those writes touch). Volumes with a role being rebuilt, and
-    /// parity volumes without a log or with a stale member, resync before serving, as with
-    /// `open` (see the module docs).
-    pub async fn open_background(
-        name: &str,
-        config_tree: &Node,
-        metas: Vec<Option<Arc<MemberMeta>>>,
-        opts: super::ArrayOptions,
-        progress: &(dyn Fn(u64, u64) + Sync),
-    ) -> Result<(Array, OpenReport), ArrayError> {
-        Array::open_with(name, config_tree, metas, opts, progress, true).await
+    fn get(&self) -> Option<Arc<Background>> {
+        self.state.lock().clone()
     }
 
     /// Hands the resync of `ranges` (and of the stale roles) to the background when the
     /// volume may serve before it ([`serves_before_resync`]); whether it did. The records
     /// stay dirty.
-    pub(super) async fn start_background(
+    pub(super) async fn start(
         &self,
+        p: Parts<'_>,
         ranges: &[(u64, u64)],
         stale: &[usize],
         rebuilding: bool,
     ) -> VolumeResult<bool> {
-        let root = self.volume().geometry().root();
-        let logged = every_group_logged(root, self.ppl_setup.as_ref());
+        let root = p.volume.geometry().root();
+        let logged = every_group_logged(root, p.ppl.setup());
         if !serves_before_resync(root, logged, !stale.is_empty(), rebuilding) {
             return Ok(false);
         }
@@ -205,118 +163,78 @@ impl Array {
         for &(a, b) in ranges.iter().filter(|(a, b)| a < b) {
             unsynced.insert(a, b);
         }
-        let mut holds = BTreeMap::new();
-        if let Some(intent) = &self.intent {
-            let chunk = intent.chunk_bytes();
-            for &(a, b) in ranges {
-                for c in a / chunk..b.div_ceil(chunk) {
-                    let (h, _) =
-                        intent.begin(c * chunk, chunk.min(self.volume().capacity() - c * chunk));
-                    if let Some(old) = holds.insert(c, h) {
-                        intent.end(old);
-                    }
-                }
-            }
-        }
-        *self.background.state.lock() = Some(Arc::new(Background {
+        *self.state.lock() = Some(Arc::new(Background {
             plan: unsynced.iter().map(|(&a, &b)| (a, b)).collect(),
             unsynced: Mutex::new(unsynced),
-            holds: Mutex::new(holds),
+            holds: Mutex::new(hold_chunks(p, ranges)),
             stale: stale.to_vec(),
-            piece: self.resync_piece_bytes().1,
+            piece: p.resync_piece().1,
             before_reads: has_mirror(root),
             before_writes: !mirrors_only(root),
         }));
-        self.background.pending.store(true, SeqCst);
+        self.pending.store(true, SeqCst);
         // Recorded dirty (no clean point until the pass is done), the bitmap as it is.
-        self.write_bitmap().await?;
-        let mut rec = self.records.recorded.lock().await;
-        rec.clean = false;
-        self.commit(&mut rec).await?;
-        self.dirty.store(true, SeqCst);
+        if let Some(b) = p.bitmap {
+            b.write(p.volume).await?;
+        }
+        let mut rec = p.records.lock().await;
+        p.records.mark_dirty(&mut rec).await?;
         Ok(true)
     }
 
     /// Bytes still to resync in the background (0: none pending).
-    pub fn background_bytes(&self) -> u64 {
-        self.background
-            .get()
+    pub(super) fn bytes(&self) -> u64 {
+        self.get()
             .map_or(0, |b| b.unsynced.lock().iter().map(|(a, b)| b - a).sum())
-    }
-
-    /// Whether a background resync is pending (the records stay dirty until it is done).
-    pub fn background_pending(&self) -> bool {
-        self.background.pending()
     }
 
     /// Before a read of `[offset, offset+len)`: resyncs the pending pieces it touches, when
     /// the tree has mirrors.
-    pub(super) async fn sync_before_read(&self, offset: u64, len: u64) -> VolumeResult<()> {
-        match self.background.get() {
-            Some(bg) if bg.before_reads => self.sync_range(&bg, offset, offset + len).await,
+    pub(super) async fn before_read(
+        &self,
+        p: Parts<'_>,
+        offset: u64,
+        len: u64,
+    ) -> VolumeResult<()> {
+        match self.get() {
+            Some(bg) if bg.before_reads => sync_range(p, &bg, offset, offset + len).await,
             _ => Ok(()),
         }
     }
 
     /// Before a write-type request over `[offset, offset+len)`: resyncs the pending pieces
     /// it touches, when the tree has parity groups (no write builds on untrusted parity).
-    pub(super) async fn sync_before_write(&self, offset: u64, len: u64) -> VolumeResult<()> {
-        match self.background.get() {
-            Some(bg) if bg.before_writes => self.sync_range(&bg, offset, offset + len).await,
+    pub(super) async fn before_write(
+        &self,
+        p: Parts<'_>,
+        offset: u64,
+        len: u64,
+    ) -> VolumeResult<()> {
+        match self.get() {
+            Some(bg) if bg.before_writes => sync_range(p, &bg, offset, offset + len).await,
             _ => Ok(()),
-        }
-    }
-
-    /// Resyncs every pending piece overlapping `[a, b)`.
-    async fn sync_range(&self, bg: &Background, a: u64, b: u64) -> VolumeResult<()> {
-        loop {
-            let Some((s, _)) = first_overlap(&bg.unsynced.lock(), a, b) else {
-                return Ok(());
-            };
-            // The aligned piece around `s`, inside the pending range.
-            let piece = s / bg.piece * bg.piece;
-            let (ps, pe) = match first_overlap(&bg.unsynced.lock(), piece, piece + bg.piece) {
-                Some(r) => r,
-                None => continue,
-            };
-            self.volume().resync_range(ps, pe - ps).await?;
-            self.synced(bg, ps, pe);
-        }
-    }
-
-    /// `[a, b)` is resynced: off the map; chunks with nothing left give their holds back.
-    fn synced(&self, bg: &Background, a: u64, b: u64) {
-        let mut map = bg.unsynced.lock();
-        subtract(&mut map, a, b);
-        let Some(intent) = &self.intent else { return };
-        let chunk = intent.chunk_bytes();
-        let mut holds = bg.holds.lock();
-        for c in a / chunk..b.div_ceil(chunk) {
-            if first_overlap(&map, c * chunk, (c + 1) * chunk).is_none() {
-                if let Some(h) = holds.remove(&c) {
-                    intent.end(h);
-                }
-            }
         }
     }
 
     /// Runs the background resync to the end (or until the control cancels it), while the
     /// volume serves; then stale members are recorded active and the records may go clean
     /// again. Nothing pending: done at once.
-    pub async fn background_resync(&self, ctl: &PassControl) -> Result<PassState, ArrayError> {
-        let Some(bg) = self.background.get() else {
+    pub(super) async fn run(
+        &self,
+        p: Parts<'_>,
+        ctl: &PassControl,
+    ) -> Result<PassState, ArrayError> {
+        let Some(bg) = self.get() else {
             ctl.nothing_to_do();
             return Ok(PassState::Done);
         };
-        let total: u64 = bg.plan.iter().map(|(a, b)| b - a).sum();
-        let plan = &bg.plan;
         let this = &bg;
         let window = move |at: u64, len: u64| {
             // Virtual offsets `at..at+len` of the plan's ranges laid end to end.
-            let real = super::readd::slice(plan, at, len);
+            let real = slice(&this.plan, at, len);
             async move {
                 for (a, b) in real {
-                    self.sync_range(this, a, b).await?;
+                    sync_range(p, this, a, b).await?;
                 }
                 Ok(())
             }
@@ -325,60 +243,99 @@ impl Array {
         let state = crate::pass::run(
             ctl,
             PassWork {
-                total_bytes: total,
+                total_bytes: total_bytes(&bg.plan),
                 window_bytes: bg.piece,
                 inflight: INFLIGHT,
                 window: Box::new(window),
                 checkpoint_bytes: 0,
                 checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
-                activity: Some(Box::new(|| self.volume().client_ops())),
+                activity: Some(Box::new(|| p.volume.client_ops())),
             },
         )
         .await?;
         if state == PassState::Done {
-            self.finish_background(&bg).await?;
+            self.finish(p, &bg).await?;
         }
         Ok(state)
     }
 
     /// Everything is resynced: durable, stale members current and recorded active.
-    async fn finish_background(&self, bg: &Background) -> VolumeResult<()> {
+    async fn finish(&self, p: Parts<'_>, bg: &Background) -> VolumeResult<()> {
         // Pieces that failed to resync would still be on the map: not done then.
         if !bg.unsynced.lock().is_empty() {
             return Ok(());
         }
-        self.volume().flush().await?;
-        let mut rec = self.records.recorded.lock().await;
+        p.volume.flush().await?;
+        let mut rec = p.records.lock().await;
         for &r in &bg.stale {
-            if !self.volume().member_is_failed(r) {
-                self.volume().set_resyncing(r, false);
+            if !p.volume.member_is_failed(r) {
+                p.volume.set_resyncing(r, false);
                 rec.members[r].state = RecordedState::Active;
             }
         }
-        self.commit(&mut rec).await?;
-        *self.background.state.lock() = None;
-        self.background.pending.store(false, SeqCst);
-        tracing::info!("volume `{}`: background resync done", self.name());
+        p.records.commit(&mut rec).await?;
+        *self.state.lock() = None;
+        self.pending.store(false, SeqCst);
+        tracing::info!("volume `{}`: background resync done", p.name());
         Ok(())
+    }
+}
+
+/// A bitmap hold on every chunk `ranges` touch, by chunk: their bits stay set until the
+/// chunk is resynced.
+fn hold_chunks(p: Parts<'_>, ranges: &[(u64, u64)]) -> BTreeMap<u64, Hold> {
+    let mut holds = BTreeMap::new();
+    let Some(intent) = p.intent() else {
+        return holds;
+    };
+    let (chunk, capacity) = (intent.chunk_bytes(), p.volume.capacity());
+    for &(a, b) in ranges {
+        for c in a / chunk..b.div_ceil(chunk) {
+            let (h, _) = intent.begin(c * chunk, chunk.min(capacity - c * chunk));
+            if let Some(old) = holds.insert(c, h) {
+                intent.end(old);
+            }
+        }
+    }
+    holds
+}
+
+/// Resyncs every pending piece overlapping `[a, b)`.
+async fn sync_range(p: Parts<'_>, bg: &Background, a: u64, b: u64) -> VolumeResult<()> {
+    loop {
+        let Some((s, _)) = first_overlap(&bg.unsynced.lock(), a, b) else {
+            return Ok(());
+        };
+        // The aligned piece around `s`, inside the pending range.
+        let piece = s / bg.piece * bg.piece;
+        let (ps, pe) = match first_overlap(&bg.unsynced.lock(), piece, piece + bg.piece) {
+            Some(r) => r,
+            None => continue,
+        };
+        p.volume.resync_range(ps, pe - ps).await?;
+        synced(p, bg, ps, pe);
+    }
+}
+
+/// `[a, b)` is resynced: off the map; chunks with nothing left give their holds back.
+fn synced(p: Parts<'_>, bg: &Background, a: u64, b: u64) {
+    let mut map = bg.unsynced.lock();
+    subtract(&mut map, a, b);
+    let Some(intent) = p.intent() else { return };
+    let chunk = intent.chunk_bytes();
+    let mut holds = bg.holds.lock();
+    for c in a / chunk..b.div_ceil(chunk) {
+        if first_overlap(&map, c * chunk, (c + 1) * chunk).is_none() {
+            if let Some(h) = holds.remove(&c) {
+                intent.end(h);
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ranges_subtract_and_overlap() {
-        let mut m: BTreeMap<u64, u64> = [(0, 10), (20, 30), (40, 50)].into_iter().collect();
-        assert_eq!(first_overlap(&m, 5, 25), Some((5, 10)));
-        assert_eq!(first_overlap(&m, 10, 20), None);
-        assert_eq!(first_overlap(&m, 12, 45), Some((20, 30)));
-        subtract(&mut m, 5, 45);
-        assert_eq!(m.into_iter().collect::<Vec<_>>(), vec![(0, 5), (45, 50)]);
-        let mut m: BTreeMap<u64, u64> = [(0, 100)].into_iter().collect();
-        subtract(&mut m, 40, 60);
-        assert_eq!(m.into_iter().collect::<Vec<_>>(), vec![(0, 40), (60, 100)]);
-    }
 
     #[test]
     fn mirrors_and_logged_parity_without_stale_members_resync_in_the_background() {

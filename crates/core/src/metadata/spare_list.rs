@@ -8,67 +8,47 @@
 //! and `nbraid remove` takes a spare or a removed member out. The daemon opens the listed
 //! paths at start and offers them to assembly after the config's members and spares.
 
-use super::array::{Array, ArrayError};
 use super::disk_rule::Consent;
+use super::error::ArrayError;
+use super::heal::{check_disk, drop_forced_records, Heal};
 use super::member_meta::MemberMeta;
-use super::superblock::{MAX_ADDED_PATHS, MAX_ADDED_PATH_BYTES};
+use super::parts::Parts;
+use super::records::recordable;
 use super::{SuperblockIoError, Uuid};
 use std::sync::Arc;
 
-impl Array {
-    /// Keeps `meta` as a hot spare ([`Array::add_spare`]) and records its path, so a
-    /// restart still knows it.
-    /// `consent`: the operator's `--force` and the disk's Matrix siblings (the write rule,
-    /// `disk_rule.rs`).
-    pub async fn add_recorded_spare(
-        &self,
-        meta: Arc<MemberMeta>,
-        consent: &Consent,
-    ) -> Result<(), ArrayError> {
-        let path = meta.member().name().to_string();
-        let mut rec = self.records.recorded.lock().await;
-        self.check_recordable(&path, &rec.added_paths)?;
-        self.check_disk(&meta, consent)?;
-        self.drop_forced_records(&meta, consent).await?;
-        self.add_spare_with(meta, consent)?;
-        if !rec.added_paths.contains(&path) {
-            rec.added_paths.push(path);
-            self.commit(&mut rec).await?;
-        }
-        Ok(())
+/// Keeps `meta` as a hot spare of `heal` and records its path, so a restart still knows it.
+/// `consent`: the operator's `--force` and the disk's Matrix siblings (the write rule,
+/// `disk_rule.rs`).
+pub(super) async fn add_recorded_spare(
+    p: Parts<'_>,
+    heal: &Heal,
+    meta: Arc<MemberMeta>,
+    consent: &Consent,
+) -> Result<(), ArrayError> {
+    let path = meta.member().name().to_string();
+    let mut rec = p.records.lock().await;
+    recordable(&path, &rec.added_paths).map_err(|e| p.refuse(e))?;
+    check_disk(p, &meta, consent)?;
+    drop_forced_records(p, &meta, consent).await?;
+    heal.add_spare(p, meta, consent)?;
+    if !rec.added_paths.contains(&path) {
+        rec.added_paths.push(path);
+        p.records.commit(&mut rec).await?;
     }
+    Ok(())
+}
 
-    /// Refuses a path the records cannot list: malformed, or one more than they hold.
-    pub(super) fn check_recordable(&self, path: &str, listed: &[String]) -> Result<(), ArrayError> {
-        if path.is_empty() || path.len() > MAX_ADDED_PATH_BYTES || path.contains('\0') {
-            return Err(self.refuse(format!(
-                "`{path}`: its path cannot be recorded (1 to {MAX_ADDED_PATH_BYTES} bytes, no NUL)"
-            )));
-        }
-        if !listed.iter().any(|p| p == path) && listed.len() >= MAX_ADDED_PATHS {
-            return Err(self.refuse(format!(
-                "already {MAX_ADDED_PATHS} members added at run time are recorded: remove a spare first"
-            )));
-        }
-        Ok(())
+/// Takes `path` out of the recorded paths; whether it was there.
+pub(super) async fn forget_added_path(p: Parts<'_>, path: &str) -> Result<bool, ArrayError> {
+    let mut rec = p.records.lock().await;
+    let before = rec.added_paths.len();
+    rec.added_paths.retain(|p| p != path);
+    if rec.added_paths.len() == before {
+        return Ok(false);
     }
-
-    /// Members added at run time, as recorded (paths): spares and members in roles.
-    pub async fn added_paths(&self) -> Vec<String> {
-        self.records.recorded.lock().await.added_paths.clone()
-    }
-
-    /// Takes `path` out of the recorded paths; whether it was there.
-    pub async fn forget_added_path(&self, path: &str) -> Result<bool, ArrayError> {
-        let mut rec = self.records.recorded.lock().await;
-        let before = rec.added_paths.len();
-        rec.added_paths.retain(|p| p != path);
-        if rec.added_paths.len() == before {
-            return Ok(false);
-        }
-        self.commit(&mut rec).await?;
-        Ok(true)
-    }
+    p.records.commit(&mut rec).await?;
+    Ok(true)
 }
 
 /// Takes `path` out of the added paths of volume `volume`'s records (array `array`) on

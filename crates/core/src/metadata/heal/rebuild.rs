@@ -1,0 +1,215 @@
+//! The rebuild pass of [`Heal`] (see `heal.rs`; a child for its fields): every role being rebuilt onto a new member
+//! or replaced is copied by the engine's online rebuild ([`crate::rebuild`]), checkpointed
+//! in the records, and made current — recorded first, then read.
+
+use super::{newcomer_id, write_role_record, Heal, RebuildReport};
+use crate::error::VolumeResult;
+use crate::metadata::error::ArrayError;
+use crate::metadata::member_meta::MemberMeta;
+use crate::metadata::parts::Parts;
+use crate::metadata::ranges::checkpoint_every;
+use crate::metadata::records::recordable;
+use crate::metadata::{MemberEntry, RecordedState};
+use crate::pass::{PassControl, PassState};
+use crate::rebuild::REBUILD_WINDOW_BYTES;
+use futures::FutureExt;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::Arc;
+
+impl Heal {
+    /// Rebuilds every role being rebuilt or replaced, resuming at their checkpoints, while
+    /// the volume serves; returns when they are all current (or the control cancelled it).
+    /// Roles added while it runs are rebuilt by a second pass before it returns.
+    pub(in crate::metadata) async fn rebuild(
+        &self,
+        p: Parts<'_>,
+        ctl: &PassControl,
+    ) -> Result<RebuildReport, ArrayError> {
+        let _one = self.running.lock().await;
+        let mut completed = Vec::new();
+        loop {
+            let targets = p.volume.rebuild_targets();
+            // Replacements that failed are given up.
+            self.replacing
+                .lock()
+                .retain(|r, _| p.volume.table().slot(*r).replacement().is_some());
+            if targets.is_empty() {
+                if completed.is_empty() {
+                    ctl.nothing_to_do();
+                }
+                return Ok(RebuildReport {
+                    state: PassState::Done,
+                    completed,
+                });
+            }
+            ctl.set_position(p.records.rebuilding.start_of(&targets));
+            let state = self.rebuild_pass(p, ctl, &targets).await?;
+            if state != PassState::Done {
+                return Ok(RebuildReport { state, completed });
+            }
+            completed.extend(self.complete(p, &targets).await?);
+        }
+    }
+
+    async fn rebuild_pass(
+        &self,
+        p: Parts<'_>,
+        ctl: &PassControl,
+        targets: &[usize],
+    ) -> Result<PassState, ArrayError> {
+        let window = match self.window_bytes.load(SeqCst) {
+            0 => REBUILD_WINDOW_BYTES,
+            w => w,
+        };
+        let every = checkpoint_every(p.volume.capacity(), window);
+        let checkpoint = move |pos: u64| checkpoint(p, targets, pos).boxed();
+        let state = p
+            .volume
+            .rebuild_pass(ctl, window, every, Box::new(checkpoint))
+            .await;
+        // Progress in memory (a cancelled pass resumes here), whatever the outcome.
+        p.records.rebuilding.advance(targets, ctl.position_bytes());
+        Ok(state?)
+    }
+
+    /// After a pass covered the volume: targets still standing become current, recorded first.
+    async fn complete(&self, p: Parts<'_>, targets: &[usize]) -> Result<Vec<usize>, ArrayError> {
+        // What the role is recorded on must hold the pass's bytes: a flush of the new
+        // members, not of the volume — under client writes that destages the whole
+        // write-back cache first (seconds; none of it is the rebuild's: what is still cached
+        // goes to the new member like to every other when it is destaged).
+        flush_newcomers(p, targets).await;
+        let mut done = Vec::new();
+        for &r in targets {
+            if p.volume.member_is_failed(r) {
+                continue;
+            }
+            let replacement = self.replacing.lock().remove(&r);
+            let ok = match replacement {
+                Some(meta) => swap_in(p, r, meta).await?,
+                None => activate(p, r).await?,
+            };
+            if ok {
+                done.push(r);
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// Makes the rebuilt bytes durable on the new members and records `pos` as their
+/// checkpoint.
+async fn checkpoint(p: Parts<'_>, targets: &[usize], pos: u64) -> VolumeResult<()> {
+    p.records.rebuilding.advance(targets, pos);
+    let roles = flush_newcomers(p, targets).await;
+    let mut rec = p.records.lock().await;
+    for &r in &roles {
+        if let RecordedState::Rebuilding { checkpoint_bytes } = &mut rec.members[r].state {
+            *checkpoint_bytes = (*checkpoint_bytes).max(pos);
+        }
+    }
+    p.records.commit(&mut rec).await
+}
+
+/// Flushes what `targets` are being rebuilt onto (new members, replacements); one that
+/// fails is failed (a replacement given up). Returns the roles rebuilding onto a new
+/// member that still stand.
+async fn flush_newcomers(p: Parts<'_>, targets: &[usize]) -> Vec<usize> {
+    let v = p.volume;
+    let flushes = targets.iter().map(|&r| async move {
+        if let Some(m) = v.table().slot(r).replacement() {
+            if let Err(e) = m.flush().await {
+                v.table().slot(r).drop_replacement(&e);
+            }
+            return None;
+        }
+        if !p.records.rebuilding.contains(r) || v.member_is_failed(r) {
+            return None;
+        }
+        if let Err(e) = v.member(r).flush().await {
+            v.fail_member(r, &e.to_string());
+            return None;
+        }
+        Some(r)
+    });
+    futures::future::join_all(flushes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// A rebuilt new member: its bitmap catches up, its role is committed active, then it is
+/// read.
+async fn activate(p: Parts<'_>, r: usize) -> Result<bool, ArrayError> {
+    if !p.records.rebuilding.contains(r) {
+        return Ok(false);
+    }
+    // The records' lock before the bitmap writer's, as everywhere.
+    let mut rec = p.records.lock().await;
+    if let Some(b) = p.bitmap {
+        b.catch_up(p.volume, &rec, r).await;
+    }
+    if p.volume.member_is_failed(r) {
+        p.records.rebuilding.remove(r);
+        p.records.commit(&mut rec).await?;
+        return Ok(false);
+    }
+    rec.members[r].state = RecordedState::Active;
+    p.records.commit(&mut rec).await?;
+    p.records.rebuilding.remove(r);
+    p.volume.complete_rebuild(r);
+    tracing::info!("volume `{}`: role {r} rebuilt", p.name());
+    Ok(true)
+}
+
+/// A rebuilt replacement takes role `r`: recorded (on it and every current member), then
+/// swapped in.
+async fn swap_in(p: Parts<'_>, r: usize, meta: Arc<MemberMeta>) -> Result<bool, ArrayError> {
+    if p.volume.table().slot(r).replacement().is_none() {
+        return Ok(false);
+    }
+    let mut rec = p.records.lock().await;
+    // The bitmap writer stays held until the swap: the replacement misses no update.
+    let (_bitmap, image) = match p.bitmap {
+        Some(b) => {
+            let (g, image) = b.image_locked(&rec).await;
+            (Some(g), Some(image))
+        }
+        None => (None, None),
+    };
+    let mut next = rec.clone();
+    next.members[r] = MemberEntry {
+        uuid: newcomer_id(p, r, &meta, &rec).await?,
+        state: RecordedState::Active,
+    };
+    // A restart opens the replacement by its recorded path (the config names the member
+    // it replaced, if any); the replaced member is no longer one.
+    let old = p.volume.member(r).name().to_string();
+    next.added_paths.retain(|p| *p != old);
+    let path = meta.member().name().to_string();
+    if !next.added_paths.contains(&path) {
+        match recordable(&path, &next.added_paths) {
+            Ok(()) => next.added_paths.push(path),
+            // `replace` checked it; spares added since filled the list.
+            Err(e) => tracing::warn!(
+                "volume `{}`: role {r}'s replacement is not recorded (volume `{}`: {e}): name it in the config, or a restart will not find it",
+                p.name(),
+                p.name()
+            ),
+        }
+    }
+    let area = write_role_record(p, r, &meta, &next, image).await?;
+    rec.members[r] = next.members[r];
+    rec.added_paths = next.added_paths.clone();
+    p.records.set_meta(&rec, r, Some(meta));
+    if let Some(b) = p.bitmap {
+        b.set_area(r, area);
+    }
+    // Both members take every write until the swap: whichever the records name holds
+    // everything.
+    p.records.commit(&mut rec).await?;
+    p.volume.complete_rebuild(r);
+    tracing::info!("volume `{}`: role {r} replaced", p.name());
+    Ok(true)
+}

@@ -1,0 +1,407 @@
+//! The superblock's bytes: the header, the volume records and their fields (layout in
+//! `docs/FORMAT.md`). Decoding is total: any bytes give a superblock or an error naming the
+//! field.
+
+use super::tree::{decode_node, encode_node};
+use super::validate::{check_added_path, check_limits, check_member_uses, invalid, within};
+use super::{
+    Area, BitmapArea, MemberEntry, RecordedState, ScrubCheckpoint, Superblock, Uuid, VolumeRecord,
+    CRC_AT, FIRST_FORMAT_VERSION, FORMAT_VERSION, HEADER_BYTES, MAX_ADDED_PATHS,
+    MAX_ADDED_PATH_BYTES, MAX_COUNTER, MAX_MEMBERS, MAX_VOLUMES, NAME_BYTES, SCRUB_REPAIR,
+    SLOT_BYTES, SUPERBLOCK_MAGIC,
+};
+use crate::metadata::codec::{crc32c, Reader, Writer};
+use crate::metadata::{MetadataError, MetadataResult};
+
+impl Superblock {
+    /// Byte offset on the member of the copy this generation is written to.
+    pub fn slot_offset(&self) -> u64 {
+        (self.generation % 2) * SLOT_BYTES
+    }
+
+    /// The superblock's bytes (at most [`SLOT_BYTES`]).
+    pub fn encode(&self) -> MetadataResult<Vec<u8>> {
+        let mut w = Writer::default();
+        w.bytes(&SUPERBLOCK_MAGIC);
+        let version = if self.volumes.iter().any(|v| !v.added_paths.is_empty()) {
+            FORMAT_VERSION
+        } else {
+            FIRST_FORMAT_VERSION
+        };
+        w.u32(version);
+        w.u32(0); // length, patched below
+        w.u32(0); // checksum, patched below
+        w.u32(0); // flags
+        w.u64(self.generation);
+        w.bytes(&self.member.0);
+        w.u64(self.member_bytes);
+        w.u32(self.volumes.len() as u32);
+        w.u32(0);
+        debug_assert_eq!(w.len(), HEADER_BYTES);
+        for v in &self.volumes {
+            let at = w.len();
+            w.u32(0); // record length, patched below
+            encode_volume(&mut w, v, version)?;
+            let len = (w.len() - at) as u32;
+            w.patch_u32(at, len);
+        }
+        let len = w.len();
+        if len as u64 > SLOT_BYTES {
+            return Err(MetadataError::TooLarge {
+                len,
+                max: SLOT_BYTES as usize,
+            });
+        }
+        w.patch_u32(12, len as u32);
+        let crc = crc32c(&w.bytes);
+        w.patch_u32(CRC_AT, crc);
+        Ok(w.bytes)
+    }
+
+    /// Reads a superblock from the start of `bytes` (a slot's contents).
+    pub fn decode(bytes: &[u8]) -> MetadataResult<Superblock> {
+        let mut r = Reader::new(bytes);
+        let magic: [u8; 8] = r.array("magic")?;
+        if magic != SUPERBLOCK_MAGIC {
+            return Err(MetadataError::BadMagic { found: magic });
+        }
+        let version = r.u32("version")?;
+        if !(FIRST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
+            return Err(MetadataError::UnsupportedVersion { found: version });
+        }
+        let len = r.u32("length")? as usize;
+        if len < HEADER_BYTES || len as u64 > SLOT_BYTES || len > bytes.len() {
+            return Err(invalid(
+                "length",
+                format!(
+                    "{len} bytes (header {HEADER_BYTES}, slot {SLOT_BYTES}, given {})",
+                    bytes.len()
+                ),
+            ));
+        }
+        let stored = r.u32("checksum")?;
+        let mut copy = bytes[..len].to_vec();
+        copy[CRC_AT..CRC_AT + 4].fill(0);
+        let computed = crc32c(&copy);
+        if stored != computed {
+            return Err(MetadataError::BadChecksum { stored, computed });
+        }
+        let mut r = Reader::new(&bytes[..len]);
+        r.take(20, "header")?;
+        let flags = r.u32("flags")?;
+        if flags != 0 {
+            return Err(invalid(
+                "flags",
+                format!("{flags:#x} (no flags are defined)"),
+            ));
+        }
+        let generation = r.u64("generation")?;
+        if generation > MAX_COUNTER {
+            return Err(invalid(
+                "generation",
+                format!("{generation} (at most {MAX_COUNTER})"),
+            ));
+        }
+        let member = Uuid(r.array("member uuid")?);
+        let member_bytes = r.u64("member size")?;
+        let count = r.u32("volume count")?;
+        if count > MAX_VOLUMES {
+            return Err(invalid(
+                "volume count",
+                format!("{count} (at most {MAX_VOLUMES})"),
+            ));
+        }
+        r.u32("reserved")?;
+        let mut volumes = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let start = r.position();
+            let rec_len = r.u32("record length")? as usize;
+            if rec_len < 4 || rec_len - 4 > r.remaining() {
+                return Err(invalid(
+                    "record length",
+                    format!("{rec_len} bytes with {} left", r.remaining()),
+                ));
+            }
+            let body = r.take(rec_len - 4, "volume record")?;
+            let v = decode_volume(body, member_bytes, version).map_err(|e| within(e, start))?;
+            volumes.push(v);
+        }
+        if r.remaining() != 0 {
+            return Err(invalid(
+                "length",
+                format!("{} bytes after the last record", r.remaining()),
+            ));
+        }
+        Ok(Superblock {
+            generation,
+            member,
+            member_bytes,
+            volumes,
+        })
+    }
+}
+
+fn encode_state(w: &mut Writer, s: RecordedState) {
+    let (code, checkpoint) = match s {
+        RecordedState::Active => (0u8, 0),
+        RecordedState::Failed => (1, 0),
+        RecordedState::Spare => (2, 0),
+        RecordedState::Rebuilding { checkpoint_bytes } => (3, checkpoint_bytes),
+    };
+    w.u8(code);
+    w.bytes(&[0; 7]);
+    w.u64(checkpoint);
+}
+
+fn decode_state(r: &mut Reader) -> MetadataResult<RecordedState> {
+    let code = r.u8("member state")?;
+    r.take(7, "member state padding")?;
+    let checkpoint = r.u64("rebuild checkpoint")?;
+    match (code, checkpoint) {
+        (0, 0) => Ok(RecordedState::Active),
+        (1, 0) => Ok(RecordedState::Failed),
+        (2, 0) => Ok(RecordedState::Spare),
+        (3, c) => Ok(RecordedState::Rebuilding {
+            checkpoint_bytes: c,
+        }),
+        (c @ 0..=2, x) => Err(invalid(
+            "rebuild checkpoint",
+            format!("{x} on a member in state {c} (only rebuilding members have one)"),
+        )),
+        (c, _) => Err(invalid(
+            "member state",
+            format!("code {c} (0..=3 are defined)"),
+        )),
+    }
+}
+
+fn encode_area(w: &mut Writer, a: Option<Area>) {
+    let a = a.unwrap_or(Area { offset: 0, len: 0 });
+    w.u64(a.offset);
+    w.u64(a.len);
+}
+
+fn decode_area(
+    r: &mut Reader,
+    what: &'static str,
+    member_bytes: u64,
+) -> MetadataResult<Option<Area>> {
+    let offset = r.u64(what)?;
+    let len = r.u64(what)?;
+    if len == 0 {
+        return if offset == 0 {
+            Ok(None)
+        } else {
+            Err(invalid(what, format!("offset {offset} with no length")))
+        };
+    }
+    if offset.checked_add(len).is_none_or(|end| end > member_bytes) {
+        return Err(invalid(
+            what,
+            format!("bytes {offset}+{len} past the member's {member_bytes}"),
+        ));
+    }
+    Ok(Some(Area { offset, len }))
+}
+
+fn encode_volume(w: &mut Writer, v: &VolumeRecord, version: u32) -> MetadataResult<()> {
+    w.bytes(&v.array.0);
+    let name = v.name.as_bytes();
+    if name.is_empty() || name.len() > NAME_BYTES || name.contains(&0) {
+        return Err(invalid(
+            "volume name",
+            format!("{:?}: 1 to {NAME_BYTES} bytes, no NUL", v.name),
+        ));
+    }
+    let mut padded = [0u8; NAME_BYTES];
+    padded[..name.len()].copy_from_slice(name);
+    w.bytes(&padded);
+    w.u64(v.events);
+    w.u32(u32::from(v.clean));
+    w.u32(v.role);
+    encode_area(w, v.bitmap.map(|b| b.area));
+    w.u64(v.bitmap.map_or(0, |b| b.chunk_bytes));
+    encode_area(w, v.ppl);
+    encode_area(w, v.checksums);
+    w.u32(v.members.len() as u32);
+    for m in &v.members {
+        w.bytes(&m.uuid.0);
+        encode_state(w, m.state);
+    }
+    encode_node(w, &v.tree);
+    if version >= 2 {
+        encode_added_paths(w, &v.added_paths)?;
+    }
+    if let Some(s) = v.scrub {
+        w.u64(s.position_bytes);
+        w.u64(if s.repair { SCRUB_REPAIR } else { 0 });
+    }
+    Ok(())
+}
+
+fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult<VolumeRecord> {
+    let mut r = Reader::new(body);
+    let array = Uuid(r.array("array uuid")?);
+    let name = decode_name(&mut r)?;
+    let events = r.u64("event counter")?;
+    if events > MAX_COUNTER {
+        return Err(invalid(
+            "event counter",
+            format!("{events} (at most {MAX_COUNTER})"),
+        ));
+    }
+    let clean = match r.u32("clean flag")? {
+        0 => false,
+        1 => true,
+        x => return Err(invalid("clean flag", format!("{x} (0 or 1)"))),
+    };
+    let role = r.u32("role")?;
+    let bitmap = decode_bitmap(&mut r, member_bytes)?;
+    let ppl = decode_area(&mut r, "partial-parity log area", member_bytes)?;
+    let checksums = decode_area(&mut r, "checksum area", member_bytes)?;
+    let members = decode_members(&mut r, role)?;
+    let tree = decode_node(&mut r, members.len(), 0)?;
+    let added_paths = if version >= 2 {
+        decode_added_paths(&mut r)?
+    } else {
+        Vec::new()
+    };
+    let scrub = decode_scrub(&mut r)?;
+    if r.remaining() != 0 {
+        return Err(invalid(
+            "volume record",
+            format!("{} bytes after the tree", r.remaining()),
+        ));
+    }
+    check_member_uses(&tree, members.len())?;
+    let record = VolumeRecord {
+        array,
+        name,
+        events,
+        clean,
+        role,
+        members,
+        tree,
+        bitmap,
+        ppl,
+        checksums,
+        scrub,
+        added_paths,
+    };
+    check_limits(&record)?;
+    Ok(record)
+}
+
+/// The volume name: 1 to [`NAME_BYTES`] bytes of UTF-8, NUL-padded.
+fn decode_name(r: &mut Reader) -> MetadataResult<String> {
+    let raw: [u8; NAME_BYTES] = r.array("volume name")?;
+    let end = raw.iter().position(|&b| b == 0).unwrap_or(NAME_BYTES);
+    if end == 0 || raw[end..].iter().any(|&b| b != 0) {
+        return Err(invalid(
+            "volume name",
+            "empty, or bytes after its end".into(),
+        ));
+    }
+    let name = std::str::from_utf8(&raw[..end])
+        .map_err(|e| invalid("volume name", format!("not UTF-8: {e}")))?;
+    Ok(name.to_string())
+}
+
+/// The bitmap's area and chunk: both, or neither.
+fn decode_bitmap(r: &mut Reader, member_bytes: u64) -> MetadataResult<Option<BitmapArea>> {
+    let bitmap_area = decode_area(r, "bitmap area", member_bytes)?;
+    let chunk_bytes = r.u64("bitmap chunk")?;
+    match (bitmap_area, chunk_bytes) {
+        (None, 0) => Ok(None),
+        (Some(area), c) if c >= 4096 && c.is_power_of_two() => Ok(Some(BitmapArea {
+            area,
+            chunk_bytes: c,
+        })),
+        (a, c) => Err(invalid(
+            "bitmap chunk",
+            format!("{c} bytes with area {a:?} (a power of two ≥ 4096 with an area, or 0 without)"),
+        )),
+    }
+}
+
+/// Every member's id and state; `role` must be one of them.
+fn decode_members(r: &mut Reader, role: u32) -> MetadataResult<Vec<MemberEntry>> {
+    let count = r.u32("member count")?;
+    if count == 0 || count > MAX_MEMBERS {
+        return Err(invalid(
+            "member count",
+            format!("{count} (1..={MAX_MEMBERS})"),
+        ));
+    }
+    if role >= count {
+        return Err(invalid("role", format!("{role} of {count} members")));
+    }
+    let mut members = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let uuid = Uuid(r.array("member uuid")?);
+        let state = decode_state(r)?;
+        members.push(MemberEntry { uuid, state });
+    }
+    Ok(members)
+}
+
+/// The scrub checkpoint, present when bytes are left after the tree (and added paths).
+fn decode_scrub(r: &mut Reader) -> MetadataResult<Option<ScrubCheckpoint>> {
+    if r.remaining() == 0 {
+        return Ok(None);
+    }
+    let position_bytes = r.u64("scrub checkpoint")?;
+    let flags = r.u64("scrub flags")?;
+    if flags & !SCRUB_REPAIR != 0 {
+        return Err(invalid(
+            "scrub flags",
+            format!("{flags:#x} (only bit 0, repair, is defined)"),
+        ));
+    }
+    Ok(Some(ScrubCheckpoint {
+        position_bytes,
+        repair: flags & SCRUB_REPAIR != 0,
+    }))
+}
+
+fn encode_added_paths(w: &mut Writer, paths: &[String]) -> MetadataResult<()> {
+    if paths.len() > MAX_ADDED_PATHS {
+        return Err(invalid(
+            "added path count",
+            format!("{} (at most {MAX_ADDED_PATHS})", paths.len()),
+        ));
+    }
+    w.u32(paths.len() as u32);
+    for p in paths {
+        check_added_path(p)?;
+        w.u32(p.len() as u32);
+        w.bytes(p.as_bytes());
+    }
+    Ok(())
+}
+
+fn decode_added_paths(r: &mut Reader) -> MetadataResult<Vec<String>> {
+    let count = r.u32("added path count")? as usize;
+    if count > MAX_ADDED_PATHS {
+        return Err(invalid(
+            "added path count",
+            format!("{count} (at most {MAX_ADDED_PATHS})"),
+        ));
+    }
+    let mut paths = Vec::with_capacity(count);
+    for _ in 0..count {
+        let len = r.u32("added path length")? as usize;
+        if len == 0 || len > MAX_ADDED_PATH_BYTES {
+            return Err(invalid(
+                "added path length",
+                format!("{len} (1 to {MAX_ADDED_PATH_BYTES})"),
+            ));
+        }
+        let raw = r.take(len, "added path")?;
+        let path = std::str::from_utf8(raw)
+            .map_err(|e| invalid("added path", format!("not UTF-8: {e}")))?;
+        check_added_path(path)?;
+        paths.push(path.to_string());
+    }
+    Ok(paths)
+}
