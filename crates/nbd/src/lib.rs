@@ -60,6 +60,7 @@ pub mod testing;
 pub mod tls;
 mod transmission;
 mod unaligned;
+mod write_gate;
 
 #[cfg(test)]
 mod tests;

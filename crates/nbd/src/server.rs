@@ -12,7 +12,6 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, UnixListener};
 
-use crate::unaligned::BlockLocks;
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::{AbortHandle, JoinHandle};
 
@@ -23,6 +22,7 @@ use super::proto::{MAX_PAYLOAD, MAX_STRING};
 use super::transmission;
 use super::{ConnError, Export};
 use crate::tls::{ServerTls, TlsMode};
+use crate::write_gate::WriteGate;
 
 /// Refused connections being told so at once; beyond this many, a connection over the limit
 /// is closed without a word (a flood must not cost more than the connections it floods).
@@ -53,8 +53,8 @@ pub(crate) struct ExportEntry {
     pub export: Arc<dyn Export>,
     /// Preferred block size as advertised (a power of two).
     pub preferred: u32,
-    /// Held by every write-type request (see [`crate::unaligned`]).
-    pub locks: Arc<BlockLocks>,
+    /// Passed by every write-type request (see [`crate::write_gate`]).
+    pub gate: Arc<WriteGate>,
 }
 
 pub(crate) struct Shared {
@@ -326,7 +326,7 @@ impl Server {
                 name,
                 export,
                 preferred,
-                locks: Arc::new(BlockLocks::new()),
+                gate: Arc::new(WriteGate::new()),
             });
         }
         let limits = limits.normalized();

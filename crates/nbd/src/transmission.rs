@@ -21,7 +21,8 @@ use super::limits::{payload_time_allowed, request_cost, Activity, Limits, StallG
 use super::proto::*;
 use super::replies::{total_len, BytesHeld, Outgoing, Replies, BATCH_REPLIES};
 use super::server::{shutdown_signalled, RequestGuard, Shared};
-use super::unaligned::{self, is_unaligned, BlockLocks};
+use super::unaligned::{self, is_unaligned};
+use super::write_gate::WriteGate;
 use super::ConnError;
 
 /// A write whose payload is invalid is discarded and answered with an error when no longer
@@ -39,7 +40,8 @@ pub(crate) const MAX_UNNEGOTIATED_PAYLOAD: u32 = 64 << 20;
 
 struct Conn {
     export: Arc<dyn Export>,
-    locks: Arc<BlockLocks>,
+    /// Where this export's writes meet its unaligned read-modify-writes.
+    gate: Arc<WriteGate>,
     size: u64,
     min_block: u64,
     /// Requests need not be aligned to `min_block` (no block size was negotiated).
@@ -125,7 +127,7 @@ where
     let entry = &shared.exports[neg.export];
     let conn = Arc::new(Conn {
         export: entry.export.clone(),
-        locks: entry.locks.clone(),
+        gate: entry.gate.clone(),
         size: entry.export.size(),
         min_block: entry.export.min_block().into(),
         byte_granular: neg.byte_granular,
@@ -525,7 +527,7 @@ async fn execute(c: &Conn, req: RequestHeader, payload: WriteData) -> (Vec<u8>, 
             WriteData::Bytes(b) if b.is_empty() => done(Ok(())),
             WriteData::Bytes(b) => done(write_bytes(c, off, b, fua).await),
             WriteData::Own(buf) => {
-                let _held = c.locks.lock(bs, off, len.into(), &[]).await;
+                let _pass = c.gate.whole_blocks(bs, off, len.into()).await;
                 done(e.write_payload(off, buf, fua).await)
             }
         },
@@ -535,9 +537,9 @@ async fn execute(c: &Conn, req: RequestHeader, payload: WriteData) -> (Vec<u8>, 
                 return done(Ok(()));
             }
             if unaligned {
-                return done(unaligned::trim(e, &c.locks, bs, off, len, fua).await);
+                return done(unaligned::trim(e, &c.gate, bs, off, len, fua).await);
             }
-            let _held = c.locks.lock(bs, off, len.into(), &[]).await;
+            let _pass = c.gate.whole_blocks(bs, off, len.into()).await;
             done(e.trim(off, len, fua).await)
         }
         CMD_WRITE_ZEROES => {
@@ -550,9 +552,9 @@ async fn execute(c: &Conn, req: RequestHeader, payload: WriteData) -> (Vec<u8>, 
                 fast_only: req.flags & CMD_FLAG_FAST_ZERO != 0,
             };
             if unaligned {
-                return done(unaligned::write_zeroes(e, &c.locks, bs, off, len, flags).await);
+                return done(unaligned::write_zeroes(e, &c.gate, bs, off, len, flags).await);
             }
-            let _held = c.locks.lock(bs, off, len.into(), &[]).await;
+            let _pass = c.gate.whole_blocks(bs, off, len.into()).await;
             done(e.write_zeroes(off, len, flags).await)
         }
         CMD_CACHE => {
@@ -624,9 +626,9 @@ async fn write_bytes(c: &Conn, offset: u64, data: Bytes, fua: bool) -> io::Resul
         let from = (at - offset) as usize;
         let piece = data.slice(from..from + n as usize);
         if is_unaligned(bs, at, n) {
-            unaligned::write(e, &c.locks, bs, at, piece, fua).await?;
+            unaligned::write(e, &c.gate, bs, at, piece, fua).await?;
         } else {
-            let _held = c.locks.lock(bs, at, n.into(), &[]).await;
+            let _pass = c.gate.whole_blocks(bs, at, n.into()).await;
             e.write(at, piece, fua).await?;
         }
     }
