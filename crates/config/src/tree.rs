@@ -19,10 +19,9 @@ use super::allocate::Sizing;
 use super::error::{line_col, ErrorKind, Problem};
 use super::field::{size_field, strip_field};
 use super::raw::{RawSize, RawVolume};
-use super::resolve::defined_members;
 use super::schema_error::edit_distance;
 use super::size::format_size_exact;
-use super::Member;
+use crate::model::{defined_members, Config, Member, Volume};
 use nbraid_layout::{Geometry, LayoutError, Node, ParityLayout, Region, Shape, STRIP_MIN};
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
@@ -44,11 +43,14 @@ pub const STRIPE_UNIT_MAX: u64 = 256 << 20;
 const KINDS_HELP: &str =
     "concat, stripe, mirror, raid5, raid6 (raid0, raid1 and jbod name stripe, mirror and concat)";
 
+/// A node's entries: its keys and their values, in the order written.
+type RawNode = Vec<(Spanned<String>, Spanned<RawTreeValue>)>;
+
 /// A tree as TOML says it: a member id, or a node table (key, value) in file order.
 #[derive(Debug)]
 pub(crate) enum RawTree {
     Leaf(String),
-    Node(Vec<(Spanned<String>, Spanned<RawTreeValue>)>),
+    Node(RawNode),
 }
 
 /// A node table's value: a child list (for the kind key) or a scalar (`strip`, `parity_layout`).
@@ -372,6 +374,16 @@ pub(crate) fn resolve(input: TreeInput<'_>, raw: &Spanned<RawTree>) -> Result<De
     })
 }
 
+/// A node's keys, sorted out: its kind (and the key that named it) with its children, and
+/// its own `strip` and `parity_layout` entries.
+struct NodeKeys<'e> {
+    kind: Kind,
+    key: &'e Spanned<String>,
+    children: &'e [Spanned<RawTree>],
+    strip: Option<(&'e Spanned<String>, &'e Spanned<RawTreeValue>)>,
+    layout: Option<(&'e Spanned<String>, &'e Spanned<RawTreeValue>)>,
+}
+
 struct Walk<'a> {
     input: &'a TreeInput<'a>,
     /// The members placed so far, in tree order: config index and the span of the leaf.
@@ -446,6 +458,30 @@ impl Walk<'_> {
                 format!("tree: nodes nest more than {TREE_DEPTH_MAX} deep here; flatten the tree"),
             ));
         }
+        let keys = self.node_keys(entries, raw.span())?;
+        self.check_child_count(&keys)?;
+        let kids = keys
+            .children
+            .iter()
+            .map(|c| self.node(c, depth + 1))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.check_node_options(&keys)?;
+        let who = format!("{}: tree: {}", self.input.who, keys.key.get_ref());
+        let strip = match keys.strip {
+            Some((_, v)) => Some(self.strip(v, &who, &keys.kind, &kids)?),
+            None => None,
+        };
+        let layout = keys.layout.map(|(_, v)| v);
+        self.spec(keys.kind, kids, strip, layout, &who)
+    }
+
+    /// A node's keys: exactly one kind with its children, and optionally `strip` and
+    /// `parity_layout`.
+    fn node_keys<'e>(
+        &self,
+        entries: &'e RawNode,
+        span: Range<usize>,
+    ) -> Result<NodeKeys<'e>, Problem> {
         // The kind, its key (for messages) and its children.
         type KindEntry<'e> = (Kind, &'e Spanned<String>, &'e [Spanned<RawTree>]);
         let mut kind: Option<KindEntry> = None;
@@ -478,63 +514,76 @@ impl Walk<'_> {
             } else if k == "parity_layout" {
                 layout = Some((key, value));
             } else {
-                let known = [
-                    "concat",
-                    "stripe",
-                    "mirror",
-                    "raid5",
-                    "raid6",
-                    "strip",
-                    "parity_layout",
-                ];
-                let near = known
-                    .iter()
-                    .map(|w| (edit_distance(&k.to_ascii_lowercase(), w), *w))
-                    .filter(|(d, _)| *d <= 2)
-                    .min()
-                    .map_or(String::new(), |(_, w)| format!("; did you mean `{w}`?"));
-                return Err(self.problem(
-                    key.span(),
-                    ErrorKind::Tree,
-                    format!("tree: unknown key `{k}` in a node; a node has one kind ({KINDS_HELP}) and may give strip and parity_layout{near}"),
-                ));
+                return Err(self.unknown_node_key(key));
             }
         }
         let Some((kind, key, children)) = kind else {
             return Err(self.problem(
-                raw.span(),
+                span,
                 ErrorKind::Tree,
                 format!("tree: a node needs a kind with its children, e.g. {{ mirror = [\"d0\", \"d1\"] }}; kinds: {KINDS_HELP}"),
             ));
         };
-        let name = key.get_ref();
-        if children.len() < kind.min_children() {
-            return Err(self.problem(
-                key.span(),
-                ErrorKind::Tree,
-                format!(
-                    "tree: {name} needs at least {} children, got {}",
-                    kind.min_children(),
-                    children.len()
-                ),
-            ));
-        }
-        if children.len() > TREE_CHILDREN_MAX {
-            return Err(self.problem(
-                key.span(),
-                ErrorKind::Tree,
-                format!(
-                    "tree: {name} has {} children; at most {TREE_CHILDREN_MAX}",
-                    children.len()
-                ),
-            ));
-        }
-        let kids = children
+        Ok(NodeKeys {
+            kind,
+            key,
+            children,
+            strip,
+            layout,
+        })
+    }
+
+    fn unknown_node_key(&self, key: &Spanned<String>) -> Problem {
+        let k = key.get_ref();
+        let known = [
+            "concat",
+            "stripe",
+            "mirror",
+            "raid5",
+            "raid6",
+            "strip",
+            "parity_layout",
+        ];
+        let near = known
             .iter()
-            .map(|c| self.node(c, depth + 1))
-            .collect::<Result<Vec<_>, _>>()?;
-        let who = format!("{}: tree: {name}", self.input.who);
-        if let Some((k, _)) = strip {
+            .map(|w| (edit_distance(&k.to_ascii_lowercase(), w), *w))
+            .filter(|(d, _)| *d <= 2)
+            .min()
+            .map_or(String::new(), |(_, w)| format!("; did you mean `{w}`?"));
+        self.problem(
+            key.span(),
+            ErrorKind::Tree,
+            format!("tree: unknown key `{k}` in a node; a node has one kind ({KINDS_HELP}) and may give strip and parity_layout{near}"),
+        )
+    }
+
+    /// At least the kind's minimum of children, at most [`TREE_CHILDREN_MAX`].
+    fn check_child_count(&self, keys: &NodeKeys) -> Result<(), Problem> {
+        let (kind, name, n) = (&keys.kind, keys.key.get_ref(), keys.children.len());
+        if n < kind.min_children() {
+            return Err(self.problem(
+                keys.key.span(),
+                ErrorKind::Tree,
+                format!(
+                    "tree: {name} needs at least {} children, got {n}",
+                    kind.min_children(),
+                ),
+            ));
+        }
+        if n > TREE_CHILDREN_MAX {
+            return Err(self.problem(
+                keys.key.span(),
+                ErrorKind::Tree,
+                format!("tree: {name} has {n} children; at most {TREE_CHILDREN_MAX}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `strip` only where the kind has strips, `parity_layout` only on parity.
+    fn check_node_options(&self, keys: &NodeKeys) -> Result<(), Problem> {
+        let (kind, name) = (&keys.kind, keys.key.get_ref());
+        if let Some((k, _)) = keys.strip {
             if matches!(kind, Kind::Concat | Kind::Mirror) {
                 return Err(self.problem(
                     k.span(),
@@ -543,7 +592,7 @@ impl Walk<'_> {
                 ));
             }
         }
-        if let Some((k, _)) = layout {
+        if let Some((k, _)) = keys.layout {
             if !matches!(kind, Kind::Parity(_)) {
                 return Err(self.problem(
                     k.span(),
@@ -552,10 +601,19 @@ impl Walk<'_> {
                 ));
             }
         }
-        let strip = match strip {
-            Some((_, v)) => Some(self.strip(v, &who, &kind, &kids)?),
-            None => None,
-        };
+        Ok(())
+    }
+
+    /// The node's spec over its children's, its strip and layout defaulted (and the
+    /// defaults' use noted, so the volume's own options can be refused when nothing uses them).
+    fn spec(
+        &mut self,
+        kind: Kind,
+        kids: Vec<Spec>,
+        strip: Option<u64>,
+        layout: Option<&Spanned<RawTreeValue>>,
+        who: &str,
+    ) -> Result<Spec, Problem> {
         Ok(match kind {
             Kind::Concat => Spec::Concat(kids),
             Kind::Mirror => {
@@ -580,7 +638,7 @@ impl Walk<'_> {
             }
             Kind::Parity(parity) => {
                 let layout = match layout {
-                    Some((_, v)) => self.layout(v, &who)?,
+                    Some(v) => self.layout(v, who)?,
                     None => {
                         self.uses_layout_default = true;
                         self.input.layout_default
@@ -697,6 +755,14 @@ pub(crate) fn any_node(root: &Node, f: &dyn Fn(&Node) -> bool) -> bool {
 
 /// `mirror(raid5:64KiB(d0 d1 d2), raid5:64KiB(d3 d4 d5))`: a tree on one line, members by
 /// id (`ids[i]` names volume member `i`).
+impl Volume {
+    /// The volume's tree on one line, members by id:
+    /// `mirror(raid5:64KiB(d0 d1 d2), raid5:64KiB(d3 d4 d5))`.
+    pub fn tree_text(&self, config: &Config) -> String {
+        tree_text(self.geometry.root(), &self.member_ids(config))
+    }
+}
+
 pub fn tree_text(root: &Node, ids: &[&str]) -> String {
     let kids = |n: &Node, sep: &str| {
         n.children()
