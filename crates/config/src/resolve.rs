@@ -5,7 +5,7 @@ use super::allocate::{allocate, Usage};
 use super::error::{ErrorKind, Problem};
 use super::field::size_field;
 use super::listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP};
-use super::raw::{RawConfig, RawSize, RawVolume};
+use super::raw::{RawConfig, RawSize, RawTree, RawVolume};
 use super::schema_error::{one_line, schema_problem};
 use super::size::{format_size, format_size_exact};
 use super::tls::TlsMode;
@@ -57,7 +57,7 @@ type Listed = Vec<(usize, Range<usize>)>;
 /// What a volume declares its layout with.
 enum Given<'a> {
     Level(Level),
-    Tree(&'a Spanned<tree::RawTree>),
+    Tree(&'a Spanned<RawTree>),
 }
 
 impl Given<'_> {

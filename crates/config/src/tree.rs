@@ -18,15 +18,12 @@
 use super::allocate::Sizing;
 use super::error::{line_col, ErrorKind, Problem};
 use super::field::{size_field, strip_field};
-use super::raw::{RawSize, RawVolume};
+use super::raw::{RawNode, RawSize, RawTree, RawTreeValue, RawVolume};
 use super::schema_error::edit_distance;
 use super::size::format_size_exact;
 use crate::model::{defined_members, Config, Member, Volume};
 use nbraid_layout::{Geometry, LayoutError, Node, ParityLayout, Region, Shape, STRIP_MIN};
-use serde::de::{self, Deserializer, Visitor};
-use serde::Deserialize;
 use serde_spanned::Spanned;
-use std::fmt;
 use std::ops::Range;
 
 /// Nodes nest at most this deep (the superblock allows 16 levels; no sensible volume needs 8).
@@ -42,79 +39,6 @@ pub const STRIPE_UNIT_MAX: u64 = 256 << 20;
 /// What valid node kinds are, for messages.
 const KINDS_HELP: &str =
     "concat, stripe, mirror, raid5, raid6 (raid0, raid1 and jbod name stripe, mirror and concat)";
-
-/// A node's entries: its keys and their values, in the order written.
-type RawNode = Vec<(Spanned<String>, Spanned<RawTreeValue>)>;
-
-/// A tree as TOML says it: a member id, or a node table (key, value) in file order.
-#[derive(Debug)]
-pub(crate) enum RawTree {
-    Leaf(String),
-    Node(RawNode),
-}
-
-/// A node table's value: a child list (for the kind key) or a scalar (`strip`, `parity_layout`).
-#[derive(Debug)]
-pub(crate) enum RawTreeValue {
-    Children(Vec<Spanned<RawTree>>),
-    Scalar(RawSize),
-}
-
-impl<'de> Deserialize<'de> for RawTree {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawTree, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = RawTree;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(
-                    "a member id such as \"d0\" or a node such as { mirror = [\"d0\", \"d1\"] }",
-                )
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawTree, E> {
-                Ok(RawTree::Leaf(v.to_string()))
-            }
-            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<RawTree, A::Error> {
-                let mut entries = Vec::new();
-                while let Some(key) = map.next_key::<Spanned<String>>()? {
-                    entries.push((key, map.next_value::<Spanned<RawTreeValue>>()?));
-                }
-                Ok(RawTree::Node(entries))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-impl<'de> Deserialize<'de> for RawTreeValue {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawTreeValue, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = RawTreeValue;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a list of children [ ... ], a size such as \"64KiB\" or a name")
-            }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                let mut out = Vec::new();
-                while let Some(c) = seq.next_element::<Spanned<RawTree>>()? {
-                    out.push(c);
-                }
-                Ok(RawTreeValue::Children(out))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(RawTreeValue::Scalar(RawSize::Text(v.to_string())))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-                Ok(RawTreeValue::Scalar(RawSize::Int(v)))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-                i64::try_from(v)
-                    .map(|v| RawTreeValue::Scalar(RawSize::Int(v)))
-                    .map_err(|_| E::custom("size too large"))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
 
 /// A checked tree, before member sizes are known. Leaves are positions in the volume's
 /// member list.
