@@ -18,6 +18,15 @@
 //!   handshake), request memory of all connections and of each, handshake, idle and stall
 //!   timeouts.
 //!
+//! The server's pieces, in the order a connection meets them: `listener` (binding and
+//! accepting), `server` (admission within the bounds, shutdown) over `shared` (what all
+//! connections share), `connection` (one connection's life), `handshake` (the options),
+//! then the transmission phase: `transmission` (the reader loop: slot, validation, memory,
+//! payload, dispatch) with `request` (headers and their validation), `payload` (receiving
+//! write payloads), `execute` (one step per command), `write_gate` (aligned writes run
+//! unlocked unless an unaligned read-modify-write is in flight), `unaligned`, `reply_head`
+//! (reply encoding) and `replies` (the writer task).
+//!
 //! Plug storage in by implementing [`Export`]; serve with [`Server`]:
 //!
 //! ```no_run
