@@ -103,6 +103,7 @@ mod spares;
 mod summary;
 mod tls;
 mod tree;
+mod tree_spec;
 mod volume_meta;
 
 pub use bench::{
