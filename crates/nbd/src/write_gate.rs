@@ -1,6 +1,6 @@
 //! Who may write an export's blocks while an unaligned request read-modify-writes them.
 //!
-//! A read-modify-write of an edge block (see [`crate::unaligned`]) rewrites bytes it was not
+//! A read-modify-write of an edge block (see the `unaligned` module) rewrites bytes it was not
 //! asked to write: a write to the same block landing between its read and its write-back would
 //! be lost. Unaligned requests come only from clients that negotiated no block size, so they
 //! are rare; aligned writes are the common case and must not pay for them.
