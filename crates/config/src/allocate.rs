@@ -2,7 +2,7 @@
 //! with messages that say how much is needed and how much is free.
 
 use super::size::{format_size, format_size_exact};
-use super::{Member, VolumeSize, JBOD_ALIGN, METADATA_RESERVED};
+use crate::model::{Member, VolumeSize, JBOD_ALIGN, METADATA_RESERVED};
 use nbraid_layout::{Level, Region, Shape};
 
 /// What allocation needs to know of a volume's layout: a named level's [`Shape`] or a declared

@@ -128,7 +128,7 @@ pub(crate) struct RawVolume {
     /// A named level; a volume gives this or `tree`.
     pub level: Option<Spanned<String>>,
     /// A declared tree (see `tree`); a volume gives this or `level`.
-    pub tree: Option<Spanned<super::tree::RawTree>>,
+    pub tree: Option<Spanned<RawTree>>,
     /// Required with `level`; with `tree` optional (the tree's leaves, in tree order).
     pub members: Option<Spanned<Vec<Spanned<String>>>>,
     pub spans: Option<Spanned<i64>>,
@@ -239,4 +239,77 @@ pub(crate) struct Skeleton {
     pub member: Option<Vec<Spanned<toml::Value>>>,
     #[serde(default)]
     pub volume: Option<Vec<Spanned<toml::Value>>>,
+}
+
+/// A node's entries: its keys and their values, in the order written.
+pub(crate) type RawNode = Vec<(Spanned<String>, Spanned<RawTreeValue>)>;
+
+/// A tree as TOML says it: a member id, or a node table (key, value) in file order.
+#[derive(Debug)]
+pub(crate) enum RawTree {
+    Leaf(String),
+    Node(RawNode),
+}
+
+/// A node table's value: a child list (for the kind key) or a scalar (`strip`, `parity_layout`).
+#[derive(Debug)]
+pub(crate) enum RawTreeValue {
+    Children(Vec<Spanned<RawTree>>),
+    Scalar(RawSize),
+}
+
+impl<'de> Deserialize<'de> for RawTree {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawTree, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawTree;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a member id such as \"d0\" or a node such as { mirror = [\"d0\", \"d1\"] }",
+                )
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawTree, E> {
+                Ok(RawTree::Leaf(v.to_string()))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<RawTree, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(key) = map.next_key::<Spanned<String>>()? {
+                    entries.push((key, map.next_value::<Spanned<RawTreeValue>>()?));
+                }
+                Ok(RawTree::Node(entries))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawTreeValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawTreeValue, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawTreeValue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of children [ ... ], a size such as \"64KiB\" or a name")
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(c) = seq.next_element::<Spanned<RawTree>>()? {
+                    out.push(c);
+                }
+                Ok(RawTreeValue::Children(out))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(RawTreeValue::Scalar(RawSize::Text(v.to_string())))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(RawTreeValue::Scalar(RawSize::Int(v)))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                i64::try_from(v)
+                    .map(|v| RawTreeValue::Scalar(RawSize::Int(v)))
+                    .map_err(|_| E::custom("size too large"))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }

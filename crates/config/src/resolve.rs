@@ -2,28 +2,26 @@
 //! located by the spans of the fields they concern; member regions placed by [`super::allocate`].
 
 use super::allocate::{allocate, Usage};
-use super::error::{line_col, ErrorKind, Problem};
-use super::field::{size_field, strip_field};
+use super::error::{ErrorKind, Problem};
+use super::field::size_field;
 use super::listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP};
-use super::raw::{RawConfig, RawMember, RawSize, RawVolume};
+use super::raw::{RawConfig, RawSize, RawTree, RawVolume};
 use super::schema_error::{one_line, schema_problem};
 use super::size::{format_size, format_size_exact};
 use super::tls::TlsMode;
-use super::tree::{self, Plan};
+use super::tree;
+use super::tree_spec::Plan;
 use super::volume_meta;
-use super::{
-    CacheMode, Config, ConfigError, Member, MemberStorage, ReadPolicy, Volume, VolumeSize,
-    BLOCK_SIZES, BLOCK_SIZE_DEFAULT, CACHE_SIZE_DEFAULT, MEMBER_MIN, MEMORY_PATH,
-    METADATA_RESERVED,
+use crate::error::ConfigError;
+use crate::model::{defined_members, Config, Member, Volume, VolumeSize, METADATA_RESERVED};
+use nbraid_layout::CacheMode;
+use nbraid_layout::{
+    Geometry, LayoutError, Level, Node, ParityLayout, Region, Shape, STRIP_DEFAULT,
 };
-use nbraid_layout::{LayoutError, Level, Node, ParityLayout, Shape, STRIP_DEFAULT};
 use serde_spanned::Spanned;
 use std::collections::HashMap;
-use std::io::{Seek, SeekFrom};
 use std::ops::Range;
-use std::path::{Component, Path, PathBuf};
-
-type R<T> = Result<T, Problem>;
+use std::path::{Path, PathBuf};
 
 pub(super) fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     let located = |p: Problem| p.located(text, file);
@@ -54,79 +52,32 @@ pub(super) fn from_toml<T: serde::de::DeserializeOwned>(
 }
 
 /// Lexically cleans a path: drops `.`, folds `..` into the component before it.
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if matches!(out.components().next_back(), Some(Component::Normal(_))) {
-                    out.pop();
-                } else {
-                    out.push("..");
-                }
-            }
-            other => out.push(other.as_os_str()),
-        }
-    }
-    if out.as_os_str().is_empty() {
-        out.push(".");
-    }
-    out
-}
+/// A volume's `members` as config indices, each with the span of its entry.
+type Listed = Vec<(usize, Range<usize>)>;
 
-/// What is at a member path.
-enum Probe {
-    Missing,
-    /// A RAM member: nothing on disk to look at.
-    Memory,
-    Remote,
-    Found(MemberStorage, Option<(u64, u64)>),
-    Unusable(String),
-}
-
-fn probe(path: &Path) -> Probe {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let md = match std::fs::metadata(path) {
-        Ok(md) => md,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Probe::Missing,
-        Err(e) => return Probe::Unusable(format!("cannot be inspected: {e}")),
-    };
-    let id = Some((md.dev(), md.ino()));
-    let ft = md.file_type();
-    if ft.is_file() {
-        Probe::Found(MemberStorage::File { len: md.len() }, id)
-    } else if ft.is_block_device() {
-        let len = std::fs::File::open(path).and_then(|mut f| f.seek(SeekFrom::End(0)));
-        match len {
-            Ok(len) => Probe::Found(MemberStorage::BlockDevice { len }, id),
-            Err(e) => Probe::Unusable(format!("is a block device whose size cannot be read: {e}")),
-        }
-    } else if ft.is_dir() {
-        Probe::Unusable("is a directory; valid: a regular file or a block device".into())
-    } else {
-        Probe::Unusable("is neither a regular file nor a block device".into())
-    }
-}
-
-/// What a volume gives for its geometry.
+/// What a volume declares its layout with.
 enum Given<'a> {
     Level(Level),
-    Tree(&'a Spanned<tree::RawTree>),
+    Tree(&'a Spanned<RawTree>),
 }
 
-struct Cx<'a> {
-    text: &'a str,
-    base: &'a Path,
+impl Given<'_> {
+    /// The named level; `None` for a declared tree.
+    fn level(&self) -> Option<Level> {
+        match self {
+            Given::Level(l) => Some(*l),
+            Given::Tree(_) => None,
+        }
+    }
 }
 
+mod cx;
 mod member;
+mod options;
+
+use cx::{check_name, Cx, R};
 
 impl Cx<'_> {
-    fn line(&self, span: &Range<usize>) -> usize {
-        line_col(self.text, span.start).0
-    }
-
     fn resolve(&self, raw: RawConfig, file: &Path) -> R<Config> {
         let (listen, own_tls) = self.listen(&raw)?;
         let limits = super::limits::resolve(raw.daemon.as_ref().map(|d| d.get_ref()))?;
@@ -140,7 +91,7 @@ impl Cx<'_> {
         let mut spans: Vec<Range<usize>> = Vec::new();
         let mut ids: Vec<Option<(u64, u64)>> = Vec::new();
         for m in raw.member {
-            let (member, id) = self.member(m.get_ref(), &members, &spans, &ids)?;
+            let (member, id) = member::member(self, m.get_ref(), &members, &spans, &ids)?;
             members.push(member);
             spans.push(m.get_ref().id.span());
             ids.push(id);
@@ -260,11 +211,9 @@ impl Cx<'_> {
         Ok((out, own_tls))
     }
 
-    /// A size field in bytes (`who`: `member "d0"`, `field`: `size`).
-    fn size(&self, raw: &Spanned<RawSize>, who: &str, field: &str) -> R<u64> {
-        size_field(raw, who, field)
-    }
-
+    /// Volume `v` (its table at `vspan`), placed on its members after the volumes before it
+    /// (`usage`). The checks run in this order, so the first problem reported stays the same:
+    /// name, level or tree, members, options, shape, size, metadata, placement.
     fn volume(
         &self,
         v: &RawVolume,
@@ -272,284 +221,32 @@ impl Cx<'_> {
         members: &[Member],
         usage: &mut [Usage],
     ) -> R<Volume> {
-        let name = v.name.get_ref().clone();
-        check_name(&name, "volume name", v.name.span())?;
-        if name.len() > 4096 {
-            return Err(Problem::new(
-                v.name.span(),
-                ErrorKind::Name,
-                "volume name is longer than NBD's 4096-byte limit for export names",
-            ));
-        }
-        let who = format!("volume \"{name}\"");
-        // A named level or a declared tree: exactly one.
-        let given = match (&v.level, &v.tree) {
-            (Some(_), Some(t)) => {
-                return Err(Problem::new(
-                    t.span(),
-                    ErrorKind::Tree,
-                    format!("{who}: gives both level and tree; give one: level names a RAID level (level = \"raid50\"), tree declares the nesting (tree = {{ mirror = [...] }})"),
-                ))
-            }
-            (None, None) => {
-                return Err(Problem::new(
-                    vspan,
-                    ErrorKind::Schema,
-                    format!("{who}: missing field `level` (or `tree`, to declare the nesting)"),
-                ))
-            }
-            (Some(l), None) => Given::Level(l.get_ref().parse().map_err(|e: String| {
-                Problem::new(l.span(), ErrorKind::Level, format!("{who}: level: {e}"))
-            })?),
-            (None, Some(t)) => Given::Tree(t),
-        };
-        let level = match given {
-            Given::Level(l) => Some(l),
-            Given::Tree(_) => None,
-        };
-
-        // Members: known, each once.
-        let listed = match &v.members {
-            Some(list) => Some(self.member_list(&who, list.get_ref(), members)?),
-            None if level.is_some() => {
-                return Err(Problem::new(
-                    vspan,
-                    ErrorKind::Schema,
-                    format!("{who}: missing field `members`"),
-                ))
-            }
-            None => None,
-        };
-
-        let spans = match &v.spans {
-            None => None,
-            Some(s) if level.is_none() => {
-                return Err(Problem::new(
-                    s.span(),
-                    ErrorKind::Members,
-                    format!("{who}: spans does not apply to a declared tree (its nodes say how members group); remove it"),
-                ))
-            }
-            Some(s) if *s.get_ref() < 1 => {
-                return Err(Problem::new(
-                    s.span(),
-                    ErrorKind::Members,
-                    format!("{who}: spans = {} is not valid; spans is a count of at least 2 (for raid10, raid50, raid60)", s.get_ref()),
-                ))
-            }
-            Some(s) => Some(*s.get_ref() as usize),
-        };
-
-        let strip = match &v.strip_size {
-            None => STRIP_DEFAULT,
-            Some(s) => {
-                if matches!(level, Some(Level::Jbod | Level::Raid1)) {
-                    let level = level.expect("matched");
-                    return Err(Problem::new(
-                        s.span(),
-                        ErrorKind::Option,
-                        format!("{who}: strip_size does not apply to {level} (it has no strips); remove it, or use a striped level (raid0, raid5, raid6, raid10, raid50, raid60)"),
-                    ));
-                }
-                strip_field(s, &who, "strip_size")?
-            }
-        };
-
-        let parity_layout = match &v.parity_layout {
-            None => ParityLayout::default(),
-            Some(p) => {
-                if let Some(level) = level.filter(|l| l.parity() == 0) {
-                    return Err(Problem::new(
-                        p.span(),
-                        ErrorKind::Option,
-                        format!("{who}: parity_layout does not apply to {level} (it has no parity); it applies to raid5, raid6, raid50, raid60"),
-                    ));
-                }
-                p.get_ref().parse().map_err(|e: String| {
-                    Problem::new(
-                        p.span(),
-                        ErrorKind::Option,
-                        format!("{who}: parity_layout: {e}"),
-                    )
-                })?
-            }
-        };
-
-        let read_policy = match &v.read_policy {
-            None => ReadPolicy::LeastPending,
-            Some(p) => {
-                if let Some(level) = level.filter(|l| !matches!(l, Level::Raid1 | Level::Raid10)) {
-                    return Err(Problem::new(
-                        p.span(),
-                        ErrorKind::Option,
-                        format!("{who}: read_policy does not apply to {level} (it has no mirrors); it applies to raid1 and raid10"),
-                    ));
-                }
-                p.get_ref().parse().map_err(|e: String| {
-                    Problem::new(p.span(), ErrorKind::Option, format!("{who}: {e}"))
-                })?
-            }
-        };
-
-        let mut cache = match &v.cache {
-            None => CacheMode::WriteBack {
-                bytes: CACHE_SIZE_DEFAULT,
-            },
-            Some(c) => CacheMode::from_name(c.get_ref(), CACHE_SIZE_DEFAULT)
-                .map_err(|e| Problem::new(c.span(), ErrorKind::Option, format!("{who}: {e}")))?,
-        };
-        if let Some(c) = &v.cache_size {
-            let CacheMode::WriteBack { bytes } = &mut cache else {
-                return Err(Problem::new(
-                    c.span(),
-                    ErrorKind::Option,
-                    format!("{who}: cache_size applies only to cache = \"write-back\"; remove it or set cache = \"write-back\""),
-                ));
-            };
-            *bytes = self.size(c, &who, "cache_size")?;
-        }
-
-        let block_size = match &v.block_size {
-            None => BLOCK_SIZE_DEFAULT,
-            Some(b) => {
-                let ok = u32::try_from(*b.get_ref())
-                    .ok()
-                    .filter(|b| BLOCK_SIZES.contains(b));
-                ok.ok_or_else(|| {
-                    Problem::new(
-                        b.span(),
-                        ErrorKind::Option,
-                        format!(
-                            "{who}: block_size {} is not supported; valid: 512, 4096",
-                            b.get_ref()
-                        ),
-                    )
-                })?
-            }
-        };
-
-        let (plan, idx) = match given {
-            Given::Level(level) => {
-                let idx: Vec<usize> = listed
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|m| m.0)
-                    .collect();
-                let shape = Shape::new(level, idx.len(), spans, strip, parity_layout)
-                    .map_err(|e| self.shape_problem(&who, v, level, idx.len(), e))?;
-                (Plan::Named(shape), idx)
-            }
-            Given::Tree(t) => {
-                let input = tree::TreeInput {
-                    text: self.text,
-                    who: &who,
-                    members,
-                    listed,
-                    strip_default: strip,
-                    layout_default: parity_layout,
-                };
-                let d = tree::resolve(input, t)?;
-                tree::check_volume_options(&who, v, &d)?;
-                (Plan::Declared(d.spec), d.members)
-            }
-        };
-
-        let requested = match &v.size {
-            None => VolumeSize::All,
-            Some(s) => match s.get_ref() {
-                RawSize::Text(t) if t.eq_ignore_ascii_case("all") => VolumeSize::All,
-                _ => VolumeSize::Bytes(self.size(s, &who, "size").map_err(|mut p| {
-                    p.message.push_str(", or \"all\"");
-                    p
-                })?),
-            },
-        };
+        let (name, who) = volume_name(v)?;
+        let given = given(v, vspan.clone(), &who)?;
+        let level = given.level();
+        let listed = self.listed_members(v, vspan, &who, level, members)?;
+        let opts = options::volume_options(v, &who, level)?;
+        let (plan, idx) = self.plan(v, &who, given, listed, &opts, members)?;
+        let requested = requested_size(v, &who)?;
         let mut metadata = volume_meta::metadata_options(v, &who)?;
+        let at = Placement {
+            who: &who,
+            plan: &plan,
+            requested,
+            idx: &idx,
+            members,
+        };
         // A log whose ring the metadata area cannot hold (large strips) gets a reserve sized
         // from the strip, as if `write_hole_log_size` had asked for it: every parity volume
         // has its log. The strips, hence the ring, do not depend on where regions start.
         if metadata.ppl && metadata.ppl_log_bytes.is_none() {
-            let trial = allocate(&who, plan.sizing(), requested, &idx, members, usage)
-                .ok()
-                .and_then(|regions| plan.geometry(&regions).ok());
-            metadata.ppl_log_bytes = trial.and_then(|g| nbraid_layout::log_reserve_bytes(g.root()));
+            metadata.ppl_log_bytes = at.trial_log_reserve(usage);
         }
-        // The write-hole log's reserve comes before the volume's region on every member.
-        if let Some(log_bytes) = metadata.ppl_log_bytes {
-            for &m in &idx {
-                usage[m].cursor += log_bytes;
-                let what = format!("the write-hole log of volume \"{name}\"");
-                usage[m].users.push((what, log_bytes));
-            }
-        }
-        let size_span = v.size.as_ref().map_or(v.name.span(), |s| s.span());
-        let regions = allocate(&who, plan.sizing(), requested, &idx, members, usage)
-            .map_err(|m| Problem::new(size_span.clone(), ErrorKind::Fit, m))?;
-        let fit =
-            |e: LayoutError| Problem::new(size_span.clone(), ErrorKind::Fit, format!("{who}: {e}"));
-        let geometry = plan.geometry(&regions).map_err(fit)?;
-        if geometry.capacity() == 0 {
-            return Err(Problem::new(
-                size_span.clone(),
-                ErrorKind::Fit,
-                format!(
-                    "{who}: its members' regions ({} each) are too small to hold one stripe of the tree; give the members more room or a smaller strip",
-                    format_size(regions.first().map_or(0, |r| r.len))
-                ),
-            ));
-        }
-        let logged = tree::any_node(geometry.root(), &|n| matches!(n, Node::Parity(_)));
-        if let (false, Some(s)) = (logged, &v.write_hole_log_size) {
-            return Err(Problem::new(
-                s.span(),
-                ErrorKind::Option,
-                format!("{who}: write_hole_log_size applies only to volumes with RAID 5/6 parity (raid5, raid6, raid50, raid60 or a tree with a parity node); remove it"),
-            ));
-        }
-        let ring = nbraid_layout::volume_log_ring_bytes(geometry.root());
-        if let (Some(s), Some(given), Some(need)) =
-            (&v.write_hole_log_size, metadata.ppl_log_bytes, ring)
-        {
-            if given < need {
-                return Err(Problem::new(
-                    s.span(),
-                    ErrorKind::Option,
-                    format!(
-                        "{who}: write_hole_log_size {} is smaller than the log its strips need ({}: two of the largest stripe write's entries); give at least \"{}\", or remove it to have it sized from the strip",
-                        format_size(given),
-                        format_size(need),
-                        format_size_exact(need.next_multiple_of(1 << 20))
-                    ),
-                ));
-            }
-        }
-        for (&m, r) in idx.iter().zip(&regions) {
-            usage[m].cursor = r.start + r.len;
-            if r.len > 0 {
-                usage[m].users.push((format!("volume \"{name}\""), r.len));
-            }
-        }
-
-        if let (true, Some(cache_size)) = (
-            tree::any_node(geometry.root(), &|n| matches!(n, Node::Parity(_))),
-            cache.cache_bytes(),
-        ) {
-            let width = geometry.full_stripe_width().unwrap_or(0);
-            if cache_size < width {
-                let span = v.cache_size.as_ref().map_or(v.name.span(), |c| c.span());
-                return Err(Problem::new(
-                    span,
-                    ErrorKind::Option,
-                    format!(
-                        "{who}: cache_size {} is smaller than one full stripe ({}); set cache_size = \"{}\" or more",
-                        format_size(cache_size),
-                        format_size(width),
-                        format_size_exact(width)
-                    ),
-                ));
-            }
-        }
-
+        at.reserve_log(&name, metadata.ppl_log_bytes, usage);
+        let (regions, geometry) = at.regions(v, usage)?;
+        check_log_size(v, &who, &geometry, metadata.ppl_log_bytes)?;
+        claim_regions(&name, &idx, &regions, usage);
+        check_cache_holds_a_stripe(v, &who, &geometry, &opts.cache)?;
         Ok(Volume {
             name,
             shape: plan.into_shape(),
@@ -557,13 +254,73 @@ impl Cx<'_> {
             regions,
             geometry,
             requested,
-            read_policy,
-            cache,
+            read_policy: opts.read_policy,
+            cache: opts.cache,
             read_only: v.read_only.unwrap_or(false),
-            block_size,
+            block_size: opts.block_size,
             metadata,
             heal: Default::default(),
         })
+    }
+
+    /// The volume's `members`: required with a level, optional (the tree names them) with a
+    /// tree.
+    fn listed_members(
+        &self,
+        v: &RawVolume,
+        vspan: Range<usize>,
+        who: &str,
+        level: Option<Level>,
+        members: &[Member],
+    ) -> R<Option<Listed>> {
+        match &v.members {
+            Some(list) => Ok(Some(self.member_list(who, list.get_ref(), members)?)),
+            None if level.is_some() => Err(Problem::new(
+                vspan,
+                ErrorKind::Schema,
+                format!("{who}: missing field `members`"),
+            )),
+            None => Ok(None),
+        }
+    }
+
+    /// The layout plan and the volume's members in layout order: a named level's shape over
+    /// the listed members, or a declared tree resolved with the options as its defaults.
+    fn plan(
+        &self,
+        v: &RawVolume,
+        who: &str,
+        given: Given,
+        listed: Option<Listed>,
+        opts: &options::VolumeOptions,
+        members: &[Member],
+    ) -> R<(Plan, Vec<usize>)> {
+        match given {
+            Given::Level(level) => {
+                let idx: Vec<usize> = listed
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|m| m.0)
+                    .collect();
+                let shape =
+                    Shape::new(level, idx.len(), opts.spans, opts.strip, opts.parity_layout)
+                        .map_err(|e| self.shape_problem(who, v, level, idx.len(), e))?;
+                Ok((Plan::Named(shape), idx))
+            }
+            Given::Tree(t) => {
+                let input = tree::TreeInput {
+                    text: self.text,
+                    who,
+                    members,
+                    listed,
+                    strip_default: opts.strip,
+                    layout_default: opts.parity_layout,
+                };
+                let d = tree::resolve(input, t)?;
+                tree::check_volume_options(who, v, &d)?;
+                Ok((Plan::Declared(d.spec), d.members))
+            }
+        }
     }
 
     /// A volume's `members`: config indices and the span of each entry; each known, each once.
@@ -650,49 +407,179 @@ impl Cx<'_> {
     }
 }
 
-/// "d0, d1, d2", or what to do when no member is defined: for unknown-member messages.
-pub(super) fn defined_members(members: &[Member]) -> String {
-    if members.is_empty() {
-        return "none yet; add [[member]] tables".into();
-    }
-    let ids: Vec<&str> = members.iter().map(|m| m.id.as_str()).collect();
-    ids.join(", ")
-}
-
-fn state_len(state: MemberStorage) -> u64 {
-    match state {
-        MemberStorage::Missing | MemberStorage::Memory | MemberStorage::Remote => 0,
-        MemberStorage::File { len } | MemberStorage::BlockDevice { len } => len,
-    }
-}
-
-fn check_name(name: &str, what: &str, span: Range<usize>) -> R<()> {
-    if name.is_empty() {
+/// The volume's name (checked: no whitespace, at most NBD's 4096 bytes) and how messages
+/// name the volume.
+fn volume_name(v: &RawVolume) -> R<(String, String)> {
+    let name = v.name.get_ref().clone();
+    check_name(&name, "volume name", v.name.span())?;
+    if name.len() > 4096 {
         return Err(Problem::new(
-            span,
+            v.name.span(),
             ErrorKind::Name,
-            format!("{what} is empty"),
+            "volume name is longer than NBD's 4096-byte limit for export names",
         ));
     }
-    if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    let who = format!("volume \"{name}\"");
+    Ok((name, who))
+}
+
+/// A named level or a declared tree: exactly one.
+fn given<'a>(v: &'a RawVolume, vspan: Range<usize>, who: &str) -> R<Given<'a>> {
+    match (&v.level, &v.tree) {
+        (Some(_), Some(t)) => Err(Problem::new(
+            t.span(),
+            ErrorKind::Tree,
+            format!("{who}: gives both level and tree; give one: level names a RAID level (level = \"raid50\"), tree declares the nesting (tree = {{ mirror = [...] }})"),
+        )),
+        (None, None) => Err(Problem::new(
+            vspan,
+            ErrorKind::Schema,
+            format!("{who}: missing field `level` (or `tree`, to declare the nesting)"),
+        )),
+        (Some(l), None) => Ok(Given::Level(l.get_ref().parse().map_err(|e: String| {
+            Problem::new(l.span(), ErrorKind::Level, format!("{who}: level: {e}"))
+        })?)),
+        (None, Some(t)) => Ok(Given::Tree(t)),
+    }
+}
+
+/// The volume's `size`: `"all"` (the default) or bytes.
+fn requested_size(v: &RawVolume, who: &str) -> R<VolumeSize> {
+    Ok(match &v.size {
+        None => VolumeSize::All,
+        Some(s) => match s.get_ref() {
+            RawSize::Text(t) if t.eq_ignore_ascii_case("all") => VolumeSize::All,
+            _ => VolumeSize::Bytes(size_field(s, who, "size").map_err(|mut p| {
+                p.message.push_str(", or \"all\"");
+                p
+            })?),
+        },
+    })
+}
+
+/// Where one volume goes: its plan and size over its members (in layout order).
+struct Placement<'a> {
+    who: &'a str,
+    plan: &'a Plan,
+    requested: VolumeSize,
+    idx: &'a [usize],
+    members: &'a [Member],
+}
+
+impl Placement<'_> {
+    /// The write-hole log reserve of the volume's geometry, tried on regions placed as if
+    /// there were no reserve; `None` when it does not fit or needs none.
+    fn trial_log_reserve(&self, usage: &[Usage]) -> Option<u64> {
+        let p = self;
+        let trial = allocate(p.who, p.plan.sizing(), p.requested, p.idx, p.members, usage)
+            .ok()
+            .and_then(|regions| p.plan.geometry(&regions).ok());
+        trial.and_then(|g| nbraid_layout::log_reserve_bytes(g.root()))
+    }
+
+    /// The write-hole log's reserve comes before the volume's region on every member.
+    fn reserve_log(&self, name: &str, log_bytes: Option<u64>, usage: &mut [Usage]) {
+        let Some(log_bytes) = log_bytes else { return };
+        for &m in self.idx {
+            usage[m].cursor += log_bytes;
+            let what = format!("the write-hole log of volume \"{name}\"");
+            usage[m].users.push((what, log_bytes));
+        }
+    }
+
+    /// The volume's regions and their geometry, which must hold at least one stripe.
+    fn regions(&self, v: &RawVolume, usage: &mut [Usage]) -> R<(Vec<Region>, Geometry)> {
+        let who = self.who;
+        let size_span = v.size.as_ref().map_or(v.name.span(), |s| s.span());
+        let regions = allocate(
+            who,
+            self.plan.sizing(),
+            self.requested,
+            self.idx,
+            self.members,
+            usage,
+        )
+        .map_err(|m| Problem::new(size_span.clone(), ErrorKind::Fit, m))?;
+        let fit =
+            |e: LayoutError| Problem::new(size_span.clone(), ErrorKind::Fit, format!("{who}: {e}"));
+        let geometry = self.plan.geometry(&regions).map_err(fit)?;
+        if geometry.capacity() == 0 {
+            return Err(Problem::new(
+                size_span.clone(),
+                ErrorKind::Fit,
+                format!(
+                    "{who}: its members' regions ({} each) are too small to hold one stripe of the tree; give the members more room or a smaller strip",
+                    format_size(regions.first().map_or(0, |r| r.len))
+                ),
+            ));
+        }
+        Ok((regions, geometry))
+    }
+}
+
+/// `write_hole_log_size` applies only to a geometry with parity, and must hold the ring its
+/// strips need.
+fn check_log_size(v: &RawVolume, who: &str, geometry: &Geometry, given: Option<u64>) -> R<()> {
+    let logged = tree::any_node(geometry.root(), &|n| matches!(n, Node::Parity(_)));
+    if let (false, Some(s)) = (logged, &v.write_hole_log_size) {
         return Err(Problem::new(
-            span,
-            ErrorKind::Name,
-            format!("{what} \"{name}\" contains whitespace or control characters; use letters, digits, '-', '_' or '.'"),
+            s.span(),
+            ErrorKind::Option,
+            format!("{who}: write_hole_log_size applies only to volumes with RAID 5/6 parity (raid5, raid6, raid50, raid60 or a tree with a parity node); remove it"),
         ));
+    }
+    let ring = nbraid_layout::volume_log_ring_bytes(geometry.root());
+    if let (Some(s), Some(given), Some(need)) = (&v.write_hole_log_size, given, ring) {
+        if given < need {
+            return Err(Problem::new(
+                s.span(),
+                ErrorKind::Option,
+                format!(
+                    "{who}: write_hole_log_size {} is smaller than the log its strips need ({}: two of the largest stripe write's entries); give at least \"{}\", or remove it to have it sized from the strip",
+                    format_size(given),
+                    format_size(need),
+                    format_size_exact(need.next_multiple_of(1 << 20))
+                ),
+            ));
+        }
     }
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn normalizes_lexically() {
-        assert_eq!(normalize(Path::new("./a/./b/../c")), PathBuf::from("a/c"));
-        assert_eq!(normalize(Path::new("../x")), PathBuf::from("../x"));
-        assert_eq!(normalize(Path::new("/a/b/../../c")), PathBuf::from("/c"));
-        assert_eq!(normalize(Path::new(".")), PathBuf::from("."));
+/// Marks the volume's regions used: the next volume starts after them.
+fn claim_regions(name: &str, idx: &[usize], regions: &[Region], usage: &mut [Usage]) {
+    for (&m, r) in idx.iter().zip(regions) {
+        usage[m].cursor = r.start + r.len;
+        if r.len > 0 {
+            usage[m].users.push((format!("volume \"{name}\""), r.len));
+        }
     }
+}
+
+/// A write-back cache over parity holds at least one full stripe.
+fn check_cache_holds_a_stripe(
+    v: &RawVolume,
+    who: &str,
+    geometry: &Geometry,
+    cache: &CacheMode,
+) -> R<()> {
+    let parity = tree::any_node(geometry.root(), &|n| matches!(n, Node::Parity(_)));
+    let (true, Some(cache_size)) = (parity, cache.cache_bytes()) else {
+        return Ok(());
+    };
+    let width = geometry.full_stripe_width().unwrap_or(0);
+    if cache_size < width {
+        let span = v.cache_size.as_ref().map_or(v.name.span(), |c| c.span());
+        return Err(Problem::new(
+            span,
+            ErrorKind::Option,
+            format!(
+                "{who}: cache_size {} is smaller than one full stripe ({}); set cache_size = \"{}\" or more",
+                format_size(cache_size),
+                format_size(width),
+                format_size_exact(width)
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -20,22 +20,10 @@
 use super::error::{ErrorKind, Problem};
 use super::raw::{RawSize, RawVolume};
 use super::size::{format_size, format_size_exact, no_unit, parse_rate, SIZE_UNITS_HELP};
-use super::{Member, Volume};
+use crate::model::{Member, Volume};
 use serde_spanned::Spanned;
 
-/// A volume's spares and rebuild rate.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HealOptions {
-    /// Spare members, as indices into [`super::Config::members`], in the config's order.
-    pub spares: Vec<usize>,
-    /// Bytes per second an automatic rebuild runs at (0: unlimited).
-    pub rebuild_rate_bytes_per_s: u64,
-    /// `rebuild_rate = "adaptive"`: full speed while clients are idle, yielding to their I/O
-    /// (the limit is then 0).
-    pub rebuild_adaptive: bool,
-}
-
-/// Fills every volume's [`HealOptions`] from its raw table (`raw[k]` is `volumes[k]`).
+/// Fills every volume's [`HealOptions`](crate::model::HealOptions) from its raw table (`raw[k]` is `volumes[k]`).
 pub(crate) fn resolve(
     raw: &[&RawVolume],
     volumes: &mut [Volume],

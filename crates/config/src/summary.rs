@@ -1,8 +1,8 @@
 //! What a checked config amounts to, for people (`Display`: tables) and scripts (`Serialize`).
 
-use super::size::format_size;
-use super::tree::any_node;
-use super::{Config, MemberStorage, VolumeSize, METADATA_RESERVED};
+use crate::model::{Config, MemberStorage, VolumeSize, METADATA_RESERVED};
+use crate::size::format_size;
+use crate::tree::any_node;
 use nbraid_layout::{FaultTolerance, Level, Node};
 use serde::Serialize;
 use std::fmt;
@@ -30,7 +30,7 @@ pub struct MemberSummary {
     pub free_bytes: u64,
     pub state: MemberStorage,
     /// A remote member's `timeout` and `connections` as configured (`null`: the default).
-    pub remote: crate::RemoteSettings,
+    pub remote: crate::remote_member::RemoteSettings,
     /// Missing, and every volume on it is new: assembly creates it (sparse). A missing member
     /// of a volume with data is not created; the volume runs degraded without it.
     pub will_create: bool,
@@ -212,76 +212,19 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 impl fmt::Display for Summary {
+    /// The config's file and listeners, the members' table, the volumes' table, then each
+    /// volume's options on a line.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "config  {}", self.file)?;
         writeln!(f, "listen  {}", self.listen.join(", "))?;
         writeln!(f)?;
-        let rows: Vec<Vec<String>> = self
-            .members
-            .iter()
-            .map(|m| {
-                vec![
-                    m.id.clone(),
-                    m.path.clone(),
-                    format_size(m.size_bytes),
-                    format_size(m.used_bytes),
-                    format_size(m.free_bytes),
-                    match m.state {
-                        MemberStorage::Missing if m.will_create => {
-                            "missing: created sparse on assembly".into()
-                        }
-                        MemberStorage::Missing => {
-                            "MISSING: its volumes run degraded without it".into()
-                        }
-                        MemberStorage::File { .. } => "file".into(),
-                        MemberStorage::BlockDevice { .. } => "block device".into(),
-                        MemberStorage::Memory => "memory (lost at exit)".into(),
-                        MemberStorage::Remote => remote_text(&m.remote),
-                    },
-                    match &m.spare_of {
-                        Some(v) => format!("spare of {v}"),
-                        None if m.volumes.is_empty() => "-".into(),
-                        None => m.volumes.join(", "),
-                    },
-                ]
-            })
-            .collect();
+        let rows: Vec<Vec<String>> = self.members.iter().map(member_row).collect();
         f.write_str(&table(
             &["MEMBER", "PATH", "SIZE", "USED", "FREE", "STATE", "VOLUMES"],
             &rows,
         ))?;
         writeln!(f)?;
-        let rows: Vec<Vec<String>> = self
-            .volumes
-            .iter()
-            .map(|v| {
-                let per_span = v.members.len() / v.spans.unwrap_or(1).max(1);
-                let members: Vec<String> = v
-                    .members
-                    .chunks(per_span.max(1))
-                    .map(|c| {
-                        c.iter()
-                            .map(|m| m.id.as_str())
-                            .collect::<Vec<_>>()
-                            .join(" ")
-                    })
-                    .collect();
-                vec![
-                    v.name.clone(),
-                    v.level.map_or("tree", Level::name).to_string(),
-                    v.spans.map_or("-".into(), |s| s.to_string()),
-                    members.join(" | "),
-                    v.strip_size_bytes.map_or("-".into(), format_size),
-                    v.data_members.to_string(),
-                    format!("{} ({} bytes)", v.capacity, v.capacity_bytes),
-                    v.full_stripe_width_bytes.map_or("-".into(), format_size),
-                    format!(
-                        "{} worst, {} best",
-                        v.fault_tolerance.worst, v.fault_tolerance.best
-                    ),
-                ]
-            })
-            .collect();
+        let rows: Vec<Vec<String>> = self.volumes.iter().map(volume_row).collect();
         f.write_str(&table(
             &[
                 "VOLUME",
@@ -297,47 +240,105 @@ impl fmt::Display for Summary {
             &rows,
         ))?;
         for v in &self.volumes {
-            let mut opts = Vec::new();
-            if let Some(p) = &v.parity_layout {
-                opts.push(format!("parity {p}"));
-            }
-            if let Some(r) = &v.read_policy {
-                opts.push(format!("reads {r}"));
-            }
-            match (v.has_parity, v.cache_size_bytes) {
-                (false, _) => opts.push("no stripe cache (no parity)".into()),
-                (true, Some(c)) => opts.push(format!("cache {} ({})", v.cache, format_size(c))),
-                (true, None) => opts.push(format!("cache {}", v.cache)),
-            }
-            if let Some(b) = v.write_hole_log_bytes {
-                opts.push(format!("write-hole log {} per member", format_size(b)));
-            }
-            opts.push(format!("{}-byte blocks", v.block_size));
-            if v.level.is_none() {
-                opts.insert(0, format!("tree {}", v.tree));
-            }
-            if v.read_only {
-                opts.push("read-only".into());
-            }
-            if !v.spares.is_empty() {
-                opts.push(format!("spares {}", v.spares.join(" ")));
-                opts.push(match v.rebuild_rate_bytes_per_s {
-                    _ if v.rebuild_adaptive => "rebuilds adaptive".into(),
-                    0 => "rebuilds unlimited".into(),
-                    r => format!("rebuilds at {}/s", format_size(r)),
-                });
-            }
-            write!(f, "\n{}: {}", v.name, opts.join(", "))?;
+            write!(f, "\n{}: {}", v.name, volume_options(v).join(", "))?;
         }
         writeln!(f)
     }
 }
 
+/// A member's row of the members' table.
+fn member_row(m: &MemberSummary) -> Vec<String> {
+    vec![
+        m.id.clone(),
+        m.path.clone(),
+        format_size(m.size_bytes),
+        format_size(m.used_bytes),
+        format_size(m.free_bytes),
+        match m.state {
+            MemberStorage::Missing if m.will_create => "missing: created sparse on assembly".into(),
+            MemberStorage::Missing => "MISSING: its volumes run degraded without it".into(),
+            MemberStorage::File { .. } => "file".into(),
+            MemberStorage::BlockDevice { .. } => "block device".into(),
+            MemberStorage::Memory => "memory (lost at exit)".into(),
+            MemberStorage::Remote => remote_text(&m.remote),
+        },
+        match &m.spare_of {
+            Some(v) => format!("spare of {v}"),
+            None if m.volumes.is_empty() => "-".into(),
+            None => m.volumes.join(", "),
+        },
+    ]
+}
+
+/// A volume's row of the volumes' table: its members grouped by span.
+fn volume_row(v: &VolumeSummary) -> Vec<String> {
+    let per_span = v.members.len() / v.spans.unwrap_or(1).max(1);
+    let members: Vec<String> = v
+        .members
+        .chunks(per_span.max(1))
+        .map(|c| {
+            c.iter()
+                .map(|m| m.id.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    vec![
+        v.name.clone(),
+        v.level.map_or("tree", Level::name).to_string(),
+        v.spans.map_or("-".into(), |s| s.to_string()),
+        members.join(" | "),
+        v.strip_size_bytes.map_or("-".into(), format_size),
+        v.data_members.to_string(),
+        format!("{} ({} bytes)", v.capacity, v.capacity_bytes),
+        v.full_stripe_width_bytes.map_or("-".into(), format_size),
+        format!(
+            "{} worst, {} best",
+            v.fault_tolerance.worst, v.fault_tolerance.best
+        ),
+    ]
+}
+
+/// A volume's options line: tree, parity, reads, cache, log, blocks, read-only, spares.
+fn volume_options(v: &VolumeSummary) -> Vec<String> {
+    let mut opts = Vec::new();
+    if v.level.is_none() {
+        opts.push(format!("tree {}", v.tree));
+    }
+    if let Some(p) = &v.parity_layout {
+        opts.push(format!("parity {p}"));
+    }
+    if let Some(r) = &v.read_policy {
+        opts.push(format!("reads {r}"));
+    }
+    match (v.has_parity, v.cache_size_bytes) {
+        (false, _) => opts.push("no stripe cache (no parity)".into()),
+        (true, Some(c)) => opts.push(format!("cache {} ({})", v.cache, format_size(c))),
+        (true, None) => opts.push(format!("cache {}", v.cache)),
+    }
+    if let Some(b) = v.write_hole_log_bytes {
+        opts.push(format!("write-hole log {} per member", format_size(b)));
+    }
+    opts.push(format!("{}-byte blocks", v.block_size));
+    if v.read_only {
+        opts.push("read-only".into());
+    }
+    if !v.spares.is_empty() {
+        opts.push(format!("spares {}", v.spares.join(" ")));
+        opts.push(match v.rebuild_rate_bytes_per_s {
+            _ if v.rebuild_adaptive => "rebuilds adaptive".into(),
+            0 => "rebuilds unlimited".into(),
+            r => format!("rebuilds at {}/s", format_size(r)),
+        });
+    }
+    opts
+}
+
 /// "remote NBD export", with the connection keys the config sets.
-fn remote_text(r: &crate::RemoteSettings) -> String {
+fn remote_text(r: &crate::remote_member::RemoteSettings) -> String {
     let mut keys = Vec::new();
     if let Some(t) = r.timeout {
-        keys.push(format!("timeout {}", crate::format_duration(t)));
+        keys.push(format!("timeout {}", crate::limits::format_duration(t)));
     }
     if let Some(n) = r.connections {
         keys.push(format!("up to {n} connections"));
@@ -346,5 +347,18 @@ fn remote_text(r: &crate::RemoteSettings) -> String {
         "remote NBD export".into()
     } else {
         format!("remote NBD export ({})", keys.join(", "))
+    }
+}
+
+impl Config {
+    /// Facts per member and volume, for `nbraid check --json` and for printing.
+    pub fn summary(&self) -> Summary {
+        Summary::of(self)
+    }
+
+    /// The human summary (tables of members and volumes) that `nbraid check` and `nbraidd`
+    /// print.
+    pub fn explain(&self) -> String {
+        self.summary().to_string()
     }
 }

@@ -15,19 +15,15 @@
 //! becomes the same layout [`Node`] a named level builds, so the engine, the superblock and
 //! `nbraid check` see one kind of thing.
 
-use super::allocate::Sizing;
 use super::error::{line_col, ErrorKind, Problem};
 use super::field::{size_field, strip_field};
-use super::raw::{RawSize, RawVolume};
-use super::resolve::defined_members;
+use super::raw::{RawNode, RawSize, RawTree, RawTreeValue, RawVolume};
 use super::schema_error::edit_distance;
 use super::size::format_size_exact;
-use super::Member;
-use nbraid_layout::{Geometry, LayoutError, Node, ParityLayout, Region, Shape, STRIP_MIN};
-use serde::de::{self, Deserializer, Visitor};
-use serde::Deserialize;
+use crate::model::{defined_members, Config, Member, Volume};
+use crate::tree_spec::Spec;
+use nbraid_layout::{Node, ParityLayout, STRIP_MIN};
 use serde_spanned::Spanned;
-use std::fmt;
 use std::ops::Range;
 
 /// Nodes nest at most this deep (the superblock allows 16 levels; no sensible volume needs 8).
@@ -43,238 +39,6 @@ pub const STRIPE_UNIT_MAX: u64 = 256 << 20;
 /// What valid node kinds are, for messages.
 const KINDS_HELP: &str =
     "concat, stripe, mirror, raid5, raid6 (raid0, raid1 and jbod name stripe, mirror and concat)";
-
-/// A tree as TOML says it: a member id, or a node table (key, value) in file order.
-#[derive(Debug)]
-pub(crate) enum RawTree {
-    Leaf(String),
-    Node(Vec<(Spanned<String>, Spanned<RawTreeValue>)>),
-}
-
-/// A node table's value: a child list (for the kind key) or a scalar (`strip`, `parity_layout`).
-#[derive(Debug)]
-pub(crate) enum RawTreeValue {
-    Children(Vec<Spanned<RawTree>>),
-    Scalar(RawSize),
-}
-
-impl<'de> Deserialize<'de> for RawTree {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawTree, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = RawTree;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(
-                    "a member id such as \"d0\" or a node such as { mirror = [\"d0\", \"d1\"] }",
-                )
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawTree, E> {
-                Ok(RawTree::Leaf(v.to_string()))
-            }
-            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<RawTree, A::Error> {
-                let mut entries = Vec::new();
-                while let Some(key) = map.next_key::<Spanned<String>>()? {
-                    entries.push((key, map.next_value::<Spanned<RawTreeValue>>()?));
-                }
-                Ok(RawTree::Node(entries))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-impl<'de> Deserialize<'de> for RawTreeValue {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawTreeValue, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = RawTreeValue;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a list of children [ ... ], a size such as \"64KiB\" or a name")
-            }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                let mut out = Vec::new();
-                while let Some(c) = seq.next_element::<Spanned<RawTree>>()? {
-                    out.push(c);
-                }
-                Ok(RawTreeValue::Children(out))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(RawTreeValue::Scalar(RawSize::Text(v.to_string())))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-                Ok(RawTreeValue::Scalar(RawSize::Int(v)))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-                i64::try_from(v)
-                    .map(|v| RawTreeValue::Scalar(RawSize::Int(v)))
-                    .map_err(|_| E::custom("size too large"))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// A checked tree, before member sizes are known. Leaves are positions in the volume's
-/// member list.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Spec {
-    Member(usize),
-    Concat(Vec<Spec>),
-    Stripe {
-        unit: u64,
-        children: Vec<Spec>,
-    },
-    Mirror(Vec<Spec>),
-    Parity {
-        strip: u64,
-        parity: usize,
-        layout: ParityLayout,
-        children: Vec<Spec>,
-    },
-}
-
-impl Spec {
-    fn children(&self) -> &[Spec] {
-        match self {
-            Spec::Member(_) => &[],
-            Spec::Concat(c) | Spec::Mirror(c) => c,
-            Spec::Stripe { children, .. } | Spec::Parity { children, .. } => children,
-        }
-    }
-
-    /// Logical bytes of one full stripe (as [`Node::full_stripe_width`]), known before sizes.
-    fn width(&self) -> Option<u64> {
-        match self {
-            Spec::Member(_) | Spec::Concat(_) => None,
-            Spec::Mirror(c) => c.iter().find_map(Spec::width),
-            Spec::Stripe { unit, children } => Some(unit * children.len() as u64),
-            Spec::Parity {
-                strip,
-                parity,
-                children,
-                ..
-            } => Some(strip * (children.len() - parity) as u64),
-        }
-    }
-
-    /// The unit member regions are whole multiples of: the largest power-of-two strip in the
-    /// tree (every strip of a parity group or stripe of members divides it), at least 4 KiB.
-    pub(crate) fn member_unit(&self) -> u64 {
-        let own = match self {
-            Spec::Stripe { unit, .. } if unit.is_power_of_two() => *unit,
-            Spec::Parity { strip, .. } => *strip,
-            _ => STRIP_MIN,
-        };
-        self.children()
-            .iter()
-            .map(Spec::member_unit)
-            .fold(own, u64::max)
-    }
-
-    /// The layout tree over one region per volume member.
-    pub(crate) fn build(&self, regions: &[Region]) -> Result<Node, LayoutError> {
-        let kids = |c: &[Spec]| {
-            c.iter()
-                .map(|c| c.build(regions))
-                .collect::<Result<Vec<_>, _>>()
-        };
-        match self {
-            Spec::Member(i) => Ok(Node::member(*i, regions[*i].start, regions[*i].len)),
-            Spec::Concat(c) => Node::concat(kids(c)?),
-            Spec::Stripe { unit, children } => Node::stripe(*unit, kids(children)?),
-            Spec::Mirror(c) => Node::mirror(kids(c)?),
-            Spec::Parity {
-                strip,
-                parity,
-                layout,
-                children,
-            } => Node::parity(*strip, *parity, *layout, kids(children)?),
-        }
-    }
-
-    fn member_count(&self) -> usize {
-        match self {
-            Spec::Member(_) => 1,
-            _ => self.children().iter().map(Spec::member_count).sum(),
-        }
-    }
-}
-
-/// Sizes a declared tree: every member gives the same whole number of [`Spec::member_unit`]s.
-impl Sizing for Spec {
-    fn name(&self) -> String {
-        "the tree".into()
-    }
-
-    fn concatenates_members(&self) -> bool {
-        false
-    }
-
-    fn unit(&self) -> u64 {
-        self.member_unit()
-    }
-
-    fn capacity_at(&self, member_len: u64) -> u64 {
-        let region = Region {
-            start: 0,
-            len: member_len,
-        };
-        self.build(&vec![region; self.member_count()])
-            .map_or(0, |n| n.capacity())
-    }
-
-    fn member_len_for(&self, capacity: u64) -> u64 {
-        // Capacity grows with the member length: double, then bisect, in whole units.
-        let unit = self.member_unit();
-        let mut hi = 1u64;
-        while self.capacity_at(hi * unit) < capacity {
-            if hi > (u64::MAX / 4) / unit {
-                return u64::MAX;
-            }
-            hi *= 2;
-        }
-        let mut lo = 0u64;
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            if self.capacity_at(mid * unit) >= capacity {
-                hi = mid;
-            } else {
-                lo = mid;
-            }
-        }
-        hi * unit
-    }
-}
-
-/// What a volume's geometry is built from: a named level's shape or a declared tree.
-pub(crate) enum Plan {
-    Named(Shape),
-    Declared(Spec),
-}
-
-impl Plan {
-    pub(crate) fn sizing(&self) -> &dyn Sizing {
-        match self {
-            Plan::Named(shape) => shape,
-            Plan::Declared(spec) => spec,
-        }
-    }
-
-    /// The geometry over one region per volume member.
-    pub(crate) fn geometry(&self, regions: &[Region]) -> Result<Geometry, LayoutError> {
-        match self {
-            Plan::Named(shape) => Geometry::new(shape.clone(), regions),
-            Plan::Declared(spec) => Ok(Geometry::from_tree(spec.build(regions)?)),
-        }
-    }
-
-    pub(crate) fn into_shape(self) -> Option<Shape> {
-        match self {
-            Plan::Named(shape) => Some(shape),
-            Plan::Declared(_) => None,
-        }
-    }
-}
 
 /// A resolved `tree`: the checked spec, the volume's members (config indices by position) and
 /// what the volume-wide options are used for.
@@ -372,6 +136,16 @@ pub(crate) fn resolve(input: TreeInput<'_>, raw: &Spanned<RawTree>) -> Result<De
     })
 }
 
+/// A node's keys, sorted out: its kind (and the key that named it) with its children, and
+/// its own `strip` and `parity_layout` entries.
+struct NodeKeys<'e> {
+    kind: Kind,
+    key: &'e Spanned<String>,
+    children: &'e [Spanned<RawTree>],
+    strip: Option<(&'e Spanned<String>, &'e Spanned<RawTreeValue>)>,
+    layout: Option<(&'e Spanned<String>, &'e Spanned<RawTreeValue>)>,
+}
+
 struct Walk<'a> {
     input: &'a TreeInput<'a>,
     /// The members placed so far, in tree order: config index and the span of the leaf.
@@ -446,6 +220,30 @@ impl Walk<'_> {
                 format!("tree: nodes nest more than {TREE_DEPTH_MAX} deep here; flatten the tree"),
             ));
         }
+        let keys = self.node_keys(entries, raw.span())?;
+        self.check_child_count(&keys)?;
+        let kids = keys
+            .children
+            .iter()
+            .map(|c| self.node(c, depth + 1))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.check_node_options(&keys)?;
+        let who = format!("{}: tree: {}", self.input.who, keys.key.get_ref());
+        let strip = match keys.strip {
+            Some((_, v)) => Some(self.strip(v, &who, &keys.kind, &kids)?),
+            None => None,
+        };
+        let layout = keys.layout.map(|(_, v)| v);
+        self.spec(keys.kind, kids, strip, layout, &who)
+    }
+
+    /// A node's keys: exactly one kind with its children, and optionally `strip` and
+    /// `parity_layout`.
+    fn node_keys<'e>(
+        &self,
+        entries: &'e RawNode,
+        span: Range<usize>,
+    ) -> Result<NodeKeys<'e>, Problem> {
         // The kind, its key (for messages) and its children.
         type KindEntry<'e> = (Kind, &'e Spanned<String>, &'e [Spanned<RawTree>]);
         let mut kind: Option<KindEntry> = None;
@@ -478,63 +276,76 @@ impl Walk<'_> {
             } else if k == "parity_layout" {
                 layout = Some((key, value));
             } else {
-                let known = [
-                    "concat",
-                    "stripe",
-                    "mirror",
-                    "raid5",
-                    "raid6",
-                    "strip",
-                    "parity_layout",
-                ];
-                let near = known
-                    .iter()
-                    .map(|w| (edit_distance(&k.to_ascii_lowercase(), w), *w))
-                    .filter(|(d, _)| *d <= 2)
-                    .min()
-                    .map_or(String::new(), |(_, w)| format!("; did you mean `{w}`?"));
-                return Err(self.problem(
-                    key.span(),
-                    ErrorKind::Tree,
-                    format!("tree: unknown key `{k}` in a node; a node has one kind ({KINDS_HELP}) and may give strip and parity_layout{near}"),
-                ));
+                return Err(self.unknown_node_key(key));
             }
         }
         let Some((kind, key, children)) = kind else {
             return Err(self.problem(
-                raw.span(),
+                span,
                 ErrorKind::Tree,
                 format!("tree: a node needs a kind with its children, e.g. {{ mirror = [\"d0\", \"d1\"] }}; kinds: {KINDS_HELP}"),
             ));
         };
-        let name = key.get_ref();
-        if children.len() < kind.min_children() {
-            return Err(self.problem(
-                key.span(),
-                ErrorKind::Tree,
-                format!(
-                    "tree: {name} needs at least {} children, got {}",
-                    kind.min_children(),
-                    children.len()
-                ),
-            ));
-        }
-        if children.len() > TREE_CHILDREN_MAX {
-            return Err(self.problem(
-                key.span(),
-                ErrorKind::Tree,
-                format!(
-                    "tree: {name} has {} children; at most {TREE_CHILDREN_MAX}",
-                    children.len()
-                ),
-            ));
-        }
-        let kids = children
+        Ok(NodeKeys {
+            kind,
+            key,
+            children,
+            strip,
+            layout,
+        })
+    }
+
+    fn unknown_node_key(&self, key: &Spanned<String>) -> Problem {
+        let k = key.get_ref();
+        let known = [
+            "concat",
+            "stripe",
+            "mirror",
+            "raid5",
+            "raid6",
+            "strip",
+            "parity_layout",
+        ];
+        let near = known
             .iter()
-            .map(|c| self.node(c, depth + 1))
-            .collect::<Result<Vec<_>, _>>()?;
-        let who = format!("{}: tree: {name}", self.input.who);
-        if let Some((k, _)) = strip {
+            .map(|w| (edit_distance(&k.to_ascii_lowercase(), w), *w))
+            .filter(|(d, _)| *d <= 2)
+            .min()
+            .map_or(String::new(), |(_, w)| format!("; did you mean `{w}`?"));
+        self.problem(
+            key.span(),
+            ErrorKind::Tree,
+            format!("tree: unknown key `{k}` in a node; a node has one kind ({KINDS_HELP}) and may give strip and parity_layout{near}"),
+        )
+    }
+
+    /// At least the kind's minimum of children, at most [`TREE_CHILDREN_MAX`].
+    fn check_child_count(&self, keys: &NodeKeys) -> Result<(), Problem> {
+        let (kind, name, n) = (&keys.kind, keys.key.get_ref(), keys.children.len());
+        if n < kind.min_children() {
+            return Err(self.problem(
+                keys.key.span(),
+                ErrorKind::Tree,
+                format!(
+                    "tree: {name} needs at least {} children, got {n}",
+                    kind.min_children(),
+                ),
+            ));
+        }
+        if n > TREE_CHILDREN_MAX {
+            return Err(self.problem(
+                keys.key.span(),
+                ErrorKind::Tree,
+                format!("tree: {name} has {n} children; at most {TREE_CHILDREN_MAX}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `strip` only where the kind has strips, `parity_layout` only on parity.
+    fn check_node_options(&self, keys: &NodeKeys) -> Result<(), Problem> {
+        let (kind, name) = (&keys.kind, keys.key.get_ref());
+        if let Some((k, _)) = keys.strip {
             if matches!(kind, Kind::Concat | Kind::Mirror) {
                 return Err(self.problem(
                     k.span(),
@@ -543,7 +354,7 @@ impl Walk<'_> {
                 ));
             }
         }
-        if let Some((k, _)) = layout {
+        if let Some((k, _)) = keys.layout {
             if !matches!(kind, Kind::Parity(_)) {
                 return Err(self.problem(
                     k.span(),
@@ -552,10 +363,19 @@ impl Walk<'_> {
                 ));
             }
         }
-        let strip = match strip {
-            Some((_, v)) => Some(self.strip(v, &who, &kind, &kids)?),
-            None => None,
-        };
+        Ok(())
+    }
+
+    /// The node's spec over its children's, its strip and layout defaulted (and the
+    /// defaults' use noted, so the volume's own options can be refused when nothing uses them).
+    fn spec(
+        &mut self,
+        kind: Kind,
+        kids: Vec<Spec>,
+        strip: Option<u64>,
+        layout: Option<&Spanned<RawTreeValue>>,
+        who: &str,
+    ) -> Result<Spec, Problem> {
         Ok(match kind {
             Kind::Concat => Spec::Concat(kids),
             Kind::Mirror => {
@@ -580,7 +400,7 @@ impl Walk<'_> {
             }
             Kind::Parity(parity) => {
                 let layout = match layout {
-                    Some((_, v)) => self.layout(v, &who)?,
+                    Some(v) => self.layout(v, who)?,
                     None => {
                         self.uses_layout_default = true;
                         self.input.layout_default
@@ -697,6 +517,14 @@ pub(crate) fn any_node(root: &Node, f: &dyn Fn(&Node) -> bool) -> bool {
 
 /// `mirror(raid5:64KiB(d0 d1 d2), raid5:64KiB(d3 d4 d5))`: a tree on one line, members by
 /// id (`ids[i]` names volume member `i`).
+impl Volume {
+    /// The volume's tree on one line, members by id:
+    /// `mirror(raid5:64KiB(d0 d1 d2), raid5:64KiB(d3 d4 d5))`.
+    pub fn tree_text(&self, config: &Config) -> String {
+        tree_text(self.geometry.root(), &self.member_ids(config))
+    }
+}
+
 pub fn tree_text(root: &Node, ids: &[&str]) -> String {
     let kids = |n: &Node, sep: &str| {
         n.children()

@@ -1,7 +1,7 @@
 //! The engine's volumes as NBD exports.
 
 use crate::nbd::proto::{MAX_PAYLOAD, STATE_HOLE, STATE_ZERO};
-use crate::nbd::{Export, Extent, PayloadBuf, ZeroFlags};
+use crate::nbd::{Export, Extent, IncomingWrite, ZeroFlags};
 use crate::zero_map::ZeroMap;
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -185,17 +185,32 @@ impl AsRef<[u8]> for BufOwner {
 }
 
 /// A write's payload, received straight into the aligned buffer the engine writes from.
-struct WriteBuf(Buf);
+struct IncomingVolumeWrite {
+    export: Arc<VolumeExport>,
+    offset: u64,
+    buf: Buf,
+}
 
-impl PayloadBuf for WriteBuf {
+impl IncomingWrite for IncomingVolumeWrite {
     fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.0
+        &mut self.buf
     }
-    fn into_bytes(self: Box<Self>) -> Bytes {
-        Bytes::from_owner(BufOwner(self.0))
+    fn write(self: Box<Self>, fua: bool) -> BoxFuture<'static, io::Result<()>> {
+        let IncomingVolumeWrite {
+            export,
+            offset,
+            buf,
+        } = *self;
+        Box::pin(async move { export.write_buf(offset, buf, fua).await })
     }
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
-        self
+}
+
+impl VolumeExport {
+    /// Every write ends here: counted, its range out of the zero map, then the engine.
+    async fn write_buf(&self, offset: u64, buf: Buf, fua: bool) -> io::Result<()> {
+        self.begin();
+        let _w = self.zeroes.begin_write(offset, buf.len() as u64);
+        self.backing.write(offset, buf, fua).await.map_err(to_io)
     }
 }
 
@@ -257,43 +272,20 @@ impl Export for VolumeExport {
     }
 
     fn write(&self, offset: u64, data: Bytes, fua: bool) -> BoxFuture<'_, io::Result<()>> {
-        Box::pin(async move {
-            // Member I/O wants aligned buffers (O_DIRECT); the socket's payload is not.
-            let buf = Buf::copy_from(&data);
-            drop(data);
-            self.begin();
-            let _w = self.zeroes.begin_write(offset, buf.len() as u64);
-            self.backing.write(offset, buf, fua).await.map_err(to_io)
-        })
+        // Member I/O wants aligned buffers (O_DIRECT); the socket's payload is not.
+        let buf = Buf::copy_from(&data);
+        drop(data);
+        Box::pin(self.write_buf(offset, buf, fua))
     }
 
-    fn payload_buffer(&self, len: usize) -> Option<Box<dyn PayloadBuf>> {
+    fn incoming_write(self: Arc<Self>, offset: u64, len: usize) -> Option<Box<dyn IncomingWrite>> {
         // `len` is a validated write length (at most `MAX_PAYLOAD`); pooled memory, with
         // stale contents that the payload overwrites.
-        Some(Box::new(WriteBuf(Buf::new(len))))
-    }
-
-    fn write_payload(
-        &self,
-        offset: u64,
-        data: Box<dyn PayloadBuf>,
-        fua: bool,
-    ) -> BoxFuture<'_, io::Result<()>> {
-        let buf = match data.into_any().downcast::<WriteBuf>() {
-            Ok(b) => b.0,
-            Err(other) => match other.downcast::<Vec<u8>>() {
-                Ok(v) => Buf::copy_from(&v),
-                Err(_) => {
-                    let e = io::Error::other("foreign payload buffer");
-                    return Box::pin(futures::future::ready(Err(e)));
-                }
-            },
-        };
-        Box::pin(async move {
-            self.begin();
-            let _w = self.zeroes.begin_write(offset, buf.len() as u64);
-            self.backing.write(offset, buf, fua).await.map_err(to_io)
-        })
+        Some(Box::new(IncomingVolumeWrite {
+            export: self,
+            offset,
+            buf: Buf::new(len),
+        }))
     }
 
     fn flush(&self) -> BoxFuture<'_, io::Result<()>> {

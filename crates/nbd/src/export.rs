@@ -3,7 +3,7 @@
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 use futures::future::{self, BoxFuture};
@@ -16,28 +16,15 @@ use super::proto;
 /// with a single vectored write.
 pub type ReadData = Vec<Bytes>;
 
-/// Memory a write's payload is received into, handed out by [`Export::payload_buffer`] and
-/// given back, filled, to [`Export::write_payload`]: an export that needs its own kind of
-/// buffer (aligned, pooled) gets the payload there without a copy.
-pub trait PayloadBuf: Send + 'static {
-    /// The bytes to fill: exactly the length asked for.
+/// A write whose payload is received straight into the export's own memory (aligned, pooled):
+/// the buffer to fill and the write that follows, one value of the export's own type, handed
+/// out by [`Export::incoming_write`]. The export never gets back a buffer of unknown kind.
+pub trait IncomingWrite: Send + 'static {
+    /// The bytes to fill: exactly the payload's length.
     fn as_mut_slice(&mut self) -> &mut [u8];
-    /// The filled buffer as `Bytes` (for [`Export::write`]).
-    fn into_bytes(self: Box<Self>) -> Bytes;
-    /// For taking back the concrete type (`downcast`).
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send>;
-}
-
-impl PayloadBuf for Vec<u8> {
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        self
-    }
-    fn into_bytes(self: Box<Self>) -> Bytes {
-        Bytes::from(*self)
-    }
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
-        self
-    }
+    /// Writes the filled buffer at the offset it was made for; with `fua`, completes only
+    /// once the data is durable.
+    fn write(self: Box<Self>, fua: bool) -> BoxFuture<'static, io::Result<()>>;
 }
 
 /// One run of blocks with the same `base:allocation` status.
@@ -118,22 +105,13 @@ pub trait Export: Send + Sync + 'static {
     }
     /// Writes `data` at `offset`; with `fua`, completes only once the data is durable.
     fn write(&self, offset: u64, data: Bytes, fua: bool) -> BoxFuture<'_, io::Result<()>>;
-    /// A buffer of exactly `len` bytes (a validated write length) to receive a write's payload
-    /// into, later passed to [`Export::write_payload`]; `None` (the default) lets the server
-    /// pick its own and call [`Export::write`].
-    fn payload_buffer(&self, len: usize) -> Option<Box<dyn PayloadBuf>> {
-        let _ = len;
+    /// Where a validated write of `len` bytes at `offset` (at most [`proto::MAX_PAYLOAD`],
+    /// whole blocks) receives its payload when the export wants it in its own memory; the
+    /// server fills it and calls [`IncomingWrite::write`]. `None` (the default) lets the server
+    /// pick its own buffer and call [`Export::write`].
+    fn incoming_write(self: Arc<Self>, offset: u64, len: usize) -> Option<Box<dyn IncomingWrite>> {
+        let _ = (offset, len);
         None
-    }
-    /// Writes a payload received into a buffer from [`Export::payload_buffer`]. The default
-    /// passes it to [`Export::write`] as `Bytes`.
-    fn write_payload(
-        &self,
-        offset: u64,
-        data: Box<dyn PayloadBuf>,
-        fua: bool,
-    ) -> BoxFuture<'_, io::Result<()>> {
-        self.write(offset, data.into_bytes(), fua)
     }
     /// Makes every completed write durable.
     fn flush(&self) -> BoxFuture<'_, io::Result<()>>;

@@ -6,8 +6,9 @@ use tokio::sync::watch;
 
 use super::admission::ServingSlot;
 use super::proto::*;
-use super::server::{shutdown_signalled, too_many_connections, Shared};
-use super::{ConnError, Export};
+use super::shared::{shutdown_signalled, too_many_connections, ExportEntry, Shared};
+use crate::error::ConnError;
+use crate::export::Export;
 use crate::tls::TlsMode;
 
 /// Option data this server reads into memory; longer options are discarded unread.
@@ -82,7 +83,8 @@ struct State {
     no_zeroes: bool,
 }
 
-/// Runs the handshake on a fresh connection.
+/// Runs the handshake on a fresh connection: the greeting (not again after STARTTLS), then
+/// the options one by one until one ends the haggling.
 pub(crate) async fn negotiate<R, W>(
     shared: &Shared,
     r: &mut R,
@@ -97,266 +99,395 @@ where
 {
     // After STARTTLS the options simply continue: no second greeting.
     if !tls.active {
-        w.write_all(&greeting()).await?;
-        w.flush().await?;
-
-        let client_flags = tokio::select! {
-            biased;
-            _ = shutdown_signalled(shutdown) => return Ok(Outcome::Closed),
-            f = r.read_u32() => f?,
-        };
-        if client_flags & !KNOWN_CLIENT_FLAGS != 0 {
-            return Err(ConnError::UnknownClientFlags(client_flags));
+        match greet(r, w, shutdown).await? {
+            Some(client_flags) => *no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0,
+            None => return Ok(Outcome::Closed),
         }
-        *no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
     }
-    // Everything negotiated before STARTTLS is forgotten (the spec's MUST).
-    let mut st = State {
-        structured: false,
-        meta: None,
-        no_zeroes: *no_zeroes,
+    let mut haggle = Haggle {
+        shared,
+        r,
+        w,
+        tls,
+        // Everything negotiated before STARTTLS is forgotten (the spec's MUST).
+        st: State {
+            structured: false,
+            meta: None,
+            no_zeroes: *no_zeroes,
+        },
     };
-
     for _ in 0..MAX_OPTIONS {
+        let (opt, data) = match haggle.receive(shutdown).await? {
+            Received::Option(opt, data) => (opt, data),
+            Received::Answered => continue,
+            Received::Closed => return Ok(Outcome::Closed),
+        };
+        let shutting_down = *shutdown.borrow();
+        let next = match haggle.refusal(opt, shutting_down).await? {
+            Some(next) => next,
+            None => haggle.answer(opt, data).await?,
+        };
+        if let Next::Done(outcome) = next {
+            return Ok(outcome);
+        }
+    }
+    Err(ConnError::TooManyOptions)
+}
+
+/// Sends the greeting and reads the client's flags; `None` when the server shuts down first.
+async fn greet<R, W>(
+    r: &mut R,
+    w: &mut W,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Option<u32>, ConnError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    w.write_all(&greeting()).await?;
+    w.flush().await?;
+    let client_flags = tokio::select! {
+        biased;
+        _ = shutdown_signalled(shutdown) => return Ok(None),
+        f = r.read_u32() => f?,
+    };
+    if client_flags & !KNOWN_CLIENT_FLAGS != 0 {
+        return Err(ConnError::UnknownClientFlags(client_flags));
+    }
+    Ok(Some(client_flags))
+}
+
+/// One option as it came off the wire.
+enum Received {
+    /// The option and its data.
+    Option(u32, Vec<u8>),
+    /// Its data was too long: discarded and answered already.
+    Answered,
+    /// The server shuts down.
+    Closed,
+}
+
+/// What answering one option leads to.
+enum Next {
+    /// The client may send another option.
+    Option,
+    /// The haggling is over.
+    Done(Outcome),
+}
+
+/// One connection's option haggling: the state negotiated so far and where to answer.
+struct Haggle<'a, R, W> {
+    shared: &'a Shared,
+    r: &'a mut R,
+    w: &'a mut W,
+    tls: TlsPhase,
+    st: State,
+}
+
+impl<R, W> Haggle<'_, R, W>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    async fn send(&mut self, opt: u32, reply: u32, data: &[u8]) -> std::io::Result<()> {
+        send(self.w, opt, reply, data).await
+    }
+
+    /// Reads the next option header and its data (at most [`MAX_OPTION_DATA`] bytes in
+    /// memory; longer data is discarded and refused, past [`MAX_OPTION_DISCARD`] fatally).
+    async fn receive(
+        &mut self,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Received, ConnError> {
         let mut hdr = [0u8; 16];
         tokio::select! {
             biased;
-            _ = shutdown_signalled(shutdown) => return Ok(Outcome::Closed),
-            res = r.read_exact(&mut hdr) => { res?; }
+            _ = shutdown_signalled(shutdown) => return Ok(Received::Closed),
+            res = self.r.read_exact(&mut hdr) => { res?; }
         }
         let (opt, len) = option_header(&hdr)?;
-
         if len > MAX_OPTION_DATA {
             if opt == OPT_EXPORT_NAME || len > MAX_OPTION_DISCARD {
                 return Err(ConnError::OptionTooLong { option: opt, len });
             }
-            discard(r, len.into()).await?;
+            discard(self.r, len.into()).await?;
             let rep = if is_known_option(opt) {
                 REP_ERR_TOO_BIG
             } else {
                 REP_ERR_UNSUP
             };
-            send(w, opt, rep, b"option data too long").await?;
-            continue;
+            self.send(opt, rep, b"option data too long").await?;
+            return Ok(Received::Answered);
         }
         // Bounded by MAX_OPTION_DATA above.
         let mut data = vec![0u8; len as usize];
-        r.read_exact(&mut data).await?;
+        self.r.read_exact(&mut data).await?;
+        Ok(Received::Option(opt, data))
+    }
 
-        if *shutdown.borrow() {
-            match opt {
+    /// Options refused whatever they ask: every one while the server shuts down, and all but
+    /// STARTTLS and ABORT while TLS is required and not yet active. `None` for the others.
+    async fn refusal(&mut self, opt: u32, shutting_down: bool) -> Result<Option<Next>, ConnError> {
+        if shutting_down {
+            return Ok(Some(match opt {
                 OPT_ABORT => {
-                    let _ = send(w, opt, REP_ACK, &[]).await;
-                    return Ok(Outcome::Closed);
+                    let _ = self.send(opt, REP_ACK, &[]).await;
+                    Next::Done(Outcome::Closed)
                 }
-                OPT_EXPORT_NAME => return Ok(Outcome::Closed),
+                OPT_EXPORT_NAME => Next::Done(Outcome::Closed),
                 _ => {
-                    send(w, opt, REP_ERR_SHUTDOWN, b"server is shutting down").await?;
-                    continue;
+                    self.send(opt, REP_ERR_SHUTDOWN, b"server is shutting down")
+                        .await?;
+                    Next::Option
                 }
-            }
+            }));
         }
-
+        let tls = self.tls;
         if tls.mode == TlsMode::Required && !tls.active && !matches!(opt, OPT_STARTTLS | OPT_ABORT)
         {
             if opt == OPT_EXPORT_NAME {
                 // It cannot be answered with an error: the connection ends.
                 return Err(ConnError::TlsRequired);
             }
-            send(
-                w,
-                opt,
-                REP_ERR_TLS_REQD,
-                b"TLS is required: send NBD_OPT_STARTTLS first",
-            )
-            .await?;
-            continue;
+            let why = b"TLS is required: send NBD_OPT_STARTTLS first";
+            self.send(opt, REP_ERR_TLS_REQD, why).await?;
+            return Ok(Some(Next::Option));
         }
+        Ok(None)
+    }
 
+    /// Answers one option.
+    async fn answer(&mut self, opt: u32, data: Vec<u8>) -> Result<Next, ConnError> {
         match opt {
-            OPT_EXPORT_NAME => {
-                let Some(idx) = shared.lookup(&data) else {
-                    return Err(ConnError::UnknownExport(
-                        String::from_utf8_lossy(&data).into_owned(),
-                    ));
-                };
-                let Some(slot) = shared.admission.try_serve() else {
-                    // EXPORT_NAME cannot be answered with an error: the client is disconnected.
-                    return Err(ConnError::Refused(too_many_connections(shared)));
-                };
-                let export = &*shared.exports[idx].export;
-                let flags = transmission_flags(export, st.structured);
-                let mut reply = Vec::with_capacity(10 + 124);
-                reply.extend_from_slice(&export.size().to_be_bytes());
-                reply.extend_from_slice(&flags.to_be_bytes());
-                if !st.no_zeroes {
-                    reply.extend_from_slice(&[0u8; 124]);
-                }
-                w.write_all(&reply).await?;
-                w.flush().await?;
-                let neg = negotiated(&st, idx, flags, true);
-                return Ok(Outcome::Transmission(neg, slot));
-            }
+            OPT_EXPORT_NAME => self.export_name(&data).await,
             OPT_ABORT => {
                 // The client may already have gone; an ACK it never reads is fine.
-                let _ = send(w, opt, REP_ACK, &[]).await;
-                return Ok(Outcome::Closed);
+                let _ = self.send(opt, REP_ACK, &[]).await;
+                Ok(Next::Done(Outcome::Closed))
             }
-            OPT_LIST => {
-                if !data.is_empty() {
-                    send(w, opt, REP_ERR_INVALID, b"NBD_OPT_LIST takes no data").await?;
-                    continue;
-                }
-                for e in &shared.exports {
-                    // Name, then the description as the human-readable remainder.
-                    let desc = e.export.description();
-                    let desc = truncate_str(&desc, MAX_STRING);
-                    let mut d = Vec::with_capacity(4 + e.name.len() + desc.len());
-                    d.extend_from_slice(&(e.name.len() as u32).to_be_bytes());
-                    d.extend_from_slice(e.name.as_bytes());
-                    d.extend_from_slice(desc.as_bytes());
-                    w.write_all(&option_reply(opt, REP_SERVER, &d)).await?;
-                }
-                send(w, opt, REP_ACK, &[]).await?;
-            }
-            OPT_STRUCTURED_REPLY => {
-                if !data.is_empty() {
-                    send(
-                        w,
-                        opt,
-                        REP_ERR_INVALID,
-                        b"NBD_OPT_STRUCTURED_REPLY takes no data",
-                    )
+            OPT_LIST => self.list(&data).await,
+            OPT_STRUCTURED_REPLY => self.structured_reply(&data).await,
+            OPT_INFO | OPT_GO => self.info_or_go(opt, &data).await,
+            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => self.meta_context(opt, &data).await,
+            OPT_STARTTLS => self.starttls(&data).await,
+            _ => {
+                self.send(opt, REP_ERR_UNSUP, b"option not supported")
                     .await?;
-                    continue;
-                }
-                st.structured = true;
-                send(w, opt, REP_ACK, &[]).await?;
+                Ok(Next::Option)
             }
-            OPT_INFO | OPT_GO => {
-                let Some((name, requests)) = parse_info(&data) else {
-                    send(w, opt, REP_ERR_INVALID, b"malformed NBD_OPT_INFO/GO data").await?;
-                    continue;
-                };
-                let Some(idx) = shared.lookup(name) else {
-                    send(w, opt, REP_ERR_UNKNOWN, b"no such export").await?;
-                    continue;
-                };
-                // GO takes a serving place before saying yes; INFO needs none.
-                let slot = if opt == OPT_GO {
-                    let Some(slot) = shared.admission.try_serve() else {
-                        let why = too_many_connections(shared);
-                        send(w, opt, REP_ERR_POLICY, why.as_bytes()).await?;
-                        continue;
-                    };
-                    Some(slot)
-                } else {
-                    None
-                };
-                let entry = &shared.exports[idx];
-                let export = &*entry.export;
-                let flags = transmission_flags(export, st.structured);
-                let mut info = Vec::with_capacity(12);
-                info.extend_from_slice(&INFO_EXPORT.to_be_bytes());
-                info.extend_from_slice(&export.size().to_be_bytes());
-                info.extend_from_slice(&flags.to_be_bytes());
-                w.write_all(&option_reply(opt, REP_INFO, &info)).await?;
-                // Block sizes always go out: the server enforces them either way.
-                let mut bs = Vec::with_capacity(14);
-                bs.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
-                bs.extend_from_slice(&export.min_block().to_be_bytes());
-                bs.extend_from_slice(&entry.preferred.to_be_bytes());
-                bs.extend_from_slice(&MAX_PAYLOAD.to_be_bytes());
-                w.write_all(&option_reply(opt, REP_INFO, &bs)).await?;
-                let wants = |t: u16| requests.chunks_exact(2).any(|c| c == t.to_be_bytes());
-                if wants(INFO_NAME) || name != entry.name.as_bytes() {
-                    let mut d = Vec::with_capacity(2 + entry.name.len());
-                    d.extend_from_slice(&INFO_NAME.to_be_bytes());
-                    d.extend_from_slice(entry.name.as_bytes());
-                    w.write_all(&option_reply(opt, REP_INFO, &d)).await?;
-                }
-                if wants(INFO_DESCRIPTION) {
-                    let desc = export.description();
-                    if !desc.is_empty() {
-                        let desc = truncate_str(&desc, MAX_STRING);
-                        let mut d = Vec::with_capacity(2 + desc.len());
-                        d.extend_from_slice(&INFO_DESCRIPTION.to_be_bytes());
-                        d.extend_from_slice(desc.as_bytes());
-                        w.write_all(&option_reply(opt, REP_INFO, &d)).await?;
-                    }
-                }
-                send(w, opt, REP_ACK, &[]).await?;
-                if let Some(slot) = slot {
-                    let agreed = wants(INFO_BLOCK_SIZE);
-                    let neg = negotiated(&st, idx, flags, !agreed);
-                    return Ok(Outcome::Transmission(neg, slot));
-                }
-            }
-            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
-                let set = opt == OPT_SET_META_CONTEXT;
-                if set {
-                    // Replaced even when the option fails.
-                    st.meta = None;
-                }
-                if !st.structured {
-                    send(
-                        w,
-                        opt,
-                        REP_ERR_INVALID,
-                        b"negotiate structured replies first",
-                    )
-                    .await?;
-                    continue;
-                }
-                let Some((name, queries)) = parse_meta(&data) else {
-                    send(w, opt, REP_ERR_INVALID, b"malformed meta context data").await?;
-                    continue;
-                };
-                let Some(idx) = shared.lookup(name) else {
-                    send(w, opt, REP_ERR_UNKNOWN, b"no such export").await?;
-                    continue;
-                };
-                let matched = shared.exports[idx].export.can_block_status()
-                    && if set {
-                        queries
-                            .iter()
-                            .any(|q| *q == META_BASE_ALLOCATION.as_bytes())
-                    } else {
-                        queries.is_empty()
-                            || queries
-                                .iter()
-                                .any(|q| *q == b"base:" || *q == META_BASE_ALLOCATION.as_bytes())
-                    };
-                if matched {
-                    let id = if set { BASE_ALLOCATION_ID } else { 0 };
-                    let mut d = Vec::with_capacity(4 + META_BASE_ALLOCATION.len());
-                    d.extend_from_slice(&id.to_be_bytes());
-                    d.extend_from_slice(META_BASE_ALLOCATION.as_bytes());
-                    w.write_all(&option_reply(opt, REP_META_CONTEXT, &d))
-                        .await?;
-                    if set {
-                        st.meta = Some(idx);
-                    }
-                }
-                send(w, opt, REP_ACK, &[]).await?;
-            }
-            OPT_STARTTLS => {
-                let (rep, msg): (u32, &[u8]) = if tls.mode == TlsMode::Off {
-                    (REP_ERR_UNSUP, b"TLS is not configured on this listener")
-                } else if tls.active {
-                    (REP_ERR_INVALID, b"TLS is already active")
-                } else if !data.is_empty() {
-                    (REP_ERR_INVALID, b"NBD_OPT_STARTTLS takes no data")
-                } else {
-                    send(w, opt, REP_ACK, &[]).await?;
-                    return Ok(Outcome::StartTls);
-                };
-                send(w, opt, rep, msg).await?;
-            }
-            _ => send(w, opt, REP_ERR_UNSUP, b"option not supported").await?,
         }
     }
-    Err(ConnError::TooManyOptions)
+
+    /// `NBD_OPT_EXPORT_NAME`: serves the export or ends the connection (no error reply exists).
+    async fn export_name(&mut self, data: &[u8]) -> Result<Next, ConnError> {
+        let shared = self.shared;
+        let Some(idx) = shared.lookup(data) else {
+            return Err(ConnError::UnknownExport(
+                String::from_utf8_lossy(data).into_owned(),
+            ));
+        };
+        let Some(slot) = shared.admission.try_serve() else {
+            // EXPORT_NAME cannot be answered with an error: the client is disconnected.
+            return Err(ConnError::Refused(too_many_connections(shared)));
+        };
+        let export = &*shared.exports[idx].export;
+        let flags = transmission_flags(export, self.st.structured);
+        let mut reply = Vec::with_capacity(10 + 124);
+        reply.extend_from_slice(&export.size().to_be_bytes());
+        reply.extend_from_slice(&flags.to_be_bytes());
+        if !self.st.no_zeroes {
+            reply.extend_from_slice(&[0u8; 124]);
+        }
+        self.w.write_all(&reply).await?;
+        self.w.flush().await?;
+        let neg = negotiated(&self.st, idx, flags, true);
+        Ok(Next::Done(Outcome::Transmission(neg, slot)))
+    }
+
+    /// `NBD_OPT_LIST`: every export's name and description.
+    async fn list(&mut self, data: &[u8]) -> Result<Next, ConnError> {
+        let opt = OPT_LIST;
+        if !data.is_empty() {
+            self.send(opt, REP_ERR_INVALID, b"NBD_OPT_LIST takes no data")
+                .await?;
+            return Ok(Next::Option);
+        }
+        for e in &self.shared.exports {
+            // Name, then the description as the human-readable remainder.
+            let desc = e.export.description();
+            let desc = truncate_str(&desc, MAX_STRING);
+            let mut d = Vec::with_capacity(4 + e.name.len() + desc.len());
+            d.extend_from_slice(&(e.name.len() as u32).to_be_bytes());
+            d.extend_from_slice(e.name.as_bytes());
+            d.extend_from_slice(desc.as_bytes());
+            self.w.write_all(&option_reply(opt, REP_SERVER, &d)).await?;
+        }
+        self.send(opt, REP_ACK, &[]).await?;
+        Ok(Next::Option)
+    }
+
+    /// `NBD_OPT_STRUCTURED_REPLY`.
+    async fn structured_reply(&mut self, data: &[u8]) -> Result<Next, ConnError> {
+        let opt = OPT_STRUCTURED_REPLY;
+        if !data.is_empty() {
+            let why = b"NBD_OPT_STRUCTURED_REPLY takes no data";
+            self.send(opt, REP_ERR_INVALID, why).await?;
+            return Ok(Next::Option);
+        }
+        self.st.structured = true;
+        self.send(opt, REP_ACK, &[]).await?;
+        Ok(Next::Option)
+    }
+
+    /// `NBD_OPT_INFO` and `NBD_OPT_GO`: the export's facts; GO then serves it.
+    async fn info_or_go(&mut self, opt: u32, data: &[u8]) -> Result<Next, ConnError> {
+        let Some((name, requests)) = parse_info(data) else {
+            self.send(opt, REP_ERR_INVALID, b"malformed NBD_OPT_INFO/GO data")
+                .await?;
+            return Ok(Next::Option);
+        };
+        let shared = self.shared;
+        let Some(idx) = shared.lookup(name) else {
+            self.send(opt, REP_ERR_UNKNOWN, b"no such export").await?;
+            return Ok(Next::Option);
+        };
+        // GO takes a serving place before saying yes; INFO needs none.
+        let slot = if opt == OPT_GO {
+            let Some(slot) = shared.admission.try_serve() else {
+                let why = too_many_connections(shared);
+                self.send(opt, REP_ERR_POLICY, why.as_bytes()).await?;
+                return Ok(Next::Option);
+            };
+            Some(slot)
+        } else {
+            None
+        };
+        let entry = &shared.exports[idx];
+        let flags = transmission_flags(&*entry.export, self.st.structured);
+        let wants = |t: u16| requests.chunks_exact(2).any(|c| c == t.to_be_bytes());
+        for info in export_infos(entry, flags, name, wants) {
+            self.w
+                .write_all(&option_reply(opt, REP_INFO, &info))
+                .await?;
+        }
+        self.send(opt, REP_ACK, &[]).await?;
+        Ok(match slot {
+            Some(slot) => {
+                let agreed = wants(INFO_BLOCK_SIZE);
+                let neg = negotiated(&self.st, idx, flags, !agreed);
+                Next::Done(Outcome::Transmission(neg, slot))
+            }
+            None => Next::Option,
+        })
+    }
+
+    /// `NBD_OPT_LIST_META_CONTEXT` and `NBD_OPT_SET_META_CONTEXT` (`base:allocation` only).
+    async fn meta_context(&mut self, opt: u32, data: &[u8]) -> Result<Next, ConnError> {
+        let set = opt == OPT_SET_META_CONTEXT;
+        if set {
+            // Replaced even when the option fails.
+            self.st.meta = None;
+        }
+        if !self.st.structured {
+            let why = b"negotiate structured replies first";
+            self.send(opt, REP_ERR_INVALID, why).await?;
+            return Ok(Next::Option);
+        }
+        let Some((name, queries)) = parse_meta(data) else {
+            self.send(opt, REP_ERR_INVALID, b"malformed meta context data")
+                .await?;
+            return Ok(Next::Option);
+        };
+        let Some(idx) = self.shared.lookup(name) else {
+            self.send(opt, REP_ERR_UNKNOWN, b"no such export").await?;
+            return Ok(Next::Option);
+        };
+        let export = &*self.shared.exports[idx].export;
+        if export.can_block_status() && meta_queries_match(set, &queries) {
+            let id = if set { BASE_ALLOCATION_ID } else { 0 };
+            let mut d = Vec::with_capacity(4 + META_BASE_ALLOCATION.len());
+            d.extend_from_slice(&id.to_be_bytes());
+            d.extend_from_slice(META_BASE_ALLOCATION.as_bytes());
+            self.w
+                .write_all(&option_reply(opt, REP_META_CONTEXT, &d))
+                .await?;
+            if set {
+                self.st.meta = Some(idx);
+            }
+        }
+        self.send(opt, REP_ACK, &[]).await?;
+        Ok(Next::Option)
+    }
+
+    /// `NBD_OPT_STARTTLS`: acknowledged only on a listener with TLS, before it is active.
+    async fn starttls(&mut self, data: &[u8]) -> Result<Next, ConnError> {
+        let opt = OPT_STARTTLS;
+        let (rep, msg): (u32, &[u8]) = if self.tls.mode == TlsMode::Off {
+            (REP_ERR_UNSUP, b"TLS is not configured on this listener")
+        } else if self.tls.active {
+            (REP_ERR_INVALID, b"TLS is already active")
+        } else if !data.is_empty() {
+            (REP_ERR_INVALID, b"NBD_OPT_STARTTLS takes no data")
+        } else {
+            self.send(opt, REP_ACK, &[]).await?;
+            return Ok(Next::Done(Outcome::StartTls));
+        };
+        self.send(opt, rep, msg).await?;
+        Ok(Next::Option)
+    }
+}
+
+/// The `NBD_REP_INFO` payloads answering INFO or GO for `entry` asked for as `name`: the
+/// export's size and flags and its block sizes always (the server enforces them either way),
+/// its name when asked or when the client asked by another name (the default export), its
+/// description when asked and not empty.
+fn export_infos(
+    entry: &ExportEntry,
+    flags: u16,
+    name: &[u8],
+    wants: impl Fn(u16) -> bool,
+) -> Vec<Vec<u8>> {
+    let export = &*entry.export;
+    let mut infos = Vec::with_capacity(4);
+    let mut info = Vec::with_capacity(12);
+    info.extend_from_slice(&INFO_EXPORT.to_be_bytes());
+    info.extend_from_slice(&export.size().to_be_bytes());
+    info.extend_from_slice(&flags.to_be_bytes());
+    infos.push(info);
+    let mut bs = Vec::with_capacity(14);
+    bs.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
+    bs.extend_from_slice(&export.min_block().to_be_bytes());
+    bs.extend_from_slice(&entry.preferred.to_be_bytes());
+    bs.extend_from_slice(&MAX_PAYLOAD.to_be_bytes());
+    infos.push(bs);
+    if wants(INFO_NAME) || name != entry.name.as_bytes() {
+        let mut d = Vec::with_capacity(2 + entry.name.len());
+        d.extend_from_slice(&INFO_NAME.to_be_bytes());
+        d.extend_from_slice(entry.name.as_bytes());
+        infos.push(d);
+    }
+    if wants(INFO_DESCRIPTION) {
+        let desc = export.description();
+        if !desc.is_empty() {
+            let desc = truncate_str(&desc, MAX_STRING);
+            let mut d = Vec::with_capacity(2 + desc.len());
+            d.extend_from_slice(&INFO_DESCRIPTION.to_be_bytes());
+            d.extend_from_slice(desc.as_bytes());
+            infos.push(d);
+        }
+    }
+    infos
+}
+
+/// Whether a meta-context option's queries select `base:allocation`: SET names it; LIST
+/// with no queries lists everything, or asks for the `base:` namespace or the context itself.
+fn meta_queries_match(set: bool, queries: &[&[u8]]) -> bool {
+    let exact = |q: &&[u8]| *q == META_BASE_ALLOCATION.as_bytes();
+    if set {
+        queries.iter().any(exact)
+    } else {
+        queries.is_empty() || queries.iter().any(|q| *q == b"base:" || exact(q))
+    }
 }
 
 /// Options a refused client may send before it is disconnected.

@@ -18,6 +18,15 @@
 //!   handshake), request memory of all connections and of each, handshake, idle and stall
 //!   timeouts.
 //!
+//! The server's pieces, in the order a connection meets them: `listener` (binding and
+//! accepting), `server` (admission within the bounds, shutdown) over `shared` (what all
+//! connections share), `connection` (one connection's life), `handshake` (the options),
+//! then the transmission phase: `transmission` (the reader loop: slot, validation, memory,
+//! payload, dispatch) with `request` (headers and their validation), `payload` (receiving
+//! write payloads), `execute` (one step per command), `write_gate` (aligned writes run
+//! unlocked unless an unaligned read-modify-write is in flight), `unaligned`, `reply_head`
+//! (reply encoding) and `replies` (the writer task).
+//!
 //! Plug storage in by implementing [`Export`]; serve with [`Server`]:
 //!
 //! ```no_run
@@ -49,64 +58,33 @@
 
 mod admission;
 pub mod client;
+mod connection;
+mod error;
+mod execute;
 mod export;
 mod handshake;
 mod limits;
+mod listener;
+mod payload;
 pub mod proto;
 mod replies;
+mod reply_head;
+mod request;
 mod server;
+mod shared;
 #[doc(hidden)]
 pub mod testing;
 pub mod tls;
 mod transmission;
 mod unaligned;
+mod write_gate;
 
 #[cfg(test)]
 mod tests;
 
-pub use export::{errno_for, Export, Extent, MemoryExport, PayloadBuf, ReadData, ZeroFlags};
+pub use error::{ConnError, ServerError};
+pub use export::{errno_for, Export, Extent, IncomingWrite, MemoryExport, ReadData, ZeroFlags};
 pub use limits::{Limits, REQUEST_COST_MIN};
-pub use server::{advertised_preferred, Listener, Server, ServerError};
+pub use listener::Listener;
+pub use server::{advertised_preferred, Server};
 pub use tls::{ClientTls, ServerTls, TlsError, TlsMode};
-
-/// Why a connection ended other than by the client's clean disconnect.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnError {
-    #[error("I/O error: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("client sent unknown flags {0:#x}")]
-    UnknownClientFlags(u32),
-    #[error("bad option magic {0:#x}")]
-    BadOptionMagic(u64),
-    #[error("option {option} carries {len} bytes of data, too many")]
-    OptionTooLong { option: u32, len: u32 },
-    #[error("client sent too many options")]
-    TooManyOptions,
-    #[error("NBD_OPT_EXPORT_NAME asked for unknown export {0:?}")]
-    UnknownExport(String),
-    #[error("bad request magic {0:#x}")]
-    BadRequestMagic(u32),
-    #[error("connection closed after {0} bytes of a request header")]
-    ShortHeader(usize),
-    #[error("write payload of {0} bytes is too long")]
-    PayloadTooLong(u32),
-    #[error("the client did not finish the handshake in time")]
-    HandshakeTimeout,
-    #[error("the client sent no byte of {0} for {1} s")]
-    Stalled(&'static str, u64),
-    #[error(
-        "the client sent a {len_bytes}-byte write payload too slowly: not all of it in \
-         {allowed_ms} ms (at least {min_bytes_per_s} bytes/s after the stall timeout)"
-    )]
-    PayloadTooSlow {
-        len_bytes: u64,
-        allowed_ms: u64,
-        min_bytes_per_s: u64,
-    },
-    #[error("refused: {0}")]
-    Refused(String),
-    #[error("the client asked for an export without TLS on a listener that requires it")]
-    TlsRequired,
-    #[error("TLS handshake: {0}")]
-    Tls(String),
-}

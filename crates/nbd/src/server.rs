@@ -1,28 +1,28 @@
-//! Listeners, connections and graceful shutdown.
+//! The server: its exports, accepting connections and admitting them within the bounds,
+//! and graceful shutdown.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::{TcpListener, UnixListener};
-
-use crate::unaligned::BlockLocks;
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::task::{AbortHandle, JoinHandle};
 
-use super::admission::{Admission, HandshakeSlot};
-use super::handshake::{self, Outcome, TlsPhase};
+use super::admission::HandshakeSlot;
+use super::connection::{run_connection, run_tls_connection};
+use super::handshake;
 use super::limits::Limits;
+use super::listener::{accept_one, Accepted, Listener};
 use super::proto::{MAX_PAYLOAD, MAX_STRING};
-use super::transmission;
-use super::{ConnError, Export};
+use super::shared::{shutdown_signalled, too_many_connections, ExportEntry, Shared};
+use crate::error::{ConnError, ServerError};
+use crate::export::Export;
 use crate::tls::{ServerTls, TlsMode};
+use crate::write_gate::WriteGate;
 
 /// Refused connections being told so at once; beyond this many, a connection over the limit
 /// is closed without a word (a flood must not cost more than the connections it floods).
@@ -30,75 +30,6 @@ const MAX_REFUSING: usize = 16;
 
 /// Longest a refused client may take to hear why.
 const REFUSAL_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Errors building a server or binding its listeners.
-#[derive(Debug, thiserror::Error)]
-pub enum ServerError {
-    #[error("export name {0:?} is used twice")]
-    DuplicateName(String),
-    #[error("export name {0:?} is longer than 4096 bytes")]
-    NameTooLong(String),
-    #[error("export {name:?}: minimum block size {min} is not a power of two from 1 to 65536")]
-    BadMinBlock { name: String, min: u32 },
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: String,
-        #[source]
-        source: io::Error,
-    },
-}
-
-pub(crate) struct ExportEntry {
-    pub name: String,
-    pub export: Arc<dyn Export>,
-    /// Preferred block size as advertised (a power of two).
-    pub preferred: u32,
-    /// Held by every write-type request (see [`crate::unaligned`]).
-    pub locks: Arc<BlockLocks>,
-}
-
-pub(crate) struct Shared {
-    pub exports: Vec<ExportEntry>,
-    /// Normalized (every value at least its minimum).
-    pub limits: Limits,
-    /// Request memory of all connections together (`limits.server_bytes_in_flight` bytes).
-    pub budget: Arc<Semaphore>,
-    /// The part of `budget` write payloads may hold while they are still arriving
-    /// ([`Limits::arriving_bytes`]): the rest stays for requests that are complete, so slow
-    /// senders cannot starve everyone else.
-    pub arriving: Arc<Semaphore>,
-    /// Places of negotiating and of served connections.
-    pub admission: Arc<Admission>,
-    shutdown: watch::Sender<bool>,
-    /// Connections counted from accept until their task ends (negotiating or served; their
-    /// places are counted by `admission`).
-    connections: watch::Sender<usize>,
-    /// Abort handles of running connection tasks, by connection id.
-    tasks: Mutex<HashMap<u64, AbortHandle>>,
-    next_id: AtomicU64,
-    /// Requests started in an export and not finished, of every connection (also of
-    /// connections already cut off).
-    requests: AtomicUsize,
-    /// Woken when `requests` drops to zero.
-    requests_done: Notify,
-    /// Refusals running now (at most `MAX_REFUSING`).
-    refusing: AtomicUsize,
-}
-
-impl Shared {
-    /// Export index for a client-supplied name; the empty name means the first export.
-    pub fn lookup(&self, name: &[u8]) -> Option<usize> {
-        if let Some(i) = self.exports.iter().position(|e| e.name.as_bytes() == name) {
-            return Some(i);
-        }
-        (name.is_empty() && !self.exports.is_empty()).then_some(0)
-    }
-}
-
-/// Resolves once the server is shutting down (or gone).
-pub(crate) async fn shutdown_signalled(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|s| *s).await;
-}
 
 /// The preferred block size advertised for an export: the export's preferred size rounded up
 /// to a power of two, at least `max(min_block, 512)` and at most the maximum payload, as
@@ -110,107 +41,6 @@ pub fn advertised_preferred(min_block: u32, preferred: u32) -> u32 {
         .checked_next_power_of_two()
         .unwrap_or(MAX_PAYLOAD)
         .min(MAX_PAYLOAD)
-}
-
-/// A bound listener, ready for [`Server::serve`].
-#[derive(Debug)]
-pub enum Listener {
-    Unix {
-        listener: UnixListener,
-        path: PathBuf,
-    },
-    Tcp(TcpListener),
-}
-
-impl Listener {
-    /// Binds a Unix socket; a stale socket file nobody listens on is replaced, a live one is an
-    /// error (`AddrInUse`).
-    pub fn bind_unix(path: impl AsRef<Path>) -> Result<Self, ServerError> {
-        let path = absolute(path.as_ref());
-        let err = |source| ServerError::Bind {
-            addr: format!("unix:{}", path.display()),
-            source,
-        };
-        match UnixListener::bind(&path) {
-            Ok(listener) => Ok(Listener::Unix { listener, path }),
-            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
-                use std::os::unix::fs::FileTypeExt;
-                let is_socket = std::fs::symlink_metadata(&path)
-                    .map(|m| m.file_type().is_socket())
-                    .unwrap_or(false);
-                if !is_socket || std::os::unix::net::UnixStream::connect(&path).is_ok() {
-                    return Err(err(e));
-                }
-                std::fs::remove_file(&path).map_err(err)?;
-                let listener = UnixListener::bind(&path).map_err(err)?;
-                Ok(Listener::Unix { listener, path })
-            }
-            Err(e) => Err(err(e)),
-        }
-    }
-
-    /// Binds a TCP listener.
-    pub async fn bind_tcp(addr: SocketAddr) -> Result<Self, ServerError> {
-        TcpListener::bind(addr)
-            .await
-            .map(Listener::Tcp)
-            .map_err(|source| ServerError::Bind {
-                addr: format!("tcp:{addr}"),
-                source,
-            })
-    }
-
-    /// The TCP address actually bound (useful with port 0).
-    pub fn tcp_addr(&self) -> Option<SocketAddr> {
-        match self {
-            Listener::Tcp(l) => l.local_addr().ok(),
-            Listener::Unix { .. } => None,
-        }
-    }
-
-    /// The client URI of export `name` on this listener.
-    pub fn uri(&self, name: &str) -> String {
-        match self {
-            Listener::Unix { path, .. } => {
-                format!("nbd+unix:///{name}?socket={}", path.display())
-            }
-            Listener::Tcp(l) => match l.local_addr() {
-                Ok(a) => format!("nbd://{a}/{name}"),
-                Err(_) => format!("nbd://?/{name}"),
-            },
-        }
-    }
-}
-
-/// `path` made absolute (its folder resolved, `..` and links gone), so the URI printed works
-/// from any directory; unchanged where the folder cannot be resolved (binding reports it).
-fn absolute(path: &Path) -> PathBuf {
-    let resolved = match (path.parent(), path.file_name()) {
-        (Some(dir), Some(name)) => {
-            let dir = if dir.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                dir
-            };
-            dir.canonicalize().ok().map(|d| d.join(name))
-        }
-        _ => None,
-    };
-    resolved
-        .or_else(|| std::path::absolute(path).ok())
-        .unwrap_or_else(|| path.to_path_buf())
-}
-
-impl fmt::Display for Listener {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Listener::Unix { path, .. } => write!(f, "unix:{}", path.display()),
-            Listener::Tcp(l) => match l.local_addr() {
-                Ok(a) => write!(f, "tcp:{a}"),
-                Err(_) => write!(f, "tcp:?"),
-            },
-        }
-    }
 }
 
 /// An NBD server over a fixed set of exports. Cheap to clone; all clones share the exports,
@@ -241,37 +71,6 @@ impl ConnGuard {
         ConnGuard {
             shared: shared.clone(),
             id: shared.next_id.fetch_add(1, Ordering::Relaxed),
-        }
-    }
-}
-
-/// What a client beyond `max_connections` is told.
-pub(crate) fn too_many_connections(shared: &Shared) -> String {
-    let max = shared.limits.max_connections;
-    format!(
-        "nbraidd: too many connections: at most {max} are served at once \
-         ([daemon] max_connections); try again later"
-    )
-}
-
-/// Counts one request as running in an export, server-wide, until dropped.
-pub(crate) struct RequestGuard {
-    shared: Arc<Shared>,
-}
-
-impl RequestGuard {
-    pub fn new(shared: &Arc<Shared>) -> Self {
-        shared.requests.fetch_add(1, Ordering::AcqRel);
-        RequestGuard {
-            shared: shared.clone(),
-        }
-    }
-}
-
-impl Drop for RequestGuard {
-    fn drop(&mut self) {
-        if self.shared.requests.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.shared.requests_done.notify_waiters();
         }
     }
 }
@@ -326,25 +125,12 @@ impl Server {
                 name,
                 export,
                 preferred,
-                locks: Arc::new(BlockLocks::new()),
+                gate: Arc::new(WriteGate::new()),
             });
         }
         let limits = limits.normalized();
         Ok(Self {
-            shared: Arc::new(Shared {
-                exports: entries,
-                limits,
-                budget: Arc::new(Semaphore::new(limits.server_bytes_in_flight)),
-                arriving: Arc::new(Semaphore::new(limits.arriving_bytes())),
-                admission: Admission::new(limits.max_connections, limits.max_handshakes),
-                shutdown: watch::channel(false).0,
-                connections: watch::channel(0).0,
-                tasks: Mutex::new(HashMap::new()),
-                next_id: AtomicU64::new(0),
-                requests: AtomicUsize::new(0),
-                requests_done: Notify::new(),
-                refusing: AtomicUsize::new(0),
-            }),
+            shared: Arc::new(Shared::new(entries, limits)),
         })
     }
 
@@ -611,136 +397,4 @@ impl Server {
         }
         first.map_or(Ok(()), Err)
     }
-}
-
-enum Accepted {
-    Unix(tokio::net::UnixStream),
-    Tcp(tokio::net::TcpStream),
-}
-
-async fn accept_one(l: &Listener) -> io::Result<Accepted> {
-    match l {
-        Listener::Unix { listener, .. } => listener.accept().await.map(|(s, _)| Accepted::Unix(s)),
-        Listener::Tcp(listener) => listener.accept().await.map(|(s, _)| Accepted::Tcp(s)),
-    }
-}
-
-async fn run_connection<R, W>(
-    shared: &Arc<Shared>,
-    r: R,
-    w: W,
-    handshake: HandshakeSlot,
-) -> Result<(), ConnError>
-where
-    R: AsyncRead + Unpin + Send + 'static,
-    W: AsyncWrite + Unpin + Send + 'static,
-{
-    let mut stop = shared.shutdown.subscribe();
-    let mut r = BufReader::with_capacity(128 * 1024, r);
-    let mut w = BufWriter::with_capacity(64 * 1024, w);
-    let phase = TlsPhase {
-        mode: TlsMode::Off,
-        active: false,
-    };
-    let mut no_zeroes = false;
-    let negotiation =
-        handshake::negotiate(shared, &mut r, &mut w, &mut stop, phase, &mut no_zeroes);
-    let outcome = tokio::time::timeout(shared.limits.handshake_timeout, negotiation)
-        .await
-        .map_err(|_| ConnError::HandshakeTimeout)??;
-    drop(handshake);
-    finish_handshake(shared, outcome, r, w, &mut stop).await
-}
-
-/// Closes, or serves the transmission phase, once the options are done.
-async fn finish_handshake<R, W>(
-    shared: &Arc<Shared>,
-    outcome: Outcome,
-    r: BufReader<R>,
-    mut w: BufWriter<W>,
-    stop: &mut watch::Receiver<bool>,
-) -> Result<(), ConnError>
-where
-    R: AsyncRead + Unpin + Send + 'static,
-    W: AsyncWrite + Unpin + Send + 'static,
-{
-    match outcome {
-        Outcome::Closed => {
-            let _ = w.shutdown().await;
-            Ok(())
-        }
-        Outcome::Transmission(neg, _place) => {
-            // The handshake flushed every reply: nothing is left in the buffer. The
-            // transmission phase batches its own writes.
-            let w = w.into_inner();
-            transmission::serve(shared, neg, r, w, stop).await
-        }
-        Outcome::StartTls => Err(ConnError::Tls("STARTTLS where TLS is off".into())),
-    }
-}
-
-fn timed<T>(r: Result<Result<T, ConnError>, tokio::time::error::Elapsed>) -> Result<T, ConnError> {
-    r.unwrap_or(Err(ConnError::HandshakeTimeout))
-}
-
-/// A connection on a listener with TLS: options in the clear up to `NBD_OPT_STARTTLS` (all
-/// refused but that one in required mode), the TLS handshake, then the options again from a
-/// clean state over TLS. The handshake timeout covers all of it.
-async fn run_tls_connection<S>(
-    shared: &Arc<Shared>,
-    s: S,
-    tls: ServerTls,
-    handshake: HandshakeSlot,
-) -> Result<(), ConnError>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let deadline = tokio::time::Instant::now() + shared.limits.handshake_timeout;
-    let mut stop = shared.shutdown.subscribe();
-    let (r, w) = tokio::io::split(s);
-    let mut r = BufReader::with_capacity(128 * 1024, r);
-    let mut w = BufWriter::with_capacity(64 * 1024, w);
-    let mut no_zeroes = false;
-    let clear = TlsPhase {
-        mode: tls.mode,
-        active: false,
-    };
-    let negotiation =
-        handshake::negotiate(shared, &mut r, &mut w, &mut stop, clear, &mut no_zeroes);
-    let outcome = timed(tokio::time::timeout_at(deadline, negotiation).await)?;
-    if !matches!(outcome, Outcome::StartTls) {
-        drop(handshake);
-        return finish_handshake(shared, outcome, r, w, &mut stop).await;
-    }
-    // The client waits for the ACK before its ClientHello: anything already buffered is a
-    // client sending in the clear what should have been encrypted.
-    if !r.buffer().is_empty() {
-        return Err(ConnError::Tls("data sent before the TLS handshake".into()));
-    }
-    let acceptor = tls
-        .acceptor
-        .clone()
-        .ok_or_else(|| ConnError::Tls("no certificate configured".into()))?;
-    let plain = r.into_inner().unsplit(w.into_inner());
-    let secured = timed(
-        tokio::time::timeout_at(deadline, async {
-            acceptor
-                .accept(plain)
-                .await
-                .map_err(|e| ConnError::Tls(e.to_string()))
-        })
-        .await,
-    )?;
-    let (r, w) = tokio::io::split(secured);
-    let mut r = BufReader::with_capacity(128 * 1024, r);
-    let mut w = BufWriter::with_capacity(64 * 1024, w);
-    let over_tls = TlsPhase {
-        mode: tls.mode,
-        active: true,
-    };
-    let negotiation =
-        handshake::negotiate(shared, &mut r, &mut w, &mut stop, over_tls, &mut no_zeroes);
-    let outcome = timed(tokio::time::timeout_at(deadline, negotiation).await)?;
-    drop(handshake);
-    finish_handshake(shared, outcome, r, w, &mut stop).await
 }

@@ -1585,23 +1585,33 @@ async fn shutdown_answers_unread_requests_with_eshutdown() {
 }
 
 /// Odd 4 KiB blocks answer after a few yields (their requests run as tasks); the others
-/// complete on the first poll, in the reader. Writes arrive in buffers from `payload_buffer`.
+/// complete on the first poll, in the reader. Writes arrive in buffers from `incoming_write`.
 struct MixedExport {
     inner: MemoryExport,
     own_buffers: AtomicUsize,
 }
 
-struct TestPayload(Vec<u8>);
+/// A payload received into a `MixedExport`'s own buffer.
+struct TestIncoming {
+    export: Arc<MixedExport>,
+    offset: u64,
+    buf: Vec<u8>,
+}
 
-impl PayloadBuf for TestPayload {
+impl IncomingWrite for TestIncoming {
     fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.0
+        &mut self.buf
     }
-    fn into_bytes(self: Box<Self>) -> Bytes {
-        Bytes::from(self.0)
-    }
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
-        self
+    fn write(self: Box<Self>, fua: bool) -> BoxFuture<'static, io::Result<()>> {
+        Box::pin(async move {
+            let TestIncoming {
+                export,
+                offset,
+                buf,
+            } = *self;
+            export.own_buffers.fetch_add(1, Ordering::SeqCst);
+            export.inner.write(offset, Bytes::from(buf), fua).await
+        })
     }
 }
 
@@ -1622,22 +1632,12 @@ impl Export for MixedExport {
     fn write(&self, offset: u64, data: Bytes, fua: bool) -> BoxFuture<'_, io::Result<()>> {
         self.inner.write(offset, data, fua)
     }
-    fn payload_buffer(&self, len: usize) -> Option<Box<dyn PayloadBuf>> {
-        Some(Box::new(TestPayload(vec![0; len])))
-    }
-    fn write_payload(
-        &self,
-        offset: u64,
-        data: Box<dyn PayloadBuf>,
-        fua: bool,
-    ) -> BoxFuture<'_, io::Result<()>> {
-        let v = data
-            .into_any()
-            .downcast::<TestPayload>()
-            .expect("own buffer")
-            .0;
-        self.own_buffers.fetch_add(1, Ordering::SeqCst);
-        self.inner.write(offset, Bytes::from(v), fua)
+    fn incoming_write(self: Arc<Self>, offset: u64, len: usize) -> Option<Box<dyn IncomingWrite>> {
+        Some(Box::new(TestIncoming {
+            export: self,
+            offset,
+            buf: vec![0; len],
+        }))
     }
     fn flush(&self) -> BoxFuture<'_, io::Result<()>> {
         self.inner.flush()

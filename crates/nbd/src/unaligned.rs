@@ -7,90 +7,16 @@
 //! drop the partial edges (a trim is a hint).
 //!
 //! An edge read-modify-write rewrites bytes it was not asked to write, so it must not interleave
-//! with another write to the same block (it would put back old bytes over them). Every write,
-//! trim and zeroing of an export therefore holds [`BlockLocks`] over its blocks: shared for
-//! blocks it writes whole, exclusive for the edge blocks it read-modify-writes.
+//! with another write to the same block (it would put back old bytes over them): it passes the
+//! export's [`WriteGate`], which makes every other write lock its blocks while one is in flight
+//! and costs aligned writes nothing otherwise.
 
 use std::io;
 
-use bytes::{Bytes, BytesMut};
-use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-
 use crate::export::{Export, Extent, ReadData, ZeroFlags};
 use crate::proto::MAX_PAYLOAD;
-
-/// Lock slots per export; block `b` maps to slot `b % SLOTS`.
-const SLOTS: u64 = 64;
-
-/// Per-export block locks, hashed into [`SLOTS`] slots (unrelated blocks may share a slot:
-/// they then wait for each other, never for long).
-pub(crate) struct BlockLocks {
-    slots: Box<[RwLock<()>]>,
-}
-
-/// Held locks of one request, released on drop.
-pub(crate) enum Held<'a> {
-    Shared(#[allow(dead_code)] RwLockReadGuard<'a, ()>),
-    Exclusive(#[allow(dead_code)] RwLockWriteGuard<'a, ()>),
-}
-
-/// Slots of blocks `[first, last]` as a bit mask.
-fn slot_mask(first: u64, last: u64) -> u64 {
-    if last - first + 1 >= SLOTS {
-        return u64::MAX;
-    }
-    let (a, b) = (first % SLOTS, last % SLOTS);
-    let upto = |x: u64| {
-        if x == 63 {
-            u64::MAX
-        } else {
-            (1u64 << (x + 1)) - 1
-        }
-    };
-    if a <= b {
-        upto(b) & !((1u64 << a) - 1)
-    } else {
-        upto(b) | !((1u64 << a) - 1)
-    }
-}
-
-impl BlockLocks {
-    pub fn new() -> Self {
-        BlockLocks {
-            slots: (0..SLOTS).map(|_| RwLock::new(())).collect(),
-        }
-    }
-
-    /// Locks the blocks of `[offset, offset+len)` (block size `bs`): shared, except the
-    /// blocks in `exclusive` (block indexes). Slots are taken in ascending order, so two
-    /// requests never wait for each other in a cycle.
-    pub async fn lock(&self, bs: u64, offset: u64, len: u64, exclusive: &[u64]) -> Vec<Held<'_>> {
-        if len == 0 {
-            return Vec::new();
-        }
-        let all = slot_mask(offset / bs, (offset + len - 1) / bs);
-        let excl = exclusive.iter().fold(0u64, |m, b| m | 1 << (b % SLOTS));
-        let mut held = Vec::with_capacity(all.count_ones() as usize);
-        let mut left = all | excl;
-        while left != 0 {
-            let i = left.trailing_zeros() as usize;
-            left &= left - 1;
-            let slot = &self.slots[i];
-            held.push(if excl & (1 << i) != 0 {
-                match slot.try_write() {
-                    Ok(g) => Held::Exclusive(g),
-                    Err(_) => Held::Exclusive(slot.write().await),
-                }
-            } else {
-                match slot.try_read() {
-                    Ok(g) => Held::Shared(g),
-                    Err(_) => Held::Shared(slot.read().await),
-                }
-            });
-        }
-        held
-    }
-}
+use crate::write_gate::WriteGate;
+use bytes::{Bytes, BytesMut};
 
 /// Whether `[offset, offset+len)` needs the byte-granular path.
 pub(crate) fn is_unaligned(bs: u64, offset: u64, len: u32) -> bool {
@@ -185,7 +111,7 @@ async fn rmw(
 /// exclusive locks.
 pub(crate) async fn write(
     e: &dyn Export,
-    locks: &BlockLocks,
+    gate: &WriteGate,
     bs: u64,
     offset: u64,
     data: Bytes,
@@ -193,7 +119,7 @@ pub(crate) async fn write(
 ) -> io::Result<()> {
     let len = data.len() as u64;
     let s = split(bs, offset, len);
-    let _held = locks.lock(bs, offset, len, &s.edges()).await;
+    let _pass = gate.read_modify_write(bs, offset, len, &s.edges()).await;
     let patch_from = |block: u64| {
         let data = data.clone();
         move |buf: &mut [u8]| {
@@ -230,7 +156,7 @@ pub(crate) async fn write(
 /// export. Never fast: `fast_only` fails at once when there are edges.
 pub(crate) async fn write_zeroes(
     e: &dyn Export,
-    locks: &BlockLocks,
+    gate: &WriteGate,
     bs: u64,
     offset: u64,
     len: u32,
@@ -244,7 +170,7 @@ pub(crate) async fn write_zeroes(
             "zeroing part of a block needs a read-modify-write: not fast",
         ));
     }
-    let _held = locks.lock(bs, offset, len, &s.edges()).await;
+    let _pass = gate.read_modify_write(bs, offset, len, &s.edges()).await;
     let zero = |block: u64| {
         move |buf: &mut [u8]| {
             let from = offset.max(block);
@@ -271,7 +197,7 @@ pub(crate) async fn write_zeroes(
 /// Trims the whole blocks inside an unaligned range (the partial edges keep their data).
 pub(crate) async fn trim(
     e: &dyn Export,
-    locks: &BlockLocks,
+    gate: &WriteGate,
     bs: u64,
     offset: u64,
     len: u32,
@@ -282,7 +208,7 @@ pub(crate) async fn trim(
     if n == 0 {
         return if fua { e.flush().await } else { Ok(()) };
     }
-    let _held = locks.lock(bs, m, n, &[]).await;
+    let _pass = gate.whole_blocks(bs, m, n).await;
     e.trim(m, n as u32, fua).await
 }
 
@@ -320,16 +246,6 @@ pub(crate) fn skip_extents(extents: Vec<Extent>, mut skip: u32) -> Vec<Extent> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn slot_masks_wrap_and_saturate() {
-        assert_eq!(slot_mask(0, 0), 1);
-        assert_eq!(slot_mask(3, 5), 0b111000);
-        assert_eq!(slot_mask(63, 64), 1 | 1 << 63);
-        assert_eq!(slot_mask(62, 63), 3 << 62);
-        assert_eq!(slot_mask(10, 10 + 63), u64::MAX);
-        assert_eq!(slot_mask(70, 70), 1 << 6);
-    }
 
     #[test]
     fn splits() {

@@ -231,6 +231,115 @@ async fn unaligned_io_against_a_model() {
     fx.server.shutdown().await.unwrap();
 }
 
+/// A 4 KiB-block memory export that holds every request open around the moment it touches the
+/// data: a read copies the data first and answers `HOLD` later; a write waits `HOLD` and then
+/// stores. A read-modify-write therefore reads its block long before it writes it back, and an
+/// aligned write stays in flight long after it began: any write landing in between would be
+/// lost unless the server keeps them apart.
+struct Holding {
+    mem: MemoryExport,
+    read_began: tokio::sync::Notify,
+    write_began: tokio::sync::Notify,
+}
+
+const HOLD: Duration = Duration::from_millis(100);
+
+impl Export for Holding {
+    fn size(&self) -> u64 {
+        self.mem.size()
+    }
+    fn min_block(&self) -> u32 {
+        4096
+    }
+    fn read(&self, o: u64, l: u32) -> BoxFuture<'_, io::Result<Bytes>> {
+        Box::pin(async move {
+            let data = self.mem.read(o, l).await;
+            self.read_began.notify_one();
+            tokio::time::sleep(HOLD).await;
+            data
+        })
+    }
+    fn write(&self, o: u64, d: Bytes, f: bool) -> BoxFuture<'_, io::Result<()>> {
+        Box::pin(async move {
+            self.write_began.notify_one();
+            tokio::time::sleep(HOLD).await;
+            self.mem.write(o, d, f).await
+        })
+    }
+    fn flush(&self) -> BoxFuture<'_, io::Result<()>> {
+        self.mem.flush()
+    }
+    fn write_zeroes(&self, o: u64, l: u32, f: ZeroFlags) -> BoxFuture<'_, io::Result<()>> {
+        self.mem.write_zeroes(o, l, f)
+    }
+}
+
+/// Which of the two racing writes reaches the export first.
+#[derive(Clone, Copy, Debug)]
+enum First {
+    /// The read-modify-write has read its block when the aligned write arrives.
+    Unaligned,
+    /// The aligned write is in flight when the read-modify-write arrives.
+    Aligned,
+}
+
+/// An aligned client writes block 0 whole while a byte-granular client writes bytes
+/// `[1000, 1100)` of it: whatever their order, every byte of the block outside those 100 is the
+/// aligned write's (the read-modify-write must never put old bytes back over it).
+async fn race_aligned_and_unaligned_writes(first: First) {
+    let export = Arc::new(Holding {
+        mem: MemoryExport::new(MIB).with_block_sizes(4096, 4096),
+        read_began: tokio::sync::Notify::new(),
+        write_began: tokio::sync::Notify::new(),
+    });
+    let fx = serve(export.clone()).await;
+    let aligned = Client::connect(&fx.uri).await.unwrap();
+    assert!(aligned.info().block_size_negotiated);
+    let bytes = byte_client(&fx.uri).await;
+    let whole = Bytes::from(vec![0xAA; 4096]);
+    let part = Bytes::from(vec![0x55; 100]);
+
+    let (unaligned_done, aligned_done) = match first {
+        First::Unaligned => {
+            let u = tokio::spawn(async move { bytes.write(1000, part).await });
+            export.read_began.notified().await;
+            let a = tokio::spawn(async move { aligned.write(0, whole).await });
+            (u.await.unwrap(), a.await.unwrap())
+        }
+        First::Aligned => {
+            let a = tokio::spawn(async move { aligned.write(0, whole).await });
+            export.write_began.notified().await;
+            let u = tokio::spawn(async move { bytes.write(1000, part).await });
+            (u.await.unwrap(), a.await.unwrap())
+        }
+    };
+    unaligned_done.unwrap();
+    aligned_done.unwrap();
+
+    let block = export.mem.contents(0, 4096);
+    let outside = block[..1000].iter().chain(&block[1100..]);
+    assert!(
+        outside.into_iter().all(|&b| b == 0xAA),
+        "{first:?} first: the read-modify-write put old bytes back over the aligned write"
+    );
+    let inside = &block[1000..1100];
+    assert!(
+        inside.iter().all(|&b| b == 0x55) || inside.iter().all(|&b| b == 0xAA),
+        "{first:?} first: the patched bytes are torn"
+    );
+    fx.server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aligned_write_arriving_during_a_read_modify_write_is_not_lost() {
+    race_aligned_and_unaligned_writes(First::Unaligned).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_modify_write_arriving_during_an_aligned_write_does_not_undo_it() {
+    race_aligned_and_unaligned_writes(First::Aligned).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nbd_crate_unaligned_reads_and_writes_from_two_connections() {
     use std::io::{Read, Seek, SeekFrom, Write};

@@ -1,175 +1,255 @@
 //! One `[[member]]` table: its id, path (file, block device, `memory:` or an NBD URI), size
-//! against what is found there, and a remote member's connection keys. (A child of `resolve`
-//! for its context and helpers.)
+//! against what is found there, and a remote member's connection keys.
 
-use super::*;
+use std::io::{Seek, SeekFrom};
+use std::ops::Range;
+use std::path::{Component, Path, PathBuf};
 
-impl Cx<'_> {
-    /// Member `raw`, checked against those `before` it (ids, paths, files).
-    pub(super) fn member(
-        &self,
-        raw: &RawMember,
-        before: &[Member],
-        id_spans: &[Range<usize>],
-        file_ids: &[Option<(u64, u64)>],
-    ) -> R<(Member, Option<(u64, u64)>)> {
-        let id = raw.id.get_ref().clone();
-        check_name(&id, "member id", raw.id.span())?;
-        if let Some(i) = before.iter().position(|m| m.id == id) {
-            return Err(Problem::new(
-                raw.id.span(),
-                ErrorKind::Duplicate,
-                format!(
-                    "member \"{id}\": duplicate member id (first defined at line {}); member ids must be unique",
-                    self.line(&id_spans[i])
-                ),
-            ));
-        }
-        let who = format!("member \"{id}\"");
-        let path_text = raw.path.get_ref().clone();
-        if path_text.trim().is_empty() {
-            return Err(Problem::new(
-                raw.path.span(),
-                ErrorKind::MemberPath,
-                format!(
-                    "{who}: path is empty; give a file (e.g. \"data/{id}.img\") or a block device"
-                ),
-            ));
-        }
-        let memory = path_text.trim() == MEMORY_PATH;
-        let remote = crate::is_remote(&path_text);
-        let path = if memory {
-            PathBuf::from(MEMORY_PATH)
-        } else if remote {
-            PathBuf::from(path_text.trim())
-        } else {
-            normalize(&self.base.join(&path_text))
-        };
-        let probed = if memory {
-            Probe::Memory
-        } else if remote {
-            Probe::Remote
-        } else {
-            probe(&path)
-        };
-        let file_id = match &probed {
-            Probe::Found(_, id) => *id,
-            _ => None,
-        };
-        if let Some(i) = before.iter().zip(file_ids).position(|(m, fid)| {
-            (!memory && m.path == path) || (file_id.is_some() && *fid == file_id)
-        }) {
-            return Err(Problem::new(
-                raw.path.span(),
-                ErrorKind::Duplicate,
-                format!(
-                    "{who}: path \"{path_text}\" is already used by member \"{}\" (line {}); every member needs its own file or device",
-                    before[i].id,
-                    self.line(&id_spans[i])
-                ),
-            ));
-        }
-        let size = match &raw.size {
-            Some(s) => Some((self.size(s, &who, "size")?, s)),
-            None => None,
-        };
-        if let Some((bytes, s)) = size {
-            if bytes < MEMBER_MIN {
+use super::cx::{check_name, Cx, R};
+use crate::error::{ErrorKind, Problem};
+use crate::model::{Member, MemberStorage, MEMBER_MIN, MEMORY_PATH, METADATA_RESERVED};
+use crate::raw::{RawMember, RawSize};
+use crate::size::{format_size, format_size_exact};
+use serde_spanned::Spanned;
+
+/// Member `raw`, checked against those `before` it (ids, paths, files).
+pub(super) fn member(
+    cx: &Cx,
+    raw: &RawMember,
+    before: &[Member],
+    id_spans: &[Range<usize>],
+    file_ids: &[Option<(u64, u64)>],
+) -> R<(Member, Option<(u64, u64)>)> {
+    let id = raw.id.get_ref().clone();
+    check_name(&id, "member id", raw.id.span())?;
+    if let Some(i) = before.iter().position(|m| m.id == id) {
+        return Err(Problem::new(
+            raw.id.span(),
+            ErrorKind::Duplicate,
+            format!(
+                "member \"{id}\": duplicate member id (first defined at line {}); member ids must be unique",
+                cx.line(&id_spans[i])
+            ),
+        ));
+    }
+    let who = format!("member \"{id}\"");
+    let (path_text, path, probed) = locate(cx, raw, &who, &id)?;
+    let file_id = match &probed {
+        Probe::Found(_, id) => *id,
+        _ => None,
+    };
+    let memory = matches!(probed, Probe::Memory);
+    if let Some(i) = before
+        .iter()
+        .zip(file_ids)
+        .position(|(m, fid)| (!memory && m.path == path) || (file_id.is_some() && *fid == file_id))
+    {
+        return Err(Problem::new(
+            raw.path.span(),
+            ErrorKind::Duplicate,
+            format!(
+                "{who}: path \"{path_text}\" is already used by member \"{}\" (line {}); every member needs its own file or device",
+                before[i].id,
+                cx.line(&id_spans[i])
+            ),
+        ));
+    }
+    let size = given_size(cx, raw, &who)?;
+    let (size, state) = size_and_state(raw, &who, &path, probed, size)?;
+    let remote = matches!(state, MemberStorage::Remote);
+    let remote = crate::remote_member::remote_settings(raw, &who, remote)?;
+    Ok((
+        Member {
+            id,
+            path_text,
+            path,
+            size,
+            state,
+            remote,
+        },
+        file_id,
+    ))
+}
+
+/// The member's path as written, resolved (files against the config's directory), and what
+/// is there.
+fn locate(cx: &Cx, raw: &RawMember, who: &str, id: &str) -> R<(String, PathBuf, Probe)> {
+    let path_text = raw.path.get_ref().clone();
+    if path_text.trim().is_empty() {
+        return Err(Problem::new(
+            raw.path.span(),
+            ErrorKind::MemberPath,
+            format!("{who}: path is empty; give a file (e.g. \"data/{id}.img\") or a block device"),
+        ));
+    }
+    let (path, probed) = if path_text.trim() == MEMORY_PATH {
+        (PathBuf::from(MEMORY_PATH), Probe::Memory)
+    } else if crate::model::is_remote(&path_text) {
+        (PathBuf::from(path_text.trim()), Probe::Remote)
+    } else {
+        let path = normalize(&cx.base.join(&path_text));
+        let probed = probe(&path);
+        (path, probed)
+    };
+    Ok((path_text, path, probed))
+}
+
+/// The member's `size`, if given: at least [`MEMBER_MIN`].
+fn given_size<'r>(
+    cx: &Cx,
+    raw: &'r RawMember,
+    who: &str,
+) -> R<Option<(u64, &'r Spanned<RawSize>)>> {
+    let Some(s) = &raw.size else {
+        return Ok(None);
+    };
+    let bytes = cx.size(s, who, "size")?;
+    if bytes < MEMBER_MIN {
+        return Err(Problem::new(
+            s.span(),
+            ErrorKind::Size,
+            format!(
+                "{who}: size {} is too small; a member needs at least {} ({} of metadata reserve and one 4 KiB block)",
+                s.get_ref().shown(),
+                format_size_exact(MEMBER_MIN),
+                format_size(METADATA_RESERVED)
+            ),
+        ));
+    }
+    Ok(Some((bytes, s)))
+}
+
+/// The member's size and storage from what is at its path and the size given: a missing file,
+/// a memory or a remote member needs a size; an existing file or device holds at least it (or
+/// gives its own).
+fn size_and_state(
+    raw: &RawMember,
+    who: &str,
+    path: &Path,
+    probed: Probe,
+    size: Option<(u64, &Spanned<RawSize>)>,
+) -> R<(u64, MemberStorage)> {
+    let refuse = |why: String| Err(Problem::new(raw.path.span(), ErrorKind::MemberPath, why));
+    match (probed, size) {
+        (Probe::Unusable(why), _) => refuse(format!("{who}: path \"{}\" {why}", path.display())),
+        (Probe::Missing, None) => refuse(format!(
+            "{who}: path \"{}\" does not exist, so the member needs a size to be created with; add e.g. size = \"4GiB\"",
+            path.display()
+        )),
+        (Probe::Missing, Some((bytes, _))) => Ok((bytes, MemberStorage::Missing)),
+        (Probe::Memory, Some((bytes, _))) => Ok((bytes, MemberStorage::Memory)),
+        (Probe::Remote, Some((bytes, _))) => Ok((bytes, MemberStorage::Remote)),
+        (Probe::Remote, None) => refuse(format!(
+            "{who}: a remote member needs a size (the config is read without \
+             connecting; the export must hold at least that); add e.g. size = \"4GiB\""
+        )),
+        (Probe::Memory, None) => refuse(format!(
+            "{who}: a memory member needs a size; add e.g. size = \"1GiB\""
+        )),
+        (Probe::Found(state, _), Some((bytes, s))) => {
+            let actual = state_len(state);
+            if actual < bytes {
                 return Err(Problem::new(
                     s.span(),
-                    ErrorKind::Size,
+                    ErrorKind::MemberPath,
                     format!(
-                        "{who}: size {} is too small; a member needs at least {} ({} of metadata reserve and one 4 KiB block)",
+                        "{who}: size is {} but \"{}\" holds only {} ({actual} bytes); an existing member must be at least its size: lower size, or grow the file (truncate -s {} {})",
                         s.get_ref().shown(),
-                        format_size_exact(MEMBER_MIN),
-                        format_size(METADATA_RESERVED)
+                        path.display(),
+                        format_size(actual),
+                        format_size_exact(bytes),
+                        path.display()
                     ),
                 ));
             }
+            Ok((bytes, state))
         }
-        let (size, state) = match (probed, size) {
-            (Probe::Unusable(why), _) => {
-                return Err(Problem::new(
-                    raw.path.span(),
-                    ErrorKind::MemberPath,
-                    format!("{who}: path \"{}\" {why}", path.display()),
-                ))
+        (Probe::Found(state, _), None) => {
+            let actual = state_len(state);
+            if actual < MEMBER_MIN {
+                return refuse(format!(
+                    "{who}: \"{}\" holds only {actual} bytes; a member needs at least {}",
+                    path.display(),
+                    format_size_exact(MEMBER_MIN)
+                ));
             }
-            (Probe::Missing, None) => {
-                return Err(Problem::new(
-                    raw.path.span(),
-                    ErrorKind::MemberPath,
-                    format!(
-                        "{who}: path \"{}\" does not exist, so the member needs a size to be created with; add e.g. size = \"4GiB\"",
-                        path.display()
-                    ),
-                ))
-            }
-            (Probe::Missing, Some((bytes, _))) => (bytes, MemberStorage::Missing),
-            (Probe::Memory, Some((bytes, _))) => (bytes, MemberStorage::Memory),
-            (Probe::Remote, Some((bytes, _))) => (bytes, MemberStorage::Remote),
-            (Probe::Remote, None) => {
-                return Err(Problem::new(
-                    raw.path.span(),
-                    ErrorKind::MemberPath,
-                    format!(
-                        "{who}: a remote member needs a size (the config is read without \
-                         connecting; the export must hold at least that); add e.g. size = \"4GiB\""
-                    ),
-                ))
-            }
-            (Probe::Memory, None) => {
-                return Err(Problem::new(
-                    raw.path.span(),
-                    ErrorKind::MemberPath,
-                    format!("{who}: a memory member needs a size; add e.g. size = \"1GiB\""),
-                ))
-            }
-            (Probe::Found(state, _), Some((bytes, s))) => {
-                let actual = state_len(state);
-                if actual < bytes {
-                    return Err(Problem::new(
-                        s.span(),
-                        ErrorKind::MemberPath,
-                        format!(
-                            "{who}: size is {} but \"{}\" holds only {} ({actual} bytes); an existing member must be at least its size: lower size, or grow the file (truncate -s {} {})",
-                            s.get_ref().shown(),
-                            path.display(),
-                            format_size(actual),
-                            format_size_exact(bytes),
-                            path.display()
-                        ),
-                    ));
+            Ok((actual, state))
+        }
+    }
+}
+
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if matches!(out.components().next_back(), Some(Component::Normal(_))) {
+                    out.pop();
+                } else {
+                    out.push("..");
                 }
-                (bytes, state)
             }
-            (Probe::Found(state, _), None) => {
-                let actual = state_len(state);
-                if actual < MEMBER_MIN {
-                    return Err(Problem::new(
-                        raw.path.span(),
-                        ErrorKind::MemberPath,
-                        format!(
-                            "{who}: \"{}\" holds only {actual} bytes; a member needs at least {}",
-                            path.display(),
-                            format_size_exact(MEMBER_MIN)
-                        ),
-                    ));
-                }
-                (actual, state)
-            }
-        };
-        let remote = crate::remote_member::remote_settings(raw, &who, remote)?;
-        Ok((
-            Member {
-                id,
-                path_text,
-                path,
-                size,
-                state,
-                remote,
-            },
-            file_id,
-        ))
+            other => out.push(other.as_os_str()),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        out.push(".");
+    }
+    out
+}
+
+/// What is at a member path.
+enum Probe {
+    Missing,
+    /// A RAM member: nothing on disk to look at.
+    Memory,
+    Remote,
+    Found(MemberStorage, Option<(u64, u64)>),
+    Unusable(String),
+}
+
+fn probe(path: &Path) -> Probe {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let md = match std::fs::metadata(path) {
+        Ok(md) => md,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Probe::Missing,
+        Err(e) => return Probe::Unusable(format!("cannot be inspected: {e}")),
+    };
+    let id = Some((md.dev(), md.ino()));
+    let ft = md.file_type();
+    if ft.is_file() {
+        Probe::Found(MemberStorage::File { len: md.len() }, id)
+    } else if ft.is_block_device() {
+        let len = std::fs::File::open(path).and_then(|mut f| f.seek(SeekFrom::End(0)));
+        match len {
+            Ok(len) => Probe::Found(MemberStorage::BlockDevice { len }, id),
+            Err(e) => Probe::Unusable(format!("is a block device whose size cannot be read: {e}")),
+        }
+    } else if ft.is_dir() {
+        Probe::Unusable("is a directory; valid: a regular file or a block device".into())
+    } else {
+        Probe::Unusable("is neither a regular file nor a block device".into())
+    }
+}
+
+/// What a volume gives for its geometry.
+fn state_len(state: MemberStorage) -> u64 {
+    match state {
+        MemberStorage::Missing | MemberStorage::Memory | MemberStorage::Remote => 0,
+        MemberStorage::File { len } | MemberStorage::BlockDevice { len } => len,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes_lexically() {
+        assert_eq!(normalize(Path::new("./a/./b/../c")), PathBuf::from("a/c"));
+        assert_eq!(normalize(Path::new("../x")), PathBuf::from("../x"));
+        assert_eq!(normalize(Path::new("/a/b/../../c")), PathBuf::from("/c"));
+        assert_eq!(normalize(Path::new(".")), PathBuf::from("."));
     }
 }
