@@ -26,9 +26,9 @@
 
 use futures::executor::block_on;
 use futures::stream::{FuturesUnordered, StreamExt};
-use nbraid_core::simulated::{run_virtual, SimClock, SimMember, SimModel, SsdParams};
 use nbraid_core::{Buf, Member, PassControl, PassState, UringFile, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Level, ParityLayout, Region, Shape};
+use nbraid_sim::timed::{run_virtual, SimClock, SimMember, SimModel, SsdParams};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

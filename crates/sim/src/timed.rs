@@ -8,11 +8,10 @@
 //! clock: a run is a function of its inputs alone, so two runs give the same figures to the
 //! nanosecond and ratio checks in tests need no margin for machine noise.
 
-use crate::buf::{Buf, SharedBuf};
-use crate::member::{check_range, Member, MemberCounters, MemberOp, MemberResult};
-use crate::memory::MemoryMember;
 use futures::future::BoxFuture;
 use futures::FutureExt;
+use nbraid_core::member::check_range;
+use nbraid_core::{Buf, Member, MemberCounters, MemberOp, MemberResult, MemoryMember, SharedBuf};
 use parking_lot::Mutex;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -667,4 +666,5 @@ impl SimMember {
 }
 
 #[cfg(test)]
+#[path = "timed_tests.rs"]
 mod tests;
