@@ -10,7 +10,7 @@ use nbraid_core::metadata::{Array, CleanMark};
 use nbraid_core::{Buf, PassControl, PassState, Volume};
 use nbraid_daemon::assemble::{self, Assembled};
 use nbraid_daemon::plan::Plan;
-use nbraid_sim::timed::{run_virtual, SimClock};
+use nbraid_sim::clock::{run_virtual, SimClock};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -10,7 +10,7 @@
 //! - [`Faulty`] wraps any member on the wall clock: seeded I/O errors by range, count or
 //!   death, added latency, and power loss (writes held until flush, [`Faulty::crash`] keeping a
 //!   seeded subset, torn at 512 bytes). The fault and model tests use it.
-//! - [`timed::SimMember`] keeps virtual time on a [`timed::SimClock`] with a disk model
+//! - [`timed::SimMember`] keeps virtual time on a [`SimClock`] with a disk model
 //!   ([`timed::SimModel`]: an HDD's seeks, rotation and reordering, or an SSD's caps), so a
 //!   benchmark's figures are a function of its inputs alone. `nbraid bench --sim` runs on it.
 //! - [`scheduled::ScheduledMember`] keeps no time at all: each operation waits in a
@@ -19,12 +19,14 @@
 //!
 //! All three draw from one generator, [`Rng`], so every run replays exactly from its seed.
 
+pub mod clock;
 pub mod faulty;
 pub mod rng;
 pub mod scheduled;
 pub mod timed;
 
+pub use clock::{run_virtual, SimClock, Stalled};
 pub use faulty::{CrashReport, FaultOps, Faulty};
 pub use rng::Rng;
 pub use scheduled::{DiskFaults, ScheduledMember, World, SECTOR_BYTES};
-pub use timed::{run_virtual, SimClock, SimMember, SimModel};
+pub use timed::{SimMember, SimModel};
