@@ -133,6 +133,105 @@ fn run(s: &Setup, work: Work, qd: usize, secs: f64) -> (u64, u64, f64) {
     drive(v, load, secs)
 }
 
+/// (MB/s, IOPS) of one cell; `results[config][work]`.
+type Results = Vec<Vec<(f64, f64)>>;
+
+/// Every workload (those whose name contains `only`, if given) on every setup, `samples`
+/// times interleaved across setups, keeping the median by MB/s.
+fn measure(setups: &[Setup], samples: usize, secs: f64, only: Option<&str>) -> Results {
+    let mut results = vec![vec![(0.0f64, 0.0f64); WORKS.len()]; setups.len()];
+    for (wi, &(work, name, qd)) in WORKS.iter().enumerate() {
+        if only.is_some_and(|w| !name.contains(w)) {
+            continue;
+        }
+        let degraded = matches!(work, Work::DegradedSeqRead | Work::DegradedSeqReadFull);
+        if work == Work::DegradedSeqRead {
+            for s in setups {
+                if s.level != Level::Raid0 {
+                    s.wb.fail_member(1, "benchmark: degraded read");
+                }
+            }
+        }
+        let mut samples_of: Vec<Vec<(f64, f64)>> = vec![Vec::new(); setups.len()];
+        for _ in 0..samples {
+            for (ci, s) in setups.iter().enumerate() {
+                if degraded && s.level == Level::Raid0 {
+                    continue;
+                }
+                let (bytes, ops, t) = run(s, work, qd, secs);
+                samples_of[ci].push((bytes as f64 / t / 1e6, ops as f64 / t));
+            }
+        }
+        for (ci, mut v) in samples_of.into_iter().enumerate() {
+            if v.is_empty() {
+                continue;
+            }
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            results[ci][wi] = v[v.len() / 2];
+        }
+    }
+    results
+}
+
+/// The table: a row per workload, a column per setup.
+fn print_results(setups: &[Setup], results: &Results) {
+    print!("\n{:<18} {:>3} ", "workload", "qd");
+    for s in setups {
+        print!("{:>9}", s.name);
+    }
+    println!();
+    for (wi, &(work, name, qd)) in WORKS.iter().enumerate() {
+        let seq = !matches!(work, Work::RandWriteWt | Work::RandWriteWb | Work::RandRead);
+        print!("{name:<18} {qd:>3} ");
+        for r in results {
+            let (mbs, iops) = r[wi];
+            if mbs == 0.0 {
+                print!("{:>9}", "-");
+            } else if seq {
+                print!("{mbs:>9.0}");
+            } else {
+                print!("{:>8.1}k", iops / 1000.0);
+            }
+        }
+        println!();
+    }
+    println!("(sequential rows in MB/s, random rows in IOPS; \"full\" = requests of whole stripes, the smallest multiple of the stripe ≥ 1 MiB; degraded = member 1 failed)");
+}
+
+/// The ratios of each parity setup against its RAID 0 of the same member count.
+fn print_ratios(setups: &[Setup], results: &Results) {
+    println!("\nratios (targets: full-stripe write ≥ 0.9 of RAID 0 × (N−p)/N; degraded read ≥ 0.8 of healthy; random write theory 1/4 RAID 5, 1/6 RAID 6)");
+    println!(
+        "{:<8} {:>22} {:>22} {:>18} {:>20} {:>18}",
+        "config",
+        "seq-write full / ideal",
+        "seq-write 1M / ideal",
+        "degraded 1M / 1M",
+        "degraded full / full",
+        "rand-write wt / r0"
+    );
+    let col = |w: Work| WORKS.iter().position(|x| x.0 == w).expect("work");
+    for (ci, s) in setups.iter().enumerate() {
+        if s.level == Level::Raid0 {
+            continue;
+        }
+        let r0 = &results[ci - if s.level == Level::Raid5 { 1 } else { 2 }];
+        let r = &results[ci];
+        let p = s.level.parity() as f64;
+        let n = s.members as f64;
+        let ideal = |w: Work| r0[col(w)].0 * (n - p) / n;
+        println!(
+            "{:<8} {:>22.2} {:>22.2} {:>18.2} {:>20.2} {:>18.3}",
+            s.name,
+            r[col(Work::SeqWriteFull)].0 / ideal(Work::SeqWriteFull),
+            r[col(Work::SeqWrite)].0 / ideal(Work::SeqWrite),
+            r[col(Work::DegradedSeqRead)].0 / r[col(Work::SeqRead)].0,
+            r[col(Work::DegradedSeqReadFull)].0 / r[col(Work::SeqReadFull)].0,
+            r[col(Work::RandWriteWt)].1 / r0[col(Work::RandWriteWt)].1,
+        );
+    }
+}
+
 fn main() {
     let secs: f64 = std::env::var("NBRAID_BENCH_SECS")
         .ok()
@@ -167,87 +266,7 @@ fn main() {
             setups.push(s);
         }
     }
-    // results[config][work] = (MB/s, IOPS)
-    let mut results = vec![vec![(0.0f64, 0.0f64); WORKS.len()]; setups.len()];
-    for (wi, &(work, name, qd)) in WORKS.iter().enumerate() {
-        if only.as_ref().is_some_and(|w| !name.contains(w.as_str())) {
-            continue;
-        }
-        let degraded = matches!(work, Work::DegradedSeqRead | Work::DegradedSeqReadFull);
-        if work == Work::DegradedSeqRead {
-            for s in &setups {
-                if s.level != Level::Raid0 {
-                    s.wb.fail_member(1, "benchmark: degraded read");
-                }
-            }
-        }
-        let mut samples_of: Vec<Vec<(f64, f64)>> = vec![Vec::new(); setups.len()];
-        for _ in 0..samples {
-            for (ci, s) in setups.iter().enumerate() {
-                if degraded && s.level == Level::Raid0 {
-                    continue;
-                }
-                let (bytes, ops, t) = run(s, work, qd, secs);
-                samples_of[ci].push((bytes as f64 / t / 1e6, ops as f64 / t));
-            }
-        }
-        for (ci, mut v) in samples_of.into_iter().enumerate() {
-            if v.is_empty() {
-                continue;
-            }
-            v.sort_by(|a, b| a.0.total_cmp(&b.0));
-            results[ci][wi] = v[v.len() / 2];
-        }
-    }
-    print!("\n{:<18} {:>3} ", "workload", "qd");
-    for s in &setups {
-        print!("{:>9}", s.name);
-    }
-    println!();
-    for (wi, &(work, name, qd)) in WORKS.iter().enumerate() {
-        let seq = !matches!(work, Work::RandWriteWt | Work::RandWriteWb | Work::RandRead);
-        print!("{name:<18} {qd:>3} ");
-        for r in &results {
-            let (mbs, iops) = r[wi];
-            if mbs == 0.0 {
-                print!("{:>9}", "-");
-            } else if seq {
-                print!("{mbs:>9.0}");
-            } else {
-                print!("{:>8.1}k", iops / 1000.0);
-            }
-        }
-        println!();
-    }
-    println!("(sequential rows in MB/s, random rows in IOPS; \"full\" = requests of whole stripes, the smallest multiple of the stripe ≥ 1 MiB; degraded = member 1 failed)");
-    println!("\nratios (targets: full-stripe write ≥ 0.9 of RAID 0 × (N−p)/N; degraded read ≥ 0.8 of healthy; random write theory 1/4 RAID 5, 1/6 RAID 6)");
-    println!(
-        "{:<8} {:>22} {:>22} {:>18} {:>20} {:>18}",
-        "config",
-        "seq-write full / ideal",
-        "seq-write 1M / ideal",
-        "degraded 1M / 1M",
-        "degraded full / full",
-        "rand-write wt / r0"
-    );
-    let col = |w: Work| WORKS.iter().position(|x| x.0 == w).expect("work");
-    for (ci, s) in setups.iter().enumerate() {
-        if s.level == Level::Raid0 {
-            continue;
-        }
-        let r0 = &results[ci - if s.level == Level::Raid5 { 1 } else { 2 }];
-        let r = &results[ci];
-        let p = s.level.parity() as f64;
-        let n = s.members as f64;
-        let ideal = |w: Work| r0[col(w)].0 * (n - p) / n;
-        println!(
-            "{:<8} {:>22.2} {:>22.2} {:>18.2} {:>20.2} {:>18.3}",
-            s.name,
-            r[col(Work::SeqWriteFull)].0 / ideal(Work::SeqWriteFull),
-            r[col(Work::SeqWrite)].0 / ideal(Work::SeqWrite),
-            r[col(Work::DegradedSeqRead)].0 / r[col(Work::SeqRead)].0,
-            r[col(Work::DegradedSeqReadFull)].0 / r[col(Work::SeqReadFull)].0,
-            r[col(Work::RandWriteWt)].1 / r0[col(Work::RandWriteWt)].1,
-        );
-    }
+    let results = measure(&setups, samples, secs, only.as_deref());
+    print_results(&setups, &results);
+    print_ratios(&setups, &results);
 }

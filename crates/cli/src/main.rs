@@ -5,7 +5,6 @@
 //! live in `nbraid_config`, the geometry in `nbraid_layout`. It does not contain the server:
 //! `nbraid serve` runs the `nbraidd` binary installed beside it ([`serve`]).
 
-mod bench;
 mod check;
 mod create;
 mod diagram;
@@ -86,7 +85,7 @@ enum Command {
     },
     /// Run the storage reviews' microbenchmarks on a volume, simulated members or NBD
     /// servers: a table, --json, --chart FILE.svg|png.
-    Bench(Box<bench::BenchArgs>),
+    Bench(Box<nbraid_bench::BenchArgs>),
     /// Serve every volume of a config over NBD (the same as `nbraidd --config FILE`).
     Serve {
         /// The TOML config.
@@ -134,7 +133,7 @@ fn main() -> ExitCode {
             assume_clean,
             json,
         ),
-        Command::Bench(args) => bench::run(&args),
+        Command::Bench(args) => nbraid_bench::run(&args),
         Command::Serve {
             file,
             log_level,

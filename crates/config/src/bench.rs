@@ -2,7 +2,7 @@
 //! beside the arrays they model. A `--sim-params` file holds the same tables at its top level
 //! (`[hdd]`, `[ssd]`) and is checked by the same code ([`parse_sim_params`]).
 //!
-//! The models themselves (and their defaults) are the engine's (`nbraid_core::simulated`);
+//! The models themselves (and their defaults) are nbraid-sim's (`nbraid_sim::timed`);
 //! this crate knows only the keys, their units and what range makes sense, so a bad value is
 //! reported at its line before a run. The daemon ignores the tables.
 

@@ -197,90 +197,97 @@ fn randwrite(t: &Target, span: u64, secs: f64, flush_every: u64, seed: u64) -> (
     (done as f64 / start.elapsed().as_secs_f64(), cpu_us, done)
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let json = args.iter().any(|a| a == "--json");
-    let rest: Vec<&String> = args.iter().filter(|a| *a != "--json").collect();
-    let dir = PathBuf::from(rest.first().map_or("/var/tmp", |s| s.as_str()))
-        .join(format!("nbraid-bitmap-cost-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("bench directory");
-    let secs: f64 = rest.get(1).and_then(|s| s.parse().ok()).unwrap_or(3.0);
+/// One workload's figures: per target (bare volume, array without bitmap, bitmap cleared
+/// eagerly, bitmap with the default delay) writes/s and CPU µs per write, and bitmap updates
+/// per 1000 writes (eager, delayed).
+struct Row {
+    name: &'static str,
+    iops: [f64; 4],
+    cpu_us: [f64; 4],
+    updates_per_k: [f64; 2],
+}
 
-    let with = files(&dir, "with");
-    let without = files(&dir, "without");
-    let delayed = files(&dir, "delayed");
-    let eager = Some(Duration::ZERO);
-    let a_with = create(&with, eager);
-    let a_without = create(&without, None);
-    let a_delayed = create(
-        &delayed,
-        Some(nbraid_core::metadata::intent::DEFAULT_CLEAR_DELAY),
-    );
-    let capacity = a_with.volume().capacity();
-    // The bare volume: no superblocks, no bitmap.
-    let bare_files = files(&dir, "bare");
-    let bare = Volume::new(
-        Geometry::from_tree(tree()),
-        open_members(&bare_files),
-        VolumeOptions::default(),
-    )
-    .expect("volume");
-
-    let mut rows = Vec::new();
-    for (flush_every, name) in [
-        (0u64, "4k randwrite qd32"),
-        (256, "4k randwrite qd32, flush/256"),
-        (16, "4k randwrite qd32, flush/16"),
-    ] {
-        let targets = [
-            Target::Volume(&bare),
-            Target::Array(&a_without),
-            Target::Array(&a_with),
-            Target::Array(&a_delayed),
-        ];
-        let mut iops = [0.0f64; 4];
-        let mut cpu = [0.0f64; 4];
-        let mut writes = [0u64; 4];
-        let bitmap_writes_before = [a_with.bitmap_writes(), a_delayed.bitmap_writes()];
-        for r in 0..ROUNDS {
-            // The order rotates each round, so drifting load hits every target alike.
-            for k in 0..targets.len() {
-                let i = (k + r as usize) % targets.len();
-                let (w, c, n) = randwrite(&targets[i], capacity, secs, flush_every, 0x9e37 + r);
-                iops[i] += w;
-                cpu[i] += c;
-                writes[i] += n;
-            }
+/// The four targets, `ROUNDS` rounds each in rotated order, for one workload.
+fn cost_row(
+    name: &'static str,
+    flush_every: u64,
+    bare: &Volume,
+    arrays: [&Array; 3],
+    capacity: u64,
+    secs: f64,
+) -> Row {
+    let [a_without, a_with, a_delayed] = arrays;
+    let targets = [
+        Target::Volume(bare),
+        Target::Array(a_without),
+        Target::Array(a_with),
+        Target::Array(a_delayed),
+    ];
+    let mut iops = [0.0f64; 4];
+    let mut cpu = [0.0f64; 4];
+    let mut writes = [0u64; 4];
+    let bitmap_writes_before = [a_with.bitmap_writes(), a_delayed.bitmap_writes()];
+    for r in 0..ROUNDS {
+        // The order rotates each round, so drifting load hits every target alike.
+        for k in 0..targets.len() {
+            let i = (k + r as usize) % targets.len();
+            let (w, c, n) = randwrite(&targets[i], capacity, secs, flush_every, 0x9e37 + r);
+            iops[i] += w;
+            cpu[i] += c;
+            writes[i] += n;
         }
-        let r = ROUNDS as f64;
-        // Bitmap updates per 1000 writes: eager, delayed.
-        let per_k = [
-            (a_with.bitmap_writes() - bitmap_writes_before[0]) as f64 * 1000.0
-                / writes[2].max(1) as f64,
-            (a_delayed.bitmap_writes() - bitmap_writes_before[1]) as f64 * 1000.0
-                / writes[3].max(1) as f64,
-        ];
-        rows.push((name, iops.map(|v| v / r), cpu.map(|v| v / r), per_k));
     }
-    block_on(bare.flush()).expect("flush");
-    drop(bare);
-    drop(a_delayed);
+    let r = ROUNDS as f64;
+    let updates_per_k = [
+        (a_with.bitmap_writes() - bitmap_writes_before[0]) as f64 * 1000.0
+            / writes[2].max(1) as f64,
+        (a_delayed.bitmap_writes() - bitmap_writes_before[1]) as f64 * 1000.0
+            / writes[3].max(1) as f64,
+    ];
+    Row {
+        name,
+        iops: iops.map(|v| v / r),
+        cpu_us: cpu.map(|v| v / r),
+        updates_per_k,
+    }
+}
 
-    // Everything flushed; then a crash during writes to 2 regions (128 MiB of the volume)
-    // after the last flush, and a reopen.
+/// Resync after a crash, with the bitmap and without: time and bytes each.
+struct Resync {
+    bitmap: Duration,
+    bitmap_bytes: u64,
+    full: Duration,
+    full_bytes: u64,
+}
+
+/// Everything flushed; then a crash during writes to 2 regions (128 MiB of the volume) after
+/// the last flush, and a reopen of each array.
+fn resync_after_crash(
+    a_with: Array,
+    with: &[PathBuf],
+    a_without: Array,
+    without: &[PathBuf],
+) -> Resync {
     for a in [&a_with, &a_without] {
         block_on(a.flush()).expect("flush");
         let _ = randwrite(&Target::Array(a), 128 * MIB, 1.0, 0, 7);
     }
     drop(a_with);
     drop(a_without);
-    let (a, t_bitmap, bytes_bitmap) = open(&with, eager);
+    let (a, bitmap, bitmap_bytes) = open(with, Some(Duration::ZERO));
     drop(a);
-    let (a, t_full, bytes_full) = open(&without, None);
+    let (a, full, full_bytes) = open(without, None);
     drop(a);
-    let _ = std::fs::remove_dir_all(&dir);
+    Resync {
+        bitmap,
+        bitmap_bytes,
+        full,
+        full_bytes,
+    }
+}
 
-    // The bitmap's own work on a write whose bit is set: begin + end, no I/O.
+/// The bitmap's own work on a write whose bit is set: begin + end, no I/O (ns per write).
+fn intent_ns_per_write(capacity: u64) -> f64 {
     let intent = nbraid_core::metadata::intent::Intent::new(capacity, 64 * MIB, vec![0xff; 4096])
         .expect("a bitmap that fits");
     let n = 1_000_000u64;
@@ -289,37 +296,42 @@ fn main() {
         let (h, _) = intent.begin((i * 7919 * 4096) % capacity, 4096);
         intent.end(h);
     }
-    let intent_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    t.elapsed().as_nanos() as f64 / n as f64
+}
 
-    if json {
-        let cost: Vec<String> = rows
-            .iter()
-            .map(|(name, w, c, k)| {
-                format!(
-                    "{{\"workload\":\"{name}\",\"volume_iops\":{:.0},\"array_no_bitmap_iops\":{:.0},\"array_bitmap_no_delay_iops\":{:.0},\"array_bitmap_iops\":{:.0},\"cpu_us_per_write\":[{:.2},{:.2},{:.2},{:.2}],\"bitmap_vs_no_bitmap_cpu\":{:.4},\"bitmap_updates_per_1000_writes\":{{\"no_delay\":{:.2},\"delay\":{:.2}}}}}",
-                    w[0], w[1], w[2], w[3], c[0], c[1], c[2], c[3], c[3] / c[1], k[0], k[1]
-                )
-            })
-            .collect();
-        println!(
-            "{{\"capacity_bytes\":{capacity},\"intent_ns_per_write\":{intent_ns:.1},\"cost\":[{}],\"resync\":{{\"bitmap_secs\":{:.3},\"bitmap_bytes\":{bytes_bitmap},\"full_secs\":{:.3},\"full_bytes\":{bytes_full}}}}}",
-            cost.join(","),
-            t_bitmap.as_secs_f64(),
-            t_full.as_secs_f64()
-        );
-        return;
-    }
+fn print_json(rows: &[Row], capacity: u64, intent_ns: f64, resync: &Resync) {
+    let cost: Vec<String> = rows
+        .iter()
+        .map(|Row { name, iops: w, cpu_us: c, updates_per_k: k }| {
+            format!(
+                "{{\"workload\":\"{name}\",\"volume_iops\":{:.0},\"array_no_bitmap_iops\":{:.0},\"array_bitmap_no_delay_iops\":{:.0},\"array_bitmap_iops\":{:.0},\"cpu_us_per_write\":[{:.2},{:.2},{:.2},{:.2}],\"bitmap_vs_no_bitmap_cpu\":{:.4},\"bitmap_updates_per_1000_writes\":{{\"no_delay\":{:.2},\"delay\":{:.2}}}}}",
+                w[0], w[1], w[2], w[3], c[0], c[1], c[2], c[3], c[3] / c[1], k[0], k[1]
+            )
+        })
+        .collect();
     println!(
-        "RAID 5 of {MEMBERS} file members in {}, {} MiB volume, {secs} s rounds ×{ROUNDS}, order rotated",
-        dir.display(),
-        capacity / MIB
+        "{{\"capacity_bytes\":{capacity},\"intent_ns_per_write\":{intent_ns:.1},\"cost\":[{}],\"resync\":{{\"bitmap_secs\":{:.3},\"bitmap_bytes\":{},\"full_secs\":{:.3},\"full_bytes\":{}}}}}",
+        cost.join(","),
+        resync.bitmap.as_secs_f64(),
+        resync.bitmap_bytes,
+        resync.full.as_secs_f64(),
+        resync.full_bytes,
     );
+}
+
+fn print_table(rows: &[Row], intent_ns: f64, resync: &Resync) {
     println!("writes/s (CPU µs per write); the bitmap with the default clear delay against the array without one:");
     println!(
         "{:<30} {:>15} {:>15} {:>15} {:>15} {:>7} {:>7} {:>13}",
         "workload", "volume", "no bitmap", "bitmap, eager", "bitmap", "iops", "cpu", "upd/1k e, d"
     );
-    for (name, w, c, k) in &rows {
+    for Row {
+        name,
+        iops: w,
+        cpu_us: c,
+        updates_per_k: k,
+    } in rows
+    {
         let cell = |i: usize| format!("{:.0} ({:.1})", w[i], c[i]);
         println!(
             "{name:<30} {:>15} {:>15} {:>15} {:>15} {:>7.3} {:>7.3} {:>6.1},{:>6.1}",
@@ -336,10 +348,68 @@ fn main() {
     println!("bitmap bookkeeping per write whose bit is set (no I/O): {intent_ns:.0} ns");
     println!(
         "resync after a crash: bitmap {:.3} s ({} MiB), full {:.3} s ({} MiB): {:.1}× faster",
-        t_bitmap.as_secs_f64(),
-        bytes_bitmap / MIB,
-        t_full.as_secs_f64(),
-        bytes_full / MIB,
-        t_full.as_secs_f64() / t_bitmap.as_secs_f64()
+        resync.bitmap.as_secs_f64(),
+        resync.bitmap_bytes / MIB,
+        resync.full.as_secs_f64(),
+        resync.full_bytes / MIB,
+        resync.full.as_secs_f64() / resync.bitmap.as_secs_f64()
     );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let json = args.iter().any(|a| a == "--json");
+    let rest: Vec<&String> = args.iter().filter(|a| *a != "--json").collect();
+    let dir = PathBuf::from(rest.first().map_or("/var/tmp", |s| s.as_str()))
+        .join(format!("nbraid-bitmap-cost-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("bench directory");
+    let secs: f64 = rest.get(1).and_then(|s| s.parse().ok()).unwrap_or(3.0);
+
+    let with = files(&dir, "with");
+    let without = files(&dir, "without");
+    let delayed = files(&dir, "delayed");
+    let a_with = create(&with, Some(Duration::ZERO));
+    let a_without = create(&without, None);
+    let a_delayed = create(
+        &delayed,
+        Some(nbraid_core::metadata::intent::DEFAULT_CLEAR_DELAY),
+    );
+    let capacity = a_with.volume().capacity();
+    // The bare volume: no superblocks, no bitmap.
+    let bare_files = files(&dir, "bare");
+    let bare = Volume::new(
+        Geometry::from_tree(tree()),
+        open_members(&bare_files),
+        VolumeOptions::default(),
+    )
+    .expect("volume");
+
+    let rows: Vec<Row> = [
+        (0u64, "4k randwrite qd32"),
+        (256, "4k randwrite qd32, flush/256"),
+        (16, "4k randwrite qd32, flush/16"),
+    ]
+    .into_iter()
+    .map(|(flush_every, name)| {
+        let arrays = [&a_without, &a_with, &a_delayed];
+        cost_row(name, flush_every, &bare, arrays, capacity, secs)
+    })
+    .collect();
+    block_on(bare.flush()).expect("flush");
+    drop(bare);
+    drop(a_delayed);
+    let resync = resync_after_crash(a_with, &with, a_without, &without);
+    let _ = std::fs::remove_dir_all(&dir);
+    let intent_ns = intent_ns_per_write(capacity);
+
+    if json {
+        print_json(&rows, capacity, intent_ns, &resync);
+        return;
+    }
+    println!(
+        "RAID 5 of {MEMBERS} file members in {}, {} MiB volume, {secs} s rounds ×{ROUNDS}, order rotated",
+        dir.display(),
+        capacity / MIB
+    );
+    print_table(&rows, intent_ns, &resync);
 }

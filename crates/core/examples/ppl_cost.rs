@@ -201,6 +201,179 @@ fn run(
     (done as f64 / wall, c * 1e6 / done.max(1) as f64, done)
 }
 
+/// One workload of the comparison.
+struct Work {
+    name: &'static str,
+    bs: u64,
+    qd: usize,
+    random: bool,
+    cache: CacheMode,
+}
+
+fn workloads() -> [Work; 4] {
+    let wb = CacheMode::default();
+    let work = |name, bs, qd, random, cache| Work {
+        name,
+        bs,
+        qd,
+        random,
+        cache,
+    };
+    [
+        work("4k randwrite qd32 wb", 4096, 32, true, wb),
+        work(
+            "4k randwrite qd32 wt",
+            4096,
+            32,
+            true,
+            CacheMode::WriteThrough,
+        ),
+        work("1M seqwrite qd4 wb", MIB, 4, false, wb),
+        // Sequential writes smaller than a stripe (192 KiB on RAID 5, 256 KiB on RAID 6),
+        // which write-through joins into full stripes when they queue on one.
+        work(
+            "128k seqwrite qd8 wt",
+            128 << 10,
+            8,
+            false,
+            CacheMode::WriteThrough,
+        ),
+    ]
+}
+
+/// One level's array, how the comparison runs, and on which side (`NBRAID_PPL_SIDE`).
+struct Setup<'a> {
+    dir: &'a Path,
+    level: Level,
+    members: usize,
+    name: &'static str,
+    secs: f64,
+    rounds: u64,
+    side: Option<&'a str>,
+}
+
+/// What the rounds with the log (on) and without (off) measured.
+#[derive(Default)]
+struct Comparison {
+    /// Summed IOPS and CPU µs per write, with the log and without.
+    sum_on: (f64, f64),
+    sum_off: (f64, f64),
+    /// Per round, IOPS with the log / without (the pair ran back to back).
+    pair_ratios: Vec<f64>,
+    /// The log's own counts over the runs with it.
+    log: nbraid_core::ppl::LogStats,
+    writes_on: u64,
+    /// Stripe pieces another write carried (write-through joining) over those runs.
+    joined_on: u64,
+}
+
+/// `w` on arrays with and without the log, alternating which goes first each round.
+fn compare(s: &Setup, w: &Work) -> Comparison {
+    let name = s.name;
+    let on = create(
+        s.dir,
+        &format!("{name}-on"),
+        s.level,
+        s.members,
+        true,
+        w.cache,
+    );
+    let off = create(
+        s.dir,
+        &format!("{name}-off"),
+        s.level,
+        s.members,
+        false,
+        w.cache,
+    );
+    let mut c = Comparison::default();
+    let (mut at_on, mut at_off) = (0u64, 0u64);
+    for r in 0..s.rounds {
+        let mut pair = (0.0, 0.0);
+        let order: [bool; 2] = if r % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for with in order {
+            if s.side.is_some_and(|side| (side == "on") != with) {
+                continue;
+            }
+            let (a, at) = if with {
+                (&on, &mut at_on)
+            } else {
+                (&off, &mut at_off)
+            };
+            let before = nbraid_core::ppl::stats();
+            let joined_before = nbraid_core::raid::joined_writes();
+            let (iops, us, done) = run(a, w.bs, w.qd, w.random, s.secs, at, 0x9e37 + r);
+            if with {
+                c.log = c.log.plus(&nbraid_core::ppl::stats().since(&before));
+                c.writes_on += done;
+                c.joined_on += nbraid_core::raid::joined_writes() - joined_before;
+            }
+            let sum = if with { &mut c.sum_on } else { &mut c.sum_off };
+            sum.0 += iops;
+            sum.1 += us;
+            if with {
+                pair.0 = iops;
+            } else {
+                pair.1 = iops;
+            }
+        }
+        if pair.1 > 0.0 {
+            c.pair_ratios.push(pair.0 / pair.1);
+        }
+    }
+    c.pair_ratios.sort_by(f64::total_cmp);
+    drop(on);
+    drop(off);
+    std::thread::sleep(Duration::from_millis(300)); // background destage lets go
+    for i in 0..s.members {
+        for t in ["on", "off"] {
+            let _ = std::fs::remove_file(s.dir.join(format!("{name}-{t}-{i}.img")));
+        }
+    }
+    c
+}
+
+fn print_comparison(name: &str, work: &str, rounds: u64, c: &Comparison) {
+    let median = c
+        .pair_ratios
+        .get(c.pair_ratios.len() / 2)
+        .copied()
+        .unwrap_or(0.0);
+    let n = rounds as f64;
+    let (i_on, c_on, i_off, c_off) = (
+        c.sum_on.0 / n,
+        c.sum_on.1 / n,
+        c.sum_off.0 / n,
+        c.sum_off.1 / n,
+    );
+    println!(
+        "{name:<8} {work:<26} {i_on:>10.0} {i_off:>10.0} {:>7.3} {c_on:>11.1} {c_off:>11.1} {:>7.3}",
+        i_on / i_off,
+        c_on / c_off
+    );
+    let log = &c.log;
+    let per_k = |n: u64| n as f64 * 1000.0 / c.writes_on.max(1) as f64;
+    println!(
+        "{:<8} median of the rounds' ratios {median:.3} (lowest {:.3}, highest {:.3}); log: {:.1} entries/round, per 1000 writes: {:.0} batches, {:.0} KiB, {:.1} member flushes ({:.1} for a band), {:.1} band rewrites without one, {:.1} band waits, {:.1} room waits; {:.0} stripe pieces joined",
+        "",
+        c.pair_ratios.first().copied().unwrap_or(0.0),
+        c.pair_ratios.last().copied().unwrap_or(0.0),
+        log.entries as f64 / log.rounds.max(1) as f64,
+        per_k(log.batches),
+        per_k(log.batch_bytes) / 1024.0,
+        per_k(log.member_flushes),
+        per_k(log.band_flushes),
+        per_k(log.band_rewrites),
+        per_k(log.band_waits),
+        per_k(log.room_waits),
+        per_k(c.joined_on),
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let dir = PathBuf::from(args.first().map_or("/var/tmp", |s| s.as_str()))
@@ -218,121 +391,28 @@ fn main() {
         "{:<8} {:<26} {:>10} {:>10} {:>7} {:>11} {:>11} {:>7}",
         "level", "workload", "IOPS log", "IOPS off", "ratio", "CPU µs log", "CPU µs off", "ratio"
     );
-    let wb = CacheMode::default();
     // Only the workloads whose "level workload" contains this (e.g. "raid5 4k randwrite").
     let only = std::env::var("NBRAID_PPL_ONLY").ok();
     let side = std::env::var("NBRAID_PPL_SIDE").ok();
     for (level, members, name) in [(Level::Raid5, 4, "raid5"), (Level::Raid6, 6, "raid6")] {
-        for (work, bs, qd, random, cache) in [
-            ("4k randwrite qd32 wb", 4096u64, 32usize, true, wb),
-            (
-                "4k randwrite qd32 wt",
-                4096,
-                32,
-                true,
-                CacheMode::WriteThrough,
-            ),
-            ("1M seqwrite qd4 wb", MIB, 4, false, wb),
-            // Sequential writes smaller than a stripe (192 KiB on RAID 5, 256 KiB on RAID 6),
-            // which write-through joins into full stripes when they queue on one.
-            (
-                "128k seqwrite qd8 wt",
-                128 << 10,
-                8,
-                false,
-                CacheMode::WriteThrough,
-            ),
-        ] {
+        let setup = Setup {
+            dir: &dir,
+            level,
+            members,
+            name,
+            secs,
+            rounds,
+            side: side.as_deref(),
+        };
+        for w in workloads() {
             if !only
                 .as_ref()
-                .is_none_or(|o| format!("{name} {work}").contains(o.as_str()))
+                .is_none_or(|o| format!("{name} {}", w.name).contains(o.as_str()))
             {
                 continue;
             }
-            let on = create(&dir, &format!("{name}-on"), level, members, true, cache);
-            let off = create(&dir, &format!("{name}-off"), level, members, false, cache);
-            let (mut sum_on, mut sum_off) = ((0.0, 0.0), (0.0, 0.0));
-            let (mut at_on, mut at_off) = (0u64, 0u64);
-            // The log's own counts over the runs with it.
-            let (mut log, mut writes_on) = (nbraid_core::ppl::LogStats::default(), 0u64);
-            // Stripe pieces another write carried (write-through joining) over those runs.
-            let mut joined_on = 0u64;
-            // Per round, IOPS with the log / without (the pair ran back to back).
-            let mut pair_ratios = Vec::new();
-            for r in 0..rounds {
-                let mut pair = (0.0, 0.0);
-                let order: [bool; 2] = if r % 2 == 0 {
-                    [true, false]
-                } else {
-                    [false, true]
-                };
-                for with in order {
-                    if side.as_deref().is_some_and(|s| (s == "on") != with) {
-                        continue;
-                    }
-                    let (a, at) = if with {
-                        (&on, &mut at_on)
-                    } else {
-                        (&off, &mut at_off)
-                    };
-                    let before = nbraid_core::ppl::stats();
-                    let joined_before = nbraid_core::raid::joined_writes();
-                    let (iops, us, done) = run(a, bs, qd, random, secs, at, 0x9e37 + r);
-                    if with {
-                        log = log.plus(&nbraid_core::ppl::stats().since(&before));
-                        writes_on += done;
-                        joined_on += nbraid_core::raid::joined_writes() - joined_before;
-                    }
-                    let s = if with { &mut sum_on } else { &mut sum_off };
-                    s.0 += iops;
-                    s.1 += us;
-                    if with {
-                        pair.0 = iops;
-                    } else {
-                        pair.1 = iops;
-                    }
-                }
-                if pair.1 > 0.0 {
-                    pair_ratios.push(pair.0 / pair.1);
-                }
-            }
-            pair_ratios.sort_by(f64::total_cmp);
-            let median = pair_ratios
-                .get(pair_ratios.len() / 2)
-                .copied()
-                .unwrap_or(0.0);
-            let n = rounds as f64;
-            let (i_on, c_on, i_off, c_off) =
-                (sum_on.0 / n, sum_on.1 / n, sum_off.0 / n, sum_off.1 / n);
-            println!(
-                "{name:<8} {work:<26} {i_on:>10.0} {i_off:>10.0} {:>7.3} {c_on:>11.1} {c_off:>11.1} {:>7.3}",
-                i_on / i_off,
-                c_on / c_off
-            );
-            let per_k = |n: u64| n as f64 * 1000.0 / writes_on.max(1) as f64;
-            println!(
-                "{:<8} median of the rounds' ratios {median:.3} (lowest {:.3}, highest {:.3}); log: {:.1} entries/round, per 1000 writes: {:.0} batches, {:.0} KiB, {:.1} member flushes ({:.1} for a band), {:.1} band rewrites without one, {:.1} band waits, {:.1} room waits; {:.0} stripe pieces joined",
-                "",
-                pair_ratios.first().copied().unwrap_or(0.0),
-                pair_ratios.last().copied().unwrap_or(0.0),
-                log.entries as f64 / log.rounds.max(1) as f64,
-                per_k(log.batches),
-                per_k(log.batch_bytes) / 1024.0,
-                per_k(log.member_flushes),
-                per_k(log.band_flushes),
-                per_k(log.band_rewrites),
-                per_k(log.band_waits),
-                per_k(log.room_waits),
-                per_k(joined_on),
-            );
-            drop(on);
-            drop(off);
-            std::thread::sleep(Duration::from_millis(300)); // background destage lets go
-            for i in 0..members {
-                for t in ["on", "off"] {
-                    let _ = std::fs::remove_file(dir.join(format!("{name}-{t}-{i}.img")));
-                }
-            }
+            let c = compare(&setup, &w);
+            print_comparison(name, w.name, rounds, &c);
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

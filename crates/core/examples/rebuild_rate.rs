@@ -26,9 +26,10 @@
 
 use futures::executor::block_on;
 use futures::stream::{FuturesUnordered, StreamExt};
-use nbraid_core::simulated::{run_virtual, SimClock, SimMember, SimModel, SsdParams};
 use nbraid_core::{Buf, Member, PassControl, PassState, UringFile, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Level, ParityLayout, Region, Shape};
+use nbraid_sim::clock::{run_virtual, SimClock};
+use nbraid_sim::timed::{SimMember, SimModel, SsdParams};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

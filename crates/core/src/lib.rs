@@ -1,7 +1,7 @@
 //! # nbraid-core: the array engine
 //!
 //! Turns a volume request into member I/O and completes it. It knows members (files, block
-//! devices, memory, fault injection), io_uring, parity math and stripes; it knows nothing of
+//! devices, memory), io_uring, parity math and stripes; it knows nothing of
 //! sockets, NBD or TOML text (see `docs/ARCHITECTURE.md`).
 
 pub mod parity;
@@ -13,7 +13,6 @@ pub mod crc32c;
 pub mod error;
 pub mod exclusive;
 pub mod failure_gate;
-pub mod faulty;
 pub mod flush_gate;
 pub mod member;
 pub mod memory;
@@ -27,11 +26,11 @@ pub mod raid;
 mod range_lock;
 pub mod read_policy;
 pub mod rebuild;
-mod rng;
 pub mod scrub;
-pub mod simulated;
 pub mod split;
 pub mod stripe;
+#[cfg(test)]
+mod testutil;
 pub mod timer;
 pub mod uring;
 pub mod volume;
@@ -39,7 +38,6 @@ pub mod volume;
 pub use absent::AbsentMember;
 pub use buf::{Buf, SharedBuf};
 pub use error::{VolumeError, VolumeResult};
-pub use faulty::{CrashReport, FaultOps, Faulty};
 pub use flush_gate::FlushGate;
 pub use member::{CounterSnapshot, Member, MemberCounters, MemberError, MemberOp, MemberResult};
 pub use memory::MemoryMember;

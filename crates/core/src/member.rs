@@ -159,13 +159,7 @@ impl<T: Member + ?Sized> Member for Arc<T> {
 }
 
 /// Checks that `[offset, offset+len)` lies on a member of `size` bytes.
-pub(crate) fn check_range(
-    name: &str,
-    op: MemberOp,
-    offset: u64,
-    len: u64,
-    size: u64,
-) -> MemberResult<()> {
+pub fn check_range(name: &str, op: MemberOp, offset: u64, len: u64, size: u64) -> MemberResult<()> {
     if offset.checked_add(len).is_none_or(|end| end > size) {
         return Err(MemberError::new(
             name,

@@ -430,7 +430,7 @@ fn regions_in_use_keep_their_bits_across_flushes_with_a_clear_delay() {
 fn a_write_in_flight_keeps_the_volume_dirty_until_it_is_done() {
     use futures::FutureExt;
     use nbraid_core::metadata::CleanMark;
-    use nbraid_core::Faulty;
+    use nbraid_sim::Faulty;
     let d: Vec<Arc<Faulty<MemoryMember>>> = (0..3)
         .map(|i| {
             let m = MemoryMember::new(format!("disk{i}"), MEMBER_BYTES);
@@ -469,7 +469,7 @@ fn a_write_in_flight_keeps_the_volume_dirty_until_it_is_done() {
 #[test]
 fn a_member_failed_under_an_unawaited_write_is_recorded_before_the_next_write() {
     use nbraid_core::metadata::Absence;
-    use nbraid_core::{FaultOps, Faulty};
+    use nbraid_sim::{FaultOps, Faulty};
     let strip = 64 * KIB;
     let d: Vec<Arc<Faulty<MemoryMember>>> = (0..3)
         .map(|i| {

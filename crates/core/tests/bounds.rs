@@ -9,9 +9,10 @@ use futures::executor::block_on;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use nbraid_core::{
-    Buf, CacheMode, Faulty, Member, MemberResult, MemoryMember, SharedBuf, Volume, VolumeOptions,
+    Buf, CacheMode, Member, MemberResult, MemoryMember, SharedBuf, Volume, VolumeOptions,
 };
 use nbraid_layout::Level;
+use nbraid_sim::Faulty;
 use std::sync::Arc;
 
 const TIB: u64 = 1 << 40;

@@ -8,10 +8,11 @@ use futures::executor::block_on;
 use futures::future::join_all;
 use futures::FutureExt;
 use nbraid_core::{
-    Buf, CacheMode, FaultOps, Member, MemberState, MemoryMember, ReadPolicy, Volume, VolumeError,
+    Buf, CacheMode, Member, MemberState, MemoryMember, ReadPolicy, Volume, VolumeError,
     VolumeOptions,
 };
 use nbraid_layout::{Geometry, Level, Node, ParityLayout, Region, Shape};
+use nbraid_sim::FaultOps;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
@@ -107,9 +108,9 @@ fn mirrors_beyond_tolerance_error_within_tolerance_serve() {
 
 #[test]
 fn mirror_read_error_is_repaired_from_the_good_copy() {
-    let inner: Vec<Arc<nbraid_core::Faulty<MemoryMember>>> = (0..2)
+    let inner: Vec<Arc<nbraid_sim::Faulty<MemoryMember>>> = (0..2)
         .map(|i| {
-            Arc::new(nbraid_core::Faulty::new(
+            Arc::new(nbraid_sim::Faulty::new(
                 MemoryMember::new(format!("m{i}"), MIB),
                 9,
             ))

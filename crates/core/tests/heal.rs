@@ -662,7 +662,8 @@ enum Restart {
 /// the right bytes; the member stays healthy.
 #[test]
 fn a_read_error_after_a_restart_is_repaired_from_the_redundancy() {
-    use nbraid_core::{FaultOps, Faulty, MemberState, ReadPolicy};
+    use nbraid_core::{MemberState, ReadPolicy};
+    use nbraid_sim::{FaultOps, Faulty};
     let restarts = [
         Restart::Clean,
         Restart::CrashResyncFirst,

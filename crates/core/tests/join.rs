@@ -9,8 +9,9 @@ mod common;
 use common::*;
 use futures::executor::block_on;
 use futures::future::join_all;
-use nbraid_core::{Buf, CacheMode, CounterSnapshot, FaultOps, Volume, VolumeOptions};
+use nbraid_core::{Buf, CacheMode, CounterSnapshot, Volume, VolumeOptions};
 use nbraid_layout::Level;
+use nbraid_sim::FaultOps;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 

@@ -11,10 +11,11 @@ use common::*;
 use futures::executor::block_on;
 use futures::future::join_all;
 use nbraid_core::{
-    Buf, CacheMode, CounterSnapshot, FaultOps, Member, MemberState, MemoryMember, Volume,
-    VolumeError, VolumeOptions,
+    Buf, CacheMode, CounterSnapshot, Member, MemberState, MemoryMember, Volume, VolumeError,
+    VolumeOptions,
 };
 use nbraid_layout::{Geometry, Level};
+use nbraid_sim::FaultOps;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
@@ -802,7 +803,8 @@ fn a_mirror_resyncs_past_a_copy_beyond_its_tolerance() {
 /// virtual clock, and the member reads they cost.
 fn sim_seq_write(bs: u64, qd: usize) -> (f64, u64) {
     use futures::stream::{FuturesUnordered, StreamExt};
-    use nbraid_core::simulated::{run_virtual, HddParams, SimClock, SimMember, SimModel};
+    use nbraid_sim::clock::{run_virtual, SimClock};
+    use nbraid_sim::timed::{HddParams, SimMember, SimModel};
     let member_len = 1024 * MIB;
     let total = 64 * MIB;
     let clock = SimClock::new();

@@ -10,10 +10,10 @@ mod common;
 use common::*;
 use futures::executor::block_on;
 use nbraid_core::{
-    Buf, CacheMode, FaultOps, Faulty, Member, MemoryMember, PassControl, PassState, Volume,
-    VolumeOptions,
+    Buf, CacheMode, Member, MemoryMember, PassControl, PassState, Volume, VolumeOptions,
 };
 use nbraid_layout::{Geometry, Level};
+use nbraid_sim::{FaultOps, Faulty};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;

@@ -8,9 +8,10 @@ mod common;
 
 use common::*;
 use futures::stream::{FuturesUnordered, StreamExt};
-use nbraid_core::simulated::{run_virtual, SimClock, SimMember, SimModel, SsdParams};
 use nbraid_core::{Buf, Member, PassControl, PassState, Volume, VolumeOptions};
 use nbraid_layout::Level;
+use nbraid_sim::clock::{run_virtual, SimClock};
+use nbraid_sim::timed::{SimMember, SimModel, SsdParams};
 use std::sync::Arc;
 
 const MEMBER: u64 = 64 * MIB;

@@ -6,10 +6,9 @@ mod common;
 
 use common::*;
 use futures::executor::block_on;
-use nbraid_core::{
-    Buf, FaultOps, Faulty, Member, MemberState, MemoryMember, Volume, VolumeError, VolumeOptions,
-};
+use nbraid_core::{Buf, Member, MemberState, MemoryMember, Volume, VolumeError, VolumeOptions};
 use nbraid_layout::{Geometry, Level, Node, Region};
+use nbraid_sim::{FaultOps, Faulty};
 use std::sync::Arc;
 
 /// Volume A on the first half of `m`, volume B on the second half.

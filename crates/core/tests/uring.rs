@@ -264,7 +264,7 @@ fn volume_on_files_from_many_threads() {
 
 #[test]
 fn power_loss_over_files_keeps_flushed_writes() {
-    use nbraid_core::Faulty;
+    use nbraid_sim::Faulty;
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     for seed in seeds("uring_power_loss", 2) {
         let _g = SeedGuard {

@@ -2,11 +2,11 @@
 //! space a slow writer's band must not pin, and writers that wait instead of spinning.
 
 use super::{Blocked, GroupLog, LogFailed, Values};
-use crate::faulty::Faulty;
 use crate::member::Member;
 use crate::memory::MemoryMember;
 use crate::node::MemberTable;
 use crate::ppl::{min_ring_bytes, parity_groups, PplSetup};
+use crate::testutil::SlowMember;
 use futures::executor::block_on;
 use futures::FutureExt;
 use nbraid_layout::{Level, ParityLayout, Region, Shape};
@@ -43,9 +43,8 @@ fn log_of(level: Level, n: usize, latency: Duration) -> GroupLog {
     let ring = min_ring_bytes(&group);
     let members: Vec<Arc<dyn Member>> = (0..n)
         .map(|i| {
-            let m = Faulty::new(MemoryMember::new(format!("m{i}"), 2 << 20), i as u64);
-            m.set_latency(latency, latency);
-            Arc::new(m) as Arc<dyn Member>
+            let m = MemoryMember::new(format!("m{i}"), 2 << 20);
+            Arc::new(SlowMember::new(m, latency)) as Arc<dyn Member>
         })
         .collect();
     let setup = PplSetup {

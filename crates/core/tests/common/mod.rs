@@ -4,8 +4,9 @@
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use nbraid_core::{Buf, Faulty, Member, MemberCounters, MemberResult, MemoryMember, SharedBuf};
+use nbraid_core::{Buf, Member, MemberCounters, MemberResult, MemoryMember, SharedBuf};
 use nbraid_layout::{Geometry, Level, ParityLayout, Region, Shape};
+use nbraid_sim::Faulty;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 

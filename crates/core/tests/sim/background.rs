@@ -16,15 +16,15 @@
 use super::crash::{
     being_written, read_volume, start_request, CrashCase, CrashStats, Load, Shared,
 };
-use super::disk::{DiskFaults, World, SECTOR_BYTES};
 use super::executor::{step_once, Executor};
 use super::history::History;
-use super::rng::Rng;
 use super::run::{in_write_hole, sim_members, write_hole_exposure};
 use futures::future::join_all;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, OpenReport};
 use nbraid_core::{Member, PassControl, PassState};
 use nbraid_layout::{Geometry, Node};
+use nbraid_sim::scheduled::{DiskFaults, World, SECTOR_BYTES};
+use nbraid_sim::Rng;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::rc::Rc;

@@ -18,10 +18,8 @@
 //! lost before, during or after the swap: whichever member the records name after the
 //! reopen must hold every flushed write.
 
-use super::disk::{DiskFaults, World, SECTOR_BYTES};
 use super::executor::{step_once, Executor};
 use super::history::{perform, History, Kind};
-use super::rng::Rng;
 use super::run::{
     choose_failures, in_write_hole, pick_kind, pick_range, sim_members, write_hole_exposure,
 };
@@ -29,6 +27,8 @@ use futures::future::join_all;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta};
 use nbraid_core::{CacheMode, Member, PassControl, PassState, ReadPolicy, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Node};
+use nbraid_sim::scheduled::{DiskFaults, World, SECTOR_BYTES};
+use nbraid_sim::Rng;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -250,7 +250,7 @@ pub(super) struct Shared {
 }
 
 pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng::for_schedule(seed);
     let n = case.members;
     let g = Geometry::from_tree(case.tree.clone());
     let mut stats = CrashStats {

@@ -81,8 +81,8 @@ impl Executor {
 /// `rng`. Returns false when there is nothing to do.
 pub fn step_once(
     exec: &mut Executor,
-    world: &std::sync::Arc<std::sync::Mutex<super::disk::World>>,
-    rng: &mut super::rng::Rng,
+    world: &std::sync::Arc<std::sync::Mutex<nbraid_sim::scheduled::World>>,
+    rng: &mut nbraid_sim::Rng,
 ) -> bool {
     let ready = exec.ready_count();
     let pending = world.lock().expect("world").pending_count();

@@ -9,9 +9,9 @@
 //! derived from both, so a read names the write it came from (or is zero: the initial
 //! contents, a trim or write-zeroes) and misplaced or invented bytes are caught.
 
-use super::disk::SECTOR_BYTES;
 use futures::future::BoxFuture;
 use nbraid_core::{Buf, VolumeResult};
+use nbraid_sim::scheduled::SECTOR_BYTES;
 use std::collections::HashSet;
 
 const SECTOR: u64 = SECTOR_BYTES as u64;

@@ -8,10 +8,8 @@
 
 pub mod background;
 pub mod crash;
-pub mod disk;
 pub mod executor;
 pub mod history;
 pub mod readd;
-pub mod rng;
 pub mod run;
 pub mod scrub;

@@ -19,10 +19,8 @@ use super::crash::{
     array_options, being_written, drive, read_volume, redundancy_agrees, start_request, CrashCase,
     CrashStats, Load, Shared,
 };
-use super::disk::{DiskFaults, World, SECTOR_BYTES};
 use super::executor::{step_once, Executor};
 use super::history::History;
-use super::rng::Rng;
 use super::run::{in_write_hole, sim_members, write_hole_exposure};
 use super::scrub::{check_durable, unreadable};
 use futures::future::{join_all, BoxFuture};
@@ -33,6 +31,8 @@ use nbraid_core::{
     SharedBuf,
 };
 use nbraid_layout::Geometry;
+use nbraid_sim::scheduled::{DiskFaults, World, SECTOR_BYTES};
+use nbraid_sim::Rng;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::io;
@@ -201,7 +201,7 @@ async fn readd(a: &Array, role: usize) -> Result<(Readd, Option<PassState>), Str
 
 /// One schedule (see the module).
 pub fn run_readd(case: &CrashCase, seed: u64) -> Result<ReaddStats, String> {
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng::for_schedule(seed);
     let n = case.members;
     let g = Geometry::from_tree(case.tree.clone());
     let mut stats = ReaddStats {

@@ -1,12 +1,12 @@
 //! One simulated schedule: options, faults and requests drawn from a seed, run to a crash,
 //! then the volume assembled again over the surviving images and read back.
 
-use super::disk::{DiskFaults, SimMember, World, SECTOR_BYTES};
 use super::executor::{step_once, Executor};
 use super::history::{perform, History, Kind};
-use super::rng::Rng;
 use nbraid_core::{CacheMode, Member, ReadPolicy, ScrubControl, ScrubState, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Node, StripeId};
+use nbraid_sim::scheduled::{DiskFaults, ScheduledMember, World, SECTOR_BYTES};
+use nbraid_sim::Rng;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::rc::Rc;
@@ -79,7 +79,7 @@ struct Shared {
 
 /// Runs schedule `seed` of `case`; `Err` describes the first broken rule.
 pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng::for_schedule(seed);
     let g = &case.geometry;
     let n = case.members;
     let mut stats = Stats::default();
@@ -335,7 +335,7 @@ pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
 
 pub fn sim_members(world: &Arc<Mutex<World>>, n: usize, len: u64) -> Vec<Arc<dyn Member>> {
     (0..n)
-        .map(|i| Arc::new(SimMember::new(world.clone(), i, len)) as Arc<dyn Member>)
+        .map(|i| Arc::new(ScheduledMember::new(world.clone(), i, len)) as Arc<dyn Member>)
         .collect()
 }
 

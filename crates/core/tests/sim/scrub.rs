@@ -9,13 +9,13 @@ use super::background::{
     disk_of, lost_roles, not_current, reopen_after_power_loss, run_until, Finished,
 };
 use super::crash::{read_volume, CrashCase, CrashStats};
-use super::disk::{DiskFaults, World, SECTOR_BYTES};
 use super::executor::Executor;
 use super::history::History;
-use super::rng::Rng;
 use nbraid_core::metadata::{Array, ArrayOptions};
 use nbraid_core::{ScrubControl, ScrubState};
 use nbraid_layout::Geometry;
+use nbraid_sim::scheduled::{DiskFaults, World, SECTOR_BYTES};
+use nbraid_sim::Rng;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::rc::Rc;

@@ -5,7 +5,7 @@
 //! own), so the I/O path pays two clock reads and two uncontended-in-the-common-case adds.
 //! Counts are kept per bucket and made cumulative only when scraped.
 
-use crate::nbd::{Export, Extent, PayloadBuf, ReadData, ZeroFlags};
+use crate::nbd::{Export, Extent, IncomingWrite, ReadData, ZeroFlags};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use std::io;
@@ -209,18 +209,12 @@ impl Export for Timed {
         let start = Instant::now();
         self.timed(Op::Write, start, self.inner.write(offset, data, fua))
     }
-    fn payload_buffer(&self, len: usize) -> Option<Box<dyn PayloadBuf>> {
-        self.inner.payload_buffer(len)
-    }
-    fn write_payload(
-        &self,
-        offset: u64,
-        data: Box<dyn PayloadBuf>,
-        fua: bool,
-    ) -> BoxFuture<'_, io::Result<()>> {
-        let start = Instant::now();
-        let f = self.inner.write_payload(offset, data, fua);
-        self.timed(Op::Write, start, f)
+    fn incoming_write(self: Arc<Self>, offset: u64, len: usize) -> Option<Box<dyn IncomingWrite>> {
+        let inner = self.inner.clone().incoming_write(offset, len)?;
+        Some(Box::new(TimedWrite {
+            inner,
+            latency: self.latency.clone(),
+        }))
     }
     fn flush(&self) -> BoxFuture<'_, io::Result<()>> {
         let start = Instant::now();
@@ -248,6 +242,30 @@ impl Export for Timed {
     }
     fn block_status(&self, offset: u64, len: u32) -> BoxFuture<'_, io::Result<Vec<Extent>>> {
         self.inner.block_status(offset, len)
+    }
+}
+
+/// A write received into the inner export's memory, timed from the payload's arrival to its
+/// completion (as [`Timed::write`] is).
+struct TimedWrite {
+    inner: Box<dyn IncomingWrite>,
+    latency: Arc<VolumeLatency>,
+}
+
+impl IncomingWrite for TimedWrite {
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.inner.as_mut_slice()
+    }
+
+    fn write(self: Box<Self>, fua: bool) -> BoxFuture<'static, io::Result<()>> {
+        let start = Instant::now();
+        let TimedWrite { inner, latency } = *self;
+        let f = inner.write(fua);
+        Box::pin(async move {
+            let out = f.await;
+            latency.record(Op::Write, start);
+            out
+        })
     }
 }
 

@@ -6,9 +6,10 @@
 use super::target::{Target, VolumeTarget};
 use anyhow::{bail, Context, Result};
 use nbraid_config::{BenchModels, Config};
-use nbraid_core::simulated::{HddParams, SimClock, SimMember, SimModel, SsdParams};
 use nbraid_core::{CacheMode, Member, ReadPolicy, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Level, ParityLayout, Region, Shape};
+use nbraid_sim::clock::SimClock;
+use nbraid_sim::timed::{HddParams, SimMember, SimModel, SsdParams};
 use std::path::Path;
 use std::sync::Arc;
 

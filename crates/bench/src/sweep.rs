@@ -1,15 +1,19 @@
 //! Sweeps over simulated members: member count (one curve per level beside the theory line,
 //! single member × members, as seed 000 drew it) and strip size (seed 004).
 
+use super::args::{parse_qds, BenchArgs, Settings};
+use super::chart::XAxis;
 use super::driver::{run_cell, Cell};
-use super::output::Series;
+use super::output::{self, Series};
 use super::sim::{level_volume, LevelSpec, SimShape};
 use super::stats::CellResult;
 use super::target::Target;
+use super::workload::Workload;
+use super::Outcome;
 use anyhow::{bail, Context, Result};
 use nbraid_config::parse_size;
-use nbraid_core::simulated::SimModel;
 use nbraid_layout::Level;
+use nbraid_sim::timed::SimModel;
 
 pub const THEORY: &str = "theory";
 
@@ -67,6 +71,77 @@ impl Sweep {
             _ => bail!("sweep `{s}`: members=… or strip=…"),
         }
     }
+}
+
+/// `--sweep WHAT=RANGE`: one point (the review's 256 KiB sequential or 4 KiB random, QD 64
+/// unless the flags say otherwise) on every simulated volume of the sweep.
+pub fn from_args(a: &BenchArgs, s: &Settings, what: &str) -> Result<Outcome> {
+    let sweep = Sweep::parse(what)?;
+    let model = s.sweep_model(a)?;
+    if s.levels.is_empty() {
+        bail!("--sweep needs --levels (0,1,5,6,10,50,60)");
+    }
+    if s.policies.len() > 1 || s.caches.len() > 1 || a.vs_single {
+        bail!(
+            "a sweep takes one --read-policy and one --cache, and draws its own single-member line"
+        );
+    }
+    let bs = s.bs.or((!s.random).then_some(256 << 10));
+    let points = a.workload.points(
+        bs,
+        a.read_pct
+            .or(Some(100).filter(|_| a.workload == Workload::Database)),
+    )?;
+    let qds =
+        a.qd.as_deref()
+            .map(parse_qds)
+            .transpose()?
+            .unwrap_or(vec![64]);
+    if points.len() != 1 || qds.len() != 1 {
+        bail!("a sweep runs one point: give one --qd (and --bs / --read-pct)");
+    }
+    let spec = SweepSpec {
+        sweep: &sweep,
+        levels: &s.levels,
+        members: a.members,
+        shape: s.shape,
+        model: &model,
+        cell: s.cell(a, points[0].mix.clone(), qds[0]),
+        iops: s.random,
+    };
+    let total = match &sweep {
+        Sweep::Members(n) => 1 + n.len() * s.levels.len(),
+        Sweep::Strip(st) => st.len() * s.levels.len(),
+    };
+    let pb = super::progress_bar(total as u64);
+    let (cells, series) = run(&spec, |name| {
+        pb.set_message(name.to_string());
+        pb.inc(1);
+    })?;
+    pb.finish_and_clear();
+    let x = match sweep {
+        Sweep::Members(_) => XAxis::Members,
+        Sweep::Strip(_) => XAxis::Strip,
+    };
+    let title = format!(
+        "{} {}{} QD {} on simulated {}",
+        a.workload.name(),
+        bs.map(output::size_label).unwrap_or_default(),
+        if a.workload == Workload::Database {
+            " 8KiB"
+        } else {
+            ""
+        },
+        qds[0],
+        model.name()
+    );
+    Ok(Outcome {
+        title,
+        x,
+        cells,
+        series,
+        ratings: Vec::new(),
+    })
 }
 
 /// Everything a sweep cell needs besides the volume.

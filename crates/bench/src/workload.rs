@@ -220,7 +220,7 @@ impl Workload {
                     .into_iter()
                     .map(|s| Point {
                         x: s as f64,
-                        label: crate::bench::output::size_label(s),
+                        label: crate::output::size_label(s),
                         mix: one(s, read, 0.0),
                     })
                     .collect()

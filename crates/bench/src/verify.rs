@@ -4,11 +4,12 @@
 //! the run and a read-back after it compare against the last completed write. It keeps 16
 //! bytes per written sector.
 
-use super::generator::{Request, Rng};
+use super::generator::Request;
 use super::target::Target;
 use anyhow::{bail, Result};
 use futures::FutureExt;
 use nbraid_core::Buf;
+use nbraid_sim::Rng;
 use std::collections::{HashMap, HashSet};
 
 const SECTOR: u64 = 512;

@@ -2,6 +2,7 @@
 //! the same order, so a run repeats exactly (on a simulated target to the nanosecond).
 
 use super::workload::Entry;
+use nbraid_sim::Rng;
 
 /// One request to issue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -9,34 +10,6 @@ pub struct Request {
     pub offset: u64,
     pub len: u64,
     pub write: bool,
-}
-
-/// SplitMix64: small, fast, and good enough to pick offsets and sizes.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in [0, n) (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
 }
 
 /// Requests of one job over `[base, base + span)`.

@@ -1,9 +1,9 @@
-//! Simulated members: every operation waits in the world's pending list until the
+//! Members of a scheduled world: every operation waits in the world's pending list until the
 //! simulation completes it (in any order, possibly with an error), and a disk keeps what a
 //! real one keeps — a volatile image that reads see, a durable image, and the log of
 //! completed writes between them that a crash may drop or tear.
 
-use super::rng::Rng;
+use crate::rng::Rng;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use nbraid_core::{Buf, Member, MemberCounters, MemberError, MemberOp, MemberResult, SharedBuf};
@@ -189,7 +189,7 @@ impl World {
         if disk.faults.dies_at_step.is_some_and(|s| step >= s) {
             disk.dead = true;
         }
-        let eio = || io::Error::from_raw_os_error(libc_eio());
+        let eio = || io::Error::from_raw_os_error(libc::EIO);
         let outcome = if disk.dead {
             Err(eio())
         } else {
@@ -231,10 +231,6 @@ impl World {
     }
 }
 
-fn libc_eio() -> i32 {
-    5
-}
-
 /// One member operation: registered with the world when first polled, ready once the
 /// world completes it.
 struct OpFuture {
@@ -272,7 +268,7 @@ impl Future for OpFuture {
 }
 
 /// A member backed by disk `disk` of a world.
-pub struct SimMember {
+pub struct ScheduledMember {
     world: Arc<Mutex<World>>,
     disk: usize,
     name: String,
@@ -280,9 +276,9 @@ pub struct SimMember {
     counters: MemberCounters,
 }
 
-impl SimMember {
-    pub fn new(world: Arc<Mutex<World>>, disk: usize, len: u64) -> SimMember {
-        SimMember {
+impl ScheduledMember {
+    pub fn new(world: Arc<Mutex<World>>, disk: usize, len: u64) -> ScheduledMember {
+        ScheduledMember {
             world,
             disk,
             name: format!("sim{disk}"),
@@ -316,7 +312,7 @@ impl SimMember {
     }
 }
 
-impl Member for SimMember {
+impl Member for ScheduledMember {
     fn name(&self) -> &str {
         &self.name
     }

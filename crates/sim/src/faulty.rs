@@ -17,13 +17,12 @@
 //! All randomness comes from one seed, so a failing test replays exactly (given the same
 //! order of operations).
 
-use crate::buf::{Buf, SharedBuf};
-use crate::flush_gate::FlushGate;
-use crate::member::{Member, MemberCounters, MemberError, MemberOp, MemberResult};
-use crate::rng::SplitMix64;
-use crate::timer;
+use crate::rng::Rng;
 use futures::future::BoxFuture;
 use futures::FutureExt;
+use nbraid_core::timer;
+use nbraid_core::{Buf, FlushGate, SharedBuf};
+use nbraid_core::{Member, MemberCounters, MemberError, MemberOp, MemberResult};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::io;
@@ -87,7 +86,7 @@ enum Rule {
 }
 
 struct State {
-    rng: SplitMix64,
+    rng: Rng,
     rules: Vec<Rule>,
     /// Added latency bounds (inclusive), in microseconds.
     latency_us: (u64, u64),
@@ -123,7 +122,7 @@ impl<M: Member> Faulty<M> {
             name,
             power_loss: false,
             state: Mutex::new(State {
-                rng: SplitMix64::new(seed),
+                rng: Rng::new(seed),
                 rules: Vec::new(),
                 latency_us: (0, 0),
                 cache: BTreeMap::new(),
@@ -481,8 +480,8 @@ impl<M: Member> Member for Faulty<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::MemoryMember;
     use futures::executor::block_on;
+    use nbraid_core::MemoryMember;
 
     fn read(m: &impl Member, off: u64, len: usize) -> Vec<u8> {
         block_on(m.read(off, Buf::new(len))).unwrap().to_vec()

@@ -1,7 +1,9 @@
 //! The models against the review's figures, and the virtual clock's determinism.
 
 use super::*;
+use crate::clock::run_virtual;
 use futures::stream::{FuturesUnordered, StreamExt};
+use std::time::Duration;
 
 const GIB: u64 = 1 << 30;
 

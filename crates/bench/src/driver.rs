@@ -1,0 +1,229 @@
+//! Runs one cell: `jobs` generators, each keeping `qd` requests in flight on a target until
+//! the duration or byte count is reached, timing every request on the target's clock. A cell
+//! that wrote ends with a flush, counted in its time (a write-back cache's work is counted).
+
+use super::generator::{Generator, Request};
+use super::stats::{cpu_time, CellResult, Histogram};
+use super::target::Target;
+use super::verify::Verifier;
+use super::workload::Entry;
+use anyhow::{bail, Context, Result};
+use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
+use nbraid_core::Buf;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// When a cell ends.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Stop {
+    /// After this much time on the target's clock (virtual for simulated members).
+    Time(Duration),
+    /// After this many bytes were issued (all jobs together).
+    Bytes(u64),
+}
+
+#[derive(Clone, Debug)]
+pub struct Cell {
+    pub mix: Vec<Entry>,
+    pub qd: usize,
+    pub jobs: usize,
+    pub stop: Stop,
+    pub seed: u64,
+    pub verify: bool,
+    /// Bytes of the target the requests stay within (default: all of it).
+    pub span: Option<u64>,
+}
+
+/// Buffers by length, reused across requests.
+#[derive(Default)]
+struct Pool(HashMap<u64, Vec<Buf>>);
+
+impl Pool {
+    fn take(&mut self, len: u64) -> Buf {
+        self.0.get_mut(&len).and_then(Vec::pop).unwrap_or_else(|| {
+            let mut b = Buf::new(len as usize);
+            b.fill(0x5a);
+            b
+        })
+    }
+
+    fn give(&mut self, b: Buf) {
+        self.0.entry(b.len() as u64).or_default().push(b);
+    }
+}
+
+/// The jobs of a cell: their generators, the request each holds back (it overlapped one in
+/// flight under `--verify`), how many each has in flight, and the buffers they share.
+struct Jobs {
+    gens: Vec<Generator>,
+    held: Vec<Option<Request>>,
+    depth: Vec<usize>,
+    issued_bytes: u64,
+    verifier: Option<Verifier>,
+    pool: Pool,
+}
+
+impl Jobs {
+    /// One generator per job over its own share of the target's first `span` bytes; refused
+    /// when a request size is not whole blocks or a share cannot hold the largest request.
+    fn new(target: &dyn Target, cell: &Cell) -> Result<Jobs> {
+        let block = target.block_bytes();
+        if let Some(e) = cell.mix.iter().find(|e| e.size_bytes % block != 0) {
+            bail!(
+                "{}: requests of {} bytes are not multiples of its {block}-byte logical block (a config volume takes `block_size = 512`)",
+                target.name(),
+                e.size_bytes
+            );
+        }
+        let span = cell.span.unwrap_or(u64::MAX).min(target.len_bytes());
+        let jobs = cell.jobs.max(1) as u64;
+        let per_job = span / jobs / block * block;
+        let largest = cell.mix.iter().map(|e| e.size_bytes).max().unwrap_or(0);
+        if per_job < largest {
+            bail!(
+                "{}: {span} bytes over {jobs} job(s) leave less than one {largest}-byte request each",
+                target.name()
+            );
+        }
+        let gens: Vec<Generator> = (0..jobs)
+            .map(|j| {
+                Generator::new(
+                    &cell.mix,
+                    cell.seed.wrapping_add(j.wrapping_mul(0x1000_0000_01b3)),
+                    j * per_job,
+                    per_job,
+                )
+            })
+            .collect();
+        Ok(Jobs {
+            held: vec![None; gens.len()],
+            depth: vec![0; gens.len()],
+            gens,
+            issued_bytes: 0,
+            verifier: cell.verify.then(Verifier::default),
+            pool: Pool::default(),
+        })
+    }
+
+    /// The next request of job `j` and its buffer (filled for a write under `--verify`);
+    /// `None` while the job has `qd` in flight or its request must wait for an overlap.
+    fn next(&mut self, j: usize, qd: usize) -> Option<(Request, Buf)> {
+        if self.depth[j] >= qd {
+            return None;
+        }
+        let req = self.held[j]
+            .take()
+            .unwrap_or_else(|| self.gens[j].next_request());
+        let mut buf = self.pool.take(req.len);
+        if let Some(v) = self.verifier.as_mut() {
+            if !v.admit(&req) {
+                self.held[j] = Some(req);
+                self.pool.give(buf);
+                return None;
+            }
+            if req.write {
+                v.fill(&req, &mut buf);
+            }
+        }
+        self.depth[j] += 1;
+        self.issued_bytes += req.len;
+        Some((req, buf))
+    }
+
+    /// Job `j`'s `req` completed with `buf` (checked under `--verify`).
+    fn complete(&mut self, j: usize, req: &Request, buf: Buf) -> Result<()> {
+        self.depth[j] -= 1;
+        if let Some(v) = self.verifier.as_mut() {
+            v.complete(req, &buf)?;
+        }
+        self.pool.give(buf);
+        Ok(())
+    }
+}
+
+/// What a cell's completed requests add up to.
+#[derive(Default)]
+struct Tally {
+    reads: u64,
+    writes: u64,
+    bytes: u64,
+    latency: Histogram,
+}
+
+/// Runs `cell` on `target`; `label`/`x` name the point in the result.
+pub fn run_cell(target: &dyn Target, cell: &Cell, label: &str, x: f64) -> Result<CellResult> {
+    let mut jobs = Jobs::new(target, cell)?;
+    let mut tally = Tally::default();
+    let cpu0 = cpu_time();
+    let start = target.now();
+    let mut elapsed = Duration::ZERO;
+    let work = async {
+        let mut inflight = FuturesUnordered::new();
+        loop {
+            let stopping = match cell.stop {
+                Stop::Time(d) => target.now() - start >= d,
+                Stop::Bytes(n) => jobs.issued_bytes >= n,
+            };
+            if !stopping {
+                'jobs: for j in 0..jobs.gens.len() {
+                    while let Some((req, buf)) = jobs.next(j, cell.qd) {
+                        let t0 = target.now();
+                        inflight.push(async move {
+                            let r = if req.write {
+                                target.write(req.offset, buf).await
+                            } else {
+                                target.read(req.offset, buf).await
+                            };
+                            (j, req, t0, r)
+                        });
+                        if matches!(cell.stop, Stop::Bytes(n) if jobs.issued_bytes >= n) {
+                            continue 'jobs;
+                        }
+                    }
+                }
+            }
+            let Some((j, req, t0, r)) = inflight.next().await else {
+                break;
+            };
+            let buf = r.with_context(|| {
+                format!(
+                    "{} of {} bytes at {}",
+                    if req.write { "write" } else { "read" },
+                    req.len,
+                    req.offset
+                )
+            })?;
+            tally.latency.record(target.now() - t0);
+            tally.bytes += req.len;
+            if req.write {
+                tally.writes += 1;
+            } else {
+                tally.reads += 1;
+            }
+            jobs.complete(j, &req, buf)?;
+        }
+        if tally.writes > 0 {
+            target.flush().await.context("flush at the end")?;
+        }
+        elapsed = target.now() - start;
+        anyhow::Ok(())
+    };
+    target.block_on(work.boxed_local())?;
+    let cpu = cpu_time().saturating_sub(cpu0);
+    let mut result = CellResult::new(
+        target.name(),
+        label,
+        x,
+        cell.qd,
+        cell.jobs,
+        (tally.reads, tally.writes, tally.bytes),
+        elapsed,
+        cpu,
+        &tally.latency,
+    );
+    if let Some(v) = jobs.verifier {
+        result.verified_sectors = v.read_back(target)?;
+    }
+    Ok(result)
+}
