@@ -43,7 +43,7 @@ pub use faulty::{CrashReport, FaultOps, Faulty};
 pub use flush_gate::FlushGate;
 pub use member::{CounterSnapshot, Member, MemberCounters, MemberError, MemberOp, MemberResult};
 pub use memory::MemoryMember;
-pub use node::{ArrayNode, MemberState, ZeroKind};
+pub use node::{ArrayNode, MemberState, NodeIo, NodeMaintenance, ZeroKind};
 pub use pace::PassRate;
 pub use pass::{PassControl, PassState};
 pub use raid::{CacheMode, CacheUsage, SyncState};

@@ -43,7 +43,7 @@ use crate::parity::gf;
 use crate::pass::{Checkpoint, PassControl, PassState, PassWork};
 use crate::volume::Volume;
 use futures::FutureExt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// Logical bytes a scrub hands to the tree at a time.
 pub const SCRUB_WINDOW_BYTES: u64 = 4 << 20;
@@ -51,34 +51,7 @@ pub const SCRUB_WINDOW_BYTES: u64 = 4 << 20;
 /// Mirrors compare (and count, and repair) their copies in blocks of this many bytes.
 pub const MIRROR_SCRUB_BLOCK_BYTES: u64 = 64 << 10;
 
-/// Counts of one scrub (shared atomics: nodes bump them as they go).
-#[derive(Debug, Default)]
-pub struct ScrubStats {
-    /// Parity stripes and mirror blocks whose redundancy was compared.
-    pub checked: AtomicU64,
-    /// Of those, the ones where data and redundancy disagreed.
-    pub mismatches: AtomicU64,
-    /// Mismatches (and unreadable copies) rewritten.
-    pub repaired: AtomicU64,
-    /// Chunks or copies that returned a read error.
-    pub unreadable: AtomicU64,
-    /// Stripes or blocks not checkable: a member under them has failed (nothing to compare
-    /// against) or their parity is stale.
-    pub skipped: AtomicU64,
-}
-
-/// What a node's `scrub_range` is asked to do.
-pub struct ScrubPass<'a> {
-    /// Rewrite what the redundancy proves wrong (else only count).
-    pub repair: bool,
-    pub stats: &'a ScrubStats,
-}
-
-impl ScrubPass<'_> {
-    pub(crate) fn bump(&self, counter: fn(&ScrubStats) -> &AtomicU64, n: u64) {
-        counter(self.stats).fetch_add(n, Relaxed);
-    }
-}
+pub use crate::node::{ScrubPass, ScrubStats};
 
 /// Where a scrub is (the state of its [`crate::pass`]).
 pub type ScrubState = PassState;

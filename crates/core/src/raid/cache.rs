@@ -275,27 +275,6 @@ impl Cache {
     }
 }
 
-/// What a write-back cache holds and may hold.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CacheUsage {
-    /// Bytes written by clients and not yet on the members.
-    pub dirty_bytes: u64,
-    /// Memory those bytes keep alive (whole allocations of the writers' buffers).
-    pub pinned_bytes: u64,
-    /// The most `pinned_bytes` may reach.
-    pub bound_bytes: u64,
-}
-
-impl CacheUsage {
-    pub fn plus(self, o: CacheUsage) -> CacheUsage {
-        CacheUsage {
-            dirty_bytes: self.dirty_bytes + o.dirty_bytes,
-            pinned_bytes: self.pinned_bytes + o.pinned_bytes,
-            bound_bytes: self.bound_bytes + o.bound_bytes,
-        }
-    }
-}
-
 impl ParityCore {
     /// Overlays cached dirty bytes on `buf` (which holds `[offset, offset+len)`).
     pub(super) fn overlay_cache(&self, offset: u64, buf: &mut [u8]) {

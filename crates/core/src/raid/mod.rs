@@ -116,7 +116,7 @@ mod scrub;
 mod sync;
 mod write;
 
-pub use cache::CacheUsage;
+pub use crate::node::CacheUsage;
 pub use join::joined_writes;
 pub use plan::{
     choose, plan_write, DataChunk, Health, NewBytes, Plan, Rows, StripeWrite, Target, WritePlan,
@@ -127,7 +127,10 @@ use sync::SyncMap;
 
 use crate::buf::{Buf, SharedBuf};
 use crate::error::{VolumeError, VolumeResult};
-use crate::node::{child_runs, ArrayNode, ZeroKind};
+use crate::node::{
+    children_cache_usage, children_destage_aged, flush_children, read_runs, resync_children,
+    ArrayNode, NodeIo, NodeMaintenance, ScrubPass, ZeroKind,
+};
 use crate::parity::{self, Loss};
 use crate::range_lock::RangeLock;
 use futures::future::{join_all, BoxFuture};
@@ -331,130 +334,6 @@ impl ParityCore {
     // Writes
 }
 
-impl ArrayNode for ParityCore {
-    fn capacity(&self) -> u64 {
-        self.capacity
-    }
-
-    fn readable(&self, offset: u64, len: u64) -> bool {
-        if len == 0 {
-            return true;
-        }
-        let (a, b) = self.stripe_span(offset, len);
-        if b - a < 16 {
-            // Exact: each piece's chunk, or its stripe within tolerance.
-            return self.layout.split(offset, len).iter().all(|p| {
-                let at = self.layout.chunk_offset(p.stripe);
-                self.children[p.child].readable(at + p.in_chunk, p.len)
-                    || (!self.is_stale(p.stripe)
-                        && self.rebuildable(&self.lost(p.stripe, 0, self.strip)))
-            });
-        }
-        // Conservative over long ranges: children lost anywhere in the span.
-        if self.any_stale(a, b) {
-            return false;
-        }
-        let at = self.layout.chunk_offset(a);
-        let span = (b - a + 1) * self.strip;
-        self.tolerates(
-            self.children
-                .iter()
-                .filter(|c| !c.readable(at, span))
-                .count(),
-        )
-    }
-
-    /// Every child under the range's chunks is there.
-    fn intact(&self, offset: u64, len: u64) -> bool {
-        if len == 0 {
-            return true;
-        }
-        // The chunks a read uses, each on a child intact there: a lost member elsewhere in
-        // the stripe rebuilds nothing of this range.
-        self.layout.split(offset, len).iter().all(|p| {
-            let at = self.layout.chunk_offset(p.stripe);
-            self.children[p.child].intact(at + p.in_chunk, p.len)
-        })
-    }
-
-    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
-        async move {
-            let len = buf.len() as u64;
-            let g = self.lock_stripes(offset, len, false).await;
-            if self.cache_covers(offset, len) {
-                let mut buf = buf;
-                self.overlay_cache(offset, &mut buf);
-                return Ok(buf);
-            }
-            let (mut buf, repairs) = self.read_members(offset, buf).await?;
-            self.overlay_cache(offset, &mut buf);
-            drop(g);
-            for r in repairs {
-                self.repair(r).await;
-            }
-            Ok(buf)
-        }
-        .boxed()
-    }
-
-    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, VolumeResult<()>> {
-        self.write_inner(offset, data, fua).boxed()
-    }
-
-    fn zero(&self, offset: u64, len: u64, kind: ZeroKind) -> BoxFuture<'_, VolumeResult<()>> {
-        self.zero_range(offset, len, kind).boxed()
-    }
-
-    fn cache_usage(&self) -> CacheUsage {
-        let own = self
-            .cache
-            .as_ref()
-            .map_or(CacheUsage::default(), |c| c.state.lock().usage(c.bound));
-        own.plus(crate::node::children_cache_usage(&self.children))
-    }
-
-    fn destage_aged(&self, older_than: Duration) -> BoxFuture<'_, ()> {
-        async move {
-            self.destage_older_than(older_than).await;
-            crate::node::children_destage_aged(&self.children, older_than).await;
-        }
-        .boxed()
-    }
-
-    fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
-        async move {
-            self.drain().await?;
-            crate::node::flush_children(&self.children).await
-        }
-        .boxed()
-    }
-
-    fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
-        async move {
-            ParityCore::resync(self).await?;
-            all_children_resync(&self.children).await
-        }
-        .boxed()
-    }
-
-    fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
-        ParityCore::resync_range(self, offset, len).boxed()
-    }
-
-    fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
-        ParityCore::rebuild_range(self, offset, len).boxed()
-    }
-
-    fn scrub_range<'a>(
-        &'a self,
-        offset: u64,
-        len: u64,
-        pass: &'a crate::scrub::ScrubPass<'a>,
-    ) -> BoxFuture<'a, VolumeResult<()>> {
-        self.scrub_stripes(offset, len, pass).boxed()
-    }
-}
-
 /// A RAID 5/6 group: the engine node (see the module docs).
 pub struct ParityNode {
     core: Arc<ParityCore>,
@@ -509,57 +388,114 @@ impl Drop for ParityNode {
     }
 }
 
-impl ArrayNode for ParityNode {
+impl NodeIo for ParityNode {
     fn capacity(&self) -> u64 {
-        self.core.capacity()
+        self.core.capacity
     }
+
     fn readable(&self, offset: u64, len: u64) -> bool {
-        self.core.readable(offset, len)
+        let g = &*self.core;
+        if len == 0 {
+            return true;
+        }
+        let (a, b) = g.stripe_span(offset, len);
+        if b - a < 16 {
+            // Exact: each piece's chunk, or its stripe within tolerance.
+            return g.layout.split(offset, len).iter().all(|p| {
+                let at = g.layout.chunk_offset(p.stripe);
+                g.children[p.child].readable(at + p.in_chunk, p.len)
+                    || (!g.is_stale(p.stripe) && g.rebuildable(&g.lost(p.stripe, 0, g.strip)))
+            });
+        }
+        // Conservative over long ranges: children lost anywhere in the span.
+        if g.any_stale(a, b) {
+            return false;
+        }
+        let at = g.layout.chunk_offset(a);
+        let span = (b - a + 1) * g.strip;
+        g.tolerates(g.children.iter().filter(|c| !c.readable(at, span)).count())
     }
+
+    /// Every child under the range's chunks is there.
     fn intact(&self, offset: u64, len: u64) -> bool {
-        self.core.intact(offset, len)
+        let g = &*self.core;
+        if len == 0 {
+            return true;
+        }
+        // The chunks a read uses, each on a child intact there: a lost member elsewhere in
+        // the stripe rebuilds nothing of this range.
+        g.layout.split(offset, len).iter().all(|p| {
+            let at = g.layout.chunk_offset(p.stripe);
+            g.children[p.child].intact(at + p.in_chunk, p.len)
+        })
     }
+
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
-        self.core.read(offset, buf)
+        self.core.read(offset, buf).boxed()
     }
+
     fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, VolumeResult<()>> {
-        self.core.write(offset, data, fua)
+        self.core.write(offset, data, fua).boxed()
     }
+
     fn zero(&self, offset: u64, len: u64, kind: ZeroKind) -> BoxFuture<'_, VolumeResult<()>> {
-        self.core.zero(offset, len, kind)
+        self.core.zero_range(offset, len, kind).boxed()
     }
+}
+
+/// The group's own maintenance (its cache, its stripes' parity), then its children's.
+impl NodeMaintenance for ParityNode {
+    fn children(&self) -> &[Box<dyn ArrayNode>] {
+        &self.core.children
+    }
+
     fn cache_usage(&self) -> CacheUsage {
-        self.core.cache_usage()
+        let own = self
+            .core
+            .cache
+            .as_ref()
+            .map_or(CacheUsage::default(), |c| c.state.lock().usage(c.bound));
+        own.plus(children_cache_usage(self.children()))
     }
+
     fn destage_aged(&self, older_than: Duration) -> BoxFuture<'_, ()> {
-        ArrayNode::destage_aged(&*self.core, older_than)
+        async move {
+            self.core.destage_older_than(older_than).await;
+            children_destage_aged(self.children(), older_than).await;
+        }
+        .boxed()
     }
+
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
-        self.core.flush()
+        async move {
+            self.core.drain().await?;
+            flush_children(self.children()).await
+        }
+        .boxed()
     }
+
     fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
-        ArrayNode::resync(&*self.core)
+        async move {
+            self.core.resync().await?;
+            resync_children(self.children()).await
+        }
+        .boxed()
     }
+
     fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
-        ArrayNode::resync_range(&*self.core, offset, len)
+        self.core.resync_range(offset, len).boxed()
     }
+
     fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
-        ArrayNode::rebuild_range(&*self.core, offset, len)
+        self.core.rebuild_range(offset, len).boxed()
     }
+
     fn scrub_range<'a>(
         &'a self,
         offset: u64,
         len: u64,
-        pass: &'a crate::scrub::ScrubPass<'a>,
+        pass: &'a ScrubPass<'a>,
     ) -> BoxFuture<'a, VolumeResult<()>> {
-        self.core.scrub_range(offset, len, pass)
+        self.core.scrub_stripes(offset, len, pass).boxed()
     }
-}
-
-/// Resyncs every child (nodes below a parity group may hold parity groups too).
-pub(crate) async fn all_children_resync(children: &[Box<dyn ArrayNode>]) -> VolumeResult<()> {
-    for c in children {
-        c.resync().await?;
-    }
-    Ok(())
 }

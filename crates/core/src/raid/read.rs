@@ -34,6 +34,27 @@ pub(super) struct Repair {
 }
 
 impl ParityCore {
+    /// A read of the group: under the stripes' shared lock, from the cache when it holds
+    /// every byte, else from the members (rebuilding what is lost) with the cache's dirty
+    /// bytes laid over; chunks that returned read errors are rewritten afterwards, each
+    /// under its stripe's exclusive lock.
+    pub(super) async fn read(&self, offset: u64, buf: Buf) -> VolumeResult<Buf> {
+        let len = buf.len() as u64;
+        let g = self.lock_stripes(offset, len, false).await;
+        if self.cache_covers(offset, len) {
+            let mut buf = buf;
+            self.overlay_cache(offset, &mut buf);
+            return Ok(buf);
+        }
+        let (mut buf, repairs) = self.read_members(offset, buf).await?;
+        self.overlay_cache(offset, &mut buf);
+        drop(g);
+        for r in repairs {
+            self.repair(r).await;
+        }
+        Ok(buf)
+    }
+
     /// Reads rows `[r0, r1)` of the data chunks of `stripe` that `want` names, rebuilding lost
     /// ones from the rest of the stripe. `bufs[i]`, when given, receives chunk `i` (so a
     /// caller's buffer is filled in place); the others are allocated. Every returned buffer
@@ -219,36 +240,12 @@ impl ParityCore {
                     len: p.len,
                 })
                 .collect();
-            let runs = child_runs(self.children.len(), &cp);
-            let futs = runs.iter().map(|(child, at, idx)| {
-                let mut mine: Vec<Buf> = idx
-                    .iter()
-                    .map(|&i| slots[i].take().expect("each piece in one run"))
-                    .collect();
-                let node = &self.children[*child];
-                async move {
-                    if mine.len() == 1 {
-                        let b = mine.pop().expect("one");
-                        node.read(*at, b).await.map(|b| vec![b])
-                    } else {
-                        node.read_vectored(*at, mine).await
-                    }
-                }
-            });
-            let results = join_all(futs).await;
-            for ((child, _, idx), r) in runs.iter().zip(results) {
-                match r {
-                    Ok(bufs) => {
-                        for (&i, b) in idx.iter().zip(bufs) {
-                            slots[i] = Some(b);
-                        }
-                    }
-                    // A member error, or a child (a mirror, say) with no readable copy.
-                    Err(e) => {
-                        tracing::warn!("parity read {offset}+{len}: {e}; rebuilding from parity");
-                        let io = e.is_member_io();
-                        todo.extend(idx.iter().map(|&i| (i, Some((*child, io)))));
-                    }
+            for (run, r) in read_runs(&self.children, &cp, &mut slots).await {
+                // A member error, or a child (a mirror, say) with no readable copy.
+                if let Err(e) = r {
+                    tracing::warn!("parity read {offset}+{len}: {e}; rebuilding from parity");
+                    let io = e.is_member_io();
+                    todo.extend(run.pieces.iter().map(|&i| (i, Some((run.child, io)))));
                 }
             }
             if todo.is_empty() {

@@ -490,12 +490,7 @@ impl ParityCore {
             .collect()
     }
 
-    pub(super) async fn write_inner(
-        &self,
-        offset: u64,
-        data: SharedBuf,
-        fua: bool,
-    ) -> VolumeResult<()> {
+    pub(super) async fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> VolumeResult<()> {
         let len = data.len() as u64;
         let w = self.width();
         // What this write may add to the cache: its partial stripes at either end.
@@ -706,7 +701,7 @@ impl ParityCore {
                 while at < o + l {
                     let n = (o + l - at).min(w - at % w);
                     results.push(
-                        self.write_inner(at, Buf::zeroed(n as usize).freeze(), false)
+                        self.write(at, Buf::zeroed(n as usize).freeze(), false)
                             .await,
                     );
                     at += n;
