@@ -283,11 +283,16 @@ impl ParityCore {
         if st.entries.is_empty() {
             return;
         }
-        for (s, in_stripe, n) in self.stripe_pieces(offset, buf.len() as u64) {
+        for StripePiece {
+            stripe: s,
+            in_stripe,
+            len: n,
+        } in self.chunks.stripe_pieces(offset, buf.len() as u64)
+        {
             let Some(e) = st.entries.get(&s) else {
                 continue;
             };
-            let at = (s * self.width() + in_stripe - offset) as usize;
+            let at = (s * self.chunks.width() + in_stripe - offset) as usize;
             e.overlay(in_stripe, &mut buf[at..at + n as usize]);
         }
     }
@@ -298,11 +303,17 @@ impl ParityCore {
             return false;
         };
         let st = cache.state.lock();
-        self.stripe_pieces(offset, len).all(|(s, in_stripe, n)| {
-            st.entries
-                .get(&s)
-                .is_some_and(|e| e.covers(in_stripe, in_stripe + n))
-        })
+        self.chunks.stripe_pieces(offset, len).all(
+            |StripePiece {
+                 stripe: s,
+                 in_stripe,
+                 len: n,
+             }| {
+                st.entries
+                    .get(&s)
+                    .is_some_and(|e| e.covers(in_stripe, in_stripe + n))
+            },
+        )
     }
 
     /// Destages least recently used stripes until `room_bytes` more fit within the bound:

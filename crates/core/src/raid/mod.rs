@@ -107,11 +107,13 @@
 //! (`lost`), asked once per write attempt.
 
 mod cache;
+mod chunks;
 mod flusher;
 mod join;
 mod plan;
 mod read;
 mod rebuild;
+mod recent;
 mod scrub;
 mod sync;
 mod write;
@@ -123,7 +125,9 @@ pub use plan::{
 };
 
 use cache::{Cache, CacheState};
-use sync::SyncMap;
+use chunks::{Chunks, StripePiece};
+use recent::RecentStripes;
+use sync::StripeHealth;
 
 use crate::buf::{Buf, SharedBuf};
 use crate::error::{VolumeError, VolumeResult};
@@ -137,7 +141,7 @@ use futures::future::{join_all, BoxFuture};
 use futures::FutureExt;
 use nbraid_layout::{ChildPiece, ParityGroup, ParityPiece, StripeRoles};
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -172,40 +176,29 @@ pub use nbraid_layout::CacheMode;
 /// One stripe's new bytes, as (offset within the stripe's logical range, bytes), sorted.
 type Segs = Vec<(u64, SharedBuf)>;
 
-/// The parity group's state, shared with the cache flusher thread.
+/// The parity group: its parts, each owning its state, and the order they are used in. Shared
+/// with the cache flusher thread.
 struct ParityCore {
-    layout: ParityGroup,
-    children: Vec<Box<dyn ArrayNode>>,
-    capacity: u64,
-    strip: u64,
-    /// Data chunks per stripe.
-    k: usize,
-    /// Parity chunks per stripe (1 or 2).
-    np: usize,
+    /// The children and the geometry (immutable).
+    chunks: Chunks,
     /// Over stripe numbers: exclusive for writes and destages, shared for reads.
     locks: RangeLock,
-    sync: SyncMap,
-    /// Stripes whose parity is known not to match their data: a write failed beyond the
-    /// stripe's tolerance after (or instead of) writing some chunks. Never rebuilt from until
-    /// a whole-chunk reconstruct-write or full-stripe write makes them consistent again.
-    stale: Mutex<HashSet<u64>>,
+    /// Which stripes' parity is known in sync, which known stale.
+    health: StripeHealth,
+    /// The write-back stripe cache (`None`: write-through).
     cache: Option<Cache>,
-    /// Set when some stripe ever lost a write beyond tolerance (for logs only).
-    warned: AtomicBool,
-    /// Set when the node is dropped: the flusher thread leaves it alone from then on.
-    closed: AtomicBool,
-    /// Held by the flusher thread while it destages this group (so a drop can wait for it).
-    flushing: Mutex<()>,
-    /// Chunk ranges rewritten after a read error (shared with the volume's counters).
-    repairs: Arc<AtomicU64>,
-    /// Recently rebuilt whole stripes (degraded reads): (stripe, data chunks), newest last.
-    /// Filled under the stripe's shared lock, forgotten under its exclusive lock.
-    /// Chunks handed straight to the reader that rebuilt the stripe are not kept (`None`).
-    recent: Mutex<VecDeque<(u64, Vec<Option<SharedBuf>>)>>,
+    /// Recently rebuilt whole stripes (degraded reads).
+    recent: RecentStripes,
     /// The partial-parity log (`crate::ppl`): partial-stripe writes log first.
     ppl: Option<crate::ppl::GroupLog>,
     /// Write-through: bytes partial-stripe writers left to the writers queued behind them.
     joins: join::Joins,
+    /// Chunk ranges rewritten after a read error (shared with the volume's counters).
+    repairs: Arc<AtomicU64>,
+    /// Set when the node is dropped: the flusher thread leaves it alone from then on.
+    closed: AtomicBool,
+    /// Held by the flusher thread while it destages this group (so a drop can wait for it).
+    flushing: Mutex<()>,
 }
 
 impl ParityCore {
@@ -218,17 +211,7 @@ impl ParityCore {
         max_age: Option<Duration>,
         repairs: Arc<AtomicU64>,
     ) -> ParityCore {
-        let strip = layout.strip();
-        let np = layout.parity();
-        let k = layout.data_chunks();
-        let sync = match sync {
-            SyncState::Clean => SyncMap::All,
-            SyncState::Unknown => SyncMap::Some(
-                (0..layout.stripes().div_ceil(64))
-                    .map(|_| AtomicU64::new(0))
-                    .collect(),
-            ),
-        };
+        let health = StripeHealth::new(sync, layout.stripes());
         let cache = match cache {
             CacheMode::WriteThrough => None,
             CacheMode::WriteBack { bytes } => Some(Cache {
@@ -238,100 +221,45 @@ impl ParityCore {
             }),
         };
         ParityCore {
-            layout,
-            children,
-            capacity,
-            strip,
-            k,
-            np,
+            chunks: Chunks::new(layout, children, capacity),
             locks: RangeLock::default(),
-            sync,
-            stale: Mutex::new(HashSet::new()),
+            health,
             cache,
-            warned: AtomicBool::new(false),
-            closed: AtomicBool::new(false),
-            flushing: Mutex::new(()),
-            repairs,
-            recent: Mutex::new(VecDeque::new()),
+            recent: RecentStripes::default(),
             ppl: None,
             joins: join::Joins::default(),
+            repairs,
+            closed: AtomicBool::new(false),
+            flushing: Mutex::new(()),
         }
     }
 
-    fn width(&self) -> u64 {
-        self.layout.stripe_width()
-    }
-
-    /// `[offset, offset+len)` cut at stripe boundaries, in order: (stripe, offset within the
-    /// stripe's logical range, bytes). The one splitter of the group's range into stripes
-    /// (`ParityGroup::split` cuts further, into chunks).
-    fn stripe_pieces(&self, offset: u64, len: u64) -> impl Iterator<Item = (u64, u64, u64)> {
-        let w = self.width();
-        let end = offset + len;
-        let mut at = offset;
-        std::iter::from_fn(move || {
-            (at < end).then(|| {
-                let (s, in_stripe) = (at / w, at % w);
-                let n = (w - in_stripe).min(end - at);
-                at += n;
-                (s, in_stripe, n)
-            })
-        })
-    }
-
-    /// Stripes `[first, last]` touched by `[offset, offset+len)`.
-    fn stripe_span(&self, offset: u64, len: u64) -> (u64, u64) {
-        let w = self.width();
-        (offset / w, (offset + len.max(1) - 1) / w)
-    }
-
+    /// The exclusive (writes) or shared (reads) lock of the stripes under `[offset, offset+len)`.
     fn lock_stripes(
         &self,
         offset: u64,
         len: u64,
         exclusive: bool,
     ) -> crate::range_lock::Acquire<'_> {
-        let (a, b) = self.stripe_span(offset, len);
+        let (a, b) = self.chunks.stripe_span(offset, len);
         self.locks.lock(a, b - a + 1, exclusive)
     }
 
-    /// Which children cannot serve rows `[r0, r1)` of `stripe`.
-    fn lost(&self, stripe: u64, r0: u64, r1: u64) -> Vec<bool> {
-        let at = self.layout.chunk_offset(stripe) + r0;
-        self.children
-            .iter()
-            .map(|c| !c.readable(at, r1 - r0))
-            .collect()
+    /// Contract of everything that changes a stripe's members or what is known of them.
+    fn assert_exclusive(&self, stripe: u64, what: &str) {
+        assert!(
+            self.locks.holds(stripe, 1, true),
+            "stripe {stripe}: {what} without the stripe's exclusive lock"
+        );
     }
 
-    /// The one tolerance rule of a parity group: a stripe can be rebuilt (and written) while
-    /// no more of its children are lost than it has parity chunks.
-    fn tolerates(&self, lost_children: usize) -> bool {
-        lost_children <= self.np
+    /// Contract of everything that reads a stripe's members.
+    fn assert_locked(&self, stripe: u64, what: &str) {
+        assert!(
+            self.locks.holds(stripe, 1, false),
+            "stripe {stripe}: {what} without the stripe's lock"
+        );
     }
-
-    /// [`Self::tolerates`] for the children marked in `lost`.
-    fn rebuildable(&self, lost: &[bool]) -> bool {
-        self.tolerates(lost.iter().filter(|&&l| l).count())
-    }
-
-    fn unavailable(&self, stripe: u64, lost: &[bool], what: &str) -> VolumeError {
-        let which: Vec<usize> = (0..lost.len()).filter(|&c| lost[c]).collect();
-        VolumeError::Unavailable {
-            reason: format!(
-                "{what}: stripe {stripe} of a {}-member RAID {} group has lost children {which:?}, more than its {} parity chunk(s) can rebuild",
-                self.children.len(),
-                if self.np == 1 { 5 } else { 6 },
-                self.np
-            ),
-        }
-    }
-
-    // -----------------------------------------------------------------------------------------
-    // Reads
-
-    // -----------------------------------------------------------------------------------------
-    // Writes
 }
 
 /// A RAID 5/6 group: the engine node (see the module docs).
@@ -390,11 +318,11 @@ impl Drop for ParityNode {
 
 impl NodeIo for ParityNode {
     fn capacity(&self) -> u64 {
-        self.core.capacity
+        self.core.chunks.capacity
     }
 
     fn readable(&self, offset: u64, len: u64) -> bool {
-        let g = &*self.core;
+        let (g, health) = (&self.core.chunks, &self.core.health);
         if len == 0 {
             return true;
         }
@@ -404,11 +332,11 @@ impl NodeIo for ParityNode {
             return g.layout.split(offset, len).iter().all(|p| {
                 let at = g.layout.chunk_offset(p.stripe);
                 g.children[p.child].readable(at + p.in_chunk, p.len)
-                    || (!g.is_stale(p.stripe) && g.rebuildable(&g.lost(p.stripe, 0, g.strip)))
+                    || (!health.is_stale(p.stripe) && g.rebuildable(&g.lost(p.stripe, 0, g.strip)))
             });
         }
         // Conservative over long ranges: children lost anywhere in the span.
-        if g.any_stale(a, b) {
+        if health.any_stale(a, b) {
             return false;
         }
         let at = g.layout.chunk_offset(a);
@@ -418,7 +346,7 @@ impl NodeIo for ParityNode {
 
     /// Every child under the range's chunks is there.
     fn intact(&self, offset: u64, len: u64) -> bool {
-        let g = &*self.core;
+        let g = &self.core.chunks;
         if len == 0 {
             return true;
         }
@@ -446,7 +374,7 @@ impl NodeIo for ParityNode {
 /// The group's own maintenance (its cache, its stripes' parity), then its children's.
 impl NodeMaintenance for ParityNode {
     fn children(&self) -> &[Box<dyn ArrayNode>] {
-        &self.core.children
+        &self.core.chunks.children
     }
 
     fn cache_usage(&self) -> CacheUsage {

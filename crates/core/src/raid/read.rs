@@ -6,7 +6,6 @@ use super::plan::recovery;
 use super::*;
 
 /// Rebuilt stripes kept for the next degraded sequential read.
-pub(super) const RECENT_STRIPES: usize = 4;
 
 /// Copies each piece's bytes out of a stripe's kept data chunks (all present).
 pub(super) fn copy_pieces(rows: &[Option<SharedBuf>], pieces: Vec<(ParityPiece, Buf)>) -> Vec<Buf> {
@@ -85,33 +84,32 @@ impl ParityCore {
         force_lost: Option<usize>,
     ) -> VolumeResult<(Vec<Buf>, Vec<usize>)> {
         assert!(
-            r0 < r1 && r1 <= self.strip,
+            r0 < r1 && r1 <= self.chunks.strip,
             "rows {r0}..{r1} outside a {}-byte strip",
-            self.strip
+            self.chunks.strip
         );
-        assert_eq!(want.len(), self.k, "one wish per data chunk");
-        assert!(
-            self.locks.holds(stripe, 1, false),
-            "stripe {stripe} is read without its lock"
-        );
-        let roles = self.layout.roles(stripe);
-        let base = self.layout.chunk_offset(stripe) + r0;
+        assert_eq!(want.len(), self.chunks.k, "one wish per data chunk");
+        self.assert_locked(stripe, "a read of its rows");
+        let roles = self.chunks.layout.roles(stripe);
+        let base = self.chunks.layout.chunk_offset(stripe) + r0;
         let rows = (r1 - r0) as usize;
-        let mut lost = self.lost(stripe, r0, r1);
+        let mut lost = self.chunks.lost(stripe, r0, r1);
         if let Some(c) = force_lost {
             lost[c] = true;
         }
         let mut bad: Vec<usize> = Vec::new();
         let mut data: Vec<Option<Buf>> = bufs;
-        let mut have = vec![false; self.k];
+        let mut have = vec![false; self.chunks.k];
         let mut p: Option<Buf> = None;
         let mut q: Option<Buf> = None;
         let mut errors: Vec<VolumeError> = Vec::new();
         loop {
-            let lost_data: Vec<usize> = (0..self.k).filter(|&i| lost[roles.data[i]]).collect();
+            let lost_data: Vec<usize> = (0..self.chunks.k)
+                .filter(|&i| lost[roles.data[i]])
+                .collect();
             let rebuild = lost_data.iter().any(|&i| want[i]);
             let mut plan = None;
-            if rebuild && self.is_stale(stripe) {
+            if rebuild && self.health.is_stale(stripe) {
                 return Err(VolumeError::Unavailable {
                     reason: format!(
                         "stripe {stripe}: a chunk is lost and the stripe's parity is stale (an earlier write failed beyond tolerance)"
@@ -125,7 +123,7 @@ impl ParityCore {
                 match recovery(&slots, !lost[roles.p], q_ok) {
                     Some(r) => plan = Some(r),
                     None => {
-                        let mut e = self.unavailable(stripe, &lost, "read");
+                        let mut e = self.chunks.unavailable(stripe, &lost, "read");
                         if let Some(first) = errors.pop() {
                             e = VolumeError::Unavailable {
                                 reason: format!("{e} (last member error: {first})"),
@@ -138,33 +136,33 @@ impl ParityCore {
             let (need_p, need_q) = plan.map_or((false, false), |(_, np, nq)| (np, nq));
             // Reads to issue: (child, target) where target is a data index or k (P) / k+1 (Q).
             let mut todo: Vec<(usize, usize, Buf)> = Vec::new();
-            for i in 0..self.k {
+            for i in 0..self.chunks.k {
                 if !have[i] && !lost[roles.data[i]] && (want[i] || rebuild) {
                     let b = data[i].take().unwrap_or_else(|| Buf::new(rows));
                     todo.push((roles.data[i], i, b));
                 }
             }
             if need_p && p.is_none() {
-                todo.push((roles.p, self.k, Buf::new(rows)));
+                todo.push((roles.p, self.chunks.k, Buf::new(rows)));
             }
             if need_q && q.is_none() {
                 let qc = roles.q.expect("need_q only with Q");
-                todo.push((qc, self.k + 1, Buf::new(rows)));
+                todo.push((qc, self.chunks.k + 1, Buf::new(rows)));
             }
             let meta: Vec<(usize, usize)> = todo.iter().map(|t| (t.0, t.1)).collect();
             let results = join_all(
                 todo.into_iter()
-                    .map(|(c, _, b)| self.children[c].read(base, b)),
+                    .map(|(c, _, b)| self.chunks.children[c].read(base, b)),
             )
             .await;
             let mut failed = false;
             for ((c, target), r) in meta.into_iter().zip(results) {
                 match r {
-                    Ok(b) if target < self.k => {
+                    Ok(b) if target < self.chunks.k => {
                         data[target] = Some(b);
                         have[target] = true;
                     }
-                    Ok(b) if target == self.k => p = Some(b),
+                    Ok(b) if target == self.chunks.k => p = Some(b),
                     Ok(b) => q = Some(b),
                     Err(e) => {
                         lost[c] = true;
@@ -185,8 +183,8 @@ impl ParityCore {
                 .collect();
             if let Some((loss, _, _)) = plan {
                 let mut pb = p.unwrap_or_else(|| Buf::new(rows));
-                let mut order = vec![0usize; self.k];
-                for i in 0..self.k {
+                let mut order = vec![0usize; self.chunks.k];
+                for i in 0..self.chunks.k {
                     order[roles.q_slot[i]] = i;
                 }
                 let mut refs: Vec<Option<&mut [u8]>> =
@@ -221,10 +219,13 @@ impl ParityCore {
         buf: Buf,
     ) -> VolumeResult<(Buf, Vec<Repair>)> {
         let len = buf.len() as u64;
-        let pieces = self.layout.split(offset, len);
+        let pieces = self.chunks.layout.split(offset, len);
         let lens: Vec<usize> = pieces.iter().map(|p| p.len as usize).collect();
         let direct = pieces.iter().all(|p| {
-            self.children[p.child].readable(self.layout.chunk_offset(p.stripe) + p.in_chunk, p.len)
+            self.chunks.children[p.child].readable(
+                self.chunks.layout.chunk_offset(p.stripe) + p.in_chunk,
+                p.len,
+            )
         }) && !self.rebuild_ahead(offset, len, &pieces);
         let mut slots: Vec<Option<Buf>> = buf.split_lengths(&lens).into_iter().map(Some).collect();
         // Pieces to rebuild: (piece index, child whose read failed and whether with an I/O
@@ -236,11 +237,11 @@ impl ParityCore {
                 .map(|p| ChildPiece {
                     logical: p.logical,
                     child: p.child,
-                    offset: self.layout.chunk_offset(p.stripe) + p.in_chunk,
+                    offset: self.chunks.layout.chunk_offset(p.stripe) + p.in_chunk,
                     len: p.len,
                 })
                 .collect();
-            for (run, r) in read_runs(&self.children, &cp, &mut slots).await {
+            for (run, r) in read_runs(&self.chunks.children, &cp, &mut slots).await {
                 // A member error, or a child (a mirror, say) with no readable copy.
                 if let Err(e) = r {
                     tracing::warn!("parity read {offset}+{len}: {e}; rebuilding from parity");
@@ -305,13 +306,13 @@ impl ParityCore {
     /// one) that has a lost data chunk the read does not cover, so the next request will
     /// need that chunk rebuilt — from rows this read would otherwise fetch a second time.
     pub(super) fn rebuild_ahead(&self, offset: u64, len: u64, pieces: &[ParityPiece]) -> bool {
-        if len < self.strip {
+        if len < self.chunks.strip {
             return false;
         }
-        let (a, b) = self.stripe_span(offset, len);
-        let at = self.layout.chunk_offset(a);
-        let span = (b - a + 1) * self.strip;
-        if self.children.iter().all(|c| c.readable(at, span)) {
+        let (a, b) = self.chunks.stripe_span(offset, len);
+        let at = self.chunks.layout.chunk_offset(a);
+        let span = (b - a + 1) * self.chunks.strip;
+        if self.chunks.children.iter().all(|c| c.readable(at, span)) {
             return false; // Healthy here: the common case costs one check per child.
         }
         let mut i = 0;
@@ -320,13 +321,13 @@ impl ParityCore {
             let mut j = i;
             let mut whole = 0;
             while j < pieces.len() && pieces[j].stripe == s {
-                whole += usize::from(pieces[j].len == self.strip);
+                whole += usize::from(pieces[j].len == self.chunks.strip);
                 j += 1;
             }
-            if whole > 0 && whole < self.k {
-                let roles = self.layout.roles(s);
-                let lost = self.lost(s, 0, self.strip);
-                if data_lost(&roles, &lost) && self.rebuildable(&lost) {
+            if whole > 0 && whole < self.chunks.k {
+                let roles = self.chunks.layout.roles(s);
+                let lost = self.chunks.lost(s, 0, self.chunks.strip);
+                if data_lost(&roles, &lost) && self.chunks.rebuildable(&lost) {
                     return true;
                 }
             }
@@ -346,35 +347,37 @@ impl ParityCore {
         force: Force,
     ) -> VolumeResult<(Vec<Buf>, Vec<Repair>)> {
         if force.is_none() {
-            if let Some(rows) = self.recent_get(stripe) {
+            if let Some(rows) = self.recent.get(stripe) {
                 if pieces.iter().all(|(p, _)| rows[p.data_index].is_some()) {
                     return Ok((copy_pieces(&rows, pieces), Vec::new()));
                 }
             }
-            let whole = pieces.len() == self.k
+            let whole = pieces.len() == self.chunks.k
                 && pieces
                     .iter()
-                    .all(|(p, _)| p.in_chunk == 0 && p.len == self.strip);
-            let roles = self.layout.roles(stripe);
-            let lost = self.lost(stripe, 0, self.strip);
-            let rebuildable = self.rebuildable(&lost);
-            if !whole && data_lost(&roles, &lost) && rebuildable && !self.is_stale(stripe) {
+                    .all(|(p, _)| p.in_chunk == 0 && p.len == self.chunks.strip);
+            let roles = self.chunks.layout.roles(stripe);
+            let lost = self.chunks.lost(stripe, 0, self.chunks.strip);
+            let rebuildable = self.chunks.rebuildable(&lost);
+            if !whole && data_lost(&roles, &lost) && rebuildable && !self.health.is_stale(stripe) {
                 // Whole chunks the request wants are read (or rebuilt) straight into its
                 // buffers; every other chunk is kept for the next request.
-                let want = vec![true; self.k];
-                let mut bufs: Vec<Option<Buf>> = (0..self.k).map(|_| None).collect();
+                let want = vec![true; self.chunks.k];
+                let mut bufs: Vec<Option<Buf>> = (0..self.chunks.k).map(|_| None).collect();
                 let mut outs: Vec<(ParityPiece, Option<Buf>)> = Vec::with_capacity(pieces.len());
                 for (p, b) in pieces {
-                    if p.in_chunk == 0 && p.len == self.strip {
+                    if p.in_chunk == 0 && p.len == self.chunks.strip {
                         bufs[p.data_index] = Some(b);
                         outs.push((p, None));
                     } else {
                         outs.push((p, Some(b)));
                     }
                 }
-                let rows = self.read_rows(stripe, 0, self.strip, &want, bufs).await?;
+                let rows = self
+                    .read_rows(stripe, 0, self.chunks.strip, &want, bufs)
+                    .await?;
                 let mut keep: Vec<Option<Buf>> = rows.into_iter().map(Some).collect();
-                let mut handed = vec![false; self.k];
+                let mut handed = vec![false; self.chunks.k];
                 for (p, b) in outs.iter_mut() {
                     if b.is_none() {
                         handed[p.data_index] = true;
@@ -397,36 +400,11 @@ impl ParityCore {
                     .zip(handed)
                     .map(|(b, h)| if h { None } else { b.map(Buf::freeze) })
                     .collect();
-                self.recent_put(stripe, kept);
+                self.recent.put(stripe, kept);
                 return Ok((out, Vec::new()));
             }
         }
         self.read_stripe_pieces(stripe, pieces, force).await
-    }
-
-    pub(super) fn recent_get(&self, stripe: u64) -> Option<Vec<Option<SharedBuf>>> {
-        let r = self.recent.lock();
-        r.iter()
-            .find(|(s, _)| *s == stripe)
-            .map(|(_, rows)| rows.clone())
-    }
-
-    pub(super) fn recent_put(&self, stripe: u64, rows: Vec<Option<SharedBuf>>) {
-        let mut r = self.recent.lock();
-        r.retain(|(s, _)| *s != stripe);
-        if r.len() >= RECENT_STRIPES {
-            r.pop_front();
-        }
-        r.push_back((stripe, rows));
-    }
-
-    /// Forgets a rebuilt stripe (its data is about to change). Callers hold the stripe's
-    /// exclusive lock, so no read can put it back before the change is on the members.
-    pub(super) fn recent_forget(&self, stripe: u64) {
-        let mut r = self.recent.lock();
-        if !r.is_empty() {
-            r.retain(|(s, _)| *s != stripe);
-        }
     }
 
     /// Reads the pieces of one stripe (any lost chunks rebuilt), filling their buffers.
@@ -442,8 +420,8 @@ impl ParityCore {
             .map(|(p, _)| p.in_chunk + p.len)
             .max()
             .expect("piece");
-        let mut want = vec![false; self.k];
-        let mut bufs: Vec<Option<Buf>> = (0..self.k).map(|_| None).collect();
+        let mut want = vec![false; self.chunks.k];
+        let mut bufs: Vec<Option<Buf>> = (0..self.chunks.k).map(|_| None).collect();
         let mut outs: Vec<(ParityPiece, Option<Buf>)> = Vec::with_capacity(pieces.len());
         for (p, b) in pieces {
             want[p.data_index] = true;
@@ -492,18 +470,18 @@ impl ParityCore {
     /// under the stripe's exclusive lock and rebuilds afresh under it, so no write is undone.
     pub(super) async fn repair(&self, r: Repair) {
         let _g = self.locks.lock(r.stripe, 1, true).await;
-        let roles = self.layout.roles(r.stripe);
-        let at = self.layout.chunk_offset(r.stripe) + r.r0;
-        if !self.children[r.child].readable(at, r.r1 - r.r0) {
+        let roles = self.chunks.layout.roles(r.stripe);
+        let at = self.chunks.layout.chunk_offset(r.stripe) + r.r0;
+        if !self.chunks.children[r.child].readable(at, r.r1 - r.r0) {
             return; // Failed meanwhile: nothing to repair.
         }
-        if !self.in_sync(r.stripe) || self.is_stale(r.stripe) {
+        if !self.health.in_sync(r.stripe) || self.health.is_stale(r.stripe) {
             // Parity not known to match: a rebuilt chunk could be wrong, and writing it back
             // would make that permanent. Leave the chunk as it is.
             return;
         }
-        let want = vec![true; self.k];
-        let none = (0..self.k).map(|_| None).collect();
+        let want = vec![true; self.chunks.k];
+        let none = (0..self.chunks.k).map(|_| None).collect();
         let rows = match self
             .read_rows_ex(r.stripe, r.r0, r.r1, &want, none, Some(r.child))
             .await
@@ -519,9 +497,9 @@ impl ParityCore {
             }
         };
         let rows: Vec<SharedBuf> = rows.into_iter().map(Buf::freeze).collect();
-        let fresh = self.chunk_from_rows(&roles, &rows, r.child);
-        self.recent_forget(r.stripe);
-        match self.children[r.child].write(at, fresh, false).await {
+        let fresh = self.chunks.chunk_from_rows(&roles, &rows, r.child);
+        self.recent.forget(r.stripe);
+        match self.chunks.children[r.child].write(at, fresh, false).await {
             Ok(()) => {
                 self.repairs.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(
@@ -538,37 +516,6 @@ impl ParityCore {
 }
 
 /// Whether a data chunk of the stripe (not only a parity chunk) is among the `lost` children.
-impl ParityCore {
-    /// Child `child`'s bytes of a stripe whose data rows are `rows` (all `k` of them): its
-    /// data chunk, or P or Q generated from them.
-    pub(super) fn chunk_from_rows(
-        &self,
-        roles: &StripeRoles,
-        rows: &[SharedBuf],
-        child: usize,
-    ) -> SharedBuf {
-        if let Some(i) = roles.data_index_of(child) {
-            return rows[i].clone();
-        }
-        let n = rows[0].len();
-        let mut order = vec![0usize; self.k];
-        for i in 0..self.k {
-            order[roles.q_slot[i]] = i;
-        }
-        let srcs: Vec<&[u8]> = order.iter().map(|&i| &rows[i][..]).collect();
-        let (mut p, mut q) = (Buf::new(n), Buf::new(n));
-        if self.np == 2 {
-            parity::pq_gen(&srcs, &mut p, &mut q);
-        } else {
-            parity::xor_gen(&srcs, &mut p);
-        }
-        if Some(child) == roles.q {
-            q.freeze()
-        } else {
-            p.freeze()
-        }
-    }
-}
 
 fn data_lost(roles: &StripeRoles, lost: &[bool]) -> bool {
     (0..lost.len()).any(|c| lost[c] && roles.data_index_of(c).is_some())

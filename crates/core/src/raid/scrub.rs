@@ -25,15 +25,21 @@ impl ParityCore {
         len: u64,
         pass: &ScrubPass<'_>,
     ) -> VolumeResult<()> {
-        let w = self.width();
+        let w = self.chunks.width();
         let first = offset.div_ceil(w);
-        let end = (offset + len).div_ceil(w).min(self.layout.stripes());
+        let end = (offset + len).div_ceil(w).min(self.chunks.layout.stripes());
         if first >= end {
             return Ok(());
         }
-        let at = self.layout.chunk_offset(first);
-        let rows = self.layout.chunk_offset(end) - at;
-        let below = join_all(self.children.iter().map(|c| c.scrub_range(at, rows, pass))).await;
+        let at = self.chunks.layout.chunk_offset(first);
+        let rows = self.chunks.layout.chunk_offset(end) - at;
+        let below = join_all(
+            self.chunks
+                .children
+                .iter()
+                .map(|c| c.scrub_range(at, rows, pass)),
+        )
+        .await;
         crate::node::all_ok(below)?;
         let results = join_all((first..end).map(|s| self.scrub_stripe(s, pass))).await;
         crate::node::all_ok(results)
@@ -42,17 +48,18 @@ impl ParityCore {
     async fn scrub_stripe(&self, s: u64, pass: &ScrubPass<'_>) -> VolumeResult<()> {
         // A check only needs writers out; a repair rewrites chunks, so readers out too.
         let _g = self.locks.lock(s, 1, pass.repair).await;
-        if self.is_stale(s) || self.lost(s, 0, self.strip).iter().any(|&l| l) {
+        if self.health.is_stale(s) || self.chunks.lost(s, 0, self.chunks.strip).iter().any(|&l| l) {
             pass.bump(|st| &st.skipped, 1);
             return Ok(());
         }
-        let roles = self.layout.roles(s);
-        let at = self.layout.chunk_offset(s);
-        let n = self.children.len();
+        let roles = self.chunks.layout.roles(s);
+        let at = self.chunks.layout.chunk_offset(s);
+        let n = self.chunks.children.len();
         let reads = join_all(
-            self.children
+            self.chunks
+                .children
                 .iter()
-                .map(|c| c.read(at, Buf::new(self.strip as usize))),
+                .map(|c| c.read(at, Buf::new(self.chunks.strip as usize))),
         )
         .await;
         let mut chunks: Vec<Buf> = Vec::with_capacity(n);
@@ -73,8 +80,8 @@ impl ParityCore {
         }
         pass.bump(|st| &st.checked, 1);
         // Data in md's syndrome order.
-        let mut order = vec![0usize; self.k];
-        for i in 0..self.k {
+        let mut order = vec![0usize; self.chunks.k];
+        for i in 0..self.chunks.k {
             order[roles.q_slot[i]] = i;
         }
         let data: Vec<&[u8]> = order.iter().map(|&i| &chunks[roles.data[i]][..]).collect();
@@ -88,8 +95,12 @@ impl ParityCore {
             return Ok(());
         }
         pass.bump(|st| &st.mismatches, 1);
-        let mut p_new = Buf::new(self.strip as usize);
-        let mut q_new = Buf::new(if q.is_some() { self.strip as usize } else { 0 });
+        let mut p_new = Buf::new(self.chunks.strip as usize);
+        let mut q_new = Buf::new(if q.is_some() {
+            self.chunks.strip as usize
+        } else {
+            0
+        });
         let fix = match q {
             None => {
                 parity::xor_gen(&data, &mut p_new);
@@ -101,8 +112,8 @@ impl ParityCore {
                 let qs: Vec<u8> = q.iter().zip(&q_new[..]).map(|(a, b)| a ^ b).collect();
                 // Without knowing parity matched its data, a syndrome may only mean parity
                 // fell behind a write (the write hole): never rewrite data from it.
-                let culprit = if self.in_sync(s) {
-                    locate(&ps, &qs, self.k)
+                let culprit = if self.health.in_sync(s) {
+                    locate(&ps, &qs, self.chunks.k)
                 } else {
                     Culprit::Unknown
                 };
@@ -111,7 +122,7 @@ impl ParityCore {
                     Culprit::Q => Fix::Q,
                     Culprit::Slot(z) => {
                         let i = order[z];
-                        let mut d = Buf::new(self.strip as usize);
+                        let mut d = Buf::new(self.chunks.strip as usize);
                         d.copy_from_slice(&chunks[roles.data[i]]);
                         for (b, e) in d.iter_mut().zip(&ps) {
                             *b ^= e;
@@ -150,11 +161,11 @@ impl ParityCore {
                 w
             }
         };
-        self.recent_forget(s);
+        self.recent.forget(s);
         let results = join_all(
             writes
                 .into_iter()
-                .map(|(c, b)| self.children[c].write(at, b, true)),
+                .map(|(c, b)| self.chunks.children[c].write(at, b, true)),
         )
         .await;
         if let Err(e) = crate::node::all_ok(results) {
@@ -162,7 +173,7 @@ impl ParityCore {
             tracing::warn!("scrub: repairing stripe {s} failed: {e}");
             return Ok(());
         }
-        self.mark_in_sync(s);
+        self.health.mark_in_sync(s);
         pass.bump(|st| &st.repaired, 1);
         Ok(())
     }

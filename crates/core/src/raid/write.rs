@@ -23,14 +23,11 @@ impl ParityCore {
         segs: Segs,
         fua: bool,
     ) -> VolumeResult<()> {
-        assert!(
-            self.locks.holds(stripe, 1, true),
-            "stripe {stripe} is written without its exclusive lock"
-        );
-        self.recent_forget(stripe);
-        let strip = self.strip;
+        self.assert_exclusive(stripe, "a write");
+        self.recent.forget(stripe);
+        let strip = self.chunks.strip;
         // Per data chunk: (in-chunk offset, bytes).
-        let mut w: Vec<Vec<(u64, SharedBuf)>> = (0..self.k).map(|_| Vec::new()).collect();
+        let mut w: Vec<Vec<(u64, SharedBuf)>> = (0..self.chunks.k).map(|_| Vec::new()).collect();
         for (off, data) in segs {
             let mut at = 0u64;
             let len = data.len() as u64;
@@ -52,8 +49,8 @@ impl ParityCore {
         if r0 >= r1 {
             return Ok(());
         }
-        let roles = self.layout.roles(stripe);
-        let mut plan_lost = self.lost(stripe, r0, r1);
+        let roles = self.chunks.layout.roles(stripe);
+        let mut plan_lost = self.chunks.lost(stripe, r0, r1);
         // Children whose reads for this write failed (not failed members).
         let mut unreadable = Vec::new();
         let mut rereads = 0;
@@ -68,7 +65,7 @@ impl ParityCore {
             match r {
                 Ok(()) => return Ok(()),
                 // A read for the plan failed: treat that child as lost and plan again.
-                Err(Retry::Read(c, e)) if tries <= self.children.len() => {
+                Err(Retry::Read(c, e)) if tries <= self.chunks.children.len() => {
                     tracing::warn!("stripe {stripe}: read for a parity update failed: {e}");
                     plan_lost[c] = true;
                     unreadable.push(c);
@@ -93,7 +90,7 @@ impl ParityCore {
                     // (md fails a member whose read error it cannot correct).
                     // A stripe beyond its tolerance through failed members alone (a copy
                     // under a mirror: every write) has nothing to find, and reads nothing.
-                    let base = self.layout.chunk_offset(stripe);
+                    let base = self.chunks.layout.chunk_offset(stripe);
                     let failing = if !unreadable.is_empty() || rebuild_failed {
                         self.still_unreadable(base + r0, r1 - r0, &plan_lost, &unreadable)
                             .await
@@ -104,7 +101,7 @@ impl ParityCore {
                         let why = format!(
                             "stripe {stripe}: its read error, {REREADS} times again, left a write no redundancy to keep ({e})"
                         );
-                        self.children[c].fail_unreadable(base + r0, r1 - r0, &why);
+                        self.chunks.children[c].fail_unreadable(base + r0, r1 - r0, &why);
                     }
                     self.salvage(stripe, &w, fua).await;
                     return Err(e);
@@ -123,13 +120,13 @@ impl ParityCore {
         lost: &[bool],
         unreadable: &[usize],
     ) -> Vec<usize> {
-        let probe: Vec<usize> = (0..self.children.len())
+        let probe: Vec<usize> = (0..self.chunks.children.len())
             .filter(|&c| !lost[c] && !unreadable.contains(&c))
             .collect();
         let reads = join_all(
             probe
                 .iter()
-                .map(|&c| self.children[c].read(at, Buf::new(len as usize))),
+                .map(|&c| self.chunks.children[c].read(at, Buf::new(len as usize))),
         )
         .await;
         let failed = probe.iter().zip(reads).filter(|(_, r)| r.is_err());
@@ -144,14 +141,14 @@ impl ParityCore {
     /// chunk that still takes writes (so a direct read there is never stale) and mark the
     /// stripe's parity stale (so nothing is rebuilt from it).
     pub(super) async fn salvage(&self, stripe: u64, w: &[Vec<(u64, SharedBuf)>], fua: bool) {
-        self.stale.lock().insert(stripe);
-        let roles = self.layout.roles(stripe);
-        let base = self.layout.chunk_offset(stripe);
-        let futs = (0..self.k).flat_map(|i| {
+        self.health.mark_stale(stripe);
+        let roles = self.chunks.layout.roles(stripe);
+        let base = self.chunks.layout.chunk_offset(stripe);
+        let futs = (0..self.chunks.k).flat_map(|i| {
             let c = roles.data[i];
             w[i].iter()
-                .filter(move |(ic, d)| self.children[c].readable(base + ic, d.len() as u64))
-                .map(move |(ic, d)| self.children[c].write(base + ic, d.clone(), fua))
+                .filter(move |(ic, d)| self.chunks.children[c].readable(base + ic, d.len() as u64))
+                .map(move |(ic, d)| self.chunks.children[c].write(base + ic, d.clone(), fua))
         });
         for r in join_all(futs).await {
             if let Err(e) = r {
@@ -175,15 +172,15 @@ impl ParityCore {
     ) -> StripeWrite {
         // Children that merely returned a read error still take writes (skipping them would
         // leave stale data under fresh parity): only failed members refuse writes.
-        let at = self.layout.chunk_offset(stripe) + r0;
+        let at = self.chunks.layout.chunk_offset(stripe) + r0;
         let health = |c: usize| match (failed[c], plan_lost[c]) {
             // A stale child being resynced is not read but takes writes.
-            (true, _) if self.children[c].writable(at, r1 - r0) => Health::READ_ERROR,
+            (true, _) if self.chunks.children[c].writable(at, r1 - r0) => Health::READ_ERROR,
             (true, _) => Health::FAILED,
             (false, true) => Health::READ_ERROR,
             (false, false) => Health::OK,
         };
-        let data = (0..self.k)
+        let data = (0..self.chunks.k)
             .map(|i| {
                 let mut ranges = Ranges::new();
                 for (s, d) in &w[i] {
@@ -209,8 +206,8 @@ impl ParityCore {
             p: health(roles.p),
             q: roles.q.map(health),
             // The log computes a read-modify-write's partial parity from the old P.
-            parity_trusted: self.in_sync(stripe)
-                && !self.is_stale(stripe)
+            parity_trusted: self.health.in_sync(stripe)
+                && !self.health.is_stale(stripe)
                 && (self.ppl.is_none() || health(roles.p) == Health::OK),
             force_reconstruct,
         }
@@ -230,11 +227,11 @@ impl ParityCore {
         force_reconstruct: bool,
     ) -> Result<(), Retry> {
         assert!(
-            r0 < r1 && r1 <= self.strip,
+            r0 < r1 && r1 <= self.chunks.strip,
             "rows {r0}..{r1} outside a {}-byte strip",
-            self.strip
+            self.chunks.strip
         );
-        let failed = self.lost(stripe, r0, r1);
+        let failed = self.chunks.lost(stripe, r0, r1);
         let input = self.stripe_write(
             stripe,
             roles,
@@ -244,11 +241,13 @@ impl ParityCore {
             force_reconstruct,
         );
         let Some(plan) = plan_write(&input) else {
-            return Err(Retry::Fatal(self.unavailable(stripe, &failed, "write")));
+            return Err(Retry::Fatal(
+                self.chunks.unavailable(stripe, &failed, "write"),
+            ));
         };
-        let k = self.k;
+        let k = self.chunks.k;
         let rows = (r1 - r0) as usize;
-        let base = self.layout.chunk_offset(stripe);
+        let base = self.chunks.layout.chunk_offset(stripe);
         let child = |t: Target| match t {
             Target::Data(i) => roles.data[i],
             Target::P => roles.p,
@@ -259,7 +258,7 @@ impl ParityCore {
             .iter()
             .map(|r| (child(r.target), base + r.start, (r.end - r.start) as usize))
             .collect();
-        let mut got = self.read_all(&reads).await?;
+        let mut got = self.chunks.read_all(&reads).await?;
         // Old bytes per target, as read.
         let mut old: HashMap<Target, Buf> = plan
             .reads
@@ -295,7 +294,7 @@ impl ParityCore {
                 // of the written chunks, in cache from the update just made.
                 let (p_read, q_read) = (old.contains_key(&Target::P), old.contains_key(&Target::Q));
                 let mut p = old.remove(&Target::P).unwrap_or_else(|| Buf::zeroed(rows));
-                let mut q = (self.np == 2)
+                let mut q = (self.chunks.np == 2)
                     .then(|| old.remove(&Target::Q).unwrap_or_else(|| Buf::zeroed(rows)));
                 for r in &plan.writes {
                     let Target::Data(i) = r.target else { continue };
@@ -373,7 +372,7 @@ impl ParityCore {
                 let srcs: Vec<&[u8]> = order.iter().map(|&i| &news[i][..]).collect();
                 let mut p = Buf::new(rows);
                 let mut q = None;
-                if self.np == 2 {
+                if self.chunks.np == 2 {
                     let mut qb = Buf::new(rows);
                     parity::pq_gen(&srcs, &mut p, &mut qb);
                     q = Some(qb.freeze());
@@ -426,7 +425,7 @@ impl ParityCore {
         let results = join_all(
             writes
                 .iter()
-                .map(|(c, at, d)| self.children[*c].write(*at, d.clone(), fua)),
+                .map(|(c, at, d)| self.chunks.children[*c].write(*at, d.clone(), fua)),
         )
         .await;
         let mut now_lost = failed;
@@ -437,62 +436,51 @@ impl ParityCore {
                 errors.push(e);
             }
         }
-        if !self.rebuildable(&now_lost) {
-            if !self.warned.swap(true, Ordering::Relaxed) {
+        if !self.chunks.rebuildable(&now_lost) {
+            if self.health.first_loss() {
                 tracing::error!("stripe {stripe}: a write lost more chunks than parity covers");
             }
             return Err(Retry::Fatal(
                 crate::node::first_error(errors)
-                    .unwrap_or_else(|| self.unavailable(stripe, &now_lost, "write")),
+                    .unwrap_or_else(|| self.chunks.unavailable(stripe, &now_lost, "write")),
             ));
         }
-        let whole = r0 == 0 && r1 == self.strip;
+        let whole = r0 == 0 && r1 == self.chunks.strip;
         let regenerated = matches!(plan.plan, Plan::FullRows | Plan::Rcw | Plan::Reconstruct);
         if whole && regenerated && errors.is_empty() {
             // Parity was generated from the whole stripe's data: it is consistent again.
             if !input.parity_trusted {
-                self.stale.lock().remove(&stripe);
+                self.health.mark_consistent(stripe..stripe + 1);
             }
             if !now_lost.contains(&true) {
-                self.mark_in_sync(stripe);
+                self.health.mark_in_sync(stripe);
             }
         }
         Ok(())
     }
 
-    /// Reads `(child, offset, len)` concurrently; the first failure names the child.
-    pub(super) async fn read_all(&self, reads: &[(usize, u64, usize)]) -> Result<Vec<Buf>, Retry> {
-        let results = join_all(
-            reads
-                .iter()
-                .map(|&(c, at, n)| self.children[c].read(at, Buf::new(n))),
-        )
-        .await;
-        let mut out = Vec::with_capacity(reads.len());
-        for (&(c, _, _), r) in reads.iter().zip(results) {
-            match r {
-                Ok(b) => out.push(b),
-                Err(e) => return Err(Retry::Read(c, e)),
-            }
-        }
-        Ok(out)
-    }
-
     /// Splits `[offset, offset+len)` of `data` into per-stripe segments.
     pub(super) fn per_stripe(&self, offset: u64, data: &SharedBuf) -> Vec<(u64, Segs)> {
         let mut at = 0;
-        self.stripe_pieces(offset, data.len() as u64)
-            .map(|(s, in_stripe, n)| {
-                let piece = data.slice(at..at + n as usize);
-                at += n as usize;
-                (s, vec![(in_stripe, piece)])
-            })
+        self.chunks
+            .stripe_pieces(offset, data.len() as u64)
+            .map(
+                |StripePiece {
+                     stripe: s,
+                     in_stripe,
+                     len: n,
+                 }| {
+                    let piece = data.slice(at..at + n as usize);
+                    at += n as usize;
+                    (s, vec![(in_stripe, piece)])
+                },
+            )
             .collect()
     }
 
     pub(super) async fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> VolumeResult<()> {
         let len = data.len() as u64;
-        let w = self.width();
+        let w = self.chunks.width();
         // What this write may add to the cache: its partial stripes at either end.
         let room_bytes = len
             .min(2 * w)
@@ -512,7 +500,7 @@ impl ParityCore {
         let arrival = self
             .cache
             .is_none()
-            .then(|| self.joins.arrive(offset, len, self.width()));
+            .then(|| self.joins.arrive(offset, len, self.chunks.width()));
         {
             let mut g = self.lock_stripes(offset, len, true).await;
             if arrival.is_some() {
@@ -614,7 +602,7 @@ impl ParityCore {
         {
             // Whole stripes: zero every child over their chunks (zero data has zero P and Q);
             // the partial stripes at either end are written as zeroes.
-            let w = self.width();
+            let w = self.chunks.width();
             let end = offset + len;
             let first_full = offset.div_ceil(w);
             let last_full = end / w; // exclusive
@@ -634,9 +622,7 @@ impl ParityCore {
                         .locks
                         .lock(first_full, last_full - first_full, true)
                         .await;
-                    self.recent
-                        .lock()
-                        .retain(|(s, _)| !(first_full..last_full).contains(s));
+                    self.recent.forget_range(first_full..last_full);
                     // What the log may replay of these stripes is settled first.
                     let _hold = match &self.ppl {
                         Some(log) => {
@@ -646,13 +632,14 @@ impl ParityCore {
                         }
                         None => None,
                     };
-                    let at = self.layout.chunk_offset(first_full);
-                    let n = (last_full - first_full) * self.strip;
-                    let results = join_all(self.children.iter().map(|c| c.zero(at, n, kind))).await;
+                    let at = self.chunks.layout.chunk_offset(first_full);
+                    let n = (last_full - first_full) * self.chunks.strip;
+                    let results =
+                        join_all(self.chunks.children.iter().map(|c| c.zero(at, n, kind))).await;
                     let errors: Vec<VolumeError> =
                         results.into_iter().filter_map(Result::err).collect();
                     let failed_children = errors.len();
-                    if !self.tolerates(failed_children) {
+                    if !self.chunks.tolerates(failed_children) {
                         full_err = crate::node::first_error(errors);
                         // The children that took the zeroes hold them: cached bytes of
                         // these stripes must not come back over them (see
@@ -684,11 +671,10 @@ impl ParityCore {
                         self.joins.superseded(first_full, last_full);
                     }
                     if failed_children == 0 {
-                        let mut stale = self.stale.lock();
                         for s in first_full..last_full {
-                            self.mark_in_sync(s);
-                            stale.remove(&s);
+                            self.health.mark_in_sync(s);
                         }
+                        self.health.mark_consistent(first_full..last_full);
                     }
                 }
             } else {
