@@ -38,11 +38,8 @@
 //! pause and cancel. A cancelled scrub keeps its position: calling [`Volume::scrub`] again
 //! with the same control resumes there.
 
-use crate::error::VolumeResult;
 use crate::parity::gf;
-use crate::pass::{Checkpoint, PassControl, PassState, PassWork};
-use crate::volume::Volume;
-use futures::FutureExt;
+use crate::pass::{PassControl, PassState};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// Logical bytes a scrub hands to the tree at a time.
@@ -108,6 +105,11 @@ impl ScrubControl {
         }
     }
 
+    /// Whether the scrub rewrites what redundancy proves wrong.
+    pub(crate) fn repair(&self) -> bool {
+        self.repair.load(Relaxed)
+    }
+
     pub fn set_rate(&self, bytes_per_s: u64) {
         self.pass.set_rate(bytes_per_s);
     }
@@ -149,47 +151,6 @@ impl ScrubControl {
             unreadable: s.unreadable.load(Relaxed),
             skipped: s.skipped.load(Relaxed),
         }
-    }
-}
-
-impl Volume {
-    /// Scrubs the volume from the control's position to the end, one window at a time (see
-    /// the module docs), honouring its rate limit, pause and cancel. Returns the final
-    /// report; a cancelled scrub resumes when called again with the same control.
-    pub async fn scrub(&self, ctl: &ScrubControl) -> VolumeResult<ScrubReport> {
-        self.scrub_pass(ctl, 0, Box::new(|_| futures::future::ready(Ok(())).boxed()))
-            .await
-    }
-
-    /// [`Volume::scrub`], calling `checkpoint(position)` every `checkpoint_bytes` (0: never)
-    /// with no window in flight, everything below `position` scrubbed.
-    pub(crate) async fn scrub_pass<'a>(
-        &'a self,
-        ctl: &'a ScrubControl,
-        checkpoint_bytes: u64,
-        mut checkpoint: Checkpoint<'a>,
-    ) -> VolumeResult<ScrubReport> {
-        let root = self.root_node();
-        let pass = ScrubPass {
-            repair: ctl.repair.load(Relaxed),
-            stats: &ctl.stats,
-        };
-        let pass = &pass;
-        crate::pass::run(
-            &ctl.pass,
-            PassWork {
-                total_bytes: root.capacity(),
-                window_bytes: SCRUB_WINDOW_BYTES,
-                inflight: 1,
-                window: Box::new(move |at, len| root.scrub_range(at, len, pass)),
-                checkpoint_bytes,
-                // Shortened to the pass's own lifetime (it borrows `pass`).
-                checkpoint: Box::new(move |pos| checkpoint(pos)),
-                activity: Some(Box::new(move || self.client_ops())),
-            },
-        )
-        .await?;
-        Ok(ctl.report())
     }
 }
 

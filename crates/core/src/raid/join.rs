@@ -184,7 +184,7 @@ impl Joins {
     /// Stripe `s`'s bytes left so far with `segs` over them: written, or left when they do not
     /// cover the stripe (`width` bytes) and `queued` (a writer waits on the stripe) or the
     /// hold rule allows it (`streams`: the write belongs to a stream). The caller holds the
-    /// stripe's exclusive lock.
+    /// stripe's exclusive lock (asserted there: the joiner does not see the locks).
     pub(super) fn take(
         &self,
         s: u64,
@@ -226,7 +226,7 @@ impl Joins {
     }
 
     /// Forgets the bytes left on stripes `[first, last)` — whole stripes zeroed over them,
-    /// the caller holding their exclusive lock — and answers their writers: their writes and
+    /// the caller holding their exclusive lock (asserted there) — and answers their writers: their writes and
     /// the zeroing were in flight together, so the zeroes may come last (as the write-back
     /// cache lets them). Bytes of a writer gone away never land after the zeroes. Not FUA
     /// bytes: their writers were promised durability, which the zeroes (not yet flushed)
@@ -270,6 +270,7 @@ impl ParityCore {
         fua: bool,
         waiters: Vec<oneshot::Sender<VolumeResult<()>>>,
     ) -> VolumeResult<()> {
+        self.debug_assert_exclusive(s, "writing joined bytes");
         let r = self.write_over_cache(s, segs, None, fua).await;
         for tx in waiters {
             // A writer that went away (its request dropped) needs no answer.

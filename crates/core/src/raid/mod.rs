@@ -2,13 +2,35 @@
 //! mirrors, …): one [`ParityNode`] over its children, which are usually members but may be
 //! any node.
 //!
-//! # Files
-//! `mod.rs` (this essay, the node and its `ArrayNode` impl), `plan.rs` (pure decisions:
-//! [`choose`], [`plan_write`], recovery patterns), `write.rs` (the executor of a write plan,
-//! salvage, whole-stripe zeroing), `read.rs` (direct and degraded reads, the recently rebuilt
-//! stripes, read repair), `rebuild.rs` (rebuilding a new member's chunks), `cache.rs` (the write-back stripe cache), `join.rs` (write-through writes
-//! queued on one stripe written together), `scrub.rs` (checking and repairing stripes), `sync.rs` (which stripes'
-//! parity is known in sync or stale; resync), `flusher.rs` (the background destage thread).
+//! # Parts
+//! The group (`ParityCore`) holds parts that each own their state and its invariants, and
+//! says in which order they are used:
+//! - `chunks.rs` — `Chunks`: the children and the geometry (stripes of a range, which
+//!   children are lost, the one tolerance rule, parity of whole rows). Immutable.
+//! - `sync.rs` — `StripeHealth`: which stripes' parity is known in sync, which stale.
+//! - `cache.rs` — the write-back stripe cache (entries, pins, the bound) and its destages.
+//! - `join.rs` — the write-through joiner: bytes left on a stripe for the next writer.
+//! - `recent.rs` — `RecentStripes`: stripes a degraded read rebuilt, kept a while.
+//! - `crate::ppl::GroupLog` — the group's partial-parity log.
+//! - `plan.rs` — pure decisions ([`choose`], [`plan_write`], recovery patterns), unit tested.
+//! - `write.rs` — the stripe writer: one stripe write as named stages (plan, read, compute,
+//!   log, member I/O, settle), retries and salvage, whole-stripe zeroing.
+//! - `read.rs` — direct and degraded reads, read repair.
+//! - `rebuild.rs` — resync and rebuild; `scrub.rs` — checking and repairing stripes;
+//!   `flusher.rs` — the background destage thread.
+//!
+//! # Path of one write (write-through, RAID 5, 4 KiB)
+//! `ParityNode::write` (this file) → `ParityCore::write` (this file: stripe lock, then cache,
+//! joiner or members) → `join.rs` (`Joins::take`: write now or leave the bytes) →
+//! `ParityCore::write_stripe` (`write.rs`: rows, retries) → `write_rows` (`write.rs`: 1 plan
+//! via `plan.rs`, 2 read, 3 compute parity, 4 log via `ppl/log.rs` and `ppl/log/rounds.rs`,
+//! 5 member I/O, 6 settle) → `node/leaf.rs` (failure gate, member) → the member.
+//!
+//! # Path of one degraded read
+//! `ParityNode::read` → `ParityCore::read` (`read.rs`: shared stripe lock, cache overlay) →
+//! `read_members` (healthy runs straight through `node/fanout.rs`; a lost piece's stripe
+//! through `read_stripe_pieces`, kept in `recent.rs`) → `read_rows_ex` (decide the recovery,
+//! read what it needs, rebuild rows in place) → read repair of chunks that returned errors.
 //!
 //! # Ordering
 //! Requests lock the stripes they touch in a fair range lock over stripe numbers (see
@@ -17,7 +39,7 @@
 //! a read sees a stripe either before or after a write, never half-way (data written but
 //! parity not yet), and a stream of reads cannot starve a write waiting for a stripe.
 //!
-//! # Writing one stripe (`ParityCore::write_stripe`)
+//! # Writing one stripe (`ParityCore::write_stripe`, `write.rs`)
 //! The new bytes of a stripe cover some rows `[r0, r1)` (byte offsets within the chunks).
 //! Each chunk's state is one struct (its new bytes' hull and coverage, whether its member can
 //! be read and written) and [`plan_write`] — a pure function — turns them into a plan: what
@@ -124,8 +146,9 @@ pub use plan::{
     choose, plan_write, DataChunk, Health, NewBytes, Plan, Rows, StripeWrite, Target, WritePlan,
 };
 
-use cache::{Cache, CacheState};
+use cache::{compact, Cache, CacheState, Entry};
 use chunks::{Chunks, StripePiece};
+use join::Joined;
 use recent::RecentStripes;
 use sync::StripeHealth;
 
@@ -245,12 +268,158 @@ impl ParityCore {
         self.locks.lock(a, b - a + 1, exclusive)
     }
 
+    /// Splits `[offset, offset+len)` of `data` into per-stripe segments.
+    pub(super) fn per_stripe(&self, offset: u64, data: &SharedBuf) -> Vec<(u64, Segs)> {
+        let mut at = 0;
+        self.chunks
+            .stripe_pieces(offset, data.len() as u64)
+            .map(
+                |StripePiece {
+                     stripe: s,
+                     in_stripe,
+                     len: n,
+                 }| {
+                    let piece = data.slice(at..at + n as usize);
+                    at += n as usize;
+                    (s, vec![(in_stripe, piece)])
+                },
+            )
+            .collect()
+    }
+
+    /// A write of the group: under the stripes' exclusive lock, each stripe's bytes go to
+    /// the write-back cache, are left to a writer queued behind (`join`), or are written to
+    /// the members through [`Self::write_stripe`] (`write.rs`: plan, log, member I/O).
+    pub(super) async fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> VolumeResult<()> {
+        let len = data.len() as u64;
+        let w = self.chunks.width();
+        // What this write may add to the cache: its partial stripes at either end.
+        let room_bytes = len
+            .min(2 * w)
+            .next_multiple_of(crate::buf::BUF_ALIGN as u64);
+        if self
+            .cache
+            .as_ref()
+            .is_some_and(|c| c.needs_room(room_bytes))
+        {
+            // Make room first, before this write holds stripe locks an eviction may need.
+            if let Err(e) = self.evict(room_bytes).await {
+                tracing::warn!("stripe cache eviction: {e}");
+            }
+        }
+        let mut over_bound = false;
+        // Write-through: this write counts as in flight for the hold rule (`join`).
+        let arrival = self
+            .cache
+            .is_none()
+            .then(|| self.joins.arrive(offset, len, self.chunks.width()));
+        {
+            let mut g = self.lock_stripes(offset, len, true).await;
+            if arrival.is_some() {
+                self.joins.holding();
+            }
+            let streams = arrival.as_ref().is_some_and(|a| a.streams);
+            let mut futs = Vec::new();
+            // The first and last stripe that go to the members (the others are cached).
+            let mut written: Option<(u64, u64)> = None;
+            let mut to_members = |s: u64| {
+                written = Some(written.map_or((s, s), |(a, _)| (a, s)));
+            };
+            // Write-through stripes whose bytes this write left for a later writer (`join`).
+            let mut left = Vec::new();
+            for (s, segs) in self.per_stripe(offset, &data) {
+                let Some(cache) = &self.cache else {
+                    let queued = self.locks.exclusive_waiter(s, 1);
+                    self.debug_assert_exclusive(s, "leaving bytes to a later writer");
+                    match self.joins.take(s, segs, fua, w, (queued, streams)) {
+                        Joined::Write { segs, fua, waiters } => {
+                            to_members(s);
+                            futs.push(self.write_joined(s, segs, fua, waiters).boxed());
+                        }
+                        Joined::Leave(answer, wait) => left.push((s, answer, wait)),
+                    }
+                    continue;
+                };
+                if segs[0].1.len() as u64 == w {
+                    // A whole stripe bypasses the cache and supersedes its entry, which stays
+                    // listed until this write is on the members.
+                    to_members(s);
+                    futs.push(self.write_over_cache(s, segs, Some((0, w)), fua).boxed());
+                    continue;
+                }
+                let (o, d) = segs.into_iter().next().expect("one segment");
+                let d = compact(d);
+                let mut st = cache.state.lock();
+                if !st.admits(&d, cache.bound) {
+                    // No room (destaging fails, or this stripe alone exceeds the bound): write
+                    // it through rather than grow the cache past its bound.
+                    let mut merged = Entry::new();
+                    merged.segs = st
+                        .entries
+                        .get(&s)
+                        .map(|e| e.segs.clone())
+                        .unwrap_or_default();
+                    let newer = (o, o + d.len() as u64);
+                    merged.insert(o, d, None); // not cached: pins nothing
+                    drop(st);
+                    to_members(s);
+                    futs.push(
+                        self.write_over_cache(s, merged.segs, Some(newer), fua)
+                            .boxed(),
+                    );
+                    continue;
+                }
+                let full = st.insert(s, o, d, w);
+                over_bound |= st.pins.bytes > cache.bound;
+                if full || fua {
+                    let segs = st.entries[&s].segs.clone();
+                    drop(st);
+                    to_members(s);
+                    // The entry's own bytes: it stays whole if the write fails.
+                    futs.push(self.write_over_cache(s, segs, None, fua).boxed());
+                }
+            }
+            // A partial stripe at either end that only went into the cache is let go now:
+            // the next sequential writer, which completes it, need not wait for this one's
+            // member writes (it did, and the drives saw the writers out of order).
+            let g = written.map(|(a, b)| {
+                g.narrow(a, b - a + 1);
+                g
+            });
+            let results = join_all(futs).await;
+            drop(g);
+            // Only now, holding no stripe: the writer these were left to may be queued for
+            // stripes this write held too.
+            let answered =
+                join_all(left.into_iter().map(|(s, a, w)| self.finish_left(s, a, w))).await;
+            crate::node::all_ok(results.into_iter().chain(answered).collect())?;
+        }
+        if over_bound {
+            // This write is in the cache (or on the members) either way: a stripe that cannot
+            // be destaged stays cached and dirty (reads see it) and the next flush reports it.
+            if let Err(e) = self.evict(0).await {
+                tracing::warn!("stripe cache eviction: {e}");
+            }
+        }
+        Ok(())
+    }
+
     /// Contract of everything that changes a stripe's members or what is known of them.
     fn assert_exclusive(&self, stripe: u64, what: &str) {
         assert!(
             self.locks.holds(stripe, 1, true),
             "stripe {stripe}: {what} without the stripe's exclusive lock"
         );
+    }
+
+    /// [`Self::assert_exclusive`] where the same request already asserted it once on its way
+    /// (checking costs the lock table's mutex: once per request in release builds).
+    fn debug_assert_exclusive(&self, stripe: u64, what: &str) {
+        debug_assert!(
+            self.locks.holds(stripe, 1, true),
+            "stripe {stripe}: {what} without the stripe's exclusive lock"
+        );
+        let _ = what;
     }
 
     /// Contract of everything that reads a stripe's members.
@@ -382,7 +551,7 @@ impl NodeMaintenance for ParityNode {
             .core
             .cache
             .as_ref()
-            .map_or(CacheUsage::default(), |c| c.state.lock().usage(c.bound));
+            .map_or(CacheUsage::default(), Cache::usage);
         own.plus(children_cache_usage(self.children()))
     }
 

@@ -2,10 +2,8 @@
 //! rebuilt stripe by stripe from the rest of the stripe; the few last rebuilt stripes kept for
 //! sequential degraded reads; read repair of chunks that returned errors.
 
-use super::plan::recovery;
+use super::plan::{recovery, Target};
 use super::*;
-
-/// Rebuilt stripes kept for the next degraded sequential read.
 
 /// Copies each piece's bytes out of a stripe's kept data chunks (all present).
 pub(super) fn copy_pieces(rows: &[Option<SharedBuf>], pieces: Vec<(ParityPiece, Buf)>) -> Vec<Buf> {
@@ -40,13 +38,18 @@ impl ParityCore {
     pub(super) async fn read(&self, offset: u64, buf: Buf) -> VolumeResult<Buf> {
         let len = buf.len() as u64;
         let g = self.lock_stripes(offset, len, false).await;
-        if self.cache_covers(offset, len) {
+        let cache = self.cache.as_ref();
+        if cache.is_some_and(|c| c.covers(&self.chunks, offset, len)) {
             let mut buf = buf;
-            self.overlay_cache(offset, &mut buf);
+            if let Some(c) = cache {
+                c.overlay(&self.chunks, offset, &mut buf);
+            }
             return Ok(buf);
         }
         let (mut buf, repairs) = self.read_members(offset, buf).await?;
-        self.overlay_cache(offset, &mut buf);
+        if let Some(c) = cache {
+            c.overlay(&self.chunks, offset, &mut buf);
+        }
         drop(g);
         for r in repairs {
             self.repair(r).await;
@@ -73,7 +76,9 @@ impl ParityCore {
 
     /// [`Self::read_rows`], treating child `force_lost` as lost too (a repair rebuilds a
     /// chunk without trusting it), and also returning the children whose reads returned a
-    /// member I/O error (candidates for repair).
+    /// member I/O error (candidates for repair). Each round decides how to rebuild what is
+    /// lost, reads what that needs and it has not yet; a read that fails marks its child
+    /// lost and starts another round.
     pub(super) async fn read_rows_ex(
         &self,
         stripe: u64,
@@ -83,73 +88,48 @@ impl ParityCore {
         bufs: Vec<Option<Buf>>,
         force_lost: Option<usize>,
     ) -> VolumeResult<(Vec<Buf>, Vec<usize>)> {
+        let (k, strip) = (self.chunks.k, self.chunks.strip);
         assert!(
-            r0 < r1 && r1 <= self.chunks.strip,
-            "rows {r0}..{r1} outside a {}-byte strip",
-            self.chunks.strip
+            r0 < r1 && r1 <= strip,
+            "rows {r0}..{r1} outside a {strip}-byte strip"
         );
-        assert_eq!(want.len(), self.chunks.k, "one wish per data chunk");
+        assert_eq!(want.len(), k, "one wish per data chunk");
         self.assert_locked(stripe, "a read of its rows");
         let roles = self.chunks.layout.roles(stripe);
         let base = self.chunks.layout.chunk_offset(stripe) + r0;
-        let rows = (r1 - r0) as usize;
+        let n = (r1 - r0) as usize;
         let mut lost = self.chunks.lost(stripe, r0, r1);
         if let Some(c) = force_lost {
             lost[c] = true;
         }
         let mut bad: Vec<usize> = Vec::new();
         let mut data: Vec<Option<Buf>> = bufs;
-        let mut have = vec![false; self.chunks.k];
-        let mut p: Option<Buf> = None;
-        let mut q: Option<Buf> = None;
+        let mut have = vec![false; k];
+        let (mut p, mut q): (Option<Buf>, Option<Buf>) = (None, None);
         let mut errors: Vec<VolumeError> = Vec::new();
         loop {
-            let lost_data: Vec<usize> = (0..self.chunks.k)
-                .filter(|&i| lost[roles.data[i]])
-                .collect();
-            let rebuild = lost_data.iter().any(|&i| want[i]);
-            let mut plan = None;
-            if rebuild && self.health.is_stale(stripe) {
-                return Err(VolumeError::Unavailable {
-                    reason: format!(
-                        "stripe {stripe}: a chunk is lost and the stripe's parity is stale (an earlier write failed beyond tolerance)"
-                    ),
-                });
-            }
-            if rebuild {
-                let mut slots: Vec<usize> = lost_data.iter().map(|&i| roles.q_slot[i]).collect();
-                slots.sort_unstable();
-                let q_ok = roles.q.is_some_and(|c| !lost[c]);
-                match recovery(&slots, !lost[roles.p], q_ok) {
-                    Some(r) => plan = Some(r),
-                    None => {
-                        let mut e = self.chunks.unavailable(stripe, &lost, "read");
-                        if let Some(first) = errors.pop() {
-                            e = VolumeError::Unavailable {
-                                reason: format!("{e} (last member error: {first})"),
-                            };
-                        }
-                        return Err(e);
-                    }
-                }
-            }
+            let rebuild = (0..k).any(|i| want[i] && lost[roles.data[i]]);
+            let plan = match rebuild {
+                true => Some(self.recovery_plan(stripe, &roles, &lost, errors.last())?),
+                false => None,
+            };
             let (need_p, need_q) = plan.map_or((false, false), |(_, np, nq)| (np, nq));
-            // Reads to issue: (child, target) where target is a data index or k (P) / k+1 (Q).
-            let mut todo: Vec<(usize, usize, Buf)> = Vec::new();
-            for i in 0..self.chunks.k {
+            // Reads still to issue: (child, target).
+            let mut todo: Vec<(usize, Target, Buf)> = Vec::new();
+            for i in 0..k {
                 if !have[i] && !lost[roles.data[i]] && (want[i] || rebuild) {
-                    let b = data[i].take().unwrap_or_else(|| Buf::new(rows));
-                    todo.push((roles.data[i], i, b));
+                    let b = data[i].take().unwrap_or_else(|| Buf::new(n));
+                    todo.push((roles.data[i], Target::Data(i), b));
                 }
             }
             if need_p && p.is_none() {
-                todo.push((roles.p, self.chunks.k, Buf::new(rows)));
+                todo.push((roles.p, Target::P, Buf::new(n)));
             }
             if need_q && q.is_none() {
                 let qc = roles.q.expect("need_q only with Q");
-                todo.push((qc, self.chunks.k + 1, Buf::new(rows)));
+                todo.push((qc, Target::Q, Buf::new(n)));
             }
-            let meta: Vec<(usize, usize)> = todo.iter().map(|t| (t.0, t.1)).collect();
+            let meta: Vec<(usize, Target)> = todo.iter().map(|t| (t.0, t.1)).collect();
             let results = join_all(
                 todo.into_iter()
                     .map(|(c, _, b)| self.chunks.children[c].read(base, b)),
@@ -157,14 +137,14 @@ impl ParityCore {
             .await;
             let mut failed = false;
             for ((c, target), r) in meta.into_iter().zip(results) {
-                match r {
-                    Ok(b) if target < self.chunks.k => {
-                        data[target] = Some(b);
-                        have[target] = true;
+                match (r, target) {
+                    (Ok(b), Target::Data(i)) => {
+                        data[i] = Some(b);
+                        have[i] = true;
                     }
-                    Ok(b) if target == self.chunks.k => p = Some(b),
-                    Ok(b) => q = Some(b),
-                    Err(e) => {
+                    (Ok(b), Target::P) => p = Some(b),
+                    (Ok(b), Target::Q) => q = Some(b),
+                    (Err(e), _) => {
                         lost[c] = true;
                         failed = true;
                         if e.is_member_io() {
@@ -179,34 +159,77 @@ impl ParityCore {
             }
             let mut out: Vec<Buf> = data
                 .into_iter()
-                .map(|b| b.unwrap_or_else(|| Buf::new(rows)))
+                .map(|b| b.unwrap_or_else(|| Buf::new(n)))
                 .collect();
             if let Some((loss, _, _)) = plan {
-                let mut pb = p.unwrap_or_else(|| Buf::new(rows));
-                let mut order = vec![0usize; self.chunks.k];
-                for i in 0..self.chunks.k {
-                    order[roles.q_slot[i]] = i;
-                }
-                let mut refs: Vec<Option<&mut [u8]>> =
-                    out.iter_mut().map(|b| Some(&mut b[..])).collect();
-                let mut slots: Vec<&mut [u8]> = order
-                    .iter()
-                    .map(|&i| refs[i].take().expect("each index once"))
-                    .collect();
-                match loss {
-                    Loss::Data(x) => parity::recover_data_p(&mut slots, &pb, x),
-                    Loss::DataP(x) => {
-                        let qb = q.as_ref().expect("read Q");
-                        parity::recover_data_and_p(&mut slots, &mut pb, qb, x)
-                    }
-                    Loss::TwoData(a, b) => {
-                        let qb = q.as_ref().expect("read Q");
-                        parity::recover_two_data(&mut slots, &pb, qb, a, b)
-                    }
-                    _ => unreachable!("recovery() returns data losses only"),
-                }
+                let p = p.unwrap_or_else(|| Buf::new(n));
+                self.rebuild_rows(&roles, &mut out, p, q.as_ref(), loss);
             }
             return Ok((out, bad));
+        }
+    }
+
+    /// How to rebuild the lost data chunks of `stripe` from what survives: (loss, needs P,
+    /// needs Q), or why it cannot (`last_error`: the latest member error of this read).
+    fn recovery_plan(
+        &self,
+        stripe: u64,
+        roles: &StripeRoles,
+        lost: &[bool],
+        last_error: Option<&VolumeError>,
+    ) -> VolumeResult<(Loss, bool, bool)> {
+        if self.health.is_stale(stripe) {
+            return Err(VolumeError::Unavailable {
+                reason: format!(
+                    "stripe {stripe}: a chunk is lost and the stripe's parity is stale (an earlier write failed beyond tolerance)"
+                ),
+            });
+        }
+        let mut slots: Vec<usize> = (0..self.chunks.k)
+            .filter(|&i| lost[roles.data[i]])
+            .map(|i| roles.q_slot[i])
+            .collect();
+        slots.sort_unstable();
+        let q_ok = roles.q.is_some_and(|c| !lost[c]);
+        recovery(&slots, !lost[roles.p], q_ok).ok_or_else(|| {
+            let e = self.chunks.unavailable(stripe, lost, "read");
+            match last_error {
+                Some(first) => VolumeError::Unavailable {
+                    reason: format!("{e} (last member error: {first})"),
+                },
+                None => e,
+            }
+        })
+    }
+
+    /// Rebuilds the lost data rows in `out` (data order) in place from the others and P
+    /// (and Q).
+    fn rebuild_rows(
+        &self,
+        roles: &StripeRoles,
+        out: &mut [Buf],
+        mut p: Buf,
+        q: Option<&Buf>,
+        loss: Loss,
+    ) {
+        let mut refs: Vec<Option<&mut [u8]>> = out.iter_mut().map(|b| Some(&mut b[..])).collect();
+        let mut slots: Vec<&mut [u8]> = self
+            .chunks
+            .slot_order(roles)
+            .iter()
+            .map(|&i| refs[i].take().expect("each index once"))
+            .collect();
+        match loss {
+            Loss::Data(x) => parity::recover_data_p(&mut slots, &p, x),
+            Loss::DataP(x) => {
+                let qb = q.expect("read Q");
+                parity::recover_data_and_p(&mut slots, &mut p, qb, x)
+            }
+            Loss::TwoData(a, b) => {
+                let qb = q.expect("read Q");
+                parity::recover_two_data(&mut slots, &p, qb, a, b)
+            }
+            _ => unreachable!("recovery() returns data losses only"),
         }
     }
 
@@ -516,7 +539,6 @@ impl ParityCore {
 }
 
 /// Whether a data chunk of the stripe (not only a parity chunk) is among the `lost` children.
-
 fn data_lost(roles: &StripeRoles, lost: &[bool]) -> bool {
     (0..lost.len()).any(|c| lost[c] && roles.data_index_of(c).is_some())
 }
