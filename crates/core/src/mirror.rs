@@ -252,6 +252,29 @@ impl MirrorNode {
     }
 }
 
+/// What one copy is to a rebuild of a range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CopyRole {
+    /// Read (and rebuilds what is below it).
+    Readable,
+    /// Takes writes but is not read: gets a readable copy's bytes.
+    Rebuilt,
+    /// Takes nothing.
+    Failed,
+}
+
+impl CopyRole {
+    fn of(copy: &dyn ArrayNode, offset: u64, len: u64) -> CopyRole {
+        if copy.readable(offset, len) {
+            CopyRole::Readable
+        } else if copy.writable(offset, len) {
+            CopyRole::Rebuilt
+        } else {
+            CopyRole::Failed
+        }
+    }
+}
+
 /// The pieces a resync or rebuild copies when no copy is intact over its whole range (a
 /// block: no strip is smaller).
 const COPY_PIECE_BYTES: u64 = 4096;
@@ -408,30 +431,28 @@ impl NodeMaintenance for MirrorNode {
     fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
             let _guard = self.locks.lock(offset, len, true).await;
-            let readable: Vec<bool> = self
+            let roles: Vec<CopyRole> = self
                 .children
                 .iter()
-                .map(|c| c.readable(offset, len))
+                .map(|c| CopyRole::of(c.as_ref(), offset, len))
                 .collect();
             all_ok(
                 join_all(
                     self.children
                         .iter()
-                        .zip(&readable)
-                        .filter(|(_, &r)| r)
+                        .zip(&roles)
+                        .filter(|(_, &r)| r == CopyRole::Readable)
                         .map(|(c, _)| c.rebuild_range(offset, len)),
                 )
                 .await,
             )?;
             // Copies not read that take writes (a new member below); a failed copy takes
             // none, and reading the others for it would only risk their read errors.
-            let targets: Vec<bool> = (self.children.iter().zip(&readable))
-                .map(|(c, &r)| !r && c.writable(offset, len))
-                .collect();
-            if !targets.contains(&true) {
+            if !roles.contains(&CopyRole::Rebuilt) {
                 return Ok(());
             }
-            self.copy_over(offset, len, |c| targets[c]).await
+            self.copy_over(offset, len, |c| roles[c] == CopyRole::Rebuilt)
+                .await
         }
         .boxed()
     }

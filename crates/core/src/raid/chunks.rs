@@ -4,7 +4,7 @@
 
 use super::write::Retry;
 use crate::buf::{Buf, SharedBuf};
-use crate::error::VolumeError;
+use crate::error::{VolumeError, VolumeResult};
 use crate::node::ArrayNode;
 use crate::parity;
 use futures::future::join_all;
@@ -20,6 +20,21 @@ pub(super) struct StripePiece {
     /// Offset within the stripe's logical range.
     pub in_stripe: u64,
     pub len: u64,
+}
+
+/// A read of one child: `len` bytes at `at` in the child's address space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ChildRead {
+    pub child: usize,
+    pub at: u64,
+    pub len: usize,
+}
+
+/// A write of one child: `bytes` at `at` in the child's address space.
+pub(super) struct ChildWrite {
+    pub child: usize,
+    pub at: u64,
+    pub bytes: SharedBuf,
 }
 
 /// The group's children and its geometry (immutable after assembly).
@@ -166,21 +181,31 @@ impl Chunks {
         }
     }
 
-    /// Reads `(child, offset, len)` concurrently; the first failure names the child.
-    pub async fn read_all(&self, reads: &[(usize, u64, usize)]) -> Result<Vec<Buf>, Retry> {
+    /// Issues `reads` concurrently; the first failure names the child.
+    pub async fn read_all(&self, reads: &[ChildRead]) -> Result<Vec<Buf>, Retry> {
         let results = join_all(
             reads
                 .iter()
-                .map(|&(c, at, n)| self.children[c].read(at, Buf::new(n))),
+                .map(|r| self.children[r.child].read(r.at, Buf::new(r.len))),
         )
         .await;
         let mut out = Vec::with_capacity(reads.len());
-        for (&(c, _, _), r) in reads.iter().zip(results) {
+        for (read, r) in reads.iter().zip(results) {
             match r {
                 Ok(b) => out.push(b),
-                Err(e) => return Err(Retry::Read(c, e)),
+                Err(e) => return Err(Retry::Read(read.child, e)),
             }
         }
         Ok(out)
+    }
+
+    /// Issues `writes` concurrently; each child's outcome, in order.
+    pub async fn write_all(&self, writes: &[ChildWrite], fua: bool) -> Vec<VolumeResult<()>> {
+        join_all(
+            writes
+                .iter()
+                .map(|w| self.children[w.child].write(w.at, w.bytes.clone(), fua)),
+        )
+        .await
     }
 }

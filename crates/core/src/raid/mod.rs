@@ -148,7 +148,9 @@ pub use plan::{
 
 use cache::{compact, Cache, CacheState, Entry};
 use chunks::{Chunks, StripePiece};
-use join::Joined;
+use futures::channel::oneshot;
+use futures::future::{select, Either};
+use join::{joined, Answer, Joined, Wait};
 use recent::RecentStripes;
 use sync::StripeHealth;
 
@@ -402,6 +404,57 @@ impl ParityCore {
             }
         }
         Ok(())
+    }
+
+    /// Writes a union [`join::Joins::take`] handed out and answers the writers who left
+    /// bytes in it; the caller holds the stripe's exclusive lock.
+    pub(super) async fn write_joined(
+        &self,
+        s: u64,
+        segs: Segs,
+        fua: bool,
+        waiters: Vec<oneshot::Sender<VolumeResult<()>>>,
+    ) -> VolumeResult<()> {
+        self.debug_assert_exclusive(s, "writing joined bytes");
+        let r = self.write_over_cache(s, segs, None, fua).await;
+        for tx in waiters {
+            // A writer that went away (its request dropped) needs no answer.
+            let _ = tx.send(r.as_ref().map(|_| ()).map_err(VolumeError::duplicate));
+        }
+        r
+    }
+
+    /// Waits for the answer to bytes left on stripe `s`: after `wait`, queues for the stripe
+    /// again and, if nobody wrote them meanwhile, writes them. The caller holds no stripe
+    /// (not assertable: the lock table does not know its holders; a caller holding one would
+    /// deadlock here, which the join tests would show).
+    pub(super) async fn finish_left(
+        &self,
+        s: u64,
+        mut answer: Answer,
+        wait: Wait,
+    ) -> VolumeResult<()> {
+        if let Wait::Held(woken) = wait {
+            // The answer, or the wake (sent or dropped: either way time to look again).
+            if let Either::Left((answered, _)) = select(&mut answer, woken).await {
+                return joined(s, answered);
+            }
+        }
+        let _g = self.locks.lock(s, 1, true).await;
+        match answer.try_recv() {
+            Ok(Some(r)) => joined(s, Ok(r)),
+            Ok(None) => {
+                // Still left (our own sender is among the waiters): write them now.
+                self.debug_assert_exclusive(s, "writing bytes left on the stripe");
+                match self.joins.reclaim(s) {
+                    Joined::Write { segs, fua, waiters } => {
+                        self.write_joined(s, segs, fua, waiters).await
+                    }
+                    Joined::Leave(..) => unreachable!("reclaimed bytes are written"),
+                }
+            }
+            Err(oneshot::Canceled) => joined(s, Err(oneshot::Canceled)),
+        }
     }
 
     /// Contract of everything that changes a stripe's members or what is known of them.

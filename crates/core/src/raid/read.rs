@@ -103,8 +103,7 @@ impl ParityCore {
             lost[c] = true;
         }
         let mut bad: Vec<usize> = Vec::new();
-        let mut data: Vec<Option<Buf>> = bufs;
-        let mut have = vec![false; k];
+        let mut data: Vec<Gathered> = bufs.into_iter().map(Gathered::Pending).collect();
         let (mut p, mut q): (Option<Buf>, Option<Buf>) = (None, None);
         let mut errors: Vec<VolumeError> = Vec::new();
         loop {
@@ -117,9 +116,11 @@ impl ParityCore {
             // Reads still to issue: (child, target).
             let mut todo: Vec<(usize, Target, Buf)> = Vec::new();
             for i in 0..k {
-                if !have[i] && !lost[roles.data[i]] && (want[i] || rebuild) {
-                    let b = data[i].take().unwrap_or_else(|| Buf::new(n));
-                    todo.push((roles.data[i], Target::Data(i), b));
+                if let Gathered::Pending(given) = &mut data[i] {
+                    if !lost[roles.data[i]] && (want[i] || rebuild) {
+                        let b = given.take().unwrap_or_else(|| Buf::new(n));
+                        todo.push((roles.data[i], Target::Data(i), b));
+                    }
                 }
             }
             if need_p && p.is_none() {
@@ -138,10 +139,7 @@ impl ParityCore {
             let mut failed = false;
             for ((c, target), r) in meta.into_iter().zip(results) {
                 match (r, target) {
-                    (Ok(b), Target::Data(i)) => {
-                        data[i] = Some(b);
-                        have[i] = true;
-                    }
+                    (Ok(b), Target::Data(i)) => data[i] = Gathered::Read(b),
                     (Ok(b), Target::P) => p = Some(b),
                     (Ok(b), Target::Q) => q = Some(b),
                     (Err(e), _) => {
@@ -159,7 +157,10 @@ impl ParityCore {
             }
             let mut out: Vec<Buf> = data
                 .into_iter()
-                .map(|b| b.unwrap_or_else(|| Buf::new(n)))
+                .map(|g| match g {
+                    Gathered::Read(b) | Gathered::Pending(Some(b)) => b,
+                    Gathered::Pending(None) => Buf::new(n),
+                })
                 .collect();
             if let Some((loss, _, _)) = plan {
                 let p = p.unwrap_or_else(|| Buf::new(n));
@@ -536,6 +537,15 @@ impl ParityCore {
             Err(e) => tracing::warn!("parity repair of child {} failed: {e}", r.child),
         }
     }
+}
+
+/// One data chunk's rows while a read gathers them.
+enum Gathered {
+    /// Not read yet: the caller's buffer for it, if one was given (and not lost to a failed
+    /// read).
+    Pending(Option<Buf>),
+    /// Read from its child.
+    Read(Buf),
 }
 
 /// Whether a data chunk of the stripe (not only a parity chunk) is among the `lost` children.

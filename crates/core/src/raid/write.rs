@@ -1,6 +1,18 @@
-//! Writing a parity group: per stripe, the plan with the fewest member reads (see `plan`),
-//! salvage after a write fails beyond tolerance, and whole-stripe zeroing.
+//! The stripe writer: how new bytes of one stripe reach the members. Read top to bottom:
+//! - [`ParityCore::write_stripe`] — the stripe's rows, and retries: a read that fails plans
+//!   again without its child; read errors that leave no plan are read again (`REREADS`)
+//!   before the stripe's redundancy is given up ([`ParityCore::salvage`]).
+//! - [`ParityCore::write_rows`] — one attempt, as named stages: 1 plan ([`plan_write`], a
+//!   pure function), 2 read what the plan reads, 3 compute the new chunks and the log's
+//!   entries from them (`compute_rmw`, `compute_regenerated`, `RowsWrite::data_only`),
+//!   asserting the result follows the plan (`RowsWrite::follow_plan`), 4 log (durable before
+//!   any member write), 5 member I/O, 6 settle what is known of the stripe's parity.
+//! - Whole-stripe zeroing (`zero_range`).
+//!
+//! The request-level dispatch in front of it (cache, joiner, members) is `ParityCore::write`
+//! in `mod.rs`.
 
+use super::chunks::{ChildRead, ChildWrite};
 use super::plan::{
     add_range, covers, plan_write, DataChunk, Health, NewBytes, Ranges, StripeWrite, Target,
     WritePlan,
@@ -257,15 +269,13 @@ impl ParityCore {
             ));
         };
         // 2. Read what the plan reads.
-        let reads: Vec<(usize, u64, usize)> = plan
+        let reads: Vec<ChildRead> = plan
             .reads
             .iter()
-            .map(|r| {
-                (
-                    rows.child(r.target),
-                    rows.base + r.start,
-                    (r.end - r.start) as usize,
-                )
+            .map(|r| ChildRead {
+                child: rows.child(r.target),
+                at: rows.base + r.start,
+                len: (r.end - r.start) as usize,
             })
             .collect();
         let got = self.chunks.read_all(&reads).await?;
@@ -290,17 +300,12 @@ impl ParityCore {
             None => None,
         };
         // 5. Member I/O.
-        let results = join_all(
-            writes
-                .iter()
-                .map(|(c, at, d)| self.chunks.children[*c].write(*at, d.clone(), fua)),
-        )
-        .await;
+        let results = self.chunks.write_all(&writes, fua).await;
         let mut now_lost = failed;
         let mut errors = Vec::new();
-        for ((c, _, _), r) in writes.iter().zip(results) {
+        for (w, r) in writes.iter().zip(results) {
             if let Err(e) = r {
-                now_lost[*c] = true;
+                now_lost[w.child] = true;
                 errors.push(e);
             }
         }
@@ -663,12 +668,8 @@ impl RowsWrite<'_> {
     }
 
     /// The member writes of the computed bytes, asserting they are the plan's, in its order
-    /// and over its rows: (child, offset on the child, bytes).
-    fn follow_plan(
-        &self,
-        plan: &WritePlan,
-        out: Vec<(Target, SharedBuf)>,
-    ) -> Vec<(usize, u64, SharedBuf)> {
+    /// and over its rows.
+    fn follow_plan(&self, plan: &WritePlan, out: Vec<(Target, SharedBuf)>) -> Vec<ChildWrite> {
         assert_eq!(
             out.len(),
             plan.writes.len(),
@@ -684,7 +685,11 @@ impl RowsWrite<'_> {
                     r.end - r.start,
                     "{t:?}: bytes match the planned rows"
                 );
-                (self.child(t), self.base + r.start, bytes)
+                ChildWrite {
+                    child: self.child(t),
+                    at: self.base + r.start,
+                    bytes,
+                }
             })
             .collect()
     }
