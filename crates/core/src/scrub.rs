@@ -4,7 +4,7 @@
 //!
 //! # Shape
 //! [`Volume::scrub`] walks the volume's address space in windows of [`SCRUB_WINDOW_BYTES`]
-//! and hands each window to the root node's [`ArrayNode::scrub_range`]. Split nodes pass the
+//! and hands each window to the root node's [`crate::node::NodeMaintenance::scrub_range`]. Split nodes pass the
 //! pieces on to their children; parity groups (`raid/scrub.rs`) and mirrors
 //! (`mirror/scrub.rs`) check what they *own* in the range, after their children did. A parity
 //! group owns the stripes whose first byte lies in the range, so every stripe of the tree is

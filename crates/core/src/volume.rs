@@ -478,7 +478,7 @@ impl Volume {
     }
 
     /// Makes the copies and parity under `[offset, offset+len)` agree with the data as read
-    /// now (see [`ArrayNode::resync_range`]); the range is one request (≤ 32 MiB).
+    /// now (see [`crate::node::NodeMaintenance::resync_range`]); the range is one request (≤ 32 MiB).
     pub async fn resync_range(&self, offset: u64, len: u64) -> VolumeResult<()> {
         self.check("resync", offset, len)?;
         let r = self.root.resync_range(offset, len).await;

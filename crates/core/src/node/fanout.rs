@@ -106,13 +106,14 @@ where
 }
 
 /// Reads every run of `pieces` concurrently, piece `i` into `bufs[i]` (taken, and put back
-/// filled when its run succeeds); each run with its outcome, for callers that handle a
-/// failed run themselves (a parity group rebuilds its pieces).
+/// filled when its run succeeds); `failed` hears of each run that did not (a parity group
+/// rebuilds its pieces, others report the most telling error).
 pub(crate) async fn read_runs(
     children: &[Box<dyn ArrayNode>],
     pieces: &[ChildPiece],
     bufs: &mut [Option<Buf>],
-) -> Vec<(ChildRun, VolumeResult<()>)> {
+    mut failed: impl FnMut(&ChildRun, VolumeError),
+) {
     let runs = child_runs(children.len(), pieces);
     let futs = runs.iter().map(|run| {
         let mut mine: Vec<Buf> = run
@@ -131,17 +132,16 @@ pub(crate) async fn read_runs(
         }
     });
     let results = join_all(futs).await;
-    runs.into_iter()
-        .zip(results)
-        .map(|(run, r)| {
-            let r = r.map(|got| {
+    for (run, r) in runs.iter().zip(results) {
+        match r {
+            Ok(got) => {
                 for (&i, b) in run.pieces.iter().zip(got) {
                     bufs[i] = Some(b);
                 }
-            });
-            (run, r)
-        })
-        .collect()
+            }
+            Err(e) => failed(run, e),
+        }
+    }
 }
 
 /// Reads pieces (in logical order, covering `buf`) from children concurrently and joins them.
@@ -155,8 +155,11 @@ pub(crate) async fn read_pieces(
     }
     let lens: Vec<usize> = pieces.iter().map(|p| p.len as usize).collect();
     let mut bufs: Vec<Option<Buf>> = buf.split_lengths(&lens).into_iter().map(Some).collect();
-    let outcomes = read_runs(children, pieces, &mut bufs).await;
-    all_ok(outcomes.into_iter().map(|(_, r)| r).collect())?;
+    let mut errors = Vec::new();
+    read_runs(children, pieces, &mut bufs, |_, e| errors.push(e)).await;
+    if let Some(e) = first_error(errors) {
+        return Err(e);
+    }
     Ok(Buf::join(
         bufs.into_iter()
             .map(|b| b.expect("every piece filled"))

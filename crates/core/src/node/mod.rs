@@ -10,9 +10,8 @@
 //!
 //! Member state lives in one [`MemberTable`] shared by the whole tree (and by the volume):
 //! whether a member has failed, whether it holds writes not yet flushed. Nodes ask it before
-//! reading ([`ArrayNode::readable`]) so a failed member is never read, and a mirror never
+//! reading ([`NodeIo::readable`]) so a failed member is never read, and a mirror never
 //! picks a copy that lost a member under the requested range.
-
 //!
 //! # Two traits
 //! A node does two jobs, so it implements two traits: [`NodeIo`] serves requests (read,

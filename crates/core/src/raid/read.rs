@@ -265,14 +265,13 @@ impl ParityCore {
                     len: p.len,
                 })
                 .collect();
-            for (run, r) in read_runs(&self.chunks.children, &cp, &mut slots).await {
+            read_runs(&self.chunks.children, &cp, &mut slots, |run, e| {
                 // A member error, or a child (a mirror, say) with no readable copy.
-                if let Err(e) = r {
-                    tracing::warn!("parity read {offset}+{len}: {e}; rebuilding from parity");
-                    let io = e.is_member_io();
-                    todo.extend(run.pieces.iter().map(|&i| (i, Some((run.child, io)))));
-                }
-            }
+                tracing::warn!("parity read {offset}+{len}: {e}; rebuilding from parity");
+                let io = e.is_member_io();
+                todo.extend(run.pieces.iter().map(|&i| (i, Some((run.child, io)))));
+            })
+            .await;
             if todo.is_empty() {
                 let got = slots.into_iter().map(|b| b.expect("read")).collect();
                 return Ok((Buf::join(got), Vec::new()));

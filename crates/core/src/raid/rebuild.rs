@@ -34,7 +34,7 @@ impl ParityCore {
     }
 
     /// Rewrites every stripe touched by `[offset, offset+len)` whole (see
-    /// [`crate::ArrayNode::resync_range`]), after its children made their own copies agree.
+    /// [`crate::node::NodeMaintenance::resync_range`]), after its children made their own copies agree.
     pub(super) async fn resync_range(&self, offset: u64, len: u64) -> VolumeResult<()> {
         if len == 0 {
             return Ok(());
