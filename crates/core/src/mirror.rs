@@ -13,7 +13,9 @@
 
 use crate::buf::{Buf, SharedBuf};
 use crate::error::{VolumeError, VolumeResult};
-use crate::node::{all_ok, collect_bufs, first_error, ArrayNode, ZeroKind};
+use crate::node::{
+    all_ok, collect_bufs, first_error, ArrayNode, NodeIo, NodeMaintenance, ScrubPass, ZeroKind,
+};
 use crate::range_lock::RangeLock;
 use crate::read_policy::{plan, views, CopyView, ReadPolicy};
 use futures::future::{join_all, BoxFuture};
@@ -250,11 +252,34 @@ impl MirrorNode {
     }
 }
 
+/// What one copy is to a rebuild of a range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CopyRole {
+    /// Read (and rebuilds what is below it).
+    Readable,
+    /// Takes writes but is not read: gets a readable copy's bytes.
+    Rebuilt,
+    /// Takes nothing.
+    Failed,
+}
+
+impl CopyRole {
+    fn of(copy: &dyn ArrayNode, offset: u64, len: u64) -> CopyRole {
+        if copy.readable(offset, len) {
+            CopyRole::Readable
+        } else if copy.writable(offset, len) {
+            CopyRole::Rebuilt
+        } else {
+            CopyRole::Failed
+        }
+    }
+}
+
 /// The pieces a resync or rebuild copies when no copy is intact over its whole range (a
 /// block: no strip is smaller).
 const COPY_PIECE_BYTES: u64 = 4096;
 
-impl ArrayNode for MirrorNode {
+impl NodeIo for MirrorNode {
     fn capacity(&self) -> u64 {
         self.capacity
     }
@@ -275,66 +300,6 @@ impl ArrayNode for MirrorNode {
         for c in &self.children {
             c.fail_unreadable(offset, len, why);
         }
-    }
-
-    /// Each copy is made consistent in itself, then a readable copy's bytes are written over
-    /// every copy (under the repair lock), so the copies agree.
-    fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
-        async move {
-            let mut failed = None;
-            for c in &self.children {
-                if c.writable(offset, len) {
-                    if let Err(e) = c.resync_range(offset, len).await {
-                        // A copy beyond its tolerance cannot be made consistent in itself
-                        // (a parity group that lost two members); a readable copy's bytes
-                        // still go over what of it takes writes, below.
-                        tracing::warn!("mirror bytes {offset}+{len}: a copy's resync: {e}");
-                        failed.get_or_insert(e);
-                    }
-                }
-            }
-            let _guard = self.locks.lock(offset, len, true).await;
-            if !self.readable(offset, len) {
-                // Every copy lost (one a new member being rebuilt): nothing here to agree on;
-                // the parity group above rebuilds the range and writes it to every copy.
-                return failed.map_or(Ok(()), Err);
-            }
-            self.copy_over(offset, len, |_| true).await
-        }
-        .boxed()
-    }
-
-    /// Copies that take writes but are not read (being rebuilt) get a readable copy's bytes;
-    /// readable copies rebuild what is below them — all under the range's exclusive lock.
-    fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
-        async move {
-            let _guard = self.locks.lock(offset, len, true).await;
-            let readable: Vec<bool> = self
-                .children
-                .iter()
-                .map(|c| c.readable(offset, len))
-                .collect();
-            all_ok(
-                join_all(
-                    self.children
-                        .iter()
-                        .zip(&readable)
-                        .filter(|(_, &r)| r)
-                        .map(|(c, _)| c.rebuild_range(offset, len)),
-                )
-                .await,
-            )?;
-            // Copies not read that take writes (a new member below); a failed copy takes
-            // none, and reading the others for it would only risk their read errors.
-            let targets: Vec<bool> = (self.children.iter().zip(&readable))
-                .map(|(c, &r)| !r && c.writable(offset, len))
-                .collect();
-            if !targets.contains(&true) {
-                return Ok(());
-            }
-            self.copy_over(offset, len, |c| targets[c]).await
-        }
-        .boxed()
     }
 
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
@@ -361,18 +326,7 @@ impl ArrayNode for MirrorNode {
                     .map(|(&(off, _, copy), b)| self.read_piece(off, b, copy)),
             )
             .await;
-            let mut ok = Vec::with_capacity(results.len());
-            let mut errors = Vec::new();
-            for r in results {
-                match r {
-                    Ok(b) => ok.push(b),
-                    Err(e) => errors.push(e),
-                }
-            }
-            match first_error(errors) {
-                Some(e) => Err(e),
-                None => Ok(Buf::join(ok)),
-            }
+            collect_bufs(results).map(Buf::join)
         }
         .boxed()
     }
@@ -438,13 +392,69 @@ impl ArrayNode for MirrorNode {
         }
         .boxed()
     }
+}
 
-    fn cache_usage(&self) -> crate::raid::CacheUsage {
-        crate::node::children_cache_usage(&self.children)
+impl NodeMaintenance for MirrorNode {
+    fn children(&self) -> &[Box<dyn ArrayNode>] {
+        &self.children
     }
 
-    fn destage_aged(&self, older_than: std::time::Duration) -> BoxFuture<'_, ()> {
-        crate::node::children_destage_aged(&self.children, older_than).boxed()
+    /// Each copy is made consistent in itself, then a readable copy's bytes are written over
+    /// every copy (under the repair lock), so the copies agree.
+    fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            let mut failed = None;
+            for c in &self.children {
+                if c.writable(offset, len) {
+                    if let Err(e) = c.resync_range(offset, len).await {
+                        // A copy beyond its tolerance cannot be made consistent in itself
+                        // (a parity group that lost two members); a readable copy's bytes
+                        // still go over what of it takes writes, below.
+                        tracing::warn!("mirror bytes {offset}+{len}: a copy's resync: {e}");
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
+            let _guard = self.locks.lock(offset, len, true).await;
+            if !self.readable(offset, len) {
+                // Every copy lost (one a new member being rebuilt): nothing here to agree on;
+                // the parity group above rebuilds the range and writes it to every copy.
+                return failed.map_or(Ok(()), Err);
+            }
+            self.copy_over(offset, len, |_| true).await
+        }
+        .boxed()
+    }
+
+    /// Copies that take writes but are not read (being rebuilt) get a readable copy's bytes;
+    /// readable copies rebuild what is below them — all under the range's exclusive lock.
+    fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            let _guard = self.locks.lock(offset, len, true).await;
+            let roles: Vec<CopyRole> = self
+                .children
+                .iter()
+                .map(|c| CopyRole::of(c.as_ref(), offset, len))
+                .collect();
+            all_ok(
+                join_all(
+                    self.children
+                        .iter()
+                        .zip(&roles)
+                        .filter(|(_, &r)| r == CopyRole::Readable)
+                        .map(|(c, _)| c.rebuild_range(offset, len)),
+                )
+                .await,
+            )?;
+            // Copies not read that take writes (a new member below); a failed copy takes
+            // none, and reading the others for it would only risk their read errors.
+            if !roles.contains(&CopyRole::Rebuilt) {
+                return Ok(());
+            }
+            self.copy_over(offset, len, |c| roles[c] == CopyRole::Rebuilt)
+                .await
+        }
+        .boxed()
     }
 
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
@@ -460,15 +470,11 @@ impl ArrayNode for MirrorNode {
         .boxed()
     }
 
-    fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
-        crate::raid::all_children_resync(&self.children).boxed()
-    }
-
     fn scrub_range<'a>(
         &'a self,
         offset: u64,
         len: u64,
-        pass: &'a crate::scrub::ScrubPass<'a>,
+        pass: &'a ScrubPass<'a>,
     ) -> BoxFuture<'a, VolumeResult<()>> {
         self.scrub_copies(offset, len, pass).boxed()
     }

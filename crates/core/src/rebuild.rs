@@ -9,7 +9,7 @@
 //! replacement takes every write its member takes. Below the window it is therefore current,
 //! above it the slot serves degraded (reads reconstruct, writes plan as if it were lost but
 //! still write its new chunk), and the window itself is held exclusively by each node
-//! ([`ArrayNode::rebuild_range`]): mirrors copy a readable copy, parity groups reconstruct
+//! ([`crate::node::NodeMaintenance::rebuild_range`]): mirrors copy a readable copy, parity groups reconstruct
 //! (RAID 6 with two new members rebuilds both from one read of each stripe), a leaf with a
 //! replacement copies its member onto it. Writing above the window costs one more member
 //! write per user write but means no user write ever has to ask where the window is, and a

@@ -4,7 +4,7 @@
 //!
 //! # Shape
 //! [`Volume::scrub`] walks the volume's address space in windows of [`SCRUB_WINDOW_BYTES`]
-//! and hands each window to the root node's [`ArrayNode::scrub_range`]. Split nodes pass the
+//! and hands each window to the root node's [`crate::node::NodeMaintenance::scrub_range`]. Split nodes pass the
 //! pieces on to their children; parity groups (`raid/scrub.rs`) and mirrors
 //! (`mirror/scrub.rs`) check what they *own* in the range, after their children did. A parity
 //! group owns the stripes whose first byte lies in the range, so every stripe of the tree is
@@ -38,12 +38,9 @@
 //! pause and cancel. A cancelled scrub keeps its position: calling [`Volume::scrub`] again
 //! with the same control resumes there.
 
-use crate::error::VolumeResult;
 use crate::parity::gf;
-use crate::pass::{Checkpoint, PassControl, PassState, PassWork};
-use crate::volume::Volume;
-use futures::FutureExt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use crate::pass::{PassControl, PassState};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// Logical bytes a scrub hands to the tree at a time.
 pub const SCRUB_WINDOW_BYTES: u64 = 4 << 20;
@@ -51,34 +48,7 @@ pub const SCRUB_WINDOW_BYTES: u64 = 4 << 20;
 /// Mirrors compare (and count, and repair) their copies in blocks of this many bytes.
 pub const MIRROR_SCRUB_BLOCK_BYTES: u64 = 64 << 10;
 
-/// Counts of one scrub (shared atomics: nodes bump them as they go).
-#[derive(Debug, Default)]
-pub struct ScrubStats {
-    /// Parity stripes and mirror blocks whose redundancy was compared.
-    pub checked: AtomicU64,
-    /// Of those, the ones where data and redundancy disagreed.
-    pub mismatches: AtomicU64,
-    /// Mismatches (and unreadable copies) rewritten.
-    pub repaired: AtomicU64,
-    /// Chunks or copies that returned a read error.
-    pub unreadable: AtomicU64,
-    /// Stripes or blocks not checkable: a member under them has failed (nothing to compare
-    /// against) or their parity is stale.
-    pub skipped: AtomicU64,
-}
-
-/// What a node's `scrub_range` is asked to do.
-pub struct ScrubPass<'a> {
-    /// Rewrite what the redundancy proves wrong (else only count).
-    pub repair: bool,
-    pub stats: &'a ScrubStats,
-}
-
-impl ScrubPass<'_> {
-    pub(crate) fn bump(&self, counter: fn(&ScrubStats) -> &AtomicU64, n: u64) {
-        counter(self.stats).fetch_add(n, Relaxed);
-    }
-}
+pub use crate::node::{ScrubPass, ScrubStats};
 
 /// Where a scrub is (the state of its [`crate::pass`]).
 pub type ScrubState = PassState;
@@ -135,6 +105,11 @@ impl ScrubControl {
         }
     }
 
+    /// Whether the scrub rewrites what redundancy proves wrong.
+    pub(crate) fn repair(&self) -> bool {
+        self.repair.load(Relaxed)
+    }
+
     pub fn set_rate(&self, bytes_per_s: u64) {
         self.pass.set_rate(bytes_per_s);
     }
@@ -176,47 +151,6 @@ impl ScrubControl {
             unreadable: s.unreadable.load(Relaxed),
             skipped: s.skipped.load(Relaxed),
         }
-    }
-}
-
-impl Volume {
-    /// Scrubs the volume from the control's position to the end, one window at a time (see
-    /// the module docs), honouring its rate limit, pause and cancel. Returns the final
-    /// report; a cancelled scrub resumes when called again with the same control.
-    pub async fn scrub(&self, ctl: &ScrubControl) -> VolumeResult<ScrubReport> {
-        self.scrub_pass(ctl, 0, Box::new(|_| futures::future::ready(Ok(())).boxed()))
-            .await
-    }
-
-    /// [`Volume::scrub`], calling `checkpoint(position)` every `checkpoint_bytes` (0: never)
-    /// with no window in flight, everything below `position` scrubbed.
-    pub(crate) async fn scrub_pass<'a>(
-        &'a self,
-        ctl: &'a ScrubControl,
-        checkpoint_bytes: u64,
-        mut checkpoint: Checkpoint<'a>,
-    ) -> VolumeResult<ScrubReport> {
-        let root = self.root_node();
-        let pass = ScrubPass {
-            repair: ctl.repair.load(Relaxed),
-            stats: &ctl.stats,
-        };
-        let pass = &pass;
-        crate::pass::run(
-            &ctl.pass,
-            PassWork {
-                total_bytes: root.capacity(),
-                window_bytes: SCRUB_WINDOW_BYTES,
-                inflight: 1,
-                window: Box::new(move |at, len| root.scrub_range(at, len, pass)),
-                checkpoint_bytes,
-                // Shortened to the pass's own lifetime (it borrows `pass`).
-                checkpoint: Box::new(move |pos| checkpoint(pos)),
-                activity: Some(Box::new(move || self.client_ops())),
-            },
-        )
-        .await?;
-        Ok(ctl.report())
     }
 }
 

@@ -4,7 +4,10 @@
 
 use crate::buf::{Buf, SharedBuf};
 use crate::error::VolumeResult;
-use crate::node::{flush_children, read_pieces, write_pieces, zero_pieces, ArrayNode, ZeroKind};
+use crate::node::{
+    each_run, first_error, read_pieces, write_pieces, zero_pieces, ArrayNode, NodeIo,
+    NodeMaintenance, ScrubPass, ZeroKind,
+};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use nbraid_layout::ChildPiece;
@@ -36,7 +39,7 @@ impl<L: Splitter> SplitNode<L> {
     }
 }
 
-impl<L: Splitter> ArrayNode for SplitNode<L> {
+impl<L: Splitter> NodeIo for SplitNode<L> {
     fn capacity(&self) -> u64 {
         self.capacity
     }
@@ -88,28 +91,20 @@ impl<L: Splitter> ArrayNode for SplitNode<L> {
                 }
                 at += n;
             }
-            match crate::node::first_error(errors) {
+            match first_error(errors) {
                 Some(e) => Err(e),
                 None => Ok(()),
             }
         }
         .boxed()
     }
+}
 
-    fn cache_usage(&self) -> crate::raid::CacheUsage {
-        crate::node::children_cache_usage(&self.children)
-    }
-
-    fn destage_aged(&self, older_than: std::time::Duration) -> BoxFuture<'_, ()> {
-        crate::node::children_destage_aged(&self.children, older_than).boxed()
-    }
-
-    fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
-        flush_children(&self.children).boxed()
-    }
-
-    fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
-        crate::raid::all_children_resync(&self.children).boxed()
+/// Holds nothing of its own: flush, cache usage, aged destage and resync are the children's
+/// (the trait's defaults); range work goes to the pieces of the range.
+impl<L: Splitter> NodeMaintenance for SplitNode<L> {
+    fn children(&self) -> &[Box<dyn ArrayNode>] {
+        &self.children
     }
 
     fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
@@ -127,13 +122,7 @@ impl<L: Splitter> ArrayNode for SplitNode<L> {
     fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
             let pieces = self.layout.split(offset, len);
-            let runs = crate::node::child_runs(self.children.len(), &pieces);
-            let results = futures::future::join_all(runs.iter().map(|(child, at, idx)| {
-                let n = idx.iter().map(|&i| pieces[i].len).sum();
-                self.children[*child].rebuild_range(*at, n)
-            }))
-            .await;
-            crate::node::all_ok(results)
+            each_run(&self.children, &pieces, |c, at, n| c.rebuild_range(at, n)).await
         }
         .boxed()
     }
@@ -143,17 +132,14 @@ impl<L: Splitter> ArrayNode for SplitNode<L> {
         &'a self,
         offset: u64,
         len: u64,
-        pass: &'a crate::scrub::ScrubPass<'a>,
+        pass: &'a ScrubPass<'a>,
     ) -> BoxFuture<'a, VolumeResult<()>> {
         async move {
             let pieces = self.layout.split(offset, len);
-            let runs = crate::node::child_runs(self.children.len(), &pieces);
-            let results = futures::future::join_all(runs.iter().map(|(child, at, idx)| {
-                let n = idx.iter().map(|&i| pieces[i].len).sum();
-                self.children[*child].scrub_range(*at, n, pass)
-            }))
-            .await;
-            crate::node::all_ok(results)
+            each_run(&self.children, &pieces, |c, at, n| {
+                c.scrub_range(at, n, pass)
+            })
+            .await
         }
         .boxed()
     }

@@ -11,11 +11,14 @@ use crate::buf::Buf;
 use crate::error::{VolumeError, VolumeResult};
 use crate::member::{CounterSnapshot, Member};
 use crate::mirror::MirrorNode;
-use crate::node::{ArrayNode, LeafNode, MemberState, MemberTable, ZeroKind};
+use crate::node::{ArrayNode, LeafNode, MemberState, MemberTable, ScrubPass, ZeroKind};
+use crate::pass::{Checkpoint, PassWork};
 use crate::raid::{CacheMode, CacheUsage, ParityNode, SyncState};
 use crate::read_policy::ReadPolicy;
+use crate::scrub::{ScrubControl, ScrubReport, SCRUB_WINDOW_BYTES};
 use crate::split::SplitNode;
 use futures::future::join_all;
+use futures::FutureExt;
 use nbraid_layout::{FaultTolerance, Geometry, Node};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -475,7 +478,7 @@ impl Volume {
     }
 
     /// Makes the copies and parity under `[offset, offset+len)` agree with the data as read
-    /// now (see [`ArrayNode::resync_range`]); the range is one request (≤ 32 MiB).
+    /// now (see [`crate::node::NodeMaintenance::resync_range`]); the range is one request (≤ 32 MiB).
     pub async fn resync_range(&self, offset: u64, len: u64) -> VolumeResult<()> {
         self.check("resync", offset, len)?;
         let r = self.root.resync_range(offset, len).await;
@@ -629,5 +632,66 @@ fn build(
                 log,
             ))
         }
+    }
+}
+
+/// The partial-parity log's dirty start reads and writes the members through this.
+impl crate::ppl::LogHost for Volume {
+    fn member_is_current(&self, index: usize) -> bool {
+        Volume::member_is_current(self, index)
+    }
+
+    fn member(&self, index: usize) -> Arc<dyn Member> {
+        Volume::member(self, index)
+    }
+
+    fn root(&self) -> &Node {
+        self.geometry().root()
+    }
+
+    fn fail_member(&self, index: usize, why: &str) {
+        Volume::fail_member(self, index, why)
+    }
+}
+
+/// Scrub: the pass over the whole volume (see [`crate::scrub`]).
+impl Volume {
+    /// Scrubs the volume from the control's position to the end, one window at a time (see
+    /// the module docs), honouring its rate limit, pause and cancel. Returns the final
+    /// report; a cancelled scrub resumes when called again with the same control.
+    pub async fn scrub(&self, ctl: &ScrubControl) -> VolumeResult<ScrubReport> {
+        self.scrub_pass(ctl, 0, Box::new(|_| futures::future::ready(Ok(())).boxed()))
+            .await
+    }
+
+    /// [`Volume::scrub`], calling `checkpoint(position)` every `checkpoint_bytes` (0: never)
+    /// with no window in flight, everything below `position` scrubbed.
+    pub(crate) async fn scrub_pass<'a>(
+        &'a self,
+        ctl: &'a ScrubControl,
+        checkpoint_bytes: u64,
+        mut checkpoint: Checkpoint<'a>,
+    ) -> VolumeResult<ScrubReport> {
+        let root = self.root_node();
+        let pass = ScrubPass {
+            repair: ctl.repair(),
+            stats: &ctl.stats,
+        };
+        let pass = &pass;
+        crate::pass::run(
+            &ctl.pass,
+            PassWork {
+                total_bytes: root.capacity(),
+                window_bytes: SCRUB_WINDOW_BYTES,
+                inflight: 1,
+                window: Box::new(move |at, len| root.scrub_range(at, len, pass)),
+                checkpoint_bytes,
+                // Shortened to the pass's own lifetime (it borrows `pass`).
+                checkpoint: Box::new(move |pos| checkpoint(pos)),
+                activity: Some(Box::new(move || self.client_ops())),
+            },
+        )
+        .await?;
+        Ok(ctl.report())
     }
 }

@@ -5,7 +5,8 @@
 use super::MirrorNode;
 use crate::buf::Buf;
 use crate::error::VolumeResult;
-use crate::scrub::{majority, ScrubPass, MIRROR_SCRUB_BLOCK_BYTES};
+use crate::node::{all_ok, ScrubPass};
+use crate::scrub::{majority, MIRROR_SCRUB_BLOCK_BYTES};
 use futures::future::join_all;
 
 impl MirrorNode {
@@ -23,7 +24,7 @@ impl MirrorNode {
                 .map(|c| c.scrub_range(offset, len, pass)),
         )
         .await;
-        crate::node::all_ok(below)?;
+        all_ok(below)?;
         let blocks = len.div_ceil(MIRROR_SCRUB_BLOCK_BYTES);
         let _g = self.locks.lock(offset, len, true).await;
         let usable: Vec<usize> = (0..self.children.len())

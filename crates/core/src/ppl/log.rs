@@ -45,10 +45,30 @@ struct Ring {
     offset: u64,
     len: u64,
     head: u64,
-    /// Batches written in this life that may still be needed: (start, end, newest seq).
-    live: VecDeque<(u64, u64, u64)>,
+    /// Batches written in this life that may still be needed, oldest first.
+    live: VecDeque<LiveBatch>,
     /// The largest tail a completed batch of this ring carries.
     durable_tail: u64,
+}
+
+/// A batch written to a ring in this life that may still be needed: ring bytes
+/// `[start, end)`, holding entries up to `newest_seq`.
+#[derive(Clone, Copy, Debug)]
+struct LiveBatch {
+    start: u64,
+    end: u64,
+    newest_seq: u64,
+}
+
+impl LiveBatch {
+    fn len(&self) -> u64 {
+        self.end - self.start
+    }
+
+    /// Whether ring bytes `[start, end)` touch this batch.
+    fn overlaps(&self, start: u64, end: u64) -> bool {
+        self.start < end && start < self.end
+    }
 }
 
 /// A band with a write whose entry or member writes may not be durable yet. One write at a
@@ -92,6 +112,9 @@ impl Band {
 
 /// The rings (children) an entry goes to, each with the partial parity it takes there.
 pub(crate) type Rings = Vec<(usize, Part)>;
+
+/// The entries one stripe write logs, each with the rings it goes to.
+pub(crate) type Prepared = Vec<(Entry, Rings)>;
 
 struct Pending {
     ticket: u64,
@@ -392,7 +415,7 @@ impl GroupLog {
     }
 
     /// Builds the entries of one stripe write (the caller holds the stripe's exclusive
-    /// lock): `written[i]` are data chunk `i`'s new byte ranges (rows). Returns the entries
+    /// lock, which the log does not see: asserted by the parity group before it logs): `written[i]` are data chunk `i`'s new byte ranges (rows). Returns the entries
     /// to write (none: nothing needs logging), or why not yet: a band it touches still has
     /// earlier writes that are not durable — [`Blocked::Flush`] when a flush of the group's
     /// members settles them, [`Blocked::Wait`] when their log entry or member writes are
@@ -657,7 +680,7 @@ impl GroupLog {
     /// Entries that settle every band of stripes `[first, end)` a ring may still replay
     /// (every chunk written, no partial parity): for writes that replace whole stripes
     /// without going through [`Self::prepare`] (zeroing; the caller holds the stripes'
-    /// exclusive locks). Like [`Self::prepare`], a band still live blocks it: its new entry
+    /// exclusive locks, asserted by the parity group). Like [`Self::prepare`], a band still live blocks it: its new entry
     /// must not wait for ring space its own older entries hold.
     fn prepare_whole(&self, first: u64, end: u64) -> Result<Vec<(Entry, Rings)>, Blocked> {
         let mut st = self.state.lock();

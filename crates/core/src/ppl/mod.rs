@@ -42,8 +42,8 @@ mod recover;
 pub mod replay;
 mod stats;
 
-pub(crate) use log::{GroupLog, LogFailed, Values};
-pub use recover::{recover, RecoverReport};
+pub(crate) use log::{GroupLog, LogFailed, Prepared, Values};
+pub use recover::{recover, LogHost, RecoverReport};
 pub use stats::{stats, LogStats};
 
 use nbraid_layout::{Node, ParityGroup};

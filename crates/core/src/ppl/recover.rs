@@ -8,7 +8,8 @@ use super::{parity_groups, BAND_BYTES, SECTOR_BYTES};
 use crate::buf::Buf;
 use crate::error::VolumeResult;
 use crate::member::{Member, MemberResult};
-use crate::volume::Volume;
+use nbraid_layout::Node;
+use std::sync::Arc;
 
 /// What the dirty start found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -21,11 +22,24 @@ pub struct RecoverReport {
     pub skipped: Vec<String>,
 }
 
+/// What the dirty start needs of the volume it recovers (implemented by [`crate::Volume`]):
+/// the log lies below the volume and does not know it.
+pub trait LogHost {
+    /// Whether member `index` holds current data (neither failed nor resyncing).
+    fn member_is_current(&self, index: usize) -> bool;
+    /// The member serving slot `index`.
+    fn member(&self, index: usize) -> Arc<dyn Member>;
+    /// The volume's layout tree.
+    fn root(&self) -> &Node;
+    /// Marks member `index` failed.
+    fn fail_member(&self, index: usize, why: &str);
+}
+
 /// Reads the log areas (`areas` by member index) of the current members; with `replay`
 /// (an unclean shutdown), replays the newest entries; then, when any ring held a batch, marks
 /// every current member's ring with `life` (block 0) so none of it is replayed again.
-pub async fn recover(
-    volume: &Volume,
+pub async fn recover<H: LogHost>(
+    volume: &H,
     areas: &[Option<(u64, u64)>],
     life: u64,
     replay: bool,
@@ -46,7 +60,7 @@ pub async fn recover(
         return Ok(report);
     }
     if replay {
-        let groups = parity_groups(volume.geometry().root());
+        let groups = parity_groups(volume.root());
         for r in select(&rings) {
             let e = &r.entry;
             match replay_band(volume, &groups, &r).await {
@@ -123,7 +137,7 @@ type Groups = Vec<super::LoggedGroup>;
 
 /// Replays a band's entry, or its fallback where the entry's one partial parity does not
 /// cover the chunks missing (RAID 6: see [`select`]).
-async fn replay_band(volume: &Volume, groups: &Groups, r: &Replay) -> Result<u64, String> {
+async fn replay_band<H: LogHost>(volume: &H, groups: &Groups, r: &Replay) -> Result<u64, String> {
     match (replay_entry(volume, groups, &r.entry).await, &r.fallback) {
         (Err(Why::Uncovered), Some(older)) => replay_entry(volume, groups, older).await,
         (got, _) => got,
@@ -147,7 +161,7 @@ impl From<&str> for Why {
 }
 
 /// Replays one entry; the number of sectors rewritten, or why it cannot be used.
-async fn replay_entry(volume: &Volume, groups: &Groups, e: &Entry) -> Result<u64, Why> {
+async fn replay_entry<H: LogHost>(volume: &H, groups: &Groups, e: &Entry) -> Result<u64, Why> {
     let (g, leaves) = groups
         .get(e.group as usize)
         .ok_or("no such parity group in this volume")?;

@@ -269,63 +269,54 @@ pub(super) struct Cache {
 }
 
 impl Cache {
+    /// Overlays cached dirty bytes on `buf` (which holds `[offset, offset+len)`).
+    pub(super) fn overlay(&self, chunks: &Chunks, offset: u64, buf: &mut [u8]) {
+        let st = self.state.lock();
+        if st.entries.is_empty() {
+            return;
+        }
+        for StripePiece {
+            stripe: s,
+            in_stripe,
+            len: n,
+        } in chunks.stripe_pieces(offset, buf.len() as u64)
+        {
+            let Some(e) = st.entries.get(&s) else {
+                continue;
+            };
+            let at = (s * chunks.width() + in_stripe - offset) as usize;
+            e.overlay(in_stripe, &mut buf[at..at + n as usize]);
+        }
+    }
+
+    /// Whether the cache alone holds every byte of the range.
+    pub(super) fn covers(&self, chunks: &Chunks, offset: u64, len: u64) -> bool {
+        let st = self.state.lock();
+        chunks.stripe_pieces(offset, len).all(
+            |StripePiece {
+                 stripe: s,
+                 in_stripe,
+                 len: n,
+             }| {
+                st.entries
+                    .get(&s)
+                    .is_some_and(|e| e.covers(in_stripe, in_stripe + n))
+            },
+        )
+    }
+
+    /// What the cache holds now.
+    pub(super) fn usage(&self) -> CacheUsage {
+        self.state.lock().usage(self.bound)
+    }
+
     /// Whether `room_bytes` more would take the cache past its bound.
     pub(super) fn needs_room(&self, room_bytes: u64) -> bool {
         self.state.lock().pins.bytes + room_bytes > self.bound
     }
 }
 
-/// What a write-back cache holds and may hold.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CacheUsage {
-    /// Bytes written by clients and not yet on the members.
-    pub dirty_bytes: u64,
-    /// Memory those bytes keep alive (whole allocations of the writers' buffers).
-    pub pinned_bytes: u64,
-    /// The most `pinned_bytes` may reach.
-    pub bound_bytes: u64,
-}
-
-impl CacheUsage {
-    pub fn plus(self, o: CacheUsage) -> CacheUsage {
-        CacheUsage {
-            dirty_bytes: self.dirty_bytes + o.dirty_bytes,
-            pinned_bytes: self.pinned_bytes + o.pinned_bytes,
-            bound_bytes: self.bound_bytes + o.bound_bytes,
-        }
-    }
-}
-
 impl ParityCore {
-    /// Overlays cached dirty bytes on `buf` (which holds `[offset, offset+len)`).
-    pub(super) fn overlay_cache(&self, offset: u64, buf: &mut [u8]) {
-        let Some(cache) = &self.cache else { return };
-        let st = cache.state.lock();
-        if st.entries.is_empty() {
-            return;
-        }
-        for (s, in_stripe, n) in self.stripe_pieces(offset, buf.len() as u64) {
-            let Some(e) = st.entries.get(&s) else {
-                continue;
-            };
-            let at = (s * self.width() + in_stripe - offset) as usize;
-            e.overlay(in_stripe, &mut buf[at..at + n as usize]);
-        }
-    }
-
-    /// Whether the cache alone holds every byte of the range.
-    pub(super) fn cache_covers(&self, offset: u64, len: u64) -> bool {
-        let Some(cache) = &self.cache else {
-            return false;
-        };
-        let st = cache.state.lock();
-        self.stripe_pieces(offset, len).all(|(s, in_stripe, n)| {
-            st.entries
-                .get(&s)
-                .is_some_and(|e| e.covers(in_stripe, in_stripe + n))
-        })
-    }
-
     /// Destages least recently used stripes until `room_bytes` more fit within the bound:
     /// one at a time, or with a partial-parity log [`LOGGED_EVICT_BATCH`] at once.
     pub(super) async fn evict(&self, room_bytes: u64) -> VolumeResult<()> {
@@ -394,6 +385,7 @@ impl ParityCore {
         newer: Option<(u64, u64)>,
         fua: bool,
     ) -> VolumeResult<()> {
+        self.debug_assert_exclusive(s, "a write over the cache");
         let r = self.write_stripe(s, segs, fua).await;
         if let Some(cache) = &self.cache {
             let mut st = cache.state.lock();

@@ -32,7 +32,6 @@
 use super::cache::Entry;
 use super::*;
 use futures::channel::oneshot;
-use futures::future::{select, Either};
 
 /// A write's answer, sent by the writer that put its bytes on the members.
 pub(super) type Answer = oneshot::Receiver<VolumeResult<()>>;
@@ -184,7 +183,7 @@ impl Joins {
     /// Stripe `s`'s bytes left so far with `segs` over them: written, or left when they do not
     /// cover the stripe (`width` bytes) and `queued` (a writer waits on the stripe) or the
     /// hold rule allows it (`streams`: the write belongs to a stream). The caller holds the
-    /// stripe's exclusive lock.
+    /// stripe's exclusive lock (asserted there: the joiner does not see the locks).
     pub(super) fn take(
         &self,
         s: u64,
@@ -225,8 +224,20 @@ impl Joins {
         Joined::Leave(rx, wait)
     }
 
+    /// Takes back the bytes still left on stripe `s`, to be written by the writer whose own
+    /// bytes are among them (the caller holds the stripe's exclusive lock).
+    pub(super) fn reclaim(&self, s: u64) -> Joined {
+        let left = self.left.lock().remove(&s);
+        let left = left.expect("bytes left on a stripe stay until they are written");
+        Joined::Write {
+            segs: left.entry.segs,
+            fua: left.fua,
+            waiters: left.waiters,
+        }
+    }
+
     /// Forgets the bytes left on stripes `[first, last)` — whole stripes zeroed over them,
-    /// the caller holding their exclusive lock — and answers their writers: their writes and
+    /// the caller holding their exclusive lock (asserted there) — and answers their writers: their writes and
     /// the zeroing were in flight together, so the zeroes may come last (as the write-back
     /// cache lets them). Bytes of a writer gone away never land after the zeroes. Not FUA
     /// bytes: their writers were promised durability, which the zeroes (not yet flushed)
@@ -260,55 +271,11 @@ impl Joins {
     }
 }
 
-impl ParityCore {
-    /// Writes a union [`Joins::take`] handed out and answers the writers who left bytes in
-    /// it; the caller holds the stripe's exclusive lock.
-    pub(super) async fn write_joined(
-        &self,
-        s: u64,
-        segs: Segs,
-        fua: bool,
-        waiters: Vec<oneshot::Sender<VolumeResult<()>>>,
-    ) -> VolumeResult<()> {
-        let r = self.write_over_cache(s, segs, None, fua).await;
-        for tx in waiters {
-            // A writer that went away (its request dropped) needs no answer.
-            let _ = tx.send(r.as_ref().map(|_| ()).map_err(VolumeError::duplicate));
-        }
-        r
-    }
-
-    /// Waits for the answer to bytes left on stripe `s`: after `wait`, queues for the stripe
-    /// again and, if nobody wrote them meanwhile, writes them. The caller holds no stripe.
-    pub(super) async fn finish_left(
-        &self,
-        s: u64,
-        mut answer: Answer,
-        wait: Wait,
-    ) -> VolumeResult<()> {
-        if let Wait::Held(woken) = wait {
-            // The answer, or the wake (sent or dropped: either way time to look again).
-            if let Either::Left((answered, _)) = select(&mut answer, woken).await {
-                return joined(s, answered);
-            }
-        }
-        let _g = self.locks.lock(s, 1, true).await;
-        match answer.try_recv() {
-            Ok(Some(r)) => joined(s, Ok(r)),
-            Ok(None) => {
-                // Still left (our own sender is among the waiters): write them now.
-                let left = self.joins.left.lock().remove(&s);
-                let left = left.expect("bytes left on a stripe stay until they are written");
-                self.write_joined(s, left.entry.segs, left.fua, left.waiters)
-                    .await
-            }
-            Err(oneshot::Canceled) => joined(s, Err(oneshot::Canceled)),
-        }
-    }
-}
-
 /// The answer of the writer that carried this write's bytes on stripe `s`.
-fn joined(s: u64, answer: Result<VolumeResult<()>, oneshot::Canceled>) -> VolumeResult<()> {
+pub(super) fn joined(
+    s: u64,
+    answer: Result<VolumeResult<()>, oneshot::Canceled>,
+) -> VolumeResult<()> {
     JOINED.fetch_add(1, Ordering::Relaxed);
     answer.unwrap_or_else(|oneshot::Canceled| {
         Err(VolumeError::Unavailable {

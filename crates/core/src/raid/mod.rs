@@ -2,13 +2,35 @@
 //! mirrors, …): one [`ParityNode`] over its children, which are usually members but may be
 //! any node.
 //!
-//! # Files
-//! `mod.rs` (this essay, the node and its `ArrayNode` impl), `plan.rs` (pure decisions:
-//! [`choose`], [`plan_write`], recovery patterns), `write.rs` (the executor of a write plan,
-//! salvage, whole-stripe zeroing), `read.rs` (direct and degraded reads, the recently rebuilt
-//! stripes, read repair), `rebuild.rs` (rebuilding a new member's chunks), `cache.rs` (the write-back stripe cache), `join.rs` (write-through writes
-//! queued on one stripe written together), `scrub.rs` (checking and repairing stripes), `sync.rs` (which stripes'
-//! parity is known in sync or stale; resync), `flusher.rs` (the background destage thread).
+//! # Parts
+//! The group (`ParityCore`) holds parts that each own their state and its invariants, and
+//! says in which order they are used:
+//! - `chunks.rs` — `Chunks`: the children and the geometry (stripes of a range, which
+//!   children are lost, the one tolerance rule, parity of whole rows). Immutable.
+//! - `sync.rs` — `StripeHealth`: which stripes' parity is known in sync, which stale.
+//! - `cache.rs` — the write-back stripe cache (entries, pins, the bound) and its destages.
+//! - `join.rs` — the write-through joiner: bytes left on a stripe for the next writer.
+//! - `recent.rs` — `RecentStripes`: stripes a degraded read rebuilt, kept a while.
+//! - `crate::ppl::GroupLog` — the group's partial-parity log.
+//! - `plan.rs` — pure decisions ([`choose`], [`plan_write`], recovery patterns), unit tested.
+//! - `write.rs` — the stripe writer: one stripe write as named stages (plan, read, compute,
+//!   log, member I/O, settle), retries and salvage, whole-stripe zeroing.
+//! - `read.rs` — direct and degraded reads, read repair.
+//! - `rebuild.rs` — resync and rebuild; `scrub.rs` — checking and repairing stripes;
+//!   `flusher.rs` — the background destage thread.
+//!
+//! # Path of one write (write-through, RAID 5, 4 KiB)
+//! `ParityNode::write` (this file) → `ParityCore::write` (this file: stripe lock, then cache,
+//! joiner or members) → `join.rs` (`Joins::take`: write now or leave the bytes) →
+//! `ParityCore::write_stripe` (`write.rs`: rows, retries) → `write_rows` (`write.rs`: 1 plan
+//! via `plan.rs`, 2 read, 3 compute parity, 4 log via `ppl/log.rs` and `ppl/log/rounds.rs`,
+//! 5 member I/O, 6 settle) → `node/leaf.rs` (failure gate, member) → the member.
+//!
+//! # Path of one degraded read
+//! `ParityNode::read` → `ParityCore::read` (`read.rs`: shared stripe lock, cache overlay) →
+//! `read_members` (healthy runs straight through `node/fanout.rs`; a lost piece's stripe
+//! through `read_stripe_pieces`, kept in `recent.rs`) → `read_rows_ex` (decide the recovery,
+//! read what it needs, rebuild rows in place) → read repair of chunks that returned errors.
 //!
 //! # Ordering
 //! Requests lock the stripes they touch in a fair range lock over stripe numbers (see
@@ -17,7 +39,7 @@
 //! a read sees a stripe either before or after a write, never half-way (data written but
 //! parity not yet), and a stream of reads cannot starve a write waiting for a stripe.
 //!
-//! # Writing one stripe (`ParityCore::write_stripe`)
+//! # Writing one stripe (`ParityCore::write_stripe`, `write.rs`)
 //! The new bytes of a stripe cover some rows `[r0, r1)` (byte offsets within the chunks).
 //! Each chunk's state is one struct (its new bytes' hull and coverage, whether its member can
 //! be read and written) and [`plan_write`] — a pure function — turns them into a plan: what
@@ -107,34 +129,44 @@
 //! (`lost`), asked once per write attempt.
 
 mod cache;
+mod chunks;
 mod flusher;
 mod join;
 mod plan;
 mod read;
 mod rebuild;
+mod recent;
 mod scrub;
 mod sync;
 mod write;
 
-pub use cache::CacheUsage;
+pub use crate::node::CacheUsage;
 pub use join::joined_writes;
 pub use plan::{
     choose, plan_write, DataChunk, Health, NewBytes, Plan, Rows, StripeWrite, Target, WritePlan,
 };
 
-use cache::{Cache, CacheState};
-use sync::SyncMap;
+use cache::{compact, Cache, CacheState, Entry};
+use chunks::{Chunks, StripePiece};
+use futures::channel::oneshot;
+use futures::future::{select, Either};
+use join::{joined, Answer, Joined, Wait};
+use recent::RecentStripes;
+use sync::StripeHealth;
 
 use crate::buf::{Buf, SharedBuf};
 use crate::error::{VolumeError, VolumeResult};
-use crate::node::{child_runs, ArrayNode, ZeroKind};
+use crate::node::{
+    children_cache_usage, children_destage_aged, flush_children, read_runs, resync_children,
+    ArrayNode, NodeIo, NodeMaintenance, ScrubPass, ZeroKind,
+};
 use crate::parity::{self, Loss};
 use crate::range_lock::RangeLock;
 use futures::future::{join_all, BoxFuture};
 use futures::FutureExt;
 use nbraid_layout::{ChildPiece, ParityGroup, ParityPiece, StripeRoles};
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -169,40 +201,29 @@ pub use nbraid_layout::CacheMode;
 /// One stripe's new bytes, as (offset within the stripe's logical range, bytes), sorted.
 type Segs = Vec<(u64, SharedBuf)>;
 
-/// The parity group's state, shared with the cache flusher thread.
+/// The parity group: its parts, each owning its state, and the order they are used in. Shared
+/// with the cache flusher thread.
 struct ParityCore {
-    layout: ParityGroup,
-    children: Vec<Box<dyn ArrayNode>>,
-    capacity: u64,
-    strip: u64,
-    /// Data chunks per stripe.
-    k: usize,
-    /// Parity chunks per stripe (1 or 2).
-    np: usize,
+    /// The children and the geometry (immutable).
+    chunks: Chunks,
     /// Over stripe numbers: exclusive for writes and destages, shared for reads.
     locks: RangeLock,
-    sync: SyncMap,
-    /// Stripes whose parity is known not to match their data: a write failed beyond the
-    /// stripe's tolerance after (or instead of) writing some chunks. Never rebuilt from until
-    /// a whole-chunk reconstruct-write or full-stripe write makes them consistent again.
-    stale: Mutex<HashSet<u64>>,
+    /// Which stripes' parity is known in sync, which known stale.
+    health: StripeHealth,
+    /// The write-back stripe cache (`None`: write-through).
     cache: Option<Cache>,
-    /// Set when some stripe ever lost a write beyond tolerance (for logs only).
-    warned: AtomicBool,
-    /// Set when the node is dropped: the flusher thread leaves it alone from then on.
-    closed: AtomicBool,
-    /// Held by the flusher thread while it destages this group (so a drop can wait for it).
-    flushing: Mutex<()>,
-    /// Chunk ranges rewritten after a read error (shared with the volume's counters).
-    repairs: Arc<AtomicU64>,
-    /// Recently rebuilt whole stripes (degraded reads): (stripe, data chunks), newest last.
-    /// Filled under the stripe's shared lock, forgotten under its exclusive lock.
-    /// Chunks handed straight to the reader that rebuilt the stripe are not kept (`None`).
-    recent: Mutex<VecDeque<(u64, Vec<Option<SharedBuf>>)>>,
+    /// Recently rebuilt whole stripes (degraded reads).
+    recent: RecentStripes,
     /// The partial-parity log (`crate::ppl`): partial-stripe writes log first.
     ppl: Option<crate::ppl::GroupLog>,
     /// Write-through: bytes partial-stripe writers left to the writers queued behind them.
     joins: join::Joins,
+    /// Chunk ranges rewritten after a read error (shared with the volume's counters).
+    repairs: Arc<AtomicU64>,
+    /// Set when the node is dropped: the flusher thread leaves it alone from then on.
+    closed: AtomicBool,
+    /// Held by the flusher thread while it destages this group (so a drop can wait for it).
+    flushing: Mutex<()>,
 }
 
 impl ParityCore {
@@ -215,17 +236,7 @@ impl ParityCore {
         max_age: Option<Duration>,
         repairs: Arc<AtomicU64>,
     ) -> ParityCore {
-        let strip = layout.strip();
-        let np = layout.parity();
-        let k = layout.data_chunks();
-        let sync = match sync {
-            SyncState::Clean => SyncMap::All,
-            SyncState::Unknown => SyncMap::Some(
-                (0..layout.stripes().div_ceil(64))
-                    .map(|_| AtomicU64::new(0))
-                    .collect(),
-            ),
-        };
+        let health = StripeHealth::new(sync, layout.stripes());
         let cache = match cache {
             CacheMode::WriteThrough => None,
             CacheMode::WriteBack { bytes } => Some(Cache {
@@ -235,223 +246,241 @@ impl ParityCore {
             }),
         };
         ParityCore {
-            layout,
-            children,
-            capacity,
-            strip,
-            k,
-            np,
+            chunks: Chunks::new(layout, children, capacity),
             locks: RangeLock::default(),
-            sync,
-            stale: Mutex::new(HashSet::new()),
+            health,
             cache,
-            warned: AtomicBool::new(false),
-            closed: AtomicBool::new(false),
-            flushing: Mutex::new(()),
-            repairs,
-            recent: Mutex::new(VecDeque::new()),
+            recent: RecentStripes::default(),
             ppl: None,
             joins: join::Joins::default(),
+            repairs,
+            closed: AtomicBool::new(false),
+            flushing: Mutex::new(()),
         }
     }
 
-    fn width(&self) -> u64 {
-        self.layout.stripe_width()
-    }
-
-    /// `[offset, offset+len)` cut at stripe boundaries, in order: (stripe, offset within the
-    /// stripe's logical range, bytes). The one splitter of the group's range into stripes
-    /// (`ParityGroup::split` cuts further, into chunks).
-    fn stripe_pieces(&self, offset: u64, len: u64) -> impl Iterator<Item = (u64, u64, u64)> {
-        let w = self.width();
-        let end = offset + len;
-        let mut at = offset;
-        std::iter::from_fn(move || {
-            (at < end).then(|| {
-                let (s, in_stripe) = (at / w, at % w);
-                let n = (w - in_stripe).min(end - at);
-                at += n;
-                (s, in_stripe, n)
-            })
-        })
-    }
-
-    /// Stripes `[first, last]` touched by `[offset, offset+len)`.
-    fn stripe_span(&self, offset: u64, len: u64) -> (u64, u64) {
-        let w = self.width();
-        (offset / w, (offset + len.max(1) - 1) / w)
-    }
-
+    /// The exclusive (writes) or shared (reads) lock of the stripes under `[offset, offset+len)`.
     fn lock_stripes(
         &self,
         offset: u64,
         len: u64,
         exclusive: bool,
     ) -> crate::range_lock::Acquire<'_> {
-        let (a, b) = self.stripe_span(offset, len);
+        let (a, b) = self.chunks.stripe_span(offset, len);
         self.locks.lock(a, b - a + 1, exclusive)
     }
 
-    /// Which children cannot serve rows `[r0, r1)` of `stripe`.
-    fn lost(&self, stripe: u64, r0: u64, r1: u64) -> Vec<bool> {
-        let at = self.layout.chunk_offset(stripe) + r0;
-        self.children
-            .iter()
-            .map(|c| !c.readable(at, r1 - r0))
+    /// Splits `[offset, offset+len)` of `data` into per-stripe segments.
+    pub(super) fn per_stripe(&self, offset: u64, data: &SharedBuf) -> Vec<(u64, Segs)> {
+        let mut at = 0;
+        self.chunks
+            .stripe_pieces(offset, data.len() as u64)
+            .map(
+                |StripePiece {
+                     stripe: s,
+                     in_stripe,
+                     len: n,
+                 }| {
+                    let piece = data.slice(at..at + n as usize);
+                    at += n as usize;
+                    (s, vec![(in_stripe, piece)])
+                },
+            )
             .collect()
     }
 
-    /// The one tolerance rule of a parity group: a stripe can be rebuilt (and written) while
-    /// no more of its children are lost than it has parity chunks.
-    fn tolerates(&self, lost_children: usize) -> bool {
-        lost_children <= self.np
-    }
-
-    /// [`Self::tolerates`] for the children marked in `lost`.
-    fn rebuildable(&self, lost: &[bool]) -> bool {
-        self.tolerates(lost.iter().filter(|&&l| l).count())
-    }
-
-    fn unavailable(&self, stripe: u64, lost: &[bool], what: &str) -> VolumeError {
-        let which: Vec<usize> = (0..lost.len()).filter(|&c| lost[c]).collect();
-        VolumeError::Unavailable {
-            reason: format!(
-                "{what}: stripe {stripe} of a {}-member RAID {} group has lost children {which:?}, more than its {} parity chunk(s) can rebuild",
-                self.children.len(),
-                if self.np == 1 { 5 } else { 6 },
-                self.np
-            ),
-        }
-    }
-
-    // -----------------------------------------------------------------------------------------
-    // Reads
-
-    // -----------------------------------------------------------------------------------------
-    // Writes
-}
-
-impl ArrayNode for ParityCore {
-    fn capacity(&self) -> u64 {
-        self.capacity
-    }
-
-    fn readable(&self, offset: u64, len: u64) -> bool {
-        if len == 0 {
-            return true;
-        }
-        let (a, b) = self.stripe_span(offset, len);
-        if b - a < 16 {
-            // Exact: each piece's chunk, or its stripe within tolerance.
-            return self.layout.split(offset, len).iter().all(|p| {
-                let at = self.layout.chunk_offset(p.stripe);
-                self.children[p.child].readable(at + p.in_chunk, p.len)
-                    || (!self.is_stale(p.stripe)
-                        && self.rebuildable(&self.lost(p.stripe, 0, self.strip)))
-            });
-        }
-        // Conservative over long ranges: children lost anywhere in the span.
-        if self.any_stale(a, b) {
-            return false;
-        }
-        let at = self.layout.chunk_offset(a);
-        let span = (b - a + 1) * self.strip;
-        self.tolerates(
-            self.children
-                .iter()
-                .filter(|c| !c.readable(at, span))
-                .count(),
-        )
-    }
-
-    /// Every child under the range's chunks is there.
-    fn intact(&self, offset: u64, len: u64) -> bool {
-        if len == 0 {
-            return true;
-        }
-        // The chunks a read uses, each on a child intact there: a lost member elsewhere in
-        // the stripe rebuilds nothing of this range.
-        self.layout.split(offset, len).iter().all(|p| {
-            let at = self.layout.chunk_offset(p.stripe);
-            self.children[p.child].intact(at + p.in_chunk, p.len)
-        })
-    }
-
-    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
-        async move {
-            let len = buf.len() as u64;
-            let g = self.lock_stripes(offset, len, false).await;
-            if self.cache_covers(offset, len) {
-                let mut buf = buf;
-                self.overlay_cache(offset, &mut buf);
-                return Ok(buf);
-            }
-            let (mut buf, repairs) = self.read_members(offset, buf).await?;
-            self.overlay_cache(offset, &mut buf);
-            drop(g);
-            for r in repairs {
-                self.repair(r).await;
-            }
-            Ok(buf)
-        }
-        .boxed()
-    }
-
-    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, VolumeResult<()>> {
-        self.write_inner(offset, data, fua).boxed()
-    }
-
-    fn zero(&self, offset: u64, len: u64, kind: ZeroKind) -> BoxFuture<'_, VolumeResult<()>> {
-        self.zero_range(offset, len, kind).boxed()
-    }
-
-    fn cache_usage(&self) -> CacheUsage {
-        let own = self
+    /// A write of the group: under the stripes' exclusive lock, each stripe's bytes go to
+    /// the write-back cache, are left to a writer queued behind (`join`), or are written to
+    /// the members through [`Self::write_stripe`] (`write.rs`: plan, log, member I/O).
+    pub(super) async fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> VolumeResult<()> {
+        let len = data.len() as u64;
+        let w = self.chunks.width();
+        // What this write may add to the cache: its partial stripes at either end.
+        let room_bytes = len
+            .min(2 * w)
+            .next_multiple_of(crate::buf::BUF_ALIGN as u64);
+        if self
             .cache
             .as_ref()
-            .map_or(CacheUsage::default(), |c| c.state.lock().usage(c.bound));
-        own.plus(crate::node::children_cache_usage(&self.children))
-    }
-
-    fn destage_aged(&self, older_than: Duration) -> BoxFuture<'_, ()> {
-        async move {
-            self.destage_older_than(older_than).await;
-            crate::node::children_destage_aged(&self.children, older_than).await;
+            .is_some_and(|c| c.needs_room(room_bytes))
+        {
+            // Make room first, before this write holds stripe locks an eviction may need.
+            if let Err(e) = self.evict(room_bytes).await {
+                tracing::warn!("stripe cache eviction: {e}");
+            }
         }
-        .boxed()
-    }
-
-    fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
-        async move {
-            self.drain().await?;
-            crate::node::flush_children(&self.children).await
+        let mut over_bound = false;
+        // Write-through: this write counts as in flight for the hold rule (`join`).
+        let arrival = self
+            .cache
+            .is_none()
+            .then(|| self.joins.arrive(offset, len, self.chunks.width()));
+        {
+            let mut g = self.lock_stripes(offset, len, true).await;
+            if arrival.is_some() {
+                self.joins.holding();
+            }
+            let streams = arrival.as_ref().is_some_and(|a| a.streams);
+            let mut futs = Vec::new();
+            // The first and last stripe that go to the members (the others are cached).
+            let mut written: Option<(u64, u64)> = None;
+            let mut to_members = |s: u64| {
+                written = Some(written.map_or((s, s), |(a, _)| (a, s)));
+            };
+            // Write-through stripes whose bytes this write left for a later writer (`join`).
+            let mut left = Vec::new();
+            for (s, segs) in self.per_stripe(offset, &data) {
+                let Some(cache) = &self.cache else {
+                    let queued = self.locks.exclusive_waiter(s, 1);
+                    self.debug_assert_exclusive(s, "leaving bytes to a later writer");
+                    match self.joins.take(s, segs, fua, w, (queued, streams)) {
+                        Joined::Write { segs, fua, waiters } => {
+                            to_members(s);
+                            futs.push(self.write_joined(s, segs, fua, waiters).boxed());
+                        }
+                        Joined::Leave(answer, wait) => left.push((s, answer, wait)),
+                    }
+                    continue;
+                };
+                if segs[0].1.len() as u64 == w {
+                    // A whole stripe bypasses the cache and supersedes its entry, which stays
+                    // listed until this write is on the members.
+                    to_members(s);
+                    futs.push(self.write_over_cache(s, segs, Some((0, w)), fua).boxed());
+                    continue;
+                }
+                let (o, d) = segs.into_iter().next().expect("one segment");
+                let d = compact(d);
+                let mut st = cache.state.lock();
+                if !st.admits(&d, cache.bound) {
+                    // No room (destaging fails, or this stripe alone exceeds the bound): write
+                    // it through rather than grow the cache past its bound.
+                    let mut merged = Entry::new();
+                    merged.segs = st
+                        .entries
+                        .get(&s)
+                        .map(|e| e.segs.clone())
+                        .unwrap_or_default();
+                    let newer = (o, o + d.len() as u64);
+                    merged.insert(o, d, None); // not cached: pins nothing
+                    drop(st);
+                    to_members(s);
+                    futs.push(
+                        self.write_over_cache(s, merged.segs, Some(newer), fua)
+                            .boxed(),
+                    );
+                    continue;
+                }
+                let full = st.insert(s, o, d, w);
+                over_bound |= st.pins.bytes > cache.bound;
+                if full || fua {
+                    let segs = st.entries[&s].segs.clone();
+                    drop(st);
+                    to_members(s);
+                    // The entry's own bytes: it stays whole if the write fails.
+                    futs.push(self.write_over_cache(s, segs, None, fua).boxed());
+                }
+            }
+            // A partial stripe at either end that only went into the cache is let go now:
+            // the next sequential writer, which completes it, need not wait for this one's
+            // member writes (it did, and the drives saw the writers out of order).
+            let g = written.map(|(a, b)| {
+                g.narrow(a, b - a + 1);
+                g
+            });
+            let results = join_all(futs).await;
+            drop(g);
+            // Only now, holding no stripe: the writer these were left to may be queued for
+            // stripes this write held too.
+            let answered =
+                join_all(left.into_iter().map(|(s, a, w)| self.finish_left(s, a, w))).await;
+            crate::node::all_ok(results.into_iter().chain(answered).collect())?;
         }
-        .boxed()
-    }
-
-    fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
-        async move {
-            ParityCore::resync(self).await?;
-            all_children_resync(&self.children).await
+        if over_bound {
+            // This write is in the cache (or on the members) either way: a stripe that cannot
+            // be destaged stays cached and dirty (reads see it) and the next flush reports it.
+            if let Err(e) = self.evict(0).await {
+                tracing::warn!("stripe cache eviction: {e}");
+            }
         }
-        .boxed()
+        Ok(())
     }
 
-    fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
-        ParityCore::resync_range(self, offset, len).boxed()
+    /// Writes a union [`join::Joins::take`] handed out and answers the writers who left
+    /// bytes in it; the caller holds the stripe's exclusive lock.
+    pub(super) async fn write_joined(
+        &self,
+        s: u64,
+        segs: Segs,
+        fua: bool,
+        waiters: Vec<oneshot::Sender<VolumeResult<()>>>,
+    ) -> VolumeResult<()> {
+        self.debug_assert_exclusive(s, "writing joined bytes");
+        let r = self.write_over_cache(s, segs, None, fua).await;
+        for tx in waiters {
+            // A writer that went away (its request dropped) needs no answer.
+            let _ = tx.send(r.as_ref().map(|_| ()).map_err(VolumeError::duplicate));
+        }
+        r
     }
 
-    fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
-        ParityCore::rebuild_range(self, offset, len).boxed()
+    /// Waits for the answer to bytes left on stripe `s`: after `wait`, queues for the stripe
+    /// again and, if nobody wrote them meanwhile, writes them. The caller holds no stripe
+    /// (not assertable: the lock table does not know its holders; a caller holding one would
+    /// deadlock here, which the join tests would show).
+    pub(super) async fn finish_left(
+        &self,
+        s: u64,
+        mut answer: Answer,
+        wait: Wait,
+    ) -> VolumeResult<()> {
+        if let Wait::Held(woken) = wait {
+            // The answer, or the wake (sent or dropped: either way time to look again).
+            if let Either::Left((answered, _)) = select(&mut answer, woken).await {
+                return joined(s, answered);
+            }
+        }
+        let _g = self.locks.lock(s, 1, true).await;
+        match answer.try_recv() {
+            Ok(Some(r)) => joined(s, Ok(r)),
+            Ok(None) => {
+                // Still left (our own sender is among the waiters): write them now.
+                self.debug_assert_exclusive(s, "writing bytes left on the stripe");
+                match self.joins.reclaim(s) {
+                    Joined::Write { segs, fua, waiters } => {
+                        self.write_joined(s, segs, fua, waiters).await
+                    }
+                    Joined::Leave(..) => unreachable!("reclaimed bytes are written"),
+                }
+            }
+            Err(oneshot::Canceled) => joined(s, Err(oneshot::Canceled)),
+        }
     }
 
-    fn scrub_range<'a>(
-        &'a self,
-        offset: u64,
-        len: u64,
-        pass: &'a crate::scrub::ScrubPass<'a>,
-    ) -> BoxFuture<'a, VolumeResult<()>> {
-        self.scrub_stripes(offset, len, pass).boxed()
+    /// Contract of everything that changes a stripe's members or what is known of them.
+    fn assert_exclusive(&self, stripe: u64, what: &str) {
+        assert!(
+            self.locks.holds(stripe, 1, true),
+            "stripe {stripe}: {what} without the stripe's exclusive lock"
+        );
+    }
+
+    /// [`Self::assert_exclusive`] where the same request already asserted it once on its way
+    /// (checking costs the lock table's mutex: once per request in release builds).
+    fn debug_assert_exclusive(&self, stripe: u64, what: &str) {
+        debug_assert!(
+            self.locks.holds(stripe, 1, true),
+            "stripe {stripe}: {what} without the stripe's exclusive lock"
+        );
+        let _ = what;
+    }
+
+    /// Contract of everything that reads a stripe's members.
+    fn assert_locked(&self, stripe: u64, what: &str) {
+        assert!(
+            self.locks.holds(stripe, 1, false),
+            "stripe {stripe}: {what} without the stripe's lock"
+        );
     }
 }
 
@@ -509,57 +538,114 @@ impl Drop for ParityNode {
     }
 }
 
-impl ArrayNode for ParityNode {
+impl NodeIo for ParityNode {
     fn capacity(&self) -> u64 {
-        self.core.capacity()
+        self.core.chunks.capacity
     }
+
     fn readable(&self, offset: u64, len: u64) -> bool {
-        self.core.readable(offset, len)
+        let (g, health) = (&self.core.chunks, &self.core.health);
+        if len == 0 {
+            return true;
+        }
+        let (a, b) = g.stripe_span(offset, len);
+        if b - a < 16 {
+            // Exact: each piece's chunk, or its stripe within tolerance.
+            return g.layout.split(offset, len).iter().all(|p| {
+                let at = g.layout.chunk_offset(p.stripe);
+                g.children[p.child].readable(at + p.in_chunk, p.len)
+                    || (!health.is_stale(p.stripe) && g.rebuildable(&g.lost(p.stripe, 0, g.strip)))
+            });
+        }
+        // Conservative over long ranges: children lost anywhere in the span.
+        if health.any_stale(a, b) {
+            return false;
+        }
+        let at = g.layout.chunk_offset(a);
+        let span = (b - a + 1) * g.strip;
+        g.tolerates(g.children.iter().filter(|c| !c.readable(at, span)).count())
     }
+
+    /// Every child under the range's chunks is there.
     fn intact(&self, offset: u64, len: u64) -> bool {
-        self.core.intact(offset, len)
+        let g = &self.core.chunks;
+        if len == 0 {
+            return true;
+        }
+        // The chunks a read uses, each on a child intact there: a lost member elsewhere in
+        // the stripe rebuilds nothing of this range.
+        g.layout.split(offset, len).iter().all(|p| {
+            let at = g.layout.chunk_offset(p.stripe);
+            g.children[p.child].intact(at + p.in_chunk, p.len)
+        })
     }
+
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
-        self.core.read(offset, buf)
+        self.core.read(offset, buf).boxed()
     }
+
     fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, VolumeResult<()>> {
-        self.core.write(offset, data, fua)
+        self.core.write(offset, data, fua).boxed()
     }
+
     fn zero(&self, offset: u64, len: u64, kind: ZeroKind) -> BoxFuture<'_, VolumeResult<()>> {
-        self.core.zero(offset, len, kind)
+        self.core.zero_range(offset, len, kind).boxed()
     }
+}
+
+/// The group's own maintenance (its cache, its stripes' parity), then its children's.
+impl NodeMaintenance for ParityNode {
+    fn children(&self) -> &[Box<dyn ArrayNode>] {
+        &self.core.chunks.children
+    }
+
     fn cache_usage(&self) -> CacheUsage {
-        self.core.cache_usage()
+        let own = self
+            .core
+            .cache
+            .as_ref()
+            .map_or(CacheUsage::default(), Cache::usage);
+        own.plus(children_cache_usage(self.children()))
     }
+
     fn destage_aged(&self, older_than: Duration) -> BoxFuture<'_, ()> {
-        ArrayNode::destage_aged(&*self.core, older_than)
+        async move {
+            self.core.destage_older_than(older_than).await;
+            children_destage_aged(self.children(), older_than).await;
+        }
+        .boxed()
     }
+
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
-        self.core.flush()
+        async move {
+            self.core.drain().await?;
+            flush_children(self.children()).await
+        }
+        .boxed()
     }
+
     fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
-        ArrayNode::resync(&*self.core)
+        async move {
+            self.core.resync().await?;
+            resync_children(self.children()).await
+        }
+        .boxed()
     }
+
     fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
-        ArrayNode::resync_range(&*self.core, offset, len)
+        self.core.resync_range(offset, len).boxed()
     }
+
     fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
-        ArrayNode::rebuild_range(&*self.core, offset, len)
+        self.core.rebuild_range(offset, len).boxed()
     }
+
     fn scrub_range<'a>(
         &'a self,
         offset: u64,
         len: u64,
-        pass: &'a crate::scrub::ScrubPass<'a>,
+        pass: &'a ScrubPass<'a>,
     ) -> BoxFuture<'a, VolumeResult<()>> {
-        self.core.scrub_range(offset, len, pass)
+        self.core.scrub_stripes(offset, len, pass).boxed()
     }
-}
-
-/// Resyncs every child (nodes below a parity group may hold parity groups too).
-pub(crate) async fn all_children_resync(children: &[Box<dyn ArrayNode>]) -> VolumeResult<()> {
-    for c in children {
-        c.resync().await?;
-    }
-    Ok(())
 }

@@ -2,11 +2,8 @@
 //! rebuilt stripe by stripe from the rest of the stripe; the few last rebuilt stripes kept for
 //! sequential degraded reads; read repair of chunks that returned errors.
 
-use super::plan::recovery;
+use super::plan::{recovery, Target};
 use super::*;
-
-/// Rebuilt stripes kept for the next degraded sequential read.
-pub(super) const RECENT_STRIPES: usize = 4;
 
 /// Copies each piece's bytes out of a stripe's kept data chunks (all present).
 pub(super) fn copy_pieces(rows: &[Option<SharedBuf>], pieces: Vec<(ParityPiece, Buf)>) -> Vec<Buf> {
@@ -34,6 +31,32 @@ pub(super) struct Repair {
 }
 
 impl ParityCore {
+    /// A read of the group: under the stripes' shared lock, from the cache when it holds
+    /// every byte, else from the members (rebuilding what is lost) with the cache's dirty
+    /// bytes laid over; chunks that returned read errors are rewritten afterwards, each
+    /// under its stripe's exclusive lock.
+    pub(super) async fn read(&self, offset: u64, buf: Buf) -> VolumeResult<Buf> {
+        let len = buf.len() as u64;
+        let g = self.lock_stripes(offset, len, false).await;
+        let cache = self.cache.as_ref();
+        if cache.is_some_and(|c| c.covers(&self.chunks, offset, len)) {
+            let mut buf = buf;
+            if let Some(c) = cache {
+                c.overlay(&self.chunks, offset, &mut buf);
+            }
+            return Ok(buf);
+        }
+        let (mut buf, repairs) = self.read_members(offset, buf).await?;
+        if let Some(c) = cache {
+            c.overlay(&self.chunks, offset, &mut buf);
+        }
+        drop(g);
+        for r in repairs {
+            self.repair(r).await;
+        }
+        Ok(buf)
+    }
+
     /// Reads rows `[r0, r1)` of the data chunks of `stripe` that `want` names, rebuilding lost
     /// ones from the rest of the stripe. `bufs[i]`, when given, receives chunk `i` (so a
     /// caller's buffer is filled in place); the others are allocated. Every returned buffer
@@ -53,7 +76,9 @@ impl ParityCore {
 
     /// [`Self::read_rows`], treating child `force_lost` as lost too (a repair rebuilds a
     /// chunk without trusting it), and also returning the children whose reads returned a
-    /// member I/O error (candidates for repair).
+    /// member I/O error (candidates for repair). Each round decides how to rebuild what is
+    /// lost, reads what that needs and it has not yet; a read that fails marks its child
+    /// lost and starts another round.
     pub(super) async fn read_rows_ex(
         &self,
         stripe: u64,
@@ -63,89 +88,61 @@ impl ParityCore {
         bufs: Vec<Option<Buf>>,
         force_lost: Option<usize>,
     ) -> VolumeResult<(Vec<Buf>, Vec<usize>)> {
+        let (k, strip) = (self.chunks.k, self.chunks.strip);
         assert!(
-            r0 < r1 && r1 <= self.strip,
-            "rows {r0}..{r1} outside a {}-byte strip",
-            self.strip
+            r0 < r1 && r1 <= strip,
+            "rows {r0}..{r1} outside a {strip}-byte strip"
         );
-        assert_eq!(want.len(), self.k, "one wish per data chunk");
-        assert!(
-            self.locks.holds(stripe, 1, false),
-            "stripe {stripe} is read without its lock"
-        );
-        let roles = self.layout.roles(stripe);
-        let base = self.layout.chunk_offset(stripe) + r0;
-        let rows = (r1 - r0) as usize;
-        let mut lost = self.lost(stripe, r0, r1);
+        assert_eq!(want.len(), k, "one wish per data chunk");
+        self.assert_locked(stripe, "a read of its rows");
+        let roles = self.chunks.layout.roles(stripe);
+        let base = self.chunks.layout.chunk_offset(stripe) + r0;
+        let n = (r1 - r0) as usize;
+        let mut lost = self.chunks.lost(stripe, r0, r1);
         if let Some(c) = force_lost {
             lost[c] = true;
         }
         let mut bad: Vec<usize> = Vec::new();
-        let mut data: Vec<Option<Buf>> = bufs;
-        let mut have = vec![false; self.k];
-        let mut p: Option<Buf> = None;
-        let mut q: Option<Buf> = None;
+        let mut data: Vec<Gathered> = bufs.into_iter().map(Gathered::Pending).collect();
+        let (mut p, mut q): (Option<Buf>, Option<Buf>) = (None, None);
         let mut errors: Vec<VolumeError> = Vec::new();
         loop {
-            let lost_data: Vec<usize> = (0..self.k).filter(|&i| lost[roles.data[i]]).collect();
-            let rebuild = lost_data.iter().any(|&i| want[i]);
-            let mut plan = None;
-            if rebuild && self.is_stale(stripe) {
-                return Err(VolumeError::Unavailable {
-                    reason: format!(
-                        "stripe {stripe}: a chunk is lost and the stripe's parity is stale (an earlier write failed beyond tolerance)"
-                    ),
-                });
-            }
-            if rebuild {
-                let mut slots: Vec<usize> = lost_data.iter().map(|&i| roles.q_slot[i]).collect();
-                slots.sort_unstable();
-                let q_ok = roles.q.is_some_and(|c| !lost[c]);
-                match recovery(&slots, !lost[roles.p], q_ok) {
-                    Some(r) => plan = Some(r),
-                    None => {
-                        let mut e = self.unavailable(stripe, &lost, "read");
-                        if let Some(first) = errors.pop() {
-                            e = VolumeError::Unavailable {
-                                reason: format!("{e} (last member error: {first})"),
-                            };
-                        }
-                        return Err(e);
+            let rebuild = (0..k).any(|i| want[i] && lost[roles.data[i]]);
+            let plan = match rebuild {
+                true => Some(self.recovery_plan(stripe, &roles, &lost, errors.last())?),
+                false => None,
+            };
+            let (need_p, need_q) = plan.map_or((false, false), |(_, np, nq)| (np, nq));
+            // Reads still to issue: (child, target).
+            let mut todo: Vec<(usize, Target, Buf)> = Vec::new();
+            for i in 0..k {
+                if let Gathered::Pending(given) = &mut data[i] {
+                    if !lost[roles.data[i]] && (want[i] || rebuild) {
+                        let b = given.take().unwrap_or_else(|| Buf::new(n));
+                        todo.push((roles.data[i], Target::Data(i), b));
                     }
                 }
             }
-            let (need_p, need_q) = plan.map_or((false, false), |(_, np, nq)| (np, nq));
-            // Reads to issue: (child, target) where target is a data index or k (P) / k+1 (Q).
-            let mut todo: Vec<(usize, usize, Buf)> = Vec::new();
-            for i in 0..self.k {
-                if !have[i] && !lost[roles.data[i]] && (want[i] || rebuild) {
-                    let b = data[i].take().unwrap_or_else(|| Buf::new(rows));
-                    todo.push((roles.data[i], i, b));
-                }
-            }
             if need_p && p.is_none() {
-                todo.push((roles.p, self.k, Buf::new(rows)));
+                todo.push((roles.p, Target::P, Buf::new(n)));
             }
             if need_q && q.is_none() {
                 let qc = roles.q.expect("need_q only with Q");
-                todo.push((qc, self.k + 1, Buf::new(rows)));
+                todo.push((qc, Target::Q, Buf::new(n)));
             }
-            let meta: Vec<(usize, usize)> = todo.iter().map(|t| (t.0, t.1)).collect();
+            let meta: Vec<(usize, Target)> = todo.iter().map(|t| (t.0, t.1)).collect();
             let results = join_all(
                 todo.into_iter()
-                    .map(|(c, _, b)| self.children[c].read(base, b)),
+                    .map(|(c, _, b)| self.chunks.children[c].read(base, b)),
             )
             .await;
             let mut failed = false;
             for ((c, target), r) in meta.into_iter().zip(results) {
-                match r {
-                    Ok(b) if target < self.k => {
-                        data[target] = Some(b);
-                        have[target] = true;
-                    }
-                    Ok(b) if target == self.k => p = Some(b),
-                    Ok(b) => q = Some(b),
-                    Err(e) => {
+                match (r, target) {
+                    (Ok(b), Target::Data(i)) => data[i] = Gathered::Read(b),
+                    (Ok(b), Target::P) => p = Some(b),
+                    (Ok(b), Target::Q) => q = Some(b),
+                    (Err(e), _) => {
                         lost[c] = true;
                         failed = true;
                         if e.is_member_io() {
@@ -160,34 +157,80 @@ impl ParityCore {
             }
             let mut out: Vec<Buf> = data
                 .into_iter()
-                .map(|b| b.unwrap_or_else(|| Buf::new(rows)))
+                .map(|g| match g {
+                    Gathered::Read(b) | Gathered::Pending(Some(b)) => b,
+                    Gathered::Pending(None) => Buf::new(n),
+                })
                 .collect();
             if let Some((loss, _, _)) = plan {
-                let mut pb = p.unwrap_or_else(|| Buf::new(rows));
-                let mut order = vec![0usize; self.k];
-                for i in 0..self.k {
-                    order[roles.q_slot[i]] = i;
-                }
-                let mut refs: Vec<Option<&mut [u8]>> =
-                    out.iter_mut().map(|b| Some(&mut b[..])).collect();
-                let mut slots: Vec<&mut [u8]> = order
-                    .iter()
-                    .map(|&i| refs[i].take().expect("each index once"))
-                    .collect();
-                match loss {
-                    Loss::Data(x) => parity::recover_data_p(&mut slots, &pb, x),
-                    Loss::DataP(x) => {
-                        let qb = q.as_ref().expect("read Q");
-                        parity::recover_data_and_p(&mut slots, &mut pb, qb, x)
-                    }
-                    Loss::TwoData(a, b) => {
-                        let qb = q.as_ref().expect("read Q");
-                        parity::recover_two_data(&mut slots, &pb, qb, a, b)
-                    }
-                    _ => unreachable!("recovery() returns data losses only"),
-                }
+                let p = p.unwrap_or_else(|| Buf::new(n));
+                self.rebuild_rows(&roles, &mut out, p, q.as_ref(), loss);
             }
             return Ok((out, bad));
+        }
+    }
+
+    /// How to rebuild the lost data chunks of `stripe` from what survives: (loss, needs P,
+    /// needs Q), or why it cannot (`last_error`: the latest member error of this read).
+    fn recovery_plan(
+        &self,
+        stripe: u64,
+        roles: &StripeRoles,
+        lost: &[bool],
+        last_error: Option<&VolumeError>,
+    ) -> VolumeResult<(Loss, bool, bool)> {
+        if self.health.is_stale(stripe) {
+            return Err(VolumeError::Unavailable {
+                reason: format!(
+                    "stripe {stripe}: a chunk is lost and the stripe's parity is stale (an earlier write failed beyond tolerance)"
+                ),
+            });
+        }
+        let mut slots: Vec<usize> = (0..self.chunks.k)
+            .filter(|&i| lost[roles.data[i]])
+            .map(|i| roles.q_slot[i])
+            .collect();
+        slots.sort_unstable();
+        let q_ok = roles.q.is_some_and(|c| !lost[c]);
+        recovery(&slots, !lost[roles.p], q_ok).ok_or_else(|| {
+            let e = self.chunks.unavailable(stripe, lost, "read");
+            match last_error {
+                Some(first) => VolumeError::Unavailable {
+                    reason: format!("{e} (last member error: {first})"),
+                },
+                None => e,
+            }
+        })
+    }
+
+    /// Rebuilds the lost data rows in `out` (data order) in place from the others and P
+    /// (and Q).
+    fn rebuild_rows(
+        &self,
+        roles: &StripeRoles,
+        out: &mut [Buf],
+        mut p: Buf,
+        q: Option<&Buf>,
+        loss: Loss,
+    ) {
+        let mut refs: Vec<Option<&mut [u8]>> = out.iter_mut().map(|b| Some(&mut b[..])).collect();
+        let mut slots: Vec<&mut [u8]> = self
+            .chunks
+            .slot_order(roles)
+            .iter()
+            .map(|&i| refs[i].take().expect("each index once"))
+            .collect();
+        match loss {
+            Loss::Data(x) => parity::recover_data_p(&mut slots, &p, x),
+            Loss::DataP(x) => {
+                let qb = q.expect("read Q");
+                parity::recover_data_and_p(&mut slots, &mut p, qb, x)
+            }
+            Loss::TwoData(a, b) => {
+                let qb = q.expect("read Q");
+                parity::recover_two_data(&mut slots, &p, qb, a, b)
+            }
+            _ => unreachable!("recovery() returns data losses only"),
         }
     }
 
@@ -200,10 +243,13 @@ impl ParityCore {
         buf: Buf,
     ) -> VolumeResult<(Buf, Vec<Repair>)> {
         let len = buf.len() as u64;
-        let pieces = self.layout.split(offset, len);
+        let pieces = self.chunks.layout.split(offset, len);
         let lens: Vec<usize> = pieces.iter().map(|p| p.len as usize).collect();
         let direct = pieces.iter().all(|p| {
-            self.children[p.child].readable(self.layout.chunk_offset(p.stripe) + p.in_chunk, p.len)
+            self.chunks.children[p.child].readable(
+                self.chunks.layout.chunk_offset(p.stripe) + p.in_chunk,
+                p.len,
+            )
         }) && !self.rebuild_ahead(offset, len, &pieces);
         let mut slots: Vec<Option<Buf>> = buf.split_lengths(&lens).into_iter().map(Some).collect();
         // Pieces to rebuild: (piece index, child whose read failed and whether with an I/O
@@ -215,42 +261,17 @@ impl ParityCore {
                 .map(|p| ChildPiece {
                     logical: p.logical,
                     child: p.child,
-                    offset: self.layout.chunk_offset(p.stripe) + p.in_chunk,
+                    offset: self.chunks.layout.chunk_offset(p.stripe) + p.in_chunk,
                     len: p.len,
                 })
                 .collect();
-            let runs = child_runs(self.children.len(), &cp);
-            let futs = runs.iter().map(|(child, at, idx)| {
-                let mut mine: Vec<Buf> = idx
-                    .iter()
-                    .map(|&i| slots[i].take().expect("each piece in one run"))
-                    .collect();
-                let node = &self.children[*child];
-                async move {
-                    if mine.len() == 1 {
-                        let b = mine.pop().expect("one");
-                        node.read(*at, b).await.map(|b| vec![b])
-                    } else {
-                        node.read_vectored(*at, mine).await
-                    }
-                }
-            });
-            let results = join_all(futs).await;
-            for ((child, _, idx), r) in runs.iter().zip(results) {
-                match r {
-                    Ok(bufs) => {
-                        for (&i, b) in idx.iter().zip(bufs) {
-                            slots[i] = Some(b);
-                        }
-                    }
-                    // A member error, or a child (a mirror, say) with no readable copy.
-                    Err(e) => {
-                        tracing::warn!("parity read {offset}+{len}: {e}; rebuilding from parity");
-                        let io = e.is_member_io();
-                        todo.extend(idx.iter().map(|&i| (i, Some((*child, io)))));
-                    }
-                }
-            }
+            read_runs(&self.chunks.children, &cp, &mut slots, |run, e| {
+                // A member error, or a child (a mirror, say) with no readable copy.
+                tracing::warn!("parity read {offset}+{len}: {e}; rebuilding from parity");
+                let io = e.is_member_io();
+                todo.extend(run.pieces.iter().map(|&i| (i, Some((run.child, io)))));
+            })
+            .await;
             if todo.is_empty() {
                 let got = slots.into_iter().map(|b| b.expect("read")).collect();
                 return Ok((Buf::join(got), Vec::new()));
@@ -308,13 +329,13 @@ impl ParityCore {
     /// one) that has a lost data chunk the read does not cover, so the next request will
     /// need that chunk rebuilt — from rows this read would otherwise fetch a second time.
     pub(super) fn rebuild_ahead(&self, offset: u64, len: u64, pieces: &[ParityPiece]) -> bool {
-        if len < self.strip {
+        if len < self.chunks.strip {
             return false;
         }
-        let (a, b) = self.stripe_span(offset, len);
-        let at = self.layout.chunk_offset(a);
-        let span = (b - a + 1) * self.strip;
-        if self.children.iter().all(|c| c.readable(at, span)) {
+        let (a, b) = self.chunks.stripe_span(offset, len);
+        let at = self.chunks.layout.chunk_offset(a);
+        let span = (b - a + 1) * self.chunks.strip;
+        if self.chunks.children.iter().all(|c| c.readable(at, span)) {
             return false; // Healthy here: the common case costs one check per child.
         }
         let mut i = 0;
@@ -323,13 +344,13 @@ impl ParityCore {
             let mut j = i;
             let mut whole = 0;
             while j < pieces.len() && pieces[j].stripe == s {
-                whole += usize::from(pieces[j].len == self.strip);
+                whole += usize::from(pieces[j].len == self.chunks.strip);
                 j += 1;
             }
-            if whole > 0 && whole < self.k {
-                let roles = self.layout.roles(s);
-                let lost = self.lost(s, 0, self.strip);
-                if data_lost(&roles, &lost) && self.rebuildable(&lost) {
+            if whole > 0 && whole < self.chunks.k {
+                let roles = self.chunks.layout.roles(s);
+                let lost = self.chunks.lost(s, 0, self.chunks.strip);
+                if data_lost(&roles, &lost) && self.chunks.rebuildable(&lost) {
                     return true;
                 }
             }
@@ -349,35 +370,37 @@ impl ParityCore {
         force: Force,
     ) -> VolumeResult<(Vec<Buf>, Vec<Repair>)> {
         if force.is_none() {
-            if let Some(rows) = self.recent_get(stripe) {
+            if let Some(rows) = self.recent.get(stripe) {
                 if pieces.iter().all(|(p, _)| rows[p.data_index].is_some()) {
                     return Ok((copy_pieces(&rows, pieces), Vec::new()));
                 }
             }
-            let whole = pieces.len() == self.k
+            let whole = pieces.len() == self.chunks.k
                 && pieces
                     .iter()
-                    .all(|(p, _)| p.in_chunk == 0 && p.len == self.strip);
-            let roles = self.layout.roles(stripe);
-            let lost = self.lost(stripe, 0, self.strip);
-            let rebuildable = self.rebuildable(&lost);
-            if !whole && data_lost(&roles, &lost) && rebuildable && !self.is_stale(stripe) {
+                    .all(|(p, _)| p.in_chunk == 0 && p.len == self.chunks.strip);
+            let roles = self.chunks.layout.roles(stripe);
+            let lost = self.chunks.lost(stripe, 0, self.chunks.strip);
+            let rebuildable = self.chunks.rebuildable(&lost);
+            if !whole && data_lost(&roles, &lost) && rebuildable && !self.health.is_stale(stripe) {
                 // Whole chunks the request wants are read (or rebuilt) straight into its
                 // buffers; every other chunk is kept for the next request.
-                let want = vec![true; self.k];
-                let mut bufs: Vec<Option<Buf>> = (0..self.k).map(|_| None).collect();
+                let want = vec![true; self.chunks.k];
+                let mut bufs: Vec<Option<Buf>> = (0..self.chunks.k).map(|_| None).collect();
                 let mut outs: Vec<(ParityPiece, Option<Buf>)> = Vec::with_capacity(pieces.len());
                 for (p, b) in pieces {
-                    if p.in_chunk == 0 && p.len == self.strip {
+                    if p.in_chunk == 0 && p.len == self.chunks.strip {
                         bufs[p.data_index] = Some(b);
                         outs.push((p, None));
                     } else {
                         outs.push((p, Some(b)));
                     }
                 }
-                let rows = self.read_rows(stripe, 0, self.strip, &want, bufs).await?;
+                let rows = self
+                    .read_rows(stripe, 0, self.chunks.strip, &want, bufs)
+                    .await?;
                 let mut keep: Vec<Option<Buf>> = rows.into_iter().map(Some).collect();
-                let mut handed = vec![false; self.k];
+                let mut handed = vec![false; self.chunks.k];
                 for (p, b) in outs.iter_mut() {
                     if b.is_none() {
                         handed[p.data_index] = true;
@@ -400,36 +423,11 @@ impl ParityCore {
                     .zip(handed)
                     .map(|(b, h)| if h { None } else { b.map(Buf::freeze) })
                     .collect();
-                self.recent_put(stripe, kept);
+                self.recent.put(stripe, kept);
                 return Ok((out, Vec::new()));
             }
         }
         self.read_stripe_pieces(stripe, pieces, force).await
-    }
-
-    pub(super) fn recent_get(&self, stripe: u64) -> Option<Vec<Option<SharedBuf>>> {
-        let r = self.recent.lock();
-        r.iter()
-            .find(|(s, _)| *s == stripe)
-            .map(|(_, rows)| rows.clone())
-    }
-
-    pub(super) fn recent_put(&self, stripe: u64, rows: Vec<Option<SharedBuf>>) {
-        let mut r = self.recent.lock();
-        r.retain(|(s, _)| *s != stripe);
-        if r.len() >= RECENT_STRIPES {
-            r.pop_front();
-        }
-        r.push_back((stripe, rows));
-    }
-
-    /// Forgets a rebuilt stripe (its data is about to change). Callers hold the stripe's
-    /// exclusive lock, so no read can put it back before the change is on the members.
-    pub(super) fn recent_forget(&self, stripe: u64) {
-        let mut r = self.recent.lock();
-        if !r.is_empty() {
-            r.retain(|(s, _)| *s != stripe);
-        }
     }
 
     /// Reads the pieces of one stripe (any lost chunks rebuilt), filling their buffers.
@@ -445,8 +443,8 @@ impl ParityCore {
             .map(|(p, _)| p.in_chunk + p.len)
             .max()
             .expect("piece");
-        let mut want = vec![false; self.k];
-        let mut bufs: Vec<Option<Buf>> = (0..self.k).map(|_| None).collect();
+        let mut want = vec![false; self.chunks.k];
+        let mut bufs: Vec<Option<Buf>> = (0..self.chunks.k).map(|_| None).collect();
         let mut outs: Vec<(ParityPiece, Option<Buf>)> = Vec::with_capacity(pieces.len());
         for (p, b) in pieces {
             want[p.data_index] = true;
@@ -495,18 +493,18 @@ impl ParityCore {
     /// under the stripe's exclusive lock and rebuilds afresh under it, so no write is undone.
     pub(super) async fn repair(&self, r: Repair) {
         let _g = self.locks.lock(r.stripe, 1, true).await;
-        let roles = self.layout.roles(r.stripe);
-        let at = self.layout.chunk_offset(r.stripe) + r.r0;
-        if !self.children[r.child].readable(at, r.r1 - r.r0) {
+        let roles = self.chunks.layout.roles(r.stripe);
+        let at = self.chunks.layout.chunk_offset(r.stripe) + r.r0;
+        if !self.chunks.children[r.child].readable(at, r.r1 - r.r0) {
             return; // Failed meanwhile: nothing to repair.
         }
-        if !self.in_sync(r.stripe) || self.is_stale(r.stripe) {
+        if !self.health.in_sync(r.stripe) || self.health.is_stale(r.stripe) {
             // Parity not known to match: a rebuilt chunk could be wrong, and writing it back
             // would make that permanent. Leave the chunk as it is.
             return;
         }
-        let want = vec![true; self.k];
-        let none = (0..self.k).map(|_| None).collect();
+        let want = vec![true; self.chunks.k];
+        let none = (0..self.chunks.k).map(|_| None).collect();
         let rows = match self
             .read_rows_ex(r.stripe, r.r0, r.r1, &want, none, Some(r.child))
             .await
@@ -522,9 +520,9 @@ impl ParityCore {
             }
         };
         let rows: Vec<SharedBuf> = rows.into_iter().map(Buf::freeze).collect();
-        let fresh = self.chunk_from_rows(&roles, &rows, r.child);
-        self.recent_forget(r.stripe);
-        match self.children[r.child].write(at, fresh, false).await {
+        let fresh = self.chunks.chunk_from_rows(&roles, &rows, r.child);
+        self.recent.forget(r.stripe);
+        match self.chunks.children[r.child].write(at, fresh, false).await {
             Ok(()) => {
                 self.repairs.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(
@@ -540,39 +538,16 @@ impl ParityCore {
     }
 }
 
-/// Whether a data chunk of the stripe (not only a parity chunk) is among the `lost` children.
-impl ParityCore {
-    /// Child `child`'s bytes of a stripe whose data rows are `rows` (all `k` of them): its
-    /// data chunk, or P or Q generated from them.
-    pub(super) fn chunk_from_rows(
-        &self,
-        roles: &StripeRoles,
-        rows: &[SharedBuf],
-        child: usize,
-    ) -> SharedBuf {
-        if let Some(i) = roles.data_index_of(child) {
-            return rows[i].clone();
-        }
-        let n = rows[0].len();
-        let mut order = vec![0usize; self.k];
-        for i in 0..self.k {
-            order[roles.q_slot[i]] = i;
-        }
-        let srcs: Vec<&[u8]> = order.iter().map(|&i| &rows[i][..]).collect();
-        let (mut p, mut q) = (Buf::new(n), Buf::new(n));
-        if self.np == 2 {
-            parity::pq_gen(&srcs, &mut p, &mut q);
-        } else {
-            parity::xor_gen(&srcs, &mut p);
-        }
-        if Some(child) == roles.q {
-            q.freeze()
-        } else {
-            p.freeze()
-        }
-    }
+/// One data chunk's rows while a read gathers them.
+enum Gathered {
+    /// Not read yet: the caller's buffer for it, if one was given (and not lost to a failed
+    /// read).
+    Pending(Option<Buf>),
+    /// Read from its child.
+    Read(Buf),
 }
 
+/// Whether a data chunk of the stripe (not only a parity chunk) is among the `lost` children.
 fn data_lost(roles: &StripeRoles, lost: &[bool]) -> bool {
     (0..lost.len()).any(|c| lost[c] && roles.data_index_of(c).is_some())
 }

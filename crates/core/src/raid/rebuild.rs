@@ -1,3 +1,6 @@
+//! Bringing a parity group's redundancy up to date: resync (every stripe not known in sync
+//! rewritten whole: data as read, parity regenerated) and rebuild.
+//!
 //! Rebuilding children of a parity group that take writes but are not read (a new member in
 //! a failed one's place): each stripe of the range is read — the lost chunks reconstructed
 //! from the rest, as a degraded read does — and only the rebuilding children's chunks are
@@ -20,23 +23,90 @@
 use super::*;
 
 impl ParityCore {
+    /// Recomputes parity of every stripe not known to be in sync.
+    pub async fn resync(&self) -> VolumeResult<()> {
+        for s in 0..self.chunks.layout.stripes() {
+            if !self.health.in_sync(s) {
+                self.resync_stripe(s).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Rewrites every stripe touched by `[offset, offset+len)` whole (see
+    /// [`crate::node::NodeMaintenance::resync_range`]), after its children made their own copies agree.
+    pub(super) async fn resync_range(&self, offset: u64, len: u64) -> VolumeResult<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let (a, b) = self.chunks.stripe_span(offset, len);
+        let (c0, c1) = (
+            self.chunks.layout.chunk_offset(a),
+            self.chunks.layout.chunk_offset(b) + self.chunks.strip,
+        );
+        for c in &self.chunks.children {
+            if c.writable(c0, c1 - c0) {
+                c.resync_range(c0, c1 - c0).await?;
+            }
+        }
+        for s in a..=b {
+            self.resync_stripe(s).await?;
+        }
+        Ok(())
+    }
+
+    /// Reads stripe `s`'s data (rebuilding what is lost) and writes the whole stripe: data on
+    /// every writable child, parity regenerated.
+    async fn resync_stripe(&self, s: u64) -> VolumeResult<()> {
+        let _g = self.locks.lock(s, 1, true).await;
+        let want = vec![true; self.chunks.k];
+        let rows = self
+            .read_rows(
+                s,
+                0,
+                self.chunks.strip,
+                &want,
+                (0..self.chunks.k).map(|_| None).collect(),
+            )
+            .await?;
+        let w = self.chunks.width();
+        let mut all = Buf::new(w as usize);
+        for (i, r) in rows.iter().enumerate() {
+            all[i * self.chunks.strip as usize..(i + 1) * self.chunks.strip as usize]
+                .copy_from_slice(r);
+        }
+        // Not with the cache's dirty bytes: then the write changes no byte a present member
+        // holds (only parity and a resyncing member's chunk), so a crash tearing it can cost
+        // nothing a member that is absent at the next start needs. The cached bytes reach the
+        // members later through the logged write path.
+        // A full-row write regenerates parity and rewrites every data chunk.
+        self.write_stripe(s, vec![(0, all.freeze())], false).await?;
+        self.health.mark_in_sync(s);
+        Ok(())
+    }
+
     pub(super) async fn rebuild_range(&self, offset: u64, len: u64) -> VolumeResult<()> {
         if len == 0 {
             return Ok(());
         }
-        let (a, b) = self.stripe_span(offset, len);
-        let c0 = self.layout.chunk_offset(a);
-        let clen = self.layout.chunk_offset(b) + self.strip - c0;
+        let (a, b) = self.chunks.stripe_span(offset, len);
+        let c0 = self.chunks.layout.chunk_offset(a);
+        let clen = self.chunks.layout.chunk_offset(b) + self.chunks.strip - c0;
         let _g = self.locks.lock(a, b - a + 1, true).await;
-        let mut readable: Vec<bool> = self.children.iter().map(|c| c.readable(c0, clen)).collect();
+        let mut readable: Vec<bool> = self
+            .chunks
+            .children
+            .iter()
+            .map(|c| c.readable(c0, clen))
+            .collect();
         // Readable children rebuild what is below them (replacements, nested groups) under
         // this group's lock. One that cannot for a member's read error (a mirrored pair
         // whose last copy errs, a new member in the other) is rebuilt from this group's
         // parity instead: written whole, its new member gets the bytes too.
         let below = join_all(
-            (0..self.children.len())
+            (0..self.chunks.children.len())
                 .filter(|&c| readable[c])
-                .map(|c| async move { (c, self.children[c].rebuild_range(c0, clen).await) }),
+                .map(|c| async move { (c, self.chunks.children[c].rebuild_range(c0, clen).await) }),
         )
         .await;
         for (c, r) in below {
@@ -46,8 +116,8 @@ impl ParityCore {
                 Err(e) => return Err(e),
             }
         }
-        let targets: Vec<usize> = (0..self.children.len())
-            .filter(|&c| !readable[c] && self.children[c].writable(c0, clen))
+        let targets: Vec<usize> = (0..self.chunks.children.len())
+            .filter(|&c| !readable[c] && self.chunks.children[c].writable(c0, clen))
             .collect();
         if targets.is_empty() {
             return Ok(());
@@ -63,21 +133,27 @@ impl ParityCore {
     /// false (nothing written) when the slow path must do it.
     async fn rebuild_window(&self, a: u64, b: u64, readable: &[bool], targets: &[usize]) -> bool {
         let lost = readable.iter().filter(|&&r| !r).count();
-        if !self.tolerates(lost) || self.any_stale(a, b) {
+        if !self.chunks.tolerates(lost) || self.health.any_stale(a, b) {
             return false;
         }
-        let c0 = self.layout.chunk_offset(a);
-        let clen = self.layout.chunk_offset(b) + self.strip - c0;
-        let reads =
-            join_all(
-                (0..self.children.len())
-                    .filter(|&c| readable[c])
-                    .map(|c| async move {
-                        (c, self.children[c].read(c0, Buf::new(clen as usize)).await)
-                    }),
-            )
-            .await;
-        let mut bufs: Vec<Buf> = (0..self.children.len()).map(|_| Buf::new(0)).collect();
+        let c0 = self.chunks.layout.chunk_offset(a);
+        let clen = self.chunks.layout.chunk_offset(b) + self.chunks.strip - c0;
+        let reads = join_all(
+            (0..self.chunks.children.len())
+                .filter(|&c| readable[c])
+                .map(|c| async move {
+                    (
+                        c,
+                        self.chunks.children[c]
+                            .read(c0, Buf::new(clen as usize))
+                            .await,
+                    )
+                }),
+        )
+        .await;
+        let mut bufs: Vec<Buf> = (0..self.chunks.children.len())
+            .map(|_| Buf::new(0))
+            .collect();
         for (c, r) in reads {
             match r {
                 Ok(buf) => bufs[c] = buf,
@@ -89,19 +165,19 @@ impl ParityCore {
                 *b = Buf::new(clen as usize);
             }
         }
-        let strip = self.strip as usize;
+        let strip = self.chunks.strip as usize;
         for s in a..=b {
-            let roles = self.layout.roles(s);
+            let roles = self.chunks.layout.roles(s);
             let Some(loss) = loss_of(&roles, readable) else {
                 continue;
             };
-            let off = (self.layout.chunk_offset(s) - c0) as usize;
+            let off = (self.chunks.layout.chunk_offset(s) - c0) as usize;
             let mut parts: Vec<Option<&mut [u8]>> = bufs
                 .iter_mut()
                 .map(|b| Some(&mut b[off..off + strip]))
                 .collect();
-            let mut order = vec![0usize; self.k];
-            for i in 0..self.k {
+            let mut order = vec![0usize; self.chunks.k];
+            for i in 0..self.chunks.k {
                 order[roles.q_slot[i]] = i;
             }
             let mut data: Vec<&mut [u8]> = order
@@ -115,7 +191,7 @@ impl ParityCore {
         let mut bufs: Vec<Option<Buf>> = bufs.into_iter().map(Some).collect();
         let writes = targets.iter().map(|&t| {
             let data = bufs[t].take().expect("each target once").freeze();
-            self.children[t].write(c0, data, false)
+            self.chunks.children[t].write(c0, data, false)
         });
         // A child that fails the write is marked failed by its leaf (as in the slow path).
         drop(join_all(writes).await);
@@ -124,15 +200,15 @@ impl ParityCore {
 
     /// Writes the chunks of `targets` in stripe `s` from the rest of the stripe.
     async fn rebuild_stripe(&self, s: u64, targets: &[usize]) -> VolumeResult<()> {
-        let roles = self.layout.roles(s);
-        let want = vec![true; self.k];
-        let none = (0..self.k).map(|_| None).collect();
-        let rows = self.read_rows(s, 0, self.strip, &want, none).await?;
+        let roles = self.chunks.layout.roles(s);
+        let want = vec![true; self.chunks.k];
+        let none = (0..self.chunks.k).map(|_| None).collect();
+        let rows = self.read_rows(s, 0, self.chunks.strip, &want, none).await?;
         let rows: Vec<SharedBuf> = rows.into_iter().map(Buf::freeze).collect();
-        let at = self.layout.chunk_offset(s);
+        let at = self.chunks.layout.chunk_offset(s);
         let writes = targets.iter().map(|&c| {
-            let bytes = self.chunk_from_rows(&roles, &rows, c);
-            self.children[c].write(at, bytes, false)
+            let bytes = self.chunks.chunk_from_rows(&roles, &rows, c);
+            self.chunks.children[c].write(at, bytes, false)
         });
         // A child that fails the write is marked failed by its leaf: the rebuild of the
         // others goes on, and whoever drives the rebuild sees the member failed.

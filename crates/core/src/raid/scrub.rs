@@ -16,6 +16,14 @@ enum Fix {
     Parity,
 }
 
+/// A mismatching stripe's diagnosis: what to rewrite, and the bytes (`p` carries the
+/// repaired data chunk for [`Fix::Data`]).
+struct Verdict {
+    fix: Fix,
+    p: Buf,
+    q: Buf,
+}
+
 impl ParityCore {
     /// Scrubs this group's stripes that begin in `[offset, offset+len)`, after its children
     /// scrubbed their rows of them.
@@ -25,37 +33,91 @@ impl ParityCore {
         len: u64,
         pass: &ScrubPass<'_>,
     ) -> VolumeResult<()> {
-        let w = self.width();
+        let w = self.chunks.width();
         let first = offset.div_ceil(w);
-        let end = (offset + len).div_ceil(w).min(self.layout.stripes());
+        let end = (offset + len).div_ceil(w).min(self.chunks.layout.stripes());
         if first >= end {
             return Ok(());
         }
-        let at = self.layout.chunk_offset(first);
-        let rows = self.layout.chunk_offset(end) - at;
-        let below = join_all(self.children.iter().map(|c| c.scrub_range(at, rows, pass))).await;
+        let at = self.chunks.layout.chunk_offset(first);
+        let rows = self.chunks.layout.chunk_offset(end) - at;
+        let below = join_all(
+            self.chunks
+                .children
+                .iter()
+                .map(|c| c.scrub_range(at, rows, pass)),
+        )
+        .await;
         crate::node::all_ok(below)?;
         let results = join_all((first..end).map(|s| self.scrub_stripe(s, pass))).await;
         crate::node::all_ok(results)
     }
 
+    /// Checks stripe `s` in three stages: read it whole, diagnose it, and (repairing) rewrite
+    /// what the diagnosis names.
     async fn scrub_stripe(&self, s: u64, pass: &ScrubPass<'_>) -> VolumeResult<()> {
         // A check only needs writers out; a repair rewrites chunks, so readers out too.
         let _g = self.locks.lock(s, 1, pass.repair).await;
-        if self.is_stale(s) || self.lost(s, 0, self.strip).iter().any(|&l| l) {
+        let strip = self.chunks.strip;
+        if self.health.is_stale(s) || self.chunks.lost(s, 0, strip).contains(&true) {
             pass.bump(|st| &st.skipped, 1);
             return Ok(());
         }
-        let roles = self.layout.roles(s);
-        let at = self.layout.chunk_offset(s);
-        let n = self.children.len();
-        let reads = join_all(
-            self.children
-                .iter()
-                .map(|c| c.read(at, Buf::new(self.strip as usize))),
+        let Some(chunks) = self.read_stripe_whole(s, pass).await else {
+            return Ok(());
+        };
+        pass.bump(|st| &st.checked, 1);
+        let roles = self.chunks.layout.roles(s);
+        let Some(verdict) = self.diagnose(s, &roles, &chunks) else {
+            return Ok(());
+        };
+        pass.bump(|st| &st.mismatches, 1);
+        if !pass.repair {
+            return Ok(());
+        }
+        let writes: Vec<(usize, SharedBuf)> = match verdict.fix {
+            Fix::Data(i) => vec![(roles.data[i], verdict.p.freeze())],
+            Fix::P => vec![(roles.p, verdict.p.freeze())],
+            Fix::Q => vec![(roles.q.expect("RAID 6"), verdict.q.freeze())],
+            Fix::Parity => {
+                let mut w = vec![(roles.p, verdict.p.freeze())];
+                if let Some(qc) = roles.q {
+                    w.push((qc, verdict.q.freeze()));
+                }
+                w
+            }
+        };
+        self.assert_exclusive(s, "a scrub repair");
+        self.recent.forget(s);
+        let at = self.chunks.layout.chunk_offset(s);
+        let results = join_all(
+            writes
+                .into_iter()
+                .map(|(c, b)| self.chunks.children[c].write(at, b, true)),
         )
         .await;
-        let mut chunks: Vec<Buf> = Vec::with_capacity(n);
+        if let Err(e) = crate::node::all_ok(results) {
+            // The leaf marked the member failed; the stripe is served degraded from now on.
+            tracing::warn!("scrub: repairing stripe {s} failed: {e}");
+            return Ok(());
+        }
+        self.health.mark_in_sync(s);
+        pass.bump(|st| &st.repaired, 1);
+        Ok(())
+    }
+
+    /// Every chunk of stripe `s`, by child; `None` (counted) when one returned an error.
+    async fn read_stripe_whole(&self, s: u64, pass: &ScrubPass<'_>) -> Option<Vec<Buf>> {
+        let at = self.chunks.layout.chunk_offset(s);
+        let strip = self.chunks.strip as usize;
+        let reads = join_all(
+            self.chunks
+                .children
+                .iter()
+                .map(|c| c.read(at, Buf::new(strip))),
+        )
+        .await;
+        let mut chunks: Vec<Buf> = Vec::with_capacity(reads.len());
         let mut unreadable = 0;
         for r in reads {
             match r {
@@ -63,20 +125,21 @@ impl ParityCore {
                 Err(e) => {
                     tracing::warn!("scrub: stripe {s}: {e}");
                     unreadable += 1;
-                    chunks.push(Buf::new(0));
                 }
             }
         }
         if unreadable > 0 {
             pass.bump(|st| &st.unreadable, unreadable);
-            return Ok(());
+            return None;
         }
-        pass.bump(|st| &st.checked, 1);
+        Some(chunks)
+    }
+
+    /// Whether stripe `s`'s chunks (by child) agree, and if not what a repair rewrites.
+    fn diagnose(&self, s: u64, roles: &StripeRoles, chunks: &[Buf]) -> Option<Verdict> {
+        let strip = self.chunks.strip as usize;
         // Data in md's syndrome order.
-        let mut order = vec![0usize; self.k];
-        for i in 0..self.k {
-            order[roles.q_slot[i]] = i;
-        }
+        let order = self.chunks.slot_order(roles);
         let data: Vec<&[u8]> = order.iter().map(|&i| &chunks[roles.data[i]][..]).collect();
         let p = &chunks[roles.p][..];
         let q = roles.q.map(|c| &chunks[c][..]);
@@ -85,85 +148,56 @@ impl ParityCore {
             Some(q) => parity::check_pq(&data, p, q),
         };
         if ok {
-            return Ok(());
+            return None;
         }
-        pass.bump(|st| &st.mismatches, 1);
-        let mut p_new = Buf::new(self.strip as usize);
-        let mut q_new = Buf::new(if q.is_some() { self.strip as usize } else { 0 });
-        let fix = match q {
-            None => {
-                parity::xor_gen(&data, &mut p_new);
-                Fix::Parity
-            }
-            Some(q) => {
-                parity::pq_gen(&data, &mut p_new, &mut q_new);
-                let ps: Vec<u8> = p.iter().zip(&p_new[..]).map(|(a, b)| a ^ b).collect();
-                let qs: Vec<u8> = q.iter().zip(&q_new[..]).map(|(a, b)| a ^ b).collect();
-                // Without knowing parity matched its data, a syndrome may only mean parity
-                // fell behind a write (the write hole): never rewrite data from it.
-                let culprit = if self.in_sync(s) {
-                    locate(&ps, &qs, self.k)
-                } else {
-                    Culprit::Unknown
-                };
-                let fix = match culprit {
-                    Culprit::P => Fix::P,
-                    Culprit::Q => Fix::Q,
-                    Culprit::Slot(z) => {
-                        let i = order[z];
-                        let mut d = Buf::new(self.strip as usize);
-                        d.copy_from_slice(&chunks[roles.data[i]]);
-                        for (b, e) in d.iter_mut().zip(&ps) {
-                            *b ^= e;
-                        }
-                        p_new = d; // carries the repaired data chunk
-                        Fix::Data(i)
-                    }
-                    Culprit::None | Culprit::Unknown => Fix::Parity,
-                };
-                tracing::warn!(
-                    "scrub: stripe {s} of a RAID 6 group: P/Q mismatch, {}",
-                    match fix {
-                        Fix::Data(i) =>
-                            format!("data chunk {i} (child {}) is wrong", roles.data[i]),
-                        Fix::P => format!("P (child {}) is wrong", roles.p),
-                        Fix::Q => "Q is wrong".to_string(),
-                        Fix::Parity => "no single chunk explains it".to_string(),
-                    }
-                );
-                fix
-            }
+        let mut p_new = Buf::new(strip);
+        let mut q_new = Buf::new(if q.is_some() { strip } else { 0 });
+        let Some(q) = q else {
+            parity::xor_gen(&data, &mut p_new);
+            return Some(Verdict {
+                fix: Fix::Parity,
+                p: p_new,
+                q: q_new,
+            });
         };
-        if !pass.repair {
-            return Ok(());
-        }
-        drop(data);
-        let writes: Vec<(usize, SharedBuf)> = match fix {
-            Fix::Data(i) => vec![(roles.data[i], p_new.freeze())],
-            Fix::P => vec![(roles.p, p_new.freeze())],
-            Fix::Q => vec![(roles.q.expect("RAID 6"), q_new.freeze())],
-            Fix::Parity => {
-                let mut w = vec![(roles.p, p_new.freeze())];
-                if let Some(qc) = roles.q {
-                    w.push((qc, q_new.freeze()));
+        parity::pq_gen(&data, &mut p_new, &mut q_new);
+        let ps: Vec<u8> = p.iter().zip(&p_new[..]).map(|(a, b)| a ^ b).collect();
+        let qs: Vec<u8> = q.iter().zip(&q_new[..]).map(|(a, b)| a ^ b).collect();
+        // Without knowing parity matched its data, a syndrome may only mean parity fell
+        // behind a write (the write hole): never rewrite data from it.
+        let culprit = if self.health.in_sync(s) {
+            locate(&ps, &qs, self.chunks.k)
+        } else {
+            Culprit::Unknown
+        };
+        let fix = match culprit {
+            Culprit::P => Fix::P,
+            Culprit::Q => Fix::Q,
+            Culprit::Slot(z) => {
+                let i = order[z];
+                let mut d = Buf::new(strip);
+                d.copy_from_slice(&chunks[roles.data[i]]);
+                for (b, e) in d.iter_mut().zip(&ps) {
+                    *b ^= e;
                 }
-                w
+                p_new = d; // carries the repaired data chunk
+                Fix::Data(i)
             }
+            Culprit::None | Culprit::Unknown => Fix::Parity,
         };
-        self.recent_forget(s);
-        let results = join_all(
-            writes
-                .into_iter()
-                .map(|(c, b)| self.children[c].write(at, b, true)),
-        )
-        .await;
-        if let Err(e) = crate::node::all_ok(results) {
-            // The leaf marked the member failed; the stripe is served degraded from now on.
-            tracing::warn!("scrub: repairing stripe {s} failed: {e}");
-            return Ok(());
-        }
-        self.mark_in_sync(s);
-        pass.bump(|st| &st.repaired, 1);
-        Ok(())
+        tracing::warn!(
+            "scrub: stripe {s} of a RAID 6 group: P/Q mismatch, {}",
+            match fix {
+                Fix::Data(i) => format!("data chunk {i} (child {}) is wrong", roles.data[i]),
+                Fix::P => format!("P (child {}) is wrong", roles.p),
+                Fix::Q => "Q is wrong".to_string(),
+                Fix::Parity => "no single chunk explains it".to_string(),
+            }
+        );
+        Some(Verdict {
+            fix,
+            p: p_new,
+            q: q_new,
+        })
     }
 }

@@ -1,16 +1,47 @@
-//! What is known about parity: stripes known in sync (a bitmap, or all), stripes whose parity
-//! is known stale after a write failed beyond tolerance, and resync.
+//! What is known about each stripe's parity: known in sync (a bitmap, or all), or known
+//! stale after a write failed beyond tolerance. Memory only; decided at assembly
+//! ([`SyncState::at_assembly`]) and learned from writes.
 
-use super::*;
+use super::SyncState;
+use parking_lot::Mutex;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Stripes known to have parity matching data.
-pub(super) enum SyncMap {
+enum SyncMap {
     All,
     Some(Vec<AtomicU64>),
 }
 
-impl ParityCore {
-    pub(super) fn in_sync(&self, stripe: u64) -> bool {
+/// The parity health of every stripe of one group.
+pub(super) struct StripeHealth {
+    sync: SyncMap,
+    /// Stripes whose parity is known not to match their data: a write failed beyond the
+    /// stripe's tolerance after (or instead of) writing some chunks. Never rebuilt from until
+    /// a whole-chunk reconstruct-write or full-stripe write makes them consistent again.
+    stale: Mutex<HashSet<u64>>,
+    /// Set when some stripe ever lost a write beyond tolerance (for logs only).
+    warned: AtomicBool,
+}
+
+impl StripeHealth {
+    pub fn new(sync: SyncState, stripes: u64) -> StripeHealth {
+        let sync = match sync {
+            SyncState::Clean => SyncMap::All,
+            SyncState::Unknown => SyncMap::Some(
+                (0..stripes.div_ceil(64))
+                    .map(|_| AtomicU64::new(0))
+                    .collect(),
+            ),
+        };
+        StripeHealth {
+            sync,
+            stale: Mutex::new(HashSet::new()),
+            warned: AtomicBool::new(false),
+        }
+    }
+
+    pub fn in_sync(&self, stripe: u64) -> bool {
         match &self.sync {
             SyncMap::All => true,
             SyncMap::Some(bits) => {
@@ -19,75 +50,39 @@ impl ParityCore {
         }
     }
 
-    pub(super) fn mark_in_sync(&self, stripe: u64) {
+    pub fn mark_in_sync(&self, stripe: u64) {
         if let SyncMap::Some(bits) = &self.sync {
             bits[(stripe / 64) as usize].fetch_or(1 << (stripe % 64), Ordering::AcqRel);
         }
     }
 
-    pub(super) fn is_stale(&self, stripe: u64) -> bool {
+    pub fn is_stale(&self, stripe: u64) -> bool {
         let st = self.stale.lock();
         !st.is_empty() && st.contains(&stripe)
     }
 
-    pub(super) fn any_stale(&self, first: u64, last: u64) -> bool {
+    pub fn any_stale(&self, first: u64, last: u64) -> bool {
         let st = self.stale.lock();
         !st.is_empty() && st.iter().any(|s| (first..=last).contains(s))
     }
 
-    /// Recomputes parity of every stripe not known to be in sync.
-    pub async fn resync(&self) -> VolumeResult<()> {
-        for s in 0..self.layout.stripes() {
-            if !self.in_sync(s) {
-                self.resync_stripe(s).await?;
-            }
-        }
-        Ok(())
+    /// A write failed beyond the stripe's tolerance: its parity no longer matches its data.
+    pub fn mark_stale(&self, stripe: u64) {
+        self.stale.lock().insert(stripe);
     }
 
-    /// Rewrites every stripe touched by `[offset, offset+len)` whole (see
-    /// [`crate::ArrayNode::resync_range`]), after its children made their own copies agree.
-    pub(super) async fn resync_range(&self, offset: u64, len: u64) -> VolumeResult<()> {
-        if len == 0 {
-            return Ok(());
+    /// Parity was regenerated from the whole stripes' data: consistent again.
+    pub fn mark_consistent(&self, stripes: std::ops::Range<u64>) {
+        let mut stale = self.stale.lock();
+        for s in stripes {
+            stale.remove(&s);
         }
-        let (a, b) = self.stripe_span(offset, len);
-        let (c0, c1) = (
-            self.layout.chunk_offset(a),
-            self.layout.chunk_offset(b) + self.strip,
-        );
-        for c in &self.children {
-            if c.writable(c0, c1 - c0) {
-                c.resync_range(c0, c1 - c0).await?;
-            }
-        }
-        for s in a..=b {
-            self.resync_stripe(s).await?;
-        }
-        Ok(())
     }
 
-    /// Reads stripe `s`'s data (rebuilding what is lost) and writes the whole stripe: data on
-    /// every writable child, parity regenerated.
-    async fn resync_stripe(&self, s: u64) -> VolumeResult<()> {
-        let _g = self.locks.lock(s, 1, true).await;
-        let want = vec![true; self.k];
-        let rows = self
-            .read_rows(s, 0, self.strip, &want, (0..self.k).map(|_| None).collect())
-            .await?;
-        let w = self.width();
-        let mut all = Buf::new(w as usize);
-        for (i, r) in rows.iter().enumerate() {
-            all[i * self.strip as usize..(i + 1) * self.strip as usize].copy_from_slice(r);
-        }
-        // Not with the cache's dirty bytes: then the write changes no byte a present member
-        // holds (only parity and a resyncing member's chunk), so a crash tearing it can cost
-        // nothing a member that is absent at the next start needs. The cached bytes reach the
-        // members later through the logged write path.
-        // A full-row write regenerates parity and rewrites every data chunk.
-        self.write_stripe(s, vec![(0, all.freeze())], false).await?;
-        self.mark_in_sync(s);
-        Ok(())
+    /// Whether this is the first write of the group to lose more chunks than parity covers
+    /// (said once in the log).
+    pub fn first_loss(&self) -> bool {
+        !self.warned.swap(true, Ordering::Relaxed)
     }
 }
 

@@ -1,10 +1,21 @@
-//! Writing a parity group: per stripe, the plan with the fewest member reads (see `plan`),
-//! salvage after a write fails beyond tolerance, and whole-stripe zeroing.
+//! The stripe writer: how new bytes of one stripe reach the members. Read top to bottom:
+//! - [`ParityCore::write_stripe`] — the stripe's rows, and retries: a read that fails plans
+//!   again without its child; read errors that leave no plan are read again (`REREADS`)
+//!   before the stripe's redundancy is given up ([`ParityCore::salvage`]).
+//! - [`ParityCore::write_rows`] — one attempt, as named stages: 1 plan ([`plan_write`], a
+//!   pure function), 2 read what the plan reads, 3 compute the new chunks and the log's
+//!   entries from them (`compute_rmw`, `compute_regenerated`, `RowsWrite::data_only`),
+//!   asserting the result follows the plan (`RowsWrite::follow_plan`), 4 log (durable before
+//!   any member write), 5 member I/O, 6 settle what is known of the stripe's parity.
+//! - Whole-stripe zeroing (`zero_range`).
+//!
+//! The request-level dispatch in front of it (cache, joiner, members) is `ParityCore::write`
+//! in `mod.rs`.
 
-use super::cache::{compact, Entry};
-use super::join::Joined;
+use super::chunks::{ChildRead, ChildWrite};
 use super::plan::{
     add_range, covers, plan_write, DataChunk, Health, NewBytes, Ranges, StripeWrite, Target,
+    WritePlan,
 };
 use super::*;
 use crate::parity;
@@ -23,14 +34,11 @@ impl ParityCore {
         segs: Segs,
         fua: bool,
     ) -> VolumeResult<()> {
-        assert!(
-            self.locks.holds(stripe, 1, true),
-            "stripe {stripe} is written without its exclusive lock"
-        );
-        self.recent_forget(stripe);
-        let strip = self.strip;
+        self.assert_exclusive(stripe, "a write");
+        self.recent.forget(stripe);
+        let strip = self.chunks.strip;
         // Per data chunk: (in-chunk offset, bytes).
-        let mut w: Vec<Vec<(u64, SharedBuf)>> = (0..self.k).map(|_| Vec::new()).collect();
+        let mut w: Vec<Vec<(u64, SharedBuf)>> = (0..self.chunks.k).map(|_| Vec::new()).collect();
         for (off, data) in segs {
             let mut at = 0u64;
             let len = data.len() as u64;
@@ -52,8 +60,8 @@ impl ParityCore {
         if r0 >= r1 {
             return Ok(());
         }
-        let roles = self.layout.roles(stripe);
-        let mut plan_lost = self.lost(stripe, r0, r1);
+        let roles = self.chunks.layout.roles(stripe);
+        let mut plan_lost = self.chunks.lost(stripe, r0, r1);
         // Children whose reads for this write failed (not failed members).
         let mut unreadable = Vec::new();
         let mut rereads = 0;
@@ -68,7 +76,7 @@ impl ParityCore {
             match r {
                 Ok(()) => return Ok(()),
                 // A read for the plan failed: treat that child as lost and plan again.
-                Err(Retry::Read(c, e)) if tries <= self.children.len() => {
+                Err(Retry::Read(c, e)) if tries <= self.chunks.children.len() => {
                     tracing::warn!("stripe {stripe}: read for a parity update failed: {e}");
                     plan_lost[c] = true;
                     unreadable.push(c);
@@ -93,7 +101,7 @@ impl ParityCore {
                     // (md fails a member whose read error it cannot correct).
                     // A stripe beyond its tolerance through failed members alone (a copy
                     // under a mirror: every write) has nothing to find, and reads nothing.
-                    let base = self.layout.chunk_offset(stripe);
+                    let base = self.chunks.layout.chunk_offset(stripe);
                     let failing = if !unreadable.is_empty() || rebuild_failed {
                         self.still_unreadable(base + r0, r1 - r0, &plan_lost, &unreadable)
                             .await
@@ -104,7 +112,7 @@ impl ParityCore {
                         let why = format!(
                             "stripe {stripe}: its read error, {REREADS} times again, left a write no redundancy to keep ({e})"
                         );
-                        self.children[c].fail_unreadable(base + r0, r1 - r0, &why);
+                        self.chunks.children[c].fail_unreadable(base + r0, r1 - r0, &why);
                     }
                     self.salvage(stripe, &w, fua).await;
                     return Err(e);
@@ -123,13 +131,13 @@ impl ParityCore {
         lost: &[bool],
         unreadable: &[usize],
     ) -> Vec<usize> {
-        let probe: Vec<usize> = (0..self.children.len())
+        let probe: Vec<usize> = (0..self.chunks.children.len())
             .filter(|&c| !lost[c] && !unreadable.contains(&c))
             .collect();
         let reads = join_all(
             probe
                 .iter()
-                .map(|&c| self.children[c].read(at, Buf::new(len as usize))),
+                .map(|&c| self.chunks.children[c].read(at, Buf::new(len as usize))),
         )
         .await;
         let failed = probe.iter().zip(reads).filter(|(_, r)| r.is_err());
@@ -144,14 +152,14 @@ impl ParityCore {
     /// chunk that still takes writes (so a direct read there is never stale) and mark the
     /// stripe's parity stale (so nothing is rebuilt from it).
     pub(super) async fn salvage(&self, stripe: u64, w: &[Vec<(u64, SharedBuf)>], fua: bool) {
-        self.stale.lock().insert(stripe);
-        let roles = self.layout.roles(stripe);
-        let base = self.layout.chunk_offset(stripe);
-        let futs = (0..self.k).flat_map(|i| {
+        self.health.mark_stale(stripe);
+        let roles = self.chunks.layout.roles(stripe);
+        let base = self.chunks.layout.chunk_offset(stripe);
+        let futs = (0..self.chunks.k).flat_map(|i| {
             let c = roles.data[i];
             w[i].iter()
-                .filter(move |(ic, d)| self.children[c].readable(base + ic, d.len() as u64))
-                .map(move |(ic, d)| self.children[c].write(base + ic, d.clone(), fua))
+                .filter(move |(ic, d)| self.chunks.children[c].readable(base + ic, d.len() as u64))
+                .map(move |(ic, d)| self.chunks.children[c].write(base + ic, d.clone(), fua))
         });
         for r in join_all(futs).await {
             if let Err(e) = r {
@@ -175,15 +183,15 @@ impl ParityCore {
     ) -> StripeWrite {
         // Children that merely returned a read error still take writes (skipping them would
         // leave stale data under fresh parity): only failed members refuse writes.
-        let at = self.layout.chunk_offset(stripe) + r0;
+        let at = self.chunks.layout.chunk_offset(stripe) + r0;
         let health = |c: usize| match (failed[c], plan_lost[c]) {
             // A stale child being resynced is not read but takes writes.
-            (true, _) if self.children[c].writable(at, r1 - r0) => Health::READ_ERROR,
+            (true, _) if self.chunks.children[c].writable(at, r1 - r0) => Health::READ_ERROR,
             (true, _) => Health::FAILED,
             (false, true) => Health::READ_ERROR,
             (false, false) => Health::OK,
         };
-        let data = (0..self.k)
+        let data = (0..self.chunks.k)
             .map(|i| {
                 let mut ranges = Ranges::new();
                 for (s, d) in &w[i] {
@@ -209,14 +217,16 @@ impl ParityCore {
             p: health(roles.p),
             q: roles.q.map(health),
             // The log computes a read-modify-write's partial parity from the old P.
-            parity_trusted: self.in_sync(stripe)
-                && !self.is_stale(stripe)
+            parity_trusted: self.health.in_sync(stripe)
+                && !self.health.is_stale(stripe)
                 && (self.ppl.is_none() || health(roles.p) == Health::OK),
             force_reconstruct,
         }
     }
 
-    /// Plans and carries out one stripe write (see [`plan_write`]): reads, computes, writes.
+    /// Plans and carries out one stripe write (see [`plan_write`]), in named stages: plan,
+    /// read what the plan reads, compute the new chunks (and the log entries from them), log,
+    /// write the members, settle what is known of the stripe's parity.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn write_rows(
         &self,
@@ -230,11 +240,21 @@ impl ParityCore {
         force_reconstruct: bool,
     ) -> Result<(), Retry> {
         assert!(
-            r0 < r1 && r1 <= self.strip,
+            r0 < r1 && r1 <= self.chunks.strip,
             "rows {r0}..{r1} outside a {}-byte strip",
-            self.strip
+            self.chunks.strip
         );
-        let failed = self.lost(stripe, r0, r1);
+        let rows = RowsWrite {
+            stripe,
+            roles,
+            r0,
+            r1,
+            w,
+            fua,
+            base: self.chunks.layout.chunk_offset(stripe),
+        };
+        // 1. Plan.
+        let failed = self.chunks.lost(stripe, r0, r1);
         let input = self.stripe_write(
             stripe,
             roles,
@@ -244,176 +264,32 @@ impl ParityCore {
             force_reconstruct,
         );
         let Some(plan) = plan_write(&input) else {
-            return Err(Retry::Fatal(self.unavailable(stripe, &failed, "write")));
+            return Err(Retry::Fatal(
+                self.chunks.unavailable(stripe, &failed, "write"),
+            ));
         };
-        let k = self.k;
-        let rows = (r1 - r0) as usize;
-        let base = self.layout.chunk_offset(stripe);
-        let child = |t: Target| match t {
-            Target::Data(i) => roles.data[i],
-            Target::P => roles.p,
-            Target::Q => roles.q.expect("Q only in a RAID 6 plan"),
-        };
-        let reads: Vec<(usize, u64, usize)> = plan
+        // 2. Read what the plan reads.
+        let reads: Vec<ChildRead> = plan
             .reads
             .iter()
-            .map(|r| (child(r.target), base + r.start, (r.end - r.start) as usize))
-            .collect();
-        let mut got = self.read_all(&reads).await?;
-        // Old bytes per target, as read.
-        let mut old: HashMap<Target, Buf> = plan
-            .reads
-            .iter()
-            .map(|r| r.target)
-            .zip(got.drain(..))
-            .collect();
-        let hull = |i: usize| input.data[i].new.hull;
-        // New bytes per written target.
-        let mut out: Vec<(Target, SharedBuf)> = Vec::with_capacity(plan.writes.len());
-        // Per data chunk, the rows this write puts new bytes on (for the log).
-        let ranges = || -> Vec<Vec<(u64, u64)>> {
-            w.iter()
-                .map(|c| c.iter().map(|(s, d)| (*s, *s + d.len() as u64)).collect())
-                .collect()
-        };
-        let mut entries = Vec::new();
-        match plan.plan {
-            Plan::DataOnly => {
-                for r in &plan.writes {
-                    let Target::Data(i) = r.target else {
-                        unreachable!("data-only plans write data")
-                    };
-                    let (h0, h1) = hull(i);
-                    out.push((
-                        r.target,
-                        assemble(h0, h1, &w[i], old.get(&r.target).map(|b| &b[..])),
-                    ));
-                }
-            }
-            Plan::Rmw => {
-                // The log takes its partial parity from the new P (and Q) and the new bytes
-                // of the written chunks, in cache from the update just made.
-                let (p_read, q_read) = (old.contains_key(&Target::P), old.contains_key(&Target::Q));
-                let mut p = old.remove(&Target::P).unwrap_or_else(|| Buf::zeroed(rows));
-                let mut q = (self.np == 2)
-                    .then(|| old.remove(&Target::Q).unwrap_or_else(|| Buf::zeroed(rows)));
-                for r in &plan.writes {
-                    let Target::Data(i) = r.target else { continue };
-                    let (h0, h1) = hull(i);
-                    let before = old.get(&r.target).expect("RMW read the old bytes");
-                    let new = assemble(h0, h1, &w[i], Some(before));
-                    let (a, b) = ((h0 - r0) as usize, (h1 - r0) as usize);
-                    match q.as_mut() {
-                        Some(q) => parity::pq_update(
-                            &mut p[a..b],
-                            &mut q[a..b],
-                            roles.q_slot[i],
-                            before,
-                            &new,
-                        ),
-                        None => parity::xor_update(&mut p[a..b], before, &new),
-                    }
-                    out.push((r.target, new));
-                }
-                if let (Some(log), true) = (&self.ppl, p_read) {
-                    let mut news: Vec<Option<(u64, &[u8])>> = vec![None; k];
-                    for (t, b) in &out {
-                        if let Target::Data(i) = *t {
-                            news[i] = Some((hull(i).0, &b[..]));
-                        }
-                    }
-                    let values = crate::ppl::Values::Delta {
-                        chunks: news,
-                        p: &p,
-                        q: q.as_deref().filter(|_| q_read),
-                        r0,
-                    };
-                    entries = log.prepare_settled(stripe, &ranges(), &values, fua).await;
-                }
-                let (mut p, mut q) = (Some(p.freeze()), q.map(Buf::freeze));
-                for r in &plan.writes {
-                    match r.target {
-                        Target::P => out.push((Target::P, p.take().expect("P written once"))),
-                        Target::Q => out.push((Target::Q, q.take().expect("Q written once"))),
-                        Target::Data(_) => {}
-                    }
-                }
-            }
-            Plan::FullRows | Plan::Rcw | Plan::Reconstruct => {
-                if !plan.rebuild.is_empty() {
-                    let mut want = vec![false; k];
-                    plan.rebuild.iter().for_each(|&i| want[i] = true);
-                    let rebuilt = self
-                        .read_rows(stripe, r0, r1, &want, (0..k).map(|_| None).collect())
-                        .await
-                        .map_err(Retry::Rebuild)?;
-                    for (i, b) in rebuilt.into_iter().enumerate().filter(|(i, _)| want[*i]) {
-                        old.insert(Target::Data(i), b);
-                    }
-                }
-                let news: Vec<SharedBuf> = (0..k)
-                    .map(
-                        |i| match (input.data[i].new.touched(), old.remove(&Target::Data(i))) {
-                            (false, Some(o)) => o.freeze(),
-                            (_, o) => assemble(r0, r1, &w[i], o.as_deref()),
-                        },
-                    )
-                    .collect();
-                if let Some(log) = &self.ppl {
-                    let values = crate::ppl::Values::Direct {
-                        chunks: news.iter().map(|b| &b[..]).collect(),
-                        r0,
-                    };
-                    entries = log.prepare_settled(stripe, &ranges(), &values, fua).await;
-                }
-                let mut order = vec![0usize; k];
-                for i in 0..k {
-                    order[roles.q_slot[i]] = i;
-                }
-                let srcs: Vec<&[u8]> = order.iter().map(|&i| &news[i][..]).collect();
-                let mut p = Buf::new(rows);
-                let mut q = None;
-                if self.np == 2 {
-                    let mut qb = Buf::new(rows);
-                    parity::pq_gen(&srcs, &mut p, &mut qb);
-                    q = Some(qb.freeze());
-                } else {
-                    parity::xor_gen(&srcs, &mut p);
-                }
-                let mut p = Some(p.freeze());
-                for r in &plan.writes {
-                    let bytes = match r.target {
-                        Target::Data(i) => {
-                            let (h0, h1) = hull(i);
-                            news[i].slice((h0 - r0) as usize..(h1 - r0) as usize)
-                        }
-                        Target::P => p.take().expect("P written once"),
-                        Target::Q => q.take().expect("Q generated and written once"),
-                    };
-                    out.push((r.target, bytes));
-                }
-            }
-        }
-        debug_assert_eq!(
-            out.len(),
-            plan.writes.len(),
-            "every planned write carried out"
-        );
-        let writes: Vec<(usize, u64, SharedBuf)> = plan
-            .writes
-            .iter()
-            .zip(out)
-            .map(|(r, (t, bytes))| {
-                assert_eq!(r.target, t, "writes in plan order");
-                assert_eq!(
-                    bytes.len() as u64,
-                    r.end - r.start,
-                    "{t:?}: bytes match the planned rows"
-                );
-                (child(t), base + r.start, bytes)
+            .map(|r| ChildRead {
+                child: rows.child(r.target),
+                at: rows.base + r.start,
+                len: (r.end - r.start) as usize,
             })
             .collect();
-        // The log entries are durable before any member write is issued. A log that no
+        let got = self.chunks.read_all(&reads).await?;
+        let old: HashMap<Target, Buf> = plan.reads.iter().map(|r| r.target).zip(got).collect();
+        // 3. Compute the new chunks, and the log's entries from them.
+        let (out, entries) = match plan.plan {
+            Plan::DataOnly => (rows.data_only(&input, &plan, &old), Vec::new()),
+            Plan::Rmw => self.compute_rmw(&rows, &input, &plan, old).await,
+            Plan::FullRows | Plan::Rcw | Plan::Reconstruct => {
+                self.compute_regenerated(&rows, &input, &plan, old).await?
+            }
+        };
+        let writes = rows.follow_plan(&plan, out);
+        // 4. Log: the entries are durable before any member write is issued. A log that no
         // parity member took (they failed): plan again without P. A log with no room must
         // not leave the stripe written without its parity while P still serves.
         let _hold = match &self.ppl {
@@ -423,186 +299,173 @@ impl ParityCore {
             })?),
             None => None,
         };
-        let results = join_all(
-            writes
-                .iter()
-                .map(|(c, at, d)| self.children[*c].write(*at, d.clone(), fua)),
-        )
-        .await;
+        // 5. Member I/O.
+        let results = self.chunks.write_all(&writes, fua).await;
         let mut now_lost = failed;
         let mut errors = Vec::new();
-        for ((c, _, _), r) in writes.iter().zip(results) {
+        for (w, r) in writes.iter().zip(results) {
             if let Err(e) = r {
-                now_lost[*c] = true;
+                now_lost[w.child] = true;
                 errors.push(e);
             }
         }
-        if !self.rebuildable(&now_lost) {
-            if !self.warned.swap(true, Ordering::Relaxed) {
+        // 6. Settle.
+        self.settle(&rows, &input, &plan, &now_lost, errors)
+    }
+
+    /// Stage 3 of a read-modify-write: the parity updated by the difference of each written
+    /// chunk, and the log's entries from the new P (and Q) and the new bytes.
+    async fn compute_rmw(
+        &self,
+        rows: &RowsWrite<'_>,
+        input: &StripeWrite,
+        plan: &WritePlan,
+        mut old: HashMap<Target, Buf>,
+    ) -> (Vec<(Target, SharedBuf)>, crate::ppl::Prepared) {
+        let (r0, n) = (rows.r0, (rows.r1 - rows.r0) as usize);
+        let (p_read, q_read) = (old.contains_key(&Target::P), old.contains_key(&Target::Q));
+        let mut p = old.remove(&Target::P).unwrap_or_else(|| Buf::zeroed(n));
+        let mut q =
+            (self.chunks.np == 2).then(|| old.remove(&Target::Q).unwrap_or_else(|| Buf::zeroed(n)));
+        let mut out: Vec<(Target, SharedBuf)> = Vec::with_capacity(plan.writes.len());
+        for r in &plan.writes {
+            let Target::Data(i) = r.target else { continue };
+            let (h0, h1) = input.data[i].new.hull;
+            let before = old.get(&r.target).expect("RMW read the old bytes");
+            let new = assemble(h0, h1, &rows.w[i], Some(before));
+            let (a, b) = ((h0 - r0) as usize, (h1 - r0) as usize);
+            match q.as_mut() {
+                Some(q) => parity::pq_update(
+                    &mut p[a..b],
+                    &mut q[a..b],
+                    rows.roles.q_slot[i],
+                    before,
+                    &new,
+                ),
+                None => parity::xor_update(&mut p[a..b], before, &new),
+            }
+            out.push((r.target, new));
+        }
+        let mut entries = Vec::new();
+        if let (Some(log), true) = (&self.ppl, p_read) {
+            let mut news: Vec<Option<(u64, &[u8])>> = vec![None; self.chunks.k];
+            for (t, b) in &out {
+                if let Target::Data(i) = *t {
+                    news[i] = Some((input.data[i].new.hull.0, &b[..]));
+                }
+            }
+            let values = crate::ppl::Values::Delta {
+                chunks: news,
+                p: &p,
+                q: q.as_deref().filter(|_| q_read),
+                r0,
+            };
+            self.debug_assert_exclusive(rows.stripe, "logging a write");
+            entries = log
+                .prepare_settled(rows.stripe, &rows.ranges(), &values, rows.fua)
+                .await;
+        }
+        let (mut p, mut q) = (Some(p.freeze()), q.map(Buf::freeze));
+        for r in &plan.writes {
+            match r.target {
+                Target::P => out.push((Target::P, p.take().expect("P written once"))),
+                Target::Q => out.push((Target::Q, q.take().expect("Q written once"))),
+                Target::Data(_) => {}
+            }
+        }
+        (out, entries)
+    }
+
+    /// Stage 3 of a plan that regenerates parity (full rows, reconstruct-write, RCW): the
+    /// lost old data rebuilt, the new rows of every data chunk, parity generated from them,
+    /// and the log's entries from those rows.
+    async fn compute_regenerated(
+        &self,
+        rows: &RowsWrite<'_>,
+        input: &StripeWrite,
+        plan: &WritePlan,
+        mut old: HashMap<Target, Buf>,
+    ) -> Result<(Vec<(Target, SharedBuf)>, crate::ppl::Prepared), Retry> {
+        let (k, r0, r1) = (self.chunks.k, rows.r0, rows.r1);
+        if !plan.rebuild.is_empty() {
+            let mut want = vec![false; k];
+            plan.rebuild.iter().for_each(|&i| want[i] = true);
+            let rebuilt = self
+                .read_rows(rows.stripe, r0, r1, &want, (0..k).map(|_| None).collect())
+                .await
+                .map_err(Retry::Rebuild)?;
+            for (i, b) in rebuilt.into_iter().enumerate().filter(|(i, _)| want[*i]) {
+                old.insert(Target::Data(i), b);
+            }
+        }
+        let news: Vec<SharedBuf> = (0..k)
+            .map(
+                |i| match (input.data[i].new.touched(), old.remove(&Target::Data(i))) {
+                    (false, Some(o)) => o.freeze(),
+                    (_, o) => assemble(r0, r1, &rows.w[i], o.as_deref()),
+                },
+            )
+            .collect();
+        let mut entries = Vec::new();
+        if let Some(log) = &self.ppl {
+            let values = crate::ppl::Values::Direct {
+                chunks: news.iter().map(|b| &b[..]).collect(),
+                r0,
+            };
+            self.debug_assert_exclusive(rows.stripe, "logging a write");
+            entries = log
+                .prepare_settled(rows.stripe, &rows.ranges(), &values, rows.fua)
+                .await;
+        }
+        let (p, q) = self.chunks.parity_of(rows.roles, &news);
+        let (mut p, mut q) = (Some(p.freeze()), q.map(Buf::freeze));
+        let out = plan
+            .writes
+            .iter()
+            .map(|r| {
+                let bytes = match r.target {
+                    Target::Data(i) => {
+                        let (h0, h1) = input.data[i].new.hull;
+                        news[i].slice((h0 - r0) as usize..(h1 - r0) as usize)
+                    }
+                    Target::P => p.take().expect("P written once"),
+                    Target::Q => q.take().expect("Q generated and written once"),
+                };
+                (r.target, bytes)
+            })
+            .collect();
+        Ok((out, entries))
+    }
+
+    /// Stage 6: a write that lost more chunks than parity covers fails (the caller salvages);
+    /// parity generated from a whole healthy stripe's data makes it consistent and in sync.
+    fn settle(
+        &self,
+        rows: &RowsWrite<'_>,
+        input: &StripeWrite,
+        plan: &WritePlan,
+        now_lost: &[bool],
+        errors: Vec<VolumeError>,
+    ) -> Result<(), Retry> {
+        let stripe = rows.stripe;
+        if !self.chunks.rebuildable(now_lost) {
+            if self.health.first_loss() {
                 tracing::error!("stripe {stripe}: a write lost more chunks than parity covers");
             }
             return Err(Retry::Fatal(
                 crate::node::first_error(errors)
-                    .unwrap_or_else(|| self.unavailable(stripe, &now_lost, "write")),
+                    .unwrap_or_else(|| self.chunks.unavailable(stripe, now_lost, "write")),
             ));
         }
-        let whole = r0 == 0 && r1 == self.strip;
+        let whole = rows.r0 == 0 && rows.r1 == self.chunks.strip;
         let regenerated = matches!(plan.plan, Plan::FullRows | Plan::Rcw | Plan::Reconstruct);
         if whole && regenerated && errors.is_empty() {
             // Parity was generated from the whole stripe's data: it is consistent again.
             if !input.parity_trusted {
-                self.stale.lock().remove(&stripe);
+                self.health.mark_consistent(stripe..stripe + 1);
             }
             if !now_lost.contains(&true) {
-                self.mark_in_sync(stripe);
-            }
-        }
-        Ok(())
-    }
-
-    /// Reads `(child, offset, len)` concurrently; the first failure names the child.
-    pub(super) async fn read_all(&self, reads: &[(usize, u64, usize)]) -> Result<Vec<Buf>, Retry> {
-        let results = join_all(
-            reads
-                .iter()
-                .map(|&(c, at, n)| self.children[c].read(at, Buf::new(n))),
-        )
-        .await;
-        let mut out = Vec::with_capacity(reads.len());
-        for (&(c, _, _), r) in reads.iter().zip(results) {
-            match r {
-                Ok(b) => out.push(b),
-                Err(e) => return Err(Retry::Read(c, e)),
-            }
-        }
-        Ok(out)
-    }
-
-    /// Splits `[offset, offset+len)` of `data` into per-stripe segments.
-    pub(super) fn per_stripe(&self, offset: u64, data: &SharedBuf) -> Vec<(u64, Segs)> {
-        let mut at = 0;
-        self.stripe_pieces(offset, data.len() as u64)
-            .map(|(s, in_stripe, n)| {
-                let piece = data.slice(at..at + n as usize);
-                at += n as usize;
-                (s, vec![(in_stripe, piece)])
-            })
-            .collect()
-    }
-
-    pub(super) async fn write_inner(
-        &self,
-        offset: u64,
-        data: SharedBuf,
-        fua: bool,
-    ) -> VolumeResult<()> {
-        let len = data.len() as u64;
-        let w = self.width();
-        // What this write may add to the cache: its partial stripes at either end.
-        let room_bytes = len
-            .min(2 * w)
-            .next_multiple_of(crate::buf::BUF_ALIGN as u64);
-        if self
-            .cache
-            .as_ref()
-            .is_some_and(|c| c.needs_room(room_bytes))
-        {
-            // Make room first, before this write holds stripe locks an eviction may need.
-            if let Err(e) = self.evict(room_bytes).await {
-                tracing::warn!("stripe cache eviction: {e}");
-            }
-        }
-        let mut over_bound = false;
-        // Write-through: this write counts as in flight for the hold rule (`join`).
-        let arrival = self
-            .cache
-            .is_none()
-            .then(|| self.joins.arrive(offset, len, self.width()));
-        {
-            let mut g = self.lock_stripes(offset, len, true).await;
-            if arrival.is_some() {
-                self.joins.holding();
-            }
-            let streams = arrival.as_ref().is_some_and(|a| a.streams);
-            let mut futs = Vec::new();
-            // The first and last stripe that go to the members (the others are cached).
-            let mut written: Option<(u64, u64)> = None;
-            let mut to_members = |s: u64| {
-                written = Some(written.map_or((s, s), |(a, _)| (a, s)));
-            };
-            // Write-through stripes whose bytes this write left for a later writer (`join`).
-            let mut left = Vec::new();
-            for (s, segs) in self.per_stripe(offset, &data) {
-                let Some(cache) = &self.cache else {
-                    let queued = self.locks.exclusive_waiter(s, 1);
-                    match self.joins.take(s, segs, fua, w, (queued, streams)) {
-                        Joined::Write { segs, fua, waiters } => {
-                            to_members(s);
-                            futs.push(self.write_joined(s, segs, fua, waiters).boxed());
-                        }
-                        Joined::Leave(answer, wait) => left.push((s, answer, wait)),
-                    }
-                    continue;
-                };
-                if segs[0].1.len() as u64 == w {
-                    // A whole stripe bypasses the cache and supersedes its entry, which stays
-                    // listed until this write is on the members.
-                    to_members(s);
-                    futs.push(self.write_over_cache(s, segs, Some((0, w)), fua).boxed());
-                    continue;
-                }
-                let (o, d) = segs.into_iter().next().expect("one segment");
-                let d = compact(d);
-                let mut st = cache.state.lock();
-                if !st.admits(&d, cache.bound) {
-                    // No room (destaging fails, or this stripe alone exceeds the bound): write
-                    // it through rather than grow the cache past its bound.
-                    let mut merged = Entry::new();
-                    merged.segs = st
-                        .entries
-                        .get(&s)
-                        .map(|e| e.segs.clone())
-                        .unwrap_or_default();
-                    let newer = (o, o + d.len() as u64);
-                    merged.insert(o, d, None); // not cached: pins nothing
-                    drop(st);
-                    to_members(s);
-                    futs.push(
-                        self.write_over_cache(s, merged.segs, Some(newer), fua)
-                            .boxed(),
-                    );
-                    continue;
-                }
-                let full = st.insert(s, o, d, w);
-                over_bound |= st.pins.bytes > cache.bound;
-                if full || fua {
-                    let segs = st.entries[&s].segs.clone();
-                    drop(st);
-                    to_members(s);
-                    // The entry's own bytes: it stays whole if the write fails.
-                    futs.push(self.write_over_cache(s, segs, None, fua).boxed());
-                }
-            }
-            // A partial stripe at either end that only went into the cache is let go now:
-            // the next sequential writer, which completes it, need not wait for this one's
-            // member writes (it did, and the drives saw the writers out of order).
-            let g = written.map(|(a, b)| {
-                g.narrow(a, b - a + 1);
-                g
-            });
-            let results = join_all(futs).await;
-            drop(g);
-            // Only now, holding no stripe: the writer these were left to may be queued for
-            // stripes this write held too.
-            let answered =
-                join_all(left.into_iter().map(|(s, a, w)| self.finish_left(s, a, w))).await;
-            crate::node::all_ok(results.into_iter().chain(answered).collect())?;
-        }
-        if over_bound {
-            // This write is in the cache (or on the members) either way: a stripe that cannot
-            // be destaged stays cached and dirty (reads see it) and the next flush reports it.
-            if let Err(e) = self.evict(0).await {
-                tracing::warn!("stripe cache eviction: {e}");
+                self.health.mark_in_sync(stripe);
             }
         }
         Ok(())
@@ -619,7 +482,7 @@ impl ParityCore {
         {
             // Whole stripes: zero every child over their chunks (zero data has zero P and Q);
             // the partial stripes at either end are written as zeroes.
-            let w = self.width();
+            let w = self.chunks.width();
             let end = offset + len;
             let first_full = offset.div_ceil(w);
             let last_full = end / w; // exclusive
@@ -639,9 +502,11 @@ impl ParityCore {
                         .locks
                         .lock(first_full, last_full - first_full, true)
                         .await;
-                    self.recent
-                        .lock()
-                        .retain(|(s, _)| !(first_full..last_full).contains(s));
+                    assert!(
+                        self.locks.holds(first_full, last_full - first_full, true),
+                        "stripes {first_full}..{last_full} zeroed without their exclusive lock"
+                    );
+                    self.recent.forget_range(first_full..last_full);
                     // What the log may replay of these stripes is settled first.
                     let _hold = match &self.ppl {
                         Some(log) => {
@@ -651,13 +516,14 @@ impl ParityCore {
                         }
                         None => None,
                     };
-                    let at = self.layout.chunk_offset(first_full);
-                    let n = (last_full - first_full) * self.strip;
-                    let results = join_all(self.children.iter().map(|c| c.zero(at, n, kind))).await;
+                    let at = self.chunks.layout.chunk_offset(first_full);
+                    let n = (last_full - first_full) * self.chunks.strip;
+                    let results =
+                        join_all(self.chunks.children.iter().map(|c| c.zero(at, n, kind))).await;
                     let errors: Vec<VolumeError> =
                         results.into_iter().filter_map(Result::err).collect();
                     let failed_children = errors.len();
-                    if !self.tolerates(failed_children) {
+                    if !self.chunks.tolerates(failed_children) {
                         full_err = crate::node::first_error(errors);
                         // The children that took the zeroes hold them: cached bytes of
                         // these stripes must not come back over them (see
@@ -689,11 +555,10 @@ impl ParityCore {
                         self.joins.superseded(first_full, last_full);
                     }
                     if failed_children == 0 {
-                        let mut stale = self.stale.lock();
                         for s in first_full..last_full {
-                            self.mark_in_sync(s);
-                            stale.remove(&s);
+                            self.health.mark_in_sync(s);
                         }
+                        self.health.mark_consistent(first_full..last_full);
                     }
                 }
             } else {
@@ -706,7 +571,7 @@ impl ParityCore {
                 while at < o + l {
                     let n = (o + l - at).min(w - at % w);
                     results.push(
-                        self.write_inner(at, Buf::zeroed(n as usize).freeze(), false)
+                        self.write(at, Buf::zeroed(n as usize).freeze(), false)
                             .await,
                     );
                     at += n;
@@ -748,4 +613,84 @@ pub(super) enum Retry {
     /// parity covers (which child is not known here).
     Rebuild(VolumeError),
     Fatal(VolumeError),
+}
+
+/// One attempt at writing rows `[r0, r1)` of a stripe: what every stage of
+/// [`ParityCore::write_rows`] reads.
+struct RowsWrite<'a> {
+    stripe: u64,
+    roles: &'a StripeRoles,
+    r0: u64,
+    r1: u64,
+    /// Per data chunk: (in-chunk offset, new bytes).
+    w: &'a [Vec<(u64, SharedBuf)>],
+    fua: bool,
+    /// Where the stripe's chunks begin on the children.
+    base: u64,
+}
+
+impl RowsWrite<'_> {
+    /// The child a plan target lies on in this stripe.
+    fn child(&self, t: Target) -> usize {
+        match t {
+            Target::Data(i) => self.roles.data[i],
+            Target::P => self.roles.p,
+            Target::Q => self.roles.q.expect("Q only in a RAID 6 plan"),
+        }
+    }
+
+    /// Per data chunk, the rows this write puts new bytes on (for the log).
+    fn ranges(&self) -> Vec<Vec<(u64, u64)>> {
+        self.w
+            .iter()
+            .map(|c| c.iter().map(|(s, d)| (*s, *s + d.len() as u64)).collect())
+            .collect()
+    }
+
+    /// Stage 3 of a data-only plan (every parity chunk lost): the data, nothing else.
+    fn data_only(
+        &self,
+        input: &StripeWrite,
+        plan: &WritePlan,
+        old: &HashMap<Target, Buf>,
+    ) -> Vec<(Target, SharedBuf)> {
+        plan.writes
+            .iter()
+            .map(|r| {
+                let Target::Data(i) = r.target else {
+                    unreachable!("data-only plans write data")
+                };
+                let (h0, h1) = input.data[i].new.hull;
+                let before = old.get(&r.target).map(|b| &b[..]);
+                (r.target, assemble(h0, h1, &self.w[i], before))
+            })
+            .collect()
+    }
+
+    /// The member writes of the computed bytes, asserting they are the plan's, in its order
+    /// and over its rows.
+    fn follow_plan(&self, plan: &WritePlan, out: Vec<(Target, SharedBuf)>) -> Vec<ChildWrite> {
+        assert_eq!(
+            out.len(),
+            plan.writes.len(),
+            "every planned write carried out"
+        );
+        plan.writes
+            .iter()
+            .zip(out)
+            .map(|(r, (t, bytes))| {
+                assert_eq!(r.target, t, "writes in plan order");
+                assert_eq!(
+                    bytes.len() as u64,
+                    r.end - r.start,
+                    "{t:?}: bytes match the planned rows"
+                );
+                ChildWrite {
+                    child: self.child(t),
+                    at: self.base + r.start,
+                    bytes,
+                }
+            })
+            .collect()
+    }
 }

@@ -3,11 +3,11 @@
 //! (or runs small ones itself, see [`memory_backed`]), and zeroes ranges the best way the file
 //! system offers.
 
+use super::exclusive;
 use super::op::{Done, FileShared, IoVecs, Job, Op, OpKind, IOV_MAX};
 use super::ring::{Engine, Ring};
 use super::UringError;
 use crate::buf::{Buf, SharedBuf};
-use crate::exclusive;
 use crate::flush_gate::FlushGate;
 use crate::member::{check_range, Member, MemberCounters, MemberError, MemberOp, MemberResult};
 use futures::channel::oneshot;

@@ -32,6 +32,7 @@
 //! count, check the range, run, name the error, finish — for every ranged op). A submission
 //! the kernel keeps refusing fails its op after a bounded number of attempts, naming why.
 
+pub mod exclusive;
 mod file;
 mod op;
 mod ring;

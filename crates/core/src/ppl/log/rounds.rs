@@ -4,6 +4,7 @@
 //! entries on its own channel.
 
 use super::*;
+use crate::buf::SharedBuf;
 
 /// Why [`GroupLog::write`] did not log a stripe write's entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -233,234 +234,283 @@ impl GroupLog {
         ended_as.map(|()| hold)
     }
 
-    /// Writes what is pending (as much as fits half of each ring), one batch per ring.
+    /// Writes what is pending (as much as fits half of each ring), one batch per ring, in
+    /// stages: take a round (under the state lock), or with no room settle or wait; write
+    /// the batches; answer the round's writers.
     /// `Some`: no room until a write in flight ends (wait for it without the round slot).
     pub(super) async fn write_round(&self) -> Option<oneshot::Receiver<()>> {
         let mut flushed = false;
         loop {
-            let (taken, plan) = {
+            let round = {
                 let mut st = self.state.lock();
                 if flushed {
                     self.rebase(&mut st);
                 }
                 self.retire(&mut st);
-                let tail = Self::tail(&st);
-                // Take whole tickets (one stripe write's entries, which fit half a ring by
-                // `min_ring_bytes`) in order while every ring's batch fits half its ring: a
-                // write whose entries were split over two batches would hold ring space
-                // while waiting for ring space.
-                let mut size: HashMap<usize, u64> = HashMap::new();
-                let mut n = 0;
-                while n < st.pending.len() {
-                    let t = st.pending[n].ticket;
-                    let end = n + st.pending[n..].iter().take_while(|p| p.ticket == t).count();
-                    let mut next = size.clone();
-                    for p in &st.pending[n..end] {
-                        for &(r, _) in &p.rings {
-                            *next.entry(r).or_insert(64) += p.entry.encoded_len() as u64;
-                        }
-                    }
-                    let fits = next
-                        .iter()
-                        .all(|(&r, &len)| len <= st.rings[r].as_ref().expect("ring").len / 2);
-                    if !fits && n > 0 {
-                        break;
-                    }
-                    size = next;
-                    n = end;
-                }
-                // Ring places: every ring's batch must fit without touching a live batch.
-                let mut places = Vec::new();
-                let mut ok = true;
-                for (&r, &len) in &size {
-                    let len = len.next_multiple_of(LOG_BLOCK_BYTES);
-                    let ring = st.rings[r].as_mut().expect("ring");
-                    ring.live.retain(|b| b.2 >= tail);
-                    let start = if ring.head + len <= ring.len {
-                        ring.head
-                    } else {
-                        0
-                    };
-                    if ring.live.iter().any(|b| b.0 < start + len && start < b.1) {
-                        ok = false;
-                        break;
-                    }
-                    places.push((r, start, len));
-                }
-                if ok {
-                    let mut taken: Vec<Pending> = st.pending.drain(..n).collect();
-                    Self::renumber(&mut st, &mut taken);
-                    let mut plan = Vec::new();
-                    for (r, start, len) in places {
-                        let ring = st.rings[r].as_mut().expect("ring");
-                        let es: Vec<(&Entry, Part)> = taken
-                            .iter()
-                            .filter_map(|p| {
-                                let (_, part) = p.rings.iter().find(|(c, _)| *c == r)?;
-                                Some((&p.entry, *part))
-                            })
-                            .collect();
-                        let newest = es.iter().map(|e| e.0.seq).max().unwrap_or(0);
-                        ring.head = start + len;
-                        ring.live.push_back((start, start + len, newest));
-                        let mut bytes = Buf::new(batch_bytes(&es));
-                        encode_batch_into(self.life, tail, &es, &mut bytes);
-                        debug_assert_eq!(bytes.len() as u64, len);
-                        let bytes = bytes.freeze();
-                        plan.push((r, ring.member, ring.offset + start, bytes, tail));
-                    }
-                    count(&stats::ROUNDS, 1);
-                    count(&stats::ENTRIES, taken.len() as u64);
-                    count(&stats::BATCHES, plan.len() as u64);
-                    let bytes: usize = plan.iter().map(|p| p.3.len()).sum();
-                    count(&stats::BATCH_BYTES, bytes as u64);
-                    (taken, Some(plan))
-                } else {
-                    (Vec::new(), None)
-                }
+                self.take_round(&mut st)
             };
-            let Some(plan) = plan else {
-                // No room: settle what can be settled (flush the group's members), or wait
-                // for a write in flight to end, then try again.
-                let waiting = {
-                    let mut st = self.state.lock();
-                    // A band done but not durable settles with a flush; so do the older
-                    // entries of a band logged again without one (see `rebase`).
-                    let settle = st.bands.values().any(|b| {
-                        (b.inflight == 0 && b.durable) || (b.inflight > 0 && b.first_seq < b.seq)
-                    });
-                    // Member writes in flight, or an entry in another round in flight: each
-                    // ends and wakes the waiters. (Not a band whose entry is only pending.)
-                    let busy = st
-                        .bands
-                        .values()
-                        .any(|b| b.inflight > 0 && (b.durable || b.written));
-                    if settle {
-                        None
-                    } else if busy {
-                        count(&stats::ROOM_WAITS, 1);
-                        let (tx, rx) = oneshot::channel();
-                        st.waiters.push(tx);
-                        Some(rx)
-                    } else {
-                        // Nothing to wait for: the pending entries cannot fit (cannot happen
-                        // with rings sized by `GroupLog::new`, pending entries pinning no
-                        // ring space); fail them rather than hang.
-                        tracing::error!(
-                            "parity group {}: {} partial-parity log entries fit no ring",
-                            self.group,
-                            st.pending.len()
-                        );
-                        let failed: Vec<Pending> = st.pending.drain(..).collect();
-                        for p in &failed {
-                            if let Some(tx) = st.notify.remove(&p.ticket) {
-                                let _ = tx.send(Err(LogFailed::NoRoom));
-                            }
-                        }
-                        let gone = failed
-                            .iter()
-                            .map(|p| (p.entry.stripe, p.entry.band, p.entry.seq));
-                        Self::abandon(&mut st, gone);
-                        return None;
-                    }
-                };
-                match waiting {
-                    None => {
+            let Some((taken, batches)) = round else {
+                match self.no_room() {
+                    NoRoom::Flush => {
                         self.flush_members().await;
                         flushed = true;
+                        continue;
                     }
-                    Some(rx) => return Some(rx),
+                    NoRoom::Wait(rx) => return Some(rx),
+                    NoRoom::Failed => return None,
                 }
-                continue;
             };
             // A ring more than half full of live batches: flush the group's members beside
             // this batch, so bands written so far settle before the ring runs out (instead of
             // every writer stalling behind a flush then).
-            let flush_now = {
-                let st = self.state.lock();
-                let crowded = st
-                    .rings
-                    .iter()
-                    .flatten()
-                    .any(|r| r.live.iter().map(|b| b.1 - b.0).sum::<u64>() > r.len / 2);
-                crowded && st.bands.values().any(|b| b.inflight == 0 && b.durable)
-            };
+            let flush_now = self.crowded();
             let flush = async {
                 if flush_now {
                     self.flush_members().await;
                 }
             };
-            let writes = join_all(plan.iter().map(|(_, m, at, bytes, _)| {
-                let slot = self.table.slot(*m);
-                let b = bytes.clone();
-                async move {
-                    // A ring write reuses space of entries that may still be needed to rebuild
-                    // a stripe a failed member missed: not before the failure is recorded.
-                    let recorded = self.table.failure_gate().wait_recorded().await;
-                    if recorded.is_err() || slot.is_failed() {
-                        return false;
-                    }
-                    let rep = slot.replacement();
-                    let copy = rep.as_ref().map(|r| r.write(*at, b.clone(), true));
-                    let r = slot.member().write(*at, b, true).await;
-                    if let Some(Err(e)) = match copy {
-                        Some(f) => Some(f.await),
-                        None => None,
-                    } {
-                        slot.drop_replacement(&e);
-                    }
-                    match r {
-                        Ok(()) => true,
-                        Err(e) => {
-                            self.table.fail(*m, &e);
-                            false
-                        }
-                    }
-                }
-            }));
+            let writes = join_all(batches.iter().map(|b| self.write_batch(b)));
             let unfinished = Unfinished {
                 log: self,
                 taken: &taken,
             };
             let (results, ()) = futures::future::join(writes, flush).await;
             std::mem::forget(unfinished);
-            let mut st = self.state.lock();
-            let mut ring_ok = HashMap::new();
-            for ((r, _, _, _, tail), ok) in plan.iter().zip(results) {
-                ring_ok.insert(*r, ok);
-                if ok {
-                    let ring = st.rings[*r].as_mut().expect("ring");
-                    ring.durable_tail = ring.durable_tail.max(*tail);
-                }
-            }
-            let mut tickets: HashMap<u64, bool> = HashMap::new();
-            for p in &taken {
-                let ok = p.rings.iter().any(|(r, _)| ring_ok.get(r) == Some(&true));
-                let t = tickets.entry(p.ticket).or_insert(true);
-                *t &= ok;
-                // Nothing of the band is pending any more (an entry no ring took was not
-                // written, and neither are the member writes it was to protect).
-                if let Some(b) = st.bands.get_mut(&(p.entry.stripe, p.entry.band)) {
-                    if b.seq == p.entry.seq {
-                        b.durable = true;
-                        st.changed.push((p.entry.stripe, p.entry.band));
-                    }
-                }
-            }
-            for (t, ok) in tickets {
-                if let Some(tx) = st.notify.remove(&t) {
-                    let _ = tx.send(if ok {
-                        Ok(())
-                    } else {
-                        Err(LogFailed::ParityFailed)
-                    });
-                }
-            }
-            for w in st.waiters.drain(..) {
-                let _ = w.send(());
-            }
-            Self::recycle(&mut st, taken.into_iter().map(|p| p.entry));
+            self.finish_round(&batches, results, taken);
             return None;
         }
     }
+
+    /// Takes whole tickets (one stripe write's entries, which fit half a ring by
+    /// `min_ring_bytes`) in order while every ring's batch fits half its ring — a write whose
+    /// entries were split over two batches would hold ring space while waiting for ring
+    /// space — places each ring's batch where it touches no live batch, and encodes them.
+    /// `None` when the batches have no room.
+    fn take_round(&self, st: &mut State) -> Option<(Vec<Pending>, Vec<Batch>)> {
+        let tail = Self::tail(st);
+        let mut size: HashMap<usize, u64> = HashMap::new();
+        let mut n = 0;
+        while n < st.pending.len() {
+            let t = st.pending[n].ticket;
+            let end = n + st.pending[n..].iter().take_while(|p| p.ticket == t).count();
+            let mut next = size.clone();
+            for p in &st.pending[n..end] {
+                for &(r, _) in &p.rings {
+                    *next.entry(r).or_insert(64) += p.entry.encoded_len() as u64;
+                }
+            }
+            let fits = next
+                .iter()
+                .all(|(&r, &len)| len <= st.rings[r].as_ref().expect("ring").len / 2);
+            if !fits && n > 0 {
+                break;
+            }
+            size = next;
+            n = end;
+        }
+        // Ring places: every ring's batch must fit without touching a live batch.
+        let mut places = Vec::new();
+        for (&r, &len) in &size {
+            let len = len.next_multiple_of(LOG_BLOCK_BYTES);
+            let ring = st.rings[r].as_mut().expect("ring");
+            ring.live.retain(|b| b.newest_seq >= tail);
+            let start = if ring.head + len <= ring.len {
+                ring.head
+            } else {
+                0
+            };
+            if ring.live.iter().any(|b| b.overlaps(start, start + len)) {
+                return None;
+            }
+            places.push((r, start, len));
+        }
+        let mut taken: Vec<Pending> = st.pending.drain(..n).collect();
+        Self::renumber(st, &mut taken);
+        let mut batches = Vec::new();
+        for (r, start, len) in places {
+            let ring = st.rings[r].as_mut().expect("ring");
+            let es: Vec<(&Entry, Part)> = taken
+                .iter()
+                .filter_map(|p| {
+                    let (_, part) = p.rings.iter().find(|(c, _)| *c == r)?;
+                    Some((&p.entry, *part))
+                })
+                .collect();
+            let newest_seq = es.iter().map(|e| e.0.seq).max().unwrap_or(0);
+            ring.head = start + len;
+            ring.live.push_back(LiveBatch {
+                start,
+                end: start + len,
+                newest_seq,
+            });
+            let mut bytes = Buf::new(batch_bytes(&es));
+            encode_batch_into(self.life, tail, &es, &mut bytes);
+            debug_assert_eq!(bytes.len() as u64, len);
+            batches.push(Batch {
+                ring: r,
+                member: ring.member,
+                at: ring.offset + start,
+                bytes: bytes.freeze(),
+                tail,
+            });
+        }
+        count(&stats::ROUNDS, 1);
+        count(&stats::ENTRIES, taken.len() as u64);
+        count(&stats::BATCHES, batches.len() as u64);
+        let bytes: usize = batches.iter().map(|b| b.bytes.len()).sum();
+        count(&stats::BATCH_BYTES, bytes as u64);
+        Some((taken, batches))
+    }
+
+    /// No room for a round: settle what can be settled (flush the group's members), or wait
+    /// for a write in flight to end, or — nothing to wait for — fail the pending entries.
+    fn no_room(&self) -> NoRoom {
+        let mut st = self.state.lock();
+        // A band done but not durable settles with a flush; so do the older entries of a
+        // band logged again without one (see `rebase`).
+        let settle = st
+            .bands
+            .values()
+            .any(|b| (b.inflight == 0 && b.durable) || (b.inflight > 0 && b.first_seq < b.seq));
+        // Member writes in flight, or an entry in another round in flight: each ends and
+        // wakes the waiters. (Not a band whose entry is only pending.)
+        let busy = st
+            .bands
+            .values()
+            .any(|b| b.inflight > 0 && (b.durable || b.written));
+        if settle {
+            return NoRoom::Flush;
+        }
+        if busy {
+            count(&stats::ROOM_WAITS, 1);
+            let (tx, rx) = oneshot::channel();
+            st.waiters.push(tx);
+            return NoRoom::Wait(rx);
+        }
+        // The pending entries cannot fit (cannot happen with rings sized by
+        // `GroupLog::new`, pending entries pinning no ring space); fail them rather than hang.
+        tracing::error!(
+            "parity group {}: {} partial-parity log entries fit no ring",
+            self.group,
+            st.pending.len()
+        );
+        let failed: Vec<Pending> = st.pending.drain(..).collect();
+        for p in &failed {
+            if let Some(tx) = st.notify.remove(&p.ticket) {
+                let _ = tx.send(Err(LogFailed::NoRoom));
+            }
+        }
+        let gone = failed
+            .iter()
+            .map(|p| (p.entry.stripe, p.entry.band, p.entry.seq));
+        Self::abandon(&mut st, gone);
+        NoRoom::Failed
+    }
+
+    /// Whether some ring is more than half full of live batches while a band waits only
+    /// for a flush to settle.
+    fn crowded(&self) -> bool {
+        let st = self.state.lock();
+        let crowded = st
+            .rings
+            .iter()
+            .flatten()
+            .any(|r| r.live.iter().map(LiveBatch::len).sum::<u64>() > r.len / 2);
+        crowded && st.bands.values().any(|b| b.inflight == 0 && b.durable)
+    }
+
+    /// Writes one ring's batch (FUA) to its member and the member's replacement; whether the
+    /// member took it.
+    async fn write_batch(&self, batch: &Batch) -> bool {
+        let slot = self.table.slot(batch.member);
+        // A ring write reuses space of entries that may still be needed to rebuild a stripe
+        // a failed member missed: not before the failure is recorded.
+        let recorded = self.table.failure_gate().wait_recorded().await;
+        if recorded.is_err() || slot.is_failed() {
+            return false;
+        }
+        let rep = slot.replacement();
+        let copy = rep
+            .as_ref()
+            .map(|r| r.write(batch.at, batch.bytes.clone(), true));
+        let r = slot
+            .member()
+            .write(batch.at, batch.bytes.clone(), true)
+            .await;
+        if let Some(Err(e)) = match copy {
+            Some(f) => Some(f.await),
+            None => None,
+        } {
+            slot.drop_replacement(&e);
+        }
+        match r {
+            Ok(()) => true,
+            Err(e) => {
+                self.table.fail(batch.member, &e);
+                false
+            }
+        }
+    }
+
+    /// After a round's batches were written: each ring's durable tail, each taken band
+    /// durable, each writer answered (logged when some ring of each of its entries took it).
+    fn finish_round(&self, batches: &[Batch], results: Vec<bool>, taken: Vec<Pending>) {
+        let mut st = self.state.lock();
+        let mut ring_ok = HashMap::new();
+        for (b, ok) in batches.iter().zip(results) {
+            ring_ok.insert(b.ring, ok);
+            if ok {
+                let ring = st.rings[b.ring].as_mut().expect("ring");
+                ring.durable_tail = ring.durable_tail.max(b.tail);
+            }
+        }
+        let mut tickets: HashMap<u64, bool> = HashMap::new();
+        for p in &taken {
+            let ok = p.rings.iter().any(|(r, _)| ring_ok.get(r) == Some(&true));
+            let t = tickets.entry(p.ticket).or_insert(true);
+            *t &= ok;
+            // Nothing of the band is pending any more (an entry no ring took was not written,
+            // and neither are the member writes it was to protect).
+            if let Some(b) = st.bands.get_mut(&(p.entry.stripe, p.entry.band)) {
+                if b.seq == p.entry.seq {
+                    b.durable = true;
+                    st.changed.push((p.entry.stripe, p.entry.band));
+                }
+            }
+        }
+        for (t, ok) in tickets {
+            if let Some(tx) = st.notify.remove(&t) {
+                let _ = tx.send(if ok {
+                    Ok(())
+                } else {
+                    Err(LogFailed::ParityFailed)
+                });
+            }
+        }
+        for w in st.waiters.drain(..) {
+            let _ = w.send(());
+        }
+        Self::recycle(&mut st, taken.into_iter().map(|p| p.entry));
+    }
+}
+
+/// What a round with no room does next.
+enum NoRoom {
+    /// Flush the group's members (bands settle), then try again.
+    Flush,
+    /// Wait for a write in flight to end, without the round slot.
+    Wait(oneshot::Receiver<()>),
+    /// The pending entries were failed.
+    Failed,
+}
+
+/// One ring's part of a round: the encoded batch and where it goes.
+struct Batch {
+    ring: usize,
+    member: usize,
+    /// Byte on the member.
+    at: u64,
+    bytes: SharedBuf,
+    /// The log tail the batch carries.
+    tail: u64,
 }

@@ -12,7 +12,7 @@
 //! When the lock is taken, the holder is looked up in `/proc/locks` (pid → `/proc/PID/comm` and
 //! `cmdline`) so the message can say which process to stop.
 
-use crate::uring::UringError;
+use super::UringError;
 use std::fs::{File, Metadata, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;

@@ -1,0 +1,126 @@
+//! The maintenance side of a node: what keeps its redundancy whole in the background (the
+//! write-back cache, resync, rebuild, scrub), and the small types it speaks. Kept apart from
+//! the request side ([`super::NodeIo`]) so that each node kind reads as two short lists.
+
+use super::fanout::{children_cache_usage, children_destage_aged, flush_children, resync_children};
+use super::ArrayNode;
+use crate::error::VolumeResult;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// What a write-back cache holds and may hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheUsage {
+    /// Bytes written by clients and not yet on the members.
+    pub dirty_bytes: u64,
+    /// Memory those bytes keep alive (whole allocations of the writers' buffers).
+    pub pinned_bytes: u64,
+    /// The most `pinned_bytes` may reach.
+    pub bound_bytes: u64,
+}
+
+impl CacheUsage {
+    pub fn plus(self, o: CacheUsage) -> CacheUsage {
+        CacheUsage {
+            dirty_bytes: self.dirty_bytes + o.dirty_bytes,
+            pinned_bytes: self.pinned_bytes + o.pinned_bytes,
+            bound_bytes: self.bound_bytes + o.bound_bytes,
+        }
+    }
+}
+
+/// Counts of one scrub (shared atomics: nodes bump them as they go).
+#[derive(Debug, Default)]
+pub struct ScrubStats {
+    /// Parity stripes and mirror blocks whose redundancy was compared.
+    pub checked: AtomicU64,
+    /// Of those, the ones where data and redundancy disagreed.
+    pub mismatches: AtomicU64,
+    /// Mismatches (and unreadable copies) rewritten.
+    pub repaired: AtomicU64,
+    /// Chunks or copies that returned a read error.
+    pub unreadable: AtomicU64,
+    /// Stripes or blocks not checkable: a member under them has failed (nothing to compare
+    /// against) or their parity is stale.
+    pub skipped: AtomicU64,
+}
+
+/// What a node's `scrub_range` is asked to do.
+pub struct ScrubPass<'a> {
+    /// Rewrite what the redundancy proves wrong (else only count).
+    pub repair: bool,
+    pub stats: &'a ScrubStats,
+}
+
+impl ScrubPass<'_> {
+    pub(crate) fn bump(&self, counter: fn(&ScrubStats) -> &AtomicU64, n: u64) {
+        counter(self.stats).fetch_add(n, Relaxed);
+    }
+}
+
+/// The maintenance side of a node (see the module docs). Every method's default does the
+/// node's children's work and nothing of its own: right for kinds that hold no cache and no
+/// redundancy; a kind that owns something overrides the method and still asks its children.
+pub trait NodeMaintenance: Send + Sync {
+    /// The node's children, in layout order (none for a leaf).
+    fn children(&self) -> &[Box<dyn ArrayNode>] {
+        &[]
+    }
+
+    /// Writes back whatever the node itself holds (a parity group's write-back stripe cache),
+    /// in this node and below. Members are flushed by the volume afterwards.
+    fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
+        flush_children(self.children()).boxed()
+    }
+
+    /// What write-back caches in this node and below hold.
+    fn cache_usage(&self) -> CacheUsage {
+        children_cache_usage(self.children())
+    }
+
+    /// Writes back the partial stripes the write-back caches in this node and below have held
+    /// for at least `older_than`: what the background flusher thread does every tick
+    /// (simulators, which run no threads, drive it themselves). A stripe that fails to write
+    /// stays cached (logged; the next FLUSH reports it).
+    fn destage_aged(&self, older_than: Duration) -> BoxFuture<'_, ()> {
+        children_destage_aged(self.children(), older_than).boxed()
+    }
+
+    /// Recomputes the parity of stripes not known to be in sync, in this node and below
+    /// (children one after another: nodes below a parity group may hold parity groups too).
+    fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
+        resync_children(self.children()).boxed()
+    }
+
+    /// Makes every copy and every parity chunk under `[offset, offset+len)` agree with the
+    /// data as read now (after an unclean shutdown, or onto a stale member): mirrors copy a
+    /// readable child over the others, parity groups rewrite whole stripes. Memory is
+    /// bounded by the range and one stripe; leaves have nothing to do.
+    fn resync_range(&self, _offset: u64, _len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+        futures::future::ready(Ok(())).boxed()
+    }
+
+    /// Brings what is written but not read under `[offset, offset+len)` up to date: children
+    /// being rebuilt (a new member in a failed member's place: written, never read) get
+    /// their bytes from the redundancy — mirrors copy a readable copy, parity groups
+    /// reconstruct — and a leaf with a replacement copies its member onto it. Nothing else
+    /// is written. Each node holds its own range lock exclusively over the range while it
+    /// rebuilds it (so user writes cannot land in between); memory is bounded by the range.
+    fn rebuild_range(&self, _offset: u64, _len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+        futures::future::ready(Ok(())).boxed()
+    }
+
+    /// Checks (with `pass.repair`, mends) the redundancy this node and those below own in
+    /// `[offset, offset+len)` (see [`crate::scrub`]); nothing for kinds without redundancy.
+    fn scrub_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        pass: &'a ScrubPass<'a>,
+    ) -> BoxFuture<'a, VolumeResult<()>> {
+        let _ = (offset, len, pass);
+        futures::future::ready(Ok(())).boxed()
+    }
+}

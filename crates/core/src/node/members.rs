@@ -1,0 +1,306 @@
+//! The member table: every member's slot (the member, a replacement being rebuilt, failed and
+//! stale flags, write and flush counts), shared by the whole tree and by the volume.
+
+use crate::failure_gate::FailureGate;
+use crate::member::{Member, MemberResult};
+use parking_lot::RwLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Health of one member as the volume sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberState {
+    Healthy,
+    /// Returned a write (or repair, or flush) error: never read again, writes skip it.
+    Failed,
+}
+
+/// A member and what the volume knows about it.
+pub struct MemberSlot {
+    /// Swapped when a new member takes a failed one's place (rebuild) or a replacement
+    /// takes over (replace).
+    member: RwLock<Arc<dyn Member>>,
+    /// A member being rebuilt to take this one's place while this one still serves (md's
+    /// want_replacement): it takes every write, and is never read.
+    replacement: RwLock<Option<Arc<dyn Member>>>,
+    /// Whether `replacement` is set (the write path's fast check).
+    replacing: AtomicBool,
+    /// Set once the member returned an error that leaves its contents stale.
+    failed: AtomicBool,
+    /// Writes (not FUA) completed on the member so far: each bumps it once it is done.
+    writes_done: AtomicU64,
+    /// The highest `writes_done` a completed member flush is known to cover. A flush is
+    /// needed while it is below `writes_done`; concurrent flushes each flush until it is
+    /// not, so none is acknowledged before the writes it must cover are durable.
+    writes_durable: AtomicU64,
+    /// Read errors this member returned (repaired or not).
+    read_errors: AtomicU64,
+    /// Stale (it missed writes) and being resynced: written, never read.
+    resyncing: AtomicBool,
+    /// This volume's own reads and writes of the member's region (a member file shared by
+    /// several volumes counts each volume's apart; its own counters count them all).
+    region_io: RegionIo,
+}
+
+/// Reads and writes a volume sent to one member's region, by count and bytes.
+#[derive(Debug, Default)]
+struct RegionIo {
+    reads: AtomicU64,
+    read_bytes: AtomicU64,
+    writes: AtomicU64,
+    write_bytes: AtomicU64,
+}
+
+/// A copy of [`RegionIo`] at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegionIoSnapshot {
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+}
+
+impl RegionIo {
+    fn read(&self, len_bytes: u64) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.read_bytes.fetch_add(len_bytes, Ordering::Relaxed);
+    }
+
+    fn write(&self, len_bytes: u64) {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.write_bytes.fetch_add(len_bytes, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> RegionIoSnapshot {
+        RegionIoSnapshot {
+            reads: self.reads.load(Ordering::Relaxed),
+            read_bytes: self.read_bytes.load(Ordering::Relaxed),
+            writes: self.writes.load(Ordering::Relaxed),
+            write_bytes: self.write_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl MemberSlot {
+    /// This volume's reads and writes of the member's region so far.
+    pub fn region_io(&self) -> RegionIoSnapshot {
+        self.region_io.snapshot()
+    }
+
+    /// Counts a read of `len_bytes` of this volume's region of the member.
+    pub(super) fn count_read(&self, len_bytes: u64) {
+        self.region_io.read(len_bytes);
+    }
+
+    /// Counts a write of `len_bytes` of this volume's region of the member.
+    pub(super) fn count_write(&self, len_bytes: u64) {
+        self.region_io.write(len_bytes);
+    }
+
+    /// Counts a read error the member returned.
+    pub(super) fn count_read_error(&self) {
+        self.read_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The member serving this slot now.
+    pub fn member(&self) -> Arc<dyn Member> {
+        self.member.read().clone()
+    }
+
+    /// The member being rebuilt to replace this one, if any.
+    pub fn replacement(&self) -> Option<Arc<dyn Member>> {
+        if !self.replacing.load(Ordering::Acquire) {
+            return None;
+        }
+        self.replacement.read().clone()
+    }
+
+    /// Drops the replacement (it failed, or the replace was given up).
+    pub fn drop_replacement(&self, why: &dyn std::fmt::Display) {
+        if let Some(r) = self.replacement.write().take() {
+            self.replacing.store(false, Ordering::Release);
+            tracing::error!("replacement `{}` dropped: {why}", r.name());
+        }
+    }
+
+    /// Flushes the member and its replacement (a replacement that fails is dropped).
+    pub(crate) async fn flush(&self) -> MemberResult<()> {
+        if let Some(r) = self.replacement() {
+            if let Err(e) = r.flush().await {
+                self.drop_replacement(&e);
+            }
+        }
+        self.member().flush().await
+    }
+
+    pub fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    pub fn read_errors(&self) -> u64 {
+        self.read_errors.load(Ordering::Relaxed)
+    }
+
+    /// Stale and being resynced: takes writes, is never read.
+    pub fn is_resyncing(&self) -> bool {
+        self.resyncing.load(Ordering::Acquire)
+    }
+
+    /// Neither failed nor resyncing: holds current data.
+    pub fn is_current(&self) -> bool {
+        !self.is_failed() && !self.is_resyncing()
+    }
+
+    /// The write count a flush started now must make durable, or `None` when every
+    /// completed write is already known durable.
+    pub(crate) fn flush_target(&self) -> Option<u64> {
+        let done = self.writes_done.load(Ordering::Acquire);
+        (self.writes_durable.load(Ordering::Acquire) < done).then_some(done)
+    }
+
+    /// Records that a member flush started after `target` writes had completed succeeded.
+    pub(crate) fn flushed(&self, target: u64) {
+        self.writes_durable.fetch_max(target, Ordering::AcqRel);
+    }
+
+    /// Non-FUA writes completed so far, and how many of them a completed flush covers (the
+    /// partial-parity log retires an entry once its stripe's writes are all durable).
+    pub(crate) fn write_counts(&self) -> (u64, u64) {
+        (
+            self.writes_done.load(Ordering::Acquire),
+            self.writes_durable.load(Ordering::Acquire),
+        )
+    }
+
+    pub(crate) fn mark_dirty(&self) {
+        self.writes_done.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// The members of one volume, shared by every node of its tree.
+pub struct MemberTable {
+    slots: Vec<MemberSlot>,
+    /// Number of slots marked failed (0 with `resyncing` 0 = fast path: everything is readable).
+    failed: AtomicUsize,
+    /// Number of slots resyncing.
+    resyncing: AtomicUsize,
+    /// Holds member writes back while a failure is not recorded yet.
+    gate: FailureGate,
+}
+
+impl MemberTable {
+    pub fn new(members: Vec<Arc<dyn Member>>) -> MemberTable {
+        MemberTable {
+            slots: members
+                .into_iter()
+                .map(|member| MemberSlot {
+                    member: RwLock::new(member),
+                    replacement: RwLock::new(None),
+                    replacing: AtomicBool::new(false),
+                    failed: AtomicBool::new(false),
+                    writes_done: AtomicU64::new(0),
+                    writes_durable: AtomicU64::new(0),
+                    read_errors: AtomicU64::new(0),
+                    resyncing: AtomicBool::new(false),
+                    region_io: RegionIo::default(),
+                })
+                .collect(),
+            failed: AtomicUsize::new(0),
+            resyncing: AtomicUsize::new(0),
+            gate: FailureGate::default(),
+        }
+    }
+
+    pub fn slots(&self) -> &[MemberSlot] {
+        &self.slots
+    }
+
+    pub fn slot(&self, index: usize) -> &MemberSlot {
+        &self.slots[index]
+    }
+
+    /// Whether some member is failed or resyncing (not every member can be read).
+    pub fn any_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire) > 0 || self.resyncing.load(Ordering::Acquire) > 0
+    }
+
+    /// Members marked failed so far.
+    pub fn failed_count(&self) -> usize {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Failures counted and recorded: member writes wait on it.
+    pub fn failure_gate(&self) -> &FailureGate {
+        &self.gate
+    }
+
+    /// Marks member `index` stale (resyncing: written, not read) or current again.
+    pub fn set_resyncing(&self, index: usize, on: bool) {
+        let slot = &self.slots[index];
+        if slot.resyncing.swap(on, Ordering::AcqRel) != on {
+            if on {
+                self.resyncing.fetch_add(1, Ordering::AcqRel);
+            } else {
+                self.resyncing.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Puts `member` in failed slot `index`, stale (written, not read) until it is rebuilt.
+    /// Writes that planned without the slot (it was failed) are done before any rebuild of
+    /// their range starts: both hold the node's range lock.
+    pub fn install(&self, index: usize, member: Arc<dyn Member>) {
+        let slot = &self.slots[index];
+        assert!(
+            slot.is_failed(),
+            "a member is installed in a failed slot only"
+        );
+        self.set_resyncing(index, true);
+        *slot.member.write() = member;
+        slot.read_errors.store(0, Ordering::Relaxed);
+        if slot.failed.swap(false, Ordering::AcqRel) {
+            self.failed.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Puts `member` (a placeholder) in failed slot `index` instead of its failed member,
+    /// which is returned; the slot stays failed (the member was removed).
+    pub fn detach(&self, index: usize, member: Arc<dyn Member>) -> Arc<dyn Member> {
+        let slot = &self.slots[index];
+        assert!(slot.is_failed(), "only a failed member is detached");
+        self.set_resyncing(index, false);
+        std::mem::replace(&mut *slot.member.write(), member)
+    }
+
+    /// Starts rebuilding `member` as slot `index`'s replacement: it takes every write from
+    /// now on.
+    pub fn set_replacement(&self, index: usize, member: Arc<dyn Member>) {
+        let slot = &self.slots[index];
+        *slot.replacement.write() = Some(member);
+        slot.replacing.store(true, Ordering::Release);
+    }
+
+    /// The replacement takes the slot's place (the old member is returned); `None` when there
+    /// is no replacement (it failed and was dropped).
+    pub fn finish_replacement(&self, index: usize) -> Option<Arc<dyn Member>> {
+        let slot = &self.slots[index];
+        let mut rep = slot.replacement.write();
+        let new = rep.take()?;
+        slot.replacing.store(false, Ordering::Release);
+        let old = std::mem::replace(&mut *slot.member.write(), new);
+        Some(old)
+    }
+
+    /// Marks member `index` failed (once), logging why.
+    pub fn fail(&self, index: usize, why: &dyn std::fmt::Display) {
+        let slot = &self.slots[index];
+        if !slot.failed.swap(true, Ordering::AcqRel) {
+            self.failed.fetch_add(1, Ordering::AcqRel);
+            self.gate.failed();
+            tracing::error!(
+                "member {index} (`{}`) marked failed: {why}",
+                slot.member().name()
+            );
+        }
+    }
+}
