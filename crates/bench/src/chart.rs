@@ -112,10 +112,10 @@ where
         .map_err(err)?;
     // The theory line last, so it shows over the curve that follows it.
     let mut order: Vec<(usize, &Series)> = chart.series.iter().enumerate().collect();
-    order.sort_by_key(|(_, s)| s.name == super::sweep::THEORY);
+    order.sort_by_key(|(_, s)| s.name == super::output::THEORY);
     for (i, s) in order {
         let color = Palette99::pick(i).to_rgba();
-        let style = if s.name == super::sweep::THEORY {
+        let style = if s.name == super::output::THEORY {
             ShapeStyle::from(&BLACK.mix(0.7)).stroke_width(1)
         } else {
             ShapeStyle::from(&color).stroke_width(2)
@@ -151,7 +151,7 @@ mod tests {
                 points: vec![(1.0, 100.0), (2.0, 200.0), (4.0, 390.0)],
             },
             Series {
-                name: super::super::sweep::THEORY.into(),
+                name: super::super::output::THEORY.into(),
                 points: vec![(1.0, 100.0), (4.0, 400.0)],
             },
         ];

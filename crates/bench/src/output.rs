@@ -4,6 +4,9 @@ use super::stats::CellResult;
 use serde::Serialize;
 use std::fmt::Write;
 
+/// The name of a sweep's theory line (drawn dashed, behind the measured curves).
+pub const THEORY: &str = "theory";
+
 /// `4KiB`, `512B`, `1MiB`, `64.5KiB`.
 pub fn size_label(bytes: u64) -> String {
     const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];

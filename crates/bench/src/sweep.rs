@@ -4,7 +4,7 @@
 use super::args::{parse_qds, BenchArgs, Settings};
 use super::chart::XAxis;
 use super::driver::{run_cell, Cell};
-use super::output::{self, Series};
+use super::output::{self, Series, THEORY};
 use super::sim::{level_volume, LevelSpec, SimShape};
 use super::stats::CellResult;
 use super::target::Target;
@@ -14,8 +14,6 @@ use anyhow::{bail, Context, Result};
 use nbraid_config::parse_size;
 use nbraid_layout::Level;
 use nbraid_sim::timed::SimModel;
-
-pub const THEORY: &str = "theory";
 
 /// What a sweep varies.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,8 +7,8 @@
 //! reported at its line before a run. The daemon ignores the tables.
 
 use super::error::{ConfigError, ErrorKind, Problem};
-use super::raw::{RawBench, RawModel};
-use super::schema_error::closest;
+use super::raw::{RawBench, RawModel, MODEL_NAMES};
+use super::schema_error::{closest, from_toml};
 use std::ops::Range;
 use std::path::Path;
 use toml::Value;
@@ -83,7 +83,8 @@ pub const SSD_PARAMS: [ParamSpec; 6] = [
 ];
 
 /// The models' names and keys.
-pub const MODELS: [(&str, &[ParamSpec]); 2] = [("hdd", &HDD_PARAMS), ("ssd", &SSD_PARAMS)];
+pub const MODELS: [(&str, &[ParamSpec]); 2] =
+    [(MODEL_NAMES[0], &HDD_PARAMS), (MODEL_NAMES[1], &SSD_PARAMS)];
 
 /// The parameters one model's table sets, checked, in file order; what it leaves out keeps
 /// the engine's default.
@@ -127,7 +128,7 @@ impl BenchModels {
 
 /// Checks a `--sim-params` file's text (`[hdd]` and `[ssd]` tables) as if read from `file`.
 pub fn parse_sim_params(text: &str, file: &Path) -> Result<BenchModels, ConfigError> {
-    let raw: RawBench = super::resolve::from_toml(text, file)?;
+    let raw: RawBench = from_toml(text, file)?;
     resolve(Some(&raw), "", text).map_err(|p| p.located(text, file))
 }
 

@@ -47,6 +47,9 @@ pub(crate) struct RawDaemon {
     pub metrics_listen: Option<Spanned<String>>,
 }
 
+/// The simulated disk models a `[bench]` table may hold (their keys are `bench::MODELS`').
+pub const MODEL_NAMES: [&str; 2] = ["hdd", "ssd"];
+
 /// The simulated disk models' tables: `[bench]` of a config, or the top level of a
 /// `--sim-params` file: each key with its model's table, `None` for a key that names no
 /// model (reported by `bench`, which lists the valid ones). Nothing here is `Spanned` as a
@@ -65,10 +68,7 @@ impl<'de> Deserialize<'de> for RawBench {
             fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<RawBench, A::Error> {
                 let mut entries = Vec::new();
                 while let Some(key) = map.next_key::<Spanned<String>>()? {
-                    let model = if super::bench::MODELS
-                        .iter()
-                        .any(|(name, _)| name == key.get_ref())
-                    {
+                    let model = if MODEL_NAMES.contains(&key.get_ref().as_str()) {
                         Some(map.next_value::<RawModel>()?)
                     } else {
                         map.next_value::<de::IgnoredAny>()?;

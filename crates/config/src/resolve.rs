@@ -6,7 +6,7 @@ use super::error::{ErrorKind, Problem};
 use super::field::size_field;
 use super::listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP};
 use super::raw::{RawConfig, RawSize, RawTree, RawVolume};
-use super::schema_error::{one_line, schema_problem};
+use super::schema_error::from_toml;
 use super::size::{format_size, format_size_exact};
 use super::tls::TlsMode;
 use super::tree;
@@ -32,23 +32,6 @@ pub(super) fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     };
     let cx = Cx { text, base: &base };
     cx.resolve(raw, file).map_err(located)
-}
-
-/// `text` as `T`: not TOML is a syntax error, TOML that `T` does not take a schema error.
-pub(super) fn from_toml<T: serde::de::DeserializeOwned>(
-    text: &str,
-    file: &Path,
-) -> Result<T, ConfigError> {
-    if let Err(e) = text.parse::<toml::Table>() {
-        let span = e.span().unwrap_or(0..0);
-        return Err(Problem::new(
-            span,
-            ErrorKind::Syntax,
-            format!("not valid TOML: {}", one_line(e.message())),
-        )
-        .located(text, file));
-    }
-    toml::from_str(text).map_err(|e| schema_problem(text, &e).located(text, file))
 }
 
 /// Lexically cleans a path: drops `.`, folds `..` into the component before it.

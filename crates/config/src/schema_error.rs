@@ -3,7 +3,9 @@
 
 use super::error::{ErrorKind, Problem};
 use super::raw::Skeleton;
+use crate::error::ConfigError;
 use std::ops::Range;
+use std::path::Path;
 
 /// A toml/serde error, with the table it is in, the field and a suggestion for misspelt keys.
 pub(super) fn schema_problem(text: &str, e: &toml::de::Error) -> Problem {
@@ -118,6 +120,23 @@ pub(super) fn edit_distance(a: &str, b: &str) -> usize {
         prev = cur;
     }
     prev[b.len()]
+}
+
+/// `text` as `T`: not TOML is a syntax error, TOML that `T` does not take a schema error.
+pub(crate) fn from_toml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    file: &Path,
+) -> Result<T, ConfigError> {
+    if let Err(e) = text.parse::<toml::Table>() {
+        let span = e.span().unwrap_or(0..0);
+        return Err(Problem::new(
+            span,
+            ErrorKind::Syntax,
+            format!("not valid TOML: {}", one_line(e.message())),
+        )
+        .located(text, file));
+    }
+    toml::from_str(text).map_err(|e| schema_problem(text, &e).located(text, file))
 }
 
 #[cfg(test)]
