@@ -12,7 +12,7 @@
 //! The request-level dispatch in front of it (cache, joiner, members) is `ParityCore::write`
 //! in `mod.rs`.
 
-use super::chunks::{ChildRead, ChildWrite};
+use super::chunks::{ChildRead, ChildWrite, Retry};
 use super::plan::{
     add_range, covers, plan_write, DataChunk, Health, NewBytes, Ranges, StripeWrite, Target,
     WritePlan,
@@ -604,15 +604,6 @@ pub(super) fn assemble(s: u64, e: u64, w: &[(u64, SharedBuf)], old: Option<&[u8]
         }
     }
     b.freeze()
-}
-
-pub(super) enum Retry {
-    /// A read of this child failed: plan again without it.
-    Read(usize, VolumeError),
-    /// Rebuilding the plan's lost chunks failed: a read error beyond what the stripe's
-    /// parity covers (which child is not known here).
-    Rebuild(VolumeError),
-    Fatal(VolumeError),
 }
 
 /// One attempt at writing rows `[r0, r1)` of a stripe: what every stage of
