@@ -387,8 +387,9 @@ impl Destager<'_> {
     /// acknowledged never vanish silently — except its bytes in `newer` (stripe offsets),
     /// which a newer write in `segs` covered: that write salvaged its own bytes there, and
     /// the older ones must not come back over them ([`CacheState::forget`]).
+    /// Takes the (copyable) destager by value, so the future outlives the caller's handle.
     pub(super) async fn write_over_cache(
-        &self,
+        self,
         s: u64,
         segs: Segs,
         newer: Option<(u64, u64)>,

@@ -89,48 +89,11 @@ impl ParityCore {
                     }
                     continue;
                 };
-                if segs[0].1.len() as u64 == w {
-                    // A whole stripe bypasses the cache and supersedes its entry, which stays
-                    // listed until this write is on the members.
+                let (to_members_now, over) = self.write_back(cache, s, segs, fua);
+                over_bound |= over;
+                if let Some(write) = to_members_now {
                     to_members(s);
-                    futs.push(
-                        destager
-                            .write_over_cache(s, segs, Some((0, w)), fua)
-                            .boxed(),
-                    );
-                    continue;
-                }
-                let (o, d) = segs.into_iter().next().expect("one segment");
-                let d = compact(d);
-                let mut st = cache.state.lock();
-                if !st.admits(&d, cache.bound) {
-                    // No room (destaging fails, or this stripe alone exceeds the bound): write
-                    // it through rather than grow the cache past its bound.
-                    let mut merged = Entry::new();
-                    merged.segs = st
-                        .entries
-                        .get(&s)
-                        .map(|e| e.segs.clone())
-                        .unwrap_or_default();
-                    let newer = (o, o + d.len() as u64);
-                    merged.insert(o, d, None); // not cached: pins nothing
-                    drop(st);
-                    to_members(s);
-                    futs.push(
-                        destager
-                            .write_over_cache(s, merged.segs, Some(newer), fua)
-                            .boxed(),
-                    );
-                    continue;
-                }
-                let full = st.insert(s, o, d, w);
-                over_bound |= st.pins.bytes > cache.bound;
-                if full || fua {
-                    let segs = st.entries[&s].segs.clone();
-                    drop(st);
-                    to_members(s);
-                    // The entry's own bytes: it stays whole if the write fails.
-                    futs.push(destager.write_over_cache(s, segs, None, fua).boxed());
+                    futs.push(write);
                 }
             }
             // A partial stripe at either end that only went into the cache is let go now:
@@ -156,6 +119,55 @@ impl ParityCore {
             }
         }
         Ok(())
+    }
+
+    /// Write-back: stripe `s`'s new bytes go into the cache, or to the members over it (a
+    /// whole stripe, no room for them, an entry they fill, FUA): then the member write is
+    /// returned. Also whether the cache is now over its bound. The caller holds the stripe's
+    /// exclusive lock.
+    fn write_back(
+        &self,
+        cache: &Cache,
+        s: u64,
+        segs: Segs,
+        fua: bool,
+    ) -> (Option<BoxFuture<'_, VolumeResult<()>>>, bool) {
+        let w = self.stripes.chunks.width();
+        let destager = self.destager();
+        if segs[0].1.len() as u64 == w {
+            // A whole stripe bypasses the cache and supersedes its entry, which stays
+            // listed until this write is on the members.
+            let write = destager.write_over_cache(s, segs, Some((0, w)), fua);
+            return (Some(write.boxed()), false);
+        }
+        let (o, d) = segs.into_iter().next().expect("one segment");
+        let d = compact(d);
+        let mut st = cache.state.lock();
+        if !st.admits(&d, cache.bound) {
+            // No room (destaging fails, or this stripe alone exceeds the bound): write
+            // it through rather than grow the cache past its bound.
+            let mut merged = Entry::new();
+            merged.segs = st
+                .entries
+                .get(&s)
+                .map(|e| e.segs.clone())
+                .unwrap_or_default();
+            let newer = (o, o + d.len() as u64);
+            merged.insert(o, d, None); // not cached: pins nothing
+            drop(st);
+            let write = destager.write_over_cache(s, merged.segs, Some(newer), fua);
+            return (Some(write.boxed()), false);
+        }
+        let full = st.insert(s, o, d, w);
+        let over_bound = st.pins.bytes > cache.bound;
+        if !(full || fua) {
+            return (None, over_bound);
+        }
+        let segs = st.entries[&s].segs.clone();
+        drop(st);
+        // The entry's own bytes: it stays whole if the write fails.
+        let write = destager.write_over_cache(s, segs, None, fua);
+        (Some(write.boxed()), over_bound)
     }
 
     /// Writes a union [`join::Joins::take`] handed out and answers the writers who left
@@ -219,118 +231,109 @@ impl ParityCore {
         len: u64,
         kind: ZeroKind,
     ) -> VolumeResult<()> {
-        let stripes = &self.stripes;
-        {
-            // Whole stripes: zero every child over their chunks (zero data has zero P and Q);
-            // the partial stripes at either end are written as zeroes.
-            let w = stripes.chunks.width();
-            let end = offset + len;
-            let first_full = offset.div_ceil(w);
-            let last_full = end / w; // exclusive
-            let mut pieces: Vec<(u64, u64)> = Vec::new();
-            // Zero data has zero parity, so whole stripes stay consistent even where some
-            // child failed: the chunks that were zeroed and the parity agree.
-            let mut full_err = None;
-            if first_full < last_full {
-                if offset < first_full * w {
-                    pieces.push((offset, first_full * w - offset));
-                }
-                if last_full * w < end {
-                    pieces.push((last_full * w, end - last_full * w));
-                }
-                {
-                    let _g = self
-                        .stripes
-                        .locks
-                        .lock(first_full, last_full - first_full, true)
-                        .await;
-                    assert!(
-                        self.stripes
-                            .locks
-                            .holds(first_full, last_full - first_full, true),
-                        "stripes {first_full}..{last_full} zeroed without their exclusive lock"
-                    );
-                    stripes.recent.forget_range(first_full..last_full);
-                    // What the log may replay of these stripes is settled first.
-                    let _hold = match &stripes.ppl {
-                        Some(log) => {
-                            let entries = log.prepare_whole_settled(first_full, last_full).await;
-                            // A log no parity member takes is one nobody replays.
-                            log.write(entries).await.ok()
-                        }
-                        None => None,
-                    };
-                    let at = stripes.chunks.layout.chunk_offset(first_full);
-                    let n = (last_full - first_full) * stripes.chunks.strip;
-                    let results = join_all(
-                        self.stripes
-                            .chunks
-                            .children
-                            .iter()
-                            .map(|c| c.zero(at, n, kind)),
-                    )
-                    .await;
-                    let errors: Vec<VolumeError> =
-                        results.into_iter().filter_map(Result::err).collect();
-                    let failed_children = errors.len();
-                    if !stripes.chunks.tolerates(failed_children) {
-                        full_err = crate::node::first_error(errors);
-                        // The children that took the zeroes hold them: cached bytes of
-                        // these stripes must not come back over them (see
-                        // `write_over_cache`).
-                        if let Some(cache) = &self.cache {
-                            let mut st = cache.state.lock();
-                            let hit: Vec<u64> = (st.entries.keys().copied())
-                                .filter(|s| (first_full..last_full).contains(s))
-                                .collect();
-                            for s in hit {
-                                st.forget(s, 0, w);
-                            }
-                        }
-                    } else if let Some(cache) = &self.cache {
-                        // The zeroes supersede cached bytes of these stripes; until they were
-                        // on the members the entries stayed listed (a FLUSH waited for them).
-                        let mut st = cache.state.lock();
-                        let doomed: Vec<u64> = st
-                            .entries
-                            .keys()
-                            .copied()
-                            .filter(|s| (first_full..last_full).contains(s))
-                            .collect();
-                        for s in doomed {
-                            st.remove(s);
-                        }
-                    }
-                    if full_err.is_none() {
-                        self.joins.superseded(first_full, last_full);
-                    }
-                    if failed_children == 0 {
-                        for s in first_full..last_full {
-                            stripes.health.mark_in_sync(s);
-                        }
-                        stripes.health.mark_consistent(first_full..last_full);
-                    }
-                }
-            } else {
-                pieces.push((offset, len));
+        let w = self.stripes.chunks.width();
+        let end = offset + len;
+        let first_full = offset.div_ceil(w);
+        let last_full = end / w; // exclusive
+        let mut pieces: Vec<(u64, u64)> = Vec::new();
+        let mut full_err = None;
+        if first_full < last_full {
+            if offset < first_full * w {
+                pieces.push((offset, first_full * w - offset));
             }
-            // Every piece is attempted even if one fails, so no piece is left silently old.
-            let mut results = Vec::new();
-            for (o, l) in pieces {
-                let mut at = o;
-                while at < o + l {
-                    let n = (o + l - at).min(w - at % w);
-                    results.push(
-                        self.write(at, Buf::zeroed(n as usize).freeze(), false)
-                            .await,
-                    );
-                    at += n;
-                }
+            if last_full * w < end {
+                pieces.push((last_full * w, end - last_full * w));
             }
-            if let Some(e) = full_err {
-                results.push(Err(e));
-            }
-            crate::node::all_ok(results)
+            full_err = self.zero_whole_stripes(first_full, last_full, kind).await;
+        } else {
+            pieces.push((offset, len));
         }
+        // Every piece is attempted even if one fails, so no piece is left silently old.
+        let mut results = Vec::new();
+        for (o, l) in pieces {
+            let mut at = o;
+            while at < o + l {
+                let n = (o + l - at).min(w - at % w);
+                results.push(
+                    self.write(at, Buf::zeroed(n as usize).freeze(), false)
+                        .await,
+                );
+                at += n;
+            }
+        }
+        if let Some(e) = full_err {
+            results.push(Err(e));
+        }
+        crate::node::all_ok(results)
+    }
+
+    /// Zeroes stripes `[first_full, last_full)` by zeroing every child over their chunks,
+    /// under their exclusive lock. Zero data has zero parity, so the stripes stay consistent
+    /// even where some child failed: the chunks that were zeroed and the parity agree. The
+    /// error when more children failed than the stripes tolerate.
+    async fn zero_whole_stripes(
+        &self,
+        first_full: u64,
+        last_full: u64,
+        kind: ZeroKind,
+    ) -> Option<VolumeError> {
+        let stripes = &self.stripes;
+        let count = last_full - first_full;
+        let _g = stripes.locks.lock(first_full, count, true).await;
+        assert!(
+            stripes.locks.holds(first_full, count, true),
+            "stripes {first_full}..{last_full} zeroed without their exclusive lock"
+        );
+        stripes.recent.forget_range(first_full..last_full);
+        // What the log may replay of these stripes is settled first.
+        let _hold = match &stripes.ppl {
+            Some(log) => {
+                let entries = log.prepare_whole_settled(first_full, last_full).await;
+                // A log no parity member takes is one nobody replays.
+                log.write(entries).await.ok()
+            }
+            None => None,
+        };
+        let at = stripes.chunks.layout.chunk_offset(first_full);
+        let n = count * stripes.chunks.strip;
+        let children = &stripes.chunks.children;
+        let results = join_all(children.iter().map(|c| c.zero(at, n, kind))).await;
+        let errors: Vec<VolumeError> = results.into_iter().filter_map(Result::err).collect();
+        let failed_children = errors.len();
+        let mut full_err = None;
+        if !stripes.chunks.tolerates(failed_children) {
+            full_err = crate::node::first_error(errors);
+            // The children that took the zeroes hold them: cached bytes of these stripes
+            // must not come back over them (see `write_over_cache`).
+            if let Some(cache) = &self.cache {
+                let mut st = cache.state.lock();
+                let hit: Vec<u64> = (st.entries.keys().copied())
+                    .filter(|s| (first_full..last_full).contains(s))
+                    .collect();
+                for s in hit {
+                    st.forget(s, 0, stripes.chunks.width());
+                }
+            }
+        } else if let Some(cache) = &self.cache {
+            // The zeroes supersede cached bytes of these stripes; until they were on the
+            // members the entries stayed listed (a FLUSH waited for them).
+            let mut st = cache.state.lock();
+            let doomed: Vec<u64> = (st.entries.keys().copied())
+                .filter(|s| (first_full..last_full).contains(s))
+                .collect();
+            for s in doomed {
+                st.remove(s);
+            }
+        }
+        if full_err.is_none() {
+            self.joins.superseded(first_full, last_full);
+        }
+        if failed_children == 0 {
+            for s in first_full..last_full {
+                stripes.health.mark_in_sync(s);
+            }
+            stripes.health.mark_consistent(first_full..last_full);
+        }
+        full_err
     }
 }
