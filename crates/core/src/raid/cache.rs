@@ -316,14 +316,23 @@ impl Cache {
     }
 }
 
-impl ParityCore {
+/// Writes stripes to the members over the write-back cache (`None`: write-through), which
+/// forgets what the members now hold: destage, eviction, drain. Borrowed per request
+/// ([`ParityCore::destager`]).
+#[derive(Clone, Copy)]
+pub(super) struct Destager<'a> {
+    pub(super) cache: Option<&'a Cache>,
+    pub(super) stripes: &'a Stripes,
+}
+
+impl Destager<'_> {
     /// Destages least recently used stripes until `room_bytes` more fit within the bound:
     /// one at a time, or with a partial-parity log [`LOGGED_EVICT_BATCH`] at once.
     pub(super) async fn evict(&self, room_bytes: u64) -> VolumeResult<()> {
         let Some(cache) = &self.cache else {
             return Ok(());
         };
-        let batch = if self.ppl.is_some() {
+        let batch = if self.stripes.ppl.is_some() {
             LOGGED_EVICT_BATCH
         } else {
             1
@@ -361,7 +370,7 @@ impl ParityCore {
         let Some(cache) = &self.cache else {
             return Ok(());
         };
-        let _g = self.locks.lock(s, 1, true).await;
+        let _g = self.stripes.locks.lock(s, 1, true).await;
         // Cloned (cheap: shared buffers).
         let segs = match cache.state.lock().entries.get(&s) {
             None => return Ok(()),
@@ -378,15 +387,17 @@ impl ParityCore {
     /// acknowledged never vanish silently — except its bytes in `newer` (stripe offsets),
     /// which a newer write in `segs` covered: that write salvaged its own bytes there, and
     /// the older ones must not come back over them ([`CacheState::forget`]).
+    /// Takes the (copyable) destager by value, so the future outlives the caller's handle.
     pub(super) async fn write_over_cache(
-        &self,
+        self,
         s: u64,
         segs: Segs,
         newer: Option<(u64, u64)>,
         fua: bool,
     ) -> VolumeResult<()> {
-        self.debug_assert_exclusive(s, "a write over the cache");
-        let r = self.write_stripe(s, segs, fua).await;
+        self.stripes
+            .debug_assert_exclusive(s, "a write over the cache");
+        let r = self.stripes.writer().write_stripe(s, segs, fua).await;
         if let Some(cache) = &self.cache {
             let mut st = cache.state.lock();
             if r.is_ok() {

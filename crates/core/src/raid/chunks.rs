@@ -2,7 +2,6 @@
 //! (stripes of a range, which children are lost for some rows, the one tolerance rule) and
 //! the I/O that touches chunks without any policy (concurrent reads, parity of whole rows).
 
-use super::write::Retry;
 use crate::buf::{Buf, SharedBuf};
 use crate::error::{VolumeError, VolumeResult};
 use crate::node::ArrayNode;
@@ -208,4 +207,14 @@ impl Chunks {
         )
         .await
     }
+}
+
+/// Why an attempt at writing rows of a stripe stopped, and whether to plan again.
+pub(super) enum Retry {
+    /// A read of this child failed: plan again without it.
+    Read(usize, VolumeError),
+    /// Rebuilding the plan's lost chunks failed: a read error beyond what the stripe's
+    /// parity covers (which child is not known here).
+    Rebuild(VolumeError),
+    Fatal(VolumeError),
 }

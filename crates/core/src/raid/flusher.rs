@@ -38,7 +38,7 @@ fn run() {
         for core in live {
             let _busy = core.flushing.lock();
             if !core.closed.load(Ordering::Acquire) {
-                futures::executor::block_on(core.destage_aged());
+                futures::executor::block_on(core.destager().destage_aged());
             }
         }
     }

@@ -5,32 +5,39 @@
 //! # Parts
 //! The group (`ParityCore`) holds parts that each own their state and its invariants, and
 //! says in which order they are used:
-//! - `chunks.rs` — `Chunks`: the children and the geometry (stripes of a range, which
-//!   children are lost, the one tolerance rule, parity of whole rows). Immutable.
-//! - `sync.rs` — `StripeHealth`: which stripes' parity is known in sync, which stale.
-//! - `cache.rs` — the write-back stripe cache (entries, pins, the bound) and its destages.
+//! - `Stripes` (this file) — what every path shares: `Chunks` (`chunks.rs`: the children and
+//!   the geometry, immutable), the stripe locks, `StripeHealth` (`sync.rs`: which stripes'
+//!   parity is known in sync, which stale), `RecentStripes` (`recent.rs`: stripes a degraded
+//!   read rebuilt, kept a while) and the group's partial-parity log (`crate::ppl::GroupLog`).
+//! - `cache.rs` — the write-back stripe cache (entries, pins, the bound) and `Destager`, which
+//!   writes stripes over it (destage, eviction, drain).
 //! - `join.rs` — the write-through joiner: bytes left on a stripe for the next writer.
-//! - `recent.rs` — `RecentStripes`: stripes a degraded read rebuilt, kept a while.
-//! - `crate::ppl::GroupLog` — the group's partial-parity log.
 //! - `plan.rs` — pure decisions ([`choose`], [`plan_write`], recovery patterns), unit tested.
-//! - `write.rs` — the stripe writer: one stripe write as named stages (plan, read, compute,
-//!   log, member I/O, settle), retries and salvage, whole-stripe zeroing.
-//! - `read.rs` — direct and degraded reads, read repair.
-//! - `rebuild.rs` — resync and rebuild; `scrub.rs` — checking and repairing stripes;
-//!   `flusher.rs` — the background destage thread.
+//! - `write.rs` — `StripeWriter`: one stripe write as named stages (plan, read, compute,
+//!   log, member I/O, settle), retries and salvage.
+//! - `read.rs` — `Reader`: direct and degraded reads, row reads that rebuild, read repair.
+//! - `rebuild.rs` — `Rebuilder`: resync and rebuild; `scrub.rs` — `Scrubber`: checking and
+//!   repairing stripes; `flusher.rs` — the background destage thread.
+//! - `requests.rs` — `ParityCore`'s request entry points (read, write, zero), which take the
+//!   stripe lock and hand each stripe to the cache, the joiner or the paths above.
+//!
+//! The paths are small structs of references to `Stripes` (and the cache), made per request
+//! on the stack: each path's code is in one file, and what it may touch is in its fields.
 //!
 //! # Path of one write (write-through, RAID 5, 4 KiB)
-//! `ParityNode::write` (this file) → `ParityCore::write` (this file: stripe lock, then cache,
-//! joiner or members) → `join.rs` (`Joins::take`: write now or leave the bytes) →
-//! `ParityCore::write_stripe` (`write.rs`: rows, retries) → `write_rows` (`write.rs`: 1 plan
+//! `ParityNode::write` (this file) → `ParityCore::write` (`requests.rs`: stripe lock, then
+//! cache, joiner or members) → `join.rs` (`Joins::take`: write now or leave the bytes) →
+//! `Destager::write_over_cache` (`cache.rs`: forgets cached bytes the write supersedes) →
+//! `StripeWriter::write_stripe` (`write.rs`: rows, retries) → `write_rows` (`write.rs`: 1 plan
 //! via `plan.rs`, 2 read, 3 compute parity, 4 log via `ppl/log.rs` and `ppl/log/rounds.rs`,
 //! 5 member I/O, 6 settle) → `node/leaf.rs` (failure gate, member) → the member.
 //!
 //! # Path of one degraded read
-//! `ParityNode::read` → `ParityCore::read` (`read.rs`: shared stripe lock, cache overlay) →
-//! `read_members` (healthy runs straight through `node/fanout.rs`; a lost piece's stripe
-//! through `read_stripe_pieces`, kept in `recent.rs`) → `read_rows_ex` (decide the recovery,
-//! read what it needs, rebuild rows in place) → read repair of chunks that returned errors.
+//! `ParityNode::read` → `ParityCore::read` (`requests.rs`: shared stripe lock, cache overlay)
+//! → `Reader::read_members` (`read.rs`: healthy runs straight through `node/fanout.rs`; a lost
+//! piece's stripe through `read_stripe_pieces`, kept in `recent.rs`) → `read_rows_ex` (decide
+//! the recovery, read what it needs, rebuild rows in place) → `Reader::repair` of chunks that
+//! returned errors.
 //!
 //! # Ordering
 //! Requests lock the stripes they touch in a fair range lock over stripe numbers (see
@@ -39,7 +46,7 @@
 //! a read sees a stripe either before or after a write, never half-way (data written but
 //! parity not yet), and a stream of reads cannot starve a write waiting for a stripe.
 //!
-//! # Writing one stripe (`ParityCore::write_stripe`, `write.rs`)
+//! # Writing one stripe (`StripeWriter::write_stripe`, `write.rs`)
 //! The new bytes of a stripe cover some rows `[r0, r1)` (byte offsets within the chunks).
 //! Each chunk's state is one struct (its new bytes' hull and coverage, whether its member can
 //! be read and written) and [`plan_write`] — a pure function — turns them into a plan: what
@@ -136,6 +143,7 @@ mod plan;
 mod read;
 mod rebuild;
 mod recent;
+mod requests;
 mod scrub;
 mod sync;
 mod write;
@@ -146,13 +154,17 @@ pub use plan::{
     choose, plan_write, DataChunk, Health, NewBytes, Plan, Rows, StripeWrite, Target, WritePlan,
 };
 
-use cache::{compact, Cache, CacheState, Entry};
+use cache::{compact, Cache, CacheState, Destager, Entry};
 use chunks::{Chunks, StripePiece};
 use futures::channel::oneshot;
 use futures::future::{select, Either};
 use join::{joined, Answer, Joined, Wait};
+use read::Reader;
+use rebuild::Rebuilder;
 use recent::RecentStripes;
+use scrub::Scrubber;
 use sync::StripeHealth;
+use write::StripeWriter;
 
 use crate::buf::{Buf, SharedBuf};
 use crate::error::{VolumeError, VolumeResult};
@@ -201,21 +213,98 @@ pub use nbraid_layout::CacheMode;
 /// One stripe's new bytes, as (offset within the stripe's logical range, bytes), sorted.
 type Segs = Vec<(u64, SharedBuf)>;
 
-/// The parity group: its parts, each owning its state, and the order they are used in. Shared
-/// with the cache flusher thread.
-struct ParityCore {
+/// The group's stripes and what every path over them shares: the geometry, the stripe locks,
+/// what is known of the stripes' parity, the stripes a degraded read kept, the log. The paths
+/// ([`Reader`], [`StripeWriter`], [`Destager`], [`Rebuilder`], [`Scrubber`]) borrow it.
+struct Stripes {
     /// The children and the geometry (immutable).
     chunks: Chunks,
     /// Over stripe numbers: exclusive for writes and destages, shared for reads.
     locks: RangeLock,
     /// Which stripes' parity is known in sync, which known stale.
     health: StripeHealth,
-    /// The write-back stripe cache (`None`: write-through).
-    cache: Option<Cache>,
-    /// Recently rebuilt whole stripes (degraded reads).
+    /// Recently rebuilt whole stripes (degraded reads put them, every writer forgets them).
     recent: RecentStripes,
     /// The partial-parity log (`crate::ppl`): partial-stripe writes log first.
     ppl: Option<crate::ppl::GroupLog>,
+}
+
+impl Stripes {
+    /// The read path over these stripes.
+    fn reader(&self) -> Reader<'_> {
+        Reader { stripes: self }
+    }
+
+    /// The stripe writer over these stripes.
+    fn writer(&self) -> StripeWriter<'_> {
+        StripeWriter { stripes: self }
+    }
+
+    /// The exclusive (writes) or shared (reads) lock of the stripes under `[offset, offset+len)`.
+    fn lock_stripes(
+        &self,
+        offset: u64,
+        len: u64,
+        exclusive: bool,
+    ) -> crate::range_lock::Acquire<'_> {
+        let (a, b) = self.chunks.stripe_span(offset, len);
+        self.locks.lock(a, b - a + 1, exclusive)
+    }
+
+    /// Splits `[offset, offset+len)` of `data` into per-stripe segments.
+    fn per_stripe(&self, offset: u64, data: &SharedBuf) -> Vec<(u64, Segs)> {
+        let mut at = 0;
+        self.chunks
+            .stripe_pieces(offset, data.len() as u64)
+            .map(
+                |StripePiece {
+                     stripe: s,
+                     in_stripe,
+                     len: n,
+                 }| {
+                    let piece = data.slice(at..at + n as usize);
+                    at += n as usize;
+                    (s, vec![(in_stripe, piece)])
+                },
+            )
+            .collect()
+    }
+
+    /// Contract of everything that changes a stripe's members or what is known of them.
+    fn assert_exclusive(&self, stripe: u64, what: &str) {
+        assert!(
+            self.locks.holds(stripe, 1, true),
+            "stripe {stripe}: {what} without the stripe's exclusive lock"
+        );
+    }
+
+    /// [`Self::assert_exclusive`] where the same request already asserted it once on its way
+    /// (checking costs the lock table's mutex: once per request in release builds).
+    fn debug_assert_exclusive(&self, stripe: u64, what: &str) {
+        debug_assert!(
+            self.locks.holds(stripe, 1, true),
+            "stripe {stripe}: {what} without the stripe's exclusive lock"
+        );
+        let _ = what;
+    }
+
+    /// Contract of everything that reads a stripe's members.
+    fn assert_locked(&self, stripe: u64, what: &str) {
+        assert!(
+            self.locks.holds(stripe, 1, false),
+            "stripe {stripe}: {what} without the stripe's lock"
+        );
+    }
+}
+
+/// The parity group: its stripes, the parts only requests use (cache, joiner, repair
+/// counter), and the flusher thread's handshake. Shared with the cache flusher thread. Its
+/// request entry points are in `requests.rs`.
+struct ParityCore {
+    /// What every path over the stripes shares.
+    stripes: Stripes,
+    /// The write-back stripe cache (`None`: write-through).
+    cache: Option<Cache>,
     /// Write-through: bytes partial-stripe writers left to the writers queued behind them.
     joins: join::Joins,
     /// Chunk ranges rewritten after a read error (shared with the volume's counters).
@@ -246,12 +335,14 @@ impl ParityCore {
             }),
         };
         ParityCore {
-            chunks: Chunks::new(layout, children, capacity),
-            locks: RangeLock::default(),
-            health,
+            stripes: Stripes {
+                chunks: Chunks::new(layout, children, capacity),
+                locks: RangeLock::default(),
+                health,
+                recent: RecentStripes::default(),
+                ppl: None,
+            },
             cache,
-            recent: RecentStripes::default(),
-            ppl: None,
             joins: join::Joins::default(),
             repairs,
             closed: AtomicBool::new(false),
@@ -259,228 +350,12 @@ impl ParityCore {
         }
     }
 
-    /// The exclusive (writes) or shared (reads) lock of the stripes under `[offset, offset+len)`.
-    fn lock_stripes(
-        &self,
-        offset: u64,
-        len: u64,
-        exclusive: bool,
-    ) -> crate::range_lock::Acquire<'_> {
-        let (a, b) = self.chunks.stripe_span(offset, len);
-        self.locks.lock(a, b - a + 1, exclusive)
-    }
-
-    /// Splits `[offset, offset+len)` of `data` into per-stripe segments.
-    pub(super) fn per_stripe(&self, offset: u64, data: &SharedBuf) -> Vec<(u64, Segs)> {
-        let mut at = 0;
-        self.chunks
-            .stripe_pieces(offset, data.len() as u64)
-            .map(
-                |StripePiece {
-                     stripe: s,
-                     in_stripe,
-                     len: n,
-                 }| {
-                    let piece = data.slice(at..at + n as usize);
-                    at += n as usize;
-                    (s, vec![(in_stripe, piece)])
-                },
-            )
-            .collect()
-    }
-
-    /// A write of the group: under the stripes' exclusive lock, each stripe's bytes go to
-    /// the write-back cache, are left to a writer queued behind (`join`), or are written to
-    /// the members through [`Self::write_stripe`] (`write.rs`: plan, log, member I/O).
-    pub(super) async fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> VolumeResult<()> {
-        let len = data.len() as u64;
-        let w = self.chunks.width();
-        // What this write may add to the cache: its partial stripes at either end.
-        let room_bytes = len
-            .min(2 * w)
-            .next_multiple_of(crate::buf::BUF_ALIGN as u64);
-        if self
-            .cache
-            .as_ref()
-            .is_some_and(|c| c.needs_room(room_bytes))
-        {
-            // Make room first, before this write holds stripe locks an eviction may need.
-            if let Err(e) = self.evict(room_bytes).await {
-                tracing::warn!("stripe cache eviction: {e}");
-            }
+    /// Stripe writes over the cache (write-through without one): destage, eviction, drain.
+    fn destager(&self) -> Destager<'_> {
+        Destager {
+            cache: self.cache.as_ref(),
+            stripes: &self.stripes,
         }
-        let mut over_bound = false;
-        // Write-through: this write counts as in flight for the hold rule (`join`).
-        let arrival = self
-            .cache
-            .is_none()
-            .then(|| self.joins.arrive(offset, len, self.chunks.width()));
-        {
-            let mut g = self.lock_stripes(offset, len, true).await;
-            if arrival.is_some() {
-                self.joins.holding();
-            }
-            let streams = arrival.as_ref().is_some_and(|a| a.streams);
-            let mut futs = Vec::new();
-            // The first and last stripe that go to the members (the others are cached).
-            let mut written: Option<(u64, u64)> = None;
-            let mut to_members = |s: u64| {
-                written = Some(written.map_or((s, s), |(a, _)| (a, s)));
-            };
-            // Write-through stripes whose bytes this write left for a later writer (`join`).
-            let mut left = Vec::new();
-            for (s, segs) in self.per_stripe(offset, &data) {
-                let Some(cache) = &self.cache else {
-                    let queued = self.locks.exclusive_waiter(s, 1);
-                    self.debug_assert_exclusive(s, "leaving bytes to a later writer");
-                    match self.joins.take(s, segs, fua, w, (queued, streams)) {
-                        Joined::Write { segs, fua, waiters } => {
-                            to_members(s);
-                            futs.push(self.write_joined(s, segs, fua, waiters).boxed());
-                        }
-                        Joined::Leave(answer, wait) => left.push((s, answer, wait)),
-                    }
-                    continue;
-                };
-                if segs[0].1.len() as u64 == w {
-                    // A whole stripe bypasses the cache and supersedes its entry, which stays
-                    // listed until this write is on the members.
-                    to_members(s);
-                    futs.push(self.write_over_cache(s, segs, Some((0, w)), fua).boxed());
-                    continue;
-                }
-                let (o, d) = segs.into_iter().next().expect("one segment");
-                let d = compact(d);
-                let mut st = cache.state.lock();
-                if !st.admits(&d, cache.bound) {
-                    // No room (destaging fails, or this stripe alone exceeds the bound): write
-                    // it through rather than grow the cache past its bound.
-                    let mut merged = Entry::new();
-                    merged.segs = st
-                        .entries
-                        .get(&s)
-                        .map(|e| e.segs.clone())
-                        .unwrap_or_default();
-                    let newer = (o, o + d.len() as u64);
-                    merged.insert(o, d, None); // not cached: pins nothing
-                    drop(st);
-                    to_members(s);
-                    futs.push(
-                        self.write_over_cache(s, merged.segs, Some(newer), fua)
-                            .boxed(),
-                    );
-                    continue;
-                }
-                let full = st.insert(s, o, d, w);
-                over_bound |= st.pins.bytes > cache.bound;
-                if full || fua {
-                    let segs = st.entries[&s].segs.clone();
-                    drop(st);
-                    to_members(s);
-                    // The entry's own bytes: it stays whole if the write fails.
-                    futs.push(self.write_over_cache(s, segs, None, fua).boxed());
-                }
-            }
-            // A partial stripe at either end that only went into the cache is let go now:
-            // the next sequential writer, which completes it, need not wait for this one's
-            // member writes (it did, and the drives saw the writers out of order).
-            let g = written.map(|(a, b)| {
-                g.narrow(a, b - a + 1);
-                g
-            });
-            let results = join_all(futs).await;
-            drop(g);
-            // Only now, holding no stripe: the writer these were left to may be queued for
-            // stripes this write held too.
-            let answered =
-                join_all(left.into_iter().map(|(s, a, w)| self.finish_left(s, a, w))).await;
-            crate::node::all_ok(results.into_iter().chain(answered).collect())?;
-        }
-        if over_bound {
-            // This write is in the cache (or on the members) either way: a stripe that cannot
-            // be destaged stays cached and dirty (reads see it) and the next flush reports it.
-            if let Err(e) = self.evict(0).await {
-                tracing::warn!("stripe cache eviction: {e}");
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes a union [`join::Joins::take`] handed out and answers the writers who left
-    /// bytes in it; the caller holds the stripe's exclusive lock.
-    pub(super) async fn write_joined(
-        &self,
-        s: u64,
-        segs: Segs,
-        fua: bool,
-        waiters: Vec<oneshot::Sender<VolumeResult<()>>>,
-    ) -> VolumeResult<()> {
-        self.debug_assert_exclusive(s, "writing joined bytes");
-        let r = self.write_over_cache(s, segs, None, fua).await;
-        for tx in waiters {
-            // A writer that went away (its request dropped) needs no answer.
-            let _ = tx.send(r.as_ref().map(|_| ()).map_err(VolumeError::duplicate));
-        }
-        r
-    }
-
-    /// Waits for the answer to bytes left on stripe `s`: after `wait`, queues for the stripe
-    /// again and, if nobody wrote them meanwhile, writes them. The caller holds no stripe
-    /// (not assertable: the lock table does not know its holders; a caller holding one would
-    /// deadlock here, which the join tests would show).
-    pub(super) async fn finish_left(
-        &self,
-        s: u64,
-        mut answer: Answer,
-        wait: Wait,
-    ) -> VolumeResult<()> {
-        if let Wait::Held(woken) = wait {
-            // The answer, or the wake (sent or dropped: either way time to look again).
-            if let Either::Left((answered, _)) = select(&mut answer, woken).await {
-                return joined(s, answered);
-            }
-        }
-        let _g = self.locks.lock(s, 1, true).await;
-        match answer.try_recv() {
-            Ok(Some(r)) => joined(s, Ok(r)),
-            Ok(None) => {
-                // Still left (our own sender is among the waiters): write them now.
-                self.debug_assert_exclusive(s, "writing bytes left on the stripe");
-                match self.joins.reclaim(s) {
-                    Joined::Write { segs, fua, waiters } => {
-                        self.write_joined(s, segs, fua, waiters).await
-                    }
-                    Joined::Leave(..) => unreachable!("reclaimed bytes are written"),
-                }
-            }
-            Err(oneshot::Canceled) => joined(s, Err(oneshot::Canceled)),
-        }
-    }
-
-    /// Contract of everything that changes a stripe's members or what is known of them.
-    fn assert_exclusive(&self, stripe: u64, what: &str) {
-        assert!(
-            self.locks.holds(stripe, 1, true),
-            "stripe {stripe}: {what} without the stripe's exclusive lock"
-        );
-    }
-
-    /// [`Self::assert_exclusive`] where the same request already asserted it once on its way
-    /// (checking costs the lock table's mutex: once per request in release builds).
-    fn debug_assert_exclusive(&self, stripe: u64, what: &str) {
-        debug_assert!(
-            self.locks.holds(stripe, 1, true),
-            "stripe {stripe}: {what} without the stripe's exclusive lock"
-        );
-        let _ = what;
-    }
-
-    /// Contract of everything that reads a stripe's members.
-    fn assert_locked(&self, stripe: u64, what: &str) {
-        assert!(
-            self.locks.holds(stripe, 1, false),
-            "stripe {stripe}: {what} without the stripe's lock"
-        );
     }
 }
 
@@ -520,12 +395,20 @@ impl ParityNode {
         ppl: Option<crate::ppl::GroupLog>,
     ) -> ParityNode {
         let mut core = ParityCore::new(layout, children, capacity, sync, cache, max_age, repairs);
-        core.ppl = ppl;
+        core.stripes.ppl = ppl;
         let core = Arc::new(core);
         if core.cache.as_ref().is_some_and(|c| c.max_age.is_some()) {
             flusher::register(Arc::downgrade(&core));
         }
         ParityNode { core }
+    }
+}
+
+impl ParityNode {
+    fn rebuilder(&self) -> Rebuilder<'_> {
+        Rebuilder {
+            stripes: &self.core.stripes,
+        }
     }
 }
 
@@ -540,11 +423,11 @@ impl Drop for ParityNode {
 
 impl NodeIo for ParityNode {
     fn capacity(&self) -> u64 {
-        self.core.chunks.capacity
+        self.core.stripes.chunks.capacity
     }
 
     fn readable(&self, offset: u64, len: u64) -> bool {
-        let (g, health) = (&self.core.chunks, &self.core.health);
+        let (g, health) = (&self.core.stripes.chunks, &self.core.stripes.health);
         if len == 0 {
             return true;
         }
@@ -568,7 +451,7 @@ impl NodeIo for ParityNode {
 
     /// Every child under the range's chunks is there.
     fn intact(&self, offset: u64, len: u64) -> bool {
-        let g = &self.core.chunks;
+        let g = &self.core.stripes.chunks;
         if len == 0 {
             return true;
         }
@@ -596,7 +479,7 @@ impl NodeIo for ParityNode {
 /// The group's own maintenance (its cache, its stripes' parity), then its children's.
 impl NodeMaintenance for ParityNode {
     fn children(&self) -> &[Box<dyn ArrayNode>] {
-        &self.core.chunks.children
+        &self.core.stripes.chunks.children
     }
 
     fn cache_usage(&self) -> CacheUsage {
@@ -610,7 +493,7 @@ impl NodeMaintenance for ParityNode {
 
     fn destage_aged(&self, older_than: Duration) -> BoxFuture<'_, ()> {
         async move {
-            self.core.destage_older_than(older_than).await;
+            self.core.destager().destage_older_than(older_than).await;
             children_destage_aged(self.children(), older_than).await;
         }
         .boxed()
@@ -618,7 +501,7 @@ impl NodeMaintenance for ParityNode {
 
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
-            self.core.drain().await?;
+            self.core.destager().drain().await?;
             flush_children(self.children()).await
         }
         .boxed()
@@ -626,18 +509,18 @@ impl NodeMaintenance for ParityNode {
 
     fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
-            self.core.resync().await?;
+            self.rebuilder().resync().await?;
             resync_children(self.children()).await
         }
         .boxed()
     }
 
     fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
-        self.core.resync_range(offset, len).boxed()
+        async move { self.rebuilder().resync_range(offset, len).await }.boxed()
     }
 
     fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
-        self.core.rebuild_range(offset, len).boxed()
+        async move { self.rebuilder().rebuild_range(offset, len).await }.boxed()
     }
 
     fn scrub_range<'a>(
@@ -646,6 +529,12 @@ impl NodeMaintenance for ParityNode {
         len: u64,
         pass: &'a ScrubPass<'a>,
     ) -> BoxFuture<'a, VolumeResult<()>> {
-        self.core.scrub_stripes(offset, len, pass).boxed()
+        async move {
+            let scrubber = Scrubber {
+                stripes: &self.core.stripes,
+            };
+            scrubber.scrub_stripes(offset, len, pass).await
+        }
+        .boxed()
     }
 }

@@ -30,33 +30,14 @@ pub(super) struct Repair {
     pub(super) child: usize,
 }
 
-impl ParityCore {
-    /// A read of the group: under the stripes' shared lock, from the cache when it holds
-    /// every byte, else from the members (rebuilding what is lost) with the cache's dirty
-    /// bytes laid over; chunks that returned read errors are rewritten afterwards, each
-    /// under its stripe's exclusive lock.
-    pub(super) async fn read(&self, offset: u64, buf: Buf) -> VolumeResult<Buf> {
-        let len = buf.len() as u64;
-        let g = self.lock_stripes(offset, len, false).await;
-        let cache = self.cache.as_ref();
-        if cache.is_some_and(|c| c.covers(&self.chunks, offset, len)) {
-            let mut buf = buf;
-            if let Some(c) = cache {
-                c.overlay(&self.chunks, offset, &mut buf);
-            }
-            return Ok(buf);
-        }
-        let (mut buf, repairs) = self.read_members(offset, buf).await?;
-        if let Some(c) = cache {
-            c.overlay(&self.chunks, offset, &mut buf);
-        }
-        drop(g);
-        for r in repairs {
-            self.repair(r).await;
-        }
-        Ok(buf)
-    }
+/// The read path over a group's stripes: row reads that rebuild what is lost, the
+/// degraded read of a range, read repair. Borrowed per request ([`Stripes::reader`]).
+#[derive(Clone, Copy)]
+pub(super) struct Reader<'a> {
+    pub(super) stripes: &'a Stripes,
+}
 
+impl Reader<'_> {
     /// Reads rows `[r0, r1)` of the data chunks of `stripe` that `want` names, rebuilding lost
     /// ones from the rest of the stripe. `bufs[i]`, when given, receives chunk `i` (so a
     /// caller's buffer is filled in place); the others are allocated. Every returned buffer
@@ -88,17 +69,17 @@ impl ParityCore {
         bufs: Vec<Option<Buf>>,
         force_lost: Option<usize>,
     ) -> VolumeResult<(Vec<Buf>, Vec<usize>)> {
-        let (k, strip) = (self.chunks.k, self.chunks.strip);
+        let (k, strip) = (self.stripes.chunks.k, self.stripes.chunks.strip);
         assert!(
             r0 < r1 && r1 <= strip,
             "rows {r0}..{r1} outside a {strip}-byte strip"
         );
         assert_eq!(want.len(), k, "one wish per data chunk");
-        self.assert_locked(stripe, "a read of its rows");
-        let roles = self.chunks.layout.roles(stripe);
-        let base = self.chunks.layout.chunk_offset(stripe) + r0;
+        self.stripes.assert_locked(stripe, "a read of its rows");
+        let roles = self.stripes.chunks.layout.roles(stripe);
+        let base = self.stripes.chunks.layout.chunk_offset(stripe) + r0;
         let n = (r1 - r0) as usize;
-        let mut lost = self.chunks.lost(stripe, r0, r1);
+        let mut lost = self.stripes.chunks.lost(stripe, r0, r1);
         if let Some(c) = force_lost {
             lost[c] = true;
         }
@@ -133,7 +114,7 @@ impl ParityCore {
             let meta: Vec<(usize, Target)> = todo.iter().map(|t| (t.0, t.1)).collect();
             let results = join_all(
                 todo.into_iter()
-                    .map(|(c, _, b)| self.chunks.children[c].read(base, b)),
+                    .map(|(c, _, b)| self.stripes.chunks.children[c].read(base, b)),
             )
             .await;
             let mut failed = false;
@@ -179,21 +160,21 @@ impl ParityCore {
         lost: &[bool],
         last_error: Option<&VolumeError>,
     ) -> VolumeResult<(Loss, bool, bool)> {
-        if self.health.is_stale(stripe) {
+        if self.stripes.health.is_stale(stripe) {
             return Err(VolumeError::Unavailable {
                 reason: format!(
                     "stripe {stripe}: a chunk is lost and the stripe's parity is stale (an earlier write failed beyond tolerance)"
                 ),
             });
         }
-        let mut slots: Vec<usize> = (0..self.chunks.k)
+        let mut slots: Vec<usize> = (0..self.stripes.chunks.k)
             .filter(|&i| lost[roles.data[i]])
             .map(|i| roles.q_slot[i])
             .collect();
         slots.sort_unstable();
         let q_ok = roles.q.is_some_and(|c| !lost[c]);
         recovery(&slots, !lost[roles.p], q_ok).ok_or_else(|| {
-            let e = self.chunks.unavailable(stripe, lost, "read");
+            let e = self.stripes.chunks.unavailable(stripe, lost, "read");
             match last_error {
                 Some(first) => VolumeError::Unavailable {
                     reason: format!("{e} (last member error: {first})"),
@@ -215,6 +196,7 @@ impl ParityCore {
     ) {
         let mut refs: Vec<Option<&mut [u8]>> = out.iter_mut().map(|b| Some(&mut b[..])).collect();
         let mut slots: Vec<&mut [u8]> = self
+            .stripes
             .chunks
             .slot_order(roles)
             .iter()
@@ -243,11 +225,11 @@ impl ParityCore {
         buf: Buf,
     ) -> VolumeResult<(Buf, Vec<Repair>)> {
         let len = buf.len() as u64;
-        let pieces = self.chunks.layout.split(offset, len);
+        let pieces = self.stripes.chunks.layout.split(offset, len);
         let lens: Vec<usize> = pieces.iter().map(|p| p.len as usize).collect();
         let direct = pieces.iter().all(|p| {
-            self.chunks.children[p.child].readable(
-                self.chunks.layout.chunk_offset(p.stripe) + p.in_chunk,
+            self.stripes.chunks.children[p.child].readable(
+                self.stripes.chunks.layout.chunk_offset(p.stripe) + p.in_chunk,
                 p.len,
             )
         }) && !self.rebuild_ahead(offset, len, &pieces);
@@ -261,11 +243,11 @@ impl ParityCore {
                 .map(|p| ChildPiece {
                     logical: p.logical,
                     child: p.child,
-                    offset: self.chunks.layout.chunk_offset(p.stripe) + p.in_chunk,
+                    offset: self.stripes.chunks.layout.chunk_offset(p.stripe) + p.in_chunk,
                     len: p.len,
                 })
                 .collect();
-            read_runs(&self.chunks.children, &cp, &mut slots, |run, e| {
+            read_runs(&self.stripes.chunks.children, &cp, &mut slots, |run, e| {
                 // A member error, or a child (a mirror, say) with no readable copy.
                 tracing::warn!("parity read {offset}+{len}: {e}; rebuilding from parity");
                 let io = e.is_member_io();
@@ -329,13 +311,19 @@ impl ParityCore {
     /// one) that has a lost data chunk the read does not cover, so the next request will
     /// need that chunk rebuilt — from rows this read would otherwise fetch a second time.
     pub(super) fn rebuild_ahead(&self, offset: u64, len: u64, pieces: &[ParityPiece]) -> bool {
-        if len < self.chunks.strip {
+        if len < self.stripes.chunks.strip {
             return false;
         }
-        let (a, b) = self.chunks.stripe_span(offset, len);
-        let at = self.chunks.layout.chunk_offset(a);
-        let span = (b - a + 1) * self.chunks.strip;
-        if self.chunks.children.iter().all(|c| c.readable(at, span)) {
+        let (a, b) = self.stripes.chunks.stripe_span(offset, len);
+        let at = self.stripes.chunks.layout.chunk_offset(a);
+        let span = (b - a + 1) * self.stripes.chunks.strip;
+        if self
+            .stripes
+            .chunks
+            .children
+            .iter()
+            .all(|c| c.readable(at, span))
+        {
             return false; // Healthy here: the common case costs one check per child.
         }
         let mut i = 0;
@@ -344,13 +332,13 @@ impl ParityCore {
             let mut j = i;
             let mut whole = 0;
             while j < pieces.len() && pieces[j].stripe == s {
-                whole += usize::from(pieces[j].len == self.chunks.strip);
+                whole += usize::from(pieces[j].len == self.stripes.chunks.strip);
                 j += 1;
             }
-            if whole > 0 && whole < self.chunks.k {
-                let roles = self.chunks.layout.roles(s);
-                let lost = self.chunks.lost(s, 0, self.chunks.strip);
-                if data_lost(&roles, &lost) && self.chunks.rebuildable(&lost) {
+            if whole > 0 && whole < self.stripes.chunks.k {
+                let roles = self.stripes.chunks.layout.roles(s);
+                let lost = self.stripes.chunks.lost(s, 0, self.stripes.chunks.strip);
+                if data_lost(&roles, &lost) && self.stripes.chunks.rebuildable(&lost) {
                     return true;
                 }
             }
@@ -370,26 +358,33 @@ impl ParityCore {
         force: Force,
     ) -> VolumeResult<(Vec<Buf>, Vec<Repair>)> {
         if force.is_none() {
-            if let Some(rows) = self.recent.get(stripe) {
+            if let Some(rows) = self.stripes.recent.get(stripe) {
                 if pieces.iter().all(|(p, _)| rows[p.data_index].is_some()) {
                     return Ok((copy_pieces(&rows, pieces), Vec::new()));
                 }
             }
-            let whole = pieces.len() == self.chunks.k
+            let whole = pieces.len() == self.stripes.chunks.k
                 && pieces
                     .iter()
-                    .all(|(p, _)| p.in_chunk == 0 && p.len == self.chunks.strip);
-            let roles = self.chunks.layout.roles(stripe);
-            let lost = self.chunks.lost(stripe, 0, self.chunks.strip);
-            let rebuildable = self.chunks.rebuildable(&lost);
-            if !whole && data_lost(&roles, &lost) && rebuildable && !self.health.is_stale(stripe) {
+                    .all(|(p, _)| p.in_chunk == 0 && p.len == self.stripes.chunks.strip);
+            let roles = self.stripes.chunks.layout.roles(stripe);
+            let lost = self
+                .stripes
+                .chunks
+                .lost(stripe, 0, self.stripes.chunks.strip);
+            let rebuildable = self.stripes.chunks.rebuildable(&lost);
+            if !whole
+                && data_lost(&roles, &lost)
+                && rebuildable
+                && !self.stripes.health.is_stale(stripe)
+            {
                 // Whole chunks the request wants are read (or rebuilt) straight into its
                 // buffers; every other chunk is kept for the next request.
-                let want = vec![true; self.chunks.k];
-                let mut bufs: Vec<Option<Buf>> = (0..self.chunks.k).map(|_| None).collect();
+                let want = vec![true; self.stripes.chunks.k];
+                let mut bufs: Vec<Option<Buf>> = (0..self.stripes.chunks.k).map(|_| None).collect();
                 let mut outs: Vec<(ParityPiece, Option<Buf>)> = Vec::with_capacity(pieces.len());
                 for (p, b) in pieces {
-                    if p.in_chunk == 0 && p.len == self.chunks.strip {
+                    if p.in_chunk == 0 && p.len == self.stripes.chunks.strip {
                         bufs[p.data_index] = Some(b);
                         outs.push((p, None));
                     } else {
@@ -397,10 +392,10 @@ impl ParityCore {
                     }
                 }
                 let rows = self
-                    .read_rows(stripe, 0, self.chunks.strip, &want, bufs)
+                    .read_rows(stripe, 0, self.stripes.chunks.strip, &want, bufs)
                     .await?;
                 let mut keep: Vec<Option<Buf>> = rows.into_iter().map(Some).collect();
-                let mut handed = vec![false; self.chunks.k];
+                let mut handed = vec![false; self.stripes.chunks.k];
                 for (p, b) in outs.iter_mut() {
                     if b.is_none() {
                         handed[p.data_index] = true;
@@ -423,7 +418,7 @@ impl ParityCore {
                     .zip(handed)
                     .map(|(b, h)| if h { None } else { b.map(Buf::freeze) })
                     .collect();
-                self.recent.put(stripe, kept);
+                self.stripes.recent.put(stripe, kept);
                 return Ok((out, Vec::new()));
             }
         }
@@ -443,8 +438,8 @@ impl ParityCore {
             .map(|(p, _)| p.in_chunk + p.len)
             .max()
             .expect("piece");
-        let mut want = vec![false; self.chunks.k];
-        let mut bufs: Vec<Option<Buf>> = (0..self.chunks.k).map(|_| None).collect();
+        let mut want = vec![false; self.stripes.chunks.k];
+        let mut bufs: Vec<Option<Buf>> = (0..self.stripes.chunks.k).map(|_| None).collect();
         let mut outs: Vec<(ParityPiece, Option<Buf>)> = Vec::with_capacity(pieces.len());
         for (p, b) in pieces {
             want[p.data_index] = true;
@@ -491,20 +486,21 @@ impl ParityCore {
     /// child returned a read error there (md's and SPDK's read repair: a rewrite cures a
     /// transient media error; if the rewrite fails, the leaf marks the member failed). Runs
     /// under the stripe's exclusive lock and rebuilds afresh under it, so no write is undone.
-    pub(super) async fn repair(&self, r: Repair) {
-        let _g = self.locks.lock(r.stripe, 1, true).await;
-        let roles = self.chunks.layout.roles(r.stripe);
-        let at = self.chunks.layout.chunk_offset(r.stripe) + r.r0;
-        if !self.chunks.children[r.child].readable(at, r.r1 - r.r0) {
-            return; // Failed meanwhile: nothing to repair.
+    /// True when the rows were rewritten.
+    pub(super) async fn repair(&self, r: Repair) -> bool {
+        let _g = self.stripes.locks.lock(r.stripe, 1, true).await;
+        let roles = self.stripes.chunks.layout.roles(r.stripe);
+        let at = self.stripes.chunks.layout.chunk_offset(r.stripe) + r.r0;
+        if !self.stripes.chunks.children[r.child].readable(at, r.r1 - r.r0) {
+            return false; // Failed meanwhile: nothing to repair.
         }
-        if !self.health.in_sync(r.stripe) || self.health.is_stale(r.stripe) {
+        if !self.stripes.health.in_sync(r.stripe) || self.stripes.health.is_stale(r.stripe) {
             // Parity not known to match: a rebuilt chunk could be wrong, and writing it back
             // would make that permanent. Leave the chunk as it is.
-            return;
+            return false;
         }
-        let want = vec![true; self.chunks.k];
-        let none = (0..self.chunks.k).map(|_| None).collect();
+        let want = vec![true; self.stripes.chunks.k];
+        let none = (0..self.stripes.chunks.k).map(|_| None).collect();
         let rows = match self
             .read_rows_ex(r.stripe, r.r0, r.r1, &want, none, Some(r.child))
             .await
@@ -516,15 +512,17 @@ impl ParityCore {
                     r.stripe,
                     r.child
                 );
-                return;
+                return false;
             }
         };
         let rows: Vec<SharedBuf> = rows.into_iter().map(Buf::freeze).collect();
-        let fresh = self.chunks.chunk_from_rows(&roles, &rows, r.child);
-        self.recent.forget(r.stripe);
-        match self.chunks.children[r.child].write(at, fresh, false).await {
+        let fresh = self.stripes.chunks.chunk_from_rows(&roles, &rows, r.child);
+        self.stripes.recent.forget(r.stripe);
+        match self.stripes.chunks.children[r.child]
+            .write(at, fresh, false)
+            .await
+        {
             Ok(()) => {
-                self.repairs.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(
                     "parity: repaired rows {}..{} of stripe {} on child {}",
                     r.r0,
@@ -532,8 +530,12 @@ impl ParityCore {
                     r.stripe,
                     r.child
                 );
+                true
             }
-            Err(e) => tracing::warn!("parity repair of child {} failed: {e}", r.child),
+            Err(e) => {
+                tracing::warn!("parity repair of child {} failed: {e}", r.child);
+                false
+            }
         }
     }
 }

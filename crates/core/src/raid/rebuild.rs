@@ -22,11 +22,18 @@
 
 use super::*;
 
-impl ParityCore {
+/// Resync and rebuild over a group's stripes: reads through the [`Reader`], writes through
+/// the [`StripeWriter`].
+#[derive(Clone, Copy)]
+pub(super) struct Rebuilder<'a> {
+    pub(super) stripes: &'a Stripes,
+}
+
+impl Rebuilder<'_> {
     /// Recomputes parity of every stripe not known to be in sync.
     pub async fn resync(&self) -> VolumeResult<()> {
-        for s in 0..self.chunks.layout.stripes() {
-            if !self.health.in_sync(s) {
+        for s in 0..self.stripes.chunks.layout.stripes() {
+            if !self.stripes.health.in_sync(s) {
                 self.resync_stripe(s).await?;
             }
         }
@@ -39,12 +46,12 @@ impl ParityCore {
         if len == 0 {
             return Ok(());
         }
-        let (a, b) = self.chunks.stripe_span(offset, len);
+        let (a, b) = self.stripes.chunks.stripe_span(offset, len);
         let (c0, c1) = (
-            self.chunks.layout.chunk_offset(a),
-            self.chunks.layout.chunk_offset(b) + self.chunks.strip,
+            self.stripes.chunks.layout.chunk_offset(a),
+            self.stripes.chunks.layout.chunk_offset(b) + self.stripes.chunks.strip,
         );
-        for c in &self.chunks.children {
+        for c in &self.stripes.chunks.children {
             if c.writable(c0, c1 - c0) {
                 c.resync_range(c0, c1 - c0).await?;
             }
@@ -58,21 +65,24 @@ impl ParityCore {
     /// Reads stripe `s`'s data (rebuilding what is lost) and writes the whole stripe: data on
     /// every writable child, parity regenerated.
     async fn resync_stripe(&self, s: u64) -> VolumeResult<()> {
-        let _g = self.locks.lock(s, 1, true).await;
-        let want = vec![true; self.chunks.k];
+        let _g = self.stripes.locks.lock(s, 1, true).await;
+        let want = vec![true; self.stripes.chunks.k];
         let rows = self
+            .stripes
+            .reader()
             .read_rows(
                 s,
                 0,
-                self.chunks.strip,
+                self.stripes.chunks.strip,
                 &want,
-                (0..self.chunks.k).map(|_| None).collect(),
+                (0..self.stripes.chunks.k).map(|_| None).collect(),
             )
             .await?;
-        let w = self.chunks.width();
+        let w = self.stripes.chunks.width();
         let mut all = Buf::new(w as usize);
         for (i, r) in rows.iter().enumerate() {
-            all[i * self.chunks.strip as usize..(i + 1) * self.chunks.strip as usize]
+            all[i * self.stripes.chunks.strip as usize
+                ..(i + 1) * self.stripes.chunks.strip as usize]
                 .copy_from_slice(r);
         }
         // Not with the cache's dirty bytes: then the write changes no byte a present member
@@ -80,8 +90,11 @@ impl ParityCore {
         // nothing a member that is absent at the next start needs. The cached bytes reach the
         // members later through the logged write path.
         // A full-row write regenerates parity and rewrites every data chunk.
-        self.write_stripe(s, vec![(0, all.freeze())], false).await?;
-        self.health.mark_in_sync(s);
+        self.stripes
+            .writer()
+            .write_stripe(s, vec![(0, all.freeze())], false)
+            .await?;
+        self.stripes.health.mark_in_sync(s);
         Ok(())
     }
 
@@ -89,11 +102,12 @@ impl ParityCore {
         if len == 0 {
             return Ok(());
         }
-        let (a, b) = self.chunks.stripe_span(offset, len);
-        let c0 = self.chunks.layout.chunk_offset(a);
-        let clen = self.chunks.layout.chunk_offset(b) + self.chunks.strip - c0;
-        let _g = self.locks.lock(a, b - a + 1, true).await;
+        let (a, b) = self.stripes.chunks.stripe_span(offset, len);
+        let c0 = self.stripes.chunks.layout.chunk_offset(a);
+        let clen = self.stripes.chunks.layout.chunk_offset(b) + self.stripes.chunks.strip - c0;
+        let _g = self.stripes.locks.lock(a, b - a + 1, true).await;
         let mut readable: Vec<bool> = self
+            .stripes
             .chunks
             .children
             .iter()
@@ -104,9 +118,16 @@ impl ParityCore {
         // whose last copy errs, a new member in the other) is rebuilt from this group's
         // parity instead: written whole, its new member gets the bytes too.
         let below = join_all(
-            (0..self.chunks.children.len())
+            (0..self.stripes.chunks.children.len())
                 .filter(|&c| readable[c])
-                .map(|c| async move { (c, self.chunks.children[c].rebuild_range(c0, clen).await) }),
+                .map(|c| async move {
+                    (
+                        c,
+                        self.stripes.chunks.children[c]
+                            .rebuild_range(c0, clen)
+                            .await,
+                    )
+                }),
         )
         .await;
         for (c, r) in below {
@@ -116,8 +137,8 @@ impl ParityCore {
                 Err(e) => return Err(e),
             }
         }
-        let targets: Vec<usize> = (0..self.chunks.children.len())
-            .filter(|&c| !readable[c] && self.chunks.children[c].writable(c0, clen))
+        let targets: Vec<usize> = (0..self.stripes.chunks.children.len())
+            .filter(|&c| !readable[c] && self.stripes.chunks.children[c].writable(c0, clen))
             .collect();
         if targets.is_empty() {
             return Ok(());
@@ -133,25 +154,25 @@ impl ParityCore {
     /// false (nothing written) when the slow path must do it.
     async fn rebuild_window(&self, a: u64, b: u64, readable: &[bool], targets: &[usize]) -> bool {
         let lost = readable.iter().filter(|&&r| !r).count();
-        if !self.chunks.tolerates(lost) || self.health.any_stale(a, b) {
+        if !self.stripes.chunks.tolerates(lost) || self.stripes.health.any_stale(a, b) {
             return false;
         }
-        let c0 = self.chunks.layout.chunk_offset(a);
-        let clen = self.chunks.layout.chunk_offset(b) + self.chunks.strip - c0;
+        let c0 = self.stripes.chunks.layout.chunk_offset(a);
+        let clen = self.stripes.chunks.layout.chunk_offset(b) + self.stripes.chunks.strip - c0;
         let reads = join_all(
-            (0..self.chunks.children.len())
+            (0..self.stripes.chunks.children.len())
                 .filter(|&c| readable[c])
                 .map(|c| async move {
                     (
                         c,
-                        self.chunks.children[c]
+                        self.stripes.chunks.children[c]
                             .read(c0, Buf::new(clen as usize))
                             .await,
                     )
                 }),
         )
         .await;
-        let mut bufs: Vec<Buf> = (0..self.chunks.children.len())
+        let mut bufs: Vec<Buf> = (0..self.stripes.chunks.children.len())
             .map(|_| Buf::new(0))
             .collect();
         for (c, r) in reads {
@@ -165,19 +186,19 @@ impl ParityCore {
                 *b = Buf::new(clen as usize);
             }
         }
-        let strip = self.chunks.strip as usize;
+        let strip = self.stripes.chunks.strip as usize;
         for s in a..=b {
-            let roles = self.chunks.layout.roles(s);
+            let roles = self.stripes.chunks.layout.roles(s);
             let Some(loss) = loss_of(&roles, readable) else {
                 continue;
             };
-            let off = (self.chunks.layout.chunk_offset(s) - c0) as usize;
+            let off = (self.stripes.chunks.layout.chunk_offset(s) - c0) as usize;
             let mut parts: Vec<Option<&mut [u8]>> = bufs
                 .iter_mut()
                 .map(|b| Some(&mut b[off..off + strip]))
                 .collect();
-            let mut order = vec![0usize; self.chunks.k];
-            for i in 0..self.chunks.k {
+            let mut order = vec![0usize; self.stripes.chunks.k];
+            for i in 0..self.stripes.chunks.k {
                 order[roles.q_slot[i]] = i;
             }
             let mut data: Vec<&mut [u8]> = order
@@ -191,7 +212,7 @@ impl ParityCore {
         let mut bufs: Vec<Option<Buf>> = bufs.into_iter().map(Some).collect();
         let writes = targets.iter().map(|&t| {
             let data = bufs[t].take().expect("each target once").freeze();
-            self.chunks.children[t].write(c0, data, false)
+            self.stripes.chunks.children[t].write(c0, data, false)
         });
         // A child that fails the write is marked failed by its leaf (as in the slow path).
         drop(join_all(writes).await);
@@ -200,15 +221,19 @@ impl ParityCore {
 
     /// Writes the chunks of `targets` in stripe `s` from the rest of the stripe.
     async fn rebuild_stripe(&self, s: u64, targets: &[usize]) -> VolumeResult<()> {
-        let roles = self.chunks.layout.roles(s);
-        let want = vec![true; self.chunks.k];
-        let none = (0..self.chunks.k).map(|_| None).collect();
-        let rows = self.read_rows(s, 0, self.chunks.strip, &want, none).await?;
+        let roles = self.stripes.chunks.layout.roles(s);
+        let want = vec![true; self.stripes.chunks.k];
+        let none = (0..self.stripes.chunks.k).map(|_| None).collect();
+        let rows = self
+            .stripes
+            .reader()
+            .read_rows(s, 0, self.stripes.chunks.strip, &want, none)
+            .await?;
         let rows: Vec<SharedBuf> = rows.into_iter().map(Buf::freeze).collect();
-        let at = self.chunks.layout.chunk_offset(s);
+        let at = self.stripes.chunks.layout.chunk_offset(s);
         let writes = targets.iter().map(|&c| {
-            let bytes = self.chunks.chunk_from_rows(&roles, &rows, c);
-            self.chunks.children[c].write(at, bytes, false)
+            let bytes = self.stripes.chunks.chunk_from_rows(&roles, &rows, c);
+            self.stripes.chunks.children[c].write(at, bytes, false)
         });
         // A child that fails the write is marked failed by its leaf: the rebuild of the
         // others goes on, and whoever drives the rebuild sees the member failed.

@@ -24,7 +24,13 @@ struct Verdict {
     q: Buf,
 }
 
-impl ParityCore {
+/// Checking and repairing a group's stripes.
+#[derive(Clone, Copy)]
+pub(super) struct Scrubber<'a> {
+    pub(super) stripes: &'a Stripes,
+}
+
+impl Scrubber<'_> {
     /// Scrubs this group's stripes that begin in `[offset, offset+len)`, after its children
     /// scrubbed their rows of them.
     pub(super) async fn scrub_stripes(
@@ -33,16 +39,19 @@ impl ParityCore {
         len: u64,
         pass: &ScrubPass<'_>,
     ) -> VolumeResult<()> {
-        let w = self.chunks.width();
+        let w = self.stripes.chunks.width();
         let first = offset.div_ceil(w);
-        let end = (offset + len).div_ceil(w).min(self.chunks.layout.stripes());
+        let end = (offset + len)
+            .div_ceil(w)
+            .min(self.stripes.chunks.layout.stripes());
         if first >= end {
             return Ok(());
         }
-        let at = self.chunks.layout.chunk_offset(first);
-        let rows = self.chunks.layout.chunk_offset(end) - at;
+        let at = self.stripes.chunks.layout.chunk_offset(first);
+        let rows = self.stripes.chunks.layout.chunk_offset(end) - at;
         let below = join_all(
-            self.chunks
+            self.stripes
+                .chunks
                 .children
                 .iter()
                 .map(|c| c.scrub_range(at, rows, pass)),
@@ -57,9 +66,10 @@ impl ParityCore {
     /// what the diagnosis names.
     async fn scrub_stripe(&self, s: u64, pass: &ScrubPass<'_>) -> VolumeResult<()> {
         // A check only needs writers out; a repair rewrites chunks, so readers out too.
-        let _g = self.locks.lock(s, 1, pass.repair).await;
-        let strip = self.chunks.strip;
-        if self.health.is_stale(s) || self.chunks.lost(s, 0, strip).contains(&true) {
+        let _g = self.stripes.locks.lock(s, 1, pass.repair).await;
+        let strip = self.stripes.chunks.strip;
+        if self.stripes.health.is_stale(s) || self.stripes.chunks.lost(s, 0, strip).contains(&true)
+        {
             pass.bump(|st| &st.skipped, 1);
             return Ok(());
         }
@@ -67,7 +77,7 @@ impl ParityCore {
             return Ok(());
         };
         pass.bump(|st| &st.checked, 1);
-        let roles = self.chunks.layout.roles(s);
+        let roles = self.stripes.chunks.layout.roles(s);
         let Some(verdict) = self.diagnose(s, &roles, &chunks) else {
             return Ok(());
         };
@@ -87,13 +97,13 @@ impl ParityCore {
                 w
             }
         };
-        self.assert_exclusive(s, "a scrub repair");
-        self.recent.forget(s);
-        let at = self.chunks.layout.chunk_offset(s);
+        self.stripes.assert_exclusive(s, "a scrub repair");
+        self.stripes.recent.forget(s);
+        let at = self.stripes.chunks.layout.chunk_offset(s);
         let results = join_all(
             writes
                 .into_iter()
-                .map(|(c, b)| self.chunks.children[c].write(at, b, true)),
+                .map(|(c, b)| self.stripes.chunks.children[c].write(at, b, true)),
         )
         .await;
         if let Err(e) = crate::node::all_ok(results) {
@@ -101,17 +111,18 @@ impl ParityCore {
             tracing::warn!("scrub: repairing stripe {s} failed: {e}");
             return Ok(());
         }
-        self.health.mark_in_sync(s);
+        self.stripes.health.mark_in_sync(s);
         pass.bump(|st| &st.repaired, 1);
         Ok(())
     }
 
     /// Every chunk of stripe `s`, by child; `None` (counted) when one returned an error.
     async fn read_stripe_whole(&self, s: u64, pass: &ScrubPass<'_>) -> Option<Vec<Buf>> {
-        let at = self.chunks.layout.chunk_offset(s);
-        let strip = self.chunks.strip as usize;
+        let at = self.stripes.chunks.layout.chunk_offset(s);
+        let strip = self.stripes.chunks.strip as usize;
         let reads = join_all(
-            self.chunks
+            self.stripes
+                .chunks
                 .children
                 .iter()
                 .map(|c| c.read(at, Buf::new(strip))),
@@ -137,9 +148,9 @@ impl ParityCore {
 
     /// Whether stripe `s`'s chunks (by child) agree, and if not what a repair rewrites.
     fn diagnose(&self, s: u64, roles: &StripeRoles, chunks: &[Buf]) -> Option<Verdict> {
-        let strip = self.chunks.strip as usize;
+        let strip = self.stripes.chunks.strip as usize;
         // Data in md's syndrome order.
-        let order = self.chunks.slot_order(roles);
+        let order = self.stripes.chunks.slot_order(roles);
         let data: Vec<&[u8]> = order.iter().map(|&i| &chunks[roles.data[i]][..]).collect();
         let p = &chunks[roles.p][..];
         let q = roles.q.map(|c| &chunks[c][..]);
@@ -165,8 +176,8 @@ impl ParityCore {
         let qs: Vec<u8> = q.iter().zip(&q_new[..]).map(|(a, b)| a ^ b).collect();
         // Without knowing parity matched its data, a syndrome may only mean parity fell
         // behind a write (the write hole): never rewrite data from it.
-        let culprit = if self.health.in_sync(s) {
-            locate(&ps, &qs, self.chunks.k)
+        let culprit = if self.stripes.health.in_sync(s) {
+            locate(&ps, &qs, self.stripes.chunks.k)
         } else {
             Culprit::Unknown
         };

@@ -1,18 +1,17 @@
 //! The stripe writer: how new bytes of one stripe reach the members. Read top to bottom:
-//! - [`ParityCore::write_stripe`] — the stripe's rows, and retries: a read that fails plans
+//! - [`StripeWriter::write_stripe`] — the stripe's rows, and retries: a read that fails plans
 //!   again without its child; read errors that leave no plan are read again (`REREADS`)
-//!   before the stripe's redundancy is given up ([`ParityCore::salvage`]).
-//! - [`ParityCore::write_rows`] — one attempt, as named stages: 1 plan ([`plan_write`], a
+//!   before the stripe's redundancy is given up ([`StripeWriter::salvage`]).
+//! - [`StripeWriter::write_rows`] — one attempt, as named stages: 1 plan ([`plan_write`], a
 //!   pure function), 2 read what the plan reads, 3 compute the new chunks and the log's
 //!   entries from them (`compute_rmw`, `compute_regenerated`, `RowsWrite::data_only`),
 //!   asserting the result follows the plan (`RowsWrite::follow_plan`), 4 log (durable before
 //!   any member write), 5 member I/O, 6 settle what is known of the stripe's parity.
-//! - Whole-stripe zeroing (`zero_range`).
 //!
-//! The request-level dispatch in front of it (cache, joiner, members) is `ParityCore::write`
-//! in `mod.rs`.
+//! The request-level dispatch in front of it (cache, joiner, members) and whole-stripe
+//! zeroing are `ParityCore::write` and `ParityCore::zero_range` in `requests.rs`.
 
-use super::chunks::{ChildRead, ChildWrite};
+use super::chunks::{ChildRead, ChildWrite, Retry};
 use super::plan::{
     add_range, covers, plan_write, DataChunk, Health, NewBytes, Ranges, StripeWrite, Target,
     WritePlan,
@@ -25,7 +24,14 @@ use crate::ppl::LogFailed;
 /// before it gives the stripe's redundancy up (and fails them).
 const REREADS: u32 = 3;
 
-impl ParityCore {
+/// The stripe writer over a group's stripes: carries out [`WritePlan`]s. Borrowed per
+/// request ([`Stripes::writer`]).
+#[derive(Clone, Copy)]
+pub(super) struct StripeWriter<'a> {
+    pub(super) stripes: &'a Stripes,
+}
+
+impl StripeWriter<'_> {
     /// Writes new bytes of one stripe to the members (with parity), the caller holding the
     /// stripe's lock.
     pub(super) async fn write_stripe(
@@ -34,11 +40,12 @@ impl ParityCore {
         segs: Segs,
         fua: bool,
     ) -> VolumeResult<()> {
-        self.assert_exclusive(stripe, "a write");
-        self.recent.forget(stripe);
-        let strip = self.chunks.strip;
+        self.stripes.assert_exclusive(stripe, "a write");
+        self.stripes.recent.forget(stripe);
+        let strip = self.stripes.chunks.strip;
         // Per data chunk: (in-chunk offset, bytes).
-        let mut w: Vec<Vec<(u64, SharedBuf)>> = (0..self.chunks.k).map(|_| Vec::new()).collect();
+        let mut w: Vec<Vec<(u64, SharedBuf)>> =
+            (0..self.stripes.chunks.k).map(|_| Vec::new()).collect();
         for (off, data) in segs {
             let mut at = 0u64;
             let len = data.len() as u64;
@@ -60,8 +67,8 @@ impl ParityCore {
         if r0 >= r1 {
             return Ok(());
         }
-        let roles = self.chunks.layout.roles(stripe);
-        let mut plan_lost = self.chunks.lost(stripe, r0, r1);
+        let roles = self.stripes.chunks.layout.roles(stripe);
+        let mut plan_lost = self.stripes.chunks.lost(stripe, r0, r1);
         // Children whose reads for this write failed (not failed members).
         let mut unreadable = Vec::new();
         let mut rereads = 0;
@@ -76,7 +83,7 @@ impl ParityCore {
             match r {
                 Ok(()) => return Ok(()),
                 // A read for the plan failed: treat that child as lost and plan again.
-                Err(Retry::Read(c, e)) if tries <= self.chunks.children.len() => {
+                Err(Retry::Read(c, e)) if tries <= self.stripes.chunks.children.len() => {
                     tracing::warn!("stripe {stripe}: read for a parity update failed: {e}");
                     plan_lost[c] = true;
                     unreadable.push(c);
@@ -101,7 +108,7 @@ impl ParityCore {
                     // (md fails a member whose read error it cannot correct).
                     // A stripe beyond its tolerance through failed members alone (a copy
                     // under a mirror: every write) has nothing to find, and reads nothing.
-                    let base = self.chunks.layout.chunk_offset(stripe);
+                    let base = self.stripes.chunks.layout.chunk_offset(stripe);
                     let failing = if !unreadable.is_empty() || rebuild_failed {
                         self.still_unreadable(base + r0, r1 - r0, &plan_lost, &unreadable)
                             .await
@@ -112,7 +119,7 @@ impl ParityCore {
                         let why = format!(
                             "stripe {stripe}: its read error, {REREADS} times again, left a write no redundancy to keep ({e})"
                         );
-                        self.chunks.children[c].fail_unreadable(base + r0, r1 - r0, &why);
+                        self.stripes.chunks.children[c].fail_unreadable(base + r0, r1 - r0, &why);
                     }
                     self.salvage(stripe, &w, fua).await;
                     return Err(e);
@@ -131,13 +138,13 @@ impl ParityCore {
         lost: &[bool],
         unreadable: &[usize],
     ) -> Vec<usize> {
-        let probe: Vec<usize> = (0..self.chunks.children.len())
+        let probe: Vec<usize> = (0..self.stripes.chunks.children.len())
             .filter(|&c| !lost[c] && !unreadable.contains(&c))
             .collect();
         let reads = join_all(
             probe
                 .iter()
-                .map(|&c| self.chunks.children[c].read(at, Buf::new(len as usize))),
+                .map(|&c| self.stripes.chunks.children[c].read(at, Buf::new(len as usize))),
         )
         .await;
         let failed = probe.iter().zip(reads).filter(|(_, r)| r.is_err());
@@ -152,14 +159,18 @@ impl ParityCore {
     /// chunk that still takes writes (so a direct read there is never stale) and mark the
     /// stripe's parity stale (so nothing is rebuilt from it).
     pub(super) async fn salvage(&self, stripe: u64, w: &[Vec<(u64, SharedBuf)>], fua: bool) {
-        self.health.mark_stale(stripe);
-        let roles = self.chunks.layout.roles(stripe);
-        let base = self.chunks.layout.chunk_offset(stripe);
-        let futs = (0..self.chunks.k).flat_map(|i| {
+        self.stripes.health.mark_stale(stripe);
+        let roles = self.stripes.chunks.layout.roles(stripe);
+        let base = self.stripes.chunks.layout.chunk_offset(stripe);
+        let futs = (0..self.stripes.chunks.k).flat_map(|i| {
             let c = roles.data[i];
             w[i].iter()
-                .filter(move |(ic, d)| self.chunks.children[c].readable(base + ic, d.len() as u64))
-                .map(move |(ic, d)| self.chunks.children[c].write(base + ic, d.clone(), fua))
+                .filter(move |(ic, d)| {
+                    self.stripes.chunks.children[c].readable(base + ic, d.len() as u64)
+                })
+                .map(move |(ic, d)| {
+                    self.stripes.chunks.children[c].write(base + ic, d.clone(), fua)
+                })
         });
         for r in join_all(futs).await {
             if let Err(e) = r {
@@ -183,15 +194,17 @@ impl ParityCore {
     ) -> StripeWrite {
         // Children that merely returned a read error still take writes (skipping them would
         // leave stale data under fresh parity): only failed members refuse writes.
-        let at = self.chunks.layout.chunk_offset(stripe) + r0;
+        let at = self.stripes.chunks.layout.chunk_offset(stripe) + r0;
         let health = |c: usize| match (failed[c], plan_lost[c]) {
             // A stale child being resynced is not read but takes writes.
-            (true, _) if self.chunks.children[c].writable(at, r1 - r0) => Health::READ_ERROR,
+            (true, _) if self.stripes.chunks.children[c].writable(at, r1 - r0) => {
+                Health::READ_ERROR
+            }
             (true, _) => Health::FAILED,
             (false, true) => Health::READ_ERROR,
             (false, false) => Health::OK,
         };
-        let data = (0..self.chunks.k)
+        let data = (0..self.stripes.chunks.k)
             .map(|i| {
                 let mut ranges = Ranges::new();
                 for (s, d) in &w[i] {
@@ -217,9 +230,9 @@ impl ParityCore {
             p: health(roles.p),
             q: roles.q.map(health),
             // The log computes a read-modify-write's partial parity from the old P.
-            parity_trusted: self.health.in_sync(stripe)
-                && !self.health.is_stale(stripe)
-                && (self.ppl.is_none() || health(roles.p) == Health::OK),
+            parity_trusted: self.stripes.health.in_sync(stripe)
+                && !self.stripes.health.is_stale(stripe)
+                && (self.stripes.ppl.is_none() || health(roles.p) == Health::OK),
             force_reconstruct,
         }
     }
@@ -240,9 +253,9 @@ impl ParityCore {
         force_reconstruct: bool,
     ) -> Result<(), Retry> {
         assert!(
-            r0 < r1 && r1 <= self.chunks.strip,
+            r0 < r1 && r1 <= self.stripes.chunks.strip,
             "rows {r0}..{r1} outside a {}-byte strip",
-            self.chunks.strip
+            self.stripes.chunks.strip
         );
         let rows = RowsWrite {
             stripe,
@@ -251,10 +264,10 @@ impl ParityCore {
             r1,
             w,
             fua,
-            base: self.chunks.layout.chunk_offset(stripe),
+            base: self.stripes.chunks.layout.chunk_offset(stripe),
         };
         // 1. Plan.
-        let failed = self.chunks.lost(stripe, r0, r1);
+        let failed = self.stripes.chunks.lost(stripe, r0, r1);
         let input = self.stripe_write(
             stripe,
             roles,
@@ -265,7 +278,7 @@ impl ParityCore {
         );
         let Some(plan) = plan_write(&input) else {
             return Err(Retry::Fatal(
-                self.chunks.unavailable(stripe, &failed, "write"),
+                self.stripes.chunks.unavailable(stripe, &failed, "write"),
             ));
         };
         // 2. Read what the plan reads.
@@ -278,7 +291,7 @@ impl ParityCore {
                 len: (r.end - r.start) as usize,
             })
             .collect();
-        let got = self.chunks.read_all(&reads).await?;
+        let got = self.stripes.chunks.read_all(&reads).await?;
         let old: HashMap<Target, Buf> = plan.reads.iter().map(|r| r.target).zip(got).collect();
         // 3. Compute the new chunks, and the log's entries from them.
         let (out, entries) = match plan.plan {
@@ -292,7 +305,7 @@ impl ParityCore {
         // 4. Log: the entries are durable before any member write is issued. A log that no
         // parity member took (they failed): plan again without P. A log with no room must
         // not leave the stripe written without its parity while P still serves.
-        let _hold = match &self.ppl {
+        let _hold = match &self.stripes.ppl {
             Some(log) => Some(log.write(entries).await.map_err(|e| match e {
                 LogFailed::ParityFailed => Retry::Read(roles.p, e.into_error()),
                 LogFailed::NoRoom => Retry::Fatal(e.into_error()),
@@ -300,7 +313,7 @@ impl ParityCore {
             None => None,
         };
         // 5. Member I/O.
-        let results = self.chunks.write_all(&writes, fua).await;
+        let results = self.stripes.chunks.write_all(&writes, fua).await;
         let mut now_lost = failed;
         let mut errors = Vec::new();
         for (w, r) in writes.iter().zip(results) {
@@ -325,8 +338,8 @@ impl ParityCore {
         let (r0, n) = (rows.r0, (rows.r1 - rows.r0) as usize);
         let (p_read, q_read) = (old.contains_key(&Target::P), old.contains_key(&Target::Q));
         let mut p = old.remove(&Target::P).unwrap_or_else(|| Buf::zeroed(n));
-        let mut q =
-            (self.chunks.np == 2).then(|| old.remove(&Target::Q).unwrap_or_else(|| Buf::zeroed(n)));
+        let mut q = (self.stripes.chunks.np == 2)
+            .then(|| old.remove(&Target::Q).unwrap_or_else(|| Buf::zeroed(n)));
         let mut out: Vec<(Target, SharedBuf)> = Vec::with_capacity(plan.writes.len());
         for r in &plan.writes {
             let Target::Data(i) = r.target else { continue };
@@ -347,8 +360,8 @@ impl ParityCore {
             out.push((r.target, new));
         }
         let mut entries = Vec::new();
-        if let (Some(log), true) = (&self.ppl, p_read) {
-            let mut news: Vec<Option<(u64, &[u8])>> = vec![None; self.chunks.k];
+        if let (Some(log), true) = (&self.stripes.ppl, p_read) {
+            let mut news: Vec<Option<(u64, &[u8])>> = vec![None; self.stripes.chunks.k];
             for (t, b) in &out {
                 if let Target::Data(i) = *t {
                     news[i] = Some((input.data[i].new.hull.0, &b[..]));
@@ -360,7 +373,8 @@ impl ParityCore {
                 q: q.as_deref().filter(|_| q_read),
                 r0,
             };
-            self.debug_assert_exclusive(rows.stripe, "logging a write");
+            self.stripes
+                .debug_assert_exclusive(rows.stripe, "logging a write");
             entries = log
                 .prepare_settled(rows.stripe, &rows.ranges(), &values, rows.fua)
                 .await;
@@ -386,11 +400,13 @@ impl ParityCore {
         plan: &WritePlan,
         mut old: HashMap<Target, Buf>,
     ) -> Result<(Vec<(Target, SharedBuf)>, crate::ppl::Prepared), Retry> {
-        let (k, r0, r1) = (self.chunks.k, rows.r0, rows.r1);
+        let (k, r0, r1) = (self.stripes.chunks.k, rows.r0, rows.r1);
         if !plan.rebuild.is_empty() {
             let mut want = vec![false; k];
             plan.rebuild.iter().for_each(|&i| want[i] = true);
             let rebuilt = self
+                .stripes
+                .reader()
                 .read_rows(rows.stripe, r0, r1, &want, (0..k).map(|_| None).collect())
                 .await
                 .map_err(Retry::Rebuild)?;
@@ -407,17 +423,18 @@ impl ParityCore {
             )
             .collect();
         let mut entries = Vec::new();
-        if let Some(log) = &self.ppl {
+        if let Some(log) = &self.stripes.ppl {
             let values = crate::ppl::Values::Direct {
                 chunks: news.iter().map(|b| &b[..]).collect(),
                 r0,
             };
-            self.debug_assert_exclusive(rows.stripe, "logging a write");
+            self.stripes
+                .debug_assert_exclusive(rows.stripe, "logging a write");
             entries = log
                 .prepare_settled(rows.stripe, &rows.ranges(), &values, rows.fua)
                 .await;
         }
-        let (p, q) = self.chunks.parity_of(rows.roles, &news);
+        let (p, q) = self.stripes.chunks.parity_of(rows.roles, &news);
         let (mut p, mut q) = (Some(p.freeze()), q.map(Buf::freeze));
         let out = plan
             .writes
@@ -448,140 +465,27 @@ impl ParityCore {
         errors: Vec<VolumeError>,
     ) -> Result<(), Retry> {
         let stripe = rows.stripe;
-        if !self.chunks.rebuildable(now_lost) {
-            if self.health.first_loss() {
+        if !self.stripes.chunks.rebuildable(now_lost) {
+            if self.stripes.health.first_loss() {
                 tracing::error!("stripe {stripe}: a write lost more chunks than parity covers");
             }
             return Err(Retry::Fatal(
                 crate::node::first_error(errors)
-                    .unwrap_or_else(|| self.chunks.unavailable(stripe, now_lost, "write")),
+                    .unwrap_or_else(|| self.stripes.chunks.unavailable(stripe, now_lost, "write")),
             ));
         }
-        let whole = rows.r0 == 0 && rows.r1 == self.chunks.strip;
+        let whole = rows.r0 == 0 && rows.r1 == self.stripes.chunks.strip;
         let regenerated = matches!(plan.plan, Plan::FullRows | Plan::Rcw | Plan::Reconstruct);
         if whole && regenerated && errors.is_empty() {
             // Parity was generated from the whole stripe's data: it is consistent again.
             if !input.parity_trusted {
-                self.health.mark_consistent(stripe..stripe + 1);
+                self.stripes.health.mark_consistent(stripe..stripe + 1);
             }
             if !now_lost.contains(&true) {
-                self.health.mark_in_sync(stripe);
+                self.stripes.health.mark_in_sync(stripe);
             }
         }
         Ok(())
-    }
-
-    /// Zeroes `[offset, offset+len)`: whole stripes by zeroing every child over their chunks
-    /// (zero data has zero P and Q), the partial stripes at either end written as zeroes.
-    pub(super) async fn zero_range(
-        &self,
-        offset: u64,
-        len: u64,
-        kind: ZeroKind,
-    ) -> VolumeResult<()> {
-        {
-            // Whole stripes: zero every child over their chunks (zero data has zero P and Q);
-            // the partial stripes at either end are written as zeroes.
-            let w = self.chunks.width();
-            let end = offset + len;
-            let first_full = offset.div_ceil(w);
-            let last_full = end / w; // exclusive
-            let mut pieces: Vec<(u64, u64)> = Vec::new();
-            // Zero data has zero parity, so whole stripes stay consistent even where some
-            // child failed: the chunks that were zeroed and the parity agree.
-            let mut full_err = None;
-            if first_full < last_full {
-                if offset < first_full * w {
-                    pieces.push((offset, first_full * w - offset));
-                }
-                if last_full * w < end {
-                    pieces.push((last_full * w, end - last_full * w));
-                }
-                {
-                    let _g = self
-                        .locks
-                        .lock(first_full, last_full - first_full, true)
-                        .await;
-                    assert!(
-                        self.locks.holds(first_full, last_full - first_full, true),
-                        "stripes {first_full}..{last_full} zeroed without their exclusive lock"
-                    );
-                    self.recent.forget_range(first_full..last_full);
-                    // What the log may replay of these stripes is settled first.
-                    let _hold = match &self.ppl {
-                        Some(log) => {
-                            let entries = log.prepare_whole_settled(first_full, last_full).await;
-                            // A log no parity member takes is one nobody replays.
-                            log.write(entries).await.ok()
-                        }
-                        None => None,
-                    };
-                    let at = self.chunks.layout.chunk_offset(first_full);
-                    let n = (last_full - first_full) * self.chunks.strip;
-                    let results =
-                        join_all(self.chunks.children.iter().map(|c| c.zero(at, n, kind))).await;
-                    let errors: Vec<VolumeError> =
-                        results.into_iter().filter_map(Result::err).collect();
-                    let failed_children = errors.len();
-                    if !self.chunks.tolerates(failed_children) {
-                        full_err = crate::node::first_error(errors);
-                        // The children that took the zeroes hold them: cached bytes of
-                        // these stripes must not come back over them (see
-                        // `write_over_cache`).
-                        if let Some(cache) = &self.cache {
-                            let mut st = cache.state.lock();
-                            let hit: Vec<u64> = (st.entries.keys().copied())
-                                .filter(|s| (first_full..last_full).contains(s))
-                                .collect();
-                            for s in hit {
-                                st.forget(s, 0, w);
-                            }
-                        }
-                    } else if let Some(cache) = &self.cache {
-                        // The zeroes supersede cached bytes of these stripes; until they were
-                        // on the members the entries stayed listed (a FLUSH waited for them).
-                        let mut st = cache.state.lock();
-                        let doomed: Vec<u64> = st
-                            .entries
-                            .keys()
-                            .copied()
-                            .filter(|s| (first_full..last_full).contains(s))
-                            .collect();
-                        for s in doomed {
-                            st.remove(s);
-                        }
-                    }
-                    if full_err.is_none() {
-                        self.joins.superseded(first_full, last_full);
-                    }
-                    if failed_children == 0 {
-                        for s in first_full..last_full {
-                            self.health.mark_in_sync(s);
-                        }
-                        self.health.mark_consistent(first_full..last_full);
-                    }
-                }
-            } else {
-                pieces.push((offset, len));
-            }
-            // Every piece is attempted even if one fails, so no piece is left silently old.
-            let mut results = Vec::new();
-            for (o, l) in pieces {
-                let mut at = o;
-                while at < o + l {
-                    let n = (o + l - at).min(w - at % w);
-                    results.push(
-                        self.write(at, Buf::zeroed(n as usize).freeze(), false)
-                            .await,
-                    );
-                    at += n;
-                }
-            }
-            if let Some(e) = full_err {
-                results.push(Err(e));
-            }
-            crate::node::all_ok(results)
-        }
     }
 }
 
@@ -606,17 +510,8 @@ pub(super) fn assemble(s: u64, e: u64, w: &[(u64, SharedBuf)], old: Option<&[u8]
     b.freeze()
 }
 
-pub(super) enum Retry {
-    /// A read of this child failed: plan again without it.
-    Read(usize, VolumeError),
-    /// Rebuilding the plan's lost chunks failed: a read error beyond what the stripe's
-    /// parity covers (which child is not known here).
-    Rebuild(VolumeError),
-    Fatal(VolumeError),
-}
-
 /// One attempt at writing rows `[r0, r1)` of a stripe: what every stage of
-/// [`ParityCore::write_rows`] reads.
+/// [`StripeWriter::write_rows`] reads.
 struct RowsWrite<'a> {
     stripe: u64,
     roles: &'a StripeRoles,

@@ -1,0 +1,339 @@
+//! The group's request entry points, in the order a request meets the parts: the stripe
+//! lock, the write-back cache ([`Destager`]), the write-through joiner (`join.rs`), then the
+//! members through the [`StripeWriter`] (writes) or the [`Reader`] (reads); zeroing.
+
+use super::*;
+
+impl ParityCore {
+    /// A read of the group: under the stripes' shared lock, from the cache when it holds
+    /// every byte, else from the members (rebuilding what is lost) with the cache's dirty
+    /// bytes laid over; chunks that returned read errors are rewritten afterwards, each
+    /// under its stripe's exclusive lock.
+    pub(super) async fn read(&self, offset: u64, buf: Buf) -> VolumeResult<Buf> {
+        let len = buf.len() as u64;
+        let g = self.stripes.lock_stripes(offset, len, false).await;
+        let cache = self.cache.as_ref();
+        if cache.is_some_and(|c| c.covers(&self.stripes.chunks, offset, len)) {
+            let mut buf = buf;
+            if let Some(c) = cache {
+                c.overlay(&self.stripes.chunks, offset, &mut buf);
+            }
+            return Ok(buf);
+        }
+        let (mut buf, repairs) = self.stripes.reader().read_members(offset, buf).await?;
+        if let Some(c) = cache {
+            c.overlay(&self.stripes.chunks, offset, &mut buf);
+        }
+        drop(g);
+        let reader = self.stripes.reader();
+        for r in repairs {
+            if reader.repair(r).await {
+                self.repairs.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(buf)
+    }
+
+    /// A write of the group: under the stripes' exclusive lock, each stripe's bytes go to
+    /// the write-back cache, are left to a writer queued behind (`join`), or are written to
+    /// the members through [`StripeWriter::write_stripe`] (`write.rs`: plan, log, member I/O).
+    pub(super) async fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> VolumeResult<()> {
+        let len = data.len() as u64;
+        let stripes = &self.stripes;
+        let destager = self.destager();
+        let w = stripes.chunks.width();
+        // What this write may add to the cache: its partial stripes at either end.
+        let room_bytes = len
+            .min(2 * w)
+            .next_multiple_of(crate::buf::BUF_ALIGN as u64);
+        if self
+            .cache
+            .as_ref()
+            .is_some_and(|c| c.needs_room(room_bytes))
+        {
+            // Make room first, before this write holds stripe locks an eviction may need.
+            if let Err(e) = destager.evict(room_bytes).await {
+                tracing::warn!("stripe cache eviction: {e}");
+            }
+        }
+        let mut over_bound = false;
+        // Write-through: this write counts as in flight for the hold rule (`join`).
+        let arrival = self
+            .cache
+            .is_none()
+            .then(|| self.joins.arrive(offset, len, stripes.chunks.width()));
+        {
+            let mut g = stripes.lock_stripes(offset, len, true).await;
+            if arrival.is_some() {
+                self.joins.holding();
+            }
+            let streams = arrival.as_ref().is_some_and(|a| a.streams);
+            let mut futs = Vec::new();
+            // The first and last stripe that go to the members (the others are cached).
+            let mut written: Option<(u64, u64)> = None;
+            let mut to_members = |s: u64| {
+                written = Some(written.map_or((s, s), |(a, _)| (a, s)));
+            };
+            // Write-through stripes whose bytes this write left for a later writer (`join`).
+            let mut left = Vec::new();
+            for (s, segs) in stripes.per_stripe(offset, &data) {
+                let Some(cache) = &self.cache else {
+                    let queued = stripes.locks.exclusive_waiter(s, 1);
+                    stripes.debug_assert_exclusive(s, "leaving bytes to a later writer");
+                    match self.joins.take(s, segs, fua, w, (queued, streams)) {
+                        Joined::Write { segs, fua, waiters } => {
+                            to_members(s);
+                            futs.push(self.write_joined(s, segs, fua, waiters).boxed());
+                        }
+                        Joined::Leave(answer, wait) => left.push((s, answer, wait)),
+                    }
+                    continue;
+                };
+                let (to_members_now, over) = self.write_back(cache, s, segs, fua);
+                over_bound |= over;
+                if let Some(write) = to_members_now {
+                    to_members(s);
+                    futs.push(write);
+                }
+            }
+            // A partial stripe at either end that only went into the cache is let go now:
+            // the next sequential writer, which completes it, need not wait for this one's
+            // member writes (it did, and the drives saw the writers out of order).
+            let g = written.map(|(a, b)| {
+                g.narrow(a, b - a + 1);
+                g
+            });
+            let results = join_all(futs).await;
+            drop(g);
+            // Only now, holding no stripe: the writer these were left to may be queued for
+            // stripes this write held too.
+            let answered =
+                join_all(left.into_iter().map(|(s, a, w)| self.finish_left(s, a, w))).await;
+            crate::node::all_ok(results.into_iter().chain(answered).collect())?;
+        }
+        if over_bound {
+            // This write is in the cache (or on the members) either way: a stripe that cannot
+            // be destaged stays cached and dirty (reads see it) and the next flush reports it.
+            if let Err(e) = destager.evict(0).await {
+                tracing::warn!("stripe cache eviction: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// Write-back: stripe `s`'s new bytes go into the cache, or to the members over it (a
+    /// whole stripe, no room for them, an entry they fill, FUA): then the member write is
+    /// returned. Also whether the cache is now over its bound. The caller holds the stripe's
+    /// exclusive lock.
+    fn write_back(
+        &self,
+        cache: &Cache,
+        s: u64,
+        segs: Segs,
+        fua: bool,
+    ) -> (Option<BoxFuture<'_, VolumeResult<()>>>, bool) {
+        let w = self.stripes.chunks.width();
+        let destager = self.destager();
+        if segs[0].1.len() as u64 == w {
+            // A whole stripe bypasses the cache and supersedes its entry, which stays
+            // listed until this write is on the members.
+            let write = destager.write_over_cache(s, segs, Some((0, w)), fua);
+            return (Some(write.boxed()), false);
+        }
+        let (o, d) = segs.into_iter().next().expect("one segment");
+        let d = compact(d);
+        let mut st = cache.state.lock();
+        if !st.admits(&d, cache.bound) {
+            // No room (destaging fails, or this stripe alone exceeds the bound): write
+            // it through rather than grow the cache past its bound.
+            let mut merged = Entry::new();
+            merged.segs = st
+                .entries
+                .get(&s)
+                .map(|e| e.segs.clone())
+                .unwrap_or_default();
+            let newer = (o, o + d.len() as u64);
+            merged.insert(o, d, None); // not cached: pins nothing
+            drop(st);
+            let write = destager.write_over_cache(s, merged.segs, Some(newer), fua);
+            return (Some(write.boxed()), false);
+        }
+        let full = st.insert(s, o, d, w);
+        let over_bound = st.pins.bytes > cache.bound;
+        if !(full || fua) {
+            return (None, over_bound);
+        }
+        let segs = st.entries[&s].segs.clone();
+        drop(st);
+        // The entry's own bytes: it stays whole if the write fails.
+        let write = destager.write_over_cache(s, segs, None, fua);
+        (Some(write.boxed()), over_bound)
+    }
+
+    /// Writes a union [`join::Joins::take`] handed out and answers the writers who left
+    /// bytes in it; the caller holds the stripe's exclusive lock.
+    pub(super) async fn write_joined(
+        &self,
+        s: u64,
+        segs: Segs,
+        fua: bool,
+        waiters: Vec<oneshot::Sender<VolumeResult<()>>>,
+    ) -> VolumeResult<()> {
+        self.stripes
+            .debug_assert_exclusive(s, "writing joined bytes");
+        let r = self.destager().write_over_cache(s, segs, None, fua).await;
+        for tx in waiters {
+            // A writer that went away (its request dropped) needs no answer.
+            let _ = tx.send(r.as_ref().map(|_| ()).map_err(VolumeError::duplicate));
+        }
+        r
+    }
+
+    /// Waits for the answer to bytes left on stripe `s`: after `wait`, queues for the stripe
+    /// again and, if nobody wrote them meanwhile, writes them. The caller holds no stripe
+    /// (not assertable: the lock table does not know its holders; a caller holding one would
+    /// deadlock here, which the join tests would show).
+    pub(super) async fn finish_left(
+        &self,
+        s: u64,
+        mut answer: Answer,
+        wait: Wait,
+    ) -> VolumeResult<()> {
+        if let Wait::Held(woken) = wait {
+            // The answer, or the wake (sent or dropped: either way time to look again).
+            if let Either::Left((answered, _)) = select(&mut answer, woken).await {
+                return joined(s, answered);
+            }
+        }
+        let _g = self.stripes.locks.lock(s, 1, true).await;
+        match answer.try_recv() {
+            Ok(Some(r)) => joined(s, Ok(r)),
+            Ok(None) => {
+                // Still left (our own sender is among the waiters): write them now.
+                self.stripes
+                    .debug_assert_exclusive(s, "writing bytes left on the stripe");
+                match self.joins.reclaim(s) {
+                    Joined::Write { segs, fua, waiters } => {
+                        self.write_joined(s, segs, fua, waiters).await
+                    }
+                    Joined::Leave(..) => unreachable!("reclaimed bytes are written"),
+                }
+            }
+            Err(oneshot::Canceled) => joined(s, Err(oneshot::Canceled)),
+        }
+    }
+
+    /// Zeroes `[offset, offset+len)`: whole stripes by zeroing every child over their chunks
+    /// (zero data has zero P and Q), the partial stripes at either end written as zeroes.
+    pub(super) async fn zero_range(
+        &self,
+        offset: u64,
+        len: u64,
+        kind: ZeroKind,
+    ) -> VolumeResult<()> {
+        let w = self.stripes.chunks.width();
+        let end = offset + len;
+        let first_full = offset.div_ceil(w);
+        let last_full = end / w; // exclusive
+        let mut pieces: Vec<(u64, u64)> = Vec::new();
+        let mut full_err = None;
+        if first_full < last_full {
+            if offset < first_full * w {
+                pieces.push((offset, first_full * w - offset));
+            }
+            if last_full * w < end {
+                pieces.push((last_full * w, end - last_full * w));
+            }
+            full_err = self.zero_whole_stripes(first_full, last_full, kind).await;
+        } else {
+            pieces.push((offset, len));
+        }
+        // Every piece is attempted even if one fails, so no piece is left silently old.
+        let mut results = Vec::new();
+        for (o, l) in pieces {
+            let mut at = o;
+            while at < o + l {
+                let n = (o + l - at).min(w - at % w);
+                results.push(
+                    self.write(at, Buf::zeroed(n as usize).freeze(), false)
+                        .await,
+                );
+                at += n;
+            }
+        }
+        if let Some(e) = full_err {
+            results.push(Err(e));
+        }
+        crate::node::all_ok(results)
+    }
+
+    /// Zeroes stripes `[first_full, last_full)` by zeroing every child over their chunks,
+    /// under their exclusive lock. Zero data has zero parity, so the stripes stay consistent
+    /// even where some child failed: the chunks that were zeroed and the parity agree. The
+    /// error when more children failed than the stripes tolerate.
+    async fn zero_whole_stripes(
+        &self,
+        first_full: u64,
+        last_full: u64,
+        kind: ZeroKind,
+    ) -> Option<VolumeError> {
+        let stripes = &self.stripes;
+        let count = last_full - first_full;
+        let _g = stripes.locks.lock(first_full, count, true).await;
+        assert!(
+            stripes.locks.holds(first_full, count, true),
+            "stripes {first_full}..{last_full} zeroed without their exclusive lock"
+        );
+        stripes.recent.forget_range(first_full..last_full);
+        // What the log may replay of these stripes is settled first.
+        let _hold = match &stripes.ppl {
+            Some(log) => {
+                let entries = log.prepare_whole_settled(first_full, last_full).await;
+                // A log no parity member takes is one nobody replays.
+                log.write(entries).await.ok()
+            }
+            None => None,
+        };
+        let at = stripes.chunks.layout.chunk_offset(first_full);
+        let n = count * stripes.chunks.strip;
+        let children = &stripes.chunks.children;
+        let results = join_all(children.iter().map(|c| c.zero(at, n, kind))).await;
+        let errors: Vec<VolumeError> = results.into_iter().filter_map(Result::err).collect();
+        let failed_children = errors.len();
+        let mut full_err = None;
+        if !stripes.chunks.tolerates(failed_children) {
+            full_err = crate::node::first_error(errors);
+            // The children that took the zeroes hold them: cached bytes of these stripes
+            // must not come back over them (see `write_over_cache`).
+            if let Some(cache) = &self.cache {
+                let mut st = cache.state.lock();
+                let hit: Vec<u64> = (st.entries.keys().copied())
+                    .filter(|s| (first_full..last_full).contains(s))
+                    .collect();
+                for s in hit {
+                    st.forget(s, 0, stripes.chunks.width());
+                }
+            }
+        } else if let Some(cache) = &self.cache {
+            // The zeroes supersede cached bytes of these stripes; until they were on the
+            // members the entries stayed listed (a FLUSH waited for them).
+            let mut st = cache.state.lock();
+            let doomed: Vec<u64> = (st.entries.keys().copied())
+                .filter(|s| (first_full..last_full).contains(s))
+                .collect();
+            for s in doomed {
+                st.remove(s);
+            }
+        }
+        if full_err.is_none() {
+            self.joins.superseded(first_full, last_full);
+        }
+        if failed_children == 0 {
+            for s in first_full..last_full {
+                stripes.health.mark_in_sync(s);
+            }
+            stripes.health.mark_consistent(first_full..last_full);
+        }
+        full_err
+    }
+}
