@@ -92,6 +92,14 @@ pub struct VolumeCounters {
     pub repairs: u64,
 }
 
+/// A request's range that passed [`Volume::check`] (aligned, inside the volume, not too
+/// long): the proof the checked entry points take, so a request is checked once.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CheckedRange {
+    offset: u64,
+    len: u64,
+}
+
 pub struct Volume {
     geometry: Geometry,
     table: Arc<MemberTable>,
@@ -344,7 +352,12 @@ impl Volume {
         }
     }
 
-    pub(crate) fn check(&self, op: &'static str, offset: u64, len: u64) -> VolumeResult<()> {
+    pub(crate) fn check(
+        &self,
+        op: &'static str,
+        offset: u64,
+        len: u64,
+    ) -> VolumeResult<CheckedRange> {
         let block = self.opts.block_size;
         if len > MAX_REQUEST_BYTES {
             return Err(VolumeError::TooLong {
@@ -373,7 +386,7 @@ impl Volume {
                 capacity: self.capacity,
             });
         }
-        Ok(())
+        Ok(CheckedRange { offset, len })
     }
 
     fn count<T>(&self, r: VolumeResult<T>) -> VolumeResult<T> {
@@ -409,8 +422,20 @@ impl Volume {
     /// unspecified: a parity write-back cache may keep the original's bytes without copying,
     /// and then a fresh buffer comes back).
     pub async fn write(&self, offset: u64, buf: Buf, fua: bool) -> VolumeResult<Buf> {
-        let len = buf.len() as u64;
-        self.check("write", offset, len)?;
+        let range = self.check("write", offset, buf.len() as u64)?;
+        self.write_checked(range, buf, fua).await
+    }
+
+    /// [`Volume::write`] of a range already checked (the array checks before its stages, so a
+    /// request is checked once).
+    pub(crate) async fn write_checked(
+        &self,
+        range: CheckedRange,
+        buf: Buf,
+        fua: bool,
+    ) -> VolumeResult<Buf> {
+        let (offset, len) = (range.offset, range.len);
+        assert_eq!(len, buf.len() as u64, "the buffer is the range checked");
         if len == 0 {
             return Ok(buf);
         }

@@ -58,8 +58,8 @@ impl Array {
     /// [`crate::volume::Volume::write`], through the stages (see the module).
     pub async fn write(&self, offset: u64, buf: Buf, fua: bool) -> VolumeResult<Buf> {
         let len = buf.len() as u64;
-        self.volume.check("write", offset, len)?;
-        self.through_stages(offset, len, self.volume.write(offset, buf, fua))
+        let range = self.volume.check("write", offset, len)?;
+        self.through_stages(offset, len, self.volume.write_checked(range, buf, fua))
             .await
     }
 
