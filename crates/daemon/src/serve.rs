@@ -2,11 +2,11 @@
 //! and flush. Shared by the `nbraidd` binary and `nbraid serve`.
 
 use crate::control::{ControlServer, ControlVolume, Controls, StartReport};
+use crate::events::EventBus;
 use crate::export::VolumeExport;
 use crate::nbd::{proto::MAX_PAYLOAD, Export, Limits, Listener, Server, ServerTls, TlsMode};
 use crate::service::{
-    events::EventBus, hook::HookQueue, latency::Latencies, metrics, notify::Notifier, observe,
-    reload,
+    hook::HookQueue, latency::Latencies, metrics, notify::Notifier, observe, reload,
 };
 use anyhow::{Context, Result};
 use nbraid_assembly::assemble::{assemble_with, Assembled, StartOptions};
