@@ -6,9 +6,11 @@
 //! - `controls` holds the daemon's volumes; `dispatch` hands each request to its family:
 //!   `members` (fail, add, replace, remove; `fail` asks `fail` whether data would be lost),
 //!   `passes` (scrub, rebuild, cancel, pause, resume), `report` (status);
-//! - `volume` is one served volume: its members by id and its background passes.
+//! - `volume` is one served volume: its members by id and its background passes;
+//!   `departed` keeps the failed members a spare pushed out of their roles, until removed.
 
 mod controls;
+mod departed;
 mod dispatch;
 mod fail;
 mod members;

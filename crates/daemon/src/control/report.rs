@@ -103,6 +103,8 @@ fn volume_status(v: &ControlVolume) -> Value {
         "returning": v.array.returning().iter().map(|&(i, b)| json!({ "index": i, "resync_bytes": b })).collect::<Vec<_>>(),
         "readd": readd_json(v),
         "spares": v.array.spares().iter().map(|m| v.id_of(m.member())).collect::<Vec<_>>(),
+        // Failed members a spare pushed out of their roles, until removed (md's `(F)`).
+        "departed": v.departed.to_json(),
         "notes": v.notes,
     })
 }
@@ -165,7 +167,7 @@ fn moves(v: &ControlVolume, roles: &[usize]) -> Vec<Value> {
 
 /// A member's path as the operator can use it anywhere: relative paths are the daemon's
 /// (its working directory); URIs and `memory:` stay as they are.
-fn absolute_path(name: &str) -> String {
+pub(super) fn absolute_path(name: &str) -> String {
     if name.contains("://") || name.starts_with("memory:") || name.starts_with("nbd+") {
         return name.to_string();
     }
