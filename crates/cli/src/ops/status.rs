@@ -115,14 +115,12 @@ pub fn status_table(v: &Value) -> String {
 /// A failed member whose role a spare took, after the role holders (/proc/mdstat's `(F)`),
 /// until `nbraid remove` takes it out.
 fn departed_line(m: &Value) -> String {
+    // The path lines up with the role holders' (their counters take 51 columns).
     format!(
-        "  {:<10} {:<8} {:<59} {}\n",
+        "  {:<10} {:<10} {:<47} {}\n",
         m["id"].as_str().unwrap_or("?"),
         "failed (F)",
-        format!(
-            "no role (role {} taken by a spare): nbraid remove it",
-            m["role"]
-        ),
+        format!("role {} taken by a spare; nbraid remove it", m["role"]),
         m["path"].as_str().unwrap_or("")
     )
 }
