@@ -95,3 +95,36 @@ fn a_failed_member_a_spare_replaced_stays_shown_until_removed() {
     assert!(!table.contains("d2.img"), "{table}");
     d.stop();
 }
+
+/// `status --json` notes are the ones `check` gives for the state the volume is in now: a
+/// spare that took a role after the start yields the "update the config" note at once, the
+/// same `check` and the next start give.
+#[test]
+fn status_notes_follow_a_spare_that_took_a_role_after_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(dir.path(), &["s0"], "spares = [\"s0\"]\n");
+    let cfg = config.to_str().unwrap();
+    let mut d = Daemon::start(&config);
+    assert_eq!(volume_status(cfg)["notes"], serde_json::json!([]));
+    ok(nbraid(&["fail", "r6", "d2", "--config", cfg]), "fail d2");
+    let v = wait_for(cfg, "the spare to take role 2 and be rebuilt", |v| {
+        v["members"][2]["id"] == "s0" && v["rebuild"]["state"] == "done"
+    });
+    let live: Vec<String> = serde_json::from_value(v["notes"].clone()).unwrap();
+    let update = r#"member s0 (listed in spares) now holds role 2; update the config: members = ["d0", "d1", "s0", "d3", "d4", "d5"]"#;
+    assert!(live.iter().any(|n| n == update), "{live:#?}");
+    assert!(
+        live.iter()
+            .any(|n| n.starts_with("member d2 no longer holds a role in volume r6")),
+        "{live:#?}"
+    );
+    d.stop();
+
+    let check = ok(nbraid(&["check", cfg]), "check");
+    for n in &live {
+        assert!(check.contains(&format!("note: {n}")), "{n}\n{check}");
+    }
+    let mut d = Daemon::start(&config);
+    assert_eq!(volume_status(cfg)["notes"], v["notes"], "the next start");
+    d.stop();
+}

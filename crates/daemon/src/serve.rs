@@ -1,7 +1,7 @@
 //! `nbraidd --config FILE`: load, assemble, listen, serve until SIGTERM/SIGINT, then drain
 //! and flush. Shared by the `nbraidd` binary and `nbraid serve`.
 
-use crate::control::{ControlServer, ControlVolume, Controls, StartReport};
+use crate::control::{ConfigIds, ControlServer, ControlVolume, Controls, StartReport};
 use crate::events::EventBus;
 use crate::export::VolumeExport;
 use crate::nbd::{proto::MAX_PAYLOAD, Export, Limits, Listener, Server, ServerTls, TlsMode};
@@ -346,6 +346,10 @@ fn controls(config: &Config, volumes: &[Assembled]) -> Controls {
                 },
             )
             .with_heal(a.rebuild_rate, a.known.clone(), a.notes.clone())
+            .with_config_ids(cv.map(|v| ConfigIds {
+                ids: nbraid_assembly::adopt::position_ids(config, v, &[]),
+                members: v.members.len(),
+            }))
         })
         .collect();
     Controls { volumes }

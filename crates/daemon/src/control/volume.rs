@@ -3,6 +3,7 @@
 //! started, held and cancelled here, in one place.
 
 use super::departed::{Departed, Departures};
+use super::notes::ConfigIds;
 use super::report::absolute_path;
 use nbraid_assembly::adopt::Known;
 use nbraid_control::Refusal;
@@ -44,8 +45,12 @@ pub struct ControlVolume {
     /// Failed members whose role a spare took: shown until removed or added back.
     pub(super) departed: Departures,
     /// What the start found that the operator must hear (spares holding roles, old members
-    /// ignored, spares that cannot be used).
+    /// ignored, spares that cannot be used). `status` says who holds which role afresh
+    /// (`notes.rs`).
     pub notes: Vec<String>,
+    /// The config's member and spare ids, for the notes `status` gives; `None`: only the
+    /// start's notes are said.
+    pub(super) config_ids: Option<ConfigIds>,
     /// `nbraid pause` holds the volume's background work until `nbraid resume` — passes
     /// that start later too (md's `frozen`), so every pass is made by [`Self::new_pass`].
     pub(super) held: AtomicBool,
@@ -75,6 +80,7 @@ impl ControlVolume {
             known: Mutex::new(Vec::new()),
             departed: Departures::default(),
             notes: Vec::new(),
+            config_ids: None,
             held: AtomicBool::new(false),
         }
     }
@@ -121,6 +127,19 @@ impl ControlVolume {
         self.known = Mutex::new(known);
         self.notes = notes;
         self
+    }
+
+    /// With the config's member and spare ids: `status` gives the notes `check` would give
+    /// for the volume as it is now.
+    pub fn with_config_ids(mut self, ids: Option<ConfigIds>) -> Self {
+        self.config_ids = ids;
+        self
+    }
+
+    /// The member or spare known by `id`, if one is.
+    pub(super) fn known_member(&self, id: &str) -> Option<Arc<dyn Member>> {
+        let known = self.known.lock();
+        known.iter().find(|k| k.id == id).map(|k| k.member.clone())
     }
 
     /// The id of whatever serves each role now (a spare that took a role goes by its own
