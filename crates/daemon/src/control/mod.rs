@@ -17,6 +17,7 @@ mod fail;
 mod members;
 mod notes;
 mod passes;
+mod paths;
 mod report;
 pub mod server;
 mod volume;

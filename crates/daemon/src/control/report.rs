@@ -2,6 +2,7 @@
 
 use super::controls::Controls;
 use super::notes::{live_notes, Holder};
+use super::paths::absolute_path;
 use super::volume::ControlVolume;
 use nbraid_core::{MemberState, ScrubReport};
 use serde_json::{json, Value};
@@ -211,15 +212,6 @@ fn moves(v: &ControlVolume, roles: &[usize]) -> Vec<Value> {
             json!({ "role": r, "from": from, "to": to })
         })
         .collect()
-}
-
-/// A member's path as the operator can use it anywhere: relative paths are the daemon's
-/// (its working directory); URIs and `memory:` stay as they are.
-pub(super) fn absolute_path(name: &str) -> String {
-    if name.contains("://") || name.starts_with("memory:") || name.starts_with("nbd+") {
-        return name.to_string();
-    }
-    std::path::absolute(name).map_or_else(|_| name.to_string(), |p| p.display().to_string())
 }
 
 /// The re-add resync (`returning.rs`): its pass, and the roles it brings back.

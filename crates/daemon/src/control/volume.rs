@@ -4,7 +4,7 @@
 
 use super::departed::{Departed, Departures};
 use super::notes::ConfigIds;
-use super::report::absolute_path;
+use super::paths::absolute_path;
 use nbraid_assembly::adopt::Known;
 use nbraid_control::Refusal;
 use nbraid_core::metadata::{Array, ArrayError};
