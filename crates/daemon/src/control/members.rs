@@ -3,6 +3,7 @@
 //! among what the daemon already holds open.
 
 use super::controls::{refused, Controls};
+use super::departed::Departed;
 use super::report::rebuild_json;
 use super::volume::ControlVolume;
 use nbraid_control::Refusal;
@@ -123,19 +124,7 @@ pub(super) async fn remove(v: &ControlVolume, member: &str) -> Result<Value, Ref
         return Ok(json!({ "volume": v.name, "member": member, "removed": "spare" }));
     }
     if let Some(gone) = v.departed.take(member) {
-        // Its role is served by another: only what still names it goes (a path recorded
-        // for a start to open).
-        v.array
-            .forget_added_path(gone.member.name())
-            .await
-            .map_err(refused)?;
-        return Ok(json!({
-            "volume": v.name,
-            "member": gone.id,
-            "index": gone.role,
-            "removed": "departed",
-            "degraded": v.array.volume().is_degraded(),
-        }));
+        return remove_departed(v, gone).await;
     }
     let index = match v.member_index(member) {
         Ok(index) => index,
@@ -157,6 +146,22 @@ pub(super) async fn remove(v: &ControlVolume, member: &str) -> Result<Value, Ref
         "member": id,
         "index": index,
         "removed": "member",
+        "degraded": v.array.volume().is_degraded(),
+    }))
+}
+
+/// `remove` of a failed member whose role a spare took: its role is served by another, so
+/// only what still names it goes (`status`'s line, a path recorded for a start to open).
+async fn remove_departed(v: &ControlVolume, gone: Departed) -> Result<Value, Refusal> {
+    v.array
+        .forget_added_path(gone.member.name())
+        .await
+        .map_err(refused)?;
+    Ok(json!({
+        "volume": v.name,
+        "member": gone.id,
+        "index": gone.role,
+        "removed": "departed",
         "degraded": v.array.volume().is_degraded(),
     }))
 }
