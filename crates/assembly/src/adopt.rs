@@ -112,6 +112,20 @@ pub fn ids_by_role(ids: &[String], n: usize, roles: &[Result<usize, Absence>]) -
         .collect()
 }
 
+/// The phrases that mark [`role_notes`]' notes (and only theirs): a running daemon replaces
+/// them when who holds which role changes ([`is_role_note`]).
+const ROLE_NOTE_MARKS: [&str; 3] = [
+    ") holds role ",
+    " (listed in spares) now holds role ",
+    " no longer holds a role in volume ",
+];
+
+/// Whether `note` is one [`role_notes`] writes (about who holds which role), as opposed to
+/// the other notes of a start (spares missing or unusable, a forced assembly).
+pub fn is_role_note(note: &str) -> bool {
+    note.starts_with("member ") && ROLE_NOTE_MARKS.iter().any(|m| note.contains(m))
+}
+
 /// What the operator must hear about where members stand after assembly: a spare (position
 /// `n..configured`) serving a role, with the `members = [...]` line matching the superblocks;
 /// a member added at run time (position `configured..`) serving one; a member of the config
@@ -357,5 +371,29 @@ mod tests {
         .is_empty());
         let failed = vec![Ok(0), Err(Absence::Failed { member: 1 }), Ok(2)];
         assert_eq!(ids_by_role(&pos, 3, &failed), ids(&["a", "b", "c"]));
+    }
+
+    #[test]
+    fn role_notes_are_known_apart_from_the_other_notes_of_a_start() {
+        let pos = ids(&["d0", "d1", "d2", "new", "s0"]);
+        let spare = role_notes("v", (&pos, &[]), (3, 5), &[Ok(0), Ok(4), Ok(2)], &|_| {
+            Some(true)
+        });
+        let added = role_notes(
+            "v",
+            (&pos, &ids(&["/x/new.img"])),
+            (3, 3),
+            &[Ok(0), Ok(1), Ok(3)],
+            &|_| Some(false),
+        );
+        assert_eq!(spare.len() + added.len(), 4, "{spare:?} {added:?}");
+        assert!(spare.iter().chain(&added).all(|n| is_role_note(n)));
+        for other in [
+            "spare s1 is missing: not standing by",
+            "member d3 is blank and holds no role: it stands by as a spare (a lost role is rebuilt onto it)",
+            "assembled by force: d5 took role 5 back (recorded failed at event 60 of 61)",
+        ] {
+            assert!(!is_role_note(other), "{other}");
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! `nbraid events [--follow] [--json]`: the daemon's events (see the daemon's
-//! `service::events`) over its control socket: the latest it kept, then with `--follow`
+//! `events`) over its control socket: the latest it kept, then with `--follow`
 //! each one as it happens, until the daemon stops or the command is interrupted.
 
 use crate::ops::{Client, Target};

@@ -22,7 +22,7 @@ fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
     ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
     let spare = blank_member(dir.path(), "spare.img");
     let said = ok(nbraid(&["add", "r6", &spare, "--config", cfg]), "add");
-    assert!(said.contains("rebuilding member 1"), "{said}");
+    assert!(said.contains("rebuilding role 1 (spare)"), "{said}");
     let done: Value = serde_json::from_str(&ok(
         nbraid(&[
             "rebuild", "r6", "--rate", "200MB/s", "--config", cfg, "--json",

@@ -117,7 +117,7 @@ fn add_and_replace_refuse_data_and_another_arrays_member_unless_forced() {
         nbraid(&["add", "r6", data_arg, "--force", "--config", cfg]),
         "add --force",
     );
-    assert!(said.contains("rebuilding member 1"), "{said}");
+    assert!(said.contains("rebuilding role 1 ("), "{said}");
     let done: Value = serde_json::from_str(&ok(
         nbraid(&["rebuild", "r6", "--config", cfg, "--json"]),
         "rebuild",
@@ -173,6 +173,11 @@ fn fail_refuses_to_lose_the_last_copy_unless_forced() {
     );
     assert!(
         err.contains("would lose data") && err.contains("--force"),
+        "{err}"
+    );
+    // Members by id, as the admin named them, not by index.
+    assert!(
+        err.contains("failing b beside a (failed or being rebuilt)"),
         "{err}"
     );
     let v = status_of(cfg, "m");

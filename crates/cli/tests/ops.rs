@@ -456,7 +456,7 @@ fn add_refuses_files_in_use_and_takes_back_a_removed_member() {
         nbraid(&["add", "r6", &path("d2.img"), "--config", cfg]),
         "add the removed member back",
     );
-    assert!(said.contains("rebuilding member 2"), "{said}");
+    assert!(said.contains("rebuilding role 2 (d2)"), "{said}");
     let v = wait_for(cfg, "the rebuild onto the member taken back", |v| {
         v["rebuild"]["state"] == "done" && v["degraded"] == false
     });

@@ -58,3 +58,73 @@ fn a_matrix_volume_counts_its_own_io_with_absolute_paths_and_its_id() {
     assert!(table.contains("  spares: none\n"), "{table}");
     d.stop();
 }
+
+/// A failed member whose role a spare took stays in `status` (md's `(F)`), in the table
+/// after the role holders and under `departed` in `--json`, until `nbraid remove` takes it
+/// out by its id; then it is gone from both.
+#[test]
+fn a_failed_member_a_spare_replaced_stays_shown_until_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(dir.path(), &["s0"], "spares = [\"s0\"]\n");
+    let cfg = config.to_str().unwrap();
+    let mut d = Daemon::start(&config);
+    ok(nbraid(&["fail", "r6", "d2", "--config", cfg]), "fail d2");
+    let v = wait_for(cfg, "the spare to take role 2 and be rebuilt", |v| {
+        v["members"][2]["id"] == "s0" && v["rebuild"]["state"] == "done"
+    });
+    let departed = v["departed"].as_array().expect("departed in --json");
+    assert_eq!(departed.len(), 1, "{v:#}");
+    assert_eq!(departed[0]["id"], "d2", "{v:#}");
+    assert_eq!(departed[0]["state"], "failed", "{v:#}");
+    let path = departed[0]["path"].as_str().unwrap();
+    assert!(path.starts_with('/') && path.ends_with("d2.img"), "{path}");
+
+    let table = ok(nbraid(&["status", "r6", "--config", cfg]), "status");
+    let holder = table.find("  d5 ").expect("the last role holder");
+    let gone = table.find("  d2         failed (F)").expect("d2 shown (F)");
+    assert!(holder < gone, "{table}");
+
+    let said = ok(
+        nbraid(&["remove", "r6", "d2", "--config", cfg]),
+        "remove the departed d2",
+    );
+    assert!(said.contains("d2") && said.contains("removed"), "{said}");
+    let v = volume_status(cfg);
+    assert_eq!(v["departed"], serde_json::json!([]), "{v:#}");
+    let table = ok(nbraid(&["status", "r6", "--config", cfg]), "status");
+    assert!(!table.contains("d2.img"), "{table}");
+    d.stop();
+}
+
+/// `status --json` notes are the ones `check` gives for the state the volume is in now: a
+/// spare that took a role after the start yields the "update the config" note at once, the
+/// same `check` and the next start give.
+#[test]
+fn status_notes_follow_a_spare_that_took_a_role_after_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(dir.path(), &["s0"], "spares = [\"s0\"]\n");
+    let cfg = config.to_str().unwrap();
+    let mut d = Daemon::start(&config);
+    assert_eq!(volume_status(cfg)["notes"], serde_json::json!([]));
+    ok(nbraid(&["fail", "r6", "d2", "--config", cfg]), "fail d2");
+    let v = wait_for(cfg, "the spare to take role 2 and be rebuilt", |v| {
+        v["members"][2]["id"] == "s0" && v["rebuild"]["state"] == "done"
+    });
+    let live: Vec<String> = serde_json::from_value(v["notes"].clone()).unwrap();
+    let update = r#"member s0 (listed in spares) now holds role 2; update the config: members = ["d0", "d1", "s0", "d3", "d4", "d5"]"#;
+    assert!(live.iter().any(|n| n == update), "{live:#?}");
+    assert!(
+        live.iter()
+            .any(|n| n.starts_with("member d2 no longer holds a role in volume r6")),
+        "{live:#?}"
+    );
+    d.stop();
+
+    let check = ok(nbraid(&["check", cfg]), "check");
+    for n in &live {
+        assert!(check.contains(&format!("note: {n}")), "{n}\n{check}");
+    }
+    let mut d = Daemon::start(&config);
+    assert_eq!(volume_status(cfg)["notes"], v["notes"], "the next start");
+    d.stop();
+}

@@ -93,7 +93,7 @@ pub enum Request {
         volume: String,
         rate: Option<PassRate>,
     },
-    /// The latest events (`service::events`); `follow`: then every later one, streamed.
+    /// The latest events (the daemon's `events`); `follow`: then every later one, streamed.
     Events {
         follow: bool,
     },

@@ -26,16 +26,12 @@ pub async fn heal_once(v: &ControlVolume) {
     let array = &v.array;
     let wanting = array.roles_wanting_a_member();
     if !wanting.is_empty() && array.spare_count() > 0 {
-        let before = v.member_ids();
-        match array.use_spares().await {
-            Ok(roles) => {
-                let after = v.member_ids();
-                for r in roles {
+        match v.take_spares().await {
+            Ok(taken) => {
+                for (r, left, took) in taken {
                     let msg = format!(
-                        "volume {}: member {} failed: rebuilding its role {r} onto spare {} ({})",
+                        "volume {}: member {left} failed: rebuilding its role {r} onto spare {took} ({})",
                         v.name,
-                        before[r],
-                        after[r],
                         rate_text(v.rebuild_rate())
                     );
                     tracing::warn!("{msg}");

@@ -8,6 +8,7 @@
 //! `nbraid-control` crate), heals onto spares ([`heal`]) and re-adds returning members
 //! ([`returning`]).
 pub mod control;
+pub mod events;
 pub mod export;
 pub mod heal;
 pub mod logging;

@@ -1,12 +1,12 @@
 //! `nbraidd --config FILE`: load, assemble, listen, serve until SIGTERM/SIGINT, then drain
 //! and flush. Shared by the `nbraidd` binary and `nbraid serve`.
 
-use crate::control::{ControlServer, ControlVolume, Controls, StartReport};
+use crate::control::{ConfigIds, ControlServer, ControlVolume, Controls, StartReport};
+use crate::events::EventBus;
 use crate::export::VolumeExport;
 use crate::nbd::{proto::MAX_PAYLOAD, Export, Limits, Listener, Server, ServerTls, TlsMode};
 use crate::service::{
-    events::EventBus, hook::HookQueue, latency::Latencies, metrics, notify::Notifier, observe,
-    reload,
+    hook::HookQueue, latency::Latencies, metrics, notify::Notifier, observe, reload,
 };
 use anyhow::{Context, Result};
 use nbraid_assembly::assemble::{assemble_with, Assembled, StartOptions};
@@ -346,6 +346,10 @@ fn controls(config: &Config, volumes: &[Assembled]) -> Controls {
                 },
             )
             .with_heal(a.rebuild_rate, a.known.clone(), a.notes.clone())
+            .with_config_ids(cv.map(|v| ConfigIds {
+                ids: nbraid_assembly::adopt::position_ids(config, v, &[]),
+                members: v.members.len(),
+            }))
         })
         .collect();
     Controls { volumes }

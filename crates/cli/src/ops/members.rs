@@ -31,11 +31,28 @@ pub(super) fn add(target: &Target, volume: String, path: &str, force: bool) -> R
         path: path.clone(),
         force,
     })?;
-    Ok(match v["rebuilding_roles"].as_array() {
+    Ok(match v["rebuilding"].as_array() {
         Some(r) if !r.is_empty() => {
-            format!("{path} added to {volume}: rebuilding member {}\n", r[0])
+            let roles: Vec<String> = r
+                .iter()
+                .map(|x| match x["id"].as_str() {
+                    Some(id) => format!("{} ({id})", x["role"]),
+                    None => x["role"].to_string(),
+                })
+                .collect();
+            let noun = if roles.len() == 1 { "role" } else { "roles" };
+            format!(
+                "{path} added to {volume}: rebuilding {noun} {}\n",
+                roles.join(", ")
+            )
         }
-        _ => format!("{path} added to {volume} as a hot spare\n"),
+        _ => format!(
+            "{path} added to {volume} as a hot spare{}\n",
+            v["id"]
+                .as_str()
+                .map(|id| format!(" ({id})"))
+                .unwrap_or_default()
+        ),
     })
 }
 
@@ -63,6 +80,17 @@ pub(super) fn remove(
         format!("{v:#}\n")
     } else if v["removed"] == "spare" {
         format!("spare {member} removed from {volume}\n")
+    } else if v["removed"] == "departed" {
+        format!(
+            "failed member {} (once role {}) removed from {volume}; the volume is {}\n",
+            v["member"].as_str().unwrap_or(&member),
+            v["index"],
+            if v["degraded"] == json!(true) {
+                "degraded"
+            } else {
+                "not degraded"
+            }
+        )
     } else if v["removed"] == "recorded path" {
         format!("{member} is no longer recorded in {volume}: no start opens it\n")
     } else {

@@ -105,8 +105,24 @@ pub fn status_table(v: &Value) -> String {
         for m in vol["members"].as_array().into_iter().flatten() {
             out += &member_line(m);
         }
+        for m in vol["departed"].as_array().into_iter().flatten() {
+            out += &departed_line(m);
+        }
     }
     out
+}
+
+/// A failed member whose role a spare took, after the role holders (/proc/mdstat's `(F)`),
+/// until `nbraid remove` takes it out.
+fn departed_line(m: &Value) -> String {
+    // The path lines up with the role holders' (their counters take 51 columns).
+    format!(
+        "  {:<10} {:<10} {:<47} {}\n",
+        m["id"].as_str().unwrap_or("?"),
+        "failed (F)",
+        format!("role {} taken by a spare; nbraid remove it", m["role"]),
+        m["path"].as_str().unwrap_or("")
+    )
 }
 
 /// A volume's line under the table's headings.
@@ -258,6 +274,22 @@ mod tests {
 
     /// A pass names who held each role and who is written now; a finished one says how
     /// long ago and leaves the table after an hour; the array id is shown.
+    #[test]
+    fn a_departed_member_is_shown_failed_after_the_role_holders() {
+        let t = status_table(&json!({"volumes": [{
+            "name": "db", "level": "raid6", "state": "degraded", "capacity_bytes": 1u64 << 30,
+            "members": [{"id": "s0", "state": "rebuilding", "path": "/srv/s0.img"}],
+            "scrub": null, "io": {}, "cache": {}, "spares": [],
+            "departed": [{"id": "d2", "role": 2, "path": "/srv/d2.img", "state": "failed"}],
+        }]}));
+        let holder = t.find("  s0 ").expect("the role holder");
+        let gone = t
+            .find("  d2         failed (F) ")
+            .expect("the departed member");
+        assert!(holder < gone, "{t}");
+        assert!(t.contains("/srv/d2.img\n"), "{t}");
+    }
+
     #[test]
     fn passes_name_their_moves_and_finished_ones_age() {
         let status = |rebuild: Value| {

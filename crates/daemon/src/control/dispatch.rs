@@ -18,7 +18,7 @@ impl Controls {
                     "events are served by the control server",
                 ))
             }
-            Request::Status { volume } => report::status(&self.select(&volume)?),
+            Request::Status { volume } => report::status(self, &self.select(&volume)?),
             Request::Fail {
                 volume,
                 member,

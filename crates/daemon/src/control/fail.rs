@@ -7,10 +7,12 @@
 use nbraid_layout::Node;
 
 /// Why a fail is refused (`None`: it may go ahead). `unreadable(m)`: member `m` is failed or
-/// not yet current; `index`: the member to fail; `force`: the operator's `--force`.
+/// not yet current; `index`: the member to fail; `id(m)`: the id member `m` goes by (the
+/// admin names members by id, never by index); `force`: the operator's `--force`.
 pub fn refuse_fail(
     tree: &Node,
     unreadable: &dyn Fn(usize) -> bool,
+    id: &dyn Fn(usize) -> String,
     index: usize,
     force: bool,
 ) -> Option<String> {
@@ -22,18 +24,16 @@ pub fn refuse_fail(
     }
     let down: Vec<String> = (0..=max_index(tree))
         .filter(|&m| unreadable(m))
-        .map(|m| m.to_string())
+        .map(id)
         .collect();
     let beside = match down.is_empty() {
         true => String::new(),
-        false => format!(
-            " beside members {} (failed or being rebuilt)",
-            down.join(", ")
-        ),
+        false => format!(" beside {} (failed or being rebuilt)", down.join(", ")),
     };
     Some(format!(
-        "failing member {index}{beside} would lose data: some of it would have no readable \
-         copy left (more lost than the layout tolerates); add --force to fail it anyway"
+        "failing {}{beside} would lose data: some of it would have no readable \
+         copy left (more lost than the layout tolerates); add --force to fail it anyway",
+        id(index)
     ))
 }
 
@@ -54,8 +54,12 @@ mod tests {
             .collect()
     }
 
+    fn id(m: usize) -> String {
+        format!("d{m}")
+    }
+
     fn check(tree: &Node, down: &[usize], index: usize) -> bool {
-        refuse_fail(tree, &|m| down.contains(&m), index, false).is_none()
+        refuse_fail(tree, &|m| down.contains(&m), &id, index, false).is_none()
     }
 
     #[test]
@@ -63,12 +67,13 @@ mod tests {
         let raid1 = Node::mirror(members(0, 2)).unwrap();
         assert!(check(&raid1, &[], 0));
         assert!(!check(&raid1, &[0], 1));
-        assert!(refuse_fail(&raid1, &|m| m == 0, 1, true).is_none());
+        assert!(refuse_fail(&raid1, &|m| m == 0, &id, 1, true).is_none());
         // Failing a member already failed changes nothing.
         assert!(check(&raid1, &[0], 0));
-        let text = refuse_fail(&raid1, &|m| m == 0, 1, false).unwrap();
+        let text = refuse_fail(&raid1, &|m| m == 0, &id, 1, false).unwrap();
         assert!(
-            text.contains("--force") && text.contains("members 0"),
+            text.starts_with("failing d1 beside d0 (failed or being rebuilt)")
+                && text.contains("--force"),
             "{text}"
         );
     }

@@ -3,6 +3,7 @@
 //! among what the daemon already holds open.
 
 use super::controls::{refused, Controls};
+use super::departed::Departed;
 use super::report::rebuild_json;
 use super::volume::ControlVolume;
 use nbraid_control::Refusal;
@@ -18,7 +19,9 @@ pub(super) fn fail(v: &ControlVolume, member: &str, force: bool) -> Result<Value
     let vol = v.array.volume();
     let tree = vol.geometry().root();
     let unreadable = |m: usize| m < vol.member_count() && !vol.member_is_current(m);
-    if let Some(why) = super::fail::refuse_fail(tree, &unreadable, index, force) {
+    let ids = v.member_ids();
+    let id = |m: usize| ids.get(m).cloned().unwrap_or_else(|| format!("role {m}"));
+    if let Some(why) = super::fail::refuse_fail(tree, &unreadable, &id, index, force) {
         return Err(Refusal::new(
             "would-lose-data",
             format!("volume \"{}\": {why}", v.name),
@@ -51,18 +54,34 @@ pub(super) async fn add(
 ) -> Result<Value, Refusal> {
     let (meta, consent) = newcomer(controls, v, path, force).await?;
     v.learn(&controls.added_id(path), meta.member());
+    let meta_member = &meta.member().clone();
     v.array
         .add_recorded_spare(meta, &consent)
         .await
         .map_err(refused)?;
-    let roles = v.array.use_spares().await.map_err(refused)?;
+    // Added back: no longer a departed member.
+    v.departed.forget(meta_member);
+    let roles: Vec<usize> = v
+        .take_spares()
+        .await
+        .map_err(refused)?
+        .into_iter()
+        .map(|(r, _, _)| r)
+        .collect();
     if !roles.is_empty() {
         // At the volume's rate, as if the daemon had started it.
         v.ensure_rebuild(v.rebuild_rate());
     }
+    let ids = v.member_ids();
+    let rebuilding: Vec<Value> = roles
+        .iter()
+        .map(|&r| json!({ "role": r, "id": ids.get(r) }))
+        .collect();
     Ok(json!({
         "volume": v.name,
+        "id": v.id_of(meta_member),
         "rebuilding_roles": roles,
+        "rebuilding": rebuilding,
         "rebuild": rebuild_json(v),
     }))
 }
@@ -78,6 +97,7 @@ pub(super) async fn replace(
     let index = v.member_index(member)?;
     let (meta, consent) = newcomer(controls, v, path, force).await?;
     v.learn(&controls.added_id(path), meta.member());
+    v.departed.forget(meta.member());
     v.array
         .replace_with(index, meta, &consent)
         .await
@@ -87,7 +107,8 @@ pub(super) async fn replace(
 }
 
 /// `remove`: a spare (by id or path) leaves the spares; a failed member (by id or index)
-/// leaves its role (the array refuses an active one).
+/// leaves its role (the array refuses an active one); a failed member whose role a spare
+/// took (by id or path) leaves `status`.
 pub(super) async fn remove(v: &ControlVolume, member: &str) -> Result<Value, Refusal> {
     let spare = v
         .array
@@ -101,6 +122,9 @@ pub(super) async fn remove(v: &ControlVolume, member: &str) -> Result<Value, Ref
             .await
             .map_err(refused)?;
         return Ok(json!({ "volume": v.name, "member": member, "removed": "spare" }));
+    }
+    if let Some(gone) = v.departed.take(member) {
+        return remove_departed(v, gone).await;
     }
     let index = match v.member_index(member) {
         Ok(index) => index,
@@ -122,6 +146,22 @@ pub(super) async fn remove(v: &ControlVolume, member: &str) -> Result<Value, Ref
         "member": id,
         "index": index,
         "removed": "member",
+        "degraded": v.array.volume().is_degraded(),
+    }))
+}
+
+/// `remove` of a failed member whose role a spare took: its role is served by another, so
+/// only what still names it goes (`status`'s line, a path recorded for a start to open).
+async fn remove_departed(v: &ControlVolume, gone: Departed) -> Result<Value, Refusal> {
+    v.array
+        .forget_added_path(gone.member.name())
+        .await
+        .map_err(refused)?;
+    Ok(json!({
+        "volume": v.name,
+        "member": gone.id,
+        "index": gone.role,
+        "removed": "departed",
         "degraded": v.array.volume().is_degraded(),
     }))
 }

@@ -5,18 +5,24 @@
 //! - `server` accepts connections and answers them one line at a time;
 //! - `controls` holds the daemon's volumes; `dispatch` hands each request to its family:
 //!   `members` (fail, add, replace, remove; `fail` asks `fail` whether data would be lost),
-//!   `passes` (scrub, rebuild, cancel, pause, resume), `report` (status);
-//! - `volume` is one served volume: its members by id and its background passes.
+//!   `passes` (scrub, rebuild, cancel, pause, resume), `report` (status; its notes from
+//!   `notes`, who holds which role decided afresh);
+//! - `volume` is one served volume: its members by id and its background passes;
+//!   `departed` keeps the failed members a spare pushed out of their roles, until removed.
 
 mod controls;
+mod departed;
 mod dispatch;
 mod fail;
 mod members;
+mod notes;
 mod passes;
+mod paths;
 mod report;
 pub mod server;
 mod volume;
 
 pub use controls::Controls;
+pub use notes::ConfigIds;
 pub use server::ControlServer;
 pub use volume::{ControlVolume, StartReport};

@@ -1,17 +1,66 @@
 //! What `status` says, and the JSON of each background pass that other replies carry too.
 
+use super::controls::Controls;
+use super::notes::{live_notes, Holder};
+use super::paths::absolute_path;
 use super::volume::ControlVolume;
 use nbraid_core::{MemberState, ScrubReport};
 use serde_json::{json, Value};
 
-/// `status` of the volumes `selected`.
-pub(super) fn status(selected: &[&ControlVolume]) -> Value {
-    let vols: Vec<Value> = selected.iter().map(|v| volume_status(v)).collect();
+/// `status` of the volumes `selected` (`controls`: every volume, for members they share).
+pub(super) fn status(controls: &Controls, selected: &[&ControlVolume]) -> Value {
+    let vols: Vec<Value> = selected
+        .iter()
+        .map(|v| volume_status(v, notes_now(controls, v)))
+        .collect();
     json!({ "volumes": vols })
 }
 
+/// The notes `check` would give for volume `v` as it is now ([`live_notes`]); the start's
+/// notes when the config's ids are not known.
+fn notes_now(controls: &Controls, v: &ControlVolume) -> Vec<String> {
+    let Some(config) = &v.config_ids else {
+        return v.notes.clone();
+    };
+    let vol = v.array.volume();
+    let holders: Vec<Option<Holder>> = v
+        .member_ids()
+        .into_iter()
+        .enumerate()
+        .map(|(r, id)| {
+            v.array.has_member(r).then(|| Holder {
+                id,
+                path: absolute_path(vol.member(r).name()),
+            })
+        })
+        .collect();
+    let spares: Vec<String> = v
+        .array
+        .spares()
+        .iter()
+        .map(|m| v.id_of(m.member()))
+        .collect();
+    let no_role = |id: &str| {
+        if spares.iter().any(|s| s == id) {
+            return None;
+        }
+        let member = v.known_member(id)?;
+        // A file another volume serves from (Matrix) must not be wiped.
+        let shared = controls
+            .volumes
+            .iter()
+            .filter(|o| o.name != v.name)
+            .any(|o| {
+                let ov = o.array.volume();
+                (0..ov.member_count()).any(|r| ov.member(r).name() == member.name())
+            });
+        Some(!shared)
+    };
+    live_notes(&v.name, config, &holders, &v.notes, &no_role)
+}
+
 /// Everything `status` says about one volume.
-fn volume_status(v: &ControlVolume) -> Value {
+fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
     let vol = v.array.volume();
     let states = vol.member_states();
     let counters = vol.member_counters();
@@ -103,7 +152,9 @@ fn volume_status(v: &ControlVolume) -> Value {
         "returning": v.array.returning().iter().map(|&(i, b)| json!({ "index": i, "resync_bytes": b })).collect::<Vec<_>>(),
         "readd": readd_json(v),
         "spares": v.array.spares().iter().map(|m| v.id_of(m.member())).collect::<Vec<_>>(),
-        "notes": v.notes,
+        // Failed members a spare pushed out of their roles, until removed (md's `(F)`).
+        "departed": v.departed.to_json(),
+        "notes": notes,
     })
 }
 
@@ -161,15 +212,6 @@ fn moves(v: &ControlVolume, roles: &[usize]) -> Vec<Value> {
             json!({ "role": r, "from": from, "to": to })
         })
         .collect()
-}
-
-/// A member's path as the operator can use it anywhere: relative paths are the daemon's
-/// (its working directory); URIs and `memory:` stay as they are.
-fn absolute_path(name: &str) -> String {
-    if name.contains("://") || name.starts_with("memory:") || name.starts_with("nbd+") {
-        return name.to_string();
-    }
-    std::path::absolute(name).map_or_else(|_| name.to_string(), |p| p.display().to_string())
 }
 
 /// The re-add resync (`returning.rs`): its pass, and the roles it brings back.

@@ -4,7 +4,7 @@
 //! one reply line each; a bad line gets an error reply, never a dropped daemon.
 
 use super::controls::Controls;
-use crate::service::events::EventBus;
+use crate::events::EventBus;
 use anyhow::{bail, Context, Result};
 use nbraid_control::{error_reply, ok_reply, parse, Refusal, Request, MAX_LINE_BYTES};
 use std::os::unix::fs::PermissionsExt;
@@ -143,7 +143,7 @@ async fn connection(
     }
 }
 
-fn events_reply(events: &[crate::service::events::Event]) -> serde_json::Value {
+fn events_reply(events: &[crate::events::Event]) -> serde_json::Value {
     let list: Vec<_> = events.iter().map(|e| e.to_json()).collect();
     ok_reply(serde_json::json!({ "events": list }))
 }

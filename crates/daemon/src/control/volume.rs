@@ -2,9 +2,12 @@
 //! and the background passes on it (scrub, rebuild, the resync of re-added members), each
 //! started, held and cancelled here, in one place.
 
+use super::departed::{Departed, Departures};
+use super::notes::ConfigIds;
+use super::paths::absolute_path;
 use nbraid_assembly::adopt::Known;
 use nbraid_control::Refusal;
-use nbraid_core::metadata::Array;
+use nbraid_core::metadata::{Array, ArrayError};
 use nbraid_core::{Member, PassControl, PassRate, PassState, ScrubControl, ScrubState};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -37,10 +40,17 @@ pub struct ControlVolume {
     /// finished.
     pub readd: Mutex<Option<Arc<PassControl>>>,
     /// Every member and spare known by id (config ids; paths for those added at run time).
+    /// It keeps members let go: a re-add reuses the file held open through them.
     pub(super) known: Mutex<Vec<Known>>,
+    /// Failed members whose role a spare took: shown until removed or added back.
+    pub(super) departed: Departures,
     /// What the start found that the operator must hear (spares holding roles, old members
-    /// ignored, spares that cannot be used).
+    /// ignored, spares that cannot be used). `status` says who holds which role afresh
+    /// (`notes.rs`).
     pub notes: Vec<String>,
+    /// The config's member and spare ids, for the notes `status` gives; `None`: only the
+    /// start's notes are said.
+    pub(super) config_ids: Option<ConfigIds>,
     /// `nbraid pause` holds the volume's background work until `nbraid resume` — passes
     /// that start later too (md's `frozen`), so every pass is made by [`Self::new_pass`].
     pub(super) held: AtomicBool,
@@ -68,7 +78,9 @@ impl ControlVolume {
             resync: Mutex::new(None),
             readd: Mutex::new(None),
             known: Mutex::new(Vec::new()),
+            departed: Departures::default(),
             notes: Vec::new(),
+            config_ids: None,
             held: AtomicBool::new(false),
         }
     }
@@ -117,6 +129,19 @@ impl ControlVolume {
         self
     }
 
+    /// With the config's member and spare ids: `status` gives the notes `check` would give
+    /// for the volume as it is now.
+    pub fn with_config_ids(mut self, ids: Option<ConfigIds>) -> Self {
+        self.config_ids = ids;
+        self
+    }
+
+    /// The member or spare known by `id`, if one is.
+    pub(super) fn known_member(&self, id: &str) -> Option<Arc<dyn Member>> {
+        let known = self.known.lock();
+        known.iter().find(|k| k.id == id).map(|k| k.member.clone())
+    }
+
     /// The id of whatever serves each role now (a spare that took a role goes by its own
     /// id); roles with no known member keep the id they had at start.
     pub fn member_ids(&self) -> Vec<String> {
@@ -152,6 +177,36 @@ impl ControlVolume {
             id: id.to_string(),
             member: member.clone(),
         });
+    }
+
+    /// Puts spares in failed roles ([`Array::use_spares`]); the failed members they push
+    /// out are kept as departed (for `status` and `remove`). Each role taken, with the ids
+    /// of the member that left it and of the spare that took it.
+    pub async fn take_spares(&self) -> Result<Vec<(usize, String, String)>, ArrayError> {
+        let vol = self.array.volume();
+        let before: Vec<(String, Option<Arc<dyn Member>>)> = self
+            .member_ids()
+            .into_iter()
+            .enumerate()
+            .map(|(r, id)| (id, self.array.has_member(r).then(|| vol.member(r))))
+            .collect();
+        let roles = self.array.use_spares().await?;
+        let after = self.member_ids();
+        let mut taken = Vec::with_capacity(roles.len());
+        for r in roles {
+            let (id, left) = before[r].clone();
+            // A role left empty (removed, missing at start) pushes nobody out.
+            if let Some(member) = left.filter(|m| !Arc::ptr_eq(m, &vol.member(r))) {
+                self.departed.record(Departed {
+                    id: id.clone(),
+                    role: r,
+                    path: absolute_path(member.name()),
+                    member,
+                });
+            }
+            taken.push((r, id, after[r].clone()));
+        }
+        Ok(taken)
     }
 
     pub(super) fn rebuild(&self) -> Option<Arc<PassControl>> {

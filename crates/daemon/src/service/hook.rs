@@ -7,7 +7,7 @@
 //! `sleep` goes too), and a failed or killed run is logged once; neither holds anything else
 //! up.
 
-use super::events::Event;
+use crate::events::{Event, EventSink};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -35,9 +35,11 @@ impl HookQueue {
         tokio::spawn(run_queue(program, rx));
         HookQueue { tx, dropped }
     }
+}
 
+impl EventSink for HookQueue {
     /// Queues `event` for the hook; never waits.
-    pub fn offer(&self, event: &Event) {
+    fn offer(&self, event: &Event) {
         if self.tx.try_send(event.clone()).is_err() {
             let n = self.dropped.fetch_add(1, Relaxed) + 1;
             tracing::warn!(

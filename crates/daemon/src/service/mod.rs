@@ -2,10 +2,9 @@
 //!
 //! - [`notify`]: systemd's readiness protocol (`READY=1` once every export listens,
 //!   `STATUS=`, `STOPPING=1`) and its watchdog, over `$NOTIFY_SOCKET`; nothing without it.
-//! - [`events`]: one [`events::Event`] per state change an operator must hear of (a member
-//!   failed, a volume degraded, a spare taken, a rebuild, resync or scrub started or
-//!   finished), logged as one structured line, kept for `nbraid events`, streamed to its
-//!   followers and handed to the `on_event` program ([`hook`]).
+//! - [`hook`]: the `on_event` program, run for each [`crate::events::Event`] (one per state
+//!   change an operator must hear of, published on the [`crate::events::EventBus`], which
+//!   lives below both this module and `control`).
 //! - [`observe`]: where events come from. The daemon does not hook the engine: it compares
 //!   what the control socket's `status` reads (member states, the passes' controls) a few
 //!   times a second, so the I/O path is untouched and any change, whoever made it, is seen.
@@ -15,7 +14,6 @@
 //!
 //! None of them can stop I/O: each runs as its own task, and a hook that hangs is killed.
 
-pub mod events;
 pub mod hook;
 pub mod latency;
 pub mod metrics;

@@ -4,8 +4,8 @@
 //! differs from the last one. The engine is not hooked: a member failed by an I/O error, by
 //! `nbraid fail` or by a remote server going away is seen the same way.
 
-use super::events::{Event, EventBus, EventKind};
 use crate::control::{ControlVolume, Controls};
+use crate::events::{Event, EventBus, EventKind};
 use nbraid_core::PassState;
 use std::sync::Arc;
 use std::time::Duration;

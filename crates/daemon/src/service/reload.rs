@@ -9,11 +9,11 @@
 //! [`plan`] decides (a pure function of the config the daemon started with, the live
 //! settings now, and the new config); [`Reloader::reload`] carries the plan out.
 
-use super::events::{Event, EventBus, EventKind};
 use super::hook::HookQueue;
 use super::metrics::MetricsListener;
 use super::notify::Notifier;
 use crate::control::Controls;
+use crate::events::{Event, EventBus, EventKind};
 use nbraid_config::{self as config, Config};
 use nbraid_control::Request;
 use nbraid_core::{PassRate, PassState};

@@ -1,6 +1,11 @@
 //! Events: the state changes an operator must hear of, one value each. The [`EventBus`]
 //! logs each as one structured line, keeps the latest for `nbraid events`, streams them to
-//! followers (`nbraid events --follow`) and hands them to the hook ([`super::hook`]).
+//! followers (`nbraid events --follow`) and hands them to an [`EventSink`] (the `on_event`
+//! hook, `service::hook`).
+//!
+//! It sits below both `control` (which answers `nbraid events`) and `service` (which
+//! publishes and runs the hook), and imports neither: the hook is reached through the
+//! [`EventSink`] trait, so no module needs the other's to know what an event is.
 
 use parking_lot::Mutex;
 use serde_json::{json, Value};
@@ -145,26 +150,39 @@ impl Event {
 /// Events kept for `nbraid events` without `--follow`.
 pub const HISTORY_LEN: usize = 256;
 
+/// Where the bus hands each event besides the log, the history and the followers (the
+/// `on_event` hook). `offer` must never wait: publishing happens on the daemon's tasks.
+pub trait EventSink: Send + Sync {
+    fn offer(&self, event: &Event);
+}
+
 /// Where events are published: the log, the history, the followers, the hook.
 pub struct EventBus {
     history: Mutex<VecDeque<Event>>,
     followers: broadcast::Sender<Event>,
     /// Swapped by a reload; the old queue's task ends once it has run what it holds.
-    hook: Mutex<Option<super::hook::HookQueue>>,
+    hook: Mutex<Option<Box<dyn EventSink>>>,
 }
 
 impl EventBus {
-    pub fn new(hook: Option<super::hook::HookQueue>) -> EventBus {
+    pub fn new<S: EventSink + 'static>(hook: Option<S>) -> EventBus {
+        let bus = EventBus::unhooked();
+        bus.set_hook(hook);
+        bus
+    }
+
+    /// A bus that hands events to no hook.
+    pub fn unhooked() -> EventBus {
         EventBus {
             history: Mutex::new(VecDeque::new()),
             followers: broadcast::channel(HISTORY_LEN).0,
-            hook: Mutex::new(hook),
+            hook: Mutex::new(None),
         }
     }
 
     /// Hands later events to `hook` instead (a reload changed `on_event`).
-    pub fn set_hook(&self, hook: Option<super::hook::HookQueue>) {
-        *self.hook.lock() = hook;
+    pub fn set_hook<S: EventSink + 'static>(&self, hook: Option<S>) {
+        *self.hook.lock() = hook.map(|h| Box::new(h) as Box<dyn EventSink>);
     }
 
     /// Logs `event` as one line, keeps it and hands it on. Never waits.
@@ -213,7 +231,7 @@ mod tests {
 
     #[test]
     fn followers_get_the_history_then_every_later_event_once() {
-        let bus = EventBus::new(None);
+        let bus = EventBus::unhooked();
         bus.publish(Event::new(EventKind::MemberFailed, "db", "x").member("d1"));
         let (history, mut rx) = bus.follow();
         assert_eq!(history.len(), 1);
