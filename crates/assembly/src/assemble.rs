@@ -355,6 +355,12 @@ struct VolumeStart<'a> {
 }
 
 impl VolumeStart<'_> {
+    /// The volume's member ids by position, for the engine's messages.
+    fn member_ids(&self) -> Vec<String> {
+        let ids = self.v.members.iter();
+        ids.map(|&m| self.config.members[m].id.clone()).collect()
+    }
+
     /// The engine's options for the array.
     fn array_options(&self) -> ArrayOptions {
         let v = self.v;
@@ -369,6 +375,7 @@ impl VolumeStart<'_> {
                 .unwrap_or(nbraid_core::metadata::intent::DEFAULT_CLEAR_DELAY),
             ppl_area_before_region_bytes: v.metadata.ppl_log_bytes,
             force_assembly: self.force,
+            member_ids: self.member_ids(),
         }
     }
 

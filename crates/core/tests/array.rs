@@ -204,6 +204,44 @@ fn a_stale_member_is_resynced_before_it_rejoins() {
 }
 
 #[test]
+fn assembly_warnings_name_members_by_the_ids_given() {
+    let d = disks(4);
+    let a = create(Level::Raid5, &d, 64 * KIB);
+    a.volume().fail_member(1, "test");
+    write(&a, 0, 1, 512 * 1024);
+    block_on(a.mark_clean()).expect("clean");
+    drop(a);
+    let named = ArrayOptions {
+        member_ids: ["d0", "d1", "d2", "d3"].map(String::from).to_vec(),
+        ..opts()
+    };
+    let (_, report) = block_on(Array::open(
+        "vol",
+        &tree(Level::Raid5, 4, 64 * KIB),
+        metas(&d, &all(&d)),
+        named,
+        &|_, _| {},
+    ))
+    .expect("open degraded");
+    assert!(
+        report
+            .warnings
+            .iter()
+            .any(|w| w.contains("role 1: member d1 is recorded failed")),
+        "{report:?}"
+    );
+    // Without ids, by position.
+    let (_, report) = open(Level::Raid5, &d, &all(&d), 64 * KIB).expect("open degraded");
+    assert!(
+        report
+            .warnings
+            .iter()
+            .any(|w| w.contains("role 1: member 1 is recorded failed")),
+        "{report:?}"
+    );
+}
+
+#[test]
 fn a_foreign_member_is_refused_naming_both_arrays() {
     let d = disks(3);
     let other = disks(3);

@@ -21,6 +21,7 @@
 //! request path is `array/requests.rs`; creating and opening are here, their decisions in
 //! `create.rs` and `open.rs`.
 
+use super::assemble::{assemble_with, Names};
 use super::bitmap::Bitmap;
 use super::disk_rule::Consent;
 use super::error::ArrayError;
@@ -33,10 +34,7 @@ use super::ppl_area::PplPlaces;
 use super::readd::{Readd, Returning};
 use super::records::{Recorded, Records};
 use super::resync::BackgroundResync;
-use super::{
-    assemble, assemble_forced, Area, Assembly, Probe, RecordedState, ScrubCheckpoint, Uuid,
-    VolumeRecord,
-};
+use super::{Area, Assembly, Probe, RecordedState, ScrubCheckpoint, Uuid, VolumeRecord};
 use crate::absent::AbsentMember;
 use crate::error::VolumeResult;
 use crate::failure_gate::FailureRecorder;
@@ -162,11 +160,8 @@ impl Array {
             .iter()
             .map(|m| m.as_ref().map_or(Probe::Missing, |m| m.probe().clone()))
             .collect();
-        let asm = if opts.force_assembly {
-            assemble_forced(name, config_tree, &probes)?
-        } else {
-            assemble(name, config_tree, &probes)?
-        };
+        let names = Names(&opts.member_ids);
+        let asm = assemble_with(name, config_tree, &probes, opts.force_assembly, &names)?;
         let roles = plan_roles(&asm, &metas);
         let tree = asm.tree.clone();
         let array = Array::build(name, asm.array, tree, &roles.by_role, opts, true).await?;

@@ -144,7 +144,7 @@ pub fn assemble(
     config_tree: &Node,
     probes: &[Probe],
 ) -> Result<Assembly, AssembleError> {
-    assemble_with(name, config_tree, probes, false)
+    assemble_with(name, config_tree, probes, false, &Names(&[]))
 }
 
 /// [`assemble`], and where more roles are absent than the volume survives, takes back the
@@ -157,7 +157,7 @@ pub fn assemble_forced(
     config_tree: &Node,
     probes: &[Probe],
 ) -> Result<Assembly, AssembleError> {
-    assemble_with(name, config_tree, probes, true)
+    assemble_with(name, config_tree, probes, true, &Names(&[]))
 }
 
 /// The roles to take back, freshest first, until `tree` survives: `candidates` are
@@ -182,21 +182,42 @@ pub fn pick_forced(
         .then_some(taken)
 }
 
-fn assemble_with(
+/// How messages name the member at each config position: its config id where the caller
+/// gave one ([`crate::metadata::ArrayOptions::member_ids`]), else "member N".
+pub(crate) struct Names<'a>(pub(crate) &'a [String]);
+
+impl Names<'_> {
+    fn member(&self, i: usize) -> String {
+        self.0
+            .get(i)
+            .map_or_else(|| format!("member {i}"), |id| format!("member {id}"))
+    }
+}
+
+pub(crate) fn assemble_with(
     name: &str,
     config_tree: &Node,
     probes: &[Probe],
     force: bool,
+    names: &Names,
 ) -> Result<Assembly, AssembleError> {
     let volume = name.to_string();
     let Gathered {
         records,
         newest,
         mut warnings,
-    } = gather(name, probes)?;
+    } = gather(name, probes, names)?;
     check_geometry(&volume, config_tree, &newest.tree, newest.members.len())?;
-    let (mut roles, resuming) = place_roles(&volume, newest, &records, probes, &mut warnings)?;
-    presume_unreachable(config_tree, &newest.tree, probes, &mut roles, &mut warnings);
+    let (mut roles, resuming) =
+        place_roles(&volume, newest, &records, probes, names, &mut warnings)?;
+    presume_unreachable(
+        config_tree,
+        &newest.tree,
+        probes,
+        names,
+        &mut roles,
+        &mut warnings,
+    );
     // The newest record's view of member states wins: a member its peers recorded failed
     // stays failed (never resynced back in), whatever its own record says.
     for (role, m) in newest.members.iter().enumerate() {
@@ -213,7 +234,7 @@ fn assemble_with(
     if force && !newest.tree.survives(&|m| lost(&roles).contains(&m)) {
         forced = force_roles(&newest.tree, &records, newest.events, &mut roles);
     }
-    warn_absent(&roles, &forced, &mut warnings);
+    warn_absent(&roles, &forced, names, &mut warnings);
     let failed = lost(&roles);
     if !newest.tree.survives(&|m| failed.contains(&m)) {
         return Err(AssembleError::BeyondTolerance {
@@ -258,7 +279,11 @@ struct Gathered<'a> {
 
 /// Every member's record of volume `name`; refused when a member holds none (another
 /// array's, or none at all), when no member does, or when they name different arrays.
-fn gather<'a>(name: &str, probes: &'a [Probe]) -> Result<Gathered<'a>, AssembleError> {
+fn gather<'a>(
+    name: &str,
+    probes: &'a [Probe],
+    names: &Names,
+) -> Result<Gathered<'a>, AssembleError> {
     let volume = name.to_string();
     let mut records: Vec<Option<&VolumeRecord>> = vec![None; probes.len()];
     let mut warnings = Vec::new();
@@ -270,7 +295,8 @@ fn gather<'a>(name: &str, probes: &'a [Probe]) -> Result<Gathered<'a>, AssembleE
             Probe::Superblock(sb, damage) => {
                 if let Some(d) = damage {
                     warnings.push(format!(
-                        "member {i}: one superblock copy is damaged ({d}); the other serves"
+                        "{}: one superblock copy is damaged ({d}); the other serves",
+                        names.member(i)
                     ));
                 }
                 match sb.volumes.iter().find(|v| v.name == name) {
@@ -286,7 +312,8 @@ fn gather<'a>(name: &str, probes: &'a [Probe]) -> Result<Gathered<'a>, AssembleE
                 }
             }
             Probe::Unreadable(e) => warnings.push(format!(
-                "member {i}: superblock unreadable ({e}); treated as lost"
+                "{}: superblock unreadable ({e}); treated as lost",
+                names.member(i)
             )),
             Probe::Missing | Probe::Blank | Probe::Unreachable(_) => {}
         }
@@ -346,6 +373,7 @@ fn place_roles(
     newest: &VolumeRecord,
     records: &[Option<&VolumeRecord>],
     probes: &[Probe],
+    names: &Names,
     warnings: &mut Vec<String>,
 ) -> Result<(Roles, Vec<(usize, u64)>), AssembleError> {
     let n = newest.members.len();
@@ -359,7 +387,8 @@ fn place_roles(
         if let (Probe::Superblock(sb, _), Some(m)) = (&probes[i], newest.members.get(role)) {
             if sb.member != m.uuid {
                 warnings.push(format!(
-                    "member {i}: its role {role} now belongs to another member; ignored"
+                    "{}: its role {role} now belongs to another member; ignored",
+                    names.member(i)
                 ));
                 continue;
             }
@@ -418,18 +447,19 @@ fn is_stale(newest: &VolumeRecord, r: &VolumeRecord) -> bool {
 fn warn_absent(
     roles: &[Result<usize, Absence>],
     forced: &[ForcedRole],
+    names: &Names,
     warnings: &mut Vec<String>,
 ) {
     for (role, m) in roles.iter().enumerate() {
         if let Err(a) = m {
-            warnings.push(format!("role {role}: {}", describe(a)));
+            warnings.push(format!("role {role}: {}", describe(a, names)));
         }
     }
     for f in forced {
         warnings.push(format!(
-            "role {}: FORCED back in (member {}, {} at event {} of {}): served as current without a resync; bytes written after it dropped out may be stale on it",
+            "role {}: FORCED back in ({}, {} at event {} of {}): served as current without a resync; bytes written after it dropped out may be stale on it",
             f.role,
-            f.member,
+            names.member(f.member),
             if f.was_failed { "recorded failed" } else { "stale" },
             f.events,
             f.newest_events
@@ -487,6 +517,7 @@ fn presume_unreachable(
     config_tree: &Node,
     recorded: &Node,
     probes: &[Probe],
+    names: &Names,
     roles: &mut [Result<usize, Absence>],
     warnings: &mut Vec<String>,
 ) {
@@ -527,7 +558,8 @@ fn presume_unreachable(
     }
     for (i, e) in unplaced {
         warnings.push(format!(
-            "member {i}: unreachable ({e}); no lost role to presume it in: left out"
+            "{}: unreachable ({e}); no lost role to presume it in: left out",
+            names.member(i)
         ));
     }
     for &(i, e) in &unreachable {
@@ -536,23 +568,27 @@ fn presume_unreachable(
             .position(|x| *x == Err(Absence::Unreachable { member: i }))
         {
             warnings.push(format!(
-                "member {i}: unreachable ({e}); presumed to hold role {r}: served degraded, recorded failed, re-added when it answers"
+                "{}: unreachable ({e}); presumed to hold role {r}: served degraded, recorded failed, re-added when it answers",
+                names.member(i)
             ));
         }
     }
 }
 
-fn describe(a: &Absence) -> String {
+fn describe(a: &Absence, names: &Names) -> String {
     match a {
         Absence::Lost => {
             "no member carries it (missing, blank or unreadable): served degraded".into()
         }
         Absence::Stale { member, events } => {
-            format!("member {member} is stale (events {events}): not read until resynced")
+            format!(
+                "{} is stale (events {events}): not read until resynced",
+                names.member(*member)
+            )
         }
-        Absence::Failed { member } => format!("member {member} is recorded failed"),
+        Absence::Failed { member } => format!("{} is recorded failed", names.member(*member)),
         Absence::Unreachable { member } => {
-            format!("member {member} is unreachable: served degraded")
+            format!("{} is unreachable: served degraded", names.member(*member))
         }
     }
 }

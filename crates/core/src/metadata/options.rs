@@ -28,6 +28,9 @@ pub struct ArrayOptions {
     /// Opening only: past the volume's tolerance, take back the freshest failed or stale
     /// members ([`super::assemble_forced`], mdadm's `--assemble --force`).
     pub force_assembly: bool,
+    /// Opening only: the config's member ids by position, so assembly's warnings name
+    /// members as the operator does ("member d0"); empty: by position ("member 0").
+    pub member_ids: Vec<String>,
 }
 
 impl Default for ArrayOptions {
@@ -39,6 +42,7 @@ impl Default for ArrayOptions {
             bitmap_clear_delay: intent::DEFAULT_CLEAR_DELAY,
             ppl_area_before_region_bytes: None,
             force_assembly: false,
+            member_ids: Vec::new(),
         }
     }
 }
