@@ -202,6 +202,43 @@ pub fn rate_delay(done_bytes: u64, elapsed: Duration, rate_bytes_per_s: u64) -> 
     due.saturating_sub(elapsed)
 }
 
+/// The stretch of a pass its rate is measured and limited over: since it (re)started running
+/// at its current limit. A pause or a new limit starts a new one, so the measured rate and
+/// ETA follow the new limit at once and a lowered limit is not "paid back" for bytes done
+/// at the old one (nor a raised one spent as a burst).
+#[derive(Clone, Copy, Debug)]
+struct MeasuredRun {
+    start: Instant,
+    start_bytes: u64,
+    limit_bytes_per_s: u64,
+}
+
+impl MeasuredRun {
+    fn new(start: Instant, start_bytes: u64, limit_bytes_per_s: u64) -> MeasuredRun {
+        MeasuredRun {
+            start,
+            start_bytes,
+            limit_bytes_per_s,
+        }
+    }
+
+    /// A window ended at `end_bytes`, at `now`, with the control's limit `limit_bytes_per_s`:
+    /// the bytes done and the time taken since the run started, or `None` when the limit
+    /// changed (the run starts again here, with nothing measured yet).
+    fn window_done(
+        &mut self,
+        end_bytes: u64,
+        now: Instant,
+        limit_bytes_per_s: u64,
+    ) -> Option<(u64, Duration)> {
+        if limit_bytes_per_s != self.limit_bytes_per_s {
+            *self = MeasuredRun::new(now, end_bytes, limit_bytes_per_s);
+            return None;
+        }
+        Some((end_bytes - self.start_bytes, now - self.start))
+    }
+}
+
 /// A checkpoint hook: called with the position, every byte below it done, none in flight.
 pub type Checkpoint<'a> = Box<dyn FnMut(u64) -> BoxFuture<'a, VolumeResult<()>> + Send + 'a>;
 
@@ -232,10 +269,13 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
     let total = work.total_bytes;
     ctl.total_bytes.store(total, Relaxed);
     ctl.cancelled.store(false, Relaxed);
-    let mut started = Instant::now();
-    let mut run_start = ctl.position_bytes();
-    let mut next = run_start;
-    let mut last_checkpoint = run_start;
+    let mut run = MeasuredRun::new(
+        Instant::now(),
+        ctl.position_bytes(),
+        ctl.rate_limit_bytes_per_s(),
+    );
+    let mut next = ctl.position_bytes();
+    let mut last_checkpoint = next;
     let mut q = FuturesOrdered::new();
     // Windows in flight: the adaptive mode decides after each window.
     let mut inflight = work.inflight;
@@ -274,8 +314,7 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
             ctl.set_state(PassState::Paused);
             crate::timer::sleep(PAUSE_POLL).await;
             // The rate is measured over running time only.
-            started = Instant::now();
-            run_start = at;
+            run = MeasuredRun::new(Instant::now(), at, ctl.rate_limit_bytes_per_s());
             if !ctl.is_paused() {
                 ctl.set_state(PassState::Running);
             }
@@ -291,8 +330,13 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
             }
         };
         ctl.position_bytes.store(end, Relaxed);
-        let done = end - run_start;
-        let elapsed = started.elapsed();
+        let limit = ctl.rate_limit_bytes_per_s();
+        let Some((done, elapsed)) = run.window_done(end, Instant::now(), limit) else {
+            // Re-rated: nothing measured at the new limit yet (status shows no rate or ETA
+            // rather than the old ones).
+            ctl.measured_bytes_per_s.store(0, Relaxed);
+            continue;
+        };
         if elapsed.as_secs_f64() > 0.0 {
             let rate = done as f64 / elapsed.as_secs_f64();
             ctl.measured_bytes_per_s.store(rate as u64, Relaxed);
@@ -303,7 +347,7 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
             inflight = crate::pace::adaptive_inflight(ops - ops_seen, work.inflight);
             ops_seen = ops;
         }
-        let wait = rate_delay(done, elapsed, ctl.rate_limit_bytes_per_s());
+        let wait = rate_delay(done, elapsed, limit);
         if !wait.is_zero() {
             crate::timer::sleep(wait).await;
         }
@@ -327,6 +371,20 @@ mod tests {
             rate_delay(1000, Duration::from_secs(2), 1000),
             Duration::ZERO
         );
+    }
+
+    /// A new limit starts a new measured run: what was done at the old limit neither delays
+    /// (a lowered limit) nor speeds up (a raised one) the pass at the new one.
+    #[test]
+    fn a_new_limit_starts_a_new_measured_run() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut run = MeasuredRun::new(t0, 0, 1000);
+        assert_eq!(run.window_done(1000, t0 + s, 1000), Some((1000, s)));
+        // Lowered to 10 B/s after 2000 bytes in 2 s: a new run, nothing owed.
+        assert_eq!(run.window_done(2000, t0 + 2 * s, 10), None);
+        assert_eq!(run.window_done(2010, t0 + 3 * s, 10), Some((10, s)));
+        assert_eq!(rate_delay(10, s, 10), Duration::ZERO);
     }
 
     /// Windows cover the range once, in order; checkpoints come every two windows with
