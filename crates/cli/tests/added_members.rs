@@ -151,6 +151,51 @@ fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
 /// Every config member replaced, one after the other, by files the config does not name
 /// (md's "migrate to new disks"): no config member carries the newest record any more, so
 /// a restart follows the lists of the members it opens by path until it has them all.
+/// `add` and `replace` of a file that does not exist yet create it sparse, as large as the
+/// volume's places need (as the config creates its members): no `truncate` step first.
+#[test]
+fn add_and_replace_create_a_missing_file_sparse() {
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let cfg = config.to_str().unwrap();
+    let (mut d, uri) = serve(&config, "r6");
+    let data = fill(&nbdcopy, dir.path(), &uri, 0x243f_6a88_85a3_08d3);
+    ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
+    let spare = dir.path().join("new-spare.img");
+    let said = ok(
+        nbraid(&["add", "r6", spare.to_str().unwrap(), "--config", cfg]),
+        "add of a missing file",
+    );
+    assert!(said.contains("rebuilding role 1"), "{said}");
+    let next = dir.path().join("new-d4.img");
+    ok(
+        nbraid(&[
+            "replace",
+            "r6",
+            "d4",
+            next.to_str().unwrap(),
+            "--config",
+            cfg,
+        ]),
+        "replace onto a missing file",
+    );
+    wait_for(cfg, "the rebuilds", |v| {
+        v["members"]
+            .as_array()
+            .is_some_and(|m| m.iter().all(|m| m["state"] == "healthy"))
+            && v["rebuild"]["state"] == "done"
+    });
+    let len = std::fs::metadata(&spare).unwrap().len();
+    let member = std::fs::metadata(dir.path().join("d0.img")).unwrap().len();
+    assert!(
+        len > 0 && len <= member,
+        "{len} bytes against a member's {member}"
+    );
+    reads_back(&nbdcopy, dir.path(), &uri, &data);
+    d.stop();
+}
+
 #[test]
 fn a_volume_moved_whole_onto_new_files_restarts_on_them() {
     let nbdcopy = require("nbdcopy");

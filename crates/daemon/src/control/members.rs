@@ -177,6 +177,31 @@ enum Offered {
     Shared(Arc<MemberMeta>, String),
 }
 
+/// A file `add`/`replace` names that does not exist yet is created sparse, as the config's
+/// members are, as long as the largest place in the volume needs (so one file fits any
+/// role); its blank first MiB then passes the disk rule as any blank member's does. A path
+/// that exists, or whose directory does not, is left to the open to judge.
+fn create_if_missing(v: &ControlVolume, path: &str) -> Result<(), Refusal> {
+    let file = std::path::Path::new(path);
+    if file.exists() || path.contains("://") || !file.parent().is_some_and(|d| d.is_dir()) {
+        return Ok(());
+    }
+    let mut need_bytes = 0;
+    let root = v.array.volume().geometry().root().clone();
+    root.visit_members(&mut |m| need_bytes = need_bytes.max(m.start + m.len));
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(file)
+        .and_then(|f| f.set_len(need_bytes));
+    created.map_err(|e| {
+        Refusal::new(
+            "bad-request",
+            format!("creating `{path}` ({need_bytes} bytes, sparse): {e}"),
+        )
+    })
+}
+
 /// Opens an existing member file for `add`/`replace` (or takes the daemon's open one,
 /// `open`) and reads its superblock.
 async fn open_newcomer(
@@ -286,6 +311,7 @@ async fn newcomer(
         force,
         siblings: Vec::new(),
     };
+    create_if_missing(v, path)?;
     let open = match already_open(controls, &v.name, path)? {
         Offered::Shared(meta, other) => {
             let writer = Writer {
