@@ -4,7 +4,7 @@
 //! disturbed) and assembly's own pure decision runs over them, as at a start. A volume
 //! whose superblocks it refuses makes the check fail, as the start would (`nginx -t`).
 
-use crate::added;
+use crate::{added, records};
 use futures::FutureExt;
 use nbraid_config::{Config, MemberStorage, Volume};
 use nbraid_core::metadata::{assemble, MemberMeta, Probe, SLOT_BYTES};
@@ -35,6 +35,13 @@ pub fn refusals(config: &Config) -> Vec<String> {
 /// records list (with a record of this volume). `None` for a volume with members in memory
 /// or on NBD servers (read at start only).
 pub fn probes(config: &Config, v: &Volume) -> Option<Vec<Probe>> {
+    probes_with_added(config, v).map(|(probes, _)| probes)
+}
+
+/// [`probes`], and the paths of the members added at run time whose probes end the list.
+/// Records are this volume's by array id, as the daemon takes them: a file later used by
+/// another array's volume of the same name is not this volume's.
+pub fn probes_with_added(config: &Config, v: &Volume) -> Option<(Vec<Probe>, Vec<String>)> {
     let n = v.members.len();
     let positions: Vec<usize> = v.members.iter().chain(&v.heal.spares).copied().collect();
     if positions.iter().any(|&m| {
@@ -49,6 +56,8 @@ pub fn probes(config: &Config, v: &Volume) -> Option<Vec<Probe>> {
         .iter()
         .map(|&m| read_probe(&config.members[m].path, &config.members[m].id))
         .collect();
+    // Members added at run time, by the daemon's rules (`added`): the paths the newest
+    // record lists (following the lists of those read), no config member's.
     let named = |p: &str| {
         config
             .members
@@ -64,30 +73,27 @@ pub fn probes(config: &Config, v: &Volume) -> Option<Vec<Probe>> {
         read,
         read_probe_of,
     ));
-    let names = |probe: &Probe, alone: bool| match probe {
-        Probe::Superblock(sb, _) if alone => {
-            !sb.volumes.is_empty() && sb.volumes.iter().all(|x| x.name == v.name)
-        }
-        Probe::Superblock(sb, _) => sb.volumes.iter().any(|x| x.name == v.name),
-        _ => true,
+    let this = records::this_array(config_probes.iter().copied(), &v.name);
+    let has_this = |probe: &Probe| records::record_of(probe, &v.name, this).is_some();
+    let only_this = |probe: &Probe| {
+        matches!(probe, Probe::Superblock(sb, _) if has_this(probe)
+            && sb.volumes.iter().all(|x| x.name == v.name && this.is_none_or(|a| x.array == a)))
     };
+    // Config spares join assembly only with a record of this volume alone; added members
+    // with one of this volume (the records list them).
     let mut probes: Vec<Probe> = raw
         .into_iter()
         .enumerate()
-        .map(|(p, probe)| match p >= n && !names(&probe, true) {
-            true => Probe::Missing,
-            false => probe,
+        .map(|(p, probe)| match probe {
+            Probe::Superblock(..) if p >= n && !only_this(&probe) => Probe::Missing,
+            probe => probe,
         })
         .collect();
-    probes.extend(
-        found
-            .into_iter()
-            .map(|(_, probe)| match names(&probe, false) {
-                true => probe,
-                false => Probe::Missing,
-            }),
-    );
-    Some(probes)
+    probes.extend(found.iter().map(|(_, probe)| match probe {
+        Probe::Superblock(..) if !has_this(probe) => Probe::Missing,
+        probe => probe.clone(),
+    }));
+    Some((probes, found.into_iter().map(|(path, _)| path).collect()))
 }
 
 /// A probe as [`added::follow_added`] asks for it.
