@@ -187,7 +187,8 @@ fn create_if_missing(v: &ControlVolume, path: &str) -> Result<(), Refusal> {
         return Ok(());
     }
     let mut need_bytes = 0;
-    let root = v.array.volume().geometry().root().clone();
+    let volume = v.array.volume();
+    let root = volume.geometry().root();
     root.visit_members(&mut |m| need_bytes = need_bytes.max(m.start + m.len));
     let created = std::fs::OpenOptions::new()
         .write(true)
