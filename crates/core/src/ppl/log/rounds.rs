@@ -189,11 +189,6 @@ impl GroupLog {
             t
         };
         let guard = PendingGuard { log: self, ticket };
-        // Let the writers that are ready now reach the log before a round starts, so one
-        // round carries them all. On memory-backed members every member call runs inline
-        // and never suspends: without this each writer wrote a round of its own (one ring
-        // write per stripe write, the log's largest CPU cost at depth).
-        yield_once().await;
         // A writer whose entries are still pending starts a round of everything pending if
         // fewer than `MAX_ROUNDS_IN_FLIGHT` are being written; otherwise it waits for its
         // ticket's end or for a round to end, whichever comes first.
@@ -497,20 +492,6 @@ impl GroupLog {
         }
         Self::recycle(&mut st, taken.into_iter().map(|p| p.entry));
     }
-}
-
-/// Returns `Pending` once (waking its task at once), then `Ready`: the executor polls the
-/// other tasks (or futures of a join) that are ready before this one goes on.
-fn yield_once() -> impl std::future::Future<Output = ()> {
-    let mut yielded = false;
-    std::future::poll_fn(move |cx| {
-        if std::mem::replace(&mut yielded, true) {
-            std::task::Poll::Ready(())
-        } else {
-            cx.waker().wake_by_ref();
-            std::task::Poll::Pending
-        }
-    })
 }
 
 /// What a round with no room does next.
