@@ -250,7 +250,7 @@ fn moving(kind: MoveKind, config: &Node, from: &Outline, to: &Outline, rate: u64
     let data = config.data_members().max(1) as u64;
     let written_bytes = match kind {
         MoveKind::Copy => walked_bytes * (to.members - from.members) as u64,
-        _ => walked_bytes / data * to.members as u64,
+        _ => (u128::from(walked_bytes) * to.members as u128 / u128::from(data)) as u64,
     };
     let tolerance_during = match kind {
         MoveKind::Restripe => from.tolerance.min(to.tolerance),

@@ -102,7 +102,7 @@ fn members_added_restripe_raid0_5_6_at_every_strip() {
             assert_eq!(m.tolerance_after, level.parity());
             // Parity and data of the new shape: members / data members per logical byte.
             let data = new.data_members() as u64;
-            assert_eq!(m.written_bytes, old.capacity() / data * (n as u64 + 1));
+            assert_eq!(m.written_bytes, old.capacity() * (n as u64 + 1) / data);
             assert!(p.changes.contains(&Change::Members { from: n, to: n + 1 }));
             assert!(p.changes.iter().any(|c| matches!(c, Change::Size { .. })));
         }
