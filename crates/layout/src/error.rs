@@ -39,4 +39,12 @@ pub enum LayoutError {
         len: u64,
         capacity: u64,
     },
+    #[error("a reshape from {old} to {new} bytes would shrink the volume")]
+    ReshapeShrinks { old: u64, new: u64 },
+    #[error("reshape position {position} is neither a multiple of {unit} bytes (whole stripes of both trees) nor the end of the volume ({capacity} bytes)")]
+    ReshapePosition {
+        position: u64,
+        unit: u64,
+        capacity: u64,
+    },
 }
