@@ -41,6 +41,8 @@ pub enum LayoutError {
     },
     #[error("a reshape from {old} to {new} bytes would shrink the volume")]
     ReshapeShrinks { old: u64, new: u64 },
+    #[error("no reshape between these trees: {detail}")]
+    ReshapeUnit { detail: String },
     #[error("reshape position {position} is neither a multiple of {unit} bytes (whole stripes of both trees) nor the end of the volume ({capacity} bytes)")]
     ReshapePosition {
         position: u64,

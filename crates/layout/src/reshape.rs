@@ -83,6 +83,21 @@ fn stripe_bytes(tree: &Node) -> u64 {
 /// The smallest window: one 4 KiB block (the smallest strip).
 const MIN_UNIT: u64 = 4 << 10;
 
+/// Most bytes of a strip or stripe unit a reshape takes: far above any config's (16 MiB
+/// strips; a RAID 50 unit of 1024 of them), low enough that full-stripe widths cannot
+/// overflow. Trees come from disks too, and every byte from a disk is hostile.
+const MAX_UNIT_BYTES: u64 = 1 << 40;
+
+/// Every strip and stripe unit of `tree` is at most [`MAX_UNIT_BYTES`].
+fn units_in_bounds(tree: &Node) -> bool {
+    let own = match tree {
+        Node::Stripe(s) => s.unit(),
+        Node::Parity(g) => g.strip(),
+        _ => 0,
+    };
+    own <= MAX_UNIT_BYTES && tree.children().iter().all(units_in_bounds)
+}
+
 fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 {
         a
@@ -100,8 +115,19 @@ impl Reshape {
                 new: new.capacity(),
             });
         }
+        if !units_in_bounds(&old) || !units_in_bounds(&new) {
+            return Err(LayoutError::ReshapeUnit {
+                detail: format!("a strip or stripe unit above {MAX_UNIT_BYTES} bytes"),
+            });
+        }
         let (a, b) = (stripe_bytes(&old), stripe_bytes(&new));
-        let unit = a / gcd(a, b) * b;
+        let unit = (a / gcd(a, b))
+            .checked_mul(b)
+            .ok_or_else(|| LayoutError::ReshapeUnit {
+                detail: format!(
+                    "full stripes of {a} and {b} bytes have no common multiple below 2^64"
+                ),
+            })?;
         Ok(Reshape { old, new, unit })
     }
 
