@@ -8,7 +8,7 @@
 //! least the old capacity, the position and the backed-up window lie on whole stripes of
 //! both trees, inside the volume. A record that fails is refused by name, never followed.
 
-use super::superblock::Area;
+use super::Area;
 use super::MetadataError;
 use nbraid_layout::{Node, Reshape};
 
