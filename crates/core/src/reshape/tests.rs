@@ -297,3 +297,44 @@ fn concurrent_requests_never_meet_a_half_copied_window() {
         assert!(read_all(&v, cap) == want, "{old:?}");
     }
 }
+
+/// A member failing in the middle of a reshape leaves the volume degraded, not lost: the
+/// copy reads the old tree around it (parity) and writes the new tree without it, and every
+/// byte still reads back, through the reshape and in the new tree alone.
+#[test]
+fn a_member_failing_mid_reshape_leaves_it_degraded() {
+    let all = moves();
+    for (old, new) in [all[0].clone(), all[2].clone(), all[3].clone()] {
+        for failed in [0, new.member_count() - 1] {
+            let ms = members(new.member_count());
+            let want = filled(&old, &ms);
+            let (v, node) = Volume::reshaping(
+                old.clone(),
+                &new,
+                dyn_members(&ms),
+                VolumeOptions::default(),
+                0,
+            )
+            .unwrap();
+            let hooks = Recorded::default();
+            let unit = node.layout().unit();
+            let mut windows = 0;
+            while block_on(node.copy_next(unit, &hooks)).unwrap().is_some() {
+                windows += 1;
+                if windows == 3 {
+                    v.fail_member(failed, "pulled mid-reshape");
+                }
+            }
+            let cap = v.capacity();
+            assert!(v.is_available(), "{old:?} without member {failed}");
+            assert!(read_all(&v, cap) == want, "{old:?} without member {failed}");
+            let after =
+                Volume::new(new.clone(), dyn_members(&ms), VolumeOptions::default()).unwrap();
+            after.fail_member(failed, "still gone");
+            assert!(
+                read_all(&after, cap) == want,
+                "new tree alone, degraded ({old:?} without member {failed})"
+            );
+        }
+    }
+}
