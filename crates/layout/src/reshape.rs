@@ -263,8 +263,12 @@ impl Reshape {
         if left == 0 {
             return Ok(None);
         }
-        let longest = (max_len / self.unit).max(1) * self.unit;
-        let mut len = longest.min(left);
+        // All that is left when the caller allows it (the tail may be less than a unit).
+        let mut len = if max_len >= left {
+            left
+        } else {
+            (max_len / self.unit).max(1) * self.unit
+        };
         loop {
             let rule = self.rule(position, len)?;
             // A shorter window overtakes less; the shortest is one unit (or the tail).

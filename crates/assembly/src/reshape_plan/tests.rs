@@ -368,3 +368,63 @@ fn the_config_is_compared_by_recorded_role() {
     assert_eq!(by_role.member_indices(), vec![1, 0, 3, 2]);
     assert_eq!(by_role.capacity(), config.capacity());
 }
+
+/// Every restripe the plan accepts can be copied in place: walking it window by window, the
+/// layout's critical-section rule never meets a window that would overtake the bytes not yet
+/// copied (at the shortest window, as the engine falls back to).
+#[test]
+fn every_accepted_restripe_copies_in_place() {
+    let cases = [
+        (
+            tree_of(Level::Raid0, 2, None, 4096, MIB),
+            tree_of(Level::Raid0, 5, None, 4096, MIB),
+        ),
+        (
+            tree_of(Level::Raid5, 3, None, 8192, MIB),
+            tree_of(Level::Raid5, 4, None, 8192, MIB),
+        ),
+        (
+            tree_of(Level::Raid6, 4, None, 4096, MIB),
+            tree_of(Level::Raid6, 6, None, 4096, MIB),
+        ),
+        (
+            tree_of(Level::Raid5, 3, None, 4096, MIB),
+            tree_of(Level::Raid6, 4, None, 4096, MIB),
+        ),
+        (
+            tree_of(Level::Raid1, 2, None, 4096, MIB),
+            tree_of(Level::Raid5, 3, None, 4096, MIB),
+        ),
+        (
+            tree_of(Level::Raid5, 4, None, 64 << 10, MIB),
+            tree_of(Level::Raid5, 4, None, 4096, MIB),
+        ),
+        (
+            tree_of(Level::Raid5, 4, None, 4096, MIB),
+            tree_of(Level::Raid5, 4, None, 64 << 10, MIB),
+        ),
+        (
+            tree_of(Level::Raid50, 6, Some(2), 4096, MIB),
+            tree_of(Level::Raid50, 9, Some(3), 4096, MIB),
+        ),
+        (
+            tree_of(Level::Raid10, 4, Some(2), 4096, MIB),
+            tree_of(Level::Raid10, 6, Some(3), 4096, MIB),
+        ),
+    ];
+    for (old, new) in cases {
+        assert_eq!(online(&plan("v", &old, &new, 0)).kind, MoveKind::Restripe);
+        let r = nbraid_layout::Reshape::new(old.clone(), new.clone()).unwrap();
+        let mut p = 0;
+        while let Some(w) = r.window(p, r.unit()).unwrap() {
+            assert_ne!(
+                w.rule,
+                nbraid_layout::WindowRule::Overtakes,
+                "{:?} at {p}",
+                outline(&new)
+            );
+            p += w.len;
+        }
+        assert_eq!(p, old.capacity());
+    }
+}

@@ -5,7 +5,9 @@ use super::ReshapeNode;
 use crate::buf::Buf;
 use crate::error::{VolumeError, VolumeResult};
 use crate::node::NodeMaintenance;
+use crate::pass::{PassControl, PassState, PassWork};
 use futures::future::{try_join_all, BoxFuture};
+use futures::FutureExt;
 use nbraid_layout::{map, Side, Window, WindowRule};
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -80,6 +82,46 @@ impl ReshapeNode {
         hooks.checkpoint(w.start + w.len).await?;
         self.0.position.store(w.start + w.len, SeqCst);
         Ok(Some(w))
+    }
+
+    /// Runs the reshape as one more background pass ([`crate::pass`], as rebuild and scrub
+    /// are): windows of about `window_bytes` (whole units) one at a time, at the control's
+    /// rate, paused and cancelled through it, progress in it; every window checkpointed
+    /// through `hooks`. The control starts where the reshape is
+    /// ([`PassControl::resume_at`] its position).
+    pub async fn run_pass(
+        &self,
+        ctl: &PassControl,
+        window_bytes: u64,
+        hooks: &dyn ReshapeHooks,
+    ) -> VolumeResult<PassState> {
+        assert_eq!(
+            ctl.position_bytes(),
+            self.position(),
+            "the pass resumes where the reshape is"
+        );
+        let unit = self.0.layout.unit();
+        let work = PassWork {
+            total_bytes: self.0.layout.capacity(),
+            window_bytes: (window_bytes / unit).max(1) * unit,
+            inflight: 1,
+            window: Box::new(move |at, len| {
+                async move {
+                    let w = self.copy_next(len, hooks).await?;
+                    assert_eq!(
+                        w.map(|w| (w.start, w.len)),
+                        Some((at, len)),
+                        "the pass's windows are the layout's"
+                    );
+                    Ok(())
+                }
+                .boxed()
+            }),
+            checkpoint_bytes: 0,
+            checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
+            activity: None,
+        };
+        crate::pass::run(ctl, work).await
     }
 
     /// Reads the window from the old tree and writes it into the new one, a piece at a time.

@@ -338,3 +338,41 @@ fn a_member_failing_mid_reshape_leaves_it_degraded() {
         }
     }
 }
+
+/// The reshape runs as a pass of the rebuild/scrub family: progress in its control, done at
+/// the end; resumed from a checkpoint by a control at that position.
+#[test]
+fn the_reshape_runs_as_a_pass_and_resumes() {
+    use crate::pass::{PassControl, PassState};
+    for (old, new) in moves() {
+        let ms = members(new.member_count());
+        let want = filled(&old, &ms);
+        let (_, node) = Volume::reshaping(
+            old.clone(),
+            &new,
+            dyn_members(&ms),
+            VolumeOptions::default(),
+            0,
+        )
+        .unwrap();
+        let hooks = Recorded::default();
+        let unit = node.layout().unit();
+        block_on(node.copy_next(unit, &hooks)).unwrap();
+        // The restart: a new volume at the recorded position, a control resuming there.
+        let p = *hooks.position.lock().unwrap();
+        let (v, node) = Volume::reshaping(
+            old.clone(),
+            &new,
+            dyn_members(&ms),
+            VolumeOptions::default(),
+            p,
+        )
+        .unwrap();
+        let ctl = PassControl::resume_at(0, p);
+        let state = block_on(node.run_pass(&ctl, 3 * unit + 4096, &hooks)).unwrap();
+        assert_eq!(state, PassState::Done);
+        assert_eq!(ctl.position_bytes(), v.capacity());
+        assert_eq!(node.position(), v.capacity());
+        assert!(read_all(&v, v.capacity()) == want, "{old:?}");
+    }
+}
