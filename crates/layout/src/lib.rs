@@ -34,7 +34,7 @@ pub use level::{Level, Region, Shape, STRIP_DEFAULT, STRIP_MAX, STRIP_MIN};
 pub use map::{map, Extent, Mapping, StripeId};
 pub use node::{ChildPiece, Concat, MemberRegion, Mirror, Node, ParityGroup, ParityPiece, Stripe};
 pub use options::{CacheMode, ReadPolicy};
-pub use reshape::{Reshape, Routed, Side, Window, WindowRule};
+pub use reshape::{MemberRange, Reshape, Routed, Side, Window, WindowRule};
 pub use rotation::{ParityLayout, Role, StripeRoles};
 pub use write_hole_log::{
     is_logged, log_reserve_bytes, log_ring_bytes, volume_log_ring_bytes, LOG_BAND_BYTES,

@@ -66,6 +66,14 @@ pub struct Window {
     pub rule: WindowRule,
 }
 
+/// `len` bytes of member `member` from byte `offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct MemberRange {
+    pub member: usize,
+    pub offset: u64,
+    pub len: u64,
+}
+
 /// The two trees of a reshape. Leaves are numbered alike in both (a role keeps its number;
 /// added members take new ones).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -253,6 +261,31 @@ impl Reshape {
         } else {
             WindowRule::Direct
         })
+    }
+
+    /// What a `Backup` window must save before its first write: per member, from its old
+    /// floor at the window's start up to the end of the new tree's last write there — every
+    /// old byte the window's writes may overwrite. A function of the window alone, so a
+    /// restart finds the saved rows again from the recorded window.
+    pub fn rows_at_risk(&self, window: Window) -> Result<Vec<MemberRange>, LayoutError> {
+        let floors = self.floors(window.start);
+        let writes = map(&self.new, window.start, window.len)?;
+        let mut ends = vec![0u64; floors.len()];
+        for e in writes.data.iter().chain(&writes.parity) {
+            ends[e.member] = ends[e.member].max(e.offset + e.len);
+        }
+        Ok(floors
+            .iter()
+            .zip(ends)
+            .enumerate()
+            .filter_map(|(member, (floor, end))| {
+                floor.filter(|&f| end > f).map(|offset| MemberRange {
+                    member,
+                    offset,
+                    len: end - offset,
+                })
+            })
+            .collect())
     }
 
     /// The next window from `position`, at most `max_len` bytes (at least one unit): the

@@ -260,6 +260,20 @@ proptest! {
         while let Some(w) = r.window(p, max_units * r.unit()).unwrap() {
             prop_assert_ne!(w.rule, WindowRule::Overtakes, "at {} ({:?} → {:?})", p, old, new);
             let backed_up = w.rule == WindowRule::Backup;
+            // The rows a backup saves hold every old block (data or parity, of this window or
+            // after it) that the window's writes land on.
+            if backed_up {
+                let rows = r.rows_at_risk(w).unwrap();
+                let saved = |(m, blk): (usize, u64)| {
+                    rows.iter().any(|x| x.member == m && x.offset <= blk * B && blk * B < x.offset + x.len)
+                };
+                let live = map(&o, w.start, cap - w.start).unwrap();
+                let live: HashSet<(usize, u64)> = blocks(&live.data).into_iter().chain(blocks(&live.parity)).map(|(l, _)| l).collect();
+                let writes = map(&n, w.start, w.len).unwrap();
+                for (loc, _) in blocks(&writes.data).into_iter().chain(blocks(&writes.parity)) {
+                    prop_assert!(!live.contains(&loc) || saved(loc), "{:?} overwritten unsaved at {}", loc, p);
+                }
+            }
             let writes = map(&n, w.start, w.len).unwrap();
             let mut cells: Vec<((usize, u64), Cell)> = blocks(&writes.data)
                 .into_iter()

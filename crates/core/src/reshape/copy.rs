@@ -8,7 +8,7 @@ use crate::node::NodeMaintenance;
 use crate::pass::{PassControl, PassState, PassWork};
 use futures::future::{try_join_all, BoxFuture};
 use futures::FutureExt;
-use nbraid_layout::{map, Side, Window, WindowRule};
+use nbraid_layout::{Side, Window, WindowRule};
 use std::sync::atomic::Ordering::SeqCst;
 
 /// Bytes one copy step reads and writes at most (rounded to whole units of the reshape).
@@ -155,33 +155,28 @@ impl ReshapeNode {
         try_join_all(flushes).await.map(|_| ())
     }
 
-    /// The member rows the new tree's writes of `w` overlap while old bytes at or above the
-    /// position may live there: from each member's floor up to its last write.
+    /// The member rows the new tree's writes of `w` may overwrite while old bytes at or
+    /// above the position live there (`Reshape::rows_at_risk`), read raw.
     pub(crate) async fn rows_at_risk(&self, w: Window) -> VolumeResult<Vec<MemberRows>> {
-        let layout = &self.0.layout;
-        let floors = layout.floors(w.start);
-        let writes = map(layout.new_tree(), w.start, w.len).map_err(layout_error)?;
-        let mut ends = vec![0u64; floors.len()];
-        for e in writes.data.iter().chain(&writes.parity) {
-            ends[e.member] = ends[e.member].max(e.offset + e.len);
-        }
+        let ranges = self.0.layout.rows_at_risk(w).map_err(layout_error)?;
         let slots = self.0.members.slots();
-        let reads = floors
-            .iter()
-            .zip(ends)
-            .enumerate()
-            .filter_map(|(m, (floor, end))| floor.filter(|&f| end > f).map(|f| (m, f, end)))
-            .filter(|&(m, _, _)| !slots[m].is_failed())
-            .map(|(m, offset, end)| async move {
-                let buf = Buf::new((end - offset) as usize);
-                let bytes = slots[m]
-                    .member()
-                    .read(offset, buf)
-                    .await
-                    .map_err(|source| VolumeError::Member { member: m, source })?;
+        let reads = ranges
+            .into_iter()
+            .filter(|r| !slots[r.member].is_failed())
+            .map(|r| async move {
+                let buf = Buf::new(r.len as usize);
+                let bytes =
+                    slots[r.member]
+                        .member()
+                        .read(r.offset, buf)
+                        .await
+                        .map_err(|source| VolumeError::Member {
+                            member: r.member,
+                            source,
+                        })?;
                 Ok::<_, VolumeError>(MemberRows {
-                    member: m,
-                    offset,
+                    member: r.member,
+                    offset: r.offset,
                     bytes: bytes.to_vec(),
                 })
             });
