@@ -358,8 +358,17 @@ fn same_level(
             ))
         }
         _ if added || from.strip_bytes != to.strip_bytes => Ok(MoveKind::Restripe),
+        // The roles in another order (paths swapped in the config beside a growth): the new
+        // tree puts bytes elsewhere, so they are copied, never assumed in place.
+        _ if !same_order(recorded, config) => Ok(MoveKind::Restripe),
         _ => Ok(MoveKind::Append),
     }
+}
+
+/// Every recorded role sits at the same leaf position of the config's tree.
+fn same_order(recorded: &Node, config: &Node) -> bool {
+    let old = recorded.member_indices();
+    config.member_indices().get(..old.len()) == Some(&old[..])
 }
 
 /// A concatenation grows at its end only: a longer member before the last would shift every

@@ -428,3 +428,17 @@ fn every_accepted_restripe_copies_in_place() {
         assert_eq!(p, old.capacity());
     }
 }
+
+/// Roles in another leaf order (paths swapped in the config) with grown regions: the data
+/// would not stay in place, so the plan copies it rather than claim an append.
+#[test]
+fn grown_regions_in_another_order_are_copied_not_appended() {
+    let old = tree_of(Level::Raid5, 4, None, STRIP_DEFAULT, 16 * MIB);
+    let grown = tree_of(Level::Raid5, 4, None, STRIP_DEFAULT, 24 * MIB);
+    let swapped = grown.renumbered(&|i| [1, 0, 2, 3][i]);
+    assert_eq!(online(&plan("v", &old, &grown, 0)).kind, MoveKind::Append);
+    assert_eq!(
+        online(&plan("v", &old, &swapped, 0)).kind,
+        MoveKind::Restripe
+    );
+}
