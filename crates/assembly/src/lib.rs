@@ -19,6 +19,7 @@
 //! - [`assemble`]: the start itself, over all of the above.
 //! - [`preflight`]: `nbraidd --check` and `nbraid check`: the same decision, read-only.
 //! - [`error_text`]: an error (and its causes) as one line for a person.
+//! - [`reshape_plan`]: the recorded tree against the config's: what `nbraid apply` would do.
 //!
 //! **Boundaries.** No sockets, no NBD, no control protocol, no background tasks: what runs
 //! while a volume is served (heal watchers, returning members) is the daemon's. Nothing here
@@ -34,5 +35,6 @@ pub mod plan;
 pub mod preflight;
 pub mod records;
 pub mod remote;
+pub mod reshape_plan;
 
 pub use member::{AssembleError, Opened};

@@ -91,6 +91,13 @@ fn report(
             out.push_str(&format!("    note: {n}\n"));
         }
     }
+    let plans: Vec<_> = records.iter().filter_map(|r| r.reshape.as_ref()).collect();
+    if !plans.is_empty() {
+        out.push_str("\nreshape plan (the config declares another shape than the records; `nbraid apply` against the running daemon)\n");
+        for p in plans {
+            out.push_str(&crate::apply::plan_text(p));
+        }
+    }
     if !remote.is_empty() {
         let rows: Vec<Vec<String>> = remote.iter().map(Remote::row).collect();
         out.push('\n');

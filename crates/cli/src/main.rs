@@ -5,6 +5,7 @@
 //! live in `nbraid_config`, the geometry in `nbraid_layout`. It does not contain the server:
 //! `nbraid serve` runs the `nbraidd` binary installed beside it ([`serve`]).
 
+mod apply;
 mod check;
 mod create;
 mod diagram;
@@ -48,6 +49,19 @@ enum Command {
         /// Strip rows to draw with --diagram (default: one full parity rotation, at least 4).
         #[arg(long, value_name = "N", requires = "diagram")]
         rows: Option<u64>,
+    },
+    /// Compare a config with the running daemon's arrays and print the plan that gets them
+    /// there (members added, level, strip, size; data moved, time at the rate, redundancy
+    /// during the move), or why a change is not done online.
+    Apply {
+        /// The TOML config: the shape the arrays should have.
+        file: PathBuf,
+        /// Start the planned moves without asking.
+        #[arg(long)]
+        yes: bool,
+        /// Print the plan as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Show the member extents behind a logical range of a volume.
     Map {
@@ -114,6 +128,7 @@ fn main() -> ExitCode {
             diagram,
             rows,
         } => check::run(&file, json, diagram, rows),
+        Command::Apply { file, yes, json } => apply::run(&file, yes, json),
         Command::Map {
             file,
             volume,
@@ -149,6 +164,9 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             if let Some(out) = e.downcast_ref::<check::JsonError>() {
+                print_out(&out.0);
+            }
+            if let Some(out) = e.downcast_ref::<apply::NotStarted>() {
                 print_out(&out.0);
             }
             if let Some(out) = e.downcast_ref::<check::WouldNotStart>() {

@@ -6,8 +6,9 @@
 
 use nbraid_assembly::adopt;
 use nbraid_assembly::preflight::probes_with_added;
+use nbraid_assembly::reshape_plan::{self, VolumePlan};
 use nbraid_config::{Config, Volume};
-use nbraid_core::metadata::{assemble, Absence, Probe};
+use nbraid_core::metadata::{assemble, Absence, AssembleError, Probe};
 use serde::Serialize;
 
 /// What the superblocks say about one volume.
@@ -20,6 +21,10 @@ pub struct Records {
     /// The config id serving each role by the superblocks (empty when they do not decide).
     pub members: Vec<String>,
     pub notes: Vec<String>,
+    /// Where the config declares another shape than the records: how `nbraid apply` would get
+    /// there, or why it would not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reshape: Option<VolumePlan>,
 }
 
 /// The superblocks of every volume whose members are files or devices.
@@ -33,6 +38,7 @@ fn volume(config: &Config, v: &Volume) -> Records {
         state: String::new(),
         members: Vec::new(),
         notes: Vec::new(),
+        reshape: None,
     };
     let n = v.members.len();
     let Some((probes, added)) = probes_with_added(config, v) else {
@@ -46,6 +52,9 @@ fn volume(config: &Config, v: &Volume) -> Records {
     let asm = match assemble(&v.name, v.geometry.root(), &probes) {
         Ok(a) => a,
         Err(e) => {
+            if matches!(e, AssembleError::GeometryChanged { .. }) {
+                r.reshape = reshape(v, &probes[..n]);
+            }
             r.state = format!("refused: {e}");
             return r;
         }
@@ -83,4 +92,17 @@ fn volume(config: &Config, v: &Volume) -> Records {
         format!("degraded: {}", absent.join(", "))
     };
     r
+}
+
+/// The plan from the tree volume `v`'s records hold to the one its config declares (`probes`:
+/// the config's members, by position).
+fn reshape(v: &Volume, probes: &[Probe]) -> Option<VolumePlan> {
+    let (recorded, roles) = reshape_plan::recorded(&v.name, probes)?;
+    let config = reshape_plan::config_by_role(v.geometry.root(), &roles, recorded.member_count());
+    Some(reshape_plan::plan(
+        &v.name,
+        &recorded,
+        &config,
+        v.heal.rebuild_rate_bytes_per_s,
+    ))
 }

@@ -25,6 +25,7 @@ pub mod raid;
 mod range_lock;
 pub mod read_policy;
 pub mod rebuild;
+pub mod reshape;
 pub mod scrub;
 pub mod split;
 pub mod stripe;

@@ -177,6 +177,41 @@ impl Volume {
         })
     }
 
+    /// A volume mid-reshape from `old` to `new` over the same `members` (the leaves of `new`
+    /// number them all; `old` leaves out the members being added), every byte below
+    /// `position` in the new tree. Both trees are built write-through, without a
+    /// partial-parity log and with parity not known in sync ([`crate::reshape`]). Returns the
+    /// volume and the handle that drives the copy.
+    pub fn reshaping(
+        old: Geometry,
+        new: &Geometry,
+        members: Vec<Arc<dyn Member>>,
+        mut opts: VolumeOptions,
+        position: u64,
+    ) -> VolumeResult<(Volume, crate::reshape::ReshapeNode)> {
+        let mut problems = Vec::new();
+        check_tree(new.root(), &members, &mut problems, &mut 0);
+        if !problems.is_empty() {
+            return Err(VolumeError::Assembly(problems.join("; ")));
+        }
+        let layout = nbraid_layout::Reshape::new(old.root().clone(), new.root().clone())
+            .map_err(|e| VolumeError::Assembly(format!("reshape: {e}")))?;
+        opts.cache = CacheMode::WriteThrough;
+        opts.members_known_zero = false;
+        let mut v = Self::with_ppl(old, members, opts, None)?;
+        let tree = |n: &Node| build(n, &v.table, &v.opts, (&v.repairs, None), &mut 0);
+        let (old_tree, new_tree) = (tree(v.geometry.root()), tree(new.root()));
+        let node = crate::reshape::ReshapeNode::new(
+            layout,
+            old_tree,
+            new_tree,
+            position,
+            v.table.clone(),
+        )?;
+        v.root = Box::new(node.clone());
+        Ok((v, node))
+    }
+
     pub fn capacity(&self) -> u64 {
         self.capacity
     }

@@ -3,8 +3,8 @@
 //! decisions.
 
 use nbraid_core::metadata::{
-    assemble, newest, Absence, Area, BitmapArea, MemberEntry, MetadataError, Probe, RecordedState,
-    ScrubCheckpoint, Superblock, Uuid, VolumeRecord, SLOT_BYTES,
+    assemble, newest, Absence, Area, BackupWindow, BitmapArea, MemberEntry, MetadataError, Probe,
+    RecordedState, ReshapeRecord, ScrubCheckpoint, Superblock, Uuid, VolumeRecord, SLOT_BYTES,
 };
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
 use proptest::prelude::*;
@@ -55,6 +55,7 @@ fn raid5_record(role: u32) -> VolumeRecord {
         checksums: None,
         scrub: None,
         added_paths: Vec::new(),
+        reshape: None,
     }
 }
 
@@ -253,9 +254,141 @@ fn added_paths_round_trip_and_only_they_bump_the_version() {
     let mut bad = superblock();
     bad.volumes[0].added_paths = vec![String::new()];
     assert!(bad.encode().unwrap_err().to_string().contains("added path"));
-    assert!(MetadataError::UnsupportedVersion { found: 2 }
+    assert!(MetadataError::UnsupportedVersion { found: 4 }
         .to_string()
-        .contains("versions 1 to 2"));
+        .contains("versions 1 to 3"));
+}
+
+/// The superblock of member 1 of [`raid5_record`]'s volume while it is being reshaped onto a
+/// fifth member, window `[3 MiB, 3 MiB + 192 KiB)` backed up.
+fn reshaping() -> Superblock {
+    let mut sb = superblock();
+    let v = &mut sb.volumes[0];
+    v.members.push(MemberEntry {
+        uuid: uuid(0x14),
+        state: RecordedState::Active,
+    });
+    let shape = Shape::new(Level::Raid5, 5, None, 64 << 10, ParityLayout::LeftSymmetric).unwrap();
+    let regions = vec![
+        Region {
+            start: MIB,
+            len: 1 << 30
+        };
+        5
+    ];
+    // Whole stripes of both trees: 3 and 4 data strips of 64 KiB, so multiples of 768 KiB.
+    v.reshape = Some(ReshapeRecord {
+        new_tree: shape.build(&regions).unwrap(),
+        position_bytes: 4 * (768 << 10),
+        backup_area: Some(Area {
+            offset: 256 << 10,
+            len: 512 << 10,
+        }),
+        backup_window: Some(BackupWindow {
+            start_bytes: 4 * (768 << 10),
+            len_bytes: 768 << 10,
+        }),
+    });
+    sb
+}
+
+/// A reshape in progress is written as version 3 (older readers refuse it by version: they
+/// would misread a volume half in each shape), only while there is one; it round-trips
+/// beside added paths and a scrub checkpoint; the bytes after the added paths are pinned.
+#[test]
+fn a_reshape_record_round_trips_as_version_3_only_while_there_is_one() {
+    let plain = superblock().encode().unwrap();
+    let sb = reshaping();
+    let bytes = sb.encode().unwrap();
+    assert_eq!(bytes[8..12], 3u32.to_le_bytes());
+    assert_eq!(Superblock::decode(&bytes).unwrap(), sb);
+    // Member 4's entry (16 + 16), the empty added-path list (4), the reshape: present (4),
+    // position, flags, window start and length, area offset and length (6 × 8), the tree
+    // (parity node 1 + 8 + 1 + 1 + 4, five leaves of 1 + 4 + 8 + 8).
+    let reshape_bytes = 4 + 48 + 15 + 5 * 21;
+    assert_eq!(bytes.len(), plain.len() + 32 + 4 + reshape_bytes);
+    let hex: String = bytes[bytes.len() - reshape_bytes..]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let golden = [
+        ("present", "01000000"),
+        ("position", "0000300000000000"),
+        ("flags: backed up", "0100000000000000"),
+        ("window start", "0000300000000000"),
+        ("window length", "00000c0000000000"),
+        ("backup area offset", "0000040000000000"),
+        ("backup area length", "0000080000000000"),
+        ("new tree: parity node", "04"),
+    ];
+    let mut at = 0;
+    for (field, want) in golden {
+        assert_eq!(&hex[at..at + want.len()], want, "reshape field `{field}`");
+        at += want.len();
+    }
+    // With a scrub checkpoint too: it still ends the record; another volume (Matrix) on the
+    // member without a reshape writes its "absent" flag.
+    let mut both = reshaping();
+    both.volumes[0].scrub = Some(ScrubCheckpoint {
+        position_bytes: MIB,
+        repair: false,
+    });
+    let mut other = raid5_record(1);
+    other.name = "logs".into();
+    other.array = uuid(0xb6);
+    other.bitmap = None;
+    both.volumes.push(other);
+    assert_eq!(Superblock::decode(&both.encode().unwrap()).unwrap(), both);
+}
+
+/// What a checksum cannot prove about a reshape is named: a position off the stripes of
+/// both trees, a new tree that shrinks or misses a member, a window not at the position,
+/// flags no version defines, a backup area over the member's region.
+#[test]
+fn an_impossible_reshape_record_is_named() {
+    let refused = |f: &dyn Fn(&mut ReshapeRecord), what: &str| {
+        let mut sb = reshaping();
+        f(sb.volumes[0].reshape.as_mut().unwrap());
+        let e = Superblock::decode(&sb.encode().unwrap()).unwrap_err();
+        assert!(e.to_string().contains(what), "{what}: {e}");
+    };
+    refused(&|r| r.position_bytes += 4096, "is not one of the reshape's");
+    refused(
+        &|r| r.backup_window.as_mut().unwrap().start_bytes = 0,
+        "is not the window at position",
+    );
+    refused(
+        &|r| r.backup_area.as_mut().unwrap().offset = MIB,
+        "reshape backup area",
+    );
+    refused(
+        &|r| {
+            let shape = Shape::new(Level::Raid5, 5, None, 64 << 10, ParityLayout::LeftSymmetric);
+            r.new_tree = shape
+                .unwrap()
+                .build(
+                    &[Region {
+                        start: MIB,
+                        len: 1 << 28,
+                    }; 5],
+                )
+                .unwrap();
+        },
+        "would shrink the volume",
+    );
+    refused(
+        &|r| r.new_tree = raid5_record(0).tree,
+        "member 4 appears 0 times in the new tree",
+    );
+    // Flags past bit 0, with the checksum fixed up.
+    let mut bytes = reshaping().encode().unwrap();
+    let flags_at = bytes.len() - (48 + 15 + 5 * 21) + 8;
+    bytes[flags_at] = 3;
+    bytes[16..20].fill(0);
+    let crc = crc32c(&bytes);
+    bytes[16..20].copy_from_slice(&crc.to_le_bytes());
+    let e = Superblock::decode(&bytes).unwrap_err();
+    assert!(e.to_string().contains("reshape flags"), "{e}");
 }
 
 #[test]
@@ -268,10 +401,10 @@ fn every_corruption_is_named() {
         Err(MetadataError::BadMagic { .. })
     ));
     let mut bad = good.clone();
-    bad[8] = 3;
+    bad[8] = 4;
     assert_eq!(
         Superblock::decode(&bad),
-        Err(MetadataError::UnsupportedVersion { found: 3 })
+        Err(MetadataError::UnsupportedVersion { found: 4 })
     );
     let mut bad = good.clone();
     let last = bad.len() - 1;
@@ -373,6 +506,21 @@ proptest! {
     /// Random bytes never panic the decoder.
     #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+        let _ = Superblock::decode(&bytes);
+    }
+
+    /// Mutations of a superblock mid-reshape (version 3), checksum fixed up, never panic.
+    #[test]
+    fn mutated_reshape_records_never_panic(edits in proptest::collection::vec((0usize..0x2a0, any::<u8>()), 1..8)) {
+        let mut bytes = reshaping().encode().unwrap();
+        for (at, b) in edits {
+            if !(16..20).contains(&at) && at < bytes.len() {
+                bytes[at] = b;
+            }
+        }
+        bytes[16..20].fill(0);
+        let crc = crc32c(&bytes[..bytes.len().min(u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize)]);
+        bytes[16..20].copy_from_slice(&crc.to_le_bytes());
         let _ = Superblock::decode(&bytes);
     }
 
@@ -822,4 +970,26 @@ fn assembly_resumes_rebuilds_and_ignores_replaced_members() {
         .warnings
         .iter()
         .any(|w| w.contains("belongs to another member")));
+}
+
+/// A volume whose records carry a reshape is refused by name: this build has no pass to
+/// continue it, and either tree alone would misread the bytes past the position.
+#[test]
+fn a_volume_mid_reshape_is_refused_not_misread() {
+    let sb = reshaping();
+    let tree = sb.volumes[0].reshape.as_ref().unwrap().new_tree.clone();
+    let mut probes = vec![Probe::Missing; 5];
+    probes[1] = Probe::Superblock(sb, None);
+    let e = assemble("db", &tree, &probes).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            nbraid_core::metadata::AssembleError::ReshapeInProgress {
+                position_bytes: 3145728,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("a reshape is in progress"), "{e}");
 }

@@ -39,4 +39,14 @@ pub enum LayoutError {
         len: u64,
         capacity: u64,
     },
+    #[error("a reshape from {old} to {new} bytes would shrink the volume")]
+    ReshapeShrinks { old: u64, new: u64 },
+    #[error("no reshape between these trees: {detail}")]
+    ReshapeUnit { detail: String },
+    #[error("reshape position {position} is neither a multiple of {unit} bytes (whole stripes of both trees) nor the end of the volume ({capacity} bytes)")]
+    ReshapePosition {
+        position: u64,
+        unit: u64,
+        capacity: u64,
+    },
 }

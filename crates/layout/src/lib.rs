@@ -12,6 +12,9 @@
 //! many member losses the tree survives. Everything is deterministic and cheap, so it is
 //! property-tested against a brute-force model.
 //!
+//! A volume being reshaped is two trees and a position ([`Reshape`]): which tree holds each
+//! byte, and which copy windows need md's critical-section backup, decided purely.
+//!
 //! Beside the geometry it defines a volume's two named options, [`ReadPolicy`] and
 //! [`CacheMode`], once for the config that parses them and the engine that acts on them.
 
@@ -21,6 +24,7 @@ mod level;
 mod map;
 mod node;
 mod options;
+mod reshape;
 mod rotation;
 mod write_hole_log;
 
@@ -30,6 +34,7 @@ pub use level::{Level, Region, Shape, STRIP_DEFAULT, STRIP_MAX, STRIP_MIN};
 pub use map::{map, Extent, Mapping, StripeId};
 pub use node::{ChildPiece, Concat, MemberRegion, Mirror, Node, ParityGroup, ParityPiece, Stripe};
 pub use options::{CacheMode, ReadPolicy};
+pub use reshape::{MemberRange, Reshape, Routed, Side, Window, WindowRule};
 pub use rotation::{ParityLayout, Role, StripeRoles};
 pub use write_hole_log::{
     is_logged, log_reserve_bytes, log_ring_bytes, volume_log_ring_bytes, LOG_BAND_BYTES,

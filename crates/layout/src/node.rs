@@ -204,6 +204,29 @@ impl Node {
         out
     }
 
+    /// The same tree with every member leaf's index replaced by `index(old)`: a config's tree
+    /// (leaves numbered by config position) renumbered by recorded role, for comparing it
+    /// with the tree the superblocks record.
+    pub fn renumbered(&self, index: &dyn Fn(usize) -> usize) -> Node {
+        let mut out = self.clone();
+        out.renumber_in_place(index);
+        out
+    }
+
+    fn renumber_in_place(&mut self, index: &dyn Fn(usize) -> usize) {
+        let children = match self {
+            Node::Member(m) => {
+                m.index = index(m.index);
+                return;
+            }
+            Node::Concat(c) => &mut c.children,
+            Node::Stripe(s) => &mut s.children,
+            Node::Mirror(m) => &mut m.children,
+            Node::Parity(g) => &mut g.children,
+        };
+        children.iter_mut().for_each(|c| c.renumber_in_place(index));
+    }
+
     pub fn visit_members(&self, f: &mut impl FnMut(&MemberRegion)) {
         match self {
             Node::Member(m) => f(m),

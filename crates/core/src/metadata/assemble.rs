@@ -119,6 +119,14 @@ pub enum AssembleError {
         config: String,
         recorded: String,
     },
+    /// The records carry a reshape this build cannot carry on: serving either tree alone
+    /// would misread the bytes on the other side of the position.
+    #[error("volume `{volume}`: a reshape is in progress (at byte {position_bytes} of {capacity_bytes}); this nbraid has no reshape pass to continue it, and serving either shape alone would misread the data — run an nbraid that continues reshapes")]
+    ReshapeInProgress {
+        volume: String,
+        position_bytes: u64,
+        capacity_bytes: u64,
+    },
     #[error("volume `{volume}`: members {a} and {b} both claim role {role}")]
     DuplicateRole {
         volume: String,
@@ -207,6 +215,13 @@ pub(crate) fn assemble_with(
         newest,
         mut warnings,
     } = gather(name, probes, names)?;
+    if let Some(r) = &newest.reshape {
+        return Err(AssembleError::ReshapeInProgress {
+            volume,
+            position_bytes: r.position_bytes,
+            capacity_bytes: newest.tree.capacity(),
+        });
+    }
     check_geometry(&volume, config_tree, &newest.tree, newest.members.len())?;
     let (mut roles, resuming) =
         place_roles(&volume, newest, &records, probes, names, &mut warnings)?;

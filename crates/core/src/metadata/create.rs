@@ -196,6 +196,7 @@ async fn write_record(
         checksums: None,
         scrub: None,
         added_paths: Vec::new(),
+        reshape: None,
     };
     let uuid = new.members[role].uuid;
     m.update(|sb| {

@@ -370,6 +370,7 @@ async fn write_role_record(
         checksums: None,
         scrub: rec.scrub,
         added_paths: rec.added_paths.clone(),
+        reshape: None, // assembly refuses a volume mid-reshape: a running array has none
     };
     let name = p.name().to_string();
     meta.update(move |sb| {

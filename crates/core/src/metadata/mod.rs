@@ -32,6 +32,7 @@ mod readd;
 mod rebuilding;
 mod records;
 mod remove;
+mod reshape;
 mod resync;
 mod scrub;
 mod spare_list;
@@ -48,6 +49,7 @@ pub use io::{read_superblock, write_superblock, Found, SuperblockIoError};
 pub use member_meta::MemberMeta;
 pub use options::{ArrayOptions, OpenReport};
 pub use readd::Readd;
+pub use reshape::{BackupWindow, ReshapeRecord};
 pub use spare_list::forget_added_path_offline;
 pub use spares::{assign_spares, SpareChoice};
 

@@ -201,6 +201,7 @@ mod tests {
             checksums: None,
             scrub: None,
             added_paths: Vec::new(),
+            reshape: None,
         }
     }
 

@@ -3,6 +3,7 @@
 //! `superblock/tree.rs` (the geometry tree); what a checksum cannot prove in
 //! `superblock/validate.rs` (layout in `docs/FORMAT.md`).
 
+use super::reshape::ReshapeRecord;
 use nbraid_layout::Node;
 use std::fmt;
 
@@ -13,11 +14,11 @@ mod wire;
 use super::{MetadataError, MetadataResult};
 
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"NBRAIDSB";
-/// The newest format this reads and writes. A superblock is written as version 2 only when
-/// one of its records lists paths added at run time (see [`VolumeRecord::added_paths`]),
-/// else as version 1, byte for byte as before: readers of version 1 only refuse just the
-/// superblocks they cannot read.
-pub const FORMAT_VERSION: u32 = 2;
+/// The newest format this reads and writes. A superblock is written as version 3 only while
+/// one of its records carries a reshape ([`VolumeRecord::reshape`]), as version 2 when one
+/// lists paths added at run time (see [`VolumeRecord::added_paths`]), else as version 1, byte
+/// for byte as before: older readers refuse just the superblocks they cannot read.
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest format this reads.
 pub const FIRST_FORMAT_VERSION: u32 = 1;
 /// Paths added at run time one volume record lists at most.
@@ -149,6 +150,9 @@ pub struct VolumeRecord {
     /// replace`). The config does not name them, so a restart opens them by these paths.
     /// Recorded from format version 2 on.
     pub added_paths: Vec<String>,
+    /// A reshape in progress (format version 3): the tree the volume moves into and how far
+    /// it got. `tree` is then the old tree, holding the bytes at and above the position.
+    pub reshape: Option<ReshapeRecord>,
 }
 
 /// Where an unfinished scrub stopped: it resumes there after a restart.

@@ -21,6 +21,10 @@ impl Superblock {
                 ("bitmap area", v.bitmap.map(|b| b.area)),
                 ("partial-parity log area", v.ppl),
                 ("checksum area", v.checksums),
+                (
+                    "reshape backup area",
+                    v.reshape.as_ref().and_then(|r| r.backup_area),
+                ),
             ];
             for (what, a) in areas {
                 let Some(a) = a else { continue };
@@ -42,6 +46,10 @@ impl Superblock {
                     past.get_or_insert((m.start, m.len));
                 }
             });
+            if let Some(r) = &v.reshape {
+                let new = r.regions_of(v.role as usize).into_iter();
+                past = past.or(new.into_iter().find(|(s, l)| s + l > member_len));
+            }
             if let Some((start, len)) = past {
                 return Err(invalid(
                     "tree",
@@ -103,10 +111,18 @@ fn check_areas(v: &VolumeRecord) -> MetadataResult<()> {
             regions.push((m.start, m.len));
         }
     });
+    // Mid-reshape, the member's region in the new tree too.
+    if let Some(r) = &v.reshape {
+        regions.extend(r.regions_of(v.role as usize));
+    }
     let areas = [
         ("bitmap area", v.bitmap.map(|b| b.area)),
         ("partial-parity log area", v.ppl),
         ("checksum area", v.checksums),
+        (
+            "reshape backup area",
+            v.reshape.as_ref().and_then(|r| r.backup_area),
+        ),
     ];
     for (what, a) in areas {
         let Some(a) = a else { continue };

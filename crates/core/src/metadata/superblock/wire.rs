@@ -11,7 +11,15 @@ use super::{
     SLOT_BYTES, SUPERBLOCK_MAGIC,
 };
 use crate::metadata::codec::{crc32c, Reader, Writer};
+use crate::metadata::reshape::{BackupWindow, ReshapeRecord};
 use crate::metadata::{MetadataError, MetadataResult};
+
+/// The version that added the list of paths added at run time.
+const ADDED_PATHS_VERSION: u32 = 2;
+/// The version that added the reshape record (written only while a record carries one).
+const RESHAPE_VERSION: u32 = 3;
+/// Reshape flags: bit 0 = the backup holds the window at the position.
+const RESHAPE_BACKED_UP: u64 = 1;
 
 impl Superblock {
     /// Byte offset on the member of the copy this generation is written to.
@@ -23,8 +31,10 @@ impl Superblock {
     pub fn encode(&self) -> MetadataResult<Vec<u8>> {
         let mut w = Writer::default();
         w.bytes(&SUPERBLOCK_MAGIC);
-        let version = if self.volumes.iter().any(|v| !v.added_paths.is_empty()) {
-            FORMAT_VERSION
+        let version = if self.volumes.iter().any(|v| v.reshape.is_some()) {
+            RESHAPE_VERSION
+        } else if self.volumes.iter().any(|v| !v.added_paths.is_empty()) {
+            ADDED_PATHS_VERSION
         } else {
             FIRST_FORMAT_VERSION
         };
@@ -229,8 +239,11 @@ fn encode_volume(w: &mut Writer, v: &VolumeRecord, version: u32) -> MetadataResu
         encode_state(w, m.state);
     }
     encode_node(w, &v.tree);
-    if version >= 2 {
+    if version >= ADDED_PATHS_VERSION {
         encode_added_paths(w, &v.added_paths)?;
+    }
+    if version >= RESHAPE_VERSION {
+        encode_reshape(w, v.reshape.as_ref());
     }
     if let Some(s) = v.scrub {
         w.u64(s.position_bytes);
@@ -261,10 +274,15 @@ fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult
     let checksums = decode_area(&mut r, "checksum area", member_bytes)?;
     let members = decode_members(&mut r, role)?;
     let tree = decode_node(&mut r, members.len(), 0)?;
-    let added_paths = if version >= 2 {
+    let added_paths = if version >= ADDED_PATHS_VERSION {
         decode_added_paths(&mut r)?
     } else {
         Vec::new()
+    };
+    let reshape = if version >= RESHAPE_VERSION {
+        decode_reshape(&mut r, members.len(), member_bytes)?
+    } else {
+        None
     };
     let scrub = decode_scrub(&mut r)?;
     if r.remaining() != 0 {
@@ -273,7 +291,11 @@ fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult
             format!("{} bytes after the tree", r.remaining()),
         ));
     }
-    check_member_uses(&tree, members.len())?;
+    match &reshape {
+        // Mid-reshape, the old tree may leave out the members being added.
+        Some(reshape) => reshape.check(&tree, members.len())?,
+        None => check_member_uses(&tree, members.len())?,
+    }
     let record = VolumeRecord {
         array,
         name,
@@ -287,6 +309,7 @@ fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult
         checksums,
         scrub,
         added_paths,
+        reshape,
     };
     check_limits(&record)?;
     Ok(record)
@@ -404,4 +427,71 @@ fn decode_added_paths(r: &mut Reader) -> MetadataResult<Vec<String>> {
         paths.push(path.to_string());
     }
     Ok(paths)
+}
+
+/// Version 3: a present flag (4: 0 or 1), then the reshape: position (8), flags (8: bit 0
+/// the backup holds the window), the backed-up window's start and length (8 + 8, zero without
+/// one), this member's backup area (8 + 8, zero for none), the new tree.
+fn encode_reshape(w: &mut Writer, reshape: Option<&ReshapeRecord>) {
+    let Some(r) = reshape else {
+        w.u32(0);
+        return;
+    };
+    w.u32(1);
+    w.u64(r.position_bytes);
+    w.u64(if r.backup_window.is_some() {
+        RESHAPE_BACKED_UP
+    } else {
+        0
+    });
+    let window = r
+        .backup_window
+        .map_or((0, 0), |b| (b.start_bytes, b.len_bytes));
+    w.u64(window.0);
+    w.u64(window.1);
+    encode_area(w, r.backup_area);
+    encode_node(w, &r.new_tree);
+}
+
+fn decode_reshape(
+    r: &mut Reader,
+    members: usize,
+    member_bytes: u64,
+) -> MetadataResult<Option<ReshapeRecord>> {
+    match r.u32("reshape present")? {
+        0 => return Ok(None),
+        1 => {}
+        x => return Err(invalid("reshape present", format!("{x} (0 or 1)"))),
+    }
+    let position_bytes = r.u64("reshape position")?;
+    let flags = r.u64("reshape flags")?;
+    if flags & !RESHAPE_BACKED_UP != 0 {
+        return Err(invalid(
+            "reshape flags",
+            format!("{flags:#x} (only bit 0, backed up, is defined)"),
+        ));
+    }
+    let start_bytes = r.u64("reshape backup window start")?;
+    let len_bytes = r.u64("reshape backup window length")?;
+    let backup_window = if flags & RESHAPE_BACKED_UP != 0 {
+        Some(BackupWindow {
+            start_bytes,
+            len_bytes,
+        })
+    } else if (start_bytes, len_bytes) != (0, 0) {
+        return Err(invalid(
+            "reshape backup window",
+            format!("{start_bytes}+{len_bytes} without the backed-up flag"),
+        ));
+    } else {
+        None
+    };
+    let backup_area = decode_area(r, "reshape backup area", member_bytes)?;
+    let new_tree = decode_node(r, members, 0)?;
+    Ok(Some(ReshapeRecord {
+        new_tree,
+        position_bytes,
+        backup_area,
+        backup_window,
+    }))
 }

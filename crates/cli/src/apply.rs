@@ -1,0 +1,235 @@
+//! `nbraid apply CONFIG`: the config is the shape the arrays should have; apply compares it with
+//! what the running daemon's arrays record and prints the plan, per volume, the way `terraform
+//! plan` does — what changes, how much data moves, how long it takes at the volume's rate, the
+//! redundancy during the move — or why a change is not done online. The decision is
+//! `nbraid_assembly::reshape_plan`'s; the records are read as `nbraid check` reads them (plain
+//! reads of the superblock slots, which the daemon keeps current; nothing is written).
+//!
+//! `--yes` would start the planned moves. The reshape pass itself is not in this build yet, so
+//! `--yes` starts nothing and says so (and fails) whenever there is something to move.
+
+use crate::ops::{Client, Target};
+use anyhow::Result;
+use nbraid_assembly::reshape_plan::{outline, Action, Change, Move, MoveKind, VolumePlan};
+use nbraid_config::format_size;
+use nbraid_control::Request;
+use serde_json::json;
+use std::fmt;
+use std::path::Path;
+
+/// The plan printed, and nothing started although `--yes` asked: `.0` is the output.
+#[derive(Debug)]
+pub struct NotStarted(pub String);
+
+impl fmt::Display for NotStarted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "nothing was started: this build plans reshapes but has no reshape pass yet \
+             (the plan above is what it would do)",
+        )
+    }
+}
+
+impl std::error::Error for NotStarted {}
+
+pub fn run(file: &Path, yes: bool, json: bool) -> Result<String> {
+    let config = nbraid_config::load(file)?;
+    let mut daemon = Client::connect(&Target {
+        config: Some(file.to_path_buf()),
+        control: None,
+    })?;
+    let status = daemon.call(&Request::Status { volume: None })?;
+    let served: Vec<&str> = status["volumes"]
+        .as_array()
+        .map(|vs| vs.iter().filter_map(|v| v["name"].as_str()).collect())
+        .unwrap_or_default();
+    let records = crate::records::look(&config);
+    let plans: Vec<(VolumePlan, bool)> = config
+        .volumes
+        .iter()
+        .zip(&records)
+        .map(|(v, r)| {
+            let plan = r.reshape.clone().unwrap_or_else(|| {
+                let now = outline(v.geometry.root());
+                VolumePlan {
+                    volume: v.name.clone(),
+                    from: now.clone(),
+                    to: now,
+                    changes: Vec::new(),
+                    action: if r.state.starts_with("refused") {
+                        Action::Refused {
+                            reason: r.state.clone(),
+                        }
+                    } else {
+                        Action::Unchanged
+                    },
+                }
+            });
+            (plan, served.contains(&v.name.as_str()))
+        })
+        .collect();
+    let moves = plans
+        .iter()
+        .any(|(p, _)| matches!(p.action, Action::Online(_)));
+    let out = if json {
+        let volumes: Vec<_> = plans
+            .iter()
+            .map(|(p, served)| {
+                let mut v = serde_json::to_value(p).expect("a plan serializes");
+                v["served"] = json!(served);
+                v
+            })
+            .collect();
+        format!(
+            "{}\n",
+            serde_json::to_string_pretty(&json!({ "volumes": volumes, "started": false }))?
+        )
+    } else {
+        let mut out = String::new();
+        for (p, served) in &plans {
+            out.push_str(&plan_text(p));
+            if !served {
+                out.push_str("  note: the daemon does not serve this volume\n");
+            }
+        }
+        if moves && !yes {
+            out.push_str(&format!(
+                "\n`nbraid apply {} --yes` would start the moves above (this build has no \
+                 reshape pass yet: it plans only)\n",
+                file.display()
+            ));
+        }
+        out
+    };
+    if yes && moves {
+        return Err(NotStarted(out).into());
+    }
+    Ok(out)
+}
+
+/// One volume's plan for people: a head line, one line per change, then the move or the
+/// refusal.
+pub fn plan_text(p: &VolumePlan) -> String {
+    if p.action == Action::Unchanged {
+        return format!("volume {}: unchanged ({})\n", p.volume, p.from.words());
+    }
+    let mut out = format!(
+        "volume {}: {} → {}\n",
+        p.volume,
+        p.from.words(),
+        p.to.words()
+    );
+    for c in &p.changes {
+        out.push_str(&format!("  ~ {}\n", change_text(c)));
+    }
+    match &p.action {
+        Action::Unchanged => {}
+        Action::Online(m) => out.push_str(&move_text(m)),
+        Action::Refused { reason } => out.push_str(&format!("  refused: {reason}\n")),
+    }
+    out
+}
+
+fn change_text(c: &Change) -> String {
+    match c {
+        Change::Members { from, to } => format!("members {from} → {to}"),
+        Change::Level { from, to } => format!("level {from} → {to}"),
+        Change::Strip {
+            from_bytes,
+            to_bytes,
+        } => format!(
+            "strip {} → {}",
+            format_size(*from_bytes),
+            format_size(*to_bytes)
+        ),
+        Change::Size {
+            from_bytes,
+            to_bytes,
+        } => format!(
+            "size {} → {}",
+            format_size(*from_bytes),
+            format_size(*to_bytes)
+        ),
+    }
+}
+
+fn move_text(m: &Move) -> String {
+    let what = match m.kind {
+        MoveKind::Restripe => "restripe online: every byte copied into the new shape",
+        MoveKind::Append => "grow online: the data stays in place, the new space is synced",
+        MoveKind::Copy => "new copies rebuilt online",
+    };
+    let time = match m.seconds_at_rate {
+        Some(s) => format!(
+            "{} at {}/s",
+            duration_text(s),
+            format_size(m.rate_bytes_per_s)
+        ),
+        None => "at full speed (no rebuild_rate set)".into(),
+    };
+    let losses = |n: usize| {
+        if n == 1 {
+            "1 member loss".to_string()
+        } else {
+            format!("{n} member losses")
+        }
+    };
+    format!(
+        "  {what}\n  {} walked, {} written to members, {time}\n  redundancy: survives {} during the move, {} after\n",
+        format_size(m.walked_bytes),
+        format_size(m.written_bytes),
+        losses(m.tolerance_during),
+        losses(m.tolerance_after),
+    )
+}
+
+/// `2 h 05 min`, `3 min 20 s`, `12 s`.
+fn duration_text(seconds: u64) -> String {
+    match seconds {
+        s if s >= 3600 => format!("{} h {:02} min", s / 3600, s % 3600 / 60),
+        s if s >= 60 => format!("{} min {:02} s", s / 60, s % 60),
+        s => format!("{s} s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nbraid_assembly::reshape_plan::plan;
+    use nbraid_layout::{Level, ParityLayout, Region, Shape};
+
+    fn raid(level: Level, members: usize) -> nbraid_layout::Node {
+        Shape::new(level, members, None, 64 << 10, ParityLayout::default())
+            .unwrap()
+            .build(&vec![
+                Region {
+                    start: 1 << 20,
+                    len: 64 << 20
+                };
+                members
+            ])
+            .unwrap()
+    }
+
+    #[test]
+    fn a_plan_reads_as_what_changes_and_what_it_costs() {
+        let p = plan(
+            "db",
+            &raid(Level::Raid5, 3),
+            &raid(Level::Raid6, 5),
+            4 << 20,
+        );
+        assert_eq!(
+            plan_text(&p),
+            "volume db: raid5 of 3 members, strip 64 KiB → raid6 of 5 members, strip 64 KiB\n  \
+             ~ members 3 → 5\n  ~ level raid5 → raid6\n  ~ size 128 MiB → 192 MiB\n  \
+             restripe online: every byte copied into the new shape\n  \
+             128 MiB walked, 213.33 MiB written to members, 32 s at 4 MiB/s\n  \
+             redundancy: survives 1 member loss during the move, 2 member losses after\n"
+        );
+        let p = plan("db", &raid(Level::Raid6, 5), &raid(Level::Raid6, 4), 0);
+        assert!(plan_text(&p).contains("  refused: the config names 4 members"));
+        assert_eq!(duration_text(7500), "2 h 05 min");
+        assert_eq!(duration_text(200), "3 min 20 s");
+    }
+}
