@@ -449,7 +449,8 @@ impl Reader<'_> {
         let (k, strip) = (self.stripes.chunks.k, self.stripes.chunks.strip);
         self.stripes
             .assert_locked(stripe, "a degraded read folding its chunks");
-        let base = self.stripes.chunks.layout.chunk_offset(stripe);
+        // One reader at a time rebuilds the stripe; the next finds what it kept.
+        let _claim = self.stripes.recent.claim(stripe).await;
         let Kept { mut rows, fold } = self.stripes.recent.take(stripe).unwrap_or(Kept {
             rows: vec![None; k],
             fold: None,
@@ -460,52 +461,8 @@ impl Reader<'_> {
         let (metas, mut bufs): (Vec<ParityPiece>, Vec<Option<Buf>>) =
             pieces.into_iter().map(|(p, b)| (p, Some(b))).unzip();
         let wants_x = rows[x].is_none() && metas.iter().any(|p| p.data_index == x);
-        // Reads: (source, the piece a whole-chunk read fills, else `None`: kept in `rows`).
-        let mut reads: Vec<(Source, Option<usize>, Buf)> = Vec::new();
-        for (j, p) in metas.iter().enumerate() {
-            let i = p.data_index;
-            if i == x || rows[i].is_some() {
-                continue;
-            }
-            if p.in_chunk == 0 && p.len == strip {
-                let b = bufs[j].take().expect("each piece once");
-                reads.push((Source::Data(i), Some(j), b));
-            } else if !reads.iter().any(|r| r.0 == Source::Data(i)) {
-                reads.push((Source::Data(i), None, Buf::new(strip as usize)));
-            }
-        }
-        if wants_x {
-            // Kept chunks fold without a read.
-            let kept: Vec<(Source, &[u8])> = (0..k)
-                .filter(|&i| i != x)
-                .filter_map(|i| rows[i].as_ref().map(|r| (Source::Data(i), &r[..])))
-                .collect();
-            fold.absorb(&kept);
-            for s in fold.missing() {
-                if !reads.iter().any(|r| r.0 == s) {
-                    reads.push((s, None, Buf::new(strip as usize)));
-                }
-            }
-        }
-        let child = |s: Source| match s {
-            Source::Data(i) => roles.data[i],
-            Source::P => roles.p,
-        };
-        let meta: Vec<(Source, Option<usize>)> = reads.iter().map(|r| (r.0, r.1)).collect();
-        let results = join_all(
-            reads
-                .into_iter()
-                .map(|(s, _, b)| self.stripes.chunks.children[child(s)].read(base, b)),
-        )
-        .await;
-        let mut got: Vec<(Source, Option<usize>, Buf)> = Vec::with_capacity(meta.len());
-        let mut failed = false;
-        for ((s, j), r) in meta.into_iter().zip(results) {
-            match r {
-                Ok(b) => got.push((s, j, b)),
-                Err(_) => failed = true,
-            }
-        }
+        let reads = fold_reads(&metas, &mut bufs, &rows, &mut fold, wants_x, strip);
+        let (got, failed) = self.read_sources(stripe, roles, reads).await;
         if failed {
             // The general path reads again, names the errors and repairs; nothing is kept.
             for (_, j, b) in got {
@@ -554,6 +511,37 @@ impl Reader<'_> {
         }
         let out = bufs.into_iter().map(|b| b.expect("filled")).collect();
         Ok((out, Vec::new()))
+    }
+
+    /// Issues a fold's reads of whole chunks of `stripe` concurrently: those that succeeded,
+    /// and whether any failed.
+    async fn read_sources(
+        &self,
+        stripe: u64,
+        roles: &StripeRoles,
+        reads: Vec<(Source, Option<usize>, Buf)>,
+    ) -> (Vec<(Source, Option<usize>, Buf)>, bool) {
+        let base = self.stripes.chunks.layout.chunk_offset(stripe);
+        let child = |s: Source| match s {
+            Source::Data(i) => roles.data[i],
+            Source::P => roles.p,
+        };
+        let meta: Vec<(Source, Option<usize>)> = reads.iter().map(|r| (r.0, r.1)).collect();
+        let results = join_all(
+            reads
+                .into_iter()
+                .map(|(s, _, b)| self.stripes.chunks.children[child(s)].read(base, b)),
+        )
+        .await;
+        let mut got = Vec::with_capacity(meta.len());
+        let mut failed = false;
+        for ((s, j), r) in meta.into_iter().zip(results) {
+            match r {
+                Ok(b) => got.push((s, j, b)),
+                Err(_) => failed = true,
+            }
+        }
+        (got, failed)
     }
 
     /// Reads the pieces of one stripe (any lost chunks rebuilt), filling their buffers.
@@ -683,6 +671,47 @@ enum Gathered {
 /// Whether a data chunk of the stripe (not only a parity chunk) is among the `lost` children.
 fn data_lost(roles: &StripeRoles, lost: &[bool]) -> bool {
     (0..lost.len()).any(|c| lost[c] && roles.data_index_of(c).is_some())
+}
+
+/// The whole-chunk reads of a [`Reader::read_folding`]: (source, the piece it fills when the
+/// piece is that whole chunk, else `None`: kept in `rows`). Pieces of kept chunks read
+/// nothing; when the request wants the lost chunk (`wants_x`), the kept chunks are folded
+/// and every source the fold still misses is read.
+fn fold_reads(
+    metas: &[ParityPiece],
+    bufs: &mut [Option<Buf>],
+    rows: &[Option<SharedBuf>],
+    fold: &mut Fold,
+    wants_x: bool,
+    strip: u64,
+) -> Vec<(Source, Option<usize>, Buf)> {
+    let x = fold.lost();
+    let mut reads: Vec<(Source, Option<usize>, Buf)> = Vec::new();
+    for (j, p) in metas.iter().enumerate() {
+        let i = p.data_index;
+        if i == x || rows[i].is_some() {
+            continue;
+        }
+        if p.in_chunk == 0 && p.len == strip {
+            let b = bufs[j].take().expect("each piece once");
+            reads.push((Source::Data(i), Some(j), b));
+        } else if !reads.iter().any(|r| r.0 == Source::Data(i)) {
+            reads.push((Source::Data(i), None, Buf::new(strip as usize)));
+        }
+    }
+    if wants_x {
+        let kept: Vec<(Source, &[u8])> = (0..rows.len())
+            .filter(|&i| i != x)
+            .filter_map(|i| rows[i].as_ref().map(|r| (Source::Data(i), &r[..])))
+            .collect();
+        fold.absorb(&kept);
+        for s in fold.missing() {
+            if !reads.iter().any(|r| r.0 == s) {
+                reads.push((s, None, Buf::new(strip as usize)));
+            }
+        }
+    }
+    reads
 }
 
 /// Whether a stripe can be read by folding ([`Reader::read_folding`]): one data chunk lost,

@@ -8,11 +8,16 @@
 
 use crate::buf::{Buf, SharedBuf};
 use crate::parity;
+use crate::range_lock::{RangeGuard, RangeLock};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 
-/// Recently rebuilt stripes kept at most (rebuilt rows and folds together).
+/// Stripes kept at least, whatever their size (rebuilt rows and folds together).
 pub(super) const RECENT_STRIPES: usize = 4;
+/// Bytes of rows kept at most beyond [`RECENT_STRIPES`] stripes: the requests in flight of a
+/// sequential degraded read (a queue of 1 MiB requests spans several stripes) each find
+/// their stripe kept.
+pub(super) const RECENT_BYTES: usize = 32 << 20;
 
 /// What is kept of one stripe.
 pub(super) struct Kept {
@@ -20,6 +25,14 @@ pub(super) struct Kept {
     pub rows: Vec<Option<SharedBuf>>,
     /// The lost chunk partly rebuilt, when it is not among `rows` yet.
     pub fold: Option<Fold>,
+}
+
+impl Kept {
+    /// Bytes of rows it holds.
+    fn bytes(&self) -> usize {
+        self.rows.iter().flatten().map(|r| r.len()).sum::<usize>()
+            + self.fold.as_ref().map_or(0, Fold::bytes)
+    }
 }
 
 struct RecentStripe {
@@ -33,6 +46,10 @@ struct RecentStripe {
 #[derive(Default)]
 pub(super) struct RecentStripes {
     kept: Mutex<VecDeque<RecentStripe>>,
+    /// Over stripe numbers: held by the one reader rebuilding a stripe's lost chunk, so
+    /// concurrent readers of the stripe wait for what it keeps instead of reading the
+    /// stripe again.
+    claims: RangeLock,
 }
 
 impl RecentStripes {
@@ -59,10 +76,18 @@ impl RecentStripes {
     pub fn put_kept(&self, stripe: u64, what: Kept) {
         let mut kept = self.kept.lock();
         kept.retain(|r| r.stripe != stripe);
-        if kept.len() >= RECENT_STRIPES {
-            kept.pop_front();
-        }
         kept.push_back(RecentStripe { stripe, kept: what });
+        let mut bytes: usize = kept.iter().map(|r| r.kept.bytes()).sum();
+        while kept.len() > RECENT_STRIPES && bytes > RECENT_BYTES {
+            let old = kept.pop_front().expect("more than the minimum kept");
+            bytes -= old.kept.bytes();
+        }
+    }
+
+    /// Waits until no other reader rebuilds `stripe`'s lost chunk and claims it: the
+    /// guard's holder takes what is kept of the stripe and puts it back grown.
+    pub async fn claim(&self, stripe: u64) -> RangeGuard<'_> {
+        self.claims.lock(stripe, 1, true).await
     }
 
     /// Forgets a rebuilt stripe (its data is about to change).
@@ -136,6 +161,10 @@ impl Fold {
 
     pub fn is_empty(&self) -> bool {
         self.acc.is_none()
+    }
+
+    fn bytes(&self) -> usize {
+        self.acc.as_ref().map_or(0, |a| a.len())
     }
 
     /// Folds whole chunks in (one kernel pass over the accumulator and all of them); a
@@ -247,12 +276,20 @@ mod tests {
         let k = r.take(3).expect("kept");
         assert!(k.fold.is_some_and(|f| f.lost() == 1));
         assert!(r.take(3).is_none(), "taken out");
+        // Small stripes: more than the minimum stay while they fit the byte bound.
         r.put(3, vec![None; 4]);
-        for s in 10..10 + RECENT_STRIPES as u64 {
+        for s in 10..10 + 2 * RECENT_STRIPES as u64 {
             r.put(s, vec![None; 4]);
         }
+        assert!(r.get(3).is_some(), "no bytes, nothing dropped");
+        // Large ones: the oldest go once the bound is passed, down to the minimum.
+        let half = Buf::new(RECENT_BYTES / 2).freeze();
+        for s in 20..20 + RECENT_STRIPES as u64 {
+            r.put(s, vec![Some(half.clone()), None, None, None]);
+        }
         assert!(r.get(3).is_none(), "the oldest dropped");
-        r.forget_range(10..12);
-        assert!(r.get(11).is_none() && r.get(12).is_some());
+        assert!((20..20 + RECENT_STRIPES as u64).all(|s| r.get(s).is_some()));
+        r.forget_range(20..22);
+        assert!(r.get(21).is_none() && r.get(22).is_some());
     }
 }
