@@ -361,7 +361,11 @@ impl Reader<'_> {
         if force.is_none() {
             if let Some(rows) = self.stripes.recent.get(stripe) {
                 if pieces.iter().all(|(p, _)| rows[p.data_index].is_some()) {
-                    return Ok((copy_pieces(&rows, pieces), Vec::new()));
+                    let ended =
+                        ended_chunks(pieces.iter().map(|(p, _)| p), self.stripes.chunks.strip);
+                    let out = copy_pieces(&rows, pieces);
+                    self.stripes.recent.consumed(stripe, &ended);
+                    return Ok((out, Vec::new()));
                 }
             }
             let whole = pieces.len() == self.stripes.chunks.k
@@ -504,6 +508,10 @@ impl Reader<'_> {
             let src = rows[p.data_index].as_ref().expect("kept, read or rebuilt");
             let b = b.as_mut().expect("the caller's buffer");
             b.copy_from_slice(&src[at..at + p.len as usize]);
+            if p.in_chunk + p.len == strip {
+                // Read to its end: a sequential reader wants it no more.
+                rows[p.data_index] = None;
+            }
         }
         let fold = (!fold.is_empty()).then_some(fold);
         if fold.is_some() || rows.iter().any(Option::is_some) {
@@ -712,6 +720,14 @@ fn fold_reads(
         }
     }
     reads
+}
+
+/// Data indices of the chunks `pieces` read to their end.
+fn ended_chunks<'a>(pieces: impl Iterator<Item = &'a ParityPiece>, strip: u64) -> Vec<usize> {
+    pieces
+        .filter(|p| p.in_chunk + p.len == strip)
+        .map(|p| p.data_index)
+        .collect()
 }
 
 /// Whether a stripe can be read by folding ([`Reader::read_folding`]): one data chunk lost,

@@ -61,6 +61,23 @@ impl RecentStripes {
             .map(|r| r.kept.rows.clone())
     }
 
+    /// Lets go of kept chunks of `stripe` a reader has read to their end (`ended`, by data
+    /// index): a sequential reader wants them no more, and their buffers go back to the
+    /// pool while still in the cache. The stripe is forgotten once nothing of it is kept.
+    pub fn consumed(&self, stripe: u64, ended: &[usize]) {
+        let mut kept = self.kept.lock();
+        let Some(at) = kept.iter().position(|r| r.stripe == stripe) else {
+            return;
+        };
+        let k = &mut kept[at].kept;
+        for &i in ended {
+            k.rows[i] = None;
+        }
+        if k.fold.is_none() && k.rows.iter().all(Option::is_none) {
+            kept.remove(at);
+        }
+    }
+
     pub fn put(&self, stripe: u64, rows: Vec<Option<SharedBuf>>) {
         self.put_kept(stripe, Kept { rows, fold: None });
     }
@@ -289,7 +306,15 @@ mod tests {
         }
         assert!(r.get(3).is_none(), "the oldest dropped");
         assert!((20..20 + RECENT_STRIPES as u64).all(|s| r.get(s).is_some()));
+        // Chunks read to their end are let go; the stripe with them.
+        r.consumed(22, &[0]);
+        assert!(r.get(22).is_none(), "nothing left of it");
+        r.put(23, vec![Some(half.clone()), Some(half.clone()), None, None]);
+        r.consumed(23, &[1]);
+        assert!(r
+            .get(23)
+            .is_some_and(|rows| rows[0].is_some() && rows[1].is_none()));
         r.forget_range(20..22);
-        assert!(r.get(21).is_none() && r.get(22).is_some());
+        assert!(r.get(21).is_none() && r.get(23).is_some());
     }
 }
