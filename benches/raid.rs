@@ -25,6 +25,9 @@
 //! ```sh
 //! NBRAID_BENCH_CLOCK=cpu NBRAID_BENCH_WORK="seq-read 1M" cargo bench -p nbraid-benches --bench raid
 //! ```
+//! `NBRAID_BENCH_PAYLOAD=fresh` writes each write's payload just before issuing it (as an NBD
+//! payload arrives from the socket, hot in the cache); by default the payload buffers are
+//! filled once, so parity generation reads them from memory.
 
 use nbraid_benches::{cpu_seconds, drive, fill, Load};
 use nbraid_core::{CacheMode, Member, MemoryMember, Volume, VolumeOptions};
@@ -136,6 +139,7 @@ fn run(s: &Setup, work: Work, qd: usize, secs: f64, cpu: bool) -> (u64, u64, f64
         ),
         span: DATA,
         flush_at_end: true,
+        fresh_payload: std::env::var("NBRAID_BENCH_PAYLOAD").is_ok_and(|p| p == "fresh"),
     };
     let cpu0 = cpu_seconds();
     let (bytes, ops, wall) = drive(v, load, secs);
