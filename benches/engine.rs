@@ -181,6 +181,7 @@ fn run(v: &Volume, work: Work, bs: u64, qd: usize, secs: f64) -> (u64, u64, f64)
         write: matches!(work, Work::SeqWrite | Work::RandWrite),
         span: DATA,
         flush_at_end: false,
+        fresh_payload: false,
     };
     drive(v, load, secs)
 }

@@ -24,6 +24,10 @@ pub struct Load {
     pub span: u64,
     /// Flush once at the end (so a write-back cache's work is counted).
     pub flush_at_end: bool,
+    /// Write each write's payload afresh just before it is issued (counted in the time), as
+    /// an NBD payload lands in the buffer from the socket: the engine then meets it in the
+    /// cache, not in memory untouched since the cell began.
+    pub fresh_payload: bool,
 }
 
 /// Runs `load` on `volume` for about `secs`; returns (bytes, ops, seconds).
@@ -60,7 +64,10 @@ pub fn drive(volume: &Volume, load: Load, secs: f64) -> (u64, u64, f64) {
         loop {
             while inflight.len() < load.depth && start.elapsed() < deadline {
                 let off = offset();
-                let buf = spare.pop().expect("one buffer per slot");
+                let mut buf = spare.pop().expect("one buffer per slot");
+                if load.write && load.fresh_payload {
+                    buf.fill(off as u8 | 1);
+                }
                 inflight.push(async move {
                     if load.write {
                         volume.write(off, buf, false).await
@@ -83,6 +90,20 @@ pub fn drive(volume: &Volume, load: Load, secs: f64) -> (u64, u64, f64) {
         }
     });
     (bytes, ops, start.elapsed().as_secs_f64())
+}
+
+/// CPU seconds this process has used (every thread): with memory members a cell's work is
+/// all CPU, and its CPU time is disturbed less than its wall time by other work on the
+/// machine.
+pub fn cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 /// Writes `byte` over the first `span` bytes of `volume` and flushes, so reads hit real data.

@@ -18,8 +18,18 @@
 //! Each cell is measured `samples` times, interleaved across configurations, keeping the
 //! median (other work on the machine then hits every configuration alike). Write cells end
 //! with a FLUSH, counted in their time (it destages what the cache still holds).
+//!
+//! `NBRAID_BENCH_CLOCK=cpu` divides by the process's CPU time instead of the wall time:
+//! memory members make every cell pure CPU work, and on a machine shared with other work
+//! CPU time per byte moves much less than wall time (the ratios compare the same cost).
+//! ```sh
+//! NBRAID_BENCH_CLOCK=cpu NBRAID_BENCH_WORK="seq-read 1M" cargo bench -p nbraid-benches --bench raid
+//! ```
+//! `NBRAID_BENCH_PAYLOAD=fresh` writes each write's payload just before issuing it (as an NBD
+//! payload arrives from the socket, hot in the cache); by default the payload buffers are
+//! filled once, so parity generation reads them from memory.
 
-use nbraid_benches::{drive, fill, Load};
+use nbraid_benches::{cpu_seconds, drive, fill, Load};
 use nbraid_core::{CacheMode, Member, MemoryMember, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Level, ParityLayout, Region, Shape};
 use std::sync::Arc;
@@ -106,8 +116,8 @@ fn build(level: Level, n: usize) -> Setup {
     }
 }
 
-/// Runs one cell for about `secs`; returns (bytes, ops, seconds).
-fn run(s: &Setup, work: Work, qd: usize, secs: f64) -> (u64, u64, f64) {
+/// Runs one cell for about `secs`; returns (bytes, ops, seconds: wall, or CPU with `cpu`).
+fn run(s: &Setup, work: Work, qd: usize, secs: f64, cpu: bool) -> (u64, u64, f64) {
     let bs = match work {
         Work::SeqWriteFull | Work::SeqReadFull | Work::DegradedSeqReadFull => {
             s.width * MIB.div_ceil(s.width)
@@ -129,8 +139,11 @@ fn run(s: &Setup, work: Work, qd: usize, secs: f64) -> (u64, u64, f64) {
         ),
         span: DATA,
         flush_at_end: true,
+        fresh_payload: std::env::var("NBRAID_BENCH_PAYLOAD").is_ok_and(|p| p == "fresh"),
     };
-    drive(v, load, secs)
+    let cpu0 = cpu_seconds();
+    let (bytes, ops, wall) = drive(v, load, secs);
+    (bytes, ops, if cpu { cpu_seconds() - cpu0 } else { wall })
 }
 
 /// (MB/s, IOPS) of one cell; `results[config][work]`.
@@ -138,7 +151,7 @@ type Results = Vec<Vec<(f64, f64)>>;
 
 /// Every workload (those whose name contains `only`, if given) on every setup, `samples`
 /// times interleaved across setups, keeping the median by MB/s.
-fn measure(setups: &[Setup], samples: usize, secs: f64, only: Option<&str>) -> Results {
+fn measure(setups: &[Setup], samples: usize, secs: f64, only: Option<&str>, cpu: bool) -> Results {
     let mut results = vec![vec![(0.0f64, 0.0f64); WORKS.len()]; setups.len()];
     for (wi, &(work, name, qd)) in WORKS.iter().enumerate() {
         if only.is_some_and(|w| !name.contains(w)) {
@@ -158,7 +171,7 @@ fn measure(setups: &[Setup], samples: usize, secs: f64, only: Option<&str>) -> R
                 if degraded && s.level == Level::Raid0 {
                     continue;
                 }
-                let (bytes, ops, t) = run(s, work, qd, secs);
+                let (bytes, ops, t) = run(s, work, qd, secs, cpu);
                 samples_of[ci].push((bytes as f64 / t / 1e6, ops as f64 / t));
             }
         }
@@ -266,7 +279,13 @@ fn main() {
             setups.push(s);
         }
     }
-    let results = measure(&setups, samples, secs, only.as_deref());
+    let cpu = std::env::var("NBRAID_BENCH_CLOCK").is_ok_and(|c| c == "cpu");
+    if cpu {
+        println!(
+            "rates per CPU second of the process (NBRAID_BENCH_CLOCK=cpu), not per wall second"
+        );
+    }
+    let results = measure(&setups, samples, secs, only.as_deref(), cpu);
     print_results(&setups, &results);
     print_ratios(&setups, &results);
 }

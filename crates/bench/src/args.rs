@@ -36,6 +36,14 @@ pub struct BenchArgs {
     /// writes over whatever the volume holds). Read workloads need no flag.
     #[arg(long, requires = "volume")]
     pub destroy_data: bool,
+    /// Fail this member of the --volume before the run (its config id, or its role number
+    /// 0..N−1; repeatable), so the cells measure the volume degraded as after `nbraid fail`:
+    /// reads of its chunks are rebuilt from parity or served by another copy. Refused beyond
+    /// the volume's tolerance. On files or devices the failure is recorded in the
+    /// superblocks, as `nbraid fail` records it (add the member back to rebuild it); memory
+    /// members forget it with the run.
+    #[arg(long, value_name = "MEMBER", requires = "volume")]
+    pub fail_member: Vec<String>,
     /// An NBD server's export (nbd://host[:port]/name, nbd+unix:///name?socket=PATH);
     /// repeatable: the targets run cell by cell in turn, with a ratio column against the first.
     #[arg(long, value_name = "URI")]

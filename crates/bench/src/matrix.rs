@@ -73,7 +73,15 @@ fn open(
                 targets.push(Box::new(sim::single(&s.shape, m, a.verify)?));
             }
             let config = s.config.as_ref().context("the config is read for --sim")?;
-            targets.push(Box::new(sim::config_volume(config, v, m, a.verify)?))
+            let t = sim::config_volume(config, v, m, a.verify)?;
+            let volume = target::find_volume(config, &config.file, v)?;
+            let ids: Vec<String> = volume
+                .members
+                .iter()
+                .map(|&i| config.members[i].id.clone())
+                .collect();
+            target::degrade(t.volume(), &ids, &a.fail_member, v)?;
+            targets.push(Box::new(t))
         }
         (Some(f), Some(v), None) => {
             // Refused or said before the volume is opened, as mkfs says it.
@@ -81,7 +89,7 @@ fn open(
             if let Some(note) = note {
                 eprintln!("{note}");
             }
-            targets.push(Box::new(target::config_volume(f, v)?))
+            targets.push(Box::new(target::config_volume(f, v, &a.fail_member)?))
         }
         (_, None, Some(m)) => {
             if a.vs_single {

@@ -59,6 +59,48 @@ impl VolumeTarget {
         self.name = name;
         self
     }
+
+    pub fn volume(&self) -> &Volume {
+        &self.volume
+    }
+}
+
+/// Fails the members `fail` names before a run (`--fail-member`): a config member id (`ids`
+/// holds them by role) or a role number. Refused, failing none, when the volume would not
+/// survive them all (with the members already failed).
+pub fn degrade(volume: &Volume, ids: &[String], fail: &[String], name: &str) -> Result<()> {
+    let mut roles = Vec::with_capacity(fail.len());
+    for f in fail {
+        let role = match ids.iter().position(|id| id == f) {
+            Some(r) => r,
+            None => match f.parse::<usize>() {
+                Ok(r) if r < ids.len() => r,
+                _ => bail!(
+                    "--fail-member {f}: volume {name}'s members are {} (or roles 0..{})",
+                    ids.join(", "),
+                    ids.len().saturating_sub(1)
+                ),
+            },
+        };
+        roles.push(role);
+    }
+    let failed: Vec<usize> = (0..volume.member_count())
+        .filter(|&m| roles.contains(&m) || !volume.member_is_current(m))
+        .collect();
+    if !volume.geometry().survives(&failed) {
+        bail!(
+            "--fail-member {}: volume {name} would not survive members {failed:?} failed (beyond its tolerance)",
+            fail.join(",")
+        );
+    }
+    for r in roles {
+        volume.fail_member(r, "failed by nbraid bench --fail-member");
+        eprintln!(
+            "nbraid bench: volume {name}: member {} (role {r}) failed: the run measures it degraded",
+            ids.get(r).map_or("?", |s| s.as_str())
+        );
+    }
+    Ok(())
 }
 
 impl Target for VolumeTarget {
@@ -198,10 +240,12 @@ impl Target for ArrayTarget {
 /// it (`create = "auto"` over new or blank members, as `nbraid create` does). Members are
 /// held exclusively, so a daemon serving them is refused. What an unclean stop left to
 /// resync is resynced before the bench starts, so it measures the volume, not the resync.
-pub fn config_volume(file: &Path, name: &str) -> Result<ArrayTarget> {
+/// The members `fail` names are failed then ([`degrade`]).
+pub fn config_volume(file: &Path, name: &str, fail: &[String]) -> Result<ArrayTarget> {
     let config = nbraid_config::load(file)?;
     let v = find_volume(&config, file, name)?;
     let a = futures::executor::block_on(assemble_volume(&config, v))?;
+    degrade(a.array.volume(), &a.members, fail, name)?;
     Ok(ArrayTarget {
         name: name.to_string(),
         array: a.array,

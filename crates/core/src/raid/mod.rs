@@ -8,7 +8,8 @@
 //! - `Stripes` (this file) — what every path shares: `Chunks` (`chunks.rs`: the children and
 //!   the geometry, immutable), the stripe locks, `StripeHealth` (`sync.rs`: which stripes'
 //!   parity is known in sync, which stale), `RecentStripes` (`recent.rs`: stripes a degraded
-//!   read rebuilt, kept a while) and the group's partial-parity log (`crate::ppl::GroupLog`).
+//!   read rebuilt or is rebuilding across requests, kept a while) and the group's
+//!   partial-parity log (`crate::ppl::GroupLog`).
 //! - `cache.rs` — the write-back stripe cache (entries, pins, the bound) and `Destager`, which
 //!   writes stripes over it (destage, eviction, drain).
 //! - `join.rs` — the write-through joiner: bytes left on a stripe for the next writer.
@@ -35,9 +36,10 @@
 //! # Path of one degraded read
 //! `ParityNode::read` → `ParityCore::read` (`requests.rs`: shared stripe lock, cache overlay)
 //! → `Reader::read_members` (`read.rs`: healthy runs straight through `node/fanout.rs`; a lost
-//! piece's stripe through `read_stripe_pieces`, kept in `recent.rs`) → `read_rows_ex` (decide
-//! the recovery, read what it needs, rebuild rows in place) → `Reader::repair` of chunks that
-//! returned errors.
+//! piece's stripe through `read_folding` when P rebuilds its one lost data chunk — the
+//! request's chunks folded into it, `recent.rs` — else `read_stripe_pieces`) → `read_rows_ex`
+//! (decide the recovery, read what it needs, rebuild rows in place) → `Reader::repair` of
+//! chunks that returned errors.
 //!
 //! # Ordering
 //! Requests lock the stripes they touch in a fair range lock over stripe numbers (see
