@@ -69,6 +69,26 @@ impl Band {
     fn tail_at(&self) -> Option<u64> {
         self.written.then_some(self.first_seq)
     }
+
+    /// Its share of the sets [`Bands`] keeps (copied around a change: cloning the band
+    /// would allocate).
+    fn class(&self) -> Class {
+        Class {
+            tail_at: self.tail_at(),
+            done: self.done(),
+            stale: self.stale(),
+            busy: self.busy(),
+        }
+    }
+}
+
+/// What of a band the sets of [`Bands`] count.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Class {
+    tail_at: Option<u64>,
+    done: bool,
+    stale: bool,
+    busy: bool,
 }
 
 /// The live bands, with the sets a round asks about kept in step with every change.
@@ -105,10 +125,12 @@ impl Bands {
     /// Changes band `key` with `f`, if live.
     pub(super) fn update<R>(&mut self, key: Key, f: impl FnOnce(&mut Band) -> R) -> Option<R> {
         let band = self.map.get_mut(&key)?;
-        let before = band.clone();
+        let before = band.class();
         let r = f(band);
-        let after = band.clone();
-        self.account(key, Some(&before), Some(&after));
+        let after = band.class();
+        if before != after {
+            self.account(key, Some(before), Some(after));
+        }
         Some(r)
     }
 
@@ -121,7 +143,7 @@ impl Bands {
     ) {
         if !self.map.contains_key(&key) {
             let band = new();
-            self.account(key, None, Some(&band));
+            self.account(key, None, Some(band.class()));
             self.map.insert(key, band);
         }
         self.update(key, f);
@@ -130,7 +152,7 @@ impl Bands {
     /// Takes band `key` out of the live set.
     pub(super) fn remove(&mut self, key: &Key) -> Option<Band> {
         let band = self.map.remove(key)?;
-        self.account(*key, Some(&band), None);
+        self.account(*key, Some(band.class()), None);
         Some(band)
     }
 
@@ -166,33 +188,33 @@ impl Bands {
     }
 
     /// Moves band `key`'s share of the sets from what it was (`None`: not live) to what it is.
-    fn account(&mut self, key: Key, before: Option<&Band>, after: Option<&Band>) {
+    fn account(&mut self, key: Key, before: Option<Class>, after: Option<Class>) {
         if let Some(b) = before {
-            if let Some(seq) = b.tail_at() {
+            if let Some(seq) = b.tail_at {
                 let had = self.firsts.remove(&(seq, key));
                 debug_assert!(had, "a written band's first entry is in the tail set");
             }
-            if b.done() {
+            if b.done {
                 self.done.remove(&key);
             }
-            if b.stale() {
+            if b.stale {
                 self.stale.remove(&key);
             }
-            if b.busy() {
+            if b.busy {
                 self.busy -= 1;
             }
         }
         if let Some(b) = after {
-            if let Some(seq) = b.tail_at() {
+            if let Some(seq) = b.tail_at {
                 self.firsts.insert((seq, key));
             }
-            if b.done() {
+            if b.done {
                 self.done.insert(key);
             }
-            if b.stale() {
+            if b.stale {
                 self.stale.insert(key);
             }
-            if b.busy() {
+            if b.busy {
                 self.busy += 1;
             }
         }
@@ -336,7 +358,10 @@ mod tests {
         assert_eq!(bands.tail(), Some(3));
         bands.remove(&(1, 0));
         assert_eq!(bands.tail(), Some(5));
-        assert!(!bands.any_done() && bands.any_busy(), "its entry in a round in flight");
+        assert!(
+            !bands.any_done() && bands.any_busy(),
+            "its entry in a round in flight"
+        );
         bands.update((0, 0), |b| b.durable = true);
         assert!(bands.any_busy(), "its member writes in flight");
         bands.update((0, 0), |b| b.inflight -= 1);
