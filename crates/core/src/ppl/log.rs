@@ -17,8 +17,10 @@ use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+mod bands;
 mod masks;
 mod rounds;
+use bands::{Band, Bands, Key};
 use masks::{band_masks, covered, needs_no_flush, same_chunk_runs};
 pub(crate) use rounds::LogFailed;
 
@@ -71,45 +73,6 @@ impl LiveBatch {
     }
 }
 
-/// A band with a write whose entry or member writes may not be durable yet. One write at a
-/// time: a write to a live band waits until it settles — or, once the earlier write is done,
-/// goes on without the flush where its entry covers that write's flux (`needs_no_flush`; see
-/// [`GroupLog::prepare`]).
-struct Band {
-    /// The first entry since the band went live: older ones are settled.
-    first_seq: u64,
-    seq: u64,
-    /// The newest entry is on its rings.
-    durable: bool,
-    /// A round has taken one of the band's entries (it counts for the tail from then on).
-    written: bool,
-    /// Writes of the band in flight.
-    inflight: u32,
-    /// Per member of the group: its completed-writes count when the band's last write ended.
-    need: Vec<u64>,
-    /// Per data chunk, the sectors written since the band went live (not known durable).
-    dirty: Vec<u8>,
-    /// Writes logged since the band went live: at 1, `dirty` is one write's, whose chunks
-    /// become guaranteed together (`needs_no_flush`).
-    writes: u32,
-}
-
-impl Band {
-    /// A band going live with entry `seq`, nothing logged in it yet.
-    fn live(seq: u64, need: Vec<u64>, k: usize) -> Band {
-        Band {
-            first_seq: seq,
-            seq,
-            durable: false,
-            written: false,
-            inflight: 0,
-            need,
-            dirty: vec![0; k],
-            writes: 0,
-        }
-    }
-}
-
 /// The rings (children) an entry goes to, each with the partial parity it takes there.
 pub(crate) type Rings = Vec<(usize, Part)>;
 
@@ -124,7 +87,7 @@ struct Pending {
 
 struct State {
     next_seq: u64,
-    bands: HashMap<(u64, u32), Band>,
+    bands: Bands,
     /// Bands settled in memory whose last entry a ring may still replay: (band) → seq.
     retired: HashMap<(u64, u32), u64>,
     /// The ring floor `retired` was last trimmed to.
@@ -141,7 +104,12 @@ struct State {
     /// writer learns it without queueing for a round slot (where, behind a round in
     /// flight, it would hold up every writer after it).
     notify: HashMap<u64, oneshot::Sender<Result<(), LogFailed>>>,
-    waiters: Vec<oneshot::Sender<()>>,
+    /// Per band, writers waiting for its write in flight to end (`prepare`): woken when
+    /// that band changes, not when any band does.
+    band_waiters: HashMap<Key, Vec<oneshot::Sender<()>>>,
+    /// Rounds waiting for ring room (`no_room`): woken when a flush may settle a band, or a
+    /// round ends.
+    room_waiters: Vec<oneshot::Sender<()>>,
     /// Rounds being written (at most [`MAX_ROUNDS_IN_FLIGHT`]).
     rounds_in_flight: usize,
     /// Writers waiting for a round to end so they may start one.
@@ -150,6 +118,35 @@ struct State {
     /// each, a round's worth freed at once gave the heap back to the kernel and every new one
     /// page-faulted (a tenth of the log's CPU time at queue depth). At most `SPARE_PARTS`.
     spare_parts: Vec<Vec<u8>>,
+}
+
+impl State {
+    /// Band `key`'s writes ended or its entry was settled on the rings: `retire` looks at it
+    /// again, and the writers waiting for it try again.
+    fn band_changed(&mut self, key: Key) {
+        self.changed.push(key);
+        for w in self.band_waiters.remove(&key).into_iter().flatten() {
+            let _ = w.send(());
+        }
+    }
+
+    /// Wakes the rounds waiting for ring room.
+    fn wake_room(&mut self) {
+        for w in self.room_waiters.drain(..) {
+            let _ = w.send(());
+        }
+    }
+
+    /// A receiver woken when band `key` changes (registered under the state lock: the
+    /// wake-up cannot be missed).
+    fn wait_for_band(&mut self, key: Key) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        let waiters = self.band_waiters.entry(key).or_default();
+        // Writers that gave up (their futures dropped) leave closed senders behind.
+        waiters.retain(|w| !w.is_canceled());
+        waiters.push(tx);
+        rx
+    }
 }
 
 /// Partial-parity buffers a log keeps for reuse (4 KiB each at most: 4 MiB).
@@ -196,8 +193,9 @@ impl Drop for Hold<'_> {
         }
         let log = self.log;
         let mut st = log.state.lock();
-        for key in &self.bands {
-            if let Some(band) = st.bands.get_mut(key) {
+        let settled_before = st.bands.any_settles();
+        for &key in &self.bands {
+            let ended = st.bands.update(key, |band| {
                 band.inflight -= 1;
                 // Each member's completed writes now (the band's writes among them).
                 band.need.clear();
@@ -206,11 +204,13 @@ impl Drop for Hold<'_> {
                     .iter()
                     .map(|&m| log.table.slot(m).write_counts().0);
                 band.need.extend(done);
-                st.changed.push(*key);
+            });
+            if ended.is_some() {
+                State::band_changed(&mut st, key);
             }
         }
-        for w in st.waiters.drain(..) {
-            let _ = w.send(());
+        if !settled_before && st.bands.any_settles() {
+            State::wake_room(&mut st);
         }
     }
 }
@@ -260,7 +260,7 @@ impl GroupLog {
             members,
             state: Mutex::new(State {
                 next_seq: 1,
-                bands: HashMap::new(),
+                bands: Bands::default(),
                 retired: HashMap::new(),
                 retired_floor: 0,
                 seen: (Vec::new(), Vec::new()),
@@ -269,7 +269,8 @@ impl GroupLog {
                 pending: Vec::new(),
                 next_ticket: 1,
                 notify: HashMap::new(),
-                waiters: Vec::new(),
+                band_waiters: HashMap::new(),
+                room_waiters: Vec::new(),
                 rounds_in_flight: 0,
                 slot_waiters: Vec::new(),
                 spare_parts: Vec::new(),
@@ -304,8 +305,12 @@ impl GroupLog {
         let ready = |b: &Band| b.inflight == 0 && b.durable && covered(&b.need, &durable, &failed);
         let mut settled: Vec<(u64, u32)> = if st.seen.0 != durable || st.seen.1 != failed {
             st.changed.clear();
-            let all = st.bands.iter().filter(|(_, b)| ready(b));
-            all.map(|(k, _)| *k).collect()
+            // Only a done band may retire: those alone are looked at.
+            let done = st.bands.done_keys().copied().collect::<Vec<_>>();
+            let all = done
+                .into_iter()
+                .filter(|k| st.bands.get(k).is_some_and(ready));
+            all.collect()
         } else {
             let changed = std::mem::take(&mut st.changed);
             let some = changed
@@ -353,17 +358,23 @@ impl GroupLog {
     /// yet taken by a round, like any band's first entry). Without this the newest entry
     /// could wait forever for ring space its own band's older entries hold.
     fn rebase(&self, st: &mut State) {
+        let stale = st.bands.stale_keys();
+        if stale.is_empty() {
+            return;
+        }
         let (durable, failed) = self.durable_or_failed();
         let pending: std::collections::HashSet<(u64, u32, u64)> = st
             .pending
             .iter()
             .map(|p| (p.entry.stripe, p.entry.band, p.entry.seq))
             .collect();
-        for (&(stripe, band), b) in st.bands.iter_mut() {
-            if b.inflight > 0 && b.first_seq < b.seq && covered(&b.need, &durable, &failed) {
-                b.first_seq = b.seq;
-                b.written = !pending.contains(&(stripe, band, b.seq));
-            }
+        for key @ (stripe, band) in stale {
+            st.bands.update(key, |b| {
+                if b.stale() && covered(&b.need, &durable, &failed) {
+                    b.first_seq = b.seq;
+                    b.written = !pending.contains(&(stripe, band, b.seq));
+                }
+            });
         }
     }
 
@@ -457,13 +468,13 @@ impl GroupLog {
             .any(|b| st.bands.contains_key(&(stripe, b as u32)))
         {
             self.retire(&mut st);
-            let (mut flush, mut wait) = (false, false);
+            let (mut flush, mut wait) = (false, None);
             for band in touched.clone() {
                 let Some(b) = st.bands.get(&(stripe, band as u32)) else {
                     continue;
                 };
                 if b.inflight > 0 || !b.durable {
-                    wait = true;
+                    wait = wait.or(Some((stripe, band as u32)));
                 } else if fua
                     || !self.may_skip_flushes()
                     || !needs_no_flush(&b.dirty, &masks(band), b.writes == 1)
@@ -474,12 +485,9 @@ impl GroupLog {
             if flush {
                 return Err(Blocked::Flush);
             }
-            if wait {
-                // Registered under the state lock: the wake-up cannot be missed.
+            if let Some(key) = wait {
                 count(&stats::BAND_WAITS, 1);
-                let (tx, rx) = oneshot::channel();
-                st.waiters.push(tx);
-                return Err(Blocked::Wait(rx));
+                return Err(Blocked::Wait(st.wait_for_band(key)));
             }
             count(&stats::BAND_REWRITES, 1);
         }
@@ -527,17 +535,20 @@ impl GroupLog {
                 pq,
             };
             let need = vec![0; self.members.len()];
-            let b = st
-                .bands
-                .entry(key)
-                .or_insert_with(|| Band::live(seq, need, self.k));
-            b.seq = seq;
-            b.durable = false;
-            b.inflight += 1;
-            b.writes += 1;
-            for (d, m) in b.dirty.iter_mut().zip(&entry.masks) {
-                *d |= m;
-            }
+            let k = self.k;
+            st.bands.upsert(
+                key,
+                || Band::live(seq, need, k),
+                |b| {
+                    b.seq = seq;
+                    b.durable = false;
+                    b.inflight += 1;
+                    b.writes += 1;
+                    for (d, m) in b.dirty.iter_mut().zip(&entry.masks) {
+                        *d |= m;
+                    }
+                },
+            );
             out.push((entry, rings.clone()));
         }
         Ok(out)
@@ -688,19 +699,17 @@ impl GroupLog {
             st.bands
                 .iter()
                 .filter(|((s, _), _)| (first..end).contains(s))
-                .map(|(_, b)| b.inflight == 0 && b.durable)
-                .collect::<Vec<bool>>()
+                .map(|(k, b)| (*k, b.done()))
+                .collect::<Vec<(Key, bool)>>()
         };
         if !live(&st).is_empty() {
             self.retire(&mut st);
             let blocking = live(&st);
-            if blocking.contains(&true) {
+            if blocking.iter().any(|&(_, done)| done) {
                 return Err(Blocked::Flush);
             }
-            if !blocking.is_empty() {
-                let (tx, rx) = oneshot::channel();
-                st.waiters.push(tx);
-                return Err(Blocked::Wait(rx));
+            if let Some(&(key, _)) = blocking.first() {
+                return Err(Blocked::Wait(st.wait_for_band(key)));
             }
         }
         let mut keys: Vec<(u64, u32)> = st
@@ -723,15 +732,18 @@ impl GroupLog {
             let all = ((1u16 << sectors) - 1) as u8;
             let seq = st.next_seq;
             st.next_seq += 1;
-            let b = st
-                .bands
-                .entry((stripe, band))
-                .or_insert_with(|| Band::live(seq, Vec::new(), self.k));
-            b.dirty.fill(all);
-            b.writes += 1;
-            b.seq = seq;
-            b.durable = false;
-            b.inflight += 1;
+            let k = self.k;
+            st.bands.upsert(
+                (stripe, band),
+                || Band::live(seq, Vec::new(), k),
+                |b| {
+                    b.dirty.fill(all);
+                    b.writes += 1;
+                    b.seq = seq;
+                    b.durable = false;
+                    b.inflight += 1;
+                },
+            );
             let entry = Entry {
                 seq,
                 group: self.group,

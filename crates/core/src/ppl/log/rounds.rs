@@ -116,12 +116,7 @@ impl GroupLog {
     /// when taken (above every tail written before), so a writer slow to hand its entries
     /// over never pins the ring space its own batch needs.
     fn tail(st: &State) -> u64 {
-        st.bands
-            .values()
-            .filter(|b| b.written)
-            .map(|b| b.first_seq)
-            .min()
-            .unwrap_or(st.next_seq)
+        st.bands.tail().unwrap_or(st.next_seq)
     }
 
     /// Numbers the entries a round takes anew, in the order they were prepared, from
@@ -134,7 +129,7 @@ impl GroupLog {
             let (old, new) = (e.seq, st.next_seq);
             st.next_seq += 1;
             e.seq = new;
-            if let Some(b) = st.bands.get_mut(&(e.stripe, e.band)) {
+            st.bands.update((e.stripe, e.band), |b| {
                 if !b.written {
                     b.first_seq = new;
                     b.written = true;
@@ -142,7 +137,7 @@ impl GroupLog {
                 if b.seq == old {
                     b.seq = new;
                 }
-            }
+            });
         }
     }
 
@@ -151,16 +146,17 @@ impl GroupLog {
     /// pending any more — without this a later write to the band would wait forever.
     fn abandon(st: &mut State, entries: impl IntoIterator<Item = (u64, u32, u64)>) {
         for (stripe, band, seq) in entries {
-            if let Some(b) = st.bands.get_mut(&(stripe, band)) {
-                if b.seq == seq {
-                    b.durable = true;
-                    st.changed.push((stripe, band));
-                }
+            let newest = st.bands.update((stripe, band), |b| {
+                let newest = b.seq == seq;
+                b.durable |= newest;
+                newest
+            });
+            if newest == Some(true) {
+                st.band_changed((stripe, band));
             }
         }
-        for w in st.waiters.drain(..) {
-            let _ = w.send(());
-        }
+        // Rare (a failed round, a writer gone): every round waiting for room looks again.
+        st.wake_room();
     }
 
     /// Writes `entries` (from [`Self::prepare`]) to their rings; the returned hold ends the
@@ -368,23 +364,16 @@ impl GroupLog {
         let mut st = self.state.lock();
         // A band done but not durable settles with a flush; so do the older entries of a
         // band logged again without one (see `rebase`).
-        let settle = st
-            .bands
-            .values()
-            .any(|b| (b.inflight == 0 && b.durable) || (b.inflight > 0 && b.first_seq < b.seq));
-        // Member writes in flight, or an entry in another round in flight: each ends and
-        // wakes the waiters. (Not a band whose entry is only pending.)
-        let busy = st
-            .bands
-            .values()
-            .any(|b| b.inflight > 0 && (b.durable || b.written));
-        if settle {
+        if st.bands.any_settles() {
             return NoRoom::Flush;
         }
-        if busy {
+        // Member writes in flight, or an entry in another round in flight: each ends, and
+        // the first band done (a flush would settle it) or the round's end wakes the
+        // waiters. (Not a band whose entry is only pending.)
+        if st.bands.any_busy() {
             count(&stats::ROOM_WAITS, 1);
             let (tx, rx) = oneshot::channel();
-            st.waiters.push(tx);
+            st.room_waiters.push(tx);
             return NoRoom::Wait(rx);
         }
         // The pending entries cannot fit (cannot happen with rings sized by
@@ -416,7 +405,7 @@ impl GroupLog {
             .iter()
             .flatten()
             .any(|r| r.live.iter().map(LiveBatch::len).sum::<u64>() > r.len / 2);
-        crowded && st.bands.values().any(|b| b.inflight == 0 && b.durable)
+        crowded && st.bands.any_done()
     }
 
     /// Writes one ring's batch (FUA) to its member and the member's replacement; whether the
@@ -471,11 +460,14 @@ impl GroupLog {
             *t &= ok;
             // Nothing of the band is pending any more (an entry no ring took was not written,
             // and neither are the member writes it was to protect).
-            if let Some(b) = st.bands.get_mut(&(p.entry.stripe, p.entry.band)) {
-                if b.seq == p.entry.seq {
-                    b.durable = true;
-                    st.changed.push((p.entry.stripe, p.entry.band));
-                }
+            let key = (p.entry.stripe, p.entry.band);
+            let newest = st.bands.update(key, |b| {
+                let newest = b.seq == p.entry.seq;
+                b.durable |= newest;
+                newest
+            });
+            if newest == Some(true) {
+                st.band_changed(key);
             }
         }
         for (t, ok) in tickets {
@@ -487,9 +479,7 @@ impl GroupLog {
                 });
             }
         }
-        for w in st.waiters.drain(..) {
-            let _ = w.send(());
-        }
+        st.wake_room();
         Self::recycle(&mut st, taken.into_iter().map(|p| p.entry));
     }
 }

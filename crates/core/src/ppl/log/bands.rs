@@ -1,0 +1,371 @@
+//! The live bands of one group's log and what a round asks of them as a whole, kept up to
+//! date as each band changes: the tail (the smallest first entry of the bands a round has
+//! written), the bands a flush would settle, and whether a write is in flight. A write-back
+//! drain parks hundreds of writers on the log and each wake-up asked these of every live
+//! band (a fifth of the drain's CPU); here each change costs O(log n) and each question O(1).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// A band: (stripe, band of rows in the stripe).
+pub(super) type Key = (u64, u32);
+
+/// A band with a write whose entry or member writes may not be durable yet. One write at a
+/// time: a write to a live band waits until it settles — or, once the earlier write is done,
+/// goes on without the flush where its entry covers that write's flux (`needs_no_flush`; see
+/// `GroupLog::prepare`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Band {
+    /// The first entry since the band went live: older ones are settled.
+    pub(super) first_seq: u64,
+    pub(super) seq: u64,
+    /// The newest entry is on its rings.
+    pub(super) durable: bool,
+    /// A round has taken one of the band's entries (it counts for the tail from then on).
+    pub(super) written: bool,
+    /// Writes of the band in flight.
+    pub(super) inflight: u32,
+    /// Per member of the group: its completed-writes count when the band's last write ended.
+    pub(super) need: Vec<u64>,
+    /// Per data chunk, the sectors written since the band went live (not known durable).
+    pub(super) dirty: Vec<u8>,
+    /// Writes logged since the band went live: at 1, `dirty` is one write's, whose chunks
+    /// become guaranteed together (`needs_no_flush`).
+    pub(super) writes: u32,
+}
+
+impl Band {
+    /// A band going live with entry `seq`, nothing logged in it yet.
+    pub(super) fn live(seq: u64, need: Vec<u64>, k: usize) -> Band {
+        Band {
+            first_seq: seq,
+            seq,
+            durable: false,
+            written: false,
+            inflight: 0,
+            need,
+            dirty: vec![0; k],
+            writes: 0,
+        }
+    }
+
+    /// Its writes ended and its newest entry is on the rings: a flush of the members its
+    /// writes went to settles it.
+    pub(super) fn done(&self) -> bool {
+        self.inflight == 0 && self.durable
+    }
+
+    /// Logged again without a flush while older entries still count for the tail: once a
+    /// flush covers its earlier writes, only the newest entry is needed (`GroupLog::rebase`).
+    pub(super) fn stale(&self) -> bool {
+        self.inflight > 0 && self.first_seq < self.seq
+    }
+
+    /// Member writes in flight, or its entry in a round in flight: it ends by itself.
+    pub(super) fn busy(&self) -> bool {
+        self.inflight > 0 && (self.durable || self.written)
+    }
+
+    /// Where it holds the tail: its first entry, once a round took one of its entries.
+    fn tail_at(&self) -> Option<u64> {
+        self.written.then_some(self.first_seq)
+    }
+
+    /// Its share of the sets [`Bands`] keeps (copied around a change: cloning the band
+    /// would allocate).
+    fn class(&self) -> Class {
+        Class {
+            tail_at: self.tail_at(),
+            done: self.done(),
+            stale: self.stale(),
+            busy: self.busy(),
+        }
+    }
+}
+
+/// What of a band the sets of [`Bands`] count.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Class {
+    tail_at: Option<u64>,
+    done: bool,
+    stale: bool,
+    busy: bool,
+}
+
+/// The live bands, with the sets a round asks about kept in step with every change.
+#[derive(Default)]
+pub(super) struct Bands {
+    map: HashMap<Key, Band>,
+    /// (first_seq, band) of every band counted for the tail ([`Band::tail_at`]).
+    firsts: BTreeSet<(u64, Key)>,
+    /// Bands [`Band::done`].
+    done: HashSet<Key>,
+    /// Bands [`Band::stale`].
+    stale: HashSet<Key>,
+    /// How many bands are [`Band::busy`].
+    busy: usize,
+}
+
+impl Bands {
+    pub(super) fn get(&self, key: &Key) -> Option<&Band> {
+        self.map.get(key)
+    }
+
+    pub(super) fn contains_key(&self, key: &Key) -> bool {
+        self.map.contains_key(key)
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&Key, &Band)> {
+        self.map.iter()
+    }
+
+    pub(super) fn keys(&self) -> impl Iterator<Item = &Key> {
+        self.map.keys()
+    }
+
+    /// Changes band `key` with `f`, if live.
+    pub(super) fn update<R>(&mut self, key: Key, f: impl FnOnce(&mut Band) -> R) -> Option<R> {
+        let band = self.map.get_mut(&key)?;
+        let before = band.class();
+        let r = f(band);
+        let after = band.class();
+        if before != after {
+            self.account(key, Some(before), Some(after));
+        }
+        Some(r)
+    }
+
+    /// Changes band `key` with `f`, making it live first with `new()` if it is not.
+    pub(super) fn upsert(
+        &mut self,
+        key: Key,
+        new: impl FnOnce() -> Band,
+        f: impl FnOnce(&mut Band),
+    ) {
+        if !self.map.contains_key(&key) {
+            let band = new();
+            self.account(key, None, Some(band.class()));
+            self.map.insert(key, band);
+        }
+        self.update(key, f);
+    }
+
+    /// Takes band `key` out of the live set.
+    pub(super) fn remove(&mut self, key: &Key) -> Option<Band> {
+        let band = self.map.remove(key)?;
+        self.account(*key, Some(band.class()), None);
+        Some(band)
+    }
+
+    /// The smallest first entry of the bands a round has written (entries below it are
+    /// settled), `None` when there is none.
+    pub(super) fn tail(&self) -> Option<u64> {
+        self.firsts.first().map(|&(seq, _)| seq)
+    }
+
+    /// Some band a flush would settle: done, or stale.
+    pub(super) fn any_settles(&self) -> bool {
+        !self.done.is_empty() || !self.stale.is_empty()
+    }
+
+    /// Some band is [`Band::busy`].
+    pub(super) fn any_busy(&self) -> bool {
+        self.busy > 0
+    }
+
+    /// The bands [`Band::done`] (the only ones `retire` may take out).
+    pub(super) fn done_keys(&self) -> impl Iterator<Item = &Key> {
+        self.done.iter()
+    }
+
+    /// Some band is [`Band::done`].
+    pub(super) fn any_done(&self) -> bool {
+        !self.done.is_empty()
+    }
+
+    /// The bands [`Band::stale`].
+    pub(super) fn stale_keys(&self) -> Vec<Key> {
+        self.stale.iter().copied().collect()
+    }
+
+    /// Moves band `key`'s share of the sets from what it was (`None`: not live) to what it is.
+    fn account(&mut self, key: Key, before: Option<Class>, after: Option<Class>) {
+        if let Some(b) = before {
+            if let Some(seq) = b.tail_at {
+                let had = self.firsts.remove(&(seq, key));
+                debug_assert!(had, "a written band's first entry is in the tail set");
+            }
+            if b.done {
+                self.done.remove(&key);
+            }
+            if b.stale {
+                self.stale.remove(&key);
+            }
+            if b.busy {
+                self.busy -= 1;
+            }
+        }
+        if let Some(b) = after {
+            if let Some(seq) = b.tail_at {
+                self.firsts.insert((seq, key));
+            }
+            if b.done {
+                self.done.insert(key);
+            }
+            if b.stale {
+                self.stale.insert(key);
+            }
+            if b.busy {
+                self.busy += 1;
+            }
+        }
+    }
+
+    /// Asserts that the kept sets are what a scan of every band finds (tests).
+    #[cfg(test)]
+    pub(super) fn assert_consistent(&self) {
+        let scan_tail = self.map.values().filter_map(Band::tail_at).min();
+        assert_eq!(self.tail(), scan_tail, "tail");
+        let firsts: BTreeSet<(u64, Key)> = self
+            .map
+            .iter()
+            .filter_map(|(k, b)| b.tail_at().map(|s| (s, *k)))
+            .collect();
+        assert_eq!(self.firsts, firsts, "tail set");
+        let keys = |f: fn(&Band) -> bool| -> HashSet<Key> {
+            self.map
+                .iter()
+                .filter(|(_, b)| f(b))
+                .map(|(k, _)| *k)
+                .collect()
+        };
+        assert_eq!(self.done, keys(Band::done), "done bands");
+        assert_eq!(self.stale, keys(Band::stale), "stale bands");
+        assert_eq!(self.busy, keys(Band::busy).len(), "busy bands");
+        let settle = self
+            .map
+            .values()
+            .any(|b| (b.inflight == 0 && b.durable) || (b.inflight > 0 && b.first_seq < b.seq));
+        assert_eq!(self.any_settles(), settle, "settle");
+        let busy = self
+            .map
+            .values()
+            .any(|b| b.inflight > 0 && (b.durable || b.written));
+        assert_eq!(self.any_busy(), busy, "busy");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One change to a band, as the log makes them.
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// `prepare`: live (or again), a new entry, a write in flight.
+        Prepare(Key, u64),
+        /// `renumber`: a round takes the band's newest entry under a new number.
+        Take(Key, u64),
+        /// `finish_round` / `abandon`: the newest entry is on the rings (or never will be).
+        Durable(Key),
+        /// `Hold::drop`: a write ended.
+        End(Key),
+        /// `rebase`: the first entry moves up to the newest.
+        Rebase(Key),
+        /// `retire`.
+        Remove(Key),
+    }
+
+    fn key() -> impl Strategy<Value = Key> {
+        (0u64..6, 0u32..3)
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (key(), 1u64..1000).prop_map(|(k, s)| Op::Prepare(k, s)),
+            (key(), 1u64..1000).prop_map(|(k, s)| Op::Take(k, s)),
+            key().prop_map(Op::Durable),
+            key().prop_map(Op::End),
+            key().prop_map(Op::Rebase),
+            key().prop_map(Op::Remove),
+        ]
+    }
+
+    fn apply(bands: &mut Bands, op: Op) {
+        match op {
+            Op::Prepare(k, seq) => bands.upsert(
+                k,
+                || Band::live(seq, vec![0; 3], 2),
+                |b| {
+                    b.seq = seq.max(b.seq);
+                    b.durable = false;
+                    b.inflight += 1;
+                    b.writes += 1;
+                },
+            ),
+            Op::Take(k, seq) => {
+                bands.update(k, |b| {
+                    if !b.written {
+                        b.first_seq = seq;
+                        b.written = true;
+                    }
+                    b.seq = b.seq.max(seq);
+                });
+            }
+            Op::Durable(k) => {
+                bands.update(k, |b| b.durable = true);
+            }
+            Op::End(k) => {
+                bands.update(k, |b| b.inflight = b.inflight.saturating_sub(1));
+            }
+            Op::Rebase(k) => {
+                bands.update(k, |b| b.first_seq = b.seq);
+            }
+            Op::Remove(k) => {
+                bands.remove(&k);
+            }
+        }
+    }
+
+    proptest! {
+        /// The kept tail set and counters agree with a scan of every band after any
+        /// sequence of the log's changes.
+        #[test]
+        fn kept_sets_match_a_scan(ops in proptest::collection::vec(op(), 0..200)) {
+            let mut bands = Bands::default();
+            for op in ops {
+                apply(&mut bands, op);
+                bands.assert_consistent();
+            }
+        }
+    }
+
+    #[test]
+    fn tail_is_the_smallest_written_first_entry() {
+        let mut bands = Bands::default();
+        bands.upsert((0, 0), || Band::live(5, Vec::new(), 1), |b| b.inflight += 1);
+        assert_eq!(
+            bands.tail(),
+            None,
+            "a band not yet taken by a round holds no tail"
+        );
+        bands.update((0, 0), |b| b.written = true);
+        bands.upsert(
+            (1, 0),
+            || Band::live(3, Vec::new(), 1),
+            |b| b.written = true,
+        );
+        assert_eq!(bands.tail(), Some(3));
+        bands.remove(&(1, 0));
+        assert_eq!(bands.tail(), Some(5));
+        assert!(
+            !bands.any_done() && bands.any_busy(),
+            "its entry in a round in flight"
+        );
+        bands.update((0, 0), |b| b.durable = true);
+        assert!(bands.any_busy(), "its member writes in flight");
+        bands.update((0, 0), |b| b.inflight -= 1);
+        assert!(bands.any_done() && !bands.any_busy());
+        bands.assert_consistent();
+    }
+}
