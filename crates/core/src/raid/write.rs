@@ -6,14 +6,17 @@
 //!   pure function), 2 read what the plan reads, 3 compute the new chunks and the log's
 //!   entries from them (`compute_rmw`, `compute_regenerated`, `RowsWrite::data_only`),
 //!   asserting the result follows the plan (`RowsWrite::follow_plan`), 4 log (durable before
-//!   any member write), 5 member I/O, 6 settle what is known of the stripe's parity.
+//!   any member write), 5 member I/O — a plan that regenerates parity issues its data writes
+//!   first and generates P (and Q) from the same bytes after them, while the stripe is still
+//!   in the CPU cache (`StripeWriter::write_regenerated`) — 6 settle what is known of the
+//!   stripe's parity.
 //!
 //! The request-level dispatch in front of it (cache, joiner, members) and whole-stripe
 //! zeroing are `ParityCore::write` and `ParityCore::zero_range` in `requests.rs`.
 
 use super::chunks::{ChildRead, ChildWrite, Retry};
 use super::plan::{
-    add_range, covers, plan_write, DataChunk, Health, NewBytes, Ranges, StripeWrite, Target,
+    add_range, covers, plan_write, DataChunk, Health, NewBytes, Ranges, Rows, StripeWrite, Target,
     WritePlan,
 };
 use super::*;
@@ -293,15 +296,26 @@ impl StripeWriter<'_> {
             .collect();
         let got = self.stripes.chunks.read_all(&reads).await?;
         let old: HashMap<Target, Buf> = plan.reads.iter().map(|r| r.target).zip(got).collect();
-        // 3. Compute the new chunks, and the log's entries from them.
-        let (out, entries) = match plan.plan {
-            Plan::DataOnly => (rows.data_only(&input, &plan, &old), Vec::new()),
-            Plan::Rmw => self.compute_rmw(&rows, &input, &plan, old).await,
+        // 3. Compute the new chunks, and the log's entries from them. Regenerated parity is
+        // computed in stage 5, from the same bytes (see `write_regenerated`).
+        let (out, entries, news) = match plan.plan {
+            Plan::DataOnly => (rows.data_only(&input, &plan, &old), vec![], None),
+            Plan::Rmw => {
+                let (out, entries) = self.compute_rmw(&rows, &input, &plan, old).await;
+                (out, entries, None)
+            }
             Plan::FullRows | Plan::Rcw | Plan::Reconstruct => {
-                self.compute_regenerated(&rows, &input, &plan, old).await?
+                let (out, entries, news) =
+                    self.compute_regenerated(&rows, &input, &plan, old).await?;
+                (out, entries, Some(news))
             }
         };
-        let writes = rows.follow_plan(&plan, out);
+        // A regenerated plan's parity writes follow in stage 5.
+        let planned = match news {
+            Some(_) => data_prefix(&plan.writes),
+            None => &plan.writes[..],
+        };
+        let writes = rows.follow_plan(planned, out);
         // 4. Log: the entries are durable before any member write is issued. A log that no
         // parity member took (they failed): plan again without P. A log with no room must
         // not leave the stripe written without its parity while P still serves.
@@ -313,7 +327,13 @@ impl StripeWriter<'_> {
             None => None,
         };
         // 5. Member I/O.
-        let results = self.stripes.chunks.write_all(&writes, fua).await;
+        let (writes, results) = match news {
+            Some(news) => self.write_regenerated(&rows, &plan, writes, &news).await,
+            None => {
+                let results = self.stripes.chunks.write_all(&writes, fua).await;
+                (writes, results)
+            }
+        };
         let mut now_lost = failed;
         let mut errors = Vec::new();
         for (w, r) in writes.iter().zip(results) {
@@ -399,7 +419,14 @@ impl StripeWriter<'_> {
         input: &StripeWrite,
         plan: &WritePlan,
         mut old: HashMap<Target, Buf>,
-    ) -> Result<(Vec<(Target, SharedBuf)>, crate::ppl::Prepared), Retry> {
+    ) -> Result<
+        (
+            Vec<(Target, SharedBuf)>,
+            crate::ppl::Prepared,
+            Vec<SharedBuf>,
+        ),
+        Retry,
+    > {
         let (k, r0, r1) = (self.stripes.chunks.k, rows.r0, rows.r1);
         if !plan.rebuild.is_empty() {
             let mut want = vec![false; k];
@@ -434,24 +461,65 @@ impl StripeWriter<'_> {
                 .prepare_settled(rows.stripe, &rows.ranges(), &values, rows.fua)
                 .await;
         }
-        let (p, q) = self.stripes.chunks.parity_of(rows.roles, &news);
-        let (mut p, mut q) = (Some(p.freeze()), q.map(Buf::freeze));
+        // The data writes; the plan lists them before P and Q.
         let out = plan
             .writes
             .iter()
-            .map(|r| {
-                let bytes = match r.target {
-                    Target::Data(i) => {
-                        let (h0, h1) = input.data[i].new.hull;
-                        news[i].slice((h0 - r0) as usize..(h1 - r0) as usize)
-                    }
-                    Target::P => p.take().expect("P written once"),
-                    Target::Q => q.take().expect("Q generated and written once"),
-                };
-                (r.target, bytes)
+            .map_while(|r| match r.target {
+                Target::Data(i) => {
+                    let (h0, h1) = input.data[i].new.hull;
+                    Some((
+                        r.target,
+                        news[i].slice((h0 - r0) as usize..(h1 - r0) as usize),
+                    ))
+                }
+                Target::P | Target::Q => None,
             })
             .collect();
-        Ok((out, entries))
+        Ok((out, entries, news))
+    }
+
+    /// Stage 5 of a plan that regenerates parity: the data chunks' member writes are issued
+    /// first, then P (and Q) are generated from `news` — the very bytes those writes carry —
+    /// and written. With members that copy on submission (memory, page cache) the data
+    /// writes pull the stripe into the CPU cache, so parity reads it from there instead of
+    /// from memory; with members that take time, parity is computed while they work.
+    /// Returns every write with its result, data first, in the plan's order.
+    async fn write_regenerated(
+        &self,
+        rows: &RowsWrite<'_>,
+        plan: &WritePlan,
+        data_writes: Vec<ChildWrite>,
+        news: &[SharedBuf],
+    ) -> (Vec<ChildWrite>, Vec<VolumeResult<()>>) {
+        let chunks = &self.stripes.chunks;
+        let rest = &plan.writes[data_writes.len()..];
+        let parity = async {
+            let (p, q) = chunks.parity_of(rows.roles, news);
+            let (mut p, mut q) = (Some(p.freeze()), q.map(Buf::freeze));
+            let out = rest
+                .iter()
+                .map(|r| {
+                    let bytes = match r.target {
+                        Target::P => p.take().expect("P written once"),
+                        Target::Q => q.take().expect("Q generated and written once"),
+                        Target::Data(_) => unreachable!("the plan writes data before parity"),
+                    };
+                    (r.target, bytes)
+                })
+                .collect();
+            let writes = rows.follow_plan(rest, out);
+            let results = chunks.write_all(&writes, rows.fua).await;
+            (writes, results)
+        };
+        // `join!` polls the data writes first.
+        let (data_results, (parity_writes, parity_results)) =
+            futures::join!(chunks.write_all(&data_writes, rows.fua), parity);
+        let mut writes = data_writes;
+        writes.extend(parity_writes);
+        let mut results = data_results;
+        results.extend(parity_results);
+        (writes, results)
     }
 
     /// Stage 6: a write that lost more chunks than parity covers fails (the caller salvages);
@@ -487,6 +555,15 @@ impl StripeWriter<'_> {
         }
         Ok(())
     }
+}
+
+/// The data writes a plan lists before its parity writes.
+fn data_prefix(writes: &[Rows]) -> &[Rows] {
+    let n = writes
+        .iter()
+        .take_while(|r| matches!(r.target, Target::Data(_)))
+        .count();
+    &writes[..n]
 }
 
 /// New bytes of `[s, e)` of one chunk: the written pieces over `old` (which covers `[s, e)`).
@@ -562,15 +639,11 @@ impl RowsWrite<'_> {
             .collect()
     }
 
-    /// The member writes of the computed bytes, asserting they are the plan's, in its order
-    /// and over its rows.
-    fn follow_plan(&self, plan: &WritePlan, out: Vec<(Target, SharedBuf)>) -> Vec<ChildWrite> {
-        assert_eq!(
-            out.len(),
-            plan.writes.len(),
-            "every planned write carried out"
-        );
-        plan.writes
+    /// The member writes of the computed bytes, asserting they are the planned ones (a run of
+    /// the plan's writes), in their order and over their rows.
+    fn follow_plan(&self, planned: &[Rows], out: Vec<(Target, SharedBuf)>) -> Vec<ChildWrite> {
+        assert_eq!(out.len(), planned.len(), "every planned write carried out");
+        planned
             .iter()
             .zip(out)
             .map(|(r, (t, bytes))| {
