@@ -316,7 +316,10 @@ impl LeafChecksums {
     /// The checksums of the blocks from region offset `offset` held by `pieces` (consecutive
     /// bytes, whole blocks in all).
     pub fn compute(&self, offset: u64, pieces: &[&[u8]]) -> Vec<Entry> {
-        assert!(offset.is_multiple_of(BLOCK_BYTES), "checksums cover whole blocks");
+        assert!(
+            offset.is_multiple_of(BLOCK_BYTES),
+            "checksums cover whole blocks"
+        );
         let mut out = Vec::new();
         let mut crc = crate::crc32c::Crc::new();
         let mut filled = 0u64;

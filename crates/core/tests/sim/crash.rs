@@ -157,6 +157,7 @@ pub(super) fn array_options(rng: &mut Rng, case: &CrashCase, width: u64) -> Arra
         ppl_area_before_region_bytes: (case.log_reserve > 0).then_some(case.log_reserve),
         force_assembly: false,
         member_ids: Vec::new(),
+        ..ArrayOptions::default()
     }
 }
 
