@@ -61,27 +61,27 @@ pub fn block_crc(member_block: u64, data: &[u8]) -> u32 {
 
 /// One entry as stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Entry {
+pub enum BlockSum {
     /// No checksum known: never written since the area was made, or untrusted after a crash.
     Unknown,
     Known(u32),
 }
 
-impl Entry {
-    pub fn decode(bytes: &[u8]) -> Entry {
+impl BlockSum {
+    pub fn decode(bytes: &[u8]) -> BlockSum {
         let crc = u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes"));
         let tag = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
         if tag == ENTRY_TAG {
-            Entry::Known(crc)
+            BlockSum::Known(crc)
         } else {
-            Entry::Unknown
+            BlockSum::Unknown
         }
     }
 
     pub fn encode(self, out: &mut [u8]) {
         let (crc, tag) = match self {
-            Entry::Unknown => (0, 0),
-            Entry::Known(c) => (c, ENTRY_TAG),
+            BlockSum::Unknown => (0, 0),
+            BlockSum::Known(c) => (c, ENTRY_TAG),
         };
         out[0..4].copy_from_slice(&crc.to_le_bytes());
         out[4..8].copy_from_slice(&tag.to_le_bytes());
@@ -102,11 +102,11 @@ pub enum Verdict {
 /// Decides a block read: `entry` as stored, `computed` the crc of the bytes read, `in_flight`
 /// the checksums of writes to the block not yet answered (their bytes may or may not have
 /// landed, and the bytes they replace are as good).
-pub fn verdict(entry: Entry, computed: u32, in_flight: &[u32]) -> Verdict {
+pub fn verdict(entry: BlockSum, computed: u32, in_flight: &[u32]) -> Verdict {
     match entry {
-        Entry::Unknown => Verdict::Unchecked,
-        Entry::Known(c) if c == computed || in_flight.contains(&computed) => Verdict::Good,
-        Entry::Known(stored) => Verdict::Bad { stored, computed },
+        BlockSum::Unknown => Verdict::Unchecked,
+        BlockSum::Known(c) if c == computed || in_flight.contains(&computed) => Verdict::Good,
+        BlockSum::Known(stored) => Verdict::Bad { stored, computed },
     }
 }
 
@@ -131,14 +131,14 @@ mod tests {
     #[test]
     fn entries_round_trip_and_blank_bytes_mean_unknown() {
         let mut b = [0u8; 8];
-        assert_eq!(Entry::decode(&b), Entry::Unknown);
-        Entry::Known(0xdead_beef).encode(&mut b);
-        assert_eq!(Entry::decode(&b), Entry::Known(0xdead_beef));
-        Entry::Unknown.encode(&mut b);
+        assert_eq!(BlockSum::decode(&b), BlockSum::Unknown);
+        BlockSum::Known(0xdead_beef).encode(&mut b);
+        assert_eq!(BlockSum::decode(&b), BlockSum::Known(0xdead_beef));
+        BlockSum::Unknown.encode(&mut b);
         assert_eq!(b, [0; 8]);
         // A crc of zero is still known (the tag says so).
-        Entry::Known(0).encode(&mut b);
-        assert_eq!(Entry::decode(&b), Entry::Known(0));
+        BlockSum::Known(0).encode(&mut b);
+        assert_eq!(BlockSum::decode(&b), BlockSum::Known(0));
     }
 
     #[test]
@@ -153,11 +153,11 @@ mod tests {
 
     #[test]
     fn verdicts() {
-        assert_eq!(verdict(Entry::Unknown, 5, &[]), Verdict::Unchecked);
-        assert_eq!(verdict(Entry::Known(5), 5, &[]), Verdict::Good);
-        assert_eq!(verdict(Entry::Known(5), 6, &[6]), Verdict::Good);
+        assert_eq!(verdict(BlockSum::Unknown, 5, &[]), Verdict::Unchecked);
+        assert_eq!(verdict(BlockSum::Known(5), 5, &[]), Verdict::Good);
+        assert_eq!(verdict(BlockSum::Known(5), 6, &[6]), Verdict::Good);
         assert_eq!(
-            verdict(Entry::Known(5), 6, &[7]),
+            verdict(BlockSum::Known(5), 6, &[7]),
             Verdict::Bad {
                 stored: 5,
                 computed: 6

@@ -12,7 +12,7 @@
 //! is counted as a repair. Nothing above the leaves knows the checksums exist.
 //!
 //! # Crash consistency (dm-integrity's bitmap mode, per region)
-//! Data and its checksum cannot land atomically. Entry pages are written back lazily (the
+//! Data and its checksum cannot land atomically. BlockSum pages are written back lazily (the
 //! cache is bounded; pages are written before the member flush the volume's FLUSH does), and
 //! the area's header holds one bit per page group, made durable (FUA) *before* the first data
 //! write under that group since the volume was opened. After an unclean shutdown the entries
@@ -28,7 +28,7 @@
 mod entry;
 mod table;
 
-pub use entry::{area_bytes, block_crc, Entry, Verdict, BLOCK_BYTES};
+pub use entry::{area_bytes, block_crc, BlockSum, Verdict, BLOCK_BYTES};
 
 use crate::buf::Buf;
 use crate::member::{Member, MemberError, MemberOp, MemberResult};
@@ -315,7 +315,7 @@ impl LeafChecksums {
 
     /// The checksums of the blocks from region offset `offset` held by `pieces` (consecutive
     /// bytes, whole blocks in all).
-    pub fn compute(&self, offset: u64, pieces: &[&[u8]]) -> Vec<Entry> {
+    pub fn compute(&self, offset: u64, pieces: &[&[u8]]) -> Vec<BlockSum> {
         assert!(
             offset.is_multiple_of(BLOCK_BYTES),
             "checksums cover whole blocks"
@@ -333,7 +333,7 @@ impl LeafChecksums {
                 rest = &rest[take..];
                 filled += take as u64;
                 if filled == BLOCK_BYTES {
-                    out.push(Entry::Known(crc.finish()));
+                    out.push(BlockSum::Known(crc.finish()));
                     block += 1;
                     filled = 0;
                     crc = crate::crc32c::Crc::new();
@@ -359,7 +359,7 @@ impl LeafChecksums {
         let mut new = Vec::new();
         self.each_page(m, first, last, |t, blocks| {
             for block in blocks {
-                let Entry::Known(c) = computed[(block - first) as usize] else {
+                let BlockSum::Known(c) = computed[(block - first) as usize] else {
                     continue;
                 };
                 if let (Verdict::Bad { stored, computed }, fresh) = t.judge(block, c) {
@@ -408,7 +408,7 @@ impl LeafChecksums {
         &self,
         m: &dyn Member,
         offset: u64,
-        entries: &[Entry],
+        entries: &[BlockSum],
     ) -> MemberResult<WriteToken> {
         let first = offset / BLOCK_BYTES;
         let mut token = WriteToken {

@@ -2,7 +2,7 @@
 //! bits (which page groups may lag their data on disk), writes in flight and blocks found
 //! bad. No I/O: [`super::LeafChecksums`] loads and writes pages and asks this what to do.
 
-use super::entry::{verdict, Entry, Verdict, ENTRIES_PER_PAGE, ENTRY_BYTES, PAGE_BYTES};
+use super::entry::{verdict, BlockSum, Verdict, ENTRIES_PER_PAGE, ENTRY_BYTES, PAGE_BYTES};
 use std::collections::{HashMap, HashSet};
 
 /// One cached page of entries.
@@ -204,12 +204,12 @@ impl Table {
         (p, at)
     }
 
-    pub(super) fn entry(&mut self, block: u64) -> Entry {
+    pub(super) fn entry(&mut self, block: u64) -> BlockSum {
         let (p, at) = self.slot(block);
-        Entry::decode(&p.bytes[at..at + ENTRY_BYTES as usize])
+        BlockSum::decode(&p.bytes[at..at + ENTRY_BYTES as usize])
     }
 
-    pub(super) fn set_entry(&mut self, block: u64, e: Entry) {
+    pub(super) fn set_entry(&mut self, block: u64, e: BlockSum) {
         let (p, at) = self.slot(block);
         e.encode(&mut p.bytes[at..at + ENTRY_BYTES as usize]);
         p.dirty = true;
@@ -230,10 +230,10 @@ impl Table {
 
     /// A write of `crc` to `block` starts: the entry takes the new checksum, and the old one
     /// stays acceptable until the write is answered.
-    pub(super) fn begin_write(&mut self, block: u64, crc: Entry) -> Option<u32> {
+    pub(super) fn begin_write(&mut self, block: u64, crc: BlockSum) -> Option<u32> {
         let old = match self.entry(block) {
-            Entry::Known(old) => Some(old),
-            Entry::Unknown => None,
+            BlockSum::Known(old) => Some(old),
+            BlockSum::Unknown => None,
         };
         if let Some(old) = old {
             self.in_flight.entry(block).or_default().push(old);
@@ -310,8 +310,8 @@ mod tests {
     fn a_write_in_flight_accepts_old_and_new_bytes_and_a_rewrite_repairs() {
         let mut t = Table::new(1, 1, 4);
         t.insert(0, page());
-        t.set_entry(3, Entry::Known(10));
-        assert_eq!(t.begin_write(3, Entry::Known(20)), Some(10));
+        t.set_entry(3, BlockSum::Known(10));
+        assert_eq!(t.begin_write(3, BlockSum::Known(20)), Some(10));
         assert_eq!(t.judge(3, 10).0, Verdict::Good);
         assert_eq!(t.judge(3, 20).0, Verdict::Good);
         assert!(matches!(t.judge(3, 30), (Verdict::Bad { .. }, true)));
@@ -325,13 +325,13 @@ mod tests {
     fn the_cache_stays_bounded_and_hands_out_dirty_pages_it_drops() {
         let mut t = Table::new(1, 8, 2);
         assert!(t.insert(0, page()).is_empty());
-        t.set_entry(0, Entry::Known(1));
+        t.set_entry(0, BlockSum::Known(1));
         assert!(t.insert(1, page()).is_empty());
         // Page 1 is clean and page 0 dirty: the clean one goes.
         assert!(t.insert(2, page()).is_empty());
         assert_eq!(t.cached_pages(), 2);
         assert!(!t.has_page(1));
-        t.set_entry(2 * ENTRIES_PER_PAGE, Entry::Known(2));
+        t.set_entry(2 * ENTRIES_PER_PAGE, BlockSum::Known(2));
         let out = t.insert(3, page());
         assert_eq!(
             out.len(),
@@ -340,8 +340,8 @@ mod tests {
         );
         assert_eq!(out[0].page, 0);
         assert_eq!(
-            Entry::decode(&t.evicting(0).unwrap()[0..8]),
-            Entry::Known(1)
+            BlockSum::decode(&t.evicting(0).unwrap()[0..8]),
+            BlockSum::Known(1)
         );
         t.evicted_done(0);
         assert!(t.evicting(0).is_none());
@@ -354,11 +354,11 @@ mod tests {
         on_disk.set(1);
         t.open_unclean(on_disk);
         let mut bytes = page();
-        Entry::Known(5).encode(&mut bytes[0..8]);
+        BlockSum::Known(5).encode(&mut bytes[0..8]);
         t.insert(0, bytes.clone());
         t.insert(1, bytes);
-        assert_eq!(t.entry(0), Entry::Known(5));
-        assert_eq!(t.entry(ENTRIES_PER_PAGE), Entry::Unknown);
+        assert_eq!(t.entry(0), BlockSum::Known(5));
+        assert_eq!(t.entry(ENTRIES_PER_PAGE), BlockSum::Unknown);
         let dirty: Vec<u64> = t.take_dirty().into_iter().map(|(k, _)| k).collect();
         assert_eq!(dirty, vec![1]);
         assert!(t.take_dirty().is_empty());

@@ -7,7 +7,7 @@
 use super::members::{MemberSlot, MemberTable};
 use super::{NodeIo, NodeMaintenance, ZeroKind};
 use crate::buf::{Buf, SharedBuf};
-use crate::checksum::{self, Entry, LeafChecksums, WriteToken, BLOCK_BYTES};
+use crate::checksum::{self, BlockSum, LeafChecksums, WriteToken, BLOCK_BYTES};
 use crate::error::{VolumeError, VolumeResult};
 use crate::member::{Member, MemberResult};
 use futures::future::BoxFuture;
@@ -409,7 +409,7 @@ impl LeafNode {
             at += d.len();
         }
         let mut entries = cs.compute(a, &[&wide]);
-        bad.into_iter().for_each(|i| entries[i] = Entry::Unknown);
+        bad.into_iter().for_each(|i| entries[i] = BlockSum::Unknown);
         let token = cs
             .begin_write(&*m, a, &entries)
             .await
@@ -433,13 +433,13 @@ impl LeafNode {
             let zeroes = vec![0u8; BLOCK_BYTES as usize];
             cs.compute(a, &vec![&zeroes[..]; n])
         } else {
-            vec![Entry::Unknown; n]
+            vec![BlockSum::Unknown; n]
         };
         if a < offset {
-            entries[0] = Entry::Unknown;
+            entries[0] = BlockSum::Unknown;
         }
         if b > offset + len {
-            entries[n - 1] = Entry::Unknown;
+            entries[n - 1] = BlockSum::Unknown;
         }
         let m = self.slot().member();
         let token = cs
