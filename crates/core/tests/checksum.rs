@@ -439,3 +439,42 @@ fn scrub_rewrites_the_bad_side_named_by_the_checksums() {
         );
     }
 }
+
+/// Bytes rebuilt from parity are checked against the lost chunk's checksum before they are
+/// returned: with a bad data block and, in the same rows, a bad parity block whose own
+/// checksum is gone (its entry zeroed: "no checksum"), the rebuild gives wrong bytes, and
+/// the read fails instead of returning them.
+#[test]
+fn rebuilt_bytes_that_do_not_match_their_checksum_are_an_error() {
+    let region = 2 * MIB;
+    let strip = 64 * KIB;
+    let b = build(
+        named(Level::Raid5, 3, None, strip, region),
+        3,
+        region,
+        CacheMode::WriteThrough,
+        31,
+    );
+    // Stripe 0 of a left-symmetric RAID 5 of three: data on members 0 and 1, P on member 2.
+    let junk = vec![0x5a; BLOCK_BYTES as usize];
+    b.mems[0].poke(BLOCK_BYTES, &junk);
+    b.mems[2].poke(BLOCK_BYTES, &junk);
+    // P's entry of block 1 zeroed in its area (after the region: header, then entries).
+    b.mems[2].poke(region + 4096 + 8, &[0u8; 8]);
+    // A fresh volume over the same members: no entry cached.
+    let mems: Vec<Arc<dyn Member>> = b
+        .mems
+        .iter()
+        .map(|m| m.clone() as Arc<dyn Member>)
+        .collect();
+    let opts = VolumeOptions {
+        block_size: 4096,
+        members_known_zero: true,
+        cache: CacheMode::WriteThrough,
+        checksums: b.v.options().checksums.clone(),
+        ..VolumeOptions::default()
+    };
+    let fresh = Volume::new(named(Level::Raid5, 3, None, strip, region), mems, opts).unwrap();
+    let e = block_on(fresh.read(0, strip)).expect_err("never the wrong bytes");
+    assert!(e.to_string().contains("do not match their checksum"), "{e}");
+}

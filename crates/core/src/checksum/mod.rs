@@ -401,6 +401,28 @@ impl LeafChecksums {
         ))
     }
 
+    /// Whether bytes rebuilt from the redundancy for the whole blocks from region offset
+    /// `offset` match their checksums (blocks without one pass; nothing is counted).
+    pub async fn matches(&self, m: &dyn Member, offset: u64, bytes: &[u8]) -> MemberResult<bool> {
+        let computed = self.compute(offset, &[bytes]);
+        if computed.is_empty() {
+            return Ok(true);
+        }
+        let first = offset / BLOCK_BYTES;
+        let last = first + computed.len() as u64;
+        self.open(m).await?;
+        let mut all = true;
+        self.each_page(m, first, last, |t, blocks| {
+            for block in blocks {
+                if let BlockSum::Known(c) = computed[(block - first) as usize] {
+                    all &= !matches!(t.peek(block, c), Verdict::Bad { .. });
+                }
+            }
+        })
+        .await?;
+        Ok(all)
+    }
+
     /// Before a write of `entries` (from [`LeafChecksums::compute`], or `Unknown` for blocks
     /// written only in part whose old bytes were bad) at region offset `offset`: the header
     /// bit durable, the entries updated with the old ones still accepted.

@@ -228,6 +228,13 @@ impl Table {
         (v, new)
     }
 
+    /// Judges one block without noting it bad (a check of bytes not read from the member).
+    pub(super) fn peek(&mut self, block: u64, computed: u32) -> Verdict {
+        let e = self.entry(block);
+        let in_flight = self.in_flight.get(&block).map_or(&[][..], |v| &v[..]);
+        verdict(e, computed, in_flight)
+    }
+
     /// A write of `crc` to `block` starts: the entry takes the new checksum, and the old one
     /// stays acceptable until the write is answered.
     pub(super) fn begin_write(&mut self, block: u64, crc: BlockSum) -> Option<u32> {

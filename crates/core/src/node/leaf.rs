@@ -117,6 +117,32 @@ impl NodeIo for LeafNode {
         self.table.fail(self.index, &why);
     }
 
+    /// Checks the whole blocks of `bytes` against the checksums; a member that is not
+    /// current (its checksums may be as lost as its data) or whose pages do not read cannot
+    /// say, and passes.
+    fn verify_rebuilt<'a>(&'a self, offset: u64, bytes: &'a [u8]) -> BoxFuture<'a, bool> {
+        async move {
+            let Some(cs) = &self.checksums else {
+                return true;
+            };
+            if !self.slot().is_current() {
+                return true;
+            }
+            let (a, b) = whole_blocks(offset, bytes.len() as u64);
+            // Only the blocks the bytes cover whole.
+            let lo = if a < offset { a + BLOCK_BYTES } else { a };
+            let end = offset + bytes.len() as u64;
+            let hi = if b > end { b - BLOCK_BYTES } else { b };
+            if lo >= hi {
+                return true;
+            }
+            let part = &bytes[(lo - offset) as usize..(hi - offset) as usize];
+            let m = self.slot().member();
+            cs.matches(&*m, lo, part).await.unwrap_or(true)
+        }
+        .boxed()
+    }
+
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
         async move {
             let slot = self.slot();
