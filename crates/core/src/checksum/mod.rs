@@ -135,7 +135,7 @@ impl ChecksumSetup {
                 self.cache_pages,
             )),
             header_lock: futures::lock::Mutex::new(()),
-            partial_lock: futures::lock::Mutex::new(()),
+            writes: crate::range_lock::RangeLock::default(),
             counters: self.counters.clone(),
             fail_after_errors: self.fail_after_errors,
         })
@@ -179,8 +179,10 @@ pub struct LeafChecksums {
     table: parking_lot::Mutex<Table>,
     /// Serializes header writes.
     header_lock: futures::lock::Mutex<()>,
-    /// Serializes writes of parts of blocks (each reads the rest of its blocks).
-    partial_lock: futures::lock::Mutex<()>,
+    /// Writes hold their blocks exclusively until answered: of two writes to one block the
+    /// one the member completes last is the one whose checksum stays (and a write of part of
+    /// a block reads the rest of it with no other write in between).
+    writes: crate::range_lock::RangeLock,
     counters: Arc<[ChecksumCounters]>,
     fail_after_errors: Option<u64>,
 }
@@ -196,9 +198,15 @@ impl LeafChecksums {
             .is_some_and(|n| self.counters().errors.load(Relaxed) > n)
     }
 
-    /// Serializes a write of parts of blocks against the others.
-    pub async fn partial_write_lock(&self) -> futures::lock::MutexGuard<'_, ()> {
-        self.partial_lock.lock().await
+    /// Holds region bytes `[a, b)` (whole blocks) for one read and its check: bytes read while
+    /// a write to them was in flight are judged before that write's old checksum is dropped.
+    pub(crate) async fn read_lock(&self, a: u64, b: u64) -> crate::range_lock::RangeGuard<'_> {
+        self.writes.lock(a, b - a, false).await
+    }
+
+    /// Holds region bytes `[a, b)` (whole blocks) for one write until it is answered.
+    pub(crate) async fn write_lock(&self, a: u64, b: u64) -> crate::range_lock::RangeGuard<'_> {
+        self.writes.lock(a, b - a, true).await
     }
 
     /// Reads the header once: after an unclean shutdown its set bits name untrusted groups.

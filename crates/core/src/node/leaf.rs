@@ -282,12 +282,14 @@ impl NodeMaintenance for LeafNode {
                 return Ok(());
             }
             self.table.failure_gate().wait_recorded().await?;
-            let written = cs
-                .flush(&*slot.member())
-                .await
-                .map_err(|e| self.failed_write(e))?;
-            if written > 0 {
-                slot.mark_dirty();
+            match cs.flush(&*slot.member()).await {
+                Ok(0) => {}
+                Ok(_) => slot.mark_dirty(),
+                // A failed write fails the member, like a data write's; whether the volume
+                // still holds its data is the volume's flush to say (its tolerance).
+                Err(e) => {
+                    self.failed_write(e);
+                }
             }
             Ok(())
         }
@@ -321,9 +323,9 @@ impl NodeMaintenance for LeafNode {
     }
 }
 
-/// Checksummed writes hold this while the member writes (a write of parts of blocks keeps the
-/// partial-write lock so no other such write reads the same blocks in between).
-type Sums<'a> = Option<(WriteToken, Option<futures::lock::MutexGuard<'a, ()>>)>;
+/// Checksummed writes hold this while the member writes: the token, and their blocks
+/// locked ([`LeafChecksums::write_lock`]).
+type Sums<'a> = Option<(WriteToken, crate::range_lock::RangeGuard<'a>)>;
 
 /// Most bytes zeroed at once whose checksums are computed (larger zeroings leave their
 /// blocks unchecked until written again, rather than checksum gigabytes of zeroes).
@@ -360,6 +362,7 @@ impl LeafNode {
         let m = self.slot().member();
         let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
         let (a, b) = whole_blocks(offset, len);
+        let _held = cs.read_lock(a, b).await;
         if (a, b) == (offset, offset + len) {
             let got = if bufs.len() == 1 {
                 let one = bufs.pop().expect("one buffer");
@@ -404,6 +407,7 @@ impl LeafNode {
         let m = self.slot().member();
         let len: u64 = data.iter().map(|d| d.len() as u64).sum();
         let (a, b) = whole_blocks(offset, len);
+        let guard = cs.write_lock(a, b).await;
         if (a, b) == (offset, offset + len) {
             let pieces: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
             let entries = cs.compute(offset, &pieces);
@@ -411,9 +415,8 @@ impl LeafNode {
                 .begin_write(&*m, offset, &entries)
                 .await
                 .map_err(|e| self.failed_write(e))?;
-            return Ok(Some((token, None)));
+            return Ok(Some((token, guard)));
         }
-        let guard = cs.partial_write_lock().await;
         let mut wide = m
             .read(self.start + a, Buf::new((b - a) as usize))
             .await
@@ -440,7 +443,7 @@ impl LeafNode {
             .begin_write(&*m, a, &entries)
             .await
             .map_err(|e| self.failed_write(e))?;
-        Ok(Some((token, Some(guard))))
+        Ok(Some((token, guard)))
     }
 
     /// Before zeroing `[offset, offset+len)`: whole blocks take the checksum of zeroes, parts
@@ -450,10 +453,7 @@ impl LeafNode {
             return Ok(None);
         };
         let (a, b) = whole_blocks(offset, len);
-        let guard = match (a, b) == (offset, offset + len) {
-            true => None,
-            false => Some(cs.partial_write_lock().await),
-        };
+        let guard = cs.write_lock(a, b).await;
         let n = ((b - a) / BLOCK_BYTES) as usize;
         let mut entries = if b - a <= ZERO_CHECKSUM_MAX_BYTES {
             let zeroes = vec![0u8; BLOCK_BYTES as usize];
