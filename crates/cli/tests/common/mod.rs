@@ -66,10 +66,10 @@ pub fn write_config_with(dir: &Path, spares: &[&str], volume_keys: &str) -> Path
         text += &format!("[[member]]\nid = \"{id}\"\npath = \"{id}.img\"\nsize = \"9MiB\"\n\n");
     }
     text += "[[volume]]\nname = \"r6\"\nlevel = \"raid6\"\nstrip_size = \"64KiB\"\nmembers = [\"d0\", \"d1\", \"d2\", \"d3\", \"d4\", \"d5\"]\n";
-    text += volume_keys;
     if !volume_keys.contains("checksums") {
         text += "checksums = \"off\"\n";
     }
+    text += volume_keys;
     let file = dir.join("arrays.toml");
     std::fs::write(&file, text).unwrap();
     file
