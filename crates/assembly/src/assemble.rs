@@ -374,6 +374,8 @@ impl VolumeStart<'_> {
                 .clean_delay
                 .unwrap_or(nbraid_core::metadata::intent::DEFAULT_CLEAR_DELAY),
             ppl_area_before_region_bytes: v.metadata.ppl_log_bytes,
+            checksum_area_before_region_bytes: v.metadata.checksum_reserve_bytes,
+            checksum_errors_to_fail: Some(v.metadata.checksum_error_limit),
             force_assembly: self.force,
             member_ids: self.member_ids(),
         }

@@ -40,11 +40,12 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// A RAID 5 `r5` over d0..d3 listed in `order`, on a Unix socket, with `extra` volume keys.
+/// A RAID 5 `r5` over d0..d3 listed in `order`, on a Unix socket, with `extra` volume keys;
+/// members of 18 MiB: 1 MiB of metadata, 1 MiB of block checksums, a 16 MiB region.
 fn raid5_config(dir: &Path, order: [usize; 4], extra: &str) -> PathBuf {
     let mut t = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
     for i in 0..4 {
-        t += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"17MiB\"\n\n");
+        t += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"18MiB\"\n\n");
     }
     let ids: Vec<String> = order.iter().map(|i| format!("\"d{i}\"")).collect();
     t += &format!(
@@ -589,7 +590,7 @@ fn foreign_and_non_blank_members_are_refused_and_create_writes_superblocks() {
     );
 
     // Bytes where the superblock goes (a file system, say): refused too.
-    let mut junk = vec![0u8; 17 << 20];
+    let mut junk = vec![0u8; 18 << 20];
     junk[1024..1030].copy_from_slice(b"\x53\xef\x01\x00ab");
     std::fs::write(dir.path().join("d2.img"), &junk).unwrap();
     let e = Daemon::try_start(&config)
@@ -602,7 +603,7 @@ fn foreign_and_non_blank_members_are_refused_and_create_writes_superblocks() {
 
     // Blank members and create = "never": refused until `nbraid create`.
     for i in 0..4 {
-        std::fs::write(dir.path().join(format!("d{i}.img")), vec![0u8; 17 << 20]).unwrap();
+        std::fs::write(dir.path().join(format!("d{i}.img")), vec![0u8; 18 << 20]).unwrap();
     }
     let e = Daemon::try_start(&config)
         .err()

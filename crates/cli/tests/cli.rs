@@ -96,12 +96,13 @@ fn check_draws_a_declared_tree_with_capacity_and_tolerance() {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     for want in [
-        // The table: a tree, 2 data members, 2 × 1023 MiB rounded to whole stripes.
-        "vault   tree   -      d0 d1 d2 d3 d4 d5  -      2     1.99 GiB (2145386496 bytes)  128 KiB      3 worst, 4 best",
+        // The table: a tree, 2 data members, 2 × 1020 MiB (after the metadata area and the
+        // 3 MiB of block checksums) rounded to whole stripes.
+        "vault   tree   -      d0 d1 d2 d3 d4 d5  -      2     1.99 GiB (2139095040 bytes)  128 KiB      3 worst, 4 best",
         "vault: tree raid5:64KiB(mirror(d0 d1), mirror(d2 d3), mirror(d4 d5))",
         // The outline, each node with its capacity and tolerance.
-        "  raid5, strip 64 KiB, left-symmetric  1.99 GiB, survives 3 lost members at worst\n  ├─ mirror  1023 MiB, survives 1 lost member at worst\n  │  ├─ d0  member bytes 1MiB .. 1GiB\n  │  └─ d1  member bytes 1MiB .. 1GiB\n",
-        "     └─ d5  member bytes 1MiB .. 1GiB\n",
+        "  raid5, strip 64 KiB, left-symmetric  1.99 GiB, survives 3 lost members at worst\n  ├─ mirror  1020 MiB, survives 1 lost member at worst\n  │  ├─ d0  member bytes 4MiB .. 1GiB\n  │  └─ d1  member bytes 4MiB .. 1GiB\n",
+        "     └─ d5  member bytes 4MiB .. 1GiB\n",
         // The grid, columns grouped by mirror, copies side by side.
         "  row  d0 d1 | d2 d3 | d4 d5\n    0  D0 D0 | D1 D1 | P0 P0\n    1  D3 D3 | P1 P1 | D2 D2\n",
     ] {
@@ -120,7 +121,7 @@ fn check_draws_a_declared_tree_with_capacity_and_tolerance() {
     );
     assert_eq!(vol["fault_tolerance"]["worst"], 3);
     assert_eq!(vol["fault_tolerance"]["best"], 4);
-    assert_eq!(vol["capacity_bytes"], 2145386496u64);
+    assert_eq!(vol["capacity_bytes"], 2139095040u64);
 
     // `map`: the first stripe's data on both copies of two mirrors, P on both of the third.
     let o = nbraid(
@@ -137,9 +138,9 @@ fn check_draws_a_declared_tree_with_capacity_and_tolerance() {
     let text = stdout(&o);
     for want in [
         "vault: tree, 6 members: raid5:64KiB(mirror(d0 d1), mirror(d2 d3), mirror(d4 d5))",
-        "0        65536   d1      data/raid5-of-mirrors/d1.img  1048576        data  0       1",
-        "65536    65536   d3      data/raid5-of-mirrors/d3.img  1048576        data  0       1",
-        "0        65536   d5      data/raid5-of-mirrors/d5.img  1048576        P     0       1",
+        "0        65536   d1      data/raid5-of-mirrors/d1.img  4194304        data  0       1",
+        "65536    65536   d3      data/raid5-of-mirrors/d3.img  4194304        data  0       1",
+        "0        65536   d5      data/raid5-of-mirrors/d5.img  4194304        P     0       1",
     ] {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }
@@ -152,7 +153,7 @@ fn check_reports_each_volume() {
     let text = stdout(&o);
     assert!(
         text.contains(
-            "db      raid50  2      d0 d1 d2 | d3 d4 d5  64 KiB  4     15.99 GiB (17175674880 bytes)  256 KiB      1 worst, 2 best"
+            "db      raid50  2      d0 d1 d2 | d3 d4 d5  64 KiB  4     15.96 GiB (17137926144 bytes)  256 KiB      1 worst, 2 best"
         ),
         "{text}"
     );
@@ -163,12 +164,13 @@ fn check_reports_each_volume() {
     assert_eq!(db["spans"], 2);
     assert_eq!(db["strip_size_bytes"], 65536);
     assert_eq!(db["data_members"], 4);
-    assert_eq!(db["capacity_bytes"], 17175674880u64);
+    assert_eq!(db["capacity_bytes"], 17137926144u64);
     assert_eq!(db["full_stripe_width_bytes"], 262144);
     assert_eq!(db["fault_tolerance"]["worst"], 1);
     assert_eq!(db["fault_tolerance"]["best"], 2);
     assert_eq!(db["members"][3]["id"], "d3");
-    assert_eq!(db["members"][3]["region_start_bytes"], 1 << 20);
+    // After the metadata area and the 9 MiB of block checksums (4 GiB members).
+    assert_eq!(db["members"][3]["region_start_bytes"], 10 << 20);
 }
 
 /// Only parity groups have a stripe cache: a RAID 10 says it has none, whatever `cache` says.
@@ -285,7 +287,8 @@ fn map_follows_md_left_symmetric() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    let start = 1u64 << 20;
+    // After the metadata area and the 1 MiB of block checksums.
+    let start = 2u64 << 20;
     let data: Vec<(String, u64, u64)> = v["data"]
         .as_array()
         .unwrap()
@@ -347,8 +350,8 @@ fn map_follows_md_left_symmetric() {
     assert_eq!(
         rows,
         vec![
-            vec!["12288", "4096", "d0", "d0.img", "1052672", "data", "1", "0"],
-            vec!["8192", "4096", "d1", "d1.img", "1052672", "P", "1", "0"],
+            vec!["12288", "4096", "d0", "d0.img", "2101248", "data", "1", "0"],
+            vec!["8192", "4096", "d1", "d1.img", "2101248", "P", "1", "0"],
         ],
         "{text}"
     );

@@ -201,7 +201,8 @@ fn a_removed_member_of_a_matrix_volume_comes_back() {
     let config = dir.path().join("arrays.toml");
     let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
     for i in 0..4 {
-        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"26MiB\"\n\n");
+        // 1 MiB of metadata, 1 MiB of block checksums per volume, 8 + 16 MiB of regions.
+        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"28MiB\"\n\n");
     }
     text += "[[volume]]\nname = \"r5\"\nlevel = \"raid5\"\nstrip_size = \"64KiB\"\n\
              members = [\"d0\", \"d1\", \"d2\", \"d3\"]\nsize = \"24MiB\"\n\n\

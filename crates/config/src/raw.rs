@@ -147,6 +147,8 @@ pub(crate) struct RawVolume {
     pub rebuild_rate: Option<Spanned<RawSize>>,
     pub write_hole: Option<Spanned<String>>,
     pub write_hole_log_size: Option<Spanned<RawSize>>,
+    pub checksums: Option<Spanned<String>>,
+    pub checksum_error_limit: Option<Spanned<i64>>,
 }
 
 /// A listen entry: `"tcp:IP:PORT"`, or a table giving that listener its own TLS mode,

@@ -225,6 +225,11 @@ impl Cx<'_> {
         if metadata.ppl && metadata.ppl_log_bytes.is_none() {
             metadata.ppl_log_bytes = at.trial_log_reserve(usage);
         }
+        if metadata.checksums {
+            metadata.checksum_reserve_bytes = at.trial_checksum_reserve(usage);
+        }
+        // On each member: the checksum reserve, the log's reserve, the region.
+        at.reserve_checksums(&name, metadata.checksum_reserve_bytes, usage);
         at.reserve_log(&name, metadata.ppl_log_bytes, usage);
         let (regions, geometry) = at.regions(v, usage)?;
         check_log_size(v, &who, &geometry, metadata.ppl_log_bytes)?;
@@ -458,6 +463,25 @@ impl Placement<'_> {
             .ok()
             .and_then(|regions| p.plan.geometry(&regions).ok());
         trial.and_then(|g| nbraid_layout::log_reserve_bytes(g.root()))
+    }
+
+    /// The checksum reserve of the largest region placed as if there were none (the real
+    /// regions, placed after it, are no larger); `None` when it does not fit.
+    fn trial_checksum_reserve(&self, usage: &[Usage]) -> Option<u64> {
+        let p = self;
+        let trial = allocate(p.who, p.plan.sizing(), p.requested, p.idx, p.members, usage).ok()?;
+        let largest = trial.iter().map(|r| r.len).max()?;
+        Some(volume_meta::checksum_reserve_bytes(largest))
+    }
+
+    /// The checksum reserve comes first, before the log's and the region, on every member.
+    fn reserve_checksums(&self, name: &str, bytes: Option<u64>, usage: &mut [Usage]) {
+        let Some(bytes) = bytes else { return };
+        for &m in self.idx {
+            usage[m].cursor += bytes;
+            let what = format!("the block checksums of volume \"{name}\"");
+            usage[m].users.push((what, bytes));
+        }
     }
 
     /// The write-hole log's reserve comes before the volume's region on every member.

@@ -119,7 +119,9 @@ impl Summary {
             let level = v.level();
             for (&m, r) in v.members.iter().zip(&v.regions) {
                 let ms = &mut members[m];
-                ms.used_bytes += r.len + v.metadata.ppl_log_bytes.unwrap_or(0);
+                let reserves = v.metadata.ppl_log_bytes.unwrap_or(0)
+                    + v.metadata.checksum_reserve_bytes.unwrap_or(0);
+                ms.used_bytes += r.len + reserves;
                 ms.free_bytes = config.members[m].size.saturating_sub(r.start + r.len);
                 if r.len > 0 {
                     ms.volumes.push(v.name.clone());

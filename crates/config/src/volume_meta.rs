@@ -6,8 +6,12 @@
 //! groups log partial parity so a crash followed by a lost member never corrupts data nobody
 //! wrote; `"off"`), `write_hole_log_size` (the log in a reserve of that many bytes before
 //! the volume's region on every member, instead of 512 KiB in the 1 MiB metadata area: a
-//! larger ring needs fewer member flushes to make room). Each is checked at its place with
-//! what would be valid.
+//! larger ring needs fewer member flushes to make room), `checksums` (`"on"`, the default: a
+//! CRC-32C per 4 KiB block of every member region, kept in a reserve before the region — 8
+//! bytes per block and a 4 KiB header, rounded up to 1 MiB —, verified on every read, bad
+//! blocks rebuilt from the redundancy; `"off"`), `checksum_error_limit` (a member that
+//! returned more bad blocks than this is failed; default 100). Each is checked at its place
+//! with what would be valid.
 
 use super::error::{ErrorKind, Problem};
 use super::limits::{format_duration, parse_duration, DURATION_HELP};
@@ -31,6 +35,17 @@ pub const CLEAN_DELAY_DEFAULT: Duration = Duration::from_secs(5);
 pub const PPL_LOG_MIN: u64 = 1 << 20;
 /// Most `write_hole_log_size`.
 pub const PPL_LOG_MAX: u64 = 1 << 30;
+/// Default `checksum_error_limit` (md fails a member after 20 read errors it corrected in an
+/// hour; a checksum error is as clear a sign, but one bad sector run spans several blocks).
+pub const CHECKSUM_ERROR_LIMIT_DEFAULT: u64 = 100;
+
+/// Bytes the checksum reserve before a region of `region_len` bytes takes: a 4 KiB header
+/// and 8 bytes per 4 KiB block in whole 4 KiB pages (the engine's `checksum::area_bytes`),
+/// rounded up to 1 MiB so regions stay on MiB boundaries.
+pub fn checksum_reserve_bytes(region_len: u64) -> u64 {
+    let entries = region_len.div_ceil(4096) * 8;
+    (4096 + entries.next_multiple_of(4096)).next_multiple_of(1 << 20)
+}
 
 /// What the daemon does when none of a volume's members carries its superblock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -68,6 +83,13 @@ pub struct MetadataOptions {
     /// `write_hole_log_size`: bytes reserved for the log before the volume's region on every
     /// member (`None`: the log lives in the metadata area).
     pub ppl_log_bytes: Option<u64>,
+    /// `checksums = "on"` (default): per-block checksums.
+    pub checksums: bool,
+    /// The checksum reserve before the volume's region (and its log's reserve) on every
+    /// member, sized from the region at placement (`None`: checksums off).
+    pub checksum_reserve_bytes: Option<u64>,
+    /// `checksum_error_limit`: bad blocks a member may return before it is failed.
+    pub checksum_error_limit: u64,
 }
 
 impl Default for MetadataOptions {
@@ -78,6 +100,9 @@ impl Default for MetadataOptions {
             clean_delay: Some(CLEAN_DELAY_DEFAULT),
             ppl: true,
             ppl_log_bytes: None,
+            checksums: true,
+            checksum_reserve_bytes: None,
+            checksum_error_limit: CHECKSUM_ERROR_LIMIT_DEFAULT,
         }
     }
 }
@@ -132,6 +157,7 @@ pub(crate) fn metadata_options(v: &RawVolume, who: &str) -> Result<MetadataOptio
         }
         opts.ppl_log_bytes = Some(log_size(s, who)?);
     }
+    checksum_keys(v, who, &mut opts)?;
     if let Some(d) = &v.clean_delay {
         opts.clean_delay = if is_off(d.get_ref()) {
             None
@@ -140,6 +166,45 @@ pub(crate) fn metadata_options(v: &RawVolume, who: &str) -> Result<MetadataOptio
         };
     }
     Ok(opts)
+}
+
+/// `checksums` and `checksum_error_limit`.
+fn checksum_keys(v: &RawVolume, who: &str, opts: &mut MetadataOptions) -> Result<(), Problem> {
+    if let Some(c) = &v.checksums {
+        opts.checksums = match c.get_ref().as_str() {
+            "on" => true,
+            "off" => false,
+            other => {
+                return Err(Problem::new(
+                    c.span(),
+                    ErrorKind::Option,
+                    format!("{who}: checksums = \"{other}\" is not a choice; valid: \"on\" (default: a checksum per 4 KiB block, bad blocks rebuilt from the redundancy), \"off\""),
+                ))
+            }
+        };
+    }
+    if let Some(l) = &v.checksum_error_limit {
+        if !opts.checksums {
+            return Err(Problem::new(
+                l.span(),
+                ErrorKind::Option,
+                format!(
+                    "{who}: checksum_error_limit needs checksums = \"on\" (the default); remove it"
+                ),
+            ));
+        }
+        opts.checksum_error_limit = u64::try_from(*l.get_ref())
+            .ok()
+            .filter(|&n| n >= 1)
+            .ok_or_else(|| {
+                Problem::new(
+                    l.span(),
+                    ErrorKind::Option,
+                    format!("{who}: checksum_error_limit {} is out of range; give a count of at least 1 (default {CHECKSUM_ERROR_LIMIT_DEFAULT})", l.get_ref()),
+                )
+            })?;
+    }
+    Ok(())
 }
 
 fn bitmap_chunk(b: &Spanned<RawSize>, who: &str) -> Result<u64, Problem> {
@@ -248,6 +313,41 @@ mod tests {
         assert!(!m.ppl);
     }
 
+    #[test]
+    fn checksums_are_on_by_default_with_a_reserve_before_the_region() {
+        let c = volume("").unwrap();
+        let (m, r) = (c.volumes[0].metadata, c.volumes[0].regions[0]);
+        assert!(m.checksums);
+        assert_eq!(m.checksum_reserve_bytes, Some(1 << 20));
+        assert_eq!(m.checksum_error_limit, super::CHECKSUM_ERROR_LIMIT_DEFAULT);
+        // 8 MiB member: 1 MiB metadata, 1 MiB checksum reserve, 6 MiB region.
+        assert_eq!((r.start, r.len), (2 << 20, 6 << 20));
+        let c = volume("checksums = \"off\"").unwrap();
+        let (m, r) = (c.volumes[0].metadata, c.volumes[0].regions[0]);
+        assert!(!m.checksums);
+        assert_eq!(m.checksum_reserve_bytes, None);
+        assert_eq!((r.start, r.len), (1 << 20, 7 << 20));
+        let m = volume("checksum_error_limit = 5").unwrap().volumes[0].metadata;
+        assert_eq!(m.checksum_error_limit, 5);
+        for bad in [
+            "checksums = \"maybe\"",
+            "checksum_error_limit = 0",
+            "checksums = \"off\"\nchecksum_error_limit = 5",
+        ] {
+            let e = volume(bad).unwrap_err();
+            assert_eq!(e.kind(), Some(ErrorKind::Option), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_checksum_reserve_holds_an_entry_per_block_in_whole_mib() {
+        use super::checksum_reserve_bytes;
+        assert_eq!(checksum_reserve_bytes(4096), 1 << 20);
+        // 1 GiB: 2 MiB of entries and the header.
+        assert_eq!(checksum_reserve_bytes(1 << 30), 3 << 20);
+        assert_eq!(checksum_reserve_bytes(1 << 40), (2 << 30) + (1 << 20));
+    }
+
     fn raid5(extra: &str) -> Result<crate::Config, crate::ConfigError> {
         let members: String = (0..3)
             .map(|i| format!("[[member]]\nid = \"m{i}\"\npath = \"memory:\"\nsize = \"64MiB\"\n"))
@@ -267,8 +367,9 @@ mod tests {
         let c = raid5("write_hole_log_size = \"8 MiB\"").unwrap();
         let v = &c.volumes[0];
         assert_eq!(v.metadata.ppl_log_bytes, Some(8 << 20));
+        let sums = v.metadata.checksum_reserve_bytes.unwrap();
         for r in &v.regions {
-            assert_eq!(r.start, crate::METADATA_RESERVED + (8 << 20));
+            assert_eq!(r.start, crate::METADATA_RESERVED + sums + (8 << 20));
         }
         assert_eq!(plain.volumes[0].capacity() - v.capacity(), 2 * (8 << 20));
     }
@@ -304,8 +405,10 @@ mod tests {
                     ),
                     Some(reserve) => {
                         assert!(reserve >= ring, "{what}: reserve {reserve}");
+                        let sums = v.metadata.checksum_reserve_bytes.unwrap();
                         for r in &v.regions {
-                            assert_eq!(r.start, crate::METADATA_RESERVED + reserve, "{what}");
+                            let start = crate::METADATA_RESERVED + sums + reserve;
+                            assert_eq!(r.start, start, "{what}");
                         }
                     }
                 }

@@ -32,11 +32,13 @@ size = "8GiB"
 [[volume]]
 name = "system"
 level = "raid1"
+checksums = "off"
 members = ["disk0", "disk1"]
 size = "2GiB"
 [[volume]]
 name = "db"
 level = "raid0"
+checksums = "off"
 strip_size = "16KiB"
 members = ["disk0", "disk1"]
 "#,
@@ -95,11 +97,13 @@ size = "2GiB"
 [[volume]]
 name = "small"
 level = "raid5"
+checksums = "off"
 members = ["a", "b", "c"]
 size = "1MB"
 [[volume]]
 name = "rest"
 level = "raid5"
+checksums = "off"
 members = ["c", "b", "a"]
 "#,
     );
@@ -131,11 +135,13 @@ size = "20MiB"
 [[volume]]
 name = "first"
 level = "jbod"
+checksums = "off"
 members = ["a", "b"]
 size = "12MiB"
 [[volume]]
 name = "second"
 level = "concat"
+checksums = "off"
 members = ["b"]
 "#,
     );
@@ -308,6 +314,7 @@ size = "64MiB"
 [[volume]]
 name = "v"
 level = "raid5"
+checksums = "off"
 members = ["a", "b", "c"]
 "#,
     )
@@ -353,6 +360,7 @@ size = "1GiB"
 [[volume]]
 name = "r5"
 level = "raid5"
+checksums = "off"
 members = ["d0", "d1", "d2", "d3"]
 size = "1536MiB"
 "#,
@@ -385,6 +393,7 @@ size = "64MiB"
 [[volume]]
 name = "scratch"
 level = "raid0"
+checksums = "off"
 members = ["m0", "m1"]
 "#,
     );

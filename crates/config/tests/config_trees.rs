@@ -65,6 +65,7 @@ name = "cm"
 members = ["m3", "m2", "m1", "m0"]
 tree = { concat = [{ mirror = ["m0", "m1"] }, { mirror = ["m2", "m3"] }] }
 read_policy = "round-robin"
+checksums = "off"
 "#,
     );
     let r5m = c.volume("r5m").unwrap();
@@ -111,8 +112,9 @@ read_policy = "round-robin"
     assert_eq!(cm.member_ids(&c), ["m3", "m2", "m1", "m0"]);
     assert_eq!(cm.geometry.root().member_indices(), [3, 2, 1, 0]);
     assert_eq!(cm.read_policy, ReadPolicy::RoundRobin);
-    // Concat = the sum: two mirrors of what was left on m0..m3 (1 GiB − 1 MiB − 256 MiB).
-    let left = (1024 - 1 - 256) * MIB;
+    // Concat = the sum: two mirrors of what was left on m0..m3 (1 GiB − 1 MiB − 256 MiB −
+    // the 1 MiB checksum reserve of each of the volumes before it).
+    let left = (1024 - 1 - 256 - 2) * MIB;
     assert_eq!(cm.capacity(), 2 * left);
     let ft = cm.geometry.fault_tolerance();
     assert_eq!((ft.worst, ft.best), (1, 2));
@@ -549,8 +551,10 @@ proptest! {
                 leaves.sort_unstable();
                 prop_assert_eq!(leaves, (0..v.members.len()).collect::<Vec<_>>());
                 let len = v.regions[0].len;
-                prop_assert!(v.regions.iter().all(|r| r.len == len && r.start == MIB));
-                prop_assert!(MIB + len <= member_mib * MIB);
+                // After the metadata area and the checksum reserve.
+                let start = MIB + v.metadata.checksum_reserve_bytes.unwrap_or(0);
+                prop_assert!(v.regions.iter().all(|r| r.len == len && r.start == start));
+                prop_assert!(start + len <= member_mib * MIB);
                 let cap = v.capacity();
                 prop_assert!(cap > 0);
                 if let Some(s) = size_mib {

@@ -8,6 +8,7 @@ pub mod parity;
 
 mod absent;
 pub mod buf;
+pub mod checksum;
 pub mod concat;
 pub mod crc32c;
 pub mod error;

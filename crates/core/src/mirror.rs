@@ -24,6 +24,10 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// A piece no copy could read whole is read again in pieces of this size (the checksums'
+/// block): a bad block on one copy and another on the next still leave every block a copy.
+const SPLIT_BYTES: usize = 4096;
+
 mod scrub;
 
 pub struct MirrorNode {
@@ -119,6 +123,11 @@ impl MirrorNode {
                 }
             }
         }
+        // Every copy failed somewhere in the piece, maybe in different blocks (checksum
+        // errors are per block): each block may still have a good copy.
+        if len > SPLIT_BYTES && errors.iter().any(VolumeError::is_member_io) {
+            return Box::pin(self.read_blocks(offset, len, first)).await;
+        }
         let detail: Vec<String> = errors.iter().map(ToString::to_string).collect();
         Err(VolumeError::Unavailable {
             reason: format!(
@@ -127,6 +136,21 @@ impl MirrorNode {
                 detail.join("; ")
             ),
         })
+    }
+
+    /// Reads `[offset, offset+len)` in pieces of at most [`SPLIT_BYTES`] on their boundaries,
+    /// each with its own fallback over the copies.
+    async fn read_blocks(&self, offset: u64, len: usize, first: usize) -> VolumeResult<Buf> {
+        let end = offset + len as u64;
+        let mut pieces = Vec::new();
+        let mut at = offset;
+        while at < end {
+            let next = ((at / SPLIT_BYTES as u64) + 1) * SPLIT_BYTES as u64;
+            let n = next.min(end) - at;
+            pieces.push(self.read_piece(at, Buf::new(n as usize), first));
+            at += n;
+        }
+        collect_bufs(join_all(pieces).await).map(Buf::join)
     }
 
     /// Writes the bytes of `good` back to `bad` under an exclusive range lock.

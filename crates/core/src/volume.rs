@@ -48,6 +48,8 @@ pub struct VolumeOptions {
     /// Write-back: a partial stripe waiting longer than this is written by a background
     /// thread (default 1 s; `None`: it waits for a flush, for eviction or to fill up).
     pub cache_max_age: Option<Duration>,
+    /// Per-block checksums on the members' checksum areas (`None`: none kept or checked).
+    pub checksums: Option<crate::checksum::ChecksumSetup>,
 }
 
 impl Default for VolumeOptions {
@@ -59,6 +61,7 @@ impl Default for VolumeOptions {
             members_known_zero: false,
             cache: CacheMode::default(),
             cache_max_age: Some(Duration::from_secs(1)),
+            checksums: None,
         }
     }
 }
@@ -656,7 +659,11 @@ fn build(
         .map(|c| build(c, table, opts, (repairs, ppl), groups))
         .collect();
     match node {
-        Node::Member(m) => Box::new(LeafNode::new(m.index, m.start, m.len, table.clone())),
+        Node::Member(m) => Box::new(
+            LeafNode::new(m.index, m.start, m.len, table.clone()).with_checksums(
+                (opts.checksums.as_ref()).and_then(|c| c.for_region(m.index, m.start, m.len)),
+            ),
+        ),
         Node::Concat(c) => Box::new(SplitNode::new(c.clone(), kids, node.capacity())),
         Node::Stripe(s) => Box::new(SplitNode::new(s.clone(), kids, node.capacity())),
         Node::Mirror(_) => Box::new(MirrorNode::new(

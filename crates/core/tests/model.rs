@@ -293,6 +293,7 @@ fn run_case(case: &Case, seed: u64, rounds: u64) -> (usize, u64, u64) {
             Some(Duration::from_millis(1)),
             Some(Duration::from_secs(1)),
         ][rng.gen_range(0..3)],
+        checksums: None,
     };
     let vol = Volume::new(case.geometry.clone(), members, opts).expect("assemble");
     let cap = vol.capacity();

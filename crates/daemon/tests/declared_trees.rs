@@ -23,12 +23,13 @@ fn example(dir: &Path) -> PathBuf {
     let text = std::fs::read_to_string(repo.join("configs/raid5-of-mirrors.toml")).unwrap();
     let text = text
         .replace("data/raid5-of-mirrors/", "")
-        .replace("size = \"1GiB\"", "size = \"33MiB\"")
+        // 1 MiB of metadata, 1 MiB of block checksums, a 32 MiB region.
+        .replace("size = \"1GiB\"", "size = \"34MiB\"")
         .replace(
             "listen = [\"unix:/run/nbraid/nbd.sock\", \"tcp:127.0.0.1:10809\"]",
             "listen = [\"unix:nbd.sock\"]",
         );
-    assert!(text.contains("unix:nbd.sock") && text.contains("33MiB"));
+    assert!(text.contains("unix:nbd.sock") && text.contains("34MiB"));
     let file = dir.join("arrays.toml");
     std::fs::write(&file, text).unwrap();
     file
@@ -191,9 +192,9 @@ fn mirror_of_raid5_and_concat_of_mirrors_resync_after_a_crash_assemble_by_superb
                 &format!("[[member]]\nid = \"d{i}\"\npath = \"d{file}.img\"\nsize = \"33MiB\"\n\n");
         }
         // Dirty from the first write until shutdown, without a bitmap: a crash resyncs all.
-        t += "[[volume]]\nname = \"m5\"\nsize = \"16MiB\"\nclean_delay = \"off\"\nbitmap_chunk = \"off\"\n\
+        t += "[[volume]]\nname = \"m5\"\nsize = \"16MiB\"\nclean_delay = \"off\"\nbitmap_chunk = \"off\"\nchecksums = \"off\"\n\
               tree = { mirror = [{ raid5 = [\"d0\", \"d1\", \"d2\"] }, { raid5 = [\"d3\", \"d4\", \"d5\"] }] }\n\n\
-              [[volume]]\nname = \"cm\"\nclean_delay = \"off\"\nbitmap_chunk = \"off\"\n\
+              [[volume]]\nname = \"cm\"\nclean_delay = \"off\"\nbitmap_chunk = \"off\"\nchecksums = \"off\"\n\
               tree = { concat = [{ mirror = [\"d0\", \"d1\"] }, { mirror = [\"d2\", \"d3\"] }] }\n";
         let file = dir.path().join("arrays.toml");
         std::fs::write(&file, t).unwrap();

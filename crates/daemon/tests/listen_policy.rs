@@ -45,7 +45,8 @@ fn non_loopback_address() -> Ipv4Addr {
 
 fn config(dir: &Path, daemon: &str) -> std::path::PathBuf {
     let text = format!(
-        "[daemon]\n{daemon}\n\n[[member]]\nid = \"d0\"\npath = \"d0.img\"\nsize = \"16MiB\"\n\n\
+        // 1 MiB of metadata and 1 MiB of block checksums before the 15 MiB region.
+        "[daemon]\n{daemon}\n\n[[member]]\nid = \"d0\"\npath = \"d0.img\"\nsize = \"17MiB\"\n\n\
          [[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"d0\"]\n"
     );
     let file = dir.join("arrays.toml");

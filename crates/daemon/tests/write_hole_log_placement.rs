@@ -45,9 +45,13 @@ fn a_raid5_with_1_mib_strips_is_created_with_its_log_before_the_region() {
         let log = v.ppl.expect("a write-hole log area");
         let ring = nbraid_layout::volume_log_ring_bytes(&v.tree).unwrap();
         assert!(log.len >= ring, "d{i}: {log:?} for a {ring}-byte ring");
+        // The block checksums' reserve (1 MiB) comes first, right after the metadata area.
+        let sums = v.checksums.expect("a checksum area");
+        assert_eq!(sums.offset, METADATA_AREA_BYTES, "d{i}: checksums first");
         assert_eq!(
-            log.offset, METADATA_AREA_BYTES,
-            "d{i}: right after the metadata area"
+            log.offset,
+            METADATA_AREA_BYTES + (1 << 20),
+            "d{i}: right after the checksum reserve"
         );
         let mut region_start = None;
         v.tree.visit_members(&mut |m| {

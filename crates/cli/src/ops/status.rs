@@ -234,8 +234,16 @@ fn member_line(m: &Value) -> String {
         Some("failed") => "failed (recorded failed)".into(),
         _ => state.to_string(),
     };
+    // Shown when the volume keeps checksums (null otherwise).
+    let sums = match (
+        m["checksum_errors"].as_u64(),
+        m["checksum_repairs"].as_u64(),
+    ) {
+        (Some(e), Some(r)) => format!(" checksum errors {e:>4} repaired {r:>4}"),
+        _ => String::new(),
+    };
     format!(
-        "  {:<10} {:<8} reads {:>9} writes {:>9} read errors {:>4}  {}\n",
+        "  {:<10} {:<8} reads {:>9} writes {:>9} read errors {:>4}{sums}  {}\n",
         m["id"].as_str().unwrap_or("?"),
         state,
         count(&m["reads"]),
@@ -248,6 +256,21 @@ fn member_line(m: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn member_lines_show_checksum_errors_and_repairs_when_kept() {
+        let m = json!({"id": "d0", "state": "healthy", "reads": 5, "writes": 6,
+                       "read_errors": 0, "checksum_errors": 3, "checksum_repairs": 2,
+                       "path": "d0.img"});
+        let line = member_line(&m);
+        assert!(
+            line.contains("checksum errors    3 repaired    2"),
+            "{line}"
+        );
+        let off = json!({"id": "d0", "state": "healthy", "reads": 5, "writes": 6,
+                         "read_errors": 0, "checksum_errors": null, "path": "d0.img"});
+        assert!(!member_line(&off).contains("checksum"));
+    }
 
     #[test]
     fn the_table_shows_every_background_pass_with_progress_rate_and_eta() {

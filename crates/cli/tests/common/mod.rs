@@ -56,7 +56,9 @@ pub fn write_config(dir: &Path) -> PathBuf {
 }
 
 /// [`write_config`] with 9 MiB members `spares` more (not in the volume) and more keys for
-/// the volume.
+/// the volume. Per-block checksums are off unless `volume_keys` says otherwise: the tests
+/// built on this config pin the 32 MiB capacity and member offsets (region at 1 MiB); the
+/// checksums' own end-to-end tests are in `checksum_e2e.rs`.
 pub fn write_config_with(dir: &Path, spares: &[&str], volume_keys: &str) -> PathBuf {
     let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
     let ids = (0..6).map(|i| format!("d{i}"));
@@ -64,6 +66,9 @@ pub fn write_config_with(dir: &Path, spares: &[&str], volume_keys: &str) -> Path
         text += &format!("[[member]]\nid = \"{id}\"\npath = \"{id}.img\"\nsize = \"9MiB\"\n\n");
     }
     text += "[[volume]]\nname = \"r6\"\nlevel = \"raid6\"\nstrip_size = \"64KiB\"\nmembers = [\"d0\", \"d1\", \"d2\", \"d3\", \"d4\", \"d5\"]\n";
+    if !volume_keys.contains("checksums") {
+        text += "checksums = \"off\"\n";
+    }
     text += volume_keys;
     let file = dir.join("arrays.toml");
     std::fs::write(&file, text).unwrap();

@@ -295,8 +295,11 @@ impl Array {
         let ppl = PplPlaces::new(name, &tree, &records, newest.events, opts.ppl);
         // Parity is trusted: whatever may disagree (the bitmap's regions, stale members) is
         // resynced before anything is served, so the volume starts as in sync as zeroed members.
+        let checksums = super::checksum_area::setup(name, &records)
+            .map(|s| s.with_fail_after_errors(opts.checksum_errors_to_fail));
         let vopts = VolumeOptions {
             members_known_zero: true,
+            checksums,
             ..opts.volume
         };
         let members = members_by_role(&tree, by_role);

@@ -1,5 +1,5 @@
 //! Creating a volume's records: every member gets a record of the new volume (a fresh array
-//! id, member ids, the tree, its bitmap and log areas) before the array is opened over them.
+//! id, member ids, the tree, its bitmap, log and checksum areas) before the array is opened over them.
 //! Nothing is written until every member has passed the checks.
 
 use super::areas::free_area;
@@ -63,7 +63,15 @@ pub(super) async fn write_records(
     for (role, m) in metas.iter().enumerate() {
         let bitmap = place_bitmap(&new, role, m, capacity).await?;
         let ppl = place_log(&new, role, m, bitmap, opts).await?;
-        write_record(&new, role, m, bitmap, ppl).await?;
+        let checksums = match opts.checksum_area_before_region_bytes {
+            None => None,
+            Some(n) => {
+                let log = opts.ppl_area_before_region_bytes.unwrap_or(0);
+                let placed = super::checksum_area::place(tree, role, &*m.member, n, log).await;
+                Some(placed.map_err(|e| refuse(name, format!("member {role}: {e}")))?)
+            }
+        };
+        write_record(&new, role, m, (bitmap, ppl, checksums)).await?;
     }
     Ok(id)
 }
@@ -179,8 +187,7 @@ async fn write_record(
     new: &NewVolume<'_>,
     role: usize,
     m: &MemberMeta,
-    bitmap: Option<BitmapArea>,
-    ppl: Option<Area>,
+    (bitmap, ppl, checksums): (Option<BitmapArea>, Option<Area>, Option<Area>),
 ) -> Result<(), ArrayError> {
     let record = VolumeRecord {
         array: new.id,
@@ -193,7 +200,7 @@ async fn write_record(
         tree: new.tree.clone(),
         bitmap,
         ppl,
-        checksums: None,
+        checksums,
         scrub: None,
         added_paths: Vec::new(),
         reshape: None,

@@ -15,6 +15,7 @@ mod areas;
 mod array;
 mod assemble;
 mod bitmap;
+mod checksum_area;
 mod codec;
 mod create;
 pub mod disk_rule;

@@ -25,6 +25,13 @@ pub struct ArrayOptions {
     /// instead of [`crate::ppl::DEFAULT_AREA_BYTES`] inside the 1 MiB metadata area. A larger
     /// ring settles its entries in fewer member flushes. Opening uses the recorded place.
     pub ppl_area_before_region_bytes: Option<u64>,
+    /// Create only: per-block checksums ([`crate::checksum`]) in the `n` bytes the config
+    /// reserves before the volume's region (before the log's reserve) on every member; `None`:
+    /// the volume keeps none. Opening uses the recorded place.
+    pub checksum_area_before_region_bytes: Option<u64>,
+    /// Fail a member once it has returned more than this many blocks whose checksum did not
+    /// match (`None`: checksum errors alone never fail a member).
+    pub checksum_errors_to_fail: Option<u64>,
     /// Opening only: past the volume's tolerance, take back the freshest failed or stale
     /// members ([`super::assemble_forced`], mdadm's `--assemble --force`).
     pub force_assembly: bool,
@@ -41,6 +48,8 @@ impl Default for ArrayOptions {
             ppl: true,
             bitmap_clear_delay: intent::DEFAULT_CLEAR_DELAY,
             ppl_area_before_region_bytes: None,
+            checksum_area_before_region_bytes: None,
+            checksum_errors_to_fail: None,
             force_assembly: false,
             member_ids: Vec::new(),
         }

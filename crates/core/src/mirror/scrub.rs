@@ -1,6 +1,9 @@
 //! Scrubbing a mirror: every readable copy of the range is read under the range's exclusive
 //! lock (user writes hold it shared, so no write is half-way across the copies) and compared
-//! block by block; see [`crate::scrub`] for what repair rewrites and why.
+//! block by block; see [`crate::scrub`] for what repair rewrites and why. A copy that fails
+//! to read is read again in 4 KiB units, so a bad block (an I/O error, or a checksum that
+//! does not match) costs only itself: it is rewritten from a copy that read it, and the rest
+//! of the copy is still compared.
 
 use super::MirrorNode;
 use crate::buf::Buf;
@@ -8,6 +11,25 @@ use crate::error::VolumeResult;
 use crate::node::{all_ok, ScrubPass};
 use crate::scrub::{majority, MIRROR_SCRUB_BLOCK_BYTES};
 use futures::future::join_all;
+
+/// The unit a copy that failed to read is read again in (the checksums' block).
+const UNIT_BYTES: u64 = 4096;
+
+/// One copy's bytes of the range and which units of it read.
+struct CopyRead {
+    child: usize,
+    buf: Buf,
+    /// By unit of [`UNIT_BYTES`]: whether it read.
+    ok: Vec<bool>,
+}
+
+impl CopyRead {
+    /// Whether every unit of bytes `lo..hi` of the range read.
+    fn whole(&self, lo: usize, hi: usize) -> bool {
+        let unit = UNIT_BYTES as usize;
+        self.ok[lo / unit..hi.div_ceil(unit)].iter().all(|&k| k)
+    }
+}
 
 impl MirrorNode {
     /// Scrubs `[offset, offset+len)`: the copies' own redundancy first (a copy may be a
@@ -30,42 +52,26 @@ impl MirrorNode {
         let usable: Vec<usize> = (0..self.children.len())
             .filter(|&c| self.children[c].readable(offset, len))
             .collect();
-        let reads = join_all(
-            usable
-                .iter()
-                .map(|&c| self.children[c].read(offset, Buf::new(len as usize))),
-        )
-        .await;
-        let mut good: Vec<(usize, Buf)> = Vec::new();
-        let mut bad: Vec<usize> = Vec::new();
-        for (&c, r) in usable.iter().zip(reads) {
-            match r {
-                Ok(b) => good.push((c, b)),
-                Err(e) => {
-                    tracing::warn!("scrub: mirror copy {c}, bytes {offset}+{len}: {e}");
-                    bad.push(c);
-                }
-            }
-        }
-        pass.bump(|s| &s.unreadable, bad.len() as u64);
-        if good.len() < 2 {
-            // Nothing to compare against: a member under the range has failed or erred.
-            pass.bump(|s| &s.skipped, blocks);
-        }
-        if pass.repair && !good.is_empty() && !bad.is_empty() {
-            let src = good[0].1.to_vec();
-            for &c in &bad {
-                self.rewrite(c, offset, &src, pass).await;
-            }
-        }
-        if good.len() < 2 {
-            return Ok(());
+        let copies = join_all(usable.iter().map(|&c| self.read_copy(c, offset, len))).await;
+        let lost: usize = (copies.iter())
+            .map(|c| c.ok.iter().filter(|&&k| !k).count())
+            .sum();
+        pass.bump(|s| &s.unreadable, lost as u64);
+        if pass.repair && lost > 0 {
+            self.rewrite_unreadable(offset, &copies, pass).await;
         }
         let block = MIRROR_SCRUB_BLOCK_BYTES as usize;
         for b in 0..blocks as usize {
             let lo = b * block;
             let hi = (lo + block).min(len as usize);
-            let views: Vec<&[u8]> = good.iter().map(|(_, buf)| &buf[lo..hi]).collect();
+            // The copies that read all of this block are compared.
+            let good: Vec<&CopyRead> = copies.iter().filter(|c| c.whole(lo, hi)).collect();
+            if good.len() < 2 {
+                // Nothing to compare against: a member under it has failed or erred.
+                pass.bump(|s| &s.skipped, 1);
+                continue;
+            }
+            let views: Vec<&[u8]> = good.iter().map(|c| &c.buf[lo..hi]).collect();
             pass.bump(|s| &s.checked, 1);
             if views.iter().all(|v| *v == views[0]) {
                 continue;
@@ -91,16 +97,72 @@ impl MirrorNode {
                 continue;
             };
             let right = views[src].to_vec();
-            let wrong: Vec<usize> = good
-                .iter()
-                .filter(|(_, buf)| buf[lo..hi] != right[..])
-                .map(|(c, _)| *c)
+            let wrong: Vec<usize> = (good.iter())
+                .filter(|c| c.buf[lo..hi] != right[..])
+                .map(|c| c.child)
                 .collect();
             for c in wrong {
                 self.rewrite(c, offset + lo as u64, &right, pass).await;
             }
         }
         Ok(())
+    }
+
+    /// Copy `c`'s bytes of the range: whole, or (when that fails) unit by unit.
+    async fn read_copy(&self, c: usize, offset: u64, len: u64) -> CopyRead {
+        let units = len.div_ceil(UNIT_BYTES) as usize;
+        let first = self.children[c].read(offset, Buf::new(len as usize)).await;
+        let e = match first {
+            Ok(buf) => {
+                return CopyRead {
+                    child: c,
+                    buf,
+                    ok: vec![true; units],
+                }
+            }
+            Err(e) => e,
+        };
+        tracing::warn!("scrub: mirror copy {c}, bytes {offset}+{len}: {e}; reading it by block");
+        let mut buf = Buf::zeroed(len as usize);
+        let mut ok = vec![false; units];
+        for (u, k) in ok.iter_mut().enumerate() {
+            let lo = u as u64 * UNIT_BYTES;
+            let n = UNIT_BYTES.min(len - lo);
+            if let Ok(b) = self.children[c]
+                .read(offset + lo, Buf::new(n as usize))
+                .await
+            {
+                buf[lo as usize..(lo + n) as usize].copy_from_slice(&b);
+                *k = true;
+            }
+        }
+        CopyRead { child: c, buf, ok }
+    }
+
+    /// Rewrites every unit a copy could not read from the first copy that read it.
+    async fn rewrite_unreadable(&self, offset: u64, copies: &[CopyRead], pass: &ScrubPass<'_>) {
+        let unit = UNIT_BYTES as usize;
+        for bad in copies {
+            for u in (0..bad.ok.len()).filter(|&u| !bad.ok[u]) {
+                let Some(src) = copies.iter().find(|c| c.ok[u]) else {
+                    tracing::warn!(
+                        "scrub: no copy of mirror bytes {}+{unit} could be read",
+                        offset + (u * unit) as u64
+                    );
+                    continue;
+                };
+                let lo = u * unit;
+                let hi = (lo + unit).min(src.buf.len());
+                let at = offset + lo as u64;
+                tracing::warn!(
+                    "scrub: mirror copy {} bytes {at}+{} did not read; rewritten from copy {}",
+                    bad.child,
+                    hi - lo,
+                    src.child
+                );
+                self.rewrite(bad.child, at, &src.buf[lo..hi], pass).await;
+            }
+        }
     }
 
     /// Writes `bytes` to copy `c` at `offset` (durably), counting a repair.

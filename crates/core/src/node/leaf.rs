@@ -1,10 +1,13 @@
 //! The leaf of the tree: a member region. It adds the region start, calls the member, counts
 //! errors and marks members failed, and holds every write back while a member failure is not
-//! recorded yet ([`crate::failure_gate`]).
+//! recorded yet ([`crate::failure_gate`]). With per-block checksums ([`crate::checksum`]) it
+//! computes them for what it writes and checks what it reads: a block that does not match is
+//! a read error of that block, which the nodes above repair like any other.
 
 use super::members::{MemberSlot, MemberTable};
 use super::{NodeIo, NodeMaintenance, ZeroKind};
 use crate::buf::{Buf, SharedBuf};
+use crate::checksum::{self, BlockSum, LeafChecksums, WriteToken, BLOCK_BYTES};
 use crate::error::{VolumeError, VolumeResult};
 use crate::member::{Member, MemberResult};
 use futures::future::BoxFuture;
@@ -20,6 +23,16 @@ pub struct LeafNode {
     /// Bytes in the region.
     len: u64,
     table: Arc<MemberTable>,
+    /// The region's per-block checksums (`None`: the volume keeps none).
+    checksums: Option<LeafChecksums>,
+}
+
+/// Blocks `[a, b)` (byte offsets on 4 KiB boundaries) that hold `[offset, offset+len)`.
+fn whole_blocks(offset: u64, len: u64) -> (u64, u64) {
+    (
+        offset - offset % BLOCK_BYTES,
+        (offset + len).next_multiple_of(BLOCK_BYTES),
+    )
 }
 
 impl LeafNode {
@@ -29,7 +42,14 @@ impl LeafNode {
             start,
             len,
             table,
+            checksums: None,
         }
+    }
+
+    /// The leaf with its region's checksums.
+    pub fn with_checksums(mut self, checksums: Option<LeafChecksums>) -> LeafNode {
+        self.checksums = checksums;
+        self
     }
 
     fn slot(&self) -> &MemberSlot {
@@ -97,6 +117,32 @@ impl NodeIo for LeafNode {
         self.table.fail(self.index, &why);
     }
 
+    /// Checks the whole blocks of `bytes` against the checksums; a member that is not
+    /// current (its checksums may be as lost as its data) or whose pages do not read cannot
+    /// say, and passes.
+    fn verify_rebuilt<'a>(&'a self, offset: u64, bytes: &'a [u8]) -> BoxFuture<'a, bool> {
+        async move {
+            let Some(cs) = &self.checksums else {
+                return true;
+            };
+            if !self.slot().is_current() {
+                return true;
+            }
+            let (a, b) = whole_blocks(offset, bytes.len() as u64);
+            // Only the blocks the bytes cover whole.
+            let lo = if a < offset { a + BLOCK_BYTES } else { a };
+            let end = offset + bytes.len() as u64;
+            let hi = if b > end { b - BLOCK_BYTES } else { b };
+            if lo >= hi {
+                return true;
+            }
+            let part = &bytes[(lo - offset) as usize..(hi - offset) as usize];
+            let m = self.slot().member();
+            cs.matches(&*m, lo, part).await.unwrap_or(true)
+        }
+        .boxed()
+    }
+
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
         async move {
             let slot = self.slot();
@@ -104,6 +150,10 @@ impl NodeIo for LeafNode {
                 return Err(self.unavailable(offset, buf.len() as u64));
             }
             slot.count_read(buf.len() as u64);
+            if let Some(cs) = &self.checksums {
+                let mut got = self.read_checked(cs, offset, vec![buf]).await?;
+                return Ok(got.pop().expect("one buffer in, one out"));
+            }
             slot.member()
                 .read(self.start + offset, buf)
                 .await
@@ -120,11 +170,15 @@ impl NodeIo for LeafNode {
                 return Err(self.unavailable(offset, data.len() as u64));
             }
             let at = self.start + offset;
+            let sums = self
+                .checksums_before_write(offset, std::slice::from_ref(&data))
+                .await?;
             slot.count_write(data.len() as u64);
             let rep = slot.replacement();
             let copy = rep.as_ref().map(|r| r.write(at, data.clone(), fua));
             let r = slot.member().write(at, data, fua).await;
             self.replacement_done(copy).await;
+            self.checksums_after_write(sums);
             r.map_err(|e| self.failed_write(e))?;
             if !fua {
                 slot.mark_dirty();
@@ -142,6 +196,9 @@ impl NodeIo for LeafNode {
                 return Err(self.unavailable(offset, len));
             }
             slot.count_read(bufs.iter().map(|b| b.len() as u64).sum());
+            if let Some(cs) = &self.checksums {
+                return self.read_checked(cs, offset, bufs).await;
+            }
             slot.member()
                 .read_vectored(self.start + offset, bufs)
                 .await
@@ -164,6 +221,7 @@ impl NodeIo for LeafNode {
                 return Err(self.unavailable(offset, len));
             }
             let at = self.start + offset;
+            let sums = self.checksums_before_write(offset, &data).await?;
             slot.count_write(data.iter().map(|d| d.len() as u64).sum());
             let rep = slot.replacement();
             let copy = rep
@@ -171,6 +229,7 @@ impl NodeIo for LeafNode {
                 .map(|r| r.write_vectored(at, data.clone(), fua));
             let r = slot.member().write_vectored(at, data, fua).await;
             self.replacement_done(copy).await;
+            self.checksums_after_write(sums);
             r.map_err(|e| self.failed_write(e))?;
             if !fua {
                 slot.mark_dirty();
@@ -197,9 +256,11 @@ impl NodeIo for LeafNode {
                 }
                 .boxed()
             };
+            let sums = self.checksums_before_zero(offset, len).await?;
             let copy = slot.replacement().map(op);
             let r = op(slot.member()).await;
             self.replacement_done(copy).await;
+            self.checksums_after_write(sums);
             r.map_err(|e| self.failed_write(e))?;
             slot.mark_dirty();
             Ok(())
@@ -208,8 +269,33 @@ impl NodeIo for LeafNode {
     }
 }
 
-/// A leaf holds no cache and no redundancy; it only copies its member onto a replacement.
+/// A leaf holds no cache and no redundancy; it copies its member onto a replacement and
+/// writes its checksums back before the volume flushes the member.
 impl NodeMaintenance for LeafNode {
+    fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            let Some(cs) = &self.checksums else {
+                return Ok(());
+            };
+            let slot = self.slot();
+            if slot.is_failed() {
+                return Ok(());
+            }
+            self.table.failure_gate().wait_recorded().await?;
+            match cs.flush(&*slot.member()).await {
+                Ok(0) => {}
+                Ok(_) => slot.mark_dirty(),
+                // A failed write fails the member, like a data write's; whether the volume
+                // still holds its data is the volume's flush to say (its tolerance).
+                Err(e) => {
+                    self.failed_write(e);
+                }
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+
     /// Copies the member's bytes onto its replacement (the parent holds the range's lock).
     fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
@@ -234,5 +320,165 @@ impl NodeMaintenance for LeafNode {
             Ok(())
         }
         .boxed()
+    }
+}
+
+/// Checksummed writes hold this while the member writes: the token, and their blocks
+/// locked ([`LeafChecksums::write_lock`]).
+type Sums<'a> = Option<(WriteToken, crate::range_lock::RangeGuard<'a>)>;
+
+/// Most bytes zeroed at once whose checksums are computed (larger zeroings leave their
+/// blocks unchecked until written again, rather than checksum gigabytes of zeroes).
+const ZERO_CHECKSUM_MAX_BYTES: u64 = 64 << 20;
+
+/// The checksum side of the leaf's requests (see [`crate::checksum`]).
+impl LeafNode {
+    /// A member error of a read: a checksum mismatch is its own kind (counted by the
+    /// checksums; the member fails past their threshold), anything else a read error.
+    fn read_failed(&self, e: crate::member::MemberError) -> VolumeError {
+        match &self.checksums {
+            Some(cs) if checksum::is_mismatch(&e) => {
+                if cs.past_threshold() {
+                    let why = format!("more bad blocks than the checksum threshold allows: {e}");
+                    self.table.fail(self.index, &why);
+                }
+                VolumeError::Member {
+                    member: self.index,
+                    source: e,
+                }
+            }
+            _ => self.read_error(e),
+        }
+    }
+
+    /// Reads region bytes from `offset` into `bufs` (consecutive) and checks every block;
+    /// parts of blocks are read as whole blocks.
+    async fn read_checked(
+        &self,
+        cs: &LeafChecksums,
+        offset: u64,
+        mut bufs: Vec<Buf>,
+    ) -> VolumeResult<Vec<Buf>> {
+        let m = self.slot().member();
+        let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+        let (a, b) = whole_blocks(offset, len);
+        let _held = cs.read_lock(a, b).await;
+        if (a, b) == (offset, offset + len) {
+            let got = if bufs.len() == 1 {
+                let one = bufs.pop().expect("one buffer");
+                m.read(self.start + offset, one).await.map(|b| vec![b])
+            } else {
+                m.read_vectored(self.start + offset, bufs).await
+            };
+            let got = got.map_err(|e| self.read_error(e))?;
+            let pieces: Vec<&[u8]> = got.iter().map(|b| &b[..]).collect();
+            cs.verify(&*m, offset, &pieces)
+                .await
+                .map_err(|e| self.read_failed(e))?;
+            return Ok(got);
+        }
+        let wide = m
+            .read(self.start + a, Buf::new((b - a) as usize))
+            .await
+            .map_err(|e| self.read_error(e))?;
+        cs.verify(&*m, a, &[&wide])
+            .await
+            .map_err(|e| self.read_failed(e))?;
+        let mut at = (offset - a) as usize;
+        for buf in &mut bufs {
+            let n = buf.len();
+            buf.copy_from_slice(&wide[at..at + n]);
+            at += n;
+        }
+        Ok(bufs)
+    }
+
+    /// Before a write of `data` at `offset`: its blocks' checksums in the table (see
+    /// [`LeafChecksums::begin_write`]). A write of parts of blocks reads the rest of them; an
+    /// edge block whose old bytes are bad gets no checksum (what is kept of it is unknown).
+    async fn checksums_before_write(
+        &self,
+        offset: u64,
+        data: &[SharedBuf],
+    ) -> VolumeResult<Sums<'_>> {
+        let Some(cs) = &self.checksums else {
+            return Ok(None);
+        };
+        let m = self.slot().member();
+        let len: u64 = data.iter().map(|d| d.len() as u64).sum();
+        let (a, b) = whole_blocks(offset, len);
+        let guard = cs.write_lock(a, b).await;
+        if (a, b) == (offset, offset + len) {
+            let pieces: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+            let entries = cs.compute(offset, &pieces);
+            let token = cs
+                .begin_write(&*m, offset, &entries)
+                .await
+                .map_err(|e| self.failed_write(e))?;
+            return Ok(Some((token, guard)));
+        }
+        let mut wide = m
+            .read(self.start + a, Buf::new((b - a) as usize))
+            .await
+            .map_err(|e| self.failed_write(e))?;
+        let mut edges = vec![a, b - BLOCK_BYTES];
+        edges.dedup();
+        edges.retain(|&e| e < offset || e + BLOCK_BYTES > offset + len);
+        let mut bad = Vec::new();
+        for e in edges {
+            let i = (e - a) as usize;
+            let old = &wide[i..i + BLOCK_BYTES as usize];
+            if cs.verify(&*m, e, &[old]).await.is_err() {
+                bad.push(((e - a) / BLOCK_BYTES) as usize);
+            }
+        }
+        let mut at = (offset - a) as usize;
+        for d in data {
+            wide[at..at + d.len()].copy_from_slice(d);
+            at += d.len();
+        }
+        let mut entries = cs.compute(a, &[&wide]);
+        bad.into_iter().for_each(|i| entries[i] = BlockSum::Unknown);
+        let token = cs
+            .begin_write(&*m, a, &entries)
+            .await
+            .map_err(|e| self.failed_write(e))?;
+        Ok(Some((token, guard)))
+    }
+
+    /// Before zeroing `[offset, offset+len)`: whole blocks take the checksum of zeroes, parts
+    /// of blocks none.
+    async fn checksums_before_zero(&self, offset: u64, len: u64) -> VolumeResult<Sums<'_>> {
+        let Some(cs) = &self.checksums else {
+            return Ok(None);
+        };
+        let (a, b) = whole_blocks(offset, len);
+        let guard = cs.write_lock(a, b).await;
+        let n = ((b - a) / BLOCK_BYTES) as usize;
+        let mut entries = if b - a <= ZERO_CHECKSUM_MAX_BYTES {
+            let zeroes = vec![0u8; BLOCK_BYTES as usize];
+            cs.compute(a, &vec![&zeroes[..]; n])
+        } else {
+            vec![BlockSum::Unknown; n]
+        };
+        if a < offset {
+            entries[0] = BlockSum::Unknown;
+        }
+        if b > offset + len {
+            entries[n - 1] = BlockSum::Unknown;
+        }
+        let m = self.slot().member();
+        let token = cs
+            .begin_write(&*m, a, &entries)
+            .await
+            .map_err(|e| self.failed_write(e))?;
+        Ok(Some((token, guard)))
+    }
+
+    /// The member write is answered: the old checksums are no longer accepted.
+    fn checksums_after_write(&self, sums: Sums<'_>) {
+        if let (Some(cs), Some((token, _guard))) = (&self.checksums, sums) {
+            cs.end_write(token);
+        }
     }
 }

@@ -127,4 +127,11 @@ pub trait NodeIo: Send + Sync {
     /// disk this way, where an in-memory note would be forgotten at the next start. Kinds
     /// a parity group does not stand over keep the default: nothing.
     fn fail_unreadable(&self, _offset: u64, _len: u64, _why: &str) {}
+
+    /// Whether `bytes`, rebuilt from the redundancy for `[offset, offset+len)` of this node,
+    /// match the per-block checksums kept there ([`crate::checksum`]): a parity group checks
+    /// what it rebuilt before returning it. Nodes that keep none (and cannot check) say yes.
+    fn verify_rebuilt<'a>(&'a self, _offset: u64, _bytes: &'a [u8]) -> BoxFuture<'a, bool> {
+        futures::future::ready(true).boxed()
+    }
 }

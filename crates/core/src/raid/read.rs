@@ -147,9 +147,34 @@ impl Reader<'_> {
             if let Some((loss, _, _)) = plan {
                 let p = p.unwrap_or_else(|| Buf::new(n));
                 self.rebuild_rows(&roles, &mut out, p, q.as_ref(), loss);
+                self.check_rebuilt(stripe, base, &roles, &lost, want, &out)
+                    .await?;
             }
             return Ok((out, bad));
         }
+    }
+
+    /// The data chunks rebuilt for `stripe` (rows at child offset `base`) match the checksums
+    /// their children keep ([`crate::node::NodeIo::verify_rebuilt`]): never wrong bytes.
+    async fn check_rebuilt(
+        &self,
+        stripe: u64,
+        base: u64,
+        roles: &StripeRoles,
+        lost: &[bool],
+        want: &[bool],
+        out: &[Buf],
+    ) -> VolumeResult<()> {
+        let children = &self.stripes.chunks.children;
+        for (i, b) in out.iter().enumerate() {
+            let c = roles.data[i];
+            if want[i] && lost[c] && !children[c].verify_rebuilt(base, b).await {
+                return Err(VolumeError::Unavailable {
+                    reason: format!("stripe {stripe}: the bytes rebuilt for child {c} do not match their checksum"),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// How to rebuild the lost data chunks of `stripe` from what survives: (loss, needs P,

@@ -73,11 +73,12 @@ impl Scrubber<'_> {
             pass.bump(|st| &st.skipped, 1);
             return Ok(());
         }
-        let Some(chunks) = self.read_stripe_whole(s, pass).await else {
+        let roles = self.stripes.chunks.layout.roles(s);
+        let read = self.read_stripe_whole(s, pass).await;
+        let Some(chunks) = self.rebuild_unreadable(s, &roles, read, pass).await else {
             return Ok(());
         };
         pass.bump(|st| &st.checked, 1);
-        let roles = self.stripes.chunks.layout.roles(s);
         let Some(verdict) = self.diagnose(s, &roles, &chunks) else {
             return Ok(());
         };
@@ -116,8 +117,57 @@ impl Scrubber<'_> {
         Ok(())
     }
 
-    /// Every chunk of stripe `s`, by child; `None` (counted) when one returned an error.
-    async fn read_stripe_whole(&self, s: u64, pass: &ScrubPass<'_>) -> Option<Vec<Buf>> {
+    /// A stripe whose chunks all read comes back as it is. Chunks that did not read (an I/O
+    /// error, or a block whose checksum did not match) are counted; a repair within the
+    /// group's tolerance rebuilds them from the others and rewrites them in place (md's
+    /// repair of a read error; with checksums, it names which side was wrong, which a RAID 5
+    /// syndrome cannot). `None`: nothing more to check in this stripe.
+    async fn rebuild_unreadable(
+        &self,
+        s: u64,
+        roles: &StripeRoles,
+        read: Vec<Option<Buf>>,
+        pass: &ScrubPass<'_>,
+    ) -> Option<Vec<Buf>> {
+        let lost: Vec<usize> = (0..read.len()).filter(|&c| read[c].is_none()).collect();
+        if lost.is_empty() {
+            return Some(read.into_iter().flatten().collect());
+        }
+        pass.bump(|st| &st.unreadable, lost.len() as u64);
+        let parity_chunks = 1 + usize::from(roles.q.is_some());
+        if !pass.repair || lost.len() > parity_chunks {
+            return None;
+        }
+        let strip = self.stripes.chunks.strip as usize;
+        let mut chunks: Vec<Buf> = read
+            .into_iter()
+            .map(|b| b.unwrap_or_else(|| Buf::zeroed(strip)))
+            .collect();
+        rebuild_chunks(
+            &self.stripes.chunks.slot_order(roles),
+            roles,
+            &lost,
+            &mut chunks,
+        );
+        self.stripes.assert_exclusive(s, "a scrub repair");
+        self.stripes.recent.forget(s);
+        let at = self.stripes.chunks.layout.chunk_offset(s);
+        let children = &self.stripes.chunks.children;
+        let writes = lost.iter().map(|&c| {
+            let bytes = Buf::copy_from(&chunks[c]).freeze();
+            children[c].write(at, bytes, true)
+        });
+        if let Err(e) = crate::node::all_ok(join_all(writes).await) {
+            tracing::warn!("scrub: rewriting the unreadable chunks of stripe {s} failed: {e}");
+            return None;
+        }
+        tracing::warn!("scrub: stripe {s}: children {lost:?} did not read; rebuilt from the others and rewritten");
+        pass.bump(|st| &st.repaired, 1);
+        Some(chunks)
+    }
+
+    /// Every chunk of stripe `s`, by child (`None`: the child returned an error, logged).
+    async fn read_stripe_whole(&self, s: u64, _pass: &ScrubPass<'_>) -> Vec<Option<Buf>> {
         let at = self.stripes.chunks.layout.chunk_offset(s);
         let strip = self.stripes.chunks.strip as usize;
         let reads = join_all(
@@ -128,22 +178,10 @@ impl Scrubber<'_> {
                 .map(|c| c.read(at, Buf::new(strip))),
         )
         .await;
-        let mut chunks: Vec<Buf> = Vec::with_capacity(reads.len());
-        let mut unreadable = 0;
-        for r in reads {
-            match r {
-                Ok(b) => chunks.push(b),
-                Err(e) => {
-                    tracing::warn!("scrub: stripe {s}: {e}");
-                    unreadable += 1;
-                }
-            }
-        }
-        if unreadable > 0 {
-            pass.bump(|st| &st.unreadable, unreadable);
-            return None;
-        }
-        Some(chunks)
+        reads
+            .into_iter()
+            .map(|r| r.map_err(|e| tracing::warn!("scrub: stripe {s}: {e}")).ok())
+            .collect()
     }
 
     /// Whether stripe `s`'s chunks (by child) agree, and if not what a repair rewrites.
@@ -210,5 +248,52 @@ impl Scrubber<'_> {
             p: p_new,
             q: q_new,
         })
+    }
+}
+
+/// Rebuilds the chunks of children `lost` (at most the group's parity count) in `chunks` (by
+/// child) from the others. `order`: the data chunks in md's syndrome order.
+fn rebuild_chunks(order: &[usize], roles: &StripeRoles, lost: &[usize], chunks: &mut [Buf]) {
+    // Each lost child as a slot of the syndrome: data slot z, P or Q.
+    let slot = |c: usize| -> Option<usize> { order.iter().position(|&i| roles.data[i] == c) };
+    let is_p = |c: usize| c == roles.p;
+    let loss = match lost {
+        [c] if is_p(*c) => parity::Loss::P,
+        [c] if Some(*c) == roles.q => parity::Loss::Q,
+        [c] => parity::Loss::Data(slot(*c).expect("a data child")),
+        [a, b] => {
+            let (pq, data): (Vec<usize>, Vec<usize>) = [*a, *b]
+                .into_iter()
+                .partition(|&c| is_p(c) || Some(c) == roles.q);
+            match (pq.as_slice(), data.as_slice()) {
+                ([_, _], []) => parity::Loss::PQ,
+                ([c], [d]) if is_p(*c) => parity::Loss::DataP(slot(*d).expect("data")),
+                ([_], [d]) => parity::Loss::DataQ(slot(*d).expect("data")),
+                _ => parity::Loss::TwoData(slot(*a).expect("data"), slot(*b).expect("data")),
+            }
+        }
+        _ => unreachable!("at most two chunks are rebuilt"),
+    };
+    // Take the chunks apart so data, P and Q can be borrowed mutably together.
+    let mut taken: Vec<Option<Buf>> = chunks
+        .iter_mut()
+        .map(|b| Some(std::mem::replace(b, Buf::new(0))))
+        .collect();
+    let mut p = taken[roles.p].take().expect("P");
+    let mut q = roles.q.map(|c| taken[c].take().expect("Q"));
+    let mut data: Vec<Buf> = order
+        .iter()
+        .map(|&i| taken[roles.data[i]].take().expect("data"))
+        .collect();
+    {
+        let mut refs: Vec<&mut [u8]> = data.iter_mut().map(|b| &mut b[..]).collect();
+        parity::recover(&mut refs, &mut p, q.as_deref_mut(), loss);
+    }
+    chunks[roles.p] = p;
+    if let (Some(c), Some(q)) = (roles.q, q) {
+        chunks[c] = q;
+    }
+    for (&i, b) in order.iter().zip(data) {
+        chunks[roles.data[i]] = b;
     }
 }

@@ -155,9 +155,20 @@ pub(super) fn array_options(rng: &mut Rng, case: &CrashCase, width: u64) -> Arra
         ppl: case.ppl,
         bitmap_clear_delay: Duration::ZERO,
         ppl_area_before_region_bytes: (case.log_reserve > 0).then_some(case.log_reserve),
+        checksum_area_before_region_bytes: checksum_reserve(case),
         force_assembly: false,
         member_ids: Vec::new(),
+        ..ArrayOptions::default()
     }
+}
+
+/// Per-block checksums in the room a case's tree leaves before its regions beyond the
+/// metadata area and the log's reserve (`crash_checksum.rs`); none when there is none.
+fn checksum_reserve(case: &CrashCase) -> Option<u64> {
+    let mut start = u64::MAX;
+    case.tree.visit_members(&mut |m| start = start.min(m.start));
+    let room = start.checked_sub(nbraid_core::metadata::METADATA_AREA_BYTES + case.log_reserve)?;
+    (room > 0).then_some(room)
 }
 
 /// Where a schedule's requests go: the volume's size, its full stripe, the base of the hot

@@ -4,8 +4,10 @@ use super::controls::Controls;
 use super::notes::{live_notes, Holder};
 use super::paths::absolute_path;
 use super::volume::ControlVolume;
+use nbraid_core::checksum::ChecksumCounters;
 use nbraid_core::{MemberState, ScrubReport};
 use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `status` of the volumes `selected` (`controls`: every volume, for members they share).
 pub(super) fn status(controls: &Controls, selected: &[&ControlVolume]) -> Value {
@@ -66,6 +68,12 @@ fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
     let counters = vol.member_counters();
     let region_io = vol.member_region_io();
     let read_errors = vol.member_read_errors();
+    // Blocks whose checksum did not match, and those rewritten since (null: no checksums).
+    let sums = vol.options().checksums.as_ref();
+    let checksum = |i: usize, pick: fn(&ChecksumCounters) -> &AtomicU64| {
+        sums.and_then(|s| s.counters(i))
+            .map(|c| pick(c).load(Ordering::Relaxed))
+    };
     let ids = v.member_ids();
     let members: Vec<Value> = ids
         .iter()
@@ -85,6 +93,8 @@ fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
                 },
                 "at_start": v.at_start.get(i).copied().unwrap_or("?"),
                 "read_errors": read_errors[i],
+                "checksum_errors": checksum(i, |c| &c.errors),
+                "checksum_repairs": checksum(i, |c| &c.repairs),
                 "reads": c.reads,
                 "writes": c.writes,
                 "read_bytes": c.read_bytes,

@@ -114,7 +114,7 @@ pub fn raid1_config(dir: &Path) -> std::path::PathBuf {
              [[member]]\nid = \"local\"\npath = \"local.img\"\nsize = \"33MiB\"\n\n\
              [[member]]\nid = \"far\"\npath = \"nbd+unix:///?socket={}\"\nsize = \"33MiB\"\n\
              timeout = \"2s\"\n\n\
-             [[volume]]\nname = \"m\"\nlevel = \"raid1\"\nmembers = [\"local\", \"far\"]\n\
+             [[volume]]\nname = \"m\"\nchecksums = \"off\"\nlevel = \"raid1\"\nmembers = [\"local\", \"far\"]\n\
              bitmap_chunk = \"1MiB\"\nclean_delay = \"200ms\"\n",
             dir.join("nbd.sock").display(),
             dir.join("kit.sock").display()

@@ -1,0 +1,510 @@
+//! Per-block checksums: one CRC-32C per 4 KiB block of every member region — data and parity
+//! chunks alike — kept in the region's checksum area on the same member, verified on every
+//! read that reaches the member.
+//!
+//! # Where it sits
+//! A leaf ([`crate::node::LeafNode`]) owns the [`LeafChecksums`] of its region: it computes
+//! the checksums of what it writes and checks what it reads. A block that does not match is a
+//! **read error of that block**, of its own kind ([`is_mismatch`]): the nodes above do what
+//! they do for any read error — a mirror serves another copy and writes it back, a parity
+//! group rebuilds the rows from the others and rewrites them — and a leaf without redundancy
+//! above it returns the error (EIO), never the wrong bytes. The rewrite of a block found bad
+//! is counted as a repair. Nothing above the leaves knows the checksums exist.
+//!
+//! # Crash consistency (dm-integrity's bitmap mode, per region)
+//! Data and its checksum cannot land atomically. BlockSum pages are written back lazily (the
+//! cache is bounded; pages are written before the member flush the volume's FLUSH does), and
+//! the area's header holds one bit per page group, made durable (FUA) *before* the first data
+//! write under that group since the volume was opened. After an unclean shutdown the entries
+//! of every group whose bit is set are dropped (they read as "unknown", not as errors) and
+//! come back as the blocks are written again; a clean start trusts them all. So a crash
+//! never turns a lagging checksum into an error or a "repair" — it costs protection of the
+//! blocks written since the last clean start until they are rewritten.
+//!
+//! # Files
+//! `entry.rs` (the area's bytes and the verdict, pure), `table.rs` (the bounded page cache
+//! and bookkeeping, no I/O), `mod.rs` (the loads and write-backs on the member).
+
+mod entry;
+mod table;
+
+pub use entry::{area_bytes, block_crc, BlockSum, Verdict, BLOCK_BYTES};
+
+use crate::buf::Buf;
+use crate::member::{Member, MemberError, MemberOp, MemberResult};
+use entry::{pages, pages_per_group, ENTRIES_PER_PAGE, HEADER_BITS, HEADER_BYTES, PAGE_BYTES};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use table::{Bits, Table};
+
+/// Default bound of the entry pages one region keeps in memory: 1024 pages (4 MiB) cover
+/// 2 GiB of the region.
+pub const CACHE_PAGES_DEFAULT: usize = 1024;
+
+/// Where a region's checksum area lies on its member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChecksumArea {
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+}
+
+/// Per-member counts of what the checksums found.
+#[derive(Debug, Default)]
+pub struct ChecksumCounters {
+    /// Blocks read whose bytes did not match their checksum.
+    pub errors: AtomicU64,
+    /// Blocks found bad and then rewritten (by a mirror, a parity group or a scrub).
+    pub repairs: AtomicU64,
+}
+
+/// The checksum setup of a volume: where each member's area is and how to open them.
+#[derive(Clone, Debug)]
+pub struct ChecksumSetup {
+    volume: Arc<str>,
+    /// By member index: the area of the volume's region on that member.
+    areas: Vec<Option<ChecksumArea>>,
+    /// The volume was shut down cleanly: every entry on disk is trusted.
+    clean: bool,
+    cache_pages: usize,
+    /// Fail a member after this many checksum errors (`None`: never for checksums alone).
+    fail_after_errors: Option<u64>,
+    counters: Arc<[ChecksumCounters]>,
+}
+
+impl ChecksumSetup {
+    pub fn new(volume: &str, areas: Vec<Option<ChecksumArea>>, clean: bool) -> ChecksumSetup {
+        let counters: Vec<ChecksumCounters> =
+            areas.iter().map(|_| ChecksumCounters::default()).collect();
+        ChecksumSetup {
+            volume: volume.into(),
+            areas,
+            clean,
+            cache_pages: CACHE_PAGES_DEFAULT,
+            fail_after_errors: None,
+            counters: counters.into(),
+        }
+    }
+
+    /// Bounds each region's cached entry pages (at least 1).
+    pub fn with_cache_pages(mut self, pages: usize) -> ChecksumSetup {
+        self.cache_pages = pages.max(1);
+        self
+    }
+
+    /// Fails a member once it has returned more than `n` bad blocks.
+    pub fn with_fail_after_errors(mut self, n: Option<u64>) -> ChecksumSetup {
+        self.fail_after_errors = n;
+        self
+    }
+
+    /// Member `index`'s counters (zero for a member without an area).
+    pub fn counters(&self, index: usize) -> Option<&ChecksumCounters> {
+        self.counters.get(index)
+    }
+
+    /// The most memory the entry caches of `regions` regions take.
+    pub fn memory_bound_bytes(&self, regions: usize) -> u64 {
+        regions as u64 * self.cache_pages as u64 * PAGE_BYTES
+    }
+
+    /// The checksums of member `index`'s region `start..start+len`, when it has an area that
+    /// holds them (a region not on 4 KiB blocks, or an area too small, has none).
+    pub(crate) fn for_region(&self, index: usize, start: u64, len: u64) -> Option<LeafChecksums> {
+        let area = (*self.areas.get(index)?)?;
+        if !start.is_multiple_of(BLOCK_BYTES) || area.len_bytes < area_bytes(len) {
+            tracing::warn!(
+                "volume {}: member {index}'s checksum area ({} bytes) does not cover its region of {len} bytes at {start}; its blocks are not checked",
+                self.volume,
+                area.len_bytes
+            );
+            return None;
+        }
+        let groups = pages(len).div_ceil(pages_per_group(len));
+        assert!(groups <= HEADER_BITS, "a header bit per page group");
+        Some(LeafChecksums {
+            volume: self.volume.clone(),
+            index,
+            area,
+            first_block: start / BLOCK_BYTES,
+            clean_open: self.clean,
+            opened: AtomicBool::new(false),
+            table: parking_lot::Mutex::new(Table::new(
+                groups,
+                pages_per_group(len),
+                self.cache_pages,
+            )),
+            header_lock: futures::lock::Mutex::new(()),
+            writes: crate::range_lock::RangeLock::default(),
+            counters: self.counters.clone(),
+            fail_after_errors: self.fail_after_errors,
+        })
+    }
+}
+
+/// A block whose bytes do not match its checksum (inside the [`MemberError`] of the read).
+#[derive(Debug, thiserror::Error)]
+#[error("checksum mismatch in volume {volume}: block at member offset {member_offset} (stored {stored:#010x}, computed {computed:#010x}); {bad_blocks} bad block(s) in the read")]
+pub struct ChecksumMismatch {
+    pub volume: String,
+    pub member_offset: u64,
+    pub stored: u32,
+    pub computed: u32,
+    pub bad_blocks: u64,
+}
+
+/// Whether a member error is a checksum mismatch (not an I/O error).
+pub fn is_mismatch(e: &MemberError) -> bool {
+    e.source
+        .get_ref()
+        .is_some_and(|inner| inner.is::<ChecksumMismatch>())
+}
+
+/// What a write that began must hand back when it is answered.
+pub struct WriteToken {
+    first_block: u64,
+    olds: Vec<Option<u32>>,
+}
+
+/// One region's checksums (see the module docs). Offsets are in the region (the leaf's own
+/// address space); every method takes the member to do its I/O on.
+pub struct LeafChecksums {
+    volume: Arc<str>,
+    index: usize,
+    area: ChecksumArea,
+    /// The region's first block on the member (mixed into every checksum).
+    first_block: u64,
+    clean_open: bool,
+    opened: AtomicBool,
+    table: parking_lot::Mutex<Table>,
+    /// Serializes header writes.
+    header_lock: futures::lock::Mutex<()>,
+    /// Writes hold their blocks exclusively until answered: of two writes to one block the
+    /// one the member completes last is the one whose checksum stays (and a write of part of
+    /// a block reads the rest of it with no other write in between).
+    writes: crate::range_lock::RangeLock,
+    counters: Arc<[ChecksumCounters]>,
+    fail_after_errors: Option<u64>,
+}
+
+impl LeafChecksums {
+    pub fn counters(&self) -> &ChecksumCounters {
+        &self.counters[self.index]
+    }
+
+    /// Whether the member has returned more bad blocks than the threshold allows.
+    pub fn past_threshold(&self) -> bool {
+        self.fail_after_errors
+            .is_some_and(|n| self.counters().errors.load(Relaxed) > n)
+    }
+
+    /// Holds region bytes `[a, b)` (whole blocks) for one read and its check: bytes read while
+    /// a write to them was in flight are judged before that write's old checksum is dropped.
+    pub(crate) async fn read_lock(&self, a: u64, b: u64) -> crate::range_lock::RangeGuard<'_> {
+        self.writes.lock(a, b - a, false).await
+    }
+
+    /// Holds region bytes `[a, b)` (whole blocks) for one write until it is answered.
+    pub(crate) async fn write_lock(&self, a: u64, b: u64) -> crate::range_lock::RangeGuard<'_> {
+        self.writes.lock(a, b - a, true).await
+    }
+
+    /// Reads the header once: after an unclean shutdown its set bits name untrusted groups.
+    async fn open(&self, m: &dyn Member) -> MemberResult<()> {
+        if self.opened.load(Relaxed) {
+            return Ok(());
+        }
+        let _g = self.header_lock.lock().await;
+        if self.opened.load(Relaxed) {
+            return Ok(());
+        }
+        if !self.clean_open {
+            let bytes = m
+                .read(self.area.offset_bytes, Buf::new(HEADER_BYTES as usize))
+                .await?;
+            let mut t = self.table.lock();
+            let n = t.header_bits();
+            t.open_unclean(Bits::from_bytes(&bytes, n));
+        }
+        self.opened.store(true, Relaxed);
+        Ok(())
+    }
+
+    fn page_offset(&self, page: u64) -> u64 {
+        self.area.offset_bytes + HEADER_BYTES + page * PAGE_BYTES
+    }
+
+    /// Loads entry page `page` into the cache (writing back what it pushes out).
+    async fn load_page(&self, m: &dyn Member, page: u64) -> MemberResult<()> {
+        let (held, evicting) = {
+            let t = self.table.lock();
+            (t.has_page(page), t.evicting(page))
+        };
+        if held {
+            return Ok(());
+        }
+        let bytes = match evicting {
+            Some(b) => b,
+            None => m
+                .read(self.page_offset(page), Buf::new(PAGE_BYTES as usize))
+                .await?
+                .to_vec(),
+        };
+        let out = self.table.lock().insert(page, bytes);
+        for e in out {
+            let r = m
+                .write(
+                    self.page_offset(e.page),
+                    Buf::copy_from(&e.bytes).freeze(),
+                    false,
+                )
+                .await;
+            self.table.lock().evicted_done(e.page);
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on the table for each entry page of blocks `first..last`, the page loaded
+    /// (pages one at a time: the cache may hold fewer than a request spans).
+    async fn each_page(
+        &self,
+        m: &dyn Member,
+        first: u64,
+        last: u64,
+        mut f: impl FnMut(&mut Table, std::ops::Range<u64>),
+    ) -> MemberResult<()> {
+        for page in first / ENTRIES_PER_PAGE..=(last - 1) / ENTRIES_PER_PAGE {
+            let blocks =
+                (page * ENTRIES_PER_PAGE).max(first)..((page + 1) * ENTRIES_PER_PAGE).min(last);
+            loop {
+                self.load_page(m, page).await?;
+                let mut t = self.table.lock();
+                // Another load may have pushed it out in between: load it again.
+                if t.has_page(page) {
+                    f(&mut t, blocks);
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the header bits of blocks `first..last` durable before data is written there.
+    async fn mark_groups(&self, m: &dyn Member, first: u64, last: u64) -> MemberResult<()> {
+        let groups = {
+            let t = self.table.lock();
+            let g0 = t.group_of(first / ENTRIES_PER_PAGE);
+            let g1 = t.group_of((last - 1) / ENTRIES_PER_PAGE);
+            if (g0..=g1).all(|g| t.durable.get(g)) {
+                return Ok(());
+            }
+            g0..=g1
+        };
+        let _g = self.header_lock.lock().await;
+        let bytes = {
+            let mut t = self.table.lock();
+            if groups.clone().all(|g| t.durable.get(g)) {
+                return Ok(());
+            }
+            groups.clone().for_each(|g| t.header.set(g));
+            t.header.to_bytes(HEADER_BYTES as usize)
+        };
+        m.write(
+            self.area.offset_bytes,
+            Buf::copy_from(&bytes).freeze(),
+            true,
+        )
+        .await?;
+        let mut t = self.table.lock();
+        groups.for_each(|g| t.durable.set(g));
+        Ok(())
+    }
+
+    /// The checksums of the blocks from region offset `offset` held by `pieces` (consecutive
+    /// bytes, whole blocks in all).
+    pub fn compute(&self, offset: u64, pieces: &[&[u8]]) -> Vec<BlockSum> {
+        assert!(
+            offset.is_multiple_of(BLOCK_BYTES),
+            "checksums cover whole blocks"
+        );
+        let mut out = Vec::new();
+        let mut crc = crate::crc32c::Crc::new();
+        let mut filled = 0u64;
+        let mut block = self.first_block + offset / BLOCK_BYTES;
+        crc.update(&block.to_le_bytes());
+        for piece in pieces {
+            let mut rest: &[u8] = piece;
+            while !rest.is_empty() {
+                let take = rest.len().min((BLOCK_BYTES - filled) as usize);
+                crc.update(&rest[..take]);
+                rest = &rest[take..];
+                filled += take as u64;
+                if filled == BLOCK_BYTES {
+                    out.push(BlockSum::Known(crc.finish()));
+                    block += 1;
+                    filled = 0;
+                    crc = crate::crc32c::Crc::new();
+                    crc.update(&block.to_le_bytes());
+                }
+            }
+        }
+        assert_eq!(filled, 0, "checksums cover whole blocks");
+        out
+    }
+
+    /// Checks whole blocks read from region offset `offset`. A mismatch is a read error of
+    /// the first bad block (counted, logged with volume, member and member offset).
+    pub async fn verify(&self, m: &dyn Member, offset: u64, pieces: &[&[u8]]) -> MemberResult<()> {
+        let computed = self.compute(offset, pieces);
+        if computed.is_empty() {
+            return Ok(());
+        }
+        let first = offset / BLOCK_BYTES;
+        let last = first + computed.len() as u64;
+        self.open(m).await?;
+        let mut bad: Vec<(u64, u32, u32)> = Vec::new();
+        let mut new = Vec::new();
+        self.each_page(m, first, last, |t, blocks| {
+            for block in blocks {
+                let BlockSum::Known(c) = computed[(block - first) as usize] else {
+                    continue;
+                };
+                if let (Verdict::Bad { stored, computed }, fresh) = t.judge(block, c) {
+                    bad.push((block, stored, computed));
+                    if fresh {
+                        new.push((block, stored, computed));
+                    }
+                }
+            }
+        })
+        .await?;
+        let Some(&(block, stored, computed)) = bad.first() else {
+            return Ok(());
+        };
+        self.counters().errors.fetch_add(new.len() as u64, Relaxed);
+        let member_offset = (self.first_block + block) * BLOCK_BYTES;
+        for (b, s, c) in &new {
+            tracing::warn!(
+                "volume {}: member {} (`{}`): checksum mismatch at member offset {} (stored {s:#010x}, computed {c:#010x}); served from the redundancy where there is some",
+                self.volume,
+                self.index,
+                m.name(),
+                (self.first_block + b) * BLOCK_BYTES
+            );
+        }
+        let why = ChecksumMismatch {
+            volume: self.volume.to_string(),
+            member_offset,
+            stored,
+            computed,
+            bad_blocks: bad.len() as u64,
+        };
+        Err(MemberError::new(
+            m.name(),
+            MemberOp::Read,
+            member_offset,
+            BLOCK_BYTES,
+            io::Error::new(io::ErrorKind::InvalidData, why),
+        ))
+    }
+
+    /// Whether bytes rebuilt from the redundancy for the whole blocks from region offset
+    /// `offset` match their checksums (blocks without one pass; nothing is counted).
+    pub async fn matches(&self, m: &dyn Member, offset: u64, bytes: &[u8]) -> MemberResult<bool> {
+        let computed = self.compute(offset, &[bytes]);
+        if computed.is_empty() {
+            return Ok(true);
+        }
+        let first = offset / BLOCK_BYTES;
+        let last = first + computed.len() as u64;
+        self.open(m).await?;
+        let mut all = true;
+        self.each_page(m, first, last, |t, blocks| {
+            for block in blocks {
+                if let BlockSum::Known(c) = computed[(block - first) as usize] {
+                    all &= !matches!(t.peek(block, c), Verdict::Bad { .. });
+                }
+            }
+        })
+        .await?;
+        Ok(all)
+    }
+
+    /// Before a write of `entries` (from [`LeafChecksums::compute`], or `Unknown` for blocks
+    /// written only in part whose old bytes were bad) at region offset `offset`: the header
+    /// bit durable, the entries updated with the old ones still accepted.
+    pub async fn begin_write(
+        &self,
+        m: &dyn Member,
+        offset: u64,
+        entries: &[BlockSum],
+    ) -> MemberResult<WriteToken> {
+        let first = offset / BLOCK_BYTES;
+        let mut token = WriteToken {
+            first_block: first,
+            olds: Vec::with_capacity(entries.len()),
+        };
+        if entries.is_empty() {
+            return Ok(token);
+        }
+        let last = first + entries.len() as u64;
+        self.open(m).await?;
+        self.mark_groups(m, first, last).await?;
+        self.each_page(m, first, last, |t, blocks| {
+            for block in blocks {
+                let e = entries[(block - first) as usize];
+                token.olds.push(t.begin_write(block, e));
+            }
+        })
+        .await?;
+        Ok(token)
+    }
+
+    /// The write begun with `token` was answered (either way: a failed write fails the
+    /// member). Rewrites of blocks found bad count as repairs.
+    pub fn end_write(&self, token: WriteToken) {
+        let mut t = self.table.lock();
+        let repaired = token
+            .olds
+            .iter()
+            .enumerate()
+            .filter(|(i, old)| t.end_write(token.first_block + *i as u64, **old))
+            .count();
+        drop(t);
+        if repaired > 0 {
+            self.counters().repairs.fetch_add(repaired as u64, Relaxed);
+            tracing::info!(
+                "volume {}: member {}: {repaired} bad block(s) rewritten",
+                self.volume,
+                self.index
+            );
+        }
+    }
+
+    /// Writes the changed entry pages back (before the member flush that makes them
+    /// durable); returns how many. A page that fails to write stays dirty and the error is
+    /// returned.
+    pub async fn flush(&self, m: &dyn Member) -> MemberResult<usize> {
+        let dirty = self.table.lock().take_dirty();
+        let written = dirty.len();
+        let mut first_err = None;
+        for (page, bytes) in dirty {
+            let r = m
+                .write(
+                    self.page_offset(page),
+                    Buf::copy_from(&bytes).freeze(),
+                    false,
+                )
+                .await;
+            if let Err(e) = r {
+                self.table.lock().redirty(page);
+                first_err.get_or_insert(e);
+            }
+        }
+        match first_err {
+            None => Ok(written),
+            Some(e) => Err(e),
+        }
+    }
+}

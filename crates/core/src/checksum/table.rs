@@ -1,0 +1,373 @@
+//! The in-memory side of one region's checksums: a bounded cache of entry pages, the header
+//! bits (which page groups may lag their data on disk), writes in flight and blocks found
+//! bad. No I/O: [`super::LeafChecksums`] loads and writes pages and asks this what to do.
+
+use super::entry::{verdict, BlockSum, Verdict, ENTRIES_PER_PAGE, ENTRY_BYTES, PAGE_BYTES};
+use std::collections::{HashMap, HashSet};
+
+/// One cached page of entries.
+struct Page {
+    bytes: Box<[u8]>,
+    /// Changed since it was last handed out for writing back.
+    dirty: bool,
+    /// Tick of the last use (least recently used is evicted first).
+    used: u64,
+}
+
+/// A bitset over page groups.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Bits(Vec<u64>);
+
+impl Bits {
+    pub(super) fn new(n: u64) -> Bits {
+        Bits(vec![0; n.div_ceil(64) as usize])
+    }
+
+    pub(super) fn from_bytes(bytes: &[u8], n: u64) -> Bits {
+        let mut b = Bits::new(n);
+        for i in 0..n {
+            if bytes
+                .get((i / 8) as usize)
+                .is_some_and(|x| x & (1 << (i % 8)) != 0)
+            {
+                b.set(i);
+            }
+        }
+        b
+    }
+
+    pub(super) fn to_bytes(&self, len: usize) -> Vec<u8> {
+        let mut out = vec![0u8; len];
+        for (w, word) in self.0.iter().enumerate() {
+            for bit in 0..64 {
+                let i = w * 64 + bit;
+                if word & (1 << bit) != 0 && i / 8 < len {
+                    out[i / 8] |= 1 << (i % 8);
+                }
+            }
+        }
+        out
+    }
+
+    pub(super) fn get(&self, i: u64) -> bool {
+        self.0
+            .get((i / 64) as usize)
+            .is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+
+    pub(super) fn set(&mut self, i: u64) {
+        if let Some(w) = self.0.get_mut((i / 64) as usize) {
+            *w |= 1 << (i % 64);
+        }
+    }
+}
+
+/// A page the cache no longer holds whose bytes must reach the disk.
+pub(super) struct Evicted {
+    pub page: u64,
+    pub bytes: Vec<u8>,
+}
+
+/// The cache and the bookkeeping (see the module docs).
+pub(super) struct Table {
+    pages: HashMap<u64, Page>,
+    /// Most pages held at once.
+    max_pages: usize,
+    tick: u64,
+    /// Header bits as they are (or are being written) on disk.
+    pub(super) header: Bits,
+    /// Header bits known durable: a write under a group whose bit is here needs no header
+    /// write first.
+    pub(super) durable: Bits,
+    /// Groups untrusted at open (an unclean shutdown): their pages load as all unknown.
+    untrusted: Bits,
+    pages_per_group: u64,
+    groups: u64,
+    /// Checksums of writes not yet answered, per block (their bytes may be on disk).
+    in_flight: HashMap<u64, Vec<u32>>,
+    /// Blocks found bad and not rewritten yet.
+    bad: HashSet<u64>,
+    /// Pages evicted and still being written: loads take these bytes, not the disk's.
+    evicting: HashMap<u64, Vec<u8>>,
+}
+
+impl Table {
+    pub(super) fn new(groups: u64, pages_per_group: u64, max_pages: usize) -> Table {
+        assert!(max_pages >= 1, "the cache holds at least one page");
+        Table {
+            pages: HashMap::new(),
+            max_pages,
+            tick: 0,
+            header: Bits::new(groups),
+            durable: Bits::new(groups),
+            untrusted: Bits::new(groups),
+            pages_per_group,
+            groups,
+            in_flight: HashMap::new(),
+            bad: HashSet::new(),
+            evicting: HashMap::new(),
+        }
+    }
+
+    /// After an unclean shutdown: groups whose bit was set hold entries that may lag.
+    pub(super) fn open_unclean(&mut self, on_disk: Bits) {
+        self.untrusted = on_disk.clone();
+        self.durable = on_disk.clone();
+        self.header = on_disk;
+    }
+
+    pub(super) fn header_bits(&self) -> u64 {
+        self.groups
+    }
+
+    pub(super) fn group_of(&self, page: u64) -> u64 {
+        page / self.pages_per_group
+    }
+
+    pub(super) fn has_page(&self, page: u64) -> bool {
+        self.pages.contains_key(&page)
+    }
+
+    /// Bytes an evicted page is still being written with.
+    pub(super) fn evicting(&self, page: u64) -> Option<Vec<u8>> {
+        self.evicting.get(&page).cloned()
+    }
+
+    pub(super) fn evicted_done(&mut self, page: u64) {
+        self.evicting.remove(&page);
+    }
+
+    /// Adds a page read from disk (unless another load was first); returns the pages pushed
+    /// out to stay within the bound that must be written back.
+    pub(super) fn insert(&mut self, page: u64, mut bytes: Vec<u8>) -> Vec<Evicted> {
+        assert_eq!(
+            bytes.len() as u64,
+            PAGE_BYTES,
+            "a page is {PAGE_BYTES} bytes"
+        );
+        if self.pages.contains_key(&page) {
+            return Vec::new();
+        }
+        // Entries written before the crash may lag their data: drop them, and make the
+        // dropping durable with the page's next write-back.
+        let untrusted = self.untrusted.get(self.group_of(page));
+        if untrusted {
+            bytes.fill(0);
+        }
+        self.tick += 1;
+        self.pages.insert(
+            page,
+            Page {
+                bytes: bytes.into_boxed_slice(),
+                dirty: untrusted,
+                used: self.tick,
+            },
+        );
+        self.evict(page)
+    }
+
+    /// Drops pages beyond the bound, never `keep` (the page just loaded for its user).
+    fn evict(&mut self, keep: u64) -> Vec<Evicted> {
+        let mut out = Vec::new();
+        while self.pages.len() > self.max_pages {
+            // Clean pages first, least recently used first.
+            let victim = self
+                .pages
+                .iter()
+                .filter(|(&k, _)| k != keep)
+                .min_by_key(|(_, p)| (p.dirty, p.used))
+                .map(|(&k, _)| k)
+                .expect("more pages than the bound");
+            let p = self.pages.remove(&victim).expect("victim present");
+            if p.dirty {
+                let bytes = p.bytes.into_vec();
+                self.evicting.insert(victim, bytes.clone());
+                out.push(Evicted {
+                    page: victim,
+                    bytes,
+                });
+            }
+        }
+        out
+    }
+
+    fn slot(&mut self, block: u64) -> (&mut Page, usize) {
+        let page = block / ENTRIES_PER_PAGE;
+        let at = ((block % ENTRIES_PER_PAGE) * ENTRY_BYTES) as usize;
+        self.tick += 1;
+        let tick = self.tick;
+        let p = self
+            .pages
+            .get_mut(&page)
+            .expect("the page of a block is loaded before its entry is used");
+        p.used = tick;
+        (p, at)
+    }
+
+    pub(super) fn entry(&mut self, block: u64) -> BlockSum {
+        let (p, at) = self.slot(block);
+        BlockSum::decode(&p.bytes[at..at + ENTRY_BYTES as usize])
+    }
+
+    pub(super) fn set_entry(&mut self, block: u64, e: BlockSum) {
+        let (p, at) = self.slot(block);
+        e.encode(&mut p.bytes[at..at + ENTRY_BYTES as usize]);
+        p.dirty = true;
+    }
+
+    /// Judges one block read; with a bad verdict, whether the block was not known bad yet
+    /// (a bad block read again before its rewrite is counted once).
+    pub(super) fn judge(&mut self, block: u64, computed: u32) -> (Verdict, bool) {
+        let e = self.entry(block);
+        let v = verdict(
+            e,
+            computed,
+            self.in_flight.get(&block).map_or(&[][..], |v| &v[..]),
+        );
+        let new = matches!(v, Verdict::Bad { .. }) && self.bad.insert(block);
+        (v, new)
+    }
+
+    /// Judges one block without noting it bad (a check of bytes not read from the member).
+    pub(super) fn peek(&mut self, block: u64, computed: u32) -> Verdict {
+        let e = self.entry(block);
+        let in_flight = self.in_flight.get(&block).map_or(&[][..], |v| &v[..]);
+        verdict(e, computed, in_flight)
+    }
+
+    /// A write of `crc` to `block` starts: the entry takes the new checksum, and the old one
+    /// stays acceptable until the write is answered.
+    pub(super) fn begin_write(&mut self, block: u64, crc: BlockSum) -> Option<u32> {
+        let old = match self.entry(block) {
+            BlockSum::Known(old) => Some(old),
+            BlockSum::Unknown => None,
+        };
+        if let Some(old) = old {
+            self.in_flight.entry(block).or_default().push(old);
+        }
+        self.set_entry(block, crc);
+        old
+    }
+
+    /// The write begun with [`Table::begin_write`] was answered; returns whether it rewrote
+    /// a block found bad (a repair).
+    pub(super) fn end_write(&mut self, block: u64, old: Option<u32>) -> bool {
+        if let (Some(old), Some(list)) = (old, self.in_flight.get_mut(&block)) {
+            if let Some(i) = list.iter().position(|&c| c == old) {
+                list.swap_remove(i);
+            }
+            if list.is_empty() {
+                self.in_flight.remove(&block);
+            }
+        }
+        self.bad.remove(&block)
+    }
+
+    /// The dirty pages' bytes, handed out for writing back (they count as clean from now on;
+    /// a later change makes them dirty again).
+    pub(super) fn take_dirty(&mut self) -> Vec<(u64, Vec<u8>)> {
+        let mut out: Vec<(u64, Vec<u8>)> = self
+            .pages
+            .iter_mut()
+            .filter(|(_, p)| p.dirty)
+            .map(|(&k, p)| {
+                p.dirty = false;
+                (k, p.bytes.to_vec())
+            })
+            .collect();
+        out.sort_unstable_by_key(|(k, _)| *k);
+        out
+    }
+
+    /// A write-back failed: the page is dirty again.
+    pub(super) fn redirty(&mut self, page: u64) {
+        if let Some(p) = self.pages.get_mut(&page) {
+            p.dirty = true;
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn cached_pages(&self) -> usize {
+        self.pages.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page() -> Vec<u8> {
+        vec![0; PAGE_BYTES as usize]
+    }
+
+    #[test]
+    fn bits_round_trip_through_bytes() {
+        let mut b = Bits::new(100);
+        b.set(0);
+        b.set(9);
+        b.set(99);
+        let bytes = b.to_bytes(4096);
+        assert_eq!(bytes[0], 1);
+        assert_eq!(bytes[1], 2);
+        assert_eq!(Bits::from_bytes(&bytes, 100), b);
+        assert!(b.get(99) && !b.get(98));
+    }
+
+    #[test]
+    fn a_write_in_flight_accepts_old_and_new_bytes_and_a_rewrite_repairs() {
+        let mut t = Table::new(1, 1, 4);
+        t.insert(0, page());
+        t.set_entry(3, BlockSum::Known(10));
+        assert_eq!(t.begin_write(3, BlockSum::Known(20)), Some(10));
+        assert_eq!(t.judge(3, 10).0, Verdict::Good);
+        assert_eq!(t.judge(3, 20).0, Verdict::Good);
+        assert!(matches!(t.judge(3, 30), (Verdict::Bad { .. }, true)));
+        assert!(matches!(t.judge(3, 30), (Verdict::Bad { .. }, false)));
+        assert!(t.end_write(3, Some(10)), "the bad block was rewritten");
+        assert!(matches!(t.judge(3, 10), (Verdict::Bad { .. }, true)));
+        assert_eq!(t.judge(3, 20).0, Verdict::Good);
+    }
+
+    #[test]
+    fn the_cache_stays_bounded_and_hands_out_dirty_pages_it_drops() {
+        let mut t = Table::new(1, 8, 2);
+        assert!(t.insert(0, page()).is_empty());
+        t.set_entry(0, BlockSum::Known(1));
+        assert!(t.insert(1, page()).is_empty());
+        // Page 1 is clean and page 0 dirty: the clean one goes.
+        assert!(t.insert(2, page()).is_empty());
+        assert_eq!(t.cached_pages(), 2);
+        assert!(!t.has_page(1));
+        t.set_entry(2 * ENTRIES_PER_PAGE, BlockSum::Known(2));
+        let out = t.insert(3, page());
+        assert_eq!(
+            out.len(),
+            1,
+            "only dirty pages left: the oldest is written back"
+        );
+        assert_eq!(out[0].page, 0);
+        assert_eq!(
+            BlockSum::decode(&t.evicting(0).unwrap()[0..8]),
+            BlockSum::Known(1)
+        );
+        t.evicted_done(0);
+        assert!(t.evicting(0).is_none());
+    }
+
+    #[test]
+    fn untrusted_groups_load_as_unknown_and_dirty() {
+        let mut t = Table::new(2, 1, 4);
+        let mut on_disk = Bits::new(2);
+        on_disk.set(1);
+        t.open_unclean(on_disk);
+        let mut bytes = page();
+        BlockSum::Known(5).encode(&mut bytes[0..8]);
+        t.insert(0, bytes.clone());
+        t.insert(1, bytes);
+        assert_eq!(t.entry(0), BlockSum::Known(5));
+        assert_eq!(t.entry(ENTRIES_PER_PAGE), BlockSum::Unknown);
+        let dirty: Vec<u64> = t.take_dirty().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(dirty, vec![1]);
+        assert!(t.take_dirty().is_empty());
+    }
+}

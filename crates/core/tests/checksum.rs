@@ -1,0 +1,480 @@
+//! Per-block checksums: 4 KiB blocks overwritten with random bytes on members behind the
+//! volume's back read back exactly what was written on every level with redundancy (RAID 1
+//! 2-/3-way, 5, 6, 10, 50, trees), the bad blocks rewritten and counted; without redundancy
+//! (RAID 0, JBOD, a degraded group) the read fails with a checksum error, never wrong bytes.
+//! Strips of 4 KiB, 64 KiB and 1 MiB.
+
+mod common;
+
+use common::*;
+use futures::executor::block_on;
+use nbraid_core::checksum::{area_bytes, is_mismatch, ChecksumArea, ChecksumSetup, BLOCK_BYTES};
+use nbraid_core::{
+    Buf, CacheMode, Member, MemoryMember, ReadPolicy, Volume, VolumeError, VolumeOptions,
+};
+use nbraid_layout::{Geometry, Level, Node};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// A volume over memory members whose regions start at 0; each member's checksum area
+/// follows its region.
+struct Built {
+    v: Volume,
+    mems: Vec<Arc<MemoryMember>>,
+    data: Vec<u8>,
+    region: u64,
+    rng: SmallRng,
+}
+
+fn build(g: Geometry, n: usize, region: u64, cache: CacheMode, seed: u64) -> Built {
+    build_with(g, n, region, cache, seed, 4096)
+}
+
+fn build_with(
+    g: Geometry,
+    n: usize,
+    region: u64,
+    cache: CacheMode,
+    seed: u64,
+    block_size: u64,
+) -> Built {
+    let area = area_bytes(region);
+    let mems: Vec<Arc<MemoryMember>> = (0..n)
+        .map(|i| Arc::new(MemoryMember::new(format!("m{i}"), region + area)))
+        .collect();
+    let dyns = mems.iter().map(|m| m.clone() as Arc<dyn Member>).collect();
+    let areas = (0..n)
+        .map(|_| {
+            Some(ChecksumArea {
+                offset_bytes: region,
+                len_bytes: area,
+            })
+        })
+        .collect();
+    let opts = VolumeOptions {
+        block_size,
+        members_known_zero: true,
+        cache,
+        // Mirrors move to the next copy every block: every copy is read.
+        mirror_seq_piece: 4096,
+        cache_max_age: None,
+        read_policy: ReadPolicy::RoundRobin,
+        checksums: Some(ChecksumSetup::new("t", areas, true).with_cache_pages(2)),
+    };
+    let v = Volume::new(g, dyns, opts).expect("volume");
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut data = vec![0u8; v.capacity() as usize];
+    rng.fill(&mut data[..]);
+    block_on(async {
+        for (i, piece) in data.chunks(MIB as usize).enumerate() {
+            v.write(i as u64 * MIB, Buf::copy_from(piece), false)
+                .await
+                .expect("write");
+        }
+        v.flush().await.expect("flush");
+    });
+    Built {
+        v,
+        mems,
+        data,
+        region,
+        rng,
+    }
+}
+
+impl Built {
+    /// Overwrites block `block` of member `m`'s region with random bytes; returns the bytes
+    /// it held.
+    fn corrupt(&mut self, m: usize, block: u64) -> Vec<u8> {
+        let at = block * BLOCK_BYTES;
+        assert!(at + BLOCK_BYTES <= self.region);
+        let mut old = vec![0u8; BLOCK_BYTES as usize];
+        self.mems[m].peek(at, &mut old);
+        let mut junk = vec![0u8; BLOCK_BYTES as usize];
+        self.rng.fill(&mut junk[..]);
+        self.mems[m].poke(at, &junk);
+        old
+    }
+
+    fn block(&self, m: usize, block: u64) -> Vec<u8> {
+        let mut b = vec![0u8; BLOCK_BYTES as usize];
+        self.mems[m].peek(block * BLOCK_BYTES, &mut b);
+        b
+    }
+
+    /// Reads the whole volume `times` times (mirrors alternate copies) in pieces of `piece`.
+    fn read_all(&self, times: usize, piece: u64) -> Result<(), VolumeError> {
+        block_on(async {
+            for t in 0..times as u64 {
+                let mut at = 0;
+                while at < self.v.capacity() {
+                    // Each pass starts with a shorter piece: mirrors alternate other blocks.
+                    let first = if at == 0 {
+                        piece.min(4096 * (t + 1))
+                    } else {
+                        piece
+                    };
+                    let n = (self.v.capacity() - at).min(first);
+                    let got = self.v.read(at, n).await?;
+                    assert!(
+                        got[..] == self.data[at as usize..(at + n) as usize],
+                        "wrong bytes at {at}"
+                    );
+                    at += n;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn counts(&self) -> (u64, u64) {
+        let setup = self.v.options().checksums.as_ref().expect("checksums");
+        (0..self.mems.len()).fold((0, 0), |(e, r), i| {
+            let c = setup.counters(i).expect("counters");
+            (e + c.errors.load(Relaxed), r + c.repairs.load(Relaxed))
+        })
+    }
+}
+
+fn parity_tree(strip: u64, region: u64) -> Geometry {
+    Geometry::from_tree(raid5_of_pairs(strip, 0, region))
+}
+
+/// Levels with redundancy: (name, geometry, members).
+fn redundant(strip: u64, region: u64) -> Vec<(String, Geometry, usize)> {
+    let mut out: Vec<(String, Geometry, usize)> = [
+        (Level::Raid1, 2),
+        (Level::Raid1, 3),
+        (Level::Raid5, 3),
+        (Level::Raid5, 4),
+        (Level::Raid6, 5),
+        (Level::Raid10, 4),
+        (Level::Raid50, 6),
+    ]
+    .into_iter()
+    .map(|(l, n)| {
+        (
+            format!("{l:?} x{n} strip {strip}"),
+            named(l, n, None, strip, region),
+            n,
+        )
+    })
+    .collect();
+    out.push((
+        format!("raid5 of mirrored pairs, strip {strip}"),
+        parity_tree(strip, region),
+        6,
+    ));
+    out.push((
+        format!("mirror of raid5s, strip {strip}"),
+        Geometry::from_tree(mirror_of_raid5s(strip, 0, region)),
+        6,
+    ));
+    out
+}
+
+#[test]
+fn bad_blocks_on_one_member_read_back_exactly_and_are_rewritten() {
+    for strip in [4 * KIB, 64 * KIB, MIB] {
+        let region = (8 * strip).max(2 * MIB);
+        for (name, g, n) in redundant(strip, region) {
+            for cache in [CacheMode::WriteThrough, CacheMode::default()] {
+                let mut b = build(g.clone(), n, region, cache, strip + n as u64);
+                let blocks = region / BLOCK_BYTES;
+                // Bad blocks on one member in several stripes (data and parity), one of
+                // them the last of the region.
+                let s = strip / BLOCK_BYTES;
+                let bad = [1, s + 1, 2 * s + 1, blocks - 1];
+                let old: Vec<Vec<u8>> = bad.iter().map(|&k| b.corrupt(1, k)).collect();
+                b.read_all(6, 64 * KIB)
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+                let (errors, repairs) = b.counts();
+                // Reads do not read parity: a bad parity block waits for a scrub.
+                assert!(errors >= 1, "{name}: {errors} checksum errors");
+                assert_eq!(repairs, errors, "{name}: every bad block found rewritten");
+                let restored = bad
+                    .iter()
+                    .zip(&old)
+                    .filter(|(k, want)| b.block(1, **k) == **want);
+                assert_eq!(restored.count() as u64, repairs, "{name}: blocks restored");
+                assert_eq!(b.v.failed_count(), 0, "{name}: no member failed");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_blocks_on_two_members_in_different_places_read_back_exactly() {
+    let strip = 64 * KIB;
+    let region = 2 * MIB;
+    for (name, g, n) in redundant(strip, region) {
+        let mut b = build(g, n, region, CacheMode::WriteThrough, 7);
+        // Different stripes (and different mirror offsets) on members 0 and 1; member 1 in
+        // three stripes, so some of them hold data there whatever the rotation.
+        let s = strip / BLOCK_BYTES;
+        b.corrupt(0, 3);
+        for k in 1..4 {
+            b.corrupt(1, 3 + k * s);
+        }
+        // Pieces of every size: mirrors serve each block from each copy at some point.
+        for k in 1..=16 {
+            b.read_all(1, k * 4 * KIB)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        let (errors, repairs) = b.counts();
+        let reads: Vec<u64> = b.v.member_counters().iter().map(|c| c.reads).collect();
+        assert!(errors >= 2, "{name}: {errors} {reads:?}");
+        assert_eq!(repairs, errors, "{name}");
+    }
+}
+
+#[test]
+fn raid6_rebuilds_two_bad_blocks_of_one_stripe() {
+    for strip in [4 * KIB, 64 * KIB] {
+        let region = 2 * MIB;
+        let mut b = build(
+            named(Level::Raid6, 6, None, strip, region),
+            6,
+            region,
+            CacheMode::WriteThrough,
+            3,
+        );
+        b.corrupt(2, 5);
+        b.corrupt(4, 5);
+        b.read_all(1, MIB)
+            .expect("two bad chunks in a stripe are within RAID 6");
+        let (errors, repairs) = b.counts();
+        assert!(errors >= 2 && repairs == errors, "{errors} {repairs}");
+    }
+}
+
+fn assert_checksum_error(r: Result<(), VolumeError>, what: &str) {
+    match r {
+        Err(VolumeError::Member { source, .. }) if is_mismatch(&source) => {}
+        other => panic!("{what}: expected a checksum error, got {other:?}"),
+    }
+}
+
+#[test]
+fn without_redundancy_a_bad_block_is_an_error_never_wrong_bytes() {
+    let region = 2 * MIB;
+    for strip in [4 * KIB, 64 * KIB, MIB] {
+        let mut b = build(
+            named(Level::Raid0, 3, None, strip, region),
+            3,
+            region,
+            CacheMode::WriteThrough,
+            11,
+        );
+        b.corrupt(2, 9);
+        assert_checksum_error(b.read_all(1, 64 * KIB), "raid0");
+        assert_eq!(b.counts().1, 0, "nothing to repair from");
+        // A write over the block makes it good again.
+        let mut tail = b.data.clone();
+        block_on(async {
+            b.v.write(0, Buf::copy_from(&tail), false).await.unwrap();
+        });
+        tail.truncate(0);
+        b.read_all(1, MIB).expect("rewritten");
+    }
+    let jbod = Geometry::from_tree(
+        Node::concat(vec![Node::member(0, 0, region), Node::member(1, 0, region)]).unwrap(),
+    );
+    let mut b = build(jbod, 2, region, CacheMode::WriteThrough, 12);
+    b.corrupt(1, 0);
+    assert_checksum_error(b.read_all(1, 64 * KIB), "jbod");
+}
+
+#[test]
+fn a_degraded_group_returns_an_error_for_a_bad_block_it_cannot_rebuild() {
+    let region = 2 * MIB;
+    let mut b = build(
+        named(Level::Raid5, 4, None, 64 * KIB, region),
+        4,
+        region,
+        CacheMode::WriteThrough,
+        13,
+    );
+    b.v.fail_member(0, "test");
+    b.corrupt(2, 0);
+    let r = b.read_all(1, 64 * KIB);
+    assert!(
+        r.is_err(),
+        "a degraded RAID 5 with a bad block has nothing to rebuild it from"
+    );
+    // Both copies of a mirror bad at the same block: an error, not either copy's bytes.
+    let mut m = build(
+        named(Level::Raid1, 2, None, 64 * KIB, region),
+        2,
+        region,
+        CacheMode::WriteThrough,
+        14,
+    );
+    m.corrupt(0, 4);
+    m.corrupt(1, 4);
+    assert!(m.read_all(2, 64 * KIB).is_err());
+}
+
+#[test]
+fn reads_and_writes_of_parts_of_blocks_keep_checksums_right() {
+    let region = 2 * MIB;
+    let mut b = build_with(
+        named(Level::Raid1, 2, None, 64 * KIB, region),
+        2,
+        region,
+        CacheMode::WriteThrough,
+        15,
+        512,
+    );
+    // 512-byte writes inside blocks, then reads of parts of blocks.
+    block_on(async {
+        for k in 0..64u64 {
+            let at = k * 4096 + (k % 8) * 512;
+            let bytes = vec![k as u8; 512];
+            b.v.write(at, Buf::copy_from(&bytes), false).await.unwrap();
+            b.data[at as usize..at as usize + 512].copy_from_slice(&bytes);
+        }
+        b.v.flush().await.unwrap();
+        for k in 0..64u64 {
+            let at = k * 4096 + 1024;
+            let got = b.v.read(at, 1536).await.unwrap();
+            assert!(got[..] == b.data[at as usize..at as usize + 1536]);
+        }
+    });
+    assert_eq!(b.counts(), (0, 0), "no false errors");
+    b.corrupt(0, 2);
+    b.read_all(4, 64 * KIB)
+        .expect("repaired from the other copy");
+    assert!(b.counts().0 >= 1);
+}
+
+#[test]
+fn zeroed_ranges_read_back_without_errors_and_stay_checked() {
+    let region = 2 * MIB;
+    let mut b = build(
+        named(Level::Raid5, 3, None, 16 * KIB, region),
+        3,
+        region,
+        CacheMode::WriteThrough,
+        16,
+    );
+    block_on(async {
+        b.v.write_zeroes(64 * KIB, 256 * KIB, false).await.unwrap();
+        b.v.trim(512 * KIB, 128 * KIB).await.unwrap();
+        b.v.flush().await.unwrap();
+    });
+    b.data[64 * 1024..320 * 1024].fill(0);
+    b.data[512 * 1024..640 * 1024].fill(0);
+    b.read_all(1, 64 * KIB).expect("zeroes read back");
+    assert_eq!(b.counts(), (0, 0));
+    // Different stripes on each member: some of them hold data there.
+    b.corrupt(0, 20);
+    b.corrupt(1, 24);
+    b.corrupt(2, 28);
+    b.read_all(1, 64 * KIB).expect("repaired");
+    assert!(b.counts().0 >= 1);
+}
+
+fn scrub(v: &Volume, repair: bool) -> nbraid_core::ScrubReport {
+    let ctl = nbraid_core::ScrubControl::new(repair, 0);
+    block_on(v.scrub(&ctl)).expect("scrub")
+}
+
+/// Scrub names the bad side where md cannot: a two-way mirror copies the good copy over the
+/// bad one (md would copy the first over the second, whichever is wrong), and RAID 5
+/// rebuilds a bad data or parity chunk from the others instead of rewriting parity from bad
+/// data. RAID 6 and 3-way mirrors too; a second scrub finds nothing.
+#[test]
+fn scrub_rewrites_the_bad_side_named_by_the_checksums() {
+    let region = 2 * MIB;
+    let strip = 64 * KIB;
+    for (level, n) in [
+        (Level::Raid1, 2),
+        (Level::Raid1, 3),
+        (Level::Raid5, 3),
+        (Level::Raid5, 4),
+        (Level::Raid6, 5),
+        (Level::Raid10, 4),
+    ] {
+        let mut b = build(
+            named(level, n, None, strip, region),
+            n,
+            region,
+            CacheMode::WriteThrough,
+            21,
+        );
+        let s = strip / BLOCK_BYTES;
+        // Copy 0 of a mirror is the one md would trust; every chunk role of a stripe somewhere.
+        let bad: Vec<(usize, u64, Vec<u8>)> = (0..n as u64)
+            .map(|k| (0, k * s + 2))
+            .map(|(m, blk)| (m, blk, b.corrupt(m, blk)))
+            .collect();
+        let found = scrub(&b.v, false);
+        assert_eq!(
+            found.mismatches, 0,
+            "{level:?} x{n}: no guess needed: {found:?}"
+        );
+        assert_eq!(found.unreadable, n as u64, "{level:?} x{n}: {found:?}");
+        let fixed = scrub(&b.v, true);
+        assert!(fixed.repaired >= 1, "{level:?} x{n}: {fixed:?}");
+        for (m, blk, old) in &bad {
+            assert!(
+                b.block(*m, *blk) == *old,
+                "{level:?} x{n}: block {blk} restored"
+            );
+        }
+        let clean = scrub(&b.v, false);
+        assert_eq!(
+            (clean.mismatches, clean.unreadable),
+            (0, 0),
+            "{level:?} x{n}"
+        );
+        b.read_all(1, MIB).expect("reads back");
+        let (errors, repairs) = b.counts();
+        assert_eq!(
+            errors, repairs,
+            "{level:?} x{n}: every bad block counted and repaired"
+        );
+    }
+}
+
+/// Bytes rebuilt from parity are checked against the lost chunk's checksum before they are
+/// returned: with a bad data block and, in the same rows, a bad parity block whose own
+/// checksum is gone (its entry zeroed: "no checksum"), the rebuild gives wrong bytes, and
+/// the read fails instead of returning them.
+#[test]
+fn rebuilt_bytes_that_do_not_match_their_checksum_are_an_error() {
+    let region = 2 * MIB;
+    let strip = 64 * KIB;
+    let b = build(
+        named(Level::Raid5, 3, None, strip, region),
+        3,
+        region,
+        CacheMode::WriteThrough,
+        31,
+    );
+    // Stripe 0 of a left-symmetric RAID 5 of three: data on members 0 and 1, P on member 2.
+    let junk = vec![0x5a; BLOCK_BYTES as usize];
+    b.mems[0].poke(BLOCK_BYTES, &junk);
+    b.mems[2].poke(BLOCK_BYTES, &junk);
+    // P's entry of block 1 zeroed in its area (after the region: header, then entries).
+    b.mems[2].poke(region + 4096 + 8, &[0u8; 8]);
+    // A fresh volume over the same members: no entry cached.
+    let mems: Vec<Arc<dyn Member>> = b
+        .mems
+        .iter()
+        .map(|m| m.clone() as Arc<dyn Member>)
+        .collect();
+    let opts = VolumeOptions {
+        block_size: 4096,
+        members_known_zero: true,
+        cache: CacheMode::WriteThrough,
+        checksums: b.v.options().checksums.clone(),
+        ..VolumeOptions::default()
+    };
+    let fresh = Volume::new(named(Level::Raid5, 3, None, strip, region), mems, opts).unwrap();
+    let e = block_on(fresh.read(0, strip)).expect_err("never the wrong bytes");
+    assert!(e.to_string().contains("do not match their checksum"), "{e}");
+}
