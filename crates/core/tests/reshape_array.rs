@@ -3,7 +3,8 @@
 //! simulator members: unflushed writes lost, a seeded subset kept, torn sectors), opened
 //! again — the recorded backup written back when the records name one — and finished;
 //! every acknowledged byte reads back after the restart, at the end, and after a last
-//! restart in the new shape alone (with its new size). A failure names its move and seed;
+//! restart in the new shape alone (with its new size), and with as many members lost as it
+//! survives. A member may fail mid-way: the reshape finishes degraded. A failure names its move and seed;
 //! `NBRAID_SEED=<n>` replays one seed.
 
 use futures::executor::block_on;
@@ -180,6 +181,14 @@ fn run(old: &Node, new: &Node, seed: u64) -> Result<(), String> {
     let a = open(new, &disks).map_err(|e| format!("open after the power loss: {e}"))?;
     let position = a.reshape_progress().map_or(cap, |p| p.0);
     same(&a, &want, &format!("after the restart at {position}"))?;
+    // A member failing mid-reshape leaves the volume degraded, not lost (where both shapes
+    // survive one loss): the rest of the copy reads around it.
+    let degraded = old.survives(&|m| m == 0) && new.survives(&|m| m == 0) && rng.coin();
+    if degraded {
+        a.volume().fail_member(0, "failed mid-reshape by the test");
+        block_on(a.record_failures()).map_err(|e| e.to_string())?;
+        same(&a, &want, "degraded mid-reshape")?;
+    }
     a.set_reshape_window_bytes(rng.below(64 * KIB));
     let ctl = PassControl::resume_at(0, position);
     let state = block_on(a.reshape(&ctl)).map_err(|e| e.to_string())?;
@@ -189,7 +198,20 @@ fn run(old: &Node, new: &Node, seed: u64) -> Result<(), String> {
     let a = open(new, &disks).map_err(|e| format!("open in the new shape: {e}"))?;
     assert_eq!(a.reshape_progress(), None, "no reshape left");
     assert_eq!(a.volume().capacity(), new.capacity(), "the new size");
-    same(&a, &want, "in the new shape alone")
+    same(&a, &want, "in the new shape alone")?;
+    // As many more losses as the new shape survives: every byte still reads back.
+    let lost = |n: usize| move |m: usize| m < n;
+    let mut n = usize::from(degraded);
+    while n < new.member_count() && new.survives(&lost(n + 1)) {
+        a.volume()
+            .fail_member(n, "failed after the reshape by the test");
+        n += 1;
+    }
+    same(
+        &a,
+        &want,
+        &format!("in the new shape with {n} members lost"),
+    )
 }
 
 #[test]
