@@ -337,7 +337,7 @@ impl Array {
         };
         let mut recorded = recorded_as(&newest);
         recorded.reshape = (newest.reshape.as_ref())
-            .map(|r| super::reshape_run::RecordedReshape::from_records(r, &records));
+            .map(|r| super::reshape::RecordedReshape::from_records(r, &records));
         let records = Arc::new(Records::new(
             id,
             name,

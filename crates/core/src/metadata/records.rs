@@ -38,7 +38,7 @@ pub(super) struct Recorded {
     /// Members added at run time, by path (see `spare_list.rs`).
     pub(super) added_paths: Vec<String>,
     /// A reshape in progress (see `reshape_run.rs`): each role's record carries its part.
-    pub(super) reshape: Option<super::reshape_run::RecordedReshape>,
+    pub(super) reshape: Option<super::reshape::RecordedReshape>,
     /// The tree to record from now on, once a reshape has finished (`None`: unchanged).
     pub(super) tree: Option<nbraid_layout::Node>,
 }

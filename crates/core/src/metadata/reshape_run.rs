@@ -22,7 +22,7 @@ use super::areas::free_area;
 use super::error::ArrayError;
 use super::member_meta::MemberMeta;
 use super::parts::Parts;
-use super::reshape::{BackupWindow, ReshapeRecord};
+use super::reshape::{BackupWindow, RecordedReshape, ReshapeRecord};
 use super::{Area, MemberEntry, RecordedState, Uuid, VolumeRecord};
 use crate::buf::Buf;
 use crate::error::{VolumeError, VolumeResult};
@@ -40,44 +40,6 @@ const BACKUP_MAGIC: &[u8; 8] = b"NBRSHBK1";
 const BACKUP_AREA_BYTES: u64 = 256 << 10;
 /// The longest window the pass copies unless told otherwise.
 pub(super) const MAX_WINDOW_BYTES: u64 = 8 << 20;
-
-/// The reshape as the records hold it: shared by every role but its backup area.
-#[derive(Clone, Debug)]
-pub(super) struct RecordedReshape {
-    pub(super) new_tree: Node,
-    pub(super) position_bytes: u64,
-    pub(super) backup_window: Option<BackupWindow>,
-    /// By role.
-    pub(super) areas: Vec<Option<Area>>,
-}
-
-impl RecordedReshape {
-    /// From the newest record, each role's area from its own record.
-    pub(super) fn from_records(
-        newest: &ReshapeRecord,
-        by_role: &[Option<VolumeRecord>],
-    ) -> RecordedReshape {
-        RecordedReshape {
-            new_tree: newest.new_tree.clone(),
-            position_bytes: newest.position_bytes,
-            backup_window: newest.backup_window,
-            areas: by_role
-                .iter()
-                .map(|r| r.as_ref().and_then(|r| r.reshape.as_ref()?.backup_area))
-                .collect(),
-        }
-    }
-
-    /// Role `role`'s record of the reshape.
-    pub(super) fn record_for(&self, role: usize) -> ReshapeRecord {
-        ReshapeRecord {
-            new_tree: self.new_tree.clone(),
-            position_bytes: self.position_bytes,
-            backup_area: self.areas.get(role).copied().flatten(),
-            backup_window: self.backup_window,
-        }
-    }
-}
 
 /// The header of `row`'s backup for `window`.
 fn encode_header(window: Window, row: &MemberRows) -> Vec<u8> {
@@ -370,30 +332,7 @@ pub(super) async fn start(
             layout.unit()
         )));
     }
-    let mut areas = Vec::with_capacity(total);
-    for (r, meta) in metas.iter().enumerate() {
-        let mut sb = meta.sb.lock().await.clone();
-        if r >= old_roles {
-            if let Some(sb) = sb.as_mut() {
-                if sb.volumes.iter().any(|v| v.name == p.name()) {
-                    return Err(p.refuse(format!(
-                        "`{}` already carries a record of this volume",
-                        meta.member().name()
-                    )));
-                }
-            }
-        }
-        let offset = free_area(sb.as_ref(), BACKUP_AREA_BYTES).ok_or_else(|| {
-            p.refuse(format!(
-                "`{}`: no room for a {BACKUP_AREA_BYTES}-byte reshape backup in its metadata area",
-                meta.member().name()
-            ))
-        })?;
-        areas.push(Some(Area {
-            offset,
-            len: BACKUP_AREA_BYTES,
-        }));
-    }
+    let areas = place_backup_areas(p, &metas, old_roles).await?;
     let mut members = rec.members.clone();
     for _ in &added {
         let uuid = Uuid::random().map_err(|e| p.refuse(format!("random id: {e}")))?;
@@ -456,6 +395,40 @@ pub(super) async fn start(
         .map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
     }
     Ok(())
+}
+
+/// A backup area for every role (`metas` by role; those from `old_roles` on are added and
+/// must not carry a record of this volume yet).
+async fn place_backup_areas(
+    p: Parts<'_>,
+    metas: &[Arc<MemberMeta>],
+    old_roles: usize,
+) -> Result<Vec<Option<Area>>, ArrayError> {
+    let mut areas = Vec::with_capacity(metas.len());
+    for (r, meta) in metas.iter().enumerate() {
+        let mut sb = meta.sb.lock().await.clone();
+        if r >= old_roles {
+            if let Some(sb) = sb.as_mut() {
+                if sb.volumes.iter().any(|v| v.name == p.name()) {
+                    return Err(p.refuse(format!(
+                        "`{}` already carries a record of this volume",
+                        meta.member().name()
+                    )));
+                }
+            }
+        }
+        let offset = free_area(sb.as_ref(), BACKUP_AREA_BYTES).ok_or_else(|| {
+            p.refuse(format!(
+                "`{}`: no room for a {BACKUP_AREA_BYTES}-byte reshape backup in its metadata area",
+                meta.member().name()
+            ))
+        })?;
+        areas.push(Some(Area {
+            offset,
+            len: BACKUP_AREA_BYTES,
+        }));
+    }
+    Ok(areas)
 }
 
 #[cfg(test)]
