@@ -30,8 +30,8 @@ pub struct NotStarted(pub String);
 impl fmt::Display for NotStarted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(
-            "nothing was started: this build plans reshapes but has no reshape pass yet \
-             (the plan above is what it would do)",
+            "nothing was started: a reshape starts while no daemon runs (stop nbraidd, run \
+             `nbraid apply --yes` again, start nbraidd: it copies on while serving)",
         )
     }
 }
@@ -105,8 +105,8 @@ pub fn run(file: &Path, yes: bool, json: bool) -> Result<String> {
         }
         if moves && !yes {
             out.push_str(&format!(
-                "\n`nbraid apply {} --yes` would start the moves above (this build has no \
-                 reshape pass yet: it plans only)\n",
+                "\n`nbraid apply {} --yes` starts the moves above (with nbraidd stopped: its \
+                 next start copies on while serving)\n",
                 file.display()
             ));
         }
