@@ -188,6 +188,15 @@ fn run(old: &Node, new: &Node, seed: u64) -> Result<(), String> {
         a.volume().fail_member(0, "failed mid-reshape by the test");
         block_on(a.record_failures()).map_err(|e| e.to_string())?;
         same(&a, &want, "degraded mid-reshape")?;
+        // A rebuild walks one tree: refused until the reshaped volume is opened again.
+        let e = block_on(a.rebuild(&PassControl::new(0)))
+            .map(|_| ())
+            .unwrap_err();
+        assert!(e.to_string().contains("during a reshape"), "{e}");
+        assert_eq!(
+            block_on(a.use_spares()).map_err(|e| e.to_string())?,
+            Vec::<usize>::new()
+        );
     }
     a.set_reshape_window_bytes(rng.below(64 * KIB));
     let ctl = PassControl::resume_at(0, position);

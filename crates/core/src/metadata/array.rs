@@ -496,6 +496,9 @@ impl Array {
     /// fits ([`super::assign_spares`]); returns the roles that got one. [`Array::rebuild`]
     /// then rebuilds them. Call it whenever a member failed or a spare came.
     pub async fn use_spares(&self) -> Result<Vec<usize>, ArrayError> {
+        if self.reshape.is_some() {
+            return Ok(Vec::new()); // they stand by until the reshape is done and reopened
+        }
         self.heal.use_spares(self.parts()).await
     }
 
@@ -513,6 +516,7 @@ impl Array {
     /// Puts `meta` in failed role `role` to be rebuilt by [`Array::rebuild`] (it takes writes
     /// at once and is read once the rebuild completes), if the write rule lets it be written.
     pub async fn rebuild_onto(&self, role: usize, meta: Arc<MemberMeta>) -> Result<(), ArrayError> {
+        self.not_reshaping("rebuild onto a member")?;
         self.heal.rebuild_onto(self.parts(), role, meta).await
     }
 
@@ -529,6 +533,7 @@ impl Array {
         meta: Arc<MemberMeta>,
         consent: &Consent,
     ) -> Result<(), ArrayError> {
+        self.not_reshaping("replace a member")?;
         self.heal.replace(self.parts(), role, meta, consent).await
     }
 
@@ -536,6 +541,7 @@ impl Array {
     /// the volume serves; returns when they are all current (or the control cancelled it).
     /// Roles added while it runs are rebuilt by a second pass before it returns.
     pub async fn rebuild(&self, ctl: &PassControl) -> Result<RebuildReport, ArrayError> {
+        self.not_reshaping("rebuild")?;
         self.heal.rebuild(self.parts(), ctl).await
     }
 
@@ -545,6 +551,7 @@ impl Array {
     /// it can be, else rebuilt whole; refused when it carries other records. Call
     /// [`Array::resync_returned`] (or [`Array::rebuild`]) next.
     pub async fn readd(&self, role: usize) -> Result<Readd, ArrayError> {
+        self.not_reshaping("re-add a member")?;
         self.returning.readd(self.parts(), &self.heal, role).await
     }
 
@@ -595,6 +602,17 @@ impl Array {
     /// Reshape windows of at most `bytes` (at least one unit of the reshape).
     pub fn set_reshape_window_bytes(&self, bytes: u64) {
         self.reshape_window_bytes.store(bytes, Relaxed);
+    }
+
+    /// Refuses `what` while the volume is being reshaped (or was, until it is opened again):
+    /// the rebuild and resync passes walk one tree, and a reshape serves two.
+    fn not_reshaping(&self, what: &str) -> Result<(), ArrayError> {
+        match &self.reshape {
+            None => Ok(()),
+            Some(_) => Err(self.parts().refuse(format!(
+                "cannot {what} during a reshape: it finishes degraded; rebuild after the next start"
+            ))),
+        }
     }
 
     /// Where the reshape is: (bytes in the new shape, the volume's bytes), while one runs.
