@@ -373,6 +373,9 @@ pub(super) async fn start(
         })
         .await
         .map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
+        // Both slots: a blank second copy would be reported damaged at the next start.
+        (meta.update(|_| {}).await)
+            .map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
     }
     rec.events += 1;
     rec.scrub = None;
