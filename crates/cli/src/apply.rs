@@ -5,17 +5,23 @@
 //! `nbraid_assembly::reshape_plan`'s; the records are read as `nbraid check` reads them (plain
 //! reads of the superblock slots, which the daemon keeps current; nothing is written).
 //!
-//! `--yes` would start the planned moves. The reshape pass itself is not in this build yet, so
-//! `--yes` starts nothing and says so (and fails) whenever there is something to move.
+//! `--yes` starts the planned restripes **while no daemon runs** ([`start_offline`]): it writes
+//! the records that start each one (`Array::start_reshape`), and the daemon's next start
+//! copies on in the background while serving, checkpointing as it goes. Against a running
+//! daemon `--yes` starts nothing yet and says so (and fails): starting a reshape under a
+//! served volume needs the daemon to reopen it, not in this build.
 
 use crate::ops::{Client, Target};
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
+use nbraid_assembly::reshape_plan;
 use nbraid_assembly::reshape_plan::{outline, Action, Change, Move, MoveKind, VolumePlan};
 use nbraid_config::format_size;
 use nbraid_control::Request;
+use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, Probe};
 use serde_json::json;
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 /// The plan printed, and nothing started although `--yes` asked: `.0` is the output.
 #[derive(Debug)]
@@ -24,8 +30,8 @@ pub struct NotStarted(pub String);
 impl fmt::Display for NotStarted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(
-            "nothing was started: this build plans reshapes but has no reshape pass yet \
-             (the plan above is what it would do)",
+            "nothing was started: a reshape starts while no daemon runs (stop nbraidd, run \
+             `nbraid apply --yes` again, start nbraidd: it copies on while serving)",
         )
     }
 }
@@ -34,10 +40,15 @@ impl std::error::Error for NotStarted {}
 
 pub fn run(file: &Path, yes: bool, json: bool) -> Result<String> {
     let config = nbraid_config::load(file)?;
-    let mut daemon = Client::connect(&Target {
+    let connected = Client::connect(&Target {
         config: Some(file.to_path_buf()),
         control: None,
-    })?;
+    });
+    let mut daemon = match connected {
+        Ok(d) => d,
+        Err(_) if yes => return start_offline(&config),
+        Err(e) => return Err(e),
+    };
     let status = daemon.call(&Request::Status { volume: None })?;
     let served: Vec<&str> = status["volumes"]
         .as_array()
@@ -94,8 +105,8 @@ pub fn run(file: &Path, yes: bool, json: bool) -> Result<String> {
         }
         if moves && !yes {
             out.push_str(&format!(
-                "\n`nbraid apply {} --yes` would start the moves above (this build has no \
-                 reshape pass yet: it plans only)\n",
+                "\n`nbraid apply {} --yes` starts the moves above (with nbraidd stopped: its \
+                 next start copies on while serving)\n",
                 file.display()
             ));
         }
@@ -103,6 +114,59 @@ pub fn run(file: &Path, yes: bool, json: bool) -> Result<String> {
     };
     if yes && moves {
         return Err(NotStarted(out).into());
+    }
+    Ok(out)
+}
+
+/// `--yes` with no daemon running: for every volume whose plan is a restripe, opens it from
+/// its records (every recorded member in place), writes the records that start the reshape
+/// into the config's shape, the members the config adds taking the roles after the old ones.
+/// The next start of `nbraidd` copies on while serving.
+fn start_offline(config: &nbraid_config::Config) -> Result<String> {
+    let records = crate::records::look(config);
+    let mut out = String::new();
+    let opened = futures::executor::block_on(nbraid_assembly::assemble::open_members(config))
+        .context("opening the members (no daemon answers on the control socket)")?;
+    for (v, r) in config.volumes.iter().zip(&records) {
+        let Some(plan) = &r.reshape else {
+            continue;
+        };
+        out.push_str(&plan_text(plan));
+        let Action::Online(m) = &plan.action else {
+            continue;
+        };
+        if m.kind != MoveKind::Restripe {
+            bail!(
+                "volume {}: this build starts restripes only (not this move)",
+                v.name
+            );
+        }
+        let metas: Vec<Arc<MemberMeta>> = (v.members.iter())
+            .map(|&i| opened[i].meta().cloned())
+            .collect::<Option<_>>()
+            .with_context(|| format!("volume {}: a member did not open", v.name))?;
+        let probes: Vec<Probe> = metas.iter().map(|m| m.probe().clone()).collect();
+        let (recorded, roles) = reshape_plan::recorded(&v.name, &probes)
+            .with_context(|| format!("volume {}: no records", v.name))?;
+        let new_tree =
+            reshape_plan::config_by_role(v.geometry.root(), &roles, recorded.member_count());
+        let mut by_role = vec![None; recorded.member_count()];
+        let mut added = Vec::new();
+        for (p, role) in roles.iter().enumerate() {
+            match role {
+                Some(r) => by_role[*r] = Some(metas[p].clone()),
+                None => added.push(metas[p].clone()),
+            }
+        }
+        futures::executor::block_on(async {
+            let opts = ArrayOptions::default();
+            let (array, _) = Array::open(&v.name, &recorded, by_role, opts, &|_, _| {}).await?;
+            array.start_reshape(new_tree, added).await
+        })
+        .with_context(|| format!("volume {}: starting the reshape", v.name))?;
+        out.push_str(
+            "  started: the records say so; the next start of nbraidd copies on while serving\n",
+        );
     }
     Ok(out)
 }

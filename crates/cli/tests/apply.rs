@@ -100,7 +100,7 @@ fn apply_plans_against_the_running_daemon_and_starts_nothing_it_cannot_do() {
         "~ level raid5 → raid6",
         "~ size 16 MiB → 24 MiB",
         "redundancy: survives 1 member loss during the move, 2 member losses after",
-        "--yes` would start the moves above",
+        "--yes` starts the moves above",
     ] {
         assert!(out.contains(says), "{says:?} missing from:\n{out}");
     }
@@ -120,7 +120,7 @@ fn apply_plans_against_the_running_daemon_and_starts_nothing_it_cannot_do() {
     assert_eq!(plan["seconds_at_rate"], 4, "{plan}");
     assert_eq!(v["started"], false);
 
-    // --yes: this build has no reshape pass, so nothing starts, and it says so.
+    // --yes against a running daemon: nothing starts (only with nbraidd stopped), and it says so.
     let (success, out, err) = run(&["apply", cfg, "--yes"]);
     assert!(!success, "{out}");
     assert!(out.contains("raid6 of 5 members"), "{out}");

@@ -972,24 +972,30 @@ fn assembly_resumes_rebuilds_and_ignores_replaced_members() {
         .any(|w| w.contains("belongs to another member")));
 }
 
-/// A volume whose records carry a reshape is refused by name: this build has no pass to
-/// continue it, and either tree alone would misread the bytes past the position.
+/// A volume whose records carry a reshape assembles against the shape it is moving into
+/// (the config, `nbraid apply`'s), with the reshape in the assembly; a config of the old shape
+/// is refused by what differs, and the tolerance is both trees'.
 #[test]
-fn a_volume_mid_reshape_is_refused_not_misread() {
+fn a_volume_mid_reshape_assembles_against_the_new_shape() {
     let sb = reshaping();
-    let tree = sb.volumes[0].reshape.as_ref().unwrap().new_tree.clone();
+    let record = sb.volumes[0].clone();
+    let new_tree = record.reshape.as_ref().unwrap().new_tree.clone();
     let mut probes = vec![Probe::Missing; 5];
     probes[1] = Probe::Superblock(sb, None);
-    let e = assemble("db", &tree, &probes).unwrap_err();
+    let e = assemble("db", &new_tree, &probes).unwrap_err();
     assert!(
         matches!(
             e,
-            nbraid_core::metadata::AssembleError::ReshapeInProgress {
-                position_bytes: 3145728,
-                ..
-            }
+            nbraid_core::metadata::AssembleError::BeyondTolerance { .. }
         ),
         "{e}"
     );
-    assert!(e.to_string().contains("a reshape is in progress"), "{e}");
+    let e = assemble("db", &record.tree, &probes).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            nbraid_core::metadata::AssembleError::GeometryChanged { .. }
+        ),
+        "{e}"
+    );
 }

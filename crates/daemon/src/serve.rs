@@ -251,6 +251,7 @@ impl Background {
         // as soon as it is must already see them running.
         for v in &controls.volumes {
             crate::heal::start_background_resync(v);
+            crate::control::start_reshape_pass(v);
         }
         say(format_args!(
             "nbraidd: control socket {}",

@@ -20,7 +20,7 @@ pub(super) fn free_area_avoiding(sb: Option<&Superblock>, len: u64, avoid: &[Are
             sb.volumes
                 .iter()
                 .flat_map(|v| {
-                    [v.bitmap.map(|b| b.area), v.ppl, v.checksums]
+                    [v.bitmap.map(|b| b.area), v.ppl, v.checksums, backup_area(v)]
                         .into_iter()
                         .flatten()
                         .filter(|a| a.offset < METADATA_AREA_BYTES)
@@ -41,11 +41,16 @@ pub(super) fn free_area_avoiding(sb: Option<&Superblock>, len: u64, avoid: &[Are
     (at + len <= METADATA_AREA_BYTES).then_some(at)
 }
 
-/// Whether `area` overlaps an area (bitmap, log, checksums) some record on the member uses.
+/// The reshape's critical-section backup, while one runs.
+fn backup_area(v: &super::VolumeRecord) -> Option<Area> {
+    v.reshape.as_ref().and_then(|r| r.backup_area)
+}
+
+/// Whether `area` overlaps an area (bitmap, log, checksums, reshape backup) some record on the member uses.
 pub(super) fn overlaps_recorded(sb: Option<&Superblock>, area: Area) -> bool {
     sb.is_some_and(|sb| {
         sb.volumes.iter().any(|v| {
-            [v.bitmap.map(|b| b.area), v.ppl, v.checksums]
+            [v.bitmap.map(|b| b.area), v.ppl, v.checksums, backup_area(v)]
                 .into_iter()
                 .flatten()
                 .any(|u| u.offset < area.offset + area.len && area.offset < u.offset + u.len)

@@ -40,9 +40,11 @@ use crate::error::VolumeResult;
 use crate::failure_gate::FailureRecorder;
 use crate::member::Member;
 use crate::pass::{PassControl, PassState};
+use crate::reshape::ReshapeNode;
 use crate::scrub::{ScrubControl, ScrubReport};
 use crate::volume::{Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Node};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,6 +61,10 @@ pub struct Array {
     heal: Heal,
     returning: Returning,
     background: BackgroundResync,
+    /// The copy's handle while the volume is being reshaped (`reshape_run.rs`).
+    reshape: Option<ReshapeNode>,
+    /// The reshape's longest window (tests and the simulator use small ones).
+    reshape_window_bytes: AtomicU64,
 }
 
 /// What [`Array::mark_clean`] did.
@@ -172,6 +178,9 @@ impl Array {
             None => Default::default(),
         };
         array.adopt_assembly(&asm).await;
+        if let Some(node) = &array.reshape {
+            super::reshape_run::restore(array.parts(), node).await?;
+        }
         for w in &roles.warnings {
             tracing::warn!("volume `{name}`: {w}");
         }
@@ -292,7 +301,9 @@ impl Array {
         }
         let newest = (records.iter().flatten().max_by_key(|r| r.events).cloned())
             .ok_or_else(|| bad("no member carries a record".into()))?;
-        let ppl = PplPlaces::new(name, &tree, &records, newest.events, opts.ppl);
+        // Mid-reshape both trees run write-through without the log (`crate::reshape`).
+        let logged = opts.ppl && newest.reshape.is_none();
+        let ppl = PplPlaces::new(name, &tree, &records, newest.events, logged);
         // Parity is trusted: whatever may disagree (the bitmap's regions, stale members) is
         // resynced before anything is served, so the volume starts as in sync as zeroed members.
         let checksums = super::checksum_area::setup(name, &records)
@@ -302,13 +313,21 @@ impl Array {
             checksums,
             ..opts.volume
         };
-        let members = members_by_role(&tree, by_role);
-        let volume = Volume::with_ppl(
-            Geometry::from_tree(tree),
-            members,
-            vopts,
-            ppl.setup().cloned(),
-        )?;
+        let (volume, reshape) = match &newest.reshape {
+            None => {
+                let members = members_by_role(&tree, by_role);
+                let setup = ppl.setup().cloned();
+                let v = Volume::with_ppl(Geometry::from_tree(tree), members, vopts, setup)?;
+                (v, None)
+            }
+            Some(r) => {
+                let members = members_by_role(&r.new_tree, by_role);
+                let new = Geometry::from_tree(r.new_tree.clone());
+                let old = Geometry::from_tree(tree);
+                let (v, node) = Volume::reshaping(old, &new, members, vopts, r.position_bytes)?;
+                (v, Some(node))
+            }
+        };
         let bitmap = match newest.bitmap {
             None => None,
             Some(b) => {
@@ -319,12 +338,15 @@ impl Array {
                 Some(loaded.await.map_err(bad)?)
             }
         };
+        let mut recorded = recorded_as(&newest);
+        recorded.reshape = (newest.reshape.as_ref())
+            .map(|r| super::reshape::RecordedReshape::from_records(r, &records));
         let records = Arc::new(Records::new(
             id,
             name,
             volume.shared_table(),
             by_role.to_vec(),
-            recorded_as(&newest),
+            recorded,
             dirty,
         ));
         // From here on a member failure is recorded before any further member write.
@@ -338,6 +360,8 @@ impl Array {
             heal: Heal::default(),
             returning: Returning::default(),
             background: BackgroundResync::default(),
+            reshape,
+            reshape_window_bytes: AtomicU64::new(super::reshape_run::MAX_WINDOW_BYTES),
         })
     }
 
@@ -475,6 +499,9 @@ impl Array {
     /// fits ([`super::assign_spares`]); returns the roles that got one. [`Array::rebuild`]
     /// then rebuilds them. Call it whenever a member failed or a spare came.
     pub async fn use_spares(&self) -> Result<Vec<usize>, ArrayError> {
+        if self.reshape.is_some() {
+            return Ok(Vec::new()); // they stand by until the reshape is done and reopened
+        }
         self.heal.use_spares(self.parts()).await
     }
 
@@ -492,6 +519,7 @@ impl Array {
     /// Puts `meta` in failed role `role` to be rebuilt by [`Array::rebuild`] (it takes writes
     /// at once and is read once the rebuild completes), if the write rule lets it be written.
     pub async fn rebuild_onto(&self, role: usize, meta: Arc<MemberMeta>) -> Result<(), ArrayError> {
+        self.not_reshaping("rebuild onto a member")?;
         self.heal.rebuild_onto(self.parts(), role, meta).await
     }
 
@@ -508,6 +536,7 @@ impl Array {
         meta: Arc<MemberMeta>,
         consent: &Consent,
     ) -> Result<(), ArrayError> {
+        self.not_reshaping("replace a member")?;
         self.heal.replace(self.parts(), role, meta, consent).await
     }
 
@@ -515,6 +544,7 @@ impl Array {
     /// the volume serves; returns when they are all current (or the control cancelled it).
     /// Roles added while it runs are rebuilt by a second pass before it returns.
     pub async fn rebuild(&self, ctl: &PassControl) -> Result<RebuildReport, ArrayError> {
+        self.not_reshaping("rebuild")?;
         self.heal.rebuild(self.parts(), ctl).await
     }
 
@@ -524,6 +554,7 @@ impl Array {
     /// it can be, else rebuilt whole; refused when it carries other records. Call
     /// [`Array::resync_returned`] (or [`Array::rebuild`]) next.
     pub async fn readd(&self, role: usize) -> Result<Readd, ArrayError> {
+        self.not_reshaping("re-add a member")?;
         self.returning.readd(self.parts(), &self.heal, role).await
     }
 
@@ -555,6 +586,55 @@ impl Array {
     /// again. Nothing pending: done at once.
     pub async fn background_resync(&self, ctl: &PassControl) -> Result<PassState, ArrayError> {
         self.background.run(self.parts(), ctl).await
+    }
+
+    // Reshape (`reshape_run.rs`).
+
+    /// Starts reshaping the volume into `new_tree` (leaves number the roles, `added` taking
+    /// the roles after the old ones): writes every member's records and closes the array;
+    /// open it again with `new_tree` as the config, then run [`Array::reshape`]. The volume
+    /// must be quiet (nothing in flight) and every role current.
+    pub async fn start_reshape(
+        self,
+        new_tree: Node,
+        added: Vec<Arc<MemberMeta>>,
+    ) -> Result<(), ArrayError> {
+        super::reshape_run::start(self.parts(), new_tree, added).await
+    }
+
+    /// Reshape windows of at most `bytes` (at least one unit of the reshape).
+    pub fn set_reshape_window_bytes(&self, bytes: u64) {
+        self.reshape_window_bytes.store(bytes, Relaxed);
+    }
+
+    /// Refuses `what` while the volume is being reshaped (or was, until it is opened again):
+    /// the rebuild and resync passes walk one tree, and a reshape serves two.
+    fn not_reshaping(&self, what: &str) -> Result<(), ArrayError> {
+        match &self.reshape {
+            None => Ok(()),
+            Some(_) => Err(self.parts().refuse(format!(
+                "cannot {what} during a reshape: it finishes degraded; rebuild after the next start"
+            ))),
+        }
+    }
+
+    /// Where the reshape is: (bytes in the new shape, the volume's bytes), while one runs.
+    pub fn reshape_progress(&self) -> Option<(u64, u64)> {
+        (self.reshape.as_ref()).map(|n| (n.position(), n.layout().capacity()))
+    }
+
+    /// Runs the reshape from its recorded position (the control started there,
+    /// [`PassControl::resume_at`]) while the volume serves, checkpointing every window in
+    /// the records; at the end the records say the new tree and no reshape (the next open
+    /// serves it alone, with its full size). No reshape: done at once.
+    pub async fn reshape(&self, ctl: &PassControl) -> Result<PassState, ArrayError> {
+        match &self.reshape {
+            None => Ok(PassState::Done),
+            Some(node) => {
+                let max = self.reshape_window_bytes.load(Relaxed);
+                super::reshape_run::run(self.parts(), node, ctl, max).await
+            }
+        }
     }
 
     // Members by role, removal (`remove.rs`), added paths (`spare_list.rs`), scrub.
@@ -641,5 +721,7 @@ fn recorded_as(newest: &VolumeRecord) -> Recorded {
         members: newest.members.clone(),
         scrub: newest.scrub,
         added_paths: newest.added_paths.clone(),
+        reshape: None,
+        tree: None,
     }
 }

@@ -75,6 +75,9 @@ pub struct Assembly {
     /// served as current without a resync, so bytes written after they dropped out may be
     /// stale on them. Empty for an ordinary assembly.
     pub forced: Vec<ForcedRole>,
+    /// A reshape in progress, as the newest record says it (`tree` is the old shape; the
+    /// config was checked against the new one).
+    pub reshape: Option<super::ReshapeRecord>,
 }
 
 /// A role a forced assembly trusts although its member missed writes.
@@ -118,14 +121,6 @@ pub enum AssembleError {
         what: &'static str,
         config: String,
         recorded: String,
-    },
-    /// The records carry a reshape this build cannot carry on: serving either tree alone
-    /// would misread the bytes on the other side of the position.
-    #[error("volume `{volume}`: a reshape is in progress (at byte {position_bytes} of {capacity_bytes}); this nbraid has no reshape pass to continue it, and serving either shape alone would misread the data — run an nbraid that continues reshapes")]
-    ReshapeInProgress {
-        volume: String,
-        position_bytes: u64,
-        capacity_bytes: u64,
     },
     #[error("volume `{volume}`: members {a} and {b} both claim role {role}")]
     DuplicateRole {
@@ -215,19 +210,15 @@ pub(crate) fn assemble_with(
         newest,
         mut warnings,
     } = gather(name, probes, names)?;
-    if let Some(r) = &newest.reshape {
-        return Err(AssembleError::ReshapeInProgress {
-            volume,
-            position_bytes: r.position_bytes,
-            capacity_bytes: newest.tree.capacity(),
-        });
-    }
-    check_geometry(&volume, config_tree, &newest.tree, newest.members.len())?;
+    // Mid-reshape the config says the shape the volume is moving into (`nbraid apply`'s).
+    let reshape = newest.reshape.clone();
+    let config_shape = reshape.as_ref().map_or(&newest.tree, |r| &r.new_tree);
+    check_geometry(&volume, config_tree, config_shape, newest.members.len())?;
     let (mut roles, resuming) =
         place_roles(&volume, newest, &records, probes, names, &mut warnings)?;
     presume_unreachable(
         config_tree,
-        &newest.tree,
+        config_shape,
         probes,
         names,
         &mut roles,
@@ -245,13 +236,19 @@ pub(crate) fn assemble_with(
     let lost = |roles: &[Result<usize, Absence>]| -> Vec<usize> {
         (0..roles.len()).filter(|&r| roles[r].is_err()).collect()
     };
+    let survives = |failed: &[usize]| {
+        newest.tree.survives(&|m| failed.contains(&m))
+            && reshape
+                .as_ref()
+                .is_none_or(|r| r.new_tree.survives(&|m| failed.contains(&m)))
+    };
     let mut forced = Vec::new();
-    if force && !newest.tree.survives(&|m| lost(&roles).contains(&m)) {
+    if force && !survives(&lost(&roles)) {
         forced = force_roles(&newest.tree, &records, newest.events, &mut roles);
     }
     warn_absent(&roles, &forced, names, &mut warnings);
     let failed = lost(&roles);
-    if !newest.tree.survives(&|m| failed.contains(&m)) {
+    if !survives(&failed) {
         return Err(AssembleError::BeyondTolerance {
             why: roles
                 .iter()
@@ -280,6 +277,7 @@ pub(crate) fn assemble_with(
         warnings,
         rebuilding: resuming,
         forced,
+        reshape,
     })
 }
 

@@ -37,6 +37,10 @@ pub(super) struct Recorded {
     pub(super) scrub: Option<ScrubCheckpoint>,
     /// Members added at run time, by path (see `spare_list.rs`).
     pub(super) added_paths: Vec<String>,
+    /// A reshape in progress (see `reshape_run.rs`): each role's record carries its part.
+    pub(super) reshape: Option<super::reshape::RecordedReshape>,
+    /// The tree to record from now on, once a reshape has finished (`None`: unchanged).
+    pub(super) tree: Option<nbraid_layout::Node>,
 }
 
 /// The records' lock, held: the proof a caller holds it (a `Recorded` alone may be a copy).
@@ -243,7 +247,7 @@ impl Records {
             let targets = self.commit_targets(&metas);
             let results = join_all(targets.iter().map(|&r| {
                 let meta = metas[r].as_ref().expect("targets stand in their role");
-                self.write_record(meta, rec)
+                self.write_record(r, meta, rec)
             }))
             .await;
             let mut first = None;
@@ -298,9 +302,10 @@ impl Records {
             .collect()
     }
 
-    /// Writes `rec` into `meta`'s record of this volume.
+    /// Writes `rec` into `meta`'s record of this volume (role `role`).
     async fn write_record(
         &self,
+        role: usize,
         meta: &MemberMeta,
         rec: &Recorded,
     ) -> Result<(), super::SuperblockIoError> {
@@ -317,6 +322,10 @@ impl Records {
                 v.members = rec.members;
                 v.scrub = rec.scrub;
                 v.added_paths = rec.added_paths;
+                v.reshape = rec.reshape.as_ref().map(|r| r.record_for(role));
+                if let Some(tree) = rec.tree {
+                    v.tree = tree;
+                }
             }
         })
         .await

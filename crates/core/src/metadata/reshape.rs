@@ -111,6 +111,44 @@ impl ReshapeRecord {
     }
 }
 
+/// The reshape as the records hold it: shared by every role but its backup area.
+#[derive(Clone, Debug)]
+pub(super) struct RecordedReshape {
+    pub(super) new_tree: Node,
+    pub(super) position_bytes: u64,
+    pub(super) backup_window: Option<BackupWindow>,
+    /// By role.
+    pub(super) areas: Vec<Option<Area>>,
+}
+
+impl RecordedReshape {
+    /// From the newest record, each role's area from its own record.
+    pub(super) fn from_records(
+        newest: &ReshapeRecord,
+        by_role: &[Option<super::VolumeRecord>],
+    ) -> RecordedReshape {
+        RecordedReshape {
+            new_tree: newest.new_tree.clone(),
+            position_bytes: newest.position_bytes,
+            backup_window: newest.backup_window,
+            areas: by_role
+                .iter()
+                .map(|r| r.as_ref().and_then(|r| r.reshape.as_ref()?.backup_area))
+                .collect(),
+        }
+    }
+
+    /// Role `role`'s record of the reshape.
+    pub(super) fn record_for(&self, role: usize) -> ReshapeRecord {
+        ReshapeRecord {
+            new_tree: self.new_tree.clone(),
+            position_bytes: self.position_bytes,
+            backup_area: self.areas.get(role).copied().flatten(),
+            backup_window: self.backup_window,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,9 +17,9 @@
 //! the copy is redone from the old tree) or their rows in the backup (written back over the
 //! members with [`ReshapeNode::restore`], then the copy is redone).
 //!
-//! **Not yet here:** the daemon's pass (rate, pause, status) and the superblock checkpoint
-//! wiring; the partial-parity log and write-back cache during a reshape (both trees are built
-//! write-through, without a log: the write hole is open while a reshape runs).
+//! The superblock checkpoint and backup behind the hooks are `metadata/reshape_run.rs`'s.
+//! **Not yet here:** the partial-parity log and write-back cache during a reshape (both trees
+//! are built write-through, without a log: the write hole is open while a reshape runs).
 
 mod copy;
 

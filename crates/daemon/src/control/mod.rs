@@ -19,10 +19,12 @@ mod notes;
 mod passes;
 mod paths;
 mod report;
+mod reshape;
 pub mod server;
 mod volume;
 
 pub use controls::Controls;
 pub use notes::ConfigIds;
+pub use reshape::start_reshape_pass;
 pub use server::ControlServer;
 pub use volume::{ControlVolume, StartReport};

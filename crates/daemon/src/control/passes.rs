@@ -64,11 +64,13 @@ pub(super) fn pause_resume(selected: &[&ControlVolume], pause: bool) -> Value {
         let (scrub, rebuild) = (v.scrub(), v.rebuild());
         let resync = v.resync.lock().clone();
         let readd = v.readd.lock().clone();
+        let reshape = super::reshape::reshape_pass(v);
         let passes = [
             scrub.as_ref().map(|c| &c.pass),
             rebuild.as_deref(),
             resync.as_deref(),
             readd.as_deref(),
+            reshape.as_deref(),
         ];
         let mut any = false;
         for c in passes.into_iter().flatten() {

@@ -39,6 +39,8 @@ pub struct ControlVolume {
     /// The latest resync of re-added members ([`Self::start_readd_resync`]), running or
     /// finished.
     pub readd: Mutex<Option<Arc<PassControl>>>,
+    /// The reshape pass, when the volume started mid-reshape (`reshape.rs`).
+    pub(super) reshape: Mutex<Option<Arc<PassControl>>>,
     /// Every member and spare known by id (config ids; paths for those added at run time).
     /// It keeps members let go: a re-add reuses the file held open through them.
     pub(super) known: Mutex<Vec<Known>>,
@@ -77,6 +79,7 @@ impl ControlVolume {
             rebuild_rate: Mutex::new(PassRate::default()),
             resync: Mutex::new(None),
             readd: Mutex::new(None),
+            reshape: Mutex::new(None),
             known: Mutex::new(Vec::new()),
             departed: Departures::default(),
             notes: Vec::new(),
