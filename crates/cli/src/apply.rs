@@ -17,6 +17,7 @@ use nbraid_assembly::reshape_plan;
 use nbraid_assembly::reshape_plan::{outline, Action, Change, Move, MoveKind, VolumePlan};
 use nbraid_config::format_size;
 use nbraid_control::Request;
+use nbraid_core::metadata::disk_rule::{Consent, DiskContents};
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, Probe};
 use serde_json::json;
 use std::fmt;
@@ -38,7 +39,7 @@ impl fmt::Display for NotStarted {
 
 impl std::error::Error for NotStarted {}
 
-pub fn run(file: &Path, yes: bool, json: bool) -> Result<String> {
+pub fn run(file: &Path, yes: bool, force: bool, json: bool) -> Result<String> {
     let config = nbraid_config::load(file)?;
     let connected = Client::connect(&Target {
         config: Some(file.to_path_buf()),
@@ -46,7 +47,7 @@ pub fn run(file: &Path, yes: bool, json: bool) -> Result<String> {
     });
     let mut daemon = match connected {
         Ok(d) => d,
-        Err(_) if yes => return start_offline(&config),
+        Err(_) if yes => return start_offline(&config, force),
         Err(e) => return Err(e),
     };
     let status = daemon.call(&Request::Status { volume: None })?;
@@ -122,7 +123,7 @@ pub fn run(file: &Path, yes: bool, json: bool) -> Result<String> {
 /// its records (every recorded member in place), writes the records that start the reshape
 /// into the config's shape, the members the config adds taking the roles after the old ones.
 /// The next start of `nbraidd` copies on while serving.
-fn start_offline(config: &nbraid_config::Config) -> Result<String> {
+fn start_offline(config: &nbraid_config::Config, force: bool) -> Result<String> {
     let records = crate::records::look(config);
     let mut out = String::new();
     let opened = futures::executor::block_on(nbraid_assembly::assemble::open_members(config))
@@ -158,10 +159,14 @@ fn start_offline(config: &nbraid_config::Config) -> Result<String> {
                 None => added.push(metas[p].clone()),
             }
         }
+        let consent = Consent {
+            force,
+            siblings: siblings(config, v, &added),
+        };
         futures::executor::block_on(async {
             let opts = ArrayOptions::default();
             let (array, _) = Array::open(&v.name, &recorded, by_role, opts, &|_, _| {}).await?;
-            array.start_reshape(new_tree, added).await
+            array.start_reshape(new_tree, added, &consent).await
         })
         .with_context(|| format!("volume {}: starting the reshape", v.name))?;
         out.push_str(
@@ -169,6 +174,33 @@ fn start_offline(config: &nbraid_config::Config) -> Result<String> {
         );
     }
     Ok(out)
+}
+
+/// The arrays whose records may stay beside this volume's on its added members: the other
+/// volumes of the config that use the same member file (Matrix RAID), by the array id their
+/// record there carries. Anything else on an added disk is for the write rule to refuse.
+fn siblings(
+    config: &nbraid_config::Config,
+    v: &nbraid_config::Volume,
+    added: &[Arc<MemberMeta>],
+) -> Vec<nbraid_core::metadata::Uuid> {
+    let mut out = Vec::new();
+    for meta in added {
+        let DiskContents::Records(seen) = meta.contents() else {
+            continue;
+        };
+        for r in seen {
+            let sibling = config.volumes.iter().any(|o| {
+                o.name == r.volume
+                    && o.name != v.name
+                    && o.members.iter().any(|m| v.members.contains(m))
+            });
+            if sibling && !out.contains(&r.array) {
+                out.push(r.array);
+            }
+        }
+    }
+    out
 }
 
 /// One volume's plan for people: a head line, one line per change, then the move or the

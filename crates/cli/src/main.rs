@@ -59,6 +59,10 @@ enum Command {
         /// Start the planned moves without asking.
         #[arg(long)]
         yes: bool,
+        /// With --yes: write onto an added member although the disk write rule refuses it
+        /// (it holds data or another array's records), as `nbraid add --force` does.
+        #[arg(long, requires = "yes")]
+        force: bool,
         /// Print the plan as JSON.
         #[arg(long)]
         json: bool,
@@ -128,7 +132,12 @@ fn main() -> ExitCode {
             diagram,
             rows,
         } => check::run(&file, json, diagram, rows),
-        Command::Apply { file, yes, json } => apply::run(&file, yes, json),
+        Command::Apply {
+            file,
+            yes,
+            force,
+            json,
+        } => apply::run(&file, yes, force, json),
         Command::Map {
             file,
             volume,

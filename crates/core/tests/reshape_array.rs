@@ -9,6 +9,7 @@
 
 use futures::executor::block_on;
 use futures::future::{select, Either};
+use nbraid_core::metadata::disk_rule::Consent;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
 use nbraid_core::{Buf, Member, MemoryMember, PassControl, PassState, VolumeOptions};
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
@@ -145,7 +146,8 @@ fn run(old: &Node, new: &Node, seed: u64) -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     let added = metas(&disks[n_old..]);
-    block_on(created.start_reshape(new.clone(), added)).map_err(|e| format!("start: {e}"))?;
+    block_on(created.start_reshape(new.clone(), added, &Consent::default()))
+        .map_err(|e| format!("start: {e}"))?;
 
     let a = open(new, &disks).map_err(|e| format!("open mid-reshape: {e}"))?;
     assert_eq!(a.reshape_progress(), Some((0, cap)), "starts at 0");
@@ -239,4 +241,52 @@ fn reshapes_on_arrays_survive_power_losses_and_finish() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// The disk write rule guards a reshape's added members as it guards `nbraid add`: a disk
+/// with data on it is refused unless the operator forces it, and the records stay as they
+/// were (the volume opens in its old shape).
+#[test]
+fn an_added_member_with_data_is_refused_unless_forced() {
+    let (old, new) = (
+        tree(Level::Raid5, 3, 4 * KIB),
+        tree(Level::Raid5, 4, 4 * KIB),
+    );
+    let disks: Vec<Disk> = (0..4)
+        .map(|i| {
+            Arc::new(Faulty::new(
+                MemoryMember::new(format!("m{i}"), MEMBER_BYTES),
+                i,
+            ))
+        })
+        .collect();
+    // Someone's data in the added disk's first MiB.
+    block_on(disks[3].write(4096, Buf::copy_from(&[0xa5; 4096]).freeze(), true)).unwrap();
+    let create = || {
+        block_on(Array::create(
+            "vol",
+            old.clone(),
+            metas(&disks[..3]),
+            opts(),
+            true,
+            &|_, _| {},
+        ))
+        .unwrap()
+        .0
+    };
+    let refused =
+        block_on(create().start_reshape(new.clone(), metas(&disks[3..]), &Consent::default()))
+            .expect_err("a disk with data must be refused");
+    assert!(
+        refused.to_string().contains("m3"),
+        "names the disk: {refused}"
+    );
+    open(&old, &disks[..3]).expect("still the old shape after a refusal");
+    let forced = Consent {
+        force: true,
+        siblings: Vec::new(),
+    };
+    let a = open(&old, &disks[..3]).unwrap();
+    block_on(a.start_reshape(new.clone(), metas(&disks[3..]), &forced)).expect("forced");
+    open(&new, &disks).expect("opens mid-reshape after a forced start");
 }

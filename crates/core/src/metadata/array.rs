@@ -593,12 +593,18 @@ impl Array {
     /// Starts reshaping the volume into `new_tree` (leaves number the roles, `added` taking
     /// the roles after the old ones): writes every member's records and closes the array;
     /// open it again with `new_tree` as the config, then run [`Array::reshape`]. The volume
-    /// must be quiet (nothing in flight) and every role current.
+    /// must be quiet (nothing in flight) and every role current. Every added member passes
+    /// the disk write rule first (`disk_rule.rs`, as `nbraid add` does): blank, or this
+    /// array's, or what `consent` allows — never a disk full of someone's data unasked.
     pub async fn start_reshape(
         self,
         new_tree: Node,
         added: Vec<Arc<MemberMeta>>,
+        consent: &Consent,
     ) -> Result<(), ArrayError> {
+        for meta in &added {
+            super::heal::check_disk(self.parts(), meta, consent)?;
+        }
         super::reshape_run::start(self.parts(), new_tree, added).await
     }
 
