@@ -887,6 +887,46 @@ mod assembly {
         );
     }
 
+    /// A volume created before per-block checksums (its records have no checksum area) under
+    /// a config that now reserves their area before each region: refused (never
+    /// reinterpreted), with the way to serve it as it is.
+    #[test]
+    fn a_volume_placed_before_checksums_is_told_to_say_checksums_off() {
+        let shape = Shape::new(Level::Raid5, 4, None, 64 << 10, ParityLayout::LeftSymmetric);
+        let shifted = Region {
+            start: 2 * MIB,
+            len: 1 << 30,
+        };
+        let tree = shape.unwrap().build(&[shifted; 4]).unwrap();
+        let sbs = members(7);
+        assert!(sbs[0].volumes[0].checksums.is_none());
+        let e = assemble("db", &tree, &probes(&sbs)).unwrap_err();
+        assert!(
+            matches!(e, AssembleError::PlacedWithoutChecksums { .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("checksums = \"off\""), "{e}");
+        // With a checksum area recorded, a moved region is the plain refusal.
+        let mut sbs = members(7);
+        for sb in &mut sbs {
+            sb.volumes[0].checksums = Some(Area {
+                offset: 128 << 10,
+                len: 4096,
+            });
+        }
+        let e = assemble("db", &tree, &probes(&sbs)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                AssembleError::GeometryChanged {
+                    what: "member region",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
     #[test]
     fn foreign_members_are_refused_naming_both_arrays() {
         let tree = config_tree(64 << 10, Level::Raid5);

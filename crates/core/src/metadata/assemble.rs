@@ -122,6 +122,12 @@ pub enum AssembleError {
         config: String,
         recorded: String,
     },
+    #[error("volume `{volume}`: the config places a member region at {config}, the superblocks record {recorded} and no block-checksum area: the volume was created without per-block checksums (before nbraid had them, or with checksums = \"off\"), and the config now reserves their area before each region. Add `checksums = \"off\"` to the volume's table to serve it as it is; data is never reinterpreted")]
+    PlacedWithoutChecksums {
+        volume: String,
+        config: String,
+        recorded: String,
+    },
     #[error("volume `{volume}`: members {a} and {b} both claim role {role}")]
     DuplicateRole {
         volume: String,
@@ -213,7 +219,8 @@ pub(crate) fn assemble_with(
     // Mid-reshape the config says the shape the volume is moving into (`nbraid apply`'s).
     let reshape = newest.reshape.clone();
     let config_shape = reshape.as_ref().map_or(&newest.tree, |r| &r.new_tree);
-    check_geometry(&volume, config_tree, config_shape, newest.members.len())?;
+    check_geometry(&volume, config_tree, config_shape, newest.members.len())
+        .map_err(|e| placed_before_checksums(e, newest.checksums.is_none()))?;
     let (mut roles, resuming) =
         place_roles(&volume, newest, &records, probes, names, &mut warnings)?;
     presume_unreachable(
@@ -604,6 +611,35 @@ fn describe(a: &Absence, names: &Names) -> String {
             format!("{} is unreachable: served degraded", names.member(*member))
         }
     }
+}
+
+/// A region the config places later than the records say, on a volume whose records have no
+/// checksum area, is most likely a volume created before per-block checksums existed: the
+/// config now reserves their area before each region. Say so, and the way to serve it as it is.
+fn placed_before_checksums(e: AssembleError, recorded_without_checksums: bool) -> AssembleError {
+    match e {
+        AssembleError::GeometryChanged {
+            volume,
+            what: "member region",
+            config,
+            recorded,
+        } if recorded_without_checksums && region_start(&config) > region_start(&recorded) => {
+            AssembleError::PlacedWithoutChecksums {
+                volume,
+                config,
+                recorded,
+            }
+        }
+        e => e,
+    }
+}
+
+/// The start of a region written `start+len`.
+fn region_start(text: &str) -> u64 {
+    text.split('+')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The config's tree must be the recorded one up to which member sits at which position.
