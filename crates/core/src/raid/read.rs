@@ -277,7 +277,15 @@ impl Reader<'_> {
                 // A member error, or a child (a mirror, say) with no readable copy.
                 tracing::warn!("parity read {offset}+{len}: {e}; rebuilding from parity");
                 let io = e.is_member_io();
-                todo.extend(run.pieces.iter().map(|&i| (i, Some((run.child, io)))));
+                // A bad block fails the whole run, though it lies in one stripe: across
+                // stripes the child is read again per stripe, not taken as lost in all (a
+                // bad block of another child in one of them would be beyond tolerance).
+                let many = run
+                    .pieces
+                    .windows(2)
+                    .any(|w| pieces[w[0]].stripe != pieces[w[1]].stripe);
+                let force = (!(many && is_mismatch_error(&e))).then_some((run.child, io));
+                todo.extend(run.pieces.iter().map(|&i| (i, force)));
             })
             .await;
             if todo.is_empty() {
@@ -699,6 +707,11 @@ enum Gathered {
     Pending(Option<Buf>),
     /// Read from its child.
     Read(Buf),
+}
+
+/// Whether `e` is a member's checksum mismatch (a bad block, not a failed read).
+fn is_mismatch_error(e: &VolumeError) -> bool {
+    matches!(e, VolumeError::Member { source, .. } if crate::checksum::is_mismatch(source))
 }
 
 /// Whether a data chunk of the stripe (not only a parity chunk) is among the `lost` children.
