@@ -38,7 +38,9 @@ struct Run {
 }
 
 /// Member `m` may be corrupted in stripe `stripe` when it is one of the stripe's `tolerance`
-/// owners: no stripe ever holds bad blocks on more members than the level rebuilds.
+/// owners: no stripe ever holds bad blocks on more members than the level rebuilds. (A
+/// "stripe" here is `own_bytes` of each member: a strip, or one block for the finer rule
+/// that only a row of blocks is bounded.)
 fn owns(m: usize, stripe: u64, n: usize, tolerance: usize) -> bool {
     (0..tolerance).any(|k| (stripe as usize + k) % n == m)
 }
@@ -47,13 +49,13 @@ fn build(
     g: Geometry,
     n: usize,
     tolerance: usize,
-    strip: u64,
+    own_bytes: u64,
     seed: u64,
     limit: Option<u64>,
 ) -> Run {
     let area = area_bytes(REGION);
     let rows = REGION / BLOCK_BYTES;
-    let strip_rows = strip / BLOCK_BYTES;
+    let strip_rows = own_bytes / BLOCK_BYTES;
     let disks: Vec<Arc<Disk>> = (0..n)
         .map(|m| {
             let mem = MemoryMember::new(format!("m{m}"), REGION + area);
@@ -174,16 +176,20 @@ fn scrub(v: &Volume, repair: bool) -> ScrubReport {
 }
 
 fn corrupt_run(level: Level, n: usize, tolerance: usize, strip: u64) {
+    corrupt_run_owned(level, n, tolerance, strip, strip)
+}
+
+fn corrupt_run_owned(level: Level, n: usize, tolerance: usize, strip: u64, own_bytes: u64) {
     let test = "corruption_within_tolerance_never_reads_wrong_bytes";
     let mut injected = 0;
-    for seed in seeds(&format!("{level:?}{n}{strip}"), 3) {
+    for seed in seeds(&format!("{level:?}{n}{strip}{own_bytes}"), 3) {
         let _g = SeedGuard { test, seed };
-        let what = format!("{level:?} x{n} strip {strip} seed {seed}");
+        let what = format!("{level:?} x{n} strip {strip} owned by {own_bytes} seed {seed}");
         let mut r = build(
             named(level, n, None, strip, REGION),
             n,
             tolerance,
-            strip,
+            own_bytes,
             seed,
             None,
         );
@@ -200,6 +206,12 @@ fn corrupt_run(level: Level, n: usize, tolerance: usize, strip: u64) {
                 .all(|s| *s == MemberState::Healthy),
             "{what}: no member failed without a threshold"
         );
+        if own_bytes < strip && level != Level::Raid1 && level != Level::Raid10 {
+            // Scrub repairs a parity stripe whole: bad blocks of more members than it
+            // rebuilds, in different rows, are counted unreadable and left to reads (below).
+            r.read_check(0, r.v.capacity(), &what);
+            continue;
+        }
         let fixed = scrub(&r.v, true);
         let clean = scrub(&r.v, false);
         assert_eq!(
@@ -237,6 +249,17 @@ fn raid6_corruption_reads_back_exactly() {
 fn raid10_corruption_reads_back_exactly() {
     for strip in [4 * KIB, 64 * KIB, MIB] {
         corrupt_run(Level::Raid10, 4, 1, strip);
+    }
+}
+
+/// Bad blocks of more members than the parity rebuilds within one strip, but never two
+/// (three) in one row of blocks: each block rebuilds from its row, in reads and in the
+/// reads of partial-stripe writes. (Scrub does not repair such stripes yet: see above.)
+#[test]
+fn parity_bad_blocks_of_many_members_in_one_stripe_read_back_exactly() {
+    for strip in [64 * KIB, MIB] {
+        corrupt_run_owned(Level::Raid5, 4, 1, strip, BLOCK_BYTES);
+        corrupt_run_owned(Level::Raid6, 5, 2, strip, BLOCK_BYTES);
     }
 }
 
