@@ -206,12 +206,6 @@ fn corrupt_run_owned(level: Level, n: usize, tolerance: usize, strip: u64, own_b
                 .all(|s| *s == MemberState::Healthy),
             "{what}: no member failed without a threshold"
         );
-        if own_bytes < strip && level != Level::Raid1 && level != Level::Raid10 {
-            // Scrub repairs a parity stripe whole: bad blocks of more members than it
-            // rebuilds, in different rows, are counted unreadable and left to reads (below).
-            r.read_check(0, r.v.capacity(), &what);
-            continue;
-        }
         let fixed = scrub(&r.v, true);
         let clean = scrub(&r.v, false);
         assert_eq!(
@@ -253,8 +247,8 @@ fn raid10_corruption_reads_back_exactly() {
 }
 
 /// Bad blocks of more members than the parity rebuilds within one strip, but never two
-/// (three) in one row of blocks: each block rebuilds from its row, in reads and in the
-/// reads of partial-stripe writes. (Scrub does not repair such stripes yet: see above.)
+/// (three) in one row of blocks: each block rebuilds from its row, in reads, in the
+/// reads of partial-stripe writes and in scrub.
 #[test]
 fn parity_bad_blocks_of_many_members_in_one_stripe_read_back_exactly() {
     for strip in [64 * KIB, MIB] {
