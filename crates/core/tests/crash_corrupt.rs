@@ -166,6 +166,23 @@ impl Run {
         }
     }
 
+    /// Bad blocks are counted against the member that returned them, and only there; every
+    /// repair is of a counted bad block.
+    fn assert_blamed_right(&self, what: &str) {
+        let setup = self.v.options().checksums.as_ref().expect("checksums");
+        for (m, d) in self.disks.iter().enumerate() {
+            let c = setup.counters(m).expect("counters");
+            let (errors, repairs) = (c.errors.load(Relaxed), c.repairs.load(Relaxed));
+            if d.log().total() == 0 {
+                assert_eq!(errors, 0, "{what}: member {m} was never corrupted");
+            }
+            assert!(
+                repairs <= errors,
+                "{what}: member {m}: {repairs} repairs of {errors} bad blocks"
+            );
+        }
+    }
+
     fn corruptions(&self) -> u64 {
         self.disks.iter().map(|d| d.log().total()).sum()
     }
@@ -214,6 +231,7 @@ fn corrupt_run_owned(level: Level, n: usize, tolerance: usize, strip: u64, own_b
             "{what}: a second scrub finds nothing (first: {fixed:?})"
         );
         r.read_check(0, r.v.capacity(), &what);
+        r.assert_blamed_right(&what);
     }
     assert!(injected > 0, "{level:?} x{n}: corruption was injected");
 }
@@ -352,6 +370,7 @@ fn a_member_past_the_checksum_error_limit_is_failed_and_the_volume_serves_degrad
                 .all(|s| *s == MemberState::Healthy),
             "{what}: only the bad member fails"
         );
+        r.assert_blamed_right(&what);
         // Degraded, the volume still serves writes and reads exactly.
         let bytes = vec![0x6du8; 3 * BLOCK_BYTES as usize];
         block_on(r.v.write(5 * BLOCK_BYTES, Buf::copy_from(&bytes), false)).expect("write");
