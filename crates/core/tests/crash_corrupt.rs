@@ -197,19 +197,30 @@ fn corrupt_run(level: Level, n: usize, tolerance: usize, strip: u64) {
 }
 
 fn corrupt_run_owned(level: Level, n: usize, tolerance: usize, strip: u64, own_bytes: u64) {
+    let g = || named(level, n, None, strip, REGION);
+    corrupt_geometry(
+        &format!("{level:?} x{n} strip {strip}"),
+        &g,
+        n,
+        tolerance,
+        own_bytes,
+    );
+}
+
+/// The seeded run of [`corrupt_run`] on any geometry of `n` members (regions from byte 0).
+fn corrupt_geometry(
+    name: &str,
+    g: &dyn Fn() -> Geometry,
+    n: usize,
+    tolerance: usize,
+    own_bytes: u64,
+) {
     let test = "corruption_within_tolerance_never_reads_wrong_bytes";
     let mut injected = 0;
-    for seed in seeds(&format!("{level:?}{n}{strip}{own_bytes}"), 3) {
+    for seed in seeds(&format!("{name}{own_bytes}"), 3) {
         let _g = SeedGuard { test, seed };
-        let what = format!("{level:?} x{n} strip {strip} owned by {own_bytes} seed {seed}");
-        let mut r = build(
-            named(level, n, None, strip, REGION),
-            n,
-            tolerance,
-            own_bytes,
-            seed,
-            None,
-        );
+        let what = format!("{name} owned by {own_bytes} seed {seed}");
+        let mut r = build(g(), n, tolerance, own_bytes, seed, None);
         r.churn(&what);
         injected += r.corruptions();
         // Corruption left on the members, then the scrub that finds it.
@@ -233,7 +244,7 @@ fn corrupt_run_owned(level: Level, n: usize, tolerance: usize, strip: u64, own_b
         r.read_check(0, r.v.capacity(), &what);
         r.assert_blamed_right(&what);
     }
-    assert!(injected > 0, "{level:?} x{n}: corruption was injected");
+    assert!(injected > 0, "{name}: corruption was injected");
 }
 
 #[test]
@@ -261,6 +272,33 @@ fn raid6_corruption_reads_back_exactly() {
 fn raid10_corruption_reads_back_exactly() {
     for strip in [4 * KIB, 64 * KIB, MIB] {
         corrupt_run(Level::Raid10, 4, 1, strip);
+    }
+}
+
+/// Nested levels: RAID 50 and 60, a RAID 5 of mirrored pairs and a mirror of RAID 5s (one
+/// bad member per stripe row, or two for RAID 60, anywhere in the tree).
+#[test]
+fn nested_corruption_reads_back_exactly() {
+    for strip in [4 * KIB, 64 * KIB, MIB] {
+        for (level, n, tolerance) in [(Level::Raid50, 6, 1), (Level::Raid60, 8, 2)] {
+            corrupt_run(level, n, tolerance, strip);
+        }
+        let pairs = || Geometry::from_tree(common::raid5_of_pairs(strip, 0, REGION));
+        corrupt_geometry(
+            &format!("raid5 of pairs strip {strip}"),
+            &pairs,
+            6,
+            1,
+            strip,
+        );
+        let raid5s = || Geometry::from_tree(common::mirror_of_raid5s(strip, 0, REGION));
+        corrupt_geometry(
+            &format!("mirror of raid5s strip {strip}"),
+            &raid5s,
+            6,
+            1,
+            strip,
+        );
     }
 }
 
