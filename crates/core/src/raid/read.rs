@@ -5,6 +5,7 @@
 use super::plan::{recovery, Target};
 use super::recent::{Fold, Kept, Source};
 use super::*;
+use crate::checksum::BLOCK_BYTES;
 
 /// Copies each piece's bytes out of a stripe's kept data chunks (all present).
 pub(super) fn copy_pieces(rows: &[Option<SharedBuf>], pieces: Vec<(ParityPiece, Buf)>) -> Vec<Buf> {
@@ -51,9 +52,16 @@ impl Reader<'_> {
         want: &[bool],
         bufs: Vec<Option<Buf>>,
     ) -> VolumeResult<Vec<Buf>> {
-        self.read_rows_ex(stripe, r0, r1, want, bufs, None)
-            .await
-            .map(|(b, _)| b)
+        match self.read_rows_ex(stripe, r0, r1, want, bufs, None).await {
+            Ok((rows, _)) => Ok(rows),
+            // As in a client read: bad blocks of many children may lie in different blocks.
+            Err(e) if r1 - r0 > BLOCK_BYTES => self
+                .read_rows_by_block(stripe, r0, r1, want)
+                .await
+                .map(|(rows, _)| rows)
+                .map_err(|_| e),
+            Err(e) => Err(e),
+        }
     }
 
     /// [`Self::read_rows`], treating child `force_lost` as lost too (a repair rebuilds a
@@ -277,7 +285,15 @@ impl Reader<'_> {
                 // A member error, or a child (a mirror, say) with no readable copy.
                 tracing::warn!("parity read {offset}+{len}: {e}; rebuilding from parity");
                 let io = e.is_member_io();
-                todo.extend(run.pieces.iter().map(|&i| (i, Some((run.child, io)))));
+                // A bad block fails the whole run, though it lies in one stripe: across
+                // stripes the child is read again per stripe, not taken as lost in all (a
+                // bad block of another child in one of them would be beyond tolerance).
+                let many = run
+                    .pieces
+                    .windows(2)
+                    .any(|w| pieces[w[0]].stripe != pieces[w[1]].stripe);
+                let force = (!(many && is_mismatch_error(&e))).then_some((run.child, io));
+                todo.extend(run.pieces.iter().map(|&i| (i, force)));
             })
             .await;
             if todo.is_empty() {
@@ -603,9 +619,19 @@ impl Reader<'_> {
                 outs.push((p, Some(b)));
             }
         }
-        let (mut rows, mut bad) = self
+        let first = self
             .read_rows_ex(stripe, r0, r1, &want, bufs, force.map(|f| f.0))
-            .await?;
+            .await;
+        let (mut rows, mut bad) = match first {
+            Ok(got) => got,
+            // Bad blocks of more children than parity rebuilds may lie in different blocks
+            // of the rows: each block rebuilds alone (else the first error stands).
+            Err(e) if r1 - r0 > BLOCK_BYTES => self
+                .read_rows_by_block(stripe, r0, r1, &want)
+                .await
+                .map_err(|_| e)?,
+            Err(e) => return Err(e),
+        };
         if let Some((c, true)) = force {
             bad.push(c);
         }
@@ -632,6 +658,33 @@ impl Reader<'_> {
             }
         }
         Ok((result, repairs))
+    }
+
+    /// [`Self::read_rows_ex`] one checksum block at a time, no child forced lost.
+    async fn read_rows_by_block(
+        &self,
+        stripe: u64,
+        r0: u64,
+        r1: u64,
+        want: &[bool],
+    ) -> VolumeResult<(Vec<Buf>, Vec<usize>)> {
+        let k = self.stripes.chunks.k;
+        let mut rows: Vec<Buf> = (0..k).map(|_| Buf::new((r1 - r0) as usize)).collect();
+        let mut bad = Vec::new();
+        let mut a = r0;
+        while a < r1 {
+            let b = ((a / BLOCK_BYTES + 1) * BLOCK_BYTES).min(r1);
+            let none = (0..k).map(|_| None).collect();
+            let (got, mut bad_here) = self.read_rows_ex(stripe, a, b, want, none, None).await?;
+            let at = (a - r0) as usize;
+            for (row, g) in rows.iter_mut().zip(&got) {
+                let n = g.len().min((b - a) as usize);
+                row[at..at + n].copy_from_slice(&g[..n]);
+            }
+            bad.append(&mut bad_here);
+            a = b;
+        }
+        Ok((rows, bad))
     }
 
     /// Rewrites rows `[r0, r1)` of `child` in `stripe` from the rest of the stripe, after the
@@ -699,6 +752,11 @@ enum Gathered {
     Pending(Option<Buf>),
     /// Read from its child.
     Read(Buf),
+}
+
+/// Whether `e` is a member's checksum mismatch (a bad block, not a failed read).
+fn is_mismatch_error(e: &VolumeError) -> bool {
+    matches!(e, VolumeError::Member { source, .. } if crate::checksum::is_mismatch(source))
 }
 
 /// Whether a data chunk of the stripe (not only a parity chunk) is among the `lost` children.

@@ -3,6 +3,7 @@
 //! [`crate::scrub`] for what repair rewrites and why.
 
 use super::*;
+use crate::checksum::BLOCK_BYTES;
 use crate::scrub::{locate, Culprit, ScrubPass};
 
 /// What a mismatching stripe's repair rewrites.
@@ -135,10 +136,14 @@ impl Scrubber<'_> {
         }
         pass.bump(|st| &st.unreadable, lost.len() as u64);
         let parity_chunks = 1 + usize::from(roles.q.is_some());
+        let strip = self.stripes.chunks.strip as usize;
+        if pass.repair && lost.len() > parity_chunks && strip as u64 > BLOCK_BYTES {
+            // Bad blocks of many children may lie in different rows: block by block.
+            return self.rebuild_by_block(s, roles, read, pass).await;
+        }
         if !pass.repair || lost.len() > parity_chunks {
             return None;
         }
-        let strip = self.stripes.chunks.strip as usize;
         let mut chunks: Vec<Buf> = read
             .into_iter()
             .map(|b| b.unwrap_or_else(|| Buf::zeroed(strip)))
@@ -162,6 +167,66 @@ impl Scrubber<'_> {
             return None;
         }
         tracing::warn!("scrub: stripe {s}: children {lost:?} did not read; rebuilt from the others and rewritten");
+        pass.bump(|st| &st.repaired, 1);
+        Some(chunks)
+    }
+
+    /// [`Self::rebuild_unreadable`] one checksum block at a time: each child that did not
+    /// read is read again per block, and each block row with at most the parity count of
+    /// bad blocks is rebuilt and its bad blocks rewritten. `None` when a row has more.
+    async fn rebuild_by_block(
+        &self,
+        s: u64,
+        roles: &StripeRoles,
+        read: Vec<Option<Buf>>,
+        pass: &ScrubPass<'_>,
+    ) -> Option<Vec<Buf>> {
+        self.stripes.assert_exclusive(s, "a scrub repair");
+        let parity_chunks = 1 + usize::from(roles.q.is_some());
+        let strip = self.stripes.chunks.strip;
+        let at = self.stripes.chunks.layout.chunk_offset(s);
+        let children = &self.stripes.chunks.children;
+        let order = self.stripes.chunks.slot_order(roles);
+        let mut chunks: Vec<Buf> = read
+            .iter()
+            .map(|b| {
+                b.as_ref()
+                    .map_or_else(|| Buf::zeroed(strip as usize), |b| Buf::copy_from(b))
+            })
+            .collect();
+        self.stripes.recent.forget(s);
+        let n = BLOCK_BYTES as usize;
+        for off in (0..strip).step_by(n) {
+            let o = off as usize;
+            let mut blocks: Vec<Buf> = chunks
+                .iter()
+                .map(|c| Buf::copy_from(&c[o..o + n]))
+                .collect();
+            let mut lost = Vec::new();
+            for c in (0..read.len()).filter(|&c| read[c].is_none()) {
+                match children[c].read(at + off, Buf::new(n)).await {
+                    Ok(b) => blocks[c] = b,
+                    Err(_) => lost.push(c),
+                }
+            }
+            if lost.len() > parity_chunks {
+                return None;
+            }
+            if !lost.is_empty() {
+                rebuild_chunks(&order, roles, &lost, &mut blocks);
+                for &c in &lost {
+                    let bytes = Buf::copy_from(&blocks[c]).freeze();
+                    if let Err(e) = children[c].write(at + off, bytes, true).await {
+                        tracing::warn!("scrub: rewriting a block of stripe {s} failed: {e}");
+                        return None;
+                    }
+                }
+            }
+            for (c, b) in blocks.iter().enumerate() {
+                chunks[c][o..o + n].copy_from_slice(b);
+            }
+        }
+        tracing::warn!("scrub: stripe {s}: bad blocks of several children rebuilt block by block and rewritten");
         pass.bump(|st| &st.repaired, 1);
         Some(chunks)
     }
