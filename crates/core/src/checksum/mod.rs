@@ -35,7 +35,7 @@ use crate::member::{Member, MemberError, MemberOp, MemberResult};
 use entry::{pages, pages_per_group, ENTRIES_PER_PAGE, HEADER_BITS, HEADER_BYTES, PAGE_BYTES};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use table::{Bits, Table};
 
 /// Default bound of the entry pages one region keeps in memory: 1024 pages (4 MiB) cover
@@ -70,6 +70,10 @@ pub struct ChecksumSetup {
     /// Fail a member after this many checksum errors (`None`: never for checksums alone).
     fail_after_errors: Option<u64>,
     counters: Arc<[ChecksumCounters]>,
+    /// The regions' checksums handed out, by (member index, region start, length): every leaf
+    /// over one region (both trees of a reshape) shares one entry cache and one header, so
+    /// no leaf judges or writes back entries another leaf has changed.
+    opened: Arc<parking_lot::Mutex<Vec<((usize, u64, u64), Weak<LeafChecksums>)>>>,
 }
 
 impl ChecksumSetup {
@@ -83,6 +87,7 @@ impl ChecksumSetup {
             cache_pages: CACHE_PAGES_DEFAULT,
             fail_after_errors: None,
             counters: counters.into(),
+            opened: Default::default(),
         }
     }
 
@@ -110,7 +115,27 @@ impl ChecksumSetup {
 
     /// The checksums of member `index`'s region `start..start+len`, when it has an area that
     /// holds them (a region not on 4 KiB blocks, or an area too small, has none).
-    pub(crate) fn for_region(&self, index: usize, start: u64, len: u64) -> Option<LeafChecksums> {
+    /// The same region asked for again while its checksums are in use gets the same ones.
+    pub(crate) fn for_region(
+        &self,
+        index: usize,
+        start: u64,
+        len: u64,
+    ) -> Option<Arc<LeafChecksums>> {
+        let key = (index, start, len);
+        let mut opened = self.opened.lock();
+        opened.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(shared) =
+            (opened.iter().find(|(k, _)| *k == key)).and_then(|(_, w)| w.upgrade())
+        {
+            return Some(shared);
+        }
+        let fresh = Arc::new(self.open_region(index, start, len)?);
+        opened.push((key, Arc::downgrade(&fresh)));
+        Some(fresh)
+    }
+
+    fn open_region(&self, index: usize, start: u64, len: u64) -> Option<LeafChecksums> {
         let area = (*self.areas.get(index)?)?;
         if !start.is_multiple_of(BLOCK_BYTES) || area.len_bytes < area_bytes(len) {
             tracing::warn!(
@@ -506,5 +531,36 @@ impl LeafChecksums {
             None => Ok(written),
             Some(e) => Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both trees of a reshape build a leaf over the same region: they must share one entry
+    /// cache, or one would judge (and write back) entries the other has changed.
+    #[test]
+    fn one_region_asked_twice_shares_its_checksums_until_dropped() {
+        let area = ChecksumArea {
+            offset_bytes: 1 << 20,
+            len_bytes: area_bytes(8 << 20),
+        };
+        let setup = ChecksumSetup::new("v", vec![Some(area), Some(area)], true);
+        let a = setup
+            .for_region(0, 4 << 20, 8 << 20)
+            .expect("an area that holds it");
+        let b = setup.clone().for_region(0, 4 << 20, 8 << 20).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "the same region shares its checksums");
+        let other = setup.for_region(1, 4 << 20, 8 << 20).unwrap();
+        assert!(
+            !Arc::ptr_eq(&a, &other),
+            "another member's region has its own"
+        );
+        let weak = Arc::downgrade(&a);
+        drop((a, b));
+        assert!(weak.upgrade().is_none());
+        let again = setup.for_region(0, 4 << 20, 8 << 20).unwrap();
+        assert_eq!(again.first_block, (4 << 20) / BLOCK_BYTES);
     }
 }

@@ -24,7 +24,7 @@ pub struct LeafNode {
     len: u64,
     table: Arc<MemberTable>,
     /// The region's per-block checksums (`None`: the volume keeps none).
-    checksums: Option<LeafChecksums>,
+    checksums: Option<Arc<LeafChecksums>>,
 }
 
 /// Blocks `[a, b)` (byte offsets on 4 KiB boundaries) that hold `[offset, offset+len)`.
@@ -47,7 +47,7 @@ impl LeafNode {
     }
 
     /// The leaf with its region's checksums.
-    pub fn with_checksums(mut self, checksums: Option<LeafChecksums>) -> LeafNode {
+    pub fn with_checksums(mut self, checksums: Option<Arc<LeafChecksums>>) -> LeafNode {
         self.checksums = checksums;
         self
     }
