@@ -471,7 +471,7 @@ fn rebuilt_bytes_that_do_not_match_their_checksum_are_an_error() {
         block_size: 4096,
         members_known_zero: true,
         cache: CacheMode::WriteThrough,
-        checksums: b.v.options().checksums.clone(),
+        checksums: b.v.options().checksums.as_ref().map(|c| c.reopened()),
         ..VolumeOptions::default()
     };
     let fresh = Volume::new(named(Level::Raid5, 3, None, strip, region), mems, opts).unwrap();

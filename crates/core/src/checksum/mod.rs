@@ -91,6 +91,15 @@ impl ChecksumSetup {
         }
     }
 
+    /// The same areas as a new open of the volume sees them: nothing shared with the
+    /// regions this setup has handed out (their caches stay theirs).
+    pub fn reopened(&self) -> ChecksumSetup {
+        ChecksumSetup {
+            opened: Default::default(),
+            ..self.clone()
+        }
+    }
+
     /// Bounds each region's cached entry pages (at least 1).
     pub fn with_cache_pages(mut self, pages: usize) -> ChecksumSetup {
         self.cache_pages = pages.max(1);
