@@ -73,8 +73,12 @@ pub struct ChecksumSetup {
     /// The regions' checksums handed out, by (member index, region start, length): every leaf
     /// over one region (both trees of a reshape) shares one entry cache and one header, so
     /// no leaf judges or writes back entries another leaf has changed.
-    opened: Arc<parking_lot::Mutex<Vec<((usize, u64, u64), Weak<LeafChecksums>)>>>,
+    opened: Arc<parking_lot::Mutex<OpenedRegions>>,
 }
+
+/// The regions handed out, by (member index, start, length), held weakly: a region no leaf
+/// uses any more is opened afresh.
+type OpenedRegions = Vec<((usize, u64, u64), Weak<LeafChecksums>)>;
 
 impl ChecksumSetup {
     pub fn new(volume: &str, areas: Vec<Option<ChecksumArea>>, clean: bool) -> ChecksumSetup {
