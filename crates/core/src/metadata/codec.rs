@@ -3,14 +3,14 @@
 
 use super::{MetadataError, MetadataResult};
 
-pub(super) struct Reader<'a> {
+pub(super) struct ByteReader<'a> {
     bytes: &'a [u8],
     at: usize,
 }
 
-impl<'a> Reader<'a> {
-    pub(super) fn new(bytes: &'a [u8]) -> Reader<'a> {
-        Reader { bytes, at: 0 }
+impl<'a> ByteReader<'a> {
+    pub(super) fn new(bytes: &'a [u8]) -> ByteReader<'a> {
+        ByteReader { bytes, at: 0 }
     }
 
     pub(super) fn position(&self) -> usize {

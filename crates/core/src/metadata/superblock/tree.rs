@@ -2,7 +2,7 @@
 
 use super::validate::invalid;
 use super::{MAX_MEMBERS, MAX_REGION_END, MAX_TREE_DEPTH};
-use crate::metadata::codec::{Reader, Writer};
+use crate::metadata::codec::{ByteReader, Writer};
 use crate::metadata::MetadataResult;
 use nbraid_layout::{Node, ParityLayout};
 
@@ -60,7 +60,7 @@ pub(super) fn encode_node(w: &mut Writer, n: &Node) {
     }
 }
 
-fn decode_children(r: &mut Reader, members: usize, depth: usize) -> MetadataResult<Vec<Node>> {
+fn decode_children(r: &mut ByteReader, members: usize, depth: usize) -> MetadataResult<Vec<Node>> {
     let n = r.u32("child count")?;
     if n == 0 || n > MAX_MEMBERS {
         return Err(invalid("child count", format!("{n} (1..={MAX_MEMBERS})")));
@@ -68,7 +68,11 @@ fn decode_children(r: &mut Reader, members: usize, depth: usize) -> MetadataResu
     (0..n).map(|_| decode_node(r, members, depth + 1)).collect()
 }
 
-pub(super) fn decode_node(r: &mut Reader, members: usize, depth: usize) -> MetadataResult<Node> {
+pub(super) fn decode_node(
+    r: &mut ByteReader,
+    members: usize,
+    depth: usize,
+) -> MetadataResult<Node> {
     if depth > MAX_TREE_DEPTH {
         return Err(invalid(
             "tree",

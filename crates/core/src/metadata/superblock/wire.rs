@@ -10,7 +10,7 @@ use super::{
     MAX_ADDED_PATH_BYTES, MAX_COUNTER, MAX_MEMBERS, MAX_VOLUMES, NAME_BYTES, SCRUB_REPAIR,
     SLOT_BYTES, SUPERBLOCK_MAGIC,
 };
-use crate::metadata::codec::{crc32c, Reader, Writer};
+use crate::metadata::codec::{crc32c, ByteReader, Writer};
 use crate::metadata::reshape::{BackupWindow, ReshapeRecord};
 use crate::metadata::{MetadataError, MetadataResult};
 
@@ -70,7 +70,7 @@ impl Superblock {
 
     /// Reads a superblock from the start of `bytes` (a slot's contents).
     pub fn decode(bytes: &[u8]) -> MetadataResult<Superblock> {
-        let mut r = Reader::new(bytes);
+        let mut r = ByteReader::new(bytes);
         let magic: [u8; 8] = r.array("magic")?;
         if magic != SUPERBLOCK_MAGIC {
             return Err(MetadataError::BadMagic { found: magic });
@@ -96,7 +96,7 @@ impl Superblock {
         if stored != computed {
             return Err(MetadataError::BadChecksum { stored, computed });
         }
-        let mut r = Reader::new(&bytes[..len]);
+        let mut r = ByteReader::new(&bytes[..len]);
         r.take(20, "header")?;
         let flags = r.u32("flags")?;
         if flags != 0 {
@@ -163,7 +163,7 @@ fn encode_state(w: &mut Writer, s: RecordedState) {
     w.u64(checkpoint);
 }
 
-fn decode_state(r: &mut Reader) -> MetadataResult<RecordedState> {
+fn decode_state(r: &mut ByteReader) -> MetadataResult<RecordedState> {
     let code = r.u8("member state")?;
     r.take(7, "member state padding")?;
     let checkpoint = r.u64("rebuild checkpoint")?;
@@ -192,7 +192,7 @@ fn encode_area(w: &mut Writer, a: Option<Area>) {
 }
 
 fn decode_area(
-    r: &mut Reader,
+    r: &mut ByteReader,
     what: &'static str,
     member_bytes: u64,
 ) -> MetadataResult<Option<Area>> {
@@ -253,7 +253,7 @@ fn encode_volume(w: &mut Writer, v: &VolumeRecord, version: u32) -> MetadataResu
 }
 
 fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult<VolumeRecord> {
-    let mut r = Reader::new(body);
+    let mut r = ByteReader::new(body);
     let array = Uuid(r.array("array uuid")?);
     let name = decode_name(&mut r)?;
     let events = r.u64("event counter")?;
@@ -316,7 +316,7 @@ fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult
 }
 
 /// The volume name: 1 to [`NAME_BYTES`] bytes of UTF-8, NUL-padded.
-fn decode_name(r: &mut Reader) -> MetadataResult<String> {
+fn decode_name(r: &mut ByteReader) -> MetadataResult<String> {
     let raw: [u8; NAME_BYTES] = r.array("volume name")?;
     let end = raw.iter().position(|&b| b == 0).unwrap_or(NAME_BYTES);
     if end == 0 || raw[end..].iter().any(|&b| b != 0) {
@@ -331,7 +331,7 @@ fn decode_name(r: &mut Reader) -> MetadataResult<String> {
 }
 
 /// The bitmap's area and chunk: both, or neither.
-fn decode_bitmap(r: &mut Reader, member_bytes: u64) -> MetadataResult<Option<BitmapArea>> {
+fn decode_bitmap(r: &mut ByteReader, member_bytes: u64) -> MetadataResult<Option<BitmapArea>> {
     let bitmap_area = decode_area(r, "bitmap area", member_bytes)?;
     let chunk_bytes = r.u64("bitmap chunk")?;
     match (bitmap_area, chunk_bytes) {
@@ -348,7 +348,7 @@ fn decode_bitmap(r: &mut Reader, member_bytes: u64) -> MetadataResult<Option<Bit
 }
 
 /// Every member's id and state; `role` must be one of them.
-fn decode_members(r: &mut Reader, role: u32) -> MetadataResult<Vec<MemberEntry>> {
+fn decode_members(r: &mut ByteReader, role: u32) -> MetadataResult<Vec<MemberEntry>> {
     let count = r.u32("member count")?;
     if count == 0 || count > MAX_MEMBERS {
         return Err(invalid(
@@ -369,7 +369,7 @@ fn decode_members(r: &mut Reader, role: u32) -> MetadataResult<Vec<MemberEntry>>
 }
 
 /// The scrub checkpoint, present when bytes are left after the tree (and added paths).
-fn decode_scrub(r: &mut Reader) -> MetadataResult<Option<ScrubCheckpoint>> {
+fn decode_scrub(r: &mut ByteReader) -> MetadataResult<Option<ScrubCheckpoint>> {
     if r.remaining() == 0 {
         return Ok(None);
     }
@@ -403,7 +403,7 @@ fn encode_added_paths(w: &mut Writer, paths: &[String]) -> MetadataResult<()> {
     Ok(())
 }
 
-fn decode_added_paths(r: &mut Reader) -> MetadataResult<Vec<String>> {
+fn decode_added_paths(r: &mut ByteReader) -> MetadataResult<Vec<String>> {
     let count = r.u32("added path count")? as usize;
     if count > MAX_ADDED_PATHS {
         return Err(invalid(
@@ -454,7 +454,7 @@ fn encode_reshape(w: &mut Writer, reshape: Option<&ReshapeRecord>) {
 }
 
 fn decode_reshape(
-    r: &mut Reader,
+    r: &mut ByteReader,
     members: usize,
     member_bytes: u64,
 ) -> MetadataResult<Option<ReshapeRecord>> {
