@@ -48,6 +48,10 @@ pub const SCRUB_WINDOW_BYTES: u64 = 4 << 20;
 /// Mirrors compare (and count, and repair) their copies in blocks of this many bytes.
 pub const MIRROR_SCRUB_BLOCK_BYTES: u64 = 64 << 10;
 
+pub use crate::node::scrub_findings::{
+    CrossCheck, MemberFindings, ScrubAction, ScrubFinding, ScrubFindings, ScrubFound,
+    FINDINGS_PER_MEMBER_MAX,
+};
 pub use crate::node::{ScrubPass, ScrubStats};
 
 /// Where a scrub is (the state of its [`crate::pass`]).
@@ -60,6 +64,8 @@ pub struct ScrubControl {
     /// Position, rate, pause and cancel (the pass machinery shared with rebuild).
     pub pass: PassControl,
     pub stats: ScrubStats,
+    /// The volume's name for the log lines (set by `Array::scrub`; empty on a bare volume).
+    volume: std::sync::OnceLock<String>,
 }
 
 /// A copy of a scrub's progress and counts.
@@ -102,7 +108,24 @@ impl ScrubControl {
             repair: AtomicBool::new(repair),
             pass: PassControl::resume_at(rate_bytes_per_s, position_bytes),
             stats: ScrubStats::default(),
+            volume: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Names the volume in the scrub's log lines (the first name given stays).
+    pub fn set_volume(&self, name: &str) {
+        let _ = self.volume.set(name.to_string());
+    }
+
+    /// The volume's name for the log lines.
+    pub(crate) fn volume(&self) -> &str {
+        self.volume.get().map_or("", String::as_str)
+    }
+
+    /// What the scrub found where so far, per member (the first
+    /// [`FINDINGS_PER_MEMBER_MAX`] of each, and counts).
+    pub fn findings(&self) -> ScrubFindings {
+        self.stats.findings.lock().clone()
     }
 
     /// Whether the scrub rewrites what redundancy proves wrong.
