@@ -28,9 +28,19 @@
 //! - Mirrors: a majority of ≥ 3 readable copies wins (voting); two copies that disagree
 //!   cannot say which is right, so the first readable copy is copied over the others (md's
 //!   rule); with ≥ 3 copies and no majority nothing is rewritten (reported only).
-//! - A chunk or copy that returns a read error is counted unreadable; mirrors rewrite it from
-//!   a good copy, parity groups leave it to read repair (a normal read of the range rebuilds
-//!   and rewrites it where parity is known in sync).
+//! - A chunk or copy that does not read (an I/O error, or a block whose checksum does not
+//!   match: the checksums name the wrong side, which a RAID 5 syndrome or two copies cannot)
+//!   is counted unreadable and read again block by block; a mirror rewrites each bad block
+//!   from a copy that read it, a parity group rebuilds each row of blocks with at most its
+//!   parity count of bad ones and rewrites them once the rebuilt bytes match their checksum
+//!   (RAID 6 with a syndrome to spare checks the rebuilt row against it too: the
+//!   cross-check). A row with more bad blocks is left as it is (unrepairable).
+//!
+//! # Report
+//! Besides the counts, every bad place is a finding ([`ScrubFinding`]): member, member offset,
+//! length, what was wrong and what was done, RAID 6's cross-check; logged with the volume's
+//! name and kept per member up to [`FINDINGS_PER_MEMBER_MAX`] (the rest only counted), so a
+//! rotten disk costs a bounded report. [`ScrubControl::findings`] gives them.
 //!
 //! # Control
 //! A [`ScrubControl`] is shared (an `Arc`) between the scrub and whoever watches it: progress

@@ -98,7 +98,7 @@ fn corrupting_members(
             let inner = ScheduledMember::new(world.clone(), m, case.member_len);
             Arc::new(Corrupting::new(
                 inner,
-                seed ^ (m as u64 + 1) * 0x9e37,
+                seed ^ ((m as u64 + 1) * 0x9e37),
                 first + blocks,
                 may,
             ))
