@@ -423,6 +423,13 @@ impl NodeMaintenance for MirrorNode {
         &self.children
     }
 
+    fn members_at(&self, offset: u64) -> Vec<(usize, u64)> {
+        self.children
+            .iter()
+            .flat_map(|c| c.members_at(offset))
+            .collect()
+    }
+
     /// Each copy is made consistent in itself, then a readable copy's bytes are written over
     /// every copy (under the repair lock), so the copies agree.
     fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {

@@ -28,9 +28,19 @@
 //! - Mirrors: a majority of ≥ 3 readable copies wins (voting); two copies that disagree
 //!   cannot say which is right, so the first readable copy is copied over the others (md's
 //!   rule); with ≥ 3 copies and no majority nothing is rewritten (reported only).
-//! - A chunk or copy that returns a read error is counted unreadable; mirrors rewrite it from
-//!   a good copy, parity groups leave it to read repair (a normal read of the range rebuilds
-//!   and rewrites it where parity is known in sync).
+//! - A chunk or copy that does not read (an I/O error, or a block whose checksum does not
+//!   match: the checksums name the wrong side, which a RAID 5 syndrome or two copies cannot)
+//!   is counted unreadable and read again block by block; a mirror rewrites each bad block
+//!   from a copy that read it, a parity group rebuilds each row of blocks with at most its
+//!   parity count of bad ones and rewrites them once the rebuilt bytes match their checksum
+//!   (RAID 6 with a syndrome to spare checks the rebuilt row against it too: the
+//!   cross-check). A row with more bad blocks is left as it is (unrepairable).
+//!
+//! # Report
+//! Besides the counts, every bad place is a finding ([`ScrubFinding`]): member, member offset,
+//! length, what was wrong and what was done, RAID 6's cross-check; logged with the volume's
+//! name and kept per member up to [`FINDINGS_PER_MEMBER_MAX`] (the rest only counted), so a
+//! rotten disk costs a bounded report. [`ScrubControl::findings`] gives them.
 //!
 //! # Control
 //! A [`ScrubControl`] is shared (an `Arc`) between the scrub and whoever watches it: progress
@@ -48,6 +58,10 @@ pub const SCRUB_WINDOW_BYTES: u64 = 4 << 20;
 /// Mirrors compare (and count, and repair) their copies in blocks of this many bytes.
 pub const MIRROR_SCRUB_BLOCK_BYTES: u64 = 64 << 10;
 
+pub use crate::node::scrub_findings::{
+    CrossCheck, MemberFindings, ScrubAction, ScrubFinding, ScrubFindings, ScrubFound,
+    FINDINGS_PER_MEMBER_MAX,
+};
 pub use crate::node::{ScrubPass, ScrubStats};
 
 /// Where a scrub is (the state of its [`crate::pass`]).
@@ -60,6 +74,8 @@ pub struct ScrubControl {
     /// Position, rate, pause and cancel (the pass machinery shared with rebuild).
     pub pass: PassControl,
     pub stats: ScrubStats,
+    /// The volume's name for the log lines (set by `Array::scrub`; empty on a bare volume).
+    volume: std::sync::OnceLock<String>,
 }
 
 /// A copy of a scrub's progress and counts.
@@ -102,7 +118,24 @@ impl ScrubControl {
             repair: AtomicBool::new(repair),
             pass: PassControl::resume_at(rate_bytes_per_s, position_bytes),
             stats: ScrubStats::default(),
+            volume: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Names the volume in the scrub's log lines (the first name given stays).
+    pub fn set_volume(&self, name: &str) {
+        let _ = self.volume.set(name.to_string());
+    }
+
+    /// The volume's name for the log lines.
+    pub(crate) fn volume(&self) -> &str {
+        self.volume.get().map_or("", String::as_str)
+    }
+
+    /// What the scrub found where so far, per member (the first
+    /// [`FINDINGS_PER_MEMBER_MAX`] of each, and counts).
+    pub fn findings(&self) -> ScrubFindings {
+        self.stats.findings.lock().clone()
     }
 
     /// Whether the scrub rewrites what redundancy proves wrong.

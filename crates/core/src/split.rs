@@ -107,6 +107,12 @@ impl<L: Splitter> NodeMaintenance for SplitNode<L> {
         &self.children
     }
 
+    fn members_at(&self, offset: u64) -> Vec<(usize, u64)> {
+        (self.layout.split(offset, 1).iter())
+            .flat_map(|p| self.children[p.child].members_at(p.offset))
+            .collect()
+    }
+
     fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
             // Pieces one after another: memory stays bounded by the caller's range.

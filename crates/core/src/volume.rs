@@ -743,6 +743,7 @@ impl Volume {
         let pass = ScrubPass {
             repair: ctl.repair(),
             stats: &ctl.stats,
+            volume: ctl.volume(),
         };
         let pass = &pass;
         crate::pass::run(

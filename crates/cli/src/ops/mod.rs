@@ -12,6 +12,7 @@
 //! - `text`: sizes and counts as every command prints them.
 
 mod client;
+mod findings;
 mod members;
 mod passes;
 mod status;
@@ -60,8 +61,10 @@ pub enum OpsCommand {
         volume: String,
         #[command(flatten)]
         target: Target,
-        /// Rewrite what the redundancy proves wrong (RAID 6 locates a single bad chunk; RAID 5
-        /// and two-way mirrors can only rewrite parity / copy the first copy).
+        /// Rewrite what the redundancy proves wrong: a block whose checksum does not match is
+        /// rebuilt from the others on every level; without a checksum to say, RAID 6 locates a
+        /// single bad chunk, RAID 5 and two-way mirrors can only rewrite parity / copy the
+        /// first copy. The report lists per member the blocks found bad and what was done.
         #[arg(long)]
         repair: bool,
         /// Limit the scrub to a rate (200MB/s, 100MiB/s: a unit is needed), or `adaptive`: full speed while

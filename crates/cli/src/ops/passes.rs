@@ -29,7 +29,7 @@ pub(super) fn scrub(
     Ok(if json {
         format!("{report:#}\n")
     } else {
-        scrub_summary(&volume, &report)
+        scrub_summary(&volume, &report) + &super::findings::finding_lines(&report)
     })
 }
 

@@ -82,6 +82,7 @@ pub fn status_table(v: &Value) -> String {
             out += &format!("  array {id}\n");
         }
         out += &pass_lines(vol);
+        out += &super::findings::status_line(&vol["scrub"]);
         if vol["held"] == json!(true) {
             out += "  background work held (nbraid pause): it waits for `nbraid resume`\n";
         }

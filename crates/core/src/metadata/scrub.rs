@@ -20,6 +20,7 @@ use futures::FutureExt;
 /// progress; returns the final report.
 pub(super) async fn scrub(p: Parts<'_>, ctl: &ScrubControl) -> Result<ScrubReport, ArrayError> {
     let repair = ctl.report().repair;
+    ctl.set_volume(p.name());
     let at = |position_bytes| ScrubCheckpoint {
         position_bytes,
         repair,

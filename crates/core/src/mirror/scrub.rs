@@ -7,9 +7,10 @@
 
 use super::MirrorNode;
 use crate::buf::Buf;
+use crate::error::VolumeError;
 use crate::error::VolumeResult;
 use crate::node::{all_ok, ScrubPass};
-use crate::scrub::{majority, MIRROR_SCRUB_BLOCK_BYTES};
+use crate::scrub::{majority, ScrubAction, ScrubFinding, ScrubFound, MIRROR_SCRUB_BLOCK_BYTES};
 use futures::future::join_all;
 
 /// The unit a copy that failed to read is read again in (the checksums' block).
@@ -21,6 +22,18 @@ struct CopyRead {
     buf: Buf,
     /// By unit of [`UNIT_BYTES`]: whether it read.
     ok: Vec<bool>,
+    /// By unit: what went wrong with one that did not read.
+    why: Vec<Option<ScrubFound>>,
+}
+
+/// What a read error of a copy says about its bytes.
+fn found_of(e: &VolumeError) -> ScrubFound {
+    match e {
+        VolumeError::Member { source, .. } if crate::checksum::is_mismatch(source) => {
+            ScrubFound::ChecksumMismatch
+        }
+        _ => ScrubFound::ReadError,
+    }
 }
 
 impl CopyRead {
@@ -57,7 +70,7 @@ impl MirrorNode {
             .map(|c| c.ok.iter().filter(|&&k| !k).count())
             .sum();
         pass.bump(|s| &s.unreadable, lost as u64);
-        if pass.repair && lost > 0 {
+        if lost > 0 {
             self.rewrite_unreadable(offset, &copies, pass).await;
         }
         let block = MIRROR_SCRUB_BLOCK_BYTES as usize;
@@ -83,26 +96,42 @@ impl MirrorNode {
                 None if views.len() == 2 => Some(0),
                 None => None,
             };
-            tracing::warn!(
-                "scrub: mirror copies differ at bytes {}+{}{}",
-                offset + lo as u64,
-                hi - lo,
-                if source.is_none() {
-                    " (no majority: left as is)"
-                } else {
-                    ""
+            let at = offset + lo as u64;
+            let len = (hi - lo) as u64;
+            let Some(src) = source else {
+                // No majority: every copy is named, none rewritten.
+                for c in &good {
+                    self.record(
+                        c.child,
+                        at,
+                        len,
+                        ScrubFound::CopyDiffers,
+                        ScrubAction::Unrepairable,
+                        pass,
+                    );
                 }
-            );
-            let Some(src) = source.filter(|_| pass.repair) else {
                 continue;
             };
             let right = views[src].to_vec();
-            let wrong: Vec<usize> = (good.iter())
+            let wrong: Vec<&CopyRead> = (good.iter())
                 .filter(|c| c.buf[lo..hi] != right[..])
-                .map(|c| c.child)
+                .copied()
                 .collect();
             for c in wrong {
-                self.rewrite(c, offset + lo as u64, &right, pass).await;
+                let action = if pass.repair {
+                    self.rewrite(c.child, at, &right, pass).await
+                } else {
+                    ScrubAction::NotRepaired
+                };
+                // Named by the units that differ, not the whole compared block.
+                let unit = UNIT_BYTES as usize;
+                for u in (lo..hi).step_by(unit) {
+                    let end = (u + unit).min(hi);
+                    if c.buf[u..end] != right[u - lo..end - lo] {
+                        let (o, n) = (offset + u as u64, (end - u) as u64);
+                        self.record(c.child, o, n, ScrubFound::CopyDiffers, action, pass);
+                    }
+                }
             }
         }
         Ok(())
@@ -118,6 +147,7 @@ impl MirrorNode {
                     child: c,
                     buf,
                     ok: vec![true; units],
+                    why: vec![None; units],
                 }
             }
             Err(e) => e,
@@ -125,57 +155,93 @@ impl MirrorNode {
         tracing::warn!("scrub: mirror copy {c}, bytes {offset}+{len}: {e}; reading it by block");
         let mut buf = Buf::zeroed(len as usize);
         let mut ok = vec![false; units];
+        let mut why = vec![None; units];
         for (u, k) in ok.iter_mut().enumerate() {
             let lo = u as u64 * UNIT_BYTES;
             let n = UNIT_BYTES.min(len - lo);
-            if let Ok(b) = self.children[c]
+            match self.children[c]
                 .read(offset + lo, Buf::new(n as usize))
                 .await
             {
-                buf[lo as usize..(lo + n) as usize].copy_from_slice(&b);
-                *k = true;
+                Ok(b) => {
+                    buf[lo as usize..(lo + n) as usize].copy_from_slice(&b);
+                    *k = true;
+                }
+                Err(e) => why[u] = Some(found_of(&e)),
             }
         }
-        CopyRead { child: c, buf, ok }
+        CopyRead {
+            child: c,
+            buf,
+            ok,
+            why,
+        }
     }
 
-    /// Rewrites every unit a copy could not read from the first copy that read it.
+    /// Every unit a copy could not read is a finding; repairing, it is rewritten from the
+    /// first copy that read it.
     async fn rewrite_unreadable(&self, offset: u64, copies: &[CopyRead], pass: &ScrubPass<'_>) {
         let unit = UNIT_BYTES as usize;
         for bad in copies {
             for u in (0..bad.ok.len()).filter(|&u| !bad.ok[u]) {
-                let Some(src) = copies.iter().find(|c| c.ok[u]) else {
-                    tracing::warn!(
-                        "scrub: no copy of mirror bytes {}+{unit} could be read",
-                        offset + (u * unit) as u64
-                    );
-                    continue;
-                };
                 let lo = u * unit;
-                let hi = (lo + unit).min(src.buf.len());
+                let hi = (lo + unit).min(bad.buf.len());
                 let at = offset + lo as u64;
-                tracing::warn!(
-                    "scrub: mirror copy {} bytes {at}+{} did not read; rewritten from copy {}",
-                    bad.child,
-                    hi - lo,
-                    src.child
-                );
-                self.rewrite(bad.child, at, &src.buf[lo..hi], pass).await;
+                let found = bad.why[u].unwrap_or(ScrubFound::ReadError);
+                let action = match copies.iter().find(|c| c.ok[u]) {
+                    None => ScrubAction::Unrepairable,
+                    Some(_) if !pass.repair => ScrubAction::NotRepaired,
+                    Some(src) => self.rewrite(bad.child, at, &src.buf[lo..hi], pass).await,
+                };
+                self.record(bad.child, at, (hi - lo) as u64, found, action, pass);
             }
         }
     }
 
-    /// Writes `bytes` to copy `c` at `offset` (durably), counting a repair.
-    async fn rewrite(&self, c: usize, offset: u64, bytes: &[u8], pass: &ScrubPass<'_>) {
+    /// Records a finding for every member under copy `c` at `offset`.
+    fn record(
+        &self,
+        c: usize,
+        offset: u64,
+        len: u64,
+        found: ScrubFound,
+        action: ScrubAction,
+        pass: &ScrubPass<'_>,
+    ) {
+        for (member, member_offset_bytes) in self.children[c].members_at(offset) {
+            pass.found(ScrubFinding {
+                member,
+                member_offset_bytes,
+                len_bytes: len,
+                found,
+                action,
+                cross_check: None,
+            });
+        }
+    }
+
+    /// Writes `bytes` to copy `c` at `offset` (durably), counting a repair; what became of
+    /// the copy's bytes.
+    async fn rewrite(
+        &self,
+        c: usize,
+        offset: u64,
+        bytes: &[u8],
+        pass: &ScrubPass<'_>,
+    ) -> ScrubAction {
         let b = Buf::copy_from(bytes).freeze();
         match self.children[c].write(offset, b, true).await {
             Ok(()) => {
                 pass.bump(|s| &s.repaired, 1);
                 self.repairs
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                ScrubAction::RepairedFromMirror
             }
             // The leaf has marked the member failed.
-            Err(e) => tracing::warn!("scrub: rewriting mirror copy {c} failed: {e}"),
+            Err(e) => {
+                tracing::warn!("scrub: rewriting mirror copy {c} failed: {e}");
+                ScrubAction::Unrepairable
+            }
         }
     }
 }

@@ -272,6 +272,10 @@ impl NodeIo for LeafNode {
 /// A leaf holds no cache and no redundancy; it copies its member onto a replacement and
 /// writes its checksums back before the volume flushes the member.
 impl NodeMaintenance for LeafNode {
+    fn members_at(&self, offset: u64) -> Vec<(usize, u64)> {
+        vec![(self.index, self.start + offset)]
+    }
+
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
             let Some(cs) = &self.checksums else {

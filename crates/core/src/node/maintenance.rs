@@ -3,6 +3,7 @@
 //! the request side ([`super::NodeIo`]) so that each node kind reads as two short lists.
 
 use super::fanout::{children_cache_usage, children_destage_aged, flush_children, resync_children};
+use super::scrub_findings::{finding_line, ScrubFinding, ScrubFindings};
 use super::ArrayNode;
 use crate::error::VolumeResult;
 use futures::future::BoxFuture;
@@ -45,6 +46,8 @@ pub struct ScrubStats {
     /// Stripes or blocks not checkable: a member under them has failed (nothing to compare
     /// against) or their parity is stale.
     pub skipped: AtomicU64,
+    /// What was found where and what was done, per member (bounded).
+    pub findings: parking_lot::Mutex<ScrubFindings>,
 }
 
 /// What a node's `scrub_range` is asked to do.
@@ -52,11 +55,19 @@ pub struct ScrubPass<'a> {
     /// Rewrite what the redundancy proves wrong (else only count).
     pub repair: bool,
     pub stats: &'a ScrubStats,
+    /// The volume's name, for the log lines.
+    pub volume: &'a str,
 }
 
 impl ScrubPass<'_> {
     pub(crate) fn bump(&self, counter: fn(&ScrubStats) -> &AtomicU64, n: u64) {
         counter(self.stats).fetch_add(n, Relaxed);
+    }
+
+    /// Logs and records a finding.
+    pub(crate) fn found(&self, f: ScrubFinding) {
+        tracing::warn!("{}", finding_line(self.volume, &f));
+        self.stats.findings.lock().add(f);
     }
 }
 
@@ -110,6 +121,14 @@ pub trait NodeMaintenance: Send + Sync {
     /// rebuilds it (so user writes cannot land in between); memory is bounded by the range.
     fn rebuild_range(&self, _offset: u64, _len: u64) -> BoxFuture<'_, VolumeResult<()>> {
         futures::future::ready(Ok(())).boxed()
+    }
+
+    /// Where byte `offset` of this node lies on the members, as (member index, member
+    /// offset): one place for a leaf, every copy's for a mirror, the data chunk's for a
+    /// parity group. What a scrub's report names; nothing for a node without members.
+    fn members_at(&self, offset: u64) -> Vec<(usize, u64)> {
+        let _ = offset;
+        Vec::new()
     }
 
     /// Checks (with `pass.repair`, mends) the redundancy this node and those below own in

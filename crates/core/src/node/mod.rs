@@ -25,13 +25,15 @@
 //! # Files
 //! `mod.rs` (the traits), `maintenance.rs` (the maintenance trait and the small types it
 //! speaks: [`CacheUsage`], [`ScrubPass`]), `members.rs` (the [`MemberTable`]), `leaf.rs`
-//! ([`LeafNode`]), `fanout.rs` (requests and maintenance spread over children). This module
+//! ([`LeafNode`]), `fanout.rs` (requests and maintenance spread over children),
+//! `scrub_findings.rs` (what a scrub found where: the report's bounded list). This module
 //! imports nothing from the node kinds (`split`, `mirror`, `raid`): they build on it.
 
 mod fanout;
 mod leaf;
 mod maintenance;
 mod members;
+pub mod scrub_findings;
 
 pub(crate) use fanout::{
     all_ok, children_cache_usage, children_destage_aged, collect_bufs, each_run, first_error,

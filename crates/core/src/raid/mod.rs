@@ -484,6 +484,15 @@ impl NodeMaintenance for ParityNode {
         &self.core.stripes.chunks.children
     }
 
+    fn members_at(&self, offset: u64) -> Vec<(usize, u64)> {
+        let g = &self.core.stripes.chunks;
+        (g.layout.split(offset, 1).iter())
+            .flat_map(|p| {
+                g.children[p.child].members_at(g.layout.chunk_offset(p.stripe) + p.in_chunk)
+            })
+            .collect()
+    }
+
     fn cache_usage(&self) -> CacheUsage {
         let own = self
             .core

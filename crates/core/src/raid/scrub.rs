@@ -4,7 +4,8 @@
 
 use super::*;
 use crate::checksum::BLOCK_BYTES;
-use crate::scrub::{locate, Culprit, ScrubPass};
+use crate::error::VolumeError;
+use crate::scrub::{locate, CrossCheck, Culprit, ScrubAction, ScrubFinding, ScrubFound, ScrubPass};
 
 /// What a mismatching stripe's repair rewrites.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,6 +16,68 @@ enum Fix {
     Q,
     /// P (and Q) regenerated from the data.
     Parity,
+}
+
+/// A child of a stripe the scrub found wrong, and what became of it.
+struct Target {
+    child: usize,
+    found: ScrubFound,
+    action: ScrubAction,
+    cross_check: Option<CrossCheck>,
+}
+
+impl Target {
+    /// Child `c`, whose block did not read with error `e` (not repaired yet).
+    fn bad(c: usize, e: &VolumeError) -> Target {
+        let found = match e {
+            VolumeError::Member { source, .. } if crate::checksum::is_mismatch(source) => {
+                ScrubFound::ChecksumMismatch
+            }
+            _ => ScrubFound::ReadError,
+        };
+        Target {
+            child: c,
+            found,
+            action: ScrubAction::NotRepaired,
+            cross_check: None,
+        }
+    }
+}
+
+/// The chunks a diagnosis blames and what a repair does with each: the one the syndromes
+/// name (rebuilt, or P or Q rewritten), or P (and Q) recomputed when nothing names one.
+fn verdict_targets(fix: Fix, roles: &StripeRoles) -> Vec<Target> {
+    let named = |child, action| Target {
+        child,
+        found: ScrubFound::Syndrome,
+        action,
+        cross_check: Some(CrossCheck::SyndromeOnly),
+    };
+    let parity = |child, action| Target {
+        child,
+        found: ScrubFound::ParityMismatch,
+        action,
+        cross_check: None,
+    };
+    match fix {
+        Fix::Data(i) => vec![named(roles.data[i], ScrubAction::RebuiltFromSyndrome)],
+        Fix::P => vec![named(roles.p, ScrubAction::PRewritten)],
+        Fix::Q => vec![named(roles.q.expect("RAID 6"), ScrubAction::QRewritten)],
+        Fix::Parity => {
+            let mut t = vec![parity(roles.p, ScrubAction::PRewritten)];
+            t.extend(roles.q.map(|q| parity(q, ScrubAction::QRewritten)));
+            t
+        }
+    }
+}
+
+/// Whether a row (by child) satisfies its parity: P, and Q for RAID 6.
+fn row_agrees(order: &[usize], roles: &StripeRoles, row: &[Buf]) -> bool {
+    let data: Vec<&[u8]> = order.iter().map(|&i| &row[roles.data[i]][..]).collect();
+    match roles.q {
+        None => parity::check_p(&data, &row[roles.p]),
+        Some(q) => parity::check_pq(&data, &row[roles.p], &row[q]),
+    }
 }
 
 /// A mismatching stripe's diagnosis: what to rewrite, and the bytes (`p` carries the
@@ -75,7 +138,7 @@ impl Scrubber<'_> {
             return Ok(());
         }
         let roles = self.stripes.chunks.layout.roles(s);
-        let read = self.read_stripe_whole(s, pass).await;
+        let read = self.read_stripe_whole(s).await;
         let Some(chunks) = self.rebuild_unreadable(s, &roles, read, pass).await else {
             return Ok(());
         };
@@ -84,7 +147,9 @@ impl Scrubber<'_> {
             return Ok(());
         };
         pass.bump(|st| &st.mismatches, 1);
+        let targets = verdict_targets(verdict.fix, &roles);
         if !pass.repair {
+            self.record(s, 0, strip, &targets, |_| ScrubAction::NotRepaired, pass);
             return Ok(());
         }
         let writes: Vec<(usize, SharedBuf)> = match verdict.fix {
@@ -111,18 +176,50 @@ impl Scrubber<'_> {
         if let Err(e) = crate::node::all_ok(results) {
             // The leaf marked the member failed; the stripe is served degraded from now on.
             tracing::warn!("scrub: repairing stripe {s} failed: {e}");
+            self.record(s, 0, strip, &targets, |_| ScrubAction::Unrepairable, pass);
             return Ok(());
         }
+        self.record(s, 0, strip, &targets, |t| t.action, pass);
         self.stripes.health.mark_in_sync(s);
         pass.bump(|st| &st.repaired, 1);
         Ok(())
     }
 
+    /// Records a finding for every member under each of `targets` (children of stripe `s`,
+    /// bytes `off..off+len` of their chunks), with the action `action` gives each.
+    fn record(
+        &self,
+        s: u64,
+        off: u64,
+        len: u64,
+        targets: &[Target],
+        action: impl Fn(&Target) -> ScrubAction,
+        pass: &ScrubPass<'_>,
+    ) {
+        let at = self.stripes.chunks.layout.chunk_offset(s) + off;
+        for t in targets {
+            for (member, member_offset_bytes) in
+                self.stripes.chunks.children[t.child].members_at(at)
+            {
+                pass.found(ScrubFinding {
+                    member,
+                    member_offset_bytes,
+                    len_bytes: len,
+                    found: t.found,
+                    action: action(t),
+                    cross_check: t.cross_check,
+                });
+            }
+        }
+    }
+
     /// A stripe whose chunks all read comes back as it is. Chunks that did not read (an I/O
-    /// error, or a block whose checksum did not match) are counted; a repair within the
-    /// group's tolerance rebuilds them from the others and rewrites them in place (md's
-    /// repair of a read error; with checksums, it names which side was wrong, which a RAID 5
-    /// syndrome cannot). `None`: nothing more to check in this stripe.
+    /// error, or a block whose checksum did not match) are counted and read again block by
+    /// block; each row of blocks with at most the group's parity count of bad blocks is
+    /// rebuilt from the others (md's repair of a read error; with checksums, it names which
+    /// side was wrong, which a RAID 5 syndrome cannot) and, repairing, its bad blocks are
+    /// rewritten in place. Every bad block is a finding. `None`: some row has more bad
+    /// blocks than the parity rebuilds, so the stripe cannot be checked.
     async fn rebuild_unreadable(
         &self,
         s: u64,
@@ -130,63 +227,16 @@ impl Scrubber<'_> {
         read: Vec<Option<Buf>>,
         pass: &ScrubPass<'_>,
     ) -> Option<Vec<Buf>> {
-        let lost: Vec<usize> = (0..read.len()).filter(|&c| read[c].is_none()).collect();
-        if lost.is_empty() {
+        let lost = read.iter().filter(|b| b.is_none()).count();
+        if lost == 0 {
             return Some(read.into_iter().flatten().collect());
         }
-        pass.bump(|st| &st.unreadable, lost.len() as u64);
-        let parity_chunks = 1 + usize::from(roles.q.is_some());
-        let strip = self.stripes.chunks.strip as usize;
-        if pass.repair && lost.len() > parity_chunks && strip as u64 > BLOCK_BYTES {
-            // Bad blocks of many children may lie in different rows: block by block.
-            return self.rebuild_by_block(s, roles, read, pass).await;
+        pass.bump(|st| &st.unreadable, lost as u64);
+        if pass.repair {
+            self.stripes.assert_exclusive(s, "a scrub repair");
+            self.stripes.recent.forget(s);
         }
-        if !pass.repair || lost.len() > parity_chunks {
-            return None;
-        }
-        let mut chunks: Vec<Buf> = read
-            .into_iter()
-            .map(|b| b.unwrap_or_else(|| Buf::zeroed(strip)))
-            .collect();
-        rebuild_chunks(
-            &self.stripes.chunks.slot_order(roles),
-            roles,
-            &lost,
-            &mut chunks,
-        );
-        self.stripes.assert_exclusive(s, "a scrub repair");
-        self.stripes.recent.forget(s);
-        let at = self.stripes.chunks.layout.chunk_offset(s);
-        let children = &self.stripes.chunks.children;
-        let writes = lost.iter().map(|&c| {
-            let bytes = Buf::copy_from(&chunks[c]).freeze();
-            children[c].write(at, bytes, true)
-        });
-        if let Err(e) = crate::node::all_ok(join_all(writes).await) {
-            tracing::warn!("scrub: rewriting the unreadable chunks of stripe {s} failed: {e}");
-            return None;
-        }
-        tracing::warn!("scrub: stripe {s}: children {lost:?} did not read; rebuilt from the others and rewritten");
-        pass.bump(|st| &st.repaired, 1);
-        Some(chunks)
-    }
-
-    /// [`Self::rebuild_unreadable`] one checksum block at a time: each child that did not
-    /// read is read again per block, and each block row with at most the parity count of
-    /// bad blocks is rebuilt and its bad blocks rewritten. `None` when a row has more.
-    async fn rebuild_by_block(
-        &self,
-        s: u64,
-        roles: &StripeRoles,
-        read: Vec<Option<Buf>>,
-        pass: &ScrubPass<'_>,
-    ) -> Option<Vec<Buf>> {
-        self.stripes.assert_exclusive(s, "a scrub repair");
-        let parity_chunks = 1 + usize::from(roles.q.is_some());
         let strip = self.stripes.chunks.strip;
-        let at = self.stripes.chunks.layout.chunk_offset(s);
-        let children = &self.stripes.chunks.children;
-        let order = self.stripes.chunks.slot_order(roles);
         let mut chunks: Vec<Buf> = read
             .iter()
             .map(|b| {
@@ -194,45 +244,118 @@ impl Scrubber<'_> {
                     .map_or_else(|| Buf::zeroed(strip as usize), |b| Buf::copy_from(b))
             })
             .collect();
-        self.stripes.recent.forget(s);
-        let n = BLOCK_BYTES as usize;
-        for off in (0..strip).step_by(n) {
+        let (mut whole, mut rewrote) = (true, false);
+        for off in (0..strip).step_by(BLOCK_BYTES as usize) {
+            let Some((blocks, row_rewrote)) = self.rebuild_row(s, roles, &read, off, pass).await
+            else {
+                whole = false;
+                continue;
+            };
+            rewrote |= row_rewrote;
             let o = off as usize;
-            let mut blocks: Vec<Buf> = chunks
-                .iter()
-                .map(|c| Buf::copy_from(&c[o..o + n]))
-                .collect();
-            let mut lost = Vec::new();
-            for c in (0..read.len()).filter(|&c| read[c].is_none()) {
-                match children[c].read(at + off, Buf::new(n)).await {
-                    Ok(b) => blocks[c] = b,
-                    Err(_) => lost.push(c),
-                }
-            }
-            if lost.len() > parity_chunks {
-                return None;
-            }
-            if !lost.is_empty() {
-                rebuild_chunks(&order, roles, &lost, &mut blocks);
-                for &c in &lost {
-                    let bytes = Buf::copy_from(&blocks[c]).freeze();
-                    if let Err(e) = children[c].write(at + off, bytes, true).await {
-                        tracing::warn!("scrub: rewriting a block of stripe {s} failed: {e}");
-                        return None;
-                    }
-                }
-            }
             for (c, b) in blocks.iter().enumerate() {
-                chunks[c][o..o + n].copy_from_slice(b);
+                chunks[c][o..o + b.len()].copy_from_slice(b);
             }
         }
-        tracing::warn!("scrub: stripe {s}: bad blocks of several children rebuilt block by block and rewritten");
-        pass.bump(|st| &st.repaired, 1);
-        Some(chunks)
+        if rewrote {
+            pass.bump(|st| &st.repaired, 1);
+        }
+        whole.then_some(chunks)
+    }
+
+    /// Row `off` (one checksum block of every child) of stripe `s`: the children whose chunk
+    /// did not read are read again there; the blocks that still do not read are rebuilt from
+    /// the row when the parity can (checked against their checksums before they are
+    /// rewritten: a rebuild from a row that is itself wrong must not be written as a
+    /// repair). Returns the row and whether a block was rewritten; `None` when the row has
+    /// too many bad blocks.
+    async fn rebuild_row(
+        &self,
+        s: u64,
+        roles: &StripeRoles,
+        read: &[Option<Buf>],
+        off: u64,
+        pass: &ScrubPass<'_>,
+    ) -> Option<(Vec<Buf>, bool)> {
+        let n = BLOCK_BYTES.min(self.stripes.chunks.strip) as usize;
+        let o = off as usize;
+        let at = self.stripes.chunks.layout.chunk_offset(s) + off;
+        let children = &self.stripes.chunks.children;
+        let mut blocks: Vec<Buf> = read
+            .iter()
+            .map(|b| {
+                b.as_ref()
+                    .map_or_else(|| Buf::zeroed(n), |b| Buf::copy_from(&b[o..o + n]))
+            })
+            .collect();
+        let mut lost: Vec<Target> = Vec::new();
+        for c in (0..read.len()).filter(|&c| read[c].is_none()) {
+            match children[c].read(at, Buf::new(n)).await {
+                Ok(b) => blocks[c] = b,
+                Err(e) => lost.push(Target::bad(c, &e)),
+            }
+        }
+        if lost.is_empty() {
+            return Some((blocks, false));
+        }
+        let parity_chunks = 1 + usize::from(roles.q.is_some());
+        if lost.len() > parity_chunks {
+            self.record(s, off, n as u64, &lost, |_| ScrubAction::Unrepairable, pass);
+            return None;
+        }
+        let lost_children: Vec<usize> = lost.iter().map(|t| t.child).collect();
+        let order = self.stripes.chunks.slot_order(roles);
+        rebuild_chunks(&order, roles, &lost_children, &mut blocks);
+        // RAID 6 with a syndrome to spare: the rebuilt row must satisfy both.
+        if lost.len() < parity_chunks && self.stripes.health.in_sync(s) {
+            let agrees = row_agrees(&order, roles, &blocks);
+            for t in &mut lost {
+                t.cross_check = Some(if agrees {
+                    CrossCheck::Agrees
+                } else {
+                    CrossCheck::Disagrees
+                });
+            }
+        }
+        let mut rewrote = false;
+        for t in &mut lost {
+            t.action = self
+                .rewrite_block(t.child, at, &blocks[t.child], pass)
+                .await;
+            rewrote |= t.action.repaired();
+        }
+        self.record(s, off, n as u64, &lost, |t| t.action, pass);
+        Some((blocks, rewrote))
+    }
+
+    /// Rewrites child `c`'s block at `at` with `bytes` rebuilt from parity (repairing), once
+    /// they match the block's checksum; what became of it.
+    async fn rewrite_block(
+        &self,
+        c: usize,
+        at: u64,
+        bytes: &Buf,
+        pass: &ScrubPass<'_>,
+    ) -> ScrubAction {
+        if !pass.repair {
+            return ScrubAction::NotRepaired;
+        }
+        let child = &self.stripes.chunks.children[c];
+        if !child.verify_rebuilt(at, bytes).await {
+            tracing::warn!("scrub: child {c} at {at}: the bytes rebuilt from parity do not match the block's checksum; left as it is");
+            return ScrubAction::Unrepairable;
+        }
+        match child.write(at, Buf::copy_from(bytes).freeze(), true).await {
+            Ok(()) => ScrubAction::RebuiltFromParity,
+            Err(e) => {
+                tracing::warn!("scrub: rewriting child {c} at {at} failed: {e}");
+                ScrubAction::Unrepairable
+            }
+        }
     }
 
     /// Every chunk of stripe `s`, by child (`None`: the child returned an error, logged).
-    async fn read_stripe_whole(&self, s: u64, _pass: &ScrubPass<'_>) -> Vec<Option<Buf>> {
+    async fn read_stripe_whole(&self, s: u64) -> Vec<Option<Buf>> {
         let at = self.stripes.chunks.layout.chunk_offset(s);
         let strip = self.stripes.chunks.strip as usize;
         let reads = join_all(
@@ -299,15 +422,6 @@ impl Scrubber<'_> {
             }
             Culprit::None | Culprit::Unknown => Fix::Parity,
         };
-        tracing::warn!(
-            "scrub: stripe {s} of a RAID 6 group: P/Q mismatch, {}",
-            match fix {
-                Fix::Data(i) => format!("data chunk {i} (child {}) is wrong", roles.data[i]),
-                Fix::P => format!("P (child {}) is wrong", roles.p),
-                Fix::Q => "Q is wrong".to_string(),
-                Fix::Parity => "no single chunk explains it".to_string(),
-            }
-        );
         Some(Verdict {
             fix,
             p: p_new,

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod background;
+pub mod corrupt_power;
 pub mod crash;
 pub mod executor;
 pub mod history;

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering::SeqCst;
 pub(super) fn scrub(v: &ControlVolume, repair: bool, rate: PassRate) -> Result<Value, Refusal> {
     let ctl = v.new_scrub(repair, rate);
     v.start_scrub(ctl.clone())?;
-    Ok(json!({ "volume": v.name, "scrub": scrub_json(&ctl.report()) }))
+    Ok(json!({ "volume": v.name, "scrub": scrub_json(v, &ctl) }))
 }
 
 /// `rebuild`: spares into failed roles, then the rebuild started at `rate` (a running one
@@ -51,7 +51,7 @@ pub(super) fn cancel(v: &ControlVolume) -> Result<Value, Refusal> {
     c.cancel();
     c.resume();
     Ok(json!({
-        "volume": v.name, "scrub": scrub_json(&c.report()), "readd": readd_json(v),
+        "volume": v.name, "scrub": scrub_json(v, &c), "readd": readd_json(v),
     }))
 }
 

@@ -5,6 +5,7 @@ use super::notes::{live_notes, Holder};
 use super::paths::absolute_path;
 use super::volume::ControlVolume;
 use nbraid_core::checksum::ChecksumCounters;
+use nbraid_core::scrub::{ScrubControl, ScrubFinding, ScrubFindings};
 use nbraid_core::{MemberState, ScrubReport};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -147,7 +148,7 @@ fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
             "pinned_bytes": cache.pinned_bytes,
             "bound_bytes": cache.bound_bytes,
         },
-        "scrub": v.scrub().map(|s| scrub_json(&s.report())),
+        "scrub": v.scrub().map(|s| scrub_json(v, &s)),
         "rebuild": rebuild_json(v),
         "resync": v.resync.lock().as_ref().map(|c| json!({
             "state": c.state().name(),
@@ -169,7 +170,52 @@ fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
     })
 }
 
-pub(super) fn scrub_json(r: &ScrubReport) -> Value {
+/// A scrub's progress, counts and findings (what was found bad where, per member, and what
+/// was done: see [`findings_json`]).
+pub(super) fn scrub_json(v: &ControlVolume, c: &ScrubControl) -> Value {
+    let mut out = report_json(&c.report());
+    let findings = c.findings();
+    out["findings"] = findings_json(v, &findings);
+    out["findings_total"] = json!(findings.total());
+    out["findings_not_listed"] = json!(findings.dropped());
+    out
+}
+
+/// Per member that had findings: its id and path, how many findings and how many of them
+/// repaired, and the first ones (bounded: `nbraid_core::scrub::FINDINGS_PER_MEMBER_MAX`).
+fn findings_json(v: &ControlVolume, f: &ScrubFindings) -> Value {
+    let ids = v.member_ids();
+    let vol = v.array.volume();
+    let members: Vec<Value> = f
+        .by_member
+        .iter()
+        .map(|(&m, mf)| {
+            json!({
+                "index": m,
+                "id": ids.get(m),
+                "path": (m < vol.member_count()).then(|| absolute_path(vol.member(m).name())),
+                "total": mf.total,
+                "repaired": mf.repaired,
+                "first": mf.first.iter().map(finding_json).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!(members)
+}
+
+fn finding_json(f: &ScrubFinding) -> Value {
+    json!({
+        "member_offset_bytes": f.member_offset_bytes,
+        "len_bytes": f.len_bytes,
+        "found": f.found.name(),
+        "action": f.action.name(),
+        "repaired": f.action.repaired(),
+        "cross_check": f.cross_check.map(|c| c.name()),
+    })
+}
+
+/// A scrub report's progress and counts.
+fn report_json(r: &ScrubReport) -> Value {
     json!({
         "state": r.state.name(),
         "repair": r.repair,
