@@ -1019,5 +1019,17 @@ fn wide_raid5_stripes_fold_parity_in_groups_and_read_back_with_any_member_failed
                 "RAID 5 x{n}, strip {strip}: member {f} failed"
             );
         }
+        // Written degraded: P's member failed in some stripes, a data chunk's in others.
+        let v = Volume::new(g.clone(), members, opts(CacheMode::WriteThrough, false)).unwrap();
+        v.fail_member(1, "test");
+        for (at, len) in [(0, 2 * width), (2 * width + 4096, width)] {
+            let bytes = random_bytes(&mut rng, len as usize);
+            model[at as usize..(at + len) as usize].copy_from_slice(&bytes);
+            block_on(v.write(at, Buf::copy_from(&bytes), false)).unwrap();
+        }
+        assert!(
+            block_on(v.read(0, v.capacity())).unwrap()[..] == model[..],
+            "RAID 5 x{n}, strip {strip}: written with member 1 failed"
+        );
     }
 }

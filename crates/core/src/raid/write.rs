@@ -579,8 +579,16 @@ impl StripeWriter<'_> {
                 }
             }
         }
-        let p = p.expect("a stripe has data chunks").freeze();
-        let p_writes = rows.follow_plan(rest, vec![(Target::P, p)]);
+        // P is not written where its member failed (the plan then lists no parity write).
+        let mut p = p.map(Buf::freeze);
+        let out = rest
+            .iter()
+            .map(|r| match r.target {
+                Target::P => (Target::P, p.take().expect("P written once")),
+                t => unreachable!("a RAID 5 plan writes data, then P, not {t:?}"),
+            })
+            .collect();
+        let p_writes = rows.follow_plan(rest, out);
         let (p_results, finished) = futures::join!(
             chunks.write_all(&p_writes, rows.fua),
             join_all(
