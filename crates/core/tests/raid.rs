@@ -960,3 +960,76 @@ fn sequential_writes_in_flight_together_stream_as_fast_as_one_at_a_time() {
         }
     }
 }
+
+/// RAID 5 stripes wide enough that a regenerating write folds P a few chunks at a time as it
+/// issues their writes (`raid/write.rs` `write_folding_p`, 256 KiB of rows per fold): with
+/// strips of 64 and 128 KiB from 4 to 24 members and of 4 KiB on 70. Member I/O stays exact
+/// (a full stripe writes each member once and reads nothing), and after partial writes
+/// (read-modify-write, reconstruct-write) every member failed in turn reads the model back.
+#[test]
+fn wide_raid5_stripes_fold_parity_in_groups_and_read_back_with_any_member_failed() {
+    let mut rng = SmallRng::seed_from_u64(36);
+    for (n, strip) in [
+        (4, 128 * KIB),
+        (6, 128 * KIB),
+        (8, 64 * KIB),
+        (24, 64 * KIB),
+        (70, 4 * KIB),
+    ] {
+        let member_len = 4 * strip;
+        let g = named(Level::Raid5, n, None, strip, member_len);
+        let members = memory_members(n, member_len);
+        let v = Volume::new(
+            g.clone(),
+            members.clone(),
+            opts(CacheMode::WriteThrough, true),
+        )
+        .unwrap();
+        let width = strip * (n as u64 - 1);
+        let mut model = vec![0u8; v.capacity() as usize];
+        let mut write = |at: u64, len: u64| {
+            let bytes = random_bytes(&mut rng, len as usize);
+            model[at as usize..(at + len) as usize].copy_from_slice(&bytes);
+            block_on(v.write(at, Buf::copy_from(&bytes), false)).unwrap();
+        };
+        let before = v.member_counters();
+        write(width, 2 * width);
+        let d = delta(&v, &before);
+        assert_eq!(d, (0, 2 * n as u64, 0, 2 * n as u64 * strip), "RAID 5 x{n}");
+        // Partial stripes: a few chunks and a ragged range over chunk boundaries.
+        write(3 * width + strip, 2 * strip);
+        write(4096, width - 8192);
+        assert!(block_on(v.read(0, v.capacity())).unwrap()[..] == model[..]);
+        drop(v);
+        let failed: Vec<usize> = if n > 8 {
+            vec![0, 1, n - 1]
+        } else {
+            (0..n).collect()
+        };
+        for f in failed {
+            let v = Volume::new(
+                g.clone(),
+                members.clone(),
+                opts(CacheMode::WriteThrough, false),
+            )
+            .unwrap();
+            v.fail_member(f, "test");
+            assert!(
+                block_on(v.read(0, v.capacity())).unwrap()[..] == model[..],
+                "RAID 5 x{n}, strip {strip}: member {f} failed"
+            );
+        }
+        // Written degraded: P's member failed in some stripes, a data chunk's in others.
+        let v = Volume::new(g.clone(), members, opts(CacheMode::WriteThrough, false)).unwrap();
+        v.fail_member(1, "test");
+        for (at, len) in [(0, 2 * width), (2 * width + 4096, width)] {
+            let bytes = random_bytes(&mut rng, len as usize);
+            model[at as usize..(at + len) as usize].copy_from_slice(&bytes);
+            block_on(v.write(at, Buf::copy_from(&bytes), false)).unwrap();
+        }
+        assert!(
+            block_on(v.read(0, v.capacity())).unwrap()[..] == model[..],
+            "RAID 5 x{n}, strip {strip}: written with member 1 failed"
+        );
+    }
+}

@@ -62,12 +62,15 @@ pub(super) struct PqJob<'a, 'b> {
     pub out1: *mut u8,
 }
 
-/// One XOR pass: out = ⊕ srcs (`out` non-null), or compare ⊕ srcs with `cmp`.
+/// One XOR pass: out = ⊕ srcs (`out` non-null), or out ^= ⊕ srcs (`acc`: `out` is read
+/// first, in place), or compare ⊕ srcs with `cmp`.
 pub(super) struct XorJob<'a, 'b> {
     pub srcs: &'a [&'b [u8]],
     pub len: usize,
     pub out: *mut u8,
     pub cmp: *const u8,
+    /// `out` holds an input too (it overlaps no source).
+    pub acc: bool,
 }
 
 /// One read-modify-write pass: P ^= ⊕ (old ⊕ new), Q ^= Σ g^slot·(old ⊕ new) (if `q` non-null).
@@ -330,6 +333,11 @@ unsafe fn xor_range<V: Vector, const U: usize, const NT: bool>(
                 let s1 = job.srcs[i].as_ptr().add(off);
                 for (u, a) in acc.iter_mut().enumerate() {
                     *a = a.xor(V::load(s1.add(u * V::WIDTH)));
+                }
+            }
+            if job.acc {
+                for (u, a) in acc.iter_mut().enumerate() {
+                    *a = a.xor(V::load(job.out.add(off + u * V::WIDTH)));
                 }
             }
             if job.out.is_null() {

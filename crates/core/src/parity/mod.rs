@@ -203,7 +203,8 @@ impl Kernels {
     }
 
     fn run_xor(&self, job: &XorJob) -> bool {
-        let nt = !job.out.is_null() && self.nt(job.len, &[job.out]);
+        // An accumulator is read before it is written: it stays in the cache.
+        let nt = !job.out.is_null() && !job.acc && self.nt(job.len, &[job.out]);
         // SAFETY: as in `run_pq`.
         unsafe {
             match self.path {
@@ -252,6 +253,20 @@ impl Kernels {
             len,
             out: p.as_mut_ptr(),
             cmp: core::ptr::null(),
+            acc: false,
+        });
+    }
+
+    /// acc ^= ⊕ data. See [`xor_into`].
+    pub fn xor_into(&self, acc: &mut [u8], data: &[&[u8]]) {
+        let len = stripe_len("xor_into", data, None);
+        let len = expect_len("xor_into", "acc", acc.len(), len);
+        self.run_xor(&XorJob {
+            srcs: data,
+            len,
+            out: acc.as_mut_ptr(),
+            cmp: core::ptr::null(),
+            acc: true,
         });
     }
 
@@ -294,6 +309,7 @@ impl Kernels {
             len,
             out: core::ptr::null_mut(),
             cmp: p.as_ptr(),
+            acc: false,
         })
     }
 
@@ -370,6 +386,7 @@ impl Kernels {
             len,
             out: out.as_mut_ptr(),
             cmp: core::ptr::null(),
+            acc: false,
         });
     }
 
@@ -571,6 +588,16 @@ fn best() -> Kernels {
 /// If `data` is empty or longer than [`MAX_DATA`], or the chunks and `p` differ in length.
 pub fn xor_gen(data: &[&[u8]], p: &mut [u8]) {
     best().xor_gen(data, p)
+}
+
+/// acc ^= D₀ ⊕ D₁ ⊕ … in one pass, in place: P (or a lost chunk) accumulated over chunks that
+/// arrive at different times, or a chunk read straight into its buffer and the others folded
+/// into it, with no output buffer of its own.
+///
+/// # Panics
+/// As [`xor_gen`] (`acc` in the place of `p`).
+pub fn xor_into(acc: &mut [u8], data: &[&[u8]]) {
+    best().xor_into(acc, data)
 }
 
 /// P = ⊕ Dᵢ and Q = Σ gⁱ·Dᵢ (i = index in `data`, md's syndrome-slot order).

@@ -171,6 +171,14 @@ fn generate_matches_reference_k1_to_64_and_253() {
                     let mut q2 = vec![0xEE; len];
                     kern.q_gen(&data, &mut q2);
                     assert!(q2 == rq, "{} q_gen, k={k} len={len}", kern.path());
+                    // Accumulated in place: the first chunk's copy, then the rest folded in
+                    // one or two passes.
+                    let mut acc = data[0].to_vec();
+                    let (a, b) = data[1..].split_at((k - 1) / 2);
+                    for part in [a, b].into_iter().filter(|d| !d.is_empty()) {
+                        kern.xor_into(&mut acc, part);
+                    }
+                    assert!(acc == rp, "{} xor_into, k={k} len={len}", kern.path());
                 }
             }
         }
@@ -196,6 +204,11 @@ fn generate_streaming_sizes() {
             assert!(*p == rp[..] && *q == rq[..], "{} pq_gen", kern.path());
             kern.xor_gen(&data, p);
             assert!(*p == rp[..], "{} xor_gen", kern.path());
+            // In place, an output long and aligned enough: read before written.
+            kern.xor_into(p, &data[..2]);
+            let mut want = rp.clone();
+            reference::xor_gen(&[&rp, data[0], data[1]], &mut want);
+            assert!(*p == want[..], "{} xor_into", kern.path());
             // Two-data recovery into aligned outputs.
             let (oa, ob) = (p, q);
             let mut with_holes = data.clone();

@@ -115,7 +115,16 @@ impl Reader<'_> {
                 }
             }
             if need_p && p.is_none() {
-                todo.push((roles.p, Target::P, Buf::new(n)));
+                // One data chunk rebuilt from P: P is read straight into that chunk's buffer
+                // and the survivors are folded into it (`fold_into_p`).
+                let into = plan.and_then(|(loss, _, _)| p_target(&roles, loss));
+                let b = into
+                    .and_then(|x| match &mut data[x] {
+                        Gathered::Pending(given) => given.take(),
+                        Gathered::Read(_) => None,
+                    })
+                    .unwrap_or_else(|| Buf::new(n));
+                todo.push((roles.p, Target::P, b));
             }
             if need_q && q.is_none() {
                 let qc = roles.q.expect("need_q only with Q");
@@ -146,16 +155,27 @@ impl Reader<'_> {
             if failed {
                 continue;
             }
+            // The chunk P rebuilds alone takes P's buffer, unless the caller gave it one.
+            let fold_x = plan
+                .and_then(|(loss, _, _)| p_target(&roles, loss))
+                .filter(|&x| matches!(data[x], Gathered::Pending(None)) && p.is_some());
             let mut out: Vec<Buf> = data
                 .into_iter()
-                .map(|g| match g {
+                .enumerate()
+                .map(|(i, g)| match g {
                     Gathered::Read(b) | Gathered::Pending(Some(b)) => b,
+                    Gathered::Pending(None) if fold_x == Some(i) => p.take().expect("read P"),
                     Gathered::Pending(None) => Buf::new(n),
                 })
                 .collect();
             if let Some((loss, _, _)) = plan {
-                let p = p.unwrap_or_else(|| Buf::new(n));
-                self.rebuild_rows(&roles, &mut out, p, q.as_ref(), loss);
+                match fold_x {
+                    Some(x) => fold_into_p(&mut out, x),
+                    None => {
+                        let p = p.unwrap_or_else(|| Buf::new(n));
+                        self.rebuild_rows(&roles, &mut out, p, q.as_ref(), loss);
+                    }
+                }
                 self.check_rebuilt(stripe, base, &roles, &lost, want, &out)
                     .await?;
             }
@@ -508,6 +528,25 @@ enum Gathered {
     Pending(Option<Buf>),
     /// Read from its child.
     Read(Buf),
+}
+
+/// The data index of the one chunk `loss` rebuilds from P alone, if it is such a loss.
+fn p_target(roles: &StripeRoles, loss: Loss) -> Option<usize> {
+    match loss {
+        Loss::Data(slot) => roles.q_slot.iter().position(|&s| s == slot),
+        _ => None,
+    }
+}
+
+/// Rebuilds data chunk `x` of `rows` (data order) in place: it holds P, and every other
+/// chunk is folded into it in one pass (P ⊕ the survivors = the lost chunk).
+fn fold_into_p(rows: &mut [Buf], x: usize) {
+    let (before, rest) = rows.split_at_mut(x);
+    let (lost, after) = rest.split_first_mut().expect("x is a data index");
+    let survivors: Vec<&[u8]> = before.iter().chain(after.iter()).map(|b| &b[..]).collect();
+    if !survivors.is_empty() {
+        parity::xor_into(lost, &survivors);
+    }
 }
 
 /// Whether `e` is a member's checksum mismatch (a bad block, not a failed read).

@@ -196,29 +196,61 @@ impl Fold {
             if self.has(s) {
                 continue;
             }
-            match s {
-                Source::Data(i) => self.folded[i] = true,
-                Source::P => self.p_folded = true,
-            }
+            self.mark(s);
             fresh.push(rows);
         }
         if fresh.is_empty() {
             return;
         }
-        let len = fresh[0].len();
-        let mut acc = self.acc.take();
-        // Batches the kernel takes: the accumulator so far plus up to MAX_DATA − 1 chunks.
-        for batch in fresh.chunks(parity::MAX_DATA - 1) {
-            let mut out = Buf::new(len);
-            let mut srcs: Vec<&[u8]> = Vec::with_capacity(batch.len() + 1);
-            if let Some(a) = &acc {
-                srcs.push(&a[..]);
+        // The first batch makes the accumulator; later ones fold into it in place.
+        for batch in fresh.chunks(parity::MAX_DATA) {
+            match self.acc.as_mut() {
+                Some(acc) => parity::xor_into(acc, batch),
+                None => {
+                    let mut out = Buf::new(batch[0].len());
+                    parity::xor_gen(batch, &mut out);
+                    self.acc = Some(out);
+                }
             }
-            srcs.extend_from_slice(batch);
-            parity::xor_gen(&srcs, &mut out);
-            acc = Some(out);
         }
-        self.acc = acc;
+    }
+
+    /// The lost chunk into `out`: the fold so far and `sources`, which complete it, in one
+    /// pass (no accumulator written).
+    pub fn finish_into(mut self, sources: &[(Source, &[u8])], out: &mut [u8]) {
+        // Sources beyond one kernel pass fold into the accumulator first.
+        let room = parity::MAX_DATA - usize::from(self.acc.is_some());
+        if sources.len() > room {
+            let (first, last) = sources.split_at(sources.len() - room + 1);
+            self.absorb(first);
+            return self.finish_into(last, out);
+        }
+        let acc = self.acc.take();
+        let mut srcs: Vec<&[u8]> = Vec::with_capacity(sources.len() + 1);
+        srcs.extend(acc.as_deref());
+        for &(s, rows) in sources {
+            assert!(
+                s != Source::Data(self.lost),
+                "the lost chunk folded into itself"
+            );
+            if !self.has(s) {
+                self.mark(s);
+                srcs.push(rows);
+            }
+        }
+        assert!(
+            self.missing().is_empty(),
+            "finishing a fold that misses {:?}",
+            self.missing()
+        );
+        parity::xor_gen(&srcs, out);
+    }
+
+    fn mark(&mut self, s: Source) {
+        match s {
+            Source::Data(i) => self.folded[i] = true,
+            Source::P => self.p_folded = true,
+        }
     }
 
     /// The lost chunk's rows, once every source is folded.
@@ -274,6 +306,21 @@ mod tests {
                 b.iter().map(|&i| (Source::Data(i), refs[i])).collect();
             f.absorb(&third);
             assert_eq!(f.rows(), Some(&want[..]), "lost chunk {lost}");
+            // Finished into a buffer: from nothing folded, and from the first half folded
+            // (the second time with a source folded already given again).
+            let all: Vec<(Source, &[u8])> = others
+                .iter()
+                .map(|&i| (Source::Data(i), refs[i]))
+                .chain([(Source::P, &p[..])])
+                .collect();
+            let mut out = vec![0xEE; n];
+            Fold::new(k, lost).finish_into(&all, &mut out);
+            assert_eq!(out, *want, "finished from nothing, lost chunk {lost}");
+            let mut g = Fold::new(k, lost);
+            g.absorb(&first);
+            let mut out = vec![0xEE; n];
+            g.finish_into(&all, &mut out);
+            assert_eq!(out, *want, "finished from half, lost chunk {lost}");
         }
     }
 

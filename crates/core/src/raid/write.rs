@@ -494,6 +494,13 @@ impl StripeWriter<'_> {
     ) -> (Vec<ChildWrite>, Vec<VolumeResult<()>>) {
         let chunks = &self.stripes.chunks;
         let rest = &plan.writes[data_writes.len()..];
+        let row_bytes = (rows.r1 - rows.r0) as usize;
+        let group = fold_group(row_bytes);
+        if chunks.np == 1 && (2..chunks.k).contains(&group) {
+            return self
+                .write_folding_p(rows, rest, data_writes, news, group)
+                .await;
+        }
         let parity = async {
             let (p, q) = chunks.parity_of(rows.roles, news);
             let (mut p, mut q) = (Some(p.freeze()), q.map(Buf::freeze));
@@ -520,6 +527,89 @@ impl StripeWriter<'_> {
         let mut results = data_results;
         results.extend(parity_results);
         (writes, results)
+    }
+
+    /// Stage 5 of a RAID 5 plan that regenerates P (`write_regenerated`): the data writes
+    /// are issued `group` data chunks at a time ([`fold_group`]), each group polled once as it is
+    /// issued and folded into P right after — a member that copies on submission (memory,
+    /// page cache) has just pulled the group into the CPU cache, where a single pass after
+    /// the last write would find the first chunks of a wide stripe evicted — then P is
+    /// written. The same writes as the plan's, data first; each with its result.
+    async fn write_folding_p(
+        &self,
+        rows: &RowsWrite<'_>,
+        rest: &[Rows],
+        data_writes: Vec<ChildWrite>,
+        news: &[SharedBuf],
+        group: usize,
+    ) -> (Vec<ChildWrite>, Vec<VolumeResult<()>>) {
+        assert!(group >= 1, "a fold group holds a chunk");
+        let chunks = &self.stripes.chunks;
+        let index_of: Vec<usize> = data_writes
+            .iter()
+            .map(|w| rows.roles.data_index_of(w.child).expect("a data write"))
+            .collect();
+        let mut results: Vec<Option<VolumeResult<()>>> = data_writes.iter().map(|_| None).collect();
+        let mut in_flight = Vec::new();
+        let mut p: Option<Buf> = None;
+        for first in (0..chunks.k).step_by(group) {
+            let group = first..(first + group).min(chunks.k);
+            let at: Vec<usize> = (0..data_writes.len())
+                .filter(|&j| group.contains(&index_of[j]))
+                .collect();
+            let mut writes = join_all(at.iter().map(|&j| {
+                let w = &data_writes[j];
+                chunks.children[w.child].write(w.at, w.bytes.clone(), rows.fua)
+            }));
+            match futures::poll!(&mut writes) {
+                std::task::Poll::Ready(done) => {
+                    for (&j, r) in at.iter().zip(done) {
+                        results[j] = Some(r);
+                    }
+                }
+                std::task::Poll::Pending => in_flight.push((at, writes)),
+            }
+            let srcs: Vec<&[u8]> = news[group].iter().map(|b| &b[..]).collect();
+            match p.as_mut() {
+                Some(p) => parity::xor_into(p, &srcs),
+                None => {
+                    let mut fresh = Buf::new(srcs[0].len());
+                    parity::xor_gen(&srcs, &mut fresh);
+                    p = Some(fresh);
+                }
+            }
+        }
+        // P is not written where its member failed (the plan then lists no parity write).
+        let mut p = p.map(Buf::freeze);
+        let out = rest
+            .iter()
+            .map(|r| match r.target {
+                Target::P => (Target::P, p.take().expect("P written once")),
+                t => unreachable!("a RAID 5 plan writes data, then P, not {t:?}"),
+            })
+            .collect();
+        let p_writes = rows.follow_plan(rest, out);
+        let (p_results, finished) = futures::join!(
+            chunks.write_all(&p_writes, rows.fua),
+            join_all(
+                in_flight
+                    .into_iter()
+                    .map(|(at, writes)| async move { (at, writes.await) })
+            )
+        );
+        for (at, done) in finished {
+            for (j, r) in at.into_iter().zip(done) {
+                results[j] = Some(r);
+            }
+        }
+        let mut writes = data_writes;
+        writes.extend(p_writes);
+        let mut all: Vec<VolumeResult<()>> = results
+            .into_iter()
+            .map(|r| r.expect("every data write done"))
+            .collect();
+        all.extend(p_results);
+        (writes, all)
     }
 
     /// Stage 6: a write that lost more chunks than parity covers fails (the caller salvages);
@@ -555,6 +645,17 @@ impl StripeWriter<'_> {
         }
         Ok(())
     }
+}
+
+/// Bytes of data a RAID 5 write folds into P at a time, right after issuing their member
+/// writes: few enough to be still in the CPU cache when folded (measured on 24 members of
+/// 64 KiB: one pass over the whole stripe after its writes reads much of it from memory).
+const FOLD_BYTES: usize = 256 << 10;
+
+/// Data chunks of `row_bytes` each folded into P at a time ([`FOLD_BYTES`]); below 2, a
+/// single pass after every data write does as well.
+fn fold_group(row_bytes: usize) -> usize {
+    FOLD_BYTES / row_bytes.max(1)
 }
 
 /// The data writes a plan lists before its parity writes.

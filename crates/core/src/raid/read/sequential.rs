@@ -186,8 +186,21 @@ impl Reader<'_> {
             return self.read_stripe_pieces(stripe, pieces, None).await;
         }
         let sources: Vec<(Source, &[u8])> = got.iter().map(|(s, _, b)| (*s, &b[..])).collect();
-        fold.absorb(&sources);
         let mut filled = vec![false; metas.len()];
+        // The lost chunk wanted whole: the fold so far and what was just read, straight into
+        // the request's buffer in one pass (neither kept nor copied; the reader is past it).
+        let x_whole = metas
+            .iter()
+            .position(|p| p.data_index == x && p.in_chunk == 0 && p.len == strip)
+            .filter(|_| wants_x);
+        match x_whole {
+            Some(jx) => {
+                let done = std::mem::replace(&mut fold, Fold::new(k, x));
+                done.finish_into(&sources, bufs[jx].as_mut().expect("the caller's buffer"));
+                filled[jx] = true;
+            }
+            None => fold.absorb(&sources),
+        }
         for (s, j, b) in got {
             match (j, s) {
                 (Some(j), _) => {
@@ -198,7 +211,7 @@ impl Reader<'_> {
                 (None, Source::P) => {}
             }
         }
-        if wants_x {
+        if wants_x && x_whole.is_none() {
             let done = std::mem::replace(&mut fold, Fold::new(k, x));
             rows[x] = Some(done.into_rows().expect("every source folded").freeze());
         }
