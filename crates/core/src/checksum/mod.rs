@@ -23,12 +23,16 @@
 //!
 //! # Files
 //! `entry.rs` (the area's bytes and the verdict, pure), `table.rs` (the bounded page cache
-//! and bookkeeping, no I/O), `mod.rs` (the loads and write-backs on the member).
+//! and bookkeeping, no I/O), `mod.rs` (the loads and write-backs on the member),
+//! `handover.rs` (a role's checksums when a spare or a replacement takes it), `enable.rs`
+//! (where an existing volume's area would go, pure).
 
+mod enable;
 mod entry;
 mod handover;
 mod table;
 
+pub use enable::{place_for_existing, MemberUse, NoRoomForChecksums};
 pub use entry::{area_bytes, block_crc, BlockSum, Verdict, BLOCK_BYTES};
 
 use crate::buf::Buf;

@@ -62,6 +62,14 @@ pub(super) fn setup(
         return None;
     }
     let regions = regions_by_role(tree, records.len());
+    for (role, r) in records.iter().enumerate() {
+        if r.as_ref().is_some_and(|r| r.checksums.is_none()) {
+            // A member added by a reshape (or a spare from before spares carried areas).
+            tracing::warn!(
+                "volume {name}: member {role} has no checksum area: its blocks are not checked (the others' are)"
+            );
+        }
+    }
     let areas = (0..records.len())
         .map(|role| match &records[role] {
             Some(r) => r.checksums,
