@@ -23,11 +23,16 @@
 //!
 //! # Files
 //! `entry.rs` (the area's bytes and the verdict, pure), `table.rs` (the bounded page cache
-//! and bookkeeping, no I/O), `mod.rs` (the loads and write-backs on the member).
+//! and bookkeeping, no I/O), `mod.rs` (the loads and write-backs on the member),
+//! `handover.rs` (a role's checksums when a spare or a replacement takes it), `enable.rs`
+//! (where an existing volume's area would go, pure).
 
+mod enable;
 mod entry;
+mod handover;
 mod table;
 
+pub use enable::{place_for_existing, MemberUse, NoRoomForChecksums};
 pub use entry::{area_bytes, block_crc, BlockSum, Verdict, BLOCK_BYTES};
 
 use crate::buf::Buf;
@@ -126,6 +131,22 @@ impl ChecksumSetup {
         regions as u64 * self.cache_pages as u64 * PAGE_BYTES
     }
 
+    /// Where member `index`'s checksum area is (`None`: it keeps none).
+    pub fn area(&self, index: usize) -> Option<ChecksumArea> {
+        self.areas.get(index).copied().flatten()
+    }
+
+    /// The checksums of member `index`'s regions now in use (one, but two trees of a
+    /// reshape may use two regions of a member).
+    pub fn regions_of(&self, index: usize) -> Vec<Arc<LeafChecksums>> {
+        let opened = self.opened.lock();
+        opened
+            .iter()
+            .filter(|((i, _, _), _)| *i == index)
+            .filter_map(|(_, w)| w.upgrade())
+            .collect()
+    }
+
     /// The checksums of member `index`'s region `start..start+len`, when it has an area that
     /// holds them (a region not on 4 KiB blocks, or an area too small, has none).
     /// The same region asked for again while its checksums are in use gets the same ones.
@@ -165,6 +186,7 @@ impl ChecksumSetup {
             index,
             area,
             first_block: start / BLOCK_BYTES,
+            len_bytes: len,
             clean_open: self.clean,
             opened: AtomicBool::new(false),
             table: parking_lot::Mutex::new(Table::new(
@@ -173,6 +195,7 @@ impl ChecksumSetup {
                 self.cache_pages,
             )),
             header_lock: futures::lock::Mutex::new(()),
+            write_backs: futures::lock::Mutex::new(()),
             writes: crate::range_lock::RangeLock::default(),
             counters: self.counters.clone(),
             fail_after_errors: self.fail_after_errors,
@@ -212,11 +235,16 @@ pub struct LeafChecksums {
     area: ChecksumArea,
     /// The region's first block on the member (mixed into every checksum).
     first_block: u64,
+    /// Bytes in the region.
+    len_bytes: u64,
     clean_open: bool,
     opened: AtomicBool,
     table: parking_lot::Mutex<Table>,
     /// Serializes header writes.
     header_lock: futures::lock::Mutex<()>,
+    /// Held by a flush while it writes pages back (a hand-over to a replacement waits for
+    /// it: `handover.rs`).
+    write_backs: futures::lock::Mutex<()>,
     /// Writes hold their blocks exclusively until answered: of two writes to one block the
     /// one the member completes last is the one whose checksum stays (and a write of part of
     /// a block reads the rest of it with no other write in between).
@@ -524,6 +552,7 @@ impl LeafChecksums {
     /// durable); returns how many. A page that fails to write stays dirty and the error is
     /// returned.
     pub async fn flush(&self, m: &dyn Member) -> MemberResult<usize> {
+        let _backs = self.write_backs.lock().await;
         let dirty = self.table.lock().take_dirty();
         let written = dirty.len();
         let mut first_err = None;

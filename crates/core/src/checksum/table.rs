@@ -89,6 +89,9 @@ pub(super) struct Table {
     bad: HashSet<u64>,
     /// Pages evicted and still being written: loads take these bytes, not the disk's.
     evicting: HashMap<u64, Vec<u8>>,
+    /// While the area is copied to a replacement: the pages handed out for writing back
+    /// since the copy began (`handover.rs` copies them again).
+    noted: Option<HashSet<u64>>,
 }
 
 impl Table {
@@ -106,6 +109,46 @@ impl Table {
             in_flight: HashMap::new(),
             bad: HashSet::new(),
             evicting: HashMap::new(),
+            noted: None,
+        }
+    }
+
+    pub(super) fn pages_per_group(&self) -> u64 {
+        self.pages_per_group
+    }
+
+    pub(super) fn max_pages(&self) -> usize {
+        self.max_pages
+    }
+
+    /// The cached bytes of `page`, if held.
+    pub(super) fn page_bytes(&self, page: u64) -> Option<Vec<u8>> {
+        self.pages.get(&page).map(|p| p.bytes.to_vec())
+    }
+
+    /// `bytes` of `page` read from disk as a load sees them (an untrusted group's: blank).
+    pub(super) fn as_loaded(&self, page: u64, mut bytes: Vec<u8>) -> Vec<u8> {
+        if self.untrusted.get(self.group_of(page)) {
+            bytes.fill(0);
+        }
+        bytes
+    }
+
+    /// Notes every page handed out for writing back from now on.
+    pub(super) fn start_noting_write_backs(&mut self) {
+        self.noted = Some(HashSet::new());
+    }
+
+    /// The pages handed out for writing back since the noting started; the noting stops.
+    pub(super) fn stop_noting_write_backs(&mut self) -> Vec<u64> {
+        let mut pages: Vec<u64> = self.noted.take().unwrap_or_default().into_iter().collect();
+        pages.sort_unstable();
+        pages
+    }
+
+    fn note_write_back(&mut self, page: u64) {
+        if let Some(n) = self.noted.as_mut() {
+            n.insert(page);
         }
     }
 
@@ -180,6 +223,7 @@ impl Table {
                 .expect("more pages than the bound");
             let p = self.pages.remove(&victim).expect("victim present");
             if p.dirty {
+                self.note_write_back(victim);
                 let bytes = p.bytes.into_vec();
                 self.evicting.insert(victim, bytes.clone());
                 out.push(Evicted {
@@ -276,6 +320,9 @@ impl Table {
             })
             .collect();
         out.sort_unstable_by_key(|(k, _)| *k);
+        for &(page, _) in &out {
+            self.note_write_back(page);
+        }
         out
     }
 

@@ -2,7 +2,7 @@
 //! placed and cleared at create (in the reserve the config leaves before the region, before
 //! the log's reserve when there is one), and turned into the engine's setup at open.
 
-use super::{Area, VolumeRecord, METADATA_AREA_BYTES};
+use super::{Area, Superblock, VolumeRecord, METADATA_AREA_BYTES};
 use crate::checksum::{area_bytes, ChecksumArea, ChecksumSetup};
 use crate::member::Member;
 use nbraid_layout::Node;
@@ -47,20 +47,211 @@ pub(super) async fn place(
 
 /// The engine's checksum setup from the records by role (`None`: the volume keeps none).
 /// `clean`: every record says the volume was shut down cleanly, so every entry is trusted.
-pub(super) fn setup(name: &str, records: &[Option<VolumeRecord>]) -> Option<ChecksumSetup> {
-    let areas: Vec<Option<ChecksumArea>> = records
+/// A role with no record (its member missing) gets the place its area has beside its region
+/// on the others ([`inferred_area`]): a spare rebuilt into it carries the role's area there.
+pub(super) fn setup(
+    name: &str,
+    tree: &Node,
+    records: &[Option<VolumeRecord>],
+) -> Option<ChecksumSetup> {
+    let recorded: Vec<Option<Area>> = records
         .iter()
-        .map(|r| {
-            let a = r.as_ref()?.checksums?;
-            Some(ChecksumArea {
+        .map(|r| r.as_ref().and_then(|r| r.checksums))
+        .collect();
+    if recorded.iter().all(Option::is_none) {
+        return None;
+    }
+    let regions = regions_by_role(tree, records.len());
+    for (role, r) in records.iter().enumerate() {
+        if r.as_ref().is_some_and(|r| r.checksums.is_none()) {
+            // A member added by a reshape (or a spare from before spares carried areas).
+            tracing::warn!(
+                "volume {name}: member {role} has no checksum area: its blocks are not checked (the others' are)"
+            );
+        }
+    }
+    let areas = (0..records.len())
+        .map(|role| match &records[role] {
+            Some(r) => r.checksums,
+            None => inferred_area(&regions, &recorded, role),
+        })
+        .map(|a| {
+            a.map(|a| ChecksumArea {
                 offset_bytes: a.offset,
                 len_bytes: a.len,
             })
         })
         .collect();
-    if areas.iter().all(Option::is_none) {
-        return None;
-    }
     let clean = records.iter().flatten().all(|r| r.clean);
     Some(ChecksumSetup::new(name, areas, clean))
+}
+
+/// Each role's region (start, length) in the tree.
+fn regions_by_role(tree: &Node, roles: usize) -> Vec<Option<(u64, u64)>> {
+    let mut regions = vec![None; roles];
+    tree.visit_members(&mut |m| {
+        if let Some(r) = regions.get_mut(m.index) {
+            *r = Some((m.start, m.len));
+        }
+    });
+    regions
+}
+
+/// Where role `role`'s area is when no record of it was read: every member's area lies the
+/// same distance before its region (the config's reserves), so the first role with a
+/// recorded area says where; its length is the one `role`'s region needs. `None` when no
+/// role says, or the place would not be a valid area.
+fn inferred_area(
+    regions: &[Option<(u64, u64)>],
+    recorded: &[Option<Area>],
+    role: usize,
+) -> Option<Area> {
+    let (start, len) = regions.get(role).copied().flatten()?;
+    let gap = recorded
+        .iter()
+        .zip(regions)
+        .find_map(|(a, r)| r.as_ref()?.0.checked_sub(a.as_ref()?.offset))?;
+    let offset = start.checked_sub(gap)?;
+    let need = area_bytes(len);
+    (offset >= METADATA_AREA_BYTES && offset % 4096 == 0 && offset + need <= start)
+        .then_some(Area { offset, len: need })
+}
+
+/// Role `role`'s checksum area for a member taking the role (a spare rebuilt into it, a
+/// replacement): where the role's area is on every member that plays it (the engine's
+/// setup), so the leaf over the role's region finds it there. Refused by name when another
+/// volume's record on `member` (`others`) uses the place; cleared when `blank` (a replacement
+/// gets its member's entries copied instead: `handover.rs`). `None`: the role keeps none.
+pub(super) async fn for_newcomer(
+    setup: Option<&ChecksumSetup>,
+    role: usize,
+    member: &dyn Member,
+    others: Option<&Superblock>,
+    blank: bool,
+) -> Result<Option<Area>, String> {
+    let Some(a) = setup.and_then(|s| s.area(role)) else {
+        return Ok(None);
+    };
+    let area = Area {
+        offset: a.offset_bytes,
+        len: a.len_bytes,
+    };
+    if super::areas::overlaps_recorded(others, area) || area.offset + area.len > member.len() {
+        return Err(format!(
+            "`{}`: the role's checksum area (bytes {}..{}) is taken by another volume's record or past the member's end",
+            member.name(),
+            area.offset,
+            area.offset + area.len
+        ));
+    }
+    if blank {
+        // Old bytes there could pass for entries: every block starts "no checksum".
+        (member.write_zeroes(area.offset, area.len).await).map_err(|e| e.to_string())?;
+    }
+    Ok(Some(area))
+}
+
+/// Runs `install` (a new member, its area cleared, goes into role `role`) with the role's
+/// checksums started blank: nothing of the old member's entries or header carries over.
+pub(super) async fn install_blank<T>(
+    setup: Option<&ChecksumSetup>,
+    role: usize,
+    install: impl FnOnce() -> T,
+) -> T {
+    let regions = setup.map_or(Vec::new(), |s| s.regions_of(role));
+    let Some((first, rest)) = regions.split_first() else {
+        return install();
+    };
+    for r in rest {
+        r.start_blank(|| ()).await;
+    }
+    first.start_blank(install).await
+}
+
+/// Copies role `role`'s checksum area from `old` to its replacement `new` while the volume
+/// serves (`handover.rs`); false when it could not (the caller clears the area instead and
+/// the role's blocks go unchecked until written again).
+pub(super) async fn copy_to_replacement(
+    setup: Option<&ChecksumSetup>,
+    role: usize,
+    old: &dyn Member,
+    new: &dyn Member,
+) -> bool {
+    let regions = setup.map_or(Vec::new(), |s| s.regions_of(role));
+    match regions.as_slice() {
+        [] => true,
+        [one] => match one.copy_to(old, new).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("role {role}: the checksum area was not copied to `{}` ({e}); the role's blocks are unchecked until written again", new.name());
+                false
+            }
+        },
+        _ => false,
+    }
+}
+
+/// Swaps the replacement `new` in (`swap`) with role `role`'s checksums handed over from
+/// `old` ([`copy_to_replacement`] done), or, when `copied` is false or the hand-over fails,
+/// with its area cleared and the checksums started blank.
+pub(super) async fn swap_in_replacement<T>(
+    setup: Option<&ChecksumSetup>,
+    role: usize,
+    (old, new): (&dyn Member, &dyn Member),
+    copied: bool,
+    swap: impl FnOnce() -> T,
+) -> T {
+    let regions = setup.map_or(Vec::new(), |s| s.regions_of(role));
+    let mut swap = Some(swap);
+    if let ([one], true) = (regions.as_slice(), copied) {
+        let run = || (swap.take().expect("swapped once"))();
+        match one.hand_over(old, new, run).await {
+            Ok(t) => return t,
+            Err(e) => tracing::warn!("role {role}: the checksum area was not handed over to `{}` ({e}); the role's blocks are unchecked until written again", new.name()),
+        }
+    }
+    if let Some(a) = setup.and_then(|s| s.area(role)) {
+        if let Err(e) = new.write_zeroes(a.offset_bytes, a.len_bytes).await {
+            tracing::warn!(
+                "role {role}: clearing the checksum area of `{}`: {e}",
+                new.name()
+            );
+        }
+    }
+    install_blank(setup, role, swap.take().expect("not swapped yet")).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn a_missing_roles_area_lies_as_far_before_its_region_as_the_others() {
+        let start = METADATA_AREA_BYTES + 2 * MIB;
+        let regions = vec![Some((start, 8 * MIB)); 3];
+        let at = Area {
+            offset: METADATA_AREA_BYTES,
+            len: area_bytes(8 * MIB),
+        };
+        // Role 0's record is missing, role 1 has none read either, role 2 says where.
+        let recorded = vec![None, None, Some(at)];
+        assert_eq!(inferred_area(&regions, &recorded, 0), Some(at));
+        // A region elsewhere on its member: the same distance before it.
+        let moved = vec![Some((start + MIB, 8 * MIB)), None, Some((start, 8 * MIB))];
+        let want = Area {
+            offset: at.offset + MIB,
+            len: at.len,
+        };
+        assert_eq!(inferred_area(&moved, &recorded, 0), Some(want));
+        // Nothing recorded, or a place inside the metadata area: none.
+        assert_eq!(inferred_area(&regions, &[None, None, None], 0), None);
+        let early = vec![
+            Some((METADATA_AREA_BYTES + 4096, 8 * MIB)),
+            None,
+            Some((start, 8 * MIB)),
+        ];
+        assert_eq!(inferred_area(&early, &recorded, 0), None);
+    }
 }

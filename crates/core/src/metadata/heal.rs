@@ -28,6 +28,7 @@
 //! commit reaches them). The pass itself is in `heal/rebuild.rs`.
 
 use super::areas::free_area_avoiding;
+use super::checksum_area;
 use super::disk_rule::{may_write, Allowed, Consent, Refused, Writer};
 use super::error::ArrayError;
 use super::member_meta::MemberMeta;
@@ -184,8 +185,10 @@ impl Heal {
                 checkpoint_bytes: 0,
             },
         };
-        let area = write_role_record(p, role, &meta, &next, None).await?;
-        p.volume.install_member(role, meta.member().clone())?;
+        let area = write_role_record(p, role, &meta, &next, (None, true)).await?;
+        // Its area was cleared: the role's checksums start blank with it.
+        let install = || p.volume.install_member(role, meta.member().clone());
+        checksum_area::install_blank(checksums(p), role, install).await?;
         p.records.set_meta(&rec, role, Some(meta));
         if let Some(b) = p.bitmap {
             b.set_area(role, area);
@@ -340,15 +343,21 @@ async fn newcomer_id(
     }
 }
 
+/// The volume's checksum setup (`None`: it keeps none).
+fn checksums(p: Parts<'_>) -> Option<&crate::checksum::ChecksumSetup> {
+    p.volume.options().checksums.as_ref()
+}
+
 /// Writes `rec` as `meta`'s record of `role` (replacing any old record of this volume
 /// there; `rec` names `meta`'s id in the role), with a fresh bitmap area holding `bitmap`
-/// (zeroes when `None`). Returns the bitmap area.
+/// (zeroes when `None`) and the role's checksum area (cleared when `blank_checksums`; a
+/// replacement's was copied). Returns the bitmap area.
 async fn write_role_record(
     p: Parts<'_>,
     role: usize,
     meta: &MemberMeta,
     rec: &Recorded,
-    bitmap: Option<Vec<u8>>,
+    (bitmap, blank_checksums): (Option<Vec<u8>>, bool),
 ) -> Result<Option<Area>, ArrayError> {
     let uuid = rec.members[role].uuid;
     let mut others = meta.sb.lock().await.clone();
@@ -357,6 +366,11 @@ async fn write_role_record(
     }
     let ppl = place_role_log(p, role, meta, others.as_ref()).await?;
     let bitmap_area = place_role_bitmap(p, meta, others.as_ref(), ppl, bitmap).await?;
+    let member = meta.member().as_ref();
+    let checksums =
+        checksum_area::for_newcomer(checksums(p), role, member, others.as_ref(), blank_checksums)
+            .await
+            .map_err(|e| p.refuse(e))?;
     let record = VolumeRecord {
         array: p.id(),
         name: p.name().to_string(),
@@ -367,7 +381,7 @@ async fn write_role_record(
         tree: p.volume.geometry().root().clone(),
         bitmap: bitmap_area,
         ppl,
-        checksums: None,
+        checksums,
         scrub: rec.scrub,
         added_paths: rec.added_paths.clone(),
         reshape: None, // assembly refuses a volume mid-reshape: a running array has none

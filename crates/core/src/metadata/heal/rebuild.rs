@@ -2,8 +2,9 @@
 //! or replaced is copied by the engine's online rebuild ([`crate::rebuild`]), checkpointed
 //! in the records, and made current — recorded first, then read.
 
-use super::{newcomer_id, write_role_record, Heal, RebuildReport};
+use super::{checksums, newcomer_id, write_role_record, Heal, RebuildReport};
 use crate::error::VolumeResult;
+use crate::metadata::checksum_area;
 use crate::metadata::error::ArrayError;
 use crate::metadata::member_meta::MemberMeta;
 use crate::metadata::parts::Parts;
@@ -169,6 +170,9 @@ async fn swap_in(p: Parts<'_>, r: usize, meta: Arc<MemberMeta>) -> Result<bool, 
     if p.volume.table().slot(r).replacement().is_none() {
         return Ok(false);
     }
+    // Its data is its member's, so are its entries: copied while the volume serves.
+    let (serving, new) = (p.volume.member(r), meta.member().clone());
+    let copied = checksum_area::copy_to_replacement(checksums(p), r, &*serving, &*new).await;
     let mut rec = p.records.lock().await;
     // The bitmap writer stays held until the swap: the replacement misses no update.
     let (_bitmap, image) = match p.bitmap {
@@ -199,7 +203,7 @@ async fn swap_in(p: Parts<'_>, r: usize, meta: Arc<MemberMeta>) -> Result<bool, 
             ),
         }
     }
-    let area = write_role_record(p, r, &meta, &next, image).await?;
+    let area = write_role_record(p, r, &meta, &next, (image, !copied)).await?;
     rec.members[r] = next.members[r];
     rec.added_paths = next.added_paths.clone();
     p.records.set_meta(&rec, r, Some(meta));
@@ -209,7 +213,8 @@ async fn swap_in(p: Parts<'_>, r: usize, meta: Arc<MemberMeta>) -> Result<bool, 
     // Both members take every write until the swap: whichever the records name holds
     // everything.
     p.records.commit(&mut rec).await?;
-    p.volume.complete_rebuild(r);
+    let swap = || p.volume.complete_rebuild(r);
+    checksum_area::swap_in_replacement(checksums(p), r, (&*serving, &*new), copied, swap).await;
     tracing::info!("volume `{}`: role {r} replaced", p.name());
     Ok(true)
 }

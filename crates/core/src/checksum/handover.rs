@@ -1,0 +1,119 @@
+//! A region's checksums when its role changes member: a new member rebuilt into a failed role
+//! starts from a blank area, and a replacement takes over its member's entries.
+//!
+//! - **New member** ([`LeafChecksums::start_blank`]): its area was cleared (every entry "no
+//!   checksum"); the cache and the header state, which were the old member's, are dropped
+//!   under the whole region's lock, and the member is installed inside it. From then on the
+//!   rebuild's writes give every block its checksum, with the header bit made durable on the
+//!   new member first (the crash rule holds from the first write).
+//! - **Replacement** ([`LeafChecksums::copy_to`], then [`LeafChecksums::hand_over`]): its
+//!   data is a copy of its member's, so its entries are the member's too. The area is copied
+//!   while clients keep writing (header first, every bit set, so a crash before the swap
+//!   distrusts the copy instead of trusting a lagging entry); pages written back to the old
+//!   member meanwhile are noted, and at the swap, with the region locked and write-backs
+//!   held, those are copied again and the real header written. The stall is the pages
+//!   written back since the copy, not the area.
+
+use super::table::Table;
+use super::{LeafChecksums, HEADER_BYTES, PAGE_BYTES};
+use crate::buf::Buf;
+use crate::member::{Member, MemberResult};
+use std::sync::atomic::Ordering::Relaxed;
+
+impl LeafChecksums {
+    /// Drops every entry and header bit held for the old member of this region (its new
+    /// member's area was just cleared) and runs `install` with no request of the region in
+    /// flight, so none straddles the two members.
+    pub async fn start_blank<T>(&self, install: impl FnOnce() -> T) -> T {
+        let _all = self.writes.lock(0, self.len_bytes, true).await;
+        let _backs = self.write_backs.lock().await;
+        let _header = self.header_lock.lock().await;
+        *self.table.lock() = self.blank_table();
+        // A cleared area has nothing to distrust: no header to read.
+        self.opened.store(true, Relaxed);
+        install()
+    }
+
+    fn blank_table(&self) -> Table {
+        let old = self.table.lock();
+        Table::new(old.header_bits(), old.pages_per_group(), old.max_pages())
+    }
+
+    /// The newest bytes of entry page `page`: the cache's, a write-back's in flight, or the
+    /// old member's.
+    async fn newest_page(&self, old: &dyn Member, page: u64) -> MemberResult<Vec<u8>> {
+        let held = {
+            let t = self.table.lock();
+            t.page_bytes(page).or_else(|| t.evicting(page))
+        };
+        if let Some(bytes) = held {
+            return Ok(bytes);
+        }
+        let bytes = old
+            .read(self.page_offset(page), Buf::new(PAGE_BYTES as usize))
+            .await?
+            .to_vec();
+        Ok(self.table.lock().as_loaded(page, bytes))
+    }
+
+    async fn write_page(&self, new: &dyn Member, page: u64, bytes: &[u8]) -> MemberResult<()> {
+        new.write(
+            self.page_offset(page),
+            Buf::copy_from(bytes).freeze(),
+            false,
+        )
+        .await
+    }
+
+    /// Copies the area from `old` (the member serving the region) onto `new` (its
+    /// replacement) while requests go on; notes the pages written back from now on for
+    /// [`LeafChecksums::hand_over`].
+    pub async fn copy_to(&self, old: &dyn Member, new: &dyn Member) -> MemberResult<()> {
+        // After an unclean start: which groups' entries on `old` may lag.
+        self.open(old).await?;
+        {
+            // No write-back in flight unnoted: one taken before the noting starts has landed.
+            let _backs = self.write_backs.lock().await;
+            self.table.lock().start_noting_write_backs();
+        }
+        let header = vec![0xff; HEADER_BYTES as usize];
+        new.write(
+            self.area.offset_bytes,
+            Buf::copy_from(&header).freeze(),
+            true,
+        )
+        .await?;
+        for page in 0..super::entry::pages(self.len_bytes) {
+            let bytes = self.newest_page(old, page).await?;
+            self.write_page(new, page, &bytes).await?;
+        }
+        Ok(())
+    }
+
+    /// Finishes [`LeafChecksums::copy_to`]: with the region locked and write-backs held, the
+    /// pages written back since are copied again, the header written as it is, and `swap`
+    /// (which makes `new` the region's member) runs before anything else touches the area.
+    pub async fn hand_over<T>(
+        &self,
+        old: &dyn Member,
+        new: &dyn Member,
+        swap: impl FnOnce() -> T,
+    ) -> MemberResult<T> {
+        let _all = self.writes.lock(0, self.len_bytes, true).await;
+        let _backs = self.write_backs.lock().await;
+        let _header = self.header_lock.lock().await;
+        let again = self.table.lock().stop_noting_write_backs();
+        for page in again {
+            let bytes = self.newest_page(old, page).await?;
+            self.write_page(new, page, &bytes).await?;
+        }
+        let header = self.table.lock().header.to_bytes(HEADER_BYTES as usize);
+        new.write(
+            self.area.offset_bytes,
+            Buf::copy_from(&header).freeze(),
+            true,
+        )
+        .await?;
+        Ok(swap())
+    }
+}
