@@ -85,6 +85,11 @@ impl MirrorNode {
         plan(self.policy, offset, len, &mut views, self.seq_piece, tick)
     }
 
+    /// Counts a read sent to `copy` outside a plan (a plan counts its own).
+    fn start_reading(&self, copy: usize) {
+        self.views.lock()[copy].pending += 1;
+    }
+
     fn done_reading(&self, copy: usize) {
         let mut v = self.views.lock();
         v[copy].pending = v[copy].pending.saturating_sub(1);
@@ -370,24 +375,36 @@ impl NodeIo for MirrorNode {
             let lens: Vec<u64> = bufs.iter().map(|b| b.len() as u64).collect();
             // One copy for the whole run when the chooser keeps it in one piece.
             let parts = self.plan_read(offset, len);
+            let mut failed_copy = None;
             if let [(_, _, copy)] = parts[..] {
                 let r = self.children[copy].read_vectored(offset, bufs).await;
                 self.done_reading(copy);
-                if let Ok(got) = r {
-                    return Ok(got);
+                match r {
+                    Ok(got) => return Ok(got),
+                    Err(_) => failed_copy = Some(copy),
                 }
             } else {
                 for &(_, _, copy) in &parts {
                     self.done_reading(copy);
                 }
             }
-            // Long runs, and any error: buffer by buffer, with fallback and repair.
+            // Long runs, and any error: buffer by buffer, with fallback and repair. After an
+            // error each buffer starts on the copy that failed: the buffer holding the bad
+            // block fails there again and is repaired from another copy (a chooser free to
+            // pick another copy first would serve good bytes and leave the bad ones).
             let futs: Vec<_> = lens
                 .iter()
                 .scan(offset, |at, &l| {
                     let o = *at;
                     *at += l;
-                    Some(self.read(o, Buf::new(l as usize)))
+                    let buf = Buf::new(l as usize);
+                    Some(match failed_copy {
+                        Some(copy) => {
+                            self.start_reading(copy);
+                            self.read_piece(o, buf, copy).boxed()
+                        }
+                        None => self.read(o, buf),
+                    })
                 })
                 .collect();
             collect_bufs(join_all(futs).await)
