@@ -345,6 +345,27 @@ pub async fn start_volume_with(
     })
 }
 
+/// The engine's options for volume `v`'s array (`member_ids`: by position, for its
+/// messages; `force`: assembled by force past its tolerance). The daemon opens a volume
+/// again with them when an online reshape starts and ends.
+pub fn array_options(v: &config::Volume, member_ids: Vec<String>, force: bool) -> ArrayOptions {
+    ArrayOptions {
+        volume: volume_options(v),
+        bitmap_chunk_bytes: v.metadata.bitmap_chunk_bytes,
+        ppl: v.metadata.ppl,
+        // A region is recorded clean after the same quiet time as the whole volume.
+        bitmap_clear_delay: v
+            .metadata
+            .clean_delay
+            .unwrap_or(nbraid_core::metadata::intent::DEFAULT_CLEAR_DELAY),
+        ppl_area_before_region_bytes: v.metadata.ppl_log_bytes,
+        checksum_area_before_region_bytes: v.metadata.checksum_reserve_bytes,
+        checksum_errors_to_fail: Some(v.metadata.checksum_error_limit),
+        force_assembly: force,
+        member_ids,
+    }
+}
+
 /// One volume's start: what it is started from.
 struct VolumeStart<'a> {
     config: &'a Config,
@@ -363,22 +384,7 @@ impl VolumeStart<'_> {
 
     /// The engine's options for the array.
     fn array_options(&self) -> ArrayOptions {
-        let v = self.v;
-        ArrayOptions {
-            volume: volume_options(v),
-            bitmap_chunk_bytes: v.metadata.bitmap_chunk_bytes,
-            ppl: v.metadata.ppl,
-            // A region is recorded clean after the same quiet time as the whole volume.
-            bitmap_clear_delay: v
-                .metadata
-                .clean_delay
-                .unwrap_or(nbraid_core::metadata::intent::DEFAULT_CLEAR_DELAY),
-            ppl_area_before_region_bytes: v.metadata.ppl_log_bytes,
-            checksum_area_before_region_bytes: v.metadata.checksum_reserve_bytes,
-            checksum_errors_to_fail: Some(v.metadata.checksum_error_limit),
-            force_assembly: self.force,
-            member_ids: self.member_ids(),
-        }
+        array_options(self.v, self.member_ids(), self.force)
     }
 
     /// Creates the array or opens it by its superblocks (the members, then the spares, then

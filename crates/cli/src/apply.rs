@@ -5,11 +5,12 @@
 //! `nbraid_assembly::reshape_plan`'s; the records are read as `nbraid check` reads them (plain
 //! reads of the superblock slots, which the daemon keeps current; nothing is written).
 //!
-//! `--yes` starts the planned restripes **while no daemon runs** ([`start_offline`]): it writes
-//! the records that start each one (`Array::start_reshape`), and the daemon's next start
-//! copies on in the background while serving, checkpointing as it goes. Against a running
-//! daemon `--yes` starts nothing yet and says so (and fails): starting a reshape under a
-//! served volume needs the daemon to reopen it, not in this build.
+//! `--yes` against a running daemon asks it to start each planned restripe **online**
+//! (the control socket's `reshape`, [`start_online`]): the daemon checks the plan against its
+//! live array by the same rules, writes the records that start it, opens the volume again
+//! over the old and added members and copies on while serving. With no daemon running
+//! ([`start_offline`]) it writes the records itself (`Array::start_reshape`), and the
+//! daemon's next start copies on in the background while serving.
 
 use crate::ops::{Client, Target};
 use anyhow::{bail, Context, Result};
@@ -24,16 +25,14 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-/// The plan printed, and nothing started although `--yes` asked: `.0` is the output.
+/// The plan printed, and a move `--yes` asked for not started: `.0` is the output, `.1`
+/// why (the daemon's refusal).
 #[derive(Debug)]
-pub struct NotStarted(pub String);
+pub struct NotStarted(pub String, pub String);
 
 impl fmt::Display for NotStarted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(
-            "nothing was started: a reshape starts while no daemon runs (stop nbraidd, run \
-             `nbraid apply --yes` again, start nbraidd: it copies on while serving)",
-        )
+        f.write_str(&self.1)
     }
 }
 
@@ -83,6 +82,11 @@ pub fn run(file: &Path, yes: bool, force: bool, json: bool) -> Result<String> {
     let moves = plans
         .iter()
         .any(|(p, _)| matches!(p.action, Action::Online(_)));
+    let started = match yes && moves {
+        true => start_online(&mut daemon, file, &plans, force),
+        false => Ok(Vec::new()),
+    };
+    let done = started.as_ref().map_or(&[][..], |s| &s[..]);
     let out = if json {
         let volumes: Vec<_> = plans
             .iter()
@@ -94,7 +98,9 @@ pub fn run(file: &Path, yes: bool, force: bool, json: bool) -> Result<String> {
             .collect();
         format!(
             "{}\n",
-            serde_json::to_string_pretty(&json!({ "volumes": volumes, "started": false }))?
+            serde_json::to_string_pretty(
+                &json!({ "volumes": volumes, "started": !done.is_empty(), "started_volumes": done })
+            )?
         )
     } else {
         let mut out = String::new();
@@ -103,20 +109,63 @@ pub fn run(file: &Path, yes: bool, force: bool, json: bool) -> Result<String> {
             if !served {
                 out.push_str("  note: the daemon does not serve this volume\n");
             }
+            if done.contains(&p.volume) {
+                out.push_str(
+                    "  started online: copying into the new shape while serving (`nbraid status` shows it)\n",
+                );
+            }
         }
         if moves && !yes {
             out.push_str(&format!(
-                "\n`nbraid apply {} --yes` starts the moves above (with nbraidd stopped: its \
-                 next start copies on while serving)\n",
+                "\n`nbraid apply {} --yes` starts the moves above, online while the volumes serve\n",
                 file.display()
             ));
         }
         out
     };
-    if yes && moves {
-        return Err(NotStarted(out).into());
+    match started {
+        Ok(_) => Ok(out),
+        Err(why) => Err(NotStarted(out, format!("{why:#}")).into()),
     }
-    Ok(out)
+}
+
+/// `--yes` with the daemon running: asks it to start each planned move online, in config
+/// order; the volumes started, or the first refusal (the moves before it are started).
+fn start_online(
+    daemon: &mut Client,
+    file: &Path,
+    plans: &[(VolumePlan, bool)],
+    force: bool,
+) -> Result<Vec<String>> {
+    let config = std::fs::canonicalize(file)
+        .with_context(|| format!("finding {}", file.display()))?
+        .to_string_lossy()
+        .into_owned();
+    let mut started = Vec::new();
+    for (p, served) in plans {
+        if !matches!(p.action, Action::Online(_)) {
+            continue;
+        }
+        if !served {
+            bail!("volume {}: the daemon does not serve it", p.volume);
+        }
+        let req = Request::Reshape {
+            volume: p.volume.clone(),
+            config: config.clone(),
+            force,
+        };
+        let reply = daemon.call(&req).with_context(|| {
+            let before = match started.is_empty() {
+                true => String::new(),
+                false => format!(" (started: {})", started.join(", ")),
+            };
+            format!("volume {}: not started{before}", p.volume)
+        })?;
+        if reply["started"] == json!(true) {
+            started.push(p.volume.clone());
+        }
+    }
+    Ok(started)
 }
 
 /// `--yes` with no daemon running: for every volume whose plan is a restripe, opens it from

@@ -121,11 +121,23 @@ fn apply_plans_against_the_running_daemon_and_starts_nothing_it_cannot_do() {
     assert_eq!(plan["seconds_at_rate"], 4, "{plan}");
     assert_eq!(v["started"], false);
 
-    // --yes against a running daemon: nothing starts (only with nbraidd stopped), and it says so.
+    // --yes against a running daemon starts the move online, unless the daemon refuses it:
+    // here a scrub runs, and the refusal names it (the plan printed all the same).
+    let scrub = br#"{"v":1,"op":"scrub","volume":"db","rate_bytes_per_s":1048576}"#;
+    let replies = exchange(&daemon.control, &[scrub]);
+    assert_eq!(replies[0]["ok"], true, "{}", replies[0]);
     let (success, out, err) = run(&["apply", cfg, "--yes"]);
     assert!(!success, "{out}");
     assert!(out.contains("raid6 of 5 members"), "{out}");
-    assert!(err.contains("nothing was started"), "{err}");
+    assert!(
+        err.contains("volume db: not started") && err.contains("a scrub is running"),
+        "{err}"
+    );
+    let replies = exchange(
+        &daemon.control,
+        &[br#"{"v":1,"op":"cancel","volume":"db"}"#],
+    );
+    assert_eq!(replies[0]["ok"], true, "{}", replies[0]);
 
     // RAID 5 → RAID 0 is refused online, with the reason.
     config(dir.path(), "raid0", 3);

@@ -1,16 +1,21 @@
-//! A reshape through the real binaries: a RAID 5 of three members serving data grows to four
-//! with `nbraid apply --yes` (no daemon running: it writes the records that start the move;
-//! the next `nbraidd` copies on while serving), then moves to RAID 6 with a fifth member and
-//! is SIGKILLed mid-way; after the restart the reshape finishes, every byte reads back, the
-//! size grew, and two failed members are survived. Needs `nbdcopy` (fails loudly without);
-//! `nbraidd` is the one built beside `nbraid` (`cargo build --bin nbraidd`).
+//! A reshape through the real binaries, online: a RAID 5 of three members serving data grows
+//! to four with `nbraid apply --yes` against the running daemon while an NBD client keeps
+//! writing and reading (every read checked against a model of the volume); the new size is
+//! what a new connection sees (nbdinfo). Then it moves to RAID 6 with a fifth member, the
+//! daemon is SIGKILLed mid-way; after the restart the reshape finishes, every byte reads back,
+//! and two failed members are survived. Needs `nbdcopy` and `nbdinfo` (fails loudly
+//! without); `nbraidd` is the one built beside `nbraid` (`cargo build --bin nbraidd`).
 
 mod common;
 
+use bytes::Bytes;
 use common::*;
+use nbraid_nbd::client::Client;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// `arrays.toml`: volume `db` of `level` over the first `members` of d0..d4 (9 MiB files: 1 MiB
@@ -39,6 +44,21 @@ fn copy(nbdcopy: &Path, from: &Path, to: &str) {
     );
 }
 
+/// The size a new NBD connection sees, by nbdinfo.
+fn size_seen(nbdinfo: &Path, uri: &str) -> u64 {
+    let out = ok(
+        Command::new(nbdinfo)
+            .arg("--size")
+            .arg(uri)
+            .output()
+            .unwrap(),
+        "nbdinfo --size",
+    );
+    out.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{out:?}: {e}"))
+}
+
 /// Polls `status` until `done` holds (60 s at most).
 fn wait(cfg: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -52,15 +72,77 @@ fn wait(cfg: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
     }
 }
 
-fn reshape_done(v: &Value) -> bool {
-    v["reshape"]["state"] == "done"
+fn reshape_done_at(v: &Value, capacity: u64) -> bool {
+    v["reshape"]["state"] == "done" && v["capacity_bytes"].as_u64() == Some(capacity)
+}
+
+/// An NBD client writing 64 KiB pieces at seeded 4 KiB-aligned places of `[0, len)` and
+/// reading others back, until told to stop; every read is checked against `model` (the
+/// volume's bytes, kept in step with every acknowledged write). Returns how many rounds ran.
+fn client(
+    uri: String,
+    model: Arc<Mutex<Vec<u8>>>,
+    len: u64,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    const PIECE: u64 = 64 << 10;
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let c = Client::connect(&uri).await.expect("connect");
+            let mut rounds = 0u64;
+            let mut x = 0x9E37_79B9_7F4A_7C15u64;
+            let mut next = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            while !stop.load(SeqCst) {
+                let at = next() % ((len - PIECE) / 4096) * 4096;
+                let bytes = seeded_bytes(next() | 1, PIECE);
+                c.write(at, Bytes::from(bytes.clone()))
+                    .await
+                    .expect("write");
+                model.lock().unwrap()[at as usize..(at + PIECE) as usize].copy_from_slice(&bytes);
+                let from = next() % ((len - PIECE) / 4096) * 4096;
+                let got = c.read(from, PIECE as usize).await.expect("read");
+                let want = model.lock().unwrap()[from as usize..(from + PIECE) as usize].to_vec();
+                assert!(
+                    got[..] == want[..],
+                    "read at {from} differs from what was written"
+                );
+                rounds += 1;
+            }
+            c.flush().await.expect("flush");
+            rounds
+        })
+    })
+}
+
+/// The first `data.len()` bytes of the volume are `data`.
+fn prefix_reads_back(nbdcopy: &Path, dir: &Path, uri: &str, data: &[u8]) {
+    let out = dir.join("out.img");
+    let _ = std::fs::remove_file(&out);
+    ok(
+        Command::new(nbdcopy).arg(uri).arg(&out).output().unwrap(),
+        "nbdcopy out of the volume",
+    );
+    let got = std::fs::read(&out).unwrap();
+    assert!(
+        got.len() >= data.len() && got[..data.len()] == *data,
+        "the volume reads back what was written"
+    );
 }
 
 #[test]
-fn raid5_grows_then_moves_to_raid6_through_a_sigkill() {
-    let nbdcopy = require("nbdcopy");
+fn raid5_grows_online_then_moves_to_raid6_through_a_sigkill() {
+    let (nbdcopy, nbdinfo) = (require("nbdcopy"), require("nbdinfo"));
     let dir = tempfile::tempdir().unwrap();
-    let file = config(dir.path(), "raid5", 3, "64MiB");
+    let file = config(dir.path(), "raid5", 3, "4MiB");
     let cfg = file.to_str().unwrap();
     ok(nbraid(&["create", cfg]), "create");
 
@@ -71,36 +153,39 @@ fn raid5_grows_then_moves_to_raid6_through_a_sigkill() {
     let src = dir.path().join("src.img");
     std::fs::write(&src, &data).unwrap();
     copy(&nbdcopy, &src, &uri);
-    d.stop();
 
-    // RAID 5 of 3 → 4.
-    config(dir.path(), "raid5", 4, "64MiB");
+    // RAID 5 of 3 → 4, online, while a client writes and reads.
+    let model = Arc::new(Mutex::new(data));
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy = client(uri.clone(), model.clone(), cap, stop.clone());
+    config(dir.path(), "raid5", 4, "4MiB");
     let out = ok(nbraid(&["apply", cfg, "--yes"]), "apply --yes");
     assert!(out.contains("~ members 3 → 4"), "{out}");
-    assert!(out.contains("started"), "{out}");
-    let (mut d, uri) = serve(&file, "db");
-    wait(cfg, "the reshape to 4 members", reshape_done);
-    reads_back(&nbdcopy, dir.path(), &uri, &data);
-    d.stop();
-    let (mut d, uri) = serve(&file, "db");
+    assert!(out.contains("started online"), "{out}");
     let v = status_of(cfg, "db");
+    assert!(!v["reshape"].is_null(), "status shows the reshape: {v:#}");
+    wait(cfg, "the reshape to 4 members", |v| {
+        reshape_done_at(v, 21 * MIB)
+    });
+    stop.store(true, SeqCst);
+    let rounds = busy.join().expect("the client saw every byte it wrote");
+    assert!(rounds > 0, "the client ran during the reshape");
     assert_eq!(
-        v["capacity_bytes"].as_u64(),
-        Some(21 * MIB),
-        "the size grew"
+        size_seen(&nbdinfo, &uri),
+        21 * MIB,
+        "a new connection sees the new size"
     );
-    assert!(v["reshape"].is_null(), "no reshape left: {v:#}");
-    let mut data = data;
+    let mut data = model.lock().unwrap().clone();
+    prefix_reads_back(&nbdcopy, dir.path(), &uri, &data);
     data.extend(seeded_bytes(6, 7 * MIB));
     std::fs::write(&src, &data).unwrap();
     copy(&nbdcopy, &src, &uri);
-    d.stop();
 
-    // RAID 5 of 4 → RAID 6 of 5, slowly enough to be killed mid-way.
-    config(dir.path(), "raid6", 5, "2MiB");
+    // RAID 5 of 4 → RAID 6 of 5, online and slowly enough to be killed mid-way.
+    config(dir.path(), "raid6", 5, "1MiB");
     let out = ok(nbraid(&["apply", cfg, "--yes"]), "apply --yes to raid6");
-    assert!(out.contains("started"), "{out}");
-    let (mut d, _) = serve(&file, "db");
+    assert!(out.contains("~ level raid5 → raid6"), "{out}");
+    assert!(out.contains("started online"), "{out}");
     wait(cfg, "the reshape to move", |v| {
         v["reshape"]["position_bytes"].as_u64().unwrap_or(0) > 0
     });
@@ -110,14 +195,17 @@ fn raid5_grows_then_moves_to_raid6_through_a_sigkill() {
     let (mut d, uri) = serve(&file, "db");
     let v = status_of(cfg, "db");
     assert!(!v["reshape"].is_null(), "the restart carries on: {v:#}");
-    wait(cfg, "the reshape to RAID 6", reshape_done);
-    reads_back(&nbdcopy, dir.path(), &uri, &data);
+    wait(cfg, "the reshape to RAID 6", |v| {
+        reshape_done_at(v, 21 * MIB)
+    });
+    prefix_reads_back(&nbdcopy, dir.path(), &uri, &data);
     d.stop();
 
     let (mut d, uri) = serve(&file, "db");
     let v = status_of(cfg, "db");
     assert_eq!(v["level"], "raid6", "{v:#}");
     assert_eq!(v["capacity_bytes"].as_u64(), Some(21 * MIB));
+    assert!(v["reshape"].is_null(), "no reshape left: {v:#}");
     ok(nbraid(&["fail", "db", "d1", "--config", cfg]), "fail d1");
     ok(nbraid(&["fail", "db", "d3", "--config", cfg]), "fail d3");
     reads_back(&nbdcopy, dir.path(), &uri, &data);

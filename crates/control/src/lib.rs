@@ -26,6 +26,7 @@
 //! | `replace` | `volume`, `member`, `path` | `index`, `rebuild` |
 //! | `events` | `follow` (bool, default false) | `events`: the latest (at most 256); with `follow`, then one line `{"v":1,"event":...}` per event until the client closes |
 //! | `rebuild` | `volume`, `rate_bytes_per_s`, `adaptive` (as for `scrub`; both absent: a running rebuild keeps its rate, one started runs at the volume's `rebuild_rate`) | `rebuild`: progress |
+//! | `reshape` | `volume`, `config` (the path of the config declaring the shape it should have), `force` (bool: added members may be written although the disk write rule refuses) | `plan`: the plan started, `reshape`: progress |
 //!
 //! Rebuilds that `add` and `replace` start run at the volume's `rebuild_rate`, like the ones
 //! the daemon starts by itself; a rebuild already running keeps its rate.
@@ -96,6 +97,14 @@ pub enum Request {
     /// The latest events (the daemon's `events`); `follow`: then every later one, streamed.
     Events {
         follow: bool,
+    },
+    /// Start reshaping `volume` online into the shape the config at `config` declares
+    /// (`nbraid apply --yes`); `force`: added members may be written although the disk write
+    /// rule refuses them.
+    Reshape {
+        volume: String,
+        config: String,
+        force: bool,
     },
 }
 
@@ -194,6 +203,11 @@ impl Request {
                 }
             }
             Request::Events { follow } => json!({"op": "events", "follow": follow}),
+            Request::Reshape {
+                volume,
+                config,
+                force,
+            } => json!({"op": "reshape", "volume": volume, "config": config, "force": force}),
         };
         fields["v"] = json!(VERSION);
         fields
@@ -270,6 +284,21 @@ fn bool_field(o: &Map<String, Value>, key: &str, op: &str) -> Result<bool, Refus
     }
 }
 
+/// Every field a request may carry.
+const FIELDS: [&str; 11] = [
+    "v",
+    "op",
+    "volume",
+    "member",
+    "repair",
+    "rate_bytes_per_s",
+    "adaptive",
+    "path",
+    "follow",
+    "force",
+    "config",
+];
+
 pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
     let v: Value = serde_json::from_slice(line).map_err(|e| {
         Refusal::new(
@@ -305,26 +334,14 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
         _ => {
             return Err(Refusal::new(
                 "bad-request",
-                "the request has no \"op\" string (status, fail, scrub, pause, resume, cancel, add, remove, replace, rebuild)",
+                "the request has no \"op\" string (status, fail, scrub, pause, resume, cancel, add, remove, replace, rebuild, events, reshape)",
             ))
         }
     };
-    let known = [
-        "v",
-        "op",
-        "volume",
-        "member",
-        "repair",
-        "rate_bytes_per_s",
-        "adaptive",
-        "path",
-        "follow",
-        "force",
-    ];
-    if let Some(k) = o.keys().find(|k| !known.contains(&k.as_str())) {
+    if let Some(k) = o.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(Refusal::new(
             "bad-request",
-            format!("unknown field `{k}` (fields: {})", known.join(", ")),
+            format!("unknown field `{k}` (fields: {})", FIELDS.join(", ")),
         ));
     }
     Ok(match op {
@@ -378,10 +395,15 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
         "events" => Request::Events {
             follow: bool_field(&o, "follow", op)?,
         },
+        "reshape" => Request::Reshape {
+            volume: string_field(&o, "volume", op)?,
+            config: string_field(&o, "config", op)?,
+            force: bool_field(&o, "force", op)?,
+        },
         other => {
             return Err(Refusal::new(
                 "unknown-op",
-                format!("unknown op \"{other}\" (status, fail, scrub, pause, resume, cancel, add, remove, replace, rebuild, events)"),
+                format!("unknown op \"{other}\" (status, fail, scrub, pause, resume, cancel, add, remove, replace, rebuild, events, reshape)"),
             ))
         }
     })
@@ -437,6 +459,11 @@ mod tests {
                 rate: Some(PassRate::limit(5)),
             },
             Request::Events { follow: true },
+            Request::Reshape {
+                volume: v(),
+                config: "/etc/nbraid/arrays.toml".into(),
+                force: false,
+            },
         ]
     }
 

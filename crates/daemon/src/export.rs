@@ -2,6 +2,7 @@
 
 use crate::nbd::proto::{MAX_PAYLOAD, STATE_HOLE, STATE_ZERO};
 use crate::nbd::{Export, Extent, IncomingWrite, ZeroFlags};
+use crate::served::ServedArray;
 use crate::zero_map::ZeroMap;
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -79,17 +80,19 @@ fn has_parity(node: &Node) -> bool {
 }
 
 /// What an export serves: an array that knows itself (writes mark its records dirty and its
-/// write-intent bits first), or a bare engine volume (tests).
+/// write-intent bits first; an online reshape may swap it: [`ServedArray`]), or a bare
+/// engine volume (tests).
 pub enum Backing {
-    Array(Arc<Array>),
+    Array(Arc<ServedArray>),
     Volume(Arc<Volume>),
 }
 
 impl Backing {
-    fn volume(&self) -> &Volume {
+    /// The geometry and size as served to a new connection now.
+    fn with_volume<T>(&self, f: impl FnOnce(&Volume) -> T) -> T {
         match self {
-            Backing::Array(a) => a.volume(),
-            Backing::Volume(v) => v,
+            Backing::Array(a) => f(a.get().volume()),
+            Backing::Volume(v) => f(v),
         }
     }
 
@@ -97,35 +100,38 @@ impl Backing {
     /// resyncs what it touches, so two reads never see different copies.
     async fn read(&self, offset: u64, len: u64) -> Result<Buf, VolumeError> {
         match self {
-            Backing::Array(a) => a.read(offset, len).await,
+            Backing::Array(a) => a.enter().await?.array.read(offset, len).await,
             Backing::Volume(v) => v.read(offset, len).await,
         }
     }
 
     async fn write(&self, offset: u64, buf: Buf, fua: bool) -> Result<(), VolumeError> {
         match self {
-            Backing::Array(a) => a.write(offset, buf, fua).await.map(drop),
+            Backing::Array(a) => (a.enter().await?.array.write(offset, buf, fua).await).map(drop),
             Backing::Volume(v) => v.write(offset, buf, fua).await.map(drop),
         }
     }
 
     async fn flush(&self) -> Result<(), VolumeError> {
         match self {
-            Backing::Array(a) => a.flush().await,
+            Backing::Array(a) => a.enter().await?.array.flush().await,
             Backing::Volume(v) => v.flush().await,
         }
     }
 
     async fn trim(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
         match self {
-            Backing::Array(a) => a.trim(offset, len).await,
+            Backing::Array(a) => a.enter().await?.array.trim(offset, len).await,
             Backing::Volume(v) => v.trim(offset, len).await,
         }
     }
 
     async fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> Result<(), VolumeError> {
         match self {
-            Backing::Array(a) => a.write_zeroes(offset, len, fua).await,
+            Backing::Array(a) => {
+                let entered = a.enter().await?;
+                entered.array.write_zeroes(offset, len, fua).await
+            }
             Backing::Volume(v) => v.write_zeroes(offset, len, fua).await,
         }
     }
@@ -147,8 +153,15 @@ impl VolumeExport {
         VolumeExport::with_backing(Backing::Volume(volume), read_only, description)
     }
 
+    /// Serves `array` as it is (no online reshape will swap it).
     pub fn array(array: Arc<Array>, read_only: bool, description: String) -> VolumeExport {
-        VolumeExport::with_backing(Backing::Array(array), read_only, description)
+        let served = Arc::new(ServedArray::new(array, Default::default()));
+        VolumeExport::served(served, read_only, description)
+    }
+
+    /// Serves whatever array `served` holds at each request.
+    pub fn served(served: Arc<ServedArray>, read_only: bool, description: String) -> VolumeExport {
+        VolumeExport::with_backing(Backing::Array(served), read_only, description)
     }
 
     fn with_backing(backing: Backing, read_only: bool, description: String) -> VolumeExport {
@@ -164,10 +177,6 @@ impl VolumeExport {
     /// Write-type requests (write, trim, zeroes) begun since start.
     pub fn writes_begun(&self) -> u64 {
         self.writes_begun.load(Ordering::Relaxed)
-    }
-
-    fn volume(&self) -> &Volume {
-        self.backing.volume()
     }
 
     fn begin(&self) {
@@ -241,15 +250,15 @@ fn to_io(e: VolumeError) -> io::Error {
 
 impl Export for VolumeExport {
     fn size(&self) -> u64 {
-        self.volume().capacity()
+        self.backing.with_volume(|v| v.capacity())
     }
 
     fn min_block(&self) -> u32 {
-        self.volume().block_size() as u32
+        self.backing.with_volume(|v| v.block_size() as u32)
     }
 
     fn preferred_block(&self) -> u32 {
-        preferred_block_bytes(self.volume().geometry().full_stripe_width())
+        (self.backing).with_volume(|v| preferred_block_bytes(v.geometry().full_stripe_width()))
     }
 
     fn read_only(&self) -> bool {
@@ -317,7 +326,8 @@ impl Export for VolumeExport {
         flags: ZeroFlags,
     ) -> BoxFuture<'_, io::Result<()>> {
         let len = u64::from(len);
-        if flags.fast_only && !zeroing_is_fast(self.volume().geometry().root(), offset, len) {
+        let fast = |v: &Volume| zeroing_is_fast(v.geometry().root(), offset, len);
+        if flags.fast_only && !self.backing.with_volume(fast) {
             // NBD_CMD_FLAG_FAST_ZERO: fail at once, before touching anything, when zeroing
             // would cost parity reads and writes (no faster than writing zeroes).
             let e = io::Error::new(

@@ -23,7 +23,7 @@ pub const WATCH_INTERVAL: Duration = Duration::from_millis(200);
 /// Puts spares in failed roles and makes sure a rebuild runs for whatever is being rebuilt
 /// or replaced; says loudly what it started.
 pub async fn heal_once(v: &ControlVolume) {
-    let array = &v.array;
+    let array = &v.array();
     let wanting = array.roles_wanting_a_member();
     if !wanting.is_empty() && array.spare_count() > 0 {
         match v.take_spares().await {
@@ -57,7 +57,7 @@ fn rate_text(rate: PassRate) -> String {
 /// Resumes the scrub volume `v`'s superblocks name as unfinished (a restart cut it off), at
 /// the volume's `rebuild_rate`.
 pub async fn resume_scrub(v: &ControlVolume) {
-    let Some(c) = v.array.scrub_checkpoint().await else {
+    let Some(c) = v.array().scrub_checkpoint().await else {
         return;
     };
     let ctl = Arc::new(ScrubControl::resume_at(c.repair, 0, c.position_bytes));
@@ -78,12 +78,12 @@ pub async fn resume_scrub(v: &ControlVolume) {
 /// Starts volume `v`'s background resync if its start left one (after an unclean
 /// shutdown), at the volume's `rebuild_rate`.
 pub fn start_background_resync(v: &ControlVolume) {
-    if !v.array.background_pending() {
+    if !v.array().background_pending() {
         return;
     }
     let ctl = v.new_pass(v.rebuild_rate());
     *v.resync.lock() = Some(ctl.clone());
-    let (array, name) = (v.array.clone(), v.name.clone());
+    let (array, name) = (v.array(), v.name.clone());
     let msg = format!(
         "volume {name}: not shut down cleanly: resyncing {} in the background while serving ({})",
         config::format_size(array.background_bytes()),
@@ -103,7 +103,7 @@ pub async fn watch(controls: Arc<Controls>) {
     let mut seen: Vec<Option<usize>> = vec![None; controls.volumes.len()];
     loop {
         for (v, seen) in controls.volumes.iter().zip(seen.iter_mut()) {
-            let now = v.array.volume().failed_count();
+            let now = v.array().volume().failed_count();
             if *seen != Some(now) {
                 *seen = Some(now);
                 heal_once(v).await;

@@ -14,6 +14,7 @@ pub mod heal;
 pub mod logging;
 pub mod returning;
 pub mod serve;
+pub mod served;
 pub mod service;
 pub mod zero_map;
 

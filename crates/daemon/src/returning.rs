@@ -42,11 +42,13 @@ struct Probing {
 /// The roles of `v` to probe: failed, with a member, on an NBD server. Roles that are
 /// not are forgotten from `refused`.
 fn due(v: &ControlVolume, refused: &Mutex<HashSet<usize>>) -> Vec<usize> {
-    let vol = v.array.volume();
+    let array = v.array();
+    let vol = array.volume();
     (0..vol.member_count())
         .filter(|&r| {
-            let ok =
-                vol.member_is_failed(r) && v.array.has_member(r) && is_remote(vol.member(r).name());
+            let ok = vol.member_is_failed(r)
+                && v.array().has_member(r)
+                && is_remote(vol.member(r).name());
             if !ok {
                 refused.lock().remove(&r);
             }
@@ -84,7 +86,7 @@ async fn probe_member(
 ) {
     let v = &controls.volumes[k];
     let id = v.member_ids()[r].clone();
-    match v.array.readd(r).await {
+    match v.array().readd(r).await {
         Ok(Readd::Unreachable(_)) => {}
         Ok(Readd::Resync { bytes }) => {
             say(&format!(
@@ -122,7 +124,7 @@ pub async fn watch(controls: Arc<Controls>) {
         .collect();
     loop {
         for (k, (v, p)) in controls.volumes.iter().zip(&probing).enumerate() {
-            if v.array.volume().failed_count() == 0 {
+            if v.array().volume().failed_count() == 0 {
                 p.refused.lock().clear();
                 continue;
             }

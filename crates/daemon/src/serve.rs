@@ -5,13 +5,14 @@ use crate::control::{ConfigIds, ControlServer, ControlVolume, Controls, StartRep
 use crate::events::EventBus;
 use crate::export::VolumeExport;
 use crate::nbd::{proto::MAX_PAYLOAD, Export, Limits, Listener, Server, ServerTls, TlsMode};
+use crate::served::ServedArray;
 use crate::service::{
     hook::HookQueue, latency::Latencies, metrics, notify::Notifier, observe, reload,
 };
 use anyhow::{Context, Result};
 use nbraid_assembly::assemble::{assemble_with, Assembled, StartOptions};
 use nbraid_config::{self as config, Config, Listener as ConfigListener, ServerLimits};
-use nbraid_core::metadata::{Array, CleanMark};
+use nbraid_core::metadata::CleanMark;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,17 +111,16 @@ async fn serve(config: Config, opts: &StartOptions, notifier: Arc<Notifier>) -> 
     let hangup = reload::hangup_signal()?;
     let tls = server_tls(&config)?;
     let volumes = assemble_with(&config, opts)?;
-    let controls = Arc::new(controls(&config, &volumes));
-    let served: Vec<(Arc<Array>, Arc<VolumeExport>)> = volumes
-        .iter()
-        .map(|a| {
-            let export = VolumeExport::array(a.array.clone(), a.read_only, a.description.clone());
-            (a.array.clone(), Arc::new(export))
+    let slots = served_arrays(&config, &volumes, opts);
+    let controls = Arc::new(controls(&config, &volumes, &slots));
+    let served: Vec<(Arc<ServedArray>, Arc<VolumeExport>)> = (volumes.iter().zip(&slots))
+        .map(|(a, slot)| {
+            let export = VolumeExport::served(slot.clone(), a.read_only, a.description.clone());
+            (slot.clone(), Arc::new(export))
         })
         .collect();
-    let exports: Vec<(String, Arc<dyn Export>)> = served
-        .iter()
-        .map(|(a, e)| (a.name().to_string(), e.clone() as Arc<dyn Export>))
+    let exports: Vec<(String, Arc<dyn Export>)> = (volumes.iter().zip(&served))
+        .map(|(a, (_, e))| (a.name.clone(), e.clone() as Arc<dyn Export>))
         .collect();
     let idle_tasks: Vec<_> = volumes
         .iter()
@@ -297,9 +297,10 @@ impl Background {
 
 /// Records every served array clean after the drain; an error naming those that could not
 /// be (they resync at the next start).
-async fn record_clean(served: &[(Arc<Array>, Arc<VolumeExport>)]) -> Result<()> {
+async fn record_clean(served: &[(Arc<ServedArray>, Arc<VolumeExport>)]) -> Result<()> {
     let mut unclean = Vec::new();
-    for (a, _) in served {
+    for (slot, _) in served {
+        let a = slot.get();
         let mut outcome = a.mark_clean().await;
         if matches!(outcome, Ok(CleanMark::ResyncPending)) && !a.background_pending() {
             // The background resync ended between mark_clean's look and now: there is a
@@ -326,17 +327,40 @@ async fn record_clean(served: &[(Arc<Array>, Arc<VolumeExport>)]) -> Result<()> 
     Ok(())
 }
 
-/// The control socket's view of the assembled volumes (member ids by role).
-fn controls(config: &Config, volumes: &[Assembled]) -> Controls {
-    let volumes = volumes
-        .iter()
+/// Each assembled volume's array where an online reshape can swap it, with the engine
+/// options to open it again.
+fn served_arrays(
+    config: &Config,
+    volumes: &[Assembled],
+    opts: &StartOptions,
+) -> Vec<Arc<ServedArray>> {
+    let options = |a: &Assembled| {
+        let v = config.volumes.iter().find(|v| v.name == a.name)?;
+        let force = opts.force_assemble.contains(&a.name);
+        Some(nbraid_assembly::assemble::array_options(
+            v,
+            a.members.clone(),
+            force,
+        ))
+    };
+    (volumes.iter())
         .map(|a| {
+            let o = options(a).unwrap_or_default();
+            Arc::new(ServedArray::new(a.array.clone(), o))
+        })
+        .collect()
+}
+
+/// The control socket's view of the assembled volumes (member ids by role).
+fn controls(config: &Config, volumes: &[Assembled], slots: &[Arc<ServedArray>]) -> Controls {
+    let volumes = (volumes.iter().zip(slots))
+        .map(|(a, slot)| {
             let cv = config.volumes.iter().find(|v| v.name == a.name);
             let level = cv.map_or(String::new(), |v| v.kind_name().to_string());
             ControlVolume::new(
                 a.name.clone(),
                 level,
-                a.array.clone(),
+                slot.clone(),
                 a.members.clone(),
                 a.at_start.clone(),
                 StartReport {
@@ -356,9 +380,9 @@ fn controls(config: &Config, volumes: &[Assembled]) -> Controls {
     Controls { volumes }
 }
 
-/// Records `array` clean once no write has begun for `delay` (md's safe_mode_delay), so a
-/// crash while idle needs no resync at the next start.
-async fn clean_when_idle(array: Arc<Array>, export: Arc<VolumeExport>, delay: Duration) {
+/// Records the served array clean once no write has begun for `delay` (md's
+/// safe_mode_delay), so a crash while idle needs no resync at the next start.
+async fn clean_when_idle(slot: Arc<ServedArray>, export: Arc<VolumeExport>, delay: Duration) {
     let tick = (delay / 4).max(Duration::from_millis(5));
     let mut seen = export.writes_begun();
     let mut quiet_since = tokio::time::Instant::now();
@@ -369,6 +393,11 @@ async fn clean_when_idle(array: Arc<Array>, export: Arc<VolumeExport>, delay: Du
             (seen, quiet_since) = (now, tokio::time::Instant::now());
             continue;
         }
+        // Through the gate: never the array an online reshape is swapping out.
+        let Ok(entered) = slot.enter().await else {
+            continue;
+        };
+        let array = &entered.array;
         if array.is_dirty() && quiet_since.elapsed() >= delay {
             if let Err(e) = array.mark_clean().await {
                 tracing::warn!(volume = %array.name(), "recording the volume clean: {e}");

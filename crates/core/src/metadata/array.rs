@@ -591,13 +591,15 @@ impl Array {
     // Reshape (`reshape_run.rs`).
 
     /// Starts reshaping the volume into `new_tree` (leaves number the roles, `added` taking
-    /// the roles after the old ones): writes every member's records and closes the array;
-    /// open it again with `new_tree` as the config, then run [`Array::reshape`]. The volume
-    /// must be quiet (nothing in flight) and every role current. Every added member passes
+    /// the roles after the old ones): writes every member's records; then this array must
+    /// serve nothing and write nothing again (its records no longer say the volume's shape):
+    /// drop it, open the volume again with `new_tree` as the config (a running daemon does
+    /// so without a restart), then run [`Array::reshape`]. The volume must be quiet (nothing
+    /// in flight) and every role current. Every added member passes
     /// the disk write rule first (`disk_rule.rs`, as `nbraid add` does): blank, or this
     /// array's, or what `consent` allows — never a disk full of someone's data unasked.
     pub async fn start_reshape(
-        self,
+        &self,
         new_tree: Node,
         added: Vec<Arc<MemberMeta>>,
         consent: &Consent,

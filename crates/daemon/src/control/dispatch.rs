@@ -3,7 +3,7 @@
 //! (scrub, rebuild, cancel, pause, resume), `report` (status).
 
 use super::controls::Controls;
-use super::{members, passes, report};
+use super::{members, passes, report, reshape_start};
 use nbraid_control::{ok_reply, Refusal, Request};
 use serde_json::Value;
 
@@ -47,6 +47,11 @@ impl Controls {
             Request::Cancel { volume } => passes::cancel(self.find(&volume)?)?,
             Request::Pause { volume } => passes::pause_resume(&self.select(&volume)?, true),
             Request::Resume { volume } => passes::pause_resume(&self.select(&volume)?, false),
+            Request::Reshape {
+                volume,
+                config,
+                force,
+            } => reshape_start::start(self, self.find(&volume)?, &config, force).await?,
         };
         Ok(ok_reply(fields))
     }

@@ -16,7 +16,8 @@ use std::sync::Arc;
 /// `fail`: marks the member failed, refused when it would lose data unless `force`.
 pub(super) fn fail(v: &ControlVolume, member: &str, force: bool) -> Result<Value, Refusal> {
     let index = v.member_index(member)?;
-    let vol = v.array.volume();
+    let array = v.array();
+    let vol = array.volume();
     let tree = vol.geometry().root();
     let unreadable = |m: usize| m < vol.member_count() && !vol.member_is_current(m);
     let ids = v.member_ids();
@@ -29,7 +30,7 @@ pub(super) fn fail(v: &ControlVolume, member: &str, force: bool) -> Result<Value
     }
     vol.fail_member(index, "failed by the operator (nbraid fail)");
     // Into the superblocks now, not at the next write: a restart keeps it failed.
-    let array = v.array.clone();
+    let array = v.array();
     tokio::spawn(async move {
         if let Err(e) = array.record_failures().await {
             tracing::error!("recording a failed member of {}: {e}", array.name());
@@ -55,7 +56,7 @@ pub(super) async fn add(
     let (meta, consent) = newcomer(controls, v, path, force).await?;
     v.learn(&controls.added_id(path), meta.member());
     let meta_member = &meta.member().clone();
-    v.array
+    v.array()
         .add_recorded_spare(meta, &consent)
         .await
         .map_err(refused)?;
@@ -98,7 +99,7 @@ pub(super) async fn replace(
     let (meta, consent) = newcomer(controls, v, path, force).await?;
     v.learn(&controls.added_id(path), meta.member());
     v.departed.forget(meta.member());
-    v.array
+    v.array()
         .replace_with(index, meta, &consent)
         .await
         .map_err(refused)?;
@@ -111,13 +112,13 @@ pub(super) async fn replace(
 /// took (by id or path) leaves `status`.
 pub(super) async fn remove(v: &ControlVolume, member: &str) -> Result<Value, Refusal> {
     let spare = v
-        .array
+        .array()
         .spares()
         .into_iter()
         .find(|m| v.id_of(m.member()) == member || m.member().name() == member);
     if let Some(s) = spare {
-        v.array.remove_spare(&s);
-        v.array
+        v.array().remove_spare(&s);
+        v.array()
             .forget_added_path(s.member().name())
             .await
             .map_err(refused)?;
@@ -131,7 +132,7 @@ pub(super) async fn remove(v: &ControlVolume, member: &str) -> Result<Value, Ref
         // A path the records keep that is neither a spare nor a member here (it could not be
         // opened at start, or is no longer blank): forgotten, so no later start opens it.
         Err(e) => {
-            return match v.array.forget_added_path(member).await.map_err(refused)? {
+            return match v.array().forget_added_path(member).await.map_err(refused)? {
                 true => {
                     Ok(json!({ "volume": v.name, "member": member, "removed": "recorded path" }))
                 }
@@ -140,20 +141,20 @@ pub(super) async fn remove(v: &ControlVolume, member: &str) -> Result<Value, Ref
         }
     };
     let id = v.member_ids()[index].clone();
-    v.array.remove_member(index).await.map_err(refused)?;
+    v.array().remove_member(index).await.map_err(refused)?;
     Ok(json!({
         "volume": v.name,
         "member": id,
         "index": index,
         "removed": "member",
-        "degraded": v.array.volume().is_degraded(),
+        "degraded": v.array().volume().is_degraded(),
     }))
 }
 
 /// `remove` of a failed member whose role a spare took: its role is served by another, so
 /// only what still names it goes (`status`'s line, a path recorded for a start to open).
 async fn remove_departed(v: &ControlVolume, gone: Departed) -> Result<Value, Refusal> {
-    v.array
+    v.array()
         .forget_added_path(gone.member.name())
         .await
         .map_err(refused)?;
@@ -162,12 +163,12 @@ async fn remove_departed(v: &ControlVolume, gone: Departed) -> Result<Value, Ref
         "member": gone.id,
         "index": gone.role,
         "removed": "departed",
-        "degraded": v.array.volume().is_degraded(),
+        "degraded": v.array().volume().is_degraded(),
     }))
 }
 
 /// What the daemon already does with a path offered to `add`/`replace`.
-enum Offered {
+pub(super) enum Offered {
     /// Nothing: opened anew.
     New,
     /// A member let go (removed, replaced) but still open.
@@ -187,7 +188,8 @@ fn create_if_missing(v: &ControlVolume, path: &str) -> Result<(), Refusal> {
         return Ok(());
     }
     let mut need_bytes = 0;
-    let volume = v.array.volume();
+    let array = v.array();
+    let volume = array.volume();
     let root = volume.geometry().root();
     root.visit_members(&mut |m| need_bytes = need_bytes.max(m.start + m.len));
     let created = std::fs::OpenOptions::new()
@@ -221,7 +223,7 @@ async fn open_newcomer(
 
 /// Whether the member named `name` (a path; remote members' URIs never match) is the file or
 /// device `new` describes.
-fn same_file(name: &str, new: &std::fs::Metadata) -> bool {
+pub(super) fn same_file(name: &str, new: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     std::fs::metadata(name).is_ok_and(|m| {
         (m.dev() == new.dev() && m.ino() == new.ino())
@@ -238,7 +240,11 @@ fn same_file(name: &str, new: &std::fs::Metadata) -> bool {
 /// A member of *another* volume (Matrix: member files carry several) is handed over with
 /// its superblock, which the volumes share ([`Offered::Shared`]). A member let go but
 /// still open (removed, or replaced) is handed back to be used again.
-fn already_open(controls: &Controls, volume: &str, path: &str) -> Result<Offered, Refusal> {
+pub(super) fn already_open(
+    controls: &Controls,
+    volume: &str,
+    path: &str,
+) -> Result<Offered, Refusal> {
     let Ok(new) = std::fs::metadata(path) else {
         return Ok(Offered::New); // opening it says what is wrong
     };
@@ -250,12 +256,13 @@ fn already_open(controls: &Controls, volume: &str, path: &str) -> Result<Offered
     };
     let mut shared = None;
     for v in &controls.volumes {
-        let vol = v.array.volume();
+        let array = v.array();
+        let vol = array.volume();
         for (r, id) in v.member_ids().iter().enumerate() {
             if same_file(vol.member(r).name(), &new) {
                 if v.name != volume {
                     let what = format!("member {id} of volume \"{}\"", v.name);
-                    shared = shared.or(v.array.member_meta(r).map(|m| (m, what)));
+                    shared = shared.or(v.array().member_meta(r).map(|m| (m, what)));
                     continue;
                 }
                 let hint = match vol.member_is_failed(r) {
@@ -277,7 +284,7 @@ fn already_open(controls: &Controls, volume: &str, path: &str) -> Result<Offered
                 )));
             }
         }
-        if v.array
+        if v.array()
             .spares()
             .iter()
             .any(|m| same_file(m.member().name(), &new))
@@ -316,7 +323,7 @@ async fn newcomer(
     let open = match already_open(controls, &v.name, path)? {
         Offered::Shared(meta, other) => {
             let writer = Writer {
-                array: Some(v.array.id()),
+                array: Some(v.array().id()),
                 siblings: Vec::new(),
             };
             if may_write(&meta.contents(), &writer, false) != Ok(Allowed::Ours) {

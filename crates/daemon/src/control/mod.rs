@@ -7,6 +7,9 @@
 //!   `members` (fail, add, replace, remove; `fail` asks `fail` whether data would be lost),
 //!   `passes` (scrub, rebuild, cancel, pause, resume), `report` (status; its notes from
 //!   `notes`, who holds which role decided afresh);
+//! - `reshape_start` starts an online reshape (`nbraid apply --yes`), `reshape` runs its
+//!   pass and opens the volume again when it is done (the array swapped in
+//!   `crate::served`);
 //! - `volume` is one served volume: its members by id and its background passes;
 //!   `departed` keeps the failed members a spare pushed out of their roles, until removed.
 
@@ -20,6 +23,7 @@ mod passes;
 mod paths;
 mod report;
 mod reshape;
+mod reshape_start;
 pub mod server;
 mod volume;
 

@@ -19,13 +19,13 @@ pub(super) fn scrub(v: &ControlVolume, repair: bool, rate: PassRate) -> Result<V
 /// `rebuild`: spares into failed roles, then the rebuild started at `rate` (a running one
 /// re-rated), or at the volume's own rate when `rate` is `None` (a running one left alone).
 pub(super) async fn rebuild(v: &ControlVolume, rate: Option<PassRate>) -> Result<Value, Refusal> {
-    v.array.use_spares().await.map_err(refused)?;
+    v.array().use_spares().await.map_err(refused)?;
     // No role waits for a rebuild and none runs: a new pass would be done at once, its empty
     // report replacing the last rebuild's. Say so instead.
-    if v.array.rebuilding().is_empty() && !v.rebuild_running() {
+    if v.array().rebuilding().is_empty() && !v.rebuild_running() {
         return Ok(json!({
             "volume": v.name, "rebuild": rebuild_json(v), "nothing_to_rebuild": true,
-            "roles_without_a_member": v.array.roles_wanting_a_member(),
+            "roles_without_a_member": v.array().roles_wanting_a_member(),
         }));
     }
     match rate {
@@ -82,7 +82,7 @@ pub(super) fn pause_resume(selected: &[&ControlVolume], pause: bool) -> Value {
             any = true;
         }
         // A cancelled re-add resync runs again (its members are written, not read).
-        if !pause && !v.array.returning().is_empty() {
+        if !pause && !v.array().returning().is_empty() {
             v.start_readd_resync();
         }
         if any {

@@ -25,20 +25,21 @@ fn notes_now(controls: &Controls, v: &ControlVolume) -> Vec<String> {
     let Some(config) = &v.config_ids else {
         return v.notes.clone();
     };
-    let vol = v.array.volume();
+    let array = v.array();
+    let vol = array.volume();
     let holders: Vec<Option<Holder>> = v
         .member_ids()
         .into_iter()
         .enumerate()
         .map(|(r, id)| {
-            v.array.has_member(r).then(|| Holder {
+            v.array().has_member(r).then(|| Holder {
                 id,
                 path: absolute_path(vol.member(r).name()),
             })
         })
         .collect();
     let spares: Vec<String> = v
-        .array
+        .array()
         .spares()
         .iter()
         .map(|m| v.id_of(m.member()))
@@ -54,7 +55,8 @@ fn notes_now(controls: &Controls, v: &ControlVolume) -> Vec<String> {
             .iter()
             .filter(|o| o.name != v.name)
             .any(|o| {
-                let ov = o.array.volume();
+                let other = o.array();
+                let ov = other.volume();
                 (0..ov.member_count()).any(|r| ov.member(r).name() == member.name())
             });
         Some(!shared)
@@ -64,7 +66,8 @@ fn notes_now(controls: &Controls, v: &ControlVolume) -> Vec<String> {
 
 /// Everything `status` says about one volume.
 fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
-    let vol = v.array.volume();
+    let array = v.array();
+    let vol = array.volume();
     let states = vol.member_states();
     let counters = vol.member_counters();
     let region_io = vol.member_region_io();
@@ -88,7 +91,7 @@ fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
                 "state": match (states[i], v.at_start.get(i).copied()) {
                     (MemberState::Healthy, _) if !vol.member_is_current(i) => "rebuilding",
                     (MemberState::Healthy, _) => "healthy",
-                    (MemberState::Failed, _) if !v.array.has_member(i) && v.at_start[i] != "missing" => "removed",
+                    (MemberState::Failed, _) if !v.array().has_member(i) && v.at_start.get(i) != Some(&"missing") => "removed",
                     (MemberState::Failed, Some("missing")) => "missing",
                     (MemberState::Failed, _) => "failed",
                 },
@@ -120,7 +123,7 @@ fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
     };
     json!({
         "name": v.name,
-        "level": v.level,
+        "level": v.level(),
         "capacity_bytes": vol.capacity(),
         "state": state,
         "degraded": vol.is_degraded(),
@@ -129,9 +132,9 @@ fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
         "rebuild_rate": { "limit_bytes_per_s": v.rebuild_rate().limit_bytes_per_s, "adaptive": v.rebuild_rate().adaptive },
         "members": members,
         "metadata": {
-            "array": v.array.id().to_string(),
-            "dirty": v.array.is_dirty(),
-            "bitmap_chunk_bytes": v.array.bitmap_chunk_bytes(),
+            "array": v.array().id().to_string(),
+            "dirty": v.array().is_dirty(),
+            "bitmap_chunk_bytes": v.array().bitmap_chunk_bytes(),
             "created_at_start": v.start.created,
             "clean_at_start": v.start.was_clean,
             "resynced_bytes_at_start": v.start.resynced_bytes,
@@ -155,15 +158,15 @@ fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
             "done_s_ago": c.done_s_ago(),
             "position_bytes": c.position_bytes(),
             "total_bytes": c.total_bytes(),
-            "remaining_bytes": v.array.background_bytes(),
+            "remaining_bytes": v.array().background_bytes(),
             "rate_bytes_per_s": c.measured_bytes_per_s(),
             "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
             "eta_s": c.eta_s(),
         })),
-        "returning": v.array.returning().iter().map(|&(i, b)| json!({ "index": i, "resync_bytes": b })).collect::<Vec<_>>(),
+        "returning": v.array().returning().iter().map(|&(i, b)| json!({ "index": i, "resync_bytes": b })).collect::<Vec<_>>(),
         "readd": readd_json(v),
         "reshape": super::reshape::reshape_json(v),
-        "spares": v.array.spares().iter().map(|m| v.id_of(m.member())).collect::<Vec<_>>(),
+        "spares": v.array().spares().iter().map(|m| v.id_of(m.member())).collect::<Vec<_>>(),
         // Failed members a spare pushed out of their roles, until removed (md's `(F)`).
         "departed": v.departed.to_json(),
         "notes": notes,
@@ -238,7 +241,7 @@ pub(super) fn rebuild_json(v: &ControlVolume) -> Value {
         return Value::Null;
     };
     let state = v.rebuild_state().unwrap_or(c.state());
-    let roles: Vec<usize> = v.array.rebuilding().iter().map(|(r, _)| *r).collect();
+    let roles: Vec<usize> = v.array().rebuilding().iter().map(|(r, _)| *r).collect();
     json!({
         "state": state.name(),
         "moves": moves(v, &roles),
@@ -250,7 +253,7 @@ pub(super) fn rebuild_json(v: &ControlVolume) -> Value {
         "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
         "adaptive": c.is_adaptive(),
         "eta_s": c.eta_s(),
-        "spares": v.array.spare_count(),
+        "spares": v.array().spare_count(),
     })
 }
 
@@ -258,13 +261,14 @@ pub(super) fn rebuild_json(v: &ControlVolume) -> Value {
 /// replacement by its id; the same id when a member comes back into its own role).
 fn moves(v: &ControlVolume, roles: &[usize]) -> Vec<Value> {
     let ids = v.member_ids();
-    let vol = v.array.volume();
+    let array = v.array();
+    let vol = array.volume();
     roles
         .iter()
         .map(|&r| {
             let (from, to) = match vol.replacement(r) {
                 Some(rep) => (ids[r].clone(), v.id_of(&rep)),
-                None => (v.members[r].clone(), ids[r].clone()),
+                None => (v.start_id(r), ids[r].clone()),
             };
             json!({ "role": r, "from": from, "to": to })
         })
@@ -276,7 +280,7 @@ pub(super) fn readd_json(v: &ControlVolume) -> Value {
     let Some(c) = v.readd.lock().clone() else {
         return Value::Null;
     };
-    let roles: Vec<usize> = v.array.returning().iter().map(|(r, _)| *r).collect();
+    let roles: Vec<usize> = v.array().returning().iter().map(|(r, _)| *r).collect();
     json!({
         "state": c.state().name(),
         "moves": moves(v, &roles),

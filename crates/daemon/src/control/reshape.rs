@@ -4,35 +4,66 @@
 //! by `nbraid resume`, its progress in `nbraid status` — from the recorded position.
 
 use super::volume::ControlVolume;
+use crate::served::ServedArray;
+use nbraid_core::PassState;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
 /// Starts volume `v`'s reshape pass if its records name a reshape (once: a running one is
-/// left alone).
+/// left alone). When it is done the volume is opened again as the new shape alone, with its
+/// new size ([`finish`]).
 pub fn start_reshape_pass(v: &ControlVolume) {
-    let Some((position, total)) = v.array.reshape_progress() else {
+    let array = v.array();
+    let Some((position, total)) = array.reshape_progress() else {
         return;
     };
     let mut slot = v.reshape.lock();
-    if slot.is_some() {
+    if (slot.as_ref()).is_some_and(|c| matches!(c.state(), PassState::Running | PassState::Paused))
+    {
         return;
     }
     let ctl = v.new_pass(v.rebuild_rate());
     ctl.set_position(position);
     *slot = Some(ctl.clone());
-    let (array, name) = (v.array.clone(), v.name.clone());
+    let (served, name) = (v.served.clone(), v.name.clone());
     tracing::warn!(
         "volume {name}: reshape in progress at byte {position} of {total}: copying on in the background while serving"
     );
     tokio::spawn(async move {
-        match array.reshape(&ctl).await {
-            Ok(s) => tracing::info!(
-                "reshape of {name} {} (the new shape serves alone, with its size, from the next start)",
-                s.name()
-            ),
+        let state = array.reshape(&ctl).await;
+        drop(array);
+        match state {
+            Ok(PassState::Done) => finish(&served, &name).await,
+            Ok(s) => tracing::info!("reshape of {name} {}", s.name()),
             Err(e) => tracing::error!("reshape of {name} failed: {e}"),
         }
     });
+}
+
+/// After the copy: the records say the new tree alone; the volume is opened again over the
+/// same members (requests wait meanwhile), so new NBD connections see its new size.
+async fn finish(served: &ServedArray, name: &str) {
+    let mut quiet = served.quiet().await;
+    let old = served.get();
+    if old.reshape_progress().is_none() {
+        return; // already opened again
+    }
+    if let Err(e) = old.mark_clean().await {
+        tracing::warn!("volume {name}: recording it clean after the reshape: {e}");
+    }
+    let members = crate::served::members_by_role(&old);
+    let spares = old.spares();
+    drop(old);
+    match served.reopen(&mut quiet, &members, None).await {
+        Ok(new) => {
+            super::reshape_start::carry_spares(&new, spares);
+            tracing::info!(
+                "reshape of {name} done: the new shape serves alone, {} bytes (new NBD connections see the new size)",
+                new.volume().capacity()
+            );
+        }
+        Err(e) => tracing::error!("volume {name}: opening it after the reshape: {e}"),
+    }
 }
 
 /// The reshape in `status`: where it is, its rate and state; `null` when none ran.
@@ -43,8 +74,8 @@ pub(super) fn reshape_json(v: &ControlVolume) -> Value {
     };
     json!({
         "state": c.state().name(),
-        "position_bytes": v.array.reshape_progress().map_or(c.position_bytes(), |p| p.0),
-        "total_bytes": v.array.reshape_progress().map_or(c.total_bytes(), |p| p.1),
+        "position_bytes": v.array().reshape_progress().map_or(c.position_bytes(), |p| p.0),
+        "total_bytes": v.array().reshape_progress().map_or(c.total_bytes(), |p| p.1),
         "rate_bytes_per_s": c.measured_bytes_per_s(),
         "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
         "eta_s": c.eta_s(),

@@ -5,6 +5,7 @@
 use super::departed::{Departed, Departures};
 use super::notes::ConfigIds;
 use super::paths::absolute_path;
+use crate::served::ServedArray;
 use nbraid_assembly::adopt::Known;
 use nbraid_control::Refusal;
 use nbraid_core::metadata::{Array, ArrayError};
@@ -16,9 +17,10 @@ use std::sync::Arc;
 /// One served volume as the control socket sees it.
 pub struct ControlVolume {
     pub name: String,
-    /// The level's name (`raid6`).
-    pub level: String,
-    pub array: Arc<Array>,
+    /// The level's name (`raid6`); an online reshape may change it.
+    level: Mutex<String>,
+    /// The array it serves, swapped by an online reshape (use [`Self::array`]).
+    pub served: Arc<ServedArray>,
     /// Config member ids, by the volume's member index (its role in the superblocks).
     pub members: Vec<String>,
     /// By member index: what assembly found in the superblocks ("new", "active", "missing",
@@ -62,15 +64,15 @@ impl ControlVolume {
     pub fn new(
         name: String,
         level: String,
-        array: Arc<Array>,
+        served: Arc<ServedArray>,
         members: Vec<String>,
         at_start: Vec<&'static str>,
         start: StartReport,
     ) -> Self {
         ControlVolume {
             name,
-            level,
-            array,
+            level: Mutex::new(level),
+            served,
             members,
             at_start,
             start,
@@ -86,6 +88,22 @@ impl ControlVolume {
             config_ids: None,
             held: AtomicBool::new(false),
         }
+    }
+
+    /// The array served now; an online reshape's start and end replace it, so keep it for
+    /// one step only.
+    pub fn array(&self) -> Arc<Array> {
+        self.served.get()
+    }
+
+    /// The level's name (`raid6`).
+    pub fn level(&self) -> String {
+        self.level.lock().clone()
+    }
+
+    /// The level's name once an online reshape started into another.
+    pub(super) fn set_level(&self, level: &str) {
+        *self.level.lock() = level.to_string();
     }
 
     /// The rate of rebuilds (and background resyncs) the daemon starts by itself.
@@ -149,16 +167,23 @@ impl ControlVolume {
     /// id); roles with no known member keep the id they had at start.
     pub fn member_ids(&self) -> Vec<String> {
         let known = self.known.lock();
-        let vol = self.array.volume();
+        let array = self.array();
+        let vol = array.volume();
         (0..vol.member_count())
             .map(|r| {
                 let m = vol.member(r);
                 known
                     .iter()
                     .find(|k| Arc::ptr_eq(&k.member, &m))
-                    .map_or_else(|| self.members[r].clone(), |k| k.id.clone())
+                    .map_or_else(|| self.start_id(r), |k| k.id.clone())
             })
             .collect()
+    }
+
+    /// The id role `r` had at start (`role r` for a role added since, by a reshape, whose
+    /// member is not known by id).
+    pub(super) fn start_id(&self, r: usize) -> String {
+        (self.members.get(r).cloned()).unwrap_or_else(|| format!("role {r}"))
     }
 
     /// The id of a member or spare (its path when unknown).
@@ -186,14 +211,15 @@ impl ControlVolume {
     /// out are kept as departed (for `status` and `remove`). Each role taken, with the ids
     /// of the member that left it and of the spare that took it.
     pub async fn take_spares(&self) -> Result<Vec<(usize, String, String)>, ArrayError> {
-        let vol = self.array.volume();
+        let array = self.array();
+        let vol = array.volume();
         let before: Vec<(String, Option<Arc<dyn Member>>)> = self
             .member_ids()
             .into_iter()
             .enumerate()
-            .map(|(r, id)| (id, self.array.has_member(r).then(|| vol.member(r))))
+            .map(|(r, id)| (id, self.array().has_member(r).then(|| vol.member(r))))
             .collect();
-        let roles = self.array.use_spares().await?;
+        let roles = self.array().use_spares().await?;
         let after = self.member_ids();
         let mut taken = Vec::with_capacity(roles.len());
         for r in roles {
@@ -274,7 +300,7 @@ impl ControlVolume {
         let ctl = self.new_pass(rate);
         let finished = Arc::new(AtomicBool::new(false));
         *slot = Some((ctl.clone(), finished.clone()));
-        let (array, task_ctl, name) = (self.array.clone(), ctl.clone(), self.name.clone());
+        let (array, task_ctl, name) = (self.array(), ctl.clone(), self.name.clone());
         tokio::spawn(async move {
             let r = array.rebuild(&task_ctl).await;
             finished.store(true, SeqCst);
@@ -321,7 +347,7 @@ impl ControlVolume {
             }
         }
         *slot = Some(ctl.clone());
-        let (array, name) = (self.array.clone(), self.name.clone());
+        let (array, name) = (self.array(), self.name.clone());
         tokio::spawn(async move {
             match array.scrub(&ctl).await {
                 Ok(r) => tracing::info!(
@@ -356,7 +382,7 @@ impl ControlVolume {
         if !self.is_held() {
             ctl.resume();
         }
-        let (array, name) = (self.array.clone(), self.name.clone());
+        let (array, name) = (self.array(), self.name.clone());
         tokio::spawn(async move {
             match array.resync_returned(&ctl).await {
                 Ok(s) => tracing::info!("resync of {name}'s returning members {}", s.name()),

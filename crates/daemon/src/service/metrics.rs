@@ -155,7 +155,8 @@ fn latency_metrics(m: &mut Families, volume: &str, l: &super::latency::VolumeLat
 }
 
 fn volume_metrics(m: &mut Families, v: &crate::control::ControlVolume) {
-    let vol = v.array.volume();
+    let array = v.array();
+    let vol = array.volume();
     let name = v.name.as_str();
     let s = snapshot(v);
     for h in [Health::Optimal, Health::Degraded, Health::Failed] {
@@ -225,7 +226,7 @@ fn volume_metrics(m: &mut Families, v: &crate::control::ControlVolume) {
         "nbraid_volume_spares",
         "Spares standing by.",
         &[("volume", name)],
-        v.array.spare_count() as f64,
+        v.array().spare_count() as f64,
     );
     for kind in PassKind::ALL {
         let p = s.pass(kind);
@@ -265,7 +266,8 @@ fn member_metrics(
     v: &crate::control::ControlVolume,
     s: &super::observe::VolumeSnapshot,
 ) {
-    let vol = v.array.volume();
+    let array = v.array();
+    let vol = array.volume();
     let counters = vol.member_counters();
     let read_errors = vol.member_read_errors();
     for (r, role) in s.roles.iter().enumerate() {

@@ -310,7 +310,8 @@ fn pass_changes(
 
 /// Reads `v`'s state now.
 pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
-    let vol = v.array.volume();
+    let array = v.array();
+    let vol = array.volume();
     let ids = v.member_ids();
     let roles = ids
         .iter()
@@ -349,7 +350,7 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
             unreadable: 0,
         };
     let rebuild = v.rebuild_pass().map(|(c, state)| {
-        let members = role_ids(v.array.rebuilding());
+        let members = role_ids(v.array().rebuilding());
         pass_of(&c, state, members)
     });
     let resync = v
@@ -361,7 +362,7 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
         .readd
         .lock()
         .clone()
-        .map(|c| pass_of(&c, c.state(), role_ids(v.array.returning())));
+        .map(|c| pass_of(&c, c.state(), role_ids(v.array().returning())));
     let scrub = v.scrub_pass().map(|c| {
         let r = c.report();
         Pass {

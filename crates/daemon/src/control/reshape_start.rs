@@ -1,0 +1,281 @@
+//! `reshape` (`nbraid apply CONFIG --yes` against a running daemon): volume `v` is reshaped
+//! online into the shape the config declares, while it serves. In order:
+//!
+//! 1. **Plan** — the config's tree against the live array's, by the offline rules
+//!    (`nbraid_assembly::reshape_plan`): the config's members are matched to roles by file;
+//!    anything but a restripe is refused with the plan's reason.
+//! 2. **Refusals** — by name: work running on the volume (scrub, rebuild, resync, a reshape),
+//!    a member not current, a member shared with another volume (Matrix).
+//! 3. **Added members** opened (a missing file created sparse at its config size).
+//! 4. **Quiet** — the export's gate held: requests in flight finish, new ones wait.
+//! 5. **Records** — the array recorded clean, then `Array::start_reshape` (the disk write
+//!    rule on every added member first, `--force` as consent).
+//! 6. **Reopened** over the same members and the added ones, served from then on; the pass
+//!    copies on in the background (`reshape.rs`), as after a restart.
+
+use super::controls::{refused, Controls};
+use super::members::{already_open, Offered};
+use super::volume::ControlVolume;
+use nbraid_assembly::reshape_plan::{self, Action, MoveKind};
+use nbraid_config::{Config, MemberStorage};
+use nbraid_control::Refusal;
+use nbraid_core::metadata::disk_rule::Consent;
+use nbraid_core::metadata::{Array, MemberMeta};
+use nbraid_core::{Member, ScrubState, UringFile};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// `reshape`: starts reshaping `v` into the shape the config at `config_path` declares.
+pub(super) async fn start(
+    controls: &Controls,
+    v: &ControlVolume,
+    config_path: &str,
+    force: bool,
+) -> Result<Value, Refusal> {
+    let config = nbraid_config::load(config_path)
+        .map_err(|e| Refusal::new("bad-config", format!("{config_path}: {e}")))?;
+    let cv = (config.volumes.iter().find(|c| c.name == v.name)).ok_or_else(|| {
+        Refusal::new(
+            "not-found",
+            format!("{config_path} declares no volume \"{}\"", v.name),
+        )
+    })?;
+    let array = v.array();
+    let roles = roles_of(&config, cv, &array)?;
+    let recorded = array.volume().geometry().root().clone();
+    let new_tree =
+        reshape_plan::config_by_role(cv.geometry.root(), &roles, recorded.member_count());
+    let plan = reshape_plan::plan(
+        &v.name,
+        &recorded,
+        &new_tree,
+        cv.heal.rebuild_rate_bytes_per_s,
+    );
+    match &plan.action {
+        Action::Unchanged => {
+            return Ok(json!({ "volume": v.name, "plan": plan, "started": false }))
+        }
+        Action::Refused { reason } => return Err(Refusal::new("refused", reason.clone())),
+        Action::Online(m) if m.kind != MoveKind::Restripe => {
+            return Err(Refusal::new(
+                "unsupported",
+                format!(
+                    "volume \"{}\": this build starts restripes online only, not this move",
+                    v.name
+                ),
+            ))
+        }
+        Action::Online(_) => {}
+    }
+    if let Some(why) = busy(controls, v, &array) {
+        return Err(Refusal::new(
+            "busy",
+            format!("volume \"{}\": {why}", v.name),
+        ));
+    }
+    drop(array);
+    let added = open_added(controls, v, &config, cv, &roles).await?;
+    let consent = Consent {
+        force,
+        siblings: Vec::new(),
+    };
+    let ids = ids_by_role(v, &config, cv, &roles);
+    let newcomers: Vec<(String, Arc<dyn Member>)> = (ids.iter().skip(recorded.member_count()))
+        .zip(&added)
+        .map(|(id, meta)| (id.clone(), meta.member().clone()))
+        .collect();
+    let options = nbraid_assembly::assemble::array_options(cv, ids, false);
+    swap_in(v, new_tree, added, &consent, options).await?;
+    for (id, member) in &newcomers {
+        v.learn(id, member);
+    }
+    v.set_level(cv.kind_name());
+    super::reshape::start_reshape_pass(v);
+    Ok(json!({
+        "volume": v.name, "plan": plan, "started": true,
+        "reshape": super::reshape::reshape_json(v),
+    }))
+}
+
+/// Steps 4 to 6 (see the module): on a refusal before the records change, the volume
+/// serves on as it was.
+async fn swap_in(
+    v: &ControlVolume,
+    new_tree: nbraid_layout::Node,
+    added: Vec<Arc<MemberMeta>>,
+    consent: &Consent,
+    options: nbraid_core::metadata::ArrayOptions,
+) -> Result<(), Refusal> {
+    let mut quiet = v.served.quiet().await;
+    let old = v.array();
+    let clean = old.mark_clean().await.map_err(refused)?;
+    if !clean.is_recorded() {
+        return Err(Refusal::new(
+            "busy",
+            format!(
+                "volume \"{}\": not recorded clean ({clean}); try again",
+                v.name
+            ),
+        ));
+    }
+    let mut members = super::super::served::members_by_role(&old);
+    members.extend(added.iter().map(|m| Some(m.member().clone())));
+    old.start_reshape(new_tree, added, consent)
+        .await
+        .map_err(refused)?;
+    let spares = old.spares();
+    drop(old);
+    let new = (v.served.reopen(&mut quiet, &members, Some(options)).await).map_err(refused)?;
+    drop(quiet);
+    carry_spares(&new, spares);
+    tracing::warn!(
+        "volume {}: reshape started online (nbraid apply): copying into the new shape while serving",
+        v.name
+    );
+    Ok(())
+}
+
+/// The spares the old array held stand by in the new one.
+pub(super) fn carry_spares(new: &Array, spares: Vec<Arc<MemberMeta>>) {
+    for s in spares {
+        let name = s.member().name().to_string();
+        if let Err(e) = new.add_spare(s) {
+            tracing::warn!("volume {}: spare {name} not kept: {e}", new.name());
+        }
+    }
+}
+
+/// Per config position of `cv`, the live role of the member there (by file; `None`: a
+/// member the config adds). Members in memory or on other hosts are refused: their files
+/// cannot be matched.
+fn roles_of(
+    config: &Config,
+    cv: &nbraid_config::Volume,
+    array: &Array,
+) -> Result<Vec<Option<usize>>, Refusal> {
+    let vol = array.volume();
+    let mut roles = Vec::with_capacity(cv.members.len());
+    for &m in &cv.members {
+        let member = &config.members[m];
+        if matches!(member.state, MemberStorage::Memory | MemberStorage::Remote) {
+            return Err(Refusal::new(
+                "unsupported",
+                format!(
+                    "member {} ({}) is not a file or device: reshape with nbraidd stopped",
+                    member.id, member.path_text
+                ),
+            ));
+        }
+        let here = std::fs::metadata(&member.path).ok();
+        let role = (0..vol.member_count()).find(|&r| {
+            here.as_ref()
+                .is_some_and(|h| super::members::same_file(vol.member(r).name(), h))
+        });
+        roles.push(role);
+    }
+    Ok(roles)
+}
+
+/// Why a reshape cannot start now (`None`: it can).
+fn busy(controls: &Controls, v: &ControlVolume, array: &Array) -> Option<String> {
+    let vol = array.volume();
+    if array.reshape_progress().is_some() {
+        return Some("a reshape is already running (nbraid status shows it)".into());
+    }
+    // Idle: started, its task not running yet.
+    let ended = |s: ScrubState| matches!(s, ScrubState::Done | ScrubState::Cancelled);
+    if (v.scrub()).is_some_and(|c| !ended(c.state())) {
+        return Some("a scrub is running: let it finish or cancel it first".into());
+    }
+    if v.rebuild_running() || !array.rebuilding().is_empty() {
+        return Some("a rebuild is running: let it finish first".into());
+    }
+    if array.background_pending() || !array.returning().is_empty() {
+        return Some("a resync is running: let it finish first".into());
+    }
+    let ids = v.member_ids();
+    let out: Vec<&str> = (0..vol.member_count())
+        .filter(|&r| !vol.member_is_current(r) || !array.has_member(r))
+        .map(|r| ids[r].as_str())
+        .collect();
+    if !out.is_empty() {
+        return Some(format!(
+            "member(s) {} not current: a reshape starts with every member in place (rebuild first)",
+            out.join(", ")
+        ));
+    }
+    let shared = controls
+        .volumes
+        .iter()
+        .filter(|o| o.name != v.name)
+        .find(|o| {
+            let other = o.array();
+            let ov = other.volume();
+            (0..vol.member_count())
+                .any(|r| (0..ov.member_count()).any(|k| Arc::ptr_eq(&vol.member(r), &ov.member(k))))
+        });
+    shared.map(|o| {
+        format!(
+            "its members are shared with volume \"{}\" (Matrix): reshape it with nbraidd stopped",
+            o.name
+        )
+    })
+}
+
+/// The members the config adds (positions without a role), opened: a missing file is
+/// created sparse at its config size; one this daemon uses elsewhere is refused.
+async fn open_added(
+    controls: &Controls,
+    v: &ControlVolume,
+    config: &Config,
+    cv: &nbraid_config::Volume,
+    roles: &[Option<usize>],
+) -> Result<Vec<Arc<MemberMeta>>, Refusal> {
+    let mut added = Vec::new();
+    for (&m, role) in cv.members.iter().zip(roles) {
+        if role.is_some() {
+            continue;
+        }
+        let member = &config.members[m];
+        let path = member.path.to_string_lossy().to_string();
+        let open: Arc<dyn Member> = match already_open(controls, &v.name, &path)? {
+            Offered::LetGo(m) => m,
+            Offered::Shared(_, other) => {
+                return Err(Refusal::new(
+                    "in-use",
+                    format!(
+                        "member {} (`{path}`) is {other}: reshape with nbraidd stopped",
+                        member.id
+                    ),
+                ))
+            }
+            Offered::New => Arc::new(
+                UringFile::open_or_create(&member.path, member.size).map_err(|e| {
+                    Refusal::new(
+                        "bad-request",
+                        format!("member {} (`{path}`): {e}", member.id),
+                    )
+                })?,
+            ),
+        };
+        added.push(MemberMeta::load(open).await);
+    }
+    Ok(added)
+}
+
+/// Member ids by role after the reshape: the live roles' ids, then the config ids of the
+/// members the config adds, in config order.
+fn ids_by_role(
+    v: &ControlVolume,
+    config: &Config,
+    cv: &nbraid_config::Volume,
+    roles: &[Option<usize>],
+) -> Vec<String> {
+    let mut ids = v.member_ids();
+    for (&m, role) in cv.members.iter().zip(roles) {
+        if role.is_none() {
+            ids.push(config.members[m].id.clone());
+        }
+    }
+    ids
+}
