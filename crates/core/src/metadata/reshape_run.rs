@@ -1,13 +1,14 @@
 //! A reshape on an array: the records and backup areas behind the engine's hooks
 //! ([`crate::reshape::ReshapeHooks`]), starting one, and picking one up after a restart.
 //!
-//! - **Starting** ([`start`]) writes, with the volume quiet and flushed: a record on every
-//!   added member (its role after the old ones, the old tree, the reshape), then the records
-//!   of the old members (event counter +1, the added members listed, the reshape at position
-//!   0). Each role gets a backup area in its metadata area, placed first-fit like the bitmap
-//!   and the log (`areas.rs`). The volume is then opened again (`Array::open` with the new
-//!   tree as the config): a power loss before the old members' records are written leaves
-//!   the volume as it was, after one of them it is a reshape at position 0 (nothing moved).
+//! - **Starting** ([`start`]) is one commit (event counter +1), written with the volume
+//!   quiet and flushed to every added member (its role after the old ones, the old tree,
+//!   the reshape at position 0), then to the old members (the added members listed, the
+//!   reshape). Each role gets a backup area in its metadata area, placed first-fit like the
+//!   bitmap and the log (`areas.rs`). The volume is then opened again (`Array::open` with the
+//!   new tree as the config). A power loss mid-way leaves old members one event behind with
+//!   no reshape record: assembly takes them as current (`reshape::missed_only_the_start`) and
+//!   [`restore`] places their backup areas again where the start placed them.
 //! - **The backup** of a window: each member keeps its own rows at risk in its own area,
 //!   behind a 4 KiB header (magic, the window, the rows' place and length, their CRC-32C),
 //!   written and flushed before the records say the backup holds the window. A member that
