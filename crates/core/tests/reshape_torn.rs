@@ -350,3 +350,13 @@ fn raid5_every_torn_commit_of_a_reshape_is_recovered() {
         tree(Level::Raid5, 4, 8 * KIB),
     );
 }
+
+/// The data members stay as many: every window is backed up, so every backup commit is
+/// torn too (a restart writes the backup back where the newest record names it).
+#[test]
+fn raid5_to_raid6_every_torn_commit_of_a_reshape_is_recovered() {
+    sweep(
+        tree(Level::Raid5, 3, 8 * KIB),
+        tree(Level::Raid6, 4, 8 * KIB),
+    );
+}
