@@ -730,6 +730,6 @@ fn recorded_as(newest: &VolumeRecord) -> Recorded {
         scrub: newest.scrub,
         added_paths: newest.added_paths.clone(),
         reshape: None,
-        tree: None,
+        tree: newest.tree.clone(),
     }
 }

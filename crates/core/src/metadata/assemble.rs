@@ -413,7 +413,8 @@ fn place_roles(
                 continue;
             }
         }
-        if role >= n || r.members.len() != n {
+        if role >= n || (r.members.len() != n && !super::reshape::missed_only_the_start(newest, r))
+        {
             return Err(AssembleError::GeometryChanged {
                 volume: volume.to_string(),
                 what: "member count",

@@ -39,8 +39,25 @@ pub(super) struct Recorded {
     pub(super) added_paths: Vec<String>,
     /// A reshape in progress (see `reshape_run.rs`): each role's record carries its part.
     pub(super) reshape: Option<super::reshape::RecordedReshape>,
-    /// The tree to record from now on, once a reshape has finished (`None`: unchanged).
-    pub(super) tree: Option<nbraid_layout::Node>,
+    /// The volume's tree (the old one while a reshape runs). Every commit writes it, so a
+    /// member that missed the commit recording a finished reshape's new tree gets it from
+    /// the next one — never the old tree beside a member list and no reshape record, a
+    /// record the next read would refuse (see `reshape_run.rs`).
+    pub(super) tree: nbraid_layout::Node,
+}
+
+impl Recorded {
+    /// Role `role`'s record `v` as a commit writes it: every shared field, the tree among
+    /// them, whatever the member's record held before (it may be commits behind).
+    fn write_into(self, v: &mut super::VolumeRecord, role: usize) {
+        v.events = self.events;
+        v.clean = self.clean;
+        v.members = self.members;
+        v.scrub = self.scrub;
+        v.added_paths = self.added_paths;
+        v.reshape = self.reshape.as_ref().map(|r| r.record_for(role));
+        v.tree = self.tree;
+    }
 }
 
 /// The records' lock, held: the proof a caller holds it (a `Recorded` alone may be a copy).
@@ -317,15 +334,7 @@ impl Records {
                 .iter_mut()
                 .find(|v| v.array == id && v.name == name)
             {
-                v.events = rec.events;
-                v.clean = rec.clean;
-                v.members = rec.members;
-                v.scrub = rec.scrub;
-                v.added_paths = rec.added_paths;
-                v.reshape = rec.reshape.as_ref().map(|r| r.record_for(role));
-                if let Some(tree) = rec.tree {
-                    v.tree = tree;
-                }
+                rec.write_into(v, role);
             }
         })
         .await
@@ -355,6 +364,78 @@ impl FailureRecorder for Records {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A member that missed the commit recording a finished reshape (the power cut
+    /// mid-commit) still holds the old tree and the reshape record: the next commit writes
+    /// it whole, the new tree and no reshape, and the superblock reads back. (Before, the
+    /// tree was written only by the commit that changed it: the old tree beside the grown
+    /// member list and no reshape was written instead, a record the next read refused.)
+    #[test]
+    fn a_commit_brings_a_member_that_missed_the_end_of_a_reshape_to_the_new_tree() {
+        use crate::metadata::reshape::ReshapeRecord;
+        use crate::metadata::{Superblock, VolumeRecord};
+        use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
+        let tree = |members: usize| -> Node {
+            let region = Region {
+                start: 1 << 20,
+                len: 1 << 20,
+            };
+            let shape = Shape::new(
+                Level::Raid0,
+                members,
+                None,
+                16 << 10,
+                ParityLayout::default(),
+            );
+            shape.unwrap().build(&vec![region; members]).unwrap()
+        };
+        let members: Vec<MemberEntry> = (0..3u8)
+            .map(|i| MemberEntry {
+                uuid: Uuid([i + 1; 16]),
+                state: RecordedState::Active,
+            })
+            .collect();
+        let behind = VolumeRecord {
+            array: Uuid([9; 16]),
+            name: "vol".into(),
+            events: 7,
+            clean: true,
+            role: 1,
+            members: members.clone(),
+            tree: tree(2),
+            bitmap: None,
+            ppl: None,
+            checksums: None,
+            scrub: None,
+            added_paths: Vec::new(),
+            reshape: Some(ReshapeRecord {
+                new_tree: tree(3),
+                position_bytes: tree(2).capacity(),
+                backup_area: None,
+                backup_window: None,
+            }),
+        };
+        let recorded = Recorded {
+            events: 9,
+            clean: true,
+            members,
+            scrub: None,
+            added_paths: Vec::new(),
+            reshape: None,
+            tree: tree(3),
+        };
+        let mut v = behind.clone();
+        recorded.write_into(&mut v, 1);
+        assert_eq!((v.events, &v.tree, &v.reshape), (9, &tree(3), &None));
+        let sb = Superblock {
+            generation: 1,
+            member: Uuid([2; 16]),
+            member_bytes: 4 << 20,
+            volumes: vec![v],
+        };
+        let bytes = sb.encode().expect("a whole record encodes");
+        assert_eq!(Superblock::decode(&bytes).expect("and reads back"), sb);
+    }
 
     #[test]
     fn recordable_paths() {

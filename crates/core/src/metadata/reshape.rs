@@ -8,8 +8,8 @@
 //! least the old capacity, the position and the backed-up window lie on whole stripes of
 //! both trees, inside the volume. A record that fails is refused by name, never followed.
 
-use super::Area;
 use super::MetadataError;
+use super::{Area, VolumeRecord};
 use nbraid_layout::{Node, Reshape};
 
 /// A reshape in progress, as one member's record holds it.
@@ -149,6 +149,26 @@ impl RecordedReshape {
     }
 }
 
+/// Whether `r` is one commit behind `newest` and that commit was the start of the reshape
+/// `newest` records (a torn start: `reshape_run.rs` writes it to the added members, then to
+/// the old ones). Its record names no reshape and the same tree, the newest one a reshape at
+/// position 0 with nothing backed up — nothing has moved — and a member list that extends
+/// `r`'s (the same ids by role, the added members after them). Such a member holds
+/// everything the newest record covers: it is current, its list one commit short.
+pub(super) fn missed_only_the_start(newest: &VolumeRecord, r: &VolumeRecord) -> bool {
+    let started = newest
+        .reshape
+        .as_ref()
+        .is_some_and(|s| s.position_bytes == 0 && s.backup_window.is_none());
+    let ids = |v: &VolumeRecord| v.members.iter().map(|m| m.uuid).collect::<Vec<_>>();
+    started
+        && r.reshape.is_none()
+        && r.events + 1 == newest.events
+        && r.tree == newest.tree
+        && newest.members.len() > r.members.len()
+        && ids(newest).starts_with(&ids(r))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,5 +273,76 @@ mod tests {
             .unwrap();
         let e = r.check(&old, 4).unwrap_err().to_string();
         assert!(e.contains("would shrink the volume"), "{e}");
+    }
+
+    /// Role 0's record of a RAID 5 volume over `members` members (ids 1, 2, …).
+    fn volume_record(members: usize, events: u64, reshape: Option<ReshapeRecord>) -> VolumeRecord {
+        use crate::metadata::{MemberEntry, RecordedState, Uuid};
+        VolumeRecord {
+            array: Uuid([9; 16]),
+            name: "vol".into(),
+            events,
+            clean: true,
+            role: 0,
+            members: (0..members)
+                .map(|i| MemberEntry {
+                    uuid: Uuid([i as u8 + 1; 16]),
+                    state: RecordedState::Active,
+                })
+                .collect(),
+            tree: raid5(3),
+            bitmap: None,
+            ppl: None,
+            checksums: None,
+            scrub: None,
+            added_paths: Vec::new(),
+            reshape,
+        }
+    }
+
+    #[test]
+    fn a_member_that_missed_only_the_start_of_a_reshape_is_recognised() {
+        let started = volume_record(4, 6, Some(record(0)));
+        let missed = volume_record(3, 5, None);
+        assert!(missed_only_the_start(&started, &missed));
+
+        let two_behind = volume_record(3, 4, None);
+        assert!(!missed_only_the_start(&started, &two_behind), "stale");
+        let mut moved = started.clone();
+        moved.reshape = Some(record(6 * 4096));
+        assert!(
+            !missed_only_the_start(&moved, &missed),
+            "past position 0 a checkpoint was missed too"
+        );
+        let mut backed_up = started.clone();
+        backed_up.reshape.as_mut().unwrap().backup_window = Some(BackupWindow {
+            start_bytes: 0,
+            len_bytes: 6 * 4096,
+        });
+        assert!(
+            !missed_only_the_start(&backed_up, &missed),
+            "a backup commit"
+        );
+        let mut replaced = missed.clone();
+        replaced.members[1].uuid = crate::metadata::Uuid([7; 16]);
+        assert!(
+            !missed_only_the_start(&started, &replaced),
+            "another member in role 1"
+        );
+        let same_list = volume_record(4, 5, None);
+        assert!(
+            !missed_only_the_start(&started, &same_list),
+            "no members added"
+        );
+        let own_reshape = volume_record(3, 5, Some(record(0)));
+        assert!(!missed_only_the_start(&started, &own_reshape));
+        let mut other_tree = missed.clone();
+        other_tree.tree = raid5(4);
+        assert!(!missed_only_the_start(&started, &other_tree));
+        let plain = volume_record(4, 6, None);
+        assert!(
+            !missed_only_the_start(&plain, &missed),
+            "no reshape recorded"
+        );
     }
 }

@@ -1,13 +1,14 @@
 //! A reshape on an array: the records and backup areas behind the engine's hooks
 //! ([`crate::reshape::ReshapeHooks`]), starting one, and picking one up after a restart.
 //!
-//! - **Starting** ([`start`]) writes, with the volume quiet and flushed: a record on every
-//!   added member (its role after the old ones, the old tree, the reshape), then the records
-//!   of the old members (event counter +1, the added members listed, the reshape at position
-//!   0). Each role gets a backup area in its metadata area, placed first-fit like the bitmap
-//!   and the log (`areas.rs`). The volume is then opened again (`Array::open` with the new
-//!   tree as the config): a power loss before the old members' records are written leaves
-//!   the volume as it was, after one of them it is a reshape at position 0 (nothing moved).
+//! - **Starting** ([`start`]) is one commit (event counter +1), written with the volume
+//!   quiet and flushed to every added member (its role after the old ones, the old tree,
+//!   the reshape at position 0), then to the old members (the added members listed, the
+//!   reshape). Each role gets a backup area in its metadata area, placed first-fit like the
+//!   bitmap and the log (`areas.rs`). The volume is then opened again (`Array::open` with the
+//!   new tree as the config). A power loss mid-way leaves old members one event behind with
+//!   no reshape record: assembly takes them as current (`reshape::missed_only_the_start`) and
+//!   [`restore`] places their backup areas again where the start placed them.
 //! - **The backup** of a window: each member keeps its own rows at risk in its own area,
 //!   behind a 4 KiB header (magic, the window, the rows' place and length, their CRC-32C),
 //!   written and flushed before the records say the backup holds the window. A member that
@@ -187,9 +188,11 @@ impl ReshapeHooks for ArrayHooks<'_> {
     }
 }
 
-/// After a restart whose records say the backup holds the window at the position: reads
-/// each member's rows back, checks them, and writes them over the members.
+/// After a restart: gives every role its backup area, and where the records say the backup
+/// holds the window at the position, reads each member's rows back, checks them, and writes
+/// them over the members.
 pub(super) async fn restore(p: Parts<'_>, node: &ReshapeNode) -> Result<(), ArrayError> {
+    place_missing_areas(p).await?;
     let (window, areas) = match &p.records.lock().await.reshape {
         Some(RecordedReshape {
             backup_window: Some(w),
@@ -227,6 +230,34 @@ pub(super) async fn restore(p: Parts<'_>, node: &ReshapeNode) -> Result<(), Arra
     }
     node.restore(&rows).await?;
     p.records.record_failures().await?;
+    Ok(())
+}
+
+/// A role whose record names no backup area — its member missed the start's commit
+/// (`assemble::missed_only_the_start`) — gets the one the start placed for it: the first fit
+/// in its metadata area, chosen from the same superblock as then (the member took no write
+/// since). The next commit records it.
+async fn place_missing_areas(p: Parts<'_>) -> Result<(), ArrayError> {
+    let mut rec = p.records.lock().await;
+    let Some(reshape) = rec.reshape.as_mut() else {
+        return Ok(());
+    };
+    for (role, area) in reshape.areas.iter_mut().enumerate() {
+        let Some(meta) = p.records.meta(role).filter(|_| area.is_none()) else {
+            continue;
+        };
+        let sb = meta.sb.lock().await.clone();
+        let offset = free_area(sb.as_ref(), BACKUP_AREA_BYTES).ok_or_else(|| {
+            p.refuse(format!(
+                "`{}`: no room for a {BACKUP_AREA_BYTES}-byte reshape backup in its metadata area",
+                meta.member().name()
+            ))
+        })?;
+        *area = Some(Area {
+            offset,
+            len: BACKUP_AREA_BYTES,
+        });
+    }
     Ok(())
 }
 
@@ -280,7 +311,7 @@ pub(super) async fn run(
     );
     let mut rec = p.records.lock().await;
     if let Some(r) = rec.reshape.take() {
-        rec.tree = Some(r.new_tree);
+        rec.tree = r.new_tree;
         p.records.commit(&mut rec).await?;
     }
     Ok(state)
@@ -347,7 +378,12 @@ pub(super) async fn start(
         backup_window: None,
         areas,
     };
-    // The added members first: until the old members say so, the volume is as it was.
+    // The start is one commit (event counter +1), written to the added members first, then
+    // to the old ones: every record is then at the same event, none left behind to become
+    // stale at the next torn commit. An old member that missed it is one behind with no
+    // reshape record, which assembly recognises (`assemble::missed_only_the_start`).
+    rec.events += 1;
+    rec.scrub = None;
     for (i, meta) in added.iter().enumerate() {
         let role = old_roles + i;
         let record = VolumeRecord {
@@ -377,8 +413,6 @@ pub(super) async fn start(
         (meta.update(|_| {}).await)
             .map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
     }
-    rec.events += 1;
-    rec.scrub = None;
     for (r, meta) in metas.iter().enumerate().take(old_roles) {
         let (id, name) = (p.id(), p.name().to_string());
         let (events, members, reshape) = (rec.events, members.clone(), rr.record_for(r));
