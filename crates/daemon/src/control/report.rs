@@ -188,7 +188,8 @@ pub(super) fn scrub_json(v: &ControlVolume, c: &ScrubControl) -> Value {
 /// repaired, and the first ones (bounded: `nbraid_core::scrub::FINDINGS_PER_MEMBER_MAX`).
 fn findings_json(v: &ControlVolume, f: &ScrubFindings) -> Value {
     let ids = v.member_ids();
-    let vol = v.array.volume();
+    let array = v.array();
+    let vol = array.volume();
     let members: Vec<Value> = f
         .by_member
         .iter()

@@ -5,6 +5,7 @@
 
 use super::volume::ControlVolume;
 use crate::served::ServedArray;
+use nbraid_core::metadata::{Array, MemberMeta};
 use nbraid_core::PassState;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -56,7 +57,7 @@ async fn finish(served: &ServedArray, name: &str) {
     drop(old);
     match served.reopen(&mut quiet, &members, None).await {
         Ok(new) => {
-            super::reshape_start::carry_spares(&new, spares);
+            carry_spares(&new, spares);
             tracing::info!(
                 "reshape of {name} done: the new shape serves alone, {} bytes (new NBD connections see the new size)",
                 new.volume().capacity()
@@ -86,4 +87,14 @@ pub(super) fn reshape_json(v: &ControlVolume) -> Value {
 /// The reshape's control, for pause and resume.
 pub(super) fn reshape_pass(v: &ControlVolume) -> Option<Arc<nbraid_core::PassControl>> {
     v.reshape.lock().clone()
+}
+
+/// The spares the old array held stand by in the new one.
+pub(super) fn carry_spares(new: &Array, spares: Vec<Arc<MemberMeta>>) {
+    for s in spares {
+        let name = s.member().name().to_string();
+        if let Err(e) = new.add_spare(s) {
+            tracing::warn!("volume {}: spare {name} not kept: {e}", new.name());
+        }
+    }
 }

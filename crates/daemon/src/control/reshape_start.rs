@@ -15,6 +15,7 @@
 
 use super::controls::{refused, Controls};
 use super::members::{already_open, Offered};
+use super::reshape::carry_spares;
 use super::volume::ControlVolume;
 use nbraid_assembly::reshape_plan::{self, Action, MoveKind};
 use nbraid_config::{Config, MemberStorage};
@@ -133,16 +134,6 @@ async fn swap_in(
         v.name
     );
     Ok(())
-}
-
-/// The spares the old array held stand by in the new one.
-pub(super) fn carry_spares(new: &Array, spares: Vec<Arc<MemberMeta>>) {
-    for s in spares {
-        let name = s.member().name().to_string();
-        if let Err(e) = new.add_spare(s) {
-            tracing::warn!("volume {}: spare {name} not kept: {e}", new.name());
-        }
-    }
 }
 
 /// Per config position of `cv`, the live role of the member there (by file; `None`: a
