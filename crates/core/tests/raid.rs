@@ -961,23 +961,29 @@ fn sequential_writes_in_flight_together_stream_as_fast_as_one_at_a_time() {
     }
 }
 
-/// RAID 5 stripes wide enough that a regenerating write folds P a few chunks at a time as it
-/// issues their writes (`raid/write.rs` `write_folding_p`, 256 KiB of rows per fold): with
-/// strips of 64 and 128 KiB from 4 to 24 members and of 4 KiB on 70. Member I/O stays exact
-/// (a full stripe writes each member once and reads nothing), and after partial writes
-/// (read-modify-write, reconstruct-write) every member failed in turn reads the model back.
+/// RAID 5 and 6 stripes wide enough that a regenerating write folds P (and Q) a few chunks
+/// at a time as it issues their writes (`raid/write.rs` `write_folding_parity`, 256 KiB of
+/// rows per fold): with strips of 64 and 128 KiB from 4 to 24 members and of 4 KiB on 70.
+/// Member I/O stays exact (a full stripe writes each member once and reads nothing), and
+/// after partial writes (read-modify-write, reconstruct-write) every member failed in turn
+/// (RAID 6: with its neighbour, so Q rebuilds too) reads the model back.
 #[test]
-fn wide_raid5_stripes_fold_parity_in_groups_and_read_back_with_any_member_failed() {
+fn wide_parity_stripes_fold_parity_in_groups_and_read_back_with_any_members_failed() {
     let mut rng = SmallRng::seed_from_u64(36);
-    for (n, strip) in [
+    let sizes = [
         (4, 128 * KIB),
         (6, 128 * KIB),
         (8, 64 * KIB),
         (24, 64 * KIB),
         (70, 4 * KIB),
-    ] {
-        let member_len = 4 * strip;
-        let g = named(Level::Raid5, n, None, strip, member_len);
+    ];
+    let configs = [Level::Raid5, Level::Raid6]
+        .into_iter()
+        .flat_map(|level| sizes.map(|(n, strip)| (level, n, strip)));
+    for (level, n, strip) in configs {
+        let name = format!("{} x{n}, strip {strip}", level.name());
+        let member_len = 5 * strip;
+        let g = named(level, n, None, strip, member_len);
         let members = memory_members(n, member_len);
         let v = Volume::new(
             g.clone(),
@@ -985,7 +991,7 @@ fn wide_raid5_stripes_fold_parity_in_groups_and_read_back_with_any_member_failed
             opts(CacheMode::WriteThrough, true),
         )
         .unwrap();
-        let width = strip * (n as u64 - 1);
+        let width = strip * (n - level.parity()) as u64;
         let mut model = vec![0u8; v.capacity() as usize];
         let mut write = |at: u64, len: u64| {
             let bytes = random_bytes(&mut rng, len as usize);
@@ -995,7 +1001,7 @@ fn wide_raid5_stripes_fold_parity_in_groups_and_read_back_with_any_member_failed
         let before = v.member_counters();
         write(width, 2 * width);
         let d = delta(&v, &before);
-        assert_eq!(d, (0, 2 * n as u64, 0, 2 * n as u64 * strip), "RAID 5 x{n}");
+        assert_eq!(d, (0, 2 * n as u64, 0, 2 * n as u64 * strip), "{name}");
         // Partial stripes: a few chunks and a ragged range over chunk boundaries.
         write(3 * width + strip, 2 * strip);
         write(4096, width - 8192);
@@ -1014,9 +1020,12 @@ fn wide_raid5_stripes_fold_parity_in_groups_and_read_back_with_any_member_failed
             )
             .unwrap();
             v.fail_member(f, "test");
+            if level == Level::Raid6 {
+                v.fail_member((f + 1) % n, "test");
+            }
             assert!(
                 block_on(v.read(0, v.capacity())).unwrap()[..] == model[..],
-                "RAID 5 x{n}, strip {strip}: member {f} failed"
+                "{name}: member {f} failed (RAID 6: and the next)"
             );
         }
         // Written degraded: P's member failed in some stripes, a data chunk's in others.
@@ -1029,7 +1038,7 @@ fn wide_raid5_stripes_fold_parity_in_groups_and_read_back_with_any_member_failed
         }
         assert!(
             block_on(v.read(0, v.capacity())).unwrap()[..] == model[..],
-            "RAID 5 x{n}, strip {strip}: written with member 1 failed"
+            "{name}: written with member 1 failed"
         );
     }
 }

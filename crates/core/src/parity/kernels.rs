@@ -32,6 +32,9 @@ pub(super) mod mode {
     pub const REC_DD: u8 = 4;
     /// Compare P', Q' with p_in, q_in.
     pub const CHECK: u8 = 5;
+    /// Fold the sources into P and Q held elsewhere: out0 ^= P', out1 ^= m0·Q' (m0 = g^first
+    /// slot: the sources' Q coefficients continue from there).
+    pub const FOLD_PQ: u8 = 6;
 }
 
 /// Software prefetch distance in bytes for a stripe of `k` sources (0 = none). Measured on the
@@ -211,6 +214,13 @@ unsafe fn finish<V: Vector, const U: usize, const MODE: u8, const NT: bool>(
                     store::<V, NT>(pxy.xor(da), o(job.out1, u));
                 }
             }
+            FOLD_PQ => {
+                for u in 0..U {
+                    let (pp, qq) = (o(job.out0, u), o(job.out1, u));
+                    V::load(pp).xor(p[u]).store(pp);
+                    V::load(qq).xor(q[u].mul(m0)).store(qq);
+                }
+            }
             _ => {
                 let mut diff = V::zero();
                 for u in 0..U {
@@ -295,6 +305,7 @@ pub(super) unsafe fn pq<V: Vector, const U: usize>(job: &PqJob, mode: u8, nt: bo
             (REC_DQ, _) => pq_all::<V, U, REC_DQ, false>(job),
             (REC_DD, false) => pq_all::<V, U, REC_DD, false>(job),
             (REC_DD, true) => pq_all::<V, U, REC_DD, true>(job),
+            (FOLD_PQ, _) => pq_all::<V, U, FOLD_PQ, false>(job),
             _ => pq_all::<V, U, CHECK, false>(job),
         }
     }

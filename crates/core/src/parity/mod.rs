@@ -181,8 +181,10 @@ impl Kernels {
     }
 
     fn run_pq(&self, job: &PqJob, mode: u8) -> bool {
-        // Every mode but CHECK only writes its outputs; null (unused) outputs count as aligned.
-        let nt = mode != mode::CHECK && self.nt(job.len, &[job.out0, job.out1]);
+        // Every mode but CHECK and FOLD_PQ only writes its outputs; null (unused) outputs
+        // count as aligned.
+        let reads_outputs = mode == mode::CHECK || mode == mode::FOLD_PQ;
+        let nt = !reads_outputs && self.nt(job.len, &[job.out0, job.out1]);
         // SAFETY: `self.path` is available (the invariant of `Kernels`), and every caller
         // builds `job` from validated slices as `PqJob` documents.
         unsafe {
@@ -296,6 +298,21 @@ impl Kernels {
             },
             mode::GEN_Q,
         );
+    }
+
+    /// P ^= ⊕ data, Q ^= Σ g^(first_slot + i)·data[i]. See [`pq_fold`].
+    pub fn pq_fold(&self, data: &[&[u8]], first_slot: usize, p: &mut [u8], q: &mut [u8]) {
+        let len = stripe_len("pq_fold", data, None);
+        check_k("pq_fold", first_slot + data.len());
+        let len = expect_len("pq_fold", "p", p.len(), len);
+        let len = expect_len("pq_fold", "q", q.len(), len);
+        let job = PqJob {
+            m: [gf::exp2(first_slot), 0],
+            out0: p.as_mut_ptr(),
+            out1: q.as_mut_ptr(),
+            ..PqJob::new(data, len)
+        };
+        self.run_pq(&job, mode::FOLD_PQ);
     }
 
     // ----- check -----
@@ -606,6 +623,16 @@ pub fn xor_into(acc: &mut [u8], data: &[&[u8]]) {
 /// If `data` is empty or longer than [`MAX_DATA`], or the chunks, `p` and `q` differ in length.
 pub fn pq_gen(data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
     best().pq_gen(data, p, q)
+}
+
+/// P ^= ⊕ Dᵢ and Q ^= Σ g^(first_slot + i)·Dᵢ, in one pass, in place: P and Q of a stripe
+/// accumulated a few chunks at a time (slots `first_slot ..`), each group while it is still in
+/// the CPU cache. Folding every group of a stripe into zeroed P and Q gives [`pq_gen`]'s.
+///
+/// # Panics
+/// As [`pq_gen`], or if `first_slot + data.len()` exceeds [`MAX_DATA`].
+pub fn pq_fold(data: &[&[u8]], first_slot: usize, p: &mut [u8], q: &mut [u8]) {
+    best().pq_fold(data, first_slot, p, q)
 }
 
 /// Q = Σ gⁱ·Dᵢ alone (regenerate a lost Q).

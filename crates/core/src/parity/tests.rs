@@ -185,6 +185,62 @@ fn generate_matches_reference_k1_to_64_and_253() {
     }
 }
 
+/// P and Q folded a random number of chunks at a time (the first group generated, or folded
+/// into zeroes) equal the reference's, on every path, for k = 1..=64 and 253.
+#[test]
+fn fold_in_groups_matches_reference() {
+    let kernels = all_kernels();
+    let mut r = rng(7);
+    for round in 0..soak() {
+        for k in (1..=64).chain([253]) {
+            for &len in lens_for(k + round).iter().filter(|&&l| l > 0) {
+                let s = Stripe::random(&mut r, k, len, true);
+                let data = s.refs();
+                let (rp, rq) = reference_pq(&data);
+                for kern in &kernels {
+                    let from_zero = r.gen_bool(0.5);
+                    let (mut p, mut q) = (vec![0; len], vec![0; len]);
+                    let mut first = 0;
+                    while first < k {
+                        let end = (first + r.gen_range(1..=8)).min(k);
+                        if first == 0 && !from_zero {
+                            kern.pq_gen(&data[..end], &mut p, &mut q);
+                        } else {
+                            kern.pq_fold(&data[first..end], first, &mut p, &mut q);
+                        }
+                        first = end;
+                    }
+                    let path = kern.path();
+                    assert!(
+                        p == rp,
+                        "{path} pq_fold P, k={k} len={len} zero={from_zero}"
+                    );
+                    assert!(
+                        q == rq,
+                        "{path} pq_fold Q, k={k} len={len} zero={from_zero}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Large aligned outputs (where generation streams) are folded with ordinary stores: P and Q
+/// are read first.
+#[test]
+fn fold_large_aligned_outputs() {
+    let len = STREAM_MIN_LEN;
+    let s = Stripe::random(&mut rng(8), 6, len, false);
+    let data = s.refs();
+    let (rp, rq) = reference_pq(&data);
+    for kern in all_kernels() {
+        let (mut p, mut q) = (vec![0; len], vec![0; len]);
+        kern.pq_gen(&data[..2], &mut p, &mut q);
+        kern.pq_fold(&data[2..], 2, &mut p, &mut q);
+        assert!(p == rp && q == rq, "{} pq_fold of {len} bytes", kern.path());
+    }
+}
+
 /// Outputs long and aligned enough for the non-temporal stores, with and without them.
 #[test]
 fn generate_streaming_sizes() {
@@ -590,6 +646,14 @@ fn oversized_stripe_panics() {
     let mut data: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
     let (p, q) = ([0u8; 4], [0u8; 4]);
     recover_two_data(&mut data, &p, &q, 0, 1);
+}
+
+#[test]
+#[should_panic(expected = "parity::pq_fold: 256 data chunks, at most 255")]
+fn fold_past_the_last_slot_panics() {
+    let a = [0u8; 4];
+    let (mut p, mut q) = ([0u8; 4], [0u8; 4]);
+    pq_fold(&[&a, &a], MAX_DATA - 1, &mut p, &mut q);
 }
 
 #[test]

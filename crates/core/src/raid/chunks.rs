@@ -162,6 +162,15 @@ impl Chunks {
         }
     }
 
+    /// An empty accumulator of this group's parity (P, and Q for RAID 6).
+    pub fn parity_fold(&self) -> ParityFold {
+        ParityFold {
+            p: None,
+            q: None,
+            with_q: self.np == 2,
+        }
+    }
+
     /// The bytes child `child` holds over rows of a stripe whose data rows are `rows`: its
     /// data, or parity regenerated from them.
     pub fn chunk_from_rows(
@@ -217,4 +226,102 @@ pub(super) enum Retry {
     /// parity covers (which child is not known here).
     Rebuild(VolumeError),
     Fatal(VolumeError),
+}
+
+/// P (and Q) of one stripe's rows, accumulated a group of data chunks at a time in parity-slot
+/// order: each group is folded in while it is still in the CPU cache.
+pub struct ParityFold {
+    /// None until the first group.
+    p: Option<Buf>,
+    /// None until the first group, or without Q (RAID 5).
+    q: Option<Buf>,
+    with_q: bool,
+}
+
+impl ParityFold {
+    /// Fold in the data chunks of parity slots `first_slot ..` (`srcs`, in slot order).
+    pub fn fold(&mut self, first_slot: usize, srcs: &[&[u8]]) {
+        let len = srcs.first().map_or(0, |s| s.len());
+        match (self.p.as_mut(), self.q.as_mut()) {
+            (Some(p), None) => parity::xor_into(p, srcs),
+            (Some(p), Some(q)) => parity::pq_fold(srcs, first_slot, p, q),
+            (None, _) if !self.with_q => {
+                let mut p = Buf::new(len);
+                parity::xor_gen(srcs, &mut p);
+                self.p = Some(p);
+            }
+            (None, _) if first_slot == 0 => {
+                let (mut p, mut q) = (Buf::new(len), Buf::new(len));
+                parity::pq_gen(srcs, &mut p, &mut q);
+                (self.p, self.q) = (Some(p), Some(q));
+            }
+            (None, _) => {
+                let (mut p, mut q) = (Buf::zeroed(len), Buf::zeroed(len));
+                parity::pq_fold(srcs, first_slot, &mut p, &mut q);
+                (self.p, self.q) = (Some(p), Some(q));
+            }
+        }
+    }
+
+    /// P, and Q for RAID 6, of every chunk folded in.
+    ///
+    /// # Panics
+    /// If nothing was folded in.
+    pub fn finish(self) -> (Buf, Option<Buf>) {
+        let p = self.p.expect("parity folded from at least one data chunk");
+        assert_eq!(self.q.is_some(), self.with_q, "Q folded exactly for RAID 6");
+        (p, self.q)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Folding a stripe in any grouping, from slot 0 or onto a later start, gives the P and Q
+    /// (or the P) generated in one pass.
+    #[test]
+    fn parity_fold_in_groups_is_the_one_pass_parity() {
+        let k = 7;
+        let rows: Vec<Vec<u8>> = (0..k)
+            .map(|i| (0..300).map(|b| (b * 7 + i * 31) as u8).collect())
+            .collect();
+        let srcs: Vec<&[u8]> = rows.iter().map(|r| &r[..]).collect();
+        let (mut p, mut q) = (vec![0; 300], vec![0; 300]);
+        parity::pq_gen(&srcs, &mut p, &mut q);
+        for with_q in [false, true] {
+            for group in 1..=k {
+                let mut fold = ParityFold {
+                    p: None,
+                    q: None,
+                    with_q,
+                };
+                for first in (0..k).step_by(group) {
+                    fold.fold(first, &srcs[first..(first + group).min(k)]);
+                }
+                let (fp, fq) = fold.finish();
+                assert_eq!(fp[..], p[..], "P in groups of {group}");
+                assert_eq!(
+                    fq.as_deref(),
+                    with_q.then_some(&q[..]),
+                    "Q in groups of {group}"
+                );
+            }
+            // A fold that starts past slot 0 (slots 0 ..= 1 hold zeroes).
+            let mut fold = ParityFold {
+                p: None,
+                q: None,
+                with_q,
+            };
+            let zero = vec![0u8; 300];
+            fold.fold(2, &srcs[2..]);
+            let mut with_zeroes = srcs.clone();
+            with_zeroes[..2].copy_from_slice(&[&zero[..], &zero[..]]);
+            let (mut zp, mut zq) = (vec![0; 300], vec![0; 300]);
+            parity::pq_gen(&with_zeroes, &mut zp, &mut zq);
+            let (fp, fq) = fold.finish();
+            assert_eq!(fp[..], zp[..]);
+            assert_eq!(fq.as_deref(), with_q.then_some(&zq[..]));
+        }
+    }
 }

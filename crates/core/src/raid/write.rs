@@ -496,9 +496,9 @@ impl StripeWriter<'_> {
         let rest = &plan.writes[data_writes.len()..];
         let row_bytes = (rows.r1 - rows.r0) as usize;
         let group = fold_group(row_bytes);
-        if chunks.np == 1 && (2..chunks.k).contains(&group) {
+        if (2..chunks.k).contains(&group) {
             return self
-                .write_folding_p(rows, rest, data_writes, news, group)
+                .write_folding_parity(rows, rest, data_writes, news, group)
                 .await;
         }
         let parity = async {
@@ -529,13 +529,14 @@ impl StripeWriter<'_> {
         (writes, results)
     }
 
-    /// Stage 5 of a RAID 5 plan that regenerates P (`write_regenerated`): the data writes
-    /// are issued `group` data chunks at a time ([`fold_group`]), each group polled once as it is
-    /// issued and folded into P right after — a member that copies on submission (memory,
-    /// page cache) has just pulled the group into the CPU cache, where a single pass after
-    /// the last write would find the first chunks of a wide stripe evicted — then P is
-    /// written. The same writes as the plan's, data first; each with its result.
-    async fn write_folding_p(
+    /// Stage 5 of a plan that regenerates parity (`write_regenerated`) over a wide stripe:
+    /// the data writes are issued `group` data chunks at a time ([`fold_group`]) in parity-slot
+    /// order, each group polled once as it is issued and folded into P (and Q) right after —
+    /// a member that copies on submission (memory, page cache) has just pulled the group into
+    /// the CPU cache, where a single pass after the last write would find the first chunks of
+    /// a wide stripe evicted — then P (and Q) are written. The same writes as the plan's, data
+    /// first; each with its result.
+    async fn write_folding_parity(
         &self,
         rows: &RowsWrite<'_>,
         rest: &[Rows],
@@ -545,17 +546,19 @@ impl StripeWriter<'_> {
     ) -> (Vec<ChildWrite>, Vec<VolumeResult<()>>) {
         assert!(group >= 1, "a fold group holds a chunk");
         let chunks = &self.stripes.chunks;
-        let index_of: Vec<usize> = data_writes
+        let order = chunks.slot_order(rows.roles);
+        let slot_of: Vec<usize> = data_writes
             .iter()
             .map(|w| rows.roles.data_index_of(w.child).expect("a data write"))
+            .map(|i| rows.roles.q_slot[i])
             .collect();
         let mut results: Vec<Option<VolumeResult<()>>> = data_writes.iter().map(|_| None).collect();
         let mut in_flight = Vec::new();
-        let mut p: Option<Buf> = None;
+        let mut fold = chunks.parity_fold();
         for first in (0..chunks.k).step_by(group) {
-            let group = first..(first + group).min(chunks.k);
+            let slots = first..(first + group).min(chunks.k);
             let at: Vec<usize> = (0..data_writes.len())
-                .filter(|&j| group.contains(&index_of[j]))
+                .filter(|&j| slots.contains(&slot_of[j]))
                 .collect();
             let mut writes = join_all(at.iter().map(|&j| {
                 let w = &data_writes[j];
@@ -569,23 +572,18 @@ impl StripeWriter<'_> {
                 }
                 std::task::Poll::Pending => in_flight.push((at, writes)),
             }
-            let srcs: Vec<&[u8]> = news[group].iter().map(|b| &b[..]).collect();
-            match p.as_mut() {
-                Some(p) => parity::xor_into(p, &srcs),
-                None => {
-                    let mut fresh = Buf::new(srcs[0].len());
-                    parity::xor_gen(&srcs, &mut fresh);
-                    p = Some(fresh);
-                }
-            }
+            let srcs: Vec<&[u8]> = slots.map(|s| &news[order[s]][..]).collect();
+            fold.fold(first, &srcs);
         }
-        // P is not written where its member failed (the plan then lists no parity write).
-        let mut p = p.map(Buf::freeze);
+        // Parity is not written where its member failed (the plan then lists no such write).
+        let (p, q) = fold.finish();
+        let (mut p, mut q) = (Some(p.freeze()), q.map(Buf::freeze));
         let out = rest
             .iter()
             .map(|r| match r.target {
                 Target::P => (Target::P, p.take().expect("P written once")),
-                t => unreachable!("a RAID 5 plan writes data, then P, not {t:?}"),
+                Target::Q => (Target::Q, q.take().expect("Q generated and written once")),
+                t => unreachable!("the plan writes data, then parity, not {t:?}"),
             })
             .collect();
         let p_writes = rows.follow_plan(rest, out);
@@ -647,7 +645,7 @@ impl StripeWriter<'_> {
     }
 }
 
-/// Bytes of data a RAID 5 write folds into P at a time, right after issuing their member
+/// Bytes of data a write folds into P (and Q) at a time, right after issuing their member
 /// writes: few enough to be still in the CPU cache when folded (measured on 24 members of
 /// 64 KiB: one pass over the whole stripe after its writes reads much of it from memory).
 const FOLD_BYTES: usize = 256 << 10;
