@@ -247,7 +247,8 @@ fn reshape_rates_against_a_member_and_the_healthy_volume() {
                 geometry(Level::Raid6, 4),
             ),
         ] {
-            for window in [MIB, 16 * MIB] {
+            // 4 MiB: the array pass's longest window (`metadata/reshape_run.rs`).
+            for window in [MIB, 4 * MIB, 8 * MIB] {
                 let idle = idle_reshape_rate(&model, &old, &new, window);
                 println!(
                     "{} {name}, windows of {} MiB: reshape {:.2} of a member's sequential read",
