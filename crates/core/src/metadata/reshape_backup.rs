@@ -95,9 +95,13 @@ pub(super) fn own_area(sb: Option<&Superblock>, rows_bytes: u64) -> Option<Area>
 
 /// Where role `role`'s share of a backup lives: `(holder role, area)`. Own areas of the old
 /// tree's roles first; a role of the old tree without one takes its slot of the pool (the
-/// area of the first role the old tree lacks, split evenly among them, in role order).
+/// area of the first role the old tree lacks, split evenly among all the old tree's roles in
+/// role order — a slot for every one, so where a slot lies never depends on which roles
+/// have own areas: a missing member's record cannot say).
 pub(super) fn home(old: &Node, areas: &[Option<Area>], role: usize) -> Option<(usize, Area)> {
-    let olds = old.member_indices();
+    let mut olds = old.member_indices();
+    olds.sort_unstable();
+    olds.dedup();
     if !olds.contains(&role) {
         return None;
     }
@@ -106,11 +110,8 @@ pub(super) fn home(old: &Node, areas: &[Option<Area>], role: usize) -> Option<(u
     }
     let holder = (0..areas.len()).find(|r| !olds.contains(r) && areas[*r].is_some())?;
     let pool = areas[holder]?;
-    let users: Vec<usize> = (0..areas.len())
-        .filter(|r| olds.contains(r) && areas[*r].is_none())
-        .collect();
-    let slot = pool.len / users.len() as u64 / 4096 * 4096;
-    let i = users.iter().position(|&r| r == role)? as u64;
+    let slot = pool.len / olds.len() as u64 / 4096 * 4096;
+    let i = olds.iter().position(|&r| r == role)? as u64;
     Some((
         holder,
         Area {
@@ -263,12 +264,16 @@ mod tests {
         assert_eq!(home(&old, &areas, 1), Some((1, own)));
         let slot = |offset| Area {
             offset,
-            len: 3 * MIB,
+            len: 2 * MIB,
         };
         assert_eq!(home(&old, &areas, 0), Some((3, slot(40 * MIB))));
-        assert_eq!(home(&old, &areas, 2), Some((3, slot(43 * MIB))));
+        assert_eq!(home(&old, &areas, 2), Some((3, slot(44 * MIB))));
         assert_eq!(home(&old, &areas, 3), None, "an added role holds no rows");
         assert_eq!(home(&old, &[None, Some(own), None, None], 0), None);
+        // Role 1's member missing (no record, no area): the others' slots stay put.
+        let missing = [None, None, None, Some(pool)];
+        assert_eq!(home(&old, &missing, 2), Some((3, slot(44 * MIB))));
+        assert_eq!(home(&old, &missing, 1), Some((3, slot(42 * MIB))));
     }
 
     #[test]

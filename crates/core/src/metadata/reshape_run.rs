@@ -536,7 +536,7 @@ async fn place_backup_areas(
         old_roles,
         holder.member().len(),
         sb.as_ref(),
-        slot * users.len() as u64,
+        slot * old_roles as u64, // a slot for every old role (`reshape_backup::home`)
     )
     .map_err(|why| {
         p.refuse(format!(
