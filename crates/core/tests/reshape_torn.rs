@@ -27,8 +27,21 @@ use std::task::Poll;
 use std::time::Duration;
 
 const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
 const REGION: u64 = 192 * KIB;
-const MEMBER_BYTES: u64 = METADATA_AREA_BYTES + REGION;
+
+/// Each member's region and whether the volume keeps a partial-parity log (a 1 MiB strip's
+/// log does not fit the metadata area).
+#[derive(Clone, Copy)]
+struct Sizes {
+    region: u64,
+    ppl: bool,
+}
+
+const SMALL: Sizes = Sizes {
+    region: REGION,
+    ppl: true,
+};
 
 /// Where the power goes: once member 0 issues its `cut_at`-th superblock write (counted
 /// from when armed), every write and flush of the `lost` members hangs — their share of
@@ -133,23 +146,27 @@ impl Member for Cutting {
 }
 
 fn tree(level: Level, members: usize, strip: u64) -> Node {
+    tree_of(level, members, strip, REGION)
+}
+
+fn tree_of(level: Level, members: usize, strip: u64, region: u64) -> Node {
     Shape::new(level, members, None, strip, ParityLayout::default())
         .unwrap()
         .build(&vec![
             Region {
                 start: METADATA_AREA_BYTES,
-                len: REGION
+                len: region
             };
             members
         ])
         .unwrap()
 }
 
-fn opts() -> ArrayOptions {
+fn opts(sizes: Sizes) -> ArrayOptions {
     ArrayOptions {
         volume: VolumeOptions::default(),
         bitmap_chunk_bytes: Some(64 * KIB),
-        ppl: true,
+        ppl: sizes.ppl,
         bitmap_clear_delay: Duration::ZERO,
         ..ArrayOptions::default()
     }
@@ -164,9 +181,14 @@ async fn metas(members: &[Arc<Cutting>]) -> Vec<Arc<MemberMeta>> {
 }
 
 /// Opens the volume; refused when any role is untrusted (absent or resynced as stale).
-async fn open(config: &Node, members: &[Arc<Cutting>], when: &str) -> Result<Array, String> {
+async fn open(
+    sizes: Sizes,
+    config: &Node,
+    members: &[Arc<Cutting>],
+    when: &str,
+) -> Result<Array, String> {
     let m = metas(members).await.into_iter().map(Some).collect();
-    let (a, report) = Array::open("vol", config, m, opts(), &|_, _| {})
+    let (a, report) = Array::open("vol", config, m, opts(sizes), &|_, _| {})
         .await
         .map_err(|e| format!("{when}: {e}"))?;
     if !report.absent_roles.is_empty() || !report.resynced_roles.is_empty() {
@@ -204,11 +226,16 @@ impl Expected {
 /// One reshape from `old` to `new` with the power cut at member 0's `cut_at`-th superblock
 /// write since the reshape started (`None`: never), the `lost` members missing that commit.
 /// Returns how many commits member 0 took part in.
-fn run(old: &Node, new: &Node, cut_at: Option<u64>, lost: &[usize]) -> Result<u64, String> {
+fn run(
+    sizes: Sizes,
+    (old, new): (&Node, &Node),
+    cut_at: Option<u64>,
+    lost: &[usize],
+) -> Result<u64, String> {
     let power = Arc::new(Power::default());
     let members: Vec<Arc<Cutting>> = (0..new.member_count())
         .map(|i| {
-            let m = MemoryMember::new(format!("m{i}"), MEMBER_BYTES);
+            let m = MemoryMember::new(format!("m{i}"), METADATA_AREA_BYTES + sizes.region);
             Arc::new(Cutting {
                 disk: Arc::new(Faulty::new(m, 7 + i as u64).with_power_loss()),
                 index: i,
@@ -227,7 +254,7 @@ fn run(old: &Node, new: &Node, cut_at: Option<u64>, lost: &[usize]) -> Result<u6
             "vol",
             old.clone(),
             metas(&members[..n_old]).await,
-            opts(),
+            opts(sizes),
             true,
             &|_, _| {},
         )
@@ -253,7 +280,7 @@ fn run(old: &Node, new: &Node, cut_at: Option<u64>, lost: &[usize]) -> Result<u6
                 .start_reshape(new.clone(), added, &Consent::default())
                 .await
                 .map_err(|e| format!("start: {e}"))?;
-            let a = open(new, members, "open mid-reshape").await?;
+            let a = open(sizes, new, members, "open mid-reshape").await?;
             a.write(at as u64, Buf::copy_from(&data), true)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -278,7 +305,7 @@ fn run(old: &Node, new: &Node, cut_at: Option<u64>, lost: &[usize]) -> Result<u6
         block_on(m.disk.crash(false)).map_err(|e| e.to_string())?;
     }
     block_on(async {
-        let a = open(new, &members, "open after the torn commit").await?;
+        let a = open(sizes, new, &members, "open after the torn commit").await?;
         expected.check(&a, "after the torn commit").await?;
         if let Some((position, _)) = a.reshape_progress() {
             a.set_reshape_window_bytes(64 * KIB);
@@ -290,7 +317,7 @@ fn run(old: &Node, new: &Node, cut_at: Option<u64>, lost: &[usize]) -> Result<u6
         }
         drop(a);
         for when in ["open in the new shape", "open in the new shape again"] {
-            let a = open(new, &members, when).await?;
+            let a = open(sizes, new, &members, when).await?;
             if a.reshape_progress().is_some() {
                 return Err(format!("{when}: a reshape is still recorded"));
             }
@@ -309,7 +336,11 @@ fn run(old: &Node, new: &Node, cut_at: Option<u64>, lost: &[usize]) -> Result<u6
 /// Every commit of the move, torn with each member alone missing it and each alone
 /// getting it.
 fn sweep(old: Node, new: Node) {
-    let commits = run(&old, &new, None, &[]).expect("the untorn reshape");
+    sweep_sized(SMALL, old, new)
+}
+
+fn sweep_sized(sizes: Sizes, old: Node, new: Node) {
+    let commits = run(sizes, (&old, &new), None, &[]).expect("the untorn reshape");
     assert!(
         commits > 4,
         "a reshape commits its start, checkpoints and end"
@@ -320,7 +351,7 @@ fn sweep(old: Node, new: Node) {
         for member in 0..n {
             let others: Vec<usize> = (0..n).filter(|&m| m != member).collect();
             for lost in [vec![member], others] {
-                if let Err(e) = run(&old, &new, Some(cut_at), &lost) {
+                if let Err(e) = run(sizes, (&old, &new), Some(cut_at), &lost) {
                     failures.push(format!("commit {cut_at}, members {lost:?} missed it: {e}"));
                 }
             }
@@ -358,5 +389,19 @@ fn raid5_to_raid6_every_torn_commit_of_a_reshape_is_recovered() {
     sweep(
         tree(Level::Raid5, 3, 8 * KIB),
         tree(Level::Raid6, 4, 8 * KIB),
+    );
+}
+
+/// A 512 KiB strip: the old members' shares of a window (two strips each) do not fit their
+/// metadata areas, so they are backed up in the pool in the added member's region tail — every commit torn,
+/// the start's included (an old member that missed it is given its home again at the open).
+#[test]
+fn raid5_with_512_kib_strips_every_torn_commit_of_a_pooled_reshape_is_recovered() {
+    let (strip, region) = (512 * KIB, 6 * MIB);
+    let sizes = Sizes { region, ppl: false };
+    sweep_sized(
+        sizes,
+        tree_of(Level::Raid5, 3, strip, region),
+        tree_of(Level::Raid5, 4, strip, region),
     );
 }

@@ -34,6 +34,7 @@ mod rebuilding;
 mod records;
 mod remove;
 mod reshape;
+mod reshape_backup;
 mod reshape_run;
 mod resync;
 mod scrub;

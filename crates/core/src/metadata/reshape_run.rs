@@ -19,11 +19,11 @@
 //!   written back with bytes it cannot prove), and written over the members; the pass then
 //!   copies the window again.
 
-use super::areas::free_area;
 use super::error::ArrayError;
 use super::member_meta::MemberMeta;
 use super::parts::Parts;
 use super::reshape::{BackupWindow, RecordedReshape, ReshapeRecord};
+use super::reshape_backup::{home, home_bytes, own_area, place_pool, pool_untouched, HEADER_BYTES};
 use super::{Area, MemberEntry, RecordedState, Uuid, VolumeRecord};
 use crate::buf::Buf;
 use crate::error::{VolumeError, VolumeResult};
@@ -34,13 +34,12 @@ use futures::FutureExt;
 use nbraid_layout::{Node, Reshape, Window, WindowRule};
 use std::sync::Arc;
 
-/// The header before a member's backed-up rows.
-const HEADER_BYTES: u64 = 4096;
 const BACKUP_MAGIC: &[u8; 8] = b"NBRSHBK1";
-/// The backup area a role gets unless one window's rows need more.
-const BACKUP_AREA_BYTES: u64 = 256 << 10;
-/// The longest window the pass copies unless told otherwise.
-pub(super) const MAX_WINDOW_BYTES: u64 = 8 << 20;
+/// The longest window the pass copies unless told otherwise. Clients whose requests meet
+/// the window wait for it: `tests/reshape_speed.rs` keeps 1 MiB sequential reads and writes
+/// at 0.49-0.89 of healthy with 4 MiB windows, 0.19-0.39 with 8 MiB, while the idle copy
+/// still moves 0.52-0.70 of an HDD's sequential read (1.4 of an SSD's).
+pub(super) const MAX_WINDOW_BYTES: u64 = 4 << 20;
 
 /// The header of `row`'s backup for `window`.
 fn encode_header(window: Window, row: &MemberRows) -> Vec<u8> {
@@ -71,11 +70,15 @@ fn check_backup(header: &[u8], window: BackupWindow, offset: u64, bytes: &[u8]) 
 }
 
 /// The longest window (whole units, at most `max_bytes` but at least one unit) whose backed-up rows fit
-/// `area_bytes` on every member, checked on the first windows (where growth backs up, and
-/// the same rows per window where the data members stay as many); `None` when not even one
-/// unit fits. The backup hook refuses a window that would not fit, loudly.
-pub(super) fn window_fitting(layout: &Reshape, area_bytes: u64, max_bytes: u64) -> Option<u64> {
-    let room = area_bytes.checked_sub(HEADER_BYTES)?;
+/// every member's home (`room_bytes(member)`: rows it holds, the header apart), checked on
+/// the first windows (where growth backs up, and the same rows per window where the data
+/// members stay as many); `None` when not even one unit fits. The backup hook refuses a
+/// window that would not fit, loudly.
+pub(super) fn window_fitting(
+    layout: &Reshape,
+    room_bytes: &dyn Fn(usize) -> u64,
+    max_bytes: u64,
+) -> Option<u64> {
     let fits = |len: u64| {
         let mut at = 0;
         for _ in 0..4 {
@@ -87,7 +90,7 @@ pub(super) fn window_fitting(layout: &Reshape, area_bytes: u64, max_bytes: u64) 
             }
             if w.rule == WindowRule::Backup {
                 let rows = layout.rows_at_risk(w).unwrap_or_default();
-                if rows.iter().any(|r| r.len > room) {
+                if rows.iter().any(|r| r.len > room_bytes(r.member)) {
                     return false;
                 }
             }
@@ -106,12 +109,28 @@ pub(super) fn window_fitting(layout: &Reshape, area_bytes: u64, max_bytes: u64) 
     Some(len)
 }
 
+/// The rows each member's home holds (see [`window_fitting`]): its own area or pool slot,
+/// the header apart.
+fn rooms(layout: &Reshape, areas: &[Option<Area>]) -> impl Fn(usize) -> u64 {
+    let rooms: Vec<u64> = (0..areas.len())
+        .map(|r| {
+            home(layout.old(), areas, r).map_or(0, |(_, a)| a.len.saturating_sub(HEADER_BYTES))
+        })
+        .collect();
+    move |m| rooms.get(m).copied().unwrap_or(0)
+}
+
 /// The records and backup areas behind the engine's copy.
 pub(super) struct ArrayHooks<'a> {
     pub(super) parts: Parts<'a>,
+    pub(super) layout: &'a Reshape,
 }
 
 impl ArrayHooks<'_> {
+    /// Writes each member's rows to its home (see `reshape_backup.rs`) and flushes it. A
+    /// member whose own area fails is failed (its rows are then not needed); a pool that
+    /// fails fails its member and stops the copy (the rows of members still serving are
+    /// not saved).
     async fn write_rows(&self, window: Window, rows: &[MemberRows]) -> VolumeResult<()> {
         let p = self.parts;
         let areas = match &p.records.lock().await.reshape {
@@ -119,16 +138,29 @@ impl ArrayHooks<'_> {
             None => return Err(unavailable("the records hold no reshape")),
         };
         for row in rows {
-            let Some(meta) = p.records.meta(row.member) else {
-                continue;
-            };
-            let area = areas.get(row.member).copied().flatten();
-            let Some(area) = area.filter(|a| a.len >= HEADER_BYTES + row.bytes.len() as u64) else {
+            let home = home(self.layout.old(), &areas, row.member);
+            let fits = |a: &Area| a.len >= HEADER_BYTES + row.bytes.len() as u64;
+            let Some((holder, area)) = home.filter(|(_, a)| fits(a)) else {
                 return Err(unavailable(&format!(
-                    "role {}: {} bytes of rows at risk do not fit its backup area {area:?}",
+                    "role {}: {} bytes of rows at risk fit no backup home {home:?}",
                     row.member,
                     row.bytes.len()
                 )));
+            };
+            let pooled = holder != row.member;
+            if pooled && !pool_untouched(self.layout, holder, area, window.start, window.len) {
+                return Err(unavailable(&format!(
+                    "window {}+{} would write over the backup pool on role {holder}: this move cannot go on in place",
+                    window.start, window.len
+                )));
+            }
+            let Some(meta) = p.records.meta(holder) else {
+                if pooled {
+                    return Err(unavailable(&format!(
+                        "the backup pool's role {holder} has no member"
+                    )));
+                }
+                continue;
             };
             let mut bytes = encode_header(window, row);
             bytes.extend_from_slice(&row.bytes);
@@ -140,7 +172,12 @@ impl ArrayHooks<'_> {
             };
             if let Err(e) = written.await {
                 p.volume
-                    .fail_member(row.member, &format!("reshape backup write failed: {e}"));
+                    .fail_member(holder, &format!("reshape backup write failed: {e}"));
+                if pooled {
+                    return Err(unavailable(&format!(
+                        "the backup pool on role {holder} failed: {e}"
+                    )));
+                }
             }
         }
         Ok(())
@@ -189,10 +226,10 @@ impl ReshapeHooks for ArrayHooks<'_> {
 }
 
 /// After a restart: gives every role its backup area, and where the records say the backup
-/// holds the window at the position, reads each member's rows back, checks them, and writes
-/// them over the members.
+/// holds the window at the position, reads each member's rows back from its home, checks
+/// them, and writes them over the members.
 pub(super) async fn restore(p: Parts<'_>, node: &ReshapeNode) -> Result<(), ArrayError> {
-    place_missing_areas(p).await?;
+    place_missing_areas(p, node.layout()).await?;
     let (window, areas) = match &p.records.lock().await.reshape {
         Some(RecordedReshape {
             backup_window: Some(w),
@@ -211,13 +248,19 @@ pub(super) async fn restore(p: Parts<'_>, node: &ReshapeNode) -> Result<(), Arra
         .map_err(|e| p.refuse(format!("reshape backup: {e}")))?;
     let mut rows = Vec::new();
     for r in ranges {
-        let (Some(meta), Some(area)) = (p.records.meta(r.member), areas[r.member]) else {
-            continue;
-        };
-        if p.volume.member_is_failed(r.member) {
+        if p.volume.member_is_failed(r.member) || p.records.meta(r.member).is_none() {
             continue;
         }
-        match read_rows(&meta, area, window, r.offset, r.len).await {
+        let read = match home(node.layout().old(), &areas, r.member) {
+            Some((holder, area)) => match p.records.meta(holder) {
+                Some(meta) if !p.volume.member_is_failed(holder) => {
+                    read_rows(&meta, area, window, r.offset, r.len).await
+                }
+                _ => Err(format!("its backup's member (role {holder}) is missing")),
+            },
+            None => Err("it has no backup home".to_string()),
+        };
+        match read {
             Ok(bytes) => rows.push(MemberRows {
                 member: r.member,
                 offset: r.offset,
@@ -233,30 +276,25 @@ pub(super) async fn restore(p: Parts<'_>, node: &ReshapeNode) -> Result<(), Arra
     Ok(())
 }
 
-/// A role whose record names no backup area — its member missed the start's commit
-/// (`assemble::missed_only_the_start`) — gets the one the start placed for it: the first fit
-/// in its metadata area, chosen from the same superblock as then (the member took no write
-/// since). The next commit records it.
-async fn place_missing_areas(p: Parts<'_>) -> Result<(), ArrayError> {
+/// A role of the old tree whose member missed the start's commit
+/// (`assemble::missed_only_the_start`) gets the area the start chose for it: the same
+/// decision ([`own_area`]) over the same superblock (the member took no write since), so an
+/// own area where it fitted, the pool where not. The next commit records it.
+async fn place_missing_areas(p: Parts<'_>, layout: &Reshape) -> Result<(), ArrayError> {
     let mut rec = p.records.lock().await;
     let Some(reshape) = rec.reshape.as_mut() else {
         return Ok(());
     };
-    for (role, area) in reshape.areas.iter_mut().enumerate() {
-        let Some(meta) = p.records.meta(role).filter(|_| area.is_none()) else {
+    let rows = super::reshape_backup::need(layout, layout.unit()).rows_bytes;
+    let olds = layout.old().member_indices();
+    for role in olds {
+        let missed = !reshape.recorded.get(role).copied().unwrap_or(true);
+        let Some(meta) = p.records.meta(role).filter(|_| missed) else {
             continue;
         };
         let sb = meta.sb.lock().await.clone();
-        let offset = free_area(sb.as_ref(), BACKUP_AREA_BYTES).ok_or_else(|| {
-            p.refuse(format!(
-                "`{}`: no room for a {BACKUP_AREA_BYTES}-byte reshape backup in its metadata area",
-                meta.member().name()
-            ))
-        })?;
-        *area = Some(Area {
-            offset,
-            len: BACKUP_AREA_BYTES,
-        });
+        reshape.areas[role] = own_area(sb.as_ref(), rows.get(role).copied().unwrap_or(0));
+        reshape.recorded[role] = true;
     }
     Ok(())
 }
@@ -292,14 +330,25 @@ pub(super) async fn run(
     ctl: &PassControl,
     max_window_bytes: u64,
 ) -> Result<PassState, ArrayError> {
-    let area_bytes = match &p.records.lock().await.reshape {
-        Some(r) => r.areas.iter().flatten().map(|a| a.len).min(),
-        None => None,
+    let areas = match &p.records.lock().await.reshape {
+        Some(r) => r.areas.clone(),
+        None => return Err(p.refuse("the records hold no reshape")),
     };
-    let window = area_bytes
-        .and_then(|a| window_fitting(node.layout(), a, max_window_bytes))
+    let layout = node.layout();
+    // A pool was placed for windows of one unit (`reshape_backup::place_pool`).
+    let pooled = layout
+        .old()
+        .member_indices()
+        .iter()
+        .any(|&r| areas.get(r) == Some(&None));
+    let max = if pooled {
+        layout.unit()
+    } else {
+        max_window_bytes
+    };
+    let window = window_fitting(layout, &rooms(layout, &areas), max)
         .ok_or_else(|| p.refuse("no window of the reshape fits its backup areas"))?;
-    let hooks = ArrayHooks { parts: p };
+    let hooks = ArrayHooks { parts: p, layout };
     let state = node.run_pass(ctl, window, &hooks).await?;
     if state != PassState::Done {
         return Ok(state);
@@ -357,13 +406,7 @@ pub(super) async fn start(
         .check(&old, total)
         .map_err(|e| p.refuse(e.to_string()))?;
     let layout = probe.reshape(&old).map_err(|e| p.refuse(e.to_string()))?;
-    if window_fitting(&layout, BACKUP_AREA_BYTES, MAX_WINDOW_BYTES).is_none() {
-        return Err(p.refuse(format!(
-            "one reshape unit ({} bytes) backs up more rows than a {BACKUP_AREA_BYTES}-byte backup area in the metadata area holds: choose a smaller strip",
-            layout.unit()
-        )));
-    }
-    let areas = place_backup_areas(p, &metas, old_roles).await?;
+    let areas = place_backup_areas(p, &layout, &metas, old_roles).await?;
     let mut members = rec.members.clone();
     for _ in &added {
         let uuid = Uuid::random().map_err(|e| p.refuse(format!("random id: {e}")))?;
@@ -376,6 +419,7 @@ pub(super) async fn start(
         new_tree,
         position_bytes: 0,
         backup_window: None,
+        recorded: vec![true; areas.len()],
         areas,
     };
     // The start is one commit (event counter +1), written to the added members first, then
@@ -434,42 +478,80 @@ pub(super) async fn start(
     Ok(())
 }
 
-/// A backup area for every role (`metas` by role; those from `old_roles` on are added and
-/// must not carry a record of this volume yet).
+/// Every role's backup home (`metas` by role; those from `old_roles` on are added and must
+/// not carry a record of this volume yet): an own area in the metadata area of each old
+/// role whose share fits there, and for the others the pool on the first added member
+/// (`reshape_backup.rs`). Refused, naming the member and the bytes, where neither fits.
 async fn place_backup_areas(
     p: Parts<'_>,
+    layout: &Reshape,
     metas: &[Arc<MemberMeta>],
     old_roles: usize,
 ) -> Result<Vec<Option<Area>>, ArrayError> {
-    let mut areas = Vec::with_capacity(metas.len());
+    let need = super::reshape_backup::need(layout, layout.unit());
+    let rows = |r: usize| need.rows_bytes.get(r).copied().unwrap_or(0);
+    let mut areas = vec![None; metas.len()];
     for (r, meta) in metas.iter().enumerate() {
-        let mut sb = meta.sb.lock().await.clone();
+        let sb = meta.sb.lock().await.clone();
         if r >= old_roles {
-            if let Some(sb) = sb.as_mut() {
-                if sb.volumes.iter().any(|v| v.name == p.name()) {
-                    return Err(p.refuse(format!(
-                        "`{}` already carries a record of this volume",
-                        meta.member().name()
-                    )));
-                }
+            if sb
+                .as_ref()
+                .is_some_and(|sb| sb.volumes.iter().any(|v| v.name == p.name()))
+            {
+                return Err(p.refuse(format!(
+                    "`{}` already carries a record of this volume",
+                    meta.member().name()
+                )));
             }
+        } else {
+            areas[r] = own_area(sb.as_ref(), rows(r));
         }
-        let offset = free_area(sb.as_ref(), BACKUP_AREA_BYTES).ok_or_else(|| {
-            p.refuse(format!(
-                "`{}`: no room for a {BACKUP_AREA_BYTES}-byte reshape backup in its metadata area",
-                meta.member().name()
-            ))
-        })?;
-        areas.push(Some(Area {
-            offset,
-            len: BACKUP_AREA_BYTES,
-        }));
     }
+    let users: Vec<usize> = (0..old_roles).filter(|&r| areas[r].is_none()).collect();
+    if users.is_empty() {
+        return Ok(areas);
+    }
+    let slot = users
+        .iter()
+        .map(|&r| home_bytes(rows(r)))
+        .max()
+        .unwrap_or(0);
+    let names = || {
+        let n: Vec<String> = users
+            .iter()
+            .map(|&r| format!("`{}`", metas[r].member().name()))
+            .collect();
+        n.join(", ")
+    };
+    let Some(holder) = metas.get(old_roles) else {
+        return Err(p.refuse(format!(
+            "a window of this reshape backs up {slot} bytes per member, more than the metadata area of {} holds, and no member is added to hold them: choose a smaller strip",
+            names()
+        )));
+    };
+    let sb = holder.sb.lock().await.clone();
+    let pool = place_pool(
+        layout,
+        need.until_bytes,
+        old_roles,
+        holder.member().len(),
+        sb.as_ref(),
+        slot * old_roles as u64, // a slot for every old role (`reshape_backup::home`)
+    )
+    .map_err(|why| {
+        p.refuse(format!(
+            "the backup of {} ({slot} bytes each, more than their metadata areas hold) goes to `{}`: {why}",
+            names(),
+            holder.member().name()
+        ))
+    })?;
+    areas[old_roles] = Some(pool);
     Ok(areas)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::reshape_backup::BACKUP_AREA_BYTES;
     use super::*;
     use nbraid_layout::{Level, ParityLayout, Region, Shape};
 
@@ -527,7 +609,8 @@ mod tests {
                 let layout = Reshape::new(old, new).unwrap();
                 let need = layout.unit();
                 for area in [BACKUP_AREA_BYTES, 8 << 20] {
-                    if let Some(len) = window_fitting(&layout, area, MAX_WINDOW_BYTES) {
+                    let room = |_| area - HEADER_BYTES;
+                    if let Some(len) = window_fitting(&layout, &room, MAX_WINDOW_BYTES) {
                         assert!(len.is_multiple_of(need) && len <= MAX_WINDOW_BYTES.max(need));
                         let w = layout.window(0, len).unwrap().unwrap();
                         let rows = layout.rows_at_risk(w).unwrap();
@@ -535,7 +618,7 @@ mod tests {
                     }
                 }
                 assert!(
-                    window_fitting(&layout, 64 << 20, MAX_WINDOW_BYTES).is_some(),
+                    window_fitting(&layout, &|_| 64 << 20, MAX_WINDOW_BYTES).is_some(),
                     "strip {strip}: a big enough area always fits a unit"
                 );
             }
