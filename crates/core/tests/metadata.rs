@@ -56,6 +56,7 @@ fn raid5_record(role: u32) -> VolumeRecord {
         scrub: None,
         added_paths: Vec::new(),
         reshape: None,
+        checksum_fill: None,
     }
 }
 

@@ -25,15 +25,18 @@
 //! `entry.rs` (the area's bytes and the verdict, pure), `table.rs` (the bounded page cache
 //! and bookkeeping, no I/O), `mod.rs` (the loads and write-backs on the member),
 //! `handover.rs` (a role's checksums when a spare or a replacement takes it), `enable.rs`
-//! (where an existing volume's area would go, pure).
+//! (where an existing volume's area goes, pure), `fill.rs` (entries computed for blocks
+//! written before the volume had checksums).
 
 mod enable;
 mod entry;
+mod fill;
 mod handover;
 mod table;
 
 pub use enable::{place_for_existing, MemberUse, NoRoomForChecksums};
 pub use entry::{area_bytes, block_crc, BlockSum, Verdict, BLOCK_BYTES};
+pub use fill::{cover, FillControl, FillPhase, FillReport};
 
 use crate::buf::Buf;
 use crate::member::{Member, MemberError, MemberOp, MemberResult};

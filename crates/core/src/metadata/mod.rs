@@ -16,6 +16,7 @@ mod array;
 mod assemble;
 mod bitmap;
 mod checksum_area;
+mod checksum_fill;
 mod codec;
 mod create;
 pub mod disk_rule;
@@ -56,9 +57,9 @@ pub use spare_list::forget_added_path_offline;
 pub use spares::{assign_spares, SpareChoice};
 
 pub use superblock::{
-    newest, Area, BitmapArea, MemberEntry, RecordedState, ScrubCheckpoint, Superblock, Uuid,
-    VolumeRecord, FIRST_FORMAT_VERSION, FORMAT_VERSION, MAX_ADDED_PATHS, MAX_PPL_AREA_BYTES,
-    METADATA_AREA_BYTES, SLOT_BYTES, SUPERBLOCK_MAGIC,
+    newest, Area, BitmapArea, ChecksumFill, MemberEntry, RecordedState, ScrubCheckpoint,
+    Superblock, Uuid, VolumeRecord, FIRST_FORMAT_VERSION, FORMAT_VERSION, MAX_ADDED_PATHS,
+    MAX_PPL_AREA_BYTES, METADATA_AREA_BYTES, SLOT_BYTES, SUPERBLOCK_MAGIC,
 };
 
 use thiserror::Error;

@@ -297,6 +297,7 @@ mod tests {
             scrub: None,
             added_paths: Vec::new(),
             reshape,
+            checksum_fill: None,
         }
     }
 
