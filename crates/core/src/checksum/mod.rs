@@ -36,7 +36,7 @@ mod table;
 
 pub use enable::{place_for_existing, MemberUse, NoRoomForChecksums};
 pub use entry::{area_bytes, block_crc, BlockSum, Verdict, BLOCK_BYTES};
-pub use fill::{cover, FillControl, FillPhase, FillReport};
+pub use fill::cover;
 
 use crate::buf::Buf;
 use crate::member::{Member, MemberError, MemberOp, MemberResult};
@@ -132,6 +132,11 @@ impl ChecksumSetup {
     /// The most memory the entry caches of `regions` regions take.
     pub fn memory_bound_bytes(&self, regions: usize) -> u64 {
         regions as u64 * self.cache_pages as u64 * PAGE_BYTES
+    }
+
+    /// Whether the volume was opened after a clean shutdown (every entry trusted).
+    pub fn opened_clean(&self) -> bool {
+        self.clean
     }
 
     /// Where member `index`'s checksum area is (`None`: it keeps none).

@@ -12,14 +12,17 @@
 //! being rebuilt) is skipped: a rebuild writes every entry of its role itself.
 //!
 //! The position is recorded about every sixteenth of each half (at most 1 GiB) with no
-//! window in flight, and cleared when the pass is done; a crash scrubs or fills the bytes
-//! after the last checkpoint again, which is harmless.
+//! window in flight, and cleared when the pass is done; a crash scrubs the bytes after the
+//! last checkpoint again, which is harmless. After an unclean shutdown the entries' half
+//! starts from its beginning: the entries of every page group written since the last clean
+//! start were dropped at the open (`crate::checksum`'s crash rule), filled ones too.
 
 use super::error::ArrayError;
+use super::fill_control::{FillControl, FillReport};
 use super::parts::Parts;
 use super::ranges::checkpoint_every;
 use super::ChecksumFill;
-use crate::checksum::{cover, ChecksumSetup, FillControl, FillReport, BLOCK_BYTES};
+use crate::checksum::{cover, ChecksumSetup, BLOCK_BYTES};
 use crate::error::VolumeResult;
 use crate::pass::{PassState, PassWork};
 use crate::scrub::{ScrubState, SCRUB_WINDOW_BYTES};
@@ -48,10 +51,16 @@ pub(super) async fn fill(p: Parts<'_>, ctl: &FillControl) -> Result<FillReport, 
         return Ok(ctl.report());
     };
     let volume_bytes = p.volume.capacity();
-    let start = recorded.position_bytes.max(ctl.position_bytes());
-    ctl.place(start, volume_bytes);
-    ctl.scrub.set_volume(p.name());
+    let mut start = recorded.position_bytes.max(ctl.position_bytes());
+    if !setup.opened_clean() {
+        // Entries filled before an unclean shutdown in groups written since were dropped at
+        // this open: the entries' half starts again (it fills only what is unknown).
+        start = start.min(volume_bytes);
+    }
     let placed = placed_regions(p.volume.geometry().root());
+    let regions_bytes = placed.last().map_or(0, |r| r.at + r.len);
+    ctl.place(start, volume_bytes, regions_bytes);
+    ctl.scrub.set_volume(p.name());
     if ctl.scrub.pass.position_bytes() < volume_bytes {
         let every = checkpoint_every(volume_bytes, SCRUB_WINDOW_BYTES);
         let checkpoint = move |pos: u64| record_fill(p, Some(pos)).boxed();
@@ -62,6 +71,9 @@ pub(super) async fn fill(p: Parts<'_>, ctl: &FillControl) -> Result<FillReport, 
             return Ok(ctl.report());
         }
         record_fill(p, Some(volume_bytes)).await?;
+    }
+    if ctl.is_cancelled() {
+        return Ok(ctl.report());
     }
     let state = fill_entries(p, ctl, setup, &placed, volume_bytes).await?;
     if state == PassState::Done {

@@ -21,6 +21,7 @@ mod codec;
 mod create;
 pub mod disk_rule;
 mod error;
+mod fill_control;
 mod heal;
 pub mod intent;
 mod io;
@@ -47,6 +48,7 @@ pub use assemble::{
     assemble, assemble_forced, pick_forced, Absence, AssembleError, Assembly, ForcedRole, Probe,
 };
 pub use error::ArrayError;
+pub use fill_control::{FillControl, FillPhase, FillReport};
 pub use heal::RebuildReport;
 pub use io::{read_superblock, write_superblock, Found, SuperblockIoError};
 pub use member_meta::MemberMeta;
