@@ -5,7 +5,8 @@
 
 use super::member_meta::MemberMeta;
 use super::{Area, ChecksumFill, Superblock, VolumeRecord, METADATA_AREA_BYTES, SLOT_BYTES};
-use crate::checksum::{area_bytes, place_for_existing, ChecksumArea, ChecksumSetup, MemberUse};
+use crate::checksum::{area_bytes, place_for_existing, ChecksumArea, ChecksumSetup};
+use crate::checksum::{MemberUse, NoRoomForChecksums};
 use crate::member::Member;
 use nbraid_layout::Node;
 use std::sync::Arc;
@@ -61,23 +62,12 @@ pub(super) async fn enable(
     let mut planned = Vec::new();
     for (role, meta) in roles {
         let sb = meta.sb.lock().await.clone();
-        let Some(v) = sb
-            .as_ref()
-            .and_then(|sb| sb.volumes.iter().find(|v| v.name == name))
-        else {
-            continue;
-        };
-        if v.checksums.is_some() || v.reshape.is_some() {
-            continue;
-        }
-        let (start, len) = own_region(v).ok_or("the record names no region for its role")?;
-        let uses = member_use(
-            sb.as_ref().expect("found a record in it"),
-            meta.member.len(),
-        );
-        let area = place_for_existing(&uses, start, len)
+        let Some(sb) = sb else { continue };
+        let area = planned_area(name, &sb, meta.member.len())
             .map_err(|e| format!("member {role} (`{}`): {e}", meta.member.name()))?;
-        planned.push((*role, meta.clone(), area));
+        if let Some(area) = area {
+            planned.push((*role, meta.clone(), area));
+        }
     }
     for (_, meta, a) in &planned {
         // Old bytes there could pass for entries: every block starts "no checksum".
@@ -138,6 +128,24 @@ pub(super) fn fill_of(records: &[Option<VolumeRecord>]) -> Option<ChecksumFill> 
     (records.iter().flatten())
         .filter_map(|r| r.checksum_fill)
         .min_by_key(|f| f.position_bytes)
+}
+
+/// Where [`enable`] puts volume `name`'s checksum area on the member whose superblock is
+/// `sb` (`member_len_bytes` long): `None` when its record has one already, is mid-reshape
+/// or is not there; refused when the member has no room.
+pub fn planned_area(
+    name: &str,
+    sb: &Superblock,
+    member_len_bytes: u64,
+) -> Result<Option<ChecksumArea>, NoRoomForChecksums> {
+    let Some(v) = sb.volumes.iter().find(|v| v.name == name) else {
+        return Ok(None);
+    };
+    let Some((start, len)) = own_region(v).filter(|_| v.checksums.is_none() && v.reshape.is_none())
+    else {
+        return Ok(None);
+    };
+    place_for_existing(&member_use(sb, member_len_bytes), start, len).map(Some)
 }
 
 /// The record's region of its own role (start, length).

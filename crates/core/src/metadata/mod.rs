@@ -47,6 +47,7 @@ pub use array::{Array, CleanMark};
 pub use assemble::{
     assemble, assemble_forced, pick_forced, Absence, AssembleError, Assembly, ForcedRole, Probe,
 };
+pub use checksum_area::planned_area;
 pub use error::ArrayError;
 pub use fill_control::{FillControl, FillPhase, FillReport};
 pub use heal::RebuildReport;
