@@ -507,7 +507,10 @@ impl LeafChecksums {
 
     /// Before a write of `entries` (from [`LeafChecksums::compute`], or `Unknown` for blocks
     /// written only in part whose old bytes were bad) at region offset `offset`: the header
-    /// bit durable, the entries updated with the old ones still accepted.
+    /// bit durable, the entries updated with the old ones still accepted. A rewrite whose
+    /// every entry equals the stored one (a read's or a scrub's repair) leaves its groups
+    /// unmarked: whichever bytes a power loss leaves, the entry on disk is the right one for
+    /// the new bytes, so it need not be dropped at an unclean start.
     pub async fn begin_write(
         &self,
         m: &dyn Member,
@@ -524,7 +527,9 @@ impl LeafChecksums {
         }
         let last = first + entries.len() as u64;
         self.open(m).await?;
-        self.mark_groups(m, first, last).await?;
+        if !self.stored_already(m, first, entries).await? {
+            self.mark_groups(m, first, last).await?;
+        }
         self.each_page(m, first, last, |t, blocks| {
             for block in blocks {
                 let e = entries[(block - first) as usize];
@@ -533,6 +538,26 @@ impl LeafChecksums {
         })
         .await?;
         Ok(token)
+    }
+
+    /// Whether every one of `entries` (from block `first` on) is known and the one stored.
+    async fn stored_already(
+        &self,
+        m: &dyn Member,
+        first: u64,
+        entries: &[BlockSum],
+    ) -> MemberResult<bool> {
+        let mut same = entries.iter().all(|e| matches!(e, BlockSum::Known(_)));
+        if same {
+            let last = first + entries.len() as u64;
+            self.each_page(m, first, last, |t, blocks| {
+                same &= blocks
+                    .into_iter()
+                    .all(|b| t.entry(b) == entries[(b - first) as usize]);
+            })
+            .await?;
+        }
+        Ok(same)
     }
 
     /// The write begun with `token` was answered (either way: a failed write fails the
