@@ -7,7 +7,6 @@
 //! While volumes are served it answers the control socket ([`control`], its wire format the
 //! `nbraid-control` crate), heals onto spares ([`heal`]) and re-adds returning members
 //! ([`returning`]).
-pub mod checksum_fill;
 pub mod control;
 pub mod events;
 pub mod export;

@@ -252,7 +252,7 @@ impl Background {
         for v in &controls.volumes {
             crate::heal::start_background_resync(v);
             crate::control::start_reshape_pass(v);
-            crate::checksum_fill::start(v).await;
+            crate::control::start_checksum_fill(v).await;
         }
         say(format_args!(
             "nbraidd: control socket {}",

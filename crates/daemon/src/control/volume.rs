@@ -44,7 +44,7 @@ pub struct ControlVolume {
     /// The reshape pass, when the volume started mid-reshape (`reshape.rs`).
     pub(super) reshape: Mutex<Option<Arc<PassControl>>>,
     /// The pass computing the checksums of a volume that enabled them
-    /// (`crate::checksum_fill`), when one started.
+    /// (`checksum_fill.rs`), when one started.
     pub checksum_fill: Mutex<Option<Arc<nbraid_core::metadata::FillControl>>>,
     /// Every member and spare known by id (config ids; paths for those added at run time).
     /// It keeps members let go: a re-add reuses the file held open through them.

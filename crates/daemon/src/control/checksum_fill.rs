@@ -3,14 +3,14 @@
 //! started at each start while the records name one unfinished, at the volume's
 //! `rebuild_rate`, and shown by `status` (`checksum_fill`).
 
-use crate::control::ControlVolume;
+use super::ControlVolume;
 use nbraid_config as config;
 use nbraid_core::metadata::FillControl;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
 /// Starts volume `v`'s checksum pass when its records name one unfinished.
-pub async fn start(v: &ControlVolume) {
+pub async fn start_checksum_fill(v: &ControlVolume) {
     let array = v.array();
     let Some(position) = array.checksum_fill_checkpoint().await else {
         return;
@@ -46,7 +46,7 @@ pub async fn start(v: &ControlVolume) {
 
 /// `status`'s `checksum_fill`: the pass's progress over the volume then its regions, and
 /// what its scrub found (`None`: no pass since the start).
-pub fn fill_json(v: &ControlVolume) -> Option<Value> {
+pub(super) fn fill_json(v: &ControlVolume) -> Option<Value> {
     let ctl = v.checksum_fill.lock().clone()?;
     let r = ctl.report();
     let left = r.total_bytes.saturating_sub(r.position_bytes);
