@@ -361,6 +361,7 @@ pub fn array_options(v: &config::Volume, member_ids: Vec<String>, force: bool) -
         ppl_area_before_region_bytes: v.metadata.ppl_log_bytes,
         checksum_area_before_region_bytes: v.metadata.checksum_reserve_bytes,
         checksum_errors_to_fail: Some(v.metadata.checksum_error_limit),
+        enable_checksums: v.metadata.checksums_enable,
         force_assembly: force,
         member_ids,
     }

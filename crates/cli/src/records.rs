@@ -8,7 +8,7 @@ use nbraid_assembly::adopt;
 use nbraid_assembly::preflight::probes_with_added;
 use nbraid_assembly::reshape_plan::{self, VolumePlan};
 use nbraid_config::{Config, Volume};
-use nbraid_core::metadata::{assemble, Absence, AssembleError, Probe};
+use nbraid_core::metadata::{assemble, planned_area, Absence, AssembleError, Probe, Superblock};
 use serde::Serialize;
 
 /// What the superblocks say about one volume.
@@ -86,12 +86,57 @@ fn volume(config: &Config, v: &Volume) -> Records {
             format!("role {role} {why}")
         })
         .collect();
+    r.notes.extend(checksum_note(v, &probes[..n]));
     r.state = if absent.is_empty() {
         "healthy".into()
     } else {
         format!("degraded: {}", absent.join(", "))
     };
     r
+}
+
+/// What the next start does about per-block checksums the records do not have yet
+/// (`checksums = "enable"`), or a pass computing them left unfinished.
+fn checksum_note(v: &Volume, probes: &[Probe]) -> Option<String> {
+    let sbs: Vec<&Superblock> = (probes.iter())
+        .filter_map(|p| match p {
+            Probe::Superblock(sb, _) => Some(sb),
+            _ => None,
+        })
+        .collect();
+    let records = sbs
+        .iter()
+        .filter_map(|sb| sb.volumes.iter().find(|x| x.name == v.name));
+    if let Some(f) = records
+        .filter_map(|x| x.checksum_fill)
+        .min_by_key(|f| f.position_bytes)
+    {
+        return Some(format!(
+            "a pass computing the per-block checksums stopped at {}: the next start resumes it in the background",
+            nbraid_config::format_size(f.position_bytes)
+        ));
+    }
+    if !v.metadata.checksums_enable {
+        return None;
+    }
+    let mut places = Vec::new();
+    for sb in &sbs {
+        match planned_area(&v.name, sb, sb.member_bytes) {
+            Ok(Some(a)) => places.push(format!("{} bytes at {}", a.len_bytes, a.offset_bytes)),
+            Ok(None) => {}
+            Err(e) => {
+                return Some(format!(
+                    "checksums = \"enable\" would be refused at the start: {e}"
+                ))
+            }
+        }
+    }
+    (!places.is_empty()).then(|| {
+        format!(
+            "checksums = \"enable\": the next start gives the volume per-block checksums — an area on each member where it has room ({}; its regions stay where they are) and a background pass that computes them (`nbraid status` shows it)",
+            places.join(", ")
+        )
+    })
 }
 
 /// The plan from the tree volume `v`'s records hold to the one its config declares (`probes`:

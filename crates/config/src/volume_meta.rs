@@ -9,7 +9,9 @@
 //! larger ring needs fewer member flushes to make room), `checksums` (`"on"`, the default: a
 //! CRC-32C per 4 KiB block of every member region, kept in a reserve before the region — 8
 //! bytes per block and a 4 KiB header, rounded up to 1 MiB —, verified on every read, bad
-//! blocks rebuilt from the redundancy; `"off"`), `checksum_error_limit` (a member that
+//! blocks rebuilt from the redundancy; `"off"`; `"enable"`: a volume created without them
+//! gets them — no reserve before its regions, which never move: the area goes where each
+//! member has room and a background pass computes the checksums), `checksum_error_limit` (a member that
 //! returned more bad blocks than this is failed; default 100). Each is checked at its place
 //! with what would be valid.
 
@@ -83,8 +85,11 @@ pub struct MetadataOptions {
     /// `write_hole_log_size`: bytes reserved for the log before the volume's region on every
     /// member (`None`: the log lives in the metadata area).
     pub ppl_log_bytes: Option<u64>,
-    /// `checksums = "on"` (default): per-block checksums.
+    /// `checksums = "on"` (default): per-block checksums in a reserve before the regions.
     pub checksums: bool,
+    /// `checksums = "enable"`: a volume recorded without checksums gets them (no reserve
+    /// before its regions; an area where the member has room and a background pass).
+    pub checksums_enable: bool,
     /// The checksum reserve before the volume's region (and its log's reserve) on every
     /// member, sized from the region at placement (`None`: checksums off).
     pub checksum_reserve_bytes: Option<u64>,
@@ -101,6 +106,7 @@ impl Default for MetadataOptions {
             ppl: true,
             ppl_log_bytes: None,
             checksums: true,
+            checksums_enable: false,
             checksum_reserve_bytes: None,
             checksum_error_limit: CHECKSUM_ERROR_LIMIT_DEFAULT,
         }
@@ -171,20 +177,21 @@ pub(crate) fn metadata_options(v: &RawVolume, who: &str) -> Result<MetadataOptio
 /// `checksums` and `checksum_error_limit`.
 fn checksum_keys(v: &RawVolume, who: &str, opts: &mut MetadataOptions) -> Result<(), Problem> {
     if let Some(c) = &v.checksums {
-        opts.checksums = match c.get_ref().as_str() {
-            "on" => true,
-            "off" => false,
+        (opts.checksums, opts.checksums_enable) = match c.get_ref().as_str() {
+            "on" => (true, false),
+            "off" => (false, false),
+            "enable" => (false, true),
             other => {
                 return Err(Problem::new(
                     c.span(),
                     ErrorKind::Option,
-                    format!("{who}: checksums = \"{other}\" is not a choice; valid: \"on\" (default: a checksum per 4 KiB block, bad blocks rebuilt from the redundancy), \"off\""),
+                    format!("{who}: checksums = \"{other}\" is not a choice; valid: \"on\" (default: a checksum per 4 KiB block, bad blocks rebuilt from the redundancy), \"off\", \"enable\" (a volume created without them gets them: its regions stay, a background pass computes them)"),
                 ))
             }
         };
     }
     if let Some(l) = &v.checksum_error_limit {
-        if !opts.checksums {
+        if !opts.checksums && !opts.checksums_enable {
             return Err(Problem::new(
                 l.span(),
                 ErrorKind::Option,
@@ -325,6 +332,12 @@ mod tests {
         let c = volume("checksums = \"off\"").unwrap();
         let (m, r) = (c.volumes[0].metadata, c.volumes[0].regions[0]);
         assert!(!m.checksums);
+        assert_eq!(m.checksum_reserve_bytes, None);
+        assert_eq!((r.start, r.len), (1 << 20, 7 << 20));
+        // "enable": placed as "off" (the regions of a volume created without them stay).
+        let c = volume("checksums = \"enable\"\nchecksum_error_limit = 5").unwrap();
+        let (m, r) = (c.volumes[0].metadata, c.volumes[0].regions[0]);
+        assert!(m.checksums_enable && !m.checksums);
         assert_eq!(m.checksum_reserve_bytes, None);
         assert_eq!((r.start, r.len), (1 << 20, 7 << 20));
         let m = volume("checksum_error_limit = 5").unwrap().volumes[0].metadata;

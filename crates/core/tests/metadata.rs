@@ -3,8 +3,9 @@
 //! decisions.
 
 use nbraid_core::metadata::{
-    assemble, newest, Absence, Area, BackupWindow, BitmapArea, MemberEntry, MetadataError, Probe,
-    RecordedState, ReshapeRecord, ScrubCheckpoint, Superblock, Uuid, VolumeRecord, SLOT_BYTES,
+    assemble, newest, Absence, Area, BackupWindow, BitmapArea, ChecksumFill, MemberEntry,
+    MetadataError, Probe, RecordedState, ReshapeRecord, ScrubCheckpoint, Superblock, Uuid,
+    VolumeRecord, SLOT_BYTES,
 };
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
 use proptest::prelude::*;
@@ -56,6 +57,7 @@ fn raid5_record(role: u32) -> VolumeRecord {
         scrub: None,
         added_paths: Vec::new(),
         reshape: None,
+        checksum_fill: None,
     }
 }
 
@@ -254,9 +256,9 @@ fn added_paths_round_trip_and_only_they_bump_the_version() {
     let mut bad = superblock();
     bad.volumes[0].added_paths = vec![String::new()];
     assert!(bad.encode().unwrap_err().to_string().contains("added path"));
-    assert!(MetadataError::UnsupportedVersion { found: 4 }
+    assert!(MetadataError::UnsupportedVersion { found: 5 }
         .to_string()
-        .contains("versions 1 to 3"));
+        .contains("versions 1 to 4"));
 }
 
 /// The superblock of member 1 of [`raid5_record`]'s volume while it is being reshaped onto a
@@ -391,6 +393,32 @@ fn an_impossible_reshape_record_is_named() {
     assert!(e.to_string().contains("reshape flags"), "{e}");
 }
 
+/// Checksums being enabled: the fill checkpoint is written (as version 4) only while a
+/// record carries one, round-trips beside a scrub checkpoint, and a bad present flag or a
+/// position past the pass's end is named.
+#[test]
+fn a_checksum_fill_round_trips_and_only_it_bumps_the_version_to_4() {
+    let mut sb = superblock();
+    let plain = sb.encode().unwrap();
+    assert_eq!(u32::from_le_bytes(plain[8..12].try_into().unwrap()), 1);
+    sb.volumes[0].checksum_fill = Some(ChecksumFill {
+        position_bytes: 5 * MIB,
+    });
+    let bytes = sb.encode().unwrap();
+    assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 4);
+    assert_eq!(Superblock::decode(&bytes).unwrap(), sb);
+    sb.volumes[0].scrub = Some(ScrubCheckpoint {
+        position_bytes: 3 * MIB,
+        repair: true,
+    });
+    assert_eq!(Superblock::decode(&sb.encode().unwrap()).unwrap(), sb);
+    sb.volumes[0].checksum_fill = Some(ChecksumFill {
+        position_bytes: u64::MAX / 2,
+    });
+    let e = Superblock::decode(&sb.encode().unwrap()).unwrap_err();
+    assert!(e.to_string().contains("checksum fill position"), "{e}");
+}
+
 #[test]
 fn every_corruption_is_named() {
     let good = superblock().encode().unwrap();
@@ -401,10 +429,10 @@ fn every_corruption_is_named() {
         Err(MetadataError::BadMagic { .. })
     ));
     let mut bad = good.clone();
-    bad[8] = 4;
+    bad[8] = 5;
     assert_eq!(
         Superblock::decode(&bad),
-        Err(MetadataError::UnsupportedVersion { found: 4 })
+        Err(MetadataError::UnsupportedVersion { found: 5 })
     );
     let mut bad = good.clone();
     let last = bad.len() - 1;

@@ -252,6 +252,7 @@ impl Background {
         for v in &controls.volumes {
             crate::heal::start_background_resync(v);
             crate::control::start_reshape_pass(v);
+            crate::control::start_checksum_fill(v).await;
         }
         say(format_args!(
             "nbraidd: control socket {}",

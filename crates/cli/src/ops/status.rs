@@ -171,7 +171,8 @@ fn volume_line(vol: &Value) -> String {
 }
 
 /// Background passes: a rebuild (or replace), the resync after an unclean start, the
-/// resync of re-added members, a reshape; one line each.
+/// resync of re-added members, a reshape, the pass computing the checksums of a volume that
+/// enabled them; one line each.
 fn pass_lines(vol: &Value) -> String {
     let mut out = String::new();
     for (what, roles) in [
@@ -179,6 +180,7 @@ fn pass_lines(vol: &Value) -> String {
         ("resync", ""),
         ("readd", "of roles "),
         ("reshape", ""),
+        ("checksum_fill", ""),
     ] {
         if let Some(r) = vol[what].as_object() {
             out += &pass_line(what, roles, r);
@@ -285,7 +287,7 @@ mod tests {
             "name": "db", "level": "raid6", "state": "degraded", "capacity_bytes": 100u64 << 20,
             "members": [], "scrub": null, "io": {}, "cache": {},
             "rebuild": pass(25 << 20), "resync": pass(50 << 20), "readd": pass(75 << 20),
-            "reshape": pass(10 << 20),
+            "reshape": pass(10 << 20), "checksum_fill": pass(40 << 20),
         }]});
         let t = status_table(&status);
         assert!(t.contains("  spares: none\n"), "{t}");
@@ -294,6 +296,7 @@ mod tests {
             "resync running 50% at 10 MiB/s, eta 5s",
             "readd running 75% of roles [1] at 10 MiB/s, eta 5s",
             "reshape running 10% at 10 MiB/s, eta 5s",
+            "checksum_fill running 40% at 10 MiB/s, eta 5s",
         ] {
             assert!(t.contains(line), "{line:?} not in\n{t}");
         }

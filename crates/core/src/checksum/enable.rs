@@ -1,8 +1,8 @@
 //! Where a checksum area goes when an existing volume — created without per-block checksums —
 //! turns them on: its regions stay where they are (data is never moved or reinterpreted), so
-//! the area goes into room the member does not use. A pure decision; the first part of
-//! enabling checksums on an existing volume (the background pass that fills the entries is
-//! not written yet: see README "Per-block checksums").
+//! the area goes into room the member does not use. A pure decision; the first step of
+//! enabling checksums on an existing volume (`metadata/checksum_area.rs` records the places,
+//! `metadata/checksum_fill.rs` runs the pass that fills the entries).
 //!
 //! Preference: right after the region (a member larger than its region; the area then sits
 //! beside the blocks it covers), else the first gap after the metadata area, else the first

@@ -25,15 +25,18 @@
 //! `entry.rs` (the area's bytes and the verdict, pure), `table.rs` (the bounded page cache
 //! and bookkeeping, no I/O), `mod.rs` (the loads and write-backs on the member),
 //! `handover.rs` (a role's checksums when a spare or a replacement takes it), `enable.rs`
-//! (where an existing volume's area would go, pure).
+//! (where an existing volume's area goes, pure), `fill.rs` (entries computed for blocks
+//! written before the volume had checksums).
 
 mod enable;
 mod entry;
+mod fill;
 mod handover;
 mod table;
 
 pub use enable::{place_for_existing, MemberUse, NoRoomForChecksums};
 pub use entry::{area_bytes, block_crc, BlockSum, Verdict, BLOCK_BYTES};
+pub use fill::cover;
 
 use crate::buf::Buf;
 use crate::member::{Member, MemberError, MemberOp, MemberResult};
@@ -129,6 +132,11 @@ impl ChecksumSetup {
     /// The most memory the entry caches of `regions` regions take.
     pub fn memory_bound_bytes(&self, regions: usize) -> u64 {
         regions as u64 * self.cache_pages as u64 * PAGE_BYTES
+    }
+
+    /// Whether the volume was opened after a clean shutdown (every entry trusted).
+    pub fn opened_clean(&self) -> bool {
+        self.clean
     }
 
     /// Where member `index`'s checksum area is (`None`: it keeps none).
@@ -499,7 +507,10 @@ impl LeafChecksums {
 
     /// Before a write of `entries` (from [`LeafChecksums::compute`], or `Unknown` for blocks
     /// written only in part whose old bytes were bad) at region offset `offset`: the header
-    /// bit durable, the entries updated with the old ones still accepted.
+    /// bit durable, the entries updated with the old ones still accepted. A rewrite whose
+    /// every entry equals the stored one (a read's or a scrub's repair) leaves its groups
+    /// unmarked: whichever bytes a power loss leaves, the entry on disk is the right one for
+    /// the new bytes, so it need not be dropped at an unclean start.
     pub async fn begin_write(
         &self,
         m: &dyn Member,
@@ -516,7 +527,9 @@ impl LeafChecksums {
         }
         let last = first + entries.len() as u64;
         self.open(m).await?;
-        self.mark_groups(m, first, last).await?;
+        if !self.stored_already(m, first, entries).await? {
+            self.mark_groups(m, first, last).await?;
+        }
         self.each_page(m, first, last, |t, blocks| {
             for block in blocks {
                 let e = entries[(block - first) as usize];
@@ -525,6 +538,26 @@ impl LeafChecksums {
         })
         .await?;
         Ok(token)
+    }
+
+    /// Whether every one of `entries` (from block `first` on) is known and the one stored.
+    async fn stored_already(
+        &self,
+        m: &dyn Member,
+        first: u64,
+        entries: &[BlockSum],
+    ) -> MemberResult<bool> {
+        let mut same = entries.iter().all(|e| matches!(e, BlockSum::Known(_)));
+        if same {
+            let last = first + entries.len() as u64;
+            self.each_page(m, first, last, |t, blocks| {
+                same &= blocks
+                    .into_iter()
+                    .all(|b| t.entry(b) == entries[(b - first) as usize]);
+            })
+            .await?;
+        }
+        Ok(same)
     }
 
     /// The write begun with `token` was answered (either way: a failed write fails the

@@ -23,8 +23,10 @@
 
 use super::assemble::{assemble_with, Names};
 use super::bitmap::Bitmap;
+use super::checksum_area;
 use super::disk_rule::Consent;
 use super::error::ArrayError;
+use super::fill_control::{FillControl, FillReport};
 use super::heal::{roles_wanting_a_member, Heal, RebuildReport};
 use super::member_meta::MemberMeta;
 use super::open::{plan_roles, RolePlan};
@@ -169,6 +171,7 @@ impl Array {
         let names = Names(&opts.member_ids);
         let asm = assemble_with(name, config_tree, &probes, opts.force_assembly, &names)?;
         let roles = plan_roles(&asm, &metas);
+        checksum_area::enable_at_open(name, opts.enable_checksums, &asm, &roles.by_role).await?;
         let tree = asm.tree.clone();
         let array = Array::build(name, asm.array, tree, &roles.by_role, opts, true).await?;
         let rebuilding_roles = array.take_roles(&asm, &roles);
@@ -306,7 +309,7 @@ impl Array {
         let ppl = PplPlaces::new(name, &tree, &records, newest.events, logged);
         // Parity is trusted: whatever may disagree (the bitmap's regions, stale members) is
         // resynced before anything is served, so the volume starts as in sync as zeroed members.
-        let checksums = super::checksum_area::setup(name, &tree, &records)
+        let checksums = checksum_area::setup(name, &tree, &records)
             .map(|s| s.with_fail_after_errors(opts.checksum_errors_to_fail));
         let vopts = VolumeOptions {
             members_known_zero: true,
@@ -339,6 +342,7 @@ impl Array {
             }
         };
         let mut recorded = recorded_as(&newest);
+        recorded.checksum_fill = checksum_area::fill_of(&records);
         recorded.reshape = (newest.reshape.as_ref())
             .map(|r| super::reshape::RecordedReshape::from_records(r, &records));
         let records = Arc::new(Records::new(
@@ -685,6 +689,20 @@ impl Array {
         super::spare_list::forget_added_path(self.parts(), path).await
     }
 
+    /// Where the pass computing the checksums of a volume that enabled them stopped
+    /// (`None`: none to run: checksums kept from create, or the pass is done).
+    pub async fn checksum_fill_checkpoint(&self) -> Option<u64> {
+        let fill = self.records.lock().await.checksum_fill;
+        fill.map(|f| f.position_bytes)
+    }
+
+    /// Runs the pass that computes the checksums of a volume that enabled them, from its
+    /// checkpoint (`checksum_fill.rs`); waits for a reshape to finish first.
+    pub async fn fill_checksums(&self, ctl: &FillControl) -> Result<FillReport, ArrayError> {
+        self.not_reshaping("compute the per-block checksums")?;
+        super::checksum_fill::fill(self.parts(), ctl).await
+    }
+
     /// The unfinished scrub the records name, if any.
     pub async fn scrub_checkpoint(&self) -> Option<ScrubCheckpoint> {
         self.records.lock().await.scrub
@@ -731,5 +749,6 @@ fn recorded_as(newest: &VolumeRecord) -> Recorded {
         added_paths: newest.added_paths.clone(),
         reshape: None,
         tree: newest.tree.clone(),
+        checksum_fill: newest.checksum_fill,
     }
 }

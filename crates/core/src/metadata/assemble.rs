@@ -122,7 +122,7 @@ pub enum AssembleError {
         config: String,
         recorded: String,
     },
-    #[error("volume `{volume}`: the config places a member region at {config}, the superblocks record {recorded} and no block-checksum area: the volume was created without per-block checksums (before nbraid had them, or with checksums = \"off\"), and the config now reserves their area before each region. Add `checksums = \"off\"` to the volume's table to serve it as it is; data is never reinterpreted")]
+    #[error("volume `{volume}`: the config places a member region at {config}, the superblocks record {recorded} and no block-checksum area: the volume was created without per-block checksums (before nbraid had them, or with checksums = \"off\"), and the config now reserves their area before each region. Add `checksums = \"enable\"` to the volume's table to give it checksums (its regions stay where they are; the area goes where each member has room and a background pass computes them), or `checksums = \"off\"` to serve it as it is; data is never reinterpreted")]
     PlacedWithoutChecksums {
         volume: String,
         config: String,

@@ -1,11 +1,15 @@
 //! The per-block checksum area of a volume's region on each member ([`crate::checksum`]):
 //! placed and cleared at create (in the reserve the config leaves before the region, before
-//! the log's reserve when there is one), and turned into the engine's setup at open.
+//! the log's reserve when there is one) or when an existing volume enables them (where the
+//! member has room: [`enable`]), and turned into the engine's setup at open.
 
-use super::{Area, Superblock, VolumeRecord, METADATA_AREA_BYTES};
-use crate::checksum::{area_bytes, ChecksumArea, ChecksumSetup};
+use super::member_meta::MemberMeta;
+use super::{Area, ChecksumFill, Superblock, VolumeRecord, METADATA_AREA_BYTES, SLOT_BYTES};
+use crate::checksum::{area_bytes, place_for_existing, ChecksumArea, ChecksumSetup};
+use crate::checksum::{MemberUse, NoRoomForChecksums};
 use crate::member::Member;
 use nbraid_layout::Node;
+use std::sync::Arc;
 
 /// Where role `role`'s checksum area goes: the `reserve_bytes` right before its region (and
 /// before the log's `log_reserve_bytes`), cleared. `Err` names why it does not fit.
@@ -43,6 +47,138 @@ pub(super) async fn place(
         .await
         .map_err(|e| e.to_string())?;
     Ok(Area { offset, len: need })
+}
+
+/// Enables checksums on existing volume `name` (`checksums = "enable"`): every role in
+/// `roles` whose member's record has no checksum area gets one where the member has room
+/// ([`place_for_existing`]: regions never move), cleared, recorded with a fill checkpoint at
+/// 0 so the pass that computes the entries runs (`checksum_fill.rs`). Every place is
+/// decided before anything is written; a crash half-way leaves records with and without
+/// an area, and the next open places the rest. Returns the roles given an area.
+pub(super) async fn enable(
+    name: &str,
+    roles: &[(usize, Arc<MemberMeta>)],
+) -> Result<Vec<usize>, String> {
+    let mut planned = Vec::new();
+    for (role, meta) in roles {
+        let sb = meta.sb.lock().await.clone();
+        let Some(sb) = sb else { continue };
+        let area = planned_area(name, &sb, meta.member.len())
+            .map_err(|e| format!("member {role} (`{}`): {e}", meta.member.name()))?;
+        if let Some(area) = area {
+            planned.push((*role, meta.clone(), area));
+        }
+    }
+    for (_, meta, a) in &planned {
+        // Old bytes there could pass for entries: every block starts "no checksum".
+        let m = &meta.member;
+        (m.write_zeroes(a.offset_bytes, a.len_bytes).await).map_err(|e| e.to_string())?;
+    }
+    for (_, meta, a) in &planned {
+        let area = Area {
+            offset: a.offset_bytes,
+            len: a.len_bytes,
+        };
+        let name = name.to_string();
+        meta.update(move |sb| {
+            for v in sb.volumes.iter_mut().filter(|v| v.name == name) {
+                v.checksums = Some(area);
+                v.checksum_fill
+                    .get_or_insert(ChecksumFill { position_bytes: 0 });
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(planned.iter().map(|(r, _, _)| *r).collect())
+}
+
+/// [`enable`] over the trusted roles of an assembly (`by_role`: the members standing in
+/// them), when `wanted` (the config asks for it); logs what it did.
+pub(super) async fn enable_at_open(
+    name: &str,
+    wanted: bool,
+    asm: &super::Assembly,
+    by_role: &[Option<Arc<MemberMeta>>],
+) -> Result<(), super::ArrayError> {
+    if !wanted {
+        return Ok(());
+    }
+    let trusted: Vec<(usize, Arc<MemberMeta>)> = (asm.roles.iter().enumerate())
+        .filter(|(_, r)| r.is_ok())
+        .filter_map(|(role, _)| Some((role, by_role.get(role)?.clone()?)))
+        .collect();
+    let given = enable(name, &trusted)
+        .await
+        .map_err(|detail| super::ArrayError::Metadata {
+            volume: name.to_string(),
+            detail: format!("enabling per-block checksums: {detail}"),
+        })?;
+    if !given.is_empty() {
+        tracing::warn!(
+            "volume {name}: per-block checksums enabled on members {given:?}: a background pass computes them (blocks not reached yet read unchecked)"
+        );
+    }
+    Ok(())
+}
+
+/// The fill checkpoint the records say: the lowest any role's record has (a crash while
+/// [`enable`] or a commit wrote them leaves some without).
+pub(super) fn fill_of(records: &[Option<VolumeRecord>]) -> Option<ChecksumFill> {
+    (records.iter().flatten())
+        .filter_map(|r| r.checksum_fill)
+        .min_by_key(|f| f.position_bytes)
+}
+
+/// Where [`enable`] puts volume `name`'s checksum area on the member whose superblock is
+/// `sb` (`member_len_bytes` long): `None` when its record has one already, is mid-reshape
+/// or is not there; refused when the member has no room.
+pub fn planned_area(
+    name: &str,
+    sb: &Superblock,
+    member_len_bytes: u64,
+) -> Result<Option<ChecksumArea>, NoRoomForChecksums> {
+    let Some(v) = sb.volumes.iter().find(|v| v.name == name) else {
+        return Ok(None);
+    };
+    let Some((start, len)) = own_region(v).filter(|_| v.checksums.is_none() && v.reshape.is_none())
+    else {
+        return Ok(None);
+    };
+    place_for_existing(&member_use(sb, member_len_bytes), start, len).map(Some)
+}
+
+/// The record's region of its own role (start, length).
+fn own_region(v: &VolumeRecord) -> Option<(u64, u64)> {
+    let mut region = None;
+    v.tree.visit_members(&mut |m| {
+        if m.index == v.role as usize {
+            region = Some((m.start, m.len));
+        }
+    });
+    region
+}
+
+/// What the member whose superblock is `sb` uses: every volume's region and areas on it.
+fn member_use(sb: &Superblock, member_len_bytes: u64) -> MemberUse {
+    let mut used = Vec::new();
+    for v in &sb.volumes {
+        let areas = [v.bitmap.map(|b| b.area), v.ppl, v.checksums];
+        let backup = v.reshape.as_ref().and_then(|r| r.backup_area);
+        for a in areas.into_iter().chain([backup]).flatten() {
+            used.push((a.offset, a.offset + a.len));
+        }
+        used.extend(own_region(v).map(|(s, l)| (s, s + l)));
+        if let Some(r) = &v.reshape {
+            used.extend((r.regions_of(v.role as usize).into_iter()).map(|(s, l)| (s, s + l)));
+        }
+    }
+    MemberUse {
+        member_len_bytes,
+        used,
+        metadata_areas_start: 2 * SLOT_BYTES,
+        metadata_area_bytes: METADATA_AREA_BYTES,
+    }
 }
 
 /// The engine's checksum setup from the records by role (`None`: the volume keeps none).

@@ -204,6 +204,7 @@ async fn write_record(
         scrub: None,
         added_paths: Vec::new(),
         reshape: None,
+        checksum_fill: None,
     };
     let uuid = new.members[role].uuid;
     m.update(|sb| {

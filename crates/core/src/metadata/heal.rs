@@ -385,6 +385,7 @@ async fn write_role_record(
         scrub: rec.scrub,
         added_paths: rec.added_paths.clone(),
         reshape: None, // assembly refuses a volume mid-reshape: a running array has none
+        checksum_fill: rec.checksum_fill,
     };
     let name = p.name().to_string();
     meta.update(move |sb| {

@@ -16,10 +16,12 @@ mod array;
 mod assemble;
 mod bitmap;
 mod checksum_area;
+mod checksum_fill;
 mod codec;
 mod create;
 pub mod disk_rule;
 mod error;
+mod fill_control;
 mod heal;
 pub mod intent;
 mod io;
@@ -46,7 +48,9 @@ pub use array::{Array, CleanMark};
 pub use assemble::{
     assemble, assemble_forced, pick_forced, Absence, AssembleError, Assembly, ForcedRole, Probe,
 };
+pub use checksum_area::planned_area;
 pub use error::ArrayError;
+pub use fill_control::{FillControl, FillPhase, FillReport};
 pub use heal::RebuildReport;
 pub use io::{read_superblock, write_superblock, Found, SuperblockIoError};
 pub use member_meta::MemberMeta;
@@ -57,9 +61,9 @@ pub use spare_list::forget_added_path_offline;
 pub use spares::{assign_spares, SpareChoice};
 
 pub use superblock::{
-    newest, Area, BitmapArea, MemberEntry, RecordedState, ScrubCheckpoint, Superblock, Uuid,
-    VolumeRecord, FIRST_FORMAT_VERSION, FORMAT_VERSION, MAX_ADDED_PATHS, MAX_PPL_AREA_BYTES,
-    METADATA_AREA_BYTES, SLOT_BYTES, SUPERBLOCK_MAGIC,
+    newest, Area, BitmapArea, ChecksumFill, MemberEntry, RecordedState, ScrubCheckpoint,
+    Superblock, Uuid, VolumeRecord, FIRST_FORMAT_VERSION, FORMAT_VERSION, MAX_ADDED_PATHS,
+    MAX_PPL_AREA_BYTES, METADATA_AREA_BYTES, SLOT_BYTES, SUPERBLOCK_MAGIC,
 };
 
 use thiserror::Error;

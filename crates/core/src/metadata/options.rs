@@ -32,6 +32,10 @@ pub struct ArrayOptions {
     /// Fail a member once it has returned more than this many blocks whose checksum did not
     /// match (`None`: checksum errors alone never fail a member).
     pub checksum_errors_to_fail: Option<u64>,
+    /// Opening only: a volume recorded without per-block checksums gets them — an area
+    /// where each member has room (its regions never move) and a background pass that
+    /// computes them ([`super::Array::fill_checksums`]).
+    pub enable_checksums: bool,
     /// Opening only: past the volume's tolerance, take back the freshest failed or stale
     /// members ([`super::assemble_forced`], mdadm's `--assemble --force`).
     pub force_assembly: bool,
@@ -50,6 +54,7 @@ impl Default for ArrayOptions {
             ppl_area_before_region_bytes: None,
             checksum_area_before_region_bytes: None,
             checksum_errors_to_fail: None,
+            enable_checksums: false,
             force_assembly: false,
             member_ids: Vec::new(),
         }

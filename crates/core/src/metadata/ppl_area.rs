@@ -202,6 +202,7 @@ mod tests {
             scrub: None,
             added_paths: Vec::new(),
             reshape: None,
+            checksum_fill: None,
         }
     }
 

@@ -44,6 +44,8 @@ pub(super) struct Recorded {
     /// the next one — never the old tree beside a member list and no reshape record, a
     /// record the next read would refuse (see `reshape_run.rs`).
     pub(super) tree: nbraid_layout::Node,
+    /// Checksums being enabled: how far the pass got (see `checksum_fill.rs`).
+    pub(super) checksum_fill: Option<super::ChecksumFill>,
 }
 
 impl Recorded {
@@ -57,6 +59,7 @@ impl Recorded {
         v.added_paths = self.added_paths;
         v.reshape = self.reshape.as_ref().map(|r| r.record_for(role));
         v.tree = self.tree;
+        v.checksum_fill = self.checksum_fill;
     }
 }
 
@@ -414,6 +417,7 @@ mod tests {
                 backup_area: None,
                 backup_window: None,
             }),
+            checksum_fill: None,
         };
         let recorded = Recorded {
             events: 9,
@@ -423,6 +427,7 @@ mod tests {
             added_paths: Vec::new(),
             reshape: None,
             tree: tree(3),
+            checksum_fill: None,
         };
         let mut v = behind.clone();
         recorded.write_into(&mut v, 1);

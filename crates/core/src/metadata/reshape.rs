@@ -296,6 +296,7 @@ mod tests {
             scrub: None,
             added_paths: Vec::new(),
             reshape,
+            checksum_fill: None,
         }
     }
 

@@ -444,6 +444,7 @@ pub(super) async fn start(
             scrub: None,
             added_paths: rec.added_paths.clone(),
             reshape: Some(rr.record_for(role)),
+            checksum_fill: rec.checksum_fill,
         };
         let (uuid, name) = (members[role].uuid, p.name().to_string());
         meta.update(move |sb| {

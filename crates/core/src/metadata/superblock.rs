@@ -14,11 +14,12 @@ mod wire;
 use super::{MetadataError, MetadataResult};
 
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"NBRAIDSB";
-/// The newest format this reads and writes. A superblock is written as version 3 only while
-/// one of its records carries a reshape ([`VolumeRecord::reshape`]), as version 2 when one
+/// The newest format this reads and writes. A superblock is written as version 4 only while
+/// one of its records carries a checksum fill ([`VolumeRecord::checksum_fill`]), as version 3
+/// while one carries a reshape ([`VolumeRecord::reshape`]), as version 2 when one
 /// lists paths added at run time (see [`VolumeRecord::added_paths`]), else as version 1, byte
 /// for byte as before: older readers refuse just the superblocks they cannot read.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// The oldest format this reads.
 pub const FIRST_FORMAT_VERSION: u32 = 1;
 /// Paths added at run time one volume record lists at most.
@@ -153,6 +154,18 @@ pub struct VolumeRecord {
     /// A reshape in progress (format version 3): the tree the volume moves into and how far
     /// it got. `tree` is then the old tree, holding the bytes at and above the position.
     pub reshape: Option<ReshapeRecord>,
+    /// Checksums being enabled on an existing volume (format version 4): how far the pass
+    /// that computes them got (`crate::metadata::checksum_fill`).
+    pub checksum_fill: Option<ChecksumFill>,
+}
+
+/// Where the pass that computes an existing volume's checksums stopped: it resumes there.
+/// Positions run over the volume (its scrub) and then over every member region in role
+/// order (the entries): see `checksum_fill.rs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChecksumFill {
+    /// Everything below it is done.
+    pub position_bytes: u64,
 }
 
 /// Where an unfinished scrub stopped: it resumes there after a restart.

@@ -10,9 +10,12 @@
 //! - `reshape_start` starts an online reshape (`nbraid apply --yes`), `reshape` runs its
 //!   pass and opens the volume again when it is done (the array swapped in
 //!   `crate::served`);
+//! - `checksum_fill` starts and shows the pass computing the checksums of a volume that
+//!   enabled them;
 //! - `volume` is one served volume: its members by id and its background passes;
 //!   `departed` keeps the failed members a spare pushed out of their roles, until removed.
 
+mod checksum_fill;
 mod controls;
 mod departed;
 mod dispatch;
@@ -27,6 +30,7 @@ mod reshape_start;
 pub mod server;
 mod volume;
 
+pub use checksum_fill::start_checksum_fill;
 pub use controls::Controls;
 pub use notes::ConfigIds;
 pub use reshape::start_reshape_pass;

@@ -65,7 +65,10 @@ pub(super) fn pause_resume(selected: &[&ControlVolume], pause: bool) -> Value {
         let resync = v.resync.lock().clone();
         let readd = v.readd.lock().clone();
         let reshape = super::reshape::reshape_pass(v);
+        let fill = v.checksum_fill.lock().clone();
         let passes = [
+            fill.as_ref().map(|f| &f.scrub.pass),
+            fill.as_ref().map(|f| &f.entries),
             scrub.as_ref().map(|c| &c.pass),
             rebuild.as_deref(),
             resync.as_deref(),

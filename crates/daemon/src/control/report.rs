@@ -166,6 +166,7 @@ fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
         "returning": v.array().returning().iter().map(|&(i, b)| json!({ "index": i, "resync_bytes": b })).collect::<Vec<_>>(),
         "readd": readd_json(v),
         "reshape": super::reshape::reshape_json(v),
+        "checksum_fill": super::checksum_fill::fill_json(v),
         "spares": v.array().spares().iter().map(|m| v.id_of(m.member())).collect::<Vec<_>>(),
         // Failed members a spare pushed out of their roles, until removed (md's `(F)`).
         "departed": v.departed.to_json(),

@@ -43,6 +43,9 @@ pub struct ControlVolume {
     pub readd: Mutex<Option<Arc<PassControl>>>,
     /// The reshape pass, when the volume started mid-reshape (`reshape.rs`).
     pub(super) reshape: Mutex<Option<Arc<PassControl>>>,
+    /// The pass computing the checksums of a volume that enabled them
+    /// (`checksum_fill.rs`), when one started.
+    pub checksum_fill: Mutex<Option<Arc<nbraid_core::metadata::FillControl>>>,
     /// Every member and spare known by id (config ids; paths for those added at run time).
     /// It keeps members let go: a re-add reuses the file held open through them.
     pub(super) known: Mutex<Vec<Known>>,
@@ -82,6 +85,7 @@ impl ControlVolume {
             resync: Mutex::new(None),
             readd: Mutex::new(None),
             reshape: Mutex::new(None),
+            checksum_fill: Mutex::new(None),
             known: Mutex::new(Vec::new()),
             departed: Departures::default(),
             notes: Vec::new(),

@@ -192,6 +192,19 @@ fn check_positions(v: &VolumeRecord) -> MetadataResult<()> {
             }
         }
     }
+    let mut regions_bytes = 0u64;
+    v.tree
+        .visit_members(&mut |m| regions_bytes = regions_bytes.saturating_add(m.len));
+    let fill_end = capacity.saturating_add(regions_bytes);
+    if let Some(f) = v.checksum_fill.filter(|f| f.position_bytes > fill_end) {
+        return Err(invalid(
+            "checksum fill position",
+            format!(
+                "{} past the pass's {fill_end} bytes (the volume, then its member regions)",
+                f.position_bytes
+            ),
+        ));
+    }
     if let Some(s) = v.scrub.filter(|s| s.position_bytes > capacity) {
         return Err(invalid(
             "scrub checkpoint",

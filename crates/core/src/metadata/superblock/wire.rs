@@ -5,8 +5,8 @@
 use super::tree::{decode_node, encode_node};
 use super::validate::{check_added_path, check_limits, check_member_uses, invalid, within};
 use super::{
-    Area, BitmapArea, MemberEntry, RecordedState, ScrubCheckpoint, Superblock, Uuid, VolumeRecord,
-    CRC_AT, FIRST_FORMAT_VERSION, FORMAT_VERSION, HEADER_BYTES, MAX_ADDED_PATHS,
+    Area, BitmapArea, ChecksumFill, MemberEntry, RecordedState, ScrubCheckpoint, Superblock, Uuid,
+    VolumeRecord, CRC_AT, FIRST_FORMAT_VERSION, FORMAT_VERSION, HEADER_BYTES, MAX_ADDED_PATHS,
     MAX_ADDED_PATH_BYTES, MAX_COUNTER, MAX_MEMBERS, MAX_VOLUMES, NAME_BYTES, SCRUB_REPAIR,
     SLOT_BYTES, SUPERBLOCK_MAGIC,
 };
@@ -18,6 +18,8 @@ use crate::metadata::{MetadataError, MetadataResult};
 const ADDED_PATHS_VERSION: u32 = 2;
 /// The version that added the reshape record (written only while a record carries one).
 const RESHAPE_VERSION: u32 = 3;
+/// The version that added the checksum fill (written only while a record carries one).
+const CHECKSUM_FILL_VERSION: u32 = 4;
 /// Reshape flags: bit 0 = the backup holds the window at the position.
 const RESHAPE_BACKED_UP: u64 = 1;
 
@@ -31,7 +33,9 @@ impl Superblock {
     pub fn encode(&self) -> MetadataResult<Vec<u8>> {
         let mut w = Writer::default();
         w.bytes(&SUPERBLOCK_MAGIC);
-        let version = if self.volumes.iter().any(|v| v.reshape.is_some()) {
+        let version = if self.volumes.iter().any(|v| v.checksum_fill.is_some()) {
+            CHECKSUM_FILL_VERSION
+        } else if self.volumes.iter().any(|v| v.reshape.is_some()) {
             RESHAPE_VERSION
         } else if self.volumes.iter().any(|v| !v.added_paths.is_empty()) {
             ADDED_PATHS_VERSION
@@ -245,6 +249,9 @@ fn encode_volume(w: &mut Writer, v: &VolumeRecord, version: u32) -> MetadataResu
     if version >= RESHAPE_VERSION {
         encode_reshape(w, v.reshape.as_ref());
     }
+    if version >= CHECKSUM_FILL_VERSION {
+        encode_fill(w, v.checksum_fill);
+    }
     if let Some(s) = v.scrub {
         w.u64(s.position_bytes);
         w.u64(if s.repair { SCRUB_REPAIR } else { 0 });
@@ -284,6 +291,11 @@ fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult
     } else {
         None
     };
+    let checksum_fill = if version >= CHECKSUM_FILL_VERSION {
+        decode_fill(&mut r)?
+    } else {
+        None
+    };
     let scrub = decode_scrub(&mut r)?;
     if r.remaining() != 0 {
         return Err(invalid(
@@ -310,6 +322,7 @@ fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult
         scrub,
         added_paths,
         reshape,
+        checksum_fill,
     };
     check_limits(&record)?;
     Ok(record)
@@ -366,6 +379,25 @@ fn decode_members(r: &mut ByteReader, role: u32) -> MetadataResult<Vec<MemberEnt
         members.push(MemberEntry { uuid, state });
     }
     Ok(members)
+}
+
+/// Version 4: a present flag (4: 0 or 1), then the fill's position (8).
+fn encode_fill(w: &mut Writer, fill: Option<ChecksumFill>) {
+    w.u32(u32::from(fill.is_some()));
+    w.u64(fill.map_or(0, |f| f.position_bytes));
+}
+
+fn decode_fill(r: &mut ByteReader) -> MetadataResult<Option<ChecksumFill>> {
+    let present = r.u32("checksum fill present")?;
+    let position_bytes = r.u64("checksum fill position")?;
+    match (present, position_bytes) {
+        (0, 0) => Ok(None),
+        (1, position_bytes) => Ok(Some(ChecksumFill { position_bytes })),
+        (p, at) => Err(invalid(
+            "checksum fill present",
+            format!("{p} with position {at} (1, or 0 with position 0)"),
+        )),
+    }
 }
 
 /// The scrub checkpoint, present when bytes are left after the tree (and added paths).
