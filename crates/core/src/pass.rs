@@ -294,7 +294,12 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
             continue;
         }
         let stopping = ctl.cancelled.load(Relaxed) || ctl.is_paused() || due;
-        while !stopping && q.len() < inflight && next < total {
+        // No window past a checkpoint's place: with several in flight the checkpoint would
+        // otherwise come up to `inflight - 1` windows late (or never, on a short volume).
+        let reaches_checkpoint = |next: u64| {
+            work.checkpoint_bytes > 0 && next - last_checkpoint >= work.checkpoint_bytes
+        };
+        while !stopping && q.len() < inflight && next < total && !reaches_checkpoint(next) {
             let len = (total - next).min(work.window_bytes);
             let end = next + len;
             let f = (work.window)(next, len);
