@@ -427,6 +427,29 @@ mod tests {
         assert_eq!(*afters.lock(), vec![6]);
     }
 
+    /// With more windows allowed in flight than fit between two checkpoints, a checkpoint
+    /// still comes at each of its places, not windows later.
+    #[test]
+    fn checkpoints_keep_their_place_with_many_windows_in_flight() {
+        let afters = Mutex::new(Vec::new());
+        let afters = &afters;
+        let work = PassWork {
+            total_bytes: 10,
+            window_bytes: 3,
+            inflight: 4,
+            window: Box::new(|_, _| futures::future::ready(Ok(())).boxed()),
+            checkpoint_bytes: 3,
+            checkpoint: Box::new(move |pos| {
+                afters.lock().push(pos);
+                futures::future::ready(Ok(())).boxed()
+            }),
+            activity: None,
+        };
+        let s = futures::executor::block_on(run(&PassControl::new(0), work));
+        assert_eq!(s.expect("runs"), PassState::Done);
+        assert_eq!(*afters.lock(), vec![3, 6, 9]);
+    }
+
     /// Adaptive: while clients complete requests (here during windows below 20) the pass
     /// keeps `BUSY_INFLIGHT` windows in flight; once they stop it goes back to its full depth.
     /// Without the mode it keeps its full depth throughout.
