@@ -1,32 +1,39 @@
-//! Idle rebuild rate as a ratio of one member's sequential write bandwidth, both measured in
-//! the same run on the same file system (members are files in DIR):
+//! Idle rebuild and scrub speed as ratios of one member's sequential write (rebuild) and read
+//! (scrub) bandwidth, all measured in the same run on the same file system (members are files
+//! in DIR):
 //!
-//! - peer: one fresh member file written sequentially (1 MiB writes, 4 in flight) and
-//!   fdatasync'd — what a member can take;
-//! - ours: a RAID 1 (2 members), RAID 5 (4) and RAID 6 (6, two members rebuilt at once),
-//!   filled, a member failed, a fresh file installed in its place and rebuilt by
-//!   `Volume::rebuild` (no client I/O, no rate limit), flush included: member bytes rebuilt
+//! - peers: one fresh member file written sequentially (1 MiB writes, 4 in flight, through the
+//!   member's own I/O path: io_uring, O_DIRECT where the file system allows it) and
+//!   fdatasync'd — what a member can take; and member 0 of the array read the same way — what
+//!   a member gives;
+//! - rebuild: the array filled, members failed, fresh files installed in their place and
+//!   rebuilt by `Volume::rebuild` (no client I/O, no rate limit), flush included: bytes
+//!   written to each new member per second;
+//! - scrub: `Volume::scrub` (check only) of the healthy array: bytes read from each member
 //!   per second.
 //!
-//! Also per round: member 0 read sequentially, and from the two peers the *shared-device
-//! bound* — the best ratio a rebuild can reach when every member file sits on one device (a
-//! parity rebuild reads the k survivors and writes the lost members per rebuilt byte, all
-//! through the same device) — and the CPU seconds per GiB of the peer and of the rebuild.
-//! `NBRAID_CASE=raid5` runs only the cases whose name starts with it.
+//! Cases: RAID 1 of 2 and 4, RAID 5 of 4 and 8, RAID 6 of 4 and 8 (one rebuilt) and of 8 with
+//! two rebuilt at once. Also per round, from the peers, the *shared-device bound* — the best
+//! ratio a pass can reach when every member file sits on one device (a parity rebuild reads
+//! the survivors and writes the lost members per rebuilt byte, a scrub reads every member,
+//! all through the same device) — and the CPU seconds per GiB of each.
 //!
-//! Rounds alternate peer and ours (3 rounds, the median ratio is reported) so machine noise
-//! hits both. `cargo run --release -p nbraid-core --example rebuild_rate -- [--json] [DIR...]`
-//! (default /dev/shm, /var/tmp and `sim:ssd`; 256 MiB per member, about 2.5 GiB of files per
-//! DIR).
+//! Rounds alternate peers and passes (the median ratio is reported) so machine noise hits
+//! both. `cargo run --release -p nbraid-core --example rebuild_rate -- [--json | --json-to FILE] [--rounds N]
+//! [--member-mib N] [--strip-kib N] [--case PREFIX] [DIR | sim:ssd ...]` (default /dev/shm,
+//! /var/tmp and `sim:ssd`; 256 MiB per member, 3 rounds, 64 KiB strips). `scripts/bench-rebuild`
+//! runs it and cross-checks the peers with fio.
 //!
 //! `sim:ssd` instead of a DIR: every member its own simulated SSD (the bench's model: 550 MB/s
 //! read, 500 MB/s write, latency and IOPS caps) on a virtual clock — members that share no
-//! device, as in a real array, and no CPU time: what the rebuild's I/O pattern (window size,
-//! windows in flight, read then write per window) gets out of independent members.
+//! device, as in a real array, and no CPU time: what the passes' I/O pattern (window size,
+//! windows in flight, reads then writes per window) gets out of independent members.
 
 use futures::executor::block_on;
 use futures::stream::{FuturesUnordered, StreamExt};
-use nbraid_core::{Buf, Member, PassControl, PassState, UringFile, Volume, VolumeOptions};
+use nbraid_core::{
+    Buf, Member, PassControl, PassState, ScrubControl, ScrubState, UringFile, Volume, VolumeOptions,
+};
 use nbraid_layout::{Geometry, Level, ParityLayout, Region, Shape};
 use nbraid_sim::clock::{run_virtual, SimClock};
 use nbraid_sim::timed::{SimMember, SimModel, SsdParams};
@@ -37,8 +44,6 @@ use std::time::Instant;
 
 const MIB: u64 = 1 << 20;
 const GIB: f64 = (1u64 << 30) as f64;
-const REGION: u64 = 256 * MIB;
-const ROUNDS: usize = 3;
 
 struct Case {
     name: &'static str,
@@ -47,90 +52,167 @@ struct Case {
     failed: &'static [usize],
 }
 
-const CASES: [Case; 3] = [
-    Case {
-        name: "raid1 x2",
-        level: Level::Raid1,
-        members: 2,
-        failed: &[1],
-    },
-    Case {
-        name: "raid5 x4",
-        level: Level::Raid5,
-        members: 4,
-        failed: &[1],
-    },
-    Case {
-        name: "raid6 x6 (2 rebuilt)",
-        level: Level::Raid6,
-        members: 6,
-        failed: &[1, 4],
-    },
+const CASES: [Case; 7] = [
+    case("raid1 x2", Level::Raid1, 2, &[1]),
+    case("raid1 x4", Level::Raid1, 4, &[1]),
+    case("raid5 x4", Level::Raid5, 4, &[1]),
+    case("raid5 x8", Level::Raid5, 8, &[1]),
+    case("raid6 x4", Level::Raid6, 4, &[1]),
+    case("raid6 x8", Level::Raid6, 8, &[1]),
+    case("raid6 x8 (2 rebuilt)", Level::Raid6, 8, &[1, 6]),
 ];
 
+const fn case(name: &'static str, level: Level, members: usize, failed: &'static [usize]) -> Case {
+    Case {
+        name,
+        level,
+        members,
+        failed,
+    }
+}
+
+/// What the command line asks for.
+struct Opts {
+    json: bool,
+    /// Also write the JSON rows to this file (the table still printed).
+    json_to: Option<PathBuf>,
+    rounds: usize,
+    member_bytes: u64,
+    strip_bytes: u64,
+    /// Only the cases whose name starts with this.
+    only: Option<String>,
+    targets: Vec<Target>,
+}
+
+impl Opts {
+    fn parse() -> Opts {
+        let mut o = Opts {
+            json: false,
+            json_to: None,
+            rounds: 3,
+            member_bytes: 256 * MIB,
+            strip_bytes: 64 << 10,
+            only: std::env::var("NBRAID_CASE").ok(),
+            targets: Vec::new(),
+        };
+        let mut args = std::env::args().skip(1);
+        let num = |flag: &str, v: Option<String>| -> u64 {
+            v.and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{flag} needs a whole number"))
+        };
+        while let Some(a) = args.next() {
+            match a.as_str() {
+                "--json" => o.json = true,
+                "--json-to" => o.json_to = args.next().map(PathBuf::from),
+                "--rounds" => o.rounds = num("--rounds", args.next()).max(1) as usize,
+                "--member-mib" => o.member_bytes = num("--member-mib", args.next()) * MIB,
+                "--strip-kib" => o.strip_bytes = num("--strip-kib", args.next()) << 10,
+                "--case" => o.only = args.next(),
+                f if f.starts_with("--") => panic!("unknown option {f}"),
+                _ => o.targets.push(Target::parse(&a, o.member_bytes)),
+            }
+        }
+        if o.targets.is_empty() {
+            o.targets = ["/dev/shm", "/var/tmp", "sim:ssd"]
+                .iter()
+                .map(|a| Target::parse(a, o.member_bytes))
+                .collect();
+        }
+        // A --member-mib after a target still counts.
+        for t in &mut o.targets {
+            t.member_bytes = o.member_bytes;
+        }
+        o
+    }
+}
+
 /// Where the members live: files in a directory, or simulated SSDs on a virtual clock.
-enum Target {
+enum Place {
     Dir(PathBuf),
     SimSsd(Arc<SimClock>),
 }
 
+struct Target {
+    place: Place,
+    member_bytes: u64,
+}
+
 impl Target {
-    fn parse(arg: &str) -> Target {
-        match arg {
-            "sim:ssd" => Target::SimSsd(SimClock::new()),
-            dir => Target::Dir(dir.into()),
+    fn parse(arg: &str, member_bytes: u64) -> Target {
+        let place = match arg {
+            "sim:ssd" => Place::SimSsd(SimClock::new()),
+            dir => Place::Dir(dir.into()),
+        };
+        Target {
+            place,
+            member_bytes,
         }
     }
 
     fn label(&self) -> String {
-        match self {
-            Target::Dir(d) => d.display().to_string(),
-            Target::SimSsd(_) => "sim:ssd".into(),
+        match &self.place {
+            Place::Dir(d) => d.display().to_string(),
+            Place::SimSsd(_) => "sim:ssd".into(),
         }
     }
 
     /// A fresh member named `tag` (its file recreated).
     fn member(&self, tag: &str) -> Arc<dyn Member> {
-        match self {
-            Target::Dir(dir) => {
+        match &self.place {
+            Place::Dir(dir) => {
                 let p = path(dir, tag);
                 let _ = std::fs::remove_file(&p);
                 Arc::new(
-                    UringFile::open_with(&p, Some(REGION), Default::default())
+                    UringFile::open_with(&p, Some(self.member_bytes), Default::default())
                         .expect("member file"),
                 )
             }
-            Target::SimSsd(clock) => Arc::new(SimMember::new(
+            Place::SimSsd(clock) => Arc::new(SimMember::new(
                 tag,
-                REGION,
+                self.member_bytes,
                 &SimModel::Ssd(SsdParams::default()),
                 clock.clone(),
-                false,
+                // Scrub compares real bytes.
+                true,
             )),
         }
     }
 
     /// Removes member `tag`'s file, if it has one.
     fn remove(&self, tag: &str) {
-        if let Target::Dir(dir) = self {
+        if let Place::Dir(dir) = &self.place {
             let _ = std::fs::remove_file(path(dir, tag));
         }
     }
 
     /// Runs `fut` to its end: on this thread, or on the virtual clock.
     fn run<F: Future>(&self, fut: F) -> F::Output {
-        match self {
-            Target::Dir(_) => block_on(fut),
-            Target::SimSsd(clock) => run_virtual(clock, fut).expect("only simulated members wait"),
+        match &self.place {
+            Place::Dir(_) => block_on(fut),
+            Place::SimSsd(clock) => run_virtual(clock, fut).expect("only simulated members wait"),
         }
     }
 
-    /// A clock for timing runs: wall time, or the virtual clock's.
+    /// Times `fut`: seconds (wall, or the virtual clock's) and CPU seconds, and its output.
+    fn timed<F: Future>(&self, fut: F) -> (Run, F::Output) {
+        let (start, cpu0) = (self.now_s(), cpu_s());
+        let out = self.run(fut);
+        let run = Run {
+            secs: self.now_s() - start,
+            cpu_s: cpu_s() - cpu0,
+        };
+        (run, out)
+    }
+
     fn now_s(&self) -> f64 {
-        match self {
-            Target::Dir(_) => EPOCH.with(|e| e.elapsed().as_secs_f64()),
-            Target::SimSsd(clock) => clock.now().as_secs_f64(),
+        match &self.place {
+            Place::Dir(_) => EPOCH.with(|e| e.elapsed().as_secs_f64()),
+            Place::SimSsd(clock) => clock.now().as_secs_f64(),
         }
+    }
+
+    fn shares_one_device(&self) -> bool {
+        matches!(self.place, Place::Dir(_))
     }
 }
 
@@ -154,38 +236,61 @@ fn cpu_s() -> f64 {
     tv(u.ru_utime) + tv(u.ru_stime)
 }
 
-/// A rate and the CPU seconds it took.
+/// How long something took, wall and CPU.
 #[derive(Clone, Copy)]
 struct Run {
-    bytes_per_s: f64,
+    secs: f64,
     cpu_s: f64,
 }
 
-/// One fresh member written sequentially and flushed.
-fn peer(t: &Target) -> Run {
-    let m = t.member("peer");
-    let (start, cpu0) = (t.now_s(), cpu_s());
-    t.run(async {
-        let mut q = FuturesUnordered::new();
-        let mut at = 0;
-        while at < REGION || !q.is_empty() {
-            while q.len() < 4 && at < REGION {
-                let mut b = Buf::new(MIB as usize);
-                b.fill(0x5a ^ (at / MIB) as u8);
-                q.push(m.write(at, b.freeze(), false));
-                at += MIB;
-            }
-            q.next().await.expect("in flight").expect("peer write");
+impl Run {
+    fn bytes_per_s(&self, bytes: u64) -> f64 {
+        bytes as f64 / self.secs
+    }
+
+    fn cpu_s_per_gib(&self, bytes: u64) -> f64 {
+        self.cpu_s * GIB / bytes as f64
+    }
+}
+
+/// Sequential 1 MiB ops over `len` bytes of `m`, 4 in flight: writes when `fill` is set.
+async fn sequential(m: &dyn Member, len: u64, fill: Option<u8>) {
+    let mut q = FuturesUnordered::new();
+    let mut at = 0;
+    while at < len || !q.is_empty() {
+        while q.len() < 4 && at < len {
+            q.push(async move {
+                match fill {
+                    Some(f) => {
+                        let mut b = Buf::new(MIB as usize);
+                        b.fill(f ^ (at / MIB) as u8);
+                        m.write(at, b.freeze(), false).await.map(drop)
+                    }
+                    None => m.read(at, Buf::new(MIB as usize)).await.map(drop),
+                }
+            });
+            at += MIB;
         }
+        q.next().await.expect("in flight").expect("peer I/O");
+    }
+}
+
+/// One fresh member written sequentially and flushed.
+fn peer_write(t: &Target) -> Run {
+    let m = t.member("peer");
+    let (run, ()) = t.timed(async {
+        sequential(&*m, t.member_bytes, Some(0x5a)).await;
         m.flush().await.expect("peer flush");
     });
-    let run = Run {
-        bytes_per_s: REGION as f64 / (t.now_s() - start),
-        cpu_s: cpu_s() - cpu0,
-    };
     drop(m);
     t.remove("peer");
     run
+}
+
+/// Member 0 of the rig (not rebuilt) read sequentially.
+fn peer_read(t: &Target, r: &Rig) -> Run {
+    let m = r.v.member(0);
+    t.timed(sequential(&*m, t.member_bytes, None)).0
 }
 
 struct Rig {
@@ -195,28 +300,22 @@ struct Rig {
     generation: usize,
 }
 
-fn rig(t: &Target, case: &Case) -> Rig {
+fn rig(t: &Target, case: &Case, strip_bytes: u64) -> Rig {
     let shape = Shape::new(
         case.level,
         case.members,
         None,
-        64 << 10,
+        strip_bytes,
         ParityLayout::LeftSymmetric,
     )
     .expect("shape");
-    let g = Geometry::new(
-        shape,
-        &vec![
-            Region {
-                start: 0,
-                len: REGION
-            };
-            case.members
-        ],
-    )
-    .expect("geometry");
+    let region = Region {
+        start: 0,
+        len: t.member_bytes,
+    };
+    let g = Geometry::new(shape, &vec![region; case.members]).expect("geometry");
     let tags: Vec<String> = (0..case.members)
-        .map(|i| format!("{}-m{i}-0", case.level as u8))
+        .map(|i| format!("{}-{}-m{i}-0", case.level as u8, case.members))
         .collect();
     let members = tags.iter().map(|tag| t.member(tag)).collect();
     let opts = VolumeOptions {
@@ -224,24 +323,7 @@ fn rig(t: &Target, case: &Case) -> Rig {
         ..VolumeOptions::default()
     };
     let v = Volume::new(g, members, opts).expect("volume");
-    // Fill with data (full stripes, several in flight).
-    t.run(async {
-        let piece = 4 * MIB / v.geometry().full_stripe_width().unwrap_or(MIB)
-            * v.geometry().full_stripe_width().unwrap_or(MIB);
-        let mut q = FuturesUnordered::new();
-        let mut at = 0;
-        while at < v.capacity() || !q.is_empty() {
-            while q.len() < 4 && at < v.capacity() {
-                let n = piece.min(v.capacity() - at);
-                let mut b = Buf::new(n as usize);
-                b.fill((at / MIB) as u8 | 1);
-                q.push(v.write(at, b, false));
-                at += n;
-            }
-            q.next().await.expect("in flight").expect("fill");
-        }
-        v.flush().await.expect("flush");
-    });
+    t.run(fill(&v));
     Rig {
         v,
         tags,
@@ -249,54 +331,64 @@ fn rig(t: &Target, case: &Case) -> Rig {
     }
 }
 
-/// Member 0 of the rig (not rebuilt) read sequentially (1 MiB reads, 4 in flight): what a
-/// member gives when read.
-fn peer_read(t: &Target, r: &Rig) -> f64 {
-    let m = r.v.member(0);
-    let start = t.now_s();
-    t.run(async {
-        let mut q = FuturesUnordered::new();
-        let mut at = 0;
-        while at < REGION || !q.is_empty() {
-            while q.len() < 4 && at < REGION {
-                q.push(m.read(at, Buf::new(MIB as usize)));
-                at += MIB;
-            }
-            q.next().await.expect("in flight").expect("peer read");
+/// Fills the volume with data (whole full stripes, several in flight) and flushes.
+async fn fill(v: &Volume) {
+    let width = v.geometry().full_stripe_width().unwrap_or(MIB);
+    let piece = (4 * MIB / width).max(1) * width;
+    let mut q = FuturesUnordered::new();
+    let mut at = 0;
+    while at < v.capacity() || !q.is_empty() {
+        while q.len() < 4 && at < v.capacity() {
+            let n = piece.min(v.capacity() - at);
+            let mut b = Buf::new(n as usize);
+            b.fill((at / MIB) as u8 | 1);
+            q.push(v.write(at, b, false));
+            at += n;
         }
-    });
-    REGION as f64 / (t.now_s() - start)
+        q.next().await.expect("in flight").expect("fill");
+    }
+    v.flush().await.expect("flush");
 }
 
-/// The best rate a rebuild could reach, as a ratio of the member write bandwidth, when all
-/// members share one device: per rebuilt byte it reads `reads` members and writes `writes`,
-/// one after another on the same device (`read_per_write`: read over write bandwidth).
-fn shared_device_bound(reads: usize, writes: usize, read_per_write: f64) -> f64 {
-    1.0 / (reads as f64 / read_per_write + writes as f64)
-}
-
-/// Fails the case's members, installs fresh ones, rebuilds: member bytes per second.
+/// Fails the case's members, installs fresh ones, rebuilds.
 fn rebuild(t: &Target, case: &Case, r: &mut Rig) -> Run {
     r.generation += 1;
     let mut fresh = Vec::new();
     for &m in case.failed {
         r.v.fail_member(m, "bench");
-        let tag = format!("{}-m{m}-{}", case.level as u8, r.generation);
+        let tag = format!(
+            "{}-{}-m{m}-{}",
+            case.level as u8, case.members, r.generation
+        );
         r.v.install_member(m, t.member(&tag)).expect("install");
         fresh.push((m, tag));
     }
-    let (start, cpu0) = (t.now_s(), cpu_s());
-    let (state, done) = t.run(r.v.rebuild(&PassControl::new(0))).expect("rebuild");
-    let (secs, cpu) = (t.now_s() - start, cpu_s() - cpu0);
+    let (run, out) = t.timed(r.v.rebuild(&PassControl::new(0)));
+    let (state, done) = out.expect("rebuild");
     assert_eq!(state, PassState::Done);
     assert_eq!(done, case.failed.to_vec());
     for (m, tag) in fresh {
         t.remove(&std::mem::replace(&mut r.tags[m], tag));
     }
-    Run {
-        bytes_per_s: REGION as f64 / secs,
-        cpu_s: cpu,
-    }
+    run
+}
+
+/// Scrubs the (healthy) rig, checking only; it must find nothing.
+fn scrub(t: &Target, r: &Rig) -> Run {
+    let ctl = ScrubControl::new(false, 0);
+    let (run, out) = t.timed(r.v.scrub(&ctl));
+    let report = out.expect("scrub");
+    assert_eq!(report.state, ScrubState::Done);
+    assert_eq!(report.mismatches + report.unreadable, 0, "{report:?}");
+    run
+}
+
+/// The best rate a pass could reach, as a ratio of one member's bandwidth (write for a
+/// rebuild, read for a scrub), when all members share one device: per pass byte it reads
+/// `reads` members and writes `writes`, one after another on the same device
+/// (`read_per_write`: read over write bandwidth).
+fn shared_device_bound(reads: usize, writes: usize, read_per_write: f64) -> f64 {
+    1.0 / (reads as f64 / read_per_write + writes as f64)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -304,105 +396,150 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let json = args.iter().any(|a| a == "--json");
-    let mut targets: Vec<Target> = args
-        .iter()
-        .filter(|a| !a.starts_with("--"))
-        .map(|a| Target::parse(a))
-        .collect();
-    if targets.is_empty() {
-        targets = ["/dev/shm", "/var/tmp", "sim:ssd"]
-            .map(Target::parse)
-            .into();
+/// One row of the report: medians over the rounds.
+struct Row {
+    dir: String,
+    case: &'static str,
+    write_mib_s: f64,
+    read_mib_s: f64,
+    rebuild_mib_s: f64,
+    rebuild_ratio: f64,
+    rebuild_ratios: Vec<f64>,
+    rebuild_bound: f64,
+    scrub_mib_s: f64,
+    scrub_ratio: f64,
+    scrub_ratios: Vec<f64>,
+    scrub_bound: f64,
+    write_cpu_s_per_gib: f64,
+    rebuild_cpu_s_per_gib: f64,
+    scrub_cpu_s_per_gib: f64,
+}
+
+/// Per round: (peer write, peer read, rebuild, scrub).
+fn measure(t: &Target, case: &Case, o: &Opts) -> Row {
+    let mut r = rig(t, case, o.strip_bytes);
+    let mut rounds = Vec::new();
+    for _ in 0..o.rounds {
+        let w = peer_write(t);
+        let rd = peer_read(t, &r);
+        let rb = rebuild(t, case, &mut r);
+        let sc = scrub(t, &r);
+        rounds.push([w, rd, rb, sc]);
     }
-    // NBRAID_CASE=raid6 runs only the cases whose name starts with it.
-    let only = std::env::var("NBRAID_CASE").ok();
-    let mut rows = Vec::new();
-    for t in &targets {
-        for case in CASES
-            .iter()
-            .filter(|c| only.as_ref().is_none_or(|o| c.name.starts_with(o)))
-        {
-            let mut r = rig(t, case);
-            let (mut peers, mut ours, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-            let (mut peer_cpu, mut our_cpu, mut bounds) = (Vec::new(), Vec::new(), Vec::new());
-            // Members read per rebuilt byte: a mirror copies one, a parity group reads the
-            // survivors of a stripe.
-            let reads = match case.level {
-                Level::Raid1 => 1,
-                _ => case.members - case.failed.len(),
-            };
-            for _ in 0..ROUNDS {
-                let p = peer(t);
-                let pr = peer_read(t, &r);
-                bounds.push(match t {
-                    Target::Dir(_) => {
-                        shared_device_bound(reads, case.failed.len(), pr / p.bytes_per_s)
-                    }
-                    // Each member its own device: the new member's write, or a survivor's read.
-                    Target::SimSsd(_) => (pr / p.bytes_per_s).min(1.0),
-                });
-                let o = rebuild(t, case, &mut r);
-                peers.push(p.bytes_per_s);
-                ours.push(o.bytes_per_s);
-                ratios.push(o.bytes_per_s / p.bytes_per_s);
-                // CPU seconds per GiB of member written.
-                peer_cpu.push(p.cpu_s * GIB / REGION as f64);
-                our_cpu.push(o.cpu_s * GIB / REGION as f64);
-            }
-            drop(r.v);
-            for tag in &r.tags {
-                t.remove(tag);
-            }
-            rows.push((
-                t.label(),
-                case.name,
-                median(peers) / MIB as f64,
-                median(ours) / MIB as f64,
-                median(ratios.clone()),
-                ratios,
-                median(peer_cpu),
-                median(our_cpu),
-                median(bounds),
-            ));
+    drop(r.v);
+    for tag in &r.tags {
+        t.remove(tag);
+    }
+    row(t, case, &rounds)
+}
+
+fn row(t: &Target, case: &Case, rounds: &[[Run; 4]]) -> Row {
+    let len = t.member_bytes;
+    let med = |f: &dyn Fn(&[Run; 4]) -> f64| median(rounds.iter().map(f).collect());
+    let rate = |i: usize| move |x: &[Run; 4]| x[i].bytes_per_s(len);
+    // Members read per rebuilt byte: a mirror copies one, a parity group reads the survivors.
+    let reads = match case.level {
+        Level::Raid1 => 1,
+        _ => case.members - case.failed.len(),
+    };
+    let bound = |x: &[Run; 4], scrub: bool| {
+        let (w, r) = (x[0].bytes_per_s(len), x[1].bytes_per_s(len));
+        match (t.shares_one_device(), scrub) {
+            (true, false) => shared_device_bound(reads, case.failed.len(), r / w),
+            (true, true) => 1.0 / case.members as f64,
+            // Each member its own device: the new member's write, or a survivor's read.
+            (false, false) => (r / w).min(1.0),
+            (false, true) => 1.0,
         }
-    }
-    if json {
-        let items: Vec<String> = rows
+    };
+    let ratios = |i: usize, peer: usize| -> Vec<f64> {
+        rounds
             .iter()
-            .map(|(d, c, p, o, r, all, pc, oc, b)| {
-                format!(
-                    "{{\"dir\":\"{d}\",\"case\":\"{c}\",\"member_write_mib_s\":{p:.1},\"rebuild_mib_s\":{o:.1},\"ratio\":{r:.3},\"ratios\":{all:?},\"shared_device_bound\":{b:.3},\"member_write_cpu_s_per_gib\":{pc:.3},\"rebuild_cpu_s_per_gib\":{oc:.3}}}"
-                )
-            })
-            .collect();
-        println!("[{}]", items.join(","));
-        return;
+            .map(|x| x[i].bytes_per_s(len) / x[peer].bytes_per_s(len))
+            .collect()
+    };
+    Row {
+        dir: t.label(),
+        case: case.name,
+        write_mib_s: med(&rate(0)) / MIB as f64,
+        read_mib_s: med(&rate(1)) / MIB as f64,
+        rebuild_mib_s: med(&rate(2)) / MIB as f64,
+        rebuild_ratio: median(ratios(2, 0)),
+        rebuild_ratios: ratios(2, 0),
+        rebuild_bound: med(&|x| bound(x, false)),
+        scrub_mib_s: med(&rate(3)) / MIB as f64,
+        scrub_ratio: median(ratios(3, 1)),
+        scrub_ratios: ratios(3, 1),
+        scrub_bound: med(&|x| bound(x, true)),
+        write_cpu_s_per_gib: med(&|x| x[0].cpu_s_per_gib(len)),
+        rebuild_cpu_s_per_gib: med(&|x| x[2].cpu_s_per_gib(len)),
+        scrub_cpu_s_per_gib: med(&|x| x[3].cpu_s_per_gib(len)),
     }
+}
+
+fn json(rows: &[Row]) -> String {
+    let items: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{{\"dir\":\"{}\",\"case\":\"{}\",\"member_write_mib_s\":{:.1},\"member_read_mib_s\":{:.1},\"rebuild_mib_s\":{:.1},\"rebuild_ratio\":{:.3},\"rebuild_ratios\":{:?},\"rebuild_bound\":{:.3},\"scrub_mib_s\":{:.1},\"scrub_ratio\":{:.3},\"scrub_ratios\":{:?},\"scrub_bound\":{:.3},\"member_write_cpu_s_per_gib\":{:.3},\"rebuild_cpu_s_per_gib\":{:.3},\"scrub_cpu_s_per_gib\":{:.3}}}",
+                r.dir, r.case, r.write_mib_s, r.read_mib_s, r.rebuild_mib_s, r.rebuild_ratio,
+                r.rebuild_ratios, r.rebuild_bound, r.scrub_mib_s, r.scrub_ratio, r.scrub_ratios,
+                r.scrub_bound, r.write_cpu_s_per_gib, r.rebuild_cpu_s_per_gib,
+                r.scrub_cpu_s_per_gib
+            )
+        })
+        .collect();
+    format!("[{}]", items.join(","))
+}
+
+fn print_table(rows: &[Row]) {
     println!(
-        "{:<10} {:<22} {:>13} {:>14} {:>6} {:>6} {:>10} {:>11}  rounds",
-        "dir",
-        "case",
-        "member MiB/s",
-        "rebuild MiB/s",
-        "ratio",
-        "bound",
-        "member CPU",
-        "rebuild CPU"
+        "{:<10} {:<21} {:>7} {:>7} | {:>7} {:>5} {:>5} | {:>7} {:>5} {:>5} | {:>17}  rounds (rebuild; scrub)",
+        "dir", "case", "W MiB/s", "R MiB/s", "rebuild", "ratio", "bound", "scrub", "ratio", "bound",
+        "CPU s/GiB W/rb/sc"
     );
-    for (d, c, p, o, r, all, pc, oc, b) in &rows {
-        let all: Vec<String> = all.iter().map(|x| format!("{x:.2}")).collect();
+    let fmt = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.2}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    for r in rows {
         println!(
-            "{d:<10} {c:<22} {p:>13.0} {o:>14.0} {r:>6.2} {b:>6.2} {pc:>8.2} s {oc:>9.2} s  {}",
-            all.join(" ")
+            "{:<10} {:<21} {:>7.0} {:>7.0} | {:>7.0} {:>5.2} {:>5.2} | {:>7.0} {:>5.2} {:>5.2} | {:>5.2} {:>5.2} {:>5.2}  {}; {}",
+            r.dir, r.case, r.write_mib_s, r.read_mib_s, r.rebuild_mib_s, r.rebuild_ratio,
+            r.rebuild_bound, r.scrub_mib_s, r.scrub_ratio, r.scrub_bound, r.write_cpu_s_per_gib,
+            r.rebuild_cpu_s_per_gib, r.scrub_cpu_s_per_gib, fmt(&r.rebuild_ratios),
+            fmt(&r.scrub_ratios)
         );
     }
     println!(
-        "(bound: the best ratio members sharing one device allow, from a member's read and \
-         write bandwidth in the same round (sim:ssd: members share nothing, 1 unless a read is \
-         slower than a write); CPU: seconds of this process, all threads, per GiB \
-         of member written; medians)"
+        "(W, R: one member's sequential write and read, 1 MiB x 4 in flight; rebuild: bytes \
+         written to each new member per second, ratio to W; scrub: bytes read from each member \
+         per second, ratio to R; bound: the best ratio members sharing one device allow (sim:ssd: \
+         members share nothing); CPU: seconds of this process, all threads, per GiB of member; \
+         medians of the rounds)"
     );
+}
+
+fn main() {
+    let o = Opts::parse();
+    let mut rows = Vec::new();
+    for t in &o.targets {
+        for case in CASES
+            .iter()
+            .filter(|c| o.only.as_ref().is_none_or(|p| c.name.starts_with(p)))
+        {
+            rows.push(measure(t, case, &o));
+        }
+    }
+    if let Some(p) = &o.json_to {
+        std::fs::write(p, json(&rows)).expect("writing the --json-to file");
+    }
+    if o.json {
+        println!("{}", json(&rows));
+    } else {
+        print_table(&rows);
+    }
 }

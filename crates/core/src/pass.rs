@@ -294,7 +294,12 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
             continue;
         }
         let stopping = ctl.cancelled.load(Relaxed) || ctl.is_paused() || due;
-        while !stopping && q.len() < inflight && next < total {
+        // No window past a checkpoint's place: with several in flight the checkpoint would
+        // otherwise come up to `inflight - 1` windows late (or never, on a short volume).
+        let reaches_checkpoint = |next: u64| {
+            work.checkpoint_bytes > 0 && next - last_checkpoint >= work.checkpoint_bytes
+        };
+        while !stopping && q.len() < inflight && next < total && !reaches_checkpoint(next) {
             let len = (total - next).min(work.window_bytes);
             let end = next + len;
             let f = (work.window)(next, len);
@@ -420,6 +425,29 @@ mod tests {
         assert_eq!(s.expect("runs"), PassState::Done);
         assert_eq!(*seen.lock(), vec![(0, 3), (3, 3), (6, 3), (9, 1)]);
         assert_eq!(*afters.lock(), vec![6]);
+    }
+
+    /// With more windows allowed in flight than fit between two checkpoints, a checkpoint
+    /// still comes at each of its places, not windows later.
+    #[test]
+    fn checkpoints_keep_their_place_with_many_windows_in_flight() {
+        let afters = Mutex::new(Vec::new());
+        let afters = &afters;
+        let work = PassWork {
+            total_bytes: 10,
+            window_bytes: 3,
+            inflight: 4,
+            window: Box::new(|_, _| futures::future::ready(Ok(())).boxed()),
+            checkpoint_bytes: 3,
+            checkpoint: Box::new(move |pos| {
+                afters.lock().push(pos);
+                futures::future::ready(Ok(())).boxed()
+            }),
+            activity: None,
+        };
+        let s = futures::executor::block_on(run(&PassControl::new(0), work));
+        assert_eq!(s.expect("runs"), PassState::Done);
+        assert_eq!(*afters.lock(), vec![3, 6, 9]);
     }
 
     /// Adaptive: while clients complete requests (here during windows below 20) the pass

@@ -15,7 +15,7 @@ use crate::node::{ArrayNode, LeafNode, MemberState, MemberTable, ScrubPass, Zero
 use crate::pass::{Checkpoint, PassWork};
 use crate::raid::{CacheMode, CacheUsage, ParityNode, SyncState};
 use crate::read_policy::ReadPolicy;
-use crate::scrub::{ScrubControl, ScrubReport, SCRUB_WINDOW_BYTES};
+use crate::scrub::{scrub_inflight, ScrubControl, ScrubReport, SCRUB_WINDOW_BYTES};
 use crate::split::SplitNode;
 use futures::future::join_all;
 use futures::FutureExt;
@@ -746,12 +746,13 @@ impl Volume {
             volume: ctl.volume(),
         };
         let pass = &pass;
+        let member_bytes = (0..self.member_count()).map(|i| self.member_end(i)).sum();
         crate::pass::run(
             &ctl.pass,
             PassWork {
                 total_bytes: root.capacity(),
                 window_bytes: SCRUB_WINDOW_BYTES,
-                inflight: 1,
+                inflight: scrub_inflight(SCRUB_WINDOW_BYTES, member_bytes, root.capacity()),
                 window: Box::new(move |at, len| root.scrub_range(at, len, pass)),
                 checkpoint_bytes,
                 // Shortened to the pass's own lifetime (it borrows `pass`).

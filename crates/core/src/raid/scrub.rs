@@ -72,11 +72,11 @@ fn verdict_targets(fix: Fix, roles: &StripeRoles) -> Vec<Target> {
 }
 
 /// Whether a row (by child) satisfies its parity: P, and Q for RAID 6.
-fn row_agrees(order: &[usize], roles: &StripeRoles, row: &[Buf]) -> bool {
-    let data: Vec<&[u8]> = order.iter().map(|&i| &row[roles.data[i]][..]).collect();
+fn row_agrees(order: &[usize], roles: &StripeRoles, row: &[&[u8]]) -> bool {
+    let data: Vec<&[u8]> = order.iter().map(|&i| row[roles.data[i]]).collect();
     match roles.q {
-        None => parity::check_p(&data, &row[roles.p]),
-        Some(q) => parity::check_pq(&data, &row[roles.p], &row[q]),
+        None => parity::check_p(&data, row[roles.p]),
+        Some(q) => parity::check_pq(&data, row[roles.p], row[q]),
     }
 }
 
@@ -122,8 +122,47 @@ impl Scrubber<'_> {
         )
         .await;
         crate::node::all_ok(below)?;
-        let results = join_all((first..end).map(|s| self.scrub_stripe(s, pass))).await;
+        let redo = self.check_window(first, end, pass).await;
+        let results = join_all(redo.into_iter().map(|s| self.scrub_stripe(s, pass))).await;
         crate::node::all_ok(results)
+    }
+
+    /// The fast path of a scrub: stripes `first..end` read with one member read per child
+    /// under one shared lock and checked in memory (the stripe-by-stripe path reads a chunk
+    /// per child and stripe: small reads, many of them). The stripes that agree are counted
+    /// checked; returned are the stripes the stripe-by-stripe path must do — those that
+    /// disagree (it reads them again under its own lock, then diagnoses, records and
+    /// repairs), or all of them when anything is unusual: a stale stripe, a child that cannot
+    /// serve the range or fails its read.
+    async fn check_window(&self, first: u64, end: u64, pass: &ScrubPass<'_>) -> Vec<u64> {
+        let chunks = &self.stripes.chunks;
+        let strip = chunks.strip as usize;
+        let c0 = chunks.layout.chunk_offset(first);
+        let clen = chunks.layout.chunk_offset(end - 1) + chunks.strip - c0;
+        // Writers out while the rows are read; nothing is written here.
+        let _g = self.stripes.locks.lock(first, end - first, false).await;
+        let usual = !self.stripes.health.any_stale(first, end - 1)
+            && chunks.children.iter().all(|c| c.readable(c0, clen));
+        if !usual {
+            return (first..end).collect();
+        }
+        let reads =
+            join_all((chunks.children.iter()).map(|c| c.read(c0, Buf::new(clen as usize)))).await;
+        let Ok(bufs) = reads.into_iter().collect::<VolumeResult<Vec<Buf>>>() else {
+            return (first..end).collect();
+        };
+        let mut redo = Vec::new();
+        for s in first..end {
+            let roles = chunks.layout.roles(s);
+            let off = (chunks.layout.chunk_offset(s) - c0) as usize;
+            let row: Vec<&[u8]> = bufs.iter().map(|b| &b[off..off + strip]).collect();
+            if row_agrees(&chunks.slot_order(&roles), &roles, &row) {
+                pass.bump(|st| &st.checked, 1);
+            } else {
+                redo.push(s);
+            }
+        }
+        redo
     }
 
     /// Checks stripe `s` in three stages: read it whole, diagnose it, and (repairing) rewrite
@@ -308,7 +347,8 @@ impl Scrubber<'_> {
         rebuild_chunks(&order, roles, &lost_children, &mut blocks);
         // RAID 6 with a syndrome to spare: the rebuilt row must satisfy both.
         if lost.len() < parity_chunks && self.stripes.health.in_sync(s) {
-            let agrees = row_agrees(&order, roles, &blocks);
+            let row: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
+            let agrees = row_agrees(&order, roles, &row);
             for t in &mut lost {
                 t.cross_check = Some(if agrees {
                     CrossCheck::Agrees
