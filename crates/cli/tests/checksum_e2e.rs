@@ -11,7 +11,6 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::process::Command;
 
@@ -68,30 +67,6 @@ fn config(dir: &Path) -> std::path::PathBuf {
     file
 }
 
-fn uri(dir: &Path, v: &str) -> String {
-    format!("nbd+unix:///{v}?socket={}", dir.join("nbd.sock").display())
-}
-
-fn block_of(path: &Path, region_block: u64) -> Vec<u8> {
-    let mut f = std::fs::File::open(path).unwrap();
-    f.seek(SeekFrom::Start(REGION_START + region_block * BLOCK))
-        .unwrap();
-    let mut b = vec![0u8; BLOCK as usize];
-    f.read_exact(&mut b).unwrap();
-    b
-}
-
-/// Overwrites block `region_block` of member file `path` with random bytes; its old bytes.
-fn corrupt(path: &Path, region_block: u64, seed: u64) -> Vec<u8> {
-    let old = block_of(path, region_block);
-    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.seek(SeekFrom::Start(REGION_START + region_block * BLOCK))
-        .unwrap();
-    f.write_all(&seeded_bytes(seed, BLOCK)).unwrap();
-    f.sync_all().unwrap();
-    old
-}
-
 fn scrub(cfg: &str, v: &str, repair: bool) -> Value {
     let mut args = vec!["scrub", v, "--config", cfg, "--json"];
     if repair {
@@ -117,7 +92,7 @@ fn bad_blocks_behind_the_daemons_back_read_back_exactly_and_are_repaired() {
         ok(
             Command::new(&nbdcopy)
                 .arg(&src)
-                .arg(uri(dir.path(), v))
+                .arg(unix_uri(dir.path(), v))
                 .output()
                 .unwrap(),
             "nbdcopy into the volume",
@@ -132,12 +107,12 @@ fn bad_blocks_behind_the_daemons_back_read_back_exactly_and_are_repaired() {
         // of member 0 elsewhere (a mirror's other copy, another stripe).
         let mut bad: Vec<(usize, u64, Vec<u8>)> = Vec::new();
         for (k, b) in [3, blocks / 2 + 17, blocks - 1].into_iter().enumerate() {
-            bad.push((1, b, corrupt(&file(1), b, 7 + k as u64)));
+            bad.push((1, b, corrupt(&file(1), REGION_START, b, 7 + k as u64)));
         }
         for b in [40, blocks / 3] {
-            bad.push((0, b, corrupt(&file(0), b, b)));
+            bad.push((0, b, corrupt(&file(0), REGION_START, b, b)));
         }
-        reads_back(&nbdcopy, dir.path(), &uri(dir.path(), v), &written[i]);
+        reads_back(&nbdcopy, dir.path(), &unix_uri(dir.path(), v), &written[i]);
         let fixed = scrub(cfg, v, true);
         assert_eq!(fixed["state"], "done", "{v}: {fixed}");
         let clean = scrub(cfg, v, false);
@@ -148,11 +123,11 @@ fn bad_blocks_behind_the_daemons_back_read_back_exactly_and_are_repaired() {
         );
         for (m, b, old) in &bad {
             assert!(
-                block_of(&file(*m), *b) == *old,
+                block_of(&file(*m), REGION_START, *b) == *old,
                 "{v}: member {m} block {b} holds its old bytes again"
             );
         }
-        reads_back(&nbdcopy, dir.path(), &uri(dir.path(), v), &written[i]);
+        reads_back(&nbdcopy, dir.path(), &unix_uri(dir.path(), v), &written[i]);
         let st = status_of(cfg, v);
         let count = |m: usize, what: &str| st["members"][m][what].as_u64().unwrap();
         for m in [0, 1] {

@@ -12,7 +12,6 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -59,30 +58,6 @@ fn config(dir: &Path, checksums_line: &str) -> std::path::PathBuf {
     file
 }
 
-fn uri(dir: &Path, v: &str) -> String {
-    format!("nbd+unix:///{v}?socket={}", dir.join("nbd.sock").display())
-}
-
-fn block_of(path: &Path, region_block: u64) -> Vec<u8> {
-    let mut f = std::fs::File::open(path).unwrap();
-    f.seek(SeekFrom::Start(REGION_START + region_block * BLOCK))
-        .unwrap();
-    let mut b = vec![0u8; BLOCK as usize];
-    f.read_exact(&mut b).unwrap();
-    b
-}
-
-/// Overwrites block `region_block` of member file `path` with random bytes; its old bytes.
-fn corrupt(path: &Path, region_block: u64, seed: u64) -> Vec<u8> {
-    let old = block_of(path, region_block);
-    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.seek(SeekFrom::Start(REGION_START + region_block * BLOCK))
-        .unwrap();
-    f.write_all(&seeded_bytes(seed, BLOCK)).unwrap();
-    f.sync_all().unwrap();
-    old
-}
-
 /// Polls volume `v`'s status until its checksum pass is done (60 s at most).
 fn wait_for_fill(cfg: &str, v: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -115,7 +90,7 @@ fn a_volume_created_without_checksums_enables_them_and_then_finds_bad_blocks() {
         std::fs::write(&src, &data).unwrap();
         let copy = Command::new(&nbdcopy)
             .arg(&src)
-            .arg(uri(dir.path(), v))
+            .arg(unix_uri(dir.path(), v))
             .output();
         ok(copy.unwrap(), "nbdcopy into the volume");
         written.push(data);
@@ -148,23 +123,23 @@ fn a_volume_created_without_checksums_enables_them_and_then_finds_bad_blocks() {
         assert_eq!(fill["position_bytes"], fill["total_bytes"], "{v}: {fill}");
         assert!(fill["filled_blocks"].as_u64().unwrap() > 0, "{v}: {fill}");
         assert_eq!(fill["skipped_bytes"], 0, "{v}: {fill}");
-        reads_back(&nbdcopy, dir.path(), &uri(dir.path(), v), &written[i]);
+        reads_back(&nbdcopy, dir.path(), &unix_uri(dir.path(), v), &written[i]);
         let ids = member_ids(v, *n);
         let file = |m: usize| dir.path().join(format!("{}.img", ids[m]));
         // Blocks written only before checksums existed: on member 1 in several stripes,
         // on member 0 elsewhere.
         let mut bad = Vec::new();
         for (k, b) in [3, blocks / 2 + 17, blocks - 1].into_iter().enumerate() {
-            bad.push((1, b, corrupt(&file(1), b, 11 + k as u64)));
+            bad.push((1, b, corrupt(&file(1), REGION_START, b, 11 + k as u64)));
         }
-        bad.push((0, 40, corrupt(&file(0), 40, 40)));
-        reads_back(&nbdcopy, dir.path(), &uri(dir.path(), v), &written[i]);
+        bad.push((0, 40, corrupt(&file(0), REGION_START, 40, 40)));
+        reads_back(&nbdcopy, dir.path(), &unix_uri(dir.path(), v), &written[i]);
         let args = ["scrub", v, "--repair", "--config", &cfg, "--json"];
         let fixed: Value = serde_json::from_str(&ok(nbraid(&args), "scrub")).unwrap();
         assert_eq!(fixed["state"], "done", "{v}: {fixed}");
         for (m, b, old) in &bad {
             assert!(
-                block_of(&file(*m), *b) == *old,
+                block_of(&file(*m), REGION_START, *b) == *old,
                 "{v}: member {m} block {b} holds its old bytes again"
             );
         }
@@ -185,7 +160,7 @@ fn a_volume_created_without_checksums_enables_them_and_then_finds_bad_blocks() {
     let mut d = Daemon::start(&off);
     for (i, (v, _, _)) in VOLUMES.iter().enumerate() {
         assert!(status_of(&cfg, v)["checksum_fill"].is_null(), "{v}");
-        reads_back(&nbdcopy, dir.path(), &uri(dir.path(), v), &written[i]);
+        reads_back(&nbdcopy, dir.path(), &unix_uri(dir.path(), v), &written[i]);
     }
     d.stop();
 }

@@ -14,7 +14,6 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::process::Command;
 
@@ -61,26 +60,6 @@ fn config(dir: &Path) -> std::path::PathBuf {
     let file = dir.join("arrays.toml");
     std::fs::write(&file, text).unwrap();
     file
-}
-
-fn block_of(path: &Path, region_block: u64) -> Vec<u8> {
-    let mut f = std::fs::File::open(path).unwrap();
-    f.seek(SeekFrom::Start(REGION_START + region_block * BLOCK))
-        .unwrap();
-    let mut b = vec![0u8; BLOCK as usize];
-    f.read_exact(&mut b).unwrap();
-    b
-}
-
-/// Overwrites block `region_block` of member file `path` with random bytes; its old bytes.
-fn corrupt(path: &Path, region_block: u64, seed: u64) -> Vec<u8> {
-    let old = block_of(path, region_block);
-    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.seek(SeekFrom::Start(REGION_START + region_block * BLOCK))
-        .unwrap();
-    f.write_all(&seeded_bytes(seed, BLOCK)).unwrap();
-    f.sync_all().unwrap();
-    old
 }
 
 fn scrub_json(cfg: &str, v: &str, repair: bool) -> Value {
@@ -143,7 +122,7 @@ fn the_scrub_report_names_member_offset_and_repair_of_every_bad_block() {
         // Two blocks on member 1 and one on member 0, in different stripes (rows).
         let bad: Vec<(usize, u64)> = vec![(1, 5), (1, blocks / 2 + 3), (0, blocks - 2)];
         let olds: Vec<Vec<u8>> = (bad.iter().enumerate())
-            .map(|(k, &(m, b))| corrupt(&file(m), b, 0xbad0 + k as u64))
+            .map(|(k, &(m, b))| corrupt(&file(m), REGION_START, b, 0xbad0 + k as u64))
             .collect();
         let want = |action: &str| {
             let cross = (v == "r6").then(|| "checksum and syndrome agree".to_string());
@@ -178,7 +157,7 @@ fn the_scrub_report_names_member_offset_and_repair_of_every_bad_block() {
         assert_eq!(fixed["findings_not_listed"], 0, "{v}: {fixed}");
         for (&(m, b), old) in bad.iter().zip(&olds) {
             assert!(
-                block_of(&file(m), b) == *old,
+                block_of(&file(m), REGION_START, b) == *old,
                 "{v}: member {m} block {b} repaired"
             );
         }

@@ -5,6 +5,9 @@
 // Each test file uses its own share of these.
 #![allow(dead_code)]
 
+mod blocks;
+pub use blocks::{block_of, corrupt, unix_uri};
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::os::unix::net::UnixStream;
