@@ -10,6 +10,7 @@
 
 mod common;
 
+use common::blocks::{block_of, corrupt, unix_uri};
 use common::*;
 use serde_json::Value;
 use std::path::Path;

@@ -12,6 +12,7 @@
 
 mod common;
 
+use common::blocks::{block_of, corrupt};
 use common::*;
 use serde_json::Value;
 use std::path::Path;

@@ -5,8 +5,7 @@
 // Each test file uses its own share of these.
 #![allow(dead_code)]
 
-mod blocks;
-pub use blocks::{block_of, corrupt, unix_uri};
+pub mod blocks;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
