@@ -85,9 +85,10 @@ impl Bitmap {
         self.areas.write()[r] = area;
     }
 
-    /// Bytes of every role's area (they are all the same size).
+    /// Bytes of a role's area: the bitmap's (an area of another size is neither read nor
+    /// written; a member joining gets one of this size).
     pub(super) fn area_bytes(&self) -> Option<u64> {
-        self.areas.read().iter().flatten().next().map(|a| a.len)
+        Some(self.intent.image_bytes())
     }
 
     /// Writes the bitmap blocks that differ from the disk to every current member (FUA).
@@ -102,7 +103,9 @@ impl Bitmap {
         let areas = self.areas.read().clone();
         for (r, area) in areas.iter().enumerate() {
             let Some(area) = area else { continue };
-            if !volume.member_is_current(r) {
+            // An area of another size (a member that missed the commit growing the bitmap
+            // with a reshape) is not read at open either: never written past its end.
+            if !volume.member_is_current(r) || area.len != self.intent.image_bytes() {
                 continue;
             }
             for (at, bytes) in &blocks {

@@ -216,6 +216,11 @@ impl Intent {
             .collect()
     }
 
+    /// Bytes of the on-disk bitmap (every member's area is this long).
+    pub fn image_bytes(&self) -> u64 {
+        self.state.lock().want.len() as u64
+    }
+
     /// What every current member's bitmap holds (for a member joining them; call it holding
     /// the bitmap writer's lock).
     pub fn on_disk_image(&self) -> Vec<u8> {

@@ -36,6 +36,7 @@ mod rebuilding;
 mod records;
 mod remove;
 mod reshape;
+mod reshape_areas;
 mod reshape_backup;
 mod reshape_run;
 mod resync;

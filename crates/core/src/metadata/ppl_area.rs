@@ -105,6 +105,8 @@ pub(super) struct PplPlaces {
     /// By role (a new member in the role gets the same place).
     areas: Vec<Option<Area>>,
     setup: Option<PplSetup>,
+    /// Whether the volume wants its log (the options; none is written mid-reshape).
+    enabled: bool,
 }
 
 impl PplPlaces {
@@ -119,12 +121,18 @@ impl PplPlaces {
         PplPlaces {
             areas: areas_by_role(records),
             setup: setup(name, tree, records, events, enabled),
+            enabled,
         }
     }
 
     /// Role `r`'s log area.
     pub(super) fn area(&self, r: usize) -> Option<Area> {
         self.areas.get(r).copied().flatten()
+    }
+
+    /// Whether the volume keeps a log where its tree has parity groups to log.
+    pub(super) fn enabled(&self) -> bool {
+        self.enabled
     }
 
     /// The log the engine writes, for the replay at open.
@@ -173,7 +181,7 @@ fn setup(
         // Every volume created since has its log (or its create was refused): this one was
         // created by an nbraid without the log, or with write_hole = "off" where none fit.
         tracing::warn!(
-            "volume `{name}`: its records hold no partial-parity log area (created by an older nbraid, or with write_hole = \"off\"): the RAID 5/6 write hole stays open. A volume created now gets its log: copy the data off, recreate the volume, copy it back; or set write_hole = \"off\" to say the hole is accepted"
+            "volume `{name}`: its records hold no partial-parity log area (created by an older nbraid or with write_hole = \"off\", or reshaped into stripes whose log its members had no room for): the RAID 5/6 write hole stays open. A volume created now gets its log: copy the data off, recreate the volume, copy it back; or set write_hole = \"off\" to say the hole is accepted"
         );
         return None;
     }

@@ -407,6 +407,7 @@ pub(super) async fn start(
         .map_err(|e| p.refuse(e.to_string()))?;
     let layout = probe.reshape(&old).map_err(|e| p.refuse(e.to_string()))?;
     let areas = place_backup_areas(p, &layout, &metas, old_roles).await?;
+    let kept = super::reshape_areas::for_new_shape(p, &new_tree, &metas, old_roles, &areas).await?;
     let mut members = rec.members.clone();
     for _ in &added {
         let uuid = Uuid::random().map_err(|e| p.refuse(format!("random id: {e}")))?;
@@ -438,9 +439,9 @@ pub(super) async fn start(
             role: role as u32,
             members: members.clone(),
             tree: old.clone(),
-            bitmap: None,
-            ppl: None,
-            checksums: None,
+            bitmap: kept[role].bitmap,
+            ppl: kept[role].ppl,
+            checksums: kept[role].checksums,
             scrub: None,
             added_paths: rec.added_paths.clone(),
             reshape: Some(rr.record_for(role)),
@@ -461,12 +462,14 @@ pub(super) async fn start(
     for (r, meta) in metas.iter().enumerate().take(old_roles) {
         let (id, name) = (p.id(), p.name().to_string());
         let (events, members, reshape) = (rec.events, members.clone(), rr.record_for(r));
+        let areas = kept[r];
         meta.update(move |sb| {
             if let Some(v) = sb
                 .volumes
                 .iter_mut()
                 .find(|v| v.array == id && v.name == name)
             {
+                (v.bitmap, v.ppl, v.checksums) = (areas.bitmap, areas.ppl, areas.checksums);
                 v.events = events;
                 v.members = members;
                 v.scrub = None;

@@ -1,0 +1,484 @@
+//! The areas a volume keeps beside its regions — the write-intent bitmap, the partial-parity
+//! log, the block checksums — for the shape a reshape leads to. Decided and written by the
+//! reshape's start, with the volume quiet and flushed, and recorded by the start's commit on
+//! each member (the same record write that says a reshape runs, so a member has either its
+//! old areas and no reshape, or its new areas and the reshape):
+//!
+//! - **The added members get all three**, where their peers keep them: in the metadata area
+//!   at the peers' offset (first fit when that place is taken), or at the peers' distance
+//!   from the region (the config's reserves). Refused, naming the member, where there is no
+//!   room. Before this they carried none: every parity group spanning an added member ran
+//!   without the log after the reshape, silently, and the bitmap vanished whenever the
+//!   next open read an added member's record as the newest.
+//! - **The log is sized for the new shape** (a larger strip or a wider stripe may need a
+//!   larger ring; a RAID 1 becoming RAID 5 had no log at all) and **cleared on every member**:
+//!   the rings hold only entries of writes the start's flush made durable, and none of them
+//!   may ever be replayed against the new shape. Where some member has no room for the new
+//!   ring (large strips: RAID 6's ring of 128 KiB strips is ~0.5 MiB, of 256 KiB ~1 MiB, and
+//!   the old members' regions cannot move to make a reserve), no member records a log: the
+//!   start says so, and every open after it warns that the write hole is open — never a
+//!   shape that logs some groups and silently not others.
+//! - **The bitmap grows with the volume**: a member whose area cannot hold a bit per chunk
+//!   of the grown capacity gets a larger area holding the bits the members hold now (the
+//!   next open would otherwise refuse the volume).
+
+use super::areas::{free_area_avoiding, overlaps_recorded};
+use super::error::ArrayError;
+use super::intent;
+use super::member_meta::MemberMeta;
+use super::parts::Parts;
+use super::{Area, BitmapArea, Superblock, METADATA_AREA_BYTES};
+use crate::buf::Buf;
+use crate::member::Member;
+use nbraid_layout::Node;
+use std::sync::Arc;
+
+/// One role's areas in the new shape, as its record will say.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct RoleAreas {
+    pub(super) bitmap: Option<BitmapArea>,
+    pub(super) ppl: Option<Area>,
+    pub(super) checksums: Option<Area>,
+}
+
+/// Every role's areas in `new_tree` (`metas` by role, the added ones from `old_roles` on),
+/// placed, cleared or written; `backups`: the reshape's backup areas by role (avoided).
+pub(super) async fn for_new_shape(
+    p: Parts<'_>,
+    new_tree: &Node,
+    metas: &[Arc<MemberMeta>],
+    old_roles: usize,
+    backups: &[Option<Area>],
+) -> Result<Vec<RoleAreas>, ArrayError> {
+    let mut held = Vec::with_capacity(metas.len());
+    for m in metas {
+        held.push(m.sb.lock().await.clone());
+    }
+    let current: Vec<RoleAreas> = (held.iter().take(old_roles))
+        .map(|sb| recorded(sb.as_ref(), p.name()))
+        .collect();
+    let peer = PeerPlaces::of(p.volume.geometry().root(), &current);
+    let image = match p.bitmap {
+        Some(b) => Some(bitmap_image(p, &current, b.intent().chunk_bytes()).await),
+        None => None,
+    };
+    let mut out = Vec::with_capacity(metas.len());
+    let mut logs = Vec::with_capacity(metas.len());
+    for (role, meta) in metas.iter().enumerate() {
+        let member = meta.member();
+        let refuse = |what: String| p.refuse(format!("`{}`: {what}", member.name()));
+        let mut at = Placing {
+            held: held[role].as_ref(),
+            region: region_of(new_tree, role).ok_or_else(|| refuse("no region".into()))?,
+            member_bytes: member.len(),
+            avoid: backups.get(role).copied().flatten().into_iter().collect(),
+        };
+        let now = current.get(role).copied().unwrap_or_default();
+        let ppl = log_area(p, new_tree, &mut at, now.ppl, peer.ppl)
+            .map_err(|why| format!("`{}`: {why}", member.name()));
+        let checksums = match now.checksums {
+            Some(a) => Some(a), // an old role keeps its region, hence its area
+            None if role < old_roles => None,
+            None => checksum_area(p, &mut at, member.as_ref(), peer.checksums)
+                .await
+                .map_err(refuse)?,
+        };
+        let bitmap = match (&image, now.bitmap) {
+            (None, _) => None,
+            (Some((chunk_bytes, image)), now) => {
+                let grown = (new_tree.capacity(), *chunk_bytes);
+                Some(bitmap_area(&mut at, member.as_ref(), now, grown, image).await)
+                    .transpose()
+                    .map_err(refuse)?
+            }
+        };
+        logs.push(ppl);
+        out.push(RoleAreas {
+            bitmap,
+            ppl: None,
+            checksums,
+        });
+    }
+    if let Some(why) = logs.iter().find_map(|l| l.as_ref().err()) {
+        tracing::warn!(
+            "volume `{}`: the reshape goes on, but its new shape will run without the partial-parity log (the RAID 5/6 write hole stays open after it): {why}",
+            p.name()
+        );
+        return Ok(out);
+    }
+    for ((areas, log), meta) in out.iter_mut().zip(logs).zip(metas) {
+        areas.ppl = log.expect("checked above");
+        if let Some(a) = areas.ppl {
+            let clear = super::ppl_area::clear(meta.member().as_ref(), a).await;
+            clear.map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
+        }
+    }
+    Ok(out)
+}
+
+/// Role's areas as `sb` records them for volume `name`.
+fn recorded(sb: Option<&Superblock>, name: &str) -> RoleAreas {
+    let v = sb.and_then(|sb| sb.volumes.iter().find(|v| v.name == name));
+    v.map_or_else(RoleAreas::default, |v| RoleAreas {
+        bitmap: v.bitmap,
+        ppl: v.ppl,
+        checksums: v.checksums,
+    })
+}
+
+/// Member `role`'s region of `tree`: (start, length).
+fn region_of(tree: &Node, role: usize) -> Option<(u64, u64)> {
+    let mut at = None;
+    tree.visit_members(&mut |m| {
+        if m.index == role {
+            at = Some((m.start, m.len));
+        }
+    });
+    at
+}
+
+/// Where the old roles keep the log and the checksums: the first old role's area and its
+/// region's start in the old tree (every member of a volume gets the same place).
+#[derive(Clone, Copy, Default)]
+struct PeerPlaces {
+    ppl: Option<(Area, u64)>,
+    checksums: Option<(Area, u64)>,
+}
+
+impl PeerPlaces {
+    fn of(old_tree: &Node, current: &[RoleAreas]) -> PeerPlaces {
+        let first = |pick: fn(&RoleAreas) -> Option<Area>| {
+            current.iter().enumerate().find_map(|(role, a)| {
+                let area = pick(a)?;
+                Some((area, region_of(old_tree, role)?.0))
+            })
+        };
+        PeerPlaces {
+            ppl: first(|a| a.ppl),
+            checksums: first(|a| a.checksums),
+        }
+    }
+}
+
+/// One member being given its areas: what it holds, where its region will be, and the
+/// areas of this volume placed on it so far (plus its reshape backup).
+struct Placing<'a> {
+    held: Option<&'a Superblock>,
+    region: (u64, u64),
+    member_bytes: u64,
+    avoid: Vec<Area>,
+}
+
+impl Placing<'_> {
+    /// `area` as the place the member keeps it at: past nothing, over no record's area or
+    /// region and none placed here, outside the new region. Taken into `avoid` when free.
+    fn take(&mut self, area: Area) -> bool {
+        let free = is_free(area, self.held, self.region, self.member_bytes, &self.avoid);
+        if free {
+            self.avoid.push(area);
+        }
+        free
+    }
+
+    /// The first free `len` bytes of the metadata area, taken.
+    fn first_fit(&mut self, len: u64) -> Option<Area> {
+        let offset = free_area_avoiding(self.held, len, &self.avoid)?;
+        let area = Area { offset, len };
+        self.avoid.push(area);
+        Some(area)
+    }
+
+    /// Where a peer keeps `peer` beside its region starting at `peer_region_start`: the same
+    /// offset in the metadata area, or the same distance from this member's region; `len`
+    /// bytes there. `None` when that place is not free.
+    fn like_peer(&mut self, (peer, peer_region_start): (Area, u64), len: u64) -> Option<Area> {
+        let offset = if peer.offset + peer.len <= METADATA_AREA_BYTES {
+            peer.offset
+        } else {
+            let from_region = peer.offset.checked_sub(peer_region_start);
+            match from_region {
+                Some(after) => self.region.0.checked_add(after)?,
+                None => self.region.0.checked_sub(peer_region_start - peer.offset)?,
+            }
+        };
+        let area = Area { offset, len };
+        self.take(area).then_some(area)
+    }
+}
+
+/// Whether `area` lies in a member of `member_bytes`, on 4 KiB blocks, outside the new
+/// `region`, the metadata area's superblocks, every area and region `held` records and
+/// `avoid`. Pure.
+fn is_free(
+    area: Area,
+    held: Option<&Superblock>,
+    region: (u64, u64),
+    member_bytes: u64,
+    avoid: &[Area],
+) -> bool {
+    let end = area.offset.saturating_add(area.len);
+    let meets = |o: u64, l: u64| o < end && area.offset < o.saturating_add(l);
+    let regions_held = held
+        .into_iter()
+        .flat_map(|sb| &sb.volumes)
+        .any(|v| region_of(&v.tree, v.role as usize).is_some_and(|(s, l)| meets(s, l)));
+    area.len > 0
+        && area.offset.is_multiple_of(4096)
+        && area.offset >= 2 * super::SLOT_BYTES
+        && end <= member_bytes
+        && !meets(region.0, region.1)
+        && !overlaps_recorded(held, area)
+        && !regions_held
+        && !avoid.iter().any(|a| meets(a.offset, a.len))
+}
+
+/// The role's log area for the new shape: `None` without a log (switched off, or nothing to
+/// log in the new tree). An area the role has that holds the new shape's ring stays; an
+/// added role takes its peers' place; else the first fit in the metadata area.
+fn log_area(
+    p: Parts<'_>,
+    new_tree: &Node,
+    at: &mut Placing<'_>,
+    now: Option<Area>,
+    peer: Option<(Area, u64)>,
+) -> Result<Option<Area>, String> {
+    let (Some(want), Some(least)) = (
+        crate::ppl::area_bytes(new_tree),
+        nbraid_layout::volume_log_ring_bytes(new_tree),
+    ) else {
+        return Ok(now);
+    };
+    if !p.ppl.enabled() {
+        return Ok(now);
+    }
+    if let Some(a) = now.filter(|a| a.len >= least) {
+        return Ok(Some(a));
+    }
+    let peer = peer.filter(|(a, _)| a.len >= least);
+    if let Some(a) = peer.and_then(|peer| at.like_peer(peer, peer.0.len)) {
+        return Ok(Some(a));
+    }
+    (at.first_fit(want).or_else(|| at.first_fit(least)))
+        .map(Some)
+        .ok_or_else(|| {
+            format!(
+                "the new shape's partial-parity log needs {least} bytes per member and the {METADATA_AREA_BYTES}-byte metadata area has no such room left (its superblocks, bitmap, the reshape's backup and other volumes' areas)"
+            )
+        })
+}
+
+/// An added role's checksum area: at its peers' place, sized for its region, cleared (every
+/// block starts "no checksum"; the reshape's copy writes each one's entry). `None` when the
+/// volume keeps no checksums.
+async fn checksum_area(
+    p: Parts<'_>,
+    at: &mut Placing<'_>,
+    member: &dyn Member,
+    peer: Option<(Area, u64)>,
+) -> Result<Option<Area>, String> {
+    if p.volume.options().checksums.is_none() {
+        return Ok(None);
+    }
+    let len = crate::checksum::area_bytes(at.region.1);
+    let Some(area) = peer.and_then(|peer| at.like_peer(peer, len)) else {
+        return Err(format!(
+            "no room for the {len}-byte block-checksum area its region needs where the other members keep theirs"
+        ));
+    };
+    (member.write_zeroes(area.offset, area.len).await).map_err(|e| e.to_string())?;
+    Ok(Some(area))
+}
+
+/// The bits the old roles' bitmap areas hold now (their union, as an open reads them), with
+/// the chunk: the start's flush made every write they cover durable, and a resync still due
+/// must keep its bits.
+async fn bitmap_image(p: Parts<'_>, current: &[RoleAreas], chunk_bytes: u64) -> (u64, Vec<u8>) {
+    let mut union: Vec<u8> = Vec::new();
+    for (role, areas) in current.iter().enumerate() {
+        let Some(b) = areas.bitmap else { continue };
+        if !p.volume.member_is_current(role) {
+            continue;
+        }
+        let member = p.volume.member(role);
+        if let Ok(bytes) = member
+            .read(b.area.offset, Buf::new(b.area.len as usize))
+            .await
+        {
+            union.resize(union.len().max(bytes.len()), 0);
+            union
+                .iter_mut()
+                .zip(bytes.iter())
+                .for_each(|(u, b)| *u |= b);
+        }
+    }
+    (chunk_bytes, union)
+}
+
+/// The role's bitmap area for the grown capacity: its own when it holds a bit per chunk of
+/// it, else a new one (first fit) holding `image`.
+async fn bitmap_area(
+    at: &mut Placing<'_>,
+    member: &dyn Member,
+    now: Option<BitmapArea>,
+    (capacity, chunk_bytes): (u64, u64),
+    image: &[u8],
+) -> Result<BitmapArea, String> {
+    let need = intent::area_bytes(capacity, chunk_bytes);
+    if let Some(b) = now.filter(|b| b.area.len >= need && b.chunk_bytes == chunk_bytes) {
+        return Ok(b);
+    }
+    let area = at.first_fit(need).ok_or_else(|| {
+        format!("no room for a {need}-byte write-intent bitmap in the metadata area")
+    })?;
+    let mut bytes = Buf::zeroed(need as usize);
+    let n = image.len().min(bytes.len());
+    bytes[..n].copy_from_slice(&image[..n]);
+    (member.write(area.offset, bytes.freeze(), true).await).map_err(|e| e.to_string())?;
+    Ok(BitmapArea { area, chunk_bytes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::{Uuid, VolumeRecord};
+
+    const MIB: u64 = 1 << 20;
+
+    /// A member holding another volume `w` with its log at `ppl` and its region at `region`.
+    fn holding(ppl: Area, region: (u64, u64)) -> Superblock {
+        Superblock {
+            generation: 1,
+            member: Uuid([1; 16]),
+            member_bytes: 64 * MIB,
+            volumes: vec![VolumeRecord {
+                array: Uuid([2; 16]),
+                name: "w".into(),
+                events: 1,
+                clean: true,
+                role: 0,
+                members: Vec::new(),
+                tree: Node::member(0, region.0, region.1),
+                bitmap: None,
+                ppl: Some(ppl),
+                checksums: None,
+                scrub: None,
+                added_paths: Vec::new(),
+                reshape: None,
+                checksum_fill: None,
+            }],
+        }
+    }
+
+    fn placing(held: Option<&Superblock>, region: (u64, u64)) -> Placing<'_> {
+        Placing {
+            held,
+            region,
+            member_bytes: 64 * MIB,
+            avoid: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_added_member_takes_its_peers_place_in_the_metadata_area_when_free() {
+        let peer = (
+            Area {
+                offset: 256 << 10,
+                len: 256 << 10,
+            },
+            MIB,
+        );
+        let mut blank = placing(None, (MIB, 8 * MIB));
+        assert_eq!(blank.like_peer(peer, 256 << 10), Some(peer.0));
+        assert_eq!(blank.like_peer(peer, 256 << 10), None, "taken by the first");
+        let theirs = Area {
+            offset: 384 << 10,
+            len: 4096,
+        };
+        let other = holding(theirs, (40 * MIB, MIB));
+        let mut taken = placing(Some(&other), (MIB, 8 * MIB));
+        assert_eq!(
+            taken.like_peer(peer, 256 << 10),
+            None,
+            "another volume's log is there"
+        );
+        let fit = taken.first_fit(256 << 10).expect("first fit");
+        let meets = fit.offset < theirs.offset + theirs.len && theirs.offset < fit.offset + fit.len;
+        assert!(
+            !meets && fit.offset + fit.len <= METADATA_AREA_BYTES,
+            "{fit:?}"
+        );
+    }
+
+    #[test]
+    fn a_reserve_keeps_its_distance_from_the_region() {
+        // The peers keep the log in the MiB before a region at 3 MiB; the added member's
+        // region starts at 5 MiB.
+        let peer = (
+            Area {
+                offset: 2 * MIB,
+                len: MIB,
+            },
+            3 * MIB,
+        );
+        let mut at = placing(None, (5 * MIB, 8 * MIB));
+        assert_eq!(
+            at.like_peer(peer, MIB),
+            Some(Area {
+                offset: 4 * MIB,
+                len: MIB
+            })
+        );
+        // After the region: the same distance past its start.
+        let after = (
+            Area {
+                offset: 12 * MIB,
+                len: MIB,
+            },
+            3 * MIB,
+        );
+        let mut at = placing(None, (5 * MIB, 8 * MIB));
+        assert_eq!(
+            at.like_peer(after, MIB),
+            Some(Area {
+                offset: 14 * MIB,
+                len: MIB
+            })
+        );
+        // Over another volume's region on the member: refused.
+        let other = holding(
+            Area {
+                offset: 128 << 10,
+                len: 4096,
+            },
+            (4 * MIB, MIB),
+        );
+        let mut at = placing(Some(&other), (5 * MIB, 8 * MIB));
+        assert_eq!(at.like_peer(peer, MIB), None);
+    }
+
+    #[test]
+    fn a_free_place_is_whole_blocks_inside_the_member_and_outside_everything_used() {
+        let region = (4 * MIB, 8 * MIB);
+        let free = |offset, len| is_free(Area { offset, len }, None, region, 64 * MIB, &[]);
+        assert!(free(2 * MIB, MIB));
+        assert!(!free(2 * MIB + 1, 4096), "not on a 4 KiB block");
+        assert!(!free(0, 4096), "the superblock copies");
+        assert!(!free(3 * MIB, 2 * MIB), "into the new region");
+        assert!(!free(63 * MIB, 2 * MIB), "past the member's end");
+        assert!(!free(2 * MIB, 0), "empty");
+        let avoid = [Area {
+            offset: 2 * MIB,
+            len: 4096,
+        }];
+        assert!(!is_free(
+            Area {
+                offset: 2 * MIB,
+                len: MIB
+            },
+            None,
+            region,
+            64 * MIB,
+            &avoid
+        ));
+    }
+}
