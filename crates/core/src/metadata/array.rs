@@ -36,7 +36,9 @@ use super::ppl_area::PplPlaces;
 use super::readd::{Readd, Returning};
 use super::records::{Recorded, Records};
 use super::resync::BackgroundResync;
-use super::{Area, Assembly, Probe, RecordedState, ScrubCheckpoint, Uuid, VolumeRecord};
+use super::{
+    Area, Assembly, BitmapArea, Probe, RecordedState, ScrubCheckpoint, Uuid, VolumeRecord,
+};
 use crate::absent::AbsentMember;
 use crate::error::VolumeResult;
 use crate::failure_gate::FailureRecorder;
@@ -334,8 +336,14 @@ impl Array {
         let bitmap = match newest.bitmap {
             None => None,
             Some(b) => {
+                // A member whose bitmap has another chunk (one that missed the commit of a
+                // reshape growing it) is neither read nor written: its bits mean other regions.
+                let same_chunk = |x: &BitmapArea| x.chunk_bytes == b.chunk_bytes;
                 let areas: Vec<Option<Area>> = (records.iter())
-                    .map(|r| r.as_ref().and_then(|r| r.bitmap.map(|b| b.area)))
+                    .map(|r| {
+                        r.as_ref()
+                            .and_then(|r| r.bitmap.filter(same_chunk).map(|b| b.area))
+                    })
                     .collect();
                 let loaded = Bitmap::load(&volume, b, areas, opts.bitmap_clear_delay);
                 Some(loaded.await.map_err(bad)?)

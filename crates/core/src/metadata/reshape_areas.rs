@@ -315,7 +315,8 @@ async fn bitmap_image(p: Parts<'_>, current: &[RoleAreas], chunk_bytes: u64) -> 
 }
 
 /// The role's bitmap area for the grown capacity: its own when it holds a bit per chunk of
-/// it, else a new one (first fit) holding `image`.
+/// it, else a new one (first fit) holding `image` (bits of `chunk_bytes` each) in the
+/// grown geometry ([`grown_bitmap`]).
 async fn bitmap_area(
     at: &mut Placing<'_>,
     member: &dyn Member,
@@ -323,18 +324,47 @@ async fn bitmap_area(
     (capacity, chunk_bytes): (u64, u64),
     image: &[u8],
 ) -> Result<BitmapArea, String> {
-    let need = intent::area_bytes(capacity, chunk_bytes);
-    if let Some(b) = now.filter(|b| b.area.len >= need && b.chunk_bytes == chunk_bytes) {
+    let (len, chunk) = grown_bitmap(capacity, chunk_bytes);
+    if let Some(b) = now.filter(|b| b.area.len >= len && b.chunk_bytes == chunk) {
         return Ok(b);
     }
-    let area = at.first_fit(need).ok_or_else(|| {
-        format!("no room for a {need}-byte write-intent bitmap in the metadata area")
+    let area = at.first_fit(len).ok_or_else(|| {
+        format!("no room for a {len}-byte write-intent bitmap in the metadata area")
     })?;
-    let mut bytes = Buf::zeroed(need as usize);
-    let n = image.len().min(bytes.len());
-    bytes[..n].copy_from_slice(&image[..n]);
+    let folded = fold_bits(image, chunk / chunk_bytes);
+    let mut bytes = Buf::zeroed(len as usize);
+    let n = folded.len().min(bytes.len());
+    bytes[..n].copy_from_slice(&folded[..n]);
     (member.write(area.offset, bytes.freeze(), true).await).map_err(|e| e.to_string())?;
-    Ok(BitmapArea { area, chunk_bytes })
+    Ok(BitmapArea {
+        area,
+        chunk_bytes: chunk,
+    })
+}
+
+/// The bitmap of a volume grown to `capacity` that had `chunk_bytes` per bit: (area bytes,
+/// bytes per bit). The chunk doubles while the bitmap would pass [`intent::MAX_BITMAP_BYTES`]
+/// (the records refuse a larger one), as at create. Pure.
+fn grown_bitmap(capacity: u64, chunk_bytes: u64) -> (u64, u64) {
+    let chunk = intent::chunk_for(capacity, chunk_bytes);
+    (intent::area_bytes(capacity, chunk), chunk)
+}
+
+/// `image` with every `factor` consecutive bits ORed into one (a power of two: the chunk
+/// grew by it), so a region set before stays set in the coarser bitmap. Pure.
+fn fold_bits(image: &[u8], factor: u64) -> Vec<u8> {
+    assert!(factor.is_power_of_two(), "chunks grow by doubling");
+    if factor == 1 {
+        return image.to_vec();
+    }
+    let bits = image.len() as u64 * 8;
+    let mut out = vec![0u8; bits.div_ceil(factor).div_ceil(8) as usize];
+    let set = (0..bits).filter(|&i| image[(i / 8) as usize] & (1 << (i % 8)) != 0);
+    for i in set {
+        let j = i / factor;
+        out[(j / 8) as usize] |= 1 << (j % 8);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -454,6 +484,29 @@ mod tests {
         );
         let mut at = placing(Some(&other), (5 * MIB, 8 * MIB));
         assert_eq!(at.like_peer(peer, MIB), None);
+    }
+
+    #[test]
+    fn a_grown_bitmap_keeps_its_chunk_until_it_would_pass_the_largest_area() {
+        let max = intent::MAX_BITMAP_BYTES;
+        // 128 MiB at 4 KiB a bit: one block; grown to 192 MiB: two, same chunk.
+        assert_eq!(grown_bitmap(192 * MIB, 4096), (8192, 4096));
+        // Already at the largest bitmap: 1.5 times the volume doubles the chunk.
+        let full = max * 8 * 4096;
+        assert_eq!(grown_bitmap(full, 4096), (max, 4096));
+        let (len, chunk) = grown_bitmap(full / 2 * 3, 4096);
+        assert_eq!(chunk, 8192);
+        assert!(len <= max && len * 8 * chunk >= full / 2 * 3);
+    }
+
+    #[test]
+    fn folding_keeps_every_set_region_set() {
+        // Bits 0, 9 and 15 set; by 2: regions 0, 4 and 7; by 8: regions 0 and 1.
+        let image = [0b0000_0001, 0b1000_0010];
+        assert_eq!(fold_bits(&image, 1), image.to_vec());
+        assert_eq!(fold_bits(&image, 2), vec![0b1001_0001]);
+        assert_eq!(fold_bits(&image, 8), vec![0b0000_0011]);
+        assert_eq!(fold_bits(&[0, 0, 0, 0], 4), vec![0]);
     }
 
     #[test]
