@@ -112,6 +112,13 @@ impl Array {
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<(Array, OpenReport), ArrayError> {
         let id = super::create::write_records(name, &tree, &metas, &opts, assume_clean).await?;
+        // `checksums = "enable"` on a volume that is new: its regions were placed as without
+        // checksums, so they get the areas and the pass an existing volume gets, now rather
+        // than at the next open.
+        if opts.enable_checksums && opts.checksum_area_before_region_bytes.is_none() {
+            let roles: Vec<(usize, Arc<MemberMeta>)> = metas.iter().cloned().enumerate().collect();
+            checksum_area::enable_at_create(name, &roles).await?;
+        }
         let metas: Vec<Option<Arc<MemberMeta>>> = metas.into_iter().map(Some).collect();
         let array = Array::build(name, id, tree, &metas, opts, !assume_clean).await?;
         let mut report = OpenReport {

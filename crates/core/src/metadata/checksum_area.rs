@@ -108,18 +108,32 @@ pub(super) async fn enable_at_open(
         .filter(|(_, r)| r.is_ok())
         .filter_map(|(role, _)| Some((role, by_role.get(role)?.clone()?)))
         .collect();
-    let given = enable(name, &trusted)
-        .await
-        .map_err(|detail| super::ArrayError::Metadata {
-            volume: name.to_string(),
-            detail: format!("enabling per-block checksums: {detail}"),
-        })?;
+    let given = enable_or_refuse(name, &trusted).await?;
     if !given.is_empty() {
         tracing::warn!(
             "volume {name}: per-block checksums enabled on members {given:?}: a background pass computes them (blocks not reached yet read unchecked)"
         );
     }
     Ok(())
+}
+
+/// [`enable_at_open`] for a volume just created over `roles` (every role, by number).
+pub(super) async fn enable_at_create(
+    name: &str,
+    roles: &[(usize, Arc<MemberMeta>)],
+) -> Result<(), super::ArrayError> {
+    enable_or_refuse(name, roles).await.map(|_| ())
+}
+
+/// [`enable`], its refusal an array error naming the volume.
+async fn enable_or_refuse(
+    name: &str,
+    roles: &[(usize, Arc<MemberMeta>)],
+) -> Result<Vec<usize>, super::ArrayError> {
+    (enable(name, roles).await).map_err(|detail| super::ArrayError::Metadata {
+        volume: name.to_string(),
+        detail: format!("enabling per-block checksums: {detail}"),
+    })
 }
 
 /// The fill checkpoint the records say: the lowest any role's record has (a crash while
