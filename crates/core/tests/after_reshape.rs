@@ -159,6 +159,11 @@ fn reshape_into(old: &Node, new: &Node, keeping: Keeping, what: &str, logged: bo
             "{what}: corrupted blocks on an added member read back right"
         );
     }
+    assert_eq!(
+        a.write_hole_logged(),
+        Some(logged),
+        "{what}: the log closes the write hole"
+    );
     let before = nbraid_core::ppl::stats();
     block_on(a.write(4096, Buf::copy_from(&[7u8; 4096]), false)).unwrap();
     block_on(a.flush()).unwrap();

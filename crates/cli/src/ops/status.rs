@@ -83,6 +83,9 @@ pub fn status_table(v: &Value) -> String {
         }
         out += &pass_lines(vol);
         out += &super::findings::status_line(&vol["scrub"]);
+        if vol["metadata"]["write_hole_logged"] == json!(false) {
+            out += "  write hole open: the partial-parity log does not cover every parity group (a reshape runs, the log is off, or a member has no room for its ring: the daemon's start warnings say which)\n";
+        }
         if vol["held"] == json!(true) {
             out += "  background work held (nbraid pause): it waits for `nbraid resume`\n";
         }
@@ -376,6 +379,17 @@ mod tests {
             t.contains("reads         7 writes     12345 read errors    0"),
             "\n{t}"
         );
+    }
+
+    #[test]
+    fn an_open_write_hole_is_said_and_a_logged_or_absent_one_is_not() {
+        let with = |logged: Value| {
+            let v = json!({"volumes": [{"name": "v", "metadata": {"write_hole_logged": logged}}]});
+            status_table(&v).contains("write hole open")
+        };
+        assert!(with(json!(false)));
+        assert!(!with(json!(true)));
+        assert!(!with(Value::Null), "no parity group, no write hole");
     }
 
     #[test]

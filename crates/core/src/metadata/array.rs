@@ -459,6 +459,20 @@ impl Array {
         self.bitmap.as_ref().map_or(0, Bitmap::writes)
     }
 
+    /// Whether the partial-parity log closes the write hole of every parity group now
+    /// (`None`: no parity group, no write hole). `false` where the log is off, some member
+    /// has no ring large enough (a volume from before the log, a reshape into stripes whose
+    /// ring did not fit), a group lies over mirrors, or a reshape runs.
+    pub fn write_hole_logged(&self) -> Option<bool> {
+        let root = self.volume.geometry().root();
+        if crate::ppl::parity_groups(root).is_empty() {
+            return None;
+        }
+        let logged =
+            self.reshape.is_none() && super::resync::every_group_logged(root, self.ppl.setup());
+        Some(logged)
+    }
+
     /// Bytes of the volume per write-intent bit, if the volume has a bitmap.
     pub fn bitmap_chunk_bytes(&self) -> Option<u64> {
         self.bitmap.as_ref().map(|b| b.intent().chunk_bytes())

@@ -112,7 +112,7 @@ fn has_mirror(n: &Node) -> bool {
 
 /// Whether the engine logs every parity group of `root` with the log `setup` (as
 /// `GroupLog::new` decides: a group over members, each with a ring large enough).
-fn every_group_logged(root: &Node, setup: Option<&crate::ppl::PplSetup>) -> bool {
+pub(super) fn every_group_logged(root: &Node, setup: Option<&crate::ppl::PplSetup>) -> bool {
     let Some(setup) = setup else { return false };
     crate::ppl::parity_groups(root).iter().all(|(g, leaves)| {
         leaves.as_ref().is_some_and(|leaves| {

@@ -135,6 +135,8 @@ fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
             "array": v.array().id().to_string(),
             "dirty": v.array().is_dirty(),
             "bitmap_chunk_bytes": v.array().bitmap_chunk_bytes(),
+            // null: no parity group; false: RAID 5/6 writes torn by a crash are not repaired.
+            "write_hole_logged": v.array().write_hole_logged(),
             "created_at_start": v.start.created,
             "clean_at_start": v.start.was_clean,
             "resynced_bytes_at_start": v.start.resynced_bytes,
