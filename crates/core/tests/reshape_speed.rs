@@ -252,7 +252,7 @@ fn reshape_rates_against_a_member_and_the_healthy_volume() {
             for window in [MIB, 4 * MIB, 8 * MIB] {
                 let idle = idle_reshape_rate(&model, &old, &new, window);
                 println!(
-                    "{} {name}, windows of {} MiB: reshape {:.2} of a member's sequential read",
+                    "{} {name}, longest windows {} MiB: reshape {:.2} of a member's sequential read",
                     model.name(),
                     window / MIB,
                     idle / peer,

@@ -20,17 +20,20 @@ const COPY_PIECE_BYTES: u64 = 8 << 20;
 /// window's.
 const BUSY_PIECE_BYTES: u64 = 256 << 10;
 
-/// The longest window the copy holds while clients do I/O: a client request that meets the
-/// window waits for its copy and checkpoint (`tests/reshape_speed.rs`).
+/// The longest window the copy holds while clients do I/O, and its first one: a client
+/// request that meets the window waits for its copy and checkpoint (`tests/reshape_speed.rs`).
 const BUSY_WINDOW_BYTES: u64 = 1 << 20;
 
-/// The next window's longest length: `max_len`, or while clients are `busy` at most
-/// [`BUSY_WINDOW_BYTES`]; whole units and at least one (the layout cuts it to the volume).
-pub(super) fn window_len(unit: u64, max_len: u64, busy: bool) -> u64 {
+/// The next window's longest length, whole units and at least one (the layout cuts it to the
+/// volume): while clients are `busy` at most [`BUSY_WINDOW_BYTES`]; idle, twice the last
+/// window (`last_len`, 0 before the first) but at least that, up to `max_len` — so clients
+/// that arrive just after the copy starts, or after a busy stretch, meet a short window, and
+/// an idle copy still reaches the long windows an HDD streams in a few steps.
+pub(super) fn window_len(unit: u64, max_len: u64, busy: bool, last_len: u64) -> u64 {
     let most = if busy {
         max_len.min(BUSY_WINDOW_BYTES)
     } else {
-        max_len
+        max_len.min(last_len.saturating_mul(2).max(BUSY_WINDOW_BYTES))
     };
     (most / unit).max(1) * unit
 }
@@ -88,8 +91,12 @@ impl ReshapeNode {
     ) -> VolumeResult<Option<Window>> {
         let layout = &self.0.layout;
         let busy = self.0.clients.busy();
+        let last = self.0.last_window_bytes.load(SeqCst);
         let Some(w) = layout
-            .window(self.position(), window_len(layout.unit(), max_len, busy))
+            .window(
+                self.position(),
+                window_len(layout.unit(), max_len, busy, last),
+            )
             .map_err(layout_error)?
         else {
             return Ok(None);
@@ -119,6 +126,7 @@ impl ReshapeNode {
         self.make_durable().await?;
         hooks.checkpoint(w.start + w.len).await?;
         self.0.position.store(w.start + w.len, SeqCst);
+        self.0.last_window_bytes.store(w.len, SeqCst);
         Ok(Some(w))
     }
 
@@ -273,17 +281,36 @@ mod tests {
     fn windows_are_whole_units_and_short_while_clients_are_busy() {
         for unit in [4 << 10, 384 << 10, 3 << 20, 48 << 20] {
             for max_len in [unit, 4 << 20, 64 << 20, 1000 * unit] {
-                for busy in [false, true] {
-                    let n = window_len(unit, max_len, busy);
-                    assert!(n >= unit && n % unit == 0 && n <= max_len.max(unit));
+                for last in [0, unit, 1 << 20, 4 << 20, 64 << 20] {
+                    for busy in [false, true] {
+                        let n = window_len(unit, max_len, busy, last);
+                        assert!(n >= unit && n % unit == 0 && n <= max_len.max(unit));
+                    }
+                    let busy = window_len(unit, max_len, true, last);
+                    assert!(busy <= BUSY_WINDOW_BYTES.max(unit));
+                    assert!(busy <= window_len(unit, max_len, false, last));
                 }
-                assert!(window_len(unit, max_len, true) <= BUSY_WINDOW_BYTES.max(unit));
-                assert_eq!(
-                    window_len(unit, max_len, false),
-                    (max_len / unit).max(1) * unit
-                );
             }
         }
+    }
+
+    /// Idle, the windows grow from the busy length to the pass's, doubling.
+    #[test]
+    fn idle_windows_start_short_and_double_up_to_the_longest() {
+        let (unit, max_len) = (64 << 10, 4 << 20);
+        let mut last = 0;
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            last = window_len(unit, max_len, false, last);
+            seen.push(last >> 20);
+        }
+        assert_eq!(seen, [1, 2, 4, 4, 4]);
+        assert_eq!(window_len(unit, max_len, true, 4 << 20), 1 << 20);
+        assert_eq!(
+            window_len(unit, 256 << 10, false, 0),
+            256 << 10,
+            "never past the pass's"
+        );
     }
 
     #[test]

@@ -32,7 +32,9 @@
 //! The node counts client requests (started, in flight). While clients do I/O the copy takes
 //! windows of at most 1 MiB (a request meeting the window waits for its copy) and reads and
 //! writes them in pieces of about 256 KiB (a member serves a client after one piece's share,
-//! not a window's); idle, it takes the pass's windows and 8 MiB pieces (an HDD streams them).
+//! not a window's); idle, its windows start at 1 MiB and double up to the pass's (an HDD
+//! streams long ones), in pieces of up to 8 MiB. A client arriving while a long idle window
+//! is in flight still waits for that one window.
 //! `tests/reshape_speed.rs` measures both (`docs/benchmarks/README.md`, "Online reshape").
 //!
 //! # The write hole
@@ -76,6 +78,8 @@ struct State {
     members: Arc<crate::node::MemberTable>,
     /// Client requests seen, for the copy's pace.
     clients: Clients,
+    /// The last window's length (0 before the first), for the copy's pace.
+    last_window_bytes: AtomicU64,
 }
 
 /// Client requests started and in flight, and how many had started when the copier last
@@ -146,6 +150,7 @@ impl ReshapeNode {
             window: RangeLock::default(),
             members,
             clients: Clients::default(),
+            last_window_bytes: AtomicU64::new(0),
         })))
     }
 
