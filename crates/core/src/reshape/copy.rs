@@ -284,7 +284,7 @@ mod tests {
                 for last in [0, unit, 1 << 20, 4 << 20, 64 << 20] {
                     for busy in [false, true] {
                         let n = window_len(unit, max_len, busy, last);
-                        assert!(n >= unit && n % unit == 0 && n <= max_len.max(unit));
+                        assert!(n >= unit && n.is_multiple_of(unit) && n <= max_len.max(unit));
                     }
                     let busy = window_len(unit, max_len, true, last);
                     assert!(busy <= BUSY_WINDOW_BYTES.max(unit));
@@ -320,7 +320,7 @@ mod tests {
                 for busy in [false, true] {
                     let n = piece_len(unit, left, busy);
                     assert!(
-                        n >= unit && n <= left && n % unit == 0,
+                        n >= unit && n <= left && n.is_multiple_of(unit),
                         "{unit} {left} {busy}"
                     );
                 }
