@@ -182,9 +182,10 @@ impl Volume {
 
     /// A volume mid-reshape from `old` to `new` over the same `members` (the leaves of `new`
     /// number them all; `old` leaves out the members being added), every byte below
-    /// `position` in the new tree. Both trees are built write-through, without a
-    /// partial-parity log and with parity not known in sync ([`crate::reshape`]). Returns the
-    /// volume and the handle that drives the copy.
+    /// `position` in the new tree. Both trees keep the options' cache (its bound shared by
+    /// the parity groups of both) and are built without a partial-parity log and with parity
+    /// not known in sync ([`crate::reshape`]). Returns the volume and the handle that drives
+    /// the copy.
     pub fn reshaping(
         old: Geometry,
         new: &Geometry,
@@ -199,10 +200,17 @@ impl Volume {
         }
         let layout = nbraid_layout::Reshape::new(old.root().clone(), new.root().clone())
             .map_err(|e| VolumeError::Assembly(format!("reshape: {e}")))?;
-        opts.cache = CacheMode::WriteThrough;
         opts.members_known_zero = false;
         let mut v = Self::with_ppl(old, members, opts, None)?;
-        let tree = |n: &Node| build(n, &v.table, &v.opts, (&v.repairs, None), &mut 0);
+        // The cache bound is per volume: the parity groups of both trees share it.
+        let mut node_opts = v.opts.clone();
+        if let CacheMode::WriteBack { bytes } = node_opts.cache {
+            let groups = parity_groups(v.geometry.root()) + parity_groups(new.root());
+            node_opts.cache = CacheMode::WriteBack {
+                bytes: (bytes / groups.max(1) as u64).max(1),
+            };
+        }
+        let tree = |n: &Node| build(n, &v.table, &node_opts, (&v.repairs, None), &mut 0);
         let (old_tree, new_tree) = (tree(v.geometry.root()), tree(new.root()));
         let node = crate::reshape::ReshapeNode::new(
             layout,
@@ -606,6 +614,12 @@ impl Volume {
 }
 
 /// Collects assembly problems (members missing or too small) and counts parity groups.
+/// Parity groups in the tree under `node` (each has its own stripe cache).
+fn parity_groups(node: &Node) -> usize {
+    let own = usize::from(matches!(node, Node::Parity(_)));
+    own + node.children().iter().map(parity_groups).sum::<usize>()
+}
+
 fn check_tree(
     node: &Node,
     members: &[Arc<dyn Member>],

@@ -313,7 +313,7 @@ impl Array {
         }
         let newest = (records.iter().flatten().max_by_key(|r| r.events).cloned())
             .ok_or_else(|| bad("no member carries a record".into()))?;
-        // Mid-reshape both trees run write-through without the log (`crate::reshape`).
+        // Mid-reshape neither tree is logged; the bitmap's resync covers both (`crate::reshape`).
         let logged = opts.ppl && newest.reshape.is_none();
         let ppl = PplPlaces::new(name, &tree, &records, newest.events, logged);
         // Parity is trusted: whatever may disagree (the bitmap's regions, stale members) is

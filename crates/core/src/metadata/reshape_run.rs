@@ -35,10 +35,10 @@ use nbraid_layout::{Node, Reshape, Window, WindowRule};
 use std::sync::Arc;
 
 const BACKUP_MAGIC: &[u8; 8] = b"NBRSHBK1";
-/// The longest window the pass copies unless told otherwise. Clients whose requests meet
-/// the window wait for it: `tests/reshape_speed.rs` keeps 1 MiB sequential reads and writes
-/// at 0.49-0.89 of healthy with 4 MiB windows, 0.19-0.39 with 8 MiB, while the idle copy
-/// still moves 0.52-0.70 of an HDD's sequential read (1.4 of an SSD's).
+/// The longest window the pass copies unless told otherwise (idle: while clients do I/O
+/// the copy takes 1 MiB windows, `reshape/copy.rs`). A client arriving while a long window is
+/// in flight waits for it; with 4 MiB the idle copy moves 0.52-0.70 of an HDD's sequential
+/// read (8 MiB: 0.57-0.85), `tests/reshape_speed.rs`.
 pub(super) const MAX_WINDOW_BYTES: u64 = 4 << 20;
 
 /// The header of `row`'s backup for `window`.

@@ -86,6 +86,14 @@ pub trait NodeMaintenance: Send + Sync {
         flush_children(self.children()).boxed()
     }
 
+    /// Writes back what the node itself holds for `[offset, offset+len)`, in this node and
+    /// below (at least that range: the default writes back everything, as [`Self::flush`]).
+    /// What a reshape's copy asks of the old tree before it reads a window.
+    fn flush_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+        let _ = (offset, len);
+        self.flush()
+    }
+
     /// What write-back caches in this node and below hold.
     fn cache_usage(&self) -> CacheUsage {
         children_cache_usage(self.children())

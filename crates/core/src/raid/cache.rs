@@ -447,6 +447,19 @@ impl Destager<'_> {
         }
     }
 
+    /// Destages the cached stripes among `stripes`.
+    pub(super) async fn drain_stripes(&self, stripes: std::ops::Range<u64>) -> VolumeResult<()> {
+        let Some(cache) = &self.cache else {
+            return Ok(());
+        };
+        let mut keys: Vec<u64> = (cache.state.lock().entries.keys().copied())
+            .filter(|s| stripes.contains(s))
+            .collect();
+        keys.sort_unstable();
+        let results = join_all(keys.into_iter().map(|s| self.destage(s, false))).await;
+        crate::node::all_ok(results)
+    }
+
     /// Destages every cached stripe.
     pub(super) async fn drain(&self) -> VolumeResult<()> {
         let Some(cache) = &self.cache else {

@@ -518,6 +518,16 @@ impl NodeMaintenance for ParityNode {
         .boxed()
     }
 
+    fn flush_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            let w = self.core.stripes.chunks.width();
+            let stripes = offset / w..(offset + len).div_ceil(w);
+            self.core.destager().drain_stripes(stripes).await?;
+            flush_children(self.children()).await
+        }
+        .boxed()
+    }
+
     fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
             self.rebuilder().resync().await?;

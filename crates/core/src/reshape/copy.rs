@@ -4,15 +4,51 @@
 use super::ReshapeNode;
 use crate::buf::Buf;
 use crate::error::{VolumeError, VolumeResult};
-use crate::node::NodeMaintenance;
+use crate::node::ArrayNode;
 use crate::pass::{PassControl, PassState, PassWork};
 use futures::future::{try_join_all, BoxFuture};
 use futures::FutureExt;
 use nbraid_layout::{Side, Window, WindowRule};
 use std::sync::atomic::Ordering::SeqCst;
 
-/// Bytes one copy step reads and writes at most (rounded to whole units of the reshape).
+/// Bytes one copy step reads and writes at most while clients are idle (rounded to whole
+/// units of the reshape).
 const COPY_PIECE_BYTES: u64 = 8 << 20;
+
+/// Bytes one copy step reads and writes at most while clients do I/O (at least one unit):
+/// a member serves a client's request after at most one such step's share, not a whole
+/// window's.
+const BUSY_PIECE_BYTES: u64 = 256 << 10;
+
+/// The longest window the copy holds while clients do I/O, and its first one: a client
+/// request that meets the window waits for its copy and checkpoint (`tests/reshape_speed.rs`).
+const BUSY_WINDOW_BYTES: u64 = 1 << 20;
+
+/// The next window's longest length, whole units and at least one (the layout cuts it to the
+/// volume): while clients are `busy` at most [`BUSY_WINDOW_BYTES`]; idle, twice the last
+/// window (`last_len`, 0 before the first) but at least that, up to `max_len` — so clients
+/// that arrive just after the copy starts, or after a busy stretch, meet a short window, and
+/// an idle copy still reaches the long windows an HDD streams in a few steps.
+pub(super) fn window_len(unit: u64, max_len: u64, busy: bool, last_len: u64) -> u64 {
+    let most = if busy {
+        max_len.min(BUSY_WINDOW_BYTES)
+    } else {
+        max_len.min(last_len.saturating_mul(2).max(BUSY_WINDOW_BYTES))
+    };
+    (most / unit).max(1) * unit
+}
+
+/// The next copy step's length: whole units (`unit` bytes), at most `left`, and at most
+/// [`BUSY_PIECE_BYTES`] while clients are `busy` (else [`COPY_PIECE_BYTES`]), but always at
+/// least one unit (when `left` holds one).
+pub(super) fn piece_len(unit: u64, left: u64, busy: bool) -> u64 {
+    let most = if busy {
+        BUSY_PIECE_BYTES
+    } else {
+        COPY_PIECE_BYTES
+    };
+    ((most / unit).max(1) * unit).min(left)
+}
 
 /// Raw bytes of one member, from byte `offset`: what the critical-section backup saves and
 /// writes back.
@@ -45,16 +81,22 @@ fn layout_error(e: nbraid_layout::LayoutError) -> VolumeError {
 }
 
 impl ReshapeNode {
-    /// Copies the next window (at most `max_len` bytes, at least one unit) into the new tree
-    /// and checkpoints it; `None` when every byte is in the new tree.
+    /// Copies the next window (at most `max_len` bytes, shorter while clients do I/O
+    /// ([`window_len`]), at least one unit) into the new tree and checkpoints it; `None` when
+    /// every byte is in the new tree.
     pub async fn copy_next(
         &self,
         max_len: u64,
         hooks: &dyn ReshapeHooks,
     ) -> VolumeResult<Option<Window>> {
         let layout = &self.0.layout;
+        let busy = self.0.clients.busy();
+        let last = self.0.last_window_bytes.load(SeqCst);
         let Some(w) = layout
-            .window(self.position(), max_len)
+            .window(
+                self.position(),
+                window_len(layout.unit(), max_len, busy, last),
+            )
             .map_err(layout_error)?
         else {
             return Ok(None);
@@ -73,14 +115,18 @@ impl ReshapeNode {
             w.start,
             "only the copier moves the position"
         );
+        // The old tree's cache holds no bytes of the window from here on (no request can
+        // add any while it is held): none is written over the new tree's rows later.
+        self.tree(Side::Old).flush_range(w.start, w.len).await?;
         if w.rule == WindowRule::Backup {
             let rows = self.rows_at_risk(w).await?;
             hooks.backup(w, &rows).await?;
         }
-        self.copy_window(w).await?;
+        self.copy_window(w, busy).await?;
         self.make_durable().await?;
         hooks.checkpoint(w.start + w.len).await?;
         self.0.position.store(w.start + w.len, SeqCst);
+        self.0.last_window_bytes.store(w.len, SeqCst);
         Ok(Some(w))
     }
 
@@ -105,14 +151,18 @@ impl ReshapeNode {
             total_bytes: self.0.layout.capacity(),
             window_bytes: (window_bytes / unit).max(1) * unit,
             inflight: 1,
+            // The pass's window in the copy's windows (shorter ones while clients are busy),
+            // each checkpointed.
             window: Box::new(move |at, len| {
                 async move {
-                    let w = self.copy_next(len, hooks).await?;
-                    assert_eq!(
-                        w.map(|w| (w.start, w.len)),
-                        Some((at, len)),
-                        "the pass's windows are the layout's"
-                    );
+                    while self.position() < at + len {
+                        let left = at + len - self.position();
+                        let w = self.copy_next(left, hooks).await?;
+                        assert!(
+                            w.is_some_and(|w| w.start + w.len <= at + len),
+                            "the copy's windows stay in the pass's window {at}+{len}"
+                        );
+                    }
                     Ok(())
                 }
                 .boxed()
@@ -124,24 +174,27 @@ impl ReshapeNode {
         crate::pass::run(ctl, work).await
     }
 
-    /// Reads the window from the old tree and writes it into the new one, a piece at a time.
-    async fn copy_window(&self, w: Window) -> VolumeResult<()> {
+    /// Reads the window from the old tree and writes it into the new one, a piece at a time:
+    /// short pieces while clients do I/O ([`piece_len`]; `busy` for the first).
+    async fn copy_window(&self, w: Window, mut busy: bool) -> VolumeResult<()> {
         let unit = self.0.layout.unit();
-        let piece = (COPY_PIECE_BYTES / unit).max(1) * unit;
         let end = w.start + w.len;
         let mut at = w.start;
         while at < end {
-            let n = piece.min(end - at);
+            let n = piece_len(unit, end - at, busy);
             let data = self.tree(Side::Old).read(at, Buf::new(n as usize)).await?;
             self.tree(Side::New).write(at, data.freeze(), false).await?;
             at += n;
+            busy = self.0.clients.busy();
         }
         Ok(())
     }
 
-    /// Every write of the window on every member that has not failed reaches the disk.
+    /// Every write of the window on every member that has not failed reaches the disk. The
+    /// caches stay (what clients wrote is theirs to flush): only the leaves write back what
+    /// they keep (checksums), then the members flush.
     async fn make_durable(&self) -> VolumeResult<()> {
-        self.flush().await?;
+        try_join_all(self.0.children.iter().map(|t| flush_leaves(t.as_ref()))).await?;
         let slots = self.0.members.slots();
         let flushes = (0..slots.len())
             .filter(|&i| !slots[i].is_failed())
@@ -204,5 +257,76 @@ impl ReshapeNode {
             });
         try_join_all(writes).await?;
         self.make_durable().await
+    }
+}
+
+/// Flushes the leaves under `node` (what they keep: checksums), not the caches above them.
+fn flush_leaves(node: &dyn ArrayNode) -> BoxFuture<'_, VolumeResult<()>> {
+    async move {
+        if node.children().is_empty() {
+            return node.flush().await;
+        }
+        try_join_all(node.children().iter().map(|c| flush_leaves(c.as_ref())))
+            .await
+            .map(|_| ())
+    }
+    .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_are_whole_units_and_short_while_clients_are_busy() {
+        for unit in [4 << 10, 384 << 10, 3 << 20, 48 << 20] {
+            for max_len in [unit, 4 << 20, 64 << 20, 1000 * unit] {
+                for last in [0, unit, 1 << 20, 4 << 20, 64 << 20] {
+                    for busy in [false, true] {
+                        let n = window_len(unit, max_len, busy, last);
+                        assert!(n >= unit && n.is_multiple_of(unit) && n <= max_len.max(unit));
+                    }
+                    let busy = window_len(unit, max_len, true, last);
+                    assert!(busy <= BUSY_WINDOW_BYTES.max(unit));
+                    assert!(busy <= window_len(unit, max_len, false, last));
+                }
+            }
+        }
+    }
+
+    /// Idle, the windows grow from the busy length to the pass's, doubling.
+    #[test]
+    fn idle_windows_start_short_and_double_up_to_the_longest() {
+        let (unit, max_len) = (64 << 10, 4 << 20);
+        let mut last = 0;
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            last = window_len(unit, max_len, false, last);
+            seen.push(last >> 20);
+        }
+        assert_eq!(seen, [1, 2, 4, 4, 4]);
+        assert_eq!(window_len(unit, max_len, true, 4 << 20), 1 << 20);
+        assert_eq!(
+            window_len(unit, 256 << 10, false, 0),
+            256 << 10,
+            "never past the pass's"
+        );
+    }
+
+    #[test]
+    fn pieces_are_whole_units_and_short_while_clients_are_busy() {
+        for unit in [4 << 10, 384 << 10, 3 << 20, 48 << 20] {
+            for left in [unit, 5 * unit, 1000 * unit] {
+                for busy in [false, true] {
+                    let n = piece_len(unit, left, busy);
+                    assert!(
+                        n >= unit && n <= left && n.is_multiple_of(unit),
+                        "{unit} {left} {busy}"
+                    );
+                }
+                assert!(piece_len(unit, left, true) <= piece_len(unit, left, false));
+                assert!(piece_len(unit, left, true) <= BUSY_PIECE_BYTES.max(unit));
+            }
+        }
     }
 }

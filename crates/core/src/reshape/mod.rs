@@ -18,8 +18,33 @@
 //! members with [`ReshapeNode::restore`], then the copy is redone).
 //!
 //! The superblock checkpoint and backup behind the hooks are `metadata/reshape_run.rs`'s.
-//! **Not yet here:** the partial-parity log and write-back cache during a reshape (both trees
-//! are built write-through, without a log: the write hole is open while a reshape runs).
+//!
+//! # Clients first
+//! Both trees keep the volume's write-back stripe cache (its bound shared by the parity
+//! groups of both). The old tree's cache is the one that could hurt the copy: a stripe it
+//! destaged after its window was copied would write old-tree rows over rows the new tree has
+//! taken. So the copier, holding the window, first writes back what the old tree caches for
+//! it (`flush_range`); no request can cache more there while the window is held, and after
+//! the position moves none goes to the old tree. The copy reads through the cache anyway.
+//! Making a window durable flushes the members (and the leaves' checksums), not the caches:
+//! what clients wrote is theirs to flush, as on a healthy volume.
+//!
+//! The node counts client requests (started, in flight). While clients do I/O the copy takes
+//! windows of at most 1 MiB (a request meeting the window waits for its copy) and reads and
+//! writes them in pieces of about 256 KiB (a member serves a client after one piece's share,
+//! not a window's); idle, its windows start at 1 MiB and double up to the pass's (an HDD
+//! streams long ones), in pieces of up to 8 MiB. A client arriving while a long idle window
+//! is in flight still waits for that one window.
+//! `tests/reshape_speed.rs` measures both (`docs/benchmarks/README.md`, "Online reshape").
+//!
+//! # The write hole
+//! Neither tree is logged (the partial-parity log's places are the old tree's). What protects
+//! a partial-stripe write cut by a power loss is md's other answer, the write-intent bitmap:
+//! the bits are logical ranges, the same in both trees, and the open's resync (a reshaping
+//! volume is unlogged, so it resyncs before serving, after the backup is written back) walks
+//! them through [`ReshapeNode`]'s `resync_range`, which sends each piece to the tree its
+//! position says. As on any unlogged array, a member lost in the same crash leaves the rows
+//! being written unprotected.
 
 mod copy;
 
@@ -51,6 +76,45 @@ struct State {
     window: RangeLock,
     /// The members under both trees, for the critical-section backup's raw rows.
     members: Arc<crate::node::MemberTable>,
+    /// Client requests seen, for the copy's pace.
+    clients: Clients,
+    /// The last window's length (0 before the first), for the copy's pace.
+    last_window_bytes: AtomicU64,
+}
+
+/// Client requests started and in flight, and how many had started when the copier last
+/// looked: whether clients are doing I/O (the copy then takes short windows and pieces,
+/// `copy::window_len`, `copy::piece_len`).
+#[derive(Default)]
+struct Clients {
+    started: AtomicU64,
+    inflight: AtomicU64,
+    seen: AtomicU64,
+}
+
+/// A client request in flight (counted until dropped).
+struct InFlight<'a>(&'a Clients);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.inflight.fetch_sub(1, SeqCst);
+    }
+}
+
+impl Clients {
+    fn arrived(&self) -> InFlight<'_> {
+        self.started.fetch_add(1, SeqCst);
+        self.inflight.fetch_add(1, SeqCst);
+        InFlight(self)
+    }
+
+    /// Whether a client request is in flight or started since the last call (the copier's
+    /// alone).
+    fn busy(&self) -> bool {
+        let now = self.started.load(SeqCst);
+        let started = self.seen.swap(now, SeqCst) != now;
+        started || self.inflight.load(SeqCst) > 0
+    }
 }
 
 impl ReshapeNode {
@@ -85,6 +149,8 @@ impl ReshapeNode {
             position: AtomicU64::new(position),
             window: RangeLock::default(),
             members,
+            clients: Clients::default(),
+            last_window_bytes: AtomicU64::new(0),
         })))
     }
 
@@ -140,6 +206,7 @@ impl NodeIo for ReshapeNode {
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
         async move {
             let len = buf.len() as u64;
+            let _client = self.0.clients.arrived();
             let _held = self.0.window.lock(offset, len.max(1), false).await;
             let pieces = self.route(offset, len);
             let lens: Vec<usize> = pieces.iter().map(|r| r.len as usize).collect();
@@ -160,6 +227,7 @@ impl NodeIo for ReshapeNode {
     fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
             let len = data.len() as u64;
+            let _client = self.0.clients.arrived();
             let _held = self.0.window.lock(offset, len.max(1), false).await;
             let writes = self.route(offset, len).into_iter().map(|r| {
                 let at = (r.offset - offset) as usize;
@@ -173,6 +241,7 @@ impl NodeIo for ReshapeNode {
 
     fn zero(&self, offset: u64, len: u64, kind: ZeroKind) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
+            let _client = self.0.clients.arrived();
             let _held = self.0.window.lock(offset, len.max(1), false).await;
             let zeroes = self
                 .route(offset, len)
@@ -184,9 +253,11 @@ impl NodeIo for ReshapeNode {
     }
 }
 
-/// Flush and the cache fan out to both trees (the defaults). A resync, rebuild or scrub
-/// of either tree would walk bytes the other one holds, so none runs while a reshape does:
-/// the whole-tree resync is a no-op here and the ranged passes keep their no-op defaults.
+/// Flush and the cache fan out to both trees (the defaults). A whole-tree resync, rebuild or
+/// scrub of either tree would walk bytes the other one holds, so none runs while a reshape
+/// does: the whole-tree resync is a no-op here and rebuild and scrub keep their no-op
+/// defaults. A ranged resync (the bitmap's regions after a crash) goes to each tree by the
+/// position.
 impl NodeMaintenance for ReshapeNode {
     fn children(&self) -> &[Box<dyn ArrayNode>] {
         &self.0.children
@@ -194,6 +265,26 @@ impl NodeMaintenance for ReshapeNode {
 
     fn resync(&self) -> BoxFuture<'_, VolumeResult<()>> {
         futures::future::ready(Ok(())).boxed()
+    }
+
+    /// Each piece by its tree, the range held exclusive over whole units (the trees resync
+    /// whole stripes, and a unit is whole stripes of both): neither the copy nor a write
+    /// moves bytes under it.
+    fn resync_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            if len == 0 {
+                return Ok(());
+            }
+            let unit = self.0.layout.unit();
+            let start = offset / unit * unit;
+            let end = (offset + len).div_ceil(unit) * unit;
+            let _held = self.0.window.lock(start, end - start, true).await;
+            for r in self.route(offset, len) {
+                self.tree(r.side).resync_range(r.offset, r.len).await?;
+            }
+            Ok(())
+        }
+        .boxed()
     }
 }
 
