@@ -123,6 +123,10 @@ impl ReshapeNode {
             hooks.backup(w, &rows).await?;
         }
         self.copy_window(w, busy).await?;
+        // The copy's writes of a partial stripe (a window ending at the old capacity, not on
+        // a whole stripe of the new tree) wait in the new tree's cache: written back before
+        // the checkpoint says the window is in the new tree.
+        self.tree(Side::New).flush_range(w.start, w.len).await?;
         self.make_durable().await?;
         hooks.checkpoint(w.start + w.len).await?;
         self.0.position.store(w.start + w.len, SeqCst);
