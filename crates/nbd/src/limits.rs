@@ -30,8 +30,9 @@ use super::proto::{CMD_READ, CMD_WRITE, MAX_PAYLOAD};
 /// a payload (FLUSH, TRIM, WRITE_ZEROES, ...) still cost a task, buffers and engine state.
 pub const REQUEST_COST_MIN: u32 = 4096;
 
-/// The default of [`Limits::busy_poll`]: a little longer than a client on the same machine
-/// takes to turn a reply into its next request (fio's nbd engine: 5–15 µs on a VM).
+/// The default of [`Limits::busy_poll`]: long enough to catch a client on the same machine
+/// that sends its next request as soon as it has read a reply (fio's nbd engine at QD 1),
+/// short enough that a miss costs little (and misses make spins rarer).
 pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(30);
 
 /// Server-wide and per-connection bounds.
