@@ -4,7 +4,9 @@
 use crate::control::{ConfigIds, ControlServer, ControlVolume, Controls, StartReport};
 use crate::events::EventBus;
 use crate::export::VolumeExport;
-use crate::nbd::{proto::MAX_PAYLOAD, Export, Limits, Listener, Server, ServerTls, TlsMode};
+use crate::nbd::{
+    proto::MAX_PAYLOAD, Export, Limits, Listener, Server, ServerTls, TlsMode, DEFAULT_BUSY_POLL,
+};
 use crate::served::ServedArray;
 use crate::service::{
     hook::HookQueue, latency::Latencies, metrics, notify::Notifier, observe, reload,
@@ -36,7 +38,21 @@ pub fn server_limits(config: &ServerLimits) -> Limits {
         idle_timeout: config.idle_timeout,
         stall_timeout: config.stall_timeout,
         payload_min_bytes_per_s: config.payload_min_bytes_per_s,
+        busy_poll: busy_poll_override().unwrap_or(DEFAULT_BUSY_POLL),
         ..Limits::default()
+    }
+}
+
+/// `NBRAIDD_BUSY_POLL_US`: how long a connection's reader spins for the next request before
+/// sleeping, in µs (0: never), instead of the default; for benchmarks (`scripts/bench-nbd`).
+fn busy_poll_override() -> Option<Duration> {
+    let text = std::env::var("NBRAIDD_BUSY_POLL_US").ok()?;
+    match text.trim().parse() {
+        Ok(us) => Some(Duration::from_micros(us)),
+        Err(_) => {
+            tracing::warn!("NBRAIDD_BUSY_POLL_US={text:?} is not a number of µs: ignored");
+            None
+        }
     }
 }
 

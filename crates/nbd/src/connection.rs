@@ -7,6 +7,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::watch;
 
 use crate::admission::HandshakeSlot;
+use crate::busy_poll::BusyPoll;
 use crate::error::ConnError;
 use crate::handshake::{self, Outcome, TlsPhase};
 use crate::shared::Shared;
@@ -16,7 +17,7 @@ use crate::transmission;
 /// A connection on a listener without TLS.
 pub(crate) async fn run_connection<R, W>(
     shared: &Arc<Shared>,
-    r: R,
+    r: BusyPoll<R>,
     w: W,
     handshake: HandshakeSlot,
 ) -> Result<(), ConnError>
@@ -45,7 +46,7 @@ where
 async fn finish_handshake<R, W>(
     shared: &Arc<Shared>,
     outcome: Outcome,
-    r: BufReader<R>,
+    r: BufReader<BusyPoll<R>>,
     mut w: BufWriter<W>,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), ConnError>
@@ -87,7 +88,7 @@ where
     let deadline = tokio::time::Instant::now() + shared.limits.handshake_timeout;
     let mut stop = shared.shutdown.subscribe();
     let (r, w) = tokio::io::split(s);
-    let mut r = BufReader::with_capacity(128 * 1024, r);
+    let mut r = BufReader::with_capacity(128 * 1024, BusyPoll::off(r));
     let mut w = BufWriter::with_capacity(64 * 1024, w);
     let mut no_zeroes = false;
     let clear = TlsPhase {
@@ -110,7 +111,7 @@ where
         .acceptor
         .clone()
         .ok_or_else(|| ConnError::Tls("no certificate configured".into()))?;
-    let plain = r.into_inner().unsplit(w.into_inner());
+    let plain = r.into_inner().into_inner().unsplit(w.into_inner());
     let secured = timed(
         tokio::time::timeout_at(deadline, async {
             acceptor
@@ -121,7 +122,7 @@ where
         .await,
     )?;
     let (r, w) = tokio::io::split(secured);
-    let mut r = BufReader::with_capacity(128 * 1024, r);
+    let mut r = BufReader::with_capacity(128 * 1024, BusyPoll::off(r));
     let mut w = BufWriter::with_capacity(64 * 1024, w);
     let over_tls = TlsPhase {
         mode: tls.mode,

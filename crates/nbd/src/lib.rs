@@ -20,7 +20,8 @@
 //!
 //! The server's pieces, in the order a connection meets them: `listener` (binding and
 //! accepting), `server` (admission within the bounds, shutdown) over `shared` (what all
-//! connections share), `connection` (one connection's life), `handshake` (the options),
+//! connections share), `connection` (one connection's life), `busy_poll` (its socket read
+//! half, which spins briefly before sleeping), `handshake` (the options),
 //! then the transmission phase: `transmission` (the reader loop: slot, validation, memory,
 //! payload, dispatch) with `request` (headers and their validation), `payload` (receiving
 //! write payloads), `execute` (one step per command), `write_gate` (aligned writes run
@@ -57,6 +58,7 @@
 //! ```
 
 mod admission;
+mod busy_poll;
 pub mod client;
 mod connection;
 mod error;
@@ -84,7 +86,7 @@ mod tests;
 
 pub use error::{ConnError, ServerError};
 pub use export::{errno_for, Export, Extent, IncomingWrite, MemoryExport, ReadData, ZeroFlags};
-pub use limits::{Limits, REQUEST_COST_MIN};
+pub use limits::{Limits, DEFAULT_BUSY_POLL, REQUEST_COST_MIN};
 pub use listener::Listener;
 pub use server::{advertised_preferred, Server};
 pub use tls::{ClientTls, ServerTls, TlsError, TlsMode};

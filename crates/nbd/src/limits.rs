@@ -30,6 +30,11 @@ use super::proto::{CMD_READ, CMD_WRITE, MAX_PAYLOAD};
 /// a payload (FLUSH, TRIM, WRITE_ZEROES, ...) still cost a task, buffers and engine state.
 pub const REQUEST_COST_MIN: u32 = 4096;
 
+/// The default of [`Limits::busy_poll`]: long enough to catch a client on the same machine
+/// that sends its next request as soon as it has read a reply (fio's nbd engine at QD 1),
+/// short enough that a miss costs little (and misses make spins rarer).
+pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(30);
+
 /// Server-wide and per-connection bounds.
 ///
 /// [`Server::with_limits`](super::Server::with_limits) raises values below their minimum to it:
@@ -60,6 +65,9 @@ pub struct Limits {
     /// A write payload must arrive at this rate (after `stall_timeout` of grace, see
     /// [`payload_time_allowed`]), or the connection is closed.
     pub payload_min_bytes_per_s: u64,
+    /// How long a connection's reader with nothing in flight spins on its socket for the
+    /// next request before sleeping (see [`crate::busy_poll`]); zero: never.
+    pub busy_poll: Duration,
 }
 
 impl Default for Limits {
@@ -74,6 +82,7 @@ impl Default for Limits {
             idle_timeout: None,
             stall_timeout: Duration::from_secs(60),
             payload_min_bytes_per_s: 256 << 10,
+            busy_poll: DEFAULT_BUSY_POLL,
         }
     }
 }

@@ -123,3 +123,68 @@ pub(crate) async fn accept_one(l: &Listener) -> io::Result<Accepted> {
         Listener::Tcp(listener) => listener.accept().await.map(|(s, _)| Accepted::Tcp(s)),
     }
 }
+
+/// The send buffer asked for on every accepted connection: a 1 MiB read's reply (and a few
+/// more behind it) fits in one write, so the reader neither waits for the client to drain
+/// the socket nor wakes once per 200 KiB (the usual default). The kernel caps it at
+/// `net.core.wmem_max`.
+pub(crate) const SEND_BUFFER_BYTES: usize = 4 << 20;
+
+/// Asks for [`SEND_BUFFER_BYTES`] of send buffer on socket `fd`; a refusal leaves the
+/// default (a slower reply, nothing worse).
+pub(crate) fn widen_send_buffer(fd: std::os::fd::RawFd) {
+    let bytes = SEND_BUFFER_BYTES as libc::c_int;
+    // SAFETY: `fd` is an open socket, and the option value is a `c_int` that lives
+    // across the call, its size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&bytes as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!(
+            "widening a connection's send buffer: {}",
+            io::Error::last_os_error()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::{AsRawFd, RawFd};
+
+    fn send_buffer(fd: RawFd) -> usize {
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `v` and `len` outlive the call and `len` is `v`'s size.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        v as usize
+    }
+
+    #[test]
+    fn the_send_buffer_is_widened_as_far_as_the_kernel_allows() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        widen_send_buffer(a.as_raw_fd());
+        let wmem_max = std::fs::read_to_string("/proc/sys/net/core/wmem_max")
+            .ok()
+            .and_then(|s| s.trim().parse::<usize>().ok())
+            .unwrap_or(SEND_BUFFER_BYTES);
+        // The kernel keeps twice what it grants (for its bookkeeping), capped at wmem_max.
+        let granted = SEND_BUFFER_BYTES.min(wmem_max);
+        assert!(send_buffer(a.as_raw_fd()) >= granted);
+    }
+}

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -13,10 +14,11 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use super::admission::HandshakeSlot;
+use super::busy_poll::BusyPoll;
 use super::connection::{run_connection, run_tls_connection};
 use super::handshake;
 use super::limits::Limits;
-use super::listener::{accept_one, Accepted, Listener};
+use super::listener::{accept_one, widen_send_buffer, Accepted, Listener};
 use super::proto::{MAX_PAYLOAD, MAX_STRING};
 use super::shared::{shutdown_signalled, too_many_connections, ExportEntry, Shared};
 use crate::error::{ConnError, ServerError};
@@ -177,13 +179,17 @@ impl Server {
                     self.spawn_tls(s, tls.clone());
                 }
                 Ok(Accepted::Unix(s)) => {
+                    let fd = s.as_raw_fd();
+                    widen_send_buffer(fd);
                     let (r, w) = s.into_split();
-                    self.spawn_halves(r, w);
+                    self.spawn_halves(r, w, Some(fd));
                 }
                 Ok(Accepted::Tcp(s)) => {
                     let _ = s.set_nodelay(true);
+                    let fd = s.as_raw_fd();
+                    widen_send_buffer(fd);
                     let (r, w) = s.into_split();
-                    self.spawn_halves(r, w);
+                    self.spawn_halves(r, w, Some(fd));
                 }
                 Err(e) => {
                     // EMFILE, ECONNABORTED and the like: log, pause briefly, carry on.
@@ -204,7 +210,7 @@ impl Server {
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
         let (r, w) = tokio::io::split(stream);
-        self.spawn_halves(r, w)
+        self.spawn_halves(r, w, None)
     }
 
     /// Serves one already-connected stream with `tls` (see [`TlsMode`]), as its own task.
@@ -222,13 +228,18 @@ impl Server {
         })
     }
 
-    fn spawn_halves<R, W>(&self, r: R, w: W) -> JoinHandle<Result<(), ConnError>>
+    /// Serves a connection's halves; `fd`: the socket `r` reads, for busy-polling it.
+    fn spawn_halves<R, W>(&self, r: R, w: W, fd: Option<RawFd>) -> JoinHandle<Result<(), ConnError>>
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let Some((guard, handshake)) = self.admit() else {
             return self.refuse(r, w);
+        };
+        let r = match fd {
+            Some(fd) => BusyPoll::socket(r, fd, self.shared.limits.busy_poll),
+            None => BusyPoll::off(r),
         };
         let shared = self.shared.clone();
         self.track(guard, async move {

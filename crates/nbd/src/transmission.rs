@@ -18,6 +18,7 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
+use crate::busy_poll::BusyPoll;
 use crate::error::ConnError;
 use crate::execute::{execute, WriteData};
 use crate::handshake::Negotiated;
@@ -93,7 +94,7 @@ struct Session<R, W> {
     conn: Arc<Conn>,
     /// Normalized by the server: every value at least its minimum.
     limits: Limits,
-    r: BufReader<R>,
+    r: BufReader<BusyPoll<R>>,
     hdr: HeaderReader,
     /// Goes off at least every idle (or stall) timeout to look for idleness or a stalled
     /// header; it is reset only then, never per request.
@@ -115,7 +116,7 @@ struct Session<R, W> {
 pub(crate) async fn serve<R, W>(
     shared: &Arc<Shared>,
     neg: Negotiated,
-    r: BufReader<R>,
+    r: BufReader<BusyPoll<R>>,
     w: W,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), ConnError>
@@ -144,7 +145,11 @@ where
     };
     let stop = loop {
         s.send_ready_unless_more_buffered();
-        let req = match s.next_request(shutdown).await {
+        let idle = s.ready.is_empty() && s.nothing_in_flight();
+        s.r.get_mut().set_idle(idle);
+        let next = s.next_request(shutdown).await;
+        s.r.get_mut().set_idle(false);
+        let req = match next {
             Ok(req) => req,
             Err(stop) => break stop,
         };
@@ -179,6 +184,11 @@ where
         {
             self.tx.send_all(&mut self.ready);
         }
+    }
+
+    /// No request of this connection runs or waits for its reply to be written.
+    fn nothing_in_flight(&self) -> bool {
+        self.slots.available_permits() == self.limits.max_in_flight
     }
 
     /// The next request header (not `NBD_CMD_DISC`), watching shutdown, the replies' writer
@@ -222,7 +232,7 @@ where
     fn clock_went_off(&mut self) -> Result<(), Stop> {
         let limits = &self.limits;
         let header_since = (self.hdr.filled > 0).then_some(self.hdr.last_progress);
-        let in_flight = self.slots.available_permits() < limits.max_in_flight;
+        let in_flight = !self.nothing_in_flight();
         let last_request = self.activity.as_ref().map(|a| a.last());
         match clock_verdict(
             Instant::now(),
@@ -377,6 +387,13 @@ where
         }
         let tx = self.tx.clone();
         tokio::spawn(async move { tx.send(task.await) });
+        if req.length > INLINE_MAX {
+            // A long request should run on another worker while this one reads the next
+            // payload. Tokio keeps the newest task in a slot no other worker takes and wakes
+            // an idle worker only once a second task queues behind it: queue a no-op, so the
+            // long one moves where an idle worker finds it.
+            tokio::spawn(async {});
+        }
     }
 
     /// Sends what is ready, refuses the requests already sent at shutdown, and lets the
