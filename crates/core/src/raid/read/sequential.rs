@@ -140,95 +140,35 @@ impl Reader<'_> {
     }
 
     /// Reads pieces of a stripe whose one lost data chunk `x` P rebuilds, through what is
-    /// kept of the stripe ([`Kept`]), in the order of [`Self::fold_pieces`]. A request that
-    /// wants `x` while chunks of the stripe it does not read are neither kept nor folded
-    /// yet would read those ahead into kept buffers, and the request behind it would copy
-    /// them out. So it first reads and folds its other pieces, lets the requests in flight
-    /// run once ([`YieldOnce`]: the next sequential request reads those chunks straight into
-    /// its own buffer and folds them), and then rebuilds `x` from what the fold still
-    /// misses (only P, when the request behind came; else it reads ahead as before).
+    /// kept of the stripe ([`Kept`]): pieces of kept chunks are copied; whole chunks are read
+    /// straight into the request's buffers, parts of chunks as whole chunks kept for the next
+    /// request; every chunk read is folded into the stripe's [`Fold`]; a request that wants
+    /// `x` also reads what the fold still misses, and keeps `x`. Sequential requests then
+    /// read each surviving chunk once, mostly into the buffer that wants it, and XOR it while
+    /// it is still in the cache. A read error hands the stripe to
+    /// [`Self::read_stripe_pieces`] (which names the errors and repairs).
     async fn read_folding(
         &self,
         stripe: u64,
         roles: &StripeRoles,
         x: usize,
-        mut pieces: Vec<(ParityPiece, Buf)>,
-    ) -> VolumeResult<(Vec<Buf>, Vec<Repair>)> {
-        self.stripes
-            .assert_locked(stripe, "a degraded read folding its chunks");
-        let claim = self.stripes.recent.claim(stripe).await;
-        let kept = self.take_kept(stripe);
-        let metas: Vec<ParityPiece> = pieces.iter().map(|(p, _)| *p).collect();
-        let strip = self.stripes.chunks.strip;
-        // Only a request that takes `x` whole defers: it is then the one reader of `x` (a
-        // part of `x` is kept for the request that reads the rest, which may come first).
-        let x_whole = |p: &ParityPiece| p.data_index == x && p.in_chunk == 0 && p.len == strip;
-        let jx = match metas.iter().position(x_whole) {
-            Some(jx) if !reads_ahead(&kept, x, &metas).is_empty() => jx,
-            _ => return self.fold_pieces(stripe, roles, x, kept, pieces, &[]).await,
-        };
-        let x_piece = pieces.remove(jx);
-        let rest: Vec<ParityPiece> = pieces.iter().map(|(p, _)| *p).collect();
-        let (mut out, mut repairs) = self
-            .fold_pieces(stripe, roles, x, kept, pieces, &[])
-            .await?;
-        drop(claim);
-        YieldOnce::default().await;
-        let _claim = self.stripes.recent.claim(stripe).await;
-        let kept = self.take_kept(stripe);
-        // This request's own whole chunks, folded again only if the fold was dropped meanwhile.
-        let own: Vec<(Source, &[u8])> = rest
-            .iter()
-            .zip(&out)
-            .filter(|(p, _)| p.in_chunk == 0 && p.len == strip)
-            .map(|(p, b)| (Source::Data(p.data_index), &b[..]))
-            .collect();
-        let (got, more) = self
-            .fold_pieces(stripe, roles, x, kept, vec![x_piece], &own)
-            .await?;
-        out.insert(jx, got.into_iter().next().expect("one piece, one buffer"));
-        repairs.extend(more);
-        Ok((out, repairs))
-    }
-
-    /// What is kept of `stripe` (the caller holds its claim and puts it back grown).
-    fn take_kept(&self, stripe: u64) -> Kept {
-        self.stripes.recent.take(stripe).unwrap_or(Kept {
-            rows: vec![None; self.stripes.chunks.k],
-            fold: None,
-        })
-    }
-
-    /// Reads pieces of a stripe whose one lost data chunk `x` P rebuilds, given what is kept
-    /// of it (`kept`, taken out under the stripe's claim, which the caller holds): pieces of
-    /// kept chunks are copied; whole chunks are read straight into the request's buffers,
-    /// parts of chunks as whole chunks kept for the next request; every chunk read (and
-    /// `own`: whole chunks this request read earlier) is folded into the stripe's [`Fold`];
-    /// a request that wants `x` also reads what the fold still misses, and keeps `x` unless
-    /// it takes it whole. Sequential requests then read each surviving chunk once, mostly
-    /// into the buffer that wants it, and XOR it while it is still in the cache. A read
-    /// error hands the stripe to [`Self::read_stripe_pieces`] (which names the errors and
-    /// repairs).
-    async fn fold_pieces(
-        &self,
-        stripe: u64,
-        roles: &StripeRoles,
-        x: usize,
-        kept: Kept,
         pieces: Vec<(ParityPiece, Buf)>,
-        own: &[(Source, &[u8])],
     ) -> VolumeResult<(Vec<Buf>, Vec<Repair>)> {
         let (k, strip) = (self.stripes.chunks.k, self.stripes.chunks.strip);
-        let Kept { mut rows, fold } = kept;
+        self.stripes
+            .assert_locked(stripe, "a degraded read folding its chunks");
+        // One reader at a time rebuilds the stripe; the next finds what it kept.
+        let _claim = self.stripes.recent.claim(stripe).await;
+        let Kept { mut rows, fold } = self.stripes.recent.take(stripe).unwrap_or(Kept {
+            rows: vec![None; k],
+            fold: None,
+        });
         let mut fold = fold
             .filter(|f| f.lost() == x)
             .unwrap_or_else(|| Fold::new(k, x));
         let (metas, mut bufs): (Vec<ParityPiece>, Vec<Option<Buf>>) =
             pieces.into_iter().map(|(p, b)| (p, Some(b))).unzip();
         let wants_x = rows[x].is_none() && metas.iter().any(|p| p.data_index == x);
-        if wants_x {
-            fold.absorb(own);
-        }
         let reads = fold_reads(&metas, &mut bufs, &rows, &mut fold, wants_x, strip);
         let (got, failed) = self.read_sources(stripe, roles, reads).await;
         if failed {
@@ -374,46 +314,6 @@ fn fold_reads(
         }
     }
     reads
-}
-
-/// Data chunks of the stripe a request reading `metas` would have to read ahead to rebuild
-/// lost chunk `x` now: neither among its pieces nor kept nor folded (none when `x` is kept).
-fn reads_ahead(kept: &Kept, x: usize, metas: &[ParityPiece]) -> Vec<usize> {
-    if kept.rows[x].is_some() {
-        return Vec::new();
-    }
-    let folded = |i: usize| {
-        kept.fold
-            .as_ref()
-            .is_some_and(|f| f.lost() == x && f.has(Source::Data(i)))
-    };
-    (0..kept.rows.len())
-        .filter(|&i| i != x && kept.rows[i].is_none() && !folded(i))
-        .filter(|&i| !metas.iter().any(|p| p.data_index == i))
-        .collect()
-}
-
-/// A future that is pending once (waking itself at once): the executor runs whatever else
-/// is ready — requests in flight behind this one — before it completes.
-#[derive(Default)]
-struct YieldOnce {
-    yielded: bool,
-}
-
-impl std::future::Future for YieldOnce {
-    type Output = ();
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<()> {
-        if self.yielded {
-            return std::task::Poll::Ready(());
-        }
-        self.yielded = true;
-        cx.waker().wake_by_ref();
-        std::task::Poll::Pending
-    }
 }
 
 /// Data indices of the chunks `pieces` read to their end.
