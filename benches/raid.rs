@@ -17,7 +17,11 @@
 //!
 //! Each cell is measured `samples` times, interleaved across configurations, keeping the
 //! median (other work on the machine then hits every configuration alike). Write cells end
-//! with a FLUSH, counted in their time (it destages what the cache still holds).
+//! with a FLUSH, counted in their time (it destages what the cache still holds). A last
+//! table pairs the issue's ratios by round: each full-stripe write against the RAID 0 cell
+//! of the same round, each degraded read against a healthy read of the same setup run just
+//! before it (a second volume over the same members has member 1 failed, so the healthy
+//! and the degraded read alternate instead of being measured in separate phases).
 //!
 //! `NBRAID_BENCH_CLOCK=cpu` divides by the process's CPU time instead of the wall time:
 //! memory members make every cell pure CPU work, and on a machine shared with other work
@@ -72,6 +76,9 @@ struct Setup {
     wb: Volume,
     /// Write-through volume over the same members.
     wt: Volume,
+    /// A volume over the same members with member 1 failed (RAID 0: never used), so a
+    /// round measures the healthy and the degraded read back to back.
+    degraded: Volume,
     /// Bytes of one full stripe (data only).
     width: u64,
 }
@@ -105,13 +112,23 @@ fn build(level: Level, n: usize) -> Setup {
         opts(CacheMode::default()),
     )
     .expect("volume");
-    let wt = Volume::new(geometry, members, opts(CacheMode::WriteThrough)).expect("volume");
+    let wt = Volume::new(
+        geometry.clone(),
+        members.clone(),
+        opts(CacheMode::WriteThrough),
+    )
+    .expect("volume");
+    let degraded = Volume::new(geometry, members, opts(CacheMode::default())).expect("volume");
+    if level != Level::Raid0 {
+        degraded.fail_member(1, "benchmark: degraded read");
+    }
     Setup {
         name: format!("{}x{n}", level.name().replace("raid", "r")),
         level,
         members: n,
         wb,
         wt,
+        degraded,
         width,
     }
 }
@@ -127,6 +144,7 @@ fn run(s: &Setup, work: Work, qd: usize, secs: f64, cpu: bool) -> (u64, u64, f64
     };
     let v = match work {
         Work::RandWriteWt => &s.wt,
+        Work::DegradedSeqRead | Work::DegradedSeqReadFull => &s.degraded,
         _ => &s.wb,
     };
     let load = Load {
@@ -148,42 +166,105 @@ fn run(s: &Setup, work: Work, qd: usize, secs: f64, cpu: bool) -> (u64, u64, f64
 
 /// (MB/s, IOPS) of one cell; `results[config][work]`.
 type Results = Vec<Vec<(f64, f64)>>;
+/// MB/s of every sample of one cell, in the order of the rounds; `rounds[config][work]`.
+/// A degraded read's row holds, per round, its ratio to the healthy read measured just
+/// before it in the same round (see [`measure`]).
+type Rounds = Vec<Vec<Vec<f64>>>;
 
 /// Every workload (those whose name contains `only`, if given) on every setup, `samples`
-/// times interleaved across setups, keeping the median by MB/s.
-fn measure(setups: &[Setup], samples: usize, secs: f64, only: Option<&str>, cpu: bool) -> Results {
+/// times interleaved across setups, keeping the median by MB/s. Each round of a degraded
+/// read also measures the healthy read of the same setup just before it: the two then share
+/// the machine's load of the moment (measured in separate phases, a load change between
+/// them moved every configuration's ratio alike, by up to ±0.15).
+fn measure(
+    setups: &[Setup],
+    samples: usize,
+    secs: f64,
+    only: Option<&str>,
+    cpu: bool,
+) -> (Results, Rounds) {
     let mut results = vec![vec![(0.0f64, 0.0f64); WORKS.len()]; setups.len()];
+    let mut rounds: Rounds = vec![vec![Vec::new(); WORKS.len()]; setups.len()];
     for (wi, &(work, name, qd)) in WORKS.iter().enumerate() {
         if only.is_some_and(|w| !name.contains(w)) {
             continue;
         }
-        let degraded = matches!(work, Work::DegradedSeqRead | Work::DegradedSeqReadFull);
-        if work == Work::DegradedSeqRead {
-            for s in setups {
-                if s.level != Level::Raid0 {
-                    s.wb.fail_member(1, "benchmark: degraded read");
-                }
-            }
-        }
+        let healthy = match work {
+            Work::DegradedSeqRead => Some(Work::SeqRead),
+            Work::DegradedSeqReadFull => Some(Work::SeqReadFull),
+            _ => None,
+        };
         let mut samples_of: Vec<Vec<(f64, f64)>> = vec![Vec::new(); setups.len()];
+        let mut paired: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
         for _ in 0..samples {
             for (ci, s) in setups.iter().enumerate() {
-                if degraded && s.level == Level::Raid0 {
+                if healthy.is_some() && s.level == Level::Raid0 {
                     continue;
                 }
+                let mbs = |(bytes, _, t): (u64, u64, f64)| bytes as f64 / t / 1e6;
+                let before = healthy.map(|h| mbs(run(s, h, qd, secs, cpu)));
                 let (bytes, ops, t) = run(s, work, qd, secs, cpu);
                 samples_of[ci].push((bytes as f64 / t / 1e6, ops as f64 / t));
+                paired[ci].extend(before.map(|h| bytes as f64 / t / 1e6 / h));
             }
         }
         for (ci, mut v) in samples_of.into_iter().enumerate() {
             if v.is_empty() {
                 continue;
             }
+            rounds[ci][wi] = match healthy {
+                Some(_) => std::mem::take(&mut paired[ci]),
+                None => v.iter().map(|s| s.0).collect(),
+            };
             v.sort_by(|a, b| a.0.total_cmp(&b.0));
             results[ci][wi] = v[v.len() / 2];
         }
     }
-    results
+    (results, rounds)
+}
+
+/// The issue's ratios round by round: a full-stripe write against the RAID 0 of the same
+/// round (measured back to back with it), a degraded read against the healthy read just
+/// before it. The median (and range) of those ratios moves less between runs than the ratio
+/// of the medians, which pairs cells measured up to a phase apart.
+fn print_paired(setups: &[Setup], rounds: &Rounds) {
+    let col = |w: Work| WORKS.iter().position(|x| x.0 == w).expect("work");
+    println!("\nratios paired by round: median (min–max)");
+    println!(
+        "{:<8} {:>24} {:>24} {:>24}",
+        "config", "seq-write full / ideal", "degraded 1M / 1M", "degraded full / full"
+    );
+    let cell = |mut ratios: Vec<f64>| {
+        if ratios.is_empty() {
+            return "-".to_string();
+        }
+        ratios.sort_by(f64::total_cmp);
+        let (lo, mid, hi) = (
+            ratios[0],
+            ratios[ratios.len() / 2],
+            ratios[ratios.len() - 1],
+        );
+        format!("{mid:.2} ({lo:.2}–{hi:.2})")
+    };
+    for (ci, s) in setups.iter().enumerate() {
+        if s.level == Level::Raid0 {
+            continue;
+        }
+        let r0 = &rounds[ci - if s.level == Level::Raid5 { 1 } else { 2 }][col(Work::SeqWriteFull)];
+        let keep = (s.members - s.level.parity()) as f64 / s.members as f64;
+        let full: Vec<f64> = rounds[ci][col(Work::SeqWriteFull)]
+            .iter()
+            .zip(r0)
+            .map(|(r, r0)| r / (r0 * keep))
+            .collect();
+        println!(
+            "{:<8} {:>24} {:>24} {:>24}",
+            s.name,
+            cell(full),
+            cell(rounds[ci][col(Work::DegradedSeqRead)].clone()),
+            cell(rounds[ci][col(Work::DegradedSeqReadFull)].clone()),
+        );
+    }
 }
 
 /// The table: a row per workload, a column per setup.
@@ -285,7 +366,8 @@ fn main() {
             "rates per CPU second of the process (NBRAID_BENCH_CLOCK=cpu), not per wall second"
         );
     }
-    let results = measure(&setups, samples, secs, only.as_deref(), cpu);
+    let (results, rounds) = measure(&setups, samples, secs, only.as_deref(), cpu);
     print_results(&setups, &results);
     print_ratios(&setups, &results);
+    print_paired(&setups, &rounds);
 }
