@@ -4,7 +4,8 @@
 //! 1. **Plan** — the config's tree against the live array's, by the offline rules
 //!    (`nbraid_assembly::reshape_plan`): the config's members are matched to roles by file;
 //!    anything but a restripe is refused with the plan's reason.
-//! 2. **Refusals** — by name: work running on the volume (scrub, rebuild, resync, a reshape),
+//! 2. **Refusals** — by name: work running on the volume (scrub, rebuild, resync, a reshape,
+//!    the checksum pass of `checksums = "enable"`),
 //!    a member not current, a member shared with another volume (Matrix).
 //! 3. **Added members** opened (a missing file created sparse at its config size).
 //! 4. **Quiet** — the export's gate held: requests in flight finish, new ones wait.
@@ -183,6 +184,12 @@ fn busy(controls: &Controls, v: &ControlVolume, array: &Array) -> Option<String>
     }
     if array.background_pending() || !array.returning().is_empty() {
         return Some("a resync is running: let it finish first".into());
+    }
+    // The pass walks the regions of the shape it started on (paused or stopped by an error,
+    // it resumes at the next start): a reshape would move them under it.
+    let fill = v.checksum_fill.lock().clone();
+    if fill.is_some_and(|c| c.report().state != nbraid_core::PassState::Done) {
+        return Some("its checksum pass (checksums = \"enable\") has not finished: let it finish first (nbraid status shows checksum_fill)".into());
     }
     let ids = v.member_ids();
     let out: Vec<&str> = (0..vol.member_count())
