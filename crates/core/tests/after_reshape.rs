@@ -265,3 +265,41 @@ fn a_new_shape_without_room_for_its_log_records_none_on_any_member() {
         false,
     );
 }
+
+/// A reshape does not start while the pass computing a volume's checksums
+/// (`checksums = "enable"`) has not finished: that pass walks the regions of one shape.
+#[test]
+fn a_reshape_waits_for_the_checksum_pass() {
+    let keeping = Keeping::LogInMetadataArea;
+    let t = |members| {
+        tree(
+            Level::Raid5,
+            members,
+            64 * KIB,
+            keeping.region_start(),
+            512 * KIB,
+        )
+    };
+    let (old, new) = (t(3), t(4));
+    let disks: Vec<_> = (0..4)
+        .map(|i| Arc::new(MemoryMember::new(format!("m{i}"), 4 * MIB)))
+        .collect();
+    let opts = ArrayOptions {
+        enable_checksums: true,
+        ..keeping.opts()
+    };
+    let created = block_on(Array::create(
+        "vol",
+        old,
+        metas(&disks[..3]),
+        opts,
+        true,
+        &|_, _| {},
+    ))
+    .expect("create")
+    .0;
+    assert_eq!(block_on(created.checksum_fill_checkpoint()), Some(0));
+    let e = block_on(created.start_reshape(new, metas(&disks[3..]), &Consent::default()))
+        .expect_err("refused while the pass runs");
+    assert!(e.to_string().contains("checksum pass"), "{e}");
+}

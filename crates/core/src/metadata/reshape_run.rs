@@ -382,6 +382,12 @@ pub(super) async fn start(
     if rec.reshape.is_some() {
         return Err(p.refuse("a reshape is already in progress"));
     }
+    // The pass computing the checksums walks the regions of the shape it started on.
+    if rec.checksum_fill.is_some() {
+        return Err(p.refuse(
+            "its checksum pass (checksums = \"enable\") has not finished: let it finish first (nbraid status shows checksum_fill)",
+        ));
+    }
     let mut metas = Vec::with_capacity(total);
     for r in 0..old_roles {
         match p.records.meta(r) {
