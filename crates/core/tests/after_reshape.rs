@@ -5,18 +5,19 @@
 //! reads back right. (Found missing: the added members' records had no log area, so every
 //! parity group spanning one ran without the log, silently, and the bitmap vanished.)
 
+mod common;
+
 use futures::executor::block_on;
 use nbraid_core::metadata::disk_rule::Consent;
 use nbraid_core::metadata::intent::area_bytes;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, Probe, METADATA_AREA_BYTES};
 use nbraid_core::{Buf, Member, MemoryMember, PassControl, PassState, VolumeOptions};
-use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
+use nbraid_layout::{Level, Node};
 use nbraid_sim::Rng;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-const KIB: u64 = 1 << 10;
-const MIB: u64 = 1 << 20;
+use common::{KIB, MIB};
 
 /// Where the volume keeps its log and checksums: in the metadata area (log only), or in
 /// reserves before the regions (checksums, then the log), as the config leaves them.
@@ -52,11 +53,7 @@ impl Keeping {
 }
 
 fn tree(level: Level, members: usize, strip: u64, start: u64, len: u64) -> Node {
-    let regions = vec![Region { start, len }; members];
-    Shape::new(level, members, None, strip, ParityLayout::default())
-        .unwrap()
-        .build(&regions)
-        .unwrap()
+    common::level_tree(level, members, strip, start, len)
 }
 
 fn metas(disks: &[Arc<MemoryMember>]) -> Vec<Arc<MemberMeta>> {

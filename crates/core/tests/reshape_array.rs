@@ -7,33 +7,26 @@
 //! survives. A member may fail mid-way: the reshape finishes degraded. A failure names its move and seed;
 //! `NBRAID_SEED=<n>` replays one seed.
 
+mod common;
+
 use futures::executor::block_on;
 use futures::future::{select, Either};
 use nbraid_core::metadata::disk_rule::Consent;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
 use nbraid_core::{Buf, Member, MemoryMember, PassControl, PassState, VolumeOptions};
-use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
+use nbraid_layout::{Level, Node};
 use nbraid_sim::{Faulty, Rng};
 use std::sync::Arc;
 use std::time::Duration;
 
-const KIB: u64 = 1 << 10;
+use common::KIB;
 const REGION: u64 = 384 * KIB;
 const MEMBER_BYTES: u64 = METADATA_AREA_BYTES + REGION;
 
 type Disk = Arc<Faulty<MemoryMember>>;
 
 fn tree(level: Level, members: usize, strip: u64) -> Node {
-    Shape::new(level, members, None, strip, ParityLayout::default())
-        .unwrap()
-        .build(&vec![
-            Region {
-                start: METADATA_AREA_BYTES,
-                len: REGION
-            };
-            members
-        ])
-        .unwrap()
+    common::level_tree(level, members, strip, METADATA_AREA_BYTES, REGION)
 }
 
 fn moves() -> Vec<(&'static str, Node, Node)> {

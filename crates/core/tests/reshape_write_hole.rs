@@ -5,33 +5,26 @@
 //! member lost afterwards is rebuilt exact, every byte of the stripe reads back. Checked for
 //! RAID 5 growing, RAID 5 → RAID 6 and RAID 6 growing, each at the strip sizes below.
 
+mod common;
+
 use futures::executor::block_on;
 use futures::future::join;
 use nbraid_core::metadata::disk_rule::Consent;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
 use nbraid_core::{Buf, Member, MemoryMember, PassControl, Volume, VolumeOptions};
-use nbraid_layout::{Geometry, Level, Node, ParityLayout, Region, Reshape, Shape, Side};
+use nbraid_layout::{Geometry, Level, Node, Reshape, Side};
 use nbraid_sim::{Faulty, Rng};
 use std::sync::Arc;
 use std::time::Duration;
 
-const KIB: u64 = 1 << 10;
+use common::KIB;
 const REGION: u64 = 384 * KIB;
 const MEMBER_BYTES: u64 = METADATA_AREA_BYTES + REGION;
 
 type Disk = Arc<Faulty<MemoryMember>>;
 
 fn tree(level: Level, members: usize, strip: u64) -> Node {
-    Shape::new(level, members, None, strip, ParityLayout::default())
-        .unwrap()
-        .build(&vec![
-            Region {
-                start: METADATA_AREA_BYTES,
-                len: REGION
-            };
-            members
-        ])
-        .unwrap()
+    common::level_tree(level, members, strip, METADATA_AREA_BYTES, REGION)
 }
 
 fn opts() -> ArrayOptions {

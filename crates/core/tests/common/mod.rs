@@ -5,7 +5,7 @@
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use nbraid_core::{Buf, Member, MemberCounters, MemberResult, MemoryMember, SharedBuf};
-use nbraid_layout::{Geometry, Level, ParityLayout, Region, Shape};
+use nbraid_layout::{Geometry, Level, Node, ParityLayout, Region, Shape};
 use nbraid_sim::Faulty;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -101,6 +101,15 @@ pub fn faulty_members(n: usize, len: u64, seed: u64, power_loss: bool) -> Member
 
 /// A mirror of two 3-member RAID 5 groups (members 0..3 and 3..6), each member a region of
 /// `len` bytes at `start`.
+/// A named level over `members` members, each region `len` bytes from byte `start`.
+pub fn level_tree(level: Level, members: usize, strip: u64, start: u64, len: u64) -> Node {
+    let regions = vec![Region { start, len }; members];
+    Shape::new(level, members, None, strip, ParityLayout::default())
+        .expect("shape")
+        .build(&regions)
+        .expect("tree")
+}
+
 pub fn mirror_of_raid5s(strip: u64, start: u64, len: u64) -> nbraid_layout::Node {
     use nbraid_layout::Node;
     let group = |first: usize| {
