@@ -3,6 +3,7 @@
 //! boundaries. Pure functions over the member's records.
 
 use super::{Area, Superblock, METADATA_AREA_BYTES, SLOT_BYTES};
+use nbraid_layout::Node;
 
 /// Per-volume metadata areas start after the two superblock copies.
 const AREAS_START: u64 = 2 * SLOT_BYTES;
@@ -39,6 +40,17 @@ pub(super) fn free_area_avoiding(sb: Option<&Superblock>, len: u64, avoid: &[Are
         at = at.max(e.next_multiple_of(4096));
     }
     (at + len <= METADATA_AREA_BYTES).then_some(at)
+}
+
+/// Role `role`'s region in `tree`: (start, length) (a role has one region per tree).
+pub(super) fn region_of(tree: &Node, role: usize) -> Option<(u64, u64)> {
+    let mut out = None;
+    tree.visit_members(&mut |m| {
+        if m.index == role {
+            out.get_or_insert((m.start, m.len));
+        }
+    });
+    out
 }
 
 /// The reshape's critical-section backup, while one runs.

@@ -2,7 +2,7 @@
 //! create in the per-volume metadata areas, recorded in the volume record (`ppl`), handed to
 //! the engine at every open with a life above every earlier open's.
 
-use super::areas::free_area_avoiding;
+use super::areas::{free_area_avoiding, region_of};
 use super::{Area, Superblock, VolumeRecord, METADATA_AREA_BYTES};
 use crate::buf::Buf;
 use crate::member::Member;
@@ -80,17 +80,6 @@ pub(super) fn before_region(
         }
     }
     Ok(Some(area))
-}
-
-/// Member `role`'s region of `tree`: (start, length).
-fn region_of(tree: &Node, role: usize) -> Option<(u64, u64)> {
-    let mut at = None;
-    tree.visit_members(&mut |m| {
-        if m.index == role {
-            at = Some((m.start, m.len));
-        }
-    });
-    at
 }
 
 /// Zeroes a new log area (a member's earlier life must never be replayed).

@@ -22,7 +22,7 @@
 //!   of the grown capacity gets a larger area holding the bits the members hold now (the
 //!   next open would otherwise refuse the volume).
 
-use super::areas::{free_area_avoiding, overlaps_recorded};
+use super::areas::{free_area_avoiding, overlaps_recorded, region_of};
 use super::error::ArrayError;
 use super::intent;
 use super::member_meta::MemberMeta;
@@ -124,17 +124,6 @@ fn recorded(sb: Option<&Superblock>, name: &str) -> RoleAreas {
         ppl: v.ppl,
         checksums: v.checksums,
     })
-}
-
-/// Member `role`'s region of `tree`: (start, length).
-fn region_of(tree: &Node, role: usize) -> Option<(u64, u64)> {
-    let mut at = None;
-    tree.visit_members(&mut |m| {
-        if m.index == role {
-            at = Some((m.start, m.len));
-        }
-    });
-    at
 }
 
 /// Where the old roles keep the log and the checksums: the first old role's area and its

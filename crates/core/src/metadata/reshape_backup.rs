@@ -18,6 +18,7 @@
 //!
 //! Only the old tree's roles have rows at risk; the added members hold no old byte.
 
+use super::areas::region_of;
 use super::{Area, Superblock};
 use nbraid_layout::{map, Node, Reshape, WindowRule};
 
@@ -196,17 +197,6 @@ pub(super) fn pool_untouched(
         .chain(&writes.parity)
         .filter(|e| e.member == holder)
         .all(|e| e.offset + e.len <= pool.offset || e.offset >= pool.offset + pool.len)
-}
-
-/// Role `role`'s region in `tree` (the first, where a role has one).
-fn region_of(tree: &Node, role: usize) -> Option<(u64, u64)> {
-    let mut out = None;
-    tree.visit_members(&mut |m| {
-        if m.index == role {
-            out.get_or_insert((m.start, m.len));
-        }
-    });
-    out
 }
 
 #[cfg(test)]
