@@ -145,27 +145,37 @@ impl ReshapeNode {
         window_bytes: u64,
         hooks: &dyn ReshapeHooks,
     ) -> VolumeResult<PassState> {
-        assert_eq!(
-            ctl.position_bytes(),
-            self.position(),
-            "the pass resumes where the reshape is"
+        let capacity = self.0.layout.capacity();
+        assert!(
+            ctl.position_bytes() == self.position()
+                || (self.position() == capacity && ctl.position_bytes() >= capacity),
+            "the pass resumes where the reshape is (or in the grown space after it)"
         );
         let unit = self.0.layout.unit();
         let work = PassWork {
-            total_bytes: self.0.layout.capacity(),
+            // The copy, then the grown space's sync (`grown.rs`).
+            total_bytes: capacity + self.grown_bytes(),
             window_bytes: (window_bytes / unit).max(1) * unit,
             inflight: 1,
             // The pass's window in the copy's windows (shorter ones while clients are busy),
-            // each checkpointed.
+            // each checkpointed; past the old capacity, the grown space synced.
             window: Box::new(move |at, len| {
                 async move {
-                    while self.position() < at + len {
-                        let left = at + len - self.position();
+                    let copy_end = (at + len).min(capacity);
+                    while self.position() < copy_end {
+                        let left = copy_end - self.position();
                         let w = self.copy_next(left, hooks).await?;
                         assert!(
-                            w.is_some_and(|w| w.start + w.len <= at + len),
+                            w.is_some_and(|w| w.start + w.len <= copy_end),
                             "the copy's windows stay in the pass's window {at}+{len}"
                         );
+                    }
+                    if at + len > capacity {
+                        let from = at.max(capacity);
+                        self.sync_grown(from, at + len - from).await?;
+                        if at + len == capacity + self.grown_bytes() {
+                            self.make_durable().await?;
+                        }
                     }
                     Ok(())
                 }

@@ -47,6 +47,7 @@
 //! being written unprotected.
 
 mod copy;
+mod grown;
 
 pub use copy::{MemberRows, ReshapeHooks};
 

@@ -1,0 +1,268 @@
+//! The space a reshape adds past the old capacity is consistent before anyone may write it.
+//!
+//! Found missing: after RAID 6 grew from 4 to 5 members, two of the eight stripes past the old
+//! capacity failed a scrub — their rows held the old tree's stale data and its P and Q, which
+//! do not cancel as RAID 5's rows do — so a client's partial write there folded its delta into
+//! wrong parity, and the first member lost afterwards rebuilt its bytes wrong. The same on every
+//! level when an added member holds old bytes (`--force`). The pass now rewrites the grown space
+//! through the new tree before the records take it (`crates/core/src/reshape/grown.rs`).
+//!
+//! Per move: the old members full of seeded bytes (the old tree's rows past what the copy
+//! moves are stale data), the added members full of other bytes; the reshape runs to its end
+//! through the array (`Array::reshape`); then a check-only scrub of the new shape finds no
+//! stripe whose parity or copies disagree, the old bytes read back, and a block written past
+//! the old capacity reads back with any one member failed.
+
+mod common;
+
+use futures::executor::block_on;
+use nbraid_core::metadata::disk_rule::Consent;
+use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
+use nbraid_core::reshape::{MemberRows, ReshapeHooks};
+use nbraid_core::{Buf, Member, MemoryMember, PassControl, PassState, ScrubControl};
+use nbraid_core::{Volume, VolumeOptions, VolumeResult};
+use nbraid_layout::{Geometry, Level, Node, ParityLayout, Region, Shape, Window};
+use nbraid_sim::Rng;
+use std::sync::Arc;
+
+use common::KIB;
+
+const REGION: u64 = 512 * KIB;
+
+fn tree(level: Level, members: usize, strip: u64) -> Node {
+    common::level_tree(level, members, strip, METADATA_AREA_BYTES, REGION)
+}
+
+/// RAID 10/50/60 of `spans` spans of `width` members.
+fn spans(level: Level, spans: usize, width: usize, strip: u64) -> Node {
+    let members = spans * width;
+    let regions = vec![
+        Region {
+            start: METADATA_AREA_BYTES,
+            len: REGION
+        };
+        members
+    ];
+    Shape::new(level, members, Some(spans), strip, ParityLayout::default())
+        .expect("shape")
+        .build(&regions)
+        .expect("tree")
+}
+
+/// The moves that grow a volume, as `nbraid apply` plans them.
+fn moves() -> Vec<(&'static str, Node, Node)> {
+    vec![
+        (
+            "raid5 3→4",
+            tree(Level::Raid5, 3, 64 * KIB),
+            tree(Level::Raid5, 4, 64 * KIB),
+        ),
+        (
+            "raid6 4→5",
+            tree(Level::Raid6, 4, 64 * KIB),
+            tree(Level::Raid6, 5, 64 * KIB),
+        ),
+        (
+            "raid6 4→6, 16 KiB strips",
+            tree(Level::Raid6, 4, 16 * KIB),
+            tree(Level::Raid6, 6, 16 * KIB),
+        ),
+        (
+            "raid5 3 → raid6 5",
+            tree(Level::Raid5, 3, 32 * KIB),
+            tree(Level::Raid6, 5, 32 * KIB),
+        ),
+        (
+            "raid1 2 → raid5 3",
+            tree(Level::Raid1, 2, 64 * KIB),
+            tree(Level::Raid5, 3, 64 * KIB),
+        ),
+        (
+            "raid50 2×3 → 3×3",
+            spans(Level::Raid50, 2, 3, 16 * KIB),
+            spans(Level::Raid50, 3, 3, 16 * KIB),
+        ),
+        (
+            "raid10 2×2 → 3×2",
+            spans(Level::Raid10, 2, 2, 16 * KIB),
+            spans(Level::Raid10, 3, 2, 16 * KIB),
+        ),
+    ]
+}
+
+fn metas(disks: &[Arc<MemoryMember>]) -> Vec<Arc<MemberMeta>> {
+    let load = |d: &Arc<MemoryMember>| block_on(MemberMeta::load(d.clone() as Arc<dyn Member>));
+    disks.iter().map(load).collect()
+}
+
+fn seeded(rng: &mut Rng, len: u64) -> Vec<u8> {
+    (0..len).map(|_| rng.next_u64() as u8).collect()
+}
+
+/// Members for `new` (the first `n_old` for the old shape), each region full of seeded bytes:
+/// the added members as a forced disk with old data would be.
+fn members(new: &Node, rng: &mut Rng) -> Vec<Arc<MemoryMember>> {
+    (0..new.member_count())
+        .map(|i| {
+            let m = Arc::new(MemoryMember::new(
+                format!("m{i}"),
+                METADATA_AREA_BYTES + REGION,
+            ));
+            let junk = Buf::copy_from(&seeded(rng, REGION)).freeze();
+            block_on(m.write(METADATA_AREA_BYTES, junk, false)).unwrap();
+            m
+        })
+        .collect()
+}
+
+fn opts() -> ArrayOptions {
+    ArrayOptions {
+        ppl: true,
+        ..ArrayOptions::default()
+    }
+}
+
+fn open(new: &Node, disks: &[Arc<MemoryMember>]) -> Array {
+    let m = metas(disks).into_iter().map(Some).collect();
+    block_on(Array::open("vol", new, m, opts(), &|_, _| {}))
+        .expect("open")
+        .0
+}
+
+/// Stripes of the whole volume whose parity or copies disagree (a check-only scrub).
+fn mismatches(a: &Array) -> u64 {
+    block_on(a.scrub(&ScrubControl::new(false, 0)))
+        .expect("scrub")
+        .mismatches
+}
+
+/// One move through the array, to its end; `Err` says what was wrong.
+fn grow(what: &str, old: &Node, new: &Node) -> Result<(), String> {
+    let mut rng = Rng::new(11);
+    let disks = members(new, &mut rng);
+    let n_old = old.member_count();
+    let created = block_on(Array::create(
+        "vol",
+        old.clone(),
+        metas(&disks[..n_old]),
+        opts(),
+        false,
+        &|_, _| {},
+    ))
+    .map_err(|e| format!("create: {e}"))?
+    .0;
+    // Written in full: the old tree's parity agrees with its data everywhere.
+    let want = seeded(&mut rng, old.capacity());
+    block_on(async {
+        created.write(0, Buf::copy_from(&want), false).await?;
+        created.flush().await?;
+        created.mark_clean().await.map(|_| ())
+    })
+    .map_err(|e| format!("fill: {e}"))?;
+    let force = Consent {
+        force: true,
+        ..Consent::default()
+    };
+    block_on(created.start_reshape(new.clone(), metas(&disks[n_old..]), &force))
+        .map_err(|e| format!("start: {e}"))?;
+    drop(created);
+    let a = open(new, &disks);
+    let state = block_on(a.reshape(&PassControl::new(0))).map_err(|e| e.to_string())?;
+    assert_eq!(state, PassState::Done, "{what}");
+    drop(a);
+    let a = open(new, &disks);
+    assert_eq!(
+        a.volume().capacity(),
+        new.capacity(),
+        "{what}: the grown size"
+    );
+    let bad = mismatches(&a);
+    if bad > 0 {
+        return Err(format!("{bad} stripe(s) inconsistent after the reshape"));
+    }
+    let back = block_on(a.read(0, want.len() as u64)).map_err(|e| e.to_string())?;
+    if back[..] != want[..] {
+        return Err("the old bytes differ after the reshape".into());
+    }
+    // A block past the old capacity, then each member lost in turn.
+    let at = old.capacity() + (new.capacity() - old.capacity()) / 2 / 4096 * 4096 + 512;
+    let block = seeded(&mut rng, 4096);
+    block_on(a.write(at, Buf::copy_from(&block), true)).map_err(|e| e.to_string())?;
+    drop(a);
+    for lost in 0..new.member_count() {
+        let v = Volume::new(
+            Geometry::from_tree(new.clone()),
+            disks.iter().map(|d| d.clone() as Arc<dyn Member>).collect(),
+            VolumeOptions::default(),
+        )
+        .map_err(|e| e.to_string())?;
+        v.fail_member(lost, "the test");
+        let back = block_on(v.read(at, 4096)).map_err(|e| e.to_string())?;
+        if back[..] != block[..] {
+            return Err(format!(
+                "a block written past the old capacity reads wrong with member {lost} lost"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_space_a_reshape_adds_is_consistent_before_it_is_offered() {
+    let failures: Vec<String> = moves()
+        .iter()
+        .filter_map(|(what, old, new)| grow(what, old, new).err().map(|e| format!("{what}: {e}")))
+        .collect();
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Records that are only counted: the copy is already done when this test's pass starts.
+struct NoRecords;
+
+impl ReshapeHooks for NoRecords {
+    fn backup<'a>(
+        &'a self,
+        _: Window,
+        _: &'a [MemberRows],
+    ) -> futures::future::BoxFuture<'a, VolumeResult<()>> {
+        panic!("no window is copied: the copy is done")
+    }
+
+    fn checkpoint(&self, _: u64) -> futures::future::BoxFuture<'_, VolumeResult<()>> {
+        panic!("no window is copied: the copy is done")
+    }
+}
+
+/// A restart whose records say the copy reached the old capacity (the power lost while the
+/// grown space was being rewritten, or before the records took the new tree) walks the whole
+/// grown space again: every stripe of the new tree agrees afterwards, whatever its rows held.
+#[test]
+fn a_restart_after_the_copy_rewrites_the_grown_space() {
+    for (what, old, new) in moves() {
+        let mut rng = Rng::new(5);
+        let disks = members(&new, &mut rng);
+        let as_members = || -> Vec<Arc<dyn Member>> {
+            disks.iter().map(|d| d.clone() as Arc<dyn Member>).collect()
+        };
+        let (old, new) = (Geometry::from_tree(old), Geometry::from_tree(new));
+        let cap = old.root().capacity();
+        let (v, node) =
+            Volume::reshaping(old, &new, as_members(), VolumeOptions::default(), cap).unwrap();
+        let ctl = PassControl::resume_at(0, cap);
+        let state = block_on(node.run_pass(&ctl, 4 << 20, &NoRecords)).unwrap();
+        assert_eq!(state, PassState::Done, "{what}");
+        assert_eq!(
+            ctl.position_bytes(),
+            new.root().capacity(),
+            "{what}: walked the grown space"
+        );
+        drop((v, node));
+        let after = Volume::new(new, as_members(), VolumeOptions::default()).unwrap();
+        let rest = after.capacity() - cap;
+        let report = block_on(after.scrub(&ScrubControl::resume_at(false, 0, cap))).unwrap();
+        assert_eq!(
+            report.mismatches, 0,
+            "{what}: the grown space ({rest} bytes) agrees"
+        );
+    }
+}
