@@ -37,6 +37,10 @@ pub enum EventKind {
     ResyncFinished,
     ScrubStarted,
     ScrubFinished,
+    /// A volume started (or resumed) moving into a new shape (`nbraid apply`).
+    ReshapeStarted,
+    /// The move ended: done (the new shape serves, with its size), paused, cancelled or failed.
+    ReshapeFinished,
     /// A scrub found copies or parity that disagreed with the data.
     MismatchesFound,
     /// The config was read again (SIGHUP): what changed live, what waits for a restart.
@@ -61,6 +65,8 @@ impl EventKind {
             EventKind::ResyncFinished => "resync-finished",
             EventKind::ScrubStarted => "scrub-started",
             EventKind::ScrubFinished => "scrub-finished",
+            EventKind::ReshapeStarted => "reshape-started",
+            EventKind::ReshapeFinished => "reshape-finished",
             EventKind::MismatchesFound => "mismatches-found",
             EventKind::ConfigReloaded => "config-reloaded",
             EventKind::ConfigRefused => "config-refused",

@@ -64,7 +64,7 @@ pub(super) fn pause_resume(selected: &[&ControlVolume], pause: bool) -> Value {
         let (scrub, rebuild) = (v.scrub(), v.rebuild());
         let resync = v.resync.lock().clone();
         let readd = v.readd.lock().clone();
-        let reshape = super::reshape::reshape_pass(v);
+        let reshape = v.reshape_pass();
         let fill = v.checksum_fill.lock().clone();
         let passes = [
             fill.as_ref().map(|f| &f.scrub.pass),

@@ -69,24 +69,22 @@ async fn finish(served: &ServedArray, name: &str) {
 
 /// The reshape in `status`: where it is, its rate and state; `null` when none ran.
 pub(super) fn reshape_json(v: &ControlVolume) -> Value {
-    let ctl = v.reshape.lock().clone();
-    let Some(c) = ctl else {
+    let Some(c) = v.reshape_pass() else {
         return Value::Null;
     };
+    let progress = v.array().reshape_progress();
     json!({
         "state": c.state().name(),
-        "position_bytes": v.array().reshape_progress().map_or(c.position_bytes(), |p| p.0),
-        "total_bytes": v.array().reshape_progress().map_or(c.total_bytes(), |p| p.1),
+        // The pass walks the copy, then the space the new shape adds (synced before it is
+        // offered): its own count runs past the array's position, which stops at the old
+        // capacity.
+        "position_bytes": progress.map_or(c.position_bytes(), |p| p.0.max(c.position_bytes())),
+        "total_bytes": progress.map_or(c.total_bytes(), |p| p.1.max(c.total_bytes())),
         "rate_bytes_per_s": c.measured_bytes_per_s(),
         "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
         "eta_s": c.eta_s(),
         "done_s_ago": c.done_s_ago(),
     })
-}
-
-/// The reshape's control, for pause and resume.
-pub(super) fn reshape_pass(v: &ControlVolume) -> Option<Arc<nbraid_core::PassControl>> {
-    v.reshape.lock().clone()
 }
 
 /// The spares the old array held stand by in the new one.

@@ -329,6 +329,12 @@ impl ControlVolume {
         self.scrub()
     }
 
+    /// The latest reshape's control (the copy into a new shape, then the grown space's
+    /// sync), for pause and resume and the service's observer.
+    pub fn reshape_pass(&self) -> Option<Arc<PassControl>> {
+        self.reshape.lock().clone()
+    }
+
     /// The latest rebuild and its state (`running` until its task returned), for the
     /// service's observer.
     pub fn rebuild_pass(&self) -> Option<(Arc<PassControl>, PassState)> {

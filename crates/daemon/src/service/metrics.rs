@@ -234,7 +234,7 @@ fn volume_metrics(m: &mut Families, v: &crate::control::ControlVolume) {
         let running = p.is_some_and(|p| p.in_progress());
         m.gauge(
             "nbraid_volume_pass_running",
-            "1 while a background pass (rebuild, resync, readd, scrub) runs or is paused.",
+            "1 while a background pass (rebuild, resync, readd, scrub, reshape) runs or is paused.",
             &labels,
             f64::from(u8::from(running)),
         );

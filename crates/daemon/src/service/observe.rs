@@ -54,14 +54,17 @@ pub enum PassKind {
     /// The resync of members that came back (re-added).
     Readd,
     Scrub,
+    /// The copy into a new shape (`nbraid apply`), then the sync of the space it adds.
+    Reshape,
 }
 
 impl PassKind {
-    pub const ALL: [PassKind; 4] = [
+    pub const ALL: [PassKind; 5] = [
         PassKind::Rebuild,
         PassKind::Resync,
         PassKind::Readd,
         PassKind::Scrub,
+        PassKind::Reshape,
     ];
 
     pub fn name(self) -> &'static str {
@@ -70,6 +73,7 @@ impl PassKind {
             PassKind::Resync => "resync",
             PassKind::Readd => "readd",
             PassKind::Scrub => "scrub",
+            PassKind::Reshape => "reshape",
         }
     }
 
@@ -80,6 +84,7 @@ impl PassKind {
                 (EventKind::ResyncStarted, EventKind::ResyncFinished)
             }
             PassKind::Scrub => (EventKind::ScrubStarted, EventKind::ScrubFinished),
+            PassKind::Reshape => (EventKind::ReshapeStarted, EventKind::ReshapeFinished),
         }
     }
 }
@@ -114,7 +119,7 @@ pub struct VolumeSnapshot {
     pub roles: Vec<Role>,
     pub health: Health,
     /// By [`PassKind::ALL`]'s order.
-    pub passes: [Option<Pass>; 4],
+    pub passes: [Option<Pass>; 5],
 }
 
 impl VolumeSnapshot {
@@ -377,10 +382,19 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
             unreadable: r.unreadable,
         }
     });
+    let reshape = v.reshape_pass().map(|c| {
+        let mut p = pass_of(&c, c.state(), Vec::new());
+        if let Some((position, total)) = v.array().reshape_progress() {
+            // Before the pass's first window its control counts nothing yet.
+            p.position_bytes = p.position_bytes.max(position);
+            p.total_bytes = p.total_bytes.max(total);
+        }
+        p
+    });
     VolumeSnapshot {
         roles,
         health,
-        passes: [rebuild, resync, readd, scrub],
+        passes: [rebuild, resync, readd, scrub, reshape],
     }
 }
 
@@ -501,6 +515,27 @@ mod tests {
         let first = vol(&[true, false]);
         let e = changes("db", &VolumeSnapshot::baseline(&first), &first);
         assert_eq!(kinds(&e), ["member-failed", "volume-degraded"]);
+    }
+
+    #[test]
+    fn a_reshape_starting_pausing_and_ending_are_events() {
+        let before = vol(&[false, false, false]);
+        let mut running = before.clone();
+        let mut p = pass(3, PassState::Running);
+        p.members.clear();
+        running.passes[PassKind::Reshape as usize] = Some(p.clone());
+        let e = changes("db", &before, &running);
+        assert_eq!(kinds(&e), ["reshape-started"]);
+        assert!(e[0].detail.contains("reshape started"), "{}", e[0].detail);
+        let mut done = running.clone();
+        p.state = PassState::Done;
+        p.position_bytes = p.total_bytes;
+        done.passes[PassKind::Reshape as usize] = Some(p);
+        let e = changes("db", &running, &done);
+        assert_eq!(kinds(&e), ["reshape-finished"]);
+        assert_eq!(e[0].result.as_deref(), Some("done"));
+        assert!(changes("db", &done, &done).is_empty());
+        assert!(summary(&["db"], std::slice::from_ref(&running)).contains("reshape"));
     }
 
     #[test]
