@@ -5,7 +5,7 @@
 //! `nbraid_assembly::reshape_plan`'s; the records are read as `nbraid check` reads them (plain
 //! reads of the superblock slots, which the daemon keeps current; nothing is written).
 //!
-//! `--yes` against a running daemon asks it to start each planned restripe **online**
+//! `--yes` against a running daemon asks it to start each planned restripe or grow in place **online**
 //! (the control socket's `reshape`, [`start_online`]): the daemon checks the plan against its
 //! live array by the same rules, writes the records that start it, opens the volume again
 //! over the old and added members and copies on while serving. With no daemon running
@@ -168,7 +168,7 @@ fn start_online(
     Ok(started)
 }
 
-/// `--yes` with no daemon running: for every volume whose plan is a restripe, opens it from
+/// `--yes` with no daemon running: for every volume whose plan is a restripe or a grow in place, opens it from
 /// its records (every recorded member in place), writes the records that start the reshape
 /// into the config's shape, the members the config adds taking the roles after the old ones.
 /// The next start of `nbraidd` copies on while serving.
@@ -185,9 +185,9 @@ fn start_offline(config: &nbraid_config::Config, force: bool) -> Result<String> 
         let Action::Online(m) = &plan.action else {
             continue;
         };
-        if m.kind != MoveKind::Restripe {
+        if m.kind == MoveKind::Copy {
             bail!(
-                "volume {}: this build starts restripes only (not this move)",
+                "volume {}: adding copies to a RAID 1 is not done online by this build (only restripes and grows in place are)",
                 v.name
             );
         }

@@ -84,6 +84,20 @@ pub trait Member: Send + Sync {
     fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>>;
     fn counters(&self) -> &MemberCounters;
 
+    /// Takes `len_bytes` as the usable length when the file or device now holds that many
+    /// (grown since it was opened: a volume growing in place over it); the length never
+    /// shrinks. `Err` says why not. Members that cannot grow refuse anything longer.
+    fn grow_to(&self, len_bytes: u64) -> Result<u64, String> {
+        match len_bytes <= self.len() {
+            true => Ok(self.len()),
+            false => Err(format!(
+                "{}: this kind of member does not grow while open ({} bytes, {len_bytes} wanted)",
+                self.name(),
+                self.len()
+            )),
+        }
+    }
+
     /// Reads consecutive bytes from `offset` into `bufs` in order, as one operation where the
     /// backend can (io_uring `READV`). The default issues one read per buffer.
     fn read_vectored(&self, offset: u64, bufs: Vec<Buf>) -> BoxFuture<'_, MemberResult<Vec<Buf>>> {
@@ -126,6 +140,9 @@ impl<T: Member + ?Sized> Member for Arc<T> {
     }
     fn len(&self) -> u64 {
         (**self).len()
+    }
+    fn grow_to(&self, len_bytes: u64) -> Result<u64, String> {
+        (**self).grow_to(len_bytes)
     }
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
         (**self).read(offset, buf)

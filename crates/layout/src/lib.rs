@@ -20,6 +20,7 @@
 
 mod error;
 mod geometry;
+mod in_place;
 mod level;
 mod map;
 mod node;
@@ -30,6 +31,7 @@ mod write_hole_log;
 
 pub use error::LayoutError;
 pub use geometry::{FaultTolerance, Geometry};
+pub use in_place::grows_in_place;
 pub use level::{Level, Region, Shape, STRIP_DEFAULT, STRIP_MAX, STRIP_MIN};
 pub use map::{map, Extent, Mapping, StripeId};
 pub use node::{ChildPiece, Concat, MemberRegion, Mirror, Node, ParityGroup, ParityPiece, Stripe};

@@ -418,3 +418,67 @@ fn seed_span_counts() {
         assert_eq!(g.full_stripe_width(), Some(data as u64 * (256 << 10)));
     }
 }
+
+/// `spec` with every leaf `grow[i]` granules longer (leaves in build order).
+fn grown(spec: &Spec, grow: &[u64], next: &mut usize) -> Spec {
+    let kids = |c: &[Spec], next: &mut usize| c.iter().map(|s| grown(s, grow, next)).collect();
+    match spec {
+        Spec::Leaf { start, len } => {
+            let more = grow[*next % grow.len()] * G;
+            *next += 1;
+            Spec::Leaf {
+                start: *start,
+                len: len + more,
+            }
+        }
+        Spec::Concat(c) => Spec::Concat(kids(c, next)),
+        Spec::Stripe(u, c) => Spec::Stripe(*u, kids(c, next)),
+        Spec::Mirror(c) => Spec::Mirror(kids(c, next)),
+        Spec::Parity(s, p, l, c) => Spec::Parity(*s, *p, *l, kids(c, next)),
+    }
+}
+
+proptest! {
+    #![proptest_config(cases(300))]
+
+    /// Whenever `grows_in_place` says a tree grew in place, every byte below the old
+    /// capacity — data and the parity rows that protect it — maps to the same member
+    /// offsets; and a tree whose leaves only grew always does, unless a concatenation's
+    /// child before its last grew.
+    #[test]
+    fn growing_in_place_keeps_every_old_byte_where_it_was(
+        spec in spec(),
+        grow in prop::collection::vec(prop::sample::select(vec![0u64, 0, 1, 3, 8, 40]), 1..30),
+    ) {
+        let old = build(&spec, &mut 0);
+        let new = build(&grown(&spec, &grow, &mut 0), &mut 0);
+        prop_assert!(new.capacity() >= old.capacity());
+        if !nbraid_layout::grows_in_place(&old, &new) {
+            return Ok(());
+        }
+        let cap = old.capacity();
+        if cap == 0 {
+            return Ok(());
+        }
+        let (a, b) = (nbraid_layout::map(&old, 0, cap).unwrap(), nbraid_layout::map(&new, 0, cap).unwrap());
+        prop_assert_eq!(data_granules(&a), data_granules(&b));
+        let rows = |m: &Mapping| -> BTreeSet<(usize, u64, u64, Option<StripeId>)> {
+            m.parity.iter().map(|e| (e.member, e.offset, e.len, e.stripe)).collect()
+        };
+        prop_assert_eq!(rows(&a), rows(&b));
+    }
+
+    /// Named levels with longer regions grow in place (but a concatenation).
+    #[test]
+    fn named_levels_with_longer_regions_grow_in_place(
+        (shape, regions) in named(),
+        more in 0u64..6,
+    ) {
+        let old = Geometry::new(shape.clone(), &regions).unwrap();
+        let longer: Vec<Region> = regions.iter().map(|r| Region { start: r.start, len: r.len + more * shape.strip }).collect();
+        let jbod = shape.level == Level::Jbod;
+        let new = Geometry::new(shape, &longer).unwrap();
+        // A concatenation's members before its last move every byte after them.
+        prop_assert_eq!(nbraid_layout::grows_in_place(old.root(), new.root()), !jbod || more == 0);
+    }
+}

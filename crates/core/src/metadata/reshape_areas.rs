@@ -77,7 +77,9 @@ pub(super) async fn for_new_shape(
         let ppl = log_area(p, new_tree, &mut at, now.ppl, peer.ppl)
             .map_err(|why| format!("`{}`: {why}", member.name()));
         let checksums = match now.checksums {
-            Some(a) => Some(a), // an old role keeps its region, hence its area
+            Some(a) => Some(grown_checksum_area(&mut at, member.as_ref(), a).await)
+                .transpose()
+                .map_err(refuse)?,
             None if role < old_roles => None,
             None => checksum_area(p, &mut at, member.as_ref(), peer.checksums)
                 .await
@@ -276,6 +278,43 @@ async fn checksum_area(
     };
     (member.write_zeroes(area.offset, area.len).await).map_err(|e| e.to_string())?;
     Ok(Some(area))
+}
+
+/// An old role's checksum area for its region in the new shape: the same area while it
+/// covers the region (a restripe keeps every region), else — the region grew in place —
+/// extended at its end over free bytes, the new entries cleared ("no checksum": the pass's
+/// sync of the grown space writes them). Refused, naming the bytes, where the bytes after it
+/// are taken (a reserve sized for the old region, with the log's reserve right after it):
+/// the region is never moved. The header stays: the start's flush made every entry durable,
+/// so no bit there still names lagging entries.
+async fn grown_checksum_area(
+    at: &mut Placing<'_>,
+    member: &dyn Member,
+    now: Area,
+) -> Result<Area, String> {
+    let need = crate::checksum::area_bytes(at.region.1);
+    if now.len >= need {
+        return Ok(now);
+    }
+    let more = Area {
+        offset: now.offset + now.len,
+        len: need - now.len,
+    };
+    if !at.take(more) {
+        return Err(format!(
+            "the block-checksum area (bytes {}..{}) cannot grow to the {need} bytes the grown region of {} bytes needs: bytes {}..{} are taken (the checksum reserve before the region was sized for the old region, about 510 MiB of region per MiB): the region is never moved, so this volume does not grow in place by that much",
+            now.offset,
+            now.offset + now.len,
+            at.region.1,
+            more.offset,
+            more.offset + more.len
+        ));
+    }
+    (member.write_zeroes(more.offset, more.len).await).map_err(|e| e.to_string())?;
+    Ok(Area {
+        offset: now.offset,
+        len: need,
+    })
 }
 
 /// The bits the old roles' bitmap areas hold now (their union, as an open reads them), with

@@ -346,8 +346,13 @@ pub(super) async fn run(
     } else {
         max_window_bytes
     };
-    let window = window_fitting(layout, &rooms(layout, &areas), max)
-        .ok_or_else(|| p.refuse("no window of the reshape fits its backup areas"))?;
+    let copied = node.position() == layout.capacity();
+    let window = match copied {
+        // Only the grown space is left (a grow in place has no backup areas at all).
+        true => max.max(layout.unit()),
+        false => window_fitting(layout, &rooms(layout, &areas), max)
+            .ok_or_else(|| p.refuse("no window of the reshape fits its backup areas"))?,
+    };
     let hooks = ArrayHooks { parts: p, layout };
     let state = node.run_pass(ctl, window, &hooks).await?;
     if state != PassState::Done {
@@ -412,7 +417,14 @@ pub(super) async fn start(
         .check(&old, total)
         .map_err(|e| p.refuse(e.to_string()))?;
     let layout = probe.reshape(&old).map_err(|e| p.refuse(e.to_string()))?;
-    let areas = place_backup_areas(p, &layout, &metas, old_roles).await?;
+    // Grown in place (longer regions, a concatenation's new members): nothing is copied, so
+    // the position starts at the end and no backup is needed; the pass syncs the new space.
+    let in_place = nbraid_layout::grows_in_place(&old, &new_tree);
+    let position_bytes = if in_place { layout.capacity() } else { 0 };
+    let areas = match in_place {
+        true => vec![None; metas.len()],
+        false => place_backup_areas(p, &layout, &metas, old_roles).await?,
+    };
     let kept = super::reshape_areas::for_new_shape(p, &new_tree, &metas, old_roles, &areas).await?;
     let mut members = rec.members.clone();
     for _ in &added {
@@ -424,7 +436,7 @@ pub(super) async fn start(
     }
     let rr = RecordedReshape {
         new_tree,
-        position_bytes: 0,
+        position_bytes,
         backup_window: None,
         recorded: vec![true; areas.len()],
         areas,

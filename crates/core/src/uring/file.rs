@@ -21,7 +21,7 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 #[cfg(test)]
 use std::sync::atomic::AtomicUsize;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
 /// Largest op on a memory-backed file that the caller runs itself (a 1 MiB copy takes the
@@ -57,7 +57,8 @@ pub(super) const NO_ZERO_RANGE: u8 = 2;
 /// A file or block device member driven through io_uring.
 pub struct UringFile {
     name: String,
-    len: u64,
+    /// Usable bytes: only grows ([`Member::grow_to`]).
+    len: AtomicU64,
     is_block: bool,
     pub(super) shared: Arc<FileShared>,
     pub(super) ring: Arc<Ring>,
@@ -74,6 +75,27 @@ pub struct UringFile {
 }
 
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+
+/// The bytes `file` holds now: a block device's size, a regular file's length.
+fn actual_len(file: &File) -> io::Result<u64> {
+    let meta = file.metadata()?;
+    if meta.file_type().is_block_device() {
+        let mut bytes: u64 = 0;
+        // SAFETY: BLKGETSIZE64 writes one u64 through the pointer we pass.
+        let r = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64, &mut bytes) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(bytes)
+    } else if meta.is_file() {
+        Ok(meta.len())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file or block device",
+        ))
+    }
+}
 
 impl UringFile {
     /// Opens `path`, creating a sparse file of `size` bytes when it is missing (or empty).
@@ -105,22 +127,7 @@ impl UringFile {
         let file = exclusive::open_exclusive(path, size.is_some())?;
         let meta = file.metadata().map_err(open_err)?;
         let is_block = meta.file_type().is_block_device();
-        let actual = if is_block {
-            let mut bytes: u64 = 0;
-            // SAFETY: BLKGETSIZE64 writes one u64 through the pointer we pass.
-            let r = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64, &mut bytes) };
-            if r < 0 {
-                return Err(open_err(io::Error::last_os_error()));
-            }
-            bytes
-        } else if !meta.is_file() {
-            return Err(open_err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a regular file or block device",
-            )));
-        } else {
-            meta.len()
-        };
+        let actual = actual_len(&file).map_err(open_err)?;
         let len = match size {
             None => actual,
             Some(wanted) if actual == 0 && !is_block => {
@@ -158,7 +165,7 @@ impl UringFile {
         };
         Ok(UringFile {
             name: path.display().to_string(),
-            len,
+            len: AtomicU64::new(len),
             is_block,
             shared: Arc::new(FileShared {
                 direct,
@@ -298,7 +305,7 @@ impl UringFile {
         F: Future<Output = io::Result<T>>,
     {
         let g = self.counters.start(op, len);
-        let r = match check_range(&self.name, op, offset, len, self.len) {
+        let r = match check_range(&self.name, op, offset, len, self.len()) {
             Err(e) => Err(e),
             Ok(()) => body().await.map_err(|e| match op {
                 MemberOp::Write => self.write_err(offset, len, fua, e),
@@ -407,7 +414,24 @@ impl Member for UringFile {
     }
 
     fn len(&self) -> u64 {
-        self.len
+        self.len.load(Relaxed)
+    }
+
+    fn grow_to(&self, len_bytes: u64) -> Result<u64, String> {
+        let file = File::from(
+            self.shared
+                .buffered
+                .try_clone()
+                .map_err(|e| e.to_string())?,
+        );
+        let actual = actual_len(&file).map_err(|e| format!("{}: {e}", self.name))?;
+        if actual < len_bytes {
+            return Err(format!(
+                "{} holds {actual} bytes, {len_bytes} wanted",
+                self.name
+            ));
+        }
+        Ok(self.len.fetch_max(len_bytes, Relaxed).max(len_bytes))
     }
 
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {

@@ -3,11 +3,12 @@
 //!
 //! 1. **Plan** — the config's tree against the live array's, by the offline rules
 //!    (`nbraid_assembly::reshape_plan`): the config's members are matched to roles by file;
-//!    anything but a restripe is refused with the plan's reason.
+//!    anything but a restripe or a grow in place is refused with the plan's reason.
 //! 2. **Refusals** — by name: work running on the volume (scrub, rebuild, resync, a reshape,
 //!    the checksum pass of `checksums = "enable"`),
 //!    a member not current, a member shared with another volume (Matrix).
-//! 3. **Added members** opened (a missing file created sparse at its config size).
+//! 3. **Added members** opened (a missing file created sparse at its config size); members
+//!    the config gives more bytes (grown files or devices) take them.
 //! 4. **Quiet** — the export's gate held: requests in flight finish, new ones wait.
 //! 5. **Records** — the array recorded clean, then `Array::start_reshape` (the disk write
 //!    rule on every added member first, `--force` as consent).
@@ -44,6 +45,7 @@ pub(super) async fn start(
     })?;
     let array = v.array();
     let roles = roles_of(&config, cv, &array)?;
+    grow_members(&config, cv, &roles, &array)?;
     let recorded = array.volume().geometry().root().clone();
     let new_tree =
         reshape_plan::config_by_role(cv.geometry.root(), &roles, recorded.member_count());
@@ -58,11 +60,11 @@ pub(super) async fn start(
             return Ok(json!({ "volume": v.name, "plan": plan, "started": false }))
         }
         Action::Refused { reason } => return Err(Refusal::new("refused", reason.clone())),
-        Action::Online(m) if m.kind != MoveKind::Restripe => {
+        Action::Online(m) if m.kind == MoveKind::Copy => {
             return Err(Refusal::new(
                 "unsupported",
                 format!(
-                    "volume \"{}\": this build starts restripes online only, not this move",
+                    "volume \"{}\": adding copies to a RAID 1 is not done online by this build (only restripes and grows in place are)",
                     v.name
                 ),
             ))
@@ -166,6 +168,35 @@ fn roles_of(
         roles.push(role);
     }
     Ok(roles)
+}
+
+/// The members the config now gives more bytes (files or devices grown since they were
+/// opened, for a volume growing in place) take their config sizes; refused, naming the
+/// member, where the file or device does not hold them.
+fn grow_members(
+    config: &Config,
+    cv: &nbraid_config::Volume,
+    roles: &[Option<usize>],
+    array: &Array,
+) -> Result<(), Refusal> {
+    let vol = array.volume();
+    for (&m, role) in cv.members.iter().zip(roles) {
+        let (Some(r), member) = (*role, &config.members[m]) else {
+            continue;
+        };
+        if member.size > vol.member(r).len() {
+            vol.member(r).grow_to(member.size).map_err(|why| {
+                Refusal::new(
+                    "bad-request",
+                    format!(
+                        "member {}: the config gives it {} bytes: {why}",
+                        member.id, member.size
+                    ),
+                )
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// Why a reshape cannot start now (`None`: it can).

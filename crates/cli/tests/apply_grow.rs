@@ -1,0 +1,203 @@
+//! A volume with `size = "all"` grows when its members grow, through the real binaries: a
+//! RAID 5 of three 9 MiB files serving data; the files grow to 17 MiB and the config says so;
+//! `nbraid apply` plans a grow in place and `--yes` starts it online while an NBD client
+//! writes and reads (every read checked against a model). The new space is synced before a
+//! new connection sees it (nbdinfo), and a check-only scrub finds no stripe out of step.
+//! Then the files grow again, the grow runs slowly and the daemon is SIGKILLed mid-way; after
+//! the restart it finishes, every byte reads back, and a failed member is survived. Needs
+//! `nbdcopy` and `nbdinfo` (fails loudly without).
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use nbraid_nbd::client::Client;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// `arrays.toml`: volume `db`, RAID 5 over d0..d2 of `member_mib` MiB each (1 MiB of
+/// metadata, 1 MiB of block checksums, the rest the region), `size = "all"`, at `rate`.
+fn config(dir: &Path, member_mib: u64, rate: &str) -> PathBuf {
+    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
+    for i in 0..3 {
+        text += &format!(
+            "[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"{member_mib}MiB\"\n\n"
+        );
+    }
+    text += &format!(
+        "[[volume]]\nname = \"db\"\nlevel = \"raid5\"\nstrip_size = \"64KiB\"\n\
+         members = [\"d0\", \"d1\", \"d2\"]\nsize = \"all\"\nrebuild_rate = \"{rate}\"\n"
+    );
+    let file = dir.join("arrays.toml");
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+/// The member files grown to `mib` MiB (as a grown LUN or logical volume would be).
+fn grow_files(dir: &Path, mib: u64) {
+    for i in 0..3 {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join(format!("d{i}.img")))
+            .unwrap();
+        f.set_len(mib * MIB).unwrap();
+    }
+}
+
+fn wait(cfg: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = status_of(cfg, "db");
+        if done(&v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "waiting for {what}: {v:#}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn size_seen(nbdinfo: &Path, uri: &str) -> u64 {
+    let out = ok(
+        Command::new(nbdinfo)
+            .arg("--size")
+            .arg(uri)
+            .output()
+            .unwrap(),
+        "nbdinfo --size",
+    );
+    out.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{out:?}: {e}"))
+}
+
+/// Writes 64 KiB pieces at seeded places of `[0, len)` and reads others back until `stop`;
+/// every read checked against `model`. Returns the rounds run.
+fn client(
+    uri: String,
+    model: Arc<Mutex<Vec<u8>>>,
+    len: u64,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    const PIECE: u64 = 64 << 10;
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let c = Client::connect(&uri).await.expect("connect");
+            let (mut rounds, mut seed) = (0u64, 17u64);
+            while !stop.load(SeqCst) || rounds == 0 {
+                seed += 2;
+                let at = (seed * 7919) % ((len - PIECE) / 4096) * 4096;
+                let bytes = seeded_bytes(seed, PIECE);
+                c.write(at, Bytes::from(bytes.clone()))
+                    .await
+                    .expect("write");
+                model.lock().unwrap()[at as usize..(at + PIECE) as usize].copy_from_slice(&bytes);
+                let from = (seed * 104_729) % ((len - PIECE) / 4096) * 4096;
+                let got = c.read(from, PIECE as usize).await.expect("read");
+                let want = model.lock().unwrap()[from as usize..(from + PIECE) as usize].to_vec();
+                assert!(
+                    got[..] == want[..],
+                    "read at {from} differs from what was written"
+                );
+                rounds += 1;
+            }
+            c.flush().await.expect("flush");
+            rounds
+        })
+    })
+}
+
+fn copy_in(nbdcopy: &Path, dir: &Path, uri: &str, data: &[u8]) {
+    let src = dir.join("src.img");
+    std::fs::write(&src, data).unwrap();
+    ok(
+        Command::new(nbdcopy).arg(&src).arg(uri).output().unwrap(),
+        "nbdcopy into the volume",
+    );
+}
+
+/// A check-only scrub of the whole volume: no stripe whose parity disagrees with its data.
+fn scrub_finds_nothing(cfg: &str) {
+    let out = ok(nbraid(&["scrub", "db", "--config", cfg, "--json"]), "scrub");
+    let report: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{out}: {e}"));
+    assert_eq!(report["state"], "done", "{report:#}");
+    assert_eq!(report["mismatches"], 0, "{report:#}");
+}
+
+#[test]
+fn a_size_all_volume_grows_online_when_its_members_grow() {
+    let (nbdcopy, nbdinfo) = (require("nbdcopy"), require("nbdinfo"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(dir.path(), 9, "64MiB");
+    let cfg = file.to_str().unwrap();
+    ok(nbraid(&["create", cfg]), "create");
+    let (d, uri) = serve(&file, "db");
+    let cap = status_of(cfg, "db")["capacity_bytes"].as_u64().unwrap();
+    assert_eq!(cap, 14 * MIB, "two data members of 7 MiB");
+    let data = seeded_bytes(3, cap);
+    copy_in(&nbdcopy, dir.path(), &uri, &data);
+
+    // 9 → 17 MiB members: planned as a grow in place, started online while a client works.
+    grow_files(dir.path(), 17);
+    config(dir.path(), 17, "64MiB");
+    let plan = ok(nbraid(&["apply", cfg]), "apply (plan)");
+    assert!(plan.contains("~ size 14 MiB → 30 MiB"), "{plan}");
+    assert!(plan.contains("grow online"), "{plan}");
+    let model = Arc::new(Mutex::new(data));
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy = client(uri.clone(), model.clone(), cap, stop.clone());
+    let out = ok(nbraid(&["apply", cfg, "--yes"]), "apply --yes");
+    assert!(out.contains("started online"), "{out}");
+    wait(cfg, "the grow to 30 MiB", |v| {
+        v["reshape"]["state"] == "done" && v["capacity_bytes"].as_u64() == Some(30 * MIB)
+    });
+    stop.store(true, SeqCst);
+    assert!(busy.join().expect("the client saw every byte it wrote") > 0);
+    assert_eq!(
+        size_seen(&nbdinfo, &uri),
+        30 * MIB,
+        "a new connection sees it"
+    );
+    scrub_finds_nothing(cfg);
+    let mut data = model.lock().unwrap().clone();
+    data.extend(seeded_bytes(4, 16 * MIB));
+    copy_in(&nbdcopy, dir.path(), &uri, &data);
+
+    // 17 → 33 MiB, slowly: SIGKILL while the new space is being synced, then the restart.
+    grow_files(dir.path(), 33);
+    config(dir.path(), 33, "2MiB");
+    let out = ok(nbraid(&["apply", cfg, "--yes"]), "apply --yes again");
+    assert!(out.contains("started online"), "{out}");
+    wait(cfg, "the sync of the new space to move", |v| {
+        v["reshape"]["position_bytes"].as_u64().unwrap_or(0) > 30 * MIB
+    });
+    let mut d = d;
+    d.child.kill().unwrap(); // SIGKILL
+    d.child.wait().unwrap();
+    config(dir.path(), 33, "64MiB");
+    let (mut d, uri) = serve(&file, "db");
+    wait(cfg, "the grow to 62 MiB", |v| {
+        v["reshape"]["state"] == "done" && v["capacity_bytes"].as_u64() == Some(62 * MIB)
+    });
+    assert_eq!(size_seen(&nbdinfo, &uri), 62 * MIB);
+    scrub_finds_nothing(cfg);
+    ok(nbraid(&["fail", "db", "d1", "--config", cfg]), "fail d1");
+    let out = dir.path().join("out.img");
+    ok(
+        Command::new(&nbdcopy).arg(&uri).arg(&out).output().unwrap(),
+        "nbdcopy out of the volume",
+    );
+    let got = std::fs::read(&out).unwrap();
+    assert!(
+        got[..data.len()] == data[..],
+        "every byte reads back with d1 failed"
+    );
+    d.stop();
+}
