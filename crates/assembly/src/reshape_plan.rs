@@ -328,9 +328,15 @@ fn same_places(recorded: &Node, config: &Node) -> Result<(), String> {
             ));
         };
         if now.start != old.start {
+            // The usual cause: `size = "all"` over a grown member, whose reserves before the
+            // region (block checksums, sized from the region) grew with it.
+            let why = match now.start > old.start {
+                true => " (the reserves the config leaves before the region grew: the block-checksum reserve is sized from the region, so a member grown past what its reserve covers moves the region's start)",
+                false => "",
+            };
             return Err(format!(
                 "role {}'s region starts at byte {} in the config and at byte {} in the \
-                 records: a member's data is never moved to another offset",
+                 records{why}: a member's data is never moved to another offset",
                 old.index, now.start, old.start
             ));
         }

@@ -418,3 +418,46 @@ fn a_growth_past_the_checksum_reserve_is_refused() {
         .0;
     assert_eq!(again.reshape_progress(), None, "no reshape recorded");
 }
+
+/// A JBOD grows by a member at its end in place: nothing copied, the added member's old
+/// bytes (a forced disk) read back as zeroes, the old bytes stay.
+#[test]
+fn a_jbod_grows_by_a_member_at_its_end() {
+    let old = tree(Level::Jbod, 2, 64 * KIB);
+    let new = tree(Level::Jbod, 3, 64 * KIB);
+    let mut rng = Rng::new(9);
+    let disks = members(&new, &mut rng);
+    let a = block_on(Array::create(
+        "vol",
+        old.clone(),
+        metas(&disks[..2]),
+        opts(),
+        false,
+        &|_, _| {},
+    ))
+    .expect("create")
+    .0;
+    let want = seeded(&mut rng, old.capacity());
+    block_on(a.write(0, Buf::copy_from(&want), true)).unwrap();
+    block_on(a.mark_clean()).unwrap();
+    let force = Consent {
+        force: true,
+        ..Consent::default()
+    };
+    block_on(a.start_reshape(new.clone(), metas(&disks[2..]), &force)).unwrap();
+    drop(a);
+    let a = open(&new, &disks);
+    let cap = old.capacity();
+    assert_eq!(a.reshape_progress(), Some((cap, cap)), "nothing to copy");
+    let ctl = PassControl::resume_at(0, cap);
+    assert_eq!(block_on(a.reshape(&ctl)).unwrap(), PassState::Done);
+    drop(a);
+    let a = open(&new, &disks);
+    assert_eq!(a.volume().capacity(), new.capacity());
+    let back = block_on(a.read(0, new.capacity())).unwrap();
+    assert!(back[..cap as usize] == want[..], "the old bytes stay");
+    assert!(
+        back[cap as usize..].iter().all(|&b| b == 0),
+        "the new member reads zeroes"
+    );
+}

@@ -287,8 +287,9 @@ fn run(
             expected.want[at..at + 4096].copy_from_slice(&data);
             expected.unacked = None;
             a.set_reshape_window_bytes(1); // one unit a window: many checkpoints
+            let at = a.reshape_progress().map_or(0, |p| p.0); // a grow in place: the end
             let state = a
-                .reshape(&PassControl::new(0))
+                .reshape(&PassControl::resume_at(0, at))
                 .await
                 .map_err(|e| e.to_string())?;
             assert_eq!(state, PassState::Done);
@@ -305,7 +306,26 @@ fn run(
         block_on(m.disk.crash(false)).map_err(|e| e.to_string())?;
     }
     block_on(async {
-        let a = open(sizes, new, &members, "open after the torn commit").await?;
+        let a = match open(sizes, new, &members, "open after the torn commit").await {
+            // A start that reached no member (a grow in place adds none to write first): the
+            // volume is as it was, and the start is simply made again.
+            Err(e)
+                if cut_at == Some(0)
+                    && n_old == new.member_count()
+                    && e.contains("the superblocks record") =>
+            {
+                let a = open(sizes, old, &members[..n_old], "open in the old shape").await?;
+                expected
+                    .check(&a, "in the old shape after a start that reached no member")
+                    .await?;
+                (a.start_reshape(new.clone(), Vec::new(), &Consent::default())
+                    .await)
+                    .map_err(|e| format!("the start again: {e}"))?;
+                drop(a);
+                open(sizes, new, &members, "open after the start again").await?
+            }
+            other => other?,
+        };
         expected.check(&a, "after the torn commit").await?;
         if let Some((position, _)) = a.reshape_progress() {
             a.set_reshape_window_bytes(64 * KIB);
@@ -342,8 +362,8 @@ fn sweep(old: Node, new: Node) {
 fn sweep_sized(sizes: Sizes, old: Node, new: Node) {
     let commits = run(sizes, (&old, &new), None, &[]).expect("the untorn reshape");
     assert!(
-        commits > 4,
-        "a reshape commits its start, checkpoints and end"
+        commits >= 2,
+        "a reshape commits its start (and checkpoints) and end"
     );
     let n = new.member_count();
     let mut failures = Vec::new();
@@ -379,6 +399,17 @@ fn raid5_every_torn_commit_of_a_reshape_is_recovered() {
     sweep(
         tree(Level::Raid5, 3, 8 * KIB),
         tree(Level::Raid5, 4, 8 * KIB),
+    );
+}
+
+/// Regions grown in place: the start records the position at the old capacity with no
+/// member added, the pass zeroes the new space, the end commits the grown tree — each commit
+/// torn (a member that missed the start holds the same member list and no reshape).
+#[test]
+fn raid5_every_torn_commit_of_a_grow_in_place_is_recovered() {
+    sweep(
+        tree_of(Level::Raid5, 3, 8 * KIB, REGION / 2),
+        tree(Level::Raid5, 3, 8 * KIB),
     );
 }
 

@@ -115,7 +115,7 @@ pub enum AssembleError {
         ours: String,
         theirs: String,
     },
-    #[error("volume `{volume}`: the config says {what} {config}, the superblocks record {recorded}; data is never reinterpreted — fix the config or re-create the volume")]
+    #[error("volume `{volume}`: the config says {what} {config}, the superblocks record {recorded}; data is never reinterpreted — `nbraid check` / `nbraid apply` show whether the change is a reshape done online, else fix the config")]
     GeometryChanged {
         volume: String,
         what: &'static str,
