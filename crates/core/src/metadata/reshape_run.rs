@@ -393,19 +393,7 @@ pub(super) async fn start(
             "its checksum pass (checksums = \"enable\") has not finished: let it finish first (nbraid status shows checksum_fill)",
         ));
     }
-    let mut metas = Vec::with_capacity(total);
-    for r in 0..old_roles {
-        match p.records.meta(r) {
-            Some(m) if !p.volume.member_is_failed(r) && rec.members[r].state == RecordedState::Active => {
-                metas.push(m)
-            }
-            _ => {
-                return Err(p.refuse(format!(
-                    "role {r} is not current: a reshape starts only with every member in place (rebuild first)"
-                )))
-            }
-        }
-    }
+    let mut metas = current_members(p, &rec.members)?;
     metas.extend(added.iter().cloned());
     let probe = ReshapeRecord {
         new_tree: new_tree.clone(),
@@ -498,6 +486,28 @@ pub(super) async fn start(
         .map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
     }
     Ok(())
+}
+
+/// The member of every recorded role (`members`), refused by role where one is not current:
+/// a reshape starts only with every member in place.
+fn current_members(
+    p: Parts<'_>,
+    members: &[MemberEntry],
+) -> Result<Vec<Arc<MemberMeta>>, ArrayError> {
+    let mut metas = Vec::with_capacity(members.len());
+    for (r, entry) in members.iter().enumerate() {
+        match p.records.meta(r) {
+            Some(m) if !p.volume.member_is_failed(r) && entry.state == RecordedState::Active => {
+                metas.push(m)
+            }
+            _ => {
+                return Err(p.refuse(format!(
+                    "role {r} is not current: a reshape starts only with every member in place (rebuild first)"
+                )))
+            }
+        }
+    }
+    Ok(metas)
 }
 
 /// Every role's backup home (`metas` by role; those from `old_roles` on are added and must

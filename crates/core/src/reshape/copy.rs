@@ -1,6 +1,7 @@
 //! One window of a reshape's copy, in named stages: decide the window (the layout's rule),
 //! hold it, save what it puts at risk, copy, make durable, checkpoint, move the position.
 
+use super::grown::Grown;
 use super::ReshapeNode;
 use crate::buf::Buf;
 use crate::error::{VolumeError, VolumeResult};
@@ -152,9 +153,10 @@ impl ReshapeNode {
             "the pass resumes where the reshape is (or in the grown space after it)"
         );
         let unit = self.0.layout.unit();
+        let grown = Grown::of(&self.0.layout);
         let work = PassWork {
             // The copy, then the grown space's sync (`grown.rs`).
-            total_bytes: capacity + self.grown_bytes(),
+            total_bytes: capacity + grown.bytes(),
             window_bytes: (window_bytes / unit).max(1) * unit,
             inflight: 1,
             // The pass's window in the copy's windows (shorter ones while clients are busy),
@@ -171,9 +173,16 @@ impl ReshapeNode {
                         );
                     }
                     if at + len > capacity {
+                        assert_eq!(
+                            self.position(),
+                            capacity,
+                            "the grown space follows the copy"
+                        );
                         let from = at.max(capacity);
-                        self.sync_grown(from, at + len - from).await?;
-                        if at + len == capacity + self.grown_bytes() {
+                        grown
+                            .sync(self.tree(Side::New), from, at + len - from)
+                            .await?;
+                        if at + len == capacity + grown.bytes() {
                             self.make_durable().await?;
                         }
                     }

@@ -15,35 +15,36 @@
 //! tree and the next open offer the grown size. Nothing records progress here: no client
 //! reaches the grown space before the commit, so a restart walks all of it again.
 
-use super::ReshapeNode;
 use crate::error::VolumeResult;
-use crate::node::ZeroKind;
-use nbraid_layout::Side;
+use crate::node::{ArrayNode, ZeroKind};
+use nbraid_layout::Reshape;
 
-impl ReshapeNode {
-    /// Logical bytes the new tree holds past the old capacity.
-    pub fn grown_bytes(&self) -> u64 {
-        let layout = &self.0.layout;
-        layout.new_tree().capacity() - layout.capacity()
+/// The grown space of a reshape: `[capacity, end_of_tree)` of the new tree, in reshape units.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Grown {
+    capacity: u64,
+    end_of_tree: u64,
+    unit: u64,
+}
+
+impl Grown {
+    pub(super) fn of(layout: &Reshape) -> Grown {
+        Grown {
+            capacity: layout.capacity(),
+            end_of_tree: layout.new_tree().capacity(),
+            unit: layout.unit(),
+        }
     }
 
-    /// Makes the new tree consistent over the reshape units that start in
-    /// `[offset, offset+len)`, a range past the old capacity (the copy must have ended: the
-    /// position is the old capacity); see [`pieces`].
-    pub(super) async fn sync_grown(&self, offset: u64, len: u64) -> VolumeResult<()> {
-        let capacity = self.0.layout.capacity();
-        let grown = Grown {
-            capacity,
-            end_of_tree: capacity + self.grown_bytes(),
-            unit: self.0.layout.unit(),
-        };
-        assert_eq!(
-            self.position(),
-            capacity,
-            "the grown space follows the copy"
-        );
-        let new = self.tree(Side::New);
-        for (how, at, n) in pieces(grown, offset, len) {
+    /// Logical bytes the new tree holds past the old capacity.
+    pub(super) fn bytes(self) -> u64 {
+        self.end_of_tree - self.capacity
+    }
+
+    /// Makes `new` (the new tree, the copy done) consistent over the units that start in
+    /// `[offset, offset+len)`, a range past the old capacity: see [`pieces`].
+    pub(super) async fn sync(self, new: &dyn ArrayNode, offset: u64, len: u64) -> VolumeResult<()> {
+        for (how, at, n) in pieces(self, offset, len) {
             match how {
                 Sync::Rewrite => new.resync_range(at, n).await?,
                 Sync::Zero => new.zero(at, n, ZeroKind::WriteZeroes).await?,
@@ -51,14 +52,6 @@ impl ReshapeNode {
         }
         Ok(())
     }
-}
-
-/// The grown space of a reshape: `[capacity, end_of_tree)` of the new tree, in reshape units.
-#[derive(Clone, Copy, Debug)]
-struct Grown {
-    capacity: u64,
-    end_of_tree: u64,
-    unit: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
