@@ -314,3 +314,31 @@ fn a_submit_that_keeps_failing_fails_the_entry() {
     let e = t.push(&nop).unwrap_err();
     assert!(e.to_string().contains("failed 64 times in a row"), "{e}");
 }
+
+/// A member grows only to what its file now holds, and never shrinks (a volume growing in
+/// place over a file that grew while open).
+#[test]
+fn a_member_grows_to_what_its_file_now_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.img");
+    let engine = Engine::new(1).unwrap();
+    let m = open(&path, 1 << 20, &engine);
+    let e = m.grow_to(2 << 20).unwrap_err();
+    assert!(e.contains("holds 1048576 bytes"), "{e}");
+    assert_eq!(m.len(), 1 << 20, "unchanged by a refusal");
+    OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(3 << 20)
+        .unwrap();
+    assert_eq!(
+        m.grow_to(2 << 20),
+        Ok(2 << 20),
+        "the config's size, not the file's"
+    );
+    assert_eq!(m.len(), 2 << 20);
+    let tail = block_on(m.write((2 << 20) - 4096, Buf::copy_from(&[7; 4096]).freeze(), false));
+    assert!(tail.is_ok(), "the grown bytes take writes");
+    assert_eq!(m.grow_to(1 << 20), Ok(2 << 20), "never shrinks");
+}
