@@ -106,7 +106,10 @@ impl Kept {
 
     /// The fold of the lost chunk, begun if none is under way.
     pub fn fold_mut(&mut self) -> &mut Fold {
-        let (k, lost) = (self.rows.len(), self.lost.expect("a stripe rebuilt by a fold"));
+        let (k, lost) = (
+            self.rows.len(),
+            self.lost.expect("a stripe rebuilt by a fold"),
+        );
         self.fold.get_or_insert_with(|| Fold::new(k, lost))
     }
 
@@ -175,17 +178,19 @@ impl Kept {
     }
 
     /// Gives back claims of sources a reader will not fold (its read failed, or it was
-    /// dropped), and its target: the next reader that needs them reads them.
-    pub fn release(&mut self, sources: &[Source], target: bool) {
+    /// dropped): the next reader that needs them reads them. With `target`, its buffer
+    /// comes back too (rebuilt or not).
+    pub fn release(&mut self, sources: &[Source], target: bool) -> Option<Buf> {
         for &s in sources {
             let at = self.slot(s);
             self.reading[at] = Reading::Idle;
         }
-        if target {
-            self.target = None;
-            self.finished = None;
-        }
+        let given = match target {
+            true => self.target.take().or(self.finished.take()),
+            false => None,
+        };
         self.wake();
+        given
     }
 
     /// Registers a reader to wake at the next change.
@@ -551,7 +556,10 @@ mod tests {
             r.put(s, vec![Some(half.clone()), None, None, None]);
         }
         assert!(r.get(3).is_none(), "the oldest dropped");
-        assert!(r.get(5).is_some(), "in use: kept (it counts among the minimum)");
+        assert!(
+            r.get(5).is_some(),
+            "in use: kept (it counts among the minimum)"
+        );
         assert!(r.get(20).is_none());
         assert!((21..20 + RECENT_STRIPES as u64).all(|s| r.get(s).is_some()));
         // Chunks read to their end are let go; the stripe with them.
@@ -590,7 +598,10 @@ mod tests {
             kept.release(&[Source::Data(3)], false);
             assert_eq!(kept.claim_missing(), vec![Source::Data(3)]);
             kept.contribute(&[(Source::P, &p[..]), (Source::Data(1), refs[1])]);
-            assert!(kept.finished.is_none() && kept.rows[2].is_none(), "data 3 missing");
+            assert!(
+                kept.finished.is_none() && kept.rows[2].is_none(),
+                "data 3 missing"
+            );
             kept.contribute(&[(Source::Data(3), refs[3]), (Source::Data(0), refs[0])]);
             match target {
                 true => assert_eq!(kept.finished.as_deref(), Some(&data[2][..])),

@@ -3,9 +3,9 @@
 //! reads into the stripe's one lost data chunk while they are in cache (`read_folding`).
 
 use super::super::recent::{Kept, KeptSlot, Reading, Source};
+use super::*;
 use std::future::Future;
 use std::task::Poll;
-use super::*;
 
 impl Reader<'_> {
     /// Whether a read whose chunks are all readable should still rebuild some stripe whole:
@@ -190,7 +190,7 @@ impl Reader<'_> {
         let mut own = std::pin::pin!(self.read_chunks(stripe, roles, issued));
         let first = futures::future::poll_fn(|cx| Poll::Ready(own.as_mut().poll(cx))).await;
         let at_once = first.is_ready();
-        let (got, ahead) = match first {
+        let (got, ahead): (Vec<Option<Buf>>, Vec<(Source, Option<Buf>)>) = match first {
             Poll::Ready(got) => (got, Vec::new()),
             Poll::Pending if wants_x => {
                 // Members with latency: what the fold still misses is read now, beside this
@@ -205,35 +205,44 @@ impl Reader<'_> {
             }
             Poll::Pending => (own.await, Vec::new()),
         };
-        if got.iter().chain(ahead.iter().map(|a| &a.1)).any(Option::is_none) {
-            drop(claims);
-            return self.read_general(stripe, metas, bufs).await;
+        let mut failed = got
+            .iter()
+            .chain(ahead.iter().map(|a| &a.1))
+            .any(Option::is_none);
+        let mut got: Vec<Option<Buf>> = got;
+        if !failed {
+            let mut read: Vec<Buf> = got.drain(..).flatten().collect();
+            publish(&slot, &mut claims, &order, &mut read, ahead);
+            got = read.into_iter().map(Some).collect();
         }
-        let mut got: Vec<Buf> = got.into_iter().map(|b| b.expect("read")).collect();
-        publish(&slot, &mut claims, &order, &mut got, ahead);
+        // The request's buffers back (a failed read's is lost: allocated again below).
         for ((_, j, _), b) in order.iter().zip(got) {
-            if let Some(j) = j {
+            if let (Some(j), Some(b)) = (j, b) {
                 bufs[*j] = Some(b);
             }
         }
-        if wants_x {
+        if wants_x && !failed {
             if at_once {
                 // Memory speed: the requests queued behind this one issue their reads and
                 // fold straight from their own buffers before it reads their chunks for them.
                 yield_once().await;
             }
-            if !self.finish_lost(stripe, roles, &slot, &mut claims).await {
-                drop(claims);
-                return self.read_general(stripe, metas, bufs).await;
-            }
+            failed = failed || !self.finish_lost(stripe, roles, &slot, &mut claims).await;
         }
-        let out = self.fill_from_kept(&slot, &plan, &metas, bufs, &mut claims).await;
-        drop(claims);
-        let Some(out) = out else {
-            let bufs = metas.iter().map(|_| None).collect();
+        failed = failed
+            || !self
+                .fill_from_kept(&slot, &plan, &metas, &mut bufs, &mut claims)
+                .await;
+        if failed {
+            if let (Some(j), Some(b)) = (plan.target, claims.give_back()) {
+                bufs[j] = Some(b);
+            }
+            drop(claims);
             return self.read_general(stripe, metas, bufs).await;
-        };
+        }
+        drop(claims);
         self.stripes.recent.drop_if_spent(stripe, &slot);
+        let out = bufs.into_iter().map(|b| b.expect("filled")).collect();
         Ok((out, Vec::new()))
     }
 
@@ -289,16 +298,16 @@ impl Reader<'_> {
     }
 
     /// The request's buffers once its reads are folded: pieces of kept chunks copied (after
-    /// waiting for those another reader brings), the lost chunk taken or copied. `None` when
+    /// waiting for those another reader brings), the lost chunk taken or copied. False when
     /// a chunk awaited will not be kept (its reader failed).
     async fn fill_from_kept(
         &self,
         slot: &KeptSlot,
         plan: &FoldPlan,
         metas: &[ParityPiece],
-        mut bufs: Vec<Option<Buf>>,
+        bufs: &mut [Option<Buf>],
         claims: &mut Claims<'_>,
-    ) -> Option<Vec<Buf>> {
+    ) -> bool {
         let strip = self.stripes.chunks.strip;
         for (j, (p, step)) in metas.iter().zip(&plan.steps).enumerate() {
             let i = p.data_index;
@@ -312,7 +321,7 @@ impl Reader<'_> {
             if matches!(step, Step::Straight { .. }) {
                 continue;
             }
-            let src = futures::future::poll_fn(|cx| {
+            let src = match futures::future::poll_fn(|cx| {
                 let mut st = slot.lock();
                 if let Some(r) = &st.rows[i] {
                     return Poll::Ready(Some(r.clone()));
@@ -323,7 +332,11 @@ impl Reader<'_> {
                 st.wait(cx.waker());
                 Poll::Pending
             })
-            .await?;
+            .await
+            {
+                Some(src) => src,
+                None => return false,
+            };
             let at = p.in_chunk as usize;
             let b = bufs[j].as_mut().expect("the caller's buffer");
             b.copy_from_slice(&src[at..at + p.len as usize]);
@@ -332,7 +345,7 @@ impl Reader<'_> {
                 slot.lock().rows[i] = None;
             }
         }
-        bufs.into_iter().collect()
+        true
     }
 
     /// The general path for a folding read that cannot finish by folding: every piece read
@@ -386,11 +399,22 @@ struct Claims<'a> {
     target: bool,
 }
 
+impl Claims<'_> {
+    /// Gives every claim back; the reader's target buffer, if the fold held it.
+    fn give_back(&mut self) -> Option<Buf> {
+        if self.sources.is_empty() && !self.target {
+            return None;
+        }
+        let given = self.slot.lock().release(&self.sources, self.target);
+        self.sources.clear();
+        self.target = false;
+        given
+    }
+}
+
 impl Drop for Claims<'_> {
     fn drop(&mut self) {
-        if !self.sources.is_empty() || self.target {
-            self.slot.lock().release(&self.sources, self.target);
-        }
+        self.give_back();
     }
 }
 
@@ -438,7 +462,9 @@ fn publish(
     } else {
         st.contribute(&sources);
     }
-    claims.sources.retain(|c| !sources.iter().any(|(s, _)| s == c));
+    claims
+        .sources
+        .retain(|c| !sources.iter().any(|(s, _)| s == c));
 }
 
 /// What a reader does for one piece of a stripe being folded.
