@@ -190,7 +190,7 @@ impl Reader<'_> {
         let mut own = std::pin::pin!(self.read_chunks(stripe, roles, issued));
         let first = futures::future::poll_fn(|cx| Poll::Ready(own.as_mut().poll(cx))).await;
         let at_once = first.is_ready();
-        let (got, ahead): (Vec<Option<Buf>>, Vec<(Source, Option<Buf>)>) = match first {
+        let (got, ahead): (Vec<Option<Buf>>, Vec<AheadRead>) = match first {
             Poll::Ready(got) => (got, Vec::new()),
             Poll::Pending if wants_x => {
                 // Members with latency: what the fold still misses is read now, beside this
@@ -426,7 +426,7 @@ fn publish(
     claims: &mut Claims<'_>,
     order: &[(Source, Option<usize>, bool)],
     got: &mut [Buf],
-    ahead: Vec<(Source, Option<Buf>)>,
+    ahead: Vec<AheadRead>,
 ) {
     let ahead: Vec<(Source, SharedBuf)> = ahead
         .into_iter()
@@ -564,6 +564,9 @@ fn own_reads(
     }
     reads
 }
+
+/// A chunk read ahead into a kept buffer: the buffer, or `None` where the read failed.
+type AheadRead = (Source, Option<Buf>);
 
 /// Whole-chunk reads into fresh (pooled) buffers of `sources`.
 fn scratch_reads(sources: &[Source], strip: u64) -> Vec<(Source, u64, Buf)> {
