@@ -1,6 +1,8 @@
 //! Sequential degraded reads: a read that rebuilds a stripe whole for the next request
 //! (`rebuild_ahead`), keeps the few last rebuilt stripes, and folds whole chunks a request
 //! reads into the stripe's one lost data chunk while they are in cache (`read_folding`).
+//! The readers of a stripe in flight share its [`Kept`]: each claims the chunks it reads
+//! and folds them when they arrive, so none waits for another's I/O to issue its own.
 
 use super::super::recent::{Kept, KeptSlot, Reading, Source};
 use super::*;
@@ -613,4 +615,67 @@ fn fold_target(roles: &StripeRoles, lost: &[bool]) -> Option<usize> {
     let mut lost_data = (0..roles.data.len()).filter(|&i| lost[roles.data[i]]);
     let x = lost_data.next()?;
     lost_data.next().is_none().then_some(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(data_index: usize, in_chunk: u64, len: u64) -> ParityPiece {
+        ParityPiece {
+            logical: 0,
+            stripe: 0,
+            data_index,
+            child: data_index,
+            in_chunk,
+            len,
+        }
+    }
+
+    #[test]
+    fn readers_of_a_stripe_claim_each_chunk_once_and_one_waits_for_the_lost_one() {
+        let strip = 4096;
+        let mut kept = Kept::new(4, Some(1));
+        // The request before: its whole chunk read into its buffer and folded.
+        let z = plan_fold(&mut kept, &[piece(0, 0, strip)], strip).unwrap();
+        assert_eq!(z.steps, vec![Step::Straight { fold: true }]);
+        assert_eq!((z.claimed, z.target), (vec![Source::Data(0)], None));
+        // The one that wants the lost chunk whole (and part of the next): the fold's target,
+        // the part's chunk read whole into a kept buffer, and P.
+        let a = plan_fold(&mut kept, &[piece(1, 0, strip), piece(2, 0, 100)], strip).unwrap();
+        assert_eq!(a.steps, vec![Step::Lost, Step::Scratch]);
+        assert_eq!(a.claimed, vec![Source::Data(2), Source::P]);
+        assert_eq!(a.target, Some(0));
+        kept.target = Some(Buf::new(strip as usize));
+        // The one behind: chunk 2 comes kept, chunk 3 straight; chunk 0, which the first
+        // reads and folds, straight again, not folded twice.
+        let b = plan_fold(
+            &mut kept,
+            &[
+                piece(2, 100, strip - 100),
+                piece(3, 0, strip),
+                piece(0, 0, strip),
+            ],
+            strip,
+        )
+        .unwrap();
+        assert_eq!(
+            b.steps,
+            vec![
+                Step::Copy,
+                Step::Straight { fold: true },
+                Step::Straight { fold: false }
+            ]
+        );
+        assert_eq!(b.claimed, vec![Source::Data(3)]);
+        assert!(kept.claim_missing().is_empty(), "every source claimed");
+        // Another reader wanting the lost chunk while it is a reader's target: the general
+        // path serves it.
+        assert!(plan_fold(&mut kept, &[piece(1, 0, 100)], strip).is_none());
+        // Once rebuilt and kept, a piece of it is copied.
+        kept.target = None;
+        kept.rows[1] = Some(Buf::new(strip as usize).freeze());
+        let c = plan_fold(&mut kept, &[piece(1, 0, 100)], strip).unwrap();
+        assert_eq!((c.steps, c.claimed), (vec![Step::Copy], vec![]));
+    }
 }
