@@ -8,9 +8,10 @@
 
 use crate::buf::{Buf, SharedBuf};
 use crate::parity;
-use crate::range_lock::{RangeGuard, RangeLock};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::task::Waker;
 
 /// Stripes kept at least, whatever their size (rebuilt rows and folds together).
 pub(super) const RECENT_STRIPES: usize = 4;
@@ -19,37 +20,201 @@ pub(super) const RECENT_STRIPES: usize = 4;
 /// their stripe kept.
 pub(super) const RECENT_BYTES: usize = 32 << 20;
 
-/// What is kept of one stripe.
+/// Who reads a source of a stripe's fold now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Reading {
+    /// Nobody: the next reader that needs it reads it.
+    Idle,
+    /// A reader, into its own buffer (or P's scratch); it folds it and keeps nothing.
+    Own,
+    /// A reader, into a buffer kept in [`Kept::rows`] (and folded) for the next request.
+    Scratch,
+}
+
+/// What is kept of one stripe, shared by the readers of the stripe in flight (each holds it
+/// for a few statements, never across I/O).
 pub(super) struct Kept {
     /// Data chunks' rows, whole, by data index; `None` where not kept.
     pub rows: Vec<Option<SharedBuf>>,
-    /// The lost chunk partly rebuilt, when it is not among `rows` yet.
+    /// Data index of the lost chunk the fold rebuilds (`None`: rows kept by a whole rebuild).
+    lost: Option<usize>,
+    /// The lost chunk partly rebuilt; `None` while no rebuild is under way.
     pub fold: Option<Fold>,
+    /// Per source (data indices, then P): who reads it now. A claimed source is folded (or
+    /// given back, by [`Kept::release`]) by its reader.
+    reading: Vec<Reading>,
+    /// The buffer of the one reader that wants the lost chunk whole: the fold completes
+    /// straight into it.
+    pub target: Option<Buf>,
+    /// `target` once the fold completed into it, for its reader to take.
+    pub finished: Option<Buf>,
+    /// Readers waiting for a claimed source, a kept chunk or the lost one.
+    waiters: Vec<Waker>,
 }
 
 impl Kept {
+    /// Nothing kept of a stripe of `k` data chunks whose data chunk `lost` (if any) a fold
+    /// rebuilds.
+    pub fn new(k: usize, lost: Option<usize>) -> Kept {
+        Kept {
+            rows: vec![None; k],
+            lost,
+            fold: None,
+            reading: vec![Reading::Idle; k + 1],
+            target: None,
+            finished: None,
+            waiters: Vec::new(),
+        }
+    }
+
     /// Bytes of rows it holds.
     fn bytes(&self) -> usize {
         self.rows.iter().flatten().map(|r| r.len()).sum::<usize>()
             + self.fold.as_ref().map_or(0, Fold::bytes)
     }
+
+    /// Whether a reader in flight depends on it (claims, a target, waiters): never dropped.
+    fn in_use(&self) -> bool {
+        self.reading.iter().any(|r| *r != Reading::Idle)
+            || self.target.is_some()
+            || self.finished.is_some()
+            || !self.waiters.is_empty()
+    }
+
+    /// Whether nothing is kept and nobody uses it.
+    fn is_spent(&self) -> bool {
+        !self.in_use()
+            && self.rows.iter().all(Option::is_none)
+            && self.fold.as_ref().is_none_or(Fold::is_empty)
+    }
+
+    fn slot(&self, s: Source) -> usize {
+        match s {
+            Source::Data(i) => i,
+            Source::P => self.rows.len(),
+        }
+    }
+
+    /// Data index of the lost chunk the fold rebuilds.
+    pub fn lost(&self) -> usize {
+        self.lost.expect("a stripe rebuilt by a fold")
+    }
+
+    pub fn reading(&self, s: Source) -> Reading {
+        self.reading[self.slot(s)]
+    }
+
+    /// The fold of the lost chunk, begun if none is under way.
+    pub fn fold_mut(&mut self) -> &mut Fold {
+        let (k, lost) = (
+            self.rows.len(),
+            self.lost.expect("a stripe rebuilt by a fold"),
+        );
+        self.fold.get_or_insert_with(|| Fold::new(k, lost))
+    }
+
+    /// Whether source `s` is folded already.
+    pub fn folded(&self, s: Source) -> bool {
+        self.fold.as_ref().is_some_and(|f| f.has(s))
+    }
+
+    /// Claims `s` for a reader about to read it (`how`: into its own buffer or a kept one).
+    pub fn claim(&mut self, s: Source, how: Reading) {
+        let at = self.slot(s);
+        assert_eq!(self.reading[at], Reading::Idle, "{s:?} claimed twice");
+        self.reading[at] = how;
+    }
+
+    /// Claims every source the fold still misses that nobody reads (into kept buffers: the
+    /// next request wants them; P into scratch). Returns them.
+    pub fn claim_missing(&mut self) -> Vec<Source> {
+        let missing: Vec<Source> = self
+            .fold_mut()
+            .missing()
+            .into_iter()
+            .filter(|&s| self.reading(s) == Reading::Idle)
+            .collect();
+        for &s in &missing {
+            let how = match s {
+                Source::Data(_) => Reading::Scratch,
+                Source::P => Reading::Own,
+            };
+            self.claim(s, how);
+        }
+        missing
+    }
+
+    /// Folds whole chunks a reader claimed and read (any already folded are skipped). The
+    /// sources that complete the fold rebuild the lost chunk in the same pass: into the
+    /// waiting reader's [`Self::target`], else kept in `rows`. Wakes the waiters.
+    pub fn contribute(&mut self, sources: &[(Source, &[u8])]) {
+        for &(s, _) in sources {
+            let at = self.slot(s);
+            self.reading[at] = Reading::Idle;
+        }
+        let fold = self.fold_mut();
+        let completes = fold
+            .missing()
+            .iter()
+            .all(|m| sources.iter().any(|(s, _)| s == m));
+        if completes {
+            let fold = self.fold.take().expect("under way");
+            let lost = fold.lost();
+            match self.target.take() {
+                Some(mut out) => {
+                    fold.finish_into(sources, &mut out);
+                    self.finished = Some(out);
+                }
+                None => {
+                    let mut out = Buf::new(sources[0].1.len());
+                    fold.finish_into(sources, &mut out);
+                    self.rows[lost] = Some(out.freeze());
+                }
+            }
+        } else {
+            fold.absorb(sources);
+        }
+        self.wake();
+    }
+
+    /// Gives back claims of sources a reader will not fold (its read failed, or it was
+    /// dropped): the next reader that needs them reads them. With `target`, its buffer
+    /// comes back too (rebuilt or not).
+    pub fn release(&mut self, sources: &[Source], target: bool) -> Option<Buf> {
+        for &s in sources {
+            let at = self.slot(s);
+            self.reading[at] = Reading::Idle;
+        }
+        let given = match target {
+            true => self.target.take().or(self.finished.take()),
+            false => None,
+        };
+        self.wake();
+        given
+    }
+
+    /// Registers a reader to wake at the next change.
+    pub fn wait(&mut self, w: &Waker) {
+        self.waiters.push(w.clone());
+    }
+
+    pub fn wake(&mut self) {
+        for w in self.waiters.drain(..) {
+            w.wake();
+        }
+    }
 }
 
-struct RecentStripe {
-    stripe: u64,
-    kept: Kept,
-}
+/// One stripe's shared [`Kept`].
+pub(super) type KeptSlot = Arc<Mutex<Kept>>;
 
 /// Recently rebuilt whole stripes, newest last. Contract (checked by the callers, which hold
 /// the group's stripe locks): filled under the stripe's shared lock, forgotten under its
-/// exclusive lock, so no read can put back bytes a write is about to change.
+/// exclusive lock, so no read can put back bytes a write is about to change. Lock order: this
+/// list, then a stripe's [`Kept`].
 #[derive(Default)]
 pub(super) struct RecentStripes {
-    kept: Mutex<VecDeque<RecentStripe>>,
-    /// Over stripe numbers: held by the one reader rebuilding a stripe's lost chunk, so
-    /// concurrent readers of the stripe wait for what it keeps instead of reading the
-    /// stripe again.
-    claims: RangeLock,
+    kept: Mutex<VecDeque<(u64, KeptSlot)>>,
 }
 
 impl RecentStripes {
@@ -57,8 +222,8 @@ impl RecentStripes {
     pub fn get(&self, stripe: u64) -> Option<Vec<Option<SharedBuf>>> {
         let kept = self.kept.lock();
         kept.iter()
-            .find(|r| r.stripe == stripe)
-            .map(|r| r.kept.rows.clone())
+            .find(|r| r.0 == stripe)
+            .map(|r| r.1.lock().rows.clone())
     }
 
     /// Lets go of kept chunks of `stripe` a reader has read to their end (`ended`, by data
@@ -66,52 +231,73 @@ impl RecentStripes {
     /// pool while still in the cache. The stripe is forgotten once nothing of it is kept.
     pub fn consumed(&self, stripe: u64, ended: &[usize]) {
         let mut kept = self.kept.lock();
-        let Some(at) = kept.iter().position(|r| r.stripe == stripe) else {
+        let Some(at) = kept.iter().position(|r| r.0 == stripe) else {
             return;
         };
-        let k = &mut kept[at].kept;
-        for &i in ended {
-            k.rows[i] = None;
-        }
-        if k.fold.is_none() && k.rows.iter().all(Option::is_none) {
+        let spent = {
+            let mut k = kept[at].1.lock();
+            for &i in ended {
+                k.rows[i] = None;
+            }
+            k.is_spent()
+        };
+        if spent {
             kept.remove(at);
         }
     }
 
+    /// Keeps the rows of a stripe rebuilt whole (no fold).
     pub fn put(&self, stripe: u64, rows: Vec<Option<SharedBuf>>) {
-        self.put_kept(stripe, Kept { rows, fold: None });
+        let mut what = Kept::new(rows.len(), None);
+        what.rows = rows;
+        let mut kept = self.kept.lock();
+        kept.retain(|r| r.0 != stripe);
+        kept.push_back((stripe, Arc::new(Mutex::new(what))));
+        evict(&mut kept);
     }
 
-    /// Takes what is kept of `stripe` out (the caller puts it back, grown), so two readers
-    /// never fold into the same [`Fold`].
-    pub fn take(&self, stripe: u64) -> Option<Kept> {
+    /// The shared state of `stripe`, whose data chunk `lost` a fold rebuilds (begun afresh if
+    /// what is kept was for another lost chunk; its readers in flight finish on the old one).
+    pub fn slot(&self, stripe: u64, k: usize, lost: usize) -> KeptSlot {
         let mut kept = self.kept.lock();
-        let at = kept.iter().position(|r| r.stripe == stripe)?;
-        kept.remove(at).map(|r| r.kept)
-    }
-
-    pub fn put_kept(&self, stripe: u64, what: Kept) {
-        let mut kept = self.kept.lock();
-        kept.retain(|r| r.stripe != stripe);
-        kept.push_back(RecentStripe { stripe, kept: what });
-        let mut bytes: usize = kept.iter().map(|r| r.kept.bytes()).sum();
-        while kept.len() > RECENT_STRIPES && bytes > RECENT_BYTES {
-            let old = kept.pop_front().expect("more than the minimum kept");
-            bytes -= old.kept.bytes();
+        if let Some(at) = kept.iter().position(|r| r.0 == stripe) {
+            let slot = kept[at].1.clone();
+            let mut st = slot.lock();
+            match st.lost {
+                Some(l) if l != lost => {}
+                _ => {
+                    st.lost = Some(lost);
+                    drop(st);
+                    return slot;
+                }
+            }
+            drop(st);
+            kept.remove(at);
         }
+        let slot = Arc::new(Mutex::new(Kept::new(k, Some(lost))));
+        kept.push_back((stripe, slot.clone()));
+        evict(&mut kept);
+        slot
     }
 
-    /// Waits until no other reader rebuilds `stripe`'s lost chunk and claims it: the
-    /// guard's holder takes what is kept of the stripe and puts it back grown.
-    pub async fn claim(&self, stripe: u64) -> RangeGuard<'_> {
-        self.claims.lock(stripe, 1, true).await
+    /// Forgets `slot` of `stripe` if nothing is kept in it and nobody uses it.
+    pub fn drop_if_spent(&self, stripe: u64, slot: &KeptSlot) {
+        let mut kept = self.kept.lock();
+        if let Some(at) = kept
+            .iter()
+            .position(|r| r.0 == stripe && Arc::ptr_eq(&r.1, slot))
+        {
+            if kept[at].1.lock().is_spent() {
+                kept.remove(at);
+            }
+        }
     }
 
     /// Forgets a rebuilt stripe (its data is about to change).
     pub fn forget(&self, stripe: u64) {
         let mut kept = self.kept.lock();
         if !kept.is_empty() {
-            kept.retain(|r| r.stripe != stripe);
+            kept.retain(|r| r.0 != stripe);
         }
     }
 
@@ -119,8 +305,36 @@ impl RecentStripes {
     pub fn forget_range(&self, stripes: std::ops::Range<u64>) {
         let mut kept = self.kept.lock();
         if !kept.is_empty() {
-            kept.retain(|r| !stripes.contains(&r.stripe));
+            kept.retain(|r| !stripes.contains(&r.0));
         }
+    }
+}
+
+/// Drops the oldest stripes nobody uses while more than [`RECENT_STRIPES`] hold more than
+/// [`RECENT_BYTES`].
+fn evict(kept: &mut VecDeque<(u64, KeptSlot)>) {
+    let sizes: Vec<(usize, bool)> = kept
+        .iter()
+        .map(|r| {
+            let k = r.1.lock();
+            (k.bytes(), k.in_use())
+        })
+        .collect();
+    let mut bytes: usize = sizes.iter().map(|s| s.0).sum();
+    let mut drop_at = Vec::new();
+    let mut left = kept.len();
+    for (at, &(b, used)) in sizes.iter().enumerate() {
+        if left <= RECENT_STRIPES || bytes <= RECENT_BYTES {
+            break;
+        }
+        if !used {
+            drop_at.push(at);
+            bytes -= b;
+            left -= 1;
+        }
+    }
+    for at in drop_at.into_iter().rev() {
+        kept.remove(at);
     }
 }
 
@@ -261,14 +475,6 @@ impl Fold {
         }
         self.acc.as_deref()
     }
-
-    /// [`Self::rows`], owned.
-    pub fn into_rows(self) -> Option<Buf> {
-        if !self.missing().is_empty() {
-            return None;
-        }
-        self.acc
-    }
 }
 
 #[cfg(test)]
@@ -325,34 +531,37 @@ mod tests {
     }
 
     #[test]
-    fn kept_stripes_are_few_and_taken_out_whole() {
+    fn kept_stripes_are_few_and_those_in_use_stay() {
         let r = RecentStripes::default();
-        r.put_kept(
-            3,
-            Kept {
-                rows: vec![None; 4],
-                fold: Some(Fold::new(4, 1)),
-            },
-        );
+        let slot = r.slot(3, 4, 1);
+        assert!(Arc::ptr_eq(&slot, &r.slot(3, 4, 1)), "one state per stripe");
         assert!(r
             .get(3)
             .is_some_and(|rows| rows.iter().all(Option::is_none)));
-        let k = r.take(3).expect("kept");
-        assert!(k.fold.is_some_and(|f| f.lost() == 1));
-        assert!(r.take(3).is_none(), "taken out");
+        // Another lost chunk: begun afresh.
+        assert!(!Arc::ptr_eq(&slot, &r.slot(3, 4, 2)));
+        r.drop_if_spent(3, &r.slot(3, 4, 2));
+        assert!(r.get(3).is_none(), "nothing kept, nobody using it");
         // Small stripes: more than the minimum stay while they fit the byte bound.
         r.put(3, vec![None; 4]);
         for s in 10..10 + 2 * RECENT_STRIPES as u64 {
             r.put(s, vec![None; 4]);
         }
         assert!(r.get(3).is_some(), "no bytes, nothing dropped");
-        // Large ones: the oldest go once the bound is passed, down to the minimum.
+        // Large ones: the oldest go once the bound is passed, down to the minimum, but never
+        // one a reader has claimed a source of.
+        r.slot(5, 4, 0).lock().claim(Source::P, Reading::Own);
         let half = Buf::new(RECENT_BYTES / 2).freeze();
         for s in 20..20 + RECENT_STRIPES as u64 {
             r.put(s, vec![Some(half.clone()), None, None, None]);
         }
         assert!(r.get(3).is_none(), "the oldest dropped");
-        assert!((20..20 + RECENT_STRIPES as u64).all(|s| r.get(s).is_some()));
+        assert!(
+            r.get(5).is_some(),
+            "in use: kept (it counts among the minimum)"
+        );
+        assert!(r.get(20).is_none());
+        assert!((21..20 + RECENT_STRIPES as u64).all(|s| r.get(s).is_some()));
         // Chunks read to their end are let go; the stripe with them.
         r.consumed(22, &[0]);
         assert!(r.get(22).is_none(), "nothing left of it");
@@ -363,5 +572,42 @@ mod tests {
             .is_some_and(|rows| rows[0].is_some() && rows[1].is_none()));
         r.forget_range(20..22);
         assert!(r.get(21).is_none() && r.get(23).is_some());
+    }
+
+    #[test]
+    fn contributions_complete_the_fold_into_the_target_or_the_kept_rows() {
+        let (k, n) = (4, 512);
+        let data: Vec<Vec<u8>> = (0..k)
+            .map(|i| (0..n).map(|b| (b * 13 + i * 7 + 1) as u8).collect())
+            .collect();
+        let refs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+        let mut p = vec![0u8; n];
+        parity::xor_gen(&refs, &mut p);
+        for target in [false, true] {
+            let mut kept = Kept::new(k, Some(2));
+            kept.claim(Source::Data(0), Reading::Own);
+            kept.claim(Source::Data(3), Reading::Scratch);
+            if target {
+                kept.target = Some(Buf::zeroed(n));
+            }
+            kept.contribute(&[(Source::Data(0), refs[0])]);
+            assert_eq!(kept.reading(Source::Data(0)), Reading::Idle);
+            // What is missing and unclaimed is claimed at once: data 1 and P.
+            assert_eq!(kept.claim_missing(), vec![Source::Data(1), Source::P]);
+            assert!(kept.claim_missing().is_empty(), "claimed already");
+            kept.release(&[Source::Data(3)], false);
+            assert_eq!(kept.claim_missing(), vec![Source::Data(3)]);
+            kept.contribute(&[(Source::P, &p[..]), (Source::Data(1), refs[1])]);
+            assert!(
+                kept.finished.is_none() && kept.rows[2].is_none(),
+                "data 3 missing"
+            );
+            kept.contribute(&[(Source::Data(3), refs[3]), (Source::Data(0), refs[0])]);
+            match target {
+                true => assert_eq!(kept.finished.as_deref(), Some(&data[2][..])),
+                false => assert_eq!(kept.rows[2].as_deref(), Some(&data[2][..])),
+            }
+            assert!(kept.fold.is_none(), "done");
+        }
     }
 }

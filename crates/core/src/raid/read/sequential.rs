@@ -1,9 +1,13 @@
 //! Sequential degraded reads: a read that rebuilds a stripe whole for the next request
 //! (`rebuild_ahead`), keeps the few last rebuilt stripes, and folds whole chunks a request
 //! reads into the stripe's one lost data chunk while they are in cache (`read_folding`).
+//! The readers of a stripe in flight share its [`Kept`]: each claims the chunks it reads
+//! and folds them when they arrive, so none waits for another's I/O to issue its own.
 
-use super::super::recent::{Fold, Kept, Source};
+use super::super::recent::{Kept, KeptSlot, Reading, Source};
 use super::*;
+use std::future::Future;
+use std::task::Poll;
 
 impl Reader<'_> {
     /// Whether a read whose chunks are all readable should still rebuild some stripe whole:
@@ -140,12 +144,12 @@ impl Reader<'_> {
     }
 
     /// Reads pieces of a stripe whose one lost data chunk `x` P rebuilds, through what is
-    /// kept of the stripe ([`Kept`]): pieces of kept chunks are copied; whole chunks are read
-    /// straight into the request's buffers, parts of chunks as whole chunks kept for the next
-    /// request; every chunk read is folded into the stripe's [`Fold`]; a request that wants
-    /// `x` also reads what the fold still misses, and keeps `x`. Sequential requests then
-    /// read each surviving chunk once, mostly into the buffer that wants it, and XOR it while
-    /// it is still in the cache. A read error hands the stripe to
+    /// kept of the stripe ([`Kept`], shared by its readers in flight): pieces of kept chunks
+    /// are copied; whole chunks are read straight into the request's buffers, parts of
+    /// chunks as whole chunks kept for the next request; every chunk read is folded into the
+    /// stripe's [`Fold`] once. Each reader issues its reads at once (claims are taken and
+    /// folds made between I/O, never across it); only a request that wants `x` waits, for
+    /// the fold to complete ([`Self::finish_lost`]). A read error hands the request to
     /// [`Self::read_stripe_pieces`] (which names the errors and repairs).
     async fn read_folding(
         &self,
@@ -157,163 +161,441 @@ impl Reader<'_> {
         let (k, strip) = (self.stripes.chunks.k, self.stripes.chunks.strip);
         self.stripes
             .assert_locked(stripe, "a degraded read folding its chunks");
-        // One reader at a time rebuilds the stripe; the next finds what it kept.
-        let _claim = self.stripes.recent.claim(stripe).await;
-        let Kept { mut rows, fold } = self.stripes.recent.take(stripe).unwrap_or(Kept {
-            rows: vec![None; k],
-            fold: None,
-        });
-        let mut fold = fold
-            .filter(|f| f.lost() == x)
-            .unwrap_or_else(|| Fold::new(k, x));
+        let slot = self.stripes.recent.slot(stripe, k, x);
         let (metas, mut bufs): (Vec<ParityPiece>, Vec<Option<Buf>>) =
             pieces.into_iter().map(|(p, b)| (p, Some(b))).unzip();
-        let wants_x = rows[x].is_none() && metas.iter().any(|p| p.data_index == x);
-        let reads = fold_reads(&metas, &mut bufs, &rows, &mut fold, wants_x, strip);
-        let (got, failed) = self.read_sources(stripe, roles, reads).await;
+        let mut claims = Claims {
+            slot: &slot,
+            sources: Vec::new(),
+            target: false,
+        };
+        let planned = {
+            let mut st = slot.lock();
+            let planned = plan_fold(&mut st, &metas, strip);
+            if let Some(plan) = &planned {
+                claims.sources.clone_from(&plan.claimed);
+                if let Some(j) = plan.target {
+                    st.target = bufs[j].take();
+                    claims.target = true;
+                }
+            }
+            planned
+        };
+        let Some(plan) = planned else {
+            return self.read_general(stripe, metas, bufs).await;
+        };
+        let wants_x = plan.steps.contains(&Step::Lost);
+        let reads = own_reads(&metas, &mut bufs, &plan, strip);
+        let order: Vec<(Source, Option<usize>, bool)> =
+            reads.iter().map(|r| (r.0, r.3, r.4)).collect();
+        let issued = reads.into_iter().map(|r| (r.0, r.1, r.2)).collect();
+        let mut own = std::pin::pin!(self.read_chunks(stripe, roles, issued));
+        let first = futures::future::poll_fn(|cx| Poll::Ready(own.as_mut().poll(cx))).await;
+        let at_once = first.is_ready();
+        let (got, ahead): (Vec<Option<Buf>>, Vec<AheadRead>) = match first {
+            Poll::Ready(got) => (got, Vec::new()),
+            Poll::Pending if wants_x => {
+                // Members with latency: what the fold still misses is read now, beside this
+                // request's own reads, not a round trip later.
+                let more = slot.lock().claim_missing();
+                claims.sources.extend(&more);
+                let ahead_reads = scratch_reads(&more, strip);
+                let (got, ahead) =
+                    futures::future::join(own, self.read_chunks(stripe, roles, ahead_reads)).await;
+                let ahead = more.into_iter().zip(ahead).collect();
+                (got, ahead)
+            }
+            Poll::Pending => (own.await, Vec::new()),
+        };
+        let mut failed = got
+            .iter()
+            .chain(ahead.iter().map(|a| &a.1))
+            .any(Option::is_none);
+        let mut got: Vec<Option<Buf>> = got;
+        if !failed {
+            let mut read: Vec<Buf> = got.drain(..).flatten().collect();
+            publish(&slot, &mut claims, &order, &mut read, ahead);
+            got = read.into_iter().map(Some).collect();
+        }
+        // The request's buffers back (a failed read's is lost: allocated again below).
+        for ((_, j, _), b) in order.iter().zip(got) {
+            if let (Some(j), Some(b)) = (j, b) {
+                bufs[*j] = Some(b);
+            }
+        }
+        if wants_x && !failed {
+            if at_once {
+                // Memory speed: the requests queued behind this one issue their reads and
+                // fold straight from their own buffers before it reads their chunks for them.
+                yield_once().await;
+            }
+            failed = failed || !self.finish_lost(stripe, roles, &slot, &mut claims).await;
+        }
+        failed = failed
+            || !self
+                .fill_from_kept(&slot, &plan, &metas, &mut bufs, &mut claims)
+                .await;
         if failed {
-            // The general path reads again, names the errors and repairs; nothing is kept.
-            for (_, j, b) in got {
-                if let Some(j) = j {
-                    bufs[j] = Some(b);
-                }
+            if let (Some(j), Some(b)) = (plan.target, claims.give_back()) {
+                bufs[j] = Some(b);
             }
-            let pieces = metas
-                .into_iter()
-                .zip(bufs)
-                .map(|(p, b)| (p, b.unwrap_or_else(|| Buf::new(p.len as usize))))
-                .collect();
-            return self.read_stripe_pieces(stripe, pieces, None).await;
+            drop(claims);
+            return self.read_general(stripe, metas, bufs).await;
         }
-        let sources: Vec<(Source, &[u8])> = got.iter().map(|(s, _, b)| (*s, &b[..])).collect();
-        let mut filled = vec![false; metas.len()];
-        // The lost chunk wanted whole: the fold so far and what was just read, straight into
-        // the request's buffer in one pass (neither kept nor copied; the reader is past it).
-        let x_whole = metas
-            .iter()
-            .position(|p| p.data_index == x && p.in_chunk == 0 && p.len == strip)
-            .filter(|_| wants_x);
-        match x_whole {
-            Some(jx) => {
-                let done = std::mem::replace(&mut fold, Fold::new(k, x));
-                done.finish_into(&sources, bufs[jx].as_mut().expect("the caller's buffer"));
-                filled[jx] = true;
-            }
-            None => fold.absorb(&sources),
-        }
-        for (s, j, b) in got {
-            match (j, s) {
-                (Some(j), _) => {
-                    bufs[j] = Some(b);
-                    filled[j] = true;
-                }
-                (None, Source::Data(i)) => rows[i] = Some(b.freeze()),
-                (None, Source::P) => {}
-            }
-        }
-        if wants_x && x_whole.is_none() {
-            let done = std::mem::replace(&mut fold, Fold::new(k, x));
-            rows[x] = Some(done.into_rows().expect("every source folded").freeze());
-        }
-        for ((p, b), _) in metas
-            .iter()
-            .zip(bufs.iter_mut())
-            .zip(&filled)
-            .filter(|(_, f)| !**f)
-        {
-            let at = p.in_chunk as usize;
-            let src = rows[p.data_index].as_ref().expect("kept, read or rebuilt");
-            let b = b.as_mut().expect("the caller's buffer");
-            b.copy_from_slice(&src[at..at + p.len as usize]);
-            if p.in_chunk + p.len == strip {
-                // Read to its end: a sequential reader wants it no more.
-                rows[p.data_index] = None;
-            }
-        }
-        let fold = (!fold.is_empty()).then_some(fold);
-        if fold.is_some() || rows.iter().any(Option::is_some) {
-            self.stripes.recent.put_kept(stripe, Kept { rows, fold });
-        }
+        drop(claims);
+        self.stripes.recent.drop_if_spent(stripe, &slot);
         let out = bufs.into_iter().map(|b| b.expect("filled")).collect();
         Ok((out, Vec::new()))
     }
 
-    /// Issues a fold's reads of whole chunks of `stripe` concurrently: those that succeeded,
-    /// and whether any failed.
-    async fn read_sources(
+    /// Completes the fold of the lost chunk: reads what nobody reads yet (kept for the next
+    /// request), waits for what other readers in flight fold. False when the lost chunk will
+    /// not come this way (a read failed; another reader's target).
+    async fn finish_lost(
         &self,
         stripe: u64,
         roles: &StripeRoles,
-        reads: Vec<(Source, Option<usize>, Buf)>,
-    ) -> (Vec<(Source, Option<usize>, Buf)>, bool) {
+        slot: &KeptSlot,
+        claims: &mut Claims<'_>,
+    ) -> bool {
+        let strip = self.stripes.chunks.strip;
+        loop {
+            let mine = claims.target;
+            let next = futures::future::poll_fn(|cx| {
+                let mut st = slot.lock();
+                let done = match mine {
+                    true => st.finished.is_some(),
+                    false => st.rows[st.lost()].is_some(),
+                };
+                if done {
+                    return Poll::Ready(Some(Vec::new()));
+                }
+                if !mine && (st.target.is_some() || st.finished.is_some()) {
+                    return Poll::Ready(None); // Another reader's: not kept.
+                }
+                let more = st.claim_missing();
+                if more.is_empty() {
+                    st.wait(cx.waker());
+                    return Poll::Pending;
+                }
+                Poll::Ready(Some(more))
+            })
+            .await;
+            let Some(more) = next else {
+                return false;
+            };
+            if more.is_empty() {
+                return true;
+            }
+            claims.sources.extend(&more);
+            let got = self
+                .read_chunks(stripe, roles, scratch_reads(&more, strip))
+                .await;
+            if got.iter().any(Option::is_none) {
+                return false;
+            }
+            let ahead = more.into_iter().zip(got).collect();
+            publish(slot, claims, &[], &mut [], ahead);
+        }
+    }
+
+    /// The request's buffers once its reads are folded: pieces of kept chunks copied (after
+    /// waiting for those another reader brings), the lost chunk taken or copied. False when
+    /// a chunk awaited will not be kept (its reader failed).
+    async fn fill_from_kept(
+        &self,
+        slot: &KeptSlot,
+        plan: &FoldPlan,
+        metas: &[ParityPiece],
+        bufs: &mut [Option<Buf>],
+        claims: &mut Claims<'_>,
+    ) -> bool {
+        let strip = self.stripes.chunks.strip;
+        for (j, (p, step)) in metas.iter().zip(&plan.steps).enumerate() {
+            let i = p.data_index;
+            if *step == Step::Lost && plan.target == Some(j) {
+                let mut st = slot.lock();
+                bufs[j] = st.finished.take();
+                st.target = None;
+                claims.target = false;
+                continue;
+            }
+            if matches!(step, Step::Straight { .. }) {
+                continue;
+            }
+            let src = match futures::future::poll_fn(|cx| {
+                let mut st = slot.lock();
+                if let Some(r) = &st.rows[i] {
+                    return Poll::Ready(Some(r.clone()));
+                }
+                if st.reading(Source::Data(i)) != Reading::Scratch {
+                    return Poll::Ready(None);
+                }
+                st.wait(cx.waker());
+                Poll::Pending
+            })
+            .await
+            {
+                Some(src) => src,
+                None => return false,
+            };
+            let at = p.in_chunk as usize;
+            let b = bufs[j].as_mut().expect("the caller's buffer");
+            b.copy_from_slice(&src[at..at + p.len as usize]);
+            if p.in_chunk + p.len == strip {
+                // Read to its end: a sequential reader wants it no more.
+                slot.lock().rows[i] = None;
+            }
+        }
+        true
+    }
+
+    /// The general path for a folding read that cannot finish by folding: every piece read
+    /// (and rebuilt) afresh into its buffer.
+    async fn read_general(
+        &self,
+        stripe: u64,
+        metas: Vec<ParityPiece>,
+        bufs: Vec<Option<Buf>>,
+    ) -> VolumeResult<(Vec<Buf>, Vec<Repair>)> {
+        let pieces = metas
+            .into_iter()
+            .zip(bufs)
+            .map(|(p, b)| (p, b.unwrap_or_else(|| Buf::new(p.len as usize))))
+            .collect();
+        self.read_stripe_pieces(stripe, pieces, None).await
+    }
+
+    /// Reads chunks of `stripe` concurrently (source, offset in the chunk, buffer): each
+    /// buffer back, or `None` where its read failed.
+    async fn read_chunks(
+        &self,
+        stripe: u64,
+        roles: &StripeRoles,
+        reads: Vec<(Source, u64, Buf)>,
+    ) -> Vec<Option<Buf>> {
         let base = self.stripes.chunks.layout.chunk_offset(stripe);
         let child = |s: Source| match s {
             Source::Data(i) => roles.data[i],
             Source::P => roles.p,
         };
-        let meta: Vec<(Source, Option<usize>)> = reads.iter().map(|r| (r.0, r.1)).collect();
-        let results = join_all(
+        join_all(
             reads
                 .into_iter()
-                .map(|(s, _, b)| self.stripes.chunks.children[child(s)].read(base, b)),
+                .map(|(s, at, b)| self.stripes.chunks.children[child(s)].read(base + at, b)),
         )
-        .await;
-        let mut got = Vec::with_capacity(meta.len());
-        let mut failed = false;
-        for ((s, j), r) in meta.into_iter().zip(results) {
-            match r {
-                Ok(b) => got.push((s, j, b)),
-                Err(_) => failed = true,
-            }
-        }
-        (got, failed)
+        .await
+        .into_iter()
+        .map(Result::ok)
+        .collect()
     }
+}
+
+/// Claims a reader holds on a stripe's [`Kept`]: given back when dropped unfolded (a read
+/// failed, or the request was dropped), so no other reader waits for them forever.
+struct Claims<'a> {
+    slot: &'a KeptSlot,
+    /// Sources claimed and not folded yet.
+    sources: Vec<Source>,
+    /// Whether the reader's buffer is the fold's target (given, not taken back yet).
+    target: bool,
+}
+
+impl Claims<'_> {
+    /// Gives every claim back; the reader's target buffer, if the fold held it.
+    fn give_back(&mut self) -> Option<Buf> {
+        if self.sources.is_empty() && !self.target {
+            return None;
+        }
+        let given = self.slot.lock().release(&self.sources, self.target);
+        self.sources.clear();
+        self.target = false;
+        given
+    }
+}
+
+impl Drop for Claims<'_> {
+    fn drop(&mut self) {
+        self.give_back();
+    }
+}
+
+/// Folds what a reader read into the stripe's fold and keeps the whole chunks read for the
+/// next request: `order` (source, piece, fold) matches `got`, the reads into the request's
+/// buffers; `ahead` are chunks read into kept buffers (all folded, data chunks kept).
+fn publish(
+    slot: &KeptSlot,
+    claims: &mut Claims<'_>,
+    order: &[(Source, Option<usize>, bool)],
+    got: &mut [Buf],
+    ahead: Vec<AheadRead>,
+) {
+    let ahead: Vec<(Source, SharedBuf)> = ahead
+        .into_iter()
+        .map(|(s, b)| (s, b.expect("read").freeze()))
+        .collect();
+    // Reads of whole chunks into scratch for a part (no piece of their own, or P): folded,
+    // data chunks kept too.
+    let scratch: Vec<(Source, SharedBuf)> = order
+        .iter()
+        .zip(got.iter_mut())
+        .filter(|((_, j, _), _)| j.is_none())
+        .map(|((s, _, _), b)| (*s, std::mem::replace(b, Buf::new(0)).freeze()))
+        .collect();
+    let mut sources: Vec<(Source, &[u8])> = Vec::with_capacity(order.len() + ahead.len());
+    for ((s, j, fold), b) in order.iter().zip(got.iter()) {
+        if *fold && j.is_some() {
+            sources.push((*s, &b[..]));
+        }
+    }
+    let mut keep: Vec<(usize, SharedBuf)> = Vec::new();
+    for (s, b) in scratch.iter().chain(&ahead) {
+        sources.push((*s, &b[..]));
+        if let Source::Data(i) = s {
+            keep.push((*i, b.clone()));
+        }
+    }
+    let mut st = slot.lock();
+    for (i, b) in keep {
+        st.rows[i] = Some(b);
+    }
+    if sources.is_empty() {
+        st.wake();
+    } else {
+        st.contribute(&sources);
+    }
+    claims
+        .sources
+        .retain(|c| !sources.iter().any(|(s, _)| s == c));
+}
+
+/// What a reader does for one piece of a stripe being folded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Copied out of a kept chunk (kept now, or brought by another reader).
+    Copy,
+    /// Read straight into its buffer; a whole chunk the fold misses is folded (`fold`).
+    Straight { fold: bool },
+    /// Its whole chunk read into a kept buffer and folded, the piece copied out of it.
+    Scratch,
+    /// A piece of the lost chunk: rebuilt by the fold.
+    Lost,
+}
+
+/// A reader's plan over a stripe's [`Kept`]: a step per piece, the sources it claimed, and
+/// the piece whose buffer becomes the fold's target (the lost chunk wanted whole).
+#[derive(Debug, PartialEq)]
+struct FoldPlan {
+    steps: Vec<Step>,
+    claimed: Vec<Source>,
+    target: Option<usize>,
+}
+
+/// Decides each piece's [`Step`] and takes the claims (pure over `kept`). `None`: another
+/// reader's buffer is the fold's target and this one wants the lost chunk too (overlapping
+/// requests) — the general path serves it.
+fn plan_fold(kept: &mut Kept, metas: &[ParityPiece], strip: u64) -> Option<FoldPlan> {
+    let x = kept.fold_mut().lost();
+    let mut plan = FoldPlan {
+        steps: Vec::with_capacity(metas.len()),
+        claimed: Vec::new(),
+        target: None,
+    };
+    for (j, p) in metas.iter().enumerate() {
+        let (i, whole) = (p.data_index, p.in_chunk == 0 && p.len == strip);
+        let s = Source::Data(i);
+        let step = if kept.rows[i].is_some() {
+            Step::Copy
+        } else if i == x {
+            if kept.target.is_some() || kept.finished.is_some() {
+                return None;
+            }
+            if whole {
+                plan.target = Some(j);
+            }
+            Step::Lost
+        } else if kept.reading(s) == Reading::Scratch {
+            Step::Copy
+        } else if kept.folded(s) || kept.reading(s) == Reading::Own {
+            Step::Straight { fold: false }
+        } else if whole {
+            kept.claim(s, Reading::Own);
+            plan.claimed.push(s);
+            Step::Straight { fold: true }
+        } else {
+            kept.claim(s, Reading::Scratch);
+            plan.claimed.push(s);
+            Step::Scratch
+        };
+        plan.steps.push(step);
+    }
+    if plan.steps.contains(&Step::Lost)
+        && !kept.folded(Source::P)
+        && kept.reading(Source::P) == Reading::Idle
+    {
+        kept.claim(Source::P, Reading::Own);
+        plan.claimed.push(Source::P);
+    }
+    Some(plan)
+}
+
+/// The reads a plan issues at once: (source, offset in the chunk, buffer, the piece it fills
+/// when read into the request's buffer, whether folded).
+type OwnRead = (Source, u64, Buf, Option<usize>, bool);
+
+fn own_reads(
+    metas: &[ParityPiece],
+    bufs: &mut [Option<Buf>],
+    plan: &FoldPlan,
+    strip: u64,
+) -> Vec<OwnRead> {
+    let mut reads = Vec::new();
+    for (j, (p, step)) in metas.iter().zip(&plan.steps).enumerate() {
+        let s = Source::Data(p.data_index);
+        match step {
+            Step::Straight { fold } => {
+                let b = bufs[j].take().expect("each piece once");
+                reads.push((s, p.in_chunk, b, Some(j), *fold));
+            }
+            Step::Scratch => reads.push((s, 0, Buf::new(strip as usize), None, true)),
+            Step::Copy | Step::Lost => {}
+        }
+    }
+    if plan.claimed.contains(&Source::P) {
+        reads.push((Source::P, 0, Buf::new(strip as usize), None, true));
+    }
+    reads
+}
+
+/// A chunk read ahead into a kept buffer: the buffer, or `None` where the read failed.
+type AheadRead = (Source, Option<Buf>);
+
+/// Whole-chunk reads into fresh (pooled) buffers of `sources`.
+fn scratch_reads(sources: &[Source], strip: u64) -> Vec<(Source, u64, Buf)> {
+    sources
+        .iter()
+        .map(|&s| (s, 0, Buf::new(strip as usize)))
+        .collect()
+}
+
+/// A future pending once (its waker woken at once): the executor polls the tasks queued
+/// before it first.
+async fn yield_once() {
+    let mut yielded = false;
+    futures::future::poll_fn(|cx| {
+        if yielded {
+            return Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await;
 }
 
 /// Whether a data chunk of the stripe (not only a parity chunk) is among the `lost` children.
 fn data_lost(roles: &StripeRoles, lost: &[bool]) -> bool {
     (0..lost.len()).any(|c| lost[c] && roles.data_index_of(c).is_some())
-}
-
-/// The whole-chunk reads of a [`Reader::read_folding`]: (source, the piece it fills when the
-/// piece is that whole chunk, else `None`: kept in `rows`). Pieces of kept chunks read
-/// nothing; when the request wants the lost chunk (`wants_x`), the kept chunks are folded
-/// and every source the fold still misses is read.
-fn fold_reads(
-    metas: &[ParityPiece],
-    bufs: &mut [Option<Buf>],
-    rows: &[Option<SharedBuf>],
-    fold: &mut Fold,
-    wants_x: bool,
-    strip: u64,
-) -> Vec<(Source, Option<usize>, Buf)> {
-    let x = fold.lost();
-    let mut reads: Vec<(Source, Option<usize>, Buf)> = Vec::new();
-    for (j, p) in metas.iter().enumerate() {
-        let i = p.data_index;
-        if i == x || rows[i].is_some() {
-            continue;
-        }
-        if p.in_chunk == 0 && p.len == strip {
-            let b = bufs[j].take().expect("each piece once");
-            reads.push((Source::Data(i), Some(j), b));
-        } else if !reads.iter().any(|r| r.0 == Source::Data(i)) {
-            reads.push((Source::Data(i), None, Buf::new(strip as usize)));
-        }
-    }
-    if wants_x {
-        let kept: Vec<(Source, &[u8])> = (0..rows.len())
-            .filter(|&i| i != x)
-            .filter_map(|i| rows[i].as_ref().map(|r| (Source::Data(i), &r[..])))
-            .collect();
-        fold.absorb(&kept);
-        for s in fold.missing() {
-            if !reads.iter().any(|r| r.0 == s) {
-                reads.push((s, None, Buf::new(strip as usize)));
-            }
-        }
-    }
-    reads
 }
 
 /// Data indices of the chunks `pieces` read to their end.
@@ -333,4 +615,67 @@ fn fold_target(roles: &StripeRoles, lost: &[bool]) -> Option<usize> {
     let mut lost_data = (0..roles.data.len()).filter(|&i| lost[roles.data[i]]);
     let x = lost_data.next()?;
     lost_data.next().is_none().then_some(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(data_index: usize, in_chunk: u64, len: u64) -> ParityPiece {
+        ParityPiece {
+            logical: 0,
+            stripe: 0,
+            data_index,
+            child: data_index,
+            in_chunk,
+            len,
+        }
+    }
+
+    #[test]
+    fn readers_of_a_stripe_claim_each_chunk_once_and_one_waits_for_the_lost_one() {
+        let strip = 4096;
+        let mut kept = Kept::new(4, Some(1));
+        // The request before: its whole chunk read into its buffer and folded.
+        let z = plan_fold(&mut kept, &[piece(0, 0, strip)], strip).unwrap();
+        assert_eq!(z.steps, vec![Step::Straight { fold: true }]);
+        assert_eq!((z.claimed, z.target), (vec![Source::Data(0)], None));
+        // The one that wants the lost chunk whole (and part of the next): the fold's target,
+        // the part's chunk read whole into a kept buffer, and P.
+        let a = plan_fold(&mut kept, &[piece(1, 0, strip), piece(2, 0, 100)], strip).unwrap();
+        assert_eq!(a.steps, vec![Step::Lost, Step::Scratch]);
+        assert_eq!(a.claimed, vec![Source::Data(2), Source::P]);
+        assert_eq!(a.target, Some(0));
+        kept.target = Some(Buf::new(strip as usize));
+        // The one behind: chunk 2 comes kept, chunk 3 straight; chunk 0, which the first
+        // reads and folds, straight again, not folded twice.
+        let b = plan_fold(
+            &mut kept,
+            &[
+                piece(2, 100, strip - 100),
+                piece(3, 0, strip),
+                piece(0, 0, strip),
+            ],
+            strip,
+        )
+        .unwrap();
+        assert_eq!(
+            b.steps,
+            vec![
+                Step::Copy,
+                Step::Straight { fold: true },
+                Step::Straight { fold: false }
+            ]
+        );
+        assert_eq!(b.claimed, vec![Source::Data(3)]);
+        assert!(kept.claim_missing().is_empty(), "every source claimed");
+        // Another reader wanting the lost chunk while it is a reader's target: the general
+        // path serves it.
+        assert!(plan_fold(&mut kept, &[piece(1, 0, 100)], strip).is_none());
+        // Once rebuilt and kept, a piece of it is copied.
+        kept.target = None;
+        kept.rows[1] = Some(Buf::new(strip as usize).freeze());
+        let c = plan_fold(&mut kept, &[piece(1, 0, 100)], strip).unwrap();
+        assert_eq!((c.steps, c.claimed), (vec![Step::Copy], vec![]));
+    }
 }
