@@ -4,6 +4,9 @@
 //! block number, as `nbraid_core::checksum` computes it) beside a memory copy of the same
 //! bytes, the pass it must keep up with. "hot" is 1 MiB kept in the caches; "cold" cycles
 //! over 512 MiB so the bytes come from DRAM, as a client's 1 MiB writes at queue depth 8 do.
+//! "numbered-blocks" is the same sums as a checked member read computes them
+//! (`crc32c::numbered_blocks`: the path chosen once, two blocks folded side by side); the
+//! bench refuses to run if its values differ from a `Crc` fed each block.
 //!
 //! ```text
 //! cargo bench --bench checksum
@@ -71,6 +74,13 @@ fn bench(c: &mut Criterion) {
         let mut sums = Vec::with_capacity(SLICE_BYTES / BLOCK_BYTES);
         let mut g = c.benchmark_group(format!("checksum-{name}"));
         g.throughput(Throughput::Bytes(SLICE_BYTES as u64));
+        let mut paired = Vec::new();
+        block_sums(0, &src[..SLICE_BYTES], &mut sums);
+        nbraid_core::crc32c::numbered_blocks(0, &src[..SLICE_BYTES], BLOCK_BYTES, &mut paired);
+        assert_eq!(
+            paired, sums,
+            "numbered_blocks disagrees with a Crc per block: not benchmarked"
+        );
         let mut at = 0usize;
         g.bench_function("crc32c-4k-blocks", |b| {
             b.iter_custom(|iters| {
@@ -78,6 +88,22 @@ fn bench(c: &mut Criterion) {
                     block_sums(at as u64, &src[at..at + SLICE_BYTES], &mut sums);
                     at = (at + SLICE_BYTES) % total;
                     black_box(&sums);
+                })
+            })
+        });
+        // What a checked read runs: the path chosen once, blocks folded two at a time.
+        g.bench_function("numbered-blocks", |b| {
+            b.iter_custom(|iters| {
+                cpu_timed(iters, || {
+                    paired.clear();
+                    nbraid_core::crc32c::numbered_blocks(
+                        at as u64,
+                        &src[at..at + SLICE_BYTES],
+                        BLOCK_BYTES,
+                        &mut paired,
+                    );
+                    at = (at + SLICE_BYTES) % total;
+                    black_box(&paired);
                 })
             })
         });

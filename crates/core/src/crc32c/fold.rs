@@ -99,33 +99,65 @@ fn prefetch_ahead(step: &[u8]) {
 /// The CPU must have AVX-512F, VPCLMULQDQ and SSE4.2 ([`available`]).
 #[target_feature(enable = "avx512f,vpclmulqdq,sse4.2")]
 pub(super) unsafe fn update(c: u32, bytes: &[u8]) -> (u32, &[u8]) {
-    if bytes.len() < STEP_BYTES {
-        return (c, bytes);
+    let ([c], [rest]) = update_side_by_side([c], [bytes]);
+    (c, rest)
+}
+
+/// [`update`] over `N` slices of one length at once, the running value of slice `i` starting
+/// at `cs[i]`. The slices' folds are independent chains, so one slice's multiplies run while
+/// another's wait: alone, a 4 KiB block's last steps and its reduction wait on each other
+/// (about a sixth of the block's time), side by side they overlap the next block's.
+///
+/// # Safety
+/// The CPU must have AVX-512F, VPCLMULQDQ and SSE4.2 ([`available`]).
+#[target_feature(enable = "avx512f,vpclmulqdq,sse4.2")]
+pub(super) unsafe fn update_side_by_side<const N: usize>(
+    cs: [u32; N],
+    slices: [&[u8]; N],
+) -> ([u32; N], [&[u8]; N]) {
+    let len = slices[0].len();
+    assert!(
+        slices.iter().all(|s| s.len() == len),
+        "slices folded side by side are of one length"
+    );
+    if len < STEP_BYTES {
+        return (cs, slices);
     }
-    let (whole, rest) = bytes.split_at(bytes.len() / STEP_BYTES * STEP_BYTES);
-    let mut steps = whole.chunks_exact(STEP_BYTES);
-    let load = |step: &[u8], at: usize| -> __m512i {
-        debug_assert!(at + 64 <= step.len());
-        // SAFETY: `step` is STEP_BYTES long and `at` + 64 ≤ STEP_BYTES (callers pass 0, 64,
-        // 128, 192); the load is unaligned.
-        unsafe { _mm512_loadu_si512(step.as_ptr().add(at).cast()) }
+    let whole = len / STEP_BYTES * STEP_BYTES;
+    let load = |slice: &[u8], at: usize| -> __m512i {
+        assert!(
+            at + 64 <= whole && whole <= slice.len(),
+            "a load inside the slice"
+        );
+        // SAFETY: `at` + 64 ≤ the slice's length (just asserted); the load is unaligned.
+        unsafe { _mm512_loadu_si512(slice.as_ptr().add(at).cast()) }
     };
-    let first = steps.next().expect("at least one whole step");
     // Starting from `c` is starting from zero with `c` added to the first four bytes.
-    let start = _mm512_zextsi128_si512(_mm_cvtsi32_si128(c as i32));
-    let mut x = [
-        _mm512_xor_si512(load(first, 0), start),
-        load(first, 64),
-        load(first, 128),
-        load(first, 192),
-    ];
+    let mut x: [[__m512i; 4]; N] = std::array::from_fn(|n| {
+        let start = _mm512_zextsi128_si512(_mm_cvtsi32_si128(cs[n] as i32));
+        [
+            _mm512_xor_si512(load(slices[n], 0), start),
+            load(slices[n], 64),
+            load(slices[n], 128),
+            load(slices[n], 192),
+        ]
+    });
     let k256 = every_lane(K256);
-    for step in steps {
-        prefetch_ahead(step);
-        for (i, xi) in x.iter_mut().enumerate() {
-            *xi = _mm512_xor_si512(fold(*xi, k256), load(step, 64 * i));
+    for at in (STEP_BYTES..whole).step_by(STEP_BYTES) {
+        for (xn, slice) in x.iter_mut().zip(slices) {
+            prefetch_ahead(&slice[at..]);
+            for (i, xi) in xn.iter_mut().enumerate() {
+                *xi = _mm512_xor_si512(fold(*xi, k256), load(slice, at + 64 * i));
+            }
         }
     }
+    let folded = std::array::from_fn(|n| reduce(x[n]));
+    (folded, slices.map(|s| &s[whole..]))
+}
+
+/// The running value of the four registers of one slice's last step.
+#[target_feature(enable = "avx512f,vpclmulqdq,sse4.2")]
+fn reduce(x: [__m512i; 4]) -> u32 {
     let last = _mm512_xor_si512(
         _mm512_xor_si512(fold(x[0], every_lane(K192)), fold(x[1], every_lane(K128))),
         _mm512_xor_si512(fold(x[2], every_lane(K64)), x[3]),
@@ -154,7 +186,7 @@ pub(super) unsafe fn update(c: u32, bytes: &[u8]) -> (u32, &[u8]) {
     );
     let lo = _mm_cvtsi128_si64(lane) as u64;
     let hi = _mm_extract_epi64::<1>(lane) as u64;
-    (_mm_crc32_u64(_mm_crc32_u64(0, lo), hi) as u32, rest)
+    _mm_crc32_u64(_mm_crc32_u64(0, lo), hi) as u32
 }
 
 #[cfg(test)]

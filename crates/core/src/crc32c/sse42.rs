@@ -17,6 +17,15 @@ fn word(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
+/// The running value `c` over the 8 bytes of `w` (little-endian).
+///
+/// # Safety
+/// The CPU must support SSE4.2.
+#[target_feature(enable = "sse4.2")]
+pub(super) unsafe fn update_word(c: u32, w: u64) -> u32 {
+    _mm_crc32_u64(u64::from(c), w) as u32
+}
+
 /// The running value `c` over `bytes` with the `crc32` instruction. Three pieces at a
 /// time are checksummed side by side (the instruction's latency is three of its issue
 /// slots: one chain leaves two idle) and joined by linearity: the value over `a b c` is

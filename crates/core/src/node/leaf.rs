@@ -151,8 +151,7 @@ impl NodeIo for LeafNode {
             }
             slot.count_read(buf.len() as u64);
             if let Some(cs) = &self.checksums {
-                let mut got = self.read_checked(cs, offset, vec![buf]).await?;
-                return Ok(got.pop().expect("one buffer in, one out"));
+                return self.read_checked_one(cs, offset, buf).await;
             }
             slot.member()
                 .read(self.start + offset, buf)
@@ -355,6 +354,34 @@ impl LeafNode {
         }
     }
 
+    /// Reads region bytes from `offset` into `buf` and checks every block: whole blocks
+    /// (nearly every read) are checked in the buffer they were read into.
+    async fn read_checked_one(
+        &self,
+        cs: &LeafChecksums,
+        offset: u64,
+        buf: Buf,
+    ) -> VolumeResult<Buf> {
+        let len = buf.len() as u64;
+        if whole_blocks(offset, len) != (offset, offset + len) {
+            let mut got = self.read_checked(cs, offset, vec![buf]).await?;
+            return Ok(got.pop().expect("one buffer in, one out"));
+        }
+        let m = self.slot().member();
+        let _held = cs.read_lock(offset, offset + len).await;
+        cs.expect_read(&*m, offset, offset + len)
+            .await
+            .map_err(|e| self.read_failed(e))?;
+        let got = m
+            .read(self.start + offset, buf)
+            .await
+            .map_err(|e| self.read_error(e))?;
+        cs.verify(&*m, offset, &[&got])
+            .await
+            .map_err(|e| self.read_failed(e))?;
+        Ok(got)
+    }
+
     /// Reads region bytes from `offset` into `bufs` (consecutive) and checks every block;
     /// parts of blocks are read as whole blocks.
     async fn read_checked(
@@ -367,6 +394,9 @@ impl LeafNode {
         let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
         let (a, b) = whole_blocks(offset, len);
         let _held = cs.read_lock(a, b).await;
+        cs.expect_read(&*m, a, b)
+            .await
+            .map_err(|e| self.read_failed(e))?;
         if (a, b) == (offset, offset + len) {
             let got = if bufs.len() == 1 {
                 let one = bufs.pop().expect("one buffer");
