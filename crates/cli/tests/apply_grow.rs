@@ -9,15 +9,13 @@
 
 mod common;
 
-use bytes::Bytes;
+use common::nbd_model::{client, size_seen};
 use common::*;
-use nbraid_nbd::client::Client;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 /// `arrays.toml`: volume `db`, RAID 5 over d0..d2 of `member_mib` MiB each (1 MiB of
 /// metadata, 1 MiB of block checksums, the rest the region), `size = "all"`, at `rate`.
@@ -46,72 +44,6 @@ fn grow_files(dir: &Path, mib: u64) {
             .unwrap();
         f.set_len(mib * MIB).unwrap();
     }
-}
-
-fn wait(cfg: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let v = status_of(cfg, "db");
-        if done(&v) {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "waiting for {what}: {v:#}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn size_seen(nbdinfo: &Path, uri: &str) -> u64 {
-    let out = ok(
-        Command::new(nbdinfo)
-            .arg("--size")
-            .arg(uri)
-            .output()
-            .unwrap(),
-        "nbdinfo --size",
-    );
-    out.trim()
-        .parse()
-        .unwrap_or_else(|e| panic!("{out:?}: {e}"))
-}
-
-/// Writes 64 KiB pieces at seeded places of `[0, len)` and reads others back until `stop`;
-/// every read checked against `model`. Returns the rounds run.
-fn client(
-    uri: String,
-    model: Arc<Mutex<Vec<u8>>>,
-    len: u64,
-    stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<u64> {
-    const PIECE: u64 = 64 << 10;
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let c = Client::connect(&uri).await.expect("connect");
-            let (mut rounds, mut seed) = (0u64, 17u64);
-            while !stop.load(SeqCst) || rounds == 0 {
-                seed += 2;
-                let at = (seed * 7919) % ((len - PIECE) / 4096) * 4096;
-                let bytes = seeded_bytes(seed, PIECE);
-                c.write(at, Bytes::from(bytes.clone()))
-                    .await
-                    .expect("write");
-                model.lock().unwrap()[at as usize..(at + PIECE) as usize].copy_from_slice(&bytes);
-                let from = (seed * 104_729) % ((len - PIECE) / 4096) * 4096;
-                let got = c.read(from, PIECE as usize).await.expect("read");
-                let want = model.lock().unwrap()[from as usize..(from + PIECE) as usize].to_vec();
-                assert!(
-                    got[..] == want[..],
-                    "read at {from} differs from what was written"
-                );
-                rounds += 1;
-            }
-            c.flush().await.expect("flush");
-            rounds
-        })
-    })
 }
 
 fn copy_in(nbdcopy: &Path, dir: &Path, uri: &str, data: &[u8]) {
@@ -155,7 +87,7 @@ fn a_size_all_volume_grows_online_when_its_members_grow() {
     let busy = client(uri.clone(), model.clone(), cap, stop.clone());
     let out = ok(nbraid(&["apply", cfg, "--yes"]), "apply --yes");
     assert!(out.contains("started online"), "{out}");
-    wait(cfg, "the grow to 30 MiB", |v| {
+    wait_until(cfg, "db", "the grow to 30 MiB", |v| {
         v["reshape"]["state"] == "done" && v["capacity_bytes"].as_u64() == Some(30 * MIB)
     });
     stop.store(true, SeqCst);
@@ -175,7 +107,7 @@ fn a_size_all_volume_grows_online_when_its_members_grow() {
     config(dir.path(), 33, "2MiB");
     let out = ok(nbraid(&["apply", cfg, "--yes"]), "apply --yes again");
     assert!(out.contains("started online"), "{out}");
-    wait(cfg, "the sync of the new space to move", |v| {
+    wait_until(cfg, "db", "the sync of the new space to move", |v| {
         v["reshape"]["position_bytes"].as_u64().unwrap_or(0) > 30 * MIB
     });
     let mut d = d;
@@ -183,7 +115,7 @@ fn a_size_all_volume_grows_online_when_its_members_grow() {
     d.child.wait().unwrap();
     config(dir.path(), 33, "64MiB");
     let (mut d, uri) = serve(&file, "db");
-    wait(cfg, "the grow to 62 MiB", |v| {
+    wait_until(cfg, "db", "the grow to 62 MiB", |v| {
         v["reshape"]["state"] == "done" && v["capacity_bytes"].as_u64() == Some(62 * MIB)
     });
     assert_eq!(size_seen(&nbdinfo, &uri), 62 * MIB);

@@ -8,15 +8,13 @@
 
 mod common;
 
-use bytes::Bytes;
+use common::nbd_model::{client, size_seen};
 use common::*;
-use nbraid_nbd::client::Client;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 /// `arrays.toml`: volume `db` of `level` over the first `members` of d0..d4 (9 MiB files: 1 MiB
 /// of metadata, 1 MiB of block checksums, a 7 MiB region),
@@ -44,83 +42,8 @@ fn copy(nbdcopy: &Path, from: &Path, to: &str) {
     );
 }
 
-/// The size a new NBD connection sees, by nbdinfo.
-fn size_seen(nbdinfo: &Path, uri: &str) -> u64 {
-    let out = ok(
-        Command::new(nbdinfo)
-            .arg("--size")
-            .arg(uri)
-            .output()
-            .unwrap(),
-        "nbdinfo --size",
-    );
-    out.trim()
-        .parse()
-        .unwrap_or_else(|e| panic!("{out:?}: {e}"))
-}
-
-/// Polls `status` until `done` holds (60 s at most).
-fn wait(cfg: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let v = status_of(cfg, "db");
-        if done(&v) {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "waiting for {what}: {v:#}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 fn reshape_done_at(v: &Value, capacity: u64) -> bool {
     v["reshape"]["state"] == "done" && v["capacity_bytes"].as_u64() == Some(capacity)
-}
-
-/// An NBD client writing 64 KiB pieces at seeded 4 KiB-aligned places of `[0, len)` and
-/// reading others back, until told to stop; every read is checked against `model` (the
-/// volume's bytes, kept in step with every acknowledged write). Returns how many rounds ran.
-fn client(
-    uri: String,
-    model: Arc<Mutex<Vec<u8>>>,
-    len: u64,
-    stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<u64> {
-    const PIECE: u64 = 64 << 10;
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let c = Client::connect(&uri).await.expect("connect");
-            let mut rounds = 0u64;
-            let mut x = 0x9E37_79B9_7F4A_7C15u64;
-            let mut next = move || {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x
-            };
-            while !stop.load(SeqCst) {
-                let at = next() % ((len - PIECE) / 4096) * 4096;
-                let bytes = seeded_bytes(next() | 1, PIECE);
-                c.write(at, Bytes::from(bytes.clone()))
-                    .await
-                    .expect("write");
-                model.lock().unwrap()[at as usize..(at + PIECE) as usize].copy_from_slice(&bytes);
-                let from = next() % ((len - PIECE) / 4096) * 4096;
-                let got = c.read(from, PIECE as usize).await.expect("read");
-                let want = model.lock().unwrap()[from as usize..(from + PIECE) as usize].to_vec();
-                assert!(
-                    got[..] == want[..],
-                    "read at {from} differs from what was written"
-                );
-                rounds += 1;
-            }
-            c.flush().await.expect("flush");
-            rounds
-        })
-    })
 }
 
 /// The first `data.len()` bytes of the volume are `data`.
@@ -164,7 +87,7 @@ fn raid5_grows_online_then_moves_to_raid6_through_a_sigkill() {
     assert!(out.contains("started online"), "{out}");
     let v = status_of(cfg, "db");
     assert!(!v["reshape"].is_null(), "status shows the reshape: {v:#}");
-    wait(cfg, "the reshape to 4 members", |v| {
+    wait_until(cfg, "db", "the reshape to 4 members", |v| {
         reshape_done_at(v, 21 * MIB)
     });
     stop.store(true, SeqCst);
@@ -186,7 +109,7 @@ fn raid5_grows_online_then_moves_to_raid6_through_a_sigkill() {
     let out = ok(nbraid(&["apply", cfg, "--yes"]), "apply --yes to raid6");
     assert!(out.contains("~ level raid5 → raid6"), "{out}");
     assert!(out.contains("started online"), "{out}");
-    wait(cfg, "the reshape to move", |v| {
+    wait_until(cfg, "db", "the reshape to move", |v| {
         v["reshape"]["position_bytes"].as_u64().unwrap_or(0) > 0
     });
     d.child.kill().unwrap(); // SIGKILL
@@ -195,7 +118,7 @@ fn raid5_grows_online_then_moves_to_raid6_through_a_sigkill() {
     let (mut d, uri) = serve(&file, "db");
     let v = status_of(cfg, "db");
     assert!(!v["reshape"].is_null(), "the restart carries on: {v:#}");
-    wait(cfg, "the reshape to RAID 6", |v| {
+    wait_until(cfg, "db", "the reshape to RAID 6", |v| {
         reshape_done_at(v, 21 * MIB)
     });
     prefix_reads_back(&nbdcopy, dir.path(), &uri, &data);

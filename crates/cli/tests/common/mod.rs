@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod blocks;
+pub mod nbd_model;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
@@ -248,9 +249,14 @@ pub fn volume_status(cfg: &str) -> Value {
 
 /// Polls status until `done` says so (60 s at most); the last status.
 pub fn wait_for(cfg: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    wait_until(cfg, "r6", what, done)
+}
+
+/// Polls volume `name`'s status until `done` says so (60 s at most); the last status.
+pub fn wait_until(cfg: &str, name: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let v = volume_status(cfg);
+        let v = status_of(cfg, name);
         if done(&v) {
             return v;
         }
