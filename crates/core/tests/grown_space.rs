@@ -286,6 +286,26 @@ fn grown_tree(level: Level, members: usize, len: u64) -> Node {
     common::level_tree(level, members, 16 * KIB, start, len)
 }
 
+/// Members long enough for `new`'s regions, and the volume of shape `old` created over
+/// them with the reserves of [`reserved_opts`].
+fn created_with_reserves(old: &Node, new: &Node) -> (Vec<Arc<MemoryMember>>, Array) {
+    let mut member_bytes = 0;
+    new.visit_members(&mut |m| member_bytes = member_bytes.max(m.start + m.len));
+    let disks: Vec<_> = (0..old.member_count())
+        .map(|i| Arc::new(MemoryMember::new(format!("m{i}"), member_bytes)))
+        .collect();
+    let opts = reserved_opts();
+    let created = block_on(Array::create(
+        "vol",
+        old.clone(),
+        metas(&disks),
+        opts,
+        false,
+        &|_, _| {},
+    ));
+    (disks, created.expect("create").0)
+}
+
 /// Each member's checksum area length as its record says.
 fn checksum_area_lens(disks: &[Arc<MemoryMember>]) -> Vec<u64> {
     metas(disks)
@@ -316,20 +336,7 @@ fn regions_grown_in_place_keep_their_checksums_log_and_bitmap() {
             grown_tree(level, members, REGION),
             grown_tree(level, members, 16 * REGION),
         );
-        let member_bytes = METADATA_AREA_BYTES + SUM_RESERVE + LOG_RESERVE + 16 * REGION;
-        let disks: Vec<_> = (0..members)
-            .map(|i| Arc::new(MemoryMember::new(format!("m{i}"), member_bytes)))
-            .collect();
-        let created = block_on(Array::create(
-            "vol",
-            old.clone(),
-            metas(&disks),
-            reserved_opts(),
-            false,
-            &|_, _| {},
-        ))
-        .expect("create")
-        .0;
+        let (disks, created) = created_with_reserves(&old, &new);
         let mut rng = Rng::new(3);
         let want = seeded(&mut rng, old.capacity());
         block_on(async {
@@ -394,20 +401,7 @@ fn a_growth_past_the_checksum_reserve_is_refused() {
         grown_tree(Level::Raid5, 3, REGION),
         grown_tree(Level::Raid5, 3, 40 * common::MIB),
     );
-    let member_bytes = METADATA_AREA_BYTES + SUM_RESERVE + LOG_RESERVE + 40 * common::MIB;
-    let disks: Vec<_> = (0..3)
-        .map(|i| Arc::new(MemoryMember::new(format!("m{i}"), member_bytes)))
-        .collect();
-    let a = block_on(Array::create(
-        "vol",
-        old.clone(),
-        metas(&disks),
-        reserved_opts(),
-        false,
-        &|_, _| {},
-    ))
-    .expect("create")
-    .0;
+    let (disks, a) = created_with_reserves(&old, &new);
     block_on(a.mark_clean()).unwrap();
     let e = block_on(a.start_reshape(new, Vec::new(), &Consent::default())).unwrap_err();
     assert!(e.to_string().contains("block-checksum area"), "{e}");
