@@ -289,12 +289,27 @@ fn grown_tree(level: Level, members: usize, len: u64) -> Node {
 /// Members long enough for `new`'s regions, and the volume of shape `old` created over
 /// them with the reserves of [`reserved_opts`].
 fn created_with_reserves(old: &Node, new: &Node) -> (Vec<Arc<MemoryMember>>, Array) {
+    created_with_room(old, new, 0, reserved_opts())
+}
+
+/// [`created_with_reserves`] with `opts`, over members `room_after` bytes longer than
+/// `new`'s regions need (where the config leaves a grown region's checksum area).
+fn created_with_room(
+    old: &Node,
+    new: &Node,
+    room_after: u64,
+    opts: ArrayOptions,
+) -> (Vec<Arc<MemoryMember>>, Array) {
     let mut member_bytes = 0;
     new.visit_members(&mut |m| member_bytes = member_bytes.max(m.start + m.len));
     let disks: Vec<_> = (0..old.member_count())
-        .map(|i| Arc::new(MemoryMember::new(format!("m{i}"), member_bytes)))
+        .map(|i| {
+            Arc::new(MemoryMember::new(
+                format!("m{i}"),
+                member_bytes + room_after,
+            ))
+        })
         .collect();
-    let opts = reserved_opts();
     let created = block_on(Array::create(
         "vol",
         old.clone(),
@@ -308,6 +323,11 @@ fn created_with_reserves(old: &Node, new: &Node) -> (Vec<Arc<MemoryMember>>, Arr
 
 /// Each member's checksum area length as its record says.
 fn checksum_area_lens(disks: &[Arc<MemoryMember>]) -> Vec<u64> {
+    checksum_areas(disks).iter().map(|a| a.1).collect()
+}
+
+/// Each member's checksum area (offset, length) as its record says ((0, 0): none).
+fn checksum_areas(disks: &[Arc<MemoryMember>]) -> Vec<(u64, u64)> {
     metas(disks)
         .iter()
         .map(|m| match m.probe() {
@@ -317,7 +337,7 @@ fn checksum_area_lens(disks: &[Arc<MemoryMember>]) -> Vec<u64> {
                     .iter()
                     .find(|v| v.name == "vol")
                     .expect("a record");
-                v.checksums.map_or(0, |a| a.len)
+                v.checksums.map_or((0, 0), |a| (a.offset, a.len))
             }
             other => panic!("no superblock: {other:?}"),
         })
@@ -393,10 +413,10 @@ fn regions_grown_in_place_keep_their_checksums_log_and_bitmap() {
     }
 }
 
-/// A region that outgrows the checksum reserve before it is refused by name, nothing
-/// written: the region is never moved.
+/// A region that outgrows the checksum reserve before it, on members with no room after the
+/// grown region either, is refused by name, nothing written: the region is never moved.
 #[test]
-fn a_growth_past_the_checksum_reserve_is_refused() {
+fn a_growth_past_the_checksum_reserve_with_no_room_after_is_refused() {
     let (old, new) = (
         grown_tree(Level::Raid5, 3, REGION),
         grown_tree(Level::Raid5, 3, 40 * common::MIB),
@@ -405,12 +425,95 @@ fn a_growth_past_the_checksum_reserve_is_refused() {
     block_on(a.mark_clean()).unwrap();
     let e = block_on(a.start_reshape(new, Vec::new(), &Consent::default())).unwrap_err();
     assert!(e.to_string().contains("block-checksum area"), "{e}");
+    assert!(
+        e.to_string().contains("right after the grown region"),
+        "{e}"
+    );
     drop(a);
     let m = metas(&disks).into_iter().map(Some).collect();
     let again = block_on(Array::open("vol", &old, m, reserved_opts(), &|_, _| {}))
         .expect("the old shape opens")
         .0;
     assert_eq!(again.reshape_progress(), None, "no reshape recorded");
+}
+
+/// A region grown past the checksum reserve before it, with room right after the grown region
+/// (where the config leaves it: `nbraid_config::pins`), has its checksum area moved there:
+/// every old entry copied (a block corrupted in the old space behind the engine is caught —
+/// rebuilt where there is redundancy, EIO on RAID 0), the new space's written by the sync.
+#[test]
+fn a_region_grown_past_its_checksum_reserve_moves_its_area_after_the_region() {
+    const GROWN: u64 = 40 * common::MIB;
+    for level in [Level::Raid5, Level::Raid6, Level::Raid1, Level::Raid0] {
+        let members = if level == Level::Raid6 { 4 } else { 3 };
+        // As the config places them: the log's reserve only where there is parity to log.
+        let (opts, start) = match level.parity() > 0 {
+            true => (
+                reserved_opts(),
+                METADATA_AREA_BYTES + SUM_RESERVE + LOG_RESERVE,
+            ),
+            false => {
+                let opts = ArrayOptions {
+                    ppl_area_before_region_bytes: None,
+                    ..reserved_opts()
+                };
+                (opts, METADATA_AREA_BYTES + SUM_RESERVE)
+            }
+        };
+        let (old, new) = (
+            common::level_tree(level, members, 16 * KIB, start, REGION),
+            common::level_tree(level, members, 16 * KIB, start, GROWN),
+        );
+        let (disks, created) = created_with_room(&old, &new, 128 * KIB, opts.clone());
+        let mut rng = Rng::new(5);
+        let want = seeded(&mut rng, old.capacity());
+        block_on(async {
+            created.write(0, Buf::copy_from(&want), false).await?;
+            created.flush().await?;
+            created.mark_clean().await.map(|_| ())
+        })
+        .unwrap();
+        block_on(created.start_reshape(new.clone(), Vec::new(), &Consent::default()))
+            .unwrap_or_else(|e| panic!("{level}: start: {e}"));
+        drop(created);
+        for (offset, len) in checksum_areas(&disks) {
+            assert_eq!(
+                offset,
+                start + GROWN,
+                "{level}: the area moved after the region"
+            );
+            assert!(
+                len >= 4096 + GROWN / 512,
+                "{level}: sized for the grown region"
+            );
+        }
+        let reopen = || {
+            let m = metas(&disks).into_iter().map(Some).collect();
+            block_on(Array::open("vol", &new, m, opts.clone(), &|_, _| {}))
+                .expect("open")
+                .0
+        };
+        let a = reopen();
+        let ctl = PassControl::resume_at(0, old.capacity());
+        assert_eq!(block_on(a.reshape(&ctl)).unwrap(), PassState::Done);
+        drop(a);
+        let a = reopen();
+        assert_eq!(a.volume().capacity(), new.capacity(), "{level}");
+        assert_eq!(mismatches(&a), 0, "{level}: the new space agrees");
+        // Member 1's first strips of the old space flipped behind the engine.
+        for k in 0..4 {
+            let at = start + k * 16 * KIB;
+            block_on(disks[1].write(at, Buf::copy_from(&[0xA5; 4096]).freeze(), false)).unwrap();
+        }
+        let back = block_on(a.read(0, old.capacity()));
+        match level {
+            Level::Raid0 => assert!(back.is_err(), "{level}: a bad block is an error"),
+            _ => assert!(
+                back.expect("read")[..] == want[..],
+                "{level}: the old bytes read back right"
+            ),
+        }
+    }
 }
 
 /// A JBOD grows by a member at its end in place: nothing copied, the added member's old

@@ -283,10 +283,12 @@ async fn checksum_area(
 /// An old role's checksum area for its region in the new shape: the same area while it
 /// covers the region (a restripe keeps every region), else — the region grew in place —
 /// extended at its end over free bytes, the new entries cleared ("no checksum": the pass's
-/// sync of the grown space writes them). Refused, naming the bytes, where the bytes after it
-/// are taken (a reserve sized for the old region, with the log's reserve right after it):
-/// the region is never moved. The header stays: the start's flush made every entry durable,
-/// so no bit there still names lagging entries.
+/// sync of the grown space writes them); where the bytes after it are taken (a reserve sized
+/// for the old region, with the log's reserve right after it), **moved** right after the
+/// grown region (the config leaves that room: see `nbraid_config::pins`): the old entries
+/// copied, the rest cleared, flushed before the start's commit names it. Refused, naming the
+/// bytes, where neither place is free: the region is never moved. The header stays: the
+/// start's flush made every entry durable, so no bit there still names lagging entries.
 async fn grown_checksum_area(
     at: &mut Placing<'_>,
     member: &dyn Member,
@@ -300,21 +302,59 @@ async fn grown_checksum_area(
         offset: now.offset + now.len,
         len: need - now.len,
     };
-    if !at.take(more) {
+    if at.take(more) {
+        (member.write_zeroes(more.offset, more.len).await).map_err(|e| e.to_string())?;
+        return Ok(Area {
+            offset: now.offset,
+            len: need,
+        });
+    }
+    let after = Area {
+        offset: at.region.0 + at.region.1,
+        len: need,
+    };
+    if !at.take(after) {
         return Err(format!(
-            "the block-checksum area (bytes {}..{}) cannot grow to the {need} bytes the grown region of {} bytes needs: bytes {}..{} are taken (the checksum reserve before the region was sized for the old region, about 510 MiB of region per MiB): the region is never moved, so this volume does not grow in place by that much",
+            "the block-checksum area (bytes {}..{}) cannot grow to the {need} bytes the grown region of {} bytes needs: bytes {}..{} after it are taken (the checksum reserve before the region was sized for the old region, about 510 MiB of region per MiB), and so are bytes {}..{} right after the grown region, where it would move: the region is never moved, so this volume does not grow in place by that much",
             now.offset,
             now.offset + now.len,
             at.region.1,
             more.offset,
-            more.offset + more.len
+            more.offset + more.len,
+            after.offset,
+            after.offset + after.len,
         ));
     }
-    (member.write_zeroes(more.offset, more.len).await).map_err(|e| e.to_string())?;
-    Ok(Area {
-        offset: now.offset,
-        len: need,
-    })
+    moved_checksum_area(member, now, after)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(after)
+}
+
+/// Copies checksum area `from` (header and entries) to the start of `to`, clears the rest of
+/// `to`, and flushes, in pieces of at most 4 MiB: the records may name `to` after this.
+async fn moved_checksum_area(
+    member: &dyn Member,
+    from: Area,
+    to: Area,
+) -> Result<(), crate::member::MemberError> {
+    const PIECE_BYTES: u64 = 4 << 20;
+    assert!(to.len >= from.len, "an area moves to a larger one");
+    let mut done = 0;
+    while done < from.len {
+        let len = PIECE_BYTES.min(from.len - done);
+        let bytes = member
+            .read(from.offset + done, Buf::new(len as usize))
+            .await?;
+        member
+            .write(to.offset + done, bytes.freeze(), false)
+            .await?;
+        done += len;
+    }
+    member
+        .write_zeroes(to.offset + from.len, to.len - from.len)
+        .await?;
+    member.flush().await
 }
 
 /// The bits the old roles' bitmap areas hold now (their union, as an open reads them), with
