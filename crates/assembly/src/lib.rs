@@ -20,6 +20,7 @@
 //! - [`preflight`]: `nbraidd --check` and `nbraid check`: the same decision, read-only.
 //! - [`error_text`]: an error (and its causes) as one line for a person.
 //! - [`reshape_plan`]: the recorded tree against the config's: what `nbraid apply` would do.
+//! - [`pins`]: the config read with existing volumes' regions where their records start them.
 //!
 //! **Boundaries.** No sockets, no NBD, no control protocol, no background tasks: what runs
 //! while a volume is served (heal watchers, returning members) is the daemon's. Nothing here
@@ -31,6 +32,7 @@ pub mod beyond_tolerance;
 pub mod describe;
 pub mod error_text;
 pub mod member;
+pub mod pins;
 pub mod plan;
 pub mod preflight;
 pub mod records;

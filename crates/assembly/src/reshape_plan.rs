@@ -328,10 +328,10 @@ fn same_places(recorded: &Node, config: &Node) -> Result<(), String> {
             ));
         };
         if now.start != old.start {
-            // The usual cause: `size = "all"` over a grown member, whose reserves before the
-            // region (block checksums, sized from the region) grew with it.
+            // The config keeps a recorded start (`pins.rs`) only where it can read the
+            // records: without them, a grown member's larger reserves move the start.
             let why = match now.start > old.start {
-                true => " (the reserves the config leaves before the region grew: the block-checksum reserve is sized from the region, so a member grown past what its reserve covers moves the region's start)",
+                true => " (the reserves the config leaves before a new region grew with the member: the block-checksum reserve is sized from the region; the config keeps a recorded region's start only where it reads the records — members on files and devices)",
                 false => "",
             };
             return Err(format!(

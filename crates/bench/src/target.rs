@@ -242,7 +242,7 @@ impl Target for ArrayTarget {
 /// resync is resynced before the bench starts, so it measures the volume, not the resync.
 /// The members `fail` names are failed then ([`degrade`]).
 pub fn config_volume(file: &Path, name: &str, fail: &[String]) -> Result<ArrayTarget> {
-    let config = nbraid_config::load(file)?;
+    let config = nbraid_assembly::pins::load(file)?;
     let v = find_volume(&config, file, name)?;
     let a = futures::executor::block_on(assemble_volume(&config, v))?;
     degrade(a.array.volume(), &a.members, fail, name)?;

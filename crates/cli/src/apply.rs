@@ -39,7 +39,7 @@ impl fmt::Display for NotStarted {
 impl std::error::Error for NotStarted {}
 
 pub fn run(file: &Path, yes: bool, force: bool, json: bool) -> Result<String> {
-    let config = nbraid_config::load(file)?;
+    let config = nbraid_assembly::pins::load(file)?;
     let connected = Client::connect(&Target {
         config: Some(file.to_path_buf()),
         control: None,

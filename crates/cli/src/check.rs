@@ -49,7 +49,7 @@ fn refused(records: &[crate::records::Records]) -> Vec<String> {
 }
 
 pub fn run(file: &Path, json: bool, draw: bool, rows: Option<u64>) -> Result<String> {
-    let config = match config::load(file) {
+    let config = match nbraid_assembly::pins::load(file) {
         Ok(c) => c,
         Err(e) if json => {
             let out = format!("{}\n", serde_json::to_string_pretty(&error_json(&e))?);

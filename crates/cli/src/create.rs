@@ -28,7 +28,7 @@ struct Outcome {
 }
 
 pub fn run(file: &Path, volume: Option<&str>, assume_clean: bool, json: bool) -> Result<String> {
-    let config = nbraid_config::load(file)?;
+    let config = nbraid_assembly::pins::load(file)?;
     let selected: Vec<usize> = match volume {
         None => (0..config.volumes.len()).collect(),
         Some(name) => vec![config

@@ -44,7 +44,7 @@ pub fn run(
     length: Option<&str>,
     json: bool,
 ) -> Result<String> {
-    let config = config::load(file)?;
+    let config = nbraid_assembly::pins::load(file)?;
     let v = config.volume(volume).ok_or_else(|| {
         let names: Vec<&str> = config.volumes.iter().map(|v| v.name.as_str()).collect();
         anyhow!(

@@ -15,7 +15,7 @@ use std::sync::Arc;
 /// opened as the daemon opens them (held exclusively: a serving daemon makes this fail; use
 /// `nbraid remove` without `--offline` then).
 pub fn forget_offline(file: &Path, volume: &str, path: &str) -> Result<String> {
-    let config = nbraid_config::load(file)?;
+    let config = nbraid_assembly::pins::load(file)?;
     let v = config
         .volumes
         .iter()

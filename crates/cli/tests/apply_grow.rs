@@ -133,3 +133,60 @@ fn a_size_all_volume_grows_online_when_its_members_grow() {
     );
     d.stop();
 }
+
+/// A checksummed volume (the default) whose members grow past what the block-checksum reserve
+/// before its regions covers (about 510 MiB of region per MiB): the region stays where its
+/// records start it (the config reads them: `nbraid_assembly::pins`), the checksum area moves
+/// right after the grown region, every old checksum with it — a block corrupted in the old
+/// space behind the daemon reads back right afterwards — and the daemon starts again on the
+/// grown volume. The member files are sparse.
+#[test]
+fn a_volume_grows_past_its_checksum_reserve() {
+    let (nbdcopy, nbdinfo) = (require("nbdcopy"), require("nbdinfo"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(dir.path(), 9, "1GiB");
+    let cfg = file.to_str().unwrap();
+    ok(nbraid(&["create", cfg]), "create");
+    let (mut d, uri) = serve(&file, "db");
+    let data = seeded_bytes(5, 14 * MIB);
+    copy_in(&nbdcopy, dir.path(), &uri, &data);
+
+    // 9 → 600 MiB members: 596 MiB regions, whose 2 MiB of checksums go after them.
+    grow_files(dir.path(), 600);
+    config(dir.path(), 600, "1GiB");
+    let plan = ok(nbraid(&["apply", cfg]), "apply (plan)");
+    assert!(plan.contains("grow online"), "{plan}");
+    let out = ok(nbraid(&["apply", cfg, "--yes"]), "apply --yes");
+    assert!(out.contains("started online"), "{out}");
+    let grown = 2 * 596 * MIB;
+    wait_until(cfg, "db", "the grow past the checksum reserve", |v| {
+        v["reshape"]["state"] == "done" && v["capacity_bytes"].as_u64() == Some(grown)
+    });
+    assert_eq!(size_seen(&nbdinfo, &uri), grown);
+    scrub_finds_nothing(cfg);
+
+    // Old checksums moved with the area: bad blocks of the old space are caught and rebuilt.
+    d.stop();
+    let region_start = 2 * MIB;
+    for block in [0, 16, 32, 48] {
+        blocks::corrupt(&dir.path().join("d1.img"), region_start, block, 40 + block);
+    }
+    let check = ok(nbraid(&["check", cfg]), "check after the grow");
+    assert!(!check.contains("refused"), "{check}");
+    let (mut d, uri) = serve(&file, "db");
+    let out = dir.path().join("out.img");
+    ok(
+        Command::new(&nbdcopy).arg(&uri).arg(&out).output().unwrap(),
+        "nbdcopy out of the grown volume",
+    );
+    let got = std::fs::read(&out).unwrap();
+    assert_eq!(got.len() as u64, grown);
+    assert!(got[..data.len()] == data[..], "the old bytes read back");
+    assert!(
+        got[data.len()..].iter().all(|&b| b == 0),
+        "the new space reads zeroes"
+    );
+    let d1 = &status_of(cfg, "db")["members"][1];
+    assert!(d1["checksum_errors"].as_u64().unwrap_or(0) >= 2, "{d1:#}");
+    d.stop();
+}

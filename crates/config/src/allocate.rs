@@ -43,11 +43,13 @@ impl Sizing for Shape {
     }
 }
 
-/// Where a member's free space begins and who took the space before it.
+/// Where a member's free space begins and who took the space before it; `tail_bytes` kept
+/// free at the member's end for the volume being placed (a checksum area after its region).
 #[derive(Default)]
 pub(super) struct Usage {
     pub(super) cursor: u64,
     pub(super) users: Vec<(String, u64)>,
+    pub(super) tail_bytes: u64,
 }
 
 /// "4 GiB, minus the 1 MiB metadata reserve, minus 2 GiB used by volume "a"".
@@ -74,7 +76,9 @@ pub(super) fn allocate(
     members: &[Member],
     usage: &[Usage],
 ) -> Result<Vec<Region>, String> {
-    let free = |i: usize| members[i].size.saturating_sub(usage[i].cursor);
+    let free = |i: usize| {
+        (members[i].size.saturating_sub(usage[i].cursor)).saturating_sub(usage[i].tail_bytes)
+    };
     let level = shape.name();
     if shape.concatenates_members() {
         let aligned = |i: usize| free(i) / JBOD_ALIGN * JBOD_ALIGN;

@@ -93,6 +93,7 @@ mod field;
 mod limits;
 mod listen;
 mod model;
+mod pins;
 mod raw;
 mod remote_member;
 mod resolve;
@@ -136,6 +137,7 @@ pub use volume_meta::{
 };
 
 pub use nbraid_layout::{CacheMode, ReadPolicy};
+pub use pins::Pins;
 
 use std::path::Path;
 
@@ -150,8 +152,23 @@ pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
     parse(&text, path)
 }
 
+/// [`load`], with existing volumes' regions where their records put them ([`Pins`]).
+pub fn load_pinned(path: impl AsRef<Path>, pins: &Pins) -> Result<Config, ConfigError> {
+    let path = path.as_ref();
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_pinned(&text, path, pins)
+}
+
 /// Checks config `text` as if read from `file` (named in errors; relative member paths and
 /// Unix socket paths are resolved against its directory).
 pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
-    resolve::parse(text, file)
+    resolve::parse(text, file, &Pins::new())
+}
+
+/// [`parse`], with existing volumes' regions where their records put them ([`Pins`]).
+pub fn parse_pinned(text: &str, file: &Path, pins: &Pins) -> Result<Config, ConfigError> {
+    resolve::parse(text, file, pins)
 }

@@ -23,14 +23,18 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-pub(super) fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
+pub(super) fn parse(text: &str, file: &Path, pins: &crate::Pins) -> Result<Config, ConfigError> {
     let located = |p: Problem| p.located(text, file);
     let raw: RawConfig = from_toml(text, file)?;
     let base = match file.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let cx = Cx { text, base: &base };
+    let cx = Cx {
+        text,
+        base: &base,
+        pins,
+    };
     cx.resolve(raw, file).map_err(located)
 }
 
@@ -57,6 +61,7 @@ impl Given<'_> {
 mod cx;
 mod member;
 mod options;
+mod pinned;
 
 use cx::{check_name, Cx, R};
 
@@ -91,6 +96,7 @@ impl Cx<'_> {
             .map(|_| Usage {
                 cursor: METADATA_RESERVED,
                 users: Vec::new(),
+                tail_bytes: 0,
             })
             .collect();
         let mut volumes: Vec<Volume> = Vec::new();
@@ -228,12 +234,19 @@ impl Cx<'_> {
         if metadata.checksums {
             metadata.checksum_reserve_bytes = at.trial_checksum_reserve(usage);
         }
-        // On each member: the checksum reserve, the log's reserve, the region.
-        at.reserve_checksums(&name, metadata.checksum_reserve_bytes, usage);
-        at.reserve_log(&name, metadata.ppl_log_bytes, usage);
-        let (regions, geometry) = at.regions(v, usage)?;
+        // On each member: the checksum reserve, the log's reserve, the region — or, for a
+        // volume the records place, the region where they put it (`pins.rs`).
+        let (regions, geometry) = match self.pins.starts(&name) {
+            None => {
+                at.reserve_checksums(&name, metadata.checksum_reserve_bytes, usage);
+                at.reserve_log(&name, metadata.ppl_log_bytes, usage);
+                let (regions, geometry) = at.regions(v, usage)?;
+                claim_regions(&name, &idx, &regions, usage);
+                (regions, geometry)
+            }
+            Some(starts) => at.pinned(v, &name, starts, &mut metadata, usage)?,
+        };
         check_log_size(v, &who, &geometry, metadata.ppl_log_bytes)?;
-        claim_regions(&name, &idx, &regions, usage);
         check_cache_holds_a_stripe(v, &who, &geometry, &opts.cache)?;
         Ok(Volume {
             name,

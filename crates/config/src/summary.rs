@@ -119,10 +119,12 @@ impl Summary {
             let level = v.level();
             for (&m, r) in v.members.iter().zip(&v.regions) {
                 let ms = &mut members[m];
+                let after = v.metadata.checksum_after_region_bytes;
                 let reserves = v.metadata.ppl_log_bytes.unwrap_or(0)
-                    + v.metadata.checksum_reserve_bytes.unwrap_or(0);
+                    + v.metadata.checksum_reserve_bytes.unwrap_or(0)
+                    + after;
                 ms.used_bytes += r.len + reserves;
-                ms.free_bytes = config.members[m].size.saturating_sub(r.start + r.len);
+                ms.free_bytes = (config.members[m].size).saturating_sub(r.start + r.len + after);
                 if r.len > 0 {
                     ms.volumes.push(v.name.clone());
                 }

@@ -45,8 +45,14 @@ pub const CHECKSUM_ERROR_LIMIT_DEFAULT: u64 = 100;
 /// and 8 bytes per 4 KiB block in whole 4 KiB pages (the engine's `checksum::area_bytes`),
 /// rounded up to 1 MiB so regions stay on MiB boundaries.
 pub fn checksum_reserve_bytes(region_len: u64) -> u64 {
+    checksum_area_bytes(region_len).next_multiple_of(1 << 20)
+}
+
+/// Bytes the checksum area of a region of `region_len` bytes takes: a 4 KiB header and 8
+/// bytes per 4 KiB block in whole 4 KiB pages (the engine's `checksum::area_bytes`).
+pub fn checksum_area_bytes(region_len: u64) -> u64 {
     let entries = region_len.div_ceil(4096) * 8;
-    (4096 + entries.next_multiple_of(4096)).next_multiple_of(1 << 20)
+    4096 + entries.next_multiple_of(4096)
 }
 
 /// What the daemon does when none of a volume's members carries its superblock.
@@ -93,6 +99,9 @@ pub struct MetadataOptions {
     /// The checksum reserve before the volume's region (and its log's reserve) on every
     /// member, sized from the region at placement (`None`: checksums off).
     pub checksum_reserve_bytes: Option<u64>,
+    /// Bytes kept right after the regions for the checksum areas of an existing volume
+    /// whose regions outgrew the reserve before them (`crate::Pins`); 0 otherwise.
+    pub checksum_after_region_bytes: u64,
     /// `checksum_error_limit`: bad blocks a member may return before it is failed.
     pub checksum_error_limit: u64,
 }
@@ -108,6 +117,7 @@ impl Default for MetadataOptions {
             checksums: true,
             checksums_enable: false,
             checksum_reserve_bytes: None,
+            checksum_after_region_bytes: 0,
             checksum_error_limit: CHECKSUM_ERROR_LIMIT_DEFAULT,
         }
     }

@@ -41,7 +41,7 @@ fn main() -> ExitCode {
 
 fn run(args: &Args) -> Result<()> {
     if args.check {
-        let config = nbraid_config::load(&args.config)?;
+        let config = nbraid_assembly::pins::load(&args.config)?;
         print!("{}", config.explain());
         // A config the start would refuse fails the check (superblocks read, not locked).
         let refusals = nbraid_assembly::preflight::refusals(&config);

@@ -101,7 +101,7 @@ pub fn run(path: &Path) -> Result<()> {
 
 /// [`run`] with `opts` (volumes to assemble by force).
 pub fn run_with(path: &Path, opts: &StartOptions) -> Result<()> {
-    let config = config::load(path)?;
+    let config = nbraid_assembly::pins::load(path)?;
     // Before any thread starts: it takes NOTIFY_SOCKET out of the environment.
     let notifier = Arc::new(Notifier::from_env());
     let runtime = tokio::runtime::Builder::new_multi_thread()

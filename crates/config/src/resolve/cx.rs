@@ -16,6 +16,8 @@ pub(super) type R<T> = Result<T, Problem>;
 pub(super) struct Cx<'a> {
     pub text: &'a str,
     pub base: &'a Path,
+    /// Existing volumes' recorded region starts.
+    pub pins: &'a crate::Pins,
 }
 
 impl Cx<'_> {

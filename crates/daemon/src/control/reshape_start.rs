@@ -35,7 +35,7 @@ pub(super) async fn start(
     config_path: &str,
     force: bool,
 ) -> Result<Value, Refusal> {
-    let config = nbraid_config::load(config_path)
+    let config = nbraid_assembly::pins::load(config_path)
         .map_err(|e| Refusal::new("bad-config", format!("{config_path}: {e}")))?;
     let cv = (config.volumes.iter().find(|c| c.name == v.name)).ok_or_else(|| {
         Refusal::new(

@@ -332,7 +332,7 @@ impl Reloader {
 
     /// Reads the config again and applies it; what it did.
     pub async fn reload(&mut self) -> Result<Outcome, String> {
-        let new = config::load(&self.file).map_err(|e| e.to_string())?;
+        let new = nbraid_assembly::pins::load(&self.file).map_err(|e| e.to_string())?;
         let p = plan(&self.started, &self.live, &new);
         let mut out = Outcome {
             at_restart: p.at_restart,

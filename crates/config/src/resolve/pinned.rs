@@ -1,0 +1,142 @@
+//! Placing a volume the records place (`crate::pins`): its regions start where they were
+//! recorded, whatever reserves the config's settings would give a new volume today.
+
+use super::cx::R;
+use super::{claim_regions, Placement};
+use crate::allocate::Usage;
+use crate::error::{ErrorKind, Problem};
+use crate::raw::RawVolume;
+use crate::volume_meta::{checksum_area_bytes, checksum_reserve_bytes, MetadataOptions};
+use nbraid_layout::{Geometry, Region};
+
+impl Placement<'_> {
+    /// The regions of a volume whose records put member position `p`'s region at
+    /// `starts[p]` (`None`: a member the records do not place gets the reserves a new
+    /// volume's would): the bytes between the volumes before it and that start are its
+    /// reserves. A `checksums = "on"` volume whose region outgrew the checksum area room
+    /// before it gets that room right after its region instead (see [`tail_bytes`]).
+    pub(super) fn pinned(
+        &self,
+        v: &RawVolume,
+        name: &str,
+        starts: &[Option<u64>],
+        metadata: &mut MetadataOptions,
+        usage: &mut [Usage],
+    ) -> R<(Vec<Region>, Geometry)> {
+        let log_bytes = metadata.ppl_log_bytes.unwrap_or(0);
+        let mut room_before = Vec::with_capacity(self.idx.len());
+        for (p, &m) in self.idx.iter().enumerate() {
+            let u = &mut usage[m];
+            let Some(start) = starts.get(p).copied().flatten() else {
+                let reserves = metadata.checksum_reserve_bytes.unwrap_or(0) + log_bytes;
+                u.cursor += reserves;
+                u.users
+                    .push((format!("the reserves of volume \"{name}\""), reserves));
+                room_before.push(None);
+                continue;
+            };
+            if start < u.cursor {
+                let member = &self.members[m];
+                return Err(Problem::new(
+                    v.name.span(),
+                    ErrorKind::Fit,
+                    format!(
+                        "{}: its records put its region on member \"{}\" at byte {start}, but the config places the volumes before it up to byte {}: a member's data is never moved, so the volumes before it cannot grow into it",
+                        self.who, member.id, u.cursor
+                    ),
+                ));
+            }
+            room_before.push(Some((start - u.cursor).saturating_sub(log_bytes)));
+            if start > u.cursor {
+                let what = format!("the reserves before volume \"{name}\"");
+                u.users.push((what, start - u.cursor));
+            }
+            u.cursor = start;
+        }
+        let (mut regions, mut geometry) = self.regions(v, usage)?;
+        let tail = tail_bytes(metadata, &regions, &room_before);
+        if tail > 0 {
+            self.idx.iter().for_each(|&m| usage[m].tail_bytes = tail);
+            let again = self.regions(v, usage);
+            self.idx.iter().for_each(|&m| usage[m].tail_bytes = 0);
+            (regions, geometry) = again?;
+        }
+        claim_regions(name, self.idx, &regions, usage);
+        metadata.checksum_after_region_bytes = tail;
+        if tail > 0 {
+            for &m in self.idx {
+                usage[m].cursor += tail;
+                let what = format!("the block checksums of volume \"{name}\" (after its region)");
+                usage[m].users.push((what, tail));
+            }
+        }
+        Ok((regions, geometry))
+    }
+}
+
+/// Bytes to keep free right after a pinned volume's regions for its checksum areas: 0 unless
+/// it keeps them in reserves (`checksums = "on"`) and some recorded member's room before its
+/// region (`room_before`, by position; `None`: not recorded) cannot hold the area its region
+/// now needs — then the reserve a new volume of the largest region would get. Pure.
+pub(super) fn tail_bytes(
+    metadata: &MetadataOptions,
+    regions: &[Region],
+    room_before: &[Option<u64>],
+) -> u64 {
+    if !metadata.checksums || metadata.checksums_enable {
+        return 0;
+    }
+    let short = regions
+        .iter()
+        .zip(room_before)
+        .any(|(r, room)| room.is_some_and(|room| checksum_area_bytes(r.len) > room));
+    let largest = regions.iter().map(|r| r.len).max().unwrap_or(0);
+    match short {
+        true => checksum_reserve_bytes(largest),
+        false => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn region(len: u64) -> Region {
+        Region {
+            start: 3 * MIB,
+            len,
+        }
+    }
+
+    #[test]
+    fn a_region_its_reserve_covers_needs_no_tail() {
+        let on = MetadataOptions::default();
+        assert_eq!(tail_bytes(&on, &[region(500 * MIB)], &[Some(MIB)]), 0);
+        assert_eq!(tail_bytes(&on, &[region(500 * MIB)], &[None]), 0);
+    }
+
+    #[test]
+    fn a_region_grown_past_its_reserve_gets_a_whole_mib_tail() {
+        let on = MetadataOptions::default();
+        let grown = [region(600 * MIB), region(600 * MIB)];
+        assert_eq!(tail_bytes(&on, &grown, &[Some(MIB), Some(MIB)]), 2 * MIB);
+        assert!(checksum_area_bytes(600 * MIB) <= 2 * MIB);
+    }
+
+    #[test]
+    fn volumes_without_reserved_checksums_never_get_a_tail() {
+        let off = MetadataOptions {
+            checksums: false,
+            ..MetadataOptions::default()
+        };
+        let enabled = MetadataOptions {
+            checksums_enable: true,
+            ..MetadataOptions::default()
+        };
+        for m in [off, enabled] {
+            assert_eq!(tail_bytes(&m, &[region(600 * MIB)], &[Some(0)]), 0);
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! Existing volumes placed where their records start them (`nbraid_config::Pins`): a grown
+//! member moves no region, whatever reserves the config would give a new volume today.
+
+use nbraid_config::{self as config, Config, Pins};
+use std::path::Path;
+
+const MIB: u64 = 1 << 20;
+
+/// RAID 5 `db` over three members of `member_mib` MiB (`size = "all"`), and a fixed 4 MiB
+/// RAID 1 `sys` before it on the first two when `matrix`.
+fn text(member_mib: u64, matrix: bool) -> String {
+    let mut t = String::new();
+    for i in 0..3 {
+        t += &format!(
+            "[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"{member_mib}MiB\"\n"
+        );
+    }
+    if matrix {
+        t += "[[volume]]\nname = \"sys\"\nlevel = \"raid1\"\nmembers = [\"d0\", \"d1\"]\nsize = \"4MiB\"\n";
+    }
+    t += "[[volume]]\nname = \"db\"\nlevel = \"raid5\"\nmembers = [\"d0\", \"d1\", \"d2\"]\nsize = \"all\"\n";
+    t
+}
+
+fn parse(text: &str, pins: &Pins) -> Result<Config, config::ConfigError> {
+    config::parse_pinned(text, Path::new("arrays.toml"), pins)
+}
+
+/// Each volume's region starts, by member position, as pins.
+fn pins_of(c: &Config) -> Pins {
+    let mut pins = Pins::new();
+    for v in &c.volumes {
+        pins.pin(&v.name, v.regions.iter().map(|r| Some(r.start)).collect());
+    }
+    pins
+}
+
+fn db(c: &Config) -> &config::Volume {
+    c.volumes.iter().find(|v| v.name == "db").unwrap()
+}
+
+#[test]
+fn a_grown_member_keeps_a_pinned_region_start_and_its_checksum_area_goes_after_it() {
+    let created = parse(&text(9, false), &Pins::new()).unwrap();
+    let start = db(&created).regions[0].start;
+    assert_eq!(
+        start,
+        2 * MIB,
+        "the metadata area, then a 1 MiB checksum reserve"
+    );
+    let pins = pins_of(&created);
+
+    // Unpinned, 600 MiB members get a 2 MiB reserve: the start moves (what pins prevent).
+    let unpinned = parse(&text(600, false), &Pins::new()).unwrap();
+    assert_eq!(db(&unpinned).regions[0].start, 3 * MIB);
+
+    // Pinned: the start stays; the region's 596 MiB need a 2 MiB area the 1 MiB reserve
+    // cannot hold, so the config leaves it right after the region.
+    let grown = parse(&text(600, false), &pins).unwrap();
+    for r in &db(&grown).regions {
+        assert_eq!((r.start, r.len), (start, 596 * MIB));
+    }
+    assert_eq!(db(&grown).metadata.checksum_after_region_bytes, 2 * MIB);
+    // Within what the reserve covers (~510 MiB of region per MiB), nothing after it.
+    let within = parse(&text(400, false), &pins).unwrap();
+    for r in &db(&within).regions {
+        assert_eq!((r.start, r.len), (start, 398 * MIB));
+    }
+    assert_eq!(db(&within).metadata.checksum_after_region_bytes, 0);
+    // The pins of a volume that never grew place it exactly as the config does.
+    let again = parse(&text(9, false), &pins).unwrap();
+    assert_eq!(db(&again).regions, db(&created).regions);
+    assert_eq!(db(&again).geometry, db(&created).geometry);
+}
+
+#[test]
+fn a_matrix_volume_after_another_keeps_its_start_and_a_member_without_records_is_placed() {
+    let created = parse(&text(9, true), &Pins::new()).unwrap();
+    let mut pins = pins_of(&created);
+    let starts: Vec<u64> = db(&created).regions.iter().map(|r| r.start).collect();
+    assert!(starts[0] > starts[2], "d0 holds sys before db; d2 does not");
+    let grown = parse(&text(700, true), &pins).unwrap();
+    let now: Vec<u64> = db(&grown).regions.iter().map(|r| r.start).collect();
+    assert_eq!(now, starts);
+    let sys = |c: &Config| c.volumes[0].regions.clone();
+    assert_eq!(sys(&grown), sys(&created), "the fixed volume does not move");
+
+    // Position 2 unknown to the records (a member being added): the config places it.
+    pins.pin("db", vec![Some(starts[0]), Some(starts[1]), None]);
+    let placed = parse(&text(9, true), &pins).unwrap();
+    assert_eq!(db(&placed).regions[2].start, starts[2]);
+}
+
+#[test]
+fn a_pinned_start_inside_the_volumes_before_it_is_refused_by_name() {
+    let mut pins = Pins::new();
+    pins.pin("db", vec![Some(MIB); 3]);
+    let e = parse(&text(9, true), &pins).unwrap_err().to_string();
+    assert!(e.contains("volume \"db\""), "{e}");
+    assert!(e.contains("d0"), "{e}");
+    assert!(e.contains("never moved"), "{e}");
+}
