@@ -7,8 +7,9 @@
 //! records loads it this way.
 
 use crate::preflight::probes_with_added;
-use crate::reshape_plan;
+use crate::{records, reshape_plan};
 use nbraid_config::{Config, ConfigError, Pins, Volume};
+use nbraid_core::metadata::METADATA_AREA_BYTES;
 use nbraid_layout::Node;
 use std::path::Path;
 
@@ -28,17 +29,21 @@ pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
 pub fn recorded_starts(config: &Config) -> Pins {
     let mut pins = Pins::new();
     for v in &config.volumes {
-        if let Some(starts) = volume_starts(config, v) {
-            pins.pin(&v.name, starts);
+        if let Some((starts, log)) = volume_starts(config, v) {
+            pins.pin(&v.name, starts, log);
         }
     }
     pins
 }
 
-fn volume_starts(config: &Config, v: &Volume) -> Option<Vec<Option<u64>>> {
+/// Volume `v`'s recorded starts by position and its log's recorded reserve.
+fn volume_starts(config: &Config, v: &Volume) -> Option<(Vec<Option<u64>>, Option<u64>)> {
     let (probes, _) = probes_with_added(config, v)?;
-    let (tree, roles) = reshape_plan::recorded(&v.name, &probes[..v.members.len()])?;
-    Some(starts_by_position(&tree, &roles, v.members.len()))
+    let probes = &probes[..v.members.len()];
+    let (tree, roles) = reshape_plan::recorded(&v.name, probes)?;
+    let newest = records::newest_record(probes, &v.name)?;
+    let log = (newest.ppl).and_then(|a| (a.offset >= METADATA_AREA_BYTES).then_some(a.len));
+    Some((starts_by_position(&tree, &roles, v.members.len()), log))
 }
 
 /// Position `p`'s region start in the recorded `tree`: its member's role's (`roles[p]`), or
@@ -63,12 +68,16 @@ pub fn starts_by_position(
         .collect()
 }
 
-/// Every pinned start is where the config already puts it.
+/// Every pinned start is where the config already puts it, and every pinned log where the
+/// config places it.
 fn agrees(config: &Config, pins: &Pins) -> bool {
     config.volumes.iter().all(|v| {
-        pins.starts(&v.name).is_none_or(|starts| {
+        let starts = pins.starts(&v.name).is_none_or(|starts| {
             (v.regions.iter().zip(starts)).all(|(r, s)| s.is_none_or(|s| s == r.start))
-        })
+        });
+        let log = (pins.log_reserve_bytes(&v.name))
+            .is_none_or(|l| !v.metadata.ppl || l == v.metadata.ppl_log_bytes);
+        starts && log
     })
 }
 

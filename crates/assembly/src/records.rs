@@ -37,6 +37,16 @@ pub fn this_array<'a>(probes: impl Iterator<Item = &'a Probe>, name: &str) -> Op
         .map(|r| r.array)
 }
 
+/// Volume `name`'s newest record among `probes`, of the array most of them say it is
+/// ([`this_array`]).
+pub fn newest_record<'a>(probes: &'a [Probe], name: &str) -> Option<&'a VolumeRecord> {
+    let array = this_array(probes.iter(), name);
+    probes
+        .iter()
+        .filter_map(|p| record_of(p, name, array))
+        .max_by_key(|r| r.events)
+}
+
 /// The paths volume `name`'s (of array `array`) newest record among `probes` lists.
 pub fn newest_added_paths<'a>(
     probes: impl Iterator<Item = &'a Probe>,

@@ -433,10 +433,7 @@ fn level_change(old: Level, new: Level, from: &Outline, to: &Outline) -> Result<
 /// array in a role it still holds — a new member). `None` when no member carries a record.
 pub fn recorded(name: &str, probes: &[Probe]) -> Option<(Node, Vec<Option<usize>>)> {
     let array = records::this_array(probes.iter(), name);
-    let newest = probes
-        .iter()
-        .filter_map(|p| records::record_of(p, name, array))
-        .max_by_key(|r| r.events)?;
+    let newest = records::newest_record(probes, name)?;
     let roles = probes
         .iter()
         .map(|p| {

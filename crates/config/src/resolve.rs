@@ -227,8 +227,11 @@ impl Cx<'_> {
         };
         // A log whose ring the metadata area cannot hold (large strips) gets a reserve sized
         // from the strip, as if `write_hole_log_size` had asked for it: every parity volume
-        // has its log. The strips, hence the ring, do not depend on where regions start.
-        if metadata.ppl && metadata.ppl_log_bytes.is_none() {
+        // has its log (and large regions a larger one). The strips, hence the ring, do not
+        // depend on where regions start. A volume the records place keeps its recorded log.
+        if let (true, Some(recorded)) = (metadata.ppl, self.pins.log_reserve_bytes(&name)) {
+            metadata.ppl_log_bytes = recorded;
+        } else if metadata.ppl && metadata.ppl_log_bytes.is_none() {
             metadata.ppl_log_bytes = at.trial_log_reserve(usage);
         }
         if metadata.checksums {
@@ -469,13 +472,17 @@ struct Placement<'a> {
 
 impl Placement<'_> {
     /// The write-hole log reserve of the volume's geometry, tried on regions placed as if
-    /// there were no reserve; `None` when it does not fit or needs none.
+    /// there were no reserve ([`volume_meta::default_log_reserve_bytes`]); `None` when it
+    /// does not fit, needs none or logs nothing.
     fn trial_log_reserve(&self, usage: &[Usage]) -> Option<u64> {
         let p = self;
-        let trial = allocate(p.who, p.plan.sizing(), p.requested, p.idx, p.members, usage)
-            .ok()
-            .and_then(|regions| p.plan.geometry(&regions).ok());
-        trial.and_then(|g| nbraid_layout::log_reserve_bytes(g.root()))
+        let regions =
+            allocate(p.who, p.plan.sizing(), p.requested, p.idx, p.members, usage).ok()?;
+        let g = p.plan.geometry(&regions).ok()?;
+        nbraid_layout::volume_log_ring_bytes(g.root())?;
+        let largest = regions.iter().map(|r| r.len).max()?;
+        let strips = nbraid_layout::log_reserve_bytes(g.root());
+        volume_meta::default_log_reserve_bytes(strips, largest)
     }
 
     /// The checksum reserve of the largest region placed as if there were none (the real

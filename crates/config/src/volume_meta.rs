@@ -6,7 +6,9 @@
 //! groups log partial parity so a crash followed by a lost member never corrupts data nobody
 //! wrote; `"off"`), `write_hole_log_size` (the log in a reserve of that many bytes before
 //! the volume's region on every member, instead of 512 KiB in the 1 MiB metadata area: a
-//! larger ring needs fewer member flushes to make room), `checksums` (`"on"`, the default: a
+//! larger ring needs fewer member flushes to make room; without it, regions of 1 GiB or
+//! more get 8 MiB, smaller ones keep the log in the metadata area unless their strips need a
+//! larger ring), `checksums` (`"on"`, the default: a
 //! CRC-32C per 4 KiB block of every member region, kept in a reserve before the region — 8
 //! bytes per block and a 4 KiB header, rounded up to 1 MiB —, verified on every read, bad
 //! blocks rebuilt from the redundancy; `"off"`; `"enable"`: a volume created without them
@@ -37,9 +39,32 @@ pub const CLEAN_DELAY_DEFAULT: Duration = Duration::from_secs(5);
 pub const PPL_LOG_MIN: u64 = 1 << 20;
 /// Most `write_hole_log_size`.
 pub const PPL_LOG_MAX: u64 = 1 << 30;
+/// The log's reserve a parity volume gets without `write_hole_log_size` once its regions are
+/// [`PPL_LOG_RESERVE_FROM_REGION_BYTES`] or more: a ring 16× the 512 KiB the metadata area
+/// holds makes room with far fewer member flushes (write-back RAID 5 on a disk: 0.42 → 0.80
+/// of the IOPS without the log, docs/benchmarks "The write path's CPU and the log").
+pub const PPL_LOG_DEFAULT_RESERVE_BYTES: u64 = 8 << 20;
+/// Regions from which a parity volume's log gets [`PPL_LOG_DEFAULT_RESERVE_BYTES`]: the
+/// reserve then costs at most 1/128 of the capacity.
+pub const PPL_LOG_RESERVE_FROM_REGION_BYTES: u64 = 1 << 30;
 /// Default `checksum_error_limit` (md fails a member after 20 read errors it corrected in an
 /// hour; a checksum error is as clear a sign, but one bad sector run spans several blocks).
 pub const CHECKSUM_ERROR_LIMIT_DEFAULT: u64 = 100;
+
+/// The log reserve of a parity volume without `write_hole_log_size`: what its strips need
+/// (`strip_reserve`: `None` when the metadata area holds its ring), and at least
+/// [`PPL_LOG_DEFAULT_RESERVE_BYTES`] over regions of [`PPL_LOG_RESERVE_FROM_REGION_BYTES`]
+/// or more (`region_len`: the largest). `None`: the log stays in the metadata area. Pure.
+pub fn default_log_reserve_bytes(strip_reserve: Option<u64>, region_len: u64) -> Option<u64> {
+    match region_len >= PPL_LOG_RESERVE_FROM_REGION_BYTES {
+        true => Some(
+            strip_reserve
+                .unwrap_or(0)
+                .max(PPL_LOG_DEFAULT_RESERVE_BYTES),
+        ),
+        false => strip_reserve,
+    }
+}
 
 /// Bytes the checksum reserve before a region of `region_len` bytes takes: a 4 KiB header
 /// and 8 bytes per 4 KiB block in whole 4 KiB pages (the engine's `checksum::area_bytes`),
@@ -383,6 +408,17 @@ mod tests {
 
     /// The log's reserve sits between the metadata area and the region on every member, and
     /// the capacity shrinks by it.
+    #[test]
+    fn large_regions_get_the_default_log_reserve_small_ones_keep_the_metadata_area() {
+        use super::default_log_reserve_bytes as d;
+        let (mib, gib) = (1u64 << 20, 1u64 << 30);
+        assert_eq!(d(None, gib - 1), None);
+        assert_eq!(d(Some(2 * mib), gib - 1), Some(2 * mib));
+        assert_eq!(d(None, gib), Some(8 * mib));
+        assert_eq!(d(Some(2 * mib), 4 * gib), Some(8 * mib));
+        assert_eq!(d(Some(16 * mib), 4 * gib), Some(16 * mib));
+    }
+
     #[test]
     fn write_hole_log_size_reserves_room_before_the_region() {
         let plain = raid5("").unwrap();

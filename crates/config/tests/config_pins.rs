@@ -30,7 +30,11 @@ fn parse(text: &str, pins: &Pins) -> Result<Config, config::ConfigError> {
 fn pins_of(c: &Config) -> Pins {
     let mut pins = Pins::new();
     for v in &c.volumes {
-        pins.pin(&v.name, v.regions.iter().map(|r| Some(r.start)).collect());
+        pins.pin(
+            &v.name,
+            v.regions.iter().map(|r| Some(r.start)).collect(),
+            v.metadata.ppl_log_bytes,
+        );
     }
     pins
 }
@@ -86,7 +90,7 @@ fn a_matrix_volume_after_another_keeps_its_start_and_a_member_without_records_is
     assert_eq!(sys(&grown), sys(&created), "the fixed volume does not move");
 
     // Position 2 unknown to the records (a member being added): the config places it.
-    pins.pin("db", vec![Some(starts[0]), Some(starts[1]), None]);
+    pins.pin("db", vec![Some(starts[0]), Some(starts[1]), None], None);
     let placed = parse(&text(9, true), &pins).unwrap();
     assert_eq!(db(&placed).regions[2].start, starts[2]);
 }
@@ -94,9 +98,28 @@ fn a_matrix_volume_after_another_keeps_its_start_and_a_member_without_records_is
 #[test]
 fn a_pinned_start_inside_the_volumes_before_it_is_refused_by_name() {
     let mut pins = Pins::new();
-    pins.pin("db", vec![Some(MIB); 3]);
+    pins.pin("db", vec![Some(MIB); 3], None);
     let e = parse(&text(9, true), &pins).unwrap_err().to_string();
     assert!(e.contains("volume \"db\""), "{e}");
     assert!(e.contains("d0"), "{e}");
     assert!(e.contains("never moved"), "{e}");
+}
+
+#[test]
+fn a_volume_recorded_with_its_log_in_the_metadata_area_keeps_it_there() {
+    // Regions of 1 GiB and more get an 8 MiB log reserve before them by default now.
+    let new = parse(&text(2048, false), &Pins::new()).unwrap();
+    let v = db(&new);
+    assert_eq!(v.metadata.ppl_log_bytes, Some(8 * MIB));
+    let ck = v.metadata.checksum_reserve_bytes.unwrap();
+    assert_eq!(v.regions[0].start, MIB + ck + 8 * MIB);
+    // A volume created before, its log in the metadata area: its region stays.
+    let mut pins = Pins::new();
+    pins.pin("db", vec![Some(MIB + ck); 3], None);
+    let old = parse(&text(2048, false), &pins).unwrap();
+    assert_eq!(db(&old).metadata.ppl_log_bytes, None);
+    for r in &db(&old).regions {
+        assert_eq!(r.start, MIB + ck);
+    }
+    assert_eq!(db(&old).metadata.checksum_after_region_bytes, 0);
 }
