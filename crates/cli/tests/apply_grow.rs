@@ -139,7 +139,7 @@ fn a_size_all_volume_grows_online_when_its_members_grow() {
 /// records start it (the config reads them: `nbraid_assembly::pins`), the checksum area moves
 /// right after the grown region, every old checksum with it — a block corrupted in the old
 /// space behind the daemon reads back right afterwards — and the daemon starts again on the
-/// grown volume. The member files are sparse.
+/// grown volume, its log still in the metadata area. The member files are sparse.
 #[test]
 fn a_volume_grows_past_its_checksum_reserve() {
     let (nbdcopy, nbdinfo) = (require("nbdcopy"), require("nbdinfo"));
@@ -151,14 +151,16 @@ fn a_volume_grows_past_its_checksum_reserve() {
     let data = seeded_bytes(5, 14 * MIB);
     copy_in(&nbdcopy, dir.path(), &uri, &data);
 
-    // 9 → 600 MiB members: 596 MiB regions, whose 2 MiB of checksums go after them.
-    grow_files(dir.path(), 600);
-    config(dir.path(), 600, "1GiB");
+    // 9 → 1100 MiB members: 1095 MiB regions, whose 3 MiB of checksums go after them. A
+    // new volume of regions this large would get an 8 MiB log reserve before them; this one
+    // keeps the log its records hold, in the metadata area.
+    grow_files(dir.path(), 1100);
+    config(dir.path(), 1100, "1GiB");
     let plan = ok(nbraid(&["apply", cfg]), "apply (plan)");
     assert!(plan.contains("grow online"), "{plan}");
     let out = ok(nbraid(&["apply", cfg, "--yes"]), "apply --yes");
     assert!(out.contains("started online"), "{out}");
-    let grown = 2 * 596 * MIB;
+    let grown = 2 * 1095 * MIB;
     wait_until(cfg, "db", "the grow past the checksum reserve", |v| {
         v["reshape"]["state"] == "done" && v["capacity_bytes"].as_u64() == Some(grown)
     });
