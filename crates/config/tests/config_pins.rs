@@ -123,3 +123,23 @@ fn a_volume_recorded_with_its_log_in_the_metadata_area_keeps_it_there() {
     }
     assert_eq!(db(&old).metadata.checksum_after_region_bytes, 0);
 }
+
+#[test]
+fn checksums_on_over_a_volume_recorded_without_a_reserve_is_refused_naming_enable() {
+    let off = text(9, false).replace("size = \"all\"\n", "size = \"all\"\nchecksums = \"off\"\n");
+    let created = parse(&off, &Pins::new()).unwrap();
+    assert_eq!(
+        db(&created).regions[0].start,
+        MIB,
+        "no reserve before the region"
+    );
+    let pins = pins_of(&created);
+    let e = parse(&text(9, false), &pins).unwrap_err().to_string();
+    assert!(e.contains("checksums = \"enable\""), "{e}");
+    let enable = text(9, false).replace(
+        "size = \"all\"\n",
+        "size = \"all\"\nchecksums = \"enable\"\n",
+    );
+    let kept = parse(&enable, &pins).unwrap();
+    assert_eq!(db(&kept).regions, db(&created).regions);
+}

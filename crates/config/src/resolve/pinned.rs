@@ -53,6 +53,16 @@ impl Placement<'_> {
             }
             u.cursor = start;
         }
+        if reserved_checksums(metadata) && room_before.iter().flatten().all(|&r| r == 0) {
+            return Err(Problem::new(
+                v.name.span(),
+                ErrorKind::Option,
+                format!(
+                    "{}: its records start its regions with no block-checksum reserve before them (it was created with checksums = \"off\" or \"enable\"), and checksums = \"on\" (the default) keeps the checksums in such a reserve, but a region never moves: set checksums = \"enable\" (an area where each member has room, and a background pass computes the checksums) or \"off\"",
+                    self.who
+                ),
+            ));
+        }
         let (mut regions, mut geometry) = self.regions(v, usage)?;
         let tail = tail_bytes(metadata, &regions, &room_before);
         if tail > 0 {
@@ -83,7 +93,7 @@ pub(super) fn tail_bytes(
     regions: &[Region],
     room_before: &[Option<u64>],
 ) -> u64 {
-    if !metadata.checksums || metadata.checksums_enable {
+    if !reserved_checksums(metadata) {
         return 0;
     }
     let short = regions
@@ -95,6 +105,11 @@ pub(super) fn tail_bytes(
         true => checksum_reserve_bytes(largest),
         false => 0,
     }
+}
+
+/// The volume keeps its checksums in a reserve before its regions (`checksums = "on"`).
+fn reserved_checksums(metadata: &MetadataOptions) -> bool {
+    metadata.checksums && !metadata.checksums_enable
 }
 
 #[cfg(test)]
