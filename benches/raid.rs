@@ -12,6 +12,7 @@
 //! cargo bench -p nbraid-benches --bench raid        # ~1-2 minutes
 //! NBRAID_BENCH_SECS=0.2 NBRAID_BENCH_SAMPLES=7 cargo bench -p nbraid-benches --bench raid
 //! NBRAID_BENCH_MEMBERS=4 cargo bench -p nbraid-benches --bench raid   # one member count
+//! NBRAID_BENCH_LEVELS=0,5 cargo bench -p nbraid-benches --bench raid   # some levels only
 //! NBRAID_BENCH_WORK="4K wb" cargo bench -p nbraid-benches --bench raid  # workloads named so
 //! ```
 //!
@@ -250,7 +251,9 @@ fn print_paired(setups: &[Setup], rounds: &Rounds) {
         if s.level == Level::Raid0 {
             continue;
         }
-        let r0 = &rounds[ci - if s.level == Level::Raid5 { 1 } else { 2 }][col(Work::SeqWriteFull)];
+        let Some(r0) = raid0_of(setups, s).map(|r| &rounds[r][col(Work::SeqWriteFull)]) else {
+            continue;
+        };
         let keep = (s.members - s.level.parity()) as f64 / s.members as f64;
         let full: Vec<f64> = rounds[ci][col(Work::SeqWriteFull)]
             .iter()
@@ -265,6 +268,13 @@ fn print_paired(setups: &[Setup], rounds: &Rounds) {
             cell(rounds[ci][col(Work::DegradedSeqReadFull)].clone()),
         );
     }
+}
+
+/// The index of the RAID 0 setup of `s`'s member count, if it is measured.
+fn raid0_of(setups: &[Setup], s: &Setup) -> Option<usize> {
+    setups
+        .iter()
+        .position(|r| r.level == Level::Raid0 && r.members == s.members)
 }
 
 /// The table: a row per workload, a column per setup.
@@ -309,7 +319,9 @@ fn print_ratios(setups: &[Setup], results: &Results) {
         if s.level == Level::Raid0 {
             continue;
         }
-        let r0 = &results[ci - if s.level == Level::Raid5 { 1 } else { 2 }];
+        let Some(r0) = raid0_of(setups, s).map(|r| &results[r]) else {
+            continue;
+        };
         let r = &results[ci];
         let p = s.level.parity() as f64;
         let n = s.members as f64;
@@ -352,9 +364,18 @@ fn main() {
     };
     // NBRAID_BENCH_WORK="4K wb" runs only the workloads whose name contains it (profiling).
     let only = std::env::var("NBRAID_BENCH_WORK").ok();
+    // NBRAID_BENCH_LEVELS=0,5 limits the run to those levels (profiling one of them).
+    let levels: Vec<Level> = match std::env::var("NBRAID_BENCH_LEVELS") {
+        Ok(v) => [(0, Level::Raid0), (5, Level::Raid5), (6, Level::Raid6)]
+            .into_iter()
+            .filter(|(n, _)| v.split(',').any(|x| x.trim().parse() == Ok(*n)))
+            .map(|(_, l)| l)
+            .collect(),
+        Err(_) => vec![Level::Raid0, Level::Raid5, Level::Raid6],
+    };
     let mut setups = Vec::new();
     for &n in &counts {
-        for level in [Level::Raid0, Level::Raid5, Level::Raid6] {
+        for &level in &levels {
             let s = build(level, n);
             fill(&s.wb, DATA, 0x5a);
             setups.push(s);
