@@ -13,6 +13,7 @@
 //! NBRAID_BENCH_SECS=0.2 NBRAID_BENCH_SAMPLES=7 cargo bench -p nbraid-benches --bench raid
 //! NBRAID_BENCH_MEMBERS=4 cargo bench -p nbraid-benches --bench raid   # one member count
 //! NBRAID_BENCH_LEVELS=0,5 cargo bench -p nbraid-benches --bench raid   # some levels only
+//! NBRAID_BENCH_CELLS=r0x4,r5x4 cargo bench -p nbraid-benches --bench raid  # all built, these run
 //! NBRAID_BENCH_WORK="4K wb" cargo bench -p nbraid-benches --bench raid  # workloads named so
 //! ```
 //!
@@ -199,7 +200,7 @@ fn measure(
         let mut paired: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
         for _ in 0..samples {
             for (ci, s) in setups.iter().enumerate() {
-                if healthy.is_some() && s.level == Level::Raid0 {
+                if healthy.is_some() && s.level == Level::Raid0 || !measured(s) {
                     continue;
                 }
                 let mbs = |(bytes, _, t): (u64, u64, f64)| bytes as f64 / t / 1e6;
@@ -222,6 +223,12 @@ fn measure(
         }
     }
     (results, rounds)
+}
+
+/// Whether `NBRAID_BENCH_CELLS` (setup names, "r0x4,r5x4") leaves `s` measured: every setup
+/// is still built and filled, so a profile of a few cells sees the process as a full run has it.
+fn measured(s: &Setup) -> bool {
+    std::env::var("NBRAID_BENCH_CELLS").map_or(true, |v| v.split(',').any(|x| x.trim() == s.name))
 }
 
 /// The issue's ratios round by round: a full-stripe write against the RAID 0 of the same
@@ -391,4 +398,22 @@ fn main() {
     print_results(&setups, &results);
     print_ratios(&setups, &results);
     print_paired(&setups, &rounds);
+    if std::env::var("NBRAID_BENCH_ROUNDS").is_ok() {
+        print_rounds(&setups, &rounds);
+    }
+}
+
+/// Every round's MB/s (a degraded read's row: its ratio to the healthy read before it), in
+/// the order of the rounds: `NBRAID_BENCH_ROUNDS=1`, to see which cell of a ratio moved.
+fn print_rounds(setups: &[Setup], rounds: &Rounds) {
+    println!("\nrounds");
+    for (ci, s) in setups.iter().enumerate() {
+        for (wi, &(_, name, _)) in WORKS.iter().enumerate() {
+            let r = &rounds[ci][wi];
+            if !r.is_empty() {
+                let cells: Vec<String> = r.iter().map(|x| format!("{x:.2}")).collect();
+                println!("{:<8} {name:<20} {}", s.name, cells.join(" "));
+            }
+        }
+    }
 }
