@@ -12,6 +12,8 @@
 //! cargo bench -p nbraid-benches --bench raid        # ~1-2 minutes
 //! NBRAID_BENCH_SECS=0.2 NBRAID_BENCH_SAMPLES=7 cargo bench -p nbraid-benches --bench raid
 //! NBRAID_BENCH_MEMBERS=4 cargo bench -p nbraid-benches --bench raid   # one member count
+//! NBRAID_BENCH_LEVELS=0,5 cargo bench -p nbraid-benches --bench raid   # some levels only
+//! NBRAID_BENCH_CELLS=r0x4,r5x4 cargo bench -p nbraid-benches --bench raid  # all built, these run
 //! NBRAID_BENCH_WORK="4K wb" cargo bench -p nbraid-benches --bench raid  # workloads named so
 //! ```
 //!
@@ -198,7 +200,7 @@ fn measure(
         let mut paired: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
         for _ in 0..samples {
             for (ci, s) in setups.iter().enumerate() {
-                if healthy.is_some() && s.level == Level::Raid0 {
+                if healthy.is_some() && s.level == Level::Raid0 || !measured(s) {
                     continue;
                 }
                 let mbs = |(bytes, _, t): (u64, u64, f64)| bytes as f64 / t / 1e6;
@@ -221,6 +223,12 @@ fn measure(
         }
     }
     (results, rounds)
+}
+
+/// Whether `NBRAID_BENCH_CELLS` (setup names, "r0x4,r5x4") leaves `s` measured: every setup
+/// is still built and filled, so a profile of a few cells sees the process as a full run has it.
+fn measured(s: &Setup) -> bool {
+    std::env::var("NBRAID_BENCH_CELLS").map_or(true, |v| v.split(',').any(|x| x.trim() == s.name))
 }
 
 /// The issue's ratios round by round: a full-stripe write against the RAID 0 of the same
@@ -250,7 +258,9 @@ fn print_paired(setups: &[Setup], rounds: &Rounds) {
         if s.level == Level::Raid0 {
             continue;
         }
-        let r0 = &rounds[ci - if s.level == Level::Raid5 { 1 } else { 2 }][col(Work::SeqWriteFull)];
+        let Some(r0) = raid0_of(setups, s).map(|r| &rounds[r][col(Work::SeqWriteFull)]) else {
+            continue;
+        };
         let keep = (s.members - s.level.parity()) as f64 / s.members as f64;
         let full: Vec<f64> = rounds[ci][col(Work::SeqWriteFull)]
             .iter()
@@ -265,6 +275,13 @@ fn print_paired(setups: &[Setup], rounds: &Rounds) {
             cell(rounds[ci][col(Work::DegradedSeqReadFull)].clone()),
         );
     }
+}
+
+/// The index of the RAID 0 setup of `s`'s member count, if it is measured.
+fn raid0_of(setups: &[Setup], s: &Setup) -> Option<usize> {
+    setups
+        .iter()
+        .position(|r| r.level == Level::Raid0 && r.members == s.members)
 }
 
 /// The table: a row per workload, a column per setup.
@@ -309,7 +326,9 @@ fn print_ratios(setups: &[Setup], results: &Results) {
         if s.level == Level::Raid0 {
             continue;
         }
-        let r0 = &results[ci - if s.level == Level::Raid5 { 1 } else { 2 }];
+        let Some(r0) = raid0_of(setups, s).map(|r| &results[r]) else {
+            continue;
+        };
         let r = &results[ci];
         let p = s.level.parity() as f64;
         let n = s.members as f64;
@@ -352,9 +371,18 @@ fn main() {
     };
     // NBRAID_BENCH_WORK="4K wb" runs only the workloads whose name contains it (profiling).
     let only = std::env::var("NBRAID_BENCH_WORK").ok();
+    // NBRAID_BENCH_LEVELS=0,5 limits the run to those levels (profiling one of them).
+    let levels: Vec<Level> = match std::env::var("NBRAID_BENCH_LEVELS") {
+        Ok(v) => [(0, Level::Raid0), (5, Level::Raid5), (6, Level::Raid6)]
+            .into_iter()
+            .filter(|(n, _)| v.split(',').any(|x| x.trim().parse() == Ok(*n)))
+            .map(|(_, l)| l)
+            .collect(),
+        Err(_) => vec![Level::Raid0, Level::Raid5, Level::Raid6],
+    };
     let mut setups = Vec::new();
     for &n in &counts {
-        for level in [Level::Raid0, Level::Raid5, Level::Raid6] {
+        for &level in &levels {
             let s = build(level, n);
             fill(&s.wb, DATA, 0x5a);
             setups.push(s);
@@ -370,4 +398,22 @@ fn main() {
     print_results(&setups, &results);
     print_ratios(&setups, &results);
     print_paired(&setups, &rounds);
+    if std::env::var("NBRAID_BENCH_ROUNDS").is_ok() {
+        print_rounds(&setups, &rounds);
+    }
+}
+
+/// Every round's MB/s (a degraded read's row: its ratio to the healthy read before it), in
+/// the order of the rounds: `NBRAID_BENCH_ROUNDS=1`, to see which cell of a ratio moved.
+fn print_rounds(setups: &[Setup], rounds: &Rounds) {
+    println!("\nrounds");
+    for (ci, s) in setups.iter().enumerate() {
+        for (wi, &(_, name, _)) in WORKS.iter().enumerate() {
+            let r = &rounds[ci][wi];
+            if !r.is_empty() {
+                let cells: Vec<String> = r.iter().map(|x| format!("{x:.2}")).collect();
+                println!("{:<8} {name:<20} {}", s.name, cells.join(" "));
+            }
+        }
+    }
 }

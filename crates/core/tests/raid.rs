@@ -962,8 +962,9 @@ fn sequential_writes_in_flight_together_stream_as_fast_as_one_at_a_time() {
 }
 
 /// RAID 5 and 6 stripes wide enough that a regenerating write folds P (and Q) a few chunks
-/// at a time as it issues their writes (`raid/write.rs` `write_folding_parity`, 256 KiB of
-/// rows per fold): with strips of 64 and 128 KiB from 4 to 24 members and of 4 KiB on 70.
+/// at a time as it issues their writes (`raid/write.rs` `write_folding_parity`, 512 KiB of
+/// rows per fold): with strips of 64 and 128 KiB from 4 to 24 members, of 16 KiB on 40 and
+/// of 4 KiB on 70 (which, like 4 and 8 members, takes one pass).
 /// Member I/O stays exact (a full stripe writes each member once and reads nothing), and
 /// after partial writes (read-modify-write, reconstruct-write) every member failed in turn
 /// (RAID 6: with its neighbour, so Q rebuilds too) reads the model back.
@@ -975,6 +976,7 @@ fn wide_parity_stripes_fold_parity_in_groups_and_read_back_with_any_members_fail
         (6, 128 * KIB),
         (8, 64 * KIB),
         (24, 64 * KIB),
+        (40, 16 * KIB),
         (70, 4 * KIB),
     ];
     let configs = [Level::Raid5, Level::Raid6]
