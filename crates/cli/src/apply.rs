@@ -5,12 +5,12 @@
 //! `nbraid_assembly::reshape_plan`'s; the records are read as `nbraid check` reads them (plain
 //! reads of the superblock slots, which the daemon keeps current; nothing is written).
 //!
-//! `--yes` against a running daemon asks it to start each planned restripe or grow in place **online**
-//! (the control socket's `reshape`, [`start_online`]): the daemon checks the plan against its
-//! live array by the same rules, writes the records that start it, opens the volume again
-//! over the old and added members and copies on while serving. With no daemon running
-//! ([`start_offline`]) it writes the records itself (`Array::start_reshape`), and the
-//! daemon's next start copies on in the background while serving.
+//! `--yes` against a running daemon asks it to start each planned move **online** (the control
+//! socket's `reshape`, [`start_online`]): the daemon checks the plan against its live array by
+//! the same rules, writes the records that start it, opens the volume again over the old and
+//! added members and copies on while serving (new copies of a RAID 1 are rebuilt). With no
+//! daemon running ([`start_offline`]) it writes the records itself (`Array::start_reshape`,
+//! `Array::add_copies`), and the daemon's next start goes on in the background while serving.
 
 use crate::ops::{Client, Target};
 use anyhow::{bail, Context, Result};
@@ -185,12 +185,7 @@ fn start_offline(config: &nbraid_config::Config, force: bool) -> Result<String> 
         let Action::Online(m) = &plan.action else {
             continue;
         };
-        if m.kind == MoveKind::Copy {
-            bail!(
-                "volume {}: adding copies to a RAID 1 is not done online by this build (only restripes and grows in place are)",
-                v.name
-            );
-        }
+        let copies = m.kind == MoveKind::Copy;
         let metas: Vec<Arc<MemberMeta>> = (v.members.iter())
             .map(|&i| opened[i].meta().cloned())
             .collect::<Option<_>>()
@@ -215,12 +210,16 @@ fn start_offline(config: &nbraid_config::Config, force: bool) -> Result<String> 
         futures::executor::block_on(async {
             let opts = ArrayOptions::default();
             let (array, _) = Array::open(&v.name, &recorded, by_role, opts, &|_, _| {}).await?;
-            array.start_reshape(new_tree, added, &consent).await
+            match copies {
+                true => array.add_copies(new_tree, added, &consent).await,
+                false => array.start_reshape(new_tree, added, &consent).await,
+            }
         })
         .with_context(|| format!("volume {}: starting the reshape", v.name))?;
-        out.push_str(
-            "  started: the records say so; the next start of nbraidd copies on while serving\n",
-        );
+        out.push_str(match copies {
+            true => "  started: the records list the new copies, rebuilding; the next start of nbraidd rebuilds them while serving\n",
+            false => "  started: the records say so; the next start of nbraidd copies on while serving\n",
+        });
     }
     Ok(out)
 }

@@ -643,6 +643,23 @@ impl Array {
         super::reshape_run::start(self.parts(), new_tree, added).await
     }
 
+    /// Adds the members of `added` to this RAID 1 as new copies (`new_tree`: the mirror with
+    /// them after the old ones), each recorded rebuilding from 0 (`mirror_copies.rs`); the
+    /// disk write rule is checked on each first. The volume must be quiet and recorded clean;
+    /// open it again afterwards (the open resumes the rebuilds).
+    pub async fn add_copies(
+        &self,
+        new_tree: Node,
+        added: Vec<Arc<MemberMeta>>,
+        consent: &Consent,
+    ) -> Result<(), ArrayError> {
+        self.not_reshaping("add copies")?;
+        for meta in &added {
+            super::heal::check_disk(self.parts(), meta, consent)?;
+        }
+        super::mirror_copies::start(self.parts(), new_tree, added).await
+    }
+
     /// Reshape windows of at most `bytes` (at least one unit of the reshape).
     pub fn set_reshape_window_bytes(&self, bytes: u64) {
         self.reshape_window_bytes.store(bytes, Relaxed);

@@ -26,6 +26,7 @@ mod heal;
 pub mod intent;
 mod io;
 mod member_meta;
+mod mirror_copies;
 mod open;
 mod options;
 mod parts;

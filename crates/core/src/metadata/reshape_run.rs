@@ -490,7 +490,7 @@ pub(super) async fn start(
 
 /// The member of every recorded role (`members`), refused by role where one is not current:
 /// a reshape starts only with every member in place.
-fn current_members(
+pub(super) fn current_members(
     p: Parts<'_>,
     members: &[MemberEntry],
 ) -> Result<Vec<Arc<MemberMeta>>, ArrayError> {

@@ -3,17 +3,20 @@
 //!
 //! 1. **Plan** — the config's tree against the live array's, by the offline rules
 //!    (`nbraid_assembly::reshape_plan`): the config's members are matched to roles by file;
-//!    anything but a restripe or a grow in place is refused with the plan's reason.
+//!    anything but a restripe, a grow in place or copies added to a RAID 1 is refused with
+//!    the plan's reason.
 //! 2. **Refusals** — by name: work running on the volume (scrub, rebuild, resync, a reshape,
 //!    the checksum pass of `checksums = "enable"`),
 //!    a member not current, a member shared with another volume (Matrix).
 //! 3. **Added members** opened (a missing file created sparse at its config size); members
 //!    the config gives more bytes (grown files or devices) take them.
 //! 4. **Quiet** — the export's gate held: requests in flight finish, new ones wait.
-//! 5. **Records** — the array recorded clean, then `Array::start_reshape` (the disk write
-//!    rule on every added member first, `--force` as consent).
+//! 5. **Records** — the array recorded clean, then `Array::start_reshape` (copies added to a
+//!    RAID 1: `Array::add_copies`; the disk write rule on every added member first, `--force`
+//!    as consent).
 //! 6. **Reopened** over the same members and the added ones, served from then on; the pass
-//!    copies on in the background (`reshape.rs`), as after a restart.
+//!    copies on in the background (`reshape.rs`), as after a restart — new copies are roles
+//!    being rebuilt, and the heal look starts their rebuild.
 
 use super::controls::{refused, Controls};
 use super::members::{already_open, Offered};
@@ -55,22 +58,13 @@ pub(super) async fn start(
         &new_tree,
         cv.heal.rebuild_rate_bytes_per_s,
     );
-    match &plan.action {
+    let copies = match &plan.action {
         Action::Unchanged => {
             return Ok(json!({ "volume": v.name, "plan": plan, "started": false }))
         }
         Action::Refused { reason } => return Err(Refusal::new("refused", reason.clone())),
-        Action::Online(m) if m.kind == MoveKind::Copy => {
-            return Err(Refusal::new(
-                "unsupported",
-                format!(
-                    "volume \"{}\": adding copies to a RAID 1 is not done online by this build (only restripes and grows in place are)",
-                    v.name
-                ),
-            ))
-        }
-        Action::Online(_) => {}
-    }
+        Action::Online(m) => m.kind == MoveKind::Copy,
+    };
     if let Some(why) = busy(controls, v, &array) {
         return Err(Refusal::new(
             "busy",
@@ -89,12 +83,16 @@ pub(super) async fn start(
         .map(|(id, meta)| (id.clone(), meta.member().clone()))
         .collect();
     let options = nbraid_assembly::assemble::array_options(cv, ids, false);
-    swap_in(v, new_tree, added, &consent, options).await?;
+    swap_in(v, (new_tree, copies), added, &consent, options).await?;
     for (id, member) in &newcomers {
         v.learn(id, member);
     }
     v.set_level(cv.kind_name());
-    super::reshape::start_reshape_pass(v);
+    match copies {
+        // The new copies are roles being rebuilt: the heal look starts their rebuild.
+        true => crate::heal::heal_once(v).await,
+        false => super::reshape::start_reshape_pass(v),
+    }
     Ok(json!({
         "volume": v.name, "plan": plan, "started": true,
         "reshape": super::reshape::reshape_json(v),
@@ -105,7 +103,7 @@ pub(super) async fn start(
 /// serves on as it was.
 async fn swap_in(
     v: &ControlVolume,
-    new_tree: nbraid_layout::Node,
+    (new_tree, copies): (nbraid_layout::Node, bool),
     added: Vec<Arc<MemberMeta>>,
     consent: &Consent,
     options: nbraid_core::metadata::ArrayOptions,
@@ -124,18 +122,21 @@ async fn swap_in(
     }
     let mut members = super::super::served::members_by_role(&old);
     members.extend(added.iter().map(|m| Some(m.member().clone())));
-    old.start_reshape(new_tree, added, consent)
-        .await
-        .map_err(refused)?;
+    let started = match copies {
+        true => old.add_copies(new_tree, added, consent).await,
+        false => old.start_reshape(new_tree, added, consent).await,
+    };
+    started.map_err(refused)?;
     let spares = old.spares();
     drop(old);
     let new = (v.served.reopen(&mut quiet, &members, Some(options)).await).map_err(refused)?;
     drop(quiet);
     carry_spares(&new, spares);
-    tracing::warn!(
-        "volume {}: reshape started online (nbraid apply): copying into the new shape while serving",
-        v.name
-    );
+    let what = match copies {
+        true => "copies added online (nbraid apply): rebuilding them while serving",
+        false => "reshape started online (nbraid apply): copying into the new shape while serving",
+    };
+    tracing::warn!("volume {}: {what}", v.name);
     Ok(())
 }
 

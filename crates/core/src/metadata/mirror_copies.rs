@@ -1,0 +1,186 @@
+//! Copies added to a RAID 1 (`nbraid apply` with more members in a `raid1` volume, md's
+//! `--grow --raid-devices`): each added member takes a new role of the mirror, recorded
+//! *rebuilding* at checkpoint 0, and is rebuilt from the copies as a spare rebuilt into a
+//! failed role is — nothing of the volume moves, so there is no reshape record and no
+//! backup. It gets its areas where its peers keep theirs (`reshape_areas`: the bitmap's
+//! bits, a cleared block-checksum area). Until the rebuild passes a byte, nothing reads it
+//! from the new copy; writes go to every copy.
+//!
+//! **One commit** (event counter +1), with the volume quiet, recorded clean and flushed:
+//! the old members first, then the added ones. A power loss mid-way leaves either old members
+//! one event behind (stale: resynced from the others, which hold the same bytes — the volume
+//! was clean) or an added member without its record (its role absent: it held nothing yet,
+//! and the volume runs on the old copies, degraded by that role until it is replaced). Never
+//! an added member's record ahead of every old one, which would make the copies that hold
+//! the data look stale next to one that holds none.
+
+use super::error::ArrayError;
+use super::member_meta::MemberMeta;
+use super::parts::Parts;
+use super::{MemberEntry, RecordedState, Uuid, VolumeRecord};
+use nbraid_layout::{MemberRegion, Node};
+use std::sync::Arc;
+
+/// Records `new_tree` — the volume's mirror with the members of `added` as new copies after
+/// the old ones — and the added roles rebuilding from 0. The volume must be quiet, recorded
+/// clean, every role current; open it again afterwards (the open resumes the rebuilds).
+pub(super) async fn start(
+    p: Parts<'_>,
+    new_tree: Node,
+    added: Vec<Arc<MemberMeta>>,
+) -> Result<(), ArrayError> {
+    p.volume.flush().await?;
+    let mut rec = p.records.lock().await;
+    let old = p.volume.geometry().root().clone();
+    let old_roles = rec.members.len();
+    if rec.reshape.is_some() {
+        return Err(p.refuse("a reshape is in progress"));
+    }
+    if rec.checksum_fill.is_some() {
+        return Err(p.refuse(
+            "its checksum pass (checksums = \"enable\") has not finished: let it finish first (nbraid status shows checksum_fill)",
+        ));
+    }
+    if let Some(why) = copies_only(&old, &new_tree, added.len()) {
+        return Err(p.refuse(why));
+    }
+    for meta in &added {
+        let sb = meta.sb.lock().await;
+        if (sb.as_ref()).is_some_and(|sb| sb.volumes.iter().any(|v| v.name == p.name())) {
+            return Err(p.refuse(format!(
+                "`{}` already carries a record of this volume",
+                meta.member().name()
+            )));
+        }
+    }
+    let mut metas = super::reshape_run::current_members(p, &rec.members)?;
+    metas.extend(added.iter().cloned());
+    let none = vec![None; metas.len()];
+    let areas = super::reshape_areas::for_new_shape(p, &new_tree, &metas, old_roles, &none).await?;
+    let mut members = rec.members.clone();
+    for _ in &added {
+        let uuid = Uuid::random().map_err(|e| p.refuse(format!("random id: {e}")))?;
+        let state = RecordedState::Rebuilding {
+            checkpoint_bytes: 0,
+        };
+        members.push(MemberEntry { uuid, state });
+    }
+    rec.events += 1;
+    rec.scrub = None;
+    for (r, meta) in metas.iter().enumerate().take(old_roles) {
+        let (id, name) = (p.id(), p.name().to_string());
+        let (events, members, tree, a) = (rec.events, members.clone(), new_tree.clone(), areas[r]);
+        meta.update(move |sb| {
+            let mine = |v: &&mut VolumeRecord| v.array == id && v.name == name;
+            if let Some(v) = sb.volumes.iter_mut().find(mine) {
+                (v.bitmap, v.ppl, v.checksums) = (a.bitmap, a.ppl, a.checksums);
+                (v.events, v.members, v.tree, v.scrub) = (events, members, tree, None);
+            }
+        })
+        .await
+        .map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
+    }
+    for (i, meta) in added.iter().enumerate() {
+        let role = old_roles + i;
+        let record = VolumeRecord {
+            array: p.id(),
+            name: p.name().to_string(),
+            events: rec.events,
+            clean: rec.clean,
+            role: role as u32,
+            members: members.clone(),
+            tree: new_tree.clone(),
+            bitmap: areas[role].bitmap,
+            ppl: areas[role].ppl,
+            checksums: areas[role].checksums,
+            scrub: None,
+            added_paths: rec.added_paths.clone(),
+            reshape: None,
+            checksum_fill: None,
+        };
+        let (uuid, name) = (members[role].uuid, p.name().to_string());
+        meta.update(move |sb| {
+            sb.member = uuid;
+            sb.volumes.retain(|v| v.name != name);
+            sb.volumes.push(record);
+        })
+        .await
+        .map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
+        // Both slots: a blank second copy would be reported damaged at the next start.
+        (meta.update(|_| {}).await)
+            .map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
+    }
+    Ok(())
+}
+
+/// Why `new` is not `old` with `added` copies after its own (`None`: it is): both mirrors
+/// of member regions, the old copies kept as they are (role, start, length), the added ones
+/// numbered after them, of no less length. Pure.
+pub(super) fn copies_only(old: &Node, new: &Node, added: usize) -> Option<String> {
+    let (Node::Mirror(_), Node::Mirror(_)) = (old, new) else {
+        return Some("copies are added to a RAID 1 only".into());
+    };
+    let leaves = |n: &Node| -> Option<Vec<MemberRegion>> {
+        let mut out = Vec::new();
+        for c in n.children() {
+            let Node::Member(m) = c else { return None };
+            out.push(m.clone());
+        }
+        Some(out)
+    };
+    let (Some(was), Some(now)) = (leaves(old), leaves(new)) else {
+        return Some("copies are added to a mirror of member regions only".into());
+    };
+    if now.len() != was.len() + added || added == 0 {
+        return Some(format!(
+            "the new mirror has {} copies where {} and {} added make {}",
+            now.len(),
+            was.len(),
+            added,
+            was.len() + added
+        ));
+    }
+    if now[..was.len()] != was[..] {
+        return Some("the old copies must keep their roles and regions".into());
+    }
+    let len = was.iter().map(|m| m.len).min().unwrap_or(0);
+    let fresh = &now[was.len()..];
+    let misplaced = |(i, m): &(usize, &MemberRegion)| m.index != was.len() + i || m.len < len;
+    if let Some((_, m)) = fresh.iter().enumerate().find(misplaced) {
+        return Some(format!(
+            "added copy role {} ({} bytes) must follow the old roles and hold {len} bytes",
+            m.index, m.len
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nbraid_layout::{Level, ParityLayout, Region, Shape};
+
+    fn tree(level: Level, n: usize, len: u64) -> Node {
+        let region = Region {
+            start: 1 << 20,
+            len,
+        };
+        let shape = Shape::new(level, n, None, 64 << 10, ParityLayout::default()).unwrap();
+        shape.build(&vec![region; n]).unwrap()
+    }
+
+    #[test]
+    fn a_mirror_with_copies_after_its_own_is_a_copy_move() {
+        let (two, three) = (
+            tree(Level::Raid1, 2, 8 << 20),
+            tree(Level::Raid1, 3, 8 << 20),
+        );
+        assert_eq!(copies_only(&two, &three, 1), None);
+        assert!(copies_only(&two, &three, 2).is_some(), "counts must agree");
+        assert!(copies_only(&two, &two, 0).is_some(), "nothing added");
+        let bigger = tree(Level::Raid1, 3, 16 << 20);
+        assert!(copies_only(&two, &bigger, 1).is_some(), "old regions kept");
+        let r5 = tree(Level::Raid5, 3, 8 << 20);
+        assert!(copies_only(&two, &r5, 1).is_some(), "a mirror only");
+    }
+}
