@@ -16,7 +16,7 @@
 //!    as consent).
 //! 6. **Reopened** over the same members and the added ones, served from then on; the pass
 //!    copies on in the background (`reshape.rs`), as after a restart — new copies are roles
-//!    being rebuilt, and the heal look starts their rebuild.
+//!    being rebuilt, and their rebuild starts.
 
 use super::controls::{refused, Controls};
 use super::members::{already_open, Offered};
@@ -89,8 +89,8 @@ pub(super) async fn start(
     }
     v.set_level(cv.kind_name());
     match copies {
-        // The new copies are roles being rebuilt: the heal look starts their rebuild.
-        true => crate::heal::heal_once(v).await,
+        // The new copies are roles being rebuilt, as after a restart mid-rebuild.
+        true => drop(v.ensure_rebuild(v.rebuild_rate())),
         false => super::reshape::start_reshape_pass(v),
     }
     Ok(json!({
