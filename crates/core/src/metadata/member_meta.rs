@@ -85,6 +85,24 @@ impl MemberMeta {
         Ok(())
     }
 
+    /// A member joining a volume: takes id `uuid` and `record` (replacing any record of the
+    /// same volume name), written to both superblock slots — a blank second copy would be
+    /// reported damaged at the next start.
+    pub(super) async fn join(
+        &self,
+        uuid: Uuid,
+        record: VolumeRecord,
+    ) -> Result<(), SuperblockIoError> {
+        let name = record.name.clone();
+        self.update(move |sb| {
+            sb.member = uuid;
+            sb.volumes.retain(|v| v.name != name);
+            sb.volumes.push(record);
+        })
+        .await?;
+        self.update(|_| {}).await
+    }
+
     /// This member's record of volume `name`, as last written or read.
     pub(super) async fn record(&self, name: &str) -> Option<VolumeRecord> {
         let g = self.sb.lock().await;

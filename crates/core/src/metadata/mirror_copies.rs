@@ -98,16 +98,7 @@ pub(super) async fn start(
             reshape: None,
             checksum_fill: None,
         };
-        let (uuid, name) = (members[role].uuid, p.name().to_string());
-        meta.update(move |sb| {
-            sb.member = uuid;
-            sb.volumes.retain(|v| v.name != name);
-            sb.volumes.push(record);
-        })
-        .await
-        .map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
-        // Both slots: a blank second copy would be reported damaged at the next start.
-        (meta.update(|_| {}).await)
+        (meta.join(members[role].uuid, record).await)
             .map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
     }
     Ok(())

@@ -453,16 +453,7 @@ pub(super) async fn start(
             reshape: Some(rr.record_for(role)),
             checksum_fill: rec.checksum_fill,
         };
-        let (uuid, name) = (members[role].uuid, p.name().to_string());
-        meta.update(move |sb| {
-            sb.member = uuid;
-            sb.volumes.retain(|v| v.name != name);
-            sb.volumes.push(record);
-        })
-        .await
-        .map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
-        // Both slots: a blank second copy would be reported damaged at the next start.
-        (meta.update(|_| {}).await)
+        (meta.join(members[role].uuid, record).await)
             .map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
     }
     for (r, meta) in metas.iter().enumerate().take(old_roles) {
