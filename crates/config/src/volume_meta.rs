@@ -125,7 +125,8 @@ pub struct MetadataOptions {
     /// member, sized from the region at placement (`None`: checksums off).
     pub checksum_reserve_bytes: Option<u64>,
     /// Bytes kept right after the regions for the checksum areas of an existing volume
-    /// whose regions outgrew the reserve before them (`crate::Pins`); 0 otherwise.
+    /// whose regions outgrew the reserve before them (`crate::Pins`): the most any member
+    /// keeps (a JBOD's members that did not grow keep none); 0 otherwise.
     pub checksum_after_region_bytes: u64,
     /// `checksum_error_limit`: bad blocks a member may return before it is failed.
     pub checksum_error_limit: u64,

@@ -143,3 +143,22 @@ fn checksums_on_over_a_volume_recorded_without_a_reserve_is_refused_naming_enabl
     let kept = parse(&enable, &pins).unwrap();
     assert_eq!(db(&kept).regions, db(&created).regions);
 }
+
+#[test]
+fn a_jbod_whose_last_member_grew_keeps_its_other_regions_whole() {
+    let jbod = |last_mib: u64| {
+        format!(
+            "[[member]]\nid = \"d0\"\npath = \"d0.img\"\nsize = \"9MiB\"\n\
+             [[member]]\nid = \"d1\"\npath = \"d1.img\"\nsize = \"{last_mib}MiB\"\n\
+             [[volume]]\nname = \"db\"\nlevel = \"jbod\"\nmembers = [\"d0\", \"d1\"]\nsize = \"all\"\n"
+        )
+    };
+    let created = parse(&jbod(9), &Pins::new()).unwrap();
+    let pins = pins_of(&created);
+    let grown = parse(&jbod(700), &pins).unwrap();
+    let (was, now) = (&db(&created).regions, &db(&grown).regions);
+    assert_eq!(now[0], was[0], "the first member's region is untouched");
+    assert_eq!(now[1].start, was[1].start);
+    // 700 MiB: 1 MiB of metadata, the 1 MiB reserve, 2 MiB of checksums after the region.
+    assert_eq!(now[1].len, 696 * MIB);
+}

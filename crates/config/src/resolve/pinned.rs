@@ -64,47 +64,48 @@ impl Placement<'_> {
             ));
         }
         let (mut regions, mut geometry) = self.regions(v, usage)?;
-        let tail = tail_bytes(metadata, &regions, &room_before);
-        if tail > 0 {
-            self.idx.iter().for_each(|&m| usage[m].tail_bytes = tail);
+        let tails = tail_bytes(metadata, &regions, &room_before);
+        if tails.iter().any(|&t| t > 0) {
+            self.idx
+                .iter()
+                .zip(&tails)
+                .for_each(|(&m, &t)| usage[m].tail_bytes = t);
             let again = self.regions(v, usage);
             self.idx.iter().for_each(|&m| usage[m].tail_bytes = 0);
             (regions, geometry) = again?;
         }
         claim_regions(name, self.idx, &regions, usage);
-        metadata.checksum_after_region_bytes = tail;
-        if tail > 0 {
-            for &m in self.idx {
-                usage[m].cursor += tail;
-                let what = format!("the block checksums of volume \"{name}\" (after its region)");
-                usage[m].users.push((what, tail));
-            }
+        metadata.checksum_after_region_bytes = tails.iter().copied().max().unwrap_or(0);
+        for (&m, &tail) in self.idx.iter().zip(&tails).filter(|(_, &t)| t > 0) {
+            usage[m].cursor += tail;
+            let what = format!("the block checksums of volume \"{name}\" (after its region)");
+            usage[m].users.push((what, tail));
         }
         Ok((regions, geometry))
     }
 }
 
-/// Bytes to keep free right after a pinned volume's regions for its checksum areas: 0 unless
-/// it keeps them in reserves (`checksums = "on"`) and some recorded member's room before its
-/// region (`room_before`, by position; `None`: not recorded) cannot hold the area its region
-/// now needs — then the reserve a new volume of the largest region would get. Pure.
+/// Bytes to keep free right after each member's region (by position) of a pinned volume for
+/// its checksum area: 0 unless the volume keeps them in reserves (`checksums = "on"`) and the
+/// member's recorded room before its region (`room_before`; `None`: not recorded) cannot hold
+/// the area its region now needs — then the reserve a new volume of that region would get
+/// (per member: a JBOD's members that did not grow keep their regions). Pure.
 pub(super) fn tail_bytes(
     metadata: &MetadataOptions,
     regions: &[Region],
     room_before: &[Option<u64>],
-) -> u64 {
-    if !reserved_checksums(metadata) {
-        return 0;
-    }
-    let short = regions
+) -> Vec<u64> {
+    let short = |len: u64, room: &Option<u64>| {
+        reserved_checksums(metadata) && room.is_some_and(|room| checksum_area_bytes(len) > room)
+    };
+    regions
         .iter()
         .zip(room_before)
-        .any(|(r, room)| room.is_some_and(|room| checksum_area_bytes(r.len) > room));
-    let largest = regions.iter().map(|r| r.len).max().unwrap_or(0);
-    match short {
-        true => checksum_reserve_bytes(largest),
-        false => 0,
-    }
+        .map(|(r, room)| match short(r.len, room) {
+            true => checksum_reserve_bytes(r.len),
+            false => 0,
+        })
+        .collect()
 }
 
 /// The volume keeps its checksums in a reserve before its regions (`checksums = "on"`).
@@ -128,15 +129,24 @@ mod tests {
     #[test]
     fn a_region_its_reserve_covers_needs_no_tail() {
         let on = MetadataOptions::default();
-        assert_eq!(tail_bytes(&on, &[region(500 * MIB)], &[Some(MIB)]), 0);
-        assert_eq!(tail_bytes(&on, &[region(500 * MIB)], &[None]), 0);
+        assert_eq!(tail_bytes(&on, &[region(500 * MIB)], &[Some(MIB)]), [0]);
+        assert_eq!(tail_bytes(&on, &[region(500 * MIB)], &[None]), [0]);
     }
 
     #[test]
     fn a_region_grown_past_its_reserve_gets_a_whole_mib_tail() {
         let on = MetadataOptions::default();
         let grown = [region(600 * MIB), region(600 * MIB)];
-        assert_eq!(tail_bytes(&on, &grown, &[Some(MIB), Some(MIB)]), 2 * MIB);
+        assert_eq!(
+            tail_bytes(&on, &grown, &[Some(MIB), Some(MIB)]),
+            [2 * MIB, 2 * MIB]
+        );
+        // A concatenation: only the member that outgrew its reserve.
+        let jbod = [region(100 * MIB), region(600 * MIB)];
+        assert_eq!(
+            tail_bytes(&on, &jbod, &[Some(MIB), Some(MIB)]),
+            [0, 2 * MIB]
+        );
         assert!(checksum_area_bytes(600 * MIB) <= 2 * MIB);
     }
 
@@ -151,7 +161,7 @@ mod tests {
             ..MetadataOptions::default()
         };
         for m in [off, enabled] {
-            assert_eq!(tail_bytes(&m, &[region(600 * MIB)], &[Some(0)]), 0);
+            assert_eq!(tail_bytes(&m, &[region(600 * MIB)], &[Some(0)]), [0]);
         }
     }
 }
