@@ -6,9 +6,10 @@
 //! starts pinned ([`nbraid_config::Pins`]). Every binary that compares a config with
 //! records loads it this way.
 
-use crate::preflight::probes_with_added;
+use crate::preflight::read_probe;
 use crate::{records, reshape_plan};
-use nbraid_config::{Config, ConfigError, Pins, Volume};
+use nbraid_config::{Config, ConfigError, MemberStorage, Pins, RecordedPlace, Volume};
+use nbraid_core::metadata::Probe;
 use nbraid_core::metadata::METADATA_AREA_BYTES;
 use nbraid_layout::Node;
 use std::path::Path;
@@ -16,9 +17,18 @@ use std::path::Path;
 /// The config at `path`, existing volumes' regions where their records start them.
 pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
     let path = path.as_ref();
-    let config = nbraid_config::load(path)?;
+    // Existing volumes that fit their members under the rules they were created with may
+    // not fit today's (a fixed size near the members' end, before the 8 MiB log default):
+    // their records are then found through the older placement.
+    let (config, today) = match nbraid_config::load(path) {
+        Ok(c) => (c, true),
+        Err(e) => match nbraid_config::load_pinned(path, &Pins::before_default_log()) {
+            Ok(c) => (c, false),
+            Err(_) => return Err(e),
+        },
+    };
     let pins = recorded_starts(&config);
-    if pins.is_empty() || agrees(&config, &pins) {
+    if today && (pins.is_empty() || agrees(&config, &pins)) {
         return Ok(config);
     }
     nbraid_config::load_pinned(path, &pins)
@@ -29,41 +39,83 @@ pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
 pub fn recorded_starts(config: &Config) -> Pins {
     let mut pins = Pins::new();
     for v in &config.volumes {
-        if let Some((starts, log)) = volume_starts(config, v) {
-            pins.pin(&v.name, starts, log);
+        if let Some((places, log)) = volume_places(config, v) {
+            pins.pin_recorded(&v.name, places, log);
         }
     }
     pins
 }
 
-/// Volume `v`'s recorded starts by position and its log's recorded reserve.
-fn volume_starts(config: &Config, v: &Volume) -> Option<(Vec<Option<u64>>, Option<u64>)> {
-    let (probes, _) = probes_with_added(config, v)?;
-    let probes = &probes[..v.members.len()];
+/// Volume `v`'s recorded places by position (region, and the member's own checksum area) and
+/// its log's recorded reserve.
+fn volume_places(config: &Config, v: &Volume) -> Option<(Vec<Option<RecordedPlace>>, Option<u64>)> {
+    // Only the config's members, each read where it can be (a file or device; a member on
+    // an NBD server or in memory reads as missing here): a remote spare does not keep the
+    // volume's file members from being pinned.
+    let probes: Vec<Probe> = (v.members.iter().map(|&m| &config.members[m]))
+        .map(|m| match m.state {
+            MemberStorage::Memory | MemberStorage::Remote => Probe::Missing,
+            _ => read_probe(&m.path, &m.id),
+        })
+        .collect();
+    let probes = &probes[..];
     let (tree, roles) = reshape_plan::recorded(&v.name, probes)?;
     let newest = records::newest_record(probes, &v.name)?;
     let log = (newest.ppl).and_then(|a| (a.offset >= METADATA_AREA_BYTES).then_some(a.len));
-    Some((starts_by_position(&tree, &roles, v.members.len()), log))
+    let array = records::this_array(probes.iter(), &v.name);
+    let regions = regions_by_position(&tree, &roles, v.members.len());
+    let places = (regions.into_iter().zip(probes))
+        .map(|(region, probe)| {
+            let (start, len) = region?;
+            // The member's own checksum area, when it holds this role's record.
+            let own = records::record_of(probe, &v.name, array)
+                .filter(|r| region_of_role(&tree, r.role as usize) == Some((start, len)));
+            let checksum_area = own.and_then(|r| r.checksums).map(|a| (a.offset, a.len));
+            Some(RecordedPlace {
+                start,
+                len,
+                checksum_area,
+            })
+        })
+        .collect();
+    Some((places, log))
 }
 
-/// Position `p`'s region start in the recorded `tree`: its member's role's (`roles[p]`), or
-/// — a member the records do not know (failed, replaced, missing) — role `p`'s, where
-/// create put it; `None` past the recorded roles (a member being added). Pure.
-pub fn starts_by_position(
+/// Role `role`'s region (start, length) in `tree`.
+fn region_of_role(tree: &Node, role: usize) -> Option<(u64, u64)> {
+    let mut out = None;
+    tree.visit_members(&mut |m| {
+        if m.index == role {
+            out = Some((m.start, m.len));
+        }
+    });
+    out
+}
+
+/// Position `p`'s region (start, length) in the recorded `tree`: its member's role's
+/// (`roles[p]`), or — a member the records do not know (failed, replaced, missing) — role
+/// `p`'s, where create put it, unless a member the records know serves that role; `None`
+/// past the recorded roles or where role `p` is taken (a member being added). Pure.
+pub fn regions_by_position(
     tree: &Node,
     roles: &[Option<usize>],
     positions: usize,
-) -> Vec<Option<u64>> {
-    let mut start_of_role = vec![None; tree.member_count()];
+) -> Vec<Option<(u64, u64)>> {
+    let mut of_role = vec![None; tree.member_count()];
     tree.visit_members(&mut |m| {
-        if let Some(s) = start_of_role.get_mut(m.index) {
-            *s = Some(m.start);
+        if let Some(s) = of_role.get_mut(m.index) {
+            *s = Some((m.start, m.len));
         }
     });
+    let served = |r: usize| roles.iter().flatten().any(|&x| x == r);
     (0..positions)
         .map(|p| {
-            let role = roles.get(p).copied().flatten().unwrap_or(p);
-            start_of_role.get(role).copied().flatten()
+            let role = match roles.get(p).copied().flatten() {
+                Some(r) => r,
+                None if !served(p) => p,
+                None => return None,
+            };
+            of_role.get(role).copied().flatten()
         })
         .collect()
 }
@@ -107,14 +159,16 @@ mod tests {
     }
 
     #[test]
-    fn positions_take_their_roles_starts_then_their_own_index_then_none() {
+    fn positions_take_their_roles_regions_then_their_own_index_then_none() {
         let t = tree(&[10 << 20, 20 << 20, 30 << 20]);
-        // Position 0 serves role 2, position 1 is unknown (role 1's start), position 3 is
-        // being added.
-        let got = starts_by_position(&t, &[Some(2), None, Some(0), None], 4);
-        assert_eq!(
-            got,
-            vec![Some(30 << 20), Some(20 << 20), Some(10 << 20), None]
-        );
+        let mib = 1u64 << 20;
+        // Position 0 serves role 2, position 1 is unknown (role 1 is free: its region),
+        // position 2 serves role 0, position 3 is being added.
+        let got = regions_by_position(&t, &[Some(2), None, Some(0), None], 4);
+        let at = |s: u64| Some((s << 20, mib));
+        assert_eq!(got, vec![at(30), at(20), at(10), None]);
+        // An unknown member at a position whose role another member serves: not pinned.
+        let got = regions_by_position(&t, &[None, Some(0), Some(1), Some(2)], 4);
+        assert_eq!(got, vec![None, at(10), at(20), at(30)]);
     }
 }

@@ -138,7 +138,7 @@ pub use volume_meta::{
 };
 
 pub use nbraid_layout::{CacheMode, ReadPolicy};
-pub use pins::Pins;
+pub use pins::{Pins, RecordedPlace};
 
 use std::path::Path;
 

@@ -19,12 +19,27 @@ use std::collections::HashMap;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Pins {
     by_volume: HashMap<String, Pinned>,
+    /// Place every volume's log as before the 8 MiB default reserve (in the metadata area
+    /// unless its strips need more): the placement a config whose existing volumes no longer
+    /// fit today's rules is read with, to find their records.
+    before_default_log: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Pinned {
     starts: Vec<Option<u64>>,
+    /// By position, what else the records say of the member's region (`None`: not known).
+    places: Vec<Option<RecordedPlace>>,
     log_reserve_bytes: Option<u64>,
+}
+
+/// One member's region and block-checksum area as its record says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordedPlace {
+    pub start: u64,
+    pub len: u64,
+    /// The checksum area (offset, length); `None` without one.
+    pub checksum_area: Option<(u64, u64)>,
 }
 
 impl Pins {
@@ -35,11 +50,35 @@ impl Pins {
     /// Volume `name`'s members start their regions at `starts` (by position in its
     /// `members`); its log takes `log_reserve_bytes` right before them.
     pub fn pin(&mut self, name: &str, starts: Vec<Option<u64>>, log_reserve_bytes: Option<u64>) {
+        let places = vec![None; starts.len()];
         let pinned = Pinned {
             starts,
+            places,
             log_reserve_bytes,
         };
         self.by_volume.insert(name.to_string(), pinned);
+    }
+
+    /// [`Pins::pin`] from each member's record: its region and checksum area, so an area
+    /// after the region stays reserved.
+    pub fn pin_recorded(
+        &mut self,
+        name: &str,
+        places: Vec<Option<RecordedPlace>>,
+        log_reserve_bytes: Option<u64>,
+    ) {
+        let starts = places.iter().map(|p| p.map(|p| p.start)).collect();
+        let pinned = Pinned {
+            starts,
+            places,
+            log_reserve_bytes,
+        };
+        self.by_volume.insert(name.to_string(), pinned);
+    }
+
+    /// Volume `name`'s member at position `p` as recorded, if known.
+    pub fn place(&self, name: &str, p: usize) -> Option<RecordedPlace> {
+        self.by_volume.get(name)?.places.get(p).copied().flatten()
     }
 
     /// Volume `name`'s recorded starts, if pinned.
@@ -54,5 +93,18 @@ impl Pins {
 
     pub fn is_empty(&self) -> bool {
         self.by_volume.is_empty()
+    }
+
+    /// No pins, and logs placed as before the default reserve (see the field).
+    pub fn before_default_log() -> Pins {
+        Pins {
+            before_default_log: true,
+            ..Pins::default()
+        }
+    }
+
+    /// Logs are placed as before the default reserve.
+    pub fn is_before_default_log(&self) -> bool {
+        self.before_default_log
     }
 }

@@ -13,7 +13,9 @@ use super::tree;
 use super::tree_spec::Plan;
 use super::volume_meta;
 use crate::error::ConfigError;
-use crate::model::{defined_members, Config, Member, Volume, VolumeSize, METADATA_RESERVED};
+use crate::model::{
+    defined_members, Config, Member, MemberStorage, Volume, VolumeSize, METADATA_RESERVED,
+};
 use nbraid_layout::CacheMode;
 use nbraid_layout::{
     Geometry, LayoutError, Level, Node, ParityLayout, Region, Shape, STRIP_DEFAULT,
@@ -232,14 +234,15 @@ impl Cx<'_> {
         if let (true, Some(recorded)) = (metadata.ppl, self.pins.log_reserve_bytes(&name)) {
             metadata.ppl_log_bytes = recorded;
         } else if metadata.ppl && metadata.ppl_log_bytes.is_none() {
-            metadata.ppl_log_bytes = at.trial_log_reserve(usage);
+            let default = !self.pins.is_before_default_log();
+            metadata.ppl_log_bytes = at.trial_log_reserve(usage, default);
         }
         if metadata.checksums {
             metadata.checksum_reserve_bytes = at.trial_checksum_reserve(usage);
         }
         // On each member: the checksum reserve, the log's reserve, the region — or, for a
         // volume the records place, the region where they put it (`pins.rs`).
-        let (regions, geometry) = match self.pins.starts(&name) {
+        let (regions, geometry) = match self.pins.starts(&name).map(|_| self.pins) {
             None => {
                 at.reserve_checksums(&name, metadata.checksum_reserve_bytes, usage);
                 at.reserve_log(&name, metadata.ppl_log_bytes, usage);
@@ -247,7 +250,7 @@ impl Cx<'_> {
                 claim_regions(&name, &idx, &regions, usage);
                 (regions, geometry)
             }
-            Some(starts) => at.pinned(v, &name, starts, &mut metadata, usage)?,
+            Some(pins) => at.pinned(v, &name, pins, &mut metadata, usage)?,
         };
         check_log_size(v, &who, &geometry, metadata.ppl_log_bytes)?;
         check_cache_holds_a_stripe(v, &who, &geometry, &opts.cache)?;
@@ -474,14 +477,20 @@ impl Placement<'_> {
     /// The write-hole log reserve of the volume's geometry, tried on regions placed as if
     /// there were no reserve ([`volume_meta::default_log_reserve_bytes`]); `None` when it
     /// does not fit, needs none or logs nothing.
-    fn trial_log_reserve(&self, usage: &[Usage]) -> Option<u64> {
+    fn trial_log_reserve(&self, usage: &[Usage], default: bool) -> Option<u64> {
         let p = self;
         let regions =
             allocate(p.who, p.plan.sizing(), p.requested, p.idx, p.members, usage).ok()?;
         let g = p.plan.geometry(&regions).ok()?;
         nbraid_layout::volume_log_ring_bytes(g.root())?;
-        let largest = regions.iter().map(|r| r.len).max()?;
         let strips = nbraid_layout::log_reserve_bytes(g.root());
+        // A volume with a member on an NBD server cannot have its records read before a
+        // start (`nbraid_assembly::pins`), so it keeps the rule it was created under.
+        let remote = (p.idx.iter()).any(|&m| p.members[m].state == MemberStorage::Remote);
+        if remote || !default {
+            return strips;
+        }
+        let largest = regions.iter().map(|r| r.len).max()?;
         volume_meta::default_log_reserve_bytes(strips, largest)
     }
 

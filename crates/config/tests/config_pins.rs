@@ -162,3 +162,25 @@ fn a_jbod_whose_last_member_grew_keeps_its_other_regions_whole() {
     // 700 MiB: 1 MiB of metadata, the 1 MiB reserve, 2 MiB of checksums after the region.
     assert_eq!(now[1].len, 696 * MIB);
 }
+
+#[test]
+fn a_new_volume_listed_before_an_existing_one_is_refused_not_placed_over_its_reserves() {
+    // `db` recorded with its checksum area in the reserve before its region (1..2 MiB).
+    let created = parse(&text(9, false), &Pins::new()).unwrap();
+    let start = db(&created).regions[0].start;
+    let mut pins = Pins::new();
+    let place = config::RecordedPlace {
+        start,
+        len: db(&created).regions[0].len,
+        checksum_area: Some((MIB, 32768)),
+    };
+    pins.pin_recorded("db", vec![Some(place); 3], None);
+    // `sys` listed first would take d0 and d1 from byte 1 MiB: over db's checksums.
+    let sys_first = text(9, true);
+    let e = parse(&sys_first, &pins).unwrap_err().to_string();
+    assert!(e.contains("volume \"db\""), "{e}");
+    assert!(
+        e.contains("list a new volume after the existing ones"),
+        "{e}"
+    );
+}

@@ -464,7 +464,7 @@ fn a_region_grown_past_its_checksum_reserve_moves_its_area_after_the_region() {
             common::level_tree(level, members, 16 * KIB, start, REGION),
             common::level_tree(level, members, 16 * KIB, start, GROWN),
         );
-        let (disks, created) = created_with_room(&old, &new, 128 * KIB, opts.clone());
+        let (disks, created) = created_with_room(&old, &new, 512 * KIB, opts.clone());
         let mut rng = Rng::new(5);
         let want = seeded(&mut rng, old.capacity());
         block_on(async {
@@ -487,19 +487,40 @@ fn a_region_grown_past_its_checksum_reserve_moves_its_area_after_the_region() {
                 "{level}: sized for the grown region"
             );
         }
-        let reopen = || {
+        let reopen = |tree: &Node| {
             let m = metas(&disks).into_iter().map(Some).collect();
-            block_on(Array::open("vol", &new, m, opts.clone(), &|_, _| {}))
+            block_on(Array::open("vol", tree, m, opts.clone(), &|_, _| {}))
                 .expect("open")
                 .0
         };
-        let a = reopen();
-        let ctl = PassControl::resume_at(0, old.capacity());
-        assert_eq!(block_on(a.reshape(&ctl)).unwrap(), PassState::Done);
+        let grown = |from: &Node, to: &Node| {
+            let a = reopen(to);
+            let ctl = PassControl::resume_at(0, from.capacity());
+            assert_eq!(block_on(a.reshape(&ctl)).unwrap(), PassState::Done);
+            drop(a);
+            let a = reopen(to);
+            assert_eq!(a.volume().capacity(), to.capacity(), "{level}");
+            assert_eq!(mismatches(&a), 0, "{level}: the new space agrees");
+            a
+        };
+        let a = grown(&old, &new);
+        let first = checksum_areas(&disks);
+        // Grown again by one strip: the moved area, now inside the region even though it is
+        // large enough, moves again past the new end.
+        let again = common::level_tree(level, members, 16 * KIB, start, GROWN + 64 * KIB);
+        block_on(a.mark_clean()).unwrap();
+        block_on(a.start_reshape(again.clone(), Vec::new(), &Consent::default()))
+            .unwrap_or_else(|e| panic!("{level}: second start: {e}"));
         drop(a);
-        let a = reopen();
-        assert_eq!(a.volume().capacity(), new.capacity(), "{level}");
-        assert_eq!(mismatches(&a), 0, "{level}: the new space agrees");
+        for ((offset, _), (was, was_len)) in checksum_areas(&disks).into_iter().zip(&first) {
+            // The grown end falls inside the old area, so the new one goes past it.
+            let old_end = (was + was_len).next_multiple_of(4096);
+            assert!(
+                offset >= old_end,
+                "{level}: moved again, not over the old area"
+            );
+        }
+        let a = grown(&new, &again);
         // Member 1's first strips of the old space flipped behind the engine.
         for k in 0..4 {
             let at = start + k * 16 * KIB;

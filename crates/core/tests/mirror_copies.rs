@@ -173,3 +173,46 @@ fn a_commit_torn_before_the_added_member_leaves_the_old_copies_serving() {
     let back = block_on(a.read(0, REGION)).expect("read");
     assert!(back[..] == want[..], "the old copies serve every byte");
 }
+
+/// The commit torn among the old members: the first took it, the second did not (its
+/// superblock writes fail), the added member never got its record. The second is one commit
+/// short, not stale and not a changed geometry: the volume opens on both old copies with
+/// every byte, the added role absent.
+#[test]
+fn a_commit_torn_between_the_old_members_leaves_them_both_current() {
+    use nbraid_sim::{FaultOps, Faulty};
+    let disks: Vec<_> = (0..3)
+        .map(|i| Arc::new(MemoryMember::new(format!("m{i}"), 4 * common::MIB)))
+        .collect();
+    let (old, new) = (mirror(2), mirror(3));
+    let faulty = Arc::new(Faulty::new(disks[1].clone(), 1));
+    let first = block_on(MemberMeta::load(disks[0].clone() as Arc<dyn Member>));
+    let second = block_on(MemberMeta::load(faulty.clone() as Arc<dyn Member>));
+    let a = block_on(Array::create(
+        "vol",
+        old,
+        vec![first, second],
+        opts(),
+        false,
+        &|_, _| {},
+    ))
+    .expect("create")
+    .0;
+    let want: Vec<u8> = (0..REGION).map(|i| (i * 13 % 251) as u8).collect();
+    block_on(async {
+        a.write(0, Buf::copy_from(&want), false).await?;
+        a.flush().await?;
+        a.mark_clean().await.map(|_| ())
+    })
+    .unwrap();
+    faulty.fail_range(FaultOps::WRITE, 0..2 * SLOT_BYTES);
+    let added = metas(&disks[2..]);
+    let e = block_on(a.add_copies(new.clone(), added, &Consent::default()));
+    assert!(e.is_err(), "the second old member's record failed");
+    drop(a);
+    let (a, report) = open(&new, &disks);
+    assert_eq!(report.absent_roles, vec![2], "{report:?}");
+    assert!(report.resynced_roles.is_empty(), "{report:?}");
+    let back = block_on(a.read(0, REGION)).expect("read");
+    assert!(back[..] == want[..], "the old copies serve every byte");
+}

@@ -5,6 +5,8 @@ use super::cx::R;
 use super::{claim_regions, Placement};
 use crate::allocate::Usage;
 use crate::error::{ErrorKind, Problem};
+use crate::model::METADATA_RESERVED;
+use crate::pins::{Pins, RecordedPlace};
 use crate::raw::RawVolume;
 use crate::volume_meta::{checksum_area_bytes, checksum_reserve_bytes, MetadataOptions};
 use nbraid_layout::{Geometry, Region};
@@ -19,10 +21,11 @@ impl Placement<'_> {
         &self,
         v: &RawVolume,
         name: &str,
-        starts: &[Option<u64>],
+        pins: &Pins,
         metadata: &mut MetadataOptions,
         usage: &mut [Usage],
     ) -> R<(Vec<Region>, Geometry)> {
+        let starts = pins.starts(name).unwrap_or_default();
         let log_bytes = metadata.ppl_log_bytes.unwrap_or(0);
         let mut room_before = Vec::with_capacity(self.idx.len());
         for (p, &m) in self.idx.iter().enumerate() {
@@ -35,13 +38,18 @@ impl Placement<'_> {
                 room_before.push(None);
                 continue;
             };
-            if start < u.cursor {
+            // The lowest byte the volume keeps before its region on this member: its log's
+            // reserve, its checksum area when that lies before the region.
+            let area = pins.place(name, p).and_then(|r| r.checksum_area);
+            let below = area.filter(|&(o, _)| o >= METADATA_RESERVED && o < start);
+            let floor = (start.saturating_sub(log_bytes)).min(below.map_or(start, |(o, _)| o));
+            if floor < u.cursor {
                 let member = &self.members[m];
                 return Err(Problem::new(
                     v.name.span(),
                     ErrorKind::Fit,
                     format!(
-                        "{}: its records put its region on member \"{}\" at byte {start}, but the config places the volumes before it up to byte {}: a member's data is never moved, so the volumes before it cannot grow into it",
+                        "{}: its records keep it from byte {floor} of member \"{}\" on (its region at byte {start}, its reserves before it), but the config places the volumes before it up to byte {}: a member's data is never moved, so the volumes before it cannot grow into it (list a new volume after the existing ones)",
                         self.who, member.id, u.cursor
                     ),
                 ));
@@ -64,7 +72,9 @@ impl Placement<'_> {
             ));
         }
         let (mut regions, mut geometry) = self.regions(v, usage)?;
-        let tails = tail_bytes(metadata, &regions, &room_before);
+        let recorded: Vec<Option<RecordedPlace>> =
+            (0..self.idx.len()).map(|p| pins.place(name, p)).collect();
+        let tails = tail_bytes(metadata, &regions, &room_before, &recorded);
         if tails.iter().any(|&t| t > 0) {
             self.idx
                 .iter()
@@ -90,20 +100,41 @@ impl Placement<'_> {
 /// member's recorded room before its region (`room_before`; `None`: not recorded) cannot hold
 /// the area its region now needs — then the reserve a new volume of that region would get
 /// (per member: a JBOD's members that did not grow keep their regions). Pure.
+///
+/// A checksum area the records put after the region (`recorded`, by position) stays kept
+/// whatever the settings say: the bytes up to its end while the region keeps its length,
+/// and — the region grew over it, so the start moves it past the grown end and past itself
+/// — a reserve of the grown region plus its own length.
 pub(super) fn tail_bytes(
     metadata: &MetadataOptions,
     regions: &[Region],
     room_before: &[Option<u64>],
+    recorded: &[Option<RecordedPlace>],
 ) -> Vec<u64> {
     let short = |len: u64, room: &Option<u64>| {
         reserved_checksums(metadata) && room.is_some_and(|room| checksum_area_bytes(len) > room)
     };
+    let kept = |r: &Region, rec: Option<RecordedPlace>| {
+        let rec = rec?;
+        let (offset, len) = rec
+            .checksum_area
+            .filter(|&(o, _)| o >= rec.start + rec.len)?;
+        Some(match r.len > rec.len {
+            true => checksum_reserve_bytes(r.len) + len,
+            false => (offset + len).saturating_sub(r.start + r.len),
+        })
+    };
     regions
         .iter()
         .zip(room_before)
-        .map(|(r, room)| match short(r.len, room) {
-            true => checksum_reserve_bytes(r.len),
-            false => 0,
+        .enumerate()
+        .map(|(p, (r, room))| {
+            let rule = match short(r.len, room) {
+                true => checksum_reserve_bytes(r.len),
+                false => 0,
+            };
+            let keep = kept(r, recorded.get(p).copied().flatten()).unwrap_or(0);
+            rule.max(keep)
         })
         .collect()
 }
@@ -117,6 +148,27 @@ fn reserved_checksums(metadata: &MetadataOptions) -> bool {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_checksum_area_recorded_after_the_region_stays_kept_whatever_the_settings() {
+        let off = MetadataOptions {
+            checksums: false,
+            ..MetadataOptions::default()
+        };
+        let at = region(100 * MIB);
+        let rec = RecordedPlace {
+            start: at.start,
+            len: at.len,
+            checksum_area: Some((at.start + at.len, 204800)),
+        };
+        assert_eq!(tail_bytes(&off, &[at], &[Some(0)], &[Some(rec)]), [204800]);
+        // Grown over it: the new area goes past the grown end and past the old one.
+        let grown = region(200 * MIB);
+        assert_eq!(
+            tail_bytes(&off, &[grown], &[Some(0)], &[Some(rec)]),
+            [MIB + 204800]
+        );
+    }
+
     const MIB: u64 = 1 << 20;
 
     fn region(len: u64) -> Region {
@@ -129,8 +181,11 @@ mod tests {
     #[test]
     fn a_region_its_reserve_covers_needs_no_tail() {
         let on = MetadataOptions::default();
-        assert_eq!(tail_bytes(&on, &[region(500 * MIB)], &[Some(MIB)]), [0]);
-        assert_eq!(tail_bytes(&on, &[region(500 * MIB)], &[None]), [0]);
+        assert_eq!(
+            tail_bytes(&on, &[region(500 * MIB)], &[Some(MIB)], &[]),
+            [0]
+        );
+        assert_eq!(tail_bytes(&on, &[region(500 * MIB)], &[None], &[]), [0]);
     }
 
     #[test]
@@ -138,13 +193,13 @@ mod tests {
         let on = MetadataOptions::default();
         let grown = [region(600 * MIB), region(600 * MIB)];
         assert_eq!(
-            tail_bytes(&on, &grown, &[Some(MIB), Some(MIB)]),
+            tail_bytes(&on, &grown, &[Some(MIB), Some(MIB)], &[]),
             [2 * MIB, 2 * MIB]
         );
         // A concatenation: only the member that outgrew its reserve.
         let jbod = [region(100 * MIB), region(600 * MIB)];
         assert_eq!(
-            tail_bytes(&on, &jbod, &[Some(MIB), Some(MIB)]),
+            tail_bytes(&on, &jbod, &[Some(MIB), Some(MIB)], &[]),
             [0, 2 * MIB]
         );
         assert!(checksum_area_bytes(600 * MIB) <= 2 * MIB);
@@ -161,7 +216,7 @@ mod tests {
             ..MetadataOptions::default()
         };
         for m in [off, enabled] {
-            assert_eq!(tail_bytes(&m, &[region(600 * MIB)], &[Some(0)]), [0]);
+            assert_eq!(tail_bytes(&m, &[region(600 * MIB)], &[Some(0)], &[]), [0]);
         }
     }
 }

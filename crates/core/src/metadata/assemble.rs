@@ -413,8 +413,9 @@ fn place_roles(
                 continue;
             }
         }
-        if role >= n || (r.members.len() != n && !super::reshape::missed_only_the_start(newest, r))
-        {
+        let one_commit_short = super::reshape::missed_only_the_start(newest, r)
+            || super::mirror_copies::missed_only_the_copies(newest, r);
+        if role >= n || (r.members.len() != n && !one_commit_short) {
             return Err(AssembleError::GeometryChanged {
                 volume: volume.to_string(),
                 what: "member count",

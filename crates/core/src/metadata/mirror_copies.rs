@@ -104,6 +104,28 @@ pub(super) async fn start(
     Ok(())
 }
 
+/// Whether member record `r` missed only a copies commit that `newest` records (torn among
+/// the old members: `start` writes them one by one): neither names a reshape, `r` is one
+/// event behind, the newest member list extends `r`'s with roles rebuilding from 0, and the
+/// newest tree is `r`'s mirror with those copies added. Such a member holds everything the
+/// volume holds (it was clean and quiet): it is current, its list one commit short.
+pub(super) fn missed_only_the_copies(newest: &VolumeRecord, r: &VolumeRecord) -> bool {
+    let ids = |v: &VolumeRecord| v.members.iter().map(|m| m.uuid).collect::<Vec<_>>();
+    let added = newest.members.len().saturating_sub(r.members.len());
+    let fresh = RecordedState::Rebuilding {
+        checkpoint_bytes: 0,
+    };
+    newest.reshape.is_none()
+        && r.reshape.is_none()
+        && r.events + 1 == newest.events
+        && added > 0
+        && ids(newest).starts_with(&ids(r))
+        && newest.members[r.members.len()..]
+            .iter()
+            .all(|m| m.state == fresh)
+        && copies_only(&r.tree, &newest.tree, added).is_none()
+}
+
 /// Why `new` is not `old` with `added` copies after its own (`None`: it is): both mirrors
 /// of member regions, the old copies kept as they are (role, start, length), the added ones
 /// numbered after them, of no less length. Pure.

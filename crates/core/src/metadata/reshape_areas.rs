@@ -295,30 +295,40 @@ async fn grown_checksum_area(
     now: Area,
 ) -> Result<Area, String> {
     let need = crate::checksum::area_bytes(at.region.1);
-    if now.len >= need {
+    let (start, len) = at.region;
+    let in_region = now.offset < start + len && start < now.offset + now.len;
+    // An area after the old region (moved there by an earlier grow, or placed there by
+    // `checksums = "enable"`) that the grown region now covers must move, whatever its size.
+    if now.len >= need && !in_region {
         return Ok(now);
     }
     let more = Area {
         offset: now.offset + now.len,
-        len: need - now.len,
+        len: need.saturating_sub(now.len),
     };
-    if at.take(more) {
+    if !in_region && at.take(more) {
         (member.write_zeroes(more.offset, more.len).await).map_err(|e| e.to_string())?;
         return Ok(Area {
             offset: now.offset,
             len: need,
         });
     }
+    // Never over the old area: the records name it until the start's commit, so a power
+    // loss mid-copy must find it whole. A grown end inside it puts the new one past it.
+    let past_old = (now.offset + now.len).next_multiple_of(4096);
     let after = Area {
-        offset: at.region.0 + at.region.1,
-        len: need,
+        offset: if in_region {
+            (start + len).max(past_old)
+        } else {
+            start + len
+        },
+        len: need.max(now.len),
     };
     if !at.take(after) {
         return Err(format!(
-            "the block-checksum area (bytes {}..{}) cannot grow to the {need} bytes the grown region of {} bytes needs: bytes {}..{} after it are taken (the checksum reserve before the region was sized for the old region, about 510 MiB of region per MiB), and so are bytes {}..{} right after the grown region, where it would move: the region is never moved, so this volume does not grow in place by that much",
+            "the block-checksum area (bytes {}..{}) cannot grow to the {need} bytes the grown region of {len} bytes needs: bytes {}..{} after it are taken or inside the region (the checksum reserve before the region was sized for the old region, about 510 MiB of region per MiB), and so are bytes {}..{} right after the grown region, where it would move: the region is never moved, so this volume does not grow in place by that much",
             now.offset,
             now.offset + now.len,
-            at.region.1,
             more.offset,
             more.offset + more.len,
             after.offset,
