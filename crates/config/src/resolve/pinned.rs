@@ -26,7 +26,10 @@ impl Placement<'_> {
         usage: &mut [Usage],
     ) -> R<(Vec<Region>, Geometry)> {
         let starts = pins.starts(name).unwrap_or_default();
-        let log_bytes = metadata.ppl_log_bytes.unwrap_or(0);
+        // The log's reserve as recorded, even with `write_hole = "off"` now: its bytes are
+        // the volume's.
+        let recorded_log = pins.log_reserve_bytes(name).flatten();
+        let log_bytes = recorded_log.or(metadata.ppl_log_bytes).unwrap_or(0);
         let mut room_before = Vec::with_capacity(self.idx.len());
         for (p, &m) in self.idx.iter().enumerate() {
             let u = &mut usage[m];
@@ -74,15 +77,24 @@ impl Placement<'_> {
         let (mut regions, mut geometry) = self.regions(v, usage)?;
         let recorded: Vec<Option<RecordedPlace>> =
             (0..self.idx.len()).map(|p| pins.place(name, p)).collect();
-        let tails = tail_bytes(metadata, &regions, &room_before, &recorded);
-        if tails.iter().any(|&t| t > 0) {
-            self.idx
-                .iter()
-                .zip(&tails)
-                .for_each(|(&m, &t)| usage[m].tail_bytes = t);
+        // First as if no region grew past a checksum area the records put after it; then,
+        // where one did, with room for that area to move past the grown end.
+        let mut tails = tail_bytes(metadata, &regions, &room_before, &recorded, &[]);
+        for round in 0..2 {
+            if tails.iter().all(|&t| t == 0) {
+                break;
+            }
+            (self.idx.iter().zip(&tails)).for_each(|(&m, &t)| usage[m].tail_bytes = t);
             let again = self.regions(v, usage);
             self.idx.iter().for_each(|&m| usage[m].tail_bytes = 0);
             (regions, geometry) = again?;
+            let grown: Vec<bool> = (regions.iter().zip(&recorded))
+                .map(|(r, rec)| rec.is_some_and(|rec| r.len > rec.len))
+                .collect();
+            if round == 1 || !grown.contains(&true) {
+                break;
+            }
+            tails = tail_bytes(metadata, &regions, &room_before, &recorded, &grown);
         }
         claim_regions(name, self.idx, &regions, usage);
         metadata.checksum_after_region_bytes = tails.iter().copied().max().unwrap_or(0);
@@ -102,26 +114,27 @@ impl Placement<'_> {
 /// (per member: a JBOD's members that did not grow keep their regions). Pure.
 ///
 /// A checksum area the records put after the region (`recorded`, by position) stays kept
-/// whatever the settings say: the bytes up to its end while the region keeps its length,
-/// and — the region grew over it, so the start moves it past the grown end and past itself
-/// — a reserve of the grown region plus its own length.
+/// whatever the settings say: the bytes from the recorded region's end to its end, and —
+/// where `grown[p]` (the region grew over it, so the start moves it past the grown end and
+/// past itself) — a reserve of the grown region plus its own length.
 pub(super) fn tail_bytes(
     metadata: &MetadataOptions,
     regions: &[Region],
     room_before: &[Option<u64>],
     recorded: &[Option<RecordedPlace>],
+    grown: &[bool],
 ) -> Vec<u64> {
     let short = |len: u64, room: &Option<u64>| {
         reserved_checksums(metadata) && room.is_some_and(|room| checksum_area_bytes(len) > room)
     };
-    let kept = |r: &Region, rec: Option<RecordedPlace>| {
+    let kept = |r: &Region, rec: Option<RecordedPlace>, grown: bool| {
         let rec = rec?;
         let (offset, len) = rec
             .checksum_area
             .filter(|&(o, _)| o >= rec.start + rec.len)?;
-        Some(match r.len > rec.len {
+        Some(match grown {
             true => checksum_reserve_bytes(r.len) + len,
-            false => (offset + len).saturating_sub(r.start + r.len),
+            false => (offset + len).saturating_sub(rec.start + rec.len),
         })
     };
     regions
@@ -133,7 +146,8 @@ pub(super) fn tail_bytes(
                 true => checksum_reserve_bytes(r.len),
                 false => 0,
             };
-            let keep = kept(r, recorded.get(p).copied().flatten()).unwrap_or(0);
+            let grew = grown.get(p).copied().unwrap_or(false);
+            let keep = kept(r, recorded.get(p).copied().flatten(), grew).unwrap_or(0);
             rule.max(keep)
         })
         .collect()
@@ -160,11 +174,14 @@ mod tests {
             len: at.len,
             checksum_area: Some((at.start + at.len, 204800)),
         };
-        assert_eq!(tail_bytes(&off, &[at], &[Some(0)], &[Some(rec)]), [204800]);
+        assert_eq!(
+            tail_bytes(&off, &[at], &[Some(0)], &[Some(rec)], &[]),
+            [204800]
+        );
         // Grown over it: the new area goes past the grown end and past the old one.
         let grown = region(200 * MIB);
         assert_eq!(
-            tail_bytes(&off, &[grown], &[Some(0)], &[Some(rec)]),
+            tail_bytes(&off, &[grown], &[Some(0)], &[Some(rec)], &[true]),
             [MIB + 204800]
         );
     }
@@ -182,10 +199,13 @@ mod tests {
     fn a_region_its_reserve_covers_needs_no_tail() {
         let on = MetadataOptions::default();
         assert_eq!(
-            tail_bytes(&on, &[region(500 * MIB)], &[Some(MIB)], &[]),
+            tail_bytes(&on, &[region(500 * MIB)], &[Some(MIB)], &[], &[]),
             [0]
         );
-        assert_eq!(tail_bytes(&on, &[region(500 * MIB)], &[None], &[]), [0]);
+        assert_eq!(
+            tail_bytes(&on, &[region(500 * MIB)], &[None], &[], &[]),
+            [0]
+        );
     }
 
     #[test]
@@ -193,13 +213,13 @@ mod tests {
         let on = MetadataOptions::default();
         let grown = [region(600 * MIB), region(600 * MIB)];
         assert_eq!(
-            tail_bytes(&on, &grown, &[Some(MIB), Some(MIB)], &[]),
+            tail_bytes(&on, &grown, &[Some(MIB), Some(MIB)], &[], &[]),
             [2 * MIB, 2 * MIB]
         );
         // A concatenation: only the member that outgrew its reserve.
         let jbod = [region(100 * MIB), region(600 * MIB)];
         assert_eq!(
-            tail_bytes(&on, &jbod, &[Some(MIB), Some(MIB)], &[]),
+            tail_bytes(&on, &jbod, &[Some(MIB), Some(MIB)], &[], &[]),
             [0, 2 * MIB]
         );
         assert!(checksum_area_bytes(600 * MIB) <= 2 * MIB);
@@ -216,7 +236,10 @@ mod tests {
             ..MetadataOptions::default()
         };
         for m in [off, enabled] {
-            assert_eq!(tail_bytes(&m, &[region(600 * MIB)], &[Some(0)], &[]), [0]);
+            assert_eq!(
+                tail_bytes(&m, &[region(600 * MIB)], &[Some(0)], &[], &[]),
+                [0]
+            );
         }
     }
 }
