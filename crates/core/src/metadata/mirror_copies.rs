@@ -80,24 +80,12 @@ pub(super) async fn start(
         .await
         .map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
     }
+    let mut next = rec.clone();
+    (next.members, next.tree) = (members.clone(), new_tree.clone());
     for (i, meta) in added.iter().enumerate() {
         let role = old_roles + i;
-        let record = VolumeRecord {
-            array: p.id(),
-            name: p.name().to_string(),
-            events: rec.events,
-            clean: rec.clean,
-            role: role as u32,
-            members: members.clone(),
-            tree: new_tree.clone(),
-            bitmap: areas[role].bitmap,
-            ppl: areas[role].ppl,
-            checksums: areas[role].checksums,
-            scrub: None,
-            added_paths: rec.added_paths.clone(),
-            reshape: None,
-            checksum_fill: None,
-        };
+        let a = areas[role];
+        let record = next.for_newcomer((p.id(), p.name()), role, (a.bitmap, a.ppl, a.checksums));
         (meta.join(members[role].uuid, record).await)
             .map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
     }

@@ -49,6 +49,39 @@ pub(super) struct Recorded {
 }
 
 impl Recorded {
+    /// The record a member joining volume `name` (array `array`) in role `role` gets at this
+    /// state, with its own areas (bitmap, log, checksums): every shared field as
+    /// [`Recorded::write_into`] writes it.
+    pub(super) fn for_newcomer(
+        &self,
+        (array, name): (super::Uuid, &str),
+        role: usize,
+        (bitmap, ppl, checksums): (
+            Option<super::BitmapArea>,
+            Option<super::Area>,
+            Option<super::Area>,
+        ),
+    ) -> super::VolumeRecord {
+        let mut v = super::VolumeRecord {
+            array,
+            name: name.to_string(),
+            events: 0,
+            clean: false,
+            role: role as u32,
+            members: Vec::new(),
+            tree: self.tree.clone(),
+            bitmap,
+            ppl,
+            checksums,
+            scrub: None,
+            added_paths: Vec::new(),
+            reshape: None,
+            checksum_fill: None,
+        };
+        self.clone().write_into(&mut v, role);
+        v
+    }
+
     /// Role `role`'s record `v` as a commit writes it: every shared field, the tree among
     /// them, whatever the member's record held before (it may be commits behind).
     fn write_into(self, v: &mut super::VolumeRecord, role: usize) {

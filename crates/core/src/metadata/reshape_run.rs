@@ -24,7 +24,7 @@ use super::member_meta::MemberMeta;
 use super::parts::Parts;
 use super::reshape::{BackupWindow, RecordedReshape, ReshapeRecord};
 use super::reshape_backup::{home, home_bytes, own_area, place_pool, pool_untouched, HEADER_BYTES};
-use super::{Area, MemberEntry, RecordedState, Uuid, VolumeRecord};
+use super::{Area, MemberEntry, RecordedState, Uuid};
 use crate::buf::Buf;
 use crate::error::{VolumeError, VolumeResult};
 use crate::pass::{PassControl, PassState};
@@ -435,24 +435,13 @@ pub(super) async fn start(
     // reshape record, which assembly recognises (`assemble::missed_only_the_start`).
     rec.events += 1;
     rec.scrub = None;
+    let mut next = rec.clone();
+    next.members = members.clone();
+    next.reshape = Some(rr.clone());
     for (i, meta) in added.iter().enumerate() {
         let role = old_roles + i;
-        let record = VolumeRecord {
-            array: p.id(),
-            name: p.name().to_string(),
-            events: rec.events,
-            clean: rec.clean,
-            role: role as u32,
-            members: members.clone(),
-            tree: old.clone(),
-            bitmap: kept[role].bitmap,
-            ppl: kept[role].ppl,
-            checksums: kept[role].checksums,
-            scrub: None,
-            added_paths: rec.added_paths.clone(),
-            reshape: Some(rr.record_for(role)),
-            checksum_fill: rec.checksum_fill,
-        };
+        let k = kept[role];
+        let record = next.for_newcomer((p.id(), p.name()), role, (k.bitmap, k.ppl, k.checksums));
         (meta.join(members[role].uuid, record).await)
             .map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
     }
