@@ -45,7 +45,7 @@ impl Sizing for Shape {
 
 /// Where a member's free space begins and who took the space before it; `tail_bytes` kept
 /// free at the member's end for the volume being placed (a checksum area after its region).
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct Usage {
     pub(super) cursor: u64,
     pub(super) users: Vec<(String, u64)>,

@@ -11,7 +11,7 @@ use super::size::{format_size, format_size_exact};
 use super::tls::TlsMode;
 use super::tree;
 use super::tree_spec::Plan;
-use super::volume_meta;
+use super::volume_meta::{self, MetadataOptions};
 use crate::error::ConfigError;
 use crate::model::{
     defined_members, Config, Member, MemberStorage, Volume, VolumeSize, METADATA_RESERVED,
@@ -242,15 +242,29 @@ impl Cx<'_> {
         }
         // On each member: the checksum reserve, the log's reserve, the region — or, for a
         // volume the records place, the region where they put it (`pins.rs`).
+        let unpinned = |metadata: &MetadataOptions, usage: &mut [Usage]| {
+            at.reserve_checksums(&name, metadata.checksum_reserve_bytes, usage);
+            at.reserve_log(&name, metadata.ppl_log_bytes, usage);
+            let (regions, geometry) = at.regions(v, usage)?;
+            claim_regions(&name, &idx, &regions, usage);
+            Ok((regions, geometry))
+        };
         let (regions, geometry) = match self.pins.starts(&name).map(|_| self.pins) {
-            None => {
-                at.reserve_checksums(&name, metadata.checksum_reserve_bytes, usage);
-                at.reserve_log(&name, metadata.ppl_log_bytes, usage);
-                let (regions, geometry) = at.regions(v, usage)?;
-                claim_regions(&name, &idx, &regions, usage);
-                (regions, geometry)
+            None => unpinned(&metadata, usage)?,
+            Some(pins) => {
+                let kept: Vec<Usage> = idx.iter().map(|&m| usage[m].clone()).collect();
+                match at.pinned(v, &name, pins, &mut metadata, usage) {
+                    Ok(placed) => placed,
+                    // Settings the records contradict (`checksums = "on"` over a volume
+                    // created without the reserve): placed as a new volume would be, so the
+                    // start refuses this volume alone, naming the way out, as it always did.
+                    Err(p) if p.kind == ErrorKind::Option => {
+                        idx.iter().zip(kept).for_each(|(&m, u)| usage[m] = u);
+                        unpinned(&metadata, usage)?
+                    }
+                    Err(p) => return Err(p),
+                }
             }
-            Some(pins) => at.pinned(v, &name, pins, &mut metadata, usage)?,
         };
         check_log_size(v, &who, &geometry, metadata.ppl_log_bytes)?;
         check_cache_holds_a_stripe(v, &who, &geometry, &opts.cache)?;
