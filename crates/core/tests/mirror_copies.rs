@@ -80,7 +80,7 @@ fn copies_added_to_a_mirror_are_rebuilt_and_then_hold_the_volume_alone() {
             !a.volume().member_is_current(from),
             "not read before it is rebuilt"
         );
-        // A write while the new copies wait lands on them too.
+        // A write while the new copies wait for the rebuild reads back from them after it.
         let late = vec![0x3C; 8192];
         want[4096..4096 + 8192].copy_from_slice(&late);
         block_on(a.write(4096, Buf::copy_from(&late), true)).unwrap();

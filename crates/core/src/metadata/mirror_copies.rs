@@ -29,18 +29,9 @@ pub(super) async fn start(
     new_tree: Node,
     added: Vec<Arc<MemberMeta>>,
 ) -> Result<(), ArrayError> {
-    p.volume.flush().await?;
-    let mut rec = p.records.lock().await;
+    let mut rec = super::reshape_run::flushed_for_a_new_shape(p).await?;
     let old = p.volume.geometry().root().clone();
     let old_roles = rec.members.len();
-    if rec.reshape.is_some() {
-        return Err(p.refuse("a reshape is in progress"));
-    }
-    if rec.checksum_fill.is_some() {
-        return Err(p.refuse(
-            "its checksum pass (checksums = \"enable\") has not finished: let it finish first (nbraid status shows checksum_fill)",
-        ));
-    }
     if let Some(why) = copies_only(&old, &new_tree, added.len()) {
         return Err(p.refuse(why));
     }

@@ -22,6 +22,7 @@
 use super::error::ArrayError;
 use super::member_meta::MemberMeta;
 use super::parts::Parts;
+use super::records::RecordsGuard;
 use super::reshape::{BackupWindow, RecordedReshape, ReshapeRecord};
 use super::reshape_backup::{home, home_bytes, own_area, place_pool, pool_untouched, HEADER_BYTES};
 use super::{Area, MemberEntry, RecordedState, Uuid};
@@ -379,20 +380,10 @@ pub(super) async fn start(
     new_tree: Node,
     added: Vec<Arc<MemberMeta>>,
 ) -> Result<(), ArrayError> {
-    p.volume.flush().await?;
-    let mut rec = p.records.lock().await;
+    let mut rec = flushed_for_a_new_shape(p).await?;
     let old = p.volume.geometry().root().clone();
     let old_roles = rec.members.len();
     let total = old_roles + added.len();
-    if rec.reshape.is_some() {
-        return Err(p.refuse("a reshape is already in progress"));
-    }
-    // The pass computing the checksums walks the regions of the shape it started on.
-    if rec.checksum_fill.is_some() {
-        return Err(p.refuse(
-            "its checksum pass (checksums = \"enable\") has not finished: let it finish first (nbraid status shows checksum_fill)",
-        ));
-    }
     let mut metas = current_members(p, &rec.members)?;
     metas.extend(added.iter().cloned());
     let probe = ReshapeRecord {
@@ -466,6 +457,25 @@ pub(super) async fn start(
         .map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
     }
     Ok(())
+}
+
+/// The volume flushed and its records held, for a commit that changes its shape (a reshape's
+/// start, new RAID 1 copies); refused while a reshape or the checksum pass runs.
+pub(super) async fn flushed_for_a_new_shape<'a>(
+    p: Parts<'a>,
+) -> Result<RecordsGuard<'a>, ArrayError> {
+    p.volume.flush().await?;
+    let rec = p.records.lock().await;
+    if rec.reshape.is_some() {
+        return Err(p.refuse("a reshape is already in progress"));
+    }
+    // The pass computing the checksums walks the regions of the shape it started on.
+    if rec.checksum_fill.is_some() {
+        return Err(p.refuse(
+            "its checksum pass (checksums = \"enable\") has not finished: let it finish first (nbraid status shows checksum_fill)",
+        ));
+    }
+    Ok(rec)
 }
 
 /// The member of every recorded role (`members`), refused by role where one is not current:
