@@ -35,21 +35,44 @@ pub struct Cell {
     pub span: Option<u64>,
 }
 
-/// Buffers by length, reused across requests.
+/// Buffers by length, reused across requests. A new buffer is filled with a byte of its
+/// own that differs from run to run: a write workload writes new bytes, as a client does —
+/// bytes equal to what a volume already holds (a rerun, or the prefill's) would take the
+/// checksums' path for rewrites of stored bytes (a repair's), which clients rarely take.
 #[derive(Default)]
-struct Pool(HashMap<u64, Vec<Buf>>);
+struct Pool {
+    by_len: HashMap<u64, Vec<Buf>>,
+    /// Bytes given to the buffers made so far: each new buffer takes the next one.
+    fills: FillBytes,
+}
+
+/// A byte sequence that starts somewhere new in every run (the clock's nanoseconds).
+struct FillBytes(u8);
+
+impl Default for FillBytes {
+    fn default() -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        FillBytes(nanos.to_le_bytes()[1])
+    }
+}
 
 impl Pool {
     fn take(&mut self, len: u64) -> Buf {
-        self.0.get_mut(&len).and_then(Vec::pop).unwrap_or_else(|| {
-            let mut b = Buf::new(len as usize);
-            b.fill(0x5a);
-            b
-        })
+        self.by_len
+            .get_mut(&len)
+            .and_then(Vec::pop)
+            .unwrap_or_else(|| {
+                self.fills.0 = self.fills.0.wrapping_add(0x3b);
+                let mut b = Buf::new(len as usize);
+                b.fill(self.fills.0);
+                b
+            })
     }
 
     fn give(&mut self, b: Buf) {
-        self.0.entry(b.len() as u64).or_default().push(b);
+        self.by_len.entry(b.len() as u64).or_default().push(b);
     }
 }
 
