@@ -388,6 +388,13 @@ impl LeafChecksums {
         t.group_of(first / ENTRIES_PER_PAGE)..=t.group_of((last - 1) / ENTRIES_PER_PAGE)
     }
 
+    /// Whether a write of the whole blocks of region bytes `[a, b)` finds their header bits
+    /// durable already (never cleared while the region is open): its checksums may then be
+    /// taken while the member writes, as no header write has to come first.
+    pub(crate) fn groups_marked(&self, a: u64, b: u64) -> bool {
+        a < b && self.groups_durable(a / BLOCK_BYTES, b.div_ceil(BLOCK_BYTES))
+    }
+
     /// Whether the header bits of blocks `first..last` are all durable already.
     fn groups_durable(&self, first: u64, last: u64) -> bool {
         let groups = self.groups_of(first, last);

@@ -27,6 +27,19 @@ pub struct LeafNode {
     checksums: Option<Arc<LeafChecksums>>,
 }
 
+/// One member write of `data` (consecutive pieces) at member byte `at`.
+fn member_write<'m>(
+    m: &'m Arc<dyn Member>,
+    at: u64,
+    data: &[SharedBuf],
+    fua: bool,
+) -> BoxFuture<'m, MemberResult<()>> {
+    match data {
+        [piece] => m.write(at, piece.clone(), fua),
+        _ => m.write_vectored(at, data.to_vec(), fua),
+    }
+}
+
 /// Blocks `[a, b)` (byte offsets on 4 KiB boundaries) that hold `[offset, offset+len)`.
 fn whole_blocks(offset: u64, len: u64) -> (u64, u64) {
     (
@@ -77,6 +90,40 @@ impl LeafNode {
             member: self.index,
             source: e,
         }
+    }
+
+    /// Writes `data` (consecutive pieces) at region `offset`: its checksums first, then the
+    /// member and the replacement being built, if any.
+    async fn write_pieces(&self, offset: u64, data: Vec<SharedBuf>, fua: bool) -> VolumeResult<()> {
+        self.table.failure_gate().wait_recorded().await?;
+        let slot = self.slot();
+        let len: u64 = data.iter().map(|d| d.len() as u64).sum();
+        if slot.is_failed() {
+            return Err(self.unavailable(offset, len));
+        }
+        let at = self.start + offset;
+        let plan = self.checksums_before_write(offset, &data).await?;
+        slot.count_write(len);
+        let rep = slot.replacement();
+        let copy = rep.as_ref().map(|r| member_write(r, at, &data, fua));
+        let member = slot.member();
+        let mut write = member_write(&member, at, &data, fua);
+        // A memory-backed member copies the bytes on this first poll (a device starts its
+        // transfer): checksums taken after it read the bytes from the cache.
+        let started = futures::poll!(&mut write);
+        let sums = self.checksums_once_started(offset, &data, plan).await;
+        let r = match started {
+            std::task::Poll::Ready(r) => r,
+            std::task::Poll::Pending => write.await,
+        };
+        self.replacement_done(copy).await;
+        let sums = sums?;
+        self.checksums_after_write(sums);
+        r.map_err(|e| self.failed_write(e))?;
+        if !fua {
+            slot.mark_dirty();
+        }
+        Ok(())
     }
 
     /// Waits for the replacement's copy of a write; a replacement that fails it is dropped
@@ -162,29 +209,7 @@ impl NodeIo for LeafNode {
     }
 
     fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, VolumeResult<()>> {
-        async move {
-            self.table.failure_gate().wait_recorded().await?;
-            let slot = self.slot();
-            if slot.is_failed() {
-                return Err(self.unavailable(offset, data.len() as u64));
-            }
-            let at = self.start + offset;
-            let sums = self
-                .checksums_before_write(offset, std::slice::from_ref(&data))
-                .await?;
-            slot.count_write(data.len() as u64);
-            let rep = slot.replacement();
-            let copy = rep.as_ref().map(|r| r.write(at, data.clone(), fua));
-            let r = slot.member().write(at, data, fua).await;
-            self.replacement_done(copy).await;
-            self.checksums_after_write(sums);
-            r.map_err(|e| self.failed_write(e))?;
-            if !fua {
-                slot.mark_dirty();
-            }
-            Ok(())
-        }
-        .boxed()
+        self.write_pieces(offset, vec![data], fua).boxed()
     }
 
     fn read_vectored(&self, offset: u64, bufs: Vec<Buf>) -> BoxFuture<'_, VolumeResult<Vec<Buf>>> {
@@ -212,30 +237,7 @@ impl NodeIo for LeafNode {
         data: Vec<SharedBuf>,
         fua: bool,
     ) -> BoxFuture<'_, VolumeResult<()>> {
-        async move {
-            self.table.failure_gate().wait_recorded().await?;
-            let slot = self.slot();
-            if slot.is_failed() {
-                let len = data.iter().map(|d| d.len() as u64).sum();
-                return Err(self.unavailable(offset, len));
-            }
-            let at = self.start + offset;
-            let sums = self.checksums_before_write(offset, &data).await?;
-            slot.count_write(data.iter().map(|d| d.len() as u64).sum());
-            let rep = slot.replacement();
-            let copy = rep
-                .as_ref()
-                .map(|r| r.write_vectored(at, data.clone(), fua));
-            let r = slot.member().write_vectored(at, data, fua).await;
-            self.replacement_done(copy).await;
-            self.checksums_after_write(sums);
-            r.map_err(|e| self.failed_write(e))?;
-            if !fua {
-                slot.mark_dirty();
-            }
-            Ok(())
-        }
-        .boxed()
+        self.write_pieces(offset, data, fua).boxed()
     }
 
     fn zero(&self, offset: u64, len: u64, kind: ZeroKind) -> BoxFuture<'_, VolumeResult<()>> {
@@ -329,6 +331,21 @@ impl NodeMaintenance for LeafNode {
 /// Checksummed writes hold this while the member writes: the token, and their blocks
 /// locked ([`LeafChecksums::write_lock`]).
 type Sums<'a> = Option<(WriteToken, crate::range_lock::RangeGuard<'a>)>;
+
+/// When a write's checksums are taken. Before the member write, the CRC is the first pass
+/// over the bytes and reads them from memory; once the member has started (a memory-backed
+/// member copies them on submission) it reads them from the cache the copy just filled.
+/// That order is kept for whole blocks whose groups' header bits are durable already:
+/// marking a group may skip its header write for a rewrite of the stored checksums (a
+/// repair), and that test needs the checksums before the data is written.
+enum SumPlan<'a> {
+    /// The volume keeps no checksums.
+    Off,
+    /// Taken: the write's token, and its blocks locked.
+    Begun(WriteToken, crate::range_lock::RangeGuard<'a>),
+    /// Whole blocks under durable header bits, locked: taken once the write has started.
+    OnceStarted(crate::range_lock::RangeGuard<'a>),
+}
 
 /// Most bytes zeroed at once whose checksums are computed (larger zeroings leave their
 /// blocks unchecked until written again, rather than checksum gigabytes of zeroes).
@@ -427,29 +444,32 @@ impl LeafNode {
         Ok(bufs)
     }
 
-    /// Before a write of `data` at `offset`: its blocks' checksums in the table (see
-    /// [`LeafChecksums::begin_write`]). A write of parts of blocks reads the rest of them; an
-    /// edge block whose old bytes are bad gets no checksum (what is kept of it is unknown).
+    /// Before a write of `data` at `offset`: how its blocks' checksums are taken (see
+    /// [`SumPlan`]). A write of parts of blocks reads the rest of them; an edge block whose
+    /// old bytes are bad gets no checksum (what is kept of it is unknown).
     async fn checksums_before_write(
         &self,
         offset: u64,
         data: &[SharedBuf],
-    ) -> VolumeResult<Sums<'_>> {
+    ) -> VolumeResult<SumPlan<'_>> {
         let Some(cs) = &self.checksums else {
-            return Ok(None);
+            return Ok(SumPlan::Off);
         };
         let m = self.slot().member();
         let len: u64 = data.iter().map(|d| d.len() as u64).sum();
         let (a, b) = whole_blocks(offset, len);
         let guard = cs.write_lock(a, b).await;
         if (a, b) == (offset, offset + len) {
+            if cs.groups_marked(a, b) {
+                return Ok(SumPlan::OnceStarted(guard));
+            }
             let pieces: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
             let entries = cs.compute(offset, &pieces);
             let token = cs
                 .begin_write(&*m, offset, &entries)
                 .await
                 .map_err(|e| self.failed_write(e))?;
-            return Ok(Some((token, guard)));
+            return Ok(SumPlan::Begun(token, guard));
         }
         let mut wide = m
             .read(self.start + a, Buf::new((b - a) as usize))
@@ -475,6 +495,32 @@ impl LeafNode {
         bad.into_iter().for_each(|i| entries[i] = BlockSum::Unknown);
         let token = cs
             .begin_write(&*m, a, &entries)
+            .await
+            .map_err(|e| self.failed_write(e))?;
+        Ok(SumPlan::Begun(token, guard))
+    }
+
+    /// Once the member write of `data` at `offset` has started: the checksums a
+    /// [`SumPlan::OnceStarted`] left for now, computed from the bytes the member's copy has
+    /// just read into the cache, and the table's entries updated (the blocks stay locked
+    /// until the write is answered, so no read judges them in between).
+    async fn checksums_once_started<'a>(
+        &'a self,
+        offset: u64,
+        data: &[SharedBuf],
+        plan: SumPlan<'a>,
+    ) -> VolumeResult<Sums<'a>> {
+        let (cs, guard) = match (&self.checksums, plan) {
+            (_, SumPlan::Off) => return Ok(None),
+            (_, SumPlan::Begun(token, guard)) => return Ok(Some((token, guard))),
+            (Some(cs), SumPlan::OnceStarted(guard)) => (cs, guard),
+            (None, SumPlan::OnceStarted(_)) => unreachable!("a plan with sums has checksums"),
+        };
+        let pieces: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+        let entries = cs.compute(offset, &pieces);
+        let m = self.slot().member();
+        let token = cs
+            .begin_write(&*m, offset, &entries)
             .await
             .map_err(|e| self.failed_write(e))?;
         Ok(Some((token, guard)))
