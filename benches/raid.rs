@@ -90,7 +90,9 @@ fn build(level: Level, n: usize) -> Setup {
     let data_members = (n - parity) as u64;
     let member_len = (DATA / data_members).div_ceil(STRIP) * STRIP + STRIP;
     let members: Vec<Arc<dyn Member>> = (0..n)
-        .map(|i| Arc::new(MemoryMember::new(format!("mem{i}"), member_len)) as Arc<dyn Member>)
+        .map(|i| {
+            Arc::new(MemoryMember::prefaulted(format!("mem{i}"), member_len)) as Arc<dyn Member>
+        })
         .collect();
     let shape = Shape::new(level, n, None, STRIP, ParityLayout::default()).expect("shape");
     let regions = vec![
