@@ -70,7 +70,8 @@ impl StripeWriter<'_> {
         }
         // As `settle` for a whole stripe regenerated without errors.
         for s in first..first + count {
-            if !(stripes.health.in_sync(s) && !stripes.health.is_stale(s)) {
+            // Parity not trusted before (`stripe_write`'s `parity_trusted`): consistent now.
+            if !stripes.health.in_sync(s) || stripes.health.is_stale(s) {
                 stripes.health.mark_consistent(s..s + 1);
             }
             stripes.health.mark_in_sync(s);
