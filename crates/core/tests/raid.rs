@@ -180,18 +180,20 @@ fn full_stripe_write_reads_nothing_and_writes_each_member_once() {
 }
 
 /// A write-back request of several whole stripes (written straight, `raid/whole.rs`, where
-/// the members are healthy): each chunk written once, nothing read, nothing left cached; every
+/// the members are healthy; wide stripes folding parity in groups): each chunk written once, nothing read, nothing left cached; every
 /// byte reads back, healthy and with any member (RAID 6: any two) failed; and a member whose
 /// writes fail midway leaves the stripes written one by one, degraded, every byte right.
 #[test]
 fn whole_stripes_of_a_request_write_each_chunk_once_and_read_back_with_members_failed() {
-    let strip = 16 * KIB;
-    for (level, n) in [
-        (Level::Raid5, 3),
-        (Level::Raid5, 4),
-        (Level::Raid6, 4),
-        (Level::Raid5, 8),
-        (Level::Raid6, 8),
+    // 64 KiB strips on 10 and 12 members: parity folded in groups of chunks (FOLD_BYTES).
+    for (level, n, strip) in [
+        (Level::Raid5, 3, 16 * KIB),
+        (Level::Raid5, 4, 16 * KIB),
+        (Level::Raid6, 4, 16 * KIB),
+        (Level::Raid5, 8, 16 * KIB),
+        (Level::Raid6, 8, 16 * KIB),
+        (Level::Raid5, 10, 64 * KIB),
+        (Level::Raid6, 12, 64 * KIB),
     ] {
         let k = (n - level.parity()) as u64;
         let width = strip * k;

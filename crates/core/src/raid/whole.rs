@@ -26,9 +26,7 @@ impl StripeWriter<'_> {
         let chunks = &stripes.chunks;
         let (strip, count) = (chunks.strip, data.len() as u64);
         let served = (first..first + count).all(|s| !chunks.lost(s, 0, strip).contains(&true));
-        // Wide stripes fold their parity in groups (`write_folding_parity`): not here.
-        let one_pass = !(2..chunks.k).contains(&super::write::fold_group(strip as usize));
-        if stripes.ppl.is_some() || !served || !one_pass {
+        if stripes.ppl.is_some() || !served {
             return None;
         }
         let mut results = Vec::new();
@@ -42,25 +40,30 @@ impl StripeWriter<'_> {
                 .map(|i| bytes.slice((i * strip) as usize..((i + 1) * strip) as usize))
                 .collect();
             // The data first: a member that copies on submission pulls the stripe into the
-            // CPU cache, where parity then reads it (as `write_regenerated`).
-            let mut writes = join_all(
-                (roles.data.iter().zip(&news))
-                    .map(|(&c, b)| chunks.children[c].write(at, b.clone(), fua)),
-            );
-            match futures::poll!(&mut writes) {
-                std::task::Poll::Ready(done) => results.extend(done),
-                std::task::Poll::Pending => in_flight.push(writes),
+            // CPU cache, where parity then reads it (as `write_regenerated`); a wide stripe
+            // a group of chunks at a time, folded right after (as `write_folding_parity`).
+            let group = match super::write::fold_group(strip as usize) {
+                g if (2..chunks.k).contains(&g) => g,
+                _ => chunks.k, // one pass (below 2, one pass does as well)
+            };
+            let order = chunks.slot_order(&roles);
+            let mut fold = chunks.parity_fold();
+            for first_slot in (0..chunks.k).step_by(group) {
+                let slots = first_slot..(first_slot + group).min(chunks.k);
+                let writes = slots.clone().map(|slot| {
+                    let i = order[slot];
+                    chunks.children[roles.data[i]].write(at, news[i].clone(), fua)
+                });
+                submit(writes.collect(), &mut results, &mut in_flight);
+                let srcs: Vec<&[u8]> = slots.map(|slot| &news[order[slot]][..]).collect();
+                fold.fold(first_slot, &srcs);
             }
-            let (p, q) = chunks.parity_of(&roles, &news);
+            let (p, q) = fold.finish();
             let mut parity = vec![chunks.children[roles.p].write(at, p.freeze(), fua)];
             if let (Some(c), Some(q)) = (roles.q, q) {
                 parity.push(chunks.children[c].write(at, q.freeze(), fua));
             }
-            let mut parity = join_all(parity);
-            match futures::poll!(&mut parity) {
-                std::task::Poll::Ready(done) => results.extend(done),
-                std::task::Poll::Pending => in_flight.push(parity),
-            }
+            submit(parity, &mut results, &mut in_flight);
         }
         results.extend(join_all(in_flight).await.into_iter().flatten());
         if let Some(e) =
@@ -77,5 +80,19 @@ impl StripeWriter<'_> {
             stripes.health.mark_in_sync(s);
         }
         Some(Ok(()))
+    }
+}
+
+/// Member writes issued together and polled once, so a member that copies on submission
+/// copies now: their results if done, else the writes kept in `in_flight` to wait for.
+fn submit<'a>(
+    writes: Vec<BoxFuture<'a, VolumeResult<()>>>,
+    results: &mut Vec<VolumeResult<()>>,
+    in_flight: &mut Vec<futures::future::JoinAll<BoxFuture<'a, VolumeResult<()>>>>,
+) {
+    let mut writes = join_all(writes);
+    match (&mut writes).now_or_never() {
+        Some(done) => results.extend(done),
+        None => in_flight.push(writes),
     }
 }
