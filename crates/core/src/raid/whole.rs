@@ -1,11 +1,12 @@
 //! The whole stripes of a write-back request, healthy and without a log, written straight:
 //! each stripe's data chunks, then P (and Q) generated from them while they are in the CPU
-//! cache — the member writes the per-stripe path (`write.rs`) makes for such a stripe, in the
-//! same order, without its per-stripe planning (plan, per-attempt health, the new chunks
-//! assembled, the plan followed), which a full-stripe write on 4 and 8 members of 64 KiB
-//! paid ~5% for (docs/benchmarks, issue 36). The per-stripe path stays the one for logs,
-//! lost children, wide stripes (whose parity folds in groups) and errors: a run this does
-//! not take, or whose writes fail, goes there stripe by stripe (`ParityCore::write_whole_run`).
+//! cache (a wide stripe's a group of chunks at a time, as `write_folding_parity` folds them)
+//! — the member writes the per-stripe path (`write.rs`) makes for such a stripe, in the same
+//! order, without its per-stripe planning (plan, per-attempt health, the new chunks
+//! assembled, the plan followed), which full-stripe writes of 64 KiB strips paid 0.02–0.04 of
+//! the ideal for (docs/benchmarks, issue 36). The per-stripe path stays the one for logs,
+//! lost children and errors: a run this does not take, or whose writes fail, goes there
+//! stripe by stripe (`ParityCore::write_whole_run`).
 
 use super::*;
 
@@ -13,8 +14,7 @@ impl StripeWriter<'_> {
     /// Writes stripes `first ..` whole (`data[j]`: stripe `first + j`'s bytes, one stripe
     /// width each) with P (and Q) generated from them, the caller holding the stripes'
     /// exclusive lock. `None` when the run is not taken — a partial-parity log, a child that
-    /// cannot serve the rows, a stripe whose parity folds in groups — before anything is
-    /// written; else the first child's error, if any (the stripes are then partly written,
+    /// cannot serve the rows — before anything is written; else the first child's error, if any (the stripes are then partly written,
     /// and the caller writes them again one by one).
     pub(super) async fn write_whole_stripes(
         &self,
