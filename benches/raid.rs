@@ -31,6 +31,10 @@
 //! ```sh
 //! NBRAID_BENCH_CLOCK=cpu NBRAID_BENCH_WORK="seq-read 1M" cargo bench -p nbraid-benches --bench raid
 //! ```
+//! The members are `MemoryMember::prefaulted` (each one 2 MiB-aligned mapping of huge pages,
+//! touched before the run): members of malloc'd chunks made one cell of a run slow for the
+//! whole run on this project's VM, depending on the pages they got (docs/benchmarks, issue 36).
+//!
 //! `NBRAID_BENCH_PAYLOAD=fresh` writes each write's payload just before issuing it (as an NBD
 //! payload arrives from the socket, hot in the cache); by default the payload buffers are
 //! filled once, so parity generation reads them from memory.
@@ -90,7 +94,9 @@ fn build(level: Level, n: usize) -> Setup {
     let data_members = (n - parity) as u64;
     let member_len = (DATA / data_members).div_ceil(STRIP) * STRIP + STRIP;
     let members: Vec<Arc<dyn Member>> = (0..n)
-        .map(|i| Arc::new(MemoryMember::new(format!("mem{i}"), member_len)) as Arc<dyn Member>)
+        .map(|i| {
+            Arc::new(MemoryMember::prefaulted(format!("mem{i}"), member_len)) as Arc<dyn Member>
+        })
         .collect();
     let shape = Shape::new(level, n, None, STRIP, ParityLayout::default()).expect("shape");
     let regions = vec![

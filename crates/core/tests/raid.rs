@@ -179,6 +179,83 @@ fn full_stripe_write_reads_nothing_and_writes_each_member_once() {
     }
 }
 
+/// A write-back request of several whole stripes (written straight, `raid/whole.rs`, where
+/// the members are healthy; wide stripes folding parity in groups): each chunk written once, nothing read, nothing left cached; every
+/// byte reads back, healthy and with any member (RAID 6: any two) failed; and a member whose
+/// writes fail midway leaves the stripes written one by one, degraded, every byte right.
+#[test]
+fn whole_stripes_of_a_request_write_each_chunk_once_and_read_back_with_members_failed() {
+    // 64 KiB strips on 10 and 12 members: parity folded in groups of chunks (FOLD_BYTES).
+    for (level, n, strip) in [
+        (Level::Raid5, 3, 16 * KIB),
+        (Level::Raid5, 4, 16 * KIB),
+        (Level::Raid6, 4, 16 * KIB),
+        (Level::Raid5, 8, 16 * KIB),
+        (Level::Raid6, 8, 16 * KIB),
+        (Level::Raid5, 10, 64 * KIB),
+        (Level::Raid6, 12, 64 * KIB),
+    ] {
+        let k = (n - level.parity()) as u64;
+        let width = strip * k;
+        for known_zero in [true, false] {
+            let what = format!("{level} x{n} known zero {known_zero}");
+            let volume = || {
+                let v = Volume::new(
+                    named(level, n, None, strip, MIB),
+                    memory_members(n, MIB),
+                    opts(CacheMode::WriteBack { bytes: 4 * MIB }, known_zero),
+                )
+                .unwrap();
+                let mut rng = SmallRng::seed_from_u64(n as u64);
+                // A partial stripe at either end (cached) around five whole ones.
+                let data = random_bytes(&mut rng, (5 * width + 2 * 4 * KIB) as usize);
+                let at = 2 * width - 4 * KIB;
+                let before = v.member_counters();
+                block_on(v.write(at, Buf::copy_from(&data), false)).unwrap();
+                (v, data, at, before)
+            };
+            let (v, data, at, before) = volume();
+            assert_eq!(
+                delta(&v, &before),
+                (0, 5 * n as u64, 0, 5 * n as u64 * strip),
+                "{what}: the whole stripes, each chunk once"
+            );
+            let got = block_on(v.read(at, data.len() as u64)).unwrap();
+            assert!(got[..] == data[..], "{what}: read back");
+            block_on(v.flush()).unwrap();
+            for failed in 0..n {
+                let (v, data, at, _) = volume();
+                block_on(v.flush()).unwrap();
+                v.fail_member(failed, "test");
+                if level == Level::Raid6 {
+                    v.fail_member((failed + 1) % n, "test");
+                }
+                let got = block_on(v.read(at, data.len() as u64)).unwrap();
+                assert!(got[..] == data[..], "{what}: member {failed} failed");
+            }
+        }
+        // A member's writes fail over the whole stripes: written again stripe by stripe,
+        // that member failed, the rest rebuilt from parity.
+        let (faulty, members) = faulty_members(n, MIB, 7, false);
+        let v = Volume::new(
+            named(level, n, None, strip, MIB),
+            members,
+            opts(CacheMode::WriteBack { bytes: 4 * MIB }, true),
+        )
+        .unwrap();
+        faulty[1].fail_range(FaultOps::WRITE, 0..MIB);
+        let mut rng = SmallRng::seed_from_u64(3);
+        let data = random_bytes(&mut rng, (4 * width) as usize);
+        block_on(v.write(width, Buf::copy_from(&data), false)).unwrap();
+        assert_eq!(v.member_states()[1], MemberState::Failed, "{level} x{n}");
+        let got = block_on(v.read(width, data.len() as u64)).unwrap();
+        assert!(
+            got[..] == data[..],
+            "{level} x{n}: a failing member's stripes"
+        );
+    }
+}
+
 #[test]
 fn sequential_4k_writes_through_the_cache_become_full_stripes() {
     for (level, n, spans, p) in [

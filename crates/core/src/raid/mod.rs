@@ -148,6 +148,7 @@ mod recent;
 mod requests;
 mod scrub;
 mod sync;
+mod whole;
 mod write;
 
 pub use crate::node::CacheUsage;

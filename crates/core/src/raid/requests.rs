@@ -76,6 +76,8 @@ impl ParityCore {
             };
             // Write-through stripes whose bytes this write left for a later writer (`join`).
             let mut left = Vec::new();
+            // Write-back: the whole stripes, consecutive, written together (`whole.rs`).
+            let mut whole: Vec<(u64, SharedBuf)> = Vec::new();
             for (s, segs) in stripes.per_stripe(offset, &data) {
                 let Some(cache) = &self.cache else {
                     let queued = stripes.locks.exclusive_waiter(s, 1);
@@ -89,12 +91,20 @@ impl ParityCore {
                     }
                     continue;
                 };
+                if segs[0].1.len() as u64 == w {
+                    to_members(s);
+                    whole.extend(segs.into_iter().map(|(_, d)| (s, d)));
+                    continue;
+                }
                 let (to_members_now, over) = self.write_back(cache, s, segs, fua);
                 over_bound |= over;
                 if let Some(write) = to_members_now {
                     to_members(s);
                     futs.push(write);
                 }
+            }
+            if !whole.is_empty() {
+                futs.push(self.write_whole_run(whole, fua));
             }
             // A partial stripe at either end that only went into the cache is let go now:
             // the next sequential writer, which completes it, need not wait for this one's
@@ -119,6 +129,43 @@ impl ParityCore {
             }
         }
         Ok(())
+    }
+
+    /// Write-back: whole stripes `run` ((stripe, its bytes), consecutive) bypass the cache
+    /// and supersede their entries, as [`Self::write_back`] writes one: together, one
+    /// vectored write per child ([`StripeWriter::write_whole_stripes`]), or where that is
+    /// not taken or fails, stripe by stripe (which handles logs, lost children and errors).
+    fn write_whole_run(
+        &self,
+        run: Vec<(u64, SharedBuf)>,
+        fua: bool,
+    ) -> BoxFuture<'_, VolumeResult<()>> {
+        async move {
+            let data: Vec<SharedBuf> = run.iter().map(|(_, d)| d.clone()).collect();
+            let writer = self.stripes.writer();
+            match writer.write_whole_stripes(run[0].0, &data, fua).await {
+                Some(Ok(())) => {
+                    if let Some(cache) = &self.cache {
+                        let mut st = cache.state.lock();
+                        for &(s, _) in &run {
+                            st.remove(s);
+                        }
+                    }
+                    return Ok(());
+                }
+                Some(Err(e)) => {
+                    tracing::warn!("whole stripes written together: {e}; again one by one")
+                }
+                None => {}
+            }
+            let w = self.stripes.chunks.width();
+            let destager = self.destager();
+            let each = run
+                .into_iter()
+                .map(|(s, d)| destager.write_over_cache(s, vec![(0, d)], Some((0, w)), fua));
+            crate::node::all_ok(join_all(each).await)
+        }
+        .boxed()
     }
 
     /// Write-back: stripe `s`'s new bytes go into the cache, or to the members over it (a

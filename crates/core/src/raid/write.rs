@@ -654,7 +654,7 @@ const FOLD_BYTES: usize = 512 << 10;
 
 /// Data chunks of `row_bytes` each folded into P at a time ([`FOLD_BYTES`]); below 2, a
 /// single pass after every data write does as well.
-fn fold_group(row_bytes: usize) -> usize {
+pub(super) fn fold_group(row_bytes: usize) -> usize {
     FOLD_BYTES / row_bytes.max(1)
 }
 
