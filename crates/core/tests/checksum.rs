@@ -552,12 +552,12 @@ impl Member for GatedRead {
 }
 
 /// A rewrite of whole blocks whose header bits are durable takes its checksums once the
-/// member has the bytes (`SumPlan::OnceStarted`): between the bytes landing and the new
-/// checksums recorded, a read of those blocks must not judge them against the old ones. Here
-/// the rewrite's checksum page has been pushed out of the cache and its reload is held up
-/// after the member has the new bytes; a read of the same blocks issued meanwhile must wait
-/// for the rewrite (the blocks' lock) and return the new bytes — on a JBOD, where a false
-/// mismatch would be an I/O error.
+/// member write has started (`SumPlan::OnceStarted`), with no await in between: its entry
+/// pages are loaded (and pinned) before the member sees a byte. Here the rewrite's page has
+/// been pushed out of the cache and its reload is held: the member must still hold the old
+/// bytes then, and a read of the same blocks issued meanwhile must wait for the rewrite (the
+/// blocks' lock) and return the new bytes — on a JBOD, where a false mismatch would be an I/O
+/// error (it is one with the leaf's read lock removed).
 #[test]
 fn a_read_during_a_rewrite_waits_for_the_rewrites_checksums() {
     let region = 8 * MIB;
@@ -598,6 +598,13 @@ fn a_read_during_a_rewrite_waits_for_the_rewrites_checksums() {
     // `join!` polls the rewrite first: it runs until its page load waits at the gate, with
     // the new bytes on the member. Then the read opens the gate and asks for the blocks.
     let read = async {
+        let mut now = vec![0u8; 4096];
+        member.inner.peek(0, &mut now);
+        assert_eq!(
+            now,
+            old[..4096],
+            "no new byte on the member before its checksums can be taken"
+        );
         member.open();
         v.read(0, 64 * KIB).await
     };

@@ -235,6 +235,24 @@ pub struct WriteToken {
     olds: Vec<Option<u32>>,
 }
 
+/// Entry pages held in a region's cache for one write ([`LeafChecksums::pin_pages`]);
+/// unpinned when dropped.
+pub struct PinnedPages<'a> {
+    cs: &'a LeafChecksums,
+    first_page: u64,
+    /// Pages pinned so far, from `first_page` on.
+    pinned: u64,
+}
+
+impl Drop for PinnedPages<'_> {
+    fn drop(&mut self) {
+        let mut t = self.cs.table.lock();
+        for page in self.first_page..self.first_page + self.pinned {
+            t.unpin(page);
+        }
+    }
+}
+
 /// One region's checksums (see the module docs). Offsets are in the region (the leaf's own
 /// address space); every method takes the member to do its I/O on.
 pub struct LeafChecksums {
@@ -389,10 +407,66 @@ impl LeafChecksums {
     }
 
     /// Whether a write of the whole blocks of region bytes `[a, b)` finds their header bits
-    /// durable already (never cleared while the region is open): its checksums may then be
-    /// taken while the member writes, as no header write has to come first.
+    /// durable already: its checksums may then be taken while the member writes, as no
+    /// header write has to come first. Asked under the blocks' write lock: only a blank
+    /// start (`handover.rs`, under the whole region's lock) clears bits of an open region.
     pub(crate) fn groups_marked(&self, a: u64, b: u64) -> bool {
         a < b && self.groups_durable(a / BLOCK_BYTES, b.div_ceil(BLOCK_BYTES))
+    }
+
+    /// Loads the entry pages of region bytes `[a, b)` (whole blocks) and pins them in the
+    /// cache until the returned [`PinnedPages`] is given to [`LeafChecksums::begin_write_pinned`]
+    /// or dropped: a write that takes its checksums once its member write has started then
+    /// updates them with no await in between, so it cannot be dropped with new bytes on the
+    /// member and the old checksums alone in the table.
+    pub(crate) async fn pin_pages(
+        &self,
+        m: &dyn Member,
+        a: u64,
+        b: u64,
+    ) -> MemberResult<PinnedPages<'_>> {
+        let (first, last) = (a / BLOCK_BYTES, b.div_ceil(BLOCK_BYTES));
+        assert!(first < last, "pinned pages cover a block");
+        self.open(m).await?;
+        let mut pinned = PinnedPages {
+            cs: self,
+            first_page: first / ENTRIES_PER_PAGE,
+            pinned: 0,
+        };
+        for page in pinned.first_page..=(last - 1) / ENTRIES_PER_PAGE {
+            while !self.table.lock().pin(page) {
+                self.load_page(m, page).await?;
+            }
+            pinned.pinned += 1;
+        }
+        Ok(pinned)
+    }
+
+    /// [`LeafChecksums::begin_write`] of whole blocks whose header bits are durable and whose
+    /// entry pages `pinned` holds: no I/O, no await.
+    pub(crate) fn begin_write_pinned(
+        &self,
+        offset: u64,
+        entries: &[BlockSum],
+        pinned: PinnedPages<'_>,
+    ) -> WriteToken {
+        let first = offset / BLOCK_BYTES;
+        assert_eq!(
+            first / ENTRIES_PER_PAGE,
+            pinned.first_page,
+            "the pages pinned for these blocks"
+        );
+        let mut t = self.table.lock();
+        let olds = (first..)
+            .zip(entries)
+            .map(|(block, &e)| t.begin_write(block, e))
+            .collect();
+        drop(t);
+        drop(pinned);
+        WriteToken {
+            first_block: first,
+            olds,
+        }
     }
 
     /// Whether the header bits of blocks `first..last` are all durable already.

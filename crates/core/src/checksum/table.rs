@@ -77,6 +77,8 @@ struct Page {
     dirty: bool,
     /// Tick of the last use (least recently used is evicted first).
     used: u64,
+    /// Writes holding the page in the cache ([`Table::pin`]): not evicted while any does.
+    pins: u32,
 }
 
 /// Asks the CPU to bring `bytes`' first cache line into its caches (a hint: it never faults
@@ -281,23 +283,27 @@ impl Table {
                 bytes: bytes.into_boxed_slice(),
                 dirty: untrusted,
                 used: self.tick,
+                pins: 0,
             },
         );
         self.evict(page)
     }
 
-    /// Drops pages beyond the bound, never `keep` (the page just loaded for its user).
+    /// Drops pages beyond the bound, never `keep` (the page just loaded for its user) nor a
+    /// pinned one (the cache then stays over its bound until they are unpinned).
     fn evict(&mut self, keep: u64) -> Vec<Evicted> {
         let mut out = Vec::new();
         while self.pages.len() > self.max_pages {
             // Clean pages first, least recently used first.
-            let victim = self
+            let Some(victim) = self
                 .pages
                 .iter()
-                .filter(|(&k, _)| k != keep)
+                .filter(|(&k, p)| k != keep && p.pins == 0)
                 .min_by_key(|(_, p)| (p.dirty, p.used))
                 .map(|(&k, _)| k)
-                .expect("more pages than the bound");
+            else {
+                break;
+            };
             let p = self.pages.remove(&victim).expect("victim present");
             if p.dirty {
                 self.note_write_back(victim);
@@ -323,6 +329,27 @@ impl Table {
             .expect("the page of a block is loaded before its entry is used");
         p.used = tick;
         (p, at)
+    }
+
+    /// Pins `page` if it is held (one more write keeps it from eviction); whether it was.
+    pub(super) fn pin(&mut self, page: u64) -> bool {
+        match self.pages.get_mut(&page) {
+            Some(p) => {
+                p.pins += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Takes back one [`Table::pin`] of `page`.
+    pub(super) fn unpin(&mut self, page: u64) {
+        let p = self
+            .pages
+            .get_mut(&page)
+            .expect("a pinned page stays in the cache");
+        assert!(p.pins > 0, "unpinned as often as pinned");
+        p.pins -= 1;
     }
 
     pub(super) fn entry(&mut self, block: u64) -> BlockSum {
@@ -609,6 +636,22 @@ mod tests {
         );
         t.evicted_done(0);
         assert!(t.evicting(0).is_none());
+    }
+
+    #[test]
+    fn a_pinned_page_is_never_evicted_and_the_cache_shrinks_back_once_unpinned() {
+        let mut t = Table::new(1, 8, 1);
+        assert!(t.insert(0, page()).is_empty());
+        assert!(t.pin(0), "a held page pins");
+        assert!(!t.pin(5), "a page not held does not");
+        // Over the bound with only pinned pages (and the new one) to choose from: both stay.
+        assert!(t.insert(1, page()).is_empty());
+        assert!(t.has_page(0) && t.has_page(1));
+        t.unpin(0);
+        // The next load brings the cache back to its bound, the unpinned pages first.
+        assert!(t.insert(2, page()).is_empty());
+        assert_eq!(t.cached_pages(), 1);
+        assert!(t.has_page(2));
     }
 
     #[test]

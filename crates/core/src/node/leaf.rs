@@ -92,8 +92,9 @@ impl LeafNode {
         }
     }
 
-    /// Writes `data` (consecutive pieces) at region `offset`: its checksums first, then the
-    /// member and the replacement being built, if any.
+    /// Writes `data` (consecutive pieces) at region `offset` to the member and to the
+    /// replacement being built, if any, its blocks locked and their checksums taken before
+    /// the member write or right after it started ([`SumPlan`]).
     async fn write_pieces(&self, offset: u64, data: Vec<SharedBuf>, fua: bool) -> VolumeResult<()> {
         self.table.failure_gate().wait_recorded().await?;
         let slot = self.slot();
@@ -110,14 +111,15 @@ impl LeafNode {
         let mut write = member_write(&member, at, &data, fua);
         // A memory-backed member copies the bytes on this first poll (a device starts its
         // transfer): checksums taken after it read the bytes from the cache.
+        // Nothing awaits between this poll and the checksums entering the table: dropped
+        // at any await, the write leaves no new bytes judged by old checksums alone.
         let started = futures::poll!(&mut write);
-        let sums = self.checksums_once_started(offset, &data, plan).await;
+        let sums = self.checksums_once_started(offset, &data, plan);
         let r = match started {
             std::task::Poll::Ready(r) => r,
             std::task::Poll::Pending => write.await,
         };
         self.replacement_done(copy).await;
-        let sums = sums?;
         self.checksums_after_write(sums);
         r.map_err(|e| self.failed_write(e))?;
         if !fua {
@@ -343,8 +345,12 @@ enum SumPlan<'a> {
     Off,
     /// Taken: the write's token, and its blocks locked.
     Begun(WriteToken, crate::range_lock::RangeGuard<'a>),
-    /// Whole blocks under durable header bits, locked: taken once the write has started.
-    OnceStarted(crate::range_lock::RangeGuard<'a>),
+    /// Whole blocks under durable header bits, locked, their entry pages pinned in the
+    /// cache: taken once the write has started.
+    OnceStarted(
+        crate::range_lock::RangeGuard<'a>,
+        crate::checksum::PinnedPages<'a>,
+    ),
 }
 
 /// Most bytes zeroed at once whose checksums are computed (larger zeroings leave their
@@ -461,7 +467,11 @@ impl LeafNode {
         let guard = cs.write_lock(a, b).await;
         if (a, b) == (offset, offset + len) {
             if cs.groups_marked(a, b) {
-                return Ok(SumPlan::OnceStarted(guard));
+                let pinned = cs
+                    .pin_pages(&*m, a, b)
+                    .await
+                    .map_err(|e| self.failed_write(e))?;
+                return Ok(SumPlan::OnceStarted(guard, pinned));
             }
             let pieces: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
             let entries = cs.compute(offset, &pieces);
@@ -502,28 +512,24 @@ impl LeafNode {
 
     /// Once the member write of `data` at `offset` has started: the checksums a
     /// [`SumPlan::OnceStarted`] left for now, computed from the bytes the member's copy has
-    /// just read into the cache, and the table's entries updated (the blocks stay locked
-    /// until the write is answered, so no read judges them in between).
-    async fn checksums_once_started<'a>(
+    /// just read into the cache, into the table's pinned pages — no await, so no drop in
+    /// between; the blocks stay locked until the write is answered, so no read judges them
+    /// in between either.
+    fn checksums_once_started<'a>(
         &'a self,
         offset: u64,
         data: &[SharedBuf],
         plan: SumPlan<'a>,
-    ) -> VolumeResult<Sums<'a>> {
-        let (cs, guard) = match (&self.checksums, plan) {
-            (_, SumPlan::Off) => return Ok(None),
-            (_, SumPlan::Begun(token, guard)) => return Ok(Some((token, guard))),
-            (Some(cs), SumPlan::OnceStarted(guard)) => (cs, guard),
-            (None, SumPlan::OnceStarted(_)) => unreachable!("a plan with sums has checksums"),
+    ) -> Sums<'a> {
+        let (cs, guard, pinned) = match (&self.checksums, plan) {
+            (_, SumPlan::Off) => return None,
+            (_, SumPlan::Begun(token, guard)) => return Some((token, guard)),
+            (Some(cs), SumPlan::OnceStarted(guard, pinned)) => (cs, guard, pinned),
+            (None, SumPlan::OnceStarted(..)) => unreachable!("a plan with sums has checksums"),
         };
         let pieces: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
         let entries = cs.compute(offset, &pieces);
-        let m = self.slot().member();
-        let token = cs
-            .begin_write(&*m, offset, &entries)
-            .await
-            .map_err(|e| self.failed_write(e))?;
-        Ok(Some((token, guard)))
+        Some((cs.begin_write_pinned(offset, &entries, pinned), guard))
     }
 
     /// Before zeroing `[offset, offset+len)`: whole blocks take the checksum of zeroes, parts
