@@ -64,7 +64,11 @@ impl Pool {
             .get_mut(&len)
             .and_then(Vec::pop)
             .unwrap_or_else(|| {
+                // Never 0x5a (the byte older builds wrote) nor 0x00 (a blank member's).
                 self.fills.0 = self.fills.0.wrapping_add(0x3b);
+                while matches!(self.fills.0, 0x00 | 0x5a) {
+                    self.fills.0 = self.fills.0.wrapping_add(0x3b);
+                }
                 let mut b = Buf::new(len as usize);
                 b.fill(self.fills.0);
                 b

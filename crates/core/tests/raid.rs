@@ -256,6 +256,44 @@ fn whole_stripes_of_a_request_write_each_chunk_once_and_read_back_with_members_f
     }
 }
 
+/// A stripe with bytes waiting in the write-back cache, then written whole by a request
+/// that covers it and its neighbours (`raid/whole.rs`): the cached bytes are superseded, never
+/// destaged over the new ones later, and parity agrees with the new data (read back with each
+/// member failed after the flush).
+#[test]
+fn whole_stripes_written_over_cached_bytes_supersede_them() {
+    for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 5)] {
+        let strip = 16 * KIB;
+        let width = strip * (n - level.parity()) as u64;
+        for failed in 0..n {
+            let v = Volume::new(
+                named(level, n, None, strip, MIB),
+                memory_members(n, MIB),
+                opts(CacheMode::WriteBack { bytes: 4 * MIB }, true),
+            )
+            .unwrap();
+            let mut rng = SmallRng::seed_from_u64(n as u64);
+            let old = random_bytes(&mut rng, 4096);
+            block_on(v.write(2 * width + 8 * KIB, Buf::copy_from(&old), false)).unwrap();
+            assert!(
+                v.cache_usage().dirty_bytes > 0,
+                "{level}: the partial write is cached"
+            );
+            let new = random_bytes(&mut rng, (3 * width) as usize);
+            block_on(v.write(width, Buf::copy_from(&new), false)).unwrap();
+            assert_eq!(
+                v.cache_usage().dirty_bytes,
+                0,
+                "{level}: the whole stripe superseded the cached bytes"
+            );
+            block_on(v.flush()).unwrap();
+            v.fail_member(failed, "test");
+            let got = block_on(v.read(width, new.len() as u64)).unwrap();
+            assert!(got[..] == new[..], "{level} x{n}: member {failed} failed");
+        }
+    }
+}
+
 #[test]
 fn sequential_4k_writes_through_the_cache_become_full_stripes() {
     for (level, n, spans, p) in [

@@ -132,15 +132,20 @@ impl ParityCore {
     }
 
     /// Write-back: whole stripes `run` ((stripe, its bytes), consecutive) bypass the cache
-    /// and supersede their entries, as [`Self::write_back`] writes one: together, one
-    /// vectored write per child ([`StripeWriter::write_whole_stripes`]), or where that is
-    /// not taken or fails, stripe by stripe (which handles logs, lost children and errors).
+    /// and supersede their entries, as [`Self::write_back`] writes one: together, each
+    /// stripe's chunks then its parity without per-stripe planning
+    /// ([`StripeWriter::write_whole_stripes`]), or where that is not taken or fails, stripe
+    /// by stripe (which handles logs, lost children and errors).
     fn write_whole_run(
         &self,
         run: Vec<(u64, SharedBuf)>,
         fua: bool,
     ) -> BoxFuture<'_, VolumeResult<()>> {
         async move {
+            assert!(
+                run.windows(2).all(|p| p[1].0 == p[0].0 + 1),
+                "a run of consecutive stripes"
+            );
             let data: Vec<SharedBuf> = run.iter().map(|(_, d)| d.clone()).collect();
             let writer = self.stripes.writer();
             match writer.write_whole_stripes(run[0].0, &data, fua).await {
