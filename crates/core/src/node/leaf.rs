@@ -345,11 +345,12 @@ enum SumPlan<'a> {
     Off,
     /// Taken: the write's token, and its blocks locked.
     Begun(WriteToken, crate::range_lock::RangeGuard<'a>),
-    /// Whole blocks under durable header bits, locked, their entry pages pinned in the
-    /// cache: taken once the write has started.
+    /// Whole blocks under durable header bits, their entry pages pinned in the cache, and
+    /// locked (dropped in that order: the pins go while the blocks are still locked): taken
+    /// once the write has started.
     OnceStarted(
-        crate::range_lock::RangeGuard<'a>,
         crate::checksum::PinnedPages<'a>,
+        crate::range_lock::RangeGuard<'a>,
     ),
 }
 
@@ -471,7 +472,7 @@ impl LeafNode {
                     .pin_pages(&*m, a, b)
                     .await
                     .map_err(|e| self.failed_write(e))?;
-                return Ok(SumPlan::OnceStarted(guard, pinned));
+                return Ok(SumPlan::OnceStarted(pinned, guard));
             }
             let pieces: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
             let entries = cs.compute(offset, &pieces);
@@ -524,7 +525,7 @@ impl LeafNode {
         let (cs, guard, pinned) = match (&self.checksums, plan) {
             (_, SumPlan::Off) => return None,
             (_, SumPlan::Begun(token, guard)) => return Some((token, guard)),
-            (Some(cs), SumPlan::OnceStarted(guard, pinned)) => (cs, guard, pinned),
+            (Some(cs), SumPlan::OnceStarted(pinned, guard)) => (cs, guard, pinned),
             (None, SumPlan::OnceStarted(..)) => unreachable!("a plan with sums has checksums"),
         };
         let pieces: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
