@@ -442,8 +442,9 @@ impl LeafChecksums {
         Ok(pinned)
     }
 
-    /// [`LeafChecksums::begin_write`] of whole blocks whose header bits are durable and whose
-    /// entry pages `pinned` holds: no I/O, no await.
+    /// The table's part of [`LeafChecksums::begin_write`] (its header bits durable, its entry
+    /// pages held by `pinned`): the entries take `entries`, the old ones stay accepted until
+    /// the write is answered. No I/O, no await.
     pub(crate) fn begin_write_pinned(
         &self,
         offset: u64,
@@ -654,12 +655,11 @@ impl LeafChecksums {
         entries: &[BlockSum],
     ) -> MemberResult<WriteToken> {
         let first = offset / BLOCK_BYTES;
-        let mut token = WriteToken {
-            first_block: first,
-            olds: Vec::with_capacity(entries.len()),
-        };
         if entries.is_empty() {
-            return Ok(token);
+            return Ok(WriteToken {
+                first_block: first,
+                olds: Vec::new(),
+            });
         }
         let last = first + entries.len() as u64;
         self.open(m).await?;
@@ -668,14 +668,8 @@ impl LeafChecksums {
         if !self.groups_durable(first, last) && !self.stored_already(m, first, entries).await? {
             self.mark_groups(m, first, last).await?;
         }
-        self.each_page(m, first, last, |t, blocks| {
-            for block in blocks {
-                let e = entries[(block - first) as usize];
-                token.olds.push(t.begin_write(block, e));
-            }
-        })
-        .await?;
-        Ok(token)
+        let pinned = self.pin_pages(m, offset, last * BLOCK_BYTES).await?;
+        Ok(self.begin_write_pinned(offset, entries, pinned))
     }
 
     /// Whether every one of `entries` (from block `first` on) is known and the one stored.

@@ -103,6 +103,33 @@ fn prefetch_ahead(step: &[u8]) {
     }
 }
 
+/// The 256 bytes of `slice` from `at` (one step) in four registers.
+#[target_feature(enable = "avx512f")]
+fn step_bytes(slice: &[u8], at: usize) -> [__m512i; 4] {
+    let step = &slice[at..at + STEP_BYTES];
+    // SAFETY: each load reads 64 of the step's 256 bytes (unaligned loads).
+    std::array::from_fn(|i| unsafe { _mm512_loadu_si512(step.as_ptr().add(64 * i).cast()) })
+}
+
+/// The four registers of a slice's first step, from the running value `c`: starting from `c`
+/// is starting from zero with `c` added to the first four bytes.
+#[target_feature(enable = "avx512f")]
+fn first_step(c: u32, slice: &[u8]) -> [__m512i; 4] {
+    let [x0, x1, x2, x3] = step_bytes(slice, 0);
+    let start = _mm512_zextsi128_si512(_mm_cvtsi32_si128(c as i32));
+    [_mm512_xor_si512(x0, start), x1, x2, x3]
+}
+
+/// One step: each of a slice's registers folded onto its next 256 bytes, from `at` (the
+/// bytes `PREFETCH_BYTES` further asked for meanwhile).
+#[target_feature(enable = "avx512f,vpclmulqdq")]
+fn fold_step(x: &mut [__m512i; 4], slice: &[u8], at: usize, k256: __m512i) {
+    prefetch_ahead(&slice[at..]);
+    for (xi, next) in x.iter_mut().zip(step_bytes(slice, at)) {
+        *xi = fold_onto(*xi, k256, next);
+    }
+}
+
 /// The running value `c` over the whole 256-byte steps of `bytes`, and the bytes left over
 /// (fewer than 256) for the caller to finish.
 ///
@@ -135,31 +162,11 @@ pub(super) unsafe fn update_side_by_side<const N: usize>(
         return (cs, slices);
     }
     let whole = len / STEP_BYTES * STEP_BYTES;
-    let load = |slice: &[u8], at: usize| -> __m512i {
-        assert!(
-            at + 64 <= whole && whole <= slice.len(),
-            "a load inside the slice"
-        );
-        // SAFETY: `at` + 64 ≤ the slice's length (just asserted); the load is unaligned.
-        unsafe { _mm512_loadu_si512(slice.as_ptr().add(at).cast()) }
-    };
-    // Starting from `c` is starting from zero with `c` added to the first four bytes.
-    let mut x: [[__m512i; 4]; N] = std::array::from_fn(|n| {
-        let start = _mm512_zextsi128_si512(_mm_cvtsi32_si128(cs[n] as i32));
-        [
-            _mm512_xor_si512(load(slices[n], 0), start),
-            load(slices[n], 64),
-            load(slices[n], 128),
-            load(slices[n], 192),
-        ]
-    });
+    let mut x: [[__m512i; 4]; N] = std::array::from_fn(|n| first_step(cs[n], slices[n]));
     let k256 = every_lane(K256);
     for at in (STEP_BYTES..whole).step_by(STEP_BYTES) {
         for (xn, slice) in x.iter_mut().zip(slices) {
-            prefetch_ahead(&slice[at..]);
-            for (i, xi) in xn.iter_mut().enumerate() {
-                *xi = fold_onto(*xi, k256, load(slice, at + 64 * i));
-            }
+            fold_step(xn, slice, at, k256);
         }
     }
     let folded = std::array::from_fn(|n| reduce(x[n]));
@@ -192,23 +199,10 @@ pub(super) unsafe fn pair_fused(cs: [u32; 2], blocks: [&[u8]; 2]) -> [(u32, [u32
         blocks.iter().all(|b| b.len() == FUSED_BLOCK_BYTES),
         "fused blocks are of {FUSED_BLOCK_BYTES} bytes"
     );
-    let load = |block: &[u8], at: usize| -> __m512i {
-        assert!(at + 64 <= FUSED_FOLD_BYTES, "a load inside the folded part");
-        // SAFETY: `at` + 64 ≤ the folded part, inside the block (asserted above).
-        unsafe { _mm512_loadu_si512(block.as_ptr().add(at).cast()) }
-    };
     let word = |block: &[u8], at: usize| -> u64 {
         u64::from_le_bytes(block[at..at + 8].try_into().expect("8 bytes"))
     };
-    let mut x: [[__m512i; 4]; 2] = std::array::from_fn(|n| {
-        let start = _mm512_zextsi128_si512(_mm_cvtsi32_si128(cs[n] as i32));
-        [
-            _mm512_xor_si512(load(blocks[n], 0), start),
-            load(blocks[n], 64),
-            load(blocks[n], 128),
-            load(blocks[n], 192),
-        ]
-    });
+    let mut x: [[__m512i; 4]; 2] = std::array::from_fn(|n| first_step(cs[n], blocks[n]));
     // runs[n][r]: block n's run r, from zero.
     let mut runs = [[0u64; 2]; 2];
     let k256 = every_lane(K256);
@@ -217,10 +211,7 @@ pub(super) unsafe fn pair_fused(cs: [u32; 2], blocks: [&[u8]; 2]) -> [(u32, [u32
         .enumerate()
     {
         for (n, block) in blocks.iter().enumerate() {
-            prefetch_ahead(&block[at..]);
-            for (i, xi) in x[n].iter_mut().enumerate() {
-                *xi = fold_onto(*xi, k256, load(block, at + 64 * i));
-            }
+            fold_step(&mut x[n], &block[..FUSED_FOLD_BYTES], at, k256);
             for (r, run) in runs[n].iter_mut().enumerate() {
                 let from = FUSED_FOLD_BYTES + r * FUSED_RUN_BYTES + step * RUN_WORDS_PER_STEP * 8;
                 for w in 0..RUN_WORDS_PER_STEP {
