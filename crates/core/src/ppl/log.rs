@@ -688,6 +688,32 @@ impl GroupLog {
         }
     }
 
+    /// The bands of stripes `[first, end)` the log knows (live, or retired and perhaps still
+    /// replayed), sorted: each looked up where that visits fewer than both maps hold — a
+    /// sequential writer's few stripes among thousands of a random writer's bands — else
+    /// both maps scanned (a whole device zeroed).
+    fn known_bands(&self, st: &State, first: u64, end: u64) -> Vec<Key> {
+        let per_stripe = self.strip.div_ceil(BAND_BYTES);
+        let lookups = (end - first).saturating_mul(per_stripe);
+        let keys: Vec<Key> = if lookups <= (st.bands.len() + st.retired.len()) as u64 {
+            (first..end)
+                .flat_map(|s| (0..per_stripe as u32).map(move |b| (s, b)))
+                .filter(|k| st.bands.contains_key(k) || st.retired.contains_key(k))
+                .collect()
+        } else {
+            let mut all: Vec<Key> = (st.bands.keys())
+                .chain(st.retired.keys())
+                .filter(|(s, _)| (first..end).contains(s))
+                .copied()
+                .collect();
+            all.sort_unstable();
+            all.dedup();
+            all
+        };
+        debug_assert!(keys.windows(2).all(|p| p[0] < p[1]), "sorted, once each");
+        keys
+    }
+
     /// Entries that settle every band of stripes `[first, end)` a ring may still replay
     /// (every chunk written, no partial parity): for writes that replace whole stripes
     /// without going through [`Self::prepare`] (zeroing; the caller holds the stripes'
@@ -696,10 +722,9 @@ impl GroupLog {
     fn prepare_whole(&self, first: u64, end: u64) -> Result<Vec<(Entry, Rings)>, Blocked> {
         let mut st = self.state.lock();
         let live = |st: &State| {
-            st.bands
-                .iter()
-                .filter(|((s, _), _)| (first..end).contains(s))
-                .map(|(k, b)| (*k, b.done()))
+            self.known_bands(st, first, end)
+                .into_iter()
+                .filter_map(|k| st.bands.get(&k).map(|b| (k, b.done())))
                 .collect::<Vec<(Key, bool)>>()
         };
         if !live(&st).is_empty() {
@@ -712,15 +737,7 @@ impl GroupLog {
                 return Err(Blocked::Wait(st.wait_for_band(key)));
             }
         }
-        let mut keys: Vec<(u64, u32)> = st
-            .bands
-            .keys()
-            .chain(st.retired.keys())
-            .filter(|(s, _)| (first..end).contains(s))
-            .copied()
-            .collect();
-        keys.sort_unstable();
-        keys.dedup();
+        let keys = self.known_bands(&st, first, end);
         let mut out = Vec::new();
         for (stripe, band) in keys {
             let rings = self.targets(&self.layout.roles(stripe));

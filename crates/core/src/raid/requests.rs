@@ -135,7 +135,7 @@ impl ParityCore {
     /// and supersede their entries, as [`Self::write_back`] writes one: together, each
     /// stripe's chunks then its parity without per-stripe planning
     /// ([`StripeWriter::write_whole_stripes`]), or where that is not taken or fails, stripe
-    /// by stripe (which handles logs, lost children and errors).
+    /// by stripe (which handles lost children and errors).
     fn write_whole_run(
         &self,
         run: Vec<(u64, SharedBuf)>,

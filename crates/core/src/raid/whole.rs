@@ -1,21 +1,23 @@
-//! The whole stripes of a write-back request, healthy and without a log, written straight:
+//! The whole stripes of a write-back request, healthy, written straight:
 //! each stripe's data chunks, then P (and Q) generated from them while they are in the CPU
 //! cache (a wide stripe's a group of chunks at a time, as `write_folding_parity` folds them)
 //! — the member writes the per-stripe path (`write.rs`) makes for such a stripe, in the same
 //! order, without its per-stripe planning (plan, per-attempt health, the new chunks
 //! assembled, the plan followed), which full-stripe writes of 64 KiB strips paid 0.02–0.04 of
-//! the ideal for (docs/benchmarks, issue 36). The per-stripe path stays the one for logs,
-//! lost children and errors: a run this does not take, or whose writes fail, goes there
-//! stripe by stripe (`ParityCore::write_whole_run`).
+//! the ideal for (docs/benchmarks, issue 36). A whole stripe needs no log entry of its own;
+//! the bands a log may still replay over it are settled first. The per-stripe path stays
+//! the one for lost children and errors: a run this does not take, or whose writes fail,
+//! goes there stripe by stripe (`ParityCore::write_whole_run`).
 
 use super::*;
 
 impl StripeWriter<'_> {
     /// Writes stripes `first ..` whole (`data[j]`: stripe `first + j`'s bytes, one stripe
     /// width each) with P (and Q) generated from them, the caller holding the stripes'
-    /// exclusive lock. `None` when the run is not taken — a partial-parity log, a child that
-    /// cannot serve the rows — before anything is written; else the first child's error, if any (the stripes are then partly written,
-    /// and the caller writes them again one by one).
+    /// exclusive lock. `None` when the run is not taken — a child that cannot serve the
+    /// rows — before anything is written; else the log's or the first child's error, if any
+    /// (the stripes are then unwritten or partly written, and the caller writes them again
+    /// one by one).
     pub(super) async fn write_whole_stripes(
         &self,
         first: u64,
@@ -26,13 +28,28 @@ impl StripeWriter<'_> {
         let chunks = &stripes.chunks;
         let (strip, count) = (chunks.strip, data.len() as u64);
         let served = (first..first + count).all(|s| !chunks.lost(s, 0, strip).contains(&true));
-        if stripes.ppl.is_some() || !served {
+        if !served {
             return None;
         }
+        for s in first..first + count {
+            stripes.assert_exclusive(s, "a write");
+        }
+        // A whole stripe leaves no chunk's old bytes to protect: it logs nothing of its own
+        // (as `Log::prepare` finds), but what a ring may still replay over these stripes is
+        // settled first, as zeroing does. A log that cannot take that writes nothing here.
+        let _hold = match &stripes.ppl {
+            Some(log) => {
+                let entries = log.prepare_whole_settled(first, first + count).await;
+                match log.write(entries).await {
+                    Ok(hold) => Some(hold),
+                    Err(e) => return Some(Err(e.into_error())),
+                }
+            }
+            None => None,
+        };
         let mut results = Vec::new();
         let mut in_flight = Vec::new();
         for (s, bytes) in (first..).zip(data) {
-            stripes.assert_exclusive(s, "a write");
             stripes.recent.forget(s);
             let roles = chunks.layout.roles(s);
             let at = chunks.layout.chunk_offset(s);

@@ -110,12 +110,12 @@ impl Bands {
         self.map.get(key)
     }
 
-    pub(super) fn contains_key(&self, key: &Key) -> bool {
-        self.map.contains_key(key)
+    pub(super) fn len(&self) -> usize {
+        self.map.len()
     }
 
-    pub(super) fn iter(&self) -> impl Iterator<Item = (&Key, &Band)> {
-        self.map.iter()
+    pub(super) fn contains_key(&self, key: &Key) -> bool {
+        self.map.contains_key(key)
     }
 
     pub(super) fn keys(&self) -> impl Iterator<Item = &Key> {
