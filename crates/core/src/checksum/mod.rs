@@ -572,6 +572,17 @@ impl LeafChecksums {
         self.judge_read(m, first, &computed).await
     }
 
+    /// Whether every whole block of `pieces` (from region offset `offset`, read without the
+    /// blocks' lock) matches the checksum the table holds for it now — [`Self::verify`]'s
+    /// fast path alone: `false` (a mismatch, an entry page not held) judges nothing and
+    /// counts nothing; the caller reads again under the lock and verifies.
+    pub(crate) fn match_held(&self, offset: u64, pieces: &[&[u8]]) -> bool {
+        let computed = self.crcs(offset, pieces);
+        computed.is_empty()
+            || (self.opened.load(Relaxed)
+                && self.table.lock().all_match(offset / BLOCK_BYTES, &computed) == Some(true))
+    }
+
     /// [`LeafChecksums::verify`] past its fast path: each block judged (writes in flight
     /// considered, bad blocks noted and counted once), the first bad one the error.
     async fn judge_read(&self, m: &dyn Member, first: u64, computed: &[u32]) -> MemberResult<()> {
