@@ -651,61 +651,74 @@ fn a_read_during_a_rewrite_gets_old_or_new_blocks_never_a_checksum_error() {
 }
 
 /// A read checks what it got against the checksums held at that moment without taking the
-/// blocks' lock (`node/leaf.rs` `read_checked_one`). Here a rewrite's member write is held
-/// before the member copies a byte, its checksums taken once that write started
-/// (`SumPlan::OnceStarted`); a read of those blocks issued meanwhile finds the old bytes
-/// under the new checksums, must not call that a mismatch, and reads again under the lock: it
-/// waits for the write and returns the new bytes, nothing judged bad (on a JBOD, where a
-/// false mismatch would be an I/O error — it is one with the locked retry removed).
+/// blocks' lock (`node/leaf.rs` `read_checked_one`, and `read_checked` for a member's run of
+/// consecutive pieces). Here a rewrite's member write is held before the member copies a
+/// byte, its checksums taken once that write started (`SumPlan::OnceStarted`); a read of
+/// those blocks issued meanwhile finds the old bytes under the new checksums, must not call
+/// that a mismatch, and reads again under the lock: it waits for the write and returns the
+/// new bytes, nothing judged bad. On a JBOD (one read per member) and a RAID 0 of two with
+/// 16 KiB strips (each member's two chunks one vectored read) — where a false mismatch would
+/// be an I/O error; it is one with the locked retry removed.
 #[test]
 fn a_read_that_finds_bytes_behind_their_checksums_reads_again_under_the_lock() {
     let region = 8 * MIB;
     let area = area_bytes(region);
-    let member = Arc::new(Gated::new(
-        MemoryMember::new("m0", region + area),
-        GateOn::WriteBelow(region),
-    ));
-    let jbod = Geometry::from_tree(Node::concat(vec![Node::member(0, 0, region)]).unwrap());
-    let areas = vec![Some(ChecksumArea {
-        offset_bytes: region,
-        len_bytes: area,
-    })];
-    let opts = VolumeOptions {
-        block_size: 4096,
-        members_known_zero: true,
-        cache: CacheMode::WriteThrough,
-        checksums: Some(ChecksumSetup::new("t", areas, true)),
-        ..VolumeOptions::default()
-    };
-    let v = Volume::new(jbod, vec![member.clone() as Arc<dyn Member>], opts).unwrap();
-    let old = vec![0x11u8; 64 * KIB as usize];
-    let new = vec![0x22u8; 64 * KIB as usize];
-    let at = 6 * MIB;
-    block_on(async {
-        v.write(at, Buf::copy_from(&old), false).await.unwrap();
-    });
-    let _ = block_on(v.read(at, 64 * KIB)).expect("the old bytes read back");
-    member.arm();
-    let rewrite = async {
-        v.write(at, Buf::copy_from(&new), false).await.unwrap();
-    };
-    let read = async {
-        let mut now = vec![0u8; 4096];
-        member.inner.peek(at, &mut now);
-        assert_eq!(now, old[..4096], "the rewrite is held before its copy");
-        let got = v.read(at, 64 * KIB);
-        member.open();
-        got.await
-    };
-    let ((), got) = block_on(async { futures::join!(rewrite, read) });
-    let got = got.expect("a read beside a write gets bytes, not a checksum error");
-    assert_eq!(
-        &got[..],
-        &new[..],
-        "the read waited for the write under the lock"
-    );
-    let errors = v.options().checksums.as_ref().unwrap().counters(0).unwrap();
-    assert_eq!(errors.errors.load(Relaxed), 0, "no block was judged bad");
+    for n in [1, 2] {
+        let members: Vec<Arc<Gated>> = (0..n)
+            .map(|i| {
+                let m = MemoryMember::new(format!("m{i}"), region + area);
+                Arc::new(Gated::new(m, GateOn::WriteBelow(region)))
+            })
+            .collect();
+        let geometry = match n {
+            1 => Geometry::from_tree(Node::concat(vec![Node::member(0, 0, region)]).unwrap()),
+            _ => named(Level::Raid0, n, None, 16 * KIB, region),
+        };
+        let areas = vec![
+            Some(ChecksumArea {
+                offset_bytes: region,
+                len_bytes: area,
+            });
+            n
+        ];
+        let opts = VolumeOptions {
+            block_size: 4096,
+            members_known_zero: true,
+            cache: CacheMode::WriteThrough,
+            checksums: Some(ChecksumSetup::new("t", areas, true)),
+            ..VolumeOptions::default()
+        };
+        let dyn_members = members.iter().map(|m| m.clone() as Arc<dyn Member>);
+        let v = Volume::new(geometry, dyn_members.collect(), opts).unwrap();
+        let old = vec![0x11u8; 64 * KIB as usize];
+        let new = vec![0x22u8; 64 * KIB as usize];
+        let at = 6 * MIB;
+        block_on(v.write(at, Buf::copy_from(&old), false)).unwrap();
+        let _ = block_on(v.read(at, 64 * KIB)).expect("the old bytes read back");
+        members[0].arm();
+        let rewrite = async {
+            v.write(at, Buf::copy_from(&new), false).await.unwrap();
+        };
+        let read = async {
+            let mut now = vec![0u8; 4096];
+            members[0].inner.peek(at / n as u64, &mut now);
+            assert_eq!(
+                now,
+                old[..4096],
+                "x{n}: the rewrite is held before its copy"
+            );
+            let got = v.read(at, 64 * KIB);
+            members[0].open();
+            got.await
+        };
+        let ((), got) = block_on(async { futures::join!(rewrite, read) });
+        let got = got.expect("a read beside a write gets bytes, not a checksum error");
+        assert_eq!(&got[..], &new[..], "x{n}: the read waited for the write");
+        for i in 0..n {
+            let errors = v.options().checksums.as_ref().unwrap().counters(i).unwrap();
+            assert_eq!(errors.errors.load(Relaxed), 0, "x{n}: no block judged bad");
+        }
+    }
 }
 
 /// Reads and rewrites of the same blocks from two threads (a JBOD, where a false mismatch

@@ -417,6 +417,22 @@ impl LeafNode {
         Ok(got)
     }
 
+    /// Region bytes from `offset` into `bufs` (consecutive), one member read.
+    async fn read_pieces(
+        &self,
+        m: &dyn Member,
+        offset: u64,
+        mut bufs: Vec<Buf>,
+    ) -> VolumeResult<Vec<Buf>> {
+        let got = if bufs.len() == 1 {
+            let one = bufs.pop().expect("one buffer");
+            m.read(self.start + offset, one).await.map(|b| vec![b])
+        } else {
+            m.read_vectored(self.start + offset, bufs).await
+        };
+        got.map_err(|e| self.read_error(e))
+    }
+
     /// Reads region bytes from `offset` into `bufs` (consecutive) and checks every block;
     /// parts of blocks are read as whole blocks.
     async fn read_checked(
@@ -428,24 +444,28 @@ impl LeafNode {
         let m = self.slot().member();
         let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
         let (a, b) = whole_blocks(offset, len);
-        let _held = cs.read_lock(a, b).await;
-        cs.expect_read(&*m, a, b)
-            .await
-            .map_err(|e| self.read_failed(e))?;
         if (a, b) == (offset, offset + len) {
-            let got = if bufs.len() == 1 {
-                let one = bufs.pop().expect("one buffer");
-                m.read(self.start + offset, one).await.map(|b| vec![b])
-            } else {
-                m.read_vectored(self.start + offset, bufs).await
-            };
-            let got = got.map_err(|e| self.read_error(e))?;
+            cs.expect_read(&*m, a, b)
+                .await
+                .map_err(|e| self.read_failed(e))?;
+            // As `read_checked_one`: unlocked first, again under the lock if they disagree.
+            let got = self.read_pieces(&*m, offset, bufs).await?;
+            let pieces: Vec<&[u8]> = got.iter().map(|b| &b[..]).collect();
+            if cs.match_held(offset, &pieces) {
+                return Ok(got);
+            }
+            let _held = cs.read_lock(a, b).await;
+            let got = self.read_pieces(&*m, offset, got).await?;
             let pieces: Vec<&[u8]> = got.iter().map(|b| &b[..]).collect();
             cs.verify(&*m, offset, &pieces)
                 .await
                 .map_err(|e| self.read_failed(e))?;
             return Ok(got);
         }
+        let _held = cs.read_lock(a, b).await;
+        cs.expect_read(&*m, a, b)
+            .await
+            .map_err(|e| self.read_failed(e))?;
         let wide = m
             .read(self.start + a, Buf::new((b - a) as usize))
             .await
