@@ -292,6 +292,7 @@ impl LeafChecksums {
 
     /// Holds region bytes `[a, b)` (whole blocks) for one read and its check: bytes read while
     /// a write to them was in flight are judged before that write's old checksum is dropped.
+    /// A read of whole blocks takes it only when its unlocked check failed ([`Self::match_held`]).
     pub(crate) async fn read_lock(&self, a: u64, b: u64) -> crate::range_lock::RangeGuard<'_> {
         self.writes.lock(a, b - a, false).await
     }
@@ -385,8 +386,7 @@ impl LeafChecksums {
         Ok(())
     }
 
-    /// Before a read of region bytes `[a, b)` (whole blocks), under its
-    /// [`LeafChecksums::read_lock`]: the blocks' entry pages loaded and their entries' cache
+    /// Before a read of region bytes `[a, b)` (whole blocks): the blocks' entry pages loaded and their entries' cache
     /// lines asked for, so the check after the read finds them at hand. A random read's
     /// entry is otherwise a cache miss that costs as much as the CRC of its block; fetched
     /// now it arrives while the member reads.
