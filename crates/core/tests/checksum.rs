@@ -722,9 +722,11 @@ fn a_read_that_finds_bytes_behind_their_checksums_reads_again_under_the_lock() {
 }
 
 /// Reads and rewrites of the same blocks from two threads (a JBOD, where a false mismatch
-/// would be an I/O error): every read gets each block whole as some write left it, and no
-/// block is ever judged bad — the unlocked check at the read and the locked retry behind it
-/// (`node/leaf.rs` `read_checked_one`) see through every interleaving the threads make.
+/// would be an I/O error): no block is ever judged bad — the unlocked check at the read and
+/// the locked retry behind it (`node/leaf.rs` `read_unlocked`) see through the
+/// interleavings the threads make (a probabilistic guard: it caught the retry's removal in
+/// one run of three; the test above is the exact one). The memory member copies a write's
+/// 16 KiB under one lock, so each block also reads back as one write left it.
 #[test]
 fn reads_racing_rewrites_on_another_thread_never_see_a_false_mismatch() {
     let region = 4 * MIB;

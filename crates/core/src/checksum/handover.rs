@@ -22,8 +22,11 @@ use std::sync::atomic::Ordering::Relaxed;
 
 impl LeafChecksums {
     /// Drops every entry and header bit held for the old member of this region (its new
-    /// member's area was just cleared) and runs `install` with no request of the region in
-    /// flight, so none straddles the two members.
+    /// member's area was just cleared) and runs `install` with no write of the region and no
+    /// locked read in flight, so none straddles the two members. A read checked without the
+    /// lock that does finds the member changed or its entries blank and reads again under
+    /// the lock (`node/leaf.rs` `read_unlocked`); it loads no page, so none of the old
+    /// member's pages enters the blank table.
     pub async fn start_blank<T>(&self, install: impl FnOnce() -> T) -> T {
         let _all = self.writes.lock(0, self.len_bytes, true).await;
         let _backs = self.write_backs.lock().await;

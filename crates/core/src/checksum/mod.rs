@@ -292,7 +292,7 @@ impl LeafChecksums {
 
     /// Holds region bytes `[a, b)` (whole blocks) for one read and its check: bytes read while
     /// a write to them was in flight are judged before that write's old checksum is dropped.
-    /// A read of whole blocks takes it only when its unlocked check failed ([`Self::match_held`]).
+    /// A read of whole blocks takes it only when its unlocked check failed ([`Self::match_known`]).
     pub(crate) async fn read_lock(&self, a: u64, b: u64) -> crate::range_lock::RangeGuard<'_> {
         self.writes.lock(a, b - a, false).await
     }
@@ -572,15 +572,41 @@ impl LeafChecksums {
         self.judge_read(m, first, &computed).await
     }
 
+    /// Before a read of region bytes `[a, b)` (whole blocks) checked without the blocks'
+    /// lock: the entries' cache lines asked for, when every entry page is held and the
+    /// header has been read (`false` otherwise: the read goes under the lock, where pages
+    /// are loaded — a page load must not straddle a blank start, which holds the region's
+    /// lock while it replaces the table).
+    pub(crate) fn prefetch_held(&self, a: u64, b: u64) -> bool {
+        let (first, last) = (a / BLOCK_BYTES, b.div_ceil(BLOCK_BYTES));
+        if first >= last || !self.opened.load(Relaxed) {
+            return false;
+        }
+        let t = self.table.lock();
+        for page in first / ENTRIES_PER_PAGE..=(last - 1) / ENTRIES_PER_PAGE {
+            if !t.has_page(page) {
+                return false;
+            }
+            t.prefetch(
+                (page * ENTRIES_PER_PAGE).max(first)..((page + 1) * ENTRIES_PER_PAGE).min(last),
+            );
+        }
+        true
+    }
+
     /// Whether every whole block of `pieces` (from region offset `offset`, read without the
-    /// blocks' lock) matches the checksum the table holds for it now — [`Self::verify`]'s
-    /// fast path alone: `false` (a mismatch, an entry page not held) judges nothing and
-    /// counts nothing; the caller reads again under the lock and verifies.
-    pub(crate) fn match_held(&self, offset: u64, pieces: &[&[u8]]) -> bool {
+    /// blocks' lock) has a known checksum in the table now and matches it. `false` (a
+    /// mismatch, a block without a known checksum, an entry page not held) judges nothing
+    /// and counts nothing: the caller reads again under the lock and verifies.
+    pub(crate) fn match_known(&self, offset: u64, pieces: &[&[u8]]) -> bool {
         let computed = self.crcs(offset, pieces);
-        computed.is_empty()
-            || (self.opened.load(Relaxed)
-                && self.table.lock().all_match(offset / BLOCK_BYTES, &computed) == Some(true))
+        !computed.is_empty()
+            && self.opened.load(Relaxed)
+            && self
+                .table
+                .lock()
+                .all_known_match(offset / BLOCK_BYTES, &computed)
+                == Some(true)
     }
 
     /// [`LeafChecksums::verify`] past its fast path: each block judged (writes in flight

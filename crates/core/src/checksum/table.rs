@@ -367,6 +367,21 @@ impl Table {
     /// page is not held; `Some(false)` sends the read to [`Table::judge`], which also accepts
     /// the old checksums of writes in flight.
     pub(super) fn all_match(&mut self, first: u64, computed: &[u32]) -> Option<bool> {
+        self.all_match_where(first, computed, true)
+    }
+
+    /// As [`Self::all_match`], but a block without a known checksum does not match: only
+    /// bytes vouched for by their checksum pass (a read checked without the blocks' lock).
+    pub(super) fn all_known_match(&mut self, first: u64, computed: &[u32]) -> Option<bool> {
+        self.all_match_where(first, computed, false)
+    }
+
+    fn all_match_where(
+        &mut self,
+        first: u64,
+        computed: &[u32],
+        unknown_passes: bool,
+    ) -> Option<bool> {
         self.tick += 1;
         let tick = self.tick;
         let mut block = first;
@@ -379,10 +394,11 @@ impl Table {
             let entries =
                 p.bytes[at..at + in_page * ENTRY_BYTES as usize].chunks_exact(ENTRY_BYTES as usize);
             let (here, next) = rest.split_at(in_page);
-            if entries
-                .zip(here)
-                .any(|(e, &c)| matches!(BlockSum::decode(e), BlockSum::Known(s) if s != c))
-            {
+            let differs = |(e, &c): (&[u8], &u32)| match BlockSum::decode(e) {
+                BlockSum::Known(s) => s != c,
+                _ => !unknown_passes,
+            };
+            if entries.zip(here).any(differs) {
                 return Some(false);
             }
             rest = next;

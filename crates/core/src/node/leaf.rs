@@ -330,6 +330,16 @@ impl NodeMaintenance for LeafNode {
     }
 }
 
+/// Member bytes from `at` into `bufs` (consecutive), one member read.
+async fn member_read(m: &dyn Member, at: u64, mut bufs: Vec<Buf>) -> MemberResult<Vec<Buf>> {
+    if bufs.len() == 1 {
+        let one = bufs.pop().expect("one buffer");
+        m.read(at, one).await.map(|b| vec![b])
+    } else {
+        m.read_vectored(at, bufs).await
+    }
+}
+
 /// Checksummed writes hold this while the member writes: the token, and their blocks
 /// locked ([`LeafChecksums::write_lock`]).
 type Sums<'a> = Option<(WriteToken, crate::range_lock::RangeGuard<'a>)>;
@@ -386,51 +396,8 @@ impl LeafNode {
         offset: u64,
         buf: Buf,
     ) -> VolumeResult<Buf> {
-        let len = buf.len() as u64;
-        if whole_blocks(offset, len) != (offset, offset + len) {
-            let mut got = self.read_checked(cs, offset, vec![buf]).await?;
-            return Ok(got.pop().expect("one buffer in, one out"));
-        }
-        let m = self.slot().member();
-        cs.expect_read(&*m, offset, offset + len)
-            .await
-            .map_err(|e| self.read_failed(e))?;
-        // First without the blocks' lock: a write holds it while its bytes and checksums
-        // change, so bytes that match the checksums held now are bytes some write left
-        // whole (old or new, as any read beside a write may get). Only a read racing a
-        // write sees them disagree: it reads again under the lock, where they are judged.
-        let got = m
-            .read(self.start + offset, buf)
-            .await
-            .map_err(|e| self.read_error(e))?;
-        if cs.match_held(offset, &[&got]) {
-            return Ok(got);
-        }
-        let _held = cs.read_lock(offset, offset + len).await;
-        let got = m
-            .read(self.start + offset, got)
-            .await
-            .map_err(|e| self.read_error(e))?;
-        cs.verify(&*m, offset, &[&got])
-            .await
-            .map_err(|e| self.read_failed(e))?;
-        Ok(got)
-    }
-
-    /// Region bytes from `offset` into `bufs` (consecutive), one member read.
-    async fn read_pieces(
-        &self,
-        m: &dyn Member,
-        offset: u64,
-        mut bufs: Vec<Buf>,
-    ) -> VolumeResult<Vec<Buf>> {
-        let got = if bufs.len() == 1 {
-            let one = bufs.pop().expect("one buffer");
-            m.read(self.start + offset, one).await.map(|b| vec![b])
-        } else {
-            m.read_vectored(self.start + offset, bufs).await
-        };
-        got.map_err(|e| self.read_error(e))
+        let mut got = self.read_checked(cs, offset, vec![buf]).await?;
+        Ok(got.pop().expect("one buffer in, one out"))
     }
 
     /// Reads region bytes from `offset` into `bufs` (consecutive) and checks every block;
@@ -441,31 +408,33 @@ impl LeafNode {
         offset: u64,
         mut bufs: Vec<Buf>,
     ) -> VolumeResult<Vec<Buf>> {
-        let m = self.slot().member();
         let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
         let (a, b) = whole_blocks(offset, len);
         if (a, b) == (offset, offset + len) {
-            cs.expect_read(&*m, a, b)
+            bufs = match self.read_unlocked(cs, offset, bufs).await {
+                Ok(got) => return Ok(got),
+                Err(bufs) => bufs,
+            };
+        }
+        let _held = cs.read_lock(a, b).await;
+        // Under the lock, the member now in the slot (one may have been swapped in).
+        if !self.slot().is_current() {
+            return Err(self.unavailable(offset, len));
+        }
+        let m = self.slot().member();
+        cs.expect_read(&*m, a, b)
+            .await
+            .map_err(|e| self.read_failed(e))?;
+        if (a, b) == (offset, offset + len) {
+            let got = member_read(&*m, self.start + offset, bufs)
                 .await
-                .map_err(|e| self.read_failed(e))?;
-            // As `read_checked_one`: unlocked first, again under the lock if they disagree.
-            let got = self.read_pieces(&*m, offset, bufs).await?;
-            let pieces: Vec<&[u8]> = got.iter().map(|b| &b[..]).collect();
-            if cs.match_held(offset, &pieces) {
-                return Ok(got);
-            }
-            let _held = cs.read_lock(a, b).await;
-            let got = self.read_pieces(&*m, offset, got).await?;
+                .map_err(|e| self.read_error(e))?;
             let pieces: Vec<&[u8]> = got.iter().map(|b| &b[..]).collect();
             cs.verify(&*m, offset, &pieces)
                 .await
                 .map_err(|e| self.read_failed(e))?;
             return Ok(got);
         }
-        let _held = cs.read_lock(a, b).await;
-        cs.expect_read(&*m, a, b)
-            .await
-            .map_err(|e| self.read_failed(e))?;
         let wide = m
             .read(self.start + a, Buf::new((b - a) as usize))
             .await
@@ -480,6 +449,37 @@ impl LeafNode {
             at += n;
         }
         Ok(bufs)
+    }
+
+    /// A read of whole blocks checked without the blocks' lock: a write holds it while its
+    /// bytes and checksums change, so bytes that match the known checksums held now are
+    /// bytes some write left (old or new, as any read beside a write may get). `Err` with
+    /// buffers to read into again under the lock, where they are judged: a mismatch (a read
+    /// racing a write, or a bad block), a block without a known checksum, an entry page not
+    /// held (none is loaded here), a member swapped in meanwhile, or a read error (nothing
+    /// is counted here).
+    async fn read_unlocked(
+        &self,
+        cs: &LeafChecksums,
+        offset: u64,
+        bufs: Vec<Buf>,
+    ) -> Result<Vec<Buf>, Vec<Buf>> {
+        let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+        if !cs.prefetch_held(offset, offset + len) {
+            return Err(bufs);
+        }
+        let lens: Vec<usize> = bufs.iter().map(|b| b.len()).collect();
+        let m = self.slot().member();
+        let Ok(got) = member_read(&*m, self.start + offset, bufs).await else {
+            return Err(lens.into_iter().map(Buf::new).collect());
+        };
+        let pieces: Vec<&[u8]> = got.iter().map(|b| &b[..]).collect();
+        let same_member = Arc::ptr_eq(&m, &self.slot().member());
+        if same_member && cs.match_known(offset, &pieces) {
+            Ok(got)
+        } else {
+            Err(got)
+        }
     }
 
     /// Before a write of `data` at `offset`: how its blocks' checksums are taken (see
@@ -546,7 +546,8 @@ impl LeafNode {
     /// [`SumPlan::OnceStarted`] left for now, computed from the bytes the member's copy has
     /// just read into the cache, into the table's pinned pages — no await, so no drop in
     /// between; the blocks stay locked until the write is answered, so no read judges them
-    /// in between either.
+    /// in between either (a read checked without the lock that finds bytes and checksums
+    /// apart reads again under it).
     fn checksums_once_started<'a>(
         &'a self,
         offset: u64,

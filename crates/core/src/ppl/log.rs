@@ -673,7 +673,7 @@ impl GroupLog {
     }
 
     /// [`Self::prepare_whole`], flushing or waiting first like [`Self::prepare_settled`].
-    pub(crate) async fn prepare_whole_settled(&self, first: u64, end: u64) -> Vec<(Entry, Rings)> {
+    async fn prepare_whole_settled(&self, first: u64, end: u64) -> Vec<(Entry, Rings)> {
         loop {
             match self.prepare_whole(first, end) {
                 Ok(e) => return e,
@@ -686,6 +686,30 @@ impl GroupLog {
                 }
             }
         }
+    }
+
+    /// Settles what the rings may still replay over stripes `[first, end)`, which the caller
+    /// replaces whole under their exclusive locks ([`Self::prepare_whole_settled`]): the
+    /// entries written one stripe a ticket — a ticket fits half a ring for one stripe
+    /// (`min_ring_bytes`), not for a run of any length — and held until the caller's member
+    /// writes end. Empty when nothing needs settling (nearly always).
+    pub(crate) async fn settle_whole(
+        &self,
+        first: u64,
+        end: u64,
+    ) -> Result<Vec<Hold<'_>>, LogFailed> {
+        let entries = self.prepare_whole_settled(first, end).await;
+        let mut tickets: Vec<Vec<(Entry, Rings)>> = Vec::new();
+        for (entry, rings) in entries {
+            match tickets.last_mut() {
+                Some(t) if t[0].0.stripe == entry.stripe => t.push((entry, rings)),
+                _ => tickets.push(vec![(entry, rings)]),
+            }
+        }
+        join_all(tickets.into_iter().map(|t| self.write(t)))
+            .await
+            .into_iter()
+            .collect()
     }
 
     /// The bands of stripes `[first, end)` the log knows (live, or retired and perhaps still

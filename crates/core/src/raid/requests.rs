@@ -338,12 +338,9 @@ impl ParityCore {
         );
         stripes.recent.forget_range(first_full..last_full);
         // What the log may replay of these stripes is settled first.
-        let _hold = match &stripes.ppl {
-            Some(log) => {
-                let entries = log.prepare_whole_settled(first_full, last_full).await;
-                // A log no parity member takes is one nobody replays.
-                log.write(entries).await.ok()
-            }
+        // A log no parity member takes is one nobody replays.
+        let _held = match &stripes.ppl {
+            Some(log) => log.settle_whole(first_full, last_full).await.ok(),
             None => None,
         };
         let at = stripes.chunks.layout.chunk_offset(first_full);

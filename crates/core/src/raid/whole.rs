@@ -37,15 +37,12 @@ impl StripeWriter<'_> {
         // A whole stripe leaves no chunk's old bytes to protect: it logs nothing of its own
         // (as `Log::prepare` finds), but what a ring may still replay over these stripes is
         // settled first, as zeroing does. A log that cannot take that writes nothing here.
-        let _hold = match &stripes.ppl {
-            Some(log) => {
-                let entries = log.prepare_whole_settled(first, first + count).await;
-                match log.write(entries).await {
-                    Ok(hold) => Some(hold),
-                    Err(e) => return Some(Err(e.into_error())),
-                }
-            }
-            None => None,
+        let _held = match &stripes.ppl {
+            Some(log) => match log.settle_whole(first, first + count).await {
+                Ok(held) => held,
+                Err(e) => return Some(Err(e.into_error())),
+            },
+            None => Vec::new(),
         };
         let mut results = Vec::new();
         let mut in_flight = Vec::new();

@@ -309,6 +309,13 @@ impl GroupLog {
         for (&r, &len) in &size {
             let len = len.next_multiple_of(LOG_BLOCK_BYTES);
             let ring = st.rings[r].as_mut().expect("ring");
+            // One stripe's entries fit half a ring (`min_ring_bytes`), and a round past half
+            // a ring takes one ticket alone: a batch never runs past its ring's area.
+            assert!(
+                len <= ring.len,
+                "a log batch of {len} bytes for a ring of {} (a ticket of more than one stripe?)",
+                ring.len
+            );
             ring.live.retain(|b| b.newest_seq >= tail);
             let start = if ring.head + len <= ring.len {
                 ring.head
