@@ -723,7 +723,7 @@ fn a_read_that_finds_bytes_behind_their_checksums_reads_again_under_the_lock() {
 
 /// Reads and rewrites of the same blocks from two threads (a JBOD, where a false mismatch
 /// would be an I/O error): no block is ever judged bad — the unlocked check at the read and
-/// the locked retry behind it (`node/leaf.rs` `read_unlocked`) see through the
+/// the locked retry behind it (`node/leaf.rs` `vouched`) see through the
 /// interleavings the threads make (a probabilistic guard: it caught the retry's removal in
 /// one run of three; the test above is the exact one). The memory member copies a write's
 /// 16 KiB under one lock, so each block also reads back as one write left it.

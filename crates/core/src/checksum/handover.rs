@@ -25,7 +25,7 @@ impl LeafChecksums {
     /// member's area was just cleared) and runs `install` with no write of the region and no
     /// locked read in flight, so none straddles the two members. A read checked without the
     /// lock that does finds the member changed or its entries blank and reads again under
-    /// the lock (`node/leaf.rs` `read_unlocked`); it loads no page, so none of the old
+    /// the lock (`node/leaf.rs` `vouched`); it loads no page, so none of the old
     /// member's pages enters the blank table.
     pub async fn start_blank<T>(&self, install: impl FnOnce() -> T) -> T {
         let _all = self.writes.lock(0, self.len_bytes, true).await;

@@ -389,19 +389,31 @@ impl LeafNode {
     }
 
     /// Reads region bytes from `offset` into `buf` and checks every block: whole blocks
-    /// (nearly every read) are checked in the buffer they were read into.
+    /// (nearly every read) are checked in the buffer they were read into, first without the
+    /// blocks' lock ([`Self::vouched`]), again under it where that does not vouch for them.
     async fn read_checked_one(
         &self,
         cs: &LeafChecksums,
         offset: u64,
-        buf: Buf,
+        mut buf: Buf,
     ) -> VolumeResult<Buf> {
-        let mut got = self.read_checked(cs, offset, vec![buf]).await?;
+        let len = buf.len() as u64;
+        if whole_blocks(offset, len) == (offset, offset + len)
+            && cs.prefetch_held(offset, offset + len)
+        {
+            let m = self.slot().member();
+            buf = match m.read(self.start + offset, buf).await {
+                Ok(got) if self.vouched(cs, &m, offset, &[&got]) => return Ok(got),
+                Ok(got) => got,
+                Err(_) => Buf::new(len as usize),
+            };
+        }
+        let mut got = self.read_checked_locked(cs, offset, vec![buf]).await?;
         Ok(got.pop().expect("one buffer in, one out"))
     }
 
-    /// Reads region bytes from `offset` into `bufs` (consecutive) and checks every block;
-    /// parts of blocks are read as whole blocks.
+    /// [`Self::read_checked_one`] for consecutive pieces (a member's run of a request): one
+    /// member read, whole blocks checked without the lock first.
     async fn read_checked(
         &self,
         cs: &LeafChecksums,
@@ -409,15 +421,55 @@ impl LeafNode {
         mut bufs: Vec<Buf>,
     ) -> VolumeResult<Vec<Buf>> {
         let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
-        let (a, b) = whole_blocks(offset, len);
-        if (a, b) == (offset, offset + len) {
-            bufs = match self.read_unlocked(cs, offset, bufs).await {
-                Ok(got) => return Ok(got),
-                Err(bufs) => bufs,
+        if whole_blocks(offset, len) == (offset, offset + len)
+            && cs.prefetch_held(offset, offset + len)
+        {
+            let lens: Vec<usize> = bufs.iter().map(|b| b.len()).collect();
+            let m = self.slot().member();
+            bufs = match member_read(&*m, self.start + offset, bufs).await {
+                Ok(got) => {
+                    let pieces: Vec<&[u8]> = got.iter().map(|b| &b[..]).collect();
+                    if self.vouched(cs, &m, offset, &pieces) {
+                        return Ok(got);
+                    }
+                    got
+                }
+                Err(_) => lens.into_iter().map(Buf::new).collect(),
             };
         }
+        self.read_checked_locked(cs, offset, bufs).await
+    }
+
+    /// Whether bytes of whole blocks read from `m` without the blocks' lock stand: `m` is
+    /// still the slot's member and every block has a known checksum held now that they
+    /// match. A write holds the lock while its bytes and checksums change, so such bytes are
+    /// bytes some write left (old or new, as any read beside a write may get). Otherwise —
+    /// a mismatch (a read racing a write, or a bad block), a block without a known checksum,
+    /// a member swapped in, or a failed read (not counted here) — the caller reads again
+    /// under the lock, where the bytes are judged; the unlocked attempt loads no entry page
+    /// (`prefetch_held`), so none straddles a blank start.
+    fn vouched(
+        &self,
+        cs: &LeafChecksums,
+        m: &Arc<dyn Member>,
+        offset: u64,
+        pieces: &[&[u8]],
+    ) -> bool {
+        self.slot().holds(m) && cs.match_known(offset, pieces)
+    }
+
+    /// Reads region bytes from `offset` into `bufs` (consecutive) under the blocks' lock from
+    /// the member in the slot now, and judges every block; parts of blocks are read as
+    /// whole blocks.
+    async fn read_checked_locked(
+        &self,
+        cs: &LeafChecksums,
+        offset: u64,
+        mut bufs: Vec<Buf>,
+    ) -> VolumeResult<Vec<Buf>> {
+        let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+        let (a, b) = whole_blocks(offset, len);
         let _held = cs.read_lock(a, b).await;
-        // Under the lock, the member now in the slot (one may have been swapped in).
         if !self.slot().is_current() {
             return Err(self.unavailable(offset, len));
         }
@@ -449,37 +501,6 @@ impl LeafNode {
             at += n;
         }
         Ok(bufs)
-    }
-
-    /// A read of whole blocks checked without the blocks' lock: a write holds it while its
-    /// bytes and checksums change, so bytes that match the known checksums held now are
-    /// bytes some write left (old or new, as any read beside a write may get). `Err` with
-    /// buffers to read into again under the lock, where they are judged: a mismatch (a read
-    /// racing a write, or a bad block), a block without a known checksum, an entry page not
-    /// held (none is loaded here), a member swapped in meanwhile, or a read error (nothing
-    /// is counted here).
-    async fn read_unlocked(
-        &self,
-        cs: &LeafChecksums,
-        offset: u64,
-        bufs: Vec<Buf>,
-    ) -> Result<Vec<Buf>, Vec<Buf>> {
-        let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
-        if !cs.prefetch_held(offset, offset + len) {
-            return Err(bufs);
-        }
-        let lens: Vec<usize> = bufs.iter().map(|b| b.len()).collect();
-        let m = self.slot().member();
-        let Ok(got) = member_read(&*m, self.start + offset, bufs).await else {
-            return Err(lens.into_iter().map(Buf::new).collect());
-        };
-        let pieces: Vec<&[u8]> = got.iter().map(|b| &b[..]).collect();
-        let same_member = Arc::ptr_eq(&m, &self.slot().member());
-        if same_member && cs.match_known(offset, &pieces) {
-            Ok(got)
-        } else {
-            Err(got)
-        }
     }
 
     /// Before a write of `data` at `offset`: how its blocks' checksums are taken (see

@@ -107,6 +107,11 @@ impl MemberSlot {
         self.member.read().clone()
     }
 
+    /// Whether `m` is the member in this slot now (none swapped in since it was taken).
+    pub fn holds(&self, m: &Arc<dyn Member>) -> bool {
+        Arc::ptr_eq(&self.member.read(), m)
+    }
+
     /// The member being rebuilt to replace this one, if any.
     pub fn replacement(&self) -> Option<Arc<dyn Member>> {
         if !self.replacing.load(Ordering::Acquire) {
