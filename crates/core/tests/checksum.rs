@@ -479,6 +479,31 @@ fn rebuilt_bytes_that_do_not_match_their_checksum_are_an_error() {
     assert!(e.to_string().contains("do not match their checksum"), "{e}");
 }
 
+/// Options of a write-through volume over `n` members with known zeroes, each with its
+/// checksum area right after a region of `region` bytes; `tune` adjusts the checksum setup.
+fn checksummed_opts(
+    n: usize,
+    region: u64,
+    tune: impl FnOnce(ChecksumSetup) -> ChecksumSetup,
+) -> VolumeOptions {
+    let area = ChecksumArea {
+        offset_bytes: region,
+        len_bytes: area_bytes(region),
+    };
+    VolumeOptions {
+        block_size: 4096,
+        members_known_zero: true,
+        cache: CacheMode::WriteThrough,
+        checksums: Some(tune(ChecksumSetup::new("t", vec![Some(area); n], true))),
+        ..VolumeOptions::default()
+    }
+}
+
+/// A JBOD over one member's first `region` bytes.
+fn jbod(region: u64) -> Geometry {
+    Geometry::from_tree(Node::concat(vec![Node::member(0, 0, region)]).unwrap())
+}
+
 /// Which op of a [`Gated`] member waits for the gate.
 #[derive(Clone, Copy)]
 enum GateOn {
@@ -599,20 +624,9 @@ fn a_read_during_a_rewrite_gets_old_or_new_blocks_never_a_checksum_error() {
         MemoryMember::new("m0", region + area),
         GateOn::ReadFrom(region),
     ));
-    let jbod = Geometry::from_tree(Node::concat(vec![Node::member(0, 0, region)]).unwrap());
-    let areas = vec![Some(ChecksumArea {
-        offset_bytes: region,
-        len_bytes: area,
-    })];
-    let opts = VolumeOptions {
-        block_size: 4096,
-        members_known_zero: true,
-        cache: CacheMode::WriteThrough,
-        // One entry page (2 MiB of region) in memory: touching another evicts it.
-        checksums: Some(ChecksumSetup::new("t", areas, true).with_cache_pages(1)),
-        ..VolumeOptions::default()
-    };
-    let v = Volume::new(jbod, vec![member.clone() as Arc<dyn Member>], opts).unwrap();
+    // One entry page (2 MiB of region) in memory: touching another evicts it.
+    let opts = checksummed_opts(1, region, |c| c.with_cache_pages(1));
+    let v = Volume::new(jbod(region), vec![member.clone() as Arc<dyn Member>], opts).unwrap();
     let old = vec![0x11u8; 64 * KIB as usize];
     let new = vec![0x22u8; 64 * KIB as usize];
     block_on(async {
@@ -671,23 +685,10 @@ fn a_read_that_finds_bytes_behind_their_checksums_reads_again_under_the_lock() {
             })
             .collect();
         let geometry = match n {
-            1 => Geometry::from_tree(Node::concat(vec![Node::member(0, 0, region)]).unwrap()),
+            1 => jbod(region),
             _ => named(Level::Raid0, n, None, 16 * KIB, region),
         };
-        let areas = vec![
-            Some(ChecksumArea {
-                offset_bytes: region,
-                len_bytes: area,
-            });
-            n
-        ];
-        let opts = VolumeOptions {
-            block_size: 4096,
-            members_known_zero: true,
-            cache: CacheMode::WriteThrough,
-            checksums: Some(ChecksumSetup::new("t", areas, true)),
-            ..VolumeOptions::default()
-        };
+        let opts = checksummed_opts(n, region, |c| c);
         let dyn_members = members.iter().map(|m| m.clone() as Arc<dyn Member>);
         let v = Volume::new(geometry, dyn_members.collect(), opts).unwrap();
         let old = vec![0x11u8; 64 * KIB as usize];
@@ -731,20 +732,9 @@ fn a_read_that_finds_bytes_behind_their_checksums_reads_again_under_the_lock() {
 fn reads_racing_rewrites_on_another_thread_never_see_a_false_mismatch() {
     let region = 4 * MIB;
     let area = area_bytes(region);
-    let jbod = Geometry::from_tree(Node::concat(vec![Node::member(0, 0, region)]).unwrap());
-    let areas = vec![Some(ChecksumArea {
-        offset_bytes: region,
-        len_bytes: area,
-    })];
-    let opts = VolumeOptions {
-        block_size: 4096,
-        members_known_zero: true,
-        cache: CacheMode::WriteThrough,
-        checksums: Some(ChecksumSetup::new("t", areas, true)),
-        ..VolumeOptions::default()
-    };
     let member = Arc::new(MemoryMember::new("m0", region + area)) as Arc<dyn Member>;
-    let v = Arc::new(Volume::new(jbod, vec![member], opts).unwrap());
+    let opts = checksummed_opts(1, region, |c| c);
+    let v = Arc::new(Volume::new(jbod(region), vec![member], opts).unwrap());
     let len = 16 * KIB as usize;
     block_on(v.write(0, Buf::copy_from(&vec![1u8; len]), false)).unwrap();
     let writer = {
