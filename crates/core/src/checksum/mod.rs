@@ -579,19 +579,7 @@ impl LeafChecksums {
     /// lock while it replaces the table).
     pub(crate) fn prefetch_held(&self, a: u64, b: u64) -> bool {
         let (first, last) = (a / BLOCK_BYTES, b.div_ceil(BLOCK_BYTES));
-        if first >= last || !self.opened.load(Relaxed) {
-            return false;
-        }
-        let t = self.table.lock();
-        for page in first / ENTRIES_PER_PAGE..=(last - 1) / ENTRIES_PER_PAGE {
-            if !t.has_page(page) {
-                return false;
-            }
-            t.prefetch(
-                (page * ENTRIES_PER_PAGE).max(first)..((page + 1) * ENTRIES_PER_PAGE).min(last),
-            );
-        }
-        true
+        first < last && self.opened.load(Relaxed) && self.table.lock().prefetch_held(first..last)
     }
 
     /// Whether every whole block of `pieces` (from region offset `offset`, read without the

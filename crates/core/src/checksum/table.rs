@@ -421,6 +421,20 @@ impl Table {
         }
     }
 
+    /// [`Self::prefetch`] for `blocks` over any number of pages, if every page is held:
+    /// whether they all were (nothing is asked for a page that is not).
+    pub(super) fn prefetch_held(&self, blocks: std::ops::Range<u64>) -> bool {
+        let pages = blocks.start / ENTRIES_PER_PAGE..=(blocks.end - 1) / ENTRIES_PER_PAGE;
+        if !pages.clone().all(|page| self.has_page(page)) {
+            return false;
+        }
+        for page in pages {
+            let (p0, p1) = (page * ENTRIES_PER_PAGE, (page + 1) * ENTRIES_PER_PAGE);
+            self.prefetch(p0.max(blocks.start)..p1.min(blocks.end));
+        }
+        true
+    }
+
     /// Judges one block read; with a bad verdict, whether the block was not known bad yet
     /// (a bad block read again before its rewrite is counted once).
     pub(super) fn judge(&mut self, block: u64, computed: u32) -> (Verdict, bool) {
@@ -541,6 +555,19 @@ mod tests {
 
     /// The fast path agrees with judging block by block: known entries must match, unknown
     /// ones pass, a page not held says so, and only `judge` accepts a write's old sum.
+    #[test]
+    fn prefetch_held_says_whether_every_page_of_the_blocks_is_held() {
+        let mut t = Table::new(1, 4, 4);
+        t.insert(0, page());
+        assert!(t.prefetch_held(3..ENTRIES_PER_PAGE));
+        assert!(
+            !t.prefetch_held(3..ENTRIES_PER_PAGE + 1),
+            "page 1 is not held"
+        );
+        t.insert(1, page());
+        assert!(t.prefetch_held(3..ENTRIES_PER_PAGE + 1));
+    }
+
     #[test]
     fn all_match_agrees_with_judging_each_block_across_pages() {
         let mut t = Table::new(1, 4, 4);

@@ -20,7 +20,7 @@ use std::sync::Arc;
 mod bands;
 mod masks;
 mod rounds;
-use bands::{Band, Bands, Key};
+use bands::{known_bands, Band, Bands, Key};
 use masks::{band_masks, covered, needs_no_flush, same_chunk_runs};
 pub(crate) use rounds::LogFailed;
 
@@ -706,36 +706,14 @@ impl GroupLog {
                 _ => tickets.push(vec![(entry, rings)]),
             }
         }
+        // `known_bands` gives the bands in order: each stripe's entries are one ticket.
+        debug_assert!(tickets
+            .windows(2)
+            .all(|w| w[0][0].0.stripe < w[1][0].0.stripe));
         join_all(tickets.into_iter().map(|t| self.write(t)))
             .await
             .into_iter()
             .collect()
-    }
-
-    /// The bands of stripes `[first, end)` the log knows (live, or retired and perhaps still
-    /// replayed), sorted: each looked up where that visits fewer than both maps hold — a
-    /// sequential writer's few stripes among thousands of a random writer's bands — else
-    /// both maps scanned (a whole device zeroed).
-    fn known_bands(&self, st: &State, first: u64, end: u64) -> Vec<Key> {
-        let per_stripe = self.strip.div_ceil(BAND_BYTES);
-        let lookups = (end - first).saturating_mul(per_stripe);
-        let keys: Vec<Key> = if lookups <= (st.bands.len() + st.retired.len()) as u64 {
-            (first..end)
-                .flat_map(|s| (0..per_stripe as u32).map(move |b| (s, b)))
-                .filter(|k| st.bands.contains_key(k) || st.retired.contains_key(k))
-                .collect()
-        } else {
-            let mut all: Vec<Key> = (st.bands.keys())
-                .chain(st.retired.keys())
-                .filter(|(s, _)| (first..end).contains(s))
-                .copied()
-                .collect();
-            all.sort_unstable();
-            all.dedup();
-            all
-        };
-        debug_assert!(keys.windows(2).all(|p| p[0] < p[1]), "sorted, once each");
-        keys
     }
 
     /// Entries that settle every band of stripes `[first, end)` a ring may still replay
@@ -745,8 +723,9 @@ impl GroupLog {
     /// must not wait for ring space its own older entries hold.
     fn prepare_whole(&self, first: u64, end: u64) -> Result<Vec<(Entry, Rings)>, Blocked> {
         let mut st = self.state.lock();
+        let per_stripe = self.strip.div_ceil(BAND_BYTES);
         let live = |st: &State| {
-            self.known_bands(st, first, end)
+            known_bands(&st.bands, &st.retired, first..end, per_stripe)
                 .into_iter()
                 .filter_map(|k| st.bands.get(&k).map(|b| (k, b.done())))
                 .collect::<Vec<(Key, bool)>>()
@@ -761,7 +740,7 @@ impl GroupLog {
                 return Err(Blocked::Wait(st.wait_for_band(key)));
             }
         }
-        let keys = self.known_bands(&st, first, end);
+        let keys = known_bands(&st.bands, &st.retired, first..end, per_stripe);
         let mut out = Vec::new();
         for (stripe, band) in keys {
             let rings = self.targets(&self.layout.roles(stripe));

@@ -254,6 +254,35 @@ impl Bands {
     }
 }
 
+/// The bands of `stripes` the log knows — live in `bands`, or in `retired` (perhaps still
+/// replayed) — sorted, once each; `per_stripe` bands a stripe. Each looked up where that
+/// visits fewer than both maps hold (a sequential writer's few stripes among thousands of a
+/// random writer's bands), else both maps scanned (a whole device zeroed).
+pub(super) fn known_bands<V>(
+    bands: &Bands,
+    retired: &HashMap<Key, V>,
+    stripes: std::ops::Range<u64>,
+    per_stripe: u64,
+) -> Vec<Key> {
+    let lookups = (stripes.end - stripes.start).saturating_mul(per_stripe);
+    let keys: Vec<Key> = if lookups <= (bands.len() + retired.len()) as u64 {
+        stripes
+            .flat_map(|s| (0..per_stripe as u32).map(move |b| (s, b)))
+            .filter(|k| bands.contains_key(k) || retired.contains_key(k))
+            .collect()
+    } else {
+        let mut all: Vec<Key> = (bands.keys().chain(retired.keys()))
+            .filter(|(s, _)| stripes.contains(s))
+            .copied()
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    };
+    debug_assert!(keys.windows(2).all(|p| p[0] < p[1]), "sorted, once each");
+    keys
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,5 +396,22 @@ mod tests {
         bands.update((0, 0), |b| b.inflight -= 1);
         assert!(bands.any_done() && !bands.any_busy());
         bands.assert_consistent();
+    }
+
+    /// Looked up stripe by stripe or found by a scan, the same bands, sorted, once each.
+    #[test]
+    fn known_bands_by_lookup_and_by_scan_agree() {
+        let mut bands = Bands::default();
+        for key in [(3, 0), (3, 5), (7, 1), (40, 2)] {
+            bands.upsert(key, || Band::live(1, Vec::new(), 1), |_| {});
+        }
+        let retired: HashMap<Key, u64> = [((3, 5), 1), ((4, 0), 1), ((9, 3), 1)].into();
+        let want = vec![(3, 0), (3, 5), (4, 0), (7, 1)];
+        // 5 stripes of 16 bands: 80 lookups, more than the 7 entries, so a scan.
+        assert_eq!(known_bands(&bands, &retired, 3..8, 16), want);
+        // 5 stripes of 1 band: 5 lookups (only band 0 of each exists then).
+        assert_eq!(known_bands(&bands, &retired, 3..8, 1), vec![(3, 0), (4, 0)]);
+        // The lookup branch over the same set as the scan: 1 stripe of 6 bands.
+        assert_eq!(known_bands(&bands, &retired, 3..4, 6), vec![(3, 0), (3, 5)]);
     }
 }
