@@ -377,6 +377,59 @@ fn eviction_with_the_log_destages_a_batch_of_stripes() {
     assert_eq!(dirty_after_one_eviction(true), 48 - 8 + 1);
 }
 
+/// A flush drains more cached stripes than a drain destages at once (256), each a
+/// read-modify-write logged first: every stripe lands, the cache empties, and a scrub finds
+/// the parity of every stripe in step with its data.
+#[test]
+fn a_drain_of_more_stripes_than_it_destages_at_once_writes_them_all() {
+    let strip = 4 * KIB;
+    let metas: Vec<Arc<MemberMeta>> = (0..4)
+        .map(|i| {
+            let m = MemoryMember::new(format!("disk{i}"), MEMBER_BYTES);
+            block_on(MemberMeta::load(Arc::new(m) as Arc<dyn Member>))
+        })
+        .collect();
+    let o = ArrayOptions {
+        volume: VolumeOptions {
+            cache: CacheMode::WriteBack { bytes: 8 * MIB },
+            cache_max_age: None,
+            ..VolumeOptions::default()
+        },
+        ..opts(true, false)
+    };
+    let shape =
+        Shape::new(Level::Raid5, 4, None, strip, ParityLayout::LeftSymmetric).expect("shape");
+    let t = shape
+        .build(&vec![
+            Region {
+                start: METADATA_AREA_BYTES,
+                len: REGION
+            };
+            4
+        ])
+        .expect("tree");
+    let a = block_on(Array::create("vol", t, metas, o, true, &|_, _| {}))
+        .expect("create")
+        .0;
+    let width = 3 * strip;
+    let stripes = REGION / strip;
+    assert!(stripes > 256, "more stripes than a drain destages at once");
+    // One block of each stripe, in the middle chunk: a read-modify-write each.
+    for s in 0..stripes {
+        block_on(a.write(s * width + strip, pattern(s, 4096), false)).expect("write");
+    }
+    assert_eq!(a.volume().cache_usage().dirty_bytes, stripes * 4096);
+    block_on(a.flush()).expect("flush");
+    assert_eq!(a.volume().cache_usage().dirty_bytes, 0);
+    for s in 0..stripes {
+        let got = block_on(a.read(s * width + strip, 4096)).expect("read");
+        assert!(got[..] == pattern(s, 4096)[..], "stripe {s}");
+    }
+    let report = block_on(a.scrub(&nbraid_core::ScrubControl::new(false, 0))).expect("scrub");
+    assert_eq!((report.mismatches, report.unreadable), (0, 0), "{report:?}");
+    assert!(report.checked > 0, "{report:?}");
+}
+
 /// A mirror of two RAID 5 groups after a crash tore a partial write in copy 0 (its parity
 /// write lost) and copy 0 then lost the member being written: copy 0 can only rebuild that
 /// chunk from the torn parity (bytes nobody wrote — what the write hole allows for a lost
