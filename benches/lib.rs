@@ -7,7 +7,10 @@ pub mod isal;
 use futures::executor::block_on;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
-use nbraid_core::{Buf, Member, MemberCounters, MemberResult, MemoryMember, SharedBuf, Volume};
+use nbraid_core::metadata::Array;
+use nbraid_core::{
+    Buf, Member, MemberCounters, MemberResult, MemoryMember, SharedBuf, Volume, VolumeResult,
+};
 use std::time::{Duration, Instant};
 
 /// What one benchmark cell does to the volume.
@@ -30,8 +33,47 @@ pub struct Load {
     pub fresh_payload: bool,
 }
 
+/// What [`drive`] runs a load on: a volume, or an array (its requests through the array's
+/// stages: the write-intent bitmap).
+pub trait Target {
+    fn capacity(&self) -> u64;
+    fn write(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>>;
+    fn read_into(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>>;
+    fn flush(&self) -> BoxFuture<'_, VolumeResult<()>>;
+}
+
+impl Target for Volume {
+    fn capacity(&self) -> u64 {
+        Volume::capacity(self)
+    }
+    fn write(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
+        Box::pin(Volume::write(self, offset, buf, false))
+    }
+    fn read_into(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
+        Box::pin(Volume::read_into(self, offset, buf))
+    }
+    fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
+        Box::pin(Volume::flush(self))
+    }
+}
+
+impl Target for Array {
+    fn capacity(&self) -> u64 {
+        self.volume().capacity()
+    }
+    fn write(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
+        Box::pin(Array::write(self, offset, buf, false))
+    }
+    fn read_into(&self, offset: u64, buf: Buf) -> BoxFuture<'_, VolumeResult<Buf>> {
+        Box::pin(Array::read_into(self, offset, buf))
+    }
+    fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {
+        Box::pin(Array::flush(self))
+    }
+}
+
 /// Runs `load` on `volume` for about `secs`; returns (bytes, ops, seconds).
-pub fn drive(volume: &Volume, load: Load, secs: f64) -> (u64, u64, f64) {
+pub fn drive(volume: &(impl Target + ?Sized), load: Load, secs: f64) -> (u64, u64, f64) {
     let bs = load.block;
     let cap = volume.capacity().min(load.span) / bs * bs;
     let mut rng = 0x2545_f491_4f6c_dd1du64;
@@ -70,7 +112,7 @@ pub fn drive(volume: &Volume, load: Load, secs: f64) -> (u64, u64, f64) {
                 }
                 inflight.push(async move {
                     if load.write {
-                        volume.write(off, buf, false).await
+                        volume.write(off, buf).await
                     } else {
                         volume.read_into(off, buf).await
                     }
@@ -107,7 +149,7 @@ pub fn cpu_seconds() -> f64 {
 }
 
 /// Writes `byte` over the first `span` bytes of `volume` and flushes, so reads hit real data.
-pub fn fill(volume: &Volume, span: u64, byte: u8) {
+pub fn fill(volume: &(impl Target + ?Sized), span: u64, byte: u8) {
     let cap = volume.capacity().min(span);
     let chunk = 8 << 20;
     let mut at = 0;
@@ -115,7 +157,7 @@ pub fn fill(volume: &Volume, span: u64, byte: u8) {
         let n = chunk.min(cap - at);
         let mut b = Buf::new(n as usize);
         b.fill(byte);
-        block_on(volume.write(at, b, false)).expect("prefill");
+        block_on(volume.write(at, b)).expect("prefill");
         at += n;
     }
     block_on(volume.flush()).expect("flush");

@@ -19,6 +19,7 @@ pub mod memory;
 pub mod metadata;
 pub mod mirror;
 pub mod node;
+pub mod num_hash;
 pub mod pace;
 pub mod pass;
 pub mod ppl;

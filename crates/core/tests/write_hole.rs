@@ -400,13 +400,12 @@ fn a_drain_of_more_stripes_than_it_destages_at_once_writes_them_all() {
     let shape =
         Shape::new(Level::Raid5, 4, None, strip, ParityLayout::LeftSymmetric).expect("shape");
     let t = shape
-        .build(&vec![
-            Region {
+        .build(
+            &[Region {
                 start: METADATA_AREA_BYTES,
-                len: REGION
-            };
-            4
-        ])
+                len: REGION,
+            }; 4],
+        )
         .expect("tree");
     let a = block_on(Array::create("vol", t, metas, o, true, &|_, _| {}))
         .expect("create")

@@ -3,37 +3,13 @@
 //! bad. No I/O: [`super::LeafChecksums`] loads and writes pages and asks this what to do.
 
 use super::entry::{verdict, BlockSum, Verdict, ENTRIES_PER_PAGE, ENTRY_BYTES, PAGE_BYTES};
+use crate::num_hash::{NumMap, NumSet};
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
 
-/// Hashes a block or page number with one multiply: every read and write looks up each of
-/// its 4 KiB blocks here (a 1 MiB write, ~300 of them, several times), where the default
-/// SipHash cost more than the CRC of the bytes. The keys are dense numbers the engine
-/// derives; the maps they index stay small (pages ≤ the cache bound, blocks in flight).
-#[derive(Default)]
-pub(super) struct BlockHasher(u64);
-
-impl Hasher for BlockHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        // The high bits of a product mix every bit of `n`; the table takes its bucket from
-        // the low bits and its tag from the top seven, so fold the high half down.
-        let x = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 = x ^ (x >> 29);
-    }
-}
-
-type BlockMap<V> = HashMap<u64, V, BuildHasherDefault<BlockHasher>>;
-type BlockSet = HashSet<u64, BuildHasherDefault<BlockHasher>>;
+/// Every read and write looks up each of its 4 KiB blocks here (a 1 MiB write, ~300 of
+/// them, several times): SipHash cost more than the CRC of the bytes.
+type BlockMap<V> = NumMap<u64, V>;
+type BlockSet = NumSet<u64>;
 
 /// The old checksums a block's unanswered writes replaced: nearly always one, kept inline.
 enum Olds {
@@ -637,21 +613,6 @@ mod tests {
         );
         assert_eq!(t.peek(5, 4), Verdict::Good);
         assert!(t.in_flight.is_empty(), "nothing left in flight");
-    }
-
-    #[test]
-    fn block_hasher_spreads_dense_numbers_over_buckets_and_tags() {
-        use std::hash::BuildHasher;
-        let b = BuildHasherDefault::<BlockHasher>::default();
-        let hashes: Vec<u64> = (0..4096u64).map(|k| b.hash_one(k)).collect();
-        let low: HashSet<u64> = hashes.iter().map(|h| h & 1023).collect();
-        let top: HashSet<u64> = hashes.iter().map(|h| h >> 57).collect();
-        assert!(
-            low.len() > 900,
-            "low bits pick the bucket: {} of 1024",
-            low.len()
-        );
-        assert_eq!(top.len(), 128, "the top seven bits are the tag");
     }
 
     #[test]

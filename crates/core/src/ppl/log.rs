@@ -9,12 +9,13 @@ use super::{PplSetup, BAND_BYTES, SECTOR_BYTES};
 use crate::buf::Buf;
 use crate::error::VolumeError;
 use crate::node::MemberTable;
+use crate::num_hash::NumMap;
 use crate::parity;
 use futures::channel::oneshot;
 use futures::future::{join_all, Either};
 use nbraid_layout::StripeRoles;
 use parking_lot::Mutex;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 mod bands;
@@ -89,7 +90,7 @@ struct State {
     next_seq: u64,
     bands: Bands,
     /// Bands settled in memory whose last entry a ring may still replay: (band) → seq.
-    retired: HashMap<(u64, u32), u64>,
+    retired: NumMap<(u64, u32), u64>,
     /// The ring floor `retired` was last trimmed to.
     retired_floor: u64,
     /// Per member of the group, durable write counts and failed flags when `retire` last
@@ -103,10 +104,10 @@ struct State {
     /// Per ticket not yet ended, where to say whether it was written (true) or failed: a
     /// writer learns it without queueing for a round slot (where, behind a round in
     /// flight, it would hold up every writer after it).
-    notify: HashMap<u64, oneshot::Sender<Result<(), LogFailed>>>,
+    notify: NumMap<u64, oneshot::Sender<Result<(), LogFailed>>>,
     /// Per band, writers waiting for its write in flight to end (`prepare`): woken when
     /// that band changes, not when any band does.
-    band_waiters: HashMap<Key, Vec<oneshot::Sender<()>>>,
+    band_waiters: NumMap<Key, Vec<oneshot::Sender<()>>>,
     /// Rounds waiting for ring room (`no_room`): woken when a flush may settle a band, or a
     /// round ends.
     room_waiters: Vec<oneshot::Sender<()>>,
@@ -261,15 +262,15 @@ impl GroupLog {
             state: Mutex::new(State {
                 next_seq: 1,
                 bands: Bands::default(),
-                retired: HashMap::new(),
+                retired: NumMap::default(),
                 retired_floor: 0,
                 seen: (Vec::new(), Vec::new()),
                 changed: Vec::new(),
                 rings,
                 pending: Vec::new(),
                 next_ticket: 1,
-                notify: HashMap::new(),
-                band_waiters: HashMap::new(),
+                notify: NumMap::default(),
+                band_waiters: NumMap::default(),
                 room_waiters: Vec::new(),
                 rounds_in_flight: 0,
                 slot_waiters: Vec::new(),
@@ -363,7 +364,7 @@ impl GroupLog {
             return;
         }
         let (durable, failed) = self.durable_or_failed();
-        let pending: std::collections::HashSet<(u64, u32, u64)> = st
+        let pending: crate::num_hash::NumSet<(u64, u32, u64)> = st
             .pending
             .iter()
             .map(|p| (p.entry.stripe, p.entry.band, p.entry.seq))

@@ -4,7 +4,8 @@
 //! drain parks hundreds of writers on the log and each wake-up asked these of every live
 //! band (a fifth of the drain's CPU); here each change costs O(log n) and each question O(1).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use crate::num_hash::{NumMap, NumSet};
+use std::collections::BTreeSet;
 
 /// A band: (stripe, band of rows in the stripe).
 pub(super) type Key = (u64, u32);
@@ -94,13 +95,13 @@ struct Class {
 /// The live bands, with the sets a round asks about kept in step with every change.
 #[derive(Default)]
 pub(super) struct Bands {
-    map: HashMap<Key, Band>,
+    map: NumMap<Key, Band>,
     /// (first_seq, band) of every band counted for the tail ([`Band::tail_at`]).
     firsts: BTreeSet<(u64, Key)>,
     /// Bands [`Band::done`].
-    done: HashSet<Key>,
+    done: NumSet<Key>,
     /// Bands [`Band::stale`].
-    stale: HashSet<Key>,
+    stale: NumSet<Key>,
     /// How many bands are [`Band::busy`].
     busy: usize,
 }
@@ -231,7 +232,7 @@ impl Bands {
             .filter_map(|(k, b)| b.tail_at().map(|s| (s, *k)))
             .collect();
         assert_eq!(self.firsts, firsts, "tail set");
-        let keys = |f: fn(&Band) -> bool| -> HashSet<Key> {
+        let keys = |f: fn(&Band) -> bool| -> NumSet<Key> {
             self.map
                 .iter()
                 .filter(|(_, b)| f(b))
@@ -260,7 +261,7 @@ impl Bands {
 /// random writer's bands), else both maps scanned (a whole device zeroed).
 pub(super) fn known_bands<V>(
     bands: &Bands,
-    retired: &HashMap<Key, V>,
+    retired: &NumMap<Key, V>,
     stripes: std::ops::Range<u64>,
     per_stripe: u64,
 ) -> Vec<Key> {
@@ -405,7 +406,9 @@ mod tests {
         for key in [(3, 0), (3, 5), (7, 1), (40, 2)] {
             bands.upsert(key, || Band::live(1, Vec::new(), 1), |_| {});
         }
-        let retired: HashMap<Key, u64> = [((3, 5), 1), ((4, 0), 1), ((9, 3), 1)].into();
+        let retired: NumMap<Key, u64> = [((3, 5), 1), ((4, 0), 1), ((9, 3), 1)]
+            .into_iter()
+            .collect();
         let want = vec![(3, 0), (3, 5), (4, 0), (7, 1)];
         // 5 stripes of 16 bands: 80 lookups, more than the 7 entries, so a scan.
         assert_eq!(known_bands(&bands, &retired, 3..8, 16), want);

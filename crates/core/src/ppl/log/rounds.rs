@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::buf::SharedBuf;
+use crate::ppl::codec::BATCH_HEADER_BYTES;
 
 /// Why [`GroupLog::write`] did not log a stripe write's entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -284,29 +285,48 @@ impl GroupLog {
     /// `None` when the batches have no room.
     fn take_round(&self, st: &mut State) -> Option<(Vec<Pending>, Vec<Batch>)> {
         let tail = Self::tail(st);
-        let mut size: HashMap<usize, u64> = HashMap::new();
+        // Per ring the round writes to: its batch's bytes so far (a header, then entries).
+        // A few rings a round: small vectors, searched.
+        let mut size: Vec<(usize, u64)> = Vec::new();
+        let mut ticket_size: Vec<(usize, u64)> = Vec::new();
+        let add = |sizes: &mut Vec<(usize, u64)>, r: usize, len: u64| match sizes
+            .iter_mut()
+            .find(|(x, _)| *x == r)
+        {
+            Some((_, l)) => *l += len,
+            None => sizes.push((r, len)),
+        };
         let mut n = 0;
         while n < st.pending.len() {
             let t = st.pending[n].ticket;
             let end = n + st.pending[n..].iter().take_while(|p| p.ticket == t).count();
-            let mut next = size.clone();
+            ticket_size.clear();
             for p in &st.pending[n..end] {
                 for &(r, _) in &p.rings {
-                    *next.entry(r).or_insert(64) += p.entry.encoded_len() as u64;
+                    add(&mut ticket_size, r, p.entry.encoded_len() as u64);
                 }
             }
-            let fits = next
-                .iter()
-                .all(|(&r, &len)| len <= st.rings[r].as_ref().expect("ring").len / 2);
+            let fits = ticket_size.iter().all(|&(r, len)| {
+                let so_far = size
+                    .iter()
+                    .find(|(x, _)| *x == r)
+                    .map_or(BATCH_HEADER_BYTES as u64, |&(_, l)| l);
+                so_far + len <= st.rings[r].as_ref().expect("ring").len / 2
+            });
             if !fits && n > 0 {
                 break;
             }
-            size = next;
+            for &(r, len) in &ticket_size {
+                if !size.iter().any(|(x, _)| *x == r) {
+                    size.push((r, BATCH_HEADER_BYTES as u64));
+                }
+                add(&mut size, r, len);
+            }
             n = end;
         }
         // Ring places: every ring's batch must fit without touching a live batch.
         let mut places = Vec::new();
-        for (&r, &len) in &size {
+        for &(r, len) in &size {
             let len = len.next_multiple_of(LOG_BLOCK_BYTES);
             let ring = st.rings[r].as_mut().expect("ring");
             // One stripe's entries fit half a ring (`min_ring_bytes`), and a round past half
@@ -452,7 +472,7 @@ impl GroupLog {
     /// durable, each writer answered (logged when some ring of each of its entries took it).
     fn finish_round(&self, batches: &[Batch], results: Vec<bool>, taken: Vec<Pending>) {
         let mut st = self.state.lock();
-        let mut ring_ok = HashMap::new();
+        let mut ring_ok: NumMap<usize, bool> = NumMap::default();
         for (b, ok) in batches.iter().zip(results) {
             ring_ok.insert(b.ring, ok);
             if ok {
@@ -460,7 +480,7 @@ impl GroupLog {
                 ring.durable_tail = ring.durable_tail.max(b.tail);
             }
         }
-        let mut tickets: HashMap<u64, bool> = HashMap::new();
+        let mut tickets: NumMap<u64, bool> = NumMap::default();
         for p in &taken {
             let ok = p.rings.iter().any(|(r, _)| ring_ok.get(r) == Some(&true));
             let t = tickets.entry(p.ticket).or_insert(true);
