@@ -50,8 +50,36 @@ struct Ring {
     head: u64,
     /// Batches written in this life that may still be needed, oldest first.
     live: VecDeque<LiveBatch>,
+    /// Bytes of the `live` batches (a round asks whether the ring is more than half full).
+    live_bytes: u64,
     /// The largest tail a completed batch of this ring carries.
     durable_tail: u64,
+}
+
+impl Ring {
+    /// A batch written at the head.
+    fn push_live(&mut self, batch: LiveBatch) {
+        self.live_bytes += batch.len();
+        self.live.push_back(batch);
+    }
+
+    /// Drops the batches whose entries all lie below the log's tail (settled).
+    fn keep_live_from(&mut self, tail: u64) {
+        let mut gone = 0;
+        self.live.retain(|b| {
+            let keep = b.newest_seq >= tail;
+            if !keep {
+                gone += b.len();
+            }
+            keep
+        });
+        self.live_bytes -= gone;
+        debug_assert_eq!(
+            self.live_bytes,
+            self.live.iter().map(LiveBatch::len).sum::<u64>(),
+            "live bytes kept in step"
+        );
+    }
 }
 
 /// A batch written to a ring in this life that may still be needed: ring bytes
@@ -236,6 +264,7 @@ impl GroupLog {
                     len,
                     head: LOG_BLOCK_BYTES, // block 0 holds the marker of this life
                     live: VecDeque::new(),
+                    live_bytes: 0,
                     durable_tail: 0,
                 })
             })

@@ -336,7 +336,7 @@ impl GroupLog {
                 "a log batch of {len} bytes for a ring of {} (a ticket of more than one stripe?)",
                 ring.len
             );
-            ring.live.retain(|b| b.newest_seq >= tail);
+            ring.keep_live_from(tail);
             let start = if ring.head + len <= ring.len {
                 ring.head
             } else {
@@ -361,7 +361,7 @@ impl GroupLog {
                 .collect();
             let newest_seq = es.iter().map(|e| e.0.seq).max().unwrap_or(0);
             ring.head = start + len;
-            ring.live.push_back(LiveBatch {
+            ring.push_live(LiveBatch {
                 start,
                 end: start + len,
                 newest_seq,
@@ -427,12 +427,7 @@ impl GroupLog {
     /// for a flush to settle.
     fn crowded(&self) -> bool {
         let st = self.state.lock();
-        let crowded = st
-            .rings
-            .iter()
-            .flatten()
-            .any(|r| r.live.iter().map(LiveBatch::len).sum::<u64>() > r.len / 2);
-        crowded && st.bands.any_done()
+        st.bands.any_done() && st.rings.iter().flatten().any(|r| r.live_bytes > r.len / 2)
     }
 
     /// Writes one ring's batch (FUA) to its member and the member's replacement; whether the
