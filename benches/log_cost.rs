@@ -112,6 +112,7 @@ fn main() {
             fresh_payload: false,
         };
         let (mut ratios, mut ns_log, mut ns_none) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut log_writes, mut log_work) = (0u64, nbraid_core::ppl::LogStats::default());
         for round in 0..rounds {
             // Alternate which array goes first, so a drift in the machine hits both alike.
             let order = if round % 2 == 0 {
@@ -125,9 +126,13 @@ fn main() {
                 if side.as_deref().is_some_and(|s| (s == "log") == is_plain) {
                     continue;
                 }
-                let cpu0 = cpu_seconds();
+                let (cpu0, work0) = (cpu_seconds(), nbraid_core::ppl::stats());
                 let (_, ops, _) = drive(a, load, secs);
                 ns[usize::from(is_plain)] = (cpu_seconds() - cpu0) * 1e9 / ops.max(1) as f64;
+                if !is_plain {
+                    log_writes += ops;
+                    log_work = log_work.plus(&nbraid_core::ppl::stats().since(&work0));
+                }
             }
             ratios.push(ns[1] / ns[0]);
             ns_log.push(ns[0]);
@@ -144,6 +149,17 @@ fn main() {
             median(&mut ns_none),
             lo,
             hi
+        );
+        // What the log did, per 1,000 writes of the logged array (all rounds).
+        let per_k = |n: u64| n as f64 * 1000.0 / log_writes.max(1) as f64;
+        println!(
+            "  log per 1,000 writes: {:.0} rounds, {:.0} entries, {:.0} KiB of batches, {:.1} member flushes, {:.1} room waits, {:.1} band waits",
+            per_k(log_work.rounds),
+            per_k(log_work.entries),
+            per_k(log_work.batch_bytes) / 1024.0,
+            per_k(log_work.member_flushes),
+            per_k(log_work.room_waits),
+            per_k(log_work.band_waits)
         );
     }
 }
