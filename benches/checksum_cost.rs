@@ -16,7 +16,7 @@
 //! Memory members copy with `memcpy` in this process: the cells' copies are as cheap as a
 //! copy gets, so the checksums' share is larger here than on any device.
 
-use nbraid_benches::{cpu_seconds, drive, fill, Load};
+use nbraid_benches::{cpu_seconds, drive, env_f64, fill, median, spread, Load};
 use nbraid_core::checksum::{area_bytes, ChecksumArea, ChecksumSetup};
 use nbraid_core::{Member, MemoryMember, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Level, ParityLayout, Region, Shape};
@@ -96,20 +96,9 @@ fn volume(checksums: bool) -> Volume {
     Volume::new(geometry, members, opts).expect("volume")
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
-    let env = |k: &str, d: f64| {
-        std::env::var(k)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(d)
-    };
-    let rounds = env("NBRAID_BENCH_ROUNDS", 9.0) as usize;
-    let secs = env("NBRAID_BENCH_SECS", 0.25);
+    let rounds = env_f64("NBRAID_BENCH_ROUNDS", 9.0) as usize;
+    let secs = env_f64("NBRAID_BENCH_SECS", 0.25);
     let only = std::env::var("NBRAID_BENCH_WORK").ok();
     let side = std::env::var("NBRAID_BENCH_SIDE").ok();
     let (on, off) = (volume(true), volume(false));
@@ -154,9 +143,7 @@ fn main() {
             ns_on.push(ns[0]);
             ns_off.push(ns[1]);
         }
-        let (lo, hi) = ratios
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(l, h), &r| (l.min(r), h.max(r)));
+        let (lo, hi) = spread(&ratios);
         println!(
             "{:<20} {:>9.3} {:>12.0} {:>12.0} {:>4.2}–{:.2}",
             cell.name,

@@ -134,6 +134,26 @@ pub fn drive(volume: &(impl Target + ?Sized), load: Load, secs: f64) -> (u64, u6
     (bytes, ops, start.elapsed().as_secs_f64())
 }
 
+/// The number in environment variable `name`, or `default`.
+pub fn env_f64(name: &str, default: f64) -> f64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The median of `v` (the upper one of an even count); sorts `v`.
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The smallest and the largest of `v`.
+pub fn spread(v: &[f64]) -> (f64, f64) {
+    v.iter()
+        .fold((f64::MAX, f64::MIN), |(l, h), &r| (l.min(r), h.max(r)))
+}
+
 /// CPU seconds this process has used (every thread): with memory members a cell's work is
 /// all CPU, and its CPU time is disturbed less than its wall time by other work on the
 /// machine.

@@ -20,7 +20,7 @@
 //! steady state, as in a long run.
 
 use futures::executor::block_on;
-use nbraid_benches::{cpu_seconds, drive, fill, Load};
+use nbraid_benches::{cpu_seconds, drive, env_f64, fill, median, spread, Load};
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
 use nbraid_core::{CacheMode, Member, MemoryMember, VolumeOptions};
 use nbraid_layout::{Level, ParityLayout, Region, Shape};
@@ -66,20 +66,9 @@ fn array(logged: bool, cache: CacheMode) -> Array {
         .0
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
-    let env = |k: &str, d: f64| {
-        std::env::var(k)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(d)
-    };
-    let rounds = env("NBRAID_BENCH_ROUNDS", 9.0) as usize;
-    let secs = env("NBRAID_BENCH_SECS", 0.25);
+    let rounds = env_f64("NBRAID_BENCH_ROUNDS", 9.0) as usize;
+    let secs = env_f64("NBRAID_BENCH_SECS", 0.25);
     let only = std::env::var("NBRAID_BENCH_WORK").ok();
     let side = std::env::var("NBRAID_BENCH_SIDE").ok();
     println!(
@@ -138,9 +127,7 @@ fn main() {
             ns_log.push(ns[0]);
             ns_none.push(ns[1]);
         }
-        let (lo, hi) = ratios
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(l, h), &r| (l.min(r), h.max(r)));
+        let (lo, hi) = spread(&ratios);
         println!(
             "{:<22} {:>9.3} {:>12.0} {:>12.0} {:>4.2}–{:.2}",
             name,

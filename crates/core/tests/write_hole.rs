@@ -337,30 +337,35 @@ fn a_log_reserve_that_is_too_small_or_reaches_the_metadata_area_is_refused() {
     assert!(reaches.contains("metadata area"), "{reaches}");
 }
 
+/// A new array of four in-memory members over `t`, write-back with a `cache_bytes` bound (no
+/// aging: only evictions and flushes destage), with the log when `ppl`.
+fn write_back_array(t: Node, cache_bytes: u64, ppl: bool) -> Array {
+    let metas: Vec<Arc<MemberMeta>> = (0..4)
+        .map(|i| {
+            let m = MemoryMember::new(format!("disk{i}"), MEMBER_BYTES);
+            block_on(MemberMeta::load(Arc::new(m) as Arc<dyn Member>))
+        })
+        .collect();
+    let o = ArrayOptions {
+        volume: VolumeOptions {
+            cache: CacheMode::WriteBack { bytes: cache_bytes },
+            cache_max_age: None,
+            ..VolumeOptions::default()
+        },
+        ..opts(ppl, false)
+    };
+    block_on(Array::create("vol", t, metas, o, true, &|_, _| {}))
+        .expect("create")
+        .0
+}
+
 /// An eviction in a logged group destages several least recently used stripes at once (their
 /// entries share the log's rounds); without the log, one.
 #[test]
 fn eviction_with_the_log_destages_a_batch_of_stripes() {
     let dirty_after_one_eviction = |ppl: bool| {
-        let metas: Vec<Arc<MemberMeta>> = (0..4)
-            .map(|i| {
-                let m = MemoryMember::new(format!("disk{i}"), MEMBER_BYTES);
-                block_on(MemberMeta::load(Arc::new(m) as Arc<dyn Member>))
-            })
-            .collect();
         // The least bound there is: one full stripe (48 blocks).
-        let o = ArrayOptions {
-            volume: VolumeOptions {
-                cache: CacheMode::WriteBack { bytes: 3 * STRIP },
-                cache_max_age: None,
-                ..VolumeOptions::default()
-            },
-            ..opts(ppl, false)
-        };
-        let t = tree(Level::Raid5, 4, false);
-        let a = block_on(Array::create("vol", t, metas, o, true, &|_, _| {}))
-            .expect("create")
-            .0;
+        let a = write_back_array(tree(Level::Raid5, 4, false), 3 * STRIP, ppl);
         let width = 3 * STRIP;
         // Two blocks in each of 24 stripes fill the cache; one more block evicts.
         for s in 0..24u64 {
@@ -383,33 +388,13 @@ fn eviction_with_the_log_destages_a_batch_of_stripes() {
 #[test]
 fn a_drain_of_more_stripes_than_it_destages_at_once_writes_them_all() {
     let strip = 4 * KIB;
-    let metas: Vec<Arc<MemberMeta>> = (0..4)
-        .map(|i| {
-            let m = MemoryMember::new(format!("disk{i}"), MEMBER_BYTES);
-            block_on(MemberMeta::load(Arc::new(m) as Arc<dyn Member>))
-        })
-        .collect();
-    let o = ArrayOptions {
-        volume: VolumeOptions {
-            cache: CacheMode::WriteBack { bytes: 8 * MIB },
-            cache_max_age: None,
-            ..VolumeOptions::default()
-        },
-        ..opts(true, false)
-    };
     let shape =
         Shape::new(Level::Raid5, 4, None, strip, ParityLayout::LeftSymmetric).expect("shape");
-    let t = shape
-        .build(
-            &[Region {
-                start: METADATA_AREA_BYTES,
-                len: REGION,
-            }; 4],
-        )
-        .expect("tree");
-    let a = block_on(Array::create("vol", t, metas, o, true, &|_, _| {}))
-        .expect("create")
-        .0;
+    let regions = [Region {
+        start: METADATA_AREA_BYTES,
+        len: REGION,
+    }; 4];
+    let a = write_back_array(shape.build(&regions).expect("tree"), 8 * MIB, true);
     let width = 3 * strip;
     let stripes = REGION / strip;
     assert!(stripes > 256, "more stripes than a drain destages at once");
