@@ -84,6 +84,13 @@ pub trait Member: Send + Sync {
     fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>>;
     fn counters(&self) -> &MemberCounters;
 
+    /// Whether its bytes live in memory (a memory member, a file on tmpfs): a flush costs
+    /// next to nothing there, so a caller may flush often to keep the area it cycles
+    /// through small (the write-hole log's ring: see `ppl::log`'s `ring_window`).
+    fn memory_backed(&self) -> bool {
+        false
+    }
+
     /// Takes `len_bytes` as the usable length when the file or device now holds that many
     /// (grown since it was opened: a volume growing in place over it); the length never
     /// shrinks. `Err` says why not. Members that cannot grow refuse anything longer.

@@ -228,6 +228,10 @@ impl Member for MemoryMember {
         future::ready(g.finish(Ok(()))).boxed()
     }
 
+    fn memory_backed(&self) -> bool {
+        true
+    }
+
     fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
         let g = self.counters.start(MemberOp::Trim, len);
         let r = check_range(&self.name, MemberOp::Trim, offset, len, self.len)

@@ -61,6 +61,29 @@ fn log_of(level: Level, n: usize, latency: Duration) -> GroupLog {
     .expect("rings large enough")
 }
 
+/// The log of a 3-member RAID 5 (4 KiB strips) whose rings take `ring_bytes` before the
+/// regions, over `members` (3 of them, of 10 MiB).
+fn log_with_rings(ring_bytes: u64, members: Vec<Arc<dyn Member>>) -> GroupLog {
+    let regions = vec![
+        Region {
+            start: 8 << 20,
+            len: 1 << 20
+        };
+        3
+    ];
+    let root = Shape::new(Level::Raid5, 3, None, STRIP, ParityLayout::LeftSymmetric)
+        .expect("shape")
+        .build(&regions)
+        .expect("tree");
+    let (group, _) = parity_groups(&root).remove(0);
+    let setup = PplSetup {
+        life: 1,
+        areas: vec![Some((0, ring_bytes)); 3],
+    };
+    let table = Arc::new(MemberTable::new(members));
+    GroupLog::new(&setup, 0, &group, (0..3).collect(), table).expect("rings large enough")
+}
+
 /// The first sector of data chunk 0 written, the rest of the stripe zero.
 fn one_sector(log: &GroupLog, stripe: u64) -> Result<Vec<(super::Entry, super::Rings)>, Blocked> {
     let zeros = vec![0u8; STRIP as usize];
@@ -506,4 +529,35 @@ proptest::proptest! {
             proptest::prop_assert_eq!(pq.as_ref(), raid6.then_some(&want_q));
         }
     }
+}
+
+/// Where each ring's head stands after `writes` one-sector stripe writes, each logged and
+/// ended before the next (so bands settle as they go: memory members need no flush).
+fn heads_after(log: &GroupLog, writes: u64) -> Vec<u64> {
+    for stripe in 0..writes {
+        let entries = one_sector(log, stripe % 200).ok().expect("nothing live");
+        drop(block_on(log.write(entries)).expect("room in the ring"));
+    }
+    let st = log.state.lock();
+    st.rings.iter().flatten().map(|r| r.head).collect()
+}
+
+#[test]
+fn on_memory_members_the_log_cycles_through_a_window_of_its_ring() {
+    let ring = 4 << 20;
+    let window = super::rounds::MEMORY_RING_WINDOW_BYTES;
+    assert!(ring > 2 * window);
+    let memory = |i: usize| MemoryMember::new(format!("m{i}"), 10 << 20);
+    // Each write logs one 8 KiB batch; 1,500 of them pass 4 MiB on every ring.
+    let members = (0..3).map(|i| Arc::new(memory(i)) as Arc<dyn Member>);
+    let log = log_with_rings(ring, members.collect());
+    let heads = heads_after(&log, 1500);
+    assert!(heads.iter().all(|&h| h <= window), "heads {heads:?}");
+    // The same members behind a wrapper that does not say they are memory: the whole ring.
+    let wrapped = (0..3)
+        .map(|i| Arc::new(SlowMember::new(memory(i), Duration::ZERO)) as Arc<dyn Member>)
+        .collect();
+    let log = log_with_rings(ring, wrapped);
+    let heads = heads_after(&log, 1500);
+    assert!(heads.iter().any(|&h| h > window), "heads {heads:?}");
 }

@@ -413,6 +413,10 @@ impl Member for UringFile {
         &self.name
     }
 
+    fn memory_backed(&self) -> bool {
+        self.shared.inline
+    }
+
     fn len(&self) -> u64 {
         self.len.load(Relaxed)
     }
