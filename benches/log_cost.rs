@@ -15,7 +15,11 @@
 //! ```
 //!
 //! Memory members copy with `memcpy` in this process, so the log's share is larger here than
-//! on any device (`scripts/bench-wpath` measures the same on files).
+//! on any device (`scripts/bench-wpath` measures the same on files). They also answer
+//! inline: every request runs to its end within its first poll, so "QD 16" keeps 16 buffers
+//! but no two writes meet in a log round (write-through: a round, one 8 KiB batch, per
+//! write — the printed log counts show it). With `NBRAID_BENCH_SIDE` one side is skipped and
+//! the ratio column means nothing.
 //! The bitmap's chunk is 64 MiB, so every bit is set by the prefill: what is measured is its
 //! steady state, as in a long run.
 

@@ -2,8 +2,9 @@
 //! sequence numbers, tickets), hashed with one multiply per word. Hot paths look such keys
 //! up several times per request — the checksum table per 4 KiB block, the write-hole log per
 //! band — where the default SipHash cost more than the work around it (the CRC of the
-//! block's bytes; a log round's bookkeeping). Keys come from the engine, never from a
-//! client or a disk, so nobody can choose them to collide.
+//! block's bytes; a log round's bookkeeping). The keys are numbers the engine derives
+//! (from client offsets too, but dense and bounded by the device's size): keys that differ
+//! only in bits past 2^39 share buckets, far beyond any device's block or stripe numbers.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Lossy, KIB, MIB};
+use common::{InFlight, Lossy, Yielding, KIB, MIB};
 use futures::executor::block_on;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, Probe, METADATA_AREA_BYTES};
 use nbraid_core::{Buf, CacheMode, Member, MemoryMember, VolumeOptions};
@@ -338,12 +338,25 @@ fn a_log_reserve_that_is_too_small_or_reaches_the_metadata_area_is_refused() {
 }
 
 /// A new array of four in-memory members over `t`, write-back with a `cache_bytes` bound (no
-/// aging: only evictions and flushes destage), with the log when `ppl`.
-fn write_back_array(t: Node, cache_bytes: u64, ppl: bool) -> Array {
+/// aging: only evictions and flushes destage), with the log when `ppl`; members that yield
+/// before each operation (counted in `yielding`) when given.
+fn write_back_array(
+    t: Node,
+    cache_bytes: u64,
+    ppl: bool,
+    yielding: Option<&Arc<InFlight>>,
+) -> Array {
     let metas: Vec<Arc<MemberMeta>> = (0..4)
         .map(|i| {
-            let m = MemoryMember::new(format!("disk{i}"), MEMBER_BYTES);
-            block_on(MemberMeta::load(Arc::new(m) as Arc<dyn Member>))
+            let inner = MemoryMember::new(format!("disk{i}"), MEMBER_BYTES);
+            let m: Arc<dyn Member> = match yielding {
+                Some(in_flight) => Arc::new(Yielding {
+                    inner,
+                    in_flight: in_flight.clone(),
+                }),
+                None => Arc::new(inner),
+            };
+            block_on(MemberMeta::load(m))
         })
         .collect();
     let o = ArrayOptions {
@@ -365,7 +378,7 @@ fn write_back_array(t: Node, cache_bytes: u64, ppl: bool) -> Array {
 fn eviction_with_the_log_destages_a_batch_of_stripes() {
     let dirty_after_one_eviction = |ppl: bool| {
         // The least bound there is: one full stripe (48 blocks).
-        let a = write_back_array(tree(Level::Raid5, 4, false), 3 * STRIP, ppl);
+        let a = write_back_array(tree(Level::Raid5, 4, false), 3 * STRIP, ppl, None);
         let width = 3 * STRIP;
         // Two blocks in each of 24 stripes fill the cache; one more block evicts.
         for s in 0..24u64 {
@@ -383,8 +396,10 @@ fn eviction_with_the_log_destages_a_batch_of_stripes() {
 }
 
 /// A flush drains more cached stripes than a drain destages at once (256), each a
-/// read-modify-write logged first: every stripe lands, the cache empties, and a scrub finds
-/// the parity of every stripe in step with its data.
+/// read-modify-write logged first, over members that answer later (so destages overlap and
+/// park on the log together): every stripe lands, the cache empties, a scrub finds the
+/// parity of every stripe in step with its data — and no more than 256 destages ran at once
+/// (each reads two members, then writes two).
 #[test]
 fn a_drain_of_more_stripes_than_it_destages_at_once_writes_them_all() {
     let strip = 4 * KIB;
@@ -394,7 +409,13 @@ fn a_drain_of_more_stripes_than_it_destages_at_once_writes_them_all() {
         start: METADATA_AREA_BYTES,
         len: REGION,
     }; 4];
-    let a = write_back_array(shape.build(&regions).expect("tree"), 8 * MIB, true);
+    let in_flight = Arc::new(InFlight::default());
+    let a = write_back_array(
+        shape.build(&regions).expect("tree"),
+        8 * MIB,
+        true,
+        Some(&in_flight),
+    );
     let width = 3 * strip;
     let stripes = REGION / strip;
     assert!(stripes > 256, "more stripes than a drain destages at once");
@@ -403,8 +424,15 @@ fn a_drain_of_more_stripes_than_it_destages_at_once_writes_them_all() {
         block_on(a.write(s * width + strip, pattern(s, 4096), false)).expect("write");
     }
     assert_eq!(a.volume().cache_usage().dirty_bytes, stripes * 4096);
+    in_flight.most.store(0, Ordering::SeqCst);
     block_on(a.flush()).expect("flush");
     assert_eq!(a.volume().cache_usage().dirty_bytes, 0);
+    let most = in_flight.most.load(Ordering::SeqCst);
+    // All 512 at once would read 1,024 blocks at once; the log's ring writes add a few.
+    assert!(
+        most > 2 && most <= 2 * 256 + 8,
+        "{most} member operations at once"
+    );
     for s in 0..stripes {
         let got = block_on(a.read(s * width + strip, 4096)).expect("read");
         assert!(got[..] == pattern(s, 4096)[..], "stripe {s}");

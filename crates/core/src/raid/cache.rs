@@ -479,14 +479,16 @@ impl Destager<'_> {
     }
 
     /// Destages `stripes`, [`DRAIN_DESTAGES_IN_FLIGHT`] at a time; every one is tried, the
-    /// most telling error returned.
+    /// most telling error returned (among equals the first stripe's, as they end in any
+    /// order).
     async fn destage_all(&self, stripes: Vec<u64>) -> VolumeResult<()> {
-        let results: Vec<VolumeResult<()>> = futures::stream::iter(stripes)
-            .map(|s| self.destage(s, false))
+        let mut results: Vec<(u64, VolumeResult<()>)> = futures::stream::iter(stripes)
+            .map(|s| async move { (s, self.destage(s, false).await) })
             .buffer_unordered(DRAIN_DESTAGES_IN_FLIGHT)
             .collect()
             .await;
-        crate::node::all_ok(results)
+        results.sort_unstable_by_key(|(s, _)| *s);
+        crate::node::all_ok(results.into_iter().map(|(_, r)| r).collect())
     }
 }
 

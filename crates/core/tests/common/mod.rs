@@ -169,3 +169,72 @@ impl Member for Lossy {
         self.inner.counters()
     }
 }
+
+/// A memory member whose every operation first yields to the executor a few times, as a
+/// device's answer arrives later: requests on it overlap (a `MemoryMember` ends each within
+/// its first poll, so requests over it never do). Counts the operations in flight across
+/// the members sharing `in_flight`, and the most at once.
+pub struct Yielding {
+    pub inner: MemoryMember,
+    pub in_flight: Arc<InFlight>,
+}
+
+#[derive(Default)]
+pub struct InFlight {
+    now: std::sync::atomic::AtomicUsize,
+    pub most: std::sync::atomic::AtomicUsize,
+}
+
+impl Yielding {
+    async fn op<T>(&self, op: BoxFuture<'_, MemberResult<T>>) -> MemberResult<T> {
+        let now = self.in_flight.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.in_flight.most.fetch_max(now, Ordering::SeqCst);
+        for _ in 0..3 {
+            yield_now().await;
+        }
+        let r = op.await;
+        self.in_flight.now.fetch_sub(1, Ordering::SeqCst);
+        r
+    }
+}
+
+/// Pending once (waking itself at once), then ready.
+async fn yield_now() {
+    let mut yielded = false;
+    futures::future::poll_fn(|cx| {
+        if std::mem::replace(&mut yielded, true) {
+            std::task::Poll::Ready(())
+        } else {
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
+
+impl Member for Yielding {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
+        self.op(self.inner.read(offset, buf)).boxed()
+    }
+    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
+        self.op(self.inner.write(offset, data, fua)).boxed()
+    }
+    fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
+        self.op(self.inner.flush()).boxed()
+    }
+    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        self.op(self.inner.trim(offset, len)).boxed()
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        self.op(self.inner.write_zeroes(offset, len)).boxed()
+    }
+    fn counters(&self) -> &MemberCounters {
+        self.inner.counters()
+    }
+}

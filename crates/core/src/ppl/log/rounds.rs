@@ -323,6 +323,11 @@ impl GroupLog {
                 add(&mut size, r, len);
             }
             n = end;
+            if !fits {
+                // A first ticket past half a ring (rings sized by `GroupLog::new` never see
+                // one) goes alone.
+                break;
+            }
         }
         // Ring places: every ring's batch must fit without touching a live batch.
         let mut places = Vec::new();
