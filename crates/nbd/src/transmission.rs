@@ -14,7 +14,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use tokio::io::{AsyncRead, AsyncWrite, BufReader};
+use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
@@ -23,7 +23,7 @@ use crate::error::ConnError;
 use crate::execute::{execute, WriteData};
 use crate::handshake::Negotiated;
 use crate::limits::{request_cost, Activity, Limits, StallGuard};
-use crate::payload::{discard, read_into, read_payload, skip, PayloadClock};
+use crate::payload::{discard, read_into, read_payload, skip, wrong_buffer_length, PayloadClock};
 use crate::proto::*;
 use crate::replies::{BytesHeld, Outgoing, Replies, BATCH_REPLIES};
 use crate::reply_head::error_reply;
@@ -311,7 +311,9 @@ where
     async fn reserve_memory(&mut self, req: &RequestHeader) -> Result<Reserved, Stop> {
         let cost = request_cost(req.typ, req.length);
         let conn_bytes = acquire(&self.budget, cost, &self.tx, &mut self.ready).await?;
-        let arriving = if req.typ == CMD_WRITE && req.length > 0 {
+        // A payload already in the reader's buffer arrives without waiting for the client.
+        let buffered = self.r.buffer().len() >= req.length as usize;
+        let arriving = if req.typ == CMD_WRITE && req.length > 0 && !buffered {
             Some(acquire(&self.shared.arriving, cost, &self.tx, &mut self.ready).await?)
         } else {
             None
@@ -331,8 +333,8 @@ where
     /// patched into whole blocks later, and one longer than the export takes, cut in pieces).
     async fn receive_payload(&mut self, req: &RequestHeader) -> Result<WriteData, ConnError> {
         let len = req.length as usize;
-        let clock = PayloadClock::start(&self.limits, len as u64);
-        if self.r.buffer().len() < len {
+        let buffered = self.r.buffer().len() >= len;
+        if !buffered {
             // Reading the payload may wait for the client: replies go out first.
             self.tx.send_all(&mut self.ready);
         }
@@ -344,13 +346,27 @@ where
                 conn.export.clone().incoming_write(req.offset, len)
             };
         match own {
+            Some(mut incoming) if buffered => {
+                // All there: copied out of the buffer, no clock and no read to set up.
+                let to = incoming.as_mut_slice();
+                if to.len() != len {
+                    return Err(wrong_buffer_length());
+                }
+                to.copy_from_slice(&self.r.buffer()[..len]);
+                Pin::new(&mut self.r).consume(len);
+                Ok(WriteData::Own(incoming))
+            }
             Some(mut incoming) => {
+                let clock = PayloadClock::start(&self.limits, len as u64);
                 read_into(&mut self.r, incoming.as_mut_slice(), len, &clock).await?;
                 Ok(WriteData::Own(incoming))
             }
-            None => Ok(WriteData::Bytes(
-                read_payload(&mut self.r, len, &clock).await?,
-            )),
+            None => {
+                let clock = PayloadClock::start(&self.limits, len as u64);
+                Ok(WriteData::Bytes(
+                    read_payload(&mut self.r, len, &clock).await?,
+                ))
+            }
         }
     }
 
