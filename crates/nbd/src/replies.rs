@@ -142,6 +142,11 @@ impl<W: AsyncWrite + Unpin + Send + 'static> Replies<W> {
     pub async fn closed(&self) {
         self.tx.closed().await
     }
+
+    /// Whether the writer task has ended ([`Replies::closed`] without waiting).
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
 }
 
 /// One non-blocking attempt at writing `msgs` and flushing. Drains `msgs` unless nothing
