@@ -1782,3 +1782,46 @@ async fn buffered_and_trickled_payloads_land_whole() {
     }
     assert_eq!(e.own_buffers.load(Ordering::SeqCst), 36);
 }
+
+/// Headers taken straight out of the reader's buffer (a burst in one send) end the
+/// connection as headers read one by one do: a disconnect cleanly after the replies before
+/// it, a bad magic with its error.
+#[tokio::test]
+async fn a_burst_ends_at_its_disconnect_or_its_bad_magic() {
+    let e = mem(MIB);
+    let server = server_with(vec![("a", e.clone())]);
+    let header = |typ, cookie, length| {
+        RequestHeader {
+            flags: 0,
+            typ,
+            cookie,
+            offset: 0,
+            length,
+        }
+        .encode()
+    };
+    let mut c = Client::connect(&server);
+    c.go("a", false).await;
+    let mut burst = header(CMD_WRITE, 1, 4096).to_vec();
+    burst.extend_from_slice(&pattern(4096, 5));
+    burst.extend_from_slice(&header(CMD_FLUSH, 2, 0));
+    burst.extend_from_slice(&header(CMD_DISC, 3, 0));
+    c.s.write_all(&burst).await.unwrap();
+    assert_eq!(c.simple().await, (0, 1));
+    assert_eq!(c.simple().await, (0, 2));
+    assert!(c.expect_closed().await.is_ok());
+    assert_eq!(e.contents(0, 4096), pattern(4096, 5));
+
+    let mut c = Client::connect(&server);
+    c.go("a", false).await;
+    let mut burst = header(CMD_FLUSH, 4, 0).to_vec();
+    let mut bad = header(CMD_FLUSH, 5, 0);
+    bad[0] ^= 0xff;
+    burst.extend_from_slice(&bad);
+    c.s.write_all(&burst).await.unwrap();
+    assert_eq!(c.simple().await, (0, 4));
+    assert!(matches!(
+        c.expect_closed().await,
+        Err(ConnError::BadRequestMagic(_))
+    ));
+}
