@@ -11,7 +11,7 @@ use bytes::Bytes;
 use crate::export::{errno_for, IncomingWrite, ReadData, ZeroFlags};
 use crate::proto::*;
 use crate::replies::total_len;
-use crate::reply_head::{block_status_reply, error_reply, read_reply};
+use crate::reply_head::{block_status_reply, error_reply, ok_reply, read_reply, ReplyHead};
 use crate::request::Conn;
 use crate::unaligned::{self, is_unaligned};
 
@@ -24,7 +24,7 @@ pub(crate) enum WriteData {
 }
 
 /// A reply: its header and, for a read, the data.
-type Reply = (Vec<u8>, ReadData);
+type Reply = (ReplyHead, ReadData);
 
 /// Runs one validated request against the export; returns the reply header and payload.
 pub(crate) async fn execute(c: &Conn, req: RequestHeader, payload: WriteData) -> Reply {
@@ -40,7 +40,7 @@ pub(crate) async fn execute(c: &Conn, req: RequestHeader, payload: WriteData) ->
         _ => unreachable!("validate() rejects unknown commands"),
     };
     match status {
-        Ok(()) => (simple_reply(0, req.cookie).to_vec(), Vec::new()),
+        Ok(()) => (ok_reply(req.cookie), Vec::new()),
         Err(err) => export_error(c, &req, &err),
     }
 }

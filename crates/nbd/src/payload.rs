@@ -81,6 +81,13 @@ pub(crate) async fn read_payload<R: AsyncRead + Unpin>(
     Ok(buf.freeze())
 }
 
+/// An export's payload buffer that is not the validated length (a bug in the export).
+pub(crate) fn wrong_buffer_length() -> ConnError {
+    ConnError::Io(io::Error::other(
+        "export gave a payload buffer of the wrong length",
+    ))
+}
+
 /// Fills `buf` (from the export, exactly the validated length) with a write payload.
 pub(crate) async fn read_into<R: AsyncRead + Unpin>(
     r: &mut R,
@@ -89,9 +96,7 @@ pub(crate) async fn read_into<R: AsyncRead + Unpin>(
     clock: &PayloadClock,
 ) -> Result<(), ConnError> {
     if buf.len() != len {
-        return Err(ConnError::Io(io::Error::other(
-            "export gave a payload buffer of the wrong length",
-        )));
+        return Err(wrong_buffer_length());
     }
     let mut got = 0;
     while got < len {

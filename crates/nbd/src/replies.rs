@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, Mutex, OwnedSemaphorePermit};
 
 use super::export::ReadData;
 use super::limits::Activity;
+use super::reply_head::ReplyHead;
 
 /// Payloads up to this size are copied into the batch buffer; larger ones go out with one
 /// vectored write together with whatever is buffered.
@@ -38,7 +39,7 @@ pub(crate) struct BytesHeld {
 
 /// One reply on its way to the socket, holding the permits of its request.
 pub(crate) struct Outgoing {
-    pub head: Vec<u8>,
+    pub head: ReplyHead,
     pub payload: ReadData,
     pub _slot: Option<OwnedSemaphorePermit>,
     pub _bytes: Option<BytesHeld>,
@@ -46,7 +47,7 @@ pub(crate) struct Outgoing {
 
 impl Outgoing {
     /// A reply with no permits and no payload (refusals, wake-ups of the writer).
-    pub fn bare(head: Vec<u8>) -> Outgoing {
+    pub fn bare(head: ReplyHead) -> Outgoing {
         Outgoing {
             head,
             payload: Vec::new(),
@@ -122,7 +123,7 @@ impl<W: AsyncWrite + Unpin + Send + 'static> Replies<W> {
                 drop(sink);
                 if left {
                     // Wakes the writer task to finish; carries no bytes of its own.
-                    let _ = self.tx.send(Outgoing::bare(Vec::new()));
+                    let _ = self.tx.send(Outgoing::bare(ReplyHead::empty()));
                 }
                 if msgs.is_empty() {
                     if let Some(a) = &self.activity {
@@ -140,6 +141,11 @@ impl<W: AsyncWrite + Unpin + Send + 'static> Replies<W> {
     /// Completes once the writer task has ended (the connection's replies can go nowhere).
     pub async fn closed(&self) {
         self.tx.closed().await
+    }
+
+    /// Whether the writer task has ended ([`Replies::closed`] without waiting).
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
     }
 }
 
@@ -329,7 +335,7 @@ mod tests {
             let head = vec![i as u8; len.min(20)];
             let payload = vec![Bytes::from(vec![i as u8; len - head.len()])];
             replies.send(Outgoing {
-                head,
+                head: head.into(),
                 payload,
                 _slot: None,
                 _bytes: None,

@@ -1731,3 +1731,97 @@ async fn inline_and_task_replies_never_interleave_over_a_tight_pipe() {
     assert!(rest.is_empty());
     assert!(e.own_buffers.load(Ordering::SeqCst) >= 600);
 }
+
+/// Writes into the export's own buffers, their payloads already in the reader's buffer (a
+/// burst sent at once: copied out of it) or arriving in pieces after their header (read from
+/// the socket under the payload's clock), all land whole and in place.
+#[tokio::test]
+async fn buffered_and_trickled_payloads_land_whole() {
+    const BLOCKS: u64 = 64;
+    let e = Arc::new(MixedExport {
+        inner: MemoryExport::new(BLOCKS * 4096),
+        own_buffers: AtomicUsize::new(0),
+    });
+    let server = server_with(vec![("a", e.clone())]);
+    let mut c = Client::connect(&server);
+    c.go("a", false).await;
+    // A burst: 32 writes of even blocks in one send.
+    let mut burst = Vec::new();
+    for i in 0..32u64 {
+        let h = RequestHeader {
+            flags: 0,
+            typ: CMD_WRITE,
+            cookie: i,
+            offset: 2 * i * 4096,
+            length: 4096,
+        };
+        burst.extend_from_slice(&h.encode());
+        burst.extend_from_slice(&pattern(4096, i as u8));
+    }
+    c.s.write_all(&burst).await.unwrap();
+    for i in 0..32u64 {
+        assert_eq!(c.simple().await, (0, i));
+    }
+    // Trickled: each payload in three pieces, the reader waiting for each.
+    for i in 0..4u64 {
+        let data = pattern(4096, 100 + i as u8);
+        c.request(0, CMD_WRITE, 100 + i, (2 * i + 1) * 4096, 4096)
+            .await;
+        for piece in [&data[..1000], &data[1000..3000], &data[3000..]] {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            c.s.write_all(piece).await.unwrap();
+        }
+        assert_eq!(c.simple().await, (0, 100 + i));
+    }
+    for i in 0..32u64 {
+        assert_eq!(e.inner.contents(2 * i * 4096, 4096), pattern(4096, i as u8));
+    }
+    for i in 0..4u64 {
+        let want = pattern(4096, 100 + i as u8);
+        assert_eq!(e.inner.contents((2 * i + 1) * 4096, 4096), want);
+    }
+    assert_eq!(e.own_buffers.load(Ordering::SeqCst), 36);
+}
+
+/// Headers taken straight out of the reader's buffer (a burst in one send) end the
+/// connection as headers read one by one do: a disconnect cleanly after the replies before
+/// it, a bad magic with its error.
+#[tokio::test]
+async fn a_burst_ends_at_its_disconnect_or_its_bad_magic() {
+    let e = mem(MIB);
+    let server = server_with(vec![("a", e.clone())]);
+    let header = |typ, cookie, length| {
+        RequestHeader {
+            flags: 0,
+            typ,
+            cookie,
+            offset: 0,
+            length,
+        }
+        .encode()
+    };
+    let mut c = Client::connect(&server);
+    c.go("a", false).await;
+    let mut burst = header(CMD_WRITE, 1, 4096).to_vec();
+    burst.extend_from_slice(&pattern(4096, 5));
+    burst.extend_from_slice(&header(CMD_FLUSH, 2, 0));
+    burst.extend_from_slice(&header(CMD_DISC, 3, 0));
+    c.s.write_all(&burst).await.unwrap();
+    assert_eq!(c.simple().await, (0, 1));
+    assert_eq!(c.simple().await, (0, 2));
+    assert!(c.expect_closed().await.is_ok());
+    assert_eq!(e.contents(0, 4096), pattern(4096, 5));
+
+    let mut c = Client::connect(&server);
+    c.go("a", false).await;
+    let mut burst = header(CMD_FLUSH, 4, 0).to_vec();
+    let mut bad = header(CMD_FLUSH, 5, 0);
+    bad[0] ^= 0xff;
+    burst.extend_from_slice(&bad);
+    c.s.write_all(&burst).await.unwrap();
+    assert_eq!(c.simple().await, (0, 4));
+    assert!(matches!(
+        c.expect_closed().await,
+        Err(ConnError::BadRequestMagic(_))
+    ));
+}
