@@ -11,8 +11,8 @@ const AGED_DESTAGES_IN_FLIGHT: usize = 32;
 /// Stripes a drain (a flush, a volume closing) destages at once. Each destage holds its
 /// read buffers and log entry from its reads until its member writes end, and with a log
 /// it waits there for a round: a drain of a whole cache at once (8,192 stripes of 4 KiB
-/// writes in the default 32 MiB) held them all, overflowed the buffer pool and spent a
-/// 28% of a 2-second write-back run zeroing fresh pages (`clear_page_erms`, `perf` of
+/// writes in the default 32 MiB) held them all, overflowed the buffer pool and spent
+/// 28% of a 2-second write-back run's CPU zeroing fresh pages (`clear_page_erms`, `perf` of
 /// `scripts/bench-wpath` r5-wb on /dev/shm; bounded: 2%, as without the log). 256 still
 /// gives a log round hundreds of entries to share and keeps any device's queue full.
 const DRAIN_DESTAGES_IN_FLIGHT: usize = 256;
