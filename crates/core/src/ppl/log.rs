@@ -15,14 +15,15 @@ use futures::channel::oneshot;
 use futures::future::{join_all, Either};
 use nbraid_layout::StripeRoles;
 use parking_lot::Mutex;
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 mod bands;
 mod masks;
+mod ring;
 mod rounds;
 use bands::{known_bands, Band, Bands, Key};
 use masks::{band_masks, covered, needs_no_flush, same_chunk_runs};
+use ring::Ring;
 pub(crate) use rounds::LogFailed;
 
 static ZERO: [u8; BAND_BYTES as usize] = [0; BAND_BYTES as usize];
@@ -40,66 +41,6 @@ pub(crate) enum Values<'a> {
     },
     /// Every data chunk's new bytes over rows `[r0, ..)` (unwritten bytes as they were).
     Direct { chunks: Vec<&'a [u8]>, r0: u64 },
-}
-
-/// One log ring: a member's log area.
-struct Ring {
-    member: usize,
-    offset: u64,
-    len: u64,
-    head: u64,
-    /// Batches written in this life that may still be needed, oldest first.
-    live: VecDeque<LiveBatch>,
-    /// Bytes of the `live` batches (a round asks whether the ring is more than half full).
-    live_bytes: u64,
-    /// The largest tail a completed batch of this ring carries.
-    durable_tail: u64,
-}
-
-impl Ring {
-    /// A batch written at the head.
-    fn push_live(&mut self, batch: LiveBatch) {
-        self.live_bytes += batch.len();
-        self.live.push_back(batch);
-    }
-
-    /// Drops the batches whose entries all lie below the log's tail (settled).
-    fn keep_live_from(&mut self, tail: u64) {
-        let mut gone = 0;
-        self.live.retain(|b| {
-            let keep = b.newest_seq >= tail;
-            if !keep {
-                gone += b.len();
-            }
-            keep
-        });
-        self.live_bytes -= gone;
-        debug_assert_eq!(
-            self.live_bytes,
-            self.live.iter().map(LiveBatch::len).sum::<u64>(),
-            "live bytes kept in step"
-        );
-    }
-}
-
-/// A batch written to a ring in this life that may still be needed: ring bytes
-/// `[start, end)`, holding entries up to `newest_seq`.
-#[derive(Clone, Copy, Debug)]
-struct LiveBatch {
-    start: u64,
-    end: u64,
-    newest_seq: u64,
-}
-
-impl LiveBatch {
-    fn len(&self) -> u64 {
-        self.end - self.start
-    }
-
-    /// Whether ring bytes `[start, end)` touch this batch.
-    fn overlaps(&self, start: u64, end: u64) -> bool {
-        self.start < end && start < self.end
-    }
 }
 
 /// The rings (children) an entry goes to, each with the partial parity it takes there.
@@ -258,15 +199,7 @@ impl GroupLog {
             .iter()
             .map(|&m| {
                 let (offset, len) = setup.areas.get(m).copied().flatten()?;
-                Some(Ring {
-                    member: m,
-                    offset,
-                    len,
-                    head: LOG_BLOCK_BYTES, // block 0 holds the marker of this life
-                    live: VecDeque::new(),
-                    live_bytes: 0,
-                    durable_tail: 0,
-                })
+                Some(Ring::new(m, offset, len))
             })
             .collect();
         let k = layout.data_chunks();

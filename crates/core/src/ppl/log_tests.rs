@@ -545,7 +545,7 @@ fn heads_after(log: &GroupLog, writes: u64) -> Vec<u64> {
 #[test]
 fn on_memory_members_the_log_cycles_through_a_window_of_its_ring() {
     let ring = 4 << 20;
-    let window = super::rounds::MEMORY_RING_WINDOW_BYTES;
+    let window = super::ring::MEMORY_RING_WINDOW_BYTES;
     assert!(ring > 2 * window);
     let memory = |i: usize| MemoryMember::new(format!("m{i}"), 10 << 20);
     // Each write logs one 8 KiB batch; 1,500 of them pass 4 MiB on every ring.

@@ -342,14 +342,8 @@ impl GroupLog {
                 ring.len
             );
             ring.keep_live_from(tail);
-            // Batches up to half the window stay in it: the head wraps at its end.
-            let window = ring_window(&self.table, ring);
-            let end = if len <= window / 2 { window } else { ring.len };
-            let start = if ring.head + len <= end { ring.head } else { 0 };
-            if ring.live.iter().any(|b| b.overlaps(start, start + len)) {
-                return None;
-            }
-            places.push((r, start, len));
+            let window = ring.window(self.memory_backed(ring));
+            places.push((r, ring.place(len, window)?, len));
         }
         let mut taken: Vec<Pending> = st.pending.drain(..n).collect();
         Self::renumber(st, &mut taken);
@@ -364,12 +358,7 @@ impl GroupLog {
                 })
                 .collect();
             let newest_seq = es.iter().map(|e| e.0.seq).max().unwrap_or(0);
-            ring.head = start + len;
-            ring.push_live(LiveBatch {
-                start,
-                end: start + len,
-                newest_seq,
-            });
+            ring.push_live(start, len, newest_seq);
             let mut bytes = Buf::new(batch_bytes(&es));
             encode_batch_into(self.life, tail, &es, &mut bytes);
             debug_assert_eq!(bytes.len() as u64, len);
@@ -432,7 +421,13 @@ impl GroupLog {
     fn crowded(&self) -> bool {
         let st = self.state.lock();
         st.bands.any_done()
-            && (st.rings.iter().flatten()).any(|r| r.live_bytes > ring_window(&self.table, r) / 2)
+            && (st.rings.iter().flatten())
+                .any(|r| r.live_bytes > r.window(self.memory_backed(r)) / 2)
+    }
+
+    /// Whether `ring`'s member keeps its bytes in memory (see [`Ring::window`]).
+    fn memory_backed(&self, ring: &Ring) -> bool {
+        self.table.slot(ring.member).member().memory_backed()
     }
 
     /// Writes one ring's batch (FUA) to its member and the member's replacement; whether the
@@ -510,24 +505,6 @@ impl GroupLog {
         Self::recycle(&mut st, taken.into_iter().map(|p| p.entry));
     }
 }
-
-/// The part of a ring's area the log cycles through: all of it, but on a memory-backed
-/// member ([`MEMORY_RING_WINDOW_BYTES`]) at most. A round flushes the group's members once
-/// the ring's live batches fill half of this, so a smaller window means more flushes (free
-/// on memory) and a smaller set of pages written again and again: on /dev/shm the kernel's
-/// 8 KiB batch write took ~2 µs cycling through six 8 MiB rings amid the members' other
-/// I/O, ~1 µs through 512 KiB ones (`scripts/bench-wpath`'s pattern replayed with plain
-/// system calls).
-fn ring_window(table: &MemberTable, ring: &Ring) -> u64 {
-    if table.slot(ring.member).member().memory_backed() {
-        ring.len.min(MEMORY_RING_WINDOW_BYTES)
-    } else {
-        ring.len
-    }
-}
-
-/// See [`ring_window`].
-pub(super) const MEMORY_RING_WINDOW_BYTES: u64 = 1 << 20;
 
 /// What a round with no room does next.
 enum NoRoom {
