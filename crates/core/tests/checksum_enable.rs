@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{KIB, MIB};
+use common::{yield_once, KIB, MIB};
 use futures::executor::block_on;
 use nbraid_core::checksum::{area_bytes, BLOCK_BYTES};
 use nbraid_core::metadata::{Array, ArrayOptions, FillControl, MemberMeta, METADATA_AREA_BYTES};
@@ -216,20 +216,6 @@ fn fill_with_writes(a: &Array, d: &Disks, ws: &[(u64, Vec<u8>)], cut_off: bool) 
         disk.set_latency(Duration::ZERO, Duration::ZERO);
     }
     state
-}
-
-/// Lets the other futures of a `join!` run once.
-async fn yield_once() {
-    let mut yielded = false;
-    futures::future::poll_fn(|cx| {
-        if yielded {
-            return std::task::Poll::Ready(());
-        }
-        yielded = true;
-        cx.waker().wake_by_ref();
-        std::task::Poll::Pending
-    })
-    .await
 }
 
 /// Overwrites block 1 of stripe `m` on member `m` (one bad block per stripe row) behind the

@@ -28,9 +28,34 @@ fn small_log_with_latency(latency: Duration) -> GroupLog {
 
 /// The log of a `n`-member group of `level` (4 KiB strips), rings as small as allowed.
 fn log_of(level: Level, n: usize, latency: Duration) -> GroupLog {
+    let members: Vec<Arc<dyn Member>> = (0..n)
+        .map(|i| {
+            let m = MemoryMember::new(format!("m{i}"), 2 << 20);
+            Arc::new(SlowMember::new(m, latency)) as Arc<dyn Member>
+        })
+        .collect();
+    log_over(level, members, 1 << 20, None)
+}
+
+/// The log of a 3-member RAID 5 (4 KiB strips) whose rings take `ring_bytes` before the
+/// regions, over `members` (3 of them, of 10 MiB).
+fn log_with_rings(ring_bytes: u64, members: Vec<Arc<dyn Member>>) -> GroupLog {
+    log_over(Level::Raid5, members, 8 << 20, Some(ring_bytes))
+}
+
+/// The log of a group of `level` over `members` (4 KiB strips, 1 MiB regions from
+/// `region_start`), each ring at the member's start: `ring_bytes` long, or as small as
+/// allowed.
+fn log_over(
+    level: Level,
+    members: Vec<Arc<dyn Member>>,
+    region_start: u64,
+    ring_bytes: Option<u64>,
+) -> GroupLog {
+    let n = members.len();
     let regions = vec![
         Region {
-            start: 1 << 20,
+            start: region_start,
             len: 1 << 20
         };
         n
@@ -40,48 +65,13 @@ fn log_of(level: Level, n: usize, latency: Duration) -> GroupLog {
         .build(&regions)
         .expect("tree");
     let (group, _) = parity_groups(&root).remove(0);
-    let ring = min_ring_bytes(&group);
-    let members: Vec<Arc<dyn Member>> = (0..n)
-        .map(|i| {
-            let m = MemoryMember::new(format!("m{i}"), 2 << 20);
-            Arc::new(SlowMember::new(m, latency)) as Arc<dyn Member>
-        })
-        .collect();
+    let ring = ring_bytes.unwrap_or_else(|| min_ring_bytes(&group));
     let setup = PplSetup {
         life: 1,
         areas: vec![Some((0, ring)); n],
     };
-    GroupLog::new(
-        &setup,
-        0,
-        &group,
-        (0..n).collect(),
-        Arc::new(MemberTable::new(members)),
-    )
-    .expect("rings large enough")
-}
-
-/// The log of a 3-member RAID 5 (4 KiB strips) whose rings take `ring_bytes` before the
-/// regions, over `members` (3 of them, of 10 MiB).
-fn log_with_rings(ring_bytes: u64, members: Vec<Arc<dyn Member>>) -> GroupLog {
-    let regions = vec![
-        Region {
-            start: 8 << 20,
-            len: 1 << 20
-        };
-        3
-    ];
-    let root = Shape::new(Level::Raid5, 3, None, STRIP, ParityLayout::LeftSymmetric)
-        .expect("shape")
-        .build(&regions)
-        .expect("tree");
-    let (group, _) = parity_groups(&root).remove(0);
-    let setup = PplSetup {
-        life: 1,
-        areas: vec![Some((0, ring_bytes)); 3],
-    };
     let table = Arc::new(MemberTable::new(members));
-    GroupLog::new(&setup, 0, &group, (0..3).collect(), table).expect("rings large enough")
+    GroupLog::new(&setup, 0, &group, (0..n).collect(), table).expect("rings large enough")
 }
 
 /// The first sector of data chunk 0 written, the rest of the stripe zero.
@@ -548,7 +538,8 @@ fn on_memory_members_the_log_cycles_through_a_window_of_its_ring() {
     let window = super::ring::MEMORY_RING_WINDOW_BYTES;
     assert!(ring > 2 * window);
     let memory = |i: usize| MemoryMember::new(format!("m{i}"), 10 << 20);
-    // Each write logs one 8 KiB batch; 1,500 of them pass 4 MiB on every ring.
+    // Each write logs one 4 KiB batch on its stripe's P ring: 1,500 of them write 2 MiB to
+    // each of the three rings, twice the window.
     let members = (0..3).map(|i| Arc::new(memory(i)) as Arc<dyn Member>);
     let log = log_with_rings(ring, members.collect());
     let heads = heads_after(&log, 1500);

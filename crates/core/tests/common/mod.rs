@@ -190,7 +190,7 @@ impl Yielding {
         let now = self.in_flight.now.fetch_add(1, Ordering::SeqCst) + 1;
         self.in_flight.most.fetch_max(now, Ordering::SeqCst);
         for _ in 0..3 {
-            yield_now().await;
+            yield_once().await;
         }
         let r = op.await;
         self.in_flight.now.fetch_sub(1, Ordering::SeqCst);
@@ -198,8 +198,9 @@ impl Yielding {
     }
 }
 
-/// Pending once (waking itself at once), then ready.
-async fn yield_now() {
+/// Pending once (waking itself at once), then ready: the other futures of a `join!` (or
+/// tasks of the executor) run once.
+pub async fn yield_once() {
     let mut yielded = false;
     futures::future::poll_fn(|cx| {
         if std::mem::replace(&mut yielded, true) {
