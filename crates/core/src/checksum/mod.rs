@@ -44,7 +44,7 @@ use entry::{pages, pages_per_group, ENTRIES_PER_PAGE, HEADER_BITS, HEADER_BYTES,
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
-use table::{Bits, Table};
+use table::{Bits, Table, WriteId};
 
 /// Default bound of the entry pages one region keeps in memory: 1024 pages (4 MiB) cover
 /// 2 GiB of the region.
@@ -231,8 +231,9 @@ pub fn is_mismatch(e: &MemberError) -> bool {
 
 /// What a write that began must hand back when it is answered.
 pub struct WriteToken {
+    id: Option<WriteId>,
     first_block: u64,
-    olds: Vec<Option<u32>>,
+    blocks: u64,
 }
 
 /// Entry pages held in a region's cache for one write ([`LeafChecksums::pin_pages`]);
@@ -457,16 +458,12 @@ impl LeafChecksums {
             pinned.first_page,
             "the pages pinned for these blocks"
         );
-        let mut t = self.table.lock();
-        let olds = (first..)
-            .zip(entries)
-            .map(|(block, &e)| t.begin_write(block, e))
-            .collect();
-        drop(t);
+        let id = self.table.lock().begin_write(first, entries);
         drop(pinned);
         WriteToken {
+            id: Some(id),
             first_block: first,
-            olds,
+            blocks: entries.len() as u64,
         }
     }
 
@@ -682,8 +679,9 @@ impl LeafChecksums {
         let first = offset / BLOCK_BYTES;
         if entries.is_empty() {
             return Ok(WriteToken {
+                id: None,
                 first_block: first,
-                olds: Vec::new(),
+                blocks: 0,
             });
         }
         let last = first + entries.len() as u64;
@@ -720,14 +718,13 @@ impl LeafChecksums {
     /// The write begun with `token` was answered (either way: a failed write fails the
     /// member). Rewrites of blocks found bad count as repairs.
     pub fn end_write(&self, token: WriteToken) {
-        let mut t = self.table.lock();
-        let repaired = token
-            .olds
-            .iter()
-            .enumerate()
-            .filter(|(i, old)| t.end_write(token.first_block + *i as u64, **old))
-            .count();
-        drop(t);
+        let Some(id) = token.id else {
+            return;
+        };
+        let repaired = self
+            .table
+            .lock()
+            .end_write(id, token.first_block, token.blocks);
         if repaired > 0 {
             self.counters().repairs.fetch_add(repaired as u64, Relaxed);
             tracing::info!(

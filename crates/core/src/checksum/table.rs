@@ -11,38 +11,32 @@ use std::collections::{HashMap, HashSet};
 type BlockMap<V> = NumMap<u64, V>;
 type BlockSet = NumSet<u64>;
 
-/// The old checksums a block's unanswered writes replaced: nearly always one, kept inline.
-enum Olds {
-    One([u32; 1]),
-    Many(Vec<u32>),
+/// A write not yet answered: the checksums its blocks had before it, `None` where none was
+/// known. Its bytes may or may not have landed, so a read of its blocks may find the old
+/// bytes and they are as good. Kept per write, not per block: a 1 MiB write is one record,
+/// and only a read that does not match its entry looks here.
+struct Unanswered {
+    first_block: u64,
+    olds: Vec<Option<u32>>,
 }
 
-impl Olds {
-    fn as_slice(&self) -> &[u32] {
-        match self {
-            Olds::One(one) => one,
-            Olds::Many(many) => many,
-        }
+impl Unanswered {
+    fn old_of(&self, block: u64) -> Option<u32> {
+        let i = block.checked_sub(self.first_block)?;
+        self.olds.get(usize::try_from(i).ok()?).copied().flatten()
     }
+}
 
-    fn push(&mut self, old: u32) {
-        match self {
-            Olds::One([first]) => *self = Olds::Many(vec![*first, old]),
-            Olds::Many(many) => many.push(old),
-        }
-    }
+/// Names one write begun in a region's table ([`Table::begin_write`]). Unique in the
+/// process, so a write begun in a table a blank start replaced never ends another's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct WriteId(u64);
 
-    /// Takes one `old` away; whether any are left.
-    fn remove(&mut self, old: u32) -> bool {
-        match self {
-            Olds::One([first]) => *first != old,
-            Olds::Many(many) => {
-                if let Some(i) = many.iter().position(|&c| c == old) {
-                    many.swap_remove(i);
-                }
-                !many.is_empty()
-            }
-        }
+static NEXT_WRITE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl WriteId {
+    fn next() -> WriteId {
+        WriteId(NEXT_WRITE.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
     }
 }
 
@@ -138,8 +132,9 @@ pub(super) struct Table {
     untrusted: Bits,
     pages_per_group: u64,
     groups: u64,
-    /// Checksums of writes not yet answered, per block (their bytes may be on disk).
-    in_flight: BlockMap<Olds>,
+    /// Writes not yet answered that replaced known checksums, by write (few at once: one per
+    /// write in flight on the region).
+    in_flight: NumMap<u64, Unanswered>,
     /// Blocks found bad and not rewritten yet.
     bad: BlockSet,
     /// Pages evicted and still being written: loads take these bytes, not the disk's.
@@ -161,7 +156,7 @@ impl Table {
             untrusted: Bits::new(groups),
             pages_per_group,
             groups,
-            in_flight: BlockMap::default(),
+            in_flight: NumMap::default(),
             bad: BlockSet::default(),
             evicting: HashMap::new(),
             noted: None,
@@ -414,12 +409,7 @@ impl Table {
     /// Judges one block read; with a bad verdict, whether the block was not known bad yet
     /// (a bad block read again before its rewrite is counted once).
     pub(super) fn judge(&mut self, block: u64, computed: u32) -> (Verdict, bool) {
-        let e = self.entry(block);
-        let v = verdict(
-            e,
-            computed,
-            self.in_flight.get(&block).map_or(&[][..], Olds::as_slice),
-        );
+        let v = self.peek(block, computed);
         let new = matches!(v, Verdict::Bad { .. }) && self.bad.insert(block);
         (v, new)
     }
@@ -427,38 +417,73 @@ impl Table {
     /// Judges one block without noting it bad (a check of bytes not read from the member).
     pub(super) fn peek(&mut self, block: u64, computed: u32) -> Verdict {
         let e = self.entry(block);
-        let in_flight = self.in_flight.get(&block).map_or(&[][..], Olds::as_slice);
-        verdict(e, computed, in_flight)
-    }
-
-    /// A write of `crc` to `block` starts: the entry takes the new checksum, and the old one
-    /// stays acceptable until the write is answered.
-    pub(super) fn begin_write(&mut self, block: u64, crc: BlockSum) -> Option<u32> {
-        let old = match self.entry(block) {
-            BlockSum::Known(old) => Some(old),
-            BlockSum::Unknown => None,
+        let olds = match e {
+            BlockSum::Known(stored) if stored != computed => self.olds_of(block),
+            _ => Vec::new(),
         };
-        if let Some(old) = old {
-            match self.in_flight.entry(block) {
-                std::collections::hash_map::Entry::Occupied(mut o) => o.get_mut().push(old),
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(Olds::One([old]));
-                }
-            }
-        }
-        self.set_entry(block, crc);
-        old
+        verdict(e, computed, &olds)
     }
 
-    /// The write begun with [`Table::begin_write`] was answered; returns whether it rewrote
-    /// a block found bad (a repair).
-    pub(super) fn end_write(&mut self, block: u64, old: Option<u32>) -> bool {
-        if let (Some(old), Some(olds)) = (old, self.in_flight.get_mut(&block)) {
-            if !olds.remove(old) {
-                self.in_flight.remove(&block);
+    /// The checksums unanswered writes replaced on `block`.
+    fn olds_of(&self, block: u64) -> Vec<u32> {
+        self.in_flight
+            .values()
+            .filter_map(|w| w.old_of(block))
+            .collect()
+    }
+
+    /// A write of `entries` to the blocks from `first` on starts (their pages held): the
+    /// entries take the new checksums, and the old ones stay acceptable until
+    /// [`Table::end_write`]. One page lookup per page, not per block.
+    pub(super) fn begin_write(&mut self, first: u64, entries: &[BlockSum]) -> WriteId {
+        self.tick += 1;
+        let tick = self.tick;
+        let mut olds = Vec::with_capacity(entries.len());
+        let mut block = first;
+        let mut rest = entries;
+        while !rest.is_empty() {
+            let in_page = ((ENTRIES_PER_PAGE - block % ENTRIES_PER_PAGE) as usize).min(rest.len());
+            let p = self
+                .pages
+                .get_mut(&(block / ENTRIES_PER_PAGE))
+                .expect("the page of a block is loaded before its entry is used");
+            p.used = tick;
+            p.dirty = true;
+            let at = ((block % ENTRIES_PER_PAGE) * ENTRY_BYTES) as usize;
+            let stored = p.bytes[at..at + in_page * ENTRY_BYTES as usize]
+                .chunks_exact_mut(ENTRY_BYTES as usize);
+            let (here, next) = rest.split_at(in_page);
+            for (bytes, &new) in stored.zip(here) {
+                olds.push(match BlockSum::decode(bytes) {
+                    BlockSum::Known(old) => Some(old),
+                    BlockSum::Unknown => None,
+                });
+                new.encode(bytes);
             }
+            rest = next;
+            block += in_page as u64;
         }
-        !self.bad.is_empty() && self.bad.remove(&block)
+        let id = WriteId::next();
+        if olds.iter().any(Option::is_some) {
+            let w = Unanswered {
+                first_block: first,
+                olds,
+            };
+            self.in_flight.insert(id.0, w);
+        }
+        id
+    }
+
+    /// The write begun as `id` over `blocks` blocks from `first` was answered; returns how
+    /// many of them had been found bad (repairs).
+    pub(super) fn end_write(&mut self, id: WriteId, first: u64, blocks: u64) -> usize {
+        self.in_flight.remove(&id.0);
+        if self.bad.is_empty() {
+            return 0;
+        }
+        (first..first + blocks)
+            .filter(|b| self.bad.remove(b))
+            .count()
     }
 
     /// The dirty pages' bytes, handed out for writing back (they count as clean from now on;
@@ -519,12 +544,12 @@ mod tests {
         let mut t = Table::new(1, 1, 4);
         t.insert(0, page());
         t.set_entry(3, BlockSum::Known(10));
-        assert_eq!(t.begin_write(3, BlockSum::Known(20)), Some(10));
+        let w = t.begin_write(3, &[BlockSum::Known(20)]);
         assert_eq!(t.judge(3, 10).0, Verdict::Good);
         assert_eq!(t.judge(3, 20).0, Verdict::Good);
         assert!(matches!(t.judge(3, 30), (Verdict::Bad { .. }, true)));
         assert!(matches!(t.judge(3, 30), (Verdict::Bad { .. }, false)));
-        assert!(t.end_write(3, Some(10)), "the bad block was rewritten");
+        assert_eq!(t.end_write(w, 3, 1), 1, "the bad block was rewritten");
         assert!(matches!(t.judge(3, 10), (Verdict::Bad { .. }, true)));
         assert_eq!(t.judge(3, 20).0, Verdict::Good);
     }
@@ -575,7 +600,7 @@ mod tests {
             "page 2 is not held"
         );
         // A write in flight: the fast path sends its old bytes to `judge`, which takes them.
-        t.begin_write(first, BlockSum::Known(9));
+        t.begin_write(first, &[BlockSum::Known(9)]);
         assert_eq!(t.all_match(first, &crcs[..1]), Some(false));
         assert_eq!(t.judge(first, crcs[0]).0, Verdict::Good);
         assert_eq!(t.all_match(first, &[9]), Some(true));
@@ -586,14 +611,14 @@ mod tests {
         let mut t = Table::new(1, 1, 4);
         t.insert(0, page());
         t.set_entry(5, BlockSum::Known(1));
-        assert_eq!(t.begin_write(5, BlockSum::Known(2)), Some(1));
-        assert_eq!(t.begin_write(5, BlockSum::Known(3)), Some(2));
-        assert_eq!(t.begin_write(5, BlockSum::Known(4)), Some(3));
-        for c in [1, 2, 3, 4] {
-            assert_eq!(t.peek(5, c), Verdict::Good, "{c} may be on disk");
+        let a = t.begin_write(5, &[BlockSum::Known(2)]);
+        let b = t.begin_write(4, &[BlockSum::Known(7), BlockSum::Known(3)]);
+        let c = t.begin_write(5, &[BlockSum::Known(4)]);
+        for s in [1, 2, 3, 4] {
+            assert_eq!(t.peek(5, s), Verdict::Good, "{s} may be on disk");
         }
         // Answered out of order: each answer takes only its own old sum away.
-        assert!(!t.end_write(5, Some(2)));
+        assert_eq!(t.end_write(b, 4, 2), 0);
         assert_eq!(
             t.peek(5, 2),
             Verdict::Bad {
@@ -602,8 +627,9 @@ mod tests {
             }
         );
         assert_eq!(t.peek(5, 1), Verdict::Good);
-        assert!(!t.end_write(5, Some(1)));
-        assert!(!t.end_write(5, Some(3)));
+        assert_eq!(t.peek(4, 7), Verdict::Good, "block 4 had no sum before b");
+        assert_eq!(t.end_write(a, 5, 1), 0);
+        assert_eq!(t.end_write(c, 5, 1), 0);
         assert_eq!(
             t.peek(5, 3),
             Verdict::Bad {
@@ -613,6 +639,42 @@ mod tests {
         );
         assert_eq!(t.peek(5, 4), Verdict::Good);
         assert!(t.in_flight.is_empty(), "nothing left in flight");
+    }
+
+    /// A write over many pages updates every entry, keeps every old sum of the blocks that
+    /// had one while unanswered, and counts the bad blocks it rewrote once answered.
+    #[test]
+    fn a_write_across_pages_keeps_its_old_sums_until_answered() {
+        let mut t = Table::new(1, 4, 4);
+        for page in 0..3 {
+            t.insert(page, self::page());
+        }
+        let first = ENTRIES_PER_PAGE - 2;
+        let n = ENTRIES_PER_PAGE + 4;
+        for b in (first..first + n).step_by(2) {
+            t.set_entry(b, BlockSum::Known(b as u32));
+        }
+        assert!(matches!(t.judge(first + 2, 0), (Verdict::Bad { .. }, true)));
+        let news: Vec<BlockSum> = (0..n)
+            .map(|i| BlockSum::Known(1_000_000 + i as u32))
+            .collect();
+        let w = t.begin_write(first, &news);
+        for (i, b) in (first..first + n).enumerate() {
+            assert_eq!(t.entry(b), news[i]);
+            assert_eq!(t.peek(b, 1_000_000 + i as u32), Verdict::Good);
+            let old = t.peek(b, b as u32);
+            if (b - first).is_multiple_of(2) {
+                assert_eq!(old, Verdict::Good, "block {b}'s old bytes");
+            } else {
+                assert!(
+                    matches!(old, Verdict::Bad { .. }),
+                    "block {b} had no old sum"
+                );
+            }
+        }
+        assert_eq!(t.end_write(w, first, n), 1, "one bad block rewritten");
+        assert!(matches!(t.peek(first, first as u32), Verdict::Bad { .. }));
+        assert!(t.in_flight.is_empty());
     }
 
     #[test]
