@@ -15,7 +15,9 @@
 //! Data and its checksum cannot land atomically. BlockSum pages are written back lazily (the
 //! cache is bounded; pages are written before the member flush the volume's FLUSH does), and
 //! the area's header holds one bit per page group, made durable (FUA) *before* the first data
-//! write under that group since the volume was opened. After an unclean shutdown the entries
+//! write under that group since the volume was opened (a write continuing a sequential
+//! stream marks 32 MiB ahead, so a stream pays one header write per 32 MiB of region, not
+//! per group). After an unclean shutdown the entries
 //! of every group whose bit is set are dropped (they read as "unknown", not as errors) and
 //! come back as the blocks are written again; a clean start trusts them all. So a crash
 //! never turns a lagging checksum into an error or a "repair" — it costs protection of the
@@ -474,20 +476,25 @@ impl LeafChecksums {
         groups.into_iter().all(|g| t.durable.get(g))
     }
 
-    /// Makes the header bits of blocks `first..last` durable before data is written there.
+    /// Makes the header bits of blocks `first..last` durable before data is written there;
+    /// a write continuing a stream marks ahead ([`entry::groups_to_mark`]).
     async fn mark_groups(&self, m: &dyn Member, first: u64, last: u64) -> MemberResult<()> {
         if self.groups_durable(first, last) {
             return Ok(());
         }
-        let groups = self.groups_of(first, last);
+        let needed = self.groups_of(first, last);
         let _g = self.header_lock.lock().await;
-        let bytes = {
+        let (marked, bytes) = {
             let mut t = self.table.lock();
-            if groups.clone().all(|g| t.durable.get(g)) {
+            if needed.clone().all(|g| t.durable.get(g)) {
                 return Ok(());
             }
-            groups.clone().for_each(|g| t.header.set(g));
-            t.header.to_bytes(HEADER_BYTES as usize)
+            let (a, b) = (*needed.start(), *needed.end());
+            let previous_durable = a > 0 && t.durable.get(a - 1);
+            let marked =
+                entry::groups_to_mark(a, b, previous_durable, t.header_bits(), t.pages_per_group());
+            marked.clone().for_each(|g| t.header.set(g));
+            (marked, t.header.to_bytes(HEADER_BYTES as usize))
         };
         m.write(
             self.area.offset_bytes,
@@ -496,7 +503,7 @@ impl LeafChecksums {
         )
         .await?;
         let mut t = self.table.lock();
-        groups.for_each(|g| t.durable.set(g));
+        marked.for_each(|g| t.durable.set(g));
         Ok(())
     }
 

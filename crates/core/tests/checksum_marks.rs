@@ -1,0 +1,118 @@
+//! The checksum header's bits are made durable (a FUA write of the header) before the first
+//! write under their page group since the open. A sequential writer marks ahead: one header
+//! write per 32 MiB of the member's region, not one per 2 MiB group — on a disk each is a
+//! write on the critical path away from the data. Writes that do not continue a stream mark
+//! only the groups they need.
+
+mod common;
+
+use common::{KIB, MIB};
+use futures::executor::block_on;
+use futures::future::BoxFuture;
+use nbraid_core::checksum::{area_bytes, ChecksumArea, ChecksumSetup};
+use nbraid_core::{
+    Buf, CacheMode, Member, MemberCounters, MemberResult, MemoryMember, SharedBuf, Volume,
+    VolumeOptions,
+};
+use nbraid_layout::{Geometry, Node};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// 32 page groups of 2 MiB.
+const REGION: u64 = 64 * MIB;
+
+/// A memory member that counts the writes to one offset (the checksum header).
+struct HeaderWrites {
+    inner: MemoryMember,
+    at: u64,
+    count: AtomicU64,
+}
+
+impl Member for HeaderWrites {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
+        self.inner.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
+        if offset == self.at {
+            assert!(fua, "the header is written FUA");
+            self.count.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.write(offset, data, fua)
+    }
+    fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
+        self.inner.flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        self.inner.trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        self.inner.write_zeroes(offset, len)
+    }
+    fn counters(&self) -> &MemberCounters {
+        self.inner.counters()
+    }
+}
+
+/// A JBOD over one counting member, checksums on, opened clean (no group marked).
+fn volume() -> (Volume, Arc<HeaderWrites>) {
+    let area = area_bytes(REGION);
+    let member = Arc::new(HeaderWrites {
+        inner: MemoryMember::new("m0", REGION + area),
+        at: REGION,
+        count: AtomicU64::new(0),
+    });
+    let setup = ChecksumSetup::new(
+        "t",
+        vec![Some(ChecksumArea {
+            offset_bytes: REGION,
+            len_bytes: area,
+        })],
+        true,
+    );
+    let opts = VolumeOptions {
+        block_size: 4096,
+        members_known_zero: true,
+        cache: CacheMode::WriteThrough,
+        checksums: Some(setup),
+        ..VolumeOptions::default()
+    };
+    let tree = Node::concat(vec![Node::member(0, 0, REGION)]).unwrap();
+    let v = Volume::new(Geometry::from_tree(tree), vec![member.clone()], opts).unwrap();
+    (v, member)
+}
+
+#[test]
+fn a_sequential_writer_marks_its_groups_ahead() {
+    let (v, member) = volume();
+    let piece = vec![0x5au8; MIB as usize];
+    block_on(async {
+        for at in (0..REGION).step_by(MIB as usize) {
+            v.write(at, Buf::copy_from(&piece), false).await.unwrap();
+        }
+    });
+    // Group 0 alone (nothing before it is marked), then groups 1..=17, then 18..=31.
+    assert_eq!(member.count.load(Ordering::SeqCst), 3);
+    let got = block_on(v.read(REGION - MIB, MIB)).unwrap();
+    assert!(got.iter().all(|&b| b == 0x5a));
+}
+
+#[test]
+fn writes_that_do_not_continue_a_stream_mark_only_their_groups() {
+    let (v, member) = volume();
+    let piece = vec![0x33u8; 64 * KIB as usize];
+    block_on(async {
+        // Every group once, last to first: no write finds the group before its own marked.
+        for group in (0..REGION / (2 * MIB)).rev() {
+            v.write(group * 2 * MIB, Buf::copy_from(&piece), false)
+                .await
+                .unwrap();
+        }
+    });
+    assert_eq!(member.count.load(Ordering::SeqCst), REGION / (2 * MIB));
+}
