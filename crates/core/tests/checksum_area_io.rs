@@ -1,14 +1,15 @@
-//! The checksum header's bits are made durable (a FUA write of the header) before the first
-//! write under their page group since the open. A sequential writer marks ahead: one header
-//! write per 32 MiB of the member's region, not one per 2 MiB group — on a disk each is a
-//! write on the critical path away from the data. Writes that do not continue a stream mark
-//! only the groups they need.
+//! What the checksum area costs in member I/O on the write path. The header's bits are made
+//! durable (a FUA write of the header) before the first write under their page group since
+//! the open: a sequential writer marks ahead, one header write per 32 MiB of the member's
+//! region, not one per 2 MiB group — on a disk each is a write on the critical path away
+//! from the data; writes that do not continue a stream mark only the groups they need. And
+//! an entry page not in the cache is read once, however many writes need it while it loads.
 
 mod common;
 
 use common::{KIB, MIB};
 use futures::executor::block_on;
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, FutureExt};
 use nbraid_core::checksum::{area_bytes, ChecksumArea, ChecksumSetup};
 use nbraid_core::{
     Buf, CacheMode, Member, MemberCounters, MemberResult, MemoryMember, SharedBuf, Volume,
@@ -21,11 +22,14 @@ use std::sync::Arc;
 /// 32 page groups of 2 MiB.
 const REGION: u64 = 64 * MIB;
 
-/// A memory member that counts the writes to one offset (the checksum header).
+/// A memory member that counts the writes to one offset (the checksum header) and the
+/// reads at or past it (entry pages); its reads answer only after a few polls, as a disk's
+/// do, so loads of a page by several writers overlap.
 struct HeaderWrites {
     inner: MemoryMember,
     at: u64,
     count: AtomicU64,
+    area_reads: AtomicU64,
 }
 
 impl Member for HeaderWrites {
@@ -36,7 +40,16 @@ impl Member for HeaderWrites {
         self.inner.len()
     }
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
-        self.inner.read(offset, buf)
+        if offset >= self.at {
+            self.area_reads.fetch_add(1, Ordering::SeqCst);
+        }
+        async move {
+            for _ in 0..3 {
+                common::yield_once().await;
+            }
+            self.inner.read(offset, buf).await
+        }
+        .boxed()
     }
     fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
         if offset == self.at {
@@ -66,6 +79,7 @@ fn volume() -> (Volume, Arc<HeaderWrites>) {
         inner: MemoryMember::new("m0", REGION + area),
         at: REGION,
         count: AtomicU64::new(0),
+        area_reads: AtomicU64::new(0),
     });
     let setup = ChecksumSetup::new(
         "t",
@@ -115,4 +129,22 @@ fn writes_that_do_not_continue_a_stream_mark_only_their_groups() {
         }
     });
     assert_eq!(member.count.load(Ordering::SeqCst), REGION / (2 * MIB));
+}
+
+#[test]
+fn writers_that_need_one_entry_page_at_once_read_it_once() {
+    let (v, member) = volume();
+    let piece = vec![0x77u8; 64 * KIB as usize];
+    // Sixteen writes under the first entry page (2 MiB of region), all in flight at once.
+    let writes = (0..16u64).map(|i| v.write(i * 64 * KIB, Buf::copy_from(&piece), false));
+    for r in block_on(futures::future::join_all(writes)) {
+        r.unwrap();
+    }
+    assert_eq!(
+        member.area_reads.load(Ordering::SeqCst),
+        1,
+        "one load of page 0"
+    );
+    let got = block_on(v.read(0, MIB)).unwrap();
+    assert!(got.iter().all(|&b| b == 0x77));
 }
