@@ -116,19 +116,34 @@ fn a_sequential_writer_marks_its_groups_ahead() {
     assert!(got.iter().all(|&b| b == 0x5a));
 }
 
+/// The header bits as they are on the member.
+fn header_bits(member: &HeaderWrites) -> Vec<u64> {
+    let mut header = vec![0u8; 4096];
+    member.inner.peek(REGION, &mut header);
+    (0..REGION / (2 * MIB))
+        .filter(|&g| header[(g / 8) as usize] & (1 << (g % 8)) != 0)
+        .collect()
+}
+
 #[test]
 fn writes_that_do_not_continue_a_stream_mark_only_their_groups() {
     let (v, member) = volume();
     let piece = vec![0x33u8; 64 * KIB as usize];
-    block_on(async {
-        // Every group once, last to first: no write finds the group before its own marked.
-        for group in (0..REGION / (2 * MIB)).rev() {
-            v.write(group * 2 * MIB, Buf::copy_from(&piece), false)
-                .await
-                .unwrap();
-        }
-    });
-    assert_eq!(member.count.load(Ordering::SeqCst), REGION / (2 * MIB));
+    let write_group = |g: u64| block_on(v.write(g * 2 * MIB, Buf::copy_from(&piece), false));
+    // Groups apart from each other: each marks its own.
+    for g in [10, 12, 14] {
+        write_group(g).unwrap();
+    }
+    assert_eq!(header_bits(&member), vec![10, 12, 14]);
+    // Group 1 after group 0, written: a stream, marked 16 groups ahead.
+    write_group(0).unwrap();
+    write_group(1).unwrap();
+    assert_eq!(member.count.load(Ordering::SeqCst), 5);
+    assert_eq!(header_bits(&member), (0..=17).collect::<Vec<_>>());
+    // Group 18 follows group 17, marked ahead but never written: only its own bit.
+    write_group(18).unwrap();
+    assert_eq!(member.count.load(Ordering::SeqCst), 6);
+    assert_eq!(header_bits(&member), (0..=18).collect::<Vec<_>>());
 }
 
 #[test]

@@ -48,24 +48,27 @@ pub fn pages_per_group(region_len_bytes: u64) -> u64 {
     pages(region_len_bytes).div_ceil(HEADER_BITS).max(1)
 }
 
-/// Region bytes a write that continues a forward stream marks past the groups it needs: a
-/// sequential writer then pays one header write (FUA, on the critical path) per 32 MiB of
-/// each member's region instead of one per group. Marking more only costs protection after
-/// an unclean shutdown, of blocks the stream is about to write anyway.
+/// Region bytes (at least; in whole page groups) a write that continues a forward stream
+/// marks past the groups it needs: a sequential writer then pays one header write (FUA, on
+/// the critical path) per 32 MiB of each member's region instead of one per group. Marking
+/// more only costs protection after an unclean shutdown, of blocks the stream is about to
+/// write anyway.
 pub const MARK_AHEAD_BYTES: u64 = 32 << 20;
 
 /// The header bits to set for a write needing groups `first..=last` (not all durable yet)
-/// in a header of `groups` bits, `previous_durable` whether group `first - 1` is: a write
-/// continuing a stream marks [`MARK_AHEAD_BYTES`] more; any other marks what it needs.
+/// in a header of `groups` bits, `streaming` whether group `first - 1` was written since
+/// the open: a write continuing a stream marks [`MARK_AHEAD_BYTES`] more, rounded up to
+/// whole groups (a single group of more than 32 MiB on regions past 1 TiB); any other
+/// marks what it needs.
 pub fn groups_to_mark(
     first: u64,
     last: u64,
-    previous_durable: bool,
+    streaming: bool,
     groups: u64,
     pages_per_group: u64,
 ) -> std::ops::RangeInclusive<u64> {
     assert!(first <= last && last < groups, "groups within the header");
-    if !previous_durable {
+    if !streaming {
         return first..=last;
     }
     let group_bytes = pages_per_group * ENTRIES_PER_PAGE * BLOCK_BYTES;

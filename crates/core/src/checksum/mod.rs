@@ -15,9 +15,9 @@
 //! Data and its checksum cannot land atomically. BlockSum pages are written back lazily (the
 //! cache is bounded; pages are written before the member flush the volume's FLUSH does), and
 //! the area's header holds one bit per page group, made durable (FUA) *before* the first data
-//! write under that group since the volume was opened (a write continuing a sequential
-//! stream marks 32 MiB ahead, so a stream pays one header write per 32 MiB of region, not
-//! per group). After an unclean shutdown the entries
+//! write under that group since the volume was opened (a write into the group after one
+//! written since the open marks at least 32 MiB ahead, in whole groups, so a sequential
+//! stream pays one header write per 32 MiB of region, not one per group). After an unclean shutdown the entries
 //! of every group whose bit is set are dropped (they read as "unknown", not as errors) and
 //! come back as the blocks are written again; a clean start trusts them all. So a crash
 //! never turns a lagging checksum into an error or a "repair" — it costs protection of the
@@ -363,6 +363,9 @@ impl LeafChecksums {
                 .to_vec(),
         };
         let out = self.table.lock().insert(page, bytes);
+        // The page is in; what it pushed out is written without holding up the next load
+        // of this lock (a load of an evicted page takes its bytes from `evicting`).
+        drop(_one);
         for e in out {
             let r = m
                 .write(
@@ -493,7 +496,8 @@ impl LeafChecksums {
     }
 
     /// Makes the header bits of blocks `first..last` durable before data is written there;
-    /// a write continuing a stream marks ahead ([`entry::groups_to_mark`]).
+    /// a write into the group after one written since the open marks ahead
+    /// ([`entry::groups_to_mark`]).
     async fn mark_groups(&self, m: &dyn Member, first: u64, last: u64) -> MemberResult<()> {
         if self.groups_durable(first, last) {
             return Ok(());
@@ -506,9 +510,11 @@ impl LeafChecksums {
                 return Ok(());
             }
             let (a, b) = (*needed.start(), *needed.end());
-            let previous_durable = a > 0 && t.durable.get(a - 1);
+            // A stream: the group before was written since the open (marked only ahead of
+            // a writer does not count, or writes beside those would mark further and further).
+            let streaming = a > 0 && t.written.get(a - 1);
             let marked =
-                entry::groups_to_mark(a, b, previous_durable, t.header_bits(), t.pages_per_group());
+                entry::groups_to_mark(a, b, streaming, t.header_bits(), t.pages_per_group());
             marked.clone().for_each(|g| t.header.set(g));
             (marked, t.header.to_bytes(HEADER_BYTES as usize))
         };

@@ -128,6 +128,9 @@ pub(super) struct Table {
     /// Header bits known durable: a write under a group whose bit is here needs no header
     /// write first.
     pub(super) durable: Bits,
+    /// Groups written since the open ([`Table::begin_write`]): a write into the group after
+    /// one of these continues a stream and marks ahead.
+    pub(super) written: Bits,
     /// Groups untrusted at open (an unclean shutdown): their pages load as all unknown.
     untrusted: Bits,
     pages_per_group: u64,
@@ -153,6 +156,7 @@ impl Table {
             tick: 0,
             header: Bits::new(groups),
             durable: Bits::new(groups),
+            written: Bits::new(groups),
             untrusted: Bits::new(groups),
             pages_per_group,
             groups,
@@ -462,6 +466,12 @@ impl Table {
             }
             rest = next;
             block += in_page as u64;
+        }
+        if !entries.is_empty() {
+            let last = first + entries.len() as u64 - 1;
+            let groups =
+                self.group_of(first / ENTRIES_PER_PAGE)..=self.group_of(last / ENTRIES_PER_PAGE);
+            groups.for_each(|g| self.written.set(g));
         }
         let id = WriteId::next();
         if olds.iter().any(Option::is_some) {
