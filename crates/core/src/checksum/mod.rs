@@ -355,14 +355,15 @@ impl LeafChecksums {
         if held {
             return Ok(());
         }
-        let bytes = match evicting {
-            Some(b) => b,
-            None => m
-                .read(self.page_offset(page), Buf::new(PAGE_BYTES as usize))
-                .await?
-                .to_vec(),
+        let out = match evicting {
+            Some(b) => self.table.lock().insert_evicted(page, b),
+            None => {
+                let b = m
+                    .read(self.page_offset(page), Buf::new(PAGE_BYTES as usize))
+                    .await?;
+                self.table.lock().insert(page, b.to_vec())
+            }
         };
-        let out = self.table.lock().insert(page, bytes);
         // The page is in; what it pushed out is written without holding up the next load
         // of this lock (a load of an evicted page takes its bytes from `evicting`).
         drop(_one);

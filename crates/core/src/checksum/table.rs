@@ -237,6 +237,23 @@ impl Table {
     /// Adds a page read from disk (unless another load was first); returns the pages pushed
     /// out to stay within the bound that must be written back.
     pub(super) fn insert(&mut self, page: u64, mut bytes: Vec<u8>) -> Vec<Evicted> {
+        // Entries written before the crash may lag their data: drop them, and make the
+        // dropping durable with the page's next write-back.
+        let untrusted = self.untrusted.get(self.group_of(page));
+        if untrusted {
+            bytes.fill(0);
+        }
+        self.insert_page(page, bytes, untrusted)
+    }
+
+    /// Adds a page back from the bytes of its eviction ([`Table::evicting`]): this table's
+    /// own entries (kept as they are), dirty — its write-back may not have finished, or may
+    /// have been given up with the load that started it.
+    pub(super) fn insert_evicted(&mut self, page: u64, bytes: Vec<u8>) -> Vec<Evicted> {
+        self.insert_page(page, bytes, true)
+    }
+
+    fn insert_page(&mut self, page: u64, bytes: Vec<u8>, dirty: bool) -> Vec<Evicted> {
         assert_eq!(
             bytes.len() as u64,
             PAGE_BYTES,
@@ -245,18 +262,12 @@ impl Table {
         if self.pages.contains_key(&page) {
             return Vec::new();
         }
-        // Entries written before the crash may lag their data: drop them, and make the
-        // dropping durable with the page's next write-back.
-        let untrusted = self.untrusted.get(self.group_of(page));
-        if untrusted {
-            bytes.fill(0);
-        }
         self.tick += 1;
         self.pages.insert(
             page,
             Page {
                 bytes: bytes.into_boxed_slice(),
-                dirty: untrusted,
+                dirty,
                 used: self.tick,
                 pins: 0,
             },
@@ -727,6 +738,27 @@ mod tests {
         assert!(t.insert(2, page()).is_empty());
         assert_eq!(t.cached_pages(), 1);
         assert!(t.has_page(2));
+    }
+
+    /// A page taken back from its eviction keeps this table's entries (even in a group
+    /// untrusted at open) and is written back again: the eviction's write may never land.
+    #[test]
+    fn a_page_taken_back_from_its_eviction_keeps_its_entries_and_is_dirty() {
+        let mut t = Table::new(1, 1, 1);
+        let mut on_disk = Bits::new(1);
+        on_disk.set(0);
+        t.open_unclean(on_disk);
+        t.insert(0, page());
+        t.set_entry(0, BlockSum::Known(7));
+        t.take_dirty();
+        t.set_entry(1, BlockSum::Known(8));
+        let out = t.insert(1, page());
+        assert_eq!(out[0].page, 0, "page 0 pushed out, dirty");
+        t.insert_evicted(0, t.evicting(0).unwrap());
+        assert_eq!(t.entry(0), BlockSum::Known(7));
+        assert_eq!(t.entry(1), BlockSum::Known(8));
+        let dirty: Vec<u64> = t.take_dirty().into_iter().map(|(k, _)| k).collect();
+        assert!(dirty.contains(&0), "written back again");
     }
 
     #[test]
