@@ -22,8 +22,9 @@ mod masks;
 mod ring;
 mod rounds;
 use bands::{known_bands, Band, Bands, Key};
-use masks::{band_masks, covered, needs_no_flush, same_chunk_runs};
+use masks::{band_masks, band_masks_into, covered, needs_no_flush, same_chunk_runs};
 use ring::Ring;
+pub(crate) use ring::Rings;
 pub(crate) use rounds::LogFailed;
 
 static ZERO: [u8; BAND_BYTES as usize] = [0; BAND_BYTES as usize];
@@ -42,9 +43,6 @@ pub(crate) enum Values<'a> {
     /// Every data chunk's new bytes over rows `[r0, ..)` (unwritten bytes as they were).
     Direct { chunks: Vec<&'a [u8]>, r0: u64 },
 }
-
-/// The rings (children) an entry goes to, each with the partial parity it takes there.
-pub(crate) type Rings = Vec<(usize, Part)>;
 
 /// The entries one stripe write logs, each with the rings it goes to.
 pub(crate) type Prepared = Vec<(Entry, Rings)>;
@@ -88,6 +86,10 @@ struct State {
     /// each, a round's worth freed at once gave the heap back to the kernel and every new one
     /// page-faulted (a tenth of the log's CPU time at queue depth). At most `SPARE_PARTS`.
     spare_parts: Vec<Vec<u8>>,
+    /// Entries' sector masks and retired bands' vectors (`need`, `dirty`), for the next
+    /// entries and bands: a few small allocations an entry otherwise. At most `SPARE_PARTS`.
+    spare_masks: Vec<Vec<u8>>,
+    spare_bands: Vec<(Vec<u64>, Vec<u8>)>,
 }
 
 impl State {
@@ -237,6 +239,8 @@ impl GroupLog {
                 rounds_in_flight: 0,
                 slot_waiters: Vec::new(),
                 spare_parts: Vec::new(),
+                spare_masks: Vec::new(),
+                spare_bands: Vec::new(),
             }),
         })
     }
@@ -286,6 +290,9 @@ impl GroupLog {
         for key in settled {
             let b = st.bands.remove(&key).expect("listed");
             st.retired.insert(key, b.seq);
+            if st.spare_bands.len() < SPARE_PARTS {
+                st.spare_bands.push((b.need, b.dirty));
+            }
         }
         st.seen = (durable, failed);
         let floor = st
@@ -344,6 +351,9 @@ impl GroupLog {
     /// Keeps the partial-parity buffers of `entries` (written, or never to be) for reuse.
     fn recycle(st: &mut State, entries: impl IntoIterator<Item = Entry>) {
         for e in entries {
+            if st.spare_masks.len() < SPARE_PARTS {
+                st.spare_masks.push(e.masks);
+            }
             for part in [e.pp, e.pq].into_iter().flatten() {
                 if st.spare_parts.len() < SPARE_PARTS {
                     st.spare_parts.push(part);
@@ -464,7 +474,8 @@ impl GroupLog {
             let b0 = band * BAND_BYTES;
             let b1 = (b0 + BAND_BYTES).min(self.strip);
             let sectors = ((b1 - b0) / SECTOR_BYTES as u64) as u8;
-            let now = masks(band);
+            let mut now = st.spare_masks.pop().unwrap_or_default();
+            band_masks_into(written, b0, self.strip, &mut now);
             let key = (stripe, band as u32);
             // Checked above: a band still live here has its earlier writes done and this
             // write's entry describes every sector they left in flux (`needs_no_flush`).
@@ -472,6 +483,7 @@ impl GroupLog {
             let covered = now.iter().fold(0, |a, m| a | m);
             if covered == 0 {
                 debug_assert!(!live, "a live band this write does not write blocks it");
+                st.spare_masks.push(now);
                 continue;
             }
             let full = now.iter().fold(0xff, |a, m| a & m);
@@ -479,6 +491,7 @@ impl GroupLog {
             let replayable = st.retired.get(&key).is_some_and(|&s| s >= floor);
             if stored == 0 && !replayable && !live {
                 // Every chunk written wherever anything is: nothing to protect, nothing stale.
+                st.spare_masks.push(now);
                 continue;
             }
             let mut spare = || st.spare_parts.pop().unwrap_or_default();
@@ -497,11 +510,20 @@ impl GroupLog {
                 pp: Some(pp),
                 pq,
             };
-            let need = vec![0; self.members.len()];
-            let k = self.k;
+            let (members, k) = (self.members.len(), self.k);
+            let spare = if live { None } else { st.spare_bands.pop() };
             st.bands.upsert(
                 key,
-                || Band::live(seq, need, k),
+                || match spare {
+                    Some((mut need, mut dirty)) => {
+                        need.clear();
+                        need.resize(members, 0);
+                        dirty.clear();
+                        dirty.resize(k, 0);
+                        Band::live_with(seq, need, dirty)
+                    }
+                    None => Band::live(seq, vec![0; members], k),
+                },
                 |b| {
                     b.seq = seq;
                     b.durable = false;
@@ -512,7 +534,7 @@ impl GroupLog {
                     }
                 },
             );
-            out.push((entry, rings.clone()));
+            out.push((entry, rings));
         }
         Ok(out)
     }

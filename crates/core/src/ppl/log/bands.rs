@@ -39,6 +39,12 @@ pub(super) struct Band {
 impl Band {
     /// A band going live with entry `seq`, nothing logged in it yet.
     pub(super) fn live(seq: u64, need: Vec<u64>, k: usize) -> Band {
+        Band::live_with(seq, need, vec![0; k])
+    }
+
+    /// [`Band::live`] over vectors already zeroed (a retired band's, reused).
+    pub(super) fn live_with(seq: u64, need: Vec<u64>, dirty: Vec<u8>) -> Band {
+        debug_assert!(dirty.iter().all(|&d| d == 0), "nothing dirty yet");
         Band {
             first_seq: seq,
             seq,
@@ -46,7 +52,7 @@ impl Band {
             written: false,
             inflight: 0,
             need,
-            dirty: vec![0; k],
+            dirty,
             writes: 0,
         }
     }

@@ -7,20 +7,29 @@ use crate::ppl::{BAND_BYTES, SECTOR_BYTES};
 /// Per data chunk, the sectors of the band starting at row `b0` (of a `strip`-byte strip)
 /// that the row ranges `written[i]` of chunk `i` write.
 pub(super) fn band_masks(written: &[Vec<(u64, u64)>], b0: u64, strip: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(written.len());
+    band_masks_into(written, b0, strip, &mut out);
+    out
+}
+
+/// [`band_masks`] into `out` (a reused entry's masks: one allocation less an entry). A
+/// range's sectors are one run of bits: from the sector of its first byte, one per
+/// started sector.
+pub(super) fn band_masks_into(written: &[Vec<(u64, u64)>], b0: u64, strip: u64, out: &mut Vec<u8>) {
     let b1 = (b0 + BAND_BYTES).min(strip);
-    written
-        .iter()
-        .map(|ranges| {
-            let mut m = 0u8;
-            for &(s, e) in ranges {
-                let (s, e) = (s.max(b0), e.min(b1));
-                for x in (s..e).step_by(SECTOR_BYTES) {
-                    m |= 1 << ((x - b0) / SECTOR_BYTES as u64);
-                }
+    let sector = SECTOR_BYTES as u64;
+    out.clear();
+    out.extend(written.iter().map(|ranges| {
+        let mut m = 0u16;
+        for &(s, e) in ranges {
+            let (s, e) = (s.max(b0), e.min(b1));
+            if s < e {
+                let (first, n) = ((s - b0) / sector, (e - s).div_ceil(sector));
+                m |= ((1u16 << n) - 1) << first;
             }
-            m
-        })
-        .collect()
+        }
+        m as u8
+    }));
 }
 
 /// The runs of set bits of a band's sector mask, as sector ranges `(first, end)`.
@@ -99,4 +108,48 @@ pub(super) fn needs_no_flush(dirty: &[u8], now: &[u8], one_write: bool) -> bool 
             || (unflushed == 1 && unwritten == 1)
             || (one_write && unflushed == unwritten)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The sectors a range writes, one sector start at a time (the definition).
+    fn stepped(written: &[Vec<(u64, u64)>], b0: u64, strip: u64) -> Vec<u8> {
+        let b1 = (b0 + BAND_BYTES).min(strip);
+        written
+            .iter()
+            .map(|ranges| {
+                let mut m = 0u8;
+                for &(s, e) in ranges {
+                    let (s, e) = (s.max(b0), e.min(b1));
+                    for x in (s..e).step_by(SECTOR_BYTES) {
+                        m |= 1 << ((x - b0) / SECTOR_BYTES as u64);
+                    }
+                }
+                m
+            })
+            .collect()
+    }
+
+    proptest! {
+        /// Band masks by runs of bits equal masks sector by sector, aligned or not, over
+        /// the band's edges and a short last band.
+        #[test]
+        fn band_masks_match_a_sector_by_sector_count(
+            ranges in proptest::collection::vec(
+                proptest::collection::vec((0u64..20_000, 1u64..9_000), 0..4), 1..6),
+            band in 0u64..5,
+            short in proptest::bool::ANY,
+        ) {
+            let strip = if short { 18_944 } else { 20_480 };
+            let written: Vec<Vec<(u64, u64)>> = ranges
+                .into_iter()
+                .map(|c| c.into_iter().map(|(s, n)| (s, (s + n).min(strip))).collect())
+                .collect();
+            let b0 = band * BAND_BYTES;
+            prop_assert_eq!(band_masks(&written, b0, strip), stepped(&written, b0, strip));
+        }
+    }
 }
