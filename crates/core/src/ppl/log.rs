@@ -263,14 +263,39 @@ impl GroupLog {
         (self.counts().1, failed)
     }
 
+    /// Per member of the group into `seen`: writes known durable, and whether it failed;
+    /// whether either changed since `seen` was last filled.
+    fn refresh_seen(&self, (durable, failed): &mut (Vec<u64>, Vec<bool>)) -> bool {
+        let n = self.members.len();
+        let mut changed = durable.len() != n || failed.len() != n;
+        durable.resize(n, 0);
+        failed.resize(n, false);
+        // Failed flags first, then counts, as `durable_or_failed` reads them.
+        for (i, &m) in self.members.iter().enumerate() {
+            let f = self.table.slot(m).is_failed();
+            changed |= failed[i] != f;
+            failed[i] = f;
+        }
+        for (i, &m) in self.members.iter().enumerate() {
+            let d = self.table.slot(m).write_counts().1;
+            changed |= durable[i] != d;
+            durable[i] = d;
+        }
+        changed
+    }
+
     /// Moves bands whose writes are all durable out of the live set. Every live band is
     /// looked at only when a member's durable count or failed state changed since the last
     /// look (hundreds of bands wait for a flush between two; a round calls this each time);
     /// otherwise only the bands whose own state changed since (`State::changed`).
     fn retire(&self, st: &mut State) {
-        let (durable, failed) = self.durable_or_failed();
-        let ready = |b: &Band| b.inflight == 0 && b.durable && covered(&b.need, &durable, &failed);
-        let mut settled: Vec<(u64, u32)> = if st.seen.0 != durable || st.seen.1 != failed {
+        // The members' counts into `seen` in place (a round calls this each time: three
+        // vectors a call otherwise), taken out while the bands are looked at.
+        let mut seen = std::mem::take(&mut st.seen);
+        let members_changed = self.refresh_seen(&mut seen);
+        let (durable, failed) = (&seen.0, &seen.1);
+        let ready = |b: &Band| b.inflight == 0 && b.durable && covered(&b.need, durable, failed);
+        let mut settled: Vec<(u64, u32)> = if members_changed {
             st.changed.clear();
             // Only a done band may retire: those alone are looked at.
             let done = st.bands.done_keys().copied().collect::<Vec<_>>();
@@ -294,7 +319,7 @@ impl GroupLog {
                 st.spare_bands.push((b.need, b.dirty));
             }
         }
-        st.seen = (durable, failed);
+        st.seen = seen;
         let floor = st
             .rings
             .iter()
