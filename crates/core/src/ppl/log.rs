@@ -22,7 +22,7 @@ mod masks;
 mod ring;
 mod rounds;
 use bands::{known_bands, Band, Bands, Key};
-use masks::{band_masks, band_masks_into, covered, needs_no_flush, same_chunk_runs};
+use masks::{bands_masks_into, covered, needs_no_flush, same_chunk_runs};
 use ring::Ring;
 pub(crate) use ring::Rings;
 pub(crate) use rounds::LogFailed;
@@ -90,6 +90,8 @@ struct State {
     /// entries and bands: a few small allocations an entry otherwise. At most `SPARE_PARTS`.
     spare_masks: Vec<Vec<u8>>,
     spare_bands: Vec<(Vec<u64>, Vec<u8>)>,
+    /// The masks of a stripe write's bands (`prepare`), kept for the next one.
+    scratch_masks: Vec<u8>,
 }
 
 impl State {
@@ -241,26 +243,9 @@ impl GroupLog {
                 spare_parts: Vec::new(),
                 spare_masks: Vec::new(),
                 spare_bands: Vec::new(),
+                scratch_masks: Vec::new(),
             }),
         })
-    }
-
-    /// Per member of the group: (writes completed, writes known durable).
-    fn counts(&self) -> (Vec<u64>, Vec<u64>) {
-        self.members
-            .iter()
-            .map(|&m| self.table.slot(m).write_counts())
-            .unzip()
-    }
-
-    /// Per member of the group: writes known durable, and whether it failed.
-    fn durable_or_failed(&self) -> (Vec<u64>, Vec<bool>) {
-        let failed = self
-            .members
-            .iter()
-            .map(|&m| self.table.slot(m).is_failed())
-            .collect();
-        (self.counts().1, failed)
     }
 
     /// Per member of the group into `seen`: writes known durable, and whether it failed;
@@ -270,7 +255,7 @@ impl GroupLog {
         let mut changed = durable.len() != n || failed.len() != n;
         durable.resize(n, 0);
         failed.resize(n, false);
-        // Failed flags first, then counts, as `durable_or_failed` reads them.
+        // Failed flags first, then counts (a member failing in between: counted failed).
         for (i, &m) in self.members.iter().enumerate() {
             let f = self.table.slot(m).is_failed();
             changed |= failed[i] != f;
@@ -357,7 +342,9 @@ impl GroupLog {
         if stale.is_empty() {
             return;
         }
-        let (durable, failed) = self.durable_or_failed();
+        let mut seen = (Vec::new(), Vec::new());
+        self.refresh_seen(&mut seen);
+        let (durable, failed) = seen;
         let pending: crate::num_hash::NumSet<(u64, u32, u64)> = st
             .pending
             .iter()
@@ -458,9 +445,17 @@ impl GroupLog {
         if lo >= hi {
             return Ok(Vec::new());
         }
-        // Per data chunk, the sectors of band `band` this write writes.
-        let masks = |band: u64| band_masks(written, band * BAND_BYTES, self.strip);
         let touched = (lo / BAND_BYTES)..hi.div_ceil(BAND_BYTES);
+        let (first, k) = (touched.start, written.len());
+        let mut all = std::mem::take(&mut st.scratch_masks);
+        bands_masks_into(
+            written,
+            (first, touched.clone().count()),
+            self.strip,
+            &mut all,
+        );
+        // Per data chunk, the sectors of band `band` this write writes.
+        let masks = |band: u64| &all[(band - first) as usize * k..][..k];
         if touched
             .clone()
             .any(|b| st.bands.contains_key(&(stripe, b as u32)))
@@ -475,7 +470,7 @@ impl GroupLog {
                     wait = wait.or(Some((stripe, band as u32)));
                 } else if fua
                     || !self.may_skip_flushes()
-                    || !needs_no_flush(&b.dirty, &masks(band), b.writes == 1)
+                    || !needs_no_flush(&b.dirty, masks(band), b.writes == 1)
                 {
                     flush = true;
                 }
@@ -499,26 +494,29 @@ impl GroupLog {
             let b0 = band * BAND_BYTES;
             let b1 = (b0 + BAND_BYTES).min(self.strip);
             let sectors = ((b1 - b0) / SECTOR_BYTES as u64) as u8;
-            let mut now = st.spare_masks.pop().unwrap_or_default();
-            band_masks_into(written, b0, self.strip, &mut now);
             let key = (stripe, band as u32);
+            let mask = masks(band);
+            let covered = mask.iter().fold(0, |a, m| a | m);
+            if covered == 0 {
+                debug_assert!(
+                    !st.bands.contains_key(&key),
+                    "a live band this write does not write blocks it"
+                );
+                continue;
+            }
             // Checked above: a band still live here has its earlier writes done and this
             // write's entry describes every sector they left in flux (`needs_no_flush`).
             let live = st.bands.contains_key(&key);
-            let covered = now.iter().fold(0, |a, m| a | m);
-            if covered == 0 {
-                debug_assert!(!live, "a live band this write does not write blocks it");
-                st.spare_masks.push(now);
-                continue;
-            }
-            let full = now.iter().fold(0xff, |a, m| a & m);
+            let full = mask.iter().fold(0xff, |a, m| a & m);
             let stored = covered & !full;
             let replayable = st.retired.get(&key).is_some_and(|&s| s >= floor);
             if stored == 0 && !replayable && !live {
                 // Every chunk written wherever anything is: nothing to protect, nothing stale.
-                st.spare_masks.push(now);
                 continue;
             }
+            let mut now = st.spare_masks.pop().unwrap_or_default();
+            now.clear();
+            now.extend_from_slice(mask);
             let mut spare = || st.spare_parts.pop().unwrap_or_default();
             let bufs = (spare(), (self.np == 2).then(&mut spare));
             let (pp, pq) = self.partials(&roles.q_slot, b0, stored, &now, values, bufs);
@@ -561,6 +559,7 @@ impl GroupLog {
             );
             out.push((entry, rings));
         }
+        st.scratch_masks = all;
         Ok(out)
     }
 

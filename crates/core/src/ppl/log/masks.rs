@@ -4,32 +4,36 @@
 
 use crate::ppl::{BAND_BYTES, SECTOR_BYTES};
 
-/// Per data chunk, the sectors of the band starting at row `b0` (of a `strip`-byte strip)
-/// that the row ranges `written[i]` of chunk `i` write.
-pub(super) fn band_masks(written: &[Vec<(u64, u64)>], b0: u64, strip: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(written.len());
-    band_masks_into(written, b0, strip, &mut out);
-    out
-}
-
-/// [`band_masks`] into `out` (a reused entry's masks: one allocation less an entry). A
-/// range's sectors are one run of bits: from the sector of its first byte, one per
-/// started sector.
-pub(super) fn band_masks_into(written: &[Vec<(u64, u64)>], b0: u64, strip: u64, out: &mut Vec<u8>) {
-    let b1 = (b0 + BAND_BYTES).min(strip);
+/// Per band of `bands` from band `first` on and per data chunk, the sectors of the band (of
+/// a `strip`-byte strip) that the row ranges `written[i]` of chunk `i` write, into `out`
+/// (band after band, `written.len()` masks each). One pass over the ranges: a range's
+/// sectors in a band are one run of bits, from the sector of its first byte, one per
+/// started sector. (Walking every range for every band of a stripe write's hull, empty
+/// bands included, cost a write-back destage more than its entries' bookkeeping.)
+pub(super) fn bands_masks_into(
+    written: &[Vec<(u64, u64)>],
+    (first, bands): (u64, usize),
+    strip: u64,
+    out: &mut Vec<u8>,
+) {
+    let k = written.len();
     let sector = SECTOR_BYTES as u64;
     out.clear();
-    out.extend(written.iter().map(|ranges| {
-        let mut m = 0u16;
+    out.resize(bands * k, 0);
+    let last = first + bands as u64;
+    for (i, ranges) in written.iter().enumerate() {
         for &(s, e) in ranges {
-            let (s, e) = (s.max(b0), e.min(b1));
-            if s < e {
-                let (first, n) = ((s - b0) / sector, (e - s).div_ceil(sector));
-                m |= ((1u16 << n) - 1) << first;
+            let e = e.min(strip);
+            for band in (s / BAND_BYTES).max(first)..e.div_ceil(BAND_BYTES).min(last) {
+                let b0 = band * BAND_BYTES;
+                let (s, e) = (s.max(b0), e.min(b0 + BAND_BYTES));
+                if s < e {
+                    let (x, n) = ((s - b0) / sector, (e - s).div_ceil(sector));
+                    out[(band - first) as usize * k + i] |= (((1u16 << n) - 1) << x) as u8;
+                }
             }
         }
-        m as u8
-    }));
+    }
 }
 
 /// The runs of set bits of a band's sector mask, as sector ranges `(first, end)`.
@@ -134,8 +138,8 @@ mod tests {
     }
 
     proptest! {
-        /// Band masks by runs of bits equal masks sector by sector, aligned or not, over
-        /// the band's edges and a short last band.
+        /// Band masks by runs of bits, all bands in one pass, equal masks band by band and
+        /// sector by sector, aligned or not, over the bands' edges and a short last band.
         #[test]
         fn band_masks_match_a_sector_by_sector_count(
             ranges in proptest::collection::vec(
@@ -148,8 +152,13 @@ mod tests {
                 .into_iter()
                 .map(|c| c.into_iter().map(|(s, n)| (s, (s + n).min(strip))).collect())
                 .collect();
-            let b0 = band * BAND_BYTES;
-            prop_assert_eq!(band_masks(&written, b0, strip), stepped(&written, b0, strip));
+            let (first, bands) = (band, 6 - band as usize);
+            let mut all = Vec::new();
+            bands_masks_into(&written, (first, bands), strip, &mut all);
+            for (j, one) in all.chunks(written.len()).enumerate() {
+                let b0 = (first + j as u64) * BAND_BYTES;
+                prop_assert_eq!(one, &stepped(&written, b0, strip)[..], "band {}", first + j as u64);
+            }
         }
     }
 }
