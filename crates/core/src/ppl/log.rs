@@ -10,7 +10,6 @@ use crate::buf::Buf;
 use crate::error::VolumeError;
 use crate::node::MemberTable;
 use crate::num_hash::NumMap;
-use crate::parity;
 use futures::channel::oneshot;
 use futures::future::{join_all, Either};
 use nbraid_layout::StripeRoles;
@@ -19,15 +18,15 @@ use std::sync::Arc;
 
 mod bands;
 mod masks;
+mod partial;
 mod ring;
 mod rounds;
 use bands::{known_bands, Band, Bands, Key};
-use masks::{bands_masks_into, covered, needs_no_flush, same_chunk_runs};
+use masks::{bands_masks_into, covered, needs_no_flush};
+use partial::partials;
 use ring::Ring;
 pub(crate) use ring::Rings;
 pub(crate) use rounds::LogFailed;
-
-static ZERO: [u8; BAND_BYTES as usize] = [0; BAND_BYTES as usize];
 
 /// What a stripe write can tell the log about the bytes it replaces.
 pub(crate) enum Values<'a> {
@@ -456,33 +455,8 @@ impl GroupLog {
         );
         // Per data chunk, the sectors of band `band` this write writes.
         let masks = |band: u64| &all[(band - first) as usize * k..][..k];
-        if touched
-            .clone()
-            .any(|b| st.bands.contains_key(&(stripe, b as u32)))
-        {
-            self.retire(&mut st);
-            let (mut flush, mut wait) = (false, None);
-            for band in touched.clone() {
-                let Some(b) = st.bands.get(&(stripe, band as u32)) else {
-                    continue;
-                };
-                if b.inflight > 0 || !b.durable {
-                    wait = wait.or(Some((stripe, band as u32)));
-                } else if fua
-                    || !self.may_skip_flushes()
-                    || !needs_no_flush(&b.dirty, masks(band), b.writes == 1)
-                {
-                    flush = true;
-                }
-            }
-            if flush {
-                return Err(Blocked::Flush);
-            }
-            if let Some(key) = wait {
-                count(&stats::BAND_WAITS, 1);
-                return Err(Blocked::Wait(st.wait_for_band(key)));
-            }
-            count(&stats::BAND_REWRITES, 1);
+        if let Some(why) = self.blocked(&mut st, stripe, touched.clone(), masks, fua) {
+            return Err(why);
         }
         let floor = rings
             .iter()
@@ -519,7 +493,7 @@ impl GroupLog {
             now.extend_from_slice(mask);
             let mut spare = || st.spare_parts.pop().unwrap_or_default();
             let bufs = (spare(), (self.np == 2).then(&mut spare));
-            let (pp, pq) = self.partials(&roles.q_slot, b0, stored, &now, values, bufs);
+            let (pp, pq) = partials(&roles.q_slot, b0, stored, &now, values, bufs);
             let seq = st.next_seq;
             st.next_seq += 1;
             let entry = Entry {
@@ -563,99 +537,43 @@ impl GroupLog {
         Ok(out)
     }
 
-    /// The partial P (and Q) of band `b0`'s `stored` sectors, in order, where `now[i]` are the
-    /// sectors data chunk `i` writes: per sector, the parity of the chunks not written
-    /// there — from the new bytes of every other chunk (`Direct`), or from the old parity
-    /// minus the old bytes of the written chunks (`Delta`). Computed straight into the
-    /// entry's buffers, a run of sectors with the same written chunks at a time.
-    fn partials(
+    /// Why a write over bands `touched` of `stripe` (sectors `masks(band)`) cannot be logged
+    /// yet: a band it touches is live with earlier writes not durable ([`Self::prepare`]).
+    fn blocked<'m>(
         &self,
-        q_slot: &[usize],
-        b0: u64,
-        stored: u8,
-        now: &[u8],
-        values: &Values<'_>,
-        (mut pp, mut pq): (Vec<u8>, Option<Vec<u8>>),
-    ) -> (Vec<u8>, Option<Vec<u8>>) {
-        let raid6 = self.np == 2;
-        let n = stored.count_ones() as usize * SECTOR_BYTES;
-        // Every byte is computed below: a reused buffer of the right length keeps its bytes.
-        pp.resize(n, 0);
-        if let Some(q) = pq.as_mut() {
-            q.resize(n, 0);
+        st: &mut State,
+        stripe: u64,
+        touched: std::ops::Range<u64>,
+        masks: impl Fn(u64) -> &'m [u8],
+        fua: bool,
+    ) -> Option<Blocked> {
+        if !(touched.clone()).any(|b| st.bands.contains_key(&(stripe, b as u32))) {
+            return None;
         }
-        assert_eq!(pq.is_some(), raid6, "a partial Q buffer for RAID 6 only");
-        let mut put = 0; // where the next run goes in the outputs
-        for (x, end) in same_chunk_runs(stored, now) {
-            let len = (end - x) * SECTOR_BYTES;
-            let (op, oq) = (
-                &mut pp[put..put + len],
-                pq.as_mut().map(|q| &mut q[put..put + len]),
-            );
-            put += len;
-            let bit = 1u8 << x;
-            // Row `b0 + x sectors` in a buffer that starts at row `base`.
-            let at = |base: u64| (b0 + (x * SECTOR_BYTES) as u64 - base) as usize;
-            match values {
-                Values::Direct { chunks, r0 } => {
-                    let a = at(*r0);
-                    let src = |i: usize| &chunks[i][a..a + len];
-                    match oq {
-                        // Every slot, written chunks as zero: Q needs the slot order.
-                        Some(oq) => {
-                            let mut by_slot = vec![&ZERO[..len]; self.k];
-                            for i in (0..self.k).filter(|&i| now[i] & bit == 0) {
-                                by_slot[q_slot[i]] = src(i);
-                            }
-                            parity::pq_gen(&by_slot, op, oq);
-                        }
-                        None => {
-                            let srcs: Vec<&[u8]> = (0..self.k)
-                                .filter(|&i| now[i] & bit == 0)
-                                .map(src)
-                                .collect();
-                            parity::xor_gen(&srcs, op);
-                        }
-                    }
-                }
-                Values::Delta {
-                    chunks: written,
-                    p,
-                    q,
-                    r0,
-                } => {
-                    let a = at(*r0);
-                    let written_of = |i: usize| {
-                        let (start, bytes) = written[i].expect("the written chunk's bytes");
-                        let o = at(start);
-                        &bytes[o..o + len]
-                    };
-                    let writes = (0..self.k).filter(|&i| now[i] & bit != 0);
-                    match oq {
-                        Some(oq) => {
-                            // (A kernel copy: glibc's `rep movsb` is slow on this CPU.)
-                            parity::xor_gen(&[&p[a..a + len]], op);
-                            // No Q read (its member failed): no ring takes the partial Q.
-                            match q {
-                                Some(q) => parity::xor_gen(&[&q[a..a + len]], oq),
-                                None => oq.fill(0),
-                            }
-                            for i in writes {
-                                parity::pq_update(op, oq, q_slot[i], &ZERO[..len], written_of(i));
-                            }
-                        }
-                        None => {
-                            let srcs: Vec<&[u8]> = std::iter::once(&p[a..a + len])
-                                .chain(writes.map(written_of))
-                                .collect();
-                            parity::xor_gen(&srcs, op);
-                        }
-                    }
-                }
+        self.retire(st);
+        let (mut flush, mut wait) = (false, None);
+        for band in touched {
+            let Some(b) = st.bands.get(&(stripe, band as u32)) else {
+                continue;
+            };
+            if b.inflight > 0 || !b.durable {
+                wait = wait.or(Some((stripe, band as u32)));
+            } else if fua
+                || !self.may_skip_flushes()
+                || !needs_no_flush(&b.dirty, masks(band), b.writes == 1)
+            {
+                flush = true;
             }
         }
-        debug_assert_eq!(put, n, "every stored sector computed");
-        (pp, pq)
+        if flush {
+            return Some(Blocked::Flush);
+        }
+        if let Some(key) = wait {
+            count(&stats::BAND_WAITS, 1);
+            return Some(Blocked::Wait(st.wait_for_band(key)));
+        }
+        count(&stats::BAND_REWRITES, 1);
+        None
     }
 
     /// [`Self::prepare`], flushing the group's members first when a band it touches has
