@@ -12,6 +12,7 @@
 //! cargo bench -p nbraid-benches --bench log_cost
 //! NBRAID_BENCH_ROUNDS=15 NBRAID_BENCH_SECS=0.3 NBRAID_BENCH_WORK=wb cargo bench -p nbraid-benches --bench log_cost
 //! NBRAID_BENCH_SIDE=log perf record … # the array with the log only (a profile of its path)
+//! NBRAID_BENCH_LEVEL=6 cargo bench …   # RAID 6 arrays instead
 //! ```
 //!
 //! Memory members copy with `memcpy` in this process, so the log's share is larger here than
@@ -47,8 +48,11 @@ fn array(logged: bool, cache: CacheMode) -> Array {
             block_on(MemberMeta::load(Arc::new(m) as Arc<dyn Member>))
         })
         .collect();
-    let shape =
-        Shape::new(Level::Raid5, MEMBERS, None, STRIP, ParityLayout::default()).expect("shape");
+    let level = match std::env::var("NBRAID_BENCH_LEVEL").as_deref() {
+        Ok("6") => Level::Raid6,
+        _ => Level::Raid5,
+    };
+    let shape = Shape::new(level, MEMBERS, None, STRIP, ParityLayout::default()).expect("shape");
     let start = METADATA_AREA_BYTES + LOG_RESERVE;
     let tree = shape
         .build(&[Region { start, len: REGION }; MEMBERS])

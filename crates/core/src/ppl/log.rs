@@ -10,7 +10,6 @@ use crate::buf::Buf;
 use crate::error::VolumeError;
 use crate::node::MemberTable;
 use crate::num_hash::NumMap;
-use crate::parity;
 use futures::channel::oneshot;
 use futures::future::{join_all, Either};
 use nbraid_layout::StripeRoles;
@@ -19,14 +18,15 @@ use std::sync::Arc;
 
 mod bands;
 mod masks;
+mod partial;
 mod ring;
 mod rounds;
 use bands::{known_bands, Band, Bands, Key};
-use masks::{band_masks, covered, needs_no_flush, same_chunk_runs};
+use masks::{bands_masks_into, covered, needs_no_flush};
+use partial::partials;
 use ring::Ring;
+pub(crate) use ring::Rings;
 pub(crate) use rounds::LogFailed;
-
-static ZERO: [u8; BAND_BYTES as usize] = [0; BAND_BYTES as usize];
 
 /// What a stripe write can tell the log about the bytes it replaces.
 pub(crate) enum Values<'a> {
@@ -42,9 +42,6 @@ pub(crate) enum Values<'a> {
     /// Every data chunk's new bytes over rows `[r0, ..)` (unwritten bytes as they were).
     Direct { chunks: Vec<&'a [u8]>, r0: u64 },
 }
-
-/// The rings (children) an entry goes to, each with the partial parity it takes there.
-pub(crate) type Rings = Vec<(usize, Part)>;
 
 /// The entries one stripe write logs, each with the rings it goes to.
 pub(crate) type Prepared = Vec<(Entry, Rings)>;
@@ -88,6 +85,12 @@ struct State {
     /// each, a round's worth freed at once gave the heap back to the kernel and every new one
     /// page-faulted (a tenth of the log's CPU time at queue depth). At most `SPARE_PARTS`.
     spare_parts: Vec<Vec<u8>>,
+    /// Entries' sector masks and retired bands' vectors (`need`, `dirty`), for the next
+    /// entries and bands: a few small allocations an entry otherwise. At most `SPARE_PARTS`.
+    spare_masks: Vec<Vec<u8>>,
+    spare_bands: Vec<(Vec<u64>, Vec<u8>)>,
+    /// The masks of a stripe write's bands (`prepare`), kept for the next one.
+    scratch_masks: Vec<u8>,
 }
 
 impl State {
@@ -237,26 +240,32 @@ impl GroupLog {
                 rounds_in_flight: 0,
                 slot_waiters: Vec::new(),
                 spare_parts: Vec::new(),
+                spare_masks: Vec::new(),
+                spare_bands: Vec::new(),
+                scratch_masks: Vec::new(),
             }),
         })
     }
 
-    /// Per member of the group: (writes completed, writes known durable).
-    fn counts(&self) -> (Vec<u64>, Vec<u64>) {
-        self.members
-            .iter()
-            .map(|&m| self.table.slot(m).write_counts())
-            .unzip()
-    }
-
-    /// Per member of the group: writes known durable, and whether it failed.
-    fn durable_or_failed(&self) -> (Vec<u64>, Vec<bool>) {
-        let failed = self
-            .members
-            .iter()
-            .map(|&m| self.table.slot(m).is_failed())
-            .collect();
-        (self.counts().1, failed)
+    /// Per member of the group into `seen`: writes known durable, and whether it failed;
+    /// whether either changed since `seen` was last filled.
+    fn refresh_seen(&self, (durable, failed): &mut (Vec<u64>, Vec<bool>)) -> bool {
+        let n = self.members.len();
+        let mut changed = durable.len() != n || failed.len() != n;
+        durable.resize(n, 0);
+        failed.resize(n, false);
+        // Failed flags first, then counts (a member failing in between: counted failed).
+        for (i, &m) in self.members.iter().enumerate() {
+            let f = self.table.slot(m).is_failed();
+            changed |= failed[i] != f;
+            failed[i] = f;
+        }
+        for (i, &m) in self.members.iter().enumerate() {
+            let d = self.table.slot(m).write_counts().1;
+            changed |= durable[i] != d;
+            durable[i] = d;
+        }
+        changed
     }
 
     /// Moves bands whose writes are all durable out of the live set. Every live band is
@@ -264,9 +273,13 @@ impl GroupLog {
     /// look (hundreds of bands wait for a flush between two; a round calls this each time);
     /// otherwise only the bands whose own state changed since (`State::changed`).
     fn retire(&self, st: &mut State) {
-        let (durable, failed) = self.durable_or_failed();
-        let ready = |b: &Band| b.inflight == 0 && b.durable && covered(&b.need, &durable, &failed);
-        let mut settled: Vec<(u64, u32)> = if st.seen.0 != durable || st.seen.1 != failed {
+        // The members' counts into `seen` in place (a round calls this each time: three
+        // vectors a call otherwise), taken out while the bands are looked at.
+        let mut seen = std::mem::take(&mut st.seen);
+        let members_changed = self.refresh_seen(&mut seen);
+        let (durable, failed) = (&seen.0, &seen.1);
+        let ready = |b: &Band| b.inflight == 0 && b.durable && covered(&b.need, durable, failed);
+        let mut settled: Vec<(u64, u32)> = if members_changed {
             st.changed.clear();
             // Only a done band may retire: those alone are looked at.
             let done = st.bands.done_keys().copied().collect::<Vec<_>>();
@@ -286,8 +299,11 @@ impl GroupLog {
         for key in settled {
             let b = st.bands.remove(&key).expect("listed");
             st.retired.insert(key, b.seq);
+            if st.spare_bands.len() < SPARE_PARTS {
+                st.spare_bands.push((b.need, b.dirty));
+            }
         }
-        st.seen = (durable, failed);
+        st.seen = seen;
         let floor = st
             .rings
             .iter()
@@ -325,7 +341,9 @@ impl GroupLog {
         if stale.is_empty() {
             return;
         }
-        let (durable, failed) = self.durable_or_failed();
+        let mut seen = (Vec::new(), Vec::new());
+        self.refresh_seen(&mut seen);
+        let (durable, failed) = seen;
         let pending: crate::num_hash::NumSet<(u64, u32, u64)> = st
             .pending
             .iter()
@@ -344,6 +362,9 @@ impl GroupLog {
     /// Keeps the partial-parity buffers of `entries` (written, or never to be) for reuse.
     fn recycle(st: &mut State, entries: impl IntoIterator<Item = Entry>) {
         for e in entries {
+            if st.spare_masks.len() < SPARE_PARTS {
+                st.spare_masks.push(e.masks);
+            }
             for part in [e.pp, e.pq].into_iter().flatten() {
                 if st.spare_parts.len() < SPARE_PARTS {
                     st.spare_parts.push(part);
@@ -423,36 +444,19 @@ impl GroupLog {
         if lo >= hi {
             return Ok(Vec::new());
         }
-        // Per data chunk, the sectors of band `band` this write writes.
-        let masks = |band: u64| band_masks(written, band * BAND_BYTES, self.strip);
         let touched = (lo / BAND_BYTES)..hi.div_ceil(BAND_BYTES);
-        if touched
-            .clone()
-            .any(|b| st.bands.contains_key(&(stripe, b as u32)))
-        {
-            self.retire(&mut st);
-            let (mut flush, mut wait) = (false, None);
-            for band in touched.clone() {
-                let Some(b) = st.bands.get(&(stripe, band as u32)) else {
-                    continue;
-                };
-                if b.inflight > 0 || !b.durable {
-                    wait = wait.or(Some((stripe, band as u32)));
-                } else if fua
-                    || !self.may_skip_flushes()
-                    || !needs_no_flush(&b.dirty, &masks(band), b.writes == 1)
-                {
-                    flush = true;
-                }
-            }
-            if flush {
-                return Err(Blocked::Flush);
-            }
-            if let Some(key) = wait {
-                count(&stats::BAND_WAITS, 1);
-                return Err(Blocked::Wait(st.wait_for_band(key)));
-            }
-            count(&stats::BAND_REWRITES, 1);
+        let (first, k) = (touched.start, written.len());
+        let mut all = std::mem::take(&mut st.scratch_masks);
+        bands_masks_into(
+            written,
+            (first, touched.clone().count()),
+            self.strip,
+            &mut all,
+        );
+        // Per data chunk, the sectors of band `band` this write writes.
+        let masks = |band: u64| &all[(band - first) as usize * k..][..k];
+        if let Some(why) = self.blocked(&mut st, stripe, touched.clone(), masks, fua) {
+            return Err(why);
         }
         let floor = rings
             .iter()
@@ -464,26 +468,32 @@ impl GroupLog {
             let b0 = band * BAND_BYTES;
             let b1 = (b0 + BAND_BYTES).min(self.strip);
             let sectors = ((b1 - b0) / SECTOR_BYTES as u64) as u8;
-            let now = masks(band);
             let key = (stripe, band as u32);
+            let mask = masks(band);
+            let covered = mask.iter().fold(0, |a, m| a | m);
+            if covered == 0 {
+                debug_assert!(
+                    !st.bands.contains_key(&key),
+                    "a live band this write does not write blocks it"
+                );
+                continue;
+            }
             // Checked above: a band still live here has its earlier writes done and this
             // write's entry describes every sector they left in flux (`needs_no_flush`).
             let live = st.bands.contains_key(&key);
-            let covered = now.iter().fold(0, |a, m| a | m);
-            if covered == 0 {
-                debug_assert!(!live, "a live band this write does not write blocks it");
-                continue;
-            }
-            let full = now.iter().fold(0xff, |a, m| a & m);
+            let full = mask.iter().fold(0xff, |a, m| a & m);
             let stored = covered & !full;
             let replayable = st.retired.get(&key).is_some_and(|&s| s >= floor);
             if stored == 0 && !replayable && !live {
                 // Every chunk written wherever anything is: nothing to protect, nothing stale.
                 continue;
             }
+            let mut now = st.spare_masks.pop().unwrap_or_default();
+            now.clear();
+            now.extend_from_slice(mask);
             let mut spare = || st.spare_parts.pop().unwrap_or_default();
             let bufs = (spare(), (self.np == 2).then(&mut spare));
-            let (pp, pq) = self.partials(&roles.q_slot, b0, stored, &now, values, bufs);
+            let (pp, pq) = partials(&roles.q_slot, b0, stored, &now, values, bufs);
             let seq = st.next_seq;
             st.next_seq += 1;
             let entry = Entry {
@@ -497,11 +507,20 @@ impl GroupLog {
                 pp: Some(pp),
                 pq,
             };
-            let need = vec![0; self.members.len()];
-            let k = self.k;
+            let (members, k) = (self.members.len(), self.k);
+            let spare = if live { None } else { st.spare_bands.pop() };
             st.bands.upsert(
                 key,
-                || Band::live(seq, need, k),
+                || match spare {
+                    Some((mut need, mut dirty)) => {
+                        need.clear();
+                        need.resize(members, 0);
+                        dirty.clear();
+                        dirty.resize(k, 0);
+                        Band::live_with(seq, need, dirty)
+                    }
+                    None => Band::live(seq, vec![0; members], k),
+                },
                 |b| {
                     b.seq = seq;
                     b.durable = false;
@@ -512,104 +531,49 @@ impl GroupLog {
                     }
                 },
             );
-            out.push((entry, rings.clone()));
+            out.push((entry, rings));
         }
+        st.scratch_masks = all;
         Ok(out)
     }
 
-    /// The partial P (and Q) of band `b0`'s `stored` sectors, in order, where `now[i]` are the
-    /// sectors data chunk `i` writes: per sector, the parity of the chunks not written
-    /// there — from the new bytes of every other chunk (`Direct`), or from the old parity
-    /// minus the old bytes of the written chunks (`Delta`). Computed straight into the
-    /// entry's buffers, a run of sectors with the same written chunks at a time.
-    fn partials(
+    /// Why a write over bands `touched` of `stripe` (sectors `masks(band)`) cannot be logged
+    /// yet: a band it touches is live with earlier writes not durable ([`Self::prepare`]).
+    fn blocked<'m>(
         &self,
-        q_slot: &[usize],
-        b0: u64,
-        stored: u8,
-        now: &[u8],
-        values: &Values<'_>,
-        (mut pp, mut pq): (Vec<u8>, Option<Vec<u8>>),
-    ) -> (Vec<u8>, Option<Vec<u8>>) {
-        let raid6 = self.np == 2;
-        let n = stored.count_ones() as usize * SECTOR_BYTES;
-        // Every byte is computed below: a reused buffer of the right length keeps its bytes.
-        pp.resize(n, 0);
-        if let Some(q) = pq.as_mut() {
-            q.resize(n, 0);
+        st: &mut State,
+        stripe: u64,
+        touched: std::ops::Range<u64>,
+        masks: impl Fn(u64) -> &'m [u8],
+        fua: bool,
+    ) -> Option<Blocked> {
+        if !(touched.clone()).any(|b| st.bands.contains_key(&(stripe, b as u32))) {
+            return None;
         }
-        assert_eq!(pq.is_some(), raid6, "a partial Q buffer for RAID 6 only");
-        let mut put = 0; // where the next run goes in the outputs
-        for (x, end) in same_chunk_runs(stored, now) {
-            let len = (end - x) * SECTOR_BYTES;
-            let (op, oq) = (
-                &mut pp[put..put + len],
-                pq.as_mut().map(|q| &mut q[put..put + len]),
-            );
-            put += len;
-            let bit = 1u8 << x;
-            // Row `b0 + x sectors` in a buffer that starts at row `base`.
-            let at = |base: u64| (b0 + (x * SECTOR_BYTES) as u64 - base) as usize;
-            match values {
-                Values::Direct { chunks, r0 } => {
-                    let a = at(*r0);
-                    let src = |i: usize| &chunks[i][a..a + len];
-                    match oq {
-                        // Every slot, written chunks as zero: Q needs the slot order.
-                        Some(oq) => {
-                            let mut by_slot = vec![&ZERO[..len]; self.k];
-                            for i in (0..self.k).filter(|&i| now[i] & bit == 0) {
-                                by_slot[q_slot[i]] = src(i);
-                            }
-                            parity::pq_gen(&by_slot, op, oq);
-                        }
-                        None => {
-                            let srcs: Vec<&[u8]> = (0..self.k)
-                                .filter(|&i| now[i] & bit == 0)
-                                .map(src)
-                                .collect();
-                            parity::xor_gen(&srcs, op);
-                        }
-                    }
-                }
-                Values::Delta {
-                    chunks: written,
-                    p,
-                    q,
-                    r0,
-                } => {
-                    let a = at(*r0);
-                    let written_of = |i: usize| {
-                        let (start, bytes) = written[i].expect("the written chunk's bytes");
-                        let o = at(start);
-                        &bytes[o..o + len]
-                    };
-                    let writes = (0..self.k).filter(|&i| now[i] & bit != 0);
-                    match oq {
-                        Some(oq) => {
-                            // (A kernel copy: glibc's `rep movsb` is slow on this CPU.)
-                            parity::xor_gen(&[&p[a..a + len]], op);
-                            // No Q read (its member failed): no ring takes the partial Q.
-                            match q {
-                                Some(q) => parity::xor_gen(&[&q[a..a + len]], oq),
-                                None => oq.fill(0),
-                            }
-                            for i in writes {
-                                parity::pq_update(op, oq, q_slot[i], &ZERO[..len], written_of(i));
-                            }
-                        }
-                        None => {
-                            let srcs: Vec<&[u8]> = std::iter::once(&p[a..a + len])
-                                .chain(writes.map(written_of))
-                                .collect();
-                            parity::xor_gen(&srcs, op);
-                        }
-                    }
-                }
+        self.retire(st);
+        let (mut flush, mut wait) = (false, None);
+        for band in touched {
+            let Some(b) = st.bands.get(&(stripe, band as u32)) else {
+                continue;
+            };
+            if b.inflight > 0 || !b.durable {
+                wait = wait.or(Some((stripe, band as u32)));
+            } else if fua
+                || !self.may_skip_flushes()
+                || !needs_no_flush(&b.dirty, masks(band), b.writes == 1)
+            {
+                flush = true;
             }
         }
-        debug_assert_eq!(put, n, "every stored sector computed");
-        (pp, pq)
+        if flush {
+            return Some(Blocked::Flush);
+        }
+        if let Some(key) = wait {
+            count(&stats::BAND_WAITS, 1);
+            return Some(Blocked::Wait(st.wait_for_band(key)));
+        }
+        count(&stats::BAND_REWRITES, 1);
+        None
     }
 
     /// [`Self::prepare`], flushing the group's members first when a band it touches has

@@ -192,7 +192,7 @@ fn runs_are_the_stretches_of_set_sectors() {
 
 #[test]
 fn same_chunk_runs_split_stored_runs_where_the_written_chunks_change() {
-    let all = |stored, now: &[u8]| super::same_chunk_runs(stored, now).collect::<Vec<_>>();
+    let all = |stored, now: &[u8]| super::masks::same_chunk_runs(stored, now).collect::<Vec<_>>();
     assert_eq!(all(0xff, &[0xff, 0]), vec![(0, 8)]);
     assert_eq!(all(0xff, &[0x0f, 0xf0]), vec![(0, 4), (4, 8)]);
     assert_eq!(
@@ -514,7 +514,7 @@ proptest::proptest! {
         for values in [direct, before, after] {
             // Reused buffers: stale bytes, any length.
             let bufs = (vec![0xa5; 777], raid6.then(|| vec![0x5a; 4096]));
-            let (pp, pq) = log.partials(slot, 0, stored, &now, &values, bufs);
+            let (pp, pq) = super::partials(slot, 0, stored, &now, &values, bufs);
             proptest::prop_assert_eq!(&pp, &want_p);
             proptest::prop_assert_eq!(pq.as_ref(), raid6.then_some(&want_q));
         }

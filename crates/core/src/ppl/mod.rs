@@ -33,6 +33,7 @@
 //! the parity of a sector), `log.rs` (the writer: bands, rings, what an entry holds),
 //! `log/rounds.rs` (batches: who writes them, numbering, how a writer learns its end),
 //! `log/masks.rs` (pure: a write's sector masks per band, when a band may skip its flush),
+//! `log/partial.rs` (pure: an entry's partial parity),
 //! `recover.rs` (the dirty start: read the rings, replay, mark the new life), `stats.rs`
 //! (counters for benchmarks).
 

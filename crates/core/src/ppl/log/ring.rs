@@ -2,8 +2,50 @@
 //! batch goes, which batches written in this life may still be needed, and how many of their
 //! bytes that is. Pure bookkeeping, no I/O: the rounds (`rounds.rs`) place, write and retire.
 
-use super::LOG_BLOCK_BYTES;
+use super::{Part, LOG_BLOCK_BYTES};
 use std::collections::VecDeque;
+
+/// The rings (children) an entry goes to, each with the partial parity it takes there: the
+/// stripe's P ring and, in RAID 6, its Q ring — at most two, kept inline (every entry of a
+/// stripe write carries a copy; a vector was an allocation an entry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Rings {
+    list: [(usize, Part); 2],
+    len: usize,
+}
+
+impl FromIterator<(usize, Part)> for Rings {
+    fn from_iter<I: IntoIterator<Item = (usize, Part)>>(iter: I) -> Rings {
+        let mut rings = Rings {
+            list: [(0, Part::P); 2],
+            len: 0,
+        };
+        for r in iter {
+            assert!(
+                rings.len < 2,
+                "an entry goes to at most two rings (P and Q)"
+            );
+            rings.list[rings.len] = r;
+            rings.len += 1;
+        }
+        rings
+    }
+}
+
+impl std::ops::Deref for Rings {
+    type Target = [(usize, Part)];
+    fn deref(&self) -> &[(usize, Part)] {
+        &self.list[..self.len]
+    }
+}
+
+impl<'a> IntoIterator for &'a Rings {
+    type Item = &'a (usize, Part);
+    type IntoIter = std::slice::Iter<'a, (usize, Part)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.list[..self.len].iter()
+    }
+}
 
 /// On a memory-backed member the log cycles through at most this much of a ring (see
 /// [`Ring::window`]).

@@ -467,19 +467,25 @@ impl GroupLog {
     /// durable, each writer answered (logged when some ring of each of its entries took it).
     fn finish_round(&self, batches: &[Batch], results: Vec<bool>, taken: Vec<Pending>) {
         let mut st = self.state.lock();
-        let mut ring_ok: NumMap<usize, bool> = NumMap::default();
+        // A few rings and tickets a round: small vectors, searched (maps cost an allocation
+        // each, a round).
+        let mut ring_ok: Vec<(usize, bool)> = Vec::with_capacity(batches.len());
         for (b, ok) in batches.iter().zip(results) {
-            ring_ok.insert(b.ring, ok);
+            ring_ok.push((b.ring, ok));
             if ok {
                 let ring = st.rings[b.ring].as_mut().expect("ring");
                 ring.durable_tail = ring.durable_tail.max(b.tail);
             }
         }
-        let mut tickets: NumMap<u64, bool> = NumMap::default();
+        let took = |r: &usize| ring_ok.iter().any(|(x, ok)| x == r && *ok);
+        // A ticket's entries are taken together, one after another (`take_round`).
+        let mut tickets: Vec<(u64, bool)> = Vec::new();
         for p in &taken {
-            let ok = p.rings.iter().any(|(r, _)| ring_ok.get(r) == Some(&true));
-            let t = tickets.entry(p.ticket).or_insert(true);
-            *t &= ok;
+            let ok = p.rings.iter().any(|(r, _)| took(r));
+            match tickets.last_mut() {
+                Some((t, all)) if *t == p.ticket => *all &= ok,
+                _ => tickets.push((p.ticket, ok)),
+            }
             // Nothing of the band is pending any more (an entry no ring took was not written,
             // and neither are the member writes it was to protect).
             let key = (p.entry.stripe, p.entry.band);
@@ -492,6 +498,10 @@ impl GroupLog {
                 st.band_changed(key);
             }
         }
+        debug_assert!(
+            tickets.windows(2).all(|w| w[0].0 < w[1].0),
+            "a ticket's entries together, tickets in order"
+        );
         for (t, ok) in tickets {
             if let Some(tx) = st.notify.remove(&t) {
                 let _ = tx.send(if ok {
