@@ -17,8 +17,8 @@
 //! the area's header holds one bit per page group, made durable (FUA) *before* the first data
 //! write under that group since the volume was opened (a write into the group after one
 //! written since the open marks at least 32 MiB ahead, in whole groups, so a sequential
-//! stream pays one header write per 32 MiB of region, not one per group). After an unclean shutdown the entries
-//! of every group whose bit is set are dropped (they read as "unknown", not as errors) and
+//! stream pays one header write per 32 MiB of region, not one per group). After an unclean
+//! shutdown the entries of every group whose bit is set are dropped (they read as "unknown", not as errors) and
 //! come back as the blocks are written again; a clean start trusts them all. So a crash
 //! never turns a lagging checksum into an error or a "repair" — it costs protection of the
 //! blocks written since the last clean start until they are rewritten.
