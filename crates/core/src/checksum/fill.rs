@@ -29,17 +29,18 @@ pub async fn cover(cs: &LeafChecksums, m: &dyn Member, offset: u64, len: u64) ->
     let start = cs.first_block * BLOCK_BYTES;
     let bytes = m.read(start + offset, Buf::new(len as usize)).await?;
     let computed = cs.compute(offset, &[&bytes]);
-    cs.open(m).await?;
+    cs.store.open(m).await?;
     let first = offset / BLOCK_BYTES;
     let mut filled = 0;
-    cs.each_page(m, first, first + computed.len() as u64, |t, blocks| {
-        for block in blocks {
-            if t.entry(block) == BlockSum::Unknown {
-                t.set_entry(block, computed[(block - first) as usize]);
-                filled += 1;
+    cs.store
+        .each_page(m, first, first + computed.len() as u64, |t, blocks| {
+            for block in blocks {
+                if t.entry(block) == BlockSum::Unknown {
+                    t.set_entry(block, computed[(block - first) as usize]);
+                    filled += 1;
+                }
             }
-        }
-    })
-    .await?;
+        })
+        .await?;
     Ok(filled)
 }

@@ -18,7 +18,6 @@ use super::table::Table;
 use super::{LeafChecksums, HEADER_BYTES, PAGE_BYTES};
 use crate::buf::Buf;
 use crate::member::{Member, MemberResult};
-use std::sync::atomic::Ordering::Relaxed;
 
 impl LeafChecksums {
     /// Drops every entry and header bit held for the old member of this region (its new
@@ -29,16 +28,16 @@ impl LeafChecksums {
     /// member's pages enters the blank table.
     pub async fn start_blank<T>(&self, install: impl FnOnce() -> T) -> T {
         let _all = self.writes.lock(0, self.len_bytes, true).await;
-        let _backs = self.write_backs.lock().await;
-        let _header = self.header_lock.lock().await;
-        *self.table.lock() = self.blank_table();
+        let _backs = self.store.write_backs.lock().await;
+        let _header = self.store.header_lock.lock().await;
+        *self.store.table() = self.blank_table();
         // A cleared area has nothing to distrust: no header to read.
-        self.opened.store(true, Relaxed);
+        self.store.set_open();
         install()
     }
 
     fn blank_table(&self) -> Table {
-        let old = self.table.lock();
+        let old = self.store.table();
         Table::new(old.header_bits(), old.pages_per_group(), old.max_pages())
     }
 
@@ -46,26 +45,17 @@ impl LeafChecksums {
     /// old member's.
     async fn newest_page(&self, old: &dyn Member, page: u64) -> MemberResult<Vec<u8>> {
         let held = {
-            let t = self.table.lock();
+            let t = self.store.table();
             t.page_bytes(page).or_else(|| t.evicting(page))
         };
         if let Some(bytes) = held {
             return Ok(bytes);
         }
         let bytes = old
-            .read(self.page_offset(page), Buf::new(PAGE_BYTES as usize))
+            .read(self.store.page_offset(page), Buf::new(PAGE_BYTES as usize))
             .await?
             .to_vec();
-        Ok(self.table.lock().as_loaded(page, bytes))
-    }
-
-    async fn write_page(&self, new: &dyn Member, page: u64, bytes: &[u8]) -> MemberResult<()> {
-        new.write(
-            self.page_offset(page),
-            Buf::copy_from(bytes).freeze(),
-            false,
-        )
-        .await
+        Ok(self.store.table().as_loaded(page, bytes))
     }
 
     /// Copies the area from `old` (the member serving the region) onto `new` (its
@@ -73,22 +63,17 @@ impl LeafChecksums {
     /// [`LeafChecksums::hand_over`].
     pub async fn copy_to(&self, old: &dyn Member, new: &dyn Member) -> MemberResult<()> {
         // After an unclean start: which groups' entries on `old` may lag.
-        self.open(old).await?;
+        self.store.open(old).await?;
         {
             // No write-back in flight unnoted: one taken before the noting starts has landed.
-            let _backs = self.write_backs.lock().await;
-            self.table.lock().start_noting_write_backs();
+            let _backs = self.store.write_backs.lock().await;
+            self.store.table().start_noting_write_backs();
         }
         let header = vec![0xff; HEADER_BYTES as usize];
-        new.write(
-            self.area.offset_bytes,
-            Buf::copy_from(&header).freeze(),
-            true,
-        )
-        .await?;
+        self.store.write_header(new, &header).await?;
         for page in 0..super::entry::pages(self.len_bytes) {
             let bytes = self.newest_page(old, page).await?;
-            self.write_page(new, page, &bytes).await?;
+            self.store.write_page(new, page, &bytes).await?;
         }
         Ok(())
     }
@@ -103,20 +88,15 @@ impl LeafChecksums {
         swap: impl FnOnce() -> T,
     ) -> MemberResult<T> {
         let _all = self.writes.lock(0, self.len_bytes, true).await;
-        let _backs = self.write_backs.lock().await;
-        let _header = self.header_lock.lock().await;
-        let again = self.table.lock().stop_noting_write_backs();
+        let _backs = self.store.write_backs.lock().await;
+        let _header = self.store.header_lock.lock().await;
+        let again = self.store.table().stop_noting_write_backs();
         for page in again {
             let bytes = self.newest_page(old, page).await?;
-            self.write_page(new, page, &bytes).await?;
+            self.store.write_page(new, page, &bytes).await?;
         }
-        let header = self.table.lock().header.to_bytes(HEADER_BYTES as usize);
-        new.write(
-            self.area.offset_bytes,
-            Buf::copy_from(&header).freeze(),
-            true,
-        )
-        .await?;
+        let header = self.store.table().header.to_bytes(HEADER_BYTES as usize);
+        self.store.write_header(new, &header).await?;
         Ok(swap())
     }
 }

@@ -25,8 +25,9 @@
 //!
 //! # Files
 //! `entry.rs` (the area's bytes and the verdict, pure), `table.rs` (the bounded page cache
-//! and bookkeeping, no I/O), `mod.rs` (the loads and write-backs on the member),
-//! `handover.rs` (a role's checksums when a spare or a replacement takes it), `enable.rs`
+//! and bookkeeping, no I/O), `store.rs` (the area's bytes on the member: the header read
+//! and marked, pages loaded and written back), `mod.rs` (what a read and a write of the
+//! region do with their checksums), `handover.rs` (a role's checksums when a spare or a replacement takes it), `enable.rs`
 //! (where an existing volume's area goes, pure), `fill.rs` (entries computed for blocks
 //! written before the volume had checksums).
 
@@ -34,27 +35,23 @@ mod enable;
 mod entry;
 mod fill;
 mod handover;
+mod setup;
+mod store;
 mod table;
 
 pub use enable::{place_for_existing, MemberUse, NoRoomForChecksums};
 pub use entry::{area_bytes, block_crc, BlockSum, Verdict, BLOCK_BYTES};
 pub use fill::cover;
+pub use setup::{ChecksumSetup, CACHE_PAGES_DEFAULT};
+pub use store::PinnedPages;
 
-use crate::buf::Buf;
 use crate::member::{Member, MemberError, MemberOp, MemberResult};
-use entry::{pages, pages_per_group, ENTRIES_PER_PAGE, HEADER_BITS, HEADER_BYTES, PAGE_BYTES};
+use entry::{ENTRIES_PER_PAGE, HEADER_BYTES, PAGE_BYTES};
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Weak};
-use table::{Bits, Table, WriteId};
-
-/// Default bound of the entry pages one region keeps in memory: 1024 pages (4 MiB) cover
-/// 2 GiB of the region.
-pub const CACHE_PAGES_DEFAULT: usize = 1024;
-
-/// Locks that keep two loads of one entry page apart ([`LeafChecksums`] `loads`): pages
-/// further apart than this load side by side.
-const PAGE_LOAD_LOCKS: usize = 16;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use store::EntryStore;
+use table::WriteId;
 
 /// Where a region's checksum area lies on its member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,152 +67,6 @@ pub struct ChecksumCounters {
     pub errors: AtomicU64,
     /// Blocks found bad and then rewritten (by a mirror, a parity group or a scrub).
     pub repairs: AtomicU64,
-}
-
-/// The checksum setup of a volume: where each member's area is and how to open them.
-#[derive(Clone, Debug)]
-pub struct ChecksumSetup {
-    volume: Arc<str>,
-    /// By member index: the area of the volume's region on that member.
-    areas: Vec<Option<ChecksumArea>>,
-    /// The volume was shut down cleanly: every entry on disk is trusted.
-    clean: bool,
-    cache_pages: usize,
-    /// Fail a member after this many checksum errors (`None`: never for checksums alone).
-    fail_after_errors: Option<u64>,
-    counters: Arc<[ChecksumCounters]>,
-    /// The regions' checksums handed out, by (member index, region start, length): every leaf
-    /// over one region (both trees of a reshape) shares one entry cache and one header, so
-    /// no leaf judges or writes back entries another leaf has changed.
-    opened: Arc<parking_lot::Mutex<OpenedRegions>>,
-}
-
-/// The regions handed out, by (member index, start, length), held weakly: a region no leaf
-/// uses any more is opened afresh.
-type OpenedRegions = Vec<((usize, u64, u64), Weak<LeafChecksums>)>;
-
-impl ChecksumSetup {
-    pub fn new(volume: &str, areas: Vec<Option<ChecksumArea>>, clean: bool) -> ChecksumSetup {
-        let counters: Vec<ChecksumCounters> =
-            areas.iter().map(|_| ChecksumCounters::default()).collect();
-        ChecksumSetup {
-            volume: volume.into(),
-            areas,
-            clean,
-            cache_pages: CACHE_PAGES_DEFAULT,
-            fail_after_errors: None,
-            counters: counters.into(),
-            opened: Default::default(),
-        }
-    }
-
-    /// The same areas as a new open of the volume sees them: nothing shared with the
-    /// regions this setup has handed out (their caches stay theirs).
-    pub fn reopened(&self) -> ChecksumSetup {
-        ChecksumSetup {
-            opened: Default::default(),
-            ..self.clone()
-        }
-    }
-
-    /// Bounds each region's cached entry pages (at least 1).
-    pub fn with_cache_pages(mut self, pages: usize) -> ChecksumSetup {
-        self.cache_pages = pages.max(1);
-        self
-    }
-
-    /// Fails a member once it has returned more than `n` bad blocks.
-    pub fn with_fail_after_errors(mut self, n: Option<u64>) -> ChecksumSetup {
-        self.fail_after_errors = n;
-        self
-    }
-
-    /// Member `index`'s counters (zero for a member without an area).
-    pub fn counters(&self, index: usize) -> Option<&ChecksumCounters> {
-        self.counters.get(index)
-    }
-
-    /// The most memory the entry caches of `regions` regions take.
-    pub fn memory_bound_bytes(&self, regions: usize) -> u64 {
-        regions as u64 * self.cache_pages as u64 * PAGE_BYTES
-    }
-
-    /// Whether the volume was opened after a clean shutdown (every entry trusted).
-    pub fn opened_clean(&self) -> bool {
-        self.clean
-    }
-
-    /// Where member `index`'s checksum area is (`None`: it keeps none).
-    pub fn area(&self, index: usize) -> Option<ChecksumArea> {
-        self.areas.get(index).copied().flatten()
-    }
-
-    /// The checksums of member `index`'s regions now in use (one, but two trees of a
-    /// reshape may use two regions of a member).
-    pub fn regions_of(&self, index: usize) -> Vec<Arc<LeafChecksums>> {
-        let opened = self.opened.lock();
-        opened
-            .iter()
-            .filter(|((i, _, _), _)| *i == index)
-            .filter_map(|(_, w)| w.upgrade())
-            .collect()
-    }
-
-    /// The checksums of member `index`'s region `start..start+len`, when it has an area that
-    /// holds them (a region not on 4 KiB blocks, or an area too small, has none).
-    /// The same region asked for again while its checksums are in use gets the same ones.
-    pub(crate) fn for_region(
-        &self,
-        index: usize,
-        start: u64,
-        len: u64,
-    ) -> Option<Arc<LeafChecksums>> {
-        let key = (index, start, len);
-        let mut opened = self.opened.lock();
-        opened.retain(|(_, w)| w.strong_count() > 0);
-        if let Some(shared) =
-            (opened.iter().find(|(k, _)| *k == key)).and_then(|(_, w)| w.upgrade())
-        {
-            return Some(shared);
-        }
-        let fresh = Arc::new(self.open_region(index, start, len)?);
-        opened.push((key, Arc::downgrade(&fresh)));
-        Some(fresh)
-    }
-
-    fn open_region(&self, index: usize, start: u64, len: u64) -> Option<LeafChecksums> {
-        let area = (*self.areas.get(index)?)?;
-        if !start.is_multiple_of(BLOCK_BYTES) || area.len_bytes < area_bytes(len) {
-            tracing::warn!(
-                "volume {}: member {index}'s checksum area ({} bytes) does not cover its region of {len} bytes at {start}; its blocks are not checked",
-                self.volume,
-                area.len_bytes
-            );
-            return None;
-        }
-        let groups = pages(len).div_ceil(pages_per_group(len));
-        assert!(groups <= HEADER_BITS, "a header bit per page group");
-        Some(LeafChecksums {
-            volume: self.volume.clone(),
-            index,
-            area,
-            first_block: start / BLOCK_BYTES,
-            len_bytes: len,
-            clean_open: self.clean,
-            opened: AtomicBool::new(false),
-            table: parking_lot::Mutex::new(Table::new(
-                groups,
-                pages_per_group(len),
-                self.cache_pages,
-            )),
-            header_lock: futures::lock::Mutex::new(()),
-            write_backs: futures::lock::Mutex::new(()),
-            loads: std::array::from_fn(|_| futures::lock::Mutex::new(())),
-            writes: crate::range_lock::RangeLock::default(),
-            counters: self.counters.clone(),
-            fail_after_errors: self.fail_after_errors,
-        })
-    }
 }
 
 /// A block whose bytes do not match its checksum (inside the [`MemberError`] of the read).
@@ -243,46 +94,17 @@ pub struct WriteToken {
     blocks: u64,
 }
 
-/// Entry pages held in a region's cache for one write ([`LeafChecksums::pin_pages`]);
-/// unpinned when dropped.
-pub struct PinnedPages<'a> {
-    cs: &'a LeafChecksums,
-    first_page: u64,
-    /// Pages pinned so far, from `first_page` on.
-    pinned: u64,
-}
-
-impl Drop for PinnedPages<'_> {
-    fn drop(&mut self) {
-        let mut t = self.cs.table.lock();
-        for page in self.first_page..self.first_page + self.pinned {
-            t.unpin(page);
-        }
-    }
-}
-
 /// One region's checksums (see the module docs). Offsets are in the region (the leaf's own
 /// address space); every method takes the member to do its I/O on.
 pub struct LeafChecksums {
     volume: Arc<str>,
     index: usize,
-    area: ChecksumArea,
     /// The region's first block on the member (mixed into every checksum).
     first_block: u64,
     /// Bytes in the region.
     len_bytes: u64,
-    clean_open: bool,
-    opened: AtomicBool,
-    table: parking_lot::Mutex<Table>,
-    /// Serializes header writes.
-    header_lock: futures::lock::Mutex<()>,
-    /// Held by a flush while it writes pages back (a hand-over to a replacement waits for
-    /// it: `handover.rs`).
-    write_backs: futures::lock::Mutex<()>,
-    /// Held while a page is read in, by the page's number modulo their count: the writers
-    /// of a stream that all need a page a slow disk is bringing in wait for that one read
-    /// instead of each reading the page again (25 reads of each page were measured).
-    loads: [futures::lock::Mutex<()>; PAGE_LOAD_LOCKS],
+    /// The area's header and entry pages, cached, on the member.
+    store: EntryStore,
     /// Writes hold their blocks exclusively until answered: of two writes to one block the
     /// one the member completes last is the one whose checksum stays (and a write of part of
     /// a block reads the rest of it with no other write in between).
@@ -314,101 +136,6 @@ impl LeafChecksums {
         self.writes.lock(a, b - a, true).await
     }
 
-    /// Reads the header once: after an unclean shutdown its set bits name untrusted groups.
-    async fn open(&self, m: &dyn Member) -> MemberResult<()> {
-        if self.opened.load(Relaxed) {
-            return Ok(());
-        }
-        let _g = self.header_lock.lock().await;
-        if self.opened.load(Relaxed) {
-            return Ok(());
-        }
-        if !self.clean_open {
-            let bytes = m
-                .read(self.area.offset_bytes, Buf::new(HEADER_BYTES as usize))
-                .await?;
-            let mut t = self.table.lock();
-            let n = t.header_bits();
-            t.open_unclean(Bits::from_bytes(&bytes, n));
-        }
-        self.opened.store(true, Relaxed);
-        Ok(())
-    }
-
-    fn page_offset(&self, page: u64) -> u64 {
-        self.area.offset_bytes + HEADER_BYTES + page * PAGE_BYTES
-    }
-
-    /// Loads entry page `page` into the cache (writing back what it pushes out), unless it
-    /// is held: one load of a page at a time, the others waiting for it.
-    async fn load_page(&self, m: &dyn Member, page: u64) -> MemberResult<()> {
-        if self.table.lock().has_page(page) {
-            return Ok(());
-        }
-        let _one = self.loads[(page % PAGE_LOAD_LOCKS as u64) as usize]
-            .lock()
-            .await;
-        let (held, evicting) = {
-            let t = self.table.lock();
-            (t.has_page(page), t.evicting(page))
-        };
-        if held {
-            return Ok(());
-        }
-        let out = match evicting {
-            Some(b) => self.table.lock().insert_evicted(page, b),
-            None => {
-                let b = m
-                    .read(self.page_offset(page), Buf::new(PAGE_BYTES as usize))
-                    .await?;
-                self.table.lock().insert(page, b.to_vec())
-            }
-        };
-        // The page is in; what it pushed out is written without holding up the next load
-        // of this lock (a load of an evicted page takes its bytes from `evicting`).
-        drop(_one);
-        for e in out {
-            let r = m
-                .write(
-                    self.page_offset(e.page),
-                    Buf::copy_from(&e.bytes).freeze(),
-                    false,
-                )
-                .await;
-            self.table.lock().evicted_done(e.page);
-            r?;
-        }
-        Ok(())
-    }
-
-    /// Runs `f` on the table for each entry page of blocks `first..last`, the page loaded
-    /// (pages one at a time: the cache may hold fewer than a request spans).
-    async fn each_page(
-        &self,
-        m: &dyn Member,
-        first: u64,
-        last: u64,
-        mut f: impl FnMut(&mut Table, std::ops::Range<u64>),
-    ) -> MemberResult<()> {
-        for page in first / ENTRIES_PER_PAGE..=(last - 1) / ENTRIES_PER_PAGE {
-            let blocks =
-                (page * ENTRIES_PER_PAGE).max(first)..((page + 1) * ENTRIES_PER_PAGE).min(last);
-            // One lock when the page is held (nearly always); otherwise load it and look
-            // again (another load may push it out in between).
-            loop {
-                {
-                    let mut t = self.table.lock();
-                    if t.has_page(page) {
-                        f(&mut t, blocks);
-                        break;
-                    }
-                }
-                self.load_page(m, page).await?;
-            }
-        }
-        Ok(())
-    }
-
     /// Before a read of region bytes `[a, b)` (whole blocks): the blocks' entry pages loaded and their entries' cache
     /// lines asked for, so the check after the read finds them at hand. A random read's
     /// entry is otherwise a cache miss that costs as much as the CRC of its block; fetched
@@ -418,15 +145,10 @@ impl LeafChecksums {
         if first >= last {
             return Ok(());
         }
-        self.open(m).await?;
-        self.each_page(m, first, last, |t, blocks| t.prefetch(blocks))
+        self.store.open(m).await?;
+        self.store
+            .each_page(m, first, last, |t, blocks| t.prefetch(blocks))
             .await
-    }
-
-    /// The page groups blocks `first..last` lie in.
-    fn groups_of(&self, first: u64, last: u64) -> std::ops::RangeInclusive<u64> {
-        let t = self.table.lock();
-        t.group_of(first / ENTRIES_PER_PAGE)..=t.group_of((last - 1) / ENTRIES_PER_PAGE)
     }
 
     /// Whether a write of the whole blocks of region bytes `[a, b)` finds their header bits
@@ -434,7 +156,10 @@ impl LeafChecksums {
     /// header write has to come first. Asked under the blocks' write lock: only a blank
     /// start (`handover.rs`, under the whole region's lock) clears bits of an open region.
     pub(crate) fn groups_marked(&self, a: u64, b: u64) -> bool {
-        a < b && self.groups_durable(a / BLOCK_BYTES, b.div_ceil(BLOCK_BYTES))
+        a < b
+            && self
+                .store
+                .groups_durable(a / BLOCK_BYTES, b.div_ceil(BLOCK_BYTES))
     }
 
     /// Loads the entry pages of region bytes `[a, b)` (whole blocks) and pins them in the
@@ -449,20 +174,7 @@ impl LeafChecksums {
         b: u64,
     ) -> MemberResult<PinnedPages<'_>> {
         let (first, last) = (a / BLOCK_BYTES, b.div_ceil(BLOCK_BYTES));
-        assert!(first < last, "pinned pages cover a block");
-        self.open(m).await?;
-        let mut pinned = PinnedPages {
-            cs: self,
-            first_page: first / ENTRIES_PER_PAGE,
-            pinned: 0,
-        };
-        for page in pinned.first_page..=(last - 1) / ENTRIES_PER_PAGE {
-            while !self.table.lock().pin(page) {
-                self.load_page(m, page).await?;
-            }
-            pinned.pinned += 1;
-        }
-        Ok(pinned)
+        self.store.pin_pages(m, first, last).await
     }
 
     /// The table's part of [`LeafChecksums::begin_write`] (its header bits durable, its entry
@@ -480,54 +192,13 @@ impl LeafChecksums {
             pinned.first_page,
             "the pages pinned for these blocks"
         );
-        let id = self.table.lock().begin_write(first, entries);
+        let id = self.store.table().begin_write(first, entries);
         drop(pinned);
         WriteToken {
             id: Some(id),
             first_block: first,
             blocks: entries.len() as u64,
         }
-    }
-
-    /// Whether the header bits of blocks `first..last` are all durable already.
-    fn groups_durable(&self, first: u64, last: u64) -> bool {
-        let groups = self.groups_of(first, last);
-        let t = self.table.lock();
-        groups.into_iter().all(|g| t.durable.get(g))
-    }
-
-    /// Makes the header bits of blocks `first..last` durable before data is written there;
-    /// a write into the group after one written since the open marks ahead
-    /// ([`entry::groups_to_mark`]).
-    async fn mark_groups(&self, m: &dyn Member, first: u64, last: u64) -> MemberResult<()> {
-        if self.groups_durable(first, last) {
-            return Ok(());
-        }
-        let needed = self.groups_of(first, last);
-        let _g = self.header_lock.lock().await;
-        let (marked, bytes) = {
-            let mut t = self.table.lock();
-            if needed.clone().all(|g| t.durable.get(g)) {
-                return Ok(());
-            }
-            let (a, b) = (*needed.start(), *needed.end());
-            // A stream: the group before was written since the open (marked only ahead of
-            // a writer does not count, or writes beside those would mark further and further).
-            let streaming = a > 0 && t.written.get(a - 1);
-            let marked =
-                entry::groups_to_mark(a, b, streaming, t.header_bits(), t.pages_per_group());
-            marked.clone().for_each(|g| t.header.set(g));
-            (marked, t.header.to_bytes(HEADER_BYTES as usize))
-        };
-        m.write(
-            self.area.offset_bytes,
-            Buf::copy_from(&bytes).freeze(),
-            true,
-        )
-        .await?;
-        let mut t = self.table.lock();
-        marked.for_each(|g| t.durable.set(g));
-        Ok(())
     }
 
     /// The checksums of the blocks from region offset `offset` held by `pieces` (consecutive
@@ -591,9 +262,9 @@ impl LeafChecksums {
             return Ok(());
         }
         let first = offset / BLOCK_BYTES;
-        self.open(m).await?;
+        self.store.open(m).await?;
         // Nearly every read: every entry held and matching, one lock and one lookup per page.
-        if self.table.lock().all_match(first, &computed) == Some(true) {
+        if self.store.table().all_match(first, &computed) == Some(true) {
             return Ok(());
         }
         self.judge_read(m, first, &computed).await
@@ -606,7 +277,7 @@ impl LeafChecksums {
     /// lock while it replaces the table).
     pub(crate) fn prefetch_held(&self, a: u64, b: u64) -> bool {
         let (first, last) = (a / BLOCK_BYTES, b.div_ceil(BLOCK_BYTES));
-        first < last && self.opened.load(Relaxed) && self.table.lock().prefetch_held(first..last)
+        first < last && self.store.is_open() && self.store.table().prefetch_held(first..last)
     }
 
     /// Whether every whole block of `pieces` (from region offset `offset`, read without the
@@ -616,10 +287,10 @@ impl LeafChecksums {
     pub(crate) fn match_known(&self, offset: u64, pieces: &[&[u8]]) -> bool {
         let computed = self.crcs(offset, pieces);
         !computed.is_empty()
-            && self.opened.load(Relaxed)
+            && self.store.is_open()
             && self
-                .table
-                .lock()
+                .store
+                .table()
                 .all_known_match(offset / BLOCK_BYTES, &computed)
                 == Some(true)
     }
@@ -630,18 +301,19 @@ impl LeafChecksums {
         let last = first + computed.len() as u64;
         let mut bad: Vec<(u64, u32, u32)> = Vec::new();
         let mut new = Vec::new();
-        self.each_page(m, first, last, |t, blocks| {
-            for block in blocks {
-                let c = computed[(block - first) as usize];
-                if let (Verdict::Bad { stored, computed }, fresh) = t.judge(block, c) {
-                    bad.push((block, stored, computed));
-                    if fresh {
-                        new.push((block, stored, computed));
+        self.store
+            .each_page(m, first, last, |t, blocks| {
+                for block in blocks {
+                    let c = computed[(block - first) as usize];
+                    if let (Verdict::Bad { stored, computed }, fresh) = t.judge(block, c) {
+                        bad.push((block, stored, computed));
+                        if fresh {
+                            new.push((block, stored, computed));
+                        }
                     }
                 }
-            }
-        })
-        .await?;
+            })
+            .await?;
         let Some(&(block, stored, computed)) = bad.first() else {
             return Ok(());
         };
@@ -681,16 +353,17 @@ impl LeafChecksums {
         }
         let first = offset / BLOCK_BYTES;
         let last = first + computed.len() as u64;
-        self.open(m).await?;
+        self.store.open(m).await?;
         let mut all = true;
-        self.each_page(m, first, last, |t, blocks| {
-            for block in blocks {
-                if let BlockSum::Known(c) = computed[(block - first) as usize] {
-                    all &= !matches!(t.peek(block, c), Verdict::Bad { .. });
+        self.store
+            .each_page(m, first, last, |t, blocks| {
+                for block in blocks {
+                    if let BlockSum::Known(c) = computed[(block - first) as usize] {
+                        all &= !matches!(t.peek(block, c), Verdict::Bad { .. });
+                    }
                 }
-            }
-        })
-        .await?;
+            })
+            .await?;
         Ok(all)
     }
 
@@ -715,11 +388,13 @@ impl LeafChecksums {
             });
         }
         let last = first + entries.len() as u64;
-        self.open(m).await?;
+        self.store.open(m).await?;
         // The entry comparison only matters where a group would be marked: most writes land
         // in groups already durable and skip it.
-        if !self.groups_durable(first, last) && !self.stored_already(m, first, entries).await? {
-            self.mark_groups(m, first, last).await?;
+        if !self.store.groups_durable(first, last)
+            && !self.stored_already(m, first, entries).await?
+        {
+            self.store.mark_groups(m, first, last).await?;
         }
         let pinned = self.pin_pages(m, offset, last * BLOCK_BYTES).await?;
         Ok(self.begin_write_pinned(offset, entries, pinned))
@@ -735,12 +410,13 @@ impl LeafChecksums {
         let mut same = entries.iter().all(|e| matches!(e, BlockSum::Known(_)));
         if same {
             let last = first + entries.len() as u64;
-            self.each_page(m, first, last, |t, blocks| {
-                same &= blocks
-                    .into_iter()
-                    .all(|b| t.entry(b) == entries[(b - first) as usize]);
-            })
-            .await?;
+            self.store
+                .each_page(m, first, last, |t, blocks| {
+                    same &= blocks
+                        .into_iter()
+                        .all(|b| t.entry(b) == entries[(b - first) as usize]);
+                })
+                .await?;
         }
         Ok(same)
     }
@@ -752,8 +428,8 @@ impl LeafChecksums {
             return;
         };
         let repaired = self
-            .table
-            .lock()
+            .store
+            .table()
             .end_write(id, token.first_block, token.blocks);
         if repaired > 0 {
             self.counters().repairs.fetch_add(repaired as u64, Relaxed);
@@ -769,57 +445,6 @@ impl LeafChecksums {
     /// durable); returns how many. A page that fails to write stays dirty and the error is
     /// returned.
     pub async fn flush(&self, m: &dyn Member) -> MemberResult<usize> {
-        let _backs = self.write_backs.lock().await;
-        let dirty = self.table.lock().take_dirty();
-        let written = dirty.len();
-        let mut first_err = None;
-        for (page, bytes) in dirty {
-            let r = m
-                .write(
-                    self.page_offset(page),
-                    Buf::copy_from(&bytes).freeze(),
-                    false,
-                )
-                .await;
-            if let Err(e) = r {
-                self.table.lock().redirty(page);
-                first_err.get_or_insert(e);
-            }
-        }
-        match first_err {
-            None => Ok(written),
-            Some(e) => Err(e),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Both trees of a reshape build a leaf over the same region: they must share one entry
-    /// cache, or one would judge (and write back) entries the other has changed.
-    #[test]
-    fn one_region_asked_twice_shares_its_checksums_until_dropped() {
-        let area = ChecksumArea {
-            offset_bytes: 1 << 20,
-            len_bytes: area_bytes(8 << 20),
-        };
-        let setup = ChecksumSetup::new("v", vec![Some(area), Some(area)], true);
-        let a = setup
-            .for_region(0, 4 << 20, 8 << 20)
-            .expect("an area that holds it");
-        let b = setup.clone().for_region(0, 4 << 20, 8 << 20).unwrap();
-        assert!(Arc::ptr_eq(&a, &b), "the same region shares its checksums");
-        let other = setup.for_region(1, 4 << 20, 8 << 20).unwrap();
-        assert!(
-            !Arc::ptr_eq(&a, &other),
-            "another member's region has its own"
-        );
-        let weak = Arc::downgrade(&a);
-        drop((a, b));
-        assert!(weak.upgrade().is_none());
-        let again = setup.for_region(0, 4 << 20, 8 << 20).unwrap();
-        assert_eq!(again.first_block, (4 << 20) / BLOCK_BYTES);
+        self.store.flush(m).await
     }
 }
