@@ -551,12 +551,6 @@ impl Gated {
 }
 
 impl Member for Gated {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
     fn read(
         &self,
         offset: u64,
@@ -588,26 +582,7 @@ impl Member for Gated {
         }
         .boxed()
     }
-    fn flush(&self) -> futures::future::BoxFuture<'_, nbraid_core::MemberResult<()>> {
-        self.inner.flush()
-    }
-    fn trim(
-        &self,
-        offset: u64,
-        len: u64,
-    ) -> futures::future::BoxFuture<'_, nbraid_core::MemberResult<()>> {
-        self.inner.trim(offset, len)
-    }
-    fn write_zeroes(
-        &self,
-        offset: u64,
-        len: u64,
-    ) -> futures::future::BoxFuture<'_, nbraid_core::MemberResult<()>> {
-        self.inner.write_zeroes(offset, len)
-    }
-    fn counters(&self) -> &nbraid_core::MemberCounters {
-        self.inner.counters()
-    }
+    common::pass_through!(inner; name len flush trim write_zeroes counters);
 }
 
 /// A rewrite of whole blocks whose header bits are durable takes its checksums once the

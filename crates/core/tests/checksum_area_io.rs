@@ -12,8 +12,7 @@ use futures::executor::block_on;
 use futures::future::{BoxFuture, FutureExt};
 use nbraid_core::checksum::{area_bytes, ChecksumArea, ChecksumSetup};
 use nbraid_core::{
-    Buf, CacheMode, Member, MemberCounters, MemberResult, MemoryMember, SharedBuf, Volume,
-    VolumeOptions,
+    Buf, CacheMode, Member, MemberResult, MemoryMember, SharedBuf, Volume, VolumeOptions,
 };
 use nbraid_layout::{Geometry, Node};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,12 +32,6 @@ struct HeaderWrites {
 }
 
 impl Member for HeaderWrites {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
         if offset >= self.at {
             self.area_reads.fetch_add(1, Ordering::SeqCst);
@@ -58,18 +51,7 @@ impl Member for HeaderWrites {
         }
         self.inner.write(offset, data, fua)
     }
-    fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.trim(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.write_zeroes(offset, len)
-    }
-    fn counters(&self) -> &MemberCounters {
-        self.inner.counters()
-    }
+    common::pass_through!(inner; name len flush trim write_zeroes counters);
 }
 
 /// A JBOD over one counting member, checksums on, opened clean (no group marked).

@@ -12,9 +12,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use nbraid_core::checksum::BLOCK_BYTES;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
-use nbraid_core::{
-    Buf, CacheMode, Member, MemberCounters, MemberResult, MemoryMember, SharedBuf, VolumeOptions,
-};
+use nbraid_core::{Buf, CacheMode, Member, MemberResult, MemoryMember, SharedBuf, VolumeOptions};
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -48,33 +46,13 @@ impl Disk {
 }
 
 impl Member for Disk {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
-        self.inner.read(offset, buf)
-    }
     fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
         if self.dropped(offset, fua) {
             return async { Ok(()) }.boxed();
         }
         self.inner.write(offset, data, fua)
     }
-    fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.trim(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.write_zeroes(offset, len)
-    }
-    fn counters(&self) -> &MemberCounters {
-        self.inner.counters()
-    }
+    common::pass_through!(inner; name len read flush trim write_zeroes counters);
 }
 
 fn tree(level: Level, n: usize, strip: u64) -> Node {

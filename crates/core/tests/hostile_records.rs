@@ -15,9 +15,7 @@ use futures::executor::block_on;
 use futures::future::BoxFuture;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, Probe, Superblock, SLOT_BYTES};
 use nbraid_core::ppl::codec::{encode_batch, Entry, Part};
-use nbraid_core::{
-    Buf, CacheMode, Member, MemberCounters, MemberResult, MemoryMember, SharedBuf, VolumeOptions,
-};
+use nbraid_core::{Buf, CacheMode, Member, MemberResult, MemoryMember, VolumeOptions};
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -479,31 +477,11 @@ struct Watched {
 }
 
 impl Member for Watched {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
         self.largest_read.fetch_max(buf.len() as u64, SeqCst);
         self.inner.read(offset, buf)
     }
-    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.write(offset, data, fua)
-    }
-    fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.trim(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.write_zeroes(offset, len)
-    }
-    fn counters(&self) -> &MemberCounters {
-        self.inner.counters()
-    }
+    common::pass_through!(inner; name len write flush trim write_zeroes counters);
 }
 
 /// A dirty start reads each log ring a piece at a time: an 8 MiB ring is never one read

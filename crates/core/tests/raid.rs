@@ -11,8 +11,8 @@ use common::*;
 use futures::executor::block_on;
 use futures::future::join_all;
 use nbraid_core::{
-    Buf, CacheMode, CounterSnapshot, Member, MemberCounters, MemberResult, MemberState,
-    MemoryMember, SharedBuf, Volume, VolumeError, VolumeOptions,
+    Buf, CacheMode, CounterSnapshot, Member, MemberResult, MemberState, MemoryMember, Volume,
+    VolumeError, VolumeOptions,
 };
 use nbraid_layout::{Geometry, Level};
 use nbraid_sim::FaultOps;
@@ -1253,12 +1253,6 @@ struct WhereMember {
 }
 
 impl Member for WhereMember {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
     fn read(&self, offset: u64, buf: Buf) -> futures::future::BoxFuture<'_, MemberResult<Buf>> {
         let tick = self
             .clock
@@ -1267,30 +1261,7 @@ impl Member for WhereMember {
         self.log.lock().unwrap().push(entry);
         self.inner.read(offset, buf)
     }
-    fn write(
-        &self,
-        offset: u64,
-        data: SharedBuf,
-        fua: bool,
-    ) -> futures::future::BoxFuture<'_, MemberResult<()>> {
-        self.inner.write(offset, data, fua)
-    }
-    fn flush(&self) -> futures::future::BoxFuture<'_, MemberResult<()>> {
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, len: u64) -> futures::future::BoxFuture<'_, MemberResult<()>> {
-        self.inner.trim(offset, len)
-    }
-    fn write_zeroes(
-        &self,
-        offset: u64,
-        len: u64,
-    ) -> futures::future::BoxFuture<'_, MemberResult<()>> {
-        self.inner.write_zeroes(offset, len)
-    }
-    fn counters(&self) -> &MemberCounters {
-        self.inner.counters()
-    }
+    common::pass_through!(inner; name len write flush trim write_zeroes counters);
 }
 
 /// Sequential degraded 1 MiB reads, 8 in flight, on members at memory speed: the requests

@@ -10,6 +10,57 @@ use nbraid_sim::Faulty;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+/// The `Member` methods a test's wrapper member passes to the member in its field `$inner`
+/// unchanged, written out for it: the wrapper's `impl Member` then holds only the calls it
+/// watches or changes, e.g. `pass_through!(inner; name len read flush trim write_zeroes
+/// counters);` beside its own `write`.
+macro_rules! pass_through {
+    ($inner:ident; $($method:ident)*) => {
+        $( $crate::common::pass_through!(@one $inner $method); )*
+    };
+    (@one $inner:ident name) => {
+        fn name(&self) -> &str {
+            self.$inner.name()
+        }
+    };
+    (@one $inner:ident len) => {
+        fn len(&self) -> u64 {
+            self.$inner.len()
+        }
+    };
+    (@one $inner:ident read) => {
+        fn read(&self, offset: u64, buf: ::nbraid_core::Buf) -> ::futures::future::BoxFuture<'_, ::nbraid_core::MemberResult<::nbraid_core::Buf>> {
+            self.$inner.read(offset, buf)
+        }
+    };
+    (@one $inner:ident write) => {
+        fn write(&self, offset: u64, data: ::nbraid_core::SharedBuf, fua: bool) -> ::futures::future::BoxFuture<'_, ::nbraid_core::MemberResult<()>> {
+            self.$inner.write(offset, data, fua)
+        }
+    };
+    (@one $inner:ident flush) => {
+        fn flush(&self) -> ::futures::future::BoxFuture<'_, ::nbraid_core::MemberResult<()>> {
+            self.$inner.flush()
+        }
+    };
+    (@one $inner:ident trim) => {
+        fn trim(&self, offset: u64, len: u64) -> ::futures::future::BoxFuture<'_, ::nbraid_core::MemberResult<()>> {
+            self.$inner.trim(offset, len)
+        }
+    };
+    (@one $inner:ident write_zeroes) => {
+        fn write_zeroes(&self, offset: u64, len: u64) -> ::futures::future::BoxFuture<'_, ::nbraid_core::MemberResult<()>> {
+            self.$inner.write_zeroes(offset, len)
+        }
+    };
+    (@one $inner:ident counters) => {
+        fn counters(&self) -> &::nbraid_core::MemberCounters {
+            self.$inner.counters()
+        }
+    };
+}
+pub(crate) use pass_through;
+
 /// How much longer soak runs are than the default (env `NBRAID_SOAK`: unset = 1, a number
 /// above 1 = that factor, anything else = 20).
 pub fn soak() -> u64 {
@@ -141,33 +192,13 @@ pub struct Lossy {
 }
 
 impl Member for Lossy {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
-        self.inner.read(offset, buf)
-    }
     fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
         if self.lose.load(Ordering::SeqCst) && !fua {
             return async { Ok(()) }.boxed();
         }
         self.inner.write(offset, data, fua)
     }
-    fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.trim(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.write_zeroes(offset, len)
-    }
-    fn counters(&self) -> &MemberCounters {
-        self.inner.counters()
-    }
+    pass_through!(inner; name len read flush trim write_zeroes counters);
 }
 
 /// A memory member whose every operation first yields to the executor a few times, as a
