@@ -240,7 +240,10 @@ impl Stripes {
 
     /// The stripe writer over these stripes.
     fn writer(&self) -> StripeWriter<'_> {
-        StripeWriter { stripes: self }
+        StripeWriter {
+            stripes: self,
+            arrival: None,
+        }
     }
 
     /// The exclusive (writes) or shared (reads) lock of the stripes under `[offset, offset+len)`.
