@@ -17,13 +17,11 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 
 mod bands;
-mod gather;
 mod masks;
 mod partial;
 mod ring;
 mod rounds;
 use bands::{known_bands, Band, Bands, Key};
-pub(crate) use gather::Arrival;
 use masks::{bands_masks_into, covered, needs_no_flush};
 use partial::partials;
 use ring::Ring;
@@ -93,9 +91,6 @@ struct State {
     spare_bands: Vec<(Vec<u64>, Vec<u8>)>,
     /// The masks of a stripe write's bands (`prepare`), kept for the next one.
     scratch_masks: Vec<u8>,
-    /// Writers gathered for one round that have not all arrived (`gather.rs`); a few.
-    gatherings: Vec<gather::Gathering>,
-    next_gathering: u64,
 }
 
 impl State {
@@ -248,8 +243,6 @@ impl GroupLog {
                 spare_masks: Vec::new(),
                 spare_bands: Vec::new(),
                 scratch_masks: Vec::new(),
-                gatherings: Vec::new(),
-                next_gathering: 0,
             }),
         })
     }

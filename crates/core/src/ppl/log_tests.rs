@@ -552,37 +552,3 @@ fn on_memory_members_the_log_cycles_through_a_window_of_its_ring() {
     let heads = heads_after(&log, 1500);
     assert!(heads.iter().any(|&h| h > window), "heads {heads:?}");
 }
-
-#[test]
-fn gathered_writers_share_one_round_and_one_that_leaves_lets_the_others_go() {
-    let log = small_log();
-    // Stripes 0 and 3 of a 3-member RAID 5 keep P on the same member: one ring.
-    let p = log.layout.roles(0).p;
-    assert_eq!(log.layout.roles(3).p, p);
-    let ring_writes = || log.table.slot(p).member().counters().snapshot().writes;
-    let before = ring_writes();
-    let arrivals = log.gather(2);
-    let a = one_sector(&log, 0).ok().expect("nothing live");
-    let b = one_sector(&log, 3).ok().expect("nothing live");
-    // Memory members answer inline: ungathered, the first would write a round of its own
-    // before the second reached the log.
-    let (a, b) = block_on(futures::future::join(
-        log.write_in(a, Some(&arrivals[0])),
-        log.write_in(b, Some(&arrivals[1])),
-    ));
-    assert!(a.is_ok() && b.is_ok());
-    assert_eq!(ring_writes() - before, 1, "one batch carried both entries");
-    drop((a, b));
-    // A sibling that logs nothing: the one waiting goes on when it leaves.
-    let arrivals = log.gather(2);
-    let c = one_sector(&log, 6).ok().expect("nothing live");
-    let mut write = Box::pin(log.write_in(c, Some(&arrivals[0])));
-    assert!(
-        (&mut write).now_or_never().is_none(),
-        "waits for its sibling"
-    );
-    arrivals[1].leave();
-    let hold = block_on(write).expect("written once the sibling left");
-    drop(hold);
-    assert_eq!(ring_writes() - before, 2);
-}

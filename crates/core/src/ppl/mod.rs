@@ -32,7 +32,6 @@
 //! Files: `codec.rs` (the bytes, docs/FORMAT.md), `replay.rs` (pure: which entries count,
 //! the parity of a sector), `log.rs` (the writer: bands, rings, what an entry holds),
 //! `log/rounds.rs` (batches: who writes them, numbering, how a writer learns its end),
-//! `log/gather.rs` (writers known to come together: an eviction's destages share a round),
 //! `log/masks.rs` (pure: a write's sector masks per band, when a band may skip its flush),
 //! `log/partial.rs` (pure: an entry's partial parity),
 //! `recover.rs` (the dirty start: read the rings, replay, mark the new life), `stats.rs`
@@ -44,7 +43,7 @@ mod recover;
 pub mod replay;
 mod stats;
 
-pub(crate) use log::{Arrival, GroupLog, LogFailed, Prepared, Values};
+pub(crate) use log::{GroupLog, LogFailed, Prepared, Values};
 pub use recover::{recover, LogHost, RecoverReport};
 pub use stats::{stats, LogStats};
 

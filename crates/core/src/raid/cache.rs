@@ -369,77 +369,23 @@ impl Destager<'_> {
                 // Others are destaging everything there is.
                 return Ok(());
             }
-            let results = match &self.stripes.ppl {
-                Some(log) if victims.len() > 1 => self.destage_together(log, victims).await,
-                _ => join_all(victims.into_iter().map(|s| self.destage(s, false))).await,
-            };
+            let results = join_all(victims.into_iter().map(|s| self.destage(s, false))).await;
             crate::node::all_ok(results)?;
         }
     }
 
-    /// Destages `victims` with their log entries in one round (`ppl/log/gather.rs`): on
-    /// members that answer inline each destage otherwise wrote a round of its own before
-    /// the next one prepared. A gathered destage waits in the log for the others, so none
-    /// of them may wait for a stripe lock behind one of its siblings (the range lock is fair:
-    /// a request queued for stripes a sibling holds stops later ones): the victims free
-    /// now are locked before any starts; the others destage on their own beside them.
-    async fn destage_together(
-        &self,
-        log: &crate::ppl::GroupLog,
-        victims: Vec<u64>,
-    ) -> Vec<VolumeResult<()>> {
-        let (mut locked, mut apart) = (Vec::new(), Vec::new());
-        for s in victims {
-            match self.stripes.locks.lock(s, 1, true).now_or_never() {
-                Some(g) => locked.push((s, g)),
-                None => apart.push(s),
-            }
-        }
-        let arrivals = log.gather(locked.len());
-        let gathered = locked
-            .into_iter()
-            .zip(&arrivals)
-            .map(|((s, g), a)| async move {
-                let r = self.destage_locked(s, false, Some(a)).await;
-                // Done without logging (nothing cached any more, nothing to log, salvaged): the
-                // siblings waiting for this one go on.
-                a.leave();
-                drop(g);
-                r
-            });
-        let apart = apart.into_iter().map(|s| self.destage(s, false));
-        let (mut results, rest) = futures::future::join(join_all(gathered), join_all(apart)).await;
-        results.extend(rest);
-        results
-    }
-
     /// Writes stripe `s`'s dirty bytes (if still cached) to the members.
     pub(super) async fn destage(&self, s: u64, fua: bool) -> VolumeResult<()> {
-        let _g = self.stripes.locks.lock(s, 1, true).await;
-        self.destage_locked(s, fua, None).await
-    }
-
-    /// [`Self::destage`], the caller holding the stripe's exclusive lock; `arrival`: the
-    /// destage's place in a gathering of the log's writers.
-    async fn destage_locked(
-        &self,
-        s: u64,
-        fua: bool,
-        arrival: Option<&crate::ppl::Arrival<'_>>,
-    ) -> VolumeResult<()> {
         let Some(cache) = &self.cache else {
             return Ok(());
         };
+        let _g = self.stripes.locks.lock(s, 1, true).await;
         // Cloned (cheap: shared buffers).
         let segs = match cache.state.lock().entries.get(&s) {
             None => return Ok(()),
             Some(e) => e.segs.clone(),
         };
-        let writer = StripeWriter {
-            stripes: self.stripes,
-            arrival,
-        };
-        self.write_by(writer, s, segs, None, fua).await
+        self.write_over_cache(s, segs, None, fua).await
     }
 
     /// Writes `segs` of stripe `s` to the members, the caller holding the stripe's exclusive
@@ -458,22 +404,9 @@ impl Destager<'_> {
         newer: Option<(u64, u64)>,
         fua: bool,
     ) -> VolumeResult<()> {
-        self.write_by(self.stripes.writer(), s, segs, newer, fua)
-            .await
-    }
-
-    /// [`Self::write_over_cache`] through `writer`.
-    async fn write_by(
-        self,
-        writer: StripeWriter<'_>,
-        s: u64,
-        segs: Segs,
-        newer: Option<(u64, u64)>,
-        fua: bool,
-    ) -> VolumeResult<()> {
         self.stripes
             .debug_assert_exclusive(s, "a write over the cache");
-        let r = writer.write_stripe(s, segs, fua).await;
+        let r = self.stripes.writer().write_stripe(s, segs, fua).await;
         if let Some(cache) = &self.cache {
             let mut st = cache.state.lock();
             if r.is_ok() {

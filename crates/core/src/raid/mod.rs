@@ -240,10 +240,7 @@ impl Stripes {
 
     /// The stripe writer over these stripes.
     fn writer(&self) -> StripeWriter<'_> {
-        StripeWriter {
-            stripes: self,
-            arrival: None,
-        }
+        StripeWriter { stripes: self }
     }
 
     /// The exclusive (writes) or shared (reads) lock of the stripes under `[offset, offset+len)`.

@@ -32,8 +32,6 @@ const REREADS: u32 = 3;
 #[derive(Clone, Copy)]
 pub(super) struct StripeWriter<'a> {
     pub(super) stripes: &'a Stripes,
-    /// This write's place in a gathering of the log's writers (an eviction's destages).
-    pub(super) arrival: Option<&'a crate::ppl::Arrival<'a>>,
 }
 
 impl StripeWriter<'_> {
@@ -321,16 +319,13 @@ impl StripeWriter<'_> {
         // 4. Log: the entries are durable before any member write is issued. A log that no
         // parity member took (they failed): plan again without P. A log with no room must
         // not leave the stripe written without its parity while P still serves.
-        let _hold =
-            match &self.stripes.ppl {
-                Some(log) => Some(log.write_in(entries, self.arrival).await.map_err(
-                    |e| match e {
-                        LogFailed::ParityFailed => Retry::Read(roles.p, e.into_error()),
-                        LogFailed::NoRoom => Retry::Fatal(e.into_error()),
-                    },
-                )?),
-                None => None,
-            };
+        let _hold = match &self.stripes.ppl {
+            Some(log) => Some(log.write(entries).await.map_err(|e| match e {
+                LogFailed::ParityFailed => Retry::Read(roles.p, e.into_error()),
+                LogFailed::NoRoom => Retry::Fatal(e.into_error()),
+            })?),
+            None => None,
+        };
         // 5. Member I/O.
         let (writes, results) = match news {
             Some(news) => self.write_regenerated(&rows, &plan, writes, &news).await,

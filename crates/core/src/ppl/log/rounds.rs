@@ -163,28 +163,15 @@ impl GroupLog {
     /// Writes `entries` (from [`Self::prepare`]) to their rings; the returned hold ends the
     /// bands' writes when dropped (after the member writes, whatever their outcome).
     pub(crate) async fn write(&self, entries: Vec<(Entry, Rings)>) -> Result<Hold<'_>, LogFailed> {
-        self.write_in(entries, None).await
-    }
-
-    /// [`Self::write`] as one of a gathering (`arrival`, see `gather.rs`): while siblings
-    /// are still coming, the entries wait for the round that carries theirs too.
-    pub(crate) async fn write_in(
-        &self,
-        entries: Vec<(Entry, Rings)>,
-        arrival: Option<&Arrival<'_>>,
-    ) -> Result<Hold<'_>, LogFailed> {
         let hold = Hold {
             log: self,
             bands: entries.iter().map(|(e, _)| (e.stripe, e.band)).collect(),
         };
         if entries.is_empty() {
-            if let Some(a) = arrival {
-                a.leave();
-            }
             return Ok(hold);
         }
         let (tx, mut ended) = oneshot::channel();
-        let (ticket, siblings) = {
+        let ticket = {
             let mut st = self.state.lock();
             let t = st.next_ticket;
             st.next_ticket += 1;
@@ -196,22 +183,14 @@ impl GroupLog {
                 });
             }
             st.notify.insert(t, tx);
-            (t, arrival.and_then(|a| a.arrive(&mut st)))
+            t
         };
         let guard = PendingGuard { log: self, ticket };
-        // A dropped sender: the ticket was given up (cannot happen while we wait).
-        let gone = Err(LogFailed::NoRoom);
-        // Siblings still coming: the last one's round (or any round meanwhile) takes these
-        // entries too.
-        if let Some(siblings) = siblings {
-            if let Either::Left((r, _)) = futures::future::select(&mut ended, siblings).await {
-                std::mem::forget(guard);
-                return r.unwrap_or(gone).map(|()| hold);
-            }
-        }
         // A writer whose entries are still pending starts a round of everything pending if
         // fewer than `MAX_ROUNDS_IN_FLIGHT` are being written; otherwise it waits for its
         // ticket's end or for a round to end, whichever comes first.
+        // A dropped sender: the ticket was given up (cannot happen while we wait).
+        let gone = Err(LogFailed::NoRoom);
         let ended_as = loop {
             if let Ok(Some(r)) = ended.try_recv() {
                 break r;
