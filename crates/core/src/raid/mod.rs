@@ -101,7 +101,7 @@
 //! own buffers, no copy; a later write trims the views it overlaps, so adjacent and
 //! overlapping writes merge. A stripe is
 //! written to the members (destaged) when it becomes full (no reads), when the cache is over
-//! its bound (the fullest among the least recently used first), on FLUSH (everything), at once for FUA writes, and
+//! its bound (least recently used first), on FLUSH (everything), at once for FUA writes, and
 //! by a process-wide background thread once it has waited longer than the volume's
 //! `cache_max_age` (default 1 s). Whole-stripe writes bypass the cache. Reads overlay cached
 //! dirty bytes. **An entry stays listed until the members have its bytes**, whichever path
