@@ -491,11 +491,17 @@ struct FoldPlan {
     target: Option<usize>,
 }
 
-/// Decides each piece's [`Step`] and takes the claims (pure over `kept`). `None`: another
-/// reader's buffer is the fold's target and this one wants the lost chunk too (overlapping
-/// requests) — the general path serves it.
+/// Decides each piece's [`Step`] and takes the claims (pure over `kept`). `None`, with no
+/// claim taken: another reader's buffer is the fold's target and this one wants the lost
+/// chunk too (overlapping requests) — the general path serves it.
 fn plan_fold(kept: &mut Kept, metas: &[ParityPiece], strip: u64) -> Option<FoldPlan> {
     let x = kept.fold_mut().lost();
+    // Decided before any claim: a claim left behind is folded by nobody, and the target's
+    // reader would wait for it forever, holding the stripe's lock.
+    let wants_lost = metas.iter().any(|p| p.data_index == x) && kept.rows[x].is_none();
+    if wants_lost && (kept.target.is_some() || kept.finished.is_some()) {
+        return None;
+    }
     let mut plan = FoldPlan {
         steps: Vec::with_capacity(metas.len()),
         claimed: Vec::new(),
@@ -507,9 +513,6 @@ fn plan_fold(kept: &mut Kept, metas: &[ParityPiece], strip: u64) -> Option<FoldP
         let step = if kept.rows[i].is_some() {
             Step::Copy
         } else if i == x {
-            if kept.target.is_some() || kept.finished.is_some() {
-                return None;
-            }
             if whole {
                 plan.target = Some(j);
             }
@@ -672,6 +675,17 @@ mod tests {
         // Another reader wanting the lost chunk while it is a reader's target: the general
         // path serves it.
         assert!(plan_fold(&mut kept, &[piece(1, 0, 100)], strip).is_none());
+        // Also with a piece before it it would otherwise claim: nothing is left claimed,
+        // or the target's reader would wait for that chunk forever.
+        let mut two = Kept::new(3, Some(2));
+        two.target = Some(Buf::new(strip as usize));
+        let early = [piece(1, 100, strip - 100), piece(2, 0, 100)];
+        assert!(plan_fold(&mut two, &early, strip).is_none());
+        assert_eq!(two.reading(Source::Data(1)), Reading::Idle);
+        assert_eq!(
+            two.claim_missing(),
+            vec![Source::Data(0), Source::Data(1), Source::P]
+        );
         // Once rebuilt and kept, a piece of it is copied.
         kept.target = None;
         kept.rows[1] = Some(Buf::new(strip as usize).freeze());
