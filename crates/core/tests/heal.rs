@@ -207,6 +207,33 @@ fn a_spare_takes_a_failed_members_place_under_writes() {
     }
 }
 
+/// Two callers put spares in place at once (the daemon's watcher and `nbraid rebuild`): the
+/// one that finds the spare taken waits until the other's role records it, so it sees the
+/// role rebuilding instead of answering "nothing to rebuild" while a spare is on its way in
+/// (a flaky end-to-end test, `disk_rule`'s Matrix re-add, printed `null` for that).
+#[test]
+fn a_second_caller_of_use_spares_waits_for_the_first_placement() {
+    let disks: Vec<_> = (0..4).map(|i| disk(&format!("d{i}"))).collect();
+    let a = create(Level::Raid5, &disks);
+    a.volume().fail_member(1, "test: pulled");
+    // Its record's write answers later, so the first placement is still under way when the
+    // second caller looks.
+    let spare: Arc<dyn Member> = Arc::new(common::Yielding {
+        inner: MemoryMember::new("spare", MEMBER_BYTES),
+        in_flight: Default::default(),
+    });
+    a.add_spare(block_on(MemberMeta::load(spare)))
+        .expect("spare");
+    let (first, (second, seen)) = block_on(futures::future::join(a.use_spares(), async {
+        let used = a.use_spares().await;
+        (used, a.rebuilding())
+    }));
+    assert_eq!(first.expect("first"), vec![1]);
+    assert_eq!(second.expect("second"), Vec::<usize>::new());
+    let roles: Vec<usize> = seen.iter().map(|&(r, _)| r).collect();
+    assert_eq!(roles, vec![1], "the second caller saw the role rebuilding");
+}
+
 /// Completing a rebuild flushes the new member, not the volume: client writes still in the
 /// write-back cache stay there (under steady writes destaging it all took seconds), go to
 /// the new member when destaged, and everything reads back — after a restart too.

@@ -52,6 +52,10 @@ pub(super) struct Heal {
     replacing: Mutex<BTreeMap<usize, Arc<MemberMeta>>>,
     /// One pass at a time.
     running: AsyncMutex<()>,
+    /// Spares go into roles one caller at a time (the daemon's watcher, `nbraid rebuild`):
+    /// a spare is off the list before its role records it, so a second caller that did not
+    /// wait would find neither a spare nor a role rebuilding and say "nothing to rebuild".
+    placing: AsyncMutex<()>,
     /// Rebuild window (0: [`crate::rebuild::REBUILD_WINDOW_BYTES`]).
     window_bytes: AtomicU64,
 }
@@ -110,6 +114,7 @@ impl Heal {
     /// Puts spares in failed roles, the most endangered first, each the smallest spare that
     /// fits ([`super::assign_spares`]); returns the roles that got one.
     pub(super) async fn use_spares(&self, p: Parts<'_>) -> Result<Vec<usize>, ArrayError> {
+        let _one_caller = self.placing.lock().await;
         let chosen: Vec<(usize, Arc<MemberMeta>)> = {
             let mut spares = self.spares.lock();
             let sizes: Vec<u64> = spares.iter().map(|m| m.member().len()).collect();
