@@ -48,7 +48,7 @@ pub(super) fn rebuild(
     })?;
     if reply["nothing_to_rebuild"] == json!(true) {
         return Ok(if json {
-            format!("{:#}\n", reply["rebuild"])
+            format!("{:#}\n", nothing_to_rebuild_json(&reply))
         } else {
             nothing_to_rebuild(&volume, &reply)
         });
@@ -185,6 +185,22 @@ fn nothing_to_rebuild(volume: &str, reply: &Value) -> String {
     }
 }
 
+/// `nbraid rebuild --json` when nothing is being rebuilt: the last rebuild's report (its
+/// `state`), or `"state": "none"` if the volume never had one, with `nothing_to_rebuild` and
+/// the failed roles still waiting for a member — never a bare `null`.
+fn nothing_to_rebuild_json(reply: &Value) -> Value {
+    let mut out = match &reply["rebuild"] {
+        Value::Object(last) => Value::Object(last.clone()),
+        _ => json!({ "state": "none" }),
+    };
+    out["nothing_to_rebuild"] = json!(true);
+    out["roles_without_a_member"] = match &reply["roles_without_a_member"] {
+        Value::Array(roles) => Value::Array(roles.clone()),
+        _ => json!([]),
+    };
+    out
+}
+
 /// A scrub's end for people: how far it went, what it compared (parity stripes, mirror
 /// blocks) and what it found. Stripes under a failed member are skipped, not checked.
 fn scrub_summary(volume: &str, report: &Value) -> String {
@@ -218,6 +234,21 @@ mod tests {
             "{}",
             nothing_to_rebuild("r5", &waiting)
         );
+    }
+
+    #[test]
+    fn nothing_to_rebuild_in_json_is_an_object_with_a_state() {
+        let never = nothing_to_rebuild_json(&json!({"rebuild": null, "nothing_to_rebuild": true}));
+        assert_eq!(
+            never,
+            json!({"state": "none", "nothing_to_rebuild": true, "roles_without_a_member": []})
+        );
+        let last = json!({"rebuild": {"state": "done", "roles": []},
+                          "roles_without_a_member": [2]});
+        let out = nothing_to_rebuild_json(&last);
+        assert_eq!(out["state"], "done");
+        assert_eq!(out["nothing_to_rebuild"], true);
+        assert_eq!(out["roles_without_a_member"], json!([2]));
     }
 
     #[test]
