@@ -25,6 +25,10 @@ const DRAIN_DESTAGES_IN_FLIGHT: usize = 256;
 /// Without the log one at a time measured best (4 at once: 5-15% fewer IOPS).
 const LOGGED_EVICT_BATCH: usize = 4;
 
+/// Least recently used entries an eviction chooses its victims among, the fullest first (at
+/// most a quarter of the entries: see [`choose_victims`]).
+const EVICT_WINDOW: usize = 256;
+
 /// One cached stripe: its dirty bytes as segments of the writers' own buffers (no copy; a
 /// later write trims the segments it overlaps), sorted and disjoint, in stripe offsets.
 pub(super) struct Entry {
@@ -185,8 +189,10 @@ impl Pins {
 #[derive(Default)]
 pub(super) struct CacheState {
     pub(super) entries: HashMap<u64, Entry>,
-    /// LRU order: `used` tick → stripe, one per entry (eviction takes the oldest).
-    pub(super) lru: BTreeMap<u64, u64>,
+    /// LRU order: `used` tick → (stripe, its dirty bytes after that write), one per entry:
+    /// eviction reads its candidates' sizes here, not in `entries` (the bytes a hint: a
+    /// `forget` since may have shrunk the entry).
+    pub(super) lru: BTreeMap<u64, (u64, u64)>,
     /// Dirty bytes of all entries.
     pub(super) bytes: u64,
     /// What the entries' segments keep alive; the cache's bound applies to `pins.bytes`.
@@ -224,10 +230,10 @@ impl CacheState {
             since: Instant::now(),
         });
         self.lru.remove(&e.used);
-        self.lru.insert(tick, s);
         e.used = tick;
         let before = e.bytes;
         e.insert(off, data, Some(&mut self.pins));
+        self.lru.insert(tick, (s, e.bytes));
         self.bytes = self.bytes + e.bytes - before;
         e.covers(0, width)
     }
@@ -256,6 +262,35 @@ impl CacheState {
             bound_bytes: bound,
         }
     }
+}
+
+/// The `batch` stripes an eviction destages, from `oldest` ((stripe, dirty bytes) of the
+/// `entries`, least recently used first) that are `free` (not being destaged): the fullest
+/// of the oldest [`EVICT_WINDOW`] — at most a quarter of the entries, at least `batch` —
+/// older first among equals; too few free there, the next oldest. Only the stripes taken
+/// and the busy ones before them are looked up. A destage costs its reads, its member
+/// writes and, with the log, a round whatever it carries, so the fullest stripes write the
+/// most bytes for it (engine bench, 4 KiB random writes filling the cache: 102 → 67
+/// destages per 1,000 writes); the window keeps the recently written ones — a stripe a
+/// sequential writer is filling, a hot one — out of reach, as LRU alone did, and an old
+/// sparse stripe still leaves by `max_age` or a flush.
+pub(super) fn choose_victims(
+    mut oldest: impl Iterator<Item = (u64, u64)>,
+    entries: usize,
+    batch: usize,
+    free: impl Fn(u64) -> bool,
+) -> Vec<u64> {
+    let window = (entries / 4).clamp(batch, EVICT_WINDOW.max(batch));
+    let mut seen: Vec<(u64, u64)> = oldest.by_ref().take(window).collect();
+    // Stable: among equals the older first.
+    seen.sort_by_key(|&(_, bytes)| std::cmp::Reverse(bytes));
+    let mut picked: Vec<u64> = (seen.into_iter().map(|(s, _)| s))
+        .filter(|&s| free(s))
+        .take(batch)
+        .collect();
+    let short = batch - picked.len();
+    picked.extend(oldest.map(|(s, _)| s).filter(|&s| free(s)).take(short));
+    picked
 }
 
 /// A segment that views only a small part of a large buffer is copied out, so a few cached
@@ -335,8 +370,9 @@ pub(super) struct Destager<'a> {
 }
 
 impl Destager<'_> {
-    /// Destages least recently used stripes until `room_bytes` more fit within the bound:
-    /// one at a time, or with a partial-parity log [`LOGGED_EVICT_BATCH`] at once.
+    /// Destages least recently used stripes, the fullest of them first ([`choose_victims`]),
+    /// until `room_bytes` more fit within the bound: one at a time, or with a partial-parity
+    /// log [`LOGGED_EVICT_BATCH`] at once.
     pub(super) async fn evict(&self, room_bytes: u64) -> VolumeResult<()> {
         let Some(cache) = &self.cache else {
             return Ok(());
@@ -353,13 +389,9 @@ impl Destager<'_> {
                     return Ok(());
                 }
                 let st = &mut *st;
-                let picked: Vec<u64> = st
-                    .lru
-                    .values()
-                    .copied()
-                    .filter(|s| st.entries.get(s).is_some_and(|e| !e.busy))
-                    .take(batch)
-                    .collect();
+                let free = |s: u64| st.entries.get(&s).is_some_and(|e| !e.busy);
+                let picked =
+                    choose_victims(st.lru.values().copied(), st.entries.len(), batch, free);
                 for s in &picked {
                     st.entries.get_mut(s).expect("listed").busy = true;
                 }
@@ -495,6 +527,33 @@ impl Destager<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn eviction_takes_the_fullest_of_the_oldest_quarter() {
+        // (stripe, bytes), least recently used first.
+        let lru = |n: u64| (0..n).map(|s| (s, if s % 10 == 7 { 9000 } else { 100 + s }));
+        // 40 entries: the oldest 10 are looked at; stripe 7 is the fullest there, then the
+        // largest of the rest; stripe 17, fuller than all but 7, is too recent.
+        let any = |_| true;
+        assert_eq!(choose_victims(lru(40), 40, 4, any), vec![7, 9, 8, 6]);
+        // A few entries: the batch's worth looked at, here all three.
+        assert_eq!(choose_victims(lru(3), 3, 4, any), vec![2, 1, 0]);
+        // 8 entries, one victim: the oldest 2 looked at, the fullest (stripe 7) out of reach.
+        assert_eq!(choose_victims(lru(8), 8, 1, any), vec![1]);
+        // Equals: the older first.
+        let flat = || (0..100u64).map(|s| (s, 4096));
+        assert_eq!(choose_victims(flat(), 100, 4, any), vec![0, 1, 2, 3]);
+        // Busy stripes are passed over; too few free in the window, the next oldest.
+        let not = |busy: &'static [u64]| move |s| !busy.contains(&s);
+        assert_eq!(choose_victims(lru(40), 40, 2, not(&[7, 8])), vec![9, 6]);
+        let window_busy: Vec<u64> = (0..25).collect();
+        let free = |s| !window_busy.contains(&s);
+        assert_eq!(choose_victims(flat(), 100, 2, free), vec![25, 26]);
+        // Many entries: at most `EVICT_WINDOW` looked at.
+        let many = (0..10_000u64).map(|s| (s, s));
+        let w = EVICT_WINDOW as u64;
+        assert_eq!(choose_victims(many, 10_000, 2, any), vec![w - 1, w - 2]);
+    }
 
     #[test]
     fn cache_entry_segments_merge_and_trim() {

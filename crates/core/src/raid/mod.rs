@@ -99,11 +99,11 @@
 //! evicts for room, or is written through when eviction cannot make any (destaging fails):
 //! the cache never acknowledges more than it may hold. The cache holds views of the writers'
 //! own buffers, no copy; a later write trims the views it overlaps, so adjacent and
-//! overlapping writes merge. A stripe is
-//! written to the members (destaged) when it becomes full (no reads), when the cache is over
-//! its bound (least recently used first), on FLUSH (everything), at once for FUA writes, and
-//! by a process-wide background thread once it has waited longer than the volume's
-//! `cache_max_age` (default 1 s). Whole-stripe writes bypass the cache. Reads overlay cached
+//! overlapping writes merge. A stripe is written to the members (destaged) when it becomes
+//! full (no reads), when the cache is over its bound (the fullest among the least recently
+//! used first), on FLUSH (everything), at once for FUA writes, and by a process-wide
+//! background thread once it has waited longer than the volume's `cache_max_age` (default
+//! 1 s). Whole-stripe writes bypass the cache. Reads overlay cached
 //! dirty bytes. **An entry stays listed until the members have its bytes**, whichever path
 //! writes it (destage, a write that fills it, a FUA write, a whole-stripe write or zeroing
 //! that supersedes it): a FLUSH waits for it on the stripe lock instead of missing it, and if
