@@ -31,6 +31,8 @@ struct Switch {
     inner: MemoryMember,
     down: AtomicBool,
     data_reads: AtomicU64,
+    /// Reads and writes answer later (yield to the executor a few times first).
+    slow: AtomicBool,
 }
 
 impl Switch {
@@ -39,7 +41,25 @@ impl Switch {
             inner: MemoryMember::new(format!("d{i}"), METADATA_AREA_BYTES + REGION),
             down: AtomicBool::new(false),
             data_reads: AtomicU64::new(0),
+            slow: AtomicBool::new(false),
         })
+    }
+
+    /// `op` after a few yields when the member is slow.
+    fn answer<'a, T: Send + 'a>(
+        &'a self,
+        op: BoxFuture<'a, MemberResult<T>>,
+    ) -> BoxFuture<'a, MemberResult<T>> {
+        if !self.slow.load(SeqCst) {
+            return op;
+        }
+        async move {
+            for _ in 0..3 {
+                common::yield_once().await;
+            }
+            op.await
+        }
+        .boxed()
     }
 
     fn check(&self, op: MemberOp, offset: u64, len: u64) -> MemberResult<()> {
@@ -71,12 +91,12 @@ impl Member for Switch {
         if offset >= METADATA_AREA_BYTES {
             self.data_reads.fetch_add(1, SeqCst);
         }
-        self.inner.read(offset, buf)
+        self.answer(self.inner.read(offset, buf))
     }
     fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
         match self.check(MemberOp::Write, offset, data.len() as u64) {
             Err(e) => futures::future::ready(Err(e)).boxed(),
-            Ok(()) => self.inner.write(offset, data, fua),
+            Ok(()) => self.answer(self.inner.write(offset, data, fua)),
         }
     }
     fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
@@ -286,6 +306,58 @@ fn a_returning_member_is_resynced_over_the_bitmap_before_it_is_read() {
         assert!(a.volume().member_is_current(gone));
         assert!(read_all(&a) == model, "{level:?}: after the restart");
     }
+}
+
+/// A returning member (the daemon's re-add watcher) and a hot spare (its spare watcher)
+/// reach one failed role at once: whichever takes the role, the other stands aside without
+/// writing anything, and the volume reads back. Each side looks at the role again under the
+/// records' lock, which the other holds while it takes the role.
+#[test]
+fn a_returning_member_and_a_spare_racing_for_one_role_leave_each_other_alone() {
+    // The re-add first: the spare's placement waits for the records' lock behind it (a
+    // commit on a slow member holds the lock while both arrive).
+    let d: Vec<Arc<Switch>> = (0..4).map(Switch::new).collect();
+    let a = create(Level::Raid5, &d, true);
+    let model = fill_then_lose(&a, &d, 2);
+    d[2].down.store(false, SeqCst);
+    let spare = Switch::new(9);
+    a.add_spare(metas(std::slice::from_ref(&spare)).remove(0))
+        .expect("spare");
+    d[0].slow.store(true, SeqCst);
+    let (clean, readd, used) =
+        block_on(async { futures::join!(a.mark_clean(), a.readd(2), a.use_spares()) });
+    d[0].slow.store(false, SeqCst);
+    clean.expect("the commit that held the lock");
+    assert!(matches!(readd, Ok(Readd::Resync { .. })), "{readd:?}");
+    assert_eq!(used.expect("the spare stands aside"), Vec::<usize>::new());
+    assert_eq!(a.spare_count(), 1, "the spare is a spare again");
+    assert_eq!(
+        spare.counters().snapshot().write_bytes,
+        0,
+        "nothing written on it"
+    );
+    resync(&a);
+    assert!(a.volume().member_is_current(2));
+    assert!(read_all(&a) == model, "after the re-add's resync");
+
+    // The spare first: the re-add, slowed reading its member's superblock, finds the role
+    // taken once it has the lock and is refused.
+    let d: Vec<Arc<Switch>> = (0..4).map(Switch::new).collect();
+    let a = create(Level::Raid5, &d, true);
+    let model = fill_then_lose(&a, &d, 2);
+    d[2].down.store(false, SeqCst);
+    d[2].slow.store(true, SeqCst);
+    let spare = Switch::new(9);
+    a.add_spare(metas(std::slice::from_ref(&spare)).remove(0))
+        .expect("spare");
+    let (readd, used) = block_on(async { futures::join!(a.readd(2), a.use_spares()) });
+    let refused = readd.expect_err("the role was taken").to_string();
+    assert!(refused.contains("has not failed"), "{refused}");
+    assert_eq!(used.expect("spare placed"), vec![2]);
+    assert!(a.returning().is_empty(), "nothing left to resync");
+    let r = block_on(a.rebuild(&PassControl::new(0))).expect("rebuild");
+    assert_eq!(r.completed, vec![2]);
+    assert!(read_all(&a) == model, "after the rebuild onto the spare");
 }
 
 #[test]

@@ -60,6 +60,14 @@ pub(super) struct Heal {
     window_bytes: AtomicU64,
 }
 
+/// Whether a newcomer took a failed role.
+enum Placed {
+    /// In the role, rebuilding (recorded).
+    InRole,
+    /// The role had not failed (any more): nothing was written.
+    RoleTaken,
+}
+
 /// What a rebuild did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RebuildReport {
@@ -133,10 +141,20 @@ impl Heal {
             picked
         };
         let mut used = Vec::new();
-        for (r, spare) in chosen {
+        let mut left = chosen.into_iter();
+        while let Some((r, spare)) = left.next() {
             // Spares passed the write rule when they were added.
-            self.install_newcomer(p, r, spare).await?;
-            used.push(r);
+            match self.place_newcomer(p, r, spare.clone()).await {
+                Ok(Placed::InRole) => used.push(r),
+                // A member came back into the role meanwhile (re-add): nothing was written,
+                // the spare stands by again.
+                Ok(Placed::RoleTaken) => self.spares.lock().push(spare),
+                Err(e) => {
+                    // The spares not tried yet stand by again; this one's state is unknown.
+                    self.spares.lock().extend(left.map(|(_, s)| s));
+                    return Err(e);
+                }
+            }
         }
         Ok(used)
     }
@@ -167,13 +185,33 @@ impl Heal {
         role: usize,
         meta: Arc<MemberMeta>,
     ) -> Result<(), ArrayError> {
-        if role >= p.volume.member_count() || !p.volume.member_is_failed(role) {
-            return Err(p.refuse(format!(
+        match self.place_newcomer(p, role, meta).await? {
+            Placed::InRole => Ok(()),
+            Placed::RoleTaken => Err(p.refuse(format!(
                 "role {role} has not failed: replace its member instead"
-            )));
+            ))),
+        }
+    }
+
+    /// [`Heal::install_newcomer`], saying [`Placed::RoleTaken`] (nothing written) when the
+    /// role has not failed — looked at again under the records' lock, which a returning
+    /// member's re-add holds while it takes the role back.
+    async fn place_newcomer(
+        &self,
+        p: Parts<'_>,
+        role: usize,
+        meta: Arc<MemberMeta>,
+    ) -> Result<Placed, ArrayError> {
+        let failed =
+            |p: Parts<'_>| role < p.volume.member_count() && p.volume.member_is_failed(role);
+        if !failed(p) {
+            return Ok(Placed::RoleTaken);
         }
         check_newcomer(p, &meta, Some(role))?;
         let mut rec = p.records.lock().await;
+        if !failed(p) {
+            return Ok(Placed::RoleTaken);
+        }
         // Its own record says *rebuilding* from the first write: a later commit torn on it
         // must not leave a record that looks like a member that merely missed writes.
         let mut next = rec.clone();
@@ -203,7 +241,7 @@ impl Heal {
         rec.added_paths = next.added_paths;
         p.records.commit(&mut rec).await?;
         tracing::info!("volume `{}`: rebuilding role {role}", p.name());
-        Ok(())
+        Ok(Placed::InRole)
     }
 
     /// Starts replacing role `role`'s member (current) by `meta`; the rebuild copies it and

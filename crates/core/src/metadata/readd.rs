@@ -117,6 +117,10 @@ impl Returning {
             return Ok(Readd::Rebuild);
         };
         let rec = p.records.lock().await;
+        // Looked at again under the lock: a spare may have taken the role meanwhile.
+        if !v.member_is_failed(role) {
+            return Err(refuse_readd(p, role, "it has not failed"));
+        }
         let area = own_bitmap_area(p, role, member.name(), &sb, &rec)?;
         let resync = p.bitmap.is_some()
             && area.is_some()
