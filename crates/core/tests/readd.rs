@@ -227,6 +227,17 @@ fn fill_then_lose(a: &Array, d: &[Arc<Switch>], gone: usize) -> Vec<u8> {
     model
 }
 
+/// An array of `n` members (`level`, with a bitmap) filled, member `gone` lost while two
+/// regions are written ([`fill_then_lose`]), then back up (not re-added yet). Returns the
+/// members, the array and the model.
+fn lost_and_back(level: Level, n: usize, gone: usize) -> (Vec<Arc<Switch>>, Array, Vec<u8>) {
+    let d: Vec<Arc<Switch>> = (0..n).map(Switch::new).collect();
+    let a = create(level, &d, true);
+    let model = fill_then_lose(&a, &d, gone);
+    d[gone].down.store(false, SeqCst);
+    (d, a, model)
+}
+
 fn resync(a: &Array) {
     let ctl = PassControl::new(0);
     assert_eq!(
@@ -316,10 +327,7 @@ fn a_returning_member_is_resynced_over_the_bitmap_before_it_is_read() {
 fn a_returning_member_and_a_spare_racing_for_one_role_leave_each_other_alone() {
     // The re-add first: the spare's placement waits for the records' lock behind it (a
     // commit on a slow member holds the lock while both arrive).
-    let d: Vec<Arc<Switch>> = (0..4).map(Switch::new).collect();
-    let a = create(Level::Raid5, &d, true);
-    let model = fill_then_lose(&a, &d, 2);
-    d[2].down.store(false, SeqCst);
+    let (d, a, model) = lost_and_back(Level::Raid5, 4, 2);
     let spare = Switch::new(9);
     a.add_spare(metas(std::slice::from_ref(&spare)).remove(0))
         .expect("spare");
@@ -342,10 +350,7 @@ fn a_returning_member_and_a_spare_racing_for_one_role_leave_each_other_alone() {
 
     // The spare first: the re-add, slowed reading its member's superblock, finds the role
     // taken once it has the lock and is refused.
-    let d: Vec<Arc<Switch>> = (0..4).map(Switch::new).collect();
-    let a = create(Level::Raid5, &d, true);
-    let model = fill_then_lose(&a, &d, 2);
-    d[2].down.store(false, SeqCst);
+    let (d, a, model) = lost_and_back(Level::Raid5, 4, 2);
     d[2].slow.store(true, SeqCst);
     let spare = Switch::new(9);
     a.add_spare(metas(std::slice::from_ref(&spare)).remove(0))
@@ -388,10 +393,7 @@ fn a_member_back_blank_or_without_a_bitmap_is_rebuilt_whole() {
 
 #[test]
 fn a_crash_before_the_resync_ends_leaves_the_role_failed_and_it_starts_over() {
-    let d: Vec<Arc<Switch>> = (0..2).map(Switch::new).collect();
-    let a = create(Level::Raid1, &d, true);
-    let model = fill_then_lose(&a, &d, 1);
-    d[1].down.store(false, SeqCst);
+    let (d, a, model) = lost_and_back(Level::Raid1, 2, 1);
     assert!(matches!(block_on(a.readd(1)), Ok(Readd::Resync { .. })));
     drop(a); // a crash before the pass
     let (a, report) = reopen(Level::Raid1, &d);
