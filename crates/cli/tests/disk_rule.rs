@@ -222,8 +222,9 @@ fn a_removed_member_of_a_matrix_volume_comes_back() {
         nbraid(&["add", "r5", d0.to_str().unwrap(), "--config", cfg]),
         "add it back",
     );
-    // The daemon's watcher may put it in the failed role before the add's own look does.
-    assert!(said.contains("added to r5"), "{said}");
+    // Whether the daemon's watcher or the add itself puts it in the failed role, the reply
+    // says where it went.
+    assert!(said.contains("added to r5: rebuilding role 0"), "{said}");
     let done: Value = serde_json::from_str(&ok(
         nbraid(&["rebuild", "r5", "--config", cfg, "--json"]),
         "rebuild",

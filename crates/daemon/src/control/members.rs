@@ -62,14 +62,15 @@ pub(super) async fn add(
         .map_err(refused)?;
     // Added back: no longer a departed member.
     v.departed.forget(meta_member);
-    let roles: Vec<usize> = v
-        .take_spares()
-        .await
-        .map_err(refused)?
-        .into_iter()
-        .map(|(r, _, _)| r)
+    let placed = v.take_spares().await.map_err(refused)?;
+    // The roles it holds now, whoever put it there: the daemon's watcher may have placed
+    // it first (placements take turns, so this look comes after the watcher's).
+    let array = v.array();
+    let vol = array.volume();
+    let roles: Vec<usize> = (0..vol.member_count())
+        .filter(|&r| array.has_member(r) && Arc::ptr_eq(&vol.member(r), meta_member))
         .collect();
-    if !roles.is_empty() {
+    if !placed.is_empty() {
         // At the volume's rate, as if the daemon had started it.
         v.ensure_rebuild(v.rebuild_rate());
     }
