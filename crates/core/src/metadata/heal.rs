@@ -202,14 +202,13 @@ impl Heal {
         role: usize,
         meta: Arc<MemberMeta>,
     ) -> Result<Placed, ArrayError> {
-        let failed =
-            |p: Parts<'_>| role < p.volume.member_count() && p.volume.member_is_failed(role);
-        if !failed(p) {
+        let failed = || role < p.volume.member_count() && p.volume.member_is_failed(role);
+        if !failed() {
             return Ok(Placed::RoleTaken);
         }
         check_newcomer(p, &meta, Some(role))?;
         let mut rec = p.records.lock().await;
-        if !failed(p) {
+        if !failed() {
             return Ok(Placed::RoleTaken);
         }
         // Its own record says *rebuilding* from the first write: a later commit torn on it

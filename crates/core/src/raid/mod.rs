@@ -93,23 +93,23 @@
 //!
 //! # Write-back cache
 //! With [`CacheMode::WriteBack`], partial-stripe writes are kept in a per-node stripe cache
-//! and complete at once. The bound (the volume's, shared evenly by its parity groups) counts
-//! the memory the cache really pins — whole allocations of the writers' buffers, a small
-//! slice of a large buffer being copied out first — and a write that would pass it first
-//! evicts for room, or is written through when eviction cannot make any (destaging fails):
-//! the cache never acknowledges more than it may hold. The cache holds views of the writers'
-//! own buffers, no copy; a later write trims the views it overlaps, so adjacent and
-//! overlapping writes merge. A stripe is written to the members (destaged) when it becomes
-//! full (no reads), when the cache is over its bound (the fullest among the least recently
-//! used first), on FLUSH (everything), at once for FUA writes, and by a process-wide
-//! background thread once it has waited longer than the volume's `cache_max_age` (default
-//! 1 s). Whole-stripe writes bypass the cache. Reads overlay cached
-//! dirty bytes. **An entry stays listed until the members have its bytes**, whichever path
-//! writes it (destage, a write that fills it, a FUA write, a whole-stripe write or zeroing
-//! that supersedes it): a FLUSH waits for it on the stripe lock instead of missing it, and if
-//! the write fails the entry stays (reads see it, the next FLUSH retries and reports the
-//! error), so acknowledged bytes never vanish silently. What is still cached when a volume is
-//! dropped without a flush is lost, as on power loss.
+//! and complete at once. The bound (the volume's, shared evenly by its parity groups)
+//! counts the memory the cache really pins — whole allocations of the writers' buffers, a
+//! small slice of a large buffer being copied out first — and a write that would pass it
+//! first evicts for room, or is written through when eviction cannot make any (destaging
+//! fails): the cache never acknowledges more than it may hold. The cache holds views of the
+//! writers' own buffers, no copy; a later write trims the views it overlaps, so adjacent
+//! and overlapping writes merge. A stripe is written to the members (destaged) when it
+//! becomes full (no reads), when the cache is over its bound (the fullest among the least
+//! recently used first), on FLUSH (everything), at once for FUA writes, and by a
+//! process-wide background thread once it has waited longer than the volume's
+//! `cache_max_age` (default 1 s). Whole-stripe writes bypass the cache. Reads overlay
+//! cached dirty bytes. **An entry stays listed until the members have its bytes**,
+//! whichever path writes it (destage, a write that fills it, a FUA write, a whole-stripe
+//! write or zeroing that supersedes it): a FLUSH waits for it on the stripe lock instead of
+//! missing it, and if the write fails the entry stays (reads see it, the next FLUSH retries
+//! and reports the error), so acknowledged bytes never vanish silently. What is still
+//! cached when a volume is dropped without a flush is lost, as on power loss.
 //!
 //! # Write-through joining
 //! Without the cache, a partial-stripe write may leave its bytes on the stripe for the next

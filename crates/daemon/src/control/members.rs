@@ -68,7 +68,7 @@ pub(super) async fn add(
     let array = v.array();
     let vol = array.volume();
     let roles: Vec<usize> = (0..vol.member_count())
-        .filter(|&r| array.has_member(r) && Arc::ptr_eq(&vol.member(r), meta_member))
+        .filter(|&r| Arc::ptr_eq(&vol.member(r), meta_member))
         .collect();
     if !placed.is_empty() {
         // At the volume's rate, as if the daemon had started it.
