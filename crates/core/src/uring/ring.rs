@@ -67,7 +67,7 @@ impl Engine {
 /// Sets up one ring and checks the kernel offers every opcode we use. Asks for
 /// SINGLE_ISSUER + DEFER_TASKRUN (Linux 6.1+: completions are processed when the ring thread
 /// waits, with no inter-processor interrupts) and falls back to a plain ring where refused.
-fn new_ring() -> Result<IoUring, UringError> {
+pub(super) fn new_ring() -> Result<IoUring, UringError> {
     let ring = match IoUring::builder()
         .setup_single_issuer()
         .setup_defer_taskrun()
@@ -270,18 +270,7 @@ impl RingThread {
     fn run(mut self) {
         let mut closed = false;
         loop {
-            if !self.wake_armed {
-                let ptr = (&mut *self.wake_buf as *mut u64).cast::<u8>();
-                let e = opcode::Read::new(types::Fd(self.wake_fd.as_raw_fd()), ptr, 8)
-                    .build()
-                    .user_data(WAKE_TOKEN);
-                match self.push(&e) {
-                    Ok(()) => self.wake_armed = true,
-                    // Not armed, so the thread must not sleep in the kernel below (nothing
-                    // would wake it for new ops): it polls, pausing briefly, until it is.
-                    Err(e) => tracing::error!("cannot arm the io_uring wake-up: {e}"),
-                }
-            }
+            self.arm_wake();
             while !closed && self.backlog.len() < MAX_IN_FLIGHT {
                 match self.rx.try_recv() {
                     Ok(op) => self.backlog.push_back(op),
@@ -289,16 +278,9 @@ impl RingThread {
                     Err(TryRecvError::Disconnected) => closed = true,
                 }
             }
-            while self.in_flight < MAX_IN_FLIGHT {
-                let Some(op) = self.backlog.pop_front() else {
-                    break;
-                };
-                self.start(op);
-            }
-            if closed && self.in_flight == 0 && self.backlog.is_empty() {
-                // The eventfd read may still be armed when the ring is torn down: leave its
-                // target allocated rather than risk the kernel writing into freed memory.
-                Box::leak(std::mem::replace(&mut self.wake_buf, Box::new(0)));
+            self.start_backlog();
+            if closed && self.is_idle() {
+                self.leak_wake_buf();
                 return;
             }
             let mut want = 1;
@@ -313,15 +295,76 @@ impl RingThread {
                     want = 0;
                 }
             }
-            match self.ring.submit_and_wait(want) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-                Err(e) => tracing::error!("io_uring_enter failed: {e}"),
-            }
-            self.sleeping.store(false, Ordering::SeqCst);
-            self.reap();
+            self.wait(want);
         }
+    }
+
+    /// Keeps a read armed on the wake eventfd. When it cannot be armed the thread must not
+    /// sleep in the kernel (nothing would wake it for new ops): it polls, pausing briefly,
+    /// until it is.
+    pub(super) fn arm_wake(&mut self) {
+        if self.wake_armed {
+            return;
+        }
+        let ptr = (&mut *self.wake_buf as *mut u64).cast::<u8>();
+        let e = opcode::Read::new(types::Fd(self.wake_fd.as_raw_fd()), ptr, 8)
+            .build()
+            .user_data(WAKE_TOKEN);
+        match self.push(&e) {
+            Ok(()) => self.wake_armed = true,
+            Err(e) => tracing::error!("cannot arm the io_uring wake-up: {e}"),
+        }
+    }
+
+    /// Whether the wake eventfd's read is armed (a sleeper can be woken).
+    pub(super) fn wake_armed(&self) -> bool {
+        self.wake_armed
+    }
+
+    /// The flag wakers read to learn whether they must poke the eventfd.
+    pub(super) fn sleeping(&self) -> &AtomicBool {
+        &self.sleeping
+    }
+
+    /// No user op in flight or waiting for room.
+    pub(super) fn is_idle(&self) -> bool {
+        self.in_flight == 0 && self.backlog.is_empty()
+    }
+
+    /// Takes `op` in: into the submission queue now when there is room, after the ops
+    /// already waiting otherwise.
+    pub(super) fn offer(&mut self, op: Op) {
+        self.backlog.push_back(op);
+        self.start_backlog();
+    }
+
+    /// Moves waiting ops into the submission queue while the ring has room for them.
+    pub(super) fn start_backlog(&mut self) {
+        while self.in_flight < MAX_IN_FLIGHT {
+            let Some(op) = self.backlog.pop_front() else {
+                break;
+            };
+            self.start(op);
+        }
+    }
+
+    /// Submits what is queued, waits in the kernel for `want` completions (0: none) and
+    /// reaps what arrived. Ops to run again go back to the backlog.
+    pub(super) fn wait(&mut self, want: usize) {
+        match self.ring.submit_and_wait(want) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+            Err(e) => tracing::error!("io_uring_enter failed: {e}"),
+        }
+        self.sleeping.store(false, Ordering::SeqCst);
+        self.reap();
+    }
+
+    /// Before the ring goes away: the eventfd read may still be armed, so its target stays
+    /// allocated rather than risk the kernel writing into freed memory.
+    pub(super) fn leak_wake_buf(&mut self) {
+        Box::leak(std::mem::replace(&mut self.wake_buf, Box::new(0)));
     }
 
     fn start(&mut self, mut op: Op) {
