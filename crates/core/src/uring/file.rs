@@ -3,6 +3,7 @@
 //! (or runs small ones itself, see [`memory_backed`]), and zeroes ranges the best way the file
 //! system offers.
 
+use super::caller;
 use super::exclusive;
 use super::op::{Done, FileShared, IoVecs, Job, Op, OpKind, IOV_MAX};
 use super::ring::{Engine, Ring};
@@ -199,7 +200,9 @@ impl UringFile {
             return job.run_sync();
         }
         let (tx, rx) = oneshot::channel();
-        self.ring.submit(Op { job, tx });
+        if let Err(op) = caller::try_submit(Op { job, tx }) {
+            self.ring.submit(op);
+        }
         match rx.await {
             Ok(r) => r,
             Err(_) => Err(io::Error::other("io_uring engine dropped the operation")),

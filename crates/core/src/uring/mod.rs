@@ -32,6 +32,7 @@
 //! count, check the range, run, name the error, finish — for every ranged op). A submission
 //! the kernel keeps refusing fails its op after a bounded number of attempts, naming why.
 
+mod caller;
 pub mod exclusive;
 mod file;
 mod op;
@@ -39,6 +40,7 @@ mod ring;
 #[cfg(test)]
 mod tests;
 
+pub use caller::block_on;
 pub use file::{DirectIo, FileOptions, UringFile};
 pub use ring::Engine;
 

@@ -342,3 +342,138 @@ fn a_member_grows_to_what_its_file_now_holds() {
     assert!(tail.is_ok(), "the grown bytes take writes");
     assert_eq!(m.grow_to(1 << 20), Ok(2 << 20), "never shrinks");
 }
+
+fn disk_member(dir: &tempfile::TempDir, size: u64, engine: &Arc<Engine>) -> UringFile {
+    let m = open(&dir.path().join("c.img"), size, engine);
+    assert!(
+        !m.shared.inline,
+        "the temp dir is on tmpfs: this test needs a disk file system"
+    );
+    m
+}
+
+/// Under `uring::block_on`, every kind of op on a disk member goes through the caller's own
+/// ring (the engine's ring sees none), means the same, and none is left when it returns.
+#[test]
+fn block_on_runs_disk_ops_on_the_callers_ring() {
+    let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+    let engine = Engine::new(1).unwrap();
+    let m = disk_member(&dir, 4 << 20, &engine);
+    let a = pattern(3 * 4096, 1);
+    let odd = pattern(777, 2);
+    let parts = [pattern(4096, 3), pattern(512, 4), pattern(8192, 5)];
+    let (got, got_odd, got_v) = super::block_on(async {
+        // Aligned (O_DIRECT), unaligned (buffered descriptor), FUA, vectored.
+        m.write(8192, Buf::copy_from(&a).freeze(), false)
+            .await
+            .unwrap();
+        m.write(100_001, Buf::copy_from(&odd).freeze(), true)
+            .await
+            .unwrap();
+        let data = parts.iter().map(|p| Buf::copy_from(p).freeze()).collect();
+        m.write_vectored(1 << 20, data, false).await.unwrap();
+        m.flush().await.unwrap();
+        m.trim(8192, 4096).await.unwrap();
+        let got = m.read(8192, Buf::new(a.len())).await.unwrap();
+        let got_odd = m.read(100_001, Buf::new(odd.len())).await.unwrap();
+        let bufs = parts.iter().map(|p| Buf::new(p.len())).collect();
+        let got_v = m.read_vectored(1 << 20, bufs).await.unwrap();
+        (got, got_odd, got_v)
+    });
+    assert!(got[..4096].iter().all(|&b| b == 0), "trimmed");
+    assert!(got[4096..] == a[4096..]);
+    assert!(got_odd[..] == odd[..]);
+    for (g, p) in got_v.iter().zip(&parts) {
+        assert!(g[..] == p[..]);
+    }
+    assert_eq!(ring_ops(&m), 0, "no op went through the engine's ring");
+    assert!(!super::caller::caller_ops_pending());
+    // Outside block_on the same thread uses the engine's ring again.
+    block_on(m.read(0, Buf::new(4096))).unwrap();
+    assert_eq!(ring_ops(&m), 1);
+    let c = m.counters().snapshot();
+    assert_eq!((c.in_flight, c.errors), (0, 0));
+}
+
+/// More ops at once than the caller's ring keeps in the kernel wait their turn and all land.
+#[test]
+fn block_on_queues_ops_beyond_the_rings_room() {
+    let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+    let engine = Engine::new(1).unwrap();
+    let m = disk_member(&dir, 8 << 20, &engine);
+    let n = 1200u64;
+    super::block_on(async {
+        let writes = (0..n).map(|i| {
+            let data = Buf::copy_from(&pattern(4096, i as u8)).freeze();
+            m.write(i * 4096, data, false)
+        });
+        for r in futures::future::join_all(writes).await {
+            r.unwrap();
+        }
+        let reads = (0..n).map(|i| m.read(i * 4096, Buf::new(4096)));
+        for (i, r) in futures::future::join_all(reads)
+            .await
+            .into_iter()
+            .enumerate()
+        {
+            assert!(r.unwrap()[..] == pattern(4096, i as u8)[..], "block {i}");
+        }
+    });
+    assert_eq!(ring_ops(&m), 0);
+    assert!(!super::caller::caller_ops_pending());
+}
+
+/// Futures dropped while their ops are in the caller's ring: the ops keep their buffers and
+/// finish before `block_on` returns; the ring goes on working.
+#[test]
+fn block_on_waits_for_ops_of_dropped_futures() {
+    let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+    let engine = Engine::new(1).unwrap();
+    let m = disk_member(&dir, 8 << 20, &engine);
+    let data = pattern(1 << 20, 7);
+    for round in 0..20u64 {
+        super::block_on(async {
+            let mut w = m.write((round % 4) << 20, Buf::copy_from(&data).freeze(), false);
+            assert!(futures::poll!(&mut w).is_pending());
+            drop(w);
+            let mut r = m.read(4 << 20, Buf::new(1 << 20));
+            let _ = futures::poll!(&mut r);
+            drop(r);
+        });
+        assert!(!super::caller::caller_ops_pending(), "drained on return");
+    }
+    // Every dropped write ran to its end before its block_on returned.
+    let got = super::block_on(m.read(0, Buf::new(4 << 20))).unwrap();
+    for piece in got.chunks(1 << 20) {
+        assert!(piece == &data[..]);
+    }
+    assert_eq!(ring_ops(&m), 0);
+}
+
+/// A waker from another thread wakes a caller sleeping in its ring (no op of its own would),
+/// and a `block_on` nested in a polled future shares the thread's ring.
+#[test]
+fn block_on_is_woken_from_other_threads_and_nests() {
+    let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+    let engine = Engine::new(1).unwrap();
+    let m = disk_member(&dir, 4 << 20, &engine);
+    let m = &m;
+    let (tx, rx) = futures::channel::oneshot::channel::<u32>();
+    let got = super::block_on(async move {
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            tx.send(7).unwrap();
+        });
+        let write = m.write(0, Buf::copy_from(&pattern(4096, 9)).freeze(), false);
+        let (r, sent) = futures::join!(write, rx);
+        r.unwrap();
+        t.join().unwrap();
+        // Nested: a synchronous call inside the future drives the same ring.
+        let inner = super::block_on(m.read(0, Buf::new(4096))).unwrap();
+        assert!(inner[..] == pattern(4096, 9)[..]);
+        sent.unwrap()
+    });
+    assert_eq!(got, 7);
+    assert_eq!(ring_ops(m), 0);
+    assert!(!super::caller::caller_ops_pending());
+}
