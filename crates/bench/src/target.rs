@@ -138,7 +138,8 @@ impl Target for VolumeTarget {
     fn block_on(&self, work: LocalBoxFuture<'_, Result<()>>) -> Result<()> {
         match &self.clock {
             Some(c) => run_virtual(c, work).map_err(|e| anyhow!(e))?,
-            None => futures::executor::block_on(work),
+            // Real members: this thread submits and reaps its own member ops.
+            None => nbraid_core::uring::block_on(work),
         }
     }
 }
@@ -210,7 +211,8 @@ impl Target for ArrayTarget {
     }
 
     fn block_on(&self, work: LocalBoxFuture<'_, Result<()>>) -> Result<()> {
-        futures::executor::block_on(work)
+        // This thread submits and reaps its own member ops (no ring thread between).
+        nbraid_core::uring::block_on(work)
     }
 
     fn close(&self) -> LocalBoxFuture<'_, Result<()>> {
