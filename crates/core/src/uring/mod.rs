@@ -8,6 +8,11 @@
 //! no extra syscalls per op. Buffers are owned by the in-flight slot until their completion
 //! arrives, so the kernel never sees memory that moved or was freed.
 //!
+//! A thread that runs its future through [`block_on`] (`nbraid bench`'s real-member targets)
+//! drives a ring of its own instead: the ops that future starts on it are submitted and
+//! reaped by that thread, as fio does, with no ring thread between it and the kernel (see
+//! `caller`). Everything else (the daemon's tokio workers) uses the ring threads.
+//!
 //! On a memory-backed file system (tmpfs, ramfs) io_uring cannot complete a read or write
 //! inline (no FMODE_NOWAIT): it would hand every op to an io-wq kernel thread, so an op would
 //! cross three threads to do a memory copy. There ops up to `INLINE_MAX` are plain
@@ -26,7 +31,8 @@
 //! A member is opened exclusively (an advisory lock, plus `O_EXCL` on block devices; see
 //! [`crate::exclusive`]): open each member once per process and share the [`UringFile`].
 //!
-//! The module is split by concern: `ring` (the [`Engine`] and its ring threads), `op` (an
+//! The module is split by concern: `ring` (the [`Engine`] and its ring threads), `caller`
+//! (the caller-driven ring of [`block_on`]), `op` (an
 //! operation's life: descriptor choice, submission entry or system call, completion and
 //! retry; one descriptor chooser) and `file` (the [`UringFile`] member; one sequence —
 //! count, check the range, run, name the error, finish — for every ranged op). A submission
