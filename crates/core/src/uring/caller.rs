@@ -119,8 +119,12 @@ impl CallerRing {
         self.ring.start_backlog();
         let mut want = 1;
         if !self.ring.wake_armed() {
-            // Nothing could poke a sleeper: look without sleeping (the arm is retried).
-            want = 0;
+            // Nothing could poke a sleeper (the arm is retried each turn): wait only for our
+            // own ops, or, with none in flight, look again shortly.
+            if self.ring.in_flight() == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                want = 0;
+            }
         } else {
             self.ring.sleeping().store(true, Ordering::SeqCst);
             fence(Ordering::SeqCst);

@@ -361,6 +361,11 @@ impl RingThread {
         self.reap();
     }
 
+    /// User ops in the kernel.
+    pub(super) fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
     /// Before the ring goes away: the eventfd read may still be armed, so its target stays
     /// allocated rather than risk the kernel writing into freed memory.
     pub(super) fn leak_wake_buf(&mut self) {
