@@ -6,9 +6,15 @@
 //! caller directly: one wake-up per batch of completions instead of the ring thread's wake-up
 //! plus the caller's (on the root disk, 2.3 context switches per 4 KiB write).
 //!
+//! A thread with an event loop of its own (the daemon's I/O workers, a tokio current-thread
+//! runtime each) installs a [`DrivenRing`] instead: every op started on the thread goes to its
+//! ring, and the loop turns the ring when an op is queued or the ring's eventfd says
+//! completions wait.
+//!
 //! The ring is SINGLE_ISSUER + DEFER_TASKRUN where the kernel has them (its creator is the
-//! only thread that ever enters it). Ops started elsewhere — on another thread, or on this one
-//! outside `block_on` — keep going to the engine's ring threads. Wakers from other threads
+//! only thread that ever enters it; completions are posted only when it enters with
+//! GETEVENTS). Ops started elsewhere — on another thread, or on this one outside `block_on`
+//! and without a driven ring — keep going to the engine's ring threads. Wakers from other threads
 //! (a ring thread's completion, a timer) poke an eventfd whose read the ring keeps armed, only
 //! when the caller sleeps, as submitters poke a sleeping ring thread. Buffers stay owned by
 //! the in-flight op until its completion; before the outermost `block_on` returns it waits for
@@ -31,15 +37,21 @@ thread_local! {
         Caller {
             ring: RefCell::new(None),
             depth: Cell::new(0),
+            driven: Cell::new(false),
+            driver: RefCell::new(None),
         }
     };
 }
 
-/// This thread's ring and how deep in `block_on` it is.
+/// This thread's ring, how deep in `block_on` it is, and whether an event loop drives it.
 struct Caller {
     ring: RefCell<Option<CallerRing>>,
-    /// Nested `block_on` calls running on this thread (ops go to the ring only while > 0).
+    /// Nested `block_on` calls running on this thread (ops go to the ring while > 0).
     depth: Cell<usize>,
+    /// A [`DrivenRing`] is installed: ops go to the ring at any depth.
+    driven: Cell<bool>,
+    /// The driving loop's waker, woken (once) when an op is queued for its next turn.
+    driver: RefCell<Option<Waker>>,
 }
 
 /// A ring driven by the thread that created it.
@@ -166,12 +178,19 @@ pub(super) fn try_submit(op: Op) -> Result<(), Op> {
     let mut op = Some(op);
     // `try_with` fails only while the thread's locals are destroyed: the op is still ours.
     let _ = CALLER.try_with(|c| {
-        if c.depth.get() == 0 {
+        if c.depth.get() == 0 && !c.driven.get() {
             return;
         }
         if let Ok(mut ring) = c.ring.try_borrow_mut() {
             if let (Some(r), Some(op)) = (ring.as_mut(), op.take()) {
                 r.ring.offer(op);
+            }
+        }
+        if op.is_none() && c.driven.get() {
+            // Outside the ring's borrow: the driver's waker may run code of its own.
+            let driver = c.driver.try_borrow_mut().ok().and_then(|mut d| d.take());
+            if let Some(w) = driver {
+                w.wake();
             }
         }
     });
@@ -246,6 +265,133 @@ impl Drop for Leave {
             if depth == 0 {
                 if let Ok(mut ring) = c.ring.try_borrow_mut() {
                     if let Some(r) = ring.as_mut() {
+                        r.drain();
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// This thread's ring, driven by the thread's own event loop rather than by [`block_on`]
+/// (the daemon's I/O workers: a tokio current-thread runtime each). While it is installed,
+/// every member op started on this thread goes into the ring; the loop must then
+/// - call [`turn`](Self::turn) soon after the waker given to
+///   [`wake_when_queued`](Self::wake_when_queued) is woken (an op waits to be submitted), and
+/// - call it when [`completion_fd`](Self::completion_fd) turns readable (completions wait:
+///   with DEFER_TASKRUN the kernel posts them only when this thread enters the ring), after
+///   [`take_signal`](Self::take_signal).
+///
+/// The thread must never block on anything an op in its ring would finish (a nested
+/// `futures::executor::block_on`): only this thread reaps them. Dropping it waits for every
+/// op still in the ring; the ring itself stays for the thread's life.
+pub struct DrivenRing {
+    /// Registered with the ring: readable when completions wait for a turn.
+    eventfd: OwnedFd,
+    /// Bound to the thread that installed it (its ring is a thread local).
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl DrivenRing {
+    /// Installs this thread's ring for its event loop; an error when the ring cannot be
+    /// created (ops then keep the engine's ring threads) or one is installed already.
+    pub fn install() -> io::Result<DrivenRing> {
+        CALLER.with(|c| {
+            if c.driven.get() {
+                return Err(io::Error::other(
+                    "this thread's io_uring is driven by a loop already",
+                ));
+            }
+            let mut slot = c
+                .ring
+                .try_borrow_mut()
+                .map_err(|_| io::Error::other("this thread's io_uring is busy"))?;
+            if slot.is_none() {
+                *slot = Some(CallerRing::new()?);
+            }
+            // SAFETY: eventfd(2) with valid flags; the result is checked before use.
+            let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+            if raw < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+            let eventfd = unsafe { OwnedFd::from_raw_fd(raw) };
+            let ring = slot.as_ref().expect("created above");
+            ring.ring.register_eventfd(eventfd.as_raw_fd())?;
+            c.driven.set(true);
+            Ok(DrivenRing {
+                eventfd,
+                _thread: std::marker::PhantomData,
+            })
+        })
+    }
+
+    /// Readable when completions wait for a [`turn`](Self::turn) (non-blocking eventfd).
+    pub fn completion_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.eventfd.as_fd()
+    }
+
+    /// Clears the completion signal; true when it was set.
+    pub fn take_signal(&self) -> bool {
+        let mut count: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
+        let n = unsafe {
+            libc::read(
+                self.eventfd.as_raw_fd(),
+                (&mut count as *mut u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+        n == std::mem::size_of::<u64>() as isize
+    }
+
+    /// Wakes `waker` once, when the next op is queued for this ring.
+    pub fn wake_when_queued(&self, waker: &Waker) {
+        CALLER.with(|c| {
+            if let Ok(mut d) = c.driver.try_borrow_mut() {
+                match d.as_mut() {
+                    Some(w) if w.will_wake(waker) => {}
+                    _ => *d = Some(waker.clone()),
+                }
+            }
+        });
+    }
+
+    /// Ops queued that no turn has handed the kernel yet.
+    pub fn has_queued(&self) -> bool {
+        CALLER.with(|c| match c.ring.try_borrow_mut() {
+            Ok(mut ring) => ring.as_mut().is_some_and(|r| r.ring.has_unsubmitted()),
+            Err(_) => false,
+        })
+    }
+
+    /// Submits the queued ops, runs the completions the kernel deferred to this thread and
+    /// finishes their ops (waking their tasks); never waits.
+    pub fn turn(&self) {
+        CALLER.with(|c| {
+            if let Ok(mut ring) = c.ring.try_borrow_mut() {
+                if let Some(r) = ring.as_mut() {
+                    r.ring.start_backlog();
+                    r.ring.flush();
+                    r.ring.start_backlog();
+                }
+            }
+        });
+    }
+}
+
+impl Drop for DrivenRing {
+    fn drop(&mut self) {
+        let _ = CALLER.try_with(|c| {
+            c.driven.set(false);
+            if let Ok(mut d) = c.driver.try_borrow_mut() {
+                d.take();
+            }
+            if let Ok(mut ring) = c.ring.try_borrow_mut() {
+                if let Some(r) = ring.as_mut() {
+                    r.ring.unregister_eventfd();
+                    if c.depth.get() == 0 {
                         r.drain();
                     }
                 }

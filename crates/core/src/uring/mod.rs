@@ -9,9 +9,10 @@
 //! arrives, so the kernel never sees memory that moved or was freed.
 //!
 //! A thread that runs its future through [`block_on`] (`nbraid bench`'s real-member targets)
-//! drives a ring of its own instead: the ops that future starts on it are submitted and
-//! reaped by that thread, as fio does, with no ring thread between it and the kernel (see
-//! `caller`). Everything else (the daemon's tokio workers) uses the ring threads.
+//! or installs a [`DrivenRing`] for its event loop (the daemon's I/O workers) drives a ring of
+//! its own instead: the ops started on it are submitted and reaped by that thread, as fio
+//! does, with no ring thread between it and the kernel (see `caller`). Everything else (the
+//! daemon's control tasks, rebuilds and scrubs, the flusher) uses the ring threads.
 //!
 //! On a memory-backed file system (tmpfs, ramfs) io_uring cannot complete a read or write
 //! inline (no FMODE_NOWAIT): it would hand every op to an io-wq kernel thread, so an op would
@@ -46,7 +47,7 @@ mod ring;
 #[cfg(test)]
 mod tests;
 
-pub use caller::block_on;
+pub use caller::{block_on, DrivenRing};
 pub use file::{DirectIo, FileOptions, UringFile};
 pub use ring::Engine;
 

@@ -11,7 +11,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use io_uring::{opcode, types, IoUring, Probe};
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -22,6 +22,9 @@ const RING_ENTRIES: u32 = 256;
 const MAX_IN_FLIGHT: usize = 2 * RING_ENTRIES as usize - 1;
 /// user_data of the eventfd read that wakes a sleeping ring.
 const WAKE_TOKEN: u64 = u64::MAX;
+/// IORING_ENTER_GETEVENTS: an enter that also runs the completions deferred to the ring's
+/// thread (DEFER_TASKRUN) and may wait for some.
+const ENTER_GETEVENTS: u32 = 1;
 /// Most submits tried to make room for one entry before its op fails (normally one is enough:
 /// the kernel takes the whole queue).
 const SUBMIT_ATTEMPTS: u32 = 64;
@@ -253,9 +256,10 @@ impl RingThread {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
                 Err(e) => {
-                    // EBUSY/EAGAIN: the kernel wants completions reaped before it takes more.
+                    // EBUSY/EAGAIN: the kernel wants completions reaped before it takes more
+                    // (posted first: a DEFER_TASKRUN ring posts them only on GETEVENTS).
                     tracing::warn!("io_uring submit failed: {e}; reaping completions");
-                    self.reap();
+                    self.flush();
                     last_error = Some(e);
                 }
             }
@@ -351,14 +355,58 @@ impl RingThread {
     /// Submits what is queued, waits in the kernel for `want` completions (0: none) and
     /// reaps what arrived. Ops to run again go back to the backlog.
     pub(super) fn wait(&mut self, want: usize) {
-        match self.ring.submit_and_wait(want) {
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-            Err(e) => tracing::error!("io_uring_enter failed: {e}"),
-        }
+        self.enter(want);
         self.sleeping.store(false, Ordering::SeqCst);
         self.reap();
+    }
+
+    /// Submits what is queued and runs the completions the kernel deferred to this thread,
+    /// waiting for `want` of them (0: never waits). Always with GETEVENTS: io-uring's
+    /// `submit_and_wait(0)` leaves it out, and a DEFER_TASKRUN ring then posts nothing.
+    fn enter(&mut self, want: usize) {
+        let queued = self.ring.submission().len() as u32;
+        // SAFETY: io_uring_enter(2) with no argument struct; every queued entry points at
+        // memory owned by an in-flight slot (or the wake read's buffer), which stays put until
+        // its completion is reaped.
+        let entered = unsafe {
+            self.ring.submitter().enter::<libc::sigset_t>(
+                queued,
+                want as u32,
+                ENTER_GETEVENTS,
+                None,
+            )
+        };
+        match entered {
+            Ok(_) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
+            Err(e) => tracing::error!("io_uring_enter failed: {e}"),
+        }
+    }
+
+    /// Submits what is queued and runs the completions the kernel deferred to this thread,
+    /// without waiting, then reaps what arrived.
+    pub(super) fn flush(&mut self) {
+        self.enter(0);
+        self.reap();
+    }
+
+    /// Entries in the submission queue or ops waiting for room: a [`flush`](Self::flush)
+    /// has work to hand the kernel.
+    pub(super) fn has_unsubmitted(&mut self) -> bool {
+        !self.backlog.is_empty() || !self.ring.submission().is_empty()
+    }
+
+    /// Has the kernel signal `eventfd` whenever completions wait for this thread (with
+    /// DEFER_TASKRUN: when work is deferred to it after the last enter with GETEVENTS).
+    pub(super) fn register_eventfd(&self, eventfd: RawFd) -> io::Result<()> {
+        self.ring.submitter().register_eventfd(eventfd)
+    }
+
+    /// Stops signalling the eventfd [`register_eventfd`](Self::register_eventfd) gave.
+    pub(super) fn unregister_eventfd(&self) {
+        if let Err(e) = self.ring.submitter().unregister_eventfd() {
+            tracing::debug!("io_uring: unregistering the completion eventfd: {e}");
+        }
     }
 
     /// User ops in the kernel.

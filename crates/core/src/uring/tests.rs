@@ -477,3 +477,118 @@ fn block_on_is_woken_from_other_threads_and_nests() {
     assert_eq!(ring_ops(m), 0);
     assert!(!super::caller::caller_ops_pending());
 }
+
+/// A waker that counts its wakes.
+struct CountWake(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for CountWake {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Polls `fut` once with a waker that does nothing; true when it is pending.
+fn poll_once<F: std::future::Future>(fut: std::pin::Pin<&mut F>) -> bool {
+    let waker = futures::task::noop_waker();
+    fut.poll(&mut std::task::Context::from_waker(&waker))
+        .is_pending()
+}
+
+/// Runs `fut` on this thread the way the daemon's I/O workers do: the future is polled, and
+/// the loop turns the driven ring when an op is queued or its completion eventfd is readable
+/// (here `poll(2)` stands in for the runtime's reactor).
+fn drive<F: std::future::Future>(ring: &super::DrivenRing, fut: F) -> F::Output {
+    let woken = Arc::new(CountWake(Default::default()));
+    let waker = std::task::Waker::from(woken.clone());
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let std::task::Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the driven ring never finished"
+        );
+        if !ring.has_queued() {
+            let mut p = libc::pollfd {
+                fd: std::os::fd::AsRawFd::as_raw_fd(&ring.completion_fd()),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, for the length given.
+            unsafe { libc::poll(&mut p, 1, 1000) };
+            ring.take_signal();
+        }
+        ring.turn();
+    }
+}
+
+/// On a thread with a driven ring, every op its futures start goes into that ring (the
+/// engine's ring sees none), the loop's waker hears of each queued op, a loop that turns on
+/// the completion eventfd finishes them all, and dropping the ring waits for ops still in it.
+#[test]
+fn a_driven_ring_takes_the_threads_ops_and_its_loop_finishes_them() {
+    let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+    let engine = Engine::new(1).unwrap();
+    let m = disk_member(&dir, 8 << 20, &engine);
+    let ring = super::DrivenRing::install().unwrap();
+    assert!(super::DrivenRing::install().is_err(), "one per thread");
+
+    // The loop's waker is woken when an op is queued, and the op waits for a turn.
+    let told = Arc::new(CountWake(Default::default()));
+    ring.wake_when_queued(&std::task::Waker::from(told.clone()));
+    let mut w = Box::pin(m.write(0, Buf::copy_from(&pattern(4096, 1)).freeze(), false));
+    assert!(poll_once(w.as_mut()));
+    assert_eq!(
+        told.0.load(Ordering::SeqCst),
+        1,
+        "the loop hears of the queued op"
+    );
+    assert!(ring.has_queued());
+    drive(&ring, w).unwrap();
+
+    // Many ops at once, beyond the ring's room; FUA, flush, vectored, unaligned.
+    let n = 700u64;
+    drive(&ring, async {
+        let writes = (0..n).map(|i| {
+            let data = Buf::copy_from(&pattern(4096, i as u8)).freeze();
+            m.write(i * 4096, data, i % 7 == 0)
+        });
+        for r in futures::future::join_all(writes).await {
+            r.unwrap();
+        }
+        m.flush().await.unwrap();
+        let odd = pattern(777, 9);
+        m.write(100_001, Buf::copy_from(&odd).freeze(), true)
+            .await
+            .unwrap();
+        let got = m.read(100_001, Buf::new(777)).await.unwrap();
+        assert!(got[..] == odd[..]);
+    });
+    let m = &m;
+    let reads = drive(&ring, async {
+        let reads = (0..n)
+            .filter(|i| !(24..=25).contains(i))
+            .map(|i| async move { (i, m.read(i * 4096, Buf::new(4096)).await.unwrap()) });
+        futures::future::join_all(reads).await
+    });
+    for (i, got) in reads {
+        assert!(got[..] == pattern(4096, i as u8)[..], "block {i}");
+    }
+    assert_eq!(ring_ops(m), 0, "no op went through the engine's ring");
+
+    // A future dropped with its op in the ring: dropping the ring waits for the op.
+    let data = pattern(1 << 20, 5);
+    let mut w = Box::pin(m.write(4 << 20, Buf::copy_from(&data).freeze(), false));
+    assert!(poll_once(w.as_mut()));
+    drop(w);
+    ring.turn();
+    drop(ring);
+    assert!(!super::caller::caller_ops_pending(), "drained on drop");
+    // Without the driven ring, ops go to the engine's ring again.
+    let got = block_on(m.read(4 << 20, Buf::new(1 << 20))).unwrap();
+    assert!(got[..] == data[..]);
+    assert_eq!(ring_ops(m), 1);
+}
