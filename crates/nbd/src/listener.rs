@@ -117,6 +117,34 @@ pub(crate) enum Accepted {
     Tcp(tokio::net::TcpStream),
 }
 
+/// An accepted connection on its way to another runtime: a tokio stream is registered with
+/// the reactor of the runtime that made it, so it crosses as a plain (non-blocking) socket
+/// and is registered again where it will be served.
+pub(crate) enum Moving {
+    Unix(std::os::unix::net::UnixStream),
+    Tcp(std::net::TcpStream),
+}
+
+impl Accepted {
+    /// Leaves this runtime's reactor (the socket stays non-blocking).
+    pub(crate) fn into_moving(self) -> io::Result<Moving> {
+        Ok(match self {
+            Accepted::Unix(s) => Moving::Unix(s.into_std()?),
+            Accepted::Tcp(s) => Moving::Tcp(s.into_std()?),
+        })
+    }
+}
+
+impl Moving {
+    /// Joins the reactor of the runtime this is called on.
+    pub(crate) fn into_accepted(self) -> io::Result<Accepted> {
+        Ok(match self {
+            Moving::Unix(s) => Accepted::Unix(tokio::net::UnixStream::from_std(s)?),
+            Moving::Tcp(s) => Accepted::Tcp(tokio::net::TcpStream::from_std(s)?),
+        })
+    }
+}
+
 pub(crate) async fn accept_one(l: &Listener) -> io::Result<Accepted> {
     match l {
         Listener::Unix { listener, .. } => listener.accept().await.map(|(s, _)| Accepted::Unix(s)),

@@ -20,7 +20,7 @@ use super::handshake;
 use super::limits::Limits;
 use super::listener::{accept_one, widen_send_buffer, Accepted, Listener};
 use super::proto::{MAX_PAYLOAD, MAX_STRING};
-use super::shared::{shutdown_signalled, too_many_connections, ExportEntry, Shared};
+use super::shared::{shutdown_signalled, too_many_connections, ExportEntry, Shared, Workers};
 use crate::error::{ConnError, ServerError};
 use crate::export::Export;
 use crate::tls::{ServerTls, TlsMode};
@@ -171,26 +171,7 @@ impl Server {
                 a = accept_one(&listener) => a,
             };
             match accepted {
-                Ok(Accepted::Unix(s)) if tls.mode != TlsMode::Off => {
-                    self.spawn_tls(s, tls.clone());
-                }
-                Ok(Accepted::Tcp(s)) if tls.mode != TlsMode::Off => {
-                    let _ = s.set_nodelay(true);
-                    self.spawn_tls(s, tls.clone());
-                }
-                Ok(Accepted::Unix(s)) => {
-                    let fd = s.as_raw_fd();
-                    widen_send_buffer(fd);
-                    let (r, w) = s.into_split();
-                    self.spawn_halves(r, w, Some(fd));
-                }
-                Ok(Accepted::Tcp(s)) => {
-                    let _ = s.set_nodelay(true);
-                    let fd = s.as_raw_fd();
-                    widen_send_buffer(fd);
-                    let (r, w) = s.into_split();
-                    self.spawn_halves(r, w, Some(fd));
-                }
+                Ok(a) => self.place(a, tls.clone()),
                 Err(e) => {
                     // EMFILE, ECONNABORTED and the like: log, pause briefly, carry on.
                     tracing::warn!("accept on {listener} failed: {e}");
@@ -200,6 +181,88 @@ impl Server {
         }
         if let Listener::Unix { path, .. } = &listener {
             let _ = std::fs::remove_file(path);
+        }
+    }
+
+    /// Serves connections on `runtimes` from now on, dealt out in turn (each connection and
+    /// the tasks it spawns stay on one), instead of on the runtime that accepts them; none:
+    /// the accepting runtime. Set before serving; later calls are ignored.
+    pub fn run_connections_on(&self, runtimes: Vec<tokio::runtime::Handle>) {
+        if self.shared.workers.set(Workers::new(runtimes)).is_err() {
+            tracing::warn!("the server's connection runtimes were set already: kept");
+        }
+    }
+
+    /// Serves an accepted connection as its own task, on the next of the
+    /// [`run_connections_on`](Self::run_connections_on) runtimes when there are some.
+    /// Admitted (counted) here, before it moves: a shutdown that begins meanwhile waits for it.
+    fn place(&self, accepted: Accepted, tls: ServerTls) {
+        let Some((guard, handshake)) = self.admit() else {
+            match accepted {
+                Accepted::Unix(s) => drop(self.refuse_split(s)),
+                Accepted::Tcp(s) => drop(self.refuse_split(s)),
+            }
+            return;
+        };
+        let server = self.clone();
+        let Some(runtime) = self.shared.workers.get().and_then(Workers::next) else {
+            self.track(guard, None, async move {
+                server.run_accepted(accepted, tls, handshake).await
+            });
+            return;
+        };
+        match accepted.into_moving() {
+            Ok(moving) => {
+                self.track(guard, Some(&runtime), async move {
+                    let accepted = moving.into_accepted()?;
+                    server.run_accepted(accepted, tls, handshake).await
+                });
+            }
+            Err(e) => tracing::warn!("handing a connection to its runtime failed: {e}"),
+        }
+    }
+
+    /// Refuses a connection that came whole (see [`Server::refuse`]).
+    fn refuse_split<S>(&self, s: S) -> JoinHandle<Result<(), ConnError>>
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (r, w) = tokio::io::split(s);
+        self.refuse(r, w)
+    }
+
+    /// Serves an admitted connection on the current runtime, with TLS when `tls` asks.
+    async fn run_accepted(
+        &self,
+        accepted: Accepted,
+        tls: ServerTls,
+        handshake: HandshakeSlot,
+    ) -> Result<(), ConnError> {
+        let shared = &self.shared;
+        let busy_poll = shared.limits.busy_poll;
+        match accepted {
+            Accepted::Unix(s) if tls.mode != TlsMode::Off => {
+                run_tls_connection(shared, s, tls, handshake).await
+            }
+            Accepted::Tcp(s) if tls.mode != TlsMode::Off => {
+                let _ = s.set_nodelay(true);
+                run_tls_connection(shared, s, tls, handshake).await
+            }
+            Accepted::Unix(s) => {
+                let fd = s.as_raw_fd();
+                widen_send_buffer(fd);
+                let (r, w) = s.into_split();
+                let r = BusyPoll::socket(r, fd, busy_poll);
+                run_connection(shared, r, w, handshake).await
+            }
+            Accepted::Tcp(s) => {
+                let _ = s.set_nodelay(true);
+                let fd = s.as_raw_fd();
+                widen_send_buffer(fd);
+                let (r, w) = s.into_split();
+                let r = BusyPoll::socket(r, fd, busy_poll);
+                run_connection(shared, r, w, handshake).await
+            }
         }
     }
 
@@ -223,7 +286,7 @@ impl Server {
             return self.refuse(r, w);
         };
         let shared = self.shared.clone();
-        self.track(guard, async move {
+        self.track(guard, None, async move {
             run_tls_connection(&shared, stream, tls, handshake).await
         })
     }
@@ -242,7 +305,7 @@ impl Server {
             None => BusyPoll::off(r),
         };
         let shared = self.shared.clone();
-        self.track(guard, async move {
+        self.track(guard, None, async move {
             run_connection(&shared, r, w, handshake).await
         })
     }
@@ -270,13 +333,19 @@ impl Server {
         Some((guard, slot))
     }
 
-    /// Runs a connection's task, counted by `guard` and abortable at shutdown.
-    fn track<F>(&self, guard: ConnGuard, conn: F) -> JoinHandle<Result<(), ConnError>>
+    /// Runs a connection's task on `runtime` (none: the current one), counted by `guard`
+    /// and abortable at shutdown.
+    fn track<F>(
+        &self,
+        guard: ConnGuard,
+        runtime: Option<&tokio::runtime::Handle>,
+        conn: F,
+    ) -> JoinHandle<Result<(), ConnError>>
     where
         F: std::future::Future<Output = Result<(), ConnError>> + Send + 'static,
     {
         let id = guard.id;
-        let handle = tokio::spawn(async move {
+        let task = async move {
             let res = conn.await;
             match &res {
                 Ok(()) => tracing::debug!("connection closed"),
@@ -284,7 +353,11 @@ impl Server {
             }
             drop(guard);
             res
-        });
+        };
+        let handle = match runtime {
+            Some(rt) => rt.spawn(task),
+            None => tokio::spawn(task),
+        };
         // The guard removes the entry under this same lock, and only before the task counts
         // as finished: checking and inserting under the lock never leaves a stale entry.
         let mut tasks = lock(&self.shared.tasks);

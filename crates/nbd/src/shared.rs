@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::AbortHandle;
@@ -49,6 +49,29 @@ pub(crate) struct Shared {
     pub requests_done: Notify,
     /// Refusals running now (at most `MAX_REFUSING`).
     pub refusing: AtomicUsize,
+    /// Where connections run, when not on the accepting runtime.
+    pub workers: OnceLock<Workers>,
+}
+
+/// Runtimes connections are dealt out to, in turn.
+pub(crate) struct Workers {
+    runtimes: Vec<tokio::runtime::Handle>,
+    next: AtomicUsize,
+}
+
+impl Workers {
+    pub fn new(runtimes: Vec<tokio::runtime::Handle>) -> Self {
+        Workers {
+            runtimes,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// The runtime for the next connection; `None` when there are none.
+    pub fn next(&self) -> Option<tokio::runtime::Handle> {
+        let n = self.runtimes.len();
+        (n > 0).then(|| self.runtimes[self.next.fetch_add(1, Ordering::Relaxed) % n].clone())
+    }
 }
 
 impl Shared {
@@ -67,6 +90,7 @@ impl Shared {
             requests: AtomicUsize::new(0),
             requests_done: Notify::new(),
             refusing: AtomicUsize::new(0),
+            workers: OnceLock::new(),
         }
     }
 
