@@ -11,6 +11,7 @@ pub mod control;
 pub mod events;
 pub mod export;
 pub mod heal;
+pub mod io_workers;
 pub mod logging;
 pub mod returning;
 pub mod serve;

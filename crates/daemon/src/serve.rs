@@ -4,6 +4,7 @@
 use crate::control::{ConfigIds, ControlServer, ControlVolume, Controls, StartReport};
 use crate::events::EventBus;
 use crate::export::VolumeExport;
+use crate::io_workers::IoWorkers;
 use crate::nbd::{
     proto::MAX_PAYLOAD, Export, Limits, Listener, Server, ServerTls, TlsMode, DEFAULT_BUSY_POLL,
 };
@@ -109,7 +110,10 @@ pub fn run_with(path: &Path, opts: &StartOptions) -> Result<()> {
         .thread_name("nbraidd")
         .build()
         .context("starting the tokio runtime")?;
-    let served = runtime.block_on(serve(config, opts, notifier.clone()));
+    let workers = IoWorkers::start(IoWorkers::count_wanted())?;
+    let served = runtime.block_on(serve(config, opts, notifier.clone(), workers.handles()));
+    // After the drain: no request runs on the workers any more.
+    workers.stop();
     if let Err(e) = &served {
         notifier.stopping(&format!(
             "failed: {}",
@@ -121,7 +125,13 @@ pub fn run_with(path: &Path, opts: &StartOptions) -> Result<()> {
 
 /// `nbraidd` from start to stop, in order: assemble, bind everything, announce, start the
 /// background tasks, serve until a stop signal, drain, record the volumes clean.
-async fn serve(config: Config, opts: &StartOptions, notifier: Arc<Notifier>) -> Result<()> {
+/// Connections run on `io_runtimes` (the I/O workers; none: this runtime).
+async fn serve(
+    config: Config,
+    opts: &StartOptions,
+    notifier: Arc<Notifier>,
+    io_runtimes: Vec<tokio::runtime::Handle>,
+) -> Result<()> {
     // Before anything is printed: a supervisor may send SIGTERM as soon as it sees the URIs.
     let stop = stop_signals()?;
     let hangup = reload::hangup_signal()?;
@@ -149,6 +159,7 @@ async fn serve(config: Config, opts: &StartOptions, notifier: Arc<Notifier>) -> 
     let (exports, latencies) = Latencies::wrap(exports);
     let names: Vec<String> = exports.iter().map(|(n, _)| n.clone()).collect();
     let server = Server::with_limits(exports, server_limits(&config.limits))?;
+    server.run_connections_on(io_runtimes);
 
     // Bind everything before serving anything, so a taken port fails the start.
     let listeners = bind_listeners(&config).await?;
