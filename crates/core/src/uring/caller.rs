@@ -204,6 +204,10 @@ pub(super) fn try_submit(op: Op) -> Result<(), Op> {
 /// ops `fut` starts here are submitted and reaped by this thread (see the module's docs).
 /// Where no ring can be set up it runs `fut` as `futures::executor::block_on` would, with the
 /// ops on the engine's ring threads.
+///
+/// Inside `fut`, nothing may block this thread on another executor (a nested
+/// `futures::executor::block_on`, a runtime's `block_on`): an op started there would wait in
+/// this thread's ring, which only this loop submits and reaps.
 pub fn block_on<F: Future>(fut: F) -> F::Output {
     let Some(poke) = enter() else {
         return futures::executor::block_on(fut);
@@ -237,20 +241,24 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
 /// Enters `block_on` on this thread, creating its ring on first use; `None` when the ring
 /// cannot be created.
 fn enter() -> Option<Arc<Poke>> {
-    CALLER.with(|c| {
-        let mut slot = c.ring.try_borrow_mut().ok()?;
-        if slot.is_none() {
-            match CallerRing::new() {
-                Ok(r) => *slot = Some(r),
-                Err(e) => {
-                    tracing::debug!("no caller-owned io_uring ({e}); ops use the ring threads");
-                    return None;
+    // `try_with`: while the thread's locals are destroyed there is no ring to enter.
+    CALLER
+        .try_with(|c| {
+            let mut slot = c.ring.try_borrow_mut().ok()?;
+            if slot.is_none() {
+                match CallerRing::new() {
+                    Ok(r) => *slot = Some(r),
+                    Err(e) => {
+                        tracing::debug!("no caller-owned io_uring ({e}); ops use the ring threads");
+                        return None;
+                    }
                 }
             }
-        }
-        c.depth.set(c.depth.get() + 1);
-        slot.as_ref().map(|r| r.poke.clone())
-    })
+            c.depth.set(c.depth.get() + 1);
+            slot.as_ref().map(|r| r.poke.clone())
+        })
+        .ok()
+        .flatten()
 }
 
 /// Leaves `block_on` (also when the future panics): the outermost one waits for every op
