@@ -168,6 +168,10 @@ async fn drive(ring: &DrivenRing) -> std::io::Result<()> {
         })
         .await?;
         ring.turn();
+        if ring.has_queued() {
+            // Ops the kernel would not take yet: let the tasks run before trying again.
+            tokio::task::yield_now().await;
+        }
     }
 }
 
