@@ -20,13 +20,14 @@
 //! the in-flight op until its completion; before the outermost `block_on` returns it waits for
 //! every op still in flight (a dropped future's), so no op outlives the wait that reaps it.
 
+use super::eventfd;
 use super::op::Op;
 use super::ring::{new_ring, RingThread};
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io;
 use std::mem::ManuallyDrop;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::pin::pin;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
@@ -72,16 +73,7 @@ struct Poke {
 impl Poke {
     fn wake(&self) {
         if self.sleeping.load(Ordering::SeqCst) && self.sleeping.swap(false, Ordering::SeqCst) {
-            let one: u64 = 1;
-            // SAFETY: writes 8 bytes from a live u64 to our eventfd. A failure (counter full)
-            // still leaves the eventfd readable, which is all the wake needs.
-            unsafe {
-                libc::write(
-                    self.eventfd.as_raw_fd(),
-                    (&one as *const u64).cast(),
-                    std::mem::size_of::<u64>(),
-                );
-            }
+            eventfd::signal(&self.eventfd);
         }
     }
 }
@@ -108,13 +100,7 @@ impl Wake for CallerWake {
 impl CallerRing {
     fn new() -> io::Result<CallerRing> {
         let ring = new_ring().map_err(io::Error::other)?;
-        // SAFETY: eventfd(2) with valid flags; the result is checked before use.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is a fresh descriptor that nothing else owns.
-        let eventfd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let eventfd = eventfd::new(false)?;
         let sleeping = Arc::new(AtomicBool::new(false));
         let ring_fd = eventfd.try_clone()?;
         let ring = RingThread::new(ring, crossbeam_channel::never(), ring_fd, sleeping.clone());
@@ -317,13 +303,7 @@ impl DrivenRing {
             if slot.is_none() {
                 *slot = Some(CallerRing::new()?);
             }
-            // SAFETY: eventfd(2) with valid flags; the result is checked before use.
-            let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-            if raw < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: `raw` is a fresh descriptor that nothing else owns.
-            let eventfd = unsafe { OwnedFd::from_raw_fd(raw) };
+            let eventfd = eventfd::new(true)?;
             let ring = slot.as_ref().expect("created above");
             ring.ring.register_eventfd(eventfd.as_raw_fd())?;
             c.driven.set(true);
@@ -342,16 +322,7 @@ impl DrivenRing {
 
     /// Clears the completion signal; true when it was set.
     pub fn take_signal(&self) -> bool {
-        let mut count: u64 = 0;
-        // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
-        let n = unsafe {
-            libc::read(
-                self.eventfd.as_raw_fd(),
-                (&mut count as *mut u64).cast(),
-                std::mem::size_of::<u64>(),
-            )
-        };
-        n == std::mem::size_of::<u64>() as isize
+        eventfd::take(&self.eventfd)
     }
 
     /// Wakes `waker` once, when the next op is queued for this ring.

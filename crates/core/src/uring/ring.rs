@@ -5,13 +5,14 @@
 //! on both its completions and an eventfd that submitters poke only when it sleeps, so a busy
 //! ring costs no extra syscalls per op.
 
+use super::eventfd;
 use super::op::{Next, Op};
 use super::UringError;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use io_uring::{opcode, types, IoUring, Probe};
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -114,13 +115,7 @@ pub(super) struct Ring {
 
 impl Ring {
     fn start(index: usize) -> Result<Arc<Ring>, UringError> {
-        // SAFETY: eventfd(2) with valid flags; the result is checked before use.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(UringError::Setup(io::Error::last_os_error()));
-        }
-        // SAFETY: `raw` is a fresh descriptor that nothing else owns.
-        let wake_fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let wake_fd = eventfd::new(false).map_err(UringError::Setup)?;
         // The thread reads the eventfd through its own descriptor (a clone).
         let thread_wake = wake_fd.try_clone().map_err(UringError::Setup)?;
         let (tx, rx) = crossbeam_channel::unbounded();
@@ -177,16 +172,7 @@ impl Ring {
     }
 
     fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our eventfd. A failure (counter full)
-        // still leaves the eventfd readable, which is all the wake needs.
-        unsafe {
-            libc::write(
-                self.wake_fd.as_raw_fd(),
-                (&one as *const u64).cast(),
-                std::mem::size_of::<u64>(),
-            );
-        }
+        eventfd::signal(&self.wake_fd);
     }
 }
 
