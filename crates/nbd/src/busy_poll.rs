@@ -12,6 +12,7 @@
 //! nothing read makes the next ones rarer (a client that thinks between requests, or a machine
 //! so busy that the client is not running), one that catches a request resets that.
 
+use std::cell::Cell;
 use std::io;
 use std::os::fd::RawFd;
 use std::pin::Pin;
@@ -56,6 +57,46 @@ impl SpinPolicy {
     }
 }
 
+thread_local! {
+    /// Spinning readers' connections served on this thread, when it runs a current-thread
+    /// runtime (where a connection never leaves its thread).
+    static SERVED_HERE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Where a reader runs. On a current-thread runtime (the daemon's I/O workers) a spin holds
+/// the whole thread — the other connections' requests, and the member I/O the thread's ring
+/// submits and reaps for them, would wait behind it — so a reader spins there only while its
+/// connection is the thread's only one. On a multi-thread runtime other workers go on.
+struct Thread {
+    /// Counted in `SERVED_HERE` (a current-thread runtime).
+    counted: bool,
+}
+
+impl Thread {
+    fn here() -> Thread {
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        let counted =
+            Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::CurrentThread);
+        if counted {
+            SERVED_HERE.with(|n| n.set(n.get() + 1));
+        }
+        Thread { counted }
+    }
+
+    /// Whether a spin holds up nobody else.
+    fn may_spin(&self) -> bool {
+        !self.counted || SERVED_HERE.with(Cell::get) <= 1
+    }
+}
+
+impl Drop for Thread {
+    fn drop(&mut self) {
+        if self.counted {
+            SERVED_HERE.with(|n| n.set(n.get().saturating_sub(1)));
+        }
+    }
+}
+
 /// A connection's read half that spins on its socket for a while before reporting
 /// `Pending`, when its connection allows it ([`BusyPoll::set_idle`]).
 pub(crate) struct BusyPoll<R> {
@@ -66,6 +107,8 @@ pub(crate) struct BusyPoll<R> {
     /// Set by the transmission phase while the connection has nothing in flight.
     idle: bool,
     policy: SpinPolicy,
+    /// The thread serving it, when a spin could hold up others there.
+    thread: Option<Thread>,
 }
 
 impl<R> BusyPoll<R> {
@@ -78,6 +121,7 @@ impl<R> BusyPoll<R> {
             budget,
             idle: false,
             policy: SpinPolicy::default(),
+            thread: (!budget.is_zero()).then(Thread::here),
         }
     }
 
@@ -89,6 +133,7 @@ impl<R> BusyPoll<R> {
             budget: Duration::ZERO,
             idle: false,
             policy: SpinPolicy::default(),
+            thread: None,
         }
     }
 
@@ -118,7 +163,8 @@ impl<R: AsyncRead + Unpin> AsyncRead for BusyPoll<R> {
         let Some(fd) = this.fd else {
             return Poll::Pending;
         };
-        if !this.idle || buf.remaining() == 0 || !this.policy.should_spin() {
+        let alone = this.thread.as_ref().is_none_or(Thread::may_spin);
+        if !this.idle || !alone || buf.remaining() == 0 || !this.policy.should_spin() {
             return Poll::Pending;
         }
         let got = spin_recv(fd, buf, this.budget);
@@ -159,6 +205,31 @@ fn spin_recv(fd: RawFd, buf: &mut ReadBuf<'_>, budget: Duration) -> Option<io::R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On a current-thread runtime a reader may spin only while its connection is the
+    /// thread's only one; on a multi-thread runtime always.
+    #[test]
+    fn on_a_current_thread_runtime_a_reader_spins_only_while_alone() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let a = Thread::here();
+            assert!(a.may_spin(), "alone");
+            let b = Thread::here();
+            assert!(!a.may_spin() && !b.may_spin(), "two on one thread");
+            drop(b);
+            assert!(a.may_spin(), "alone again");
+        });
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (a, b) = (Thread::here(), Thread::here());
+            assert!(a.may_spin() && b.may_spin(), "other workers go on");
+        });
+    }
 
     #[test]
     fn spins_stay_on_while_they_catch_requests_and_back_off_when_they_do_not() {

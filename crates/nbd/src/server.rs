@@ -354,13 +354,15 @@ impl Server {
             drop(guard);
             res
         };
+        // Spawned under the lock: a task on another thread that ends at once waits here to
+        // remove its entry, so none is left behind.
+        let mut tasks = lock(&self.shared.tasks);
         let handle = match runtime {
             Some(rt) => rt.spawn(task),
             None => tokio::spawn(task),
         };
         // The guard removes the entry under this same lock, and only before the task counts
         // as finished: checking and inserting under the lock never leaves a stale entry.
-        let mut tasks = lock(&self.shared.tasks);
         if !handle.is_finished() {
             tasks.insert(id, handle.abort_handle());
         }

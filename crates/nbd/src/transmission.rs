@@ -442,11 +442,12 @@ where
         }
         let tx = self.tx.clone();
         tokio::spawn(async move { tx.send(task.await) });
-        if !inline {
+        if !inline && !on_current_thread_runtime() {
             // A long read (or trim) should run on another worker while this one reads the
             // next request. Tokio keeps the newest task in a slot no other worker takes and wakes
             // an idle worker only once a second task queues behind it: queue a no-op, so the
-            // long one moves where an idle worker finds it.
+            // long one moves where an idle worker finds it. (A current-thread runtime has no
+            // other worker to move it to.)
             tokio::spawn(async {});
         }
     }
@@ -537,6 +538,12 @@ impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// Whether this task runs on a current-thread runtime (a connection on an I/O worker).
+fn on_current_thread_runtime() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread)
 }
 
 #[cfg(test)]
