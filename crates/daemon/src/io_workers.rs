@@ -43,7 +43,7 @@ impl IoWorkers {
         Ok(IoWorkers { workers })
     }
 
-    /// How many workers the config and `NBRAIDD_IO_WORKERS` ask for.
+    /// How many workers to run: `NBRAIDD_IO_WORKERS`, else one per CPU.
     pub fn count_wanted() -> usize {
         let default = std::thread::available_parallelism().map_or(1, |n| n.get());
         match std::env::var("NBRAIDD_IO_WORKERS") {
@@ -60,9 +60,10 @@ impl IoWorkers {
         self.workers.iter().map(|w| w.handle.clone()).collect()
     }
 
-    /// Stops every worker and waits (at most [`STOP_WAIT`] each) for its thread to end: the
-    /// tasks left on it are dropped, then the ops still in its ring finish.
+    /// Stops every worker and waits (at most [`STOP_WAIT`] for all) for its thread to end:
+    /// the tasks left on it are dropped, then the ops still in its ring finish.
     pub fn stop(self) {
+        let deadline = std::time::Instant::now() + STOP_WAIT;
         let waiting: Vec<_> = self
             .workers
             .into_iter()
@@ -72,7 +73,8 @@ impl IoWorkers {
             })
             .collect();
         for (i, done) in waiting.into_iter().enumerate() {
-            if let Err(mpsc::RecvTimeoutError::Timeout) = done.recv_timeout(STOP_WAIT) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if let Err(mpsc::RecvTimeoutError::Timeout) = done.recv_timeout(left) {
                 tracing::warn!("I/O worker {i} did not stop within {STOP_WAIT:?}; left running");
             }
         }
@@ -119,24 +121,32 @@ fn run_worker(ready: mpsc::Sender<Result<Handle>>, stop: oneshot::Receiver<()>) 
         }
     };
     let _ = ready.send(Ok(runtime.handle().clone()));
-    runtime.block_on(async {
-        match &ring {
-            Some(ring) => {
-                tokio::select! {
-                    biased;
-                    _ = stop => {}
-                    r = drive(ring) => {
-                        if let Err(e) = r {
-                            tracing::error!("an I/O worker's ring cannot be driven: {e}");
-                        }
-                    }
+    let mut stop = stop;
+    let mut ring = ring;
+    let failed = runtime.block_on(async {
+        let Some(r) = &ring else {
+            let _ = (&mut stop).await;
+            return false;
+        };
+        tokio::select! {
+            biased;
+            _ = &mut stop => false,
+            driven = drive(r) => {
+                if let Err(e) = driven {
+                    tracing::error!("an I/O worker's io_uring cannot be driven ({e}); its ops use the ring threads");
                 }
-            }
-            None => {
-                let _ = stop.await;
+                true
             }
         }
     });
+    if failed {
+        // The worker keeps its connections: the ring goes (after its ops finish), later ops
+        // take the ring threads, and it serves on until stopped.
+        drop(ring.take());
+        runtime.block_on(async {
+            let _ = stop.await;
+        });
+    }
     drop(runtime);
     drop(ring);
 }
@@ -167,6 +177,9 @@ async fn drive(ring: &DrivenRing) -> std::io::Result<()> {
             }
         })
         .await?;
+        // A turn that posts completions has the kernel signal the eventfd again, so the next
+        // look finds it readable and turns once more: that also picks up what a turn left
+        // deferred (Linux runs a bounded number of deferred completions per enter).
         ring.turn();
         if ring.has_queued() {
             // Ops the kernel would not take yet: let the tasks run before trying again.

@@ -112,7 +112,8 @@ pub fn run_with(path: &Path, opts: &StartOptions) -> Result<()> {
         .context("starting the tokio runtime")?;
     let workers = IoWorkers::start(IoWorkers::count_wanted())?;
     let served = runtime.block_on(serve(config, opts, notifier.clone(), workers.handles()));
-    // After the drain: no request runs on the workers any more.
+    // After the drain (or its failure, once nothing can record the volumes clean any more):
+    // requests still on the workers are dropped with them.
     workers.stop();
     if let Err(e) = &served {
         notifier.stopping(&format!(
@@ -199,14 +200,17 @@ async fn serve(
     wait_for_stop(stop).await;
     notifier.stopping("stopping: draining requests and flushing volumes");
     tracing::info!("stopping: draining requests and flushing volumes");
-    server.shutdown_with_grace(SHUTDOWN_GRACE).await?;
-    for t in tasks {
-        t.await.context("listener task")?;
-    }
-    background.stop().await;
+    let drained = server.shutdown_with_grace(SHUTDOWN_GRACE).await;
+    // Whatever the drain's outcome, nothing may record a volume clean behind it (the idle
+    // marker would, with requests still running).
     for t in watchdog_task.into_iter().chain(idle_tasks) {
         t.abort();
         let _ = t.await;
+    }
+    background.stop().await;
+    drained?;
+    for t in tasks {
+        t.await.context("listener task")?;
     }
     record_clean(&served).await
 }

@@ -376,10 +376,12 @@ impl RingThread {
         self.reap();
     }
 
-    /// Entries in the submission queue or ops waiting for room: a [`flush`](Self::flush)
-    /// has work to hand the kernel.
+    /// Entries in the submission queue, or ops waiting while the ring has room for them: a
+    /// [`flush`](Self::flush) has work to hand the kernel. (With the ring full, the ops
+    /// waiting go in as completions make room: a flush now would do nothing.)
     pub(super) fn has_unsubmitted(&mut self) -> bool {
-        !self.backlog.is_empty() || !self.ring.submission().is_empty()
+        let room = self.in_flight < MAX_IN_FLIGHT;
+        (room && !self.backlog.is_empty()) || !self.ring.submission().is_empty()
     }
 
     /// Has the kernel signal `eventfd` whenever completions wait for this thread (with
