@@ -100,7 +100,7 @@ fn start_worker(index: usize) -> Result<Worker> {
 
 /// A worker thread's life: its runtime, its ring driven until `stop`, then the runtime's
 /// tasks dropped before the ring (which waits for the ops still in it).
-fn run_worker(ready: mpsc::Sender<Result<Handle>>, stop: oneshot::Receiver<()>) {
+fn run_worker(ready: mpsc::Sender<Result<Handle>>, mut stop: oneshot::Receiver<()>) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -111,7 +111,7 @@ fn run_worker(ready: mpsc::Sender<Result<Handle>>, stop: oneshot::Receiver<()>) 
             return;
         }
     };
-    let ring = match DrivenRing::install() {
+    let mut ring = match DrivenRing::install() {
         Ok(r) => Some(r),
         Err(e) => {
             tracing::warn!(
@@ -121,8 +121,6 @@ fn run_worker(ready: mpsc::Sender<Result<Handle>>, stop: oneshot::Receiver<()>) 
         }
     };
     let _ = ready.send(Ok(runtime.handle().clone()));
-    let mut stop = stop;
-    let mut ring = ring;
     let failed = runtime.block_on(async {
         let Some(r) = &ring else {
             let _ = (&mut stop).await;

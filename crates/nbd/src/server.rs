@@ -4,7 +4,7 @@
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -273,26 +273,11 @@ impl Server {
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
         let (r, w) = tokio::io::split(stream);
-        self.spawn_halves(r, w, None)
+        self.spawn_halves(r, w)
     }
 
-    /// Serves one already-connected stream with `tls` (see [`TlsMode`]), as its own task.
-    pub fn spawn_tls<S>(&self, stream: S, tls: ServerTls) -> JoinHandle<Result<(), ConnError>>
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let Some((guard, handshake)) = self.admit() else {
-            let (r, w) = tokio::io::split(stream);
-            return self.refuse(r, w);
-        };
-        let shared = self.shared.clone();
-        self.track(guard, None, async move {
-            run_tls_connection(&shared, stream, tls, handshake).await
-        })
-    }
-
-    /// Serves a connection's halves; `fd`: the socket `r` reads, for busy-polling it.
-    fn spawn_halves<R, W>(&self, r: R, w: W, fd: Option<RawFd>) -> JoinHandle<Result<(), ConnError>>
+    /// Serves a connection's halves (no busy-polling: no socket to poll).
+    fn spawn_halves<R, W>(&self, r: R, w: W) -> JoinHandle<Result<(), ConnError>>
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
@@ -300,10 +285,7 @@ impl Server {
         let Some((guard, handshake)) = self.admit() else {
             return self.refuse(r, w);
         };
-        let r = match fd {
-            Some(fd) => BusyPoll::socket(r, fd, self.shared.limits.busy_poll),
-            None => BusyPoll::off(r),
-        };
+        let r = BusyPoll::off(r);
         let shared = self.shared.clone();
         self.track(guard, None, async move {
             run_connection(&shared, r, w, handshake).await

@@ -158,8 +158,9 @@ impl Drop for CallerRing {
     }
 }
 
-/// Hands `op` to this thread's ring when the thread is inside [`block_on`]; gives it back
-/// otherwise (or when the ring is busy reaping), for the engine's ring thread.
+/// Hands `op` to this thread's ring when the thread is inside [`block_on`] or has a
+/// [`DrivenRing`] (whose loop is then told); gives it back otherwise (or when the ring is
+/// busy reaping), for the engine's ring thread.
 pub(super) fn try_submit(op: Op) -> Result<(), Op> {
     let mut op = Some(op);
     // `try_with` fails only while the thread's locals are destroyed: the op is still ours.
@@ -352,7 +353,7 @@ impl DrivenRing {
             if let Ok(mut ring) = c.ring.try_borrow_mut() {
                 if let Some(r) = ring.as_mut() {
                     r.ring.start_backlog();
-                    r.ring.flush();
+                    r.ring.wait(0);
                     r.ring.start_backlog();
                 }
             }

@@ -34,8 +34,9 @@
 //!
 //! The module is split by concern: `ring` (the [`Engine`] and its ring threads), `caller`
 //! (a thread's own ring, driven by [`block_on`] or by the thread's loop through
-//! [`DrivenRing`]), `eventfd` (the wake-up descriptors), `op` (an operation's life: descriptor choice, submission entry or system call, completion and
-//! retry; one descriptor chooser) and `file` (the [`UringFile`] member; one sequence —
+//! [`DrivenRing`]), `eventfd` (the wake-up descriptors), `op` (an operation's life:
+//! descriptor choice, submission entry or system call, completion and retry; one descriptor
+//! chooser) and `file` (the [`UringFile`] member; one sequence —
 //! count, check the range, run, name the error, finish — for every ranged op). A submission
 //! the kernel keeps refusing fails its op after a bounded number of attempts, naming why.
 

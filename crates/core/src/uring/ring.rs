@@ -245,7 +245,7 @@ impl RingThread {
                     // EBUSY/EAGAIN: the kernel wants completions reaped before it takes more
                     // (posted first: a DEFER_TASKRUN ring posts them only on GETEVENTS).
                     tracing::warn!("io_uring submit failed: {e}; reaping completions");
-                    self.flush();
+                    self.wait(0);
                     last_error = Some(e);
                 }
             }
@@ -369,15 +369,8 @@ impl RingThread {
         }
     }
 
-    /// Submits what is queued and runs the completions the kernel deferred to this thread,
-    /// without waiting, then reaps what arrived.
-    pub(super) fn flush(&mut self) {
-        self.enter(0);
-        self.reap();
-    }
-
     /// Entries in the submission queue, or ops waiting while the ring has room for them: a
-    /// [`flush`](Self::flush) has work to hand the kernel. (With the ring full, the ops
+    /// `wait(0)` has work to hand the kernel. (With the ring full, the ops
     /// waiting go in as completions make room: a flush now would do nothing.)
     pub(super) fn has_unsubmitted(&mut self) -> bool {
         let room = self.in_flight < MAX_IN_FLIGHT;

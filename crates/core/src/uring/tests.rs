@@ -518,7 +518,9 @@ fn drive<F: std::future::Future>(ring: &super::DrivenRing, fut: F) -> F::Output 
                 revents: 0,
             };
             // SAFETY: one valid pollfd, for the length given.
-            unsafe { libc::poll(&mut p, 1, 1000) };
+            let ready = unsafe { libc::poll(&mut p, 1, 10_000) };
+            // The future waits on ops in the ring: the kernel must say when they complete.
+            assert_eq!(ready, 1, "ops in the ring and no completion signal");
             ring.take_signal();
         }
         ring.turn();
