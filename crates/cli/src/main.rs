@@ -5,6 +5,10 @@
 //! live in `nbraid_config`, the geometry in `nbraid_layout`. It does not contain the server:
 //! `nbraid serve` runs the `nbraidd` binary installed beside it ([`serve`]).
 
+/// mimalloc: see the workspace Cargo.toml (glibc's bins were ~10% of a RAID 5 write's CPU).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod apply;
 mod check;
 mod create;

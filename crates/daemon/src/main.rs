@@ -5,6 +5,10 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// mimalloc: see the workspace Cargo.toml (glibc's bins were ~10% of a RAID 5 write's CPU).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "nbraidd", version, about = "Serve nbraid volumes over NBD")]
 struct Args {
