@@ -11,6 +11,7 @@ use super::UringError;
 use crate::buf::{Buf, SharedBuf};
 use crate::flush_gate::FlushGate;
 use crate::member::{check_range, Member, MemberCounters, MemberError, MemberOp, MemberResult};
+use futures::channel::oneshot;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use std::fs::{File, OpenOptions};
@@ -23,7 +24,6 @@ use std::path::Path;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
-use tokio::sync::oneshot;
 
 /// Largest op on a memory-backed file that the caller runs itself (a 1 MiB copy takes the
 /// caller's thread for ~0.1 ms, like any other CPU work of a request). A longer one goes to the

@@ -5,11 +5,11 @@
 //! an O_DIRECT refusal (EINVAL) goes again buffered, and anything else finishes the job.
 
 use crate::buf::{Buf, SharedBuf};
+use futures::channel::oneshot;
 use io_uring::{opcode, types};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use tokio::sync::oneshot;
 
 /// Largest single read/write handed to the kernel (a request longer is resubmitted in parts).
 const MAX_RW: usize = 1 << 30;
