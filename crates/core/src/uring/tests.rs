@@ -487,6 +487,39 @@ impl std::task::Wake for CountWake {
     }
 }
 
+/// The engine is sometimes driven by a nested executor inside a tokio task: nbraidd assembles
+/// (and replays the write-hole log) under futures' `block_on`, called from the future its
+/// runtime's `block_on` polls. A member op's completion must not take tokio's co-op budget
+/// there: once a task's 128 units are spent, a budgeted receiver answers Pending and wakes
+/// itself for ever, and the nested `block_on` spins (tokio's oneshot did, on the SIGKILL tests).
+#[test]
+fn member_ops_finish_under_a_nested_executor_inside_a_tokio_task() {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        let engine = Engine::new(1).unwrap();
+        let m = disk_member(&dir, 1 << 20, &engine);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            // Four times a task's budget, all in this one poll of the runtime's future.
+            for i in 0..512u64 {
+                let data = Buf::copy_from(&pattern(4096, i as u8)).freeze();
+                block_on(m.write(i % 256 * 4096, data, false)).unwrap();
+            }
+            let got = block_on(m.read(255 * 4096, Buf::new(4096))).unwrap();
+            assert!(got[..] == pattern(4096, 255)[..]);
+        });
+        let _ = done_tx.send(());
+    });
+    done_rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect(
+            "512 member ops under a nested block_on inside a tokio task did not finish in 120 s",
+        );
+}
+
 /// Polls `fut` once with a waker that does nothing; true when it is pending.
 fn poll_once<F: std::future::Future>(fut: std::pin::Pin<&mut F>) -> bool {
     let waker = futures::task::noop_waker();
