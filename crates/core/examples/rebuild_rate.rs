@@ -28,6 +28,12 @@
 //! read, 500 MB/s write, latency and IOPS caps) on a virtual clock — members that share no
 //! device, as in a real array, and no CPU time: what the passes' I/O pattern (window size,
 //! windows in flight, reads then writes per window) gets out of independent members.
+//!
+//! `devs:DEV,DEV,…` instead: every member its own block device from that list (at least 11
+//! for the cases with 8 members: 8 in the array, 2 fresh ones to rebuild onto, 1 peer; each
+//! at least `--member-mib`; their bytes are overwritten). `scripts/bench-rebuild-devices`
+//! makes them from zram with a bandwidth limit per device (the kernel's block throttle), so
+//! the pass and its peers meet what separate disks give: each member its own bandwidth.
 
 use futures::executor::block_on;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -37,9 +43,10 @@ use nbraid_core::{
 use nbraid_layout::{Geometry, Level, ParityLayout, Region, Shape};
 use nbraid_sim::clock::{run_virtual, SimClock};
 use nbraid_sim::timed::{SimMember, SimModel, SsdParams};
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 const MIB: u64 = 1 << 20;
@@ -126,10 +133,49 @@ impl Opts {
     }
 }
 
-/// Where the members live: files in a directory, or simulated SSDs on a virtual clock.
+/// Where the members live: files in a directory, simulated SSDs on a virtual clock, or
+/// block devices of their own.
 enum Place {
     Dir(PathBuf),
     SimSsd(Arc<SimClock>),
+    Devices(Mutex<DevicePool>),
+}
+
+/// Block devices handed out to members by tag, and taken back when the tag's member is
+/// removed.
+struct DevicePool {
+    free: Vec<PathBuf>,
+    by_tag: HashMap<String, PathBuf>,
+}
+
+impl DevicePool {
+    fn new(list: &str) -> DevicePool {
+        let mut free: Vec<PathBuf> = list
+            .split(',')
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .collect();
+        // Handed out from the end: the list's order.
+        free.reverse();
+        DevicePool {
+            free,
+            by_tag: HashMap::new(),
+        }
+    }
+
+    fn take(&mut self, tag: &str) -> PathBuf {
+        let dev = self.free.pop().unwrap_or_else(|| {
+            panic!("devs: no device left for member {tag} (the cases with 8 members need 11)")
+        });
+        self.by_tag.insert(tag.to_string(), dev.clone());
+        dev
+    }
+
+    fn give_back(&mut self, tag: &str) {
+        if let Some(dev) = self.by_tag.remove(tag) {
+            self.free.push(dev);
+        }
+    }
 }
 
 struct Target {
@@ -141,6 +187,7 @@ impl Target {
     fn parse(arg: &str, member_bytes: u64) -> Target {
         let place = match arg {
             "sim:ssd" => Place::SimSsd(SimClock::new()),
+            a if a.starts_with("devs:") => Place::Devices(Mutex::new(DevicePool::new(&a[5..]))),
             dir => Place::Dir(dir.into()),
         };
         Target {
@@ -153,6 +200,7 @@ impl Target {
         match &self.place {
             Place::Dir(d) => d.display().to_string(),
             Place::SimSsd(_) => "sim:ssd".into(),
+            Place::Devices(_) => "devs".into(),
         }
     }
 
@@ -175,20 +223,31 @@ impl Target {
                 // Scrub compares real bytes.
                 true,
             )),
+            Place::Devices(pool) => {
+                let dev = pool.lock().expect("device pool").take(tag);
+                Arc::new(
+                    UringFile::open_with(&dev, None, Default::default())
+                        .unwrap_or_else(|e| panic!("member device {}: {e}", dev.display())),
+                )
+            }
         }
     }
 
-    /// Removes member `tag`'s file, if it has one.
+    /// Removes member `tag`'s file, if it has one, or gives its device back.
     fn remove(&self, tag: &str) {
-        if let Place::Dir(dir) = &self.place {
-            let _ = std::fs::remove_file(path(dir, tag));
+        match &self.place {
+            Place::Dir(dir) => {
+                let _ = std::fs::remove_file(path(dir, tag));
+            }
+            Place::Devices(pool) => pool.lock().expect("device pool").give_back(tag),
+            Place::SimSsd(_) => {}
         }
     }
 
     /// Runs `fut` to its end: on this thread, or on the virtual clock.
     fn run<F: Future>(&self, fut: F) -> F::Output {
         match &self.place {
-            Place::Dir(_) => block_on(fut),
+            Place::Dir(_) | Place::Devices(_) => block_on(fut),
             Place::SimSsd(clock) => run_virtual(clock, fut).expect("only simulated members wait"),
         }
     }
@@ -206,7 +265,7 @@ impl Target {
 
     fn now_s(&self) -> f64 {
         match &self.place {
-            Place::Dir(_) => EPOCH.with(|e| e.elapsed().as_secs_f64()),
+            Place::Dir(_) | Place::Devices(_) => EPOCH.with(|e| e.elapsed().as_secs_f64()),
             Place::SimSsd(clock) => clock.now().as_secs_f64(),
         }
     }
@@ -517,8 +576,8 @@ fn print_table(rows: &[Row]) {
     println!(
         "(W, R: one member's sequential write and read, 1 MiB x 4 in flight; rebuild: bytes \
          written to each new member per second, ratio to W; scrub: bytes read from each member \
-         per second, ratio to R; bound: the best ratio members sharing one device allow (sim:ssd: \
-         members share nothing); CPU: seconds of this process, all threads, per GiB of member; \
+         per second, ratio to R; bound: the best ratio members sharing one device allow (sim:ssd, \
+         devs: members share nothing); CPU: seconds of this process, all threads, per GiB of member; \
          medians of the rounds)"
     );
 }
