@@ -29,9 +29,10 @@
 //! device, as in a real array, and no CPU time: what the passes' I/O pattern (window size,
 //! windows in flight, reads then writes per window) gets out of independent members.
 //!
-//! `devs:DEV,DEV,…` instead: every member its own block device from that list (at least 11
-//! for the cases with 8 members: 8 in the array, 2 fresh ones to rebuild onto, 1 peer; each
-//! at least `--member-mib`; their bytes are overwritten). `scripts/bench-rebuild-devices`
+//! `devs:DEV,DEV,…` instead: every member its own block device from that list (at least 10
+//! for the cases with 8 members: 8 in the array and 2 to rebuild onto; the peer's device is
+//! given back before a rebuild takes one, and a replaced member's device goes back to the
+//! pool; each at least `--member-mib`; their bytes are overwritten). `scripts/bench-rebuild-devices`
 //! makes them from zram with a bandwidth limit per device (the kernel's block throttle), so
 //! the pass and its peers meet what separate disks give: each member its own bandwidth.
 
@@ -165,7 +166,7 @@ impl DevicePool {
 
     fn take(&mut self, tag: &str) -> PathBuf {
         let dev = self.free.pop().unwrap_or_else(|| {
-            panic!("devs: no device left for member {tag} (the cases with 8 members need 11)")
+            panic!("devs: no device left for member {tag} (the cases with 8 members need 10)")
         });
         self.by_tag.insert(tag.to_string(), dev.clone());
         dev
@@ -225,10 +226,16 @@ impl Target {
             )),
             Place::Devices(pool) => {
                 let dev = pool.lock().expect("device pool").take(tag);
-                Arc::new(
-                    UringFile::open_with(&dev, None, Default::default())
-                        .unwrap_or_else(|e| panic!("member device {}: {e}", dev.display())),
-                )
+                // A device is opened as it is (a size would ask to create a file).
+                let m = UringFile::open_with(&dev, None, Default::default())
+                    .unwrap_or_else(|e| panic!("member device {}: {e}", dev.display()));
+                assert!(
+                    m.len() >= self.member_bytes,
+                    "member device {}: {} bytes, shorter than --member-mib",
+                    dev.display(),
+                    m.len()
+                );
+                Arc::new(m)
             }
         }
     }
