@@ -262,25 +262,53 @@ impl ReshapeNode {
     /// After a restart whose records say the backup holds the window at the position: writes
     /// the saved rows back over the members (the old tree's window whole again) and flushes,
     /// so the copy can be redone from the old tree.
+    ///
+    /// Each row goes through the old tree's leaf that holds it, so its checksums follow the
+    /// bytes: the interrupted copy's new-tree writes may have left their checksums on disk
+    /// (a flush, or the open adopting a torn write's blocks), and old bytes written under
+    /// them raw read as corrupt on every member of the window.
     pub async fn restore(&self, rows: &[MemberRows]) -> VolumeResult<()> {
         let slots = self.0.members.slots();
+        let old = self.tree(Side::Old);
         let writes = rows
             .iter()
             .filter(|r| !slots[r.member].is_failed())
             .map(|r| async move {
                 let data = Buf::copy_from(&r.bytes).freeze();
-                slots[r.member]
-                    .member()
-                    .write(r.offset, data, false)
-                    .await
-                    .map_err(|source| VolumeError::Member {
-                        member: r.member,
-                        source,
-                    })
+                let len = r.bytes.len() as u64;
+                match leaf_holding(old, r.member, r.offset, len) {
+                    Some((leaf, start)) => leaf.write(r.offset - start, data, false).await,
+                    None => slots[r.member]
+                        .member()
+                        .write(r.offset, data, false)
+                        .await
+                        .map_err(|source| VolumeError::Member {
+                            member: r.member,
+                            source,
+                        }),
+                }
             });
         try_join_all(writes).await?;
         self.make_durable().await
     }
+}
+
+/// The leaf under `node` whose region on `member` holds `[offset, offset+len)`, and the
+/// region's first member byte.
+fn leaf_holding(
+    node: &dyn ArrayNode,
+    member: usize,
+    offset: u64,
+    len: u64,
+) -> Option<(&dyn ArrayNode, u64)> {
+    if node.children().is_empty() {
+        let (index, start) = *node.members_at(0).first()?;
+        let holds = index == member && start <= offset && offset + len <= start + node.capacity();
+        return holds.then_some((node, start));
+    }
+    node.children()
+        .iter()
+        .find_map(|c| leaf_holding(c.as_ref(), member, offset, len))
 }
 
 /// Flushes the leaves under `node` (what they keep: checksums), not the caches above them.
