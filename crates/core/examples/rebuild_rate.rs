@@ -186,10 +186,10 @@ struct Target {
 
 impl Target {
     fn parse(arg: &str, member_bytes: u64) -> Target {
-        let place = match arg {
-            "sim:ssd" => Place::SimSsd(SimClock::new()),
-            a if a.starts_with("devs:") => Place::Devices(Mutex::new(DevicePool::new(&a[5..]))),
-            dir => Place::Dir(dir.into()),
+        let place = match (arg, arg.strip_prefix("devs:")) {
+            ("sim:ssd", _) => Place::SimSsd(SimClock::new()),
+            (_, Some(list)) => Place::Devices(Mutex::new(DevicePool::new(list))),
+            (dir, None) => Place::Dir(dir.into()),
         };
         Target {
             place,
