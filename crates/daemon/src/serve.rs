@@ -7,6 +7,7 @@ use crate::export::VolumeExport;
 use crate::io_workers::IoWorkers;
 use crate::nbd::{
     proto::MAX_PAYLOAD, Export, Limits, Listener, Server, ServerTls, TlsMode, DEFAULT_BUSY_POLL,
+    DEFAULT_SPARE_WORKER_MIN_LEN,
 };
 use crate::served::ServedArray;
 use crate::service::{
@@ -40,6 +41,7 @@ pub fn server_limits(config: &ServerLimits) -> Limits {
         stall_timeout: config.stall_timeout,
         payload_min_bytes_per_s: config.payload_min_bytes_per_s,
         busy_poll: busy_poll_override().unwrap_or(DEFAULT_BUSY_POLL),
+        spare_worker_min_len: spare_worker_override().unwrap_or(Some(DEFAULT_SPARE_WORKER_MIN_LEN)),
         ..Limits::default()
     }
 }
@@ -52,6 +54,20 @@ fn busy_poll_override() -> Option<Duration> {
         Ok(us) => Some(Duration::from_micros(us)),
         Err(_) => {
             tracing::warn!("NBRAIDD_BUSY_POLL_US={text:?} is not a number of µs: ignored");
+            None
+        }
+    }
+}
+
+/// `NBRAIDD_SPARE_WORKER_KIB`: reads and writes from this many KiB up run on a spare I/O
+/// worker (0: never), instead of the default; for benchmarks (`scripts/bench-nbd`).
+fn spare_worker_override() -> Option<Option<u32>> {
+    let text = std::env::var("NBRAIDD_SPARE_WORKER_KIB").ok()?;
+    match text.trim().parse::<u32>() {
+        Ok(0) => Some(None),
+        Ok(kib) => Some(Some(kib.saturating_mul(1024))),
+        Err(_) => {
+            tracing::warn!("NBRAIDD_SPARE_WORKER_KIB={text:?} is not a number of KiB: ignored");
             None
         }
     }

@@ -254,6 +254,88 @@ fn many_connections_on_io_workers_and_without_them_keep_every_byte() {
     }
 }
 
+/// One client alone on a daemon with two I/O workers: its 1 MiB reads and writes run on
+/// the worker serving no connection (its own io_uring under the file members) while the
+/// connection's worker receives the next; writes and reads in flight together, every byte
+/// reads back, and the daemon stops cleanly. With the spare worker off, the same.
+#[test]
+fn a_lone_clients_long_requests_on_the_spare_worker_keep_every_byte() {
+    use nbraid_nbd::client::Client;
+    const SLICE: u64 = 12 << 20;
+    const PIECE: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("nbd.sock");
+    let config = write_config(dir.path(), &format!("\"unix:{}\"", sock.display()));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let bytes = |round: u64| -> Vec<u8> {
+        (0..SLICE)
+            .map(|i| ((i ^ (round << 50)).wrapping_mul(2654435761) >> 13) as u8)
+            .collect()
+    };
+    for (round, spare_kib) in [(1u64, "256"), (2, "0")] {
+        let env = [
+            ("NBRAIDD_IO_WORKERS", "2"),
+            ("NBRAIDD_SPARE_WORKER_KIB", spare_kib),
+        ];
+        let daemon = Daemon::start_with_env(&config, 2, Stdio::inherit(), &env);
+        let uri = daemon.uri("r10", "nbd+unix://");
+        let (before, data) = (bytes(round - 1), bytes(round));
+        rt.block_on(async {
+            let client = Client::connect(&uri).await.expect("connect");
+            if round > 1 {
+                // What the first daemon wrote, past the slice being rewritten now.
+                let got = client.read(SLICE, SLICE as usize).await.expect("read");
+                assert!(
+                    got[..] == before[..],
+                    "round {round}: the last daemon's bytes"
+                );
+            }
+            let writes = (0..SLICE / PIECE).map(|k| {
+                let at = (k * PIECE) as usize;
+                let piece = data[at..at + PIECE as usize].to_vec();
+                client.write(k * PIECE, piece.into())
+            });
+            let copies = (0..SLICE / PIECE).map(|k| {
+                let at = (k * PIECE) as usize;
+                let piece = data[at..at + PIECE as usize].to_vec();
+                client.write(SLICE + k * PIECE, piece.into())
+            });
+            let reads = (0..SLICE / PIECE).map(|k| client.read(k * PIECE, PIECE as usize));
+            let work = async {
+                let (w, c, r) = futures::join!(
+                    futures::future::join_all(writes),
+                    futures::future::join_all(copies),
+                    futures::future::join_all(reads)
+                );
+                assert!(
+                    w.iter().chain(&c).all(|x| x.is_ok()),
+                    "round {round}: writes"
+                );
+                assert!(r.iter().all(|x| x.is_ok()), "round {round}: reads");
+                client.flush().await.expect("flush");
+                let got = client.read(0, 2 * SLICE as usize).await.expect("read back");
+                assert!(
+                    got[..SLICE as usize] == data[..],
+                    "round {round}: the slice"
+                );
+                assert!(got[SLICE as usize..] == data[..], "round {round}: its copy");
+            };
+            tokio::time::timeout(Duration::from_secs(120), work)
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: requests never finished"));
+        });
+        let status = daemon.stop();
+        assert!(
+            status.success(),
+            "nbraidd (round {round}) exited with {status}"
+        );
+    }
+}
+
 /// Runs nbraidd to completion; returns (success, stderr).
 fn run_to_exit(config: &Path) -> (bool, String) {
     let o = run_output(Command::new(NBRAIDD).arg("--config").arg(config));

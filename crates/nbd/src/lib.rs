@@ -20,7 +20,8 @@
 //!
 //! The server's pieces, in the order a connection meets them: `listener` (binding and
 //! accepting), `server` (admission within the bounds, shutdown) over `shared` (what all
-//! connections share), `connection` (one connection's life), `busy_poll` (its socket read
+//! connections share) and `workers` (the runtimes connections are dealt to, and which is
+//! spare), `connection` (one connection's life), `busy_poll` (its socket read
 //! half, which spins briefly before sleeping), `handshake` (the options),
 //! then the transmission phase: `transmission` (the reader loop: slot, validation, memory,
 //! payload, dispatch) with `request` (headers and their validation), `payload` (receiving
@@ -79,6 +80,7 @@ pub mod testing;
 pub mod tls;
 mod transmission;
 mod unaligned;
+mod workers;
 mod write_gate;
 
 #[cfg(test)]
@@ -86,7 +88,7 @@ mod tests;
 
 pub use error::{ConnError, ServerError};
 pub use export::{errno_for, Export, Extent, IncomingWrite, MemoryExport, ReadData, ZeroFlags};
-pub use limits::{Limits, DEFAULT_BUSY_POLL, REQUEST_COST_MIN};
+pub use limits::{Limits, DEFAULT_BUSY_POLL, DEFAULT_SPARE_WORKER_MIN_LEN, REQUEST_COST_MIN};
 pub use listener::Listener;
 pub use server::{advertised_preferred, Server};
 pub use tls::{ClientTls, ServerTls, TlsError, TlsMode};

@@ -20,7 +20,8 @@ use super::handshake;
 use super::limits::Limits;
 use super::listener::{accept_one, widen_send_buffer, Accepted, Listener};
 use super::proto::{MAX_PAYLOAD, MAX_STRING};
-use super::shared::{shutdown_signalled, too_many_connections, ExportEntry, Shared, Workers};
+use super::shared::{shutdown_signalled, too_many_connections, ExportEntry, Shared};
+use super::workers::{Placed, Workers};
 use crate::error::{ConnError, ServerError};
 use crate::export::Export;
 use crate::tls::{ServerTls, TlsMode};
@@ -205,7 +206,7 @@ impl Server {
             return;
         };
         let server = self.clone();
-        let Some(runtime) = self.shared.workers.get().and_then(Workers::next) else {
+        let Some(placed) = self.shared.workers.get().and_then(Workers::next) else {
             self.track(guard, None, async move {
                 server.run_accepted(accepted, tls, handshake).await
             });
@@ -213,7 +214,9 @@ impl Server {
         };
         match accepted.into_moving() {
             Ok(moving) => {
+                let Placed { runtime, counted } = placed;
                 self.track(guard, Some(&runtime), async move {
+                    let _counted = counted;
                     let accepted = moving.into_accepted()?;
                     server.run_accepted(accepted, tls, handshake).await
                 });

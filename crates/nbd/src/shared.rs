@@ -12,6 +12,7 @@ use tokio::task::AbortHandle;
 use crate::admission::Admission;
 use crate::export::Export;
 use crate::limits::Limits;
+use crate::workers::Workers;
 use crate::write_gate::WriteGate;
 
 pub(crate) struct ExportEntry {
@@ -51,27 +52,6 @@ pub(crate) struct Shared {
     pub refusing: AtomicUsize,
     /// Where connections run, when not on the accepting runtime.
     pub workers: OnceLock<Workers>,
-}
-
-/// Runtimes connections are dealt out to, in turn.
-pub(crate) struct Workers {
-    runtimes: Vec<tokio::runtime::Handle>,
-    next: AtomicUsize,
-}
-
-impl Workers {
-    pub fn new(runtimes: Vec<tokio::runtime::Handle>) -> Self {
-        Workers {
-            runtimes,
-            next: AtomicUsize::new(0),
-        }
-    }
-
-    /// The runtime for the next connection; `None` when there are none.
-    pub fn next(&self) -> Option<tokio::runtime::Handle> {
-        let n = self.runtimes.len();
-        (n > 0).then(|| self.runtimes[self.next.fetch_add(1, Ordering::Relaxed) % n].clone())
-    }
 }
 
 impl Shared {

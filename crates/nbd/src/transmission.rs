@@ -7,8 +7,8 @@
 //! bytes as soon as its data is in the export).
 //!
 //! One request's way through the reader, in [`Session::take`]: a slot, validation (a bad one
-//! is answered at once), its memory, its payload, then [`Session::dispatch`] runs it inline or
-//! as a task ([`crate::execute`]).
+//! is answered at once), its memory, its payload, then [`Session::dispatch`] runs it inline,
+//! as a task, or (a long read or write) as a task on a spare worker ([`crate::workers`]).
 
 use std::io;
 use std::pin::Pin;
@@ -433,6 +433,11 @@ where
                 _bytes: bytes,
             }
         });
+        if let Some(spare) = self.spare_worker_for(&req) {
+            let tx = self.tx.clone();
+            spare.spawn(async move { tx.send(task.await) });
+            return;
+        }
         let inline = req.typ == CMD_WRITE || req.length <= INLINE_MAX;
         if inline {
             if let std::task::Poll::Ready(out) = futures::poll!(task.as_mut()) {
@@ -450,6 +455,17 @@ where
             // other worker to move it to.)
             tokio::spawn(async {});
         }
+    }
+
+    /// Where `req` should run instead of here: a long read or write, when a worker serving no
+    /// connection can copy its data while this one receives the next request.
+    fn spare_worker_for(&self, req: &RequestHeader) -> Option<&tokio::runtime::Handle> {
+        let min_len = self.shared.limits.spare_worker_min_len?;
+        let long = matches!(req.typ, CMD_READ | CMD_WRITE) && req.length >= min_len;
+        if !long {
+            return None;
+        }
+        self.shared.workers.get()?.spare()
     }
 
     /// Sends what is ready, refuses the requests already sent at shutdown, and lets the
