@@ -276,7 +276,7 @@ fn a_lone_clients_long_requests_on_the_spare_worker_keep_every_byte() {
             .map(|i| ((i ^ (round << 50)).wrapping_mul(2654435761) >> 13) as u8)
             .collect()
     };
-    for (round, spare_kib) in [(1u64, "256"), (2, "0")] {
+    for (round, spare_kib) in [(1u64, "1024"), (2, "0")] {
         let env = [
             ("NBRAIDD_IO_WORKERS", "2"),
             ("NBRAIDD_SPARE_WORKER_KIB", spare_kib),

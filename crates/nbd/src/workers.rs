@@ -2,7 +2,7 @@
 //! given some: connections are dealt out in turn, each counted on its worker while it lives,
 //! and a worker serving no connection is *spare*.
 //!
-//! A spare worker takes a connection's long reads and writes (see
+//! A spare worker takes a connection's long reads and writes (1 MiB and more by default, see
 //! [`Limits::spare_worker_min_len`](crate::Limits::spare_worker_min_len)): a worker is one
 //! thread, so a connection alone on it otherwise receives a write's payload, then copies it
 //! into the export, in turn — with the copy on the spare worker, the next payload arrives
