@@ -183,13 +183,7 @@ fn many_connections_on_io_workers_and_without_them_keep_every_byte() {
     const SLICE: u64 = 4 << 20;
     const PIECE: u64 = 64 << 10;
     let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("nbd.sock");
-    let config = write_config(dir.path(), &format!("\"unix:{}\"", sock.display()));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let (config, rt) = unix_config_and_client_runtime(dir.path());
     let slice = |client: u64, round: u64| -> Vec<u8> {
         (0..SLICE)
             .map(|i| ((i ^ (client << 40) ^ (round << 50)).wrapping_mul(2654435761) >> 17) as u8)
@@ -264,13 +258,7 @@ fn a_lone_clients_long_requests_on_the_spare_worker_keep_every_byte() {
     const SLICE: u64 = 12 << 20;
     const PIECE: u64 = 1 << 20;
     let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("nbd.sock");
-    let config = write_config(dir.path(), &format!("\"unix:{}\"", sock.display()));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let (config, rt) = unix_config_and_client_runtime(dir.path());
     let bytes = |round: u64| -> Vec<u8> {
         (0..SLICE)
             .map(|i| ((i ^ (round << 50)).wrapping_mul(2654435761) >> 13) as u8)
@@ -334,6 +322,18 @@ fn a_lone_clients_long_requests_on_the_spare_worker_keep_every_byte() {
             "nbraidd (round {round}) exited with {status}"
         );
     }
+}
+
+/// The default volumes served on a Unix socket in `dir`, and a runtime for the clients.
+fn unix_config_and_client_runtime(dir: &Path) -> (std::path::PathBuf, tokio::runtime::Runtime) {
+    let sock = dir.join("nbd.sock");
+    let config = write_config(dir, &format!("\"unix:{}\"", sock.display()));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    (config, rt)
 }
 
 /// Runs nbraidd to completion; returns (success, stderr).
