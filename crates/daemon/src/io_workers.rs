@@ -7,10 +7,11 @@
 //!
 //! A connection stays on the worker it was dealt (`nbd::Server::run_connections_on`), and so
 //! do the tasks it spawns — but for its long reads and writes while a worker serves no
-//! connection: those run there, so one client alone gets both threads (`nbd::Limits::
-//! spare_worker_min_len`, `NBRAIDD_SPARE_WORKER_KIB`). `NBRAIDD_IO_WORKERS` sets how many workers run (default: one per
-//! CPU); `0` serves connections on the shared runtime with ops through the ring threads, as
-//! before the workers (for benchmarks: `scripts/bench-nbd` compares the two).
+//! connection: those run there, so one client alone gets both threads
+//! (`nbd::Limits::spare_worker_min_len`, `NBRAIDD_SPARE_WORKER_KIB`). `NBRAIDD_IO_WORKERS`
+//! sets how many workers run (default: one per CPU); `0` serves connections on the shared
+//! runtime with ops through the ring threads, as before the workers (for benchmarks:
+//! `scripts/bench-nbd` compares the two).
 
 use anyhow::{Context as _, Result};
 use nbraid_core::uring::DrivenRing;

@@ -49,28 +49,25 @@ pub fn server_limits(config: &ServerLimits) -> Limits {
 /// `NBRAIDD_BUSY_POLL_US`: how long a connection's reader spins for the next request before
 /// sleeping, in µs (0: never), instead of the default; for benchmarks (`scripts/bench-nbd`).
 fn busy_poll_override() -> Option<Duration> {
-    let text = std::env::var("NBRAIDD_BUSY_POLL_US").ok()?;
-    match text.trim().parse() {
-        Ok(us) => Some(Duration::from_micros(us)),
-        Err(_) => {
-            tracing::warn!("NBRAIDD_BUSY_POLL_US={text:?} is not a number of µs: ignored");
-            None
-        }
-    }
+    env_number("NBRAIDD_BUSY_POLL_US", "µs").map(Duration::from_micros)
 }
 
 /// `NBRAIDD_SPARE_WORKER_KIB`: reads and writes from this many KiB up run on a spare I/O
 /// worker (0: never), instead of the default; for benchmarks (`scripts/bench-nbd`).
 fn spare_worker_override() -> Option<Option<u32>> {
-    let text = std::env::var("NBRAIDD_SPARE_WORKER_KIB").ok()?;
-    match text.trim().parse::<u32>() {
-        Ok(0) => Some(None),
-        Ok(kib) => Some(Some(kib.saturating_mul(1024))),
-        Err(_) => {
-            tracing::warn!("NBRAIDD_SPARE_WORKER_KIB={text:?} is not a number of KiB: ignored");
-            None
-        }
+    let kib: u32 = env_number("NBRAIDD_SPARE_WORKER_KIB", "KiB")?;
+    Some((kib > 0).then(|| kib.saturating_mul(1024)))
+}
+
+/// The number in the environment variable `name`, if set; one that does not parse is
+/// reported (as not a number of `unit`) and ignored.
+fn env_number<T: std::str::FromStr>(name: &str, unit: &str) -> Option<T> {
+    let text = std::env::var(name).ok()?;
+    let parsed = text.trim().parse().ok();
+    if parsed.is_none() {
+        tracing::warn!("{name}={text:?} is not a number of {unit}: ignored");
     }
+    parsed
 }
 
 /// Each listener's TLS from `[daemon]` (in the order of `config.listen`): certificates

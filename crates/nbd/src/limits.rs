@@ -31,9 +31,9 @@ use super::proto::{CMD_READ, CMD_WRITE, MAX_PAYLOAD};
 pub const REQUEST_COST_MIN: u32 = 4096;
 
 /// The default of [`Limits::spare_worker_min_len`]: through fio's nbd engine (QD 8, one
-/// connection, 2 vCPUs) requests of 1 MiB ran 4–9% faster on a spare worker and of 2 MiB
-/// 14–30%, but of 64–512 KiB 3–40% slower: below 1 MiB the copy is shorter than the two
-/// wake-ups across threads it costs.
+/// connection, 2 vCPUs) requests of 1 MiB ran 2–12% faster on a spare worker and of 2 MiB
+/// 14–30%, but of 512 KiB 7–10% slower and 256 KiB reads 9% slower: below 1 MiB the copy
+/// is shorter than the two wake-ups across threads it costs.
 pub const DEFAULT_SPARE_WORKER_MIN_LEN: u32 = 1024 * 1024;
 
 /// The default of [`Limits::busy_poll`]: long enough to catch a client on the same machine

