@@ -337,18 +337,29 @@ fn a_log_reserve_that_is_too_small_or_reaches_the_metadata_area_is_refused() {
     assert!(reaches.contains("metadata area"), "{reaches}");
 }
 
-/// A new array of four in-memory members over `t`, write-back with a `cache_bytes` bound (no
-/// aging: only evictions and flushes destage), with the log when `ppl`; members that yield
-/// before each operation (counted in `yielding`) when given.
+/// A new array of four in-memory members over `t` (of [`MEMBER_BYTES`]), write-back with a
+/// `cache_bytes` bound (no aging: only evictions and flushes destage), with the log when
+/// `ppl`; members that yield before each operation (counted in `yielding`) when given.
 fn write_back_array(
     t: Node,
     cache_bytes: u64,
     ppl: bool,
     yielding: Option<&Arc<InFlight>>,
 ) -> Array {
+    write_back_array_of(t, MEMBER_BYTES, cache_bytes, ppl, yielding)
+}
+
+/// [`write_back_array`] over members of `member_bytes`.
+fn write_back_array_of(
+    t: Node,
+    member_bytes: u64,
+    cache_bytes: u64,
+    ppl: bool,
+    yielding: Option<&Arc<InFlight>>,
+) -> Array {
     let metas: Vec<Arc<MemberMeta>> = (0..4)
         .map(|i| {
-            let inner = MemoryMember::new(format!("disk{i}"), MEMBER_BYTES);
+            let inner = MemoryMember::new(format!("disk{i}"), member_bytes);
             let m: Arc<dyn Member> = match yielding {
                 Some(in_flight) => Arc::new(Yielding {
                     inner,
@@ -395,46 +406,58 @@ fn eviction_with_the_log_destages_a_batch_of_stripes() {
     assert_eq!(dirty_after_one_eviction(true), 48 - 8 + 1);
 }
 
-/// A flush drains more cached stripes than a drain destages at once (256), each a
-/// read-modify-write logged first, over members that answer later (so destages overlap and
-/// park on the log together): every stripe lands, the cache empties, a scrub finds the
-/// parity of every stripe in step with its data — and no more than 256 destages ran at once
-/// (each reads two members, then writes two).
+/// A flush drains more cached stripes than a drain destages at once, each a read-modify-write
+/// logged first, over members that answer later (so destages overlap and park on the log
+/// together): every stripe lands, the cache empties, a scrub finds the parity of every
+/// stripe in step with its data — and no more destages ran at once than the drain's width
+/// for stripes that wide (each reads two members, then writes two): 256 over 4 KiB strips
+/// (its most), 16 over 256 KiB ones (16 MiB of stripes).
 #[test]
 fn a_drain_of_more_stripes_than_it_destages_at_once_writes_them_all() {
-    let strip = 4 * KIB;
+    drain_more_stripes_than_at_once(4 * KIB, REGION, 256);
+    drain_more_stripes_than_at_once(256 * KIB, 16 * MIB, 16);
+}
+
+/// [`a_drain_of_more_stripes_than_it_destages_at_once_writes_them_all`] for RAID 5 over four
+/// members of `region` bytes striped `strip` wide, where a drain destages `width` at once.
+fn drain_more_stripes_than_at_once(strip: u64, region: u64, width: usize) {
     let shape =
         Shape::new(Level::Raid5, 4, None, strip, ParityLayout::LeftSymmetric).expect("shape");
     let regions = [Region {
         start: METADATA_AREA_BYTES,
-        len: REGION,
+        len: region,
     }; 4];
     let in_flight = Arc::new(InFlight::default());
-    let a = write_back_array(
+    let a = write_back_array_of(
         shape.build(&regions).expect("tree"),
+        METADATA_AREA_BYTES + region,
         8 * MIB,
         true,
         Some(&in_flight),
     );
-    let width = 3 * strip;
-    let stripes = REGION / strip;
-    assert!(stripes > 256, "more stripes than a drain destages at once");
+    let data_bytes = 3 * strip;
+    let stripes = region / strip;
+    assert!(
+        stripes >= 2 * width as u64,
+        "more stripes than a drain destages at once"
+    );
     // One block of each stripe, in the middle chunk: a read-modify-write each.
     for s in 0..stripes {
-        block_on(a.write(s * width + strip, pattern(s, 4096), false)).expect("write");
+        block_on(a.write(s * data_bytes + strip, pattern(s, 4096), false)).expect("write");
     }
     assert_eq!(a.volume().cache_usage().dirty_bytes, stripes * 4096);
     in_flight.most.store(0, Ordering::SeqCst);
     block_on(a.flush()).expect("flush");
     assert_eq!(a.volume().cache_usage().dirty_bytes, 0);
     let most = in_flight.most.load(Ordering::SeqCst);
-    // All 512 at once would read 1,024 blocks at once; the log's ring writes add a few.
+    // All of them at once would read two blocks each at once; the log's ring writes add a
+    // few.
     assert!(
-        most > 2 && most <= 2 * 256 + 8,
-        "{most} member operations at once"
+        most > 2 && most <= 2 * width + 8,
+        "{most} member operations at once, {strip}-byte strips"
     );
     for s in 0..stripes {
-        let got = block_on(a.read(s * width + strip, 4096)).expect("read");
+        let got = block_on(a.read(s * data_bytes + strip, 4096)).expect("read");
         assert!(got[..] == pattern(s, 4096)[..], "stripe {s}");
     }
     let report = block_on(a.scrub(&nbraid_core::ScrubControl::new(false, 0))).expect("scrub");

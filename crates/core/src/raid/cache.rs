@@ -5,17 +5,37 @@
 use super::*;
 use futures::stream::StreamExt;
 
-/// Aged stripes the background destage writes at once.
+/// Aged stripes the background destage writes at once, at most (and no more than a drain:
+/// [`Destager::width`]).
 const AGED_DESTAGES_IN_FLIGHT: usize = 32;
 
-/// Stripes a drain (a flush, a volume closing) destages at once. Each destage holds its
-/// read buffers and log entry from its reads until its member writes end, and with a log
-/// it waits there for a round: a drain of a whole cache at once (8,192 stripes of 4 KiB
-/// writes in the default 32 MiB) held them all, overflowed the buffer pool and spent
-/// 28% of a 2-second write-back run's CPU zeroing fresh pages (`clear_page_erms`, `perf` of
-/// `scripts/bench-wpath` r5-wb on /dev/shm; bounded: 2%, as without the log). 256 still
-/// gives a log round hundreds of entries to share and keeps any device's queue full.
-const DRAIN_DESTAGES_IN_FLIGHT: usize = 256;
+/// Stripe bytes (every member's strip) a drain (a flush, a volume closing) destages at once.
+/// Each destage holds its read buffers and log entries from its reads until its member
+/// writes end, and with a log it waits there for a round. A whole cache at once (8,192
+/// stripes of 4 KiB writes in the default 32 MiB) held them all, overflowed the buffer pool
+/// and spent 28% of a 2-second write-back run's CPU zeroing fresh pages. A fixed 256 stripes
+/// at once was still too many with a log for wide stripes, and for RAID 6 on memory-backed
+/// members (whose rings cycle through 1 MiB windows, each taking P and Q entries): the
+/// entries in flight filled the rings, and the drain waited for ring room and flushed the
+/// members over and over. The final flush of `nbraid bench rand-write` (6 members on
+/// /dev/shm, 4 KiB writes), timed alone: RAID 6, 64 KiB strips, 490 ms of CPU (2,473 room
+/// waits, 1,490 member flushes) against 265 at 42 at once (none, 177); 256 KiB strips 1,761
+/// against 558 ms at 10 at once.
+const DRAIN_BYTES_IN_FLIGHT: u64 = 16 << 20;
+/// Fewest stripes a drain destages at once, however wide its stripes: member I/O in
+/// parallel, the members' queues kept busy.
+const DRAIN_DESTAGES_MIN: usize = 4;
+/// Most stripes a drain destages at once, however narrow its stripes.
+const DRAIN_DESTAGES_MAX: usize = 256;
+
+/// Stripes a drain destages at once where a stripe spans `stripe_bytes` over its members:
+/// [`DRAIN_BYTES_IN_FLIGHT`] of them, within [`DRAIN_DESTAGES_MIN`]..=[`DRAIN_DESTAGES_MAX`].
+fn drain_width(stripe_bytes: u64) -> usize {
+    let fit = DRAIN_BYTES_IN_FLIGHT / stripe_bytes.max(1);
+    usize::try_from(fit)
+        .unwrap_or(usize::MAX)
+        .clamp(DRAIN_DESTAGES_MIN, DRAIN_DESTAGES_MAX)
+}
 
 /// Stripes an eviction destages at once in a group with a partial-parity log: their entries
 /// share the log's rounds (one FUA write per ring each), so an evicting writer's stripes
@@ -480,7 +500,7 @@ impl Destager<'_> {
         // partial-parity log, a log write), which concurrent destages share.
         let mut writes = futures::stream::iter(old)
             .map(|s| async move { (s, self.destage(s, false).await) })
-            .buffer_unordered(AGED_DESTAGES_IN_FLIGHT);
+            .buffer_unordered(self.width().min(AGED_DESTAGES_IN_FLIGHT));
         while let Some((s, r)) = writes.next().await {
             if let Err(e) = r {
                 tracing::warn!("stripe cache: destaging aged stripe {s}: {e}");
@@ -510,13 +530,18 @@ impl Destager<'_> {
         self.destage_all(keys).await
     }
 
-    /// Destages `stripes`, [`DRAIN_DESTAGES_IN_FLIGHT`] at a time; every one is tried, the
-    /// most telling error returned (among equals the first stripe's, as they end in any
-    /// order).
+    /// Stripes of this group a drain destages at once ([`drain_width`] of its stripes).
+    fn width(&self) -> usize {
+        let chunks = &self.stripes.chunks;
+        drain_width(chunks.strip * (chunks.k + chunks.np) as u64)
+    }
+
+    /// Destages `stripes`, [`Self::width`] at a time; every one is tried, the most telling
+    /// error returned (among equals the first stripe's, as they end in any order).
     async fn destage_all(&self, stripes: Vec<u64>) -> VolumeResult<()> {
         let mut results: Vec<(u64, VolumeResult<()>)> = futures::stream::iter(stripes)
             .map(|s| async move { (s, self.destage(s, false).await) })
-            .buffer_unordered(DRAIN_DESTAGES_IN_FLIGHT)
+            .buffer_unordered(self.width())
             .collect()
             .await;
         results.sort_unstable_by_key(|(s, _)| *s);
@@ -527,6 +552,25 @@ impl Destager<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_drain_holds_about_its_byte_budget_of_stripes_within_bounds() {
+        // 64 KiB strips over 6 members: 384 KiB stripes, 42 of them in 16 MiB.
+        assert_eq!(drain_width(6 * (64 << 10)), 42);
+        assert_eq!(drain_width(DRAIN_BYTES_IN_FLIGHT), DRAIN_DESTAGES_MIN);
+        // Narrow stripes stop at the most, wide ones at the fewest.
+        assert_eq!(drain_width(3 * 4096), DRAIN_DESTAGES_MAX);
+        assert_eq!(drain_width(24 * (16 << 20)), DRAIN_DESTAGES_MIN);
+        assert_eq!(drain_width(0), DRAIN_DESTAGES_MAX);
+        for stripe_bytes in [1, 4096, 1 << 20, 5 << 20, u64::MAX] {
+            let w = drain_width(stripe_bytes);
+            assert!((DRAIN_DESTAGES_MIN..=DRAIN_DESTAGES_MAX).contains(&w));
+            assert!(
+                w == DRAIN_DESTAGES_MIN || w as u64 * stripe_bytes <= DRAIN_BYTES_IN_FLIGHT,
+                "{w} stripes of {stripe_bytes} bytes"
+            );
+        }
+    }
 
     #[test]
     fn eviction_takes_the_fullest_of_the_oldest_quarter() {
