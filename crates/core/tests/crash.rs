@@ -47,6 +47,32 @@ fn case_with_reserve(
     }
 }
 
+/// [`case`] over strips of 128 KiB (regions of 2 MiB): a stripe write whose rows lie 64 KiB
+/// or more apart (a request across a chunk boundary, a cache's sparse writes) is carried out
+/// as separate runs of rows, each logged on its own.
+fn wide_case(name: &'static str, level: Level, members: usize) -> CrashCase {
+    let (strip, region) = (128 * KIB, 2048 * KIB);
+    let shape =
+        Shape::new(level, members, None, strip, ParityLayout::LeftSymmetric).expect("shape");
+    let regions = vec![
+        Region {
+            start: METADATA_AREA_BYTES,
+            len: region
+        };
+        members
+    ];
+    CrashCase {
+        name,
+        tree: shape.build(&regions).expect("tree"),
+        members,
+        member_len: METADATA_AREA_BYTES + region,
+        ppl: true,
+        strict: true,
+        log_reserve: 0,
+        sequential: false,
+    }
+}
+
 fn points() -> u64 {
     if let Some(n) = std::env::var("NBRAID_SIM_SCHEDULES")
         .ok()
@@ -68,6 +94,7 @@ fn crash(case: CrashCase) {
     };
     let mut total = CrashStats::default();
     let joined_before = nbraid_core::raid::joined_writes();
+    let split_before = nbraid_core::raid::split_stripe_writes();
     for seed in seeds {
         match run_crash(&case, seed) {
             Ok(s) => total.add(&s),
@@ -110,6 +137,12 @@ fn crash(case: CrashCase) {
         "some schedules lose power during a scrub and resume it from its checkpoint"
     );
     assert!(
+        !case.name.ends_with("-wide")
+            || total.runs < 50
+            || nbraid_core::raid::split_stripe_writes() > split_before,
+        "some stripe writes were carried out as separate runs of rows"
+    );
+    assert!(
         total.resynced_bytes < total.full_resync_bytes,
         "the bitmap resynced no less than full resyncs would"
     );
@@ -136,6 +169,17 @@ fn raid5() {
 #[test]
 fn raid6() {
     crash(case("raid6", Level::Raid6, 5, None));
+}
+
+/// RAID 5 and 6 over strips wide enough that stripe writes split into runs of rows.
+#[test]
+fn raid5_over_wide_strips() {
+    crash(wide_case("raid5-wide", Level::Raid5, 4));
+}
+
+#[test]
+fn raid6_over_wide_strips() {
+    crash(wide_case("raid6-wide", Level::Raid6, 5));
 }
 
 /// The log in a reserve before the regions (`write_hole_log_size`), small enough (32 KiB:

@@ -156,6 +156,7 @@ pub use join::joined_writes;
 pub use plan::{
     choose, plan_write, DataChunk, Health, NewBytes, Plan, Rows, StripeWrite, Target, WritePlan,
 };
+pub use write::split_stripe_writes;
 
 use cache::{compact, Cache, CacheState, Destager, Entry};
 use chunks::{Chunks, StripePiece};

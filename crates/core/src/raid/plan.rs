@@ -79,6 +79,28 @@ pub(super) fn covers(r: &Ranges, s: u64, e: u64) -> bool {
     r.iter().any(|&(a, b)| a <= s && e <= b)
 }
 
+/// Rows apart from which a stripe write carries out the rows its chunks write as separate
+/// runs: between two writes that far apart the parity's rows (and a reconstruct-write's
+/// other chunks) would be read and written over the whole gap, which costs more than a
+/// second plan's round trips. No stripe of 64 KiB strips (the default) or narrower splits.
+pub(super) const ROW_GAP_SPLIT_BYTES: u64 = 64 << 10;
+
+/// The row ranges a stripe write carries out one after another: the in-chunk ranges its
+/// chunks write (`written`, any order), merged where they touch or are less than `gap`
+/// apart, in order. Every written range lies within one run.
+pub(super) fn row_runs(written: impl IntoIterator<Item = (u64, u64)>, gap: u64) -> Ranges {
+    let mut ranges: Ranges = written.into_iter().filter(|(s, e)| s < e).collect();
+    ranges.sort_unstable();
+    let mut runs: Ranges = Vec::with_capacity(ranges.len());
+    for (s, e) in ranges {
+        match runs.last_mut() {
+            Some((_, end)) if s <= *end || s - *end < gap => *end = (*end).max(e),
+            _ => runs.push((s, e)),
+        }
+    }
+    runs
+}
+
 /// A chunk of one stripe: a data chunk (by data index), P or Q.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Target {
@@ -286,6 +308,73 @@ pub fn plan_write(w: &StripeWrite) -> Option<WritePlan> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn row_runs_split_only_at_gaps_of_the_split_width() {
+        let k = 1 << 10;
+        // Two 4 KiB writes 60 KiB apart stay one run; 64 KiB apart they are two.
+        assert_eq!(
+            row_runs([(0, 4 * k), (64 * k, 68 * k)], 64 * k),
+            [(0, 68 * k)]
+        );
+        assert_eq!(
+            row_runs([(132 * k, 136 * k), (0, 4 * k)], 64 * k),
+            [(0, 4 * k), (132 * k, 136 * k)]
+        );
+        // Overlapping and touching ranges of different chunks merge; empty ones vanish.
+        assert_eq!(
+            row_runs([(8 * k, 16 * k), (0, 12 * k), (16 * k, 20 * k), (5, 5)], 0),
+            [(0, 12 * k), (8 * k, 20 * k)]
+                .iter()
+                .fold(Vec::new(), |mut r, &(s, e)| {
+                    add_range(&mut r, s, e);
+                    r
+                })
+        );
+        assert!(row_runs([], 64 * k).is_empty());
+    }
+
+    /// Against a definition: rows a and b share a run when the written rows between them
+    /// leave no gap of `gap` or more; every written range inside one run; runs in order.
+    #[test]
+    fn row_runs_match_a_row_by_row_definition() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..500 {
+            let gap = next(6);
+            let written: Vec<(u64, u64)> = (0..next(6))
+                .map(|_| {
+                    let s = next(40);
+                    (s, s + next(6))
+                })
+                .collect();
+            let runs = row_runs(written.iter().copied(), gap);
+            let mut rows = [false; 48];
+            for &(s, e) in &written {
+                rows[s as usize..e as usize]
+                    .iter_mut()
+                    .for_each(|r| *r = true);
+            }
+            // The definition: maximal spans of written rows joined across gaps < `gap`.
+            let mut want: Vec<(u64, u64)> = Vec::new();
+            for (i, _) in rows.iter().enumerate().filter(|(_, w)| **w) {
+                let i = i as u64;
+                match want.last_mut() {
+                    Some((_, e)) if i < *e + gap || i == *e => *e = i + 1,
+                    _ => want.push((i, i + 1)),
+                }
+            }
+            assert_eq!(runs, want, "{written:?} gap {gap}");
+            for &(s, e) in written.iter().filter(|(s, e)| s < e) {
+                assert!(runs.iter().any(|&(a, b)| a <= s && e <= b));
+            }
+        }
+    }
 
     #[test]
     fn choose_follows_md_counting() {

@@ -1,7 +1,10 @@
 //! The stripe writer: how new bytes of one stripe reach the members. Read top to bottom:
-//! - [`StripeWriter::write_stripe`] — the stripe's rows, and retries: a read that fails plans
-//!   again without its child; read errors that leave no plan are read again (`REREADS`)
-//!   before the stripe's redundancy is given up ([`StripeWriter::salvage`]).
+//! - [`StripeWriter::write_stripe`] — the rows the stripe's chunks write, as runs split where
+//!   they lie far apart ([`row_runs`]: a cache's sparse writes over wide strips are not one
+//!   hull of parity rows).
+//! - [`StripeWriter::write_run`] — one run, and retries: a read that fails plans again
+//!   without its child; read errors that leave no plan are read again (`REREADS`) before the
+//!   run's redundancy is given up ([`StripeWriter::salvage`]).
 //! - [`StripeWriter::write_rows`] — one attempt, as named stages: 1 plan ([`plan_write`], a
 //!   pure function), 2 read what the plan reads, 3 compute the new chunks and the log's
 //!   entries from them (`compute_rmw`, `compute_regenerated`, `RowsWrite::data_only`),
@@ -16,12 +19,21 @@
 
 use super::chunks::{ChildRead, ChildWrite, Retry};
 use super::plan::{
-    add_range, covers, plan_write, DataChunk, Health, NewBytes, Ranges, Rows, StripeWrite, Target,
-    WritePlan,
+    add_range, covers, plan_write, row_runs, DataChunk, Health, NewBytes, Ranges, Rows,
+    StripeWrite, Target, WritePlan, ROW_GAP_SPLIT_BYTES,
 };
 use super::*;
 use crate::parity;
 use crate::ppl::LogFailed;
+
+/// Stripe writes carried out as more than one run of rows ([`row_runs`]), process-wide (for
+/// tests and benchmarks). Relaxed: a count may lag, never a correctness input.
+static SPLIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// [`SPLIT`]: stripe writes whose rows lay far enough apart to be written as separate runs.
+pub fn split_stripe_writes() -> u64 {
+    SPLIT.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// How many more times a write reads the children whose read errors left it no plan
 /// before it gives the stripe's redundancy up (and fails them).
@@ -36,7 +48,8 @@ pub(super) struct StripeWriter<'a> {
 
 impl StripeWriter<'_> {
     /// Writes new bytes of one stripe to the members (with parity), the caller holding the
-    /// stripe's lock.
+    /// stripe's lock: the rows its chunks write, as runs split at wide gaps ([`row_runs`]),
+    /// each carried out on its own. Every run is tried; the first error returned.
     pub(super) async fn write_stripe(
         &self,
         stripe: u64,
@@ -61,16 +74,36 @@ impl StripeWriter<'_> {
                 at += n;
             }
         }
-        let mut r0 = u64::MAX;
-        let mut r1 = 0;
-        for (s, d) in w.iter().flatten() {
-            r0 = r0.min(*s);
-            r1 = r1.max(*s + d.len() as u64);
-        }
-        if r0 >= r1 {
-            return Ok(());
+        let written = w.iter().flatten().map(|(s, d)| (*s, *s + d.len() as u64));
+        let runs = row_runs(written, ROW_GAP_SPLIT_BYTES);
+        if runs.len() > 1 {
+            SPLIT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let roles = self.stripes.chunks.layout.roles(stripe);
+        let mut first_error = None;
+        for (r0, r1) in runs {
+            let in_run = |c: &Vec<(u64, SharedBuf)>| -> Vec<(u64, SharedBuf)> {
+                (c.iter().filter(|(s, _)| (r0..r1).contains(s)).cloned()).collect()
+            };
+            let part: Vec<Vec<(u64, SharedBuf)>> = w.iter().map(in_run).collect();
+            if let Err(e) = self.write_run(stripe, &roles, (r0, r1), &part, fua).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Writes rows `r0..r1` of the stripe (`w`: per data chunk, the new bytes there), and
+    /// retries: a read that fails plans again without its child; read errors that leave no
+    /// plan are read again ([`REREADS`]) before the rows' redundancy is given up.
+    async fn write_run(
+        &self,
+        stripe: u64,
+        roles: &StripeRoles,
+        (r0, r1): (u64, u64),
+        w: &[Vec<(u64, SharedBuf)>],
+        fua: bool,
+    ) -> VolumeResult<()> {
         let mut plan_lost = self.stripes.chunks.lost(stripe, r0, r1);
         // Children whose reads for this write failed (not failed members).
         let mut unreadable = Vec::new();
@@ -79,7 +112,7 @@ impl StripeWriter<'_> {
         loop {
             tries += 1;
             let r = self
-                .write_rows(stripe, &roles, r0, r1, &w, &plan_lost, fua, tries > 1)
+                .write_rows(stripe, roles, r0, r1, w, &plan_lost, fua, tries > 1)
                 .await;
             // A read error while rebuilding the plan's lost chunks (whose, not known).
             let rebuild_failed = matches!(r, Err(Retry::Rebuild(_)));
@@ -124,7 +157,7 @@ impl StripeWriter<'_> {
                         );
                         self.stripes.chunks.children[c].fail_unreadable(base + r0, r1 - r0, &why);
                     }
-                    self.salvage(stripe, &w, fua).await;
+                    self.salvage(stripe, w, fua).await;
                     return Err(e);
                 }
             }
