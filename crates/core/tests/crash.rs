@@ -33,42 +33,31 @@ fn case_with_reserve(
 ) -> CrashCase {
     let shape =
         Shape::new(level, members, spans, STRIP, ParityLayout::LeftSymmetric).expect("shape");
-    let start = METADATA_AREA_BYTES + log_reserve;
-    let regions = vec![Region { start, len: REGION }; members];
-    CrashCase {
-        name,
-        tree: shape.build(&regions).expect("tree"),
-        members,
-        member_len: start + REGION,
-        ppl: true,
-        strict: true,
-        log_reserve,
-        sequential: false,
-    }
+    case_over(name, shape, (REGION, log_reserve))
 }
 
 /// [`case`] over strips of 128 KiB (regions of 2 MiB): a stripe write whose rows lie 64 KiB
 /// or more apart (a request across a chunk boundary, a cache's sparse writes) is carried out
 /// as separate runs of rows, each logged on its own.
 fn wide_case(name: &'static str, level: Level, members: usize) -> CrashCase {
-    let (strip, region) = (128 * KIB, 2048 * KIB);
     let shape =
-        Shape::new(level, members, None, strip, ParityLayout::LeftSymmetric).expect("shape");
-    let regions = vec![
-        Region {
-            start: METADATA_AREA_BYTES,
-            len: region
-        };
-        members
-    ];
+        Shape::new(level, members, None, 128 * KIB, ParityLayout::LeftSymmetric).expect("shape");
+    case_over(name, shape, (2048 * KIB, 0))
+}
+
+/// A logged case over `shape`'s members, each a region of `region` bytes after the metadata
+/// area and a log reserve of `log_reserve` bytes (0: the log in the metadata area).
+fn case_over(name: &'static str, shape: Shape, (region, log_reserve): (u64, u64)) -> CrashCase {
+    let start = METADATA_AREA_BYTES + log_reserve;
+    let regions = vec![Region { start, len: region }; shape.members];
     CrashCase {
         name,
         tree: shape.build(&regions).expect("tree"),
-        members,
-        member_len: METADATA_AREA_BYTES + region,
+        members: shape.members,
+        member_len: start + region,
         ppl: true,
         strict: true,
-        log_reserve: 0,
+        log_reserve,
         sequential: false,
     }
 }
