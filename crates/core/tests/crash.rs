@@ -160,7 +160,8 @@ fn raid6() {
     crash(case("raid6", Level::Raid6, 5, None));
 }
 
-/// RAID 5 and 6 over strips wide enough that stripe writes split into runs of rows.
+/// RAID 5 and 6 over strips wide enough that stripe writes split into runs of rows. (The
+/// split count is process-wide: run alone, each case shows its own splits.)
 #[test]
 fn raid5_over_wide_strips() {
     crash(wide_case("raid5-wide", Level::Raid5, 4));

@@ -49,7 +49,10 @@
 //! parity not yet), and a stream of reads cannot starve a write waiting for a stripe.
 //!
 //! # Writing one stripe (`StripeWriter::write_stripe`, `write.rs`)
-//! The new bytes of a stripe cover some rows `[r0, r1)` (byte offsets within the chunks).
+//! The new bytes of a stripe cover some rows (byte offsets within the chunks); rows 64 KiB
+//! or more apart are written as separate runs (`plan::row_runs`), each a plan over its own
+//! `[r0, r1)` — so two writes at both ends of a wide strip no longer make one whole-chunk
+//! plan (nor mark the stripe in sync as one would).
 //! Each chunk's state is one struct (its new bytes' hull and coverage, whether its member can
 //! be read and written) and [`plan_write`] — a pure function — turns them into a plan: what
 //! to read, what to rebuild, what to write (data chunk *i*, P or Q). The executor

@@ -49,7 +49,10 @@ pub(super) struct StripeWriter<'a> {
 impl StripeWriter<'_> {
     /// Writes new bytes of one stripe to the members (with parity), the caller holding the
     /// stripe's lock: the rows its chunks write, as runs split at wide gaps ([`row_runs`]),
-    /// each carried out on its own. Every run is tried; the first error returned.
+    /// each carried out on its own. A run that fails salvages (the stripe's parity stale);
+    /// the runs after it are salvaged straight away, as one hull's failure would have put
+    /// them (plans over stale parity would only fail again, after rereads); the first error
+    /// is returned.
     pub(super) async fn write_stripe(
         &self,
         stripe: u64,
@@ -83,11 +86,20 @@ impl StripeWriter<'_> {
         let mut first_error = None;
         for (r0, r1) in runs {
             let in_run = |c: &Vec<(u64, SharedBuf)>| -> Vec<(u64, SharedBuf)> {
-                (c.iter().filter(|(s, _)| (r0..r1).contains(s)).cloned()).collect()
+                let piece_in = |(s, d): &&(u64, SharedBuf)| {
+                    let inside = (r0..r1).contains(s);
+                    debug_assert!(!inside || *s + d.len() as u64 <= r1, "a piece past its run");
+                    inside
+                };
+                c.iter().filter(piece_in).cloned().collect()
             };
             let part: Vec<Vec<(u64, SharedBuf)>> = w.iter().map(in_run).collect();
+            if first_error.is_some() {
+                self.salvage(stripe, &part, fua).await;
+                continue;
+            }
             if let Err(e) = self.write_run(stripe, &roles, (r0, r1), &part, fua).await {
-                first_error.get_or_insert(e);
+                first_error = Some(e);
             }
         }
         first_error.map_or(Ok(()), Err)
@@ -95,7 +107,9 @@ impl StripeWriter<'_> {
 
     /// Writes rows `r0..r1` of the stripe (`w`: per data chunk, the new bytes there), and
     /// retries: a read that fails plans again without its child; read errors that leave no
-    /// plan are read again ([`REREADS`]) before the rows' redundancy is given up.
+    /// plan are read again ([`REREADS`]) before the stripe's redundancy is given up (its
+    /// parity marked stale, the bytes written without it: [`Self::salvage`]). An error is
+    /// returned only after that.
     async fn write_run(
         &self,
         stripe: u64,
