@@ -26,6 +26,10 @@ use super::*;
 use crate::parity;
 use crate::ppl::LogFailed;
 
+mod rows;
+use rows::assemble;
+use rows::RowsWrite;
+
 /// Stripe writes carried out as more than one run of rows ([`row_runs`]), process-wide (for
 /// tests and benchmarks). Relaxed: a count may lag, never a correctness input.
 static SPLIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -712,101 +716,4 @@ fn data_prefix(writes: &[Rows]) -> &[Rows] {
         .take_while(|r| matches!(r.target, Target::Data(_)))
         .count();
     &writes[..n]
-}
-
-/// New bytes of `[s, e)` of one chunk: the written pieces over `old` (which covers `[s, e)`).
-pub(super) fn assemble(s: u64, e: u64, w: &[(u64, SharedBuf)], old: Option<&[u8]>) -> SharedBuf {
-    if let [(o, d)] = w {
-        if *o == s && d.len() as u64 == e - s {
-            return d.clone();
-        }
-    }
-    let mut b = match old {
-        Some(old) => Buf::copy_from(old),
-        None => Buf::zeroed((e - s) as usize),
-    };
-    for (o, d) in w {
-        let (a, z) = ((*o).max(s), (*o + d.len() as u64).min(e));
-        if a < z {
-            b[(a - s) as usize..(z - s) as usize]
-                .copy_from_slice(&d[(a - *o) as usize..(z - *o) as usize]);
-        }
-    }
-    b.freeze()
-}
-
-/// One attempt at writing rows `[r0, r1)` of a stripe: what every stage of
-/// [`StripeWriter::write_rows`] reads.
-struct RowsWrite<'a> {
-    stripe: u64,
-    roles: &'a StripeRoles,
-    r0: u64,
-    r1: u64,
-    /// Per data chunk: (in-chunk offset, new bytes).
-    w: &'a [Vec<(u64, SharedBuf)>],
-    fua: bool,
-    /// Where the stripe's chunks begin on the children.
-    base: u64,
-}
-
-impl RowsWrite<'_> {
-    /// The child a plan target lies on in this stripe.
-    fn child(&self, t: Target) -> usize {
-        match t {
-            Target::Data(i) => self.roles.data[i],
-            Target::P => self.roles.p,
-            Target::Q => self.roles.q.expect("Q only in a RAID 6 plan"),
-        }
-    }
-
-    /// Per data chunk, the rows this write puts new bytes on (for the log).
-    fn ranges(&self) -> Vec<Vec<(u64, u64)>> {
-        self.w
-            .iter()
-            .map(|c| c.iter().map(|(s, d)| (*s, *s + d.len() as u64)).collect())
-            .collect()
-    }
-
-    /// Stage 3 of a data-only plan (every parity chunk lost): the data, nothing else.
-    fn data_only(
-        &self,
-        input: &StripeWrite,
-        plan: &WritePlan,
-        old: &HashMap<Target, Buf>,
-    ) -> Vec<(Target, SharedBuf)> {
-        plan.writes
-            .iter()
-            .map(|r| {
-                let Target::Data(i) = r.target else {
-                    unreachable!("data-only plans write data")
-                };
-                let (h0, h1) = input.data[i].new.hull;
-                let before = old.get(&r.target).map(|b| &b[..]);
-                (r.target, assemble(h0, h1, &self.w[i], before))
-            })
-            .collect()
-    }
-
-    /// The member writes of the computed bytes, asserting they are the planned ones (a run of
-    /// the plan's writes), in their order and over their rows.
-    fn follow_plan(&self, planned: &[Rows], out: Vec<(Target, SharedBuf)>) -> Vec<ChildWrite> {
-        assert_eq!(out.len(), planned.len(), "every planned write carried out");
-        planned
-            .iter()
-            .zip(out)
-            .map(|(r, (t, bytes))| {
-                assert_eq!(r.target, t, "writes in plan order");
-                assert_eq!(
-                    bytes.len() as u64,
-                    r.end - r.start,
-                    "{t:?}: bytes match the planned rows"
-                );
-                ChildWrite {
-                    child: self.child(t),
-                    at: self.base + r.start,
-                    bytes,
-                }
-            })
-            .collect()
-    }
 }
