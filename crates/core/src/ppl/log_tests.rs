@@ -539,7 +539,7 @@ fn on_memory_members_the_log_cycles_through_a_window_of_its_ring() {
     assert!(ring > 2 * window);
     let memory = |i: usize| MemoryMember::new(format!("m{i}"), 10 << 20);
     // Each write logs one 4 KiB batch on its stripe's P ring: 1,500 of them write 2 MiB to
-    // each of the three rings, twice the window.
+    // each of the three rings, more than twice the window.
     let members = (0..3).map(|i| Arc::new(memory(i)) as Arc<dyn Member>);
     let log = log_with_rings(ring, members.collect());
     let heads = heads_after(&log, 1500);

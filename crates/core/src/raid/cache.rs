@@ -15,7 +15,7 @@ const AGED_DESTAGES_IN_FLIGHT: usize = 32;
 /// stripes of 4 KiB writes in the default 32 MiB) held them all, overflowed the buffer pool
 /// and spent 28% of a 2-second write-back run's CPU zeroing fresh pages. A fixed 256 stripes
 /// at once was still too many with a log for wide stripes, and for RAID 6 on memory-backed
-/// members (whose rings cycle through 1 MiB windows, each taking P and Q entries): the
+/// members (whose rings then cycled through 1 MiB windows, each taking P and Q entries): the
 /// entries in flight filled the rings, and the drain waited for ring room and flushed the
 /// members over and over. The final flush of `nbraid bench rand-write` (6 members on
 /// /dev/shm, 4 KiB writes), timed alone: RAID 6, 64 KiB strips, 490 ms of CPU (2,473 room
