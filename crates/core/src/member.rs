@@ -148,6 +148,11 @@ impl<T: Member + ?Sized> Member for Arc<T> {
     fn len(&self) -> u64 {
         (**self).len()
     }
+    // Forwarded like every method: with the trait in scope, `arc.memory_backed()` on an
+    // `Arc<dyn Member>` resolves to this impl, not to the member's own.
+    fn memory_backed(&self) -> bool {
+        (**self).memory_backed()
+    }
     fn grow_to(&self, len_bytes: u64) -> Result<u64, String> {
         (**self).grow_to(len_bytes)
     }

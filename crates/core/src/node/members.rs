@@ -20,6 +20,9 @@ pub struct MemberSlot {
     /// Swapped when a new member takes a failed one's place (rebuild) or a replacement
     /// takes over (replace).
     member: RwLock<Arc<dyn Member>>,
+    /// Whether `member` keeps its bytes in memory ([`Member::memory_backed`]), kept beside it
+    /// so the log's per-write checks read a flag instead of cloning the member.
+    memory_backed: AtomicBool,
     /// A member being rebuilt to take this one's place while this one still serves (md's
     /// want_replacement): it takes every write, and is never read.
     replacement: RwLock<Option<Arc<dyn Member>>>,
@@ -105,6 +108,19 @@ impl MemberSlot {
     /// The member serving this slot now.
     pub fn member(&self) -> Arc<dyn Member> {
         self.member.read().clone()
+    }
+
+    /// Whether the member serving this slot now keeps its bytes in memory.
+    pub fn memory_backed(&self) -> bool {
+        self.memory_backed.load(Ordering::Acquire)
+    }
+
+    /// Puts `member` in this slot, returning the one it held.
+    fn put(&self, member: Arc<dyn Member>) -> Arc<dyn Member> {
+        let mut held = self.member.write();
+        self.memory_backed
+            .store(member.memory_backed(), Ordering::Release);
+        std::mem::replace(&mut *held, member)
     }
 
     /// Whether `m` is the member in this slot now (none swapped in since it was taken).
@@ -199,6 +215,7 @@ impl MemberTable {
             slots: members
                 .into_iter()
                 .map(|member| MemberSlot {
+                    memory_backed: AtomicBool::new(member.memory_backed()),
                     member: RwLock::new(member),
                     replacement: RwLock::new(None),
                     replacing: AtomicBool::new(false),
@@ -261,7 +278,7 @@ impl MemberTable {
             "a member is installed in a failed slot only"
         );
         self.set_resyncing(index, true);
-        *slot.member.write() = member;
+        slot.put(member);
         slot.read_errors.store(0, Ordering::Relaxed);
         if slot.failed.swap(false, Ordering::AcqRel) {
             self.failed.fetch_sub(1, Ordering::AcqRel);
@@ -274,7 +291,7 @@ impl MemberTable {
         let slot = &self.slots[index];
         assert!(slot.is_failed(), "only a failed member is detached");
         self.set_resyncing(index, false);
-        std::mem::replace(&mut *slot.member.write(), member)
+        slot.put(member)
     }
 
     /// Starts rebuilding `member` as slot `index`'s replacement: it takes every write from
@@ -292,8 +309,7 @@ impl MemberTable {
         let mut rep = slot.replacement.write();
         let new = rep.take()?;
         slot.replacing.store(false, Ordering::Release);
-        let old = std::mem::replace(&mut *slot.member.write(), new);
-        Some(old)
+        Some(slot.put(new))
     }
 
     /// Marks member `index` failed (once), logging why.
@@ -307,5 +323,44 @@ impl MemberTable {
                 slot.member().name()
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryMember;
+    use crate::testutil::SlowMember;
+    use std::time::Duration;
+
+    fn memory(name: &str) -> Arc<dyn Member> {
+        Arc::new(MemoryMember::new(name, 1 << 20))
+    }
+
+    fn not_memory(name: &str) -> Arc<dyn Member> {
+        Arc::new(SlowMember::new(
+            MemoryMember::new(name, 1 << 20),
+            Duration::ZERO,
+        ))
+    }
+
+    #[test]
+    fn a_slot_says_whether_its_member_of_the_moment_keeps_its_bytes_in_memory() {
+        // Through the `Arc` (the trait in scope picks `Arc`'s impl, which must forward).
+        assert!(memory("m").memory_backed());
+        let table = MemberTable::new(vec![memory("a"), not_memory("b")]);
+        assert!(table.slot(0).memory_backed());
+        assert!(!table.slot(1).memory_backed());
+        // A member installed in a failed slot, and a replacement taking over: the flag follows.
+        table.fail(1, &"test");
+        table.install(1, memory("c"));
+        assert!(table.slot(1).memory_backed());
+        table.set_replacement(0, not_memory("d"));
+        assert!(
+            table.slot(0).memory_backed(),
+            "a replacement is not the member yet"
+        );
+        table.finish_replacement(0).expect("a replacement");
+        assert!(!table.slot(0).memory_backed());
     }
 }

@@ -427,7 +427,7 @@ impl GroupLog {
 
     /// Whether `ring`'s member keeps its bytes in memory (see [`Ring::window`]).
     fn memory_backed(&self, ring: &Ring) -> bool {
-        self.table.slot(ring.member).member().memory_backed()
+        self.table.slot(ring.member).memory_backed()
     }
 
     /// Writes one ring's batch (FUA) to its member and the member's replacement; whether the
