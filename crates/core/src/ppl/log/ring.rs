@@ -88,10 +88,11 @@ impl Ring {
     /// amid the members' other I/O, ~1 µs through 512 KiB ones (`scripts/bench-wpath`'s
     /// pattern replayed with plain system calls). Windows of 1 MiB, 256 KiB and 128 KiB
     /// against each other (`nbraid bench rand-write`, 4 KiB, QD 16 × 2, six members on
-    /// /dev/shm, 3 runs each alternated): 256 KiB gave RAID 5 write-through +11% IOPS, RAID 6
-    /// write-through +13%, RAID 5 write-back +9%, RAID 6 write-back +5%, and +8% over
-    /// 256 KiB strips, where 128 KiB gave only +2% (its batches pass half the window more
-    /// often and take the whole area); 128 KiB was ahead by 2–3% on RAID 5 alone.
+    /// /dev/shm, 3–6 runs each alternated; docs/benchmarks): 256 KiB gave RAID 5
+    /// write-through +11% IOPS over 1 MiB, RAID 6 write-through +13%, RAID 5 write-back +9%,
+    /// RAID 6 write-back +2–5%, and +8% over 256 KiB strips, where 128 KiB gave only +2% (its
+    /// batches pass half the window more often and take the whole area); 128 KiB was ahead
+    /// by 2–3% on RAID 5 alone.
     pub(super) fn window(&self, memory_backed: bool) -> u64 {
         match memory_backed {
             true => self.len.min(MEMORY_RING_WINDOW_BYTES),
