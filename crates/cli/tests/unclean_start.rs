@@ -62,7 +62,7 @@ impl UncleanStart {
         d.child.wait().unwrap();
         damage(dir.path());
         let daemon = Daemon::start(&config);
-        let v = status_of(config.to_str().unwrap(), name);
+        let mut v = status_of(config.to_str().unwrap(), name);
         assert_eq!(v["metadata"]["clean_at_start"], false, "{v:#}");
         assert_eq!(v["metadata"]["resynced_bytes_at_start"], 0, "{v:#}");
         assert_eq!(
@@ -70,6 +70,13 @@ impl UncleanStart {
             32 * MIB,
             "{v:#}"
         );
+        // The daemon spawns the pass at the start; a status taken before its first window
+        // still finds it "idle" (seen under the test suite's load).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while v["resync"]["state"] == "idle" && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            v = status_of(config.to_str().unwrap(), name);
+        }
         assert_eq!(v["resync"]["state"], "running", "{v:#}");
         assert_eq!(v["resync"]["rate_limit_bytes_per_s"], 4 * MIB);
         UncleanStart {

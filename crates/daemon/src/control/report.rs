@@ -6,7 +6,7 @@ use super::paths::absolute_path;
 use super::volume::ControlVolume;
 use nbraid_core::checksum::ChecksumCounters;
 use nbraid_core::scrub::{ScrubControl, ScrubFinding, ScrubFindings};
-use nbraid_core::{MemberState, PassState, ScrubReport};
+use nbraid_core::{MemberState, ScrubReport};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -156,7 +156,7 @@ fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
         "scrub": v.scrub().map(|s| scrub_json(v, &s)),
         "rebuild": rebuild_json(v),
         "resync": v.resync.lock().as_ref().map(|c| json!({
-            "state": resync_state(c.state()).name(),
+            "state": c.state().name(),
             "done_s_ago": c.done_s_ago(),
             "position_bytes": c.position_bytes(),
             "total_bytes": c.total_bytes(),
@@ -296,32 +296,4 @@ pub(super) fn readd_json(v: &ControlVolume) -> Value {
         "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
         "eta_s": c.eta_s(),
     })
-}
-
-/// The background resync's state as status shows it: its control exists only once its task
-/// is spawned (`heal::start_background_resync`), so a pass not started yet is about to run —
-/// "running", not "idle" (a status taken just after the start said idle with 32 MiB owed).
-fn resync_state(s: PassState) -> PassState {
-    match s {
-        PassState::Idle => PassState::Running,
-        s => s,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_resync_spawned_but_not_started_shows_running_and_every_other_state_as_it_is() {
-        assert_eq!(resync_state(PassState::Idle), PassState::Running);
-        for s in [
-            PassState::Running,
-            PassState::Paused,
-            PassState::Cancelled,
-            PassState::Done,
-        ] {
-            assert_eq!(resync_state(s), s);
-        }
-    }
 }
