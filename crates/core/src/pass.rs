@@ -145,6 +145,12 @@ impl PassControl {
         self.paused.load(Relaxed)
     }
 
+    /// Whether a cancel was asked for and not yet cleared by a new run (the pass may still
+    /// be finishing its windows in flight).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Relaxed)
+    }
+
     fn set_state(&self, s: PassState) {
         if s == PassState::Done && self.state() != PassState::Done {
             *self.done_at.lock() = Some(Instant::now());

@@ -81,21 +81,27 @@ pub fn start_background_resync(v: &ControlVolume) {
     if !v.array().background_pending() {
         return;
     }
-    let ctl = v.new_pass(v.rebuild_rate());
-    *v.resync.lock() = Some(ctl.clone());
     let (array, name) = (v.array(), v.name.clone());
     let msg = format!(
         "volume {name}: not shut down cleanly: resyncing {} in the background while serving ({})",
         config::format_size(array.background_bytes()),
         rate_text(v.rebuild_rate())
     );
-    tracing::warn!("{msg}");
-    tokio::spawn(async move {
-        match array.background_resync(&ctl).await {
-            Ok(s) => tracing::info!("background resync of {name} {}", s.name()),
-            Err(e) => tracing::error!("background resync of {name} failed: {e}"),
-        }
-    });
+    let started = v.resync.start(
+        |latest| match latest {
+            Some((_, true)) => None, // one runs already
+            _ => Some(v.new_pass(v.rebuild_rate())),
+        },
+        |ctl| async move {
+            match array.background_resync(&ctl).await {
+                Ok(s) => tracing::info!("background resync of {name} {}", s.name()),
+                Err(e) => tracing::error!("background resync of {name} failed: {e}"),
+            }
+        },
+    );
+    if started.is_some() {
+        tracing::warn!("{msg}");
+    }
 }
 
 /// Watches every volume: on a change of its failed count, [`heal_once`].

@@ -15,39 +15,50 @@ pub async fn start_checksum_fill(v: &ControlVolume) {
     let Some(position) = array.checksum_fill_checkpoint().await else {
         return;
     };
-    let ctl = Arc::new(FillControl::resume_at(v.rebuild_rate(), position));
-    if v.is_held() {
-        ctl.pause();
-    }
-    *v.checksum_fill.lock() = Some(ctl.clone());
     let name = v.name.clone();
     let rate = v.rebuild_rate().limit_bytes_per_s;
+    let started = v.checksum_fill.start(
+        |latest| match latest {
+            Some((_, true)) => None, // one runs already
+            _ => {
+                let ctl = Arc::new(FillControl::resume_at(v.rebuild_rate(), position));
+                if v.is_held() {
+                    ctl.pause();
+                }
+                Some(ctl)
+            }
+        },
+        |ctl| async move {
+            match array.fill_checksums(&ctl).await {
+                Ok(r) => tracing::info!(
+                    "volume {name}: checksum pass {}: {} entries computed, {} mismatches found by its scrub ({} repaired)",
+                    r.state.name(),
+                    r.filled_blocks,
+                    r.scrub.mismatches + r.scrub.unreadable,
+                    r.scrub.repaired
+                ),
+                Err(e) => tracing::error!("volume {name}: checksum pass failed: {e}"),
+            }
+        },
+    );
+    if started.is_none() {
+        return;
+    }
     tracing::warn!(
-        "volume {name}: computing its per-block checksums in the background from {} ({}); blocks not reached yet are read unchecked",
+        "volume {}: computing its per-block checksums in the background from {} ({}); blocks not reached yet are read unchecked",
+        v.name,
         config::format_size(position),
         match rate {
             0 => "rate unlimited".to_string(),
             r => format!("at {}/s", config::format_size(r)),
         }
     );
-    tokio::spawn(async move {
-        match array.fill_checksums(&ctl).await {
-            Ok(r) => tracing::info!(
-                "volume {name}: checksum pass {}: {} entries computed, {} mismatches found by its scrub ({} repaired)",
-                r.state.name(),
-                r.filled_blocks,
-                r.scrub.mismatches + r.scrub.unreadable,
-                r.scrub.repaired
-            ),
-            Err(e) => tracing::error!("volume {name}: checksum pass failed: {e}"),
-        }
-    });
 }
 
 /// `status`'s `checksum_fill`: the pass's progress over the volume then its regions, and
 /// what its scrub found (`None`: no pass since the start).
 pub(super) fn fill_json(v: &ControlVolume) -> Option<Value> {
-    let ctl = v.checksum_fill.lock().clone()?;
+    let ctl = v.checksum_fill.latest()?;
     let r = ctl.report();
     let left = r.total_bytes.saturating_sub(r.position_bytes);
     let running = r.state == nbraid_core::PassState::Running;

@@ -28,6 +28,7 @@ mod report;
 mod reshape;
 mod reshape_start;
 pub mod server;
+pub mod task_slot;
 mod volume;
 
 pub use checksum_fill::start_checksum_fill;

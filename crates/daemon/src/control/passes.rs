@@ -62,10 +62,10 @@ pub(super) fn pause_resume(selected: &[&ControlVolume], pause: bool) -> Value {
     for v in selected {
         v.held.store(pause, SeqCst);
         let (scrub, rebuild) = (v.scrub(), v.rebuild());
-        let resync = v.resync.lock().clone();
-        let readd = v.readd.lock().clone();
+        let resync = v.resync.latest();
+        let readd = v.readd.latest();
         let reshape = v.reshape_pass();
-        let fill = v.checksum_fill.lock().clone();
+        let fill = v.checksum_fill.latest();
         let passes = [
             fill.as_ref().map(|f| &f.scrub.pass),
             fill.as_ref().map(|f| &f.entries),

@@ -155,8 +155,8 @@ fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
         },
         "scrub": v.scrub().map(|s| scrub_json(v, &s)),
         "rebuild": rebuild_json(v),
-        "resync": v.resync.lock().as_ref().map(|c| json!({
-            "state": c.state().name(),
+        "resync": v.resync.latest().map(|c| json!({
+            "state": v.resync.state().unwrap_or(c.state()).name(),
             "done_s_ago": c.done_s_ago(),
             "position_bytes": c.position_bytes(),
             "total_bytes": c.total_bytes(),
@@ -281,12 +281,12 @@ fn moves(v: &ControlVolume, roles: &[usize]) -> Vec<Value> {
 
 /// The re-add resync (`returning.rs`): its pass, and the roles it brings back.
 pub(super) fn readd_json(v: &ControlVolume) -> Value {
-    let Some(c) = v.readd.lock().clone() else {
+    let Some(c) = v.readd.latest() else {
         return Value::Null;
     };
     let roles: Vec<usize> = v.array().returning().iter().map(|(r, _)| *r).collect();
     json!({
-        "state": c.state().name(),
+        "state": v.readd.state().unwrap_or(c.state()).name(),
         "moves": moves(v, &roles),
         "roles": roles,
         "done_s_ago": c.done_s_ago(),

@@ -18,27 +18,32 @@ pub fn start_reshape_pass(v: &ControlVolume) {
     let Some((position, total)) = array.reshape_progress() else {
         return;
     };
-    let mut slot = v.reshape.lock();
-    if (slot.as_ref()).is_some_and(|c| matches!(c.state(), PassState::Running | PassState::Paused))
-    {
-        return;
-    }
-    let ctl = v.new_pass(v.rebuild_rate());
-    ctl.set_position(position);
-    *slot = Some(ctl.clone());
     let (served, name) = (v.served.clone(), v.name.clone());
-    tracing::warn!(
-        "volume {name}: reshape in progress at byte {position} of {total}: copying on in the background while serving"
+    let started = v.reshape.start(
+        |latest| match latest {
+            Some((_, true)) => None, // one runs (or reopens the volume) already
+            _ => {
+                let ctl = v.new_pass(v.rebuild_rate());
+                ctl.set_position(position);
+                Some(ctl)
+            }
+        },
+        |ctl| async move {
+            let state = array.reshape(&ctl).await;
+            drop(array);
+            match state {
+                Ok(PassState::Done) => finish(&served, &name).await,
+                Ok(s) => tracing::info!("reshape of {name} {}", s.name()),
+                Err(e) => tracing::error!("reshape of {name} failed: {e}"),
+            }
+        },
     );
-    tokio::spawn(async move {
-        let state = array.reshape(&ctl).await;
-        drop(array);
-        match state {
-            Ok(PassState::Done) => finish(&served, &name).await,
-            Ok(s) => tracing::info!("reshape of {name} {}", s.name()),
-            Err(e) => tracing::error!("reshape of {name} failed: {e}"),
-        }
-    });
+    if started.is_some() {
+        tracing::warn!(
+            "volume {}: reshape in progress at byte {position} of {total}: copying on in the background while serving",
+            v.name
+        );
+    }
 }
 
 /// After the copy: the records say the new tree alone; the volume is opened again over the

@@ -219,7 +219,7 @@ fn busy(controls: &Controls, v: &ControlVolume, array: &Array) -> Option<String>
     }
     // The pass walks the regions of the shape it started on (paused or stopped by an error,
     // it resumes at the next start): a reshape would move them under it.
-    let fill = v.checksum_fill.lock().clone();
+    let fill = v.checksum_fill.latest();
     if fill.is_some_and(|c| c.report().state != nbraid_core::PassState::Done) {
         return Some("its checksum pass (checksums = \"enable\") has not finished: let it finish first (nbraid status shows checksum_fill)".into());
     }

@@ -5,6 +5,7 @@
 use super::departed::{Departed, Departures};
 use super::notes::ConfigIds;
 use super::paths::absolute_path;
+use super::task_slot::{restart, Restart, TaskSlot};
 use crate::served::ServedArray;
 use nbraid_assembly::adopt::Known;
 use nbraid_control::Refusal;
@@ -29,23 +30,23 @@ pub struct ControlVolume {
     /// What the start did: created the array, found it clean, bytes resynced before serving.
     pub start: StartReport,
     /// The latest scrub (running or finished).
-    pub(super) scrub: Mutex<Option<Arc<ScrubControl>>>,
-    /// The latest rebuild (running or finished), and whether its task has returned (the
-    /// pass says done before the rebuilt members are committed current).
-    pub(super) rebuild: Mutex<Option<(Arc<PassControl>, Arc<AtomicBool>)>>,
+    pub(super) scrub: TaskSlot<ScrubControl>,
+    /// The latest rebuild (running or finished); its task outlives the pass (the pass says
+    /// done before the rebuilt members are committed current).
+    pub(super) rebuild: TaskSlot<PassControl>,
     /// The rate of rebuilds (and background resyncs) the daemon starts by itself; a reload
     /// (SIGHUP) may change it.
     rebuild_rate: Mutex<PassRate>,
     /// The background resync after an unclean start, if there was one.
-    pub resync: Mutex<Option<Arc<PassControl>>>,
+    pub resync: TaskSlot<PassControl>,
     /// The latest resync of re-added members ([`Self::start_readd_resync`]), running or
     /// finished.
-    pub readd: Mutex<Option<Arc<PassControl>>>,
+    pub readd: TaskSlot<PassControl>,
     /// The reshape pass, when the volume started mid-reshape (`reshape.rs`).
-    pub(super) reshape: Mutex<Option<Arc<PassControl>>>,
+    pub reshape: TaskSlot<PassControl>,
     /// The pass computing the checksums of a volume that enabled them
     /// (`checksum_fill.rs`), when one started.
-    pub checksum_fill: Mutex<Option<Arc<nbraid_core::metadata::FillControl>>>,
+    pub checksum_fill: TaskSlot<nbraid_core::metadata::FillControl>,
     /// Every member and spare known by id (config ids; paths for those added at run time).
     /// It keeps members let go: a re-add reuses the file held open through them.
     pub(super) known: Mutex<Vec<Known>>,
@@ -79,13 +80,13 @@ impl ControlVolume {
             members,
             at_start,
             start,
-            scrub: Mutex::new(None),
-            rebuild: Mutex::new(None),
+            scrub: TaskSlot::default(),
+            rebuild: TaskSlot::default(),
             rebuild_rate: Mutex::new(PassRate::default()),
-            resync: Mutex::new(None),
-            readd: Mutex::new(None),
-            reshape: Mutex::new(None),
-            checksum_fill: Mutex::new(None),
+            resync: TaskSlot::default(),
+            readd: TaskSlot::default(),
+            reshape: TaskSlot::default(),
+            checksum_fill: TaskSlot::default(),
             known: Mutex::new(Vec::new()),
             departed: Departures::default(),
             notes: Vec::new(),
@@ -115,9 +116,19 @@ impl ControlVolume {
         *self.rebuild_rate.lock()
     }
 
-    /// Sets [`Self::rebuild_rate`] (a reload); passes running keep theirs.
+    /// Sets [`Self::rebuild_rate`] (a reload). The passes that run at the volume's rate
+    /// follow it — those just spawned and not at their first window yet included; a scrub
+    /// keeps the rate it was asked for.
     pub fn set_rebuild_rate(&self, rate: PassRate) {
         *self.rebuild_rate.lock() = rate;
+        for slot in [&self.rebuild, &self.resync, &self.readd, &self.reshape] {
+            if let Some(c) = slot.alive() {
+                c.set_pass_rate(rate);
+            }
+        }
+        if let Some(c) = self.checksum_fill.alive() {
+            c.set_pass_rate(rate);
+        }
     }
 
     /// Whether `nbraid pause` holds this volume's background work.
@@ -243,24 +254,17 @@ impl ControlVolume {
     }
 
     pub(super) fn rebuild(&self) -> Option<Arc<PassControl>> {
-        self.rebuild.lock().as_ref().map(|(c, _)| c.clone())
+        self.rebuild.latest()
     }
 
     /// A rebuild task is running (its pass may already report done).
     pub(super) fn rebuild_running(&self) -> bool {
-        let slot = self.rebuild.lock();
-        slot.as_ref()
-            .is_some_and(|(_, finished)| !finished.load(SeqCst))
+        self.rebuild.task_alive()
     }
 
     /// The latest rebuild's state; `running` until its task returned.
     pub(super) fn rebuild_state(&self) -> Option<PassState> {
-        let slot = self.rebuild.lock();
-        let (c, finished) = slot.as_ref()?;
-        Some(match c.state() {
-            PassState::Done | PassState::Cancelled if !finished.load(SeqCst) => PassState::Running,
-            s => s,
-        })
+        self.rebuild.state()
     }
 
     /// The member index `member` names (a config id, or an index).
@@ -292,36 +296,36 @@ impl ControlVolume {
     }
 
     fn rebuild_task(&self, rate: PassRate, set_rate: bool) -> Arc<PassControl> {
-        let mut slot = self.rebuild.lock();
-        if let Some((c, finished)) = slot.as_ref() {
-            if !finished.load(SeqCst) {
-                if set_rate {
-                    c.set_pass_rate(rate);
+        let (array, name) = (self.array(), self.name.clone());
+        let mut running = None;
+        let started = self.rebuild.start(
+            |latest| match latest {
+                // One runs: its task outlives the pass until the members are committed.
+                Some((c, true)) => {
+                    if set_rate {
+                        c.set_pass_rate(rate);
+                    }
+                    running = Some(c.clone());
+                    None
                 }
-                return c.clone();
-            }
-        }
-        let ctl = self.new_pass(rate);
-        let finished = Arc::new(AtomicBool::new(false));
-        *slot = Some((ctl.clone(), finished.clone()));
-        let (array, task_ctl, name) = (self.array(), ctl.clone(), self.name.clone());
-        tokio::spawn(async move {
-            let r = array.rebuild(&task_ctl).await;
-            finished.store(true, SeqCst);
-            match r {
-                Ok(r) => tracing::info!(
-                    "rebuild of {name} {}: roles {:?} current",
-                    r.state.name(),
-                    r.completed
-                ),
-                Err(e) => tracing::error!("rebuild of {name} failed: {e}"),
-            }
-        });
-        ctl
+                _ => Some(self.new_pass(rate)),
+            },
+            |ctl| async move {
+                match array.rebuild(&ctl).await {
+                    Ok(r) => tracing::info!(
+                        "rebuild of {name} {}: roles {:?} current",
+                        r.state.name(),
+                        r.completed
+                    ),
+                    Err(e) => tracing::error!("rebuild of {name} failed: {e}"),
+                }
+            },
+        );
+        (started.or(running)).expect("a rebuild started, or one runs")
     }
 
     pub(super) fn scrub(&self) -> Option<Arc<ScrubControl>> {
-        self.scrub.lock().clone()
+        self.scrub.latest()
     }
 
     /// The latest scrub, for the service's observer (`service::observe`).
@@ -332,7 +336,7 @@ impl ControlVolume {
     /// The latest reshape's control (the copy into a new shape, then the grown space's
     /// sync), for pause and resume and the service's observer.
     pub fn reshape_pass(&self) -> Option<Arc<PassControl>> {
-        self.reshape.lock().clone()
+        self.reshape.latest()
     }
 
     /// The latest rebuild and its state (`running` until its task returned), for the
@@ -344,30 +348,35 @@ impl ControlVolume {
     /// Scrubs the volume under `ctl` (from its position: a resumed scrub starts at its
     /// checkpoint), recording its progress in the superblocks; refused while one runs.
     pub fn start_scrub(&self, ctl: Arc<ScrubControl>) -> Result<(), Refusal> {
-        let mut slot = self.scrub.lock();
-        if let Some(c) = slot.as_ref() {
-            if matches!(c.state(), ScrubState::Running | ScrubState::Paused) {
-                return Err(Refusal::new(
-                    "busy",
-                    format!(
-                        "volume \"{}\" is already being scrubbed (cancel it first)",
-                        self.name
-                    ),
-                ));
-            }
-        }
-        *slot = Some(ctl.clone());
         let (array, name) = (self.array(), self.name.clone());
-        tokio::spawn(async move {
-            match array.scrub(&ctl).await {
-                Ok(r) => tracing::info!(
-                    "scrub of {name} {}: {} checked, {} mismatches, {} repaired, {} unreadable, {} skipped",
-                    r.state.name(), r.checked, r.mismatches, r.repaired, r.unreadable, r.skipped
+        // A cancelled scrub's task may still drain its windows and record its checkpoint:
+        // the new one starts after it returned (the slot's rule).
+        let busy = |c: &ScrubControl| matches!(c.state(), ScrubState::Running | ScrubState::Paused);
+        let started = self.scrub.start(
+            |latest| match latest {
+                Some((c, _)) if busy(c) => None,
+                _ => Some(ctl),
+            },
+            |ctl| async move {
+                match array.scrub(&ctl).await {
+                    Ok(r) => tracing::info!(
+                        "scrub of {name} {}: {} checked, {} mismatches, {} repaired, {} unreadable, {} skipped",
+                        r.state.name(), r.checked, r.mismatches, r.repaired, r.unreadable, r.skipped
+                    ),
+                    Err(e) => tracing::error!("scrub of {name} failed: {e}"),
+                }
+            },
+        );
+        match started {
+            Some(_) => Ok(()),
+            None => Err(Refusal::new(
+                "busy",
+                format!(
+                    "volume \"{}\" is already being scrubbed (cancel it first)",
+                    self.name
                 ),
-                Err(e) => tracing::error!("scrub of {name} failed: {e}"),
-            }
-        });
-        Ok(())
+            )),
+        }
     }
 
     /// Runs the resync of this volume's re-added members in the background under the volume's re-add
@@ -375,36 +384,42 @@ impl ControlVolume {
     /// background work). A pass that was cancelled starts again under the same control (a new
     /// one when there is none, or the last one finished); one already running is left alone.
     pub fn start_readd_resync(&self) {
-        let ctl = {
-            let mut slot = self.readd.lock();
-            match slot.as_ref() {
-                Some(c) if c.state() == PassState::Running || c.state() == PassState::Paused => {
-                    return
-                }
-                Some(c) if c.state() == PassState::Cancelled => c.clone(),
-                _ => {
-                    let c = self.new_pass(self.rebuild_rate());
-                    *slot = Some(c.clone());
-                    c
-                }
-            }
-        };
-        if !self.is_held() {
-            ctl.resume();
-        }
         let (array, name) = (self.array(), self.name.clone());
-        tokio::spawn(async move {
-            match array.resync_returned(&ctl).await {
-                Ok(s) => tracing::info!("resync of {name}'s returning members {}", s.name()),
-                Err(e) => tracing::error!("resync of {name}'s returning members: {e}"),
-            }
-        });
+        self.readd.start(
+            |latest| {
+                // A cancel asked for but not yet seen by the pass counts as done: the pass
+                // will stop, and this start is what runs it again.
+                let seen = latest.map(|(c, alive)| {
+                    let state = if c.is_cancelled() {
+                        PassState::Cancelled
+                    } else {
+                        c.state()
+                    };
+                    (state, alive)
+                });
+                let ctl = match restart(seen) {
+                    Restart::Leave => return None,
+                    Restart::Resume => latest.expect("a pass to resume").0.clone(),
+                    Restart::New => self.new_pass(self.rebuild_rate()),
+                };
+                if !self.is_held() {
+                    ctl.resume();
+                }
+                Some(ctl)
+            },
+            |ctl| async move {
+                match array.resync_returned(&ctl).await {
+                    Ok(s) => tracing::info!("resync of {name}'s returning members {}", s.name()),
+                    Err(e) => tracing::error!("resync of {name}'s returning members: {e}"),
+                }
+            },
+        );
     }
 
     /// Cancels the re-add resync if it runs (or is paused): its members stay written and
     /// unread until `resume` runs it again. Whether there was one to cancel.
     pub fn cancel_readd_resync(&self) -> bool {
-        let Some(c) = self.readd.lock().clone() else {
+        let Some(c) = self.readd.latest() else {
             return false;
         };
         if !matches!(c.state(), PassState::Running | PassState::Paused) {

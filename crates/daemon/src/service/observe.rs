@@ -4,9 +4,10 @@
 //! differs from the last one. The engine is not hooked: a member failed by an I/O error, by
 //! `nbraid fail` or by a remote server going away is seen the same way.
 
+use crate::control::task_slot::TaskSlot;
 use crate::control::{ControlVolume, Controls};
 use crate::events::{Event, EventBus, EventKind};
-use nbraid_core::PassState;
+use nbraid_core::{PassControl, PassState};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -358,16 +359,12 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
         let members = role_ids(v.array().rebuilding());
         pass_of(&c, state, members)
     });
-    let resync = v
-        .resync
-        .lock()
-        .clone()
-        .map(|c| pass_of(&c, c.state(), Vec::new()));
-    let readd = v
-        .readd
-        .lock()
-        .clone()
-        .map(|c| pass_of(&c, c.state(), role_ids(v.array().returning())));
+    let seen = |slot: &TaskSlot<PassControl>, c: &PassControl| slot.state().unwrap_or(c.state());
+    let resync = (v.resync.latest()).map(|c| pass_of(&c, seen(&v.resync, &c), Vec::new()));
+    let readd = v.readd.latest().map(|c| {
+        let members = role_ids(v.array().returning());
+        pass_of(&c, seen(&v.readd, &c), members)
+    });
     let scrub = v.scrub_pass().map(|c| {
         let r = c.report();
         Pass {
@@ -383,7 +380,7 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
         }
     });
     let reshape = v.reshape_pass().map(|c| {
-        let mut p = pass_of(&c, c.state(), Vec::new());
+        let mut p = pass_of(&c, seen(&v.reshape, &c), Vec::new());
         if let Some((position, total)) = v.array().reshape_progress() {
             // Before the pass's first window its control counts nothing yet.
             p.position_bytes = p.position_bytes.max(position);

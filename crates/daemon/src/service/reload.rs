@@ -16,7 +16,7 @@ use crate::control::Controls;
 use crate::events::{Event, EventBus, EventKind};
 use nbraid_config::{self as config, Config};
 use nbraid_control::Request;
-use nbraid_core::{PassRate, PassState};
+use nbraid_core::PassRate;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -357,17 +357,6 @@ impl Reloader {
             Change::RebuildRate { volume: name, rate } => {
                 let v = volume(name)?;
                 v.set_rebuild_rate(*rate);
-                // The passes that run at the volume's rate follow it.
-                let running = [
-                    v.rebuild_pass().map(|(c, _)| c),
-                    v.resync.lock().clone(),
-                    v.readd.lock().clone(),
-                ];
-                for pass in running.into_iter().flatten() {
-                    if matches!(pass.state(), PassState::Running | PassState::Paused) {
-                        pass.set_pass_rate(*rate);
-                    }
-                }
                 self.live_volume(name).rebuild_rate = *rate;
             }
             Change::AddSpare {
