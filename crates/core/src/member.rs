@@ -91,6 +91,21 @@ pub trait Member: Send + Sync {
         false
     }
 
+    /// Writes `data` at `offset`, a piece of `window`: a range rewritten again and again in
+    /// small pieces (the write-hole log's window of its ring). A member that can write such
+    /// a range cheaper — a file in memory, through a mapping of the window — does; the
+    /// others write as [`Member::write`] does. The contract is `write`'s.
+    fn write_in_window(
+        &self,
+        window: std::ops::Range<u64>,
+        offset: u64,
+        data: SharedBuf,
+        fua: bool,
+    ) -> BoxFuture<'_, MemberResult<()>> {
+        let _ = window;
+        self.write(offset, data, fua)
+    }
+
     /// Takes `len_bytes` as the usable length when the file or device now holds that many
     /// (grown since it was opened: a volume growing in place over it); the length never
     /// shrinks. `Err` says why not. Members that cannot grow refuse anything longer.
@@ -161,6 +176,15 @@ impl<T: Member + ?Sized> Member for Arc<T> {
     }
     fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
         (**self).write(offset, data, fua)
+    }
+    fn write_in_window(
+        &self,
+        window: std::ops::Range<u64>,
+        offset: u64,
+        data: SharedBuf,
+        fua: bool,
+    ) -> BoxFuture<'_, MemberResult<()>> {
+        (**self).write_in_window(window, offset, data, fua)
     }
     fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
         (**self).flush()

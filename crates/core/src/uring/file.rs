@@ -7,6 +7,7 @@ use super::caller;
 use super::exclusive;
 use super::op::{Done, FileShared, IoVecs, Job, Op, OpKind, IOV_MAX};
 use super::ring::{Engine, Ring};
+use super::window_maps::WindowMaps;
 use super::UringError;
 use crate::buf::{Buf, SharedBuf};
 use crate::flush_gate::FlushGate;
@@ -17,6 +18,7 @@ use futures::{FutureExt, StreamExt, TryStreamExt};
 use std::fs::{File, OpenOptions};
 use std::future::Future;
 use std::io;
+use std::ops::Range;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
@@ -69,6 +71,8 @@ pub struct UringFile {
     /// fails every later flush (the kernel reports it to one fsync only).
     flushes: FlushGate,
     counters: MemberCounters,
+    /// Log windows written through mappings (memory-backed files only).
+    windows: WindowMaps,
     #[cfg(test)]
     pub(super) zero_in_flight: ZeroInFlight,
     /// Keeps the engine (and so the ring threads) alive as long as the member.
@@ -179,6 +183,7 @@ impl UringFile {
             unsupported: AtomicU8::new(0),
             flushes: FlushGate::new(),
             counters: MemberCounters::default(),
+            windows: WindowMaps::default(),
             #[cfg(test)]
             zero_in_flight: ZeroInFlight::default(),
             _engine: engine,
@@ -454,6 +459,30 @@ impl Member for UringFile {
     fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
         let len = data.len() as u64;
         self.member_op(MemberOp::Write, offset, len, fua, move || async move {
+            self.run(offset, OpKind::Write { data, fua })
+                .await
+                .map(drop)
+        })
+        .boxed()
+    }
+
+    fn write_in_window(
+        &self,
+        window: Range<u64>,
+        offset: u64,
+        data: SharedBuf,
+        fua: bool,
+    ) -> BoxFuture<'_, MemberResult<()>> {
+        if !self.shared.inline {
+            return self.write(offset, data, fua);
+        }
+        let len = data.len() as u64;
+        let fd = self.shared.buffered.as_raw_fd();
+        self.member_op(MemberOp::Write, offset, len, fua, move || async move {
+            // A memory-backed file: durable once in its pages, `fua` or not.
+            if self.windows.write(fd, self.len(), window, offset, &data) {
+                return Ok(());
+            }
             self.run(offset, OpKind::Write { data, fua })
                 .await
                 .map(drop)

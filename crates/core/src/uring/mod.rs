@@ -40,6 +40,7 @@
 //! count, check the range, run, name the error, finish — for every ranged op). A submission
 //! the kernel keeps refusing fails its op after a bounded number of attempts, naming why.
 
+mod bus_guard;
 mod caller;
 mod eventfd;
 pub mod exclusive;
@@ -48,6 +49,7 @@ mod op;
 mod ring;
 #[cfg(test)]
 mod tests;
+mod window_maps;
 
 pub use caller::{block_on, DrivenRing};
 pub use file::{DirectIo, FileOptions, UringFile};

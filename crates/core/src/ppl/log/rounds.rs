@@ -6,6 +6,8 @@
 use super::*;
 use crate::buf::SharedBuf;
 use crate::ppl::codec::BATCH_HEADER_BYTES;
+use crate::{Member, MemberResult};
+use futures::future::BoxFuture;
 
 /// Why [`GroupLog::write`] did not log a stripe write's entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -343,12 +345,12 @@ impl GroupLog {
             );
             ring.keep_live_from(tail);
             let window = ring.window(self.memory_backed(ring));
-            places.push((r, ring.place(len, window)?, len));
+            places.push((r, ring.place(len, window)?, len, window));
         }
         let mut taken: Vec<Pending> = st.pending.drain(..n).collect();
         Self::renumber(st, &mut taken);
         let mut batches = Vec::new();
-        for (r, start, len) in places {
+        for (r, start, len, window) in places {
             let ring = st.rings[r].as_mut().expect("ring");
             let es: Vec<(&Entry, Part)> = taken
                 .iter()
@@ -366,6 +368,7 @@ impl GroupLog {
                 ring: r,
                 member: ring.member,
                 at: ring.offset + start,
+                window: ring.offset..ring.offset + window,
                 bytes: bytes.freeze(),
                 tail,
             });
@@ -441,13 +444,9 @@ impl GroupLog {
             return false;
         }
         let rep = slot.replacement();
-        let copy = rep
-            .as_ref()
-            .map(|r| r.write(batch.at, batch.bytes.clone(), true));
-        let r = slot
-            .member()
-            .write(batch.at, batch.bytes.clone(), true)
-            .await;
+        let copy = rep.as_ref().map(|r| batch.write_to(r));
+        let member = slot.member();
+        let r = batch.write_to(&member).await;
         if let Some(Err(e)) = match copy {
             Some(f) => Some(f.await),
             None => None,
@@ -532,7 +531,18 @@ struct Batch {
     member: usize,
     /// Byte on the member.
     at: u64,
+    /// The ring's window on the member ([`Ring::window`]); the batch may lie past it (one
+    /// over half the window takes the whole area).
+    window: std::ops::Range<u64>,
     bytes: SharedBuf,
     /// The log tail the batch carries.
     tail: u64,
+}
+
+impl Batch {
+    /// Writes the batch (FUA) to `member`, naming its window: a member in memory may write
+    /// it through a mapping.
+    fn write_to<'a>(&self, member: &'a Arc<dyn Member>) -> BoxFuture<'a, MemberResult<()>> {
+        member.write_in_window(self.window.clone(), self.at, self.bytes.clone(), true)
+    }
 }
