@@ -270,6 +270,45 @@ fn a_failed_added_member_rebuilt_over_is_not_a_spare_after_a_restart() {
     d.stop();
 }
 
+/// `remove` by the path of a member added at run time that now serves a role: it goes by an
+/// id (its file's stem), not its path, yet the path names it — refused as any active
+/// member's removal is, and still recorded, so a restart comes up healthy on it.
+#[test]
+fn remove_by_path_of_an_active_added_member_is_refused_and_keeps_it_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let cfg = config.to_str().unwrap();
+    let (mut d, _uri) = serve(&config, "r6");
+    ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
+    let spare = blank_member(dir.path(), "spare.img");
+    ok(nbraid(&["add", "r6", &spare, "--config", cfg]), "add");
+    let v = wait_for(cfg, "the rebuild onto the spare", |v| {
+        v["degraded"] == false
+    });
+    serves(&v, 1, "spare.img");
+
+    let o = nbraid(&["remove", "r6", &spare, "--config", cfg]);
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "removing an active member by path: {said}"
+    );
+    assert!(said.contains("r6") && said.contains("active"), "{said}");
+    let v = status_of(cfg, "r6");
+    assert_eq!(v["degraded"], false, "{v}");
+    serves(&v, 1, "spare.img");
+
+    d.stop();
+    let (mut d, _) = serve(&config, "r6");
+    let v = status_of(cfg, "r6");
+    assert_eq!(
+        v["degraded"], false,
+        "the restart found the added member: {v}"
+    );
+    serves(&v, 1, "spare.img");
+    d.stop();
+}
+
 /// `v` (a volume's status) has role `role` served by the file named `file`.
 fn serves(v: &Value, role: usize, file: &str) {
     let path = v["members"][role]["path"].as_str().unwrap_or("");

@@ -108,17 +108,18 @@ pub(super) async fn replace(
     Ok(json!({ "volume": v.name, "index": index, "rebuild": rebuild_json(v) }))
 }
 
-/// `remove`: a spare (by id or path) leaves the spares; a failed member (by id or index)
-/// leaves its role (the array refuses an active one); a failed member whose role a spare
-/// took (by id or path) leaves `status`.
+/// `remove`: a spare (by id or path) leaves the spares; a failed member (by id, index or
+/// path) leaves its role (the array refuses an active one); a failed member whose role a
+/// spare took (by id or path) leaves `status`.
 pub(super) async fn remove(v: &ControlVolume, member: &str) -> Result<Value, Refusal> {
-    let spare = v
-        .array()
-        .spares()
-        .into_iter()
-        .find(|m| v.id_of(m.member()) == member || m.member().name() == member);
-    if let Some(s) = spare {
-        v.array().remove_spare(&s);
+    let named_file = std::fs::metadata(member).ok();
+    let is_named_file =
+        |m: &Arc<dyn Member>| named_file.as_ref().is_some_and(|f| same_file(m.name(), f));
+    let spare = v.array().spares().into_iter().find(|m| {
+        v.id_of(m.member()) == member || m.member().name() == member || is_named_file(m.member())
+    });
+    // A spare the watcher placed in a role meanwhile is a member now: found as one below.
+    if let Some(s) = spare.filter(|s| v.array().remove_spare(s)) {
         v.array()
             .forget_added_path(s.member().name())
             .await
@@ -128,18 +129,15 @@ pub(super) async fn remove(v: &ControlVolume, member: &str) -> Result<Value, Ref
     if let Some(gone) = v.departed.take(member) {
         return remove_departed(v, gone).await;
     }
+    // Members added at run time go by an id, not their path: a path is matched by the file
+    // it names, or a member still serving would only be un-recorded (and missing at the next
+    // start).
     let index = match v.member_index(member) {
         Ok(index) => index,
-        // A path the records keep that is neither a spare nor a member here (it could not be
-        // opened at start, or is no longer blank): forgotten, so no later start opens it.
-        Err(e) => {
-            return match v.array().forget_added_path(member).await.map_err(refused)? {
-                true => {
-                    Ok(json!({ "volume": v.name, "member": member, "removed": "recorded path" }))
-                }
-                false => Err(e),
-            };
-        }
+        Err(not_found) => match role_of_file(v, &is_named_file)? {
+            Some(index) => index,
+            None => return forget_recorded_path(v, member, not_found).await,
+        },
     };
     let id = v.member_ids()[index].clone();
     v.array().remove_member(index).await.map_err(refused)?;
@@ -150,6 +148,48 @@ pub(super) async fn remove(v: &ControlVolume, member: &str) -> Result<Value, Ref
         "removed": "member",
         "degraded": v.array().volume().is_degraded(),
     }))
+}
+
+/// The role whose member is the file `is_file` names; refused when that file is a
+/// replacement being rebuilt into a role (it is no member to remove yet).
+fn role_of_file(
+    v: &ControlVolume,
+    is_file: &dyn Fn(&Arc<dyn Member>) -> bool,
+) -> Result<Option<usize>, Refusal> {
+    let array = v.array();
+    let vol = array.volume();
+    let ids = v.member_ids();
+    for r in 0..vol.member_count() {
+        if is_file(&vol.member(r)) {
+            return Ok(Some(r));
+        }
+        if let Some(new) = vol.replacement(r).filter(|m| is_file(m)) {
+            return Err(Refusal::new(
+                "in-use",
+                format!(
+                    "volume \"{}\": `{}` is replacing member {} (role {r}) and is being rebuilt into its place; it is no member to remove",
+                    v.name,
+                    new.name(),
+                    ids.get(r).map_or("?", String::as_str),
+                ),
+            ));
+        }
+    }
+    Ok(None)
+}
+
+/// `remove` of a path the records keep that is neither a spare nor a member here (it could
+/// not be opened at start, or is no longer blank): forgotten, so no later start opens it.
+/// `not_found`: the refusal when the records do not keep it either.
+async fn forget_recorded_path(
+    v: &ControlVolume,
+    path: &str,
+    not_found: Refusal,
+) -> Result<Value, Refusal> {
+    match v.array().forget_added_path(path).await.map_err(refused)? {
+        true => Ok(json!({ "volume": v.name, "member": path, "removed": "recorded path" })),
+        false => Err(not_found),
+    }
 }
 
 /// `remove` of a failed member whose role a spare took: its role is served by another, so
