@@ -96,6 +96,40 @@ fn a_failed_member_a_spare_replaced_stays_shown_until_removed() {
     d.stop();
 }
 
+/// `nbraid rebuild` right after `nbraid fail` places the spare itself (before the watcher
+/// looks): the member it pushes out is departed all the same — shown, and removable by id.
+#[test]
+fn a_member_pushed_out_by_nbraid_rebuild_is_shown_departed_and_removable() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(dir.path(), &["s0"], "spares = [\"s0\"]\n");
+    let cfg = config.to_str().unwrap();
+    let mut d = Daemon::start(&config);
+    // On one connection, so the rebuild comes well within the watcher's interval.
+    let replies = exchange(
+        &d.control,
+        &[
+            br#"{"v":1,"op":"fail","volume":"r6","member":"d1"}"#,
+            br#"{"v":1,"op":"rebuild","volume":"r6"}"#,
+        ],
+    );
+    for r in &replies {
+        assert_eq!(r["ok"], true, "{r}");
+    }
+    let v = wait_for(cfg, "the spare to take role 1 and be rebuilt", |v| {
+        v["members"][1]["id"] == "s0" && v["rebuild"]["state"] == "done"
+    });
+    let departed = v["departed"].as_array().expect("departed in --json");
+    assert_eq!(departed.len(), 1, "{v:#}");
+    assert_eq!(departed[0]["id"], "d1", "{v:#}");
+    let said = ok(
+        nbraid(&["remove", "r6", "d1", "--config", cfg]),
+        "remove the departed d1",
+    );
+    assert!(said.contains("d1") && said.contains("removed"), "{said}");
+    assert_eq!(volume_status(cfg)["departed"], serde_json::json!([]));
+    d.stop();
+}
+
 /// `status --json` notes are the ones `check` gives for the state the volume is in now: a
 /// spare that took a role after the start yields the "update the config" note at once, the
 /// same `check` and the next start give.

@@ -19,7 +19,14 @@ pub(super) fn scrub(v: &ControlVolume, repair: bool, rate: PassRate) -> Result<V
 /// `rebuild`: spares into failed roles, then the rebuild started at `rate` (a running one
 /// re-rated), or at the volume's own rate when `rate` is `None` (a running one left alone).
 pub(super) async fn rebuild(v: &ControlVolume, rate: Option<PassRate>) -> Result<Value, Refusal> {
-    v.array().use_spares().await.map_err(refused)?;
+    // As the watcher places them: the members they push out are kept as departed, or
+    // `status` and `remove` would no longer know them.
+    for (role, left, took) in v.take_spares().await.map_err(refused)? {
+        tracing::warn!(
+            "volume {}: member {left} failed: rebuilding its role {role} onto spare {took} (nbraid rebuild)",
+            v.name
+        );
+    }
     // No role waits for a rebuild and none runs: a new pass would be done at once, its empty
     // report replacing the last rebuild's. Say so instead.
     if v.array().rebuilding().is_empty() && !v.rebuild_running() {
