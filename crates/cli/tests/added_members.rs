@@ -6,6 +6,7 @@ mod common;
 
 use common::*;
 use serde_json::Value;
+use std::io::{Seek, SeekFrom, Write};
 
 /// mdadm's fail → add spare → rebuild, and replace, through `nbraid` against a served
 /// RAID 6: the spare takes the failed member's place and is rebuilt (rate-limited, followed
@@ -307,6 +308,51 @@ fn remove_by_path_of_an_active_added_member_is_refused_and_keeps_it_recorded() {
     );
     serves(&v, 1, "spare.img");
     d.stop();
+}
+
+/// A file `add` or `replace` offers that the disk rule refuses (it holds data) is let go at
+/// once: no lock of the daemon's is left on it, so the operator can use it elsewhere.
+#[test]
+fn a_refused_add_or_replace_leaves_the_file_unlocked() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let cfg = config.to_str().unwrap();
+    let (mut d, _uri) = serve(&config, "r6");
+    let used = blank_member(dir.path(), "used.img");
+    // Data where a blank disk has none (past the first 4 KiB).
+    let mut f = std::fs::OpenOptions::new().write(true).open(&used).unwrap();
+    f.seek(SeekFrom::Start(4096)).unwrap();
+    f.write_all(&[0xa5; 4096]).unwrap();
+    drop(f);
+
+    let o = nbraid(&["add", "r6", &used, "--config", cfg]);
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && said.contains("is not blank"),
+        "add: {said}"
+    );
+    assert!(lock_is_free(&used), "the refused add left used.img locked");
+
+    ok(nbraid(&["fail", "r6", "d2", "--config", cfg]), "fail d2");
+    let o = nbraid(&["replace", "r6", "d3", &used, "--config", cfg]);
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && said.contains("is not blank"),
+        "replace: {said}"
+    );
+    assert!(
+        lock_is_free(&used),
+        "the refused replace left used.img locked"
+    );
+    d.stop();
+}
+
+/// Whether an exclusive `flock` on `path` is free (nobody, the daemon included, holds one).
+fn lock_is_free(path: &str) -> bool {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).unwrap();
+    // SAFETY: flock(2) on a descriptor this function owns; released when `f` closes.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
 /// `v` (a volume's status) has role `role` served by the file named `file`.

@@ -54,12 +54,14 @@ pub(super) async fn add(
     force: bool,
 ) -> Result<Value, Refusal> {
     let (meta, consent) = newcomer(controls, v, path, force).await?;
-    v.learn(&controls.added_id(path), meta.member());
     let meta_member = &meta.member().clone();
+    // Known only once the array took it: a refused one is dropped here, its file closed
+    // and unlocked, and a departed member offered back stays shown.
     v.array()
         .add_recorded_spare(meta, &consent)
         .await
         .map_err(refused)?;
+    v.learn(&controls.added_id(path), meta_member);
     // Added back: no longer a departed member.
     v.departed.forget(meta_member);
     let placed = v.take_spares().await.map_err(refused)?;
@@ -98,12 +100,14 @@ pub(super) async fn replace(
 ) -> Result<Value, Refusal> {
     let index = v.member_index(member)?;
     let (meta, consent) = newcomer(controls, v, path, force).await?;
-    v.learn(&controls.added_id(path), meta.member());
-    v.departed.forget(meta.member());
+    let newcomer_member = meta.member().clone();
+    // Known only once the array took it (as `add`).
     v.array()
         .replace_with(index, meta, &consent)
         .await
         .map_err(refused)?;
+    v.learn(&controls.added_id(path), &newcomer_member);
+    v.departed.forget(&newcomer_member);
     v.ensure_rebuild(v.rebuild_rate());
     Ok(json!({ "volume": v.name, "index": index, "rebuild": rebuild_json(v) }))
 }
