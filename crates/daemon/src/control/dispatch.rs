@@ -10,6 +10,13 @@ use serde_json::Value;
 impl Controls {
     /// Carries out one request; the reply, or why not.
     pub async fn handle(&self, req: Request) -> Result<Value, Refusal> {
+        // Checks and changes of one volume are one step: held until the handler returned
+        // (no handler waits for a pass). Reading (status) and holding or cancelling passes
+        // (pause, resume, cancel) change no records and go on meanwhile.
+        let _operations = match mutated_volume(&req) {
+            Some(name) => Some(self.find(name)?.operations().await),
+            None => None,
+        };
         let fields = match req {
             // Streamed by the server (`server.rs`), which holds the events.
             Request::Events { .. } => {
@@ -54,5 +61,96 @@ impl Controls {
             } => reshape_start::start(self, self.find(&volume)?, &config, force).await?,
         };
         Ok(ok_reply(fields))
+    }
+}
+
+/// The volume whose members or records `req` changes (`None`: it changes none).
+fn mutated_volume(req: &Request) -> Option<&str> {
+    match req {
+        Request::Fail { volume, .. }
+        | Request::Add { volume, .. }
+        | Request::Replace { volume, .. }
+        | Request::Remove { volume, .. }
+        | Request::Scrub { volume, .. }
+        | Request::Rebuild { volume, .. }
+        | Request::Reshape { volume, .. } => Some(volume),
+        Request::Events { .. }
+        | Request::Status { .. }
+        | Request::Cancel { .. }
+        | Request::Pause { .. }
+        | Request::Resume { .. } => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::{ControlVolume, StartReport};
+    use crate::served::ServedArray;
+    use futures::FutureExt;
+    use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta};
+    use nbraid_core::{Member, MemoryMember};
+    use nbraid_layout::Node;
+    use std::sync::Arc;
+
+    const MIB: u64 = 1 << 20;
+
+    /// Volume `r1`: a RAID 1 of two memory members, `d0` and `d1`.
+    async fn mirror() -> Controls {
+        let mut metas = Vec::new();
+        for i in 0..2 {
+            let m = Arc::new(MemoryMember::new(format!("m{i}"), 9 * MIB)) as Arc<dyn Member>;
+            metas.push(MemberMeta::load(m).await);
+        }
+        let leaves = (0..2).map(|i| Node::member(i, MIB, 8 * MIB)).collect();
+        let tree = Node::mirror(leaves).unwrap();
+        let opts = ArrayOptions::default();
+        let (array, _) = Array::create("r1", tree, metas, opts.clone(), true, &|_, _| {})
+            .await
+            .unwrap();
+        let served = Arc::new(ServedArray::new(Arc::new(array), opts));
+        let ids = vec!["d0".to_string(), "d1".to_string()];
+        let v = ControlVolume::new(
+            "r1".into(),
+            "raid1".into(),
+            served,
+            ids,
+            vec!["active"; 2],
+            StartReport::default(),
+        );
+        Controls { volumes: vec![v] }
+    }
+
+    fn fail(member: &str) -> Request {
+        Request::Fail {
+            volume: "r1".into(),
+            member: member.into(),
+            force: false,
+        }
+    }
+
+    /// Two `fail`s of a RAID 1's two copies at once: each waits while another change holds
+    /// the volume, then they take turns, so the second sees the first's failure and is
+    /// refused — one copy stays. `status` is answered meanwhile.
+    #[tokio::test]
+    async fn concurrent_fails_take_turns_and_the_last_copy_stays() {
+        let controls = mirror().await;
+        let v = &controls.volumes[0];
+        let held = v.operations().await;
+        let mut first = Box::pin(controls.handle(fail("d0")));
+        let mut second = Box::pin(controls.handle(fail("d1")));
+        assert!((&mut first).now_or_never().is_none(), "fail d0 waits");
+        assert!((&mut second).now_or_never().is_none(), "fail d1 waits");
+        assert!(!v.array().volume().is_degraded());
+        let status = controls.handle(Request::Status { volume: None });
+        assert!(status.now_or_never().is_some_and(|r| r.is_ok()));
+
+        drop(held);
+        let (first, second) = futures::join!(first, second);
+        assert!(first.is_ok(), "{first:?}");
+        let refused = second.expect_err("the last copy is not failed");
+        assert_eq!(refused.code, "would-lose-data", "{}", refused.message);
+        let array = v.array();
+        assert!(array.volume().is_available() && array.volume().member_is_current(1));
     }
 }

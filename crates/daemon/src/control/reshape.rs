@@ -19,6 +19,7 @@ pub fn start_reshape_pass(v: &ControlVolume) {
         return;
     };
     let (served, name) = (v.served.clone(), v.name.clone());
+    let operations = v.operations_lock();
     let started = v.reshape.start(
         |latest| match latest {
             Some((_, true)) => None, // one runs (or reopens the volume) already
@@ -32,7 +33,11 @@ pub fn start_reshape_pass(v: &ControlVolume) {
             let state = array.reshape(&ctl).await;
             drop(array);
             match state {
-                Ok(PassState::Done) => finish(&served, &name).await,
+                Ok(PassState::Done) => {
+                    // A request checking the old array meanwhile would commit through it.
+                    let _operations = operations.lock_owned().await;
+                    finish(&served, &name).await
+                }
                 Ok(s) => tracing::info!("reshape of {name} {}", s.name()),
                 Err(e) => tracing::error!("reshape of {name} failed: {e}"),
             }

@@ -62,6 +62,10 @@ pub struct ControlVolume {
     /// `nbraid pause` holds the volume's background work until `nbraid resume` — passes
     /// that start later too (md's `frozen`), so every pass is made by [`Self::new_pass`].
     pub(super) held: AtomicBool,
+    /// Taken by every request that changes the volume, from its checks to its last change
+    /// ([`Self::operations`]): the runtime runs requests in parallel, and two `fail`s could
+    /// both pass the tolerance check, or a request take the array a reshape is replacing.
+    operations: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl ControlVolume {
@@ -92,7 +96,21 @@ impl ControlVolume {
             notes: Vec::new(),
             config_ids: None,
             held: AtomicBool::new(false),
+            operations: Arc::default(),
         }
+    }
+
+    /// Waits for the volume's other changes (requests, a reshape reopening it) to finish; the
+    /// volume is this caller's to check and change until the guard drops. Never held across
+    /// a pass: only around checking and starting it.
+    pub(super) async fn operations(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        self.operations_lock().lock_owned().await
+    }
+
+    /// The lock [`Self::operations`] takes, for a background task that changes the volume
+    /// (a reshape reopening it when done).
+    pub(super) fn operations_lock(&self) -> Arc<tokio::sync::Mutex<()>> {
+        self.operations.clone()
     }
 
     /// The array served now; an online reshape's start and end replace it, so keep it for
