@@ -113,7 +113,14 @@ impl Volume {
     /// Starts replacing the member of slot `index` (current) by `member`: the next
     /// [`Volume::rebuild`] copies it over while the old member keeps serving, then swaps.
     pub fn start_replacement(&self, index: usize, member: Arc<dyn Member>) -> VolumeResult<()> {
-        self.check_newcomer(index, &*member)?;
+        self.check_replacement(index, &*member)?;
+        self.table().set_replacement(index, member);
+        Ok(())
+    }
+
+    /// Whether [`Self::start_replacement`] would take `member` for slot `index` now.
+    pub fn check_replacement(&self, index: usize, member: &dyn Member) -> VolumeResult<()> {
+        self.check_newcomer(index, member)?;
         if !self.member_is_current(index) {
             return Err(VolumeError::Assembly(format!(
                 "member {index} is not current: rebuild onto a new member instead of replacing it"
@@ -124,7 +131,6 @@ impl Volume {
                 "member {index} is already being replaced"
             )));
         }
-        self.table().set_replacement(index, member);
         Ok(())
     }
 

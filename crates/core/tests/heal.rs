@@ -802,3 +802,68 @@ fn a_read_error_after_a_restart_is_repaired_from_the_redundancy() {
         }
     }
 }
+
+/// A disk of another array offered with `--force` but refused for another reason — too
+/// small to be a spare, or for a role that is not current — keeps that array's records: they
+/// are taken off only once every other check has passed.
+#[test]
+fn a_refused_forced_add_or_replace_leaves_another_arrays_disk_as_it_was() {
+    use nbraid_core::metadata::disk_rule::{Consent, DiskContents};
+    let small_region = REGION / 2;
+    let small: Vec<_> = (0..2)
+        .map(|i| {
+            let len = METADATA_AREA_BYTES + small_region;
+            Arc::new(MemoryMember::new(format!("small{i}"), len))
+        })
+        .collect();
+    let small_tree = common::level_tree(Level::Raid1, 2, STRIP, METADATA_AREA_BYTES, small_region);
+    let m = small.iter().map(meta).collect();
+    block_on(Array::create(
+        "other",
+        small_tree,
+        m,
+        opts(),
+        true,
+        &|_, _| {},
+    ))
+    .expect("other");
+    let big: Vec<_> = (0..2).map(|i| disk(&format!("big{i}"))).collect();
+    let m = big.iter().map(meta).collect();
+    block_on(Array::create(
+        "another",
+        tree(Level::Raid1, 2),
+        m,
+        opts(),
+        true,
+        &|_, _| {},
+    ))
+    .expect("another");
+    let records_kept = |d: &Arc<MemoryMember>| matches!(meta(d).contents(), DiskContents::Records(ref v) if !v.is_empty());
+    let forced = Consent {
+        force: true,
+        siblings: Vec::new(),
+    };
+    let disks: Vec<_> = (0..3).map(|i| disk(&format!("d{i}"))).collect();
+    let a = create(Level::Raid5, &disks);
+
+    let add = block_on(a.add_recorded_spare(meta(&small[0]), &forced));
+    assert!(
+        add.is_err_and(|e| e.to_string().contains("bytes")),
+        "too small"
+    );
+    assert!(
+        records_kept(&small[0]),
+        "a refused add took the other array's records"
+    );
+
+    a.volume().fail_member(1, "the test");
+    let replace = block_on(a.replace_with(1, meta(&big[0]), &forced));
+    assert!(
+        replace.is_err_and(|e| e.to_string().contains("not current")),
+        "role 1 failed: rebuild onto it, not replace"
+    );
+    assert!(
+        records_kept(&big[0]),
+        "a refused replace took the other array's records"
+    );
+}

@@ -302,3 +302,52 @@ fn an_added_member_with_data_is_refused_unless_forced() {
     block_on(a.start_reshape(new.clone(), metas(&disks[3..]), &forced)).expect("forced");
     open(&new, &disks).expect("opens mid-reshape after a forced start");
 }
+
+/// Once a reshape has started, the old array's view of the records is stale: a commit
+/// through it — a scrub or a write that slipped in before the volume was opened again —
+/// is refused instead of writing the old shape back over the new records, and the
+/// volume still opens mid-reshape.
+#[test]
+fn the_old_array_records_nothing_once_a_reshape_started() {
+    let (old, new) = (
+        tree(Level::Raid5, 3, 4 * KIB),
+        tree(Level::Raid5, 4, 4 * KIB),
+    );
+    let disks: Vec<Disk> = (0..4)
+        .map(|i| {
+            Arc::new(Faulty::new(
+                MemoryMember::new(format!("m{i}"), MEMBER_BYTES),
+                i,
+            ))
+        })
+        .collect();
+    let a = block_on(Array::create(
+        "vol",
+        old.clone(),
+        metas(&disks[..3]),
+        opts(),
+        true,
+        &|_, _| {},
+    ))
+    .unwrap()
+    .0;
+    block_on(a.start_reshape(new.clone(), metas(&disks[3..]), &Consent::default()))
+        .expect("started");
+    let scrub = block_on(a.scrub(&nbraid_core::ScrubControl::new(false, 0)));
+    assert!(
+        scrub.is_err(),
+        "a scrub through the old array records nothing"
+    );
+    // A write would record the volume dirty first: refused, so nothing lands either.
+    let write = block_on(a.write(0, Buf::copy_from(&[7; 4096]), false));
+    assert!(
+        write.is_err_and(|e| e.to_string().contains("new shape")),
+        "a write through the old array is refused"
+    );
+    drop(a);
+    let reopened = open(&new, &disks).expect("opens mid-reshape");
+    assert!(
+        reopened.reshape_progress().is_some(),
+        "the reshape is still recorded"
+    );
+}

@@ -23,6 +23,9 @@ pub const WATCH_INTERVAL: Duration = Duration::from_millis(200);
 /// Puts spares in failed roles and makes sure a rebuild runs for whatever is being rebuilt
 /// or replaced; says loudly what it started.
 pub async fn heal_once(v: &ControlVolume) {
+    // A change of the volume like a request's: not amid one (a `remove` of the spare it
+    // would place, a reshape replacing the array).
+    let _operations = v.operations().await;
     let array = &v.array();
     let wanting = array.roles_wanting_a_member();
     if !wanting.is_empty() && array.spare_count() > 0 {

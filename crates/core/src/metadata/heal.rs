@@ -96,8 +96,7 @@ impl Heal {
         meta: Arc<MemberMeta>,
         consent: &Consent,
     ) -> Result<(), ArrayError> {
-        check_disk(p, &meta, consent)?;
-        check_newcomer(p, &meta, None)?;
+        check_spare(p, &meta, consent)?;
         self.spares.lock().push(meta);
         Ok(())
     }
@@ -257,6 +256,9 @@ impl Heal {
         // Its path is recorded when it takes the role: refused now if it could not be.
         let listed = p.records.lock().await.added_paths.clone();
         recordable(meta.member().name(), &listed).map_err(|e| p.refuse(e))?;
+        // Every refusal before the other arrays' records are taken off the disk: a refused
+        // replace must leave it as it was.
+        p.volume.check_replacement(role, meta.member().as_ref())?;
         drop_forced_records(p, &meta, consent).await?;
         p.volume.start_replacement(role, meta.member().clone())?;
         self.replacing.lock().insert(role, meta);
@@ -333,6 +335,17 @@ pub(super) async fn drop_forced_records(
             .join(", ")
     );
     Ok(())
+}
+
+/// Whether `meta` may be kept as a spare: the write rule lets this array write onto it and
+/// it can join ([`check_newcomer`]).
+pub(super) fn check_spare(
+    p: Parts<'_>,
+    meta: &MemberMeta,
+    consent: &Consent,
+) -> Result<(), ArrayError> {
+    check_disk(p, meta, consent)?;
+    check_newcomer(p, meta, None)
 }
 
 /// Whether `meta` can join (as a spare, or in role `role`, whose old member it may be).

@@ -58,6 +58,8 @@ pub(super) async fn start(
     }
     rec.events += 1;
     rec.scrub = None;
+    // From the first old member's new record on, this array's records are stale.
+    p.records.retire();
     for (r, meta) in metas.iter().enumerate().take(old_roles) {
         let (id, name) = (p.id(), p.name().to_string());
         let (events, members, tree, a) = (rec.events, members.clone(), new_tree.clone(), areas[r]);

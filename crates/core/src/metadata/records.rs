@@ -152,6 +152,11 @@ pub(super) struct Records {
     cleaning: AsyncMutex<()>,
     /// Roles being rebuilt into (their records keep up with commits).
     pub(super) rebuilding: Rebuilding,
+    /// Set once the members' records were rewritten for a new shape (a reshape's start, new
+    /// RAID 1 copies): this array's view of them is stale, and a commit through it would
+    /// write the old shape back over the new one. Such commits are refused; the volume is
+    /// opened again over the new records.
+    retired: AtomicBool,
 }
 
 impl Records {
@@ -174,7 +179,14 @@ impl Records {
             inflight: AtomicU64::new(0),
             cleaning: AsyncMutex::new(()),
             rebuilding: Rebuilding::default(),
+            retired: AtomicBool::new(false),
         }
+    }
+
+    /// From now on every commit is refused ([`Records::retired`]): the members' records are
+    /// being rewritten for a new shape outside this array's view.
+    pub(super) fn retire(&self) {
+        self.retired.store(true, SeqCst);
     }
 
     pub(super) fn id(&self) -> Uuid {
@@ -290,6 +302,12 @@ impl Records {
     /// bumping the event counter. A member that cannot take it is failed and the state
     /// written again, so the records always name every failed member.
     pub(super) async fn commit(&self, rec: &mut RecordsGuard<'_>) -> VolumeResult<()> {
+        if self.retired.load(SeqCst) {
+            return Err(VolumeError::Assembly(format!(
+                "volume `{}`: its records were rewritten for a new shape; nothing more is recorded through the old one (open the volume again)",
+                self.name
+            )));
+        }
         let gate = self.table.failure_gate();
         loop {
             let metas = self.metas.read().clone();

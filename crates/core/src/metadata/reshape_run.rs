@@ -436,6 +436,8 @@ pub(super) async fn start(
         (meta.join(members[role].uuid, record).await)
             .map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
     }
+    // From the first old member's new record on, this array's records are stale.
+    p.records.retire();
     for (r, meta) in metas.iter().enumerate().take(old_roles) {
         let (id, name) = (p.id(), p.name().to_string());
         let (events, members, reshape) = (rec.events, members.clone(), rr.record_for(r));

@@ -10,7 +10,7 @@
 
 use super::disk_rule::Consent;
 use super::error::ArrayError;
-use super::heal::{check_disk, drop_forced_records, Heal};
+use super::heal::{check_spare, drop_forced_records, Heal};
 use super::member_meta::MemberMeta;
 use super::parts::Parts;
 use super::records::recordable;
@@ -29,7 +29,9 @@ pub(super) async fn add_recorded_spare(
     let path = meta.member().name().to_string();
     let mut rec = p.records.lock().await;
     recordable(&path, &rec.added_paths).map_err(|e| p.refuse(e))?;
-    check_disk(p, &meta, consent)?;
+    // Every refusal before the other arrays' records are taken off the disk: a refused add
+    // must leave it as it was.
+    check_spare(p, &meta, consent)?;
     drop_forced_records(p, &meta, consent).await?;
     heal.add_spare(p, meta, consent)?;
     if !rec.added_paths.contains(&path) {

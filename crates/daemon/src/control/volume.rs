@@ -103,7 +103,7 @@ impl ControlVolume {
     /// Waits for the volume's other changes (requests, a reshape reopening it) to finish; the
     /// volume is this caller's to check and change until the guard drops. Never held across
     /// a pass: only around checking and starting it.
-    pub(super) async fn operations(&self) -> tokio::sync::OwnedMutexGuard<()> {
+    pub(crate) async fn operations(&self) -> tokio::sync::OwnedMutexGuard<()> {
         self.operations_lock().lock_owned().await
     }
 
