@@ -255,6 +255,24 @@ fn reshapes_on_arrays_survive_power_losses_and_finish() {
     );
 }
 
+/// Four fresh members, `m0`..`m3`: three for an array, one to add.
+fn four_disks() -> Vec<Disk> {
+    (0..4)
+        .map(|i| {
+            Arc::new(Faulty::new(
+                MemoryMember::new(format!("m{i}"), MEMBER_BYTES),
+                i,
+            ))
+        })
+        .collect()
+}
+
+/// A volume created (assumed clean) as `tree` over `disks`.
+fn create_over(tree: &Node, disks: &[Disk]) -> Array {
+    let created = Array::create("vol", tree.clone(), metas(disks), opts(), true, &|_, _| {});
+    block_on(created).unwrap().0
+}
+
 /// The disk write rule guards a reshape's added members as it guards `nbraid add`: a disk
 /// with data on it is refused unless the operator forces it, and the records stay as they
 /// were (the volume opens in its old shape).
@@ -264,28 +282,10 @@ fn an_added_member_with_data_is_refused_unless_forced() {
         tree(Level::Raid5, 3, 4 * KIB),
         tree(Level::Raid5, 4, 4 * KIB),
     );
-    let disks: Vec<Disk> = (0..4)
-        .map(|i| {
-            Arc::new(Faulty::new(
-                MemoryMember::new(format!("m{i}"), MEMBER_BYTES),
-                i,
-            ))
-        })
-        .collect();
+    let disks = four_disks();
     // Someone's data in the added disk's first MiB.
     block_on(disks[3].write(4096, Buf::copy_from(&[0xa5; 4096]).freeze(), true)).unwrap();
-    let create = || {
-        block_on(Array::create(
-            "vol",
-            old.clone(),
-            metas(&disks[..3]),
-            opts(),
-            true,
-            &|_, _| {},
-        ))
-        .unwrap()
-        .0
-    };
+    let create = || create_over(&old, &disks[..3]);
     let refused =
         block_on(create().start_reshape(new.clone(), metas(&disks[3..]), &Consent::default()))
             .expect_err("a disk with data must be refused");
@@ -313,24 +313,8 @@ fn the_old_array_records_nothing_once_a_reshape_started() {
         tree(Level::Raid5, 3, 4 * KIB),
         tree(Level::Raid5, 4, 4 * KIB),
     );
-    let disks: Vec<Disk> = (0..4)
-        .map(|i| {
-            Arc::new(Faulty::new(
-                MemoryMember::new(format!("m{i}"), MEMBER_BYTES),
-                i,
-            ))
-        })
-        .collect();
-    let a = block_on(Array::create(
-        "vol",
-        old.clone(),
-        metas(&disks[..3]),
-        opts(),
-        true,
-        &|_, _| {},
-    ))
-    .unwrap()
-    .0;
+    let disks = four_disks();
+    let a = create_over(&old, &disks[..3]);
     block_on(a.start_reshape(new.clone(), metas(&disks[3..]), &Consent::default()))
         .expect("started");
     let scrub = block_on(a.scrub(&nbraid_core::ScrubControl::new(false, 0)));
