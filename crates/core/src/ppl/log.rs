@@ -3,7 +3,9 @@
 //! batches (callers waiting at the same time share one write per ring), written with FUA
 //! before the stripe's member writes are issued; rings reused once their entries are settled.
 
-use super::codec::{batch_bytes, encode_batch_into, Entry, Part, LOG_BLOCK_BYTES};
+use super::codec::{
+    batch_bytes, encode_batch_into, Entry, Part, BATCH_HEADER_BYTES, LOG_BLOCK_BYTES,
+};
 use super::stats::{self, count};
 use super::{PplSetup, BAND_BYTES, SECTOR_BYTES};
 use crate::buf::Buf;
@@ -600,7 +602,7 @@ impl GroupLog {
     }
 
     /// [`Self::prepare_whole`], flushing or waiting first like [`Self::prepare_settled`].
-    async fn prepare_whole_settled(&self, first: u64, end: u64) -> Vec<(Entry, Rings)> {
+    async fn prepare_whole_settled(&self, first: u64, end: u64) -> (Vec<(Entry, Rings)>, u64) {
         loop {
             match self.prepare_whole(first, end) {
                 Ok(e) => return e,
@@ -615,40 +617,42 @@ impl GroupLog {
         }
     }
 
-    /// Settles what the rings may still replay over stripes `[first, end)`, which the caller
-    /// replaces whole under their exclusive locks ([`Self::prepare_whole_settled`]): the
-    /// entries written one stripe a ticket — a ticket fits half a ring for one stripe
-    /// (`min_ring_bytes`), not for a run of any length — and held until the caller's member
-    /// writes end. Empty when nothing needs settling (nearly always).
+    /// Settles what the rings may still replay over the first stripes of `[first, end)`,
+    /// which the caller replaces whole under their exclusive locks
+    /// ([`Self::prepare_whole_settled`]): as many stripes as one round takes (their entries
+    /// fit half of each ring), written as one ticket and held until the caller's member
+    /// writes of those stripes end. The caller writes them, drops the hold, and settles the
+    /// rest from [`Settled::end`] on. Nearly always there is nothing to settle and the
+    /// prefix is the whole run.
+    ///
+    /// Why a prefix and one ticket: the entries of stripes whose member writes have not
+    /// ended pin the log's tail, so every batch written after them stays live. Settling a
+    /// long run one ticket a stripe — each its own round once the first is written —
+    /// filled the ring with the run's own batches and then waited for room only the run's
+    /// end would free: the writer hung, and every writer of the group behind it.
     pub(crate) async fn settle_whole(
         &self,
         first: u64,
         end: u64,
-    ) -> Result<Vec<Hold<'_>>, LogFailed> {
-        let entries = self.prepare_whole_settled(first, end).await;
-        let mut tickets: Vec<Vec<(Entry, Rings)>> = Vec::new();
-        for (entry, rings) in entries {
-            match tickets.last_mut() {
-                Some(t) if t[0].0.stripe == entry.stripe => t.push((entry, rings)),
-                _ => tickets.push(vec![(entry, rings)]),
-            }
-        }
-        // `known_bands` gives the bands in order: each stripe's entries are one ticket.
-        debug_assert!(tickets
-            .windows(2)
-            .all(|w| w[0][0].0.stripe < w[1][0].0.stripe));
-        join_all(tickets.into_iter().map(|t| self.write(t)))
-            .await
-            .into_iter()
-            .collect()
+    ) -> Result<Settled<'_>, LogFailed> {
+        let (entries, upto) = self.prepare_whole_settled(first, end).await;
+        debug_assert!(
+            (first < upto || first == end) && upto <= end,
+            "a prefix of at least one stripe"
+        );
+        let hold = self.write(entries).await?;
+        Ok(Settled { hold, end: upto })
     }
 
-    /// Entries that settle every band of stripes `[first, end)` a ring may still replay
-    /// (every chunk written, no partial parity): for writes that replace whole stripes
-    /// without going through [`Self::prepare`] (zeroing; the caller holds the stripes'
-    /// exclusive locks, asserted by the parity group). Like [`Self::prepare`], a band still live blocks it: its new entry
-    /// must not wait for ring space its own older entries hold.
-    fn prepare_whole(&self, first: u64, end: u64) -> Result<Vec<(Entry, Rings)>, Blocked> {
+    /// Entries that settle every band of the first stripes of `[first, end)` a ring may
+    /// still replay (every chunk written, no partial parity), and where those stripes end:
+    /// as many as fit half of each ring they go to, one round's worth ([`Self::settle_whole`];
+    /// at least one stripe, whose entries always fit by `min_ring_bytes`). For writes that
+    /// replace whole stripes without going through [`Self::prepare`] (zeroing; the caller
+    /// holds the stripes' exclusive locks, asserted by the parity group). Like
+    /// [`Self::prepare`], a band still live blocks it: its new entry must not wait for ring
+    /// space its own older entries hold.
+    fn prepare_whole(&self, first: u64, end: u64) -> Result<(Vec<(Entry, Rings)>, u64), Blocked> {
         let mut st = self.state.lock();
         let per_stripe = self.strip.div_ceil(BAND_BYTES);
         let live = |st: &State| {
@@ -668,44 +672,89 @@ impl GroupLog {
             }
         }
         let keys = known_bands(&st.bands, &st.retired, first..end, per_stripe);
+        // Per ring, the bytes of entries it takes so far against half the ring (less the
+        // batch header): a round takes a ticket whole only within that.
+        let mut room: Vec<Option<u64>> = (st.rings.iter())
+            .map(|r| r.as_ref().map(|r| r.len / 2 - BATCH_HEADER_BYTES as u64))
+            .collect();
         let mut out = Vec::new();
-        for (stripe, band) in keys {
+        let mut at = 0;
+        while at < keys.len() {
+            let stripe = keys[at].0;
+            let ends = at + keys[at..].iter().take_while(|k| k.0 == stripe).count();
             let rings = self.targets(&self.layout.roles(stripe));
-            if rings.is_empty() {
-                continue;
+            let entries = self.whole_entries(&mut st, &keys[at..ends], rings);
+            let bytes: u64 = entries.iter().map(|(e, _)| e.encoded_len() as u64).sum();
+            let fits = rings
+                .iter()
+                .all(|&(r, _)| room[r].is_some_and(|left| bytes <= left));
+            if !fits && !out.is_empty() {
+                return Ok((out, stripe));
             }
-            let b0 = u64::from(band) * BAND_BYTES;
-            let sectors = ((self.strip.min(b0 + BAND_BYTES) - b0) / SECTOR_BYTES as u64) as u8;
-            let all = ((1u16 << sectors) - 1) as u8;
-            let seq = st.next_seq;
-            st.next_seq += 1;
-            let k = self.k;
-            st.bands.upsert(
-                (stripe, band),
-                || Band::live(seq, Vec::new(), k),
-                |b| {
-                    b.dirty.fill(all);
-                    b.writes += 1;
-                    b.seq = seq;
-                    b.durable = false;
-                    b.inflight += 1;
-                },
-            );
-            let entry = Entry {
-                seq,
-                group: self.group,
-                stripe,
-                band,
-                sectors,
-                parity: self.np as u8,
-                masks: vec![all; self.k],
-                pp: Some(Vec::new()),
-                pq: (self.np == 2).then(Vec::new),
-            };
-            out.push((entry, rings));
+            for &(r, _) in &rings {
+                let left = room[r].as_mut().expect("a ring on every target");
+                *left = left.saturating_sub(bytes);
+            }
+            for (entry, rings) in entries {
+                self.mark_whole(&mut st, &entry);
+                out.push((entry, rings));
+            }
+            at = ends;
         }
-        Ok(out)
+        Ok((out, end))
     }
+
+    /// The entries that settle bands `keys` (all of one stripe) on `rings`: none when the
+    /// stripe has no ring left.
+    fn whole_entries(&self, st: &mut State, keys: &[Key], rings: Rings) -> Vec<(Entry, Rings)> {
+        if rings.is_empty() {
+            return Vec::new();
+        }
+        keys.iter()
+            .map(|&(stripe, band)| {
+                let b0 = u64::from(band) * BAND_BYTES;
+                let sectors = ((self.strip.min(b0 + BAND_BYTES) - b0) / SECTOR_BYTES as u64) as u8;
+                let all = ((1u16 << sectors) - 1) as u8;
+                let seq = st.next_seq;
+                st.next_seq += 1;
+                let entry = Entry {
+                    seq,
+                    group: self.group,
+                    stripe,
+                    band,
+                    sectors,
+                    parity: self.np as u8,
+                    masks: vec![all; self.k],
+                    pp: Some(Vec::new()),
+                    pq: (self.np == 2).then(Vec::new),
+                };
+                (entry, rings)
+            })
+            .collect()
+    }
+
+    /// Band `entry` names is being written whole: live again, its writes in flight.
+    fn mark_whole(&self, st: &mut State, entry: &Entry) {
+        let (k, seq, all) = (self.k, entry.seq, entry.masks[0]);
+        st.bands.upsert(
+            (entry.stripe, entry.band),
+            || Band::live(seq, Vec::new(), k),
+            |b| {
+                b.dirty.fill(all);
+                b.writes += 1;
+                b.seq = seq;
+                b.durable = false;
+                b.inflight += 1;
+            },
+        );
+    }
+}
+
+/// What [`GroupLog::settle_whole`] settled: the stripes up to `end`, and the hold on their
+/// bands (ended when dropped, after the caller's member writes of those stripes).
+pub(crate) struct Settled<'a> {
+    pub(crate) hold: Hold<'a>,
+    pub(crate) end: u64,
 }
 
 #[cfg(test)]

@@ -52,14 +52,19 @@ fn log_over(
     region_start: u64,
     ring_bytes: Option<u64>,
 ) -> GroupLog {
+    log_over_regions(level, members, (region_start, 1 << 20), ring_bytes)
+}
+
+/// [`log_over`] with regions `(start, len)` on each member (the log writes only its rings:
+/// the regions may pass the members' ends).
+fn log_over_regions(
+    level: Level,
+    members: Vec<Arc<dyn Member>>,
+    (start, len): (u64, u64),
+    ring_bytes: Option<u64>,
+) -> GroupLog {
     let n = members.len();
-    let regions = vec![
-        Region {
-            start: region_start,
-            len: 1 << 20
-        };
-        n
-    ];
+    let regions = vec![Region { start, len }; n];
     let root = Shape::new(level, n, None, STRIP, ParityLayout::LeftSymmetric)
         .expect("shape")
         .build(&regions)
@@ -551,4 +556,46 @@ fn on_memory_members_the_log_cycles_through_a_window_of_its_ring() {
     let log = log_with_rings(ring, wrapped);
     let heads = heads_after(&log, 1500);
     assert!(heads.iter().any(|&h| h > window), "heads {heads:?}");
+}
+
+#[test]
+fn settling_a_long_run_of_stripes_never_waits_on_its_own_entries() {
+    // Rings as small as allowed, regions of 4 MiB: 1,024 stripes of 4 KiB.
+    let members = (0..3)
+        .map(|i| Arc::new(MemoryMember::new(format!("m{i}"), 2 << 20)) as Arc<dyn Member>)
+        .collect();
+    let log = log_over_regions(Level::Raid5, members, (1 << 20, 4 << 20), None);
+    // Every stripe of one P ring (3 members: every third stripe), each written once: their
+    // bands settled but still replayable, so a whole-stripe write over them logs entries.
+    let stripes: Vec<u64> = (0..341).map(|i| i * 3).collect();
+    for &s in &stripes {
+        let entries = one_sector(&log, s).ok().expect("nothing live");
+        drop(block_on(log.write(entries)).expect("written"));
+    }
+    // Their entries (40 bytes each) pass half a ring: settled a piece at a time, each piece's hold dropped
+    // (its member writes done) before the next. One ticket a stripe, all held to the end,
+    // filled the ring with the run's own batches and waited for itself.
+    let (mut at, mut pieces) = (0, 0);
+    while at < 1023 {
+        let settled = (log.settle_whole(at, 1023).now_or_never())
+            .expect("a piece never waits on the run's own entries")
+            .expect("logged");
+        assert!(settled.end > at, "each piece settles at least one stripe");
+        at = settled.end;
+        pieces += 1;
+    }
+    assert!(pieces > 1, "341 stripes' entries do not fit one round here");
+    // Every band was settled: nothing blocks a new write to any of them.
+    for &s in &stripes {
+        assert!(one_sector(&log, s).is_ok(), "stripe {s} left live");
+    }
+}
+
+#[test]
+fn a_run_with_nothing_to_settle_is_one_piece() {
+    let log = small_log();
+    let settled = (log.settle_whole(0, 1 << 20).now_or_never())
+        .expect("nothing to wait for")
+        .expect("logged");
+    assert_eq!(settled.end, 1 << 20);
 }

@@ -337,17 +337,33 @@ impl ParityCore {
             "stripes {first_full}..{last_full} zeroed without their exclusive lock"
         );
         stripes.recent.forget_range(first_full..last_full);
-        // What the log may replay of these stripes is settled first.
-        // A log no parity member takes is one nobody replays.
-        let _held = match &stripes.ppl {
-            Some(log) => log.settle_whole(first_full, last_full).await.ok(),
-            None => None,
-        };
-        let at = stripes.chunks.layout.chunk_offset(first_full);
-        let n = count * stripes.chunks.strip;
+        // What the log may replay of these stripes is settled first, a round's worth of
+        // stripes at a time, each piece zeroed before the next is settled
+        // (`GroupLog::settle_whole`). A log no parity member takes is one nobody replays.
         let children = &stripes.chunks.children;
-        let results = join_all(children.iter().map(|c| c.zero(at, n, kind))).await;
-        let errors: Vec<VolumeError> = results.into_iter().filter_map(Result::err).collect();
+        // Per child, its first error.
+        let mut failed: Vec<Option<VolumeError>> = children.iter().map(|_| None).collect();
+        let mut at = first_full;
+        while at < last_full {
+            let (held, upto) = match &stripes.ppl {
+                Some(log) => match log.settle_whole(at, last_full).await {
+                    Ok(settled) => (Some(settled.hold), settled.end),
+                    Err(_) => (None, last_full),
+                },
+                None => (None, last_full),
+            };
+            let offset = stripes.chunks.layout.chunk_offset(at);
+            let n = (upto - at) * stripes.chunks.strip;
+            let results = join_all(children.iter().map(|c| c.zero(offset, n, kind))).await;
+            for (slot, r) in failed.iter_mut().zip(results) {
+                if let (None, Err(e)) = (&slot, r) {
+                    *slot = Some(e);
+                }
+            }
+            drop(held);
+            at = upto;
+        }
+        let errors: Vec<VolumeError> = failed.into_iter().flatten().collect();
         let failed_children = errors.len();
         let mut full_err = None;
         if !stripes.chunks.tolerates(failed_children) {

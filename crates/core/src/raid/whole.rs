@@ -36,18 +36,51 @@ impl StripeWriter<'_> {
         }
         // A whole stripe leaves no chunk's old bytes to protect: it logs nothing of its own
         // (as `Log::prepare` finds), but what a ring may still replay over these stripes is
-        // settled first, as zeroing does. A log that cannot take that writes nothing here.
-        let _held = match &stripes.ppl {
-            Some(log) => match log.settle_whole(first, first + count).await {
-                Ok(held) => held,
-                Err(e) => return Some(Err(e.into_error())),
-            },
-            None => Vec::new(),
-        };
+        // settled first, as zeroing does — a round's worth of stripes at a time, each piece
+        // written before the next is settled (`GroupLog::settle_whole`). A log that cannot
+        // take that writes nothing more.
+        let end = first + count;
+        let mut at = first;
+        while at < end {
+            let (held, upto) = match &stripes.ppl {
+                Some(log) => match log.settle_whole(at, end).await {
+                    Ok(settled) => (Some(settled.hold), settled.end),
+                    Err(e) => return Some(Err(e.into_error())),
+                },
+                None => (None, end),
+            };
+            let piece = &data[(at - first) as usize..(upto - first) as usize];
+            if let Some(e) = self.write_whole_piece(at, piece, fua).await {
+                return Some(Err(e));
+            }
+            drop(held);
+            at = upto;
+        }
+        // As `settle` for a whole stripe regenerated without errors.
+        for s in first..first + count {
+            // Parity not trusted before (`stripe_write`'s `parity_trusted`): consistent now.
+            if !stripes.health.in_sync(s) || stripes.health.is_stale(s) {
+                stripes.health.mark_consistent(s..s + 1);
+            }
+            stripes.health.mark_in_sync(s);
+        }
+        Some(Ok(()))
+    }
+
+    /// Writes stripes `first ..` whole (`data[j]`: stripe `first + j`), data chunks then P
+    /// (and Q) folded from them, and waits for every member write: the first error, if any.
+    async fn write_whole_piece(
+        &self,
+        first: u64,
+        data: &[SharedBuf],
+        fua: bool,
+    ) -> Option<VolumeError> {
+        let chunks = &self.stripes.chunks;
+        let strip = chunks.strip;
         let mut results = Vec::new();
         let mut in_flight = Vec::new();
         for (s, bytes) in (first..).zip(data) {
-            stripes.recent.forget(s);
+            self.stripes.recent.forget(s);
             let roles = chunks.layout.roles(s);
             let at = chunks.layout.chunk_offset(s);
             let news: Vec<SharedBuf> = (0..chunks.k as u64)
@@ -80,20 +113,7 @@ impl StripeWriter<'_> {
             submit(parity, &mut results, &mut in_flight);
         }
         results.extend(join_all(in_flight).await.into_iter().flatten());
-        if let Some(e) =
-            crate::node::first_error(results.into_iter().filter_map(Result::err).collect())
-        {
-            return Some(Err(e));
-        }
-        // As `settle` for a whole stripe regenerated without errors.
-        for s in first..first + count {
-            // Parity not trusted before (`stripe_write`'s `parity_trusted`): consistent now.
-            if !stripes.health.in_sync(s) || stripes.health.is_stale(s) {
-                stripes.health.mark_consistent(s..s + 1);
-            }
-            stripes.health.mark_in_sync(s);
-        }
-        Some(Ok(()))
+        crate::node::first_error(results.into_iter().filter_map(Result::err).collect())
     }
 }
 
