@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod common;
-use common::{require, run, run_output};
+use common::{report_on_stall, require, run, run_output, OnStall};
 
 #[path = "nbd_clients/checks.rs"]
 mod checks;
@@ -33,6 +33,8 @@ struct Fixture {
     tcp: SocketAddr,
     /// (name, size, minimum block, advertised preferred block, read-only) of each export.
     info: Vec<(String, u64, u32, u32, bool)>,
+    /// What is printed if an external client hangs (see `common::report_on_stall`).
+    on_stall: Vec<OnStall>,
 }
 
 impl Fixture {
@@ -92,6 +94,14 @@ impl Fixture {
             let s = server.clone();
             rt.spawn(async move { s.serve(l).await });
         }
+        let s = server.clone();
+        let on_stall = vec![report_on_stall(move || {
+            format!(
+                "NBD server: {} connections, {} requests in flight",
+                s.connections(),
+                s.requests_in_flight()
+            )
+        })];
         Fixture {
             rt,
             server,
@@ -99,6 +109,7 @@ impl Fixture {
             sock,
             tcp: tcp_addr,
             info,
+            on_stall,
         }
     }
 

@@ -8,6 +8,7 @@ use std::ffi::OsStr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Longest any external command may run before the test fails.
@@ -56,6 +57,7 @@ pub fn run_output(cmd: &mut Command) -> Output {
             break s;
         }
         if start.elapsed() > CMD_LIMIT {
+            eprintln!("{}", stall_report(&desc));
             let _ = child.kill();
             let _ = child.wait();
             panic!("{desc} did not finish within {CMD_LIMIT:?}");
@@ -66,6 +68,157 @@ pub fn run_output(cmd: &mut Command) -> Output {
         status,
         stdout: t_out.join().unwrap(),
         stderr: t_err.join().unwrap(),
+    }
+}
+
+/// What a test's fixture can tell about what it serves (in-process), printed when an external
+/// command times out: a hang there is most likely a request the server never answered.
+type StateReport = Arc<dyn Fn() -> String + Send + Sync>;
+
+static STATE_REPORTS: Mutex<Vec<(u64, StateReport)>> = Mutex::new(Vec::new());
+
+/// A registered [`StateReport`], withdrawn when dropped.
+pub struct OnStall(u64);
+
+/// Registers `report` to be printed (with every thread's stack) if an external command
+/// times out while the returned guard lives. Tests run in parallel: every live fixture's
+/// report is printed.
+pub fn report_on_stall(report: impl Fn() -> String + Send + Sync + 'static) -> OnStall {
+    record_panics();
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut reports = STATE_REPORTS.lock().unwrap_or_else(|p| p.into_inner());
+    reports.push((id, Arc::new(report)));
+    OnStall(id)
+}
+
+impl Drop for OnStall {
+    fn drop(&mut self) {
+        let mut reports = STATE_REPORTS.lock().unwrap_or_else(|p| p.into_inner());
+        reports.retain(|(id, _)| *id != self.0);
+    }
+}
+
+/// Panics of this process so far (thread, message): a panic in a server task loses its
+/// request's reply, and the client waits for it forever.
+static PANICS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Records every panic in [`PANICS`] as well as printing it as before.
+fn record_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let thread = std::thread::current().name().unwrap_or("?").to_string();
+            if let Ok(mut p) = PANICS.lock() {
+                p.push(format!("thread {thread}: {info}"));
+            }
+            before(info);
+        }));
+    });
+}
+
+/// Longest a state report or the stack dump may take (a report that takes a lock the hang
+/// holds never returns: that is worth knowing too).
+const REPORT_LIMIT: Duration = Duration::from_secs(60);
+
+/// The state of this process while `desc` hangs: every registered fixture's report, then the
+/// stacks of all its threads (the server runs in-process).
+fn stall_report(desc: &str) -> String {
+    let mut out = format!(
+        "==== {desc} did not finish within {CMD_LIMIT:?}; the state of this test process \
+         (pid {}) before it is killed:\n",
+        std::process::id()
+    );
+    let reports: Vec<StateReport> = {
+        let reports = STATE_REPORTS.lock().unwrap_or_else(|p| p.into_inner());
+        reports.iter().map(|(_, r)| r.clone()).collect()
+    };
+    for report in reports {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(report());
+        });
+        match rx.recv_timeout(REPORT_LIMIT) {
+            Ok(text) => out += &format!("---- fixture state:\n{text}\n"),
+            Err(_) => out += &format!("---- a fixture's state report hung for {REPORT_LIMIT:?}\n"),
+        }
+    }
+    let panics = PANICS.lock().map(|p| p.clone()).unwrap_or_default();
+    out += &format!("---- panics in this process so far: {}\n", panics.len());
+    for p in panics {
+        out += &format!("  {p}\n");
+    }
+    out += &format!(
+        "---- thread stacks:\n{}\n==== end of state\n",
+        thread_stacks()
+    );
+    out
+}
+
+/// Every thread's stack of this process, by eu-stack (elfutils) or gdb; a loud note when
+/// neither is installed (scripts/test installs elfutils).
+fn thread_stacks() -> String {
+    let pid = std::process::id().to_string();
+    let tools: [(&str, Vec<&str>); 2] = [
+        ("eu-stack", vec!["-p", &pid]),
+        (
+            "gdb",
+            vec![
+                "-batch",
+                "-nx",
+                "-ex",
+                "set pagination off",
+                "-ex",
+                "thread apply all bt",
+                "-p",
+                &pid,
+            ],
+        ),
+    ];
+    let mut tried = Vec::new();
+    for (tool, args) in tools {
+        let mut cmd = Command::new(tool);
+        cmd.args(&args);
+        match output_within(&mut cmd, REPORT_LIMIT) {
+            Ok(o) => {
+                return format!(
+                    "{tool} {}:\n{}{}",
+                    o.status,
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                )
+            }
+            Err(e) => tried.push(format!("{tool}: {e}")),
+        }
+    }
+    format!(
+        "!!!! NO THREAD STACKS: install the Debian package `elfutils` (eu-stack) or `gdb` \
+         ({})",
+        tried.join("; ")
+    )
+}
+
+/// `cmd`'s output, or why there is none (it could not start, or ran past `limit`).
+fn output_within(cmd: &mut Command, limit: Duration) -> Result<Output, String> {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => {
+            // SAFETY: kill(2) on our own child's pid has no memory effects.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            Err(format!("no answer within {limit:?}"))
+        }
     }
 }
 

@@ -5,7 +5,8 @@ use super::*;
 /// A volume of `level` over `members` file-backed members of 40 MiB, assembled from a config
 /// the way `nbraidd` does it, served under the name of the level.
 fn raid_fixture(level: &str, members: usize, extra: &[&str]) -> Fixture {
-    Fixture::build(|dir| {
+    let mut arrays = Vec::new();
+    let mut fx = Fixture::build(|dir| {
         let mut text = String::new();
         let mut ids = Vec::new();
         for i in 0..members {
@@ -32,12 +33,38 @@ fn raid_fixture(level: &str, members: usize, extra: &[&str]) -> Fixture {
             .unwrap_or_else(|e| panic!("assembly failed: {e}"))
             .into_iter()
             .map(|a| {
+                arrays.push(a.array.clone());
                 let e =
                     nbraid_daemon::export::VolumeExport::array(a.array, a.read_only, a.description);
                 (a.name, Arc::new(e) as Arc<dyn Export>)
             })
             .collect()
-    })
+    });
+    fx.on_stall
+        .push(report_on_stall(move || volumes_state(&arrays)));
+    fx
+}
+
+/// Each volume's cache, counters and members' counters (`in_flight`: member I/O not yet
+/// answered), and the partial-parity log's counters: what a hung client left behind.
+fn volumes_state(arrays: &[Arc<nbraid_core::metadata::Array>]) -> String {
+    let mut out = format!(
+        "partial-parity log (process-wide): {:?}\n",
+        nbraid_core::ppl::stats()
+    );
+    for a in arrays {
+        let v = a.volume();
+        out += &format!(
+            "volume {}: {:?}\n  {:?}\n",
+            a.name(),
+            v.cache_usage(),
+            v.counters()
+        );
+        for (i, c) in v.member_counters().iter().enumerate() {
+            out += &format!("  member {i}: {c:?}\n");
+        }
+    }
+    out
 }
 
 #[test]
