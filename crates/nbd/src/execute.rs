@@ -26,6 +26,30 @@ pub(crate) enum WriteData {
 /// A reply: its header and, for a read, the data.
 type Reply = (ReplyHead, ReadData);
 
+/// [`execute`], answering `EIO` if the export panics. A panic is a bug, but it ends only the
+/// request's task: without this the client would wait forever for a reply nobody sends
+/// (a request that ran inline would take the whole connection down with it instead).
+pub(crate) async fn execute_or_fail(c: &Conn, req: RequestHeader, payload: WriteData) -> Reply {
+    use futures::FutureExt;
+    let run = std::panic::AssertUnwindSafe(execute(c, req, payload));
+    match run.catch_unwind().await {
+        Ok(reply) => reply,
+        Err(panic) => {
+            let what = (panic.downcast_ref::<&str>().copied())
+                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("a panic without a message");
+            tracing::error!(
+                command = req.typ,
+                offset = req.offset,
+                length = req.length,
+                "request failed on an internal error (a bug): {what}"
+            );
+            let msg = "internal error";
+            (error_reply(c.structured, req.cookie, EIO, msg), Vec::new())
+        }
+    }
+}
+
 /// Runs one validated request against the export; returns the reply header and payload.
 pub(crate) async fn execute(c: &Conn, req: RequestHeader, payload: WriteData) -> Reply {
     let fua = req.flags & CMD_FLAG_FUA != 0;

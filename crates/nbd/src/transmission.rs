@@ -20,7 +20,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::busy_poll::BusyPoll;
 use crate::error::ConnError;
-use crate::execute::{execute, WriteData};
+use crate::execute::{execute_or_fail, WriteData};
 use crate::handshake::Negotiated;
 use crate::limits::{request_cost, Activity, Limits, StallGuard};
 use crate::payload::{discard, read_into, read_payload, skip, wrong_buffer_length, PayloadClock};
@@ -422,7 +422,7 @@ where
         // only after every request has finished).
         let started = RequestGuard::new(&self.shared);
         let mut task = Box::pin(async move {
-            let (head, payload) = execute(&conn, req, payload).await;
+            let (head, payload) = execute_or_fail(&conn, req, payload).await;
             drop(started);
             // Only a read's reply carries its data; other requests' memory is free now.
             let bytes = (!payload.is_empty()).then_some(bytes);

@@ -457,3 +457,52 @@ async fn read_into_fills_the_callers_buffer() {
         assert!(matches!(e, ClientError::Unaligned { .. }), "{e}");
     }
 }
+
+/// Panics on a write at 4 KiB and on a read at 1 MiB (a bug in an export); else memory.
+struct Buggy(MemoryExport);
+
+impl Export for Buggy {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn read(&self, offset: u64, len: u32) -> BoxFuture<'_, io::Result<Bytes>> {
+        Box::pin(async move {
+            // After a wait, as a request that runs as its own task does.
+            tokio::task::yield_now().await;
+            assert!(offset != MIB, "an export bug on a read");
+            self.0.read(offset, len).await
+        })
+    }
+    fn write(&self, offset: u64, data: Bytes, fua: bool) -> BoxFuture<'_, io::Result<()>> {
+        assert!(offset != 4096, "an export bug on a write");
+        self.0.write(offset, data, fua)
+    }
+    fn flush(&self) -> BoxFuture<'_, io::Result<()>> {
+        self.0.flush()
+    }
+    fn write_zeroes(&self, o: u64, l: u32, f: ZeroFlags) -> BoxFuture<'_, io::Result<()>> {
+        self.0.write_zeroes(o, l, f)
+    }
+}
+
+/// A request whose export panics is answered `EIO` (the client is not left waiting), and the
+/// connection serves the next requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_export_panics_fails_with_eio_and_the_connection_goes_on() {
+    let buggy = Arc::new(Buggy(MemoryExport::new(4 * MIB)));
+    let srv = server(vec![("b", buggy.clone())]);
+    for structured in [true, false] {
+        let how = Negotiation {
+            structured,
+            ..Negotiation::default()
+        };
+        let c = pipe(&srv, "b", how).await.unwrap();
+        let err = bounded(c.write(4096, pattern(4096, 1))).await.unwrap_err();
+        assert_eq!(err.errno(), Some(EIO), "{err}");
+        let err = bounded(c.read(MIB, 256 << 10)).await.unwrap_err();
+        assert_eq!(err.errno(), Some(EIO), "{err}");
+        let data = pattern(8192, 2);
+        bounded(c.write(2 * MIB, data.clone())).await.unwrap();
+        assert_eq!(bounded(c.read(2 * MIB, 8192)).await.unwrap(), data);
+    }
+}
