@@ -496,19 +496,8 @@ impl GroupLog {
             let mut spare = || st.spare_parts.pop().unwrap_or_default();
             let bufs = (spare(), (self.np == 2).then(&mut spare));
             let (pp, pq) = partials(&roles.q_slot, b0, stored, &now, values, bufs);
-            let seq = st.next_seq;
-            st.next_seq += 1;
-            let entry = Entry {
-                seq,
-                group: self.group,
-                stripe,
-                band: band as u32,
-                sectors,
-                parity: self.np as u8,
-                masks: now,
-                pp: Some(pp),
-                pq,
-            };
+            let entry = self.next_entry(&mut st, key, sectors, now, (pp, pq));
+            let seq = entry.seq;
             let (members, k) = (self.members.len(), self.k);
             let spare = if live { None } else { st.spare_bands.pop() };
             st.bands.upsert(
@@ -715,22 +704,37 @@ impl GroupLog {
                 let b0 = u64::from(band) * BAND_BYTES;
                 let sectors = ((self.strip.min(b0 + BAND_BYTES) - b0) / SECTOR_BYTES as u64) as u8;
                 let all = ((1u16 << sectors) - 1) as u8;
-                let seq = st.next_seq;
-                st.next_seq += 1;
-                let entry = Entry {
-                    seq,
-                    group: self.group,
-                    stripe,
-                    band,
-                    sectors,
-                    parity: self.np as u8,
-                    masks: vec![all; self.k],
-                    pp: Some(Vec::new()),
-                    pq: (self.np == 2).then(Vec::new),
-                };
+                let masks = vec![all; self.k];
+                let parts = (Vec::new(), (self.np == 2).then(Vec::new));
+                let entry = self.next_entry(st, (stripe, band), sectors, masks, parts);
                 (entry, rings)
             })
             .collect()
+    }
+
+    /// An entry of this group for band `(stripe, band)` under the next sequence number
+    /// (renumbered when a round takes it), with its masks and partial P (and Q).
+    fn next_entry(
+        &self,
+        st: &mut State,
+        (stripe, band): Key,
+        sectors: u8,
+        masks: Vec<u8>,
+        (pp, pq): (Vec<u8>, Option<Vec<u8>>),
+    ) -> Entry {
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        Entry {
+            seq,
+            group: self.group,
+            stripe,
+            band,
+            sectors,
+            parity: self.np as u8,
+            masks,
+            pp: Some(pp),
+            pq,
+        }
     }
 
     /// Band `entry` names is being written whole: live again, its writes in flight.
