@@ -68,6 +68,12 @@ impl Entry {
         k.next_multiple_of(8)
     }
 
+    /// Bytes of an entry encoded that marks every chunk of a stripe of `k` data chunks
+    /// written (no partial parity stored).
+    pub fn whole_encoded_len(k: usize) -> usize {
+        ENTRY_HEADER_BYTES + Self::masks_bytes(k)
+    }
+
     /// Bytes of the entry encoded (version 2) with one partial parity.
     pub fn encoded_len(&self) -> usize {
         self.encoded_len_parts(1)

@@ -672,8 +672,7 @@ impl GroupLog {
             let stripe = keys[at].0;
             let ends = at + keys[at..].iter().take_while(|k| k.0 == stripe).count();
             let rings = self.targets(&self.layout.roles(stripe));
-            let entries = self.whole_entries(&mut st, &keys[at..ends], rings);
-            let bytes: u64 = entries.iter().map(|(e, _)| e.encoded_len() as u64).sum();
+            let bytes = ((ends - at) * Entry::whole_encoded_len(self.k)) as u64;
             let fits = rings
                 .iter()
                 .all(|&(r, _)| room[r].is_some_and(|left| bytes <= left));
@@ -684,7 +683,8 @@ impl GroupLog {
                 let left = room[r].as_mut().expect("a ring on every target");
                 *left = left.saturating_sub(bytes);
             }
-            for (entry, rings) in entries {
+            for (entry, rings) in self.whole_entries(&mut st, &keys[at..ends], rings) {
+                debug_assert_eq!(entry.encoded_len(), Entry::whole_encoded_len(self.k));
                 self.mark_whole(&mut st, &entry);
                 out.push((entry, rings));
             }
