@@ -92,6 +92,14 @@ fn write_one_ring(a: &Array) -> Vec<u8> {
     image
 }
 
+/// Held by each test while it runs: the log's counters are the process's, and each test
+/// checks what its own run settled.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Runs `f` on its own thread; fails the test if it has not ended within a minute (a hang).
 fn within_a_minute<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = std::sync::mpsc::channel();
@@ -104,6 +112,7 @@ fn within_a_minute<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send +
 
 #[test]
 fn zeroing_a_volume_over_a_ring_full_of_replayable_entries_ends() {
+    let _alone = alone();
     let a = Arc::new(create(CacheMode::WriteThrough));
     let image = write_one_ring(&a);
     assert!(image.iter().any(|&b| b != 0));
@@ -124,6 +133,7 @@ fn zeroing_a_volume_over_a_ring_full_of_replayable_entries_ends() {
 
 #[test]
 fn a_write_back_destage_of_whole_stripes_over_a_ring_full_of_replayable_entries_ends() {
+    let _alone = alone();
     let a = Arc::new(create(CacheMode::WriteBack { bytes: 64 * MIB }));
     write_one_ring(&a);
     let capacity = a.volume().capacity();

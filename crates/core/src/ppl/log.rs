@@ -619,18 +619,17 @@ impl GroupLog {
     /// long run one ticket a stripe — each its own round once the first is written —
     /// filled the ring with the run's own batches and then waited for room only the run's
     /// end would free: the writer hung, and every writer of the group behind it.
-    pub(crate) async fn settle_whole(
-        &self,
-        first: u64,
-        end: u64,
-    ) -> Result<Settled<'_>, LogFailed> {
+    pub(crate) async fn settle_whole(&self, first: u64, end: u64) -> Settled<'_> {
         let (entries, upto) = self.prepare_whole_settled(first, end).await;
-        debug_assert!(
+        // Callers loop until `end`: a piece of no stripe would loop forever.
+        assert!(
             (first < upto || first == end) && upto <= end,
-            "a prefix of at least one stripe"
+            "a settled piece of at least one stripe ({first}..{upto} of ..{end})"
         );
-        let hold = self.write(entries).await?;
-        Ok(Settled { hold, end: upto })
+        Settled {
+            hold: self.write(entries).await,
+            end: upto,
+        }
     }
 
     /// Entries that settle every band of the first stripes of `[first, end)` a ring may
@@ -755,9 +754,11 @@ impl GroupLog {
 }
 
 /// What [`GroupLog::settle_whole`] settled: the stripes up to `end`, and the hold on their
-/// bands (ended when dropped, after the caller's member writes of those stripes).
+/// bands (ended when dropped, after the caller's member writes of those stripes) — or why
+/// the piece's entries were not all logged (its end is known either way: the stripes past
+/// it are still to settle).
 pub(crate) struct Settled<'a> {
-    pub(crate) hold: Hold<'a>,
+    pub(crate) hold: Result<Hold<'a>, LogFailed>,
     pub(crate) end: u64,
 }
 

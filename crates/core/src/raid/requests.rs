@@ -339,17 +339,19 @@ impl ParityCore {
         stripes.recent.forget_range(first_full..last_full);
         // What the log may replay of these stripes is settled first, a round's worth of
         // stripes at a time, each piece zeroed before the next is settled
-        // (`GroupLog::settle_whole`). A log no parity member takes is one nobody replays.
+        // (`GroupLog::settle_whole`). A piece's entry no parity member took is one nobody
+        // replays (its rings failed): that piece is zeroed as well, and the stripes after it
+        // are still settled.
         let children = &stripes.chunks.children;
         // Per child, its first error.
         let mut failed: Vec<Option<VolumeError>> = children.iter().map(|_| None).collect();
         let mut at = first_full;
         while at < last_full {
             let (held, upto) = match &stripes.ppl {
-                Some(log) => match log.settle_whole(at, last_full).await {
-                    Ok(settled) => (Some(settled.hold), settled.end),
-                    Err(_) => (None, last_full),
-                },
+                Some(log) => {
+                    let settled = log.settle_whole(at, last_full).await;
+                    (settled.hold.ok(), settled.end)
+                }
                 None => (None, last_full),
             };
             let offset = stripes.chunks.layout.chunk_offset(at);

@@ -10,6 +10,7 @@
 //! goes there stripe by stripe (`ParityCore::write_whole_run`).
 
 use super::*;
+use crate::ppl::Settled;
 
 impl StripeWriter<'_> {
     /// Writes stripes `first ..` whole (`data[j]`: stripe `first + j`'s bytes, one stripe
@@ -44,8 +45,9 @@ impl StripeWriter<'_> {
         while at < end {
             let (held, upto) = match &stripes.ppl {
                 Some(log) => match log.settle_whole(at, end).await {
-                    Ok(settled) => (Some(settled.hold), settled.end),
-                    Err(e) => return Some(Err(e.into_error())),
+                    Settled { hold: Ok(h), end } => (Some(h), end),
+                    // Written one by one by the caller, each stripe through the log.
+                    Settled { hold: Err(e), .. } => return Some(Err(e.into_error())),
                 },
                 None => (None, end),
             };

@@ -181,6 +181,14 @@ fn thread_stacks() -> String {
         let mut cmd = Command::new(tool);
         cmd.args(&args);
         match output_within(&mut cmd, REPORT_LIMIT) {
+            // One that ran but failed (ptrace refused) gives way to the next; what it printed
+            // is kept.
+            Ok(o) if !o.status.success() => tried.push(format!(
+                "{tool} {}:\n{}{}",
+                o.status,
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )),
             Ok(o) => {
                 return format!(
                     "{tool} {}:\n{}{}",
