@@ -305,14 +305,19 @@ impl GroupLog {
                 st.spare_bands.push((b.need, b.dirty));
             }
         }
+        for (ring, _) in (st.rings.iter_mut().zip(&seen.1)).filter(|(_, &f)| f) {
+            if let Some(r) = ring {
+                r.lapsed = true;
+            }
+        }
         st.seen = seen;
-        let floor = st
-            .rings
-            .iter()
-            .flatten()
+        // A lapsed ring's tail is frozen: counting it kept every band retired while its
+        // member was failed (memory growing with each band a degraded array wrote).
+        let floor = (st.rings.iter().flatten())
+            .filter(|r| !r.lapsed)
             .map(|r| r.durable_tail)
             .min()
-            .unwrap_or(0);
+            .unwrap_or(st.retired_floor);
         if floor != st.retired_floor {
             st.retired.retain(|_, seq| *seq >= floor);
             st.retired_floor = floor;
@@ -465,6 +470,9 @@ impl GroupLog {
             .map(|&(c, _)| st.rings[c].as_ref().expect("ring").durable_tail)
             .min()
             .unwrap_or(0);
+        // A ring back from a failure may replay entries older than `retired` knows: until a
+        // batch lands on it, every band is logged (its batch's tail masks them).
+        let lapsed = (rings.iter()).any(|&(c, _)| st.rings[c].as_ref().is_some_and(|r| r.lapsed));
         let mut out = Vec::new();
         for band in (lo / BAND_BYTES)..hi.div_ceil(BAND_BYTES) {
             let b0 = band * BAND_BYTES;
@@ -485,7 +493,7 @@ impl GroupLog {
             let live = st.bands.contains_key(&key);
             let full = mask.iter().fold(0xff, |a, m| a & m);
             let stored = covered & !full;
-            let replayable = st.retired.get(&key).is_some_and(|&s| s >= floor);
+            let replayable = lapsed || st.retired.get(&key).is_some_and(|&s| s >= floor);
             if stored == 0 && !replayable && !live {
                 // Every chunk written wherever anything is: nothing to protect, nothing stale.
                 continue;
@@ -659,7 +667,10 @@ impl GroupLog {
                 return Err(Blocked::Wait(st.wait_for_band(key)));
             }
         }
-        let keys = known_bands(&st.bands, &st.retired, first..end, per_stripe);
+        let mut keys = known_bands(&st.bands, &st.retired, first..end, per_stripe);
+        keys.extend(self.lapsed_keys(&st, first..end));
+        keys.sort_unstable();
+        keys.dedup();
         // Per ring, the bytes of entries it takes so far against half the ring (less the
         // batch header): a round takes a ticket whole only within that.
         let mut room: Vec<Option<u64>> = (st.rings.iter())
@@ -690,6 +701,31 @@ impl GroupLog {
             at = ends;
         }
         Ok((out, end))
+    }
+
+    /// Per lapsed ring whose member is back ([`ring::Ring::lapsed`]), band 0 of the first
+    /// stripe of `stripes` it takes: a run of whole stripes logs it, so the ring gets a
+    /// batch that masks its older entries before the run's member writes go out.
+    fn lapsed_keys(&self, st: &State, stripes: std::ops::Range<u64>) -> Vec<Key> {
+        let back = |c: usize| {
+            st.rings[c].as_ref().is_some_and(|r| r.lapsed)
+                && !self.table.slot(self.members[c]).is_failed()
+        };
+        let mut left: Vec<usize> = (0..st.rings.len()).filter(|&c| back(c)).collect();
+        let mut keys = Vec::new();
+        // Every layout rotates parity: each ring takes one stripe of any `members` in a row.
+        for stripe in stripes.take(self.members.len()) {
+            if left.is_empty() {
+                break;
+            }
+            let rings = self.targets(&self.layout.roles(stripe));
+            let before = left.len();
+            left.retain(|&c| !rings.iter().any(|&(r, _)| r == c));
+            if left.len() < before {
+                keys.push((stripe, 0));
+            }
+        }
+        keys
     }
 
     /// The entries that settle bands `keys` (all of one stripe) on `rings`: none when the

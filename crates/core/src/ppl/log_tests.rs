@@ -598,3 +598,112 @@ fn a_run_with_nothing_to_settle_is_one_piece() {
     assert!(settled.hold.is_ok(), "nothing to log");
     assert_eq!(settled.end, 1 << 20);
 }
+
+/// A log of `level` over `n` members (two data chunks a stripe) and 1,024 stripes of 4 KiB,
+/// rings as small as allowed.
+fn wide_log(level: Level, n: usize) -> GroupLog {
+    let members = (0..n)
+        .map(|i| Arc::new(MemoryMember::new(format!("m{i}"), 2 << 20)) as Arc<dyn Member>)
+        .collect();
+    log_over_regions(level, members, (1 << 20, 4 << 20), None)
+}
+
+/// Every chunk of stripe `stripe`'s only band written whole.
+fn whole_band(log: &GroupLog, stripe: u64) -> Vec<(super::Entry, super::Rings)> {
+    let zeros = vec![0u8; STRIP as usize];
+    let values = Values::Direct {
+        chunks: vec![&zeros[..], &zeros[..]],
+        r0: 0,
+    };
+    let all = vec![(0, STRIP); 2];
+    log.prepare(stripe, &[all.clone(), all], &values, false)
+        .ok()
+        .expect("nothing live")
+}
+
+/// The stripes of `log` whose entries go to child `c`'s ring (its P or Q).
+fn stripes_logged_on(log: &GroupLog, c: usize) -> impl Iterator<Item = u64> + '_ {
+    (0..1024).filter(move |&s| {
+        let roles = log.layout.roles(s);
+        roles.p == c || roles.q == Some(c)
+    })
+}
+
+#[test]
+fn a_failed_members_ring_holds_no_band_retired() {
+    for (level, n) in [(Level::Raid5, 3), (Level::Raid6, 4)] {
+        let log = wide_log(level, n);
+        log.table.fail(n - 1, &"unplugged");
+        // A degraded array writing band after band: each settles (the rounds flush the
+        // members) and is forgotten once the live rings' tails pass it — not kept for the
+        // failed ring, whose tail stands still (memory grew with every band written while
+        // degraded).
+        for stripe in 0..1024 {
+            let entries = one_sector(&log, stripe).ok().expect("nothing live");
+            drop(block_on(log.write(entries)).expect("written"));
+        }
+        let st = log.state.lock();
+        assert!(
+            st.retired.len() < 128,
+            "{level:?}: {} bands retired of 1,024 written",
+            st.retired.len()
+        );
+    }
+}
+
+#[test]
+fn a_ring_back_from_a_failure_is_logged_over_until_a_batch_masks_its_older_entries() {
+    for (level, n) in [(Level::Raid5, 3), (Level::Raid6, 4)] {
+        let log = wide_log(level, n);
+        let gone = n - 1;
+        let on_gone: Vec<u64> = stripes_logged_on(&log, gone).take(2).collect();
+        // An entry on the member's ring, then the member fails and the others write on.
+        let entries = one_sector(&log, on_gone[0]).ok().expect("nothing live");
+        drop(block_on(log.write(entries)).expect("written"));
+        let member = log.table.slot(gone).member();
+        log.table.fail(gone, &"unplugged");
+        let others: Vec<u64> = (0..1024)
+            .filter(|s| !on_gone.contains(s))
+            .take(600)
+            .collect();
+        for &stripe in &others {
+            let entries = one_sector(&log, stripe).ok().expect("nothing live");
+            drop(block_on(log.write(entries)).expect("written"));
+        }
+        // Back (re-added): its ring still holds that entry. A write replacing the band
+        // whole must be logged, or the old entry stays the newest the ring replays over it.
+        log.table.install(gone, member);
+        let entries = whole_band(&log, on_gone[0]);
+        assert!(
+            !entries.is_empty(),
+            "{level:?}: logged over the ring's older entry"
+        );
+        drop(block_on(log.write(entries)).expect("written"));
+        // That batch's tail masks every older entry of the ring: whole bands go unlogged.
+        assert!(
+            whole_band(&log, on_gone[1]).is_empty(),
+            "{level:?}: nothing to protect"
+        );
+    }
+}
+
+#[test]
+fn a_run_of_whole_stripes_logs_a_band_for_a_ring_back_from_a_failure() {
+    for (level, n) in [(Level::Raid5, 3), (Level::Raid6, 4)] {
+        let log = wide_log(level, n);
+        let member = log.table.slot(1).member();
+        log.table.fail(1, &"unplugged");
+        for stripe in 0..10 {
+            let entries = one_sector(&log, stripe).ok().expect("nothing live");
+            drop(block_on(log.write(entries)).expect("written"));
+        }
+        log.table.install(1, member);
+        // Stripes never written: nothing known to settle, but member 1's ring gets a batch
+        // before the run's member writes.
+        let (entries, end) = log.prepare_whole(600, 700).ok().expect("nothing live");
+        assert_eq!(end, 700);
+        let first_on_1 = stripes_logged_on(&log, 1).find(|&s| s >= 600);
+        let keys: Vec<(u64, u32)> = entries.iter().map(|(e, _)| (e.stripe, e.band)).collect();
+        assert_eq!(keys, vec![(first_on_1.expect("one"), 0)], "{level:?}");
+    }
+}

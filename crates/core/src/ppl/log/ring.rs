@@ -65,6 +65,12 @@ pub(super) struct Ring {
     pub(super) live_bytes: u64,
     /// The largest tail a completed batch of this ring carries.
     pub(super) durable_tail: u64,
+    /// Its member was seen failed and no batch has landed on the ring since: its
+    /// `durable_tail` is frozen and its older entries are replayed if the member comes back
+    /// (re-added in this life) before a batch with a newer tail masks them. Such a ring
+    /// bounds nothing in `retired`, and every write to a stripe it takes is logged while it
+    /// is set (`GroupLog::prepare`).
+    pub(super) lapsed: bool,
 }
 
 impl Ring {
@@ -77,6 +83,7 @@ impl Ring {
             live: VecDeque::new(),
             live_bytes: 0,
             durable_tail: 0,
+            lapsed: false,
         }
     }
 
@@ -119,6 +126,12 @@ impl Ring {
         self.head = batch.end;
         self.live_bytes += batch.len();
         self.live.push_back(batch);
+    }
+
+    /// Whether no batch written before is live: a batch written now masks every older
+    /// entry of the ring at replay (all lie below its tail).
+    pub(super) fn none_live(&self) -> bool {
+        self.live.is_empty()
     }
 
     /// Drops the batches whose entries all lie below the log's tail (settled).

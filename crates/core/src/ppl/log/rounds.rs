@@ -344,13 +344,14 @@ impl GroupLog {
                 ring.len
             );
             ring.keep_live_from(tail);
+            let masks_older = ring.none_live();
             let window = ring.window(self.memory_backed(ring));
-            places.push((r, ring.place(len, window)?, len, window));
+            places.push((r, ring.place(len, window)?, len, window, masks_older));
         }
         let mut taken: Vec<Pending> = st.pending.drain(..n).collect();
         Self::renumber(st, &mut taken);
         let mut batches = Vec::new();
-        for (r, start, len, window) in places {
+        for (r, start, len, window, masks_older) in places {
             let ring = st.rings[r].as_mut().expect("ring");
             let es: Vec<(&Entry, Part)> = taken
                 .iter()
@@ -371,6 +372,7 @@ impl GroupLog {
                 window: ring.offset..ring.offset + window,
                 bytes: bytes.freeze(),
                 tail,
+                masks_older,
             });
         }
         count(&stats::ROUNDS, 1);
@@ -474,6 +476,8 @@ impl GroupLog {
             if ok {
                 let ring = st.rings[b.ring].as_mut().expect("ring");
                 ring.durable_tail = ring.durable_tail.max(b.tail);
+                // Every older entry of the ring below this batch's tail: none replayed again.
+                ring.lapsed &= !b.masks_older;
             }
         }
         let took = |r: &usize| ring_ok.iter().any(|(x, ok)| x == r && *ok);
@@ -537,6 +541,9 @@ struct Batch {
     bytes: SharedBuf,
     /// The log tail the batch carries.
     tail: u64,
+    /// No older batch of the ring was live when it was placed: once it lands, no older
+    /// entry of the ring is replayed.
+    masks_older: bool,
 }
 
 impl Batch {
