@@ -2,9 +2,10 @@
 //! write-back destage of whole stripes — settles the log a piece at a time and writes each
 //! piece before settling the next: it ends, and every byte reads back as written. Logged a
 //! batch a stripe with every entry held until the run's end, such a run waited forever for
-//! ring room only its own end would free. After each run the volume is opened again dirty
-//! (a crash) without a member holding chunks the logged writes did not touch: what the log
-//! replays there leaves every byte as the run wrote it.
+//! ring room only its own end would free. Over RAID 5 and RAID 6 (its P and Q rings both
+//! fill). After each run the volume is opened again dirty (a crash) without a member holding
+//! chunks the logged writes did not touch: what the log replays there leaves every byte as
+//! the run wrote it.
 
 mod common;
 mod settle;
@@ -105,4 +106,14 @@ fn zeroing_a_volume_over_a_ring_full_of_replayable_entries_ends() {
 #[test]
 fn a_write_back_destage_of_whole_stripes_over_a_ring_full_of_replayable_entries_ends() {
     destage(&RAID5);
+}
+
+#[test]
+fn raid6_zeroing_over_full_p_and_q_rings_ends() {
+    zeroing(&RAID6);
+}
+
+#[test]
+fn raid6_write_back_destage_over_full_p_and_q_rings_ends() {
+    destage(&RAID6);
 }

@@ -50,6 +50,19 @@ pub const RAID5: Geo = Geo {
     each: 512,
 };
 
+/// RAID 6 of 4, 4 KiB strips, a 32 KiB reserve (~400 entries a piece on each of the P and
+/// Q rings), 1,200 stripes a sector each (stripes with P on member 0 have Q on one other
+/// member: both rings fill, the other two take nothing and keep the log's floor low).
+pub const RAID6: Geo = Geo {
+    level: Level::Raid6,
+    members: 4,
+    strip: 4 * KIB,
+    log_reserve: 32 * KIB,
+    region: 24 * MIB,
+    written: 1200,
+    each: 512,
+};
+
 impl Geo {
     pub fn tree(&self) -> Node {
         let shape = Shape::new(
