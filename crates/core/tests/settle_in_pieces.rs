@@ -2,25 +2,41 @@
 //! write-back destage of whole stripes — settles the log a piece at a time and writes each
 //! piece before settling the next: it ends, and every byte reads back as written. Logged a
 //! batch a stripe with every entry held until the run's end, such a run waited forever for
-//! ring room only its own end would free. Over RAID 5 and RAID 6 (its P and Q rings both
-//! fill). After each run the volume is opened again dirty (a crash) without a member holding
-//! chunks the logged writes did not touch: what the log replays there leaves every byte as
-//! the run wrote it.
+//! ring room only its own end would free. Over RAID 5, RAID 6 (its P and Q rings both fill)
+//! and 64 KiB strips (a piece ends between stripes of 16 entries each). After each run the
+//! volume is opened again dirty (a crash) without a member holding chunks the logged writes
+//! did not touch: what the log replays there leaves every byte as the run wrote it.
 
 mod common;
 mod settle;
 
-use common::MIB;
+use common::{KIB, MIB};
 use nbraid_core::metadata::Array;
+use nbraid_core::ppl::codec::{Entry, BATCH_HEADER_BYTES};
 use nbraid_core::ppl::LogStats;
 use nbraid_core::{CacheMode, Member};
+use nbraid_layout::Level;
 use settle::*;
 use std::sync::Arc;
 
+/// RAID 5 of 3 with 64 KiB strips and the smallest reserve the config takes for them (two
+/// of a strip's worth of entries with partial parity: 140 KiB, ~1,790 entries a piece);
+/// 250 stripes written in their data chunk 0 whole, 16 entries each: ~111 stripes a piece.
+const BIG_STRIP: Geo = Geo {
+    level: Level::Raid5,
+    members: 3,
+    strip: 64 * KIB,
+    log_reserve: 140 * KIB,
+    region: 48 * MIB,
+    written: 250,
+    each: 64 * KIB,
+};
+
 const WRITE_BACK: CacheMode = CacheMode::WriteBack { bytes: 64 * MIB };
 
-/// The log's counts of a run over `geo`: every entry its writes left settled, in more than
-/// one round, each round a batch on the P ring (and the Q ring).
+/// The log's counts of a run over `geo`: every entry its writes left settled, in pieces
+/// of whole stripes whose entries fit half a ring (at least as many rounds as that takes),
+/// each round a batch on the P ring (and the Q ring).
 fn settled_in_pieces(geo: &Geo, run: &str, settled: &LogStats) {
     assert!(
         settled.entries >= geo.entries(),
@@ -28,9 +44,15 @@ fn settled_in_pieces(geo: &Geo, run: &str, settled: &LogStats) {
         settled.entries,
         geo.entries()
     );
+    let k = geo.members - geo.level.parity();
+    let half_ring = (geo.log_reserve / 2) as usize - BATCH_HEADER_BYTES;
+    let per_stripe = geo.entries() / geo.written;
+    let stripes_a_piece = (half_ring / Entry::whole_encoded_len(k)) as u64 / per_stripe;
+    let pieces = geo.written.div_ceil(stripes_a_piece);
     assert!(
-        settled.rounds >= 2,
-        "{geo:?}: the {run} settled its entries in {} round(s), not in pieces",
+        pieces >= 2 && settled.rounds >= pieces,
+        "{geo:?}: the {run} settled {} entries in {} round(s), not in {pieces} pieces of at most {stripes_a_piece} stripes",
+        settled.entries,
         settled.rounds
     );
     let rings = geo.level.parity() as u64;
@@ -116,4 +138,19 @@ fn raid6_zeroing_over_full_p_and_q_rings_ends() {
 #[test]
 fn raid6_write_back_destage_over_full_p_and_q_rings_ends() {
     destage(&RAID6);
+}
+
+#[test]
+fn zeroing_with_64k_strips_settles_pieces_of_many_stripes() {
+    let need = nbraid_layout::log_ring_bytes(&BIG_STRIP.group());
+    assert_eq!(
+        BIG_STRIP.log_reserve, need,
+        "the smallest reserve the config takes"
+    );
+    zeroing(&BIG_STRIP);
+}
+
+#[test]
+fn write_back_destage_with_64k_strips_settles_pieces_of_many_stripes() {
+    destage(&BIG_STRIP);
 }
