@@ -6,6 +6,7 @@
 //! and 64 KiB strips (a piece ends between stripes of 16 entries each). After each run the
 //! volume is opened again dirty (a crash) without a member holding chunks the logged writes
 //! did not touch: what the log replays there leaves every byte as the run wrote it.
+//! Members that fail partway through such a run: `settle_in_pieces_failing.rs`.
 
 mod common;
 mod settle;
