@@ -2,154 +2,156 @@
 //! write-back destage of whole stripes — settles the log a piece at a time and writes each
 //! piece before settling the next: it ends, and every byte reads back as written. Logged a
 //! batch a stripe with every entry held until the run's end, such a run waited forever for
-//! ring room only its own end would free.
+//! ring room only its own end would free. Over RAID 5, RAID 6 (its P and Q rings both fill)
+//! and 64 KiB strips (a piece ends between stripes of 16 entries each). After each run the
+//! volume is opened again dirty (a crash) without a member holding chunks the logged writes
+//! did not touch: what the log replays there leaves every byte as the run wrote it.
+//! Members that fail partway through such a run: `settle_in_pieces_failing.rs`.
 
 mod common;
+mod settle;
 
 use common::{KIB, MIB};
-use futures::executor::block_on;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
-use nbraid_core::{Buf, CacheMode, Member, MemoryMember, VolumeOptions};
-use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
+use nbraid_core::metadata::Array;
+use nbraid_core::ppl::codec::{Entry, BATCH_HEADER_BYTES};
+use nbraid_core::ppl::LogStats;
+use nbraid_core::{CacheMode, Member};
+use nbraid_layout::Level;
+use settle::*;
 use std::sync::Arc;
-use std::time::Duration;
 
-/// 4 KiB strips: one 4 KiB band a stripe, one log entry a stripe a write touches.
-const STRIP: u64 = 4 * KIB;
-/// The log's reserve before the region: a 64 KiB ring per member, half of which (one round's
-/// batch) takes ~800 entries without partial parity (40 bytes each).
-const LOG_RESERVE: u64 = 64 * KIB;
-const REGION: u64 = 16 * MIB;
-const MEMBERS: usize = 3;
-/// Stripes written once each before the run, all with their P on one member: more entries to
-/// settle than one round takes.
-const WRITTEN: u64 = 1200;
+/// RAID 5 of 3 with 64 KiB strips and the smallest reserve the config takes for them (two
+/// of a strip's worth of entries with partial parity: 140 KiB, ~1,790 entries a piece);
+/// 250 stripes written in their data chunk 0 whole, 16 entries each: ~111 stripes a piece.
+const BIG_STRIP: Geo = Geo {
+    level: Level::Raid5,
+    members: 3,
+    strip: 64 * KIB,
+    log_reserve: 140 * KIB,
+    region: 48 * MIB,
+    written: 250,
+    each: 64 * KIB,
+};
 
-fn tree() -> Node {
-    let shape = Shape::new(
-        Level::Raid5,
-        MEMBERS,
-        None,
-        STRIP,
-        ParityLayout::LeftSymmetric,
-    )
-    .expect("shape");
-    let start = METADATA_AREA_BYTES + LOG_RESERVE;
-    let regions = vec![Region { start, len: REGION }; MEMBERS];
-    shape.build(&regions).expect("tree")
+const WRITE_BACK: CacheMode = CacheMode::WriteBack { bytes: 64 * MIB };
+
+/// The log's counts of a run over `geo`: every entry its writes left settled, in pieces
+/// of whole stripes whose entries fit half a ring (at least as many rounds as that takes),
+/// each round a batch on the P ring (and the Q ring).
+fn settled_in_pieces(geo: &Geo, run: &str, settled: &LogStats) {
+    assert!(
+        settled.entries >= geo.entries(),
+        "{geo:?}: the {run} settled {} of {} entries: not a run the log had to settle ({settled:?})",
+        settled.entries,
+        geo.entries()
+    );
+    let k = geo.members - geo.level.parity();
+    let half_ring = (geo.log_reserve / 2) as usize - BATCH_HEADER_BYTES;
+    let per_stripe = geo.entries() / geo.written;
+    let stripes_a_piece = (half_ring / Entry::whole_encoded_len(k)) as u64 / per_stripe;
+    let pieces = geo.written.div_ceil(stripes_a_piece);
+    assert!(
+        pieces >= 2 && settled.rounds >= pieces,
+        "{geo:?}: the {run} settled {} entries in {} round(s), not in {pieces} pieces of at most {stripes_a_piece} stripes",
+        settled.entries,
+        settled.rounds
+    );
+    let rings = geo.level.parity() as u64;
+    assert_eq!(
+        settled.batches,
+        rings * settled.rounds,
+        "{geo:?}: each piece of the {run} goes to the P ring (and the Q ring): {settled:?}"
+    );
 }
 
-/// A RAID 5 volume with the log in its reserve, created over fresh memory members.
-fn create(cache: CacheMode) -> Array {
-    let metas = (0..MEMBERS)
-        .map(|i| {
-            let m = MemoryMember::new(
-                format!("disk{i}"),
-                METADATA_AREA_BYTES + LOG_RESERVE + REGION,
-            );
-            block_on(MemberMeta::load(Arc::new(m) as Arc<dyn Member>))
-        })
-        .collect();
-    let o = ArrayOptions {
-        ppl_area_before_region_bytes: Some(LOG_RESERVE),
-        volume: VolumeOptions {
-            cache,
-            cache_max_age: None,
-            ..VolumeOptions::default()
-        },
-        ppl: true,
-        ..ArrayOptions::default()
-    };
-    block_on(Array::create("vol", tree(), metas, o, true, &|_, _| {}))
-        .expect("create")
-        .0
+/// Drops `a` with its records dirty (a crash) and opens the volume again from `members`
+/// but one holding data chunks of the logged stripes their writes did not touch — the
+/// chunks a replay of their old partial parity over the new bytes would rebuild wrong (no
+/// resync rewrites the parity of a degraded start) — and reads it whole.
+fn after_a_crash(
+    geo: &Geo,
+    cache: CacheMode,
+    a: Arc<Array>,
+    members: &[Arc<dyn Member>],
+    want: &[u8],
+) {
+    drop(
+        Arc::try_unwrap(a)
+            .ok()
+            .expect("the run's thread is done with the array"),
+    );
+    let roles = geo.group().roles(geo.written_stripes()[0]);
+    let untouched = *roles.data.last().expect("a data chunk");
+    let (a, report) = reopen(geo, cache, members, &[untouched]);
+    assert!(
+        !report.was_clean && report.absent_roles == [untouched],
+        "{report:?}"
+    );
+    reads_back(geo, &a, want)
+        .unwrap_or_else(|e| panic!("{geo:?} after a crash, without member {untouched}: {e}"));
 }
 
-fn pattern(seed: u64, len: usize) -> Buf {
-    let mut b = Buf::new(len);
-    for (i, x) in b.iter_mut().enumerate() {
-        *x = (seed as usize * 131 + i * 7 + i / 4096) as u8;
-    }
-    b
+/// Zeroes the whole volume of `geo` over a ring full of replayable entries.
+fn zeroing(geo: &Geo) {
+    let _alone = alone();
+    let members = memory_members(geo);
+    let a = Arc::new(create(geo, CacheMode::WriteThrough, &members));
+    let mut image = fill(&a);
+    write_one_ring(geo, &a, &mut image);
+    let (settled, r) = zero_all(&a);
+    r.expect("zeroed");
+    settled_in_pieces(geo, "zeroing", &settled);
+    let zeroes = vec![0u8; image.len()];
+    reads_back(geo, &a, &zeroes).unwrap_or_else(|e| panic!("{geo:?}: every byte zero: {e}"));
+    after_a_crash(geo, CacheMode::WriteThrough, a, &members, &zeroes);
 }
 
-/// One sector into data chunk 0 of `WRITTEN` stripes whose P is on member 0 (a
-/// read-modify-write, logged), flushed: each stripe's band settled, its entry still one a
-/// ring may replay (the other members' rings took no batch, so the log's floor stays low).
-/// Returns the volume's bytes as written.
-fn write_one_ring(a: &Array) -> Vec<u8> {
-    let (g, _) = nbraid_core::ppl::parity_groups(&tree()).remove(0);
-    let capacity = a.volume().capacity();
-    let mut image = vec![0u8; capacity as usize];
-    let stripes = (0..).filter(|&s| g.roles(s).p == 0).take(WRITTEN as usize);
-    for (i, s) in stripes.enumerate() {
-        let at = s * g.stripe_width(); // data chunk 0 comes first in the stripe
-        let data = pattern(i as u64 + 2, 512);
-        image[at as usize..at as usize + 512].copy_from_slice(&data);
-        block_on(a.write(at, data, false)).expect("one sector");
-    }
-    block_on(a.flush()).expect("flush");
-    image
-}
-
-/// Held by each test while it runs: the log's counters are the process's, and each test
-/// checks what its own run settled.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn alone() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Runs `f` on its own thread; fails the test if it has not ended within a minute (a hang).
-fn within_a_minute<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .unwrap_or_else(|_| panic!("{what} did not end within a minute: a hang"))
+/// Writes the whole volume of `geo` in write-back (whole stripes, straight to the members)
+/// and flushes it, over a ring full of replayable entries.
+fn destage(geo: &Geo) {
+    let _alone = alone();
+    let members = memory_members(geo);
+    let a = Arc::new(create(geo, WRITE_BACK, &members));
+    let mut image = fill(&a);
+    write_one_ring(geo, &a, &mut image);
+    let (want, settled, r) = write_all(&a);
+    r.expect("written and destaged");
+    settled_in_pieces(geo, "destage", &settled);
+    reads_back(geo, &a, &want).unwrap_or_else(|e| panic!("{geo:?}: every byte as written: {e}"));
+    after_a_crash(geo, WRITE_BACK, a, &members, &want);
 }
 
 #[test]
 fn zeroing_a_volume_over_a_ring_full_of_replayable_entries_ends() {
-    let _alone = alone();
-    let a = Arc::new(create(CacheMode::WriteThrough));
-    let image = write_one_ring(&a);
-    assert!(image.iter().any(|&b| b != 0));
-    let capacity = a.volume().capacity();
-    let before = nbraid_core::ppl::stats();
-    let zeroing = a.clone();
-    within_a_minute("zeroing the whole volume", move || {
-        block_on(zeroing.write_zeroes(0, capacity, false)).expect("zeroed")
-    });
-    let settled = nbraid_core::ppl::stats().since(&before).entries;
-    assert!(
-        settled >= WRITTEN,
-        "the zeroing settled {settled} entries: the run was not one the log had to settle"
-    );
-    let got = block_on(a.read(0, capacity)).expect("read back");
-    assert!(got.iter().all(|&b| b == 0), "every byte zero");
+    zeroing(&RAID5);
 }
 
 #[test]
 fn a_write_back_destage_of_whole_stripes_over_a_ring_full_of_replayable_entries_ends() {
-    let _alone = alone();
-    let a = Arc::new(create(CacheMode::WriteBack { bytes: 64 * MIB }));
-    write_one_ring(&a);
-    let capacity = a.volume().capacity();
-    let whole = pattern(99, capacity as usize);
-    let want = whole.to_vec();
-    let before = nbraid_core::ppl::stats();
-    let writer = a.clone();
-    within_a_minute("writing the whole volume and flushing it", move || {
-        block_on(writer.write(0, whole, false)).expect("written");
-        block_on(writer.flush()).expect("destaged");
-    });
-    let settled = nbraid_core::ppl::stats().since(&before).entries;
-    assert!(
-        settled >= WRITTEN,
-        "the destage settled {settled} entries: not a run the log had to settle"
+    destage(&RAID5);
+}
+
+#[test]
+fn raid6_zeroing_over_full_p_and_q_rings_ends() {
+    zeroing(&RAID6);
+}
+
+#[test]
+fn raid6_write_back_destage_over_full_p_and_q_rings_ends() {
+    destage(&RAID6);
+}
+
+#[test]
+fn zeroing_with_64k_strips_settles_pieces_of_many_stripes() {
+    let need = nbraid_layout::log_ring_bytes(&BIG_STRIP.group());
+    assert_eq!(
+        BIG_STRIP.log_reserve, need,
+        "the smallest reserve the config takes"
     );
-    let got = block_on(a.read(0, capacity)).expect("read back");
-    assert!(got[..] == want[..], "every byte as written");
+    zeroing(&BIG_STRIP);
+}
+
+#[test]
+fn write_back_destage_with_64k_strips_settles_pieces_of_many_stripes() {
+    destage(&BIG_STRIP);
 }
