@@ -141,11 +141,18 @@ impl Inner {
             self.ranges.range(first..e).map(|(&k, &v)| (k, v)).collect();
         for (k, (end, flags)) in hit {
             self.ranges.remove(&k);
-            if k < s {
-                self.ranges.insert(k, (s, flags));
-            }
-            if end > e {
-                self.ranges.insert(e, (end, flags));
+            let (left, right) = ((k < s).then_some((k, s)), (end > e).then_some((e, end)));
+            // A write inside one range splits it: one range more. At the cap the shorter
+            // side is forgotten (reported as data, always correct), or scattered writes over
+            // a device trimmed whole would grow the map with each of them.
+            let keep = match (left, right) {
+                (Some(l), Some(r)) if self.ranges.len() + 2 > MAX_RANGES => {
+                    [Some(if l.1 - l.0 >= r.1 - r.0 { l } else { r }), None]
+                }
+                _ => [left, right],
+            };
+            for (from, to) in keep.into_iter().flatten() {
+                self.ranges.insert(from, (to, flags));
             }
         }
     }
@@ -211,6 +218,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn scattered_writes_over_a_device_trimmed_whole_never_pass_the_cap() {
+        let map = ZeroMap::default();
+        let t = map.begin_zeroing();
+        map.zeroed(t, 0, 1 << 40, HZ);
+        let writes = MAX_RANGES as u64 + 1000;
+        for i in 0..writes {
+            drop(map.begin_write(i * 8192 + 4096, 4096));
+        }
+        assert_eq!(map.len(), MAX_RANGES);
+        // What is kept is still right: the gap before each write, and the device's tail.
+        let ex = map.extents(0, 16384);
+        assert_eq!(
+            expand_lengths(&ex),
+            vec![(4096, HZ), (4096, 0), (4096, HZ), (4096, 0)]
+        );
+        let tail = (writes - 1) * 8192 + 8192;
+        assert_eq!(map.extents(tail, 4096)[0].flags, HZ);
+    }
+
+    fn expand_lengths(ex: &[Extent]) -> Vec<(u32, u32)> {
+        ex.iter().map(|e| (e.length, e.flags)).collect()
     }
 
     #[test]
