@@ -61,6 +61,9 @@ struct State {
     retired: NumMap<(u64, u32), u64>,
     /// The ring floor `retired` was last trimmed to.
     retired_floor: u64,
+    /// `retired` past this many bands is trimmed band by band to its own rings' tails
+    /// ([`GroupLog::trim_retired`]); then set to twice what is left.
+    retired_cap: usize,
     /// Per member of the group, durable write counts and failed flags when `retire` last
     /// looked at every band.
     seen: (Vec<u64>, Vec<bool>),
@@ -123,6 +126,10 @@ impl State {
         rx
     }
 }
+
+/// `retired` is trimmed band by band once it holds more than this (and then twice what the
+/// last such trim left): a few MiB a group at most, a pass over it rare.
+const RETIRED_CAP_MIN: usize = 1 << 16;
 
 /// Partial-parity buffers a log keeps for reuse (4 KiB each at most: 4 MiB).
 const SPARE_PARTS: usize = 1024;
@@ -231,6 +238,7 @@ impl GroupLog {
                 bands: Bands::default(),
                 retired: NumMap::default(),
                 retired_floor: 0,
+                retired_cap: RETIRED_CAP_MIN,
                 seen: (Vec::new(), Vec::new()),
                 changed: Vec::new(),
                 rings,
@@ -322,6 +330,34 @@ impl GroupLog {
             st.retired.retain(|_, seq| *seq >= floor);
             st.retired_floor = floor;
         }
+        if st.retired.len() > st.retired_cap {
+            self.trim_retired(st);
+        }
+    }
+
+    /// Forgets each retired band whose entry lies below the tails of the rings its stripe's
+    /// entries go to. The floor of every ring together stands still while some ring gets no
+    /// batch (a workload that never writes the stripes it takes), and `retired` would keep
+    /// every band written meanwhile; this costs a pass over `retired`, taken only when it
+    /// has doubled since the last.
+    fn trim_retired(&self, st: &mut State) {
+        let tail = |c: usize| {
+            let r = st.rings[c].as_ref().filter(|r| !r.lapsed)?;
+            Some(r.durable_tail)
+        };
+        let floors: Vec<Option<u64>> = (0..st.rings.len()).map(tail).collect();
+        let floor_of = |stripe: u64| {
+            let roles = self.layout.roles(stripe);
+            // No ring left that is not lapsed: a lapsed ring back from a failure is logged
+            // over before any write could need this band (see `Ring::lapsed`).
+            ([Some(roles.p), roles.q].into_iter().flatten())
+                .filter_map(|c| floors[c])
+                .min()
+                .unwrap_or(u64::MAX)
+        };
+        st.retired
+            .retain(|&(stripe, _), seq| *seq >= floor_of(stripe));
+        st.retired_cap = (2 * st.retired.len()).max(RETIRED_CAP_MIN);
     }
 
     /// Whether a write may be logged over a band left unflushed when `needs_no_flush` says so:
