@@ -208,7 +208,10 @@ mod tests {
     /// A mirror of two RAID 5 groups of three members (copy 0 on members 0–2, copy 1 on
     /// 3–5), `stripes` stripes of 4 KiB strips each, parity known in sync; and copy 0's
     /// group, to look at.
-    fn mirror_of_raid5s(stripes: u64) -> (MirrorNode, Arc<ParityCore>, Arc<MemberTable>) {
+    fn mirror_of_raid5s(
+        stripes: u64,
+        cache: CacheMode,
+    ) -> (MirrorNode, Arc<ParityCore>, Arc<MemberTable>) {
         const STRIP: u64 = 4096;
         let len = stripes * STRIP;
         let members: Vec<Arc<dyn Member>> = (0..6)
@@ -232,7 +235,7 @@ mod tests {
                 kids,
                 node.capacity(),
                 SyncState::Clean,
-                CacheMode::WriteThrough,
+                cache,
                 None,
                 repairs.clone(),
             )
@@ -316,7 +319,7 @@ mod tests {
     #[test]
     fn stale_stripes_of_a_copy_beyond_tolerance_cost_memory_bounded_by_the_group() {
         let stripes = 1 << 16;
-        let (mirror, core0, table) = mirror_of_raid5s(stripes);
+        let (mirror, core0, table) = mirror_of_raid5s(stripes, CacheMode::WriteThrough);
         let health = &core0.stripes.health;
         table.fail(1, &"test");
         table.fail(2, &"test");
@@ -358,5 +361,48 @@ mod tests {
     fn parity_starts_in_sync_only_over_known_zero_members() {
         assert_eq!(SyncState::at_assembly(true), SyncState::Clean);
         assert_eq!(SyncState::at_assembly(false), SyncState::Unknown);
+    }
+
+    /// As above with a write-back cache: the stale marks as bounded, and the writes, their
+    /// evictions (of stripes that stay cached, each failing again) and aged destages say
+    /// little more than the loss itself. A line per write and per aged entry each flusher
+    /// tick before.
+    #[test]
+    fn a_write_back_copy_beyond_tolerance_logs_no_line_per_write() {
+        let stripes = 1 << 16;
+        let cache = CacheMode::WriteBack { bytes: 64 << 10 };
+        let (mirror, core0, table) = mirror_of_raid5s(stripes, cache);
+        table.fail(1, &"test");
+        table.fail(2, &"test");
+        let written = 4096;
+        let every = stripes / written;
+        let warnings = Arc::new(Warnings::default());
+        tracing::subscriber::with_default(warnings.clone(), || {
+            for j in 0..written {
+                let at = j * every * 8192;
+                let data = SharedBuf::from(Buf::copy_from(&[(j % 251) as u8; 4096]));
+                block_on(mirror.write(at, data, false)).unwrap();
+            }
+            for _ in 0..16 {
+                block_on(
+                    core0
+                        .destager()
+                        .destage_older_than(std::time::Duration::ZERO),
+                );
+            }
+        });
+        let cached = core0.cache.as_ref().unwrap().state.lock().entries.len();
+        assert!(cached > 0, "stripes that cannot be destaged stay cached");
+        let failed = (core0.cache.as_ref().unwrap().failed_destages)
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert!(failed >= written - 64, "{failed} failed destages");
+        let logged = warnings.0.load(std::sync::atomic::Ordering::Relaxed) as u64;
+        assert!(
+            logged <= 2 + failed.ilog2() as u64,
+            "{logged} warnings for {failed} failed destages"
+        );
+        let health = &core0.stripes.health;
+        assert_eq!(health.stale_count(), written);
+        assert_eq!(health.stale_heap_bytes(), stripes.div_ceil(64) as usize * 8);
     }
 }
