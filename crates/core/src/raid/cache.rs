@@ -331,6 +331,8 @@ pub(super) struct Cache {
     /// for a flush, for eviction or to become full).
     pub(super) max_age: Option<Duration>,
     pub(super) state: Mutex<CacheState>,
+    /// Evictions and aged destages that failed ([`Destager::warn_failed`]).
+    pub(super) failed_destages: AtomicU64,
 }
 
 impl Cache {
@@ -391,6 +393,21 @@ pub(super) struct Destager<'a> {
 }
 
 impl Destager<'_> {
+    /// Logs a failed eviction or aged destage: the group's first and each power of two after
+    /// it. A group beyond its tolerance fails every one, again and again (its entries stay
+    /// and are chosen again): under a mirror whose other copy serves, one per write and one
+    /// per aged entry each flusher tick, where the loss itself is said once
+    /// (`StripeHealth::first_loss`).
+    pub(super) fn warn_failed(&self, what: std::fmt::Arguments<'_>, e: &VolumeError) {
+        let Some(cache) = self.cache else { return };
+        let n = cache.failed_destages.fetch_add(1, Ordering::Relaxed) + 1;
+        if n.is_power_of_two() {
+            tracing::warn!(
+                "stripe cache {what}: {e} (failure {n} of the group's, said at powers of two)"
+            );
+        }
+    }
+
     /// Destages least recently used stripes, the fullest of them first ([`choose_victims`]),
     /// until `room_bytes` more fit within the bound: one at a time, or with a partial-parity
     /// log [`LOGGED_EVICT_BATCH`] at once.
@@ -504,7 +521,7 @@ impl Destager<'_> {
             .buffer_unordered(self.width().min(AGED_DESTAGES_IN_FLIGHT));
         while let Some((s, r)) = writes.next().await {
             if let Err(e) = r {
-                tracing::warn!("stripe cache: destaging aged stripe {s}: {e}");
+                self.warn_failed(format_args!("destaging aged stripe {s}"), &e);
             }
         }
     }

@@ -339,6 +339,7 @@ impl ParityCore {
                 bound: bytes.max(layout.stripe_width()),
                 max_age,
                 state: Mutex::new(CacheState::default()),
+                failed_destages: AtomicU64::new(0),
             }),
         };
         ParityCore {

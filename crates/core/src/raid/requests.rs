@@ -53,7 +53,7 @@ impl ParityCore {
         {
             // Make room first, before this write holds stripe locks an eviction may need.
             if let Err(e) = destager.evict(room_bytes).await {
-                tracing::warn!("stripe cache eviction: {e}");
+                destager.warn_failed(format_args!("eviction"), &e);
             }
         }
         let mut over_bound = false;
@@ -125,7 +125,7 @@ impl ParityCore {
             // This write is in the cache (or on the members) either way: a stripe that cannot
             // be destaged stays cached and dirty (reads see it) and the next flush reports it.
             if let Err(e) = destager.evict(0).await {
-                tracing::warn!("stripe cache eviction: {e}");
+                destager.warn_failed(format_args!("eviction"), &e);
             }
         }
         Ok(())

@@ -213,6 +213,8 @@ impl StripeWriter<'_> {
     /// chunk that still takes writes (so a direct read there is never stale) and mark the
     /// stripe's parity stale (so nothing is rebuilt from it).
     pub(super) async fn salvage(&self, stripe: u64, w: &[Vec<(u64, SharedBuf)>], fua: bool) {
+        self.stripes
+            .debug_assert_exclusive(stripe, "marking its parity stale");
         self.stripes.health.mark_stale(stripe);
         let roles = self.stripes.chunks.layout.roles(stripe);
         let base = self.stripes.chunks.layout.chunk_offset(stripe);
