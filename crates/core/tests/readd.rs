@@ -208,12 +208,7 @@ fn read_all(a: &Array) -> Vec<u8> {
 /// two small regions are written while it is out. Returns the model.
 fn fill_then_lose(a: &Array, d: &[Arc<Switch>], gone: usize) -> Vec<u8> {
     let cap = a.volume().capacity();
-    let mut model = vec![0u8; cap as usize];
-    let mut at = 0;
-    while at < cap {
-        write(a, &mut model, at, MIB, 1);
-        at += MIB;
-    }
+    let mut model = filled(a);
     block_on(a.flush()).expect("flush");
     assert_eq!(a.volume().failed_count(), 0);
     d[gone].down.store(true, SeqCst);
@@ -224,6 +219,18 @@ fn fill_then_lose(a: &Array, d: &[Arc<Switch>], gone: usize) -> Vec<u8> {
         a.volume().member_is_failed(gone),
         "the member was not failed"
     );
+    model
+}
+
+/// The whole volume written, 1 MiB at a time. Returns the model.
+fn filled(a: &Array) -> Vec<u8> {
+    let cap = a.volume().capacity();
+    let mut model = vec![0u8; cap as usize];
+    let mut at = 0;
+    while at < cap {
+        write(a, &mut model, at, MIB, 1);
+        at += MIB;
+    }
     model
 }
 
@@ -461,12 +468,7 @@ fn a_member_unreachable_at_open_is_served_degraded_then_re_added_over_the_bitmap
         let d: Vec<Arc<Switch>> = (0..n).map(Switch::new).collect();
         let a = create(level, &d, true);
         let cap = a.volume().capacity();
-        let mut model = vec![0u8; cap as usize];
-        let mut at = 0;
-        while at < cap {
-            write(&a, &mut model, at, MIB, 1);
-            at += MIB;
-        }
+        let mut model = filled(&a);
         block_on(a.mark_clean()).expect("clean");
         drop(a);
 
@@ -556,12 +558,7 @@ fn a_returning_members_old_log_entries_are_never_replayed_over_what_was_written_
     let d: Vec<Arc<Switch>> = (0..3).map(Switch::new).collect();
     let a = create(Level::Raid5, &d, true);
     let cap = a.volume().capacity();
-    let mut model = vec![0u8; cap as usize];
-    let mut at = 0;
-    while at < cap {
-        write(&a, &mut model, at, MIB, 1);
-        at += MIB;
-    }
+    let mut model = filled(&a);
     block_on(a.flush()).expect("flush");
     // 3 members, left-symmetric: stripe 0 (128 KiB) has P on member 2, data on 0 and 1.
     // A read-modify-write of its first sector puts an entry on member 2's ring.

@@ -316,6 +316,16 @@ mod tests {
     /// holds those marks is bounded by the group's size (a bit per stripe), however many
     /// stripes the writes touch — it was a hash set growing by at least 9 bytes per stripe
     /// (a volume written all over held GBs), scanned whole by every `any_stale`.
+    /// 4 KiB into stripe 0, `every`, 2 × `every`, … (`written` stripes of 8 KiB of data),
+    /// the `j`th filled with `j % 251`.
+    fn write_spread(mirror: &MirrorNode, written: u64, every: u64) {
+        for j in 0..written {
+            let at = j * every * 8192;
+            let data = SharedBuf::from(Buf::copy_from(&[(j % 251) as u8; 4096]));
+            block_on(mirror.write(at, data, false)).unwrap();
+        }
+    }
+
     #[test]
     fn stale_stripes_of_a_copy_beyond_tolerance_cost_memory_bounded_by_the_group() {
         let stripes = 1 << 16;
@@ -328,11 +338,7 @@ mod tests {
         let every = stripes / written;
         let warnings = Arc::new(Warnings::default());
         tracing::subscriber::with_default(warnings.clone(), || {
-            for j in 0..written {
-                let at = j * every * 8192;
-                let data = SharedBuf::from(Buf::copy_from(&[(j % 251) as u8; 4096]));
-                block_on(mirror.write(at, data, false)).unwrap();
-            }
+            write_spread(&mirror, written, every);
         });
         let logged = warnings.0.load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!(
@@ -378,11 +384,7 @@ mod tests {
         let every = stripes / written;
         let warnings = Arc::new(Warnings::default());
         tracing::subscriber::with_default(warnings.clone(), || {
-            for j in 0..written {
-                let at = j * every * 8192;
-                let data = SharedBuf::from(Buf::copy_from(&[(j % 251) as u8; 4096]));
-                block_on(mirror.write(at, data, false)).unwrap();
-            }
+            write_spread(&mirror, written, every);
             for _ in 0..16 {
                 block_on(
                     core0
