@@ -21,14 +21,18 @@ use std::sync::Arc;
 mod bands;
 mod masks;
 mod partial;
+mod retired;
 mod ring;
 mod rounds;
+mod state;
 use bands::{known_bands, Band, Bands, Key};
 use masks::{bands_masks_into, covered, needs_no_flush};
 use partial::partials;
+use retired::Retired;
 use ring::Ring;
 pub(crate) use ring::Rings;
 pub(crate) use rounds::LogFailed;
+use state::{Pending, State};
 
 /// What a stripe write can tell the log about the bytes it replaces.
 pub(crate) enum Values<'a> {
@@ -47,89 +51,6 @@ pub(crate) enum Values<'a> {
 
 /// The entries one stripe write logs, each with the rings it goes to.
 pub(crate) type Prepared = Vec<(Entry, Rings)>;
-
-struct Pending {
-    ticket: u64,
-    entry: Entry,
-    rings: Rings,
-}
-
-struct State {
-    next_seq: u64,
-    bands: Bands,
-    /// Bands settled in memory whose last entry a ring may still replay: (band) → seq.
-    retired: NumMap<(u64, u32), u64>,
-    /// The ring floor `retired` was last trimmed to.
-    retired_floor: u64,
-    /// `retired` past this many bands is trimmed band by band to its own rings' tails
-    /// ([`GroupLog::trim_retired`]); then set to twice what is left.
-    retired_cap: usize,
-    /// Per member of the group, durable write counts and failed flags when `retire` last
-    /// looked at every band.
-    seen: (Vec<u64>, Vec<bool>),
-    /// Bands whose writes ended or whose entry was written since `retire` last ran.
-    changed: Vec<(u64, u32)>,
-    rings: Vec<Option<Ring>>,
-    pending: Vec<Pending>,
-    next_ticket: u64,
-    /// Per ticket not yet ended, where to say whether it was written (true) or failed: a
-    /// writer learns it without queueing for a round slot (where, behind a round in
-    /// flight, it would hold up every writer after it).
-    notify: NumMap<u64, oneshot::Sender<Result<(), LogFailed>>>,
-    /// Per band, writers waiting for its write in flight to end (`prepare`): woken when
-    /// that band changes, not when any band does.
-    band_waiters: NumMap<Key, Vec<oneshot::Sender<()>>>,
-    /// Rounds waiting for ring room (`no_room`): woken when a flush may settle a band, or a
-    /// round ends.
-    room_waiters: Vec<oneshot::Sender<()>>,
-    /// Rounds being written (at most [`MAX_ROUNDS_IN_FLIGHT`]).
-    rounds_in_flight: usize,
-    /// Writers waiting for a round to end so they may start one.
-    slot_waiters: Vec<oneshot::Sender<()>>,
-    /// Partial-parity buffers of entries written, for the next entries: allocated anew
-    /// each, a round's worth freed at once gave the heap back to the kernel and every new one
-    /// page-faulted (a tenth of the log's CPU time at queue depth). At most `SPARE_PARTS`.
-    spare_parts: Vec<Vec<u8>>,
-    /// Entries' sector masks and retired bands' vectors (`need`, `dirty`), for the next
-    /// entries and bands: a few small allocations an entry otherwise. At most `SPARE_PARTS`.
-    spare_masks: Vec<Vec<u8>>,
-    spare_bands: Vec<(Vec<u64>, Vec<u8>)>,
-    /// The masks of a stripe write's bands (`prepare`), kept for the next one.
-    scratch_masks: Vec<u8>,
-}
-
-impl State {
-    /// Band `key`'s writes ended or its entry was settled on the rings: `retire` looks at it
-    /// again, and the writers waiting for it try again.
-    fn band_changed(&mut self, key: Key) {
-        self.changed.push(key);
-        for w in self.band_waiters.remove(&key).into_iter().flatten() {
-            let _ = w.send(());
-        }
-    }
-
-    /// Wakes the rounds waiting for ring room.
-    fn wake_room(&mut self) {
-        for w in self.room_waiters.drain(..) {
-            let _ = w.send(());
-        }
-    }
-
-    /// A receiver woken when band `key` changes (registered under the state lock: the
-    /// wake-up cannot be missed).
-    fn wait_for_band(&mut self, key: Key) -> oneshot::Receiver<()> {
-        let (tx, rx) = oneshot::channel();
-        let waiters = self.band_waiters.entry(key).or_default();
-        // Writers that gave up (their futures dropped) leave closed senders behind.
-        waiters.retain(|w| !w.is_canceled());
-        waiters.push(tx);
-        rx
-    }
-}
-
-/// `retired` is trimmed band by band once it holds more than this (and then twice what the
-/// last such trim left): a few MiB a group at most, a pass over it rare.
-const RETIRED_CAP_MIN: usize = 1 << 16;
 
 /// Partial-parity buffers a log keeps for reuse (4 KiB each at most: 4 MiB).
 const SPARE_PARTS: usize = 1024;
@@ -236,9 +157,7 @@ impl GroupLog {
             state: Mutex::new(State {
                 next_seq: 1,
                 bands: Bands::default(),
-                retired: NumMap::default(),
-                retired_floor: 0,
-                retired_cap: RETIRED_CAP_MIN,
+                retired: Retired::default(),
                 seen: (Vec::new(), Vec::new()),
                 changed: Vec::new(),
                 rings,
@@ -324,22 +243,15 @@ impl GroupLog {
         let floor = (st.rings.iter().flatten())
             .filter(|r| !r.lapsed)
             .map(|r| r.durable_tail)
-            .min()
-            .unwrap_or(st.retired_floor);
-        if floor != st.retired_floor {
-            st.retired.retain(|_, seq| *seq >= floor);
-            st.retired_floor = floor;
-        }
-        if st.retired.len() > st.retired_cap {
+            .min();
+        st.retired.trim_to(floor);
+        if st.retired.over_cap() {
             self.trim_retired(st);
         }
     }
 
     /// Forgets each retired band whose entry lies below the tails of the rings its stripe's
-    /// entries go to. The floor of every ring together stands still while some ring gets no
-    /// batch (a workload that never writes the stripes it takes), and `retired` would keep
-    /// every band written meanwhile; this costs a pass over `retired`, taken only when it
-    /// has doubled since the last.
+    /// entries go to (see [`Retired::trim_each`]).
     fn trim_retired(&self, st: &mut State) {
         let tail = |c: usize| {
             let r = st.rings[c].as_ref().filter(|r| !r.lapsed)?;
@@ -355,9 +267,7 @@ impl GroupLog {
                 .min()
                 .unwrap_or(u64::MAX)
         };
-        st.retired
-            .retain(|&(stripe, _), seq| *seq >= floor_of(stripe));
-        st.retired_cap = (2 * st.retired.len()).max(RETIRED_CAP_MIN);
+        st.retired.trim_each(floor_of);
     }
 
     /// Whether a write may be logged over a band left unflushed when `needs_no_flush` says so:
@@ -529,7 +439,7 @@ impl GroupLog {
             let live = st.bands.contains_key(&key);
             let full = mask.iter().fold(0xff, |a, m| a & m);
             let stored = covered & !full;
-            let replayable = lapsed || st.retired.get(&key).is_some_and(|&s| s >= floor);
+            let replayable = lapsed || st.retired.replayable(&key, floor);
             if stored == 0 && !replayable && !live {
                 // Every chunk written wherever anything is: nothing to protect, nothing stale.
                 continue;
@@ -688,7 +598,7 @@ impl GroupLog {
         let mut st = self.state.lock();
         let per_stripe = self.strip.div_ceil(BAND_BYTES);
         let live = |st: &State| {
-            known_bands(&st.bands, &st.retired, first..end, per_stripe)
+            known_bands(&st.bands, st.retired.seqs(), first..end, per_stripe)
                 .into_iter()
                 .filter_map(|k| st.bands.get(&k).map(|b| (k, b.done())))
                 .collect::<Vec<(Key, bool)>>()
@@ -703,7 +613,7 @@ impl GroupLog {
                 return Err(Blocked::Wait(st.wait_for_band(key)));
             }
         }
-        let mut keys = known_bands(&st.bands, &st.retired, first..end, per_stripe);
+        let mut keys = known_bands(&st.bands, st.retired.seqs(), first..end, per_stripe);
         keys.extend(self.lapsed_keys(&st, first..end));
         keys.sort_unstable();
         keys.dedup();

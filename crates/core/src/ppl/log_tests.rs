@@ -726,7 +726,7 @@ fn a_ring_that_gets_no_batch_holds_no_other_rings_bands_retired() {
             .collect();
         assert!(mine.len() > 1100, "{}", mine.len());
         // The trim waits for more bands than this test writes: lowered for it.
-        log.state.lock().retired_cap = 1000;
+        log.state.lock().retired.set_cap(1000);
         for &stripe in &mine[..1100] {
             let entries = one_sector(&log, stripe).ok().expect("nothing live");
             drop(block_on(log.write(entries)).expect("written"));

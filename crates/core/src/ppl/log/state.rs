@@ -1,0 +1,81 @@
+//! The log's state, one lock for all of it: the bands and rings, the entries waiting for a
+//! round, and who waits for what (woken when their band changes or ring room may have come).
+
+use super::rounds::LogFailed;
+use super::{Bands, Entry, Key, Retired, Ring, Rings};
+use crate::num_hash::NumMap;
+use futures::channel::oneshot;
+
+pub(super) struct Pending {
+    pub(super) ticket: u64,
+    pub(super) entry: Entry,
+    pub(super) rings: Rings,
+}
+
+pub(super) struct State {
+    pub(super) next_seq: u64,
+    pub(super) bands: Bands,
+    /// Bands settled in memory whose last entry a ring may still replay.
+    pub(super) retired: Retired,
+    /// Per member of the group, durable write counts and failed flags when `retire` last
+    /// looked at every band.
+    pub(super) seen: (Vec<u64>, Vec<bool>),
+    /// Bands whose writes ended or whose entry was written since `retire` last ran.
+    pub(super) changed: Vec<(u64, u32)>,
+    pub(super) rings: Vec<Option<Ring>>,
+    pub(super) pending: Vec<Pending>,
+    pub(super) next_ticket: u64,
+    /// Per ticket not yet ended, where to say whether it was written (true) or failed: a
+    /// writer learns it without queueing for a round slot (where, behind a round in
+    /// flight, it would hold up every writer after it).
+    pub(super) notify: NumMap<u64, oneshot::Sender<Result<(), LogFailed>>>,
+    /// Per band, writers waiting for its write in flight to end (`prepare`): woken when
+    /// that band changes, not when any band does.
+    pub(super) band_waiters: NumMap<Key, Vec<oneshot::Sender<()>>>,
+    /// Rounds waiting for ring room (`no_room`): woken when a flush may settle a band, or a
+    /// round ends.
+    pub(super) room_waiters: Vec<oneshot::Sender<()>>,
+    /// Rounds being written (at most [`super::MAX_ROUNDS_IN_FLIGHT`]).
+    pub(super) rounds_in_flight: usize,
+    /// Writers waiting for a round to end so they may start one.
+    pub(super) slot_waiters: Vec<oneshot::Sender<()>>,
+    /// Partial-parity buffers of entries written, for the next entries: allocated anew
+    /// each, a round's worth freed at once gave the heap back to the kernel and every new one
+    /// page-faulted (a tenth of the log's CPU time at queue depth). At most `SPARE_PARTS`.
+    pub(super) spare_parts: Vec<Vec<u8>>,
+    /// Entries' sector masks and retired bands' vectors (`need`, `dirty`), for the next
+    /// entries and bands: a few small allocations an entry otherwise. At most `SPARE_PARTS`.
+    pub(super) spare_masks: Vec<Vec<u8>>,
+    pub(super) spare_bands: Vec<(Vec<u64>, Vec<u8>)>,
+    /// The masks of a stripe write's bands (`prepare`), kept for the next one.
+    pub(super) scratch_masks: Vec<u8>,
+}
+
+impl State {
+    /// Band `key`'s writes ended or its entry was settled on the rings: `retire` looks at it
+    /// again, and the writers waiting for it try again.
+    pub(super) fn band_changed(&mut self, key: Key) {
+        self.changed.push(key);
+        for w in self.band_waiters.remove(&key).into_iter().flatten() {
+            let _ = w.send(());
+        }
+    }
+
+    /// Wakes the rounds waiting for ring room.
+    pub(super) fn wake_room(&mut self) {
+        for w in self.room_waiters.drain(..) {
+            let _ = w.send(());
+        }
+    }
+
+    /// A receiver woken when band `key` changes (registered under the state lock: the
+    /// wake-up cannot be missed).
+    pub(super) fn wait_for_band(&mut self, key: Key) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        let waiters = self.band_waiters.entry(key).or_default();
+        // Writers that gave up (their futures dropped) leave closed senders behind.
+        waiters.retain(|w| !w.is_canceled());
+        waiters.push(tx);
+        rx
+    }
+}
