@@ -17,7 +17,7 @@ use nbraid_core::{
     Buf, CacheMode, Member, MemberCounters, MemberError, MemberOp, MemberResult, MemoryMember,
     PassControl, PassState, SharedBuf, VolumeOptions,
 };
-use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
+use nbraid_layout::{Level, Node, ParityLayout, Region, Shape, StripeRoles};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
@@ -551,54 +551,82 @@ fn a_member_failing_during_the_re_add_is_recorded_before_writes_are_acknowledged
 /// The log forgets bands the failed ring alone could replay (their memory would grow with
 /// every band a degraded array writes), so it must mask that ring's entries before they can
 /// be replayed: a crash after the re-add, with a data member absent at the restart, must
-/// not replay them over the new bytes.
+/// not replay them over the new bytes. RAID 5, and RAID 6 with the P ring's member away,
+/// then the Q ring's.
 #[test]
 fn a_returning_members_old_log_entries_are_never_replayed_over_what_was_written_while_it_was_away()
 {
-    let d: Vec<Arc<Switch>> = (0..3).map(Switch::new).collect();
-    let a = create(Level::Raid5, &d, true);
+    for (level, n, parity, ring) in [
+        (Level::Raid5, 3, 1, Part::P),
+        (Level::Raid6, 4, 2, Part::P),
+        (Level::Raid6, 4, 2, Part::Q),
+    ] {
+        let roles = |stripe| StripeRoles::md(ParityLayout::LeftSymmetric, n, parity, stripe);
+        let gone = match ring {
+            Part::P => roles(0).p,
+            Part::Q => roles(0).q.expect("RAID 6 has Q"),
+        };
+        // While it is away, writes go to stripes where it holds data: the resync then
+        // rewrites data chunks, logged on other rings, and puts no batch on its ring.
+        let holds_data = |stripe| roles(stripe).data.contains(&gone);
+        old_entries_stay_masked(level, n, gone, roles(0).data[1], &holds_data);
+    }
+}
+
+/// Which parity ring of stripe 0 goes away.
+#[derive(Clone, Copy, Debug)]
+enum Part {
+    P,
+    Q,
+}
+
+/// [`a_returning_members_old_log_entries_are_never_replayed_over_what_was_written_while_it_was_away`]
+/// on `n` members of `level`: member `gone` holds a parity ring of stripe 0, member `absent`
+/// its second data chunk; the writes while `gone` is away go to stripes `elsewhere` takes.
+fn old_entries_stay_masked(
+    level: Level,
+    n: usize,
+    gone: usize,
+    absent: usize,
+    elsewhere: &dyn Fn(u64) -> bool,
+) {
+    let what = format!("{level:?} of {n}, member {gone} away, {absent} absent at the restart");
+    let d: Vec<Arc<Switch>> = (0..n).map(Switch::new).collect();
+    let a = create(level, &d, true);
     let cap = a.volume().capacity();
     let mut model = filled(&a);
     block_on(a.flush()).expect("flush");
-    // 3 members, left-symmetric: stripe 0 (128 KiB) has P on member 2, data on 0 and 1.
-    // A read-modify-write of its first sector puts an entry on member 2's ring.
-    let stripe_bytes = 128 * KIB;
+    // 64 KiB chunks: a read-modify-write of stripe 0's first sector puts an entry on the
+    // rings of its parity members.
+    let stripe_bytes = a.volume().geometry().full_stripe_width().expect("parity");
     write(&a, &mut model, 0, 4 * KIB, 2);
     block_on(a.flush()).expect("flush");
-    // Member 2 goes (a write to stripe 1's chunk on it finds it gone); stripe 0 is
-    // rewritten whole, unlogged; writes elsewhere move the other rings' tails on.
-    d[2].down.store(true, SeqCst);
-    write(&a, &mut model, stripe_bytes, 4 * KIB, 3);
-    assert!(a.volume().member_is_failed(2), "member 2 failed");
+    // Member `gone` goes (a write to a stripe with a chunk on it finds it gone); stripe 0
+    // is rewritten whole, unlogged; writes elsewhere move the other rings' tails on.
+    d[gone].down.store(true, SeqCst);
+    write(&a, &mut model, stripe_bytes, stripe_bytes, 3);
+    assert!(a.volume().member_is_failed(gone), "{what}: not failed");
     write(&a, &mut model, 0, stripe_bytes, 4);
-    for i in 0..300u64 {
-        let stripe = 1 + (i * 7) % (cap / stripe_bytes - 1);
-        write(
-            &a,
-            &mut model,
-            stripe * stripe_bytes + 8 * KIB,
-            4 * KIB,
-            5 + i,
-        );
+    let stripes = (1..).map(|i: u64| 1 + (i * 7) % (cap / stripe_bytes - 1));
+    for (i, stripe) in (0..300u64).zip(stripes.filter(|&s| elsewhere(s))) {
+        let at = stripe * stripe_bytes + 8 * KIB;
+        write(&a, &mut model, at, 4 * KIB, 5 + i);
         if i % 50 == 49 {
             block_on(a.flush()).expect("flush degraded");
         }
     }
     block_on(a.flush()).expect("flush degraded");
     // Back, re-added, resynced: current again.
-    d[2].down.store(false, SeqCst);
-    assert!(matches!(block_on(a.readd(2)), Ok(Readd::Resync { .. })));
+    d[gone].down.store(false, SeqCst);
+    assert!(matches!(block_on(a.readd(gone)), Ok(Readd::Resync { .. })));
     resync(&a);
-    assert!(a.volume().member_is_current(2));
-    assert!(read_all(&a) == model, "reads after the re-add");
-    // A crash; member 1 (the chunk of stripe 0 the old entry's partial parity stands
-    // for) is absent at the restart.
+    assert!(a.volume().member_is_current(gone), "{what}: not current");
+    assert!(read_all(&a) == model, "{what}: reads after the re-add");
+    // A crash; the member holding a chunk of stripe 0 the old entry's partial parity
+    // stands for is absent at the restart.
     drop(a);
-    d[1].down.store(true, SeqCst);
-    let (a, report) = reopen(Level::Raid5, &d);
-    assert_eq!(report.absent_roles, vec![1], "{report:?}");
-    assert!(
-        read_all(&a) == model,
-        "reads after the restart without member 1"
-    );
+    d[absent].down.store(true, SeqCst);
+    let (a, report) = reopen(level, &d);
+    assert_eq!(report.absent_roles, vec![absent], "{what}: {report:?}");
+    assert!(read_all(&a) == model, "{what}: reads after the restart");
 }
