@@ -177,8 +177,7 @@ async fn chunk<R: AsyncRead + Unpin>(
             }
             let at = r.read_u64().await?;
             let n = u64::from(len - 8);
-            let rel = at.checked_sub(req_off).filter(|rel| rel + n <= req_len);
-            let Some(rel) = rel.filter(|_| n > 0) else {
+            let Some(rel) = place(at, n, req_off, req_len) else {
                 return Err(bad("OFFSET_DATA outside the range read"));
             };
             if let Err(o) = p.covered.add(rel, rel + n) {
@@ -203,8 +202,7 @@ async fn chunk<R: AsyncRead + Unpin>(
             }
             let at = r.read_u64().await?;
             let n = u64::from(r.read_u32().await?);
-            let rel = at.checked_sub(req_off).filter(|rel| rel + n <= req_len);
-            let Some(rel) = rel.filter(|_| n > 0) else {
+            let Some(rel) = place(at, n, req_off, req_len) else {
                 return Err(bad("OFFSET_HOLE outside the range read"));
             };
             if let Err(o) = p.covered.add(rel, rel + n) {
@@ -263,6 +261,14 @@ async fn chunk<R: AsyncRead + Unpin>(
             Ok(())
         }
     }
+}
+
+/// Where a chunk of `n` bytes at `at` lies in a read of `req_len` bytes at `req_off`: its
+/// offset within the read, or `None` when it is empty or reaches outside. `at` is whatever
+/// the server sent (any 64-bit value): nothing here may overflow.
+fn place(at: u64, n: u64, req_off: u64, req_len: u64) -> Option<u64> {
+    let rel = at.checked_sub(req_off)?;
+    (n > 0 && n <= req_len && rel <= req_len - n).then_some(rel)
 }
 
 /// The buffer a read answered in several chunks lands in: the caller's, else a zeroed one.
@@ -387,6 +393,21 @@ mod tests {
             out.push(rx.await.expect("every request answered"));
         }
         out
+    }
+
+    #[test]
+    fn a_chunk_is_placed_only_wholly_inside_its_read_wherever_the_server_puts_it() {
+        let (off, len) = (1 << 20, 8192);
+        assert_eq!(place(off, len, off, len), Some(0));
+        assert_eq!(place(off + 4096, 4096, off, len), Some(4096));
+        assert_eq!(place(off + 4096, 4097, off, len), None);
+        assert_eq!(place(off - 1, 1, off, len), None);
+        assert_eq!(place(off, 0, off, len), None);
+        assert_eq!(place(off, len + 1, off, len), None);
+        // Offsets near the top of the 64-bit space: no overflow, no wrap back inside.
+        assert_eq!(place(u64::MAX, 1, off, len), None);
+        assert_eq!(place(u64::MAX - 100, u64::from(u32::MAX), off, len), None);
+        assert_eq!(place(u64::MAX - 8191, 8192, u64::MAX - 8191, len), Some(0));
     }
 
     #[tokio::test]
