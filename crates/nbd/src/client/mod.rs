@@ -146,6 +146,20 @@ impl Shared {
     }
 }
 
+/// Ends the connection when the reader or writer task unwinds (a panic: a bug), so that no
+/// request waits for ever for a reply nobody will read or a request nobody will send.
+/// Requests answered in part hold their own senders, which the unwinding drops: they end too.
+pub(crate) struct CloseOnUnwind<'a>(pub &'a Shared, pub &'static str);
+
+impl Drop for CloseOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let why = format!("the client's {} failed on an internal error", self.1);
+            self.0.close(why);
+        }
+    }
+}
+
 /// Lists the exports of the server at `uri` (its export part is ignored).
 pub async fn list_exports(uri: &str) -> Result<Vec<ExportListing>, ClientError> {
     let uri = Uri::parse(uri)?;

@@ -8,7 +8,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
 
 use super::coverage::Coverage;
-use super::{BoxRead, ClientError, ExportInfo, Reply, Shared, Waiter};
+use super::{BoxRead, ClientError, CloseOnUnwind, ExportInfo, Reply, Shared, Waiter};
 use crate::export::Extent;
 use crate::proto::*;
 
@@ -30,6 +30,7 @@ struct Partial {
 }
 
 pub(crate) async fn run(r: BoxRead, shared: Arc<Shared>, info: ExportInfo) {
+    let _unwind = CloseOnUnwind(&shared, "reply reader");
     let mut r = BufReader::with_capacity(256 * 1024, r);
     let mut partial: HashMap<u64, Partial> = HashMap::new();
     let why = loop {
@@ -351,9 +352,8 @@ mod tests {
         [&at.to_be_bytes()[..], &len.to_be_bytes()[..]].concat()
     }
 
-    /// Replies to reads of 8 bytes at 100 with cookies 1, 2, ...; returns each outcome.
-    async fn answer(stream: Vec<u8>, reads: u64) -> Vec<Result<Reply, ClientError>> {
-        let shared = Arc::new(Shared {
+    fn shared() -> Arc<Shared> {
+        Arc::new(Shared {
             state: std::sync::Mutex::new(Pending {
                 waiters: HashMap::new(),
                 outbox: Vec::new(),
@@ -361,18 +361,27 @@ mod tests {
                 closed: None,
             }),
             wake_writer: tokio::sync::Notify::new(),
-        });
+        })
+    }
+
+    /// A read of 8 bytes at 100.
+    fn waiter(tx: oneshot::Sender<Result<Reply, ClientError>>) -> Waiter {
+        Waiter {
+            cmd: CMD_READ,
+            offset: 100,
+            len: 8,
+            dest: None,
+            tx,
+        }
+    }
+
+    /// Replies to reads of 8 bytes at 100 with cookies 1, 2, ...; returns each outcome.
+    async fn answer(stream: Vec<u8>, reads: u64) -> Vec<Result<Reply, ClientError>> {
+        let shared = shared();
         let mut rxs = Vec::new();
         for cookie in 1..=reads {
             let (tx, rx) = oneshot::channel();
-            let w = Waiter {
-                cmd: CMD_READ,
-                offset: 100,
-                len: 8,
-                dest: None,
-                tx,
-            };
-            shared.lock().waiters.insert(cookie, w);
+            shared.lock().waiters.insert(cookie, waiter(tx));
             rxs.push(rx);
         }
         let info = ExportInfo {
@@ -393,6 +402,23 @@ mod tests {
             out.push(rx.await.expect("every request answered"));
         }
         out
+    }
+
+    #[test]
+    fn a_reader_that_panics_ends_every_waiting_request() {
+        let shared = shared();
+        let (tx, mut rx) = oneshot::channel();
+        shared.lock().waiters.insert(1, waiter(tx));
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _unwind = CloseOnUnwind(&shared, "reply reader");
+            panic!("a bug in the reader");
+        }));
+        assert!(unwound.is_err());
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(Err(ClientError::Disconnected(_)))
+        ));
+        assert!(shared.lock().closed.is_some());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use super::{BoxWrite, Shared};
+use super::{BoxWrite, CloseOnUnwind, Shared};
 use crate::proto::{RequestHeader, CMD_DISC, REQUEST_HEADER_LEN};
 
 /// Slices per vectored write (Linux takes 1024; a batch past this takes several).
@@ -46,6 +46,7 @@ impl Outgoing {
 /// Sends queued requests until the connection ends or the client disconnects (then
 /// `NBD_CMD_DISC` goes out after everything queued before it, and the stream is shut down).
 pub(crate) async fn run(mut w: BoxWrite, shared: Arc<Shared>) {
+    let _unwind = CloseOnUnwind(&shared, "request writer");
     // Swapped with the shared queue each turn: both keep their capacity, so a turn
     // allocates nothing.
     let mut batch: Vec<Outgoing> = Vec::new();
