@@ -45,6 +45,7 @@ mod scrub;
 mod spare_list;
 mod spares;
 mod superblock;
+mod unsynced;
 
 pub use array::{Array, CleanMark};
 pub use assemble::{

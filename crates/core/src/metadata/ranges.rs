@@ -1,8 +1,6 @@
 //! Byte ranges of the volume as the passes walk them (resync, re-add, rebuild, scrub): pure
 //! functions with unit tests, so the components that run the passes only carry them out.
 
-use std::collections::BTreeMap;
-
 /// Checkpoints are at most this far apart.
 const MAX_CHECKPOINT_BYTES: u64 = 1 << 30;
 
@@ -71,35 +69,6 @@ pub(super) fn total_bytes(ranges: &[(u64, u64)]) -> u64 {
     ranges.iter().map(|(a, b)| b - a).sum()
 }
 
-/// Removes `[a, b)` from the range map (start → end, disjoint).
-pub(super) fn subtract(map: &mut BTreeMap<u64, u64>, a: u64, b: u64) {
-    let hit: Vec<(u64, u64)> = map
-        .range(..b)
-        .rev()
-        .take_while(|(_, &e)| e > a)
-        .map(|(&s, &e)| (s, e))
-        .collect();
-    for (s, e) in hit {
-        map.remove(&s);
-        if s < a {
-            map.insert(s, a);
-        }
-        if e > b {
-            map.insert(b, e);
-        }
-    }
-}
-
-/// The first range of the map overlapping `[a, b)`, clipped to it.
-pub(super) fn first_overlap(map: &BTreeMap<u64, u64>, a: u64, b: u64) -> Option<(u64, u64)> {
-    let before = map.range(..=a).next_back().filter(|(_, &e)| e > a);
-    let after = map.range(a..b).next();
-    before
-        .or(after)
-        .map(|(&s, &e)| (s.max(a), e.min(b)))
-        .filter(|(s, e)| s < e)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,19 +89,6 @@ mod tests {
         assert_eq!(slice(&plan, 5, 10), vec![(5, 10), (20, 25)]);
         assert_eq!(slice(&plan, 15, 100), vec![(25, 30), (50, 60)]);
         assert!(slice(&plan, 30, 5).is_empty());
-    }
-
-    #[test]
-    fn ranges_subtract_and_overlap() {
-        let mut m: BTreeMap<u64, u64> = [(0, 10), (20, 30), (40, 50)].into_iter().collect();
-        assert_eq!(first_overlap(&m, 5, 25), Some((5, 10)));
-        assert_eq!(first_overlap(&m, 10, 20), None);
-        assert_eq!(first_overlap(&m, 12, 45), Some((20, 30)));
-        subtract(&mut m, 5, 45);
-        assert_eq!(m.into_iter().collect::<Vec<_>>(), vec![(0, 5), (45, 50)]);
-        let mut m: BTreeMap<u64, u64> = [(0, 100)].into_iter().collect();
-        subtract(&mut m, 40, 60);
-        assert_eq!(m.into_iter().collect::<Vec<_>>(), vec![(0, 40), (60, 100)]);
     }
 
     #[test]

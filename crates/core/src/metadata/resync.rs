@@ -61,7 +61,8 @@
 use super::error::ArrayError;
 use super::intent::Hold;
 use super::parts::Parts;
-use super::ranges::{first_overlap, slice, subtract, total_bytes};
+use super::ranges::{slice, total_bytes};
+use super::unsynced::Unsynced;
 use super::RecordedState;
 use crate::error::VolumeResult;
 use crate::pass::{PassControl, PassState, PassWork};
@@ -84,10 +85,8 @@ pub(super) struct BackgroundResync {
 }
 
 struct Background {
-    /// Regions not resynced yet: start → end, disjoint, merged.
-    unsynced: Mutex<BTreeMap<u64, u64>>,
-    /// What the pass walks: the regions pending at open, in order.
-    plan: Vec<(u64, u64)>,
+    /// The regions pending at open (what the pass walks) and the pieces resynced since.
+    unsynced: Mutex<Unsynced>,
     /// Bitmap holds by chunk, given back when the chunk has nothing left to resync.
     holds: Mutex<BTreeMap<u64, Hold>>,
     /// Stale roles, made current when everything is resynced.
@@ -159,16 +158,12 @@ impl BackgroundResync {
         if !serves_before_resync(root, logged, !stale.is_empty(), rebuilding) {
             return Ok(false);
         }
-        let mut unsynced = BTreeMap::new();
-        for &(a, b) in ranges.iter().filter(|(a, b)| a < b) {
-            unsynced.insert(a, b);
-        }
+        let piece = p.resync_piece().1;
         *self.state.lock() = Some(Arc::new(Background {
-            plan: unsynced.iter().map(|(&a, &b)| (a, b)).collect(),
-            unsynced: Mutex::new(unsynced),
+            unsynced: Mutex::new(Unsynced::new(ranges, piece)),
             holds: Mutex::new(hold_chunks(p, ranges)),
             stale: stale.to_vec(),
-            piece: p.resync_piece().1,
+            piece,
             before_reads: has_mirror(root),
             before_writes: !mirrors_only(root),
         }));
@@ -184,8 +179,7 @@ impl BackgroundResync {
 
     /// Bytes still to resync in the background (0: none pending).
     pub(super) fn bytes(&self) -> u64 {
-        self.get()
-            .map_or(0, |b| b.unsynced.lock().iter().map(|(a, b)| b - a).sum())
+        self.get().map_or(0, |b| b.unsynced.lock().left_bytes())
     }
 
     /// Before a read of `[offset, offset+len)`: resyncs the pending pieces it touches, when
@@ -229,9 +223,11 @@ impl BackgroundResync {
             return Ok(PassState::Done);
         };
         let this = &bg;
+        let plan = bg.unsynced.lock().plan().to_vec();
+        let total = total_bytes(&plan);
         let window = move |at: u64, len: u64| {
             // Virtual offsets `at..at+len` of the plan's ranges laid end to end.
-            let real = slice(&this.plan, at, len);
+            let real = slice(&plan, at, len);
             async move {
                 for (a, b) in real {
                     sync_range(p, this, a, b).await?;
@@ -243,7 +239,7 @@ impl BackgroundResync {
         let state = crate::pass::run(
             ctl,
             PassWork {
-                total_bytes: total_bytes(&bg.plan),
+                total_bytes: total,
                 window_bytes: bg.piece,
                 inflight: INFLIGHT,
                 window: Box::new(window),
@@ -262,7 +258,7 @@ impl BackgroundResync {
     /// Everything is resynced: durable, stale members current and recorded active.
     async fn finish(&self, p: Parts<'_>, bg: &Background) -> VolumeResult<()> {
         // Pieces that failed to resync would still be on the map: not done then.
-        if !bg.unsynced.lock().is_empty() {
+        if bg.unsynced.lock().left_bytes() > 0 {
             return Ok(());
         }
         p.volume.flush().await?;
@@ -303,29 +299,30 @@ fn hold_chunks(p: Parts<'_>, ranges: &[(u64, u64)]) -> BTreeMap<u64, Hold> {
 /// Resyncs every pending piece overlapping `[a, b)`.
 async fn sync_range(p: Parts<'_>, bg: &Background, a: u64, b: u64) -> VolumeResult<()> {
     loop {
-        let Some((s, _)) = first_overlap(&bg.unsynced.lock(), a, b) else {
-            return Ok(());
+        let (piece, parts) = {
+            let u = bg.unsynced.lock();
+            match u.first_piece(a, b) {
+                Some(i) => (i, u.parts(i)),
+                None => return Ok(()),
+            }
         };
-        // The aligned piece around `s`, inside the pending range.
-        let piece = s / bg.piece * bg.piece;
-        let (ps, pe) = match first_overlap(&bg.unsynced.lock(), piece, piece + bg.piece) {
-            Some(r) => r,
-            None => continue,
-        };
-        p.volume.resync_range(ps, pe - ps).await?;
-        synced(p, bg, ps, pe);
+        for (s, e) in parts {
+            p.volume.resync_range(s, e - s).await?;
+        }
+        synced(p, bg, piece);
     }
 }
 
-/// `[a, b)` is resynced: off the map; chunks with nothing left give their holds back.
-fn synced(p: Parts<'_>, bg: &Background, a: u64, b: u64) {
-    let mut map = bg.unsynced.lock();
-    subtract(&mut map, a, b);
+/// Piece `piece` is resynced: chunks with nothing left give their holds back.
+fn synced(p: Parts<'_>, bg: &Background, piece: u64) {
+    let mut u = bg.unsynced.lock();
+    u.mark_done(piece);
     let Some(intent) = p.intent() else { return };
     let chunk = intent.chunk_bytes();
+    let (a, b) = (piece * bg.piece, (piece + 1) * bg.piece);
     let mut holds = bg.holds.lock();
     for c in a / chunk..b.div_ceil(chunk) {
-        if first_overlap(&map, c * chunk, (c + 1) * chunk).is_none() {
+        if !u.any_left(c * chunk, (c + 1) * chunk) {
             if let Some(h) = holds.remove(&c) {
                 intent.end(h);
             }
