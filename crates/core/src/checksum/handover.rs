@@ -78,6 +78,18 @@ impl LeafChecksums {
         Ok(())
     }
 
+    /// Ends the noting [`LeafChecksums::copy_to`] started when the replacement is abandoned
+    /// before [`LeafChecksums::hand_over`]: no page is noted for a hand-over that never comes.
+    pub fn abandon_copy(&self) {
+        self.store.table().stop_noting_write_backs();
+    }
+
+    /// Whether pages written back are being noted for a hand-over.
+    #[cfg(test)]
+    pub(crate) fn is_noting(&self) -> bool {
+        self.store.table().is_noting_write_backs()
+    }
+
     /// Finishes [`LeafChecksums::copy_to`]: with the region locked and write-backs held, the
     /// pages written back since are copied again, the header written as it is, and `swap`
     /// (which makes `new` the region's member) runs before anything else touches the area.

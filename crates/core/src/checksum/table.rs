@@ -200,6 +200,11 @@ impl Table {
         pages
     }
 
+    #[cfg(test)]
+    pub(super) fn is_noting_write_backs(&self) -> bool {
+        self.noted.is_some()
+    }
+
     fn note_write_back(&mut self, page: u64) {
         if let Some(n) = self.noted.as_mut() {
             n.insert(page);

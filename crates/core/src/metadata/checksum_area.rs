@@ -6,7 +6,7 @@
 use super::member_meta::MemberMeta;
 use super::{Area, ChecksumFill, Superblock, VolumeRecord, METADATA_AREA_BYTES, SLOT_BYTES};
 use crate::checksum::{area_bytes, place_for_existing, ChecksumArea, ChecksumSetup};
-use crate::checksum::{MemberUse, NoRoomForChecksums};
+use crate::checksum::{LeafChecksums, MemberUse, NoRoomForChecksums};
 use crate::member::Member;
 use nbraid_layout::Node;
 use std::sync::Arc;
@@ -318,17 +318,43 @@ pub(super) async fn install_blank<T>(
     first.start_blank(install).await
 }
 
+/// Role `role`'s checksum area being carried over to its replacement: copied (or not) by
+/// [`copy_to_replacement`], handed over by [`swap_in_replacement`]. Dropped in between (an
+/// error on the way to the swap), it ends the copy's noting of the pages written back, which
+/// would otherwise grow for the rest of the run for a hand-over that never comes.
+#[must_use = "hand it to swap_in_replacement"]
+pub(super) struct AreaCopy {
+    /// The area is on the replacement (or there is none to copy).
+    copied: bool,
+    /// Regions whose write-backs are noted for the hand-over.
+    noting: Vec<Arc<LeafChecksums>>,
+}
+
+impl AreaCopy {
+    pub(super) fn copied(&self) -> bool {
+        self.copied
+    }
+}
+
+impl Drop for AreaCopy {
+    fn drop(&mut self) {
+        for region in self.noting.drain(..) {
+            region.abandon_copy();
+        }
+    }
+}
+
 /// Copies role `role`'s checksum area from `old` to its replacement `new` while the volume
-/// serves (`handover.rs`); false when it could not (the caller clears the area instead and
-/// the role's blocks go unchecked until written again).
+/// serves (`handover.rs`); not copied when it could not be (the caller clears the area
+/// instead and the role's blocks go unchecked until written again).
 pub(super) async fn copy_to_replacement(
     setup: Option<&ChecksumSetup>,
     role: usize,
     old: &dyn Member,
     new: &dyn Member,
-) -> bool {
+) -> AreaCopy {
     let regions = setup.map_or(Vec::new(), |s| s.regions_of(role));
-    match regions.as_slice() {
+    let copied = match regions.as_slice() {
         [] => true,
         [one] => match one.copy_to(old, new).await {
             Ok(()) => true,
@@ -338,22 +364,27 @@ pub(super) async fn copy_to_replacement(
             }
         },
         _ => false,
+    };
+    AreaCopy {
+        copied,
+        noting: regions,
     }
 }
 
 /// Swaps the replacement `new` in (`swap`) with role `role`'s checksums handed over from
-/// `old` ([`copy_to_replacement`] done), or, when `copied` is false or the hand-over fails,
-/// with its area cleared and the checksums started blank.
+/// `old` ([`copy_to_replacement`] done), or, when they were not copied or the hand-over
+/// fails, with its area cleared and the checksums started blank.
 pub(super) async fn swap_in_replacement<T>(
     setup: Option<&ChecksumSetup>,
     role: usize,
     (old, new): (&dyn Member, &dyn Member),
-    copied: bool,
+    mut copy: AreaCopy,
     swap: impl FnOnce() -> T,
 ) -> T {
-    let regions = setup.map_or(Vec::new(), |s| s.regions_of(role));
+    // From here the hand-over (or the blank start) ends the noting.
+    let regions = std::mem::take(&mut copy.noting);
     let mut swap = Some(swap);
-    if let ([one], true) = (regions.as_slice(), copied) {
+    if let ([one], true) = (regions.as_slice(), copy.copied) {
         let run = || (swap.take().expect("swapped once"))();
         match one.hand_over(old, new, run).await {
             Ok(t) => return t,
@@ -376,6 +407,36 @@ mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn an_area_copy_abandoned_before_the_swap_stops_noting_write_backs() {
+        use crate::memory::MemoryMember;
+        use futures::executor::block_on;
+        let area = ChecksumArea {
+            offset_bytes: MIB,
+            len_bytes: area_bytes(8 * MIB),
+        };
+        let setup = ChecksumSetup::new("v", vec![Some(area)], true);
+        let region = setup.for_region(0, 4 * MIB, 8 * MIB).expect("an area");
+        let (old, new) = (
+            MemoryMember::new("old", 16 * MIB),
+            MemoryMember::new("new", 16 * MIB),
+        );
+        let copy = block_on(copy_to_replacement(Some(&setup), 0, &old, &new));
+        assert!(copy.copied() && region.is_noting());
+        drop(copy); // an error on the way to the swap
+        assert!(!region.is_noting(), "abandoned: nothing noted any more");
+        let copy = block_on(copy_to_replacement(Some(&setup), 0, &old, &new));
+        let swapped = block_on(swap_in_replacement(
+            Some(&setup),
+            0,
+            (&old, &new),
+            copy,
+            || 7,
+        ));
+        assert_eq!(swapped, 7);
+        assert!(!region.is_noting(), "handed over");
+    }
 
     #[test]
     fn a_missing_roles_area_lies_as_far_before_its_region_as_the_others() {

@@ -172,7 +172,8 @@ async fn swap_in(p: Parts<'_>, r: usize, meta: Arc<MemberMeta>) -> Result<bool, 
     }
     // Its data is its member's, so are its entries: copied while the volume serves.
     let (serving, new) = (p.volume.member(r), meta.member().clone());
-    let copied = checksum_area::copy_to_replacement(checksums(p), r, &*serving, &*new).await;
+    // Dropped on an error before the swap: the copy is abandoned.
+    let copy = checksum_area::copy_to_replacement(checksums(p), r, &*serving, &*new).await;
     let mut rec = p.records.lock().await;
     // The bitmap writer stays held until the swap: the replacement misses no update.
     let (_bitmap, image) = match p.bitmap {
@@ -203,7 +204,7 @@ async fn swap_in(p: Parts<'_>, r: usize, meta: Arc<MemberMeta>) -> Result<bool, 
             ),
         }
     }
-    let area = write_role_record(p, r, &meta, &next, (image, !copied)).await?;
+    let area = write_role_record(p, r, &meta, &next, (image, !copy.copied())).await?;
     rec.members[r] = next.members[r];
     rec.added_paths = next.added_paths.clone();
     p.records.set_meta(&rec, r, Some(meta));
@@ -214,7 +215,7 @@ async fn swap_in(p: Parts<'_>, r: usize, meta: Arc<MemberMeta>) -> Result<bool, 
     // everything.
     p.records.commit(&mut rec).await?;
     let swap = || p.volume.complete_rebuild(r);
-    checksum_area::swap_in_replacement(checksums(p), r, (&*serving, &*new), copied, swap).await;
+    checksum_area::swap_in_replacement(checksums(p), r, (&*serving, &*new), copy, swap).await;
     tracing::info!("volume `{}`: role {r} replaced", p.name());
     Ok(true)
 }
