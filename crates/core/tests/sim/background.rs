@@ -13,15 +13,14 @@
 //! end the records go clean (`mark_clean`), and the caller's redundancy views require every
 //! copy and every parity chunk to agree.
 
-use super::crash::{
-    being_written, read_volume, start_request, CrashCase, CrashStats, Load, Shared,
-};
-use super::executor::{step_once, Executor};
+use super::array::{disk_of, lost_roles, not_current, read_volume, reopen_after_power_loss};
+use super::checks::write_hole_excuse;
+use super::clients::{start_request, Load, Shared};
+use super::crash::{CrashCase, CrashStats};
+use super::executor::{drive, run_with, Executor};
 use super::history::History;
-use super::run::{in_write_hole, sim_members, write_hole_exposure};
-use futures::future::join_all;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, OpenReport};
-use nbraid_core::{Member, PassControl, PassState};
+use nbraid_core::metadata::{Array, ArrayOptions, OpenReport};
+use nbraid_core::{PassControl, PassState};
 use nbraid_layout::{Geometry, Node};
 use nbraid_sim::scheduled::{DiskFaults, World, SECTOR_BYTES};
 use nbraid_sim::Rng;
@@ -30,7 +29,6 @@ use std::collections::HashSet;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
-const STEP_LIMIT: u64 = 400_000;
 const SECTOR: u64 = SECTOR_BYTES as u64;
 
 /// Whether the tree's redundancy is mirrors only.
@@ -51,23 +49,6 @@ pub fn serves_before_resync(case: &CrashCase) -> bool {
 /// What is left after the background resync: the world and array to check, and the roles
 /// not current.
 pub type Finished = (Arc<Mutex<World>>, Arc<Array>, Vec<usize>);
-
-/// Sectors a read may get wrong with `lost` roles rebuilt from parity: being written at the
-/// last power loss, in a stripe it may have torn (the write-hole promise).
-fn write_hole_excuse(
-    g: &Geometry,
-    history: &History,
-    lost: &[usize],
-    capacity: u64,
-) -> HashSet<u64> {
-    let Some(exposed) = write_hole_exposure(g, history, lost) else {
-        return HashSet::new();
-    };
-    let busy = being_written(history);
-    (0..capacity / SECTOR)
-        .filter(|s| busy.contains(s) && in_write_hole(g, &exposed, lost, *s))
-        .collect()
-}
 
 /// Every flushed write reads back after the reopen `report`, but in the write-hole sectors
 /// of roles rebuilt from parity (lost, or resynced or rebuilt at the reopen) and in the
@@ -262,7 +243,7 @@ pub(super) fn finish(
     )?;
     drop(history);
     let a = array.clone();
-    let r = super::crash::drive(&world, rng, async move {
+    let r = drive(&world, rng, async move {
         a.background_resync(&PassControl::new(0)).await
     })?
     .map_err(|e| format!("resumed background resync: {e}"))?;
@@ -284,128 +265,10 @@ fn clean_at_the_end(
         return Err("the background resync is done but still pending".into());
     }
     let a = array.clone();
-    match super::crash::drive(world, rng, async move { a.mark_clean().await })? {
+    match drive(world, rng, async move { a.mark_clean().await })? {
         Ok(nbraid_core::metadata::CleanMark::Recorded) => Ok(()),
         other => Err(format!(
             "records not clean after the background resync: {other:?}"
         )),
     }
-}
-
-/// Runs `exec` until its tasks are done or step `crash_at` (power lost there); a member
-/// death that did not come by then does not come later.
-pub(super) fn run_until(
-    exec: &mut Executor,
-    world: &Arc<Mutex<World>>,
-    rng: &mut Rng,
-    crash_at: Option<u64>,
-    what: &str,
-) -> Result<(), String> {
-    run_with(exec, world, rng, crash_at, what, &mut |_, _| {})
-}
-
-/// [`run_until`], calling `spawn` before every step (to start requests).
-fn run_with(
-    exec: &mut Executor,
-    world: &Arc<Mutex<World>>,
-    rng: &mut Rng,
-    crash_at: Option<u64>,
-    what: &str,
-    spawn: &mut dyn FnMut(&mut Executor, &mut Rng),
-) -> Result<(), String> {
-    let mut step = 0u64;
-    while exec.live() > 0 && Some(step) != crash_at {
-        world.lock().expect("world").step = step;
-        spawn(exec, rng);
-        if !step_once(exec, world, rng) {
-            return Err(format!("{what} deadlocked at step {step}"));
-        }
-        step += 1;
-        if step > STEP_LIMIT {
-            return Err(format!("{what} does not finish"));
-        }
-    }
-    for d in &mut world.lock().expect("world").disks {
-        if !d.dead {
-            d.faults.dies_at_step = None;
-        }
-    }
-    Ok(())
-}
-
-/// The world after a power loss, the array assembled on it and what the assembly did.
-pub type Reopened = (Arc<Mutex<World>>, Arc<Array>, OpenReport);
-
-/// Power lost: the members' crash images (some torn) assembled again — in the background
-/// (`Array::open_background`) or not; `during` names what was running.
-pub(super) fn reopen_after_power_loss(
-    world: &Arc<Mutex<World>>,
-    rng: &mut Rng,
-    case: &CrashCase,
-    disks: usize,
-    opts: &ArrayOptions,
-    background: bool,
-    during: &str,
-) -> Result<Reopened, String> {
-    let same = |_: usize, m: Arc<dyn Member>| m;
-    reopen_wrapped(world, rng, case, disks, opts, background, during, &same)
-}
-
-/// [`reopen_after_power_loss`] with disk `i`'s member given as `wrap(i, member)`.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn reopen_wrapped(
-    world: &Arc<Mutex<World>>,
-    rng: &mut Rng,
-    case: &CrashCase,
-    disks: usize,
-    opts: &ArrayOptions,
-    background: bool,
-    during: &str,
-    wrap: &dyn Fn(usize, Arc<dyn Member>) -> Arc<dyn Member>,
-) -> Result<Reopened, String> {
-    let torn = rng.chance(500);
-    let images: Vec<Vec<u8>> = {
-        let w = world.lock().expect("world");
-        w.disks.iter().map(|d| d.crash_image(rng, torn)).collect()
-    };
-    let world = World::new(images, vec![DiskFaults::default(); disks]);
-    let members: Vec<Arc<dyn Member>> = sim_members(&world, disks, case.member_len)
-        .into_iter()
-        .enumerate()
-        .map(|(i, m)| wrap(i, m))
-        .collect();
-    let (tree, o) = (case.tree.clone(), opts.clone());
-    let (array, report) = super::crash::drive(&world, rng, async move {
-        let metas = join_all(members.into_iter().map(MemberMeta::load)).await;
-        let metas = metas.into_iter().map(Some).collect();
-        if background {
-            Array::open_background("sim", &tree, metas, o, &|_, _| {}).await
-        } else {
-            Array::open("sim", &tree, metas, o, &|_, _| {}).await
-        }
-    })?
-    .map_err(|e| format!("reopen after a crash during {during}: {e}"))?;
-    Ok((world, Arc::new(array), report))
-}
-
-/// The disk serving role `r` (members are named `simN`).
-pub(super) fn disk_of(array: &Array, r: usize) -> usize {
-    let name = array.volume().member(r).name().to_string();
-    name.strip_prefix("sim")
-        .and_then(|d| d.parse().ok())
-        .unwrap_or(r)
-}
-
-/// Roles not current, or whose disk died without the array noticing (no I/O since).
-pub(super) fn lost_roles(world: &Arc<Mutex<World>>, array: &Array) -> Vec<usize> {
-    let w = world.lock().expect("world");
-    (0..array.volume().member_count())
-        .filter(|&r| !array.volume().member_is_current(r) || w.disks[disk_of(array, r)].dead)
-        .collect()
-}
-
-pub(super) fn not_current(array: &Array) -> Vec<usize> {
-    (0..array.volume().member_count())
-        .filter(|&i| !array.volume().member_is_current(i))
-        .collect()
 }

@@ -20,8 +20,9 @@
 //! `crate::checksum`), so corruption there is not detectable by design; the cold half keeps
 //! its checksums through the crash, and that is where the corruption goes.
 
-use super::crash::{drive, read_volume, spawn, Shared};
-use super::executor::{step_once, Executor};
+use super::array::read_volume;
+use super::clients::{spawn, Shared};
+use super::executor::{drive, step_once, Executor};
 use super::history::{History, Kind};
 use nbraid_core::checksum::BLOCK_BYTES;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta};

@@ -14,18 +14,17 @@
 //! resync; the returning member ends current; copies and parity agree (every view losing up
 //! to two more members reads the same bytes).
 
-use super::background::{disk_of, lost_roles, reopen_wrapped};
-use super::crash::{
-    array_options, being_written, drive, read_volume, redundancy_agrees, start_request, CrashCase,
-    CrashStats, Load, Shared,
+use super::array::{self, disk_of, lost_roles, read_volume, reopen_wrapped, sim_members};
+use super::checks::{
+    being_written, check_durable, in_write_hole, redundancy_agrees, unreadable, write_hole_exposure,
 };
-use super::executor::{step_once, Executor};
+use super::clients::{start_request, Load, Pace, Shared};
+use super::crash::{array_options, CrashCase, CrashStats};
+use super::executor::{drive, step_once, Executor};
 use super::history::History;
-use super::run::{in_write_hole, sim_members, write_hole_exposure};
-use super::scrub::{check_durable, unreadable};
-use futures::future::{join_all, BoxFuture};
+use futures::future::BoxFuture;
 use futures::FutureExt;
-use nbraid_core::metadata::{Array, MemberMeta, Readd, METADATA_AREA_BYTES};
+use nbraid_core::metadata::{Array, Readd, METADATA_AREA_BYTES};
 use nbraid_core::{
     Buf, Member, MemberCounters, MemberError, MemberOp, MemberResult, PassControl, PassState,
     SharedBuf,
@@ -223,14 +222,7 @@ pub fn run_readd(case: &CrashCase, seed: u64) -> Result<ReaddStats, String> {
     let mut members = sim_members(&world, n, case.member_len);
     let back = Returning::new(members[role].clone(), role);
     members[role] = back.clone();
-    let (tree, o) = (case.tree.clone(), opts.clone());
-    let array = drive(&world, &mut rng, async move {
-        let metas = join_all(members.into_iter().map(MemberMeta::load)).await;
-        Array::create("sim", tree, metas, o, true, &|_, _| {}).await
-    })?
-    .map_err(|e| format!("create: {e}"))?
-    .0;
-    let array = Arc::new(array);
+    let array = array::create(&world, &mut rng, case, &opts, members)?;
     back.watch(&array);
     let capacity = array.volume().capacity();
 
@@ -259,21 +251,10 @@ pub fn run_readd(case: &CrashCase, seed: u64) -> Result<ReaddStats, String> {
         history: RefCell::new(History::new(capacity)),
         ..Shared::default()
     });
-    let hot_base = rng.below(
-        (capacity / SECTOR)
-            .saturating_sub(2 * width / SECTOR)
-            .max(1),
-    ) * SECTOR;
-    let max_in_flight = 1 + rng.below(12) as usize;
-    let spawn_per_mille = 100 + rng.below(500);
     // Writes dominate: they are what the member misses.
-    let load = Load {
-        capacity,
-        width,
-        hot_base,
-        mix: [200, 500, 60, 100, 70, 70],
-        stream: case.sequential.then(|| Rc::new(std::cell::Cell::new(0))),
-    };
+    let mix = [200, 500, 60, 100, 70, 70];
+    let load = Load::draw(&mut rng, capacity, width, mix, case.sequential);
+    let pace = Pace::draw(&mut rng);
     let outcome = Rc::new(RefCell::new(None));
     let mut exec = Executor::default();
     let mut step = 0u64;
@@ -296,7 +277,7 @@ pub fn run_readd(case: &CrashCase, seed: u64) -> Result<ReaddStats, String> {
                 *out.borrow_mut() = Some(readd(&a, role).await);
             });
         }
-        if spawning && exec.live() < max_in_flight && rng.chance(spawn_per_mille) {
+        if spawning && pace.starts(&mut rng, exec.live()) {
             start_request(&mut exec, &mut rng, &array, &shared, &load);
             stats.requests += 1;
         }

@@ -1,14 +1,17 @@
 //! One simulated schedule: options, faults and requests drawn from a seed, run to a crash,
 //! then the volume assembled again over the surviving images and read back.
 
+use super::array::{crash_images, sim_members};
+use super::checks::{in_write_hole, write_hole_exposure};
+use super::clients::{hot_base, pick_kind, pick_range, Pace};
 use super::executor::{step_once, Executor};
+use super::faults::{choose_failures, draw_faults};
 use super::history::{perform, History, Kind};
-use nbraid_core::{CacheMode, Member, ReadPolicy, ScrubControl, ScrubState, Volume, VolumeOptions};
-use nbraid_layout::{Geometry, Node, StripeId};
-use nbraid_sim::scheduled::{DiskFaults, ScheduledMember, World, SECTOR_BYTES};
+use nbraid_core::{CacheMode, ReadPolicy, ScrubControl, ScrubState, Volume, VolumeOptions};
+use nbraid_layout::{Geometry, Node};
+use nbraid_sim::scheduled::{DiskFaults, World, SECTOR_BYTES};
 use nbraid_sim::Rng;
 use std::cell::RefCell;
-use std::collections::HashSet;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
@@ -50,24 +53,6 @@ impl Stats {
         self.max_latency_steps = self.max_latency_steps.max(o.max_latency_steps);
         self.scrubs += o.scrubs;
     }
-}
-
-/// Members that may fail in this schedule: a random set the geometry survives.
-pub fn choose_failures(rng: &mut Rng, g: &Geometry, n: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        order.swap(i, rng.below(i as u64 + 1) as usize);
-    }
-    let mut set = Vec::new();
-    for m in order {
-        if rng.chance(400) {
-            set.push(m);
-            if !g.survives(&set) {
-                set.pop();
-            }
-        }
-    }
-    set
 }
 
 struct Shared {
@@ -121,11 +106,7 @@ pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
     };
     let mut faults = vec![DiskFaults::default(); n];
     for &m in &failing {
-        faults[m] = DiskFaults {
-            dies_at_step: rng.chance(700).then(|| rng.below(steps)),
-            read_error_per_mille: if rng.chance(500) { rng.below(60) } else { 0 },
-            flush_error_per_mille: if rng.chance(300) { rng.below(100) } else { 0 },
-        };
+        faults[m] = draw_faults(&mut rng, steps);
     }
     // Half the time the extra member never dies but returns many transient read errors: the
     // volume stays available while single stripes cannot be read or rewritten. A stripe
@@ -153,13 +134,8 @@ pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
     });
 
     // Requests: a hot window of two stripes takes half of them, so requests overlap.
-    let hot_base = rng.below(
-        (capacity / SECTOR)
-            .saturating_sub(2 * width / SECTOR)
-            .max(1),
-    ) * SECTOR;
-    let max_in_flight = 1 + rng.below(12) as usize;
-    let spawn_per_mille = 100 + rng.below(500);
+    let hot_base = hot_base(&mut rng, capacity, width);
+    let pace = Pace::draw(&mut rng);
     let mix = [350, 350, 60, 100, 70, 70]; // read, write, fua write, flush, trim, zeroes
     let mut exec = Executor::default();
     let crash_mid_flight = rng.chance(750);
@@ -181,7 +157,7 @@ pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
             break;
         }
         world.lock().expect("world").step = step;
-        if spawning && exec.live() < max_in_flight && rng.chance(spawn_per_mille) {
+        if spawning && pace.starts(&mut rng, exec.live()) {
             let kind = pick_kind(&mut rng, &mix);
             let (offset, len) = pick_range(&mut rng, capacity, width, hot_base);
             spawn(
@@ -262,16 +238,10 @@ pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
     stats.crashes_mid_flight += u64::from(exec.live() > 0);
 
     // Crash: what the members keep.
-    let (images, dead): (Vec<Vec<u8>>, Vec<bool>) = {
-        let w = world.lock().expect("world");
-        (
-            w.disks
-                .iter()
-                .map(|d| d.crash_image(&mut rng, torn))
-                .collect(),
-            w.disks.iter().map(|d| d.dead).collect(),
-        )
-    };
+    let images = crash_images(&world, &mut rng, torn);
+    let dead: Vec<bool> = (world.lock().expect("world").disks.iter())
+        .map(|d| d.dead)
+        .collect();
     let states = vol.member_states();
     let failed: Vec<usize> = (0..n)
         .filter(|&i| dead[i] || states[i] == nbraid_core::MemberState::Failed)
@@ -331,53 +301,6 @@ pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
         stats.sectors_checked += 1;
     }
     Ok(stats)
-}
-
-pub fn sim_members(world: &Arc<Mutex<World>>, n: usize, len: u64) -> Vec<Arc<dyn Member>> {
-    (0..n)
-        .map(|i| Arc::new(ScheduledMember::new(world.clone(), i, len)) as Arc<dyn Member>)
-        .collect()
-}
-
-pub fn pick_kind(rng: &mut Rng, mix: &[u64; 6]) -> Kind {
-    let total: u64 = mix.iter().sum();
-    let mut x = rng.below(total);
-    for (i, &w) in mix.iter().enumerate() {
-        if x < w {
-            return match i {
-                0 => Kind::Read,
-                1 => Kind::Write { fua: false },
-                2 => Kind::Write { fua: true },
-                3 => Kind::Flush,
-                4 => Kind::Zero { fua: false },
-                _ => Kind::Zero {
-                    fua: rng.chance(300),
-                },
-            };
-        }
-        x -= w;
-    }
-    unreachable!("x < total")
-}
-
-pub fn pick_range(rng: &mut Rng, capacity: u64, width: u64, hot_base: u64) -> (u64, u64) {
-    let sectors = capacity / SECTOR;
-    if rng.chance(200) && capacity >= width {
-        // Whole stripes.
-        let stripes = capacity / width;
-        let s = rng.below(stripes);
-        let n = 1 + rng.below(2.min(stripes - s));
-        return (s * width, n * width);
-    }
-    let start = if rng.chance(500) {
-        hot_base / SECTOR + rng.below((2 * width / SECTOR).max(1))
-    } else {
-        rng.below(sectors)
-    }
-    .min(sectors - 1);
-    let len = 1 + rng.below((2 * width / SECTOR).max(1));
-    let len = len.min(sectors - start);
-    (start * SECTOR, len * SECTOR)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -507,32 +430,4 @@ fn spawn_scrub(
             shared.violations.borrow_mut().push(v);
         }
     });
-}
-
-/// Stripes written by requests not guaranteed durable (only when members were lost: a
-/// healthy array never rebuilds from parity).
-pub fn write_hole_exposure(
-    g: &Geometry,
-    h: &History,
-    failed: &[usize],
-) -> Option<HashSet<StripeId>> {
-    if failed.is_empty() {
-        return None;
-    }
-    let mut out = HashSet::new();
-    for o in h.unguaranteed_writes() {
-        let m = g.map(o.offset, o.len).expect("in range");
-        out.extend(m.data.iter().filter_map(|e| e.stripe));
-    }
-    Some(out)
-}
-
-/// Whether sector `s` must be rebuilt from parity (every copy on a failed member) in a stripe
-/// that a crash may have left with stale parity.
-pub fn in_write_hole(g: &Geometry, exposed: &HashSet<StripeId>, failed: &[usize], s: u64) -> bool {
-    let m = g.map(s * SECTOR, SECTOR).expect("in range");
-    m.data.iter().all(|e| failed.contains(&e.member))
-        && m.data
-            .iter()
-            .any(|e| e.stripe.is_some_and(|id| exposed.contains(&id)))
 }

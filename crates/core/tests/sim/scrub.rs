@@ -5,21 +5,19 @@
 //! unfinished scrub (once its start was committed), and a scrub resumed from that checkpoint
 //! runs to the end, clears it, and changes no data (every flushed write reads back again).
 
-use super::background::{
-    disk_of, lost_roles, not_current, reopen_after_power_loss, run_until, Finished,
-};
-use super::crash::{read_volume, CrashCase, CrashStats};
-use super::executor::Executor;
+use super::array::{disk_of, lost_roles, not_current, reopen_after_power_loss};
+use super::background::Finished;
+use super::checks::{check_durable, unreadable};
+use super::crash::{CrashCase, CrashStats};
+use super::executor::{drive, run_until, Executor};
 use super::history::History;
-use nbraid_core::metadata::{Array, ArrayOptions};
+use nbraid_core::metadata::ArrayOptions;
 use nbraid_core::{ScrubControl, ScrubState};
 use nbraid_layout::Geometry;
-use nbraid_sim::scheduled::{DiskFaults, World, SECTOR_BYTES};
+use nbraid_sim::scheduled::DiskFaults;
 use nbraid_sim::Rng;
 use std::cell::RefCell;
-use std::collections::HashSet;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
 
 /// In some schedules, scrubs `array` (repairing) with a member death or a power loss during
 /// it (see the module); `lost`: the roles not current (or dead) before.
@@ -69,7 +67,7 @@ pub fn maybe_scrub(
             other => return Err(format!("scrub within tolerance: {other:?}")),
         }
         let a = array.clone();
-        let c = super::crash::drive(&world, rng, async move { a.scrub_checkpoint().await })?;
+        let c = drive(&world, rng, async move { a.scrub_checkpoint().await })?;
         if c.is_some() {
             return Err(format!("a finished scrub left its checkpoint: {c:?}"));
         }
@@ -94,7 +92,7 @@ pub fn maybe_scrub(
     let when = "after a crash during a scrub";
     check_durable(&world, rng, &array, history, stats, &excused, when)?;
     let a = array.clone();
-    let c = super::crash::drive(&world, rng, async move { a.scrub_checkpoint().await })?;
+    let c = drive(&world, rng, async move { a.scrub_checkpoint().await })?;
     let cap = array.volume().capacity();
     if let Some(c) = c {
         if !c.repair || c.position_bytes > cap {
@@ -102,7 +100,7 @@ pub fn maybe_scrub(
         }
         stats.scrubs_resumed += 1;
         let a = array.clone();
-        let r = super::crash::drive(&world, rng, async move {
+        let r = drive(&world, rng, async move {
             let ctl = ScrubControl::resume_at(c.repair, 0, c.position_bytes);
             let r = a.scrub(&ctl).await;
             (r, a.scrub_checkpoint().await)
@@ -116,44 +114,4 @@ pub fn maybe_scrub(
     }
     let lost = not_current(&array);
     Ok((world, array, lost))
-}
-
-/// Sectors whose bytes no flushed write explains.
-pub(super) fn unreadable(
-    world: &Arc<Mutex<World>>,
-    rng: &mut Rng,
-    array: &Arc<Array>,
-    history: &History,
-) -> Result<HashSet<u64>, String> {
-    let image = read_volume(world, rng, array)?;
-    Ok(image
-        .chunks(SECTOR_BYTES)
-        .enumerate()
-        .filter(|(s, sector)| history.check_durable(*s as u64, sector).is_err())
-        .map(|(s, _)| s as u64)
-        .collect())
-}
-
-/// Every flushed write reads back, but in the `excused` sectors.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn check_durable(
-    world: &Arc<Mutex<World>>,
-    rng: &mut Rng,
-    array: &Arc<Array>,
-    history: &History,
-    stats: &mut CrashStats,
-    excused: &HashSet<u64>,
-    when: &str,
-) -> Result<(), String> {
-    let image = read_volume(world, rng, array)?;
-    for (s, sector) in image.chunks(SECTOR_BYTES).enumerate() {
-        if excused.contains(&(s as u64)) {
-            continue;
-        }
-        history
-            .check_durable(s as u64, sector)
-            .map_err(|e| format!("{e} ({when})"))?;
-        stats.sectors_checked += 1;
-    }
-    Ok(())
 }
