@@ -13,15 +13,16 @@
 //! end the records go clean (`mark_clean`), and the caller's redundancy views require every
 //! copy and every parity chunk to agree.
 
-use super::array::{disk_of, lost_roles, not_current, read_volume, reopen_after_power_loss};
-use super::checks::write_hole_excuse;
+use super::array::{lost_roles, not_current, read_volume, reopen_after_power_loss};
+use super::checks::{check_durable, write_hole_excuse};
 use super::clients::{start_request, Load, Pace, Shared};
 use super::crash::{CrashCase, CrashStats};
 use super::executor::{drive, run_with, Executor};
+use super::faults::one_more_death;
 use nbraid_core::metadata::{Array, ArrayOptions, OpenReport};
 use nbraid_core::{PassControl, PassState};
 use nbraid_layout::{Geometry, Node};
-use nbraid_sim::scheduled::{DiskFaults, World, SECTOR_BYTES};
+use nbraid_sim::scheduled::{World, SECTOR_BYTES};
 use nbraid_sim::Rng;
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -130,7 +131,9 @@ impl Pass<'_> {
     /// A member death, a power loss, requests; and the sectors excused during the pass.
     fn draw_plan(&mut self, world: &Arc<Mutex<World>>, array: &Arc<Array>) -> PassPlan {
         let lost = not_current(array);
-        let dying = self.draw_death(world, array, &lost);
+        let shape = (&self.g, self.case.members);
+        let dying = one_more_death(self.rng, world, array, shape, &lost);
+        self.stats.background_member_deaths += u64::from(dying.is_some());
         let crash_at = self.rng.chance(400).then(|| self.rng.below(80));
         let requests = self.rng.chance(750);
         let new_from = self.excuse_during_pass(&lost, dying, array.volume().capacity());
@@ -145,28 +148,6 @@ impl Pass<'_> {
             requests,
             new_from,
         }
-    }
-
-    /// One more member may die during the pass (within tolerance with the `lost` roles).
-    fn draw_death(
-        &mut self,
-        world: &Arc<Mutex<World>>,
-        array: &Array,
-        lost: &[usize],
-    ) -> Option<usize> {
-        if !self.rng.chance(300) {
-            return None;
-        }
-        let g = &self.g;
-        let m = (0..self.case.members)
-            .find(|&m| !lost.contains(&m) && g.survives(&[lost.to_vec(), vec![m]].concat()))?;
-        let mut w = world.lock().expect("world");
-        w.disks[disk_of(array, m)].faults = DiskFaults {
-            dies_at_step: Some(self.rng.below(60)),
-            ..DiskFaults::default()
-        };
-        self.stats.background_member_deaths += 1;
-        Some(m)
     }
 
     /// The history starts over from the power loss; during the pass, reads rebuilt from
@@ -240,16 +221,9 @@ impl Pass<'_> {
             Some(Ok(PassState::Done)) => {}
             other => return Err(format!("background resync within tolerance: {other:?}")),
         }
-        let image = read_volume(world, self.rng, array)?;
         let history = self.shared.history.borrow();
-        for (s, sector) in image.chunks(SECTOR_BYTES).enumerate() {
-            if !excused.contains(&(s as u64)) {
-                history
-                    .check_durable(s as u64, sector)
-                    .map_err(|e| format!("{e} (after the background resync)"))?;
-                self.stats.sectors_checked += 1;
-            }
-        }
+        let when = "after the background resync";
+        check_durable(world, self.rng, array, &history, self.stats, excused, when)?;
         Ok(())
     }
 

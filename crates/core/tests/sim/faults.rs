@@ -1,9 +1,12 @@
 //! The faults a schedule injects into its members: which members may fail (a set the tree
 //! survives) and how each of them fails.
 
+use super::array::disk_of;
+use nbraid_core::metadata::Array;
 use nbraid_layout::Geometry;
-use nbraid_sim::scheduled::DiskFaults;
+use nbraid_sim::scheduled::{DiskFaults, World};
 use nbraid_sim::Rng;
+use std::sync::{Arc, Mutex};
 
 /// Members that may fail in this schedule: a random set the geometry survives.
 pub fn choose_failures(rng: &mut Rng, g: &Geometry, n: usize) -> Vec<usize> {
@@ -31,4 +34,26 @@ pub fn draw_faults(rng: &mut Rng, steps: u64) -> DiskFaults {
         read_error_per_mille: if rng.chance(500) { rng.below(60) } else { 0 },
         flush_error_per_mille: if rng.chance(300) { rng.below(100) } else { 0 },
     }
+}
+
+/// During a pass over a reopened array (a resync, a scrub), one more of its `members` may die
+/// within 60 steps (3 times in 10) if the tree survives that with the `lost` roles; the
+/// role that dies.
+pub(super) fn one_more_death(
+    rng: &mut Rng,
+    world: &Arc<Mutex<World>>,
+    array: &Array,
+    (g, members): (&Geometry, usize),
+    lost: &[usize],
+) -> Option<usize> {
+    if !rng.chance(300) {
+        return None;
+    }
+    let m = (0..members)
+        .find(|&m| !lost.contains(&m) && g.survives(&[lost.to_vec(), vec![m]].concat()))?;
+    world.lock().expect("world").disks[disk_of(array, m)].faults = DiskFaults {
+        dies_at_step: Some(rng.below(60)),
+        ..DiskFaults::default()
+    };
+    Some(m)
 }
