@@ -10,6 +10,20 @@ use nbraid_sim::scheduled::{DiskFaults, ScheduledMember, World};
 use nbraid_sim::Rng;
 use std::sync::{Arc, Mutex};
 
+/// What assembling a schedule's array takes: the case (tree, members), the disks offered
+/// (the members, and a spare in healing schedules) and the array's options.
+pub(super) struct Setup<'a> {
+    pub case: &'a CrashCase,
+    pub disks: usize,
+    pub opts: ArrayOptions,
+}
+
+/// An array and the world its disks live in, from one power-up to the next power loss.
+pub(super) struct Powered {
+    pub world: Arc<Mutex<World>>,
+    pub array: Arc<Array>,
+}
+
 /// The first `n` disks of `world` as members of `len` bytes (named `simN`).
 pub fn sim_members(world: &Arc<Mutex<World>>, n: usize, len: u64) -> Vec<Arc<dyn Member>> {
     (0..n)
@@ -21,11 +35,10 @@ pub fn sim_members(world: &Arc<Mutex<World>>, n: usize, len: u64) -> Vec<Arc<dyn
 pub(super) fn create(
     world: &Arc<Mutex<World>>,
     rng: &mut Rng,
-    case: &CrashCase,
-    opts: &ArrayOptions,
+    setup: &Setup,
     members: Vec<Arc<dyn Member>>,
 ) -> Result<Arc<Array>, String> {
-    let (tree, o) = (case.tree.clone(), opts.clone());
+    let (tree, o) = (setup.case.tree.clone(), setup.opts.clone());
     let array = drive(world, rng, async move {
         let metas = join_all(members.into_iter().map(MemberMeta::load)).await;
         Array::create("sim", tree, metas, o, true, &|_, _| {}).await
@@ -65,28 +78,24 @@ pub type Reopened = (Arc<Mutex<World>>, Arc<Array>, OpenReport);
 pub(super) fn reopen_after_power_loss(
     world: &Arc<Mutex<World>>,
     rng: &mut Rng,
-    case: &CrashCase,
-    disks: usize,
-    opts: &ArrayOptions,
+    setup: &Setup,
     background: bool,
     during: &str,
 ) -> Result<Reopened, String> {
     let same = |_: usize, m: Arc<dyn Member>| m;
-    reopen_wrapped(world, rng, case, disks, opts, background, during, &same)
+    reopen_wrapped(world, rng, setup, background, during, &same)
 }
 
 /// [`reopen_after_power_loss`] with disk `i`'s member given as `wrap(i, member)`.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn reopen_wrapped(
     world: &Arc<Mutex<World>>,
     rng: &mut Rng,
-    case: &CrashCase,
-    disks: usize,
-    opts: &ArrayOptions,
+    setup: &Setup,
     background: bool,
     during: &str,
     wrap: &dyn Fn(usize, Arc<dyn Member>) -> Arc<dyn Member>,
 ) -> Result<Reopened, String> {
+    let (disks, case) = (setup.disks, setup.case);
     let torn = rng.chance(500);
     let world = World::new(
         crash_images(world, rng, torn),
@@ -97,7 +106,7 @@ pub(super) fn reopen_wrapped(
         .enumerate()
         .map(|(i, m)| wrap(i, m))
         .collect();
-    let (tree, o) = (case.tree.clone(), opts.clone());
+    let (tree, o) = (case.tree.clone(), setup.opts.clone());
     let (array, report) = drive(&world, rng, async move {
         let metas = join_all(members.into_iter().map(MemberMeta::load)).await;
         let metas = metas.into_iter().map(Some).collect();

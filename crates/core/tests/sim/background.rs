@@ -13,13 +13,13 @@
 //! end the records go clean (`mark_clean`), and the caller's redundancy views require every
 //! copy and every parity chunk to agree.
 
-use super::array::{lost_roles, not_current, read_volume, reopen_after_power_loss};
+use super::array::{lost_roles, not_current, read_volume, reopen_after_power_loss, Powered, Setup};
 use super::checks::{check_durable, write_hole_excuse};
 use super::clients::{start_request, Load, Pace, Shared};
 use super::crash::{CrashCase, CrashStats};
 use super::executor::{drive, run_with, Executor};
 use super::faults::one_more_death;
-use nbraid_core::metadata::{Array, ArrayOptions, OpenReport};
+use nbraid_core::metadata::{Array, OpenReport};
 use nbraid_core::{PassControl, PassState};
 use nbraid_layout::{Geometry, Node};
 use nbraid_sim::scheduled::{World, SECTOR_BYTES};
@@ -54,18 +54,15 @@ pub type Finished = (Arc<Mutex<World>>, Arc<Array>, Vec<usize>);
 /// schedules and a member death or a power loss in the middle of it in some (see the
 /// module); the records go clean at the end. `earlier`: the sectors the reopen's check
 /// excused.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn finish(
-    world: Arc<Mutex<World>>,
+    Powered { world, array }: Powered,
     rng: &mut Rng,
-    array: Arc<Array>,
-    case: &CrashCase,
-    disks: usize,
-    opts: &ArrayOptions,
+    setup: &Setup,
     shared: &Rc<Shared>,
     earlier: &HashSet<u64>,
     stats: &mut CrashStats,
 ) -> Result<Finished, String> {
+    let case = setup.case;
     if !array.background_pending() {
         let lost = not_current(&array);
         return Ok((world, array, lost));
@@ -74,7 +71,7 @@ pub(super) fn finish(
     stats.background_parity += u64::from(!mirrors_only(&case.tree));
     let g = Geometry::from_tree(case.tree.clone());
     let mut pass = Pass {
-        case,
+        setup,
         g,
         rng,
         stats,
@@ -98,13 +95,13 @@ pub(super) fn finish(
     }
     drop(exec);
     drop(array);
-    pass.resume_after_power_loss(&world, disks, opts, plan.new_from)
+    pass.resume_after_power_loss(&world, plan.new_from)
 }
 
 /// One background pass over a reopened array: the schedule's draws and history, and what
 /// it exercised.
 struct Pass<'a> {
-    case: &'a CrashCase,
+    setup: &'a Setup<'a>,
     g: Geometry,
     rng: &'a mut Rng,
     stats: &'a mut CrashStats,
@@ -131,7 +128,7 @@ impl Pass<'_> {
     /// A member death, a power loss, requests; and the sectors excused during the pass.
     fn draw_plan(&mut self, world: &Arc<Mutex<World>>, array: &Arc<Array>) -> PassPlan {
         let lost = not_current(array);
-        let shape = (&self.g, self.case.members);
+        let shape = (&self.g, self.setup.case.members);
         let dying = one_more_death(self.rng, world, array, shape, &lost);
         self.stats.background_member_deaths += u64::from(dying.is_some());
         let crash_at = self.rng.chance(400).then(|| self.rng.below(80));
@@ -233,15 +230,13 @@ impl Pass<'_> {
     fn resume_after_power_loss(
         &mut self,
         world: &Arc<Mutex<World>>,
-        disks: usize,
-        opts: &ArrayOptions,
         new_from: usize,
     ) -> Result<Finished, String> {
         self.stats.background_crashes += 1;
         self.shared.history.borrow_mut().power_lost();
         let during = "the background resync";
         let (world, array, report) =
-            reopen_after_power_loss(world, self.rng, self.case, disks, opts, true, during)?;
+            reopen_after_power_loss(world, self.rng, self.setup, true, during)?;
         self.stats.resynced_bytes += report.resynced_bytes + report.background_bytes;
         self.check_after_power_loss(&world, &array, &report, new_from)?;
         let a = array.clone();

@@ -183,14 +183,7 @@ fn settle(
             return Err("a request does not finish".into());
         }
     }
-    first_violation(shared)
-}
-
-fn first_violation(shared: &Shared) -> Result<(), String> {
-    match shared.violations.borrow().first() {
-        Some(v) => Err(v.clone()),
-        None => Ok(()),
-    }
+    shared.first_violation()
 }
 
 /// The images after a clean shutdown: every completed write landed.
@@ -342,7 +335,7 @@ fn churn(
         if !step_once(&mut exec, world, rng) && exec.live() > 0 {
             return Err(format!("deadlock at step {step}"));
         }
-        first_violation(shared)?;
+        shared.first_violation()?;
         step += 1;
         if step > steps + STEP_LIMIT {
             return Err("starvation".into());

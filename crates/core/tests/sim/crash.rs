@@ -18,7 +18,9 @@
 //! lost before, during or after the swap: whichever member the records name after the
 //! reopen must hold every flushed write.
 
-use super::array::{self, crash_images, disk_of, not_current, read_volume, sim_members};
+use super::array::{
+    self, crash_images, disk_of, not_current, read_volume, sim_members, Powered, Setup,
+};
 use super::background::serves_before_resync;
 use super::checks::{check_read_back, redundancy_agrees};
 use super::clients::{Clients, Load, Pace, Shared};
@@ -191,24 +193,17 @@ pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
 
 /// One schedule's state: its case and draws, the clients' history, and what it exercised.
 struct Schedule<'a> {
-    case: &'a CrashCase,
+    /// The case, the disks (the spare too in healing schedules) and the array's options.
+    setup: Setup<'a>,
     g: Geometry,
     rng: Rng,
-    opts: ArrayOptions,
     /// The volume's size and its full stripe.
     capacity: u64,
     width: u64,
     /// Healing schedules have one more disk: the spare.
     heal: bool,
-    disks: usize,
     shared: Rc<Shared>,
     stats: CrashStats,
-}
-
-/// The array and the world its disks live in, from one power-up to the next power loss.
-struct Powered {
-    world: Arc<Mutex<World>>,
-    array: Arc<Array>,
 }
 
 /// What a schedule does until the power loss, drawn from its seed.
@@ -241,19 +236,18 @@ impl<'a> Schedule<'a> {
             vec![DiskFaults::default(); disks],
         );
         let members = sim_members(&world, n, case.member_len);
-        let array = array::create(&world, &mut rng, case, &opts, members)?;
+        let setup = Setup { case, disks, opts };
+        let array = array::create(&world, &mut rng, &setup, members)?;
         let capacity = array.volume().capacity();
         // Small windows (rounded up to whole full stripes), so checkpoints land mid-rebuild.
         array.set_rebuild_window_bytes(4096 << rng.below(3));
         let schedule = Schedule {
-            case,
+            setup,
             g,
             rng,
-            opts,
             capacity,
             width,
             heal,
-            disks,
             shared: Shared::new(capacity),
             stats: CrashStats {
                 runs: 1,
@@ -265,7 +259,7 @@ impl<'a> Schedule<'a> {
 
     /// Faults within tolerance from now on, the heal, the power loss and the clients' load.
     fn draw_plan(&mut self, on: &Powered) -> (Plan, Clients) {
-        let (g, n, rng) = (&self.g, self.case.members, &mut self.rng);
+        let (g, n, rng) = (&self.g, self.setup.case.members, &mut self.rng);
         let steps = 300 + rng.below(1200);
         let failing = if rng.chance(500) {
             choose_failures(rng, g, n)
@@ -292,7 +286,13 @@ impl<'a> Schedule<'a> {
         let heal_at = (self.heal && pulled.is_some()).then(|| rng.below(steps));
         let replace = rng.chance(400);
         let mix = [300, 400, 60, 100, 70, 70];
-        let load = Load::draw(rng, self.capacity, self.width, mix, self.case.sequential);
+        let load = Load::draw(
+            rng,
+            self.capacity,
+            self.width,
+            mix,
+            self.setup.case.sequential,
+        );
         let pace = Pace::draw(rng);
         let plan = Plan {
             steps,
@@ -345,9 +345,13 @@ impl<'a> Schedule<'a> {
         } else {
             self.stats.rebuilds_started += 1;
         }
-        let spare = sim_members(&on.world, self.case.members + 1, self.case.member_len)
-            .pop()
-            .expect("spare");
+        let spare = sim_members(
+            &on.world,
+            self.setup.case.members + 1,
+            self.setup.case.member_len,
+        )
+        .pop()
+        .expect("spare");
         let (a, shared, healed) = (on.array.clone(), self.shared.clone(), healed.clone());
         exec.spawn(async move {
             match heal(&a, role, spare, replace).await {
@@ -367,7 +371,7 @@ impl<'a> Schedule<'a> {
         let images = crash_images(&on.world, &mut self.rng, torn);
         let lost_before: Vec<usize> = {
             let w = on.world.lock().expect("world");
-            (0..self.case.members)
+            (0..self.setup.case.members)
                 .filter(|&i| w.disks[i].dead || on.array.volume().member_is_failed(i))
                 .collect()
         };
@@ -385,7 +389,7 @@ impl<'a> Schedule<'a> {
         images: Vec<Vec<u8>>,
         lost_before: &[usize],
     ) -> Result<(Powered, OpenReport), String> {
-        let (g, n) = (&self.g, self.case.members);
+        let (g, n) = (&self.g, self.setup.case.members);
         let deleted = (!self.heal && self.rng.chance(250))
             .then(|| {
                 (0..n).find(|m| {
@@ -394,10 +398,10 @@ impl<'a> Schedule<'a> {
                 })
             })
             .flatten();
-        let world = World::new(images, vec![DiskFaults::default(); self.disks]);
-        let members = sim_members(&world, self.disks, self.case.member_len);
-        let background = serves_before_resync(self.case) && self.rng.chance(600);
-        let (tree, opts) = (self.case.tree.clone(), self.opts.clone());
+        let world = World::new(images, vec![DiskFaults::default(); self.setup.disks]);
+        let members = sim_members(&world, self.setup.disks, self.setup.case.member_len);
+        let background = serves_before_resync(self.setup.case) && self.rng.chance(600);
+        let (tree, opts) = (self.setup.case.tree.clone(), self.setup.opts.clone());
         let opening = open(tree, opts, members, deleted, background);
         let opened = drive(&world, &mut self.rng, opening)?;
         let (array, report) = opened.map_err(|e| {
@@ -461,7 +465,7 @@ impl<'a> Schedule<'a> {
             .copied()
             .collect();
         let image = read_volume(&on.world, &mut self.rng, &on.array)?;
-        let hole_unchecked = !self.case.ppl && !self.case.strict;
+        let hole_unchecked = !self.setup.case.ppl && !self.setup.case.strict;
         let what = format!("report {report:?}");
         let history = self.shared.history.borrow();
         let r = check_read_back(&self.g, &history, &image, &rebuilt, hole_unchecked, &what)?;
@@ -481,24 +485,14 @@ impl<'a> Schedule<'a> {
         report: &OpenReport,
         role_disks: &[usize],
     ) -> Result<(), String> {
-        let (case, rng, stats) = (self.case, &mut self.rng, &mut self.stats);
+        let (setup, rng, stats) = (&self.setup, &mut self.rng, &mut self.stats);
         let read_back = self.shared.history.borrow().ops.len();
-        let finished = super::background::finish(
-            on.world,
-            rng,
-            on.array,
-            case,
-            self.disks,
-            &self.opts,
-            &self.shared,
-            excused,
-            stats,
-        )?;
+        let finished = super::background::finish(on, rng, setup, &self.shared, excused, stats)?;
         let history = self.shared.history.borrow();
         stats.requests += (history.ops.len() - read_back) as u64;
-        let (world, array, lost) = super::scrub::maybe_scrub(
-            finished, rng, case, self.disks, &self.opts, &history, stats,
-        )?;
+        let (world, array, lost) =
+            super::scrub::maybe_scrub(finished, rng, setup, &history, stats)?;
+        let case = setup.case;
         drop(array);
         let what = format!("report {report:?}");
         stats.redundancy_views +=

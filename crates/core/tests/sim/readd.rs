@@ -15,7 +15,8 @@
 //! to two more members reads the same bytes).
 
 use super::array::{
-    self, disk_of, lost_roles, not_current, read_volume, reopen_wrapped, sim_members,
+    self, disk_of, lost_roles, not_current, read_volume, reopen_wrapped, sim_members, Powered,
+    Setup,
 };
 use super::checks::{check_durable, check_read_back, redundancy_agrees, unreadable};
 use super::clients::{Clients, Load, Pace, Shared};
@@ -23,7 +24,7 @@ use super::crash::{array_options, CrashCase, CrashStats};
 use super::executor::{drive, STEP_LIMIT};
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use nbraid_core::metadata::{Array, ArrayOptions, OpenReport, Readd, METADATA_AREA_BYTES};
+use nbraid_core::metadata::{Array, OpenReport, Readd, METADATA_AREA_BYTES};
 use nbraid_core::{
     Buf, Member, MemberCounters, MemberError, MemberOp, MemberResult, PassControl, PassState,
     SharedBuf,
@@ -215,22 +216,16 @@ type Outcome = Result<(Readd, Option<PassState>), String>;
 /// One schedule's state: its case and draws, the returning member, the clients' history,
 /// and what it exercised.
 struct Schedule<'a> {
-    case: &'a CrashCase,
+    /// The case, its disks and the array's options.
+    setup: Setup<'a>,
     g: Geometry,
     rng: Rng,
-    opts: ArrayOptions,
     /// The role whose member goes away and comes back, and that member (replaced at the
     /// reopen).
     role: usize,
     back: Arc<Returning>,
     shared: Rc<Shared>,
     stats: ReaddStats,
-}
-
-/// The array and the world its disks live in, from one power-up to the next power loss.
-struct Powered {
-    world: Arc<Mutex<World>>,
-    array: Arc<Array>,
 }
 
 /// When the member goes and answers again, and what else happens.
@@ -266,13 +261,17 @@ impl<'a> Schedule<'a> {
         let mut members = sim_members(&world, n, case.member_len);
         let back = Returning::new(members[role].clone(), role);
         members[role] = back.clone();
-        let array = array::create(&world, &mut rng, case, &opts, members)?;
+        let setup = Setup {
+            case,
+            disks: n,
+            opts,
+        };
+        let array = array::create(&world, &mut rng, &setup, members)?;
         back.watch(&array);
         let schedule = Schedule {
-            case,
+            setup,
             g,
             rng,
-            opts,
             role,
             back,
             shared: Shared::new(array.volume().capacity()),
@@ -287,7 +286,7 @@ impl<'a> Schedule<'a> {
     /// When the member goes and returns, another member's death during the resync, the
     /// member going again, the power loss; and the clients' load.
     fn draw_plan(&mut self, on: &Powered) -> (Plan, Clients) {
-        let (g, n, role, rng) = (&self.g, self.case.members, self.role, &mut self.rng);
+        let (g, n, role, rng) = (&self.g, self.setup.case.members, self.role, &mut self.rng);
         let steps = 300 + rng.below(900);
         let leave_at = rng.below(steps / 3);
         let return_at = leave_at + 1 + rng.below(steps / 3);
@@ -316,7 +315,13 @@ impl<'a> Schedule<'a> {
         let mix = [200, 500, 60, 100, 70, 70];
         let capacity = on.array.volume().capacity();
         let width = self.g.full_stripe_width().unwrap_or(16 * 1024);
-        let load = Load::draw(&mut self.rng, capacity, width, mix, self.case.sequential);
+        let load = Load::draw(
+            &mut self.rng,
+            capacity,
+            width,
+            mix,
+            self.setup.case.sequential,
+        );
         let pace = Pace::draw(&mut self.rng);
         (plan, Clients::new(self.shared.clone(), load, pace))
     }
@@ -389,7 +394,7 @@ impl<'a> Schedule<'a> {
         }
         let current = volume.member_is_current(self.role);
         if std::env::var_os("NBRAID_SIM_TRACE").is_some() {
-            let failed: Vec<bool> = (0..self.case.members)
+            let failed: Vec<bool> = (0..self.setup.case.members)
                 .map(|r| volume.member_is_failed(r))
                 .collect();
             let ops = self.shared.history.borrow().ops.len();
@@ -418,7 +423,7 @@ impl<'a> Schedule<'a> {
         drop(clients);
         drop(on.array);
         self.back.away.store(false, SeqCst);
-        let (role, n) = (self.role, self.case.members);
+        let role = self.role;
         let again = Rc::new(RefCell::new(None::<Arc<Returning>>));
         let wrap = {
             let again = again.clone();
@@ -431,16 +436,8 @@ impl<'a> Schedule<'a> {
                 r
             }
         };
-        let (world, array, report) = reopen_wrapped(
-            &on.world,
-            &mut self.rng,
-            self.case,
-            n,
-            &self.opts,
-            false,
-            "the re-add",
-            &wrap,
-        )?;
+        let (world, rng, setup) = (&on.world, &mut self.rng, &self.setup);
+        let (world, array, report) = reopen_wrapped(world, rng, setup, false, "the re-add", &wrap)?;
         self.back = again.borrow_mut().take().expect("wrapped");
         self.back.watch(&array);
         Ok((Powered { world, array }, report))
@@ -530,13 +527,13 @@ impl<'a> Schedule<'a> {
     /// Copies and parity agree: every view losing up to two more members reads the same.
     fn compare_views(&mut self, on: Powered, report: &OpenReport) -> Result<(), String> {
         let lost = lost_roles(&on.world, &on.array);
-        let role_disks: Vec<usize> = (0..self.case.members)
+        let role_disks: Vec<usize> = (0..self.setup.case.members)
             .map(|r| disk_of(&on.array, r))
             .collect();
         drop(on.array);
         let what = format!("re-add of role {}, reopened {report:?}", self.role);
         let history = self.shared.history.borrow();
-        let (world, rng, case) = (&on.world, &mut self.rng, self.case);
+        let (world, rng, case) = (&on.world, &mut self.rng, self.setup.case);
         self.stats.redundancy_views +=
             redundancy_agrees(world, rng, case, &role_disks, &lost, &history, &what)?;
         Ok(())

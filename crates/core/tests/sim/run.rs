@@ -385,7 +385,7 @@ impl<'a> Schedule<'a> {
         exec.spawn(async move {
             let _ = v.scrub(&ScrubControl::new(true, 0)).await;
         });
-        drive(&mut exec, world, &mut self.rng, "scrubbing after the crash")?;
+        run_to_end(&mut exec, world, &mut self.rng, "scrubbing after the crash")?;
         self.stats.scrubs += 1;
         Ok(())
     }
@@ -500,14 +500,15 @@ fn read_all(
         });
         at += len;
     }
-    drive(&mut exec, world, rng, "reading back after the crash")?;
+    run_to_end(&mut exec, world, rng, "reading back after the crash")?;
     let image = image.borrow().clone();
     let errors = errors.borrow().clone();
     Ok((image, errors))
 }
 
-/// Runs `exec` to completion, completing member operations in random order.
-fn drive(
+/// Runs `exec` to completion, completing member operations in random order (a bound of
+/// ten times the liveness bound: the whole volume is in flight).
+fn run_to_end(
     exec: &mut Executor,
     world: &Arc<Mutex<World>>,
     rng: &mut Rng,

@@ -5,14 +5,14 @@
 //! unfinished scrub (once its start was committed), and a scrub resumed from that checkpoint
 //! runs to the end, clears it, and changes no data (every flushed write reads back again).
 
-use super::array::{lost_roles, not_current, reopen_after_power_loss};
+use super::array::{lost_roles, not_current, reopen_after_power_loss, Setup};
 use super::background::Finished;
 use super::checks::{check_durable, unreadable};
-use super::crash::{CrashCase, CrashStats};
+use super::crash::CrashStats;
 use super::executor::{drive, run_until, Executor};
 use super::faults::one_more_death;
 use super::history::History;
-use nbraid_core::metadata::{Array, ArrayOptions};
+use nbraid_core::metadata::Array;
 use nbraid_core::{ScrubControl, ScrubReport, ScrubState};
 use nbraid_layout::Geometry;
 use nbraid_sim::scheduled::World;
@@ -24,15 +24,14 @@ use std::sync::{Arc, Mutex};
 
 /// In some schedules, scrubs `array` (repairing) with a member death or a power loss during
 /// it (see the module); `lost`: the roles not current (or dead) before.
-pub fn maybe_scrub(
+pub(super) fn maybe_scrub(
     (world, array, lost): Finished,
     rng: &mut Rng,
-    case: &CrashCase,
-    disks: usize,
-    opts: &ArrayOptions,
+    setup: &Setup,
     history: &History,
     stats: &mut CrashStats,
 ) -> Result<Finished, String> {
+    let case = setup.case;
     if !rng.chance(300) {
         return Ok((world, array, lost));
     }
@@ -58,7 +57,7 @@ pub fn maybe_scrub(
     scrub.stats.scrub_crashes += 1;
     drop(exec);
     drop(array);
-    scrub.resume_after_power_loss(&world, case, disks, opts)
+    scrub.resume_after_power_loss(&world, setup)
 }
 
 /// One scrub over a reopened array: the schedule's draws and history, the sectors that
@@ -129,12 +128,9 @@ impl Scrub<'_> {
     fn resume_after_power_loss(
         &mut self,
         world: &Arc<Mutex<World>>,
-        case: &CrashCase,
-        disks: usize,
-        opts: &ArrayOptions,
+        setup: &Setup,
     ) -> Result<Finished, String> {
-        let (world, array, _) =
-            reopen_after_power_loss(world, self.rng, case, disks, opts, false, "a scrub")?;
+        let (world, array, _) = reopen_after_power_loss(world, self.rng, setup, false, "a scrub")?;
         self.check_durable(&world, &array, "after a crash during a scrub")?;
         let a = array.clone();
         let c = drive(&world, self.rng, async move { a.scrub_checkpoint().await })?;
