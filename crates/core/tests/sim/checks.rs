@@ -136,7 +136,6 @@ pub(super) fn unreadable(
 }
 
 /// Every flushed write reads back, but in the `excused` sectors.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn check_durable(
     world: &Arc<Mutex<World>>,
     rng: &mut Rng,
