@@ -55,14 +55,14 @@ pub type Finished = (Arc<Mutex<World>>, Arc<Array>, Vec<usize>);
 /// module); the records go clean at the end. `earlier`: the sectors the reopen's check
 /// excused.
 pub(super) fn finish(
-    Powered { world, array }: Powered,
+    on: Powered,
     rng: &mut Rng,
     setup: &Setup,
     shared: &Rc<Shared>,
     earlier: &HashSet<u64>,
     stats: &mut CrashStats,
 ) -> Result<Finished, String> {
-    let case = setup.case;
+    let (Powered { world, array }, case) = (on, setup.case);
     if !array.background_pending() {
         let lost = not_current(&array);
         return Ok((world, array, lost));
