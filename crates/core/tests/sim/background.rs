@@ -13,24 +13,22 @@
 //! end the records go clean (`mark_clean`), and the caller's redundancy views require every
 //! copy and every parity chunk to agree.
 
-use super::crash::{
-    being_written, read_volume, start_request, CrashCase, CrashStats, Load, Shared,
-};
-use super::executor::{step_once, Executor};
-use super::history::History;
-use super::run::{in_write_hole, sim_members, write_hole_exposure};
-use futures::future::join_all;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, OpenReport};
-use nbraid_core::{Member, PassControl, PassState};
+use super::array::{lost_roles, not_current, read_volume, reopen_after_power_loss, Powered, Setup};
+use super::checks::{check_durable, write_hole_excuse};
+use super::clients::{start_request, Load, Pace, Shared};
+use super::crash::{CrashCase, CrashStats};
+use super::executor::{drive, run_with, Executor};
+use super::faults::one_more_death;
+use nbraid_core::metadata::{Array, OpenReport};
+use nbraid_core::{PassControl, PassState};
 use nbraid_layout::{Geometry, Node};
-use nbraid_sim::scheduled::{DiskFaults, World, SECTOR_BYTES};
+use nbraid_sim::scheduled::{World, SECTOR_BYTES};
 use nbraid_sim::Rng;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
-const STEP_LIMIT: u64 = 400_000;
 const SECTOR: u64 = SECTOR_BYTES as u64;
 
 /// Whether the tree's redundancy is mirrors only.
@@ -52,85 +50,19 @@ pub fn serves_before_resync(case: &CrashCase) -> bool {
 /// not current.
 pub type Finished = (Arc<Mutex<World>>, Arc<Array>, Vec<usize>);
 
-/// Sectors a read may get wrong with `lost` roles rebuilt from parity: being written at the
-/// last power loss, in a stripe it may have torn (the write-hole promise).
-fn write_hole_excuse(
-    g: &Geometry,
-    history: &History,
-    lost: &[usize],
-    capacity: u64,
-) -> HashSet<u64> {
-    let Some(exposed) = write_hole_exposure(g, history, lost) else {
-        return HashSet::new();
-    };
-    let busy = being_written(history);
-    (0..capacity / SECTOR)
-        .filter(|s| busy.contains(s) && in_write_hole(g, &exposed, lost, *s))
-        .collect()
-}
-
-/// Every flushed write reads back after the reopen `report`, but in the write-hole sectors
-/// of roles rebuilt from parity (lost, or resynced or rebuilt at the reopen) and in the
-/// `earlier` excused sectors no guaranteed write (issued as op `new_from` or later) covers.
-#[allow(clippy::too_many_arguments)]
-fn check_after_power_loss(
-    world: &Arc<Mutex<World>>,
-    rng: &mut Rng,
-    array: &Arc<Array>,
-    report: &OpenReport,
-    history: &History,
-    (earlier, new_from): (&HashSet<u64>, usize),
-    stats: &mut CrashStats,
-    what: &str,
-) -> Result<(), String> {
-    let g = array.volume().geometry().clone();
-    let lost: Vec<usize> = not_current(array)
-        .into_iter()
-        .chain(report.resynced_roles.iter().copied())
-        .chain(report.rebuilding_roles.iter().map(|(r, _)| *r))
-        .collect();
-    let mut excused = write_hole_excuse(&g, history, &lost, array.volume().capacity());
-    let f = history.last_flush_issued();
-    let mut rewritten = HashSet::new();
-    for o in history.ops[new_from..]
-        .iter()
-        .filter(|o| history.guaranteed(o, f))
-    {
-        rewritten.extend(o.offset / SECTOR..(o.offset + o.len) / SECTOR);
-    }
-    excused.extend(earlier.difference(&rewritten));
-    let image = read_volume(world, rng, array)?;
-    for (s, sector) in image.chunks(SECTOR_BYTES).enumerate() {
-        if excused.contains(&(s as u64)) {
-            stats.sectors_write_hole += 1;
-            continue;
-        }
-        history.check_durable(s as u64, sector).map_err(|e| {
-            format!(
-                "{e} ({what}, lost {lost:?}, at {:?})",
-                g.map(s as u64 * SECTOR, SECTOR)
-            )
-        })?;
-        stats.sectors_checked += 1;
-    }
-    Ok(())
-}
-
 /// Runs the pending background resync of `array` to the end, with requests going on in most
 /// schedules and a member death or a power loss in the middle of it in some (see the
-/// module); the records go clean at the end.
-#[allow(clippy::too_many_arguments)]
+/// module); the records go clean at the end. `earlier`: the sectors the reopen's check
+/// excused.
 pub(super) fn finish(
-    world: Arc<Mutex<World>>,
+    on: Powered,
     rng: &mut Rng,
-    array: Arc<Array>,
-    case: &CrashCase,
-    disks: usize,
-    opts: &ArrayOptions,
+    setup: &Setup,
     shared: &Rc<Shared>,
     earlier: &HashSet<u64>,
     stats: &mut CrashStats,
 ) -> Result<Finished, String> {
+    let (Powered { world, array }, case) = (on, setup.case);
     if !array.background_pending() {
         let lost = not_current(&array);
         return Ok((world, array, lost));
@@ -138,78 +70,16 @@ pub(super) fn finish(
     stats.background_resyncs += 1;
     stats.background_parity += u64::from(!mirrors_only(&case.tree));
     let g = Geometry::from_tree(case.tree.clone());
-    let capacity = array.volume().capacity();
-    let lost = not_current(&array);
-    // One more member may die during the pass (within tolerance).
-    let mut dying = None;
-    if rng.chance(300) {
-        let m = (0..case.members)
-            .find(|&m| !lost.contains(&m) && g.survives(&[lost.clone(), vec![m]].concat()));
-        if let Some(m) = m {
-            let mut w = world.lock().expect("world");
-            w.disks[disk_of(&array, m)].faults = DiskFaults {
-                dies_at_step: Some(rng.below(60)),
-                ..DiskFaults::default()
-            };
-            stats.background_member_deaths += 1;
-            dying = Some(m);
-        }
-    }
-    // Small sim volumes resync in a few dozen steps (more with requests going on).
-    let crash_at = rng.chance(400).then(|| rng.below(80));
-    // Requests go on during the pass in most schedules; the crash before it ended: writes
-    // acknowledged then may be lost, and reads rebuilt from parity not resynced yet may be
-    // wrong in the write hole (with the member that dies counted lost from the start).
-    // Sectors excused at the reopen stay excused (a rebuild then may have written what it
-    // rebuilt) until a write over them completes.
-    let requests = rng.chance(750);
-    let new_from = {
-        let mut h = shared.history.borrow_mut();
-        h.power_lost();
-        let rebuilt: Vec<usize> = lost.iter().copied().chain(dying).collect();
-        let mut excused = write_hole_excuse(&g, &h, &rebuilt, capacity);
-        excused.extend(earlier);
-        *shared.excused.borrow_mut() = excused.into_iter().map(|s| (s, u64::MAX)).collect();
-        h.ops.len()
-    };
-    if std::env::var_os("NBRAID_SIM_TRACE").is_some() {
-        eprintln!("background: lost {lost:?} dying {dying:?} faults {:?} crash_at {crash_at:?} requests {requests} new ops from {new_from}", world.lock().expect("w").disks.iter().map(|d| d.faults.dies_at_step).collect::<Vec<_>>());
-    }
-    let outcome = Rc::new(RefCell::new(None));
-    let mut exec = Executor::default();
-    {
-        let (a, out) = (array.clone(), outcome.clone());
-        exec.spawn(async move {
-            let r = a.background_resync(&PassControl::new(0)).await;
-            *out.borrow_mut() = Some(r.map_err(|e| e.to_string()));
-        });
-    }
-    let load = Load {
-        capacity,
-        width: g.full_stripe_width().unwrap_or(16 * 1024),
-        hot_base: rng.below(capacity / SECTOR) * SECTOR / 2,
-        mix: [300, 400, 60, 100, 70, 70],
-        stream: None,
-    };
-    let max_in_flight = 2 + rng.below(8) as usize;
-    let mut spawn = |exec: &mut Executor, rng: &mut Rng| {
-        let running = outcome.borrow().is_none();
-        if requests && running && exec.live() < max_in_flight && rng.chance(500) {
-            start_request(exec, rng, &array, shared, &load);
-            stats.background_requests += 1;
-        }
-    };
-    run_with(
-        &mut exec,
-        &world,
+    let mut pass = Pass {
+        setup,
+        g,
         rng,
-        crash_at,
-        "the background resync",
-        &mut spawn,
-    )?;
-    if let Some(v) = shared.violations.borrow().first() {
-        return Err(format!("{v} (during the background resync)"));
-    }
+        stats,
+        shared,
+        earlier,
+    };
+    let plan = pass.draw_plan(&world, &array);
+    let (exec, outcome) = pass.run(&world, &array, &plan)?;
     // Still excused at the end: no write over them completed.
     let excused: HashSet<u64> = std::mem::take(&mut *shared.excused.borrow_mut())
         .into_iter()
@@ -217,61 +87,216 @@ pub(super) fn finish(
         .map(|(s, _)| s)
         .collect();
     if exec.live() == 0 {
-        match outcome.borrow_mut().take() {
+        let outcome = outcome.borrow_mut().take();
+        pass.check_done(&world, &array, outcome, &excused)?;
+        let lost = lost_roles(&world, &array);
+        clean_at_the_end(&world, pass.rng, &array)?;
+        return Ok((world, array, lost));
+    }
+    drop(exec);
+    drop(array);
+    pass.resume_after_power_loss(&world, plan.new_from)
+}
+
+/// One background pass over a reopened array: the schedule's draws and history, and what
+/// it exercised.
+struct Pass<'a> {
+    setup: &'a Setup<'a>,
+    g: Geometry,
+    rng: &'a mut Rng,
+    stats: &'a mut CrashStats,
+    shared: &'a Rc<Shared>,
+    /// The sectors the reopen's check excused.
+    earlier: &'a HashSet<u64>,
+}
+
+/// What happens during a pass, drawn from the seed.
+struct PassPlan {
+    /// Step at which power is lost (small sim volumes resync in a few dozen steps, more
+    /// with requests going on).
+    crash_at: Option<u64>,
+    /// Requests go on during the pass (in most schedules).
+    requests: bool,
+    /// The first op of the history issued during the pass.
+    new_from: usize,
+}
+
+/// What a pass ended with, once it did.
+type Outcome = Rc<RefCell<Option<Result<PassState, String>>>>;
+
+impl Pass<'_> {
+    /// A member death, a power loss, requests; and the sectors excused during the pass.
+    fn draw_plan(&mut self, world: &Arc<Mutex<World>>, array: &Arc<Array>) -> PassPlan {
+        let lost = not_current(array);
+        let shape = (&self.g, self.setup.case.members);
+        let dying = one_more_death(self.rng, world, array, shape, &lost);
+        self.stats.background_member_deaths += u64::from(dying.is_some());
+        let crash_at = self.rng.chance(400).then(|| self.rng.below(80));
+        let requests = self.rng.chance(750);
+        let new_from = self.excuse_during_pass(&lost, dying, array.volume().capacity());
+        if std::env::var_os("NBRAID_SIM_TRACE").is_some() {
+            let dies: Vec<_> = (world.lock().expect("w").disks.iter())
+                .map(|d| d.faults.dies_at_step)
+                .collect();
+            eprintln!("background: lost {lost:?} dying {dying:?} faults {dies:?} crash_at {crash_at:?} requests {requests} new ops from {new_from}");
+        }
+        PassPlan {
+            crash_at,
+            requests,
+            new_from,
+        }
+    }
+
+    /// The history starts over from the power loss; during the pass, reads rebuilt from
+    /// parity not resynced yet may be wrong in the write hole (with the member that dies
+    /// counted lost from the start), and sectors excused at the reopen stay excused (a
+    /// rebuild then may have written what it rebuilt) until a write over them completes.
+    /// Returns the first op of the pass.
+    fn excuse_during_pass(&mut self, lost: &[usize], dying: Option<usize>, capacity: u64) -> usize {
+        let mut h = self.shared.history.borrow_mut();
+        h.power_lost();
+        let rebuilt: Vec<usize> = lost.iter().copied().chain(dying).collect();
+        let mut excused = write_hole_excuse(&self.g, &h, &rebuilt, capacity);
+        excused.extend(self.earlier);
+        *self.shared.excused.borrow_mut() = excused.into_iter().map(|s| (s, u64::MAX)).collect();
+        h.ops.len()
+    }
+
+    /// The pass, with requests going on, until it ends or power is lost; the tasks left
+    /// and how the pass ended.
+    fn run(
+        &mut self,
+        world: &Arc<Mutex<World>>,
+        array: &Arc<Array>,
+        plan: &PassPlan,
+    ) -> Result<(Executor, Outcome), String> {
+        let outcome: Outcome = Rc::new(RefCell::new(None));
+        let mut exec = Executor::default();
+        let (a, out) = (array.clone(), outcome.clone());
+        exec.spawn(async move {
+            let r = a.background_resync(&PassControl::new(0)).await;
+            *out.borrow_mut() = Some(r.map_err(|e| e.to_string()));
+        });
+        let capacity = array.volume().capacity();
+        let load = Load {
+            capacity,
+            width: self.g.full_stripe_width().unwrap_or(16 * 1024),
+            hot_base: self.rng.below(capacity / SECTOR) * SECTOR / 2,
+            mix: [300, 400, 60, 100, 70, 70],
+            stream: None,
+        };
+        let pace = Pace {
+            max_in_flight: 2 + self.rng.below(8) as usize,
+            start_per_mille: 500,
+        };
+        let (shared, stats) = (self.shared, &mut *self.stats);
+        let mut spawn = |exec: &mut Executor, rng: &mut Rng| {
+            let running = outcome.borrow().is_none();
+            if plan.requests && running && pace.starts(rng, exec.live()) {
+                start_request(exec, rng, array, shared, &load);
+                stats.background_requests += 1;
+            }
+        };
+        let what = "the background resync";
+        run_with(&mut exec, world, self.rng, plan.crash_at, what, &mut spawn)?;
+        if let Some(v) = self.shared.violations.borrow().first() {
+            return Err(format!("{v} (during the background resync)"));
+        }
+        Ok((exec, outcome))
+    }
+
+    /// The pass ended well, and every flushed write reads back after it (the excuse as
+    /// during it).
+    fn check_done(
+        &mut self,
+        world: &Arc<Mutex<World>>,
+        array: &Arc<Array>,
+        outcome: Option<Result<PassState, String>>,
+        excused: &HashSet<u64>,
+    ) -> Result<(), String> {
+        match outcome {
             Some(Ok(PassState::Done)) => {}
             other => return Err(format!("background resync within tolerance: {other:?}")),
         }
-        // Every flushed write reads back after the pass (the excuse as during it).
-        let image = read_volume(&world, rng, &array)?;
-        let history = shared.history.borrow();
-        for (s, sector) in image.chunks(SECTOR_BYTES).enumerate() {
-            if !excused.contains(&(s as u64)) {
-                history
-                    .check_durable(s as u64, sector)
-                    .map_err(|e| format!("{e} (after the background resync)"))?;
-                stats.sectors_checked += 1;
-            }
-        }
-        drop(history);
-        let lost = lost_roles(&world, &array);
-        clean_at_the_end(&world, rng, &array)?;
-        return Ok((world, array, lost));
+        let history = self.shared.history.borrow();
+        let when = "after the background resync";
+        check_durable(world, self.rng, array, &history, self.stats, excused, when)?;
+        Ok(())
     }
 
-    // Power lost in the middle of the pass.
-    stats.background_crashes += 1;
-    drop(exec);
-    drop(array);
-    shared.history.borrow_mut().power_lost();
-    let (world, array, report) = reopen_after_power_loss(
-        &world,
-        rng,
-        case,
-        disks,
-        opts,
-        true,
-        "the background resync",
-    )?;
-    stats.resynced_bytes += report.resynced_bytes + report.background_bytes;
-    // Every flushed write still reads back (mirrors resync what reads touch first).
-    let what = format!("after a crash during the background resync: {report:?}");
-    let history = shared.history.borrow();
-    let earlier = (earlier, new_from);
-    check_after_power_loss(
-        &world, rng, &array, &report, &history, earlier, stats, &what,
-    )?;
-    drop(history);
-    let a = array.clone();
-    let r = super::crash::drive(&world, rng, async move {
-        a.background_resync(&PassControl::new(0)).await
-    })?
-    .map_err(|e| format!("resumed background resync: {e}"))?;
-    if r != PassState::Done || array.background_pending() {
-        return Err(format!("resumed background resync did not finish: {r:?}"));
+    /// Power lost in the middle of the pass: the images assembled again (in the
+    /// background again), every flushed write still reads back (mirrors resync what reads
+    /// touch first), and the pass resumes and finishes.
+    fn resume_after_power_loss(
+        &mut self,
+        world: &Arc<Mutex<World>>,
+        new_from: usize,
+    ) -> Result<Finished, String> {
+        self.stats.background_crashes += 1;
+        self.shared.history.borrow_mut().power_lost();
+        let during = "the background resync";
+        let (world, array, report) =
+            reopen_after_power_loss(world, self.rng, self.setup, true, during)?;
+        self.stats.resynced_bytes += report.resynced_bytes + report.background_bytes;
+        self.check_after_power_loss(&world, &array, &report, new_from)?;
+        let a = array.clone();
+        let r = drive(&world, self.rng, async move {
+            a.background_resync(&PassControl::new(0)).await
+        })?
+        .map_err(|e| format!("resumed background resync: {e}"))?;
+        if r != PassState::Done || array.background_pending() {
+            return Err(format!("resumed background resync did not finish: {r:?}"));
+        }
+        clean_at_the_end(&world, self.rng, &array)?;
+        let lost = not_current(&array);
+        Ok((world, array, lost))
     }
-    clean_at_the_end(&world, rng, &array)?;
-    let lost = not_current(&array);
-    Ok((world, array, lost))
+
+    /// Every flushed write reads back after the reopen `report`, but in the write-hole
+    /// sectors of roles rebuilt from parity (lost, or resynced or rebuilt at the reopen)
+    /// and in the sectors excused before that no guaranteed write (issued as op `new_from`
+    /// or later) covers.
+    fn check_after_power_loss(
+        &mut self,
+        world: &Arc<Mutex<World>>,
+        array: &Arc<Array>,
+        report: &OpenReport,
+        new_from: usize,
+    ) -> Result<(), String> {
+        let g = array.volume().geometry().clone();
+        let lost: Vec<usize> = not_current(array)
+            .into_iter()
+            .chain(report.resynced_roles.iter().copied())
+            .chain(report.rebuilding_roles.iter().map(|(r, _)| *r))
+            .collect();
+        let history = self.shared.history.borrow();
+        let mut excused = write_hole_excuse(&g, &history, &lost, array.volume().capacity());
+        let f = history.last_flush_issued();
+        let mut rewritten = HashSet::new();
+        for o in history.ops[new_from..]
+            .iter()
+            .filter(|o| history.guaranteed(o, f))
+        {
+            rewritten.extend(o.offset / SECTOR..(o.offset + o.len) / SECTOR);
+        }
+        excused.extend(self.earlier.difference(&rewritten));
+        let image = read_volume(world, self.rng, array)?;
+        let what = format!("after a crash during the background resync: {report:?}");
+        for (s, sector) in image.chunks(SECTOR_BYTES).enumerate() {
+            if excused.contains(&(s as u64)) {
+                self.stats.sectors_write_hole += 1;
+                continue;
+            }
+            history.check_durable(s as u64, sector).map_err(|e| {
+                format!(
+                    "{e} ({what}, lost {lost:?}, at {:?})",
+                    g.map(s as u64 * SECTOR, SECTOR)
+                )
+            })?;
+            self.stats.sectors_checked += 1;
+        }
+        Ok(())
+    }
 }
 
 /// After the pass: nothing pending, and the records go clean.
@@ -284,128 +309,10 @@ fn clean_at_the_end(
         return Err("the background resync is done but still pending".into());
     }
     let a = array.clone();
-    match super::crash::drive(world, rng, async move { a.mark_clean().await })? {
+    match drive(world, rng, async move { a.mark_clean().await })? {
         Ok(nbraid_core::metadata::CleanMark::Recorded) => Ok(()),
         other => Err(format!(
             "records not clean after the background resync: {other:?}"
         )),
     }
-}
-
-/// Runs `exec` until its tasks are done or step `crash_at` (power lost there); a member
-/// death that did not come by then does not come later.
-pub(super) fn run_until(
-    exec: &mut Executor,
-    world: &Arc<Mutex<World>>,
-    rng: &mut Rng,
-    crash_at: Option<u64>,
-    what: &str,
-) -> Result<(), String> {
-    run_with(exec, world, rng, crash_at, what, &mut |_, _| {})
-}
-
-/// [`run_until`], calling `spawn` before every step (to start requests).
-fn run_with(
-    exec: &mut Executor,
-    world: &Arc<Mutex<World>>,
-    rng: &mut Rng,
-    crash_at: Option<u64>,
-    what: &str,
-    spawn: &mut dyn FnMut(&mut Executor, &mut Rng),
-) -> Result<(), String> {
-    let mut step = 0u64;
-    while exec.live() > 0 && Some(step) != crash_at {
-        world.lock().expect("world").step = step;
-        spawn(exec, rng);
-        if !step_once(exec, world, rng) {
-            return Err(format!("{what} deadlocked at step {step}"));
-        }
-        step += 1;
-        if step > STEP_LIMIT {
-            return Err(format!("{what} does not finish"));
-        }
-    }
-    for d in &mut world.lock().expect("world").disks {
-        if !d.dead {
-            d.faults.dies_at_step = None;
-        }
-    }
-    Ok(())
-}
-
-/// The world after a power loss, the array assembled on it and what the assembly did.
-pub type Reopened = (Arc<Mutex<World>>, Arc<Array>, OpenReport);
-
-/// Power lost: the members' crash images (some torn) assembled again — in the background
-/// (`Array::open_background`) or not; `during` names what was running.
-pub(super) fn reopen_after_power_loss(
-    world: &Arc<Mutex<World>>,
-    rng: &mut Rng,
-    case: &CrashCase,
-    disks: usize,
-    opts: &ArrayOptions,
-    background: bool,
-    during: &str,
-) -> Result<Reopened, String> {
-    let same = |_: usize, m: Arc<dyn Member>| m;
-    reopen_wrapped(world, rng, case, disks, opts, background, during, &same)
-}
-
-/// [`reopen_after_power_loss`] with disk `i`'s member given as `wrap(i, member)`.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn reopen_wrapped(
-    world: &Arc<Mutex<World>>,
-    rng: &mut Rng,
-    case: &CrashCase,
-    disks: usize,
-    opts: &ArrayOptions,
-    background: bool,
-    during: &str,
-    wrap: &dyn Fn(usize, Arc<dyn Member>) -> Arc<dyn Member>,
-) -> Result<Reopened, String> {
-    let torn = rng.chance(500);
-    let images: Vec<Vec<u8>> = {
-        let w = world.lock().expect("world");
-        w.disks.iter().map(|d| d.crash_image(rng, torn)).collect()
-    };
-    let world = World::new(images, vec![DiskFaults::default(); disks]);
-    let members: Vec<Arc<dyn Member>> = sim_members(&world, disks, case.member_len)
-        .into_iter()
-        .enumerate()
-        .map(|(i, m)| wrap(i, m))
-        .collect();
-    let (tree, o) = (case.tree.clone(), opts.clone());
-    let (array, report) = super::crash::drive(&world, rng, async move {
-        let metas = join_all(members.into_iter().map(MemberMeta::load)).await;
-        let metas = metas.into_iter().map(Some).collect();
-        if background {
-            Array::open_background("sim", &tree, metas, o, &|_, _| {}).await
-        } else {
-            Array::open("sim", &tree, metas, o, &|_, _| {}).await
-        }
-    })?
-    .map_err(|e| format!("reopen after a crash during {during}: {e}"))?;
-    Ok((world, Arc::new(array), report))
-}
-
-/// The disk serving role `r` (members are named `simN`).
-pub(super) fn disk_of(array: &Array, r: usize) -> usize {
-    let name = array.volume().member(r).name().to_string();
-    name.strip_prefix("sim")
-        .and_then(|d| d.parse().ok())
-        .unwrap_or(r)
-}
-
-/// Roles not current, or whose disk died without the array noticing (no I/O since).
-pub(super) fn lost_roles(world: &Arc<Mutex<World>>, array: &Array) -> Vec<usize> {
-    let w = world.lock().expect("world");
-    (0..array.volume().member_count())
-        .filter(|&r| !array.volume().member_is_current(r) || w.disks[disk_of(array, r)].dead)
-        .collect()
-}
-
-pub(super) fn not_current(array: &Array) -> Vec<usize> {
-    (0..array.volume().member_count())
-        .filter(|&i| !array.volume().member_is_current(i))
-        .collect()
 }

@@ -20,8 +20,9 @@
 //! `crate::checksum`), so corruption there is not detectable by design; the cold half keeps
 //! its checksums through the crash, and that is where the corruption goes.
 
-use super::crash::{drive, read_volume, spawn, Shared};
-use super::executor::{step_once, Executor};
+use super::array::read_volume;
+use super::clients::{spawn, Shared};
+use super::executor::{drive, step_once, Executor};
 use super::history::{History, Kind};
 use nbraid_core::checksum::BLOCK_BYTES;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta};
@@ -182,14 +183,7 @@ fn settle(
             return Err("a request does not finish".into());
         }
     }
-    first_violation(shared)
-}
-
-fn first_violation(shared: &Shared) -> Result<(), String> {
-    match shared.violations.borrow().first() {
-        Some(v) => Err(v.clone()),
-        None => Ok(()),
-    }
+    shared.first_violation()
 }
 
 /// The images after a clean shutdown: every completed write landed.
@@ -341,7 +335,7 @@ fn churn(
         if !step_once(&mut exec, world, rng) && exec.live() > 0 {
             return Err(format!("deadlock at step {step}"));
         }
-        first_violation(shared)?;
+        shared.first_violation()?;
         step += 1;
         if step > steps + STEP_LIMIT {
             return Err("starvation".into());

@@ -18,26 +18,24 @@
 //! lost before, during or after the swap: whichever member the records name after the
 //! reopen must hold every flushed write.
 
-use super::executor::{step_once, Executor};
-use super::history::{perform, History, Kind};
-use super::run::{
-    choose_failures, in_write_hole, pick_kind, pick_range, sim_members, write_hole_exposure,
+use super::array::{
+    self, crash_images, disk_of, not_current, read_volume, sim_members, Powered, Setup,
 };
-use futures::future::join_all;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta};
-use nbraid_core::{CacheMode, Member, PassControl, PassState, ReadPolicy, Volume, VolumeOptions};
+use super::background::serves_before_resync;
+use super::checks::{check_read_back, redundancy_agrees};
+use super::clients::{Clients, Load, Pace, Shared};
+use super::executor::{drive, Executor, STEP_LIMIT};
+use super::faults::{choose_failures, draw_faults};
+use nbraid_core::metadata::{Array, ArrayError, ArrayOptions, MemberMeta, OpenReport};
+use nbraid_core::{CacheMode, Member, PassControl, PassState, ReadPolicy, VolumeOptions};
 use nbraid_layout::{Geometry, Node};
-use nbraid_sim::scheduled::{DiskFaults, World, SECTOR_BYTES};
+use nbraid_sim::scheduled::{DiskFaults, World};
 use nbraid_sim::Rng;
-use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet};
-use std::future::Future;
+use std::cell::Cell;
+use std::collections::HashSet;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-const SECTOR: u64 = SECTOR_BYTES as u64;
-const STEP_LIMIT: u64 = 400_000;
 
 pub struct CrashCase {
     pub name: &'static str,
@@ -171,580 +169,399 @@ fn checksum_reserve(case: &CrashCase) -> Option<u64> {
     (room > 0).then_some(room)
 }
 
-/// Where a schedule's requests go: the volume's size, its full stripe, the base of the hot
-/// area, the mix of kinds.
-pub(super) struct Load {
-    pub capacity: u64,
-    pub width: u64,
-    pub hot_base: u64,
-    pub mix: [u64; 6],
-    /// Where the sequential writer writes next (`CrashCase::sequential`).
-    pub stream: Option<Rc<Cell<u64>>>,
-}
-
-/// Starts one request of `load` — or, one time in fifty, an idle point (the records go
-/// clean if nothing is in flight), or, one time in twenty-five, the write-back cache's
-/// background flusher step (every cached stripe not being written goes to the members,
-/// racing the requests, flushes and the power loss as the flusher thread would).
-pub(super) fn start_request(
-    exec: &mut Executor,
-    rng: &mut Rng,
-    array: &Arc<Array>,
-    shared: &Rc<Shared>,
-    load: &Load,
-) {
-    if rng.chance(20) {
-        let a = array.clone();
-        let sh = shared.clone();
-        exec.spawn(async move {
-            if let Err(e) = a.mark_clean().await {
-                sh.violations
-                    .borrow_mut()
-                    .push(format!("mark_clean failed within tolerance: {e}"));
-            }
-        });
-    } else if rng.chance(40) {
-        let a = array.clone();
-        exec.spawn(async move { a.volume().destage_aged(Duration::ZERO).await });
-    } else if let Some(at) = load.stream.as_ref().filter(|_| rng.chance(333)) {
-        let block = 8 * SECTOR;
-        let offset = at.get();
-        let len =
-            (block * (1 + rng.below((load.width / block).max(1)))).min(load.capacity - offset);
-        at.set(if offset + len >= load.capacity {
-            0
-        } else {
-            offset + len
-        });
-        spawn(exec, array, shared, Kind::Write { fua: false }, offset, len);
-    } else {
-        let kind = pick_kind(rng, &load.mix);
-        let (offset, len) = pick_range(rng, load.capacity, load.width, load.hot_base);
-        spawn(exec, array, shared, kind, offset, len);
-    }
-}
-
-/// Runs `fut` to completion, completing member operations in seeded random order.
-pub(super) fn drive<T: 'static>(
-    world: &Arc<Mutex<World>>,
-    rng: &mut Rng,
-    fut: impl Future<Output = T> + 'static,
-) -> Result<T, String> {
-    let out = Rc::new(RefCell::new(None));
-    let mut exec = Executor::default();
-    let o = out.clone();
-    exec.spawn(async move {
-        *o.borrow_mut() = Some(fut.await);
-    });
-    let mut steps = 0u64;
-    while exec.live() > 0 {
-        if !step_once(&mut exec, world, rng) {
-            return Err("deadlock outside the request schedule".into());
-        }
-        steps += 1;
-        if steps > STEP_LIMIT {
-            return Err("an operation outside the schedule does not finish".into());
-        }
-    }
-    let v = out.borrow_mut().take();
-    v.ok_or_else(|| "task vanished".into())
-}
-
-#[derive(Default)]
-pub(super) struct Shared {
-    pub history: RefCell<History>,
-    pub violations: RefCell<Vec<String>>,
-    /// Sectors a read may return anything for (a torn stripe rebuilt from parity, being
-    /// written at the last power loss), with the event clock from which on they may not: a
-    /// write over them completed then (`u64::MAX`: none yet). A read issued before that
-    /// clock is still excused.
-    pub excused: RefCell<HashMap<u64, u64>>,
-}
-
+/// One schedule (see the module): the array is created, serves requests through faults
+/// and maybe a heal until the power loss, is opened again from what its disks kept, and
+/// must read back every flushed write; then a background resync and a scrub may run, and
+/// every view losing up to two more members must read the same bytes.
 pub fn run_crash(case: &CrashCase, seed: u64) -> Result<CrashStats, String> {
-    let mut rng = Rng::for_schedule(seed);
-    let n = case.members;
-    let g = Geometry::from_tree(case.tree.clone());
-    let mut stats = CrashStats {
-        runs: 1,
-        ..CrashStats::default()
-    };
-    let width = g.full_stripe_width().unwrap_or(16 * 1024);
-    let opts = array_options(&mut rng, case, width);
+    let (mut s, powered) = Schedule::create(case, seed)?;
+    let (plan, mut clients) = s.draw_plan(&powered);
+    s.serve(&powered, &plan, &mut clients)?;
+    let (images, lost_before) = s.lose_power(powered, clients, plan.torn);
+    let (powered, report) = s.reopen(images, &lost_before)?;
+    s.resume_rebuild(&powered, &report)?;
+    // Which disk serves each role now.
+    let role_disks: Vec<usize> = (0..case.members)
+        .map(|r| disk_of(&powered.array, r))
+        .collect();
+    s.stats.replaced_at_reopen +=
+        u64::from(s.heal && plan.replace && role_disks.contains(&case.members));
+    let excused = s.check_read_back(&powered, &report)?;
+    s.finish_and_compare(powered, &excused, &report, &role_disks)?;
+    Ok(s.stats)
+}
 
-    // Healing schedules have one more disk: the spare.
-    let heal = rng.chance(400) && (0..n).any(|m| g.survives(&[m]));
-    let disks = n + usize::from(heal);
-    let world = World::new(
-        vec![vec![0u8; case.member_len as usize]; disks],
-        vec![DiskFaults::default(); disks],
-    );
-    let members = sim_members(&world, n, case.member_len);
-    let (tree, o) = (case.tree.clone(), opts.clone());
-    let array = drive(&world, &mut rng, async move {
-        let metas = join_all(members.into_iter().map(MemberMeta::load)).await;
-        Array::create("sim", tree, metas, o, true, &|_, _| {}).await
-    })?
-    .map_err(|e| format!("create: {e}"))?
-    .0;
-    let array = Arc::new(array);
-    let capacity = array.volume().capacity();
-    // Small windows (rounded up to whole full stripes), so checkpoints land mid-rebuild.
-    array.set_rebuild_window_bytes(4096 << rng.below(3));
+/// One schedule's state: its case and draws, the clients' history, and what it exercised.
+struct Schedule<'a> {
+    /// The case, the disks (the spare too in healing schedules) and the array's options.
+    setup: Setup<'a>,
+    g: Geometry,
+    rng: Rng,
+    /// The volume's size and its full stripe.
+    capacity: u64,
+    width: u64,
+    /// Healing schedules have one more disk: the spare.
+    heal: bool,
+    shared: Rc<Shared>,
+    stats: CrashStats,
+}
 
-    // Faults within tolerance, from now on.
-    let steps = 300 + rng.below(1200);
-    let failing = if rng.chance(500) {
-        choose_failures(&mut rng, &g, n)
-    } else {
-        Vec::new()
-    };
-    {
-        let mut w = world.lock().expect("world");
-        for &m in &failing {
-            w.disks[m].faults = DiskFaults {
-                dies_at_step: rng.chance(700).then(|| rng.below(steps)),
-                read_error_per_mille: if rng.chance(500) { rng.below(60) } else { 0 },
-                flush_error_per_mille: if rng.chance(300) { rng.below(100) } else { 0 },
-            };
-        }
-    }
-    let torn = rng.chance(500);
-    if std::env::var_os("NBRAID_SIM_TRACE").is_some() {
-        eprintln!(
-            "crash: failing {failing:?} faults {:?} steps {steps}",
-            world
-                .lock()
-                .expect("w")
-                .disks
-                .iter()
-                .map(|d| (
-                    d.faults.dies_at_step,
-                    d.faults.read_error_per_mille,
-                    d.faults.flush_error_per_mille
-                ))
-                .collect::<Vec<_>>()
+/// What a schedule does until the power loss, drawn from its seed.
+struct Plan {
+    /// Steps during which requests start.
+    steps: u64,
+    /// Writes in flight at the power loss may land in part.
+    torn: bool,
+    /// The role healed onto the spare, and at which step.
+    pulled: Option<usize>,
+    heal_at: Option<u64>,
+    /// Replace instead of pull-and-rebuild: the member keeps serving until the swap.
+    replace: bool,
+    /// Power goes with requests in flight (or once the last one is answered).
+    crash_mid_flight: bool,
+}
+
+impl<'a> Schedule<'a> {
+    /// Draws the options and creates the array over fresh disks.
+    fn create(case: &'a CrashCase, seed: u64) -> Result<(Schedule<'a>, Powered), String> {
+        let mut rng = Rng::for_schedule(seed);
+        let n = case.members;
+        let g = Geometry::from_tree(case.tree.clone());
+        let width = g.full_stripe_width().unwrap_or(16 * 1024);
+        let opts = array_options(&mut rng, case, width);
+        let heal = rng.chance(400) && (0..n).any(|m| g.survives(&[m]));
+        let disks = n + usize::from(heal);
+        let world = World::new(
+            vec![vec![0u8; case.member_len as usize]; disks],
+            vec![DiskFaults::default(); disks],
         );
+        let members = sim_members(&world, n, case.member_len);
+        let setup = Setup { case, disks, opts };
+        let array = array::create(&world, &mut rng, &setup, members)?;
+        let capacity = array.volume().capacity();
+        // Small windows (rounded up to whole full stripes), so checkpoints land mid-rebuild.
+        array.set_rebuild_window_bytes(4096 << rng.below(3));
+        let schedule = Schedule {
+            setup,
+            g,
+            rng,
+            capacity,
+            width,
+            heal,
+            shared: Shared::new(capacity),
+            stats: CrashStats {
+                runs: 1,
+                ..CrashStats::default()
+            },
+        };
+        Ok((schedule, Powered { world, array }))
     }
-    // The member pulled for the rebuild: one more loss the layout still survives, that the
-    // engine can rebuild with the failing members lost too — in a declared tree surviving
-    // is not enough: a RAID 5 group under a mirror that lost another member takes no writes,
-    // so nothing reaches its new member (`Geometry::rebuilds`; the rebuild refuses it).
-    let pulled = (0..n).find(|&m| {
-        let lost = [failing.clone(), vec![m]].concat();
-        !failing.contains(&m) && g.survives(&lost) && g.rebuilds(m, &lost)
-    });
-    let heal_at = (heal && pulled.is_some()).then(|| rng.below(steps));
-    // Replace instead of pull-and-rebuild: the member keeps serving until the swap.
-    let replace = rng.chance(400);
-    let shared = Rc::new(Shared {
-        history: RefCell::new(History::new(capacity)),
-        ..Shared::default()
-    });
-    let hot_base = rng.below(
-        (capacity / SECTOR)
-            .saturating_sub(2 * width / SECTOR)
-            .max(1),
-    ) * SECTOR;
-    let max_in_flight = 1 + rng.below(12) as usize;
-    let spawn_per_mille = 100 + rng.below(500);
-    let stream = case.sequential.then(|| Rc::new(Cell::new(0)));
-    let mix = [300, 400, 60, 100, 70, 70];
-    let mut exec = Executor::default();
-    let completed = Rc::new(RefCell::new(false));
-    let crash_mid_flight = rng.chance(750);
-    let mut step = 0u64;
-    loop {
-        let spawning = step < steps;
-        if !spawning && (crash_mid_flight || exec.live() == 0) {
-            break;
-        }
-        world.lock().expect("world").step = step;
-        if heal_at == Some(step) {
-            let m = pulled.expect("chosen");
-            if replace {
-                stats.replaces_started += 1;
-            } else {
-                stats.rebuilds_started += 1;
-            }
-            let spare = sim_members(&world, n + 1, case.member_len)
-                .pop()
-                .expect("spare");
-            let a = array.clone();
-            let sh = shared.clone();
-            let done = completed.clone();
-            exec.spawn(async move {
-                let meta = MemberMeta::load(spare).await;
-                let started = if replace {
-                    a.replace(m, meta).await
-                } else {
-                    a.volume().fail_member(m, "sim: pulled for a rebuild");
-                    a.rebuild_onto(m, meta).await
-                };
-                let r = match started {
-                    Ok(()) => a.rebuild(&PassControl::new(0)).await,
-                    Err(e) => Err(e),
-                };
-                match r {
-                    Ok(r) if r.state == PassState::Done => *done.borrow_mut() = true,
-                    Ok(r) => sh
-                        .violations
-                        .borrow_mut()
-                        .push(format!("rebuild stopped: {r:?}")),
-                    Err(e) => sh
-                        .violations
-                        .borrow_mut()
-                        .push(format!("rebuild of role {m} within tolerance failed: {e}")),
-                }
-            });
-        }
-        if spawning && exec.live() < max_in_flight && rng.chance(spawn_per_mille) {
-            let load = Load {
-                capacity,
-                width,
-                hot_base,
-                mix,
-                stream: stream.clone(),
-            };
-            start_request(&mut exec, &mut rng, &array, &shared, &load);
-            stats.requests += 1;
-        }
-        if !step_once(&mut exec, &world, &mut rng) && exec.live() > 0 {
-            return Err(format!("deadlock at step {step}"));
-        }
-        if let Some(v) = shared.violations.borrow().first() {
-            return Err(v.clone());
-        }
-        step += 1;
-        if step > steps + STEP_LIMIT {
-            return Err("starvation".into());
-        }
-    }
-    stats.crashes_mid_flight += u64::from(exec.live() > 0);
-    stats.rebuilds_completed += u64::from(*completed.borrow() && !replace);
 
-    // Power loss.
-    let images: Vec<Vec<u8>> = {
-        let w = world.lock().expect("world");
-        w.disks
-            .iter()
-            .map(|d| d.crash_image(&mut rng, torn))
-            .collect()
-    };
-    let lost_before: Vec<usize> = {
-        let w = world.lock().expect("world");
-        (0..n)
-            .filter(|&i| w.disks[i].dead || array.volume().member_is_failed(i))
-            .collect()
-    };
-    drop(exec);
-    drop(array);
-    // Sometimes a member that was fine is deleted before the restart.
-    let deleted = (!heal && rng.chance(250))
-        .then(|| {
-            (0..n).find(|m| {
-                !lost_before.contains(m) && g.survives(&[lost_before.clone(), vec![*m]].concat())
-            })
-        })
-        .flatten();
-
-    let world = World::new(images, vec![DiskFaults::default(); disks]);
-    // Every disk is offered (the spare too): superblocks say who plays which role.
-    let members = sim_members(&world, disks, case.member_len);
-    let (tree, o) = (case.tree.clone(), opts.clone());
-    // Sometimes the volume serves at once and resyncs in the background (`background.rs`).
-    let background = super::background::serves_before_resync(case) && rng.chance(600);
-    let (array, report) = drive(&world, &mut rng, async move {
-        let mut metas = Vec::new();
-        for (i, m) in members.into_iter().enumerate() {
-            metas.push(if Some(i) == deleted {
-                None
-            } else {
-                Some(MemberMeta::load(m).await)
-            });
-        }
-        if background {
-            Array::open_background("sim", &tree, metas, o, &|_, _| {}).await
+    /// Faults within tolerance from now on, the heal, the power loss and the clients' load.
+    fn draw_plan(&mut self, on: &Powered) -> (Plan, Clients) {
+        let (g, n, rng) = (&self.g, self.setup.case.members, &mut self.rng);
+        let steps = 300 + rng.below(1200);
+        let failing = if rng.chance(500) {
+            choose_failures(rng, g, n)
         } else {
-            Array::open("sim", &tree, metas, o, &|_, _| {}).await
+            Vec::new()
+        };
+        {
+            let mut w = on.world.lock().expect("world");
+            for &m in &failing {
+                w.disks[m].faults = draw_faults(rng, steps);
+            }
         }
-    })?
-    .map_err(|e| {
-        format!("reopen after the crash (deleted {deleted:?}, lost {lost_before:?}): {e}")
-    })?;
-    let array = Arc::new(array);
-    if !report.rebuilding_roles.is_empty() {
-        stats.rebuilds_resumed += u64::from(report.rebuilding_roles.iter().any(|&(_, c)| c > 0));
-        let a = array.clone();
-        let r = drive(&world, &mut rng, async move {
+        let torn = rng.chance(500);
+        trace_faults(&on.world, &failing, steps);
+        // The member pulled for the rebuild: one more loss the layout still survives, that
+        // the engine can rebuild with the failing members lost too — in a declared tree
+        // surviving is not enough: a RAID 5 group under a mirror that lost another member
+        // takes no writes, so nothing reaches its new member (`Geometry::rebuilds`; the
+        // rebuild refuses it).
+        let pulled = (0..n).find(|&m| {
+            let lost = [failing.clone(), vec![m]].concat();
+            !failing.contains(&m) && g.survives(&lost) && g.rebuilds(m, &lost)
+        });
+        let heal_at = (self.heal && pulled.is_some()).then(|| rng.below(steps));
+        let replace = rng.chance(400);
+        let mix = [300, 400, 60, 100, 70, 70];
+        let load = Load::draw(
+            rng,
+            self.capacity,
+            self.width,
+            mix,
+            self.setup.case.sequential,
+        );
+        let pace = Pace::draw(rng);
+        let plan = Plan {
+            steps,
+            torn,
+            pulled,
+            heal_at,
+            replace,
+            crash_mid_flight: rng.chance(750),
+        };
+        (plan, Clients::new(self.shared.clone(), load, pace))
+    }
+
+    /// Requests (and the heal) until the power loss: mid-flight, or once the last request
+    /// is answered.
+    fn serve(&mut self, on: &Powered, plan: &Plan, clients: &mut Clients) -> Result<(), String> {
+        let healed = Rc::new(Cell::new(false));
+        let mut step = 0u64;
+        while step < plan.steps || (!plan.crash_mid_flight && clients.exec.live() > 0) {
+            on.world.lock().expect("world").step = step;
+            if plan.heal_at == Some(step) {
+                self.start_heal(on, plan, &mut clients.exec, &healed);
+            }
+            if step < plan.steps {
+                clients.maybe_start(&mut self.rng, &on.array);
+            }
+            clients.step(&on.world, &mut self.rng, step)?;
+            step += 1;
+            if step > plan.steps + STEP_LIMIT {
+                return Err("starvation".into());
+            }
+        }
+        self.stats.requests += clients.started;
+        self.stats.crashes_mid_flight += u64::from(clients.exec.live() > 0);
+        self.stats.rebuilds_completed += u64::from(healed.get() && !plan.replace);
+        Ok(())
+    }
+
+    /// Puts the spare in the pulled role's place, among the requests; `healed` once the
+    /// rebuild is done.
+    fn start_heal(
+        &mut self,
+        on: &Powered,
+        plan: &Plan,
+        exec: &mut Executor,
+        healed: &Rc<Cell<bool>>,
+    ) {
+        let (role, replace) = (plan.pulled.expect("chosen"), plan.replace);
+        if replace {
+            self.stats.replaces_started += 1;
+        } else {
+            self.stats.rebuilds_started += 1;
+        }
+        let spare = sim_members(
+            &on.world,
+            self.setup.case.members + 1,
+            self.setup.case.member_len,
+        )
+        .pop()
+        .expect("spare");
+        let (a, shared, healed) = (on.array.clone(), self.shared.clone(), healed.clone());
+        exec.spawn(async move {
+            match heal(&a, role, spare, replace).await {
+                Ok(()) => healed.set(true),
+                Err(v) => shared.violations.borrow_mut().push(v),
+            }
+        });
+    }
+
+    /// Power lost: what each disk keeps, and the roles lost before (dead or failed).
+    fn lose_power(
+        &mut self,
+        on: Powered,
+        clients: Clients,
+        torn: bool,
+    ) -> (Vec<Vec<u8>>, Vec<usize>) {
+        let images = crash_images(&on.world, &mut self.rng, torn);
+        let lost_before: Vec<usize> = {
+            let w = on.world.lock().expect("world");
+            (0..self.setup.case.members)
+                .filter(|&i| w.disks[i].dead || on.array.volume().member_is_failed(i))
+                .collect()
+        };
+        drop(clients);
+        drop(on);
+        (images, lost_before)
+    }
+
+    /// The array opened again by superblock from the disks' `images` (every disk offered,
+    /// the spare too: the records say who plays which role) — sometimes with a member that
+    /// was fine deleted first, sometimes serving at once and resyncing in the background
+    /// (`background.rs`).
+    fn reopen(
+        &mut self,
+        images: Vec<Vec<u8>>,
+        lost_before: &[usize],
+    ) -> Result<(Powered, OpenReport), String> {
+        let (g, n) = (&self.g, self.setup.case.members);
+        let deleted = (!self.heal && self.rng.chance(250))
+            .then(|| {
+                (0..n).find(|m| {
+                    !lost_before.contains(m)
+                        && g.survives(&[lost_before.to_vec(), vec![*m]].concat())
+                })
+            })
+            .flatten();
+        let world = World::new(images, vec![DiskFaults::default(); self.setup.disks]);
+        let members = sim_members(&world, self.setup.disks, self.setup.case.member_len);
+        let background = serves_before_resync(self.setup.case) && self.rng.chance(600);
+        let (tree, opts) = (self.setup.case.tree.clone(), self.setup.opts.clone());
+        let opening = open(tree, opts, members, deleted, background);
+        let opened = drive(&world, &mut self.rng, opening)?;
+        let (array, report) = opened.map_err(|e| {
+            format!("reopen after the crash (deleted {deleted:?}, lost {lost_before:?}): {e}")
+        })?;
+        self.count_reopen(&report);
+        Ok((
+            Powered {
+                world,
+                array: Arc::new(array),
+            },
+            report,
+        ))
+    }
+
+    /// What the reopen found: dirty records, stale or lost members, log entries replayed.
+    fn count_reopen(&mut self, report: &OpenReport) {
+        let stats = &mut self.stats;
+        if !report.was_clean {
+            stats.reopened_dirty += 1;
+            stats.full_resync_bytes += self.capacity;
+        }
+        stats.reopened_with_stale += u64::from(!report.resynced_roles.is_empty());
+        stats.resynced_bytes += report.resynced_bytes + report.background_bytes;
+        stats.ppl_entries_replayed += report.ppl.entries;
+    }
+
+    /// A rebuild the power loss interrupted resumes from its checkpoint and completes.
+    fn resume_rebuild(&mut self, on: &Powered, report: &OpenReport) -> Result<(), String> {
+        if report.rebuilding_roles.is_empty() {
+            return Ok(());
+        }
+        let resumed = report.rebuilding_roles.iter().any(|&(_, c)| c > 0);
+        self.stats.rebuilds_resumed += u64::from(resumed);
+        let a = on.array.clone();
+        let r = drive(&on.world, &mut self.rng, async move {
             a.rebuild(&PassControl::new(0)).await
         })?
         .map_err(|e| format!("resumed rebuild failed (report {report:?}): {e}"))?;
         if r.state != PassState::Done || r.completed.is_empty() {
             return Err(format!("resumed rebuild did not complete: {r:?}"));
         }
-        stats.rebuilds_completed += 1;
+        self.stats.rebuilds_completed += 1;
+        Ok(())
     }
-    // Which disk serves each role now.
-    let role_disks: Vec<usize> = (0..n)
-        .map(|r| {
-            let name = array.volume().member(r).name().to_string();
-            name.strip_prefix("sim")
-                .and_then(|d| d.parse().ok())
-                .unwrap_or(r)
+
+    /// Durability: every flushed write reads back, but in the write hole of the roles
+    /// rebuilt from parity (lost now, or stale and rebuilt at the reopen); the sectors
+    /// excused.
+    fn check_read_back(
+        &mut self,
+        on: &Powered,
+        report: &OpenReport,
+    ) -> Result<HashSet<u64>, String> {
+        let lost_now = not_current(&on.array);
+        self.stats.reopened_degraded += u64::from(!lost_now.is_empty());
+        let rebuilt: Vec<usize> = lost_now
+            .iter()
+            .chain(&report.resynced_roles)
+            .chain(report.rebuilding_roles.iter().map(|(r, _)| r))
+            .copied()
+            .collect();
+        let image = read_volume(&on.world, &mut self.rng, &on.array)?;
+        let hole_unchecked = !self.setup.case.ppl && !self.setup.case.strict;
+        let what = format!("report {report:?}");
+        let history = self.shared.history.borrow();
+        let r = check_read_back(&self.g, &history, &image, &rebuilt, hole_unchecked, &what)?;
+        self.stats.sectors_write_hole += r.write_hole;
+        self.stats.sectors_write_hole_checked += r.write_hole_checked;
+        self.stats.sectors_checked += r.checked;
+        Ok(r.excused)
+    }
+
+    /// The background resync (if any) finishes, with requests going on, maybe through a
+    /// member death or a power loss; a scrub may run likewise; then every view that loses
+    /// up to two more members reads the same bytes.
+    fn finish_and_compare(
+        &mut self,
+        on: Powered,
+        excused: &HashSet<u64>,
+        report: &OpenReport,
+        role_disks: &[usize],
+    ) -> Result<(), String> {
+        let (setup, rng, stats) = (&self.setup, &mut self.rng, &mut self.stats);
+        let read_back = self.shared.history.borrow().ops.len();
+        let finished = super::background::finish(on, rng, setup, &self.shared, excused, stats)?;
+        let history = self.shared.history.borrow();
+        stats.requests += (history.ops.len() - read_back) as u64;
+        let (world, array, lost) =
+            super::scrub::maybe_scrub(finished, rng, setup, &history, stats)?;
+        let case = setup.case;
+        drop(array);
+        let what = format!("report {report:?}");
+        stats.redundancy_views +=
+            redundancy_agrees(&world, rng, case, role_disks, &lost, &history, &what)?;
+        Ok(())
+    }
+}
+
+/// Pulls role `role` and rebuilds it onto `spare`, or with `replace` copies it there while
+/// it serves; then the rebuild runs to the end.
+async fn heal(a: &Array, role: usize, spare: Arc<dyn Member>, replace: bool) -> Result<(), String> {
+    let meta = MemberMeta::load(spare).await;
+    let started = if replace {
+        a.replace(role, meta).await
+    } else {
+        a.volume().fail_member(role, "sim: pulled for a rebuild");
+        a.rebuild_onto(role, meta).await
+    };
+    let r = match started {
+        Ok(()) => a.rebuild(&PassControl::new(0)).await,
+        Err(e) => Err(e),
+    };
+    match r {
+        Ok(r) if r.state == PassState::Done => Ok(()),
+        Ok(r) => Err(format!("rebuild stopped: {r:?}")),
+        Err(e) => Err(format!(
+            "rebuild of role {role} within tolerance failed: {e}"
+        )),
+    }
+}
+
+/// Opens the case's array over `members` (all but `deleted`, loaded one by one), in the
+/// background or not.
+async fn open(
+    tree: Node,
+    opts: ArrayOptions,
+    members: Vec<Arc<dyn Member>>,
+    deleted: Option<usize>,
+    background: bool,
+) -> Result<(Array, OpenReport), ArrayError> {
+    let mut metas = Vec::new();
+    for (i, m) in members.into_iter().enumerate() {
+        metas.push(if Some(i) == deleted {
+            None
+        } else {
+            Some(MemberMeta::load(m).await)
+        });
+    }
+    if background {
+        Array::open_background("sim", &tree, metas, opts, &|_, _| {}).await
+    } else {
+        Array::open("sim", &tree, metas, opts, &|_, _| {}).await
+    }
+}
+
+/// With `NBRAID_SIM_TRACE` set: the schedule's faults.
+fn trace_faults(world: &Arc<Mutex<World>>, failing: &[usize], steps: u64) {
+    if std::env::var_os("NBRAID_SIM_TRACE").is_none() {
+        return;
+    }
+    let faults: Vec<_> = (world.lock().expect("w").disks.iter())
+        .map(|d| {
+            let f = &d.faults;
+            (
+                f.dies_at_step,
+                f.read_error_per_mille,
+                f.flush_error_per_mille,
+            )
         })
         .collect();
-    stats.replaced_at_reopen += u64::from(heal && replace && role_disks.contains(&n));
-    if !report.was_clean {
-        stats.reopened_dirty += 1;
-        stats.full_resync_bytes += capacity;
-    }
-    stats.reopened_with_stale += u64::from(!report.resynced_roles.is_empty());
-    stats.resynced_bytes += report.resynced_bytes + report.background_bytes;
-    stats.ppl_entries_replayed += report.ppl.entries;
-    let not_current: Vec<usize> = (0..n)
-        .filter(|&i| !array.volume().member_is_current(i))
-        .collect();
-    stats.reopened_degraded += u64::from(!not_current.is_empty());
-
-    // Durability: read everything back.
-    let image = read_volume(&world, &mut rng, &array)?;
-    let history = shared.history.borrow();
-    let read_back = history.ops.len();
-    // Chunks rebuilt from parity in stripes a crash may have torn: on members lost now, and
-    // on stale members rebuilt at the reopen.
-    let rebuilt: Vec<usize> = not_current
-        .iter()
-        .chain(&report.resynced_roles)
-        .chain(report.rebuilding_roles.iter().map(|(r, _)| r))
-        .copied()
-        .collect();
-    let exposed = write_hole_exposure(&g, &history, &rebuilt);
-    let being_written = being_written(&history);
-    let mut excused = HashSet::new();
-    for (s, sector) in image.chunks(SECTOR_BYTES).enumerate() {
-        let s = s as u64;
-        if exposed
-            .as_ref()
-            .is_some_and(|e| in_write_hole(&g, e, &rebuilt, s))
-        {
-            if (!case.ppl && !case.strict) || being_written.contains(&s) {
-                stats.sectors_write_hole += 1;
-                excused.insert(s);
-                continue;
-            }
-            stats.sectors_write_hole_checked += 1;
-        }
-        history
-            .check_durable(s, sector)
-            .map_err(|e| format!("{e} (report {report:?}) at {:?}", g.map(s * SECTOR, SECTOR)))?;
-        stats.sectors_checked += 1;
-    }
-
-    // The background resync (if any) finishes, with requests going on, maybe through a
-    // member death or a power loss.
-    drop(history);
-    let (world, array, lost) = super::background::finish(
-        world, &mut rng, array, case, disks, &opts, &shared, &excused, &mut stats,
-    )?;
-    let history = shared.history.borrow();
-    stats.requests += (history.ops.len() - read_back) as u64;
-    // A scrub (if any) runs, maybe through a member death or a power loss.
-    let (world, array, not_current) = super::scrub::maybe_scrub(
-        (world, array, lost),
-        &mut rng,
-        case,
-        disks,
-        &opts,
-        &history,
-        &mut stats,
-    )?;
-    // Redundancy agrees: every view that loses up to two more members reads the same bytes.
-    drop(array);
-    let what = format!("report {report:?}");
-    stats.redundancy_views += redundancy_agrees(
-        &world,
-        &mut rng,
-        case,
-        &role_disks,
-        &not_current,
-        &history,
-        &what,
-    )?;
-    Ok(stats)
-}
-
-/// Every view of the members in `role_disks` that loses up to two more members than
-/// `not_current` (within tolerance) reads the same bytes: copies and parity agree. Returns
-/// the views checked; `what` goes into the error.
-pub(super) fn redundancy_agrees(
-    world: &Arc<Mutex<World>>,
-    rng: &mut Rng,
-    case: &CrashCase,
-    role_disks: &[usize],
-    not_current: &[usize],
-    history: &History,
-    what: &str,
-) -> Result<u64, String> {
-    let g = Geometry::from_tree(case.tree.clone());
-    let n = case.members;
-    let mut views_checked = 0;
-    let others: Vec<usize> = (0..n).filter(|m| !not_current.contains(m)).collect();
-    let mut views = Vec::new();
-    for (i, &a) in others.iter().enumerate() {
-        views.push(vec![a]);
-        for &b in &others[i + 1..] {
-            views.push(vec![a, b]);
-        }
-    }
-    let baseline = read_view(world, rng, &g, case, role_disks, not_current)?;
-    for v in views {
-        let lost = [not_current.to_vec(), v].concat();
-        if !g.survives(&lost) {
-            continue;
-        }
-        let got = read_view(world, rng, &g, case, role_disks, &lost)?;
-        if let Some(at) = (0..got.len()).find(|&i| got[i] != baseline[i]) {
-            let s = at / SECTOR_BYTES * SECTOR_BYTES;
-            let id = |b: &[u8]| u64::from_le_bytes(b[s..s + 8].try_into().expect("8"));
-            let ops: Vec<String> = history
-                .ops
-                .iter()
-                .enumerate()
-                .filter(|(_, o)| o.offset <= at as u64 && (at as u64) < o.offset + o.len)
-                .map(|(i, o)| format!("{i}:{o:?}"))
-                .collect();
-            return Err(format!(
-                "writer ids seen {} vs {}; ops over the byte: {ops:?}; ",
-                id(&got),
-                id(&baseline)
-            ) + &format!(
-                "after the resync, the volume read without members {lost:?} differs at byte {at} from the read without {not_current:?}: copies or parity disagree ({what})"
-            ));
-        }
-        views_checked += 1;
-    }
-    Ok(views_checked)
-}
-
-/// Sectors some write not guaranteed durable covers (a crash may have torn them).
-pub(super) fn being_written(h: &History) -> std::collections::HashSet<u64> {
-    h.unguaranteed_writes()
-        .iter()
-        .flat_map(|o| o.offset / SECTOR..(o.offset + o.len).div_ceil(SECTOR))
-        .collect()
-}
-
-pub(super) fn spawn(
-    exec: &mut Executor,
-    array: &Arc<Array>,
-    shared: &Rc<Shared>,
-    kind: Kind,
-    offset: u64,
-    len: u64,
-) {
-    let (offset, len) = if kind == Kind::Flush {
-        (0, 0)
-    } else {
-        (offset, len)
-    };
-    let id = shared.history.borrow_mut().issue(kind, offset, len);
-    let a = array.clone();
-    let shared = shared.clone();
-    exec.spawn(async move {
-        let result = perform(&*a, id, kind, offset, len).await;
-        shared.history.borrow_mut().complete(id, result.is_ok());
-        if result.is_ok() && matches!(kind, Kind::Write { .. } | Kind::Zero { .. }) {
-            let now = shared.history.borrow().now();
-            let mut excused = shared.excused.borrow_mut();
-            for s in offset / SECTOR..(offset + len) / SECTOR {
-                if let Some(until) = excused.get_mut(&s) {
-                    *until = (*until).min(now);
-                }
-            }
-        }
-        let verdict = match &result {
-            Err(e) => Err(format!(
-                "op {id} ({kind:?} {offset}+{len}) failed within tolerance: {e}"
-            )),
-            Ok(Some(buf)) => {
-                let history = shared.history.borrow();
-                let issued = history.ops[id].issued;
-                let excused: HashSet<u64> = (shared.excused.borrow().iter())
-                    .filter(|&(_, &until)| until > issued)
-                    .map(|(&s, _)| s)
-                    .collect();
-                history.check_read_except(id, buf, &excused)
-            }
-            Ok(None) => Ok(()),
-        };
-        if let Err(v) = verdict {
-            shared.violations.borrow_mut().push(v);
-        }
-    });
-}
-
-pub(super) fn read_volume(
-    world: &Arc<Mutex<World>>,
-    rng: &mut Rng,
-    array: &Arc<Array>,
-) -> Result<Vec<u8>, String> {
-    let a = array.clone();
-    drive(world, rng, async move {
-        let capacity = a.volume().capacity();
-        let piece = 16 * 1024;
-        let reads = (0..capacity).step_by(piece as usize).map(|at| {
-            let a = a.clone();
-            async move { a.read(at, piece.min(capacity - at)).await }
-        });
-        let mut out = Vec::with_capacity(capacity as usize);
-        for r in join_all(reads).await {
-            out.extend_from_slice(&r.map_err(|e| format!("read back: {e}"))?);
-        }
-        Ok(out)
-    })?
-}
-
-/// The volume's bytes as a plain volume over the same images reads them with `lost` failed.
-fn read_view(
-    world: &Arc<Mutex<World>>,
-    rng: &mut Rng,
-    g: &Geometry,
-    case: &CrashCase,
-    role_disks: &[usize],
-    lost: &[usize],
-) -> Result<Vec<u8>, String> {
-    let disks = sim_members(
-        world,
-        role_disks
-            .len()
-            .max(*role_disks.iter().max().unwrap_or(&0) + 1),
-        case.member_len,
-    );
-    let members: Vec<Arc<dyn Member>> = role_disks.iter().map(|&d| disks[d].clone()).collect();
-    debug_assert_eq!(members.len(), case.members);
-    let opts = VolumeOptions {
-        members_known_zero: true, // read-only view: parity taken as written
-        cache: CacheMode::WriteThrough,
-        ..VolumeOptions::default()
-    };
-    let vol = Arc::new(Volume::new(g.clone(), members, opts).map_err(|e| e.to_string())?);
-    for &m in lost {
-        vol.fail_member(m, "view");
-    }
-    drive(world, rng, async move {
-        let capacity = vol.capacity();
-        let mut out = Vec::with_capacity(capacity as usize);
-        let piece = 16 * 1024;
-        let mut at = 0;
-        while at < capacity {
-            let b = vol
-                .read(at, piece.min(capacity - at))
-                .await
-                .map_err(|e| format!("view read: {e}"))?;
-            out.extend_from_slice(&b);
-            at += piece;
-        }
-        Ok(out)
-    })?
+    eprintln!("crash: failing {failing:?} faults {faults:?} steps {steps}");
 }

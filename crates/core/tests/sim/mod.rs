@@ -4,12 +4,23 @@
 //! a crash that drops or tears what the members had not made durable. The volume is then
 //! assembled again over what survived and read back. See `run.rs` for one schedule and
 //! `history.rs` for the rules checked.
+//!
+//! The pieces the harnesses share: `executor.rs` (scheduling), `faults.rs` (what fails),
+//! `clients.rs` (the requests and their history), `array.rs` (an array created, read back
+//! and reopened over the disks' crash images) and `checks.rs` (the rules after a power
+//! loss). The harnesses: `run.rs` (a plain volume), `crash.rs` (an array with superblocks,
+//! with `background.rs` and `scrub.rs` for what may follow its reopen), `readd.rs`,
+//! `corrupt_power.rs`.
 #![allow(dead_code)]
 
+pub mod array;
 pub mod background;
+pub mod checks;
+pub mod clients;
 pub mod corrupt_power;
 pub mod crash;
 pub mod executor;
+pub mod faults;
 pub mod history;
 pub mod readd;
 pub mod run;

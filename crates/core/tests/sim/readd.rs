@@ -14,24 +14,23 @@
 //! resync; the returning member ends current; copies and parity agree (every view losing up
 //! to two more members reads the same bytes).
 
-use super::background::{disk_of, lost_roles, reopen_wrapped};
-use super::crash::{
-    array_options, being_written, drive, read_volume, redundancy_agrees, start_request, CrashCase,
-    CrashStats, Load, Shared,
+use super::array::{
+    self, disk_of, lost_roles, not_current, read_volume, reopen_wrapped, sim_members, Powered,
+    Setup,
 };
-use super::executor::{step_once, Executor};
-use super::history::History;
-use super::run::{in_write_hole, sim_members, write_hole_exposure};
-use super::scrub::{check_durable, unreadable};
-use futures::future::{join_all, BoxFuture};
+use super::checks::{check_durable, check_read_back, redundancy_agrees, unreadable};
+use super::clients::{Clients, Load, Pace, Shared};
+use super::crash::{array_options, CrashCase, CrashStats};
+use super::executor::{drive, STEP_LIMIT};
+use futures::future::BoxFuture;
 use futures::FutureExt;
-use nbraid_core::metadata::{Array, MemberMeta, Readd, METADATA_AREA_BYTES};
+use nbraid_core::metadata::{Array, OpenReport, Readd, METADATA_AREA_BYTES};
 use nbraid_core::{
     Buf, Member, MemberCounters, MemberError, MemberOp, MemberResult, PassControl, PassState,
     SharedBuf,
 };
 use nbraid_layout::Geometry;
-use nbraid_sim::scheduled::{DiskFaults, World, SECTOR_BYTES};
+use nbraid_sim::scheduled::{DiskFaults, World};
 use nbraid_sim::Rng;
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -39,9 +38,6 @@ use std::io;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, Weak};
-
-const SECTOR: u64 = SECTOR_BYTES as u64;
-const STEP_LIMIT: u64 = 400_000;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReaddStats {
@@ -201,260 +197,363 @@ async fn readd(a: &Array, role: usize) -> Result<(Readd, Option<PassState>), Str
 
 /// One schedule (see the module).
 pub fn run_readd(case: &CrashCase, seed: u64) -> Result<ReaddStats, String> {
-    let mut rng = Rng::for_schedule(seed);
-    let n = case.members;
-    let g = Geometry::from_tree(case.tree.clone());
-    let mut stats = ReaddStats {
-        runs: 1,
-        ..ReaddStats::default()
-    };
-    let width = g.full_stripe_width().unwrap_or(16 * 1024);
-    let opts = array_options(&mut rng, case, width);
-    let role = loop {
-        let r = rng.below(n as u64) as usize;
-        if g.survives(&[r]) {
-            break r;
-        }
-    };
-    let world = World::new(
-        vec![vec![0u8; case.member_len as usize]; n],
-        vec![DiskFaults::default(); n],
-    );
-    let mut members = sim_members(&world, n, case.member_len);
-    let back = Returning::new(members[role].clone(), role);
-    members[role] = back.clone();
-    let (tree, o) = (case.tree.clone(), opts.clone());
-    let array = drive(&world, &mut rng, async move {
-        let metas = join_all(members.into_iter().map(MemberMeta::load)).await;
-        Array::create("sim", tree, metas, o, true, &|_, _| {}).await
-    })?
-    .map_err(|e| format!("create: {e}"))?
-    .0;
-    let array = Arc::new(array);
-    back.watch(&array);
-    let capacity = array.volume().capacity();
+    let (mut s, powered) = Schedule::create(case, seed)?;
+    let (plan, mut clients) = s.draw_plan(&powered);
+    let (outcome, end_step) = s.serve(&powered, &plan, &mut clients)?;
+    s.check_served(&powered, &plan, outcome, end_step)?;
+    let (powered, report) = s.lose_power_and_reopen(powered, clients)?;
+    let excused = s.check_read_back(&powered, &report)?;
+    s.readd_if_stale(&powered, &report)?;
+    s.check_rejoined(&powered, &excused)?;
+    s.compare_views(powered, &report)?;
+    Ok(s.stats)
+}
 
-    // When it goes, when it answers again, what else happens.
-    let steps = 300 + rng.below(900);
-    let leave_at = rng.below(steps / 3);
-    let return_at = leave_at + 1 + rng.below(steps / 3);
-    let other = (0..n).find(|&m| m != role && g.survives(&[role, m]));
-    if let Some(m) = other.filter(|_| rng.chance(250)) {
-        world.lock().expect("world").disks[m].faults = DiskFaults {
-            dies_at_step: Some(return_at + rng.below(80)),
-            ..DiskFaults::default()
-        };
-        stats.deaths_during_resync += 1;
-    }
-    let again_at = rng.chance(150).then(|| return_at + rng.below(80));
-    stats.went_away_again += u64::from(again_at.is_some());
-    let crash_at = rng
-        .chance(500)
-        .then(|| return_at + rng.below(steps + 200 - return_at));
+/// How the re-add of the returning member ended: what the re-add said, how its resync
+/// ended.
+type Outcome = Result<(Readd, Option<PassState>), String>;
 
-    if std::env::var_os("NBRAID_SIM_TRACE").is_some() {
-        eprintln!("role {role} steps {steps} leave {leave_at} return {return_at} again {again_at:?} crash {crash_at:?} other {other:?} faults {:?}", world.lock().expect("w").disks.iter().map(|d| d.faults.dies_at_step).collect::<Vec<_>>());
-    }
-    let shared = Rc::new(Shared {
-        history: RefCell::new(History::new(capacity)),
-        ..Shared::default()
-    });
-    let hot_base = rng.below(
-        (capacity / SECTOR)
-            .saturating_sub(2 * width / SECTOR)
-            .max(1),
-    ) * SECTOR;
-    let max_in_flight = 1 + rng.below(12) as usize;
-    let spawn_per_mille = 100 + rng.below(500);
-    // Writes dominate: they are what the member misses.
-    let load = Load {
-        capacity,
-        width,
-        hot_base,
-        mix: [200, 500, 60, 100, 70, 70],
-        stream: case.sequential.then(|| Rc::new(std::cell::Cell::new(0))),
-    };
-    let outcome = Rc::new(RefCell::new(None));
-    let mut exec = Executor::default();
-    let mut step = 0u64;
-    loop {
-        let spawning = step < steps;
-        if Some(step) == crash_at || (!spawning && exec.live() == 0) {
-            break;
-        }
-        world.lock().expect("world").step = step;
-        if step == leave_at {
-            back.away.store(true, SeqCst);
-        }
-        if Some(step) == again_at {
-            back.away.store(true, SeqCst);
-        }
-        if step == return_at {
-            back.away.store(false, SeqCst);
-            let (a, out) = (array.clone(), outcome.clone());
-            exec.spawn(async move {
-                *out.borrow_mut() = Some(readd(&a, role).await);
-            });
-        }
-        if spawning && exec.live() < max_in_flight && rng.chance(spawn_per_mille) {
-            start_request(&mut exec, &mut rng, &array, &shared, &load);
-            stats.requests += 1;
-        }
-        if !step_once(&mut exec, &world, &mut rng) && exec.live() > 0 {
-            return Err(format!("deadlock at step {step}"));
-        }
-        if let Some(v) = shared.violations.borrow().first() {
-            return Err(v.clone());
-        }
-        if back.stale_reads.load(SeqCst) > 0 {
-            return Err(format!(
-                "data read from the returning member {role} before it was current (step {step})"
-            ));
-        }
-        step += 1;
-        if step > steps + STEP_LIMIT {
-            return Err("starvation".into());
-        }
-    }
-    stats.member_reads += back.reads.swap(0, SeqCst);
-    let finished = outcome.borrow_mut().take();
-    if let Some(r) = &finished {
-        let (r, state) = r.clone().map_err(|e| format!("{e} (within tolerance)"))?;
-        if let Readd::Resync { bytes } = r {
-            stats.resyncs += 1;
-            stats.resync_bytes += bytes;
-        } else if again_at.is_none() {
-            return Err(format!("the returning member was not resynced: {r:?}"));
-        }
-        if state.is_some_and(|s| s != PassState::Done) {
-            return Err(format!("the resync stopped: {state:?}"));
-        }
-    }
-    let current = array.volume().member_is_current(role);
-    if std::env::var_os("NBRAID_SIM_TRACE").is_some() {
-        eprintln!(
-            "ended at step {step}: outcome {finished:?} current {current} failed {:?} history {}",
-            (0..n)
-                .map(|r| array.volume().member_is_failed(r))
-                .collect::<Vec<_>>(),
-            shared.history.borrow().ops.len()
-        );
-    }
-    // A finished resync leaves it current, or failed again (an error of a request sent
-    // before it came back may land after the re-add): never written and unread.
-    if crash_at.is_none() && finished.is_some() && !current {
-        if !array.volume().member_is_failed(role) {
-            return Err(
-                "the returning member is neither current nor failed after its resync".into(),
-            );
-        }
-        stats.failed_again += 1;
-    }
-    let history = shared.history.borrow();
+/// One schedule's state: its case and draws, the returning member, the clients' history,
+/// and what it exercised.
+struct Schedule<'a> {
+    /// The case, its disks and the array's options.
+    setup: Setup<'a>,
+    g: Geometry,
+    rng: Rng,
+    /// The role whose member goes away and comes back, and that member (replaced at the
+    /// reopen).
+    role: usize,
+    back: Arc<Returning>,
+    shared: Rc<Shared>,
+    stats: ReaddStats,
+}
 
-    // Power lost (at `crash_at`, or once everything is done): the disks' crash images
-    // assembled again.
-    stats.crashes_before_current += u64::from(!current);
-    stats.crashes_after_current += u64::from(current);
-    drop(exec);
-    drop(array);
-    back.away.store(false, SeqCst);
-    let again = Rc::new(RefCell::new(None::<Arc<Returning>>));
-    let wrap = {
-        let again = again.clone();
-        move |i: usize, m: Arc<dyn Member>| -> Arc<dyn Member> {
-            if i != role {
-                return m;
+/// When the member goes and answers again, and what else happens.
+struct Plan {
+    /// Steps during which requests start.
+    steps: u64,
+    leave_at: u64,
+    return_at: u64,
+    /// It goes away again (during the resync, or after it).
+    again_at: Option<u64>,
+    /// Power is lost here, or once everything is done.
+    crash_at: Option<u64>,
+}
+
+impl<'a> Schedule<'a> {
+    /// Draws the options and the returning role, and creates the array over fresh disks.
+    fn create(case: &'a CrashCase, seed: u64) -> Result<(Schedule<'a>, Powered), String> {
+        let mut rng = Rng::for_schedule(seed);
+        let n = case.members;
+        let g = Geometry::from_tree(case.tree.clone());
+        let width = g.full_stripe_width().unwrap_or(16 * 1024);
+        let opts = array_options(&mut rng, case, width);
+        let role = loop {
+            let r = rng.below(n as u64) as usize;
+            if g.survives(&[r]) {
+                break r;
             }
-            let r = Returning::new(m, role);
-            *again.borrow_mut() = Some(r.clone());
-            r
-        }
-    };
-    let (world, array, report) =
-        reopen_wrapped(&world, &mut rng, case, n, &opts, false, "the re-add", &wrap)?;
-    let back = again.borrow_mut().take().expect("wrapped");
-    back.watch(&array);
-    // Every flushed write reads back, but where a torn stripe rebuilt from parity was being
-    // written (the crash check's rule for lost roles).
-    let not_current: Vec<usize> = (0..n)
-        .filter(|&r| !array.volume().member_is_current(r))
-        .collect();
-    let rebuilt: Vec<usize> = not_current
-        .iter()
-        .chain(&report.resynced_roles)
-        .copied()
-        .collect();
-    let exposed = write_hole_exposure(&g, &history, &rebuilt);
-    let busy = being_written(&history);
-    let image = read_volume(&world, &mut rng, &array)?;
-    let mut excused = HashSet::new();
-    for (s, sector) in image.chunks(SECTOR_BYTES).enumerate() {
-        let s = s as u64;
-        let hole = exposed
-            .as_ref()
-            .is_some_and(|e| in_write_hole(&g, e, &rebuilt, s));
-        // Where a torn stripe is rebuilt from parity (a role absent at the reopen), a sector
-        // being written may read old or new (md's PPL promise); every other one is checked —
-        // including those of a stripe the re-add's resync was rewriting at the crash.
-        if hole && busy.contains(&s) {
-            stats.sectors_write_hole += 1;
-            excused.insert(s);
-            continue;
-        }
-        stats.sectors_write_hole_checked += u64::from(hole);
-        history.check_durable(s, sector).map_err(|e| {
-            format!(
-                "{e} (reopened: {report:?}) map {:?}",
-                g.map(s * SECTOR, SECTOR)
-            )
-        })?;
-        stats.sectors_checked += 1;
+        };
+        let world = World::new(
+            vec![vec![0u8; case.member_len as usize]; n],
+            vec![DiskFaults::default(); n],
+        );
+        let mut members = sim_members(&world, n, case.member_len);
+        let back = Returning::new(members[role].clone(), role);
+        members[role] = back.clone();
+        let setup = Setup {
+            case,
+            disks: n,
+            opts,
+        };
+        let array = array::create(&world, &mut rng, &setup, members)?;
+        back.watch(&array);
+        let schedule = Schedule {
+            setup,
+            g,
+            rng,
+            role,
+            back,
+            shared: Shared::new(array.volume().capacity()),
+            stats: ReaddStats {
+                runs: 1,
+                ..ReaddStats::default()
+            },
+        };
+        Ok((schedule, Powered { world, array }))
     }
-    // Sectors that did not read back before the re-add need not after it.
-    excused.extend(unreadable(&world, &mut rng, &array, &history)?);
 
-    // Not current after the reopen: re-added again, and resynced to the end.
-    if !array.volume().member_is_current(role) {
-        let a = array.clone();
-        let (r, state) = drive(&world, &mut rng, async move { readd(&a, role).await })??;
-        match (r, state) {
-            (Readd::Resync { bytes }, Some(PassState::Done)) => {
+    /// When the member goes and returns, another member's death during the resync, the
+    /// member going again, the power loss; and the clients' load.
+    fn draw_plan(&mut self, on: &Powered) -> (Plan, Clients) {
+        let (g, n, role, rng) = (&self.g, self.setup.case.members, self.role, &mut self.rng);
+        let steps = 300 + rng.below(900);
+        let leave_at = rng.below(steps / 3);
+        let return_at = leave_at + 1 + rng.below(steps / 3);
+        let other = (0..n).find(|&m| m != role && g.survives(&[role, m]));
+        if let Some(m) = other.filter(|_| rng.chance(250)) {
+            on.world.lock().expect("world").disks[m].faults = DiskFaults {
+                dies_at_step: Some(return_at + rng.below(80)),
+                ..DiskFaults::default()
+            };
+            self.stats.deaths_during_resync += 1;
+        }
+        let again_at = rng.chance(150).then(|| return_at + rng.below(80));
+        self.stats.went_away_again += u64::from(again_at.is_some());
+        let crash_at = rng
+            .chance(500)
+            .then(|| return_at + rng.below(steps + 200 - return_at));
+        let plan = Plan {
+            steps,
+            leave_at,
+            return_at,
+            again_at,
+            crash_at,
+        };
+        trace_plan(&on.world, role, &plan, other);
+        // Writes dominate: they are what the member misses.
+        let mix = [200, 500, 60, 100, 70, 70];
+        let capacity = on.array.volume().capacity();
+        let width = self.g.full_stripe_width().unwrap_or(16 * 1024);
+        let load = Load::draw(
+            &mut self.rng,
+            capacity,
+            width,
+            mix,
+            self.setup.case.sequential,
+        );
+        let pace = Pace::draw(&mut self.rng);
+        (plan, Clients::new(self.shared.clone(), load, pace))
+    }
+
+    /// Requests while the member goes, returns and is re-added, until the power loss; how
+    /// the re-add ended (if it did), and the step reached.
+    fn serve(
+        &mut self,
+        on: &Powered,
+        plan: &Plan,
+        clients: &mut Clients,
+    ) -> Result<(Option<Outcome>, u64), String> {
+        let outcome = Rc::new(RefCell::new(None));
+        let mut step = 0u64;
+        while Some(step) != plan.crash_at && (step < plan.steps || clients.exec.live() > 0) {
+            on.world.lock().expect("world").step = step;
+            if step == plan.leave_at || Some(step) == plan.again_at {
+                self.back.away.store(true, SeqCst);
+            }
+            if step == plan.return_at {
+                self.back.away.store(false, SeqCst);
+                let (a, out, role) = (on.array.clone(), outcome.clone(), self.role);
+                clients.exec.spawn(async move {
+                    *out.borrow_mut() = Some(readd(&a, role).await);
+                });
+            }
+            if step < plan.steps {
+                clients.maybe_start(&mut self.rng, &on.array);
+            }
+            clients.step(&on.world, &mut self.rng, step)?;
+            if self.back.stale_reads.load(SeqCst) > 0 {
+                return Err(format!(
+                    "data read from the returning member {} before it was current (step {step})",
+                    self.role
+                ));
+            }
+            step += 1;
+            if step > plan.steps + STEP_LIMIT {
+                return Err("starvation".into());
+            }
+        }
+        self.stats.requests += clients.started;
+        let finished = outcome.borrow_mut().take();
+        Ok((finished, step))
+    }
+
+    /// A finished re-add resynced the member (unless it went away again) to the end, and
+    /// left it current — or failed again (an error of a request sent before it came back
+    /// may land after the re-add): never written and unread.
+    fn check_served(
+        &mut self,
+        on: &Powered,
+        plan: &Plan,
+        finished: Option<Outcome>,
+        end_step: u64,
+    ) -> Result<(), String> {
+        let (stats, volume) = (&mut self.stats, on.array.volume());
+        stats.member_reads += self.back.reads.swap(0, SeqCst);
+        if let Some(r) = &finished {
+            let (r, state) = r.clone().map_err(|e| format!("{e} (within tolerance)"))?;
+            if let Readd::Resync { bytes } = r {
                 stats.resyncs += 1;
                 stats.resync_bytes += bytes;
+            } else if plan.again_at.is_none() {
+                return Err(format!("the returning member was not resynced: {r:?}"));
+            }
+            if state.is_some_and(|s| s != PassState::Done) {
+                return Err(format!("the resync stopped: {state:?}"));
+            }
+        }
+        let current = volume.member_is_current(self.role);
+        if std::env::var_os("NBRAID_SIM_TRACE").is_some() {
+            let failed: Vec<bool> = (0..self.setup.case.members)
+                .map(|r| volume.member_is_failed(r))
+                .collect();
+            let ops = self.shared.history.borrow().ops.len();
+            eprintln!("ended at step {end_step}: outcome {finished:?} current {current} failed {failed:?} history {ops}");
+        }
+        if plan.crash_at.is_none() && finished.is_some() && !current {
+            if !volume.member_is_failed(self.role) {
+                return Err(
+                    "the returning member is neither current nor failed after its resync".into(),
+                );
+            }
+            stats.failed_again += 1;
+        }
+        stats.crashes_before_current += u64::from(!current);
+        stats.crashes_after_current += u64::from(current);
+        Ok(())
+    }
+
+    /// Power lost (at the plan's step, or once everything is done): the disks' crash
+    /// images assembled again, the returning member watched anew.
+    fn lose_power_and_reopen(
+        &mut self,
+        on: Powered,
+        clients: Clients,
+    ) -> Result<(Powered, OpenReport), String> {
+        drop(clients);
+        drop(on.array);
+        self.back.away.store(false, SeqCst);
+        let role = self.role;
+        let again = Rc::new(RefCell::new(None::<Arc<Returning>>));
+        let wrap = {
+            let again = again.clone();
+            move |i: usize, m: Arc<dyn Member>| -> Arc<dyn Member> {
+                if i != role {
+                    return m;
+                }
+                let r = Returning::new(m, role);
+                *again.borrow_mut() = Some(r.clone());
+                r
+            }
+        };
+        let (world, rng, setup) = (&on.world, &mut self.rng, &self.setup);
+        let (world, array, report) = reopen_wrapped(world, rng, setup, false, "the re-add", &wrap)?;
+        self.back = again.borrow_mut().take().expect("wrapped");
+        self.back.watch(&array);
+        Ok((Powered { world, array }, report))
+    }
+
+    /// Every flushed write reads back, but where a torn stripe rebuilt from parity (a role
+    /// absent at the reopen) was being written: old or new (md's PPL promise); every other
+    /// sector is checked — including those of a stripe the re-add's resync was rewriting at
+    /// the crash. The sectors excused, and those that do not read back.
+    fn check_read_back(
+        &mut self,
+        on: &Powered,
+        report: &OpenReport,
+    ) -> Result<HashSet<u64>, String> {
+        let rebuilt: Vec<usize> = not_current(&on.array)
+            .iter()
+            .chain(&report.resynced_roles)
+            .copied()
+            .collect();
+        let image = read_volume(&on.world, &mut self.rng, &on.array)?;
+        let history = self.shared.history.borrow();
+        let what = format!("reopened: {report:?}");
+        let r = check_read_back(&self.g, &history, &image, &rebuilt, false, &what)?;
+        self.stats.sectors_write_hole += r.write_hole;
+        self.stats.sectors_write_hole_checked += r.write_hole_checked;
+        self.stats.sectors_checked += r.checked;
+        let mut excused = r.excused;
+        // Sectors that did not read back before the re-add need not after it.
+        excused.extend(unreadable(&on.world, &mut self.rng, &on.array, &history)?);
+        Ok(excused)
+    }
+
+    /// Not current after the reopen: re-added again, and resynced to the end.
+    fn readd_if_stale(&mut self, on: &Powered, report: &OpenReport) -> Result<(), String> {
+        let role = self.role;
+        if on.array.volume().member_is_current(role) {
+            return Ok(());
+        }
+        let a = on.array.clone();
+        let (r, state) = drive(
+            &on.world,
+            &mut self.rng,
+            async move { readd(&a, role).await },
+        )??;
+        match (r, state) {
+            (Readd::Resync { bytes }, Some(PassState::Done)) => {
+                self.stats.resyncs += 1;
+                self.stats.resync_bytes += bytes;
             }
             other => return Err(format!("re-add after the reopen: {other:?} ({report:?})")),
         }
-        if !array.volume().member_is_current(role) {
+        if !on.array.volume().member_is_current(role) {
             return Err(format!(
                 "the returning member is not current after the re-add following the reopen ({report:?})"
             ));
         }
+        Ok(())
     }
-    stats.rejoined += 1;
-    let mut checked = CrashStats::default();
-    let when = "after the re-add";
-    check_durable(
-        &world,
-        &mut rng,
-        &array,
-        &history,
-        &mut checked,
-        &excused,
-        when,
-    )?;
-    stats.sectors_checked += checked.sectors_checked;
-    if back.stale_reads.load(SeqCst) > 0 {
-        return Err(
-            "data read from the returning member before it was current, after the reopen".into(),
-        );
+
+    /// The member is back: every flushed write still reads back (but the `excused`
+    /// sectors), and nothing was read from it while it was stale.
+    fn check_rejoined(&mut self, on: &Powered, excused: &HashSet<u64>) -> Result<(), String> {
+        self.stats.rejoined += 1;
+        let mut checked = CrashStats::default();
+        let history = self.shared.history.borrow();
+        let (world, array, when) = (&on.world, &on.array, "after the re-add");
+        check_durable(
+            world,
+            &mut self.rng,
+            array,
+            &history,
+            &mut checked,
+            excused,
+            when,
+        )?;
+        self.stats.sectors_checked += checked.sectors_checked;
+        if self.back.stale_reads.load(SeqCst) > 0 {
+            return Err(
+                "data read from the returning member before it was current, after the reopen"
+                    .into(),
+            );
+        }
+        self.stats.member_reads += self.back.reads.load(SeqCst);
+        Ok(())
     }
-    stats.member_reads += back.reads.load(SeqCst);
-    let lost = lost_roles(&world, &array);
-    let role_disks: Vec<usize> = (0..n).map(|r| disk_of(&array, r)).collect();
-    drop(array);
-    let what = format!("re-add of role {role}, reopened {report:?}");
-    stats.redundancy_views +=
-        redundancy_agrees(&world, &mut rng, case, &role_disks, &lost, &history, &what)?;
-    Ok(stats)
+
+    /// Copies and parity agree: every view losing up to two more members reads the same.
+    fn compare_views(&mut self, on: Powered, report: &OpenReport) -> Result<(), String> {
+        let lost = lost_roles(&on.world, &on.array);
+        let role_disks: Vec<usize> = (0..self.setup.case.members)
+            .map(|r| disk_of(&on.array, r))
+            .collect();
+        drop(on.array);
+        let what = format!("re-add of role {}, reopened {report:?}", self.role);
+        let history = self.shared.history.borrow();
+        let (world, rng, case) = (&on.world, &mut self.rng, self.setup.case);
+        self.stats.redundancy_views +=
+            redundancy_agrees(world, rng, case, &role_disks, &lost, &history, &what)?;
+        Ok(())
+    }
+}
+
+/// With `NBRAID_SIM_TRACE` set: the schedule's plan.
+fn trace_plan(world: &Arc<Mutex<World>>, role: usize, plan: &Plan, other: Option<usize>) {
+    if std::env::var_os("NBRAID_SIM_TRACE").is_none() {
+        return;
+    }
+    let dies: Vec<_> = (world.lock().expect("w").disks.iter())
+        .map(|d| d.faults.dies_at_step)
+        .collect();
+    let Plan {
+        steps,
+        leave_at,
+        return_at,
+        again_at,
+        crash_at,
+    } = plan;
+    eprintln!("role {role} steps {steps} leave {leave_at} return {return_at} again {again_at:?} crash {crash_at:?} other {other:?} faults {dies:?}");
 }

@@ -1,14 +1,17 @@
 //! One simulated schedule: options, faults and requests drawn from a seed, run to a crash,
 //! then the volume assembled again over the surviving images and read back.
 
+use super::array::{crash_images, sim_members};
+use super::checks::{in_write_hole, write_hole_exposure};
+use super::clients::{hot_base, pick_kind, pick_range, Pace};
 use super::executor::{step_once, Executor};
+use super::faults::{choose_failures, draw_faults};
 use super::history::{perform, History, Kind};
-use nbraid_core::{CacheMode, Member, ReadPolicy, ScrubControl, ScrubState, Volume, VolumeOptions};
-use nbraid_layout::{Geometry, Node, StripeId};
-use nbraid_sim::scheduled::{DiskFaults, ScheduledMember, World, SECTOR_BYTES};
+use nbraid_core::{CacheMode, ReadPolicy, ScrubControl, ScrubState, Volume, VolumeOptions};
+use nbraid_layout::{Geometry, Node};
+use nbraid_sim::scheduled::{DiskFaults, World, SECTOR_BYTES};
 use nbraid_sim::Rng;
 use std::cell::RefCell;
-use std::collections::HashSet;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
@@ -52,24 +55,7 @@ impl Stats {
     }
 }
 
-/// Members that may fail in this schedule: a random set the geometry survives.
-pub fn choose_failures(rng: &mut Rng, g: &Geometry, n: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        order.swap(i, rng.below(i as u64 + 1) as usize);
-    }
-    let mut set = Vec::new();
-    for m in order {
-        if rng.chance(400) {
-            set.push(m);
-            if !g.survives(&set) {
-                set.pop();
-            }
-        }
-    }
-    set
-}
-
+/// What the clients and the checks share.
 struct Shared {
     history: RefCell<History>,
     violations: RefCell<Vec<String>>,
@@ -80,52 +66,82 @@ struct Shared {
 /// Runs schedule `seed` of `case`; `Err` describes the first broken rule.
 pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
     let mut rng = Rng::for_schedule(seed);
-    let g = &case.geometry;
-    let n = case.members;
-    let mut stats = Stats::default();
+    let plan = Plan::draw(&mut rng, case);
+    let (mut s, mut live) = Schedule::assemble(case, rng, plan)?;
+    let traffic = s.draw_traffic(&live);
+    s.serve(&mut live, &traffic)?;
+    s.check_served(&live)?;
+    let (images, failed) = s.lose_power(live);
+    let (world, vol) = s.reassemble(images, &failed)?;
+    if traffic.scrub_after_crash {
+        s.scrub_after_crash(&world, &vol)?;
+    }
+    s.check_read_back(&world, &vol, &failed)?;
+    Ok(s.stats)
+}
 
-    // Options.
-    let width = g.full_stripe_width().unwrap_or(16 * 1024);
-    let cache = if rng.chance(500) {
-        CacheMode::WriteThrough
-    } else {
-        CacheMode::WriteBack {
-            bytes: width * (1 + rng.below(4)),
+/// What a schedule draws before its volume exists.
+struct Plan {
+    opts: VolumeOptions,
+    /// Steps during which requests start.
+    steps: u64,
+    /// One schedule in six goes beyond tolerance: requests may then fail, but a FLUSH may
+    /// only succeed while no data is lost, and what reads back must still be right.
+    beyond: bool,
+    faults: Vec<DiskFaults>,
+    /// Writes in flight at the crash may land in part.
+    torn: bool,
+}
+
+impl Plan {
+    fn draw(rng: &mut Rng, case: &Case) -> Plan {
+        let width = full_stripe(case);
+        let cache = if rng.chance(500) {
+            CacheMode::WriteThrough
+        } else {
+            CacheMode::WriteBack {
+                bytes: width * (1 + rng.below(4)),
+            }
+        };
+        let opts = VolumeOptions {
+            block_size: 512,
+            read_policy: *rng.pick(&ReadPolicy::ALL),
+            members_known_zero: true,
+            cache,
+            cache_max_age: None,
+            ..VolumeOptions::default()
+        };
+        let steps = 300 + rng.below(1200);
+        let beyond = rng.chance(170);
+        let faults = draw_member_faults(rng, case, steps, beyond);
+        Plan {
+            opts,
+            steps,
+            beyond,
+            faults,
+            torn: rng.chance(500),
         }
-    };
-    let opts = VolumeOptions {
-        block_size: 512,
-        read_policy: *rng.pick(&ReadPolicy::ALL),
-        members_known_zero: true,
-        cache,
-        cache_max_age: None,
-        ..VolumeOptions::default()
-    };
+    }
+}
 
-    // Faults within tolerance.
-    let steps = 300 + rng.below(1200);
-    // One schedule in six goes beyond tolerance: requests may then fail, but a FLUSH may
-    // only succeed while no data is lost, and what reads back must still be right.
-    let beyond = rng.chance(170);
+/// Each member's faults: none, or within tolerance, or (`beyond`) one member past it.
+fn draw_member_faults(rng: &mut Rng, case: &Case, steps: u64, beyond: bool) -> Vec<DiskFaults> {
+    let (g, n) = (&case.geometry, case.members);
     // The member that takes a beyond-tolerance schedule past the line.
     let mut extra = None;
     let failing = if beyond {
-        let mut f = choose_failures(&mut rng, g, n);
+        let mut f = choose_failures(rng, g, n);
         extra = (0..n).find(|m| !f.contains(m) && !g.survives(&[f.clone(), vec![*m]].concat()));
         f.extend(extra);
         f
     } else if rng.chance(600) {
-        choose_failures(&mut rng, g, n)
+        choose_failures(rng, g, n)
     } else {
         Vec::new()
     };
     let mut faults = vec![DiskFaults::default(); n];
     for &m in &failing {
-        faults[m] = DiskFaults {
-            dies_at_step: rng.chance(700).then(|| rng.below(steps)),
-            read_error_per_mille: if rng.chance(500) { rng.below(60) } else { 0 },
-            flush_error_per_mille: if rng.chance(300) { rng.below(100) } else { 0 },
-        };
+        faults[m] = draw_faults(rng, steps);
     }
     // Half the time the extra member never dies but returns many transient read errors: the
     // volume stays available while single stripes cannot be read or rewritten. A stripe
@@ -138,271 +154,304 @@ pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
             flush_error_per_mille: 0,
         };
     }
-    let torn = rng.chance(500);
+    faults
+}
 
-    let world = World::new(vec![vec![0u8; case.member_len as usize]; n], faults);
-    let members = sim_members(&world, n, case.member_len);
-    let vol = Arc::new(
-        Volume::new(g.clone(), members, opts.clone()).map_err(|e| format!("assemble: {e}"))?,
-    );
-    let capacity = vol.capacity();
-    let shared = Rc::new(Shared {
-        history: RefCell::new(History::new(capacity)),
-        violations: RefCell::new(Vec::new()),
-        steps: RefCell::new(Vec::new()),
-    });
+/// What the clients do once the volume exists, drawn from the seed.
+struct Traffic {
+    /// The hot window of two stripes that takes half the requests, so requests overlap.
+    hot_base: u64,
+    pace: Pace,
+    /// Power goes with requests in flight (or once the last one is answered)...
+    crash_mid_flight: bool,
+    /// ... or right after the n-th acknowledged FLUSH (half the schedules): that is when the
+    /// guarantees have just grown.
+    crash_after_flushes: Option<usize>,
+    /// A scrub (check or repair) among the client requests in some schedules, and one
+    /// after the crash: it must never change what clients wrote, and on a live array within
+    /// tolerance (parity in sync from the start) it must find nothing to repair.
+    scrub_at: Option<u64>,
+    scrub_repair: bool,
+    scrub_after_crash: bool,
+}
 
-    // Requests: a hot window of two stripes takes half of them, so requests overlap.
-    let hot_base = rng.below(
-        (capacity / SECTOR)
-            .saturating_sub(2 * width / SECTOR)
-            .max(1),
-    ) * SECTOR;
-    let max_in_flight = 1 + rng.below(12) as usize;
-    let spawn_per_mille = 100 + rng.below(500);
-    let mix = [350, 350, 60, 100, 70, 70]; // read, write, fua write, flush, trim, zeroes
-    let mut exec = Executor::default();
-    let crash_mid_flight = rng.chance(750);
-    // Crash right after the n-th acknowledged FLUSH in half the schedules: that is when the
-    // guarantees have just grown.
-    let crash_after_flushes = rng.chance(500).then(|| 1 + rng.below(4) as usize);
-    // A scrub (check or repair) among the client requests in some schedules, and one after
-    // the crash: it must never change what clients wrote, and on a live array within
-    // tolerance (parity in sync from the start) it must find nothing to repair.
-    let scrub_at = rng.chance(300).then(|| rng.below(steps));
-    let scrub_repair = rng.chance(500);
-    let scrub_after_crash = rng.chance(300);
-    let mut step = 0u64;
-    // History clock when the volume first had data it could not read (beyond tolerance).
-    let mut lost_at: Option<u64> = None;
-    loop {
-        let spawning = step < steps;
-        if !spawning && (crash_mid_flight || exec.live() == 0) {
-            break;
+/// Weights of read, write, FUA write, flush, trim, write-zeroes.
+const MIX: [u64; 6] = [350, 350, 60, 100, 70, 70];
+
+/// One schedule's state between its phases: its case and draws, the history, the stats.
+struct Schedule<'a> {
+    case: &'a Case,
+    rng: Rng,
+    plan: Plan,
+    shared: Rc<Shared>,
+    stats: Stats,
+    /// History clock when the volume first had data it could not read (beyond tolerance).
+    lost_at: Option<u64>,
+}
+
+/// The volume and its disks until the crash, with the requests in flight.
+struct Live {
+    world: Arc<Mutex<World>>,
+    vol: Arc<Volume>,
+    exec: Executor,
+}
+
+impl<'a> Schedule<'a> {
+    /// The volume over fresh disks with the plan's faults.
+    fn assemble(case: &'a Case, rng: Rng, plan: Plan) -> Result<(Schedule<'a>, Live), String> {
+        let n = case.members;
+        let images = vec![vec![0u8; case.member_len as usize]; n];
+        let world = World::new(images, plan.faults.clone());
+        let members = sim_members(&world, n, case.member_len);
+        let vol = Volume::new(case.geometry.clone(), members, plan.opts.clone())
+            .map_err(|e| format!("assemble: {e}"))?;
+        let shared = Rc::new(Shared {
+            history: RefCell::new(History::new(vol.capacity())),
+            violations: RefCell::new(Vec::new()),
+            steps: RefCell::new(Vec::new()),
+        });
+        let schedule = Schedule {
+            case,
+            rng,
+            plan,
+            shared,
+            stats: Stats::default(),
+            lost_at: None,
+        };
+        let exec = Executor::default();
+        Ok((
+            schedule,
+            Live {
+                world,
+                vol: Arc::new(vol),
+                exec,
+            },
+        ))
+    }
+
+    fn draw_traffic(&mut self, live: &Live) -> Traffic {
+        let rng = &mut self.rng;
+        let width = full_stripe(self.case);
+        Traffic {
+            hot_base: hot_base(rng, live.vol.capacity(), width),
+            pace: Pace::draw(rng),
+            crash_mid_flight: rng.chance(750),
+            crash_after_flushes: rng.chance(500).then(|| 1 + rng.below(4) as usize),
+            scrub_at: rng.chance(300).then(|| rng.below(self.plan.steps)),
+            scrub_repair: rng.chance(500),
+            scrub_after_crash: rng.chance(300),
         }
-        world.lock().expect("world").step = step;
-        if spawning && exec.live() < max_in_flight && rng.chance(spawn_per_mille) {
-            let kind = pick_kind(&mut rng, &mix);
-            let (offset, len) = pick_range(&mut rng, capacity, width, hot_base);
-            spawn(
-                &mut exec, &vol, &shared, &world, kind, offset, len, step, beyond,
-            );
-            stats.requests += 1;
-        }
-        if scrub_at == Some(step) {
-            // Concurrent overlapping writes to a mirror may land on its copies in different
-            // orders (the block layer orders nothing between them, md alike), so copies may
-            // differ on a live array; parity stripes are ordered by their locks.
-            let strict = !beyond && !has_mirror(g.root());
-            spawn_scrub(&mut exec, &vol, &shared, scrub_repair, strict, beyond);
-            stats.scrubs += 1;
-        }
-        let ready = exec.ready_count();
-        let pending = world.lock().expect("world").pending_count();
-        if ready + pending == 0 {
-            if exec.live() > 0 {
+    }
+
+    /// Requests (and maybe a scrub) until the crash.
+    fn serve(&mut self, live: &mut Live, t: &Traffic) -> Result<(), String> {
+        let steps = self.plan.steps;
+        let mut step = 0u64;
+        while step < steps || (!t.crash_mid_flight && live.exec.live() > 0) {
+            live.world.lock().expect("world").step = step;
+            if step < steps && t.pace.starts(&mut self.rng, live.exec.live()) {
+                self.start_request(live, t, step);
+            }
+            if t.scrub_at == Some(step) {
+                // Concurrent overlapping writes to a mirror may land on its copies in
+                // different orders (the block layer orders nothing between them, md alike),
+                // so copies may differ on a live array; parity stripes are ordered by their
+                // locks.
+                let strict = !self.plan.beyond && !has_mirror(self.case.geometry.root());
+                spawn_scrub(live, &self.shared, t.scrub_repair, strict, self.plan.beyond);
+                self.stats.scrubs += 1;
+            }
+            self.step(live, step)?;
+            let flushes = self.shared.history.borrow().flushes_acknowledged();
+            if t.crash_after_flushes.is_some_and(|n| flushes >= n) {
+                break;
+            }
+            step += 1;
+            if step > steps + LIVENESS_STEPS {
                 return Err(format!(
-                    "deadlock at step {step}: {} requests wait, nothing can run and no member operation is pending",
-                    exec.live()
+                    "starvation: {} requests still wait {LIVENESS_STEPS} steps after the last was issued",
+                    live.exec.live()
                 ));
             }
-        } else {
-            let pick = rng.below((ready + pending) as u64) as usize;
-            if pick < ready {
-                exec.poll_ready(pick);
-            } else {
-                world
-                    .lock()
-                    .expect("world")
-                    .complete(pick - ready, &mut rng);
-            }
         }
-        if let Some(v) = shared.violations.borrow().first() {
+        Ok(())
+    }
+
+    fn start_request(&mut self, live: &mut Live, t: &Traffic, step: u64) {
+        let kind = pick_kind(&mut self.rng, &MIX);
+        let capacity = live.vol.capacity();
+        let width = full_stripe(self.case);
+        let range = pick_range(&mut self.rng, capacity, width, t.hot_base);
+        spawn(live, &self.shared, kind, range, step, self.plan.beyond);
+        self.stats.requests += 1;
+    }
+
+    /// One scheduler step, then the rules that hold at every step: no broken rule, the
+    /// stripe cache in bounds; and the clock of the first loss of data is noted.
+    fn step(&mut self, live: &mut Live, step: u64) -> Result<(), String> {
+        if !step_once(&mut live.exec, &live.world, &mut self.rng) && live.exec.live() > 0 {
+            return Err(format!(
+                "deadlock at step {step}: {} requests wait, nothing can run and no member operation is pending",
+                live.exec.live()
+            ));
+        }
+        if let Some(v) = self.shared.violations.borrow().first() {
             return Err(v.clone());
         }
-        let usage = vol.cache_usage();
+        let usage = live.vol.cache_usage();
         if usage.pinned_bytes > usage.bound_bytes || usage.dirty_bytes > usage.pinned_bytes {
             return Err(format!(
                 "stripe cache out of bounds at step {step}: {usage:?}"
             ));
         }
-        if lost_at.is_none() && !vol.is_available() {
-            lost_at = Some(shared.history.borrow().now());
+        if self.lost_at.is_none() && !live.vol.is_available() {
+            self.lost_at = Some(self.shared.history.borrow().now());
         }
-        if crash_after_flushes.is_some_and(|n| shared.history.borrow().flushes_acknowledged() >= n)
-        {
-            break;
+        Ok(())
+    }
+
+    /// No FLUSH succeeded once data was lost, and no request waited too long.
+    fn check_served(&mut self, live: &Live) -> Result<(), String> {
+        let history = self.shared.history.borrow();
+        if let Some(at) = self.lost_at {
+            if let Some(f) = history.flush_acknowledged_after(at) {
+                return Err(format!(
+                    "FLUSH op {f} was acknowledged after the volume lost data (history clock {at})"
+                ));
+            }
         }
-        step += 1;
-        if step > steps + LIVENESS_STEPS {
+        for (issued, done) in self.shared.steps.borrow().iter() {
+            if let Some(d) = done {
+                self.stats.max_latency_steps = self.stats.max_latency_steps.max(d - issued);
+            }
+        }
+        if self.stats.max_latency_steps > LIVENESS_STEPS {
             return Err(format!(
-                "starvation: {} requests still wait {LIVENESS_STEPS} steps after the last was issued",
-                exec.live()
+                "a request took {} scheduler steps (bound {LIVENESS_STEPS})",
+                self.stats.max_latency_steps
             ));
         }
+        self.stats.crashes_mid_flight += u64::from(live.exec.live() > 0);
+        Ok(())
     }
-    if let Some(at) = lost_at {
-        if let Some(f) = shared.history.borrow().flush_acknowledged_after(at) {
-            return Err(format!(
-                "FLUSH op {f} was acknowledged after the volume lost data (history clock {at})"
-            ));
-        }
-    }
-    for (issued, done) in shared.steps.borrow().iter() {
-        if let Some(d) = done {
-            stats.max_latency_steps = stats.max_latency_steps.max(d - issued);
-        }
-    }
-    if stats.max_latency_steps > LIVENESS_STEPS {
-        return Err(format!(
-            "a request took {} scheduler steps (bound {LIVENESS_STEPS})",
-            stats.max_latency_steps
-        ));
-    }
-    stats.crashes_mid_flight += u64::from(exec.live() > 0);
 
-    // Crash: what the members keep.
-    let (images, dead): (Vec<Vec<u8>>, Vec<bool>) = {
-        let w = world.lock().expect("world");
-        (
-            w.disks
-                .iter()
-                .map(|d| d.crash_image(&mut rng, torn))
-                .collect(),
-            w.disks.iter().map(|d| d.dead).collect(),
-        )
-    };
-    let states = vol.member_states();
-    let failed: Vec<usize> = (0..n)
-        .filter(|&i| dead[i] || states[i] == nbraid_core::MemberState::Failed)
-        .collect();
-    stats.member_failures += failed.len() as u64;
-    drop(exec);
-    drop(vol);
-
-    // Assemble again (as after a restart: parity sync unknown) and read everything back.
-    let world = World::new(images, vec![DiskFaults::default(); n]);
-    let members = sim_members(&world, n, case.member_len);
-    let opts = VolumeOptions {
-        members_known_zero: false,
-        ..opts
-    };
-    let vol =
-        Arc::new(Volume::new(g.clone(), members, opts).map_err(|e| format!("reassemble: {e}"))?);
-    for &i in &failed {
-        vol.fail_member(i, "failed before the crash");
+    /// The crash: what the members keep, and which were lost (dead or failed).
+    fn lose_power(&mut self, live: Live) -> (Vec<Vec<u8>>, Vec<usize>) {
+        let images = crash_images(&live.world, &mut self.rng, self.plan.torn);
+        let dead: Vec<bool> = (live.world.lock().expect("world").disks.iter())
+            .map(|d| d.dead)
+            .collect();
+        let states = live.vol.member_states();
+        let failed: Vec<usize> = (0..self.case.members)
+            .filter(|&i| dead[i] || states[i] == nbraid_core::MemberState::Failed)
+            .collect();
+        self.stats.member_failures += failed.len() as u64;
+        drop(live.exec);
+        drop(live.vol);
+        (images, failed)
     }
-    if scrub_after_crash {
-        // Parity sync is unknown now: repair may rewrite parity and mirror copies, never data
-        // from parity; what reads back below must still be what clients wrote.
+
+    /// The volume assembled again over the images, as after a restart (parity sync
+    /// unknown), with the members lost before the crash failed.
+    fn reassemble(
+        &mut self,
+        images: Vec<Vec<u8>>,
+        failed: &[usize],
+    ) -> Result<(Arc<Mutex<World>>, Arc<Volume>), String> {
+        let n = self.case.members;
+        let world = World::new(images, vec![DiskFaults::default(); n]);
+        let members = sim_members(&world, n, self.case.member_len);
+        let opts = VolumeOptions {
+            members_known_zero: false,
+            ..self.plan.opts.clone()
+        };
+        let vol = Volume::new(self.case.geometry.clone(), members, opts)
+            .map_err(|e| format!("reassemble: {e}"))?;
+        for &i in failed {
+            vol.fail_member(i, "failed before the crash");
+        }
+        Ok((world, Arc::new(vol)))
+    }
+
+    /// Parity sync is unknown now: a repairing scrub may rewrite parity and mirror copies,
+    /// never data from parity; what reads back after must still be what clients wrote.
+    fn scrub_after_crash(
+        &mut self,
+        world: &Arc<Mutex<World>>,
+        vol: &Arc<Volume>,
+    ) -> Result<(), String> {
         let mut exec = Executor::default();
         let v = vol.clone();
         exec.spawn(async move {
             let _ = v.scrub(&ScrubControl::new(true, 0)).await;
         });
-        drive(&mut exec, &world, &mut rng, "scrubbing after the crash")?;
-        stats.scrubs += 1;
+        run_to_end(&mut exec, world, &mut self.rng, "scrubbing after the crash")?;
+        self.stats.scrubs += 1;
+        Ok(())
     }
-    let (image, unreadable) = read_all(&vol, &world, &mut rng)?;
-    if !unreadable.is_empty() && !beyond {
-        return Err(format!(
-            "after the crash, within tolerance: {}",
-            unreadable[0].1
-        ));
-    }
-    let history = shared.history.borrow();
-    let exposed = write_hole_exposure(g, &history, &failed);
-    for (s, sector) in image.chunks(SECTOR_BYTES).enumerate() {
-        let s = s as u64;
-        if unreadable
-            .iter()
-            .any(|&((a, b), _)| (a..b).contains(&(s * SECTOR)))
-        {
-            continue; // Beyond tolerance: an error, never wrong data.
+
+    /// Everything reads back: every flushed write, but in the write hole of the members
+    /// lost (counted), and beyond tolerance an error is allowed, never wrong data.
+    fn check_read_back(
+        &mut self,
+        world: &Arc<Mutex<World>>,
+        vol: &Arc<Volume>,
+        failed: &[usize],
+    ) -> Result<(), String> {
+        let (image, unreadable) = read_all(vol, world, &mut self.rng)?;
+        if !unreadable.is_empty() && !self.plan.beyond {
+            return Err(format!(
+                "after the crash, within tolerance: {}",
+                unreadable[0].1
+            ));
         }
-        if exposed
-            .as_ref()
-            .is_some_and(|e| in_write_hole(g, e, &failed, s))
-        {
-            stats.sectors_write_hole += 1;
-            continue;
+        let g = &self.case.geometry;
+        let history = self.shared.history.borrow();
+        let exposed = write_hole_exposure(g, &history, failed);
+        for (s, sector) in image.chunks(SECTOR_BYTES).enumerate() {
+            let s = s as u64;
+            if unreadable
+                .iter()
+                .any(|&((a, b), _)| (a..b).contains(&(s * SECTOR)))
+            {
+                continue;
+            }
+            if exposed
+                .as_ref()
+                .is_some_and(|e| in_write_hole(g, e, failed, s))
+            {
+                self.stats.sectors_write_hole += 1;
+                continue;
+            }
+            history.check_durable(s, sector)?;
+            self.stats.sectors_checked += 1;
         }
-        history.check_durable(s, sector)?;
-        stats.sectors_checked += 1;
+        Ok(())
     }
-    Ok(stats)
 }
 
-pub fn sim_members(world: &Arc<Mutex<World>>, n: usize, len: u64) -> Vec<Arc<dyn Member>> {
-    (0..n)
-        .map(|i| Arc::new(ScheduledMember::new(world.clone(), i, len)) as Arc<dyn Member>)
-        .collect()
+/// The case's full stripe (16 KiB where it has none).
+fn full_stripe(case: &Case) -> u64 {
+    case.geometry.full_stripe_width().unwrap_or(16 * 1024)
 }
 
-pub fn pick_kind(rng: &mut Rng, mix: &[u64; 6]) -> Kind {
-    let total: u64 = mix.iter().sum();
-    let mut x = rng.below(total);
-    for (i, &w) in mix.iter().enumerate() {
-        if x < w {
-            return match i {
-                0 => Kind::Read,
-                1 => Kind::Write { fua: false },
-                2 => Kind::Write { fua: true },
-                3 => Kind::Flush,
-                4 => Kind::Zero { fua: false },
-                _ => Kind::Zero {
-                    fua: rng.chance(300),
-                },
-            };
-        }
-        x -= w;
-    }
-    unreachable!("x < total")
-}
-
-pub fn pick_range(rng: &mut Rng, capacity: u64, width: u64, hot_base: u64) -> (u64, u64) {
-    let sectors = capacity / SECTOR;
-    if rng.chance(200) && capacity >= width {
-        // Whole stripes.
-        let stripes = capacity / width;
-        let s = rng.below(stripes);
-        let n = 1 + rng.below(2.min(stripes - s));
-        return (s * width, n * width);
-    }
-    let start = if rng.chance(500) {
-        hot_base / SECTOR + rng.below((2 * width / SECTOR).max(1))
-    } else {
-        rng.below(sectors)
-    }
-    .min(sectors - 1);
-    let len = 1 + rng.below((2 * width / SECTOR).max(1));
-    let len = len.min(sectors - start);
-    (start * SECTOR, len * SECTOR)
-}
-
-#[allow(clippy::too_many_arguments)]
+/// Issues one request (a FLUSH covers nothing) and checks it as it completes: within
+/// tolerance every request succeeds, and a read returns what the history allows.
 fn spawn(
-    exec: &mut Executor,
-    vol: &Arc<Volume>,
+    live: &mut Live,
     shared: &Rc<Shared>,
-    world: &Arc<Mutex<World>>,
     kind: Kind,
-    offset: u64,
-    len: u64,
+    range: (u64, u64),
     step: u64,
     beyond_tolerance: bool,
 ) {
-    let (offset, len) = if kind == Kind::Flush {
-        (0, 0)
-    } else {
-        (offset, len)
-    };
+    let (offset, len) = if kind == Kind::Flush { (0, 0) } else { range };
     let id = shared.history.borrow_mut().issue(kind, offset, len);
     shared.steps.borrow_mut().push((step, None));
-    let vol = vol.clone();
+    let vol = live.vol.clone();
     let shared = shared.clone();
-    let world = world.clone();
-    exec.spawn(async move {
+    let world = live.world.clone();
+    live.exec.spawn(async move {
         let result = perform(&*vol, id, kind, offset, len).await;
         let now = world.lock().expect("world").step;
         shared.steps.borrow_mut()[id].1 = Some(now);
@@ -451,14 +500,15 @@ fn read_all(
         });
         at += len;
     }
-    drive(&mut exec, world, rng, "reading back after the crash")?;
+    run_to_end(&mut exec, world, rng, "reading back after the crash")?;
     let image = image.borrow().clone();
     let errors = errors.borrow().clone();
     Ok((image, errors))
 }
 
-/// Runs `exec` to completion, completing member operations in random order.
-fn drive(
+/// Runs `exec` to completion, completing member operations in random order (a bound of
+/// ten times the liveness bound: the whole volume is in flight).
+fn run_to_end(
     exec: &mut Executor,
     world: &Arc<Mutex<World>>,
     rng: &mut Rng,
@@ -484,16 +534,15 @@ fn has_mirror(n: &Node) -> bool {
 /// A scrub of the whole volume among the client requests (not in the history: it writes
 /// nothing a client could see).
 fn spawn_scrub(
-    exec: &mut Executor,
-    vol: &Arc<Volume>,
+    live: &mut Live,
     shared: &Rc<Shared>,
     repair: bool,
     strict: bool,
     beyond_tolerance: bool,
 ) {
-    let vol = vol.clone();
+    let vol = live.vol.clone();
     let shared = shared.clone();
-    exec.spawn(async move {
+    live.exec.spawn(async move {
         let r = vol.scrub(&ScrubControl::new(repair, 0)).await;
         let verdict = match r {
             Err(e) if !beyond_tolerance => Err(format!("scrub failed within tolerance: {e}")),
@@ -507,32 +556,4 @@ fn spawn_scrub(
             shared.violations.borrow_mut().push(v);
         }
     });
-}
-
-/// Stripes written by requests not guaranteed durable (only when members were lost: a
-/// healthy array never rebuilds from parity).
-pub fn write_hole_exposure(
-    g: &Geometry,
-    h: &History,
-    failed: &[usize],
-) -> Option<HashSet<StripeId>> {
-    if failed.is_empty() {
-        return None;
-    }
-    let mut out = HashSet::new();
-    for o in h.unguaranteed_writes() {
-        let m = g.map(o.offset, o.len).expect("in range");
-        out.extend(m.data.iter().filter_map(|e| e.stripe));
-    }
-    Some(out)
-}
-
-/// Whether sector `s` must be rebuilt from parity (every copy on a failed member) in a stripe
-/// that a crash may have left with stale parity.
-pub fn in_write_hole(g: &Geometry, exposed: &HashSet<StripeId>, failed: &[usize], s: u64) -> bool {
-    let m = g.map(s * SECTOR, SECTOR).expect("in range");
-    m.data.iter().all(|e| failed.contains(&e.member))
-        && m.data
-            .iter()
-            .any(|e| e.stripe.is_some_and(|id| exposed.contains(&id)))
 }

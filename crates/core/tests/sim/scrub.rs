@@ -5,16 +5,17 @@
 //! unfinished scrub (once its start was committed), and a scrub resumed from that checkpoint
 //! runs to the end, clears it, and changes no data (every flushed write reads back again).
 
-use super::background::{
-    disk_of, lost_roles, not_current, reopen_after_power_loss, run_until, Finished,
-};
-use super::crash::{read_volume, CrashCase, CrashStats};
-use super::executor::Executor;
+use super::array::{lost_roles, not_current, reopen_after_power_loss, Setup};
+use super::background::Finished;
+use super::checks::{check_durable, unreadable};
+use super::crash::CrashStats;
+use super::executor::{drive, run_until, Executor};
+use super::faults::one_more_death;
 use super::history::History;
-use nbraid_core::metadata::{Array, ArrayOptions};
-use nbraid_core::{ScrubControl, ScrubState};
+use nbraid_core::metadata::Array;
+use nbraid_core::{ScrubControl, ScrubReport, ScrubState};
 use nbraid_layout::Geometry;
-use nbraid_sim::scheduled::{DiskFaults, World, SECTOR_BYTES};
+use nbraid_sim::scheduled::World;
 use nbraid_sim::Rng;
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -23,137 +24,146 @@ use std::sync::{Arc, Mutex};
 
 /// In some schedules, scrubs `array` (repairing) with a member death or a power loss during
 /// it (see the module); `lost`: the roles not current (or dead) before.
-pub fn maybe_scrub(
+pub(super) fn maybe_scrub(
     (world, array, lost): Finished,
     rng: &mut Rng,
-    case: &CrashCase,
-    disks: usize,
-    opts: &ArrayOptions,
+    setup: &Setup,
     history: &History,
     stats: &mut CrashStats,
 ) -> Result<Finished, String> {
+    let case = setup.case;
     if !rng.chance(300) {
         return Ok((world, array, lost));
     }
     stats.scrubs += 1;
     let g = Geometry::from_tree(case.tree.clone());
-    let mut death = None;
-    if rng.chance(300) {
-        let m = (0..case.members)
-            .find(|&m| !lost.contains(&m) && g.survives(&[lost.clone(), vec![m]].concat()));
-        if let Some(m) = m {
-            world.lock().expect("world").disks[disk_of(&array, m)].faults = DiskFaults {
-                dies_at_step: Some(rng.below(60)),
-                ..DiskFaults::default()
-            };
-            death = Some(m);
-        }
-    }
+    let death = one_more_death(rng, &world, &array, (&g, case.members), &lost);
     // Sectors that do not read back already (the write hole of lost roles: the reopen's
     // check excused them); every other one must keep reading back.
     let excused = unreadable(&world, rng, &array, history)?;
     let crash_at = rng.chance(500).then(|| rng.below(60));
-    let outcome = Rc::new(RefCell::new(None));
-    let mut exec = Executor::default();
-    {
+    let mut scrub = Scrub {
+        rng,
+        history,
+        stats,
+        excused,
+    };
+    let (exec, outcome) = scrub.run(&world, &array, crash_at)?;
+    if exec.live() == 0 {
+        let outcome = outcome.borrow_mut().take();
+        let now = scrub.check_finished(&world, &array, outcome, lost, death)?;
+        return Ok((world, array, now));
+    }
+    scrub.stats.scrub_crashes += 1;
+    drop(exec);
+    drop(array);
+    scrub.resume_after_power_loss(&world, setup)
+}
+
+/// One scrub over a reopened array: the schedule's draws and history, the sectors that
+/// need not read back, and what it exercised.
+struct Scrub<'a> {
+    rng: &'a mut Rng,
+    history: &'a History,
+    stats: &'a mut CrashStats,
+    excused: HashSet<u64>,
+}
+
+/// How a scrub ended, once it did.
+type Outcome = Rc<RefCell<Option<Result<ScrubReport, String>>>>;
+
+impl Scrub<'_> {
+    /// The scrub, until it ends or power is lost at `crash_at`; the tasks left and how it
+    /// ended.
+    fn run(
+        &mut self,
+        world: &Arc<Mutex<World>>,
+        array: &Arc<Array>,
+        crash_at: Option<u64>,
+    ) -> Result<(Executor, Outcome), String> {
+        let outcome: Outcome = Rc::new(RefCell::new(None));
+        let mut exec = Executor::default();
         let (a, out) = (array.clone(), outcome.clone());
         exec.spawn(async move {
             let r = a.scrub(&ScrubControl::new(true, 0)).await;
             *out.borrow_mut() = Some(r.map_err(|e| e.to_string()));
         });
+        run_until(&mut exec, world, self.rng, crash_at, "the scrub")?;
+        Ok((exec, outcome))
     }
-    run_until(&mut exec, &world, rng, crash_at, "the scrub")?;
-    if exec.live() == 0 {
-        match outcome.borrow_mut().take() {
+
+    /// The scrub ended well, cleared its checkpoint and changed no data; the roles lost
+    /// now (before it, or since).
+    fn check_finished(
+        &mut self,
+        world: &Arc<Mutex<World>>,
+        array: &Arc<Array>,
+        outcome: Option<Result<ScrubReport, String>>,
+        lost: Vec<usize>,
+        death: Option<usize>,
+    ) -> Result<Vec<usize>, String> {
+        match outcome {
             Some(Ok(r)) if r.state == ScrubState::Done => {}
             other => return Err(format!("scrub within tolerance: {other:?}")),
         }
         let a = array.clone();
-        let c = super::crash::drive(&world, rng, async move { a.scrub_checkpoint().await })?;
+        let c = drive(world, self.rng, async move { a.scrub_checkpoint().await })?;
         if c.is_some() {
             return Err(format!("a finished scrub left its checkpoint: {c:?}"));
         }
         let when = format!(
             "after a scrub; lost before {lost:?}, death {death:?}, now {:?}",
-            lost_roles(&world, &array)
+            lost_roles(world, array)
         );
-        check_durable(&world, rng, &array, history, stats, &excused, &when)?;
-        let mut now = lost_roles(&world, &array);
+        self.check_durable(world, array, &when)?;
+        let mut now = lost_roles(world, array);
         now.extend(lost);
         now.sort_unstable();
         now.dedup();
-        return Ok((world, array, now));
+        Ok(now)
     }
 
-    // Power lost in the middle of the scrub.
-    stats.scrub_crashes += 1;
-    drop(exec);
-    drop(array);
-    let (world, array, _) =
-        reopen_after_power_loss(&world, rng, case, disks, opts, false, "a scrub")?;
-    let when = "after a crash during a scrub";
-    check_durable(&world, rng, &array, history, stats, &excused, when)?;
-    let a = array.clone();
-    let c = super::crash::drive(&world, rng, async move { a.scrub_checkpoint().await })?;
-    let cap = array.volume().capacity();
-    if let Some(c) = c {
-        if !c.repair || c.position_bytes > cap {
-            return Err(format!("scrub checkpoint {c:?} of a {cap}-byte volume"));
-        }
-        stats.scrubs_resumed += 1;
+    /// Power lost in the middle of the scrub: the images assembled again, every flushed
+    /// write still reads back, and a scrub the records name resumes from its checkpoint.
+    fn resume_after_power_loss(
+        &mut self,
+        world: &Arc<Mutex<World>>,
+        setup: &Setup,
+    ) -> Result<Finished, String> {
+        let (world, array, _) = reopen_after_power_loss(world, self.rng, setup, false, "a scrub")?;
+        self.check_durable(&world, &array, "after a crash during a scrub")?;
         let a = array.clone();
-        let r = super::crash::drive(&world, rng, async move {
-            let ctl = ScrubControl::resume_at(c.repair, 0, c.position_bytes);
-            let r = a.scrub(&ctl).await;
-            (r, a.scrub_checkpoint().await)
-        })?;
-        match r {
-            (Ok(r), None) if r.state == ScrubState::Done => {}
-            other => return Err(format!("resumed scrub: {other:?}")),
+        let c = drive(&world, self.rng, async move { a.scrub_checkpoint().await })?;
+        let cap = array.volume().capacity();
+        if let Some(c) = c {
+            if !c.repair || c.position_bytes > cap {
+                return Err(format!("scrub checkpoint {c:?} of a {cap}-byte volume"));
+            }
+            self.stats.scrubs_resumed += 1;
+            let a = array.clone();
+            let r = drive(&world, self.rng, async move {
+                let ctl = ScrubControl::resume_at(c.repair, 0, c.position_bytes);
+                let r = a.scrub(&ctl).await;
+                (r, a.scrub_checkpoint().await)
+            })?;
+            match r {
+                (Ok(r), None) if r.state == ScrubState::Done => {}
+                other => return Err(format!("resumed scrub: {other:?}")),
+            }
+            self.check_durable(&world, &array, "after a resumed scrub")?;
         }
-        let when = "after a resumed scrub";
-        check_durable(&world, rng, &array, history, stats, &excused, when)?;
+        let lost = not_current(&array);
+        Ok((world, array, lost))
     }
-    let lost = not_current(&array);
-    Ok((world, array, lost))
-}
 
-/// Sectors whose bytes no flushed write explains.
-pub(super) fn unreadable(
-    world: &Arc<Mutex<World>>,
-    rng: &mut Rng,
-    array: &Arc<Array>,
-    history: &History,
-) -> Result<HashSet<u64>, String> {
-    let image = read_volume(world, rng, array)?;
-    Ok(image
-        .chunks(SECTOR_BYTES)
-        .enumerate()
-        .filter(|(s, sector)| history.check_durable(*s as u64, sector).is_err())
-        .map(|(s, _)| s as u64)
-        .collect())
-}
-
-/// Every flushed write reads back, but in the `excused` sectors.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn check_durable(
-    world: &Arc<Mutex<World>>,
-    rng: &mut Rng,
-    array: &Arc<Array>,
-    history: &History,
-    stats: &mut CrashStats,
-    excused: &HashSet<u64>,
-    when: &str,
-) -> Result<(), String> {
-    let image = read_volume(world, rng, array)?;
-    for (s, sector) in image.chunks(SECTOR_BYTES).enumerate() {
-        if excused.contains(&(s as u64)) {
-            continue;
-        }
-        history
-            .check_durable(s as u64, sector)
-            .map_err(|e| format!("{e} ({when})"))?;
-        stats.sectors_checked += 1;
+    /// Every flushed write reads back, but in the excused sectors.
+    fn check_durable(
+        &mut self,
+        world: &Arc<Mutex<World>>,
+        array: &Arc<Array>,
+        when: &str,
+    ) -> Result<(), String> {
+        let (history, excused) = (self.history, &self.excused);
+        check_durable(world, self.rng, array, history, self.stats, excused, when)
     }
-    Ok(())
 }
