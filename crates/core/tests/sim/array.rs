@@ -1,7 +1,7 @@
 //! A simulated array's life over the scheduled members: created, read back whole, assembled
 //! again from the crash images after a power loss, and asked which disk serves which role.
 
-use super::crash::CrashCase;
+use super::case::CrashCase;
 use super::executor::drive;
 use futures::future::join_all;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, OpenReport};

@@ -14,9 +14,9 @@
 //! copy and every parity chunk to agree.
 
 use super::array::{lost_roles, not_current, read_volume, reopen_after_power_loss, Powered, Setup};
+use super::case::{CrashCase, CrashStats};
 use super::checks::{check_durable, write_hole_excuse};
 use super::clients::{start_request, Load, Pace, Shared};
-use super::crash::{CrashCase, CrashStats};
 use super::executor::{drive, run_with, Executor};
 use super::faults::one_more_death;
 use nbraid_core::metadata::{Array, OpenReport};

@@ -4,7 +4,7 @@
 //! members reads the same bytes).
 
 use super::array::{read_volume, sim_members};
-use super::crash::{CrashCase, CrashStats};
+use super::case::{CrashCase, CrashStats};
 use super::executor::drive;
 use super::history::History;
 use nbraid_core::metadata::Array;

@@ -5,7 +5,8 @@
 //! assembled again over what survived and read back. See `run.rs` for one schedule and
 //! `history.rs` for the rules checked.
 //!
-//! The pieces the harnesses share: `executor.rs` (scheduling), `faults.rs` (what fails),
+//! The pieces the harnesses share: `case.rs` (a crash schedule's shape, options and stats),
+//! `executor.rs` (scheduling), `faults.rs` (what fails),
 //! `clients.rs` (the requests and their history), `array.rs` (an array created, read back
 //! and reopened over the disks' crash images) and `checks.rs` (the rules after a power
 //! loss). The harnesses: `run.rs` (a plain volume), `crash.rs` (an array with superblocks,
@@ -15,6 +16,7 @@
 
 pub mod array;
 pub mod background;
+pub mod case;
 pub mod checks;
 pub mod clients;
 pub mod corrupt_power;

@@ -18,9 +18,9 @@ use super::array::{
     self, disk_of, lost_roles, not_current, read_volume, reopen_wrapped, sim_members, Powered,
     Setup,
 };
+use super::case::{array_options, CrashCase, CrashStats};
 use super::checks::{check_durable, check_read_back, redundancy_agrees, unreadable};
 use super::clients::{Clients, Load, Pace, Shared};
-use super::crash::{array_options, CrashCase, CrashStats};
 use super::executor::{drive, STEP_LIMIT};
 use futures::future::BoxFuture;
 use futures::FutureExt;

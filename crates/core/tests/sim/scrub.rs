@@ -7,8 +7,8 @@
 
 use super::array::{lost_roles, not_current, reopen_after_power_loss, Setup};
 use super::background::Finished;
+use super::case::CrashStats;
 use super::checks::{check_durable, unreadable};
-use super::crash::CrashStats;
 use super::executor::{drive, run_until, Executor};
 use super::faults::one_more_death;
 use super::history::History;
