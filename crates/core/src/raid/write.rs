@@ -449,7 +449,7 @@ impl StripeWriter<'_> {
             self.stripes
                 .debug_assert_exclusive(rows.stripe, "logging a write");
             entries = log
-                .prepare_settled(rows.stripe, &rows.ranges(), &values, rows.fua)
+                .prepare_settled(rows.stripe, rows.roles, &rows.ranges(), &values, rows.fua)
                 .await;
         }
         let (mut p, mut q) = (Some(p.freeze()), q.map(Buf::freeze));
@@ -511,7 +511,7 @@ impl StripeWriter<'_> {
             self.stripes
                 .debug_assert_exclusive(rows.stripe, "logging a write");
             entries = log
-                .prepare_settled(rows.stripe, &rows.ranges(), &values, rows.fua)
+                .prepare_settled(rows.stripe, rows.roles, &rows.ranges(), &values, rows.fua)
                 .await;
         }
         // The data writes; the plan lists them before P and Q.
