@@ -386,7 +386,7 @@ impl GroupLog {
         &self,
         stripe: u64,
         roles: &StripeRoles,
-        written: &[Vec<(u64, u64)>],
+        written: &[impl AsRef<[(u64, u64)]>],
         values: &Values<'_>,
         fua: bool,
     ) -> Result<Vec<(Entry, Rings)>, Blocked> {
@@ -399,7 +399,7 @@ impl GroupLog {
         }
         let (lo, hi) = written
             .iter()
-            .flatten()
+            .flat_map(AsRef::as_ref)
             .fold((u64::MAX, 0), |(a, b), &(s, e)| (a.min(s), b.max(e)));
         if lo >= hi {
             return Ok(Vec::new());
@@ -536,7 +536,7 @@ impl GroupLog {
         &self,
         stripe: u64,
         roles: &StripeRoles,
-        written: &[Vec<(u64, u64)>],
+        written: &[impl AsRef<[(u64, u64)]>],
         values: &Values<'_>,
         fua: bool,
     ) -> Vec<(Entry, Rings)> {

@@ -257,7 +257,7 @@ impl GroupLog {
                 self.retire(&mut st);
                 self.take_round(&mut st)
             };
-            let Some((taken, batches)) = round else {
+            let Some((taken, mut batches)) = round else {
                 match self.no_room() {
                     NoRoom::Flush => {
                         self.flush_members().await;
@@ -277,14 +277,16 @@ impl GroupLog {
                     self.flush_members().await;
                 }
             };
-            let writes = join_all(batches.iter().map(|b| self.write_batch(b)));
+            let writes = join_all(
+                (batches.iter_mut()).map(|b| async { b.took = self.write_batch(b).await }),
+            );
             let unfinished = Unfinished {
                 log: self,
                 taken: &taken,
             };
-            let (results, ()) = futures::future::join(writes, flush).await;
+            futures::future::join(writes, flush).await;
             std::mem::forget(unfinished);
-            self.finish_round(batches, results, taken);
+            self.finish_round(batches, taken);
             return None;
         }
     }
@@ -383,6 +385,7 @@ impl GroupLog {
                 bytes: bytes.freeze(),
                 tail,
                 masks_older,
+                took: false,
             });
         }
         count(&stats::ROUNDS, 1);
@@ -477,19 +480,19 @@ impl GroupLog {
     /// After a round's batches were written: each ring's durable tail, each taken band
     /// durable, each writer answered (logged when some ring of each of its entries took it).
     /// The round's vectors, emptied, are kept for the next round.
-    fn finish_round(&self, mut batches: Vec<Batch>, results: Vec<bool>, mut taken: Vec<Pending>) {
+    fn finish_round(&self, mut batches: Vec<Batch>, mut taken: Vec<Pending>) {
         let mut st = self.state.lock();
         // A few rings and tickets a round: small lists, searched (maps cost an allocation
         // each, a round).
-        for (b, &ok) in batches.iter().zip(&results) {
-            if ok {
+        for b in &batches {
+            if b.took {
                 let ring = st.rings[b.ring].as_mut().expect("ring");
                 ring.durable_tail = ring.durable_tail.max(b.tail);
                 // Every older entry of the ring below this batch's tail: none replayed again.
                 ring.lapsed &= !b.masks_older;
             }
         }
-        let took = |r: &usize| (batches.iter().zip(&results)).any(|(b, &ok)| b.ring == *r && ok);
+        let took = |r: &usize| batches.iter().any(|b| b.ring == *r && b.took);
         // A ticket's entries are taken together, one after another (`take_round`).
         let mut tickets: SmallVec<[(u64, bool); 16]> = SmallVec::new();
         for p in &taken {
@@ -556,6 +559,8 @@ pub(super) struct Batch {
     /// No older batch of the ring was live when it was placed: once it lands, no older
     /// entry of the ring is replayed.
     masks_older: bool,
+    /// Its member took it (set once written: `write_round`).
+    took: bool,
 }
 
 impl Batch {
