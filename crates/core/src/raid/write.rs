@@ -88,6 +88,7 @@ impl StripeWriter<'_> {
         }
         let roles = self.stripes.chunks.layout.roles(stripe);
         let mut first_error = None;
+        let one_run = runs.len() == 1;
         for (r0, r1) in runs {
             let in_run = |c: &Vec<(u64, SharedBuf)>| -> Vec<(u64, SharedBuf)> {
                 let piece_in = |(s, d): &&(u64, SharedBuf)| {
@@ -97,7 +98,12 @@ impl StripeWriter<'_> {
                 };
                 c.iter().filter(piece_in).cloned().collect()
             };
-            let part: Vec<Vec<(u64, SharedBuf)>> = w.iter().map(in_run).collect();
+            // One run (nearly every write) holds every piece: no copy of the pieces.
+            let part: std::borrow::Cow<[Vec<(u64, SharedBuf)>]> = if one_run {
+                std::borrow::Cow::Borrowed(&w)
+            } else {
+                std::borrow::Cow::Owned(w.iter().map(in_run).collect())
+            };
             if first_error.is_some() {
                 self.salvage(stripe, &part, fua).await;
                 continue;
