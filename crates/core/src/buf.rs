@@ -310,6 +310,20 @@ impl SharedBuf {
         }
     }
 
+    /// The whole allocation as a unique buffer of `len` bytes (contents unspecified), when
+    /// this is its last view and it holds `len` bytes: for an owner that writes a buffer of
+    /// its own again and again, without an allocation. `None` otherwise (the view dropped).
+    pub fn reuse_as(mut self, len: usize) -> Option<Buf> {
+        if len > self.alloc.cap || Arc::get_mut(&mut self.alloc).is_none() {
+            return None;
+        }
+        Some(Buf {
+            alloc: self.alloc,
+            off: 0,
+            len,
+        })
+    }
+
     /// The unique buffer back, when this is the last view of the allocation; a copy otherwise.
     pub fn into_buf(mut self) -> Buf {
         // As in `into_reusable`: the last view keeps its `Arc`.

@@ -176,6 +176,7 @@ impl GroupLog {
                 spare_prepared: Vec::new(),
                 spare_taken: Vec::new(),
                 spare_batches: Vec::new(),
+                spare_batch_bytes: Vec::new(),
             }),
         })
     }

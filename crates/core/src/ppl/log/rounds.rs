@@ -364,6 +364,7 @@ impl GroupLog {
         Self::renumber(st, &mut taken);
         let mut batches = std::mem::take(&mut st.spare_batches);
         for (r, start, len, window, masks_older) in places {
+            let spare = st.spare_batch_bytes.pop();
             let ring = st.rings[r].as_mut().expect("ring");
             let es: SmallVec<[(&Entry, Part); 16]> = taken
                 .iter()
@@ -374,7 +375,8 @@ impl GroupLog {
                 .collect();
             let newest_seq = es.iter().map(|e| e.0.seq).max().unwrap_or(0);
             ring.push_live(start, len, newest_seq);
-            let mut bytes = Buf::new(batch_bytes(&es));
+            let n = batch_bytes(&es);
+            let mut bytes = (spare.and_then(|b| b.reuse_as(n))).unwrap_or_else(|| Buf::new(n));
             encode_batch_into(self.life, tail, &es, &mut bytes);
             debug_assert_eq!(bytes.len() as u64, len);
             batches.push(Batch {
@@ -529,7 +531,12 @@ impl GroupLog {
         st.wake_room();
         Self::recycle(&mut st, taken.drain(..).map(|p| p.entry));
         st.spare_taken = taken;
-        batches.clear();
+        // The batches' buffers (written: the member writes are done), one a ring at most.
+        for b in batches.drain(..) {
+            if st.spare_batch_bytes.len() < st.rings.len() {
+                st.spare_batch_bytes.push(b.bytes);
+            }
+        }
         st.spare_batches = batches;
     }
 }

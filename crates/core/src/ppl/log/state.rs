@@ -3,6 +3,7 @@
 
 use super::rounds::{Batch, LogFailed};
 use super::{Bands, Entry, Key, Retired, Ring, Rings};
+use crate::buf::SharedBuf;
 use crate::num_hash::NumMap;
 use futures::channel::oneshot;
 
@@ -54,6 +55,9 @@ pub(super) struct State {
     pub(super) spare_prepared: Vec<(Entry, Rings)>,
     pub(super) spare_taken: Vec<Pending>,
     pub(super) spare_batches: Vec<Batch>,
+    /// Batch buffers written, for the next batches (one per ring at most; each reused when
+    /// it is its buffer's last view and large enough: `SharedBuf::reuse_as`).
+    pub(super) spare_batch_bytes: Vec<SharedBuf>,
 }
 
 impl State {
