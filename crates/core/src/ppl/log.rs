@@ -34,19 +34,23 @@ pub(crate) use ring::Rings;
 pub(crate) use rounds::LogFailed;
 use state::{Pending, State};
 
+/// One item per data chunk of a stripe: inline for groups of up to 8 data chunks (a
+/// vector was an allocation a logged write).
+pub(crate) type PerChunk<T> = smallvec::SmallVec<[T; 8]>;
+
 /// What a stripe write can tell the log about the bytes it replaces.
 pub(crate) enum Values<'a> {
     /// Read-modify-write: per data chunk written, its bytes (from row `start`), and P (and
     /// Q) over rows `[r0, ..)` — all as they were before the write, or all as they are after
     /// it: either way the parity minus the written chunks is the partial parity.
     Delta {
-        chunks: Vec<Option<(u64, &'a [u8])>>,
+        chunks: PerChunk<Option<(u64, &'a [u8])>>,
         p: &'a [u8],
         q: Option<&'a [u8]>,
         r0: u64,
     },
     /// Every data chunk's new bytes over rows `[r0, ..)` (unwritten bytes as they were).
-    Direct { chunks: Vec<&'a [u8]>, r0: u64 },
+    Direct { chunks: PerChunk<&'a [u8]>, r0: u64 },
 }
 
 /// The entries one stripe write logs, each with the rings it goes to.

@@ -83,7 +83,7 @@ fn log_over_regions(
 fn one_sector(log: &GroupLog, stripe: u64) -> Result<Vec<(super::Entry, super::Rings)>, Blocked> {
     let zeros = vec![0u8; STRIP as usize];
     let values = Values::Direct {
-        chunks: vec![&zeros[..], &zeros[..]],
+        chunks: smallvec::smallvec![&zeros[..], &zeros[..]],
         r0: 0,
     };
     log.prepare(
@@ -288,7 +288,7 @@ fn written_unflushed(log: &GroupLog, entries: Vec<(super::Entry, super::Rings)>)
 /// The values of a reconstruct-write of the 3-data-chunk stripe whose chunks all hold `c`.
 fn same_bytes(c: &[u8]) -> Values<'_> {
     Values::Direct {
-        chunks: vec![c, c, c],
+        chunks: smallvec::smallvec![c, c, c],
         r0: 0,
     }
 }
@@ -306,7 +306,7 @@ fn rest_of_band_0(log: &GroupLog) -> super::Entry {
         vec![2; STRIP as usize],
     );
     let values = Values::Direct {
-        chunks: vec![&c0[..], &c1[..], &c2[..]],
+        chunks: smallvec::smallvec![&c0[..], &c1[..], &c2[..]],
         r0: 0,
     };
     let whole = vec![(0, STRIP)];
@@ -356,7 +356,7 @@ fn the_rest_of_a_stripe_one_write_began_with_two_chunks_is_logged_without_a_flus
         vec![7u8; STRIP as usize],
     );
     let values = Values::Direct {
-        chunks: vec![&c0[..], &c1[..], &c2[..]],
+        chunks: smallvec::smallvec![&c0[..], &c1[..], &c2[..]],
         r0: 0,
     };
     let whole = vec![(0, STRIP)];
@@ -542,6 +542,10 @@ proptest::proptest! {
             want_p.extend(sp);
             want_q.extend(sq);
         }
+        // Before the values that borrow them: a SmallVec, unlike a Vec, needs its borrows to
+        // outlive it.
+        let (mut new_p, mut new_q) = (vec![0u8; band], vec![0u8; band]);
+        crate::parity::pq_gen(&by_slot(slot, &news), &mut new_p, &mut new_q);
         let direct = Values::Direct { chunks: news.iter().map(|c| &c[..]).collect(), r0: 0 };
         let before = Values::Delta {
             chunks: (0..k).map(|i| (now[i] != 0).then(|| (0, &olds[i][..]))).collect(),
@@ -549,8 +553,6 @@ proptest::proptest! {
             q: raid6.then_some(&q[..]),
             r0: 0,
         };
-        let (mut new_p, mut new_q) = (vec![0u8; band], vec![0u8; band]);
-        crate::parity::pq_gen(&by_slot(slot, &news), &mut new_p, &mut new_q);
         let after = Values::Delta {
             chunks: (0..k).map(|i| (now[i] != 0).then(|| (0, &news[i][..]))).collect(),
             p: &new_p,
@@ -653,7 +655,7 @@ fn wide_log(level: Level, n: usize) -> GroupLog {
 fn whole_band(log: &GroupLog, stripe: u64) -> Vec<(super::Entry, super::Rings)> {
     let zeros = vec![0u8; STRIP as usize];
     let values = Values::Direct {
-        chunks: vec![&zeros[..], &zeros[..]],
+        chunks: smallvec::smallvec![&zeros[..], &zeros[..]],
         r0: 0,
     };
     let all = vec![(0, STRIP); 2];

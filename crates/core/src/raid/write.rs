@@ -440,7 +440,8 @@ impl StripeWriter<'_> {
         }
         let mut entries = Vec::new();
         if let (Some(log), true) = (&self.stripes.ppl, p_read) {
-            let mut news: Vec<Option<(u64, &[u8])>> = vec![None; self.stripes.chunks.k];
+            let mut news: crate::ppl::PerChunk<Option<(u64, &[u8])>> =
+                smallvec::smallvec![None; self.stripes.chunks.k];
             for (t, b) in &out {
                 if let Target::Data(i) = *t {
                     news[i] = Some((input.data[i].new.hull.0, &b[..]));
