@@ -11,6 +11,8 @@ use nbraid_core::metadata::Array;
 use nbraid_core::{
     Buf, Member, MemberCounters, MemberResult, MemoryMember, SharedBuf, Volume, VolumeResult,
 };
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 /// What one benchmark cell does to the volume.
@@ -166,6 +168,50 @@ pub fn cpu_seconds() -> f64 {
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
     assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// The system allocator, counting the heap allocations made through it and their bytes (a
+/// `realloc` counts as one, of its new size): a bench that installs it as its
+/// `#[global_allocator]` reads [`allocations`] around a cell to print allocations per I/O, a
+/// figure the machine's noise does not move.
+pub struct CountingAlloc;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static ALLOC_BYTES: AtomicU64 = AtomicU64::new(0);
+
+fn counted(bytes: usize) {
+    ALLOCS.fetch_add(1, Relaxed);
+    ALLOC_BYTES.fetch_add(bytes as u64, Relaxed);
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator, whose contract is the
+// same; the counting touches only atomics, never the heap.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        counted(layout.size());
+        // SAFETY: the caller's contract for `alloc` is passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        counted(layout.size());
+        // SAFETY: as for `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from the system allocator with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        counted(new_size);
+        // SAFETY: `ptr` came from the system allocator with this layout.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// Heap allocations and their bytes since the process began, as counted by [`CountingAlloc`]
+/// (both zero when it is not the global allocator). Every thread's are counted.
+pub fn allocations() -> (u64, u64) {
+    (ALLOCS.load(Relaxed), ALLOC_BYTES.load(Relaxed))
 }
 
 /// Writes `byte` over the first `span` bytes of `volume` and flushes, so reads hit real data.

@@ -298,34 +298,42 @@ impl SharedBuf {
     /// The unique buffer back, when this is the last view of the allocation; otherwise a
     /// fresh buffer of the same length with unspecified contents (for handing a request's
     /// buffer back for reuse while a cache still holds views of it, without a copy).
-    pub fn into_reusable(self) -> Buf {
-        let len = self.len;
-        match Arc::try_unwrap(self.alloc) {
-            Ok(alloc) => Buf {
-                alloc: Arc::new(alloc),
-                off: self.off,
-                len,
-            },
-            Err(_) => Buf::new(len),
+    pub fn into_reusable(mut self) -> Buf {
+        // The last view keeps its `Arc` (unwrapping and wrapping anew cost an allocation).
+        if Arc::get_mut(&mut self.alloc).is_none() {
+            return Buf::new(self.len);
+        }
+        Buf {
+            alloc: self.alloc,
+            off: self.off,
+            len: self.len,
         }
     }
 
+    /// The whole allocation as a unique buffer of `len` bytes (contents unspecified), when
+    /// this is its last view and it holds `len` bytes: for an owner that writes a buffer of
+    /// its own again and again, without an allocation. `None` otherwise (the view dropped).
+    pub fn reuse_as(mut self, len: usize) -> Option<Buf> {
+        if len > self.alloc.cap || Arc::get_mut(&mut self.alloc).is_none() {
+            return None;
+        }
+        Some(Buf {
+            alloc: self.alloc,
+            off: 0,
+            len,
+        })
+    }
+
     /// The unique buffer back, when this is the last view of the allocation; a copy otherwise.
-    pub fn into_buf(self) -> Buf {
-        match Arc::try_unwrap(self.alloc) {
-            Ok(alloc) => Buf {
-                alloc: Arc::new(alloc),
-                off: self.off,
-                len: self.len,
-            },
-            Err(alloc) => {
-                let view = SharedBuf {
-                    alloc,
-                    off: self.off,
-                    len: self.len,
-                };
-                Buf::copy_from(&view)
-            }
+    pub fn into_buf(mut self) -> Buf {
+        // As in `into_reusable`: the last view keeps its `Arc`.
+        if Arc::get_mut(&mut self.alloc).is_none() {
+            return Buf::copy_from(&self);
+        }
+        Buf {
+            alloc: self.alloc,
+            off: self.off,
+            len: self.len,
         }
     }
 }

@@ -37,7 +37,7 @@ pub use map::{map, Extent, Mapping, StripeId};
 pub use node::{ChildPiece, Concat, MemberRegion, Mirror, Node, ParityGroup, ParityPiece, Stripe};
 pub use options::{CacheMode, ReadPolicy};
 pub use reshape::{MemberRange, Reshape, Routed, Side, Window, WindowRule};
-pub use rotation::{ParityLayout, Role, StripeRoles};
+pub use rotation::{ParityLayout, PerDisk, Role, StripeRoles};
 pub use write_hole_log::{
     is_logged, log_reserve_bytes, log_ring_bytes, volume_log_ring_bytes, LOG_BAND_BYTES,
     LOG_BATCH_HEADER_BYTES, LOG_BLOCK_BYTES, LOG_ENTRY_HEADER_BYTES,

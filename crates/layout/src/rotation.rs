@@ -78,6 +78,10 @@ impl FromStr for ParityLayout {
     }
 }
 
+/// A list with one entry per disk (or data chunk) of a parity group: inline for groups of up
+/// to 16 disks, so the roles of a stripe (asked for on every request) cost no allocation.
+pub type PerDisk = smallvec::SmallVec<[usize; 16]>;
+
 /// Which disk of the group holds what in one stripe.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StripeRoles {
@@ -86,10 +90,10 @@ pub struct StripeRoles {
     /// Disk holding Q (RAID 6 only).
     pub q: Option<usize>,
     /// `data[i]` is the disk holding data chunk `i` (logical order within the stripe).
-    pub data: Vec<usize>,
+    pub data: PerDisk,
     /// `q_slot[i]` is the power of the generator that multiplies data chunk `i` in Q
     /// (md's syndrome slot). Equal to `i` for the symmetric layouts.
-    pub q_slot: Vec<usize>,
+    pub q_slot: PerDisk,
 }
 
 impl StripeRoles {
@@ -108,7 +112,7 @@ impl StripeRoles {
             turn
         };
         let mut q = None;
-        let data: Vec<usize> = (0..data_disks)
+        let data: PerDisk = (0..data_disks)
             .map(|dd| {
                 if parity == 1 {
                     if layout.is_symmetric() {
@@ -143,7 +147,7 @@ impl StripeRoles {
             None => (0..data_disks).collect(),
             Some(qd) => {
                 let d0 = if qd == disks - 1 { 0 } else { qd + 1 };
-                let mut slot_of_disk = vec![usize::MAX; disks];
+                let mut slot_of_disk = PerDisk::from_elem(usize::MAX, disks);
                 let mut slot = 0;
                 for k in 0..disks {
                     let disk = (d0 + k) % disks;

@@ -105,17 +105,17 @@ fn raid6_right_asymmetric() {
 #[test]
 fn raid6_q_slots_follow_md() {
     let sym = StripeRoles::md(ParityLayout::LeftSymmetric, 5, 2, 2);
-    assert_eq!(sym.q_slot, vec![0, 1, 2]);
+    assert_eq!(sym.q_slot[..], [0, 1, 2]);
     // Stripe 2 of left-asymmetric: P on 2, Q on 3, data 0,1,2 on disks 0,1,4; md starts the
     // syndrome at disk 4, then 0, then 1.
     let asym = StripeRoles::md(ParityLayout::LeftAsymmetric, 5, 2, 2);
     assert_eq!((asym.p, asym.q), (2, Some(3)));
-    assert_eq!(asym.data, vec![0, 1, 4]);
-    assert_eq!(asym.q_slot, vec![1, 2, 0]);
+    assert_eq!(asym.data[..], [0, 1, 4]);
+    assert_eq!(asym.q_slot[..], [1, 2, 0]);
     // Stripe 0: "Q D D D P", Q on disk 0, syndrome starts at disk 1.
     let first = StripeRoles::md(ParityLayout::LeftAsymmetric, 5, 2, 0);
     assert_eq!(
-        (first.p, first.q, first.q_slot),
+        (first.p, first.q, first.q_slot.to_vec()),
         (4, Some(0), vec![0, 1, 2])
     );
 }

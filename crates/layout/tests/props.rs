@@ -226,12 +226,12 @@ proptest! {
     fn md_roles_are_a_permutation(disks in 3usize..40, parity in 1usize..3, stripe in 0u64..10_000, l in layout()) {
         prop_assume!(disks > parity + 1);
         let r = StripeRoles::md(l, disks, parity, stripe);
-        let mut all: Vec<usize> = r.data.clone();
+        let mut all: Vec<usize> = r.data.to_vec();
         all.push(r.p);
         all.extend(r.q);
         all.sort();
         prop_assert_eq!(all, (0..disks).collect::<Vec<_>>());
-        let mut slots = r.q_slot.clone();
+        let mut slots = r.q_slot.to_vec();
         slots.sort();
         prop_assert_eq!(slots, (0..disks - parity).collect::<Vec<_>>());
     }

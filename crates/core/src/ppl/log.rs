@@ -34,19 +34,23 @@ pub(crate) use ring::Rings;
 pub(crate) use rounds::LogFailed;
 use state::{Pending, State};
 
+/// One item per data chunk of a stripe: inline for groups of up to 8 data chunks (a
+/// vector was an allocation a logged write).
+pub(crate) type PerChunk<T> = smallvec::SmallVec<[T; 8]>;
+
 /// What a stripe write can tell the log about the bytes it replaces.
 pub(crate) enum Values<'a> {
     /// Read-modify-write: per data chunk written, its bytes (from row `start`), and P (and
     /// Q) over rows `[r0, ..)` — all as they were before the write, or all as they are after
     /// it: either way the parity minus the written chunks is the partial parity.
     Delta {
-        chunks: Vec<Option<(u64, &'a [u8])>>,
+        chunks: PerChunk<Option<(u64, &'a [u8])>>,
         p: &'a [u8],
         q: Option<&'a [u8]>,
         r0: u64,
     },
     /// Every data chunk's new bytes over rows `[r0, ..)` (unwritten bytes as they were).
-    Direct { chunks: Vec<&'a [u8]>, r0: u64 },
+    Direct { chunks: PerChunk<&'a [u8]>, r0: u64 },
 }
 
 /// The entries one stripe write logs, each with the rings it goes to.
@@ -86,7 +90,8 @@ pub(crate) struct GroupLog {
 /// A stripe write's hold on its logged bands: dropped when its member writes are done.
 pub(crate) struct Hold<'a> {
     log: &'a GroupLog,
-    bands: Vec<(u64, u32)>,
+    /// A few bands a stripe write (one for a 4 KiB write): inline.
+    bands: smallvec::SmallVec<[(u64, u32); 4]>,
 }
 
 impl Drop for Hold<'_> {
@@ -172,6 +177,10 @@ impl GroupLog {
                 spare_masks: Vec::new(),
                 spare_bands: Vec::new(),
                 scratch_masks: Vec::new(),
+                spare_prepared: Vec::new(),
+                spare_taken: Vec::new(),
+                spare_batches: Vec::new(),
+                spare_batch_bytes: Vec::new(),
             }),
         })
     }
@@ -217,10 +226,11 @@ impl GroupLog {
                 .filter(|k| st.bands.get(k).is_some_and(ready));
             all.collect()
         } else {
-            let changed = std::mem::take(&mut st.changed);
+            // Drained in place: the vector is kept for the next bands that change.
+            let State { changed, bands, .. } = &mut *st;
             let some = changed
-                .into_iter()
-                .filter(|k| st.bands.get(k).is_some_and(ready));
+                .drain(..)
+                .filter(|k| bands.get(k).is_some_and(ready));
             some.collect()
         };
         settled.sort_unstable();
@@ -380,19 +390,21 @@ impl GroupLog {
     pub(crate) fn prepare(
         &self,
         stripe: u64,
-        written: &[Vec<(u64, u64)>],
+        roles: &StripeRoles,
+        written: &[impl AsRef<[(u64, u64)]>],
         values: &Values<'_>,
         fua: bool,
     ) -> Result<Vec<(Entry, Rings)>, Blocked> {
-        let roles = self.layout.roles(stripe);
-        let rings = self.targets(&roles);
+        // The caller's roles (the write path has them: two vectors a write otherwise).
+        debug_assert_eq!(*roles, self.layout.roles(stripe), "stripe {stripe}'s roles");
+        let rings = self.targets(roles);
         let mut st = self.state.lock();
         if rings.is_empty() {
             return Ok(Vec::new());
         }
         let (lo, hi) = written
             .iter()
-            .flatten()
+            .flat_map(AsRef::as_ref)
             .fold((u64::MAX, 0), |(a, b), &(s, e)| (a.min(s), b.max(e)));
         if lo >= hi {
             return Ok(Vec::new());
@@ -419,7 +431,9 @@ impl GroupLog {
         // A ring back from a failure may replay entries older than `retired` knows: until a
         // batch lands on it, every band is logged (its batch's tail masks them).
         let lapsed = (rings.iter()).any(|&(c, _)| st.rings[c].as_ref().is_some_and(|r| r.lapsed));
-        let mut out = Vec::new();
+        // The vector of an earlier write's entries, emptied (`write`).
+        let mut out = std::mem::take(&mut st.spare_prepared);
+        debug_assert!(out.is_empty(), "a spare vector is kept empty");
         for band in (lo / BAND_BYTES)..hi.div_ceil(BAND_BYTES) {
             let b0 = band * BAND_BYTES;
             let b1 = (b0 + BAND_BYTES).min(self.strip);
@@ -526,12 +540,13 @@ impl GroupLog {
     pub(crate) async fn prepare_settled(
         &self,
         stripe: u64,
-        written: &[Vec<(u64, u64)>],
+        roles: &StripeRoles,
+        written: &[impl AsRef<[(u64, u64)]>],
         values: &Values<'_>,
         fua: bool,
     ) -> Vec<(Entry, Rings)> {
         loop {
-            match self.prepare(stripe, written, values, fua) {
+            match self.prepare(stripe, roles, written, values, fua) {
                 Ok(e) => return e,
                 Err(Blocked::Flush) => {
                     count(&stats::BAND_FLUSHES, 1);

@@ -83,10 +83,16 @@ fn log_over_regions(
 fn one_sector(log: &GroupLog, stripe: u64) -> Result<Vec<(super::Entry, super::Rings)>, Blocked> {
     let zeros = vec![0u8; STRIP as usize];
     let values = Values::Direct {
-        chunks: vec![&zeros[..], &zeros[..]],
+        chunks: smallvec::smallvec![&zeros[..], &zeros[..]],
         r0: 0,
     };
-    log.prepare(stripe, &[vec![(0, 512)], vec![]], &values, false)
+    log.prepare(
+        stripe,
+        &log.layout.roles(stripe),
+        &[vec![(0, 512)], vec![]],
+        &values,
+        false,
+    )
 }
 
 #[test]
@@ -256,7 +262,13 @@ fn unflushed_chunk_0_of(level: Level, n: usize) -> GroupLog {
     let c = vec![1u8; STRIP as usize];
     let values = same_bytes(&c);
     let entries = log
-        .prepare(0, &[vec![(0, STRIP)], vec![], vec![]], &values, false)
+        .prepare(
+            0,
+            &log.layout.roles(0),
+            &[vec![(0, STRIP)], vec![], vec![]],
+            &values,
+            false,
+        )
         .ok()
         .expect("nothing live");
     written_unflushed(&log, entries);
@@ -276,7 +288,7 @@ fn written_unflushed(log: &GroupLog, entries: Vec<(super::Entry, super::Rings)>)
 /// The values of a reconstruct-write of the 3-data-chunk stripe whose chunks all hold `c`.
 fn same_bytes(c: &[u8]) -> Values<'_> {
     Values::Direct {
-        chunks: vec![c, c, c],
+        chunks: smallvec::smallvec![c, c, c],
         r0: 0,
     }
 }
@@ -294,12 +306,18 @@ fn rest_of_band_0(log: &GroupLog) -> super::Entry {
         vec![2; STRIP as usize],
     );
     let values = Values::Direct {
-        chunks: vec![&c0[..], &c1[..], &c2[..]],
+        chunks: smallvec::smallvec![&c0[..], &c1[..], &c2[..]],
         r0: 0,
     };
     let whole = vec![(0, STRIP)];
     let mut entries = log
-        .prepare(0, &[vec![], whole.clone(), whole], &values, false)
+        .prepare(
+            0,
+            &log.layout.roles(0),
+            &[vec![], whole.clone(), whole],
+            &values,
+            false,
+        )
         .ok()
         .expect("chunks 1 and 2 beside the unflushed chunk 0 need no flush");
     assert_eq!(entries.len(), 1);
@@ -338,7 +356,7 @@ fn the_rest_of_a_stripe_one_write_began_with_two_chunks_is_logged_without_a_flus
         vec![7u8; STRIP as usize],
     );
     let values = Values::Direct {
-        chunks: vec![&c0[..], &c1[..], &c2[..]],
+        chunks: smallvec::smallvec![&c0[..], &c1[..], &c2[..]],
         r0: 0,
     };
     let whole = vec![(0, STRIP)];
@@ -347,7 +365,7 @@ fn the_rest_of_a_stripe_one_write_began_with_two_chunks_is_logged_without_a_flus
             .iter()
             .map(|&on| if on { whole.clone() } else { vec![] })
             .collect();
-        log.prepare(0, &ranges, &values, false)
+        log.prepare(0, &log.layout.roles(0), &ranges, &values, false)
     };
     let first = write([true, true, false]).ok().expect("nothing live");
     written_unflushed(&log, first);
@@ -374,7 +392,13 @@ fn a_fua_write_to_a_band_left_unflushed_flushes_first() {
     let c = vec![1u8; STRIP as usize];
     let values = same_bytes(&c);
     let whole = vec![(0, STRIP)];
-    let Err(Blocked::Flush) = log.prepare(0, &[vec![], whole.clone(), whole], &values, true) else {
+    let Err(Blocked::Flush) = log.prepare(
+        0,
+        &log.layout.roles(0),
+        &[vec![], whole.clone(), whole],
+        &values,
+        true,
+    ) else {
         panic!("a FUA write must not skip the flush");
     };
 }
@@ -384,14 +408,25 @@ fn a_write_beside_an_unflushed_chunk_with_a_settled_one_unwritten_flushes_first(
     let log = log_with_unflushed_chunk_0();
     let c = vec![1u8; STRIP as usize];
     let values = same_bytes(&c);
-    let Err(Blocked::Flush) = log.prepare(0, &[vec![], vec![(0, STRIP)], vec![]], &values, false)
-    else {
+    let Err(Blocked::Flush) = log.prepare(
+        0,
+        &log.layout.roles(0),
+        &[vec![], vec![(0, STRIP)], vec![]],
+        &values,
+        false,
+    ) else {
         panic!("chunk 2 is settled and unwritten: the members must be flushed first");
     };
     // A flush settles the band: then it is logged as any other.
     block_on(log.flush_members());
     assert!(log
-        .prepare(0, &[vec![], vec![(0, STRIP)], vec![]], &values, false)
+        .prepare(
+            0,
+            &log.layout.roles(0),
+            &[vec![], vec![(0, STRIP)], vec![]],
+            &values,
+            false
+        )
         .is_ok());
 }
 
@@ -402,7 +437,13 @@ fn a_whole_row_written_over_an_unflushed_band_still_supersedes_its_entry() {
     let values = same_bytes(&c);
     let whole = vec![(0, STRIP)];
     let entries = log
-        .prepare(0, &[whole.clone(), whole.clone(), whole], &values, false)
+        .prepare(
+            0,
+            &log.layout.roles(0),
+            &[whole.clone(), whole.clone(), whole],
+            &values,
+            false,
+        )
         .ok()
         .expect("a whole row needs no flush");
     // Without a new entry, a crash would replay the earlier one over the new bytes.
@@ -501,6 +542,10 @@ proptest::proptest! {
             want_p.extend(sp);
             want_q.extend(sq);
         }
+        // Before the values that borrow them: a SmallVec, unlike a Vec, needs its borrows to
+        // outlive it.
+        let (mut new_p, mut new_q) = (vec![0u8; band], vec![0u8; band]);
+        crate::parity::pq_gen(&by_slot(slot, &news), &mut new_p, &mut new_q);
         let direct = Values::Direct { chunks: news.iter().map(|c| &c[..]).collect(), r0: 0 };
         let before = Values::Delta {
             chunks: (0..k).map(|i| (now[i] != 0).then(|| (0, &olds[i][..]))).collect(),
@@ -508,8 +553,6 @@ proptest::proptest! {
             q: raid6.then_some(&q[..]),
             r0: 0,
         };
-        let (mut new_p, mut new_q) = (vec![0u8; band], vec![0u8; band]);
-        crate::parity::pq_gen(&by_slot(slot, &news), &mut new_p, &mut new_q);
         let after = Values::Delta {
             chunks: (0..k).map(|i| (now[i] != 0).then(|| (0, &news[i][..]))).collect(),
             p: &new_p,
@@ -612,13 +655,19 @@ fn wide_log(level: Level, n: usize) -> GroupLog {
 fn whole_band(log: &GroupLog, stripe: u64) -> Vec<(super::Entry, super::Rings)> {
     let zeros = vec![0u8; STRIP as usize];
     let values = Values::Direct {
-        chunks: vec![&zeros[..], &zeros[..]],
+        chunks: smallvec::smallvec![&zeros[..], &zeros[..]],
         r0: 0,
     };
     let all = vec![(0, STRIP); 2];
-    log.prepare(stripe, &[all.clone(), all], &values, false)
-        .ok()
-        .expect("nothing live")
+    log.prepare(
+        stripe,
+        &log.layout.roles(stripe),
+        &[all.clone(), all],
+        &values,
+        false,
+    )
+    .ok()
+    .expect("nothing live")
 }
 
 /// The stripes of `log` whose entries go to child `c`'s ring (its P or Q).

@@ -258,23 +258,25 @@ impl Stripes {
         self.locks.lock(a, b - a + 1, exclusive)
     }
 
-    /// Splits `[offset, offset+len)` of `data` into per-stripe segments.
-    fn per_stripe(&self, offset: u64, data: &SharedBuf) -> Vec<(u64, Segs)> {
+    /// Splits `[offset, offset+len)` of `data` into per-stripe segments (as an iterator:
+    /// a vector was an allocation a request).
+    fn per_stripe<'a>(
+        &'a self,
+        offset: u64,
+        data: &'a SharedBuf,
+    ) -> impl Iterator<Item = (u64, Segs)> + 'a {
         let mut at = 0;
-        self.chunks
-            .stripe_pieces(offset, data.len() as u64)
-            .map(
-                |StripePiece {
-                     stripe: s,
-                     in_stripe,
-                     len: n,
-                 }| {
-                    let piece = data.slice(at..at + n as usize);
-                    at += n as usize;
-                    (s, vec![(in_stripe, piece)])
-                },
-            )
-            .collect()
+        self.chunks.stripe_pieces(offset, data.len() as u64).map(
+            move |StripePiece {
+                      stripe: s,
+                      in_stripe,
+                      len: n,
+                  }| {
+                let piece = data.slice(at..at + n as usize);
+                at += n as usize;
+                (s, vec![(in_stripe, piece)])
+            },
+        )
     }
 
     /// Contract of everything that changes a stripe's members or what is known of them.

@@ -274,10 +274,10 @@ mod tests {
     #[test]
     fn loss_of_names_what_to_rebuild() {
         let roles = StripeRoles {
-            data: vec![2, 3, 4, 5],
+            data: smallvec::smallvec![2, 3, 4, 5],
             p: 0,
             q: Some(1),
-            q_slot: vec![0, 1, 2, 3],
+            q_slot: smallvec::smallvec![0, 1, 2, 3],
         };
         let lost = |c: &[usize]| -> Vec<bool> { (0..6).map(|i| !c.contains(&i)).collect() };
         assert_eq!(loss_of(&roles, &lost(&[])), None);
@@ -289,10 +289,10 @@ mod tests {
         assert_eq!(loss_of(&roles, &lost(&[5, 1])), Some(Loss::DataQ(3)));
         assert_eq!(loss_of(&roles, &lost(&[5, 2])), Some(Loss::TwoData(0, 3)));
         let raid5 = StripeRoles {
-            data: vec![1, 2, 3],
+            data: smallvec::smallvec![1, 2, 3],
             p: 0,
             q: None,
-            q_slot: vec![0, 1, 2],
+            q_slot: smallvec::smallvec![0, 1, 2],
         };
         let lost5 = |c: usize| -> Vec<bool> { (0..4).map(|i| i != c).collect() };
         assert_eq!(loss_of(&raid5, &lost5(0)), Some(Loss::P));

@@ -88,6 +88,7 @@ impl StripeWriter<'_> {
         }
         let roles = self.stripes.chunks.layout.roles(stripe);
         let mut first_error = None;
+        let one_run = runs.len() == 1;
         for (r0, r1) in runs {
             let in_run = |c: &Vec<(u64, SharedBuf)>| -> Vec<(u64, SharedBuf)> {
                 let piece_in = |(s, d): &&(u64, SharedBuf)| {
@@ -97,7 +98,12 @@ impl StripeWriter<'_> {
                 };
                 c.iter().filter(piece_in).cloned().collect()
             };
-            let part: Vec<Vec<(u64, SharedBuf)>> = w.iter().map(in_run).collect();
+            // One run (nearly every write) holds every piece: no copy of the pieces.
+            let part: std::borrow::Cow<[Vec<(u64, SharedBuf)>]> = if one_run {
+                std::borrow::Cow::Borrowed(&w)
+            } else {
+                std::borrow::Cow::Owned(w.iter().map(in_run).collect())
+            };
             if first_error.is_some() {
                 self.salvage(stripe, &part, fua).await;
                 continue;
@@ -434,7 +440,8 @@ impl StripeWriter<'_> {
         }
         let mut entries = Vec::new();
         if let (Some(log), true) = (&self.stripes.ppl, p_read) {
-            let mut news: Vec<Option<(u64, &[u8])>> = vec![None; self.stripes.chunks.k];
+            let mut news: crate::ppl::PerChunk<Option<(u64, &[u8])>> =
+                smallvec::smallvec![None; self.stripes.chunks.k];
             for (t, b) in &out {
                 if let Target::Data(i) = *t {
                     news[i] = Some((input.data[i].new.hull.0, &b[..]));
@@ -449,7 +456,7 @@ impl StripeWriter<'_> {
             self.stripes
                 .debug_assert_exclusive(rows.stripe, "logging a write");
             entries = log
-                .prepare_settled(rows.stripe, &rows.ranges(), &values, rows.fua)
+                .prepare_settled(rows.stripe, rows.roles, &rows.ranges(), &values, rows.fua)
                 .await;
         }
         let (mut p, mut q) = (Some(p.freeze()), q.map(Buf::freeze));
@@ -511,7 +518,7 @@ impl StripeWriter<'_> {
             self.stripes
                 .debug_assert_exclusive(rows.stripe, "logging a write");
             entries = log
-                .prepare_settled(rows.stripe, &rows.ranges(), &values, rows.fua)
+                .prepare_settled(rows.stripe, rows.roles, &rows.ranges(), &values, rows.fua)
                 .await;
         }
         // The data writes; the plan lists them before P and Q.

@@ -11,7 +11,7 @@ use crate::ppl::{BAND_BYTES, SECTOR_BYTES};
 /// started sector. (Walking every range for every band of a stripe write's hull, empty
 /// bands included, cost a write-back destage more than its entries' bookkeeping.)
 pub(super) fn bands_masks_into(
-    written: &[Vec<(u64, u64)>],
+    written: &[impl AsRef<[(u64, u64)]>],
     (first, bands): (u64, usize),
     strip: u64,
     out: &mut Vec<u8>,
@@ -22,7 +22,7 @@ pub(super) fn bands_masks_into(
     out.resize(bands * k, 0);
     let last = first + bands as u64;
     for (i, ranges) in written.iter().enumerate() {
-        for &(s, e) in ranges {
+        for &(s, e) in ranges.as_ref() {
             let e = e.min(strip);
             for band in (s / BAND_BYTES).max(first)..e.div_ceil(BAND_BYTES).min(last) {
                 let b0 = band * BAND_BYTES;

@@ -5,6 +5,11 @@
 use super::{masks::same_chunk_runs, Values};
 use crate::parity;
 use crate::ppl::{BAND_BYTES, SECTOR_BYTES};
+use smallvec::SmallVec;
+
+/// A sector run's sources, one per data chunk at most (plus P): inline for groups of up to
+/// 16 data chunks (a vector was an allocation a run).
+type Sources<'a> = SmallVec<[&'a [u8]; 16]>;
 
 static ZERO: [u8; BAND_BYTES as usize] = [0; BAND_BYTES as usize];
 
@@ -47,14 +52,14 @@ pub(super) fn partials(
                 match oq {
                     // Every slot, written chunks as zero: Q needs the slot order.
                     Some(oq) => {
-                        let mut by_slot = vec![&ZERO[..len]; k];
+                        let mut by_slot: Sources = SmallVec::from_elem(&ZERO[..len], k);
                         for i in (0..k).filter(|&i| now[i] & bit == 0) {
                             by_slot[q_slot[i]] = src(i);
                         }
                         parity::pq_gen(&by_slot, op, oq);
                     }
                     None => {
-                        let srcs: Vec<&[u8]> =
+                        let srcs: Sources =
                             (0..k).filter(|&i| now[i] & bit == 0).map(src).collect();
                         parity::xor_gen(&srcs, op);
                     }
@@ -87,7 +92,7 @@ pub(super) fn partials(
                         }
                     }
                     None => {
-                        let srcs: Vec<&[u8]> = std::iter::once(&p[a..a + len])
+                        let srcs: Sources = std::iter::once(&p[a..a + len])
                             .chain(writes.map(written_of))
                             .collect();
                         parity::xor_gen(&srcs, op);

@@ -8,6 +8,10 @@ use crate::buf::SharedBuf;
 use crate::ppl::codec::BATCH_HEADER_BYTES;
 use crate::{Member, MemberResult};
 use futures::future::BoxFuture;
+use smallvec::SmallVec;
+
+/// Per ring a round writes to, a byte count (a few rings a round: kept inline, searched).
+type RingBytes = SmallVec<[(usize, u64); 8]>;
 
 /// Why [`GroupLog::write`] did not log a stripe write's entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,7 +129,7 @@ impl GroupLog {
     /// Numbers the entries a round takes anew, in the order they were prepared, from
     /// `next_seq`: above the tail the round's batches carry (see [`Self::tail`]).
     fn renumber(st: &mut State, taken: &mut [Pending]) {
-        let mut order: Vec<usize> = (0..taken.len()).collect();
+        let mut order: SmallVec<[usize; 32]> = (0..taken.len()).collect();
         order.sort_by_key(|&i| taken[i].entry.seq);
         for i in order {
             let e = &mut taken[i].entry;
@@ -163,8 +167,12 @@ impl GroupLog {
     }
 
     /// Writes `entries` (from [`Self::prepare`]) to their rings; the returned hold ends the
-    /// bands' writes when dropped (after the member writes, whatever their outcome).
-    pub(crate) async fn write(&self, entries: Vec<(Entry, Rings)>) -> Result<Hold<'_>, LogFailed> {
+    /// bands' writes when dropped (after the member writes, whatever their outcome). The
+    /// emptied vector is kept for the next [`Self::prepare`].
+    pub(crate) async fn write(
+        &self,
+        mut entries: Vec<(Entry, Rings)>,
+    ) -> Result<Hold<'_>, LogFailed> {
         let hold = Hold {
             log: self,
             bands: entries.iter().map(|(e, _)| (e.stripe, e.band)).collect(),
@@ -177,13 +185,14 @@ impl GroupLog {
             let mut st = self.state.lock();
             let t = st.next_ticket;
             st.next_ticket += 1;
-            for (entry, rings) in entries {
+            for (entry, rings) in entries.drain(..) {
                 st.pending.push(Pending {
                     ticket: t,
                     entry,
                     rings,
                 });
             }
+            st.spare_prepared = entries;
             st.notify.insert(t, tx);
             t
         };
@@ -248,7 +257,7 @@ impl GroupLog {
                 self.retire(&mut st);
                 self.take_round(&mut st)
             };
-            let Some((taken, batches)) = round else {
+            let Some((taken, mut batches)) = round else {
                 match self.no_room() {
                     NoRoom::Flush => {
                         self.flush_members().await;
@@ -268,14 +277,16 @@ impl GroupLog {
                     self.flush_members().await;
                 }
             };
-            let writes = join_all(batches.iter().map(|b| self.write_batch(b)));
+            let writes = join_all(
+                (batches.iter_mut()).map(|b| async { b.took = self.write_batch(b).await }),
+            );
             let unfinished = Unfinished {
                 log: self,
                 taken: &taken,
             };
-            let (results, ()) = futures::future::join(writes, flush).await;
+            futures::future::join(writes, flush).await;
             std::mem::forget(unfinished);
-            self.finish_round(&batches, results, taken);
+            self.finish_round(batches, taken);
             return None;
         }
     }
@@ -288,10 +299,9 @@ impl GroupLog {
     fn take_round(&self, st: &mut State) -> Option<(Vec<Pending>, Vec<Batch>)> {
         let tail = Self::tail(st);
         // Per ring the round writes to: its batch's bytes so far (a header, then entries).
-        // A few rings a round: small vectors, searched.
-        let mut size: Vec<(usize, u64)> = Vec::new();
-        let mut ticket_size: Vec<(usize, u64)> = Vec::new();
-        let add = |sizes: &mut Vec<(usize, u64)>, r: usize, len: u64| match sizes
+        let mut size = RingBytes::new();
+        let mut ticket_size = RingBytes::new();
+        let add = |sizes: &mut RingBytes, r: usize, len: u64| match sizes
             .iter_mut()
             .find(|(x, _)| *x == r)
         {
@@ -332,7 +342,7 @@ impl GroupLog {
             }
         }
         // Ring places: every ring's batch must fit without touching a live batch.
-        let mut places = Vec::new();
+        let mut places: SmallVec<[_; 8]> = SmallVec::new();
         for &(r, len) in &size {
             let len = len.next_multiple_of(LOG_BLOCK_BYTES);
             let ring = st.rings[r].as_mut().expect("ring");
@@ -348,12 +358,15 @@ impl GroupLog {
             let window = ring.window(self.memory_backed(ring));
             places.push((r, ring.place(len, window)?, len, window, masks_older));
         }
-        let mut taken: Vec<Pending> = st.pending.drain(..n).collect();
+        // The vectors of the last round, emptied (`finish_round`), when it ended.
+        let mut taken = std::mem::take(&mut st.spare_taken);
+        taken.extend(st.pending.drain(..n));
         Self::renumber(st, &mut taken);
-        let mut batches = Vec::new();
+        let mut batches = std::mem::take(&mut st.spare_batches);
         for (r, start, len, window, masks_older) in places {
+            let spare = st.spare_batch_bytes.pop();
             let ring = st.rings[r].as_mut().expect("ring");
-            let es: Vec<(&Entry, Part)> = taken
+            let es: SmallVec<[(&Entry, Part); 16]> = taken
                 .iter()
                 .filter_map(|p| {
                     let (_, part) = p.rings.iter().find(|(c, _)| *c == r)?;
@@ -362,7 +375,8 @@ impl GroupLog {
                 .collect();
             let newest_seq = es.iter().map(|e| e.0.seq).max().unwrap_or(0);
             ring.push_live(start, len, newest_seq);
-            let mut bytes = Buf::new(batch_bytes(&es));
+            let n = batch_bytes(&es);
+            let mut bytes = (spare.and_then(|b| b.reuse_as(n))).unwrap_or_else(|| Buf::new(n));
             encode_batch_into(self.life, tail, &es, &mut bytes);
             debug_assert_eq!(bytes.len() as u64, len);
             batches.push(Batch {
@@ -373,6 +387,7 @@ impl GroupLog {
                 bytes: bytes.freeze(),
                 tail,
                 masks_older,
+                took: false,
             });
         }
         count(&stats::ROUNDS, 1);
@@ -466,23 +481,22 @@ impl GroupLog {
 
     /// After a round's batches were written: each ring's durable tail, each taken band
     /// durable, each writer answered (logged when some ring of each of its entries took it).
-    fn finish_round(&self, batches: &[Batch], results: Vec<bool>, taken: Vec<Pending>) {
+    /// The round's vectors, emptied, are kept for the next round.
+    fn finish_round(&self, mut batches: Vec<Batch>, mut taken: Vec<Pending>) {
         let mut st = self.state.lock();
-        // A few rings and tickets a round: small vectors, searched (maps cost an allocation
+        // A few rings and tickets a round: small lists, searched (maps cost an allocation
         // each, a round).
-        let mut ring_ok: Vec<(usize, bool)> = Vec::with_capacity(batches.len());
-        for (b, ok) in batches.iter().zip(results) {
-            ring_ok.push((b.ring, ok));
-            if ok {
+        for b in &batches {
+            if b.took {
                 let ring = st.rings[b.ring].as_mut().expect("ring");
                 ring.durable_tail = ring.durable_tail.max(b.tail);
                 // Every older entry of the ring below this batch's tail: none replayed again.
                 ring.lapsed &= !b.masks_older;
             }
         }
-        let took = |r: &usize| ring_ok.iter().any(|(x, ok)| x == r && *ok);
+        let took = |r: &usize| batches.iter().any(|b| b.ring == *r && b.took);
         // A ticket's entries are taken together, one after another (`take_round`).
-        let mut tickets: Vec<(u64, bool)> = Vec::new();
+        let mut tickets: SmallVec<[(u64, bool); 16]> = SmallVec::new();
         for p in &taken {
             let ok = p.rings.iter().any(|(r, _)| took(r));
             match tickets.last_mut() {
@@ -515,7 +529,15 @@ impl GroupLog {
             }
         }
         st.wake_room();
-        Self::recycle(&mut st, taken.into_iter().map(|p| p.entry));
+        Self::recycle(&mut st, taken.drain(..).map(|p| p.entry));
+        st.spare_taken = taken;
+        // The batches' buffers (written: the member writes are done), one a ring at most.
+        for b in batches.drain(..) {
+            if st.spare_batch_bytes.len() < st.rings.len() {
+                st.spare_batch_bytes.push(b.bytes);
+            }
+        }
+        st.spare_batches = batches;
     }
 }
 
@@ -530,7 +552,7 @@ enum NoRoom {
 }
 
 /// One ring's part of a round: the encoded batch and where it goes.
-struct Batch {
+pub(super) struct Batch {
     ring: usize,
     member: usize,
     /// Byte on the member.
@@ -544,6 +566,8 @@ struct Batch {
     /// No older batch of the ring was live when it was placed: once it lands, no older
     /// entry of the ring is replayed.
     masks_older: bool,
+    /// Its member took it (set once written: `write_round`).
+    took: bool,
 }
 
 impl Batch {

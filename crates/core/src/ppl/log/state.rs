@@ -1,8 +1,9 @@
 //! The log's state, one lock for all of it: the bands and rings, the entries waiting for a
 //! round, and who waits for what (woken when their band changes or ring room may have come).
 
-use super::rounds::LogFailed;
+use super::rounds::{Batch, LogFailed};
 use super::{Bands, Entry, Key, Retired, Ring, Rings};
+use crate::buf::SharedBuf;
 use crate::num_hash::NumMap;
 use futures::channel::oneshot;
 
@@ -49,6 +50,14 @@ pub(super) struct State {
     pub(super) spare_bands: Vec<(Vec<u64>, Vec<u8>)>,
     /// The masks of a stripe write's bands (`prepare`), kept for the next one.
     pub(super) scratch_masks: Vec<u8>,
+    /// Emptied vectors kept for the next use: a stripe write's entries (`prepare`, back from
+    /// `write`), and a round's entries and batches (`take_round`, back from `finish_round`).
+    pub(super) spare_prepared: Vec<(Entry, Rings)>,
+    pub(super) spare_taken: Vec<Pending>,
+    pub(super) spare_batches: Vec<Batch>,
+    /// Batch buffers written, for the next batches (one per ring at most; each reused when
+    /// it is its buffer's last view and large enough: `SharedBuf::reuse_as`).
+    pub(super) spare_batch_bytes: Vec<SharedBuf>,
 }
 
 impl State {

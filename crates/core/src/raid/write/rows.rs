@@ -5,6 +5,11 @@
 use super::super::chunks::ChildWrite;
 use super::super::plan::{Rows, StripeWrite, Target, WritePlan};
 use super::super::*;
+use smallvec::SmallVec;
+
+/// Per data chunk, the rows a write puts new bytes on ([`RowsWrite::ranges`]): inline for a
+/// few pieces of up to 8 chunks (vectors were an allocation a chunk and one more, a write).
+type ChunkRanges = SmallVec<[SmallVec<[(u64, u64); 2]>; 8]>;
 
 /// New bytes of `[s, e)` of one chunk: the written pieces over `old` (which covers `[s, e)`).
 pub(super) fn assemble(s: u64, e: u64, w: &[(u64, SharedBuf)], old: Option<&[u8]>) -> SharedBuf {
@@ -52,7 +57,7 @@ impl RowsWrite<'_> {
     }
 
     /// Per data chunk, the rows this write puts new bytes on (for the log).
-    pub(super) fn ranges(&self) -> Vec<Vec<(u64, u64)>> {
+    pub(super) fn ranges(&self) -> ChunkRanges {
         self.w
             .iter()
             .map(|c| c.iter().map(|(s, d)| (*s, *s + d.len() as u64)).collect())
