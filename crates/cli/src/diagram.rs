@@ -18,18 +18,7 @@ pub fn draw(config: &Config, volume: &Volume, ids: &[String], rows: Option<u64>)
         out.push_str(volume.name.as_str());
     }
     if volume.level() == Some(Level::Jbod) {
-        out.push_str(" — members one after another\n");
-        let mut logical = 0;
-        for (id, r) in ids.iter().zip(&volume.regions) {
-            out.push_str(&format!(
-                "  {id:<6} logical {} .. {}  (member bytes {} .. {})\n",
-                format_size_exact(logical),
-                format_size_exact(logical + r.len),
-                format_size_exact(r.start),
-                format_size_exact(r.start + r.len)
-            ));
-            logical += r.len;
-        }
+        out.push_str(&jbod_extents(&ids, volume));
         return out;
     }
     let strip = volume.shape.as_ref().map_or_else(
@@ -37,16 +26,80 @@ pub fn draw(config: &Config, volume: &Volume, ids: &[String], rows: Option<u64>)
         |s| s.strip,
     );
     let row_bytes = strip * volume.geometry.data_members() as u64;
-    let default_rows = (widest_group(root) as u64).max(4);
-    let rows = rows
-        .unwrap_or(default_rows)
-        .min(volume.capacity() / row_bytes)
-        .max(1);
-    let mut grid = vec![vec![String::from("."); ids.len()]; rows as usize];
-    let mapping = match volume.geometry.map(0, rows * row_bytes) {
-        Ok(m) => m,
+    let rows = row_count(rows, widest_group(root), volume.capacity(), row_bytes);
+    let grid = match cell_grid(volume, strip, rows, ids.len()) {
+        Ok(grid) => grid,
         Err(e) => return format!("{out}\n  (cannot map: {e})\n"),
     };
+    let columns = Columns::new(root, &ids, &grid);
+    let starts: Vec<u64> = volume.regions.iter().map(|r| r.start).collect();
+    let same_start = starts.iter().all(|&s| s == starts[0]);
+    out.push_str(&format!(
+        " — first {rows} strip rows ({} per cell){}\n",
+        format_size(strip),
+        if same_start {
+            format!(", from member byte {}", format_size_exact(starts[0]))
+        } else {
+            String::new()
+        }
+    ));
+    let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    out.push_str(&format!("  row {}\n", columns.line(&ids)));
+    for (r, cells) in grid.iter().enumerate() {
+        out.push_str(&format!("  {r:>3} {}\n", columns.line(cells)));
+    }
+    if !same_start {
+        let s: Vec<String> = ids
+            .iter()
+            .zip(&starts)
+            .map(|(id, s)| format!("{id} at {}", format_size_exact(*s)))
+            .collect();
+        out.push_str(&format!("  row 0 starts at: {}\n", s.join(", ")));
+    }
+    out
+}
+
+/// JBOD has no strips to draw: each member's stretch of the volume, in order.
+fn jbod_extents(ids: &[&str], volume: &Volume) -> String {
+    let mut out = String::from(" — members one after another\n");
+    let mut logical = 0;
+    for (id, r) in ids.iter().zip(&volume.regions) {
+        out.push_str(&format!(
+            "  {id:<6} logical {} .. {}  (member bytes {} .. {})\n",
+            format_size_exact(logical),
+            format_size_exact(logical + r.len),
+            format_size_exact(r.start),
+            format_size_exact(r.start + r.len)
+        ));
+        logical += r.len;
+    }
+    out
+}
+
+/// Rows drawn: those asked for, else one parity rotation (at least 4); never more than the
+/// volume has, never none.
+fn row_count(requested: Option<u64>, widest_group: usize, capacity: u64, row_bytes: u64) -> u64 {
+    let default_rows = (widest_group as u64).max(4);
+    requested
+        .unwrap_or(default_rows)
+        .min(capacity / row_bytes)
+        .max(1)
+}
+
+/// The first `rows` strips of each of the `members`, each cell named for what it holds
+/// (`D7`: the volume's eighth data strip; `P2`, `Q2`: stripe 2's parity; `.`: nothing).
+fn cell_grid(
+    volume: &Volume,
+    strip: u64,
+    rows: u64,
+    members: usize,
+) -> Result<Vec<Vec<String>>, String> {
+    let mut grid = vec![vec![String::from("."); members]; rows as usize];
+    let row_bytes = strip * volume.geometry.data_members() as u64;
+    let mapping = volume
+        .geometry
+        .map(0, rows * row_bytes)
+        .map_err(|e| e.to_string())?;
     for e in mapping.data.iter().chain(&mapping.parity) {
         let start = volume.regions[e.member].start;
         let mut off = e.offset - start;
@@ -64,60 +117,52 @@ pub fn draw(config: &Config, volume: &Volume, ids: &[String], rows: Option<u64>)
             off = cell_end;
         }
     }
-    let width = grid
-        .iter()
-        .flatten()
-        .map(|c| c.len())
-        .chain(ids.iter().map(|i| i.chars().count()))
-        .max()
-        .unwrap_or(2);
-    // Columns are grouped by the root's children when those are groups (RAID 10's mirrors,
-    // RAID 50's spans, a declared tree's branches).
-    let mut group_of = vec![0usize; ids.len()];
-    if root
-        .children()
-        .iter()
-        .any(|c| !matches!(c, Node::Member(_)))
-    {
-        for (g, c) in root.children().iter().enumerate() {
-            c.visit_members(&mut |m| group_of[m.index] = g);
+    Ok(grid)
+}
+
+/// How the grid's lines are laid out: every cell as wide as the widest, and columns grouped
+/// by the root's children when those are groups (RAID 10's mirrors, RAID 50's spans, a
+/// declared tree's branches), a `|` between groups.
+struct Columns {
+    width: usize,
+    /// By member index: the root child it is under (all 0 when the root has no groups).
+    group_of: Vec<usize>,
+}
+
+impl Columns {
+    fn new(root: &Node, ids: &[&str], grid: &[Vec<String>]) -> Columns {
+        let width = grid
+            .iter()
+            .flatten()
+            .map(|c| c.len())
+            .chain(ids.iter().map(|i| i.chars().count()))
+            .max()
+            .unwrap_or(2);
+        let mut group_of = vec![0usize; ids.len()];
+        if root
+            .children()
+            .iter()
+            .any(|c| !matches!(c, Node::Member(_)))
+        {
+            for (g, c) in root.children().iter().enumerate() {
+                c.visit_members(&mut |m| group_of[m.index] = g);
+            }
         }
+        Columns { width, group_of }
     }
-    let line = |cells: &[String]| -> String {
+
+    /// One line of cells, a column per member.
+    fn line(&self, cells: &[String]) -> String {
+        let width = self.width;
         let mut l = String::new();
         for (i, c) in cells.iter().enumerate() {
-            if i > 0 && group_of[i] != group_of[i - 1] {
+            if i > 0 && self.group_of[i] != self.group_of[i - 1] {
                 l.push_str(" |");
             }
             l.push_str(&format!(" {c:<width$}"));
         }
         l.trim_end().to_string()
-    };
-    let starts: Vec<u64> = volume.regions.iter().map(|r| r.start).collect();
-    let same_start = starts.iter().all(|&s| s == starts[0]);
-    out.push_str(&format!(
-        " — first {rows} strip rows ({} per cell){}\n",
-        format_size(strip),
-        if same_start {
-            format!(", from member byte {}", format_size_exact(starts[0]))
-        } else {
-            String::new()
-        }
-    ));
-    let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
-    out.push_str(&format!("  row {}\n", line(&ids)));
-    for (r, cells) in grid.iter().enumerate() {
-        out.push_str(&format!("  {r:>3} {}\n", line(cells)));
     }
-    if !same_start {
-        let s: Vec<String> = ids
-            .iter()
-            .zip(&starts)
-            .map(|(id, s)| format!("{id} at {}", format_size_exact(*s)))
-            .collect();
-        out.push_str(&format!("  row 0 starts at: {}\n", s.join(", ")));
-    }
-    out
 }
 
 /// `raid50, 2 spans × 3 members, strip 64 KiB, left-symmetric`; for a declared tree
@@ -217,4 +262,19 @@ fn widest_group(n: &Node) -> usize {
         _ => 0,
     };
     n.children().iter().map(widest_group).fold(own, usize::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::row_count;
+
+    #[test]
+    fn rows_default_to_one_rotation_and_stay_inside_the_volume() {
+        // 6 rows of 1 KiB: one rotation of a 5-wide group, 4 for narrower ones.
+        assert_eq!(row_count(None, 5, 6 << 10, 1 << 10), 5);
+        assert_eq!(row_count(None, 0, 6 << 10, 1 << 10), 4);
+        assert_eq!(row_count(Some(9), 5, 6 << 10, 1 << 10), 6);
+        assert_eq!(row_count(Some(0), 5, 6 << 10, 1 << 10), 1);
+        assert_eq!(row_count(None, 5, 512, 1 << 10), 1);
+    }
 }

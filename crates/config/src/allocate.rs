@@ -76,20 +76,71 @@ pub(super) fn allocate(
     members: &[Member],
     usage: &[Usage],
 ) -> Result<Vec<Region>, String> {
-    let free = |i: usize| {
-        (members[i].size.saturating_sub(usage[i].cursor)).saturating_sub(usage[i].tail_bytes)
+    let space = FreeSpace {
+        who,
+        idx,
+        members,
+        usage,
     };
-    let level = shape.name();
     if shape.concatenates_members() {
-        let aligned = |i: usize| free(i) / JBOD_ALIGN * JBOD_ALIGN;
-        let total: u64 = idx.iter().map(|&i| aligned(i)).sum();
+        let lens = space.concatenated_lens(requested)?;
+        return Ok(space.regions(lens));
+    }
+    let len = space.equal_len(shape, requested)?;
+    Ok(space.regions(idx.iter().map(|_| len)))
+}
+
+/// The members a volume is being placed on (`idx` into `members`) and what the volumes
+/// placed before it left free on them.
+struct FreeSpace<'a> {
+    who: &'a str,
+    idx: &'a [usize],
+    members: &'a [Member],
+    usage: &'a [Usage],
+}
+
+impl FreeSpace<'_> {
+    /// Bytes member `i` can give this volume: after earlier volumes, before its tail.
+    fn free_bytes(&self, i: usize) -> u64 {
+        let u = &self.usage[i];
+        (self.members[i].size.saturating_sub(u.cursor)).saturating_sub(u.tail_bytes)
+    }
+
+    /// Member `i`'s free space explained, for messages.
+    fn describe(&self, i: usize) -> String {
+        describe_free(&self.members[i], &self.usage[i])
+    }
+
+    /// One region per member, `lens` long, where the member's free space begins.
+    fn regions(&self, lens: impl IntoIterator<Item = u64>) -> Vec<Region> {
+        self.idx
+            .iter()
+            .zip(lens)
+            .map(|(&i, len)| Region {
+                start: self.usage[i].cursor,
+                len,
+            })
+            .collect()
+    }
+
+    /// JBOD: how much each member gives, members filled in order, each in whole
+    /// [`JBOD_ALIGN`] units.
+    fn concatenated_lens(&self, requested: VolumeSize) -> Result<Vec<u64>, String> {
+        let who = self.who;
+        let aligned: Vec<u64> = self
+            .idx
+            .iter()
+            .map(|&i| self.free_bytes(i) / JBOD_ALIGN * JBOD_ALIGN)
+            .collect();
+        let total: u64 = aligned.iter().sum();
         let want = match requested {
             VolumeSize::All => {
-                if let Some(&i) = idx.iter().find(|&&i| aligned(i) == 0) {
+                if let Some(at) = aligned.iter().position(|&a| a == 0) {
+                    let i = self.idx[at];
                     return Err(format!(
                         "{who}: no room left on member \"{}\" ({}); jbod with size = \"all\" takes at least 4 KiB of every member",
-                        members[i].id,
-                        describe_free(&members[i], &usage[i])
+                        self.members[i].id,
+                        self.describe(i)
                     ));
                 }
                 total
@@ -97,15 +148,10 @@ pub(super) fn allocate(
             VolumeSize::Bytes(b) => {
                 let want = b.div_ceil(JBOD_ALIGN) * JBOD_ALIGN;
                 if want > total {
-                    let each: Vec<String> = idx
+                    let each: Vec<String> = self
+                        .idx
                         .iter()
-                        .map(|&i| {
-                            format!(
-                                "\"{}\" {}",
-                                members[i].id,
-                                describe_free(&members[i], &usage[i])
-                            )
-                        })
+                        .map(|&i| format!("\"{}\" {}", self.members[i].id, self.describe(i)))
                         .collect();
                     return Err(format!(
                         "{who}: does not fit: jbod needs {} ({want} bytes) in total, but its members have only {} ({total} bytes) free; members: {}",
@@ -117,62 +163,76 @@ pub(super) fn allocate(
                 want
             }
         };
-        let mut left = want;
-        return Ok(idx
-            .iter()
-            .map(|&i| {
-                let len = aligned(i).min(left);
-                left -= len;
-                Region {
-                    start: usage[i].cursor,
-                    len,
-                }
-            })
-            .collect());
+        Ok(fill_in_order(&aligned, want))
     }
 
-    let strip = shape.unit();
-    let (tightest, min_free) = idx
-        .iter()
-        .map(|&i| (i, free(i)))
-        .min_by_key(|&(_, f)| f)
-        .expect("a shape has members");
-    let len = match requested {
-        VolumeSize::All => {
-            let len = min_free / strip * strip;
-            if len == 0 {
-                return Err(format!(
-                    "{who}: no room left on member \"{}\" ({}); {level} needs at least one {} strip on each member",
-                    members[tightest].id,
-                    describe_free(&members[tightest], &usage[tightest]),
-                    format_size(strip)
-                ));
+    /// Every other level: the length every member gives, whole strips, bounded by the
+    /// member with the least free space.
+    fn equal_len(&self, shape: &dyn Sizing, requested: VolumeSize) -> Result<u64, String> {
+        let (who, level, strip) = (self.who, shape.name(), shape.unit());
+        let (tightest, min_free) = self
+            .idx
+            .iter()
+            .map(|&i| (i, self.free_bytes(i)))
+            .min_by_key(|&(_, f)| f)
+            .expect("a shape has members");
+        match requested {
+            VolumeSize::All => {
+                let len = min_free / strip * strip;
+                if len == 0 {
+                    return Err(format!(
+                        "{who}: no room left on member \"{}\" ({}); {level} needs at least one {} strip on each member",
+                        self.members[tightest].id,
+                        self.describe(tightest),
+                        format_size(strip)
+                    ));
+                }
+                Ok(len)
             }
+            VolumeSize::Bytes(b) => {
+                let need = shape.member_len_for(b);
+                if need > min_free {
+                    let fits = shape.capacity_at(min_free / strip * strip);
+                    return Err(format!(
+                        "{who}: size {} does not fit: {level} over {} members needs {} ({need} bytes) on each member, but member \"{}\" has only {}; at most {} fits (size = \"{}\")",
+                        format_size(b),
+                        self.idx.len(),
+                        format_size(need),
+                        self.members[tightest].id,
+                        self.describe(tightest),
+                        format_size(fits),
+                        format_size_exact(fits)
+                    ));
+                }
+                Ok(need)
+            }
+        }
+    }
+}
+
+/// How much of `want` bytes each member gives when members are filled in order, each
+/// giving at most what it has (`available`): the first ones full, the rest what is left.
+fn fill_in_order(available: &[u64], want: u64) -> Vec<u64> {
+    let mut left = want;
+    available
+        .iter()
+        .map(|&a| {
+            let len = a.min(left);
+            left -= len;
             len
-        }
-        VolumeSize::Bytes(b) => {
-            let need = shape.member_len_for(b);
-            if need > min_free {
-                let fits = shape.capacity_at(min_free / strip * strip);
-                return Err(format!(
-                    "{who}: size {} does not fit: {level} over {} members needs {} ({need} bytes) on each member, but member \"{}\" has only {}; at most {} fits (size = \"{}\")",
-                    format_size(b),
-                    idx.len(),
-                    format_size(need),
-                    members[tightest].id,
-                    describe_free(&members[tightest], &usage[tightest]),
-                    format_size(fits),
-                    format_size_exact(fits)
-                ));
-            }
-            need
-        }
-    };
-    Ok(idx
-        .iter()
-        .map(|&i| Region {
-            start: usage[i].cursor,
-            len,
         })
-        .collect())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fill_in_order;
+
+    #[test]
+    fn members_fill_in_order_and_the_last_ones_may_give_nothing() {
+        assert_eq!(fill_in_order(&[4, 4, 4], 12), [4, 4, 4]);
+        assert_eq!(fill_in_order(&[4, 4, 4], 6), [4, 2, 0]);
+        assert_eq!(fill_in_order(&[0, 8, 4], 10), [0, 8, 2]);
+        assert_eq!(fill_in_order(&[], 0), Vec::<u64>::new());
+    }
 }

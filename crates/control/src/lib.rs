@@ -233,57 +233,6 @@ pub fn ok_reply(fields: Value) -> Value {
     Value::Object(m)
 }
 
-fn string_field(o: &Map<String, Value>, key: &str, op: &str) -> Result<String, Refusal> {
-    match o.get(key) {
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(Value::Number(n)) if key == "member" => Ok(n.to_string()),
-        Some(other) => Err(Refusal::new(
-            "bad-request",
-            format!("`{op}`: field `{key}` must be a string, not {other}"),
-        )),
-        None => Err(Refusal::new(
-            "bad-request",
-            format!("`{op}` needs the field `{key}`"),
-        )),
-    }
-}
-
-fn optional_string(o: &Map<String, Value>, key: &str, op: &str) -> Result<Option<String>, Refusal> {
-    match o.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(_) => string_field(o, key, op).map(Some),
-    }
-}
-
-/// Parses one request line.
-/// `rate_bytes_per_s` (absent = 0: unlimited) and `adaptive` (absent = false).
-fn rate_field(o: &Map<String, Value>, op: &str) -> Result<PassRate, Refusal> {
-    let limit_bytes_per_s = match o.get("rate_bytes_per_s") {
-        None | Some(Value::Null) => 0,
-        Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64().unwrap_or(0),
-        Some(other) => return Err(Refusal::new(
-            "bad-request",
-            format!("`{op}`: field `rate_bytes_per_s` must be a whole number of bytes per second, not {other}"),
-        )),
-    };
-    Ok(PassRate {
-        limit_bytes_per_s,
-        adaptive: bool_field(o, "adaptive", op)?,
-    })
-}
-
-/// A bool field, absent = false.
-fn bool_field(o: &Map<String, Value>, key: &str, op: &str) -> Result<bool, Refusal> {
-    match o.get(key) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(other) => Err(Refusal::new(
-            "bad-request",
-            format!("`{op}`: field `{key}` must be true or false, not {other}"),
-        )),
-    }
-}
-
 /// Every field a request may carry.
 const FIELDS: [&str; 11] = [
     "v",
@@ -299,42 +248,21 @@ const FIELDS: [&str; 11] = [
     "config",
 ];
 
+/// The ops, as refusals list them.
+const OPS: &str =
+    "status, fail, scrub, pause, resume, cancel, add, remove, replace, rebuild, events, reshape";
+
+/// Parses one request line: a JSON object, of version [`VERSION`], with an `op` and no field
+/// outside [`FIELDS`]; then the fields its op takes.
 pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
-    let v: Value = serde_json::from_slice(line).map_err(|e| {
-        Refusal::new(
-            "malformed",
-            format!("not a JSON object ({e}); send one object per line, like {{\"v\":1,\"op\":\"status\"}}"),
-        )
-    })?;
-    let Value::Object(o) = v else {
-        return Err(Refusal::new(
-            "malformed",
-            format!("a request is a JSON object, not {v}"),
-        ));
-    };
-    match o.get("v") {
-        Some(Value::Number(n)) if n.as_u64() == Some(VERSION) => {}
-        Some(other) => {
-            return Err(Refusal::new(
-                "unsupported-version",
-                format!(
-                "protocol version {other} is not supported; this daemon speaks version {VERSION}"
-            ),
-            ))
-        }
-        None => {
-            return Err(Refusal::new(
-                "bad-request",
-                format!("the request has no version; add \"v\": {VERSION}"),
-            ))
-        }
-    }
+    let o = request_object(line)?;
+    check_version(&o)?;
     let op = match o.get("op") {
         Some(Value::String(s)) => s.as_str(),
         _ => {
             return Err(Refusal::new(
                 "bad-request",
-                "the request has no \"op\" string (status, fail, scrub, pause, resume, cancel, add, remove, replace, rebuild, events, reshape)",
+                format!("the request has no \"op\" string ({OPS})"),
             ))
         }
     };
@@ -344,69 +272,174 @@ pub fn parse(line: &[u8]) -> Result<Request, Refusal> {
             format!("unknown field `{k}` (fields: {})", FIELDS.join(", ")),
         ));
     }
-    Ok(match op {
-        "status" => Request::Status {
-            volume: optional_string(&o, "volume", op)?,
-        },
-        "fail" => Request::Fail {
-            volume: string_field(&o, "volume", op)?,
-            member: string_field(&o, "member", op)?,
-            force: bool_field(&o, "force", op)?,
-        },
-        "scrub" => Request::Scrub {
-            volume: string_field(&o, "volume", op)?,
-            repair: bool_field(&o, "repair", op)?,
-            rate: rate_field(&o, op)?,
-        },
-        "pause" => Request::Pause {
-            volume: optional_string(&o, "volume", op)?,
-        },
-        "resume" => Request::Resume {
-            volume: optional_string(&o, "volume", op)?,
-        },
-        "cancel" => Request::Cancel {
-            volume: string_field(&o, "volume", op)?,
-        },
-        "add" => Request::Add {
-            volume: string_field(&o, "volume", op)?,
-            path: string_field(&o, "path", op)?,
-            force: bool_field(&o, "force", op)?,
-        },
-        "replace" => Request::Replace {
-            volume: string_field(&o, "volume", op)?,
-            member: string_field(&o, "member", op)?,
-            path: string_field(&o, "path", op)?,
-            force: bool_field(&o, "force", op)?,
-        },
-        "remove" => Request::Remove {
-            volume: string_field(&o, "volume", op)?,
-            member: string_field(&o, "member", op)?,
-        },
-        "rebuild" => Request::Rebuild {
-            volume: string_field(&o, "volume", op)?,
-            rate: match ["rate_bytes_per_s", "adaptive"]
-                .iter()
-                .all(|k| matches!(o.get(*k), None | Some(Value::Null)))
-            {
-                true => None,
-                false => Some(rate_field(&o, op)?),
+    Fields { o: &o, op }.request()
+}
+
+/// The line as a JSON object.
+fn request_object(line: &[u8]) -> Result<Map<String, Value>, Refusal> {
+    let v: Value = serde_json::from_slice(line).map_err(|e| {
+        Refusal::new(
+            "malformed",
+            format!("not a JSON object ({e}); send one object per line, like {{\"v\":1,\"op\":\"status\"}}"),
+        )
+    })?;
+    match v {
+        Value::Object(o) => Ok(o),
+        v => Err(Refusal::new(
+            "malformed",
+            format!("a request is a JSON object, not {v}"),
+        )),
+    }
+}
+
+/// A request must say it is of version [`VERSION`].
+fn check_version(o: &Map<String, Value>) -> Result<(), Refusal> {
+    match o.get("v") {
+        Some(Value::Number(n)) if n.as_u64() == Some(VERSION) => Ok(()),
+        Some(other) => Err(Refusal::new(
+            "unsupported-version",
+            format!(
+                "protocol version {other} is not supported; this daemon speaks version {VERSION}"
+            ),
+        )),
+        None => Err(Refusal::new(
+            "bad-request",
+            format!("the request has no version; add \"v\": {VERSION}"),
+        )),
+    }
+}
+
+/// The fields of one request of op `op`, read as the op needs them; refusals name the op.
+struct Fields<'a> {
+    o: &'a Map<String, Value>,
+    op: &'a str,
+}
+
+impl Fields<'_> {
+    /// The request its op and fields describe.
+    fn request(&self) -> Result<Request, Refusal> {
+        Ok(match self.op {
+            "status" => Request::Status {
+                volume: self.optional_string("volume")?,
             },
-        },
-        "events" => Request::Events {
-            follow: bool_field(&o, "follow", op)?,
-        },
-        "reshape" => Request::Reshape {
-            volume: string_field(&o, "volume", op)?,
-            config: string_field(&o, "config", op)?,
-            force: bool_field(&o, "force", op)?,
-        },
-        other => {
-            return Err(Refusal::new(
-                "unknown-op",
-                format!("unknown op \"{other}\" (status, fail, scrub, pause, resume, cancel, add, remove, replace, rebuild, events, reshape)"),
-            ))
+            "fail" => Request::Fail {
+                volume: self.string("volume")?,
+                member: self.string("member")?,
+                force: self.flag("force")?,
+            },
+            "scrub" => Request::Scrub {
+                volume: self.string("volume")?,
+                repair: self.flag("repair")?,
+                rate: self.rate()?,
+            },
+            "pause" => Request::Pause {
+                volume: self.optional_string("volume")?,
+            },
+            "resume" => Request::Resume {
+                volume: self.optional_string("volume")?,
+            },
+            "cancel" => Request::Cancel {
+                volume: self.string("volume")?,
+            },
+            "add" => Request::Add {
+                volume: self.string("volume")?,
+                path: self.string("path")?,
+                force: self.flag("force")?,
+            },
+            "replace" => Request::Replace {
+                volume: self.string("volume")?,
+                member: self.string("member")?,
+                path: self.string("path")?,
+                force: self.flag("force")?,
+            },
+            "remove" => Request::Remove {
+                volume: self.string("volume")?,
+                member: self.string("member")?,
+            },
+            "rebuild" => Request::Rebuild {
+                volume: self.string("volume")?,
+                rate: self.optional_rate()?,
+            },
+            "events" => Request::Events {
+                follow: self.flag("follow")?,
+            },
+            "reshape" => Request::Reshape {
+                volume: self.string("volume")?,
+                config: self.string("config")?,
+                force: self.flag("force")?,
+            },
+            other => {
+                return Err(Refusal::new(
+                    "unknown-op",
+                    format!("unknown op \"{other}\" ({OPS})"),
+                ))
+            }
+        })
+    }
+
+    /// A string field the op needs (`member` may be sent as a number: an index).
+    fn string(&self, key: &str) -> Result<String, Refusal> {
+        let op = self.op;
+        match self.o.get(key) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(Value::Number(n)) if key == "member" => Ok(n.to_string()),
+            Some(other) => Err(Refusal::new(
+                "bad-request",
+                format!("`{op}`: field `{key}` must be a string, not {other}"),
+            )),
+            None => Err(Refusal::new(
+                "bad-request",
+                format!("`{op}` needs the field `{key}`"),
+            )),
         }
-    })
+    }
+
+    /// A string field that may be absent or null.
+    fn optional_string(&self, key: &str) -> Result<Option<String>, Refusal> {
+        match self.o.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(_) => self.string(key).map(Some),
+        }
+    }
+
+    /// A bool field, absent = false.
+    fn flag(&self, key: &str) -> Result<bool, Refusal> {
+        let op = self.op;
+        match self.o.get(key) {
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(other) => Err(Refusal::new(
+                "bad-request",
+                format!("`{op}`: field `{key}` must be true or false, not {other}"),
+            )),
+        }
+    }
+
+    /// `rate_bytes_per_s` (absent = 0: unlimited) and `adaptive` (absent = false).
+    fn rate(&self) -> Result<PassRate, Refusal> {
+        let op = self.op;
+        let limit_bytes_per_s = match self.o.get("rate_bytes_per_s") {
+            None | Some(Value::Null) => 0,
+            Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64().unwrap_or(0),
+            Some(other) => return Err(Refusal::new(
+                "bad-request",
+                format!("`{op}`: field `rate_bytes_per_s` must be a whole number of bytes per second, not {other}"),
+            )),
+        };
+        Ok(PassRate {
+            limit_bytes_per_s,
+            adaptive: self.flag("adaptive")?,
+        })
+    }
+
+    /// A rate only when one of its fields is given: `rebuild` without them leaves a running
+    /// rebuild's rate alone.
+    fn optional_rate(&self) -> Result<Option<PassRate>, Refusal> {
+        let given = ["rate_bytes_per_s", "adaptive"]
+            .iter()
+            .any(|k| !matches!(self.o.get(*k), None | Some(Value::Null)));
+        given.then(|| self.rate()).transpose()
+    }
 }
 
 #[cfg(test)]

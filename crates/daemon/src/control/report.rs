@@ -5,8 +5,9 @@ use super::notes::{live_notes, Holder};
 use super::paths::absolute_path;
 use super::volume::ControlVolume;
 use nbraid_core::checksum::ChecksumCounters;
+use nbraid_core::node::RegionIoSnapshot;
 use nbraid_core::scrub::{ScrubControl, ScrubFinding, ScrubFindings};
-use nbraid_core::{MemberState, ScrubReport};
+use nbraid_core::{CacheUsage, CounterSnapshot, MemberState, ScrubReport, Volume, VolumeCounters};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -68,103 +69,23 @@ fn notes_now(controls: &Controls, v: &ControlVolume) -> Vec<String> {
 fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
     let array = v.array();
     let vol = array.volume();
-    let states = vol.member_states();
-    let counters = vol.member_counters();
-    let region_io = vol.member_region_io();
-    let read_errors = vol.member_read_errors();
-    // Blocks whose checksum did not match, and those rewritten since (null: no checksums).
-    let sums = vol.options().checksums.as_ref();
-    let checksum = |i: usize, pick: fn(&ChecksumCounters) -> &AtomicU64| {
-        sums.and_then(|s| s.counters(i))
-            .map(|c| pick(c).load(Ordering::Relaxed))
-    };
-    let ids = v.member_ids();
-    let members: Vec<Value> = ids
-        .iter()
-        .enumerate()
-        .map(|(i, id)| {
-            let (c, file) = (&region_io[i], &counters[i]);
-            json!({
-                "id": id,
-                "index": i,
-                "path": absolute_path(vol.member(i).name()),
-                "state": match (states[i], v.at_start.get(i).copied()) {
-                    (MemberState::Healthy, _) if !vol.member_is_current(i) => "rebuilding",
-                    (MemberState::Healthy, _) => "healthy",
-                    (MemberState::Failed, _) if !v.array().has_member(i) && v.at_start.get(i) != Some(&"missing") => "removed",
-                    (MemberState::Failed, Some("missing")) => "missing",
-                    (MemberState::Failed, _) => "failed",
-                },
-                "at_start": v.at_start.get(i).copied().unwrap_or("?"),
-                "read_errors": read_errors[i],
-                "checksum_errors": checksum(i, |c| &c.errors),
-                "checksum_repairs": checksum(i, |c| &c.repairs),
-                "reads": c.reads,
-                "writes": c.writes,
-                "read_bytes": c.read_bytes,
-                "write_bytes": c.write_bytes,
-                // The whole file's, every volume on it and the metadata included.
-                "file_io": {
-                    "reads": file.reads, "writes": file.writes,
-                    "read_bytes": file.read_bytes, "write_bytes": file.write_bytes,
-                    "flushes": file.flushes,
-                },
-            })
-        })
-        .collect();
-    let c = vol.counters();
-    let cache = vol.cache_usage();
-    let state = if !vol.is_available() {
-        "failed"
-    } else if vol.is_degraded() {
-        "degraded"
-    } else {
-        "healthy"
-    };
+    let members = MemberSnapshots::read(vol).json(v);
     json!({
         "name": v.name,
         "level": v.level(),
         "capacity_bytes": vol.capacity(),
-        "state": state,
+        "state": volume_state_name(vol.is_available(), vol.is_degraded()),
         "degraded": vol.is_degraded(),
         "available": vol.is_available(),
         "held": v.is_held(),
         "rebuild_rate": { "limit_bytes_per_s": v.rebuild_rate().limit_bytes_per_s, "adaptive": v.rebuild_rate().adaptive },
         "members": members,
-        "metadata": {
-            "array": v.array().id().to_string(),
-            "dirty": v.array().is_dirty(),
-            "bitmap_chunk_bytes": v.array().bitmap_chunk_bytes(),
-            // null: no parity group; false: RAID 5/6 writes torn by a crash are not repaired.
-            "write_hole_logged": v.array().write_hole_logged(),
-            "created_at_start": v.start.created,
-            "clean_at_start": v.start.was_clean,
-            "resynced_bytes_at_start": v.start.resynced_bytes,
-            "background_resync_bytes_at_start": v.start.background_bytes,
-        },
-        "io": {
-            "reads": c.reads, "read_bytes": c.read_bytes,
-            "writes": c.writes, "write_bytes": c.write_bytes,
-            "flushes": c.flushes, "trims": c.trims, "write_zeroes": c.write_zeroes,
-            "errors": c.errors, "repairs": c.repairs,
-        },
-        "cache": {
-            "dirty_bytes": cache.dirty_bytes,
-            "pinned_bytes": cache.pinned_bytes,
-            "bound_bytes": cache.bound_bytes,
-        },
+        "metadata": metadata_json(v),
+        "io": io_json(&vol.counters()),
+        "cache": cache_json(&vol.cache_usage()),
         "scrub": v.scrub().map(|s| scrub_json(v, &s)),
         "rebuild": rebuild_json(v),
-        "resync": v.resync.latest().map(|c| json!({
-            "state": v.resync.state().unwrap_or(c.state()).name(),
-            "done_s_ago": c.done_s_ago(),
-            "position_bytes": c.position_bytes(),
-            "total_bytes": c.total_bytes(),
-            "remaining_bytes": v.array().background_bytes(),
-            "rate_bytes_per_s": c.measured_bytes_per_s(),
-            "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
-            "eta_s": c.eta_s(),
-        })),
+        "resync": resync_json(v),
         "returning": v.array().returning().iter().map(|&(i, b)| json!({ "index": i, "resync_bytes": b })).collect::<Vec<_>>(),
         "readd": readd_json(v),
         "reshape": super::reshape::reshape_json(v),
@@ -173,6 +94,151 @@ fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
         // Failed members a spare pushed out of their roles, until removed (md's `(F)`).
         "departed": v.departed.to_json(),
         "notes": notes,
+    })
+}
+
+/// The volume's state in one word: `failed` when it cannot serve, else `degraded` or
+/// `healthy`.
+fn volume_state_name(available: bool, degraded: bool) -> &'static str {
+    if !available {
+        "failed"
+    } else if degraded {
+        "degraded"
+    } else {
+        "healthy"
+    }
+}
+
+/// What `status` shows of every member, read from the volume before any member is shown.
+struct MemberSnapshots<'a> {
+    vol: &'a Volume,
+    states: Vec<MemberState>,
+    /// The whole file's I/O, every volume on it and the metadata included.
+    file_io: Vec<CounterSnapshot>,
+    /// This volume's I/O to its region of the file.
+    region_io: Vec<RegionIoSnapshot>,
+    read_errors: Vec<u64>,
+}
+
+impl<'a> MemberSnapshots<'a> {
+    fn read(vol: &'a Volume) -> MemberSnapshots<'a> {
+        MemberSnapshots {
+            vol,
+            states: vol.member_states(),
+            file_io: vol.member_counters(),
+            region_io: vol.member_region_io(),
+            read_errors: vol.member_read_errors(),
+        }
+    }
+
+    /// One object per member, in role order.
+    fn json(&self, v: &ControlVolume) -> Vec<Value> {
+        let ids = v.member_ids();
+        ids.iter()
+            .enumerate()
+            .map(|(i, id)| self.member_json(v, i, id))
+            .collect()
+    }
+
+    fn member_json(&self, v: &ControlVolume, i: usize, id: &str) -> Value {
+        let (c, file) = (&self.region_io[i], &self.file_io[i]);
+        let at_start = v.at_start.get(i).copied();
+        let in_array = v.array().has_member(i);
+        json!({
+            "id": id,
+            "index": i,
+            "path": absolute_path(self.vol.member(i).name()),
+            "state": member_state_name(self.states[i], at_start, self.vol.member_is_current(i), in_array),
+            "at_start": at_start.unwrap_or("?"),
+            "read_errors": self.read_errors[i],
+            "checksum_errors": self.checksum(i, |c| &c.errors),
+            "checksum_repairs": self.checksum(i, |c| &c.repairs),
+            "reads": c.reads,
+            "writes": c.writes,
+            "read_bytes": c.read_bytes,
+            "write_bytes": c.write_bytes,
+            "file_io": {
+                "reads": file.reads, "writes": file.writes,
+                "read_bytes": file.read_bytes, "write_bytes": file.write_bytes,
+                "flushes": file.flushes,
+            },
+        })
+    }
+
+    /// Blocks whose checksum did not match, and those rewritten since (`None`: no checksums).
+    fn checksum(&self, i: usize, pick: fn(&ChecksumCounters) -> &AtomicU64) -> Option<u64> {
+        let sums = self.vol.options().checksums.as_ref();
+        sums.and_then(|s| s.counters(i))
+            .map(|c| pick(c).load(Ordering::Relaxed))
+    }
+}
+
+/// A member's state as `status` names it. `at_start`: what assembly found ("missing"...);
+/// `current`: it holds every byte of its role; `in_array`: the array still has it (a failed
+/// member taken out is `removed`).
+fn member_state_name(
+    state: MemberState,
+    at_start: Option<&str>,
+    current: bool,
+    in_array: bool,
+) -> &'static str {
+    match (state, at_start) {
+        (MemberState::Healthy, _) if !current => "rebuilding",
+        (MemberState::Healthy, _) => "healthy",
+        (MemberState::Failed, _) if !in_array && at_start != Some("missing") => "removed",
+        (MemberState::Failed, Some("missing")) => "missing",
+        (MemberState::Failed, _) => "failed",
+    }
+}
+
+/// The array's records: identity, clean or dirty, and what the start found and did.
+fn metadata_json(v: &ControlVolume) -> Value {
+    let array = v.array();
+    json!({
+        "array": array.id().to_string(),
+        "dirty": array.is_dirty(),
+        "bitmap_chunk_bytes": array.bitmap_chunk_bytes(),
+        // null: no parity group; false: RAID 5/6 writes torn by a crash are not repaired.
+        "write_hole_logged": array.write_hole_logged(),
+        "created_at_start": v.start.created,
+        "clean_at_start": v.start.was_clean,
+        "resynced_bytes_at_start": v.start.resynced_bytes,
+        "background_resync_bytes_at_start": v.start.background_bytes,
+    })
+}
+
+/// Client requests the volume served.
+fn io_json(c: &VolumeCounters) -> Value {
+    json!({
+        "reads": c.reads, "read_bytes": c.read_bytes,
+        "writes": c.writes, "write_bytes": c.write_bytes,
+        "flushes": c.flushes, "trims": c.trims, "write_zeroes": c.write_zeroes,
+        "errors": c.errors, "repairs": c.repairs,
+    })
+}
+
+fn cache_json(cache: &CacheUsage) -> Value {
+    json!({
+        "dirty_bytes": cache.dirty_bytes,
+        "pinned_bytes": cache.pinned_bytes,
+        "bound_bytes": cache.bound_bytes,
+    })
+}
+
+/// The latest resync after an unclean shutdown, and what is left of it.
+fn resync_json(v: &ControlVolume) -> Value {
+    let Some(c) = v.resync.latest() else {
+        return Value::Null;
+    };
+    json!({
+        "state": v.resync.state().unwrap_or(c.state()).name(),
+        "done_s_ago": c.done_s_ago(),
+        "position_bytes": c.position_bytes(),
+        "total_bytes": c.total_bytes(),
+        "remaining_bytes": v.array().background_bytes(),
+        "rate_bytes_per_s": c.measured_bytes_per_s(),
+        "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
+        "eta_s": c.eta_s(),
     })
 }
 
@@ -296,4 +362,30 @@ pub(super) fn readd_json(v: &ControlVolume) -> Value {
         "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
         "eta_s": c.eta_s(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_state_says_rebuilding_removed_missing_or_failed() {
+        use MemberState::{Failed, Healthy};
+        let name = member_state_name;
+        assert_eq!(name(Healthy, Some("ok"), true, true), "healthy");
+        assert_eq!(name(Healthy, Some("ok"), false, true), "rebuilding");
+        assert_eq!(name(Failed, Some("ok"), true, true), "failed");
+        assert_eq!(name(Failed, Some("ok"), true, false), "removed");
+        assert_eq!(name(Failed, None, true, false), "removed");
+        // Missing at start and never added: missing, whether or not the array holds it.
+        assert_eq!(name(Failed, Some("missing"), true, false), "missing");
+        assert_eq!(name(Failed, Some("missing"), true, true), "missing");
+    }
+
+    #[test]
+    fn a_volume_that_cannot_serve_is_failed_before_it_is_degraded() {
+        assert_eq!(volume_state_name(false, true), "failed");
+        assert_eq!(volume_state_name(true, true), "degraded");
+        assert_eq!(volume_state_name(true, false), "healthy");
+    }
 }

@@ -7,8 +7,9 @@
 //! ([`MetricsListener::move_to`]).
 
 use super::latency::{Latencies, Op, BOUNDS_NS};
-use super::observe::{snapshot, Health, PassKind};
+use super::observe::{snapshot, Health, PassKind, VolumeSnapshot};
 use crate::control::Controls;
+use nbraid_core::{CacheUsage, VolumeCounters};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -154,13 +155,36 @@ fn latency_metrics(m: &mut Families, volume: &str, l: &super::latency::VolumeLat
     }
 }
 
+/// One volume's families, in the order a scrape lists them: state, size, client requests,
+/// cache, spares, background passes, then its members.
 fn volume_metrics(m: &mut Families, v: &crate::control::ControlVolume) {
     let array = v.array();
     let vol = array.volume();
     let name = v.name.as_str();
     let s = snapshot(v);
+    state_metrics(m, name, s.health);
+    m.gauge(
+        "nbraid_volume_capacity_bytes",
+        "Bytes the volume exports.",
+        &[("volume", name)],
+        vol.capacity() as f64,
+    );
+    request_metrics(m, name, &vol.counters());
+    cache_metrics(m, name, &vol.cache_usage());
+    m.gauge(
+        "nbraid_volume_spares",
+        "Spares standing by.",
+        &[("volume", name)],
+        v.array().spare_count() as f64,
+    );
+    pass_metrics(m, name, &s);
+    member_metrics(m, v, &s);
+}
+
+/// A gauge per state the volume can be in, 1 for the one it is in.
+fn state_metrics(m: &mut Families, name: &str, health: Health) {
     for h in [Health::Optimal, Health::Degraded, Health::Failed] {
-        let on = f64::from(u8::from(s.health == h));
+        let on = f64::from(u8::from(health == h));
         m.gauge(
             "nbraid_volume_state",
             "1 for the volume's state (optimal, degraded, failed), 0 for the others.",
@@ -168,13 +192,10 @@ fn volume_metrics(m: &mut Families, v: &crate::control::ControlVolume) {
             on,
         );
     }
-    m.gauge(
-        "nbraid_volume_capacity_bytes",
-        "Bytes the volume exports.",
-        &[("volume", name)],
-        vol.capacity() as f64,
-    );
-    let c = vol.counters();
+}
+
+/// What clients asked of the volume: requests and bytes by operation, errors, repairs.
+fn request_metrics(m: &mut Families, name: &str, c: &VolumeCounters) {
     for (op, n) in [
         ("read", c.reads),
         ("write", c.writes),
@@ -209,7 +230,10 @@ fn volume_metrics(m: &mut Families, v: &crate::control::ControlVolume) {
         &[("volume", name)],
         c.repairs,
     );
-    let cache = vol.cache_usage();
+}
+
+/// The stripe cache: what clients wrote that the members do not have yet, and its bound.
+fn cache_metrics(m: &mut Families, name: &str, cache: &CacheUsage) {
     m.gauge(
         "nbraid_volume_cache_dirty_bytes",
         "Bytes written by clients and not yet on the members (stripe cache).",
@@ -222,12 +246,11 @@ fn volume_metrics(m: &mut Families, v: &crate::control::ControlVolume) {
         &[("volume", name)],
         cache.bound_bytes as f64,
     );
-    m.gauge(
-        "nbraid_volume_spares",
-        "Spares standing by.",
-        &[("volume", name)],
-        v.array().spare_count() as f64,
-    );
+}
+
+/// Per kind of background pass: whether one runs and how far the latest got; then what the
+/// latest scrub found.
+fn pass_metrics(m: &mut Families, name: &str, s: &VolumeSnapshot) {
     for kind in PassKind::ALL {
         let p = s.pass(kind);
         let labels = [("volume", name), ("pass", kind.name())];
@@ -258,14 +281,9 @@ fn volume_metrics(m: &mut Families, v: &crate::control::ControlVolume) {
         &[("volume", name)],
         scrub.map_or(0, |p| p.mismatches) as f64,
     );
-    member_metrics(m, v, &s);
 }
 
-fn member_metrics(
-    m: &mut Families,
-    v: &crate::control::ControlVolume,
-    s: &super::observe::VolumeSnapshot,
-) {
+fn member_metrics(m: &mut Families, v: &crate::control::ControlVolume, s: &VolumeSnapshot) {
     let array = v.array();
     let vol = array.volume();
     let counters = vol.member_counters();

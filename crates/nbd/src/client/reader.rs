@@ -155,7 +155,23 @@ async fn one_reply<R: AsyncRead + Unpin>(
     }
 }
 
-/// Reads one chunk's payload into `p`.
+/// What a chunk's header says of its payload: its type and how many bytes follow.
+#[derive(Clone, Copy)]
+struct ChunkHeader {
+    typ: u16,
+    len_bytes: u32,
+}
+
+impl ChunkHeader {
+    /// A chunk the client cannot follow: the stream is out of step, so the connection ends.
+    fn bad(self, what: &str) -> ClientError {
+        let (typ, len) = (self.typ, self.len_bytes);
+        ClientError::Protocol(format!("{what} (chunk type {typ}, {len} bytes)"))
+    }
+}
+
+/// Reads one chunk's payload into `p`: one reader per chunk type. The server is not trusted:
+/// every length and offset it sends is checked before a byte of the payload is used.
 async fn chunk<R: AsyncRead + Unpin>(
     r: &mut R,
     info: &ExportInfo,
@@ -164,104 +180,159 @@ async fn chunk<R: AsyncRead + Unpin>(
     len: u32,
     done: bool,
 ) -> Result<(), ClientError> {
-    let bad = |what: &str| ClientError::Protocol(format!("{what} (chunk type {typ}, {len} bytes)"));
-    let (req_off, req_len) = (p.w.offset, u64::from(p.w.len));
+    let h = ChunkHeader {
+        typ,
+        len_bytes: len,
+    };
     match typ {
         REPLY_TYPE_NONE if len == 0 && done => Ok(()),
-        REPLY_TYPE_NONE => Err(bad("a NONE chunk must be empty and final")),
+        REPLY_TYPE_NONE => Err(h.bad("a NONE chunk must be empty and final")),
         REPLY_TYPE_OFFSET_DATA | REPLY_TYPE_OFFSET_HOLE if p.w.cmd != CMD_READ => {
-            Err(bad("read data in the reply to another command"))
+            Err(h.bad("read data in the reply to another command"))
         }
-        REPLY_TYPE_OFFSET_DATA => {
-            if len < 8 {
-                return Err(bad("short OFFSET_DATA"));
-            }
-            let at = r.read_u64().await?;
-            let n = u64::from(len - 8);
-            let Some(rel) = place(at, n, req_off, req_len) else {
-                return Err(bad("OFFSET_DATA outside the range read"));
-            };
-            if let Err(o) = p.covered.add(rel, rel + n) {
-                // Read past, so the stream stays in step; the request fails.
-                skip(r, n).await?;
-                p.broken.get_or_insert(overlap_message(req_off, o));
-                return Ok(());
-            }
-            if p.data.is_none() && rel == 0 && n == req_len {
-                // The common case: the whole read in one chunk, read straight into place.
-                p.data = Some(read_data(r, p.w.dest.take(), n as usize).await?);
-            } else {
-                let buf = p.data.get_or_insert_with(|| whole(&mut p.w, req_len));
-                r.read_exact(&mut buf[rel as usize..(rel + n) as usize])
-                    .await?;
-            }
-            Ok(())
-        }
-        REPLY_TYPE_OFFSET_HOLE => {
-            if len != 12 {
-                return Err(bad("OFFSET_HOLE of the wrong length"));
-            }
-            let at = r.read_u64().await?;
-            let n = u64::from(r.read_u32().await?);
-            let Some(rel) = place(at, n, req_off, req_len) else {
-                return Err(bad("OFFSET_HOLE outside the range read"));
-            };
-            if let Err(o) = p.covered.add(rel, rel + n) {
-                p.broken.get_or_insert(overlap_message(req_off, o));
-                return Ok(());
-            }
-            let buf = p.data.get_or_insert_with(|| whole(&mut p.w, req_len));
-            buf[rel as usize..(rel + n) as usize].fill(0);
-            Ok(())
-        }
-        REPLY_TYPE_BLOCK_STATUS => {
-            if p.w.cmd != CMD_BLOCK_STATUS
-                || len < 12
-                || !(len - 4).is_multiple_of(8)
-                || len > MAX_META_CHUNK
-            {
-                return Err(bad("bad BLOCK_STATUS chunk"));
-            }
-            let id = r.read_u32().await?;
-            let mut body = vec![0u8; (len - 4) as usize];
-            r.read_exact(&mut body).await?;
-            if Some(id) == info.base_allocation {
-                for e in body.chunks_exact(8) {
-                    p.extents.push(Extent {
-                        length: u32::from_be_bytes(e[0..4].try_into().expect("4 bytes")),
-                        flags: u32::from_be_bytes(e[4..8].try_into().expect("4 bytes")),
-                    });
-                }
-            }
-            Ok(())
-        }
-        t if t & (1 << 15) != 0 => {
-            if !(6..=MAX_META_CHUNK).contains(&len) {
-                return Err(bad("bad error chunk"));
-            }
-            let mut body = vec![0u8; len as usize];
-            r.read_exact(&mut body).await?;
-            let errno = u32::from_be_bytes(body[0..4].try_into().expect("4 bytes"));
-            let mlen = u16::from_be_bytes([body[4], body[5]]) as usize;
-            let msg = body
-                .get(6..6 + mlen)
-                .ok_or_else(|| bad("error message too long"))?;
-            if errno == 0 {
-                return Err(bad("an error chunk with error 0"));
-            }
-            p.error
-                .get_or_insert((errno, String::from_utf8_lossy(msg).into_owned()));
-            Ok(())
-        }
-        _ => {
-            // An unknown non-error chunk type: the spec says to skip it.
-            if len > MAX_PAYLOAD + 8 {
-                return Err(bad("oversized chunk"));
-            }
-            tokio::io::copy(&mut (&mut *r).take(len.into()), &mut tokio::io::sink()).await?;
-            Ok(())
-        }
+        REPLY_TYPE_OFFSET_DATA => offset_data(r, p, h).await,
+        REPLY_TYPE_OFFSET_HOLE => offset_hole(r, p, h).await,
+        REPLY_TYPE_BLOCK_STATUS => block_status(r, info, p, h).await,
+        t if t & (1 << 15) != 0 => error_chunk(r, p, h).await,
+        // An unknown non-error chunk type: the spec says to skip it.
+        _ => skip_unknown(r, h).await,
     }
+}
+
+/// OFFSET_DATA: an offset and the bytes there, copied into the read's buffer. A chunk
+/// answering bytes already answered is read past and fails the request alone.
+async fn offset_data<R: AsyncRead + Unpin>(
+    r: &mut R,
+    p: &mut Partial,
+    h: ChunkHeader,
+) -> Result<(), ClientError> {
+    if h.len_bytes < 8 {
+        return Err(h.bad("short OFFSET_DATA"));
+    }
+    let at = r.read_u64().await?;
+    let n = u64::from(h.len_bytes - 8);
+    let (req_off, req_len) = (p.w.offset, u64::from(p.w.len));
+    let Some(rel) = place(at, n, req_off, req_len) else {
+        return Err(h.bad("OFFSET_DATA outside the range read"));
+    };
+    if let Err(o) = p.covered.add(rel, rel + n) {
+        // Read past, so the stream stays in step; the request fails.
+        skip(r, n).await?;
+        p.broken.get_or_insert(overlap_message(req_off, o));
+        return Ok(());
+    }
+    if p.data.is_none() && rel == 0 && n == req_len {
+        // The common case: the whole read in one chunk, read straight into place.
+        p.data = Some(read_data(r, p.w.dest.take(), n as usize).await?);
+    } else {
+        let buf = p.data.get_or_insert_with(|| whole(&mut p.w, req_len));
+        r.read_exact(&mut buf[rel as usize..(rel + n) as usize])
+            .await?;
+    }
+    Ok(())
+}
+
+/// OFFSET_HOLE: an offset and a length that read as zeros.
+async fn offset_hole<R: AsyncRead + Unpin>(
+    r: &mut R,
+    p: &mut Partial,
+    h: ChunkHeader,
+) -> Result<(), ClientError> {
+    if h.len_bytes != 12 {
+        return Err(h.bad("OFFSET_HOLE of the wrong length"));
+    }
+    let at = r.read_u64().await?;
+    let n = u64::from(r.read_u32().await?);
+    let (req_off, req_len) = (p.w.offset, u64::from(p.w.len));
+    let Some(rel) = place(at, n, req_off, req_len) else {
+        return Err(h.bad("OFFSET_HOLE outside the range read"));
+    };
+    if let Err(o) = p.covered.add(rel, rel + n) {
+        p.broken.get_or_insert(overlap_message(req_off, o));
+        return Ok(());
+    }
+    let buf = p.data.get_or_insert_with(|| whole(&mut p.w, req_len));
+    buf[rel as usize..(rel + n) as usize].fill(0);
+    Ok(())
+}
+
+/// BLOCK_STATUS: a metadata context id and its extents, kept when the context is the
+/// `base:allocation` the export agreed on and read past otherwise.
+async fn block_status<R: AsyncRead + Unpin>(
+    r: &mut R,
+    info: &ExportInfo,
+    p: &mut Partial,
+    h: ChunkHeader,
+) -> Result<(), ClientError> {
+    if p.w.cmd != CMD_BLOCK_STATUS || !block_status_len_ok(h.len_bytes) {
+        return Err(h.bad("bad BLOCK_STATUS chunk"));
+    }
+    let id = r.read_u32().await?;
+    let mut body = vec![0u8; (h.len_bytes - 4) as usize];
+    r.read_exact(&mut body).await?;
+    if Some(id) == info.base_allocation {
+        p.extents.extend(extents(&body));
+    }
+    Ok(())
+}
+
+/// A BLOCK_STATUS payload holds a 4-byte context id and one or more 8-byte extents, and is
+/// bounded so a server cannot make the client allocate what it likes.
+fn block_status_len_ok(len_bytes: u32) -> bool {
+    len_bytes >= 12 && (len_bytes - 4).is_multiple_of(8) && len_bytes <= MAX_META_CHUNK
+}
+
+/// The extents of a BLOCK_STATUS body after its context id: (length, flags), 8 bytes each.
+fn extents(body: &[u8]) -> impl Iterator<Item = Extent> + '_ {
+    body.chunks_exact(8).map(|e| Extent {
+        length: u32::from_be_bytes(e[0..4].try_into().expect("4 bytes")),
+        flags: u32::from_be_bytes(e[4..8].try_into().expect("4 bytes")),
+    })
+}
+
+/// An error chunk (ERROR, ERROR_OFFSET or one not known yet): the first error of a request
+/// is the one it fails with.
+async fn error_chunk<R: AsyncRead + Unpin>(
+    r: &mut R,
+    p: &mut Partial,
+    h: ChunkHeader,
+) -> Result<(), ClientError> {
+    if !(6..=MAX_META_CHUNK).contains(&h.len_bytes) {
+        return Err(h.bad("bad error chunk"));
+    }
+    let mut body = vec![0u8; h.len_bytes as usize];
+    r.read_exact(&mut body).await?;
+    let (errno, msg) = error_body(&body).map_err(|what| h.bad(what))?;
+    p.error
+        .get_or_insert((errno, String::from_utf8_lossy(msg).into_owned()));
+    Ok(())
+}
+
+/// An error chunk's body (at least 6 bytes): its errno, never 0, and its message, which
+/// must lie inside the body (ERROR_OFFSET's offset may follow it).
+fn error_body(body: &[u8]) -> Result<(u32, &[u8]), &'static str> {
+    let errno = u32::from_be_bytes(body[0..4].try_into().expect("4 bytes"));
+    let message_len = u16::from_be_bytes([body[4], body[5]]) as usize;
+    let message = body
+        .get(6..6 + message_len)
+        .ok_or("error message too long")?;
+    if errno == 0 {
+        return Err("an error chunk with error 0");
+    }
+    Ok((errno, message))
+}
+
+/// A chunk type this client does not know and that is not an error: read past it.
+async fn skip_unknown<R: AsyncRead + Unpin>(r: &mut R, h: ChunkHeader) -> Result<(), ClientError> {
+    if h.len_bytes > MAX_PAYLOAD + 8 {
+        return Err(h.bad("oversized chunk"));
+    }
+    tokio::io::copy(
+        &mut (&mut *r).take(h.len_bytes.into()),
+        &mut tokio::io::sink(),
+    )
+    .await?;
+    Ok(())
 }
 
 /// Where a chunk of `n` bytes at `at` lies in a read of `req_len` bytes at `req_off`: its
@@ -470,5 +541,41 @@ mod tests {
             Err(e) => panic!("read 4: {e}"),
             Ok(_) => panic!("read 4: not data"),
         }
+    }
+    #[test]
+    fn an_error_body_needs_a_nonzero_errno_and_a_message_inside_it() {
+        let body = |errno: u32, message_len: u16, rest: &[u8]| {
+            [
+                &errno.to_be_bytes()[..],
+                &message_len.to_be_bytes()[..],
+                rest,
+            ]
+            .concat()
+        };
+        assert_eq!(error_body(&body(5, 2, b"no")), Ok((5, &b"no"[..])));
+        // ERROR_OFFSET: the offset follows the message.
+        assert_eq!(error_body(&body(5, 0, &[0; 8])), Ok((5, &b""[..])));
+        assert_eq!(
+            error_body(&body(5, 3, b"no")),
+            Err("error message too long")
+        );
+        assert_eq!(
+            error_body(&body(0, 0, b"")),
+            Err("an error chunk with error 0")
+        );
+    }
+
+    #[test]
+    fn a_block_status_payload_is_an_id_and_whole_extents_within_the_bound() {
+        assert!(block_status_len_ok(12));
+        assert!(block_status_len_ok(4 + 8 * 3));
+        for len in [0, 4, 8, 11, 13, 16] {
+            assert!(!block_status_len_ok(len), "{len}");
+        }
+        assert!(block_status_len_ok(MAX_META_CHUNK - 4));
+        assert!(!block_status_len_ok(MAX_META_CHUNK + 4));
+        let body = [[0, 0, 2, 0, 0, 0, 0, 1], [0, 0, 0, 9, 0, 0, 0, 2]].concat();
+        let got: Vec<(u32, u32)> = extents(&body).map(|e| (e.length, e.flags)).collect();
+        assert_eq!(got, [(512, 1), (9, 2)]);
     }
 }
