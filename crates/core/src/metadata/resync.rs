@@ -91,8 +91,6 @@ struct Background {
     holds: Mutex<BTreeMap<u64, Hold>>,
     /// Stale roles, made current when everything is resynced.
     stale: Vec<usize>,
-    /// Bytes resynced at once (whole full stripes, aligned).
-    piece: u64,
     /// Reads resync what they touch first (the tree has mirrors).
     before_reads: bool,
     /// Writes resync what they touch first (the tree has parity groups).
@@ -158,12 +156,11 @@ impl BackgroundResync {
         if !serves_before_resync(root, logged, !stale.is_empty(), rebuilding) {
             return Ok(false);
         }
-        let piece = p.resync_piece().1;
         *self.state.lock() = Some(Arc::new(Background {
-            unsynced: Mutex::new(Unsynced::new(ranges, piece)),
+            // Pieces of whole full stripes, aligned.
+            unsynced: Mutex::new(Unsynced::new(ranges, p.resync_piece().1)),
             holds: Mutex::new(hold_chunks(p, ranges)),
             stale: stale.to_vec(),
-            piece,
             before_reads: has_mirror(root),
             before_writes: !mirrors_only(root),
         }));
@@ -223,7 +220,10 @@ impl BackgroundResync {
             return Ok(PassState::Done);
         };
         let this = &bg;
-        let plan = bg.unsynced.lock().plan().to_vec();
+        let (plan, piece_bytes) = {
+            let u = bg.unsynced.lock();
+            (u.plan().to_vec(), u.piece_bytes())
+        };
         let total = total_bytes(&plan);
         let window = move |at: u64, len: u64| {
             // Virtual offsets `at..at+len` of the plan's ranges laid end to end.
@@ -240,7 +240,7 @@ impl BackgroundResync {
             ctl,
             PassWork {
                 total_bytes: total,
-                window_bytes: bg.piece,
+                window_bytes: piece_bytes,
                 inflight: INFLIGHT,
                 window: Box::new(window),
                 checkpoint_bytes: 0,
@@ -319,7 +319,7 @@ fn synced(p: Parts<'_>, bg: &Background, piece: u64) {
     u.mark_done(piece);
     let Some(intent) = p.intent() else { return };
     let chunk = intent.chunk_bytes();
-    let (a, b) = (piece * bg.piece, (piece + 1) * bg.piece);
+    let (a, b) = u.piece_range(piece);
     let mut holds = bg.holds.lock();
     for c in a / chunk..b.div_ceil(chunk) {
         if !u.any_left(c * chunk, (c + 1) * chunk) {

@@ -43,6 +43,15 @@ impl Unsynced {
         self.left_bytes
     }
 
+    pub(super) fn piece_bytes(&self) -> u64 {
+        self.piece_bytes
+    }
+
+    /// The bytes of piece `piece`: `[start, end)`.
+    pub(super) fn piece_range(&self, piece: u64) -> (u64, u64) {
+        (piece * self.piece_bytes, (piece + 1) * self.piece_bytes)
+    }
+
     fn is_done(&self, piece: u64) -> bool {
         let word = self.done.get((piece / 64) as usize);
         word.is_some_and(|w| w & (1 << (piece % 64)) != 0)
@@ -68,8 +77,8 @@ impl Unsynced {
 
     /// The plan's bytes in piece `piece`: what resyncing it rewrites.
     pub(super) fn parts(&self, piece: u64) -> Vec<(u64, u64)> {
-        let start = piece * self.piece_bytes;
-        self.overlapping(start, start + self.piece_bytes).collect()
+        let (start, end) = self.piece_range(piece);
+        self.overlapping(start, end).collect()
     }
 
     /// Piece `piece` is resynced.
