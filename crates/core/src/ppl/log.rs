@@ -26,7 +26,9 @@ mod ring;
 mod rounds;
 mod state;
 use bands::{known_bands, Band, Bands, Key};
-use masks::{bands_masks_into, covered, needs_no_flush};
+use masks::{
+    bands_masks_into, covered, needs_entry, needs_no_flush, stored_sectors, touched_bands,
+};
 use partial::partials;
 use retired::Retired;
 use ring::Ring;
@@ -399,101 +401,73 @@ impl GroupLog {
         debug_assert_eq!(*roles, self.layout.roles(stripe), "stripe {stripe}'s roles");
         let rings = self.targets(roles);
         let mut st = self.state.lock();
-        if rings.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (lo, hi) = written
-            .iter()
-            .flat_map(AsRef::as_ref)
-            .fold((u64::MAX, 0), |(a, b), &(s, e)| (a.min(s), b.max(e)));
-        if lo >= hi {
-            return Ok(Vec::new());
-        }
-        let touched = (lo / BAND_BYTES)..hi.div_ceil(BAND_BYTES);
+        let touched = match touched_bands(written) {
+            Some(touched) if !rings.is_empty() => touched,
+            _ => return Ok(Vec::new()),
+        };
         let (first, k) = (touched.start, written.len());
         let mut all = std::mem::take(&mut st.scratch_masks);
-        bands_masks_into(
-            written,
-            (first, touched.clone().count()),
-            self.strip,
-            &mut all,
-        );
+        let bands = touched.clone().count();
+        bands_masks_into(written, (first, bands), self.strip, &mut all);
         // Per data chunk, the sectors of band `band` this write writes.
         let masks = |band: u64| &all[(band - first) as usize * k..][..k];
         if let Some(why) = self.blocked(&mut st, stripe, touched.clone(), masks, fua) {
+            st.scratch_masks = all;
             return Err(why);
         }
-        let floor = rings
-            .iter()
-            .map(|&(c, _)| st.rings[c].as_ref().expect("ring").durable_tail)
-            .min()
-            .unwrap_or(0);
-        // A ring back from a failure may replay entries older than `retired` knows: until a
-        // batch lands on it, every band is logged (its batch's tail masks them).
-        let lapsed = (rings.iter()).any(|&(c, _)| st.rings[c].as_ref().is_some_and(|r| r.lapsed));
+        // Checked above: a band still live here has its earlier writes done and this
+        // write's entry describes every sector they left in flux (`needs_no_flush`).
+        let (floor, lapsed) = st.replay_bounds(&rings);
         // The vector of an earlier write's entries, emptied (`write`).
         let mut out = std::mem::take(&mut st.spare_prepared);
         debug_assert!(out.is_empty(), "a spare vector is kept empty");
-        for band in (lo / BAND_BYTES)..hi.div_ceil(BAND_BYTES) {
-            let b0 = band * BAND_BYTES;
-            let b1 = (b0 + BAND_BYTES).min(self.strip);
-            let sectors = ((b1 - b0) / SECTOR_BYTES as u64) as u8;
+        for band in touched {
             let key = (stripe, band as u32);
-            let mask = masks(band);
-            let covered = mask.iter().fold(0, |a, m| a | m);
-            if covered == 0 {
-                debug_assert!(
-                    !st.bands.contains_key(&key),
-                    "a live band this write does not write blocks it"
-                );
-                continue;
-            }
-            // Checked above: a band still live here has its earlier writes done and this
-            // write's entry describes every sector they left in flux (`needs_no_flush`).
             let live = st.bands.contains_key(&key);
-            let full = mask.iter().fold(0xff, |a, m| a & m);
-            let stored = covered & !full;
+            let Some(stored) = stored_sectors(masks(band)) else {
+                debug_assert!(!live, "a live band this write does not write blocks it");
+                continue;
+            };
+            // A ring back from a failure may replay entries older than `retired` knows:
+            // until a batch lands on it, every band is logged (its batch's tail masks them).
             let replayable = lapsed || st.retired.replayable(&key, floor);
-            if stored == 0 && !replayable && !live {
-                // Every chunk written wherever anything is: nothing to protect, nothing stale.
+            if !needs_entry(stored, live, replayable) {
                 continue;
             }
-            let mut now = st.spare_masks.pop().unwrap_or_default();
-            now.clear();
-            now.extend_from_slice(mask);
-            let mut spare = || st.spare_parts.pop().unwrap_or_default();
-            let bufs = (spare(), (self.np == 2).then(&mut spare));
-            let (pp, pq) = partials(&roles.q_slot, b0, stored, &now, values, bufs);
-            let entry = self.next_entry(&mut st, key, sectors, now, (pp, pq));
-            let seq = entry.seq;
-            let (members, k) = (self.members.len(), self.k);
-            let spare = if live { None } else { st.spare_bands.pop() };
-            st.bands.upsert(
-                key,
-                || match spare {
-                    Some((mut need, mut dirty)) => {
-                        need.clear();
-                        need.resize(members, 0);
-                        dirty.clear();
-                        dirty.resize(k, 0);
-                        Band::live_with(seq, need, dirty)
-                    }
-                    None => Band::live(seq, vec![0; members], k),
-                },
-                |b| {
-                    b.seq = seq;
-                    b.durable = false;
-                    b.inflight += 1;
-                    b.writes += 1;
-                    for (d, m) in b.dirty.iter_mut().zip(&entry.masks) {
-                        *d |= m;
-                    }
-                },
-            );
+            let entry = self.band_entry(&mut st, key, masks(band), stored, (roles, values));
+            st.band_logged(&entry, (self.members.len(), self.k));
             out.push((entry, rings));
         }
         st.scratch_masks = all;
         Ok(out)
+    }
+
+    /// Band `key`'s entry for a write of sectors `now[i]` of data chunk `i`: the partial
+    /// parity of sectors `stored` from the write's `values`, on vectors kept from entries
+    /// written before.
+    fn band_entry(
+        &self,
+        st: &mut State,
+        key: Key,
+        now: &[u8],
+        stored: u8,
+        (roles, values): (&StripeRoles, &Values<'_>),
+    ) -> Entry {
+        let mut masks = st.spare_masks.pop().unwrap_or_default();
+        masks.clear();
+        masks.extend_from_slice(now);
+        let mut spare = || st.spare_parts.pop().unwrap_or_default();
+        let bufs = (spare(), (self.np == 2).then(&mut spare));
+        let b0 = u64::from(key.1) * BAND_BYTES;
+        let parts = partials(&roles.q_slot, b0, stored, &masks, values, bufs);
+        self.next_entry(st, key, self.band_sectors(key.1), masks, parts)
+    }
+
+    /// The sectors of band `band` of a strip: 8, fewer at the end of a strip that is not a
+    /// multiple of 4 KiB.
+    fn band_sectors(&self, band: u32) -> u8 {
+        let b0 = u64::from(band) * BAND_BYTES;
+        ((self.strip.min(b0 + BAND_BYTES) - b0) / SECTOR_BYTES as u64) as u8
     }
 
     /// Why a write over bands `touched` of `stripe` (sectors `masks(band)`) cannot be logged
@@ -697,8 +671,7 @@ impl GroupLog {
         }
         keys.iter()
             .map(|&(stripe, band)| {
-                let b0 = u64::from(band) * BAND_BYTES;
-                let sectors = ((self.strip.min(b0 + BAND_BYTES) - b0) / SECTOR_BYTES as u64) as u8;
+                let sectors = self.band_sectors(band);
                 let all = ((1u16 << sectors) - 1) as u8;
                 let masks = vec![all; self.k];
                 let parts = (Vec::new(), (self.np == 2).then(Vec::new));

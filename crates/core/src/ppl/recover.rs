@@ -8,7 +8,7 @@ use super::{parity_groups, BAND_BYTES, SECTOR_BYTES};
 use crate::buf::Buf;
 use crate::error::VolumeResult;
 use crate::member::{Member, MemberResult};
-use nbraid_layout::Node;
+use nbraid_layout::{Node, StripeRoles};
 use std::sync::Arc;
 
 /// What the dirty start found and did.
@@ -166,10 +166,9 @@ async fn replay_entry<H: LogHost>(volume: &H, groups: &Groups, e: &Entry) -> Res
         .get(e.group as usize)
         .ok_or("no such parity group in this volume")?;
     let leaves = leaves.as_ref().ok_or("the group is not logged")?;
-    let k = g.data_chunks();
     let b0 = u64::from(e.band) * BAND_BYTES;
     let len = u64::from(e.sectors) * SECTOR_BYTES as u64;
-    if e.masks.len() != k
+    if e.masks.len() != g.data_chunks()
         || usize::from(e.parity) != g.parity()
         || e.stripe >= g.stripes()
         || b0 + len > g.strip()
@@ -178,71 +177,12 @@ async fn replay_entry<H: LogHost>(volume: &H, groups: &Groups, e: &Entry) -> Res
     }
     let roles = g.roles(e.stripe);
     let at = g.chunk_offset(e.stripe) + b0;
-    // Each child's band: the data chunks, P, Q (`None`: its member is not current).
-    let read = |c: usize| async move {
-        let (m, start) = leaves[c];
-        if !volume.member_is_current(m) {
-            return None;
-        }
-        volume
-            .member(m)
-            .read(start + at, Buf::new(len as usize))
-            .await
-            .ok()
-    };
-    let mut data = Vec::with_capacity(k);
-    for &c in &roles.data {
-        data.push(read(c).await);
-    }
-    let p = read(roles.p).await;
-    let q = match roles.q {
-        Some(c) => read(c).await,
-        None => None,
-    };
-    let stored = e.stored();
-    let mut out_p = p.as_ref().map(|b| b.to_vec());
-    let mut out_q = q.as_ref().map(|b| b.to_vec());
-    let (mut n, mut si) = (0u64, 0usize);
-    for x in 0..usize::from(e.sectors) {
-        let bit = 1u8 << x;
-        if e.covered() & bit == 0 {
-            continue;
-        }
-        let r = x * SECTOR_BYTES..(x + 1) * SECTOR_BYTES;
-        // A partial's sector: stored ones in order, zero where every chunk is written.
-        fn sector(v: &Option<Vec<u8>>, stored: bool, si: usize) -> Option<&[u8]> {
-            static ZERO: [u8; SECTOR_BYTES] = [0; SECTOR_BYTES];
-            let v = v.as_deref()?;
-            Some(if stored {
-                &v[si * SECTOR_BYTES..(si + 1) * SECTOR_BYTES]
-            } else {
-                &ZERO
-            })
-        }
-        let here = stored & bit != 0;
-        let (pp, pq) = (sector(&e.pp, here, si), sector(&e.pq, here, si));
-        si += usize::from(here);
-        let written: Vec<bool> = e.masks.iter().map(|m| m & bit != 0).collect();
-        let st = SectorState {
-            data: data
-                .iter()
-                .map(|d| d.as_ref().map(|b| &b[r.clone()]))
-                .collect(),
-            p: p.as_ref().map(|b| &b[r.clone()]),
-            q: q.as_ref().map(|b| &b[r.clone()]),
-            raid6: e.parity == 2,
-            q_slot: &roles.q_slot,
-        };
-        let (np, nq) = replay_sector(&st, &written, pp, pq).ok_or(Why::Uncovered)?;
-        if let Some(o) = out_p.as_mut() {
-            o[r.clone()].copy_from_slice(&np);
-        }
-        if let (Some(o), Some(nq)) = (out_q.as_mut(), nq) {
-            o[r].copy_from_slice(&nq);
-        }
-        n += 1;
-    }
-    let targets = [(roles.p, out_p), (roles.q.unwrap_or(usize::MAX), out_q)];
+    let band = BandBytes::read(volume, leaves, &roles, at, len).await;
+    let replayed = replay_band_sectors(e, &band, &roles)?;
+    let targets = [
+        (roles.p, replayed.p),
+        (roles.q.unwrap_or(usize::MAX), replayed.q),
+    ];
     for (c, bytes) in targets {
         let Some(bytes) = bytes else { continue };
         let (m, start) = leaves[c];
@@ -256,5 +196,104 @@ async fn replay_entry<H: LogHost>(volume: &H, groups: &Groups, e: &Entry) -> Res
                 Why::Other(format!("writing the replayed parity to member {m}: {err}"))
             })?;
     }
-    Ok(n)
+    Ok(replayed.sectors)
+}
+
+/// One band of a stripe as its members hold it: each data chunk's, P's and Q's bytes
+/// (`None`: the child's member is not current, or the read failed).
+struct BandBytes {
+    data: Vec<Option<Buf>>,
+    p: Option<Buf>,
+    q: Option<Buf>,
+}
+
+impl BandBytes {
+    /// The `len` bytes at `at` of every child of a stripe with `roles` (children on member
+    /// regions `leaves`).
+    async fn read<H: LogHost>(
+        volume: &H,
+        leaves: &[(usize, u64)],
+        roles: &StripeRoles,
+        at: u64,
+        len: u64,
+    ) -> BandBytes {
+        let read = |c: usize| async move {
+            let (m, start) = leaves[c];
+            if !volume.member_is_current(m) {
+                return None;
+            }
+            let member = volume.member(m);
+            member.read(start + at, Buf::new(len as usize)).await.ok()
+        };
+        let mut data = Vec::with_capacity(roles.data.len());
+        for &c in &roles.data {
+            data.push(read(c).await);
+        }
+        let p = read(roles.p).await;
+        let q = match roles.q {
+            Some(c) => read(c).await,
+            None => None,
+        };
+        BandBytes { data, p, q }
+    }
+}
+
+/// The parity entry `e` makes consistent over `band`'s bytes (pure), or [`Why::Uncovered`]
+/// when a sector misses more chunks than its partial parity covers.
+fn replay_band_sectors(e: &Entry, band: &BandBytes, roles: &StripeRoles) -> Result<Replayed, Why> {
+    // A partial's sector: stored ones in order, zero where every chunk is written.
+    fn sector(v: &Option<Vec<u8>>, stored: bool, si: usize) -> Option<&[u8]> {
+        static ZERO: [u8; SECTOR_BYTES] = [0; SECTOR_BYTES];
+        let v = v.as_deref()?;
+        Some(match stored {
+            true => &v[si * SECTOR_BYTES..(si + 1) * SECTOR_BYTES],
+            false => &ZERO,
+        })
+    }
+    fn within<'a>(b: &'a Option<Buf>, r: &std::ops::Range<usize>) -> Option<&'a [u8]> {
+        b.as_ref().map(|b| &b[r.clone()])
+    }
+    let stored = e.stored();
+    let mut out_p = band.p.as_ref().map(|b| b.to_vec());
+    let mut out_q = band.q.as_ref().map(|b| b.to_vec());
+    let (mut n, mut si) = (0u64, 0usize);
+    for x in 0..usize::from(e.sectors) {
+        let bit = 1u8 << x;
+        if e.covered() & bit == 0 {
+            continue;
+        }
+        let r = x * SECTOR_BYTES..(x + 1) * SECTOR_BYTES;
+        let here = stored & bit != 0;
+        let (pp, pq) = (sector(&e.pp, here, si), sector(&e.pq, here, si));
+        si += usize::from(here);
+        let written: Vec<bool> = e.masks.iter().map(|m| m & bit != 0).collect();
+        let st = SectorState {
+            data: band.data.iter().map(|d| within(d, &r)).collect(),
+            p: within(&band.p, &r),
+            q: within(&band.q, &r),
+            raid6: e.parity == 2,
+            q_slot: &roles.q_slot,
+        };
+        let (np, nq) = replay_sector(&st, &written, pp, pq).ok_or(Why::Uncovered)?;
+        if let Some(o) = out_p.as_mut() {
+            o[r.clone()].copy_from_slice(&np);
+        }
+        if let (Some(o), Some(nq)) = (out_q.as_mut(), nq) {
+            o[r].copy_from_slice(&nq);
+        }
+        n += 1;
+    }
+    Ok(Replayed {
+        sectors: n,
+        p: out_p,
+        q: out_q,
+    })
+}
+
+/// A band's parity made consistent by an entry ([`replay_band_sectors`]).
+struct Replayed {
+    sectors: u64,
+    /// The band's new P and Q (`None` where the member is not current).
+    p: Option<Vec<u8>>,
+    q: Option<Vec<u8>>,
 }

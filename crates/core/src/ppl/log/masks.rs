@@ -3,6 +3,7 @@
 //! over, whether a band's earlier writes are durable, and whether a write may skip the flush.
 
 use crate::ppl::{BAND_BYTES, SECTOR_BYTES};
+use std::ops::Range;
 
 /// Per band of `bands` from band `first` on and per data chunk, the sectors of the band (of
 /// a `strip`-byte strip) that the row ranges `written[i]` of chunk `i` write, into `out`
@@ -34,6 +35,30 @@ pub(super) fn bands_masks_into(
             }
         }
     }
+}
+
+/// The 4 KiB bands the row ranges `written[i]` of the data chunks span, from the first
+/// range's band to the last's (`None` when they write nothing).
+pub(super) fn touched_bands(written: &[impl AsRef<[(u64, u64)]>]) -> Option<Range<u64>> {
+    let (lo, hi) = (written.iter().flat_map(AsRef::as_ref))
+        .fold((u64::MAX, 0), |(a, b), &(s, e)| (a.min(s), b.max(e)));
+    (lo < hi).then(|| lo / BAND_BYTES..hi.div_ceil(BAND_BYTES))
+}
+
+/// The sectors of a band whose partial parity an entry stores, for a write of sectors
+/// `now[i]` of data chunk `i`: those some chunk writes and some does not (where every chunk
+/// is written the partial is zero). `None` when the write writes nothing in the band.
+pub(super) fn stored_sectors(now: &[u8]) -> Option<u8> {
+    let covered = now.iter().fold(0, |a, m| a | m);
+    let full = now.iter().fold(0xff, |a, m| a & m);
+    (covered != 0).then_some(covered & !full)
+}
+
+/// Whether a band a write writes needs an entry: one storing a partial parity protects
+/// chunks not written; one storing none still must go where an older entry of the band
+/// could be replayed over the write (`replayable`), or supersede a `live` band's.
+pub(super) fn needs_entry(stored: u8, live: bool, replayable: bool) -> bool {
+    stored != 0 || live || replayable
 }
 
 /// The runs of set bits of a band's sector mask, as sector ranges `(first, end)`.
@@ -135,6 +160,62 @@ mod tests {
                 m
             })
             .collect()
+    }
+
+    #[test]
+    fn a_write_spans_the_bands_from_its_first_byte_to_its_last() {
+        let none: [Vec<(u64, u64)>; 2] = [vec![], vec![]];
+        assert_eq!(touched_bands(&none), None);
+        assert_eq!(touched_bands(&[vec![(512, 512)]]), None, "an empty range");
+        assert_eq!(touched_bands(&[vec![(0, 4096)]]), Some(0..1));
+        assert_eq!(touched_bands(&[vec![(4095, 4097)]]), Some(0..2));
+        let two = [vec![(9000, 9512)], vec![], vec![(100, 200)]];
+        assert_eq!(
+            touched_bands(&two),
+            Some(0..3),
+            "the hull of every chunk's ranges"
+        );
+    }
+
+    #[test]
+    fn an_entry_stores_the_sectors_some_chunk_writes_and_some_does_not() {
+        assert_eq!(
+            stored_sectors(&[0, 0, 0]),
+            None,
+            "nothing written in the band"
+        );
+        assert_eq!(stored_sectors(&[0xff, 0, 0]), Some(0xff));
+        assert_eq!(
+            stored_sectors(&[0xff, 0xff, 0xff]),
+            Some(0),
+            "every chunk written whole"
+        );
+        assert_eq!(stored_sectors(&[0x0f, 0xff, 0x0f]), Some(0xf0));
+        assert_eq!(
+            stored_sectors(&[0x01]),
+            Some(0),
+            "one data chunk: no partial"
+        );
+    }
+
+    #[test]
+    fn a_band_without_a_partial_is_logged_only_over_a_live_band_or_a_replayable_entry() {
+        assert!(
+            needs_entry(0x01, false, false),
+            "a partial protects the chunks not written"
+        );
+        assert!(
+            !needs_entry(0, false, false),
+            "nothing to protect, nothing stale"
+        );
+        assert!(
+            needs_entry(0, true, false),
+            "supersedes the live band's entry"
+        );
+        assert!(
+            needs_entry(0, false, true),
+            "masks an older entry a ring could replay"
+        );
     }
 
     proptest! {

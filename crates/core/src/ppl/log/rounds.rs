@@ -13,6 +13,63 @@ use smallvec::SmallVec;
 /// Per ring a round writes to, a byte count (a few rings a round: kept inline, searched).
 type RingBytes = SmallVec<[(usize, u64); 8]>;
 
+/// Where a round puts one ring's batch (`GroupLog::place_batches`).
+struct Place {
+    ring_index: usize,
+    /// Bytes into the ring, and the batch's length in whole blocks.
+    start: u64,
+    len: u64,
+    /// The part of the ring it cycles through (`Ring::window`).
+    window: u64,
+    /// No older batch of the ring is live: this one's tail masks every older entry.
+    masks_older: bool,
+}
+
+type Places = SmallVec<[Place; 8]>;
+
+/// How many of the `pending` entries a round takes — whole tickets, in order, while every
+/// ring's batch fits half its ring (`ring_len`) — and per ring its batch's bytes (a header,
+/// then entries). At least the first ticket: one past half a ring goes alone (rings sized by
+/// `GroupLog::new` never see one).
+fn round_extent(pending: &[Pending], ring_len: impl Fn(usize) -> u64) -> (usize, RingBytes) {
+    let add =
+        |sizes: &mut RingBytes, r: usize, len: u64| match sizes.iter_mut().find(|(x, _)| *x == r) {
+            Some((_, l)) => *l += len,
+            None => sizes.push((r, len)),
+        };
+    let (mut size, mut ticket_size) = (RingBytes::new(), RingBytes::new());
+    let mut n = 0;
+    while n < pending.len() {
+        let t = pending[n].ticket;
+        let end = n + pending[n..].iter().take_while(|p| p.ticket == t).count();
+        ticket_size.clear();
+        for p in &pending[n..end] {
+            for &(r, _) in &p.rings {
+                add(&mut ticket_size, r, p.entry.encoded_len() as u64);
+            }
+        }
+        let fits = ticket_size.iter().all(|&(r, len)| {
+            let so_far =
+                (size.iter().find(|(x, _)| *x == r)).map_or(BATCH_HEADER_BYTES as u64, |&(_, l)| l);
+            so_far + len <= ring_len(r) / 2
+        });
+        if !fits && n > 0 {
+            break;
+        }
+        for &(r, len) in &ticket_size {
+            if !size.iter().any(|(x, _)| *x == r) {
+                size.push((r, BATCH_HEADER_BYTES as u64));
+            }
+            add(&mut size, r, len);
+        }
+        n = end;
+        if !fits {
+            break;
+        }
+    }
+    (n, size)
+}
+
 /// Why [`GroupLog::write`] did not log a stripe write's entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LogFailed {
@@ -298,54 +355,29 @@ impl GroupLog {
     /// `None` when the batches have no room.
     fn take_round(&self, st: &mut State) -> Option<(Vec<Pending>, Vec<Batch>)> {
         let tail = Self::tail(st);
-        // Per ring the round writes to: its batch's bytes so far (a header, then entries).
-        let mut size = RingBytes::new();
-        let mut ticket_size = RingBytes::new();
-        let add = |sizes: &mut RingBytes, r: usize, len: u64| match sizes
-            .iter_mut()
-            .find(|(x, _)| *x == r)
-        {
-            Some((_, l)) => *l += len,
-            None => sizes.push((r, len)),
-        };
-        let mut n = 0;
-        while n < st.pending.len() {
-            let t = st.pending[n].ticket;
-            let end = n + st.pending[n..].iter().take_while(|p| p.ticket == t).count();
-            ticket_size.clear();
-            for p in &st.pending[n..end] {
-                for &(r, _) in &p.rings {
-                    add(&mut ticket_size, r, p.entry.encoded_len() as u64);
-                }
-            }
-            let fits = ticket_size.iter().all(|&(r, len)| {
-                let so_far = size
-                    .iter()
-                    .find(|(x, _)| *x == r)
-                    .map_or(BATCH_HEADER_BYTES as u64, |&(_, l)| l);
-                so_far + len <= st.rings[r].as_ref().expect("ring").len / 2
-            });
-            if !fits && n > 0 {
-                break;
-            }
-            for &(r, len) in &ticket_size {
-                if !size.iter().any(|(x, _)| *x == r) {
-                    size.push((r, BATCH_HEADER_BYTES as u64));
-                }
-                add(&mut size, r, len);
-            }
-            n = end;
-            if !fits {
-                // A first ticket past half a ring (rings sized by `GroupLog::new` never see
-                // one) goes alone.
-                break;
-            }
-        }
-        // Ring places: every ring's batch must fit without touching a live batch.
-        let mut places: SmallVec<[_; 8]> = SmallVec::new();
-        for &(r, len) in &size {
+        let ring_len = |r: usize| st.rings[r].as_ref().expect("ring").len;
+        let (n, size) = round_extent(&st.pending, ring_len);
+        let places = self.place_batches(st, &size, tail)?;
+        // The vectors of the last round, emptied (`finish_round`), when it ended.
+        let mut taken = std::mem::take(&mut st.spare_taken);
+        taken.extend(st.pending.drain(..n));
+        Self::renumber(st, &mut taken);
+        let batches = self.encode_batches(st, &taken, places, tail);
+        count(&stats::ROUNDS, 1);
+        count(&stats::ENTRIES, taken.len() as u64);
+        count(&stats::BATCHES, batches.len() as u64);
+        let bytes: usize = batches.iter().map(|b| b.bytes.len()).sum();
+        count(&stats::BATCH_BYTES, bytes as u64);
+        Some((taken, batches))
+    }
+
+    /// Where each ring's batch of `size` bytes goes in its ring (whole blocks, touching no
+    /// batch live from `tail` on); `None` when a ring has no room for its batch.
+    fn place_batches(&self, st: &mut State, size: &RingBytes, tail: u64) -> Option<Places> {
+        let mut places = Places::new();
+        for &(ring_index, len) in size {
             let len = len.next_multiple_of(LOG_BLOCK_BYTES);
-            let ring = st.rings[r].as_mut().expect("ring");
+            let ring = st.rings[ring_index].as_mut().expect("ring");
             // One stripe's entries fit half a ring (`min_ring_bytes`), and a round past half
             // a ring takes one ticket alone: a batch never runs past its ring's area.
             assert!(
@@ -356,46 +388,57 @@ impl GroupLog {
             ring.keep_live_from(tail);
             let masks_older = ring.none_live();
             let window = ring.window(self.memory_backed(ring));
-            places.push((r, ring.place(len, window)?, len, window, masks_older));
+            let start = ring.place(len, window)?;
+            places.push(Place {
+                ring_index,
+                start,
+                len,
+                window,
+                masks_older,
+            });
         }
-        // The vectors of the last round, emptied (`finish_round`), when it ended.
-        let mut taken = std::mem::take(&mut st.spare_taken);
-        taken.extend(st.pending.drain(..n));
-        Self::renumber(st, &mut taken);
+        Some(places)
+    }
+
+    /// The round's batches, one a place: the entries of `taken` its ring gets, encoded into
+    /// a buffer kept from a batch written before when one is free; each noted live in its
+    /// ring.
+    fn encode_batches(
+        &self,
+        st: &mut State,
+        taken: &[Pending],
+        places: Places,
+        tail: u64,
+    ) -> Vec<Batch> {
         let mut batches = std::mem::take(&mut st.spare_batches);
-        for (r, start, len, window, masks_older) in places {
+        for p in places {
             let spare = st.spare_batch_bytes.pop();
-            let ring = st.rings[r].as_mut().expect("ring");
+            let ring = st.rings[p.ring_index].as_mut().expect("ring");
             let es: SmallVec<[(&Entry, Part); 16]> = taken
                 .iter()
-                .filter_map(|p| {
-                    let (_, part) = p.rings.iter().find(|(c, _)| *c == r)?;
-                    Some((&p.entry, *part))
+                .filter_map(|t| {
+                    let (_, part) = t.rings.iter().find(|(c, _)| *c == p.ring_index)?;
+                    Some((&t.entry, *part))
                 })
                 .collect();
             let newest_seq = es.iter().map(|e| e.0.seq).max().unwrap_or(0);
-            ring.push_live(start, len, newest_seq);
+            ring.push_live(p.start, p.len, newest_seq);
             let n = batch_bytes(&es);
             let mut bytes = (spare.and_then(|b| b.reuse_as(n))).unwrap_or_else(|| Buf::new(n));
             encode_batch_into(self.life, tail, &es, &mut bytes);
-            debug_assert_eq!(bytes.len() as u64, len);
+            debug_assert_eq!(bytes.len() as u64, p.len);
             batches.push(Batch {
-                ring: r,
+                ring: p.ring_index,
                 member: ring.member,
-                at: ring.offset + start,
-                window: ring.offset..ring.offset + window,
+                at: ring.offset + p.start,
+                window: ring.offset..ring.offset + p.window,
                 bytes: bytes.freeze(),
                 tail,
-                masks_older,
+                masks_older: p.masks_older,
                 took: false,
             });
         }
-        count(&stats::ROUNDS, 1);
-        count(&stats::ENTRIES, taken.len() as u64);
-        count(&stats::BATCHES, batches.len() as u64);
-        let bytes: usize = batches.iter().map(|b| b.bytes.len()).sum();
-        count(&stats::BATCH_BYTES, bytes as u64);
-        Some((taken, batches))
+        batches
     }
 
     /// No room for a round: settle what can be settled (flush the group's members), or wait
@@ -575,5 +618,82 @@ impl Batch {
     /// it through a mapping.
     fn write_to<'a>(&self, member: &'a Arc<dyn Member>) -> BoxFuture<'a, MemberResult<()>> {
         member.write_in_window(self.window.clone(), self.at, self.bytes.clone(), true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ticket's entry of one band storing `sectors` sectors of partial parity on `rings`
+    /// (of a stripe of two data chunks: 32 + 8 + 512 × sectors bytes).
+    fn pending(ticket: u64, rings: &[usize], sectors: u32) -> Pending {
+        let stored = ((1u16 << sectors) - 1) as u8;
+        let entry = Entry {
+            seq: ticket,
+            group: 0,
+            stripe: ticket,
+            band: 0,
+            sectors: 8,
+            parity: 1,
+            masks: vec![stored, 0],
+            pp: Some(vec![0; 512 * sectors as usize]),
+            pq: None,
+        };
+        let rings = rings.iter().map(|&r| (r, Part::P)).collect();
+        Pending {
+            ticket,
+            entry,
+            rings,
+        }
+    }
+
+    #[test]
+    fn a_round_takes_whole_tickets_while_each_ring_s_batch_fits_half_its_ring() {
+        let header = BATCH_HEADER_BYTES as u64;
+        let one = (32 + 8 + 4096) as u64;
+        // Rings of 8 blocks and more: half a ring takes the header and seven such entries.
+        let ring_len = |r: usize| {
+            if r == 0 {
+                2 * (header + 7 * one)
+            } else {
+                1 << 20
+            }
+        };
+        let tickets: Vec<Pending> = (0..10).map(|t| pending(t, &[t as usize % 2], 8)).collect();
+        let (n, size) = round_extent(&tickets, ring_len);
+        // Ten tickets alternating over two rings: five entries each, all fit.
+        assert_eq!(n, 10);
+        assert_eq!(
+            size.as_slice(),
+            &[(0, header + 5 * one), (1, header + 5 * one)]
+        );
+        let many: Vec<Pending> = (0..20).map(|t| pending(t, &[0], 8)).collect();
+        let (n, size) = round_extent(&many, ring_len);
+        assert_eq!((n, size.as_slice()), (7, &[(0, header + 7 * one)][..]));
+    }
+
+    #[test]
+    fn a_ticket_s_entries_are_never_split_over_two_rounds() {
+        let header = BATCH_HEADER_BYTES as u64;
+        let one = (32 + 8 + 4096) as u64;
+        let ring_len = |_| 2 * (header + 3 * one);
+        // Ticket 0 of two entries, ticket 1 of two: the second does not fit beside the first.
+        let tickets = [0, 0, 1, 1].map(|t| pending(t, &[0], 8));
+        let (n, size) = round_extent(&tickets, ring_len);
+        assert_eq!((n, size.as_slice()), (2, &[(0, header + 2 * one)][..]));
+    }
+
+    #[test]
+    fn a_first_ticket_past_half_a_ring_goes_alone() {
+        let header = BATCH_HEADER_BYTES as u64;
+        let one = (32 + 8 + 4096) as u64;
+        let tickets = [pending(0, &[0, 1], 8), pending(1, &[1], 1)];
+        let (n, size) = round_extent(&tickets, |_| one);
+        assert_eq!(
+            (n, size.as_slice()),
+            (1, &[(0, header + one), (1, header + one)][..])
+        );
+        assert_eq!(round_extent(&[], |_| one), (0, RingBytes::new()));
     }
 }

@@ -2,7 +2,7 @@
 //! round, and who waits for what (woken when their band changes or ring room may have come).
 
 use super::rounds::{Batch, LogFailed};
-use super::{Bands, Entry, Key, Retired, Ring, Rings};
+use super::{Band, Bands, Entry, Key, Retired, Ring, Rings};
 use crate::buf::SharedBuf;
 use crate::num_hash::NumMap;
 use futures::channel::oneshot;
@@ -68,6 +68,49 @@ impl State {
         for w in self.band_waiters.remove(&key).into_iter().flatten() {
             let _ = w.send(());
         }
+    }
+
+    /// Over `rings`: the smallest durable tail (a ring replays no entry below its own),
+    /// and whether one of them is lapsed ([`Ring::lapsed`]: it may replay entries older
+    /// than `retired` remembers).
+    pub(super) fn replay_bounds(&self, rings: &Rings) -> (u64, bool) {
+        let ring = |c: usize| self.rings[c].as_ref().expect("ring");
+        let floor = rings.iter().map(|&(c, _)| ring(c).durable_tail).min();
+        let lapsed = rings.iter().any(|&(c, _)| ring(c).lapsed);
+        (floor.unwrap_or(0), lapsed)
+    }
+
+    /// `entry`'s band has a new entry and one more write in flight, its sectors dirty: live
+    /// again, or live anew on vectors kept from a retired band (a group of `members`
+    /// members and `k` data chunks).
+    pub(super) fn band_logged(&mut self, entry: &Entry, (members, k): (usize, usize)) {
+        let (key, seq) = ((entry.stripe, entry.band), entry.seq);
+        let spare = match self.bands.contains_key(&key) {
+            true => None,
+            false => self.spare_bands.pop(),
+        };
+        self.bands.upsert(
+            key,
+            || match spare {
+                Some((mut need, mut dirty)) => {
+                    need.clear();
+                    need.resize(members, 0);
+                    dirty.clear();
+                    dirty.resize(k, 0);
+                    Band::live_with(seq, need, dirty)
+                }
+                None => Band::live(seq, vec![0; members], k),
+            },
+            |b| {
+                b.seq = seq;
+                b.durable = false;
+                b.inflight += 1;
+                b.writes += 1;
+                for (d, m) in b.dirty.iter_mut().zip(&entry.masks) {
+                    *d |= m;
+                }
+            },
+        );
     }
 
     /// Wakes the rounds waiting for ring room.
