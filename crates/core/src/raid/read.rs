@@ -6,7 +6,9 @@ use super::plan::{recovery, Target};
 use super::*;
 use crate::checksum::BLOCK_BYTES;
 
+mod rows;
 mod sequential;
+use rows::{RowGather, Rows};
 
 /// Copies each piece's bytes out of a stripe's kept data chunks (all present).
 pub(super) fn copy_pieces(rows: &[Option<SharedBuf>], pieces: Vec<(ParityPiece, Buf)>) -> Vec<Buf> {
@@ -88,98 +90,39 @@ impl Reader<'_> {
         self.stripes.assert_locked(stripe, "a read of its rows");
         let roles = self.stripes.chunks.layout.roles(stripe);
         let base = self.stripes.chunks.layout.chunk_offset(stripe) + r0;
-        let n = (r1 - r0) as usize;
         let mut lost = self.stripes.chunks.lost(stripe, r0, r1);
         if let Some(c) = force_lost {
             lost[c] = true;
         }
-        let mut bad: Vec<usize> = Vec::new();
-        let mut data: Vec<Gathered> = bufs.into_iter().map(Gathered::Pending).collect();
-        let (mut p, mut q): (Option<Buf>, Option<Buf>) = (None, None);
-        let mut errors: Vec<VolumeError> = Vec::new();
+        let mut g = RowGather::new(lost, bufs, (r1 - r0) as usize);
         loop {
-            let rebuild = (0..k).any(|i| want[i] && lost[roles.data[i]]);
-            let plan = match rebuild {
-                true => Some(self.recovery_plan(stripe, &roles, &lost, errors.last())?),
+            let plan = match g.rebuilds(&roles, want) {
+                true => Some(self.recovery_plan(stripe, &roles, &g.lost, g.errors.last())?),
                 false => None,
             };
-            let (need_p, need_q) = plan.map_or((false, false), |(_, np, nq)| (np, nq));
-            // Reads still to issue: (child, target).
-            let mut todo: Vec<(usize, Target, Buf)> = Vec::new();
-            for i in 0..k {
-                if let Gathered::Pending(given) = &mut data[i] {
-                    if !lost[roles.data[i]] && (want[i] || rebuild) {
-                        let b = given.take().unwrap_or_else(|| Buf::new(n));
-                        todo.push((roles.data[i], Target::Data(i), b));
-                    }
-                }
-            }
-            if need_p && p.is_none() {
-                // One data chunk rebuilt from P: P is read straight into that chunk's buffer
-                // and the survivors are folded into it (`fold_into_p`).
-                let into = plan.and_then(|(loss, _, _)| p_target(&roles, loss));
-                let b = into
-                    .and_then(|x| match &mut data[x] {
-                        Gathered::Pending(given) => given.take(),
-                        Gathered::Read(_) => None,
-                    })
-                    .unwrap_or_else(|| Buf::new(n));
-                todo.push((roles.p, Target::P, b));
-            }
-            if need_q && q.is_none() {
-                let qc = roles.q.expect("need_q only with Q");
-                todo.push((qc, Target::Q, Buf::new(n)));
-            }
-            let meta: Vec<(usize, Target)> = todo.iter().map(|t| (t.0, t.1)).collect();
-            let results = join_all(
-                todo.into_iter()
-                    .map(|(c, _, b)| self.stripes.chunks.children[c].read(base, b)),
-            )
-            .await;
-            let mut failed = false;
-            for ((c, target), r) in meta.into_iter().zip(results) {
-                match (r, target) {
-                    (Ok(b), Target::Data(i)) => data[i] = Gathered::Read(b),
-                    (Ok(b), Target::P) => p = Some(b),
-                    (Ok(b), Target::Q) => q = Some(b),
-                    (Err(e), _) => {
-                        lost[c] = true;
-                        failed = true;
-                        if e.is_member_io() {
-                            bad.push(c);
-                        }
-                        errors.push(e);
-                    }
-                }
-            }
-            if failed {
+            let todo = g.reads(&roles, want, plan);
+            let issued: Vec<(usize, Target)> = todo.iter().map(|t| (t.0, t.1)).collect();
+            let children = &self.stripes.chunks.children;
+            let reads = todo.into_iter().map(|(c, _, b)| children[c].read(base, b));
+            if !g.take(issued, join_all(reads).await) {
                 continue;
             }
+            let Some((loss, _, _)) = plan else {
+                return Ok((g.take_rows(None).data, g.bad));
+            };
             // The chunk P rebuilds alone takes P's buffer, unless the caller gave it one.
-            let fold_x = plan
-                .and_then(|(loss, _, _)| p_target(&roles, loss))
-                .filter(|&x| matches!(data[x], Gathered::Pending(None)) && p.is_some());
-            let mut out: Vec<Buf> = data
-                .into_iter()
-                .enumerate()
-                .map(|(i, g)| match g {
-                    Gathered::Read(b) | Gathered::Pending(Some(b)) => b,
-                    Gathered::Pending(None) if fold_x == Some(i) => p.take().expect("read P"),
-                    Gathered::Pending(None) => Buf::new(n),
-                })
-                .collect();
-            if let Some((loss, _, _)) = plan {
-                match fold_x {
-                    Some(x) => fold_into_p(&mut out, x),
-                    None => {
-                        let p = p.unwrap_or_else(|| Buf::new(n));
-                        self.rebuild_rows(&roles, &mut out, p, q.as_ref(), loss);
-                    }
+            let fold_x = g.fold_target(&roles, loss);
+            let Rows { mut data, p, q } = g.take_rows(fold_x);
+            match fold_x {
+                Some(x) => fold_into_p(&mut data, x),
+                None => {
+                    let p = p.unwrap_or_else(|| Buf::new((r1 - r0) as usize));
+                    self.rebuild_rows(&roles, &mut data, p, q.as_ref(), loss);
                 }
-                self.check_rebuilt(stripe, base, &roles, &lost, want, &out)
-                    .await?;
             }
-            return Ok((out, bad));
+            self.check_rebuilt(stripe, base, &roles, &g.lost, want, &data)
+                .await?;
+            return Ok((data, g.bad));
         }
     }
 
@@ -518,23 +461,6 @@ impl Reader<'_> {
                 false
             }
         }
-    }
-}
-
-/// One data chunk's rows while a read gathers them.
-enum Gathered {
-    /// Not read yet: the caller's buffer for it, if one was given (and not lost to a failed
-    /// read).
-    Pending(Option<Buf>),
-    /// Read from its child.
-    Read(Buf),
-}
-
-/// The data index of the one chunk `loss` rebuilds from P alone, if it is such a loss.
-fn p_target(roles: &StripeRoles, loss: Loss) -> Option<usize> {
-    match loss {
-        Loss::Data(slot) => roles.q_slot.iter().position(|&s| s == slot),
-        _ => None,
     }
 }
 
