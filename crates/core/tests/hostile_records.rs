@@ -168,7 +168,7 @@ fn entry() -> impl Strategy<Value = Entry> {
 
 fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
-        (0u8..14, value()).prop_map(|(field, value)| Mutation::Field { field, value }),
+        (0u8..20, value()).prop_map(|(field, value)| Mutation::Field { field, value }),
         (0usize..4096, proptest::collection::vec(any::<u8>(), 1..16))
             .prop_map(|(at, bytes)| Mutation::SuperblockBytes { at, bytes }),
         (0usize..4096, proptest::collection::vec(any::<u8>(), 1..16))
@@ -180,6 +180,14 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         }),
         (0u64..256, any::<u32>()).prop_map(|(block, len)| Mutation::BatchLength { block, len }),
     ]
+}
+
+/// An id made from `x` (the nil id when `x` is zero).
+fn uuid(x: u64) -> nbraid_core::metadata::Uuid {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&x.to_le_bytes());
+    b[8..].copy_from_slice(&x.rotate_left(29).to_le_bytes());
+    nbraid_core::metadata::Uuid(b)
 }
 
 /// The newest valid superblock copy in `bytes` (a member's).
@@ -236,6 +244,32 @@ fn apply(m: &Mutation, bytes: &mut [u8]) -> bool {
                     })
                 }
                 11 => v.clean = x & 1 == 1,
+                14 => v.array = uuid(x),
+                15 => sb.member = uuid(x),
+                16 => {
+                    let i = x as usize % v.members.len();
+                    v.members[i].uuid = uuid(x);
+                }
+                17 => {
+                    use nbraid_core::metadata::RecordedState as S;
+                    let i = (x >> 8) as usize % v.members.len();
+                    v.members[i].state = [S::Active, S::Failed, S::Spare][(x % 3) as usize];
+                }
+                // The geometry: another level, strip or region over the same members.
+                18 => {
+                    let level = [Level::Raid5, Level::Raid6, Level::Raid0][(x % 3) as usize];
+                    let strip = 512 << ((x >> 2) % 8);
+                    let start = (x >> 8) % (4 * MIB) / 512 * 512;
+                    let len = (x >> 32) % (2 * MIB) / 512 * 512 + 512;
+                    let n = v.members.len();
+                    let shape = Shape::new(level, n, None, strip, ParityLayout::LeftSymmetric);
+                    let tree = shape
+                        .ok()
+                        .and_then(|s| s.build(&vec![Region { start, len }; n]).ok());
+                    let Some(tree) = tree else { return false };
+                    v.tree = tree;
+                }
+                19 => sb.generation = x,
                 // Both lengths of an area at once (a consistent-looking area).
                 12 => {
                     if let Some(b) = v.bitmap.as_mut() {
