@@ -3,14 +3,17 @@
 //! another machine, a remote server lying). Arrays created on memory members are mutated —
 //! a superblock field set to any value then re-encoded (so its checksum passes), raw
 //! superblock bytes overwritten and re-checksummed, bitmap bytes, forged log batches with
-//! right checksums — and started dirty: no panic, no allocation above [`ALLOC_CAP_BYTES`],
+//! right checksums — and started dirty: no panic, no allocation above 64 MiB,
 //! and either a refusal naming the volume or an assembly that reads back every byte written.
 //!
 //! The fuzz target runs for a bounded time in the default test run (~30 s) and counts the
 //! inputs it ran; `NBRAID_SOAK=N` runs N times as long.
 
+#[path = "common/capped_alloc.rs"]
+mod capped_alloc;
 mod common;
 
+use capped_alloc::{largest_alloc_bytes, ALLOC_CAP_BYTES};
 use futures::executor::block_on;
 use futures::future::BoxFuture;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, Probe, Superblock, SLOT_BYTES};
@@ -19,60 +22,15 @@ use nbraid_core::{Buf, CacheMode, Member, MemberResult, MemoryMember, VolumeOpti
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
-/// No single allocation may ask for more: a length read from a member never sizes one.
-const ALLOC_CAP_BYTES: usize = 64 << 20;
 const STRIP: u64 = 16 * KIB;
 const REGION: u64 = MIB;
 const LOG_RESERVE: u64 = MIB;
-
-/// The system allocator, refusing (the process aborts, naming the size) any allocation
-/// above [`ALLOC_CAP_BYTES`] and remembering the largest one asked for.
-struct Capped;
-
-static LARGEST_ALLOC: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is passed to the system allocator unchanged, or refused with null (an
-// allocation failure, which the standard library reports and aborts on).
-unsafe impl GlobalAlloc for Capped {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LARGEST_ALLOC.fetch_max(layout.size(), SeqCst);
-        if layout.size() > ALLOC_CAP_BYTES {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: the caller's layout, passed on.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LARGEST_ALLOC.fetch_max(layout.size(), SeqCst);
-        if layout.size() > ALLOC_CAP_BYTES {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: the caller's layout, passed on.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from the system allocator with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LARGEST_ALLOC.fetch_max(new_size, SeqCst);
-        if new_size > ALLOC_CAP_BYTES {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: `ptr` came from the system allocator with this layout.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Capped = Capped;
 
 /// A volume created, filled, partly rewritten and dropped dirty: each member's bytes, the
 /// tree, the options and what the volume holds.
@@ -210,7 +168,7 @@ fn entry() -> impl Strategy<Value = Entry> {
 
 fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
-        (0u8..14, value()).prop_map(|(field, value)| Mutation::Field { field, value }),
+        (0u8..20, value()).prop_map(|(field, value)| Mutation::Field { field, value }),
         (0usize..4096, proptest::collection::vec(any::<u8>(), 1..16))
             .prop_map(|(at, bytes)| Mutation::SuperblockBytes { at, bytes }),
         (0usize..4096, proptest::collection::vec(any::<u8>(), 1..16))
@@ -222,6 +180,14 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         }),
         (0u64..256, any::<u32>()).prop_map(|(block, len)| Mutation::BatchLength { block, len }),
     ]
+}
+
+/// An id made from `x` (the nil id when `x` is zero).
+fn uuid(x: u64) -> nbraid_core::metadata::Uuid {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&x.to_le_bytes());
+    b[8..].copy_from_slice(&x.rotate_left(29).to_le_bytes());
+    nbraid_core::metadata::Uuid(b)
 }
 
 /// The newest valid superblock copy in `bytes` (a member's).
@@ -278,6 +244,32 @@ fn apply(m: &Mutation, bytes: &mut [u8]) -> bool {
                     })
                 }
                 11 => v.clean = x & 1 == 1,
+                14 => v.array = uuid(x),
+                15 => sb.member = uuid(x),
+                16 => {
+                    let i = x as usize % v.members.len();
+                    v.members[i].uuid = uuid(x);
+                }
+                17 => {
+                    use nbraid_core::metadata::RecordedState as S;
+                    let i = (x >> 8) as usize % v.members.len();
+                    v.members[i].state = [S::Active, S::Failed, S::Spare][(x % 3) as usize];
+                }
+                // The geometry: another level, strip or region over the same members.
+                18 => {
+                    let level = [Level::Raid5, Level::Raid6, Level::Raid0][(x % 3) as usize];
+                    let strip = 512 << ((x >> 2) % 8);
+                    let start = (x >> 8) % (4 * MIB) / 512 * 512;
+                    let len = (x >> 32) % (2 * MIB) / 512 * 512 + 512;
+                    let n = v.members.len();
+                    let shape = Shape::new(level, n, None, strip, ParityLayout::LeftSymmetric);
+                    let tree = shape
+                        .ok()
+                        .and_then(|s| s.build(&vec![Region { start, len }; n]).ok());
+                    let Some(tree) = tree else { return false };
+                    v.tree = tree;
+                }
+                19 => sb.generation = x,
                 // Both lengths of an area at once (a consistent-looking area).
                 12 => {
                     if let Some(b) = v.bitmap.as_mut() {
@@ -364,7 +356,7 @@ fn check(base: &Base, victim: usize, m: &Mutation) -> Result<(), TestCaseError> 
             prop_assert!(e.contains("vol"), "a refusal that names no volume: {e}");
         }
     }
-    prop_assert!(LARGEST_ALLOC.load(SeqCst) <= ALLOC_CAP_BYTES);
+    prop_assert!(largest_alloc_bytes() <= ALLOC_CAP_BYTES);
     Ok(())
 }
 
@@ -392,7 +384,7 @@ fn hostile_records_never_panic_nor_allocate_from_a_disk_value() {
     eprintln!(
         "hostile records: {ran} inputs in {:.1} s, largest allocation {} bytes",
         start.elapsed().as_secs_f64(),
-        LARGEST_ALLOC.load(SeqCst)
+        largest_alloc_bytes()
     );
     if let Err(e) = result {
         panic!("{e}");

@@ -135,6 +135,14 @@ pub enum AssembleError {
         a: usize,
         b: usize,
     },
+    #[error("volume `{volume}`: members {a} and {b} record the same event ({events}) with different reshapes ({detail}); no commit writes that, and which record is true cannot be told — not started (fail the member whose record is wrong)")]
+    ReshapeRecordsDisagree {
+        volume: String,
+        a: usize,
+        b: usize,
+        events: u64,
+        detail: String,
+    },
     #[error(
         "volume `{volume}`: roles {absent} have no trusted member, more than the volume tolerates"
     )]
@@ -216,6 +224,7 @@ pub(crate) fn assemble_with(
         newest,
         mut warnings,
     } = gather(name, probes, names)?;
+    reshapes_agree(&volume, &records, newest)?;
     // Mid-reshape the config says the shape the volume is moving into (`nbraid apply`'s).
     let reshape = newest.reshape.clone();
     let config_shape = reshape.as_ref().map_or(&newest.tree, |r| &r.new_tree);
@@ -367,6 +376,42 @@ fn gather<'a>(
         newest,
         warnings,
     })
+}
+
+/// Refuses records of the newest event that disagree on the reshape: the newest record
+/// found first would otherwise say where the bytes live, whatever its peers say (a lying
+/// position served bytes not yet copied as the new tree's).
+fn reshapes_agree(
+    volume: &str,
+    records: &[Option<&VolumeRecord>],
+    newest: &VolumeRecord,
+) -> Result<(), AssembleError> {
+    let Some(first) = records
+        .iter()
+        .position(|r| r.is_some_and(|r| std::ptr::eq(r, newest)))
+    else {
+        return Ok(());
+    };
+    for (i, r) in records.iter().enumerate() {
+        let Some(r) = r.filter(|r| r.events == newest.events) else {
+            continue;
+        };
+        let detail = match (&newest.reshape, &r.reshape) {
+            (None, None) => None,
+            (Some(a), Some(b)) => a.differs_in_commit(b),
+            (Some(_), None) | (None, Some(_)) => Some("one records none".to_string()),
+        };
+        if let Some(detail) = detail {
+            return Err(AssembleError::ReshapeRecordsDisagree {
+                volume: volume.to_string(),
+                a: first,
+                b: i,
+                events: newest.events,
+                detail,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// What a superblock without this volume's record holds, for the refusal.

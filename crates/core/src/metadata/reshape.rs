@@ -49,6 +49,26 @@ impl ReshapeRecord {
         Reshape::new(old_tree.clone(), self.new_tree.clone()).map_err(|e| invalid(e.to_string()))
     }
 
+    /// What two records of one commit (one event count) must say alike: the position, the
+    /// backed-up window and the new tree (the backup area is each member's own). Every
+    /// change of them is a commit of its own, so records of one event that differ hold a
+    /// value no commit wrote, and which of them is true cannot be told.
+    pub fn differs_in_commit(&self, other: &ReshapeRecord) -> Option<String> {
+        if self.position_bytes != other.position_bytes {
+            return Some(format!(
+                "position {} against {}",
+                self.position_bytes, other.position_bytes
+            ));
+        }
+        if self.backup_window != other.backup_window {
+            return Some(format!(
+                "backed-up window {:?} against {:?}",
+                self.backup_window, other.backup_window
+            ));
+        }
+        (self.new_tree != other.new_tree).then(|| "new tree".to_string())
+    }
+
     /// What a checksum cannot prove, against the record's `old_tree` over `members` members:
     /// every member in the new tree once and in the old at most once, a position and a
     /// backed-up window of the reshape (a role without an area keeps its share in the pool on
