@@ -254,3 +254,83 @@ fn checksums_landed_without_their_data_read_without_errors() {
         torn(level, n, DROP_DATA);
     }
 }
+
+/// Where member `d`'s checksum entry of region block `block` lives (its newest superblock
+/// names the area: a 4 KiB header, then 8 bytes a block).
+fn entry_at(d: &Disk, block: u64) -> u64 {
+    use nbraid_core::metadata::{Superblock, SLOT_BYTES};
+    let mut sb = vec![0u8; 2 * SLOT_BYTES as usize];
+    d.inner.peek(0, &mut sb);
+    let newest = [0, SLOT_BYTES as usize]
+        .map(|at| Superblock::decode(&sb[at..]).ok())
+        .into_iter()
+        .flatten()
+        .max_by_key(|s| s.generation)
+        .expect("a superblock");
+    newest.volumes[0].checksums.expect("a checksum area").offset + 4096 + 8 * block
+}
+
+/// Makes member `d`'s entry of region block `block` lie: its CRC changed, its tag kept (as
+/// a damaged entry page or a member moved from elsewhere could hold). The entry as it was.
+fn lie(d: &Disk, block: u64) -> [u8; 8] {
+    let at = entry_at(d, block);
+    let mut right = [0u8; 8];
+    d.inner.peek(at, &mut right);
+    let mut lying = right;
+    lying[0] ^= 0x5a;
+    d.inner.poke(at, &lying);
+    right
+}
+
+/// A data block's entry that lies while the member holds the right bytes: the rest of the
+/// stripe rebuilds exactly those bytes, so the entry is overruled — the read returns them
+/// and its repair rewrites the entry; a scrub with repair does the same for an entry of
+/// another block. (Refusing left good bytes unreadable for good, scrub or not.)
+#[test]
+fn a_lying_checksum_entry_is_overruled_by_the_redundancy_and_rewritten() {
+    let strip = 64 * KIB;
+    for (level, n) in LEVELS {
+        let d = disks(n);
+        let (a, _) = block_on(Array::create(
+            "vol",
+            tree(level, n, strip),
+            metas(&d),
+            opts(),
+            true,
+            &|_, _| {},
+        ))
+        .expect("create");
+        let data = pattern(3, a.volume().capacity());
+        write_all(&a, &data);
+        block_on(a.flush()).expect("flush");
+        block_on(a.mark_clean()).expect("clean");
+        drop(a);
+        // Member 0 holds data at its region's blocks 1 and 2 on every level here.
+        let (read_block, scrub_block) = (1, 2);
+        let right = [lie(&d[0], read_block), lie(&d[0], scrub_block)];
+        let a = open(level, &d, strip);
+        let got = block_on(a.read(read_block * BLOCK_BYTES, BLOCK_BYTES)).expect("read");
+        assert!(got[..] == data[4096..8192], "{level:?}: the block's bytes");
+        let scrub = nbraid_core::ScrubControl::new(true, 0);
+        let report = block_on(a.scrub(&scrub)).expect("scrub");
+        assert!(read_all(&a, 1) == data, "{level:?}: every byte");
+        block_on(a.flush()).expect("flush");
+        block_on(a.mark_clean()).expect("clean");
+        drop(a);
+        for (block, right) in [(read_block, right[0]), (scrub_block, right[1])] {
+            let mut now = [0u8; 8];
+            d[0].inner.peek(entry_at(&d[0], block), &mut now);
+            assert_eq!(
+                now, right,
+                "{level:?}: block {block}'s entry rewritten ({report:?})"
+            );
+        }
+        let a = open(level, &d, strip);
+        assert!(read_all(&a, 1) == data, "{level:?}: after a reopen");
+        assert_eq!(
+            errors_and_repairs(&a),
+            (0, 0),
+            "{level:?}: nothing left to repair"
+        );
+    }
+}

@@ -187,7 +187,26 @@ impl NodeIo for LeafNode {
             }
             let part = &bytes[(lo - offset) as usize..(hi - offset) as usize];
             let m = self.slot().member();
-            cs.matches(&*m, lo, part).await.unwrap_or(true)
+            if cs.matches(&*m, lo, part).await.unwrap_or(true) {
+                return true;
+            }
+            // The member's entries disagree with the bytes the rest of the stripe rebuilds.
+            // Those come from blocks that matched their own entries; when the member holds
+            // exactly them too, the stripe is consistent and the entries alone are wrong (a
+            // damaged or lying entry): accept — the caller's repair rewrites the blocks, and
+            // with them right entries. Refusing would leave good bytes unreadable for good.
+            let held = m.read(self.start + lo, Buf::new(part.len())).await;
+            let consistent = held.is_ok_and(|b| b[..] == *part);
+            if consistent {
+                tracing::warn!(
+                    "member {} (`{}`): the checksum entries of bytes {}..{} disagree with the bytes it holds, which the redundancy confirms: the entries are rewritten",
+                    self.index,
+                    m.name(),
+                    self.start + lo,
+                    self.start + hi
+                );
+            }
+            consistent
         }
         .boxed()
     }

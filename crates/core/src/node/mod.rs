@@ -131,7 +131,8 @@ pub trait NodeIo: Send + Sync {
     fn fail_unreadable(&self, _offset: u64, _len: u64, _why: &str) {}
 
     /// Whether `bytes`, rebuilt from the redundancy for `[offset, offset+len)` of this node,
-    /// match the per-block checksums kept there ([`crate::checksum`]): a parity group checks
+    /// match the per-block checksums kept there ([`crate::checksum`]), or, where they do not,
+    /// equal the bytes the node holds (its entries are the ones wrong): a parity group checks
     /// what it rebuilt before returning it. Nodes that keep none (and cannot check) say yes.
     fn verify_rebuilt<'a>(&'a self, _offset: u64, _bytes: &'a [u8]) -> BoxFuture<'a, bool> {
         futures::future::ready(true).boxed()
