@@ -205,10 +205,6 @@ pub struct WritePlan {
 pub fn plan_write(w: &StripeWrite) -> Option<WritePlan> {
     let (r0, r1) = w.rows;
     assert!(r0 < r1, "a stripe write covers at least one row");
-    let k = w.data.len();
-    let touched: Vec<bool> = w.data.iter().map(|c| c.new.touched()).collect();
-    let covered: Vec<bool> = w.data.iter().map(|c| c.new.rows_covered).collect();
-    let unreadable: Vec<bool> = w.data.iter().map(|c| !c.health.readable).collect();
     for c in &w.data {
         assert!(
             !c.new.touched() || (r0 <= c.new.hull.0 && c.new.hull.1 <= r1),
@@ -216,10 +212,33 @@ pub fn plan_write(w: &StripeWrite) -> Option<WritePlan> {
             c.new.hull
         );
     }
+    let plan = decide(w);
+    let mut io = WritePlan {
+        plan,
+        reads: Vec::new(),
+        rebuild: Vec::new(),
+        writes: Vec::new(),
+    };
+    match plan {
+        Plan::DataOnly => io.data_only(w)?,
+        Plan::Rmw => io.read_modify_write(w),
+        Plan::FullRows | Plan::Rcw | Plan::Reconstruct => io.whole_rows(w),
+    }
+    Some(io)
+}
+
+/// The plan for `w`: md's counting rule ([`choose`]), then the overrides — parity that takes
+/// writes but cannot be read is generated afresh (a reconstruct-write, or a reconstruct where
+/// an uncovered chunk is unreadable), and a write whose earlier plan failed on a read
+/// reconstructs.
+fn decide(w: &StripeWrite) -> Plan {
+    let touched: Vec<bool> = w.data.iter().map(|c| c.new.touched()).collect();
+    let covered: Vec<bool> = w.data.iter().map(|c| c.new.rows_covered).collect();
+    let unreadable: Vec<bool> = w.data.iter().map(|c| !c.health.readable).collect();
     let q = w.q.unwrap_or(Health::FAILED);
     let parity_readable = usize::from(w.p.readable) + usize::from(q.readable);
     let parity_writable = w.p.writable || q.writable;
-    let rcw_possible = (0..k).all(|i| covered[i] || !unreadable[i]);
+    let rcw_possible = (covered.iter().zip(&unreadable)).all(|(&c, &u)| c || !u);
     let mut plan = choose(
         &touched,
         &covered,
@@ -249,64 +268,80 @@ pub fn plan_write(w: &StripeWrite) -> Option<WritePlan> {
             Plan::Reconstruct
         };
     }
-    let rows = |target, (start, end)| Rows { target, start, end };
-    let touched_data = (0..k).filter(|&i| touched[i]);
-    let mut reads = Vec::new();
-    let mut rebuild = Vec::new();
-    let mut writes: Vec<Rows> = Vec::new();
-    match plan {
-        Plan::DataOnly => {
-            if touched_data.clone().any(|i| !w.data[i].health.writable) {
-                return None;
-            }
-            for i in touched_data {
-                let n = w.data[i].new;
-                if !n.hull_covered {
-                    // Gaps in the new bytes: the old bytes between them are written back.
-                    reads.push(rows(Target::Data(i), n.hull));
-                }
-                writes.push(rows(Target::Data(i), n.hull));
-            }
+    plan
+}
+
+impl WritePlan {
+    fn read(&mut self, target: Target, (start, end): (u64, u64)) {
+        self.reads.push(Rows { target, start, end });
+    }
+
+    fn write(&mut self, target: Target, (start, end): (u64, u64)) {
+        self.writes.push(Rows { target, start, end });
+    }
+
+    /// No parity to keep: each touched chunk's new bytes (the old bytes between them read
+    /// and written back). `None` when one of them cannot be written.
+    fn data_only(&mut self, w: &StripeWrite) -> Option<()> {
+        let touched = || (w.data.iter().enumerate()).filter(|(_, c)| c.new.touched());
+        if touched().any(|(_, c)| !c.health.writable) {
+            return None;
         }
-        Plan::Rmw => {
-            for i in touched_data {
-                assert!(
-                    !unreadable[i],
-                    "RMW reads the old bytes of every touched chunk"
-                );
-                reads.push(rows(Target::Data(i), w.data[i].new.hull));
-                writes.push(rows(Target::Data(i), w.data[i].new.hull));
+        for (i, c) in touched() {
+            if !c.new.hull_covered {
+                // Gaps in the new bytes: the old bytes between them are written back.
+                self.read(Target::Data(i), c.new.hull);
             }
-            for (t, h) in [(Target::P, w.p), (Target::Q, q)] {
-                if h.readable {
-                    reads.push(rows(t, (r0, r1)));
-                    writes.push(rows(t, (r0, r1)));
-                }
-            }
+            self.write(Target::Data(i), c.new.hull);
         }
-        Plan::FullRows | Plan::Rcw | Plan::Reconstruct => {
-            let uncovered = (0..k).filter(|&i| !covered[i]);
-            match plan {
-                Plan::Rcw => reads.extend(uncovered.map(|i| rows(Target::Data(i), (r0, r1)))),
-                Plan::Reconstruct => rebuild.extend(uncovered),
-                _ => assert!(uncovered.count() == 0, "full rows cover every chunk"),
-            }
-            for i in touched_data.filter(|&i| w.data[i].health.writable) {
-                writes.push(rows(Target::Data(i), w.data[i].new.hull));
-            }
-            for (t, h) in [(Target::P, w.p), (Target::Q, q)] {
-                if h.writable {
-                    writes.push(rows(t, (r0, r1)));
-                }
+        Some(())
+    }
+
+    /// Read-modify-write: the old bytes of every touched chunk and of each readable parity
+    /// chunk over the rows, then all of them written.
+    fn read_modify_write(&mut self, w: &StripeWrite) {
+        for (i, c) in (w.data.iter().enumerate()).filter(|(_, c)| c.new.touched()) {
+            assert!(
+                c.health.readable,
+                "RMW reads the old bytes of every touched chunk"
+            );
+            self.read(Target::Data(i), c.new.hull);
+            self.write(Target::Data(i), c.new.hull);
+        }
+        let q = w.q.unwrap_or(Health::FAILED);
+        for (t, h) in [(Target::P, w.p), (Target::Q, q)] {
+            if h.readable {
+                self.read(t, w.rows);
+                self.write(t, w.rows);
             }
         }
     }
-    Some(WritePlan {
-        plan,
-        reads,
-        rebuild,
-        writes,
-    })
+
+    /// Parity from whole rows: the chunks the write does not cover read (reconstruct-write)
+    /// or rebuilt from the stripe (reconstruct); every writable touched chunk and parity
+    /// chunk written.
+    fn whole_rows(&mut self, w: &StripeWrite) {
+        let uncovered = (0..w.data.len()).filter(|&i| !w.data[i].new.rows_covered);
+        match self.plan {
+            Plan::Rcw => {
+                for i in uncovered {
+                    self.read(Target::Data(i), w.rows);
+                }
+            }
+            Plan::Reconstruct => self.rebuild.extend(uncovered),
+            _ => assert!(uncovered.count() == 0, "full rows cover every chunk"),
+        }
+        let writable = |c: &&DataChunk| c.new.touched() && c.health.writable;
+        for (i, c) in (w.data.iter().enumerate()).filter(|(_, c)| writable(c)) {
+            self.write(Target::Data(i), c.new.hull);
+        }
+        let q = w.q.unwrap_or(Health::FAILED);
+        for (t, h) in [(Target::P, w.p), (Target::Q, q)] {
+            if h.writable {
+                self.write(t, w.rows);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
