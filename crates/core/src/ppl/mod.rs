@@ -43,7 +43,7 @@ mod recover;
 pub mod replay;
 mod stats;
 
-pub(crate) use log::{GroupLog, LogFailed, PerChunk, Prepared, Settled, Values};
+pub(crate) use log::{GroupLog, Hold, LogFailed, PerChunk, Prepared, Settled, Values};
 pub use recover::{recover, LogHost, RecoverReport};
 pub use stats::{stats, LogStats};
 

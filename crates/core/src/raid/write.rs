@@ -50,6 +50,15 @@ pub(super) struct StripeWriter<'a> {
     pub(super) stripes: &'a Stripes,
 }
 
+/// Stage 3 of a stripe write: the member writes of the new data (and, but for a
+/// regenerated plan, parity), the log's entries for them, and a regenerated plan's new rows
+/// of every data chunk (its parity is computed from them in stage 5).
+struct Computed {
+    out: Vec<(Target, SharedBuf)>,
+    entries: crate::ppl::Prepared,
+    news: Option<Vec<SharedBuf>>,
+}
+
 impl StripeWriter<'_> {
     /// Writes new bytes of one stripe to the members (with parity), the caller holding the
     /// stripe's lock: the rows its chunks write, as runs split at wide gaps ([`row_runs`]),
@@ -344,52 +353,38 @@ impl StripeWriter<'_> {
             ));
         };
         // 2. Read what the plan reads.
-        let reads: Vec<ChildRead> = plan
-            .reads
-            .iter()
-            .map(|r| ChildRead {
-                child: rows.child(r.target),
-                at: rows.base + r.start,
-                len: (r.end - r.start) as usize,
-            })
-            .collect();
-        let got = self.stripes.chunks.read_all(&reads).await?;
-        let old: HashMap<Target, Buf> = plan.reads.iter().map(|r| r.target).zip(got).collect();
-        // 3. Compute the new chunks, and the log's entries from them. Regenerated parity is
-        // computed in stage 5, from the same bytes (see `write_regenerated`).
-        let (out, entries, news) = match plan.plan {
-            Plan::DataOnly => (rows.data_only(&input, &plan, &old), vec![], None),
-            Plan::Rmw => {
-                let (out, entries) = self.compute_rmw(&rows, &input, &plan, old).await;
-                (out, entries, None)
-            }
-            Plan::FullRows | Plan::Rcw | Plan::Reconstruct => {
-                let (out, entries, news) =
-                    self.compute_regenerated(&rows, &input, &plan, old).await?;
-                (out, entries, Some(news))
-            }
-        };
+        let old = self.read_planned(&rows, &plan).await?;
+        // 3. Compute the new chunks, and the log's entries from them.
+        let Computed { out, entries, news } = self.compute(&rows, &input, &plan, old).await?;
         // A regenerated plan's parity writes follow in stage 5.
         let planned = match news {
             Some(_) => data_prefix(&plan.writes),
             None => &plan.writes[..],
         };
         let writes = rows.follow_plan(planned, out);
-        // 4. Log: the entries are durable before any member write is issued. A log that no
-        // parity member took (they failed): plan again without P. A log with no room must
-        // not leave the stripe written without its parity while P still serves.
-        let _hold = match &self.stripes.ppl {
-            Some(log) => Some(log.write(entries).await.map_err(|e| match e {
-                LogFailed::ParityFailed => Retry::Read(roles.p, e.into_error()),
-                LogFailed::NoRoom => Retry::Fatal(e.into_error()),
-            })?),
-            None => None,
-        };
+        // 4. Log: the entries are durable before any member write is issued.
+        let _hold = self.log(roles, entries).await?;
         // 5. Member I/O.
+        let (now_lost, errors) = self.member_io(&rows, &plan, writes, news, failed).await;
+        // 6. Settle.
+        self.settle(&rows, &input, &plan, &now_lost, errors)
+    }
+
+    /// Stage 5: the member writes (a regenerated plan's parity generated between its data
+    /// and parity writes); the children lost now — `failed` and those whose writes failed —
+    /// and the writes' errors.
+    async fn member_io(
+        &self,
+        rows: &RowsWrite<'_>,
+        plan: &WritePlan,
+        writes: Vec<ChildWrite>,
+        news: Option<Vec<SharedBuf>>,
+        failed: Vec<bool>,
+    ) -> (Vec<bool>, Vec<VolumeError>) {
         let (writes, results) = match news {
-            Some(news) => self.write_regenerated(&rows, &plan, writes, &news).await,
+            Some(news) => self.write_regenerated(rows, plan, writes, &news).await,
             None => {
-                let results = self.stripes.chunks.write_all(&writes, fua).await;
+                let results = self.stripes.chunks.write_all(&writes, rows.fua).await;
                 (writes, results)
             }
         };
@@ -401,8 +396,72 @@ impl StripeWriter<'_> {
                 errors.push(e);
             }
         }
-        // 6. Settle.
-        self.settle(&rows, &input, &plan, &now_lost, errors)
+        (now_lost, errors)
+    }
+
+    /// Stage 2: the old rows the plan reads, by target.
+    async fn read_planned(
+        &self,
+        rows: &RowsWrite<'_>,
+        plan: &WritePlan,
+    ) -> Result<HashMap<Target, Buf>, Retry> {
+        let reads: Vec<ChildRead> = (plan.reads.iter())
+            .map(|r| ChildRead {
+                child: rows.child(r.target),
+                at: rows.base + r.start,
+                len: (r.end - r.start) as usize,
+            })
+            .collect();
+        let got = self.stripes.chunks.read_all(&reads).await?;
+        Ok(plan.reads.iter().map(|r| r.target).zip(got).collect())
+    }
+
+    /// Stage 3: the new chunks the plan writes, and the log's entries from them.
+    /// Regenerated parity is computed in stage 5, from the same bytes (`write_regenerated`).
+    async fn compute(
+        &self,
+        rows: &RowsWrite<'_>,
+        input: &StripeWrite,
+        plan: &WritePlan,
+        old: HashMap<Target, Buf>,
+    ) -> Result<Computed, Retry> {
+        Ok(match plan.plan {
+            Plan::DataOnly => Computed {
+                out: rows.data_only(input, plan, &old),
+                entries: Vec::new(),
+                news: None,
+            },
+            Plan::Rmw => {
+                let (out, entries) = self.compute_rmw(rows, input, plan, old).await;
+                Computed {
+                    out,
+                    entries,
+                    news: None,
+                }
+            }
+            Plan::FullRows | Plan::Rcw | Plan::Reconstruct => {
+                self.compute_regenerated(rows, input, plan, old).await?
+            }
+        })
+    }
+
+    /// Stage 4: `entries` durable in the log before any member write is issued; the hold
+    /// keeps their bands live until the member writes end. A log that no parity member took
+    /// (they failed): plan again without P. A log with no room must not leave the stripe
+    /// written without its parity while P still serves.
+    async fn log(
+        &self,
+        roles: &StripeRoles,
+        entries: crate::ppl::Prepared,
+    ) -> Result<Option<crate::ppl::Hold<'_>>, Retry> {
+        let Some(log) = &self.stripes.ppl else {
+            return Ok(None);
+        };
+        let hold = log.write(entries).await.map_err(|e| match e {
+            LogFailed::ParityFailed => Retry::Read(roles.p, e.into_error()),
+            LogFailed::NoRoom => Retry::Fatal(e.into_error()),
+        })?;
+        Ok(Some(hold))
     }
 
     /// Stage 3 of a read-modify-write: the parity updated by the difference of each written
@@ -479,14 +538,7 @@ impl StripeWriter<'_> {
         input: &StripeWrite,
         plan: &WritePlan,
         mut old: HashMap<Target, Buf>,
-    ) -> Result<
-        (
-            Vec<(Target, SharedBuf)>,
-            crate::ppl::Prepared,
-            Vec<SharedBuf>,
-        ),
-        Retry,
-    > {
+    ) -> Result<Computed, Retry> {
         let (k, r0, r1) = (self.stripes.chunks.k, rows.r0, rows.r1);
         if !plan.rebuild.is_empty() {
             let mut want = vec![false; k];
@@ -536,7 +588,11 @@ impl StripeWriter<'_> {
                 Target::P | Target::Q => None,
             })
             .collect();
-        Ok((out, entries, news))
+        Ok(Computed {
+            out,
+            entries,
+            news: Some(news),
+        })
     }
 
     /// Stage 5 of a plan that regenerates parity: the data chunks' member writes are issued
