@@ -79,3 +79,42 @@ fn raid1_repairs_the_whole_block_after_a_part_read() {
     part_read_then_rest(&a, &disks[0], 5, 5 * 4 * KIB, &bytes);
     part_read_then_rest(&a, &disks[1], 6, 6 * 4 * KIB, &bytes);
 }
+
+// Known bug, not fixed yet: a write of part of a block whose old bytes are bad on a member
+// (the leaf reads the rest to checksum the block whole) keeps the bad bytes and drops the
+// block's checksum (`LeafNode::checksums_before_write`: "unknown"), so they read back as
+// good. Keeping the stored checksum instead makes a mirror repair the block at the next read,
+// but a parity group then cannot rebuild it (the rebuilt bytes, right, do not match the old
+// checksum): the fix is above the leaf — a write of part of a block reads the block through
+// the redundancy first (repaired whole) and writes it whole.
+
+/// Corrupts region block `block` of `disk`, writes 512 bytes into the middle of volume bytes
+/// `at..at+4096` (on that block), then reads the whole block several times (each copy).
+fn part_write_then_read(a: &Array, disk: &MemoryMember, block: u64, at: u64, bytes: &mut [u8]) {
+    disk.poke(START + block * 4096, &[0x5a; 4096]);
+    let at = at as usize;
+    let new = [0xc3u8; 512];
+    bytes[at + 1024..at + 1536].copy_from_slice(&new);
+    block_on(a.write(at as u64 + 1024, Buf::copy_from(&new), false)).expect("write");
+    for _ in 0..4 {
+        let got = block_on(a.read(at as u64, 4096)).expect("read");
+        assert!(
+            got[..] == bytes[at..at + 4096],
+            "the block reads as written"
+        );
+    }
+}
+
+#[test]
+#[ignore = "known bug: a part write into a bad block keeps its bad bytes unchecked"]
+fn raid1_part_write_into_a_corrupted_block_keeps_the_rest() {
+    let (a, disks, mut bytes) = filled(Level::Raid1, 2);
+    part_write_then_read(&a, &disks[0], 5, 5 * 4 * KIB, &mut bytes);
+}
+
+#[test]
+#[ignore = "known bug: a part write into a bad block keeps its bad bytes unchecked"]
+fn raid5_part_write_into_a_corrupted_block_keeps_the_rest() {
+    let (a, disks, mut bytes) = filled(Level::Raid5, 3);
+    part_write_then_read(&a, &disks[2], 1, 8 * KIB, &mut bytes);
+}
