@@ -41,6 +41,7 @@ struct Geo {
     /// `write_hole_log_size`: the log in a reserve this large instead of where its strips put
     /// it.
     log_reserve: Option<u64>,
+    parity_layout: ParityLayout,
 }
 
 const fn geo(level: Level, members: usize, spans: Option<usize>, strip: u64) -> Geo {
@@ -55,6 +56,7 @@ const fn geo(level: Level, members: usize, spans: Option<usize>, strip: u64) -> 
         bitmap_chunk_bytes: Some(64 * MIB),
         write_back: false,
         log_reserve: None,
+        parity_layout: ParityLayout::LeftSymmetric,
     }
 }
 
@@ -80,6 +82,12 @@ impl Geo {
             ..self
         }
     }
+    const fn layout(self, parity_layout: ParityLayout) -> Geo {
+        Geo {
+            parity_layout,
+            ..self
+        }
+    }
     const fn write_back(self) -> Geo {
         Geo {
             write_back: true,
@@ -93,7 +101,7 @@ impl Geo {
             self.members,
             self.spans,
             self.strip,
-            ParityLayout::LeftSymmetric,
+            self.parity_layout,
         )
         .expect("shape")
     }
@@ -116,14 +124,20 @@ const SWEEP: [Geo; 16] = [
     geo(Level::Raid5, 3, None, 4 * KIB)
         .bitmap(Some(4 * KIB))
         .write_back(),
-    geo(Level::Raid6, 4, None, 8 * KIB).bitmap(Some(4 * KIB)),
+    geo(Level::Raid6, 4, None, 8 * KIB)
+        .bitmap(Some(4 * KIB))
+        .layout(ParityLayout::RightAsymmetric),
     // Many members: masks past 8 data chunks in every log entry.
     geo(Level::Raid6, 12, None, 16 * KIB).write_back(),
-    geo(Level::Raid5, 16, None, 64 * KIB).bitmap(None),
+    geo(Level::Raid5, 16, None, 64 * KIB)
+        .bitmap(None)
+        .layout(ParityLayout::LeftAsymmetric),
     geo(Level::Raid6, 13, None, 128 * KIB).strips(2),
     // The largest strips whose log the metadata area holds, and the first that go to a reserve.
     geo(Level::Raid5, 4, None, 256 * KIB).bitmap(Some(4 * KIB)),
-    geo(Level::Raid6, 4, None, 256 * KIB).write_back(),
+    geo(Level::Raid6, 4, None, 256 * KIB)
+        .layout(ParityLayout::RightSymmetric)
+        .write_back(),
     geo(Level::Raid5, 5, None, MIB)
         .strips(2)
         .bitmap(Some(64 * KIB))
@@ -139,7 +153,9 @@ const SWEEP: [Geo; 16] = [
     geo(Level::Raid50, 6, Some(2), 512 * KIB)
         .strips(2)
         .write_back(),
-    geo(Level::Raid60, 8, Some(2), 128 * KIB).strips(2),
+    geo(Level::Raid60, 12, Some(3), 128 * KIB)
+        .strips(2)
+        .layout(ParityLayout::RightAsymmetric),
     // Mirrors and stripes with big strips and checksums.
     geo(Level::Raid10, 6, Some(3), 2 * MIB)
         .strips(2)
@@ -409,17 +425,15 @@ fn members_to_lose(level: Level, roles: Option<&StripeRoles>) -> Vec<usize> {
     lost
 }
 
-/// 4 KiB into data chunk 0 of the volume's last stripe of group 0, with that stripe's parity
-/// writes lost, then a power loss. Returns where it wrote, the old bytes there and the members
-/// a restart may go without.
+/// Up to 64 KiB (several of the log's 4 KiB bands) into data chunk 0 of the volume's last
+/// stripe of group 0, with that stripe's parity writes lost, then a power loss. Returns where
+/// it wrote, the old bytes there and the members a restart may go without.
 fn torn_write(rig: &Rig, model: &mut Model, a: Array) -> (u64, Vec<u8>, Vec<usize>) {
     let capacity = model.bytes.len() as u64;
+    let strip = rig.geo.strip;
     let stripe = last_stripe_of_group_0(rig, capacity);
     let (start, inner) = match &stripe {
-        Some((start, _)) => (
-            *start,
-            (rig.geo.strip / 2).min(8 * KIB) / (4 * KIB) * 4 * KIB,
-        ),
+        Some((start, _)) => (*start, (strip / 2).min(8 * KIB) / (4 * KIB) * 4 * KIB),
         None => (capacity - rig.geo.row_bytes(), 0),
     };
     if let Some((_, roles)) = &stripe {
@@ -428,39 +442,60 @@ fn torn_write(rig: &Rig, model: &mut Model, a: Array) -> (u64, Vec<u8>, Vec<usiz
         }
     }
     let at = start + inner;
-    let old = model.bytes[at as usize..at as usize + 4096].to_vec();
-    let new = pattern(&mut model.rng, 4096);
-    model.bytes[at as usize..at as usize + 4096].copy_from_slice(&new);
+    let len = (strip - inner).min(64 * KIB) as usize;
+    let old = model.bytes[at as usize..at as usize + len].to_vec();
+    let new = pattern(&mut model.rng, len);
+    model.bytes[at as usize..at as usize + len].copy_from_slice(&new);
     block_on(a.write(at, new, false)).expect("the torn write");
     drop(a); // power lost: the parity writes never landed
     for d in &rig.disks {
         d.lose.store(false, Ordering::SeqCst);
     }
-    (
-        at,
-        old,
-        members_to_lose(rig.geo.level, stripe.map(|s| s.1).as_ref()),
-    )
+    let lost = members_to_lose(rig.geo.level, stripe.map(|s| s.1).as_ref());
+    (at, old, lost)
 }
 
 /// Each sector of the torn write reads as before or as written (never bytes nobody wrote);
 /// the model takes what it reads.
 fn accept_torn(g: &Geo, model: &mut Model, a: &Array, at: u64, old: &[u8]) {
-    let got = block_on(a.read(at, 4096)).expect("read the torn write");
-    for s in (0..4096).step_by(512) {
+    let got = block_on(a.read(at, old.len() as u64)).expect("read the torn write");
+    for s in (0..old.len()).step_by(512) {
         let new = &model.bytes[at as usize + s..at as usize + s + 512];
         assert!(
             got[s..s + 512] == *new || got[s..s + 512] == old[s..s + 512],
             "{g:?}: sector {s} of the torn write reads bytes nobody wrote"
         );
     }
-    model.bytes[at as usize..at as usize + 4096].copy_from_slice(&got);
+    model.bytes[at as usize..at as usize + old.len()].copy_from_slice(&got);
+}
+
+/// Closes `a` cleanly and opens it again without `lost`, with the geometry's cache.
+fn reopen_clean(rig: &Rig, a: Array, lost: &[usize]) -> Array {
+    let g = &rig.geo;
+    assert!(
+        block_on(a.mark_clean()).expect("clean").is_recorded(),
+        "{g:?}"
+    );
+    drop(a);
+    let o = rig.opts(g.write_back);
+    let (a, report) = block_on(Array::open(
+        "vol",
+        &rig.tree,
+        rig.metas(lost),
+        o,
+        &|_, _| {},
+    ))
+    .unwrap_or_else(|e| panic!("{g:?}: clean open without {lost:?}: {e}"));
+    assert!(report.was_clean, "{g:?}: {report:?}");
+    a.set_rebuild_window_bytes(MIB);
+    a
 }
 
 /// New disks in the roles `lost`, rebuilt while the volume serves.
 fn rebuild(rig: &mut Rig, a: &Array, lost: &[usize]) {
     for &role in lost {
-        let d = lossy(100 + role, rig.disk_bytes);
+        // A replacement a little larger than the disk it replaces, as they usually are.
+        let d = lossy(100 + role, rig.disk_bytes + MIB + 512);
         block_on(a.rebuild_onto(role, meta(&d)))
             .unwrap_or_else(|e| panic!("{:?}: rebuild onto role {role}: {e}", rig.geo));
         rig.disks[role] = d;
@@ -523,15 +558,14 @@ fn sweep(geo: Geo, seed: u64) {
     }
     accept_torn(&geo, &mut model, &a, at, &old);
     model.check(&geo, &a, "dirty and degraded");
+    // Degraded, with the geometry's cache.
+    let a = reopen_clean(&rig, a, &lost);
     model.writes(&geo, &a, 8);
+    block_on(a.flush()).expect("flush");
+    model.check(&geo, &a, "degraded after writes");
     rebuild(&mut rig, &a, &lost);
     model.check(&geo, &a, "after the rebuild");
-    assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
-    drop(a);
-    let o = rig.opts(geo.write_back);
-    let (a, report) = block_on(Array::open("vol", &rig.tree, rig.metas(&[]), o, &|_, _| {}))
-        .unwrap_or_else(|e| panic!("{geo:?}: clean open: {e}"));
-    assert!(report.was_clean, "{geo:?}: {report:?}");
+    let a = reopen_clean(&rig, a, &[]);
     scrub_clean(&geo, &a);
     if let (true, Some(&role)) = (geo.checksums, lost.first()) {
         corrupt_and_repair(&rig, &a, &model, role);
