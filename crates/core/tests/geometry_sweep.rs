@@ -14,6 +14,7 @@ mod common;
 
 use common::{Lossy, SeedGuard, KIB, MIB};
 use futures::executor::block_on;
+use nbraid_core::metadata::disk_rule::Consent;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, Probe, METADATA_AREA_BYTES};
 use nbraid_core::{Buf, CacheMode, Member, MemoryMember, PassControl, PassState, ScrubControl};
 use nbraid_core::{ReadPolicy, VolumeOptions, MAX_REQUEST_BYTES};
@@ -610,4 +611,154 @@ fn the_largest_geometries_keep_every_byte() {
         return;
     }
     run("soak sweep", &SOAK_SWEEP);
+}
+
+/// Two volumes on the same four disks (Matrix): RAID 5 with 64 KiB strips (its log in the
+/// metadata area, beside the superblocks) and, after it, RAID 6 with 256 KiB strips (its log
+/// in a reserve), write-back, both with checksums. Writes to both, a power loss, a dirty
+/// start of both without the same disk, degraded writes, one new disk rebuilt into that role
+/// of both, scrubs, a clean restart.
+#[test]
+fn two_volumes_sharing_their_disks_keep_every_byte() {
+    for seed in common::seeds("matrix", 2) {
+        let _guard = SeedGuard {
+            test: "two_volumes_sharing_their_disks_keep_every_byte",
+            seed,
+        };
+        matrix(seed);
+    }
+}
+
+const MATRIX_NAMES: [&str; 2] = ["a", "b"];
+
+/// The two volumes' rigs over one set of disks, placed one after the other as the config
+/// places a member's volumes: checksum reserve, log reserve, region.
+fn matrix_rigs() -> Vec<Rig> {
+    let geos = [
+        geo(Level::Raid5, 4, None, 64 * KIB).strips(8),
+        geo(Level::Raid6, 4, None, 256 * KIB).write_back(),
+    ];
+    let mut at = METADATA_AREA_BYTES;
+    let mut rigs = Vec::new();
+    for geo in geos {
+        let shape = geo.shape();
+        let placed = |start| {
+            let region = Region {
+                start,
+                len: geo.region_bytes(),
+            };
+            shape.build(&vec![region; geo.members]).expect("tree")
+        };
+        let log_reserve = nbraid_layout::log_reserve_bytes(&placed(at));
+        let sums = nbraid_core::checksum::area_bytes(geo.region_bytes()).next_multiple_of(MIB);
+        let start = at + sums + log_reserve.unwrap_or(0);
+        rigs.push(Rig {
+            geo,
+            tree: placed(start),
+            disks: Vec::new(),
+            disk_bytes: 0,
+            checksum_reserve: Some(sums),
+            log_reserve,
+        });
+        at = (start + geo.region_bytes()).next_multiple_of(MIB);
+    }
+    let disks: Vec<Arc<Lossy>> = (0..4).map(|i| lossy(i, at + MIB)).collect();
+    for r in &mut rigs {
+        r.disks = disks.clone();
+        r.disk_bytes = at + MIB;
+    }
+    rigs
+}
+
+/// Each disk's metadata, loaded once for every volume on it (`None`: the disks in `lost`).
+fn shared_metas(disks: &[Arc<Lossy>], lost: &[usize]) -> Vec<Option<Arc<MemberMeta>>> {
+    (disks.iter().enumerate())
+        .map(|(i, d)| (!lost.contains(&i)).then(|| meta(d)))
+        .collect()
+}
+
+/// Opens both volumes over `metas`: unclean or clean as `clean` says.
+fn open_both(rigs: &[Rig], metas: &[Option<Arc<MemberMeta>>], clean: bool) -> Vec<Array> {
+    (rigs.iter().zip(MATRIX_NAMES))
+        .map(|(r, name)| {
+            let o = r.opts(r.geo.write_back);
+            let (a, report) = block_on(Array::open(name, &r.tree, metas.to_vec(), o, &|_, _| {}))
+                .unwrap_or_else(|e| panic!("{name}: open: {e}"));
+            assert_eq!(report.was_clean, clean, "{name}: {report:?}");
+            a
+        })
+        .collect()
+}
+
+fn check_both(rigs: &[Rig], arrays: &[Array], models: &[Model], when: &str) {
+    for ((r, a), m) in rigs.iter().zip(arrays).zip(models) {
+        m.check(&r.geo, a, when);
+    }
+}
+
+fn write_both(rigs: &[Rig], arrays: &[Array], models: &mut [Model], n: usize) {
+    for _ in 0..n {
+        for ((r, a), m) in rigs.iter().zip(arrays).zip(models.iter_mut()) {
+            m.writes(&r.geo, a, 1);
+        }
+    }
+    arrays
+        .iter()
+        .for_each(|a| block_on(a.flush()).expect("flush"));
+}
+
+fn matrix(seed: u64) {
+    let rigs = matrix_rigs();
+    let mut disks = rigs[0].disks.clone();
+    let metas: Vec<Arc<MemberMeta>> = shared_metas(&disks, &[]).into_iter().flatten().collect();
+    let arrays: Vec<Array> = (rigs.iter().zip(MATRIX_NAMES))
+        .map(|(r, name)| {
+            let o = r.opts(r.geo.write_back);
+            let t = r.tree.clone();
+            block_on(Array::create(name, t, metas.clone(), o, true, &|_, _| {}))
+                .unwrap_or_else(|e| panic!("{name}: create: {e}"))
+                .0
+        })
+        .collect();
+    let mut models: Vec<Model> = (arrays.iter().enumerate())
+        .map(|(i, a)| Model {
+            bytes: vec![0; a.volume().capacity() as usize],
+            rng: SmallRng::seed_from_u64(seed + i as u64),
+        })
+        .collect();
+    write_both(&rigs, &arrays, &mut models, 24);
+    check_both(&rigs, &arrays, &models, "after the writes");
+    drop(arrays); // power lost with both volumes' records dirty
+    let lost = 1;
+    let arrays = open_both(&rigs, &shared_metas(&disks, &[lost]), false);
+    check_both(&rigs, &arrays, &models, "dirty and degraded");
+    write_both(&rigs, &arrays, &mut models, 8);
+    let new = lossy(100, rigs[0].disk_bytes + MIB);
+    let new_meta = meta(&new);
+    // As `nbraid add` gives a disk to every volume of its member file: each a spare, its
+    // siblings' records allowed beside its own.
+    let ids: Vec<_> = arrays.iter().map(Array::id).collect();
+    for a in &arrays {
+        let siblings = ids.iter().copied().filter(|&id| id != a.id()).collect();
+        let consent = Consent {
+            force: false,
+            siblings,
+        };
+        (a.add_spare_with(new_meta.clone(), &consent)).unwrap_or_else(|e| panic!("add: {e}"));
+        assert_eq!(block_on(a.use_spares()).expect("use the spare"), vec![lost]);
+        let r = block_on(a.rebuild(&PassControl::new(0))).expect("rebuild");
+        assert_eq!(r.state, PassState::Done);
+    }
+    disks[lost] = new;
+    check_both(&rigs, &arrays, &models, "after the rebuilds");
+    for (r, a) in rigs.iter().zip(&arrays) {
+        scrub_clean(&r.geo, a);
+        assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
+    }
+    drop(arrays);
+    let arrays = open_both(&rigs, &shared_metas(&disks, &[]), true);
+    check_both(&rigs, &arrays, &models, "after a clean restart");
+    for (r, a) in rigs.iter().zip(&arrays) {
+        assert_eq!(checksum_errors(a), 0, "{:?}: false checksum errors", r.geo);
+    }
 }
