@@ -160,6 +160,13 @@ impl MirrorNode {
 
     /// Writes the bytes of `good` back to `bad` under an exclusive range lock.
     async fn repair(&self, offset: u64, len: u64, good: usize, bad: usize) {
+        // Whole checksum blocks: a rewrite of part of a bad block leaves the rest of it bad
+        // and drops its checksum (a part write cannot vouch for the bytes it keeps), so the
+        // next read of the rest would return those bytes unchecked.
+        let block = crate::checksum::BLOCK_BYTES;
+        let end = (offset + len).next_multiple_of(block).min(self.capacity);
+        let offset = offset / block * block;
+        let len = end - offset;
         let _guard = self.locks.lock(offset, len, true).await;
         let fresh = match self.children[good]
             .read(offset, Buf::new(len as usize))

@@ -442,9 +442,12 @@ impl LeafChecksums {
     }
 
     /// Writes the changed entry pages back (before the member flush that makes them
-    /// durable); returns how many. A page that fails to write stays dirty and the error is
-    /// returned.
+    /// durable), and after an unclean start blanks the pages of the groups it distrusts
+    /// (so a clean shutdown leaves no stale entry to be trusted); returns how many pages. A
+    /// page that fails to write stays dirty and the error is returned.
     pub async fn flush(&self, m: &dyn Member) -> MemberResult<usize> {
-        self.store.flush(m).await
+        self.store.open(m).await?;
+        let blanked = self.store.blank_untrusted(m).await?;
+        Ok(blanked + self.store.flush(m).await?)
     }
 }

@@ -272,6 +272,38 @@ impl EntryStore {
     /// Writes the changed entry pages back (before the member flush that makes them
     /// durable); returns how many. A page that fails to write stays dirty and the error is
     /// returned.
+    /// After an unclean open: blank pages written over the groups the header distrusted
+    /// (the pages the cache holds are blank already, and dirty), which are trusted from then
+    /// on; returns how many. Left on disk, their stale entries would be trusted by the start
+    /// after a clean shutdown: every block written just before the crash a false mismatch.
+    /// A page written back meanwhile and blanked after loses its entries (unknown, not wrong).
+    pub(super) async fn blank_untrusted(&self, m: &dyn Member) -> MemberResult<usize> {
+        let area_pages = (self.area.len_bytes - HEADER_BYTES) / PAGE_BYTES;
+        let per_group = self.table().pages_per_group();
+        let zeroes = Buf::zeroed(PAGE_BYTES as usize).freeze();
+        let mut written = 0;
+        loop {
+            let first = self.table().untrusted.first_set();
+            let Some(g) = first else { break };
+            for page in g * per_group..((g + 1) * per_group).min(area_pages) {
+                let _one = self.loads[(page % PAGE_LOAD_LOCKS as u64) as usize]
+                    .lock()
+                    .await;
+                let held = {
+                    let t = self.table();
+                    t.has_page(page) || t.evicting(page).is_some()
+                };
+                if !held {
+                    m.write(self.page_offset(page), zeroes.clone(), false)
+                        .await?;
+                    written += 1;
+                }
+            }
+            self.table().untrusted.clear(g);
+        }
+        Ok(written)
+    }
+
     pub(super) async fn flush(&self, m: &dyn Member) -> MemberResult<usize> {
         let _backs = self.write_backs.lock().await;
         let dirty = self.table().take_dirty();

@@ -109,6 +109,17 @@ impl Bits {
             *w |= 1 << (i % 64);
         }
     }
+
+    pub(super) fn clear(&mut self, i: u64) {
+        if let Some(w) = self.0.get_mut((i / 64) as usize) {
+            *w &= !(1 << (i % 64));
+        }
+    }
+
+    pub(super) fn first_set(&self) -> Option<u64> {
+        let (w, word) = self.0.iter().enumerate().find(|(_, w)| **w != 0)?;
+        Some(w as u64 * 64 + u64::from(word.trailing_zeros()))
+    }
 }
 
 /// A page the cache no longer holds whose bytes must reach the disk.
@@ -132,7 +143,7 @@ pub(super) struct Table {
     /// one of these continues a stream and marks ahead.
     pub(super) written: Bits,
     /// Groups untrusted at open (an unclean shutdown): their pages load as all unknown.
-    untrusted: Bits,
+    pub(super) untrusted: Bits,
     pages_per_group: u64,
     groups: u64,
     /// Writes not yet answered that replaced known checksums, by write (few at once: one per

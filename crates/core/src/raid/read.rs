@@ -412,6 +412,15 @@ impl Reader<'_> {
     /// under the stripe's exclusive lock and rebuilds afresh under it, so no write is undone.
     /// True when the rows were rewritten.
     pub(super) async fn repair(&self, r: Repair) -> bool {
+        // Whole checksum blocks: a rewrite of part of a bad block leaves the rest of it bad
+        // and drops its checksum (a part write cannot vouch for the bytes it keeps), so the
+        // next read of the rest would return those bytes unchecked.
+        let strip = self.stripes.chunks.strip;
+        let r = Repair {
+            r0: r.r0 / BLOCK_BYTES * BLOCK_BYTES,
+            r1: r.r1.next_multiple_of(BLOCK_BYTES).min(strip),
+            ..r
+        };
         let _g = self.stripes.locks.lock(r.stripe, 1, true).await;
         let roles = self.stripes.chunks.layout.roles(r.stripe);
         let at = self.stripes.chunks.layout.chunk_offset(r.stripe) + r.r0;
