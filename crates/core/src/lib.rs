@@ -21,6 +21,7 @@ pub mod mirror;
 pub mod node;
 pub mod num_hash;
 pub mod pace;
+mod part_blocks;
 pub mod pass;
 pub mod ppl;
 pub mod raid;

@@ -8,6 +8,7 @@
 //! member before the flush looked, and is durable when the flush completes.
 
 use crate::buf::Buf;
+use crate::checksum::BLOCK_BYTES;
 use crate::error::{VolumeError, VolumeResult};
 use crate::member::{CounterSnapshot, Member};
 use crate::mirror::MirrorNode;
@@ -486,13 +487,26 @@ impl Volume {
             return Ok(buf);
         }
         let data = buf.freeze();
-        let r = self.root.write(offset, data.clone(), fua).await;
+        let r = match crate::part_blocks::heal(&*self.root, &self.blocks_in_part(offset, len)).await
+        {
+            Ok(()) => self.root.write(offset, data.clone(), fua).await,
+            Err(e) => Err(e),
+        };
         if r.is_ok() {
             self.counters.writes.fetch_add(1, Relaxed);
             self.counters.write_bytes.fetch_add(len, Relaxed);
         }
         self.count(r)?;
         Ok(data.into_reusable())
+    }
+
+    /// The 4 KiB blocks a write of `[offset, offset + len)` covers in part, on a volume of
+    /// 512-byte blocks that keeps checksums: healed before it ([`crate::part_blocks`]).
+    fn blocks_in_part(&self, offset: u64, len: u64) -> Vec<(u64, u64)> {
+        match self.opts.checksums.is_some() && self.opts.block_size < BLOCK_BYTES {
+            true => crate::part_blocks::blocks_in_part(offset, len, self.capacity),
+            false => Vec::new(),
+        }
     }
 
     /// Makes every write that completed before this call durable on its members.

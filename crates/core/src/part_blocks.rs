@@ -1,0 +1,74 @@
+//! Writes of part of a 4 KiB checksum block, on volumes of 512-byte blocks that keep
+//! per-block checksums ([`crate::checksum`]). A leaf given part of a block reads the rest
+//! from its member to checksum the block whole; when those old bytes are bad it cannot vouch
+//! for them and drops the block's checksum, so the bad bytes the write kept would read back
+//! as good. So before such a write the blocks it covers in part are read through the
+//! redundancy — a bad copy is rebuilt and repaired whole — and the leaf finds good bytes.
+//!
+//! Why not widen the write to whole blocks (read, merge, write): it would write bytes the
+//! request did not name, over a concurrent write of them (the block layer orders nothing
+//! between writes in flight, but neither may undo the other's bytes outside their overlap).
+
+use crate::buf::Buf;
+use crate::checksum::BLOCK_BYTES;
+use crate::error::VolumeResult;
+use crate::node::ArrayNode;
+
+/// The 4 KiB blocks (the last one ending at the volume's end, `capacity_bytes`) that
+/// `[offset, offset + len)` covers in part: its first and its last block, or the one block
+/// it lies in; none when it covers only whole blocks.
+pub(crate) fn blocks_in_part(offset: u64, len: u64, capacity_bytes: u64) -> Vec<(u64, u64)> {
+    let end = offset + len;
+    let block = |at: u64| {
+        let b0 = at / BLOCK_BYTES * BLOCK_BYTES;
+        (b0, (b0 + BLOCK_BYTES).min(capacity_bytes))
+    };
+    let (first, last) = (block(offset), block(end - 1));
+    let mut out = Vec::new();
+    for b in [first, last] {
+        let whole = offset <= b.0 && b.1 <= end;
+        if !whole && !out.contains(&b) {
+            out.push(b);
+        }
+    }
+    out
+}
+
+/// Reads `blocks` through `root`, so a copy whose bytes fail their checksum is repaired
+/// whole before a write of part of them (the bytes read are dropped).
+pub(crate) async fn heal(root: &dyn ArrayNode, blocks: &[(u64, u64)]) -> VolumeResult<()> {
+    for &(b0, b1) in blocks {
+        root.read(b0, Buf::new((b1 - b0) as usize)).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_blocks_a_write_covers_in_part_are_healed_first() {
+        let cap = 1 << 20;
+        assert!(blocks_in_part(0, 4096, cap).is_empty());
+        assert!(blocks_in_part(8192, 3 * 4096, cap).is_empty());
+        assert_eq!(blocks_in_part(512, 512, cap), [(0, 4096)], "one block");
+        assert_eq!(
+            blocks_in_part(4096 - 512, 1024, cap),
+            [(0, 4096), (4096, 8192)],
+            "across a block edge"
+        );
+        assert_eq!(
+            blocks_in_part(4096, 4096 + 512, cap),
+            [(8192, 12288)],
+            "the tail only"
+        );
+        assert_eq!(blocks_in_part(512, 3584, cap), [(0, 4096)], "the head only");
+        // A volume ending inside a block: its last block ends with the volume.
+        assert!(blocks_in_part(cap, 2048, cap + 2048).is_empty());
+        assert_eq!(
+            blocks_in_part(cap + 512, 512, cap + 2048),
+            [(cap, cap + 2048)]
+        );
+    }
+}
