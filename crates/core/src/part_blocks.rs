@@ -34,6 +34,37 @@ pub(crate) fn blocks_in_part(offset: u64, len: u64, capacity_bytes: u64) -> Vec<
     out
 }
 
+/// `[offset, offset + len)` cut at 4 KiB block edges for zeroing: the pieces that cover
+/// blocks in part (zeroed as writes of zero bytes, so their blocks keep checksums) and the
+/// whole blocks between them (zeroed as such). A block ending at the volume's end
+/// (`capacity_bytes`) is whole there.
+pub(crate) fn zero_pieces(offset: u64, len: u64, capacity_bytes: u64) -> ZeroPieces {
+    let end = offset + len;
+    let a = offset.next_multiple_of(BLOCK_BYTES).min(end);
+    let b = match end == capacity_bytes {
+        true => end,
+        false => end / BLOCK_BYTES * BLOCK_BYTES,
+    };
+    if a >= b {
+        return ZeroPieces {
+            in_part: vec![(offset, end)],
+            whole: None,
+        };
+    }
+    let in_part = [(offset, a), (b, end)].into_iter().filter(|(s, e)| s < e);
+    ZeroPieces {
+        in_part: in_part.collect(),
+        whole: Some((a, b)),
+    }
+}
+
+/// A zeroing cut at block edges ([`zero_pieces`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct ZeroPieces {
+    pub(crate) in_part: Vec<(u64, u64)>,
+    pub(crate) whole: Option<(u64, u64)>,
+}
+
 /// Reads `blocks` through `root`, so a copy whose bytes fail their checksum is repaired
 /// whole before a write of part of them (the bytes read are dropped).
 pub(crate) async fn heal(root: &dyn ArrayNode, blocks: &[(u64, u64)]) -> VolumeResult<()> {
@@ -46,6 +77,37 @@ pub(crate) async fn heal(root: &dyn ArrayNode, blocks: &[(u64, u64)]) -> VolumeR
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zeroing_is_cut_where_it_covers_blocks_in_part() {
+        let cap = 1 << 20;
+        let cut = |o, l| zero_pieces(o, l, cap);
+        let pieces = |in_part: &[(u64, u64)], whole| ZeroPieces {
+            in_part: in_part.to_vec(),
+            whole,
+        };
+        assert_eq!(cut(4096, 8192), pieces(&[], Some((4096, 12288))));
+        assert_eq!(
+            cut(512, 1024),
+            pieces(&[(512, 1536)], None),
+            "inside one block"
+        );
+        assert_eq!(
+            cut(3584, 1024),
+            pieces(&[(3584, 4608)], None),
+            "two blocks, in part"
+        );
+        assert_eq!(
+            cut(3584, 4096 + 1024),
+            pieces(&[(3584, 4096), (8192, 8704)], Some((4096, 8192)))
+        );
+        assert_eq!(cut(0, 4096 + 512), pieces(&[(4096, 4608)], Some((0, 4096))));
+        // The volume's short last block is whole at its end.
+        assert_eq!(
+            zero_pieces(cap, 2048, cap + 2048),
+            pieces(&[], Some((cap, cap + 2048)))
+        );
+    }
 
     #[test]
     fn only_the_blocks_a_write_covers_in_part_are_healed_first() {

@@ -509,6 +509,31 @@ impl Volume {
         }
     }
 
+    /// Zeroes `[offset, offset + len)`; on a volume of 512-byte blocks that keeps checksums,
+    /// the pieces covering blocks in part are written as zero bytes (a leaf zeroing part of
+    /// a block cannot checksum it and drops its entry, leaving the rest unchecked).
+    async fn zero_pieces(
+        &self,
+        offset: u64,
+        len: u64,
+        kind: ZeroKind,
+        fua: bool,
+    ) -> VolumeResult<()> {
+        if self.blocks_in_part(offset, len).is_empty() {
+            return self.root.zero(offset, len, kind).await;
+        }
+        let pieces = crate::part_blocks::zero_pieces(offset, len, self.capacity);
+        for (start, end) in pieces.in_part {
+            crate::part_blocks::heal(&*self.root, &self.blocks_in_part(start, end - start)).await?;
+            let zeroes = Buf::zeroed((end - start) as usize).freeze();
+            self.root.write(start, zeroes, fua).await?;
+        }
+        match pieces.whole {
+            Some((start, end)) => self.root.zero(start, end - start, kind).await,
+            None => Ok(()),
+        }
+    }
+
     /// Makes every write that completed before this call durable on its members.
     pub async fn flush(&self) -> VolumeResult<()> {
         let r = self.flush_inner().await;
@@ -613,7 +638,7 @@ impl Volume {
         if len == 0 {
             return Ok(());
         }
-        let mut r = self.root.zero(offset, len, kind).await;
+        let mut r = self.zero_pieces(offset, len, kind, fua).await;
         if r.is_ok() && fua {
             r = self.flush_inner().await;
         }

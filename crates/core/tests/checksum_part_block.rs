@@ -138,3 +138,31 @@ fn part_writes_of_one_block_at_once_both_land() {
         );
     }
 }
+
+/// Zeroing part of a block whose bytes are bad on a member: the rest of the block is healed
+/// and the block keeps a checksum — a later corruption of its other bytes is still caught.
+/// (A leaf zeroing part of a block drops its entry: the bad bytes it kept read as good.)
+#[test]
+fn part_zeroes_into_a_corrupted_block_keep_the_rest_checked() {
+    for (level, n, disk, block, at) in [
+        (Level::Raid1, 2, 0, 5, 20 * KIB),
+        (Level::Raid5, 3, 2, 1, 8 * KIB),
+    ] {
+        let (a, disks, mut bytes) = filled(level, n);
+        let at = at as usize;
+        disks[disk].poke(START + block * 4096, &[0x5a; 4096]);
+        bytes[at + 1024..at + 1536].fill(0);
+        block_on(a.write_zeroes(at as u64 + 1024, 512, false)).expect("zero");
+        for round in 0..2 {
+            for _ in 0..4 {
+                let got = block_on(a.read(at as u64, 4096)).expect("read");
+                assert!(
+                    got[..] == bytes[at..at + 4096],
+                    "{level:?} round {round}: as written"
+                );
+            }
+            // Bad again: still checked, so served from the redundancy.
+            disks[disk].poke(START + block * 4096 + 2048, &[0x77; 512]);
+        }
+    }
+}
