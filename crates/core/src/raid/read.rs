@@ -232,72 +232,84 @@ impl Reader<'_> {
             )
         }) && !self.rebuild_ahead(offset, len, &pieces);
         let mut slots: Vec<Option<Buf>> = buf.split_lengths(&lens).into_iter().map(Some).collect();
-        // Pieces to rebuild: (piece index, child whose read failed and whether with an I/O
-        // error of a member — then its rows are repaired afterwards).
-        let mut todo: Vec<(usize, Force)> = Vec::new();
-        if direct {
-            let cp: Vec<ChildPiece> = pieces
-                .iter()
-                .map(|p| ChildPiece {
-                    logical: p.logical,
-                    child: p.child,
-                    offset: self.stripes.chunks.layout.chunk_offset(p.stripe) + p.in_chunk,
-                    len: p.len,
-                })
-                .collect();
-            read_runs(&self.stripes.chunks.children, &cp, &mut slots, |run, e| {
-                // A member error, or a child (a mirror, say) with no readable copy.
-                tracing::warn!("parity read {offset}+{len}: {e}; rebuilding from parity");
-                let io = e.is_member_io();
-                // A bad block fails the whole run, though it lies in one stripe: across
-                // stripes the child is read again per stripe, not taken as lost in all (a
-                // bad block of another child in one of them would be beyond tolerance).
-                let many = run
-                    .pieces
-                    .windows(2)
-                    .any(|w| pieces[w[0]].stripe != pieces[w[1]].stripe);
-                let force = (!(many && is_mismatch_error(&e))).then_some((run.child, io));
-                todo.extend(run.pieces.iter().map(|&i| (i, force)));
+        let todo = match direct {
+            true => self.read_direct((offset, len), &pieces, &mut slots).await,
+            false => (0..pieces.len()).map(|i| (i, None)).collect(),
+        };
+        let repairs = match todo.is_empty() {
+            true => Vec::new(),
+            false => {
+                let groups = rebuild_groups(&pieces, todo);
+                self.rebuild_pieces(&pieces, &groups, &mut slots).await?
+            }
+        };
+        let got = slots.into_iter().map(|b| b.expect("filled")).collect();
+        Ok((Buf::join(got), repairs))
+    }
+
+    /// Reads `pieces` (of the request `offset`+`len`) straight from their chunks into
+    /// `slots`, runs on one child merged; the pieces to rebuild instead, in order — those of
+    /// runs whose reads failed, each with the child to treat as lost ([`Force`]).
+    async fn read_direct(
+        &self,
+        (offset, len): (u64, u64),
+        pieces: &[ParityPiece],
+        slots: &mut [Option<Buf>],
+    ) -> Vec<(usize, Force)> {
+        let layout = &self.stripes.chunks.layout;
+        let cp: Vec<ChildPiece> = (pieces.iter())
+            .map(|p| ChildPiece {
+                logical: p.logical,
+                child: p.child,
+                offset: layout.chunk_offset(p.stripe) + p.in_chunk,
+                len: p.len,
             })
-            .await;
-            if todo.is_empty() {
-                let got = slots.into_iter().map(|b| b.expect("read")).collect();
-                return Ok((Buf::join(got), Vec::new()));
-            }
-            todo.sort_unstable_by_key(|t| t.0);
-        } else {
-            todo = (0..pieces.len()).map(|i| (i, None)).collect();
-        }
-        // Rebuild per stripe (and per failed child): the stripe's rows are read once.
-        let mut groups: Vec<(u64, Force, Vec<usize>)> = Vec::new();
-        for (i, force) in todo {
-            let s = pieces[i].stripe;
-            match groups.last_mut() {
-                Some(g) if g.0 == s && g.1 == force => g.2.push(i),
-                _ => groups.push((s, force, vec![i])),
-            }
-        }
-        let futs: Vec<_> = groups
-            .iter()
-            .map(|(s, force, idx)| {
-                let mine: Vec<(ParityPiece, Buf)> = idx
-                    .iter()
+            .collect();
+        let mut todo = Vec::new();
+        read_runs(&self.stripes.chunks.children, &cp, slots, |run, e| {
+            // A member error, or a child (a mirror, say) with no readable copy.
+            tracing::warn!("parity read {offset}+{len}: {e}; rebuilding from parity");
+            let io = e.is_member_io();
+            // A bad block fails the whole run, though it lies in one stripe: across
+            // stripes the child is read again per stripe, not taken as lost in all (a
+            // bad block of another child in one of them would be beyond tolerance).
+            let many = (run.pieces.windows(2)).any(|w| pieces[w[0]].stripe != pieces[w[1]].stripe);
+            let force = (!(many && is_mismatch_error(&e))).then_some((run.child, io));
+            todo.extend(run.pieces.iter().map(|&i| (i, force)));
+        })
+        .await;
+        todo.sort_unstable_by_key(|t| t.0);
+        todo
+    }
+
+    /// Rebuilds the pieces of each group ([`rebuild_groups`]) from its stripe, into `slots`;
+    /// the chunk ranges to repair (read errors), or the first error.
+    async fn rebuild_pieces(
+        &self,
+        pieces: &[ParityPiece],
+        groups: &[RebuildGroup],
+        slots: &mut [Option<Buf>],
+    ) -> VolumeResult<Vec<Repair>> {
+        let futs: Vec<_> = (groups.iter())
+            .map(|g| {
+                let mine: Vec<(ParityPiece, Buf)> = (g.pieces.iter())
                     .map(|&i| {
-                        let b = slots[i]
-                            .take()
-                            .unwrap_or_else(|| Buf::new(pieces[i].len as usize));
-                        (pieces[i], b)
+                        let b = slots[i].take();
+                        (
+                            pieces[i],
+                            b.unwrap_or_else(|| Buf::new(pieces[i].len as usize)),
+                        )
                     })
                     .collect();
-                self.read_stripe_pieces_recent(*s, mine, *force)
+                self.read_stripe_pieces_recent(g.stripe, mine, g.force)
             })
             .collect();
         let mut repairs = Vec::new();
         let mut errors = Vec::new();
-        for ((_, _, idx), r) in groups.iter().zip(join_all(futs).await) {
+        for (g, r) in groups.iter().zip(join_all(futs).await) {
             match r {
                 Ok((bufs, rep)) => {
-                    for (&i, b) in idx.iter().zip(bufs) {
+                    for (&i, b) in g.pieces.iter().zip(bufs) {
                         slots[i] = Some(b);
                     }
                     repairs.extend(rep);
@@ -305,11 +317,10 @@ impl Reader<'_> {
                 Err(e) => errors.push(e),
             }
         }
-        if let Some(e) = crate::node::first_error(errors) {
-            return Err(e);
+        match crate::node::first_error(errors) {
+            Some(e) => Err(e),
+            None => Ok(repairs),
         }
-        let got = slots.into_iter().map(|b| b.expect("filled")).collect();
-        Ok((Buf::join(got), repairs))
     }
 
     /// Reads the pieces of one stripe (any lost chunks rebuilt), filling their buffers.
@@ -473,6 +484,33 @@ impl Reader<'_> {
     }
 }
 
+/// The pieces of one stripe rebuilt together, treating the same child as lost: the
+/// stripe's rows are read once for them.
+#[derive(Debug, PartialEq, Eq)]
+struct RebuildGroup {
+    stripe: u64,
+    force: Force,
+    pieces: Vec<usize>,
+}
+
+/// `todo` (piece indices in order, each with the child to treat as lost) grouped by stripe
+/// and lost child, consecutive pieces together.
+fn rebuild_groups(pieces: &[ParityPiece], todo: Vec<(usize, Force)>) -> Vec<RebuildGroup> {
+    let mut groups: Vec<RebuildGroup> = Vec::new();
+    for (i, force) in todo {
+        let stripe = pieces[i].stripe;
+        match groups.last_mut() {
+            Some(g) if g.stripe == stripe && g.force == force => g.pieces.push(i),
+            _ => groups.push(RebuildGroup {
+                stripe,
+                force,
+                pieces: vec![i],
+            }),
+        }
+    }
+    groups
+}
+
 /// Rebuilds data chunk `x` of `rows` (data order) in place: it holds P, and every other
 /// chunk is folded into it in one pass (P ⊕ the survivors = the lost chunk).
 fn fold_into_p(rows: &mut [Buf], x: usize) {
@@ -487,4 +525,38 @@ fn fold_into_p(rows: &mut [Buf], x: usize) {
 /// Whether `e` is a member's checksum mismatch (a bad block, not a failed read).
 fn is_mismatch_error(e: &VolumeError) -> bool {
     matches!(e, VolumeError::Member { source, .. } if crate::checksum::is_mismatch(source))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_are_rebuilt_together_by_stripe_and_lost_child() {
+        let piece = |stripe| ParityPiece {
+            logical: 0,
+            stripe,
+            data_index: 0,
+            child: 0,
+            in_chunk: 0,
+            len: 512,
+        };
+        let pieces = [piece(3), piece(3), piece(3), piece(4), piece(4)];
+        let lost = Some((1, true));
+        let todo = vec![(0, None), (1, None), (2, lost), (3, lost), (4, lost)];
+        let group = |stripe, force, pieces: &[usize]| RebuildGroup {
+            stripe,
+            force,
+            pieces: pieces.to_vec(),
+        };
+        assert_eq!(
+            rebuild_groups(&pieces, todo),
+            [
+                group(3, None, &[0, 1]),
+                group(3, lost, &[2]),
+                group(4, lost, &[3, 4])
+            ]
+        );
+        assert!(rebuild_groups(&pieces, Vec::new()).is_empty());
+    }
 }
