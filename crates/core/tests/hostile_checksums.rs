@@ -26,10 +26,9 @@ use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, Superblock, SLOT_BY
 use nbraid_core::{Buf, CacheMode, Member, MemoryMember, ScrubControl, VolumeOptions};
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const STRIP: u64 = 16 * KIB;
 /// Two entry pages, so two header groups.
@@ -414,33 +413,21 @@ fn older_regions(level: Level, n: usize) -> Vec<Vec<u8>> {
 #[test]
 fn hostile_checksum_areas_never_serve_wrong_bytes_nor_damage_good_ones() {
     let bases = bases();
+    let detail = || {
+        let (refused, largest) = (REFUSED.load(SeqCst), largest_alloc_bytes());
+        format!(", {refused} reads refused, largest allocation {largest} bytes")
+    };
     let budget = Duration::from_secs(15 * common::soak());
-    let mut runner = TestRunner::new(Config {
-        cases: 1_000_000,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    let start = Instant::now();
-    let ran = AtomicU64::new(0);
     let strategy = (0..bases.len(), 0usize..5, mutation(), when());
-    let result = runner.run(&strategy, |(b, victim, m, when)| {
-        if start.elapsed() > budget {
-            return Ok(());
-        }
-        ran.fetch_add(1, SeqCst);
-        let (base, older) = &bases[b];
-        let victim = victim % base.members.len();
-        check(base, &older[victim], victim, &m, when)
-    });
-    let ran = ran.load(SeqCst);
-    eprintln!(
-        "hostile checksums: {ran} inputs in {:.1} s, {} reads refused, largest allocation {} bytes",
-        start.elapsed().as_secs_f64(),
-        REFUSED.load(SeqCst),
-        largest_alloc_bytes()
+    let what = "hostile checksums";
+    common::fuzz_for(
+        (what, &detail),
+        (budget, 50),
+        &strategy,
+        |(b, victim, m, when)| {
+            let (base, older) = &bases[b];
+            let victim = victim % base.members.len();
+            check(base, &older[victim], victim, &m, when)
+        },
     );
-    if let Err(e) = result {
-        panic!("{e}");
-    }
-    assert!(ran >= 50, "only {ran} inputs ran");
 }

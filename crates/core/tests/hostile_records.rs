@@ -21,10 +21,9 @@ use nbraid_core::ppl::codec::{encode_batch, Entry, Part};
 use nbraid_core::{Buf, CacheMode, Member, MemberResult, MemoryMember, VolumeOptions};
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
@@ -363,33 +362,18 @@ fn check(base: &Base, victim: usize, m: &Mutation) -> Result<(), TestCaseError> 
 #[test]
 fn hostile_records_never_panic_nor_allocate_from_a_disk_value() {
     let bases = [base(Level::Raid5, 4, false), base(Level::Raid6, 5, true)];
+    let detail = || format!(", largest allocation {} bytes", largest_alloc_bytes());
     let budget = Duration::from_secs(30 * common::soak());
-    let mut runner = TestRunner::new(Config {
-        cases: 1_000_000,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    let start = Instant::now();
-    let ran = AtomicU64::new(0);
     let strategy = (0usize..2, 0usize..5, mutation());
-    let result = runner.run(&strategy, |(b, victim, m)| {
-        if start.elapsed() > budget {
-            return Ok(());
-        }
-        ran.fetch_add(1, SeqCst);
-        let base = &bases[b];
-        check(base, victim % base.members.len(), &m)
-    });
-    let ran = ran.load(SeqCst);
-    eprintln!(
-        "hostile records: {ran} inputs in {:.1} s, largest allocation {} bytes",
-        start.elapsed().as_secs_f64(),
-        largest_alloc_bytes()
+    common::fuzz_for(
+        ("hostile records", &detail),
+        (budget, 100),
+        &strategy,
+        |(b, victim, m)| {
+            let base = &bases[b];
+            check(base, victim % base.members.len(), &m)
+        },
     );
-    if let Err(e) = result {
-        panic!("{e}");
-    }
-    assert!(ran >= 100, "only {ran} inputs ran");
 }
 
 /// Both superblock copies of `bytes` (a member's) with `f` applied, re-encoded: their

@@ -27,10 +27,9 @@ use nbraid_core::{Buf, PassState};
 use nbraid_core::{Member, MemberResult, MemoryMember, PassControl, SharedBuf, VolumeOptions};
 use nbraid_layout::{Level, Node};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const REGION: u64 = 384 * KIB;
 const MEMBER_BYTES: u64 = METADATA_AREA_BYTES + REGION;
@@ -369,32 +368,16 @@ fn bases() -> Vec<Base> {
 #[test]
 fn hostile_reshape_records_never_serve_wrong_bytes() {
     let bases = bases();
+    let detail = || format!(", largest allocation {} bytes", largest_alloc_bytes());
     let budget = Duration::from_secs(12 * common::soak());
-    let mut runner = TestRunner::new(Config {
-        cases: 1_000_000,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    let start = Instant::now();
-    let ran = AtomicU64::new(0);
     let strategy = (0..bases.len(), 0usize..4, mutation());
-    let result = runner.run(&strategy, |(b, victim, m)| {
-        if start.elapsed() > budget {
-            return Ok(());
-        }
-        ran.fetch_add(1, SeqCst);
-        check(&bases[b], victim, &m)
-    });
-    let ran = ran.load(SeqCst);
-    eprintln!(
-        "hostile reshape records: {ran} inputs in {:.1} s, largest allocation {} bytes",
-        start.elapsed().as_secs_f64(),
-        largest_alloc_bytes()
+    let what = "hostile reshape records";
+    common::fuzz_for(
+        (what, &detail),
+        (budget, 50),
+        &strategy,
+        |(b, victim, m)| check(&bases[b], victim, &m),
     );
-    if let Err(e) = result {
-        panic!("{e}");
-    }
-    assert!(ran >= 50, "only {ran} inputs ran");
 }
 
 /// One member's record moved the reshape's position to another whole stripe, its event

@@ -74,6 +74,40 @@ pub fn soak() -> u64 {
     }
 }
 
+/// Runs `check` on inputs drawn from `strategy` until `budget` has passed (proptest
+/// shrinks a failing input and the test panics with it; inputs are not persisted). Prints
+/// what ran as `what` with the `detail` the caller adds (called after the run), and asserts
+/// at least `min_inputs` ran. For the time-bounded fuzz targets.
+pub fn fuzz_for<S: proptest::strategy::Strategy>(
+    (what, detail): (&str, &dyn Fn() -> String),
+    (budget, min_inputs): (std::time::Duration, u64),
+    strategy: &S,
+    check: impl Fn(S::Value) -> Result<(), proptest::test_runner::TestCaseError>,
+) {
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+        cases: 1_000_000,
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    });
+    let start = std::time::Instant::now();
+    let ran = AtomicU64::new(0);
+    let result = runner.run(strategy, |input| {
+        if start.elapsed() > budget {
+            return Ok(());
+        }
+        ran.fetch_add(1, SeqCst);
+        check(input)
+    });
+    let ran = ran.load(SeqCst);
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!("{what}: {ran} inputs in {secs:.1} s{}", detail());
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    assert!(ran >= min_inputs, "only {ran} inputs ran");
+}
+
 /// Seeds to run: `NBRAID_SEED` alone when set, else `n × soak()` seeds derived from `name`.
 pub fn seeds(name: &str, n: u64) -> Vec<u64> {
     if let Ok(s) = std::env::var("NBRAID_SEED") {
