@@ -269,41 +269,70 @@ impl EntryStore {
         Ok(())
     }
 
-    /// Writes the changed entry pages back (before the member flush that makes them
-    /// durable); returns how many. A page that fails to write stays dirty and the error is
-    /// returned.
     /// After an unclean open: blank pages written over the groups the header distrusted
     /// (the pages the cache holds are blank already, and dirty), which are trusted from then
     /// on; returns how many. Left on disk, their stale entries would be trusted by the start
     /// after a clean shutdown: every block written just before the crash a false mismatch.
     /// A page written back meanwhile and blanked after loses its entries (unknown, not wrong).
+    /// Pages go in runs of up to [`PAGE_LOAD_LOCKS`] (each page's load lock held, taken in
+    /// page order: consecutive pages have distinct locks), one write a run of pages the
+    /// cache does not hold — a whole area distrusted is 1/512 of the region.
     pub(super) async fn blank_untrusted(&self, m: &dyn Member) -> MemberResult<usize> {
         let area_pages = (self.area.len_bytes - HEADER_BYTES) / PAGE_BYTES;
         let per_group = self.table().pages_per_group();
-        let zeroes = Buf::zeroed(PAGE_BYTES as usize).freeze();
         let mut written = 0;
         loop {
             let first = self.table().untrusted.first_set();
             let Some(g) = first else { break };
-            for page in g * per_group..((g + 1) * per_group).min(area_pages) {
-                let _one = self.loads[(page % PAGE_LOAD_LOCKS as u64) as usize]
-                    .lock()
-                    .await;
-                let held = {
-                    let t = self.table();
-                    t.has_page(page) || t.evicting(page).is_some()
-                };
-                if !held {
-                    m.write(self.page_offset(page), zeroes.clone(), false)
-                        .await?;
-                    written += 1;
-                }
+            let group = g * per_group..((g + 1) * per_group).min(area_pages);
+            let mut at = group.start;
+            while at < group.end {
+                let end = (at + PAGE_LOAD_LOCKS as u64).min(group.end);
+                written += self.blank_pages(m, at..end).await?;
+                at = end;
             }
             self.table().untrusted.clear(g);
         }
         Ok(written)
     }
 
+    /// Blanks the pages of `pages` (at most [`PAGE_LOAD_LOCKS`]) the cache does not hold,
+    /// their load locks held; how many.
+    async fn blank_pages(&self, m: &dyn Member, pages: Range<u64>) -> MemberResult<usize> {
+        debug_assert!(pages.end - pages.start <= PAGE_LOAD_LOCKS as u64);
+        let mut held_locks = Vec::with_capacity(PAGE_LOAD_LOCKS);
+        for page in pages.clone() {
+            held_locks.push(
+                self.loads[(page % PAGE_LOAD_LOCKS as u64) as usize]
+                    .lock()
+                    .await,
+            );
+        }
+        let cached: Vec<bool> = {
+            let t = self.table();
+            (pages.clone())
+                .map(|p| t.has_page(p) || t.evicting(p).is_some())
+                .collect()
+        };
+        let mut written = 0;
+        let mut page = pages.start;
+        while page < pages.end {
+            let run = (page..pages.end)
+                .take_while(|&p| !cached[(p - pages.start) as usize])
+                .count() as u64;
+            if run > 0 {
+                let zeroes = Buf::zeroed((run * PAGE_BYTES) as usize).freeze();
+                m.write(self.page_offset(page), zeroes, false).await?;
+                written += run as usize;
+            }
+            page += run.max(1);
+        }
+        Ok(written)
+    }
+
+    /// Writes the changed entry pages back (before the member flush that makes them
+    /// durable); returns how many. A page that fails to write stays dirty and the error is
+    /// returned.
     pub(super) async fn flush(&self, m: &dyn Member) -> MemberResult<usize> {
         let _backs = self.write_backs.lock().await;
         let dirty = self.table().take_dirty();
