@@ -94,6 +94,14 @@ impl RangeLock {
 }
 
 impl RangeLock {
+    /// Ranges granted now, and requests waiting: for reports of a hang.
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        let st = self.state.lock();
+        (st.held.len(), st.waiting.len())
+    }
+}
+
+impl RangeLock {
     /// Whether an exclusive request overlapping `[start, start + len)` waits (a writer
     /// queued behind the holder). Cost: one pass over the waiting requests.
     pub(crate) fn exclusive_waiter(&self, start: u64, len: u64) -> bool {

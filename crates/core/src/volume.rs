@@ -372,6 +372,15 @@ impl Volume {
         self.root.cache_usage()
     }
 
+    /// What the volume's nodes hold that a request may be waiting on (stripe locks, each
+    /// parity group's log: live bands, pending entries, rounds, waiters), a line each: for
+    /// the state a hang leaves behind.
+    pub fn waits(&self) -> String {
+        let mut out = String::new();
+        self.root.waits(&mut out);
+        out
+    }
+
     /// Writes back the cached partial stripes that have waited at least `older_than` (what
     /// the background flusher does for `cache_max_age`; simulators, which run no threads,
     /// set `cache_max_age: None` and call this as their flusher).

@@ -81,6 +81,18 @@ fn torn_write_recovers(level: Level, strip: u64) {
     ))
     .unwrap_or_else(|e| panic!("{what}: create: {e}"));
 
+    // What a hang report shows of it: the group's locks and its log, nothing held at rest.
+    let waits = a.volume().waits();
+    assert!(
+        waits.contains("stripe locks 0 held, 0 waiting"),
+        "{what}: {waits}"
+    );
+    assert!(waits.contains("log: bands 0 live"), "{what}: {waits}");
+    assert!(
+        waits.contains("0 pending entries, 0 rounds in flight"),
+        "{what}: {waits}"
+    );
+
     // The log exists, holds the ring its geometry needs, and sits where it was placed.
     let Probe::Superblock(sb, _) = metas(&disks, None)[0].as_ref().unwrap().probe().clone() else {
         panic!("{what}: no superblock")

@@ -99,6 +99,14 @@ pub trait NodeMaintenance: Send + Sync {
         children_cache_usage(self.children())
     }
 
+    /// What this node and those below hold that a request may be waiting on — a parity
+    /// group's stripe locks and log — a line each, for reports of a hang (`Volume::waits`).
+    fn waits(&self, out: &mut String) {
+        for child in self.children() {
+            child.waits(out);
+        }
+    }
+
     /// Writes back the partial stripes the write-back caches in this node and below have held
     /// for at least `older_than`: what the background flusher thread does every tick
     /// (simulators, which run no threads, drive it themselves). A stripe that fails to write

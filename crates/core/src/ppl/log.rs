@@ -356,6 +356,11 @@ impl GroupLog {
         }
     }
 
+    /// What writers may be waiting on, in one line: for reports of a hang.
+    pub(crate) fn waits(&self) -> String {
+        self.state.lock().waits()
+    }
+
     /// The children whose rings take stripe `stripe`'s entries: its P (taking the partial P)
     /// and Q (the partial Q), where their members have not failed.
     ///

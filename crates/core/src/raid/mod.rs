@@ -510,6 +510,22 @@ impl NodeMaintenance for ParityNode {
         own.plus(children_cache_usage(self.children()))
     }
 
+    fn waits(&self, out: &mut String) {
+        let stripes = &self.core.stripes;
+        let (held, waiting) = stripes.locks.counts();
+        out.push_str(&format!(
+            "parity group of {} children: stripe locks {held} held, {waiting} waiting; {:?}\n",
+            stripes.chunks.children.len(),
+            self.cache_usage()
+        ));
+        if let Some(log) = &stripes.ppl {
+            out.push_str(&format!("  log: {}\n", log.waits()));
+        }
+        for child in self.children() {
+            child.waits(out);
+        }
+    }
+
     fn destage_aged(&self, older_than: Duration) -> BoxFuture<'_, ()> {
         async move {
             self.core.destager().destage_older_than(older_than).await;

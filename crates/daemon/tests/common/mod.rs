@@ -182,13 +182,18 @@ fn thread_stacks() -> String {
         cmd.args(&args);
         match output_within(&mut cmd, REPORT_LIMIT) {
             // One that ran but failed (ptrace refused) gives way to the next; what it printed
-            // is kept.
-            Ok(o) if !o.status.success() => tried.push(format!(
-                "{tool} {}:\n{}{}",
-                o.status,
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            )),
+            // is kept. eu-stack also fails when one thread cannot be unwound whole: the
+            // stacks it printed are the answer then.
+            Ok(o)
+                if !o.status.success() && !String::from_utf8_lossy(&o.stdout).contains("TID ") =>
+            {
+                tried.push(format!(
+                    "{tool} {}:\n{}{}",
+                    o.status,
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                ))
+            }
             Ok(o) => {
                 return format!(
                     "{tool} {}:\n{}{}",
@@ -207,27 +212,41 @@ fn thread_stacks() -> String {
     )
 }
 
-/// `cmd`'s output, or why there is none (it could not start, or ran past `limit`).
+/// `cmd`'s output, or why there is none (it could not start, or ran past `limit`). The
+/// output goes to files, not pipes: a stack tool stops every thread of this process while it
+/// prints, the one that would drain a pipe too — it filled the pipe and waited for ever.
 fn output_within(cmd: &mut Command, limit: Duration) -> Result<Output, String> {
-    let child = cmd
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let file = |name: &str| std::fs::File::create(dir.path().join(name));
+    let (out, err) = (
+        file("out").map_err(|e| e.to_string())?,
+        file("err").map_err(|e| e.to_string())?,
+    );
+    let mut child = cmd
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(out)
+        .stderr(err)
         .spawn()
         .map_err(|e| e.to_string())?;
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
+        let _ = tx.send(child.wait());
     });
-    match rx.recv_timeout(limit) {
-        Ok(r) => r.map_err(|e| e.to_string()),
+    let status = match rx.recv_timeout(limit) {
+        Ok(r) => r.map_err(|e| e.to_string())?,
         Err(_) => {
             // SAFETY: kill(2) on our own child's pid has no memory effects.
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-            Err(format!("no answer within {limit:?}"))
+            return Err(format!("no answer within {limit:?}"));
         }
-    }
+    };
+    let read = |name: &str| std::fs::read(dir.path().join(name)).unwrap_or_default();
+    Ok(Output {
+        status,
+        stdout: read("out"),
+        stderr: read("err"),
+    })
 }
 
 /// Runs a command that must succeed; returns its stdout.

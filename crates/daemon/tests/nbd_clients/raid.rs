@@ -46,7 +46,8 @@ fn raid_fixture(level: &str, members: usize, extra: &[&str]) -> Fixture {
 }
 
 /// Each volume's cache, counters and members' counters (`in_flight`: member I/O not yet
-/// answered), and the partial-parity log's counters: what a hung client left behind.
+/// answered), what its parity groups' stripe locks and logs hold and who waits on them, and
+/// the partial-parity log's counters: what a hung client left behind.
 fn volumes_state(arrays: &[Arc<nbraid_core::metadata::Array>]) -> String {
     let mut out = format!(
         "partial-parity log (process-wide): {:?}\n",
@@ -63,6 +64,7 @@ fn volumes_state(arrays: &[Arc<nbraid_core::metadata::Array>]) -> String {
         for (i, c) in v.member_counters().iter().enumerate() {
             out += &format!("  member {i}: {c:?}\n");
         }
+        out += &v.waits();
     }
     out
 }

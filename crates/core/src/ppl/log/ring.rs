@@ -128,6 +128,20 @@ impl Ring {
         self.live.push_back(batch);
     }
 
+    /// The ring's state in a few words, for reports of a hang.
+    pub(super) fn summary(&self) -> String {
+        let oldest = self.live.front().map(|b| b.newest_seq);
+        format!(
+            "{} of {} bytes live in {} batches (oldest up to seq {oldest:?}), head {}, durable tail {}{}",
+            self.live_bytes,
+            self.len,
+            self.live.len(),
+            self.head,
+            self.durable_tail,
+            if self.lapsed { ", lapsed" } else { "" }
+        )
+    }
+
     /// Whether no batch written before is live: a batch written now masks every older
     /// entry of the ring at replay (all lie below its tail).
     pub(super) fn none_live(&self) -> bool {

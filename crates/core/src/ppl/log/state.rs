@@ -113,6 +113,30 @@ impl State {
         );
     }
 
+    /// What writers may be waiting on, in one line (`GroupLog::waits`).
+    pub(super) fn waits(&self) -> String {
+        let keys: Vec<Key> = self.bands.keys().copied().collect();
+        let band = |k: &Key| self.bands.get(k).expect("a key of the bands");
+        let inflight = keys.iter().filter(|k| band(k).inflight > 0).count();
+        let done = keys.iter().filter(|k| band(k).done()).count();
+        let rings: Vec<String> = (self.rings.iter().enumerate())
+            .filter_map(|(c, r)| r.as_ref().map(|r| format!("{c}: {}", r.summary())))
+            .collect();
+        format!(
+            "bands {} live ({inflight} with writes in flight, {done} done not durable), {} \
+             pending entries, {} rounds in flight, waiting: {} for room, {} for a round slot, \
+             {} bands' writers, {} tickets unanswered; rings [{}]",
+            keys.len(),
+            self.pending.len(),
+            self.rounds_in_flight,
+            self.room_waiters.len(),
+            self.slot_waiters.len(),
+            self.band_waiters.len(),
+            self.notify.len(),
+            rings.join(", ")
+        )
+    }
+
     /// Wakes the rounds waiting for ring room.
     pub(super) fn wake_room(&mut self) {
         for w in self.room_waiters.drain(..) {
