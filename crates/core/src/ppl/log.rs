@@ -302,6 +302,10 @@ impl GroupLog {
     /// yet taken by a round, like any band's first entry). Without this the newest entry
     /// could wait forever for ring space its own band's older entries hold.
     fn rebase(&self, st: &mut State) {
+        const _: () = assert!(
+            MAX_ROUNDS_IN_FLIGHT == 1,
+            "rebase infers `written` from `durable`"
+        );
         let stale = st.bands.stale_keys();
         if stale.is_empty() {
             return;
@@ -309,16 +313,18 @@ impl GroupLog {
         let mut seen = (Vec::new(), Vec::new());
         self.refresh_seen(&mut seen);
         let (durable, failed) = seen;
-        let pending: crate::num_hash::NumSet<(u64, u32, u64)> = st
-            .pending
-            .iter()
-            .map(|p| (p.entry.stripe, p.entry.band, p.entry.seq))
-            .collect();
-        for key @ (stripe, band) in stale {
+        for key in stale {
             st.bands.update(key, |b| {
                 if b.stale() && covered(&b.need, &durable, &failed) {
                     b.first_seq = b.seq;
-                    b.written = !pending.contains(&(stripe, band, b.seq));
+                    // Taken by a round: the caller holds the only round slot
+                    // (`MAX_ROUNDS_IN_FLIGHT`), so a round took the newest entry only if it
+                    // ended, which made the band durable. Not "absent from `pending`": an
+                    // entry `prepare` made and its writer has not yet handed to `write` is in
+                    // neither, and counted written it held the tail for a band whose entry
+                    // still waited for room — busy for `no_room`, so every writer waited for
+                    // room that only that entry's own round would free (a deadlock).
+                    b.written = b.durable;
                 }
             });
         }

@@ -476,6 +476,40 @@ fn a_band_logged_again_without_a_flush_does_not_wait_for_ring_space_its_own_entr
     assert!(hold.is_ok());
 }
 
+/// A rewrite's entry that `prepare` made but its writer has not handed to `write` yet
+/// (between stage 3 and stage 4 of a stripe write, where another thread's round may run) is
+/// not "taken by a round": a flush that rebases its band meanwhile must not count the band
+/// for the tail from that entry. It did, and the band then pinned every batch written after
+/// the entry while it looked busy (its write "in flight"): the other writers waited for room
+/// it would free, and its own entry, once handed over, waited for room too — a deadlock
+/// (`raid::raid50_volume_with_every_client`, fio at depth 32 over a write-back cache).
+#[test]
+fn a_band_rebased_before_its_writer_hands_over_its_entry_pins_no_ring_space() {
+    let log = small_log();
+    let dirty_all = |log: &GroupLog| (0..3).for_each(|m| log.table.slot(m).mark_dirty());
+    // The band's write ends, not flushed.
+    let entries = one_sector(&log, 0).ok().expect("nothing live");
+    let hold = block_on(log.write(entries)).expect("room in the ring");
+    dirty_all(&log);
+    drop(hold);
+    // Its rewrite needs no flush: prepared (the band stale), not handed over yet ...
+    let rewrite = one_sector(&log, 0).ok().expect("a rewrite needs no flush");
+    // ... while writes to stripes with the same P member fill the ring and flush (rebasing
+    // the band) to make room.
+    for stripe in (3..=60).step_by(3) {
+        let entries = one_sector(&log, stripe).ok().expect("nothing live");
+        let write = log.write(entries).now_or_never();
+        let hold = write.unwrap_or_else(|| {
+            panic!("stripe {stripe}: waits for room a band whose entry is not written holds")
+        });
+        assert!(hold.is_ok());
+        dirty_all(&log);
+    }
+    let write = log.write(rewrite).now_or_never();
+    let hold = write.expect("the rewrite is written, not waiting for room");
+    assert!(hold.is_ok());
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::test_runner::Config::with_cases(64))]
 

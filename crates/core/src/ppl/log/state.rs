@@ -122,11 +122,17 @@ impl State {
         let rings: Vec<String> = (self.rings.iter().enumerate())
             .filter_map(|(c, r)| r.as_ref().map(|r| format!("{c}: {}", r.summary())))
             .collect();
+        let busy = keys.iter().filter(|k| band(k).busy()).count();
+        let stale = keys.iter().filter(|k| band(k).stale()).count();
+        let written = keys.iter().filter(|k| band(k).written).count();
         format!(
-            "bands {} live ({inflight} with writes in flight, {done} done not durable), {} \
+            "bands {} live ({inflight} with writes in flight, {done} done not durable, {busy} busy, \
+             {stale} stale, {written} written; tail {:?}, next seq {}), {} \
              pending entries, {} rounds in flight, waiting: {} for room, {} for a round slot, \
              {} bands' writers, {} tickets unanswered; rings [{}]",
             keys.len(),
+            self.bands.tail(),
+            self.next_seq,
             self.pending.len(),
             self.rounds_in_flight,
             self.room_waiters.len(),
