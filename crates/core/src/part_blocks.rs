@@ -9,10 +9,65 @@
 //! request did not name, over a concurrent write of them (the block layer orders nothing
 //! between writes in flight, but neither may undo the other's bytes outside their overlap).
 
-use crate::buf::Buf;
+use crate::buf::{Buf, SharedBuf};
 use crate::checksum::BLOCK_BYTES;
 use crate::error::VolumeResult;
-use crate::node::ArrayNode;
+use crate::node::{ArrayNode, ZeroKind};
+
+/// One volume's rule: `on` for a volume of 512-byte blocks that keeps checksums, whose
+/// last block ends at `capacity_bytes`.
+#[derive(Clone, Copy)]
+pub(crate) struct PartBlocks {
+    pub(crate) on: bool,
+    pub(crate) capacity_bytes: u64,
+}
+
+impl PartBlocks {
+    /// The blocks a request of `[offset, offset + len)` covers in part, when the rule is on.
+    fn in_part(&self, offset: u64, len: u64) -> Vec<(u64, u64)> {
+        match self.on {
+            true => blocks_in_part(offset, len, self.capacity_bytes),
+            false => Vec::new(),
+        }
+    }
+
+    /// Writes `data` at `offset` through `root`, the blocks it covers in part healed first.
+    pub(crate) async fn write(
+        &self,
+        root: &dyn ArrayNode,
+        offset: u64,
+        data: SharedBuf,
+        fua: bool,
+    ) -> VolumeResult<()> {
+        heal(root, &self.in_part(offset, data.len() as u64)).await?;
+        root.write(offset, data, fua).await
+    }
+
+    /// Zeroes `[offset, offset + len)` through `root`: the pieces covering blocks in part
+    /// healed and written as zero bytes (a leaf zeroing part of a block cannot checksum it
+    /// and drops its entry, leaving the rest unchecked), the whole blocks zeroed as such.
+    pub(crate) async fn zero(
+        &self,
+        root: &dyn ArrayNode,
+        offset: u64,
+        len: u64,
+        kind: ZeroKind,
+        fua: bool,
+    ) -> VolumeResult<()> {
+        if self.in_part(offset, len).is_empty() {
+            return root.zero(offset, len, kind).await;
+        }
+        let pieces = zero_pieces(offset, len, self.capacity_bytes);
+        for (start, end) in pieces.in_part {
+            let zeroes = Buf::zeroed((end - start) as usize).freeze();
+            self.write(root, start, zeroes, fua).await?;
+        }
+        match pieces.whole {
+            Some((start, end)) => root.zero(start, end - start, kind).await,
+            None => Ok(()),
+        }
+    }
+}
 
 /// The 4 KiB blocks (the last one ending at the volume's end, `capacity_bytes`) that
 /// `[offset, offset + len)` covers in part: its first and its last block, or the one block
@@ -67,7 +122,7 @@ pub(crate) struct ZeroPieces {
 
 /// Reads `blocks` through `root`, so a copy whose bytes fail their checksum is repaired
 /// whole before a write of part of them (the bytes read are dropped).
-pub(crate) async fn heal(root: &dyn ArrayNode, blocks: &[(u64, u64)]) -> VolumeResult<()> {
+async fn heal(root: &dyn ArrayNode, blocks: &[(u64, u64)]) -> VolumeResult<()> {
     for &(b0, b1) in blocks {
         root.read(b0, Buf::new((b1 - b0) as usize)).await?;
     }

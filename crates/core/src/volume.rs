@@ -13,6 +13,7 @@ use crate::error::{VolumeError, VolumeResult};
 use crate::member::{CounterSnapshot, Member};
 use crate::mirror::MirrorNode;
 use crate::node::{ArrayNode, LeafNode, MemberState, MemberTable, ScrubPass, ZeroKind};
+use crate::part_blocks::PartBlocks;
 use crate::pass::{Checkpoint, PassWork};
 use crate::raid::{CacheMode, CacheUsage, ParityNode, SyncState};
 use crate::read_policy::ReadPolicy;
@@ -372,8 +373,7 @@ impl Volume {
         self.root.cache_usage()
     }
 
-    /// What the volume's nodes hold that a request may be waiting on (stripe locks, each
-    /// parity group's log: live bands, pending entries, rounds, waiters), a line each: for
+    /// What the volume's parity groups hold that a request may wait on (stripe locks, logs):
     /// the state a hang leaves behind.
     pub fn waits(&self) -> String {
         let mut out = String::new();
@@ -496,11 +496,10 @@ impl Volume {
             return Ok(buf);
         }
         let data = buf.freeze();
-        let r = match crate::part_blocks::heal(&*self.root, &self.blocks_in_part(offset, len)).await
-        {
-            Ok(()) => self.root.write(offset, data.clone(), fua).await,
-            Err(e) => Err(e),
-        };
+        let r = (self
+            .part_blocks()
+            .write(&*self.root, offset, data.clone(), fua))
+        .await;
         if r.is_ok() {
             self.counters.writes.fetch_add(1, Relaxed);
             self.counters.write_bytes.fetch_add(len, Relaxed);
@@ -509,37 +508,11 @@ impl Volume {
         Ok(data.into_reusable())
     }
 
-    /// The 4 KiB blocks a write of `[offset, offset + len)` covers in part, on a volume of
-    /// 512-byte blocks that keeps checksums: healed before it ([`crate::part_blocks`]).
-    fn blocks_in_part(&self, offset: u64, len: u64) -> Vec<(u64, u64)> {
-        match self.opts.checksums.is_some() && self.opts.block_size < BLOCK_BYTES {
-            true => crate::part_blocks::blocks_in_part(offset, len, self.capacity),
-            false => Vec::new(),
-        }
-    }
-
-    /// Zeroes `[offset, offset + len)`; on a volume of 512-byte blocks that keeps checksums,
-    /// the pieces covering blocks in part are written as zero bytes (a leaf zeroing part of
-    /// a block cannot checksum it and drops its entry, leaving the rest unchecked).
-    async fn zero_pieces(
-        &self,
-        offset: u64,
-        len: u64,
-        kind: ZeroKind,
-        fua: bool,
-    ) -> VolumeResult<()> {
-        if self.blocks_in_part(offset, len).is_empty() {
-            return self.root.zero(offset, len, kind).await;
-        }
-        let pieces = crate::part_blocks::zero_pieces(offset, len, self.capacity);
-        for (start, end) in pieces.in_part {
-            crate::part_blocks::heal(&*self.root, &self.blocks_in_part(start, end - start)).await?;
-            let zeroes = Buf::zeroed((end - start) as usize).freeze();
-            self.root.write(start, zeroes, fua).await?;
-        }
-        match pieces.whole {
-            Some((start, end)) => self.root.zero(start, end - start, kind).await,
-            None => Ok(()),
+    /// The volume's rule for writes and zeroings of part of a 4 KiB checksum block.
+    fn part_blocks(&self) -> PartBlocks {
+        PartBlocks {
+            on: self.opts.checksums.is_some() && self.opts.block_size < BLOCK_BYTES,
+            capacity_bytes: self.capacity,
         }
     }
 
@@ -647,7 +620,7 @@ impl Volume {
         if len == 0 {
             return Ok(());
         }
-        let mut r = self.zero_pieces(offset, len, kind, fua).await;
+        let mut r = (self.part_blocks().zero(&*self.root, offset, len, kind, fua)).await;
         if r.is_ok() && fua {
             r = self.flush_inner().await;
         }

@@ -82,9 +82,9 @@ fn raid1_repairs_the_whole_block_after_a_part_read() {
 
 // A write of part of a block whose old bytes are bad on a member: the leaf, reading the rest
 // to checksum the block whole, cannot vouch for bad bytes and drops the block's checksum, so
-// the bad bytes it kept read back as good. The volume now widens such a write to whole
-// blocks read through the redundancy first (`crate::part_blocks`): the bad copy is repaired
-// whole and the leaf is given whole blocks.
+// the bad bytes it kept read back as good. The volume now reads the blocks such a write
+// covers in part through the redundancy first (`crate::part_blocks`): the bad copy is
+// repaired whole, and the leaf then finds good bytes to checksum the block with.
 
 /// Corrupts region block `block` of `disk`, writes 512 bytes into the middle of volume bytes
 /// `at..at+4096` (on that block), then reads the whole block several times (each copy).
@@ -115,8 +115,10 @@ fn raid5_part_write_into_a_corrupted_block_keeps_the_rest() {
     part_write_then_read(&a, &disks[2], 1, 8 * KIB, &mut bytes);
 }
 
-/// Two writes of different sectors of one block at once: each is widened to the whole block
-/// (read, merged, written), so they take turns — neither writes back the other's old bytes.
+/// Two writes of different sectors of one block at once both land: neither writes back the
+/// other's old bytes. (Nothing is merged today — each heals, then writes only its own bytes;
+/// this guards against a design that widens part writes to whole blocks, which the crash
+/// simulator rejected.)
 #[test]
 fn part_writes_of_one_block_at_once_both_land() {
     for (level, n) in [(Level::Raid1, 2), (Level::Raid5, 3)] {
@@ -164,5 +166,46 @@ fn part_zeroes_into_a_corrupted_block_keep_the_rest_checked() {
             // Bad again: still checked, so served from the redundancy.
             disks[disk].poke(START + block * 4096 + 2048, &[0x77; 512]);
         }
+    }
+}
+
+/// A write of part of a block whose bytes are bad where nothing can rebuild them (RAID 0,
+/// JBOD): the write is refused — keeping the bad rest under a dropped checksum would serve
+/// it as good later — and the block keeps failing reads until a write covers it whole.
+/// Nothing around it is touched.
+#[test]
+fn a_part_write_into_a_block_nothing_can_heal_is_refused_until_the_block_is_written_whole() {
+    // Block 3 of disk 0 holds volume bytes 24..28 KiB on RAID 0 of 2 (4 KiB strips), 12..16
+    // KiB on JBOD.
+    for (level, at) in [(Level::Raid0, 24 * KIB), (Level::Jbod, 12 * KIB)] {
+        let (a, disks, mut bytes) = filled(level, 2);
+        let at = at as usize;
+        disks[0].poke(START + 3 * 4096, &[0x5a; 4096]);
+        let e = block_on(a.write(at as u64 + 1024, Buf::copy_from(&[0xc3; 512]), false));
+        assert!(
+            e.is_err(),
+            "{level:?}: a part write over bad bytes is refused"
+        );
+        assert!(
+            block_on(a.read(at as u64, 4096)).is_err(),
+            "{level:?}: still bad"
+        );
+        let around = block_on(a.read(at as u64 - 4096, 4096)).expect("the block before");
+        assert!(
+            around[..] == bytes[at - 4096..at],
+            "{level:?}: the block before"
+        );
+        let after = block_on(a.read(at as u64 + 4096, 4096)).expect("the block after");
+        assert!(
+            after[..] == bytes[at + 4096..at + 8192],
+            "{level:?}: the block after"
+        );
+        // A whole-block write makes the block good again, part writes then land.
+        bytes[at..at + 4096].fill(0x3c);
+        block_on(a.write(at as u64, Buf::copy_from(&bytes[at..at + 4096]), false)).expect("whole");
+        bytes[at + 1024..at + 1536].fill(0xc3);
+        block_on(a.write(at as u64 + 1024, Buf::copy_from(&[0xc3; 512]), false)).expect("part");
+        let got = block_on(a.read(at as u64, 4096)).expect("read");
+        assert!(got[..] == bytes[at..at + 4096], "{level:?}: as written");
     }
 }
