@@ -5,7 +5,7 @@
 //! must never be wiped or taken as a spare).
 
 use crate::member::Opened;
-use nbraid_core::metadata::{Probe, Uuid, VolumeRecord};
+use nbraid_core::metadata::{self, Probe, Uuid, VolumeRecord};
 
 /// Volume `name`'s record in `probe` when it is of array `array` (of any array: `None`).
 pub fn record_of<'a>(
@@ -41,10 +41,7 @@ pub fn this_array<'a>(probes: impl Iterator<Item = &'a Probe>, name: &str) -> Op
 /// ([`this_array`]).
 pub fn newest_record<'a>(probes: &'a [Probe], name: &str) -> Option<&'a VolumeRecord> {
     let array = this_array(probes.iter(), name);
-    probes
-        .iter()
-        .filter_map(|p| record_of(p, name, array))
-        .max_by_key(|r| r.events)
+    metadata::newest_record(probes.iter().filter_map(|p| record_of(p, name, array)))
 }
 
 /// The paths volume `name`'s (of array `array`) newest record among `probes` lists.
@@ -53,9 +50,7 @@ pub fn newest_added_paths<'a>(
     name: &str,
     array: Option<Uuid>,
 ) -> Vec<String> {
-    probes
-        .filter_map(|p| record_of(p, name, array))
-        .max_by_key(|r| r.events)
+    metadata::newest_record(probes.filter_map(|p| record_of(p, name, array)))
         .map(|r| r.added_paths.clone())
         .unwrap_or_default()
 }

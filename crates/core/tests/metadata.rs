@@ -3,9 +3,9 @@
 //! decisions.
 
 use nbraid_core::metadata::{
-    assemble, newest, Absence, Area, BackupWindow, BitmapArea, ChecksumFill, MemberEntry,
-    MetadataError, Probe, RecordedState, ReshapeRecord, ScrubCheckpoint, Superblock, Uuid,
-    VolumeRecord, SLOT_BYTES,
+    assemble, newest, newest_record, Absence, Area, BackupWindow, BitmapArea, ChecksumFill,
+    MemberEntry, MetadataError, Probe, RecordedState, ReshapeRecord, ScrubCheckpoint, Superblock,
+    Uuid, VolumeRecord, SLOT_BYTES,
 };
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
 use proptest::prelude::*;
@@ -734,6 +734,43 @@ mod assembly {
         }
         let a = assemble("db", &tree, &probes(&sbs)).unwrap();
         assert_eq!(a.roles[3], Err(Absence::Failed { member: 3 }));
+    }
+
+    /// Records of one event that disagree (a lying member: no commit writes that) — the
+    /// volume starts from the lowest role's, whatever order the config names the members
+    /// in; the open and the tools pick by the same rule ([`newest_record`]).
+    #[test]
+    fn records_of_one_event_that_disagree_start_from_the_lowest_roles_in_any_config_order() {
+        let tree = config_tree(64 << 10, Level::Raid5);
+        for liar in [0, 1] {
+            let mut sbs = members(9);
+            sbs[liar].volumes[0].members[3].state = RecordedState::Failed;
+            for order in [[0, 1, 2, 3], [1, 0, 2, 3], [3, 2, 1, 0]] {
+                let placed: Vec<Superblock> = order.iter().map(|&r| sbs[r].clone()).collect();
+                let a = assemble("db", &tree, &probes(&placed)).unwrap();
+                let at = |role: usize| order.iter().position(|&r| r == role).unwrap();
+                let want = if liar == 0 {
+                    Err(Absence::Failed { member: at(3) })
+                } else {
+                    Ok(at(3))
+                };
+                assert_eq!(
+                    a.roles[3], want,
+                    "lie on role {liar}, config order {order:?}"
+                );
+                let records = placed.iter().map(|s| &s.volumes[0]);
+                assert_eq!(newest_record(records).unwrap().role, 0);
+            }
+        }
+        // More events win over a lower role.
+        let mut sbs = members(9);
+        sbs[2].volumes[0].events = 10;
+        assert_eq!(
+            newest_record(sbs.iter().map(|s| &s.volumes[0]))
+                .unwrap()
+                .role,
+            2
+        );
     }
 
     #[test]

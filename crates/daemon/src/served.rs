@@ -9,7 +9,7 @@
 //! error). A swap that fails after the records changed leaves the volume out of service: the
 //! records on disk say what the next start serves, and the old array must not write again.
 
-use nbraid_core::metadata::{Array, ArrayError, ArrayOptions, MemberMeta, Probe};
+use nbraid_core::metadata::{newest_record, Array, ArrayError, ArrayOptions, MemberMeta, Probe};
 use nbraid_core::{Member, VolumeError};
 use nbraid_layout::Node;
 use parking_lot::RwLock;
@@ -140,17 +140,13 @@ async fn open_again(
 /// The newest record's tree as a config would declare it (leaves by role): the reshape's
 /// new tree while one runs.
 fn tree_to_open(name: &str, metas: &[Option<Arc<MemberMeta>>]) -> Option<Node> {
-    let newest = metas
-        .iter()
-        .flatten()
-        .filter_map(|m| match m.probe() {
-            Probe::Superblock(sb, _) => sb.volumes.iter().find(|v| v.name == name).cloned(),
-            _ => None,
-        })
-        .max_by_key(|r| r.events)?;
-    Some(match newest.reshape {
-        Some(r) => r.new_tree,
-        None => newest.tree,
+    let newest = newest_record(metas.iter().flatten().filter_map(|m| match m.probe() {
+        Probe::Superblock(sb, _) => sb.volumes.iter().find(|v| v.name == name),
+        _ => None,
+    }))?;
+    Some(match &newest.reshape {
+        Some(r) => r.new_tree.clone(),
+        None => newest.tree.clone(),
     })
 }
 

@@ -311,7 +311,7 @@ impl Array {
                 None => None,
             });
         }
-        let newest = (records.iter().flatten().max_by_key(|r| r.events).cloned())
+        let newest = (super::newest_record(records.iter().flatten()).cloned())
             .ok_or_else(|| bad("no member carries a record".into()))?;
         // Mid-reshape neither tree is logged; the bitmap's resync covers both (`crate::reshape`).
         let logged = opts.ppl && newest.reshape.is_none();

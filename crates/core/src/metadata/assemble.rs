@@ -316,7 +316,6 @@ fn gather<'a>(
     let volume = name.to_string();
     let mut records: Vec<Option<&VolumeRecord>> = vec![None; probes.len()];
     let mut warnings = Vec::new();
-    let mut newest: Option<&VolumeRecord> = None;
     // Members whose superblock has no record of this volume: (position, what they hold).
     let mut foreign: Option<(usize, String)> = None;
     for (i, p) in probes.iter().enumerate() {
@@ -329,12 +328,7 @@ fn gather<'a>(
                     ));
                 }
                 match sb.volumes.iter().find(|v| v.name == name) {
-                    Some(r) => {
-                        records[i] = Some(r);
-                        if newest.is_none_or(|n| r.events > n.events) {
-                            newest = Some(r);
-                        }
-                    }
+                    Some(r) => records[i] = Some(r),
                     None => {
                         foreign.get_or_insert((i, holdings(sb)));
                     }
@@ -347,6 +341,7 @@ fn gather<'a>(
             Probe::Missing | Probe::Blank | Probe::Unreachable(_) => {}
         }
     }
+    let newest = super::newest_record(records.iter().flatten().copied());
     if let Some((member, theirs)) = foreign {
         return Err(AssembleError::Foreign {
             volume,
@@ -378,20 +373,15 @@ fn gather<'a>(
     })
 }
 
-/// Refuses records of the newest event that disagree on the reshape: the newest record
-/// found first would otherwise say where the bytes live, whatever its peers say (a lying
-/// position served bytes not yet copied as the new tree's).
+/// Refuses records of the newest event that disagree on the reshape: the record the volume
+/// starts from ([`super::newest_record`]) would otherwise say where the bytes live, whatever
+/// its peers say (a lying position served bytes not yet copied as the new tree's).
 fn reshapes_agree(
     volume: &str,
     records: &[Option<&VolumeRecord>],
     newest: &VolumeRecord,
 ) -> Result<(), AssembleError> {
-    let Some(first) = records
-        .iter()
-        .position(|r| r.is_some_and(|r| std::ptr::eq(r, newest)))
-    else {
-        return Ok(());
-    };
+    let first = position_of(records, newest);
     for (i, r) in records.iter().enumerate() {
         let Some(r) = r.filter(|r| r.events == newest.events) else {
             continue;
@@ -412,6 +402,13 @@ fn reshapes_agree(
         }
     }
     Ok(())
+}
+
+/// The config position of the member holding `record` (one of `records`).
+fn position_of(records: &[Option<&VolumeRecord>], record: &VolumeRecord) -> usize {
+    (records.iter())
+        .position(|r| r.is_some_and(|r| std::ptr::eq(r, record)))
+        .expect("the record is one of the records")
 }
 
 /// What a superblock without this volume's record holds, for the refusal.

@@ -191,6 +191,19 @@ pub struct Superblock {
     pub volumes: Vec<VolumeRecord>,
 }
 
+/// The record a volume starts from among its members' `records`: the most events. A commit
+/// writes one record to every member, so records of one event agree — unless a member's
+/// bytes lie; then the lowest role's wins, so that every reader (assembly, the open, the
+/// tools) takes the same record whatever order it meets the members in.
+pub fn newest_record<'a>(
+    records: impl IntoIterator<Item = &'a VolumeRecord>,
+) -> Option<&'a VolumeRecord> {
+    records
+        .into_iter()
+        .max_by_key(|r| (r.events, std::cmp::Reverse(r.role)))
+}
+
+/// Of a member's two superblock copies, the valid one of the higher generation, and the error that
 /// disqualified the other, if any (a corrupted copy is reported, the other serves).
 pub fn newest(
     copies: [MetadataResult<Superblock>; 2],
