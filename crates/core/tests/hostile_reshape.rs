@@ -196,7 +196,7 @@ fn value() -> impl Strategy<Value = u64> {
 
 fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
-        3 => (0u8..12, value()).prop_map(|(field, value)| Mutation::Field { field, value }),
+        3 => (0u8..13, value()).prop_map(|(field, value)| Mutation::Field { field, value }),
         1 => (1usize..400, proptest::collection::vec(any::<u8>(), 1..16))
             .prop_map(|(back, bytes)| Mutation::TailBytes { back, bytes }),
         1 => (0u64..64 * KIB, proptest::collection::vec(any::<u8>(), 1..16))
@@ -252,12 +252,17 @@ fn set_field(sb: &mut Superblock, field: u8, x: u64) -> bool {
             r.new_tree = tree(level, r.new_tree.member_count(), strip);
         }
         // The record looks one commit newer than its peers' (a torn commit), unchanged
-        // otherwise. Its position moved too would be a commit its peers cannot contradict
-        // (a window's length is not recorded): not covered.
+        // otherwise. Its position moved forward too would be a commit its peers cannot
+        // contradict (a window's length is not recorded): not covered; moved back, below.
         10 => v.events += 1,
-        _ => {
+        11 => {
             v.events += 1;
             v.reshape = None;
+        }
+        // One commit newer with the position moved back by whole stripes: refused.
+        _ => {
+            v.events += 1;
+            r.position_bytes = r.position_bytes.saturating_sub((1 + x % 4) * UNIT);
         }
     }
     true
@@ -386,23 +391,59 @@ fn hostile_reshape_records_never_serve_wrong_bytes() {
 /// one event that disagree on the reshape are refused, naming the volume and both members.
 #[test]
 fn a_reshape_position_one_member_alone_records_is_refused() {
-    let (old, new) = (
-        tree(Level::Raid5, 3, 8 * KIB),
-        tree(Level::Raid6, 4, 8 * KIB),
-    );
-    let base = base(old, new, 6);
-    let (sb, _) = newest_copy(&base.members[0]).expect("a superblock");
-    let position = sb.volumes[0]
-        .reshape
-        .as_ref()
-        .expect("mid-reshape")
-        .position_bytes;
-    let mut bytes = base.members.clone();
+    let base = cut_raid5_to_raid6();
+    let position = reshape_position(&base);
     let lie = Mutation::Field {
         field: 0,
         value: position + 8 * UNIT,
     };
-    assert!(apply(&lie, &mut bytes[0]));
+    let e = open_with_lie(&base, 0, &lie);
+    assert!(
+        e.contains("vol") && e.contains("members 0 and 1") && e.contains("different reshapes"),
+        "{e}"
+    );
+}
+
+/// One member's record one commit ahead of its peers' with the reshape's position moved
+/// back (its checksum right): trusted, it read bytes already copied from the old tree, where
+/// the copy had written over them. A reshape only moves forward: refused, naming both.
+#[test]
+fn a_reshape_position_that_went_back_in_a_newer_record_is_refused() {
+    let base = cut_raid5_to_raid6();
+    assert!(
+        reshape_position(&base) >= UNIT,
+        "the cut is past the first stripes"
+    );
+    let lie = Mutation::Field {
+        field: 12,
+        value: 0,
+    };
+    let e = open_with_lie(&base, 2, &lie);
+    assert!(
+        e.contains("vol") && e.contains("member 2's record") && e.contains("behind member 0's"),
+        "{e}"
+    );
+}
+
+/// A RAID 5 of 3 → RAID 6 of 4 restripe cut after its 6th commit.
+fn cut_raid5_to_raid6() -> Base {
+    let (old, new) = (
+        tree(Level::Raid5, 3, 8 * KIB),
+        tree(Level::Raid6, 4, 8 * KIB),
+    );
+    base(old, new, 6)
+}
+
+fn reshape_position(base: &Base) -> u64 {
+    let (sb, _) = newest_copy(&base.members[0]).expect("a superblock");
+    let reshape = sb.volumes[0].reshape.as_ref();
+    reshape.expect("mid-reshape").position_bytes
+}
+
+/// Opens `base` with member `victim`'s record changed by `lie`: the refusal's text.
+fn open_with_lie(base: &Base, victim: usize, lie: &Mutation) -> String {
+    let mut bytes = base.members.clone();
+    assert!(apply(lie, &mut bytes[victim]));
     let disks: Vec<Arc<dyn Member>> = bytes
         .iter()
         .enumerate()
@@ -413,12 +454,8 @@ fn a_reshape_position_one_member_alone_records_is_refused() {
         })
         .collect();
     let metas = metas_of(&disks).into_iter().map(Some).collect();
-    let Err(e) = block_on(Array::open("vol", &base.new, metas, opts(), &|_, _| {})) else {
-        panic!("opened with member 0's position");
-    };
-    let e = e.to_string();
-    assert!(
-        e.contains("vol") && e.contains("members 0 and 1") && e.contains("different reshapes"),
-        "{e}"
-    );
+    match block_on(Array::open("vol", &base.new, metas, opts(), &|_, _| {})) {
+        Ok(_) => panic!("opened with member {victim}'s lie"),
+        Err(e) => e.to_string(),
+    }
 }

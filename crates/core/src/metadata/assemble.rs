@@ -143,6 +143,15 @@ pub enum AssembleError {
         events: u64,
         detail: String,
     },
+    #[error("volume `{volume}`: member {newer}'s record (event {events}) puts the reshape at byte {newer_position}, behind member {older}'s one commit older at byte {older_position}; a reshape only moves forward, so the newer record is wrong — not started (fail member {newer})")]
+    ReshapeWentBack {
+        volume: String,
+        newer: usize,
+        older: usize,
+        events: u64,
+        newer_position: u64,
+        older_position: u64,
+    },
     #[error(
         "volume `{volume}`: roles {absent} have no trusted member, more than the volume tolerates"
     )]
@@ -225,6 +234,7 @@ pub(crate) fn assemble_with(
         mut warnings,
     } = gather(name, probes, names)?;
     reshapes_agree(&volume, &records, newest)?;
+    reshape_moves_forward(&volume, &records, newest)?;
     // Mid-reshape the config says the shape the volume is moving into (`nbraid apply`'s).
     let reshape = newest.reshape.clone();
     let config_shape = reshape.as_ref().map_or(&newest.tree, |r| &r.new_tree);
@@ -398,6 +408,41 @@ fn reshapes_agree(
                 b: i,
                 events: newest.events,
                 detail,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a newest record whose reshape stands behind where a record one commit older put
+/// it: a reshape copies front to back and every commit of it moves the position forward or
+/// leaves it (starting and finishing one are commits of their own), so the newer record
+/// lies — trusted, it would read bytes already copied from the old tree, which the copy has
+/// since written over.
+fn reshape_moves_forward(
+    volume: &str,
+    records: &[Option<&VolumeRecord>],
+    newest: &VolumeRecord,
+) -> Result<(), AssembleError> {
+    let Some(now) = &newest.reshape else {
+        return Ok(());
+    };
+    let newer = position_of(records, newest);
+    for (i, r) in records.iter().enumerate() {
+        let Some(r) = r.filter(|r| r.events + 1 == newest.events && r.tree == newest.tree) else {
+            continue;
+        };
+        let Some(before) = r.reshape.as_ref().filter(|b| b.new_tree == now.new_tree) else {
+            continue;
+        };
+        if before.position_bytes > now.position_bytes {
+            return Err(AssembleError::ReshapeWentBack {
+                volume: volume.to_string(),
+                newer,
+                older: i,
+                events: newest.events,
+                newer_position: now.position_bytes,
+                older_position: before.position_bytes,
             });
         }
     }
