@@ -1,8 +1,8 @@
 //! A reshape through the real binaries, online: a RAID 5 of three members serving data grows
 //! to four with `nbraid apply --yes` against the running daemon while an NBD client keeps
 //! writing and reading (every read checked against a model of the volume); the new size is
-//! what a new connection sees (nbdinfo). Then it moves to RAID 6 with a fifth member, the
-//! daemon is SIGKILLed mid-way; after the restart the reshape finishes, every byte reads back,
+//! what a new connection sees (nbdinfo). Then it moves to RAID 6 with a fifth member (a scrub
+//! asked meanwhile is refused), the daemon is SIGKILLed mid-way; after the restart the reshape finishes, every byte reads back,
 //! and two failed members are survived. Needs `nbdcopy` and `nbdinfo` (fails loudly
 //! without); `nbraidd` is the one built beside `nbraid` (`cargo build --bin nbraidd`).
 
@@ -112,6 +112,11 @@ fn raid5_grows_online_then_moves_to_raid6_through_a_sigkill() {
     wait_until(cfg, "db", "the reshape to move", |v| {
         v["reshape"]["position_bytes"].as_u64().unwrap_or(0) > 0
     });
+    // A scrub walks one shape: refused, saying why (it used to check nothing and say done).
+    let out = nbraid(&["scrub", "db", "--config", cfg]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "scrub during a reshape: {said}");
+    assert!(said.contains("is being reshaped"), "{said}");
     d.child.kill().unwrap(); // SIGKILL
     d.child.wait().unwrap();
     config(dir.path(), "raid6", 5, "64MiB");

@@ -140,6 +140,14 @@ fn run(old: &Node, new: &Node, seed: u64) -> Result<(), String> {
     let a = open(new, &disks).map_err(|e| format!("open mid-reshape: {e}"))?;
     assert_eq!(a.reshape_progress(), Some((0, cap)), "starts at 0");
     same(&a, &want, "opened at 0")?;
+    // A scrub walks one tree: refused (it would have checked nothing and said done).
+    let e = block_on(a.scrub(&Default::default()))
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("cannot scrub during a reshape"),
+        "{e}"
+    );
     let at = rng.below(cap / 4096) * 4096;
     let data = seeded(&mut rng, 4096);
     block_on(a.write(at, Buf::copy_from(&data), true)).map_err(|e| e.to_string())?;

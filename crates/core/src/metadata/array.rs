@@ -671,7 +671,7 @@ impl Array {
         match &self.reshape {
             None => Ok(()),
             Some(_) => Err(self.parts().refuse(format!(
-                "cannot {what} during a reshape: it finishes degraded; rebuild after the next start"
+                "cannot {what} during a reshape (it serves two shapes; this walks one): run it once the reshape is done and the volume is open in its new shape (nbraidd reopens it itself)"
             ))),
         }
     }
@@ -756,7 +756,9 @@ impl Array {
 
     /// Scrubs the volume from the control's position (see `scrub.rs`), recording its
     /// progress; returns the final report.
+    /// Refused during a reshape: a scrub walks one tree, and would have checked nothing.
     pub async fn scrub(&self, ctl: &ScrubControl) -> Result<ScrubReport, ArrayError> {
+        self.not_reshaping("scrub")?;
         super::scrub::scrub(self.parts(), ctl).await
     }
 }

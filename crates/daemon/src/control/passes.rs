@@ -9,8 +9,18 @@ use nbraid_core::PassRate;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering::SeqCst;
 
-/// `scrub`: starts one at `rate` (refused while one runs); its first report.
+/// `scrub`: starts one at `rate` (refused while one runs, or while the volume is reshaped:
+/// a scrub walks one shape); its first report.
 pub(super) fn scrub(v: &ControlVolume, repair: bool, rate: PassRate) -> Result<Value, Refusal> {
+    if v.array().reshape_progress().is_some() {
+        return Err(Refusal::new(
+            "busy",
+            format!(
+                "volume \"{}\" is being reshaped: scrub it once the reshape is done (nbraid status shows it)",
+                v.name
+            ),
+        ));
+    }
     let ctl = v.new_scrub(repair, rate);
     v.start_scrub(ctl.clone())?;
     Ok(json!({ "volume": v.name, "scrub": scrub_json(v, &ctl) }))
