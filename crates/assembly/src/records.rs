@@ -22,6 +22,18 @@ pub fn record_of<'a>(
     }
 }
 
+/// [`record_of`] with the member's own id.
+fn held_of<'a>(
+    probe: &'a Probe,
+    name: &str,
+    array: Option<Uuid>,
+) -> Option<(Uuid, &'a VolumeRecord)> {
+    match probe {
+        Probe::Superblock(sb, _) => record_of(probe, name, array).map(|r| (sb.member, r)),
+        _ => None,
+    }
+}
+
 /// The array volume `name` is, as the config's members and spares (`probes`) say: the id
 /// most of their records of that name carry (ties: the newest record's). A file later used
 /// by another array whose volume has the same name is outvoted by the members; `None` when
@@ -41,7 +53,7 @@ pub fn this_array<'a>(probes: impl Iterator<Item = &'a Probe>, name: &str) -> Op
 /// ([`this_array`]).
 pub fn newest_record<'a>(probes: &'a [Probe], name: &str) -> Option<&'a VolumeRecord> {
     let array = this_array(probes.iter(), name);
-    metadata::newest_record(probes.iter().filter_map(|p| record_of(p, name, array)))
+    metadata::newest_record(probes.iter().filter_map(|p| held_of(p, name, array)))
 }
 
 /// The paths volume `name`'s (of array `array`) newest record among `probes` lists.
@@ -50,7 +62,7 @@ pub fn newest_added_paths<'a>(
     name: &str,
     array: Option<Uuid>,
 ) -> Vec<String> {
-    metadata::newest_record(probes.filter_map(|p| record_of(p, name, array)))
+    metadata::newest_record(probes.filter_map(|p| held_of(p, name, array)))
         .map(|r| r.added_paths.clone())
         .unwrap_or_default()
 }

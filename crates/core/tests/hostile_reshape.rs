@@ -20,8 +20,8 @@ use futures::future::{select, BoxFuture, Either};
 use futures::FutureExt;
 use nbraid_core::metadata::disk_rule::Consent;
 use nbraid_core::metadata::{
-    Area, Array, ArrayOptions, BackupWindow, MemberMeta, Superblock, METADATA_AREA_BYTES,
-    SLOT_BYTES,
+    Absence, Area, Array, ArrayOptions, BackupWindow, MemberMeta, OpenReport, RecordedState,
+    Superblock, METADATA_AREA_BYTES, SLOT_BYTES,
 };
 use nbraid_core::{Buf, PassState};
 use nbraid_core::{Member, MemberResult, MemoryMember, PassControl, SharedBuf, VolumeOptions};
@@ -444,6 +444,14 @@ fn reshape_position(base: &Base) -> u64 {
 fn open_with_lie(base: &Base, victim: usize, lie: &Mutation) -> String {
     let mut bytes = base.members.clone();
     assert!(apply(lie, &mut bytes[victim]));
+    match open_bytes(&base.new, &bytes) {
+        Ok(_) => panic!("opened with member {victim}'s lie"),
+        Err(e) => e,
+    }
+}
+
+/// Opens the volume over members holding `bytes`, `config` the config's tree.
+fn open_bytes(config: &Node, bytes: &[Vec<u8>]) -> Result<(Array, OpenReport), String> {
     let disks: Vec<Arc<dyn Member>> = bytes
         .iter()
         .enumerate()
@@ -454,8 +462,49 @@ fn open_with_lie(base: &Base, victim: usize, lie: &Mutation) -> String {
         })
         .collect();
     let metas = metas_of(&disks).into_iter().map(Some).collect();
-    match block_on(Array::open("vol", &base.new, metas, opts(), &|_, _| {})) {
-        Ok(_) => panic!("opened with member {victim}'s lie"),
-        Err(e) => e.to_string(),
+    block_on(Array::open("vol", config, metas, opts(), &|_, _| {})).map_err(|e| e.to_string())
+}
+
+/// Rewrites the newest superblock copy in a member's `bytes` through `change`.
+fn edit(bytes: &mut [u8], change: impl FnOnce(&mut Superblock)) {
+    let (mut sb, slot) = newest_copy(bytes).expect("a superblock");
+    change(&mut sb);
+    let enc = sb.encode().expect("encodes");
+    bytes[slot..slot + enc.len()].copy_from_slice(&enc);
+}
+
+/// A reshape checkpoint torn on member 0 alone (its record a stripe ahead), then a start
+/// without it that recorded it rebuilding and resumed from the position before — its peers'
+/// records of the same event as member 0's (the start's commit torn in turn), or one newer.
+/// Member 0 is stale, not a liar: the volume opens without it, every byte as written. (The
+/// first check of a position that went back refused this, naming member 0's peers.)
+#[test]
+fn a_member_ahead_by_a_torn_checkpoint_then_left_out_of_a_start_is_stale() {
+    let base = cut_raid5_to_raid6();
+    let position = reshape_position(&base);
+    for peers_ahead_events in [0, 1] {
+        let mut bytes = base.members.clone();
+        let member0 = newest_copy(&bytes[0]).expect("a superblock").0.member;
+        edit(&mut bytes[0], |sb| {
+            let r = sb.volumes[0].reshape.as_mut().expect("mid-reshape");
+            (r.position_bytes, r.backup_window) = (position + UNIT, None);
+        });
+        for b in &mut bytes[1..] {
+            edit(b, |sb| {
+                let v = &mut sb.volumes[0];
+                v.events += peers_ahead_events;
+                let m = v.members.iter_mut().find(|m| m.uuid == member0);
+                m.expect("member 0 listed").state = RecordedState::Rebuilding {
+                    checkpoint_bytes: 0,
+                };
+            });
+        }
+        let (a, report) = open_bytes(&base.new, &bytes).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            matches!(report.roles[0], Err(Absence::Stale { member: 0, .. })),
+            "member 0 is stale: {:?}",
+            report.roles
+        );
+        same(&a, &base.image, "opened without member 0").unwrap();
     }
 }

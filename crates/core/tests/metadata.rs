@@ -3,9 +3,9 @@
 //! decisions.
 
 use nbraid_core::metadata::{
-    assemble, newest, newest_record, Absence, Area, BackupWindow, BitmapArea, ChecksumFill,
-    MemberEntry, MetadataError, Probe, RecordedState, ReshapeRecord, ScrubCheckpoint, Superblock,
-    Uuid, VolumeRecord, SLOT_BYTES,
+    assemble, newest, newest_record, newest_record_checked, Absence, Area, BackupWindow,
+    BitmapArea, ChecksumFill, MemberEntry, MetadataError, Probe, RecordedState, ReshapeRecord,
+    ScrubCheckpoint, Superblock, Uuid, VolumeRecord, SLOT_BYTES,
 };
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
 use proptest::prelude::*;
@@ -736,41 +736,80 @@ mod assembly {
         assert_eq!(a.roles[3], Err(Absence::Failed { member: 3 }));
     }
 
-    /// Records of one event that disagree (a lying member: no commit writes that) — the
-    /// volume starts from the lowest role's, whatever order the config names the members
-    /// in; the open and the tools pick by the same rule ([`newest_record`]).
+    /// Each superblock's record of `db` with the member's own id.
+    fn held(sbs: &[Superblock]) -> Vec<(Uuid, &VolumeRecord)> {
+        sbs.iter().map(|s| (s.member, &s.volumes[0])).collect()
+    }
+
+    /// Records of one event that disagree. A commit torn on member 0 alone, then a start
+    /// without it: member 0's record trusts every member, its peers' (same event) record it
+    /// rebuilding — it missed what they did, so their record wins and member 0 is stale,
+    /// whatever order the config names the members in (the lowest role's record, member
+    /// 0's, was taken before). The open and the tools pick by the same rule.
     #[test]
-    fn records_of_one_event_that_disagree_start_from_the_lowest_roles_in_any_config_order() {
+    fn a_record_whose_own_member_its_peers_set_out_is_not_the_one_a_volume_starts_from() {
         let tree = config_tree(64 << 10, Level::Raid5);
-        for liar in [0, 1] {
-            let mut sbs = members(9);
-            sbs[liar].volumes[0].members[3].state = RecordedState::Failed;
-            for order in [[0, 1, 2, 3], [1, 0, 2, 3], [3, 2, 1, 0]] {
-                let placed: Vec<Superblock> = order.iter().map(|&r| sbs[r].clone()).collect();
-                let a = assemble("db", &tree, &probes(&placed)).unwrap();
-                let at = |role: usize| order.iter().position(|&r| r == role).unwrap();
-                let want = if liar == 0 {
-                    Err(Absence::Failed { member: at(3) })
-                } else {
-                    Ok(at(3))
-                };
-                assert_eq!(
-                    a.roles[3], want,
-                    "lie on role {liar}, config order {order:?}"
-                );
-                let records = placed.iter().map(|s| &s.volumes[0]);
-                assert_eq!(newest_record(records).unwrap().role, 0);
+        let mut sbs = members(9);
+        for s in &mut sbs[1..] {
+            s.volumes[0].members[0].state = RecordedState::Rebuilding {
+                checkpoint_bytes: 0,
+            };
+        }
+        // The torn commit's start had run without member 3: its record says so.
+        sbs[0].volumes[0].members[3].state = RecordedState::Rebuilding {
+            checkpoint_bytes: 0,
+        };
+        for order in [[0, 1, 2, 3], [1, 0, 2, 3], [3, 2, 1, 0]] {
+            let placed: Vec<Superblock> = order.iter().map(|&r| sbs[r].clone()).collect();
+            let a = assemble("db", &tree, &probes(&placed)).unwrap();
+            let at = |role: usize| order.iter().position(|&r| r == role).unwrap();
+            let stale = Err(Absence::Stale {
+                member: at(0),
+                events: 9,
+            });
+            assert_eq!(a.roles[0], stale, "config order {order:?}");
+            for r in 1..4 {
+                assert_eq!(a.roles[r], Ok(at(r)), "config order {order:?}");
+            }
+            assert_eq!(newest_record(held(&placed)).unwrap().role, 1);
+        }
+    }
+
+    /// A lying record (its checksum right) that sets a peer out, or differs otherwise: the
+    /// lowest role's record its peers do not set out wins, in any config order; records
+    /// that each set the other's member out (starts on different members: split brain) are
+    /// refused, naming them.
+    #[test]
+    fn lying_or_split_records_of_one_event() {
+        let tree = config_tree(64 << 10, Level::Raid5);
+        let mut sbs = members(9);
+        sbs[1].volumes[0].members[3].state = RecordedState::Failed;
+        sbs[2].volumes[0].added_paths = vec!["/lie".into()];
+        for order in [[0, 1, 2, 3], [1, 0, 2, 3], [3, 2, 1, 0]] {
+            let placed: Vec<Superblock> = order.iter().map(|&r| sbs[r].clone()).collect();
+            assert_eq!(newest_record(held(&placed)).unwrap().role, 0, "{order:?}");
+            let a = assemble("db", &tree, &probes(&placed)).unwrap();
+            let at = |role: usize| order.iter().position(|&r| r == role).unwrap();
+            assert_eq!(a.roles[3], Ok(at(3)), "the lie is not taken: {order:?}");
+        }
+        // Two lives at one event: roles 0 and 1 ran without 2 and 3, and 2 and 3 without 0.
+        let mut sbs = members(9);
+        for (s, out) in sbs.iter_mut().zip([[2, 3], [2, 3], [0, 1], [0, 1]]) {
+            for r in out {
+                s.volumes[0].members[r].state = RecordedState::Failed;
             }
         }
-        // More events win over a lower role.
+        let e = assemble("db", &tree, &probes(&sbs)).unwrap_err();
+        assert!(
+            matches!(e, AssembleError::RecordsSplit { events: 9, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("split brain"), "{e}");
+        assert!(newest_record_checked(held(&sbs)).is_err());
+        // More events win over everything else.
         let mut sbs = members(9);
         sbs[2].volumes[0].events = 10;
-        assert_eq!(
-            newest_record(sbs.iter().map(|s| &s.volumes[0]))
-                .unwrap()
-                .role,
-            2
-        );
+        assert_eq!(newest_record(held(&sbs)).unwrap().role, 2);
     }
 
     #[test]

@@ -141,7 +141,9 @@ async fn open_again(
 /// new tree while one runs.
 fn tree_to_open(name: &str, metas: &[Option<Arc<MemberMeta>>]) -> Option<Node> {
     let newest = newest_record(metas.iter().flatten().filter_map(|m| match m.probe() {
-        Probe::Superblock(sb, _) => sb.volumes.iter().find(|v| v.name == name),
+        Probe::Superblock(sb, _) => {
+            (sb.volumes.iter().find(|v| v.name == name)).map(|r| (sb.member, r))
+        }
         _ => None,
     }))?;
     Some(match &newest.reshape {

@@ -304,14 +304,20 @@ impl Array {
             volume: name.to_string(),
             detail,
         };
-        let mut records = Vec::with_capacity(by_role.len());
+        let mut held = Vec::with_capacity(by_role.len());
         for m in by_role {
-            records.push(match m {
-                Some(m) => m.record(name).await,
+            held.push(match m {
+                Some(m) => m.held_record(name).await,
                 None => None,
             });
         }
-        let newest = (super::newest_record(records.iter().flatten()).cloned())
+        let records: Vec<Option<VolumeRecord>> = held
+            .iter()
+            .map(|h| h.as_ref().map(|(_, r)| r.clone()))
+            .collect();
+        let newest = super::newest_record_checked(held.iter().flatten().map(|(id, r)| (*id, r)))
+            .map_err(|e| bad(format!("the records of its newest event ({}) set each other's members out of the volume (split brain)", e.events)))?
+            .cloned()
             .ok_or_else(|| bad("no member carries a record".into()))?;
         // Mid-reshape neither tree is logged; the bitmap's resync covers both (`crate::reshape`).
         let logged = opts.ppl && newest.reshape.is_none();

@@ -135,7 +135,13 @@ pub enum AssembleError {
         a: usize,
         b: usize,
     },
-    #[error("volume `{volume}`: members {a} and {b} record the same event ({events}) with different reshapes ({detail}); no commit writes that, and which record is true cannot be told — not started (fail the member whose record is wrong)")]
+    #[error("volume `{volume}`: the records of its newest event ({events}), on {members}, each set another's member out of the volume: starts ran on different members (split brain), and which holds the volume cannot be told — not started (start with only the members whose writes are to be kept, then `nbraid add` the others back: rebuilt whole, never resynced as they are)")]
+    RecordsSplit {
+        volume: String,
+        events: u64,
+        members: String,
+    },
+    #[error("volume `{volume}`: members {a} and {b} record the same event ({events}) with different reshapes ({detail}); no commit writes that, and which record is true cannot be told — not started (leave out the member whose record is wrong: the others start degraded and resync it when it returns)")]
     ReshapeRecordsDisagree {
         volume: String,
         a: usize,
@@ -143,7 +149,7 @@ pub enum AssembleError {
         events: u64,
         detail: String,
     },
-    #[error("volume `{volume}`: member {newer}'s record (event {events}) puts the reshape at byte {newer_position}, behind member {older}'s one commit older at byte {older_position}; a reshape only moves forward, so the newer record is wrong — not started (fail member {newer})")]
+    #[error("volume `{volume}`: member {newer}'s record (event {events}) puts the reshape at byte {newer_position}, behind member {older}'s one commit older at byte {older_position}; a reshape only moves forward, so the newer record is wrong — not started (leave member {newer} out: the others start degraded and resync it when it returns)")]
     ReshapeWentBack {
         volume: String,
         newer: usize,
@@ -233,8 +239,8 @@ pub(crate) fn assemble_with(
         newest,
         mut warnings,
     } = gather(name, probes, names)?;
-    reshapes_agree(&volume, &records, newest)?;
-    reshape_moves_forward(&volume, &records, newest)?;
+    reshapes_agree(&volume, &records, probes, newest)?;
+    reshape_moves_forward(&volume, &records, probes, newest)?;
     // Mid-reshape the config says the shape the volume is moving into (`nbraid apply`'s).
     let reshape = newest.reshape.clone();
     let config_shape = reshape.as_ref().map_or(&newest.tree, |r| &r.new_tree);
@@ -351,31 +357,53 @@ fn gather<'a>(
             Probe::Missing | Probe::Blank | Probe::Unreachable(_) => {}
         }
     }
-    let newest = super::newest_record(records.iter().flatten().copied());
+    let held: Vec<(Uuid, &VolumeRecord)> = (records.iter().zip(probes))
+        .filter_map(|(r, p)| match (r, p) {
+            (Some(r), Probe::Superblock(sb, _)) => Some((sb.member, *r)),
+            _ => None,
+        })
+        .collect();
+    // The array the volume is: the newest record's, however its event's records agree.
+    let ours = super::newest_record(held.iter().copied());
     if let Some((member, theirs)) = foreign {
         return Err(AssembleError::Foreign {
             volume,
             member,
-            ours: newest.map_or("no member carries this volume's record".into(), |n| {
+            ours: ours.map_or("no member carries this volume's record".into(), |n| {
                 format!("array {}", n.array)
             }),
             theirs,
         });
     }
-    let Some(newest) = newest else {
+    let Some(ours) = ours else {
         return Err(AssembleError::Uninitialized { volume });
     };
     // Every record must name the same array.
     for (i, r) in records.iter().enumerate() {
-        if let Some(r) = r.filter(|r| r.array != newest.array) {
+        if let Some(r) = r.filter(|r| r.array != ours.array) {
             return Err(AssembleError::Foreign {
                 volume,
                 member: i,
-                ours: format!("array {}", newest.array),
+                ours: format!("array {}", ours.array),
                 theirs: format!("volume `{}` of array {}", r.name, r.array),
             });
         }
     }
+    let newest = match super::newest_record_checked(held) {
+        Ok(newest) => newest.expect("a record of this volume"),
+        Err(split) => {
+            let on = |r: &&VolumeRecord| r.events == split.events;
+            return Err(AssembleError::RecordsSplit {
+                volume,
+                events: split.events,
+                members: (records.iter().enumerate())
+                    .filter(|(_, r)| r.as_ref().is_some_and(on))
+                    .map(|(i, _)| names.member(i))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+    };
     Ok(Gathered {
         records,
         newest,
@@ -385,15 +413,19 @@ fn gather<'a>(
 
 /// Refuses records of the newest event that disagree on the reshape: the record the volume
 /// starts from ([`super::newest_record`]) would otherwise say where the bytes live, whatever
-/// its peers say (a lying position served bytes not yet copied as the new tree's).
+/// its peers say (a lying position served bytes not yet copied as the new tree's). Only the
+/// peers it trusts count ([`trusted_by`]): a member it records rebuilding may hold a record
+/// of the same event from a commit torn before a start that ran without it.
 fn reshapes_agree(
     volume: &str,
     records: &[Option<&VolumeRecord>],
+    probes: &[Probe],
     newest: &VolumeRecord,
 ) -> Result<(), AssembleError> {
     let first = position_of(records, newest);
     for (i, r) in records.iter().enumerate() {
-        let Some(r) = r.filter(|r| r.events == newest.events) else {
+        let Some(r) = r.filter(|r| r.events == newest.events && trusted_by(newest, r, &probes[i]))
+        else {
             continue;
         };
         let detail = match (&newest.reshape, &r.reshape) {
@@ -415,13 +447,16 @@ fn reshapes_agree(
 }
 
 /// Refuses a newest record whose reshape stands behind where a record one commit older put
-/// it: a reshape copies front to back and every commit of it moves the position forward or
-/// leaves it (starting and finishing one are commits of their own), so the newer record
-/// lies — trusted, it would read bytes already copied from the old tree, which the copy has
-/// since written over.
+/// it, the older record's member one the newest still trusts ([`trusted_by`]): a reshape
+/// copies front to back and every commit of one run of the array moves the position forward
+/// or leaves it (starting and finishing one are commits of their own), so the newer record
+/// lies — trusted, it would read bytes already copied from the old tree where the new one
+/// holds them. (A member the newest records rebuilding may well be ahead: a checkpoint torn
+/// on it alone, then a start without it that resumed from the position before.)
 fn reshape_moves_forward(
     volume: &str,
     records: &[Option<&VolumeRecord>],
+    probes: &[Probe],
     newest: &VolumeRecord,
 ) -> Result<(), AssembleError> {
     let Some(now) = &newest.reshape else {
@@ -429,7 +464,8 @@ fn reshape_moves_forward(
     };
     let newer = position_of(records, newest);
     for (i, r) in records.iter().enumerate() {
-        let Some(r) = r.filter(|r| r.events + 1 == newest.events && r.tree == newest.tree) else {
+        let one_older = |r: &&VolumeRecord| r.events + 1 == newest.events && r.tree == newest.tree;
+        let Some(r) = r.filter(|r| one_older(r) && trusted_by(newest, r, &probes[i])) else {
             continue;
         };
         let Some(before) = r.reshape.as_ref().filter(|b| b.new_tree == now.new_tree) else {
@@ -447,6 +483,16 @@ fn reshape_moves_forward(
         }
     }
     Ok(())
+}
+
+/// Whether `newest` records the member holding `record` (its superblock in `probe`) active,
+/// by its id, in the record's role: a peer it trusts, whose record must agree with it.
+fn trusted_by(newest: &VolumeRecord, record: &VolumeRecord, probe: &Probe) -> bool {
+    let Probe::Superblock(sb, _) = probe else {
+        return false;
+    };
+    (newest.members.get(record.role as usize))
+        .is_some_and(|m| m.uuid == sb.member && m.state == RecordedState::Active)
 }
 
 /// The config position of the member holding `record` (one of `records`).
@@ -543,13 +589,20 @@ fn place_roles(
 /// Whether the member holding `r` missed writes the newest record `newest` covers. One event
 /// behind is a torn update of the last commit (no acknowledged write follows a commit before
 /// every current member has it); a role the newest record says is being rebuilt missed
-/// writes whatever its counter says.
+/// writes whatever its counter says — unless its own record says so too at the newest event
+/// (a new member resuming its rebuild, [`place_roles`]).
 fn is_stale(newest: &VolumeRecord, r: &VolumeRecord) -> bool {
+    let theirs = newest.members[r.role as usize].state;
     let rebuilding = matches!(
-        newest.members[r.role as usize].state,
+        theirs,
         RecordedState::Rebuilding { .. } | RecordedState::Spare
     );
-    r.events + 1 < newest.events || (rebuilding && r.events < newest.events)
+    // Its peers ran without it even at its own event: a commit torn on it alone, then a
+    // start without it whose commit recorded it rebuilding ([`super::newest_record`]).
+    let own = r.members.get(r.role as usize).map(|m| m.state);
+    let left_out =
+        matches!(theirs, RecordedState::Rebuilding { .. }) && own == Some(RecordedState::Active);
+    r.events + 1 < newest.events || (rebuilding && r.events < newest.events) || left_out
 }
 
 /// A warning per absent role, and per role a forced assembly took back.

@@ -191,16 +191,73 @@ pub struct Superblock {
     pub volumes: Vec<VolumeRecord>,
 }
 
-/// The record a volume starts from among its members' `records`: the most events. A commit
-/// writes one record to every member, so records of one event agree — unless a member's
-/// bytes lie; then the lowest role's wins, so that every reader (assembly, the open, the
-/// tools) takes the same record whatever order it meets the members in.
-pub fn newest_record<'a>(
-    records: impl IntoIterator<Item = &'a VolumeRecord>,
-) -> Option<&'a VolumeRecord> {
-    records
+/// A member's record of a volume, with the member's own id (its superblock's).
+pub type HeldRecord<'a> = (Uuid, &'a VolumeRecord);
+
+/// Records of a volume's newest event that each deny another's member its place: two starts
+/// ran on different members (split brain), and which holds the volume cannot be told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SplitRecords {
+    pub events: u64,
+    /// The roles of the records of that event.
+    pub roles: Vec<u32>,
+}
+
+/// The record a volume starts from among its members' records ([`HeldRecord`]s): of the
+/// most events, one whose own member no other record of that event denies ([`denies`]), the
+/// lowest role's among those — so every reader takes the same record whatever order it
+/// meets the members in. Records of one event differ when a commit was torn on some members
+/// and a start ran without them: their record of that event trusts every member, the
+/// start's records mark them rebuilding — theirs is the abandoned one (mdadm likewise sets
+/// aside a member whose peers report it failed). None left: [`SplitRecords`].
+pub fn newest_record_checked<'a>(
+    held: impl IntoIterator<Item = HeldRecord<'a>>,
+) -> Result<Option<&'a VolumeRecord>, SplitRecords> {
+    let held: Vec<HeldRecord<'a>> = held.into_iter().collect();
+    let Some(events) = held.iter().map(|(_, r)| r.events).max() else {
+        return Ok(None);
+    };
+    let newest: Vec<HeldRecord<'a>> = held
         .into_iter()
-        .max_by_key(|r| (r.events, std::cmp::Reverse(r.role)))
+        .filter(|(_, r)| r.events == events)
+        .collect();
+    let denied = |(id, r): &HeldRecord| newest.iter().any(|(_, s)| denies(s, *id, r));
+    match newest
+        .iter()
+        .filter(|h| !denied(h))
+        .min_by_key(|(_, r)| r.role)
+    {
+        Some((_, r)) => Ok(Some(*r)),
+        None => Err(SplitRecords {
+            events,
+            roles: newest.iter().map(|(_, r)| r.role).collect(),
+        }),
+    }
+}
+
+/// [`newest_record_checked`] for readers that only describe a volume (`nbraid`, a reload's
+/// plan): split records give the lowest role's (assembly refuses such a volume anyway).
+pub fn newest_record<'a>(
+    held: impl IntoIterator<Item = HeldRecord<'a>>,
+) -> Option<&'a VolumeRecord> {
+    let held: Vec<HeldRecord<'a>> = held.into_iter().collect();
+    newest_record_checked(held.iter().copied()).unwrap_or_else(|_| {
+        let events = held.iter().map(|(_, r)| r.events).max();
+        (held.iter().map(|(_, r)| *r))
+            .filter(|r| Some(r.events) == events)
+            .min_by_key(|r| r.role)
+    })
+}
+
+/// Whether record `s` denies member `id`, whose own record is `r`, its place: it lists
+/// another member in `r`'s role, or records the role out (failed, rebuilding) where `r`
+/// says it current.
+fn denies(s: &VolumeRecord, id: Uuid, r: &VolumeRecord) -> bool {
+    let role = r.role as usize;
+    let own = r.members.get(role).map(|m| m.state);
+    s.members.get(role).is_some_and(|m| {
+        m.uuid != id || (m.state != RecordedState::Active && own == Some(RecordedState::Active))
+    })
 }
 
 /// Of a member's two superblock copies, the valid one of the higher generation, and the error that
