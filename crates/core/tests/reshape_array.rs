@@ -343,3 +343,122 @@ fn the_old_array_records_nothing_once_a_reshape_started() {
         "the reshape is still recorded"
     );
 }
+
+/// A member missing at a start mid-reshape: its share of a window's backup is missing too,
+/// so the copy does not go on without it (that would leave its chunks of the new shape
+/// unwritten, and a bitmap resync would not know them when it came back) and says why.
+/// Opened again with the member back, it is resynced as stale and the reshape finishes:
+/// every byte reads back, with any one member lost after.
+#[test]
+fn a_reshape_waits_for_a_member_missing_at_its_start() {
+    for (name, old, new) in moves() {
+        if !old.survives(&|m| m == 1) || !new.survives(&|m| m == 1) {
+            continue;
+        }
+        let disks: Vec<Disk> = (0..new.member_count())
+            .map(|i| {
+                let m = MemoryMember::new(format!("m{i}"), MEMBER_BYTES);
+                Arc::new(Faulty::new(m, i as u64))
+            })
+            .collect();
+        let n_old = old.member_count();
+        let created = block_on(Array::create(
+            "vol",
+            old.clone(),
+            metas(&disks[..n_old]),
+            opts(),
+            true,
+            &|_, _| {},
+        ))
+        .unwrap()
+        .0;
+        let cap = created.volume().capacity();
+        let mut want = seeded(&mut Rng::new(7), cap);
+        block_on(async {
+            created.write(0, Buf::copy_from(&want), false).await?;
+            created.flush().await?;
+            created.mark_clean().await
+        })
+        .unwrap();
+        let added = metas(&disks[n_old..]);
+        block_on(created.start_reshape(new.clone(), added, &Consent::default())).unwrap();
+        drop(created);
+        let mut away: Vec<Option<Arc<MemberMeta>>> = metas(&disks).into_iter().map(Some).collect();
+        away[1] = None;
+        let a = block_on(Array::open("vol", &new, away, opts(), &|_, _| {}))
+            .unwrap()
+            .0;
+        let e = block_on(a.reshape(&PassControl::new(0))).unwrap_err();
+        assert!(e.to_string().contains("without role 1"), "{name}: {e}");
+        // Written while member 1 is away: it misses these.
+        let at = cap / 3 / 4096 * 4096;
+        want[at as usize..at as usize + 8192].fill(0xa7);
+        block_on(a.write(
+            at,
+            Buf::copy_from(&want[at as usize..at as usize + 8192]),
+            true,
+        ))
+        .unwrap();
+        same(&a, &want, &format!("{name}: without member 1")).unwrap();
+        drop(a);
+        let a = open(&new, &disks).unwrap();
+        let state = block_on(a.reshape(&PassControl::new(0))).unwrap();
+        assert_eq!(state, PassState::Done, "{name}");
+        same(&a, &want, &format!("{name}: member 1 back, reshaped")).unwrap();
+        for r in 0..new.member_count() {
+            let a = open(&new, &disks).unwrap();
+            a.volume().fail_member(r, "the test");
+            same(&a, &want, &format!("{name}: member {r} lost after")).unwrap();
+        }
+    }
+}
+
+/// A role recorded failed mid-reshape whose member is gone at the next start: its share of
+/// the window backups went with it, and going on degraded from there is not supported — the
+/// pass says so (it once said "no window of the reshape fits its backup areas"), and the
+/// volume serves every byte degraded in both shapes.
+#[test]
+fn a_reshape_says_it_cannot_go_on_without_a_failed_members_backup_share() {
+    let (_, old, new) = moves().remove(2); // RAID 5 of 3 → RAID 6 of 4: every window backed up
+    let disks: Vec<Disk> = (0..new.member_count())
+        .map(|i| {
+            Arc::new(Faulty::new(
+                MemoryMember::new(format!("m{i}"), MEMBER_BYTES),
+                i as u64,
+            ))
+        })
+        .collect();
+    let n_old = old.member_count();
+    let created = block_on(Array::create(
+        "vol",
+        old.clone(),
+        metas(&disks[..n_old]),
+        opts(),
+        true,
+        &|_, _| {},
+    ))
+    .unwrap()
+    .0;
+    let want = seeded(&mut Rng::new(9), created.volume().capacity());
+    block_on(created.write(0, Buf::copy_from(&want), true)).unwrap();
+    block_on(created.start_reshape(new.clone(), metas(&disks[n_old..]), &Consent::default()))
+        .unwrap();
+    drop(created);
+    let a = open(&new, &disks).unwrap();
+    a.volume().fail_member(1, "the test");
+    block_on(a.record_failures()).unwrap();
+    drop(a);
+    let mut gone: Vec<Option<Arc<MemberMeta>>> = metas(&disks).into_iter().map(Some).collect();
+    gone[1] = None;
+    let a = block_on(Array::open("vol", &new, gone, opts(), &|_, _| {}))
+        .unwrap()
+        .0;
+    let e = block_on(a.reshape(&PassControl::new(0)))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("without failed role 1") && e.contains("not supported"),
+        "{e}"
+    );
+    same(&a, &want, "degraded mid-reshape").unwrap();
+}

@@ -324,6 +324,33 @@ async fn read_rows(
     Ok(bytes.to_vec())
 }
 
+/// Why no window fits: a member missing at the start — its share of every backed-up window
+/// would be missing (copying on without it would leave its chunks of the new tree unwritten,
+/// unknown to the bitmap that resyncs it when it comes back) — or a role recorded failed
+/// whose member is gone (`failed`: per role, recorded failed).
+fn no_window_why(p: Parts<'_>, failed: &[bool]) -> String {
+    let away = |gone: bool| -> Vec<String> {
+        (0..p.volume.member_count())
+            .filter(|&r| !p.volume.member_is_current(r) && failed.get(r) == Some(&gone))
+            .map(|r| r.to_string())
+            .collect()
+    };
+    let (missing, failed) = (away(false), away(true));
+    if !missing.is_empty() {
+        return format!(
+            "the reshape cannot go on without role {}: each member keeps its share of a window's backup — start the volume again with its member (resynced first, then the reshape resumes)",
+            missing.join(", ")
+        );
+    }
+    if !failed.is_empty() {
+        return format!(
+            "the reshape cannot go on after a restart without failed role {}: its share of the window backups left with its member, and going on degraded from there is not supported; the volume serves degraded in both shapes",
+            failed.join(", ")
+        );
+    }
+    "no window of the reshape fits its backup areas".into()
+}
+
 /// Runs the pass (windows as large as the backup areas allow), then records the new tree.
 pub(super) async fn run(
     p: Parts<'_>,
@@ -331,9 +358,15 @@ pub(super) async fn run(
     ctl: &PassControl,
     max_window_bytes: u64,
 ) -> Result<PassState, ArrayError> {
-    let areas = match &p.records.lock().await.reshape {
-        Some(r) => r.areas.clone(),
-        None => return Err(p.refuse("the records hold no reshape")),
+    let (areas, failed) = {
+        let rec = p.records.lock().await;
+        let failed: Vec<bool> = (rec.members.iter())
+            .map(|m| m.state == RecordedState::Failed)
+            .collect();
+        match &rec.reshape {
+            Some(r) => (r.areas.clone(), failed),
+            None => return Err(p.refuse("the records hold no reshape")),
+        }
     };
     let layout = node.layout();
     // A pool was placed for windows of one unit (`reshape_backup::place_pool`).
@@ -352,7 +385,7 @@ pub(super) async fn run(
         // Only the grown space is left (a grow in place has no backup areas at all).
         true => max.max(layout.unit()),
         false => window_fitting(layout, &rooms(layout, &areas), max)
-            .ok_or_else(|| p.refuse("no window of the reshape fits its backup areas"))?,
+            .ok_or_else(|| p.refuse(no_window_why(p, &failed)))?,
     };
     let hooks = ArrayHooks { parts: p, layout };
     let state = node.run_pass(ctl, window, &hooks).await?;
