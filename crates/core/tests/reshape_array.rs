@@ -344,6 +344,47 @@ fn the_old_array_records_nothing_once_a_reshape_started() {
     );
 }
 
+/// `old` created over the first of `new`'s members (in-memory disks), every byte written
+/// (seed `seed`), the reshape into `new` started and its array dropped: the disks and the
+/// bytes written.
+fn started(old: &Node, new: &Node, seed: u64) -> (Vec<Disk>, Vec<u8>) {
+    let disks: Vec<Disk> = (0..new.member_count())
+        .map(|i| {
+            let m = MemoryMember::new(format!("m{i}"), MEMBER_BYTES);
+            Arc::new(Faulty::new(m, i as u64))
+        })
+        .collect();
+    let n_old = old.member_count();
+    let (created, _) = block_on(Array::create(
+        "vol",
+        old.clone(),
+        metas(&disks[..n_old]),
+        opts(),
+        true,
+        &|_, _| {},
+    ))
+    .unwrap();
+    let want = seeded(&mut Rng::new(seed), created.volume().capacity());
+    block_on(async {
+        created.write(0, Buf::copy_from(&want), false).await?;
+        created.flush().await?;
+        created.mark_clean().await
+    })
+    .unwrap();
+    let added = metas(&disks[n_old..]);
+    block_on(created.start_reshape(new.clone(), added, &Consent::default())).unwrap();
+    (disks, want)
+}
+
+/// Opens the volume over `disks` with member `gone` missing.
+fn open_without(new: &Node, disks: &[Disk], gone: usize) -> Array {
+    let mut m: Vec<Option<Arc<MemberMeta>>> = metas(disks).into_iter().map(Some).collect();
+    m[gone] = None;
+    block_on(Array::open("vol", new, m, opts(), &|_, _| {}))
+        .unwrap()
+        .0
+}
+
 /// A member missing at a start mid-reshape: its share of a window's backup is missing too,
 /// so the copy does not go on without it (that would leave its chunks of the new shape
 /// unwritten, and a bitmap resync would not know them when it came back) and says why.
@@ -355,39 +396,9 @@ fn a_reshape_waits_for_a_member_missing_at_its_start() {
         if !old.survives(&|m| m == 1) || !new.survives(&|m| m == 1) {
             continue;
         }
-        let disks: Vec<Disk> = (0..new.member_count())
-            .map(|i| {
-                let m = MemoryMember::new(format!("m{i}"), MEMBER_BYTES);
-                Arc::new(Faulty::new(m, i as u64))
-            })
-            .collect();
-        let n_old = old.member_count();
-        let created = block_on(Array::create(
-            "vol",
-            old.clone(),
-            metas(&disks[..n_old]),
-            opts(),
-            true,
-            &|_, _| {},
-        ))
-        .unwrap()
-        .0;
-        let cap = created.volume().capacity();
-        let mut want = seeded(&mut Rng::new(7), cap);
-        block_on(async {
-            created.write(0, Buf::copy_from(&want), false).await?;
-            created.flush().await?;
-            created.mark_clean().await
-        })
-        .unwrap();
-        let added = metas(&disks[n_old..]);
-        block_on(created.start_reshape(new.clone(), added, &Consent::default())).unwrap();
-        drop(created);
-        let mut away: Vec<Option<Arc<MemberMeta>>> = metas(&disks).into_iter().map(Some).collect();
-        away[1] = None;
-        let a = block_on(Array::open("vol", &new, away, opts(), &|_, _| {}))
-            .unwrap()
-            .0;
+        let (disks, mut want) = started(&old, &new, 7);
+        let cap = want.len() as u64;
+        let a = open_without(&new, &disks, 1);
         let e = block_on(a.reshape(&PassControl::new(0))).unwrap_err();
         assert!(e.to_string().contains("without role 1"), "{name}: {e}");
         // Written while member 1 is away: it misses these.
@@ -420,39 +431,12 @@ fn a_reshape_waits_for_a_member_missing_at_its_start() {
 #[test]
 fn a_reshape_says_it_cannot_go_on_without_a_failed_members_backup_share() {
     let (_, old, new) = moves().remove(2); // RAID 5 of 3 → RAID 6 of 4: every window backed up
-    let disks: Vec<Disk> = (0..new.member_count())
-        .map(|i| {
-            Arc::new(Faulty::new(
-                MemoryMember::new(format!("m{i}"), MEMBER_BYTES),
-                i as u64,
-            ))
-        })
-        .collect();
-    let n_old = old.member_count();
-    let created = block_on(Array::create(
-        "vol",
-        old.clone(),
-        metas(&disks[..n_old]),
-        opts(),
-        true,
-        &|_, _| {},
-    ))
-    .unwrap()
-    .0;
-    let want = seeded(&mut Rng::new(9), created.volume().capacity());
-    block_on(created.write(0, Buf::copy_from(&want), true)).unwrap();
-    block_on(created.start_reshape(new.clone(), metas(&disks[n_old..]), &Consent::default()))
-        .unwrap();
-    drop(created);
+    let (disks, want) = started(&old, &new, 9);
     let a = open(&new, &disks).unwrap();
     a.volume().fail_member(1, "the test");
     block_on(a.record_failures()).unwrap();
     drop(a);
-    let mut gone: Vec<Option<Arc<MemberMeta>>> = metas(&disks).into_iter().map(Some).collect();
-    gone[1] = None;
-    let a = block_on(Array::open("vol", &new, gone, opts(), &|_, _| {}))
-        .unwrap()
-        .0;
+    let a = open_without(&new, &disks, 1);
     let e = block_on(a.reshape(&PassControl::new(0)))
         .unwrap_err()
         .to_string();
