@@ -812,6 +812,35 @@ mod assembly {
         assert_eq!(newest_record(held(&sbs)).unwrap().role, 2);
     }
 
+    /// A replacement's swap torn (its record names it in the old member's role, at the
+    /// old member's event) with no other role's record at that event (a 4-way mirror whose
+    /// other members are stale or gone): not split brain — the winner's id says which
+    /// member holds the role, the other is ignored.
+    #[test]
+    fn two_records_of_one_role_are_not_split_brain() {
+        let tree = config_tree(64 << 10, Level::Raid1);
+        let mut sbs = members(9);
+        for s in &mut sbs {
+            s.volumes[0].tree = tree.clone();
+        }
+        for s in &mut sbs[1..3] {
+            s.volumes[0].events = 7;
+        }
+        // Position 3 holds the replacement of role 0 (role 3's member is gone).
+        let mut replacement = sbs[0].clone();
+        replacement.member = uuid(0x30);
+        replacement.volumes[0].members[0].uuid = uuid(0x30);
+        sbs[3] = replacement;
+        let a = assemble("db", &tree, &probes(&sbs)).unwrap();
+        let holder = a.roles[0].clone().expect("role 0 held");
+        assert!(holder == 0 || holder == 3, "{:?}", a.roles);
+        assert!(
+            a.warnings.iter().any(|w| w.contains("ignored")),
+            "{:?}",
+            a.warnings
+        );
+    }
+
     #[test]
     fn an_unreachable_member_is_presumed_in_its_role_never_blank() {
         let tree = config_tree(64 << 10, Level::Raid5);

@@ -600,8 +600,7 @@ fn is_stale(newest: &VolumeRecord, r: &VolumeRecord) -> bool {
     // Its peers ran without it even at its own event: a commit torn on it alone, then a
     // start without it whose commit recorded it rebuilding ([`super::newest_record`]).
     let own = r.members.get(r.role as usize).map(|m| m.state);
-    let left_out =
-        matches!(theirs, RecordedState::Rebuilding { .. }) && own == Some(RecordedState::Active);
+    let left_out = rebuilding && own == Some(RecordedState::Active);
     r.events + 1 < newest.events || (rebuilding && r.events < newest.events) || left_out
 }
 

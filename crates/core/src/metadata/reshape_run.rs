@@ -328,10 +328,13 @@ async fn read_rows(
 /// would be missing (copying on without it would leave its chunks of the new tree unwritten,
 /// unknown to the bitmap that resyncs it when it comes back) — or a role recorded failed
 /// whose member is gone (`failed`: per role, recorded failed).
-fn no_window_why(p: Parts<'_>, failed: &[bool]) -> String {
+fn no_window_why(layout: &Reshape, areas: &[Option<Area>], failed: &[bool]) -> String {
+    let olds = layout.old().member_indices();
+    // Roles of the old tree without a place for their share of a window's backup.
     let away = |gone: bool| -> Vec<String> {
-        (0..p.volume.member_count())
-            .filter(|&r| !p.volume.member_is_current(r) && failed.get(r) == Some(&gone))
+        (0..areas.len())
+            .filter(|r| olds.contains(r) && home(layout.old(), areas, *r).is_none())
+            .filter(|&r| failed.get(r).copied().unwrap_or(false) == gone)
             .map(|r| r.to_string())
             .collect()
     };
@@ -385,7 +388,7 @@ pub(super) async fn run(
         // Only the grown space is left (a grow in place has no backup areas at all).
         true => max.max(layout.unit()),
         false => window_fitting(layout, &rooms(layout, &areas), max)
-            .ok_or_else(|| p.refuse(no_window_why(p, &failed)))?,
+            .ok_or_else(|| p.refuse(no_window_why(layout, &areas, &failed)))?,
     };
     let hooks = ArrayHooks { parts: p, layout };
     let state = node.run_pass(ctl, window, &hooks).await?;

@@ -221,7 +221,9 @@ pub fn newest_record_checked<'a>(
         .into_iter()
         .filter(|(_, r)| r.events == events)
         .collect();
-    let denied = |(id, r): &HeldRecord| newest.iter().any(|(_, s)| denies(s, *id, r));
+    // Two records of one role (a replacement's swap torn) are settled by the winner's id.
+    let denied =
+        |(id, r): &HeldRecord| (newest.iter()).any(|(_, s)| s.role != r.role && denies(s, *id, r));
     match newest
         .iter()
         .filter(|h| !denied(h))
