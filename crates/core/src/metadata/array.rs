@@ -761,8 +761,8 @@ impl Array {
     }
 
     /// Scrubs the volume from the control's position (see `scrub.rs`), recording its
-    /// progress; returns the final report.
-    /// Refused during a reshape: a scrub walks one tree, and would have checked nothing.
+    /// progress; returns the final report. Refused during a reshape: a scrub walks one tree,
+    /// and would have checked nothing.
     pub async fn scrub(&self, ctl: &ScrubControl) -> Result<ScrubReport, ArrayError> {
         self.not_reshaping("scrub")?;
         super::scrub::scrub(self.parts(), ctl).await

@@ -204,8 +204,9 @@ pub struct SplitRecords {
 }
 
 /// The record a volume starts from among its members' records ([`HeldRecord`]s): of the
-/// most events, one whose own member no other record of that event denies ([`denies`]), the
-/// lowest role's among those — so every reader takes the same record whatever order it
+/// most events, one whose own member no record of another role of that event denies
+/// ([`denies`]; two records of one role — a replacement's swap torn — are settled by the
+/// winner's id at assembly), the lowest role's among those — so every reader takes the same record whatever order it
 /// meets the members in. Records of one event differ when a commit was torn on some members
 /// and a start ran without them: their record of that event trusts every member, the
 /// start's records mark them rebuilding — theirs is the abandoned one (mdadm likewise sets
@@ -221,7 +222,6 @@ pub fn newest_record_checked<'a>(
         .into_iter()
         .filter(|(_, r)| r.events == events)
         .collect();
-    // Two records of one role (a replacement's swap torn) are settled by the winner's id.
     let denied =
         |(id, r): &HeldRecord| (newest.iter()).any(|(_, s)| s.role != r.role && denies(s, *id, r));
     match newest
