@@ -120,7 +120,7 @@ impl Array {
             checksum_area::enable_at_create(name, &roles).await?;
         }
         let metas: Vec<Option<Arc<MemberMeta>>> = metas.into_iter().map(Some).collect();
-        let array = Array::build(name, id, tree, &metas, opts, !assume_clean).await?;
+        let array = Array::build(name, id, tree, &metas, opts, !assume_clean, None).await?;
         let mut report = OpenReport {
             was_clean: assume_clean,
             roles: (0..array.volume.member_count()).map(Ok).collect(),
@@ -182,7 +182,16 @@ impl Array {
         let roles = plan_roles(&asm, &metas);
         checksum_area::enable_at_open(name, opts.enable_checksums, &asm, &roles.by_role).await?;
         let tree = asm.tree.clone();
-        let array = Array::build(name, asm.array, tree, &roles.by_role, opts, true).await?;
+        let built = Array::build(
+            name,
+            asm.array,
+            tree,
+            &roles.by_role,
+            opts,
+            true,
+            Some(asm.newest_role),
+        );
+        let array = built.await?;
         let rebuilding_roles = array.take_roles(&asm, &roles);
         // The write hole: replay the partial-parity log before the resync and before serving.
         let ppl = match array.ppl.setup() {
@@ -291,7 +300,8 @@ impl Array {
     }
 
     /// The engine volume over members in recorded roles (absent roles get stand-ins), with
-    /// its records, bitmap and log places.
+    /// its records, bitmap and log places; the volume's state is role `newest_role`'s record
+    /// (assembly's choice; `None` at create, where every record is the one just written).
     async fn build(
         name: &str,
         id: Uuid,
@@ -299,26 +309,26 @@ impl Array {
         by_role: &[Option<Arc<MemberMeta>>],
         opts: ArrayOptions,
         dirty: bool,
+        newest_role: Option<usize>,
     ) -> Result<Array, ArrayError> {
         let bad = |detail: String| ArrayError::Metadata {
             volume: name.to_string(),
             detail,
         };
-        let mut held = Vec::with_capacity(by_role.len());
+        let mut records = Vec::with_capacity(by_role.len());
         for m in by_role {
-            held.push(match m {
-                Some(m) => m.held_record(name).await,
+            records.push(match m {
+                Some(m) => m.record(name).await,
                 None => None,
             });
         }
-        let records: Vec<Option<VolumeRecord>> = held
-            .iter()
-            .map(|h| h.as_ref().map(|(_, r)| r.clone()))
-            .collect();
-        let newest = super::newest_record_checked(held.iter().flatten().map(|(id, r)| (*id, r)))
-            .map_err(|e| bad(format!("the records of its newest event ({}) set each other's members out of the volume (split brain)", e.events)))?
-            .cloned()
-            .ok_or_else(|| bad("no member carries a record".into()))?;
+        let newest = match newest_role {
+            Some(r) => records.get(r).cloned().flatten(),
+            None => records.iter().flatten().next().cloned(),
+        };
+        let newest = newest.ok_or_else(|| {
+            bad(format!("role {newest_role:?}'s record, the one its records say it starts from, is not on the member placed in that role (its record names another member there)"))
+        })?;
         // Mid-reshape neither tree is logged; the bitmap's resync covers both (`crate::reshape`).
         let logged = opts.ppl && newest.reshape.is_none();
         let ppl = PplPlaces::new(name, &tree, &records, newest.events, logged);

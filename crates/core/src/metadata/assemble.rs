@@ -78,6 +78,10 @@ pub struct Assembly {
     /// A reshape in progress, as the newest record says it (`tree` is the old shape; the
     /// config was checked against the new one).
     pub reshape: Option<super::ReshapeRecord>,
+    /// The role whose record the volume starts from ([`super::newest_record_checked`]): the
+    /// open takes that role's record (read again: enabling checksums rewrites it in place)
+    /// rather than choosing again among fewer members.
+    pub newest_role: usize,
 }
 
 /// A role a forced assembly trusts although its member missed writes.
@@ -310,6 +314,7 @@ pub(crate) fn assemble_with(
         rebuilding: resuming,
         forced,
         reshape,
+        newest_role: newest.role as usize,
     })
 }
 

@@ -103,12 +103,11 @@ impl MemberMeta {
         self.update(|_| {}).await
     }
 
-    /// This member's record of volume `name` and its own id, as last written or read.
-    pub(super) async fn held_record(&self, name: &str) -> Option<(Uuid, VolumeRecord)> {
+    /// This member's record of volume `name`, as last written or read.
+    pub(super) async fn record(&self, name: &str) -> Option<VolumeRecord> {
         let g = self.sb.lock().await;
-        let sb = g.as_ref()?;
-        let record = sb.volumes.iter().find(|v| v.name == name)?;
-        Some((sb.member, record.clone()))
+        g.as_ref()
+            .and_then(|sb| sb.volumes.iter().find(|v| v.name == name).cloned())
     }
 }
 
