@@ -3,9 +3,9 @@
 //! decisions.
 
 use nbraid_core::metadata::{
-    assemble, newest, newest_record, newest_record_checked, Absence, Area, BackupWindow,
-    BitmapArea, ChecksumFill, MemberEntry, MetadataError, Probe, RecordedState, ReshapeRecord,
-    ScrubCheckpoint, Superblock, Uuid, VolumeRecord, SLOT_BYTES,
+    assemble, newest, newest_record, newest_record_checked, ran_apart_from, Absence, Area,
+    BackupWindow, BitmapArea, ChecksumFill, MemberEntry, MetadataError, Probe, RecordedState,
+    ReshapeRecord, ScrubCheckpoint, Superblock, Uuid, VolumeRecord, SLOT_BYTES,
 };
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
 use proptest::prelude::*;
@@ -839,6 +839,41 @@ mod assembly {
             "{:?}",
             a.warnings
         );
+    }
+
+    /// A member set out and back: whether its record says a start of its own set out a
+    /// member the array kept serving (`ran_apart_from`), the sign of split brain.
+    #[test]
+    fn a_record_that_set_out_a_member_the_array_kept_ran_apart() {
+        let current = members(12)[0].volumes[0].members.clone();
+        let theirs = |out: &[(usize, RecordedState)]| {
+            let mut v = members(9)[2].volumes[0].clone();
+            for &(r, state) in out {
+                v.members[r].state = state;
+            }
+            v
+        };
+        let rebuilding = RecordedState::Rebuilding {
+            checkpoint_bytes: 0,
+        };
+        // As it left, its peers all current: it only went away.
+        assert_eq!(ran_apart_from(&current, &theirs(&[])), None);
+        // Its own role out in its own record says nothing of a life apart.
+        let own_out = theirs(&[(2, RecordedState::Failed)]);
+        assert_eq!(ran_apart_from(&current, &own_out), None);
+        // Role 0 failed or being rebuilt in its record, active in the array's.
+        for state in [RecordedState::Failed, rebuilding] {
+            assert_eq!(ran_apart_from(&current, &theirs(&[(0, state)])), Some(0));
+        }
+        // Role 1 out in both: they agree.
+        let mut out_too = current.clone();
+        out_too[1].state = RecordedState::Failed;
+        let one_out = theirs(&[(1, RecordedState::Failed)]);
+        assert_eq!(ran_apart_from(&out_too, &one_out), None);
+        // Role 1 given another member since: the one it saw fail is gone.
+        let mut replaced = current.clone();
+        replaced[1].uuid = uuid(0x51);
+        assert_eq!(ran_apart_from(&replaced, &one_out), None);
     }
 
     #[test]

@@ -630,3 +630,131 @@ fn old_entries_stay_masked(
     assert_eq!(report.absent_roles, vec![absent], "{what}: {report:?}");
     assert!(read_all(&a) == model, "{what}: reads after the restart");
 }
+
+/// Opens "vol" on `d` with the members in `away` left out (never read: `None` when
+/// `missing`, else unreachable), as a start elsewhere that could reach only the others.
+fn open_without(level: Level, d: &[Arc<Switch>], away: &[usize], missing: bool) -> Array {
+    let m: Vec<Option<Arc<MemberMeta>>> = (d.iter().enumerate())
+        .map(|(i, s)| {
+            let member = s.clone() as Arc<dyn Member>;
+            match (away.contains(&i), missing) {
+                (false, _) => Some(block_on(MemberMeta::load(member))),
+                (true, true) => None,
+                (true, false) => Some(MemberMeta::unreachable(member, "refused".into())),
+            }
+        })
+        .collect();
+    let t = tree(level, d.len());
+    block_on(Array::open("vol", &t, m, opts(), &|_, _| {}))
+        .expect("open without some members")
+        .0
+}
+
+/// Split brain: a member the array set out is started on its own elsewhere (its peers
+/// unreachable or missing there) and written, then answers the array again. Its bytes and
+/// the volume's have gone apart where no bitmap says: a resync over the array's bitmap
+/// would leave its own writes in the mirror as bytes nobody wrote to this volume, and a
+/// rebuild would destroy them. It is left failed and untouched, saying why; the volume
+/// keeps serving its own bytes. Also when the start elsewhere wrote nothing (its records
+/// moved on all the same).
+#[test]
+fn a_member_started_on_its_own_while_away_is_left_failed_and_untouched() {
+    for (n, apart, missing, writes) in [
+        (2, vec![1], false, true),
+        (2, vec![1], true, true),
+        (3, vec![1, 2], false, true),
+        (2, vec![1], false, false),
+    ] {
+        let what = format!("{n}-way mirror, {apart:?} apart, missing {missing}, writes {writes}");
+        let d: Vec<Arc<Switch>> = (0..n).map(Switch::new).collect();
+        let a = create(Level::Raid1, &d, true);
+        let mut model = filled(&a);
+        block_on(a.flush()).expect("flush");
+        for &i in &apart {
+            d[i].down.store(true, SeqCst);
+        }
+        write(&a, &mut model, 3 * MIB + 4 * KIB, 8 * KIB, 2);
+        block_on(a.flush()).expect("flush degraded");
+        for &i in &apart {
+            assert!(a.volume().member_is_failed(i), "{what}: not failed");
+            d[i].down.store(false, SeqCst);
+        }
+        // Started elsewhere on the members apart alone, and written there.
+        let stay: Vec<usize> = (0..n).filter(|i| !apart.contains(i)).collect();
+        let other = open_without(Level::Raid1, &d, &stay, missing);
+        if writes {
+            let mut theirs = model.clone();
+            write(&other, &mut theirs, 9 * MIB, 64 * KIB, 7);
+            block_on(other.flush()).expect("flush elsewhere");
+        }
+        drop(other);
+        let held: Vec<Vec<u8>> = apart.iter().map(|&i| d[i].region()).collect();
+        for &i in &apart {
+            let e = block_on(a.readd(i)).expect_err(&what);
+            assert!(e.to_string().contains("split brain"), "{what}: {e}");
+            assert!(a.volume().member_is_failed(i), "{what}");
+        }
+        assert!(a.returning().is_empty(), "{what}");
+        write(&a, &mut model, 9 * MIB + 4 * KIB, 4 * KIB, 8);
+        block_on(a.flush()).expect("flush");
+        assert!(read_all(&a) == model, "{what}: the volume's bytes");
+        for (&i, before) in apart.iter().zip(&held) {
+            assert!(d[i].region() == *before, "{what}: member {i} was written");
+        }
+        // A restart with every member, the array's life the longer (at equal events the
+        // two lives are refused as split brain): those apart stay out, said as such.
+        for k in 0..3 {
+            write(&a, &mut model, 10 * MIB + k * MIB, 4 * KIB, 20 + k);
+            block_on(a.mark_clean()).expect("clean");
+        }
+        drop(a);
+        let (a, report) = reopen(Level::Raid1, &d);
+        assert_eq!(report.absent_roles, apart, "{what}: {report:?}");
+        let said = |w: &String| w.contains("split brain");
+        assert_eq!(
+            report.warnings.iter().filter(|w| said(w)).count(),
+            apart.len(),
+            "{what}: {report:?}"
+        );
+        assert!(
+            read_all(&a) == model,
+            "{what}: the volume's bytes after the restart"
+        );
+        // The operator's way back: its first MiB wiped, it is rebuilt whole.
+        for &i in &apart {
+            d[i].inner.poke(0, &vec![0u8; METADATA_AREA_BYTES as usize]);
+            assert_eq!(
+                block_on(a.readd(i)).expect("readd"),
+                Readd::Rebuild,
+                "{what}"
+            );
+        }
+        let r = block_on(a.rebuild(&PassControl::new(0))).expect("rebuild");
+        assert_eq!(r.completed, apart, "{what}");
+        for &i in &stay {
+            a.volume().fail_member(i, "test");
+        }
+        assert!(read_all(&a) == model, "{what}: from the members rebuilt");
+    }
+}
+
+/// The rule that keeps a member apart takes none that only went away: a member unreachable
+/// at a start and back before anything was written, or one that failed while a peer was
+/// being resynced after it came back, is resynced over the bitmap as before.
+#[test]
+fn a_member_that_only_went_away_is_not_taken_for_one_started_apart() {
+    let d: Vec<Arc<Switch>> = (0..2).map(Switch::new).collect();
+    let a = create(Level::Raid1, &d, true);
+    let model = filled(&a);
+    block_on(a.mark_clean()).expect("clean");
+    drop(a);
+    d[1].down.store(true, SeqCst);
+    let a = open_without(Level::Raid1, &d, &[1], false);
+    d[1].down.store(false, SeqCst);
+    let r = block_on(a.readd(1)).expect("an untouched member comes back");
+    assert!(matches!(r, Readd::Resync { .. }), "{r:?}");
+    resync(&a);
+    assert!(a.volume().member_is_current(1));
+    a.volume().fail_member(0, "test");
+    assert!(read_all(&a) == model, "reads from the returned member");
+}

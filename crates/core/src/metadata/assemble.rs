@@ -271,6 +271,7 @@ pub(crate) fn assemble_with(
             }
         }
     }
+    warn_apart(newest, &records, &roles, names, &mut warnings);
     let lost = |roles: &[Result<usize, Absence>]| -> Vec<usize> {
         (0..roles.len()).filter(|&r| roles[r].is_err()).collect()
     };
@@ -518,6 +519,30 @@ fn is_stale(newest: &VolumeRecord, r: &VolumeRecord) -> bool {
     let own = r.members.get(r.role as usize).map(|m| m.state);
     let left_out = rebuilding && own == Some(RecordedState::Active);
     r.events + 1 < newest.events || (rebuilding && r.events < newest.events) || left_out
+}
+
+/// A warning per member recorded failed whose own record sets out a member the volume kept
+/// serving ([`super::ran_apart_from`]): it may have been started on its own (split brain),
+/// and what it was written since is not the volume's.
+fn warn_apart(
+    newest: &VolumeRecord,
+    records: &[Option<&VolumeRecord>],
+    roles: &[Result<usize, Absence>],
+    names: &Names,
+    warnings: &mut Vec<String>,
+) {
+    for role in roles {
+        let Err(Absence::Failed { member: i }) = *role else {
+            continue;
+        };
+        let Some(peer) = records[i].and_then(|r| super::ran_apart_from(&newest.members, r)) else {
+            continue;
+        };
+        warnings.push(format!(
+            "{}: recorded failed, and its own record sets out role {peer}, which the volume kept serving: it may have been started on its own since it left (split brain); what it holds is left untouched and not taken back by itself",
+            names.member(i)
+        ));
+    }
 }
 
 /// A warning per absent role, and per role a forced assembly took back.

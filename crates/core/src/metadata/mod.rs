@@ -64,10 +64,10 @@ pub use spare_list::forget_added_path_offline;
 pub use spares::{assign_spares, SpareChoice};
 
 pub use superblock::{
-    newest, newest_record, newest_record_checked, Area, BitmapArea, ChecksumFill, HeldRecord,
-    MemberEntry, RecordedState, ScrubCheckpoint, SplitRecords, Superblock, Uuid, VolumeRecord,
-    FIRST_FORMAT_VERSION, FORMAT_VERSION, MAX_ADDED_PATHS, MAX_PPL_AREA_BYTES, METADATA_AREA_BYTES,
-    SLOT_BYTES, SUPERBLOCK_MAGIC,
+    newest, newest_record, newest_record_checked, ran_apart_from, Area, BitmapArea, ChecksumFill,
+    HeldRecord, MemberEntry, RecordedState, ScrubCheckpoint, SplitRecords, Superblock, Uuid,
+    VolumeRecord, FIRST_FORMAT_VERSION, FORMAT_VERSION, MAX_ADDED_PATHS, MAX_PPL_AREA_BYTES,
+    METADATA_AREA_BYTES, SLOT_BYTES, SUPERBLOCK_MAGIC,
 };
 
 use thiserror::Error;

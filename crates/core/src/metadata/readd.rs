@@ -30,7 +30,7 @@ use super::member_meta::{contents_of, MemberMeta};
 use super::parts::Parts;
 use super::ranges::{aligned, piece_bytes, slice, total_bytes};
 use super::records::{Recorded, RecordsGuard};
-use super::{read_superblock, Area, Found, Probe, RecordedState, Superblock};
+use super::{read_superblock, Area, Found, Probe, RecordedState, Superblock, VolumeRecord};
 use crate::pass::{PassControl, PassState, PassWork};
 use futures::lock::Mutex as AsyncMutex;
 use futures::FutureExt;
@@ -121,7 +121,11 @@ impl Returning {
         if !v.member_is_failed(role) {
             return Err(refuse_readd(p, role, "it has not failed"));
         }
-        let area = own_bitmap_area(p, role, member.name(), &sb, &rec)?;
+        let theirs = own_record(p, role, member.name(), &sb, &rec)?;
+        if let Some(why) = lived_apart(&rec, theirs) {
+            return Err(refuse_readd(p, role, format!("`{}` {why}", member.name())));
+        }
+        let area = bitmap_area_of(p, role, theirs);
         let resync = p.bitmap.is_some()
             && area.is_some()
             && rec.members[role].state == RecordedState::Failed;
@@ -238,17 +242,16 @@ impl Returning {
     }
 }
 
-/// Where the member that came back (`name`, superblock `sb`) keeps its bitmap, if it carries
-/// this array's record of `role` under the id the records name there: as recorded by role,
-/// or (a member unreachable at open had no record read then) as its own record says. Refused
-/// when it is not that member.
-fn own_bitmap_area(
+/// The record of this array that the member that came back (`name`, superblock `sb`)
+/// carries in `role` under the id the records name there. Refused when it is not that
+/// member.
+fn own_record<'a>(
     p: Parts<'_>,
     role: usize,
     name: &str,
-    sb: &Superblock,
+    sb: &'a Superblock,
     rec: &Recorded,
-) -> Result<Option<Area>, ArrayError> {
+) -> Result<&'a VolumeRecord, ArrayError> {
     let Some(record) = sb
         .volumes
         .iter()
@@ -271,16 +274,41 @@ fn own_bitmap_area(
             ),
         ));
     }
-    let area = p.bitmap.and_then(|b| {
+    Ok(record)
+}
+
+/// Why a member whose record is `theirs` may have been written by a start of its own since
+/// the array (`rec`, its failure committed) set it out, if it may: its bytes and the
+/// volume's went apart where neither bitmap can say, so a resync over the array's bitmap
+/// would leave its own writes behind as bytes nobody wrote to this volume — and rebuilding
+/// over it would destroy them. It is left as it is, for the operator.
+fn lived_apart(rec: &Recorded, theirs: &VolumeRecord) -> Option<String> {
+    const WHAT_TO_DO: &str = "its bytes and the volume's have gone apart, so it is left failed and untouched: copy out what it holds if that matters; to rebuild it whole from the volume, wipe its first MiB (a remote member is then taken back by itself) or `nbraid remove` and `nbraid add` it";
+    if theirs.events >= rec.events {
+        return Some(format!(
+            "records event {} where the array is at {}: it was started on its own since it left (split brain); {WHAT_TO_DO}",
+            theirs.events, rec.events
+        ));
+    }
+    let peer = super::ran_apart_from(&rec.members, theirs)?;
+    Some(format!(
+        "records role {peer} out (event {}) where the array kept it serving: it was started without the array since it left (split brain), or it left while role {peer} was out; {WHAT_TO_DO}",
+        theirs.events
+    ))
+}
+
+/// Where the re-added member keeps its bitmap (its own record `theirs`): as recorded by
+/// role, or (a member unreachable at open had no record read then) as its own record says.
+fn bitmap_area_of(p: Parts<'_>, role: usize, theirs: &VolumeRecord) -> Option<Area> {
+    p.bitmap.and_then(|b| {
         b.area(role).or_else(|| {
-            let theirs = record
+            let area = theirs
                 .bitmap
                 .filter(|t| t.chunk_bytes == b.intent().chunk_bytes())?
                 .area;
-            (Some(theirs.len) == b.area_bytes()).then_some(theirs)
+            (Some(area.len) == b.area_bytes()).then_some(area)
         })
-    });
-    Ok(area)
+    })
 }
 
 /// One pass over `plan` (merged ranges) rewriting what `targets` missed; skipped once they

@@ -262,6 +262,28 @@ fn denies(s: &VolumeRecord, id: Uuid, r: &VolumeRecord) -> bool {
     })
 }
 
+/// Whether the member holding `theirs` (set out of the array, now back) may have been written
+/// by a start of its own since it left — split brain: it was assembled without the members
+/// the array went on with. Its record then sets out one of them: a role `current` holds
+/// active under the same id is failed or being rebuilt in `theirs` (a start records its absent
+/// members so). Returns that role. Records only grow apart that way: a member set out gets
+/// no commit of the array's (`Records::commit` writes current members only), so what its
+/// record says of its peers is what it saw when it left — or what a start of its own said.
+/// A member that left while a peer was out and that peer came back afterwards also answers
+/// `Some`: the two cannot be told apart, and the answer errs on the side that keeps data.
+pub fn ran_apart_from(current: &[MemberEntry], theirs: &VolumeRecord) -> Option<usize> {
+    let own = theirs.role as usize;
+    (theirs.members.iter().enumerate()).find_map(|(role, seen)| {
+        let now = current.get(role)?;
+        let set_out = matches!(
+            seen.state,
+            RecordedState::Failed | RecordedState::Rebuilding { .. }
+        );
+        (role != own && set_out && now.uuid == seen.uuid && now.state == RecordedState::Active)
+            .then_some(role)
+    })
+}
+
 /// Of a member's two superblock copies, the valid one of the higher generation, and the error that
 /// disqualified the other, if any (a corrupted copy is reported, the other serves).
 pub fn newest(
