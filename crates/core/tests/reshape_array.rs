@@ -446,3 +446,36 @@ fn a_reshape_says_it_cannot_go_on_without_a_failed_members_backup_share() {
     );
     same(&a, &want, "degraded mid-reshape").unwrap();
 }
+
+/// A member failed mid-reshape, the reshape finished degraded, then the member comes back:
+/// its bytes are in the old shape and the copy rewrote the whole volume without it, which no
+/// bitmap marks — it is rebuilt whole (a resync over the bitmap's regions left it serving
+/// old-shape bytes), and every byte reads back with any other member lost after.
+#[test]
+fn a_member_failed_mid_reshape_is_rebuilt_whole_when_it_comes_back() {
+    for (name, old, new) in moves() {
+        if !old.survives(&|m| m == 1) || !new.survives(&|m| m == 1) {
+            continue;
+        }
+        let (disks, want) = started(&old, &new, 11);
+        let a = open(&new, &disks).unwrap();
+        a.volume().fail_member(1, "the test");
+        block_on(a.record_failures()).unwrap();
+        let state = block_on(a.reshape(&PassControl::new(0))).unwrap();
+        assert_eq!(state, PassState::Done, "{name}");
+        same(&a, &want, &format!("{name}: reshaped degraded")).unwrap();
+        drop(a);
+        let a = open(&new, &disks).unwrap();
+        let back = block_on(a.readd(1)).unwrap();
+        assert_eq!(back, nbraid_core::metadata::Readd::Rebuild, "{name}");
+        let r = block_on(a.rebuild(&PassControl::new(0))).unwrap();
+        assert_eq!(r.completed, vec![1], "{name}");
+        block_on(a.mark_clean()).unwrap();
+        drop(a);
+        for r in (0..new.member_count()).filter(|&r| r != 1) {
+            let b = open(&new, &disks).unwrap();
+            b.volume().fail_member(r, "the test");
+            same(&b, &want, &format!("{name}: member {r} lost after")).unwrap();
+        }
+    }
+}

@@ -4,8 +4,9 @@
 //! engine ([`Array::readd`], md's re-add with a bitmap): its superblock is read again; if it
 //! is the member that left, it is resynced over the regions the write-intent bitmap marks
 //! before it is read again ([`Array::resync_returned`], at the volume's `rebuild_rate`); if it
-//! came back blank (an `nbdkit memory` export restarted) it is rebuilt whole; anything else
-//! (another array's records) is left failed and said once.
+//! came back blank (an `nbdkit memory` export restarted), or its record says it may lack more
+//! than the bitmap marks (the volume reshaped, a peer replaced, a start of its own elsewhere),
+//! it is rebuilt whole; anything else (another array's records) is left failed and said once.
 //!
 //! Only remote members come back by themselves: a local disk that failed gave I/O errors,
 //! and an operator decides whether it is trusted again (`nbraid add`, `nbraid replace`).
@@ -98,7 +99,7 @@ async fn probe_member(
         }
         Ok(Readd::Rebuild) => {
             say(&format!(
-                "volume {}: remote member {id} is back but cannot be resynced from the bitmap (blank, or no bitmap): rebuilding it whole",
+                "volume {}: remote member {id} is back but cannot be resynced from the bitmap (blank, no bitmap, or its record says it missed more than the bitmap marks: a reshape, a replaced peer, a start of its own elsewhere): rebuilding it whole",
                 v.name
             ));
             v.ensure_rebuild(v.rebuild_rate());

@@ -521,9 +521,10 @@ fn is_stale(newest: &VolumeRecord, r: &VolumeRecord) -> bool {
     r.events + 1 < newest.events || (rebuilding && r.events < newest.events) || left_out
 }
 
-/// A warning per member recorded failed whose own record sets out a member the volume kept
-/// serving ([`super::ran_apart_from`]): it may have been started on its own (split brain),
-/// and what it was written since is not the volume's.
+/// A warning per member set out (recorded failed, or stale) whose own record sets out a
+/// member the volume holds active ([`super::ran_apart_from`]): it may have been started on
+/// its own elsewhere (split brain), and what it was written there is not the volume's — a
+/// resync or rebuild overwrites it; `--force` would serve it as it is.
 fn warn_apart(
     newest: &VolumeRecord,
     records: &[Option<&VolumeRecord>],
@@ -532,14 +533,15 @@ fn warn_apart(
     warnings: &mut Vec<String>,
 ) {
     for role in roles {
-        let Err(Absence::Failed { member: i }) = *role else {
+        let (Err(Absence::Failed { member: i }) | Err(Absence::Stale { member: i, .. })) = *role
+        else {
             continue;
         };
         let Some(peer) = records[i].and_then(|r| super::ran_apart_from(&newest.members, r)) else {
             continue;
         };
         warnings.push(format!(
-            "{}: recorded failed, and its own record sets out role {peer}, which the volume kept serving: it may have been started on its own since it left (split brain); what it holds is left untouched and not taken back by itself",
+            "{}: its own record has role {peer} out, which the volume holds active: it may have been started on its own elsewhere (split brain) — or it left while role {peer} was out; anything written on it since it left is not the volume's and is overwritten when it is brought back",
             names.member(i)
         ));
     }

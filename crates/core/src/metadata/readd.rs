@@ -14,7 +14,12 @@
 //!   it current and commits its role *active*.
 //! - **Otherwise it is rebuilt whole** (`Array::rebuild_onto`, then `Array::rebuild`): a
 //!   blank member (a `nbdkit memory` export restarted: no superblock and its first MiB zero),
-//!   a volume without a bitmap, a member that failed while it was being rebuilt. A member with
+//!   a volume without a bitmap, a member that failed while it was being rebuilt — and one
+//!   whose record says the bitmap may not mark all it lacks ([`went_apart`]: the volume was
+//!   reshaped since, a peer's role has another member, or it may have been started on its
+//!   own elsewhere — split brain, whose writes no bitmap of the array's marks). Such a
+//!   member's records never outnumber the array's, so a restart before the rebuild reaches
+//!   it still starts from the array's. A member with
 //!   other records (another array, an id the role no longer has), or with data and no
 //!   superblock, is refused: it may hold someone else's data (the write rule, `disk_rule.rs`).
 //! - **A crash during the resync loses nothing.** The records keep the role *failed* until
@@ -116,20 +121,32 @@ impl Returning {
             heal.rebuild_onto(p, role, fresh).await?;
             return Ok(Readd::Rebuild);
         };
-        let rec = p.records.lock().await;
+        let mut rec = p.records.lock().await;
         // Looked at again under the lock: a spare may have taken the role meanwhile.
         if !v.member_is_failed(role) {
             return Err(refuse_readd(p, role, "it has not failed"));
         }
         let theirs = own_record(p, role, member.name(), &sb, &rec)?;
-        if let Some(why) = lived_apart(&rec, theirs) {
-            return Err(refuse_readd(p, role, format!("`{}` {why}", member.name())));
-        }
+        let apart = went_apart(&rec, theirs);
         let area = bitmap_area_of(p, role, theirs);
         let resync = p.bitmap.is_some()
             && area.is_some()
-            && rec.members[role].state == RecordedState::Failed;
+            && rec.members[role].state == RecordedState::Failed
+            && apart.is_none();
         if !resync {
+            if let Some(why) = apart {
+                tracing::warn!(
+                    "volume `{}`: member {role} (`{}`) is back, but {why}: what the bitmap marks may not be all it lacks, so it is rebuilt whole (whatever was written on it since it left is overwritten)",
+                    p.name(),
+                    member.name()
+                );
+                // Its records must not outnumber the array's, or a restart before the
+                // rebuild's first commit reaches it would start the volume from them.
+                if theirs.events >= rec.events {
+                    rec.events = theirs.events;
+                    p.records.commit(&mut rec).await?;
+                }
+            }
             drop(rec);
             heal.rebuild_onto(p, role, fresh).await?;
             return Ok(Readd::Rebuild);
@@ -277,23 +294,44 @@ fn own_record<'a>(
     Ok(record)
 }
 
-/// Why a member whose record is `theirs` may have been written by a start of its own since
-/// the array (`rec`, its failure committed) set it out, if it may: its bytes and the
-/// volume's went apart where neither bitmap can say, so a resync over the array's bitmap
-/// would leave its own writes behind as bytes nobody wrote to this volume — and rebuilding
-/// over it would destroy them. It is left as it is, for the operator.
-fn lived_apart(rec: &Recorded, theirs: &VolumeRecord) -> Option<String> {
-    const WHAT_TO_DO: &str = "its bytes and the volume's have gone apart, so it is left failed and untouched: copy out what it holds if that matters; to rebuild it whole from the volume, wipe its first MiB (a remote member is then taken back by itself) or `nbraid remove` and `nbraid add` it";
-    if theirs.events >= rec.events {
+/// Why the array's bitmap may not mark all that the member whose record is `theirs` lacks,
+/// if it may not; `rec` is the array's, its failure committed. A set-out member gets no
+/// commit of the array's (`Records::commit` writes current members only), so its record
+/// says what it saw when it left — unless something else wrote it since:
+/// - **a start of its own elsewhere** (split brain): its events reach the array's, or its
+///   record sets out a member the array kept ([`super::ran_apart_from`]) — writes there
+///   are in no bitmap of the array's;
+/// - **another member in a role** than the array's: the role was given a member since, by
+///   the array (a replacement, a spare) or by a start elsewhere, which may then have run
+///   whole and cleared its bits;
+/// - **another shape**: a reshape or new copies since rewrote the volume without it.
+///
+/// A member that only left while a peer was out, and the peer came back first, answers
+/// too: the cases cannot be told apart, and a rebuild is right for every one of them.
+fn went_apart(rec: &Recorded, theirs: &VolumeRecord) -> Option<String> {
+    let at = theirs.events;
+    if at >= rec.events {
         return Some(format!(
-            "records event {} where the array is at {}: it was started on its own since it left (split brain); {WHAT_TO_DO}",
-            theirs.events, rec.events
+            "its record is at event {at} where the array is at {}: it may have been started on its own while away (split brain)",
+            rec.events
+        ));
+    }
+    if theirs.tree != rec.tree || theirs.reshape.is_some() || rec.reshape.is_some() {
+        return Some(format!(
+            "its record (event {at}) is of another shape: the volume was reshaped or given copies since it left"
+        ));
+    }
+    let own = theirs.role as usize;
+    let replaced = (theirs.members.iter().zip(&rec.members).enumerate())
+        .find(|&(r, (seen, now))| r != own && seen.uuid != now.uuid);
+    if let Some((r, _)) = replaced {
+        return Some(format!(
+            "its record (event {at}) names another member in role {r}: the role was given a member since it left, here or by a start of its own elsewhere"
         ));
     }
     let peer = super::ran_apart_from(&rec.members, theirs)?;
     Some(format!(
-        "records role {peer} out (event {}) where the array kept it serving: it was started without the array since it left (split brain), or it left while role {peer} was out; {WHAT_TO_DO}",
-        theirs.events
+        "its record (event {at}) has role {peer} out where the array holds it active: it may have been started on its own while away (split brain), or it left while role {peer} was out"
     ))
 }
 

@@ -270,7 +270,7 @@ fn denies(s: &VolumeRecord, id: Uuid, r: &VolumeRecord) -> bool {
 /// no commit of the array's (`Records::commit` writes current members only), so what its
 /// record says of its peers is what it saw when it left — or what a start of its own said.
 /// A member that left while a peer was out and that peer came back afterwards also answers
-/// `Some`: the two cannot be told apart, and the answer errs on the side that keeps data.
+/// `Some`: the two cannot be told apart (a re-add rebuilds it whole either way).
 pub fn ran_apart_from(current: &[MemberEntry], theirs: &VolumeRecord) -> Option<usize> {
     let own = theirs.role as usize;
     (theirs.members.iter().enumerate()).find_map(|(role, seen)| {
