@@ -523,8 +523,9 @@ fn is_stale(newest: &VolumeRecord, r: &VolumeRecord) -> bool {
 
 /// A warning per member set out (recorded failed, or stale) whose own record sets out a
 /// member the volume holds active ([`super::ran_apart_from`]): it may have been started on
-/// its own elsewhere (split brain), and what it was written there is not the volume's — a
-/// resync or rebuild overwrites it; `--force` would serve it as it is.
+/// its own elsewhere (split brain), and what it was written there is not the volume's (a
+/// re-add rebuilds it whole, the open's resync covers what every bitmap marks); `--force`
+/// would serve it as it is.
 fn warn_apart(
     newest: &VolumeRecord,
     records: &[Option<&VolumeRecord>],
@@ -541,7 +542,7 @@ fn warn_apart(
             continue;
         };
         warnings.push(format!(
-            "{}: its own record has role {peer} out, which the volume holds active: it may have been started on its own elsewhere (split brain) — or it left while role {peer} was out; anything written on it since it left is not the volume's and is overwritten when it is brought back",
+            "{}: its own record has role {peer} out, which the volume holds active: it may have been started on its own elsewhere (split brain) — or it left while role {peer} was out; anything written on it since it left is not the volume's",
             names.member(i)
         ));
     }

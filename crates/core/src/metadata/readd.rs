@@ -17,9 +17,9 @@
 //!   a volume without a bitmap, a member that failed while it was being rebuilt — and one
 //!   whose record says the bitmap may not mark all it lacks ([`went_apart`]: the volume was
 //!   reshaped since, a peer's role has another member, or it may have been started on its
-//!   own elsewhere — split brain, whose writes no bitmap of the array's marks). Such a
-//!   member's records never outnumber the array's, so a restart before the rebuild reaches
-//!   it still starts from the array's. A member with
+//!   own elsewhere — split brain, whose writes no bitmap of the array's marks). Its record
+//!   is rewritten at the array's events before anything else is written on it (the
+//!   newcomer's record, `heal.rs`). A member with
 //!   other records (another array, an id the role no longer has), or with data and no
 //!   superblock, is refused: it may hold someone else's data (the write rule, `disk_rule.rs`).
 //! - **A crash during the resync loses nothing.** The records keep the role *failed* until
@@ -121,7 +121,7 @@ impl Returning {
             heal.rebuild_onto(p, role, fresh).await?;
             return Ok(Readd::Rebuild);
         };
-        let mut rec = p.records.lock().await;
+        let rec = p.records.lock().await;
         // Looked at again under the lock: a spare may have taken the role meanwhile.
         if !v.member_is_failed(role) {
             return Err(refuse_readd(p, role, "it has not failed"));
@@ -140,12 +140,6 @@ impl Returning {
                     p.name(),
                     member.name()
                 );
-                // Its records must not outnumber the array's, or a restart before the
-                // rebuild's first commit reaches it would start the volume from them.
-                if theirs.events >= rec.events {
-                    rec.events = theirs.events;
-                    p.records.commit(&mut rec).await?;
-                }
             }
             drop(rec);
             heal.rebuild_onto(p, role, fresh).await?;
@@ -296,8 +290,10 @@ fn own_record<'a>(
 
 /// Why the array's bitmap may not mark all that the member whose record is `theirs` lacks,
 /// if it may not; `rec` is the array's, its failure committed. A set-out member gets no
-/// commit of the array's (`Records::commit` writes current members only), so its record
-/// says what it saw when it left — unless something else wrote it since:
+/// commit of the array's (`Records::commit` writes current and rebuilding members only), so
+/// its record says what it saw when it left — unless something else wrote it since:
+/// - **it was being rebuilt** (its own record has its role rebuilding): it holds the volume
+///   only below its last checkpoint, and the bitmap marks none of the rest;
 /// - **a start of its own elsewhere** (split brain): its events reach the array's, or its
 ///   record sets out a member the array kept ([`super::ran_apart_from`]) — writes there
 ///   are in no bitmap of the array's;
@@ -316,12 +312,18 @@ fn went_apart(rec: &Recorded, theirs: &VolumeRecord) -> Option<String> {
             rec.events
         ));
     }
+    let own = theirs.role as usize;
+    let own_state = theirs.members.get(own).map(|m| m.state);
+    if own_state != Some(RecordedState::Active) {
+        return Some(format!(
+            "its own record (event {at}) has its role {own_state:?}: it left before it was rebuilt whole"
+        ));
+    }
     if theirs.tree != rec.tree || theirs.reshape.is_some() || rec.reshape.is_some() {
         return Some(format!(
             "its record (event {at}) is of another shape: the volume was reshaped or given copies since it left"
         ));
     }
-    let own = theirs.role as usize;
     let replaced = (theirs.members.iter().zip(&rec.members).enumerate())
         .find(|&(r, (seen, now))| r != own && seen.uuid != now.uuid);
     if let Some((r, _)) = replaced {
