@@ -867,3 +867,109 @@ fn a_refused_forced_add_or_replace_leaves_another_arrays_disk_as_it_was() {
         "a refused replace took the other array's records"
     );
 }
+
+/// Found by a bug hunt over the control socket: the member being rebuilt into a role fails
+/// half-way and a second spare takes the role while the pass runs on. The pass's progress is
+/// the first spare's: the second is rebuilt from the start (once it called the second
+/// rebuilt with the bytes below the pass's position never copied onto it, and checkpointed
+/// it there). With and without a restart after the second spare came in.
+#[test]
+fn a_spare_put_in_a_role_while_the_rebuild_runs_is_rebuilt_from_the_start() {
+    for restart in [false, true] {
+        let mut disks: Vec<_> = (0..4).map(|i| disk(&format!("d{i}"))).collect();
+        let a = create(Level::Raid5, &disks);
+        a.set_rebuild_window_bytes(128 * KIB);
+        let mut model = Model::new(&a);
+        block_on(apply(&a, model.writes(40)));
+        a.volume().fail_member(2, "test");
+        let (first, second) = (disk("first"), disk("second"));
+        block_on(a.rebuild_onto(2, meta(&first))).expect("rebuild onto");
+        let cap = a.volume().capacity();
+        // Slow enough to change members half-way: the pass sleeps to keep to the rate.
+        let ctl = PassControl::new(cap * 4);
+        let second_meta = meta(&second);
+        let swap = async {
+            while ctl.position_bytes() < cap / 2 {
+                nbraid_core::timer::sleep(Duration::from_millis(1)).await;
+            }
+            a.volume().fail_member(2, "test: the first spare dies");
+            a.rebuild_onto(2, second_meta).await.expect("second");
+            if restart {
+                // Far enough for a checkpoint past where the second came in.
+                while ctl.position_bytes() < cap * 7 / 8 {
+                    nbraid_core::timer::sleep(Duration::from_millis(1)).await;
+                }
+                ctl.cancel();
+            }
+        };
+        let (r, ()) = block_on(futures::future::join(a.rebuild(&ctl), swap));
+        let r = r.expect("rebuild");
+        let a = if restart {
+            assert_eq!(r.state, PassState::Cancelled);
+            assert_eq!(a.rebuilding(), vec![(2, 0)], "the second's own progress");
+            // A crash, what was acknowledged flushed (the write-back cache's writes count).
+            block_on(a.flush()).expect("flush");
+            drop(a);
+            disks[2] = second.clone();
+            let (a, report) = open(Level::Raid5, &disks);
+            assert_eq!(report.rebuilding_roles, vec![(2, 0)], "{report:?}");
+            let done = rebuild_under_writes(&a, &PassControl::new(0), model.writes(10));
+            assert_eq!(done, vec![2]);
+            a
+        } else {
+            assert_eq!((r.state, r.completed), (PassState::Done, vec![2]));
+            a
+        };
+        assert!(Arc::ptr_eq(
+            &a.volume().member(2),
+            &(second.clone() as Arc<dyn Member>)
+        ));
+        assert!(
+            block_on(read_all(a.volume())) == model.bytes,
+            "restart {restart}"
+        );
+        assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
+        drop(a);
+        disks[2] = second;
+        every_view_reads(Level::Raid5, &disks, &model);
+    }
+}
+
+/// Found by the same hunt: the member being replaced fails before the replacement is done.
+/// The replacement copied that member and takes no write while the role is failed, so it is
+/// never swapped in as it stands (it once was, when a spare later filled the role, and
+/// served what it missed): it goes into the role as a new member and is rebuilt whole.
+#[test]
+fn a_replacement_whose_member_fails_is_rebuilt_whole_into_the_role() {
+    for spare_too in [false, true] {
+        let mut disks: Vec<_> = (0..4).map(|i| disk(&format!("d{i}"))).collect();
+        let a = create(Level::Raid5, &disks);
+        a.set_rebuild_window_bytes(256 * KIB);
+        let mut model = Model::new(&a);
+        block_on(apply(&a, model.writes(40)));
+        let new = disk("new");
+        block_on(a.replace(0, meta(&new))).expect("replace");
+        a.volume()
+            .fail_member(0, "test: the member being replaced dies");
+        block_on(apply(&a, model.writes(40)));
+        if spare_too {
+            a.add_spare(meta(&disk("spare"))).expect("spare");
+            assert_eq!(block_on(a.use_spares()).expect("use"), vec![0]);
+        }
+        let done = rebuild_under_writes(&a, &PassControl::new(0), model.writes(20));
+        assert_eq!(done, vec![0], "spare too {spare_too}");
+        assert!(!a.volume().is_degraded());
+        assert!(
+            block_on(read_all(a.volume())) == model.bytes,
+            "spare too {spare_too}"
+        );
+        let holder = a.volume().member(0);
+        assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
+        drop(a);
+        if !spare_too {
+            assert!(Arc::ptr_eq(&holder, &(new.clone() as Arc<dyn Member>)));
+            disks[0] = new;
+            every_view_reads(Level::Raid5, &disks, &model);
+        }
+    }
+}

@@ -312,7 +312,10 @@ impl MemberTable {
         Some(slot.put(new))
     }
 
-    /// Marks member `index` failed (once), logging why.
+    /// Marks member `index` failed (once), logging why. A replacement being rebuilt beside
+    /// it is dropped: it copied the failed member and takes no write of a failed slot, so
+    /// swapped in later it would lack what was written meanwhile (the healing above may put
+    /// it back in the role as a new member, rebuilt whole).
     pub fn fail(&self, index: usize, why: &dyn std::fmt::Display) {
         let slot = &self.slots[index];
         if !slot.failed.swap(true, Ordering::AcqRel) {
@@ -322,6 +325,7 @@ impl MemberTable {
                 "member {index} (`{}`) marked failed: {why}",
                 slot.member().name()
             );
+            slot.drop_replacement(&"the member it replaces failed");
         }
     }
 }

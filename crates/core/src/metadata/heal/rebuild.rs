@@ -9,6 +9,7 @@ use crate::metadata::error::ArrayError;
 use crate::metadata::member_meta::MemberMeta;
 use crate::metadata::parts::Parts;
 use crate::metadata::ranges::checkpoint_every;
+use crate::metadata::rebuilding::Claim;
 use crate::metadata::records::recordable;
 use crate::metadata::{MemberEntry, RecordedState};
 use crate::pass::{PassControl, PassState};
@@ -29,11 +30,8 @@ impl Heal {
         let _one = self.running.lock().await;
         let mut completed = Vec::new();
         loop {
+            self.give_up_replacements(p).await?;
             let targets = p.volume.rebuild_targets();
-            // Replacements that failed are given up.
-            self.replacing
-                .lock()
-                .retain(|r, _| p.volume.table().slot(*r).replacement().is_some());
             if targets.is_empty() {
                 if completed.is_empty() {
                     ctl.nothing_to_do();
@@ -43,13 +41,48 @@ impl Heal {
                     completed,
                 });
             }
+            // The members in the roles now: one put in a role later is not this pass's.
+            let claim = p.records.rebuilding.claim(&targets);
             ctl.set_position(p.records.rebuilding.start_of(&targets));
-            let state = self.rebuild_pass(p, ctl, &targets).await?;
+            let state = self.rebuild_pass(p, ctl, &targets, &claim).await?;
             if state != PassState::Done {
                 return Ok(RebuildReport { state, completed });
             }
-            completed.extend(self.complete(p, &targets).await?);
+            completed.extend(self.complete(p, &targets, &claim).await?);
         }
+    }
+
+    /// Replacements given up: the replacement failed, or the member it copied did (the slot
+    /// dropped it, `MemberTable::fail`: it would miss the writes while the role is failed).
+    /// In that case it stands by as a spare and goes into the failed role, rebuilt whole —
+    /// what the operator asked of it (md's replacement likewise becomes the recovery's target).
+    async fn give_up_replacements(&self, p: Parts<'_>) -> Result<(), ArrayError> {
+        let given_up: Vec<(usize, Arc<MemberMeta>)> = {
+            let mut replacing = self.replacing.lock();
+            let gone = |r: usize| p.volume.table().slot(r).replacement().is_none();
+            let given_up = (replacing.iter())
+                .filter(|&(&r, _)| gone(r))
+                .map(|(&r, m)| (r, m.clone()))
+                .collect();
+            replacing.retain(|&r, _| !gone(r));
+            given_up
+        };
+        let mut standing_by = false;
+        for (r, meta) in given_up {
+            if p.volume.member_is_failed(r) {
+                tracing::warn!(
+                    "volume `{}`: role {r}'s member failed while `{}` was replacing it: the replacement is rebuilt into the role instead",
+                    p.name(),
+                    meta.member().name()
+                );
+                self.spares.lock().push(meta);
+                standing_by = true;
+            }
+        }
+        if standing_by {
+            self.use_spares(p).await?;
+        }
+        Ok(())
     }
 
     async fn rebuild_pass(
@@ -57,24 +90,31 @@ impl Heal {
         p: Parts<'_>,
         ctl: &PassControl,
         targets: &[usize],
+        claim: &Claim,
     ) -> Result<PassState, ArrayError> {
         let window = match self.window_bytes.load(SeqCst) {
             0 => REBUILD_WINDOW_BYTES,
             w => w,
         };
         let every = checkpoint_every(p.volume.capacity(), window);
-        let checkpoint = move |pos: u64| checkpoint(p, targets, pos).boxed();
+        let checkpoint = move |pos: u64| checkpoint(p, targets, claim, pos).boxed();
         let state = p
             .volume
             .rebuild_pass(ctl, window, every, Box::new(checkpoint))
             .await;
         // Progress in memory (a cancelled pass resumes here), whatever the outcome.
-        p.records.rebuilding.advance(targets, ctl.position_bytes());
+        p.records.rebuilding.advance(claim, ctl.position_bytes());
         Ok(state?)
     }
 
-    /// After a pass covered the volume: targets still standing become current, recorded first.
-    async fn complete(&self, p: Parts<'_>, targets: &[usize]) -> Result<Vec<usize>, ArrayError> {
+    /// After a pass covered the volume: targets still standing become current, recorded
+    /// first — those rebuilt onto a new member only when it is the member `claim` names.
+    async fn complete(
+        &self,
+        p: Parts<'_>,
+        targets: &[usize],
+        claim: &Claim,
+    ) -> Result<Vec<usize>, ArrayError> {
         // What the role is recorded on must hold the pass's bytes: a flush of the new
         // members, not of the volume — under client writes that destages the whole
         // write-back cache first (seconds; none of it is the rebuild's: what is still cached
@@ -87,8 +127,10 @@ impl Heal {
             }
             let replacement = self.replacing.lock().remove(&r);
             let ok = match replacement {
-                Some(meta) => swap_in(p, r, meta).await?,
-                None => activate(p, r).await?,
+                Some(meta) if p.volume.table().slot(r).replacement().is_some() => {
+                    swap_in(p, r, meta).await?
+                }
+                _ => activate(p, r, claim).await?,
             };
             if ok {
                 done.push(r);
@@ -99,12 +141,16 @@ impl Heal {
 }
 
 /// Makes the rebuilt bytes durable on the new members and records `pos` as their
-/// checkpoint.
-async fn checkpoint(p: Parts<'_>, targets: &[usize], pos: u64) -> VolumeResult<()> {
-    p.records.rebuilding.advance(targets, pos);
+/// checkpoint — on the members `claim` names, not on one put in a role since.
+async fn checkpoint(p: Parts<'_>, targets: &[usize], claim: &Claim, pos: u64) -> VolumeResult<()> {
+    p.records.rebuilding.advance(claim, pos);
     let roles = flush_newcomers(p, targets).await;
     let mut rec = p.records.lock().await;
-    for &r in &roles {
+    // Under the records' lock, which a member put in a role holds while it takes it.
+    for &r in roles
+        .iter()
+        .filter(|&&r| p.records.rebuilding.holds(claim, r))
+    {
         if let RecordedState::Rebuilding { checkpoint_bytes } = &mut rec.members[r].state {
             *checkpoint_bytes = (*checkpoint_bytes).max(pos);
         }
@@ -140,14 +186,15 @@ async fn flush_newcomers(p: Parts<'_>, targets: &[usize]) -> Vec<usize> {
         .collect()
 }
 
-/// A rebuilt new member: its bitmap catches up, its role is committed active, then it is
-/// read.
-async fn activate(p: Parts<'_>, r: usize) -> Result<bool, ArrayError> {
-    if !p.records.rebuilding.contains(r) {
+/// A rebuilt new member — the one `claim` names — : its bitmap catches up, its role is
+/// committed active, then it is read.
+async fn activate(p: Parts<'_>, r: usize, claim: &Claim) -> Result<bool, ArrayError> {
+    // The records' lock before the bitmap writer's, as everywhere; a member put in the role
+    // holds it while it takes it.
+    let mut rec = p.records.lock().await;
+    if !p.records.rebuilding.holds(claim, r) {
         return Ok(false);
     }
-    // The records' lock before the bitmap writer's, as everywhere.
-    let mut rec = p.records.lock().await;
     if let Some(b) = p.bitmap {
         b.catch_up(p.volume, &rec, r).await;
     }
