@@ -21,7 +21,13 @@
 //!   assembly ignores a member whose id the records no longer name in its role (wipe it to
 //!   reuse it). A restart before the commit loses the replace, not data: the old member still
 //!   holds everything and the replacement's record, if any, names an id the records do not.
-//!   A replace is therefore not checkpointed; it starts again.
+//!   A replace is therefore not checkpointed; it starts again. If the member being replaced
+//!   fails first, the slot drops the replacement (a failed role takes no write, so it would
+//!   lack what is written meanwhile) and the pass puts it in the role as a new member,
+//!   rebuilt whole (`heal/rebuild.rs`).
+//! - A pass works for the members in its roles when it starts ([`super::rebuilding::Claim`]):
+//!   a member put in a role while it runs (the first failed, a spare took the role) is not
+//!   advanced, checkpointed or made current by it; the next pass rebuilds it from the start.
 //!
 //! [`Heal`] owns the spares, the replacements under way and the pass's settings; the
 //! positions of roles being rebuilt are the records' ([`super::rebuilding::Rebuilding`]: every
