@@ -2,8 +2,8 @@
 //! own rules (reserves sized from the members), which move a grown member's region start;
 //! the records never do. [`load`] reads the config, then every member's superblock with
 //! plain reads (as `nbraid check` does: no lock, nothing written), and — where a recorded
-//! region start differs from the config's — reads the config again with the recorded
-//! starts pinned ([`nbraid_config::Pins`]). Every binary that compares a config with
+//! region start differs from the config's — checks the config's text again with the
+//! recorded starts pinned ([`nbraid_config::Pins`]). Every binary that compares a config with
 //! records loads it this way.
 
 use crate::preflight::read_probe;
@@ -14,15 +14,22 @@ use nbraid_core::metadata::METADATA_AREA_BYTES;
 use nbraid_layout::Node;
 use std::path::Path;
 
-/// The config at `path`, existing volumes' regions where their records start them.
+/// The config at `path`, existing volumes' regions where their records start them. The
+/// file is read once ([`nbraid_config::read_text`]: bounded, a regular file only).
 pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
     let path = path.as_ref();
+    parse(&nbraid_config::read_text(path)?, path)
+}
+
+/// [`load`] of config `text` read from `path` (named in errors; relative member paths are
+/// resolved against its directory). Reads the members' superblocks, not the config again.
+pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     // Existing volumes that fit their members under the rules they were created with may
     // not fit today's (a fixed size near the members' end, before the 8 MiB log default):
     // their records are then found through the older placement.
-    let (config, today) = match nbraid_config::load(path) {
+    let (config, today) = match nbraid_config::parse(text, path) {
         Ok(c) => (c, true),
-        Err(e) => match nbraid_config::load_pinned(path, &Pins::before_default_log()) {
+        Err(e) => match nbraid_config::parse_pinned(text, path, &Pins::before_default_log()) {
             Ok(c) => (c, false),
             Err(_) => return Err(e),
         },
@@ -31,7 +38,7 @@ pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
     if today && (pins.is_empty() || agrees(&config, &pins)) {
         return Ok(config);
     }
-    nbraid_config::load_pinned(path, &pins)
+    nbraid_config::parse_pinned(text, path, &pins)
 }
 
 /// Every volume's recorded region starts, by position in its `members`, read from its

@@ -135,11 +135,7 @@ pub fn parse_sim_params(text: &str, file: &Path) -> Result<BenchModels, ConfigEr
 /// Reads and checks a `--sim-params` file.
 pub fn load_sim_params(path: impl AsRef<Path>) -> Result<BenchModels, ConfigError> {
     let path = path.as_ref();
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    parse_sim_params(&text, path)
+    parse_sim_params(&crate::read_text(path)?, path)
 }
 
 /// The tables of `raw`; `prefix` is what the tables' names start with in messages

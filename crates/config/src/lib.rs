@@ -95,6 +95,7 @@ mod listen;
 mod model;
 mod pins;
 mod raw;
+mod read;
 mod remote_member;
 mod resolve;
 mod schema_error;
@@ -139,28 +140,21 @@ pub use volume_meta::{
 
 pub use nbraid_layout::{CacheMode, ReadPolicy};
 pub use pins::{Pins, RecordedPlace};
+pub use read::{read_text, CONFIG_BYTES_MAX};
 
 use std::path::Path;
 
-/// Reads and checks the config at `path`. Creates nothing; may stat member paths (read-only)
+/// Reads ([`read_text`]) and checks the config at `path`. Creates nothing; may stat member paths (read-only)
 /// to learn the size of existing files and devices.
 pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
     let path = path.as_ref();
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    parse(&text, path)
+    parse(&read_text(path)?, path)
 }
 
 /// [`load`], with existing volumes' regions where their records put them ([`Pins`]).
 pub fn load_pinned(path: impl AsRef<Path>, pins: &Pins) -> Result<Config, ConfigError> {
     let path = path.as_ref();
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    parse_pinned(&text, path, pins)
+    parse_pinned(&read_text(path)?, path, pins)
 }
 
 /// Checks config `text` as if read from `file` (named in errors; relative member paths and
