@@ -13,6 +13,11 @@ impl Controls {
         // Checks and changes of one volume are one step: held until the handler returned
         // (no handler waits for a pass). Reading (status) and holding or cancelling passes
         // (pause, resume, cancel) change no records and go on meanwhile.
+        // A file the request names is read first: waiting on it must not hold the volume.
+        let config_text = match &req {
+            Request::Reshape { config, .. } => Some(reshape_start::read_config(config).await?),
+            _ => None,
+        };
         let _operations = match mutated_volume(&req) {
             Some(name) => Some(self.find(name)?.operations().await),
             None => None,
@@ -58,7 +63,10 @@ impl Controls {
                 volume,
                 config,
                 force,
-            } => reshape_start::start(self, self.find(&volume)?, &config, force).await?,
+            } => {
+                let text = config_text.unwrap_or_default(); // always read above
+                reshape_start::start(self, self.find(&volume)?, (&config, text), force).await?
+            }
         };
         Ok(ok_reply(fields))
     }

@@ -31,15 +31,45 @@ use nbraid_core::{Member, ScrubState, UringFile};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-/// `reshape`: starts reshaping `v` into the shape the config at `config_path` declares.
+/// The text of the config a `reshape` names, read before the volume's lock is taken and off
+/// the runtime's workers: the path is the client's (a FIFO, a device, a slow disk), and
+/// [`nbraid_config::read_text`] refuses what is not a regular file of a config's size.
+pub(super) async fn read_config(config_path: &str) -> Result<String, Refusal> {
+    let path = std::path::PathBuf::from(config_path);
+    let read = tokio::task::spawn_blocking(move || nbraid_config::read_text(&path)).await;
+    match read {
+        Ok(text) => text.map_err(|e| Refusal::new("bad-config", e.to_string())),
+        Err(e) => Err(Refusal::new(
+            "internal",
+            format!("reading {config_path}: the reading task failed: {e}"),
+        )),
+    }
+}
+
+/// Config `text` (read from `config_path`, [`read_config`]) checked against the members'
+/// records, which are read off the runtime's workers too.
+async fn parse_config(config_path: &str, text: String) -> Result<Config, Refusal> {
+    let path = std::path::PathBuf::from(config_path);
+    let parsed =
+        tokio::task::spawn_blocking(move || nbraid_assembly::pins::parse(&text, &path)).await;
+    match parsed {
+        Ok(config) => config.map_err(|e| Refusal::new("bad-config", format!("{config_path}: {e}"))),
+        Err(e) => Err(Refusal::new(
+            "internal",
+            format!("checking {config_path}: the checking task failed: {e}"),
+        )),
+    }
+}
+
+/// `reshape`: starts reshaping `v` into the shape the config at `config_path` declares
+/// (its `text`, [`read_config`]).
 pub(super) async fn start(
     controls: &Controls,
     v: &ControlVolume,
-    config_path: &str,
+    (config_path, text): (&str, String),
     force: bool,
 ) -> Result<Value, Refusal> {
-    let config = nbraid_assembly::pins::load(config_path)
-        .map_err(|e| Refusal::new("bad-config", format!("{config_path}: {e}")))?;
+    let config = parse_config(config_path, text).await?;
     let cv = (config.volumes.iter().find(|c| c.name == v.name)).ok_or_else(|| {
         Refusal::new(
             "not-found",

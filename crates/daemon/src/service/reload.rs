@@ -332,7 +332,12 @@ impl Reloader {
 
     /// Reads the config again and applies it; what it did.
     pub async fn reload(&mut self) -> Result<Outcome, String> {
-        let new = nbraid_assembly::pins::load(&self.file).map_err(|e| e.to_string())?;
+        // Read off the runtime's workers: the config and the members' superblocks are disk
+        // reads, and the workers serve NBD meanwhile.
+        let file = self.file.clone();
+        let loaded = tokio::task::spawn_blocking(move || nbraid_assembly::pins::load(&file)).await;
+        let new =
+            (loaded.map_err(|e| format!("reading the config: {e}"))?).map_err(|e| e.to_string())?;
         let p = plan(&self.started, &self.live, &new);
         let mut out = Outcome {
             at_restart: p.at_restart,

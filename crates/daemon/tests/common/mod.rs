@@ -279,11 +279,17 @@ impl Daemon {
         capture_stderr: bool,
         ready: impl Fn(&str) -> bool,
     ) -> Daemon {
-        use std::io::BufRead;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_nbraidd"))
-            .arg("--config")
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nbraidd"));
+        cmd.arg("--config")
             .arg(config)
-            .args(["--log-level", log_level])
+            .args(["--log-level", log_level]);
+        Daemon::spawn(&mut cmd, capture_stderr, ready)
+    }
+
+    /// [`Daemon::start`] of a command of the caller's (nbraidd under `sh -c 'ulimit ...'`).
+    pub fn spawn(cmd: &mut Command, capture_stderr: bool, ready: impl Fn(&str) -> bool) -> Daemon {
+        use std::io::BufRead;
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(if capture_stderr {
