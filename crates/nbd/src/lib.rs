@@ -58,6 +58,7 @@
 //! # }
 //! ```
 
+mod accept_backoff;
 mod admission;
 mod busy_poll;
 pub mod client;
@@ -86,6 +87,7 @@ mod write_gate;
 #[cfg(test)]
 mod tests;
 
+pub use accept_backoff::{AcceptBackoff, BackoffStep};
 pub use error::{ConnError, ServerError};
 pub use export::{errno_for, Export, Extent, IncomingWrite, MemoryExport, ReadData, ZeroFlags};
 pub use limits::{Limits, DEFAULT_BUSY_POLL, DEFAULT_SPARE_WORKER_MIN_LEN, REQUEST_COST_MIN};

@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::task::{AbortHandle, JoinHandle};
 
+use super::accept_backoff::AcceptBackoff;
 use super::admission::HandshakeSlot;
 use super::busy_poll::BusyPoll;
 use super::connection::{run_connection, run_tls_connection};
@@ -165,6 +166,7 @@ impl Server {
     /// Like [`Server::serve`], with `tls` on this listener (see [`TlsMode`]).
     pub async fn serve_with_tls(&self, listener: Listener, tls: ServerTls) {
         let mut stop = self.shared.shutdown.subscribe();
+        let mut backoff = AcceptBackoff::new();
         loop {
             let accepted = tokio::select! {
                 biased;
@@ -172,11 +174,18 @@ impl Server {
                 a = accept_one(&listener) => a,
             };
             match accepted {
-                Ok(a) => self.place(a, tls.clone()),
+                Ok(a) => {
+                    backoff.succeeded();
+                    self.place(a, tls.clone())
+                }
+                // EMFILE, ECONNABORTED and the like: pause (longer while it lasts), carry on.
                 Err(e) => {
-                    // EMFILE, ECONNABORTED and the like: log, pause briefly, carry on.
-                    tracing::warn!("accept on {listener} failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    let pause = backoff.pause_after(&listener, &e);
+                    tokio::select! {
+                        biased;
+                        _ = shutdown_signalled(&mut stop) => break,
+                        () = pause => {}
+                    }
                 }
             }
         }
