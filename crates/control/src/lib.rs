@@ -28,6 +28,13 @@
 //! | `rebuild` | `volume`, `rate_bytes_per_s`, `adaptive` (as for `scrub`; both absent: a running rebuild keeps its rate, one started runs at the volume's `rebuild_rate`) | `rebuild`: progress |
 //! | `reshape` | `volume`, `config` (the path of the config declaring the shape it should have), `force` (bool: added members may be written although the disk write rule refuses) | `plan`: the plan started, `reshape`: progress |
 //!
+//! **Bounds.** A client holds its connection only while it talks: the daemon serves at most
+//! 64 at once (one more gets a `busy` error line and is closed), closes a connection that
+//! sends no request for 60 s or leaves a line unfinished for 10 s (an error line with code
+//! `timeout` says which), and one that takes no reply for 10 s. A followed `events` stream is
+//! not idle; only its writes are bounded. A `reshape`'s `config` must be a regular file of at
+//! most 4 MiB (`nbraid_config::CONFIG_BYTES_MAX`).
+//!
 //! Rebuilds that `add` and `replace` start run at the volume's `rebuild_rate`, like the ones
 //! the daemon starts by itself; a rebuild already running keeps its rate.
 

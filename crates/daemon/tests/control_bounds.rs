@@ -1,5 +1,6 @@
 //! The control socket against clients that would hold the daemon: a `reshape` naming a FIFO
-//! or a device as its config. Meanwhile NBD clients are greeted and `status` is answered.
+//! or a device as its config, and more idle connections than the daemon has descriptors.
+//! Meanwhile NBD clients are greeted and `status` is answered.
 
 mod common;
 use common::Daemon;
@@ -97,4 +98,53 @@ fn a_reshape_naming_a_fifo_or_a_device_is_refused_at_once() {
     assert_eq!(reply["ok"], true, "{reply}");
     greeted(dir.path());
     d.stop();
+}
+
+#[test]
+fn idle_control_connections_beyond_the_cap_cannot_take_the_descriptors() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    // Fewer descriptors than the idle connections opened below.
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", "ulimit -n 160 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_nbraidd"))
+        .arg("--config")
+        .arg(&config)
+        .args(["--log-level", "warn"]);
+    let d = Daemon::spawn(&mut cmd, true, ready);
+
+    let path = dir.path().join("ctl.sock");
+    let idle = within(
+        Duration::from_secs(20),
+        "300 control connections",
+        move || {
+            (0..300)
+                .map(|_| UnixStream::connect(&path).unwrap())
+                .collect::<Vec<_>>()
+        },
+    );
+    // The last was refused at once, saying why, and closed.
+    let mut last = String::new();
+    let mut r = BufReader::new(idle.last().unwrap().try_clone().unwrap());
+    r.get_ref()
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    r.read_line(&mut last).unwrap();
+    let refused: serde_json::Value = serde_json::from_str(&last).unwrap();
+    assert_eq!(refused["error"]["code"], "busy", "{refused}");
+    // NBD clients are still greeted while the control socket is full.
+    greeted(dir.path());
+
+    drop(idle);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let reply = control(dir.path(), r#"{"v":1,"op":"status"}"#);
+        if reply["ok"] == true {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{reply}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = d.stop();
+    assert!(!log.contains("Too many open files"), "{log}");
 }

@@ -2,6 +2,14 @@
 //! user may operate it), a stale socket file left by a daemon that died is replaced, a live
 //! one is refused. Each connection reads request lines (at most `MAX_LINE_BYTES`) and writes
 //! one reply line each; a bad line gets an error reply, never a dropped daemon.
+//!
+//! A client holds a place only while it talks ([`ControlLimits`]): at most so many connections
+//! at once (one beyond is told `busy` and closed, so idle clients cannot take the daemon's
+//! file descriptors, which NBD clients need too); a connection that sends no request for a
+//! while, or stops in the middle of a line, is closed; a reply the client does not read
+//! within a bound closes it too. `nbraid status --watch` and the passes' progress ask every
+//! second or faster, and a followed `events` stream is not idle however quiet the daemon is:
+//! only its writes are bounded.
 
 use super::controls::Controls;
 use crate::events::EventBus;
@@ -10,14 +18,45 @@ use nbraid_control::{error_reply, ok_reply, parse, Refusal, Request, MAX_LINE_BY
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::Semaphore;
+use tokio::time::timeout;
+
+/// How long a control client may hold its place (see the module).
+#[derive(Clone, Copy, Debug)]
+pub struct ControlLimits {
+    /// Connections served at once; one more is answered `busy` and closed.
+    pub connections_max: usize,
+    /// How long a connection may wait with no byte of a next request.
+    pub idle_timeout: Duration,
+    /// How long a request line may take from its first byte to its newline.
+    pub line_timeout: Duration,
+    /// How long a reply (or a followed event) may wait for the client to take it.
+    pub write_timeout: Duration,
+}
+
+impl Default for ControlLimits {
+    fn default() -> ControlLimits {
+        ControlLimits {
+            // Far more than operators and their scripts open; far fewer than the descriptors
+            // NBD's own `max_connections` needs.
+            connections_max: 64,
+            idle_timeout: Duration::from_secs(60),
+            line_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(10),
+        }
+    }
+}
 
 pub struct ControlServer {
     listener: UnixListener,
     path: PathBuf,
     /// What `events` reads and follows (none: `events` is refused).
     events: Option<Arc<EventBus>>,
+    limits: ControlLimits,
 }
 
 impl ControlServer {
@@ -52,6 +91,7 @@ impl ControlServer {
             listener,
             path: path.to_path_buf(),
             events: None,
+            limits: ControlLimits::default(),
         })
     }
 
@@ -61,30 +101,66 @@ impl ControlServer {
         self
     }
 
+    /// With other bounds than [`ControlLimits::default`] (tests use short ones).
+    pub fn with_limits(mut self, limits: ControlLimits) -> ControlServer {
+        self.limits = limits;
+        self
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
 
     /// Serves connections until the task is dropped.
     pub async fn serve(self, controls: Arc<Controls>) {
+        let places = Arc::new(Semaphore::new(self.limits.connections_max));
+        let mut backoff = nbraid_nbd::AcceptBackoff::new();
+        let mut busy_warned: Option<std::time::Instant> = None;
         loop {
-            match self.listener.accept().await {
-                Ok((stream, _)) => {
-                    let c = controls.clone();
-                    let events = self.events.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = connection(stream, c, events).await {
-                            tracing::debug!("control connection: {e}");
-                        }
-                    });
-                }
+            let stream = match self.listener.accept().await {
+                Ok((stream, _)) => stream,
                 Err(e) => {
-                    tracing::warn!("control socket accept: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    let what = format!("the control socket {}", self.path.display());
+                    backoff.pause_after(&what, &e).await;
+                    continue;
                 }
-            }
+            };
+            backoff.succeeded();
+            let Ok(place) = places.clone().try_acquire_owned() else {
+                refuse_busy(&stream, self.limits.connections_max);
+                if busy_warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                    busy_warned = Some(std::time::Instant::now());
+                    tracing::warn!(
+                        "control socket {}: {} connections open, a new one refused",
+                        self.path.display(),
+                        self.limits.connections_max
+                    );
+                }
+                continue; // dropped: closed
+            };
+            let c = controls.clone();
+            let events = self.events.clone();
+            let limits = self.limits;
+            tokio::spawn(async move {
+                let _place = place;
+                if let Err(e) = connection(stream, c, events, limits).await {
+                    tracing::debug!("control connection: {e}");
+                }
+            });
         }
     }
+}
+
+/// Tells a client beyond the cap why it is closed, without waiting: a new connection's send
+/// buffer is empty, so one short line fits, and if it does not the close says enough.
+fn refuse_busy(stream: &UnixStream, max: usize) {
+    let refusal = Refusal::new(
+        "busy",
+        format!("the control socket serves at most {max} connections at once; try again"),
+    );
+    let mut out = error_reply(&refusal).to_string().into_bytes();
+    out.push(b'\n');
+    let _ = stream.try_write(&out);
 }
 
 impl Drop for ControlServer {
@@ -93,53 +169,116 @@ impl Drop for ControlServer {
     }
 }
 
+/// One request line read ([`next_line`]), or why there is none.
+enum Line {
+    /// In the buffer, newline included (but at the end of the stream).
+    Read,
+    /// The client closed its side between requests.
+    Closed,
+    /// Longer than `MAX_LINE_BYTES`: the rest cannot be told from the next request.
+    TooLong,
+    /// No request, or no end of one, in time: what to tell the client.
+    TimedOut(String),
+}
+
+/// The next request line into `line` (cleared first), within `limits`.
+async fn next_line(
+    reader: &mut BufReader<OwnedReadHalf>,
+    line: &mut Vec<u8>,
+    limits: &ControlLimits,
+) -> std::io::Result<Line> {
+    line.clear();
+    // Idle until a first byte comes; from then on the line has its own, shorter bound.
+    match timeout(limits.idle_timeout, reader.fill_buf()).await {
+        Err(_) => {
+            return Ok(Line::TimedOut(format!(
+                "no request for {} s: the connection is closed",
+                limits.idle_timeout.as_secs_f64()
+            )))
+        }
+        Ok(Err(e)) => return Err(e),
+        Ok(Ok([])) => return Ok(Line::Closed),
+        Ok(Ok(_)) => {}
+    }
+    let mut limited = (&mut *reader).take(MAX_LINE_BYTES as u64);
+    let n = match timeout(limits.line_timeout, limited.read_until(b'\n', line)).await {
+        Err(_) => {
+            return Ok(Line::TimedOut(format!(
+                "a request line unfinished after {} s: the connection is closed",
+                limits.line_timeout.as_secs_f64()
+            )))
+        }
+        Ok(n) => n?,
+    };
+    Ok(match line.last() != Some(&b'\n') && n == MAX_LINE_BYTES {
+        true => Line::TooLong,
+        false => Line::Read,
+    })
+}
+
+/// Writes `reply` as one line, failing with `TimedOut` if the client has not taken it within
+/// `limits.write_timeout` (a client that never reads must not hold its task and place).
+async fn send(
+    w: &mut OwnedWriteHalf,
+    reply: &serde_json::Value,
+    limits: &ControlLimits,
+) -> std::io::Result<()> {
+    let mut out = reply.to_string().into_bytes();
+    out.push(b'\n');
+    match timeout(limits.write_timeout, w.write_all(&out)).await {
+        Ok(written) => written,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "the client took no reply for {} s",
+                limits.write_timeout.as_secs_f64()
+            ),
+        )),
+    }
+}
+
 async fn connection(
     stream: UnixStream,
     controls: Arc<Controls>,
     events: Option<Arc<EventBus>>,
+    limits: ControlLimits,
 ) -> std::io::Result<()> {
     let (r, mut w) = stream.into_split();
     let mut reader = BufReader::new(r);
     let mut line = Vec::new();
     loop {
-        line.clear();
-        let n = (&mut reader)
-            .take(MAX_LINE_BYTES as u64)
-            .read_until(b'\n', &mut line)
-            .await?;
-        if n == 0 {
-            return Ok(());
-        }
-        let too_long = line.last() != Some(&b'\n') && n == MAX_LINE_BYTES;
-        let reply = if too_long {
-            error_reply(&Refusal::new(
-                "malformed",
-                format!("request line longer than {MAX_LINE_BYTES} bytes"),
-            ))
-        } else if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        } else {
-            let handled = match parse(&line) {
-                Ok(Request::Events { follow }) => match &events {
-                    Some(bus) if follow => return follow_events(bus, reader, w).await,
-                    Some(bus) => Ok(events_reply(&bus.follow().0)),
-                    None => Err(Refusal::new("unsupported", "this daemon keeps no events")),
-                },
-                Ok(req) => controls.handle(req).await,
-                Err(r) => Err(r),
-            };
-            match handled {
-                Ok(v) => v,
-                Err(r) => error_reply(&r),
+        match next_line(&mut reader, &mut line, &limits).await? {
+            Line::Read => {}
+            Line::Closed => return Ok(()),
+            Line::TooLong => {
+                let refusal = Refusal::new(
+                    "malformed",
+                    format!("request line longer than {MAX_LINE_BYTES} bytes"),
+                );
+                return send(&mut w, &error_reply(&refusal), &limits).await;
             }
-        };
-        let mut out = reply.to_string().into_bytes();
-        out.push(b'\n');
-        w.write_all(&out).await?;
-        if too_long {
-            // The rest of that line cannot be told from the next request.
-            return Ok(());
+            Line::TimedOut(why) => {
+                let refusal = Refusal::new("timeout", why);
+                return send(&mut w, &error_reply(&refusal), &limits).await;
+            }
         }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let handled = match parse(&line) {
+            Ok(Request::Events { follow }) => match &events {
+                Some(bus) if follow => return follow_events(bus, reader, w, &limits).await,
+                Some(bus) => Ok(events_reply(&bus.follow().0)),
+                None => Err(Refusal::new("unsupported", "this daemon keeps no events")),
+            },
+            Ok(req) => controls.handle(req).await,
+            Err(r) => Err(r),
+        };
+        let reply = match handled {
+            Ok(v) => v,
+            Err(r) => error_reply(&r),
+        };
+        send(&mut w, &reply, &limits).await?;
     }
 }
 
@@ -150,19 +289,19 @@ fn events_reply(events: &[crate::events::Event]) -> serde_json::Value {
 
 /// `events` with `follow`: the reply with the events kept so far, then one line per event
 /// until the client closes its side (or stops reading and falls too far behind: then a
-/// `lagged` line says how many it missed).
+/// `lagged` line says how many it missed; one that takes no line within the write timeout
+/// is closed).
 async fn follow_events(
     bus: &EventBus,
-    mut reader: BufReader<tokio::net::unix::OwnedReadHalf>,
-    mut w: tokio::net::unix::OwnedWriteHalf,
+    mut reader: BufReader<OwnedReadHalf>,
+    mut w: OwnedWriteHalf,
+    limits: &ControlLimits,
 ) -> std::io::Result<()> {
     use tokio::sync::broadcast::error::RecvError;
     let (kept, mut rx) = bus.follow();
     let mut first = events_reply(&kept);
     first["following"] = true.into();
-    let mut out = first.to_string().into_bytes();
-    out.push(b'\n');
-    w.write_all(&out).await?;
+    send(&mut w, &first, limits).await?;
     let mut sink = [0u8; 256];
     loop {
         let line = tokio::select! {
@@ -180,8 +319,10 @@ async fn follow_events(
                 _ => continue, // nothing more is asked on a followed connection
             },
         };
-        let mut out = line.to_string().into_bytes();
-        out.push(b'\n');
-        w.write_all(&out).await?;
+        send(&mut w, &line, limits).await?;
     }
 }
+
+#[cfg(test)]
+#[path = "server_tests.rs"]
+mod tests;

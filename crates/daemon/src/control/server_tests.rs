@@ -1,0 +1,181 @@
+//! The control socket's bounds, with short limits: a connection beyond the cap, an idle one,
+//! a half line, a client that never reads; and the long-lived uses that must go on (polling
+//! as `status --watch` does, following events).
+
+use super::*;
+use crate::events::{Event, EventKind};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+
+const STATUS: &[u8] = b"{\"v\":1,\"op\":\"status\"}\n";
+
+/// A control server with no volumes and `limits` on a socket in a fresh directory, serving
+/// in the background; the directory, and the bus its `events` follow.
+fn serve(limits: ControlLimits) -> (tempfile::TempDir, PathBuf, Arc<EventBus>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ctl.sock");
+    let bus = Arc::new(EventBus::unhooked());
+    let server = ControlServer::bind(&path)
+        .unwrap()
+        .with_limits(limits)
+        .with_events(bus.clone());
+    tokio::spawn(server.serve(Arc::new(Controls { volumes: vec![] })));
+    (dir, path, bus)
+}
+
+fn limits() -> ControlLimits {
+    ControlLimits {
+        connections_max: 8,
+        idle_timeout: Duration::from_secs(30),
+        line_timeout: Duration::from_secs(30),
+        write_timeout: Duration::from_secs(30),
+    }
+}
+
+/// The next line the daemon sends, as JSON; `None` at the end of the stream. Fails the test
+/// if nothing comes within 5 s.
+async fn next(r: &mut BufReader<UnixStream>) -> Option<Value> {
+    let mut line = String::new();
+    let n = timeout(Duration::from_secs(5), r.read_line(&mut line))
+        .await
+        .expect("the daemon answered or closed within 5 s")
+        .unwrap_or(0);
+    (n > 0).then(|| serde_json::from_str(&line).unwrap())
+}
+
+async fn connect(path: &Path) -> BufReader<UnixStream> {
+    BufReader::new(UnixStream::connect(path).await.unwrap())
+}
+
+async fn status(c: &mut BufReader<UnixStream>) -> Value {
+    c.get_mut().write_all(STATUS).await.unwrap();
+    next(c).await.expect("a status reply")
+}
+
+#[tokio::test]
+async fn a_connection_beyond_the_cap_is_told_busy_and_closed_and_its_place_comes_back() {
+    let (_dir, path, _) = serve(ControlLimits {
+        connections_max: 2,
+        ..limits()
+    });
+    let mut first = connect(&path).await;
+    let mut second = connect(&path).await;
+    assert_eq!(status(&mut first).await["ok"], true);
+    assert_eq!(status(&mut second).await["ok"], true);
+
+    let mut third = connect(&path).await;
+    let refused = next(&mut third).await.expect("a refusal line");
+    assert_eq!(refused["error"]["code"], "busy", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("at most 2 connections"), "{message}");
+    assert!(next(&mut third).await.is_none(), "closed after the refusal");
+
+    drop(first);
+    // The place is given back when the first's task sees the close.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut again = connect(&path).await;
+        again.get_mut().write_all(STATUS).await.unwrap();
+        let reply = next(&mut again).await.expect("a reply");
+        if reply["ok"] == true {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no place again: {reply}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status(&mut second).await["ok"], true);
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_told_why_and_closed() {
+    let (_dir, path, _) = serve(ControlLimits {
+        idle_timeout: Duration::from_millis(200),
+        ..limits()
+    });
+    let mut c = connect(&path).await;
+    assert_eq!(status(&mut c).await["ok"], true);
+    let said = next(&mut c).await.expect("a line saying why");
+    assert_eq!(said["error"]["code"], "timeout", "{said}");
+    assert!(said["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("no request for 0.2 s"));
+    assert!(next(&mut c).await.is_none(), "closed");
+}
+
+#[tokio::test]
+async fn a_half_sent_line_is_closed_after_the_line_timeout() {
+    let (_dir, path, _) = serve(ControlLimits {
+        line_timeout: Duration::from_millis(200),
+        ..limits()
+    });
+    let mut c = connect(&path).await;
+    c.get_mut().write_all(b"{\"v\":1,\"op\":").await.unwrap();
+    let said = next(&mut c).await.expect("a line saying why");
+    assert_eq!(said["error"]["code"], "timeout", "{said}");
+    assert!(said["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("unfinished"));
+    assert!(next(&mut c).await.is_none(), "closed");
+}
+
+#[tokio::test]
+async fn a_client_that_never_reads_its_replies_is_closed() {
+    let (_dir, path, _) = serve(ControlLimits {
+        write_timeout: Duration::from_millis(200),
+        ..limits()
+    });
+    let mut c = UnixStream::connect(&path).await.unwrap();
+    let batch = STATUS.repeat(1000);
+    // Replies pile up unread until the daemon's writes wait; it then closes, and the
+    // requests still being sent fail. Without a write bound both sides wait forever.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match timeout(left, c.write_all(&batch)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => break, // closed by the daemon
+            Err(_) => panic!("the daemon still holds a client that reads nothing after 10 s"),
+        }
+    }
+}
+
+/// `nbraid status --watch` asks every second on one connection; with asks closer than the
+/// idle timeout it is never closed.
+#[tokio::test]
+async fn polling_faster_than_the_idle_timeout_keeps_the_connection() {
+    let (_dir, path, _) = serve(ControlLimits {
+        idle_timeout: Duration::from_millis(300),
+        ..limits()
+    });
+    let mut c = connect(&path).await;
+    for _ in 0..8 {
+        assert_eq!(status(&mut c).await["ok"], true);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A followed `events` stream is not idle while the daemon has nothing to say.
+#[tokio::test]
+async fn a_follower_outlives_the_idle_timeout() {
+    let (_dir, path, bus) = serve(ControlLimits {
+        idle_timeout: Duration::from_millis(100),
+        line_timeout: Duration::from_millis(100),
+        ..limits()
+    });
+    let mut c = connect(&path).await;
+    c.get_mut()
+        .write_all(b"{\"v\":1,\"op\":\"events\",\"follow\":true}\n")
+        .await
+        .unwrap();
+    assert_eq!(next(&mut c).await.unwrap()["following"], true);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    bus.publish(Event::new(EventKind::VolumeDegraded, "r5", "d1 failed"));
+    let got = next(&mut c).await.expect("the event, not a close");
+    assert_eq!(got["event"], "volume-degraded", "{got}");
+}
