@@ -163,7 +163,47 @@ impl FreeSpace<'_> {
                 want
             }
         };
-        Ok(fill_in_order(&aligned, want))
+        let lens = fill_in_order(&aligned, want);
+        self.check_every_member_gives(&aligned, &lens)?;
+        Ok(lens)
+    }
+
+    /// JBOD: every listed member holds part of the volume. A member given 0 bytes would
+    /// have a region its record cannot describe (the volume would be created once and
+    /// never assemble again), and dropping a listed member silently is worse than saying so.
+    fn check_every_member_gives(&self, aligned: &[u64], lens: &[u64]) -> Result<(), String> {
+        let empty: Vec<usize> = (lens.iter().enumerate())
+            .filter(|(_, &len)| len == 0)
+            .map(|(at, _)| at)
+            .collect();
+        if empty.is_empty() {
+            return Ok(());
+        }
+        if let Some(&at) = empty.iter().find(|&&at| aligned[at] == 0) {
+            let i = self.idx[at];
+            return Err(format!(
+                "{}: no room left on member \"{}\" ({}); jbod takes at least 4 KiB of every listed member",
+                self.who,
+                self.members[i].id,
+                self.describe(i)
+            ));
+        }
+        let id = |at: usize| format!("\"{}\"", self.members[self.idx[at]].id);
+        let quoted = |ats: &mut dyn Iterator<Item = usize>| ats.map(id).collect::<Vec<_>>();
+        let given = quoted(&mut (0..lens.len()).filter(|at| lens[*at] > 0));
+        let left_out = quoted(&mut empty.iter().copied());
+        // The smallest size that reaches the last listed member: every member before it
+        // full, one unit on it.
+        let reach: u64 = aligned[..lens.len() - 1].iter().sum::<u64>() + JBOD_ALIGN;
+        Err(format!(
+            "{}: its size is held by member(s) {} alone; member(s) {} would hold none of it, and jbod uses every listed member; list fewer members (members = [{}]) or give a larger size (at least {}, size = \"{}\")",
+            self.who,
+            given.join(", "),
+            left_out.join(", "),
+            given.join(", "),
+            format_size(reach),
+            format_size_exact(reach)
+        ))
     }
 
     /// Every other level: the length every member gives, whole strips, bounded by the
@@ -211,7 +251,8 @@ impl FreeSpace<'_> {
 }
 
 /// How much of `want` bytes each member gives when members are filled in order, each
-/// giving at most what it has (`available`): the first ones full, the rest what is left.
+/// giving at most what it has (`available`): the first ones full, the rest what is left
+/// (nothing, once `want` is covered: [`FreeSpace::check_every_member_gives`] refuses that).
 fn fill_in_order(available: &[u64], want: u64) -> Vec<u64> {
     let mut left = want;
     available
@@ -229,7 +270,7 @@ mod tests {
     use super::fill_in_order;
 
     #[test]
-    fn members_fill_in_order_and_the_last_ones_may_give_nothing() {
+    fn members_fill_in_order_and_the_last_ones_get_what_is_left() {
         assert_eq!(fill_in_order(&[4, 4, 4], 12), [4, 4, 4]);
         assert_eq!(fill_in_order(&[4, 4, 4], 6), [4, 2, 0]);
         assert_eq!(fill_in_order(&[0, 8, 4], 10), [0, 8, 2]);

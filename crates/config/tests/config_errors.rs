@@ -615,3 +615,21 @@ fn bad_server_limits() {
         &["did you mean `max_connections`?"],
     );
 }
+
+#[test]
+fn jbod_size_that_leaves_a_member_empty() {
+    // a0 alone holds 30 MiB: a1 would get a region of 0 bytes, which no record can describe
+    // (the volume was created once and never assembled again).
+    let e = err(
+        "[[volume]]\nname = \"j\"\nlevel = \"jbod\"\nmembers = [\"a0\", \"a1\"]\nsize = \"30MiB\"\n",
+    );
+    expect(
+        &e,
+        ErrorKind::Fit,
+        "configs/bad.toml:21:8: volume \"j\": its size is held by member(s) \"a0\" alone; member(s) \"a1\" would hold none of it",
+        &[
+            "list fewer members (members = [\"a0\"])",
+            "or give a larger size (at least 1023.00 MiB, size = \"1047556KiB\")",
+        ],
+    );
+}
