@@ -550,3 +550,28 @@ fn a_member_failed_under_an_unawaited_write_is_recorded_before_the_next_write() 
     );
     check(&a, 2 * strip, 2, 4096);
 }
+
+#[test]
+fn create_refuses_records_that_would_not_read_back_and_writes_nothing() {
+    // A concatenation whose second member holds 0 bytes: the tree encodes, but no reader
+    // accepts a region of 0 bytes, so the array would be created once and never assembled.
+    let d = disks(2);
+    let tree = Node::concat(vec![
+        Node::member(0, METADATA_AREA_BYTES, REGION),
+        Node::member(1, METADATA_AREA_BYTES + REGION, 0),
+    ])
+    .expect("tree");
+    let m = metas(&d, &all(&d)).into_iter().flatten().collect();
+    let e = block_on(Array::create("vol", tree, m, opts(), true, &|_, _| {}))
+        .err()
+        .expect("refused");
+    let msg = e.to_string();
+    assert!(msg.contains("vol"), "{msg}");
+    assert!(msg.contains("would not read back"), "{msg}");
+    assert!(msg.contains("member 1 region"), "{msg}");
+    assert!(msg.contains("nothing was written"), "{msg}");
+    for disk in &d {
+        let head = block_on(disk.read(0, Buf::new(METADATA_AREA_BYTES as usize))).expect("read");
+        assert!(head.iter().all(|&b| b == 0), "{} was written", disk.name());
+    }
+}

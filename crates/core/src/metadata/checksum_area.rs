@@ -12,11 +12,11 @@ use nbraid_layout::Node;
 use std::sync::Arc;
 
 /// Where role `role`'s checksum area goes: the `reserve_bytes` right before its region (and
-/// before the log's `log_reserve_bytes`), cleared. `Err` names why it does not fit.
-pub(super) async fn place(
+/// before the log's `log_reserve_bytes`). Pure: create clears it once every record is known
+/// to decode. `Err` names why it does not fit.
+pub(super) fn place(
     tree: &Node,
     role: usize,
-    member: &dyn Member,
     reserve_bytes: u64,
     log_reserve_bytes: u64,
 ) -> Result<Area, String> {
@@ -41,11 +41,6 @@ pub(super) async fn place(
                 "no room for a {reserve_bytes}-byte checksum reserve before the region at {start}"
             )
         })?;
-    // Old bytes there could pass for entries: the area starts blank (every block unknown).
-    member
-        .write_zeroes(offset, need)
-        .await
-        .map_err(|e| e.to_string())?;
     Ok(Area { offset, len: need })
 }
 

@@ -1,6 +1,7 @@
 //! Creating a volume's records: every member gets a record of the new volume (a fresh array
 //! id, member ids, the tree, its bitmap, log and checksum areas) before the array is opened over them.
-//! Nothing is written until every member has passed the checks.
+//! Nothing is written until every member has passed the checks and every new superblock
+//! has been decoded back to what is to be written.
 
 use super::areas::free_area;
 use super::error::ArrayError;
@@ -8,7 +9,8 @@ use super::intent;
 use super::member_meta::MemberMeta;
 use super::options::ArrayOptions;
 use super::{
-    Area, BitmapArea, MemberEntry, Probe, RecordedState, Uuid, VolumeRecord, METADATA_AREA_BYTES,
+    Area, BitmapArea, MemberEntry, Probe, RecordedState, Superblock, Uuid, VolumeRecord,
+    METADATA_AREA_BYTES,
 };
 use crate::buf::Buf;
 use nbraid_layout::{Geometry, Node};
@@ -26,7 +28,10 @@ struct NewVolume<'a> {
 }
 
 /// Writes a record of new volume `name` over `metas` (leaf `i` of `tree` is `metas[i]`) on
-/// every member; returns the array id.
+/// every member; returns the array id. Every member's new superblock is decoded back
+/// before anything is written: a record the next start could not read (a region of 0
+/// bytes, a field past the format's limits) refuses the create instead of leaving an array
+/// that never assembles again.
 pub(super) async fn write_records(
     name: &str,
     tree: &Node,
@@ -60,20 +65,51 @@ pub(super) async fn write_records(
             .map(|c| intent::chunk_for(capacity, c)),
         assume_clean,
     };
+    let mut records = Vec::with_capacity(metas.len());
     for (role, m) in metas.iter().enumerate() {
-        let bitmap = place_bitmap(&new, role, m, capacity).await?;
-        let ppl = place_log(&new, role, m, bitmap, opts).await?;
-        let checksums = match opts.checksum_area_before_region_bytes {
-            None => None,
-            Some(n) => {
-                let log = opts.ppl_area_before_region_bytes.unwrap_or(0);
-                let placed = super::checksum_area::place(tree, role, &*m.member, n, log).await;
-                Some(placed.map_err(|e| refuse(name, format!("member {role}: {e}")))?)
-            }
-        };
-        write_record(&new, role, m, (bitmap, ppl, checksums)).await?;
+        let held = m.sb.lock().await.clone();
+        let areas = place_areas(&new, role, held.as_ref(), capacity, opts)?;
+        let record = new.record(role, areas);
+        let next = m.next_superblock(held, |sb| {
+            sb.member = new.members[role].uuid;
+            sb.volumes.push(record.clone());
+        });
+        check_round_trip(name, role, m, &next)?;
+        records.push(record);
+    }
+    for (m, record) in metas.iter().zip(records) {
+        clear_areas(name, m, &record).await?;
+        let uuid = new.members[record.role as usize].uuid;
+        m.update(|sb| {
+            sb.member = uuid;
+            sb.volumes.push(record);
+        })
+        .await
+        .map_err(|e| refuse(name, e.to_string()))?;
     }
     Ok(id)
+}
+
+/// Refuses a superblock that would not read back as written: the next start decodes it,
+/// and one it cannot decode leaves the member (and every volume on it) unassemblable.
+fn check_round_trip(
+    name: &str,
+    role: usize,
+    m: &MemberMeta,
+    next: &Superblock,
+) -> Result<(), ArrayError> {
+    let member = m.member.name();
+    let why = match next.encode().and_then(|bytes| Superblock::decode(&bytes)) {
+        Ok(read) if read == *next => return Ok(()),
+        Ok(_) => "it decodes to different records".to_string(),
+        Err(e) => e.to_string(),
+    };
+    Err(refuse(
+        name,
+        format!(
+            "member {role} (`{member}`): the new superblock would not read back ({why}); nothing was written — this is a bug in nbraid: the geometry the config placed cannot be recorded"
+        ),
+    ))
 }
 
 fn refuse(name: &str, detail: String) -> ArrayError {
@@ -125,92 +161,109 @@ fn check_members(name: &str, tree: &Node, metas: &[Arc<MemberMeta>]) -> Result<(
     Ok(())
 }
 
-/// A zeroed bitmap area on member `m` (role `role`), if the volume has a bitmap.
-async fn place_bitmap(
+/// Where role `role`'s areas go on a member holding `held`: the bitmap and the log in the
+/// metadata area (or the log in the reserve before the region), the checksum area in its
+/// reserve. Pure: nothing is cleared until every record is known to decode.
+fn place_areas(
     new: &NewVolume<'_>,
     role: usize,
-    m: &MemberMeta,
+    held: Option<&Superblock>,
     capacity: u64,
-) -> Result<Option<BitmapArea>, ArrayError> {
-    let Some(chunk_bytes) = new.chunk_bytes else {
-        return Ok(None);
-    };
-    let len = intent::area_bytes(capacity, chunk_bytes);
-    let held = m.sb.lock().await.clone();
-    let offset = free_area(held.as_ref(), len).ok_or_else(|| {
-        refuse(
-            new.name,
-            format!("member {role}: no room for a {len}-byte bitmap in the metadata area"),
-        )
-    })?;
-    m.member
-        .write(offset, Buf::zeroed(len as usize).freeze(), true)
-        .await
-        .map_err(|e| refuse(new.name, e.to_string()))?;
-    Ok(Some(BitmapArea {
-        area: Area { offset, len },
-        chunk_bytes,
-    }))
-}
-
-/// The partial-parity log's area on member `m` (role `role`), cleared: in the metadata area
-/// beside `bitmap`, or in the reserve before the region when the options say so.
-async fn place_log(
-    new: &NewVolume<'_>,
-    role: usize,
-    m: &MemberMeta,
-    bitmap: Option<BitmapArea>,
     opts: &ArrayOptions,
-) -> Result<Option<Area>, ArrayError> {
+) -> Result<Areas, ArrayError> {
+    let bad = |detail: String| refuse(new.name, format!("member {role}: {detail}"));
+    let bitmap = match new.chunk_bytes {
+        None => None,
+        Some(chunk_bytes) => {
+            let len = intent::area_bytes(capacity, chunk_bytes);
+            let offset = free_area(held, len).ok_or_else(|| {
+                bad(format!(
+                    "no room for a {len}-byte bitmap in the metadata area"
+                ))
+            })?;
+            Some(BitmapArea {
+                area: Area { offset, len },
+                chunk_bytes,
+            })
+        }
+    };
     let avoid: Vec<Area> = bitmap.map(|b| b.area).into_iter().collect();
-    let held = m.sb.lock().await.clone();
     let ppl = match opts.ppl_area_before_region_bytes {
-        None => super::ppl_area::allocate(held.as_ref(), new.tree, &avoid),
-        Some(len) => super::ppl_area::before_region(held.as_ref(), new.tree, role, len),
+        None => super::ppl_area::allocate(held, new.tree, &avoid),
+        Some(len) => super::ppl_area::before_region(held, new.tree, role, len),
     };
     // With the log off an area is kept where one fits (it may be switched on later).
     let ppl = match ppl {
         Ok(a) => a,
         Err(_) if !opts.ppl => None,
-        Err(e) => return Err(refuse(new.name, format!("member {role}: {e}"))),
+        Err(e) => return Err(bad(e)),
     };
-    if let Some(a) = ppl {
-        super::ppl_area::clear(&*m.member, a)
-            .await
-            .map_err(|e| refuse(new.name, e.to_string()))?;
-    }
-    Ok(ppl)
-}
-
-/// Member `m`'s record of the new volume in role `role`.
-async fn write_record(
-    new: &NewVolume<'_>,
-    role: usize,
-    m: &MemberMeta,
-    (bitmap, ppl, checksums): (Option<BitmapArea>, Option<Area>, Option<Area>),
-) -> Result<(), ArrayError> {
-    let record = VolumeRecord {
-        array: new.id,
-        name: new.name.to_string(),
-        events: 1,
-        // Not clean until the sync after the open is done.
-        clean: new.assume_clean,
-        role: role as u32,
-        members: new.members.clone(),
-        tree: new.tree.clone(),
+    let checksums = match opts.checksum_area_before_region_bytes {
+        None => None,
+        Some(n) => {
+            let log = opts.ppl_area_before_region_bytes.unwrap_or(0);
+            Some(super::checksum_area::place(new.tree, role, n, log).map_err(bad)?)
+        }
+    };
+    Ok(Areas {
         bitmap,
         ppl,
         checksums,
-        scrub: None,
-        added_paths: Vec::new(),
-        reshape: None,
-        checksum_fill: None,
-    };
-    let uuid = new.members[role].uuid;
-    m.update(|sb| {
-        sb.member = uuid;
-        sb.volumes.push(record);
     })
-    .await
-    .map_err(|e| refuse(new.name, e.to_string()))
+}
+
+/// Clears the areas `record` places on member `m`: a bitmap, log or checksum entries left
+/// by older bytes there could pass for the new volume's.
+async fn clear_areas(name: &str, m: &MemberMeta, record: &VolumeRecord) -> Result<(), ArrayError> {
+    let failed = |e: crate::member::MemberError| refuse(name, e.to_string());
+    if let Some(b) = record.bitmap {
+        let zeroes = Buf::zeroed(b.area.len as usize).freeze();
+        m.member
+            .write(b.area.offset, zeroes, true)
+            .await
+            .map_err(failed)?;
+    }
+    if let Some(a) = record.ppl {
+        super::ppl_area::clear(&*m.member, a)
+            .await
+            .map_err(failed)?;
+    }
+    if let Some(a) = record.checksums {
+        m.member
+            .write_zeroes(a.offset, a.len)
+            .await
+            .map_err(failed)?;
+    }
+    Ok(())
+}
+
+/// One role's areas of the new volume.
+#[derive(Clone, Copy)]
+struct Areas {
+    bitmap: Option<BitmapArea>,
+    ppl: Option<Area>,
+    checksums: Option<Area>,
+}
+
+impl NewVolume<'_> {
+    /// The record of the new volume in role `role`.
+    fn record(&self, role: usize, areas: Areas) -> VolumeRecord {
+        VolumeRecord {
+            array: self.id,
+            name: self.name.to_string(),
+            events: 1,
+            // Not clean until the sync after the open is done.
+            clean: self.assume_clean,
+            role: role as u32,
+            members: self.members.clone(),
+            tree: self.tree.clone(),
+            bitmap: areas.bitmap,
+            ppl: areas.ppl,
+            checksums: areas.checksums,
+            scrub: None,
+            added_paths: Vec::new(),
+            reshape: None,
+            checksum_fill: None,
+        }
+    }
 }

@@ -70,7 +70,21 @@ impl MemberMeta {
         f: impl FnOnce(&mut Superblock),
     ) -> Result<(), SuperblockIoError> {
         let mut g = self.sb.lock().await;
-        let mut sb = g.clone().unwrap_or_else(|| Superblock {
+        let sb = self.next_superblock(g.clone(), f);
+        write_superblock(&*self.member, &sb).await?;
+        *self.contents.lock() = DiskContents::of_superblock(&sb);
+        *g = Some(sb);
+        Ok(())
+    }
+
+    /// The superblock [`update`](Self::update) writes when the member holds `held`: `f`
+    /// applied, the next generation, the member's size now. Pure.
+    pub(super) fn next_superblock(
+        &self,
+        held: Option<Superblock>,
+        f: impl FnOnce(&mut Superblock),
+    ) -> Superblock {
+        let mut sb = held.unwrap_or_else(|| Superblock {
             generation: 0,
             member: Uuid::default(),
             member_bytes: self.member.len(),
@@ -79,10 +93,7 @@ impl MemberMeta {
         f(&mut sb);
         sb.generation += 1;
         sb.member_bytes = self.member.len();
-        write_superblock(&*self.member, &sb).await?;
-        *self.contents.lock() = DiskContents::of_superblock(&sb);
-        *g = Some(sb);
-        Ok(())
+        sb
     }
 
     /// A member joining a volume: takes id `uuid` and `record` (replacing any record of the
