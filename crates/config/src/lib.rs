@@ -134,8 +134,8 @@ pub use summary::{table, MemberSummary, Summary, VolumeMemberSummary, VolumeSumm
 pub use tls::{listener_policy, TlsMode, TlsSettings};
 pub use tree::{STRIPE_UNIT_MAX, TREE_CHILDREN_MAX, TREE_DEPTH_MAX};
 pub use volume_meta::{
-    CreatePolicy, MetadataOptions, BITMAP_CHUNK_DEFAULT, BITMAP_CHUNK_MIN, CLEAN_DELAY_DEFAULT,
-    PPL_LOG_DEFAULT_RESERVE_BYTES, PPL_LOG_RESERVE_FROM_REGION_BYTES,
+    checksum_area_bytes, CreatePolicy, MetadataOptions, BITMAP_CHUNK_DEFAULT, BITMAP_CHUNK_MIN,
+    CLEAN_DELAY_DEFAULT, PPL_LOG_DEFAULT_RESERVE_BYTES, PPL_LOG_RESERVE_FROM_REGION_BYTES,
 };
 
 pub use nbraid_layout::{CacheMode, ReadPolicy};

@@ -238,7 +238,7 @@ impl Cx<'_> {
             metadata.ppl_log_bytes = at.trial_log_reserve(usage, default);
         }
         if metadata.checksums {
-            metadata.checksum_reserve_bytes = at.trial_checksum_reserve(usage);
+            metadata.checksum_reserve_bytes = at.checksum_reserve(usage, metadata.ppl_log_bytes);
         }
         // On each member: the checksum reserve, the log's reserve, the region — or, for a
         // volume the records place, the region where they put it (`pins.rs`).
@@ -490,7 +490,10 @@ struct Placement<'a> {
 impl Placement<'_> {
     /// The write-hole log reserve of the volume's geometry, tried on regions placed as if
     /// there were no reserve ([`volume_meta::default_log_reserve_bytes`]); `None` when it
-    /// does not fit, needs none or logs nothing.
+    /// does not fit, needs none or logs nothing. Only parity logs, and parity gives every
+    /// member the same length, which the reserves only shrink: the real regions are no
+    /// larger than the trial's, so a reserve sized from the trial holds theirs (unlike
+    /// [`Self::checksum_reserve`]'s, which a JBOD's regions can outgrow).
     fn trial_log_reserve(&self, usage: &[Usage], default: bool) -> Option<u64> {
         let p = self;
         let regions =
@@ -508,13 +511,43 @@ impl Placement<'_> {
         volume_meta::default_log_reserve_bytes(strips, largest)
     }
 
-    /// The checksum reserve of the largest region placed as if there were none (the real
-    /// regions, placed after it, are no larger); `None` when it does not fit.
-    fn trial_checksum_reserve(&self, usage: &[Usage]) -> Option<u64> {
+    /// The checksum reserve that holds the area of every region placed after it (and after
+    /// the log's `log_bytes`); `None` when the volume does not fit even without it. Sized
+    /// from a placement without reserves, then placed again with it until it holds the
+    /// largest region: a JBOD's regions are unequal, and the reserve taken from a small
+    /// first member pushes the volume onto the next, whose region grows past what the first
+    /// reserve covered.
+    /// Each round grows the reserve by at least 1 MiB, and a reserve past the members'
+    /// free space does not place: it ends (kept, so the placement's error names it).
+    fn checksum_reserve(&self, usage: &[Usage], log_bytes: Option<u64>) -> Option<u64> {
         let p = self;
-        let trial = allocate(p.who, p.plan.sizing(), p.requested, p.idx, p.members, usage).ok()?;
-        let largest = trial.iter().map(|r| r.len).max()?;
-        Some(volume_meta::checksum_reserve_bytes(largest))
+        let place = |before_bytes: u64| {
+            let mut trial = usage.to_vec();
+            for &m in p.idx {
+                trial[m].cursor += before_bytes;
+            }
+            let regions = allocate(
+                p.who,
+                p.plan.sizing(),
+                p.requested,
+                p.idx,
+                p.members,
+                &trial,
+            );
+            regions.ok()?.iter().map(|r| r.len).max()
+        };
+        let mut reserve = volume_meta::checksum_reserve_bytes(place(0)?);
+        loop {
+            // Does not fit with the reserve: kept, so the placement says how much is missing.
+            let Some(largest) = place(reserve + log_bytes.unwrap_or(0)) else {
+                return Some(reserve);
+            };
+            let need = volume_meta::checksum_reserve_bytes(largest);
+            if need <= reserve {
+                return Some(reserve);
+            }
+            reserve = need;
+        }
     }
 
     /// The checksum reserve comes first, before the log's and the region, on every member.

@@ -621,3 +621,36 @@ fn remote_members_are_uris_with_a_size() {
     .to_string();
     assert!(e.contains("a remote member needs a size"), "{e}");
 }
+
+#[test]
+fn a_jbod_checksum_reserve_holds_the_region_its_own_reserve_grew() {
+    // Without reserves m1 holds 513 MiB minus m0's 3 MiB (a 1 MiB reserve); the reserve
+    // taken from m0 pushes 1 MiB more onto m1, whose area then needs more than 1 MiB.
+    let c = parse(
+        r#"
+[[member]]
+id = "m0"
+path = "m0.img"
+size = "4MiB"
+[[member]]
+id = "m1"
+path = "m1.img"
+size = "1GiB"
+[[volume]]
+name = "v"
+level = "jbod"
+members = ["m0", "m1"]
+size = "513MiB"
+"#,
+    );
+    let v = &c.volumes[0];
+    let reserve = v.metadata.checksum_reserve_bytes.expect("checksums are on");
+    for r in &v.regions {
+        assert!(
+            config::checksum_area_bytes(r.len) <= reserve,
+            "a reserve of {reserve} bytes for a region of {} bytes",
+            r.len
+        );
+    }
+    assert_eq!(v.capacity(), 513 * MIB);
+}

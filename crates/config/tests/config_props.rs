@@ -2,7 +2,9 @@
 //! with one located error, and never panics. Case counts are sized for CI; `NBRAID_SOAK=1`
 //! runs many more; `NBRAID_PROPS_TRACE=1` prints what each case came to.
 
-use nbraid_config::{self as config, ConfigError, VolumeSize, JBOD_ALIGN, METADATA_RESERVED};
+use nbraid_config::{
+    self as config, checksum_area_bytes, ConfigError, VolumeSize, JBOD_ALIGN, METADATA_RESERVED,
+};
 use nbraid_layout::Level;
 use proptest::prelude::*;
 use std::path::Path;
@@ -157,10 +159,19 @@ proptest! {
         for v in &config.volumes {
             prop_assert_eq!(v.members.len(), v.regions.len());
             for (&m, r) in v.members.iter().zip(&v.regions) {
+                // A region of 0 bytes is one no record can describe (the volume would be
+                // created once, then never assembled).
+                prop_assert!(r.len > 0, "an empty region on m{}", m);
+                // The checksum reserve before every region holds that region's area (the
+                // daemon refuses to create the volume otherwise).
+                if let Some(reserve) = v.metadata.checksum_reserve_bytes {
+                    prop_assert!(checksum_area_bytes(r.len) <= reserve,
+                        "m{}: a reserve of {} for a region of {}", m, reserve, r.len);
+                }
                 prop_assert!(r.start >= METADATA_RESERVED);
                 prop_assert!(r.start + r.len <= config.members[m].size);
                 for &(s, e) in &taken[m] {
-                    prop_assert!(r.len == 0 || r.start >= e || r.start + r.len <= s,
+                    prop_assert!(r.start >= e || r.start + r.len <= s,
                         "overlap on m{}: {:?} and {}..{}", m, r, s, e);
                 }
                 taken[m].push((r.start, r.start + r.len));
