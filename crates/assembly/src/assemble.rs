@@ -17,11 +17,10 @@ use crate::adopt::{adopt, ids_by_role, position_ids, spares_for_assembly, Known}
 use crate::beyond_tolerance::BeyondTolerance;
 use crate::describe::describe;
 use crate::member::{load, member_error, AssembleError, Opened};
-use crate::plan::{self, Found, MemberFound, Plan};
+use crate::plan::{self, Found, Plan};
 use crate::records::this_array;
 use crate::remote::{self, open_remote};
 use nbraid_config::{self as config, Config, CreatePolicy, MemberStorage};
-use nbraid_core::metadata::disk_rule::{may_write, Allowed, Writer};
 use nbraid_core::metadata::{
     Absence, Array, ArrayError, ArrayOptions, MemberMeta, OpenReport, Probe, METADATA_AREA_BYTES,
 };
@@ -129,7 +128,6 @@ pub fn plans(
     opened: &[Opened],
     policy: Option<CreatePolicy>,
 ) -> Vec<Result<Plan, AssembleError>> {
-    let file = config.file.display().to_string();
     config
         .volumes
         .iter()
@@ -139,18 +137,8 @@ pub fn plans(
                 .iter()
                 .map(|&m| found(config, opened, m, &v.name))
                 .collect();
-            let members: Vec<MemberFound> = v
-                .members
-                .iter()
-                .zip(&found)
-                .map(|(&m, f)| MemberFound {
-                    id: &config.members[m].id,
-                    path: &config.members[m].path_text,
-                    found: f,
-                })
-                .collect();
             let policy = policy.unwrap_or(v.metadata.create);
-            plan::plan(&v.name, &file, policy, &members).map_err(|r| AssembleError::Refused(r.0))
+            plan::plan_volume(config, v, policy, &found).map_err(|r| AssembleError::Refused(r.0))
         })
         .collect()
 }
@@ -236,38 +224,7 @@ fn found(config: &Config, opened: &[Opened], m: usize, name: &str) -> Found {
     if config.members[m].state == MemberStorage::Memory {
         return Found::Memory;
     }
-    match meta.probe() {
-        Probe::Missing => Found::Missing,
-        Probe::Superblock(sb, _) if sb.volumes.iter().any(|v| v.name == name) => Found::HasThis,
-        probe => {
-            // Records of the config's other volumes on this member are siblings (Matrix).
-            let siblings = match probe {
-                Probe::Superblock(sb, _) => sb
-                    .volumes
-                    .iter()
-                    .filter(|r| {
-                        config
-                            .volumes
-                            .iter()
-                            .any(|v| v.name == r.name && v.members.contains(&m))
-                    })
-                    .map(|r| r.array)
-                    .collect(),
-                _ => Vec::new(),
-            };
-            let writer = Writer {
-                array: None,
-                siblings,
-            };
-            match may_write(&meta.contents(), &writer, false) {
-                Ok(Allowed::Blank) => Found::Blank {
-                    remote: config.members[m].state == MemberStorage::Remote,
-                },
-                Ok(_) => Found::Siblings,
-                Err(r) => Found::Refused(r),
-            }
-        }
-    }
+    plan::found_on(config, m, name, meta.probe(), &meta.contents())
 }
 
 /// Opens or creates volume `v` over its members (`progress(done, total)` bytes of a sync).

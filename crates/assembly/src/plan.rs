@@ -14,8 +14,9 @@
 //!   missing member's data. A blank remote export is new, never "missing": it is created
 //!   beside new local files.
 
-use nbraid_config::CreatePolicy;
-use nbraid_core::metadata::disk_rule::Refused;
+use nbraid_config::{Config, CreatePolicy, MemberStorage, Volume};
+use nbraid_core::metadata::disk_rule::{may_write, Allowed, DiskContents, Refused, Writer};
+use nbraid_core::metadata::Probe;
 use std::fmt;
 
 /// What one member of the volume holds.
@@ -63,6 +64,63 @@ pub struct MemberFound<'a> {
     pub id: &'a str,
     pub path: &'a str,
     pub found: &'a Found,
+}
+
+/// What config member `m`, whose superblock read gave `probe` (`contents`: what it holds as
+/// the write rule sees it), is to volume `name`'s plan. A member missing, created by this
+/// start or in memory is decided by the caller, who knows.
+pub fn found_on(
+    config: &Config,
+    m: usize,
+    name: &str,
+    probe: &Probe,
+    contents: &DiskContents,
+) -> Found {
+    let siblings = match probe {
+        Probe::Missing => return Found::Missing,
+        Probe::Superblock(sb, _) if sb.volumes.iter().any(|v| v.name == name) => {
+            return Found::HasThis
+        }
+        // Records of the config's other volumes on this member are siblings (Matrix).
+        Probe::Superblock(sb, _) => (sb.volumes.iter())
+            .filter(|r| (config.volumes.iter()).any(|v| v.name == r.name && v.members.contains(&m)))
+            .map(|r| r.array)
+            .collect(),
+        _ => Vec::new(),
+    };
+    let writer = Writer {
+        array: None,
+        siblings,
+    };
+    match may_write(contents, &writer, false) {
+        Ok(Allowed::Blank) => Found::Blank {
+            remote: config.members[m].state == MemberStorage::Remote,
+        },
+        Ok(_) => Found::Siblings,
+        Err(r) => Found::Refused(r),
+    }
+}
+
+/// [`plan`] for config volume `v`, whose members (by position) hold `found`.
+pub fn plan_volume(
+    config: &Config,
+    v: &Volume,
+    policy: CreatePolicy,
+    found: &[Found],
+) -> Result<Plan, Refusal> {
+    let members: Vec<MemberFound> = (v.members.iter().zip(found))
+        .map(|(&m, f)| MemberFound {
+            id: &config.members[m].id,
+            path: &config.members[m].path_text,
+            found: f,
+        })
+        .collect();
+    plan(
+        &v.name,
+        &config.file.display().to_string(),
+        policy,
+        &members,
+    )
 }
 
 /// Decides how volume `name` starts (`config_file` names the config in hints).

@@ -1,13 +1,16 @@
 //! `nbraidd --check`: whether a start on this config would assemble every volume, decided
 //! without disturbing anything. Every member, spare and member added at run time is read
 //! with plain reads of its two superblock slots (no lock, no write: a running daemon is not
-//! disturbed) and assembly's own pure decision runs over them, as at a start. A volume
-//! whose superblocks it refuses makes the check fail, as the start would (`nginx -t`).
+//! disturbed) and the daemon's own pure decisions run over them, as at a start: whether the
+//! volume is opened or created ([`start_plan`]), then assembly. A volume the start would
+//! refuse makes the check fail, as the start would (`nginx -t`).
 
+use crate::plan::{self, Found, Plan, Refusal};
 use crate::{added, records};
 use futures::FutureExt;
 use nbraid_config::{Config, MemberStorage, Volume};
-use nbraid_core::metadata::{assemble, MemberMeta, Probe, SLOT_BYTES};
+use nbraid_core::metadata::disk_rule::DiskContents;
+use nbraid_core::metadata::{assemble, MemberMeta, Probe, METADATA_AREA_BYTES, SLOT_BYTES};
 use nbraid_core::{Member, MemoryMember};
 use std::io::{Read, Seek};
 use std::path::Path;
@@ -21,13 +24,49 @@ pub fn refusals(config: &Config) -> Vec<String> {
         .iter()
         .filter_map(|v| {
             let probes = probes(config, v)?;
-            if !probes.iter().any(|p| matches!(p, Probe::Superblock(..))) {
-                return None; // written at the first start
+            match start_plan(config, v, &probes[..v.members.len()]) {
+                Err(refusal) => return Some(refusal.0),
+                Ok(Plan::Create { .. }) => return None, // written at the next start
+                Ok(Plan::Open) => {}
             }
             let e = assemble(&v.name, v.geometry.root(), &probes).err()?;
             Some(format!("volume {}: superblocks refused: {e}", v.name))
         })
         .collect()
+}
+
+/// How a start would begin volume `v` — open it, create it, or refuse, and why — by the
+/// daemon's own rule ([`plan::plan_volume`]) over what its members hold (`probes`: the
+/// config's members, by position). A volume no member carries a record of is created,
+/// even beside the records of the config's other volumes (Matrix).
+pub fn start_plan(config: &Config, v: &Volume, probes: &[Probe]) -> Result<Plan, Refusal> {
+    let found: Vec<Found> = (v.members.iter().zip(probes))
+        .map(|(&m, probe)| {
+            let member = &config.members[m];
+            if member.state == MemberStorage::Memory {
+                return Found::Memory;
+            }
+            // A member without a superblock is blank only if its whole first MiB is.
+            let first = match probe {
+                Probe::Blank => first_mib(&member.path),
+                _ => None,
+            };
+            let contents = DiskContents::from_probe(probe, first.as_deref());
+            plan::found_on(config, m, &v.name, probe, &contents)
+        })
+        .collect();
+    plan::plan_volume(config, v, v.metadata.create, &found)
+}
+
+/// The first MiB of the member file at `path` (less when it is smaller), read without
+/// opening it for writing; `None` when it cannot be read.
+fn first_mib(path: &Path) -> Option<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let file = std::fs::File::open(path).ok()?;
+    file.take(METADATA_AREA_BYTES)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    Some(bytes)
 }
 
 /// The superblocks assembly would see for volume `v`, by position: the config's members,

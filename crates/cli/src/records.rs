@@ -5,7 +5,8 @@
 //! line to write), an old member ignored, roles no member serves.
 
 use nbraid_assembly::adopt;
-use nbraid_assembly::preflight::probes_with_added;
+use nbraid_assembly::plan::Plan;
+use nbraid_assembly::preflight::{probes_with_added, start_plan};
 use nbraid_assembly::reshape_plan::{self, VolumePlan};
 use nbraid_config::{Config, Volume};
 use nbraid_core::metadata::{assemble, planned_area, Absence, AssembleError, Probe, Superblock};
@@ -15,8 +16,8 @@ use serde::Serialize;
 #[derive(Clone, Debug, Serialize)]
 pub struct Records {
     pub volume: String,
-    /// `healthy`, `degraded: ...`, `no superblocks yet`, `not on files`, or why assembly
-    /// would refuse.
+    /// `healthy`, `degraded: ...`, `no superblocks yet`, `not created yet: ...`, `not on
+    /// files`, or why the start would refuse.
     pub state: String,
     /// The config id serving each role by the superblocks (empty when they do not decide).
     pub members: Vec<String>,
@@ -45,9 +46,18 @@ fn volume(config: &Config, v: &Volume) -> Records {
         r.state = "not on files (read at start only)".into();
         return r;
     };
-    if !probes.iter().any(|p| matches!(p, Probe::Superblock(..))) {
-        r.state = "no superblocks yet (written at the first start)".into();
-        return r;
+    // The daemon's rule: a volume no member carries a record of is created (beside the
+    // config's other volumes' records, Matrix), one some member carries is assembled.
+    match start_plan(config, v, &probes[..n]) {
+        Err(refusal) => {
+            r.state = format!("refused: {refusal}");
+            return r;
+        }
+        Ok(Plan::Create { .. }) => {
+            r.state = to_be_created(&probes[..n]);
+            return r;
+        }
+        Ok(Plan::Open) => {}
     }
     let asm = match assemble(&v.name, v.geometry.root(), &probes) {
         Ok(a) => a,
@@ -93,6 +103,27 @@ fn volume(config: &Config, v: &Volume) -> Records {
         format!("degraded: {}", absent.join(", "))
     };
     r
+}
+
+/// The state of a volume the next start creates: beside the other volumes whose records its
+/// members (`probes`) carry, if any.
+fn to_be_created(probes: &[Probe]) -> String {
+    let mut beside: Vec<&str> = (probes.iter())
+        .filter_map(|p| match p {
+            Probe::Superblock(sb, _) => Some(sb.volumes.iter().map(|x| x.name.as_str())),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    beside.sort_unstable();
+    beside.dedup();
+    match beside.is_empty() {
+        true => "no superblocks yet (written at the first start)".into(),
+        false => format!(
+            "not created yet: created at the next start beside volume(s) {}",
+            beside.join(", ")
+        ),
+    }
 }
 
 /// What the next start does about per-block checksums the records do not have yet

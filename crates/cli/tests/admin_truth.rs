@@ -261,3 +261,109 @@ fn exports_describe_their_shape_and_prefer_a_block_within_one_stripe() {
         "{err}"
     );
 }
+
+/// A config over 2 members `m0` and `m1` of `member_size`, served on a Unix socket, then
+/// `volumes` (TOML tables).
+fn two_member_config(dir: &Path, member_size: [&str; 2], volumes: &str) -> String {
+    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
+    for (i, size) in member_size.iter().enumerate() {
+        text += &format!("[[member]]\nid = \"m{i}\"\npath = \"m{i}.img\"\nsize = \"{size}\"\n\n");
+    }
+    text += volumes;
+    let file = dir.join("arrays.toml");
+    std::fs::write(&file, text).unwrap();
+    file.to_str().unwrap().to_string()
+}
+
+const VOLUME_A: &str =
+    "[[volume]]\nname = \"a\"\nlevel = \"raid1\"\nmembers = [\"m0\", \"m1\"]\nsize = \"20MiB\"\n\n";
+const VOLUME_B: &str =
+    "[[volume]]\nname = \"b\"\nlevel = \"raid0\"\nmembers = [\"m0\", \"m1\"]\nsize = \"20MiB\"\n";
+
+#[test]
+fn a_new_volume_beside_another_ones_records_is_to_be_created_not_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = two_member_config(dir.path(), ["300MiB", "300MiB"], VOLUME_A);
+    common::Daemon::start(Path::new(&cfg)).stop();
+    // `b` is appended: its members carry `a`'s records and none of its own, so the start
+    // creates it beside them (Matrix). The checks said "refused" and exited 1.
+    let cfg = two_member_config(
+        dir.path(),
+        ["300MiB", "300MiB"],
+        &format!("{VOLUME_A}{VOLUME_B}"),
+    );
+    let out = ok(
+        nbraid(&["check", &cfg]),
+        "nbraid check of a new volume beside a",
+    );
+    assert!(
+        out.contains("b: not created yet: created at the next start beside volume(s) a"),
+        "{out}"
+    );
+    ok(nbraidd(&["--config", &cfg, "--check"]), "nbraidd --check");
+    common::Daemon::start(Path::new(&cfg)).stop();
+    let out = ok(nbraid(&["check", &cfg]), "nbraid check after the start");
+    assert!(out.contains("b: healthy"), "{out}");
+}
+
+#[test]
+fn a_jbod_whose_size_leaves_a_member_empty_is_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let jbod = "[[volume]]\nname = \"j\"\nlevel = \"jbod\"\nmembers = [\"m0\", \"m1\"]\nsize = \"30MiB\"\n";
+    let cfg = two_member_config(dir.path(), ["300MiB", "300MiB"], jbod);
+    for o in [nbraid(&["check", &cfg]), nbraidd(&["--config", &cfg])] {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success(),
+            "a jbod with an empty member was accepted"
+        );
+        assert!(
+            err.contains("member(s) \"m1\" would hold none of it")
+                && err.contains("list fewer members (members = [\"m0\"]) or give a larger size"),
+            "{err}"
+        );
+    }
+    assert!(
+        !dir.path().join("m0.img").exists(),
+        "a member file was created"
+    );
+}
+
+#[test]
+fn check_names_superblocks_that_do_not_decode() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = two_member_config(dir.path(), ["300MiB", "300MiB"], VOLUME_A);
+    common::Daemon::start(Path::new(&cfg)).stop();
+    // Both copies of both superblocks damaged past their checksums: no start can read them.
+    for i in 0..2 {
+        let path = dir.path().join(format!("m{i}.img"));
+        let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        for slot_bytes in [0u64, 64 << 10] {
+            std::os::unix::fs::FileExt::write_all_at(&f, &[0xee; 16], slot_bytes + 100).unwrap();
+        }
+    }
+    let o = nbraid(&["check", &cfg]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success(), "check exited 0:\n{out}");
+    assert!(!out.contains("no superblocks yet"), "{out}");
+    assert!(
+        out.contains("a: refused") && out.contains("checksum mismatch"),
+        "{out}"
+    );
+    let o = nbraidd(&["--config", &cfg, "--check"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "nbraidd --check exited 0");
+    assert!(err.contains("checksum mismatch"), "{err}");
+}
+
+#[test]
+fn a_jbod_over_unequal_members_starts_as_check_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let jbod = "[[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"m0\", \"m1\"]\nsize = \"513MiB\"\n";
+    let cfg = two_member_config(dir.path(), ["4MiB", "1GiB"], jbod);
+    ok(nbraid(&["check", &cfg]), "nbraid check");
+    // The daemon refused it: m1's checksum area outgrew the reserve check had sized.
+    common::Daemon::start(Path::new(&cfg)).stop();
+    let out = ok(nbraid(&["check", &cfg]), "nbraid check after the start");
+    assert!(out.contains("v: healthy"), "{out}");
+}
