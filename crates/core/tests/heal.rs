@@ -973,3 +973,28 @@ fn a_replacement_whose_member_fails_is_rebuilt_whole_into_the_role() {
         }
     }
 }
+
+/// A replacement given up because its member failed is rebuilt into the role;
+/// the records must list its path, or a restart (which opens members by the config and the
+/// recorded paths) does not find it.
+#[test]
+fn a_replacement_rebuilt_into_the_role_is_recorded_by_path() {
+    let disks: Vec<_> = (0..4).map(|i| disk(&format!("d{i}"))).collect();
+    let a = create(Level::Raid5, &disks);
+    let mut model = Model::new(&a);
+    block_on(apply(&a, model.writes(10)));
+    let new = disk("new");
+    block_on(a.replace(0, meta(&new))).expect("replace");
+    a.volume().fail_member(0, "test");
+    let done = rebuild_under_writes(&a, &PassControl::new(0), model.writes(5));
+    assert_eq!(done, vec![0]);
+    assert!(Arc::ptr_eq(
+        &a.volume().member(0),
+        &(new.clone() as Arc<dyn Member>)
+    ));
+    let paths = block_on(a.added_paths());
+    assert!(
+        paths.iter().any(|p| p == "new"),
+        "the replacement now serving role 0 is not recorded: {paths:?}"
+    );
+}

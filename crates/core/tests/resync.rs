@@ -342,3 +342,48 @@ fn parity_volumes_without_the_log_resync_before_serving() {
     assert!(!a.background_pending());
     assert!(read_all(&a) == model);
 }
+
+// Found by a review of the rebuild fix.
+
+/// A stale member of a mirror being resynced in the background fails mid-pass and a spare
+/// takes its role (the daemon's watcher): the background pass's end must not make the spare
+/// current before its rebuild.
+#[test]
+fn a_spare_put_in_a_stale_role_mid_background_resync_is_not_made_current_by_it() {
+    let d = disks(3);
+    let a = create(Level::Raid1, &d);
+    let mut old = vec![0u8; (METADATA_AREA_BYTES + REGION) as usize];
+    d[2].peek(0, &mut old);
+    let _ = write_all(&a, 3);
+    block_on(a.mark_clean()).expect("clean");
+    let model = write_all(&a, 5);
+    drop(a); // a crash, dirty
+    d[2].poke(0, &old); // d2 missed all that: stale
+    let (a, report) = reopen(Level::Raid1, &d);
+    assert!(a.background_pending(), "{report:?}");
+    assert!(!a.volume().member_is_current(2), "d2 not stale: {report:?}");
+    let spare = Arc::new(MemoryMember::new("spare", METADATA_AREA_BYTES + REGION));
+    a.add_spare(metas(std::slice::from_ref(&spare)).remove(0))
+        .expect("spare");
+    let total = a.background_bytes();
+    let ctl = PassControl::new(total * 2);
+    let swap = async {
+        while ctl.position_bytes() == 0 {
+            nbraid_core::timer::sleep(Duration::from_millis(1)).await;
+        }
+        a.volume().fail_member(2, "test: the stale member dies");
+        assert_eq!(a.use_spares().await.expect("use"), vec![2]);
+    };
+    let (r, ()) = block_on(futures::future::join(a.background_resync(&ctl), swap));
+    assert_eq!(r.expect("pass"), PassState::Done);
+    assert!(
+        !a.volume().member_is_current(2),
+        "the spare made current by the resync"
+    );
+    assert_eq!(a.rebuilding(), vec![(2, 0)]);
+    let done = block_on(a.rebuild(&PassControl::new(0))).expect("rebuild");
+    assert_eq!(done.completed, vec![2]);
+    a.volume().fail_member(0, "test");
+    a.volume().fail_member(1, "test");
+    assert!(read_all(&a) == model, "from the spare rebuilt");
+}

@@ -11,7 +11,10 @@
 //!   write in flight when it did, lies in a set region. `Array::resync_returned` rewrites
 //!   those regions (the readable copies and the data over the member, parity recomputed) as a
 //!   pass — rate-limited, pausable — then flushes, gives the member the current bitmap, makes
-//!   it current and commits its role *active*.
+//!   it current and commits its role *active*: only the re-adds the pass started with
+//!   ([`Back::term`]) whose member still stands in the role — not a spare put there since,
+//!   nor the same member re-added again while the pass ran (it skipped windows meanwhile;
+//!   the next pass resyncs it over the bitmap as it is then).
 //! - **Otherwise it is rebuilt whole** (`Array::rebuild_onto`, then `Array::rebuild`): a
 //!   blank member (a `nbdkit memory` export restarted: no superblock and its first MiB zero),
 //!   a volume without a bitmap, a member that failed while it was being rebuilt — and one
@@ -36,11 +39,13 @@ use super::parts::Parts;
 use super::ranges::{aligned, piece_bytes, slice, total_bytes};
 use super::records::{Recorded, RecordsGuard};
 use super::{read_superblock, Area, Found, Probe, RecordedState, Superblock, VolumeRecord};
+use crate::member::Member;
 use crate::pass::{PassControl, PassState, PassWork};
 use futures::lock::Mutex as AsyncMutex;
 use futures::FutureExt;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 
 /// Pieces in flight.
@@ -49,10 +54,32 @@ const INFLIGHT: usize = 2;
 /// Members re-added and not yet current.
 #[derive(Default)]
 pub(super) struct Returning {
-    /// Per role: the volume ranges it may have missed (aligned to full stripes, merged).
-    roles: Mutex<BTreeMap<usize, Vec<(u64, u64)>>>,
+    /// Per role: the member back in it and the volume ranges it may have missed.
+    roles: Mutex<BTreeMap<usize, Back>>,
+    /// The last re-add's number ([`Back::term`]).
+    last_term: AtomicU64,
     /// One pass at a time.
     running: AsyncMutex<()>,
+}
+
+/// A member put back in its role to be resynced.
+struct Back {
+    /// Each re-add's own: a pass makes current only the re-adds it started with — not one
+    /// that failed again and was re-added while it ran (it skipped windows meanwhile).
+    term: u64,
+    /// The member put back: a spare put in the role since is not resynced by this.
+    member: Arc<dyn Member>,
+    /// Aligned to full stripes, merged.
+    ranges: Vec<(u64, u64)>,
+}
+
+impl Back {
+    /// Whether it still stands in role `r`, waiting for its resync.
+    fn stands(&self, p: Parts<'_>, r: usize) -> bool {
+        p.volume.table().slot(r).holds(&self.member)
+            && !p.volume.member_is_failed(r)
+            && !p.records.rebuilding.contains(r)
+    }
 }
 
 /// What [`super::Array::readd`] did.
@@ -163,14 +190,20 @@ impl Returning {
             p.bitmap.expect("a re-add resyncs over the bitmap"),
         );
         bitmap.set_area(role, area);
-        v.install_member(role, fresh.member().clone())?;
+        let fresh_member = fresh.member().clone();
+        v.install_member(role, fresh_member.clone())?;
         p.records.set_meta(held, role, Some(fresh));
         // After the install: a write that planned without the member has its bit set already.
         let capacity = v.capacity();
         let set = bitmap.intent().set_ranges(capacity);
         let ranges = aligned(&set, p.stripe_bytes(), capacity);
         let bytes = total_bytes(&ranges);
-        self.roles.lock().insert(role, ranges);
+        let back = Back {
+            term: self.last_term.fetch_add(1, SeqCst) + 1,
+            member: fresh_member,
+            ranges,
+        };
+        self.roles.lock().insert(role, back);
         tracing::warn!(
             "volume `{}`: member {role} (`{}`) is back: resyncing the {bytes} bytes the bitmap marks before it is read",
             p.name(),
@@ -184,7 +217,7 @@ impl Returning {
         self.roles
             .lock()
             .iter()
-            .map(|(&r, ranges)| (r, total_bytes(ranges)))
+            .map(|(&r, back)| (r, total_bytes(&back.ranges)))
             .collect()
     }
 
@@ -200,38 +233,48 @@ impl Returning {
         let _one = self.running.lock().await;
         let mut first = true;
         loop {
-            let roles: Vec<(usize, Vec<(u64, u64)>)> = {
+            // The re-adds this pass works for (role, term), and the ranges they missed.
+            let (terms, all) = {
                 let mut map = self.roles.lock();
-                map.retain(|&r, _| !p.volume.member_is_failed(r));
-                map.iter().map(|(&r, v)| (r, v.clone())).collect()
+                map.retain(|&r, back| back.stands(p, r));
+                let terms: Vec<(usize, u64)> = map.iter().map(|(&r, b)| (r, b.term)).collect();
+                let all: Vec<(u64, u64)> = map.values().flat_map(|b| b.ranges.clone()).collect();
+                (terms, all)
             };
-            if roles.is_empty() {
+            if terms.is_empty() {
                 if first {
                     ctl.nothing_to_do();
                 }
                 return Ok(PassState::Done);
             }
             first = false;
-            let targets: Vec<usize> = roles.iter().map(|&(r, _)| r).collect();
-            let all: Vec<(u64, u64)> = roles.into_iter().flat_map(|(_, v)| v).collect();
+            let targets: Vec<usize> = terms.iter().map(|&(r, _)| r).collect();
             let plan = aligned(&all, 1, p.volume.capacity());
             let state = resync_pass(p, ctl, &plan, &targets).await?;
             if state != PassState::Done {
                 return Ok(state);
             }
             p.volume.flush().await?;
-            for r in targets {
-                self.rejoin(p, r).await?;
+            for (r, term) in terms {
+                self.rejoin(p, r, term).await?;
             }
         }
     }
 
-    /// Re-added role `r`, resynced and flushed: its bitmap catches up, it becomes current
-    /// and its role is committed active. Whether it did (not failed again meanwhile).
-    async fn rejoin(&self, p: Parts<'_>, r: usize) -> Result<bool, ArrayError> {
+    /// Re-added role `r`, resynced and flushed by a pass that started with its re-add
+    /// `term`: its bitmap catches up, it becomes current and its role is committed active.
+    /// Whether it did (not failed again, re-added again or given a spare meanwhile).
+    async fn rejoin(&self, p: Parts<'_>, r: usize, term: u64) -> Result<bool, ArrayError> {
+        // Under the records' lock, which a re-add and a spare taking the role hold.
         let mut rec = p.records.lock().await;
-        let pending = self.roles.lock().remove(&r).is_some();
-        if !pending || p.volume.member_is_failed(r) {
+        let pending = {
+            let mut map = self.roles.lock();
+            let ours = map
+                .get(&r)
+                .is_some_and(|b| b.term == term && b.stands(p, r));
+            ours && map.remove(&r).is_some()
+        };
+        if !pending {
             return Ok(false);
         }
         if let Some(b) = p.bitmap {

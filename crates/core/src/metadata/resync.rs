@@ -65,6 +65,7 @@ use super::ranges::{slice, total_bytes};
 use super::unsynced::Unsynced;
 use super::RecordedState;
 use crate::error::VolumeResult;
+use crate::member::Member;
 use crate::pass::{PassControl, PassState, PassWork};
 use futures::FutureExt;
 use nbraid_layout::Node;
@@ -89,8 +90,9 @@ struct Background {
     unsynced: Mutex<Unsynced>,
     /// Bitmap holds by chunk, given back when the chunk has nothing left to resync.
     holds: Mutex<BTreeMap<u64, Hold>>,
-    /// Stale roles, made current when everything is resynced.
-    stale: Vec<usize>,
+    /// Stale roles with the member each held at open, made current when everything is
+    /// resynced — those still holding it (a spare put in a role since is not this pass's).
+    stale: Vec<(usize, Arc<dyn Member>)>,
     /// Reads resync what they touch first (the tree has mirrors).
     before_reads: bool,
     /// Writes resync what they touch first (the tree has parity groups).
@@ -160,7 +162,7 @@ impl BackgroundResync {
             // Pieces of whole full stripes, aligned.
             unsynced: Mutex::new(Unsynced::new(ranges, p.resync_piece().1)),
             holds: Mutex::new(hold_chunks(p, ranges)),
-            stale: stale.to_vec(),
+            stale: (stale.iter()).map(|&r| (r, p.volume.member(r))).collect(),
             before_reads: has_mirror(root),
             before_writes: !mirrors_only(root),
         }));
@@ -263,8 +265,10 @@ impl BackgroundResync {
         }
         p.volume.flush().await?;
         let mut rec = p.records.lock().await;
-        for &r in &bg.stale {
-            if !p.volume.member_is_failed(r) {
+        for (r, member) in &bg.stale {
+            let r = *r;
+            let same = p.volume.table().slot(r).holds(member);
+            if same && !p.volume.member_is_failed(r) && !p.records.rebuilding.contains(r) {
                 p.volume.set_resyncing(r, false);
                 rec.members[r].state = RecordedState::Active;
             }

@@ -15,6 +15,7 @@ use crate::metadata::{MemberEntry, RecordedState};
 use crate::pass::{PassControl, PassState};
 use crate::rebuild::REBUILD_WINDOW_BYTES;
 use futures::FutureExt;
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 
@@ -41,14 +42,16 @@ impl Heal {
                     completed,
                 });
             }
-            // The members in the roles now: one put in a role later is not this pass's.
+            // The members in the roles now: one put in a role later is not this pass's, nor
+            // is a replacement started later (the first given up mid-pass, a second begun).
             let claim = p.records.rebuilding.claim(&targets);
+            let replacing = self.replacing.lock().clone();
             ctl.set_position(p.records.rebuilding.start_of(&targets));
             let state = self.rebuild_pass(p, ctl, &targets, &claim).await?;
             if state != PassState::Done {
                 return Ok(RebuildReport { state, completed });
             }
-            completed.extend(self.complete(p, &targets, &claim).await?);
+            completed.extend(self.complete(p, &targets, (&claim, &replacing)).await?);
         }
     }
 
@@ -69,18 +72,33 @@ impl Heal {
         };
         let mut standing_by = false;
         for (r, meta) in given_up {
-            if p.volume.member_is_failed(r) {
-                tracing::warn!(
-                    "volume `{}`: role {r}'s member failed while `{}` was replacing it: the replacement is rebuilt into the role instead",
-                    p.name(),
-                    meta.member().name()
-                );
-                self.spares.lock().push(meta);
-                standing_by = true;
+            if !p.volume.member_is_failed(r) {
+                continue;
             }
+            tracing::warn!(
+                "volume `{}`: role {r}'s member failed while `{}` was replacing it: the replacement is rebuilt into the role instead",
+                p.name(),
+                meta.member().name()
+            );
+            // Recorded by path as a spare added at run time: a restart must open it.
+            let path = meta.member().name().to_string();
+            let mut rec = p.records.lock().await;
+            if !rec.added_paths.contains(&path) && recordable(&path, &rec.added_paths).is_ok() {
+                rec.added_paths.push(path);
+                p.records.commit(&mut rec).await?;
+            }
+            drop(rec);
+            self.spares.lock().push(meta);
+            standing_by = true;
         }
+        // A spare that cannot be placed stands by; the other roles' rebuild goes on.
         if standing_by {
-            self.use_spares(p).await?;
+            if let Err(e) = self.use_spares(p).await {
+                tracing::warn!(
+                    "volume `{}`: a replacement given up could not take its role: {e}",
+                    p.name()
+                );
+            }
         }
         Ok(())
     }
@@ -113,7 +131,7 @@ impl Heal {
         &self,
         p: Parts<'_>,
         targets: &[usize],
-        claim: &Claim,
+        (claim, replacing): (&Claim, &BTreeMap<usize, Arc<MemberMeta>>),
     ) -> Result<Vec<usize>, ArrayError> {
         // What the role is recorded on must hold the pass's bytes: a flush of the new
         // members, not of the volume — under client writes that destages the whole
@@ -125,11 +143,22 @@ impl Heal {
             if p.volume.member_is_failed(r) {
                 continue;
             }
-            let replacement = self.replacing.lock().remove(&r);
+            // Only the replacement the pass started with, still in its slot, is swapped in.
+            let replacement = {
+                let mut now = self.replacing.lock();
+                let same =
+                    |m: &Arc<MemberMeta>| replacing.get(&r).is_some_and(|c| Arc::ptr_eq(c, m));
+                now.get(&r)
+                    .is_some_and(same)
+                    .then(|| now.remove(&r))
+                    .flatten()
+            };
+            let in_slot = |m: &MemberMeta| {
+                (p.volume.table().slot(r).replacement())
+                    .is_some_and(|s| Arc::ptr_eq(&s, m.member()))
+            };
             let ok = match replacement {
-                Some(meta) if p.volume.table().slot(r).replacement().is_some() => {
-                    swap_in(p, r, meta).await?
-                }
+                Some(meta) if in_slot(&meta) => swap_in(p, r, meta).await?,
                 _ => activate(p, r, claim).await?,
             };
             if ok {
