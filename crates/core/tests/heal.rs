@@ -906,13 +906,20 @@ fn a_spare_put_in_a_role_while_the_rebuild_runs_is_rebuilt_from_the_start() {
         let r = r.expect("rebuild");
         let a = if restart {
             assert_eq!(r.state, PassState::Cancelled);
-            assert_eq!(a.rebuilding(), vec![(2, 0)], "the second's own progress");
+            // The second's own progress (0, unless the watcher woke only in the second
+            // pass): never the first pass's, which the read-back after the restart checks.
+            let [(2, own)] = a.rebuilding()[..] else {
+                panic!("role 2 rebuilding: {:?}", a.rebuilding());
+            };
             // A crash, what was acknowledged flushed (the write-back cache's writes count).
             block_on(a.flush()).expect("flush");
             drop(a);
             disks[2] = second.clone();
             let (a, report) = open(Level::Raid5, &disks);
-            assert_eq!(report.rebuilding_roles, vec![(2, 0)], "{report:?}");
+            let [(2, recorded)] = report.rebuilding_roles[..] else {
+                panic!("role 2 resumes: {report:?}");
+            };
+            assert!(recorded <= own, "{report:?}: recorded past {own}");
             let done = rebuild_under_writes(&a, &PassControl::new(0), model.writes(10));
             assert_eq!(done, vec![2]);
             a
