@@ -362,7 +362,7 @@ fn went_apart(rec: &Recorded, theirs: &VolumeRecord) -> Option<String> {
             "its own record (event {at}) has its role {own_state:?}: it left before it was rebuilt whole"
         ));
     }
-    if theirs.tree != rec.tree || theirs.reshape.is_some() || rec.reshape.is_some() {
+    if theirs.tree != rec.tree || theirs.reshape.is_some() {
         return Some(format!(
             "its record (event {at}) is of another shape: the volume was reshaped or given copies since it left"
         ));

@@ -265,8 +265,7 @@ impl BackgroundResync {
         }
         p.volume.flush().await?;
         let mut rec = p.records.lock().await;
-        for (r, member) in &bg.stale {
-            let r = *r;
+        for &(r, ref member) in &bg.stale {
             let same = p.volume.table().slot(r).holds(member);
             if same && !p.volume.member_is_failed(r) && !p.records.rebuilding.contains(r) {
                 p.volume.set_resyncing(r, false);
