@@ -75,15 +75,58 @@ impl Client {
     pub(crate) fn call(&mut self, req: &Request) -> Result<Value> {
         let mut line = req.to_json().to_string();
         line.push('\n');
-        self.writer.write_all(line.as_bytes())?;
+        // A daemon that refuses the connection (`busy`) writes its reason and closes before
+        // reading: the send then fails, but the reason is still there to be read.
+        let sent = self.writer.write_all(line.as_bytes());
         let mut reply = String::new();
-        if self.reader.read_line(&mut reply)? == 0 {
-            bail!("the daemon closed the control connection");
+        let got = self.reader.read_line(&mut reply);
+        match (sent, got) {
+            (_, Ok(n)) if n > 0 => {}
+            (Err(e), _) => {
+                return Err(e).context("sending the request to the daemon's control socket")
+            }
+            (Ok(()), Err(e)) => return Err(e.into()),
+            (Ok(()), Ok(_)) => bail!("the daemon closed the control connection"),
         }
         let v: Value = serde_json::from_str(&reply).context("the daemon's reply is not JSON")?;
         if let Some(refusal) = ErrorBody::of_reply(&v) {
             return Err(Refused(refusal).into());
         }
         Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nbraid_control::{error_reply, Refusal};
+    use std::os::unix::net::UnixListener;
+
+    /// A daemon at its connection cap answers `busy` and closes without reading: the client
+    /// shows that reason, not the broken pipe its send ran into.
+    #[test]
+    fn a_refusal_sent_before_the_close_is_shown_not_the_broken_pipe() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("control.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let daemon = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let refusal = Refusal::new("busy", "at most 64 connections at once; try again");
+            let mut out = error_reply(&refusal).to_string();
+            out.push('\n');
+            s.write_all(out.as_bytes()).unwrap();
+            s.shutdown(std::net::Shutdown::Both).unwrap();
+        });
+        let target = Target {
+            config: None,
+            control: Some(path),
+        };
+        let mut client = Client::connect(&target).unwrap();
+        daemon.join().unwrap(); // closed before the request is sent
+        let err = client
+            .call(&Request::Status { volume: None })
+            .expect_err("refused");
+        let refused = err.downcast_ref::<Refused>().expect("the daemon's refusal");
+        assert_eq!(refused.0.code, "busy");
     }
 }
