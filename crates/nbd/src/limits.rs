@@ -13,6 +13,20 @@
 //! payloads still arriving may together hold only [`Limits::arriving_bytes`] (three quarters of
 //! the server's budget), and each must arrive within [`payload_time_allowed`]: the stall
 //! timeout plus its length at [`Limits::payload_min_bytes_per_s`].
+//!
+//! Clients that never read their replies hold their share until the stall timeout, and
+//! enough of them together hold the whole server budget: a request of any other client would
+//! wait that long. So part of the server's budget, [`Limits::reserve_bytes`] (a sixteenth of
+//! it, less where the largest request would no longer fit the rest), is kept for *light*
+//! requests: those of a connection that holds, this request included, at most
+//! [`Limits::light_share_bytes`] of the server's budget (the reserve split evenly over
+//! [`Limits::max_connections`]). Other requests wait for the rest; a light one takes whichever
+//! frees first. A connection holds at most its light share of the reserve, so the reserve
+//! does not run out while `max_connections` connections hold it: a connection with nothing in
+//! flight gets a small request through at once, however much the others hold. (Not quite
+//! always: where so many connections are allowed that the share was raised to one minimal
+//! request, or while requests of connections already cut off still run in the export, a
+//! light request may wait for the reserve as for the rest.)
 
 use std::future::Future;
 use std::io;
@@ -25,6 +39,7 @@ use tokio::io::AsyncWrite;
 use tokio::time::{Instant, Sleep};
 
 use super::proto::{CMD_READ, CMD_WRITE, MAX_PAYLOAD};
+use super::request::MAX_UNNEGOTIATED_PAYLOAD;
 
 /// Every request counts at least this many bytes against the memory budgets: requests without
 /// a payload (FLUSH, TRIM, WRITE_ZEROES, ...) still cost a task, buffers and engine state.
@@ -58,7 +73,8 @@ pub struct Limits {
     pub max_in_flight: usize,
     /// Request memory of one connection (see [`REQUEST_COST_MIN`]).
     pub max_bytes_in_flight: usize,
-    /// Request memory of all connections together.
+    /// Request memory of all connections together (of which [`Limits::reserve_bytes`] is
+    /// kept for connections that hold little).
     pub server_bytes_in_flight: usize,
     /// A client that has not reached the transmission phase by then is disconnected.
     pub handshake_timeout: Duration,
@@ -124,6 +140,50 @@ impl Limits {
             .max(MAX_PAYLOAD as usize)
             .min(self.server_bytes_in_flight)
     }
+}
+
+impl Limits {
+    /// The longest read or write a connection may send: [`MAX_PAYLOAD`], or for a client
+    /// that negotiated no block size up to [`MAX_UNNEGOTIATED_PAYLOAD`], never more than its
+    /// own or the arriving payloads' budget, so that a request can always get its memory.
+    pub(crate) fn largest_request_bytes(&self) -> u32 {
+        let budget = self.max_bytes_in_flight.min(self.arriving_bytes());
+        let budget = u32::try_from(budget).unwrap_or(u32::MAX);
+        budget.clamp(MAX_PAYLOAD, MAX_UNNEGOTIATED_PAYLOAD)
+    }
+
+    /// The part of the server's budget only light requests may take (see the module's
+    /// documentation): a sixteenth of it, but never so much that the largest request no
+    /// longer fits the rest (it would wait forever), and none where it would not hold one
+    /// request of [`REQUEST_COST_MIN`].
+    pub fn reserve_bytes(&self) -> usize {
+        let largest = self.largest_request_bytes() as usize;
+        let reserve = (self.server_bytes_in_flight / 16)
+            .min(self.server_bytes_in_flight.saturating_sub(largest));
+        if reserve < REQUEST_COST_MIN as usize {
+            0
+        } else {
+            reserve
+        }
+    }
+
+    /// How much of the server's budget a connection may hold, a request included, for that
+    /// request to be light: the reserve split evenly over `max_connections`, at least
+    /// [`REQUEST_COST_MIN`]; zero without a reserve.
+    pub fn light_share_bytes(&self) -> usize {
+        match self.reserve_bytes() {
+            0 => 0,
+            reserve => (reserve / self.max_connections.max(1)).max(REQUEST_COST_MIN as usize),
+        }
+    }
+}
+
+/// Whether a request costing `cost_bytes`, of a connection already holding `held_bytes` of
+/// the server's budget, is light: it may take the reserve. Then the connection holds at most
+/// `light_share_bytes` while it holds any of the reserve, so the connections together never
+/// need more of it than the reserve holds.
+pub(crate) fn is_light(held_bytes: usize, cost_bytes: u32, light_share_bytes: usize) -> bool {
+    held_bytes.saturating_add(cost_bytes as usize) <= light_share_bytes
 }
 
 /// How long a write payload of `len_bytes` may take to arrive: `grace` (the stall timeout)
@@ -260,6 +320,8 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    const BIG: usize = MAX_PAYLOAD as usize;
+
     #[test]
     fn limits_are_raised_to_their_minimums() {
         let l = Limits {
@@ -301,6 +363,49 @@ mod tests {
             ..l
         };
         assert_eq!(small.arriving_bytes(), MAX_PAYLOAD as usize);
+    }
+
+    #[test]
+    fn the_reserve_is_a_sixteenth_split_over_the_connections() {
+        let l = Limits::default();
+        assert_eq!(l.reserve_bytes(), 32 << 20);
+        assert_eq!(l.light_share_bytes(), 256 << 10);
+        // The largest request (32 MiB here) must still fit the rest.
+        let tight = Limits {
+            max_bytes_in_flight: BIG,
+            server_bytes_in_flight: BIG + (1 << 20),
+            ..l
+        };
+        assert_eq!(tight.reserve_bytes(), 1 << 20);
+        assert_eq!(tight.light_share_bytes(), (1 << 20) / 128);
+        // One payload's budget keeps no reserve, and no request is light.
+        let least = Limits {
+            max_bytes_in_flight: 0,
+            server_bytes_in_flight: 0,
+            ..l
+        }
+        .normalized();
+        assert_eq!(least.reserve_bytes(), 0);
+        assert_eq!(least.light_share_bytes(), 0);
+        assert!(!is_light(0, REQUEST_COST_MIN, least.light_share_bytes()));
+        // Many connections: each may still hold one minimal request of the reserve.
+        let many = Limits {
+            max_connections: 1 << 20,
+            ..l
+        };
+        assert_eq!(many.light_share_bytes(), REQUEST_COST_MIN as usize);
+    }
+
+    #[test]
+    fn a_request_is_light_while_its_connection_holds_at_most_its_share() {
+        let share = 256 << 10;
+        assert!(is_light(0, 4096, share));
+        assert!(is_light(0, 256 << 10, share));
+        assert!(is_light(252 << 10, 4096, share));
+        assert!(!is_light(252 << 10, 8192, share));
+        assert!(!is_light(0, BIG as u32, share));
+        assert!(!is_light(usize::MAX, 4096, share));
+        assert!(!is_light(0, 4096, 0));
     }
 
     #[test]

@@ -156,16 +156,12 @@ pub(crate) fn validate(c: &Conn, req: &RequestHeader) -> Result<(), (u32, &'stat
     Ok(())
 }
 
-/// The longest read or write a connection may send (see [`MAX_UNNEGOTIATED_PAYLOAD`]): never
-/// more than its own or the arriving payloads' budget, so that a request can always get its
-/// memory.
+/// The longest read or write a connection may send (see [`Limits::largest_request_bytes`]).
 fn max_payload(limits: &Limits, byte_granular: bool) -> u32 {
     if !byte_granular {
         return MAX_PAYLOAD;
     }
-    let budget = limits.max_bytes_in_flight.min(limits.arriving_bytes());
-    let budget = u32::try_from(budget).unwrap_or(u32::MAX);
-    budget.clamp(MAX_PAYLOAD, MAX_UNNEGOTIATED_PAYLOAD)
+    limits.largest_request_bytes()
 }
 
 #[cfg(test)]

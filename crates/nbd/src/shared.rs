@@ -28,8 +28,13 @@ pub(crate) struct Shared {
     pub exports: Vec<ExportEntry>,
     /// Normalized (every value at least its minimum).
     pub limits: Limits,
-    /// Request memory of all connections together (`limits.server_bytes_in_flight` bytes).
+    /// Request memory of all connections together: `limits.server_bytes_in_flight` bytes
+    /// less the `reserve`.
     pub budget: Arc<Semaphore>,
+    /// The rest of the server's budget, for light requests only ([`Limits::reserve_bytes`]):
+    /// so clients that hold the budget and never read their replies cannot hold up a
+    /// connection with nothing in flight.
+    pub reserve: Arc<Semaphore>,
     /// The part of `budget` write payloads may hold while they are still arriving
     /// ([`Limits::arriving_bytes`]): the rest stays for requests that are complete, so slow
     /// senders cannot starve everyone else.
@@ -60,7 +65,10 @@ impl Shared {
         Shared {
             exports,
             limits,
-            budget: Arc::new(Semaphore::new(limits.server_bytes_in_flight)),
+            budget: Arc::new(Semaphore::new(
+                limits.server_bytes_in_flight - limits.reserve_bytes(),
+            )),
+            reserve: Arc::new(Semaphore::new(limits.reserve_bytes())),
             arriving: Arc::new(Semaphore::new(limits.arriving_bytes())),
             admission: Admission::new(limits.max_connections, limits.max_handshakes),
             shutdown: watch::channel(false).0,

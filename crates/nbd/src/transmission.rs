@@ -4,7 +4,8 @@
 //! Memory is bounded per connection and server-wide (see [`crate::limits`]): a request slot
 //! and the request's cost in both byte budgets are taken before a write payload is allocated
 //! or a read is started, and released once the reply has been handed to the socket (a write's
-//! bytes as soon as its data is in the export).
+//! bytes as soon as its data is in the export). A light request (its connection holds little)
+//! may take the server's share from the reserve when the rest is held.
 //!
 //! One request's way through the reader, in [`Session::take`]: a slot, validation (a bad one
 //! is answered at once), its memory, its payload, then [`Session::dispatch`] runs it inline,
@@ -22,7 +23,7 @@ use crate::busy_poll::BusyPoll;
 use crate::error::ConnError;
 use crate::execute::{execute_or_fail, WriteData};
 use crate::handshake::Negotiated;
-use crate::limits::{request_cost, Activity, Limits, StallGuard};
+use crate::limits::{is_light, request_cost, Activity, Limits, StallGuard};
 use crate::payload::{discard, read_into, read_payload, skip, wrong_buffer_length, PayloadClock};
 use crate::proto::*;
 use crate::replies::{BytesHeld, Outgoing, Replies, BATCH_REPLIES};
@@ -342,6 +343,14 @@ where
     async fn reserve_memory(&mut self, req: &RequestHeader) -> Result<Reserved, Stop> {
         let cost = request_cost(req.typ, req.length);
         let conn_bytes = acquire(&self.budget, cost, &self.tx, &mut self.ready).await?;
+        // Every other byte this connection holds of its budget it holds of the server's too:
+        // this reader takes one request's memory at a time.
+        let taken = self
+            .limits
+            .max_bytes_in_flight
+            .saturating_sub(self.budget.available_permits());
+        let held = taken.saturating_sub(cost as usize);
+        let light = is_light(held, cost, self.limits.light_share_bytes());
         // A payload already in the reader's buffer arrives without waiting for the client.
         let buffered = self.r.buffer().len() >= req.length as usize;
         let arriving = if req.typ == CMD_WRITE && req.length > 0 && !buffered {
@@ -349,7 +358,7 @@ where
         } else {
             None
         };
-        let server_bytes = acquire(&self.shared.budget, cost, &self.tx, &mut self.ready).await?;
+        let server_bytes = self.server_bytes(cost, light).await?;
         Ok(Reserved {
             held: BytesHeld {
                 _conn: conn_bytes,
@@ -357,6 +366,29 @@ where
             },
             arriving,
         })
+    }
+
+    /// `cost` bytes of the server's budget: of its general part, or for a light request
+    /// (see [`crate::limits`]) of the general part if it has them for it now, else of the
+    /// reserve, else of whichever frees them first.
+    async fn server_bytes(&mut self, cost: u32, light: bool) -> Result<OwnedSemaphorePermit, Stop> {
+        let (general, reserve) = (self.shared.budget.clone(), self.shared.reserve.clone());
+        if !light {
+            return acquire(&general, cost, &self.tx, &mut self.ready).await;
+        }
+        for pool in [&general, &reserve] {
+            if let Ok(p) = pool.clone().try_acquire_many_owned(cost) {
+                return Ok(p);
+            }
+        }
+        self.tx.send_all(&mut self.ready);
+        // Whichever loses gives back what it was assigned when dropped.
+        tokio::select! {
+            biased;
+            p = general.acquire_many_owned(cost) => Ok(p.expect("semaphore never closed")),
+            p = reserve.acquire_many_owned(cost) => Ok(p.expect("semaphore never closed")),
+            _ = self.tx.closed() => Err(Stop::Ended(Ok(()))),
+        }
     }
 
     /// Reads a write's payload (its length validated, its memory taken): into the export's

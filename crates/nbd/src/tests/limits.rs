@@ -321,6 +321,9 @@ async fn refusals_are_bounded_in_number_and_time() {
     assert_eq!(a.simple().await, (0, 1));
 }
 
+/// A server budget of two maximal requests besides the reserve (a sixteenth of it).
+const TWO_BIG_AND_RESERVE: usize = 2 * BIG as usize + BIG as usize / 4;
+
 #[tokio::test(start_paused = true)]
 async fn the_memory_budget_is_shared_by_all_connections() {
     // Two maximal reads fit the server budget; a third, on a third connection, waits for one
@@ -328,9 +331,10 @@ async fn the_memory_budget_is_shared_by_all_connections() {
     let e = HeldExport::new(64 * MIB);
     let limits = Limits {
         max_bytes_in_flight: BIG as usize,
-        server_bytes_in_flight: 2 * BIG as usize,
+        server_bytes_in_flight: TWO_BIG_AND_RESERVE,
         ..Limits::default()
     };
+    assert!(limits.server_bytes_in_flight - limits.reserve_bytes() >= 2 * BIG as usize);
     let server = server_limited(e.clone(), limits);
     let mut clients = Vec::new();
     for i in 0..3u64 {
@@ -341,12 +345,12 @@ async fn the_memory_budget_is_shared_by_all_connections() {
     }
     settle().await;
     assert_eq!(HeldExport::count(&e.reads), 2);
-    // A request without payload still needs its share: a TRIM waits too.
+    // A request on a connection holding nothing is light: it takes the reserve meanwhile.
     let mut t = Client::connect(&server);
     t.go("a", false).await;
     t.request(0, CMD_TRIM, 9, 0, 4096).await;
     settle().await;
-    assert_eq!(HeldExport::count(&e.zeroes), 0);
+    assert_eq!(HeldExport::count(&e.zeroes), 1);
 
     e.open();
     for (i, c) in clients.iter_mut().enumerate() {
@@ -358,12 +362,62 @@ async fn the_memory_budget_is_shared_by_all_connections() {
     assert_eq!(HeldExport::count(&e.reads), 3);
 }
 
+/// Bug hunt: connections sending maximal reads and never reading the replies held the whole
+/// server budget, and another client's 4 KiB read waited until the stall timeout cut them off
+/// (56.7 s). The reserve ([`Limits::reserve_bytes`]) serves it at once, the hogs still
+/// connected and holding what they took.
+#[tokio::test(start_paused = true)]
+async fn hogs_that_never_read_their_replies_leave_a_small_read_served() {
+    const HOGS: u64 = 4;
+    let e = HeldExport::new(2 * u64::from(BIG));
+    e.hold_reads.store(false, Ordering::SeqCst);
+    let limits = Limits {
+        max_bytes_in_flight: 2 * BIG as usize,
+        server_bytes_in_flight: HOGS as usize * BIG as usize,
+        // Without the reserve the read is answered only when the hogs are cut off: long
+        // after the guard below gives up.
+        stall_timeout: Duration::from_secs(3600),
+        ..Limits::default()
+    };
+    let server = server_limited(e.clone(), limits);
+    let mut hogs = Vec::new();
+    for _ in 0..HOGS {
+        let mut c = Client::connect(&server);
+        c.go("a", false).await;
+        for k in 0..2u64 {
+            c.request(0, CMD_READ, k, k * u64::from(BIG), BIG).await;
+        }
+        hogs.push(c);
+    }
+    settle().await;
+    let hog_reads = HeldExport::count(&e.reads);
+    assert!(hog_reads >= 3, "the hogs took only {hog_reads} reads");
+
+    let mut n = Client::connect(&server);
+    n.go("a", false).await;
+    for cookie in 1..=3u64 {
+        n.request(0, CMD_READ, cookie, 4096 * cookie, 4096).await;
+        let answered = tokio::time::timeout(Duration::from_secs(5), async {
+            let got = n.simple().await;
+            let mut data = vec![0u8; 4096];
+            n.s.read_exact(&mut data).await.unwrap();
+            got
+        })
+        .await
+        .expect("a 4 KiB read waited behind clients that never read their replies");
+        assert_eq!(answered, (0, cookie));
+    }
+    // Nobody was cut off, and the hogs' other reads still wait for the rest of the budget.
+    assert_eq!(server.connections(), HOGS as usize + 1);
+    assert_eq!(HeldExport::count(&e.reads), hog_reads + 3);
+}
+
 #[tokio::test(start_paused = true)]
 async fn one_connection_cannot_take_the_whole_server_budget() {
     let e = HeldExport::new(64 * MIB);
     let limits = Limits {
         max_bytes_in_flight: BIG as usize,
-        server_bytes_in_flight: 2 * BIG as usize,
+        server_bytes_in_flight: TWO_BIG_AND_RESERVE,
         ..Limits::default()
     };
     let server = server_limited(e.clone(), limits);
@@ -425,7 +479,7 @@ async fn a_client_that_stops_reading_replies_stalls_only_itself() {
     let e = mem(64 * MIB);
     let limits = Limits {
         max_bytes_in_flight: BIG as usize,
-        server_bytes_in_flight: 2 * BIG as usize,
+        server_bytes_in_flight: TWO_BIG_AND_RESERVE,
         stall_timeout: Duration::from_secs(10),
         ..Limits::default()
     };
