@@ -31,6 +31,7 @@
 //! `futures::executor::block_on` on other threads, provided the runtime is multi-threaded
 //! (its workers drive the sockets).
 
+mod change;
 mod conn;
 
 use std::future::Future;
@@ -49,6 +50,7 @@ use nbraid_nbd::proto::{
 use nbraid_nbd::ZeroFlags;
 use thiserror::Error;
 
+pub use change::ExportChange;
 pub use conn::backoff;
 use conn::Connections;
 
@@ -95,6 +97,23 @@ pub enum RemoteError {
         min_block: u32,
         block_size: u32,
     },
+    /// A connection re-opened to an export that is not as the member was opened on it, in a
+    /// way that could lose data or durability: the member's requests fail until it is as it
+    /// was.
+    #[error(
+        "{uri}: the export changed since the member was opened: {}; it is not used until it \
+         is as it was (replace the member if the change is meant)",
+        join(.changes)
+    )]
+    ExportChanged {
+        uri: String,
+        changes: Vec<ExportChange>,
+    },
+}
+
+fn join(changes: &[ExportChange]) -> String {
+    let text: Vec<String> = changes.iter().map(ToString::to_string).collect();
+    text.join("; ")
 }
 
 impl RemoteError {
@@ -219,9 +238,18 @@ impl RemoteMember {
         let mut clients = vec![first];
         let more = (1..count).map(|_| conn::connect(&parsed));
         for c in futures::future::join_all(more).await {
-            // Extra connections are a bonus: serve on those that opened.
+            // Extra connections are a bonus: serve on those that opened as the first did.
             match c {
-                Ok(c) => clients.push(c),
+                Ok(c) => match change::export_changes(&info, c.info(), count).as_slice() {
+                    [] => clients.push(c),
+                    changes => {
+                        tracing::warn!(
+                            "{uri}: an extra connection found the export changed: {}",
+                            join(changes)
+                        );
+                        c.disconnect().await;
+                    }
+                },
                 Err(e) => tracing::warn!("{uri}: an extra connection failed: {e}"),
             }
         }
