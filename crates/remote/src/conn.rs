@@ -1,5 +1,8 @@
 //! A remote member's connections: used in turn, each dropped when it times out or breaks and
-//! re-opened in the background with exponential backoff.
+//! re-opened in the background with exponential backoff. A connection that re-opens to an
+//! export changed in a way that could lose data or durability (see [`crate::change`]) is not
+//! used, and the member's other connections are closed: every request fails, naming the
+//! change, until connections re-open to the export as it was.
 
 use std::future::Future;
 use std::io;
@@ -11,6 +14,9 @@ use std::time::Duration;
 use nbraid_nbd::client::{Client, ClientError, ConnectOptions, ExportInfo, Uri};
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
+
+use crate::change::{export_changes, ExportChange};
+use crate::RemoteError;
 
 /// First wait before re-opening a broken connection; it doubles per failed attempt.
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
@@ -58,6 +64,8 @@ pub(crate) struct Connections {
     uri: Uri,
     /// As the server described the export at the first connection (unset until one opens).
     info: OnceLock<ExportInfo>,
+    /// Set while the export is found changed (see [`Connections::export_changed`]).
+    changed: Mutex<Option<Arc<RemoteError>>>,
     len: u64,
     /// The volume's block size (the server's minimum block must divide it).
     block_size: u32,
@@ -116,6 +124,7 @@ impl Connections {
             uri_text: target.uri_text,
             uri: target.uri,
             info: cell,
+            changed: Mutex::new(None),
             len: target.len,
             block_size: target.block_size,
             timeout: target.timeout,
@@ -191,6 +200,10 @@ impl Connections {
     {
         let this = self.clone();
         async move {
+            let changed = this.changed.lock().clone();
+            if let Some(e) = changed {
+                return Err(io::Error::other(e));
+            }
             let Some((i, generation, client)) = this.pick() else {
                 return Err(io::Error::new(
                     io::ErrorKind::NotConnected,
@@ -257,6 +270,36 @@ impl Connections {
             self.rt.spawn(reopen(Arc::downgrade(self), i));
         }
     }
+
+    /// What about the export as `now` could lose data or durability, compared with the
+    /// export as the member was opened on it (nothing before the first connection).
+    fn changes(&self, now: &ExportInfo) -> Vec<ExportChange> {
+        match self.info() {
+            Some(was) => export_changes(was, now, self.slots.len()),
+            None => Vec::new(),
+        }
+    }
+
+    /// A connection found the export changed (`changes`): no request is served until
+    /// connections re-open to the export as it was, so the member fails (the array marks it
+    /// failed, and re-adds it once it answers again); the other connections, whose flags
+    /// may be as stale, are closed and re-opened too. Returns why, for the re-opening's log.
+    fn export_changed(self: &Arc<Self>, changes: Vec<ExportChange>) -> String {
+        let e = Arc::new(RemoteError::ExportChanged {
+            uri: self.uri_text.clone(),
+            changes,
+        });
+        let why = e.to_string();
+        // Every connection re-opening finds the change: say it once.
+        if self.changed.lock().replace(e).is_none() {
+            tracing::error!("{why}");
+        }
+        for (i, slot) in self.slots.iter().enumerate() {
+            let generation = slot.state.lock().generation;
+            self.broken(i, generation);
+        }
+        why
+    }
 }
 
 impl Connections {
@@ -264,6 +307,9 @@ impl Connections {
     /// offline tells the export, and opens the other slots when the server offers multi-conn.
     fn opened(self: &Arc<Self>, i: usize, c: Client) {
         let first = self.info.set(c.info().clone()).is_ok();
+        if self.changed.lock().take().is_some() {
+            tracing::warn!("{}: the export is as it was again", self.uri_text);
+        }
         let mut s = self.slots[i].state.lock();
         s.client = Some(c);
         s.generation += 1;
@@ -286,7 +332,14 @@ async fn reopen(weak: Weak<Connections>, i: usize) {
         let Some(this) = weak.upgrade() else { return };
         let why = match tokio::time::timeout(this.timeout, connect(&this.uri)).await {
             Ok(Ok(c)) => {
-                match crate::check_export(&this.uri_text, c.info(), this.len, this.block_size) {
+                let changes = this.changes(c.info());
+                let checked = if changes.is_empty() {
+                    crate::check_export(&this.uri_text, c.info(), this.len, this.block_size)
+                        .map_err(|e| e.to_string())
+                } else {
+                    Err(this.export_changed(changes))
+                };
+                match checked {
                     Ok(()) => {
                         this.opened(i, c);
                         tracing::info!(
@@ -296,9 +349,9 @@ async fn reopen(weak: Weak<Connections>, i: usize) {
                         );
                         return;
                     }
-                    Err(e) => {
+                    Err(why) => {
                         c.disconnect().await;
-                        e.to_string()
+                        why
                     }
                 }
             }

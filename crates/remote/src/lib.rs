@@ -20,6 +20,12 @@
 //!   reset, fails that request like a local I/O error (the volume decides: degraded within
 //!   its tolerance). The connection is dropped and re-opened in the background with
 //!   exponential [`backoff`]; meanwhile requests on it fail at once instead of hanging.
+//! - A changed export: a connection that re-opens to an export no longer as the member was
+//!   opened on it, in a way that could lose data or durability ([`ExportChange`]: another
+//!   size, read-only, a write cache where there was none, FUA, WRITE_ZEROES or multi-conn
+//!   the member relies on gone), is not used and the others are closed: every request fails
+//!   naming the change ([`RemoteError::ExportChanged`]), so the volume fails the member,
+//!   until connections re-open to the export as it was.
 //!
 //! Why a crate of its own: the NBD crate is the protocol (used by the daemon, the CLI's
 //! bench and these members) and must not depend on the engine; the engine must not depend

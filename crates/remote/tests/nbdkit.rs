@@ -1,7 +1,8 @@
 //! Remote members against real `nbdkit` servers on loopback: every member operation checked
 //! against a model, several connections where nbdkit offers multi-conn, a killed server
 //! failing requests at once and the member re-opening its connections once a server is
-//! back, a stopped server failing requests by the timeout, and a TLS export.
+//! back (and failing its requests instead while it is back changed in a way that could lose
+//! data), a stopped server failing requests by the timeout, and a TLS export.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -50,10 +51,20 @@ impl Nbdkit {
     }
 
     fn unix(sock: &Path, size: &str) -> Nbdkit {
+        Nbdkit::unix_with(sock, &["memory", size])
+    }
+
+    /// Listening on `sock`, with `args` after the socket's (filters, the plugin and its
+    /// arguments).
+    fn unix_with(sock: &Path, args: &[&str]) -> Nbdkit {
         let _ = std::fs::remove_file(sock);
         let s = sock.to_path_buf();
+        let all: Vec<&str> = ["--unix", sock.to_str().unwrap()]
+            .into_iter()
+            .chain(args.iter().copied())
+            .collect();
         Nbdkit::start(
-            &["--unix", sock.to_str().unwrap(), "memory", size],
+            &all,
             format!("nbd+unix:///?socket={}", sock.display()),
             // The socket file appears at bind(), before listen(): wait for a connect.
             &move || std::os::unix::net::UnixStream::connect(&s).is_ok(),
@@ -200,6 +211,126 @@ async fn a_killed_server_fails_requests_and_the_member_reconnects() {
     }
     write(&m, 4096, &pattern(2, 4096), true).await;
     assert_eq!(read(&m, 4096, 4096).await, pattern(2, 4096));
+}
+
+/// A member on an `nbdkit memory 16M` that is killed and comes back as `back` (filters, the
+/// plugin and its arguments) on the same socket: what its requests fail with once it has tried
+/// to re-open. Panics if it re-opens a connection to it; once the server is back as it was,
+/// checks that the member serves again.
+async fn back_changed(opts: &RemoteOptions, back: &[&str], what: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("m.sock");
+    let kit = Nbdkit::unix(&sock, "16M");
+    let uri = kit.uri.clone();
+    let m = RemoteMember::connect(&uri, Some(8 * MIB), opts)
+        .await
+        .unwrap();
+    assert_eq!(m.connections_open(), opts.connections);
+    write(&m, 0, &pattern(1, 4096), true).await;
+    drop(kit);
+    let changed = Nbdkit::unix_with(&sock, back);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        assert_eq!(
+            m.connections_open(),
+            0,
+            "the member re-opened to an export that {what}"
+        );
+        let e = m.flush().await.expect_err("a flush to a changed export");
+        let e = e.to_string();
+        if e.contains("changed") {
+            break e;
+        }
+        assert!(Instant::now() < deadline, "never refused: {e}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(refused.contains(&uri), "{refused}");
+    // Still refused on the attempts that follow.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(m.connections_open(), 0);
+    let e = m.read(0, Buf::new(4096)).await.unwrap_err();
+    assert!(e.to_string().contains("changed"), "{e}");
+
+    // Back as it was: the member serves again.
+    drop(changed);
+    let _kit = Nbdkit::unix(&sock, "16M");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while m.connections_open() == 0 {
+        assert!(Instant::now() < deadline, "the member never reconnected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    write(&m, 4096, &pattern(2, 4096), true).await;
+    assert_eq!(read(&m, 4096, 4096).await, pattern(2, 4096));
+    refused
+}
+
+/// A server back without multi-conn, while the member uses several connections: a flush on
+/// one would no longer cover writes on the others. The member's requests fail instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_back_without_multi_conn_fails_the_member() {
+    let back = [
+        "--filter=multi-conn",
+        "memory",
+        "16M",
+        "multi-conn-mode=disable",
+    ];
+    let e = back_changed(&RemoteOptions::default(), &back, "lost multi-conn").await;
+    assert!(
+        e.contains("multi-conn") && e.contains("4 connections"),
+        "{e}"
+    );
+}
+
+/// A server back without FUA: the member's FUA writes would not be taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_back_without_fua_fails_the_member() {
+    // The filter's default mode advertises no FUA.
+    let back = ["--filter=fua", "memory", "16M"];
+    let e = back_changed(&RemoteOptions::default(), &back, "lost FUA").await;
+    assert!(e.contains("FUA"), "{e}");
+}
+
+/// A server back with another size (another disk behind the same name, perhaps).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_back_with_another_size_fails_the_member() {
+    let e = back_changed(&RemoteOptions::default(), &["memory", "32M"], "grew").await;
+    assert!(e.contains("33554432") && e.contains("16777216"), "{e}");
+}
+
+/// A change the member does not rely on is accepted: one connection (multi-conn unused) to a
+/// server back without multi-conn and with FUA it did not have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_back_with_harmless_changes_is_used_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("m.sock");
+    let kit = Nbdkit::unix_with(&sock, &["--filter=fua", "memory", "16M"]);
+    let opts = RemoteOptions {
+        connections: 1,
+        ..RemoteOptions::default()
+    };
+    let m = RemoteMember::connect(&kit.uri, Some(8 * MIB), &opts)
+        .await
+        .unwrap();
+    assert!(m.probe().unwrap().multi_conn);
+    drop(kit);
+    // A request finds the connection gone and starts re-opening it.
+    assert!(m.read(0, Buf::new(4096)).await.is_err());
+    let _kit = Nbdkit::unix_with(
+        &sock,
+        &[
+            "--filter=multi-conn",
+            "memory",
+            "16M",
+            "multi-conn-mode=disable",
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while m.connections_open() == 0 {
+        assert!(Instant::now() < deadline, "the member never reconnected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    write(&m, 4096, &pattern(3, 4096), true).await;
+    assert_eq!(read(&m, 4096, 4096).await, pattern(3, 4096));
 }
 
 /// A server that stops answering (SIGSTOP) fails requests by the timeout.
