@@ -39,7 +39,12 @@ use tokio::io::AsyncWrite;
 use tokio::time::{Instant, Sleep};
 
 use super::proto::{CMD_READ, CMD_WRITE, MAX_PAYLOAD};
-use super::request::MAX_UNNEGOTIATED_PAYLOAD;
+
+/// Longest read or write served to a client that negotiated no block size (and so was never
+/// told the 32 MiB maximum): nbdkit serves up to this, and the NBD project's own tests send
+/// 47 MiB writes. Such a request is carried out in pieces of at most [`MAX_PAYLOAD`], the
+/// export's limit; its memory is budgeted whole, as any request's.
+pub(crate) const MAX_UNNEGOTIATED_PAYLOAD: u32 = 64 << 20;
 
 /// Every request counts at least this many bytes against the memory budgets: requests without
 /// a payload (FLUSH, TRIM, WRITE_ZEROES, ...) still cost a task, buffers and engine state.

@@ -20,12 +20,6 @@ use crate::write_gate::WriteGate;
 /// than this; longer ones end the connection (the protocol allows it past 2^25 bytes).
 pub(crate) const MAX_DISCARD: u32 = 2 * MAX_PAYLOAD;
 
-/// Longest read or write served to a client that negotiated no block size (and so was never
-/// told the 32 MiB maximum): nbdkit serves up to this, and the NBD project's own tests send
-/// 47 MiB writes. Such a request is carried out in pieces of at most [`MAX_PAYLOAD`], the
-/// export's limit; its memory is budgeted whole, as any request's.
-pub(crate) const MAX_UNNEGOTIATED_PAYLOAD: u32 = 64 << 20;
-
 /// What one connection serves and what it negotiated: all a request needs.
 pub(crate) struct Conn {
     pub export: Arc<dyn Export>,
@@ -36,7 +30,7 @@ pub(crate) struct Conn {
     /// Requests need not be aligned to `min_block` (no block size was negotiated).
     pub byte_granular: bool,
     /// Longest read or write accepted: [`MAX_PAYLOAD`], or for a client that negotiated no
-    /// block size up to [`MAX_UNNEGOTIATED_PAYLOAD`] as far as the memory budgets hold it.
+    /// block size up to [`crate::limits::MAX_UNNEGOTIATED_PAYLOAD`] as far as the memory budgets hold it.
     pub max_payload: u32,
     pub read_only: bool,
     pub structured: bool,
@@ -167,6 +161,7 @@ fn max_payload(limits: &Limits, byte_granular: bool) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::MAX_UNNEGOTIATED_PAYLOAD;
 
     #[test]
     fn only_clients_without_block_sizes_may_send_more_than_32_mib_within_their_budget() {
