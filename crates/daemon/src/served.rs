@@ -10,7 +10,7 @@
 //! records on disk say what the next start serves, and the old array must not write again.
 
 use nbraid_core::metadata::{newest_record, Array, ArrayError, ArrayOptions, MemberMeta, Probe};
-use nbraid_core::{Member, VolumeError};
+use nbraid_core::VolumeError;
 use nbraid_layout::Node;
 use parking_lot::RwLock;
 use std::sync::Arc;
@@ -78,7 +78,7 @@ impl ServedArray {
     pub async fn reopen(
         &self,
         quiet: &mut Quiet<'_>,
-        members: &[Option<Arc<dyn Member>>],
+        members: &[Option<Arc<MemberMeta>>],
         options: Option<ArrayOptions>,
     ) -> Result<Arc<Array>, ArrayError> {
         if let Some(o) = options {
@@ -103,23 +103,26 @@ impl ServedArray {
 }
 
 /// The members of `array` by role (its member table: added members included mid-reshape).
-pub fn members_by_role(array: &Array) -> Vec<Option<Arc<dyn Member>>> {
+pub fn members_by_role(array: &Array) -> Vec<Option<Arc<MemberMeta>>> {
     (0..array.volume().member_count())
-        .map(|r| array.member_meta(r).map(|m| m.member().clone()))
+        .map(|r| array.member_meta(r))
         .collect()
 }
 
 /// Opens volume `name` over `members` by role, their superblocks read afresh (the tree to
-/// open as: the reshape's new tree while one runs, else the recorded tree).
+/// open as: the reshape's new tree while one runs, else the recorded tree). Read again
+/// through the members' `MemberMeta`s, never loaded anew: the other volumes on a member
+/// (Matrix) hold the same records' state, and a second copy of it would write their
+/// records back stale.
 async fn open_again(
     name: &str,
-    members: &[Option<Arc<dyn Member>>],
+    members: &[Option<Arc<MemberMeta>>],
     opts: ArrayOptions,
 ) -> Result<Array, ArrayError> {
     let mut metas: Vec<Option<Arc<MemberMeta>>> = Vec::with_capacity(members.len());
     for m in members {
         metas.push(match m {
-            Some(m) => Some(MemberMeta::load(m.clone()).await),
+            Some(m) => Some(m.reread().await),
             None => None,
         });
     }
@@ -156,26 +159,78 @@ fn tree_to_open(name: &str, metas: &[Option<Arc<MemberMeta>>]) -> Option<Node> {
 mod tests {
     use super::*;
     use futures::FutureExt;
-    use nbraid_core::MemoryMember;
+    use nbraid_core::{Member, MemoryMember};
 
     const MIB: u64 = 1 << 20;
 
-    /// A RAID 1 of two memory members, created; its members by role.
-    async fn mirror() -> (Array, Vec<Option<Arc<dyn Member>>>) {
-        let members: Vec<Arc<dyn Member>> = (0..2)
-            .map(|i| Arc::new(MemoryMember::new(format!("m{i}"), 9 * MIB)) as Arc<dyn Member>)
-            .collect();
+    /// Two memory members, their superblocks loaded once (as a start shares them between
+    /// the volumes on them).
+    async fn two_members() -> Vec<Arc<MemberMeta>> {
         let mut metas = Vec::new();
-        for m in &members {
-            metas.push(MemberMeta::load(m.clone()).await);
+        for i in 0..2 {
+            let m: Arc<dyn Member> = Arc::new(MemoryMember::new(format!("m{i}"), 17 * MIB));
+            metas.push(MemberMeta::load(m).await);
         }
-        let leaves = (0..2).map(|i| Node::member(i, MIB, 8 * MIB)).collect();
+        metas
+    }
+
+    /// Volume `name`, a RAID 1 of `metas` over 8 MiB regions from `start` on each.
+    async fn mirror_on(name: &str, metas: &[Arc<MemberMeta>], start: u64) -> Array {
+        let leaves = (0..2).map(|i| Node::member(i, start, 8 * MIB)).collect();
         let tree = Node::mirror(leaves).unwrap();
         let opts = ArrayOptions::default();
-        let (a, _) = Array::create("v", tree, metas, opts, true, &|_, _| {})
+        let (a, _) = Array::create(name, tree, metas.to_vec(), opts, true, &|_, _| {})
             .await
             .unwrap();
-        (a, members.into_iter().map(Some).collect())
+        a
+    }
+
+    /// A RAID 1 of two memory members, created; its members by role.
+    async fn mirror() -> (Array, Vec<Option<Arc<MemberMeta>>>) {
+        let metas = two_members().await;
+        let a = mirror_on("v", &metas, MIB).await;
+        (a, metas.into_iter().map(Some).collect())
+    }
+
+    /// Matrix: a volume opened again (a reshape's start or end) reads its members' records
+    /// again but keeps updating them together with the other volume on the members. Loaded
+    /// anew, each kept its own copy of the superblock and wrote the other's record back
+    /// stale: here the other volume's failed member came back as active.
+    #[tokio::test]
+    async fn a_volume_opened_again_does_not_write_back_the_records_of_another_volume_stale() {
+        let metas = two_members().await;
+        let v = mirror_on("v", &metas, MIB).await;
+        let w = mirror_on("w", &metas, 9 * MIB).await;
+        let served = ServedArray::new(Arc::new(v), ArrayOptions::default());
+        let mut quiet = served.quiet().await;
+        let by_role = members_by_role(&served.get());
+        let again = served.reopen(&mut quiet, &by_role, None).await.unwrap();
+        drop(quiet);
+        // Member 1 fails in both volumes: each writes its record to member 0's superblock.
+        w.volume().fail_member(1, "test");
+        w.record_failures().await.unwrap();
+        again.volume().fail_member(1, "test");
+        again.record_failures().await.unwrap();
+        let Probe::Superblock(sb, _) = MemberMeta::load(metas[0].member().clone())
+            .await
+            .probe()
+            .clone()
+        else {
+            panic!("member 0 has its superblock");
+        };
+        let w_record = sb
+            .volumes
+            .iter()
+            .find(|r| r.name == "w")
+            .expect("w's record");
+        assert!(
+            !matches!(
+                w_record.members[1].state,
+                nbraid_core::metadata::RecordedState::Active
+            ),
+            "w's failure was overwritten: {:?}",
+            w_record.members[1].state
+        );
     }
 
     #[tokio::test]

@@ -12,13 +12,17 @@ use std::sync::Arc;
 
 /// One member and its superblock, shared by every volume on it (Matrix RAID): updates of
 /// different volumes' records are serialized here so none overwrites another's.
+///
+/// A volume opened again, or a member back, reads the superblock again ([`Self::reread`]):
+/// a new `MemberMeta` with the new probe but the same `contents` and `sb`, so the volumes
+/// that still hold the old one go on updating the one superblock, never a stale copy of it.
 pub struct MemberMeta {
     pub(super) member: Arc<dyn Member>,
     pub(super) probe: Probe,
     /// What the disk holds, as the write rule sees it (`disk_rule.rs`): as loaded, then its
     /// records as last written.
-    pub(super) contents: Mutex<DiskContents>,
-    pub(super) sb: AsyncMutex<Option<Superblock>>,
+    pub(super) contents: Arc<Mutex<DiskContents>>,
+    pub(super) sb: Arc<AsyncMutex<Option<Superblock>>>,
 }
 
 impl MemberMeta {
@@ -33,8 +37,41 @@ impl MemberMeta {
         Arc::new(MemberMeta {
             member,
             probe,
-            contents: Mutex::new(contents),
-            sb: AsyncMutex::new(sb),
+            contents: Arc::new(Mutex::new(contents)),
+            sb: Arc::new(AsyncMutex::new(sb)),
+        })
+    }
+
+    /// The member's superblock read again (see the type): what the disk holds now becomes
+    /// what every volume on the member updates. An unreadable member is reported in the
+    /// probe, the records last known kept.
+    pub async fn reread(&self) -> Arc<MemberMeta> {
+        self.try_reread()
+            .await
+            .unwrap_or_else(|why| self.with_probe(Probe::Unreadable(why)))
+    }
+
+    /// [`Self::reread`]; `Err`: the superblock could not be read (why).
+    pub(super) async fn try_reread(&self) -> Result<Arc<MemberMeta>, String> {
+        // Under the records' lock: no update of another volume lands between read and swap.
+        let mut held = self.sb.lock().await;
+        let (probe, sb) = match read_superblock(&*self.member).await {
+            Ok(Found::Blank) => (Probe::Blank, None),
+            Ok(Found::Superblock(sb, d)) => (Probe::Superblock(sb.clone(), d), Some(sb)),
+            Err(e) => return Err(e.to_string()),
+        };
+        *self.contents.lock() = contents_of(&*self.member, &probe).await;
+        *held = sb;
+        Ok(self.with_probe(probe))
+    }
+
+    /// This member, its records' state shared, as `probe` saw it.
+    fn with_probe(&self, probe: Probe) -> Arc<MemberMeta> {
+        Arc::new(MemberMeta {
+            member: self.member.clone(),
+            probe,
+            contents: self.contents.clone(),
+            sb: self.sb.clone(),
         })
     }
 
@@ -43,9 +80,11 @@ impl MemberMeta {
     pub fn unreachable(member: Arc<dyn Member>, why: String) -> Arc<MemberMeta> {
         Arc::new(MemberMeta {
             member,
-            contents: Mutex::new(DiskContents::Unknown(format!("unreachable: {why}"))),
+            contents: Arc::new(Mutex::new(DiskContents::Unknown(format!(
+                "unreachable: {why}"
+            )))),
             probe: Probe::Unreachable(why),
-            sb: AsyncMutex::new(None),
+            sb: Arc::new(AsyncMutex::new(None)),
         })
     }
 

@@ -34,11 +34,11 @@
 
 use super::error::ArrayError;
 use super::heal::Heal;
-use super::member_meta::{contents_of, MemberMeta};
+use super::member_meta::MemberMeta;
 use super::parts::Parts;
 use super::ranges::{aligned, piece_bytes, slice, total_bytes};
 use super::records::{Recorded, RecordsGuard};
-use super::{read_superblock, Area, Found, Probe, RecordedState, Superblock, VolumeRecord};
+use super::{Area, Probe, RecordedState, Superblock, VolumeRecord};
 use crate::member::Member;
 use crate::pass::{PassControl, PassState, PassWork};
 use futures::lock::Mutex as AsyncMutex;
@@ -126,19 +126,16 @@ impl Returning {
         // The records say the role failed before anything else happens to it.
         p.records.record_failures().await?;
         let member = old.member().clone();
-        let (probe, sb) = match read_superblock(&*member).await {
-            Ok(Found::Blank) => (Probe::Blank, None),
-            Ok(Found::Superblock(sb, d)) => (Probe::Superblock(sb.clone(), d), Some(sb)),
-            Err(e) => return Ok(Readd::Unreachable(e.to_string())),
+        // Read again, its records' state shared with the other volumes on it (Matrix). A
+        // member that comes back without a superblock is written only if blank (the rule).
+        let fresh = match old.try_reread().await {
+            Ok(fresh) => fresh,
+            Err(why) => return Ok(Readd::Unreachable(why)),
         };
-        // A member that comes back without a superblock is written only if blank (the rule).
-        let contents = contents_of(&*member, &probe).await;
-        let fresh = Arc::new(MemberMeta {
-            member: member.clone(),
-            probe,
-            contents: parking_lot::Mutex::new(contents),
-            sb: AsyncMutex::new(sb.clone()),
-        });
+        let sb = match fresh.probe() {
+            Probe::Superblock(sb, _) => Some(sb.clone()),
+            _ => None,
+        };
         let Some(sb) = sb else {
             tracing::warn!(
                 "volume `{}`: member {role} (`{}`) came back blank: rebuilding it whole",

@@ -151,7 +151,7 @@ async fn swap_in(
         ));
     }
     let mut members = super::super::served::members_by_role(&old);
-    members.extend(added.iter().map(|m| Some(m.member().clone())));
+    members.extend(added.iter().cloned().map(Some));
     let started = match copies {
         true => old.add_copies(new_tree, added, consent).await,
         false => old.start_reshape(new_tree, added, consent).await,
