@@ -107,17 +107,33 @@ pub fn start_background_resync(v: &ControlVolume) {
     }
 }
 
-/// Watches every volume: on a change of its failed count, [`heal_once`].
+/// Watches every volume: on a change of its failed count, [`heal_once`]; when the volume was
+/// opened again (a reshape started or ended), what a start does for a volume opened
+/// ([`after_reopen`]).
 pub async fn watch(controls: Arc<Controls>) {
-    let mut seen: Vec<Option<usize>> = vec![None; controls.volumes.len()];
+    // (failed count, swaps of the served array)
+    let mut seen: Vec<Option<(usize, u64)>> = vec![None; controls.volumes.len()];
     loop {
         for (v, seen) in controls.volumes.iter().zip(seen.iter_mut()) {
-            let now = v.array().volume().failed_count();
-            if *seen != Some(now) {
-                *seen = Some(now);
+            let swaps = v.served.swaps();
+            let now = (v.array().volume().failed_count(), swaps);
+            let was = seen.replace(now);
+            if was.is_some_and(|(_, a)| a != now.1) {
+                after_reopen(v).await;
+            }
+            if was != Some(now) {
                 heal_once(v).await;
             }
         }
         tokio::time::sleep(WATCH_INTERVAL).await;
     }
+}
+
+/// A volume opened again as another array (a reshape's start or end) gets the passes its
+/// records ask for, as at a start: a checksum pass left to run (`checksums = "enable"`
+/// waits for a reshape), a background resync (then [`heal_once`] puts spares in roles lost
+/// meanwhile).
+async fn after_reopen(v: &ControlVolume) {
+    start_background_resync(v);
+    crate::control::start_checksum_fill(v).await;
 }

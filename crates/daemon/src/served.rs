@@ -13,6 +13,7 @@ use nbraid_core::metadata::{newest_record, Array, ArrayError, ArrayOptions, Memb
 use nbraid_core::VolumeError;
 use nbraid_layout::Node;
 use parking_lot::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::{RwLock as Gate, RwLockReadGuard, RwLockWriteGuard};
 
@@ -23,6 +24,8 @@ pub struct ServedArray {
     gate: Gate<Option<String>>,
     /// The engine options the volume was opened with, for opening it again.
     options: RwLock<ArrayOptions>,
+    /// Arrays served since the first: a watcher tells a swap by it.
+    swaps: AtomicU64,
 }
 
 /// A request's pass through the gate: the array it runs on, held while it runs.
@@ -42,7 +45,13 @@ impl ServedArray {
             current: RwLock::new(array),
             gate: Gate::new(None),
             options: RwLock::new(options),
+            swaps: AtomicU64::new(0),
         }
+    }
+
+    /// How many times the volume was opened again (see the module).
+    pub fn swaps(&self) -> u64 {
+        self.swaps.load(Ordering::Acquire)
     }
 
     /// The array served now (the next swap may replace it: keep it for one step only).
@@ -90,6 +99,7 @@ impl ServedArray {
             Ok(array) => {
                 let array = Arc::new(array);
                 *self.current.write() = array.clone();
+                self.swaps.fetch_add(1, Ordering::Release);
                 Ok(array)
             }
             Err(e) => {
