@@ -26,10 +26,12 @@ pub enum PassState {
     Idle,
     Running,
     Paused,
-    /// Stopped before the end (cancelled, or an error); running it again with the same
-    /// control resumes.
+    /// Stopped before the end by a cancel; running it again with the same control resumes.
     Cancelled,
     Done,
+    /// Stopped before the end by an error ([`PassControl::failure`] says which); running it
+    /// again with the same control resumes.
+    Failed,
 }
 
 impl PassState {
@@ -40,16 +42,18 @@ impl PassState {
             PassState::Paused => "paused",
             PassState::Cancelled => "cancelled",
             PassState::Done => "done",
+            PassState::Failed => "failed",
         }
     }
 }
 
-const STATES: [PassState; 5] = [
+const STATES: [PassState; 6] = [
     PassState::Idle,
     PassState::Running,
     PassState::Paused,
     PassState::Cancelled,
     PassState::Done,
+    PassState::Failed,
 ];
 
 fn state_code(s: PassState) -> u64 {
@@ -74,6 +78,8 @@ pub struct PassControl {
     measured_bytes_per_s: AtomicU64,
     /// When the pass reached `Done` (status stops showing a pass finished long ago).
     done_at: parking_lot::Mutex<Option<Instant>>,
+    /// Why the last run stopped `Failed` (cleared when a run starts).
+    failure: parking_lot::Mutex<Option<String>>,
 }
 
 impl PassControl {
@@ -156,6 +162,18 @@ impl PassControl {
             *self.done_at.lock() = Some(Instant::now());
         }
         self.state.store(state_code(s), Relaxed);
+    }
+
+    /// The last run stopped on `error`: the pass is `Failed`, saying why.
+    fn failed(&self, error: &impl std::fmt::Display) {
+        *self.failure.lock() = Some(error.to_string());
+        self.set_state(PassState::Failed);
+    }
+
+    /// Why the pass failed, while it is `Failed`.
+    pub fn failure(&self) -> Option<String> {
+        let why = self.failure.lock().clone();
+        why.filter(|_| self.state() == PassState::Failed)
     }
 
     /// Seconds since the pass finished, once it is done.
@@ -275,6 +293,7 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
     let total = work.total_bytes;
     ctl.total_bytes.store(total, Relaxed);
     ctl.cancelled.store(false, Relaxed);
+    *ctl.failure.lock() = None;
     let mut run = MeasuredRun::new(
         Instant::now(),
         ctl.position_bytes(),
@@ -293,7 +312,7 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
         if due && q.is_empty() {
             // Everything below `next` is done and nothing is in flight.
             if let Err(e) = (work.checkpoint)(next).await {
-                ctl.set_state(PassState::Cancelled);
+                ctl.failed(&e);
                 return Err(e);
             }
             last_checkpoint = next;
@@ -335,8 +354,8 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
             Ok(end) => end,
             Err(e) => {
                 while q.next().await.is_some() {}
-                // Stopped: watchers waiting for it to end see it end.
-                ctl.set_state(PassState::Cancelled);
+                // Stopped: watchers waiting for it to end see it end, and why.
+                ctl.failed(&e);
                 return Err(e);
             }
         };
@@ -431,6 +450,41 @@ mod tests {
         assert_eq!(s.expect("runs"), PassState::Done);
         assert_eq!(*seen.lock(), vec![(0, 3), (3, 3), (6, 3), (9, 1)]);
         assert_eq!(*afters.lock(), vec![6]);
+    }
+
+    /// A window's error stops the pass `failed`, saying why (it said `cancelled`, as if an
+    /// admin had stopped it); a second run resumes and clears it.
+    #[test]
+    fn an_error_stops_the_pass_failed_with_its_reason_and_a_rerun_resumes() {
+        let ctl = &PassControl::new(0);
+        let work = |fail_at: Option<u64>| PassWork {
+            total_bytes: 10,
+            window_bytes: 3,
+            inflight: 1,
+            window: Box::new(move |at, _| {
+                let r = match Some(at) == fail_at {
+                    true => Err(crate::VolumeError::Unavailable {
+                        reason: "stripe 1 unreadable".into(),
+                    }),
+                    false => Ok(()),
+                };
+                futures::future::ready(r).boxed()
+            }),
+            checkpoint_bytes: 0,
+            checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
+            activity: None,
+        };
+        let s = futures::executor::block_on(run(ctl, work(Some(3))));
+        assert!(s.is_err());
+        assert_eq!(ctl.state(), PassState::Failed);
+        assert_eq!(ctl.state().name(), "failed");
+        assert!(ctl
+            .failure()
+            .is_some_and(|w| w.contains("stripe 1 unreadable")));
+        assert_eq!(ctl.position_bytes(), 3);
+        let s = futures::executor::block_on(run(ctl, work(None)));
+        assert_eq!(s.expect("runs"), PassState::Done);
+        assert_eq!(ctl.failure(), None);
     }
 
     /// With more windows allowed in flight than fit between two checkpoints, a checkpoint

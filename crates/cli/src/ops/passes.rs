@@ -152,7 +152,7 @@ fn follow_pass(c: &mut Client, volume: &str, what: &str, bar: bool) -> Result<Va
                 _ => format!("{what} {volume} {state}"),
             });
         }
-        if matches!(state.as_str(), "done" | "cancelled") {
+        if matches!(state.as_str(), "done" | "cancelled" | "failed") {
             if let Some(pb) = pb {
                 pb.finish_and_clear();
             }

@@ -229,7 +229,10 @@ fn pass_line(what: &str, roles: &str, r: &Map<String, Value>) -> String {
         r.get("eta_s")
             .and_then(Value::as_u64)
             .map_or(String::new(), |e| format!(", eta {e}s"))
-    )
+    ) + &r
+        .get("error")
+        .and_then(Value::as_str)
+        .map_or(String::new(), |e| format!("    stopped by an error: {e}\n"))
 }
 
 /// A member's line under its volume.
@@ -277,6 +280,18 @@ mod tests {
         let off = json!({"id": "d0", "state": "healthy", "reads": 5, "writes": 6,
                          "read_errors": 0, "checksum_errors": null, "path": "d0.img"});
         assert!(!member_line(&off).contains("checksum"));
+    }
+
+    #[test]
+    fn a_pass_stopped_by_an_error_says_so_and_why() {
+        let r = json!({"state": "failed", "position_bytes": 52u64, "total_bytes": 100u64,
+                       "rate_bytes_per_s": 0, "error": "stripe 7 unreadable"});
+        let line = pass_line("reshape", "", r.as_object().unwrap());
+        assert!(line.starts_with("  reshape failed 52%"), "{line}");
+        assert!(
+            line.contains("stopped by an error: stripe 7 unreadable"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -239,6 +239,7 @@ fn resync_json(v: &ControlVolume) -> Value {
         "rate_bytes_per_s": c.measured_bytes_per_s(),
         "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
         "eta_s": c.eta_s(),
+        "error": c.failure(),
     })
 }
 
@@ -324,6 +325,7 @@ pub(super) fn rebuild_json(v: &ControlVolume) -> Value {
         "adaptive": c.is_adaptive(),
         "eta_s": c.eta_s(),
         "spares": v.array().spare_count(),
+        "error": c.failure(),
     })
 }
 

@@ -94,6 +94,8 @@ pub(super) fn reshape_json(v: &ControlVolume) -> Value {
         "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
         "eta_s": c.eta_s(),
         "done_s_ago": c.done_s_ago(),
+        // Why the copy stopped, while it is `failed` (the daemon's log says it too).
+        "error": c.failure(),
     })
 }
 

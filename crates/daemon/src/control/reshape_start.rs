@@ -237,7 +237,12 @@ fn busy(controls: &Controls, v: &ControlVolume, array: &Array) -> Option<String>
         return Some("a reshape is already running (nbraid status shows it)".into());
     }
     // Idle: started, its task not running yet.
-    let ended = |s: ScrubState| matches!(s, ScrubState::Done | ScrubState::Cancelled);
+    let ended = |s: ScrubState| {
+        matches!(
+            s,
+            ScrubState::Done | ScrubState::Cancelled | ScrubState::Failed
+        )
+    };
     if (v.scrub()).is_some_and(|c| !ended(c.state())) {
         return Some("a scrub is running: let it finish or cancel it first".into());
     }

@@ -101,7 +101,9 @@ impl TaskSlot<PassControl> {
 /// alive: past its end but not returned, it is still `running`.
 pub fn seen_state(state: PassState, task_alive: bool) -> PassState {
     match state {
-        PassState::Done | PassState::Cancelled if task_alive => PassState::Running,
+        PassState::Done | PassState::Cancelled | PassState::Failed if task_alive => {
+            PassState::Running
+        }
         s => s,
     }
 }
@@ -122,7 +124,7 @@ pub enum Restart {
 /// Decides [`Restart`] for a pass that resumes when cancelled (the re-add resync).
 pub fn restart(latest: Option<(PassState, bool)>) -> Restart {
     match latest {
-        Some((PassState::Cancelled, _)) => Restart::Resume,
+        Some((PassState::Cancelled | PassState::Failed, _)) => Restart::Resume,
         Some((PassState::Idle | PassState::Running | PassState::Paused, true)) => Restart::Leave,
         _ => Restart::New,
     }
