@@ -2,6 +2,7 @@
 //! with messages that say how much is needed and how much is free.
 
 use super::size::{format_size, format_size_exact};
+use crate::metadata_area::Area;
 use crate::model::{Member, VolumeSize, JBOD_ALIGN, METADATA_RESERVED};
 use nbraid_layout::{Level, Region, Shape};
 
@@ -50,6 +51,12 @@ pub(super) struct Usage {
     pub(super) cursor: u64,
     pub(super) users: Vec<(String, u64)>,
     pub(super) tail_bytes: u64,
+    /// The member's metadata area as the engine fills it at create (`metadata_area`), each
+    /// area with the name of its volume.
+    pub(super) areas: Vec<(String, Area)>,
+    /// A volume the records place is on the member: its areas are where its records say
+    /// (`nbraid check` reads them), not necessarily in `areas`.
+    pub(super) recorded: bool,
 }
 
 /// "4 GiB, minus the 1 MiB metadata reserve, minus 2 GiB used by volume "a"".

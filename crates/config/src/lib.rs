@@ -64,6 +64,11 @@
 //!   `size` bytes, and nbraid uses only its first `size` bytes (like a partition).
 //! - **Metadata reserve.** The first [`METADATA_RESERVED`] bytes of every member belong to
 //!   nbraid's on-disk metadata; volumes start after it.
+//! - **Metadata area budget.** Every volume on a member keeps its write-intent bitmap there,
+//!   and a parity volume its write-hole log unless the log has a reserve before its region
+//!   ([`metadata_area`]: the engine's rule, in file order). A log the area has no room left
+//!   for (Matrix volumes before it filled it) gets a reserve of its ring in whole MiB, as if
+//!   `write_hole_log_size` had asked for it; a bitmap it has no room for refuses the config.
 //! - **Regions.** Volumes are placed in file order. Each volume takes one region of every member
 //!   it lists, starting where the previous volumes' regions on that member end (Intel's Matrix
 //!   RAID: a RAID 1 and a RAID 0 on the same two disks). Regions are whole strips and equal on
@@ -92,6 +97,7 @@ mod error;
 mod field;
 mod limits;
 mod listen;
+pub mod metadata_area;
 mod model;
 mod pins;
 mod raw;

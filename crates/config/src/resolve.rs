@@ -62,10 +62,12 @@ impl Given<'_> {
 
 mod cx;
 mod member;
+mod meta_area;
 mod options;
 mod pinned;
 
 use cx::{check_name, Cx, R};
+use meta_area::Claim;
 
 impl Cx<'_> {
     fn resolve(&self, raw: RawConfig, file: &Path) -> R<Config> {
@@ -97,8 +99,7 @@ impl Cx<'_> {
             .iter()
             .map(|_| Usage {
                 cursor: METADATA_RESERVED,
-                users: Vec::new(),
-                tail_bytes: 0,
+                ..Usage::default()
             })
             .collect();
         let mut volumes: Vec<Volume> = Vec::new();
@@ -236,6 +237,11 @@ impl Cx<'_> {
         } else if metadata.ppl && metadata.ppl_log_bytes.is_none() {
             let default = !self.pins.is_before_default_log();
             metadata.ppl_log_bytes = at.trial_log_reserve(usage, default);
+            // A log whose ring fits the metadata area, but whose members' areas the volumes
+            // before it filled (Matrix), gets a reserve too.
+            if metadata.ppl_log_bytes.is_none() {
+                metadata.ppl_log_bytes = at.log_reserve_for_room(usage, &metadata);
+            }
         }
         if metadata.checksums {
             metadata.checksum_reserve_bytes = at.checksum_reserve(usage, metadata.ppl_log_bytes);
@@ -249,7 +255,8 @@ impl Cx<'_> {
             claim_regions(&name, &idx, &regions, usage);
             Ok((regions, geometry))
         };
-        let (regions, geometry) = match self.pins.starts(&name).map(|_| self.pins) {
+        let recorded = self.pins.starts(&name).is_some();
+        let (regions, geometry) = match recorded.then_some(self.pins) {
             None => unpinned(&metadata, usage)?,
             Some(pins) => {
                 let kept: Vec<Usage> = idx.iter().map(|&m| usage[m].clone()).collect();
@@ -268,6 +275,12 @@ impl Cx<'_> {
         };
         check_log_size(v, &who, &geometry, metadata.ppl_log_bytes)?;
         check_cache_holds_a_stripe(v, &who, &geometry, &opts.cache)?;
+        let claim = match (recorded, self.pins.is_before_default_log()) {
+            (true, _) => Claim::Recorded,
+            (false, true) => Claim::Trial,
+            (false, false) => Claim::New,
+        };
+        at.claim_areas(v, &name, &geometry, &metadata, claim, usage)?;
         Ok(Volume {
             name,
             shape: plan.into_shape(),

@@ -8,7 +8,7 @@
 //! the volume's region on every member, instead of 512 KiB in the 1 MiB metadata area: a
 //! larger ring needs fewer member flushes to make room; without it, regions of 1 GiB or
 //! more get 8 MiB, smaller ones keep the log in the metadata area unless their strips need a
-//! larger ring), `checksums` (`"on"`, the default: a
+//! larger ring or the volumes before them left no room for it there), `checksums` (`"on"`, the default: a
 //! CRC-32C per 4 KiB block of every member region, kept in a reserve before the region — 8
 //! bytes per block and a 4 KiB header, rounded up to 1 MiB —, verified on every read, bad
 //! blocks rebuilt from the redundancy; `"off"`; `"enable"`: a volume created without them

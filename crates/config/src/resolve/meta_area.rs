@@ -1,0 +1,171 @@
+//! A volume's areas in its members' 1 MiB metadata areas (`crate::metadata_area`), placed
+//! in file order as the engine places them at create. Matrix volumes share those areas: a
+//! write-hole log that finds no room on some member gets a reserve before the volume's
+//! region instead (as `write_hole_log_size` would give it); a bitmap that finds none
+//! refuses the config, naming the member, the volumes there and what each takes.
+
+use super::cx::R;
+use super::Placement;
+use crate::allocate::{allocate, Usage};
+use crate::error::{ErrorKind, Problem};
+use crate::metadata_area::{self, Area, AreaAsk, AreaKind, Shortfall};
+use crate::metadata_area::{METADATA_AREA_BYTES, SUPERBLOCK_COPY_BYTES, VOLUME_AREAS_START_BYTES};
+use crate::raw::RawVolume;
+use crate::size::format_size;
+use crate::volume_meta::MetadataOptions;
+use nbraid_layout::Geometry;
+
+/// How a volume's areas are claimed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Claim {
+    /// A new volume: no room for an area the engine must place refuses the config (unless
+    /// the member holds a volume the records place: only the superblocks know its areas,
+    /// and `nbraid check` reads them).
+    New,
+    /// A volume the records place: its areas exist; placed here only to budget the volumes
+    /// after it, never refused.
+    Recorded,
+    /// Reading for older records (`Pins::before_default_log`): nothing is refused.
+    Trial,
+}
+
+/// The areas member usage `u` holds.
+fn taken(u: &Usage) -> Vec<Area> {
+    u.areas.iter().map(|(_, a)| *a).collect()
+}
+
+impl Placement<'_> {
+    /// The reserve the volume's write-hole log takes before its region because some member's
+    /// metadata area has no room left for it (the volumes before it took it): its ring in
+    /// whole MiB. `None`: it fits on every member, or it is not kept there. Decided on the
+    /// regions placed without reserves: the real ones are no larger, nor is their bitmap, so
+    /// a log that fits beside the trial's bitmap fits beside the real one.
+    pub(super) fn log_reserve_for_room(
+        &self,
+        usage: &[Usage],
+        metadata: &MetadataOptions,
+    ) -> Option<u64> {
+        if !metadata.ppl || metadata.ppl_log_bytes.is_some() {
+            return None;
+        }
+        let p = self;
+        let regions =
+            allocate(p.who, p.plan.sizing(), p.requested, p.idx, p.members, usage).ok()?;
+        let g = p.plan.geometry(&regions).ok()?;
+        let ask = AreaAsk::new(g.root(), g.capacity(), metadata);
+        let log = ask.log?;
+        let short = |u: &Usage| match metadata_area::place(&taken(u), &ask) {
+            Ok(_) => false,
+            Err(s) if s.kind == AreaKind::Log => true,
+            // No room for the bitmap (refused once placed): is there any for the log?
+            Err(_) => {
+                let alone = AreaAsk {
+                    bitmap_bytes: None,
+                    ..ask
+                };
+                metadata_area::place(&taken(u), &alone).is_err()
+            }
+        };
+        let short = p.idx.iter().any(|&m| short(&usage[m]));
+        short.then(|| log.least_bytes.next_multiple_of(1 << 20))
+    }
+
+    /// Places the volume's bitmap and log (unless it has a reserve) in each member's metadata
+    /// area after the volumes before it (`usage`), as the engine will at create.
+    pub(super) fn claim_areas(
+        &self,
+        v: &RawVolume,
+        name: &str,
+        geometry: &Geometry,
+        metadata: &MetadataOptions,
+        claim: Claim,
+        usage: &mut [Usage],
+    ) -> R<()> {
+        let ask = AreaAsk::new(geometry.root(), geometry.capacity(), metadata);
+        for &m in self.idx {
+            let u = &mut usage[m];
+            u.recorded |= claim == Claim::Recorded;
+            match metadata_area::place(&taken(u), &ask) {
+                Ok(placed) => (u.areas).extend(placed.into_iter().map(|a| (name.to_string(), a))),
+                Err(_) if claim != Claim::New || u.recorded => {}
+                Err(short) => return Err(self.no_room(v, m, short, &usage[m])),
+            }
+        }
+        Ok(())
+    }
+
+    /// Why member `m`'s metadata area (holding `u`) has no room for the volume's `short`,
+    /// what the volumes before it take there and the ways out.
+    fn no_room(&self, v: &RawVolume, m: usize, short: Shortfall, u: &Usage) -> Problem {
+        let member = &self.members[m].id;
+        let (what, span) = match short.kind {
+            AreaKind::Bitmap => (
+                "write-intent bitmap",
+                v.bitmap_chunk.as_ref().map(|s| s.span()),
+            ),
+            _ => ("write-hole log", v.write_hole.as_ref().map(|s| s.span())),
+        };
+        let span = span.unwrap_or(v.name.span());
+        let used: u64 = u.areas.iter().map(|(_, a)| a.len_bytes).sum();
+        let message = format!(
+            "{}: the {} metadata area of member \"{member}\" has no room for its {what} ({}): after the two {} superblock copies, {} of the {} left hold the areas of the volumes before it ({}) and the largest gap is {}; {}",
+            self.who,
+            format_size(METADATA_AREA_BYTES),
+            format_size(short.need_bytes),
+            format_size(SUPERBLOCK_COPY_BYTES),
+            format_size(used),
+            format_size(METADATA_AREA_BYTES - VOLUME_AREAS_START_BYTES),
+            areas_text(&u.areas),
+            format_size(metadata_area::largest_gap_bytes(&taken(u))),
+            ways_out(&u.areas, member, short.kind)
+        );
+        Problem::new(span, ErrorKind::Fit, message)
+    }
+}
+
+/// `"a": bitmap 4 KiB + write-hole log 512 KiB; "b": bitmap 4 KiB`: the areas by volume, in
+/// the order they were placed.
+pub(super) fn areas_text(areas: &[(String, Area)]) -> String {
+    let mut by_volume: Vec<(&str, Vec<String>)> = Vec::new();
+    for (name, a) in areas {
+        let text = format!("{} {}", a.kind.name(), format_size(a.len_bytes));
+        match by_volume.last_mut() {
+            Some((n, list)) if n == name => list.push(text),
+            _ => by_volume.push((name, vec![text])),
+        }
+    }
+    let each: Vec<String> = (by_volume.iter())
+        .map(|(n, list)| format!("\"{n}\": {}", list.join(" + ")))
+        .collect();
+    each.join("; ")
+}
+
+/// What frees room in a member's metadata area holding `areas` for an area of `kind`: the
+/// logs there moved to reserves, smaller bitmaps, no bitmap, fewer volumes.
+fn ways_out(areas: &[(String, Area)], member: &str, kind: AreaKind) -> String {
+    let with = |kind: AreaKind, more_than_bytes: u64| {
+        let mut names: Vec<String> = (areas.iter())
+            .filter(|(_, a)| a.kind == kind && a.len_bytes > more_than_bytes)
+            .map(|(n, _)| format!("\"{n}\""))
+            .collect();
+        names.dedup();
+        names.join(", ")
+    };
+    let mut ways = Vec::new();
+    let logs = with(AreaKind::Log, 0);
+    if !logs.is_empty() {
+        ways.push(format!("give volume(s) {logs} write_hole_log_size = \"1MiB\" (a write-hole log then takes a reserve before its volume's region, outside the metadata area)"));
+    }
+    let bitmaps = with(AreaKind::Bitmap, 4096);
+    if !bitmaps.is_empty() {
+        ways.push(format!("give volume(s) {bitmaps} a larger bitmap_chunk (a smaller bitmap), or bitmap_chunk = \"off\""));
+    }
+    if kind == AreaKind::Bitmap {
+        ways.push(
+            "give this volume bitmap_chunk = \"off\" (every unclean start then resyncs it whole)"
+                .into(),
+        );
+    }
+    ways.push(format!("put fewer volumes on member \"{member}\""));
+    ways.join("; or ")
+}
