@@ -15,6 +15,7 @@ mod create;
 mod diagram;
 mod events;
 mod map;
+mod meta_budget;
 mod offline;
 mod ops;
 mod records;

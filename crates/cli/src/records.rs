@@ -30,10 +30,13 @@ pub struct Records {
 
 /// The superblocks of every volume whose members are files or devices.
 pub fn look(config: &Config) -> Vec<Records> {
-    config.volumes.iter().map(|v| volume(config, v)).collect()
+    let mut areas = crate::meta_budget::Areas::new(config);
+    (config.volumes.iter())
+        .map(|v| volume(config, v, &mut areas))
+        .collect()
 }
 
-fn volume(config: &Config, v: &Volume) -> Records {
+fn volume(config: &Config, v: &Volume, areas: &mut crate::meta_budget::Areas) -> Records {
     let mut r = Records {
         volume: v.name.clone(),
         state: String::new(),
@@ -54,7 +57,10 @@ fn volume(config: &Config, v: &Volume) -> Records {
             return r;
         }
         Ok(Plan::Create { .. }) => {
-            r.state = to_be_created(&probes[..n]);
+            r.state = match areas.create(config, v, &probes[..n]) {
+                Ok(()) => to_be_created(&probes[..n]),
+                Err(why) => format!("refused: {why}"),
+            };
             return r;
         }
         Ok(Plan::Open) => {}

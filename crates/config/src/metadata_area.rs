@@ -14,7 +14,8 @@
 //! the region instead; a bitmap that would not fit refuses the config), and `nbraid check`
 //! over the areas the superblocks record.
 
-use crate::model::METADATA_RESERVED;
+use crate::model::{Volume, METADATA_RESERVED};
+use crate::size::format_size;
 use crate::volume_meta::MetadataOptions;
 use nbraid_layout::Node;
 
@@ -76,6 +77,11 @@ pub struct LogAsk {
 }
 
 impl AreaAsk {
+    /// The areas volume `v` asks for at create.
+    pub fn of(v: &Volume) -> AreaAsk {
+        AreaAsk::new(v.geometry.root(), v.capacity(), &v.metadata)
+    }
+
     /// The areas a volume over `root` of `capacity_bytes` with `metadata` asks for.
     pub fn new(root: &Node, capacity_bytes: u64, metadata: &MetadataOptions) -> AreaAsk {
         let bitmap_bytes = metadata.bitmap_chunk_bytes.map(|wanted| {
@@ -100,8 +106,10 @@ impl AreaAsk {
 pub enum AreaKind {
     Bitmap,
     Log,
-    /// Another area a record holds there (block checksums, a reshape's backup).
-    Other,
+    /// Block checksums a volume that enabled them keeps there (where no other room was).
+    Checksums,
+    /// A running reshape's backup of its critical section.
+    Backup,
 }
 
 impl AreaKind {
@@ -109,7 +117,8 @@ impl AreaKind {
         match self {
             AreaKind::Bitmap => "bitmap",
             AreaKind::Log => "write-hole log",
-            AreaKind::Other => "other areas",
+            AreaKind::Checksums => "block checksums",
+            AreaKind::Backup => "reshape backup",
         }
     }
 }
@@ -202,6 +211,79 @@ pub fn largest_gap_bytes(taken: &[Area]) -> u64 {
     most.max(METADATA_AREA_BYTES.saturating_sub(at))
 }
 
+/// Why member `member`'s metadata area, holding `areas` (each with its volume's name), has
+/// no room for a new volume's `short`: what the volumes there take, the largest gap left,
+/// and the ways out.
+pub fn no_room_text(member: &str, short: Shortfall, areas: &[(String, Area)]) -> String {
+    let what = match short.kind {
+        AreaKind::Bitmap => "write-intent bitmap",
+        _ => "write-hole log",
+    };
+    let taken: Vec<Area> = areas.iter().map(|(_, a)| *a).collect();
+    let used: u64 = (taken.iter())
+        .filter(|a| a.offset_bytes < METADATA_AREA_BYTES)
+        .map(|a| a.len_bytes)
+        .sum();
+    format!(
+        "the {} metadata area of member \"{member}\" has no room for its {what} ({}): after the two {} superblock copies, {} of the {} left hold the areas of the volumes already there ({}) and the largest gap is {}; {}",
+        format_size(METADATA_AREA_BYTES),
+        format_size(short.need_bytes),
+        format_size(SUPERBLOCK_COPY_BYTES),
+        format_size(used),
+        format_size(METADATA_AREA_BYTES - VOLUME_AREAS_START_BYTES),
+        areas_text(areas),
+        format_size(largest_gap_bytes(&taken)),
+        ways_out(areas, member, short.kind)
+    )
+}
+
+/// `"a": bitmap 4 KiB + write-hole log 512 KiB; "b": bitmap 4 KiB`: the areas by volume, in
+/// the order they were placed.
+fn areas_text(areas: &[(String, Area)]) -> String {
+    let mut by_volume: Vec<(&str, Vec<String>)> = Vec::new();
+    for (name, a) in areas {
+        let text = format!("{} {}", a.kind.name(), format_size(a.len_bytes));
+        match by_volume.last_mut() {
+            Some((n, list)) if n == name => list.push(text),
+            _ => by_volume.push((name, vec![text])),
+        }
+    }
+    let each: Vec<String> = (by_volume.iter())
+        .map(|(n, list)| format!("\"{n}\": {}", list.join(" + ")))
+        .collect();
+    each.join("; ")
+}
+
+/// What frees room in a member's metadata area holding `areas` for an area of `kind`: the
+/// logs there moved to reserves, smaller bitmaps, no bitmap, fewer volumes.
+fn ways_out(areas: &[(String, Area)], member: &str, kind: AreaKind) -> String {
+    let with = |kind: AreaKind, more_than_bytes: u64| {
+        let mut names: Vec<String> = (areas.iter())
+            .filter(|(_, a)| a.kind == kind && a.len_bytes > more_than_bytes)
+            .map(|(n, _)| format!("\"{n}\""))
+            .collect();
+        names.dedup();
+        names.join(", ")
+    };
+    let mut ways = Vec::new();
+    let logs = with(AreaKind::Log, 0);
+    if !logs.is_empty() {
+        ways.push(format!("give volume(s) {logs} write_hole_log_size = \"1MiB\" (a write-hole log then takes a reserve before its volume's region, outside the metadata area)"));
+    }
+    let bitmaps = with(AreaKind::Bitmap, 4096);
+    if !bitmaps.is_empty() {
+        ways.push(format!("give volume(s) {bitmaps} a larger bitmap_chunk (a smaller bitmap), or bitmap_chunk = \"off\""));
+    }
+    if kind == AreaKind::Bitmap {
+        ways.push(
+            "give this volume bitmap_chunk = \"off\" (every unclean start then resyncs it whole)"
+                .into(),
+        );
+    }
+    ways.push(format!("put fewer volumes on member \"{member}\""));
+    ways.join("; or ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,7 +358,7 @@ mod tests {
     #[test]
     fn areas_go_to_the_first_aligned_gap_and_a_full_area_refuses_the_bitmap() {
         let at = |offset_bytes, len_bytes| Area {
-            kind: AreaKind::Other,
+            kind: AreaKind::Backup,
             offset_bytes,
             len_bytes,
         };

@@ -116,7 +116,7 @@ fn a_bitmap_the_metadata_area_has_no_room_for_refuses_the_config() {
     let msg = e.to_string();
     for says in [
         "volume \"v14\": the 1 MiB metadata area of member \"d0\" has no room for its write-intent bitmap (64 KiB)",
-        "896 KiB of the 896 KiB left hold the areas of the volumes before it (\"v0\": bitmap 64 KiB; \"v1\": bitmap 64 KiB;",
+        "896 KiB of the 896 KiB left hold the areas of the volumes already there (\"v0\": bitmap 64 KiB; \"v1\": bitmap 64 KiB;",
         "the largest gap is 0 B",
         "a larger bitmap_chunk",
         "give this volume bitmap_chunk = \"off\"",

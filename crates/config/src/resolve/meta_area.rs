@@ -8,10 +8,8 @@ use super::cx::R;
 use super::Placement;
 use crate::allocate::{allocate, Usage};
 use crate::error::{ErrorKind, Problem};
-use crate::metadata_area::{self, Area, AreaAsk, AreaKind, Shortfall};
-use crate::metadata_area::{METADATA_AREA_BYTES, SUPERBLOCK_COPY_BYTES, VOLUME_AREAS_START_BYTES};
+use crate::metadata_area::{self, no_room_text, Area, AreaAsk, AreaKind, Shortfall};
 use crate::raw::RawVolume;
-use crate::size::format_size;
 use crate::volume_meta::MetadataOptions;
 use nbraid_layout::Geometry;
 
@@ -95,77 +93,14 @@ impl Placement<'_> {
     }
 
     /// Why member `m`'s metadata area (holding `u`) has no room for the volume's `short`,
-    /// what the volumes before it take there and the ways out.
+    /// located at the key that sizes what did not fit.
     fn no_room(&self, v: &RawVolume, m: usize, short: Shortfall, u: &Usage) -> Problem {
-        let member = &self.members[m].id;
-        let (what, span) = match short.kind {
-            AreaKind::Bitmap => (
-                "write-intent bitmap",
-                v.bitmap_chunk.as_ref().map(|s| s.span()),
-            ),
-            _ => ("write-hole log", v.write_hole.as_ref().map(|s| s.span())),
+        let span = match short.kind {
+            AreaKind::Bitmap => v.bitmap_chunk.as_ref().map(|s| s.span()),
+            _ => v.write_hole.as_ref().map(|s| s.span()),
         };
+        let why = no_room_text(&self.members[m].id, short, &u.areas);
         let span = span.unwrap_or(v.name.span());
-        let used: u64 = u.areas.iter().map(|(_, a)| a.len_bytes).sum();
-        let message = format!(
-            "{}: the {} metadata area of member \"{member}\" has no room for its {what} ({}): after the two {} superblock copies, {} of the {} left hold the areas of the volumes before it ({}) and the largest gap is {}; {}",
-            self.who,
-            format_size(METADATA_AREA_BYTES),
-            format_size(short.need_bytes),
-            format_size(SUPERBLOCK_COPY_BYTES),
-            format_size(used),
-            format_size(METADATA_AREA_BYTES - VOLUME_AREAS_START_BYTES),
-            areas_text(&u.areas),
-            format_size(metadata_area::largest_gap_bytes(&taken(u))),
-            ways_out(&u.areas, member, short.kind)
-        );
-        Problem::new(span, ErrorKind::Fit, message)
+        Problem::new(span, ErrorKind::Fit, format!("{}: {why}", self.who))
     }
-}
-
-/// `"a": bitmap 4 KiB + write-hole log 512 KiB; "b": bitmap 4 KiB`: the areas by volume, in
-/// the order they were placed.
-pub(super) fn areas_text(areas: &[(String, Area)]) -> String {
-    let mut by_volume: Vec<(&str, Vec<String>)> = Vec::new();
-    for (name, a) in areas {
-        let text = format!("{} {}", a.kind.name(), format_size(a.len_bytes));
-        match by_volume.last_mut() {
-            Some((n, list)) if n == name => list.push(text),
-            _ => by_volume.push((name, vec![text])),
-        }
-    }
-    let each: Vec<String> = (by_volume.iter())
-        .map(|(n, list)| format!("\"{n}\": {}", list.join(" + ")))
-        .collect();
-    each.join("; ")
-}
-
-/// What frees room in a member's metadata area holding `areas` for an area of `kind`: the
-/// logs there moved to reserves, smaller bitmaps, no bitmap, fewer volumes.
-fn ways_out(areas: &[(String, Area)], member: &str, kind: AreaKind) -> String {
-    let with = |kind: AreaKind, more_than_bytes: u64| {
-        let mut names: Vec<String> = (areas.iter())
-            .filter(|(_, a)| a.kind == kind && a.len_bytes > more_than_bytes)
-            .map(|(n, _)| format!("\"{n}\""))
-            .collect();
-        names.dedup();
-        names.join(", ")
-    };
-    let mut ways = Vec::new();
-    let logs = with(AreaKind::Log, 0);
-    if !logs.is_empty() {
-        ways.push(format!("give volume(s) {logs} write_hole_log_size = \"1MiB\" (a write-hole log then takes a reserve before its volume's region, outside the metadata area)"));
-    }
-    let bitmaps = with(AreaKind::Bitmap, 4096);
-    if !bitmaps.is_empty() {
-        ways.push(format!("give volume(s) {bitmaps} a larger bitmap_chunk (a smaller bitmap), or bitmap_chunk = \"off\""));
-    }
-    if kind == AreaKind::Bitmap {
-        ways.push(
-            "give this volume bitmap_chunk = \"off\" (every unclean start then resyncs it whole)"
-                .into(),
-        );
-    }
-    ways.push(format!("put fewer volumes on member \"{member}\""));
-    ways.join("; or ")
 }
