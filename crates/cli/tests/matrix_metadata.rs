@@ -311,3 +311,24 @@ fn the_config_budgets_the_metadata_area_exactly_as_create_fills_it() {
     eprintln!("{counts}");
     assert!(accepted > 0 && moved > 0 && refused > 0, "{counts}");
 }
+
+/// The config's copy of the engine's figures is the engine's.
+#[test]
+fn the_config_budget_uses_the_engine_figures() {
+    use nbraid_core::metadata::{intent, METADATA_AREA_BYTES, SLOT_BYTES};
+    assert_eq!(metadata_area::METADATA_AREA_BYTES, METADATA_AREA_BYTES);
+    assert_eq!(metadata_area::SUPERBLOCK_COPY_BYTES, SLOT_BYTES);
+    assert_eq!(metadata_area::BITMAP_BYTES_MAX, intent::MAX_BITMAP_BYTES);
+    assert_eq!(
+        metadata_area::LOG_AREA_DEFAULT_BYTES,
+        nbraid_core::ppl::DEFAULT_AREA_BYTES
+    );
+    for capacity in [4096, 1 << 20, 3 << 30, 1 << 40, (1 << 50) + 12345] {
+        for wanted in [4096, 1 << 16, 64 << 20, 1 << 30] {
+            let chunk = intent::chunk_for(capacity, wanted);
+            assert_eq!(metadata_area::bitmap_chunk_bytes(capacity, wanted), chunk);
+            let bytes = intent::area_bytes(capacity, chunk);
+            assert_eq!(metadata_area::bitmap_area_bytes(capacity, chunk), bytes);
+        }
+    }
+}

@@ -57,6 +57,8 @@ pub(super) struct Usage {
     /// A volume the records place is on the member: its areas are where its records say
     /// (`nbraid check` reads them), not necessarily in `areas`.
     pub(super) recorded: bool,
+    /// Volumes placed on the member: each keeps a record in its superblock.
+    pub(super) volumes: usize,
 }
 
 /// "4 GiB, minus the 1 MiB metadata reserve, minus 2 GiB used by volume "a"".

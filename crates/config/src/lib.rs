@@ -127,7 +127,7 @@ pub use listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP, NBD_PORT};
 pub use model::{
     is_remote, Config, HealOptions, Member, MemberStorage, Volume, VolumeSize, BLOCK_SIZES,
     BLOCK_SIZE_DEFAULT, CACHE_SIZE_DEFAULT, JBOD_ALIGN, MEMBER_MIN, MEMORY_PATH, METADATA_RESERVED,
-    REMOTE_SCHEMES,
+    REMOTE_SCHEMES, VOLUMES_PER_MEMBER_MAX, VOLUME_NAME_MAX_BYTES,
 };
 pub use remote_member::{
     RemoteSettings, REMOTE_CONNECTIONS_MAX, REMOTE_TIMEOUT_MAX, REMOTE_TIMEOUT_MIN,

@@ -18,6 +18,13 @@ use std::path::PathBuf;
 /// write-intent bitmap); no volume region begins before it.
 pub const METADATA_RESERVED: u64 = 1 << 20;
 
+/// Longest volume name: what a superblock's volume record holds (the engine's `NAME_BYTES`).
+pub const VOLUME_NAME_MAX_BYTES: usize = 64;
+
+/// Most volumes on one member: the volume records one superblock holds (the engine's
+/// `MAX_VOLUMES`).
+pub const VOLUMES_PER_MEMBER_MAX: usize = 64;
+
 /// Smallest member: the metadata reserve plus one 4 KiB block.
 pub const MEMBER_MIN: u64 = METADATA_RESERVED + nbraid_layout::STRIP_MIN;
 

@@ -15,6 +15,7 @@ use super::volume_meta::{self, MetadataOptions};
 use crate::error::ConfigError;
 use crate::model::{
     defined_members, Config, Member, MemberStorage, Volume, VolumeSize, METADATA_RESERVED,
+    VOLUME_NAME_MAX_BYTES,
 };
 use nbraid_layout::CacheMode;
 use nbraid_layout::{
@@ -441,16 +442,19 @@ impl Cx<'_> {
     }
 }
 
-/// The volume's name (checked: no whitespace, at most NBD's 4096 bytes) and how messages
-/// name the volume.
+/// The volume's name (checked: no whitespace, at most the [`VOLUME_NAME_MAX_BYTES`] a
+/// superblock record holds) and how messages name the volume.
 fn volume_name(v: &RawVolume) -> R<(String, String)> {
     let name = v.name.get_ref().clone();
     check_name(&name, "volume name", v.name.span())?;
-    if name.len() > 4096 {
+    if name.len() > VOLUME_NAME_MAX_BYTES {
         return Err(Problem::new(
             v.name.span(),
             ErrorKind::Name,
-            "volume name is longer than NBD's 4096-byte limit for export names",
+            format!(
+                "volume name \"{name}\" is {} bytes long; a volume's superblock records hold names of at most {VOLUME_NAME_MAX_BYTES} bytes (it is also the NBD export name): give a shorter name",
+                name.len()
+            ),
         ));
     }
     let who = format!("volume \"{name}\"");

@@ -174,3 +174,32 @@ fn members_with_recorded_volumes_are_not_refused_on_a_guess() {
     let older = Pins::before_default_log();
     config::parse_pinned(&t, Path::new("arrays.toml"), &older).expect("a trial read");
 }
+
+/// A member's superblock holds at most 64 volume records, each name at most 64 bytes: the
+/// daemon refused the 65th volume (or a longer name) as "a bug in nbraid".
+#[test]
+fn a_member_holds_64_volumes_and_a_name_64_bytes() {
+    let keys = "size = \"64KiB\"\nchecksums = \"off\"\n";
+    let mirrors = |n: usize| -> String {
+        (0..n)
+            .map(|i| volume(&format!("v{i}"), "raid1", 2, keys))
+            .collect()
+    };
+    parse(&text(2, "64MiB", &mirrors(64))).expect("64 volumes");
+    let e = parse(&text(2, "64MiB", &mirrors(65))).unwrap_err();
+    assert_eq!(e.kind(), Some(ErrorKind::Fit), "{e}");
+    assert!(
+        e.to_string().contains("volume \"v64\": it would be volume 65 on member \"d0\", whose superblock holds the records of at most 64"),
+        "{e}"
+    );
+    let long = "x".repeat(65);
+    let e = parse(&text(2, "64MiB", &volume(&long, "raid1", 2, ""))).unwrap_err();
+    assert_eq!(e.kind(), Some(ErrorKind::Name), "{e}");
+    assert!(
+        e.to_string().contains(
+            "is 65 bytes long; a volume's superblock records hold names of at most 64 bytes"
+        ),
+        "{e}"
+    );
+    parse(&text(2, "64MiB", &volume(&"x".repeat(64), "raid1", 2, ""))).expect("64 bytes");
+}

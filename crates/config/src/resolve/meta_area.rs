@@ -9,6 +9,7 @@ use super::Placement;
 use crate::allocate::{allocate, Usage};
 use crate::error::{ErrorKind, Problem};
 use crate::metadata_area::{self, no_room_text, Area, AreaAsk, AreaKind, Shortfall};
+use crate::model::VOLUMES_PER_MEMBER_MAX;
 use crate::raw::RawVolume;
 use crate::volume_meta::MetadataOptions;
 use nbraid_layout::Geometry;
@@ -83,6 +84,10 @@ impl Placement<'_> {
         for &m in self.idx {
             let u = &mut usage[m];
             u.recorded |= claim == Claim::Recorded;
+            u.volumes += 1;
+            if u.volumes > VOLUMES_PER_MEMBER_MAX && claim != Claim::Trial {
+                return Err(self.too_many(v, m));
+            }
             match metadata_area::place(&taken(u), &ask) {
                 Ok(placed) => (u.areas).extend(placed.into_iter().map(|a| (name.to_string(), a))),
                 Err(_) if claim != Claim::New || u.recorded => {}
@@ -90,6 +95,21 @@ impl Placement<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Member `m` would carry more volumes than its superblock holds records of.
+    fn too_many(&self, v: &RawVolume, m: usize) -> Problem {
+        let member = &self.members[m].id;
+        let span = v.members.as_ref().map_or(v.name.span(), |s| s.span());
+        Problem::new(
+            span,
+            ErrorKind::Fit,
+            format!(
+                "{}: it would be volume {} on member \"{member}\", whose superblock holds the records of at most {VOLUMES_PER_MEMBER_MAX}: put it on other members, or fewer volumes on \"{member}\"",
+                self.who,
+                VOLUMES_PER_MEMBER_MAX + 1
+            ),
+        )
     }
 
     /// Why member `m`'s metadata area (holding `u`) has no room for the volume's `short`,
