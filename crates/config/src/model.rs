@@ -25,7 +25,9 @@ pub const VOLUME_NAME_MAX_BYTES: usize = 64;
 /// `MAX_VOLUMES`).
 pub const VOLUMES_PER_MEMBER_MAX: usize = 64;
 
-/// Smallest member: the metadata reserve plus one 4 KiB block.
+/// Smallest member any volume fits on: the metadata reserve plus one 4 KiB block (a jbod
+/// with `checksums = "off"`). A member below it is refused with what the first volume on it
+/// needs, from that volume's geometry (about 2 MiB and one strip with the defaults).
 pub const MEMBER_MIN: u64 = METADATA_RESERVED + nbraid_layout::STRIP_MIN;
 
 /// Default bound of a write-back volume's stripe cache.

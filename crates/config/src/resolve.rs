@@ -62,12 +62,14 @@ impl Given<'_> {
 }
 
 mod cx;
+mod least;
 mod member;
 mod meta_area;
 mod options;
 mod pinned;
 
 use cx::{check_name, Cx, R};
+use member::Small;
 use meta_area::Claim;
 
 impl Cx<'_> {
@@ -83,11 +85,16 @@ impl Cx<'_> {
         let mut members: Vec<Member> = Vec::new();
         let mut spans: Vec<Range<usize>> = Vec::new();
         let mut ids: Vec<Option<(u64, u64)>> = Vec::new();
+        let mut small: Vec<Small> = Vec::new();
         for m in raw.member {
             let (member, id) = member::member(self, m.get_ref(), &members, &spans, &ids)?;
+            small.extend(Small::of(members.len(), m.get_ref(), &member));
             members.push(member);
             spans.push(m.get_ref().id.span());
             ids.push(id);
+        }
+        if let (true, Some(s)) = (raw.volume.is_empty(), small.first()) {
+            return Err(s.unused());
         }
         if raw.volume.is_empty() {
             return Err(Problem::new(
@@ -120,7 +127,11 @@ impl Cx<'_> {
                 ));
             }
             names.insert(name.clone(), self.line(&v.name.span()));
-            volumes.push(self.volume(v, span, &members, &mut usage)?);
+            volumes.push(self.volume(v, span, &members, &small, &mut usage)?);
+        }
+        let unused = |s: &&Small| !volumes.iter().any(|v| v.members.contains(&s.member));
+        if let Some(s) = small.iter().find(unused) {
+            return Err(s.unused());
         }
         let raw_volumes: Vec<&RawVolume> = raw.volume.iter().map(|v| v.get_ref()).collect();
         super::spares::resolve(&raw_volumes, &mut volumes, &members)?;
@@ -212,6 +223,7 @@ impl Cx<'_> {
         v: &RawVolume,
         vspan: Range<usize>,
         members: &[Member],
+        small: &[Small],
         usage: &mut [Usage],
     ) -> R<Volume> {
         let (name, who) = volume_name(v)?;
@@ -257,6 +269,9 @@ impl Cx<'_> {
             Ok((regions, geometry))
         };
         let recorded = self.pins.starts(&name).is_some();
+        if !recorded {
+            at.refuse_small(small, &metadata, usage)?;
+        }
         let (regions, geometry) = match recorded.then_some(self.pins) {
             None => unpinned(&metadata, usage)?,
             Some(pins) => {

@@ -290,11 +290,49 @@ fn unparsable_sizes_say_which_units_are_decimal() {
 
 #[test]
 fn member_too_small() {
+    // No volume uses it: what the smallest volume and one with the defaults need.
     let e = refused("[[member]]\nid = \"a0\"\npath = \"x.img\"\nsize = \"1MiB\"\n");
     expect(
         &e,
         ErrorKind::Size,
-        "configs/bad.toml:4:8: member \"a0\": size \"1MiB\" is too small; a member needs at least 1028KiB",
+        "configs/bad.toml:4:8: member \"a0\": size \"1MiB\" is too small to hold a volume: a member needs at least 2.06 MiB (size = \"2112KiB\") for one with the defaults — the 1 MiB metadata area, 1 MiB of block checksums before the region, one 64 KiB strip — and 1.00 MiB (size = \"1028KiB\") for the smallest (a jbod with checksums = \"off\": the 1 MiB metadata area, one 4 KiB block)",
+        &[],
+    );
+    // A volume uses it: what that volume needs, from its geometry.
+    let small = MEMBERS.replacen("size = \"1GiB\"", "size = \"1MiB\"", 1);
+    let r5 = "[[volume]]\nname = \"db\"\nlevel = \"raid5\"\nstrip_size = \"128KiB\"\nmembers = [\"a0\", \"a1\", \"a2\"]\n";
+    expect(
+        &refused(&format!("{small}{r5}")),
+        ErrorKind::Size,
+        "configs/bad.toml:4:8: member \"a0\": size \"1MiB\" is too small for volume \"db\": it needs at least 2.12 MiB (size = \"2176KiB\"): the 1 MiB metadata area, 1 MiB of block checksums before the region, one 128 KiB strip",
+        &[],
+    );
+    // That much is enough: one strip on it.
+    let enough = MEMBERS.replacen("size = \"1GiB\"", "size = \"2176KiB\"", 1);
+    let c = common::check(&format!("{enough}{r5}")).expect("the least it named");
+    assert_eq!(c.volumes[0].regions[0].len, 128 << 10);
+    let r1 = "[[volume]]\nname = \"sys\"\nlevel = \"raid1\"\nmembers = [\"a1\", \"a0\"]\nsize = \"1MiB\"\nchecksums = \"off\"\n";
+    expect(
+        &refused(&format!("{small}{r1}")),
+        ErrorKind::Size,
+        "configs/bad.toml:4:8: member \"a0\": size \"1MiB\" is too small for volume \"sys\": it needs at least 2 MiB (size = \"2MiB\"): the 1 MiB metadata area, the 1 MiB region its size needs",
+        &[],
+    );
+    // An existing file that gives its own size: located at its path.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tiny.img");
+    std::fs::write(&file, vec![0u8; 4096]).unwrap();
+    let text = format!(
+        "[[member]]\nid = \"t\"\npath = \"{}\"\n[[volume]]\nname = \"j\"\nlevel = \"jbod\"\nmembers = [\"t\"]\nchecksums = \"off\"\n",
+        file.display()
+    );
+    expect(
+        &refused(&text),
+        ErrorKind::Size,
+        &format!(
+            "configs/bad.toml:3:8: member \"t\": \"{}\" holds only 4096 bytes is too small for volume \"j\": it needs at least 1.00 MiB (size = \"1028KiB\"): the 1 MiB metadata area, one 4 KiB block",
+            file.display()
+        ),
         &[],
     );
 }

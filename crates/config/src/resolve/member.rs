@@ -10,6 +10,8 @@ use crate::error::{ErrorKind, Problem};
 use crate::model::{Member, MemberStorage, MEMBER_MIN, MEMORY_PATH, METADATA_RESERVED};
 use crate::raw::{RawMember, RawSize};
 use crate::size::{format_size, format_size_exact};
+use crate::volume_meta::checksum_reserve_bytes;
+use nbraid_layout::STRIP_DEFAULT;
 use serde_spanned::Spanned;
 
 /// Member `raw`, checked against those `before` it (ids, paths, files).
@@ -94,7 +96,8 @@ fn locate(cx: &Cx, raw: &RawMember, who: &str, id: &str) -> R<(String, PathBuf, 
     Ok((path_text, path, probed))
 }
 
-/// The member's `size`, if given: at least [`MEMBER_MIN`].
+/// The member's `size`, if given (one below [`MEMBER_MIN`] is refused once it is known what
+/// the member holds: [`Small`]).
 fn given_size<'r>(
     cx: &Cx,
     raw: &'r RawMember,
@@ -103,20 +106,138 @@ fn given_size<'r>(
     let Some(s) = &raw.size else {
         return Ok(None);
     };
-    let bytes = cx.size(s, who, "size")?;
-    if bytes < MEMBER_MIN {
-        return Err(Problem::new(
-            s.span(),
+    Ok(Some((cx.size(s, who, "size")?, s)))
+}
+
+/// A member below [`MEMBER_MIN`]: too small for any volume. It is refused with what the
+/// first volume on it needs ([`Least`]), computed from that volume's geometry, or — no volume
+/// uses it — with what the smallest and a default volume need.
+pub(super) struct Small {
+    /// Its index in the config's members.
+    pub member: usize,
+    who: String,
+    /// Its `size`, or its path when the size is the file's.
+    span: Range<usize>,
+    /// `size "1MiB"`, or `"d0.img" holds only 4096 bytes`.
+    said: String,
+}
+
+impl Small {
+    /// Member `member` (`raw`, resolved as `m`) if it is below [`MEMBER_MIN`].
+    pub fn of(member: usize, raw: &RawMember, m: &Member) -> Option<Small> {
+        if m.size >= MEMBER_MIN {
+            return None;
+        }
+        let (span, said) = match &raw.size {
+            Some(s) => (s.span(), format!("size {}", s.get_ref().shown())),
+            None => (
+                raw.path.span(),
+                format!("\"{}\" holds only {} bytes", m.path.display(), m.size),
+            ),
+        };
+        let who = format!("member \"{}\"", m.id);
+        Some(Small {
+            member,
+            who,
+            span,
+            said,
+        })
+    }
+
+    /// Refused: the first volume on it (`volume`: how messages name it) needs `least`.
+    pub fn too_small_for(&self, volume: &str, least: &Least) -> Problem {
+        let need = least.total_bytes();
+        Problem::new(
+            self.span.clone(),
             ErrorKind::Size,
             format!(
-                "{who}: size {} is too small; a member needs at least {} ({} of metadata reserve and one 4 KiB block)",
-                s.get_ref().shown(),
-                format_size_exact(MEMBER_MIN),
-                format_size(METADATA_RESERVED)
+                "{}: {} is too small for {volume}: it needs at least {} (size = \"{}\"): {}",
+                self.who,
+                self.said,
+                format_size(need),
+                format_size_exact(need),
+                least.parts()
             ),
-        ));
+        )
     }
-    Ok(Some((bytes, s)))
+
+    /// Refused: no volume uses it, so what the smallest volume and one with the defaults need.
+    pub fn unused(&self) -> Problem {
+        let tiny = Least::new(
+            METADATA_RESERVED,
+            nbraid_layout::STRIP_MIN,
+            "one 4 KiB block",
+        );
+        let mut default = Least::new(METADATA_RESERVED, STRIP_DEFAULT, "one 64 KiB strip");
+        default.checksum_bytes = checksum_reserve_bytes(STRIP_DEFAULT);
+        Problem::new(
+            self.span.clone(),
+            ErrorKind::Size,
+            format!(
+                "{}: {} is too small to hold a volume: a member needs at least {} (size = \"{}\") for one with the defaults — {} — and {} (size = \"{}\") for the smallest (a jbod with checksums = \"off\": {})",
+                self.who,
+                self.said,
+                format_size(default.total_bytes()),
+                format_size_exact(default.total_bytes()),
+                default.parts(),
+                format_size(tiny.total_bytes()),
+                format_size_exact(tiny.total_bytes()),
+                tiny.parts()
+            ),
+        )
+    }
+}
+
+/// What a member needs to hold a volume's least region: what comes before it (the metadata
+/// area, earlier volumes), the volume's reserves, the region. Pure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Least {
+    /// Taken before the volume: the metadata area and the volumes placed before it.
+    pub before_bytes: u64,
+    pub checksum_bytes: u64,
+    pub log_bytes: u64,
+    pub region_bytes: u64,
+    /// The region in words: "one 64 KiB strip", "the 32 MiB region its size needs".
+    pub region_what: String,
+}
+
+impl Least {
+    pub fn new(before_bytes: u64, region_bytes: u64, region_what: &str) -> Least {
+        Least {
+            before_bytes,
+            checksum_bytes: 0,
+            log_bytes: 0,
+            region_bytes,
+            region_what: region_what.to_string(),
+        }
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.before_bytes + self.checksum_bytes + self.log_bytes + self.region_bytes
+    }
+
+    /// "the 1 MiB metadata area, 1 MiB of block checksums, one 64 KiB strip".
+    pub fn parts(&self) -> String {
+        let before = match self.before_bytes.saturating_sub(METADATA_RESERVED) {
+            0 => format!("the {} metadata area", format_size(METADATA_RESERVED)),
+            more => format!(
+                "the {} metadata area and the {} the volumes before it take",
+                format_size(METADATA_RESERVED),
+                format_size(more)
+            ),
+        };
+        let mut parts = vec![before];
+        if self.checksum_bytes > 0 {
+            let sums = format_size(self.checksum_bytes);
+            parts.push(format!("{sums} of block checksums before the region"));
+        }
+        if self.log_bytes > 0 {
+            let log = format_size(self.log_bytes);
+            parts.push(format!("the {log} reserve of its write-hole log"));
+        }
+        parts.push(self.region_what.clone());
+        parts.join(", ")
+    }
 }
 
 /// The member's size and storage from what is at its path and the size given: a missing file,
@@ -164,17 +285,7 @@ fn size_and_state(
             }
             Ok((bytes, state))
         }
-        (Probe::Found(state, _), None) => {
-            let actual = state_len(state);
-            if actual < MEMBER_MIN {
-                return refuse(format!(
-                    "{who}: \"{}\" holds only {actual} bytes; a member needs at least {}",
-                    path.display(),
-                    format_size_exact(MEMBER_MIN)
-                ));
-            }
-            Ok((actual, state))
-        }
+        (Probe::Found(state, _), None) => Ok((state_len(state), state)),
     }
 }
 
@@ -244,6 +355,22 @@ fn state_len(state: MemberStorage) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_least_a_member_needs_adds_what_comes_before_the_reserves_and_the_region() {
+        let mib = 1 << 20;
+        let mut least = Least::new(mib, 64 << 10, "one 64 KiB strip");
+        assert_eq!(least.total_bytes(), mib + (64 << 10));
+        assert_eq!(least.parts(), "the 1 MiB metadata area, one 64 KiB strip");
+        least.before_bytes = 5 * mib;
+        least.checksum_bytes = mib;
+        least.log_bytes = 2 * mib;
+        assert_eq!(least.total_bytes(), 8 * mib + (64 << 10));
+        assert_eq!(
+            least.parts(),
+            "the 1 MiB metadata area and the 4 MiB the volumes before it take, 1 MiB of block checksums before the region, the 2 MiB reserve of its write-hole log, one 64 KiB strip"
+        );
+    }
 
     #[test]
     fn normalizes_lexically() {
