@@ -3,6 +3,7 @@
 use crate::model::{Config, MemberStorage, VolumeSize, METADATA_RESERVED};
 use crate::size::format_size;
 use crate::tree::any_node;
+use crate::write_hole;
 use nbraid_layout::{FaultTolerance, Level, Node};
 use serde::Serialize;
 use std::fmt;
@@ -81,6 +82,13 @@ pub struct VolumeSummary {
     /// `write_hole_log_size`: the log's reserve before the region on every member (`None`:
     /// the log, if any, lives in the metadata area).
     pub write_hole_log_bytes: Option<u64>,
+    /// Parity groups the write-hole log does not cover, each on one line (the tree's
+    /// notation): groups whose children are not member regions (over mirrors, stripes or
+    /// other groups), or every group with `write_hole = "off"`. Empty: every group is logged
+    /// (or there is none).
+    pub unlogged_parity_groups: Vec<String>,
+    /// What those groups risk, in a sentence (`None`: every group is logged).
+    pub write_hole_note: Option<String>,
     pub read_only: bool,
     pub block_size: u32,
     /// Ids of the members standing by as spares.
@@ -129,6 +137,11 @@ impl Summary {
                     ms.volumes.push(v.name.clone());
                 }
             }
+            let ids = v.member_ids(config);
+            let root = v.geometry.root();
+            let unlogged = write_hole::unlogged_groups(root, v.metadata.ppl, &ids);
+            let groups = write_hole::parity_groups(root);
+            let write_hole_note = write_hole::note(&unlogged, groups, v.metadata.ppl);
             let shape = v.shape.as_ref();
             let striped = shape.filter(|s| !matches!(s.level, Level::Jbod | Level::Raid1));
             volumes.push(VolumeSummary {
@@ -165,6 +178,8 @@ impl Summary {
                 cache_size_bytes: v.cache.cache_bytes(),
                 has_parity: any_node(v.geometry.root(), &|n| matches!(n, Node::Parity(_))),
                 write_hole_log_bytes: v.metadata.ppl_log_bytes,
+                unlogged_parity_groups: unlogged,
+                write_hole_note,
                 read_only: v.read_only,
                 block_size: v.block_size,
                 spares: v
@@ -245,6 +260,9 @@ impl fmt::Display for Summary {
         ))?;
         for v in &self.volumes {
             write!(f, "\n{}: {}", v.name, volume_options(v).join(", "))?;
+            if let Some(note) = &v.write_hole_note {
+                write!(f, "\n{}: {note}", v.name)?;
+            }
         }
         writeln!(f)
     }
