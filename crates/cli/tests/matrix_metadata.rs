@@ -332,3 +332,23 @@ fn the_config_budget_uses_the_engine_figures() {
         }
     }
 }
+
+/// An existing array whose records hold no log area (created with `write_hole = "off"`, or
+/// by an nbraid before the log) and whose config then drops the line: today's rule would
+/// give the fourth volume's new log a reserve the full members cannot hold, but the volumes
+/// stay where their records put them — check and the start accept it (the start warns that
+/// the records hold no log area), as before the metadata area was budgeted. Both reads the
+/// records are found through refused it, so the records were never read.
+#[test]
+fn an_existing_array_without_log_areas_still_starts_when_the_log_is_switched_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let r5 = |n, keys| volume(n, "raid5", 3, keys);
+    let off = "size = \"128MiB\"\nwrite_hole = \"off\"";
+    let vols = [r5("a", off), r5("b", off), r5("c", off), r5("d", off)].concat();
+    let cfg = config(dir.path(), 3, "261MiB", &vols);
+    ok(nbraid(&["create", &cfg]), "nbraid create");
+    let on = "size = \"128MiB\"";
+    let vols = [r5("a", on), r5("b", on), r5("c", on), r5("d", on)].concat();
+    let cfg = config(dir.path(), 3, "261MiB", &vols);
+    starts_as_check_said(&cfg, &["a", "b", "c", "d"]);
+}

@@ -251,8 +251,11 @@ impl Cx<'_> {
             let default = !self.pins.is_before_default_log();
             metadata.ppl_log_bytes = at.trial_log_reserve(usage, default);
             // A log whose ring fits the metadata area, but whose members' areas the volumes
-            // before it filled (Matrix), gets a reserve too.
-            if metadata.ppl_log_bytes.is_none() {
+            // before it filled (Matrix), gets a reserve too — not in the read for older
+            // records (`nbraid_assembly::pins` falls back to it to find them): an existing
+            // volume whose records hold no log area would get a reserve the full members
+            // cannot hold, both reads would fail and its records would never be read.
+            if metadata.ppl_log_bytes.is_none() && default {
                 metadata.ppl_log_bytes = at.log_reserve_for_room(usage, &metadata);
             }
         }

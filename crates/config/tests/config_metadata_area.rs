@@ -203,3 +203,51 @@ fn a_member_holds_64_volumes_and_a_name_64_bytes() {
     );
     parse(&text(2, "64MiB", &volume(&"x".repeat(64), "raid1", 2, ""))).expect("64 bytes");
 }
+
+/// Four RAID 5 volumes of 128 MiB over three members of `member_size` at `paths`
+/// (`{i}`: the member's index), each with more `keys`.
+fn four_r5(paths: &str, member_size: &str, keys: &str) -> String {
+    let mut t = String::new();
+    for i in 0..3 {
+        let path = paths.replace("{i}", &i.to_string());
+        t += &format!("[[member]]\nid = \"d{i}\"\npath = \"{path}\"\nsize = \"{member_size}\"\n");
+    }
+    let keys = format!("size = \"128MiB\"\n{keys}");
+    let vols = ["a", "b", "c", "d"].map(|n| volume(n, "raid5", 3, &keys));
+    t + &vols.concat()
+}
+
+/// Each volume's region start on its first member.
+fn starts(c: &Config) -> Vec<u64> {
+    c.volumes.iter().map(|v| v.regions[0].start).collect()
+}
+
+/// An existing array whose records hold no log area (`write_hole = "off"`, or an nbraid
+/// before the log) with the log then switched on: today's rule gives the fourth log a
+/// reserve the full members cannot hold, so the first read fails; the read for older records
+/// (`nbraid_assembly::pins` falls back to it to find the records) must not add that reserve,
+/// or the records are never read. Pinned where the records put them, the config is accepted.
+#[test]
+fn the_read_for_older_records_gives_no_log_a_reserve_for_room() {
+    let at = Path::new("arrays.toml");
+    let created = parse(&four_r5("d{i}.img", "261MiB", "write_hole = \"off\"\n")).unwrap();
+    let on = four_r5("d{i}.img", "261MiB", "");
+    assert!(
+        parse(&on).is_err(),
+        "today's rule: the fourth log's reserve does not fit"
+    );
+    let older = config::parse_pinned(&on, at, &Pins::before_default_log())
+        .expect("the read for older records places the volumes");
+    assert_eq!(starts(&older), starts(&created));
+    assert_eq!(log_reserves(&older), [None; 4]);
+    let mut pins = Pins::new();
+    for v in &created.volumes {
+        pins.pin(
+            &v.name,
+            v.regions.iter().map(|r| Some(r.start)).collect(),
+            None,
+        );
+    }
+    let pinned = config::parse_pinned(&on, at, &pins).expect("placed where recorded");
+    assert_eq!(starts(&pinned), starts(&created));
+}
