@@ -255,7 +255,9 @@ impl Cx<'_> {
             // records (`nbraid_assembly::pins` falls back to it to find them): an existing
             // volume whose records hold no log area would get a reserve the full members
             // cannot hold, both reads would fail and its records would never be read.
-            if metadata.ppl_log_bytes.is_none() && default {
+            // Nor a volume with a member on an NBD server: nothing can pin it, so it keeps
+            // the rule it was created under (as [`Placement::trial_log_reserve`]).
+            if metadata.ppl_log_bytes.is_none() && default && !at.remote() {
                 metadata.ppl_log_bytes = at.log_reserve_for_room(usage, &metadata);
             }
         }
@@ -294,10 +296,11 @@ impl Cx<'_> {
         };
         check_log_size(v, &who, &geometry, metadata.ppl_log_bytes)?;
         check_cache_holds_a_stripe(v, &who, &geometry, &opts.cache)?;
-        let claim = match (recorded, self.pins.is_before_default_log()) {
-            (true, _) => Claim::Recorded,
-            (false, true) => Claim::Trial,
-            (false, false) => Claim::New,
+        let claim = match (recorded, self.pins.is_before_default_log(), at.remote()) {
+            (true, _, _) => Claim::Recorded,
+            (false, true, _) => Claim::Trial,
+            (false, false, true) => Claim::Remote,
+            (false, false, false) => Claim::New,
         };
         at.claim_areas(v, &name, &geometry, &metadata, claim, usage)?;
         Ok(Volume {
@@ -523,6 +526,13 @@ struct Placement<'a> {
 }
 
 impl Placement<'_> {
+    /// A member of the volume is on an NBD server: its records cannot be read before a start
+    /// (`nbraid_assembly::pins`), so nothing pins the volume and the config's placement is
+    /// final.
+    fn remote(&self) -> bool {
+        (self.idx.iter()).any(|&m| self.members[m].state == MemberStorage::Remote)
+    }
+
     /// The write-hole log reserve of the volume's geometry, tried on regions placed as if
     /// there were no reserve ([`volume_meta::default_log_reserve_bytes`]); `None` when it
     /// does not fit, needs none or logs nothing. Only parity logs, and parity gives every
@@ -538,8 +548,7 @@ impl Placement<'_> {
         let strips = nbraid_layout::log_reserve_bytes(g.root());
         // A volume with a member on an NBD server cannot have its records read before a
         // start (`nbraid_assembly::pins`), so it keeps the rule it was created under.
-        let remote = (p.idx.iter()).any(|&m| p.members[m].state == MemberStorage::Remote);
-        if remote || !default {
+        if p.remote() || !default {
             return strips;
         }
         let largest = regions.iter().map(|r| r.len).max()?;

@@ -251,3 +251,34 @@ fn the_read_for_older_records_gives_no_log_a_reserve_for_room() {
     let pinned = config::parse_pinned(&on, at, &pins).expect("placed where recorded");
     assert_eq!(starts(&pinned), starts(&created));
 }
+
+/// A volume with a member on an NBD server: its records cannot be read before a start, so
+/// nothing pins it and the config's placement is final — it keeps the rule it was created
+/// under. A log with no room left in the metadata area gets no reserve (that moved the fourth
+/// volume's region by 1 MiB and the start refused it: "geometry changed"), and no area is
+/// refused on the config's guess of the metadata area.
+#[test]
+fn a_volume_with_a_remote_member_gets_no_reserve_for_room() {
+    let remote = four_r5("nbd://10.0.0.{i}:10809/disk", "300MiB", "");
+    let off = four_r5(
+        "nbd://10.0.0.{i}:10809/disk",
+        "300MiB",
+        "write_hole = \"off\"\n",
+    );
+    let c = parse(&remote).unwrap();
+    assert_eq!(log_reserves(&c), [None; 4]);
+    assert_eq!(starts(&c), starts(&parse(&off).unwrap()));
+    // Files: the fourth log gets its reserve, and its region moves.
+    let files = parse(&four_r5("d{i}.img", "300MiB", "")).unwrap();
+    assert_eq!(log_reserves(&files), [None, None, None, Some(MIB)]);
+    // Fifteen 64 KiB bitmaps on remote members: not refused on the guess.
+    let keys = "size = \"2GiB\"\nbitmap_chunk = \"4KiB\"\nchecksums = \"off\"\n";
+    let mut t = String::new();
+    for i in 0..2 {
+        t += &format!("[[member]]\nid = \"d{i}\"\npath = \"nbd://h{i}/e\"\nsize = \"40GiB\"\n");
+    }
+    for i in 0..15 {
+        t += &volume(&format!("v{i}"), "raid1", 2, keys);
+    }
+    parse(&t).expect("remote members: the start decides");
+}

@@ -26,6 +26,10 @@ pub(super) enum Claim {
     Recorded,
     /// Reading for older records (`Pins::before_default_log`): nothing is refused.
     Trial,
+    /// A volume with a member on an NBD server: nothing pins it, and it may exist with areas
+    /// placed under an older rule, so none is refused on this guess of the metadata area;
+    /// where they do not fit, its members' areas are unknown, as a recorded volume's.
+    Remote,
 }
 
 /// The areas member usage `u` holds.
@@ -90,6 +94,7 @@ impl Placement<'_> {
             }
             match metadata_area::place(&taken(u), &ask) {
                 Ok(placed) => (u.areas).extend(placed.into_iter().map(|a| (name.to_string(), a))),
+                Err(_) if claim == Claim::Remote => u.recorded = true,
                 Err(_) if claim != Claim::New || u.recorded => {}
                 Err(short) => return Err(self.no_room(v, m, short, &usage[m])),
             }
