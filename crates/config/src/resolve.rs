@@ -69,8 +69,9 @@ mod options;
 mod pinned;
 
 use cx::{check_name, Cx, R};
+use least::Least;
 use member::Small;
-use meta_area::Claim;
+use meta_area::{Areas, Claim};
 
 impl Cx<'_> {
     fn resolve(&self, raw: RawConfig, file: &Path) -> R<Config> {
@@ -302,7 +303,8 @@ impl Cx<'_> {
             (false, false, true) => Claim::Remote,
             (false, false, false) => Claim::New,
         };
-        at.claim_areas(v, &name, &geometry, &metadata, claim, usage)?;
+        let areas = Areas::new(&who, &idx, members, &geometry, &metadata);
+        areas.claim(v, &name, claim, usage)?;
         Ok(Volume {
             name,
             shape: plan.into_shape(),
@@ -526,11 +528,36 @@ struct Placement<'a> {
 }
 
 impl Placement<'_> {
+    /// Refuses the volume's first member in `small` (too small for any volume), naming what
+    /// the volume needs of it after the volumes before it (`usage`).
+    fn refuse_small(&self, small: &[Small], metadata: &MetadataOptions, usage: &[Usage]) -> R<()> {
+        for &m in self.idx {
+            if let Some(s) = small.iter().find(|s| s.member == m) {
+                let (plan, n) = (self.plan, self.idx.len());
+                let least = Least::for_volume(plan, self.requested, n, usage[m].cursor, metadata);
+                return Err(s.too_small_for(self.who, &least));
+            }
+        }
+        Ok(())
+    }
+
     /// A member of the volume is on an NBD server: its records cannot be read before a start
     /// (`nbraid_assembly::pins`), so nothing pins the volume and the config's placement is
     /// final.
     fn remote(&self) -> bool {
         (self.idx.iter()).any(|&m| self.members[m].state == MemberStorage::Remote)
+    }
+
+    /// The reserve the volume's write-hole log takes before its region because some member's
+    /// metadata area has no room left for it ([`Areas::log_reserve_for_room`]). Decided on
+    /// the regions placed without reserves: the real ones are no larger, nor is their
+    /// bitmap, so a log that fits beside the trial's bitmap fits beside the real one.
+    fn log_reserve_for_room(&self, usage: &[Usage], metadata: &MetadataOptions) -> Option<u64> {
+        let p = self;
+        let regions =
+            allocate(p.who, p.plan.sizing(), p.requested, p.idx, p.members, usage).ok()?;
+        let g = p.plan.geometry(&regions).ok()?;
+        Areas::new(p.who, p.idx, p.members, &g, metadata).log_reserve_for_room(usage)
     }
 
     /// The write-hole log reserve of the volume's geometry, tried on regions placed as if

@@ -6,6 +6,7 @@ use std::ops::Range;
 use std::path::{Component, Path, PathBuf};
 
 use super::cx::{check_name, Cx, R};
+use super::least::Least;
 use crate::error::{ErrorKind, Problem};
 use crate::model::{Member, MemberStorage, MEMBER_MIN, MEMORY_PATH, METADATA_RESERVED};
 use crate::raw::{RawMember, RawSize};
@@ -188,58 +189,6 @@ impl Small {
     }
 }
 
-/// What a member needs to hold a volume's least region: what comes before it (the metadata
-/// area, earlier volumes), the volume's reserves, the region. Pure.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Least {
-    /// Taken before the volume: the metadata area and the volumes placed before it.
-    pub before_bytes: u64,
-    pub checksum_bytes: u64,
-    pub log_bytes: u64,
-    pub region_bytes: u64,
-    /// The region in words: "one 64 KiB strip", "the 32 MiB region its size needs".
-    pub region_what: String,
-}
-
-impl Least {
-    pub fn new(before_bytes: u64, region_bytes: u64, region_what: &str) -> Least {
-        Least {
-            before_bytes,
-            checksum_bytes: 0,
-            log_bytes: 0,
-            region_bytes,
-            region_what: region_what.to_string(),
-        }
-    }
-
-    pub fn total_bytes(&self) -> u64 {
-        self.before_bytes + self.checksum_bytes + self.log_bytes + self.region_bytes
-    }
-
-    /// "the 1 MiB metadata area, 1 MiB of block checksums, one 64 KiB strip".
-    pub fn parts(&self) -> String {
-        let before = match self.before_bytes.saturating_sub(METADATA_RESERVED) {
-            0 => format!("the {} metadata area", format_size(METADATA_RESERVED)),
-            more => format!(
-                "the {} metadata area and the {} the volumes before it take",
-                format_size(METADATA_RESERVED),
-                format_size(more)
-            ),
-        };
-        let mut parts = vec![before];
-        if self.checksum_bytes > 0 {
-            let sums = format_size(self.checksum_bytes);
-            parts.push(format!("{sums} of block checksums before the region"));
-        }
-        if self.log_bytes > 0 {
-            let log = format_size(self.log_bytes);
-            parts.push(format!("the {log} reserve of its write-hole log"));
-        }
-        parts.push(self.region_what.clone());
-        parts.join(", ")
-    }
-}
-
 /// The member's size and storage from what is at its path and the size given: a missing file,
 /// a memory or a remote member needs a size; an existing file or device holds at least it (or
 /// gives its own).
@@ -355,22 +304,6 @@ fn state_len(state: MemberStorage) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_least_a_member_needs_adds_what_comes_before_the_reserves_and_the_region() {
-        let mib = 1 << 20;
-        let mut least = Least::new(mib, 64 << 10, "one 64 KiB strip");
-        assert_eq!(least.total_bytes(), mib + (64 << 10));
-        assert_eq!(least.parts(), "the 1 MiB metadata area, one 64 KiB strip");
-        least.before_bytes = 5 * mib;
-        least.checksum_bytes = mib;
-        least.log_bytes = 2 * mib;
-        assert_eq!(least.total_bytes(), 8 * mib + (64 << 10));
-        assert_eq!(
-            least.parts(),
-            "the 1 MiB metadata area and the 4 MiB the volumes before it take, 1 MiB of block checksums before the region, the 2 MiB reserve of its write-hole log, one 64 KiB strip"
-        );
-    }
 
     #[test]
     fn normalizes_lexically() {

@@ -1,15 +1,14 @@
 //! A volume's areas in its members' 1 MiB metadata areas (`crate::metadata_area`), placed
-//! in file order as the engine places them at create. Matrix volumes share those areas: a
-//! write-hole log that finds no room on some member gets a reserve before the volume's
-//! region instead (as `write_hole_log_size` would give it); a bitmap that finds none
-//! refuses the config, naming the member, the volumes there and what each takes.
+//! in file order as the engine places them at create ([`Areas`]). Matrix volumes share
+//! those areas: a write-hole log that finds no room on some member gets a reserve before the
+//! volume's region instead (as `write_hole_log_size` would give it); a bitmap that finds
+//! none refuses the config, naming the member, the volumes there and what each takes.
 
 use super::cx::R;
-use super::Placement;
-use crate::allocate::{allocate, Usage};
+use crate::allocate::Usage;
 use crate::error::{ErrorKind, Problem};
 use crate::metadata_area::{self, no_room_text, Area, AreaAsk, AreaKind, Shortfall};
-use crate::model::VOLUMES_PER_MEMBER_MAX;
+use crate::model::{Member, VOLUMES_PER_MEMBER_MAX};
 use crate::raw::RawVolume;
 use crate::volume_meta::MetadataOptions;
 use nbraid_layout::Geometry;
@@ -37,54 +36,62 @@ fn taken(u: &Usage) -> Vec<Area> {
     u.areas.iter().map(|(_, a)| *a).collect()
 }
 
-impl Placement<'_> {
-    /// The reserve the volume's write-hole log takes before its region because some member's
-    /// metadata area has no room left for it (the volumes before it took it): its ring in
-    /// whole MiB. `None`: it fits on every member, or it is not kept there. Decided on the
-    /// regions placed without reserves: the real ones are no larger, nor is their bitmap, so
-    /// a log that fits beside the trial's bitmap fits beside the real one.
-    pub(super) fn log_reserve_for_room(
-        &self,
-        usage: &[Usage],
+/// What one volume asks of its members' metadata areas (its bitmap, its log unless that has
+/// a reserve), from its geometry and settings, and the members it asks it of.
+pub(super) struct Areas<'a> {
+    /// How messages name the volume.
+    who: &'a str,
+    /// Its members, by index in the config's `members`.
+    idx: &'a [usize],
+    members: &'a [Member],
+    ask: AreaAsk,
+}
+
+impl<'a> Areas<'a> {
+    /// The areas volume `who` over `idx` asks for with `geometry` and `metadata`.
+    pub fn new(
+        who: &'a str,
+        idx: &'a [usize],
+        members: &'a [Member],
+        geometry: &Geometry,
         metadata: &MetadataOptions,
-    ) -> Option<u64> {
-        if !metadata.ppl || metadata.ppl_log_bytes.is_some() {
-            return None;
+    ) -> Areas<'a> {
+        let ask = AreaAsk::new(geometry.root(), geometry.capacity(), metadata);
+        Areas {
+            who,
+            idx,
+            members,
+            ask,
         }
-        let p = self;
-        let regions =
-            allocate(p.who, p.plan.sizing(), p.requested, p.idx, p.members, usage).ok()?;
-        let g = p.plan.geometry(&regions).ok()?;
-        let ask = AreaAsk::new(g.root(), g.capacity(), metadata);
-        let log = ask.log?;
-        let short = |u: &Usage| match metadata_area::place(&taken(u), &ask) {
+    }
+
+    /// The reserve the volume's write-hole log takes before its region because some member's
+    /// metadata area, after the volumes before it (`usage`), has no room left for it: its
+    /// ring in whole MiB. `None`: it fits on every member, or it is not kept there (no log,
+    /// `write_hole = "off"`, a reserve already). Asked of
+    /// the areas of the geometry the volume has without that reserve (with one its regions,
+    /// hence its bitmap, are no larger, and its log takes none of the metadata area).
+    pub fn log_reserve_for_room(&self, usage: &[Usage]) -> Option<u64> {
+        let log = self.ask.log.filter(|l| l.required)?;
+        let short = |u: &Usage| match metadata_area::place(&taken(u), &self.ask) {
             Ok(_) => false,
             Err(s) if s.kind == AreaKind::Log => true,
             // No room for the bitmap (refused once placed): is there any for the log?
             Err(_) => {
                 let alone = AreaAsk {
                     bitmap_bytes: None,
-                    ..ask
+                    ..self.ask
                 };
                 metadata_area::place(&taken(u), &alone).is_err()
             }
         };
-        let short = p.idx.iter().any(|&m| short(&usage[m]));
+        let short = self.idx.iter().any(|&m| short(&usage[m]));
         short.then(|| log.least_bytes.next_multiple_of(1 << 20))
     }
 
-    /// Places the volume's bitmap and log (unless it has a reserve) in each member's metadata
-    /// area after the volumes before it (`usage`), as the engine will at create.
-    pub(super) fn claim_areas(
-        &self,
-        v: &RawVolume,
-        name: &str,
-        geometry: &Geometry,
-        metadata: &MetadataOptions,
-        claim: Claim,
-        usage: &mut [Usage],
-    ) -> R<()> {
-        let ask = AreaAsk::new(geometry.root(), geometry.capacity(), metadata);
+    /// Places the areas in each member's metadata area after the volumes before it
+    /// (`usage`), as the engine will at create; no room refuses the volume as `claim` says.
+    pub fn claim(&self, v: &RawVolume, name: &str, claim: Claim, usage: &mut [Usage]) -> R<()> {
         for &m in self.idx {
             let u = &mut usage[m];
             u.recorded |= claim == Claim::Recorded;
@@ -92,7 +99,7 @@ impl Placement<'_> {
             if u.volumes > VOLUMES_PER_MEMBER_MAX && claim != Claim::Trial {
                 return Err(self.too_many(v, m));
             }
-            match metadata_area::place(&taken(u), &ask) {
+            match metadata_area::place(&taken(u), &self.ask) {
                 Ok(placed) => (u.areas).extend(placed.into_iter().map(|a| (name.to_string(), a))),
                 Err(_) if claim == Claim::Remote => u.recorded = true,
                 Err(_) if claim != Claim::New || u.recorded => {}
