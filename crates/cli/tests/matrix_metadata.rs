@@ -318,7 +318,7 @@ fn the_config_budget_uses_the_engine_figures() {
     use nbraid_core::metadata::{intent, METADATA_AREA_BYTES, SLOT_BYTES};
     assert_eq!(metadata_area::METADATA_AREA_BYTES, METADATA_AREA_BYTES);
     assert_eq!(metadata_area::SUPERBLOCK_COPY_BYTES, SLOT_BYTES);
-    assert_eq!(metadata_area::BITMAP_BYTES_MAX, intent::MAX_BITMAP_BYTES);
+    assert_eq!(metadata_area::BITMAP_MAX_BYTES, intent::MAX_BITMAP_BYTES);
     assert_eq!(
         metadata_area::LOG_AREA_DEFAULT_BYTES,
         nbraid_core::ppl::DEFAULT_AREA_BYTES

@@ -31,16 +31,16 @@ pub const VOLUME_AREAS_START_BYTES: u64 = 2 * SUPERBLOCK_COPY_BYTES;
 pub const LOG_AREA_DEFAULT_BYTES: u64 = 512 << 10;
 /// Most bytes of bitmap per member and volume: the bitmap chunk grows until it fits (the
 /// engine's `intent::MAX_BITMAP_BYTES`).
-pub const BITMAP_BYTES_MAX: u64 = 64 << 10;
+pub const BITMAP_MAX_BYTES: u64 = 64 << 10;
 /// Areas are whole blocks of this size, on its boundaries.
 const AREA_BLOCK_BYTES: u64 = 4096;
 
 /// The bitmap chunk a volume of `capacity_bytes` gets when `wanted_bytes` per bit was asked
-/// for: a power of two of at least 4 KiB, doubled until the bitmap fits [`BITMAP_BYTES_MAX`]
+/// for: a power of two of at least 4 KiB, doubled until the bitmap fits [`BITMAP_MAX_BYTES`]
 /// (the engine's `intent::chunk_for`).
 pub fn bitmap_chunk_bytes(capacity_bytes: u64, wanted_bytes: u64) -> u64 {
     let mut chunk = wanted_bytes.max(AREA_BLOCK_BYTES).next_power_of_two();
-    while capacity_bytes.div_ceil(chunk).div_ceil(8) > BITMAP_BYTES_MAX {
+    while capacity_bytes.div_ceil(chunk).div_ceil(8) > BITMAP_MAX_BYTES {
         chunk *= 2;
     }
     chunk
@@ -320,7 +320,7 @@ mod tests {
         assert_eq!(bitmap_area_bytes(1 << 30, 4 * KIB), 32 * KIB);
         // 1 TiB at 4 KiB per bit would be 32 MiB: the chunk doubles until 64 KiB holds it.
         let chunk = bitmap_chunk_bytes(1 << 40, 4 * KIB);
-        assert_eq!(bitmap_area_bytes(1 << 40, chunk), BITMAP_BYTES_MAX);
+        assert_eq!(bitmap_area_bytes(1 << 40, chunk), BITMAP_MAX_BYTES);
     }
 
     /// The first volume's log takes 512 KiB, the next ones their 140 KiB ring: the fourth
