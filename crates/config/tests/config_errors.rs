@@ -330,7 +330,7 @@ fn member_too_small() {
         &refused(&text),
         ErrorKind::Size,
         &format!(
-            "configs/bad.toml:3:8: member \"t\": \"{}\" holds only 4096 bytes is too small for volume \"j\": it needs at least 1.00 MiB (size = \"1028KiB\"): the 1 MiB metadata area, one 4 KiB block",
+            "configs/bad.toml:3:8: member \"t\": \"{}\", which holds only 4096 bytes, is too small for volume \"j\": it needs at least 1.00 MiB (size = \"1028KiB\"): the 1 MiB metadata area, one 4 KiB block",
             file.display()
         ),
         &[],

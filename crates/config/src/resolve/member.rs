@@ -119,7 +119,8 @@ pub(super) struct Small {
     who: String,
     /// Its `size`, or its path when the size is the file's.
     span: Range<usize>,
-    /// `size "1MiB"`, or `"d0.img" holds only 4096 bytes`.
+    /// `size "1MiB"`, or `"d0.img", which holds only 4096 bytes,`: the subject of "is too
+    /// small".
     said: String,
 }
 
@@ -133,7 +134,11 @@ impl Small {
             Some(s) => (s.span(), format!("size {}", s.get_ref().shown())),
             None => (
                 raw.path.span(),
-                format!("\"{}\" holds only {} bytes", m.path.display(), m.size),
+                format!(
+                    "\"{}\", which holds only {} bytes,",
+                    m.path.display(),
+                    m.size
+                ),
             ),
         };
         let who = format!("member \"{}\"", m.id);
