@@ -352,3 +352,35 @@ fn an_existing_array_without_log_areas_still_starts_when_the_log_is_switched_on(
     let cfg = config(dir.path(), 3, "261MiB", &vols);
     starts_as_check_said(&cfg, &["a", "b", "c", "d"]);
 }
+
+/// A log's room is judged beside the bitmap the engine will create: that of the regions the
+/// volume gets without a log reserve (behind its checksum reserve). Judged on regions placed
+/// without any reserve, a `size = "all"` volume's bitmap came out a 4 KiB block larger and
+/// its log got a 1 MiB reserve the engine did not need — here the log fits in the area.
+#[test]
+fn a_log_is_judged_beside_the_bitmap_the_engine_creates() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = |size: &str| format!("{size}bitmap_chunk = \"4KiB\"");
+    let vols = [
+        volume("a", "raid5", 3, &keys("size = \"320MiB\"\n")),
+        volume("x", "raid5", 3, &keys("size = \"1024MiB\"\n")),
+        volume("b", "raid5", 3, &keys("")),
+    ]
+    .concat();
+    let cfg = config(dir.path(), 3, "1637MiB", &vols);
+    let c = nbraid_config::load(&cfg).unwrap();
+    let b = &c.volumes[2];
+    assert_eq!(
+        b.metadata.ppl_log_bytes, None,
+        "b's log: in the metadata area"
+    );
+    let started = nbraid_assembly::assemble::assemble(&c);
+    let e = (started.as_ref().err()).map(|e| nbraid_assembly::error_text::error_text(e));
+    assert!(e.is_none(), "the start refused: {e:?}");
+    drop(started);
+    let want: Vec<_> = predicted(&c).iter().map(|a| as_rows(a)).collect();
+    assert_eq!(recorded(&c), want);
+    assert!(want[0]
+        .iter()
+        .any(|(n, k, _, _)| n == "b" && k == "write-hole log"));
+}

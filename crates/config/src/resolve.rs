@@ -550,12 +550,27 @@ impl Placement<'_> {
 
     /// The reserve the volume's write-hole log takes before its region because some member's
     /// metadata area has no room left for it ([`Areas::log_reserve_for_room`]). Decided on
-    /// the regions placed without reserves: the real ones are no larger, nor is their
-    /// bitmap, so a log that fits beside the trial's bitmap fits beside the real one.
+    /// the volume placed as it would be without that reserve (behind its checksum reserve,
+    /// sized for those regions): the bitmap beside which the engine would look for room is
+    /// that geometry's. (Regions placed without any reserve are larger with `size = "all"`,
+    /// and their bitmap could be a block larger than the engine's: a reserve where none was
+    /// needed, a volume near the members' end refused.)
     fn log_reserve_for_room(&self, usage: &[Usage], metadata: &MetadataOptions) -> Option<u64> {
         let p = self;
-        let regions =
-            allocate(p.who, p.plan.sizing(), p.requested, p.idx, p.members, usage).ok()?;
+        let mut trial = usage.to_vec();
+        let sums = (metadata.checksums).then(|| p.checksum_reserve(usage, None));
+        for &m in p.idx {
+            trial[m].cursor += sums.flatten().unwrap_or(0);
+        }
+        let regions = allocate(
+            p.who,
+            p.plan.sizing(),
+            p.requested,
+            p.idx,
+            p.members,
+            &trial,
+        )
+        .ok()?;
         let g = p.plan.geometry(&regions).ok()?;
         Areas::new(p.who, p.idx, p.members, &g, metadata).log_reserve_for_room(usage)
     }
