@@ -198,7 +198,13 @@ fn main() -> ExitCode {
 /// Writes `out` to stdout; a closed pipe (`nbraid check ... | head`) is not an error.
 fn print_out(out: &str) {
     use std::io::Write;
-    let _ = std::io::stdout().lock().write_all(out.as_bytes());
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(out.as_bytes());
+    // The error line follows on stderr: never on the report's last line.
+    if !out.is_empty() && !out.ends_with('\n') {
+        let _ = stdout.write_all(b"\n");
+    }
+    let _ = stdout.flush();
 }
 
 /// `nbraid serve`: replaces this process with `nbraidd --config FILE` (same pid, so signals and
