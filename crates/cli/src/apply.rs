@@ -20,7 +20,7 @@ use nbraid_config::format_size;
 use nbraid_control::Request;
 use nbraid_core::metadata::disk_rule::{Consent, DiskContents};
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, Probe};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
@@ -106,6 +106,9 @@ pub fn run(file: &Path, yes: bool, force: bool, json: bool) -> Result<String> {
         let mut out = String::new();
         for (p, served) in &plans {
             out.push_str(&plan_text(p));
+            if p.action == Action::Unchanged {
+                out.push_str(&reshape_note(&status, &p.volume));
+            }
             if !served {
                 out.push_str("  note: the daemon does not serve this volume\n");
             }
@@ -253,6 +256,27 @@ fn siblings(
 
 /// One volume's plan for people: a head line, one line per change, then the move or the
 /// refusal.
+/// For a volume the config leaves as the records have it: the reshape toward that shape
+/// still under way (or stopped), as the daemon's `status` shows it — "unchanged" alone read
+/// as if nothing were moving.
+fn reshape_note(status: &Value, volume: &str) -> String {
+    let volumes = status["volumes"].as_array().map_or(&[][..], |v| &v[..]);
+    let Some(v) = volumes.iter().find(|v| v["name"] == volume) else {
+        return String::new();
+    };
+    let r = &v["reshape"];
+    let state = r["state"].as_str().unwrap_or("done");
+    if r.is_null() || state == "done" {
+        return String::new();
+    }
+    let total = r["total_bytes"].as_u64().unwrap_or(0).max(1);
+    let pct = r["position_bytes"].as_u64().unwrap_or(0) as f64 * 100.0 / total as f64;
+    let why = r["error"]
+        .as_str()
+        .map_or(String::new(), |e| format!(": {e}"));
+    format!("  note: the reshape into this shape is {state} at {pct:.0}%{why} (`nbraid status`)\n")
+}
+
 pub fn plan_text(p: &VolumePlan) -> String {
     if p.action == Action::Unchanged {
         return format!("volume {}: unchanged ({})\n", p.volume, p.from.words());
@@ -341,6 +365,22 @@ mod tests {
     use super::*;
     use nbraid_assembly::reshape_plan::plan;
     use nbraid_layout::{Level, ParityLayout, Region, Shape};
+
+    #[test]
+    fn an_unchanged_volume_says_the_reshape_still_under_way_or_stopped() {
+        let status = |reshape: Value| json!({"volumes": [{"name": "v", "reshape": reshape}]});
+        let running = json!({"state": "running", "position_bytes": 41, "total_bytes": 100});
+        assert_eq!(
+            reshape_note(&status(running), "v"),
+            "  note: the reshape into this shape is running at 41% (`nbraid status`)\n"
+        );
+        let failed = json!({"state": "failed", "position_bytes": 52, "total_bytes": 100,
+                            "error": "stripe 7 unreadable"});
+        assert!(reshape_note(&status(failed), "v").contains("failed at 52%: stripe 7 unreadable"));
+        assert_eq!(reshape_note(&status(json!({"state": "done"})), "v"), "");
+        assert_eq!(reshape_note(&status(Value::Null), "v"), "");
+        assert_eq!(reshape_note(&status(Value::Null), "w"), "");
+    }
 
     fn raid(level: Level, members: usize) -> nbraid_layout::Node {
         Shape::new(level, members, None, 64 << 10, ParityLayout::default())
