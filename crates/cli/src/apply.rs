@@ -254,8 +254,6 @@ fn siblings(
     out
 }
 
-/// One volume's plan for people: a head line, one line per change, then the move or the
-/// refusal.
 /// For a volume the config leaves as the records have it: the reshape toward that shape
 /// still under way (or stopped), as the daemon's `status` shows it — "unchanged" alone read
 /// as if nothing were moving.
@@ -277,6 +275,8 @@ fn reshape_note(status: &Value, volume: &str) -> String {
     format!("  note: the reshape into this shape is {state} at {pct:.0}%{why} (`nbraid status`)\n")
 }
 
+/// One volume's plan for people: a head line, one line per change, then the move or the
+/// refusal.
 pub fn plan_text(p: &VolumePlan) -> String {
     if p.action == Action::Unchanged {
         return format!("volume {}: unchanged ({})\n", p.volume, p.from.words());

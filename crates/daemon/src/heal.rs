@@ -118,7 +118,8 @@ pub async fn watch(controls: Arc<Controls>) {
             let swaps = v.served.swaps();
             let now = (v.array().volume().failed_count(), swaps);
             let was = seen.replace(now);
-            if was.is_some_and(|(_, a)| a != now.1) {
+            // A volume already swapped at the first look (its reshape ended that soon) too.
+            if was.map_or(now.1 != 0, |(_, a)| a != now.1) {
                 after_reopen(v).await;
             }
             if was != Some(now) {

@@ -156,6 +156,14 @@ fn follow_pass(c: &mut Client, volume: &str, what: &str, bar: bool) -> Result<Va
             if let Some(pb) = pb {
                 pb.finish_and_clear();
             }
+            // Stopped by an error: the command fails, saying why (scripts see the exit).
+            if state == "failed" {
+                let why = s["error"].as_str().unwrap_or("see the daemon's log");
+                bail!(
+                    "the {what} of {volume} failed at byte {}: {why}",
+                    s["position_bytes"]
+                );
+            }
             return Ok(s);
         }
         std::thread::sleep(Duration::from_millis(200));

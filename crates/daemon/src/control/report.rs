@@ -247,6 +247,7 @@ fn resync_json(v: &ControlVolume) -> Value {
 /// was done: see [`findings_json`]).
 pub(super) fn scrub_json(v: &ControlVolume, c: &ScrubControl) -> Value {
     let mut out = report_json(&c.report());
+    out["error"] = json!(c.pass.failure());
     let findings = c.findings();
     out["findings"] = findings_json(v, &findings);
     out["findings_total"] = json!(findings.total());
@@ -363,6 +364,7 @@ pub(super) fn readd_json(v: &ControlVolume) -> Value {
         "rate_bytes_per_s": c.measured_bytes_per_s(),
         "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),
         "eta_s": c.eta_s(),
+        "error": c.failure(),
     })
 }
 
