@@ -46,21 +46,6 @@ fn reshape_done_at(v: &Value, capacity: u64) -> bool {
     v["reshape"]["state"] == "done" && v["capacity_bytes"].as_u64() == Some(capacity)
 }
 
-/// The first `data.len()` bytes of the volume are `data`.
-fn prefix_reads_back(nbdcopy: &Path, dir: &Path, uri: &str, data: &[u8]) {
-    let out = dir.join("out.img");
-    let _ = std::fs::remove_file(&out);
-    ok(
-        Command::new(nbdcopy).arg(uri).arg(&out).output().unwrap(),
-        "nbdcopy out of the volume",
-    );
-    let got = std::fs::read(&out).unwrap();
-    assert!(
-        got.len() >= data.len() && got[..data.len()] == *data,
-        "the volume reads back what was written"
-    );
-}
-
 #[test]
 fn raid5_grows_online_then_moves_to_raid6_through_a_sigkill() {
     let (nbdcopy, nbdinfo) = (require("nbdcopy"), require("nbdinfo"));

@@ -57,15 +57,6 @@ fn a_member_failed_mid_reshape_takes_the_spare_once_the_reshape_ends() {
     wait_until(cfg, "db", "the rebuild onto the spare", |v| {
         v["members"][0]["state"] == "healthy"
     });
-    let out = dir.path().join("out.img");
-    ok(
-        Command::new(&nbdcopy).arg(&uri).arg(&out).output().unwrap(),
-        "nbdcopy out of the volume",
-    );
-    let got = std::fs::read(&out).unwrap();
-    assert!(
-        got[..data.len()] == data[..],
-        "the volume reads back what was written"
-    );
+    prefix_reads_back(&nbdcopy, dir.path(), &uri, &data);
     d.stop();
 }

@@ -188,6 +188,22 @@ pub fn fill(nbdcopy: &Path, dir: &Path, uri: &str, seed: u64) -> Vec<u8> {
     data
 }
 
+/// The first `data.len()` bytes of the volume are `data` (a volume grown past what was
+/// written).
+pub fn prefix_reads_back(nbdcopy: &Path, dir: &Path, uri: &str, data: &[u8]) {
+    let out = dir.join("out.img");
+    let _ = std::fs::remove_file(&out);
+    ok(
+        Command::new(nbdcopy).arg(uri).arg(&out).output().unwrap(),
+        "nbdcopy out of the volume",
+    );
+    let got = std::fs::read(&out).unwrap();
+    assert!(
+        got.len() >= data.len() && got[..data.len()] == *data,
+        "the volume reads back what was written"
+    );
+}
+
 pub fn reads_back(nbdcopy: &Path, dir: &Path, uri: &str, data: &[u8]) {
     let out = dir.join("out.img");
     let _ = std::fs::remove_file(&out);

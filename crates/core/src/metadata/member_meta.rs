@@ -28,11 +28,8 @@ pub struct MemberMeta {
 impl MemberMeta {
     /// Reads `member`'s superblock (both copies; damage is reported by assembly).
     pub async fn load(member: Arc<dyn Member>) -> Arc<MemberMeta> {
-        let (probe, sb) = match read_superblock(&*member).await {
-            Ok(Found::Blank) => (Probe::Blank, None),
-            Ok(Found::Superblock(sb, d)) => (Probe::Superblock(sb.clone(), d), Some(sb)),
-            Err(e) => (Probe::Unreadable(e.to_string()), None),
-        };
+        let (probe, sb) =
+            (read_probe(&*member).await).unwrap_or_else(|why| (Probe::Unreadable(why), None));
         let contents = contents_of(&*member, &probe).await;
         Arc::new(MemberMeta {
             member,
@@ -55,11 +52,7 @@ impl MemberMeta {
     pub(super) async fn try_reread(&self) -> Result<Arc<MemberMeta>, String> {
         // Under the records' lock: no update of another volume lands between read and swap.
         let mut held = self.sb.lock().await;
-        let (probe, sb) = match read_superblock(&*self.member).await {
-            Ok(Found::Blank) => (Probe::Blank, None),
-            Ok(Found::Superblock(sb, d)) => (Probe::Superblock(sb.clone(), d), Some(sb)),
-            Err(e) => return Err(e.to_string()),
-        };
+        let (probe, sb) = read_probe(&*self.member).await?;
         *self.contents.lock() = contents_of(&*self.member, &probe).await;
         *held = sb;
         Ok(self.with_probe(probe))
@@ -158,6 +151,16 @@ impl MemberMeta {
         let g = self.sb.lock().await;
         g.as_ref()
             .and_then(|sb| sb.volumes.iter().find(|v| v.name == name).cloned())
+    }
+}
+
+/// `member`'s superblock as a probe, and the superblock to update from; `Err`: it could not
+/// be read (why).
+async fn read_probe(member: &dyn Member) -> Result<(Probe, Option<Superblock>), String> {
+    match read_superblock(member).await {
+        Ok(Found::Blank) => Ok((Probe::Blank, None)),
+        Ok(Found::Superblock(sb, d)) => Ok((Probe::Superblock(sb.clone(), d), Some(sb))),
+        Err(e) => Err(e.to_string()),
     }
 }
 
