@@ -12,7 +12,9 @@
 //! senders cannot hold the server's memory from the clients whose requests are complete,
 //! payloads still arriving may together hold only [`Limits::arriving_bytes`] (three quarters of
 //! the server's budget), and each must arrive within [`payload_time_allowed`]: the stall
-//! timeout plus its length at [`Limits::payload_min_bytes_per_s`].
+//! timeout plus its length at [`Limits::payload_min_bytes_per_s`]. A *light* write (below)
+//! does not wait for that part: light payloads hold at most the reserve together, so
+//! arriving payloads never hold more than three quarters and a sixteenth.
 //!
 //! Clients that never read their replies hold their share until the stall timeout, and
 //! enough of them together hold the whole server budget: a request of any other client would

@@ -352,8 +352,11 @@ where
         let held = taken.saturating_sub(cost as usize);
         let light = is_light(held, cost, self.limits.light_share_bytes());
         // A payload already in the reader's buffer arrives without waiting for the client.
+        // A light one is bounded by its connection's light share, so light payloads still
+        // arriving hold at most the reserve together: slow senders holding the whole
+        // arriving budget must not hold up a small write whose payload is a packet behind.
         let buffered = self.r.buffer().len() >= req.length as usize;
-        let arriving = if req.typ == CMD_WRITE && req.length > 0 && !buffered {
+        let arriving = if req.typ == CMD_WRITE && req.length > 0 && !buffered && !light {
             Some(acquire(&self.shared.arriving, cost, &self.tx, &mut self.ready).await?)
         } else {
             None

@@ -362,6 +362,54 @@ async fn the_memory_budget_is_shared_by_all_connections() {
     assert_eq!(HeldExport::count(&e.reads), 3);
 }
 
+/// Review: writers trickling maximal payloads held the whole arriving-payload budget, and
+/// another client's 4 KiB write whose payload came a moment after its header waited for it
+/// until they were cut off as too slow (42 s). A light write does not wait for that budget.
+#[tokio::test(start_paused = true)]
+async fn slow_writers_leave_a_small_write_whose_payload_lags_its_header_served() {
+    const SLOW: u64 = 4;
+    let limits = Limits {
+        max_connections: 8,
+        max_bytes_in_flight: BIG as usize,
+        server_bytes_in_flight: SLOW as usize * BIG as usize,
+        stall_timeout: Duration::from_secs(10),
+        payload_min_bytes_per_s: MIB,
+        ..Limits::default()
+    };
+    let server = server_limited(mem(SLOW * u64::from(BIG)), limits);
+    let mut slow = Vec::new();
+    for i in 0..SLOW {
+        let mut c = Client::connect(&server);
+        c.go("a", false).await;
+        c.request(0, CMD_WRITE, i, i * u64::from(BIG), BIG).await;
+        c.s.write_all(&[7]).await.unwrap();
+        slow.push(c);
+    }
+    settle().await;
+
+    let mut n = Client::connect(&server);
+    n.go("a", false).await;
+    let start = tokio::time::Instant::now();
+    for cookie in 1..=3u64 {
+        n.request(0, CMD_WRITE, cookie, 4096 * cookie, 4096).await;
+        settle().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        n.s.write_all(&[cookie as u8; 4096]).await.unwrap();
+        let answered = tokio::time::timeout(Duration::from_secs(1), n.simple())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "a 4 KiB write waited behind slow writers at {:?}",
+                    start.elapsed()
+                )
+            });
+        assert_eq!(answered, (0, cookie));
+    }
+    // The slow writers are all still connected, their payloads still arriving.
+    assert_eq!(server.connections(), SLOW as usize + 1);
+    drop(slow);
+}
+
 /// Bug hunt: connections sending maximal reads and never reading the replies held the whole
 /// server budget, and another client's 4 KiB read waited until the stall timeout cut them off
 /// (56.7 s). The reserve ([`Limits::reserve_bytes`]) serves it at once, the hogs still
