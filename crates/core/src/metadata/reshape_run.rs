@@ -13,6 +13,9 @@
 //!   behind a 4 KiB header (magic, the window, the rows' place and length, their CRC-32C),
 //!   written and flushed before the records say the backup holds the window. A member that
 //!   fails is failed (its rows are not needed: its role is then degraded in both trees).
+//!   The rows come checked against the block checksums, mended from the redundancy where
+//!   they do not check (`reshape/copy.rs`): written back after a restart under fresh
+//!   checksums, a bad block saved raw would become good data.
 //! - **The checkpoint** records the position on every member, as every state change is.
 //! - **After a restart** whose records name a backed-up window, the rows are read back,
 //!   checked against the header (a member whose copy fails its check is failed, never
@@ -223,6 +226,10 @@ impl ReshapeHooks for ArrayHooks<'_> {
             records.commit(&mut rec).await
         }
         .boxed()
+    }
+
+    fn volume(&self) -> &str {
+        self.parts.name()
     }
 }
 

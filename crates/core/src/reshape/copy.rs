@@ -5,11 +5,11 @@ use super::grown::Grown;
 use super::ReshapeNode;
 use crate::buf::Buf;
 use crate::error::{VolumeError, VolumeResult};
-use crate::node::ArrayNode;
+use crate::node::{ArrayNode, ScrubPass, ScrubStats};
 use crate::pass::{PassControl, PassState, PassWork};
 use futures::future::{try_join_all, BoxFuture};
 use futures::FutureExt;
-use nbraid_layout::{Side, Window, WindowRule};
+use nbraid_layout::{MemberRange, Side, Window, WindowRule};
 use std::sync::atomic::Ordering::SeqCst;
 
 /// Bytes one copy step reads and writes at most while clients are idle (rounded to whole
@@ -51,8 +51,8 @@ pub(super) fn piece_len(unit: u64, left: u64, busy: bool) -> u64 {
     ((most / unit).max(1) * unit).min(left)
 }
 
-/// Raw bytes of one member, from byte `offset`: what the critical-section backup saves and
-/// writes back.
+/// Bytes of one member, from byte `offset`: what the critical-section backup saves and
+/// writes back (read checked against the old tree's block checksums, where it keeps them).
 #[derive(Clone, Debug)]
 pub struct MemberRows {
     pub member: usize,
@@ -75,6 +75,10 @@ pub trait ReshapeHooks: Send + Sync {
     /// longer needed). Called with the window still held, before the position moves, so no
     /// request reaches the new tree's copy of the window before a restart would find it.
     fn checkpoint(&self, position: u64) -> BoxFuture<'_, VolumeResult<()>>;
+    /// The volume's name, for the errors that stop the copy.
+    fn volume(&self) -> &str {
+        "(unnamed)"
+    }
 }
 
 fn layout_error(e: nbraid_layout::LayoutError) -> VolumeError {
@@ -120,7 +124,7 @@ impl ReshapeNode {
         // add any while it is held): none is written over the new tree's rows later.
         self.tree(Side::Old).flush_range(w.start, w.len).await?;
         if w.rule == WindowRule::Backup {
-            let rows = self.rows_at_risk(w).await?;
+            let rows = self.rows_at_risk(w, hooks.volume()).await?;
             hooks.backup(w, &rows).await?;
         }
         self.copy_window(w, busy).await?;
@@ -232,29 +236,83 @@ impl ReshapeNode {
     }
 
     /// The member rows the new tree's writes of `w` may overwrite while old bytes at or
-    /// above the position live there (`Reshape::rows_at_risk`), read raw.
-    pub(crate) async fn rows_at_risk(&self, w: Window) -> VolumeResult<Vec<MemberRows>> {
+    /// above the position live there (`Reshape::rows_at_risk`), read as the old tree's leaves
+    /// read them: checked against the blocks' checksums. The restart writes a backup back
+    /// through the leaves, under fresh checksums, so a bad block saved here would come back
+    /// as good data. Rows that do not check are mended from the redundancy (a repairing
+    /// scrub of the window in the old tree, as a scrub pass would) and read again; rows
+    /// that still do not are an error naming the volume, the member and its bytes, and the
+    /// window is not backed up.
+    pub(crate) async fn rows_at_risk(
+        &self,
+        w: Window,
+        volume: &str,
+    ) -> VolumeResult<Vec<MemberRows>> {
         let ranges = self.0.layout.rows_at_risk(w).map_err(layout_error)?;
+        let first = match self.read_rows(&ranges).await {
+            Ok(rows) => return Ok(rows),
+            Err((r, _)) => r,
+        };
+        let stats = ScrubStats::default();
+        let pass = ScrubPass {
+            repair: true,
+            stats: &stats,
+            volume,
+        };
+        let mended = self
+            .tree(Side::Old)
+            .scrub_range(w.start, w.len, &pass)
+            .await;
+        let again = match mended {
+            Ok(()) => self.read_rows(&ranges).await,
+            Err(e) => Err((first, e)),
+        };
+        again.map_err(|(r, e)| VolumeError::Unavailable {
+            reason: format!(
+                "reshape of volume `{volume}`: the rows at risk of window {}+{} on member {} (member bytes {}..{}) do not read back whole (a block failing its checksum, or a read error) and its redundancy did not mend them, so the window is not backed up and the reshape stops: {e}",
+                w.start,
+                w.len,
+                r.member,
+                r.offset,
+                r.offset + r.len
+            ),
+        })
+    }
+
+    /// `ranges` read through the old tree's leaf that holds each (checked; raw where no
+    /// leaf holds one, or its member is resyncing: never read, its bytes only written back),
+    /// skipping failed members. `Err` names the range that did not read.
+    async fn read_rows(
+        &self,
+        ranges: &[MemberRange],
+    ) -> Result<Vec<MemberRows>, (MemberRange, VolumeError)> {
         let slots = self.0.members.slots();
+        let old = self.tree(Side::Old);
         let reads = ranges
-            .into_iter()
+            .iter()
             .filter(|r| !slots[r.member].is_failed())
-            .map(|r| async move {
+            .map(|&r| async move {
                 let buf = Buf::new(r.len as usize);
-                let bytes =
-                    slots[r.member]
-                        .member()
-                        .read(r.offset, buf)
-                        .await
-                        .map_err(|source| VolumeError::Member {
+                let held = leaf_holding(old, r.member, r.offset, r.len);
+                let read = match held {
+                    Some((leaf, start)) if slots[r.member].is_current() => {
+                        leaf.read(r.offset - start, buf).await
+                    }
+                    _ => (slots[r.member].member().read(r.offset, buf).await).map_err(|source| {
+                        VolumeError::Member {
                             member: r.member,
                             source,
-                        })?;
-                Ok::<_, VolumeError>(MemberRows {
-                    member: r.member,
-                    offset: r.offset,
-                    bytes: bytes.to_vec(),
-                })
+                        }
+                    }),
+                };
+                match read {
+                    Ok(bytes) => Ok(MemberRows {
+                        member: r.member,
+                        offset: r.offset,
+                        bytes: bytes.to_vec(),
+                    }),
+                    Err(e) => Err((r, e)),
+                }
             });
         try_join_all(reads).await
     }

@@ -204,7 +204,7 @@ fn a_power_loss_mid_window_loses_nothing() {
             let p = node.position();
             let w = node.layout().window(p, unit).unwrap().unwrap();
             let saved = if w.rule == nbraid_layout::WindowRule::Backup {
-                Some(block_on(node.rows_at_risk(w)).unwrap())
+                Some(block_on(node.rows_at_risk(w, "t")).unwrap())
             } else {
                 None
             };
@@ -282,7 +282,7 @@ fn a_window_restored_over_checksummed_new_writes_reads_back() {
             continue;
         }
         backed_up += 1;
-        let saved = block_on(node.rows_at_risk(w)).unwrap();
+        let saved = block_on(node.rows_at_risk(w, "t")).unwrap();
         drop(node);
         // The new tree's writes of the window land, checksums and all (another layout's
         // bytes: garbage to the old tree).
