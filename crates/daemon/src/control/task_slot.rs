@@ -7,27 +7,42 @@
 //! At most one task per slot runs a pass at a time: a new one started while the last one's
 //! task is alive waits for it to return first. Two tasks over the same control, or two
 //! passes writing the same progress records, would each think they own it.
+//!
+//! A slot is a handle: its clones are the same slot, so a background task (a reshape that
+//! swaps the array when done) can stop and wait for the passes on the array it replaces.
 
 use nbraid_core::{PassControl, PassState};
 use parking_lot::Mutex;
 use std::future::Future;
 use std::sync::Arc;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// The latest pass of one kind on a volume, and its task.
 pub struct TaskSlot<C> {
-    latest: Mutex<Option<Spawned<C>>>,
+    latest: Arc<Mutex<Option<Spawned<C>>>>,
 }
 
 struct Spawned<C> {
     ctl: Arc<C>,
     task: JoinHandle<()>,
+    /// Says `true` once the task returned (dropped unsaid if it panicked: returned too).
+    returned: watch::Receiver<bool>,
 }
 
 impl<C> Default for TaskSlot<C> {
     fn default() -> Self {
         TaskSlot {
-            latest: Mutex::new(None),
+            latest: Arc::default(),
+        }
+    }
+}
+
+impl<C> Clone for TaskSlot<C> {
+    /// The same slot.
+    fn clone(&self) -> Self {
+        TaskSlot {
+            latest: self.latest.clone(),
         }
     }
 }
@@ -71,22 +86,45 @@ impl<C: Send + Sync + 'static> TaskSlot<C> {
         let ctl = choose(latest)?;
         let before = slot.take().map(|s| s.task);
         let work = run(ctl.clone());
+        let (said, returned) = watch::channel(false);
         let task = tokio::spawn(async move {
             if let Some(before) = before {
                 // Its outcome was logged by its own task; only its end matters here.
                 let _ = before.await;
             }
             work.await;
+            let _ = said.send(true);
         });
         *slot = Some(Spawned {
             ctl: ctl.clone(),
             task,
+            returned,
         });
         Some(ctl)
+    }
+
+    /// Waits until the latest task returned (and so every task of the slot before it); at
+    /// once when none was started.
+    pub async fn drain(&self) {
+        let returned = self.latest.lock().as_ref().map(|s| s.returned.clone());
+        if let Some(mut returned) = returned {
+            // An error: the sender is gone unsaid, the task with it (a panic).
+            let _ = returned.wait_for(|&r| r).await;
+        }
     }
 }
 
 impl TaskSlot<PassControl> {
+    /// Cancels the latest pass while its task is alive (a paused one too) and waits for the
+    /// task to return: its windows in flight drained, nothing of it runs afterwards.
+    pub async fn cancel_and_drain(&self) {
+        if let Some(c) = self.alive() {
+            c.cancel();
+            c.resume(); // a paused pass sees the cancel only once it runs
+        }
+        self.drain().await;
+    }
+
     /// The latest pass's state as a watcher should see it: `running` while its task is
     /// alive past the pass's end (a rebuild commits its members current after its last
     /// window; a cancelled pass drains the windows in flight).
@@ -188,6 +226,43 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         assert_eq!(most.load(SeqCst), 1, "two tasks of one slot overlapped");
+    }
+
+    /// A clone of the slot waits for the same task (a reshape's end waits so for the passes
+    /// on the array it replaces); `cancel_and_drain` stops a pass that runs until cancelled,
+    /// a paused one too.
+    #[tokio::test]
+    async fn a_clone_of_the_slot_waits_for_its_task_and_a_cancelled_pass_returns() {
+        use futures::FutureExt;
+        let slot: TaskSlot<PassControl> = TaskSlot::default();
+        slot.drain().await; // none started: at once
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        slot.start(
+            |_| Some(Arc::new(PassControl::new(0))),
+            |_| async move {
+                let _ = wait.await;
+            },
+        );
+        let other = slot.clone();
+        let mut drained = Box::pin(other.drain());
+        assert!((&mut drained).now_or_never().is_none(), "its task waits");
+        go.send(()).unwrap();
+        drained.await;
+        assert!(!slot.task_alive());
+
+        let ctl = slot
+            .start(
+                |_| Some(Arc::new(PassControl::new(0))),
+                |ctl| async move {
+                    while ctl.is_paused() || !ctl.is_cancelled() {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                },
+            )
+            .unwrap();
+        ctl.pause();
+        slot.clone().cancel_and_drain().await;
+        assert!(!slot.task_alive() && ctl.is_cancelled() && !ctl.is_paused());
     }
 
     /// A pass just spawned is alive before its first window (a reload re-rates it); a
