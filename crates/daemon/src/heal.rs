@@ -135,6 +135,9 @@ pub async fn watch(controls: Arc<Controls>) {
 /// waits for a reshape), a background resync (then [`heal_once`] puts spares in roles lost
 /// meanwhile).
 async fn after_reopen(v: &ControlVolume) {
+    // Not amid a swap: a reshape's end stops the old array's passes and swaps it under this
+    // lock, so what starts here runs on the array served.
+    let _operations = v.operations().await;
     start_background_resync(v);
     crate::control::start_checksum_fill(v).await;
 }

@@ -3,10 +3,11 @@
 //! serves, as one more pass — at the volume's rebuild rate, held by `nbraid pause`, resumed
 //! by `nbraid resume`, its progress in `nbraid status` — from the recorded position.
 
+use super::task_slot::TaskSlot;
 use super::volume::ControlVolume;
 use crate::served::ServedArray;
-use nbraid_core::metadata::{Array, MemberMeta};
-use nbraid_core::PassState;
+use nbraid_core::metadata::{Array, FillControl, MemberMeta};
+use nbraid_core::{PassControl, PassState, ScrubControl};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ pub fn start_reshape_pass(v: &ControlVolume) {
     };
     let (served, name) = (v.served.clone(), v.name.clone());
     let operations = v.operations_lock();
+    let passes = OtherPasses::of(v);
     let started = v.reshape.start(
         |latest| match latest {
             Some((_, true)) => None, // one runs (or reopens the volume) already
@@ -36,6 +38,7 @@ pub fn start_reshape_pass(v: &ControlVolume) {
                 Ok(PassState::Done) => {
                     // A request checking the old array meanwhile would commit through it.
                     let _operations = operations.lock_owned().await;
+                    passes.stop(&name).await;
                     finish(&served, &name).await
                 }
                 Ok(s) => tracing::info!("reshape of {name} {}", s.name()),
@@ -48,6 +51,52 @@ pub fn start_reshape_pass(v: &ControlVolume) {
             "volume {}: reshape in progress at byte {position} of {total}: copying on in the background while serving",
             v.name
         );
+    }
+}
+
+/// The volume's passes other than the reshape, which run on the array it serves: all of
+/// them must have returned before the reshape's end swaps that array for the new shape, or
+/// an array no longer served would still write (its resync beside the new array's writes,
+/// its records over the new array's) and its pass would stand in for the new array's in
+/// `status` and to `apply`.
+struct OtherPasses {
+    /// The background resync after an unclean start (a restart mid-reshape of a mirrored
+    /// tree starts one): cancelled. The records stay dirty and the bitmap keeps the bits of
+    /// the chunks it had not resynced yet, so the new array, opened dirty, resyncs them in
+    /// its own shape (the watcher starts its pass after the swap: `heal::after_reopen`).
+    resync: TaskSlot<PassControl>,
+    /// The engine refuses these on an array mid-reshape (`Array::not_reshaping`): their tasks
+    /// return at once, and are only waited for.
+    scrub: TaskSlot<ScrubControl>,
+    rebuild: TaskSlot<PassControl>,
+    readd: TaskSlot<PassControl>,
+    checksum_fill: TaskSlot<FillControl>,
+}
+
+impl OtherPasses {
+    fn of(v: &ControlVolume) -> OtherPasses {
+        OtherPasses {
+            resync: v.resync.clone(),
+            scrub: v.scrub.clone(),
+            rebuild: v.rebuild.clone(),
+            readd: v.readd.clone(),
+            checksum_fill: v.checksum_fill.clone(),
+        }
+    }
+
+    /// Cancels the resync and waits for every task to return. Called with the volume's
+    /// operations held: nothing starts another pass on the old array meanwhile.
+    async fn stop(&self, name: &str) {
+        if self.resync.alive().is_some() {
+            tracing::warn!(
+                "volume {name}: its reshape is done: stopping the background resync on the old shape (it resumes on the new one)"
+            );
+        }
+        self.resync.cancel_and_drain().await;
+        self.scrub.drain().await;
+        self.rebuild.drain().await;
+        self.readd.drain().await;
+        self.checksum_fill.drain().await;
     }
 }
 
