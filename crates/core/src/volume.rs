@@ -414,7 +414,6 @@ impl Volume {
         offset: u64,
         len: u64,
     ) -> VolumeResult<CheckedRange> {
-        let block = self.opts.block_size;
         if len > MAX_REQUEST_BYTES {
             return Err(VolumeError::TooLong {
                 op,
@@ -423,6 +422,13 @@ impl Volume {
                 max: MAX_REQUEST_BYTES,
             });
         }
+        self.check_bounds(op, offset, len)
+    }
+
+    /// [`Self::check`] without the per-request length limit: for the engine's own work,
+    /// whose unit (a full stripe) may be longer than any request.
+    fn check_bounds(&self, op: &'static str, offset: u64, len: u64) -> VolumeResult<CheckedRange> {
+        let block = self.opts.block_size;
         if !offset.is_multiple_of(block) || !len.is_multiple_of(block) {
             return Err(VolumeError::Misaligned {
                 op,
@@ -570,9 +576,11 @@ impl Volume {
     }
 
     /// Makes the copies and parity under `[offset, offset+len)` agree with the data as read
-    /// now (see [`crate::node::NodeMaintenance::resync_range`]); the range is one request (≤ 32 MiB).
+    /// now (see [`crate::node::NodeMaintenance::resync_range`]). Not bound by the request
+    /// limit: the resync's piece is at least one full stripe, which may be longer (a RAID 5
+    /// of four members with 16 MiB strips: 48 MiB).
     pub async fn resync_range(&self, offset: u64, len: u64) -> VolumeResult<()> {
-        self.check("resync", offset, len)?;
+        self.check_bounds("resync", offset, len)?;
         let r = self.root.resync_range(offset, len).await;
         self.count(r)
     }

@@ -120,7 +120,7 @@ impl Geo {
 
 /// The default sweep: each line crosses knobs no other test of the engine crosses (they keep
 /// to 4-128 KiB strips, five or fewer RAID 6 members and regions of whole strips).
-const SWEEP: [Geo; 16] = [
+const SWEEP: [Geo; 17] = [
     // Smallest strips, fewest members, bitmap chunks the size of a block.
     geo(Level::Raid5, 3, None, 4 * KIB)
         .bitmap(Some(4 * KIB))
@@ -145,6 +145,8 @@ const SWEEP: [Geo; 16] = [
         .write_back(),
     // The largest strip: a 65 MiB reserve.
     geo(Level::Raid6, 4, None, 16 * MIB).strips(2),
+    // A full stripe (48 MiB) longer than any request: the resync's piece is one.
+    geo(Level::Raid5, 4, None, 16 * MIB).strips(2),
     // `write_hole_log_size` far above what small strips need.
     geo(Level::Raid5, 6, None, 32 * KIB)
         .log_reserve(8 * MIB)
@@ -375,7 +377,8 @@ impl Model {
     /// Every byte of `a` reads as the model, in pieces that start and end off the strips.
     fn check(&self, g: &Geo, a: &Array, when: &str) {
         let cap = self.bytes.len() as u64;
-        let piece = (g.row_bytes() * 2 / 3).max(4 * KIB) / 512 * 512 + 512;
+        let piece =
+            ((g.row_bytes() * 2 / 3).max(4 * KIB) / 512 * 512 + 512).min(MAX_REQUEST_BYTES - 512);
         let mut at = 0;
         while at < cap {
             let n = piece.min(cap - at);
