@@ -184,6 +184,13 @@ pub struct VolumePlan {
     pub changes: Vec<Change>,
     #[serde(flatten)]
     pub action: Action,
+    /// The new shape's parity groups that will get no write-hole log, and what that risks
+    /// (`nbraid check`'s words for a new volume): empty here, where no member's records are
+    /// read; the CLI fills them from the start's own decision over the superblocks.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unlogged_parity_groups: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_hole_note: Option<String>,
 }
 
 /// The plan for volume `volume` from its `recorded` tree to the `config` tree (leaves numbered
@@ -205,6 +212,8 @@ pub fn plan(volume: &str, recorded: &Node, config: &Node, rate_bytes_per_s: u64)
         from,
         to,
         action,
+        unlogged_parity_groups: Vec::new(),
+        write_hole_note: None,
     }
 }
 

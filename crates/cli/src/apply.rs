@@ -2,8 +2,10 @@
 //! what the running daemon's arrays record and prints the plan, per volume, the way `terraform
 //! plan` does — what changes, how much data moves, how long it takes at the volume's rate, the
 //! redundancy during the move — or why a change is not done online. The decision is
-//! `nbraid_assembly::reshape_plan`'s; the records are read as `nbraid check` reads them (plain
-//! reads of the superblock slots, which the daemon keeps current; nothing is written).
+//! `nbraid_assembly::reshape_plan`'s, then the reshape's start's own over the superblocks
+//! ([`as_started`]: a backup with no room refuses the move, a log with no room is said); the
+//! records are read as `nbraid check` reads them (plain reads of the superblock slots, which
+//! the daemon keeps current; nothing is written). `--yes` fails on a refused move.
 //!
 //! `--yes` against a running daemon asks it to start each planned move **online** (the control
 //! socket's `reshape`, [`start_online`]): the daemon checks the plan against its live array by
@@ -17,9 +19,13 @@ use anyhow::{bail, Context, Result};
 use nbraid_assembly::reshape_plan;
 use nbraid_assembly::reshape_plan::{outline, Action, Change, Move, MoveKind, VolumePlan};
 use nbraid_config::format_size;
+use nbraid_config::write_hole;
 use nbraid_control::Request;
 use nbraid_core::metadata::disk_rule::{Consent, DiskContents};
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, Probe};
+use nbraid_core::metadata::{
+    reshape_start_preview, Array, ArrayOptions, MemberMeta, NewShape, Probe,
+};
+use nbraid_layout::Node;
 use serde_json::{json, Value};
 use std::fmt;
 use std::path::Path;
@@ -74,6 +80,8 @@ pub fn run(file: &Path, yes: bool, force: bool, json: bool) -> Result<String> {
                     } else {
                         Action::Unchanged
                     },
+                    unlogged_parity_groups: Vec::new(),
+                    write_hole_note: None,
                 }
             });
             (plan, served.contains(&v.name.as_str()))
@@ -127,9 +135,27 @@ pub fn run(file: &Path, yes: bool, force: bool, json: bool) -> Result<String> {
         out
     };
     match started {
-        Ok(_) => Ok(out),
         Err(why) => Err(NotStarted(out, format!("{why:#}")).into()),
+        Ok(_) if yes => match refusals(plans.iter().map(|(p, _)| p)) {
+            Some(why) => Err(NotStarted(out, why).into()),
+            None => Ok(out),
+        },
+        Ok(_) => Ok(out),
     }
+}
+
+/// For `--yes`: the volumes whose plans are refused, with why, in one line (`None`: none) —
+/// the command fails as when the daemon refuses a move, not quietly leave them as they were.
+fn refusals<'a>(plans: impl Iterator<Item = &'a VolumePlan>) -> Option<String> {
+    let refused: Vec<String> = plans
+        .filter_map(|p| match &p.action {
+            Action::Refused { reason } => {
+                Some(format!("volume {}: not started: {reason}", p.volume))
+            }
+            _ => None,
+        })
+        .collect();
+    (!refused.is_empty()).then(|| refused.join("; "))
 }
 
 /// `--yes` with the daemon running: asks it to start each planned move online, in config
@@ -224,7 +250,10 @@ fn start_offline(config: &nbraid_config::Config, force: bool) -> Result<String> 
             false => "  started: the records say so; the next start of nbraidd copies on while serving\n",
         });
     }
-    Ok(out)
+    match refusals(records.iter().filter_map(|r| r.reshape.as_ref())) {
+        Some(why) => Err(NotStarted(out, why).into()),
+        None => Ok(out),
+    }
 }
 
 /// The arrays whose records may stay beside this volume's on its added members: the other
@@ -275,6 +304,91 @@ fn reshape_note(status: &Value, volume: &str) -> String {
     format!("  note: the reshape into this shape is {state} at {pct:.0}%{why} (`nbraid status`)\n")
 }
 
+/// The recorded tree of a volume, the config's tree numbered by recorded role, and per config
+/// position the recorded role of the member there (`None`: added), as
+/// `reshape_plan::recorded` and `config_by_role` give them.
+pub struct ByRole<'a> {
+    pub recorded: &'a Node,
+    pub new_tree: &'a Node,
+    pub roles: &'a [Option<usize>],
+}
+
+/// `plan` of volume `v` as the reshape's start will carry it out, by the start's own decision
+/// over the superblocks the members hold (`probes`, by config position;
+/// `nbraid_core::metadata::reshape_start_preview`): refused where the start refuses (no room
+/// for the copy's backup), and the new shape's parity groups that get no write-hole log (the
+/// log switched off, or no room for its ring), in `nbraid check`'s words. The plan said
+/// "restripe online" for moves `--yes` then refused, and never said a new shape went unlogged.
+pub fn as_started(
+    config: &nbraid_config::Config,
+    v: &nbraid_config::Volume,
+    probes: &[Probe],
+    by: ByRole<'_>,
+    mut plan: VolumePlan,
+) -> VolumePlan {
+    let Action::Online(m) = &plan.action else {
+        return plan;
+    };
+    // New copies of a RAID 1 take no backup and no log.
+    if m.kind == MoveKind::Copy {
+        return plan;
+    }
+    let old_roles = by.recorded.member_count();
+    let mut positions: Vec<Option<usize>> = vec![None; old_roles];
+    for (p, role) in by.roles.iter().enumerate() {
+        match role {
+            Some(r) if *r < old_roles => positions[*r] = Some(p),
+            _ => positions.push(Some(p)),
+        }
+    }
+    // Every recorded role has a member in the config (else the plan refused already).
+    let Some(positions) = positions.into_iter().collect::<Option<Vec<usize>>>() else {
+        return plan;
+    };
+    let member = |p: usize| &config.members[v.members[p]];
+    let names: Vec<String> = (positions.iter())
+        .map(|&p| member(p).path.display().to_string())
+        .collect();
+    let shape = NewShape {
+        name: &v.name,
+        old_tree: by.recorded,
+        new_tree: by.new_tree,
+        held: (positions.iter())
+            .map(|&p| match &probes[p] {
+                Probe::Superblock(sb, _) => Some(sb),
+                _ => None,
+            })
+            .collect(),
+        member_bytes: positions.iter().map(|&p| member(p).size).collect(),
+        names: names.iter().map(String::as_str).collect(),
+        old_roles,
+    };
+    let ppl = v.metadata.ppl;
+    let no_room = match reshape_start_preview(&shape, ppl) {
+        Ok(no_room) => no_room,
+        Err(reason) => {
+            plan.action = Action::Refused { reason };
+            return plan;
+        }
+    };
+    let (root, ids) = (v.geometry.root(), v.member_ids(config));
+    let groups = write_hole::parity_groups(root);
+    let (unlogged, note) = match no_room {
+        Some(why) if ppl && groups > 0 => (
+            write_hole::unlogged_groups(root, false, &ids),
+            Some(write_hole::no_room_note(groups, &why)),
+        ),
+        _ => {
+            let unlogged = write_hole::unlogged_groups(root, ppl, &ids);
+            let note = write_hole::note(&unlogged, groups, ppl);
+            (unlogged, note)
+        }
+    };
+    plan.unlogged_parity_groups = unlogged;
+    plan.write_hole_note = note;
+    plan
+}
+
 /// One volume's plan for people: a head line, one line per change, then the move or the
 /// refusal.
 pub fn plan_text(p: &VolumePlan) -> String {
@@ -294,6 +408,9 @@ pub fn plan_text(p: &VolumePlan) -> String {
         Action::Unchanged => {}
         Action::Online(m) => out.push_str(&move_text(m)),
         Action::Refused { reason } => out.push_str(&format!("  refused: {reason}\n")),
+    }
+    if let Some(note) = &p.write_hole_note {
+        out.push_str(&format!("  write hole: {note}\n"));
     }
     out
 }

@@ -69,7 +69,7 @@ fn volume(config: &Config, v: &Volume, areas: &mut crate::meta_budget::Areas) ->
         Ok(a) => a,
         Err(e) => {
             if matches!(e, AssembleError::GeometryChanged { .. }) {
-                r.reshape = reshape(v, &probes[..n]);
+                r.reshape = reshape(config, v, &probes[..n]);
             }
             r.state = format!("refused: {e}");
             return r;
@@ -177,14 +177,16 @@ fn checksum_note(v: &Volume, probes: &[Probe]) -> Option<String> {
 }
 
 /// The plan from the tree volume `v`'s records hold to the one its config declares (`probes`:
-/// the config's members, by position).
-fn reshape(v: &Volume, probes: &[Probe]) -> Option<VolumePlan> {
+/// the config's members, by position), as the reshape's start would carry it out
+/// ([`crate::apply::as_started`]).
+fn reshape(config: &Config, v: &Volume, probes: &[Probe]) -> Option<VolumePlan> {
     let (recorded, roles) = reshape_plan::recorded(&v.name, probes)?;
-    let config = reshape_plan::config_by_role(v.geometry.root(), &roles, recorded.member_count());
-    Some(reshape_plan::plan(
-        &v.name,
-        &recorded,
-        &config,
-        v.heal.rebuild_rate_bytes_per_s,
-    ))
+    let tree = reshape_plan::config_by_role(v.geometry.root(), &roles, recorded.member_count());
+    let plan = reshape_plan::plan(&v.name, &recorded, &tree, v.heal.rebuild_rate_bytes_per_s);
+    let by_role = crate::apply::ByRole {
+        recorded: &recorded,
+        new_tree: &tree,
+        roles: &roles,
+    };
+    Some(crate::apply::as_started(config, v, probes, by_role, plan))
 }

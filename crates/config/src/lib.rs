@@ -113,7 +113,7 @@ mod tls;
 mod tree;
 mod tree_spec;
 mod volume_meta;
-mod write_hole;
+pub mod write_hole;
 
 pub use bench::{
     load_sim_params, parse_sim_params, BenchModels, ModelParams, ParamSpec, HDD_PARAMS, MODELS,

@@ -46,6 +46,14 @@ pub fn note(unlogged: &[String], groups: usize, ppl: bool) -> Option<String> {
     ))
 }
 
+/// What a reshape's new shape of `groups` parity groups risks when its members have no room
+/// for the log's ring (`why`: the start's own words), in a sentence.
+pub fn no_room_note(groups: usize, why: &str) -> String {
+    format!(
+        "none of the new shape's {groups} parity group(s) gets a write-hole log — {why} — so after a crash the volume resyncs before it serves, and a member lost before that resync ends is rebuilt with bytes nobody wrote where the crash tore a stripe (the RAID 5/6 write hole)"
+    )
+}
+
 /// The parity groups of `root`.
 pub fn parity_groups(root: &Node) -> usize {
     let own = usize::from(matches!(root, Node::Parity(_)));

@@ -60,6 +60,8 @@ pub use member_meta::MemberMeta;
 pub use options::{ArrayOptions, OpenReport};
 pub use readd::Readd;
 pub use reshape::{BackupWindow, ReshapeRecord};
+pub use reshape_areas::NewShape;
+pub use reshape_run::start_preview as reshape_start_preview;
 pub use spare_list::forget_added_path_offline;
 pub use spares::{assign_spares, SpareChoice};
 

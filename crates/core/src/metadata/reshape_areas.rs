@@ -58,24 +58,30 @@ pub(super) async fn for_new_shape(
         .map(|sb| recorded(sb.as_ref(), p.name()))
         .collect();
     let peer = PeerPlaces::of(p.volume.geometry().root(), &current);
+    let shape = NewShape {
+        name: p.name(),
+        old_tree: p.volume.geometry().root(),
+        new_tree,
+        held: held.iter().map(Option::as_ref).collect(),
+        member_bytes: metas.iter().map(|m| m.member().len()).collect(),
+        names: metas.iter().map(|m| m.member().name()).collect(),
+        old_roles,
+    };
+    let logs = new_shape_logs(&shape, backups, p.ppl.enabled());
     let image = match p.bitmap {
         Some(b) => Some(bitmap_image(p, &current, b.intent().chunk_bytes()).await),
         None => None,
     };
     let mut out = Vec::with_capacity(metas.len());
-    let mut logs = Vec::with_capacity(metas.len());
     for (role, meta) in metas.iter().enumerate() {
         let member = meta.member();
         let refuse = |what: String| p.refuse(format!("`{}`: {what}", member.name()));
-        let mut at = Placing {
-            held: held[role].as_ref(),
-            region: region_of(new_tree, role).ok_or_else(|| refuse("no region".into()))?,
-            member_bytes: member.len(),
-            avoid: backups.get(role).copied().flatten().into_iter().collect(),
-        };
+        let mut at = shape
+            .placing(role, backups)
+            .ok_or_else(|| refuse("no region".into()))?;
+        // The log was placed first on this member (`new_shape_logs`).
+        at.avoid.extend(logs[role].clone().ok().flatten());
         let now = current.get(role).copied().unwrap_or_default();
-        let ppl = log_area(p, new_tree, &mut at, now.ppl, peer.ppl)
-            .map_err(|why| format!("`{}`: {why}", member.name()));
         let checksums = match now.checksums {
             Some(a) => Some(grown_checksum_area(&mut at, member.as_ref(), a).await)
                 .transpose()
@@ -94,28 +100,84 @@ pub(super) async fn for_new_shape(
                     .map_err(refuse)?
             }
         };
-        logs.push(ppl);
         out.push(RoleAreas {
             bitmap,
             ppl: None,
             checksums,
         });
     }
-    if let Some(why) = logs.iter().find_map(|l| l.as_ref().err()) {
-        tracing::warn!(
-            "volume `{}`: the reshape goes on, but its new shape will run without the partial-parity log (the RAID 5/6 write hole stays open after it): {why}",
-            p.name()
-        );
-        return Ok(out);
-    }
+    let logs = match logs.into_iter().collect::<Result<Vec<_>, String>>() {
+        Ok(logs) => logs,
+        Err(why) => {
+            tracing::warn!(
+                "volume `{}`: the reshape goes on, but its new shape will run without the partial-parity log (the RAID 5/6 write hole stays open after it): {why}",
+                p.name()
+            );
+            return Ok(out);
+        }
+    };
     for ((areas, log), meta) in out.iter_mut().zip(logs).zip(metas) {
-        areas.ppl = log.expect("checked above");
+        areas.ppl = log;
         if let Some(a) = areas.ppl {
             let clear = super::ppl_area::clear(meta.member().as_ref(), a).await;
             clear.map_err(|e| p.refuse(format!("`{}`: {e}", meta.member().name())))?;
         }
     }
     Ok(out)
+}
+
+/// A volume about to change shape, by role (the added roles from `old_roles` on), as its
+/// members' superblocks record it: what the start's placing decisions read.
+pub struct NewShape<'a> {
+    pub name: &'a str,
+    pub old_tree: &'a Node,
+    /// Leaves numbered by role, the added ones after the old ones.
+    pub new_tree: &'a Node,
+    /// Each role's member's superblock (`None`: blank).
+    pub held: Vec<Option<&'a Superblock>>,
+    pub member_bytes: Vec<u64>,
+    /// How refusals name each role's member.
+    pub names: Vec<&'a str>,
+    pub old_roles: usize,
+}
+
+impl NewShape<'_> {
+    /// Role `role`'s member being given its areas, its backup (of `backups`) avoided;
+    /// `None` when the role has no region in the new tree.
+    fn placing(&self, role: usize, backups: &[Option<Area>]) -> Option<Placing<'_>> {
+        Some(Placing {
+            held: self.held.get(role).copied().flatten(),
+            region: region_of(self.new_tree, role)?,
+            member_bytes: self.member_bytes.get(role).copied().unwrap_or(0),
+            avoid: backups.get(role).copied().flatten().into_iter().collect(),
+        })
+    }
+}
+
+/// Each role's log area in the new shape ([`log_area`]; `ppl`: the volume keeps its log),
+/// placed before any other of its areas, beside `backups`; `Err` why a role has no room (then
+/// no role records a log: see the module docs). Pure: the reshape's start and `nbraid apply`'s
+/// plan decide alike.
+pub(super) fn new_shape_logs(
+    shape: &NewShape<'_>,
+    backups: &[Option<Area>],
+    ppl: bool,
+) -> Vec<Result<Option<Area>, String>> {
+    let current: Vec<RoleAreas> = (shape.held.iter().take(shape.old_roles))
+        .map(|sb| recorded(*sb, shape.name))
+        .collect();
+    let peer = PeerPlaces::of(shape.old_tree, &current);
+    (0..shape.held.len())
+        .map(|role| {
+            let name = shape.names.get(role).copied().unwrap_or("?");
+            let mut at = shape
+                .placing(role, backups)
+                .ok_or_else(|| format!("`{name}`: no region"))?;
+            let now = current.get(role).copied().unwrap_or_default();
+            log_area(shape.new_tree, ppl, &mut at, now.ppl, peer.ppl)
+                .map_err(|why| format!("`{name}`: {why}"))
+        })
+        .collect()
 }
 
 /// Role's areas as `sb` records them for volume `name`.
@@ -227,8 +289,8 @@ fn is_free(
 /// log in the new tree). An area the role has that holds the new shape's ring stays; an
 /// added role takes its peers' place; else the first fit in the metadata area.
 fn log_area(
-    p: Parts<'_>,
     new_tree: &Node,
+    ppl: bool,
     at: &mut Placing<'_>,
     now: Option<Area>,
     peer: Option<(Area, u64)>,
@@ -239,7 +301,7 @@ fn log_area(
     ) else {
         return Ok(now);
     };
-    if !p.ppl.enabled() {
+    if !ppl {
         return Ok(now);
     }
     if let Some(a) = now.filter(|a| a.len >= least) {

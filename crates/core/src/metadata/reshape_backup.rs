@@ -179,6 +179,58 @@ pub(super) fn place_pool(
     }
 }
 
+/// Every role's backup home for `layout` (`held`, `member_bytes` and `names` by role, the
+/// roles from `old_roles` on added): an own area in the metadata area of each old role whose
+/// share fits there ([`own_area`]), and for the others the pool on the first added member
+/// ([`place_pool`]). `Err` says why neither fits, naming the members and the bytes. Pure: the
+/// reshape's start and `nbraid apply`'s plan decide alike.
+pub(super) fn backup_areas(
+    layout: &Reshape,
+    held: &[Option<&Superblock>],
+    member_bytes: &[u64],
+    names: &[&str],
+    old_roles: usize,
+) -> Result<Vec<Option<Area>>, String> {
+    let need = need(layout, layout.unit());
+    let rows = |r: usize| need.rows_bytes.get(r).copied().unwrap_or(0);
+    let mut areas = vec![None; held.len()];
+    for (r, sb) in held.iter().enumerate().take(old_roles) {
+        areas[r] = own_area(*sb, rows(r));
+    }
+    let users: Vec<usize> = (0..old_roles).filter(|&r| areas[r].is_none()).collect();
+    if users.is_empty() {
+        return Ok(areas);
+    }
+    let slot = users
+        .iter()
+        .map(|&r| home_bytes(rows(r)))
+        .max()
+        .unwrap_or(0);
+    let users_named: Vec<String> = users.iter().map(|&r| format!("`{}`", names[r])).collect();
+    let users_named = users_named.join(", ");
+    if held.len() <= old_roles {
+        return Err(format!(
+            "a window of this reshape backs up {slot} bytes per member, more than the metadata area of {users_named} holds, and no member is added to hold them: choose a smaller strip"
+        ));
+    }
+    let pool = place_pool(
+        layout,
+        need.until_bytes,
+        old_roles,
+        member_bytes[old_roles],
+        held[old_roles],
+        slot * old_roles as u64, // a slot for every old role ([`home`])
+    )
+    .map_err(|why| {
+        format!(
+            "the backup of {users_named} ({slot} bytes each, more than their metadata areas hold) goes to `{}`: {why}",
+            names[old_roles]
+        )
+    })?;
+    areas[old_roles] = Some(pool);
+    Ok(areas)
+}
+
 /// Whether the new tree's writes of logical `[start, start+len)` on role `holder` all stay
 /// below `pool` (or lie wholly above it).
 pub(super) fn pool_untouched(

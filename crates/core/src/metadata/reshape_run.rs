@@ -27,8 +27,9 @@ use super::member_meta::MemberMeta;
 use super::parts::Parts;
 use super::records::RecordsGuard;
 use super::reshape::{BackupWindow, RecordedReshape, ReshapeRecord};
-use super::reshape_backup::{home, home_bytes, own_area, place_pool, pool_untouched, HEADER_BYTES};
-use super::{Area, MemberEntry, RecordedState, Uuid};
+use super::reshape_areas::NewShape;
+use super::reshape_backup::{backup_areas, home, own_area, pool_untouched, HEADER_BYTES};
+use super::{Area, MemberEntry, RecordedState, Superblock, Uuid};
 use crate::buf::Buf;
 use crate::error::{VolumeError, VolumeResult};
 use crate::pass::{PassControl, PassState};
@@ -426,27 +427,24 @@ pub(super) async fn start(
     let mut rec = flushed_for_a_new_shape(p).await?;
     let old = p.volume.geometry().root().clone();
     let old_roles = rec.members.len();
-    let total = old_roles + added.len();
     let mut metas = current_members(p, &rec.members)?;
     metas.extend(added.iter().cloned());
-    let probe = ReshapeRecord {
-        new_tree: new_tree.clone(),
-        position_bytes: 0,
-        backup_area: None,
-        backup_window: None,
+    let mut held = Vec::with_capacity(metas.len());
+    for meta in &metas {
+        held.push(meta.sb.lock().await.clone());
+    }
+    let shape = NewShape {
+        name: p.name(),
+        old_tree: &old,
+        new_tree: &new_tree,
+        held: held.iter().map(Option::as_ref).collect(),
+        member_bytes: metas.iter().map(|m| m.member().len()).collect(),
+        names: metas.iter().map(|m| m.member().name()).collect(),
+        old_roles,
     };
-    probe
-        .check(&old, total)
-        .map_err(|e| p.refuse(e.to_string()))?;
-    let layout = probe.reshape(&old).map_err(|e| p.refuse(e.to_string()))?;
-    // Grown in place (longer regions, a concatenation's new members): nothing is copied, so
-    // the position starts at the end and no backup is needed; the pass syncs the new space.
+    let (layout, areas) = decide_start(&shape).map_err(|why| p.refuse(why))?;
     let in_place = nbraid_layout::grows_in_place(&old, &new_tree);
     let position_bytes = if in_place { layout.capacity() } else { 0 };
-    let areas = match in_place {
-        true => vec![None; metas.len()],
-        false => place_backup_areas(p, &layout, &metas, old_roles).await?,
-    };
     let kept = super::reshape_areas::for_new_shape(p, &new_tree, &metas, old_roles, &areas).await?;
     let mut members = rec.members.clone();
     for _ in &added {
@@ -545,75 +543,54 @@ pub(super) fn current_members(
     Ok(metas)
 }
 
-/// Every role's backup home (`metas` by role; those from `old_roles` on are added and must
-/// not carry a record of this volume yet): an own area in the metadata area of each old
-/// role whose share fits there, and for the others the pool on the first added member
-/// (`reshape_backup.rs`). Refused, naming the member and the bytes, where neither fits.
-async fn place_backup_areas(
-    p: Parts<'_>,
-    layout: &Reshape,
-    metas: &[Arc<MemberMeta>],
-    old_roles: usize,
-) -> Result<Vec<Option<Area>>, ArrayError> {
-    let need = super::reshape_backup::need(layout, layout.unit());
-    let rows = |r: usize| need.rows_bytes.get(r).copied().unwrap_or(0);
-    let mut areas = vec![None; metas.len()];
-    for (r, meta) in metas.iter().enumerate() {
-        let sb = meta.sb.lock().await.clone();
-        if r >= old_roles {
-            if sb
-                .as_ref()
-                .is_some_and(|sb| sb.volumes.iter().any(|v| v.name == p.name()))
-            {
-                return Err(p.refuse(format!(
-                    "`{}` already carries a record of this volume",
-                    meta.member().name()
-                )));
-            }
-        } else {
-            areas[r] = own_area(sb.as_ref(), rows(r));
-        }
-    }
-    let users: Vec<usize> = (0..old_roles).filter(|&r| areas[r].is_none()).collect();
-    if users.is_empty() {
-        return Ok(areas);
-    }
-    let slot = users
-        .iter()
-        .map(|&r| home_bytes(rows(r)))
-        .max()
-        .unwrap_or(0);
-    let names = || {
-        let n: Vec<String> = users
-            .iter()
-            .map(|&r| format!("`{}`", metas[r].member().name()))
-            .collect();
-        n.join(", ")
+/// What a reshape's start decides before it writes anything: the copy's layout, and each
+/// role's backup home ([`backup_areas`]; none for a grow in place: nothing is copied, the
+/// position starts at the end and the pass syncs the new space). `Err`: why the start is
+/// refused. Pure, so `nbraid apply`'s plan says what `--yes` will do ([`start_preview`]).
+fn decide_start(shape: &NewShape<'_>) -> Result<(Reshape, Vec<Option<Area>>), String> {
+    let (old, new_tree) = (shape.old_tree, shape.new_tree);
+    let probe = ReshapeRecord {
+        new_tree: new_tree.clone(),
+        position_bytes: 0,
+        backup_area: None,
+        backup_window: None,
     };
-    let Some(holder) = metas.get(old_roles) else {
-        return Err(p.refuse(format!(
-            "a window of this reshape backs up {slot} bytes per member, more than the metadata area of {} holds, and no member is added to hold them: choose a smaller strip",
-            names()
-        )));
+    probe
+        .check(old, shape.held.len())
+        .map_err(|e| e.to_string())?;
+    let layout = probe.reshape(old).map_err(|e| e.to_string())?;
+    if nbraid_layout::grows_in_place(old, new_tree) {
+        return Ok((layout, vec![None; shape.held.len()]));
+    }
+    let added = shape.held.iter().enumerate().skip(shape.old_roles);
+    let carries = |sb: &Option<&Superblock>| {
+        sb.is_some_and(|sb| sb.volumes.iter().any(|v| v.name == shape.name))
     };
-    let sb = holder.sb.lock().await.clone();
-    let pool = place_pool(
-        layout,
-        need.until_bytes,
-        old_roles,
-        holder.member().len(),
-        sb.as_ref(),
-        slot * old_roles as u64, // a slot for every old role (`reshape_backup::home`)
-    )
-    .map_err(|why| {
-        p.refuse(format!(
-            "the backup of {} ({slot} bytes each, more than their metadata areas hold) goes to `{}`: {why}",
-            names(),
-            holder.member().name()
-        ))
-    })?;
-    areas[old_roles] = Some(pool);
-    Ok(areas)
+    if let Some((r, _)) = added.clone().find(|(_, sb)| carries(sb)) {
+        return Err(format!(
+            "`{}` already carries a record of this volume",
+            shape.names[r]
+        ));
+    }
+    let areas = backup_areas(
+        &layout,
+        &shape.held,
+        &shape.member_bytes,
+        &shape.names,
+        shape.old_roles,
+    )?;
+    Ok((layout, areas))
+}
+
+/// What starting the reshape of `shape`'s volume will do, decided before anything is written
+/// by the functions the start runs over the same superblocks: `Err` why the start refuses;
+/// `Ok(Some(why))` it starts, and the new shape runs without the write-hole log (`ppl`: the
+/// volume keeps one) because some member has no room for it; `Ok(None)` it starts, logged as
+/// the options say. Pure: `nbraid apply` shows this as its plan.
+pub fn start_preview(shape: &NewShape<'_>, ppl: bool) -> Result<Option<String>, String> {
+    let (_, backups) = decide_start(shape)?;
+    let logs = super::reshape_areas::new_shape_logs(shape, &backups, ppl);
+    Ok(logs.into_iter().find_map(Result::err))
 }
 
 #[cfg(test)]

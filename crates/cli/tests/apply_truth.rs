@@ -1,0 +1,128 @@
+//! `nbraid apply` says what `--yes` will do, through the real binaries: a new shape whose
+//! members have no room for the write-hole log is said to run without it (text and JSON, in
+//! `nbraid check`'s words) and it does; a move whose backup has no room is refused in the plan
+//! with the start's own reason, and `--yes` exits non-zero. `nbraidd` is the one built beside
+//! `nbraid`.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// `arrays.toml`: volume `v` of `level` over the first `members` of d0..d7 (`size` files),
+/// strip `strip`.
+fn config(dir: &Path, level: &str, members: usize, strip: &str, size: &str) -> PathBuf {
+    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
+    for i in 0..8 {
+        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"{size}\"\n\n");
+    }
+    let ids: Vec<String> = (0..members).map(|i| format!("\"d{i}\"")).collect();
+    text += &format!(
+        "[[volume]]\nname = \"v\"\nlevel = \"{level}\"\nstrip_size = \"{strip}\"\n\
+         members = [{}]\nchecksums = \"off\"\n",
+        ids.join(", ")
+    );
+    let file = dir.join("arrays.toml");
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+fn run(args: &[&str]) -> (bool, String, String) {
+    let o = nbraid(args);
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn plan_json(cfg: &str) -> Value {
+    let out = ok(nbraid(&["apply", cfg, "--json"]), "apply --json");
+    serde_json::from_str::<Value>(&out).unwrap()["volumes"][0].clone()
+}
+
+#[test]
+fn a_plan_says_when_the_new_shape_gets_no_write_hole_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(dir.path(), "raid6", 6, "64KiB", "16MiB");
+    let cfg = file.to_str().unwrap();
+    ok(nbraid(&["create", cfg]), "create");
+    let mut d = Daemon::start(&file);
+
+    // More members at the same strip: the log's ring still fits, nothing to say.
+    config(dir.path(), "raid6", 7, "64KiB", "16MiB");
+    let out = ok(nbraid(&["apply", cfg]), "apply (7 members)");
+    assert!(out.contains("restripe online"), "{out}");
+    assert!(!out.contains("write hole"), "{out}");
+    assert_eq!(plan_json(cfg)["write_hole_note"], Value::Null);
+
+    // 64 KiB → 256 KiB: RAID 6's ring of 256 KiB strips is larger than the metadata area.
+    config(dir.path(), "raid6", 6, "256KiB", "16MiB");
+    let out = ok(nbraid(&["apply", cfg]), "apply (256 KiB)");
+    for says in [
+        "restripe online",
+        "write hole: none of the new shape's 1 parity group(s) gets a write-hole log",
+        "metadata area has no such room left",
+    ] {
+        assert!(out.contains(says), "{says:?} missing from:\n{out}");
+    }
+    let plan = plan_json(cfg);
+    assert_eq!(plan["action"], "online", "{plan:#}");
+    assert_eq!(
+        plan["unlogged_parity_groups"],
+        serde_json::json!(["raid6:256KiB(d0 d1 d2 d3 d4 d5)"]),
+        "{plan:#}"
+    );
+    let note = plan["write_hole_note"].as_str().unwrap_or_default();
+    assert!(note.contains("gets a write-hole log"), "{plan:#}");
+
+    // What the plan said is what happens.
+    let out = ok(nbraid(&["apply", cfg, "--yes"]), "apply --yes");
+    assert!(out.contains("started online"), "{out}");
+    let v = wait_until(cfg, "v", "the reshape to 256 KiB", |v| {
+        v["reshape"]["state"] == "done"
+    });
+    assert_eq!(v["metadata"]["write_hole_logged"], false, "{v:#}");
+    d.stop();
+}
+
+#[test]
+fn a_plan_refuses_what_the_start_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(dir.path(), "raid10", 4, "4KiB", "16MiB");
+    let cfg = file.to_str().unwrap();
+    ok(nbraid(&["create", cfg]), "create");
+    let mut d = Daemon::start(&file);
+
+    // 4 KiB → 1 MiB: a window backs up more than a metadata area holds, and no member is
+    // added to hold it: the start refuses, so the plan does.
+    config(dir.path(), "raid10", 4, "1MiB", "16MiB");
+    let why = "refused: a window of this reshape backs up";
+    let (success, out, _) = run(&["apply", cfg]);
+    assert!(success, "a plan is printed: {out}");
+    assert!(out.contains(why), "{out}");
+    assert!(!out.contains("restripe online"), "{out}");
+    assert!(!out.contains("--yes` starts"), "{out}");
+    let plan = plan_json(cfg);
+    assert_eq!(plan["action"], "refused", "{plan:#}");
+    assert!(
+        (plan["reason"].as_str().unwrap_or_default()).contains("choose a smaller strip"),
+        "{plan:#}"
+    );
+    let (success, out, err) = run(&["apply", cfg, "--yes"]);
+    assert!(!success, "--yes fails on a refused move: {out}");
+    assert!(out.contains(why), "{out}");
+    assert!(
+        err.contains("volume v: not started: a window of this reshape backs up"),
+        "{err}"
+    );
+    let v = status_of(cfg, "v");
+    assert!(v["reshape"].is_null(), "nothing started: {v:#}");
+    d.stop();
+
+    // Offline, the same plan and the same refusal.
+    let (success, out, err) = run(&["apply", cfg, "--yes"]);
+    assert!(!success && out.contains(why), "{out}");
+    assert!(err.contains("not started"), "{err}");
+}
