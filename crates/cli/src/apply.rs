@@ -23,7 +23,7 @@ use nbraid_config::write_hole;
 use nbraid_control::Request;
 use nbraid_core::metadata::disk_rule::{Consent, DiskContents};
 use nbraid_core::metadata::{
-    reshape_start_preview, Array, ArrayOptions, MemberMeta, NewShape, Probe,
+    reshape_start_preview, Array, ArrayOptions, MemberMeta, NewShape, Probe, ScrubCheckpoint,
 };
 use nbraid_layout::Node;
 use serde_json::{json, Value};
@@ -200,7 +200,8 @@ fn start_online(
 /// `--yes` with no daemon running: for every volume whose plan is a restripe or a grow in place, opens it from
 /// its records (every recorded member in place), writes the records that start the reshape
 /// into the config's shape, the members the config adds taking the roles after the old ones.
-/// The next start of `nbraidd` copies on while serving.
+/// The next start of `nbraidd` copies on while serving. A volume whose records name a scrub a
+/// restart cut off is not started (see [`ScrubPending`]).
 fn start_offline(config: &nbraid_config::Config, force: bool) -> Result<String> {
     let records = crate::records::look(config);
     let mut out = String::new();
@@ -215,36 +216,12 @@ fn start_offline(config: &nbraid_config::Config, force: bool) -> Result<String> 
             continue;
         };
         let copies = m.kind == MoveKind::Copy;
-        let metas: Vec<Arc<MemberMeta>> = (v.members.iter())
-            .map(|&i| opened[i].meta().cloned())
-            .collect::<Option<_>>()
-            .with_context(|| format!("volume {}: a member did not open", v.name))?;
-        let probes: Vec<Probe> = metas.iter().map(|m| m.probe().clone()).collect();
-        let (recorded, roles) = reshape_plan::recorded(&v.name, &probes)
-            .with_context(|| format!("volume {}: no records", v.name))?;
-        let new_tree =
-            reshape_plan::config_by_role(v.geometry.root(), &roles, recorded.member_count());
-        let mut by_role = vec![None; recorded.member_count()];
-        let mut added = Vec::new();
-        for (p, role) in roles.iter().enumerate() {
-            match role {
-                Some(r) => by_role[*r] = Some(metas[p].clone()),
-                None => added.push(metas[p].clone()),
-            }
+        if let Err(e) = start_volume(config, v, &opened, copies, force) {
+            return match e.downcast::<ScrubPending>() {
+                Ok(pending) => Err(NotStarted(out, pending.to_string()).into()),
+                Err(e) => Err(e),
+            };
         }
-        let consent = Consent {
-            force,
-            siblings: siblings(config, v, &added),
-        };
-        futures::executor::block_on(async {
-            let opts = ArrayOptions::default();
-            let (array, _) = Array::open(&v.name, &recorded, by_role, opts, &|_, _| {}).await?;
-            match copies {
-                true => array.add_copies(new_tree, added, &consent).await,
-                false => array.start_reshape(new_tree, added, &consent).await,
-            }
-        })
-        .with_context(|| format!("volume {}: starting the reshape", v.name))?;
         out.push_str(match copies {
             true => "  started: the records list the new copies, rebuilding; the next start of nbraidd rebuilds them while serving\n",
             false => "  started: the records say so; the next start of nbraidd copies on while serving\n",
@@ -253,6 +230,87 @@ fn start_offline(config: &nbraid_config::Config, force: bool) -> Result<String> 
     match refusals(records.iter().filter_map(|r| r.reshape.as_ref())) {
         Some(why) => Err(NotStarted(out, why).into()),
         None => Ok(out),
+    }
+}
+
+/// The records of a volume name a scrub a restart cut off: the next start of `nbraidd`
+/// resumes it where it stopped. The reshape's start would drop it (a scrub walks one shape),
+/// so the move is not started offline, as the daemon refuses one while a scrub runs.
+#[derive(Debug)]
+struct ScrubPending {
+    volume: String,
+    checkpoint: ScrubCheckpoint,
+}
+
+impl fmt::Display for ScrubPending {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.checkpoint.repair {
+            true => "scrub --repair",
+            false => "scrub",
+        };
+        write!(
+            f,
+            "volume {}: not started: its records name a {what} a restart interrupted at {}, which the next start of nbraidd resumes — starting the reshape would drop it; start nbraidd, let the scrub finish (`nbraid scrub {} --follow`), then run `nbraid apply --yes` against it",
+            self.volume,
+            format_size(self.checkpoint.position_bytes),
+            self.volume
+        )
+    }
+}
+
+impl std::error::Error for ScrubPending {}
+
+/// Writes the records that start volume `v`'s move into its config's shape (`copies`: new
+/// copies of a RAID 1), from its members in `opened`; [`ScrubPending`] (nothing written)
+/// where its records name an unfinished scrub.
+fn start_volume(
+    config: &nbraid_config::Config,
+    v: &nbraid_config::Volume,
+    opened: &[nbraid_assembly::Opened],
+    copies: bool,
+    force: bool,
+) -> Result<()> {
+    let metas: Vec<Arc<MemberMeta>> = (v.members.iter())
+        .map(|&i| opened[i].meta().cloned())
+        .collect::<Option<_>>()
+        .with_context(|| format!("volume {}: a member did not open", v.name))?;
+    let probes: Vec<Probe> = metas.iter().map(|m| m.probe().clone()).collect();
+    let (recorded, roles) = reshape_plan::recorded(&v.name, &probes)
+        .with_context(|| format!("volume {}: no records", v.name))?;
+    let new_tree = reshape_plan::config_by_role(v.geometry.root(), &roles, recorded.member_count());
+    let mut by_role = vec![None; recorded.member_count()];
+    let mut added = Vec::new();
+    for (p, role) in roles.iter().enumerate() {
+        match role {
+            Some(r) => by_role[*r] = Some(metas[p].clone()),
+            None => added.push(metas[p].clone()),
+        }
+    }
+    let consent = Consent {
+        force,
+        siblings: siblings(config, v, &added),
+    };
+    let pending = futures::executor::block_on(async {
+        let opts = ArrayOptions::default();
+        let (array, _) = Array::open(&v.name, &recorded, by_role, opts, &|_, _| {}).await?;
+        // The daemon resumes this scrub at its next start (`resume_scrub`), by the same call.
+        if let Some(checkpoint) = array.scrub_checkpoint().await {
+            return Ok(Some(checkpoint));
+        }
+        match copies {
+            true => array.add_copies(new_tree, added, &consent).await,
+            false => array.start_reshape(new_tree, added, &consent).await,
+        }
+        .map(|()| None)
+    })
+    .with_context(|| format!("volume {}: starting the reshape", v.name))?;
+    match pending {
+        Some(checkpoint) => Err(ScrubPending {
+            volume: v.name.clone(),
+            checkpoint,
+        }
+        .into()),
+        None => Ok(()),
     }
 }
 

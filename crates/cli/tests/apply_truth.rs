@@ -1,8 +1,8 @@
 //! `nbraid apply` says what `--yes` will do, through the real binaries: a new shape whose
 //! members have no room for the write-hole log is said to run without it (text and JSON, in
 //! `nbraid check`'s words) and it does; a move whose backup has no room is refused in the plan
-//! with the start's own reason, and `--yes` exits non-zero. `nbraidd` is the one built beside
-//! `nbraid`.
+//! with the start's own reason, and `--yes` exits non-zero; an offline `--yes` does not drop a
+//! scrub a restart interrupted. `nbraidd` is the one built beside `nbraid`.
 
 mod common;
 
@@ -125,4 +125,40 @@ fn a_plan_refuses_what_the_start_refuses() {
     let (success, out, err) = run(&["apply", cfg, "--yes"]);
     assert!(!success && out.contains(why), "{out}");
     assert!(err.contains("not started"), "{err}");
+}
+
+#[test]
+fn an_offline_apply_keeps_a_scrub_a_restart_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(dir.path(), "raid5", 3, "64KiB", "16MiB");
+    let cfg = file.to_str().unwrap();
+    ok(nbraid(&["create", cfg]), "create");
+    let mut d = Daemon::start(&file);
+    let scrub = br#"{"v":1,"op":"scrub","volume":"v","rate_bytes_per_s":1048576}"#;
+    let replies = exchange(&d.control, &[scrub]);
+    assert_eq!(replies[0]["ok"], true, "{}", replies[0]);
+    wait_until(cfg, "v", "the scrub to move", |v| {
+        v["scrub"]["position_bytes"].as_u64().unwrap_or(0) > 0
+    });
+    d.stop(); // the records keep the scrub's checkpoint
+
+    config(dir.path(), "raid5", 4, "64KiB", "16MiB");
+    let (success, out, err) = run(&["apply", cfg, "--yes"]);
+    assert!(!success, "the reshape would drop the scrub: {out}");
+    assert!(out.contains("~ members 3 → 4"), "{out}");
+    assert!(
+        err.contains("volume v: not started: its records name a scrub a restart interrupted"),
+        "{err}"
+    );
+
+    // Nothing was written: the daemon starts on the old shape and resumes the scrub.
+    config(dir.path(), "raid5", 3, "64KiB", "16MiB");
+    let mut d = Daemon::start(&file);
+    let v = status_of(cfg, "v");
+    assert!(v["reshape"].is_null(), "{v:#}");
+    assert!(
+        v["scrub"]["state"] == "running" || v["scrub"]["state"] == "done",
+        "the scrub resumed at its checkpoint: {v:#}"
+    );
+    d.stop();
 }
