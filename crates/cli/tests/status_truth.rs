@@ -162,3 +162,35 @@ fn status_notes_follow_a_spare_that_took_a_role_after_the_start() {
     assert_eq!(volume_status(cfg)["notes"], v["notes"], "the next start");
     d.stop();
 }
+
+/// A file added at run time that the config already declares (by a relative path, outside
+/// the volume) and that took a role: `status` names it by the config's id and says which
+/// `members` line to set — it used to offer a `[[member]]` with that same id to paste.
+#[test]
+fn a_role_holder_the_config_declares_is_named_as_the_config_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(dir.path(), &["d6"], "");
+    let cfg = config.to_str().unwrap();
+    let mut d = Daemon::start(&config);
+    let spare = dir.path().join("d6.img");
+    let spare = spare.to_str().unwrap();
+    ok(nbraid(&["add", "r6", spare, "--config", cfg]), "add d6.img");
+    ok(nbraid(&["fail", "r6", "d2", "--config", cfg]), "fail d2");
+    let v = wait_for(cfg, "d6 to take role 2 and be rebuilt", |v| {
+        v["members"][2]["id"] == "d6" && v["rebuild"]["state"] == "done"
+    });
+    let says = format!(
+        "member d6 holds role 2; its file {spare} is the config's member d6 (path = \"d6.img\"), which volume r6 does not list"
+    );
+    let line = r#"set members = ["d0", "d1", "d6", "d3", "d4", "d5"] (no [[member]] to add)"#;
+    let table = ok(nbraid(&["status", "r6", "--config", cfg]), "status");
+    assert!(table.contains(&says), "{says}\n{table}");
+    assert!(table.contains(line), "{line}\n{table}");
+    assert!(!table.contains("id = \"d6\""), "{table}");
+    let notes: Vec<String> = serde_json::from_value(volume_status(cfg)["notes"].clone()).unwrap();
+    assert!(
+        notes.iter().any(|n| n.contains(&says) && n.contains(line)),
+        "{notes:#?} ({v:#})"
+    );
+    d.stop();
+}

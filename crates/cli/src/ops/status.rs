@@ -18,8 +18,19 @@ pub(super) fn run(
 ) -> Result<String> {
     let mut c = Client::connect(target)?;
     let req = Request::Status { volume };
+    // The config at hand, to word the daemon's notes as it names the members.
+    let config = (target.config.as_deref()).and_then(|f| nbraid_config::load(f).ok());
+    let call = |c: &mut Client| -> Result<Value> {
+        let mut v = c.call(&req)?;
+        if let Some(config) = &config {
+            for vol in v["volumes"].as_array_mut().into_iter().flatten() {
+                as_config_names(vol, config);
+            }
+        }
+        Ok(v)
+    };
     if !watch {
-        let v = c.call(&req)?;
+        let v = call(&mut c)?;
         return Ok(if json {
             format!("{v:#}\n")
         } else {
@@ -27,7 +38,7 @@ pub(super) fn run(
         });
     }
     loop {
-        let v = c.call(&req)?;
+        let v = call(&mut c)?;
         let out = if json {
             format!("{v}\n")
         } else {
@@ -37,6 +48,68 @@ pub(super) fn run(
         std::io::stdout().flush()?;
         std::thread::sleep(Duration::from_secs(1));
     }
+}
+
+/// Volume `vol`'s notes as `config` names its members. The daemon takes a role holder its
+/// volume does not list for a member added at run time, and its note says to add a
+/// `[[member]]` with that id and path — wrong where the config already declares that file
+/// (by a relative path, or under another id): pasting it repeats an id, and a start on this
+/// config opens the file as that config member, not for this volume. Such a note is replaced
+/// by one that names the config's member and the `members` line to set.
+fn as_config_names(vol: &mut Value, config: &nbraid_config::Config) {
+    let Some(cv) = config
+        .volumes
+        .iter()
+        .find(|cv| vol["name"] == cv.name.as_str())
+    else {
+        return;
+    };
+    let listed: Vec<&str> = (cv.members.iter().chain(&cv.heal.spares))
+        .map(|&m| config.members[m].id.as_str())
+        .collect();
+    let holders: Vec<(&str, &str)> = (vol["members"].as_array().into_iter().flatten())
+        .map(|m| {
+            let field = |k: &str| m[k].as_str().unwrap_or("?");
+            (field("id"), field("path"))
+        })
+        .collect();
+    // Per role, the config's member declaring the file of a holder the volume does not list.
+    let declared: Vec<Option<&nbraid_config::Member>> = (holders.iter())
+        .map(|(id, path)| {
+            let path = std::path::Path::new(path);
+            let same = |m: &&nbraid_config::Member| {
+                m.path == path || nbraid_assembly::added::same_file(&m.path, path)
+            };
+            match listed.contains(id) {
+                true => None,
+                false => config.members.iter().find(same),
+            }
+        })
+        .collect();
+    if declared.iter().all(Option::is_none) {
+        return;
+    }
+    let line: Vec<String> = (holders.iter().zip(&declared))
+        .map(|((id, _), c)| format!("\"{}\"", c.map_or(*id, |c| c.id.as_str())))
+        .collect();
+    let line = line.join(", ");
+    let mut notes: Vec<Value> = vol["notes"].as_array().cloned().unwrap_or_default();
+    for (role, ((id, path), c)) in holders.iter().zip(&declared).enumerate() {
+        let Some(c) = c else { continue };
+        let said = format!("member {id} (added at run time: {path}) holds role {role}");
+        let note = format!(
+            "member {id} holds role {role}; its file {path} is the config's member {} (path = \"{}\"), which volume {} does not list, so a start on this config does not give it the role: set members = [{line}] (no [[member]] to add)",
+            c.id, c.path_text, cv.name
+        );
+        let at = notes
+            .iter()
+            .position(|n| n.as_str().is_some_and(|n| n.starts_with(&said)));
+        match at {
+            Some(i) => notes[i] = json!(note),
+            None => notes.push(json!(note)),
+        }
+    }
+    vol["notes"] = json!(notes);
 }
 
 /// How long a finished pass stays in the plain status.
