@@ -210,17 +210,41 @@ fn nothing_to_rebuild_json(reply: &Value) -> Value {
 }
 
 /// A scrub's end for people: how far it went, what it compared (parity stripes, mirror
-/// blocks) and what it found. Stripes under a failed member are skipped, not checked.
+/// blocks; those under a failed member are skipped, not checked), what did not compare or
+/// read, and then the bad blocks in the unit of the per-member lines that follow
+/// ([`super::findings::finding_lines`]): found, repaired, left. The daemon's `unreadable`
+/// counts chunks or copies that did not read at first (each is read again block by block, and
+/// its bad blocks rebuilt) and its `repaired` counts stripes and blocks rewritten: printed as
+/// "N repaired, N unreadable" beside "1 bad, 1 repaired" per member, it read as blocks still
+/// unreadable after a repair that had mended every one.
 fn scrub_summary(volume: &str, report: &Value) -> String {
+    let members = report["findings"].as_array().map_or(&[][..], |m| &m[..]);
+    let sum = |k: &str| members.iter().filter_map(|m| m[k].as_u64()).sum::<u64>();
+    let bad = report["findings_total"]
+        .as_u64()
+        .unwrap_or_else(|| sum("total"));
+    let repaired = sum("repaired");
+    let left = bad.saturating_sub(repaired);
+    let found = match bad {
+        1 => "1 bad block found".to_string(),
+        n => format!("{n} bad blocks found"),
+    };
+    let outcome = match (bad, report["repair"] == json!(true)) {
+        (0, _) => "no bad block found".to_string(),
+        (_, false) => format!(
+            "{found}, not repaired (a check: `--repair` rewrites what the redundancy proves)"
+        ),
+        (_, true) if left == 0 => format!("{found}, all repaired"),
+        (_, true) => format!("{found}, {repaired} repaired, {left} not"),
+    };
     format!(
-        "scrub of {volume} {} over {}: {} parity stripes and mirror blocks checked, {} mismatches, {} repaired, {} unreadable, {} skipped\n",
+        "scrub of {volume} {} over {}: {} parity stripes and mirror blocks checked, {} skipped; {} mismatched, {} chunks or copies did not read at first (a read error or a checksum mismatch); {outcome}\n",
         report["state"].as_str().unwrap_or("?"),
         bytes(report["position_bytes"].as_u64().unwrap_or(0)),
         count(&report["checked"]),
-        count(&report["mismatches"]),
-        count(&report["repaired"]),
-        count(&report["unreadable"]),
         count(&report["skipped"]),
+        count(&report["mismatches"]),
+        count(&report["unreadable"]),
     )
 }
 
@@ -261,13 +285,39 @@ mod tests {
 
     #[test]
     fn a_scrub_ends_with_bytes_and_counts() {
-        let report = json!({"state": "done", "position_bytes": 384u64 << 20,
+        let report = json!({"state": "done", "repair": true, "position_bytes": 384u64 << 20,
                             "total_bytes": 384u64 << 20, "checked": 2048, "mismatches": 1,
-                            "repaired": 1, "unreadable": 0, "skipped": 0});
+                            "repaired": 1, "unreadable": 0, "skipped": 0, "findings_total": 1,
+                            "findings": [{"index": 2, "total": 1, "repaired": 1}]});
         assert_eq!(
             scrub_summary("r5", &report),
-            "scrub of r5 done over 384 MiB: 2048 parity stripes and mirror blocks checked, 1 mismatches, 1 repaired, 0 unreadable, 0 skipped\n"
+            "scrub of r5 done over 384 MiB: 2048 parity stripes and mirror blocks checked, 0 skipped; 1 mismatched, 0 chunks or copies did not read at first (a read error or a checksum mismatch); 1 bad block found, all repaired\n"
         );
+    }
+
+    /// Blocks that did not read and were rebuilt are not still unreadable: the summary
+    /// counts bad blocks as the per-member lines do (the daemon's `unreadable` and
+    /// `repaired` count chunks and stripes).
+    #[test]
+    fn a_scrub_summary_agrees_with_its_members_lines() {
+        let findings = json!([{"index": 0, "total": 1, "repaired": 1},
+                              {"index": 1, "total": 2, "repaired": 1}]);
+        let mut report = json!({"state": "done", "repair": true, "position_bytes": 16u64 << 20,
+                                "checked": 128, "mismatches": 0, "repaired": 3,
+                                "unreadable": 3, "skipped": 0, "findings_total": 3,
+                                "findings": findings});
+        let text = scrub_summary("r5", &report);
+        assert!(
+            text.ends_with("3 chunks or copies did not read at first (a read error or a checksum mismatch); 3 bad blocks found, 2 repaired, 1 not\n"),
+            "{text}"
+        );
+        assert!(!text.contains("3 unreadable"), "{text}");
+        report["repair"] = json!(false);
+        report["findings"] = json!([{"index": 0, "total": 3, "repaired": 0}]);
+        assert!(scrub_summary("r5", &report).ends_with("3 bad blocks found, not repaired (a check: `--repair` rewrites what the redundancy proves)\n"));
+        report["findings_total"] = json!(0);
+        report["findings"] = json!([]);
+        assert!(scrub_summary("r5", &report).ends_with("; no bad block found\n"));
     }
 
     #[test]
