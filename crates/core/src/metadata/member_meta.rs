@@ -101,12 +101,30 @@ impl MemberMeta {
         &self,
         f: impl FnOnce(&mut Superblock),
     ) -> Result<(), SuperblockIoError> {
+        self.update_if(|sb| {
+            f(sb);
+            true
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// [`Self::update`] when `f` finds something to write (it says whether it changed the
+    /// superblock: `false` writes nothing). Whether it was written.
+    pub(super) async fn update_if(
+        &self,
+        f: impl FnOnce(&mut Superblock) -> bool,
+    ) -> Result<bool, SuperblockIoError> {
         let mut g = self.sb.lock().await;
-        let sb = self.next_superblock(g.clone(), f);
+        let mut changed = false;
+        let sb = self.next_superblock(g.clone(), |sb| changed = f(sb));
+        if !changed {
+            return Ok(false);
+        }
         write_superblock(&*self.member, &sb).await?;
         *self.contents.lock() = DiskContents::of_superblock(&sb);
         *g = Some(sb);
-        Ok(())
+        Ok(true)
     }
 
     /// The superblock [`update`](Self::update) writes when the member holds `held`: `f`

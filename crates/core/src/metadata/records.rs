@@ -96,6 +96,19 @@ impl Recorded {
     }
 }
 
+/// Why a commit could not write a member's record: the commit fails the member either way.
+#[derive(Debug, thiserror::Error)]
+enum RecordWriteError {
+    #[error("superblock write failed: {0}")]
+    Io(#[from] super::SuperblockIoError),
+    /// Its superblock, read again since it took the role (a member back blank and rebuilt
+    /// into a Matrix sibling only, restored from an older copy, another array's), says
+    /// nothing of this volume: written without the record, it would be trusted in its role
+    /// while a restart finds no role of this volume on it.
+    #[error("volume `{volume}`: member `{member}` holds no record of this volume (its superblock, read again, has none: back blank, restored from an older copy, or rebuilt into other volumes only); failed in this volume rather than trusted without its record")]
+    NoRecord { volume: String, member: String },
+}
+
 /// The records' lock, held: the proof a caller holds it (a `Recorded` alone may be a copy).
 pub(super) type RecordsGuard<'a> = MutexGuard<'a, Recorded>;
 
@@ -335,7 +348,7 @@ impl Records {
             gate.recorded_up_to(generation);
             return match first {
                 Some((r, e)) if targets.len() == 1 => Err(VolumeError::Unavailable {
-                    reason: format!("member {r}: superblock write failed: {e}"),
+                    reason: format!("member {r}: {e}"),
                 }),
                 _ if targets.is_empty() => Err(VolumeError::Unavailable {
                     reason: "no member can take the superblock".into(),
@@ -373,25 +386,34 @@ impl Records {
             .collect()
     }
 
-    /// Writes `rec` into `meta`'s record of this volume (role `role`).
+    /// Writes `rec` into `meta`'s record of this volume (role `role`). A member whose
+    /// superblock holds no such record is not written: the commit fails it (see
+    /// [`RecordWriteError::NoRecord`]). Every path that puts a member in a role writes its
+    /// record first (create, `heal.rs`'s newcomers and replacements, a re-add, which found it).
     async fn write_record(
         &self,
         role: usize,
         meta: &MemberMeta,
         rec: &Recorded,
-    ) -> Result<(), super::SuperblockIoError> {
+    ) -> Result<(), RecordWriteError> {
         let (id, name) = (self.id, self.name.as_str());
         let rec = rec.clone();
-        meta.update(move |sb| {
-            if let Some(v) = sb
-                .volumes
-                .iter_mut()
-                .find(|v| v.array == id && v.name == name)
-            {
-                rec.write_into(v, role);
-            }
-        })
-        .await
+        let written = meta
+            .update_if(move |sb| {
+                let mine = sb
+                    .volumes
+                    .iter_mut()
+                    .find(|v| v.array == id && v.name == name);
+                mine.map(|v| rec.write_into(v, role)).is_some()
+            })
+            .await?;
+        if !written {
+            return Err(RecordWriteError::NoRecord {
+                volume: self.name.clone(),
+                member: meta.member().name().to_string(),
+            });
+        }
+        Ok(())
     }
 
     /// Records members failed since the last commit (before any further member write, and
@@ -418,6 +440,37 @@ impl FailureRecorder for Records {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::member::Member;
+    use crate::memory::MemoryMember;
+    use crate::metadata::{read_superblock, Found, Superblock};
+    use futures::executor::block_on;
+    use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
+
+    /// RAID 0 over `members`, each region the member's second MiB.
+    fn tree(members: usize) -> Node {
+        let region = Region {
+            start: 1 << 20,
+            len: 1 << 20,
+        };
+        let shape = Shape::new(
+            Level::Raid0,
+            members,
+            None,
+            16 << 10,
+            ParityLayout::default(),
+        );
+        shape.unwrap().build(&vec![region; members]).unwrap()
+    }
+
+    /// `n` members' entries, active, ids 1, 2, …
+    fn entries(n: u8) -> Vec<MemberEntry> {
+        (0..n)
+            .map(|i| MemberEntry {
+                uuid: Uuid([i + 1; 16]),
+                state: RecordedState::Active,
+            })
+            .collect()
+    }
 
     /// A member that missed the commit recording a finished reshape (the power cut
     /// mid-commit) still holds the old tree and the reshape record: the next commit writes
@@ -427,28 +480,8 @@ mod tests {
     #[test]
     fn a_commit_brings_a_member_that_missed_the_end_of_a_reshape_to_the_new_tree() {
         use crate::metadata::reshape::ReshapeRecord;
-        use crate::metadata::{Superblock, VolumeRecord};
-        use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
-        let tree = |members: usize| -> Node {
-            let region = Region {
-                start: 1 << 20,
-                len: 1 << 20,
-            };
-            let shape = Shape::new(
-                Level::Raid0,
-                members,
-                None,
-                16 << 10,
-                ParityLayout::default(),
-            );
-            shape.unwrap().build(&vec![region; members]).unwrap()
-        };
-        let members: Vec<MemberEntry> = (0..3u8)
-            .map(|i| MemberEntry {
-                uuid: Uuid([i + 1; 16]),
-                state: RecordedState::Active,
-            })
-            .collect();
+        use crate::metadata::VolumeRecord;
+        let members = entries(3);
         let behind = VolumeRecord {
             array: Uuid([9; 16]),
             name: "vol".into(),
@@ -491,6 +524,82 @@ mod tests {
         };
         let bytes = sb.encode().expect("a whole record encodes");
         assert_eq!(Superblock::decode(&bytes).expect("and reads back"), sb);
+    }
+
+    /// Member `m`'s superblock as on the disk.
+    fn on_disk(m: &dyn Member) -> Superblock {
+        match block_on(read_superblock(m)).expect("readable") {
+            Found::Superblock(sb, _) => sb,
+            Found::Blank => panic!("`{}` is blank", m.name()),
+        }
+    }
+
+    /// Volume "vol" over `n` members whose superblocks hold its record, except those in
+    /// `without`, which hold only another volume's (a member read again since: rebuilt into
+    /// a Matrix sibling only, restored, another array's). Returns the records and members.
+    fn volume_without(n: u8, without: &[usize]) -> (Records, Vec<Arc<dyn Member>>) {
+        let members: Vec<Arc<dyn Member>> = (0..n)
+            .map(|i| Arc::new(MemoryMember::new(format!("m{i}"), 4 << 20)) as Arc<dyn Member>)
+            .collect();
+        let recorded = Recorded {
+            events: 3,
+            clean: true,
+            members: entries(n),
+            scrub: None,
+            added_paths: Vec::new(),
+            reshape: None,
+            tree: tree(n.into()),
+            checksum_fill: None,
+        };
+        let mut metas = Vec::new();
+        for (r, m) in members.iter().enumerate() {
+            let meta = block_on(MemberMeta::load(m.clone()));
+            let array = match without.contains(&r) {
+                true => (Uuid([8; 16]), "sibling"),
+                false => (Uuid([9; 16]), "vol"),
+            };
+            let record = recorded.for_newcomer(array, r, (None, None, None));
+            block_on(meta.join(recorded.members[r].uuid, record)).expect("join");
+            metas.push(Some(meta));
+        }
+        let table = Arc::new(MemberTable::new(members.clone()));
+        let records = Records::new(Uuid([9; 16]), "vol", table, metas, recorded, false);
+        (records, members)
+    }
+
+    /// A member whose superblock holds no record of the volume is failed by the commit,
+    /// written nothing, and recorded failed on the others, its failure saying why; with no
+    /// member holding the record the commit fails. (Before, the commit skipped its record silently and
+    /// succeeded: the member stayed current, its superblock saying nothing of the volume.)
+    #[test]
+    fn a_commit_fails_a_member_that_holds_no_record_of_the_volume() {
+        let (records, members) = volume_without(2, &[1]);
+        let before = on_disk(&*members[1]);
+        let mut rec = block_on(records.lock());
+        block_on(records.commit(&mut rec)).expect("member 0 takes the commit");
+        assert!(records.is_failed(1), "kept without its record");
+        assert!(records.is_current(0));
+        assert_eq!(on_disk(&*members[1]), before, "written anyway");
+        let ours = on_disk(&*members[0]).volumes.remove(0);
+        assert_eq!(ours.events, rec.events);
+        assert_eq!(ours.members[1].state, RecordedState::Failed);
+
+        // Why, as the member's failure is logged.
+        let meta = records.meta(1).expect("still in its role");
+        let e = block_on(records.write_record(1, &meta, &rec)).expect_err("no record");
+        let said = e.to_string();
+        assert!(said.contains("holds no record of this volume"), "{said}");
+        assert!(
+            said.contains("volume `vol`") && said.contains("`m1`"),
+            "{said}"
+        );
+        drop(rec);
+
+        // No member holds it: nothing takes the commit.
+        let (records, _) = volume_without(2, &[0, 1]);
+        let mut rec = block_on(records.lock());
+        block_on(records.commit(&mut rec)).expect_err("no member takes it");
+        assert!(records.is_failed(0) && records.is_failed(1));
     }
 
     #[test]
