@@ -11,7 +11,8 @@ use futures::executor::block_on;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use nbraid_core::metadata::{
-    Array, ArrayOptions, MemberMeta, OpenReport, Readd, METADATA_AREA_BYTES,
+    read_superblock, Array, ArrayOptions, Found, MemberMeta, OpenReport, Readd, RecordedState,
+    METADATA_AREA_BYTES,
 };
 use nbraid_core::{
     Buf, CacheMode, Member, MemberCounters, MemberError, MemberOp, MemberResult, MemoryMember,
@@ -37,8 +38,12 @@ struct Switch {
 
 impl Switch {
     fn new(i: usize) -> Arc<Switch> {
+        Switch::sized(i, METADATA_AREA_BYTES + REGION)
+    }
+
+    fn sized(i: usize, len: u64) -> Arc<Switch> {
         Arc::new(Switch {
-            inner: MemoryMember::new(format!("d{i}"), METADATA_AREA_BYTES + REGION),
+            inner: MemoryMember::new(format!("d{i}"), len),
             down: AtomicBool::new(false),
             data_reads: AtomicU64::new(0),
             slow: AtomicBool::new(false),
@@ -123,11 +128,13 @@ impl Member for Switch {
 }
 
 fn tree(level: Level, n: usize) -> Node {
+    tree_at(level, n, METADATA_AREA_BYTES)
+}
+
+/// [`tree`] with every member's region at `start`.
+fn tree_at(level: Level, n: usize, start: u64) -> Node {
     let shape = Shape::new(level, n, None, 64 * KIB, ParityLayout::LeftSymmetric).expect("shape");
-    let region = Region {
-        start: METADATA_AREA_BYTES,
-        len: REGION,
-    };
+    let region = Region { start, len: REGION };
     shape.build(&vec![region; n]).expect("tree")
 }
 
@@ -933,4 +940,178 @@ fn a_second_replacement_started_mid_pass_is_not_swapped_in_half_copied() {
     assert!(read_all(&a) == model, "swapped in half copied");
     a.volume().fail_member(1, "test");
     assert!(read_all(&a) == model, "without member 1");
+}
+
+// Matrix RAID: volumes "a" and "b" on the same three members, as a daemon's volumes share
+// each member file and its `MemberMeta` (one superblock holding both volumes' records).
+
+const MATRIX: [&str; 2] = ["a", "b"];
+
+/// Matrix volume `k`'s tree: RAID 5 over `n` members, its regions after the volumes before it.
+fn matrix_tree(k: usize, n: usize) -> Node {
+    tree_at(Level::Raid5, n, METADATA_AREA_BYTES + k as u64 * REGION)
+}
+
+/// `n` members with both Matrix volumes on them (one `MemberMeta` per member, shared), each
+/// volume filled and recorded clean. Returns the members, the volumes and their models.
+fn matrix(n: usize) -> (Vec<Arc<Switch>>, Vec<Array>, Vec<Vec<u8>>) {
+    let len = METADATA_AREA_BYTES + MATRIX.len() as u64 * REGION;
+    let d: Vec<Arc<Switch>> = (0..n).map(|i| Switch::sized(i, len)).collect();
+    let m = metas(&d);
+    let mut volumes = Vec::new();
+    let mut models = Vec::new();
+    for (k, name) in MATRIX.iter().enumerate() {
+        let created = Array::create(name, matrix_tree(k, n), m.clone(), opts(), true, &|_, _| {});
+        let v = block_on(created).expect("create").0;
+        models.push(filled(&v));
+        block_on(v.mark_clean()).expect("clean");
+        volumes.push(v);
+    }
+    (d, volumes, models)
+}
+
+/// Both volumes opened again over fresh loads of `d` (shared by both, as a restart does).
+fn reopen_matrix(d: &[Arc<Switch>]) -> Vec<(Array, OpenReport)> {
+    let m: Vec<Option<Arc<MemberMeta>>> = metas(d).into_iter().map(Some).collect();
+    (MATRIX.iter().enumerate())
+        .map(|(k, name)| {
+            let t = matrix_tree(k, d.len());
+            block_on(Array::open(name, &t, m.clone(), opts(), &|_, _| {})).expect(name)
+        })
+        .collect()
+}
+
+/// Member `r`'s superblock, read from the disk, holds each volume's own record in role `r`
+/// at the volume's events, naming the member's id there, active.
+fn holds_both_records(d: &[Arc<Switch>], r: usize, volumes: &[Array], what: &str) {
+    let sb = match block_on(read_superblock(&*d[r])).expect("read") {
+        Found::Superblock(sb, _) => sb,
+        Found::Blank => panic!("{what}: member {r} is blank"),
+    };
+    for v in volumes {
+        let Some(rec) = (sb.volumes.iter()).find(|x| x.array == v.id() && x.name == v.name())
+        else {
+            panic!("{what}: member {r} holds no record of `{}`", v.name());
+        };
+        assert_eq!(rec.role as usize, r, "{what}: `{}`", v.name());
+        assert_eq!(rec.events, block_on(v.events()), "{what}: `{}`", v.name());
+        let entry = rec.members[r];
+        assert_eq!(
+            entry.uuid,
+            sb.member,
+            "{what}: `{}` names another id",
+            v.name()
+        );
+        assert_eq!(entry.state, RecordedState::Active, "{what}: `{}`", v.name());
+    }
+}
+
+/// Both volumes read their models, then again without member `other` (from the member
+/// that came back), then after a restart with every member present.
+fn both_read_back(d: &[Arc<Switch>], volumes: Vec<Array>, models: &[Vec<u8>], other: usize) {
+    for (v, model) in volumes.iter().zip(models) {
+        assert!(read_all(v) == *model, "`{}`", v.name());
+        block_on(v.mark_clean()).expect("clean");
+    }
+    drop(volumes);
+    for ((v, report), model) in reopen_matrix(d).into_iter().zip(models) {
+        assert!(report.absent_roles.is_empty(), "`{}`: {report:?}", v.name());
+        v.volume().fail_member(other, "test");
+        assert!(read_all(&v) == *model, "`{}` without {other}", v.name());
+    }
+}
+
+/// A member of both volumes goes away, both fail it, it comes back as it left: each volume
+/// re-adds it over its own bitmap, and the member ends up holding both records, current.
+#[test]
+fn a_matrix_member_back_intact_is_resynced_into_both_volumes() {
+    let (d, v, mut models) = matrix(3);
+    d[2].down.store(true, SeqCst);
+    for (k, x) in v.iter().enumerate() {
+        write(x, &mut models[k], 3 * MIB + 4 * KIB, 8 * KIB, 2 + k as u64);
+        block_on(x.flush()).expect("flush degraded");
+        assert!(x.volume().member_is_failed(2), "`{}`", x.name());
+    }
+    d[2].down.store(false, SeqCst);
+    for x in &v {
+        let r = block_on(x.readd(2)).expect("readd");
+        assert!(matches!(r, Readd::Resync { .. }), "`{}`: {r:?}", x.name());
+    }
+    for x in &v {
+        resync(x);
+        assert!(x.volume().member_is_current(2), "`{}`", x.name());
+    }
+    holds_both_records(&d, 2, &v, "intact");
+    both_read_back(&d, v, &models, 0);
+}
+
+/// A member of both volumes comes back blank (a restarted `nbdkit memory` export): whichever
+/// volume re-adds it first rebuilds it whole and writes its record there; the other, told
+/// the first is its sibling on the member, rebuilds it into its own role beside that record
+/// (before, it was refused — "carries no record of this array", the advice to wipe a disk
+/// the first volume had just rebuilt — and stayed degraded). Told no sibling, it refuses.
+#[test]
+fn a_matrix_member_back_blank_is_rebuilt_into_every_volume_that_had_it() {
+    for first in [0, 1] {
+        let (d, v, mut models) = matrix(3);
+        d[2].down.store(true, SeqCst);
+        for (k, x) in v.iter().enumerate() {
+            write(x, &mut models[k], 5 * MIB, 8 * KIB, 4 + k as u64);
+            block_on(x.flush()).expect("flush degraded");
+        }
+        let len = d[2].len() as usize;
+        d[2].inner.poke(0, &vec![0u8; len]);
+        d[2].down.store(false, SeqCst);
+        let (one, two) = (&v[first], &v[1 - first]);
+        assert_eq!(block_on(one.readd(2)).expect("first"), Readd::Rebuild);
+        let e = block_on(two.readd(2)).expect_err("no sibling named");
+        assert!(e.to_string().contains("no record of this array"), "{e}");
+        let r = block_on(two.readd_with_siblings(2, &[one.id()]));
+        assert_eq!(
+            r.expect("beside its sibling"),
+            Readd::Rebuild,
+            "first {first}"
+        );
+        for x in &v {
+            let done = block_on(x.rebuild(&PassControl::new(0))).expect("rebuild");
+            assert_eq!(done.completed, vec![2], "first {first}: `{}`", x.name());
+        }
+        holds_both_records(&d, 2, &v, &format!("blank, first {first}"));
+        both_read_back(&d, v, &models, 1);
+    }
+}
+
+/// A member of both volumes fails in "a" only ("b" wrote nothing while it was away), and
+/// comes back blank: "a" rebuilds it and writes its own record there. "b"'s next commit
+/// finds no record of "b" on it: the member is failed in "b" (before, the commit said it
+/// succeeded without writing "b"'s record, "b" kept the member current and served the
+/// zeroes of its blank region as data), and "b" rebuilds it once re-added beside "a".
+#[test]
+fn a_commit_fails_a_member_that_holds_no_record_of_the_volume() {
+    let (d, v, mut models) = matrix(3);
+    d[2].down.store(true, SeqCst);
+    write(&v[0], &mut models[0], 5 * MIB, 8 * KIB, 4);
+    block_on(v[0].flush()).expect("flush degraded");
+    assert!(v[0].volume().member_is_failed(2));
+    assert!(v[1].volume().member_is_current(2), "b saw nothing");
+    let len = d[2].len() as usize;
+    d[2].inner.poke(0, &vec![0u8; len]);
+    d[2].down.store(false, SeqCst);
+    assert_eq!(block_on(v[0].readd(2)).expect("readd"), Readd::Rebuild);
+    let done = block_on(v[0].rebuild(&PassControl::new(0))).expect("rebuild");
+    assert_eq!(done.completed, vec![2]);
+
+    // "b"'s first write commits the volume dirty.
+    write(&v[1], &mut models[1], 7 * MIB, 8 * KIB, 5);
+    assert!(
+        v[1].volume().member_is_failed(2),
+        "b committed to a member without its record"
+    );
+    assert!(read_all(&v[1]) == models[1], "b served a blank member");
+    let r = block_on(v[1].readd_with_siblings(2, &[v[0].id()]));
+    assert_eq!(r.expect("beside a"), Readd::Rebuild);
+    let done = block_on(v[1].rebuild(&PassControl::new(0))).expect("rebuild");
+    assert_eq!(done.completed, vec![2]);
+    holds_both_records(&d, 2, &v, "b failed at its commit");
+    both_read_back(&d, v, &models, 0);
 }

@@ -7,13 +7,16 @@
 //! came back blank (an `nbdkit memory` export restarted), or its record says it may lack more
 //! than the bitmap marks (the volume reshaped, a peer replaced, a start of its own elsewhere),
 //! it is rebuilt whole; anything else (another array's records) is left failed and said once.
+//! A member of several volumes (Matrix) that came back blank is rebuilt by each of them: the
+//! first finds it blank, the others find only records of the volumes sharing it
+//! ([`siblings_on`]) and write theirs beside.
 //!
 //! Only remote members come back by themselves: a local disk that failed gave I/O errors,
 //! and an operator decides whether it is trusted again (`nbraid add`, `nbraid replace`).
 
 use crate::control::{ControlVolume, Controls};
 use nbraid_config as config;
-use nbraid_core::metadata::Readd;
+use nbraid_core::metadata::{Readd, Uuid};
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -78,6 +81,25 @@ where
     }
 }
 
+/// The arrays of the other volumes that member `r` of volume `k` also serves (Matrix): a
+/// member back blank is rebuilt by whichever re-adds it first, and the others then find
+/// only its record there — theirs to write beside, not another array's.
+fn siblings_on(controls: &Controls, k: usize, r: usize) -> Vec<Uuid> {
+    let member = controls.volumes[k].array().volume().member(r);
+    let shares = |o: &ControlVolume| {
+        let (array, name) = (o.array(), member.name());
+        let vol = array.volume();
+        (0..vol.member_count()).any(|i| {
+            let m = vol.member(i);
+            Arc::ptr_eq(&m, &member) || m.name() == name
+        })
+    };
+    (controls.volumes.iter().enumerate())
+        .filter(|&(i, o)| i != k && shares(o))
+        .map(|(_, o)| o.array().id())
+        .collect()
+}
+
 /// Tries failed remote member `r` of volume `k` once.
 async fn probe_member(
     controls: Arc<Controls>,
@@ -87,7 +109,8 @@ async fn probe_member(
 ) {
     let v = &controls.volumes[k];
     let id = v.member_ids()[r].clone();
-    match v.array().readd(r).await {
+    let siblings = siblings_on(&controls, k, r);
+    match v.array().readd_with_siblings(r, &siblings).await {
         Ok(Readd::Unreachable(_)) => {}
         Ok(Readd::Resync { bytes }) => {
             say(&format!(

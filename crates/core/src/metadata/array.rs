@@ -603,8 +603,21 @@ impl Array {
     /// it can be, else rebuilt whole; refused when it carries other records. Call
     /// [`Array::resync_returned`] (or [`Array::rebuild`]) next.
     pub async fn readd(&self, role: usize) -> Result<Readd, ArrayError> {
+        self.readd_with_siblings(role, &[]).await
+    }
+
+    /// [`Array::readd`] of a member this volume shares with the arrays `siblings` (Matrix):
+    /// one that carries only their records (it came back blank and a sibling rebuilt it
+    /// first) is rebuilt whole into this volume's role beside them.
+    pub async fn readd_with_siblings(
+        &self,
+        role: usize,
+        siblings: &[Uuid],
+    ) -> Result<Readd, ArrayError> {
         self.not_reshaping("re-add a member")?;
-        self.returning.readd(self.parts(), &self.heal, role).await
+        (self.returning)
+            .readd(self.parts(), &self.heal, role, siblings)
+            .await
     }
 
     /// Roles re-added and not current yet, with the bytes each has to resync.

@@ -25,6 +25,14 @@
 //!   newcomer's record, `heal.rs`). A member with
 //!   other records (another array, an id the role no longer has), or with data and no
 //!   superblock, is refused: it may hold someone else's data (the write rule, `disk_rule.rs`).
+//! - **A Matrix member back blank is rebuilt into every volume that had it.** The first
+//!   volume to re-add it finds it blank and writes its own record there; the others find
+//!   only that record, none of theirs. Told which arrays share the member
+//!   (`Array::readd_with_siblings`: the daemon knows its volumes), each rebuilds it whole
+//!   into its own role beside them, writing its own record; not told, it refuses, naming
+//!   what it found. Meanwhile a volume that never saw the member fail finds no record of
+//!   itself at its next commit and fails the member there (`records.rs`): no volume goes on
+//!   trusting a member whose superblock says nothing of it.
 //! - **A crash during the resync loses nothing.** The records keep the role *failed* until
 //!   the commit at the end (the member's own record is not touched before), so a restart
 //!   serves the role degraded and the re-add starts again from the bitmap, which still marks
@@ -32,13 +40,14 @@
 //!
 //! [`Returning`] owns the re-added roles and the ranges each has to resync.
 
+use super::disk_rule::{may_write, Allowed, Writer};
 use super::error::ArrayError;
 use super::heal::Heal;
 use super::member_meta::MemberMeta;
 use super::parts::Parts;
 use super::ranges::{aligned, piece_bytes, slice, total_bytes};
 use super::records::{Recorded, RecordsGuard};
-use super::{Area, Probe, RecordedState, Superblock, VolumeRecord};
+use super::{Area, Probe, RecordedState, Superblock, Uuid, VolumeRecord};
 use crate::member::Member;
 use crate::pass::{PassControl, PassState, PassWork};
 use futures::lock::Mutex as AsyncMutex;
@@ -108,6 +117,7 @@ impl Returning {
         p: Parts<'_>,
         heal: &Heal,
         role: usize,
+        siblings: &[Uuid],
     ) -> Result<Readd, ArrayError> {
         let v = p.volume;
         if role >= v.member_count() {
@@ -145,6 +155,15 @@ impl Returning {
             heal.rebuild_onto(p, role, fresh).await?;
             return Ok(Readd::Rebuild);
         };
+        if !carries_ours(p, &sb) && beside_siblings(p, &fresh, siblings) {
+            tracing::warn!(
+                "volume `{}`: member {role} (`{}`) came back with records of the volumes sharing it only, none of this one (it came back blank and they rebuilt it first): rebuilding it whole beside them",
+                p.name(),
+                member.name()
+            );
+            heal.install_newcomer(p, role, fresh).await?;
+            return Ok(Readd::Rebuild);
+        }
         let rec = p.records.lock().await;
         // Looked at again under the lock: a spare may have taken the role meanwhile.
         if !v.member_is_failed(role) {
@@ -293,6 +312,21 @@ impl Returning {
     }
 }
 
+/// Whether superblock `sb` carries a record of this array.
+fn carries_ours(p: Parts<'_>, sb: &Superblock) -> bool {
+    (sb.volumes.iter()).any(|r| r.array == p.id() && r.name == p.name())
+}
+
+/// Whether the write rule lets this array write onto `fresh` beside the records it carries,
+/// those of `siblings` only (the arrays sharing the member with this one: Matrix).
+fn beside_siblings(p: Parts<'_>, fresh: &MemberMeta, siblings: &[Uuid]) -> bool {
+    let writer = Writer {
+        array: Some(p.id()),
+        siblings: siblings.to_vec(),
+    };
+    may_write(&fresh.contents(), &writer, false) == Ok(Allowed::BesideSiblings)
+}
+
 /// The record of this array that the member that came back (`name`, superblock `sb`)
 /// carries in `role` under the id the records name there. Refused when it is not that
 /// member.
@@ -308,11 +342,15 @@ fn own_record<'a>(
         .iter()
         .find(|r| r.array == p.id() && r.name == p.name())
     else {
+        let seen: Vec<String> = (sb.volumes.iter())
+            .map(|r| format!("volume `{}` of array {}", r.name, r.array))
+            .collect();
         return Err(refuse_readd(
             p,
             role,
             format!(
-                "`{name}` carries no record of this array (another array's, or reused): wipe its first MiB and add it to rebuild onto it"
+                "`{name}` carries no record of this array, only {}: another array's, or reused — wipe its first MiB and add it to rebuild onto it (unless those are volumes sharing the member with this one: they rebuilt it first, and a re-add naming them puts it beside them)",
+                seen.join(", ")
             ),
         ));
     };
