@@ -1115,3 +1115,53 @@ fn a_commit_fails_a_member_that_holds_no_record_of_the_volume() {
     holds_both_records(&d, 2, &v, "b failed at its commit");
     both_read_back(&d, v, &models, 0);
 }
+
+/// Both volumes re-add the blank member at once (the daemon probes each volume's failed
+/// members on its own, every second): one at a time they put it in their roles, so it ends
+/// with one id that both records name and their areas apart. (Before, each took an id of
+/// its own and placed its bitmap at the same offset, blind to the other's record: the
+/// member's id then matched one volume's record only, and each volume's bitmap wrote over
+/// the other's.)
+#[test]
+fn a_matrix_member_back_blank_re_added_by_both_volumes_at_once_gets_one_id_and_apart_areas() {
+    let (d, v, mut models) = matrix(3);
+    d[2].down.store(true, SeqCst);
+    for (k, x) in v.iter().enumerate() {
+        write(x, &mut models[k], 5 * MIB, 8 * KIB, 4 + k as u64);
+        block_on(x.flush()).expect("flush degraded");
+    }
+    let len = d[2].len() as usize;
+    d[2].inner.poke(0, &vec![0u8; len]);
+    d[2].down.store(false, SeqCst);
+    // Slow: each re-add's member reads and writes yield, so the two interleave.
+    d[2].slow.store(true, SeqCst);
+    let (of_a, of_b) = ([v[1].id()], [v[0].id()]);
+    let (ra, rb) = block_on(async {
+        futures::join!(
+            v[0].readd_with_siblings(2, &of_a),
+            v[1].readd_with_siblings(2, &of_b)
+        )
+    });
+    d[2].slow.store(false, SeqCst);
+    assert_eq!(ra.expect("a"), Readd::Rebuild);
+    assert_eq!(rb.expect("b"), Readd::Rebuild);
+    for x in &v {
+        let done = block_on(x.rebuild(&PassControl::new(0))).expect("rebuild");
+        assert_eq!(done.completed, vec![2], "`{}`", x.name());
+    }
+    holds_both_records(&d, 2, &v, "re-added at once");
+    let Found::Superblock(sb, _) = block_on(read_superblock(&*d[2])).expect("read") else {
+        panic!("blank");
+    };
+    let areas: Vec<(u64, u64)> = (sb.volumes.iter())
+        .flat_map(|r| [r.bitmap.map(|b| b.area), r.ppl, r.checksums])
+        .flatten()
+        .map(|a| (a.offset, a.offset + a.len))
+        .collect();
+    for (i, x) in areas.iter().enumerate() {
+        for y in &areas[i + 1..] {
+            assert!(x.1 <= y.0 || y.1 <= x.0, "areas {x:?} and {y:?} overlap");
+        }
+    }
+    both_read_back(&d, v, &models, 0);
+}

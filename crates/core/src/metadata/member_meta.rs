@@ -23,6 +23,10 @@ pub struct MemberMeta {
     /// records as last written.
     pub(super) contents: Arc<Mutex<DiskContents>>,
     pub(super) sb: Arc<AsyncMutex<Option<Superblock>>>,
+    /// Held while a volume re-adds the member (`readd.rs`), shared like `sb`: the volumes of
+    /// a member back blank put it in their roles one at a time, each placing its areas and
+    /// taking the member's id from what the one before wrote.
+    joining: Arc<AsyncMutex<()>>,
 }
 
 impl MemberMeta {
@@ -36,6 +40,7 @@ impl MemberMeta {
             probe,
             contents: Arc::new(Mutex::new(contents)),
             sb: Arc::new(AsyncMutex::new(sb)),
+            joining: Arc::default(),
         })
     }
 
@@ -65,6 +70,7 @@ impl MemberMeta {
             probe,
             contents: self.contents.clone(),
             sb: self.sb.clone(),
+            joining: self.joining.clone(),
         })
     }
 
@@ -78,7 +84,13 @@ impl MemberMeta {
             )))),
             probe: Probe::Unreachable(why),
             sb: Arc::new(AsyncMutex::new(None)),
+            joining: Arc::default(),
         })
+    }
+
+    /// One volume at a time re-adds this member (see `joining`).
+    pub(super) async fn one_joining(&self) -> futures::lock::MutexGuard<'_, ()> {
+        self.joining.lock().await
     }
 
     pub fn member(&self) -> &Arc<dyn Member> {

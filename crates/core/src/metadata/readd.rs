@@ -30,7 +30,9 @@
 //!   only that record, none of theirs. Told which arrays share the member
 //!   (`Array::readd_with_siblings`: the daemon knows its volumes), each rebuilds it whole
 //!   into its own role beside them, writing its own record; not told, it refuses, naming
-//!   what it found. Meanwhile a volume that never saw the member fail finds no record of
+//!   what it found. The volumes re-add a member one at a time (`MemberMeta::one_joining`),
+//!   so each takes the member's id from the records written before and places its areas
+//!   apart from theirs. Meanwhile a volume that never saw the member fail finds no record of
 //!   itself at its next commit and fails the member there (`records.rs`): no volume goes on
 //!   trusting a member whose superblock says nothing of it.
 //! - **A crash during the resync loses nothing.** The records keep the role *failed* until
@@ -135,6 +137,9 @@ impl Returning {
         };
         // The records say the role failed before anything else happens to it.
         p.records.record_failures().await?;
+        // The member's other volumes (Matrix) wait: a member back blank gets one id and
+        // areas apart, each volume placing its own beside the records written before.
+        let _one = old.one_joining().await;
         let member = old.member().clone();
         // Read again, its records' state shared with the other volumes on it (Matrix). A
         // member that comes back without a superblock is written only if blank (the rule).
