@@ -3,7 +3,7 @@
 //! plan` does — what changes, how much data moves, how long it takes at the volume's rate, the
 //! redundancy during the move — or why a change is not done online. The decision is
 //! `nbraid_assembly::reshape_plan`'s, then the reshape's start's own over the superblocks
-//! ([`as_started`]: a backup with no room refuses the move, a log with no room is said); the
+//! ([`crate::as_started`]: a backup with no room refuses the move, a log with no room is said); the
 //! records are read as `nbraid check` reads them (plain reads of the superblock slots, which
 //! the daemon keeps current; nothing is written). `--yes` fails on a refused move.
 //!
@@ -19,13 +19,9 @@ use anyhow::{bail, Context, Result};
 use nbraid_assembly::reshape_plan;
 use nbraid_assembly::reshape_plan::{outline, Action, Change, Move, MoveKind, VolumePlan};
 use nbraid_config::format_size;
-use nbraid_config::write_hole;
 use nbraid_control::Request;
 use nbraid_core::metadata::disk_rule::{Consent, DiskContents};
-use nbraid_core::metadata::{
-    reshape_start_preview, Array, ArrayOptions, MemberMeta, NewShape, Probe, ScrubCheckpoint,
-};
-use nbraid_layout::Node;
+use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, Probe, ScrubCheckpoint};
 use serde_json::{json, Value};
 use std::fmt;
 use std::path::Path;
@@ -360,91 +356,6 @@ fn reshape_note(status: &Value, volume: &str) -> String {
         .as_str()
         .map_or(String::new(), |e| format!(": {e}"));
     format!("  note: the reshape into this shape is {state} at {pct:.0}%{why} (`nbraid status`)\n")
-}
-
-/// The recorded tree of a volume, the config's tree numbered by recorded role, and per config
-/// position the recorded role of the member there (`None`: added), as
-/// `reshape_plan::recorded` and `config_by_role` give them.
-pub struct ByRole<'a> {
-    pub recorded: &'a Node,
-    pub new_tree: &'a Node,
-    pub roles: &'a [Option<usize>],
-}
-
-/// `plan` of volume `v` as the reshape's start will carry it out, by the start's own decision
-/// over the superblocks the members hold (`probes`, by config position;
-/// `nbraid_core::metadata::reshape_start_preview`): refused where the start refuses (no room
-/// for the copy's backup), and the new shape's parity groups that get no write-hole log (the
-/// log switched off, or no room for its ring), in `nbraid check`'s words. The plan said
-/// "restripe online" for moves `--yes` then refused, and never said a new shape went unlogged.
-pub fn as_started(
-    config: &nbraid_config::Config,
-    v: &nbraid_config::Volume,
-    probes: &[Probe],
-    by: ByRole<'_>,
-    mut plan: VolumePlan,
-) -> VolumePlan {
-    let Action::Online(m) = &plan.action else {
-        return plan;
-    };
-    // New copies of a RAID 1 take no backup and no log.
-    if m.kind == MoveKind::Copy {
-        return plan;
-    }
-    let old_roles = by.recorded.member_count();
-    let mut positions: Vec<Option<usize>> = vec![None; old_roles];
-    for (p, role) in by.roles.iter().enumerate() {
-        match role {
-            Some(r) if *r < old_roles => positions[*r] = Some(p),
-            _ => positions.push(Some(p)),
-        }
-    }
-    // Every recorded role has a member in the config (else the plan refused already).
-    let Some(positions) = positions.into_iter().collect::<Option<Vec<usize>>>() else {
-        return plan;
-    };
-    let member = |p: usize| &config.members[v.members[p]];
-    let names: Vec<String> = (positions.iter())
-        .map(|&p| member(p).path.display().to_string())
-        .collect();
-    let shape = NewShape {
-        name: &v.name,
-        old_tree: by.recorded,
-        new_tree: by.new_tree,
-        held: (positions.iter())
-            .map(|&p| match &probes[p] {
-                Probe::Superblock(sb, _) => Some(sb),
-                _ => None,
-            })
-            .collect(),
-        member_bytes: positions.iter().map(|&p| member(p).size).collect(),
-        names: names.iter().map(String::as_str).collect(),
-        old_roles,
-    };
-    let ppl = v.metadata.ppl;
-    let no_room = match reshape_start_preview(&shape, ppl) {
-        Ok(no_room) => no_room,
-        Err(reason) => {
-            plan.action = Action::Refused { reason };
-            return plan;
-        }
-    };
-    let (root, ids) = (v.geometry.root(), v.member_ids(config));
-    let groups = write_hole::parity_groups(root);
-    let (unlogged, note) = match no_room {
-        Some(why) if ppl && groups > 0 => (
-            write_hole::unlogged_groups(root, false, &ids),
-            Some(write_hole::no_room_note(groups, &why)),
-        ),
-        _ => {
-            let unlogged = write_hole::unlogged_groups(root, ppl, &ids);
-            let note = write_hole::note(&unlogged, groups, ppl);
-            (unlogged, note)
-        }
-    };
-    plan.unlogged_parity_groups = unlogged;
-    plan.write_hole_note = note;
-    plan
 }
 
 /// One volume's plan for people: a head line, one line per change, then the move or the

@@ -10,6 +10,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod apply;
+mod as_started;
 mod check;
 mod create;
 mod diagram;

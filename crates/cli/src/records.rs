@@ -178,15 +178,17 @@ fn checksum_note(v: &Volume, probes: &[Probe]) -> Option<String> {
 
 /// The plan from the tree volume `v`'s records hold to the one its config declares (`probes`:
 /// the config's members, by position), as the reshape's start would carry it out
-/// ([`crate::apply::as_started`]).
+/// ([`crate::as_started::as_started`]).
 fn reshape(config: &Config, v: &Volume, probes: &[Probe]) -> Option<VolumePlan> {
     let (recorded, roles) = reshape_plan::recorded(&v.name, probes)?;
     let tree = reshape_plan::config_by_role(v.geometry.root(), &roles, recorded.member_count());
     let plan = reshape_plan::plan(&v.name, &recorded, &tree, v.heal.rebuild_rate_bytes_per_s);
-    let by_role = crate::apply::ByRole {
+    let by_role = crate::as_started::ByRole {
         recorded: &recorded,
         new_tree: &tree,
         roles: &roles,
     };
-    Some(crate::apply::as_started(config, v, probes, by_role, plan))
+    Some(crate::as_started::as_started(
+        config, v, probes, by_role, plan,
+    ))
 }
