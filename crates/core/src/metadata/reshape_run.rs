@@ -21,6 +21,14 @@
 //!   checked against the header (a member whose copy fails its check is failed, never
 //!   written back with bytes it cannot prove), and written over the members; the pass then
 //!   copies the window again.
+//! - **Degraded**: a role recorded failed whose member is out (gone, or failed again at the
+//!   open) has its share neither written nor restored, after a restart as in a live run
+//!   ([`skipped_shares`]). The survivors' shares are enough: the rows at risk are all the
+//!   rows the copy may have overwritten below old bytes still needed, so once the
+//!   survivors' are written back every survivor holds the old tree's bytes of the window,
+//!   and the failed role's chunks, never read, are rebuilt from them as on any degraded
+//!   stripe. A role of the old tree that is out but not recorded failed (missing at the
+//!   start) stops the reshape instead: it may come back with its data and its share.
 
 use super::error::ArrayError;
 use super::member_meta::MemberMeta;
@@ -115,11 +123,15 @@ pub(super) fn window_fitting(
 }
 
 /// The rows each member's home holds (see [`window_fitting`]): its own area or pool slot,
-/// the header apart.
-fn rooms(layout: &Reshape, areas: &[Option<Area>]) -> impl Fn(usize) -> u64 {
+/// the header apart; unbounded for a role whose share is not backed up (`skipped`, by role:
+/// see [`skipped_shares`]).
+fn rooms(layout: &Reshape, areas: &[Option<Area>], skipped: &[bool]) -> impl Fn(usize) -> u64 {
     let rooms: Vec<u64> = (0..areas.len())
-        .map(|r| {
-            home(layout.old(), areas, r).map_or(0, |(_, a)| a.len.saturating_sub(HEADER_BYTES))
+        .map(|r| match skipped.get(r).copied().unwrap_or(false) {
+            true => u64::MAX,
+            false => {
+                home(layout.old(), areas, r).map_or(0, |(_, a)| a.len.saturating_sub(HEADER_BYTES))
+            }
         })
         .collect();
     move |m| rooms.get(m).copied().unwrap_or(0)
@@ -332,43 +344,73 @@ async fn read_rows(
     Ok(bytes.to_vec())
 }
 
-/// Why no window fits: a member missing at the start — its share of every backed-up window
-/// would be missing (copying on without it would leave its chunks of the new tree unwritten,
-/// unknown to the bitmap that resyncs it when it comes back) — or a role recorded failed
-/// whose member is gone (`failed`: per role, recorded failed).
-fn no_window_why(layout: &Reshape, areas: &[Option<Area>], failed: &[bool]) -> String {
+/// The roles whose share of a window's backup is neither written nor restored (by role):
+/// those recorded failed (`failed`) and out of the volume (`out`: failed there, or missing).
+/// Such a role is degraded in both trees: its chunks are never read, but rebuilt from the
+/// redundancy of whichever tree serves them, so its share is never needed — as when a
+/// member fails during a live run. `Err` says why the reshape cannot go on instead:
+/// - a role of the old tree out but not recorded failed (missing at the start): it may come
+///   back with its data, and with it its share of a backed-up window; copying on without it
+///   would leave its chunks of the new tree unwritten, unknown to the bitmap that resyncs it
+///   when it comes back;
+/// - more roles out than either tree survives (the volume is down anyway).
+fn skipped_shares(layout: &Reshape, failed: &[bool], out: &[bool]) -> Result<Vec<bool>, String> {
+    let is_out = |r: usize| out.get(r).copied().unwrap_or(false);
     let olds = layout.old().member_indices();
-    // Roles of the old tree without a place for their share of a window's backup.
-    let away = |gone: bool| -> Vec<String> {
-        (0..areas.len())
-            .filter(|r| olds.contains(r) && home(layout.old(), areas, *r).is_none())
-            .filter(|&r| failed.get(r).copied().unwrap_or(false) == gone)
-            .map(|r| r.to_string())
-            .collect()
-    };
-    let (missing, failed) = (away(false), away(true));
+    let missing: Vec<String> = (olds.iter().copied())
+        .filter(|&r| is_out(r) && !failed.get(r).copied().unwrap_or(false))
+        .map(|r| r.to_string())
+        .collect();
     if !missing.is_empty() {
-        return format!(
+        return Err(format!(
             "the reshape cannot go on without role {}: each member keeps its share of a window's backup — start the volume again with its member (resynced first, then the reshape resumes)",
             missing.join(", ")
-        );
+        ));
     }
-    if !failed.is_empty() {
-        return format!(
-            "the reshape cannot go on after a restart without failed role {}: its share of the window backups left with its member, and going on degraded from there is not supported; the volume serves degraded in both shapes",
-            failed.join(", ")
-        );
+    if !layout.old().survives(&is_out) || !layout.new_tree().survives(&is_out) {
+        let roles: Vec<String> = (0..out.len())
+            .filter(|&r| is_out(r))
+            .map(|r| r.to_string())
+            .collect();
+        return Err(format!(
+            "the reshape cannot go on without roles {}: more than the old or the new shape survives",
+            roles.join(", ")
+        ));
     }
-    "no window of the reshape fits its backup areas".into()
+    Ok((0..out.len()).map(is_out).collect())
+}
+
+/// Why no window fits the backup homes of the roles whose shares are kept (`skipped`: see
+/// [`skipped_shares`]): a role of the old tree without a home keeps its share in the pool
+/// on the first added member, and that member is out of the volume (its record, which
+/// places the pool, with it).
+fn no_window_why(layout: &Reshape, areas: &[Option<Area>], skipped: &[bool]) -> String {
+    let homeless: Vec<String> = (layout.old().member_indices().into_iter())
+        .filter(|&r| !skipped.get(r).copied().unwrap_or(false))
+        .filter(|&r| home(layout.old(), areas, r).is_none())
+        .map(|r| r.to_string())
+        .collect();
+    if homeless.is_empty() {
+        return "no window of the reshape fits its backup areas".into();
+    }
+    format!(
+        "the reshape cannot go on: role {} keep their share of a window's backup in the pool on the first added member, which is out of the volume — start the volume again with it; until then the volume serves degraded in both shapes",
+        homeless.join(", ")
+    )
 }
 
 /// Runs the pass (windows as large as the backup areas allow), then records the new tree.
+/// A role recorded failed and out of the volume is skipped ([`skipped_shares`]): the
+/// reshape goes on degraded, and ends degraded in the new shape, to be rebuilt there.
 pub(super) async fn run(
     p: Parts<'_>,
     node: &ReshapeNode,
     ctl: &PassControl,
     max_window_bytes: u64,
 ) -> Result<PassState, ArrayError> {
+    // A member failed since the last commit (present: recorded failed) is not taken for
+    // one missing at the start.
+    p.records.record_failures().await?;
     let (areas, failed) = {
         let rec = p.records.lock().await;
         let failed: Vec<bool> = (rec.members.iter())
@@ -380,23 +422,30 @@ pub(super) async fn run(
         }
     };
     let layout = node.layout();
+    let out: Vec<bool> = (0..areas.len())
+        .map(|r| p.volume.member_is_failed(r))
+        .collect();
+    let copied = node.position() == layout.capacity();
+    let skipped = match copied {
+        true => out.clone(), // no window is backed up any more
+        false => skipped_shares(layout, &failed, &out).map_err(|why| p.refuse(why))?,
+    };
     // A pool was placed for windows of one unit (`reshape_backup::place_pool`).
     let pooled = layout
         .old()
         .member_indices()
         .iter()
-        .any(|&r| areas.get(r) == Some(&None));
+        .any(|&r| areas.get(r) == Some(&None) && !skipped[r]);
     let max = if pooled {
         layout.unit()
     } else {
         max_window_bytes
     };
-    let copied = node.position() == layout.capacity();
     let window = match copied {
         // Only the grown space is left (a grow in place has no backup areas at all).
         true => max.max(layout.unit()),
-        false => window_fitting(layout, &rooms(layout, &areas), max)
-            .ok_or_else(|| p.refuse(no_window_why(layout, &areas, &failed)))?,
+        false => window_fitting(layout, &rooms(layout, &areas, &skipped), max)
+            .ok_or_else(|| p.refuse(no_window_why(layout, &areas, &skipped)))?,
     };
     let hooks = ArrayHooks { parts: p, layout };
     let state = node.run_pass(ctl, window, &hooks).await?;
