@@ -27,8 +27,9 @@
 //!   rows the copy may have overwritten below old bytes still needed, so once the
 //!   survivors' are written back every survivor holds the old tree's bytes of the window,
 //!   and the failed role's chunks, never read, are rebuilt from them as on any degraded
-//!   stripe. A role of the old tree that is out but not recorded failed (missing at the
-//!   start) stops the reshape instead: it may come back with its data and its share.
+//!   stripe. A role that is out but not recorded failed (missing at the start) stops the
+//!   reshape instead: it may come back with its data (and its share), and the copy's writes
+//!   it missed are unknown to the bitmap that resyncs it then.
 
 use super::error::ArrayError;
 use super::member_meta::MemberMeta;
@@ -349,15 +350,14 @@ async fn read_rows(
 /// Such a role is degraded in both trees: its chunks are never read, but rebuilt from the
 /// redundancy of whichever tree serves them, so its share is never needed — as when a
 /// member fails during a live run. `Err` says why the reshape cannot go on instead:
-/// - a role of the old tree out but not recorded failed (missing at the start): it may come
-///   back with its data, and with it its share of a backed-up window; copying on without it
+/// - a role out but not recorded failed (missing at the start): it may come back with its
+///   data (an old role with its share of a backed-up window too), and copying on without it
 ///   would leave its chunks of the new tree unwritten, unknown to the bitmap that resyncs it
-///   when it comes back;
+///   when it comes back — an added role as much as an old one;
 /// - more roles out than either tree survives (the volume is down anyway).
 fn skipped_shares(layout: &Reshape, failed: &[bool], out: &[bool]) -> Result<Vec<bool>, String> {
     let is_out = |r: usize| out.get(r).copied().unwrap_or(false);
-    let olds = layout.old().member_indices();
-    let missing: Vec<String> = (olds.iter().copied())
+    let missing: Vec<String> = (0..out.len())
         .filter(|&r| is_out(r) && !failed.get(r).copied().unwrap_or(false))
         .map(|r| r.to_string())
         .collect();
@@ -393,8 +393,12 @@ fn no_window_why(layout: &Reshape, areas: &[Option<Area>], skipped: &[bool]) -> 
     if homeless.is_empty() {
         return "no window of the reshape fits its backup areas".into();
     }
+    let (roles, keep) = match homeless.len() {
+        1 => ("role", "keeps its"),
+        _ => ("roles", "keep their"),
+    };
     format!(
-        "the reshape cannot go on: role {} keep their share of a window's backup in the pool on the first added member, which is out of the volume — start the volume again with it; until then the volume serves degraded in both shapes",
+        "the reshape cannot go on: {roles} {} {keep} share of a window's backup in the pool on the first added member, which is out of the volume — start the volume again with it; until then the volume serves degraded in both shapes",
         homeless.join(", ")
     )
 }
@@ -435,7 +439,7 @@ pub(super) async fn run(
         .old()
         .member_indices()
         .iter()
-        .any(|&r| areas.get(r) == Some(&None) && !skipped[r]);
+        .any(|&r| areas.get(r) == Some(&None) && skipped.get(r) != Some(&true));
     let max = if pooled {
         layout.unit()
     } else {
@@ -689,6 +693,27 @@ mod tests {
                 members
             ])
             .unwrap()
+    }
+
+    #[test]
+    fn only_roles_recorded_failed_and_out_are_skipped_within_the_tolerance() {
+        let layout = Reshape::new(
+            tree(Level::Raid5, 3, 64 << 10),
+            tree(Level::Raid5, 4, 64 << 10),
+        )
+        .unwrap();
+        let (t, f) = (true, false);
+        let skip = |failed: [bool; 4], out: [bool; 4]| skipped_shares(&layout, &failed, &out);
+        assert_eq!(skip([f; 4], [f; 4]), Ok(vec![f; 4]));
+        assert_eq!(skip([f, t, f, f], [f, t, f, f]), Ok(vec![f, t, f, f]));
+        assert_eq!(skip([f, f, f, t], [f, f, f, t]), Ok(vec![f, f, f, t]));
+        // Missing at the start, an old role or an added one: the reshape waits for it.
+        let e = skip([f; 4], [f, t, f, f]).unwrap_err();
+        assert!(e.contains("without role 1:"), "{e}");
+        let e = skip([f; 4], [f, f, f, t]).unwrap_err();
+        assert!(e.contains("without role 3:"), "{e}");
+        let e = skip([f, t, f, t], [f, t, f, t]).unwrap_err();
+        assert!(e.contains("roles 1, 3: more than"), "{e}");
     }
 
     #[test]
