@@ -36,6 +36,7 @@ use crate::member::Member;
 use crate::pass::{Checkpoint, PassControl, PassState, PassWork};
 use crate::volume::Volume;
 use futures::FutureExt;
+use nbraid_layout::Node;
 use std::sync::Arc;
 
 /// Volume bytes a rebuild hands to the tree at a time (rounded to whole full stripes).
@@ -43,6 +44,35 @@ pub const REBUILD_WINDOW_BYTES: u64 = 4 << 20;
 
 /// Rebuild windows in flight at once.
 pub const REBUILD_INFLIGHT: usize = 4;
+
+/// The node of `tree` a rebuild of lost member `role` takes its bytes from, with the members
+/// for which `lost` is true gone (`role` is counted among them): the nearest node above it
+/// that holds its bytes elsewhere and passes writes down to it ([`Node::rebuilds`]) — a
+/// mirror with another copy that survives, a parity group within its tolerance. A whole
+/// inner group lost (both copies of a pair under RAID 6) is rebuilt by the node above it,
+/// never by the group itself. `None`: nothing redundant holds it, or a parity group beyond
+/// its tolerance lies between (it takes no writes: a mirror of RAID 5 groups does not
+/// regenerate a group that lost two members). The one rule behind spares, `replace` onto a
+/// failed role and the rebuild pass.
+pub fn rebuild_source<'a>(
+    tree: &'a Node,
+    role: usize,
+    lost: &dyn Fn(usize) -> bool,
+) -> Option<&'a Node> {
+    let lost = |m: usize| m == role || lost(m);
+    if !tree.rebuilds(role, &lost) {
+        return None;
+    }
+    // Down the path to the member, while the child alone still rebuilds it.
+    let mut node = tree;
+    loop {
+        let child = (node.children().iter()).find(|c| c.member_indices().contains(&role))?;
+        if !child.rebuilds(role, &lost) {
+            return Some(node);
+        }
+        node = child;
+    }
+}
 
 impl Volume {
     /// Bytes slot `index`'s member must have (the end of its last region).
@@ -66,7 +96,7 @@ impl Volume {
                 self.member_count()
             ));
         }
-        if !self.geometry().survives(&[index]) {
+        if rebuild_source(self.geometry().root(), index, &|_| false).is_none() {
             return bad(format!(
                 "member {index} has no redundancy over it: nothing to rebuild it from"
             ));
@@ -176,7 +206,9 @@ impl Volume {
         let lost: Vec<usize> = (0..n).filter(|&m| !self.member_is_current(m)).collect();
         let slots = self.table().slots();
         let stuck = lost.iter().find(|&&m| {
-            slots[m].is_resyncing() && !slots[m].is_failed() && !self.geometry().rebuilds(m, &lost)
+            let nothing_rebuilds =
+                || rebuild_source(self.geometry().root(), m, &|x| lost.contains(&x)).is_none();
+            slots[m].is_resyncing() && !slots[m].is_failed() && nothing_rebuilds()
         })?;
         Some(VolumeError::Unavailable {
             reason: format!(
@@ -266,5 +298,151 @@ impl Volume {
             .map(|(i, _)| i)
             .collect();
         Ok((state, done))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nbraid_layout::ParityLayout;
+
+    const MIB: u64 = 1 << 20;
+
+    fn leaf(i: usize) -> Node {
+        Node::member(i, MIB, MIB)
+    }
+
+    fn pair(first: usize) -> Node {
+        Node::mirror(vec![leaf(first), leaf(first + 1)]).unwrap()
+    }
+
+    fn parity(p: usize, children: Vec<Node>) -> Node {
+        Node::parity(64 << 10, p, ParityLayout::default(), children).unwrap()
+    }
+
+    fn stripe(children: Vec<Node>) -> Node {
+        Node::stripe(64 << 10, children).unwrap()
+    }
+
+    /// RAID 6 over four pairs; RAID 5 over three pairs; a mirror of RAID 5 groups; RAID 50
+    /// over pairs; a mirror of RAID 10 copies; RAID 60; RAID 10; RAID 5 over RAID 5 groups.
+    fn trees() -> Vec<Node> {
+        let raid5 = |f: usize| parity(1, (f..f + 3).map(leaf).collect());
+        vec![
+            parity(2, (0..4).map(|k| pair(2 * k)).collect()),
+            parity(1, (0..3).map(|k| pair(2 * k)).collect()),
+            Node::mirror(vec![raid5(0), raid5(3)]).unwrap(),
+            stripe(vec![
+                parity(1, (0..3).map(|k| pair(2 * k)).collect()),
+                parity(1, (3..6).map(|k| pair(2 * k)).collect()),
+            ]),
+            Node::mirror(vec![
+                stripe(vec![pair(0), pair(2)]),
+                stripe(vec![pair(4), pair(6)]),
+            ])
+            .unwrap(),
+            stripe(vec![
+                parity(2, (0..4).map(leaf).collect()),
+                parity(2, (4..8).map(leaf).collect()),
+            ]),
+            stripe((0..3).map(|k| pair(2 * k)).collect()),
+            parity(1, vec![raid5(0), raid5(3), raid5(6)]),
+        ]
+    }
+
+    fn source<'a>(tree: &'a Node, role: usize, lost: &[usize]) -> Option<&'a Node> {
+        rebuild_source(tree, role, &|m| lost.contains(&m))
+    }
+
+    fn is(found: Option<&Node>, want: &Node) -> bool {
+        found.is_some_and(|f| std::ptr::eq(f, want))
+    }
+
+    #[test]
+    fn a_lost_inner_group_is_rebuilt_by_the_node_above_it() {
+        let t = trees();
+        // RAID 6 over pairs: one copy from its pair; both from the RAID 6; with two other
+        // pairs lost too, the RAID 6 is beyond its tolerance.
+        let r6 = &t[0];
+        assert!(is(source(r6, 4, &[4]), &r6.children()[2]));
+        assert!(is(source(r6, 4, &[4, 5]), r6));
+        assert!(is(source(r6, 5, &[4, 5, 0, 1]), r6));
+        assert!(source(r6, 4, &[4, 5, 0, 1, 2, 3]).is_none());
+        // RAID 5 over pairs.
+        assert!(is(source(&t[1], 2, &[2, 3]), &t[1]));
+        assert!(source(&t[1], 2, &[2, 3, 0, 1]).is_none());
+        // RAID 50 over pairs: the span rebuilds its pair; the other span's losses do not
+        // matter to it.
+        let span = &t[3].children()[0];
+        assert!(is(source(&t[3], 3, &[2, 3]), span));
+        assert!(is(source(&t[3], 3, &[2, 3, 8, 9]), span));
+        // A mirror of RAID 10 copies: a pair lost in one copy comes from the other copy.
+        assert!(is(source(&t[4], 0, &[0, 1]), &t[4]));
+        assert!(source(&t[4], 0, &[0, 1, 4, 5]).is_none());
+        // RAID 60: the span within its tolerance.
+        assert!(is(source(&t[5], 1, &[1, 2]), &t[5].children()[0]));
+        assert!(source(&t[5], 1, &[0, 1, 2]).is_none());
+    }
+
+    #[test]
+    fn never_from_a_node_that_takes_no_writes_or_holds_nothing() {
+        let t = trees();
+        // A mirror of RAID 5 groups: a group down two is beyond its tolerance and takes no
+        // writes, though the other copy survives.
+        assert!(is(source(&t[2], 0, &[0]), &t[2].children()[0]));
+        assert!(source(&t[2], 0, &[0, 1]).is_none());
+        assert!(source(&t[2], 1, &[0, 1]).is_none());
+        // Nothing redundant above: RAID 10 with a whole pair lost, a lone leaf.
+        assert!(source(&t[6], 0, &[0, 1]).is_none());
+        assert!(source(&leaf(0), 0, &[0]).is_none());
+        // RAID 5 over RAID 5 groups: a group down two takes no writes from the outer one.
+        assert!(source(&t[7], 0, &[0, 1]).is_none());
+        assert!(is(source(&t[7], 0, &[0, 4]), &t[7].children()[0]));
+    }
+
+    /// Over every set of lost members of every tree, against a walk up from the member: the
+    /// first node that holds its bytes elsewhere (a mirror with another copy that survives,
+    /// a parity group that survives) is the source, unless a parity group beyond its
+    /// tolerance comes first. The source is never lost itself.
+    #[test]
+    fn the_source_is_the_nearest_node_that_can_reconstruct() {
+        for tree in trees() {
+            let n = tree.member_count();
+            for set in 0u32..1 << n {
+                let lost: Vec<usize> = (0..n).filter(|&m| set >> m & 1 == 1).collect();
+                let gone = |m: usize| lost.contains(&m);
+                for &role in &lost {
+                    let want = walk_up(&tree, role, &gone);
+                    let got = rebuild_source(&tree, role, &gone);
+                    assert_eq!(got.map(|g| g as *const Node), want, "{role} of {lost:?}");
+                    assert!(got.is_none_or(|g| g.survives(&gone)), "{role} of {lost:?}");
+                }
+            }
+        }
+    }
+
+    /// The oracle: the path from the root to `role`, then up it.
+    fn walk_up(tree: &Node, role: usize, gone: &dyn Fn(usize) -> bool) -> Option<*const Node> {
+        let mut path = vec![tree];
+        while let Some(c) =
+            (path.last()?.children().iter()).find(|c| c.member_indices().contains(&role))
+        {
+            path.push(c);
+        }
+        for w in path.windows(2).rev() {
+            let (node, child) = (w[0], w[1]);
+            match node {
+                Node::Mirror(_) => {
+                    let other = node.children().iter().filter(|c| !std::ptr::eq(*c, child));
+                    if other.into_iter().any(|c| c.survives(gone)) {
+                        return Some(node);
+                    }
+                }
+                Node::Parity(_) if node.survives(gone) => return Some(node),
+                Node::Parity(_) => return None,
+                _ => {}
+            }
+        }
+        None
     }
 }

@@ -856,11 +856,14 @@ fn a_refused_forced_add_or_replace_leaves_another_arrays_disk_as_it_was() {
         "a refused add took the other array's records"
     );
 
+    // A failed role is replaced by rebuilding onto the newcomer, unless nothing can rebuild
+    // it: refused then, before the other array's records are touched.
     a.volume().fail_member(1, "the test");
+    a.volume().fail_member(2, "the test");
     let replace = block_on(a.replace_with(1, meta(&big[0]), &forced));
     assert!(
-        replace.is_err_and(|e| e.to_string().contains("not current")),
-        "role 1 failed: rebuild onto it, not replace"
+        replace.is_err_and(|e| e.to_string().contains("cannot be rebuilt")),
+        "roles 1 and 2 failed: nothing rebuilds role 1"
     );
     assert!(
         records_kept(&big[0]),

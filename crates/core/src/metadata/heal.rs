@@ -14,6 +14,10 @@
 //!   too). When the pass has covered the volume, the new members are flushed (not the
 //!   volume: its write-back cache is not the rebuild's), the new member's bitmap gets the
 //!   current one, its role is committed *active* — and only then is it read.
+//! - Which node a failed role is rebuilt from, and whether any can, is one rule
+//!   ([`crate::rebuild::rebuild_source`]): spares go only where it finds one, and a
+//!   `replace` of a failed role (which puts the new member in the role, as `rebuild_onto`)
+//!   is refused where it finds none.
 //! - `Array::replace` rebuilds a replacement beside a member that keeps serving (md's
 //!   want_replacement): nothing is recorded until the pass completes; then the replacement
 //!   gets the role's record and the records name it (committed to it and every current
@@ -43,6 +47,7 @@ use super::records::{recordable, Recorded};
 use super::{Area, BitmapArea, MemberEntry, Probe, RecordedState, Uuid, VolumeRecord};
 use crate::buf::Buf;
 use crate::pass::PassState;
+use crate::rebuild::rebuild_source;
 use futures::lock::Mutex as AsyncMutex;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -249,7 +254,8 @@ impl Heal {
     }
 
     /// Starts replacing role `role`'s member (current) by `meta`; the rebuild copies it and
-    /// swaps them when done.
+    /// swaps them when done. A failed role's member has nothing to copy: `meta` goes into
+    /// the role and is rebuilt whole, from the node that can rebuild it.
     pub(super) async fn replace(
         &self,
         p: Parts<'_>,
@@ -262,6 +268,9 @@ impl Heal {
         // Its path is recorded when it takes the role: refused now if it could not be.
         let listed = p.records.lock().await.added_paths.clone();
         recordable(meta.member().name(), &listed).map_err(|e| p.refuse(e))?;
+        if role < p.volume.member_count() && p.volume.member_is_failed(role) {
+            return self.replace_failed(p, role, meta, consent).await;
+        }
         // Every refusal before the other arrays' records are taken off the disk: a refused
         // replace must leave it as it was.
         p.volume.check_replacement(role, meta.member().as_ref())?;
@@ -269,6 +278,40 @@ impl Heal {
         p.volume.start_replacement(role, meta.member().clone())?;
         self.replacing.lock().insert(role, meta);
         Ok(())
+    }
+}
+
+impl Heal {
+    /// `replace` of failed role `role`: `meta` goes into it, rebuilding — refused when no
+    /// node can rebuild the role now (the rule spares follow).
+    async fn replace_failed(
+        &self,
+        p: Parts<'_>,
+        role: usize,
+        meta: Arc<MemberMeta>,
+        consent: &Consent,
+    ) -> Result<(), ArrayError> {
+        let v = p.volume;
+        let lost: Vec<usize> = (0..v.member_count())
+            .filter(|&r| !v.member_is_current(r))
+            .collect();
+        if rebuild_source(v.geometry().root(), role, &|r| lost.contains(&r)).is_none() {
+            return Err(p.refuse(format!(
+                "role {role} cannot be rebuilt with roles {lost:?} not current: no node above it holds its bytes and takes writes (a parity group beyond its tolerance lies between)"
+            )));
+        }
+        drop_forced_records(p, &meta, consent).await?;
+        // Recorded by path, as a spare added at run time: a restart must open it (unless it
+        // is the failed member's own path, which the config names).
+        let path = meta.member().name().to_string();
+        let mut rec = p.records.lock().await;
+        if path != v.member(role).name() && !rec.added_paths.contains(&path) {
+            rec.added_paths.push(path);
+            p.records.commit(&mut rec).await?;
+        }
+        drop(rec);
+        let _one_caller = self.placing.lock().await;
+        self.install_newcomer(p, role, meta).await
     }
 }
 

@@ -1,14 +1,18 @@
 //! Which hot spare goes into which failed role, as a pure decision over the volume's tree.
 //!
-//! - Only a role whose nearest redundant group (mirror or parity group above it) still
-//!   serves can be rebuilt: its data is read from that group. Roles of a group that lost
-//!   more than it tolerates get no spare (a spare spent there rebuilds nothing).
-//! - The most endangered roles go first: those whose group is fewest further losses away
+//! - Only a role some node above can rebuild gets a spare, and it is rebuilt from that node
+//!   ([`crate::rebuild::rebuild_source`], the rule the rebuild pass follows): the nearest
+//!   one that still has the redundancy. A whole inner group lost (both copies of a pair
+//!   under RAID 6) is rebuilt by the node above it, every role of it. A role nothing can
+//!   rebuild gets none (a spare spent there rebuilds nothing): no redundancy above it, or a
+//!   parity group beyond its tolerance between (it takes no writes).
+//! - The most endangered roles go first: those whose source is fewest further losses away
 //!   from losing data (a RAID 60 span down two members before a span down one; a RAID 10
 //!   pair down one copy before nothing). Ties: lower role first.
 //! - Each takes the smallest spare large enough for it (best fit: large spares stay for the
 //!   roles that need them); ties: the spare listed first.
 
+use crate::rebuild::rebuild_source;
 use nbraid_layout::Node;
 
 /// One spare placed: role `role` is rebuilt onto spare number `spare` (an index into the
@@ -28,12 +32,13 @@ pub fn assign_spares(
     wanting: &[usize],
     spare_bytes: &[u64],
 ) -> Vec<SpareChoice> {
-    // (losses that would lose the role's group's data, role): rebuildable roles only.
+    // (losses that would lose the data of the node the role is rebuilt from, role):
+    // rebuildable roles only.
     let mut roles: Vec<(usize, usize)> = wanting
         .iter()
         .filter_map(|&r| {
-            let group = redundant_group(tree, r)?;
-            let margin = losses_to_lose(group, unavailable);
+            let source = rebuild_source(tree, r, unavailable)?;
+            let margin = losses_to_lose(source, unavailable);
             (margin > 0).then_some((margin, r))
         })
         .collect();
@@ -63,24 +68,6 @@ fn member_end(tree: &Node, role: usize) -> u64 {
         }
     });
     end
-}
-
-/// The nearest mirror or parity group above member `role` (`None`: nothing redundant
-/// holds it, or no such member).
-fn redundant_group(node: &Node, role: usize) -> Option<&Node> {
-    match node {
-        Node::Member(_) => None,
-        _ => {
-            let child = node
-                .children()
-                .iter()
-                .find(|c| c.member_indices().contains(&role))?;
-            redundant_group(child, role).or(match node {
-                Node::Mirror(_) | Node::Parity(_) => Some(node),
-                _ => None,
-            })
-        }
-    }
 }
 
 /// The fewest further member losses that make `node`'s data unreadable (0: it is already).
@@ -198,5 +185,59 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(choose(&tree, &[1], &[1], &[9 * MIB]), vec![(1, 0)]);
+    }
+
+    fn pairs(first: usize, n: usize) -> Vec<Node> {
+        (0..n)
+            .map(|k| Node::mirror(members(first + 2 * k, 2)).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_lost_inner_group_takes_a_spare_in_every_role() {
+        // RAID 6 over four pairs, pair 2 (roles 4, 5) lost: the RAID 6 rebuilds both.
+        let tree = Node::parity(64 << 10, 2, ParityLayout::default(), pairs(0, 4)).unwrap();
+        let spares = [9 * MIB; 2];
+        assert_eq!(
+            choose(&tree, &[4, 5], &[4, 5], &spares),
+            vec![(4, 0), (5, 1)]
+        );
+        // One spare: the lower role; the other stays failed (its pair rebuilds it later).
+        assert_eq!(choose(&tree, &[4, 5], &[4, 5], &[9 * MIB]), vec![(4, 0)]);
+        // Role 4 being rebuilt, role 5 failed: still rebuilt (through the RAID 6).
+        assert_eq!(choose(&tree, &[4, 5], &[5], &[9 * MIB]), vec![(5, 0)]);
+        // A member of another pair lost too: its pair is one loss from losing its data, the
+        // RAID 6 three; the pair's role first.
+        assert_eq!(
+            choose(&tree, &[0, 4, 5], &[0, 4, 5], &[9 * MIB; 3]),
+            vec![(0, 0), (4, 1), (5, 2)]
+        );
+        // Three pairs lost: beyond the RAID 6, nothing is rebuilt.
+        let down = [0, 1, 2, 3, 4, 5];
+        assert_eq!(choose(&tree, &down, &down, &[9 * MIB; 6]), vec![]);
+        // RAID 5 over pairs and a mirror of RAID 10 copies, a pair lost.
+        let tree = Node::parity(64 << 10, 1, ParityLayout::default(), pairs(0, 3)).unwrap();
+        assert_eq!(
+            choose(&tree, &[2, 3], &[2, 3], &spares),
+            vec![(2, 0), (3, 1)]
+        );
+        let copy = |f: usize| Node::stripe(64 << 10, pairs(f, 2)).unwrap();
+        let tree = Node::mirror(vec![copy(0), copy(4)]).unwrap();
+        assert_eq!(
+            choose(&tree, &[0, 1], &[0, 1], &spares),
+            vec![(0, 0), (1, 1)]
+        );
+    }
+
+    #[test]
+    fn a_group_beyond_its_tolerance_under_a_mirror_takes_no_spare() {
+        // It takes no writes: the mirror above cannot write its copy down to new members.
+        let tree = Node::mirror(vec![parity(0, 3, 1), parity(3, 3, 1)]).unwrap();
+        assert_eq!(choose(&tree, &[0, 1], &[0, 1], &[9 * MIB; 2]), vec![]);
+        // The other group's lost member is still rebuilt from its own group.
+        assert_eq!(
+            choose(&tree, &[0, 1, 4], &[0, 1, 4], &[9 * MIB; 2]),
+            vec![(4, 0)]
+        );
     }
 }
