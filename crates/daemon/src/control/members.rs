@@ -101,11 +101,26 @@ pub(super) async fn replace(
     let index = v.member_index(member)?;
     let (meta, consent) = newcomer(controls, v, path, force).await?;
     let newcomer_member = meta.member().clone();
+    // A failed role takes the newcomer at once: the member it pushes out is kept as
+    // departed (for `status` and `remove`), as when a spare takes the role.
+    let array = v.array();
+    let left = (array.volume().member_is_failed(index) && array.has_member(index))
+        .then(|| (v.member_ids()[index].clone(), array.volume().member(index)));
     // Known only once the array took it (as `add`).
-    v.array()
+    array
         .replace_with(index, meta, &consent)
         .await
         .map_err(refused)?;
+    if let Some((id, member)) = left.filter(|(_, m)| !Arc::ptr_eq(m, &array.volume().member(index)))
+    {
+        let gone = super::paths::absolute_path(member.name());
+        v.departed.record(Departed {
+            id,
+            role: index,
+            path: gone,
+            member,
+        });
+    }
     v.learn(&controls.added_id(path), &newcomer_member);
     v.departed.forget(&newcomer_member);
     v.ensure_rebuild(v.rebuild_rate());
