@@ -311,10 +311,11 @@ fn pass_line(what: &str, roles: &str, r: &Map<String, Value>) -> String {
 /// A member's line under its volume.
 fn member_line(m: &Value) -> String {
     let state = m["state"].as_str().unwrap_or("?");
-    // What the superblocks said at start, when it is news.
+    // The state now; what the superblocks said at start only as its history (a role
+    // recorded failed at start may have been rebuilt since, onto another member too).
     let state = match m["at_start"].as_str() {
         Some("stale") if state == "healthy" => "healthy (was stale: resynced)".into(),
-        Some("failed") => "failed (recorded failed)".into(),
+        Some("failed") if state == "failed" => "failed (recorded failed)".into(),
         _ => state.to_string(),
     };
     // Shown when the volume keeps checksums (null otherwise).
@@ -353,6 +354,15 @@ mod tests {
         let off = json!({"id": "d0", "state": "healthy", "reads": 5, "writes": 6,
                          "read_errors": 0, "checksum_errors": null, "path": "d0.img"});
         assert!(!member_line(&off).contains("checksum"));
+    }
+
+    /// A role recorded failed at start and rebuilt since reads as it is now.
+    #[test]
+    fn a_member_line_gives_the_state_now_not_the_start_s() {
+        let m = |state: &str| json!({"id": "new1", "state": state, "at_start": "failed", "path": "/x/new1.img"});
+        assert!(member_line(&m("healthy")).starts_with("  new1       healthy "));
+        assert!(member_line(&m("rebuilding")).starts_with("  new1       rebuilding "));
+        assert!(member_line(&m("failed")).contains(" failed (recorded failed) "));
     }
 
     #[test]
