@@ -20,7 +20,7 @@ use crate::member::Opened;
 use crate::records::{has_this_volume, only_this_volume};
 use nbraid_config::{self as config, Config};
 use nbraid_core::metadata::disk_rule::{may_write, Refused, Writer};
-use nbraid_core::metadata::{Absence, Array, MemberMeta, OpenReport, Uuid};
+use nbraid_core::metadata::{Absence, Array, MemberMeta, OpenReport, Probe, Uuid};
 use nbraid_core::Member;
 use std::sync::Arc;
 
@@ -94,21 +94,56 @@ fn claimed(roles: &[Result<usize, Absence>]) -> Vec<usize> {
         .collect()
 }
 
-/// The config id serving each role: the position assembly found in it, or for a role no
-/// member serves the unclaimed member positions in order (the best guess at which it was).
-/// `ids` are by position (members, then spares), `n` the member count.
-pub fn ids_by_role(ids: &[String], n: usize, roles: &[Result<usize, Absence>]) -> Vec<String> {
+/// Whether a file found at some position shows no member's identity (missing, blank,
+/// unreadable, unreachable), so that it may be the member a lost role's records name. A file
+/// carrying a superblock is the member of its own id: had the records put that id in a role,
+/// assembly would have found it there.
+pub fn unidentified(probe: Option<&Probe>) -> bool {
+    !matches!(probe, Some(Probe::Superblock(..)))
+}
+
+/// [`unidentified`] for each of volume `v`'s assembly positions (members, spares, then the
+/// members added at run time, as [`position_ids`] names them).
+pub fn unidentified_positions(v: &config::Volume, opened: &[Opened], added: &[Added]) -> Vec<bool> {
+    let config = (v.members.iter().chain(&v.heal.spares))
+        .map(|&m| unidentified(opened[m].meta().map(|meta| meta.probe())));
+    let added = added.iter().map(|a| {
+        let meta = a.opened.as_ref().ok().and_then(Opened::meta);
+        unidentified(meta.map(|meta| meta.probe()))
+    });
+    config.chain(added).collect()
+}
+
+/// The position holding each role, present or not: the one assembly found in it (serving,
+/// stale, failed), or for a lost role a missing member's — one no role claims whose file
+/// shows no identity (`unidentified`, by position), the config's members first, then the
+/// members added at run time, then the spares. Never a member whose file carries another
+/// identity: a stale former holder of another role is not the lost role's. `None`: no
+/// position can be it. Positions are `0..n` members, `n..configured` spares, then added.
+pub fn holders(
+    roles: &[Result<usize, Absence>],
+    (n, configured): (usize, usize),
+    unidentified: &[bool],
+) -> Vec<Option<usize>> {
     let claimed = claimed(roles);
-    let mut unclaimed = (0..n).filter(|p| !claimed.contains(p));
+    let order = (0..n)
+        .chain(configured..unidentified.len())
+        .chain(n..configured.min(unidentified.len()));
+    let mut candidates =
+        order.filter(|p| !claimed.contains(p) && unidentified.get(*p) != Some(&false));
     roles
         .iter()
-        .map(|r| {
-            let p = match r {
-                Ok(p) => Some(*p),
-                Err(a) => a.member().or_else(|| unclaimed.next()),
-            };
-            p.map_or("?".into(), |p| ids[p].clone())
+        .map(|r| match r {
+            Ok(p) => Some(*p),
+            Err(a) => a.member().or_else(|| candidates.next()),
         })
+        .collect()
+}
+
+/// The id of each role's holder ([`holders`]); `?` where none can be named.
+pub fn ids_by_role(ids: &[String], holders: &[Option<usize>]) -> Vec<String> {
+    (holders.iter())
+        .map(|h| h.and_then(|p| ids.get(p)).map_or("?".into(), Clone::clone))
         .collect()
 }
 
@@ -132,14 +167,15 @@ pub fn is_role_note(note: &str) -> bool {
 /// carrying the volume's record that no role claims (rebuilt over, replaced or removed).
 /// `record(p)`: `None` when position `p` carries no record of the volume, else whether it
 /// carries no other volume's (a member shared with other volumes must not be wiped).
+/// `holders`: by role, the position holding it ([`holders`]).
 pub fn role_notes(
     volume: &str,
     (ids, added_paths): (&[String], &[String]),
     (n, configured): (usize, usize),
-    roles: &[Result<usize, Absence>],
+    (roles, holders): (&[Result<usize, Absence>], &[Option<usize>]),
     record: &dyn Fn(usize) -> Option<bool>,
 ) -> Vec<String> {
-    let by_role = ids_by_role(ids, n, roles);
+    let by_role = ids_by_role(ids, holders);
     let line = by_role
         .iter()
         .map(|i| format!("\"{i}\""))
@@ -194,11 +230,13 @@ pub async fn adopt(
     let this = Some(array.id());
     let paths: Vec<String> = added.iter().map(|a| a.path.clone()).collect();
     let ids = position_ids(config, v, &paths);
+    let unidentified = unidentified_positions(v, opened, added);
+    let holders = holders(&report.roles, (n, configured), &unidentified);
     let mut notes = role_notes(
         &v.name,
         (&ids, &paths),
         (n, configured),
-        &report.roles,
+        (&report.roles, &holders),
         &|p| {
             let o = &opened[v.members[p]];
             has_this_volume(o, &v.name, this)
@@ -318,13 +356,19 @@ mod tests {
         v.iter().map(|s| s.to_string()).collect()
     }
 
+    /// Role holders where every position's file is unidentified (the old guess's ground).
+    fn held(roles: &[Result<usize, Absence>], n: usize, positions: usize) -> Vec<Option<usize>> {
+        holders(roles, (n, positions), &vec![true; positions])
+    }
+
     #[test]
     fn a_spare_in_a_role_and_the_member_it_replaced_are_named() {
         // Config: members d0..d3, spare s0; s0 holds role 1, d1 carries an old record.
         let pos = ids(&["d0", "d1", "d2", "d3", "s0"]);
         let roles = vec![Ok(0), Ok(4), Ok(2), Ok(3)];
-        assert_eq!(ids_by_role(&pos, 4, &roles), ids(&["d0", "s0", "d2", "d3"]));
-        let notes = role_notes("v", (&pos, &[]), (4, 5), &roles, &|p| {
+        let h = held(&roles, 4, 5);
+        assert_eq!(ids_by_role(&pos, &h), ids(&["d0", "s0", "d2", "d3"]));
+        let notes = role_notes("v", (&pos, &[]), (4, 5), (&roles, &h), &|p| {
             (p != 4).then_some(true)
         });
         assert_eq!(notes.len(), 2, "{notes:?}");
@@ -337,10 +381,15 @@ mod tests {
         // Config: members d0..d2, no spares; /x/new.img (added at run time) holds role 2.
         let pos = ids(&["d0", "d1", "d2", "new"]);
         let roles = vec![Ok(0), Ok(1), Ok(3)];
-        assert_eq!(ids_by_role(&pos, 3, &roles), ids(&["d0", "d1", "new"]));
-        let notes = role_notes("v", (&pos, &ids(&["/x/new.img"])), (3, 3), &roles, &|_| {
-            Some(true)
-        });
+        let h = held(&roles, 3, 3);
+        assert_eq!(ids_by_role(&pos, &h), ids(&["d0", "d1", "new"]));
+        let notes = role_notes(
+            "v",
+            (&pos, &ids(&["/x/new.img"])),
+            (3, 3),
+            (&roles, &h),
+            &|_| Some(true),
+        );
         assert_eq!(notes.len(), 2, "{notes:?}");
         assert_eq!(
             notes[0],
@@ -352,7 +401,7 @@ mod tests {
             "{notes:?}"
         );
         // Shared with other volumes (Matrix): never told to wipe it.
-        let notes = role_notes("v", (&pos, &[]), (3, 3), &roles, &|_| Some(false));
+        let notes = role_notes("v", (&pos, &[]), (3, 3), (&roles, &h), &|_| Some(false));
         assert!(
             notes[1].ends_with("(it carries other volumes' records: do not wipe it)"),
             "{notes:?}"
@@ -364,26 +413,77 @@ mod tests {
         let pos = ids(&["a", "b", "c", "s"]);
         // Members swapped by superblock, role 2 lost: the unclaimed member c is presumed it.
         let roles = vec![Ok(1), Ok(0), Err(Absence::Lost)];
-        assert_eq!(ids_by_role(&pos, 3, &roles), ids(&["b", "a", "c"]));
+        let h = held(&roles, 3, 4);
+        assert_eq!(ids_by_role(&pos, &h), ids(&["b", "a", "c"]));
         // A blank member with no record is not an "old member".
-        assert!(role_notes("v", (&pos, &[]), (3, 4), &roles, &|p| (p != 2)
-            .then_some(true))
-        .is_empty());
+        assert!(
+            role_notes("v", (&pos, &[]), (3, 4), (&roles, &h), &|p| (p != 2)
+                .then_some(true))
+            .is_empty()
+        );
         let failed = vec![Ok(0), Err(Absence::Failed { member: 1 }), Ok(2)];
-        assert_eq!(ids_by_role(&pos, 3, &failed), ids(&["a", "b", "c"]));
+        assert_eq!(
+            ids_by_role(&pos, &held(&failed, 3, 4)),
+            ids(&["a", "b", "c"])
+        );
+    }
+
+    /// RAID 5 of d0..d3: d1 failed and was rebuilt onto new1 (added at run time), then
+    /// d2's file was lost. Role 2's holder is d2 — not d1, which carries its own superblock
+    /// (a stale former role-1 member) and comes first in the config.
+    #[test]
+    fn a_lost_role_is_its_missing_member_s_never_a_stale_member_s_with_another_identity() {
+        let pos = ids(&["d0", "d1", "d2", "d3", "new1"]);
+        let roles = vec![Ok(0), Ok(4), Err(Absence::Lost), Ok(3)];
+        let unidentified = [false, false, true, false, false];
+        let h = holders(&roles, (4, 4), &unidentified);
+        assert_eq!(h, vec![Some(0), Some(4), Some(2), Some(3)]);
+        assert_eq!(ids_by_role(&pos, &h), ids(&["d0", "new1", "d2", "d3"]));
+        let notes = role_notes(
+            "v",
+            (&pos, &ids(&["/x/new1.img"])),
+            (4, 4),
+            (&roles, &h),
+            &|p| (p == 1).then_some(true),
+        );
+        assert!(
+            notes[0].ends_with(r#"and set members = ["d0", "new1", "d2", "d3"]"#),
+            "{notes:?}"
+        );
+        assert!(
+            notes[1].starts_with("member d1 no longer holds a role"),
+            "{notes:?}"
+        );
+        // Every other file carries an identity: no member can be named.
+        let known = [false, false, false, false, false];
+        assert_eq!(holders(&roles, (4, 4), &known)[2], None);
+        assert_eq!(ids_by_role(&pos, &holders(&roles, (4, 4), &known))[2], "?");
+    }
+
+    /// A member added at run time that held a role and is gone is named before a config
+    /// spare standing by (blank, it too shows no identity).
+    #[test]
+    fn a_lost_role_of_a_missing_added_member_names_it_before_a_blank_spare() {
+        // Members d0..d2, spare s0 (blank), new (added at run time, missing) held role 1.
+        let pos = ids(&["d0", "d1", "d2", "s0", "new"]);
+        let roles = vec![Ok(0), Err(Absence::Lost), Ok(2)];
+        let h = holders(&roles, (3, 4), &[false, false, false, true, true]);
+        assert_eq!(ids_by_role(&pos, &h), ids(&["d0", "new", "d2"]));
     }
 
     #[test]
     fn role_notes_are_known_apart_from_the_other_notes_of_a_start() {
         let pos = ids(&["d0", "d1", "d2", "new", "s0"]);
-        let spare = role_notes("v", (&pos, &[]), (3, 5), &[Ok(0), Ok(4), Ok(2)], &|_| {
-            Some(true)
-        });
+        let roles = [Ok(0), Ok(4), Ok(2)];
+        let h = held(&roles, 3, 5);
+        let spare = role_notes("v", (&pos, &[]), (3, 5), (&roles, &h), &|_| Some(true));
+        let roles = [Ok(0), Ok(1), Ok(3)];
+        let h = held(&roles, 3, 3);
         let added = role_notes(
             "v",
             (&pos, &ids(&["/x/new.img"])),
             (3, 3),
-            &[Ok(0), Ok(1), Ok(3)],
+            (&roles, &h),
             &|_| Some(false),
         );
         assert_eq!(spare.len() + added.len(), 4, "{spare:?} {added:?}");

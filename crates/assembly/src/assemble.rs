@@ -13,7 +13,9 @@
 //! anything is served (only the regions its write-intent bitmap marks).
 
 use crate::added::{open_added, Added};
-use crate::adopt::{adopt, ids_by_role, position_ids, spares_for_assembly, Known};
+use crate::adopt::{
+    adopt, holders, ids_by_role, position_ids, spares_for_assembly, unidentified_positions, Known,
+};
 use crate::beyond_tolerance::BeyondTolerance;
 use crate::describe::describe;
 use crate::member::{load, member_error, AssembleError, Opened};
@@ -42,6 +44,9 @@ pub struct Assembled {
     /// By role (the volume's member index): the config id of the member serving it; for a
     /// role no member serves, the config member presumed to be it.
     pub members: Vec<String>,
+    /// By role: the file its member was found at, or for a missing one the file it is
+    /// missing from (`None`: no member can be named).
+    pub paths: Vec<Option<String>>,
     /// By role: what assembly found — "new", "active", "missing", "stale" (resynced before
     /// serving), "failed" (recorded failed by its peers) or "unreachable" (a remote member
     /// whose server did not answer).
@@ -267,13 +272,28 @@ pub async fn start_volume_with(
     if !created && !report.was_clean && report.background_bytes == 0 {
         tracing::warn!(volume = %v.name, resynced_bytes = report.resynced_bytes, "the array was not shut down cleanly: resynced before serving");
     }
-    // Config member ids by role (spares that took a role by their own id).
+    // Config member ids by role (spares that took a role by their own id), and the file
+    // each holder was found at or is missing from.
     let added_paths: Vec<String> = added.iter().map(|a| a.path.clone()).collect();
-    let members = ids_by_role(
-        &position_ids(config, v, &added_paths),
-        v.members.len(),
+    let (n, configured) = (v.members.len(), v.members.len() + v.heal.spares.len());
+    let holders = holders(
         &report.roles,
+        (n, configured),
+        &unidentified_positions(v, opened, &added),
     );
+    let members = ids_by_role(&position_ids(config, v, &added_paths), &holders);
+    let paths = (holders.iter())
+        .map(|h| {
+            let p = (*h)?;
+            let config_path = |i: usize| config.members[i].path.to_string_lossy().into_owned();
+            (v.members
+                .iter()
+                .chain(&v.heal.spares)
+                .nth(p)
+                .map(|&m| config_path(m)))
+            .or_else(|| added_paths.get(p - configured).cloned())
+        })
+        .collect();
     let at_start = role_states(&report.roles, created);
     if let Some(msg) = degraded_warning(&v.name, &members, &at_start) {
         tracing::warn!("{msg}");
@@ -289,6 +309,7 @@ pub async fn start_volume_with(
         read_only: v.read_only,
         description: describe(config, v),
         members,
+        paths,
         at_start,
         created,
         report,

@@ -120,7 +120,7 @@ fn report(
             match crate::roles::of(config, v, Some(r)) {
                 Ok(roles) => {
                     out.push_str(&diagram::draw(config, v, &roles.ids, rows));
-                    if let Some(note) = &roles.note {
+                    for note in &roles.notes {
                         out.push_str(&format!("  {note}\n"));
                     }
                 }

@@ -100,7 +100,7 @@ pub fn run(
         format_size(offset),
         format_size(length)
     );
-    if let Some(note) = &roles.note {
+    for note in &roles.notes {
         text.push_str(&format!("{note}\n"));
     }
     let cells = |r: &Row| -> Vec<String> {

@@ -19,8 +19,15 @@ pub struct Records {
     /// `healthy`, `degraded: ...`, `no superblocks yet`, `not created yet: ...`, `not on
     /// files`, or why the start would refuse.
     pub state: String,
-    /// The config id serving each role by the superblocks (empty when they do not decide).
+    /// The config id serving each role by the superblocks (empty when they do not decide);
+    /// a member added at run time by the id it goes by, a missing member by its id too.
     pub members: Vec<String>,
+    /// By role, the file of `members`: where it serves from, or is missing from (`?`: no
+    /// member can be named).
+    pub paths: Vec<String>,
+    /// By role, why its member does not serve it (`lost`, `stale`, `failed`,
+    /// `unreachable`), `None` where it serves.
+    pub absent: Vec<Option<&'static str>>,
     pub notes: Vec<String>,
     /// Where the config declares another shape than the records: how `nbraid apply` would get
     /// there, or why it would not.
@@ -41,6 +48,8 @@ fn volume(config: &Config, v: &Volume, areas: &mut crate::meta_budget::Areas) ->
         volume: v.name.clone(),
         state: String::new(),
         members: Vec::new(),
+        paths: Vec::new(),
+        absent: Vec::new(),
         notes: Vec::new(),
         reshape: None,
     };
@@ -82,24 +91,42 @@ fn volume(config: &Config, v: &Volume, areas: &mut crate::meta_budget::Areas) ->
         }
         _ => None,
     };
-    r.members = adopt::ids_by_role(&ids, n, &asm.roles);
+    // Who holds each role by the records' identities, as the daemon's start decides it.
+    let configured = n + v.heal.spares.len();
+    let unidentified: Vec<bool> = probes
+        .iter()
+        .map(|p| adopt::unidentified(Some(p)))
+        .collect();
+    let holders = adopt::holders(&asm.roles, (n, configured), &unidentified);
+    let paths: Vec<&str> = (v.members.iter().chain(&v.heal.spares))
+        .map(|&m| config.members[m].path_text.as_str())
+        .chain(added.iter().map(String::as_str))
+        .collect();
+    r.members = adopt::ids_by_role(&ids, &holders);
+    r.paths = (holders.iter())
+        .map(|h| {
+            h.and_then(|p| paths.get(p))
+                .map_or("?".into(), |p| p.to_string())
+        })
+        .collect();
     r.notes = adopt::role_notes(
         &v.name,
         (&ids, &added),
-        (n, n + v.heal.spares.len()),
-        &asm.roles,
+        (n, configured),
+        (&asm.roles, &holders),
         &record,
     );
-    let absent: Vec<String> = asm
-        .absent()
-        .map(|(role, a)| {
-            let why = match a {
-                Absence::Lost => "lost",
-                Absence::Stale { .. } => "stale",
-                Absence::Failed { .. } => "failed",
-                Absence::Unreachable { .. } => "unreachable",
+    r.absent = (asm.roles.iter())
+        .map(|role| role.as_ref().err().map(absence_word))
+        .collect();
+    // Which member is out, by its id and the file it was last known at.
+    let absent: Vec<String> = (r.absent.iter().enumerate())
+        .filter_map(|(role, why)| {
+            let who = match r.members[role].as_str() {
+                "?" => String::new(),
+                id => format!(" ({id}: {})", r.paths[role]),
             };
-            format!("role {role} {why}")
+            Some(format!("role {role} {}{who}", (*why)?))
         })
         .collect();
     r.notes.extend(checksum_note(v, &probes[..n]));
@@ -109,6 +136,16 @@ fn volume(config: &Config, v: &Volume, areas: &mut crate::meta_budget::Areas) ->
         format!("degraded: {}", absent.join(", "))
     };
     r
+}
+
+/// Why a role's member does not serve it, in a word.
+fn absence_word(a: &Absence) -> &'static str {
+    match a {
+        Absence::Lost => "lost",
+        Absence::Stale { .. } => "stale",
+        Absence::Failed { .. } => "failed",
+        Absence::Unreachable { .. } => "unreachable",
+    }
 }
 
 /// The state of a volume the next start creates: beside the other volumes whose records its

@@ -416,6 +416,7 @@ fn controls(config: &Config, volumes: &[Assembled], slots: &[Arc<ServedArray>]) 
                 },
             )
             .with_heal(a.rebuild_rate, a.known.clone(), a.notes.clone())
+            .with_start_paths(a.paths.clone())
             .with_config_ids(cv.map(|v| ConfigIds {
                 ids: nbraid_assembly::adopt::position_ids(config, v, &[]),
                 members: v.members.len(),

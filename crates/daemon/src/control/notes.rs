@@ -21,7 +21,8 @@ pub(super) struct Holder {
     pub path: String,
 }
 
-/// The notes for a volume whose roles are held by `holders` (`None`: nobody holds it),
+/// The notes for a volume whose roles are held by `holders` — present or missing, as the
+/// start named them (`None`: no member can be named),
 /// replacing the role notes among `start_notes`. `no_role(id)`, for a config member holding
 /// no role: `None` when it carries no record of the volume (missing, or standing by as a
 /// spare), else whether it carries no other volume's records (it may be wiped).
@@ -53,11 +54,13 @@ pub(super) fn live_notes(
             })
         })
         .collect();
+    // A role no holder is named for stays unnamed: nothing here tells which file it was.
+    let by_role: Vec<Option<usize>> = roles.iter().map(|r| r.as_ref().ok().copied()).collect();
     let mut notes = role_notes(
         volume,
         (&ids, &added_paths),
         (config.members, configured),
-        &roles,
+        (&roles, &by_role),
         &|p| no_role(&ids[p]),
     );
     notes.extend(start_notes.iter().filter(|n| !is_role_note(n)).cloned());

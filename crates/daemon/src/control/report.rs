@@ -33,10 +33,13 @@ fn notes_now(controls: &Controls, v: &ControlVolume) -> Vec<String> {
         .into_iter()
         .enumerate()
         .map(|(r, id)| {
-            v.array().has_member(r).then(|| Holder {
-                id,
-                path: absolute_path(vol.member(r).name()),
-            })
+            // A missing member is still its role's holder: the config keeps naming it.
+            let path = match v.missing_from(r) {
+                Some(path) => path,
+                None if v.array().has_member(r) => absolute_path(vol.member(r).name()),
+                None => return None,
+            };
+            Some(Holder { id, path })
         })
         .collect();
     let spares: Vec<String> = v
@@ -147,7 +150,7 @@ impl<'a> MemberSnapshots<'a> {
         json!({
             "id": id,
             "index": i,
-            "path": absolute_path(self.vol.member(i).name()),
+            "path": v.member_path(i),
             "state": member_state_name(self.states[i], at_start, self.vol.member_is_current(i), in_array),
             "at_start": at_start.unwrap_or("?"),
             "read_errors": self.read_errors[i],

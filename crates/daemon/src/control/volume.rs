@@ -24,6 +24,9 @@ pub struct ControlVolume {
     pub served: Arc<ServedArray>,
     /// Config member ids, by the volume's member index (its role in the superblocks).
     pub members: Vec<String>,
+    /// By member index: the file the start found its member at, or that it is missing from
+    /// (`None`: unknown) — a missing member's last known path.
+    start_paths: Vec<Option<String>>,
     /// By member index: what assembly found in the superblocks ("new", "active", "missing",
     /// "stale", "failed", "unreachable").
     pub at_start: Vec<&'static str>,
@@ -82,6 +85,7 @@ impl ControlVolume {
             level: Mutex::new(level),
             served,
             members,
+            start_paths: Vec::new(),
             at_start,
             start,
             scrub: TaskSlot::default(),
@@ -188,6 +192,30 @@ impl ControlVolume {
     pub fn with_config_ids(mut self, ids: Option<ConfigIds>) -> Self {
         self.config_ids = ids;
         self
+    }
+
+    /// With the file each role's member was found at or is missing from, by the start.
+    pub fn with_start_paths(mut self, paths: Vec<Option<String>>) -> Self {
+        self.start_paths = paths;
+        self
+    }
+
+    /// For role `r` while the array has no member in it and its member is still the one the
+    /// start named: the file that member is missing from (the array holds a placeholder
+    /// named after the role).
+    pub fn missing_from(&self, r: usize) -> Option<String> {
+        if self.array().has_member(r) || self.member_ids().get(r) != Some(&self.start_id(r)) {
+            return None;
+        }
+        let path = self.start_paths.get(r).cloned().flatten()?;
+        Some(absolute_path(&path))
+    }
+
+    /// The file of role `r`'s member as the operator can find it: the one serving it, or
+    /// the one its missing member is missing from ([`Self::missing_from`]).
+    pub fn member_path(&self, r: usize) -> String {
+        self.missing_from(r)
+            .unwrap_or_else(|| absolute_path(self.array().volume().member(r).name()))
     }
 
     /// The member or spare known by `id`, if one is.
