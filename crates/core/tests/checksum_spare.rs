@@ -7,11 +7,12 @@
 
 mod common;
 
+use common::arrays::{self, all, apply, meta, Model};
 use common::{KIB, MIB};
 use futures::executor::block_on;
 use nbraid_core::checksum::BLOCK_BYTES;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
-use nbraid_core::{Buf, CacheMode, Member, MemoryMember, PassControl, PassState, VolumeOptions};
+use nbraid_core::metadata::{Array, ArrayOptions, METADATA_AREA_BYTES};
+use nbraid_core::{CacheMode, Member, MemoryMember, PassControl, PassState, VolumeOptions};
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -66,106 +67,18 @@ fn forged_disk(name: &str) -> Arc<MemoryMember> {
     d
 }
 
-fn meta(d: &Arc<MemoryMember>) -> Arc<MemberMeta> {
-    block_on(MemberMeta::load(d.clone() as Arc<dyn Member>))
-}
-
 fn create(level: Level, disks: &[Arc<MemoryMember>], strip: u64) -> Array {
-    let m = disks.iter().map(meta).collect();
-    let t = tree(level, disks.len(), strip);
-    let (a, _) = block_on(Array::create("vol", t, m, opts(), true, &|_, _| {})).expect("create");
-    a.set_rebuild_window_bytes(256 * KIB);
-    a
+    arrays::create(&tree(level, disks.len(), strip), disks, opts())
 }
 
 fn open(level: Level, disks: &[Option<Arc<MemoryMember>>], strip: u64) -> Array {
-    let m = disks.iter().map(|d| d.as_ref().map(meta)).collect();
-    let t = tree(level, disks.len(), strip);
-    let (a, _) = block_on(Array::open("vol", &t, m, opts(), &|_, _| {})).expect("open");
-    a.set_rebuild_window_bytes(256 * KIB);
-    a
-}
-
-fn all(disks: &[Arc<MemoryMember>]) -> Vec<Option<Arc<MemoryMember>>> {
-    disks.iter().cloned().map(Some).collect()
-}
-
-/// The volume's bytes: writes go to both.
-struct Model {
-    bytes: Vec<u8>,
-    seed: u64,
-}
-
-impl Model {
-    fn new(a: &Array) -> Model {
-        Model {
-            bytes: vec![0; a.volume().capacity() as usize],
-            seed: 7,
-        }
-    }
-
-    /// `n` writes of 4 KiB .. 128 KiB over the volume (deterministic), applied to the model.
-    fn writes(&mut self, n: usize) -> Vec<(u64, Buf)> {
-        let cap = self.bytes.len() as u64;
-        (0..n)
-            .map(|_| {
-                self.seed = self
-                    .seed
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let len = ((self.seed >> 33) % 32 + 1) * 4096;
-                let at = (self.seed >> 7) % ((cap - len) / 4096) * 4096;
-                let mut b = Buf::new(len as usize);
-                for (i, x) in b.iter_mut().enumerate() {
-                    *x = (self.seed as usize ^ (i * 31) ^ (i >> 9)) as u8;
-                }
-                self.bytes[at as usize..(at + len) as usize].copy_from_slice(&b);
-                (at, b)
-            })
-            .collect()
-    }
-
-    /// Fills the whole volume (every block of every member gets written).
-    fn fill(&mut self, a: &Array) {
-        let cap = self.bytes.len();
-        for (i, x) in self.bytes.iter_mut().enumerate() {
-            *x = (i as u8).wrapping_mul(29) ^ (i / 4096) as u8;
-        }
-        block_on(async {
-            for at in (0..cap).step_by(MIB as usize) {
-                let end = (at + MIB as usize).min(cap);
-                let b = Buf::copy_from(&self.bytes[at..end]);
-                a.write(at as u64, b, false).await.expect("fill");
-            }
-        });
-    }
-}
-
-async fn apply(a: &Array, writes: Vec<(u64, Buf)>) {
-    for (at, b) in writes {
-        a.write(at, b, false).await.expect("write");
-        // Let a rebuild in the same executor interleave.
-        nbraid_core::timer::sleep(Duration::from_micros(50)).await;
-    }
+    arrays::open(&tree(level, disks.len(), strip), disks, opts())
 }
 
 /// Reads the whole volume several times in pieces of several sizes (so a mirror's reads
 /// reach every copy); returns the last pass's bytes.
 fn read_all(a: &Array) -> Vec<u8> {
-    block_on(async {
-        let cap = a.volume().capacity();
-        let mut out = Vec::with_capacity(cap as usize);
-        for pass in 0..6u64 {
-            out.clear();
-            let mut at = 0;
-            while at < cap {
-                let n = (cap - at).min(4096 * (pass * 5 % 16 + 1));
-                out.extend_from_slice(&a.read(at, n).await.expect("read"));
-                at += n;
-            }
-        }
-        out
-    })
+    arrays::read_all(a, 6, 5)
 }
 
 fn errors_and_repairs(a: &Array) -> (u64, u64) {
@@ -198,7 +111,7 @@ fn corrupt_rows(d: &MemoryMember, strip: u64, first_row: u64, inner: u64) {
 /// Rebuilds every role wanting it while `writes` go on; every byte then reads as the model
 /// with no checksum error (forged entries on the new disk are not believed).
 fn rebuild_under_writes(a: &Array, model: &mut Model, what: &str) {
-    let writes = model.writes(30);
+    let writes = model.writes(30, 32);
     let ctl = PassControl::new(0);
     let (r, ()) = block_on(futures::future::join(a.rebuild(&ctl), apply(a, writes)));
     assert_eq!(r.expect("rebuild").state, PassState::Done, "{what}");
@@ -246,11 +159,8 @@ fn corrupted_newcomer_reads_right(
         "{what}: found after a restart"
     );
     // Writes since the clean start, then a power loss: nothing reads as an error.
-    let mut model2 = Model {
-        bytes: model.bytes.clone(),
-        seed: 99,
-    };
-    block_on(apply(&a, model2.writes(20)));
+    let mut model2 = Model::of(model.bytes.clone(), 99);
+    block_on(apply(&a, model2.writes(20, 32)));
     block_on(a.flush()).expect("flush");
     drop(a);
     let a = open(level, &all(&disks), strip);
@@ -280,8 +190,7 @@ fn a_spare_rebuilt_into_a_role_carries_the_roles_checksums() {
         let what = format!("{level:?} of {n}, strip {strip}");
         let mut disks: Vec<_> = (0..n).map(|i| disk(&format!("d{i}"))).collect();
         let a = create(level, &disks, strip);
-        let mut model = Model::new(&a);
-        model.fill(&a);
+        let mut model = Model::filled(&a, 7);
         a.volume().fail_member(1, "test: pulled");
         let spare = forged_disk("spare");
         a.add_spare(meta(&spare)).expect("spare");
@@ -298,8 +207,7 @@ fn a_spare_for_a_role_missing_at_start_gets_the_roles_area() {
         let what = format!("{level:?} of {n}, missing role");
         let mut disks: Vec<_> = (0..n).map(|i| disk(&format!("d{i}"))).collect();
         let a = create(level, &disks, strip);
-        let mut model = Model::new(&a);
-        model.fill(&a);
+        let mut model = Model::filled(&a, 7);
         assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
         let recorded = a.volume().options().checksums.as_ref().unwrap().area(n - 1);
         drop(a);
@@ -329,8 +237,7 @@ fn a_replacement_takes_over_its_members_checksums() {
         let what = format!("{level:?} of {n}, strip {strip}, replaced");
         let mut disks: Vec<_> = (0..n).map(|i| disk(&format!("d{i}"))).collect();
         let a = create(level, &disks, strip);
-        let mut model = Model::new(&a);
-        model.fill(&a);
+        let mut model = Model::filled(&a, 7);
         let new = forged_disk("new");
         block_on(a.replace(1, meta(&new))).expect("replace");
         rebuild_under_writes(&a, &mut model, &what);

@@ -10,10 +10,11 @@
 
 mod common;
 
+use common::arrays::{self, apply, meta, Model};
 use common::{KIB, MIB};
 use futures::executor::block_on;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
-use nbraid_core::{Buf, CacheMode, Member, MemoryMember, PassControl, PassState, VolumeOptions};
+use nbraid_core::metadata::{Array, ArrayOptions, METADATA_AREA_BYTES};
+use nbraid_core::{CacheMode, Member, MemoryMember, PassControl, PassState, VolumeOptions};
 use nbraid_layout::{Node, ParityLayout};
 use std::sync::Arc;
 use std::time::Duration;
@@ -127,99 +128,17 @@ fn copy(d: &MemoryMember, name: &str) -> Arc<MemoryMember> {
     c
 }
 
-fn meta(d: &Arc<MemoryMember>) -> Arc<MemberMeta> {
-    block_on(MemberMeta::load(d.clone() as Arc<dyn Member>))
-}
-
 fn create(tree: &Node, disks: &[Arc<MemoryMember>]) -> Array {
-    let m = disks.iter().map(meta).collect();
-    let (a, _) = block_on(Array::create(
-        "vol",
-        tree.clone(),
-        m,
-        opts(),
-        true,
-        &|_, _| {},
-    ))
-    .expect("create");
-    a.set_rebuild_window_bytes(256 * KIB);
-    a
+    arrays::create(tree, disks, opts())
 }
 
 fn open(tree: &Node, disks: &[Option<Arc<MemoryMember>>]) -> Array {
-    let m = disks.iter().map(|d| d.as_ref().map(meta)).collect();
-    let (a, _) = block_on(Array::open("vol", tree, m, opts(), &|_, _| {})).expect("open");
-    a
-}
-
-/// The volume's bytes, and deterministic writes applied to them.
-struct Model {
-    bytes: Vec<u8>,
-    seed: u64,
-}
-
-impl Model {
-    fn fill(a: &Array) -> Model {
-        let cap = a.volume().capacity() as usize;
-        let bytes: Vec<u8> = (0..cap)
-            .map(|i| (i as u8).wrapping_mul(29) ^ (i / 4096) as u8)
-            .collect();
-        block_on(async {
-            for at in (0..cap).step_by(256 * KIB as usize) {
-                let end = (at + 256 * KIB as usize).min(cap);
-                let b = Buf::copy_from(&bytes[at..end]);
-                a.write(at as u64, b, false).await.expect("fill");
-            }
-        });
-        Model { bytes, seed: 11 }
-    }
-
-    /// `n` writes of 4 KiB .. 64 KiB (deterministic), applied to the model.
-    fn writes(&mut self, n: usize) -> Vec<(u64, Buf)> {
-        let cap = self.bytes.len() as u64;
-        (0..n)
-            .map(|_| {
-                self.seed = (self.seed)
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let len = ((self.seed >> 33) % 16 + 1) * 4096;
-                let at = (self.seed >> 7) % ((cap - len) / 4096) * 4096;
-                let b = Buf::copy_from(
-                    &(0..len)
-                        .map(|i| (self.seed ^ (i * 37)) as u8)
-                        .collect::<Vec<u8>>(),
-                );
-                self.bytes[at as usize..(at + len) as usize].copy_from_slice(&b);
-                (at, b)
-            })
-            .collect()
-    }
-}
-
-async fn apply(a: &Array, writes: Vec<(u64, Buf)>) {
-    for (at, b) in writes {
-        a.write(at, b, false).await.expect("write");
-        // Let the rebuild in the same executor interleave.
-        nbraid_core::timer::sleep(Duration::from_micros(50)).await;
-    }
+    arrays::open(tree, disks, opts())
 }
 
 /// Every byte, read in pieces of several sizes (a mirror's reads reach each copy).
 fn read_all(a: &Array) -> Vec<u8> {
-    block_on(async {
-        let cap = a.volume().capacity();
-        let mut out = Vec::with_capacity(cap as usize);
-        for pass in 0..3u64 {
-            out.clear();
-            let mut at = 0;
-            while at < cap {
-                let n = (cap - at).min(4096 * (pass * 7 % 16 + 1));
-                out.extend_from_slice(&a.read(at, n).await.expect("read"));
-                at += n;
-            }
-        }
-        out
-    })
+    arrays::read_all(a, 3, 7)
 }
 
 fn region(d: &MemoryMember) -> Vec<u8> {
@@ -244,7 +163,7 @@ fn lose_the_group_and_rebuild(c: &Case, how: Newcomers) -> (Vec<Arc<MemoryMember
     let n = c.tree.member_count();
     let mut disks: Vec<_> = (0..n).map(|i| disk(&format!("d{i}"))).collect();
     let a = create(&c.tree, &disks);
-    let mut model = Model::fill(&a);
+    let mut model = Model::filled(&a, 11);
     for &r in &c.group {
         a.volume().fail_member(r, "test: pulled");
     }
@@ -268,7 +187,7 @@ fn lose_the_group_and_rebuild(c: &Case, how: Newcomers) -> (Vec<Arc<MemoryMember
         );
         assert_eq!(a.spares().len(), 0, "{what}: no spare left standing by");
     }
-    let writes = model.writes(40);
+    let writes = model.writes(40, 16);
     let ctl = PassControl::new(0);
     let (r, ()) = block_on(futures::future::join(a.rebuild(&ctl), apply(&a, writes)));
     let r = r.expect("rebuild");
@@ -376,7 +295,7 @@ fn a_group_nothing_above_can_write_gets_no_spare() {
         .expect("mirror of raid5s");
         let disks: Vec<_> = (0..6).map(|i| disk(&format!("d{i}"))).collect();
         let a = create(&tree, &disks);
-        let model = Model::fill(&a);
+        let model = Model::filled(&a, 11);
         a.volume().fail_member(0, "test: pulled");
         a.volume().fail_member(1, "test: pulled");
         for i in 0..2 {

@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::arrays::same;
+
 use futures::executor::block_on;
 use futures::future::{select, Either};
 use nbraid_core::metadata::disk_rule::Consent;
@@ -95,14 +97,6 @@ fn open(config: &Node, disks: &[Disk]) -> Result<Array, String> {
 
 fn seeded(rng: &mut Rng, len: u64) -> Vec<u8> {
     (0..len).map(|_| rng.next_u64() as u8).collect()
-}
-
-fn same(a: &Array, want: &[u8], when: &str) -> Result<(), String> {
-    let back = block_on(a.read(0, want.len() as u64)).map_err(|e| format!("{when}: {e}"))?;
-    match back.iter().zip(want).position(|(x, y)| x != y) {
-        Some(at) => Err(format!("{when}: byte {at} differs")),
-        None => Ok(()),
-    }
 }
 
 /// One seed of one move; `Err` names what was lost.

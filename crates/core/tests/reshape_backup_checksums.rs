@@ -18,13 +18,14 @@
 
 mod common;
 
+use common::arrays::{load, never, same};
+
 use common::KIB;
 use futures::channel::oneshot;
 use futures::executor::block_on;
 use futures::future::{select, BoxFuture, Either};
-use futures::FutureExt;
 use nbraid_core::metadata::disk_rule::Consent;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
+use nbraid_core::metadata::{Array, ArrayOptions, METADATA_AREA_BYTES};
 use nbraid_core::{Buf, Member, MemberResult, MemoryMember, PassControl, PassState, SharedBuf};
 use nbraid_core::{MemberCounters, VolumeOptions};
 use nbraid_layout::{Level, MemberRange, Node, Reshape};
@@ -151,10 +152,6 @@ struct Cut {
     power: Arc<Power>,
 }
 
-fn never<T: Send + 'static>() -> BoxFuture<'static, MemberResult<T>> {
-    futures::future::pending().boxed()
-}
-
 impl Member for Cut {
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
         match self.power.is_off() {
@@ -198,10 +195,6 @@ impl Member for Cut {
     }
 }
 
-fn load(m: Arc<dyn Member>) -> Arc<MemberMeta> {
-    block_on(MemberMeta::load(m))
-}
-
 fn open_over(config: &Node, members: Vec<Arc<dyn Member>>) -> Result<Array, String> {
     let m = members.into_iter().map(|d| Some(load(d))).collect();
     block_on(Array::open("vol", config, m, opts(), &|_, _| {}))
@@ -211,17 +204,6 @@ fn open_over(config: &Node, members: Vec<Arc<dyn Member>>) -> Result<Array, Stri
 
 fn as_members(disks: &[Disk]) -> Vec<Arc<dyn Member>> {
     disks.iter().map(|d| d.clone() as Arc<dyn Member>).collect()
-}
-
-fn same(a: &Array, want: &[u8], when: &str) -> Result<(), String> {
-    let back = block_on(a.read(0, want.len() as u64)).map_err(|e| format!("{when}: {e}"))?;
-    match back.iter().zip(want).position(|(x, y)| x != y) {
-        Some(at) => Err(format!(
-            "{when}: byte {at} reads {:#04x}, written {:#04x}: a bad block came back as data",
-            back[at], want[at]
-        )),
-        None => Ok(()),
-    }
 }
 
 /// The rows the first one-unit window of `old`→`new` backs up, by member.

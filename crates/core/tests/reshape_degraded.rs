@@ -25,13 +25,15 @@
 
 mod common;
 
+use common::arrays::{load, never, same};
+
 use common::KIB;
 use futures::channel::oneshot;
 use futures::executor::block_on;
 use futures::future::{select, BoxFuture, Either};
 use futures::FutureExt;
 use nbraid_core::metadata::disk_rule::Consent;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
+use nbraid_core::metadata::{Array, ArrayOptions, METADATA_AREA_BYTES};
 use nbraid_core::{Buf, Member, MemberCounters, MemberError, MemberOp, MemberResult};
 use nbraid_core::{MemoryMember, PassControl, PassState, SharedBuf, VolumeOptions};
 use nbraid_layout::{Level, Node};
@@ -94,10 +96,6 @@ fn disk(name: String, seed: u64) -> Disk {
 
 fn disk_of(name: String, seed: u64, bytes: u64) -> Disk {
     Arc::new(Faulty::new(MemoryMember::new(name, bytes), seed).with_power_loss())
-}
-
-fn load(m: Arc<dyn Member>) -> Arc<MemberMeta> {
-    block_on(MemberMeta::load(m))
 }
 
 /// What happens to the watched members' I/O (see [`Watched`]).
@@ -178,10 +176,6 @@ struct Watched {
     trip: Arc<Trip>,
 }
 
-fn never<T: Send + 'static>() -> BoxFuture<'static, MemberResult<T>> {
-    futures::future::pending().boxed()
-}
-
 impl Watched {
     fn dead<T: Send + 'static>(&self, op: MemberOp) -> BoxFuture<'static, MemberResult<T>> {
         let e = std::io::Error::other("the disk died (the test)");
@@ -257,18 +251,6 @@ fn open(config: &Node, disks: &[Disk], gone: &[usize], trip: Option<&Arc<Trip>>)
     });
     let opened = Array::open("vol", config, metas.collect(), opts(config), &|_, _| {});
     block_on(opened).expect("opens").0
-}
-
-fn same(a: &Array, want: &[u8], when: &str) -> Result<(), String> {
-    for (i, piece) in want.chunks(PIECE_BYTES).enumerate() {
-        let at = i * PIECE_BYTES;
-        let back =
-            block_on(a.read(at as u64, piece.len() as u64)).map_err(|e| format!("{when}: {e}"))?;
-        if let Some(d) = back.iter().zip(piece).position(|(x, y)| x != y) {
-            return Err(format!("{when}: byte {} differs", at + d));
-        }
-    }
-    Ok(())
 }
 
 /// A volume of `old` filled with seeded bytes and the reshape into `new` started (the added

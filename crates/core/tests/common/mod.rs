@@ -2,6 +2,8 @@
 //! shapes over fault-injecting memory members.
 #![allow(dead_code)]
 
+pub mod arrays;
+
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use nbraid_core::{Buf, Member, MemberCounters, MemberResult, MemoryMember, SharedBuf};

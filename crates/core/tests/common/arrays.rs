@@ -1,0 +1,167 @@
+//! Arrays over memory members for the integration tests: members loaded, arrays created and
+//! opened, a model of the volume's bytes with deterministic writes, and reads compared with
+//! it. The tests' own options and trees stay in each test; what every test built alike is
+//! here.
+
+use futures::executor::block_on;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta};
+use nbraid_core::{Buf, Member, MemberResult, MemoryMember};
+use nbraid_layout::Node;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A member's superblock, loaded as the daemon's assembly would.
+pub fn load(m: Arc<dyn Member>) -> Arc<MemberMeta> {
+    block_on(MemberMeta::load(m))
+}
+
+/// [`load`] of a memory disk.
+pub fn meta(d: &Arc<MemoryMember>) -> Arc<MemberMeta> {
+    load(d.clone() as Arc<dyn Member>)
+}
+
+/// A new array named "vol" of `tree` over `disks` (blank: no consent asked), its rebuild
+/// window at 256 KiB so rebuilds take many steps on small test members.
+pub fn create(tree: &Node, disks: &[Arc<MemoryMember>], opts: ArrayOptions) -> Array {
+    let metas = disks.iter().map(meta).collect();
+    let created = Array::create("vol", tree.clone(), metas, opts, true, &|_, _| {});
+    let (a, _) = block_on(created).expect("create");
+    a.set_rebuild_window_bytes(256 << 10);
+    a
+}
+
+/// Array "vol" of `tree` opened over `disks` (`None`: that role's disk is absent), rebuild
+/// window as in [`create`].
+pub fn open(tree: &Node, disks: &[Option<Arc<MemoryMember>>], opts: ArrayOptions) -> Array {
+    let metas = disks.iter().map(|d| d.as_ref().map(meta)).collect();
+    let (a, _) = block_on(Array::open("vol", tree, metas, opts, &|_, _| {})).expect("open");
+    a.set_rebuild_window_bytes(256 << 10);
+    a
+}
+
+/// Every disk present, for [`open`].
+pub fn all(disks: &[Arc<MemoryMember>]) -> Vec<Option<Arc<MemoryMember>>> {
+    disks.iter().cloned().map(Some).collect()
+}
+
+/// A member operation that never ends (a disk that stopped answering).
+pub fn never<T: Send + 'static>() -> BoxFuture<'static, MemberResult<T>> {
+    futures::future::pending().boxed()
+}
+
+/// The volume's bytes, and deterministic writes applied to them.
+pub struct Model {
+    pub bytes: Vec<u8>,
+    seed: u64,
+}
+
+impl Model {
+    /// A model of `a`'s volume as zeros (nothing written yet).
+    pub fn zeroed(a: &Array, seed: u64) -> Model {
+        Model {
+            bytes: vec![0; a.volume().capacity() as usize],
+            seed,
+        }
+    }
+
+    /// A model whose volume holds `bytes`.
+    pub fn of(bytes: Vec<u8>, seed: u64) -> Model {
+        Model { bytes, seed }
+    }
+
+    /// A model of `a`'s volume with every byte written (so every block of every member is).
+    pub fn filled(a: &Array, seed: u64) -> Model {
+        let mut m = Model::zeroed(a, seed);
+        m.fill(a);
+        m
+    }
+
+    /// Writes a fixed pattern over the whole volume, in 1 MiB requests.
+    pub fn fill(&mut self, a: &Array) {
+        for (i, x) in self.bytes.iter_mut().enumerate() {
+            *x = (i as u8).wrapping_mul(29) ^ (i / 4096) as u8;
+        }
+        let piece = 1 << 20;
+        block_on(async {
+            for (i, chunk) in self.bytes.chunks(piece).enumerate() {
+                let at = (i * piece) as u64;
+                a.write(at, Buf::copy_from(chunk), false)
+                    .await
+                    .expect("fill");
+            }
+        });
+    }
+
+    /// `n` writes of 4 KiB .. `max_blocks` × 4 KiB at 4 KiB-aligned places (deterministic),
+    /// applied to the model; the caller sends them.
+    pub fn writes(&mut self, n: usize, max_blocks: u64) -> Vec<(u64, Buf)> {
+        let cap = self.bytes.len() as u64;
+        (0..n)
+            .map(|_| {
+                self.seed = (self.seed)
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let len = ((self.seed >> 33) % max_blocks + 1) * 4096;
+                let at = (self.seed >> 7) % ((cap - len) / 4096) * 4096;
+                let mut b = Buf::new(len as usize);
+                for (i, x) in b.iter_mut().enumerate() {
+                    *x = (self.seed as usize ^ (i * 31) ^ (i >> 9)) as u8;
+                }
+                self.bytes[at as usize..(at + len) as usize].copy_from_slice(&b);
+                (at, b)
+            })
+            .collect()
+    }
+}
+
+/// Sends `writes` one after another, pausing 50 µs after each so a pass running in the same
+/// executor (a rebuild) interleaves with them.
+pub async fn apply(a: &Array, writes: Vec<(u64, Buf)>) {
+    for (at, b) in writes {
+        a.write(at, b, false).await.expect("write");
+        nbraid_core::timer::sleep(Duration::from_micros(50)).await;
+    }
+}
+
+/// Reads the whole volume `passes` times in pieces whose size changes per pass (4 KiB ..
+/// 64 KiB, the pass number times `step` decides it: a mirror's reads reach each copy);
+/// returns the last pass's bytes.
+pub fn read_all(a: &Array, passes: u64, step: u64) -> Vec<u8> {
+    block_on(async {
+        let cap = a.volume().capacity();
+        let mut out = Vec::with_capacity(cap as usize);
+        for pass in 0..passes {
+            out.clear();
+            let mut at = 0;
+            while at < cap {
+                let n = (cap - at).min(4096 * (pass * step % 16 + 1));
+                out.extend_from_slice(&a.read(at, n).await.expect("read"));
+                at += n;
+            }
+        }
+        out
+    })
+}
+
+/// Bytes a test reads at most in one request when it compares a volume (below the engine's
+/// request limit).
+const COMPARE_PIECE_BYTES: usize = 4 << 20;
+
+/// `Err` naming `when` and the first byte of `a`'s volume that differs from `want` (or the
+/// read that failed); `Ok` when every byte of `want` reads back.
+pub fn same(a: &Array, want: &[u8], when: &str) -> Result<(), String> {
+    for (i, piece) in want.chunks(COMPARE_PIECE_BYTES).enumerate() {
+        let at = (i * COMPARE_PIECE_BYTES) as u64;
+        let back = block_on(a.read(at, piece.len() as u64)).map_err(|e| format!("{when}: {e}"))?;
+        if let Some(d) = back.iter().zip(piece).position(|(x, y)| x != y) {
+            let d = d as u64 + at;
+            let (got, wrote) = (back[(d - at) as usize], want[d as usize]);
+            return Err(format!(
+                "{when}: byte {d} reads {got:#04x}, written {wrote:#04x}"
+            ));
+        }
+    }
+    Ok(())
+}
