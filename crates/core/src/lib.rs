@@ -42,7 +42,10 @@ pub use absent::AbsentMember;
 pub use buf::{Buf, SharedBuf};
 pub use error::{VolumeError, VolumeResult};
 pub use flush_gate::FlushGate;
-pub use member::{CounterSnapshot, Member, MemberCounters, MemberError, MemberOp, MemberResult};
+pub use member::{
+    CounterSnapshot, IdentityCheck, IdentityFault, Member, MemberCounters, MemberError, MemberOp,
+    MemberResult,
+};
 pub use memory::MemoryMember;
 pub use node::{ArrayNode, MemberState, NodeIo, NodeMaintenance, ZeroKind};
 pub use pace::PassRate;

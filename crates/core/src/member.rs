@@ -63,6 +63,24 @@ impl MemberError {
 
 pub type MemberResult<T> = Result<T, MemberError>;
 
+/// Why a member's storage, re-opened behind the volumes' back, may not serve as the member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IdentityFault {
+    /// It could not be read: try again later, as after a connection that did not open.
+    Unreadable(String),
+    /// It is another disk, or the member's as it was before: what it holds.
+    NotTheMember(String),
+}
+
+/// Checks storage re-opened behind the volumes' back (a remote export whose server
+/// restarted, perhaps on another file) before it serves as the member again: the member's
+/// records say what it must hold. Given by the member's records' owner
+/// (`metadata::MemberMeta`), so the storage's code need not know the superblock.
+pub trait IdentityCheck: Send + Sync {
+    /// Whether `disk`, the storage as re-opened (serving nothing else yet), is the member.
+    fn verify<'a>(&'a self, disk: &'a dyn Member) -> BoxFuture<'a, Result<(), IdentityFault>>;
+}
+
 /// A device a volume stores bytes on. Offsets are absolute bytes on the member.
 ///
 /// Contract: `read` fills the whole buffer or fails; `write` writes every byte or fails;
@@ -120,6 +138,23 @@ pub trait Member: Send + Sync {
         }
     }
 
+    /// Storage that can change behind the member (a remote export: its server restarted)
+    /// runs `check` on every re-open before serving on it again. Others ignore it.
+    fn guard_identity(&self, check: Arc<dyn IdentityCheck>) {
+        let _ = check;
+    }
+
+    /// While a re-opened storage is not the member ([`IdentityCheck`]): what it holds
+    /// instead (every request fails meanwhile).
+    fn identity_lost(&self) -> Option<String> {
+        None
+    }
+
+    /// Serves a storage found not to be the member as it is: every volume on the member has
+    /// failed it, so only a re-add reads it, and that judges what it holds. No effect on a
+    /// storage that is the member.
+    fn readmit(&self) {}
+
     /// Reads consecutive bytes from `offset` into `bufs` in order, as one operation where the
     /// backend can (io_uring `READV`). The default issues one read per buffer.
     fn read_vectored(&self, offset: u64, bufs: Vec<Buf>) -> BoxFuture<'_, MemberResult<Vec<Buf>>> {
@@ -167,6 +202,15 @@ impl<T: Member + ?Sized> Member for Arc<T> {
     // `Arc<dyn Member>` resolves to this impl, not to the member's own.
     fn memory_backed(&self) -> bool {
         (**self).memory_backed()
+    }
+    fn guard_identity(&self, check: Arc<dyn IdentityCheck>) {
+        (**self).guard_identity(check)
+    }
+    fn identity_lost(&self) -> Option<String> {
+        (**self).identity_lost()
+    }
+    fn readmit(&self) {
+        (**self).readmit()
     }
     fn grow_to(&self, len_bytes: u64) -> Result<u64, String> {
         (**self).grow_to(len_bytes)

@@ -1,6 +1,7 @@
 //! A member and its superblock as loaded, shared by every volume on the member.
 
 use super::disk_rule::{read_first_mib, DiskContents};
+use super::identity::{HeldIdentity, LostDisk};
 use super::{
     read_superblock, write_superblock, Found, Probe, Superblock, SuperblockIoError, Uuid,
     VolumeRecord,
@@ -27,6 +28,9 @@ pub struct MemberMeta {
     /// a member back blank put it in their roles one at a time, each placing its areas and
     /// taking the member's id from what the one before wrote.
     joining: Arc<AsyncMutex<()>>,
+    /// Set while its storage was found not as the records last wrote it (`identity.rs`),
+    /// shared like `sb`.
+    lost: Arc<Mutex<Option<LostDisk>>>,
 }
 
 impl MemberMeta {
@@ -35,12 +39,15 @@ impl MemberMeta {
         let (probe, sb) =
             (read_probe(&*member).await).unwrap_or_else(|why| (Probe::Unreadable(why), None));
         let contents = contents_of(&*member, &probe).await;
+        let sb = Arc::new(AsyncMutex::new(sb));
+        let lost = guard(&member, &sb);
         Arc::new(MemberMeta {
             member,
             probe,
             contents: Arc::new(Mutex::new(contents)),
-            sb: Arc::new(AsyncMutex::new(sb)),
+            sb,
             joining: Arc::default(),
+            lost,
         })
     }
 
@@ -71,21 +78,34 @@ impl MemberMeta {
             contents: self.contents.clone(),
             sb: self.sb.clone(),
             joining: self.joining.clone(),
+            lost: self.lost.clone(),
         })
     }
 
     /// `member` whose server did not answer (`why`): its superblock is unknown, read again
     /// when it is re-added.
     pub fn unreachable(member: Arc<dyn Member>, why: String) -> Arc<MemberMeta> {
+        let sb = Arc::new(AsyncMutex::new(None));
+        let lost = guard(&member, &sb);
         Arc::new(MemberMeta {
             member,
             contents: Arc::new(Mutex::new(DiskContents::Unknown(format!(
                 "unreachable: {why}"
             )))),
             probe: Probe::Unreachable(why),
-            sb: Arc::new(AsyncMutex::new(None)),
+            sb,
             joining: Arc::default(),
+            lost,
         })
+    }
+
+    /// Volume `name` re-adds the member: whether its storage was found not as the records
+    /// last wrote it since it left (what it held then); each volume on it is told once.
+    pub(super) fn found_otherwise(&self, name: &str) -> Option<String> {
+        let mut lost = self.lost.lock();
+        let (found, left) = LostDisk::judged(lost.take(), name);
+        *lost = left;
+        found
     }
 
     /// One volume at a time re-adds this member (see `joining`).
@@ -182,6 +202,22 @@ impl MemberMeta {
         g.as_ref()
             .and_then(|sb| sb.volumes.iter().find(|v| v.name == name).cloned())
     }
+}
+
+/// Gives `member` the check its re-opened storage must pass before serving again: the
+/// records `sb` holds (see `identity.rs`). The member's one `MemberMeta` gives it: every
+/// later one shares `sb`.
+/// Returns where the check says the storage was found otherwise.
+fn guard(
+    member: &Arc<dyn Member>,
+    sb: &Arc<AsyncMutex<Option<Superblock>>>,
+) -> Arc<Mutex<Option<LostDisk>>> {
+    let lost = Arc::default();
+    member.guard_identity(Arc::new(HeldIdentity {
+        sb: sb.clone(),
+        lost: Arc::clone(&lost),
+    }));
+    lost
 }
 
 /// `member`'s superblock as a probe, and the superblock to update from; `Err`: it could not

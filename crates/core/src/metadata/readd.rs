@@ -147,6 +147,8 @@ impl Returning {
             Ok(fresh) => fresh,
             Err(why) => return Ok(Readd::Unreachable(why)),
         };
+        // Told once per volume, whatever this re-add does.
+        let otherwise = old.found_otherwise(p.name());
         let sb = match fresh.probe() {
             Probe::Superblock(sb, _) => Some(sb.clone()),
             _ => None,
@@ -175,7 +177,13 @@ impl Returning {
             return Err(refuse_readd(p, role, "it has not failed"));
         }
         let theirs = own_record(p, role, member.name(), &sb, &rec)?;
-        let apart = went_apart(&rec, theirs);
+        // Found not as last written while away (a stale copy): it lacks writes from before
+        // it left, which no bitmap marks.
+        let apart = went_apart(&rec, theirs).or_else(|| {
+            otherwise.map(|found| {
+                format!("its disk was found not as last written while it was away ({found})")
+            })
+        });
         let area = bitmap_area_of(p, role, theirs);
         let resync = p.bitmap.is_some()
             && area.is_some()
