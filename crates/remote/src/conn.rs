@@ -2,7 +2,10 @@
 //! re-opened in the background with exponential backoff. A connection that re-opens to an
 //! export changed in a way that could lose data or durability (see [`crate::change`]) is not
 //! used, and the member's other connections are closed: every request fails, naming the
-//! change, until connections re-open to the export as it was.
+//! change, until connections re-open to the export as it was. Nor is one whose export is not the member any more (its superblock says another
+//! disk, blank or stale: see [`crate::identity`]): every request fails naming what it holds,
+//! until a connection finds the member again, or every volume on it has failed it and it is
+//! readmitted for the re-add to judge.
 
 use std::future::Future;
 use std::io;
@@ -11,11 +14,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
+use nbraid_core::IdentityCheck;
 use nbraid_nbd::client::{Client, ClientError, ConnectOptions, ExportInfo, Uri};
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
+use tokio::sync::Notify;
 
 use crate::change::{export_changes, ExportChange};
+use crate::identity::{self, Gate};
 use crate::RemoteError;
 
 /// First wait before re-opening a broken connection; it doubles per failed attempt.
@@ -64,8 +70,17 @@ pub(crate) struct Connections {
     uri: Uri,
     /// As the server described the export at the first connection (unset until one opens).
     info: OnceLock<ExportInfo>,
-    /// Set while the export is found changed (see [`Connections::export_changed`]).
+    /// Set while the export is found changed (see [`Connections::export_changed`]) or not
+    /// the member (see [`Connections::not_the_member`]).
     changed: Mutex<Option<Arc<RemoteError>>>,
+    /// What a re-opened connection must hold to serve (the member's superblock's check).
+    identity: Mutex<Option<Arc<dyn IdentityCheck>>>,
+    /// Re-opened connections serve unchecked: the export was found not the member and
+    /// every volume on it failed it since (see [`Connections::readmit`]). Cleared when a
+    /// serving connection breaks.
+    readmitted: AtomicBool,
+    /// Wakes the re-opening loops from their backoff (a readmission).
+    wake: Arc<Notify>,
     len: u64,
     /// The volume's block size (the server's minimum block must divide it).
     block_size: u32,
@@ -125,6 +140,9 @@ impl Connections {
             uri: target.uri,
             info: cell,
             changed: Mutex::new(None),
+            identity: Mutex::new(None),
+            readmitted: AtomicBool::new(false),
+            wake: Arc::new(Notify::new()),
             len: target.len,
             block_size: target.block_size,
             timeout: target.timeout,
@@ -258,6 +276,8 @@ impl Connections {
         let old = s.client.take();
         s.generation += 1;
         drop(s);
+        // The server may come back as another disk: check the next connections again.
+        self.readmitted.store(false, Relaxed);
         tracing::warn!("{}: connection {i} failed; re-opening it", self.uri_text);
         if let Some(c) = old {
             // Bounded: a server that stopped answering may never read the disconnect.
@@ -285,10 +305,24 @@ impl Connections {
     /// failed, and re-adds it once it answers again); the other connections, whose flags
     /// may be as stale, are closed and re-opened too. Returns why, for the re-opening's log.
     fn export_changed(self: &Arc<Self>, changes: Vec<ExportChange>) -> String {
-        let e = Arc::new(RemoteError::ExportChanged {
+        self.refuse(RemoteError::ExportChanged {
             uri: self.uri_text.clone(),
             changes,
-        });
+        })
+    }
+
+    /// A connection found the export holds not the member but `found` (another disk, blank,
+    /// a stale copy): as [`Self::export_changed`], every request fails naming it.
+    fn not_the_member(self: &Arc<Self>, found: String) -> String {
+        self.refuse(RemoteError::NotTheMember {
+            uri: self.uri_text.clone(),
+            found,
+        })
+    }
+
+    /// No request is served, failing with `e`, and every connection is re-opened (checked).
+    fn refuse(self: &Arc<Self>, e: RemoteError) -> String {
+        let e = Arc::new(e);
         let why = e.to_string();
         // Every connection re-opening finds the change: say it once.
         if self.changed.lock().replace(e).is_none() {
@@ -303,6 +337,54 @@ impl Connections {
 }
 
 impl Connections {
+    /// The check every re-opened connection passes before serving.
+    pub fn guard_identity(&self, check: Arc<dyn IdentityCheck>) {
+        *self.identity.lock() = Some(check);
+    }
+
+    /// What the export holds instead of the member, while a connection found so.
+    pub fn identity_lost(&self) -> Option<String> {
+        match self.changed.lock().as_deref() {
+            Some(e @ RemoteError::NotTheMember { .. }) => Some(e.to_string()),
+            _ => None,
+        }
+    }
+
+    /// Serves the export found not the member as it is (every volume on the member failed
+    /// it: only a re-add reads it, and judges what it holds). Nothing otherwise.
+    pub fn readmit(&self) {
+        let mut changed = self.changed.lock();
+        if !matches!(changed.as_deref(), Some(RemoteError::NotTheMember { .. })) {
+            return;
+        }
+        *changed = None;
+        self.readmitted.store(true, Relaxed);
+        drop(changed);
+        tracing::warn!(
+            "{}: served again as it is, for the re-add to judge what it holds",
+            self.uri_text
+        );
+        self.wake.notify_waiters();
+    }
+
+    /// Whether re-opened connection `c` may serve: the identity check (see
+    /// [`crate::identity`]). `Err`: why not, for the re-opening's log.
+    async fn admit(self: &Arc<Self>, c: &Client) -> Result<(), String> {
+        let readmitted = self.readmitted.load(Relaxed);
+        let check = self.identity.lock().clone();
+        let verdict = match (readmitted, check) {
+            (false, Some(check)) => {
+                Some(identity::verify(&*check, &self.uri_text, self.len, c, self.timeout).await)
+            }
+            _ => None,
+        };
+        match identity::gate(readmitted, verdict) {
+            Gate::Serve => Ok(()),
+            Gate::Retry(why) => Err(why),
+            Gate::NotTheMember(found) => Err(self.not_the_member(found)),
+        }
+    }
+
     /// Connection `i` re-opened as `c`. The first connection of a member that started
     /// offline tells the export, and opens the other slots when the server offers multi-conn.
     fn opened(self: &Arc<Self>, i: usize, c: Client) {
@@ -327,8 +409,14 @@ impl Connections {
 
 /// Re-opens connection `i` with backoff until it works or the member is gone.
 async fn reopen(weak: Weak<Connections>, i: usize) {
+    let Some(wake) = weak.upgrade().map(|c| c.wake.clone()) else {
+        return;
+    };
     for attempt in 0u32.. {
-        tokio::time::sleep(backoff(attempt)).await;
+        tokio::select! {
+            _ = tokio::time::sleep(backoff(attempt)) => {}
+            _ = wake.notified() => {}
+        }
         let Some(this) = weak.upgrade() else { return };
         let why = match tokio::time::timeout(this.timeout, connect(&this.uri)).await {
             Ok(Ok(c)) => {
@@ -338,6 +426,11 @@ async fn reopen(weak: Weak<Connections>, i: usize) {
                         .map_err(|e| e.to_string())
                 } else {
                     Err(this.export_changed(changes))
+                };
+                // Nothing is served on it before the member is found there.
+                let checked = match checked {
+                    Ok(()) => this.admit(&c).await,
+                    Err(why) => Err(why),
                 };
                 match checked {
                     Ok(()) => {

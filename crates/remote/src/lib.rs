@@ -27,6 +27,13 @@
 //!   naming the change ([`RemoteError::ExportChanged`]), so the volume fails the member,
 //!   until connections re-open to the export as it was.
 //!
+//! - Another disk: a connection that re-opens to an export whose superblock says it is not
+//!   the member (blank, another member's, a stale copy: the engine's
+//!   [`nbraid_core::IdentityCheck`], given through [`Member::guard_identity`]) serves nothing:
+//!   every request fails naming what it holds ([`RemoteError::NotTheMember`]), so the volumes
+//!   fail the member, until a connection finds the member again, or [`Member::readmit`] (every
+//!   volume on it failed it) lets the re-add read it and judge.
+//!
 //! Why a crate of its own: the NBD crate is the protocol (used by the daemon, the CLI's
 //! bench and these members) and must not depend on the engine; the engine must not depend
 //! on tokio or the network. This crate joins the two, and only the daemon and the CLI use it.
@@ -39,6 +46,7 @@
 
 mod change;
 mod conn;
+mod identity;
 
 use std::future::Future;
 use std::io;
@@ -48,7 +56,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use nbraid_core::{Buf, Member, MemberCounters, MemberError, MemberOp, MemberResult, SharedBuf};
+use nbraid_core::{
+    Buf, IdentityCheck, Member, MemberCounters, MemberError, MemberOp, MemberResult, SharedBuf,
+};
 use nbraid_nbd::client::{ClientError, ExportInfo, Uri};
 use nbraid_nbd::proto::{
     TFLAG_CAN_MULTI_CONN, TFLAG_SEND_FLUSH, TFLAG_SEND_FUA, TFLAG_SEND_WRITE_ZEROES,
@@ -115,6 +125,14 @@ pub enum RemoteError {
         uri: String,
         changes: Vec<ExportChange>,
     },
+    /// A connection re-opened to an export that is not the member (its superblock says so):
+    /// the member's requests fail, so the volumes fail it; it is re-added once every volume
+    /// on it has.
+    #[error(
+        "{uri}: the export is not the member any more: it holds {found}; it is not read as \
+         the member (failed, and re-added only as the re-add rules allow)"
+    )]
+    NotTheMember { uri: String, found: String },
 }
 
 fn join(changes: &[ExportChange]) -> String {
@@ -476,6 +494,18 @@ impl Member for RemoteMember {
 
     fn counters(&self) -> &MemberCounters {
         &self.counters
+    }
+
+    fn guard_identity(&self, check: Arc<dyn IdentityCheck>) {
+        self.conns.guard_identity(check);
+    }
+
+    fn identity_lost(&self) -> Option<String> {
+        self.conns.identity_lost()
+    }
+
+    fn readmit(&self) {
+        self.conns.readmit();
     }
 }
 
