@@ -11,12 +11,19 @@
 //! first finds it blank, the others find only records of the volumes sharing it
 //! ([`siblings_on`]) and write theirs beside.
 //!
+//! A server may come back as another disk (restarted on a blank file, another member's, a
+//! stale copy): the member's connection then serves nothing (`nbraid-remote` checks its
+//! superblock first) and says so ([`Member::identity_lost`]). [`settle_lost`] fails it in
+//! every volume that still has it — an idle volume would not notice — and, once all have,
+//! readmits it ([`Member::readmit`]) for the re-add above to judge what it holds.
+//!
 //! Only remote members come back by themselves: a local disk that failed gave I/O errors,
 //! and an operator decides whether it is trusted again (`nbraid add`, `nbraid replace`).
 
 use crate::control::{ControlVolume, Controls};
 use nbraid_config as config;
 use nbraid_core::metadata::{Readd, Uuid};
+use nbraid_core::Member;
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -138,6 +145,82 @@ async fn probe_member(
     }
 }
 
+/// What to do with a member whose storage is not the member any more, from whether each of
+/// its roles (in every volume on it) has failed it: fail it where it has not (those
+/// indices), or, failed everywhere, readmit it for the re-adds.
+#[derive(Debug, PartialEq, Eq)]
+enum LostStep {
+    Fail(Vec<usize>),
+    Readmit,
+}
+
+fn lost_step(failed: &[bool]) -> LostStep {
+    let left: Vec<usize> = (0..failed.len()).filter(|&i| !failed[i]).collect();
+    match left.is_empty() {
+        true => LostStep::Readmit,
+        false => LostStep::Fail(left),
+    }
+}
+
+/// A member whose storage is not the member (`why`), and its roles: (volume, role).
+type Lost = (Arc<dyn Member>, String, Vec<(usize, usize)>);
+
+/// The members of any volume whose storage is not the member any more, with their roles.
+fn lost_members(controls: &Controls) -> Vec<Lost> {
+    let mut lost: Vec<Lost> = Vec::new();
+    for (k, v) in controls.volumes.iter().enumerate() {
+        let array = v.array();
+        let vol = array.volume();
+        for r in (0..vol.member_count()).filter(|&r| array.has_member(r)) {
+            let m = vol.member(r);
+            let Some(why) = m.identity_lost() else {
+                continue;
+            };
+            let same = |o: &Arc<dyn Member>| Arc::ptr_eq(o, &m) || o.name() == m.name();
+            match lost.iter_mut().find(|(o, _, _)| same(o)) {
+                Some((_, _, roles)) => roles.push((k, r)),
+                None => lost.push((m, why, vec![(k, r)])),
+            }
+        }
+    }
+    lost
+}
+
+/// Fails, in every volume that still has it, each member whose storage is not the member
+/// any more (its requests fail anyway, but an idle volume would not see one); readmits
+/// those every volume has failed, so the re-adds read them and judge what they hold.
+pub fn settle_lost(controls: &Controls) {
+    for (member, why, roles) in lost_members(controls) {
+        let failed: Vec<bool> = (roles.iter())
+            .map(|&(k, r)| controls.volumes[k].array().volume().member_is_failed(r))
+            .collect();
+        let which = match lost_step(&failed) {
+            LostStep::Readmit => {
+                member.readmit();
+                continue;
+            }
+            LostStep::Fail(which) => which,
+        };
+        for i in which {
+            let (k, r) = roles[i];
+            let v = &controls.volumes[k];
+            say(&format!(
+                "volume {}: remote member {} fails: {why}",
+                v.name,
+                v.member_ids()[r]
+            ));
+            let array = v.array();
+            array.volume().fail_member(r, &why);
+            // Into the superblocks now: a restart keeps it failed.
+            tokio::spawn(async move {
+                if let Err(e) = array.record_failures().await {
+                    tracing::error!("recording a failed member of {}: {e}", array.name());
+                }
+            });
+        }
+    }
+}
+
 /// Watches every volume's failed remote members, every [`PROBE_INTERVAL`], each member's
 /// probe on its own (see [`start_probes`]).
 pub async fn watch(controls: Arc<Controls>) {
@@ -147,6 +230,7 @@ pub async fn watch(controls: Arc<Controls>) {
         .map(|_| Probing::default())
         .collect();
     loop {
+        settle_lost(&controls);
         for (k, (v, p)) in controls.volumes.iter().zip(&probing).enumerate() {
             if v.array().volume().failed_count() == 0 {
                 p.refused.lock().clear();
@@ -172,6 +256,16 @@ mod tests {
         assert!(is_remote("nbd+unix:///?socket=/run/kit.sock"));
         assert!(!is_remote("/var/lib/nbraid/d0.img"));
         assert!(!is_remote("d0.img"));
+    }
+
+    #[test]
+    fn a_lost_member_is_failed_everywhere_before_it_is_readmitted() {
+        assert_eq!(lost_step(&[false]), LostStep::Fail(vec![0]));
+        // Matrix: failed by the busy volume, not yet by the idle one.
+        assert_eq!(lost_step(&[true, false]), LostStep::Fail(vec![1]));
+        assert_eq!(lost_step(&[false, false]), LostStep::Fail(vec![0, 1]));
+        assert_eq!(lost_step(&[true, true]), LostStep::Readmit);
+        assert_eq!(lost_step(&[true]), LostStep::Readmit);
     }
 
     #[tokio::test]
