@@ -21,7 +21,7 @@ use nbraid_assembly::reshape_plan::{outline, Action, Change, Move, MoveKind, Vol
 use nbraid_config::format_size;
 use nbraid_control::Request;
 use nbraid_core::metadata::disk_rule::{Consent, DiskContents};
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, Probe, ScrubCheckpoint};
+use nbraid_core::metadata::{Array, MemberMeta, Probe, ScrubCheckpoint};
 use serde_json::{json, Value};
 use std::fmt;
 use std::path::Path;
@@ -275,10 +275,14 @@ fn start_volume(
         .with_context(|| format!("volume {}: no records", v.name))?;
     let new_tree = reshape_plan::config_by_role(v.geometry.root(), &roles, recorded.member_count());
     let mut by_role = vec![None; recorded.member_count()];
+    let mut ids = vec![String::new(); recorded.member_count()];
     let mut added = Vec::new();
     for (p, role) in roles.iter().enumerate() {
         match role {
-            Some(r) => by_role[*r] = Some(metas[p].clone()),
+            Some(r) => {
+                by_role[*r] = Some(metas[p].clone());
+                ids[*r] = config.members[v.members[p]].id.clone();
+            }
             None => added.push(metas[p].clone()),
         }
     }
@@ -287,7 +291,9 @@ fn start_volume(
         siblings: siblings(config, v, &added),
     };
     let pending = futures::executor::block_on(async {
-        let opts = ArrayOptions::default();
+        // The config's options, as the daemon opens it: the defaults gave an added member a
+        // write-hole log `write_hole = "off"` declines, and named members by position.
+        let opts = nbraid_assembly::assemble::array_options(v, ids, false);
         let (array, _) = Array::open(&v.name, &recorded, by_role, opts, &|_, _| {}).await?;
         // The daemon resumes this scrub at its next start (`resume_scrub`), by the same call.
         if let Some(checkpoint) = array.scrub_checkpoint().await {
