@@ -124,12 +124,15 @@ where
     added
 }
 
-/// Opens the paths volume `v`'s newest record lists ([`follow_added`]) that no config member
-/// names (a file the config names, by any spelling and for any volume, is the config's:
-/// opened once, by it).
+/// Opens the paths volume `v`'s newest record lists ([`follow_added`]) that none of its own
+/// members and spares names. A file the config names (by any spelling) is opened once, by
+/// the config: a listed path that is another config member — declared for another volume,
+/// or for none, after `nbraid add` gave it a role here — is offered as that member, opened.
+/// Skipping it left its role empty: the volume started degraded while the rebuilt copy sat
+/// unused.
 pub async fn open_added(config: &Config, v: &config::Volume, opened: &[Opened]) -> Vec<Added> {
-    let named = |path: &str| {
-        config.members.iter().enumerate().any(|(m, member)| {
+    let config_member = |path: &str| {
+        config.members.iter().enumerate().position(|(m, member)| {
             member.path.as_os_str() == path
                 || opened[m]
                     .meta()
@@ -137,16 +140,28 @@ pub async fn open_added(config: &Config, v: &config::Volume, opened: &[Opened]) 
                 || same_file(&member.path, Path::new(path))
         })
     };
+    let own = |m: usize| v.members.contains(&m) || v.heal.spares.contains(&m);
+    let named = |path: &str| config_member(path).is_some_and(own);
     let config_probes: Vec<&Probe> = v
         .members
         .iter()
         .chain(&v.heal.spares)
         .filter_map(|&m| Some(opened[m].meta()?.probe()))
         .collect();
-    let open = |path: String| async move {
-        match nbraid_core::UringFile::open_with(&path, None, Default::default()) {
-            Ok(f) => load(Arc::new(f)).await.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+    let open = |path: String| {
+        let declared = config_member(&path).map(|m| &opened[m]);
+        async move {
+            if let Some(o) = declared {
+                return Ok(Opened {
+                    meta: o.meta.clone(),
+                    blank: o.blank,
+                    created: o.created,
+                });
+            }
+            match nbraid_core::UringFile::open_with(&path, None, Default::default()) {
+                Ok(f) => load(Arc::new(f)).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            }
         }
     };
     follow_added(&v.name, &config_probes, named, open, opened_probe)
