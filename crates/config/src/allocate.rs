@@ -61,18 +61,44 @@ pub(super) struct Usage {
     pub(super) volumes: usize,
 }
 
-/// "4 GiB, minus the 1 MiB metadata reserve, minus 2 GiB used by volume "a"".
+/// "4 GiB, minus the 1 MiB metadata reserve, minus 2 GiB used by volume "a"" — or, where
+/// what is taken exceeds the member, how much more than it has.
 fn describe_free(m: &Member, u: &Usage) -> String {
-    let mut s = format!(
-        "{} free: {} minus the {} metadata reserve",
-        format_size(m.size.saturating_sub(u.cursor)),
-        format_size(m.size),
-        format_size(METADATA_RESERVED)
-    );
+    let mut taken = format!("the {} metadata reserve", format_size(METADATA_RESERVED));
     for (what, len) in &u.users {
-        s.push_str(&format!(", minus {} used by {what}", format_size(*len)));
+        taken.push_str(&format!(", minus {} used by {what}", format_size(*len)));
     }
-    s
+    match u.cursor > m.size {
+        true => format!(
+            "none free: {} minus {taken} is {} short",
+            format_size(m.size),
+            format_size(u.cursor - m.size)
+        ),
+        false => format!(
+            "{} free: {} minus {taken}",
+            format_size(m.size - u.cursor),
+            format_size(m.size)
+        ),
+    }
+}
+
+/// Why not even one strip of `level` fits on member `m` (`free` bytes left for the volume),
+/// and what would: the member size that holds one `strip` (`more` bytes past it for a
+/// requested size), or the largest power-of-two strip (at least 4 KiB) that fits as is.
+fn no_strip_fits(who: &str, level: &str, strip: u64, m: &Member, free: u64, more: u64) -> String {
+    let size = m.size + strip.max(more).saturating_sub(free);
+    let smaller = (free >= 4096).then(|| 1u64 << free.ilog2());
+    let or_strip = match smaller.filter(|&s| s < strip) {
+        Some(s) => format!(", or strip_size = \"{}\" or smaller", format_size_exact(s)),
+        None => String::new(),
+    };
+    format!(
+        "{who}: no room for one {} strip of {level} on member \"{}\" ({}): give it size = \"{}\" or more{or_strip}",
+        format_size(strip),
+        m.id,
+        if free == 0 { "none free".to_string() } else { format!("{} free", format_size(free)) },
+        format_size_exact(size),
+    )
 }
 
 /// Places a volume's regions after the regions already taken on its members. The error is a
@@ -229,11 +255,11 @@ impl FreeSpace<'_> {
             VolumeSize::All => {
                 let len = min_free / strip * strip;
                 if len == 0 {
+                    let m = &self.members[tightest];
                     return Err(format!(
-                        "{who}: no room left on member \"{}\" ({}); {level} needs at least one {} strip on each member",
-                        self.members[tightest].id,
-                        self.describe(tightest),
-                        format_size(strip)
+                        "{} — {}",
+                        no_strip_fits(who, &level, strip, m, min_free, 0),
+                        self.describe(tightest)
                     ));
                 }
                 Ok(len)
@@ -242,6 +268,16 @@ impl FreeSpace<'_> {
                 let need = shape.member_len_for(b);
                 if need > min_free {
                     let fits = shape.capacity_at(min_free / strip * strip);
+                    if fits == 0 {
+                        let m = &self.members[tightest];
+                        return Err(format!(
+                            "{}; size {} needs {} on each member — {}",
+                            no_strip_fits(who, &level, strip, m, min_free, need),
+                            format_size(b),
+                            format_size(need),
+                            self.describe(tightest)
+                        ));
+                    }
                     return Err(format!(
                         "{who}: size {} does not fit: {level} over {} members needs {} ({need} bytes) on each member, but member \"{}\" has only {}; at most {} fits (size = \"{}\")",
                         format_size(b),
@@ -276,7 +312,44 @@ fn fill_in_order(available: &[u64], want: u64) -> Vec<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::fill_in_order;
+    use super::*;
+
+    #[test]
+    fn a_member_without_room_for_one_strip_is_told_the_size_or_strip_that_fits() {
+        let m = Member {
+            id: "d0".into(),
+            path_text: "d0.img".into(),
+            path: "d0.img".into(),
+            size: 8 << 20,
+            state: crate::model::MemberStorage::Missing,
+            remote: Default::default(),
+        };
+        let msg = no_strip_fits("volume \"v\"", "raid0", 16 << 20, &m, 7 << 20, 16 << 20);
+        assert_eq!(
+            msg,
+            "volume \"v\": no room for one 16 MiB strip of raid0 on member \"d0\" (7 MiB free): give it size = \"17MiB\" or more, or strip_size = \"4MiB\" or smaller"
+        );
+        let none = no_strip_fits("v", "raid1", 64 << 10, &m, 0, 0);
+        assert!(
+            none.contains("(none free): give it size = \"8256KiB\" or more"),
+            "{none}"
+        );
+        assert!(!none.contains("strip_size"), "{none}");
+        let u = Usage {
+            cursor: (1 + 1 + 65) << 20,
+            users: vec![
+                ("volume \"a\"".into(), 65 << 20),
+                ("the log".into(), 1 << 20),
+            ],
+            ..Usage::default()
+        };
+        let big = Member {
+            size: 64 << 20,
+            ..m
+        };
+        let said = describe_free(&big, &u);
+        assert_eq!(said, "none free: 64 MiB minus the 1 MiB metadata reserve, minus 65 MiB used by volume \"a\", minus 1 MiB used by the log is 3 MiB short");
+    }
 
     #[test]
     fn members_fill_in_order_and_the_last_ones_get_what_is_left() {
