@@ -21,7 +21,7 @@ use nbraid_assembly::reshape_plan::{outline, Action, Change, Move, MoveKind, Vol
 use nbraid_config::format_size;
 use nbraid_control::Request;
 use nbraid_core::metadata::disk_rule::{Consent, DiskContents};
-use nbraid_core::metadata::{Array, MemberMeta, Probe, ScrubCheckpoint};
+use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, Probe, ScrubCheckpoint};
 use serde_json::{json, Value};
 use std::fmt;
 use std::path::Path;
@@ -292,8 +292,13 @@ fn start_volume(
     };
     let pending = futures::executor::block_on(async {
         // The config's options, as the daemon opens it: the defaults gave an added member a
-        // write-hole log `write_hole = "off"` declines, and named members by position.
-        let opts = nbraid_assembly::assemble::array_options(v, ids, false);
+        // write-hole log `write_hole = "off"` declines, and named members by position. But
+        // `checksums = "enable"` is left to the daemon's start, as an online apply leaves it:
+        // enabling here records a checksum pass, and the reshape is refused while one runs.
+        let opts = ArrayOptions {
+            enable_checksums: false,
+            ..nbraid_assembly::assemble::array_options(v, ids, false)
+        };
         let (array, _) = Array::open(&v.name, &recorded, by_role, opts, &|_, _| {}).await?;
         // The daemon resumes this scrub at its next start (`resume_scrub`), by the same call.
         if let Some(checkpoint) = array.scrub_checkpoint().await {
