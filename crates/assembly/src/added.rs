@@ -75,6 +75,13 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// The config member whose file is at `path` (by any spelling), if any: a member added at
+/// run time the config has declared since (as another volume's, or for none) goes by it.
+pub fn declared(config: &Config, path: &str) -> Option<usize> {
+    (config.members.iter())
+        .position(|m| m.path.as_os_str() == path || same_file(&m.path, Path::new(path)))
+}
+
 /// Paths read while following the lists at most: far above what records can list.
 const MAX_FOLLOWED: usize = 4 * MAX_ADDED_PATHS;
 
@@ -132,12 +139,8 @@ where
 /// unused.
 pub async fn open_added(config: &Config, v: &config::Volume, opened: &[Opened]) -> Vec<Added> {
     let config_member = |path: &str| {
-        config.members.iter().enumerate().position(|(m, member)| {
-            member.path.as_os_str() == path
-                || opened[m]
-                    .meta()
-                    .is_some_and(|meta| meta.member().name() == path)
-                || same_file(&member.path, Path::new(path))
+        declared(config, path).or_else(|| {
+            (opened.iter()).position(|o| o.meta().is_some_and(|m| m.member().name() == path))
         })
     };
     let own = |m: usize| v.members.contains(&m) || v.heal.spares.contains(&m);

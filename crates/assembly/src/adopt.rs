@@ -15,7 +15,7 @@
 //!
 //! While the volume is served, spares are put in failed roles by the daemon (its `heal`).
 
-use crate::added::{added_id, Added};
+use crate::added::{added_id, declared, Added};
 use crate::member::Opened;
 use crate::records::{has_this_volume, only_this_volume};
 use nbraid_config::{self as config, Config};
@@ -67,9 +67,14 @@ pub fn position_ids(config: &Config, v: &config::Volume, added_paths: &[String])
         .chain(&v.heal.spares)
         .map(|&m| config.members[m].id.clone())
         .collect();
-    // Added members go by an id no config member has (their snippet must paste).
+    // Added members go by an id no config member has (their snippet must paste), or by the
+    // config's, where it has declared the file since.
     let mut taken: Vec<String> = config.members.iter().map(|m| m.id.clone()).collect();
     for path in added_paths {
+        if let Some(m) = declared(config, path) {
+            ids.push(config.members[m].id.clone());
+            continue;
+        }
         let id = added_id(path, &taken);
         taken.push(id.clone());
         ids.push(id);

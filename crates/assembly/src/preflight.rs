@@ -95,14 +95,10 @@ pub fn probes_with_added(config: &Config, v: &Volume) -> Option<(Vec<Probe>, Vec
         .iter()
         .map(|&m| read_probe(&config.members[m].path, &config.members[m].id))
         .collect();
-    // Members added at run time, by the daemon's rules (`added`): the paths the newest
-    // record lists (following the lists of those read), no config member's.
-    let named = |p: &str| {
-        config
-            .members
-            .iter()
-            .any(|m| m.path.as_os_str() == p || added::same_file(&m.path, Path::new(p)))
-    };
+    // Members added at run time, by the daemon's rules (`added::open_added`): the paths the
+    // newest record lists (following the lists of those read), none of this volume's own
+    // members' and spares' (a member another volume or none lists is read there too).
+    let named = |p: &str| added::declared(config, p).is_some_and(|m| positions.contains(&m));
     let config_probes: Vec<&Probe> = raw.iter().collect();
     let read = |p: String| async move { read_probe(Path::new(&p), &p) };
     let found = futures::executor::block_on(added::follow_added(

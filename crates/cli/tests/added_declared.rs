@@ -37,6 +37,8 @@ fn a_restart_gives_an_added_member_the_config_declares_elsewhere_its_role() {
     let path = v["members"][1]["path"].as_str().unwrap_or_default();
     assert!(path.ends_with("/n.img"), "role 1 on n.img: {v:#}");
     assert_eq!(v["members"][1]["state"], "healthy", "{v:#}");
+    // By the config's id, not one made up for a member the config does not name ("n-2").
+    assert_eq!(v["members"][1]["id"], "n", "{v:#}");
     reads_back(&nbdcopy, dir.path(), &uri, &data);
     d.stop();
 }
