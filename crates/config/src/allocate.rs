@@ -82,12 +82,15 @@ fn describe_free(m: &Member, u: &Usage) -> String {
     }
 }
 
-/// Why not even one strip of `level` fits on member `m` (`free` bytes left for the volume),
-/// and what would: the member size that holds one `strip` (`more` bytes past it for a
-/// requested size), or the largest power-of-two strip (at least 4 KiB) that fits as is.
-fn no_strip_fits(who: &str, level: &str, strip: u64, m: &Member, free: u64, more: u64) -> String {
-    let size = m.size + strip.max(more).saturating_sub(free);
-    let smaller = (free >= 4096).then(|| 1u64 << free.ilog2());
+/// Why not even one strip of `level` fits on member `m` (`u`: what is taken on it), and what
+/// would: the member size that holds one `strip` (or `more`, the bytes a requested size needs
+/// on each member) after what is taken, however short the member already is; with no size
+/// requested, the largest power-of-two strip (at least 4 KiB) that fits as is.
+fn no_strip_fits(who: &str, level: &str, strip: u64, m: &Member, u: &Usage, more: u64) -> String {
+    let free = (m.size.saturating_sub(u.cursor)).saturating_sub(u.tail_bytes);
+    let size = u.cursor + u.tail_bytes + strip.max(more);
+    // A smaller strip never makes a requested size fit: it needs `more` on the member.
+    let smaller = (free >= 4096 && more <= free).then(|| 1u64 << free.ilog2());
     let or_strip = match smaller.filter(|&s| s < strip) {
         Some(s) => format!(", or strip_size = \"{}\" or smaller", format_size_exact(s)),
         None => String::new(),
@@ -96,7 +99,7 @@ fn no_strip_fits(who: &str, level: &str, strip: u64, m: &Member, free: u64, more
         "{who}: no room for one {} strip of {level} on member \"{}\" ({}): give it size = \"{}\" or more{or_strip}",
         format_size(strip),
         m.id,
-        if free == 0 { "none free".to_string() } else { format!("{} free", format_size(free)) },
+        describe_free(m, u),
         format_size_exact(size),
     )
 }
@@ -256,11 +259,8 @@ impl FreeSpace<'_> {
                 let len = min_free / strip * strip;
                 if len == 0 {
                     let m = &self.members[tightest];
-                    return Err(format!(
-                        "{} — {}",
-                        no_strip_fits(who, &level, strip, m, min_free, 0),
-                        self.describe(tightest)
-                    ));
+                    let u = &self.usage[tightest];
+                    return Err(no_strip_fits(who, &level, strip, m, u, 0));
                 }
                 Ok(len)
             }
@@ -270,12 +270,12 @@ impl FreeSpace<'_> {
                     let fits = shape.capacity_at(min_free / strip * strip);
                     if fits == 0 {
                         let m = &self.members[tightest];
+                        let u = &self.usage[tightest];
                         return Err(format!(
-                            "{}; size {} needs {} on each member — {}",
-                            no_strip_fits(who, &level, strip, m, min_free, need),
+                            "{}; size {} needs {} on each member",
+                            no_strip_fits(who, &level, strip, m, u, need),
                             format_size(b),
                             format_size(need),
-                            self.describe(tightest)
                         ));
                     }
                     return Err(format!(
@@ -324,17 +324,30 @@ mod tests {
             state: crate::model::MemberStorage::Missing,
             remote: Default::default(),
         };
-        let msg = no_strip_fits("volume \"v\"", "raid0", 16 << 20, &m, 7 << 20, 16 << 20);
+        let used = |cursor: u64| Usage {
+            cursor,
+            ..Usage::default()
+        };
+        // size = "all": 7 MiB free after the 1 MiB reserve; a 4 MiB strip fits as is.
+        let all = no_strip_fits("volume \"v\"", "raid0", 16 << 20, &m, &used(1 << 20), 0);
         assert_eq!(
-            msg,
-            "volume \"v\": no room for one 16 MiB strip of raid0 on member \"d0\" (7 MiB free): give it size = \"17MiB\" or more, or strip_size = \"4MiB\" or smaller"
+            all,
+            "volume \"v\": no room for one 16 MiB strip of raid0 on member \"d0\" (7 MiB free: 8 MiB minus the 1 MiB metadata reserve): give it size = \"17MiB\" or more, or strip_size = \"4MiB\" or smaller"
         );
-        let none = no_strip_fits("v", "raid1", 64 << 10, &m, 0, 0);
+        // A requested size needing 32 MiB per member: no smaller strip makes it fit.
+        let sized = no_strip_fits("v", "raid0", 16 << 20, &m, &used(1 << 20), 32 << 20);
         assert!(
-            none.contains("(none free): give it size = \"8256KiB\" or more"),
-            "{none}"
+            sized.contains("give it size = \"33MiB\" or more"),
+            "{sized}"
         );
-        assert!(!none.contains("strip_size"), "{none}");
+        assert!(!sized.contains("strip_size"), "{sized}");
+        // Earlier volumes take 3 MiB more than the member has: the size covers them too.
+        let short = no_strip_fits("v", "raid1", 64 << 10, &m, &used(11 << 20), 0);
+        assert!(
+            short.contains("is 3 MiB short): give it size = \"11328KiB\" or more"),
+            "{short}"
+        );
+        assert!(!short.contains("strip_size"), "{short}");
         let u = Usage {
             cursor: (1 + 1 + 65) << 20,
             users: vec![

@@ -357,7 +357,7 @@ fn second_volume_finds_no_room() {
     expect(
         &e,
         ErrorKind::Fit,
-        "configs/bad.toml:22:8: volume \"stripe\": no room left on member \"a1\" (0 B free: 1 GiB minus the 1 MiB metadata reserve, minus 3 MiB used by the block checksums of volume \"mirror\", minus 1020 MiB used by volume \"mirror\"); raid0 needs at least one 64 KiB strip on each member",
+        "configs/bad.toml:22:8: volume \"stripe\": no room for one 64 KiB strip of raid0 on member \"a1\" (0 B free: 1 GiB minus the 1 MiB metadata reserve, minus 3 MiB used by the block checksums of volume \"mirror\", minus 1020 MiB used by volume \"mirror\"): give it size = \"1048640KiB\" or more",
         &[],
     );
 }
