@@ -1,4 +1,4 @@
-//! Members added at run time (`nbraid add`, `nbraid replace`) that the config does not name:
+//! Members added at run time (`nbraid add`, `nbraid replace`) that the volume does not name:
 //! the volume's records list their paths (`nbraid_core::metadata`'s `spare_list.rs`). At
 //! start they are opened by those paths and offered to assembly after the config's members
 //! and spares, so a spare that took a role, or a replacement, serves its role again instead

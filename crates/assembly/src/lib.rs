@@ -12,7 +12,7 @@
 //!   ([`AssembleError`]).
 //! - [`remote`]: members on NBD servers, and the one whose server does not answer.
 //! - [`records`]: what a member's superblock says about one volume (its record, its array).
-//! - [`added`]: members added at run time that the records list and the config does not name.
+//! - [`added`]: members added at run time that the records list and the volume does not name.
 //! - [`adopt`]: after a volume started, which member serves which role, the spares standing
 //!   by, and the notes the operator must hear.
 //! - [`describe`] and [`beyond_tolerance`]: a volume in one line; why it cannot start.
