@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 /// How often a paused pass looks at its control again.
 const PAUSE_POLL: Duration = Duration::from_millis(20);
 
+/// The least time a rate is measured over before it is shown.
+const RATE_SPAN_MIN: Duration = Duration::from_millis(500);
+
 /// Where a pass is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PassState {
@@ -235,6 +238,11 @@ struct MeasuredRun {
     start: Instant,
     start_bytes: u64,
     limit_bytes_per_s: u64,
+    /// Where and when the run's first window ended: the rate shown is measured from there.
+    /// The first windows go out at once (the limit is kept by waiting after them), so the
+    /// bytes of the first one over its few milliseconds read as a rate far above the limit
+    /// — a resumed scrub at 2 MiB/s said 200 MB/s and an ETA of 0 s.
+    first_end: Option<(Instant, u64)>,
 }
 
 impl MeasuredRun {
@@ -243,7 +251,21 @@ impl MeasuredRun {
             start,
             start_bytes,
             limit_bytes_per_s,
+            first_end: None,
         }
+    }
+
+    /// The rate to show once a window ended at `end_bytes` at `now`: bytes per second since
+    /// the run's first window ended, once [`RATE_SPAN_MIN`] has passed since (`None` before:
+    /// windows that went out together end together, and a few milliseconds say no rate).
+    fn shown_rate(&mut self, end_bytes: u64, now: Instant) -> Option<u64> {
+        let Some((at, bytes)) = self.first_end else {
+            self.first_end = Some((now, end_bytes));
+            return None;
+        };
+        let elapsed = now.saturating_duration_since(at);
+        (elapsed >= RATE_SPAN_MIN)
+            .then(|| ((end_bytes - bytes) as f64 / elapsed.as_secs_f64()) as u64)
     }
 
     /// A window ended at `end_bytes`, at `now`, with the control's limit `limit_bytes_per_s`:
@@ -294,6 +316,8 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
     ctl.total_bytes.store(total, Relaxed);
     ctl.cancelled.store(false, Relaxed);
     *ctl.failure.lock() = None;
+    // A run measures its own rate (a resumed control's last one is of another run).
+    ctl.measured_bytes_per_s.store(0, Relaxed);
     let mut run = MeasuredRun::new(
         Instant::now(),
         ctl.position_bytes(),
@@ -367,10 +391,10 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
             ctl.measured_bytes_per_s.store(0, Relaxed);
             continue;
         };
-        if elapsed.as_secs_f64() > 0.0 {
-            let rate = done as f64 / elapsed.as_secs_f64();
-            ctl.measured_bytes_per_s.store(rate as u64, Relaxed);
-        }
+        // Until a second window ends, nothing is measured: no rate nor ETA rather than the
+        // first window's burst.
+        let shown = run.shown_rate(end, Instant::now()).unwrap_or(0);
+        ctl.measured_bytes_per_s.store(shown, Relaxed);
         inflight = work.inflight;
         if ctl.is_adaptive() && work.activity.is_some() {
             let ops = user_ops();
@@ -415,6 +439,45 @@ mod tests {
         assert_eq!(run.window_done(2000, t0 + 2 * s, 10), None);
         assert_eq!(run.window_done(2010, t0 + 3 * s, 10), Some((10, s)));
         assert_eq!(rate_delay(10, s, 10), Duration::ZERO);
+    }
+
+    /// The rate shown is measured from the first window's end, over half a second at
+    /// least: the first windows go out at once and the limit is kept by waiting after them,
+    /// so their bytes over the first milliseconds are no rate (a resumed scrub at 2 MiB/s
+    /// showed 200 MB/s and an ETA of 0 s).
+    #[test]
+    fn the_first_window_s_burst_is_not_a_rate() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut run = MeasuredRun::new(t0, 1 << 30, 1000);
+        assert_eq!(run.shown_rate((1 << 30) + 4000, t0 + ms(2)), None);
+        assert_eq!(run.shown_rate((1 << 30) + 8000, t0 + ms(20)), None);
+        assert_eq!(run.shown_rate((1 << 30) + 8000, t0 + ms(4002)), Some(1000));
+    }
+
+    /// A pass limited to 1000 B/s never shows more than about that, from its first window
+    /// on (it showed the first window's bytes over its microseconds).
+    #[test]
+    fn a_limited_pass_never_shows_a_rate_above_its_limit() {
+        let ctl = &PassControl::new(1000);
+        let seen = Mutex::new(Vec::new());
+        let seen = &seen;
+        let work = PassWork {
+            total_bytes: 1000,
+            window_bytes: 250,
+            inflight: 2,
+            window: Box::new(move |_, _| {
+                seen.lock().push(ctl.measured_bytes_per_s());
+                futures::future::ready(Ok(())).boxed()
+            }),
+            checkpoint_bytes: 0,
+            checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
+            activity: None,
+        };
+        let s = futures::executor::block_on(run(ctl, work));
+        assert_eq!(s.expect("runs"), PassState::Done);
+        let seen = seen.lock().clone();
+        assert!(seen.iter().all(|&r| r <= 1300), "{seen:?}");
     }
 
     /// Windows cover the range once, in order; checkpoints come every two windows with
