@@ -74,6 +74,61 @@ pub fn rebuild_source<'a>(
     }
 }
 
+/// Why no node can rebuild a lost member ([`rebuild_source`] finds none): no spare put in
+/// its role could be filled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RebuildBlocker {
+    /// The nearest group that holds the member's bytes elsewhere is a parity group beyond
+    /// its tolerance: it takes no writes, so nothing above it reaches the member either.
+    GroupBeyondTolerance {
+        /// The group's members (roles), and those of them lost.
+        members: Vec<usize>,
+        lost: Vec<usize>,
+        /// Children the group may lose (1: RAID 5, 2: RAID 6), and how many it lost.
+        tolerates: usize,
+        children_lost: usize,
+    },
+    /// Nothing redundant holds its bytes: no mirror copy or parity group above it, or every
+    /// other copy lost too.
+    NoRedundancy,
+}
+
+/// Why lost member `role` cannot be rebuilt with the members for which `lost` is true gone
+/// (`role` counted among them); `None` when it can ([`rebuild_source`] finds a node). Walks
+/// up from the member as [`Node::rebuilds`] decides: the first mirror with another copy
+/// that survives or parity group within its tolerance rebuilds it; a parity group beyond
+/// its tolerance met first blocks it.
+pub fn rebuild_blocker(
+    tree: &Node,
+    role: usize,
+    lost: &dyn Fn(usize) -> bool,
+) -> Option<RebuildBlocker> {
+    if rebuild_source(tree, role, lost).is_some() {
+        return None;
+    }
+    let gone = |m: usize| m == role || lost(m);
+    let mut path = vec![tree];
+    while let Some(c) =
+        (path.last()?.children().iter()).find(|c| c.member_indices().contains(&role))
+    {
+        path.push(c);
+    }
+    for node in path.iter().rev() {
+        let Node::Parity(g) = node else { continue };
+        if node.survives(&gone) {
+            break; // not reached: it would rebuild the member
+        }
+        let members = node.member_indices();
+        return Some(RebuildBlocker::GroupBeyondTolerance {
+            lost: members.iter().copied().filter(|&m| gone(m)).collect(),
+            members,
+            tolerates: g.parity(),
+            children_lost: g.children().iter().filter(|c| !c.survives(&gone)).count(),
+        });
+    }
+    Some(RebuildBlocker::NoRedundancy)
+}
+
 impl Volume {
     /// Bytes slot `index`'s member must have (the end of its last region).
     pub(crate) fn member_end(&self, index: usize) -> u64 {
@@ -398,6 +453,43 @@ mod tests {
         // RAID 5 over RAID 5 groups: a group down two takes no writes from the outer one.
         assert!(source(&t[7], 0, &[0, 1]).is_none());
         assert!(is(source(&t[7], 0, &[0, 4]), &t[7].children()[0]));
+    }
+
+    /// A mirror of two RAID 5 groups with two members of one lost: no spare can help, and
+    /// the group beyond its tolerance is the reason (said only "no spare").
+    #[test]
+    fn what_blocks_a_rebuild_is_the_group_beyond_its_tolerance() {
+        let t = trees();
+        let gone = |lost: &'static [usize]| move |m: usize| lost.contains(&m);
+        assert_eq!(rebuild_blocker(&t[2], 0, &gone(&[0])), None);
+        let beyond = RebuildBlocker::GroupBeyondTolerance {
+            members: vec![0, 1, 2],
+            lost: vec![0, 1],
+            tolerates: 1,
+            children_lost: 2,
+        };
+        assert_eq!(
+            rebuild_blocker(&t[2], 0, &gone(&[0, 1])),
+            Some(beyond.clone())
+        );
+        assert_eq!(rebuild_blocker(&t[2], 1, &gone(&[0, 1])), Some(beyond));
+        // RAID 10 with a whole pair lost, a lone leaf: nothing redundant.
+        let none = Some(RebuildBlocker::NoRedundancy);
+        assert_eq!(rebuild_blocker(&t[6], 0, &gone(&[0, 1])), none);
+        assert_eq!(rebuild_blocker(&leaf(0), 0, &gone(&[0])), none);
+        // Every lost member of every tree: a blocker exactly when there is no source.
+        for tree in trees() {
+            for set in 0u32..1 << tree.member_count() {
+                let lost = |m: usize| set >> m & 1 == 1;
+                for role in (0..tree.member_count()).filter(|&m| lost(m)) {
+                    let source = rebuild_source(&tree, role, &lost);
+                    assert_eq!(
+                        rebuild_blocker(&tree, role, &lost).is_some(),
+                        source.is_none()
+                    );
+                }
+            }
+        }
     }
 
     /// Over every set of lost members of every tree, against a walk up from the member: the

@@ -173,17 +173,26 @@ fn follow_pass(c: &mut Client, volume: &str, what: &str, bar: bool) -> Result<Va
 /// `nbraid rebuild` when nothing is being rebuilt: failed roles still waiting for a member,
 /// or the last rebuild's end, if there was one.
 fn nothing_to_rebuild(volume: &str, reply: &Value) -> String {
+    let stuck = super::status::unrebuildable_lines(&reply["unrebuildable"]);
+    let stuck_roles: Vec<&Value> = (reply["unrebuildable"].as_array().into_iter().flatten())
+        .map(|u| &u["role"])
+        .collect();
+    // A spare helps only the failed roles something can rebuild.
     let waiting: Vec<String> = reply["roles_without_a_member"]
         .as_array()
         .into_iter()
         .flatten()
+        .filter(|r| !stuck_roles.contains(r))
         .map(|r| r.to_string())
         .collect();
     if !waiting.is_empty() {
         return format!(
-            "{volume}: nothing to rebuild onto: role(s) {} failed with no spare to take them (`nbraid add` one)\n",
+            "{volume}: nothing to rebuild onto: role(s) {} failed with no spare to take them (`nbraid add` one)\n{stuck}",
             waiting.join(", ")
         );
+    }
+    if !stuck.is_empty() {
+        return format!("{volume}: nothing to rebuild: no spare can help\n{stuck}");
     }
     match reply["rebuild"]["state"].as_str() {
         Some(state) => format!("rebuild of {volume} {state}; nothing left to rebuild\n"),
@@ -203,6 +212,11 @@ fn nothing_to_rebuild_json(reply: &Value) -> Value {
     };
     out["nothing_to_rebuild"] = json!(true);
     out["roles_without_a_member"] = match &reply["roles_without_a_member"] {
+        Value::Array(roles) => Value::Array(roles.clone()),
+        _ => json!([]),
+    };
+    // Those no spare can help, and why.
+    out["unrebuildable"] = match &reply["unrebuildable"] {
         Value::Array(roles) => Value::Array(roles.clone()),
         _ => json!([]),
     };
@@ -268,12 +282,40 @@ mod tests {
         );
     }
 
+    /// A role beyond what any spare can rebuild is not asked a spare for: the reason is
+    /// said instead (it said "no spare to take them (`nbraid add` one)").
+    #[test]
+    fn nothing_to_rebuild_says_when_no_spare_can_help_and_why() {
+        let why =
+            "its RAID 5 group (a0, a1, a2) lost 2 of its parts (a0, a1), beyond the 1 it tolerates";
+        let stuck =
+            json!([{"role": 0, "id": "a0", "reason": why}, {"role": 1, "id": "a1", "reason": why}]);
+        let reply = json!({"roles_without_a_member": [0, 1], "unrebuildable": stuck});
+        let text = nothing_to_rebuild("mm", &reply);
+        assert!(!text.contains("nbraid add"), "{text}");
+        assert!(
+            text.starts_with("mm: nothing to rebuild: no spare can help\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("roles 0 (a0), 1 (a1) cannot be rebuilt: {why}")),
+            "{text}"
+        );
+        let mut mixed = reply.clone();
+        mixed["roles_without_a_member"] = json!([0, 1, 4]);
+        let text = nothing_to_rebuild("mm", &mixed);
+        assert!(text.contains("role(s) 4 failed with no spare"), "{text}");
+        assert!(text.contains("cannot be rebuilt"), "{text}");
+        assert_eq!(nothing_to_rebuild_json(&reply)["unrebuildable"], stuck);
+    }
+
     #[test]
     fn nothing_to_rebuild_in_json_is_an_object_with_a_state() {
         let never = nothing_to_rebuild_json(&json!({"rebuild": null, "nothing_to_rebuild": true}));
         assert_eq!(
             never,
-            json!({"state": "none", "nothing_to_rebuild": true, "roles_without_a_member": []})
+            json!({"state": "none", "nothing_to_rebuild": true, "roles_without_a_member": [],
+                   "unrebuildable": []})
         );
         let last = json!({"rebuild": {"state": "done", "roles": []},
                           "roles_without_a_member": [2]});

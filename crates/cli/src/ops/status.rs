@@ -168,6 +168,7 @@ pub fn status_table(v: &Value) -> String {
             .flatten()
             .filter_map(Value::as_str)
             .collect();
+        out += &unrebuildable_lines(&vol["unrebuildable"]);
         out += &format!(
             "  spares: {}\n",
             if spares.is_empty() {
@@ -187,6 +188,31 @@ pub fn status_table(v: &Value) -> String {
         }
     }
     out
+}
+
+/// Failed roles nothing can rebuild (`unrebuildable` of `status` or `rebuild`), those with
+/// the same reason on one line: "roles 0 (a0), 1 (a1) cannot be rebuilt: its RAID 5 group
+/// ... beyond the 1 it tolerates ...; no spare can help".
+pub(super) fn unrebuildable_lines(list: &Value) -> String {
+    let mut by_reason: Vec<(&str, Vec<String>)> = Vec::new();
+    for u in list.as_array().into_iter().flatten() {
+        let reason = u["reason"].as_str().unwrap_or("?");
+        let role = format!("{} ({})", u["role"], u["id"].as_str().unwrap_or("?"));
+        match by_reason.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, roles)) => roles.push(role),
+            None => by_reason.push((reason, vec![role])),
+        }
+    }
+    by_reason
+        .iter()
+        .map(|(reason, roles)| {
+            let s = if roles.len() == 1 { "" } else { "s" };
+            format!(
+                "  role{s} {} cannot be rebuilt: {reason}; no spare can help\n",
+                roles.join(", ")
+            )
+        })
+        .collect()
 }
 
 /// A failed member whose role a spare took, after the role holders (/proc/mdstat's `(F)`),
@@ -455,6 +481,22 @@ mod tests {
             done(300)
         );
         assert!(!done(7200).contains("rebuild"), "{}", done(7200));
+    }
+
+    /// Failed roles nothing can rebuild say so and why, under the volume, before its
+    /// spares (the table said nothing, and `rebuild` asked for a spare).
+    #[test]
+    fn roles_no_spare_can_help_are_said_with_their_reason() {
+        let why =
+            "its RAID 5 group (a0, a1, a2) lost 2 of its parts (a0, a1), beyond the 1 it tolerates";
+        let t = status_table(&json!({"volumes": [{
+            "name": "mm", "level": "tree", "state": "degraded", "members": [], "spares": [],
+            "unrebuildable": [{"role": 0, "id": "a0", "reason": why},
+                              {"role": 1, "id": "a1", "reason": why}],
+        }]}));
+        let line = format!("  roles 0 (a0), 1 (a1) cannot be rebuilt: {why}; no spare can help\n");
+        assert!(t.contains(&line), "{t}");
+        assert!(t.find(&line) < t.find("  spares: "), "{t}");
     }
 
     #[test]

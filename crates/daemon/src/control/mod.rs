@@ -13,7 +13,8 @@
 //! - `checksum_fill` starts and shows the pass computing the checksums of a volume that
 //!   enabled them;
 //! - `volume` is one served volume: its members by id and its background passes;
-//!   `departed` keeps the failed members a spare pushed out of their roles, until removed.
+//!   `departed` keeps the failed members a spare pushed out of their roles, until removed;
+//!   `unrebuildable` says which failed roles no spare can help, and why.
 
 mod checksum_fill;
 mod controls;
@@ -29,6 +30,7 @@ mod reshape;
 mod reshape_start;
 pub mod server;
 pub mod task_slot;
+mod unrebuildable;
 mod volume;
 
 pub use checksum_fill::start_checksum_fill;

@@ -43,6 +43,8 @@ pub(super) async fn rebuild(v: &ControlVolume, rate: Option<PassRate>) -> Result
         return Ok(json!({
             "volume": v.name, "rebuild": rebuild_json(v), "nothing_to_rebuild": true,
             "roles_without_a_member": v.array().roles_wanting_a_member(),
+            // Of those, the roles no spare can help, and why.
+            "unrebuildable": super::unrebuildable::unrebuildable_json(v),
         }));
     }
     match rate {

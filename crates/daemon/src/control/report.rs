@@ -94,6 +94,8 @@ fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
         "reshape": super::reshape::reshape_json(v),
         "checksum_fill": super::checksum_fill::fill_json(v),
         "spares": v.array().spares().iter().map(|m| v.id_of(m.member())).collect::<Vec<_>>(),
+        // Failed roles nothing can rebuild, and why: a spare would not help them.
+        "unrebuildable": super::unrebuildable::unrebuildable_json(v),
         // Failed members a spare pushed out of their roles, until removed (md's `(F)`).
         "departed": v.departed.to_json(),
         "notes": notes,
