@@ -167,8 +167,10 @@ impl PassControl {
         self.state.store(state_code(s), Relaxed);
     }
 
-    /// The last run stopped on `error`: the pass is `Failed`, saying why.
-    fn failed(&self, error: &impl std::fmt::Display) {
+    /// The last run stopped on `error`: the pass is `Failed`, saying why. Also for a pass
+    /// whose owner could not start its run (a reshape that cannot go on without a member):
+    /// it says stopped and why rather than `idle`.
+    pub fn failed(&self, error: &impl std::fmt::Display) {
         *self.failure.lock() = Some(error.to_string());
         self.set_state(PassState::Failed);
     }
@@ -201,6 +203,13 @@ impl PassControl {
     /// Moves the resume point (a new pass over the same control, or a checkpoint read back).
     pub fn set_position(&self, position_bytes: u64) {
         self.position_bytes.store(position_bytes, Relaxed);
+    }
+
+    /// What the pass covers, known before it runs: until its run starts (a resumed pass
+    /// may wait for a member, or stop before its first window) its progress is a share of
+    /// the whole pass, not of 0 bytes.
+    pub fn set_total(&self, total_bytes: u64) {
+        self.total_bytes.store(total_bytes, Relaxed);
     }
 
     pub fn total_bytes(&self) -> u64 {

@@ -102,6 +102,9 @@ pub struct ScrubControl {
     pub stats: ScrubStats,
     /// The volume's name for the log lines (set by `Array::scrub`; empty on a bare volume).
     volume: std::sync::OnceLock<String>,
+    /// Where this control's counts begin: a scrub resumed after a restart counts from its
+    /// checkpoint (what it found before is not recorded).
+    counted_from_bytes: u64,
 }
 
 /// A copy of a scrub's progress and counts.
@@ -121,6 +124,8 @@ pub struct ScrubReport {
     pub repaired: u64,
     pub unreadable: u64,
     pub skipped: u64,
+    /// Where the counts above begin (0: the whole scrub; after a restart, where it resumed).
+    pub counted_from_bytes: u64,
 }
 
 impl ScrubReport {
@@ -145,6 +150,7 @@ impl ScrubControl {
             pass: PassControl::resume_at(rate_bytes_per_s, position_bytes),
             stats: ScrubStats::default(),
             volume: std::sync::OnceLock::new(),
+            counted_from_bytes: position_bytes,
         }
     }
 
@@ -209,6 +215,7 @@ impl ScrubControl {
             repaired: s.repaired.load(Relaxed),
             unreadable: s.unreadable.load(Relaxed),
             skipped: s.skipped.load(Relaxed),
+            counted_from_bytes: self.counted_from_bytes,
         }
     }
 }

@@ -65,6 +65,8 @@ pub async fn resume_scrub(v: &ControlVolume) {
     };
     let ctl = Arc::new(ScrubControl::resume_at(c.repair, 0, c.position_bytes));
     ctl.pass.set_pass_rate(v.rebuild_rate());
+    // Its share of the whole volume from the first report (of 0 bytes, it was millions of %).
+    ctl.pass.set_total(v.array().volume().capacity());
     let msg = format!(
         "volume {}: resuming the {} interrupted at {} ({})",
         v.name,

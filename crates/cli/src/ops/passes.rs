@@ -251,8 +251,16 @@ fn scrub_summary(volume: &str, report: &Value) -> String {
         (_, true) if left == 0 => format!("{found}, all repaired"),
         (_, true) => format!("{found}, {repaired} repaired, {left} not"),
     };
+    // Resumed after a restart: the counts are of the bytes from its checkpoint only.
+    let since = match report["counted_from_bytes"].as_u64() {
+        Some(from) if from > 0 => format!(
+            " (counts from {}, where it resumed after a restart: what it found before is not recorded)",
+            bytes(from)
+        ),
+        _ => String::new(),
+    };
     format!(
-        "scrub of {volume} {} over {}: {} parity stripes and mirror blocks checked, {} skipped; {} mismatched, {} chunks or copies did not read at first (a read error or a checksum mismatch); {outcome}\n",
+        "scrub of {volume} {} over {}{since}: {} parity stripes and mirror blocks checked, {} skipped; {} mismatched, {} chunks or copies did not read at first (a read error or a checksum mismatch); {outcome}\n",
         report["state"].as_str().unwrap_or("?"),
         bytes(report["position_bytes"].as_u64().unwrap_or(0)),
         count(&report["checked"]),

@@ -124,6 +124,16 @@ fn ago_text(s: u64) -> String {
     }
 }
 
+/// How far a pass is, "37%"; at a position but with no total yet (a resumed pass before its
+/// run sets it), the bytes done: a share of 0 bytes read as millions of percent.
+fn share_text(position: Option<&Value>, total: Option<&Value>) -> String {
+    let at = position.and_then(Value::as_u64).unwrap_or(0);
+    match total.and_then(Value::as_u64).unwrap_or(0) {
+        0 if at > 0 => format!("at {}", bytes(at)),
+        total => format!("{:.0}%", at as f64 * 100.0 / total.max(1) as f64),
+    }
+}
+
 /// A pass's moves as "d2 → s1, d4 → d4" (who held each role, who is written now).
 fn moves_text(moves: Option<&Value>) -> String {
     moves
@@ -235,13 +245,20 @@ fn volume_line(vol: &Value) -> String {
     let scrub = match &vol["scrub"] {
         Value::Null => "-".to_string(),
         s => {
-            let total = s["total_bytes"].as_u64().unwrap_or(0).max(1);
-            let pct = s["position_bytes"].as_u64().unwrap_or(0) as f64 * 100.0 / total as f64;
+            let pct = share_text(s.get("position_bytes"), s.get("total_bytes"));
             let eta = s["eta_s"]
                 .as_u64()
                 .map_or(String::new(), |e| format!(" eta {e}s"));
+            // A scrub resumed after a restart counts from where it resumed.
+            let since = match s["counted_from_bytes"].as_u64() {
+                Some(from) if from > 0 => {
+                    let total = s["total_bytes"].as_u64().unwrap_or(0).max(1);
+                    format!(" since {:.0}%", from as f64 * 100.0 / total as f64)
+                }
+                _ => String::new(),
+            };
             format!(
-                "{} {pct:.0}% {} bad{}",
+                "{} {pct} {} bad{since}{}",
                 s["state"].as_str().unwrap_or("?"),
                 s["mismatches"],
                 eta
@@ -308,18 +325,23 @@ fn pass_line(what: &str, roles: &str, r: &Map<String, Value>) -> String {
         let ago = ago.map_or(String::new(), |s| format!(", {} ago", ago_text(s)));
         return format!("  {what} done{over}{ago}\n");
     }
-    let total = r["total_bytes"].as_u64().unwrap_or(0).max(1);
-    let pct = r["position_bytes"].as_u64().unwrap_or(0) as f64 * 100.0 / total as f64;
     let moves = moves_text(r.get("moves"));
     let roles = match r.get("roles") {
         _ if !moves.is_empty() => format!(" {moves}"),
         Some(list) if !roles.is_empty() => format!(" {roles}{list}"),
         _ => String::new(),
     };
+    // A rate only while it moves (a stopped pass went at 0 B/s "now"), measured over this
+    // run; none yet right after it (re)started.
+    let rate = match r["rate_bytes_per_s"].as_u64() {
+        _ if r["state"] != "running" => String::new(),
+        Some(0) | None => " (rate not measured yet)".to_string(),
+        Some(rate) => format!(" at {}/s", bytes(rate)),
+    };
     format!(
-        "  {what} {} {pct:.0}%{roles} at {}/s{}{}\n",
+        "  {what} {} {}{roles}{rate}{}{}\n",
         r["state"].as_str().unwrap_or("?"),
-        bytes(r["rate_bytes_per_s"].as_u64().unwrap_or(0)),
+        share_text(r.get("position_bytes"), r.get("total_bytes")),
         if r.get("adaptive") == Some(&Value::Bool(true)) {
             " (adaptive)"
         } else {
@@ -403,6 +425,23 @@ mod tests {
         );
     }
 
+    /// A scrub resumed after a restart counts its findings from where it resumed, and says
+    /// so (its "0 bad" read as the whole scrub's); with no total yet, no share of 0 bytes.
+    #[test]
+    fn a_resumed_scrub_says_where_its_counts_begin() {
+        let vol = |scrub: Value| {
+            status_table(&json!({"volumes": [{"name": "r5", "members": [], "scrub": scrub}]}))
+        };
+        let t = vol(
+            json!({"state": "running", "position_bytes": 36u64, "total_bytes": 100u64,
+                           "mismatches": 0, "counted_from_bytes": 30u64}),
+        );
+        assert!(t.contains(" running 36% 0 bad since 30% "), "{t}");
+        let t = vol(json!({"state": "running", "position_bytes": 36u64 << 20,
+                           "total_bytes": 0u64, "mismatches": 0}));
+        assert!(t.contains(" running at 36 MiB 0 bad "), "{t}");
+    }
+
     #[test]
     fn the_table_shows_every_background_pass_with_progress_rate_and_eta() {
         let pass = |pos: u64| {
@@ -462,7 +501,10 @@ mod tests {
             "total_bytes": 1u64 << 30, "rate_bytes_per_s": 0,
             "moves": [{"role": 1, "from": "d1", "to": "s1"}],
         })));
-        assert!(t.contains("rebuild running 50% d1 → s1 at"), "{t}");
+        assert!(
+            t.contains("rebuild running 50% d1 → s1 (rate not measured yet)\n"),
+            "{t}"
+        );
         assert!(!t.contains("roles [1]"), "{t}");
         assert!(
             t.contains("  array 0f3c0a9e-5b1d-4e0c-9a53-1c2d3e4f5a6b\n"),

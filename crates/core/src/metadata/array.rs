@@ -710,6 +710,12 @@ impl Array {
         (self.reshape.as_ref()).map(|n| (n.position(), n.layout().capacity()))
     }
 
+    /// Bytes the reshape pass walks in all (the copy, then the space the new shape adds),
+    /// while one runs: its progress is a share of these from before the pass starts.
+    pub fn reshape_pass_bytes(&self) -> Option<u64> {
+        self.reshape.as_ref().map(|n| n.pass_bytes())
+    }
+
     /// Runs the reshape from its recorded position (the control started there,
     /// [`PassControl::resume_at`]) while the volume serves, checkpointing every window in
     /// the records; at the end the records say the new tree and no reshape (the next open

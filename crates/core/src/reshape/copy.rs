@@ -160,7 +160,7 @@ impl ReshapeNode {
         let grown = Grown::of(&self.0.layout);
         let work = PassWork {
             // The copy, then the grown space's sync (`grown.rs`).
-            total_bytes: capacity + grown.bytes(),
+            total_bytes: self.pass_bytes(),
             window_bytes: (window_bytes / unit).max(1) * unit,
             inflight: 1,
             // The pass's window in the copy's windows (shorter ones while clients are busy),

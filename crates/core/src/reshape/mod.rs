@@ -164,6 +164,12 @@ impl ReshapeNode {
         &self.0.layout
     }
 
+    /// Bytes the whole reshape pass walks: the copy, then the space the new shape adds
+    /// ([`ReshapeNode::run_pass`]'s total, known before it runs).
+    pub fn pass_bytes(&self) -> u64 {
+        self.0.layout.capacity() + grown::Grown::of(&self.0.layout).bytes()
+    }
+
     fn tree(&self, side: Side) -> &dyn ArrayNode {
         match side {
             Side::Old => self.0.children[0].as_ref(),

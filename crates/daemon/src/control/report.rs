@@ -310,6 +310,9 @@ fn report_json(r: &ScrubReport) -> Value {
         "repaired": r.repaired,
         "unreadable": r.unreadable,
         "skipped": r.skipped,
+        // The counts above are of the bytes from here (a scrub resumed after a restart:
+        // what it found before is not recorded).
+        "counted_from_bytes": r.counted_from_bytes,
     })
 }
 

@@ -22,17 +22,25 @@ pub fn start_reshape_pass(v: &ControlVolume) {
     let (served, name) = (v.served.clone(), v.name.clone());
     let operations = v.operations_lock();
     let passes = OtherPasses::of(v);
+    let pass_bytes = array.reshape_pass_bytes().unwrap_or(total);
+    // Who holds each role (id and file), to name those a stopped copy waits for.
+    let holders: Vec<(String, String)> = (v.member_ids().into_iter())
+        .enumerate()
+        .map(|(r, id)| (id, v.member_path(r)))
+        .collect();
     let started = v.reshape.start(
         |latest| match latest {
             Some((_, true)) => None, // one runs (or reopens the volume) already
             _ => {
                 let ctl = v.new_pass(v.rebuild_rate());
                 ctl.set_position(position);
+                ctl.set_total(pass_bytes);
                 Some(ctl)
             }
         },
         |ctl| async move {
             let state = array.reshape(&ctl).await;
+            let out = out_of_service(&array, &holders);
             drop(array);
             match state {
                 Ok(PassState::Done) => {
@@ -42,7 +50,14 @@ pub fn start_reshape_pass(v: &ControlVolume) {
                     finish(&served, &name).await
                 }
                 Ok(s) => tracing::info!("reshape of {name} {}", s.name()),
-                Err(e) => tracing::error!("reshape of {name} failed: {e}"),
+                Err(e) => {
+                    // Refused before its first window (a member missing): the pass never
+                    // ran, and status would say `idle` with no reason.
+                    if ctl.state() != PassState::Failed {
+                        ctl.failed(&stopped_why(&e, &out));
+                    }
+                    tracing::error!("reshape of {name} failed: {e}")
+                }
             }
         },
     );
@@ -51,6 +66,25 @@ pub fn start_reshape_pass(v: &ControlVolume) {
             "volume {}: reshape in progress at byte {position} of {total}: copying on in the background while serving",
             v.name
         );
+    }
+}
+
+/// The members out of service (missing or failed) among `holders` (each role's id and
+/// file), as "d1 (/srv/d1.img)".
+fn out_of_service(array: &Array, holders: &[(String, String)]) -> Vec<String> {
+    let vol = array.volume();
+    (holders.iter().enumerate())
+        .filter(|&(r, _)| r < vol.member_count() && vol.member_is_failed(r))
+        .map(|(_, (id, path))| format!("{id} ({path})"))
+        .collect()
+}
+
+/// Why a reshape stopped, naming the members out of service (`out`): the engine's reason
+/// names roles only.
+fn stopped_why(error: &impl std::fmt::Display, out: &[String]) -> String {
+    match out {
+        [] => error.to_string(),
+        out => format!("{error} [out of service: {}]", out.join(", ")),
     }
 }
 
@@ -138,6 +172,7 @@ pub(super) fn reshape_json(v: &ControlVolume) -> Value {
         // offered): its own count runs past the array's position, which stops at the old
         // capacity.
         "position_bytes": progress.map_or(c.position_bytes(), |p| p.0.max(c.position_bytes())),
+        // The whole pass's (set before it runs), so a share of it is not of the copy alone.
         "total_bytes": progress.map_or(c.total_bytes(), |p| p.1.max(c.total_bytes())),
         "rate_bytes_per_s": c.measured_bytes_per_s(),
         "rate_limit_bytes_per_s": c.rate_limit_bytes_per_s(),

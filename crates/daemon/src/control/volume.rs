@@ -343,6 +343,10 @@ impl ControlVolume {
 
     fn rebuild_task(&self, rate: PassRate, set_rate: bool) -> Arc<PassControl> {
         let (array, name) = (self.array(), self.name.clone());
+        // Where the roles' checkpoints are, of the whole volume: a rebuild resumed after a
+        // restart shows its share from its first report, not 0% until its run reads them.
+        let resume_at = (array.rebuilding().iter()).map(|&(_, at)| at).min();
+        let total = array.volume().capacity();
         let mut running = None;
         let started = self.rebuild.start(
             |latest| match latest {
@@ -354,7 +358,12 @@ impl ControlVolume {
                     running = Some(c.clone());
                     None
                 }
-                _ => Some(self.new_pass(rate)),
+                _ => {
+                    let c = self.new_pass(rate);
+                    c.set_position(resume_at.unwrap_or(0));
+                    c.set_total(total);
+                    Some(c)
+                }
             },
             |ctl| async move {
                 match array.rebuild(&ctl).await {
