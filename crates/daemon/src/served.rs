@@ -15,6 +15,7 @@ use nbraid_layout::Node;
 use parking_lot::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::SystemTime;
 use tokio::sync::{RwLock as Gate, RwLockReadGuard, RwLockWriteGuard};
 
 /// One volume's array, and the gate requests pass.
@@ -26,6 +27,27 @@ pub struct ServedArray {
     options: RwLock<ArrayOptions>,
     /// Arrays served since the first: a watcher tells a swap by it.
     swaps: AtomicU64,
+    /// When the array served now was opened, and by what: its counters (I/O, read and
+    /// checksum errors and repairs) count from then — they are not recorded on disk.
+    opened: RwLock<(SystemTime, Opened)>,
+}
+
+/// What opened the array a volume serves now ([`ServedArray::opened`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Opened {
+    /// The daemon's start.
+    Start,
+    /// Opened again while serving (a reshape's start or end, copies added).
+    Reopen,
+}
+
+impl Opened {
+    pub fn name(self) -> &'static str {
+        match self {
+            Opened::Start => "daemon start",
+            Opened::Reopen => "volume opened again",
+        }
+    }
 }
 
 /// A request's pass through the gate: the array it runs on, held while it runs.
@@ -46,7 +68,13 @@ impl ServedArray {
             gate: Gate::new(None),
             options: RwLock::new(options),
             swaps: AtomicU64::new(0),
+            opened: RwLock::new((SystemTime::now(), Opened::Start)),
         }
+    }
+
+    /// When the array served now was opened, and by what (its counters count from then).
+    pub fn opened(&self) -> (SystemTime, Opened) {
+        *self.opened.read()
     }
 
     /// How many times the volume was opened again (see the module).
@@ -99,6 +127,7 @@ impl ServedArray {
             Ok(array) => {
                 let array = Arc::new(array);
                 *self.current.write() = array.clone();
+                *self.opened.write() = (SystemTime::now(), Opened::Reopen);
                 self.swaps.fetch_add(1, Ordering::Release);
                 Ok(array)
             }

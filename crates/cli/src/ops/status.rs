@@ -2,7 +2,7 @@
 //! daemon's JSON), once or redrawn every second.
 
 use super::client::{Client, Target};
-use super::text::{bytes, count};
+use super::text::{bytes, count, utc};
 use anyhow::Result;
 use nbraid_control::Request;
 use serde_json::{json, Map, Value};
@@ -112,6 +112,22 @@ fn as_config_names(vol: &mut Value, config: &nbraid_config::Config) {
     vol["notes"] = json!(notes);
 }
 
+/// Since when the volume's counts count (the reads, writes, errors and repairs below live
+/// in memory: a restart or reopen starts them again), when the daemon says.
+fn counted_since_line(since: &Value) -> String {
+    let Some(at) = since["unix_s"].as_u64() else {
+        return String::new();
+    };
+    let ago = since["s_ago"]
+        .as_u64()
+        .map_or(String::new(), |s| format!(", {} ago", ago_text(s)));
+    format!(
+        "  counts since {} ({}{ago}): reads, writes, errors and checksum repairs are not kept across restarts\n",
+        utc(at),
+        since["by"].as_str().unwrap_or("?"),
+    )
+}
+
 /// How long a finished pass stays in the plain status.
 const DONE_SHOWN_S: u64 = 3600;
 
@@ -164,6 +180,7 @@ pub fn status_table(v: &Value) -> String {
         if let Some(id) = vol["metadata"]["array"].as_str() {
             out += &format!("  array {id}\n");
         }
+        out += &counted_since_line(&vol["counted_since"]);
         out += &pass_lines(vol);
         out += &super::findings::status_line(&vol["scrub"]);
         if vol["metadata"]["write_hole_logged"] == json!(false) {
@@ -585,5 +602,19 @@ mod tests {
         let t = status_table(&status);
         assert!(t.contains("\n  rebuild done over 128 MiB\n"), "{t}");
         assert!(!t.contains("roles []"), "{t}");
+    }
+
+    /// The counts say since when they count: they reset at a restart, and read as the
+    /// volume's totals.
+    #[test]
+    fn the_counts_say_since_when() {
+        let t = status_table(&json!({"volumes": [{
+            "name": "r5", "level": "raid5", "state": "healthy", "members": [],
+            "counted_since": {"unix_s": 1_798_761_599u64, "s_ago": 300, "by": "daemon start"},
+        }]}));
+        assert!(
+            t.contains("  counts since 2026-12-31 23:59:59 UTC (daemon start, 5 min ago): reads, writes, errors and checksum repairs are not kept across restarts\n"),
+            "{t}"
+        );
     }
 }

@@ -12,3 +12,40 @@ pub(super) fn bytes(n: u64) -> String {
 pub(super) fn count(v: &Value) -> String {
     v.as_u64().map_or_else(|| "-".into(), |n| n.to_string())
 }
+
+/// Seconds since the Unix epoch as "2026-12-05 23:42:39 UTC": whole years, then whole
+/// months, counted off the days.
+pub(super) fn utc(unix_s: u64) -> String {
+    let leap = |y: u64| (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400);
+    let (mut days, secs) = (unix_s / 86_400, unix_s % 86_400);
+    let mut year = 1970;
+    while days >= 365 + u64::from(leap(year)) {
+        days -= 365 + u64::from(leap(year));
+        year += 1;
+    }
+    let feb = 28 + u64::from(leap(year));
+    let lengths = [31, feb, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    let mut month = 1;
+    for len in lengths {
+        if days < len {
+            break;
+        }
+        days -= len;
+        month += 1;
+    }
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    format!("{year}-{month:02}-{:02} {h:02}:{m:02}:{s:02} UTC", days + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates_are_civil() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(1_798_846_959), "2027-01-01 23:42:39 UTC");
+        assert_eq!(utc(1_798_761_599), "2026-12-31 23:59:59 UTC");
+    }
+}

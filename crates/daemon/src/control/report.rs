@@ -10,6 +10,7 @@ use nbraid_core::scrub::{ScrubControl, ScrubFinding, ScrubFindings};
 use nbraid_core::{CacheUsage, CounterSnapshot, MemberState, ScrubReport, Volume, VolumeCounters};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// `status` of the volumes `selected` (`controls`: every volume, for members they share).
 pub(super) fn status(controls: &Controls, selected: &[&ControlVolume]) -> Value {
@@ -85,6 +86,9 @@ fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
         "members": members,
         "metadata": metadata_json(v),
         "io": io_json(&vol.counters()),
+        // What the counts (io, the members' reads, writes, read and checksum errors and
+        // repairs) count since: they live in memory only, from the array's opening.
+        "counted_since": counted_since_json(v),
         "cache": cache_json(&vol.cache_usage()),
         "scrub": v.scrub().map(|s| scrub_json(v, &s)),
         "rebuild": rebuild_json(v),
@@ -210,6 +214,20 @@ fn metadata_json(v: &ControlVolume) -> Value {
         "resynced_bytes_at_start": v.start.resynced_bytes,
         "background_resync_bytes_at_start": v.start.background_bytes,
     })
+}
+
+/// When the volume's counters started counting (the array served now was opened), and
+/// what opened it: a restart or reopen starts them again from zero. Not persisted: the
+/// records have no field for them (a format change), and the counts since the last commit
+/// would still be lost at a crash — a total sometimes short is no truer than counts that
+/// say since when.
+fn counted_since_json(v: &ControlVolume) -> Value {
+    let (at, by) = v.served.opened();
+    let unix_s = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let s_ago = SystemTime::now()
+        .duration_since(at)
+        .map_or(0, |d| d.as_secs());
+    json!({ "unix_s": unix_s, "s_ago": s_ago, "by": by.name() })
 }
 
 /// Client requests the volume served.
