@@ -442,7 +442,24 @@ async fn newcomer_id(
 ) -> Result<Uuid, ArrayError> {
     let own = meta.sb.lock().await.as_ref().map(|sb| sb.member);
     match own {
-        Some(u) if rec.members[role].uuid == u || !rec.members.iter().any(|m| m.uuid == u) => Ok(u),
+        Some(u) if rec.members[role].uuid == u => Ok(u),
+        _ => joining_id(p, meta, &rec.members).await,
+    }
+}
+
+/// The id a disk joining the volume in a new role takes (a reshape's added member, a new
+/// RAID 1 copy): its own where it has one no role of `members` goes by — a Matrix disk keeps
+/// one id for every volume on it, and a random id for the second volume joined on it made
+/// the first volume's records name an id the disk no longer carries (the role lost at the
+/// next start) — else a new one.
+pub(super) async fn joining_id(
+    p: Parts<'_>,
+    meta: &MemberMeta,
+    members: &[MemberEntry],
+) -> Result<Uuid, ArrayError> {
+    let own = meta.sb.lock().await.as_ref().map(|sb| sb.member);
+    match own {
+        Some(u) if !members.iter().any(|m| m.uuid == u) => Ok(u),
         _ => Uuid::random().map_err(|e| p.refuse(format!("random id: {e}"))),
     }
 }

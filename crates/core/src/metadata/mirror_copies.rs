@@ -17,7 +17,7 @@
 use super::error::ArrayError;
 use super::member_meta::MemberMeta;
 use super::parts::Parts;
-use super::{MemberEntry, RecordedState, Uuid, VolumeRecord};
+use super::{MemberEntry, RecordedState, VolumeRecord};
 use nbraid_layout::{MemberRegion, Node};
 use std::sync::Arc;
 
@@ -49,8 +49,8 @@ pub(super) async fn start(
     let none = vec![None; metas.len()];
     let areas = super::reshape_areas::for_new_shape(p, &new_tree, &metas, old_roles, &none).await?;
     let mut members = rec.members.clone();
-    for _ in &added {
-        let uuid = Uuid::random().map_err(|e| p.refuse(format!("random id: {e}")))?;
+    for meta in &added {
+        let uuid = super::heal::joining_id(p, meta, &members).await?;
         let state = RecordedState::Rebuilding {
             checkpoint_bytes: 0,
         };

@@ -38,7 +38,7 @@ use super::records::RecordsGuard;
 use super::reshape::{BackupWindow, RecordedReshape, ReshapeRecord};
 use super::reshape_areas::NewShape;
 use super::reshape_backup::{backup_areas, home, own_area, pool_untouched, HEADER_BYTES};
-use super::{Area, MemberEntry, RecordedState, Superblock, Uuid};
+use super::{Area, MemberEntry, RecordedState, Superblock};
 use crate::buf::Buf;
 use crate::error::{VolumeError, VolumeResult};
 use crate::pass::{PassControl, PassState};
@@ -500,8 +500,8 @@ pub(super) async fn start(
     let position_bytes = if in_place { layout.capacity() } else { 0 };
     let kept = super::reshape_areas::for_new_shape(p, &new_tree, &metas, old_roles, &areas).await?;
     let mut members = rec.members.clone();
-    for _ in &added {
-        let uuid = Uuid::random().map_err(|e| p.refuse(format!("random id: {e}")))?;
+    for meta in &added {
+        let uuid = super::heal::joining_id(p, meta, &members).await?;
         members.push(MemberEntry {
             uuid,
             state: RecordedState::Active,
