@@ -6,11 +6,18 @@
 //! disk, blank or stale: see [`crate::identity`]): every request fails naming what it holds,
 //! until a connection finds the member again, or every volume on it has failed it and it is
 //! readmitted for the re-add to judge.
+//!
+//! A connection dropped with writes unanswered (a timeout) may still have them executed by
+//! the server later, over whatever was written since: a resync of the member would be
+//! overwritten by the stale data. So the member serves nothing until the server has closed
+//! that connection after our `NBD_CMD_DISC` (nbdkit, like other servers, closes it only once
+//! the requests it holds are done); a server that never does keeps the member out, as said in
+//! the log.
 
 use std::future::Future;
 use std::io;
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -58,6 +65,38 @@ struct SlotState {
     /// Counts connection changes, so a failure reported against an old one is ignored.
     generation: u64,
     client: Option<Client>,
+    /// The client's requests that change the export and have no reply yet.
+    writes: Arc<AtomicUsize>,
+}
+
+/// One request that changes the export, counted on its connection until it has a reply
+/// (or was given up on: then the count is read while it still holds, see `broken`).
+struct Unanswered(Arc<AtomicUsize>);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, SeqCst);
+    }
+}
+
+/// What follows dropping a connection, before its slot re-opens.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum AfterDrop {
+    /// Nothing sent on it can still change the export: re-open at once.
+    Reopen,
+    /// Writes sent on it may still land: serve nothing and re-open nothing until the server
+    /// has closed it (after our disconnect).
+    AwaitClose,
+}
+
+/// See [`AfterDrop`]: a connection already closed by the server, or with no write (write,
+/// write-zeroes, trim) unanswered, leaves nothing behind; reads and flushes change nothing.
+pub(crate) fn after_drop(closed: bool, writes_unanswered: usize) -> AfterDrop {
+    if closed || writes_unanswered == 0 {
+        AfterDrop::Reopen
+    } else {
+        AfterDrop::AwaitClose
+    }
 }
 
 struct Slot {
@@ -88,6 +127,9 @@ pub(crate) struct Connections {
     rt: Handle,
     slots: Vec<Slot>,
     next: AtomicUsize,
+    /// Dropped connections whose writes may still land (see [`AfterDrop::AwaitClose`]):
+    /// while any, no request is served.
+    lingering: AtomicUsize,
 }
 
 /// Errors that say the connection itself is gone or out of step (not a failed request).
@@ -99,6 +141,12 @@ fn breaks_connection(e: &ClientError) -> bool {
             | ClientError::Protocol(_)
             | ClientError::Connect { .. }
     )
+}
+
+/// Whether the server said it is shutting down (`ESHUTDOWN`): it serves nothing more and
+/// waits for its clients to leave (nbdkit on SIGTERM), so every connection to it is closed.
+fn shuts_down(e: &ClientError) -> bool {
+    e.errno() == Some(nbraid_nbd::proto::ESHUTDOWN)
 }
 
 /// Where a member's connections come from and what they must serve.
@@ -127,6 +175,7 @@ impl Connections {
                 state: Mutex::new(SlotState {
                     generation: 0,
                     client: clients.next(),
+                    writes: Arc::default(),
                 }),
                 reconnecting: AtomicBool::new(false),
             })
@@ -149,6 +198,7 @@ impl Connections {
             rt,
             slots,
             next: AtomicUsize::new(0),
+            lingering: AtomicUsize::new(0),
         })
     }
 
@@ -208,9 +258,38 @@ impl Connections {
         enter(self.rt.clone(), fut)
     }
 
-    /// Runs `op` on the next open connection, bounded by the timeout. A timeout or a broken
-    /// connection drops that connection and starts re-opening it.
+    /// Runs `op`, which changes nothing on the export (a read, a flush), on the next open
+    /// connection, bounded by the timeout. A timeout or a broken connection drops that
+    /// connection and starts re-opening it.
     pub fn run<T, F, Fut>(self: &Arc<Self>, op: F) -> impl Future<Output = io::Result<T>> + Send
+    where
+        T: Send,
+        F: FnOnce(Client) -> Fut + Send,
+        Fut: Future<Output = Result<T, ClientError>> + Send,
+    {
+        self.run_as(false, op)
+    }
+
+    /// As [`Self::run`], for `op` that changes the export (a write, write-zeroes, trim): if
+    /// it gets no reply, its connection must be closed by the server before the member
+    /// serves again (see [`AfterDrop`]).
+    pub fn run_write<T, F, Fut>(
+        self: &Arc<Self>,
+        op: F,
+    ) -> impl Future<Output = io::Result<T>> + Send
+    where
+        T: Send,
+        F: FnOnce(Client) -> Fut + Send,
+        Fut: Future<Output = Result<T, ClientError>> + Send,
+    {
+        self.run_as(true, op)
+    }
+
+    fn run_as<T, F, Fut>(
+        self: &Arc<Self>,
+        writes: bool,
+        op: F,
+    ) -> impl Future<Output = io::Result<T>> + Send
     where
         T: Send,
         F: FnOnce(Client) -> Fut + Send,
@@ -222,22 +301,37 @@ impl Connections {
             if let Some(e) = changed {
                 return Err(io::Error::other(e));
             }
-            let Some((i, generation, client)) = this.pick() else {
+            if this.lingering.load(SeqCst) > 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    format!(
+                        "{}: not served until the server closes a dropped connection whose \
+                         writes may still land",
+                        this.uri_text
+                    ),
+                ));
+            }
+            let Some((i, generation, client, _unanswered)) = this.pick(writes) else {
                 return Err(io::Error::new(
                     io::ErrorKind::NotConnected,
                     format!("{}: not connected (re-opening)", this.uri_text),
                 ));
             };
+            // `_unanswered` lives until after `broken` below: a request given up on is
+            // still counted when its connection is dropped.
             match tokio::time::timeout(this.timeout, op(client)).await {
                 Ok(Ok(v)) => Ok(v),
                 Ok(Err(e)) => {
-                    if breaks_connection(&e) {
-                        this.broken(i, generation);
+                    if shuts_down(&e) {
+                        this.break_all(&e.to_string());
+                    } else if breaks_connection(&e) {
+                        this.broken(i, generation, &e.to_string());
                     }
                     Err(e.into())
                 }
                 Err(_) => {
-                    this.broken(i, generation);
+                    let why = format!("no reply within {:?}", this.timeout);
+                    this.broken(i, generation, &why);
                     Err(io::Error::new(
                         io::ErrorKind::TimedOut,
                         format!("{}: no reply within {:?}", this.uri_text, this.timeout),
@@ -247,19 +341,26 @@ impl Connections {
         }
     }
 
-    /// The next open connection, in turn.
-    fn pick(self: &Arc<Self>) -> Option<(usize, u64, Client)> {
+    /// The next open connection, in turn; with a write (`writes`) counted on it.
+    fn pick(self: &Arc<Self>, writes: bool) -> Option<(usize, u64, Client, Option<Unanswered>)> {
         let n = self.slots.len();
         let start = self.next.fetch_add(1, Relaxed);
         for k in 0..n {
             let i = (start + k) % n;
             let s = self.slots[i].state.lock();
             match &s.client {
-                Some(c) if !c.is_closed() => return Some((i, s.generation, c.clone())),
+                Some(c) if !c.is_closed() => {
+                    // Under the slot's lock: `broken` reads the count under it too.
+                    let counted = writes.then(|| {
+                        s.writes.fetch_add(1, SeqCst);
+                        Unanswered(s.writes.clone())
+                    });
+                    return Some((i, s.generation, c.clone(), counted));
+                }
                 Some(_) => {
                     let generation = s.generation;
                     drop(s);
-                    self.broken(i, generation);
+                    self.broken(i, generation, "the connection closed");
                 }
                 None => {}
             }
@@ -267,27 +368,57 @@ impl Connections {
         None
     }
 
-    /// Drops connection `i` if it is still the one of `generation`, and re-opens it.
-    fn broken(self: &Arc<Self>, i: usize, generation: u64) {
+    /// Drops connection `i` (failed: `why`) if it is still the one of `generation`, and
+    /// re-opens it: at once, or once the server has closed it (see [`AfterDrop`]).
+    fn broken(self: &Arc<Self>, i: usize, generation: u64, why: &str) {
         let mut s = self.slots[i].state.lock();
-        if s.generation != generation || s.client.is_none() {
+        if s.generation != generation {
             return;
         }
-        let old = s.client.take();
+        let Some(old) = s.client.take() else { return };
         s.generation += 1;
+        let unanswered = s.writes.load(SeqCst);
+        let then = after_drop(old.is_closed(), unanswered);
+        if then == AfterDrop::AwaitClose {
+            // Before the slot's lock is let go: no request is served from here on.
+            self.lingering.fetch_add(1, SeqCst);
+        }
         drop(s);
         // The server may come back as another disk: check the next connections again.
         self.readmitted.store(false, Relaxed);
-        tracing::warn!("{}: connection {i} failed; re-opening it", self.uri_text);
-        if let Some(c) = old {
-            // Bounded: a server that stopped answering may never read the disconnect.
-            let limit = self.timeout;
-            self.rt.spawn(async move {
-                let _ = tokio::time::timeout(limit, c.disconnect()).await;
-            });
-        }
-        if !self.slots[i].reconnecting.swap(true, Relaxed) {
-            self.rt.spawn(reopen(Arc::downgrade(self), i));
+        let reopening = !self.slots[i].reconnecting.swap(true, Relaxed);
+        match then {
+            AfterDrop::Reopen => {
+                tracing::warn!(
+                    "{}: connection {i} failed ({why}); re-opening it",
+                    self.uri_text
+                );
+                // Bounded: a server that stopped answering may never read the disconnect.
+                let limit = self.timeout;
+                self.rt.spawn(async move {
+                    let _ = tokio::time::timeout(limit, old.disconnect()).await;
+                });
+                if reopening {
+                    self.rt.spawn(reopen(Arc::downgrade(self), i));
+                }
+            }
+            AfterDrop::AwaitClose => {
+                tracing::warn!(
+                    "{}: connection {i} failed ({why}) with {unanswered} writes unanswered; \
+                     the member is not served until the server has closed it",
+                    self.uri_text
+                );
+                let (weak, limit) = (Arc::downgrade(self), self.timeout);
+                self.rt.spawn(async move {
+                    await_close(&weak, i, old, limit).await;
+                    if let Some(this) = weak.upgrade() {
+                        this.lingering.fetch_sub(1, SeqCst);
+                        if reopening {
+                            this.rt.spawn(reopen(weak, i));
+                        }
+                    }
+                });
+            }
         }
     }
 
@@ -328,11 +459,16 @@ impl Connections {
         if self.changed.lock().replace(e).is_none() {
             tracing::error!("{why}");
         }
+        self.break_all("the export is not as the member");
+        why
+    }
+
+    /// Drops every connection (`why`) and re-opens them (see [`Self::broken`]).
+    fn break_all(self: &Arc<Self>, why: &str) {
         for (i, slot) in self.slots.iter().enumerate() {
             let generation = slot.state.lock().generation;
-            self.broken(i, generation);
+            self.broken(i, generation, why);
         }
-        why
     }
 }
 
@@ -394,6 +530,7 @@ impl Connections {
         }
         let mut s = self.slots[i].state.lock();
         s.client = Some(c);
+        s.writes = Arc::default();
         s.generation += 1;
         self.slots[i].reconnecting.store(false, Relaxed);
         drop(s);
@@ -404,6 +541,39 @@ impl Connections {
                 }
             }
         }
+    }
+}
+
+/// Disconnects `old` (connection `i`, dropped with writes unanswered) and waits until the
+/// server has closed it: then nothing sent on it can land any more. A server that has not
+/// closed it within `limit` is said in the log (the member stays out meanwhile). Returns
+/// early once the member is gone.
+async fn await_close(weak: &Weak<Connections>, i: usize, old: Client, limit: Duration) {
+    const POLL: Duration = Duration::from_millis(50);
+    let started = tokio::time::Instant::now();
+    // Bounded: a server that stopped reading may never take the disconnect.
+    let _ = tokio::time::timeout(limit, old.disconnect()).await;
+    let mut said = false;
+    while !old.is_closed() {
+        let Some(uri) = weak.upgrade().map(|c| c.uri_text.clone()) else {
+            return;
+        };
+        if !said && started.elapsed() >= limit {
+            said = true;
+            tracing::error!(
+                "{uri}: the server has not closed connection {i} (dropped with writes \
+                 unanswered) after {limit:?}: they may still land, so the member is not \
+                 served until it does"
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    if let Some(this) = weak.upgrade() {
+        tracing::info!(
+            "{}: the server closed connection {i}: nothing sent on it can land any more; \
+             re-opening it",
+            this.uri_text
+        );
     }
 }
 
@@ -474,5 +644,31 @@ mod tests {
             [100, 200, 400, 800, 1600, 3200, 6400, 10000, 10000, 10000]
         );
         assert_eq!(backoff(u32::MAX), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn a_dropped_connection_with_writes_unanswered_must_be_closed_by_the_server_first() {
+        assert_eq!(after_drop(false, 1), AfterDrop::AwaitClose);
+        assert_eq!(after_drop(false, 7), AfterDrop::AwaitClose);
+        // Reads and flushes only: nothing can land late.
+        assert_eq!(after_drop(false, 0), AfterDrop::Reopen);
+        // The server closed it already: whatever it held is done.
+        assert_eq!(after_drop(true, 3), AfterDrop::Reopen);
+    }
+
+    #[test]
+    fn a_shutting_down_server_closes_every_connection() {
+        let server = |errno| ClientError::Server {
+            cmd: "NBD_CMD_WRITE",
+            offset: 0,
+            len: 4096,
+            errno,
+            message: String::new(),
+        };
+        assert!(shuts_down(&server(nbraid_nbd::proto::ESHUTDOWN)));
+        // A failed request leaves the connection as it was.
+        assert!(!shuts_down(&server(nbraid_nbd::proto::EIO)));
+        assert!(!breaks_connection(&server(nbraid_nbd::proto::EIO)));
+        assert!(breaks_connection(&ClientError::Disconnected("eof".into())));
     }
 }

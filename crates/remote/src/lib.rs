@@ -335,7 +335,7 @@ impl RemoteMember {
         let fut = async move {
             if native {
                 return conns
-                    .run(move |c| async move { c.write_zeroes(offset, len, how).await })
+                    .run_write(move |c| async move { c.write_zeroes(offset, len, how).await })
                     .await;
             }
             const CHUNK: u64 = 1 << 20;
@@ -345,7 +345,7 @@ impl RemoteMember {
                 let n = CHUNK.min(offset + len - at) as usize;
                 let data = zeroes.slice(..n);
                 conns
-                    .run(move |c| async move { c.write(at, data).await })
+                    .run_write(move |c| async move { c.write(at, data).await })
                     .await?;
                 at += n as u64;
             }
@@ -460,11 +460,11 @@ impl Member for RemoteMember {
         let fut = async move {
             if fua && native_fua {
                 return conns
-                    .run(move |c| async move { c.write_fua(offset, data).await })
+                    .run_write(move |c| async move { c.write_fua(offset, data).await })
                     .await;
             }
             conns
-                .run(move |c| async move { c.write(offset, data).await })
+                .run_write(move |c| async move { c.write(offset, data).await })
                 .await?;
             if fua {
                 flush(&conns).await?;
