@@ -183,9 +183,7 @@ impl ReshapeNode {
                             "the grown space follows the copy"
                         );
                         let from = at.max(capacity);
-                        grown
-                            .sync(self.tree(Side::New), from, at + len - from)
-                            .await?;
+                        grown.sync(self, from, at + len - from).await?;
                         if at + len == capacity + grown.bytes() {
                             self.make_durable().await?;
                         }
