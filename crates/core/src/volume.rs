@@ -203,6 +203,11 @@ impl Volume {
         let layout = nbraid_layout::Reshape::new(old.root().clone(), new.root().clone())
             .map_err(|e| VolumeError::Assembly(format!("reshape: {e}")))?;
         opts.members_known_zero = false;
+        // One checksum header and entry cache per member region start across both trees
+        // (sized for the longer region), whichever tree asks first.
+        let _spanning = (opts.checksums.as_ref())
+            .map(|c| c.open_spanning(&[old.root(), new.root()]))
+            .unwrap_or_default();
         let mut v = Self::with_ppl(old, members, opts, None)?;
         // The cache bound is per volume: the parity groups of both trees share it.
         let mut node_opts = v.opts.clone();

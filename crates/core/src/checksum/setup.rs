@@ -103,24 +103,46 @@ impl ChecksumSetup {
 
     /// The checksums of member `index`'s region `start..start+len`, when it has an area that
     /// holds them (a region not on 4 KiB blocks, or an area too small, has none).
-    /// The same region asked for again while its checksums are in use gets the same ones.
+    /// A region asked for while the checksums of one starting there and at least as long are
+    /// in use gets those: the two trees of a reshape put a member's regions at one start, of
+    /// lengths that differ when a member of another size joins, over one area — two entry
+    /// caches and two headers there would each overwrite what the other marked.
     pub(crate) fn for_region(
         &self,
         index: usize,
         start: u64,
         len: u64,
     ) -> Option<Arc<LeafChecksums>> {
-        let key = (index, start, len);
         let mut opened = self.opened.lock();
         opened.retain(|(_, w)| w.strong_count() > 0);
-        if let Some(shared) =
-            (opened.iter().find(|(k, _)| *k == key)).and_then(|(_, w)| w.upgrade())
-        {
+        let covering = (opened.iter())
+            .filter(|((i, s, l), _)| (*i, *s) == (index, start) && *l >= len)
+            .max_by_key(|((_, _, l), _)| *l);
+        if let Some(shared) = covering.and_then(|(_, w)| w.upgrade()) {
             return Some(shared);
         }
         let fresh = Arc::new(self.open_region(index, start, len)?);
-        opened.push((key, Arc::downgrade(&fresh)));
+        opened.push(((index, start, len), Arc::downgrade(&fresh)));
         Some(fresh)
+    }
+
+    /// The checksums of the longest region of each member and start in `trees` (the two
+    /// trees of a reshape), opened first: held while the trees' leaves are built, every
+    /// leaf over a start shares them, whichever tree asks first.
+    pub(crate) fn open_spanning(&self, trees: &[&nbraid_layout::Node]) -> Vec<Arc<LeafChecksums>> {
+        let mut spans: Vec<(usize, u64, u64)> = Vec::new();
+        for t in trees {
+            t.visit_members(&mut |m| match spans
+                .iter_mut()
+                .find(|s| (s.0, s.1) == (m.index, m.start))
+            {
+                Some(s) => s.2 = s.2.max(m.len),
+                None => spans.push((m.index, m.start, m.len)),
+            });
+        }
+        (spans.into_iter())
+            .filter_map(|(index, start, len)| self.for_region(index, start, len))
+            .collect()
     }
 
     fn open_region(&self, index: usize, start: u64, len: u64) -> Option<LeafChecksums> {
@@ -180,5 +202,47 @@ mod tests {
         assert!(weak.upgrade().is_none());
         let again = setup.for_region(0, 4 << 20, 8 << 20).unwrap();
         assert_eq!(again.first_block, (4 << 20) / BLOCK_BYTES);
+    }
+
+    /// A reshape onto a member of another size: the new tree's region of a member is shorter
+    /// (or longer) than the old one's at the same start, over the same area. Both trees' leaves
+    /// share the longer region's checksums, whichever tree is built first; a region at
+    /// another start or on another member keeps its own.
+    #[test]
+    fn regions_at_one_start_share_the_longest_ones_checksums() {
+        let area = ChecksumArea {
+            offset_bytes: 1 << 20,
+            len_bytes: area_bytes(16 << 20),
+        };
+        let setup = ChecksumSetup::new("v", vec![Some(area), Some(area)], false);
+        let (start, short, long) = (4u64 << 20, 6u64 << 20, 9u64 << 20);
+        for (first, second) in [(long, short), (short, long)] {
+            let node = |len: u64| {
+                let shape = nbraid_layout::Shape::new(
+                    nbraid_layout::Level::Raid1,
+                    2,
+                    None,
+                    64 << 10,
+                    Default::default(),
+                )
+                .unwrap();
+                shape
+                    .build(&[nbraid_layout::Region { start, len }; 2])
+                    .unwrap()
+            };
+            let (a, b) = (node(first), node(second));
+            let held = setup.open_spanning(&[&a, &b]);
+            assert_eq!(held.len(), 2, "one per member");
+            let x = setup.for_region(0, start, first).unwrap();
+            let y = setup.for_region(0, start, second).unwrap();
+            assert!(Arc::ptr_eq(&x, &y), "one header and one cache per start");
+            assert_eq!(x.len_bytes, long, "covering the longer region");
+            let other = setup.for_region(1, start, short).unwrap();
+            assert!(!Arc::ptr_eq(&x, &other));
+            drop((held, x, y, other));
+        }
+        let x = setup.for_region(0, start, short).unwrap();
+        let elsewhere = setup.for_region(0, start + (1 << 20), short).unwrap();
+        assert!(!Arc::ptr_eq(&x, &elsewhere), "another start: its own");
     }
 }
