@@ -68,6 +68,10 @@ fn volume_places(config: &Config, v: &Volume) -> Option<(Vec<Option<RecordedPlac
     let probes = &probes[..];
     let (tree, roles) = reshape_plan::recorded(&v.name, probes)?;
     let newest = records::newest_record(probes, &v.name)?;
+    // Mid-reshape the config says the shape the volume moves into: the reshape's tree places
+    // every role, the added members' too (the old tree has none of them), and its areas are
+    // the ones the records hold.
+    let tree = (newest.reshape.as_ref()).map_or(tree, |r| r.new_tree.clone());
     let log = (newest.ppl).and_then(|a| (a.offset >= METADATA_AREA_BYTES).then_some(a.len));
     let array = records::this_array(probes.iter(), &v.name);
     let regions = regions_by_position(&tree, &roles, v.members.len());
