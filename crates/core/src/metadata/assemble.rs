@@ -5,9 +5,9 @@
 
 use super::{MetadataError, RecordedState, Superblock, Uuid, VolumeRecord};
 use nbraid_layout::Node;
-use std::fmt;
 use thiserror::Error;
 
+mod geometry;
 mod reshape_records;
 
 /// What the member at one position of the config holds.
@@ -225,7 +225,7 @@ pub fn pick_forced(
 pub(crate) struct Names<'a>(pub(crate) &'a [String]);
 
 impl Names<'_> {
-    fn member(&self, i: usize) -> String {
+    pub(super) fn member(&self, i: usize) -> String {
         self.0
             .get(i)
             .map_or_else(|| format!("member {i}"), |id| format!("member {id}"))
@@ -250,8 +250,15 @@ pub(crate) fn assemble_with(
     // Mid-reshape the config says the shape the volume is moving into (`nbraid apply`'s).
     let reshape = newest.reshape.clone();
     let config_shape = reshape.as_ref().map_or(&newest.tree, |r| &r.new_tree);
-    check_geometry(&volume, config_tree, config_shape, newest.members.len())
-        .map_err(|e| placed_before_checksums(e, newest.checksums.is_none()))?;
+    let role_name = |role: usize| geometry::role_name(role, newest, &records, probes, names);
+    geometry::check_geometry(
+        &volume,
+        config_tree,
+        config_shape,
+        newest.members.len(),
+        &role_name,
+    )
+    .map_err(|e| placed_before_checksums(e, newest.checksums.is_none()))?;
     let (mut roles, resuming) =
         place_roles(&volume, newest, &records, probes, names, &mut warnings)?;
     presume_unreachable(
@@ -725,76 +732,4 @@ fn region_start(text: &str) -> u64 {
         .next()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0)
-}
-
-/// The config's tree must be the recorded one up to which member sits at which position.
-fn check_geometry(
-    volume: &str,
-    config: &Node,
-    recorded: &Node,
-    members: usize,
-) -> Result<(), AssembleError> {
-    let changed = |what: &'static str, c: &dyn fmt::Display, r: &dyn fmt::Display| {
-        AssembleError::GeometryChanged {
-            volume: volume.to_string(),
-            what,
-            config: c.to_string(),
-            recorded: r.to_string(),
-        }
-    };
-    if config.member_count() != members {
-        return Err(changed("member count", &config.member_count(), &members));
-    }
-    compare(config, recorded, &changed)
-}
-
-type Changed<'a> = dyn Fn(&'static str, &dyn fmt::Display, &dyn fmt::Display) -> AssembleError + 'a;
-
-fn compare(c: &Node, r: &Node, changed: &Changed) -> Result<(), AssembleError> {
-    let kind = |n: &Node| match n {
-        Node::Member(_) => "a member",
-        Node::Concat(_) => "a concat (JBOD)",
-        Node::Stripe(_) => "a stripe (RAID 0)",
-        Node::Mirror(_) => "a mirror (RAID 1)",
-        Node::Parity(g) if g.parity() == 1 => "a parity group (RAID 5)",
-        Node::Parity(_) => "a parity group (RAID 6)",
-    };
-    match (c, r) {
-        (Node::Member(a), Node::Member(b)) if (a.start, a.len) != (b.start, b.len) => {
-            return Err(changed(
-                "member region",
-                &format!("{}+{}", a.start, a.len),
-                &format!("{}+{}", b.start, b.len),
-            ));
-        }
-        (Node::Stripe(a), Node::Stripe(b)) if a.unit() != b.unit() => {
-            return Err(changed("stripe unit", &a.unit(), &b.unit()));
-        }
-        (Node::Parity(a), Node::Parity(b)) => {
-            if a.strip() != b.strip() {
-                return Err(changed("strip size", &a.strip(), &b.strip()));
-            }
-            if a.layout() != b.layout() {
-                return Err(changed("parity layout", &a.layout(), &b.layout()));
-            }
-            if a.parity() != b.parity() {
-                return Err(changed("level", &kind(c), &kind(r)));
-            }
-        }
-        (a, b) if std::mem::discriminant(a) != std::mem::discriminant(b) => {
-            return Err(changed("level", &kind(a), &kind(b)));
-        }
-        _ => {}
-    }
-    if c.children().len() != r.children().len() {
-        return Err(changed(
-            "member count",
-            &c.member_count(),
-            &r.member_count(),
-        ));
-    }
-    c.children()
-        .iter()
-        .zip(r.children())
-        .try_for_each(|(a, b)| compare(a, b, changed))
 }
