@@ -12,6 +12,7 @@ pub mod checksum;
 pub mod concat;
 pub mod crc32c;
 pub mod error;
+pub mod fail_cause;
 pub mod failure_gate;
 pub mod flush_gate;
 pub mod member;

@@ -292,10 +292,15 @@ impl Volume {
     /// Marks member `index` failed (mdadm's `--fail`, or a member missing at assembly: pass
     /// any placeholder member of the right size and fail it at once). It is never read or
     /// written again; redundancy serves its data. Unknown indices are ignored.
-    pub fn fail_member(&self, index: usize, why: &str) {
+    pub fn fail_member<W: crate::fail_cause::FailWhy + ?Sized>(&self, index: usize, why: &W) {
         if index < self.table.slots().len() {
             self.table.fail(index, &why);
         }
+    }
+
+    /// Why member `index` is failed (its cause and words), while it is.
+    pub fn member_failure(&self, index: usize) -> Option<crate::fail_cause::Failure> {
+        self.table.slots().get(index)?.failure()
     }
 
     /// Marks member `index` stale (`on`: written but never read, while it is resynced) or

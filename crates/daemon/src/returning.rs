@@ -9,7 +9,7 @@
 //! it is rebuilt whole; anything else (another array's records) is left failed and said once.
 //! A member of several volumes (Matrix) that came back blank is rebuilt by each of them: the
 //! first finds it blank, the others find only records of the volumes sharing it
-//! ([`siblings_on`]) and write theirs beside.
+//! ([`siblings_on`](crate::control::readd)) and write theirs beside.
 //!
 //! A server may come back as another disk (restarted on a blank file, another member's, a
 //! stale copy): the member's connection then serves nothing (`nbraid-remote` checks its
@@ -17,12 +17,13 @@
 //! every volume that still has it — an idle volume would not notice — and, once all have,
 //! readmits it ([`Member::readmit`]) for the re-add above to judge what it holds.
 //!
-//! Only remote members come back by themselves: a local disk that failed gave I/O errors,
-//! and an operator decides whether it is trusted again (`nbraid add`, `nbraid replace`).
+//! Only remote members that stopped answering come back by themselves ([`may_return`](crate::control::readd::may_return)): a
+//! member that answered with I/O errors (a local disk, or a server replying EIO) or that the
+//! operator failed stays out until the operator decides (`nbraid add`, `nbraid replace`).
 
+use crate::control::readd::{is_remote, may_return, readd_role};
 use crate::control::{ControlVolume, Controls};
-use nbraid_config as config;
-use nbraid_core::metadata::{Readd, Uuid};
+use nbraid_core::fail_cause::{Because, FailCause};
 use nbraid_core::Member;
 use parking_lot::Mutex;
 use std::collections::HashSet;
@@ -33,35 +34,45 @@ use std::time::Duration;
 /// member whose connection is down fails it at once).
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Whether a member's name is an NBD URI (a remote member).
-fn is_remote(name: &str) -> bool {
-    nbraid_nbd::client::Uri::parse(name).is_ok()
-}
-
 fn say(msg: &str) {
     tracing::warn!("{msg}");
 }
 
-/// Per volume: the roles being probed now, and those already said to be refused (said
-/// once, until the role changes).
+/// Per volume: the roles being probed now, and those already said to be refused or held
+/// out (said once, until the role changes).
 #[derive(Default)]
 struct Probing {
     busy: Arc<Mutex<HashSet<usize>>>,
     refused: Arc<Mutex<HashSet<usize>>>,
+    held: Mutex<HashSet<usize>>,
 }
 
-/// The roles of `v` to probe: failed, with a member, on an NBD server. Roles that are
-/// not are forgotten from `refused`.
-fn due(v: &ControlVolume, refused: &Mutex<HashSet<usize>>) -> Vec<usize> {
+/// The roles of `v` to probe: failed, with a member, on an NBD server, and allowed back by
+/// [`may_return`](crate::control::readd::may_return) (those that are not are said once, in `held`). Roles that are not
+/// probed are forgotten from `refused`.
+fn due(v: &ControlVolume, p: &Probing) -> Vec<usize> {
     let array = v.array();
     let vol = array.volume();
     (0..vol.member_count())
         .filter(|&r| {
-            let ok = vol.member_is_failed(r)
-                && v.array().has_member(r)
-                && is_remote(vol.member(r).name());
+            let failed = vol.member_is_failed(r) && array.has_member(r);
+            let remote = is_remote(vol.member(r).name());
+            let verdict =
+                (failed && remote).then(|| may_return(remote, vol.member_failure(r).as_ref()));
+            if let Some(Err(why)) = &verdict {
+                if p.held.lock().insert(r) {
+                    say(&format!(
+                        "volume {}: remote member {} is not probed: {why}",
+                        v.name,
+                        v.member_ids()[r]
+                    ));
+                }
+            } else {
+                p.held.lock().remove(&r);
+            }
+            let ok = matches!(verdict, Some(Ok(())));
             if !ok {
-                refused.lock().remove(&r);
+                p.refused.lock().remove(&r);
             }
             ok
         })
@@ -88,25 +99,6 @@ where
     }
 }
 
-/// The arrays of the other volumes that member `r` of volume `k` also serves (Matrix): a
-/// member back blank is rebuilt by whichever re-adds it first, and the others then find
-/// only its record there — theirs to write beside, not another array's.
-fn siblings_on(controls: &Controls, k: usize, r: usize) -> Vec<Uuid> {
-    let member = controls.volumes[k].array().volume().member(r);
-    let shares = |o: &ControlVolume| {
-        let (array, name) = (o.array(), member.name());
-        let vol = array.volume();
-        (0..vol.member_count()).any(|i| {
-            let m = vol.member(i);
-            Arc::ptr_eq(&m, &member) || m.name() == name
-        })
-    };
-    (controls.volumes.iter().enumerate())
-        .filter(|&(i, o)| i != k && shares(o))
-        .map(|(_, o)| o.array().id())
-        .collect()
-}
-
 /// Tries failed remote member `r` of volume `k` once.
 async fn probe_member(
     controls: Arc<Controls>,
@@ -114,33 +106,14 @@ async fn probe_member(
     r: usize,
     refused: Arc<Mutex<HashSet<usize>>>,
 ) {
-    let v = &controls.volumes[k];
-    let id = v.member_ids()[r].clone();
-    let siblings = siblings_on(&controls, k, r);
-    match v.array().readd_with_siblings(r, &siblings).await {
-        Ok(Readd::Unreachable(_)) => {}
-        Ok(Readd::Resync { bytes }) => {
+    if let Err(e) = readd_role(&controls, k, r).await {
+        if refused.lock().insert(r) {
+            let v = &controls.volumes[k];
             say(&format!(
-                "volume {}: remote member {id} is back: resyncing the {} the write-intent bitmap marks before it is read again",
+                "volume {}: remote member {} answers again but stays failed: {e}",
                 v.name,
-                config::format_size(bytes)
+                v.member_ids()[r]
             ));
-            v.start_readd_resync();
-        }
-        Ok(Readd::Rebuild) => {
-            say(&format!(
-                "volume {}: remote member {id} is back but cannot be resynced from the bitmap (blank, no bitmap, or its record says it missed more than the bitmap marks: a reshape, a replaced peer, a start of its own elsewhere): rebuilding it whole",
-                v.name
-            ));
-            v.ensure_rebuild(v.rebuild_rate());
-        }
-        Err(e) => {
-            if refused.lock().insert(r) {
-                say(&format!(
-                    "volume {}: remote member {id} answers again but stays failed: {e}",
-                    v.name
-                ));
-            }
         }
     }
 }
@@ -210,7 +183,11 @@ pub fn settle_lost(controls: &Controls) {
                 v.member_ids()[r]
             ));
             let array = v.array();
-            array.volume().fail_member(r, &why);
+            // Not an I/O error of the disk: the server came back with another one. Like a
+            // lost connection it may come back by itself, for the re-add rules to judge.
+            array
+                .volume()
+                .fail_member(r, &Because(FailCause::Unanswered, &why));
             // Into the superblocks now: a restart keeps it failed.
             tokio::spawn(async move {
                 if let Err(e) = array.record_failures().await {
@@ -234,11 +211,12 @@ pub async fn watch(controls: Arc<Controls>) {
         for (k, (v, p)) in controls.volumes.iter().zip(&probing).enumerate() {
             if v.array().volume().failed_count() == 0 {
                 p.refused.lock().clear();
+                p.held.lock().clear();
                 continue;
             }
             let refused = p.refused.clone();
             let controls = controls.clone();
-            start_probes(due(v, &p.refused), &p.busy, move |r| {
+            start_probes(due(v, p), &p.busy, move |r| {
                 probe_member(controls.clone(), k, r, refused.clone())
             });
         }
@@ -249,14 +227,6 @@ pub async fn watch(controls: Arc<Controls>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn remote_members_are_told_by_their_uri() {
-        assert!(is_remote("nbd://host:10809/export"));
-        assert!(is_remote("nbd+unix:///?socket=/run/kit.sock"));
-        assert!(!is_remote("/var/lib/nbraid/d0.img"));
-        assert!(!is_remote("d0.img"));
-    }
 
     #[test]
     fn a_lost_member_is_failed_everywhere_before_it_is_readmitted() {

@@ -299,7 +299,10 @@ impl Connections {
         async move {
             let changed = this.changed.lock().clone();
             if let Some(e) = changed {
-                return Err(io::Error::other(e));
+                // The export is not as it was (changed, or another disk): not the member's
+                // media failing, so the member's failure is the kind that may come back by
+                // itself once the export is as it was or the re-add rules accept it.
+                return Err(io::Error::new(io::ErrorKind::NotConnected, e));
             }
             if this.lingering.load(SeqCst) > 0 {
                 return Err(io::Error::new(

@@ -31,6 +31,9 @@ pub(super) fn add(target: &Target, volume: String, path: &str, force: bool) -> R
         path: path.clone(),
         force,
     })?;
+    if let Some(how) = v["readded"].as_str() {
+        return Ok(readded(&path, &volume, how, &v));
+    }
     Ok(match v["rebuilding"].as_array() {
         Some(r) if !r.is_empty() => {
             let roles: Vec<String> = r
@@ -127,9 +130,24 @@ pub(super) fn replace(
     ))
 }
 
+/// What `add` of a failed remote member's URI says: it is back, resynced or rebuilt.
+fn readded(uri: &str, volume: &str, how: &str, v: &serde_json::Value) -> String {
+    let id = v["id"].as_str().unwrap_or(uri);
+    match v["resync_bytes"].as_u64() {
+        Some(bytes) if how == "resync" => format!(
+            "{id} ({uri}) re-added to {volume}: resyncing the {bytes} bytes the write-intent bitmap marks\n"
+        ),
+        _ => format!("{id} ({uri}) re-added to {volume}: rebuilding it whole\n"),
+    }
+}
+
 /// A member path as the daemon must open it: relative paths are the caller's (the daemon's
-/// working directory is its own), and the records keep the path for every later start.
+/// working directory is its own), and the records keep the path for every later start. An
+/// NBD URI is passed as it is.
 fn absolute(path: &str) -> Result<String> {
+    if nbraid_nbd::client::Uri::parse(path).is_ok() {
+        return Ok(path.to_string());
+    }
     let abs = std::path::absolute(path)
         .with_context(|| format!("{path}: cannot make the path absolute"))?;
     abs.into_os_string()

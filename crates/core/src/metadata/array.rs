@@ -41,6 +41,7 @@ use super::{
 };
 use crate::absent::AbsentMember;
 use crate::error::VolumeResult;
+use crate::fail_cause::{Because, FailCause};
 use crate::failure_gate::FailureRecorder;
 use crate::member::Member;
 use crate::pass::{PassControl, PassState};
@@ -269,7 +270,8 @@ impl Array {
     /// roles being rebuilt and their checkpoints.
     fn take_roles(&self, asm: &Assembly, roles: &RolePlan) -> Vec<(usize, u64)> {
         for &r in &roles.absent {
-            self.volume.fail_member(r, "absent at assembly");
+            self.volume
+                .fail_member(r, &Because(FailCause::AbsentAtStart, "absent at assembly"));
         }
         // Settled below (they were not there to miss anything since the records were written).
         let gate = self.volume.table().failure_gate();

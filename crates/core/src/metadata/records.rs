@@ -109,6 +109,13 @@ enum RecordWriteError {
     NoRecord { volume: String, member: String },
 }
 
+/// A record write that failed on an I/O error fails its member for that error's cause.
+impl crate::fail_cause::FailWhy for RecordWriteError {
+    fn fail_cause(&self) -> crate::fail_cause::FailCause {
+        crate::fail_cause::FailCause::of_error(self)
+    }
+}
+
 /// The records' lock, held: the proof a caller holds it (a `Recorded` alone may be a copy).
 pub(super) type RecordsGuard<'a> = MutexGuard<'a, Recorded>;
 
@@ -238,7 +245,7 @@ impl Records {
         self.table.slot(r).is_current()
     }
 
-    fn fail(&self, r: usize, why: &str) {
+    fn fail(&self, r: usize, why: &dyn crate::fail_cause::FailWhy) {
         self.table.fail(r, &why);
     }
 
@@ -337,7 +344,7 @@ impl Records {
             let mut first = None;
             for (&r, res) in targets.iter().zip(results) {
                 if let Err(e) = res {
-                    self.fail(r, &e.to_string());
+                    self.fail(r, &e);
                     first.get_or_insert((r, e));
                 }
             }

@@ -1,9 +1,10 @@
 //! The member table: every member's slot (the member, a replacement being rebuilt, failed and
 //! stale flags, write and flush counts), shared by the whole tree and by the volume.
 
+use crate::fail_cause::{FailCause, FailWhy, Failure};
 use crate::failure_gate::FailureGate;
 use crate::member::{Member, MemberResult};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -30,6 +31,8 @@ pub struct MemberSlot {
     replacing: AtomicBool,
     /// Set once the member returned an error that leaves its contents stale.
     failed: AtomicBool,
+    /// Why it was failed (the first failure; cleared when a member is installed again).
+    failure: Mutex<Option<Failure>>,
     /// Writes (not FUA) completed on the member so far: each bumps it once it is done.
     writes_done: AtomicU64,
     /// The highest `writes_done` a completed member flush is known to cover. A flush is
@@ -158,6 +161,14 @@ impl MemberSlot {
         self.failed.load(Ordering::Acquire)
     }
 
+    /// Why the member is failed, while it is.
+    pub fn failure(&self) -> Option<Failure> {
+        if !self.is_failed() {
+            return None;
+        }
+        self.failure.lock().clone()
+    }
+
     pub fn read_errors(&self) -> u64 {
         self.read_errors.load(Ordering::Relaxed)
     }
@@ -220,6 +231,7 @@ impl MemberTable {
                     replacement: RwLock::new(None),
                     replacing: AtomicBool::new(false),
                     failed: AtomicBool::new(false),
+                    failure: Mutex::new(None),
                     writes_done: AtomicU64::new(0),
                     writes_durable: AtomicU64::new(0),
                     read_errors: AtomicU64::new(0),
@@ -280,6 +292,7 @@ impl MemberTable {
         self.set_resyncing(index, true);
         slot.put(member);
         slot.read_errors.store(0, Ordering::Relaxed);
+        *slot.failure.lock() = None;
         if slot.failed.swap(false, Ordering::AcqRel) {
             self.failed.fetch_sub(1, Ordering::AcqRel);
         }
@@ -312,13 +325,19 @@ impl MemberTable {
         Some(slot.put(new))
     }
 
-    /// Marks member `index` failed (once), logging why. A replacement being rebuilt beside
+    /// Marks member `index` failed (once), logging why and keeping its cause. A replacement being rebuilt beside
     /// it is dropped: it copied the failed member and takes no write of a failed slot, so
     /// swapped in later it would lack what was written meanwhile (the healing above may put
     /// it back in the role as a new member, rebuilt whole).
-    pub fn fail(&self, index: usize, why: &dyn std::fmt::Display) {
+    pub fn fail(&self, index: usize, why: &dyn FailWhy) {
         let slot = &self.slots[index];
+        let mut failure = slot.failure.lock();
         if !slot.failed.swap(true, Ordering::AcqRel) {
+            *failure = Some(Failure {
+                cause: why.fail_cause(),
+                why: why.to_string(),
+            });
+            drop(failure);
             self.failed.fetch_add(1, Ordering::AcqRel);
             self.gate.failed();
             tracing::error!(
@@ -326,6 +345,12 @@ impl MemberTable {
                 slot.member().name()
             );
             slot.drop_replacement(&"the member it replaces failed");
+        } else if why.fail_cause() == FailCause::Operator {
+            // The operator's word outranks the first cause: it stays out until brought back.
+            *failure = Some(Failure {
+                cause: FailCause::Operator,
+                why: why.to_string(),
+            });
         }
     }
 }
@@ -366,5 +391,25 @@ mod tests {
         );
         table.finish_replacement(0).expect("a replacement");
         assert!(!table.slot(0).memory_backed());
+    }
+
+    #[test]
+    fn a_slot_keeps_why_it_failed_until_a_member_is_installed() {
+        use crate::fail_cause::{Because, FailCause};
+        let table = MemberTable::new(vec![memory("a"), memory("b")]);
+        assert_eq!(table.slot(0).failure(), None);
+        table.fail(0, &"write error");
+        let f = table.slot(0).failure().unwrap();
+        assert_eq!(
+            (f.cause, f.why.as_str()),
+            (FailCause::Errors, "write error")
+        );
+        // A later failure keeps the first cause; the operator's word replaces it.
+        table.fail(0, &Because(FailCause::Unanswered, "timeout"));
+        assert_eq!(table.slot(0).failure().unwrap().cause, FailCause::Errors);
+        table.fail(0, &Because(FailCause::Operator, "nbraid fail"));
+        assert_eq!(table.slot(0).failure().unwrap().cause, FailCause::Operator);
+        table.install(0, memory("c"));
+        assert_eq!(table.slot(0).failure(), None);
     }
 }

@@ -7,6 +7,7 @@ use super::departed::Departed;
 use super::report::rebuild_json;
 use super::volume::ControlVolume;
 use nbraid_control::Refusal;
+use nbraid_core::fail_cause::{Because, FailCause};
 use nbraid_core::metadata::disk_rule::{may_write, Allowed, Consent, Writer};
 use nbraid_core::metadata::MemberMeta;
 use nbraid_core::{Member, UringFile};
@@ -28,7 +29,10 @@ pub(super) fn fail(v: &ControlVolume, member: &str, force: bool) -> Result<Value
             format!("volume \"{}\": {why}", v.name),
         ));
     }
-    vol.fail_member(index, "failed by the operator (nbraid fail)");
+    vol.fail_member(
+        index,
+        &Because(FailCause::Operator, "failed by the operator (nbraid fail)"),
+    );
     // Into the superblocks now, not at the next write: a restart keeps it failed.
     let array = v.array();
     tokio::spawn(async move {
@@ -53,6 +57,9 @@ pub(super) async fn add(
     path: &str,
     force: bool,
 ) -> Result<Value, Refusal> {
+    if super::readd::is_remote(path) {
+        return super::remote_add::readd(controls, v, path).await;
+    }
     let (meta, consent) = newcomer(controls, v, path, force).await?;
     let meta_member = &meta.member().clone();
     // Known only once the array took it: a refused one is dropped here, its file closed
@@ -99,6 +106,9 @@ pub(super) async fn replace(
     force: bool,
 ) -> Result<Value, Refusal> {
     let index = v.member_index(member)?;
+    if super::readd::is_remote(path) {
+        return Err(super::remote_add::not_a_file(&v.name, path));
+    }
     let (meta, consent) = newcomer(controls, v, path, force).await?;
     let newcomer_member = meta.member().clone();
     // A failed role takes the newcomer at once: the member it pushes out is kept as

@@ -25,6 +25,8 @@ mod members;
 mod notes;
 mod passes;
 mod paths;
+pub mod readd;
+mod remote_add;
 mod report;
 mod reshape;
 mod reshape_start;

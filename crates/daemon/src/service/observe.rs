@@ -4,9 +4,11 @@
 //! differs from the last one. The engine is not hooked: a member failed by an I/O error, by
 //! `nbraid fail` or by a remote server going away is seen the same way.
 
+use crate::control::readd::{is_remote, may_return};
 use crate::control::task_slot::TaskSlot;
 use crate::control::{ControlVolume, Controls};
 use crate::events::{Event, EventBus, EventKind};
+use nbraid_core::fail_cause::Failure;
 use nbraid_core::{PassControl, PassState};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +27,8 @@ pub struct Role {
     pub current: bool,
     /// On an NBD server (its failure is most likely the server being out of reach).
     pub remote: bool,
+    /// Why it failed, while it is failed.
+    pub failure: Option<Failure>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,6 +138,7 @@ impl VolumeSnapshot {
                 .map(|r| Role {
                     failed: false,
                     current: true,
+                    failure: None,
                     ..r.clone()
                 })
                 .collect(),
@@ -160,6 +165,46 @@ impl VolumeSnapshot {
             .filter(|r| r.failed)
             .map(|r| r.id.as_str())
             .collect()
+    }
+}
+
+/// The events of role `n` failing: why, and whether it comes back by itself (a remote
+/// member that stopped answering) or stays failed until the operator brings it back
+/// ([`may_return`]).
+fn member_failed(volume: &str, n: &Role, out: &mut Vec<Event>) {
+    let why = n
+        .failure
+        .as_ref()
+        .map(|f| format!(" ({})", f.why))
+        .unwrap_or_default();
+    let verdict = may_return(n.remote, n.failure.as_ref());
+    let stays = match &verdict {
+        Err(why) if n.remote => format!("; {why}"),
+        _ => String::new(),
+    };
+    out.push(
+        Event::new(
+            EventKind::MemberFailed,
+            volume,
+            format!(
+                "member {} failed{why}: it is no longer read or written{stays}",
+                n.id
+            ),
+        )
+        .member(&n.id),
+    );
+    if n.remote && verdict.is_ok() {
+        out.push(
+            Event::new(
+                EventKind::MemberUnreachable,
+                volume,
+                format!(
+                    "remote member {} is not answering; it is re-added, resynced, once it answers",
+                    n.id
+                ),
+            )
+            .member(&n.id),
+        );
     }
 }
 
@@ -192,17 +237,7 @@ pub fn changes(volume: &str, prev: &VolumeSnapshot, next: &VolumeSnapshot) -> Ve
                 .member(&n.id),
             );
         } else if !p.failed && n.failed {
-            out.push(
-                Event::new(
-                    EventKind::MemberFailed,
-                    volume,
-                    format!("member {} failed: it is no longer read or written", n.id),
-                )
-                .member(&n.id),
-            );
-            if n.remote {
-                out.push(Event::new(EventKind::MemberUnreachable, volume, format!("remote member {} is not answering; it is re-added, resynced, once it answers", n.id)).member(&n.id));
-            }
+            member_failed(volume, n, &mut out);
         } else if p.failed && !n.failed {
             out.push(
                 Event::new(
@@ -326,7 +361,8 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
             id: id.clone(),
             failed: vol.member_is_failed(r),
             current: vol.member_is_current(r),
-            remote: nbraid_nbd::client::Uri::parse(vol.member(r).name()).is_ok(),
+            remote: is_remote(vol.member(r).name()),
+            failure: vol.member_failure(r),
         })
         .collect();
     // A role being rebuilt (a spare that took it) is not redundancy yet: degraded until done.
@@ -454,6 +490,7 @@ pub async fn watch(controls: Arc<Controls>, bus: Arc<EventBus>, status: impl Fn(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nbraid_core::fail_cause::FailCause;
 
     fn vol(failed: &[bool]) -> VolumeSnapshot {
         let roles: Vec<Role> = failed
@@ -464,6 +501,10 @@ mod tests {
                 failed: f,
                 current: !f,
                 remote: false,
+                failure: f.then(|| Failure {
+                    cause: FailCause::Unanswered,
+                    why: "no reply within 5s".into(),
+                }),
             })
             .collect();
         let health = match failed.iter().filter(|f| **f).count() {
@@ -608,6 +649,23 @@ mod tests {
             kinds(&changes("db", &after, &before)),
             ["member-back", "volume-optimal"]
         );
+    }
+
+    #[test]
+    fn a_remote_member_that_answered_with_errors_is_said_to_stay_failed() {
+        let mut before = vol(&[false, false]);
+        before.roles[0].remote = true;
+        let mut after = vol(&[true, false]);
+        after.roles[0].remote = true;
+        after.roles[0].failure = Some(Failure {
+            cause: FailCause::Errors,
+            why: "write failed: Input/output error".into(),
+        });
+        let e = changes("db", &before, &after);
+        assert_eq!(kinds(&e), ["member-failed", "volume-degraded"]);
+        let said = &e[0].detail;
+        assert!(said.contains("Input/output error"), "{said}");
+        assert!(said.contains("stays failed until the operator"), "{said}");
     }
 
     #[test]

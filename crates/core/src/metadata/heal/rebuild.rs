@@ -203,7 +203,7 @@ async fn flush_newcomers(p: Parts<'_>, targets: &[usize]) -> Vec<usize> {
             return None;
         }
         if let Err(e) = v.member(r).flush().await {
-            v.fail_member(r, &e.to_string());
+            v.fail_member(r, &e);
             return None;
         }
         Some(r)
