@@ -1,5 +1,6 @@
 //! Members on NBD servers: the options they connect with ([`remote_options`]), the
-//! connection ([`open_remote`]), and the one whose server does not answer ([`at_start`]).
+//! connection ([`open_remote`]), and the one whose server does not answer, or answers with
+//! an export it cannot use ([`at_start`]).
 //!
 //! Remote members whose server does not answer when the daemon starts (connection refused,
 //! no reply in time). What such a member holds is unknown, so it is never taken for blank:
@@ -53,15 +54,16 @@ pub async fn open_remote(
         })
 }
 
-/// What to do with remote member `m` that failed to open with `e`: an unreachable server
-/// gives a member with no connection yet (said loudly); any other error stands.
+/// What to do with remote member `m` that failed to open with `e`: a server that does not
+/// answer, or answers with an export this member cannot use (too small, read-only, a TLS
+/// certificate refused, no TLS where `nbds://` asks for it), gives a member with no
+/// connection yet (said loudly, with the reason): its volumes start degraded without it
+/// within their tolerance, the other volumes as if it were fine, and it is re-added once it
+/// answers as it should. Any other error (not a remote one) stands.
 pub fn at_start(config: &Config, m: &Member, e: AssembleError) -> Result<Opened, AssembleError> {
     let AssembleError::Remote { source, .. } = &e else {
         return Err(e);
     };
-    if !source.is_unreachable() {
-        return Err(e);
-    }
     let member =
         nbraid_remote::RemoteMember::offline(&m.path_text, m.size, &remote_options(config, m))
             .map_err(|source| AssembleError::Remote {
@@ -69,8 +71,10 @@ pub fn at_start(config: &Config, m: &Member, e: AssembleError) -> Result<Opened,
                 source,
             })?;
     let msg = format!(
-        "remote member {} ({}) is UNREACHABLE: {source}; its volumes start degraded without it (within their tolerance) and it is re-added, resynced, once it answers",
-        m.id, m.path_text
+        "remote member {} ({}) is {}: {source}; its volumes start degraded without it (within their tolerance) and it is re-added, resynced, once it answers as it should",
+        m.id,
+        m.path_text,
+        unavailable_word(source)
     );
     tracing::warn!("{msg}");
     Ok(Opened {
@@ -81,4 +85,34 @@ pub fn at_start(config: &Config, m: &Member, e: AssembleError) -> Result<Opened,
         blank: false,
         created: false,
     })
+}
+
+/// How a remote member unavailable at start is named: one whose server does not answer,
+/// or one that answers but cannot be used.
+fn unavailable_word(e: &nbraid_remote::RemoteError) -> &'static str {
+    if e.is_unreachable() {
+        "UNREACHABLE"
+    } else {
+        "UNUSABLE"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nbraid_remote::RemoteError;
+
+    #[test]
+    fn a_member_that_answers_but_cannot_be_used_is_named_unusable() {
+        let small = RemoteError::TooSmall {
+            uri: "nbd://h/".into(),
+            size: 1 << 20,
+            wanted: 1 << 30,
+        };
+        assert_eq!(unavailable_word(&small), "UNUSABLE");
+        let ro = RemoteError::ReadOnly {
+            uri: "nbd://h/".into(),
+        };
+        assert_eq!(unavailable_word(&ro), "UNUSABLE");
+    }
 }

@@ -109,3 +109,23 @@ fn a_remote_member_that_answered_with_io_errors_stays_failed() {
     assert!(said.contains("answered with I/O errors"), "{said}");
     assert!(!said.contains("is back"), "{said}");
 }
+
+#[test]
+fn a_remote_member_whose_export_is_too_small_starts_its_volume_degraded() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ksock, far) = (dir.path().join("kit.sock"), dir.path().join("far.img"));
+    let config = raid1_config(dir.path());
+    let kit = Kit::start(&ksock, &far, &dir.path().join("kit.log"));
+    start_daemon(&config, false).stop();
+    drop(kit);
+    // The server comes back with an export smaller than the config's size.
+    let file = std::fs::File::options().write(true).open(&far).unwrap();
+    file.set_len(MIB).unwrap();
+    let _kit = Kit::start(&ksock, &far, &dir.path().join("kit2.log"));
+    let daemon = start_daemon(&config, true);
+    let s = status(&config);
+    assert_eq!(s["state"], "degraded", "{s}");
+    assert_eq!(member_state(&s, 1), "failed", "{s}");
+    let said = daemon.stop();
+    assert!(said.contains("UNUSABLE"), "{said}");
+}
