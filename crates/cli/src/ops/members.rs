@@ -145,7 +145,7 @@ fn readded(uri: &str, volume: &str, how: &str, v: &serde_json::Value) -> String 
 /// working directory is its own), and the records keep the path for every later start. An
 /// NBD URI is passed as it is.
 fn absolute(path: &str) -> Result<String> {
-    if nbraid_nbd::client::Uri::parse(path).is_ok() {
+    if path.contains("://") {
         return Ok(path.to_string());
     }
     let abs = std::path::absolute(path)
