@@ -327,7 +327,11 @@ impl Connections {
                 Ok(Err(e)) => {
                     if shuts_down(&e) {
                         this.break_all(&e.to_string());
-                    } else if breaks_connection(&e) {
+                        // The server is going away, not failing the request on its media:
+                        // the member stopped answering, and comes back with its server.
+                        return Err(io::Error::new(io::ErrorKind::NotConnected, e));
+                    }
+                    if breaks_connection(&e) {
                         this.broken(i, generation, &e.to_string());
                     }
                     Err(e.into())
