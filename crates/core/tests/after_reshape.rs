@@ -17,6 +17,7 @@ use nbraid_sim::Rng;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::arrays::{create_first, metas, open_every, seeded, write_clean};
 use common::{KIB, MIB};
 
 /// Where the volume keeps its log and checksums: in the metadata area (log only), or in
@@ -56,16 +57,8 @@ fn tree(level: Level, members: usize, strip: u64, start: u64, len: u64) -> Node 
     common::level_tree(level, members, strip, start, len)
 }
 
-fn metas(disks: &[Arc<MemoryMember>]) -> Vec<Arc<MemberMeta>> {
-    let load = |d: &Arc<MemoryMember>| block_on(MemberMeta::load(d.clone() as Arc<dyn Member>));
-    disks.iter().map(load).collect()
-}
-
 fn open(config: &Node, disks: &[Arc<MemoryMember>], keeping: Keeping) -> Array {
-    let m = metas(disks).into_iter().map(Some).collect();
-    block_on(Array::open("vol", config, m, keeping.opts(), &|_, _| {}))
-        .expect("open")
-        .0
+    open_every(config, disks, keeping.opts()).unwrap().0
 }
 
 /// Each member's record of the volume: (role, log area, bitmap bytes, checksum area).
@@ -104,27 +97,9 @@ fn reshape_into(old: &Node, new: &Node, keeping: Keeping, what: &str, logged: bo
         .map(|i| Arc::new(MemoryMember::new(format!("m{i}"), member_bytes)))
         .collect();
     let n_old = old.member_count();
-    let created = block_on(Array::create(
-        "vol",
-        old.clone(),
-        metas(&disks[..n_old]),
-        keeping.opts(),
-        true,
-        &|_, _| {},
-    ))
-    .expect("create")
-    .0;
-    let mut rng = Rng::new(7);
-    let want: Vec<u8> = (0..old.capacity()).map(|_| rng.next_u64() as u8).collect();
-    block_on(async {
-        for (i, piece) in want.chunks(16 * MIB as usize).enumerate() {
-            let at = i as u64 * 16 * MIB;
-            created.write(at, Buf::copy_from(piece), false).await?;
-        }
-        created.flush().await?;
-        created.mark_clean().await.map(|_| ())
-    })
-    .unwrap();
+    let created = create_first(old, &disks, keeping.opts(), true).unwrap();
+    let want = seeded(&mut Rng::new(7), old.capacity());
+    write_clean(&created, &want).unwrap();
     let added = metas(&disks[n_old..]);
     block_on(created.start_reshape(new.clone(), added, &Consent::default()))
         .unwrap_or_else(|e| panic!("{what}: start: {e}"));
@@ -285,16 +260,7 @@ fn a_reshape_waits_for_the_checksum_pass() {
         enable_checksums: true,
         ..keeping.opts()
     };
-    let created = block_on(Array::create(
-        "vol",
-        old,
-        metas(&disks[..3]),
-        opts,
-        true,
-        &|_, _| {},
-    ))
-    .expect("create")
-    .0;
+    let created = create_first(&old, &disks, opts, true).unwrap();
     assert_eq!(block_on(created.checksum_fill_checkpoint()), Some(0));
     let e = block_on(created.start_reshape(new, metas(&disks[3..]), &Consent::default()))
         .expect_err("refused while the pass runs");

@@ -17,7 +17,7 @@ mod common;
 
 use futures::executor::block_on;
 use nbraid_core::metadata::disk_rule::Consent;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
+use nbraid_core::metadata::{Array, ArrayOptions, METADATA_AREA_BYTES};
 use nbraid_core::reshape::{MemberRows, ReshapeHooks};
 use nbraid_core::{Buf, Member, MemoryMember, PassControl, PassState, ScrubControl};
 use nbraid_core::{Volume, VolumeOptions, VolumeResult};
@@ -25,6 +25,7 @@ use nbraid_layout::{Geometry, Level, Node, ParityLayout, Region, Shape, Window};
 use nbraid_sim::Rng;
 use std::sync::Arc;
 
+use common::arrays::{create_first, forced, metas, open_every, seeded, write_clean};
 use common::KIB;
 
 const REGION: u64 = 512 * KIB;
@@ -90,15 +91,6 @@ fn moves() -> Vec<(&'static str, Node, Node)> {
     ]
 }
 
-fn metas(disks: &[Arc<MemoryMember>]) -> Vec<Arc<MemberMeta>> {
-    let load = |d: &Arc<MemoryMember>| block_on(MemberMeta::load(d.clone() as Arc<dyn Member>));
-    disks.iter().map(load).collect()
-}
-
-fn seeded(rng: &mut Rng, len: u64) -> Vec<u8> {
-    (0..len).map(|_| rng.next_u64() as u8).collect()
-}
-
 /// Members for `new` (the first `n_old` for the old shape), each region full of seeded bytes:
 /// the added members as a forced disk with old data would be.
 fn members(new: &Node, rng: &mut Rng) -> Vec<Arc<MemoryMember>> {
@@ -123,10 +115,7 @@ fn opts() -> ArrayOptions {
 }
 
 fn open(new: &Node, disks: &[Arc<MemoryMember>]) -> Array {
-    let m = metas(disks).into_iter().map(Some).collect();
-    block_on(Array::open("vol", new, m, opts(), &|_, _| {}))
-        .expect("open")
-        .0
+    open_every(new, disks, opts()).unwrap().0
 }
 
 /// Stripes of the whole volume whose parity or copies disagree (a check-only scrub).
@@ -141,29 +130,11 @@ fn grow(what: &str, old: &Node, new: &Node) -> Result<(), String> {
     let mut rng = Rng::new(11);
     let disks = members(new, &mut rng);
     let n_old = old.member_count();
-    let created = block_on(Array::create(
-        "vol",
-        old.clone(),
-        metas(&disks[..n_old]),
-        opts(),
-        false,
-        &|_, _| {},
-    ))
-    .map_err(|e| format!("create: {e}"))?
-    .0;
+    let created = create_first(old, &disks, opts(), false)?;
     // Written in full: the old tree's parity agrees with its data everywhere.
     let want = seeded(&mut rng, old.capacity());
-    block_on(async {
-        created.write(0, Buf::copy_from(&want), false).await?;
-        created.flush().await?;
-        created.mark_clean().await.map(|_| ())
-    })
-    .map_err(|e| format!("fill: {e}"))?;
-    let force = Consent {
-        force: true,
-        ..Consent::default()
-    };
-    block_on(created.start_reshape(new.clone(), metas(&disks[n_old..]), &force))
+    write_clean(&created, &want)?;
+    block_on(created.start_reshape(new.clone(), metas(&disks[n_old..]), &forced()))
         .map_err(|e| format!("start: {e}"))?;
     drop(created);
     let a = open(new, &disks);
@@ -545,24 +516,11 @@ fn a_jbod_grows_by_a_member_at_its_end() {
     let new = tree(Level::Jbod, 3, 64 * KIB);
     let mut rng = Rng::new(9);
     let disks = members(&new, &mut rng);
-    let a = block_on(Array::create(
-        "vol",
-        old.clone(),
-        metas(&disks[..2]),
-        opts(),
-        false,
-        &|_, _| {},
-    ))
-    .expect("create")
-    .0;
+    let a = create_first(&old, &disks, opts(), false).unwrap();
     let want = seeded(&mut rng, old.capacity());
     block_on(a.write(0, Buf::copy_from(&want), true)).unwrap();
     block_on(a.mark_clean()).unwrap();
-    let force = Consent {
-        force: true,
-        ..Consent::default()
-    };
-    block_on(a.start_reshape(new.clone(), metas(&disks[2..]), &force)).unwrap();
+    block_on(a.start_reshape(new.clone(), metas(&disks[2..]), &forced())).unwrap();
     drop(a);
     let a = open(&new, &disks);
     let cap = old.capacity();

@@ -23,8 +23,7 @@ mod common;
 
 use futures::executor::block_on;
 use futures::future::{select, Either};
-use nbraid_core::metadata::disk_rule::Consent;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
+use nbraid_core::metadata::{Array, ArrayOptions, METADATA_AREA_BYTES};
 use nbraid_core::{Buf, Member, MemoryMember, PassControl, PassState, ScrubControl};
 use nbraid_core::{Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Level, Node, ParityLayout, Region, Shape};
@@ -32,6 +31,7 @@ use nbraid_sim::{Faulty, Rng};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::arrays::{create_first, forced, metas, open_every};
 use common::{KIB, MIB};
 
 /// The block-checksum reserve before every region (a region of up to about 30 MiB).
@@ -232,16 +232,8 @@ fn read_all(
     Ok(out)
 }
 
-fn metas(disks: &[Disk]) -> Vec<Arc<MemberMeta>> {
-    let load = |d: &Disk| block_on(MemberMeta::load(d.clone() as Arc<dyn Member>));
-    disks.iter().map(load).collect()
-}
-
 fn open(tree: &Node, disks: &[Disk]) -> Result<Array, String> {
-    let m = metas(disks).into_iter().map(Some).collect();
-    block_on(Array::open("vol", tree, m, opts(), &|_, _| {}))
-        .map(|(a, _)| a)
-        .map_err(|e| format!("open: {e}"))
+    open_every(tree, disks, opts()).map(|(a, _)| a)
 }
 
 /// The first byte of `[from, to)` of the volume that is not zero, if any.
@@ -253,16 +245,7 @@ fn first_non_zero(read: &[u8], from: u64) -> Option<u64> {
 /// (forced: the added members hold old bytes).
 fn started(old: &Node, new: &Node, disks: &[Disk]) -> Result<(), String> {
     let n_old = old.member_count();
-    let created = block_on(Array::create(
-        "vol",
-        old.clone(),
-        metas(&disks[..n_old]),
-        opts(),
-        false,
-        &|_, _| {},
-    ))
-    .map_err(|e| format!("create: {e}"))?
-    .0;
+    let created = create_first(old, disks, opts(), false)?;
     block_on(async {
         let mut at = 0;
         while at < old.capacity() {
@@ -275,11 +258,7 @@ fn started(old: &Node, new: &Node, disks: &[Disk]) -> Result<(), String> {
         created.mark_clean().await.map(|_| ())
     })
     .map_err(|e| format!("fill: {e}"))?;
-    let force = Consent {
-        force: true,
-        ..Consent::default()
-    };
-    block_on(created.start_reshape(new.clone(), metas(&disks[n_old..]), &force))
+    block_on(created.start_reshape(new.clone(), metas(&disks[n_old..]), &forced()))
         .map_err(|e| format!("start: {e}"))
 }
 

@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::arrays::{create_first, metas, open_every, seeded, write_clean};
 use common::KIB;
 use futures::executor::block_on;
 use nbraid_core::metadata::disk_rule::Consent;
@@ -31,16 +32,8 @@ fn mirror(copies: usize) -> Node {
     common::level_tree(Level::Raid1, copies, 64 * KIB, start, REGION)
 }
 
-fn metas(disks: &[Arc<MemoryMember>]) -> Vec<Arc<MemberMeta>> {
-    disks
-        .iter()
-        .map(|d| block_on(MemberMeta::load(d.clone() as Arc<dyn Member>)))
-        .collect()
-}
-
 fn open(tree: &Node, disks: &[Arc<MemoryMember>]) -> (Array, nbraid_core::metadata::OpenReport) {
-    let m = metas(disks).into_iter().map(Some).collect();
-    block_on(Array::open("vol", tree, m, opts(), &|_, _| {})).expect("open")
+    open_every(tree, disks, opts()).unwrap()
 }
 
 #[test]
@@ -50,24 +43,9 @@ fn copies_added_to_a_mirror_are_rebuilt_and_then_hold_the_volume_alone() {
             .map(|i| Arc::new(MemoryMember::new(format!("m{i}"), 4 * common::MIB)))
             .collect();
         let (old, new) = (mirror(from), mirror(to));
-        let a = block_on(Array::create(
-            "vol",
-            old.clone(),
-            metas(&disks[..from]),
-            opts(),
-            false,
-            &|_, _| {},
-        ))
-        .expect("create")
-        .0;
-        let mut rng = Rng::new(7);
-        let mut want: Vec<u8> = (0..REGION).map(|_| rng.next_u64() as u8).collect();
-        block_on(async {
-            a.write(0, Buf::copy_from(&want), false).await?;
-            a.flush().await?;
-            a.mark_clean().await.map(|_| ())
-        })
-        .unwrap();
+        let a = create_first(&old, &disks, opts(), false).unwrap();
+        let mut want = seeded(&mut Rng::new(7), REGION);
+        write_clean(&a, &want).unwrap();
         let added = metas(&disks[from..]);
         block_on(a.add_copies(new.clone(), added, &Consent::default()))
             .unwrap_or_else(|e| panic!("{from}→{to}: add: {e}"));
@@ -120,16 +98,7 @@ fn copies_are_added_to_a_mirror_only() {
         .collect();
     let start = METADATA_AREA_BYTES + SUM_RESERVE;
     let r5 = |n| common::level_tree(Level::Raid5, n, 64 * KIB, start, REGION);
-    let a = block_on(Array::create(
-        "vol",
-        r5(3),
-        metas(&disks[..3]),
-        opts(),
-        false,
-        &|_, _| {},
-    ))
-    .expect("create")
-    .0;
+    let a = create_first(&r5(3), &disks, opts(), false).unwrap();
     block_on(a.mark_clean()).unwrap();
     let e = block_on(a.add_copies(r5(4), metas(&disks[3..]), &Consent::default())).unwrap_err();
     assert!(e.to_string().contains("RAID 1"), "{e}");
@@ -145,23 +114,9 @@ fn a_commit_torn_before_the_added_member_leaves_the_old_copies_serving() {
         .map(|i| Arc::new(MemoryMember::new(format!("m{i}"), 4 * common::MIB)))
         .collect();
     let (old, new) = (mirror(2), mirror(3));
-    let a = block_on(Array::create(
-        "vol",
-        old,
-        metas(&disks[..2]),
-        opts(),
-        false,
-        &|_, _| {},
-    ))
-    .expect("create")
-    .0;
+    let a = create_first(&old, &disks, opts(), false).unwrap();
     let want: Vec<u8> = (0..REGION).map(|i| (i * 7 % 251) as u8).collect();
-    block_on(async {
-        a.write(0, Buf::copy_from(&want), false).await?;
-        a.flush().await?;
-        a.mark_clean().await.map(|_| ())
-    })
-    .unwrap();
+    write_clean(&a, &want).unwrap();
     let faulty = Arc::new(Faulty::new(disks[2].clone(), 1));
     faulty.fail_range(FaultOps::WRITE, 0..2 * SLOT_BYTES);
     let added = block_on(MemberMeta::load(faulty as Arc<dyn Member>));

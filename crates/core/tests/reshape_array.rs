@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::arrays::same;
+use common::arrays::{create_first, forced, metas, open_every, same, seeded, write_clean};
 
 use futures::executor::block_on;
 use futures::future::{select, Either};
@@ -81,22 +81,8 @@ fn opts() -> ArrayOptions {
     }
 }
 
-fn metas(disks: &[Disk]) -> Vec<Arc<MemberMeta>> {
-    disks
-        .iter()
-        .map(|d| block_on(MemberMeta::load(d.clone() as Arc<dyn Member>)))
-        .collect()
-}
-
 fn open(config: &Node, disks: &[Disk]) -> Result<Array, String> {
-    let m = metas(disks).into_iter().map(Some).collect();
-    block_on(Array::open("vol", config, m, opts(), &|_, _| {}))
-        .map(|(a, _)| a)
-        .map_err(|e| e.to_string())
-}
-
-fn seeded(rng: &mut Rng, len: u64) -> Vec<u8> {
-    (0..len).map(|_| rng.next_u64() as u8).collect()
+    open_every(config, disks, opts()).map(|(a, _)| a)
 }
 
 /// One seed of one move; `Err` names what was lost.
@@ -109,24 +95,10 @@ fn run(old: &Node, new: &Node, seed: u64) -> Result<(), String> {
         })
         .collect();
     let n_old = old.member_count();
-    let created = block_on(Array::create(
-        "vol",
-        old.clone(),
-        metas(&disks[..n_old]),
-        opts(),
-        true,
-        &|_, _| {},
-    ))
-    .map_err(|e| e.to_string())?
-    .0;
+    let created = create_first(old, &disks, opts(), true)?;
     let cap = created.volume().capacity();
     let mut want = seeded(&mut rng, cap);
-    block_on(async {
-        created.write(0, Buf::copy_from(&want), false).await?;
-        created.flush().await?;
-        created.mark_clean().await
-    })
-    .map_err(|e| e.to_string())?;
+    write_clean(&created, &want)?;
     let added = metas(&disks[n_old..]);
     block_on(created.start_reshape(new.clone(), added, &Consent::default()))
         .map_err(|e| format!("start: {e}"))?;
@@ -296,12 +268,8 @@ fn an_added_member_with_data_is_refused_unless_forced() {
         "names the disk: {refused}"
     );
     open(&old, &disks[..3]).expect("still the old shape after a refusal");
-    let forced = Consent {
-        force: true,
-        siblings: Vec::new(),
-    };
     let a = open(&old, &disks[..3]).unwrap();
-    block_on(a.start_reshape(new.clone(), metas(&disks[3..]), &forced)).expect("forced");
+    block_on(a.start_reshape(new.clone(), metas(&disks[3..]), &forced())).expect("forced");
     open(&new, &disks).expect("opens mid-reshape after a forced start");
 }
 
@@ -349,22 +317,9 @@ fn started(old: &Node, new: &Node, seed: u64) -> (Vec<Disk>, Vec<u8>) {
         })
         .collect();
     let n_old = old.member_count();
-    let (created, _) = block_on(Array::create(
-        "vol",
-        old.clone(),
-        metas(&disks[..n_old]),
-        opts(),
-        true,
-        &|_, _| {},
-    ))
-    .unwrap();
+    let created = create_first(old, &disks, opts(), true).unwrap();
     let want = seeded(&mut Rng::new(seed), created.volume().capacity());
-    block_on(async {
-        created.write(0, Buf::copy_from(&want), false).await?;
-        created.flush().await?;
-        created.mark_clean().await
-    })
-    .unwrap();
+    write_clean(&created, &want).unwrap();
     let added = metas(&disks[n_old..]);
     block_on(created.start_reshape(new.clone(), added, &Consent::default())).unwrap();
     (disks, want)

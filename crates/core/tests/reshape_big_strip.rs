@@ -11,18 +11,20 @@
 //! and in the new shape alone. And a RAID 5 → 6 with no room for its pool is refused at the
 //! start, naming the member and the bytes missing. `NBRAID_SEED=<n>` replays one seed.
 
+mod common;
+
+use common::arrays::{create_first, metas, open_every, seeded, write_clean};
+use common::{KIB, MIB};
 use futures::executor::block_on;
 use futures::future::{select, Either};
 use nbraid_core::metadata::disk_rule::Consent;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
-use nbraid_core::{Buf, Member, MemoryMember, PassControl, PassState, VolumeOptions};
+use nbraid_core::metadata::{Array, ArrayOptions, METADATA_AREA_BYTES};
+use nbraid_core::{Buf, MemoryMember, PassControl, PassState, VolumeOptions};
 use nbraid_layout::{Level, Node, ParityLayout, Region, Reshape, Shape};
 use nbraid_sim::{Faulty, Rng};
 use std::sync::Arc;
 use std::time::Duration;
 
-const KIB: u64 = 1 << 10;
-const MIB: u64 = 1 << 20;
 /// Requests the test makes at most (below the engine's limit per request).
 const PIECE_BYTES: usize = 8 << 20;
 
@@ -99,22 +101,8 @@ fn opts(m: &Move) -> ArrayOptions {
     }
 }
 
-fn metas(disks: &[Disk]) -> Vec<Arc<MemberMeta>> {
-    disks
-        .iter()
-        .map(|d| block_on(MemberMeta::load(d.clone() as Arc<dyn Member>)))
-        .collect()
-}
-
 fn open(m: &Move, config: &Node, disks: &[Disk]) -> Result<Array, String> {
-    let metas = metas(disks).into_iter().map(Some).collect();
-    block_on(Array::open("vol", config, metas, opts(m), &|_, _| {}))
-        .map(|(a, _)| a)
-        .map_err(|e| e.to_string())
-}
-
-fn seeded(rng: &mut Rng, len: u64) -> Vec<u8> {
-    (0..len).map(|_| rng.next_u64() as u8).collect()
+    open_every(config, disks, opts(m)).map(|(a, _)| a)
 }
 
 fn same(a: &Array, want: &[u8], when: &str) -> Result<(), String> {
@@ -141,26 +129,9 @@ fn disks(m: &Move, seed: u64) -> Vec<Disk> {
 /// reshape; the bytes written.
 fn create_and_start(m: &Move, disks: &[Disk], rng: &mut Rng) -> Result<Vec<u8>, String> {
     let n_old = m.old.member_count();
-    let created = block_on(Array::create(
-        "vol",
-        m.old.clone(),
-        metas(&disks[..n_old]),
-        opts(m),
-        true,
-        &|_, _| {},
-    ))
-    .map_err(|e| e.to_string())?
-    .0;
+    let created = create_first(&m.old, disks, opts(m), true)?;
     let want = seeded(rng, created.volume().capacity());
-    block_on(async {
-        for (i, piece) in want.chunks(PIECE_BYTES).enumerate() {
-            let at = (i * PIECE_BYTES) as u64;
-            created.write(at, Buf::copy_from(piece), false).await?;
-        }
-        created.flush().await?;
-        created.mark_clean().await
-    })
-    .map_err(|e| e.to_string())?;
+    write_clean(&created, &want)?;
     let added = metas(&disks[n_old..]);
     block_on(created.start_reshape(m.new.clone(), added, &Consent::default()))
         .map_err(|e| format!("start: {e}"))?;

@@ -16,12 +16,13 @@
 
 mod common;
 
+use common::arrays::{create_first, metas, open_every, seeded, write_clean};
 use common::{KIB, MIB};
 use futures::executor::block_on;
 use futures::future::join;
 use nbraid_core::metadata::disk_rule::Consent;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
-use nbraid_core::{Buf, Member, MemoryMember, PassControl, PassState, VolumeOptions};
+use nbraid_core::metadata::{Array, ArrayOptions, METADATA_AREA_BYTES};
+use nbraid_core::{Buf, MemoryMember, PassControl, PassState, VolumeOptions};
 use nbraid_layout::{Level, Node};
 use nbraid_sim::Rng;
 use std::sync::atomic::Ordering;
@@ -93,21 +94,8 @@ fn opts() -> ArrayOptions {
     }
 }
 
-fn metas(disks: &[Disk]) -> Vec<Arc<MemberMeta>> {
-    (disks.iter())
-        .map(|d| block_on(MemberMeta::load(d.clone() as Arc<dyn Member>)))
-        .collect()
-}
-
 fn open(config: &Node, disks: &[Disk]) -> Result<(Array, bool), String> {
-    let m = metas(disks).into_iter().map(Some).collect();
-    block_on(Array::open("vol", config, m, opts(), &|_, _| {}))
-        .map(|(a, report)| (a, report.was_clean))
-        .map_err(|e| e.to_string())
-}
-
-fn seeded(rng: &mut Rng, len: u64) -> Vec<u8> {
-    (0..len).map(|_| rng.next_u64() as u8).collect()
+    open_every(config, disks, opts()).map(|(a, report)| (a, report.was_clean))
 }
 
 /// Checksum mismatches counted on every member.
@@ -155,25 +143,11 @@ fn run(m: &Move, strip: u64, crash: bool) -> Result<(), String> {
         .map(|i| Arc::new(MemoryMember::new(format!("m{i}"), m.member_bytes(i))))
         .collect();
     let n_old = m.old.1;
-    let created = block_on(Array::create(
-        "vol",
-        old.clone(),
-        metas(&disks[..n_old]),
-        opts(),
-        true,
-        &|_, _| {},
-    ))
-    .map_err(|e| format!("create: {e}"))?
-    .0;
+    let created = create_first(&old, &disks, opts(), true)?;
     let cap = created.volume().capacity();
     let mut rng = Rng::new(strip);
     let mut want = seeded(&mut rng, cap);
-    block_on(async {
-        created.write(0, Buf::copy_from(&want), false).await?;
-        created.flush().await?;
-        created.mark_clean().await.map(|_| ())
-    })
-    .map_err(|e| format!("fill: {e}"))?;
+    write_clean(&created, &want)?;
     let added = metas(&disks[n_old..]);
     block_on(created.start_reshape(new.clone(), added, &Consent::default()))
         .map_err(|e| format!("start: {e}"))?;

@@ -10,13 +10,14 @@ mod common;
 use futures::executor::block_on;
 use futures::future::join;
 use nbraid_core::metadata::disk_rule::Consent;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
+use nbraid_core::metadata::{Array, ArrayOptions, METADATA_AREA_BYTES};
 use nbraid_core::{Buf, Member, MemoryMember, PassControl, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Level, Node, Reshape, Side};
 use nbraid_sim::{Faulty, Rng};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::arrays::{create_first, metas, open_every, seeded, write_clean};
 use common::KIB;
 const REGION: u64 = 384 * KIB;
 const MEMBER_BYTES: u64 = METADATA_AREA_BYTES + REGION;
@@ -36,21 +37,8 @@ fn opts() -> ArrayOptions {
     }
 }
 
-fn metas(disks: &[Disk]) -> Vec<Arc<MemberMeta>> {
-    (disks.iter())
-        .map(|d| block_on(MemberMeta::load(d.clone() as Arc<dyn Member>)))
-        .collect()
-}
-
 fn open(config: &Node, disks: &[Disk]) -> Array {
-    let m = metas(disks).into_iter().map(Some).collect();
-    block_on(Array::open("vol", config, m, opts(), &|_, _| {}))
-        .unwrap()
-        .0
-}
-
-fn seeded(rng: &mut Rng, len: u64) -> Vec<u8> {
-    (0..len).map(|_| rng.next_u64() as u8).collect()
+    open_every(config, disks, opts()).unwrap().0
 }
 
 /// A reshape of `old` into `new`, created, filled and cut about half-way: the array open
@@ -65,24 +53,10 @@ fn half_reshaped(old: &Node, new: &Node, rng: &mut Rng) -> (Array, Vec<Disk>, Ve
         })
         .collect();
     let n_old = old.member_count();
-    let created = block_on(Array::create(
-        "vol",
-        old.clone(),
-        metas(&disks[..n_old]),
-        opts(),
-        true,
-        &|_, _| {},
-    ))
-    .unwrap()
-    .0;
+    let created = create_first(old, &disks, opts(), true).unwrap();
     let cap = created.volume().capacity();
     let want = seeded(rng, cap);
-    block_on(async {
-        created.write(0, Buf::copy_from(&want), false).await?;
-        created.flush().await?;
-        created.mark_clean().await
-    })
-    .unwrap();
+    write_clean(&created, &want).unwrap();
     let added = metas(&disks[n_old..]);
     block_on(created.start_reshape(new.clone(), added, &Consent::default())).unwrap();
     drop(created);

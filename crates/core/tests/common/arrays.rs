@@ -6,15 +6,81 @@
 use futures::executor::block_on;
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta};
+use nbraid_core::metadata::disk_rule::Consent;
+use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, OpenReport};
 use nbraid_core::{Buf, Member, MemberResult, MemoryMember};
 use nbraid_layout::Node;
+use nbraid_sim::Rng;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// A member's superblock, loaded as the daemon's assembly would.
 pub fn load(m: Arc<dyn Member>) -> Arc<MemberMeta> {
     block_on(MemberMeta::load(m))
+}
+
+/// [`load`] of every disk, in order.
+pub fn metas<D: Member + 'static>(disks: &[Arc<D>]) -> Vec<Arc<MemberMeta>> {
+    disks
+        .iter()
+        .map(|d| load(d.clone() as Arc<dyn Member>))
+        .collect()
+}
+
+/// Array "vol" of `tree` created over the first `tree.member_count()` of `disks` (a
+/// reshape's old shape: the disks after them are the members it adds); `Err` says why not.
+pub fn create_first<D: Member + 'static>(
+    tree: &Node,
+    disks: &[Arc<D>],
+    opts: ArrayOptions,
+    assume_clean: bool,
+) -> Result<Array, String> {
+    let first = metas(&disks[..tree.member_count()]);
+    let created = Array::create("vol", tree.clone(), first, opts, assume_clean, &|_, _| {});
+    block_on(created)
+        .map(|(a, _)| a)
+        .map_err(|e| format!("create: {e}"))
+}
+
+/// Array "vol" of `config` opened over every disk of `disks`, with what the open found;
+/// `Err` says why not.
+pub fn open_every<D: Member + 'static>(
+    config: &Node,
+    disks: &[Arc<D>],
+    opts: ArrayOptions,
+) -> Result<(Array, OpenReport), String> {
+    let present = metas(disks).into_iter().map(Some).collect();
+    block_on(Array::open("vol", config, present, opts, &|_, _| {}))
+        .map_err(|e| format!("open: {e}"))
+}
+
+/// Writes `bytes` from the volume's first byte (in pieces of 4 MiB: a volume of big strips
+/// is larger than one request should be), flushes, and records the array clean: its
+/// redundancy agrees with its data everywhere.
+pub fn write_clean(a: &Array, bytes: &[u8]) -> Result<(), String> {
+    const PIECE_BYTES: usize = 4 << 20;
+    block_on(async {
+        for (i, piece) in bytes.chunks(PIECE_BYTES).enumerate() {
+            a.write((i * PIECE_BYTES) as u64, Buf::copy_from(piece), false)
+                .await?;
+        }
+        a.flush().await?;
+        a.mark_clean().await.map(|_| ())
+    })
+    .map_err(|e| format!("write, flush, mark clean: {e}"))
+}
+
+/// The operator's consent to take disks whatever they hold (`--force`).
+pub fn forced() -> Consent {
+    Consent {
+        force: true,
+        ..Consent::default()
+    }
+}
+
+/// `len_bytes` bytes from `rng`.
+pub fn seeded(rng: &mut Rng, len_bytes: u64) -> Vec<u8> {
+    (0..len_bytes).map(|_| rng.next_u64() as u8).collect()
 }
 
 /// [`load`] of a memory disk.
