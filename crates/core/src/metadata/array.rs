@@ -336,7 +336,7 @@ impl Array {
         let ppl = PplPlaces::new(name, &tree, &records, newest.events, logged);
         // Parity is trusted: whatever may disagree (the bitmap's regions, stale members) is
         // resynced before anything is served, so the volume starts as in sync as zeroed members.
-        let checksums = checksum_area::setup(name, &tree, &records)
+        let checksums = checksum_area::setup(name, &tree, &records, &newest)
             .map(|s| s.with_fail_after_errors(opts.checksum_errors_to_fail));
         let vopts = VolumeOptions {
             members_known_zero: true,

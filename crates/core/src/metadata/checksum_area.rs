@@ -4,7 +4,8 @@
 //! member has room: [`enable`]), and turned into the engine's setup at open.
 
 use super::member_meta::MemberMeta;
-use super::{Area, ChecksumFill, Superblock, VolumeRecord, METADATA_AREA_BYTES, SLOT_BYTES};
+use super::{Area, ChecksumFill, RecordedState, Superblock, VolumeRecord};
+use super::{METADATA_AREA_BYTES, SLOT_BYTES};
 use crate::checksum::{area_bytes, place_for_existing, ChecksumArea, ChecksumSetup};
 use crate::checksum::{LeafChecksums, MemberUse, NoRoomForChecksums};
 use crate::member::Member;
@@ -190,14 +191,15 @@ fn member_use(sb: &Superblock, member_len_bytes: u64) -> MemberUse {
     }
 }
 
-/// The engine's checksum setup from the records by role (`None`: the volume keeps none).
-/// `clean`: every record says the volume was shut down cleanly, so every entry is trusted.
+/// The engine's checksum setup from the records by role (`None`: the volume keeps none),
+/// opened clean as [`opened_clean`] says (`newest`: the record the volume starts from).
 /// A role with no record (its member missing) gets the place its area has beside its region
 /// on the others ([`inferred_area`]): a spare rebuilt into it carries the role's area there.
 pub(super) fn setup(
     name: &str,
     tree: &Node,
     records: &[Option<VolumeRecord>],
+    newest: &VolumeRecord,
 ) -> Option<ChecksumSetup> {
     let recorded: Vec<Option<Area>> = records
         .iter()
@@ -227,8 +229,25 @@ pub(super) fn setup(
             })
         })
         .collect();
-    let clean = records.iter().flatten().all(|r| r.clean);
-    Some(ChecksumSetup::new(name, areas, clean))
+    Some(ChecksumSetup::new(
+        name,
+        areas,
+        opened_clean(records, newest),
+    ))
+}
+
+/// Whether every entry is trusted at this open: the record of every member still in the
+/// volume says it was shut down cleanly. A member `newest` records failed does not count:
+/// its record froze when it failed (mid-write: dirty) and its entries are never read again;
+/// counting it distrusted — and blanked — the entries of every other member at every open
+/// from then on, so their blocks went unchecked and a degraded read served rotten bytes.
+fn opened_clean(records: &[Option<VolumeRecord>], newest: &VolumeRecord) -> bool {
+    let failed =
+        |role: usize| (newest.members.get(role)).is_some_and(|m| m.state == RecordedState::Failed);
+    (records.iter().enumerate())
+        .filter(|&(role, _)| !failed(role))
+        .filter_map(|(_, r)| r.as_ref())
+        .all(|r| r.clean)
 }
 
 /// Each role's region (start, length) in the tree.
@@ -400,8 +419,62 @@ pub(super) async fn swap_in_replacement<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metadata::{MemberEntry, Uuid};
 
     const MIB: u64 = 1 << 20;
+
+    /// Role `role`'s record of a three-member volume whose members are in `states`.
+    fn record(role: u32, clean: bool, states: &[RecordedState]) -> VolumeRecord {
+        VolumeRecord {
+            array: Uuid([1; 16]),
+            name: "v".into(),
+            events: 7,
+            clean,
+            role,
+            members: (states.iter())
+                .map(|&state| MemberEntry {
+                    uuid: Uuid([2; 16]),
+                    state,
+                })
+                .collect(),
+            tree: Node::member(0, MIB, 8 * MIB),
+            bitmap: None,
+            ppl: None,
+            checksums: None,
+            scrub: None,
+            added_paths: Vec::new(),
+            reshape: None,
+            checksum_fill: None,
+        }
+    }
+
+    #[test]
+    fn a_failed_members_frozen_dirty_record_does_not_make_every_open_unclean() {
+        use RecordedState::{Active, Failed};
+        let states = [Active, Failed, Active];
+        let newest = record(0, true, &states);
+        // Role 1 failed mid-write: its own record stayed dirty, from before its failure.
+        let frozen = record(1, false, &[Active, Active, Active]);
+        let records = vec![
+            Some(newest.clone()),
+            Some(frozen),
+            Some(record(2, true, &states)),
+        ];
+        assert!(
+            opened_clean(&records, &newest),
+            "clean shutdown of the others"
+        );
+        // The others dirty (a crash): distrusted.
+        let crashed = record(0, false, &states);
+        let records = vec![Some(crashed.clone()), None, Some(record(2, false, &states))];
+        assert!(!opened_clean(&records, &crashed));
+        // A member still in the volume with a dirty record (stale, back): distrusted.
+        let all_in = [Active, Active, Active];
+        let newest = record(0, true, &all_in);
+        let stale = record(1, false, &all_in);
+        let records = vec![Some(newest.clone()), Some(stale), None];
+        assert!(!opened_clean(&records, &newest));
+    }
 
     #[test]
     fn an_area_copy_abandoned_before_the_swap_stops_noting_write_backs() {
