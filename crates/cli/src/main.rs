@@ -190,6 +190,9 @@ fn main() -> ExitCode {
             if let Some(out) = e.downcast_ref::<ops::JsonFailure>() {
                 print_out(&out.0);
             }
+            if let Some(out) = e.downcast_ref::<ops::NotServing>() {
+                print_out(&out.report);
+            }
             eprintln!("error: {}", error_text(e.as_ref()));
             ExitCode::FAILURE
         }

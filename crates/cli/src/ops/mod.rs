@@ -14,6 +14,7 @@
 mod client;
 mod findings;
 mod members;
+mod offline_status;
 mod passes;
 mod status;
 mod text;
@@ -24,12 +25,15 @@ use client::Refused;
 pub(crate) use client::{Client, Target};
 use nbraid_assembly::error_text::error_text;
 use nbraid_core::PassRate;
+pub use offline_status::NotServing;
 use serde_json::json;
 use std::fmt;
 
 #[derive(Subcommand)]
 pub enum OpsCommand {
     /// Show every volume and member of a running daemon: state, scrub progress, I/O, cache.
+    /// With --config and no daemon running on it: what the members' superblocks say (each
+    /// volume's state, who holds each role and who is out), and exit 1.
     Status {
         /// Only this volume.
         volume: Option<String>,
@@ -199,7 +203,7 @@ impl OpsCommand {
 /// Carries out `cmd`; what to print, or why not (for `--json`, a [`JsonFailure`]).
 pub fn run(cmd: OpsCommand) -> Result<String> {
     let json = cmd.wants_json();
-    carry_out(cmd).map_err(|e| match json {
+    carry_out(cmd).map_err(|e| match json && !e.is::<NotServing>() {
         true => JsonFailure::of(&e).into(),
         false => e,
     })

@@ -2,6 +2,7 @@
 //! daemon's JSON), once or redrawn every second.
 
 use super::client::{Client, Target};
+use super::offline_status;
 use super::text::{bytes, count, utc};
 use anyhow::Result;
 use nbraid_control::Request;
@@ -16,7 +17,17 @@ pub(super) fn run(
     json: bool,
     watch: bool,
 ) -> Result<String> {
-    let mut c = Client::connect(target)?;
+    let mut c = match Client::connect(target) {
+        Ok(c) => c,
+        Err(e) => {
+            return Err(match &target.config {
+                Some(file) if offline_status::nobody_listens(&e) => {
+                    offline_status::not_serving(file, volume.as_deref(), json, &e)
+                }
+                _ => e,
+            })
+        }
+    };
     let req = Request::Status { volume };
     // The config at hand, to word the daemon's notes as it names the members.
     let config = (target.config.as_deref()).and_then(|f| nbraid_config::load(f).ok());

@@ -1,0 +1,67 @@
+//! `nbraid status --config FILE` with no daemon running on the config: what the members'
+//! superblocks say (the state, each role's holder, who is out and why), as text and JSON,
+//! and still exit 1 — before the first start, after a clean stop with a member failed by the
+//! operator, and with a member file gone.
+
+mod common;
+
+use common::{nbraid, ok, write_config, Daemon};
+use serde_json::Value;
+
+fn status(cfg: &str, json: bool) -> (bool, String, String) {
+    let mut args = vec!["status", "--config", cfg];
+    if json {
+        args.push("--json");
+    }
+    let o = nbraid(&args);
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn status_without_a_daemon_says_what_the_superblocks_say() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_config(dir.path());
+    let cfg = file.to_str().unwrap();
+
+    let (success, out, err) = status(cfg, false);
+    assert!(!success, "no daemon: still a failure");
+    assert!(err.contains("is nbraidd running on this config?"), "{err}");
+    assert!(out.contains("no daemon serves"), "{out}");
+    assert!(out.contains("r6: no superblocks yet"), "{out}");
+
+    // Started, d2 failed by the operator, stopped cleanly.
+    let mut d = Daemon::start(&file);
+    ok(nbraid(&["fail", "r6", "d2", "--config", cfg]), "fail d2");
+    d.stop();
+    let (success, out, _) = status(cfg, false);
+    assert!(!success);
+    assert!(
+        out.contains("  r6: degraded: role 2 failed (d2: d2.img)\n"),
+        "{out}"
+    );
+    assert!(out.contains("    role 2: d2 (d2.img) failed\n"), "{out}");
+    assert!(out.contains("    role 5: d5 (d5.img)\n"), "{out}");
+
+    let (success, out, err) = status(cfg, true);
+    assert!(!success);
+    assert!(
+        err.contains("the superblocks' view is printed above"),
+        "{err}"
+    );
+    let v: Value = serde_json::from_str(&out).expect("JSON on stdout");
+    assert_eq!(v["daemon"], "not running");
+    let vol = &v["volumes"][0];
+    assert_eq!(vol["volume"], "r6");
+    assert_eq!(vol["absent"][2], "failed");
+    assert_eq!(vol["absent"][0], Value::Null);
+    assert_eq!(vol["members"][2], "d2");
+
+    // A member file gone: that role is lost.
+    std::fs::remove_file(dir.path().join("d4.img")).unwrap();
+    let (_, out, _) = status(cfg, false);
+    assert!(out.contains("    role 4: d4 (d4.img) lost\n"), "{out}");
+}
