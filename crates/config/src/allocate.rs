@@ -295,6 +295,25 @@ impl FreeSpace<'_> {
     }
 }
 
+/// `message` of a size that does not fit, its "at most ... fits" suggestion replaced by
+/// `fits_bytes`: what fits once that size's own reserves (checksums, write-hole log) are
+/// taken too (`None`: no size does) — the suggestion [`FreeSpace::equal_len`] makes counts
+/// only the free space, so a size it offered was then refused. A message without one is kept.
+pub(super) fn suggesting(message: &str, fits_bytes: Option<u64>) -> String {
+    let Some(at) = message.rfind("; at most ") else {
+        return message.to_string();
+    };
+    let head = &message[..at];
+    match fits_bytes {
+        Some(fits) => format!(
+            "{head}; at most {} fits with its reserves (size = \"{}\")",
+            format_size(fits),
+            format_size_exact(fits)
+        ),
+        None => format!("{head}; no size fits once its reserves (block checksums, write-hole log) are taken: give the members more room or the volume a smaller strip"),
+    }
+}
+
 /// How much of `want` bytes each member gives when members are filled in order, each
 /// giving at most what it has (`available`): the first ones full, the rest what is left
 /// (nothing, once `want` is covered: [`FreeSpace::check_every_member_gives`] refuses that).
@@ -362,6 +381,17 @@ mod tests {
         };
         let said = describe_free(&big, &u);
         assert_eq!(said, "none free: 64 MiB minus the 1 MiB metadata reserve, minus 65 MiB used by volume \"a\", minus 1 MiB used by the log is 3 MiB short");
+    }
+
+    #[test]
+    fn a_suggested_size_is_replaced_by_what_fits_with_its_reserves() {
+        let said = "volume \"v\": size 200 MiB does not fit: raid5 over 3 members needs 100 MiB (104857600 bytes) on each member, but member \"d0\" has only 63 MiB free; at most 126 MiB fits (size = \"126MiB\")";
+        assert_eq!(
+            suggesting(said, Some(124 << 20)),
+            "volume \"v\": size 200 MiB does not fit: raid5 over 3 members needs 100 MiB (104857600 bytes) on each member, but member \"d0\" has only 63 MiB free; at most 124 MiB fits with its reserves (size = \"124MiB\")"
+        );
+        assert_eq!(suggesting("no room", Some(1 << 20)), "no room");
+        assert!(suggesting(said, None).ends_with("has only 63 MiB free; no size fits once its reserves (block checksums, write-hole log) are taken: give the members more room or the volume a smaller strip"));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! From TOML text to a checked [`Config`]: schema errors located by toml, semantic errors
 //! located by the spans of the fields they concern; member regions placed by [`super::allocate`].
 
-use super::allocate::{allocate, Usage};
+use super::allocate::{self, allocate, Usage};
 use super::error::{ErrorKind, Problem};
 use super::field::size_field;
 use super::listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP};
@@ -216,37 +216,21 @@ impl Cx<'_> {
         Ok((out, own_tls))
     }
 
-    /// Volume `v` (its table at `vspan`), placed on its members after the volumes before it
-    /// (`usage`). The checks run in this order, so the first problem reported stays the same:
-    /// name, level or tree, members, options, shape, size, metadata, placement.
-    fn volume(
+    /// `asked` with the reserves volume `name` placed `at` takes on its members after the
+    /// volumes before it (`usage`): its write-hole log's and its block checksums'.
+    fn with_reserves(
         &self,
-        v: &RawVolume,
-        vspan: Range<usize>,
-        members: &[Member],
-        small: &[Small],
-        usage: &mut [Usage],
-    ) -> R<Volume> {
-        let (name, who) = volume_name(v)?;
-        let given = given(v, vspan.clone(), &who)?;
-        let level = given.level();
-        let listed = self.listed_members(v, vspan, &who, level, members)?;
-        let opts = options::volume_options(v, &who, level)?;
-        let (plan, idx) = self.plan(v, &who, given, listed, &opts, members)?;
-        let requested = requested_size(v, &who)?;
-        let mut metadata = volume_meta::metadata_options(v, &who)?;
-        let at = Placement {
-            who: &who,
-            plan: &plan,
-            requested,
-            idx: &idx,
-            members,
-        };
+        at: &Placement,
+        name: &str,
+        asked: MetadataOptions,
+        usage: &[Usage],
+    ) -> MetadataOptions {
+        let mut metadata = asked;
         // A log whose ring the metadata area cannot hold (large strips) gets a reserve sized
         // from the strip, as if `write_hole_log_size` had asked for it: every parity volume
         // has its log (and large regions a larger one). The strips, hence the ring, do not
         // depend on where regions start. A volume the records place keeps its recorded log.
-        if let (true, Some(recorded)) = (metadata.ppl, self.pins.log_reserve_bytes(&name)) {
+        if let (true, Some(recorded)) = (metadata.ppl, self.pins.log_reserve_bytes(name)) {
             metadata.ppl_log_bytes = recorded;
         } else if metadata.ppl && metadata.ppl_log_bytes.is_none() {
             let default = !self.pins.is_before_default_log();
@@ -265,12 +249,94 @@ impl Cx<'_> {
         if metadata.checksums {
             metadata.checksum_reserve_bytes = at.checksum_reserve(usage, metadata.ppl_log_bytes);
         }
+        metadata
+    }
+
+    /// The largest size volume `name` (placed `at`, asking `asked`) fits at with the
+    /// reserves that size takes — a larger size takes no smaller reserves, so the sizes
+    /// that fit are those below some bound, found by halving over whole strips of each
+    /// member. `None`: not even one strip fits (or no size was asked for).
+    fn largest_fitting(
+        &self,
+        at: &Placement,
+        name: &str,
+        asked: MetadataOptions,
+        usage: &[Usage],
+    ) -> Option<u64> {
+        let VolumeSize::Bytes(_) = at.requested else {
+            return None;
+        };
+        let sizing = at.plan.sizing();
+        let strip = sizing.unit().max(1);
+        let free = (at.idx.iter())
+            .map(|&m| at.members[m].size.saturating_sub(usage[m].cursor))
+            .min()?;
+        let fits = |strips: u64| {
+            let size = sizing.capacity_at(strips * strip);
+            let trial = Placement {
+                requested: VolumeSize::Bytes(size),
+                ..*at
+            };
+            let metadata = self.with_reserves(&trial, name, asked, usage);
+            let mut placed = usage.to_vec();
+            trial.reserve_checksums(name, metadata.checksum_reserve_bytes, &mut placed);
+            trial.reserve_log(name, metadata.ppl_log_bytes, &mut placed);
+            let sized = allocate(at.who, sizing, trial.requested, at.idx, at.members, &placed);
+            (size > 0 && sized.is_ok()).then_some(size)
+        };
+        // Invariant: `low` strips fit (or are 0), `high` do not.
+        let (mut low, mut high) = (0, free / strip + 1);
+        while high - low > 1 {
+            let mid = low + (high - low) / 2;
+            match fits(mid) {
+                Some(_) => low = mid,
+                None => high = mid,
+            }
+        }
+        fits(low)
+    }
+
+    /// Volume `v` (its table at `vspan`), placed on its members after the volumes before it
+    /// (`usage`). The checks run in this order, so the first problem reported stays the same:
+    /// name, level or tree, members, options, shape, size, metadata, placement.
+    fn volume(
+        &self,
+        v: &RawVolume,
+        vspan: Range<usize>,
+        members: &[Member],
+        small: &[Small],
+        usage: &mut [Usage],
+    ) -> R<Volume> {
+        let (name, who) = volume_name(v)?;
+        let given = given(v, vspan.clone(), &who)?;
+        let level = given.level();
+        let listed = self.listed_members(v, vspan, &who, level, members)?;
+        let opts = options::volume_options(v, &who, level)?;
+        let (plan, idx) = self.plan(v, &who, given, listed, &opts, members)?;
+        let requested = requested_size(v, &who)?;
+        let asked = volume_meta::metadata_options(v, &who)?;
+        let at = Placement {
+            who: &who,
+            plan: &plan,
+            requested,
+            idx: &idx,
+            members,
+        };
+        let mut metadata = self.with_reserves(&at, &name, asked, usage);
         // On each member: the checksum reserve, the log's reserve, the region — or, for a
         // volume the records place, the region where they put it (`pins.rs`).
         let unpinned = |metadata: &MetadataOptions, usage: &mut [Usage]| {
+            let before = usage.to_vec();
             at.reserve_checksums(&name, metadata.checksum_reserve_bytes, usage);
             at.reserve_log(&name, metadata.ppl_log_bytes, usage);
-            let (regions, geometry) = at.regions(v, usage)?;
+            let (regions, geometry) = at.regions(v, usage).map_err(|mut p| {
+                // The size it suggests was measured without the reserves that size takes.
+                if let VolumeSize::Bytes(_) = at.requested {
+                    let fits = self.largest_fitting(&at, &name, asked, &before);
+                    p.message = allocate::suggesting(&p.message, fits);
+                }
+                p
+            })?;
             claim_regions(&name, &idx, &regions, usage);
             Ok((regions, geometry))
         };

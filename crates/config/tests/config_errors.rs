@@ -343,7 +343,7 @@ fn volume_too_large() {
     expect(
         &e,
         ErrorKind::Fit,
-        "configs/bad.toml:21:8: volume \"db\": size 3 GiB does not fit: raid5 over 3 members needs 1.50 GiB (1610612736 bytes) on each member, but member \"a0\" has only 1023 MiB free: 1 GiB minus the 1 MiB metadata reserve; at most 1.99 GiB fits (size = \"2046MiB\")",
+        "configs/bad.toml:21:8: volume \"db\": size 3 GiB does not fit: raid5 over 3 members needs 1.50 GiB (1610612736 bytes) on each member, but member \"a0\" has only 1023 MiB free: 1 GiB minus the 1 MiB metadata reserve; at most 1.99 GiB fits with its reserves (size = \"2042MiB\")",
         &[],
     );
 }
