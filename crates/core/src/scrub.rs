@@ -30,6 +30,14 @@
 //!   which chunk is wrong), and any stripe whose parity is not known in sync (after an
 //!   unclean start its parity may legitimately be behind its data: the write hole): parity is
 //!   regenerated from the data, as md's `repair` does. Data is never rewritten on a guess.
+//! - RAID 6 with one child lost (a failed member): the lost chunk is rebuilt as reads
+//!   rebuild it (a data chunk from P, parity from the data) and the syndrome left checks the
+//!   stripe. One syndrome cannot locate a wrong chunk, so a mismatch regenerates the
+//!   surviving parity the rebuild did not come from (Q; P when Q is the one lost): what
+//!   reads serve is kept, as for RAID 5. The stripe's parity is not marked in sync then.
+//! - A stripe with as many children lost as parity chunks (RAID 5 or a two-way mirror with
+//!   one out, RAID 6 with two) has nothing to check against: it is skipped, and counted so
+//!   ([`SkipReason::NoRedundancy`]; a stripe whose parity is stale, [`SkipReason::StaleParity`]).
 //! - Mirrors: a majority of ≥ 3 readable copies wins (voting); two copies that disagree
 //!   cannot say which is right, so the first readable copy is copied over the others (md's
 //!   rule); with ≥ 3 copies and no majority nothing is rewritten (reported only).
@@ -37,15 +45,18 @@
 //!   match: the checksums name the wrong side, which a RAID 5 syndrome or two copies cannot)
 //!   is counted unreadable and read again block by block; a mirror rewrites each bad block
 //!   from a copy that read it, a parity group rebuilds each row of blocks with at most its
-//!   parity count of bad ones and rewrites them once the rebuilt bytes match their checksum
-//!   (RAID 6 with a syndrome to spare checks the rebuilt row against it too: the
-//!   cross-check). A row with more bad blocks is left as it is (unrepairable).
+//!   parity count of bad ones (lost children count too) and rewrites them once the rebuilt
+//!   bytes match their checksum (RAID 6 with a syndrome to spare checks the rebuilt row
+//!   against it too: the cross-check). A row with more bad blocks is left as it is
+//!   (unrepairable).
 //!
 //! # Report
 //! Besides the counts, every bad place is a finding ([`ScrubFinding`]): member, member offset,
 //! length, what was wrong and what was done, RAID 6's cross-check; logged with the volume's
 //! name and kept per member up to [`FINDINGS_PER_MEMBER_MAX`] (the rest only counted), so a
-//! rotten disk costs a bounded report. [`ScrubControl::findings`] gives them.
+//! rotten disk costs a bounded report. [`ScrubControl::findings`] gives them. What could not
+//! be checked is counted skipped, with its reason ([`ScrubReport::skipped_no_redundancy`],
+//! [`ScrubReport::skipped_stale`]).
 //!
 //! # Control
 //! A [`ScrubControl`] is shared (an `Arc`) between the scrub and whoever watches it: progress
@@ -88,7 +99,7 @@ pub use crate::node::scrub_findings::{
     CrossCheck, MemberFindings, ScrubAction, ScrubFinding, ScrubFindings, ScrubFound,
     FINDINGS_PER_MEMBER_MAX,
 };
-pub use crate::node::{ScrubPass, ScrubStats};
+pub use crate::node::{ScrubPass, ScrubStats, SkipReason};
 
 /// Where a scrub is (the state of its [`crate::pass`]).
 pub type ScrubState = PassState;
@@ -123,7 +134,12 @@ pub struct ScrubReport {
     pub mismatches: u64,
     pub repaired: u64,
     pub unreadable: u64,
+    /// Stripes or blocks not checked (the two counts below say why).
     pub skipped: u64,
+    /// Skipped with no redundancy left: members under them failed.
+    pub skipped_no_redundancy: u64,
+    /// Skipped because their parity is stale.
+    pub skipped_stale: u64,
     /// Where the counts above begin (0: the whole scrub; after a restart, where it resumed).
     pub counted_from_bytes: u64,
 }
@@ -215,6 +231,8 @@ impl ScrubControl {
             repaired: s.repaired.load(Relaxed),
             unreadable: s.unreadable.load(Relaxed),
             skipped: s.skipped.load(Relaxed),
+            skipped_no_redundancy: s.skipped_no_redundancy.load(Relaxed),
+            skipped_stale: s.skipped_stale.load(Relaxed),
             counted_from_bytes: self.counted_from_bytes,
         }
     }

@@ -9,7 +9,7 @@ use super::MirrorNode;
 use crate::buf::Buf;
 use crate::error::VolumeError;
 use crate::error::VolumeResult;
-use crate::node::{all_ok, ScrubPass};
+use crate::node::{all_ok, ScrubPass, SkipReason};
 use crate::scrub::{majority, ScrubAction, ScrubFinding, ScrubFound, MIRROR_SCRUB_BLOCK_BYTES};
 use futures::future::join_all;
 
@@ -81,7 +81,7 @@ impl MirrorNode {
             let good: Vec<&CopyRead> = copies.iter().filter(|c| c.whole(lo, hi)).collect();
             if good.len() < 2 {
                 // Nothing to compare against: a member under it has failed or erred.
-                pass.bump(|s| &s.skipped, 1);
+                pass.skip(SkipReason::NoRedundancy);
                 continue;
             }
             let views: Vec<&[u8]> = good.iter().map(|c| &c.buf[lo..hi]).collect();

@@ -43,9 +43,14 @@ pub struct ScrubStats {
     pub repaired: AtomicU64,
     /// Chunks or copies that returned a read error.
     pub unreadable: AtomicU64,
-    /// Stripes or blocks not checkable: a member under them has failed (nothing to compare
-    /// against) or their parity is stale.
+    /// Stripes or blocks not checkable, whatever the reason (the two counts below).
     pub skipped: AtomicU64,
+    /// Of those, the ones with no redundancy left: so many members under them failed that
+    /// nothing is left to compare against (RAID 5 or a two-way mirror with one out, RAID 6
+    /// with two).
+    pub skipped_no_redundancy: AtomicU64,
+    /// Of those, parity stripes whose parity is stale (a write failed beyond tolerance).
+    pub skipped_stale: AtomicU64,
     /// What was found where and what was done, per member (bounded).
     pub findings: parking_lot::Mutex<ScrubFindings>,
 }
@@ -59,9 +64,27 @@ pub struct ScrubPass<'a> {
     pub volume: &'a str,
 }
 
+/// Why a scrub could not check a stripe or block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SkipReason {
+    /// Members under it failed: what is left has nothing to be compared against.
+    NoRedundancy,
+    /// Its parity is stale: it says nothing about the data.
+    StaleParity,
+}
+
 impl ScrubPass<'_> {
     pub(crate) fn bump(&self, counter: fn(&ScrubStats) -> &AtomicU64, n: u64) {
         counter(self.stats).fetch_add(n, Relaxed);
+    }
+
+    /// Counts one stripe or block skipped, with its reason.
+    pub(crate) fn skip(&self, why: SkipReason) {
+        self.bump(|s| &s.skipped, 1);
+        match why {
+            SkipReason::NoRedundancy => self.bump(|s| &s.skipped_no_redundancy, 1),
+            SkipReason::StaleParity => self.bump(|s| &s.skipped_stale, 1),
+        }
     }
 
     /// Logs and records a finding.

@@ -40,7 +40,7 @@ pub(crate) use fanout::{
     flush_children, read_pieces, read_runs, resync_children, write_pieces, zero_pieces,
 };
 pub use leaf::LeafNode;
-pub use maintenance::{CacheUsage, NodeMaintenance, ScrubPass, ScrubStats};
+pub use maintenance::{CacheUsage, NodeMaintenance, ScrubPass, ScrubStats, SkipReason};
 pub use members::{MemberSlot, MemberState, MemberTable, RegionIoSnapshot};
 
 use crate::buf::{Buf, SharedBuf};

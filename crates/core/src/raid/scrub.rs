@@ -1,11 +1,21 @@
 //! Scrubbing a parity group: each stripe the range owns (its first byte lies in the range) is
 //! read whole — every data chunk, P and Q — under its stripe lock and checked; see
 //! [`crate::scrub`] for what repair rewrites and why.
+//!
+//! A stripe with fewer children lost (failed members) than parity chunks — RAID 6 with one
+//! out — is still checked: the lost chunk is rebuilt as a read rebuilds it (a data chunk from
+//! P, a parity chunk from the data) and the syndrome left over checks the whole. With one
+//! syndrome nothing locates a wrong chunk, so a mismatch regenerates the surviving parity
+//! from the data as reads serve it (RAID 5's rule); a block whose checksum fails is still
+//! named and rebuilt. A stripe with as many lost as parity chunks has nothing to compare
+//! against: it is skipped and counted as such ([`SkipReason::NoRedundancy`]).
 
 use super::*;
 use crate::checksum::BLOCK_BYTES;
 use crate::error::VolumeError;
-use crate::scrub::{locate, CrossCheck, Culprit, ScrubAction, ScrubFinding, ScrubFound, ScrubPass};
+use crate::scrub::{
+    locate, CrossCheck, Culprit, ScrubAction, ScrubFinding, ScrubFound, ScrubPass, SkipReason,
+};
 
 /// What a mismatching stripe's repair rewrites.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +81,32 @@ fn verdict_targets(fix: Fix, roles: &StripeRoles) -> Vec<Target> {
     }
 }
 
+/// What a repair writes for `verdict` on a stripe whose chunks (by child, the `failed` ones
+/// rebuilt) are `chunks`: each target with its bytes. Nothing goes to a failed child, and
+/// regenerated parity only to the chunks it changes (with a child lost, the parity its
+/// chunk was rebuilt from already agrees).
+fn verdict_writes(
+    verdict: Verdict,
+    roles: &StripeRoles,
+    chunks: &[Buf],
+    failed: &[usize],
+) -> Vec<(Target, Buf)> {
+    let Verdict { fix, p, q } = verdict;
+    let bytes = match fix {
+        Fix::Data(_) | Fix::P => vec![p],
+        Fix::Q => vec![q],
+        Fix::Parity if roles.q.is_some() => vec![p, q],
+        Fix::Parity => vec![p],
+    };
+    verdict_targets(fix, roles)
+        .into_iter()
+        .zip(bytes)
+        .filter(|(t, b)| {
+            !failed.contains(&t.child) && (fix != Fix::Parity || chunks[t.child][..] != b[..])
+        })
+        .collect()
+}
+
 /// Whether a row (by child) satisfies its parity: P, and Q for RAID 6.
 fn row_agrees(order: &[usize], roles: &StripeRoles, row: &[&[u8]]) -> bool {
     let data: Vec<&[u8]> = order.iter().map(|&i| row[roles.data[i]]).collect();
@@ -78,6 +114,42 @@ fn row_agrees(order: &[usize], roles: &StripeRoles, row: &[&[u8]]) -> bool {
         None => parity::check_p(&data, row[roles.p]),
         Some(q) => parity::check_pq(&data, row[roles.p], row[q]),
     }
+}
+
+/// [`row_agrees`] for a row whose `failed` children are lost (their slices are not read):
+/// they are rebuilt as a read rebuilds them — a data chunk from P, parity from the data —
+/// and what parity is left checks the row. Lost children must be fewer than parity chunks
+/// (else the rebuilt row agrees by construction).
+fn degraded_row_agrees(
+    order: &[usize],
+    roles: &StripeRoles,
+    failed: &[usize],
+    row: &[&[u8]],
+) -> bool {
+    if failed.is_empty() {
+        return row_agrees(order, roles, row);
+    }
+    let mut blocks: Vec<Buf> = row.iter().map(|b| Buf::copy_from(b)).collect();
+    rebuild_chunks(order, roles, failed, &mut blocks);
+    let rebuilt: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
+    row_agrees(order, roles, &rebuilt)
+}
+
+/// Why a stripe cannot be checked, if it cannot: its parity is stale, or `failed` children
+/// (failed members) leave no parity chunk to spare out of `parity_chunks`.
+fn skip_reason(stale: bool, failed: usize, parity_chunks: usize) -> Option<SkipReason> {
+    if stale {
+        Some(SkipReason::StaleParity)
+    } else if failed >= parity_chunks {
+        Some(SkipReason::NoRedundancy)
+    } else {
+        None
+    }
+}
+
+/// The children marked in `lost`.
+fn lost_children(lost: &[bool]) -> Vec<usize> {
+    (0..lost.len()).filter(|&c| lost[c]).collect()
 }
 
 /// A mismatching stripe's diagnosis: what to rewrite, and the bytes (`p` carries the
@@ -132,8 +204,10 @@ impl Scrubber<'_> {
     /// per child and stripe: small reads, many of them). The stripes that agree are counted
     /// checked; returned are the stripes the stripe-by-stripe path must do — those that
     /// disagree (it reads them again under its own lock, then diagnoses, records and
-    /// repairs), or all of them when anything is unusual: a stale stripe, a child that cannot
-    /// serve the range or fails its read.
+    /// repairs), or all of them when anything is unusual: a stale stripe, more children
+    /// lost over the range than leave a syndrome to check with, a child that fails its read.
+    /// Children lost over the whole range (RAID 6 with a member out) are not read: each
+    /// stripe's chunk on them is rebuilt in memory and the syndrome left checks the row.
     async fn check_window(&self, first: u64, end: u64, pass: &ScrubPass<'_>) -> Vec<u64> {
         let chunks = &self.stripes.chunks;
         let strip = chunks.strip as usize;
@@ -141,22 +215,36 @@ impl Scrubber<'_> {
         let clen = chunks.layout.chunk_offset(end - 1) + chunks.strip - c0;
         // Writers out while the rows are read; nothing is written here.
         let _g = self.stripes.locks.lock(first, end - first, false).await;
-        let usual = !self.stripes.health.any_stale(first, end - 1)
-            && chunks.children.iter().all(|c| c.readable(c0, clen));
-        if !usual {
+        let lost: Vec<bool> = (chunks.children.iter())
+            .map(|c| !c.readable(c0, clen))
+            .collect();
+        let failed = lost_children(&lost);
+        let stale = self.stripes.health.any_stale(first, end - 1);
+        if skip_reason(stale, failed.len(), chunks.np).is_some() {
             return (first..end).collect();
         }
-        let reads =
-            join_all((chunks.children.iter()).map(|c| c.read(c0, Buf::new(clen as usize)))).await;
+        let reads = join_all(
+            (chunks.children.iter().zip(&lost)).map(|(c, &l)| async move {
+                match l {
+                    true => Ok(Buf::new(0)),
+                    false => c.read(c0, Buf::new(clen as usize)).await,
+                }
+            }),
+        )
+        .await;
         let Ok(bufs) = reads.into_iter().collect::<VolumeResult<Vec<Buf>>>() else {
             return (first..end).collect();
         };
+        // What a lost child's slice of a row holds before it is rebuilt.
+        let blank = vec![0u8; if failed.is_empty() { 0 } else { strip }];
         let mut redo = Vec::new();
         for s in first..end {
             let roles = chunks.layout.roles(s);
             let off = (chunks.layout.chunk_offset(s) - c0) as usize;
-            let row: Vec<&[u8]> = bufs.iter().map(|b| &b[off..off + strip]).collect();
-            if row_agrees(&chunks.slot_order(&roles), &roles, &row) {
+            let row: Vec<&[u8]> = (bufs.iter().zip(&lost))
+                .map(|(b, &l)| if l { &blank[..] } else { &b[off..off + strip] })
+                .collect();
+            if degraded_row_agrees(&chunks.slot_order(&roles), &roles, &failed, &row) {
                 pass.bump(|st| &st.checked, 1);
             } else {
                 redo.push(s);
@@ -165,63 +253,74 @@ impl Scrubber<'_> {
         redo
     }
 
-    /// Checks stripe `s` in three stages: read it whole, diagnose it, and (repairing) rewrite
-    /// what the diagnosis names.
+    /// Checks stripe `s` in three stages: read it whole (its lost children's chunks rebuilt),
+    /// diagnose it, and (repairing) rewrite what the diagnosis names.
     async fn scrub_stripe(&self, s: u64, pass: &ScrubPass<'_>) -> VolumeResult<()> {
         // A check only needs writers out; a repair rewrites chunks, so readers out too.
         let _g = self.stripes.locks.lock(s, 1, pass.repair).await;
         let strip = self.stripes.chunks.strip;
-        if self.stripes.health.is_stale(s) || self.stripes.chunks.lost(s, 0, strip).contains(&true)
-        {
-            pass.bump(|st| &st.skipped, 1);
+        let failed = lost_children(&self.stripes.chunks.lost(s, 0, strip));
+        let stale = self.stripes.health.is_stale(s);
+        if let Some(why) = skip_reason(stale, failed.len(), self.stripes.chunks.np) {
+            pass.skip(why);
             return Ok(());
         }
         let roles = self.stripes.chunks.layout.roles(s);
-        let read = self.read_stripe_whole(s).await;
-        let Some(chunks) = self.rebuild_unreadable(s, &roles, read, pass).await else {
+        let read = self.read_stripe_whole(s, &failed).await;
+        let Some(chunks) = self
+            .rebuild_unreadable(s, &roles, read, &failed, pass)
+            .await
+        else {
             return Ok(());
         };
         pass.bump(|st| &st.checked, 1);
-        let Some(verdict) = self.diagnose(s, &roles, &chunks) else {
+        let Some(verdict) = self.diagnose(s, &roles, &chunks, !failed.is_empty()) else {
             return Ok(());
         };
         pass.bump(|st| &st.mismatches, 1);
-        let targets = verdict_targets(verdict.fix, &roles);
+        let (targets, writes): (Vec<Target>, Vec<Buf>) =
+            (verdict_writes(verdict, &roles, &chunks, &failed).into_iter()).unzip();
         if !pass.repair {
             self.record(s, 0, strip, &targets, |_| ScrubAction::NotRepaired, pass);
             return Ok(());
         }
-        let writes: Vec<(usize, SharedBuf)> = match verdict.fix {
-            Fix::Data(i) => vec![(roles.data[i], verdict.p.freeze())],
-            Fix::P => vec![(roles.p, verdict.p.freeze())],
-            Fix::Q => vec![(roles.q.expect("RAID 6"), verdict.q.freeze())],
-            Fix::Parity => {
-                let mut w = vec![(roles.p, verdict.p.freeze())];
-                if let Some(qc) = roles.q {
-                    w.push((qc, verdict.q.freeze()));
-                }
-                w
-            }
-        };
+        let rewritten = self.rewrite_chunks(s, &targets, writes, pass).await;
+        // Parity known to match its data, as a write knows it: only with every child there.
+        if rewritten && failed.is_empty() {
+            self.stripes.health.mark_in_sync(s);
+        }
+        Ok(())
+    }
+
+    /// Rewrites each of `targets` (children of stripe `s`) with its bytes in `writes` under
+    /// the stripe's exclusive lock, and records what became of them; whether every write
+    /// went through.
+    async fn rewrite_chunks(
+        &self,
+        s: u64,
+        targets: &[Target],
+        writes: Vec<Buf>,
+        pass: &ScrubPass<'_>,
+    ) -> bool {
         self.stripes.assert_exclusive(s, "a scrub repair");
         self.stripes.recent.forget(s);
         let at = self.stripes.chunks.layout.chunk_offset(s);
+        let strip = self.stripes.chunks.strip;
+        let children = &self.stripes.chunks.children;
         let results = join_all(
-            writes
-                .into_iter()
-                .map(|(c, b)| self.stripes.chunks.children[c].write(at, b, true)),
+            (targets.iter().zip(writes))
+                .map(|(t, b)| children[t.child].write(at, b.freeze(), true)),
         )
         .await;
         if let Err(e) = crate::node::all_ok(results) {
             // The leaf marked the member failed; the stripe is served degraded from now on.
             tracing::warn!("scrub: repairing stripe {s} failed: {e}");
-            self.record(s, 0, strip, &targets, |_| ScrubAction::Unrepairable, pass);
-            return Ok(());
+            self.record(s, 0, strip, targets, |_| ScrubAction::Unrepairable, pass);
+            return false;
         }
-        self.record(s, 0, strip, &targets, |t| t.action, pass);
-        self.stripes.health.mark_in_sync(s);
+        self.record(s, 0, strip, targets, |t| t.action, pass);
         pass.bump(|st| &st.repaired, 1);
-        Ok(())
+        true
     }
 
     /// Records a finding for every member under each of `targets` (children of stripe `s`,
@@ -257,18 +356,31 @@ impl Scrubber<'_> {
     /// block; each row of blocks with at most the group's parity count of bad blocks is
     /// rebuilt from the others (md's repair of a read error; with checksums, it names which
     /// side was wrong, which a RAID 5 syndrome cannot) and, repairing, its bad blocks are
-    /// rewritten in place. Every bad block is a finding. `None`: some row has more bad
-    /// blocks than the parity rebuilds, so the stripe cannot be checked.
+    /// rewritten in place. Every bad block is a finding. The `failed` children (failed
+    /// members, not read) count against the parity in every row and are rebuilt, never
+    /// rewritten. `None`: some row has more bad blocks than the parity rebuilds, so the
+    /// stripe cannot be checked.
     async fn rebuild_unreadable(
         &self,
         s: u64,
         roles: &StripeRoles,
         read: Vec<Option<Buf>>,
+        failed: &[usize],
         pass: &ScrubPass<'_>,
     ) -> Option<Vec<Buf>> {
-        let lost = read.iter().filter(|b| b.is_none()).count();
+        let lost = (0..read.len())
+            .filter(|c| read[*c].is_none() && !failed.contains(c))
+            .count();
         if lost == 0 {
-            return Some(read.into_iter().flatten().collect());
+            let strip = self.stripes.chunks.strip as usize;
+            let mut chunks: Vec<Buf> = (read.into_iter())
+                .map(|b| b.unwrap_or_else(|| Buf::zeroed(strip)))
+                .collect();
+            if !failed.is_empty() {
+                let order = self.stripes.chunks.slot_order(roles);
+                rebuild_chunks(&order, roles, failed, &mut chunks);
+            }
+            return Some(chunks);
         }
         pass.bump(|st| &st.unreadable, lost as u64);
         if pass.repair {
@@ -285,8 +397,8 @@ impl Scrubber<'_> {
             .collect();
         let (mut whole, mut rewrote) = (true, false);
         for off in (0..strip).step_by(BLOCK_BYTES as usize) {
-            let Some((blocks, row_rewrote)) = self.rebuild_row(s, roles, &read, off, pass).await
-            else {
+            let rebuilt = self.rebuild_row(s, roles, &read, failed, off, pass).await;
+            let Some((blocks, row_rewrote)) = rebuilt else {
                 whole = false;
                 continue;
             };
@@ -303,16 +415,17 @@ impl Scrubber<'_> {
     }
 
     /// Row `off` (one checksum block of every child) of stripe `s`: the children whose chunk
-    /// did not read are read again there; the blocks that still do not read are rebuilt from
-    /// the row when the parity can (checked against their checksums before they are
-    /// rewritten: a rebuild from a row that is itself wrong must not be written as a
-    /// repair). Returns the row and whether a block was rewritten; `None` when the row has
-    /// too many bad blocks.
+    /// did not read (but for the `failed` ones) are read again there; the blocks that still
+    /// do not read, and the failed children's, are rebuilt from the row when the parity can
+    /// (checked against their checksums before they are rewritten: a rebuild from a row that
+    /// is itself wrong must not be written as a repair). Returns the row and whether a block
+    /// was rewritten; `None` when the row has too many bad blocks.
     async fn rebuild_row(
         &self,
         s: u64,
         roles: &StripeRoles,
         read: &[Option<Buf>],
+        failed: &[usize],
         off: u64,
         pass: &ScrubPass<'_>,
     ) -> Option<(Vec<Buf>, bool)> {
@@ -328,25 +441,31 @@ impl Scrubber<'_> {
             })
             .collect();
         let mut lost: Vec<Target> = Vec::new();
-        for c in (0..read.len()).filter(|&c| read[c].is_none()) {
+        for c in (0..read.len()).filter(|&c| read[c].is_none() && !failed.contains(&c)) {
             match children[c].read(at, Buf::new(n)).await {
                 Ok(b) => blocks[c] = b,
                 Err(e) => lost.push(Target::bad(c, &e)),
             }
         }
-        if lost.is_empty() {
-            return Some((blocks, false));
-        }
+        // Every child whose block the row must rebuild: the failed ones and the bad ones.
+        let mut gone: Vec<usize> = (failed.iter().copied())
+            .chain(lost.iter().map(|t| t.child))
+            .collect();
+        gone.sort_unstable();
         let parity_chunks = 1 + usize::from(roles.q.is_some());
-        if lost.len() > parity_chunks {
+        if gone.len() > parity_chunks {
             self.record(s, off, n as u64, &lost, |_| ScrubAction::Unrepairable, pass);
             return None;
         }
-        let lost_children: Vec<usize> = lost.iter().map(|t| t.child).collect();
         let order = self.stripes.chunks.slot_order(roles);
-        rebuild_chunks(&order, roles, &lost_children, &mut blocks);
+        if !gone.is_empty() {
+            rebuild_chunks(&order, roles, &gone, &mut blocks);
+        }
+        if lost.is_empty() {
+            return Some((blocks, false));
+        }
         // RAID 6 with a syndrome to spare: the rebuilt row must satisfy both.
-        if lost.len() < parity_chunks && self.stripes.health.in_sync(s) {
+        if gone.len() < parity_chunks && self.stripes.health.in_sync(s) {
             let row: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
             let agrees = row_agrees(&order, roles, &row);
             for t in &mut lost {
@@ -394,26 +513,33 @@ impl Scrubber<'_> {
         }
     }
 
-    /// Every chunk of stripe `s`, by child (`None`: the child returned an error, logged).
-    async fn read_stripe_whole(&self, s: u64) -> Vec<Option<Buf>> {
+    /// Every chunk of stripe `s`, by child (`None`: the child returned an error, logged, or
+    /// is one of the `failed`, not read).
+    async fn read_stripe_whole(&self, s: u64, failed: &[usize]) -> Vec<Option<Buf>> {
         let at = self.stripes.chunks.layout.chunk_offset(s);
         let strip = self.stripes.chunks.strip as usize;
-        let reads = join_all(
-            self.stripes
-                .chunks
-                .children
-                .iter()
-                .map(|c| c.read(at, Buf::new(strip))),
-        )
+        let children = self.stripes.chunks.children.iter().enumerate();
+        let reads = join_all(children.map(|(c, child)| async move {
+            if failed.contains(&c) {
+                return None;
+            }
+            let r = child.read(at, Buf::new(strip)).await;
+            r.map_err(|e| tracing::warn!("scrub: stripe {s}: {e}")).ok()
+        }))
         .await;
         reads
-            .into_iter()
-            .map(|r| r.map_err(|e| tracing::warn!("scrub: stripe {s}: {e}")).ok())
-            .collect()
     }
 
     /// Whether stripe `s`'s chunks (by child) agree, and if not what a repair rewrites.
-    fn diagnose(&self, s: u64, roles: &StripeRoles, chunks: &[Buf]) -> Option<Verdict> {
+    /// `degraded`: a lost child's chunk was rebuilt from one syndrome, so only the other
+    /// checks the stripe and nothing can be located.
+    fn diagnose(
+        &self,
+        s: u64,
+        roles: &StripeRoles,
+        chunks: &[Buf],
+        degraded: bool,
+    ) -> Option<Verdict> {
         let strip = self.stripes.chunks.strip as usize;
         // Data in md's syndrome order.
         let order = self.stripes.chunks.slot_order(roles);
@@ -441,8 +567,9 @@ impl Scrubber<'_> {
         let ps: Vec<u8> = p.iter().zip(&p_new[..]).map(|(a, b)| a ^ b).collect();
         let qs: Vec<u8> = q.iter().zip(&q_new[..]).map(|(a, b)| a ^ b).collect();
         // Without knowing parity matched its data, a syndrome may only mean parity fell
-        // behind a write (the write hole): never rewrite data from it.
-        let culprit = if self.stripes.health.in_sync(s) {
+        // behind a write (the write hole): never rewrite data from it. Nor with a child
+        // lost: its rebuilt chunk absorbed any error in what it was rebuilt from.
+        let culprit = if self.stripes.health.in_sync(s) && !degraded {
             locate(&ps, &qs, self.stripes.chunks.k)
         } else {
             Culprit::Unknown
@@ -514,5 +641,111 @@ fn rebuild_chunks(order: &[usize], roles: &StripeRoles, lost: &[usize], chunks: 
     }
     for (&i, b) in order.iter().zip(data) {
         chunks[roles.data[i]] = b;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nbraid_layout::ParityLayout;
+
+    /// A RAID 6 row of `n` children (stripe `s`'s roles) with consistent P and Q, by child.
+    fn row6(n: usize, s: u64, len: usize) -> (StripeRoles, Vec<usize>, Vec<Vec<u8>>) {
+        let roles = StripeRoles::md(ParityLayout::default(), n, 2, s);
+        let k = n - 2;
+        let mut order = vec![0usize; k];
+        for i in 0..k {
+            order[roles.q_slot[i]] = i;
+        }
+        let mut row = vec![vec![0u8; len]; n];
+        for i in 0..k {
+            row[roles.data[i]] = (0..len).map(|b| (b * 13 + i * 71 + 5) as u8).collect();
+        }
+        let data: Vec<&[u8]> = order.iter().map(|&i| &row[roles.data[i]][..]).collect();
+        let (mut p, mut q) = (vec![0u8; len], vec![0u8; len]);
+        parity::pq_gen(&data, &mut p, &mut q);
+        row[roles.p] = p;
+        row[roles.q.expect("RAID 6")] = q;
+        (roles, order, row)
+    }
+
+    /// With one child lost, the syndrome left still checks the row: a good row agrees, and
+    /// a byte flipped in any surviving child — data, P or Q — is caught, whichever child is
+    /// the lost one (data rebuilt from P and checked by Q, P lost and Q checks, Q lost and P
+    /// checks). The lost child's own bytes are never looked at.
+    #[test]
+    fn one_lost_child_leaves_a_syndrome_that_checks_the_row() {
+        for n in [4, 6] {
+            for s in 0..n as u64 {
+                let (roles, order, row) = row6(n, s, 64);
+                for lost in 0..n {
+                    let mut blanked = row.clone();
+                    blanked[lost] = vec![0xee; 64];
+                    let view: Vec<&[u8]> = blanked.iter().map(|b| &b[..]).collect();
+                    assert!(degraded_row_agrees(&order, &roles, &[lost], &view));
+                    for bad in (0..n).filter(|&c| c != lost) {
+                        let mut wrong = blanked.clone();
+                        wrong[bad][17] ^= 0x40;
+                        let view: Vec<&[u8]> = wrong.iter().map(|b| &b[..]).collect();
+                        assert!(
+                            !degraded_row_agrees(&order, &roles, &[lost], &view),
+                            "x{n} stripe {s}: lost {lost}, bad {bad}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// A stripe is skipped when its parity is stale, or when as many children are lost as
+    /// it has parity chunks (RAID 5 with one, RAID 6 with two): nothing left to check with.
+    #[test]
+    fn skip_reason_needs_a_parity_chunk_to_spare() {
+        assert_eq!(skip_reason(false, 0, 1), None);
+        assert_eq!(skip_reason(false, 1, 1), Some(SkipReason::NoRedundancy));
+        assert_eq!(skip_reason(false, 0, 2), None);
+        assert_eq!(skip_reason(false, 1, 2), None);
+        assert_eq!(skip_reason(false, 2, 2), Some(SkipReason::NoRedundancy));
+        assert_eq!(skip_reason(false, 3, 2), Some(SkipReason::NoRedundancy));
+        assert_eq!(skip_reason(true, 0, 2), Some(SkipReason::StaleParity));
+        assert_eq!(skip_reason(true, 2, 2), Some(SkipReason::StaleParity));
+    }
+
+    /// Regenerated parity goes only to the surviving parity chunks it changes: with a data
+    /// chunk lost (rebuilt from P) only Q, with P lost only Q, with Q lost only P — never to
+    /// the lost child.
+    #[test]
+    fn regenerated_parity_is_written_where_it_changes_and_never_to_a_lost_child() {
+        let n = 5;
+        let (roles, order, row) = row6(n, 1, 32);
+        let q = roles.q.expect("RAID 6");
+        let written = |lost: usize, bad: usize| -> Vec<usize> {
+            let mut chunks: Vec<Buf> = row.iter().map(|b| Buf::copy_from(b)).collect();
+            chunks[bad][3] ^= 1;
+            rebuild_chunks(&order, &roles, &[lost], &mut chunks);
+            let data: Vec<&[u8]> = order.iter().map(|&i| &chunks[roles.data[i]][..]).collect();
+            let (mut p_new, mut q_new) = (Buf::new(32), Buf::new(32));
+            parity::pq_gen(&data, &mut p_new, &mut q_new);
+            let v = Verdict {
+                fix: Fix::Parity,
+                p: p_new,
+                q: q_new,
+            };
+            (verdict_writes(v, &roles, &chunks, &[lost]).iter())
+                .map(|(t, _)| t.child)
+                .collect()
+        };
+        let (d0, d1) = (roles.data[0], roles.data[1]);
+        assert_eq!(written(d0, d1), vec![q], "data lost: Q checks, Q rewritten");
+        assert_eq!(
+            written(d0, roles.p),
+            vec![q],
+            "data lost, P wrong: Q follows P"
+        );
+        assert_eq!(written(d0, q), vec![q]);
+        assert_eq!(written(roles.p, d1), vec![q], "P lost: Q rewritten");
+        assert_eq!(written(roles.p, q), vec![q]);
+        assert_eq!(written(q, d1), vec![roles.p], "Q lost: P rewritten");
+        assert_eq!(written(q, roles.p), vec![roles.p]);
     }
 }
