@@ -75,6 +75,43 @@ pub(super) fn status_line(scrub: &Value) -> String {
     )
 }
 
+/// Why a scrub skipped what it skipped, for people: empty when it skipped nothing (or the
+/// daemon sent no reasons), else " (N with no redundancy left: …; N whose parity is stale)".
+/// A scrub of a RAID 5 with a member out skips every stripe: said bare, "0 checked, 120
+/// skipped … no bad block found" read as a clean scrub.
+pub(super) fn skipped_why(scrub: &Value) -> String {
+    let n = |k: &str| scrub[k].as_u64().unwrap_or(0);
+    let mut why = Vec::new();
+    if n("skipped_no_redundancy") > 0 {
+        why.push(format!(
+            "{} with no redundancy left: failed members under them leave nothing to compare them against",
+            n("skipped_no_redundancy")
+        ));
+    }
+    if n("skipped_stale") > 0 {
+        why.push(format!(
+            "{} whose parity is stale (a write failed beyond what the group tolerates)",
+            n("skipped_stale")
+        ));
+    }
+    match why.is_empty() {
+        true => String::new(),
+        false => format!(" ({})", why.join("; ")),
+    }
+}
+
+/// `nbraid status`'s line under a volume whose scrub skipped stripes or blocks (empty when
+/// it skipped none): how many, and why.
+pub(super) fn skipped_line(scrub: &Value) -> String {
+    match scrub["skipped"].as_u64().unwrap_or(0) {
+        0 => String::new(),
+        n => format!(
+            "  scrub skipped {n} parity stripes or mirror blocks, not checked{}\n",
+            skipped_why(scrub)
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +153,33 @@ mod tests {
             "  scrub found: d1 3 bad (2 repaired), member 0 1 bad (1 repaired) (`nbraid scrub --follow` lists where)\n"
         );
         assert_eq!(status_line(&Value::Null), "");
+    }
+
+    /// Skipped stripes say why: a degraded RAID 5 skips every stripe for want of
+    /// redundancy, which must not read as a clean scrub.
+    #[test]
+    fn skipped_stripes_say_why() {
+        let none = json!({"skipped": 0, "skipped_no_redundancy": 0, "skipped_stale": 0});
+        assert_eq!(skipped_why(&none), "");
+        assert_eq!(skipped_line(&none), "");
+        let degraded = json!({"skipped": 120, "skipped_no_redundancy": 120, "skipped_stale": 0});
+        assert_eq!(
+            skipped_line(&degraded),
+            "  scrub skipped 120 parity stripes or mirror blocks, not checked (120 with no redundancy left: failed members under them leave nothing to compare them against)\n"
+        );
+        let both = json!({"skipped": 3, "skipped_no_redundancy": 1, "skipped_stale": 2});
+        assert!(
+            skipped_why(&both).ends_with(
+                "; 2 whose parity is stale (a write failed beyond what the group tolerates))"
+            ),
+            "{}",
+            skipped_why(&both)
+        );
+        // An older daemon sends no reasons: the count alone.
+        let old = json!({"skipped": 4});
+        assert_eq!(
+            skipped_line(&old),
+            "  scrub skipped 4 parity stripes or mirror blocks, not checked\n"
+        );
     }
 }

@@ -243,7 +243,13 @@ fn scrub_summary(volume: &str, report: &Value) -> String {
         1 => "1 bad block found".to_string(),
         n => format!("{n} bad blocks found"),
     };
+    let (checked, skipped) = (report["checked"].as_u64(), report["skipped"].as_u64());
     let outcome = match (bad, report["repair"] == json!(true)) {
+        // Everything skipped (a RAID 5 with a member out): nothing was looked at.
+        (0, _) if checked == Some(0) && skipped > Some(0) => {
+            "nothing could be checked, so nothing was found".to_string()
+        }
+        (0, _) if skipped > Some(0) => "no bad block found in what was checked".to_string(),
         (0, _) => "no bad block found".to_string(),
         (_, false) => format!(
             "{found}, not repaired (a check: `--repair` rewrites what the redundancy proves)"
@@ -260,11 +266,12 @@ fn scrub_summary(volume: &str, report: &Value) -> String {
         _ => String::new(),
     };
     format!(
-        "scrub of {volume} {} over {}{since}: {} parity stripes and mirror blocks checked, {} skipped; {} mismatched, {} chunks or copies did not read at first (a read error or a checksum mismatch); {outcome}\n",
+        "scrub of {volume} {} over {}{since}: {} parity stripes and mirror blocks checked, {} skipped{}; {} mismatched, {} chunks or copies did not read at first (a read error or a checksum mismatch); {outcome}\n",
         report["state"].as_str().unwrap_or("?"),
         bytes(report["position_bytes"].as_u64().unwrap_or(0)),
         count(&report["checked"]),
         count(&report["skipped"]),
+        super::findings::skipped_why(report),
         count(&report["mismatches"]),
         count(&report["unreadable"]),
     )
@@ -342,6 +349,33 @@ mod tests {
         assert_eq!(
             scrub_summary("r5", &report),
             "scrub of r5 done over 384 MiB: 2048 parity stripes and mirror blocks checked, 0 skipped; 1 mismatched, 0 chunks or copies did not read at first (a read error or a checksum mismatch); 1 bad block found, all repaired\n"
+        );
+    }
+
+    /// A scrub that could check nothing (a RAID 5 with a member out) says so and why; it
+    /// printed "0 … checked, 120 skipped; … no bad block found", which read as clean.
+    #[test]
+    fn a_scrub_that_skipped_says_why_and_does_not_read_as_clean() {
+        let mut report = json!({"state": "done", "repair": false, "position_bytes": 8u64 << 20,
+                                "checked": 0, "mismatches": 0, "repaired": 0, "unreadable": 0,
+                                "skipped": 120, "skipped_no_redundancy": 120,
+                                "skipped_stale": 0, "findings_total": 0, "findings": []});
+        let text = scrub_summary("r5", &report);
+        assert!(
+            text.contains(" 0 parity stripes and mirror blocks checked, 120 skipped (120 with no redundancy left: failed members under them leave nothing to compare them against); "),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("; nothing could be checked, so nothing was found\n"),
+            "{text}"
+        );
+        report["checked"] = json!(60);
+        report["skipped"] = json!(60);
+        report["skipped_no_redundancy"] = json!(60);
+        let text = scrub_summary("r60", &report);
+        assert!(
+            text.ends_with("; no bad block found in what was checked\n"),
+            "{text}"
         );
     }
 

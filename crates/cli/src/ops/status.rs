@@ -194,6 +194,7 @@ pub fn status_table(v: &Value) -> String {
         out += &counted_since_line(&vol["counted_since"]);
         out += &pass_lines(vol);
         out += &super::findings::status_line(&vol["scrub"]);
+        out += &super::findings::skipped_line(&vol["scrub"]);
         if vol["metadata"]["write_hole_logged"] == json!(false) {
             out += "  write hole open: the partial-parity log does not cover every parity group (a reshape runs, the log is off, or a member has no room for its ring: the daemon's start warnings say which)\n";
         }
@@ -468,6 +469,20 @@ mod tests {
         let t = vol(json!({"state": "running", "position_bytes": 36u64 << 20,
                            "total_bytes": 0u64, "mismatches": 0}));
         assert!(t.contains(" running at 36 MiB 0 bad "), "{t}");
+    }
+
+    /// A scrub that skipped stripes says so under its volume, and why (its "0 bad" alone
+    /// read as a clean scrub of a RAID 5 with a member out, which checked nothing).
+    #[test]
+    fn a_scrub_that_skipped_stripes_says_why_under_its_volume() {
+        let scrub = json!({"state": "done", "position_bytes": 100u64, "total_bytes": 100u64,
+                           "mismatches": 0, "skipped": 120, "skipped_no_redundancy": 120,
+                           "skipped_stale": 0});
+        let t = status_table(&json!({"volumes": [{"name": "r5", "members": [], "scrub": scrub}]}));
+        assert!(
+            t.contains("\n  scrub skipped 120 parity stripes or mirror blocks, not checked (120 with no redundancy left: "),
+            "{t}"
+        );
     }
 
     #[test]

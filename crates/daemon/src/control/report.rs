@@ -328,6 +328,9 @@ fn report_json(r: &ScrubReport) -> Value {
         "repaired": r.repaired,
         "unreadable": r.unreadable,
         "skipped": r.skipped,
+        // Why: no redundancy left (failed members under them), or stale parity.
+        "skipped_no_redundancy": r.skipped_no_redundancy,
+        "skipped_stale": r.skipped_stale,
         // The counts above are of the bytes from here (a scrub resumed after a restart:
         // what it found before is not recorded).
         "counted_from_bytes": r.counted_from_bytes,
