@@ -42,6 +42,7 @@ fn raid5_record(role: u32) -> VolumeRecord {
                 } else {
                     RecordedState::Active
                 },
+                unacked_since_failed: false,
             })
             .collect(),
         tree: shape.build(&regions).unwrap(),
@@ -86,6 +87,34 @@ fn round_trip() {
     );
 }
 
+/// A failed member's "nothing acknowledged since" flag is byte 1 of its state (the first of
+/// what was padding): it round-trips, only a failed member keeps it, and a record written
+/// before it (the byte zero) reads as having missed acknowledged writes.
+#[test]
+fn the_failed_together_flag_is_the_byte_after_the_state() {
+    let mut sb = superblock();
+    sb.volumes[0].members[3].state = RecordedState::Failed;
+    sb.volumes[0].members[3].unacked_since_failed = true;
+    let bytes = sb.encode().unwrap();
+    assert_eq!(Superblock::decode(&bytes).unwrap(), sb);
+    // Member 3's entry: after the record's 160 bytes and three entries of 32; the superblock
+    // header is 64 bytes.
+    let entry = 64 + 160 + 3 * 32;
+    assert_eq!(&bytes[entry..entry + 16], &[0x13; 16]);
+    assert_eq!(&bytes[entry + 16..entry + 24], &[1, 1, 0, 0, 0, 0, 0, 0]);
+    // An active member's flag is not written (nothing to say).
+    let mut active = superblock();
+    active.volumes[0].members[3].unacked_since_failed = true;
+    let bytes = active.encode().unwrap();
+    assert_eq!(&bytes[entry + 16..entry + 18], &[0, 0]);
+    assert!(!Superblock::decode(&bytes).unwrap().volumes[0].members[3].unacked_since_failed);
+    // Written before the flag: failed, the byte zero.
+    let mut old = sb.clone();
+    old.volumes[0].members[3].unacked_since_failed = false;
+    let back = Superblock::decode(&old.encode().unwrap()).unwrap();
+    assert!(!back.volumes[0].members[3].missed_nothing_acked());
+}
+
 #[test]
 fn declared_trees_round_trip() {
     // A mirror of two RAID 5 groups and RAID 5 over mirrored pairs, with a concat.
@@ -124,6 +153,7 @@ fn declared_trees_round_trip() {
             .map(|i| MemberEntry {
                 uuid: uuid(i),
                 state: RecordedState::Active,
+                unacked_since_failed: false,
             })
             .collect();
         sb.volumes[0].role = 0;
@@ -269,6 +299,7 @@ fn reshaping() -> Superblock {
     v.members.push(MemberEntry {
         uuid: uuid(0x14),
         state: RecordedState::Active,
+        unacked_since_failed: false,
     });
     let shape = Shape::new(Level::Raid5, 5, None, 64 << 10, ParityLayout::LeftSymmetric).unwrap();
     let regions = vec![

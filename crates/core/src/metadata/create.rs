@@ -53,6 +53,7 @@ pub(super) async fn write_records(
         members.push(MemberEntry {
             uuid,
             state: RecordedState::Active,
+            unacked_since_failed: false,
         });
     }
     let new = NewVolume {

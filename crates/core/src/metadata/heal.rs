@@ -236,6 +236,7 @@ impl Heal {
             state: RecordedState::Rebuilding {
                 checkpoint_bytes: 0,
             },
+            unacked_since_failed: false,
         };
         let area = write_role_record(p, role, &meta, &next, (None, true)).await?;
         // Its area was cleared: the role's checksums start blank with it.

@@ -173,6 +173,7 @@ mod tests {
                 .map(|i| MemberEntry {
                     uuid: Uuid([10 + i; 16]),
                     state: RecordedState::Active,
+                    unacked_since_failed: false,
                 })
                 .collect(),
             tree: Node::mirror(leaves).unwrap(),

@@ -54,7 +54,11 @@ pub(super) async fn start(
         let state = RecordedState::Rebuilding {
             checkpoint_bytes: 0,
         };
-        members.push(MemberEntry { uuid, state });
+        members.push(MemberEntry {
+            uuid,
+            state,
+            unacked_since_failed: false,
+        });
     }
     rec.events += 1;
     rec.scrub = None;

@@ -168,6 +168,9 @@ pub(super) struct Records {
     dirty: AtomicBool,
     /// Write-type requests in flight ([`Records::enter`]).
     inflight: AtomicU64,
+    /// Some failed role's record says it missed nothing acknowledged (read without the lock
+    /// before each acknowledgement of durability: [`Records::before_durable_ack`]).
+    unacked_failures: AtomicBool,
     /// One clean point at a time.
     cleaning: AsyncMutex<()>,
     /// Roles being rebuilt into (their records keep up with commits).
@@ -189,6 +192,10 @@ impl Records {
         dirty: bool,
     ) -> Records {
         assert_eq!(metas.len(), recorded.members.len(), "a record per role");
+        let unacked = recorded
+            .members
+            .iter()
+            .any(MemberEntry::missed_nothing_acked);
         Records {
             id,
             name: name.to_string(),
@@ -197,6 +204,7 @@ impl Records {
             recorded: AsyncMutex::new(recorded),
             dirty: AtomicBool::new(dirty),
             inflight: AtomicU64::new(0),
+            unacked_failures: AtomicBool::new(unacked),
             cleaning: AsyncMutex::new(()),
             rebuilding: Rebuilding::default(),
             retired: AtomicBool::new(false),
@@ -334,6 +342,15 @@ impl Records {
             assert_eq!(metas.len(), rec.members.len(), "a record per role");
             let generation = gate.generation();
             self.note_failed(rec, &metas);
+            // Only a failed role keeps the mark (one taken back or re-added drops it).
+            for m in rec.members.iter_mut().filter(|m| !m.missed_nothing_acked()) {
+                m.unacked_since_failed = false;
+            }
+            let unacked = rec.members.iter().any(MemberEntry::missed_nothing_acked);
+            // Raised before the write: an acknowledgement racing the commit clears it again.
+            if unacked {
+                self.unacked_failures.store(true, SeqCst);
+            }
             rec.events += 1;
             let targets = self.commit_targets(&metas);
             let results = join_all(targets.iter().map(|&r| {
@@ -372,6 +389,8 @@ impl Records {
             if !self.is_failed(r) || m.state == RecordedState::Failed {
                 continue;
             }
+            // Failed now: whatever it missed since was not acknowledged yet.
+            m.unacked_since_failed = metas[r].is_some();
             m.state = if metas[r].is_some() {
                 RecordedState::Failed
             } else {
@@ -419,6 +438,31 @@ impl Records {
                 volume: self.name.clone(),
                 member: meta.member().name().to_string(),
             });
+        }
+        Ok(())
+    }
+
+    /// Before a write is acknowledged durable (a flush, a FUA write; failures under it are
+    /// recorded already): failed roles whose records say they missed nothing acknowledged
+    /// lose that mark, committed first — from this acknowledgement on they miss what the
+    /// array promised, and a forced assembly must not take them back as current. One commit
+    /// after each failure; nothing otherwise.
+    pub(super) async fn before_durable_ack(&self) -> VolumeResult<()> {
+        if !self.unacked_failures.load(SeqCst) {
+            return Ok(());
+        }
+        let mut rec = self.recorded.lock().await;
+        if !rec.members.iter().any(MemberEntry::missed_nothing_acked) {
+            self.unacked_failures.store(false, SeqCst);
+            return Ok(());
+        }
+        for m in rec.members.iter_mut() {
+            m.unacked_since_failed = false;
+        }
+        self.commit(&mut rec).await?;
+        // A failure recorded meanwhile (by this commit) keeps the flag raised.
+        if !rec.members.iter().any(MemberEntry::missed_nothing_acked) {
+            self.unacked_failures.store(false, SeqCst);
         }
         Ok(())
     }
@@ -475,6 +519,7 @@ mod tests {
             .map(|i| MemberEntry {
                 uuid: Uuid([i + 1; 16]),
                 state: RecordedState::Active,
+                unacked_since_failed: false,
             })
             .collect()
     }

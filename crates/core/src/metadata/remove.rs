@@ -58,6 +58,7 @@ pub(super) async fn remove_member(
     rec.members[role] = MemberEntry {
         uuid: Uuid::default(),
         state: RecordedState::Failed,
+        unacked_since_failed: false,
     };
     // Added at run time: no longer a member, not to be opened at the next start.
     rec.added_paths.retain(|p| *p != name);

@@ -307,6 +307,7 @@ mod tests {
                 .map(|i| MemberEntry {
                     uuid: Uuid([i as u8 + 1; 16]),
                     state: RecordedState::Active,
+                    unacked_since_failed: false,
                 })
                 .collect(),
             tree: raid5(3),

@@ -505,6 +505,7 @@ pub(super) async fn start(
         members.push(MemberEntry {
             uuid,
             state: RecordedState::Active,
+            unacked_since_failed: false,
         });
     }
     let rr = RecordedReshape {

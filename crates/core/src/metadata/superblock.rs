@@ -107,6 +107,20 @@ pub enum RecordedState {
 pub struct MemberEntry {
     pub uuid: Uuid,
     pub state: RecordedState,
+    /// Failed, and no write was acknowledged durable since (no flush or FUA write completed
+    /// after the commit that recorded it failed): it missed nothing the array promised, so
+    /// a forced assembly takes it back as current. Set by that commit, cleared by a commit
+    /// before the first such acknowledgement; false in records written before it existed.
+    /// Meaningful only while `state` is [`RecordedState::Failed`] (see
+    /// [`MemberEntry::missed_nothing_acked`]).
+    pub unacked_since_failed: bool,
+}
+
+impl MemberEntry {
+    /// Recorded failed, and nothing was acknowledged durable since it failed.
+    pub fn missed_nothing_acked(&self) -> bool {
+        self.state == RecordedState::Failed && self.unacked_since_failed
+    }
 }
 
 /// A byte range of the member holding some metadata structure.

@@ -15,7 +15,9 @@
 //!    acknowledged; its hold on the bits is given back.
 //!
 //! A flush is the volume's flush, failures recorded, then the bits it made durable cleared
-//! on disk; [`Array::mark_clean`] records an orderly stop.
+//! on disk, then — the first time after a member failed — the records say that member
+//! missed an acknowledged write (as before a FUA write's acknowledgement); a forced assembly
+//! reads that. [`Array::mark_clean`] records an orderly stop.
 
 use super::{Array, CleanMark};
 use crate::buf::Buf;
@@ -59,8 +61,10 @@ impl Array {
     pub async fn write(&self, offset: u64, buf: Buf, fua: bool) -> VolumeResult<Buf> {
         let len = buf.len() as u64;
         let range = self.volume.check("write", offset, len)?;
-        self.through_stages(offset, len, self.volume.write_checked(range, buf, fua))
-            .await
+        let done =
+            (self.through_stages(offset, len, self.volume.write_checked(range, buf, fua))).await?;
+        self.acknowledged_durable(fua).await?;
+        Ok(done)
     }
 
     pub async fn trim(&self, offset: u64, len: u64) -> VolumeResult<()> {
@@ -75,8 +79,17 @@ impl Array {
         if !self.reaches_members(offset, len) {
             return self.volume.write_zeroes(offset, len, fua).await;
         }
-        self.through_stages(offset, len, self.volume.write_zeroes(offset, len, fua))
-            .await
+        (self.through_stages(offset, len, self.volume.write_zeroes(offset, len, fua))).await?;
+        self.acknowledged_durable(fua).await
+    }
+
+    /// Before a FUA request is acknowledged: it is acknowledged durable
+    /// ([`crate::metadata::records::Records::before_durable_ack`]).
+    async fn acknowledged_durable(&self, fua: bool) -> VolumeResult<()> {
+        if fua {
+            self.records.before_durable_ack().await?;
+        }
+        Ok(())
     }
 
     /// A non-empty range inside the volume. Zeroing requests outside go straight to the
@@ -168,7 +181,8 @@ impl Array {
         if self.flushed(epoch, r, delay)? {
             self.write_bitmap().await?;
         }
-        Ok(())
+        // Acknowledged durable from here: members failed before miss what it promised.
+        self.records.before_durable_ack().await
     }
 
     async fn write_bitmap(&self) -> VolumeResult<()> {

@@ -263,6 +263,7 @@ async fn swap_in(p: Parts<'_>, r: usize, meta: Arc<MemberMeta>) -> Result<bool, 
     next.members[r] = MemberEntry {
         uuid: newcomer_id(p, r, &meta, &rec).await?,
         state: RecordedState::Active,
+        unacked_since_failed: false,
     };
     // A restart opens the replacement by its recorded path (the config names the member
     // it replaced, if any); the replaced member is no longer one.

@@ -155,22 +155,39 @@ impl Superblock {
     }
 }
 
-fn encode_state(w: &mut Writer, s: RecordedState) {
-    let (code, checkpoint) = match s {
+/// Bit 0 of the byte after the state code: [`MemberEntry::unacked_since_failed`]. Readers
+/// before it skipped these bytes (written zero), so records stay readable both ways.
+const UNACKED_SINCE_FAILED: u8 = 1;
+
+fn encode_state(w: &mut Writer, m: &MemberEntry) {
+    let (code, checkpoint) = match m.state {
         RecordedState::Active => (0u8, 0),
         RecordedState::Failed => (1, 0),
         RecordedState::Spare => (2, 0),
         RecordedState::Rebuilding { checkpoint_bytes } => (3, checkpoint_bytes),
     };
     w.u8(code);
-    w.bytes(&[0; 7]);
+    w.u8(if m.missed_nothing_acked() {
+        UNACKED_SINCE_FAILED
+    } else {
+        0
+    });
+    w.bytes(&[0; 6]);
     w.u64(checkpoint);
 }
 
-fn decode_state(r: &mut ByteReader) -> MetadataResult<RecordedState> {
+/// A member's state and whether it missed nothing acknowledged (only a failed one can say so;
+/// the bit on any other state, or other bits, are ignored as the padding they were).
+fn decode_state(r: &mut ByteReader) -> MetadataResult<(RecordedState, bool)> {
     let code = r.u8("member state")?;
-    r.take(7, "member state padding")?;
+    let flags = r.u8("member flags")?;
+    r.take(6, "member state padding")?;
     let checkpoint = r.u64("rebuild checkpoint")?;
+    let unacked = code == 1 && flags & UNACKED_SINCE_FAILED != 0;
+    decode_state_code(code, checkpoint).map(|s| (s, unacked))
+}
+
+fn decode_state_code(code: u8, checkpoint: u64) -> MetadataResult<RecordedState> {
     match (code, checkpoint) {
         (0, 0) => Ok(RecordedState::Active),
         (1, 0) => Ok(RecordedState::Failed),
@@ -240,7 +257,7 @@ fn encode_volume(w: &mut Writer, v: &VolumeRecord, version: u32) -> MetadataResu
     w.u32(v.members.len() as u32);
     for m in &v.members {
         w.bytes(&m.uuid.0);
-        encode_state(w, m.state);
+        encode_state(w, m);
     }
     encode_node(w, &v.tree);
     if version >= ADDED_PATHS_VERSION {
@@ -375,8 +392,12 @@ fn decode_members(r: &mut ByteReader, role: u32) -> MetadataResult<Vec<MemberEnt
     let mut members = Vec::with_capacity(count as usize);
     for _ in 0..count {
         let uuid = Uuid(r.array("member uuid")?);
-        let state = decode_state(r)?;
-        members.push(MemberEntry { uuid, state });
+        let (state, unacked_since_failed) = decode_state(r)?;
+        members.push(MemberEntry {
+            uuid,
+            state,
+            unacked_since_failed,
+        });
     }
     Ok(members)
 }
