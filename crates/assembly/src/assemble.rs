@@ -525,25 +525,35 @@ fn degraded_warning(volume: &str, members: &[String], at_start: &[&str]) -> Opti
 
 /// What a forced assembly took back, one note per member (`members`: ids by role).
 fn forced_notes(report: &OpenReport, members: &[String]) -> Vec<String> {
-    report
-        .forced
-        .iter()
-        .map(|f| {
-            format!(
-                "assembled by force: {} took role {} back ({} at event {} of {}); bytes written \
-                 after it dropped out may be stale on it — check the data (fsck) before trusting it",
-                members.get(f.role).map_or("?", String::as_str),
-                f.role,
-                if f.was_failed {
-                    "recorded failed"
-                } else {
-                    "stale"
-                },
-                f.events,
-                f.newest_events
-            )
-        })
+    (report.forced.iter())
+        .map(|f| forced_note(f, members.get(f.role).map_or("?", String::as_str)))
         .collect()
+}
+
+/// Which member came back (`id`), and why: one that failed with nothing acknowledged since
+/// is current, one that missed acknowledged writes may be stale.
+fn forced_note(f: &nbraid_core::metadata::ForcedRole, id: &str) -> String {
+    if f.missed_nothing_acked {
+        return format!(
+            "assembled by force: {id} took role {} back as current (recorded failed at event {} \
+             of {}, and no write was acknowledged durable after it failed: it dropped out \
+             together with the members the volume lost and missed nothing acknowledged); the \
+             volume's dirty regions were resynced with it, as after a crash",
+            f.role, f.events, f.newest_events
+        );
+    }
+    format!(
+        "assembled by force: {id} took role {} back ({} at event {} of {}); bytes written \
+         after it dropped out may be stale on it — check the data (fsck) before trusting it",
+        f.role,
+        if f.was_failed {
+            "recorded failed"
+        } else {
+            "stale"
+        },
+        f.events,
+        f.newest_events
+    )
 }
 
 /// Logs a sync's progress every 10%.
@@ -605,5 +615,33 @@ mod tests {
             "{msg}"
         );
         assert_eq!(degraded_warning("v", &ids, &["active", "stale"]), None);
+    }
+
+    #[test]
+    fn a_forced_note_says_which_member_came_back_current_and_why() {
+        let mut f = nbraid_core::metadata::ForcedRole {
+            role: 2,
+            member: 2,
+            events: 6,
+            newest_events: 8,
+            was_failed: true,
+            missed_nothing_acked: true,
+        };
+        let note = forced_note(&f, "d2");
+        for part in [
+            "d2 took role 2 back as current",
+            "no write was acknowledged durable after it failed",
+            "resynced",
+        ] {
+            assert!(note.contains(part), "{note}");
+        }
+        assert!(!note.contains("stale"), "{note}");
+        f.missed_nothing_acked = false;
+        let note = forced_note(&f, "d2");
+        assert!(
+            note.contains("d2 took role 2 back (recorded failed"),
+            "{note}"
+        );
+        assert!(note.contains("may be stale"), "{note}");
     }
 }

@@ -997,7 +997,8 @@ mod assembly {
                 member: 3,
                 events: 7,
                 newest_events: 9,
-                was_failed: false
+                was_failed: false,
+                missed_nothing_acked: false
             }]
         );
         assert!(

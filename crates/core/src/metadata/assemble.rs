@@ -7,8 +7,12 @@ use super::{MetadataError, RecordedState, Superblock, Uuid, VolumeRecord};
 use nbraid_layout::Node;
 use thiserror::Error;
 
+mod forced;
 mod geometry;
 mod reshape_records;
+
+use forced::force_roles;
+pub use forced::{pick_forced, pick_forced_with};
 
 /// What the member at one position of the config holds.
 #[derive(Clone, Debug)]
@@ -97,6 +101,11 @@ pub struct ForcedRole {
     pub newest_events: u64,
     /// Why it was out: recorded failed by its peers, or stale.
     pub was_failed: bool,
+    /// The newest record says it failed with nothing acknowledged durable since
+    /// ([`super::MemberEntry::missed_nothing_acked`]): it dropped out together with the
+    /// members whose loss stopped the volume and missed nothing the array promised. It comes
+    /// back current, and the volume's dirty regions are resynced with it as after a crash.
+    pub missed_nothing_acked: bool,
 }
 
 impl Assembly {
@@ -185,39 +194,19 @@ pub fn assemble(
     assemble_with(name, config_tree, probes, false, &Names(&[]))
 }
 
-/// [`assemble`], and where more roles are absent than the volume survives, takes back the
-/// freshest members that carry this array's records (failed or stale ones, the most recent
-/// event counter first) until it survives — mdadm's `--assemble --force`. What it took back
-/// is in [`Assembly::forced`]: their bytes written after they dropped out may be stale.
-/// Members of another array, blank or unreadable ones are never taken.
+/// [`assemble`], and where more roles are absent than the volume survives, takes back every
+/// member recorded failed with nothing acknowledged since (they dropped out together: none
+/// missed a write the array promised), then the freshest other members that carry this
+/// array's records (failed or stale ones, the most recent event counter first) until it
+/// survives — mdadm's `--assemble --force`. What it took back is in [`Assembly::forced`]:
+/// the latter's bytes written after they dropped out may be stale. Members of another
+/// array, blank or unreadable ones are never taken.
 pub fn assemble_forced(
     name: &str,
     config_tree: &Node,
     probes: &[Probe],
 ) -> Result<Assembly, AssembleError> {
     assemble_with(name, config_tree, probes, true, &Names(&[]))
-}
-
-/// The roles to take back, freshest first, until `tree` survives: `candidates` are
-/// (role, events) of absent roles whose member is there with this array's records,
-/// `absent` every absent role. `None` when even all of them do not make it survive.
-pub fn pick_forced(
-    tree: &Node,
-    absent: &[usize],
-    candidates: &[(usize, u64)],
-) -> Option<Vec<usize>> {
-    let mut by_freshness = candidates.to_vec();
-    // The freshest first; among equals the lower role, so the choice is repeatable.
-    by_freshness.sort_by_key(|&(role, events)| (std::cmp::Reverse(events), role));
-    let mut taken = Vec::new();
-    for (role, _) in by_freshness {
-        if tree.survives(&|m| absent.contains(&m) && !taken.contains(&m)) {
-            break;
-        }
-        taken.push(role);
-    }
-    tree.survives(&|m| absent.contains(&m) && !taken.contains(&m))
-        .then_some(taken)
 }
 
 /// How messages name the member at each config position: its config id where the caller
@@ -290,7 +279,7 @@ pub(crate) fn assemble_with(
     };
     let mut forced = Vec::new();
     if force && !survives(&lost(&roles)) {
-        forced = force_roles(&newest.tree, &records, newest.events, &mut roles);
+        forced = force_roles(newest, &records, &mut roles);
     }
     warn_absent(&roles, &forced, names, &mut warnings);
     let failed = lost(&roles);
@@ -309,11 +298,14 @@ pub(crate) fn assemble_with(
                 .join(", "),
         });
     }
+    // Members back from a failure together hold old bytes where writes were in flight: the
+    // dirty regions are resynced with them, as after a crash with every member there.
     let clean = records
         .iter()
         .flatten()
         .filter(|r| r.events == newest.events)
-        .all(|r| r.clean);
+        .all(|r| r.clean)
+        && !forced.iter().any(|f| f.missed_nothing_acked);
     Ok(Assembly {
         array: newest.array,
         tree: newest.tree.clone(),
@@ -567,7 +559,16 @@ fn warn_absent(
             warnings.push(format!("role {role}: {}", describe(a, names)));
         }
     }
-    for f in forced {
+    for f in forced.iter().filter(|f| f.missed_nothing_acked) {
+        warnings.push(format!(
+            "role {}: taken back by force as current ({}, recorded failed at event {} of {} together with the members the volume lost: no write was acknowledged durable after it failed, so it missed nothing the array promised); the dirty regions are resynced with it",
+            f.role,
+            names.member(f.member),
+            f.events,
+            f.newest_events
+        ));
+    }
+    for f in forced.iter().filter(|f| !f.missed_nothing_acked) {
         warnings.push(format!(
             "role {}: FORCED back in ({}, {} at event {} of {}): served as current without a resync; bytes written after it dropped out may be stale on it",
             f.role,
@@ -577,48 +578,6 @@ fn warn_absent(
             f.newest_events
         ));
     }
-}
-
-/// Takes back into `roles` the freshest failed or stale members ([`pick_forced`]) and says
-/// which; nothing when even all of them leave the tree beyond its tolerance.
-fn force_roles(
-    tree: &Node,
-    records: &[Option<&VolumeRecord>],
-    newest_events: u64,
-    roles: &mut [Result<usize, Absence>],
-) -> Vec<ForcedRole> {
-    let absent: Vec<usize> = (0..roles.len()).filter(|&r| roles[r].is_err()).collect();
-    let events_of = |member: usize| records[member].map_or(0, |r| r.events);
-    let candidates: Vec<(usize, u64)> = absent
-        .iter()
-        .filter_map(|&r| match roles[r] {
-            Err(Absence::Failed { member } | Absence::Stale { member, .. }) => {
-                Some((r, events_of(member)))
-            }
-            _ => None,
-        })
-        .collect();
-    let Some(taken) = pick_forced(tree, &absent, &candidates) else {
-        return Vec::new();
-    };
-    taken
-        .into_iter()
-        .map(|role| {
-            let (member, was_failed) = match roles[role] {
-                Err(Absence::Failed { member }) => (member, true),
-                Err(Absence::Stale { member, .. }) => (member, false),
-                _ => unreachable!("only failed or stale roles are candidates"),
-            };
-            roles[role] = Ok(member);
-            ForcedRole {
-                role,
-                member,
-                events: events_of(member),
-                newest_events,
-                was_failed,
-            }
-        })
-        .collect()
 }
 
 /// Gives each unreachable member (its superblock unknown) the lost role at its position in

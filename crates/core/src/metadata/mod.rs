@@ -50,7 +50,8 @@ mod unsynced;
 
 pub use array::{Array, CleanMark};
 pub use assemble::{
-    assemble, assemble_forced, pick_forced, Absence, AssembleError, Assembly, ForcedRole, Probe,
+    assemble, assemble_forced, pick_forced, pick_forced_with, Absence, AssembleError, Assembly,
+    ForcedRole, Probe,
 };
 pub use checksum_area::planned_area;
 pub use error::ArrayError;
