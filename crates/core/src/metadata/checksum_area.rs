@@ -435,6 +435,7 @@ mod tests {
                 .map(|&state| MemberEntry {
                     uuid: Uuid([2; 16]),
                     state,
+                    unacked_since_failed: false,
                 })
                 .collect(),
             tree: Node::member(0, MIB, 8 * MIB),
