@@ -3,10 +3,14 @@
 //! with plain reads of its two superblock slots (no lock, no write: a running daemon is not
 //! disturbed) and the daemon's own pure decisions run over them, as at a start: whether the
 //! volume is opened or created ([`start_plan`]), then assembly. A volume the start would
-//! refuse makes the check fail, as the start would (`nginx -t`).
+//! refuse makes the check fail, as the start would (`nginx -t`). Members on NBD servers are
+//! read through NBD as the start connects to them ([`read_remotes`]): one that does not
+//! answer, or answers with an export it cannot use, is unreachable to the check as to the
+//! start.
 
+use crate::member::AssembleError;
 use crate::plan::{self, Found, Plan, Refusal};
-use crate::{added, records};
+use crate::{added, records, remote};
 use futures::FutureExt;
 use nbraid_config::{Config, MemberStorage, Volume};
 use nbraid_core::metadata::disk_rule::DiskContents;
@@ -16,23 +20,161 @@ use std::io::{Read, Seek};
 use std::path::Path;
 use std::sync::Arc;
 
+/// What a start on a config would do, as far as the superblocks tell.
+#[derive(Debug, Default)]
+pub struct Preflight {
+    /// Why it would refuse volumes, one line per volume (the start fails).
+    pub refusals: Vec<String>,
+    /// What it would say loudly while starting: members on NBD servers it could not use,
+    /// volumes served degraded, damaged superblock copies.
+    pub warnings: Vec<String>,
+}
+
 /// Why a start on `config` would refuse volumes, one line per volume (empty: it would not,
 /// as far as the superblocks tell).
 pub fn refusals(config: &Config) -> Vec<String> {
-    config
-        .volumes
-        .iter()
-        .filter_map(|v| {
-            let probes = probes(config, v)?;
-            match start_plan(config, v, &probes[..v.members.len()]) {
-                Err(refusal) => return Some(refusal.0),
-                Ok(Plan::Create { .. }) => return None, // written at the next start
-                Ok(Plan::Open) => {}
+    preflight(config).refusals
+}
+
+/// [`Preflight`] of a start on `config`: remote members read through NBD first.
+pub fn preflight(config: &Config) -> Preflight {
+    let remotes = read_remotes(config);
+    let mut out = Preflight::default();
+    out.warnings.extend(
+        remotes
+            .iter()
+            .flatten()
+            .filter_map(|r| r.unavailable.clone()),
+    );
+    for v in &config.volumes {
+        let Some(probes) = probes_with_remote(config, v, &remotes).map(|(p, _)| p) else {
+            continue;
+        };
+        match start_plan_with(config, v, &probes[..v.members.len()], &remotes) {
+            Err(refusal) => {
+                out.refusals.push(refusal.0);
+                continue;
             }
-            let e = assemble(&v.name, v.geometry.root(), &probes).err()?;
-            Some(format!("volume {}: superblocks refused: {e}", v.name))
+            Ok(Plan::Create { .. }) => continue, // written at the next start
+            Ok(Plan::Open) => {}
+        }
+        match assemble(&v.name, v.geometry.root(), &probes) {
+            Err(e) => (out.refusals).push(format!("volume {}: superblocks refused: {e}", v.name)),
+            Ok(asm) => {
+                (out.warnings).extend(
+                    asm.warnings
+                        .iter()
+                        .map(|w| format!("volume {}: {w}", v.name)),
+                );
+                out.warnings.extend(degraded(config, v, &asm.roles));
+            }
+        }
+    }
+    out
+}
+
+/// The warning of a volume a start would serve degraded: its roles without a member, each
+/// with the member held in it (by config position of the volume), if any.
+fn degraded(
+    config: &Config,
+    v: &Volume,
+    roles: &[Result<usize, nbraid_core::metadata::Absence>],
+) -> Option<String> {
+    let out: Vec<String> = (roles.iter().enumerate())
+        .filter_map(|(role, r)| {
+            let absence = r.as_ref().err()?;
+            let who = (absence.member())
+                .and_then(|p| v.members.iter().chain(&v.heal.spares).nth(p))
+                .map_or(String::new(), |&m| {
+                    let m = &config.members[m];
+                    format!(" (member {}: {})", m.id, m.path_text)
+                });
+            Some(format!("role {role} {}{who}", absence_word(absence)))
         })
-        .collect()
+        .collect();
+    (!out.is_empty()).then(|| {
+        format!(
+            "volume {}: a start now serves it degraded: {}",
+            v.name,
+            out.join(", ")
+        )
+    })
+}
+
+/// Why a role has no member, in a word (as `nbraid check` says it).
+pub fn absence_word(a: &nbraid_core::metadata::Absence) -> &'static str {
+    use nbraid_core::metadata::Absence;
+    match a {
+        Absence::Lost => "lost",
+        Absence::Stale { .. } => "stale",
+        Absence::Failed { .. } => "failed",
+        Absence::Unreachable { .. } => "unreachable",
+    }
+}
+
+/// A member on an NBD server as the check read it, through NBD as the start connects.
+#[derive(Clone, Debug)]
+pub struct RemoteRead {
+    /// Its superblock, or [`Probe::Unreachable`] (why) when the start would not use it.
+    pub probe: Probe,
+    /// What it holds, for the write rule.
+    pub contents: DiskContents,
+    /// Said when the start could not use it: which member, at which URI, and why.
+    pub unavailable: Option<String>,
+}
+
+/// Every member on an NBD server that a volume uses, read once (all at once, as the start
+/// connects them: a server that does not answer costs its timeout once); by config member
+/// index, `None` for the other members.
+pub fn read_remotes(config: &Config) -> Vec<Option<RemoteRead>> {
+    let used = |i: usize| {
+        (config.volumes.iter()).any(|v| v.members.contains(&i) || v.heal.spares.contains(&i))
+    };
+    std::thread::scope(|s| {
+        let reads: Vec<_> = (config.members.iter().enumerate())
+            .map(|(i, m)| {
+                (m.state == MemberStorage::Remote && used(i))
+                    .then(|| s.spawn(move || futures::executor::block_on(read_remote(config, m))))
+            })
+            .collect();
+        reads
+            .into_iter()
+            .map(|h| h.map(|h| h.join().expect("a remote read does not panic")))
+            .collect()
+    })
+}
+
+/// Remote member `m`, connected as the start connects it (its size, the volumes' block
+/// size, its timeout) and its superblock read as the start reads it; nothing is written.
+async fn read_remote(config: &Config, m: &nbraid_config::Member) -> RemoteRead {
+    let source = match remote::open_remote(config, m).await {
+        Ok(member) => {
+            let meta = MemberMeta::load(Arc::new(member)).await;
+            return RemoteRead {
+                probe: meta.probe().clone(),
+                contents: meta.contents(),
+                unavailable: None,
+            };
+        }
+        Err(AssembleError::Remote { source, .. }) => source,
+        Err(e) => {
+            let why = e.to_string();
+            return unavailable(m, "UNUSABLE", why);
+        }
+    };
+    unavailable(m, remote::unavailable_word(&source), source.to_string())
+}
+
+/// A remote member the start would not use (`word`: UNREACHABLE or UNUSABLE, `why`).
+fn unavailable(m: &nbraid_config::Member, word: &str, why: String) -> RemoteRead {
+    RemoteRead {
+        contents: DiskContents::Unknown(format!("unreachable: {why}")),
+        unavailable: Some(format!(
+            "remote member {} ({}) is {word} now: {why}",
+            m.id, m.path_text
+        )),
+        probe: Probe::Unreachable(why),
+    }
 }
 
 /// How a start would begin volume `v` — open it, create it, or refuse, and why — by the
@@ -40,11 +182,24 @@ pub fn refusals(config: &Config) -> Vec<String> {
 /// config's members, by position). A volume no member carries a record of is created,
 /// even beside the records of the config's other volumes (Matrix).
 pub fn start_plan(config: &Config, v: &Volume, probes: &[Probe]) -> Result<Plan, Refusal> {
+    start_plan_with(config, v, probes, &[])
+}
+
+/// [`start_plan`] with the remote members read through NBD ([`read_remotes`]).
+pub fn start_plan_with(
+    config: &Config,
+    v: &Volume,
+    probes: &[Probe],
+    remotes: &[Option<RemoteRead>],
+) -> Result<Plan, Refusal> {
     let found: Vec<Found> = (v.members.iter().zip(probes))
         .map(|(&m, probe)| {
             let member = &config.members[m];
             if member.state == MemberStorage::Memory {
                 return Found::Memory;
+            }
+            if let Some(Some(r)) = remotes.get(m) {
+                return plan::found_on(config, m, &v.name, probe, &r.contents);
             }
             // A member without a superblock is blank only if its whole first MiB is.
             let first = match probe {
@@ -81,20 +236,25 @@ pub fn probes(config: &Config, v: &Volume) -> Option<Vec<Probe>> {
 /// Records are this volume's by array id, as the daemon takes them: a file later used by
 /// another array's volume of the same name is not this volume's.
 pub fn probes_with_added(config: &Config, v: &Volume) -> Option<(Vec<Probe>, Vec<String>)> {
+    probes_with_remote(config, v, &[])
+}
+
+/// [`probes_with_added`], members on NBD servers as `remotes` read them ([`read_remotes`]);
+/// `None` for a volume with members in memory or on NBD servers not read.
+pub fn probes_with_remote(
+    config: &Config,
+    v: &Volume,
+    remotes: &[Option<RemoteRead>],
+) -> Option<(Vec<Probe>, Vec<String>)> {
     let n = v.members.len();
     let positions: Vec<usize> = v.members.iter().chain(&v.heal.spares).copied().collect();
-    if positions.iter().any(|&m| {
-        matches!(
-            config.members[m].state,
-            MemberStorage::Memory | MemberStorage::Remote
-        )
-    }) {
-        return None;
-    }
-    let raw: Vec<Probe> = positions
-        .iter()
-        .map(|&m| read_probe(&config.members[m].path, &config.members[m].id))
-        .collect();
+    let raw: Vec<Probe> = (positions.iter())
+        .map(|&m| match (config.members[m].state, remotes.get(m)) {
+            (MemberStorage::Remote, Some(Some(r))) => Some(r.probe.clone()),
+            (MemberStorage::Memory | MemberStorage::Remote, _) => None,
+            _ => Some(read_probe(&config.members[m].path, &config.members[m].id)),
+        })
+        .collect::<Option<_>>()?;
     // Members added at run time, by the daemon's rules (`added::open_added`): the paths the
     // newest record lists (following the lists of those read), none of this volume's own
     // members' and spares' (a member another volume or none lists is read there too).

@@ -89,7 +89,7 @@ pub fn at_start(config: &Config, m: &Member, e: AssembleError) -> Result<Opened,
 
 /// How a remote member unavailable at start is named: one whose server does not answer,
 /// or one that answers but cannot be used.
-fn unavailable_word(e: &nbraid_remote::RemoteError) -> &'static str {
+pub(crate) fn unavailable_word(e: &nbraid_remote::RemoteError) -> &'static str {
     if e.is_unreachable() {
         "UNREACHABLE"
     } else {

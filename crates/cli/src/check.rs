@@ -57,8 +57,14 @@ pub fn run(file: &Path, json: bool, draw: bool, rows: Option<u64>) -> Result<Str
         }
         Err(e) => return Err(e.into()),
     };
-    let remote = remote_members(&config);
-    let records = crate::records::look(&config);
+    // The remote members' superblocks are read through NBD as the start reads them, while
+    // their servers are described.
+    let (remote, remotes) = std::thread::scope(|s| {
+        let reads = s.spawn(|| nbraid_assembly::preflight::read_remotes(&config));
+        let remote = remote_members(&config);
+        (remote, reads.join().expect("a remote read does not panic"))
+    });
+    let records = crate::records::look_with(&config, &remotes);
     let out = report(&config, &records, &remote, json, draw.then_some(rows))?;
     match refused(&records) {
         volumes if volumes.is_empty() => Ok(out),

@@ -6,10 +6,10 @@
 
 use nbraid_assembly::adopt;
 use nbraid_assembly::plan::Plan;
-use nbraid_assembly::preflight::{probes_with_added, start_plan};
+use nbraid_assembly::preflight::{absence_word, probes_with_remote, start_plan_with, RemoteRead};
 use nbraid_assembly::reshape_plan::{self, VolumePlan};
 use nbraid_config::{Config, Volume};
-use nbraid_core::metadata::{assemble, planned_area, Absence, AssembleError, Probe, Superblock};
+use nbraid_core::metadata::{assemble, planned_area, AssembleError, Probe, Superblock};
 use serde::Serialize;
 
 /// What the superblocks say about one volume.
@@ -37,13 +37,46 @@ pub struct Records {
 
 /// The superblocks of every volume whose members are files or devices.
 pub fn look(config: &Config) -> Vec<Records> {
+    look_with(config, &[])
+}
+
+/// [`look`], the volumes with members on NBD servers too, as `remotes` read them
+/// (`nbraid_assembly::preflight::read_remotes`: through NBD, as the start reads them).
+pub fn look_with(config: &Config, remotes: &[Option<RemoteRead>]) -> Vec<Records> {
     let mut areas = crate::meta_budget::Areas::new(config);
     (config.volumes.iter())
-        .map(|v| volume(config, v, &mut areas))
+        .map(|v| {
+            let mut r = volume(config, v, remotes, &mut areas);
+            let unavailable = (v.members.iter().chain(&v.heal.spares))
+                .filter_map(|&m| remotes.get(m)?.as_ref()?.unavailable.as_deref());
+            let notes: Vec<String> = unavailable
+                .map(|why| unavailable_note(why, &r.state))
+                .collect();
+            r.notes.extend(notes);
+            r
+        })
         .collect()
 }
 
-fn volume(config: &Config, v: &Volume, areas: &mut crate::meta_budget::Areas) -> Records {
+/// What the start does about a member on an NBD server it could not use (`why`: which, at
+/// which URI, and why), by the volume's `state` as the check found it.
+fn unavailable_note(why: &str, state: &str) -> String {
+    let outcome = if state.starts_with("refused") {
+        "a start now refuses the volume (above)"
+    } else if state.starts_with("degraded") {
+        "a start now serves the volume degraded without it, and re-adds it (resynced) once it answers as it should"
+    } else {
+        "a start now goes on without it, and re-adds it once it answers as it should"
+    };
+    format!("{why}; {outcome}")
+}
+
+fn volume(
+    config: &Config,
+    v: &Volume,
+    remotes: &[Option<RemoteRead>],
+    areas: &mut crate::meta_budget::Areas,
+) -> Records {
     let mut r = Records {
         volume: v.name.clone(),
         state: String::new(),
@@ -54,13 +87,13 @@ fn volume(config: &Config, v: &Volume, areas: &mut crate::meta_budget::Areas) ->
         reshape: None,
     };
     let n = v.members.len();
-    let Some((probes, added)) = probes_with_added(config, v) else {
+    let Some((probes, added)) = probes_with_remote(config, v, remotes) else {
         r.state = "not on files (read at start only)".into();
         return r;
     };
     // The daemon's rule: a volume no member carries a record of is created (beside the
     // config's other volumes' records, Matrix), one some member carries is assembled.
-    match start_plan(config, v, &probes[..n]) {
+    match start_plan_with(config, v, &probes[..n], remotes) {
         Err(refusal) => {
             r.state = format!("refused: {refusal}");
             return r;
@@ -136,16 +169,6 @@ fn volume(config: &Config, v: &Volume, areas: &mut crate::meta_budget::Areas) ->
         format!("degraded: {}", absent.join(", "))
     };
     r
-}
-
-/// Why a role's member does not serve it, in a word.
-fn absence_word(a: &Absence) -> &'static str {
-    match a {
-        Absence::Lost => "lost",
-        Absence::Stale { .. } => "stale",
-        Absence::Failed { .. } => "failed",
-        Absence::Unreachable { .. } => "unreachable",
-    }
 }
 
 /// The state of a volume the next start creates: beside the other volumes whose records its

@@ -47,10 +47,14 @@ fn run(args: &Args) -> Result<()> {
     if args.check {
         let config = nbraid_assembly::pins::load(&args.config)?;
         print!("{}", config.explain());
-        // A config the start would refuse fails the check (superblocks read, not locked).
-        let refusals = nbraid_assembly::preflight::refusals(&config);
-        if !refusals.is_empty() {
-            anyhow::bail!("a start would fail: {}", refusals.join("; "));
+        // A config the start would refuse fails the check (superblocks read, not locked;
+        // remote members' through NBD, as the start reads them).
+        let found = nbraid_assembly::preflight::preflight(&config);
+        for w in &found.warnings {
+            println!("warning: {w}");
+        }
+        if !found.refusals.is_empty() {
+            anyhow::bail!("a start would fail: {}", found.refusals.join("; "));
         }
         return Ok(());
     }
