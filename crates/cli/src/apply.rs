@@ -110,8 +110,18 @@ pub fn run(file: &Path, yes: bool, force: bool, json: bool) -> Result<String> {
         let mut out = String::new();
         for (p, served) in &plans {
             out.push_str(&plan_text(p));
-            if p.action == Action::Unchanged {
-                out.push_str(&reshape_note(&status, &p.volume));
+            match p.action {
+                Action::Unchanged => out.push_str(&reshape_note(
+                    &status,
+                    &p.volume,
+                    "the reshape into this shape",
+                )),
+                Action::Refused { .. } => out.push_str(&reshape_note(
+                    &status,
+                    &p.volume,
+                    "the daemon's reshape of it",
+                )),
+                Action::Online(_) => {}
             }
             if !served {
                 out.push_str("  note: the daemon does not serve this volume\n");
@@ -350,8 +360,9 @@ fn siblings(
 
 /// For a volume the config leaves as the records have it: the reshape toward that shape
 /// still under way (or stopped), as the daemon's `status` shows it — "unchanged" alone read
-/// as if nothing were moving.
-fn reshape_note(status: &Value, volume: &str) -> String {
+/// as if nothing were moving; for one refused while a reshape runs, how far it is now
+/// (`what`: the reshape, in words).
+fn reshape_note(status: &Value, volume: &str, what: &str) -> String {
     let volumes = status["volumes"].as_array().map_or(&[][..], |v| &v[..]);
     let Some(v) = volumes.iter().find(|v| v["name"] == volume) else {
         return String::new();
@@ -366,7 +377,7 @@ fn reshape_note(status: &Value, volume: &str) -> String {
     let why = r["error"]
         .as_str()
         .map_or(String::new(), |e| format!(": {e}"));
-    format!("  note: the reshape into this shape is {state} at {pct:.0}%{why} (`nbraid status`)\n")
+    format!("  note: {what} is {state} at {pct:.0}%{why} (`nbraid status`)\n")
 }
 
 /// One volume's plan for people: a head line, one line per change, then the move or the
@@ -463,20 +474,27 @@ mod tests {
     use nbraid_assembly::reshape_plan::plan;
     use nbraid_layout::{Level, ParityLayout, Region, Shape};
 
+    const INTO: &str = "the reshape into this shape";
+
     #[test]
     fn an_unchanged_volume_says_the_reshape_still_under_way_or_stopped() {
         let status = |reshape: Value| json!({"volumes": [{"name": "v", "reshape": reshape}]});
         let running = json!({"state": "running", "position_bytes": 41, "total_bytes": 100});
         assert_eq!(
-            reshape_note(&status(running), "v"),
+            reshape_note(&status(running), "v", INTO),
             "  note: the reshape into this shape is running at 41% (`nbraid status`)\n"
         );
         let failed = json!({"state": "failed", "position_bytes": 52, "total_bytes": 100,
                             "error": "stripe 7 unreadable"});
-        assert!(reshape_note(&status(failed), "v").contains("failed at 52%: stripe 7 unreadable"));
-        assert_eq!(reshape_note(&status(json!({"state": "done"})), "v"), "");
-        assert_eq!(reshape_note(&status(Value::Null), "v"), "");
-        assert_eq!(reshape_note(&status(Value::Null), "w"), "");
+        assert!(
+            reshape_note(&status(failed), "v", INTO).contains("failed at 52%: stripe 7 unreadable")
+        );
+        assert_eq!(
+            reshape_note(&status(json!({"state": "done"})), "v", INTO),
+            ""
+        );
+        assert_eq!(reshape_note(&status(Value::Null), "v", INTO), "");
+        assert_eq!(reshape_note(&status(Value::Null), "w", INTO), "");
     }
 
     fn raid(level: Level, members: usize) -> nbraid_layout::Node {

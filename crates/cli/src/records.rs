@@ -7,9 +7,12 @@
 use nbraid_assembly::adopt;
 use nbraid_assembly::plan::Plan;
 use nbraid_assembly::preflight::{absence_word, probes_with_remote, start_plan_with, RemoteRead};
-use nbraid_assembly::reshape_plan::{self, VolumePlan};
+use nbraid_assembly::reshape_plan::{self, outline, Action, VolumePlan};
+use nbraid_config::format_size;
 use nbraid_config::{Config, Volume};
-use nbraid_core::metadata::{assemble, planned_area, AssembleError, Probe, Superblock};
+use nbraid_core::metadata::{
+    assemble, planned_area, AssembleError, Probe, ReshapeRecord, Superblock,
+};
 use serde::Serialize;
 
 /// What the superblocks say about one volume.
@@ -241,6 +244,12 @@ fn checksum_note(v: &Volume, probes: &[Probe]) -> Option<String> {
 /// ([`crate::as_started::as_started`]).
 fn reshape(config: &Config, v: &Volume, probes: &[Probe]) -> Option<VolumePlan> {
     let (recorded, roles) = reshape_plan::recorded(&v.name, probes)?;
+    // Mid-reshape the records' roles include the members it added: planned from the old
+    // tree, the next shape numbered one twice ("member 3 appears 2 times in the new tree").
+    let newest = nbraid_assembly::records::newest_record(probes, &v.name);
+    if let Some(running) = newest.and_then(|r| r.reshape.as_ref()) {
+        return Some(under_way(&v.name, &recorded, running, v.geometry.root()));
+    }
     let tree = reshape_plan::config_by_role(v.geometry.root(), &roles, recorded.member_count());
     let plan = reshape_plan::plan(&v.name, &recorded, &tree, v.heal.rebuild_rate_bytes_per_s);
     let by_role = crate::as_started::ByRole {
@@ -251,4 +260,90 @@ fn reshape(config: &Config, v: &Volume, probes: &[Probe]) -> Option<VolumePlan> 
     Some(crate::as_started::as_started(
         config, v, probes, by_role, plan,
     ))
+}
+
+/// The plan of volume `volume` whose records say a reshape is under way from `recorded`
+/// (`running`) while the config declares `config_tree`: refused, saying from what to what
+/// and how far it is, and what to do — one reshape at a time.
+fn under_way(
+    volume: &str,
+    recorded: &nbraid_layout::Node,
+    running: &ReshapeRecord,
+    config_tree: &nbraid_layout::Node,
+) -> VolumePlan {
+    let (from, into) = (outline(recorded), outline(&running.new_tree));
+    let to = outline(config_tree);
+    // The position stops at the old capacity: the copy's share of it.
+    let total_bytes = recorded.capacity().max(1);
+    let pct = running.position_bytes.min(total_bytes) as f64 * 100.0 / total_bytes as f64;
+    let reason = format!(
+        "a reshape is under way on it: {} → {}, {pct:.0}% copied ({} of {}, its last \
+         checkpoint); a volume takes one reshape at a time — wait until it is done (`nbraid \
+         status {volume}` shows its progress; the reshape reads done), then run `nbraid apply` \
+         again to go on to {}",
+        from.words(),
+        into.words(),
+        format_size(running.position_bytes.min(total_bytes)),
+        format_size(total_bytes),
+        to.words()
+    );
+    VolumePlan {
+        volume: volume.to_string(),
+        from,
+        to,
+        changes: Vec::new(),
+        action: Action::Refused { reason },
+        unlogged_parity_groups: Vec::new(),
+        write_hole_note: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nbraid_layout::{Level, ParityLayout, Region, Shape};
+
+    fn raid(level: Level, members: usize) -> nbraid_layout::Node {
+        Shape::new(level, members, None, 64 << 10, ParityLayout::default())
+            .unwrap()
+            .build(&vec![
+                Region {
+                    start: 1 << 20,
+                    len: 8 << 20
+                };
+                members
+            ])
+            .unwrap()
+    }
+
+    #[test]
+    fn a_second_shape_while_a_reshape_is_under_way_says_so() {
+        let running = ReshapeRecord {
+            new_tree: raid(Level::Raid5, 4),
+            position_bytes: 4 << 20,
+            backup_area: None,
+            backup_window: None,
+        };
+        let p = under_way(
+            "db",
+            &raid(Level::Raid5, 3),
+            &running,
+            &raid(Level::Raid6, 5),
+        );
+        let Action::Refused { reason } = &p.action else {
+            panic!("refused: {p:?}");
+        };
+        assert!(
+            reason.starts_with(
+                "a reshape is under way on it: raid5 of 3 members, strip 64 KiB → raid5 of 4 \
+                 members, strip 64 KiB, 25% copied (4 MiB of 16 MiB"
+            ),
+            "{reason}"
+        );
+        assert!(reason.contains("`nbraid status db`"), "{reason}");
+        assert!(
+            reason.ends_with("go on to raid6 of 5 members, strip 64 KiB"),
+            "{reason}"
+        );
+    }
 }

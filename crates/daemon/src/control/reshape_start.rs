@@ -77,6 +77,12 @@ pub(super) async fn start(
         )
     })?;
     let array = v.array();
+    // Before any plan: mid-reshape the live roles include the members it adds, and the plan
+    // of the old tree against the next one read as a bad tree, not as "one at a time".
+    if let Some((position_bytes, total_bytes)) = array.reshape_progress() {
+        let why = running_text(&v.name, position_bytes, total_bytes);
+        return Err(Refusal::new("busy", why));
+    }
     let roles = roles_of(&config, cv, &array)?;
     grow_members(&config, cv, &roles, &array)?;
     let recorded = array.volume().geometry().root().clone();
@@ -230,6 +236,19 @@ fn grow_members(
     Ok(())
 }
 
+/// Why volume `name` cannot take another reshape while one runs (`position_bytes` of
+/// `total_bytes` moved), and what to do.
+fn running_text(name: &str, position_bytes: u64, total_bytes: u64) -> String {
+    let pct = position_bytes as f64 * 100.0 / total_bytes.max(1) as f64;
+    format!(
+        "volume \"{name}\": a reshape is already running ({pct:.0}%: {} of {} in the new \
+         shape); a volume takes one reshape at a time — wait until `nbraid status {name}` shows \
+         it done, then apply the next shape",
+        nbraid_config::format_size(position_bytes),
+        nbraid_config::format_size(total_bytes)
+    )
+}
+
 /// Why a reshape cannot start now (`None`: it can).
 fn busy(controls: &Controls, v: &ControlVolume, array: &Array) -> Option<String> {
     let vol = array.volume();
@@ -343,4 +362,17 @@ fn ids_by_role(
         }
     }
     ids
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_reshape_asked_while_one_runs_says_how_far_it_is_and_what_to_do() {
+        assert_eq!(
+            super::running_text("db", 7 << 20, 28 << 20),
+            "volume \"db\": a reshape is already running (25%: 7 MiB of 28 MiB in the new \
+             shape); a volume takes one reshape at a time — wait until `nbraid status db` \
+             shows it done, then apply the next shape"
+        );
+    }
 }
