@@ -48,7 +48,7 @@ pub fn run(file: &Path, yes: bool, force: bool, json: bool) -> Result<String> {
     });
     let mut daemon = match connected {
         Ok(d) => d,
-        Err(_) if yes => return start_offline(&config, force),
+        Err(_) if yes => return start_offline(&config, force, json),
         Err(e) => return Err(e),
     };
     let status = daemon.call(&Request::Status { volume: None })?;
@@ -57,30 +57,10 @@ pub fn run(file: &Path, yes: bool, force: bool, json: bool) -> Result<String> {
         .map(|vs| vs.iter().filter_map(|v| v["name"].as_str()).collect())
         .unwrap_or_default();
     let records = crate::records::look(&config);
-    let plans: Vec<(VolumePlan, bool)> = config
-        .volumes
-        .iter()
-        .zip(&records)
-        .map(|(v, r)| {
-            let plan = r.reshape.clone().unwrap_or_else(|| {
-                let now = outline(v.geometry.root());
-                VolumePlan {
-                    volume: v.name.clone(),
-                    from: now.clone(),
-                    to: now,
-                    changes: Vec::new(),
-                    action: if r.state.starts_with("refused") {
-                        Action::Refused {
-                            reason: r.state.clone(),
-                        }
-                    } else {
-                        Action::Unchanged
-                    },
-                    unlogged_parity_groups: Vec::new(),
-                    write_hole_note: None,
-                }
-            });
-            (plan, served.contains(&v.name.as_str()))
+    let plans: Vec<(VolumePlan, bool)> = (volume_plans(&config, &records).into_iter())
+        .map(|p| {
+            let served = served.contains(&p.volume.as_str());
+            (p, served)
         })
         .collect();
     let moves = plans
@@ -150,6 +130,36 @@ pub fn run(file: &Path, yes: bool, force: bool, json: bool) -> Result<String> {
     }
 }
 
+/// Every volume's plan by its records (`records::look`): the move into the config's shape,
+/// unchanged, or refused where its records do not assemble.
+fn volume_plans(
+    config: &nbraid_config::Config,
+    records: &[crate::records::Records],
+) -> Vec<VolumePlan> {
+    (config.volumes.iter().zip(records))
+        .map(|(v, r)| {
+            r.reshape.clone().unwrap_or_else(|| {
+                let now = outline(v.geometry.root());
+                VolumePlan {
+                    volume: v.name.clone(),
+                    from: now.clone(),
+                    to: now,
+                    changes: Vec::new(),
+                    action: if r.state.starts_with("refused") {
+                        Action::Refused {
+                            reason: r.state.clone(),
+                        }
+                    } else {
+                        Action::Unchanged
+                    },
+                    unlogged_parity_groups: Vec::new(),
+                    write_hole_note: None,
+                }
+            })
+        })
+        .collect()
+}
+
 /// For `--yes`: the volumes whose plans are refused, with why, in one line (`None`: none) —
 /// the command fails as when the daemon refuses a move, not quietly leave them as they were.
 fn refusals<'a>(plans: impl Iterator<Item = &'a VolumePlan>) -> Option<String> {
@@ -207,16 +217,20 @@ fn start_online(
 /// its records (every recorded member in place), writes the records that start the reshape
 /// into the config's shape, the members the config adds taking the roles after the old ones.
 /// The next start of `nbraidd` copies on while serving. A volume whose records name a scrub a
-/// restart cut off is not started (see [`ScrubPending`]).
-fn start_offline(config: &nbraid_config::Config, force: bool) -> Result<String> {
+/// restart cut off is not started (see [`ScrubPending`]). With nothing to change it says so
+/// (it printed nothing: the operator could not tell "done" from "did nothing").
+fn start_offline(config: &nbraid_config::Config, force: bool, json: bool) -> Result<String> {
     let records = crate::records::look(config);
+    let plans = volume_plans(config, &records);
+    let moves = (plans.iter()).any(|p| matches!(p.action, Action::Online(_)));
+    let opened = match moves {
+        true => futures::executor::block_on(nbraid_assembly::assemble::open_members(config))
+            .context("opening the members (no daemon answers on the control socket)")?,
+        false => Vec::new(),
+    };
     let mut out = String::new();
-    let opened = futures::executor::block_on(nbraid_assembly::assemble::open_members(config))
-        .context("opening the members (no daemon answers on the control socket)")?;
-    for (v, r) in config.volumes.iter().zip(&records) {
-        let Some(plan) = &r.reshape else {
-            continue;
-        };
+    let mut started = Vec::new();
+    for (v, plan) in config.volumes.iter().zip(&plans) {
         out.push_str(&plan_text(plan));
         let Action::Online(m) = &plan.action else {
             continue;
@@ -228,15 +242,34 @@ fn start_offline(config: &nbraid_config::Config, force: bool) -> Result<String> 
                 Err(e) => Err(e),
             };
         }
+        started.push(v.name.clone());
         out.push_str(match copies {
             true => "  started: the records list the new copies, rebuilding; the next start of nbraidd rebuilds them while serving\n",
             false => "  started: the records say so; the next start of nbraidd copies on while serving\n",
         });
     }
-    match refusals(records.iter().filter_map(|r| r.reshape.as_ref())) {
+    let nothing = nothing_to_do(&plans);
+    if nothing {
+        out.push_str("nothing to do: every volume already has the config's shape (no daemon running; nothing was written)\n");
+    }
+    if json {
+        out = format!(
+            "{}\n",
+            serde_json::to_string_pretty(&json!({
+                "volumes": plans, "daemon_running": false, "nothing_to_do": nothing,
+                "started": !started.is_empty(), "started_volumes": started,
+            }))?
+        );
+    }
+    match refusals(plans.iter()) {
         Some(why) => Err(NotStarted(out, why).into()),
         None => Ok(out),
     }
+}
+
+/// Every volume already has the config's shape: there is nothing for `apply` to do.
+fn nothing_to_do(plans: &[VolumePlan]) -> bool {
+    plans.iter().all(|p| p.action == Action::Unchanged)
 }
 
 /// The records of a volume name a scrub a restart cut off: the next start of `nbraidd`

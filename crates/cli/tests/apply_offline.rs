@@ -109,3 +109,27 @@ fn an_offline_apply_with_checksums_to_enable_starts_the_reshape() {
     prefix_reads_back(&nbdcopy, dir.path(), &uri, &data);
     d.stop();
 }
+
+/// An offline `apply --yes` with nothing to change says so (it printed nothing, and `--json`
+/// nothing either: "done" and "did nothing" looked alike).
+#[test]
+fn an_offline_apply_with_nothing_to_change_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(dir.path(), 3, "off");
+    let cfg = file.to_str().unwrap();
+    ok(nbraid(&["create", cfg]), "create");
+    let out = ok(nbraid(&["apply", cfg, "--yes"]), "apply --yes (offline)");
+    assert!(
+        out.contains("volume v: unchanged (raid5 of 3 members")
+            && out.contains("nothing to do: every volume already has the config's shape"),
+        "{out}"
+    );
+    let out = ok(
+        nbraid(&["apply", cfg, "--yes", "--json"]),
+        "apply --yes --json",
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).expect(&out);
+    assert_eq!(v["nothing_to_do"], true, "{v:#}");
+    assert_eq!(v["started"], false, "{v:#}");
+    assert_eq!(v["volumes"][0]["action"], "unchanged", "{v:#}");
+}
