@@ -35,7 +35,7 @@ impl Controls {
                 volume,
                 member,
                 force,
-            } => members::fail(self.find(&volume)?, &member, force)?,
+            } => members::fail(self.find(&volume)?, &member, force).await?,
             Request::Add {
                 volume,
                 path,

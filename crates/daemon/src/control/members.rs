@@ -14,8 +14,9 @@ use nbraid_core::{Member, UringFile};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-/// `fail`: marks the member failed, refused when it would lose data unless `force`.
-pub(super) fn fail(v: &ControlVolume, member: &str, force: bool) -> Result<Value, Refusal> {
+/// `fail`: marks the member failed, refused when it would lose data unless `force`; answered
+/// once the superblocks record it.
+pub(super) async fn fail(v: &ControlVolume, member: &str, force: bool) -> Result<Value, Refusal> {
     let index = v.member_index(member)?;
     let array = v.array();
     let vol = array.volume();
@@ -33,13 +34,19 @@ pub(super) fn fail(v: &ControlVolume, member: &str, force: bool) -> Result<Value
         index,
         &Because(FailCause::Operator, "failed by the operator (nbraid fail)"),
     );
-    // Into the superblocks now, not at the next write: a restart keeps it failed.
-    let array = v.array();
-    tokio::spawn(async move {
-        if let Err(e) = array.record_failures().await {
-            tracing::error!("recording a failed member of {}: {e}", array.name());
-        }
-    });
+    // Into the superblocks before the answer, not at the next write: a daemon killed right
+    // after answering must still find it failed at the restart.
+    if let Err(e) = v.array().record_failures().await {
+        tracing::error!("recording a failed member of {}: {e}", v.name);
+        return Err(Refusal::new(
+            "not-recorded",
+            format!(
+                "volume \"{}\": {} is failed in the running daemon, but the superblocks could not record it ({e}): a restart may bring it back; fail it again",
+                v.name,
+                v.member_ids()[index]
+            ),
+        ));
+    }
     Ok(json!({
         "volume": v.name,
         "member": v.member_ids()[index],
