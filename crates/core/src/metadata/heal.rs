@@ -19,16 +19,17 @@
 //!   `replace` of a failed role (which puts the new member in the role, as `rebuild_onto`)
 //!   is refused where it finds none.
 //! - `Array::replace` rebuilds a replacement beside a member that keeps serving (md's
-//!   want_replacement): nothing is recorded until the pass completes; then the replacement
-//!   gets the role's record and the records name it (committed to it and every current
-//!   member), and the slot switches to it. The old member's superblock is left as it was:
-//!   assembly ignores a member whose id the records no longer name in its role (wipe it to
-//!   reuse it). A restart before the commit loses the replace, not data: the old member still
-//!   holds everything and the replacement's record, if any, names an id the records do not.
-//!   A replace is therefore not checkpointed; it starts again. If the member being replaced
-//!   fails first, the slot drops the replacement (a failed role takes no write, so it would
-//!   lack what is written meanwhile) and the pass puts it in the role as a new member,
-//!   rebuilt whole (`heal/rebuild.rs`).
+//!   want_replacement): only its path is recorded at the start (as a spare added at run
+//!   time); when the pass completes the replacement gets the role's record and the records
+//!   name it (committed to it and every current member), and the slot switches to it. The
+//!   old member's superblock is left as it was: assembly ignores a member whose id the
+//!   records no longer name in its role (wipe it to reuse it). A restart before the commit
+//!   loses the copy, not data: the old member still holds everything and the replacement's
+//!   record, if any, names an id the records do not; the start opens the recorded path as a
+//!   spare standing by. A replace is therefore not checkpointed; it is asked again. If the
+//!   member being replaced fails first, the slot drops the replacement (a failed role takes
+//!   no write, so it would lack what is written meanwhile) and the pass puts it in the role
+//!   as a new member, rebuilt whole (`heal/rebuild.rs`).
 //! - A pass works for the members in its roles when it starts ([`super::rebuilding::Claim`]):
 //!   a member put in a role while it runs (the first failed, a spare took the role) is not
 //!   advanced, checkpointed or made current by it; the next pass rebuilds it from the start.
@@ -276,10 +277,33 @@ impl Heal {
         // replace must leave it as it was.
         p.volume.check_replacement(role, meta.member().as_ref())?;
         drop_forced_records(p, &meta, consent).await?;
-        p.volume.start_replacement(role, meta.member().clone())?;
+        // Recorded by path before the copy starts, as a spare added at run time: a restart
+        // before the swap opens it (standing by) instead of forgetting the operator's file.
+        let path = meta.member().name().to_string();
+        let listed = record_path(p, &path).await?;
+        if let Err(e) = p.volume.start_replacement(role, meta.member().clone()) {
+            if listed {
+                let mut rec = p.records.lock().await;
+                rec.added_paths.retain(|l| *l != path);
+                p.records.commit(&mut rec).await?;
+            }
+            return Err(e.into());
+        }
         self.replacing.lock().insert(role, meta);
         Ok(())
     }
+}
+
+/// Lists `path` in the records' added paths (committed); whether it was not there yet.
+async fn record_path(p: Parts<'_>, path: &str) -> Result<bool, ArrayError> {
+    let mut rec = p.records.lock().await;
+    if rec.added_paths.iter().any(|l| l == path) {
+        return Ok(false);
+    }
+    recordable(path, &rec.added_paths).map_err(|e| p.refuse(e))?;
+    rec.added_paths.push(path.to_string());
+    p.records.commit(&mut rec).await?;
+    Ok(true)
 }
 
 impl Heal {

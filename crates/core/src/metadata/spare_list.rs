@@ -4,9 +4,10 @@
 //! that forgot them would start degraded, or lose a spare. The records list their paths (the
 //! member's name), committed like any state change, from the moment they are added until
 //! they are gone: a spare that takes a role stays listed (it holds the role now), a
-//! replacement joins the list when it takes its role and the member it replaced leaves it,
-//! and `nbraid remove` takes a spare or a removed member out. The daemon opens the listed
-//! paths at start and offers them to assembly after the config's members and spares.
+//! replacement joins the list when the replace starts (a restart before the swap finds it
+//! standing by as a spare) and the member it replaced leaves it at the swap, and `nbraid
+//! remove` takes a spare or a removed member out. The daemon opens the listed paths at start
+//! and offers them to assembly after the config's members and spares.
 
 use super::disk_rule::Consent;
 use super::error::ArrayError;

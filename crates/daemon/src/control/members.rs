@@ -104,7 +104,9 @@ pub(super) async fn add(
     }))
 }
 
-/// `replace`: `member` keeps serving while the member at `path` is rebuilt in its place.
+/// `replace`: `member` keeps serving while the member at `path` is rebuilt in its place;
+/// `path` is recorded first (a restart before the swap finds it standing by as a spare, which
+/// a replace asked again takes).
 pub(super) async fn replace(
     controls: &Controls,
     v: &ControlVolume,
@@ -116,7 +118,13 @@ pub(super) async fn replace(
     if super::readd::is_remote(path) {
         return Err(super::remote_add::not_a_file(&v.name, path));
     }
-    let (meta, consent) = newcomer(controls, v, path, force).await?;
+    // This volume's own spare (a replace a restart cut short leaves its file standing by)
+    // is taken off the spares for it, and put back if the replace is refused.
+    let spare = own_spare(v, path).filter(|s| v.array().remove_spare(s));
+    let (meta, consent) = match spare.clone() {
+        Some(s) => (s, Consent::default()),
+        None => newcomer(controls, v, path, force).await?,
+    };
     let newcomer_member = meta.member().clone();
     // A failed role takes the newcomer at once: the member it pushes out is kept as
     // departed (for `status` and `remove`), as when a spare takes the role.
@@ -124,10 +132,14 @@ pub(super) async fn replace(
     let left = (array.volume().member_is_failed(index) && array.has_member(index))
         .then(|| (v.member_ids()[index].clone(), array.volume().member(index)));
     // Known only once the array took it (as `add`).
-    array
-        .replace_with(index, meta, &consent)
-        .await
-        .map_err(refused)?;
+    if let Err(e) = array.replace_with(index, meta, &consent).await {
+        if let Some(s) = spare {
+            if let Err(back) = array.add_spare(s) {
+                tracing::error!("volume {}: `{path}` left the spares: {back}", v.name);
+            }
+        }
+        return Err(refused(e));
+    }
     if let Some((id, member)) = left.filter(|(_, m)| !Arc::ptr_eq(m, &array.volume().member(index)))
     {
         let gone = super::paths::absolute_path(member.name());
@@ -184,6 +196,15 @@ pub(super) async fn remove(v: &ControlVolume, member: &str) -> Result<Value, Ref
         "removed": "member",
         "degraded": v.array().volume().is_degraded(),
     }))
+}
+
+/// The spare of volume `v` standing by on the file or device at `path`, if one does.
+fn own_spare(v: &ControlVolume, path: &str) -> Option<Arc<MemberMeta>> {
+    let new = std::fs::metadata(path).ok()?;
+    let spares = v.array().spares();
+    spares
+        .into_iter()
+        .find(|s| same_file(s.member().name(), &new))
 }
 
 /// The role whose member is the file `is_file` names; refused when that file is a
