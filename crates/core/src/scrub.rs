@@ -9,7 +9,11 @@
 //! (`mirror/scrub.rs`) check what they *own* in the range, after their children did. A parity
 //! group owns the stripes whose first byte lies in the range, so every stripe of the tree is
 //! checked exactly once whatever the windows, even under a split node whose pieces cut
-//! stripes. Up to [`SCRUB_INFLIGHT`] windows are in flight at once (disjoint: each stripe is
+//! stripes. A leaf no parity group or mirror stands over (a RAID 0 or JBOD member, a bare
+//! leaf beside parity groups in a tree) is read by nobody else, so it reads its piece itself,
+//! through its checksums (`node/leaf/scrub.rs`): a bad block is found, counted unreadable and
+//! left (nothing to rebuild it from); leaves under an owner read nothing of their own
+//! ([`ScrubPass::owner_above`]). Up to [`SCRUB_INFLIGHT`] windows are in flight at once (disjoint: each stripe is
 //! still checked once); memory is bounded by them (times the copies or the stripe's parity
 //! share). A parity group reads each child's rows of the window in one member read and
 //! checks them in memory, and only a stripe that disagrees (or a window with anything

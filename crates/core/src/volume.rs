@@ -797,6 +797,7 @@ impl Volume {
             repair: ctl.repair(),
             stats: &ctl.stats,
             volume: ctl.volume(),
+            owner_above: false,
         };
         let pass = &pass;
         let member_bytes = (0..self.member_count()).map(|i| self.member_end(i)).sum();

@@ -7,7 +7,6 @@
 
 use super::MirrorNode;
 use crate::buf::Buf;
-use crate::error::VolumeError;
 use crate::error::VolumeResult;
 use crate::node::{all_ok, ScrubPass, SkipReason};
 use crate::scrub::{majority, ScrubAction, ScrubFinding, ScrubFound, MIRROR_SCRUB_BLOCK_BYTES};
@@ -24,16 +23,6 @@ struct CopyRead {
     ok: Vec<bool>,
     /// By unit: what went wrong with one that did not read.
     why: Vec<Option<ScrubFound>>,
-}
-
-/// What a read error of a copy says about its bytes.
-fn found_of(e: &VolumeError) -> ScrubFound {
-    match e {
-        VolumeError::Member { source, .. } if crate::checksum::is_mismatch(source) => {
-            ScrubFound::ChecksumMismatch
-        }
-        _ => ScrubFound::ReadError,
-    }
 }
 
 impl CopyRead {
@@ -53,10 +42,11 @@ impl MirrorNode {
         len: u64,
         pass: &ScrubPass<'_>,
     ) -> VolumeResult<()> {
+        let owned = pass.owned();
         let below = join_all(
             self.children
                 .iter()
-                .map(|c| c.scrub_range(offset, len, pass)),
+                .map(|c| c.scrub_range(offset, len, &owned)),
         )
         .await;
         all_ok(below)?;
@@ -167,7 +157,7 @@ impl MirrorNode {
                     buf[lo as usize..(lo + n) as usize].copy_from_slice(&b);
                     *k = true;
                 }
-                Err(e) => why[u] = Some(found_of(&e)),
+                Err(e) => why[u] = Some(ScrubFound::of_read_error(&e)),
             }
         }
         CopyRead {

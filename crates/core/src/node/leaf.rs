@@ -5,7 +5,7 @@
 //! a read error of that block, which the nodes above repair like any other.
 
 use super::members::{MemberSlot, MemberTable};
-use super::{NodeIo, NodeMaintenance, ZeroKind};
+use super::{NodeIo, NodeMaintenance, ScrubPass, ZeroKind};
 use crate::buf::{Buf, SharedBuf};
 use crate::checksum::{self, BlockSum, LeafChecksums, WriteToken, BLOCK_BYTES};
 use crate::error::{VolumeError, VolumeResult};
@@ -13,6 +13,8 @@ use crate::member::{Member, MemberResult};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use std::sync::Arc;
+
+mod scrub;
 
 /// A member region: the leaf of the tree.
 pub struct LeafNode {
@@ -296,6 +298,16 @@ impl NodeIo for LeafNode {
 impl NodeMaintenance for LeafNode {
     fn members_at(&self, offset: u64) -> Vec<(usize, u64)> {
         vec![(self.index, self.start + offset)]
+    }
+
+    /// A leaf no parity group or mirror owns reads itself through its checksums.
+    fn scrub_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        pass: &'a ScrubPass<'a>,
+    ) -> BoxFuture<'a, VolumeResult<()>> {
+        self.scrub_bare(offset, len, pass).boxed()
     }
 
     fn flush(&self) -> BoxFuture<'_, VolumeResult<()>> {

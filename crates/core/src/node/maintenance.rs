@@ -62,6 +62,9 @@ pub struct ScrubPass<'a> {
     pub stats: &'a ScrubStats,
     /// The volume's name, for the log lines.
     pub volume: &'a str,
+    /// A parity group or mirror above reads the members of the range itself: the leaves
+    /// below read nothing of their own (false at the root: bare leaves read themselves).
+    pub owner_above: bool,
 }
 
 /// Why a scrub could not check a stripe or block.
@@ -74,6 +77,17 @@ pub enum SkipReason {
 }
 
 impl ScrubPass<'_> {
+    /// The pass an owner (a parity group, a mirror) hands its children: their leaves are
+    /// read by the owner, not again by themselves.
+    pub(crate) fn owned(&self) -> ScrubPass<'_> {
+        ScrubPass {
+            repair: self.repair,
+            stats: self.stats,
+            volume: self.volume,
+            owner_above: true,
+        }
+    }
+
     pub(crate) fn bump(&self, counter: fn(&ScrubStats) -> &AtomicU64, n: u64) {
         counter(self.stats).fetch_add(n, Relaxed);
     }
@@ -171,7 +185,8 @@ pub trait NodeMaintenance: Send + Sync {
     }
 
     /// Checks (with `pass.repair`, mends) the redundancy this node and those below own in
-    /// `[offset, offset+len)` (see [`crate::scrub`]); nothing for kinds without redundancy.
+    /// `[offset, offset+len)` (see [`crate::scrub`]); split nodes only pass it on, and a
+    /// leaf no owner stands over reads itself through its checksums.
     fn scrub_range<'a>(
         &'a self,
         offset: u64,

@@ -25,9 +25,10 @@
 //! # Files
 //! `mod.rs` (the traits), `maintenance.rs` (the maintenance trait and the small types it
 //! speaks: [`CacheUsage`], [`ScrubPass`]), `members.rs` (the [`MemberTable`]), `leaf.rs`
-//! ([`LeafNode`]), `fanout.rs` (requests and maintenance spread over children),
-//! `scrub_findings.rs` (what a scrub found where: the report's bounded list). This module
-//! imports nothing from the node kinds (`split`, `mirror`, `raid`): they build on it.
+//! ([`LeafNode`]; `leaf/scrub.rs`: a bare leaf's scrub), `fanout.rs` (requests and
+//! maintenance spread over children), `scrub_findings.rs` (what a scrub found where: the
+//! report's bounded list). This module imports nothing from the node kinds (`split`,
+//! `mirror`, `raid`): they build on it.
 
 mod fanout;
 mod leaf;

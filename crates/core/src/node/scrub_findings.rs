@@ -27,6 +27,19 @@ pub enum ScrubFound {
 }
 
 impl ScrubFound {
+    /// What a read error says about the bytes: a checksum that does not match, or an I/O
+    /// error.
+    pub(crate) fn of_read_error(e: &crate::error::VolumeError) -> ScrubFound {
+        match e {
+            crate::error::VolumeError::Member { source, .. }
+                if crate::checksum::is_mismatch(source) =>
+            {
+                ScrubFound::ChecksumMismatch
+            }
+            _ => ScrubFound::ReadError,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             ScrubFound::ChecksumMismatch => "checksum mismatch",
@@ -54,7 +67,8 @@ pub enum ScrubAction {
     /// A check (no `--repair`): found, left as it is.
     NotRepaired,
     /// Nothing to repair from: more bad blocks in the row than the redundancy covers, no
-    /// majority among the copies, or the rewrite failed.
+    /// majority among the copies, a member no redundancy covers (RAID 0, JBOD), or the
+    /// rewrite failed.
     Unrepairable,
 }
 

@@ -185,12 +185,13 @@ impl Scrubber<'_> {
         }
         let at = self.stripes.chunks.layout.chunk_offset(first);
         let rows = self.stripes.chunks.layout.chunk_offset(end) - at;
+        let owned = pass.owned();
         let below = join_all(
             self.stripes
                 .chunks
                 .children
                 .iter()
-                .map(|c| c.scrub_range(at, rows, pass)),
+                .map(|c| c.scrub_range(at, rows, &owned)),
         )
         .await;
         crate::node::all_ok(below)?;

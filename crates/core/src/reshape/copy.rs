@@ -256,6 +256,7 @@ impl ReshapeNode {
             repair: true,
             stats: &stats,
             volume,
+            owner_above: false,
         };
         let mended = self
             .tree(Side::Old)
