@@ -223,8 +223,17 @@ fn nothing_to_rebuild_json(reply: &Value) -> Value {
     out
 }
 
+/// Whether any listed finding is one no redundancy can mend.
+fn unrepairable(members: &[Value]) -> bool {
+    (members.iter())
+        .filter_map(|m| m["first"].as_array())
+        .flatten()
+        .any(|f| f["action"] == json!("unrepairable"))
+}
+
 /// A scrub's end for people: how far it went, what it compared (parity stripes, mirror
-/// blocks; those under a failed member are skipped, not checked), what did not compare or
+/// blocks, and the blocks of members no redundancy covers, read through their checksums;
+/// those under a failed member are skipped, not checked), what did not compare or
 /// read, and then the bad blocks in the unit of the per-member lines that follow
 /// ([`super::findings::finding_lines`]): found, repaired, left. The daemon's `unreadable`
 /// counts chunks or copies that did not read at first (each is read again block by block, and
@@ -251,6 +260,11 @@ fn scrub_summary(volume: &str, report: &Value) -> String {
         }
         (0, _) if skipped > Some(0) => "no bad block found in what was checked".to_string(),
         (0, _) => "no bad block found".to_string(),
+        // A bare member's bad block (RAID 0, JBOD) has nothing to rebuild it from: a
+        // `--repair` would not mend it, and the hint must not promise so.
+        (_, false) if unrepairable(members) => format!(
+            "{found}, not repaired (a check: `--repair` rewrites what the redundancy proves; those marked unrepairable have nothing to rebuild them from)"
+        ),
         (_, false) => format!(
             "{found}, not repaired (a check: `--repair` rewrites what the redundancy proves)"
         ),
@@ -266,7 +280,7 @@ fn scrub_summary(volume: &str, report: &Value) -> String {
         _ => String::new(),
     };
     format!(
-        "scrub of {volume} {} over {}{since}: {} parity stripes and mirror blocks checked, {} skipped{}; {} mismatched, {} chunks or copies did not read at first (a read error or a checksum mismatch); {outcome}\n",
+        "scrub of {volume} {} over {}{since}: {} parity stripes and mirror or member blocks checked, {} skipped{}; {} mismatched, {} chunks or copies did not read at first (a read error or a checksum mismatch); {outcome}\n",
         report["state"].as_str().unwrap_or("?"),
         bytes(report["position_bytes"].as_u64().unwrap_or(0)),
         count(&report["checked"]),
@@ -348,7 +362,7 @@ mod tests {
                             "findings": [{"index": 2, "total": 1, "repaired": 1}]});
         assert_eq!(
             scrub_summary("r5", &report),
-            "scrub of r5 done over 384 MiB: 2048 parity stripes and mirror blocks checked, 0 skipped; 1 mismatched, 0 chunks or copies did not read at first (a read error or a checksum mismatch); 1 bad block found, all repaired\n"
+            "scrub of r5 done over 384 MiB: 2048 parity stripes and mirror or member blocks checked, 0 skipped; 1 mismatched, 0 chunks or copies did not read at first (a read error or a checksum mismatch); 1 bad block found, all repaired\n"
         );
     }
 
@@ -362,7 +376,7 @@ mod tests {
                                 "skipped_stale": 0, "findings_total": 0, "findings": []});
         let text = scrub_summary("r5", &report);
         assert!(
-            text.contains(" 0 parity stripes and mirror blocks checked, 120 skipped (120 with no redundancy left: failed members under them leave nothing to compare them against); "),
+            text.contains(" 0 parity stripes and mirror or member blocks checked, 120 skipped (120 with no redundancy left: failed members under them leave nothing to compare them against); "),
             "{text}"
         );
         assert!(
@@ -402,6 +416,30 @@ mod tests {
         report["findings_total"] = json!(0);
         report["findings"] = json!([]);
         assert!(scrub_summary("r5", &report).ends_with("; no bad block found\n"));
+    }
+
+    /// A RAID 0's bad block, found by a check: the summary says found and not repaired, and
+    /// does not promise that `--repair` would mend it (nothing to rebuild it from).
+    #[test]
+    fn a_bare_members_bad_block_is_found_and_not_promised_a_repair() {
+        let first = json!([{"member_offset_bytes": 1056768, "len_bytes": 4096,
+                            "found": "checksum mismatch", "action": "unrepairable",
+                            "cross_check": null}]);
+        let report = json!({"state": "done", "repair": false, "position_bytes": 12u64 << 20,
+                            "checked": 192, "mismatches": 0, "repaired": 0, "unreadable": 1,
+                            "skipped": 0, "findings_total": 1,
+                            "findings": [{"index": 1, "total": 1, "repaired": 0,
+                                          "first": first}]});
+        let text = scrub_summary("v", &report);
+        assert_eq!(
+            text,
+            "scrub of v done over 12 MiB: 192 parity stripes and mirror or member blocks checked, 0 skipped; 0 mismatched, 1 chunks or copies did not read at first (a read error or a checksum mismatch); 1 bad block found, not repaired (a check: `--repair` rewrites what the redundancy proves; those marked unrepairable have nothing to rebuild them from)\n"
+        );
+        let lines = super::super::findings::finding_lines(&report);
+        assert!(
+            lines.contains("member offset 1056768 (+4096): checksum mismatch; unrepairable\n"),
+            "{lines}"
+        );
     }
 
     #[test]
