@@ -96,14 +96,11 @@ pub fn scrub_inflight(window_bytes: u64, member_bytes: u64, capacity_bytes: u64)
     (fit.min(SCRUB_INFLIGHT as u128) as usize).max(1)
 }
 
-/// Mirrors compare (and count, and repair) their copies in blocks of this many bytes.
-pub const MIRROR_SCRUB_BLOCK_BYTES: u64 = 64 << 10;
-
 pub use crate::node::scrub_findings::{
     CrossCheck, MemberFindings, ScrubAction, ScrubFinding, ScrubFindings, ScrubFound,
     FINDINGS_PER_MEMBER_MAX,
 };
-pub use crate::node::{ScrubPass, ScrubStats, SkipReason};
+pub use crate::node::{ScrubPass, ScrubStats, SkipReason, MIRROR_SCRUB_BLOCK_BYTES};
 
 /// Where a scrub is (the state of its [`crate::pass`]).
 pub type ScrubState = PassState;

@@ -32,6 +32,10 @@ impl CacheUsage {
     }
 }
 
+/// Mirrors compare (and count, and repair) their copies in blocks of this many bytes; a
+/// bare leaf counts the bytes it checks in them too.
+pub const MIRROR_SCRUB_BLOCK_BYTES: u64 = 64 << 10;
+
 /// Counts of one scrub (shared atomics: nodes bump them as they go).
 #[derive(Debug, Default)]
 pub struct ScrubStats {

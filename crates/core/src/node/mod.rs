@@ -41,7 +41,9 @@ pub(crate) use fanout::{
     flush_children, read_pieces, read_runs, resync_children, write_pieces, zero_pieces,
 };
 pub use leaf::LeafNode;
-pub use maintenance::{CacheUsage, NodeMaintenance, ScrubPass, ScrubStats, SkipReason};
+pub use maintenance::{
+    CacheUsage, NodeMaintenance, ScrubPass, ScrubStats, SkipReason, MIRROR_SCRUB_BLOCK_BYTES,
+};
 pub use members::{MemberSlot, MemberState, MemberTable, RegionIoSnapshot};
 
 use crate::buf::{Buf, SharedBuf};

@@ -8,8 +8,8 @@
 use super::LeafNode;
 use crate::buf::Buf;
 use crate::error::VolumeResult;
-use crate::node::{NodeIo, ScrubPass, SkipReason};
-use crate::scrub::{ScrubAction, ScrubFinding, ScrubFound, MIRROR_SCRUB_BLOCK_BYTES};
+use crate::node::scrub_findings::{ScrubAction, ScrubFinding, ScrubFound};
+use crate::node::{NodeIo, ScrubPass, SkipReason, MIRROR_SCRUB_BLOCK_BYTES};
 
 /// The unit a range that failed to read is read again in (the checksums' block).
 const UNIT_BYTES: u64 = crate::checksum::BLOCK_BYTES;
