@@ -35,9 +35,13 @@ pub(super) async fn fail(v: &ControlVolume, member: &str, force: bool) -> Result
         &Because(FailCause::Operator, "failed by the operator (nbraid fail)"),
     );
     // Into the superblocks before the answer, not at the next write: a daemon killed right
-    // after answering must still find it failed at the restart.
-    if let Err(e) = v.array().record_failures().await {
+    // after answering must still find it failed at the restart. A forced fail that left the
+    // volume unavailable may leave no member to take the record: done, said as not recorded.
+    let recorded = v.array().record_failures().await;
+    if let Err(e) = &recorded {
         tracing::error!("recording a failed member of {}: {e}", v.name);
+    }
+    if let (Err(e), true) = (&recorded, vol.is_available()) {
         return Err(Refusal::new(
             "not-recorded",
             format!(
@@ -53,6 +57,7 @@ pub(super) async fn fail(v: &ControlVolume, member: &str, force: bool) -> Result
         "index": index,
         "degraded": vol.is_degraded(),
         "available": vol.is_available(),
+        "recorded": recorded.is_ok(),
     }))
 }
 
