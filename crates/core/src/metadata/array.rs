@@ -769,7 +769,7 @@ impl Array {
 
     /// Takes `path` out of the recorded paths; whether it was there.
     pub async fn forget_added_path(&self, path: &str) -> Result<bool, ArrayError> {
-        super::spare_list::forget_added_path(self.parts(), path).await
+        Ok(self.records.forget_added_path(path).await?)
     }
 
     /// Where the pass computing the checksums of a volume that enabled them stopped

@@ -326,6 +326,19 @@ impl Records {
         self.dirty.store(true, SeqCst);
     }
 
+    /// Takes `path` out of the members added at run time (`spare_list.rs`), committed;
+    /// whether it was listed.
+    pub(super) async fn forget_added_path(&self, path: &str) -> VolumeResult<bool> {
+        let mut rec = self.lock().await;
+        let before = rec.added_paths.len();
+        rec.added_paths.retain(|p| p != path);
+        if rec.added_paths.len() == before {
+            return Ok(false);
+        }
+        self.commit(&mut rec).await?;
+        Ok(true)
+    }
+
     /// Writes the recorded state (plus every member failed since) to every current member,
     /// bumping the event counter. A member that cannot take it is failed and the state
     /// written again, so the records always name every failed member.

@@ -5,7 +5,8 @@
 //! member's name), committed like any state change, from the moment they are added until
 //! they are gone: a spare that takes a role stays listed (it holds the role now), a
 //! replacement joins the list when the replace starts (a restart before the swap finds it
-//! standing by as a spare) and the member it replaced leaves it at the swap, and `nbraid
+//! standing by as a spare) and the member it replaced leaves it at the swap (a replacement
+//! that fails before the swap leaves it then), and `nbraid
 //! remove` takes a spare or a removed member out. The daemon opens the listed paths at start
 //! and offers them to assembly after the config's members and spares.
 
@@ -42,17 +43,6 @@ pub(super) async fn add_recorded_spare(
     Ok(())
 }
 
-/// Takes `path` out of the recorded paths; whether it was there.
-pub(super) async fn forget_added_path(p: Parts<'_>, path: &str) -> Result<bool, ArrayError> {
-    let mut rec = p.records.lock().await;
-    let before = rec.added_paths.len();
-    rec.added_paths.retain(|p| p != path);
-    if rec.added_paths.len() == before {
-        return Ok(false);
-    }
-    p.records.commit(&mut rec).await?;
-    Ok(true)
-}
 
 /// Takes `path` out of the added paths of volume `volume`'s records (array `array`) on
 /// `metas` — the volume's members read while no daemon serves them (`nbraid remove

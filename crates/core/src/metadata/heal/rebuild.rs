@@ -73,6 +73,7 @@ impl Heal {
         let mut standing_by = false;
         for (r, meta) in given_up {
             if !p.volume.member_is_failed(r) {
+                let_go(p, r, &meta).await?;
                 continue;
             }
             tracing::warn!(
@@ -159,7 +160,11 @@ impl Heal {
             };
             let ok = match replacement {
                 Some(meta) if in_slot(&meta) => swap_in(p, r, meta).await?,
-                _ => activate(p, r, claim).await?,
+                Some(meta) => {
+                    let_go(p, r, &meta).await?;
+                    false
+                }
+                None => activate(p, r, claim).await?,
             };
             if ok {
                 done.push(r);
@@ -167,6 +172,23 @@ impl Heal {
         }
         Ok(done)
     }
+}
+
+/// A replacement that failed while role `r`'s member still serves: its path leaves the
+/// records' list (the replace recorded it when it started), or the next start would open
+/// the disk that just failed as a spare and rebuild onto it when a member fails.
+async fn let_go(p: Parts<'_>, r: usize, meta: &MemberMeta) -> Result<(), ArrayError> {
+    let path = meta.member().name();
+    let listed = p.records.forget_added_path(path).await?;
+    tracing::warn!(
+        "volume `{}`: the replacement `{path}` of role {r} failed; its member keeps the role{}",
+        p.name(),
+        match listed {
+            true => " and the path is no longer recorded (replace again to retry)",
+            false => "",
+        }
+    );
+    Ok(())
 }
 
 /// Makes the rebuilt bytes durable on the new members and records `pos` as their

@@ -1,0 +1,116 @@
+//! A replacement that fails while it copies: the member it was to replace keeps its role,
+//! and the replacement's path leaves the records' list of paths a start opens. The replace
+//! recorded the path when it started (so a restart keeps it); left there after the
+//! replacement failed, the next start opened the disk that had just failed as a spare, and
+//! the next member failure rebuilt onto it.
+
+mod common;
+
+use common::arrays::{apply, create, read_all, Model};
+use common::{level_tree, KIB, MIB};
+use futures::executor::block_on;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use nbraid_core::metadata::{ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
+use nbraid_core::{
+    Member, MemberCounters, MemberError, MemberOp, MemberResult, MemoryMember, PassControl,
+    SharedBuf,
+};
+use nbraid_layout::Level;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+const REGION: u64 = 4 * MIB;
+const MEMBER_BYTES: u64 = METADATA_AREA_BYTES + REGION;
+
+/// A memory disk whose writes fail once `broken` is set (its superblock was written first).
+struct Breaking {
+    inner: MemoryMember,
+    broken: AtomicBool,
+}
+
+impl Member for Breaking {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read(
+        &self,
+        offset: u64,
+        buf: nbraid_core::Buf,
+    ) -> BoxFuture<'_, MemberResult<nbraid_core::Buf>> {
+        self.inner.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
+        if self.broken.load(Ordering::SeqCst) {
+            let e = MemberError::new(
+                self.name(),
+                MemberOp::Write,
+                offset,
+                data.len() as u64,
+                std::io::Error::other("medium error"),
+            );
+            return async move { Err(e) }.boxed();
+        }
+        self.inner.write(offset, data, fua)
+    }
+    fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
+        self.inner.flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        self.inner.trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        self.inner.write_zeroes(offset, len)
+    }
+    fn counters(&self) -> &MemberCounters {
+        self.inner.counters()
+    }
+}
+
+#[test]
+fn a_replacement_that_fails_leaves_the_recorded_paths() {
+    let disks: Vec<_> = (0..4)
+        .map(|i| Arc::new(MemoryMember::new(format!("d{i}"), MEMBER_BYTES)))
+        .collect();
+    let tree = level_tree(Level::Raid5, 4, 64 * KIB, METADATA_AREA_BYTES, REGION);
+    let opts = ArrayOptions {
+        bitmap_chunk_bytes: Some(256 * KIB),
+        ppl: true,
+        ..ArrayOptions::default()
+    };
+    let a = create(&tree, &disks, opts);
+    let mut model = Model::zeroed(&a, 7);
+    block_on(apply(&a, model.writes(40, 16)));
+
+    let new = Arc::new(Breaking {
+        inner: MemoryMember::new("new", MEMBER_BYTES),
+        broken: AtomicBool::new(false),
+    });
+    let new_meta = block_on(MemberMeta::load(new.clone() as Arc<dyn Member>));
+    block_on(a.replace(0, new_meta)).expect("replace");
+    assert!(
+        block_on(a.added_paths()).contains(&"new".to_string()),
+        "the replace records its path when it starts"
+    );
+
+    new.broken.store(true, Ordering::SeqCst);
+    let ctl = PassControl::new(0);
+    let (report, ()) = block_on(futures::future::join(
+        a.rebuild(&ctl),
+        apply(&a, model.writes(20, 16)),
+    ));
+    let report = report.expect("rebuild");
+    assert!(report.completed.is_empty(), "{report:?}");
+    assert!(a.volume().replacement(0).is_none());
+    assert!(!a.volume().member_is_failed(0));
+    assert!(!a.volume().is_degraded());
+    let paths = block_on(a.added_paths());
+    assert!(
+        !paths.contains(&"new".to_string()),
+        "the failed replacement is still recorded, so a start would open it as a spare: {paths:?}"
+    );
+    assert!(read_all(&a, 1, 1) == model.bytes, "the volume's bytes");
+}
