@@ -283,9 +283,7 @@ impl Heal {
         let listed = record_path(p, &path).await?;
         if let Err(e) = p.volume.start_replacement(role, meta.member().clone()) {
             if listed {
-                let mut rec = p.records.lock().await;
-                rec.added_paths.retain(|l| *l != path);
-                p.records.commit(&mut rec).await?;
+                p.records.forget_added_path(&path).await?;
             }
             return Err(e.into());
         }
