@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{nbraid, ok, write_config};
+use common::{daemon_and_memory_members, nbraid, ok, write_config};
 use std::path::Path;
 
 /// The bytes of every member file of `r6` (from [`write_config`]), to see they did not change.
@@ -220,10 +220,7 @@ fn map_and_diagram_name_the_file_the_superblocks_put_in_a_role() {
 fn exports_describe_their_shape_and_prefer_a_block_within_one_stripe() {
     let nbdinfo = common::require("nbdinfo");
     let dir = tempfile::tempdir().unwrap();
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..6 {
-        text += &format!("[[member]]\nid = \"m{i}\"\npath = \"memory:\"\nsize = \"16MiB\"\n\n");
-    }
+    let mut text = daemon_and_memory_members("m", 6, "16MiB");
     text += "[[volume]]\nname = \"r5\"\nlevel = \"raid5\"\nstrip_size = \"64KiB\"\nmembers = [\"m0\", \"m1\", \"m2\", \"m3\"]\n\n";
     text += "[[volume]]\nname = \"r1\"\nlevel = \"raid1\"\nmembers = [\"m4\", \"m5\"]\n";
     let cfg = dir.path().join("arrays.toml");

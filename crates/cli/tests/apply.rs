@@ -13,10 +13,7 @@ use std::path::{Path, PathBuf};
 /// (9 MiB files: 1 MiB of metadata, 1 MiB of block checksums, a 7 MiB region), rebuild at
 /// 4 MiB/s, its control socket beside it.
 fn config(dir: &Path, level: &str, members: usize) -> PathBuf {
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..5 {
-        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"9MiB\"\n\n");
-    }
+    let mut text = daemon_and_members("d", 5, "9MiB");
     let ids: Vec<String> = (0..members).map(|i| format!("\"d{i}\"")).collect();
     text += &format!(
         "[[volume]]\nname = \"db\"\nlevel = \"{level}\"\nstrip_size = \"64KiB\"\n\

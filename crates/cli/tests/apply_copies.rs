@@ -17,10 +17,7 @@ use std::sync::{Arc, Mutex};
 /// `arrays.toml`: volume `m`, RAID 1 over the first `copies` of d0..d2 (9 MiB each), rebuilt
 /// at 2 MiB/s (a few seconds: the client's writes meet the rebuild).
 fn config(dir: &Path, copies: usize) -> PathBuf {
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..3 {
-        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"9MiB\"\n\n");
-    }
+    let mut text = daemon_and_members("d", 3, "9MiB");
     let members: Vec<String> = (0..copies).map(|i| format!("\"d{i}\"")).collect();
     text += &format!(
         "[[volume]]\nname = \"m\"\nlevel = \"raid1\"\nmembers = [{}]\nsize = \"all\"\n\

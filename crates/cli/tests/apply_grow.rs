@@ -20,12 +20,7 @@ use std::sync::{Arc, Mutex};
 /// `arrays.toml`: volume `db`, RAID 5 over d0..d2 of `member_mib` MiB each (1 MiB of
 /// metadata, 1 MiB of block checksums, the rest the region), `size = "all"`, at `rate`.
 fn config(dir: &Path, member_mib: u64, rate: &str) -> PathBuf {
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..3 {
-        text += &format!(
-            "[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"{member_mib}MiB\"\n\n"
-        );
-    }
+    let mut text = daemon_and_members("d", 3, &format!("{member_mib}MiB"));
     text += &format!(
         "[[volume]]\nname = \"db\"\nlevel = \"raid5\"\nstrip_size = \"64KiB\"\n\
          members = [\"d0\", \"d1\", \"d2\"]\nsize = \"all\"\nrebuild_rate = \"{rate}\"\n"

@@ -12,10 +12,7 @@ use std::path::{Path, PathBuf};
 /// write-hole log off, 4096-byte blocks, a write-through cache and `checksums` ("off",
 /// "enable").
 fn config(dir: &Path, members: usize, checksums: &str) -> PathBuf {
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..4 {
-        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"24MiB\"\n\n");
-    }
+    let mut text = daemon_and_members("d", 4, "24MiB");
     let ids: Vec<String> = (0..members).map(|i| format!("\"d{i}\"")).collect();
     text += &format!(
         "[[volume]]\nname = \"v\"\nlevel = \"raid5\"\nstrip_size = \"64KiB\"\n\

@@ -13,10 +13,7 @@ use std::path::{Path, PathBuf};
 /// `arrays.toml`: volume `v` of `level` over the first `members` of d0..d7 (`size` files),
 /// strip `strip`.
 fn config(dir: &Path, level: &str, members: usize, strip: &str, size: &str) -> PathBuf {
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..8 {
-        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"{size}\"\n\n");
-    }
+    let mut text = daemon_and_members("d", 8, size);
     let ids: Vec<String> = (0..members).map(|i| format!("\"d{i}\"")).collect();
     text += &format!(
         "[[volume]]\nname = \"v\"\nlevel = \"{level}\"\nstrip_size = \"{strip}\"\n\

@@ -11,10 +11,7 @@ use std::path::{Path, PathBuf};
 /// `arrays.toml`: volume `db` of `level` over the first `members` of d0..d4 (9 MiB files),
 /// strip 64 KiB, reshaped at 256 KiB/s (the move below takes about a minute).
 fn config(dir: &Path, level: &str, members: usize) -> PathBuf {
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..5 {
-        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"9MiB\"\n\n");
-    }
+    let mut text = daemon_and_members("d", 5, "9MiB");
     let ids: Vec<String> = (0..members).map(|i| format!("\"d{i}\"")).collect();
     text += &format!(
         "[[volume]]\nname = \"db\"\nlevel = \"{level}\"\nstrip_size = \"64KiB\"\n\

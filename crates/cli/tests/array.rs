@@ -7,7 +7,10 @@
 //! `nbraid create` writes superblocks with `--json`. `nbraidd` is the one built beside
 //! `nbraid` (`cargo test --workspace`, as scripts/test runs it).
 
+mod common;
+
 use bytes::Bytes;
+use common::daemon_and_members;
 use nbraid_nbd::client::Client;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -43,10 +46,7 @@ fn text(o: &Output) -> String {
 /// A RAID 5 `r5` over d0..d3 listed in `order`, on a Unix socket, with `extra` volume keys;
 /// members of 18 MiB: 1 MiB of metadata, 1 MiB of block checksums, a 16 MiB region.
 fn raid5_config(dir: &Path, order: [usize; 4], extra: &str) -> PathBuf {
-    let mut t = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..4 {
-        t += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"18MiB\"\n\n");
-    }
+    let mut t = daemon_and_members("d", 4, "18MiB");
     let ids: Vec<String> = order.iter().map(|i| format!("\"d{i}\"")).collect();
     t += &format!(
         "[[volume]]\nname = \"r5\"\nlevel = \"raid5\"\nstrip_size = \"64KiB\"\nmembers = [{}]\n{extra}\n",

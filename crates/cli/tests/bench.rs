@@ -2,6 +2,9 @@
 //! Simulated members run on a virtual clock, so these are exact ratio checks of a
 //! deterministic model, not timings of this machine; each runs in a second or two.
 
+mod common;
+
+use common::daemon_and_members;
 use serde_json::Value;
 use std::process::Command;
 
@@ -527,10 +530,7 @@ fn nbraidd() -> std::path::PathBuf {
 #[test]
 fn an_nbraid_volume_and_nbdkit_in_one_run() {
     let dir = tempfile::tempdir().unwrap();
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..4 {
-        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"20MiB\"\n\n");
-    }
+    let mut text = daemon_and_members("d", 4, "20MiB");
     text += "[[volume]]\nname = \"r5\"\nlevel = \"raid5\"\nstrip_size = \"64KiB\"\nmembers = [\"d0\", \"d1\", \"d2\", \"d3\"]\n";
     let cfg = dir.path().join("a.toml");
     std::fs::write(&cfg, text).unwrap();

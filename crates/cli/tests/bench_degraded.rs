@@ -7,16 +7,16 @@
 //! memory members the degraded volume serves what was written (`--verify`), and
 //! members beyond the tolerance or not in the volume are refused.
 
+mod common;
+
+use common::daemon_and_memory_members;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// A config of `n` memory members of `size` and one volume `v` of `level` over them.
 fn config(dir: &Path, level: &str, n: usize, size: &str) -> PathBuf {
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..n {
-        text += &format!("[[member]]\nid = \"m{i}\"\npath = \"memory:\"\nsize = \"{size}\"\n\n");
-    }
+    let mut text = daemon_and_memory_members("m", n, size);
     let ids: Vec<String> = (0..n).map(|i| format!("\"m{i}\"")).collect();
     text += &format!(
         "[[volume]]\nname = \"v\"\nlevel = \"{level}\"\nstrip_size = \"64KiB\"\nmembers = [{}]\n",

@@ -199,11 +199,8 @@ fn a_removed_member_of_a_matrix_volume_comes_back() {
     let nbdcopy = require("nbdcopy");
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("arrays.toml");
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..4 {
-        // 1 MiB of metadata, 1 MiB of block checksums per volume, 8 + 16 MiB of regions.
-        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"28MiB\"\n\n");
-    }
+    // 1 MiB of metadata, 1 MiB of block checksums per volume, 8 + 16 MiB of regions.
+    let mut text = daemon_and_members("d", 4, "28MiB");
     text += "[[volume]]\nname = \"r5\"\nlevel = \"raid5\"\nstrip_size = \"64KiB\"\n\
              members = [\"d0\", \"d1\", \"d2\", \"d3\"]\nsize = \"24MiB\"\n\n\
              [[volume]]\nname = \"r10\"\nlevel = \"raid10\"\nstrip_size = \"64KiB\"\n\

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{nbraid, ok, Daemon};
+use common::{daemon_and_members, nbraid, ok, Daemon};
 use nbraid_config::metadata_area::{self, Area, AreaAsk};
 use nbraid_config::{Config, Pins};
 use std::path::Path;
@@ -13,12 +13,7 @@ use std::path::Path;
 /// A config over `n` file members `m0..` of `member_size`, served on a Unix socket, then
 /// `volumes` (TOML tables); its path.
 fn config(dir: &Path, n: usize, member_size: &str, volumes: &str) -> String {
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..n {
-        text += &format!(
-            "[[member]]\nid = \"m{i}\"\npath = \"m{i}.img\"\nsize = \"{member_size}\"\n\n"
-        );
-    }
+    let mut text = daemon_and_members("m", n, member_size);
     text += volumes;
     let file = dir.join("arrays.toml");
     std::fs::write(&file, text).unwrap();

@@ -19,10 +19,7 @@ use std::sync::Arc;
 /// `arrays.toml`: RAID 10 `db` over four 12 MiB files (20 MiB), strip `strip`, its passes at
 /// 8 MiB/s.
 fn config(dir: &Path, strip: &str) -> PathBuf {
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..4 {
-        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"12MiB\"\n\n");
-    }
+    let mut text = daemon_and_members("d", 4, "12MiB");
     text += &format!(
         "[[volume]]\nname = \"db\"\nlevel = \"raid10\"\nstrip_size = \"{strip}\"\n\
          members = [\"d0\", \"d1\", \"d2\", \"d3\"]\nrebuild_rate = \"8MiB\"\n"

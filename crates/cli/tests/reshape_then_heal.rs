@@ -12,10 +12,7 @@ use std::process::Command;
 
 /// `arrays.toml`: RAID 5 `db` over the first `members` of d0..d3 (12 MiB files), spare `d4`.
 fn config(dir: &Path, members: usize) -> PathBuf {
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..5 {
-        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"12MiB\"\n\n");
-    }
+    let mut text = daemon_and_members("d", 5, "12MiB");
     let ids: Vec<String> = (0..members).map(|i| format!("\"d{i}\"")).collect();
     text += &format!(
         "[[volume]]\nname = \"db\"\nlevel = \"raid5\"\nstrip_size = \"64KiB\"\n\

@@ -14,10 +14,7 @@ use std::process::Command;
 
 /// A RAID 5 `v` of d0..d3 (9 MiB files, 64 KiB strips), served on a Unix socket.
 fn write_raid5(dir: &Path) -> PathBuf {
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..4 {
-        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"9MiB\"\n\n");
-    }
+    let mut text = daemon_and_members("d", 4, "9MiB");
     text += "[[volume]]\nname = \"v\"\nlevel = \"raid5\"\nstrip_size = \"64KiB\"\nchecksums = \"off\"\nmembers = [\"d0\", \"d1\", \"d2\", \"d3\"]\n";
     let file = dir.join("c.toml");
     std::fs::write(&file, text).unwrap();

@@ -13,10 +13,7 @@ use std::process::Command;
 fn the_scrub_summary_counts_the_blocks_its_member_lines_list() {
     let nbdcopy = require("nbdcopy");
     let dir = tempfile::tempdir().unwrap();
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..3 {
-        text += &format!("[[member]]\nid = \"m{i}\"\npath = \"m{i}.img\"\nsize = \"10MiB\"\n\n");
-    }
+    let mut text = daemon_and_members("m", 3, "10MiB");
     text += "[[volume]]\nname = \"r5\"\nlevel = \"raid5\"\nstrip_size = \"64KiB\"\n\
              members = [\"m0\", \"m1\", \"m2\"]\n";
     let file = dir.path().join("arrays.toml");

@@ -141,10 +141,7 @@ fn a_resumed_scrub_shows_its_share_and_a_rate_since_the_resume() {
 
 /// `db`: RAID 5 over the first `members` of d0..d3 (9 MiB files), reshaped at 1 MiB/s.
 fn raid5(dir: &Path, members: usize) -> PathBuf {
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..4 {
-        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"9MiB\"\n\n");
-    }
+    let mut text = daemon_and_members("d", 4, "9MiB");
     let ids: Vec<String> = (0..members).map(|i| format!("\"d{i}\"")).collect();
     text += &format!(
         "[[volume]]\nname = \"db\"\nlevel = \"raid5\"\nstrip_size = \"64KiB\"\n\

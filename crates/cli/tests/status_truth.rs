@@ -9,10 +9,7 @@ use std::process::Command;
 
 /// r5 and r10 over the same four files, as the quickstart declares them.
 fn matrix_config(dir: &std::path::Path) -> std::path::PathBuf {
-    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
-    for i in 0..4 {
-        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"24MiB\"\n\n");
-    }
+    let mut text = daemon_and_members("d", 4, "24MiB");
     for (name, level, size) in [("r5", "raid5", "12MiB"), ("r10", "raid10", "all")] {
         text += &format!(
             "[[volume]]\nname = \"{name}\"\nlevel = \"{level}\"\nstrip_size = \"64KiB\"\n\

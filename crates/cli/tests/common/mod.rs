@@ -46,6 +46,33 @@ pub fn require(tool: &str) -> PathBuf {
         })
 }
 
+/// A test config's start: the daemon serving on `nbd.sock` beside the config, and members
+/// `{prefix}0` .. `{prefix}{n - 1}` of `size` each (e.g. "9MiB"), in files `{prefix}{i}.img`
+/// beside the config too. The volumes follow.
+pub fn daemon_and_members(prefix: &str, n: usize, size: &str) -> String {
+    daemon_and_members_at(prefix, n, size, |id| format!("{id}.img"))
+}
+
+/// [`daemon_and_members`] with every member in memory (`path = "memory:"`).
+pub fn daemon_and_memory_members(prefix: &str, n: usize, size: &str) -> String {
+    daemon_and_members_at(prefix, n, size, |_| "memory:".to_string())
+}
+
+fn daemon_and_members_at(
+    prefix: &str,
+    n: usize,
+    size: &str,
+    path: impl Fn(&str) -> String,
+) -> String {
+    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
+    for i in 0..n {
+        let id = format!("{prefix}{i}");
+        let path = path(&id);
+        text += &format!("[[member]]\nid = \"{id}\"\npath = \"{path}\"\nsize = \"{size}\"\n\n");
+    }
+    text
+}
+
 /// A 9 MiB (sparse) file for a spare or a replacement.
 pub fn blank_member(dir: &Path, name: &str) -> String {
     let p = dir.join(name);

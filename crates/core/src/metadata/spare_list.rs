@@ -43,7 +43,6 @@ pub(super) async fn add_recorded_spare(
     Ok(())
 }
 
-
 /// Takes `path` out of the added paths of volume `volume`'s records (array `array`) on
 /// `metas` — the volume's members read while no daemon serves them (`nbraid remove
 /// --offline`). The event counter is left alone (the write-hole log's lives count from it):
