@@ -155,7 +155,7 @@ fn another_disk(held: &Superblock, sb: &Superblock) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{MemberEntry, RecordedState, Uuid, VolumeRecord};
+    use super::super::{MemberEntry, Uuid, VolumeRecord};
     use super::*;
     use nbraid_layout::Node;
 
@@ -163,27 +163,14 @@ mod tests {
 
     fn record(array: u8, name: &str, role: u32, events: u64) -> VolumeRecord {
         let leaves = (0..2).map(|i| Node::member(i, MIB, 8 * MIB)).collect();
+        let members = (0..2)
+            .map(|i| MemberEntry::active(Uuid([10 + i; 16])))
+            .collect();
+        let tree = Node::mirror(leaves).unwrap();
         VolumeRecord {
-            array: Uuid([array; 16]),
-            name: name.into(),
             events,
             clean: true,
-            role,
-            members: (0..2)
-                .map(|i| MemberEntry {
-                    uuid: Uuid([10 + i; 16]),
-                    state: RecordedState::Active,
-                    unacked_since_failed: false,
-                })
-                .collect(),
-            tree: Node::mirror(leaves).unwrap(),
-            bitmap: None,
-            ppl: None,
-            checksums: None,
-            scrub: None,
-            added_paths: Vec::new(),
-            reshape: None,
-            checksum_fill: None,
+            ..VolumeRecord::plain(Uuid([array; 16]), name, role, members, tree)
         }
     }
 

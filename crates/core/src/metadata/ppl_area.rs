@@ -186,20 +186,14 @@ mod tests {
 
     fn record(ppl: Option<Area>) -> VolumeRecord {
         VolumeRecord {
-            array: super::super::Uuid([0; 16]),
-            name: "v".into(),
-            events: 1,
-            clean: false,
-            role: 0,
-            members: Vec::new(),
-            tree: Node::member(0, 0, 1 << 20),
-            bitmap: None,
             ppl,
-            checksums: None,
-            scrub: None,
-            added_paths: Vec::new(),
-            reshape: None,
-            checksum_fill: None,
+            ..VolumeRecord::plain(
+                super::super::Uuid([0; 16]),
+                "v",
+                0,
+                Vec::new(),
+                Node::member(0, 0, 1 << 20),
+            )
         }
     }
 

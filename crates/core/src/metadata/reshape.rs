@@ -296,28 +296,15 @@ mod tests {
 
     /// Role 0's record of a RAID 5 volume over `members` members (ids 1, 2, …).
     fn volume_record(members: usize, events: u64, reshape: Option<ReshapeRecord>) -> VolumeRecord {
-        use crate::metadata::{MemberEntry, RecordedState, Uuid};
+        use crate::metadata::{MemberEntry, Uuid};
+        let members = (0..members)
+            .map(|i| MemberEntry::active(Uuid([i as u8 + 1; 16])))
+            .collect();
         VolumeRecord {
-            array: Uuid([9; 16]),
-            name: "vol".into(),
             events,
             clean: true,
-            role: 0,
-            members: (0..members)
-                .map(|i| MemberEntry {
-                    uuid: Uuid([i as u8 + 1; 16]),
-                    state: RecordedState::Active,
-                    unacked_since_failed: false,
-                })
-                .collect(),
-            tree: raid5(3),
-            bitmap: None,
-            ppl: None,
-            checksums: None,
-            scrub: None,
-            added_paths: Vec::new(),
             reshape,
-            checksum_fill: None,
+            ..VolumeRecord::plain(Uuid([9; 16]), "vol", 0, members, raid5(3))
         }
     }
 

@@ -173,6 +173,48 @@ pub struct VolumeRecord {
     pub checksum_fill: Option<ChecksumFill>,
 }
 
+#[cfg(test)]
+impl VolumeRecord {
+    /// Role `role` of volume `name` (array `array`) over `members`, laid out by `tree`:
+    /// event 1, not clean, no area, nothing under way, no added path — what a test changes.
+    pub(crate) fn plain(
+        array: Uuid,
+        name: &str,
+        role: u32,
+        members: Vec<MemberEntry>,
+        tree: Node,
+    ) -> VolumeRecord {
+        VolumeRecord {
+            array,
+            name: name.into(),
+            events: 1,
+            clean: false,
+            role,
+            members,
+            tree,
+            bitmap: None,
+            ppl: None,
+            checksums: None,
+            scrub: None,
+            added_paths: Vec::new(),
+            reshape: None,
+            checksum_fill: None,
+        }
+    }
+}
+
+#[cfg(test)]
+impl MemberEntry {
+    /// An active member `uuid` (tests).
+    pub(crate) fn active(uuid: Uuid) -> MemberEntry {
+        MemberEntry {
+            uuid,
+            state: RecordedState::Active,
+            unacked_since_failed: false,
+        }
+    }
+}
+
 /// Where the pass that computes an existing volume's checksums stopped: it resumes there.
 /// Positions run over the volume (its scrub) and then over every member region in role
 /// order (the entries): see `checksum_fill.rs`.

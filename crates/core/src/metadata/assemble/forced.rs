@@ -126,31 +126,15 @@ mod tests {
     /// Role `role`'s record at `events` over 6 members, `failed` the roles it sets out.
     fn record(role: u32, events: u64, failed: &[(usize, bool)]) -> VolumeRecord {
         let mut members: Vec<MemberEntry> = (0..6u8)
-            .map(|i| MemberEntry {
-                uuid: Uuid([10 + i; 16]),
-                state: RecordedState::Active,
-                unacked_since_failed: false,
-            })
+            .map(|i| MemberEntry::active(Uuid([10 + i; 16])))
             .collect();
         for &(r, unacked) in failed {
             members[r].state = RecordedState::Failed;
             members[r].unacked_since_failed = unacked;
         }
         VolumeRecord {
-            array: Uuid([1; 16]),
-            name: "db".into(),
             events,
-            clean: false,
-            role,
-            members,
-            tree: tree(Level::Raid6, 6),
-            bitmap: None,
-            ppl: None,
-            checksums: None,
-            scrub: None,
-            added_paths: Vec::new(),
-            reshape: None,
-            checksum_fill: None,
+            ..VolumeRecord::plain(Uuid([1; 16]), "db", role, members, tree(Level::Raid6, 6))
         }
     }
 
