@@ -93,6 +93,7 @@
 
 mod allocate;
 mod bench;
+mod control_path;
 mod error;
 mod field;
 mod limits;
@@ -145,6 +146,7 @@ pub use volume_meta::{
     CLEAN_DELAY_DEFAULT, PPL_LOG_DEFAULT_RESERVE_BYTES, PPL_LOG_RESERVE_FROM_REGION_BYTES,
 };
 
+pub use control_path::control_socket_of;
 pub use nbraid_layout::{CacheMode, ReadPolicy};
 pub use pins::{Pins, RecordedPlace};
 pub use read::{read_text, CONFIG_BYTES_MAX};

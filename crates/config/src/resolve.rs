@@ -136,7 +136,11 @@ impl Cx<'_> {
         }
         let raw_volumes: Vec<&RawVolume> = raw.volume.iter().map(|v| v.get_ref()).collect();
         super::spares::resolve(&raw_volumes, &mut volumes, &members)?;
-        let control = match raw.daemon.as_ref().and_then(|d| d.get_ref().control.as_ref()) {
+        let given = raw
+            .daemon
+            .as_ref()
+            .and_then(|d| d.get_ref().control.as_ref());
+        let control = match given {
             Some(c) if c.get_ref().is_empty() => {
                 return Err(Problem::new(
                     c.span(),
@@ -147,6 +151,8 @@ impl Cx<'_> {
             Some(c) => self.base.join(c.get_ref()),
             None => file.with_extension("ctl"),
         };
+        let span = given.map_or(0..0, |c| c.span());
+        crate::control_path::check(&control, file, &members, &listen, span)?;
         let service = super::service::resolve(raw.daemon.as_ref().map(|d| d.get_ref()), self.base)?;
         Ok(Config {
             file: file.to_path_buf(),

@@ -15,7 +15,7 @@ use super::controls::Controls;
 use crate::events::EventBus;
 use anyhow::{bail, Context, Result};
 use nbraid_control::{error_reply, ok_reply, parse, Refusal, Request, MAX_LINE_BYTES};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +54,9 @@ impl Default for ControlLimits {
 pub struct ControlServer {
     listener: UnixListener,
     path: PathBuf,
+    /// The socket this server bound (device, inode): what it removes when it stops, and
+    /// nothing else put at the path since.
+    bound_inode: Option<(u64, u64)>,
     /// What `events` reads and follows (none: `events` is refused).
     events: Option<Arc<EventBus>>,
     limits: ControlLimits,
@@ -67,7 +70,15 @@ impl ControlServer {
                 format!("creating the control socket's directory {}", dir.display())
             })?;
         }
-        if path.exists() {
+        if let Ok(found) = std::fs::symlink_metadata(path) {
+            // Only a stale socket is replaced: a control path mistyped onto a member or any
+            // other file must never remove it.
+            if !found.file_type().is_socket() {
+                bail!(
+                    "control socket {}: the path holds a file that is not a socket; nbraidd replaces only a stale socket there (set [daemon] control to a free path)",
+                    path.display()
+                );
+            }
             if std::os::unix::net::UnixStream::connect(path).is_ok() {
                 bail!(
                     "control socket {} is in use: another nbraidd serves this config",
@@ -87,9 +98,13 @@ impl ControlServer {
             bound.with_context(|| format!("binding the control socket {}", path.display()))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
             .with_context(|| format!("setting the mode of {}", path.display()))?;
+        let bound_inode = std::fs::symlink_metadata(path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
         Ok(ControlServer {
             listener,
             path: path.to_path_buf(),
+            bound_inode,
             events: None,
             limits: ControlLimits::default(),
         })
@@ -165,7 +180,10 @@ fn refuse_busy(stream: &UnixStream, max: usize) {
 
 impl Drop for ControlServer {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        let now = std::fs::symlink_metadata(&self.path).ok();
+        if now.is_some_and(|m| Some((m.dev(), m.ino())) == self.bound_inode) {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

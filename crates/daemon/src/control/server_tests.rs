@@ -179,3 +179,32 @@ async fn a_follower_outlives_the_idle_timeout() {
     let got = next(&mut c).await.expect("the event, not a close");
     assert_eq!(got["event"], "volume-degraded", "{got}");
 }
+
+/// A control path that holds a file (a member mistyped into `control`, the config itself) is
+/// refused and the file left as it was; a stale socket is replaced; a stopping server
+/// removes only the socket it bound (found by a fuzzing hunt: any file at the path was
+/// removed, a member's image included).
+#[tokio::test]
+async fn only_a_stale_socket_is_replaced_and_only_our_own_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let member = dir.path().join("b.img");
+    std::fs::write(&member, b"a member's bytes").unwrap();
+    let refused = ControlServer::bind(&member)
+        .err()
+        .expect("a file is refused");
+    assert!(refused.to_string().contains("not a socket"), "{refused}");
+    assert_eq!(std::fs::read(&member).unwrap(), b"a member's bytes");
+
+    let path = dir.path().join("ctl.sock");
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let server = ControlServer::bind(&path).expect("a stale socket is replaced");
+    // Something else took the path meanwhile: the stopping server leaves it alone.
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, b"not ours").unwrap();
+    drop(server);
+    assert_eq!(std::fs::read(&path).unwrap(), b"not ours");
+
+    let server = ControlServer::bind(&dir.path().join("own.sock")).unwrap();
+    drop(server);
+    assert!(!dir.path().join("own.sock").exists(), "its own socket goes");
+}
