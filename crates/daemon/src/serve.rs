@@ -221,11 +221,20 @@ async fn serve(
         let _ = t.await;
     }
     background.stop().await;
-    drained?;
     for t in tasks {
         t.await.context("listener task")?;
     }
-    record_clean(&served).await
+    // A volume that could not be flushed (one failed beyond its redundancy) must not keep
+    // the others from their clean record: each array's mark checks its own writes.
+    let recorded = record_clean(&served, drained.is_ok()).await;
+    match (drained, recorded) {
+        (Ok(()), recorded) => recorded,
+        (Err(e), Ok(())) => Err(anyhow::Error::new(e)
+            .context("stopping: draining and flushing the exports failed (every volume that could be was recorded clean)")),
+        (Err(e), Err(unclean)) => Err(anyhow::anyhow!(
+            "stopping: draining and flushing the exports failed: {e}; {unclean:#}"
+        )),
+    }
 }
 
 /// Binds every listener of the config (a Unix socket's directory created first).
@@ -342,7 +351,11 @@ impl Background {
 
 /// Records every served array clean after the drain; an error naming those that could not
 /// be (they resync at the next start).
-async fn record_clean(served: &[(Arc<ServedArray>, Arc<VolumeExport>)]) -> Result<()> {
+/// `drained`: the drain and flush went well (else nothing says "stopped cleanly").
+async fn record_clean(
+    served: &[(Arc<ServedArray>, Arc<VolumeExport>)],
+    drained: bool,
+) -> Result<()> {
     let mut unclean = Vec::new();
     for (slot, _) in served {
         let a = slot.get();
@@ -368,7 +381,9 @@ async fn record_clean(served: &[(Arc<ServedArray>, Arc<VolumeExport>)]) -> Resul
             unclean.join("; ")
         );
     }
-    say(format_args!("nbraidd: stopped cleanly"));
+    if drained {
+        say(format_args!("nbraidd: stopped cleanly"));
+    }
     Ok(())
 }
 
