@@ -371,6 +371,10 @@ async fn record_clean(
                 "nbraidd: {}: {why}: it resumes at the next start",
                 a.name()
             )),
+            Ok(why @ CleanMark::ChecksumsPending) => say(format_args!(
+                "nbraidd: {}: {why}: the next start computes them again",
+                a.name()
+            )),
             Ok(why @ CleanMark::WritesInFlight) => unclean.push(format!("{}: {why}", a.name())),
             Err(e) => unclean.push(format!("{}: {e}", a.name())),
         }

@@ -21,7 +21,9 @@
 //! shutdown the entries of every group whose bit is set are dropped (they read as "unknown", not as errors) and
 //! come back as the blocks are written again; a clean start trusts them all. So a crash
 //! never turns a lagging checksum into an error or a "repair" — it costs protection of the
-//! blocks written since the last clean start until they are rewritten.
+//! blocks written since the last clean start until the pass that gives them back
+//! (`metadata/checksum_refill.rs`: [`cover`] over those groups once the start's resync is
+//! done) or a rewrite reaches them.
 //!
 //! # Files
 //! `entry.rs` (the area's bytes and the verdict, pure), `table.rs` (the bounded page cache

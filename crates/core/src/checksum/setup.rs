@@ -85,6 +85,20 @@ impl ChecksumSetup {
         self.clean
     }
 
+    /// The bytes of `region` (handed out by this setup) whose entries this open dropped, on
+    /// its member `m` (its header read, their pages blanked first): none after a clean
+    /// start. What the pass that gives them back covers (`metadata/checksum_refill.rs`).
+    pub(crate) async fn dropped_at_open(
+        &self,
+        region: &LeafChecksums,
+        m: &dyn crate::member::Member,
+    ) -> crate::member::MemberResult<Vec<(u64, u64)>> {
+        if self.clean {
+            return Ok(Vec::new());
+        }
+        super::fill::dropped_ranges(region, m).await
+    }
+
     /// Where member `index`'s checksum area is (`None`: it keeps none).
     pub fn area(&self, index: usize) -> Option<ChecksumArea> {
         self.areas.get(index).copied().flatten()

@@ -22,6 +22,9 @@ pub(super) struct EntryStore {
     /// The volume was shut down cleanly: the header need not be read.
     clean_open: bool,
     opened: AtomicBool,
+    /// The groups the header distrusted at open (an unclean start dropped their entries):
+    /// kept as read, for the pass that gives them back (`fill.rs`).
+    dropped: parking_lot::Mutex<Bits>,
     table: parking_lot::Mutex<Table>,
     /// Serializes header writes.
     pub(super) header_lock: futures::lock::Mutex<()>,
@@ -58,6 +61,7 @@ impl EntryStore {
             area,
             clean_open,
             opened: AtomicBool::new(false),
+            dropped: parking_lot::Mutex::new(Bits::default()),
             table: parking_lot::Mutex::new(table),
             header_lock: futures::lock::Mutex::new(()),
             write_backs: futures::lock::Mutex::new(()),
@@ -96,10 +100,20 @@ impl EntryStore {
                 .await?;
             let mut t = self.table();
             let n = t.header_bits();
-            t.open_unclean(Bits::from_bytes(&bytes, n));
+            let bits = Bits::from_bytes(&bytes, n);
+            *self.dropped.lock() = bits.clone();
+            t.open_unclean(bits);
         }
         self.set_open();
         Ok(())
+    }
+
+    /// The page groups whose entries this open dropped, in order (none after a clean start,
+    /// or before [`EntryStore::open`]).
+    pub(super) fn dropped_groups(&self) -> Vec<u64> {
+        let n = self.table().header_bits();
+        let dropped = self.dropped.lock();
+        (0..n).filter(|&g| dropped.get(g)).collect()
     }
 
     /// Where entry page `page` lies on the member.

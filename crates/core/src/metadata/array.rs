@@ -24,6 +24,7 @@
 use super::assemble::{assemble_with, Names};
 use super::bitmap::Bitmap;
 use super::checksum_area;
+use super::checksum_refill::{Refill, RefillControl};
 use super::disk_rule::Consent;
 use super::error::ArrayError;
 use super::fill_control::{FillControl, FillReport};
@@ -66,6 +67,8 @@ pub struct Array {
     heal: Heal,
     returning: Returning,
     background: BackgroundResync,
+    /// The checksums an unclean start dropped, given back (`checksum_refill.rs`).
+    refill: Refill,
     /// The copy's handle while the volume is being reshaped (`reshape_run.rs`).
     reshape: Option<ReshapeNode>,
     /// The reshape's longest window (tests and the simulator use small ones).
@@ -81,6 +84,9 @@ pub enum CleanMark {
     ResyncPending,
     /// Not recorded clean: a write was in flight (the records stay dirty).
     WritesInFlight,
+    /// Not recorded clean: the pass giving back the checksums an unclean start dropped is
+    /// not done (the next start drops them again and redoes it).
+    ChecksumsPending,
 }
 
 impl CleanMark {
@@ -95,6 +101,9 @@ impl std::fmt::Display for CleanMark {
             CleanMark::Recorded => "recorded clean",
             CleanMark::ResyncPending => "the background resync is not finished",
             CleanMark::WritesInFlight => "a write was still in flight",
+            CleanMark::ChecksumsPending => {
+                "the per-block checksums the unclean start dropped are not all computed again"
+            }
         })
     }
 }
@@ -397,6 +406,7 @@ impl Array {
             heal: Heal::default(),
             returning: Returning::default(),
             background: BackgroundResync::default(),
+            refill: Refill::default(),
             reshape,
             reshape_window_bytes: AtomicU64::new(super::reshape_run::MAX_WINDOW_BYTES),
         })
@@ -784,6 +794,20 @@ impl Array {
     pub async fn fill_checksums(&self, ctl: &FillControl) -> Result<FillReport, ArrayError> {
         self.not_reshaping("compute the per-block checksums")?;
         super::checksum_fill::fill(self.parts(), ctl).await
+    }
+
+    /// Whether this open dropped per-block checksums (an unclean start) that
+    /// [`Array::refill_checksums`] gives back.
+    pub fn checksums_to_refill(&self) -> bool {
+        Refill::wanted(self.parts())
+    }
+
+    /// Gives back the per-block checksums the unclean start dropped, once the resync is done
+    /// (`checksum_refill.rs`); the records stay dirty until it is done. Nothing dropped:
+    /// done at once.
+    pub async fn refill_checksums(&self, ctl: &RefillControl) -> Result<PassState, ArrayError> {
+        self.not_reshaping("compute the dropped per-block checksums again")?;
+        (self.refill).run(self.parts(), &self.background, ctl).await
     }
 
     /// The unfinished scrub the records name, if any.

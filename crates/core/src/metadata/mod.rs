@@ -17,6 +17,7 @@ mod assemble;
 mod bitmap;
 mod checksum_area;
 mod checksum_fill;
+mod checksum_refill;
 mod codec;
 mod create;
 pub mod disk_rule;
@@ -54,6 +55,7 @@ pub use assemble::{
     ForcedRole, Probe,
 };
 pub use checksum_area::planned_area;
+pub use checksum_refill::{RefillControl, RefillReport};
 pub use error::ArrayError;
 pub use fill_control::{FillControl, FillPhase, FillReport};
 pub use heal::RebuildReport;

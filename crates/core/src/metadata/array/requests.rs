@@ -209,13 +209,18 @@ impl Array {
     }
 
     /// Flushes and records the volume clean (orderly shutdown, or idle), unless the
-    /// background resync is not done or a write is in flight: then it stays dirty, and the
-    /// answer says which.
+    /// background resync or the checksums' refill is not done or a write is in flight:
+    /// then it stays dirty, and the answer says which.
     pub async fn mark_clean(&self) -> VolumeResult<CleanMark> {
         if self.background.pending() {
             // No clean point before the background resync is done: a restart resumes it.
             self.flush().await?;
             return Ok(CleanMark::ResyncPending);
+        }
+        if self.refill.pending() {
+            // Nor before the dropped checksums are back: a restart drops them again.
+            self.flush().await?;
+            return Ok(CleanMark::ChecksumsPending);
         }
         let _one = self.records.one_clean_point().await;
         {
