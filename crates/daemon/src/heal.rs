@@ -135,11 +135,12 @@ pub async fn watch(controls: Arc<Controls>) {
 /// A volume opened again as another array (a reshape's start or end) gets the passes its
 /// records ask for, as at a start: a checksum pass left to run (`checksums = "enable"`
 /// waits for a reshape), a background resync (then [`heal_once`] puts spares in roles lost
-/// meanwhile).
+/// meanwhile), the refill of checksums an unclean open dropped.
 async fn after_reopen(v: &ControlVolume) {
     // Not amid a swap: a reshape's end stops the old array's passes and swaps it under this
     // lock, so what starts here runs on the array served.
     let _operations = v.operations().await;
     start_background_resync(v);
     crate::control::start_checksum_fill(v).await;
+    crate::control::start_checksum_refill(v);
 }

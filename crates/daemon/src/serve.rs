@@ -306,6 +306,7 @@ impl Background {
             crate::heal::start_background_resync(v);
             crate::control::start_reshape_pass(v);
             crate::control::start_checksum_fill(v).await;
+            crate::control::start_checksum_refill(v);
         }
         say(format_args!(
             "nbraidd: control socket {}",

@@ -320,7 +320,7 @@ fn volume_line(vol: &Value) -> String {
 
 /// Background passes: a rebuild (or replace), the resync after an unclean start, the
 /// resync of re-added members, a reshape, the pass computing the checksums of a volume that
-/// enabled them; one line each.
+/// enabled them, the one giving back those an unclean start dropped; one line each.
 fn pass_lines(vol: &Value) -> String {
     let mut out = String::new();
     for (what, roles) in [
@@ -329,12 +329,27 @@ fn pass_lines(vol: &Value) -> String {
         ("readd", "of roles "),
         ("reshape", ""),
         ("checksum_fill", ""),
+        ("checksum_refill", ""),
     ] {
         if let Some(r) = vol[what].as_object() {
             out += &pass_line(what, roles, r);
         }
     }
+    if let Some(r) = vol["checksum_refill"].as_object() {
+        out += &unchecked_line(r);
+    }
     out
+}
+
+/// Under the checksum refill until it is done: how many blocks read unchecked meanwhile
+/// (at most: a block written since has its checksum again).
+fn unchecked_line(r: &Map<String, Value>) -> String {
+    match r.get("unchecked_blocks").and_then(Value::as_u64) {
+        Some(n) if n > 0 && r["state"] != "done" => format!(
+            "    {n} blocks without checksums until it is done (dropped at the unclean start; read unchecked)\n"
+        ),
+        _ => String::new(),
+    }
 }
 
 /// Pass `what`'s line (`roles`: how its roles are introduced, empty: not shown); a finished
@@ -497,6 +512,9 @@ mod tests {
             "members": [], "scrub": null, "io": {}, "cache": {},
             "rebuild": pass(25 << 20), "resync": pass(50 << 20), "readd": pass(75 << 20),
             "reshape": pass(10 << 20), "checksum_fill": pass(40 << 20),
+            "checksum_refill": {"state": "running", "position_bytes": 30u64 << 20,
+                "total_bytes": 100u64 << 20, "rate_bytes_per_s": 10u64 << 20, "eta_s": 7,
+                "unchecked_blocks": 17920},
         }]});
         let t = status_table(&status);
         assert!(t.contains("  spares: none\n"), "{t}");
@@ -506,6 +524,8 @@ mod tests {
             "readd running 75% of roles [1] at 10 MiB/s, eta 5s",
             "reshape running 10% at 10 MiB/s, eta 5s",
             "checksum_fill running 40% at 10 MiB/s, eta 5s",
+            "checksum_refill running 30% at 10 MiB/s, eta 7s",
+            "    17920 blocks without checksums until it is done",
         ] {
             assert!(t.contains(line), "{line:?} not in\n{t}");
         }

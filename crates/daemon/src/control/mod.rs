@@ -11,12 +11,13 @@
 //!   pass and opens the volume again when it is done (the array swapped in
 //!   `crate::served`);
 //! - `checksum_fill` starts and shows the pass computing the checksums of a volume that
-//!   enabled them;
+//!   enabled them; `checksum_refill` the one giving back those an unclean start dropped;
 //! - `volume` is one served volume: its members by id and its background passes;
 //!   `departed` keeps the failed members a spare pushed out of their roles, until removed;
 //!   `unrebuildable` says which failed roles no spare can help, and why.
 
 mod checksum_fill;
+mod checksum_refill;
 mod controls;
 mod departed;
 mod dispatch;
@@ -36,6 +37,7 @@ mod unrebuildable;
 mod volume;
 
 pub use checksum_fill::start_checksum_fill;
+pub use checksum_refill::start_checksum_refill;
 pub use controls::Controls;
 pub use notes::ConfigIds;
 pub use reshape::start_reshape_pass;

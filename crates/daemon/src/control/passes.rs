@@ -85,7 +85,9 @@ pub(super) fn pause_resume(selected: &[&ControlVolume], pause: bool) -> Value {
         let readd = v.readd.latest();
         let reshape = v.reshape_pass();
         let fill = v.checksum_fill.latest();
+        let refill = v.checksum_refill.latest();
         let passes = [
+            refill.as_ref().map(|r| &r.pass),
             fill.as_ref().map(|f| &f.scrub.pass),
             fill.as_ref().map(|f| &f.entries),
             scrub.as_ref().map(|c| &c.pass),

@@ -97,6 +97,7 @@ fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
         "readd": readd_json(v),
         "reshape": super::reshape::reshape_json(v),
         "checksum_fill": super::checksum_fill::fill_json(v),
+        "checksum_refill": super::checksum_refill::refill_json(v),
         "spares": v.array().spares().iter().map(|m| v.id_of(m.member())).collect::<Vec<_>>(),
         // Failed roles nothing can rebuild, and why: a spare would not help them.
         "unrebuildable": super::unrebuildable::unrebuildable_json(v),

@@ -6,7 +6,7 @@
 use super::task_slot::TaskSlot;
 use super::volume::ControlVolume;
 use crate::served::ServedArray;
-use nbraid_core::metadata::{Array, FillControl, MemberMeta};
+use nbraid_core::metadata::{Array, FillControl, MemberMeta, RefillControl};
 use nbraid_core::{PassControl, PassState, ScrubControl};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -105,6 +105,7 @@ struct OtherPasses {
     rebuild: TaskSlot<PassControl>,
     readd: TaskSlot<PassControl>,
     checksum_fill: TaskSlot<FillControl>,
+    checksum_refill: TaskSlot<RefillControl>,
 }
 
 impl OtherPasses {
@@ -115,6 +116,7 @@ impl OtherPasses {
             rebuild: v.rebuild.clone(),
             readd: v.readd.clone(),
             checksum_fill: v.checksum_fill.clone(),
+            checksum_refill: v.checksum_refill.clone(),
         }
     }
 
@@ -131,6 +133,13 @@ impl OtherPasses {
         self.rebuild.drain().await;
         self.readd.drain().await;
         self.checksum_fill.drain().await;
+        // Refused on an array mid-reshape too; cancelled all the same, since one waiting
+        // for the resync cancelled above would never return.
+        if let Some(c) = self.checksum_refill.alive() {
+            c.pass.cancel();
+            c.pass.resume();
+        }
+        self.checksum_refill.drain().await;
     }
 }
 

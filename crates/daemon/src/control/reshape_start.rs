@@ -277,6 +277,9 @@ fn busy(controls: &Controls, v: &ControlVolume, array: &Array) -> Option<String>
     if fill.is_some_and(|c| c.report().state != nbraid_core::PassState::Done) {
         return Some("its checksum pass (checksums = \"enable\") has not finished: let it finish first (nbraid status shows checksum_fill)".into());
     }
+    if v.checksum_refill.task_alive() {
+        return Some("the per-block checksums an unclean start dropped are being computed again: let that finish first (nbraid status shows checksum_refill)".into());
+    }
     let ids = v.member_ids();
     let out: Vec<&str> = (0..vol.member_count())
         .filter(|&r| !vol.member_is_current(r) || !array.has_member(r))

@@ -50,6 +50,9 @@ pub struct ControlVolume {
     /// The pass computing the checksums of a volume that enabled them
     /// (`checksum_fill.rs`), when one started.
     pub checksum_fill: TaskSlot<nbraid_core::metadata::FillControl>,
+    /// The pass giving back the checksums an unclean start dropped
+    /// (`checksum_refill.rs`), when one started.
+    pub checksum_refill: TaskSlot<nbraid_core::metadata::RefillControl>,
     /// Every member and spare known by id (config ids; paths for those added at run time).
     /// It keeps members let go: a re-add reuses the file held open through them.
     pub(super) known: Mutex<Vec<Known>>,
@@ -95,6 +98,7 @@ impl ControlVolume {
             readd: TaskSlot::default(),
             reshape: TaskSlot::default(),
             checksum_fill: TaskSlot::default(),
+            checksum_refill: TaskSlot::default(),
             known: Mutex::new(Vec::new()),
             departed: Departures::default(),
             notes: Vec::new(),
@@ -150,6 +154,9 @@ impl ControlVolume {
         }
         if let Some(c) = self.checksum_fill.alive() {
             c.set_pass_rate(rate);
+        }
+        if let Some(c) = self.checksum_refill.alive() {
+            c.pass.set_pass_rate(rate);
         }
     }
 
