@@ -30,10 +30,21 @@ impl Heal {
     ) -> Result<RebuildReport, ArrayError> {
         let _one = self.running.lock().await;
         let mut completed = Vec::new();
+        let mut lost = Lost::default();
         loop {
-            self.give_up_replacements(p).await?;
+            lost.replacements
+                .extend(self.give_up_replacements(p).await?);
             let targets = p.volume.rebuild_targets();
             if targets.is_empty() {
+                // A new member that failed on the way (and no spare took its role since), or
+                // a replacement given up: the pass did not do what it was for.
+                if let Some(why) = lost.still_out(p) {
+                    ctl.failed(&why);
+                    return Ok(RebuildReport {
+                        state: PassState::Failed,
+                        completed,
+                    });
+                }
                 if completed.is_empty() {
                     ctl.nothing_to_do();
                 }
@@ -51,7 +62,9 @@ impl Heal {
             if state != PassState::Done {
                 return Ok(RebuildReport { state, completed });
             }
-            completed.extend(self.complete(p, &targets, (&claim, &replacing)).await?);
+            let (done, failed) = self.complete(p, &targets, (&claim, &replacing)).await?;
+            completed.extend(done);
+            lost.add(failed);
         }
     }
 
@@ -59,7 +72,8 @@ impl Heal {
     /// dropped it, `MemberTable::fail`: it would miss the writes while the role is failed).
     /// In that case it stands by as a spare and goes into the failed role, rebuilt whole —
     /// what the operator asked of it (md's replacement likewise becomes the recovery's target).
-    async fn give_up_replacements(&self, p: Parts<'_>) -> Result<(), ArrayError> {
+    /// Returns what happened to each replacement that failed itself ([`let_go`]).
+    async fn give_up_replacements(&self, p: Parts<'_>) -> Result<Vec<String>, ArrayError> {
         let given_up: Vec<(usize, Arc<MemberMeta>)> = {
             let mut replacing = self.replacing.lock();
             let gone = |r: usize| p.volume.table().slot(r).replacement().is_none();
@@ -71,9 +85,10 @@ impl Heal {
             given_up
         };
         let mut standing_by = false;
+        let mut failed = Vec::new();
         for (r, meta) in given_up {
             if !p.volume.member_is_failed(r) {
-                let_go(p, r, &meta).await?;
+                failed.push(let_go(p, r, &meta).await?);
                 continue;
             }
             tracing::warn!(
@@ -101,7 +116,7 @@ impl Heal {
                 );
             }
         }
-        Ok(())
+        Ok(failed)
     }
 
     async fn rebuild_pass(
@@ -133,15 +148,17 @@ impl Heal {
         p: Parts<'_>,
         targets: &[usize],
         (claim, replacing): (&Claim, &BTreeMap<usize, Arc<MemberMeta>>),
-    ) -> Result<Vec<usize>, ArrayError> {
+    ) -> Result<(Vec<usize>, Lost), ArrayError> {
         // What the role is recorded on must hold the pass's bytes: a flush of the new
         // members, not of the volume — under client writes that destages the whole
         // write-back cache first (seconds; none of it is the rebuild's: what is still cached
         // goes to the new member like to every other when it is destaged).
         flush_newcomers(p, targets).await;
         let mut done = Vec::new();
+        let mut failed = Lost::default();
         for &r in targets {
             if p.volume.member_is_failed(r) {
+                failed.new_members.push((r, failed_newcomer(p, r)));
                 continue;
             }
             // Only the replacement the pass started with, still in its slot, is swapped in.
@@ -161,7 +178,7 @@ impl Heal {
             let ok = match replacement {
                 Some(meta) if in_slot(&meta) => swap_in(p, r, meta).await?,
                 Some(meta) => {
-                    let_go(p, r, &meta).await?;
+                    failed.replacements.push(let_go(p, r, &meta).await?);
                     false
                 }
                 None => activate(p, r, claim).await?,
@@ -170,25 +187,60 @@ impl Heal {
                 done.push(r);
             }
         }
-        Ok(done)
+        Ok((done, failed))
     }
+}
+
+/// What failed on the way, of one completion or of a whole run ([`Heal::rebuild`]): roles
+/// whose new member failed (with what happened), replacements given up.
+#[derive(Default)]
+struct Lost {
+    new_members: Vec<(usize, String)>,
+    replacements: Vec<String>,
+}
+
+impl Lost {
+    fn add(&mut self, f: Lost) {
+        self.new_members.extend(f.new_members);
+        self.replacements.extend(f.replacements);
+    }
+
+    /// Why the run failed, if it did: replacements given up, and roles whose new member
+    /// failed that are still failed (not those a spare took since and the run rebuilt).
+    fn still_out(&self, p: Parts<'_>) -> Option<String> {
+        let roles = (self.new_members.iter())
+            .filter(|(r, _)| p.volume.member_is_failed(*r))
+            .map(|(_, why)| why.clone());
+        let all: Vec<String> = roles.chain(self.replacements.iter().cloned()).collect();
+        (!all.is_empty()).then(|| all.join("; "))
+    }
+}
+
+/// What happened to role `r`'s new member, which failed while being rebuilt.
+fn failed_newcomer(p: Parts<'_>, r: usize) -> String {
+    let name = p.volume.member(r).name().to_string();
+    let why =
+        (p.volume.table().slot(r).failure()).map_or_else(String::new, |f| format!(": {}", f.why));
+    format!("role {r}'s new member `{name}` failed{why}")
 }
 
 /// A replacement that failed while role `r`'s member still serves: its path leaves the
 /// records' list (the replace recorded it when it started), or the next start would open
 /// the disk that just failed as a spare and rebuild onto it when a member fails.
-async fn let_go(p: Parts<'_>, r: usize, meta: &MemberMeta) -> Result<(), ArrayError> {
+/// Returns what happened, for the pass's report.
+async fn let_go(p: Parts<'_>, r: usize, meta: &MemberMeta) -> Result<String, ArrayError> {
     let path = meta.member().name();
     let listed = p.records.forget_added_path(path).await?;
+    let what = format!("the replacement `{path}` of role {r} failed; its member keeps the role");
     tracing::warn!(
-        "volume `{}`: the replacement `{path}` of role {r} failed; its member keeps the role{}",
+        "volume `{}`: {what}{}",
         p.name(),
         match listed {
             true => " and the path is no longer recorded (replace again to retry)",
             false => "",
         }
     );
-    Ok(())
+    Ok(what)
 }
 
 /// Makes the rebuilt bytes durable on the new members and records `pos` as their

@@ -1,8 +1,9 @@
-//! A replacement that fails while it copies: the member it was to replace keeps its role,
-//! and the replacement's path leaves the records' list of paths a start opens. The replace
-//! recorded the path when it started (so a restart keeps it); left there after the
-//! replacement failed, the next start opened the disk that had just failed as a spare, and
-//! the next member failure rebuilt onto it.
+//! New members that fail while they are written. A replacement that fails while it copies:
+//! the member it was to replace keeps its role, and the replacement's path leaves the
+//! records' list of paths a start opens (left there, the next start opened the disk that had
+//! just failed as a spare, and the next member failure rebuilt onto it); the pass says it
+//! failed. A spare that fails while it is rebuilt: the pass says it failed and why (it said
+//! "done", its event too, with the volume still degraded).
 
 mod common;
 
@@ -14,7 +15,7 @@ use futures::FutureExt;
 use nbraid_core::metadata::{ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
 use nbraid_core::{
     Member, MemberCounters, MemberError, MemberOp, MemberResult, MemoryMember, PassControl,
-    SharedBuf,
+    PassState, SharedBuf,
 };
 use nbraid_layout::Level;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -70,8 +71,8 @@ impl Member for Breaking {
     }
 }
 
-#[test]
-fn a_replacement_that_fails_leaves_the_recorded_paths() {
+/// A RAID 5 of four memory disks with writes on it, its model, and a breakable newcomer.
+fn raid5_and_newcomer() -> (nbraid_core::metadata::Array, Model, Arc<Breaking>) {
     let disks: Vec<_> = (0..4)
         .map(|i| Arc::new(MemoryMember::new(format!("d{i}"), MEMBER_BYTES)))
         .collect();
@@ -84,13 +85,21 @@ fn a_replacement_that_fails_leaves_the_recorded_paths() {
     let a = create(&tree, &disks, opts);
     let mut model = Model::zeroed(&a, 7);
     block_on(apply(&a, model.writes(40, 16)));
-
     let new = Arc::new(Breaking {
         inner: MemoryMember::new("new", MEMBER_BYTES),
         broken: AtomicBool::new(false),
     });
-    let new_meta = block_on(MemberMeta::load(new.clone() as Arc<dyn Member>));
-    block_on(a.replace(0, new_meta)).expect("replace");
+    (a, model, new)
+}
+
+fn meta_of(m: &Arc<Breaking>) -> Arc<MemberMeta> {
+    block_on(MemberMeta::load(m.clone() as Arc<dyn Member>))
+}
+
+#[test]
+fn a_replacement_that_fails_leaves_the_recorded_paths() {
+    let (a, mut model, new) = raid5_and_newcomer();
+    block_on(a.replace(0, meta_of(&new))).expect("replace");
     assert!(
         block_on(a.added_paths()).contains(&"new".to_string()),
         "the replace records its path when it starts"
@@ -104,6 +113,12 @@ fn a_replacement_that_fails_leaves_the_recorded_paths() {
     ));
     let report = report.expect("rebuild");
     assert!(report.completed.is_empty(), "{report:?}");
+    assert_eq!(report.state, PassState::Failed, "{report:?}");
+    let why = ctl.failure().expect("a failed pass says why");
+    assert!(
+        why.contains("the replacement `new` of role 0 failed"),
+        "{why}"
+    );
     assert!(a.volume().replacement(0).is_none());
     assert!(!a.volume().member_is_failed(0));
     assert!(!a.volume().is_degraded());
@@ -112,5 +127,26 @@ fn a_replacement_that_fails_leaves_the_recorded_paths() {
         !paths.contains(&"new".to_string()),
         "the failed replacement is still recorded, so a start would open it as a spare: {paths:?}"
     );
+    assert!(read_all(&a, 1, 1) == model.bytes, "the volume's bytes");
+}
+
+#[test]
+fn a_spare_that_fails_while_rebuilt_fails_the_pass() {
+    let (a, mut model, spare) = raid5_and_newcomer();
+    a.volume().fail_member(2, "test: d2 dies");
+    a.add_spare(meta_of(&spare)).expect("spare");
+    assert_eq!(block_on(a.use_spares()).expect("use"), vec![2]);
+    spare.broken.store(true, Ordering::SeqCst);
+    let ctl = PassControl::new(0);
+    let (report, ()) = block_on(futures::future::join(
+        a.rebuild(&ctl),
+        apply(&a, model.writes(20, 16)),
+    ));
+    let report = report.expect("rebuild");
+    assert_eq!(report.state, PassState::Failed, "{report:?}");
+    assert_eq!(ctl.state(), PassState::Failed);
+    let why = ctl.failure().expect("a failed pass says why");
+    assert!(why.contains("role 2's new member `new` failed"), "{why}");
+    assert!(a.volume().member_is_failed(2));
     assert!(read_all(&a, 1, 1) == model.bytes, "the volume's bytes");
 }
