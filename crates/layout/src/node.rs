@@ -366,6 +366,15 @@ impl Node {
             }
         }
     }
+
+    /// Whether member `index` may be lost (failed) with the members for which `lost` is true
+    /// (failed, or not current yet) already gone: all data stays readable without it, or it
+    /// is gone already. The one rule for taking a member out short of the operator's
+    /// `--force`: `nbraid fail` refuses the rest, and the engine keeps them serving past
+    /// their bad-block limit (md keeps its last device on read errors).
+    pub fn may_lose(&self, index: usize, lost: &dyn Fn(usize) -> bool) -> bool {
+        lost(index) || self.survives(&|m| m == index || lost(m))
+    }
 }
 
 /// How a rebuild reaches a lost member from a node above it ([`Node::rebuilds`]).
@@ -569,5 +578,38 @@ mod tests {
         assert!(!group_of_pairs.rebuilds(0, &lost(&[0, 1, 2, 3])));
         assert!(!raid5(0..3).rebuilds(0, &lost(&[0, 1])));
         assert!(raid5(0..3).rebuilds(1, &lost(&[1])));
+    }
+
+    /// A member may go when the tree survives without it beside those lost already, or when
+    /// it is lost already; never the only readable copy of anything.
+    #[test]
+    fn may_lose_only_what_the_tree_does_without() {
+        let lost = |l: &'static [usize]| move |m: usize| l.contains(&m);
+        let leaves = |n: usize| (0..n).map(|i| Node::member(i, 0, 1 << 20)).collect();
+        let raid0 = Node::stripe(4096, leaves(2)).expect("raid0");
+        let jbod = Node::concat(leaves(2)).expect("jbod");
+        let raid1 = Node::mirror(leaves(2)).expect("raid1");
+        let bare = Node::member(0, 0, 1 << 20);
+        for (what, t) in [("raid0", &raid0), ("jbod", &jbod)] {
+            assert!(!t.may_lose(0, &lost(&[])), "{what}");
+            assert!(!t.may_lose(1, &lost(&[])), "{what}");
+        }
+        assert!(!bare.may_lose(0, &lost(&[])));
+        assert!(raid1.may_lose(0, &lost(&[])));
+        assert!(!raid1.may_lose(1, &lost(&[0])), "the only readable copy");
+        assert!(raid1.may_lose(0, &lost(&[0])), "lost already");
+        assert!(raid5(0..3).may_lose(2, &lost(&[])));
+        assert!(
+            !raid5(0..3).may_lose(2, &lost(&[0])),
+            "past the group's tolerance"
+        );
+        // A region beside the rest: a mirror concatenated with a bare leaf.
+        let mixed = Node::concat(vec![
+            Node::mirror(leaves(2)).expect("pair"),
+            Node::member(2, 0, 1 << 20),
+        ])
+        .expect("concat");
+        assert!(mixed.may_lose(0, &lost(&[])));
+        assert!(!mixed.may_lose(2, &lost(&[])));
     }
 }

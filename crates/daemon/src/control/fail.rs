@@ -1,8 +1,9 @@
 //! Whether `nbraid fail` may fail a member: never the last copy of any data unless the
 //! operator says `--force` (mdadm refuses the same). The tree's computed tolerance decides
-//! ([`Node::survives`]): a fail is refused when the volume could not read all its data with
-//! this member lost beside those already unreadable (failed, or still being rebuilt) — RAID 1
-//! failing its last half, RAID 10 both halves of one mirror, RAID 6 a third member.
+//! ([`Node::may_lose`], the rule by which the engine also keeps members past their bad-block
+//! limit): a fail is refused when the volume could not read all its data with this member
+//! lost beside those already unreadable (failed, or still being rebuilt) — RAID 1 failing
+//! its last half, RAID 10 both halves of one mirror, RAID 6 a third member.
 
 use nbraid_layout::Node;
 
@@ -16,10 +17,7 @@ pub fn refuse_fail(
     index: usize,
     force: bool,
 ) -> Option<String> {
-    if force || unreadable(index) {
-        return None;
-    }
-    if tree.survives(&|m| m == index || unreadable(m)) {
+    if force || tree.may_lose(index, unreadable) {
         return None;
     }
     let down: Vec<String> = (0..=max_index(tree))
