@@ -159,7 +159,7 @@ impl Volume {
         if !problems.is_empty() {
             return Err(VolumeError::Assembly(problems.join("; ")));
         }
-        let table = Arc::new(MemberTable::new(members));
+        let table = Arc::new(MemberTable::new(members).with_tree(geometry.root().clone()));
         let repairs = Arc::new(AtomicU64::new(0));
         // The cache bound is per volume: each parity group gets an equal share.
         let mut node_opts = opts.clone();
@@ -209,6 +209,7 @@ impl Volume {
             .map(|c| c.open_spanning(&[old.root(), new.root()]))
             .unwrap_or_default();
         let mut v = Self::with_ppl(old, members, opts, None)?;
+        v.table.add_tree(new.root().clone());
         // The cache bound is per volume: the parity groups of both trees share it.
         let mut node_opts = v.opts.clone();
         if let CacheMode::WriteBack { bytes } = node_opts.cache {
@@ -329,6 +330,16 @@ impl Volume {
     /// Read errors each member returned (repaired or not).
     pub fn member_read_errors(&self) -> Vec<u64> {
         self.table.slots().iter().map(|s| s.read_errors()).collect()
+    }
+
+    /// Per member: past its bad-block limit but kept, as it holds the only readable copy of
+    /// some data ([`crate::node::MemberSlot::kept_past_limit`]).
+    pub fn member_kept_past_limit(&self) -> Vec<bool> {
+        self.table
+            .slots()
+            .iter()
+            .map(|s| s.kept_past_limit())
+            .collect()
     }
 
     /// Per member: this volume's own reads and writes of its region (Matrix volumes on one

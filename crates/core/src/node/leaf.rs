@@ -402,13 +402,15 @@ const ZERO_CHECKSUM_MAX_BYTES: u64 = 64 << 20;
 /// The checksum side of the leaf's requests (see [`crate::checksum`]).
 impl LeafNode {
     /// A member error of a read: a checksum mismatch is its own kind (counted by the
-    /// checksums; the member fails past their threshold), anything else a read error.
+    /// checksums; the member fails past their threshold unless the volume cannot do without
+    /// it), anything else a read error. Every checked read of the member's blocks comes here:
+    /// client reads, degraded reads, the reads that rebuild or resync others, every scrub.
     fn read_failed(&self, e: crate::member::MemberError) -> VolumeError {
         match &self.checksums {
             Some(cs) if checksum::is_mismatch(&e) => {
                 if cs.past_threshold() {
                     let why = format!("more bad blocks than the checksum threshold allows: {e}");
-                    self.table.fail(self.index, &why);
+                    self.table.fail_for_bad_blocks(self.index, &why);
                 }
                 VolumeError::Member {
                     member: self.index,

@@ -4,6 +4,7 @@
 use crate::fail_cause::{FailCause, FailWhy, Failure};
 use crate::failure_gate::FailureGate;
 use crate::member::{Member, MemberResult};
+use nbraid_layout::Node;
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -43,6 +44,9 @@ pub struct MemberSlot {
     read_errors: AtomicU64,
     /// Stale (it missed writes) and being resynced: written, never read.
     resyncing: AtomicBool,
+    /// Past its bad-block limit but kept: the volume cannot do without it
+    /// ([`MemberTable::fail_for_bad_blocks`]). Cleared when a member is installed again.
+    kept_past_limit: AtomicBool,
     /// This volume's own reads and writes of the member's region (a member file shared by
     /// several volumes counts each volume's apart; its own counters count them all).
     region_io: RegionIo,
@@ -173,6 +177,12 @@ impl MemberSlot {
         self.read_errors.load(Ordering::Relaxed)
     }
 
+    /// Whether the member returned more bad blocks than allowed and was kept, as it holds
+    /// the only readable copy of some data (its bad blocks answer errors, the rest serves).
+    pub fn kept_past_limit(&self) -> bool {
+        self.kept_past_limit.load(Ordering::Relaxed)
+    }
+
     /// Stale and being resynced: takes writes, is never read.
     pub fn is_resyncing(&self) -> bool {
         self.resyncing.load(Ordering::Acquire)
@@ -218,6 +228,12 @@ pub struct MemberTable {
     resyncing: AtomicUsize,
     /// Holds member writes back while a failure is not recorded yet.
     gate: FailureGate,
+    /// The volume's layouts, which say what it can do without: one, or a reshape's old and
+    /// new (none: tables outside a volume, whose members fail past their bad-block limit).
+    trees: RwLock<Vec<Node>>,
+    /// Held while deciding a fail for bad blocks, so two members past their limit at once
+    /// cannot both be judged spare (each with the other still there).
+    bad_block_fails: Mutex<()>,
 }
 
 impl MemberTable {
@@ -236,13 +252,27 @@ impl MemberTable {
                     writes_durable: AtomicU64::new(0),
                     read_errors: AtomicU64::new(0),
                     resyncing: AtomicBool::new(false),
+                    kept_past_limit: AtomicBool::new(false),
                     region_io: RegionIo::default(),
                 })
                 .collect(),
             failed: AtomicUsize::new(0),
             resyncing: AtomicUsize::new(0),
             gate: FailureGate::default(),
+            trees: RwLock::new(Vec::new()),
+            bad_block_fails: Mutex::new(()),
         }
+    }
+
+    /// The table of a volume laid out as `tree` (members by its indices).
+    pub fn with_tree(self, tree: Node) -> MemberTable {
+        self.add_tree(tree);
+        self
+    }
+
+    /// Another layout the volume's data lies in too (a reshape's new one).
+    pub fn add_tree(&self, tree: Node) {
+        self.trees.write().push(tree);
     }
 
     pub fn slots(&self) -> &[MemberSlot] {
@@ -292,6 +322,7 @@ impl MemberTable {
         self.set_resyncing(index, true);
         slot.put(member);
         slot.read_errors.store(0, Ordering::Relaxed);
+        slot.kept_past_limit.store(false, Ordering::Relaxed);
         *slot.failure.lock() = None;
         if slot.failed.swap(false, Ordering::AcqRel) {
             self.failed.fetch_sub(1, Ordering::AcqRel);
@@ -355,6 +386,29 @@ impl MemberTable {
     }
 }
 
+impl MemberTable {
+    /// Fails member `index` for returning more bad blocks than allowed, unless the volume
+    /// cannot do without it ([`Node::may_lose`], members failed or not current counted as
+    /// lost): then it is kept — its bad blocks keep answering errors, every other block
+    /// serves — and marked so for `status`. Whether it was failed.
+    pub(crate) fn fail_for_bad_blocks(&self, index: usize, why: &dyn FailWhy) -> bool {
+        let _one_at_a_time = self.bad_block_fails.lock();
+        let lost = |m: usize| self.slots.get(m).is_none_or(|s| !s.is_current());
+        if self.trees.read().iter().all(|t| t.may_lose(index, &lost)) {
+            self.fail(index, why);
+            return true;
+        }
+        let slot = &self.slots[index];
+        if !slot.kept_past_limit.swap(true, Ordering::Relaxed) {
+            tracing::error!(
+                "member {index} (`{}`) kept though past its bad-block limit: it holds the only readable copy of some data ({why})",
+                slot.member().name()
+            );
+        }
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,5 +465,27 @@ mod tests {
         assert_eq!(table.slot(0).failure().unwrap().cause, FailCause::Operator);
         table.install(0, memory("c"));
         assert_eq!(table.slot(0).failure(), None);
+    }
+
+    /// A mirror's first member past its limit is failed; its last readable copy is kept
+    /// (and said so) until another copy is current again.
+    #[test]
+    fn bad_blocks_fail_only_what_the_volume_does_without() {
+        let pair = (0..2).map(|i| Node::member(i, 0, 1 << 20)).collect();
+        let tree = Node::mirror(pair).unwrap();
+        let table = MemberTable::new(vec![memory("a"), memory("b")]).with_tree(tree);
+        assert!(table.fail_for_bad_blocks(0, &"bad blocks"));
+        assert!(table.slot(0).is_failed());
+        assert!(!table.fail_for_bad_blocks(1, &"bad blocks"));
+        assert!(!table.slot(1).is_failed() && table.slot(1).kept_past_limit());
+        // A new member being rebuilt is not current yet: still the only copy.
+        table.install(0, memory("c"));
+        assert!(!table.fail_for_bad_blocks(1, &"bad blocks"));
+        table.set_resyncing(0, false);
+        assert!(table.fail_for_bad_blocks(1, &"bad blocks"));
+        assert!(table.slot(1).is_failed());
+        // Without a tree (a table outside a volume): failed as before.
+        let bare = MemberTable::new(vec![memory("a")]);
+        assert!(bare.fail_for_bad_blocks(0, &"bad blocks"));
     }
 }
