@@ -418,8 +418,13 @@ fn member_line(m: &Value) -> String {
         (Some(e), Some(r)) => format!(" checksum errors {e:>4} repaired {r:>4}"),
         _ => String::new(),
     };
+    // The engine fails a member past its bad-block limit only when the volume does without it.
+    let kept = match m["kept_past_bad_block_limit"].as_bool() {
+        Some(true) => "    past its bad-block limit, kept: it holds the only readable copy of some data (its bad blocks answer read errors)\n",
+        _ => "",
+    };
     format!(
-        "  {:<10} {:<8} reads {:>9} writes {:>9} read errors {:>4}{sums}  {}\n",
+        "  {:<10} {:<8} reads {:>9} writes {:>9} read errors {:>4}{sums}  {}\n{kept}",
         m["id"].as_str().unwrap_or("?"),
         state,
         count(&m["reads"]),
@@ -446,6 +451,22 @@ mod tests {
         let off = json!({"id": "d0", "state": "healthy", "reads": 5, "writes": 6,
                          "read_errors": 0, "checksum_errors": null, "path": "d0.img"});
         assert!(!member_line(&off).contains("checksum"));
+    }
+
+    /// A member kept past its bad-block limit says so on a line of its own.
+    #[test]
+    fn a_member_kept_past_its_bad_block_limit_says_why() {
+        let m = |kept: bool| {
+            json!({"id": "d0", "state": "healthy", "read_errors": 0,
+                       "checksum_errors": 30, "checksum_repairs": 0,
+                       "kept_past_bad_block_limit": kept, "path": "d0.img"})
+        };
+        let line = member_line(&m(true));
+        assert!(
+            line.ends_with("d0.img\n    past its bad-block limit, kept: it holds the only readable copy of some data (its bad blocks answer read errors)\n"),
+            "{line}"
+        );
+        assert!(!member_line(&m(false)).contains("kept"));
     }
 
     /// A role recorded failed at start and rebuilt since reads as it is now.

@@ -128,6 +128,8 @@ struct MemberSnapshots<'a> {
     /// This volume's I/O to its region of the file.
     region_io: Vec<RegionIoSnapshot>,
     read_errors: Vec<u64>,
+    /// Past the bad-block limit, kept: the only readable copy of some data.
+    kept_past_limit: Vec<bool>,
 }
 
 impl<'a> MemberSnapshots<'a> {
@@ -138,6 +140,7 @@ impl<'a> MemberSnapshots<'a> {
             file_io: vol.member_counters(),
             region_io: vol.member_region_io(),
             read_errors: vol.member_read_errors(),
+            kept_past_limit: vol.member_kept_past_limit(),
         }
     }
 
@@ -163,6 +166,7 @@ impl<'a> MemberSnapshots<'a> {
             "read_errors": self.read_errors[i],
             "checksum_errors": self.checksum(i, |c| &c.errors),
             "checksum_repairs": self.checksum(i, |c| &c.repairs),
+            "kept_past_bad_block_limit": self.kept_past_limit[i],
             "reads": c.reads,
             "writes": c.writes,
             "read_bytes": c.read_bytes,

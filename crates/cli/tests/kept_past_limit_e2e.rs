@@ -1,0 +1,63 @@
+//! A RAID 0 member past its bad-block limit, through the real binaries: filled through NBD,
+//! more 4 KiB blocks of one member file overwritten behind the daemon's back than
+//! `checksum_error_limit` allows, then `nbraid scrub`. The scrub finds every bad block, the
+//! member is not failed (nothing else holds its data), the volume stays available, and
+//! `nbraid status` says why the member was kept (`--json`: `kept_past_bad_block_limit`).
+
+mod common;
+
+use common::blocks::{corrupt, unix_uri};
+use common::*;
+use serde_json::Value;
+use std::process::Command;
+
+/// Member files of 10 MiB: 1 MiB metadata, 1 MiB checksum reserve, an 8 MiB region.
+const REGION_START: u64 = 2 * MIB;
+const LIMIT: u64 = 2;
+const ROTTEN: u64 = 5;
+
+#[test]
+fn a_raid0_member_past_its_bad_block_limit_is_kept_and_said_so() {
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n".to_string();
+    for id in ["d0", "d1"] {
+        text += &format!("[[member]]\nid = \"{id}\"\npath = \"{id}.img\"\nsize = \"10MiB\"\n\n");
+    }
+    text += &format!(
+        "[[volume]]\nname = \"r0\"\nlevel = \"raid0\"\nstrip_size = \"64KiB\"\nchecksum_error_limit = {LIMIT}\nmembers = [\"d0\", \"d1\"]\n"
+    );
+    let config = dir.path().join("arrays.toml");
+    std::fs::write(&config, text).unwrap();
+    let cfg = config.to_str().unwrap();
+    let _d = Daemon::start(&config);
+    let cap = status_of(cfg, "r0")["capacity_bytes"].as_u64().unwrap();
+    let src = dir.path().join("r0.src");
+    std::fs::write(&src, seeded_bytes(0x7ee9, cap)).unwrap();
+    let uri = unix_uri(dir.path(), "r0");
+    ok(
+        Command::new(&nbdcopy).arg(&src).arg(&uri).output().unwrap(),
+        "nbdcopy into the volume",
+    );
+    for k in 0..ROTTEN {
+        corrupt(&dir.path().join("d1.img"), REGION_START, 3 + 100 * k, k);
+    }
+    let found: Value = serde_json::from_str(&ok(
+        nbraid(&["scrub", "r0", "--config", cfg, "--json"]),
+        "scrub",
+    ))
+    .unwrap();
+    assert_eq!(found["unreadable"].as_u64(), Some(ROTTEN), "{found}");
+    let st = status_of(cfg, "r0");
+    assert_eq!(st["available"], true, "{st}");
+    let m = &st["members"][1];
+    assert_eq!(m["state"], "healthy", "{st}");
+    assert!(m["checksum_errors"].as_u64().unwrap() > LIMIT, "{st}");
+    assert_eq!(m["kept_past_bad_block_limit"], true, "{st}");
+    assert_eq!(st["members"][0]["kept_past_bad_block_limit"], false, "{st}");
+    let shown = ok(nbraid(&["status", "r0", "--config", cfg]), "status");
+    assert!(
+        shown.contains("past its bad-block limit, kept: it holds the only readable copy"),
+        "{shown}"
+    );
+}
