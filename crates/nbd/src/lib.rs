@@ -23,8 +23,8 @@
 //! connections share) and `workers` (the runtimes connections are dealt to, and which is
 //! spare), `connection` (one connection's life), `busy_poll` (its socket read
 //! half, which spins briefly before sleeping), `handshake` (the options),
-//! then the transmission phase: `transmission` (the reader loop: slot, validation, memory,
-//! payload, dispatch) with `request` (headers and their validation), `payload` (receiving
+//! then the transmission phase: `transmission` (the reader loop: slot, validation, memory
+//! shared out by `server_memory`, payload, dispatch) with `request` (headers and their validation), `payload` (receiving
 //! write payloads), `execute` (one step per command), `write_gate` (aligned writes run
 //! unlocked unless an unaligned read-modify-write is in flight), `unaligned`, `reply_head`
 //! (reply encoding) and `replies` (the writer task).
@@ -75,6 +75,7 @@ mod replies;
 mod reply_head;
 mod request;
 mod server;
+mod server_memory;
 mod shared;
 #[doc(hidden)]
 pub mod testing;

@@ -17,13 +17,16 @@
 //! arriving payloads never hold more than three quarters and a sixteenth.
 //!
 //! Clients that never read their replies hold their share until the stall timeout, and
-//! enough of them together hold the whole server budget: a request of any other client would
-//! wait that long. So part of the server's budget, [`Limits::reserve_bytes`] (a sixteenth of
-//! it, less where the largest request would no longer fit the rest), is kept for *light*
-//! requests: those of a connection that holds, this request included, at most
-//! [`Limits::light_share_bytes`] of the server's budget (the reserve split evenly over
-//! [`Limits::max_connections`]). Other requests wait for the rest; a light one takes whichever
-//! frees first. A connection holds at most its light share of the reserve, so the reserve
+//! enough of them together would hold the whole server budget: a request of any other client
+//! would wait that long. So the budget is shared out fairly ([`crate::server_memory`]): a
+//! connection holding part of it takes more only while what stays free is at least twice
+//! what it then holds (unless it is alone), and a connection holding nothing takes any
+//! request that fits: four such clients leave a third of the budget to the others. And part
+//! of the server's budget, [`Limits::reserve_bytes`] (a sixteenth of it, less where the
+//! largest request would no longer fit the rest), is kept for *light* requests: those of a
+//! connection that holds, this request included, at most [`Limits::light_share_bytes`] of
+//! the server's budget (the reserve split evenly over [`Limits::max_connections`]). Other
+//! requests wait for the rest; a light one takes whichever it can have first. A connection holds at most its light share of the reserve, so the reserve
 //! does not run out while `max_connections` connections hold it: a connection with nothing in
 //! flight gets a small request through at once, however much the others hold. (Not quite
 //! always: where so many connections are allowed that the share was raised to one minimal
@@ -80,8 +83,9 @@ pub struct Limits {
     pub max_in_flight: usize,
     /// Request memory of one connection (see [`REQUEST_COST_MIN`]).
     pub max_bytes_in_flight: usize,
-    /// Request memory of all connections together (of which [`Limits::reserve_bytes`] is
-    /// kept for connections that hold little).
+    /// Request memory of all connections together, shared out fairly among those that
+    /// compete for it (of which [`Limits::reserve_bytes`] is kept for connections that hold
+    /// little).
     pub server_bytes_in_flight: usize,
     /// A client that has not reached the transmission phase by then is disconnected.
     pub handshake_timeout: Duration,

@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, Mutex, OwnedSemaphorePermit};
 use super::export::ReadData;
 use super::limits::Activity;
 use super::reply_head::ReplyHead;
+use super::server_memory::ServerBytes;
 
 /// Payloads up to this size are copied into the batch buffer; larger ones go out with one
 /// vectored write together with whatever is buffered.
@@ -34,7 +35,7 @@ pub(crate) const BATCH_REPLIES: usize = 64;
 /// A request's share of the connection's and the server's memory budgets.
 pub(crate) struct BytesHeld {
     pub _conn: OwnedSemaphorePermit,
-    pub _server: OwnedSemaphorePermit,
+    pub _server: ServerBytes,
 }
 
 /// One reply on its way to the socket, holding the permits of its request.

@@ -12,6 +12,7 @@ use tokio::task::AbortHandle;
 use crate::admission::Admission;
 use crate::export::Export;
 use crate::limits::Limits;
+use crate::server_memory::ServerMemory;
 use crate::workers::Workers;
 use crate::write_gate::WriteGate;
 
@@ -28,13 +29,9 @@ pub(crate) struct Shared {
     pub exports: Vec<ExportEntry>,
     /// Normalized (every value at least its minimum).
     pub limits: Limits,
-    /// Request memory of all connections together: `limits.server_bytes_in_flight` bytes
-    /// less the `reserve`.
-    pub budget: Arc<Semaphore>,
-    /// The rest of the server's budget, for light requests only ([`Limits::reserve_bytes`]):
-    /// so clients that hold the budget and never read their replies cannot hold up a
-    /// connection with nothing in flight.
-    pub reserve: Arc<Semaphore>,
+    /// Request memory of all connections together (`limits.server_bytes_in_flight`), shared
+    /// out fairly, with a reserve for light requests.
+    pub memory: Arc<ServerMemory>,
     /// The part of `budget` write payloads may hold while they are still arriving
     /// ([`Limits::arriving_bytes`]): the rest stays for requests that are complete, so slow
     /// senders cannot starve everyone else.
@@ -65,10 +62,7 @@ impl Shared {
         Shared {
             exports,
             limits,
-            budget: Arc::new(Semaphore::new(
-                limits.server_bytes_in_flight - limits.reserve_bytes(),
-            )),
-            reserve: Arc::new(Semaphore::new(limits.reserve_bytes())),
+            memory: ServerMemory::new(&limits),
             arriving: Arc::new(Semaphore::new(limits.arriving_bytes())),
             admission: Admission::new(limits.max_connections, limits.max_handshakes),
             shutdown: watch::channel(false).0,

@@ -29,6 +29,7 @@ use crate::proto::*;
 use crate::replies::{BytesHeld, Outgoing, Replies, BATCH_REPLIES};
 use crate::reply_head::error_reply;
 use crate::request::{validate, Conn, HeaderReader, MAX_DISCARD};
+use crate::server_memory::ServerBytes;
 use crate::shared::{shutdown_signalled, RequestGuard, Shared};
 use crate::unaligned::is_unaligned;
 
@@ -371,25 +372,25 @@ where
         })
     }
 
-    /// `cost` bytes of the server's budget: of its general part, or for a light request
-    /// (see [`crate::limits`]) of the general part if it has them for it now, else of the
-    /// reserve, else of whichever frees them first.
-    async fn server_bytes(&mut self, cost: u32, light: bool) -> Result<OwnedSemaphorePermit, Stop> {
-        let (general, reserve) = (self.shared.budget.clone(), self.shared.reserve.clone());
-        if !light {
-            return acquire(&general, cost, &self.tx, &mut self.ready).await;
-        }
-        for pool in [&general, &reserve] {
-            if let Ok(p) = pool.clone().try_acquire_many_owned(cost) {
-                return Ok(p);
-            }
+    /// `cost` bytes of the server's budget, as [`crate::server_memory`] shares it out among
+    /// the connections: of its general part, or for a light request (see [`crate::limits`])
+    /// of the reserve, once this connection may take them.
+    async fn server_bytes(&mut self, cost: u32, light: bool) -> Result<ServerBytes, Stop> {
+        let memory = self.shared.memory.clone();
+        // Every byte of this connection's budget but this request's is held of the server's
+        // too; looked at anew whenever it asks again, as its replies go out meanwhile.
+        let (budget, max) = (&self.budget, self.limits.max_bytes_in_flight);
+        let held = move || {
+            max.saturating_sub(budget.available_permits())
+                .saturating_sub(cost as usize)
+        };
+        if let Some(got) = memory.try_take(held(), cost, light) {
+            return Ok(got);
         }
         self.tx.send_all(&mut self.ready);
-        // Whichever loses gives back what it was assigned when dropped.
         tokio::select! {
             biased;
-            p = general.acquire_many_owned(cost) => Ok(p.expect("semaphore never closed")),
-            p = reserve.acquire_many_owned(cost) => Ok(p.expect("semaphore never closed")),
+            got = memory.take(held, cost, light) => Ok(got),
             _ = self.tx.closed() => Err(Stop::Ended(Ok(()))),
         }
     }
