@@ -8,68 +8,16 @@
 mod common;
 
 use common::arrays::{apply, create, read_all, Model};
-use common::{level_tree, KIB, MIB};
+use common::{level_tree, Breaking, KIB, MIB};
 use futures::executor::block_on;
-use futures::future::BoxFuture;
-use futures::FutureExt;
 use nbraid_core::metadata::{ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
-use nbraid_core::{
-    Member, MemberCounters, MemberError, MemberOp, MemberResult, MemoryMember, PassControl,
-    PassState, SharedBuf,
-};
+use nbraid_core::{Member, MemoryMember, PassControl, PassState};
 use nbraid_layout::Level;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 const REGION: u64 = 4 * MIB;
 const MEMBER_BYTES: u64 = METADATA_AREA_BYTES + REGION;
-
-/// A memory disk whose writes fail once `broken` is set (its superblock was written first).
-struct Breaking {
-    inner: MemoryMember,
-    broken: AtomicBool,
-}
-
-impl Member for Breaking {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read(
-        &self,
-        offset: u64,
-        buf: nbraid_core::Buf,
-    ) -> BoxFuture<'_, MemberResult<nbraid_core::Buf>> {
-        self.inner.read(offset, buf)
-    }
-    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
-        if self.broken.load(Ordering::SeqCst) {
-            let e = MemberError::new(
-                self.name(),
-                MemberOp::Write,
-                offset,
-                data.len() as u64,
-                std::io::Error::other("medium error"),
-            );
-            return async move { Err(e) }.boxed();
-        }
-        self.inner.write(offset, data, fua)
-    }
-    fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.trim(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.write_zeroes(offset, len)
-    }
-    fn counters(&self) -> &MemberCounters {
-        self.inner.counters()
-    }
-}
 
 /// A RAID 5 of four memory disks with writes on it, its model, and a breakable newcomer.
 fn raid5_and_newcomer() -> (nbraid_core::metadata::Array, Model, Arc<Breaking>) {
@@ -85,10 +33,7 @@ fn raid5_and_newcomer() -> (nbraid_core::metadata::Array, Model, Arc<Breaking>) 
     let a = create(&tree, &disks, opts);
     let mut model = Model::zeroed(&a, 7);
     block_on(apply(&a, model.writes(40, 16)));
-    let new = Arc::new(Breaking {
-        inner: MemoryMember::new("new", MEMBER_BYTES),
-        broken: AtomicBool::new(false),
-    });
+    let new = Arc::new(Breaking::new("new", MEMBER_BYTES));
     (a, model, new)
 }
 

@@ -6,7 +6,9 @@ pub mod arrays;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use nbraid_core::{Buf, Member, MemberCounters, MemberResult, MemoryMember, SharedBuf};
+use nbraid_core::{
+    Buf, Member, MemberCounters, MemberError, MemberOp, MemberResult, MemoryMember, SharedBuf,
+};
 use nbraid_layout::{Geometry, Level, Node, ParityLayout, Region, Shape};
 use nbraid_sim::Faulty;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -301,6 +303,65 @@ impl Member for Yielding {
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
         self.op(self.inner.write_zeroes(offset, len)).boxed()
+    }
+    fn counters(&self) -> &MemberCounters {
+        self.inner.counters()
+    }
+}
+
+/// A memory disk whose writes at or past `from_byte` fail while `broken` is set (a bad spot
+/// in its data, its metadata still written when `from_byte` is past the metadata).
+pub struct Breaking {
+    pub inner: MemoryMember,
+    pub broken: AtomicBool,
+    pub from_byte: u64,
+}
+
+impl Breaking {
+    pub fn new(name: &str, len_bytes: u64) -> Breaking {
+        Breaking {
+            inner: MemoryMember::new(name, len_bytes),
+            broken: AtomicBool::new(false),
+            from_byte: 0,
+        }
+    }
+}
+
+impl Member for Breaking {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read(
+        &self,
+        offset: u64,
+        buf: nbraid_core::Buf,
+    ) -> BoxFuture<'_, MemberResult<nbraid_core::Buf>> {
+        self.inner.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
+        if self.broken.load(Ordering::SeqCst) && offset >= self.from_byte {
+            let e = MemberError::new(
+                self.name(),
+                MemberOp::Write,
+                offset,
+                data.len() as u64,
+                std::io::Error::other("medium error"),
+            );
+            return async move { Err(e) }.boxed();
+        }
+        self.inner.write(offset, data, fua)
+    }
+    fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
+        self.inner.flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        self.inner.trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        self.inner.write_zeroes(offset, len)
     }
     fn counters(&self) -> &MemberCounters {
         self.inner.counters()
