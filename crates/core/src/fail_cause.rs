@@ -19,8 +19,11 @@ pub enum FailCause {
     Errors,
     /// The operator failed it (`nbraid fail`).
     Operator,
-    /// It was not there when the volume started (missing, unreachable, recorded failed).
+    /// It was not there when the volume started (missing, or unreachable) and its records
+    /// do not say it failed.
     AbsentAtStart,
+    /// Its records say it failed but not why (written by a version that did not keep it).
+    NotKept,
 }
 
 impl FailCause {
@@ -48,6 +51,17 @@ impl FailCause {
         FailCause::Errors
     }
 
+    /// Whether a member failed for this may come back by itself (a remote one is probed and
+    /// re-added once it answers): only one that stopped answering. One that answered with
+    /// errors, that the operator failed, or whose cause is not known stays out until the
+    /// operator decides.
+    pub fn returns_by_itself(self) -> bool {
+        match self {
+            FailCause::Unanswered | FailCause::AbsentAtStart => true,
+            FailCause::Errors | FailCause::Operator | FailCause::NotKept => false,
+        }
+    }
+
     /// Words for status and events.
     pub fn describe(self) -> &'static str {
         match self {
@@ -55,6 +69,7 @@ impl FailCause {
             FailCause::Errors => "returned I/O errors",
             FailCause::Operator => "failed by the operator",
             FailCause::AbsentAtStart => "absent at start",
+            FailCause::NotKept => "recorded failed (why not kept)",
         }
     }
 }
@@ -183,6 +198,15 @@ mod tests {
         assert_eq!(FailCause::of_error(&e), FailCause::Unanswered);
         let other = VolumeError::Assembly("x".into());
         assert_eq!(other.fail_cause(), FailCause::Errors);
+    }
+
+    #[test]
+    fn only_a_member_that_stopped_answering_returns_by_itself() {
+        assert!(FailCause::Unanswered.returns_by_itself());
+        assert!(FailCause::AbsentAtStart.returns_by_itself());
+        for stays in [FailCause::Errors, FailCause::Operator, FailCause::NotKept] {
+            assert!(!stays.returns_by_itself(), "{stays:?}");
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! corruption is named, and no byte string makes the decoder panic; assembly's rebuild
 //! decisions.
 
+use nbraid_core::fail_cause::FailCause;
 use nbraid_core::metadata::{
     assemble, newest, newest_record, newest_record_checked, ran_apart_from, Absence, Area,
     BackupWindow, BitmapArea, ChecksumFill, MemberEntry, MetadataError, Probe, RecordedState,
@@ -43,6 +44,7 @@ fn raid5_record(role: u32) -> VolumeRecord {
                     RecordedState::Active
                 },
                 unacked_since_failed: false,
+                failed_cause: None,
             })
             .collect(),
         tree: shape.build(&regions).unwrap(),
@@ -115,6 +117,46 @@ fn the_failed_together_flag_is_the_byte_after_the_state() {
     assert!(!back.volumes[0].members[3].missed_nothing_acked());
 }
 
+/// Why a failed member failed is kept in bits 1 … 3 of that byte: each cause round-trips,
+/// the bits sit beside the "nothing acknowledged since" bit, and a record written before
+/// them (bits clear) reads as "not kept" — it stays out.
+#[test]
+fn the_failure_cause_is_kept_in_the_flags_byte() {
+    let entry = 64 + 160 + 3 * 32;
+    for (cause, bit, back) in [
+        (FailCause::Unanswered, 2u8, FailCause::Unanswered),
+        (FailCause::AbsentAtStart, 2, FailCause::Unanswered),
+        (FailCause::Errors, 4, FailCause::Errors),
+        (FailCause::Operator, 8, FailCause::Operator),
+    ] {
+        let mut sb = superblock();
+        let m = &mut sb.volumes[0].members[3];
+        m.state = RecordedState::Failed;
+        m.unacked_since_failed = true;
+        m.failed_cause = Some(cause);
+        let bytes = sb.encode().unwrap();
+        assert_eq!(bytes[entry + 17], 1 | bit, "{cause:?}");
+        let read = Superblock::decode(&bytes).unwrap().volumes[0].members[3];
+        assert_eq!(read.failed_cause, Some(back), "{cause:?}");
+        assert!(read.unacked_since_failed, "{cause:?}");
+        assert_eq!(back.returns_by_itself(), cause.returns_by_itself());
+    }
+    // Written before the bits: failed, flags zero.
+    let mut old = superblock();
+    old.volumes[0].members[3].state = RecordedState::Failed;
+    let bytes = old.encode().unwrap();
+    assert_eq!(bytes[entry + 17], 0);
+    assert_eq!(
+        Superblock::decode(&bytes).unwrap().volumes[0].members[3].failed_cause,
+        None
+    );
+    // Only a failed member's cause is written.
+    let mut active = superblock();
+    active.volumes[0].members[3].failed_cause = Some(FailCause::Operator);
+    let bytes = active.encode().unwrap();
+    assert_eq!(bytes[entry + 17], 0);
+}
+
 #[test]
 fn declared_trees_round_trip() {
     // A mirror of two RAID 5 groups and RAID 5 over mirrored pairs, with a concat.
@@ -154,6 +196,7 @@ fn declared_trees_round_trip() {
                 uuid: uuid(i),
                 state: RecordedState::Active,
                 unacked_since_failed: false,
+                failed_cause: None,
             })
             .collect();
         sb.volumes[0].role = 0;
@@ -300,6 +343,7 @@ fn reshaping() -> Superblock {
         uuid: uuid(0x14),
         state: RecordedState::Active,
         unacked_since_failed: false,
+        failed_cause: None,
     });
     let shape = Shape::new(Level::Raid5, 5, None, 64 << 10, ParityLayout::LeftSymmetric).unwrap();
     let regions = vec![

@@ -42,7 +42,7 @@ use super::{
 };
 use crate::absent::AbsentMember;
 use crate::error::VolumeResult;
-use crate::fail_cause::{Because, FailCause};
+use crate::fail_cause::Because;
 use crate::failure_gate::FailureRecorder;
 use crate::member::Member;
 use crate::pass::{PassControl, PassState};
@@ -202,7 +202,7 @@ impl Array {
             Some(asm.newest_role),
         );
         let array = built.await?;
-        let rebuilding_roles = array.take_roles(&asm, &roles);
+        let rebuilding_roles = array.take_roles(&asm, &roles).await;
         // The write hole: replay the partial-parity log before the resync and before serving.
         let ppl = match array.ppl.setup() {
             Some(p) => crate::ppl::recover(&array.volume, &p.areas, p.life, !asm.clean).await?,
@@ -277,10 +277,11 @@ impl Array {
     /// The slots as the role plan says: absent roles failed, stale ones resyncing, new
     /// members being rebuilt written but not read (the rebuild resumes online). Returns the
     /// roles being rebuilt and their checkpoints.
-    fn take_roles(&self, asm: &Assembly, roles: &RolePlan) -> Vec<(usize, u64)> {
+    async fn take_roles(&self, asm: &Assembly, roles: &RolePlan) -> Vec<(usize, u64)> {
+        let recorded = self.records.lock().await.members.clone();
         for &r in &roles.absent {
-            self.volume
-                .fail_member(r, &Because(FailCause::AbsentAtStart, "absent at assembly"));
+            let (cause, why) = super::open::absent_cause(recorded.get(r));
+            self.volume.fail_member(r, &Because(cause, &why));
         }
         // Settled below (they were not there to miss anything since the records were written).
         let gate = self.volume.table().failure_gate();

@@ -436,6 +436,7 @@ mod tests {
                     uuid: Uuid([2; 16]),
                     state,
                     unacked_since_failed: false,
+                    failed_cause: None,
                 })
                 .collect(),
             tree: Node::member(0, MIB, 8 * MIB),

@@ -54,6 +54,7 @@ pub(super) async fn write_records(
             uuid,
             state: RecordedState::Active,
             unacked_since_failed: false,
+            failed_cause: None,
         });
     }
     let new = NewVolume {

@@ -238,6 +238,7 @@ impl Heal {
                 checkpoint_bytes: 0,
             },
             unacked_since_failed: false,
+            failed_cause: None,
         };
         let area = write_role_record(p, role, &meta, &next, (None, true)).await?;
         // Its area was cleared: the role's checksums start blank with it.

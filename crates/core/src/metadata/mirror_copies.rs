@@ -58,6 +58,7 @@ pub(super) async fn start(
             uuid,
             state,
             unacked_since_failed: false,
+            failed_cause: None,
         });
     }
     rec.events += 1;

@@ -2,7 +2,8 @@
 //! in each role, which stale roles are resynced, which roles are served degraded.
 
 use super::member_meta::MemberMeta;
-use super::{Absence, Assembly};
+use super::{Absence, Assembly, MemberEntry, RecordedState};
+use crate::fail_cause::FailCause;
 use std::sync::Arc;
 
 /// Who serves each role at open, and what is done about the others.
@@ -75,4 +76,60 @@ fn resyncable(
         .into_iter()
         .partition(|&r| asm.tree.rebuilds(r, &|m| lost.contains(&m)));
     (ok, out.into_iter().map(|r| (r, lost.clone())).collect())
+}
+
+/// Why an absent role is failed at open, and the words logged: a role its records say failed
+/// keeps the cause they recorded (one that failed for errors or by the operator's word stays
+/// out, one recorded before causes were kept too: [`FailCause::NotKept`]); any other role is
+/// absent at this start only.
+pub(super) fn absent_cause(recorded: Option<&MemberEntry>) -> (FailCause, String) {
+    match recorded {
+        Some(m) if m.state == RecordedState::Failed => {
+            let cause = m.failed_cause.unwrap_or(FailCause::NotKept);
+            (cause, format!("recorded failed: {cause}"))
+        }
+        _ => (FailCause::AbsentAtStart, "absent at assembly".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::Uuid;
+
+    fn entry(state: RecordedState, failed_cause: Option<FailCause>) -> MemberEntry {
+        MemberEntry {
+            failed_cause,
+            state,
+            ..MemberEntry::active(Uuid([1; 16]))
+        }
+    }
+
+    #[test]
+    fn a_role_recorded_failed_keeps_its_recorded_cause() {
+        let failed = |c| absent_cause(Some(&entry(RecordedState::Failed, c))).0;
+        assert_eq!(failed(Some(FailCause::Operator)), FailCause::Operator);
+        assert_eq!(failed(Some(FailCause::Errors)), FailCause::Errors);
+        assert_eq!(failed(Some(FailCause::Unanswered)), FailCause::Unanswered);
+        // Written before causes were kept: it stays out.
+        assert_eq!(failed(None), FailCause::NotKept);
+        assert!(!failed(None).returns_by_itself());
+        let (_, why) = absent_cause(Some(&entry(
+            RecordedState::Failed,
+            Some(FailCause::Operator),
+        )));
+        assert!(why.contains("operator"), "{why}");
+    }
+
+    #[test]
+    fn a_role_not_recorded_failed_is_absent_at_this_start() {
+        let rebuilding = RecordedState::Rebuilding {
+            checkpoint_bytes: 0,
+        };
+        for state in [RecordedState::Active, rebuilding] {
+            let e = entry(state, Some(FailCause::Operator));
+            assert_eq!(absent_cause(Some(&e)).0, FailCause::AbsentAtStart);
+        }
+        assert_eq!(absent_cause(None).0, FailCause::AbsentAtStart);
+    }
 }

@@ -396,10 +396,21 @@ impl Records {
     }
 
     /// Members failed since the last commit are recorded failed (one missing at assembly:
-    /// rebuilding from 0, so that when it comes back it is resynced before rejoining).
+    /// rebuilding from 0, so that when it comes back it is resynced before rejoining), with
+    /// why: a restart lets back by itself only one that stopped answering.
     fn note_failed(&self, rec: &mut Recorded, metas: &[Option<Arc<MemberMeta>>]) {
         for (r, m) in rec.members.iter_mut().enumerate() {
-            if !self.is_failed(r) || m.state == RecordedState::Failed {
+            if !self.is_failed(r) {
+                if m.state != RecordedState::Failed {
+                    m.failed_cause = None;
+                }
+                continue;
+            }
+            // Also for one recorded already: the operator's fail outranks the first cause.
+            if let Some(f) = self.table.slot(r).failure() {
+                m.failed_cause = Some(f.cause);
+            }
+            if m.state == RecordedState::Failed {
                 continue;
             }
             // Failed now: whatever it missed since was not acknowledged yet.
@@ -533,6 +544,7 @@ mod tests {
                 uuid: Uuid([i + 1; 16]),
                 state: RecordedState::Active,
                 unacked_since_failed: false,
+                failed_cause: None,
             })
             .collect()
     }

@@ -59,6 +59,7 @@ pub(super) async fn remove_member(
         uuid: Uuid::default(),
         state: RecordedState::Failed,
         unacked_since_failed: false,
+        failed_cause: None,
     };
     // Added at run time: no longer a member, not to be opened at the next start.
     rec.added_paths.retain(|p| *p != name);

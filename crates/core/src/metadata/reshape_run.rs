@@ -506,6 +506,7 @@ pub(super) async fn start(
             uuid,
             state: RecordedState::Active,
             unacked_since_failed: false,
+            failed_cause: None,
         });
     }
     let rr = RecordedReshape {

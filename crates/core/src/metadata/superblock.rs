@@ -4,6 +4,7 @@
 //! `superblock/validate.rs` (layout in `docs/FORMAT.md`).
 
 use super::reshape::ReshapeRecord;
+use crate::fail_cause::FailCause;
 use nbraid_layout::Node;
 use std::fmt;
 
@@ -114,6 +115,12 @@ pub struct MemberEntry {
     /// Meaningful only while `state` is [`RecordedState::Failed`] (see
     /// [`MemberEntry::missed_nothing_acked`]).
     pub unacked_since_failed: bool,
+    /// Why it failed, as far as a restart needs it: whether it may come back by itself
+    /// ([`FailCause::returns_by_itself`]). Set by the commit that records it failed (and by
+    /// later ones, the operator's fail outranking the first cause); `None` when not failed,
+    /// and in records written before it existed — read as [`FailCause::NotKept`], it stays
+    /// out. Meaningful only while `state` is [`RecordedState::Failed`].
+    pub failed_cause: Option<FailCause>,
 }
 
 impl MemberEntry {
@@ -211,6 +218,7 @@ impl MemberEntry {
             uuid,
             state: RecordedState::Active,
             unacked_since_failed: false,
+            failed_cause: None,
         }
     }
 }

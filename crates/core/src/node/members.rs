@@ -387,10 +387,14 @@ impl MemberTable {
             slot.drop_replacement(&"the member it replaces failed");
         } else if why.fail_cause() == FailCause::Operator {
             // The operator's word outranks the first cause: it stays out until brought back.
-            *failure = Some(Failure {
+            let was = failure.replace(Failure {
                 cause: FailCause::Operator,
                 why: why.to_string(),
             });
+            // Recorded too (the records keep the cause): a restart must not let it back.
+            if was.is_none_or(|f| f.cause != FailCause::Operator) {
+                self.gate.failed();
+            }
         }
     }
 }

@@ -338,6 +338,7 @@ async fn swap_in(p: Parts<'_>, r: usize, meta: Arc<MemberMeta>) -> Result<bool, 
         uuid: newcomer_id(p, r, &meta, &rec).await?,
         state: RecordedState::Active,
         unacked_since_failed: false,
+        failed_cause: None,
     };
     // A restart opens the replacement by its recorded path (the config names the member
     // it replaced, if any); the replaced member is no longer one.

@@ -10,6 +10,7 @@ use super::{
     MAX_ADDED_PATH_BYTES, MAX_COUNTER, MAX_MEMBERS, MAX_VOLUMES, NAME_BYTES, SCRUB_REPAIR,
     SLOT_BYTES, SUPERBLOCK_MAGIC,
 };
+use crate::fail_cause::FailCause;
 use crate::metadata::codec::{crc32c, ByteReader, Writer};
 use crate::metadata::reshape::{BackupWindow, ReshapeRecord};
 use crate::metadata::{MetadataError, MetadataResult};
@@ -158,6 +159,12 @@ impl Superblock {
 /// Bit 0 of the byte after the state code: [`MemberEntry::unacked_since_failed`]. Readers
 /// before it skipped these bytes (written zero), so records stay readable both ways.
 const UNACKED_SINCE_FAILED: u8 = 1;
+/// Bits 1 … 3 of that byte: why a failed member failed ([`MemberEntry::failed_cause`]), at
+/// most one set. Stopped answering (it may come back by itself); answered with errors; failed
+/// by the operator. None set (every record before them): not kept, it stays out.
+const FAILED_UNANSWERED: u8 = 1 << 1;
+const FAILED_ERRORS: u8 = 1 << 2;
+const FAILED_BY_OPERATOR: u8 = 1 << 3;
 
 fn encode_state(w: &mut Writer, m: &MemberEntry) {
     let (code, checkpoint) = match m.state {
@@ -167,24 +174,56 @@ fn encode_state(w: &mut Writer, m: &MemberEntry) {
         RecordedState::Rebuilding { checkpoint_bytes } => (3, checkpoint_bytes),
     };
     w.u8(code);
-    w.u8(if m.missed_nothing_acked() {
-        UNACKED_SINCE_FAILED
-    } else {
-        0
-    });
+    w.u8(member_flags(m));
     w.bytes(&[0; 6]);
     w.u64(checkpoint);
 }
 
-/// A member's state and whether it missed nothing acknowledged (only a failed one can say so;
-/// the bit on any other state, or other bits, are ignored as the padding they were).
-fn decode_state(r: &mut ByteReader) -> MetadataResult<(RecordedState, bool)> {
+/// The flags byte of member entry `m` (only a failed member's are ever set).
+fn member_flags(m: &MemberEntry) -> u8 {
+    if m.state != RecordedState::Failed {
+        return 0;
+    }
+    let unacked = if m.unacked_since_failed {
+        UNACKED_SINCE_FAILED
+    } else {
+        0
+    };
+    let cause = match m.failed_cause {
+        Some(FailCause::Unanswered | FailCause::AbsentAtStart) => FAILED_UNANSWERED,
+        Some(FailCause::Errors) => FAILED_ERRORS,
+        Some(FailCause::Operator) => FAILED_BY_OPERATOR,
+        Some(FailCause::NotKept) | None => 0,
+    };
+    unacked | cause
+}
+
+/// Why a failed member failed, as its flags say (the operator's word first, should a
+/// writer set more than one bit).
+fn failed_cause_of(flags: u8) -> Option<FailCause> {
+    if flags & FAILED_BY_OPERATOR != 0 {
+        Some(FailCause::Operator)
+    } else if flags & FAILED_ERRORS != 0 {
+        Some(FailCause::Errors)
+    } else if flags & FAILED_UNANSWERED != 0 {
+        Some(FailCause::Unanswered)
+    } else {
+        None
+    }
+}
+
+/// A member's state, whether it missed nothing acknowledged, and why it failed (only a
+/// failed one can say either; the bits on any other state, or other bits, are ignored as
+/// the padding they were).
+fn decode_state(r: &mut ByteReader) -> MetadataResult<(RecordedState, bool, Option<FailCause>)> {
     let code = r.u8("member state")?;
     let flags = r.u8("member flags")?;
     r.take(6, "member state padding")?;
     let checkpoint = r.u64("rebuild checkpoint")?;
-    let unacked = code == 1 && flags & UNACKED_SINCE_FAILED != 0;
-    decode_state_code(code, checkpoint).map(|s| (s, unacked))
+    let failed = code == 1;
+    let unacked = failed && flags & UNACKED_SINCE_FAILED != 0;
+    let cause = if failed { failed_cause_of(flags) } else { None };
+    decode_state_code(code, checkpoint).map(|s| (s, unacked, cause))
 }
 
 fn decode_state_code(code: u8, checkpoint: u64) -> MetadataResult<RecordedState> {
@@ -392,11 +431,12 @@ fn decode_members(r: &mut ByteReader, role: u32) -> MetadataResult<Vec<MemberEnt
     let mut members = Vec::with_capacity(count as usize);
     for _ in 0..count {
         let uuid = Uuid(r.array("member uuid")?);
-        let (state, unacked_since_failed) = decode_state(r)?;
+        let (state, unacked_since_failed, failed_cause) = decode_state(r)?;
         members.push(MemberEntry {
             uuid,
             state,
             unacked_since_failed,
+            failed_cause,
         });
     }
     Ok(members)
