@@ -424,14 +424,31 @@ fn member_line(m: &Value) -> String {
         _ => "",
     };
     format!(
-        "  {:<10} {:<8} reads {:>9} writes {:>9} read errors {:>4}{sums}  {}\n{kept}",
+        "  {:<10} {:<8} reads {:>9} writes {:>9} read errors {:>4}{sums}  {}\n{}{kept}",
         m["id"].as_str().unwrap_or("?"),
         state,
         count(&m["reads"]),
         count(&m["writes"]),
         count(&m["read_errors"]),
-        m["path"].as_str().unwrap_or("")
+        m["path"].as_str().unwrap_or(""),
+        failure_line(&m["failure"])
     )
+}
+
+/// Under a failed member: why, and whether it comes back by itself or stays out until the
+/// operator decides (the daemon's rule; nothing while it is not failed).
+fn failure_line(f: &Value) -> String {
+    if !f.is_object() {
+        return String::new();
+    }
+    let why = f["why"].as_str().unwrap_or("?");
+    match f["stays_out"].as_str() {
+        _ if f["returns_by_itself"] == true => {
+            format!("    failed ({why}): re-added by itself once it answers\n")
+        }
+        Some(stays) => format!("    failed ({why}): {stays}\n"),
+        None => format!("    failed ({why})\n"),
+    }
 }
 
 #[cfg(test)]
@@ -476,6 +493,25 @@ mod tests {
         assert!(member_line(&m("healthy")).starts_with("  new1       healthy "));
         assert!(member_line(&m("rebuilding")).starts_with("  new1       rebuilding "));
         assert!(member_line(&m("failed")).contains(" failed (recorded failed) "));
+    }
+
+    #[test]
+    fn a_failed_member_says_whether_it_comes_back_by_itself() {
+        let m = |failure: Value| json!({"id": "d0", "state": "failed", "path": "d0", "failure": failure});
+        let back = member_line(&m(
+            json!({"why": "timeout", "returns_by_itself": true, "stays_out": null}),
+        ));
+        assert!(
+            back.contains("failed (timeout): re-added by itself once it answers"),
+            "{back}"
+        );
+        let op = json!({"why": "nbraid fail", "returns_by_itself": false, "stays_out": "the operator failed it: it stays failed"});
+        let out = member_line(&m(op));
+        assert!(
+            out.contains("failed (nbraid fail): the operator failed it"),
+            "{out}"
+        );
+        assert_eq!(member_line(&m(Value::Null)).lines().count(), 1);
     }
 
     #[test]

@@ -9,13 +9,15 @@ use nbraid_core::metadata::{Readd, Uuid};
 use std::sync::Arc;
 
 /// Whether a failed member may come back by itself (probed, re-added once it answers), or
-/// why it stays failed until the operator brings it back. The one rule every path asks.
+/// why it stays failed until the operator brings it back. The one rule every path asks:
+/// a remote member whose cause [`FailCause::returns_by_itself`] (its cause as recorded, after
+/// a restart too).
 pub fn may_return(remote: bool, failure: Option<&Failure>) -> Result<(), String> {
     let Some(f) = failure else {
         return Err("failed for a reason not kept: it stays failed until the operator brings it back (nbraid add, nbraid replace)".into());
     };
     match f.cause {
-        FailCause::Unanswered | FailCause::AbsentAtStart if remote => Ok(()),
+        c if c.returns_by_itself() && remote => Ok(()),
         FailCause::Unanswered | FailCause::AbsentAtStart => Err(format!(
             "a local member that failed ({}) stays failed until the operator brings it back (nbraid add, nbraid replace)",
             f.why
@@ -26,6 +28,9 @@ pub fn may_return(remote: bool, failure: Option<&Failure>) -> Result<(), String>
         )),
         FailCause::Operator => Err(
             "the operator failed it: it stays failed until the operator brings it back (nbraid add, nbraid replace)".into(),
+        ),
+        FailCause::NotKept => Err(
+            "its records say it failed, written by a version that did not keep why: it stays failed until the operator brings it back (nbraid add, nbraid replace)".into(),
         ),
     }
 }
@@ -112,6 +117,8 @@ mod tests {
         assert!(eio.contains("nbraid add"), "{eio}");
         let op = may_return(true, Some(&failure(FailCause::Operator))).unwrap_err();
         assert!(op.contains("operator failed it"), "{op}");
+        let old = may_return(true, Some(&failure(FailCause::NotKept))).unwrap_err();
+        assert!(old.contains("did not keep why"), "{old}");
         assert!(may_return(true, None).is_err());
     }
 

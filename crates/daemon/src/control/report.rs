@@ -3,6 +3,7 @@
 use super::controls::Controls;
 use super::notes::{live_notes, Holder};
 use super::paths::absolute_path;
+use super::readd::{is_remote, may_return};
 use super::volume::ControlVolume;
 use nbraid_core::checksum::ChecksumCounters;
 use nbraid_core::node::RegionIoSnapshot;
@@ -166,6 +167,7 @@ impl<'a> MemberSnapshots<'a> {
             "path": v.member_path(i),
             "state": member_state_name(self.states[i], at_start, self.vol.member_is_current(i), in_array),
             "at_start": at_start.unwrap_or("?"),
+            "failure": self.failure_json(i),
             "read_errors": self.read_errors[i],
             "write_errors_kept_through": self.write_errors[i],
             "checksum_errors": self.checksum(i, |c| &c.errors),
@@ -180,6 +182,22 @@ impl<'a> MemberSnapshots<'a> {
                 "read_bytes": file.read_bytes, "write_bytes": file.write_bytes,
                 "flushes": file.flushes,
             },
+        })
+    }
+
+    /// Why member `i` is failed (null while it is not), and whether it comes back by itself
+    /// (the probe's rule, [`may_return`]) or why it stays out.
+    fn failure_json(&self, i: usize) -> Value {
+        let Some(f) = self.vol.member_failure(i) else {
+            return Value::Null;
+        };
+        let remote = is_remote(self.vol.member(i).name());
+        let verdict = may_return(remote, Some(&f));
+        json!({
+            "cause": f.cause.describe(),
+            "why": f.why,
+            "returns_by_itself": verdict.is_ok(),
+            "stays_out": verdict.err(),
         })
     }
 
