@@ -9,6 +9,7 @@ use thiserror::Error;
 
 mod forced;
 mod geometry;
+mod peer_records;
 mod reshape_records;
 
 use forced::force_roles;
@@ -164,6 +165,13 @@ pub enum AssembleError {
         events: u64,
         detail: String,
     },
+    #[error("volume `{volume}`: the records of {members} disagree on where the volume's bytes live: {detail}; every commit writes one geometry to every member, so one record is wrong and which cannot be told — not started, nothing read or written (leave out the member whose record is wrong: the others start degraded and resync it when it returns)")]
+    RecordsDisagree {
+        volume: String,
+        /// The two members, named.
+        members: String,
+        detail: String,
+    },
     #[error("volume `{volume}`: member {newer}'s record (event {events}) puts the reshape at byte {newer_position}, behind member {older}'s one commit older at byte {older_position}; a reshape only moves forward, so the newer record is wrong — not started (leave member {newer} out: the others start degraded and resync it when it returns)")]
     ReshapeWentBack {
         volume: String,
@@ -234,6 +242,7 @@ pub(crate) fn assemble_with(
         newest,
         mut warnings,
     } = gather(name, probes, names)?;
+    peer_records::records_agree(&volume, &records, probes, newest, names)?;
     reshape_records::reshapes_agree(&volume, &records, probes, newest)?;
     reshape_records::reshape_moves_forward(&volume, &records, probes, newest)?;
     // Mid-reshape the config says the shape the volume is moving into (`nbraid apply`'s).

@@ -48,6 +48,18 @@ pub(super) fn check_geometry(
     compare(config, recorded, &changed, role_name)
 }
 
+/// What a node is, as messages say it.
+pub(super) fn kind(n: &Node) -> &'static str {
+    match n {
+        Node::Member(_) => "a member",
+        Node::Concat(_) => "a concat (JBOD)",
+        Node::Stripe(_) => "a stripe (RAID 0)",
+        Node::Mirror(_) => "a mirror (RAID 1)",
+        Node::Parity(g) if g.parity() == 1 => "a parity group (RAID 5)",
+        Node::Parity(_) => "a parity group (RAID 6)",
+    }
+}
+
 type Changed<'a> = dyn Fn(&'static str, &dyn fmt::Display, &dyn fmt::Display) -> AssembleError + 'a;
 
 fn compare(
@@ -56,14 +68,6 @@ fn compare(
     changed: &Changed,
     role_name: &dyn Fn(usize) -> String,
 ) -> Result<(), AssembleError> {
-    let kind = |n: &Node| match n {
-        Node::Member(_) => "a member",
-        Node::Concat(_) => "a concat (JBOD)",
-        Node::Stripe(_) => "a stripe (RAID 0)",
-        Node::Mirror(_) => "a mirror (RAID 1)",
-        Node::Parity(g) if g.parity() == 1 => "a parity group (RAID 5)",
-        Node::Parity(_) => "a parity group (RAID 6)",
-    };
     match (c, r) {
         (Node::Member(a), Node::Member(b)) if (a.start, a.len) != (b.start, b.len) => {
             return Err(changed(

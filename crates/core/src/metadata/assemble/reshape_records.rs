@@ -80,7 +80,7 @@ pub(super) fn reshape_moves_forward(
 
 /// Whether `newest` records the member holding `record` (its superblock in `probe`) active,
 /// by its id, in the record's role: a peer it trusts, whose record must agree with it.
-fn trusted_by(newest: &VolumeRecord, record: &VolumeRecord, probe: &Probe) -> bool {
+pub(super) fn trusted_by(newest: &VolumeRecord, record: &VolumeRecord, probe: &Probe) -> bool {
     let Probe::Superblock(sb, _) = probe else {
         return false;
     };
