@@ -14,7 +14,7 @@ use crate::{added, records, remote};
 use futures::FutureExt;
 use nbraid_config::{Config, MemberStorage, Volume};
 use nbraid_core::metadata::disk_rule::DiskContents;
-use nbraid_core::metadata::{assemble, MemberMeta, Probe, METADATA_AREA_BYTES, SLOT_BYTES};
+use nbraid_core::metadata::{assemble_named, MemberMeta, Probe, METADATA_AREA_BYTES, SLOT_BYTES};
 use nbraid_core::{Member, MemoryMember};
 use std::io::{Read, Seek};
 use std::path::Path;
@@ -58,7 +58,7 @@ pub fn preflight(config: &Config) -> Preflight {
             Ok(Plan::Create { .. }) => continue, // written at the next start
             Ok(Plan::Open) => {}
         }
-        match assemble(&v.name, v.geometry.root(), &probes) {
+        match assemble_named(&v.name, v.geometry.root(), &probes, &member_ids(config, v)) {
             Err(e) => (out.refusals).push(format!("volume {}: superblocks refused: {e}", v.name)),
             Ok(asm) => {
                 (out.warnings).extend(
@@ -71,6 +71,13 @@ pub fn preflight(config: &Config) -> Preflight {
         }
     }
     out
+}
+
+/// Volume `v`'s member ids by position, as the start names them in assembly's messages.
+pub fn member_ids(config: &Config, v: &Volume) -> Vec<String> {
+    (v.members.iter())
+        .map(|&m| config.members[m].id.clone())
+        .collect()
 }
 
 /// The warning of a volume a start would serve degraded: its roles without a member, each

@@ -6,12 +6,14 @@
 
 use nbraid_assembly::adopt;
 use nbraid_assembly::plan::Plan;
-use nbraid_assembly::preflight::{absence_word, probes_with_remote, start_plan_with, RemoteRead};
+use nbraid_assembly::preflight::{
+    absence_word, member_ids, probes_with_remote, start_plan_with, RemoteRead,
+};
 use nbraid_assembly::reshape_plan::{self, outline, Action, VolumePlan};
 use nbraid_config::format_size;
 use nbraid_config::{Config, Volume};
 use nbraid_core::metadata::{
-    assemble, planned_area, AssembleError, Probe, ReshapeRecord, Superblock,
+    assemble_named, planned_area, AssembleError, Probe, ReshapeRecord, Superblock,
 };
 use serde::Serialize;
 
@@ -110,7 +112,7 @@ fn volume(
         }
         Ok(Plan::Open) => {}
     }
-    let asm = match assemble(&v.name, v.geometry.root(), &probes) {
+    let asm = match assemble_named(&v.name, v.geometry.root(), &probes, &member_ids(config, v)) {
         Ok(a) => a,
         Err(e) => {
             if matches!(e, AssembleError::GeometryChanged { .. }) {

@@ -202,6 +202,19 @@ pub fn assemble(
     assemble_with(name, config_tree, probes, false, &Names(&[]))
 }
 
+/// [`assemble`], its messages naming the member at each config position by `ids` (the
+/// config's member ids, as the open's [`crate::metadata::ArrayOptions::member_ids`]; a
+/// position past them is "member N"): `nbraid check` and `nbraidd --check` say what the
+/// start says.
+pub fn assemble_named(
+    name: &str,
+    config_tree: &Node,
+    probes: &[Probe],
+    ids: &[String],
+) -> Result<Assembly, AssembleError> {
+    assemble_with(name, config_tree, probes, false, &Names(ids))
+}
+
 /// [`assemble`], and where more roles are absent than the volume survives, takes back every
 /// member recorded failed with nothing acknowledged since (they dropped out together: none
 /// missed a write the array promised), then the freshest other members that carry this
