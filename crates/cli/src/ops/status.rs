@@ -161,6 +161,14 @@ fn share_text(position: Option<&Value>, total: Option<&Value>) -> String {
     }
 }
 
+/// What a scrub found bad: its findings (blocks whose copies or parity disagree, and blocks
+/// that did not read or failed their checksums), repaired or not — not only the mismatches,
+/// which leave out every block a checksum caught.
+fn scrub_bad(s: &Value) -> u64 {
+    let counted = s["mismatches"].as_u64().unwrap_or(0) + s["unreadable"].as_u64().unwrap_or(0);
+    s["findings_total"].as_u64().unwrap_or(counted).max(counted)
+}
+
 /// A pass's moves as "d2 → s1, d4 → d4" (who held each role, who is written now).
 fn moves_text(moves: Option<&Value>) -> String {
     moves
@@ -289,7 +297,7 @@ fn volume_line(vol: &Value) -> String {
             format!(
                 "{} {pct} {} bad{since}{}",
                 s["state"].as_str().unwrap_or("?"),
-                s["mismatches"],
+                scrub_bad(s),
                 eta
             )
         }
@@ -454,6 +462,16 @@ fn failure_line(f: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Blocks a checksum caught are findings too (a scrub that repaired three rotten blocks
+    /// showed "0 bad").
+    #[test]
+    fn a_scrubs_bad_blocks_count_what_the_checksums_caught() {
+        let s = json!({"mismatches": 0, "unreadable": 3, "repaired": 3, "findings_total": 3});
+        assert_eq!(scrub_bad(&s), 3);
+        assert_eq!(scrub_bad(&json!({"mismatches": 2, "unreadable": 1})), 3);
+        assert_eq!(scrub_bad(&json!({"mismatches": 0})), 0);
+    }
 
     #[test]
     fn member_lines_show_checksum_errors_and_repairs_when_kept() {

@@ -281,6 +281,18 @@ fn pass_metrics(m: &mut Families, name: &str, s: &VolumeSnapshot) {
         &[("volume", name)],
         scrub.map_or(0, |p| p.mismatches) as f64,
     );
+    m.gauge(
+        "nbraid_volume_scrub_bad_blocks",
+        "Bad blocks the latest scrub found: mismatches, and blocks that did not read or failed their checksums.",
+        &[("volume", name)],
+        scrub.map_or(0, |p| p.mismatches + p.unreadable) as f64,
+    );
+    m.gauge(
+        "nbraid_volume_scrub_repaired",
+        "Blocks the latest scrub repaired.",
+        &[("volume", name)],
+        scrub.map_or(0, |p| p.repaired) as f64,
+    );
 }
 
 fn member_metrics(m: &mut Families, v: &crate::control::ControlVolume, s: &VolumeSnapshot) {

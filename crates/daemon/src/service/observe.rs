@@ -337,13 +337,15 @@ fn pass_changes(
         e = e.member(&n.members.join(","));
     }
     out.push(e);
-    if kind == PassKind::Scrub && n.mismatches > 0 {
+    // Blocks a checksum caught count as unreadable, not as mismatches: both are bad blocks.
+    let bad = n.mismatches + n.unreadable;
+    if kind == PassKind::Scrub && bad > 0 {
         out.push(Event::new(
             EventKind::MismatchesFound,
             volume,
             format!(
-                "the scrub found {} mismatches ({} repaired)",
-                n.mismatches, n.repaired
+                "the scrub found {bad} bad ({} mismatches, {} unreadable or failing their checksums; {} repaired)",
+                n.mismatches, n.unreadable, n.repaired
             ),
         ));
     }
@@ -632,6 +634,24 @@ mod tests {
         let mut again = after.clone();
         again.passes[PassKind::Scrub as usize] = Some(pass(7, PassState::Running));
         assert_eq!(kinds(&changes("db", &after, &again)), ["scrub-started"]);
+    }
+
+    /// Found by a service hunt: blocks the checksums caught count as unreadable, not as
+    /// mismatches, and raised no alarm (three rotten blocks found and repaired: no
+    /// `mismatches-found`, status "0 bad", the metrics at 0).
+    #[test]
+    fn blocks_a_checksum_caught_raise_the_alarm_too() {
+        let before = vol(&[false]);
+        let mut after = before.clone();
+        let mut scrub = pass(7, PassState::Done);
+        (scrub.unreadable, scrub.repaired) = (3, 3);
+        after.passes[PassKind::Scrub as usize] = Some(scrub);
+        let e = changes("db", &before, &after);
+        assert_eq!(
+            kinds(&e),
+            ["scrub-started", "scrub-finished", "mismatches-found"]
+        );
+        assert!(e[2].detail.contains("found 3 bad"), "{}", e[2].detail);
     }
 
     #[test]
