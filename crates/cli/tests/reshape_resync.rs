@@ -149,7 +149,11 @@ fn a_resync_left_by_a_restart_mid_reshape_moves_to_the_new_shape_at_the_swap() {
         "one resync after the swap, the new array's:\n{text}"
     );
 
-    // `apply` is not refused for a resync that is not running.
+    // `apply` is not refused for a resync that is not running. (The checksums the unclean
+    // start dropped are computed again after the resync, and a reshape waits for that.)
+    wait_until(cfg, "db", "the checksum refill to end", |v| {
+        v["checksum_refill"].is_null() || v["checksum_refill"]["state"] == "done"
+    });
     config(dir.path(), "64KiB");
     let out = ok(
         nbraid(&["apply", cfg, "--yes"]),
