@@ -328,19 +328,6 @@ impl Breaking {
 }
 
 impl Member for Breaking {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read(
-        &self,
-        offset: u64,
-        buf: nbraid_core::Buf,
-    ) -> BoxFuture<'_, MemberResult<nbraid_core::Buf>> {
-        self.inner.read(offset, buf)
-    }
     fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
         if self.broken.load(Ordering::SeqCst) && offset >= self.from_byte {
             let e = MemberError::new(
@@ -354,16 +341,5 @@ impl Member for Breaking {
         }
         self.inner.write(offset, data, fua)
     }
-    fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.trim(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
-        self.inner.write_zeroes(offset, len)
-    }
-    fn counters(&self) -> &MemberCounters {
-        self.inner.counters()
-    }
+    pass_through!(inner; name len read flush trim write_zeroes counters);
 }
