@@ -141,10 +141,9 @@ impl LeafNode {
         }
     }
 
-    /// Records a failed write-type op: the member's contents are now stale — it is failed,
-    /// unless nothing can do without it ([`crate::node::MemberTable::fail_for_write_error`]).
+    /// Records a failed write-type op: the member's contents are now stale.
     fn failed_write(&self, e: crate::member::MemberError) -> VolumeError {
-        self.table.fail_for_write_error(self.index, &e);
+        self.table.fail(self.index, &e);
         VolumeError::Member {
             member: self.index,
             source: e,
