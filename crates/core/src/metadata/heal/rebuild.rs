@@ -32,8 +32,7 @@ impl Heal {
         let mut completed = Vec::new();
         let mut lost = Lost::default();
         loop {
-            lost.replacements
-                .extend(self.give_up_replacements(p).await?);
+            self.give_up_replacements(p).await?;
             let targets = p.volume.rebuild_targets();
             if targets.is_empty() {
                 // A new member that failed on the way (and no spare took its role since), or
@@ -72,8 +71,7 @@ impl Heal {
     /// dropped it, `MemberTable::fail`: it would miss the writes while the role is failed).
     /// In that case it stands by as a spare and goes into the failed role, rebuilt whole —
     /// what the operator asked of it (md's replacement likewise becomes the recovery's target).
-    /// Returns what happened to each replacement that failed itself ([`let_go`]).
-    async fn give_up_replacements(&self, p: Parts<'_>) -> Result<Vec<String>, ArrayError> {
+    async fn give_up_replacements(&self, p: Parts<'_>) -> Result<(), ArrayError> {
         let given_up: Vec<(usize, Arc<MemberMeta>)> = {
             let mut replacing = self.replacing.lock();
             let gone = |r: usize| p.volume.table().slot(r).replacement().is_none();
@@ -85,10 +83,10 @@ impl Heal {
             given_up
         };
         let mut standing_by = false;
-        let mut failed = Vec::new();
         for (r, meta) in given_up {
+            // Its member serves (a spare may have taken the role since): nothing to place.
+            // A replacement that failed itself is let go where the pass completes.
             if !p.volume.member_is_failed(r) {
-                failed.push(let_go(p, r, &meta).await?);
                 continue;
             }
             tracing::warn!(
@@ -116,7 +114,7 @@ impl Heal {
                 );
             }
         }
-        Ok(failed)
+        Ok(())
     }
 
     async fn rebuild_pass(
