@@ -332,6 +332,14 @@ impl Volume {
         self.table.slots().iter().map(|s| s.read_errors()).collect()
     }
 
+    pub fn member_write_errors(&self) -> Vec<u64> {
+        self.table
+            .slots()
+            .iter()
+            .map(|s| s.write_errors())
+            .collect()
+    }
+
     /// Per member: past its bad-block limit but kept, as it holds the only readable copy of
     /// some data ([`crate::node::MemberSlot::kept_past_limit`]).
     pub fn member_kept_past_limit(&self) -> Vec<bool> {

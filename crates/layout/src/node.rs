@@ -375,6 +375,20 @@ impl Node {
     pub fn may_lose(&self, index: usize, lost: &dyn Fn(usize) -> bool) -> bool {
         lost(index) || self.survives(&|m| m == index || lost(m))
     }
+
+    /// Whether member `index` lies under a parity group: other members' bytes are derived
+    /// from its own, so a write it failed leaves them stale (it must be failed, whatever it
+    /// costs, or a later reconstruction reads wrong bytes).
+    pub fn under_parity(&self, index: usize) -> bool {
+        match self {
+            Node::Member(_) => false,
+            Node::Parity(g) => g
+                .children
+                .iter()
+                .any(|c| c.member_indices().contains(&index)),
+            _ => self.children().iter().any(|c| c.under_parity(index)),
+        }
+    }
 }
 
 /// How a rebuild reaches a lost member from a node above it ([`Node::rebuilds`]).
@@ -611,5 +625,21 @@ mod tests {
         .expect("concat");
         assert!(mixed.may_lose(0, &lost(&[])));
         assert!(!mixed.may_lose(2, &lost(&[])));
+    }
+
+    /// Members whose bytes a parity group derives others from, however deep they sit.
+    #[test]
+    fn under_parity_finds_members_of_parity_groups_at_any_depth() {
+        let leaves = |r: std::ops::Range<usize>| r.map(|i| Node::member(i, 0, 1 << 20)).collect();
+        let raid0 = Node::stripe(4096, leaves(0..2)).expect("raid0");
+        assert!(!raid0.under_parity(0) && !raid0.under_parity(1));
+        assert!(raid5(0..3).under_parity(2));
+        let pairs: Vec<Node> = (0..3)
+            .map(|p| Node::mirror(leaves(2 * p..2 * p + 2)).expect("pair"))
+            .collect();
+        let raid5_of_pairs = Node::parity(4096, 1, ParityLayout::LeftSymmetric, pairs).unwrap();
+        assert!(raid5_of_pairs.under_parity(5));
+        let beside = Node::concat(vec![raid5(0..3), Node::member(3, 0, 1 << 20)]).unwrap();
+        assert!(beside.under_parity(1) && !beside.under_parity(3));
     }
 }

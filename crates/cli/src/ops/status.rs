@@ -431,8 +431,13 @@ fn member_line(m: &Value) -> String {
         Some(true) => "    past its bad-block limit, kept: it holds the only readable copy of some data (its bad blocks answer read errors)\n",
         _ => "",
     };
+    // Nor fails one it cannot do without for a write error while it still reads.
+    let write_errors = match m["write_errors_kept_through"].as_u64() {
+        Some(n) if n > 0 => format!("    {n} write errors, kept: the volume cannot do without it (those writes answered errors)\n"),
+        _ => String::new(),
+    };
     format!(
-        "  {:<10} {:<8} reads {:>9} writes {:>9} read errors {:>4}{sums}  {}\n{}{kept}",
+        "  {:<10} {:<8} reads {:>9} writes {:>9} read errors {:>4}{sums}  {}\n{}{kept}{write_errors}",
         m["id"].as_str().unwrap_or("?"),
         state,
         count(&m["reads"]),
@@ -502,6 +507,18 @@ mod tests {
             "{line}"
         );
         assert!(!member_line(&m(false)).contains("kept"));
+    }
+
+    /// A member kept through write errors says how many, on a line of its own.
+    #[test]
+    fn a_member_kept_through_write_errors_says_how_many() {
+        let m = |n: u64| json!({"id": "d1", "state": "healthy", "write_errors_kept_through": n, "path": "d1.img"});
+        let line = member_line(&m(3));
+        assert!(
+            line.ends_with("d1.img\n    3 write errors, kept: the volume cannot do without it (those writes answered errors)\n"),
+            "{line}"
+        );
+        assert!(!member_line(&m(0)).contains("kept"));
     }
 
     /// A role recorded failed at start and rebuilt since reads as it is now.

@@ -123,7 +123,7 @@ impl LeafNode {
         };
         self.replacement_done(copy).await;
         self.checksums_after_write(sums);
-        r.map_err(|e| self.failed_write(e))?;
+        self.written(r).await?;
         if !fua {
             slot.mark_dirty();
         }
@@ -141,13 +141,33 @@ impl LeafNode {
         }
     }
 
-    /// Records a failed write-type op: the member's contents are now stale.
-    fn failed_write(&self, e: crate::member::MemberError) -> VolumeError {
-        self.table.fail(self.index, &e);
+    /// Records a failed write-type op: the member's contents there are now stale — it is
+    /// failed, unless the volume cannot do without it and the member still answers a read
+    /// ([`crate::node::MemberTable::fail_for_write_error`]).
+    async fn failed_write(&self, e: crate::member::MemberError) -> VolumeError {
+        let still_reads =
+            self.table.may_keep_through_write_error(self.index) && self.still_reads().await;
+        self.table.fail_for_write_error(self.index, &e, still_reads);
         VolumeError::Member {
             member: self.index,
             source: e,
         }
+    }
+
+    /// A write-type op's result; an error goes through [`Self::failed_write`].
+    async fn written<T>(&self, r: MemberResult<T>) -> VolumeResult<T> {
+        match r {
+            Ok(v) => Ok(v),
+            Err(e) => Err(self.failed_write(e).await),
+        }
+    }
+
+    /// Whether the member answers a read of its region's first block: a write error on a
+    /// disk that still reads is a bad spot (or a full file system under a file member); on
+    /// one that reads nothing, a dead disk.
+    async fn still_reads(&self) -> bool {
+        let probe = Buf::new(BLOCK_BYTES as usize);
+        self.slot().member().read(self.start, probe).await.is_ok()
     }
 }
 
@@ -285,7 +305,7 @@ impl NodeIo for LeafNode {
             let r = op(slot.member()).await;
             self.replacement_done(copy).await;
             self.checksums_after_write(sums);
-            r.map_err(|e| self.failed_write(e))?;
+            self.written(r).await?;
             slot.mark_dirty();
             Ok(())
         }
@@ -326,7 +346,7 @@ impl NodeMaintenance for LeafNode {
                 // A failed write fails the member, like a data write's; whether the volume
                 // still holds its data is the volume's flush to say (its tolerance).
                 Err(e) => {
-                    self.failed_write(e);
+                    self.failed_write(e).await;
                 }
             }
             Ok(())
@@ -553,24 +573,19 @@ impl LeafNode {
         let guard = cs.write_lock(a, b).await;
         if (a, b) == (offset, offset + len) {
             if cs.groups_marked(a, b) {
-                let pinned = cs
-                    .pin_pages(&*m, a, b)
-                    .await
-                    .map_err(|e| self.failed_write(e))?;
+                let pinned = self.written(cs.pin_pages(&*m, a, b).await).await?;
                 return Ok(SumPlan::OnceStarted(pinned, guard));
             }
             let pieces: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
             let entries = cs.compute(offset, &pieces);
-            let token = cs
-                .begin_write(&*m, offset, &entries)
-                .await
-                .map_err(|e| self.failed_write(e))?;
+            let token = self
+                .written(cs.begin_write(&*m, offset, &entries).await)
+                .await?;
             return Ok(SumPlan::Begun(token, guard));
         }
-        let mut wide = m
-            .read(self.start + a, Buf::new((b - a) as usize))
-            .await
-            .map_err(|e| self.failed_write(e))?;
+        let mut wide = self
+            .written(m.read(self.start + a, Buf::new((b - a) as usize)).await)
+            .await?;
         let mut edges = vec![a, b - BLOCK_BYTES];
         edges.dedup();
         edges.retain(|&e| e < offset || e + BLOCK_BYTES > offset + len);
@@ -589,10 +604,7 @@ impl LeafNode {
         }
         let mut entries = cs.compute(a, &[&wide]);
         bad.into_iter().for_each(|i| entries[i] = BlockSum::Unknown);
-        let token = cs
-            .begin_write(&*m, a, &entries)
-            .await
-            .map_err(|e| self.failed_write(e))?;
+        let token = self.written(cs.begin_write(&*m, a, &entries).await).await?;
         Ok(SumPlan::Begun(token, guard))
     }
 
@@ -641,10 +653,7 @@ impl LeafNode {
             entries[n - 1] = BlockSum::Unknown;
         }
         let m = self.slot().member();
-        let token = cs
-            .begin_write(&*m, a, &entries)
-            .await
-            .map_err(|e| self.failed_write(e))?;
+        let token = self.written(cs.begin_write(&*m, a, &entries).await).await?;
         Ok(Some((token, guard)))
     }
 

@@ -42,6 +42,9 @@ pub struct MemberSlot {
     writes_durable: AtomicU64,
     /// Read errors this member returned (repaired or not).
     read_errors: AtomicU64,
+    /// Write-type errors (write, trim, write-zeroes, checksum pages) of a member kept through
+    /// them ([`MemberTable::fail_for_write_error`]).
+    write_errors: AtomicU64,
     /// Stale (it missed writes) and being resynced: written, never read.
     resyncing: AtomicBool,
     /// Past its bad-block limit but kept: the volume cannot do without it
@@ -177,6 +180,11 @@ impl MemberSlot {
         self.read_errors.load(Ordering::Relaxed)
     }
 
+    /// Write-type errors of a member kept through them (the volume cannot do without it).
+    pub fn write_errors(&self) -> u64 {
+        self.write_errors.load(Ordering::Relaxed)
+    }
+
     /// Whether the member returned more bad blocks than allowed and was kept, as it holds
     /// the only readable copy of some data (its bad blocks answer errors, the rest serves).
     pub fn kept_past_limit(&self) -> bool {
@@ -253,6 +261,7 @@ impl MemberTable {
                     read_errors: AtomicU64::new(0),
                     resyncing: AtomicBool::new(false),
                     kept_past_limit: AtomicBool::new(false),
+                    write_errors: AtomicU64::new(0),
                     region_io: RegionIo::default(),
                 })
                 .collect(),
@@ -406,6 +415,43 @@ impl MemberTable {
         if !slot.kept_past_limit.swap(true, Ordering::Relaxed) {
             tracing::error!(
                 "member {index} (`{}`) kept though past its bad-block limit: it holds the only readable copy of some data ({why})",
+                slot.member().name()
+            );
+        }
+        false
+    }
+
+    /// Whether a write error could leave member `index` serving: the volume cannot do
+    /// without it and no parity is derived from it (RAID 0, concat, the last copy of a
+    /// mirror). Under a parity group it must go whatever that costs: its peers' parity
+    /// would be stale against it.
+    pub(crate) fn may_keep_through_write_error(&self, index: usize) -> bool {
+        let lost = |m: usize| self.slots.get(m).is_none_or(|s| !s.is_current());
+        let trees = self.trees.read();
+        trees.iter().any(|t| !t.may_lose(index, &lost))
+            && !trees.iter().any(|t| t.under_parity(index))
+    }
+
+    /// Fails member `index` for a failed write (or trim, write-zeroes, checksum page write):
+    /// its contents there are stale. Unless it [may be kept](Self::may_keep_through_write_error)
+    /// and `still_reads` (a bad spot or a full file system, not a dead disk): then, as md's
+    /// RAID 0 does, the write answers an error and the member keeps serving everything else
+    /// — one bad sector no longer takes the whole volume away. Whether it was failed.
+    pub(crate) fn fail_for_write_error(
+        &self,
+        index: usize,
+        why: &dyn FailWhy,
+        still_reads: bool,
+    ) -> bool {
+        let _one_at_a_time = self.bad_block_fails.lock();
+        if !(still_reads && self.may_keep_through_write_error(index)) {
+            self.fail(index, why);
+            return true;
+        }
+        let slot = &self.slots[index];
+        if slot.write_errors.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::error!(
+                "member {index} (`{}`) kept after a write error: the volume cannot do without it and it still reads ({why}); that write answered an error",
                 slot.member().name()
             );
         }

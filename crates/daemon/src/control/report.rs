@@ -129,6 +129,8 @@ struct MemberSnapshots<'a> {
     /// This volume's I/O to its region of the file.
     region_io: Vec<RegionIoSnapshot>,
     read_errors: Vec<u64>,
+    /// Write errors of a member kept through them (the volume cannot do without it).
+    write_errors: Vec<u64>,
     /// Past the bad-block limit, kept: the only readable copy of some data.
     kept_past_limit: Vec<bool>,
 }
@@ -141,6 +143,7 @@ impl<'a> MemberSnapshots<'a> {
             file_io: vol.member_counters(),
             region_io: vol.member_region_io(),
             read_errors: vol.member_read_errors(),
+            write_errors: vol.member_write_errors(),
             kept_past_limit: vol.member_kept_past_limit(),
         }
     }
@@ -166,6 +169,7 @@ impl<'a> MemberSnapshots<'a> {
             "at_start": at_start.unwrap_or("?"),
             "failure": self.failure_json(i),
             "read_errors": self.read_errors[i],
+            "write_errors_kept_through": self.write_errors[i],
             "checksum_errors": self.checksum(i, |c| &c.errors),
             "checksum_repairs": self.checksum(i, |c| &c.repairs),
             "kept_past_bad_block_limit": self.kept_past_limit[i],

@@ -1,0 +1,137 @@
+//! A write error on a member the volume cannot do without, and from which no parity is
+//! derived (RAID 0, concat, the last copy of a mirror), that still answers reads (a bad spot,
+//! a full file system): the write answers an error and the member keeps serving every other
+//! block, as md's RAID 0 does — found by a fault hunt: one 64 KiB write error (or ENOSPC)
+//! failed the member, every read of the RAID 0 then answered EIO, and the next start refused
+//! the volume without --force-assemble. Under a parity group the member is still failed (its
+//! peers' parity would be stale against it); so is a dead one that reads nothing either
+//! (`faults.rs`, `raid0_beyond_tolerance_errors_and_never_returns_wrong_data`).
+
+mod common;
+
+use common::arrays::{create_first, write_clean};
+use common::{level_tree, Breaking, KIB, MIB};
+use futures::executor::block_on;
+use nbraid_core::metadata::{Array, ArrayOptions, METADATA_AREA_BYTES};
+use nbraid_core::Buf;
+use nbraid_layout::{Level, Node};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+const REGION: u64 = 4 * MIB;
+const STRIP: u64 = 64 * KIB;
+
+/// Disks whose data region (not their metadata) can be broken.
+fn disks(n: usize) -> Vec<Arc<Breaking>> {
+    (0..n)
+        .map(|i| {
+            Arc::new(Breaking {
+                from_byte: METADATA_AREA_BYTES,
+                ..Breaking::new(&format!("d{i}"), METADATA_AREA_BYTES + REGION)
+            })
+        })
+        .collect()
+}
+
+fn opts() -> ArrayOptions {
+    ArrayOptions {
+        bitmap_chunk_bytes: Some(256 * KIB),
+        ..ArrayOptions::default()
+    }
+}
+
+/// The array over `tree` with every byte written (a pattern), and the pattern.
+fn filled(tree: &Node, d: &[Arc<Breaking>]) -> (Array, Vec<u8>) {
+    let a = create_first(tree, d, opts(), true).expect("create");
+    let bytes: Vec<u8> = (0..a.volume().capacity())
+        .map(|i| (i as u8).wrapping_mul(7) ^ (i >> 12) as u8)
+        .collect();
+    write_clean(&a, &bytes).expect("fill");
+    (a, bytes)
+}
+
+/// Writes 64 KiB at every strip-aligned place while member `broken` fails writes; returns
+/// the places whose write failed. The bytes of the others are applied to `model`.
+fn writes_with_one_broken(a: &Array, model: &mut [u8]) -> Vec<u64> {
+    let mut failed = Vec::new();
+    for at in (0..a.volume().capacity()).step_by(STRIP as usize) {
+        let b = Buf::copy_from(&[0xab; STRIP as usize]);
+        match block_on(a.write(at, b, false)) {
+            Ok(_) => model[at as usize..(at + STRIP) as usize].fill(0xab),
+            Err(_) => failed.push(at),
+        }
+    }
+    failed
+}
+
+/// Reads every strip: the ones a failed write touched answer an error or any bytes (that
+/// write was refused); every other reads as the model.
+fn reads_right_but(a: &Array, model: &[u8], failed: &[u64]) {
+    for at in (0..a.volume().capacity()).step_by(STRIP as usize) {
+        let got = block_on(a.volume().read(at, STRIP));
+        if failed.contains(&at) {
+            continue;
+        }
+        let got = got.unwrap_or_else(|e| panic!("strip at {at} does not read: {e}"));
+        assert!(
+            got[..] == model[at as usize..(at + STRIP) as usize],
+            "strip at {at} reads wrong"
+        );
+    }
+}
+
+#[test]
+fn a_member_nothing_can_do_without_is_kept_through_a_write_error() {
+    let raid0 = level_tree(Level::Raid0, 2, STRIP, METADATA_AREA_BYTES, REGION);
+    let jbod = level_tree(Level::Jbod, 2, STRIP, METADATA_AREA_BYTES, REGION);
+    for (what, tree) in [("raid0", raid0), ("jbod", jbod)] {
+        let d = disks(2);
+        let (a, mut model) = filled(&tree, &d);
+        d[1].broken.store(true, Ordering::SeqCst);
+        let failed = writes_with_one_broken(&a, &mut model);
+        assert!(!failed.is_empty(), "{what}: some writes reach d1");
+        assert!(
+            !a.volume().member_is_failed(1),
+            "{what}: d1 was failed: {:?}",
+            a.volume().member_failure(1)
+        );
+        assert!(a.volume().member_write_errors()[1] > 0, "{what}");
+        reads_right_but(&a, &model, &failed);
+        // The disk answers again: the refused writes go through.
+        d[1].broken.store(false, Ordering::SeqCst);
+        assert!(writes_with_one_broken(&a, &mut model).is_empty(), "{what}");
+        reads_right_but(&a, &model, &[]);
+    }
+}
+
+#[test]
+fn the_last_copy_of_a_mirror_is_kept_a_redundant_member_is_failed() {
+    let tree = level_tree(Level::Raid1, 2, STRIP, METADATA_AREA_BYTES, REGION);
+    let d = disks(2);
+    let (a, mut model) = filled(&tree, &d);
+    d[1].broken.store(true, Ordering::SeqCst);
+    // Both copies current: d1 is failed at its first write error, every write succeeds.
+    assert!(writes_with_one_broken(&a, &mut model).is_empty());
+    assert!(a.volume().member_is_failed(1));
+    // d0 now holds the only copy: kept through its own write errors.
+    d[0].broken.store(true, Ordering::SeqCst);
+    let failed = writes_with_one_broken(&a, &mut model);
+    assert!(!failed.is_empty());
+    assert!(!a.volume().member_is_failed(0));
+    d[0].broken.store(false, Ordering::SeqCst);
+    reads_right_but(&a, &model, &failed);
+}
+
+#[test]
+fn under_parity_the_member_is_failed_whatever_it_costs() {
+    let tree = level_tree(Level::Raid5, 3, STRIP, METADATA_AREA_BYTES, REGION);
+    let d = disks(3);
+    let (a, mut model) = filled(&tree, &d);
+    a.volume().fail_member(0, "test: d0 is gone");
+    d[1].broken.store(true, Ordering::SeqCst);
+    let _ = writes_with_one_broken(&a, &mut model);
+    assert!(
+        a.volume().member_is_failed(1),
+        "a write d1 refused leaves d2's parity stale against it"
+    );
+}
