@@ -1,12 +1,17 @@
 //! TRIM and WRITE_ZEROES of any size cost bounded member operations: adjacent strips of one
 //! member become one operation (b4fc526 issued one per strip: a 4 GiB TRIM on RAID 10 was
-//! 65,536 concurrent fallocates).
+//! 65,536 concurrent fallocates). A member that refuses trims gets zeroes written instead.
 
 mod common;
 
 use common::{named, KIB, MIB};
 use futures::executor::block_on;
-use nbraid_core::{CacheMode, Member, MemoryMember, Volume, VolumeOptions};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use nbraid_core::{
+    Buf, CacheMode, Member, MemberError, MemberOp, MemberResult, MemoryMember, Volume,
+    VolumeOptions,
+};
 use nbraid_layout::Level;
 use std::sync::Arc;
 
@@ -61,5 +66,54 @@ fn large_trim_works_in_bounded_windows() {
             t <= windows,
             "member {i}: {t} operations for {windows} windows"
         );
+    }
+}
+
+/// A member without discard: every trim answers an error, all else works.
+struct RefusesTrim {
+    inner: MemoryMember,
+}
+
+impl Member for RefusesTrim {
+    fn trim(&self, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
+        let e = std::io::Error::from_raw_os_error(libc::EOPNOTSUPP);
+        let e = MemberError::new(self.name(), MemberOp::Trim, offset, len, e);
+        async move { Err(e) }.boxed()
+    }
+    common::pass_through!(inner; name len read write flush write_zeroes counters);
+}
+
+/// A refused trim fails no member (it said nothing of the disk's health): the range is
+/// zeroed instead, on every level, and reads back as zeroes.
+#[test]
+fn a_member_refusing_trims_gets_zeroes_and_is_not_failed() {
+    for (level, n) in [
+        (Level::Raid1, 2),
+        (Level::Raid5, 4),
+        (Level::Raid6, 5),
+        (Level::Raid10, 4),
+        (Level::Raid0, 2),
+    ] {
+        let mems: Vec<Arc<dyn Member>> = (0..n)
+            .map(|i| {
+                Arc::new(RefusesTrim {
+                    inner: MemoryMember::new(format!("mem{i}"), 4 * MIB),
+                }) as Arc<dyn Member>
+            })
+            .collect();
+        let g = named(level, n, None, 64 * KIB, 4 * MIB);
+        let v = Volume::new(g, mems, VolumeOptions::default()).expect("volume");
+        let len = v.capacity();
+        block_on(v.write(0, Buf::copy_from(&vec![0x5a; len as usize]), false)).expect("fill");
+        block_on(v.trim(256 * KIB, MIB)).expect("trim");
+        assert!(
+            (0..n).all(|i| !v.member_is_failed(i)),
+            "{level:?}: a refused trim failed a member"
+        );
+        let got = block_on(v.read(0, len)).expect("read");
+        let zeroed = 256 * KIB as usize..(256 * KIB + MIB) as usize;
+        assert!(got[zeroed.clone()].iter().all(|&b| b == 0), "{level:?}");
+        assert!(got[..zeroed.start].iter().all(|&b| b == 0x5a), "{level:?}");
+        assert!(got[zeroed.end..].iter().all(|&b| b == 0x5a), "{level:?}");
     }
 }

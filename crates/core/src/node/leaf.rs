@@ -294,7 +294,7 @@ impl NodeIo for LeafNode {
             let op = |m: Arc<dyn Member>| {
                 async move {
                     match kind {
-                        ZeroKind::Trim => m.trim(at, len).await,
+                        ZeroKind::Trim => trim_or_zero(&*m, at, len).await,
                         ZeroKind::WriteZeroes => m.write_zeroes(at, len).await,
                     }
                 }
@@ -310,6 +310,20 @@ impl NodeIo for LeafNode {
             Ok(())
         }
         .boxed()
+    }
+}
+
+/// Trims `[at, at+len)` of `m`; a trim the member refuses (a device without discard, a
+/// file system without hole punching, an error) is done as write-zeroes instead. The
+/// volume's trim promises zeroes, not a discard, and a refused discard says nothing of the
+/// disk's health (md fails no member for one either); a failed write of zeroes does.
+async fn trim_or_zero(m: &dyn Member, at: u64, len: u64) -> MemberResult<()> {
+    match m.trim(at, len).await {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            tracing::debug!("{e}: writing zeroes instead");
+            m.write_zeroes(at, len).await
+        }
     }
 }
 
