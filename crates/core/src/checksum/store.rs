@@ -95,9 +95,18 @@ impl EntryStore {
             return Ok(());
         }
         if !self.clean_open {
-            let bytes = m
-                .read(self.area.offset_bytes, Buf::new(HEADER_BYTES as usize))
-                .await?;
+            // A header that does not read names no group trusted: every entry is dropped.
+            let bytes = match (m.read(self.area.offset_bytes, Buf::new(HEADER_BYTES as usize)))
+                .await
+            {
+                Ok(b) => b.to_vec(),
+                Err(e) => {
+                    tracing::warn!(
+                        "{e}: the checksum area's header does not read; every checksum is dropped"
+                    );
+                    vec![0xff; HEADER_BYTES as usize]
+                }
+            };
             let mut t = self.table();
             let n = t.header_bits();
             let bits = Bits::from_bytes(&bytes, n);
@@ -139,12 +148,20 @@ impl EntryStore {
         }
         let out = match evicting {
             Some(b) => self.table().insert_evicted(page, b),
-            None => {
-                let b = m
-                    .read(self.page_offset(page), Buf::new(PAGE_BYTES as usize))
-                    .await?;
-                self.table().insert(page, b.to_vec())
-            }
+            None => match m
+                .read(self.page_offset(page), Buf::new(PAGE_BYTES as usize))
+                .await
+            {
+                Ok(b) => self.table().insert(page, b.to_vec()),
+                // A bad spot in the area costs the checksums it held, not the member: its
+                // data is no less there (a dead member fails on its data's own I/O).
+                Err(e) => {
+                    tracing::warn!(
+                        "{e}: checksum entry page {page} does not read; the blocks it covers are read unchecked until written again"
+                    );
+                    self.table().insert_unreadable(page)
+                }
+            },
         };
         // The page is in; what it pushed out is written without holding up the next load
         // of this lock (a load of an evicted page takes its bytes from `evicting`).

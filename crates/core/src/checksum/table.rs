@@ -262,6 +262,13 @@ impl Table {
         self.insert_page(page, bytes, untrusted)
     }
 
+    /// Adds `page` in place of one that did not read: every entry "no checksum" (its blocks
+    /// are read unchecked until written again, as after a crash), dirty, so that its
+    /// write-back rewrites the bad spot.
+    pub(super) fn insert_unreadable(&mut self, page: u64) -> Vec<Evicted> {
+        self.insert_page(page, vec![0; PAGE_BYTES as usize], true)
+    }
+
     /// Adds a page back from the bytes of its eviction ([`Table::evicting`]): this table's
     /// own entries (kept as they are), dirty — its write-back may not have finished, or may
     /// have been given up with the load that started it.
