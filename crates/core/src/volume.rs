@@ -760,7 +760,7 @@ fn build(
                 }
                 _ => None,
             };
-            Box::new(ParityNode::logged(
+            Box::new(ParityNode::in_volume(
                 g.clone(),
                 kids,
                 node.capacity(),
@@ -768,7 +768,7 @@ fn build(
                 opts.cache,
                 opts.cache_max_age,
                 repairs.clone(),
-                log,
+                (log, table.clone()),
             ))
         }
     }

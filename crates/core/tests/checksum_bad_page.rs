@@ -6,16 +6,12 @@
 
 mod common;
 
-use common::{KIB, MIB};
+use common::{BadSpot, KIB, MIB};
 use futures::executor::block_on;
-use futures::future::{BoxFuture, FutureExt};
 use nbraid_core::checksum::{area_bytes, ChecksumArea, ChecksumSetup};
-use nbraid_core::{
-    Buf, CacheMode, Member, MemberError, MemberOp, MemberResult, MemoryMember, SharedBuf, Volume,
-    VolumeOptions,
-};
+use nbraid_core::{Buf, CacheMode, Member, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Node};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 const REGION: u64 = 8 * MIB;
@@ -23,46 +19,16 @@ const REGION: u64 = 8 * MIB;
 const HEADER_BYTES: u64 = 4096;
 const PAGE_BYTES: u64 = 4096;
 
-/// A memory member whose bytes `[bad_at, bad_at + PAGE_BYTES)` answer reads with EIO
-/// until a write covers them.
-struct BadSpot {
-    inner: MemoryMember,
-    bad_at: u64,
-    bad: AtomicBool,
-}
-
-impl Member for BadSpot {
-    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
-        let len = buf.len() as u64;
-        let hits = offset < self.bad_at + PAGE_BYTES && self.bad_at < offset + len;
-        if hits && self.bad.load(Ordering::SeqCst) {
-            let eio = std::io::Error::from_raw_os_error(libc::EIO);
-            let e = MemberError::new(self.name(), MemberOp::Read, offset, len, eio);
-            return async move { Err(e) }.boxed();
-        }
-        self.inner.read(offset, buf)
-    }
-    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
-        let len = data.len() as u64;
-        if offset <= self.bad_at && self.bad_at + PAGE_BYTES <= offset + len {
-            self.bad.store(false, Ordering::SeqCst);
-        }
-        self.inner.write(offset, data, fua)
-    }
-    common::pass_through!(inner; name len flush trim write_zeroes counters);
-}
-
 /// `n` members holding `tree`'s regions at 0 and their checksum areas right after; member
 /// 0's entry page `bad_page` does not read.
 fn volume(tree: Node, n: usize, bad_page: u64) -> (Volume, Vec<Arc<BadSpot>>) {
     let area = area_bytes(REGION);
     let members: Vec<Arc<BadSpot>> = (0..n)
         .map(|i| {
-            Arc::new(BadSpot {
-                inner: MemoryMember::new(format!("m{i}"), REGION + area),
-                bad_at: REGION + HEADER_BYTES + bad_page * PAGE_BYTES,
-                bad: AtomicBool::new(i == 0),
-            })
+            let at = REGION + HEADER_BYTES + bad_page * PAGE_BYTES;
+            let m = BadSpot::new(&format!("m{i}"), REGION + area, at..at + PAGE_BYTES);
+            m.bad.store(i == 0, Ordering::SeqCst);
+            Arc::new(m)
         })
         .collect();
     let areas = (0..n)

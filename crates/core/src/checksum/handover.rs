@@ -52,9 +52,8 @@ impl LeafChecksums {
             return Ok(bytes);
         }
         // A page that does not read hands over no checksums (as a load takes it).
-        let bytes = match (old.read(self.store.page_offset(page), Buf::new(PAGE_BYTES as usize)))
-            .await
-        {
+        let at = self.store.page_offset(page);
+        let bytes = match old.read(at, Buf::new(PAGE_BYTES as usize)).await {
             Ok(b) => b.to_vec(),
             Err(e) => {
                 tracing::warn!("{e}: checksum entry page {page} does not read; handed over blank");

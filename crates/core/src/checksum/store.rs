@@ -96,9 +96,8 @@ impl EntryStore {
         }
         if !self.clean_open {
             // A header that does not read names no group trusted: every entry is dropped.
-            let bytes = match (m.read(self.area.offset_bytes, Buf::new(HEADER_BYTES as usize)))
-                .await
-            {
+            let header = Buf::new(HEADER_BYTES as usize);
+            let bytes = match m.read(self.area.offset_bytes, header).await {
                 Ok(b) => b.to_vec(),
                 Err(e) => {
                     tracing::warn!(

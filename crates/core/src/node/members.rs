@@ -421,6 +421,14 @@ impl MemberTable {
         false
     }
 
+    /// Whether the volume can do without every member of `members` at once (members failed
+    /// or not current counted as gone already), in every tree it has.
+    pub(crate) fn may_lose_all(&self, members: &[usize]) -> bool {
+        let lost = |m: usize| self.slots.get(m).is_none_or(|s| !s.is_current());
+        let gone = |m: usize| members.contains(&m) || lost(m);
+        self.trees.read().iter().all(|t| t.survives(&gone))
+    }
+
     /// Whether a write error could leave member `index` serving: the volume cannot do
     /// without it and no parity is derived from it (RAID 0, concat, the last copy of a
     /// mirror). Under a parity group it must go whatever that costs: its peers' parity

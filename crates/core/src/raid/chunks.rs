@@ -225,7 +225,10 @@ pub(super) enum Retry {
     /// Rebuilding the plan's lost chunks failed: a read error beyond what the stripe's
     /// parity covers (which child is not known here).
     Rebuild(VolumeError),
+    /// No plan, or the log refused: nothing was written.
     Fatal(VolumeError),
+    /// The member writes went out and lost more chunks than parity covers.
+    Lost(VolumeError),
 }
 
 /// P (and Q) of one stripe's rows, accumulated a group of data chunks at a time in parity-slot

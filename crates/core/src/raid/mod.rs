@@ -234,6 +234,9 @@ struct Stripes {
     recent: RecentStripes,
     /// The partial-parity log (`crate::ppl`): partial-stripe writes log first.
     ppl: Option<crate::ppl::GroupLog>,
+    /// The volume's members: whether it can do without some (a write that read errors left
+    /// no redundancy fails them only then). `None` (a group built alone): it can.
+    members: Option<Arc<crate::node::MemberTable>>,
 }
 
 impl Stripes {
@@ -351,6 +354,7 @@ impl ParityCore {
                 health,
                 recent: RecentStripes::default(),
                 ppl: None,
+                members: None,
             },
             cache,
             joins: join::Joins::default(),
@@ -387,14 +391,15 @@ impl ParityNode {
         max_age: Option<Duration>,
         repairs: Arc<AtomicU64>,
     ) -> ParityNode {
-        Self::logged(
-            layout, children, capacity, sync, cache, max_age, repairs, None,
-        )
+        Self::started(ParityCore::new(
+            layout, children, capacity, sync, cache, max_age, repairs,
+        ))
     }
 
-    /// [`ParityNode::new`] with a partial-parity log (`crate::ppl`).
+    /// [`ParityNode::new`] in a volume: with its members' table and, if it has one, its
+    /// partial-parity log (`crate::ppl`).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn logged(
+    pub(crate) fn in_volume(
         layout: ParityGroup,
         children: Vec<Box<dyn ArrayNode>>,
         capacity: u64,
@@ -402,10 +407,16 @@ impl ParityNode {
         cache: CacheMode,
         max_age: Option<Duration>,
         repairs: Arc<AtomicU64>,
-        ppl: Option<crate::ppl::GroupLog>,
+        (ppl, members): (Option<crate::ppl::GroupLog>, Arc<crate::node::MemberTable>),
     ) -> ParityNode {
         let mut core = ParityCore::new(layout, children, capacity, sync, cache, max_age, repairs);
         core.stripes.ppl = ppl;
+        core.stripes.members = Some(members);
+        Self::started(core)
+    }
+
+    /// The node over `core`, its cache's ageing handed to the flusher thread.
+    fn started(core: ParityCore) -> ParityNode {
         let core = Arc::new(core);
         if core.cache.as_ref().is_some_and(|c| c.max_age.is_some()) {
             flusher::register(Arc::downgrade(&core));

@@ -59,11 +59,21 @@ struct Computed {
     news: Option<Vec<SharedBuf>>,
 }
 
+/// How a run of a stripe's rows failed to write.
+pub(super) enum RunFailed {
+    /// Its bytes went out without parity, the stripe's parity marked stale
+    /// ([`StripeWriter::salvage`]): the stripe's later runs are salvaged too.
+    Salvaged(VolumeError),
+    /// Nothing of it was written: the stripe holds what it held, its parity with it.
+    Refused(VolumeError),
+}
+
 impl StripeWriter<'_> {
     /// Writes new bytes of one stripe to the members (with parity), the caller holding the
     /// stripe's lock: the rows its chunks write, as runs split at wide gaps ([`row_runs`]),
-    /// each carried out on its own. A run that fails salvages (the stripe's parity stale);
-    /// the runs after it are salvaged straight away, as one hull's failure would have put
+    /// each carried out on its own. A run that fails salvages (the stripe's parity stale) —
+    /// or, refused, writes nothing ([`RunFailed`]); the runs after a salvaged one are
+    /// salvaged straight away, as one hull's failure would have put
     /// them (plans over stale parity would only fail again, after rereads); the first error
     /// is returned.
     pub(super) async fn write_stripe(
@@ -97,6 +107,7 @@ impl StripeWriter<'_> {
         }
         let roles = self.stripes.chunks.layout.roles(stripe);
         let mut first_error = None;
+        let mut salvaging = false;
         let one_run = runs.len() == 1;
         for (r0, r1) in runs {
             let in_run = |c: &Vec<(u64, SharedBuf)>| -> Vec<(u64, SharedBuf)> {
@@ -113,12 +124,19 @@ impl StripeWriter<'_> {
             } else {
                 std::borrow::Cow::Owned(w.iter().map(in_run).collect())
             };
-            if first_error.is_some() {
+            if salvaging {
                 self.salvage(stripe, &part, fua).await;
                 continue;
             }
-            if let Err(e) = self.write_run(stripe, &roles, (r0, r1), &part, fua).await {
-                first_error = Some(e);
+            match self.write_run(stripe, &roles, (r0, r1), &part, fua).await {
+                Ok(()) => {}
+                Err(RunFailed::Salvaged(e)) => {
+                    salvaging = true;
+                    first_error.get_or_insert(e);
+                }
+                Err(RunFailed::Refused(e)) => {
+                    first_error.get_or_insert(e);
+                }
             }
         }
         first_error.map_or(Ok(()), Err)
@@ -127,8 +145,9 @@ impl StripeWriter<'_> {
     /// Writes rows `r0..r1` of the stripe (`w`: per data chunk, the new bytes there), and
     /// retries: a read that fails plans again without its child; read errors that leave no
     /// plan are read again ([`REREADS`]) before the stripe's redundancy is given up (its
-    /// parity marked stale, the bytes written without it: [`Self::salvage`]). An error is
-    /// returned only after that.
+    /// parity marked stale, the bytes written without it: [`Self::salvage`]) — unless the
+    /// children whose reads failed are members the volume cannot do without: then nothing
+    /// is written ([`RunFailed::Refused`]). An error is returned only after that.
     async fn write_run(
         &self,
         stripe: u64,
@@ -136,7 +155,7 @@ impl StripeWriter<'_> {
         (r0, r1): (u64, u64),
         w: &[Vec<(u64, SharedBuf)>],
         fua: bool,
-    ) -> VolumeResult<()> {
+    ) -> Result<(), RunFailed> {
         let mut plan_lost = self.stripes.chunks.lost(stripe, r0, r1);
         // Children whose reads for this write failed (not failed members).
         let mut unreadable = Vec::new();
@@ -149,6 +168,8 @@ impl StripeWriter<'_> {
                 .await;
             // A read error while rebuilding the plan's lost chunks (whose, not known).
             let rebuild_failed = matches!(r, Err(Retry::Rebuild(_)));
+            // Member writes went out: the stripe's parity no longer agrees with its members.
+            let wrote = matches!(r, Err(Retry::Lost(_)));
             match r {
                 Ok(()) => return Ok(()),
                 // A read for the plan failed: treat that child as lost and plan again.
@@ -159,7 +180,10 @@ impl StripeWriter<'_> {
                 }
                 // Read errors left no plan: they often pass, so read those children again
                 // before giving the stripe's redundancy up.
-                Err(Retry::Read(..)) | Err(Retry::Rebuild(_)) | Err(Retry::Fatal(_))
+                Err(Retry::Read(..))
+                | Err(Retry::Rebuild(_))
+                | Err(Retry::Fatal(_))
+                | Err(Retry::Lost(_))
                     if rereads < REREADS && (!unreadable.is_empty() || rebuild_failed) =>
                 {
                     rereads += 1;
@@ -168,7 +192,10 @@ impl StripeWriter<'_> {
                     }
                     tries = 0;
                 }
-                Err(Retry::Read(_, e)) | Err(Retry::Rebuild(e)) | Err(Retry::Fatal(e)) => {
+                Err(Retry::Read(_, e))
+                | Err(Retry::Rebuild(e))
+                | Err(Retry::Fatal(e))
+                | Err(Retry::Lost(e)) => {
                     // Salvaging writes data without parity: a chunk lost in this stripe can
                     // no longer be rebuilt. The stale mark says so only until the next
                     // start, so where read errors (not failed members) forced it, those
@@ -184,6 +211,16 @@ impl StripeWriter<'_> {
                     } else {
                         Vec::new()
                     };
+                    // Members the volume cannot do without are not failed for a read
+                    // error (one bad spot would take every byte away): nothing of this
+                    // write went out, so the stripe keeps what it held, its parity with it,
+                    // and the write alone answers the error.
+                    if !failing.is_empty() && !wrote && !self.may_fail(base + r0, &failing) {
+                        tracing::error!(
+                            "stripe {stripe}: a read error, {REREADS} times again, left a write no redundancy, and the volume cannot do without the members that did not read: that write answers an error, nothing of it written ({e})"
+                        );
+                        return Err(RunFailed::Refused(e));
+                    }
                     for c in failing {
                         let why = format!(
                             "stripe {stripe}: its read error, {REREADS} times again, left a write no redundancy to keep ({e})"
@@ -191,10 +228,21 @@ impl StripeWriter<'_> {
                         self.stripes.chunks.children[c].fail_unreadable(base + r0, r1 - r0, &why);
                     }
                     self.salvage(stripe, w, fua).await;
-                    return Err(e);
+                    return Err(RunFailed::Salvaged(e));
                 }
             }
         }
+    }
+
+    /// Whether the volume can do without every member under `children` at chunk offset
+    /// `at` at once: only then may a write their read errors left without redundancy fail
+    /// them.
+    fn may_fail(&self, at: u64, children: &[usize]) -> bool {
+        let members: Vec<usize> = (children.iter())
+            .flat_map(|&c| self.stripes.chunks.children[c].members_at(at))
+            .map(|(m, _)| m)
+            .collect();
+        (self.stripes.members.as_ref()).is_none_or(|t| t.may_lose_all(&members))
     }
 
     /// The children that cannot be read over `[at, at+len)` now: those in `unreadable`,
@@ -741,7 +789,7 @@ impl StripeWriter<'_> {
             if self.stripes.health.first_loss() {
                 tracing::error!("stripe {stripe}: a write lost more chunks than parity covers");
             }
-            return Err(Retry::Fatal(
+            return Err(Retry::Lost(
                 crate::node::first_error(errors)
                     .unwrap_or_else(|| self.stripes.chunks.unavailable(stripe, now_lost, "write")),
             ));

@@ -309,6 +309,47 @@ impl Member for Yielding {
     }
 }
 
+/// A memory disk with a bad spot: reads that touch `[at_byte, at_byte + len_bytes)` answer
+/// EIO while `bad` is set; a write over the whole spot clears it (a disk remaps a sector
+/// on its write).
+pub struct BadSpot {
+    pub inner: MemoryMember,
+    pub at_byte: u64,
+    pub len_bytes: u64,
+    pub bad: AtomicBool,
+}
+
+impl BadSpot {
+    pub fn new(name: &str, len_bytes: u64, spot: std::ops::Range<u64>) -> BadSpot {
+        BadSpot {
+            inner: MemoryMember::new(name, len_bytes),
+            at_byte: spot.start,
+            len_bytes: spot.end - spot.start,
+            bad: AtomicBool::new(true),
+        }
+    }
+}
+
+impl Member for BadSpot {
+    fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
+        let len = buf.len() as u64;
+        let hits = offset < self.at_byte + self.len_bytes && self.at_byte < offset + len;
+        if hits && self.bad.load(Ordering::SeqCst) {
+            let eio = std::io::Error::from_raw_os_error(libc::EIO);
+            let e = MemberError::new(self.name(), MemberOp::Read, offset, len, eio);
+            return async move { Err(e) }.boxed();
+        }
+        self.inner.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
+        if offset <= self.at_byte && self.at_byte + self.len_bytes <= offset + data.len() as u64 {
+            self.bad.store(false, Ordering::SeqCst);
+        }
+        self.inner.write(offset, data, fua)
+    }
+    pass_through!(inner; name len flush trim write_zeroes counters);
+}
+
 /// A memory disk whose writes at or past `from_byte` fail while `broken` is set (a bad spot
 /// in its data, its metadata still written when `from_byte` is past the metadata).
 pub struct Breaking {
