@@ -8,7 +8,7 @@ mod common;
 
 use common::{BadSpot, KIB, MIB};
 use futures::executor::block_on;
-use nbraid_core::checksum::{area_bytes, ChecksumArea, ChecksumSetup};
+use nbraid_core::checksum::{area_bytes, ChecksumSetup};
 use nbraid_core::{Buf, CacheMode, Member, Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Node};
 use std::sync::atomic::Ordering;
@@ -31,14 +31,7 @@ fn volume(tree: Node, n: usize, bad_page: u64) -> (Volume, Vec<Arc<BadSpot>>) {
             Arc::new(m)
         })
         .collect();
-    let areas = (0..n)
-        .map(|_| {
-            Some(ChecksumArea {
-                offset_bytes: REGION,
-                len_bytes: area,
-            })
-        })
-        .collect();
+    let areas = common::areas_after(REGION, n);
     let opts = VolumeOptions {
         block_size: 4096,
         members_known_zero: true,

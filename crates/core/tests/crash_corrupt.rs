@@ -15,7 +15,7 @@ mod common;
 
 use common::{named, seeds, SeedGuard, KIB, MIB};
 use futures::executor::block_on;
-use nbraid_core::checksum::{area_bytes, is_mismatch, ChecksumArea, ChecksumSetup, BLOCK_BYTES};
+use nbraid_core::checksum::{area_bytes, is_mismatch, ChecksumSetup, BLOCK_BYTES};
 use nbraid_core::{
     Buf, CacheMode, Member, MemberState, MemoryMember, ReadPolicy, ScrubControl, ScrubReport,
     Volume, VolumeError, VolumeOptions,
@@ -66,14 +66,7 @@ fn build(
         })
         .collect();
     let dyns = disks.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
-    let areas = (0..n)
-        .map(|_| {
-            Some(ChecksumArea {
-                offset_bytes: REGION,
-                len_bytes: area,
-            })
-        })
-        .collect();
+    let areas = common::areas_after(REGION, n);
     let opts = VolumeOptions {
         block_size: 4096,
         members_known_zero: true,

@@ -10,7 +10,7 @@ mod common;
 
 use common::{KIB, MIB};
 use futures::executor::block_on;
-use nbraid_core::checksum::{area_bytes, ChecksumArea, ChecksumSetup, BLOCK_BYTES};
+use nbraid_core::checksum::{area_bytes, ChecksumSetup, BLOCK_BYTES};
 use nbraid_core::{
     Buf, CacheMode, Member, MemberState, MemoryMember, ReadPolicy, ScrubControl, ScrubState,
     Volume, VolumeOptions,
@@ -42,12 +42,8 @@ fn build(tree: Node, n: usize) -> (Volume, Vec<Arc<MemoryMember>>, Vec<u8>) {
         })
         .collect();
     let dyns = mems.iter().map(|m| m.clone() as Arc<dyn Member>).collect();
-    let area = ChecksumArea {
-        offset_bytes: REGION,
-        len_bytes: area_bytes(REGION),
-    };
-    let sums =
-        ChecksumSetup::new("t", vec![Some(area); n], true).with_fail_after_errors(Some(LIMIT));
+    let sums = ChecksumSetup::new("t", common::areas_after(REGION, n), true)
+        .with_fail_after_errors(Some(LIMIT));
     let opts = VolumeOptions {
         block_size: 4096,
         members_known_zero: true,

@@ -987,7 +987,10 @@ fn a_read_error_that_leaves_a_degraded_stripe_no_plan_refuses_the_write_alone() 
     assert!(block_on(v.read(4096, 512)).is_err());
     // Stripe 1 serves: its writes and reads go through.
     block_on(v.write(8192, Buf::copy_from(&[0xcc; 512]), false)).unwrap();
-    assert!(block_on(v.read(8192, 512)).unwrap().iter().all(|&x| x == 0xcc));
+    assert!(block_on(v.read(8192, 512))
+        .unwrap()
+        .iter()
+        .all(|&x| x == 0xcc));
 }
 
 /// A mirror's resync goes on past a copy that cannot be made consistent in itself (its RAID 5

@@ -309,6 +309,18 @@ impl Member for Yielding {
     }
 }
 
+/// `n` members' checksum areas, each right after its region `[0, region_bytes)`.
+pub fn areas_after(
+    region_bytes: u64,
+    n: usize,
+) -> Vec<Option<nbraid_core::checksum::ChecksumArea>> {
+    let area = nbraid_core::checksum::ChecksumArea {
+        offset_bytes: region_bytes,
+        len_bytes: nbraid_core::checksum::area_bytes(region_bytes),
+    };
+    vec![Some(area); n]
+}
+
 /// A memory disk with a bad spot: reads that touch `[at_byte, at_byte + len_bytes)` answer
 /// EIO while `bad` is set; a write over the whole spot clears it (a disk remaps a sector
 /// on its write).
