@@ -357,8 +357,9 @@ impl NodeMaintenance for LeafNode {
             match cs.flush(&*slot.member()).await {
                 Ok(0) => {}
                 Ok(_) => slot.mark_dirty(),
-                // A failed write fails the member, like a data write's; whether the volume
-                // still holds its data is the volume's flush to say (its tolerance).
+                // A failed write goes a data write's way ([`Self::failed_write`]); whether
+                // the volume still holds its data is the volume's flush to say (its
+                // tolerance).
                 Err(e) => {
                     self.failed_write(e).await;
                 }
