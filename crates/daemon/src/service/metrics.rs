@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 
 /// One metric family: its samples as (name suffix, labels, value); the suffix is empty but
 /// for histograms (`_bucket`, `_sum`, `_count`).
@@ -369,6 +370,15 @@ fn member_metrics(m: &mut Families, v: &crate::control::ControlVolume, s: &Volum
 /// How long a scraper may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a scraper may take to read the reply: one that stops reading must not keep its
+/// place.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Scrapes served at once. Prometheus opens one at a time per target; a few more leave room
+/// for curl and a second scraper, and idle connections beyond this cannot take the file
+/// descriptors NBD clients need.
+const CONNECTIONS_MAX: usize = 16;
+
 /// Longest request head read.
 const MAX_REQUEST_BYTES: usize = 8 << 10;
 
@@ -436,24 +446,51 @@ impl Drop for MetricsListener {
     }
 }
 
-/// Serves `/metrics` on `listener` until the task is dropped.
+/// Serves `/metrics` on `listener` until the task is dropped: at most [`CONNECTIONS_MAX`]
+/// at once, a connection beyond them answered `503` and closed.
 async fn serve(listener: TcpListener, source: Scraped) {
+    let places = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    // Warned once per flood: again only after a connection found a place.
+    let mut refusing = false;
     loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                let source = source.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = answer(stream, &source).await {
-                        tracing::debug!("metrics connection: {e}");
-                    }
-                });
-            }
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
             Err(e) => {
                 tracing::warn!("metrics listener accept: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
             }
-        }
+        };
+        let Ok(place) = places.clone().try_acquire_owned() else {
+            refuse_busy(&stream);
+            if !refusing {
+                refusing = true;
+                tracing::warn!(
+                    "metrics listener: {CONNECTIONS_MAX} connections open, new ones refused until one closes"
+                );
+            }
+            continue; // dropped: closed
+        };
+        refusing = false;
+        let source = source.clone();
+        tokio::spawn(async move {
+            let _place = place;
+            if let Err(e) = answer(stream, &source).await {
+                tracing::debug!("metrics connection: {e}");
+            }
+        });
     }
+}
+
+/// Tells a connection beyond the cap why it is closed, without waiting on it: a new
+/// connection's send buffer is empty, so the short reply fits.
+fn refuse_busy(stream: &TcpStream) {
+    let body = format!("nbraidd serves at most {CONNECTIONS_MAX} metrics connections at once\n");
+    let reply = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.try_write(reply.as_bytes());
 }
 
 /// Binds `addr` for [`serve`].
@@ -489,8 +526,13 @@ async fn answer(mut stream: TcpStream, source: &Scraped) -> std::io::Result<()> 
         "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    stream.write_all(reply.as_bytes()).await?;
-    stream.shutdown().await
+    let write = async {
+        stream.write_all(reply.as_bytes()).await?;
+        stream.shutdown().await
+    };
+    tokio::time::timeout(REPLY_TIMEOUT, write)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "reply not read in time"))?
 }
 
 async fn read_head(stream: &mut TcpStream) -> std::io::Result<String> {
@@ -539,6 +581,56 @@ mod tests {
         assert_eq!(route("GET / HTTP/1.1\r\n\r\n"), Route::NotFound);
         assert_eq!(route("POST /metrics HTTP/1.1\r\n\r\n"), Route::BadMethod);
         assert_eq!(route(""), Route::BadMethod);
+    }
+
+    /// A listener with no volumes on a free loopback port.
+    async fn listening() -> MetricsListener {
+        let source = Scraped {
+            controls: Arc::new(Controls { volumes: vec![] }),
+            latencies: Arc::new(Latencies::default()),
+            connections: Arc::new(|| 0),
+        };
+        let addr = "127.0.0.1:0".parse().ok();
+        MetricsListener::start(addr, source).await.unwrap()
+    }
+
+    async fn get(addr: SocketAddr, request: &[u8]) -> String {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(request).await.unwrap();
+        let mut reply = Vec::new();
+        let read = s.read_to_end(&mut reply);
+        tokio::time::timeout(Duration::from_secs(3), read)
+            .await
+            .expect("a reply within 3 s")
+            .unwrap();
+        String::from_utf8_lossy(&reply).into_owned()
+    }
+
+    #[tokio::test]
+    async fn idle_connections_beyond_the_cap_are_refused_at_once_until_one_closes() {
+        let l = listening().await;
+        let addr = l.local_addr().unwrap();
+        let mut idle = Vec::new();
+        for _ in 0..CONNECTIONS_MAX {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        // Accepted after the idle ones (the backlog is in order): no place left.
+        let refused = get(addr, b"").await;
+        assert!(refused.starts_with("HTTP/1.1 503 "), "{refused}");
+        assert!(
+            refused.contains(&format!("at most {CONNECTIONS_MAX}")),
+            "{refused}"
+        );
+        drop(idle.pop());
+        let mut served = String::new();
+        for _ in 0..100 {
+            served = get(addr, b"GET /metrics HTTP/1.1\r\n\r\n").await;
+            if served.starts_with("HTTP/1.1 200 ") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(served.starts_with("HTTP/1.1 200 "), "{served}");
     }
 
     #[test]
