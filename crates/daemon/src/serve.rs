@@ -210,9 +210,18 @@ async fn serve(
     notifier.ready(&background.summary_at_ready);
     let watchdog_task = crate::service::notify::spawn_watchdog(&notifier);
 
-    wait_for_stop(stop).await;
+    let mut stop = stop;
+    wait_for_stop(&mut stop).await;
     notifier.stopping("stopping: draining requests and flushing volumes");
-    tracing::info!("stopping: draining requests and flushing volumes");
+    tracing::info!(
+        "stopping: draining requests and flushing volumes (a second SIGTERM/SIGINT exits at once)"
+    );
+    // A member that does not answer can hold the drain for long: a second signal must not
+    // leave the operator only SIGKILL.
+    let second_signal = tokio::spawn(async move {
+        wait_for_stop(&mut stop).await;
+        exit_cut_short()
+    });
     let drained = server.shutdown_with_grace(SHUTDOWN_GRACE).await;
     // Whatever the drain's outcome, nothing may record a volume clean behind it (the idle
     // marker would, with requests still running).
@@ -227,6 +236,7 @@ async fn serve(
     // A volume that could not be flushed (one failed beyond its redundancy) must not keep
     // the others from their clean record: each array's mark checks its own writes.
     let recorded = record_clean(&served, drained.is_ok()).await;
+    second_signal.abort();
     match (drained, recorded) {
         (Ok(()), recorded) => recorded,
         (Err(e), Ok(())) => Err(anyhow::Error::new(e)
@@ -481,13 +491,27 @@ fn stop_signals() -> Result<(tokio::signal::unix::Signal, tokio::signal::unix::S
 }
 
 async fn wait_for_stop(
-    (mut term, mut int): (tokio::signal::unix::Signal, tokio::signal::unix::Signal),
+    (term, int): &mut (tokio::signal::unix::Signal, tokio::signal::unix::Signal),
 ) {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
 }
+
+/// What a second stop signal during the drain does: exits now, as a crash would leave the
+/// volumes (not recorded clean), without waiting on anything the drain may be stuck on.
+fn exit_cut_short() -> ! {
+    let why = "a second stop signal cut the drain short: exiting without flushing or recording \
+               the volumes clean; the next start resyncs them as after a crash (the regions \
+               the write-intent bitmap marks, the write-hole log replayed)";
+    tracing::error!("{why}");
+    eprintln!("nbraidd: error: {why}");
+    std::process::exit(EXIT_CUT_SHORT)
+}
+
+/// The exit status after [`exit_cut_short`]: a failed stop's, as `main` returns for one.
+const EXIT_CUT_SHORT: i32 = 1;
 
 /// A line on stdout; a closed stdout (the reader went away) does not stop the daemon.
 fn say(line: std::fmt::Arguments) {
