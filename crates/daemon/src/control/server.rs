@@ -281,6 +281,12 @@ async fn connection(
             }
         }
         if line.iter().all(u8::is_ascii_whitespace) {
+            // Answered like any bad line: a client that sent only a newline waits for a reply.
+            let refusal = Refusal::new(
+                "malformed",
+                "an empty request line: a request is one JSON object on one line",
+            );
+            send(&mut w, &error_reply(&refusal), &limits).await?;
             continue;
         }
         let handled = match parse(&line) {

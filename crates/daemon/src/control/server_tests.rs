@@ -91,6 +91,20 @@ async fn a_connection_beyond_the_cap_is_told_busy_and_closed_and_its_place_comes
 }
 
 #[tokio::test]
+async fn a_blank_line_is_answered_with_an_error_and_the_connection_goes_on() {
+    let (_dir, path, _) = serve(limits());
+    let mut c = connect(&path).await;
+    for blank in [&b"\n"[..], b"  \t\r\n"] {
+        c.get_mut().write_all(blank).await.unwrap();
+        let reply = next(&mut c).await.expect("a reply to a blank line");
+        assert_eq!(reply["error"]["code"], "malformed", "{reply}");
+        let message = reply["error"]["message"].as_str().unwrap();
+        assert!(message.contains("empty request line"), "{message}");
+    }
+    assert_eq!(status(&mut c).await["ok"], true);
+}
+
+#[tokio::test]
 async fn an_idle_connection_is_told_why_and_closed() {
     let (_dir, path, _) = serve(ControlLimits {
         idle_timeout: Duration::from_millis(200),
