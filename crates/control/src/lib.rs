@@ -13,6 +13,8 @@
 //! A request is an object `{"v": 1, "op": "...", ...}`; a reply is `{"v": 1, "ok": true, ...}`
 //! or `{"v": 1, "ok": false, "error": {"code": "...", "message": "..."}}`. Anything that is not
 //! a request of version 1 gets an error reply naming what is wrong; the connection stays open.
+//! A client reads a reply only after [`check_reply`]: one of another version, or of no
+//! reply's shape, is an error naming what it is.
 //!
 //! | op | fields | reply |
 //! |---|---|---|
@@ -37,6 +39,9 @@
 //!
 //! Rebuilds that `add` and `replace` start run at the volume's `rebuild_rate`, like the ones
 //! the daemon starts by itself; a rebuild already running keeps its rate.
+
+mod reply;
+pub use reply::{check_reply, BadReply};
 
 use nbraid_core::PassRate;
 use serde::{Deserialize, Serialize};

@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use nbraid_control::{ErrorBody, Request};
+use nbraid_control::{check_reply, ErrorBody, Request};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -99,6 +99,8 @@ impl Client {
             (Ok(()), Ok(_)) => bail!("the daemon closed the control connection"),
         }
         let v: Value = serde_json::from_str(&reply).context("the daemon's reply is not JSON")?;
+        // Before any field is read: a daemon of another release may mean other things by them.
+        check_reply(&v)?;
         if let Some(refusal) = ErrorBody::of_reply(&v) {
             return Err(Refused(refusal).into());
         }
@@ -169,6 +171,39 @@ mod tests {
             .expect_err("refused");
         let refused = err.downcast_ref::<Refused>().expect("the daemon's refusal");
         assert_eq!(refused.0.code, "busy");
+    }
+
+    /// A daemon that answers `reply` to the first request, on a fresh socket.
+    fn answering(reply: &'static str) -> (tempfile::TempDir, Client) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("control.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            let mut request = String::new();
+            BufReader::new(&s).read_line(&mut request).unwrap();
+            (&s).write_all(format!("{reply}\n").as_bytes()).unwrap();
+        });
+        let target = Target {
+            config: None,
+            control: Some(path),
+        };
+        (dir, Client::connect(&target).unwrap())
+    }
+
+    /// A daemon of another release (or something else on the socket) is named as such, not
+    /// read as an empty success.
+    #[test]
+    fn a_reply_of_another_version_or_shape_is_an_error_naming_it() {
+        let status = Request::Status { volume: None };
+        let (_dir, mut c) = answering(r#"{"v":2,"ok":true,"volumes":[]}"#);
+        let err = c.call(&status).expect_err("another version").to_string();
+        assert!(err.contains("version 2, this nbraid version 1"), "{err}");
+        let (_dir, mut c) = answering(r#"{"v":1,"volumes":[]}"#);
+        let err = c.call(&status).expect_err("another shape").to_string();
+        assert!(err.contains("no \"ok\""), "{err}");
+        let (_dir, mut c) = answering(r#"{"v":1,"ok":true,"volumes":[]}"#);
+        assert!(c.call(&status).is_ok());
     }
 
     /// A peer streaming bytes with no newline is cut off at the bound, not read into memory
