@@ -42,6 +42,9 @@ pub(crate) fn conflict(
     is_socket: impl Fn(&Path) -> Option<bool>,
 ) -> Option<String> {
     let shown = control.display();
+    if let Some(why) = crate::listen::unix_path_problem(control) {
+        return Some(format!("daemon: control: {why}"));
+    }
     if control == config {
         return Some(format!(
             "daemon: the control socket's path {shown} is the config file itself (the default is the config's path with .ctl); rename the config or set [daemon] control"
@@ -128,6 +131,27 @@ mod tests {
             "a stale socket is replaced"
         );
         assert_eq!(why("/cfg/x", &nothing), None);
+    }
+
+    #[test]
+    fn a_control_path_too_long_for_a_socket_address_does_not_check() {
+        let long = "c".repeat(crate::listen::UNIX_PATH_BYTES_MAX);
+        let text = format!(
+            "[daemon]\ncontrol = \"{long}\"\n[[member]]\nid = \"d0\"\npath = \"d0.img\"\n\
+             size = \"8MiB\"\n[[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"d0\"]\n"
+        );
+        let e = crate::parse(&text, Path::new("/cfg/a.toml")).expect_err("refused");
+        let e = e.to_string();
+        assert!(
+            e.contains("daemon: control:") && e.contains(&format!("/cfg/{long}")),
+            "{e}"
+        );
+        assert!(e.contains("at most 107"), "{e}");
+        // The default path (the config's with .ctl) is held to the same bound.
+        let dir = format!("/{}", "d".repeat(101)); // /DIR/a.ctl: 108 bytes
+        let text = text.replace(&format!("control = \"{long}\"\n"), "");
+        let e = crate::parse(&text, &Path::new(&dir).join("a.toml")).expect_err("refused");
+        assert!(e.to_string().contains(&format!("{dir}/a.ctl")), "{e}");
     }
 
     #[test]

@@ -11,6 +11,24 @@ pub const NBD_PORT: u16 = 10809;
 /// Where the daemon listens when the config says nothing: loopback only.
 pub const DEFAULT_LISTEN: &str = "tcp:127.0.0.1:10809";
 
+/// Longest Unix socket path a bind takes, in bytes: Linux's `sun_path` holds 108 with the
+/// closing NUL.
+pub const UNIX_PATH_BYTES_MAX: usize = 107;
+
+/// Why `path` cannot be bound as a Unix socket (too long for its address), if it cannot.
+/// `path` is what the bind receives: relative paths joined to the config's directory.
+pub fn unix_path_problem(path: &Path) -> Option<String> {
+    let len = path.as_os_str().len();
+    (len > UNIX_PATH_BYTES_MAX).then(|| {
+        format!(
+            "the Unix socket path {} is {len} bytes; a Unix socket address holds at most \
+             {UNIX_PATH_BYTES_MAX} (108 with its closing NUL on Linux), so the bind would fail — \
+             give a shorter path",
+            path.display()
+        )
+    })
+}
+
 /// What `listen` accepts, for error messages.
 pub const LISTEN_HELP: &str = "valid: \"unix:/run/nbraid/nbd.sock\" (a Unix socket path; \
 relative paths are relative to the config file), \"tcp:127.0.0.1:10809\", \"tcp:[::1]:10809\" \
@@ -31,7 +49,11 @@ impl Listener {
             if path.is_empty() {
                 return Err("the Unix socket path is empty".into());
             }
-            return Ok(Listener::Unix(base.join(path)));
+            let path = base.join(path);
+            return match unix_path_problem(&path) {
+                Some(why) => Err(why),
+                None => Ok(Listener::Unix(path)),
+            };
         }
         if let Some(addr) = text.strip_prefix("tcp:") {
             return addr.parse::<SocketAddr>().map(Listener::Tcp).map_err(|_| {
@@ -94,5 +116,20 @@ mod tests {
         assert!(Listener::parse("tcp:localhost:10809", base).is_err());
         assert!(Listener::parse("127.0.0.1:10809", base).is_err());
         assert!(Listener::parse("unix:", base).is_err());
+    }
+
+    #[test]
+    fn a_unix_path_too_long_for_a_socket_address_is_refused_as_the_bind_would_see_it() {
+        let base = Path::new("/etc/nbraid"); // 11 bytes and a slash before a relative name
+        let fits = "x".repeat(UNIX_PATH_BYTES_MAX - 12);
+        assert!(Listener::parse(&format!("unix:{fits}"), base).is_ok());
+        let why = Listener::parse(&format!("unix:{fits}y"), base).unwrap_err();
+        assert!(
+            why.contains("is 108 bytes") && why.contains("at most 107"),
+            "{why}"
+        );
+        assert!(why.contains(&format!("/etc/nbraid/{fits}y")), "{why}");
+        let absolute = format!("unix:/{}", "y".repeat(UNIX_PATH_BYTES_MAX));
+        assert!(Listener::parse(&absolute, base).is_err());
     }
 }
