@@ -98,7 +98,49 @@ pub(crate) fn resolve(
             "daemon: tls needs tls_certificates = \"DIR\" (a folder with server-cert.pem and server-key.pem)".into(),
         ));
     }
+    if let (Some(dir), Some(key)) = (&s.certificates, &raw.tls_certificates) {
+        let is_file = |p: &Path| p.is_file();
+        let missing = s
+            .any_on()
+            .then(|| missing_certificate(dir, s.verify_clients, is_file));
+        if let Some(why) = missing.flatten() {
+            let given = key.get_ref();
+            return Err(bad(
+                key.span(),
+                format!("daemon: tls_certificates = \"{given}\": {why}"),
+            ));
+        }
+    }
     Ok(s)
+}
+
+/// The files the server's TLS reads from the certificates' folder, as qemu, nbdkit and
+/// libnbd lay them out: its certificate and key, and the CA when clients are verified.
+fn certificate_files(verify_clients: bool) -> &'static [&'static str] {
+    match verify_clients {
+        true => &["server-cert.pem", "server-key.pem", "ca-cert.pem"],
+        false => &["server-cert.pem", "server-key.pem"],
+    }
+}
+
+/// Which file the certificates' folder `dir` lacks (`is_file` says what is there), so a
+/// check or a reload refuses what the next start would: an empty folder, a key forgotten.
+fn missing_certificate(
+    dir: &Path,
+    verify_clients: bool,
+    is_file: impl Fn(&Path) -> bool,
+) -> Option<String> {
+    let files = certificate_files(verify_clients);
+    let missing = files.iter().find(|f| !is_file(&dir.join(f)))?;
+    let why = match verify_clients {
+        true => " (tls_verify_clients = true: clients' certificates are checked against it)",
+        false => "",
+    };
+    Some(format!(
+        "the folder {} has no {missing}{why}; TLS reads {} there",
+        dir.display(),
+        files.join(", ")
+    ))
 }
 
 impl TlsSettings {
@@ -166,6 +208,44 @@ pub fn listener_policy(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_certificates_folder_lacking_a_file_is_named_with_the_file() {
+        let dir = Path::new("/etc/pki");
+        let has = |names: &'static [&str]| move |p: &Path| names.iter().any(|n| p == dir.join(n));
+        let e = missing_certificate(dir, false, has(&[])).unwrap();
+        assert!(e.contains("/etc/pki has no server-cert.pem"), "{e}");
+        let e = missing_certificate(dir, false, has(&["server-cert.pem"])).unwrap();
+        assert!(e.contains("has no server-key.pem"), "{e}");
+        let both = has(&["server-cert.pem", "server-key.pem"]);
+        assert_eq!(missing_certificate(dir, false, both), None);
+        let e = missing_certificate(dir, true, both).unwrap();
+        assert!(e.contains("has no ca-cert.pem (tls_verify_clients"), "{e}");
+    }
+
+    #[test]
+    fn a_config_whose_certificates_folder_is_empty_does_not_check() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("pki")).unwrap();
+        let text = "[daemon]\nlisten = [\"tcp:127.0.0.1:10809\"]\ntls = \"required\"\n\
+                    tls_certificates = \"pki\"\n[[member]]\nid = \"d0\"\npath = \"d0.img\"\n\
+                    size = \"8MiB\"\n[[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"d0\"]\n";
+        let file = dir.path().join("a.toml");
+        let e = crate::parse(text, &file).expect_err("refused").to_string();
+        let pki = dir.path().join("pki");
+        assert!(
+            e.contains("tls_certificates = \"pki\"")
+                && e.contains(&format!("{} has no server-cert.pem", pki.display())),
+            "{e}"
+        );
+        std::fs::write(pki.join("server-cert.pem"), "").unwrap();
+        std::fs::write(pki.join("server-key.pem"), "").unwrap();
+        assert!(crate::parse(text, &file).is_ok());
+        // Certificates named but TLS off: nothing is read from the folder.
+        let off = text.replace("tls = \"required\"", "tls = \"off\"");
+        std::fs::remove_file(pki.join("server-key.pem")).unwrap();
+        assert!(crate::parse(&off, &file).is_ok());
+    }
 
     #[test]
     fn local_listeners_need_no_tls_others_need_it_or_consent() {

@@ -496,16 +496,36 @@ stall_timeout = "5min"
     assert_eq!(c.limits.idle_timeout, None);
 }
 
+/// A folder with the certificates' files TLS reads (`pki/`, empty files: the config reads
+/// none of them, it only checks they are there), and a config in it.
+fn with_pki() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("pki")).unwrap();
+    for f in ["server-cert.pem", "server-key.pem", "ca-cert.pem"] {
+        std::fs::write(dir.path().join("pki").join(f), "").unwrap();
+    }
+    let file = dir.path().join("arrays.toml");
+    (dir, file)
+}
+
+fn parse_at(text: &str, file: &Path) -> config::Config {
+    config::parse(text, file).unwrap_or_else(|e| panic!("{e}"))
+}
+
 #[test]
 fn tls_settings_and_the_listener_policy() {
     let volume = "[[member]]\nid = \"a\"\npath = \"tls-a.img\"\nsize = \"1GiB\"\n\
                   [[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"a\"]\n";
-    let c = parse(&format!(
-        "[daemon]\nlisten = [\"tcp:0.0.0.0:10809\"]\ntls = \"required\"\n\
-         tls_certificates = \"pki\"\ntls_verify_clients = true\n{volume}"
-    ));
+    let (dir, file) = with_pki();
+    let c = parse_at(
+        &format!(
+            "[daemon]\nlisten = [\"tcp:0.0.0.0:10809\"]\ntls = \"required\"\n\
+             tls_certificates = \"pki\"\ntls_verify_clients = true\n{volume}"
+        ),
+        &file,
+    );
     assert_eq!(c.tls.mode, config::TlsMode::Required);
-    assert_eq!(c.tls.certificates.as_deref(), Some(Path::new("etc/pki")));
+    assert_eq!(c.tls.certificates, Some(dir.path().join("pki")));
     assert!(c.tls.verify_clients);
     assert_eq!(c.tls.listeners, [config::TlsMode::Required]);
     assert_eq!(
@@ -538,6 +558,8 @@ fn tls_mode_per_listener() {
     use config::TlsMode::{Off, Optional, Required};
     let volume = "[[member]]\nid = \"a\"\npath = \"tls-b.img\"\nsize = \"1GiB\"\n\
                   [[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"a\"]\n";
+    let (_dir, file) = with_pki();
+    let parse = |text: &str| parse_at(text, &file);
     let c = parse(&format!(
         "[daemon]\nlisten = [\"unix:nbd.sock\", {{ address = \"tcp:0.0.0.0:10809\", tls = \"required\" }}, \
          {{ address = \"tcp:127.0.0.1:10810\" }}]\ntls_certificates = \"pki\"\n\
