@@ -8,32 +8,109 @@
 //! task is alive waits for it to return first. Two tasks over the same control, or two
 //! passes writing the same progress records, would each think they own it.
 //!
+//! Each run keeps an id no other run of the daemon has and, once its task returned, the
+//! state it ended in; the last [`RUNS_KEPT`] runs are kept ([`TaskSlot::runs`]), so a
+//! watcher that looks now and then still sees every run since its last look — a tiny
+//! volume's scrub is over in milliseconds, a resumed pass runs the same control again, and
+//! a control's address may be reused by the next one.
+//!
 //! A slot is a handle: its clones are the same slot, so a background task (a reshape that
 //! swaps the array when done) can stop and wait for the passes on the array it replaces.
 
-use nbraid_core::{PassControl, PassState};
+use nbraid_core::metadata::{FillControl, RefillControl};
+use nbraid_core::{PassControl, PassState, ScrubControl};
 use parking_lot::Mutex;
+use std::collections::VecDeque;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// The latest pass of one kind on a volume, and its task.
+/// Runs a slot keeps for its watchers: far more than requests start between two of the
+/// observer's looks (four a second).
+pub const RUNS_KEPT: usize = 8;
+
+/// The next run's id: unique among every slot's runs while the daemon runs.
+static NEXT_RUN_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A pass's control as its slot reads it: the state a run ended in is recorded when its
+/// task returns (a resumed pass runs the same control again, which then says only the
+/// latest run's).
+pub trait SlotControl: Send + Sync + 'static {
+    fn pass_state(&self) -> PassState;
+}
+
+impl SlotControl for PassControl {
+    fn pass_state(&self) -> PassState {
+        self.state()
+    }
+}
+
+impl SlotControl for ScrubControl {
+    fn pass_state(&self) -> PassState {
+        self.state()
+    }
+}
+
+impl SlotControl for FillControl {
+    fn pass_state(&self) -> PassState {
+        self.state()
+    }
+}
+
+impl SlotControl for RefillControl {
+    fn pass_state(&self) -> PassState {
+        self.pass.state()
+    }
+}
+
+/// The recent runs of one kind of pass on a volume, and their tasks.
 pub struct TaskSlot<C> {
-    latest: Arc<Mutex<Option<Spawned<C>>>>,
+    /// Oldest first; the latest run last. At most [`RUNS_KEPT`].
+    runs: Arc<Mutex<VecDeque<Spawned<C>>>>,
 }
 
 struct Spawned<C> {
+    /// Unique among the daemon's runs ([`NEXT_RUN_ID`]).
+    id: u64,
     ctl: Arc<C>,
     task: JoinHandle<()>,
-    /// Says `true` once the task returned (dropped unsaid if it panicked: returned too).
-    returned: watch::Receiver<bool>,
+    /// The state the run ended in, said once its task returned (dropped unsaid if it
+    /// panicked: returned too).
+    returned: watch::Receiver<Option<PassState>>,
+}
+
+impl<C: SlotControl> Spawned<C> {
+    fn task_alive(&self) -> bool {
+        !self.task.is_finished()
+    }
+
+    /// The run's state as a watcher should see it: the state it ended in once its task
+    /// returned, else `running` while its task is alive past the pass's end.
+    fn seen(&self) -> PassState {
+        match *self.returned.borrow() {
+            Some(ended) => ended,
+            None => seen_state(self.ctl.pass_state(), self.task_alive()),
+        }
+    }
+}
+
+/// One run of a slot's pass, as watchers see it.
+pub struct Run<C> {
+    /// Unique among the daemon's runs: tells this run from every other.
+    pub id: u64,
+    pub ctl: Arc<C>,
+    /// `running` until its task returned, then the state it ended in.
+    pub state: PassState,
+    /// Its task returned (a run that returned `idle` never got to its first window).
+    pub returned: bool,
 }
 
 impl<C> Default for TaskSlot<C> {
     fn default() -> Self {
         TaskSlot {
-            latest: Arc::default(),
+            runs: Arc::default(),
         }
     }
 }
@@ -42,32 +119,42 @@ impl<C> Clone for TaskSlot<C> {
     /// The same slot.
     fn clone(&self) -> Self {
         TaskSlot {
-            latest: self.latest.clone(),
+            runs: self.runs.clone(),
         }
     }
 }
 
-impl<C: Send + Sync + 'static> TaskSlot<C> {
+impl<C: SlotControl> TaskSlot<C> {
     /// The latest pass's control (running or finished), if one started.
     pub fn latest(&self) -> Option<Arc<C>> {
-        self.latest.lock().as_ref().map(|s| s.ctl.clone())
+        self.runs.lock().back().map(|s| s.ctl.clone())
     }
 
     /// The latest pass's control while its task has not returned (an `idle` pass just
     /// spawned included).
     pub fn alive(&self) -> Option<Arc<C>> {
-        let slot = self.latest.lock();
-        slot.as_ref()
-            .filter(|s| !s.task.is_finished())
+        let runs = self.runs.lock();
+        runs.back()
+            .filter(|s| s.task_alive())
             .map(|s| s.ctl.clone())
     }
 
     /// Whether the latest pass's task has not returned yet.
     pub fn task_alive(&self) -> bool {
-        self.latest
-            .lock()
-            .as_ref()
-            .is_some_and(|s| !s.task.is_finished())
+        self.runs.lock().back().is_some_and(Spawned::task_alive)
+    }
+
+    /// The recent runs (up to [`RUNS_KEPT`]), oldest first.
+    pub fn runs(&self) -> Vec<Run<C>> {
+        let runs = self.runs.lock();
+        runs.iter()
+            .map(|s| Run {
+                id: s.id,
+                ctl: s.ctl.clone(),
+                state: s.seen(),
+                returned: s.returned.borrow().is_some() || !s.task_alive(),
+            })
+            .collect()
     }
 
     /// Under the slot's lock, `choose(latest, its task alive)` names the control to run
@@ -81,35 +168,42 @@ impl<C: Send + Sync + 'static> TaskSlot<C> {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let mut slot = self.latest.lock();
-        let latest = slot.as_ref().map(|s| (&s.ctl, !s.task.is_finished()));
+        let mut runs = self.runs.lock();
+        let latest = runs.back().map(|s| (&s.ctl, s.task_alive()));
         let ctl = choose(latest)?;
-        let before = slot.take().map(|s| s.task);
+        let before = runs.back().map(|s| s.returned.clone());
         let work = run(ctl.clone());
-        let (said, returned) = watch::channel(false);
+        let (said, returned) = watch::channel(None);
+        let ended = ctl.clone();
         let task = tokio::spawn(async move {
-            if let Some(before) = before {
-                // Its outcome was logged by its own task; only its end matters here.
-                let _ = before.await;
+            if let Some(mut before) = before {
+                // Its outcome was logged by its own task; only its end matters here (an
+                // error: it panicked, and so returned).
+                let _ = before.wait_for(Option::is_some).await;
             }
             work.await;
-            let _ = said.send(true);
+            let _ = said.send(Some(ended.pass_state()));
         });
-        *slot = Some(Spawned {
+        runs.push_back(Spawned {
+            id: NEXT_RUN_ID.fetch_add(1, Relaxed),
             ctl: ctl.clone(),
             task,
             returned,
         });
+        // A run let go of here only leaves the watchers' view: its task goes on.
+        while runs.len() > RUNS_KEPT {
+            runs.pop_front();
+        }
         Some(ctl)
     }
 
     /// Waits until the latest task returned (and so every task of the slot before it); at
     /// once when none was started.
     pub async fn drain(&self) {
-        let returned = self.latest.lock().as_ref().map(|s| s.returned.clone());
+        let returned = self.runs.lock().back().map(|s| s.returned.clone());
         if let Some(mut returned) = returned {
             // An error: the sender is gone unsaid, the task with it (a panic).
-            let _ = returned.wait_for(|&r| r).await;
+            let _ = returned.wait_for(Option::is_some).await;
         }
     }
 }
@@ -129,9 +223,9 @@ impl TaskSlot<PassControl> {
     /// alive past the pass's end (a rebuild commits its members current after its last
     /// window; a cancelled pass drains the windows in flight).
     pub fn state(&self) -> Option<PassState> {
-        let slot = self.latest.lock();
-        let s = slot.as_ref()?;
-        Some(seen_state(s.ctl.state(), !s.task.is_finished()))
+        let runs = self.runs.lock();
+        let s = runs.back()?;
+        Some(seen_state(s.ctl.state(), s.task_alive()))
     }
 }
 
@@ -263,6 +357,51 @@ mod tests {
         ctl.pause();
         slot.clone().cancel_and_drain().await;
         assert!(!slot.task_alive() && ctl.is_cancelled() && !ctl.is_paused());
+    }
+
+    /// Each run has an id of its own and, once its task returned, the state it ended in: a
+    /// resumed pass runs the same control again, which then says only the latest run's
+    /// (the observer told runs apart by their control's address, which the next one may
+    /// reuse, and missed whatever happened between two of its looks).
+    #[tokio::test]
+    async fn each_run_keeps_its_id_and_the_state_it_ended_in() {
+        let slot: TaskSlot<PassControl> = TaskSlot::default();
+        let ctl = Arc::new(PassControl::new(0));
+        slot.start(
+            |_| Some(ctl.clone()),
+            |c| async move { c.failed(&"a member went away") },
+        );
+        slot.drain().await;
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        slot.start(
+            |latest| latest.map(|(c, _)| c.clone()),
+            |_| async move {
+                let _ = wait.await;
+            },
+        );
+        let runs = slot.runs();
+        assert_eq!(runs.len(), 2);
+        assert!(runs[0].id != runs[1].id && Arc::ptr_eq(&runs[0].ctl, &runs[1].ctl));
+        assert_eq!((runs[0].state, runs[0].returned), (PassState::Failed, true));
+        // The control still says the first run's end: the second is under way.
+        assert_eq!(
+            (runs[1].state, runs[1].returned),
+            (PassState::Running, false)
+        );
+        go.send(()).unwrap();
+        slot.drain().await;
+        assert!(slot.runs().iter().all(|r| r.returned));
+        // Only the latest runs are kept, the newest last.
+        for _ in 0..RUNS_KEPT + 2 {
+            slot.start(|_| Some(Arc::new(PassControl::new(0))), |_| async {});
+        }
+        let runs = slot.runs();
+        assert_eq!(runs.len(), RUNS_KEPT);
+        assert!(runs.windows(2).all(|w| w[0].id < w[1].id));
+        assert!(Arc::ptr_eq(
+            &runs[RUNS_KEPT - 1].ctl,
+            &slot.latest().unwrap()
+        ));
     }
 
     /// A pass just spawned is alive before its first window (a reload re-rates it); a

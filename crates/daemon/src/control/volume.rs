@@ -5,7 +5,7 @@
 use super::departed::{Departed, Departures};
 use super::notes::ConfigIds;
 use super::paths::absolute_path;
-use super::task_slot::{restart, Restart, TaskSlot};
+use super::task_slot::{restart, Restart, Run, TaskSlot};
 use crate::served::ServedArray;
 use nbraid_assembly::adopt::Known;
 use nbraid_control::Refusal;
@@ -390,9 +390,9 @@ impl ControlVolume {
         self.scrub.latest()
     }
 
-    /// The latest scrub, for the service's observer (`service::observe`).
-    pub fn scrub_pass(&self) -> Option<Arc<ScrubControl>> {
-        self.scrub()
+    /// The recent scrubs, oldest first, for the service's observer (`service::observe`).
+    pub fn scrub_runs(&self) -> Vec<Run<ScrubControl>> {
+        self.scrub.runs()
     }
 
     /// The latest reshape's control (the copy into a new shape, then the grown space's
@@ -401,10 +401,10 @@ impl ControlVolume {
         self.reshape.latest()
     }
 
-    /// The latest rebuild and its state (`running` until its task returned), for the
+    /// The recent rebuilds, oldest first (each `running` until its task returned), for the
     /// service's observer.
-    pub fn rebuild_pass(&self) -> Option<(Arc<PassControl>, PassState)> {
-        Some((self.rebuild()?, self.rebuild_state()?))
+    pub fn rebuild_runs(&self) -> Vec<Run<PassControl>> {
+        self.rebuild.runs()
     }
 
     /// Scrubs the volume under `ctl` (from its position: a resumed scrub starts at its

@@ -5,7 +5,7 @@
 //! `nbraid fail` or by a remote server going away is seen the same way.
 
 use crate::control::readd::{is_remote, may_return};
-use crate::control::task_slot::TaskSlot;
+use crate::control::task_slot::Run;
 use crate::control::{ControlVolume, Controls};
 use crate::events::{Event, EventBus, EventKind};
 use nbraid_core::fail_cause::Failure;
@@ -94,11 +94,12 @@ impl PassKind {
     }
 }
 
-/// The latest pass of one kind.
+/// One run of a pass.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pass {
-    /// Tells one pass from the next (the address of its control).
-    pub instance: usize,
+    /// Tells one run from every other (the run's id, [`Run::id`]: a control's address may
+    /// be reused, and a resumed pass runs its control again).
+    pub instance: u64,
     pub state: PassState,
     /// The ids of the members it writes (rebuilds and re-add resyncs).
     pub members: Vec<String>,
@@ -123,8 +124,9 @@ impl Pass {
 pub struct VolumeSnapshot {
     pub roles: Vec<Role>,
     pub health: Health,
-    /// By [`PassKind::ALL`]'s order.
-    pub passes: [Option<Pass>; 5],
+    /// By [`PassKind::ALL`]'s order: the recent runs of each kind, oldest first — every
+    /// run since the last look, however short.
+    pub passes: [Vec<Pass>; 5],
 }
 
 impl VolumeSnapshot {
@@ -147,8 +149,9 @@ impl VolumeSnapshot {
         }
     }
 
+    /// The latest run of `kind`.
     pub fn pass(&self, kind: PassKind) -> Option<&Pass> {
-        self.passes[kind as usize].as_ref()
+        self.passes[kind as usize].last()
     }
 
     fn not_current_ids(&self) -> Vec<&str> {
@@ -250,7 +253,11 @@ pub fn changes(volume: &str, prev: &VolumeSnapshot, next: &VolumeSnapshot) -> Ve
         }
     }
     for kind in PassKind::ALL {
-        pass_changes(volume, kind, prev.pass(kind), next.pass(kind), &mut out);
+        let (before, now) = (&prev.passes[kind as usize], &next.passes[kind as usize]);
+        for n in now {
+            let p = before.iter().find(|p| p.instance == n.instance);
+            pass_changes(volume, kind, p, n, &mut out);
+        }
     }
     if prev.health != next.health {
         let failed = next.failed_ids();
@@ -285,21 +292,20 @@ pub fn changes(volume: &str, prev: &VolumeSnapshot, next: &VolumeSnapshot) -> Ve
     out
 }
 
-fn pass_changes(
-    volume: &str,
-    kind: PassKind,
-    prev: Option<&Pass>,
-    next: Option<&Pass>,
-    out: &mut Vec<Event>,
-) {
-    let Some(n) = next else { return };
+/// Whether a pass in `state` is over (it ran and stopped: it does not run again).
+fn is_over(state: PassState) -> bool {
+    !matches!(
+        state,
+        PassState::Idle | PassState::Running | PassState::Paused
+    )
+}
+
+/// The events of one run from `prev` (`None`: not seen before) to `next`. A run goes
+/// idle → running or paused → over, and each step is said once, however many of them
+/// happened between two looks.
+fn pass_changes(volume: &str, kind: PassKind, prev: Option<&Pass>, n: &Pass, out: &mut Vec<Event>) {
     let (started, finished) = kind.events();
-    let new_instance = prev.is_none_or(|p| p.instance != n.instance);
-    let was_running = !new_instance && prev.is_some_and(Pass::in_progress);
-    // A pass seen for the first time was started, even if it is over already; one over
-    // that runs again (a cancelled pass resumed) starts again.
-    let begun = (new_instance && n.state != PassState::Idle)
-        || (!new_instance && !was_running && n.in_progress());
+    let begun = prev.is_none_or(|p| p.state == PassState::Idle) && n.state != PassState::Idle;
     if begun {
         let on = match n.members.is_empty() {
             true => String::new(),
@@ -315,10 +321,16 @@ fn pass_changes(
         }
         out.push(e);
     }
-    let ended = !n.in_progress() && n.state != PassState::Idle && (begun || was_running);
+    let ended = is_over(n.state) && prev.is_none_or(|p| !is_over(p.state));
     if !ended {
         return;
     }
+    // Once a rebuild is over the array no longer names the members it wrote: as seen
+    // while it ran.
+    let members = match (n.members.is_empty(), prev) {
+        (true, Some(p)) => &p.members,
+        _ => &n.members,
+    };
     let mut detail = format!(
         "{} {} at {} of {} bytes",
         kind.name(),
@@ -333,8 +345,8 @@ fn pass_changes(
         );
     }
     let mut e = Event::new(finished, volume, detail).result(n.state.name());
-    if !n.members.is_empty() {
-        e = e.member(&n.members.join(","));
+    if !members.is_empty() {
+        e = e.member(&members.join(","));
     }
     out.push(e);
     // Blocks a checksum caught count as unreadable, not as mismatches: both are bad blocks.
@@ -348,6 +360,15 @@ fn pass_changes(
                 n.mismatches, n.unreadable, n.repaired
             ),
         ));
+    }
+}
+
+/// A run's state as events tell it: a run whose task returned before its first window
+/// (an error its task logged) failed — it was started, and it is over.
+fn run_state<C>(run: &Run<C>) -> PassState {
+    match run.state {
+        PassState::Idle if run.returned => PassState::Failed,
+        s => s,
     }
 }
 
@@ -381,51 +402,45 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
             .filter_map(|(r, _)| ids.get(*r).cloned())
             .collect()
     };
-    let pass_of =
-        |c: &Arc<nbraid_core::PassControl>, state: PassState, members: Vec<String>| Pass {
-            instance: Arc::as_ptr(c) as usize,
-            state,
-            members,
-            position_bytes: c.position_bytes(),
-            total_bytes: c.total_bytes(),
-            checked: 0,
-            mismatches: 0,
-            repaired: 0,
-            unreadable: 0,
-        };
-    let rebuild = v.rebuild_pass().map(|(c, state)| {
-        let members = role_ids(v.array().rebuilding());
-        pass_of(&c, state, members)
-    });
-    let seen = |slot: &TaskSlot<PassControl>, c: &PassControl| slot.state().unwrap_or(c.state());
-    let resync = (v.resync.latest()).map(|c| pass_of(&c, seen(&v.resync, &c), Vec::new()));
-    let readd = v.readd.latest().map(|c| {
-        let members = role_ids(v.array().returning());
-        pass_of(&c, seen(&v.readd, &c), members)
-    });
-    let scrub = v.scrub_pass().map(|c| {
-        let r = c.report();
-        Pass {
-            instance: Arc::as_ptr(&c) as usize,
-            state: r.state,
-            members: Vec::new(),
-            position_bytes: r.position_bytes,
-            total_bytes: r.total_bytes,
-            checked: r.checked,
-            mismatches: r.mismatches,
-            repaired: r.repaired,
-            unreadable: r.unreadable,
-        }
-    });
-    let reshape = v.reshape_pass().map(|c| {
-        let mut p = pass_of(&c, seen(&v.reshape, &c), Vec::new());
-        if let Some((position, total)) = v.array().reshape_progress() {
-            // Before the pass's first window its control counts nothing yet.
-            p.position_bytes = p.position_bytes.max(position);
-            p.total_bytes = p.total_bytes.max(total);
-        }
-        p
-    });
+    let pass_of = |run: &Run<PassControl>, members: &Vec<String>| Pass {
+        instance: run.id,
+        state: run_state(run),
+        members: members.clone(),
+        position_bytes: run.ctl.position_bytes(),
+        total_bytes: run.ctl.total_bytes(),
+        checked: 0,
+        mismatches: 0,
+        repaired: 0,
+        unreadable: 0,
+    };
+    let runs_of = |runs: Vec<Run<PassControl>>, members: Vec<String>| -> Vec<Pass> {
+        runs.iter().map(|run| pass_of(run, &members)).collect()
+    };
+    let rebuild = runs_of(v.rebuild_runs(), role_ids(array.rebuilding()));
+    let resync = runs_of(v.resync.runs(), Vec::new());
+    let readd = runs_of(v.readd.runs(), role_ids(array.returning()));
+    let scrub = (v.scrub_runs().iter())
+        .map(|run| {
+            let r = run.ctl.report();
+            Pass {
+                instance: run.id,
+                state: run_state(run),
+                members: Vec::new(),
+                position_bytes: r.position_bytes,
+                total_bytes: r.total_bytes,
+                checked: r.checked,
+                mismatches: r.mismatches,
+                repaired: r.repaired,
+                unreadable: r.unreadable,
+            }
+        })
+        .collect();
+    let mut reshape = runs_of(v.reshape.runs(), Vec::new());
+    if let (Some(p), Some((position, total))) = (reshape.last_mut(), array.reshape_progress()) {
+        // Before the pass's first window its control counts nothing yet.
+        p.position_bytes = p.position_bytes.max(position);
+        p.total_bytes = p.total_bytes.max(total);
+    }
     VolumeSnapshot {
         roles,
         health,
@@ -490,211 +505,5 @@ pub async fn watch(controls: Arc<Controls>, bus: Arc<EventBus>, status: impl Fn(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use nbraid_core::fail_cause::FailCause;
-
-    fn vol(failed: &[bool]) -> VolumeSnapshot {
-        let roles: Vec<Role> = failed
-            .iter()
-            .enumerate()
-            .map(|(i, &f)| Role {
-                id: format!("d{i}"),
-                failed: f,
-                current: !f,
-                remote: false,
-                failure: f.then(|| Failure {
-                    cause: FailCause::Unanswered,
-                    why: "no reply within 5s".into(),
-                }),
-            })
-            .collect();
-        let health = match failed.iter().filter(|f| **f).count() {
-            0 => Health::Optimal,
-            1 => Health::Degraded,
-            _ => Health::Failed,
-        };
-        VolumeSnapshot {
-            roles,
-            health,
-            passes: Default::default(),
-        }
-    }
-
-    fn pass(instance: usize, state: PassState) -> Pass {
-        Pass {
-            instance,
-            state,
-            members: vec!["s0".into()],
-            position_bytes: 0,
-            total_bytes: 100,
-            checked: 0,
-            mismatches: 0,
-            repaired: 0,
-            unreadable: 0,
-        }
-    }
-
-    fn kinds(events: &[Event]) -> Vec<&'static str> {
-        events.iter().map(|e| e.kind.name()).collect()
-    }
-
-    #[test]
-    fn a_failed_member_is_named_by_id_and_degrades_the_volume_once() {
-        let before = vol(&[false, false, false]);
-        let after = vol(&[false, true, false]);
-        let e = changes("db", &before, &after);
-        assert_eq!(kinds(&e), ["member-failed", "volume-degraded"]);
-        assert_eq!(e[0].member.as_deref(), Some("d1"));
-        assert!(e[1].detail.contains("d1"), "{}", e[1].detail);
-        assert!(changes("db", &after, &after).is_empty());
-    }
-
-    #[test]
-    fn a_volume_that_starts_degraded_says_so_at_the_first_look() {
-        let first = vol(&[true, false]);
-        let e = changes("db", &VolumeSnapshot::baseline(&first), &first);
-        assert_eq!(kinds(&e), ["member-failed", "volume-degraded"]);
-    }
-
-    #[test]
-    fn a_reshape_starting_pausing_and_ending_are_events() {
-        let before = vol(&[false, false, false]);
-        let mut running = before.clone();
-        let mut p = pass(3, PassState::Running);
-        p.members.clear();
-        running.passes[PassKind::Reshape as usize] = Some(p.clone());
-        let e = changes("db", &before, &running);
-        assert_eq!(kinds(&e), ["reshape-started"]);
-        assert!(e[0].detail.contains("reshape started"), "{}", e[0].detail);
-        let mut done = running.clone();
-        p.state = PassState::Done;
-        p.position_bytes = p.total_bytes;
-        done.passes[PassKind::Reshape as usize] = Some(p);
-        let e = changes("db", &running, &done);
-        assert_eq!(kinds(&e), ["reshape-finished"]);
-        assert_eq!(e[0].result.as_deref(), Some("done"));
-        assert!(changes("db", &done, &done).is_empty());
-        assert!(summary(&["db"], std::slice::from_ref(&running)).contains("reshape"));
-    }
-
-    #[test]
-    fn a_spare_taking_a_role_and_its_rebuild_are_events() {
-        let before = vol(&[false, true]);
-        let mut after = vol(&[false, false]);
-        after.roles[1].id = "s0".into();
-        after.roles[1].current = false;
-        after.health = Health::Degraded;
-        after.passes[PassKind::Rebuild as usize] = Some(pass(1, PassState::Running));
-        let e = changes("db", &before, &after);
-        assert_eq!(kinds(&e), ["spare-active", "rebuild-started"]);
-        assert_eq!(e[0].member.as_deref(), Some("s0"));
-        let mut done = after.clone();
-        done.roles[1].current = true;
-        done.health = Health::Optimal;
-        done.passes[PassKind::Rebuild as usize] = Some(pass(1, PassState::Done));
-        let e = changes("db", &after, &done);
-        assert_eq!(kinds(&e), ["rebuild-finished", "volume-optimal"]);
-        assert_eq!(e[0].result.as_deref(), Some("done"));
-        assert!(changes("db", &done, &done).is_empty());
-    }
-
-    #[test]
-    fn a_member_that_failed_and_was_taken_over_between_two_looks_is_still_said_to_fail() {
-        let before = vol(&[false, false]);
-        let mut after = vol(&[false, false]);
-        after.roles[1].id = "s0".into();
-        after.roles[1].current = false;
-        after.health = Health::Degraded;
-        let e = changes("db", &before, &after);
-        assert_eq!(
-            kinds(&e),
-            ["member-failed", "spare-active", "volume-degraded"]
-        );
-        assert_eq!(e[0].member.as_deref(), Some("d1"));
-        // A replacement swaps in rebuilt: its old member did not fail.
-        let mut replaced = vol(&[false, false]);
-        replaced.roles[1].id = "new".into();
-        assert_eq!(kinds(&changes("db", &before, &replaced)), ["spare-active"]);
-    }
-
-    #[test]
-    fn a_pass_over_between_two_looks_is_started_and_finished() {
-        let before = vol(&[false]);
-        let mut after = before.clone();
-        let mut scrub = pass(7, PassState::Done);
-        scrub.mismatches = 3;
-        after.passes[PassKind::Scrub as usize] = Some(scrub);
-        let e = changes("db", &before, &after);
-        assert_eq!(
-            kinds(&e),
-            ["scrub-started", "scrub-finished", "mismatches-found"]
-        );
-        // The next pass at the same address (the old one freed) is still a new one.
-        let mut again = after.clone();
-        again.passes[PassKind::Scrub as usize] = Some(pass(7, PassState::Running));
-        assert_eq!(kinds(&changes("db", &after, &again)), ["scrub-started"]);
-    }
-
-    /// Found by a service hunt: blocks the checksums caught count as unreadable, not as
-    /// mismatches, and raised no alarm (three rotten blocks found and repaired: no
-    /// `mismatches-found`, status "0 bad", the metrics at 0).
-    #[test]
-    fn blocks_a_checksum_caught_raise_the_alarm_too() {
-        let before = vol(&[false]);
-        let mut after = before.clone();
-        let mut scrub = pass(7, PassState::Done);
-        (scrub.unreadable, scrub.repaired) = (3, 3);
-        after.passes[PassKind::Scrub as usize] = Some(scrub);
-        let e = changes("db", &before, &after);
-        assert_eq!(
-            kinds(&e),
-            ["scrub-started", "scrub-finished", "mismatches-found"]
-        );
-        assert!(e[2].detail.contains("found 3 bad"), "{}", e[2].detail);
-    }
-
-    #[test]
-    fn a_remote_member_failing_is_unreachable_and_coming_back_is_said() {
-        let mut before = vol(&[false, false]);
-        before.roles[0].remote = true;
-        let mut after = vol(&[true, false]);
-        after.roles[0].remote = true;
-        let e = changes("db", &before, &after);
-        assert_eq!(
-            kinds(&e),
-            ["member-failed", "member-unreachable", "volume-degraded"]
-        );
-        assert_eq!(
-            kinds(&changes("db", &after, &before)),
-            ["member-back", "volume-optimal"]
-        );
-    }
-
-    #[test]
-    fn a_remote_member_that_answered_with_errors_is_said_to_stay_failed() {
-        let mut before = vol(&[false, false]);
-        before.roles[0].remote = true;
-        let mut after = vol(&[true, false]);
-        after.roles[0].remote = true;
-        after.roles[0].failure = Some(Failure {
-            cause: FailCause::Errors,
-            why: "write failed: Input/output error".into(),
-        });
-        let e = changes("db", &before, &after);
-        assert_eq!(kinds(&e), ["member-failed", "volume-degraded"]);
-        let said = &e[0].detail;
-        assert!(said.contains("Input/output error"), "{said}");
-        assert!(said.contains("stays failed until the operator"), "{said}");
-    }
-
-    #[test]
-    fn the_summary_names_failed_members_and_running_passes() {
-        let mut s = vol(&[false, true]);
-        s.passes[PassKind::Rebuild as usize] = Some(pass(1, PassState::Running));
-        assert_eq!(
-            summary(&["db"], &[s]),
-            "serving 1: db degraded (d1 failed), rebuild"
-        );
-    }
-}
+#[path = "observe_tests.rs"]
+mod tests;

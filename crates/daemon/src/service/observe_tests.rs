@@ -1,0 +1,383 @@
+use super::*;
+use nbraid_core::fail_cause::FailCause;
+
+fn vol(failed: &[bool]) -> VolumeSnapshot {
+    let roles: Vec<Role> = failed
+        .iter()
+        .enumerate()
+        .map(|(i, &f)| Role {
+            id: format!("d{i}"),
+            failed: f,
+            current: !f,
+            remote: false,
+            failure: f.then(|| Failure {
+                cause: FailCause::Unanswered,
+                why: "no reply within 5s".into(),
+            }),
+        })
+        .collect();
+    let health = match failed.iter().filter(|f| **f).count() {
+        0 => Health::Optimal,
+        1 => Health::Degraded,
+        _ => Health::Failed,
+    };
+    VolumeSnapshot {
+        roles,
+        health,
+        passes: Default::default(),
+    }
+}
+
+fn pass(instance: u64, state: PassState) -> Pass {
+    Pass {
+        instance,
+        state,
+        members: vec!["s0".into()],
+        position_bytes: 0,
+        total_bytes: 100,
+        checked: 0,
+        mismatches: 0,
+        repaired: 0,
+        unreadable: 0,
+    }
+}
+
+fn kinds(events: &[Event]) -> Vec<&'static str> {
+    events.iter().map(|e| e.kind.name()).collect()
+}
+
+#[test]
+fn a_failed_member_is_named_by_id_and_degrades_the_volume_once() {
+    let before = vol(&[false, false, false]);
+    let after = vol(&[false, true, false]);
+    let e = changes("db", &before, &after);
+    assert_eq!(kinds(&e), ["member-failed", "volume-degraded"]);
+    assert_eq!(e[0].member.as_deref(), Some("d1"));
+    assert!(e[1].detail.contains("d1"), "{}", e[1].detail);
+    assert!(changes("db", &after, &after).is_empty());
+}
+
+#[test]
+fn a_volume_that_starts_degraded_says_so_at_the_first_look() {
+    let first = vol(&[true, false]);
+    let e = changes("db", &VolumeSnapshot::baseline(&first), &first);
+    assert_eq!(kinds(&e), ["member-failed", "volume-degraded"]);
+}
+
+#[test]
+fn a_reshape_starting_pausing_and_ending_are_events() {
+    let before = vol(&[false, false, false]);
+    let mut running = before.clone();
+    let mut p = pass(3, PassState::Running);
+    p.members.clear();
+    running.passes[PassKind::Reshape as usize] = vec![p.clone()];
+    let e = changes("db", &before, &running);
+    assert_eq!(kinds(&e), ["reshape-started"]);
+    assert!(e[0].detail.contains("reshape started"), "{}", e[0].detail);
+    let mut done = running.clone();
+    p.state = PassState::Done;
+    p.position_bytes = p.total_bytes;
+    done.passes[PassKind::Reshape as usize] = vec![p];
+    let e = changes("db", &running, &done);
+    assert_eq!(kinds(&e), ["reshape-finished"]);
+    assert_eq!(e[0].result.as_deref(), Some("done"));
+    assert!(changes("db", &done, &done).is_empty());
+    assert!(summary(&["db"], std::slice::from_ref(&running)).contains("reshape"));
+}
+
+#[test]
+fn a_spare_taking_a_role_and_its_rebuild_are_events() {
+    let before = vol(&[false, true]);
+    let mut after = vol(&[false, false]);
+    after.roles[1].id = "s0".into();
+    after.roles[1].current = false;
+    after.health = Health::Degraded;
+    after.passes[PassKind::Rebuild as usize] = vec![pass(1, PassState::Running)];
+    let e = changes("db", &before, &after);
+    assert_eq!(kinds(&e), ["spare-active", "rebuild-started"]);
+    assert_eq!(e[0].member.as_deref(), Some("s0"));
+    let mut done = after.clone();
+    done.roles[1].current = true;
+    done.health = Health::Optimal;
+    done.passes[PassKind::Rebuild as usize] = vec![pass(1, PassState::Done)];
+    let e = changes("db", &after, &done);
+    assert_eq!(kinds(&e), ["rebuild-finished", "volume-optimal"]);
+    assert_eq!(e[0].result.as_deref(), Some("done"));
+    assert!(changes("db", &done, &done).is_empty());
+}
+
+#[test]
+fn a_member_that_failed_and_was_taken_over_between_two_looks_is_still_said_to_fail() {
+    let before = vol(&[false, false]);
+    let mut after = vol(&[false, false]);
+    after.roles[1].id = "s0".into();
+    after.roles[1].current = false;
+    after.health = Health::Degraded;
+    let e = changes("db", &before, &after);
+    assert_eq!(
+        kinds(&e),
+        ["member-failed", "spare-active", "volume-degraded"]
+    );
+    assert_eq!(e[0].member.as_deref(), Some("d1"));
+    // A replacement swaps in rebuilt: its old member did not fail.
+    let mut replaced = vol(&[false, false]);
+    replaced.roles[1].id = "new".into();
+    assert_eq!(kinds(&changes("db", &before, &replaced)), ["spare-active"]);
+}
+
+#[test]
+fn a_pass_over_between_two_looks_is_started_and_finished() {
+    let before = vol(&[false]);
+    let mut after = before.clone();
+    let mut scrub = pass(7, PassState::Done);
+    scrub.mismatches = 3;
+    after.passes[PassKind::Scrub as usize] = vec![scrub];
+    let e = changes("db", &before, &after);
+    assert_eq!(
+        kinds(&e),
+        ["scrub-started", "scrub-finished", "mismatches-found"]
+    );
+    // The next pass (its own run id) is a new one, and the last one is not told again.
+    let mut again = after.clone();
+    again.passes[PassKind::Scrub as usize].push(pass(8, PassState::Running));
+    assert_eq!(kinds(&changes("db", &after, &again)), ["scrub-started"]);
+}
+
+/// A run first seen idle (spawned, before its first window) and next seen over was
+/// started and finished: every step of a run is told once, however many happened between
+/// two looks.
+#[test]
+fn a_run_seen_idle_then_over_is_started_and_finished() {
+    let idle = |state| {
+        let mut v = vol(&[false]);
+        v.passes[PassKind::Rebuild as usize] = vec![pass(4, state)];
+        v
+    };
+    let (first, done) = (idle(PassState::Idle), idle(PassState::Done));
+    assert!(
+        changes("db", &vol(&[false]), &first).is_empty(),
+        "not begun yet"
+    );
+    assert_eq!(
+        kinds(&changes("db", &first, &done)),
+        ["rebuild-started", "rebuild-finished"]
+    );
+    assert!(changes("db", &done, &done).is_empty());
+    // Idle, then running, then paused, then over: one start, one finish.
+    let steps = [
+        PassState::Idle,
+        PassState::Running,
+        PassState::Paused,
+        PassState::Running,
+        PassState::Cancelled,
+    ];
+    let said: Vec<&str> = (steps.windows(2))
+        .flat_map(|w| kinds(&changes("db", &idle(w[0]), &idle(w[1]))))
+        .collect();
+    assert_eq!(said, ["rebuild-started", "rebuild-finished"]);
+}
+
+/// A run seen running, then over and followed by the next run before the next look: the
+/// first is said to finish, the second to start (its finish comes when it ends).
+#[test]
+fn a_run_replaced_between_two_looks_is_finished_and_the_next_started() {
+    let mut before = vol(&[false]);
+    before.passes[PassKind::Readd as usize] = vec![pass(1, PassState::Running)];
+    let mut after = before.clone();
+    after.passes[PassKind::Readd as usize] =
+        vec![pass(1, PassState::Cancelled), pass(2, PassState::Running)];
+    let e = changes("db", &before, &after);
+    assert_eq!(kinds(&e), ["resync-finished", "resync-started"]);
+    assert_eq!(e[0].result.as_deref(), Some("cancelled"));
+    // Two whole runs between two looks: each started and finished, in order.
+    let mut two = before.clone();
+    two.passes[PassKind::Readd as usize] = vec![
+        pass(1, PassState::Done),
+        pass(2, PassState::Failed),
+        pass(3, PassState::Done),
+    ];
+    assert_eq!(
+        kinds(&changes("db", &before, &two)),
+        [
+            "resync-finished",
+            "resync-started",
+            "resync-finished",
+            "resync-started",
+            "resync-finished"
+        ]
+    );
+}
+
+/// A rebuild's finish names the members it wrote, though the array no longer does once
+/// it is over.
+#[test]
+fn a_finished_rebuild_names_the_members_it_wrote() {
+    let mut before = vol(&[false, false]);
+    before.passes[PassKind::Rebuild as usize] = vec![pass(1, PassState::Running)];
+    let mut after = before.clone();
+    let mut done = pass(1, PassState::Done);
+    done.members.clear();
+    after.passes[PassKind::Rebuild as usize] = vec![done];
+    let e = changes("db", &before, &after);
+    assert_eq!(kinds(&e), ["rebuild-finished"]);
+    assert_eq!(e[0].member.as_deref(), Some("s0"));
+}
+
+/// Found by a service hunt: blocks the checksums caught count as unreadable, not as
+/// mismatches, and raised no alarm (three rotten blocks found and repaired: no
+/// `mismatches-found`, status "0 bad", the metrics at 0).
+#[test]
+fn blocks_a_checksum_caught_raise_the_alarm_too() {
+    let before = vol(&[false]);
+    let mut after = before.clone();
+    let mut scrub = pass(7, PassState::Done);
+    (scrub.unreadable, scrub.repaired) = (3, 3);
+    after.passes[PassKind::Scrub as usize] = vec![scrub];
+    let e = changes("db", &before, &after);
+    assert_eq!(
+        kinds(&e),
+        ["scrub-started", "scrub-finished", "mismatches-found"]
+    );
+    assert!(e[2].detail.contains("found 3 bad"), "{}", e[2].detail);
+}
+
+#[test]
+fn a_remote_member_failing_is_unreachable_and_coming_back_is_said() {
+    let mut before = vol(&[false, false]);
+    before.roles[0].remote = true;
+    let mut after = vol(&[true, false]);
+    after.roles[0].remote = true;
+    let e = changes("db", &before, &after);
+    assert_eq!(
+        kinds(&e),
+        ["member-failed", "member-unreachable", "volume-degraded"]
+    );
+    assert_eq!(
+        kinds(&changes("db", &after, &before)),
+        ["member-back", "volume-optimal"]
+    );
+}
+
+#[test]
+fn a_remote_member_that_answered_with_errors_is_said_to_stay_failed() {
+    let mut before = vol(&[false, false]);
+    before.roles[0].remote = true;
+    let mut after = vol(&[true, false]);
+    after.roles[0].remote = true;
+    after.roles[0].failure = Some(Failure {
+        cause: FailCause::Errors,
+        why: "write failed: Input/output error".into(),
+    });
+    let e = changes("db", &before, &after);
+    assert_eq!(kinds(&e), ["member-failed", "volume-degraded"]);
+    let said = &e[0].detail;
+    assert!(said.contains("Input/output error"), "{said}");
+    assert!(said.contains("stays failed until the operator"), "{said}");
+}
+
+#[test]
+fn the_summary_names_failed_members_and_running_passes() {
+    let mut s = vol(&[false, true]);
+    s.passes[PassKind::Rebuild as usize] = vec![pass(1, PassState::Running)];
+    assert_eq!(
+        summary(&["db"], &[s]),
+        "serving 1: db degraded (d1 failed), rebuild"
+    );
+}
+
+/// Volume `r1`: a RAID 1 of two 8 MiB memory members, `d0` and `d1` (a scrub of it is over
+/// in milliseconds, well within one look).
+async fn tiny_mirror() -> ControlVolume {
+    use crate::served::ServedArray;
+    use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta};
+    use nbraid_core::{Member, MemoryMember};
+    const MIB: u64 = 1 << 20;
+    let mut metas = Vec::new();
+    for i in 0..2 {
+        let m = Arc::new(MemoryMember::new(format!("m{i}"), 9 * MIB)) as Arc<dyn Member>;
+        metas.push(MemberMeta::load(m).await);
+    }
+    let leaves = (0..2)
+        .map(|i| nbraid_layout::Node::member(i, MIB, 8 * MIB))
+        .collect();
+    let tree = nbraid_layout::Node::mirror(leaves).unwrap();
+    let opts = ArrayOptions::default();
+    let (array, _) = Array::create("r1", tree, metas, opts.clone(), true, &|_, _| {})
+        .await
+        .unwrap();
+    let served = Arc::new(ServedArray::new(Arc::new(array), opts));
+    ControlVolume::new(
+        "r1".into(),
+        "raid1".into(),
+        served,
+        vec!["d0".into(), "d1".into()],
+        vec!["active"; 2],
+        crate::control::StartReport::default(),
+    )
+}
+
+/// Waits (5 s at most) until the observer sees the volume's latest scrub in `state`.
+async fn scrub_seen(v: &ControlVolume, state: PassState) {
+    for _ in 0..500 {
+        if snapshot(v)
+            .pass(PassKind::Scrub)
+            .is_some_and(|p| p.state == state)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the scrub never showed {}", state.name());
+}
+
+fn scrub(v: &ControlVolume) -> Arc<nbraid_core::ScrubControl> {
+    let ctl = v.new_scrub(false, nbraid_core::PassRate::default());
+    v.start_scrub(ctl.clone()).unwrap();
+    ctl
+}
+
+/// Found by a service hunt: two scrubs of a tiny volume run in a row within one look said
+/// one start and one finish (the observer saw only the latest pass).
+#[tokio::test]
+async fn two_passes_between_two_looks_are_each_started_and_finished() {
+    let v = tiny_mirror().await;
+    let before = VolumeSnapshot::baseline(&snapshot(&v));
+    scrub(&v);
+    scrub_seen(&v, PassState::Done).await;
+    scrub(&v);
+    scrub_seen(&v, PassState::Done).await;
+    let e = changes("r1", &before, &snapshot(&v));
+    assert_eq!(
+        kinds(&e),
+        [
+            "scrub-started",
+            "scrub-finished",
+            "scrub-started",
+            "scrub-finished"
+        ]
+    );
+}
+
+/// Found by a service hunt ("a start without a finish"): a pass seen running, then
+/// cancelled and replaced by a new one before the next look, never said it finished.
+#[tokio::test]
+async fn a_pass_replaced_between_two_looks_is_said_to_finish() {
+    let v = tiny_mirror().await;
+    let ctl = v.new_scrub(false, nbraid_core::PassRate::default());
+    ctl.pause();
+    v.start_scrub(ctl.clone()).unwrap();
+    scrub_seen(&v, PassState::Paused).await;
+    let seen = snapshot(&v);
+    ctl.cancel();
+    ctl.resume();
+    scrub_seen(&v, PassState::Cancelled).await;
+    scrub(&v);
+    scrub_seen(&v, PassState::Done).await;
+    let e = changes("r1", &seen, &snapshot(&v));
+    assert_eq!(
+        kinds(&e),
+        ["scrub-finished", "scrub-started", "scrub-finished"]
+    );
+    assert_eq!(e[0].result.as_deref(), Some("cancelled"));
+    assert_eq!(e[2].result.as_deref(), Some("done"));
+}
