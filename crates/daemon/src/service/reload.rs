@@ -6,17 +6,21 @@
 //! and to systemd (`RELOADING=1` … `READY=1`). A config that no longer loads changes
 //! nothing (a `config-refused` event says why).
 //!
-//! [`plan`] decides (a pure function of the config the daemon started with, the live
-//! settings now, and the new config); [`Reloader::reload`] carries the plan out.
+//! [`plan`] decides (a pure function of the config the daemon started with, the volumes as
+//! they run now, the live settings now, and the new config); [`Reloader::reload`] carries
+//! the plan out. A volume is compared with what it is now, not with how it started: after
+//! a spare took a failed member's role the config `nbraid status` advises (the spare among
+//! the members) reloads cleanly, and the spare is not "removed" from the role it holds.
 
 use super::hook::HookQueue;
 use super::metrics::MetricsListener;
 use super::notify::Notifier;
-use crate::control::Controls;
+use crate::control::{ControlVolume, Controls};
 use crate::events::{Event, EventBus, EventKind};
 use nbraid_config::{self as config, Config};
 use nbraid_control::Request;
 use nbraid_core::PassRate;
+use nbraid_layout::Node;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -78,6 +82,65 @@ impl Live {
     }
 }
 
+/// A served volume as its records say it is now: who serves each role (a spare that took a
+/// failed member's role, a member added at run time), its level and layout after an online
+/// reshape, its size. What a new config's volume is compared with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunningVolume {
+    pub name: String,
+    /// By role: the id of what serves it and its file.
+    pub members: Vec<(String, PathBuf)>,
+    /// The level's name as the config writes it (`raid5`, `tree`).
+    pub level: String,
+    /// The layout by role (strips, regions; not who holds the roles).
+    pub root: Node,
+    pub capacity_bytes: u64,
+    /// Opened again since the start (an online reshape): its layout and size are the
+    /// records' now, no longer the started config's.
+    pub reopened: bool,
+}
+
+impl RunningVolume {
+    /// Volume `v` now.
+    pub fn of(v: &ControlVolume) -> RunningVolume {
+        let array = v.array();
+        let vol = array.volume();
+        let paths = (0..vol.member_count()).map(|r| PathBuf::from(v.member_path(r)));
+        RunningVolume {
+            name: v.name.clone(),
+            members: v.member_ids().into_iter().zip(paths).collect(),
+            level: v.level(),
+            root: vol.geometry().root().clone(),
+            capacity_bytes: vol.capacity(),
+            reopened: v.served.swaps() > 0,
+        }
+    }
+
+    /// The volumes of `c` as it declares them: what a daemon just started on it runs.
+    pub fn declared(c: &Config) -> Vec<RunningVolume> {
+        (c.volumes.iter())
+            .map(|v| RunningVolume {
+                name: v.name.clone(),
+                members: (v.members.iter())
+                    .map(|&m| (c.members[m].id.clone(), c.members[m].path.clone()))
+                    .collect(),
+                level: v.kind_name().to_string(),
+                root: v.geometry.root().clone(),
+                capacity_bytes: v.capacity(),
+                reopened: false,
+            })
+            .collect()
+    }
+
+    fn ids(&self) -> Vec<&str> {
+        self.members.iter().map(|(id, _)| id.as_str()).collect()
+    }
+
+    fn holds_a_role(&self, id: &str) -> bool {
+        self.members.iter().any(|(m, _)| m == id)
+    }
+}
+
 /// One change a reload makes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
@@ -114,10 +177,12 @@ pub struct Plan {
     pub at_restart: Vec<String>,
 }
 
-/// What reloading `new` does to a daemon that started with `started` and runs with `live`.
-/// Live settings are compared with `live`; the rest with `started` (what the volumes were
-/// assembled with), so a change that waits for a restart is said at every reload until then.
-pub fn plan(started: &Config, live: &Live, new: &Config) -> Plan {
+/// What reloading `new` does to a daemon that started with `started`, whose volumes are
+/// `running` now, and that runs with `live`. Live settings are compared with `live`; who
+/// holds the roles, the level, the layout and the size with `running` (what the records
+/// say); the rest with `started` (what the volumes were assembled with), so a change that
+/// waits for a restart is said at every reload until then.
+pub fn plan(started: &Config, running: &[RunningVolume], live: &Live, new: &Config) -> Plan {
     let wanted = Live::of(new);
     let mut p = Plan::default();
     if wanted.on_event != live.on_event {
@@ -137,25 +202,37 @@ pub fn plan(started: &Config, live: &Live, new: &Config) -> Plan {
                 rate: w.rebuild_rate,
             });
         }
-        for s in now.spares.iter().filter(|s| !w.spares.contains(s)) {
+        // A spare that took a role is a member now: neither removed nor added as a spare.
+        let serving = |s: &Spare| {
+            (running.iter().find(|r| r.name == w.name)).is_some_and(|r| r.holds_a_role(&s.id))
+        };
+        for s in now
+            .spares
+            .iter()
+            .filter(|s| !w.spares.contains(s) && !serving(s))
+        {
             p.changes.push(Change::RemoveSpare {
                 volume: w.name.clone(),
                 spare: s.clone(),
             });
         }
-        for s in w.spares.iter().filter(|s| !now.spares.contains(s)) {
+        for s in w
+            .spares
+            .iter()
+            .filter(|s| !now.spares.contains(s) && !serving(s))
+        {
             p.changes.push(Change::AddSpare {
                 volume: w.name.clone(),
                 spare: s.clone(),
             });
         }
     }
-    p.at_restart = at_restart(started, new);
+    p.at_restart = at_restart(started, running, new);
     p
 }
 
 /// What differs between `started` and `new` that a running daemon cannot change.
-fn at_restart(started: &Config, new: &Config) -> Vec<String> {
+fn at_restart(started: &Config, running: &[RunningVolume], new: &Config) -> Vec<String> {
     let mut out = Vec::new();
     let restart = "takes effect at a restart";
     if started.listen != new.listen {
@@ -173,9 +250,10 @@ fn at_restart(started: &Config, new: &Config) -> Vec<String> {
         out.push(format!("control (the control socket) {restart}"));
     }
     for v in &new.volumes {
-        match started.volumes.iter().find(|o| o.name == v.name) {
-            None => out.push(format!("volume {} is new: a restart assembles it", v.name)),
-            Some(o) => out.extend(volume_at_restart(started, o, new, v)),
+        let old = started.volumes.iter().find(|o| o.name == v.name);
+        match (old, running.iter().find(|r| r.name == v.name)) {
+            (Some(o), Some(now)) => out.extend(volume_at_restart((started, o), now, (new, v))),
+            _ => out.push(format!("volume {} is new: a restart assembles it", v.name)),
         }
     }
     for o in &started.volumes {
@@ -189,36 +267,34 @@ fn at_restart(started: &Config, new: &Config) -> Vec<String> {
     out
 }
 
-/// What differs in one volume that a running daemon cannot change.
+/// What differs in one volume that a running daemon cannot change: who holds the roles,
+/// the level, the layout and the size as `now` runs, the rest as `old` started.
 fn volume_at_restart(
-    started: &Config,
-    old: &config::Volume,
-    new: &Config,
-    v: &config::Volume,
+    (started, old): (&Config, &config::Volume),
+    now: &RunningVolume,
+    (new, v): (&Config, &config::Volume),
 ) -> Vec<String> {
     let name = &v.name;
     let mut out = Vec::new();
-    let (old_ids, new_ids) = (old.member_ids(started), v.member_ids(new));
+    let (now_ids, new_ids) = (now.ids(), v.member_ids(new));
     let geometry = "the geometry is in the superblocks: a restart refuses a config that \
                     disagrees with them";
-    if old_ids != new_ids {
+    // The records put each member in its role whatever order the config lists it in, and a
+    // spare that took a role serves it listed among the members or still among the spares
+    // (a restart says to move it): the members change when one serving now is listed in
+    // neither, or the roles are more or fewer.
+    let listed =
+        |id: &&str| new_ids.contains(id) || v.heal.spares.iter().any(|&s| new.members[s].id == *id);
+    let same_members = now_ids.len() == new_ids.len() && now_ids.iter().all(listed);
+    if !same_members {
         out.push(format!(
             "{name}: members [{}] → [{}]: a served volume's members change with `nbraid add`, \
              `replace` and `remove`; the config's list is read at a restart",
-            old_ids.join(", "),
+            now_ids.join(", "),
             new_ids.join(", ")
         ));
     } else {
-        let moved: Vec<&str> = old
-            .members
-            .iter()
-            .zip(&v.members)
-            .filter(|(&a, &b)| {
-                let (a, b) = (&started.members[a], &new.members[b]);
-                a.path != b.path || a.size != b.size
-            })
-            .map(|(&a, _)| started.members[a].id.as_str())
-            .collect();
+        let moved = moved_members(started, now, (new, v));
         if !moved.is_empty() {
             out.push(format!(
                 "{name}: the path or size of {} changed: members are opened at a restart",
@@ -226,20 +302,24 @@ fn volume_at_restart(
             ));
         }
     }
-    if old.kind_name() != v.kind_name() {
+    if now.level != v.kind_name() {
         out.push(format!(
             "{name}: level {} → {}: {geometry}",
-            old.kind_name(),
+            now.level,
             v.kind_name()
         ));
-    } else if old_ids == new_ids && old.tree_text(started) != v.tree_text(new) {
+    } else if same_members && layout_differs(old, now, v, now_ids == new_ids) {
         out.push(format!(
             "{name}: layout {} → {} (strip, tree): {geometry}",
             old.tree_text(started),
             v.tree_text(new)
         ));
     }
-    if old.requested != v.requested || old.capacity() != v.capacity() {
+    let resized = match now.reopened {
+        true => now.capacity_bytes != v.capacity(),
+        false => old.requested != v.requested || old.capacity() != v.capacity(),
+    };
+    if resized {
         out.push(format!("{name}: size: {geometry}"));
     }
     let fields: [(&str, bool); 5] = [
@@ -258,6 +338,39 @@ fn volume_at_restart(
         }
     }
     out
+}
+
+/// The members of `v` (in `new`) whose path or size differs from what serves now: a
+/// member of the started config compared with its entry there (path and size), one added
+/// at run time with the file it is served from.
+fn moved_members<'a>(
+    started: &Config,
+    now: &RunningVolume,
+    (new, v): (&'a Config, &config::Volume),
+) -> Vec<&'a str> {
+    (v.members.iter().map(|&m| &new.members[m]))
+        .filter(|m| match started.members.iter().find(|o| o.id == m.id) {
+            Some(o) => o.path != m.path || o.size != m.size,
+            None => (now.members.iter()).any(|(id, path)| *id == m.id && *path != m.path),
+        })
+        .map(|m| m.id.as_str())
+        .collect()
+}
+
+/// Whether `v`'s layout (strips, tree, regions; not who holds the roles) differs from the
+/// running one: the one `old` started with, or the records' once a reshape opened the
+/// volume again — compared when `v` lists the members in their roles' order (the records'
+/// tree is by role).
+fn layout_differs(
+    old: &config::Volume,
+    now: &RunningVolume,
+    v: &config::Volume,
+    by_role: bool,
+) -> bool {
+    match now.reopened && by_role {
+        true => *v.geometry.root() != now.root,
+        false => v.geometry.root() != old.geometry.root(),
+    }
 }
 
 /// A rate as the config writes it.
@@ -338,7 +451,13 @@ impl Reloader {
         let loaded = tokio::task::spawn_blocking(move || nbraid_assembly::pins::load(&file)).await;
         let new =
             (loaded.map_err(|e| format!("reading the config: {e}"))?).map_err(|e| e.to_string())?;
-        let p = plan(&self.started, &self.live, &new);
+        let running: Vec<RunningVolume> = self
+            .controls
+            .volumes
+            .iter()
+            .map(RunningVolume::of)
+            .collect();
+        let p = plan(&self.started, &running, &self.live, &new);
         let mut out = Outcome {
             at_restart: p.at_restart,
             ..Outcome::default()
@@ -465,156 +584,5 @@ pub async fn watch(mut hangup: tokio::signal::unix::Signal, mut reloader: Reload
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::Path;
-
-    const BASE: &str = "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\
-        [[member]]\nid = \"d0\"\npath = \"memory:\"\nsize = \"64MiB\"\n\
-        [[member]]\nid = \"d1\"\npath = \"memory:\"\nsize = \"64MiB\"\n\
-        [[member]]\nid = \"d2\"\npath = \"memory:\"\nsize = \"64MiB\"\n\
-        [[member]]\nid = \"s0\"\npath = \"memory:\"\nsize = \"64MiB\"\n\
-        [[volume]]\nname = \"db\"\nlevel = \"raid5\"\nmembers = [\"d0\", \"d1\", \"d2\"]\n";
-
-    fn parse(text: &str) -> Config {
-        config::parse(text, Path::new("/etc/nbraid/t.toml")).unwrap()
-    }
-
-    fn plan_of(old: &str, new: &str) -> Plan {
-        let old = parse(old);
-        plan(&old, &Live::of(&old), &parse(new))
-    }
-
-    #[test]
-    fn the_same_config_changes_nothing() {
-        assert_eq!(plan_of(BASE, BASE), Plan::default());
-    }
-
-    #[test]
-    fn a_new_rebuild_rate_is_live() {
-        let new = format!("{BASE}rebuild_rate = \"200MiB\"\n");
-        let p = plan_of(BASE, &new);
-        assert_eq!(
-            p.changes,
-            [Change::RebuildRate {
-                volume: "db".into(),
-                rate: PassRate::limit(200 << 20)
-            }]
-        );
-        assert!(p.at_restart.is_empty(), "{:?}", p.at_restart);
-        assert_eq!(p.changes[0].describe(), "db: rebuild_rate now 200 MiB/s");
-    }
-
-    #[test]
-    fn the_hook_and_the_metrics_listener_are_live() {
-        let new = BASE.replace(
-            "[daemon]\n",
-            "[daemon]\nmetrics_listen = \"9187\"\non_event = \"/bin/true\"\n",
-        );
-        let p = plan_of(BASE, &new);
-        assert_eq!(
-            p.changes,
-            [
-                Change::Hook(Some("/bin/true".into())),
-                Change::Metrics(Some("127.0.0.1:9187".parse().unwrap())),
-            ]
-        );
-        assert!(p.at_restart.is_empty());
-        let back = plan_of(&new, BASE);
-        assert_eq!(back.changes, [Change::Hook(None), Change::Metrics(None)]);
-    }
-
-    #[test]
-    fn spares_listed_or_unlisted_are_added_or_removed() {
-        let with = format!("{BASE}spares = [\"s0\"]\n");
-        let p = plan_of(BASE, &with);
-        assert!(
-            matches!(&p.changes[..], [Change::AddSpare { volume, spare }] if volume == "db" && spare.id == "s0"),
-            "{:?}",
-            p.changes
-        );
-        let p = plan_of(&with, BASE);
-        assert!(
-            matches!(&p.changes[..], [Change::RemoveSpare { spare, .. }] if spare.id == "s0"),
-            "{:?}",
-            p.changes
-        );
-        assert!(p.at_restart.is_empty());
-    }
-
-    #[test]
-    fn geometry_members_and_listeners_wait_for_a_restart_and_nothing_of_them_changes() {
-        let new = BASE.replace("unix:nbd.sock", "unix:other.sock").replace(
-            "level = \"raid5\"",
-            "level = \"raid5\"\nstrip_size = \"128KiB\"",
-        );
-        let p = plan_of(BASE, &new);
-        assert!(p.changes.is_empty(), "{:?}", p.changes);
-        let text = p.at_restart.join("\n");
-        assert!(
-            text.contains("listen (the NBD listeners) takes effect at a restart"),
-            "{text}"
-        );
-        assert!(
-            text.contains("db: layout") && text.contains("superblocks"),
-            "{text}"
-        );
-        let fewer = BASE.replace("\"d0\", \"d1\", \"d2\"", "\"d0\", \"d1\", \"s0\"");
-        let text = plan_of(BASE, &fewer).at_restart.join("\n");
-        assert!(
-            text.contains("db: members [d0, d1, d2] → [d0, d1, s0]"),
-            "{text}"
-        );
-        let policy = BASE.replace("level = \"raid5\"", "level = \"raid1\"");
-        let text = plan_of(BASE, &policy).at_restart.join("\n");
-        assert!(text.contains("db: level raid5 → raid1"), "{text}");
-    }
-
-    #[test]
-    fn a_change_waiting_for_a_restart_is_said_again_while_live_ones_are_made_once() {
-        let old = parse(BASE);
-        let new = parse(&format!(
-            "{}rebuild_rate = \"10MiB\"\n",
-            BASE.replace("unix:nbd.sock", "unix:other.sock")
-        ));
-        let first = plan(&old, &Live::of(&old), &new);
-        assert_eq!(first.changes.len(), 1);
-        // Once made, the live settings are the new config's.
-        let again = plan(&old, &Live::of(&new), &new);
-        assert!(again.changes.is_empty());
-        assert_eq!(again.at_restart, first.at_restart);
-    }
-
-    #[test]
-    fn a_volume_added_or_gone_waits_for_a_restart() {
-        let more = format!(
-            "{}[[volume]]\nname = \"scratch\"\nlevel = \"raid0\"\nmembers = [\"d0\", \"d1\"]\n",
-            BASE.replace(
-                "members = [\"d0\", \"d1\", \"d2\"]\n",
-                "members = [\"d0\", \"d1\", \"d2\"]\nsize = \"32MiB\"\n"
-            )
-        );
-        let text = plan_of(BASE, &more).at_restart.join("\n");
-        assert!(text.contains("volume scratch is new"), "{text}");
-        let text = plan_of(&more, BASE).at_restart.join("\n");
-        assert!(
-            text.contains("volume scratch is no longer in the config"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn the_outcome_says_what_changed_what_failed_and_what_waits() {
-        let out = Outcome {
-            changed: vec!["db: rebuild_rate now 10 MiB/s".into()],
-            failed: vec!["db: spare s1 added: in use".into()],
-            at_restart: vec!["listen (the NBD listeners) takes effect at a restart".into()],
-        };
-        assert_eq!(
-            out.summary(),
-            "changed: db: rebuild_rate now 10 MiB/s. not changed: db: spare s1 added: in use. \
-             waiting for a restart: listen (the NBD listeners) takes effect at a restart"
-        );
-        assert_eq!(Outcome::default().summary(), "nothing changed live");
-    }
-}
+#[path = "reload_tests.rs"]
+mod tests;
