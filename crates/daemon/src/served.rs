@@ -10,7 +10,7 @@
 //! records on disk say what the next start serves, and the old array must not write again.
 
 use nbraid_core::metadata::{newest_record, Array, ArrayError, ArrayOptions, MemberMeta, Probe};
-use nbraid_core::VolumeError;
+use nbraid_core::{CounterSnapshot, VolumeCounters, VolumeError};
 use nbraid_layout::Node;
 use parking_lot::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +30,10 @@ pub struct ServedArray {
     /// When the array served now was opened, and by what: its counters (I/O, read and
     /// checksum errors and repairs) count from then — they are not recorded on disk.
     opened: RwLock<(SystemTime, Opened)>,
+    /// What the arrays served before the one served now counted and it does not go on
+    /// from (added at each swap, when the old array is quiet): with the current array's,
+    /// counts that never go back ([`Self::counts`]).
+    earlier: parking_lot::Mutex<Counts>,
 }
 
 /// What opened the array a volume serves now ([`ServedArray::opened`]).
@@ -69,7 +73,18 @@ impl ServedArray {
             options: RwLock::new(options),
             swaps: AtomicU64::new(0),
             opened: RwLock::new((SystemTime::now(), Opened::Start)),
+            earlier: parking_lot::Mutex::default(),
         }
+    }
+
+    /// Everything the volume counted since the daemon started: the array served now, plus
+    /// what the arrays it replaced counted — counters that only grow, whatever reshape
+    /// opened the volume again.
+    pub fn counts(&self) -> Counts {
+        // Under the lock a swap holds while it carries and replaces: never the new array
+        // without its carry, nor the old one with it.
+        let earlier = self.earlier.lock();
+        earlier.plus(&Counts::of(&self.get()))
     }
 
     /// When the array served now was opened, and by what (its counters count from then).
@@ -126,7 +141,12 @@ impl ServedArray {
         match open_again(&name, members, opts).await {
             Ok(array) => {
                 let array = Arc::new(array);
+                // Quiet: the old array counts nothing more.
+                let ended = Counts::of(&self.get());
+                let mut earlier = self.earlier.lock();
+                earlier.carry(&ended, &Counts::of(&array));
                 *self.current.write() = array.clone();
+                drop(earlier);
                 *self.opened.write() = (SystemTime::now(), Opened::Reopen);
                 self.swaps.fetch_add(1, Ordering::Release);
                 Ok(array)
@@ -138,6 +158,114 @@ impl ServedArray {
                 Err(e)
             }
         }
+    }
+}
+
+/// An array's counters at one moment: the volume's, and each member's by its name (its
+/// path: it stays the member's whatever role it holds).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub volume: VolumeCounters,
+    /// Requests and bytes sent to the member, and the read errors it returned.
+    pub members: Vec<(String, CounterSnapshot, u64)>,
+}
+
+impl Counts {
+    /// `array`'s counters now.
+    pub fn of(array: &Array) -> Counts {
+        let vol = array.volume();
+        let read_errors = vol.member_read_errors();
+        let members = (vol.member_counters().into_iter().enumerate())
+            .map(|(r, c)| {
+                let errors = read_errors.get(r).copied().unwrap_or(0);
+                (vol.member(r).name().to_string(), c, errors)
+            })
+            .collect();
+        Counts {
+            volume: vol.counters(),
+            members,
+        }
+    }
+
+    /// The counts of member `name`, if it has any.
+    pub fn member(&self, name: &str) -> Option<(CounterSnapshot, u64)> {
+        (self.members.iter())
+            .find(|(n, _, _)| n == name)
+            .map(|&(_, c, e)| (c, e))
+    }
+
+    /// These counts added to `now`'s (its members' by name; `in_flight` is `now`'s).
+    pub fn plus(&self, now: &Counts) -> Counts {
+        let members = (now.members.iter())
+            .map(|(name, c, errors)| {
+                let (before, before_errors) = self.member(name).unwrap_or_default();
+                (name.clone(), add_member(*c, before), errors + before_errors)
+            })
+            .collect();
+        Counts {
+            volume: add_volume(now.volume, self.volume),
+            members,
+        }
+    }
+
+    /// Adds what array `ended` counted that `started`, the array opened in its place, does
+    /// not go on counting from (a fresh volume starts at 0; a member's own counters may
+    /// carry on): added to the array served now, the earlier arrays' counts never go back.
+    pub fn carry(&mut self, ended: &Counts, started: &Counts) {
+        let lost = |a: u64, b: u64| a.saturating_sub(b);
+        self.volume = add_volume(self.volume, map_volume(ended.volume, started.volume, lost));
+        for (name, c, errors) in &ended.members {
+            let (now, now_errors) = started.member(name).unwrap_or_default();
+            let gone = (map_member(*c, now, lost), lost(*errors, now_errors));
+            match self.members.iter_mut().find(|(n, _, _)| n == name) {
+                Some((_, c, e)) => (*c, *e) = (add_member(*c, gone.0), *e + gone.1),
+                None => self.members.push((name.clone(), gone.0, gone.1)),
+            }
+        }
+    }
+}
+
+/// `a` and `b` field by field through `f`.
+fn map_volume(a: VolumeCounters, b: VolumeCounters, f: impl Fn(u64, u64) -> u64) -> VolumeCounters {
+    VolumeCounters {
+        reads: f(a.reads, b.reads),
+        read_bytes: f(a.read_bytes, b.read_bytes),
+        writes: f(a.writes, b.writes),
+        write_bytes: f(a.write_bytes, b.write_bytes),
+        flushes: f(a.flushes, b.flushes),
+        trims: f(a.trims, b.trims),
+        write_zeroes: f(a.write_zeroes, b.write_zeroes),
+        errors: f(a.errors, b.errors),
+        repairs: f(a.repairs, b.repairs),
+    }
+}
+
+fn add_volume(a: VolumeCounters, b: VolumeCounters) -> VolumeCounters {
+    map_volume(a, b, |x, y| x + y)
+}
+
+/// `a` and `b` field by field through `f`; `in_flight` is `a`'s (a gauge: not carried).
+fn map_member(
+    a: CounterSnapshot,
+    b: CounterSnapshot,
+    f: impl Fn(u64, u64) -> u64,
+) -> CounterSnapshot {
+    CounterSnapshot {
+        reads: f(a.reads, b.reads),
+        read_bytes: f(a.read_bytes, b.read_bytes),
+        writes: f(a.writes, b.writes),
+        write_bytes: f(a.write_bytes, b.write_bytes),
+        flushes: f(a.flushes, b.flushes),
+        trims: f(a.trims, b.trims),
+        errors: f(a.errors, b.errors),
+        in_flight: 0,
+    }
+}
+
+fn add_member(a: CounterSnapshot, b: CounterSnapshot) -> CounterSnapshot {
+    CounterSnapshot {
+        in_flight: a.in_flight,
+        ..map_member(a, b, |x, y| x + y)
     }
 }
 
@@ -201,6 +329,45 @@ mod tests {
     use nbraid_core::{Member, MemoryMember};
 
     const MIB: u64 = 1 << 20;
+
+    /// What an array that ended counted is carried: a fresh volume's counters start at 0
+    /// (all carried), a member's own counters may go on (only what the new array does not
+    /// count from is carried); a member gone keeps its counts for when it serves again.
+    #[test]
+    fn an_ended_array_s_counts_are_carried_once() {
+        let member = |reads, errors| {
+            let c = CounterSnapshot {
+                reads,
+                in_flight: 3,
+                ..Default::default()
+            };
+            (c, errors)
+        };
+        let counts = |writes, members: &[(&str, u64, u64)]| Counts {
+            volume: VolumeCounters {
+                writes,
+                ..Default::default()
+            },
+            members: (members.iter())
+                .map(|&(n, reads, errors)| {
+                    let (c, e) = member(reads, errors);
+                    (n.to_string(), c, e)
+                })
+                .collect(),
+        };
+        let ended = counts(10, &[("a", 7, 2), ("b", 5, 1)]);
+        // The next array: a fresh volume, member a's own counters going on, read errors
+        // (the array's) from 0; b is not in it.
+        let started = counts(0, &[("a", 7, 0)]);
+        let mut earlier = Counts::default();
+        earlier.carry(&ended, &started);
+        let now = earlier.plus(&counts(4, &[("a", 9, 1)]));
+        assert_eq!(now.volume.writes, 14);
+        let (a, a_errors) = now.member("a").unwrap();
+        assert_eq!((a.reads, a_errors, a.in_flight), (9, 3, 3));
+        assert!(now.member("b").is_none(), "not served now");
+        assert_eq!(earlier.member("b").map(|(c, e)| (c.reads, e)), Some((5, 1)));
+    }
 
     /// Two memory members, their superblocks loaded once (as a start shares them between
     /// the volumes on them).

@@ -6,7 +6,7 @@ use super::departed::{Departed, Departures};
 use super::notes::ConfigIds;
 use super::paths::absolute_path;
 use super::task_slot::{restart, Restart, Run, TaskSlot};
-use crate::served::ServedArray;
+use crate::served::{Counts, ServedArray};
 use nbraid_assembly::adopt::Known;
 use nbraid_control::Refusal;
 use nbraid_core::metadata::{Array, ArrayError};
@@ -125,6 +125,13 @@ impl ControlVolume {
     /// one step only.
     pub fn array(&self) -> Arc<Array> {
         self.served.get()
+    }
+
+    /// Everything the volume counted since the daemon started (I/O, errors, repairs; each
+    /// member's requests and read errors): the arrays an online reshape replaced included,
+    /// so a counter never goes back ([`ServedArray::counts`]).
+    pub fn counts(&self) -> Counts {
+        self.served.counts()
     }
 
     /// The level's name (`raid6`).

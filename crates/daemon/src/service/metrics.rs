@@ -9,6 +9,7 @@
 use super::latency::{Latencies, Op, BOUNDS_NS};
 use super::observe::{snapshot, Health, PassKind, VolumeSnapshot};
 use crate::control::Controls;
+use crate::served::Counts;
 use nbraid_core::{CacheUsage, VolumeCounters};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -170,7 +171,10 @@ fn volume_metrics(m: &mut Families, v: &crate::control::ControlVolume) {
         &[("volume", name)],
         vol.capacity() as f64,
     );
-    request_metrics(m, name, &vol.counters());
+    // Counted since the daemon started, the arrays a reshape replaced included: a
+    // counter never goes back.
+    let counts = v.counts();
+    request_metrics(m, name, &counts.volume);
     cache_metrics(m, name, &vol.cache_usage());
     m.gauge(
         "nbraid_volume_spares",
@@ -179,7 +183,7 @@ fn volume_metrics(m: &mut Families, v: &crate::control::ControlVolume) {
         v.array().spare_count() as f64,
     );
     pass_metrics(m, name, &s);
-    member_metrics(m, v, &s);
+    member_metrics(m, v, &s, &counts);
 }
 
 /// A gauge per state the volume can be in, 1 for the one it is in.
@@ -296,11 +300,16 @@ fn pass_metrics(m: &mut Families, name: &str, s: &VolumeSnapshot) {
     );
 }
 
-fn member_metrics(m: &mut Families, v: &crate::control::ControlVolume, s: &VolumeSnapshot) {
+/// Each member's state, then what it was asked and returned since the daemon started
+/// (`counts`, by its file: whatever role it holds, whatever array served it).
+fn member_metrics(
+    m: &mut Families,
+    v: &crate::control::ControlVolume,
+    s: &VolumeSnapshot,
+    counts: &Counts,
+) {
     let array = v.array();
     let vol = array.volume();
-    let counters = vol.member_counters();
-    let read_errors = vol.member_read_errors();
     for (r, role) in s.roles.iter().enumerate() {
         let role_text = r.to_string();
         let labels = [
@@ -322,7 +331,12 @@ fn member_metrics(m: &mut Families, v: &crate::control::ControlVolume, s: &Volum
                 f64::from(u8::from(st == state)),
             );
         }
-        let Some(c) = counters.get(r) else { continue };
+        if r >= vol.member_count() {
+            continue;
+        }
+        let Some((c, read_errors)) = counts.member(vol.member(r).name()) else {
+            continue;
+        };
         for (op, n) in [
             ("read", c.reads),
             ("write", c.writes),
@@ -356,7 +370,7 @@ fn member_metrics(m: &mut Families, v: &crate::control::ControlVolume, s: &Volum
             "nbraid_member_read_errors_total",
             "Read errors the member returned (repaired or not).",
             &labels,
-            read_errors.get(r).copied().unwrap_or(0),
+            read_errors,
         );
         m.gauge(
             "nbraid_member_in_flight",
@@ -366,6 +380,10 @@ fn member_metrics(m: &mut Families, v: &crate::control::ControlVolume, s: &Volum
         );
     }
 }
+
+#[cfg(test)]
+#[path = "metrics_counter_tests.rs"]
+mod counter_tests;
 
 /// How long a scraper may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
