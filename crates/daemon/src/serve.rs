@@ -11,7 +11,11 @@ use crate::nbd::{
 };
 use crate::served::ServedArray;
 use crate::service::{
-    hook::HookQueue, latency::Latencies, metrics, notify::Notifier, observe, reload,
+    hook::{HookQueue, HookRuns, HOOK_EXIT_GRACE},
+    latency::Latencies,
+    metrics,
+    notify::Notifier,
+    observe, reload,
 };
 use anyhow::{Context, Result};
 use nbraid_assembly::assemble::{assemble_with, Assembled, StartOptions};
@@ -186,14 +190,16 @@ async fn serve(
         },
     };
     let metrics = metrics::MetricsListener::start(config.service.metrics_listen, scraped).await?;
+    // Every hook run, for the exit to wait for and stop (a reload's hook too).
+    let hooks = Arc::new(HookRuns::default());
     let events = Arc::new(EventBus::new(
-        config.service.on_event.clone().map(HookQueue::start),
+        (config.service.on_event.clone()).map(|p| HookQueue::start(p, hooks.clone())),
     ));
     let control = ControlServer::bind(&config.control)?.with_events(events.clone());
     announce(&config, &names, &listeners, &tls);
     let mut background =
         Background::start(&controls, control, events.clone(), &metrics, &notifier).await;
-    let reloader = reload::Reloader::new(&config, &controls, events, metrics, &notifier);
+    let reloader = reload::Reloader::new(&config, &controls, events, metrics, &notifier, &hooks);
     background
         .service
         .push(tokio::spawn(reload::watch(hangup, reloader)));
@@ -230,6 +236,8 @@ async fn serve(
         let _ = t.await;
     }
     background.stop().await;
+    // Outside systemd nothing else stops the hook's processes.
+    hooks.stop(HOOK_EXIT_GRACE).await;
     for t in tasks {
         t.await.context("listener task")?;
     }

@@ -12,7 +12,7 @@
 //! a spare took a failed member's role the config `nbraid status` advises (the spare among
 //! the members) reloads cleanly, and the spare is not "removed" from the role it holds.
 
-use super::hook::HookQueue;
+use super::hook::{HookQueue, HookRuns};
 use super::metrics::MetricsListener;
 use super::notify::Notifier;
 use crate::control::{ControlVolume, Controls};
@@ -422,6 +422,8 @@ pub struct Reloader {
     pub events: Arc<EventBus>,
     pub metrics: MetricsListener,
     pub notifier: Arc<Notifier>,
+    /// Where every hook queue counts its runs (a reload's new hook too).
+    pub hooks: Arc<HookRuns>,
 }
 
 impl Reloader {
@@ -431,6 +433,7 @@ impl Reloader {
         events: Arc<EventBus>,
         metrics: MetricsListener,
         notifier: &Arc<Notifier>,
+        hooks: &Arc<HookRuns>,
     ) -> Reloader {
         Reloader {
             file: started.file.clone(),
@@ -440,6 +443,7 @@ impl Reloader {
             events,
             metrics,
             notifier: notifier.clone(),
+            hooks: hooks.clone(),
         }
     }
 
@@ -507,7 +511,9 @@ impl Reloader {
                 self.live_volume(name).spares.retain(|s| s != spare);
             }
             Change::Hook(program) => {
-                self.events.set_hook(program.clone().map(HookQueue::start));
+                let hooks = &self.hooks;
+                let queue = program.clone().map(|p| HookQueue::start(p, hooks.clone()));
+                self.events.set_hook(queue);
                 self.live.on_event = program.clone();
             }
             Change::Metrics(addr) => {
