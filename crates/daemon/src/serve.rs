@@ -224,8 +224,11 @@ async fn serve(
     );
     // A member that does not answer can hold the drain for long: a second signal must not
     // leave the operator only SIGKILL.
+    let hooks_at_cut = hooks.clone();
     let second_signal = tokio::spawn(async move {
         wait_for_stop(&mut stop).await;
+        // No grace for the hooks either, but no orphans: their process groups go too.
+        hooks_at_cut.stop(Duration::ZERO).await;
         exit_cut_short()
     });
     let drained = server.shutdown_with_grace(SHUTDOWN_GRACE).await;
