@@ -288,11 +288,8 @@ fn announce(config: &Config, names: &[String], listeners: &[Listener], tls: &[Se
         let uris: Vec<String> = listeners
             .iter()
             .zip(tls)
-            .map(|(l, tls)| match tls.mode {
-                // Clients must upgrade: say so in the scheme (nbds://, nbds+unix://).
-                TlsMode::Required => l.uri(name).replacen("nbd", "nbds", 1),
-                _ => l.uri(name),
-            })
+            // Clients must upgrade: say so in the scheme (nbds://, nbds+unix://).
+            .map(|(l, tls)| l.export_uri(name, tls.mode == TlsMode::Required))
             .collect();
         say(format_args!("  {name}: {}", uris.join("  ")));
     }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use tokio::net::{TcpListener, UnixListener};
 
+use crate::client::uri::{Address, Uri};
 use crate::error::ServerError;
 
 /// A bound listener, ready for [`Server::serve`].
@@ -68,15 +69,33 @@ impl Listener {
 
     /// The client URI of export `name` on this listener.
     pub fn uri(&self, name: &str) -> String {
-        match self {
-            Listener::Unix { path, .. } => {
-                format!("nbd+unix:///{name}?socket={}", path.display())
-            }
+        self.export_uri(name, false)
+    }
+
+    /// The client URI of export `name` on this listener, `nbds` when `tls` (clients must
+    /// upgrade). Built as a [`Uri`] so the name and socket path are percent-encoded: a raw
+    /// space, `?`, `#` or `%` would give a URI no client reads back as this export.
+    pub fn export_uri(&self, name: &str, tls: bool) -> String {
+        let address = match self {
+            Listener::Unix { path, .. } => Address::Unix(path.clone()),
             Listener::Tcp(l) => match l.local_addr() {
-                Ok(a) => format!("nbd://{a}/{name}"),
-                Err(_) => format!("nbd://?/{name}"),
+                Ok(a) => Address::Tcp {
+                    host: a.ip().to_string(),
+                    port: a.port(),
+                },
+                Err(_) => Address::Tcp {
+                    host: "?".into(),
+                    port: 0,
+                },
             },
-        }
+        };
+        let uri = Uri {
+            address,
+            export: name.to_string(),
+            tls,
+            params: Vec::new(),
+        };
+        uri.to_string()
     }
 }
 
@@ -201,6 +220,36 @@ mod tests {
         };
         assert_eq!(rc, 0, "{}", io::Error::last_os_error());
         v as usize
+    }
+
+    #[tokio::test]
+    async fn export_names_and_socket_paths_are_percent_encoded_in_uris() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a b.sock");
+        let l = Listener::bind_unix(&path).unwrap();
+        let name = "my vol?#%é/x";
+        let uri = l.uri(name);
+        assert!(
+            uri.starts_with("nbd+unix:///my%20vol%3F%23%25%C3%A9/x?socket="),
+            "{uri}"
+        );
+        assert!(uri.ends_with("a%20b.sock"), "{uri}");
+        let back = Uri::parse(&uri).unwrap();
+        assert_eq!(back.export, name);
+        assert_eq!(back.address, Address::Unix(path.canonicalize().unwrap()));
+        assert!(l.export_uri("v", true).starts_with("nbds+unix:///v?"));
+
+        let t = Listener::bind_tcp("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let port = t.tcp_addr().unwrap().port();
+        assert_eq!(t.uri("a b"), format!("nbd://127.0.0.1:{port}/a%20b"));
+        assert_eq!(Uri::parse(&t.uri(name)).unwrap().export, name);
+        let v6 = Listener::bind_tcp("[::1]:0".parse().unwrap()).await;
+        if let Ok(v6) = v6 {
+            let port = v6.tcp_addr().unwrap().port();
+            assert_eq!(v6.export_uri("r5", true), format!("nbds://[::1]:{port}/r5"));
+        }
     }
 
     #[test]
