@@ -68,6 +68,38 @@ pub(crate) fn remote_settings(
     })
 }
 
+/// Why remote member `uri`'s `socket=` path cannot be connected to (too long for a Unix
+/// socket address, like a listener's), if it cannot. Only `+unix` URIs have one; its value
+/// may be percent-encoded, as the URI parser reads it.
+pub(crate) fn socket_problem(uri: &str) -> Option<String> {
+    let (scheme, rest) = uri.trim().split_once("://")?;
+    if !scheme.ends_with("+unix") {
+        return None;
+    }
+    let (_, query) = rest.split_once('?')?;
+    let raw = query.split('&').find_map(|kv| kv.strip_prefix("socket="))?;
+    let path = percent_decode(raw).unwrap_or_else(|| raw.to_string());
+    crate::listen::unix_path_problem(std::path::Path::new(&path))
+}
+
+/// `s` with its `%XX` escapes decoded; `None` if one is malformed or the result is not UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 fn timeout(t: &Spanned<RawSize>, who: &str) -> Result<Duration, Problem> {
     let bad = |msg: String| {
         Problem::new(
@@ -159,5 +191,33 @@ mod tests {
                 "{extra}: located at the key: {text}"
             );
         }
+    }
+
+    #[test]
+    fn a_unix_socket_path_too_long_to_connect_to_is_refused() {
+        let long = format!("/{}", "s".repeat(107)); // 108 bytes
+        for path in [
+            format!("nbd+unix:///x?socket={long}"),
+            format!(
+                "nbds+unix:///x?tls-certificates=/d&socket={}",
+                long.replace('/', "%2F")
+            ),
+        ] {
+            let e = member(&path, "").expect_err(&path);
+            assert_eq!(e.kind(), Some(ErrorKind::MemberPath), "{e}");
+            let text = e.to_string();
+            assert!(
+                text.contains("is 108 bytes") && text.contains("at most 107"),
+                "{text}"
+            );
+            assert!(
+                text.contains("member \"a\"") && text.contains("t.toml:3:"),
+                "{text}"
+            );
+        }
+        let fits = format!("/{}", "s".repeat(106)); // 107 bytes
+        assert!(member(&format!("nbd+unix:///x?socket={fits}"), "").is_ok());
+        // A TCP URI's query has no socket to check.
+        assert!(member(&format!("nbd://h/x?socket={long}"), "").is_ok());
     }
 }

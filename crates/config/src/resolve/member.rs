@@ -88,6 +88,13 @@ fn locate(cx: &Cx, raw: &RawMember, who: &str, id: &str) -> R<(String, PathBuf, 
     let (path, probed) = if path_text.trim() == MEMORY_PATH {
         (PathBuf::from(MEMORY_PATH), Probe::Memory)
     } else if crate::model::is_remote(&path_text) {
+        if let Some(why) = crate::remote_member::socket_problem(&path_text) {
+            return Err(Problem::new(
+                raw.path.span(),
+                ErrorKind::MemberPath,
+                format!("{who}: socket=: {why}"),
+            ));
+        }
         (PathBuf::from(path_text.trim()), Probe::Remote)
     } else {
         let path = normalize(&cx.base.join(&path_text));
