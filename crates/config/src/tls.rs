@@ -100,9 +100,10 @@ pub(crate) fn resolve(
     }
     if let (Some(dir), Some(key)) = (&s.certificates, &raw.tls_certificates) {
         let is_file = |p: &Path| p.is_file();
-        let missing = s
-            .any_on()
-            .then(|| missing_certificate(dir, s.verify_clients, is_file));
+        let missing = s.any_on().then(|| {
+            folder_problem(dir, found_at(dir))
+                .or_else(|| missing_certificate(dir, s.verify_clients, is_file))
+        });
         if let Some(why) = missing.flatten() {
             let given = key.get_ref();
             return Err(bad(
@@ -121,6 +122,40 @@ fn certificate_files(verify_clients: bool) -> &'static [&'static str] {
         true => &["server-cert.pem", "server-key.pem", "ca-cert.pem"],
         false => &["server-cert.pem", "server-key.pem"],
     }
+}
+
+/// What is at the certificates' folder's path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Found {
+    Nothing,
+    Folder,
+    /// A file, or something else that is not a folder.
+    NotFolder,
+}
+
+/// What is at `dir` (links followed). A path that cannot be looked at (no permission)
+/// counts as a folder: its files' checks then name what cannot be read.
+fn found_at(dir: &Path) -> Found {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Found::Folder,
+        Ok(_) => Found::NotFolder,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Found::Nothing,
+        Err(_) => Found::Folder,
+    }
+}
+
+/// Why the certificates' folder `dir` is unusable as a folder (`found`: what is there), so a
+/// missing or mistyped folder is not reported as a folder lacking its first file.
+fn folder_problem(dir: &Path, found: Found) -> Option<String> {
+    let what = match found {
+        Found::Folder => return None,
+        Found::Nothing => "does not exist",
+        Found::NotFolder => "is not a folder",
+    };
+    Some(format!(
+        "{} {what}; give the folder that holds server-cert.pem and server-key.pem",
+        dir.display()
+    ))
 }
 
 /// Which file the certificates' folder `dir` lacks (`is_file` says what is there), so a
@@ -221,6 +256,34 @@ mod tests {
         assert_eq!(missing_certificate(dir, false, both), None);
         let e = missing_certificate(dir, true, both).unwrap();
         assert!(e.contains("has no ca-cert.pem (tls_verify_clients"), "{e}");
+    }
+
+    #[test]
+    fn a_certificates_folder_that_is_missing_or_not_a_folder_is_said_so() {
+        let dir = Path::new("/etc/pki");
+        assert_eq!(folder_problem(dir, Found::Folder), None);
+        let e = folder_problem(dir, Found::Nothing).unwrap();
+        assert!(e.starts_with("/etc/pki does not exist;"), "{e}");
+        let e = folder_problem(dir, Found::NotFolder).unwrap();
+        assert!(e.starts_with("/etc/pki is not a folder;"), "{e}");
+
+        let tmp = tempfile::tempdir().unwrap();
+        let text = "[daemon]\nlisten = [\"tcp:127.0.0.1:10809\"]\ntls = \"required\"\n\
+                    tls_certificates = \"pki\"\n[[member]]\nid = \"d0\"\npath = \"memory:\"\n\
+                    size = \"8MiB\"\n[[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"d0\"]\n";
+        let file = tmp.path().join("a.toml");
+        let pki = tmp.path().join("pki");
+        let e = crate::parse(text, &file).expect_err("refused").to_string();
+        assert!(
+            e.contains(&format!("{} does not exist", pki.display())),
+            "{e}"
+        );
+        std::fs::write(&pki, "").unwrap();
+        let e = crate::parse(text, &file).expect_err("refused").to_string();
+        assert!(
+            e.contains(&format!("{} is not a folder", pki.display())),
+            "{e}"
+        );
     }
 
     #[test]
