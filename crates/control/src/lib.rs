@@ -13,8 +13,9 @@
 //! A request is an object `{"v": 1, "op": "...", ...}`; a reply is `{"v": 1, "ok": true, ...}`
 //! or `{"v": 1, "ok": false, "error": {"code": "...", "message": "..."}}`. Anything that is not
 //! a request of version 1 gets an error reply naming what is wrong; the connection stays open.
-//! A client reads a reply only after [`check_reply`]: one of another version, or of no
-//! reply's shape, is an error naming what it is.
+//! A client reads a reply only after [`check_reply`] (a followed `events` line after
+//! [`check_streamed`]): one of another version, or of no reply's shape, is an error naming
+//! what it is.
 //!
 //! | op | fields | reply |
 //! |---|---|---|
@@ -41,7 +42,7 @@
 //! the daemon starts by itself; a rebuild already running keeps its rate.
 
 mod reply;
-pub use reply::{check_reply, BadReply};
+pub use reply::{check_reply, check_streamed, BadReply};
 
 use nbraid_core::PassRate;
 use serde::{Deserialize, Serialize};

@@ -57,20 +57,7 @@ pub fn check_reply(reply: &Value) -> Result<(), BadReply> {
     let Value::Object(o) = reply else {
         return Err(shape("not a JSON object"));
     };
-    match o.get("v") {
-        None => return Err(shape("no version field \"v\"")),
-        Some(v) => match v.as_u64() {
-            Some(VERSION) => {}
-            Some(theirs) => {
-                let said = o.get("error").and_then(|e| e["message"].as_str());
-                return Err(BadReply::Version {
-                    theirs,
-                    said: said.map(str::to_string),
-                });
-            }
-            None => return Err(shape("its version field \"v\" is not a whole number")),
-        },
-    }
+    check_version(o, shape)?;
     match o.get("ok") {
         Some(Value::Bool(true)) => Ok(()),
         Some(Value::Bool(false)) => {
@@ -82,6 +69,49 @@ pub fn check_reply(reply: &Value) -> Result<(), BadReply> {
             }
         }
         _ => Err(shape("no \"ok\" true or false")),
+    }
+}
+
+/// Checks `line`, one the daemon streams unasked after a followed `events` reply, is of
+/// [`VERSION`] and is an event (`"event"`: its name) or a `"lagged"` count: such lines have
+/// no `"ok"`, but a daemon of another release may shape them otherwise all the same.
+pub fn check_streamed(line: &Value) -> Result<(), BadReply> {
+    let shape = |why| BadReply::Shape {
+        why,
+        reply: quoted(line),
+    };
+    let Value::Object(o) = line else {
+        return Err(shape("not a JSON object"));
+    };
+    check_version(o, shape)?;
+    match (o.get("event"), o.get("lagged")) {
+        (Some(Value::String(_)), None) => Ok(()),
+        (None, Some(n)) if n.is_u64() => Ok(()),
+        _ => Err(shape(
+            "neither an event (\"event\": its name) nor a \"lagged\" count",
+        )),
+    }
+}
+
+/// The version check every line from the daemon passes first; `shape` names a line with no
+/// readable version.
+fn check_version(
+    o: &serde_json::Map<String, Value>,
+    shape: impl Fn(&'static str) -> BadReply,
+) -> Result<(), BadReply> {
+    match o.get("v") {
+        None => Err(shape("no version field \"v\"")),
+        Some(v) => match v.as_u64() {
+            Some(VERSION) => Ok(()),
+            Some(theirs) => {
+                let said = o.get("error").and_then(|e| e["message"].as_str());
+                Err(BadReply::Version {
+                    theirs,
+                    said: said.map(str::to_string),
+                })
+            }
+            None => Err(shape("its version field \"v\" is not a whole number")),
+        },
     }
 }
 
@@ -142,5 +172,25 @@ mod tests {
         let long = json!({"x": "y".repeat(1000)});
         let text = check_reply(&long).unwrap_err().to_string();
         assert!(text.len() < 500 && text.ends_with("..."), "{text}");
+    }
+
+    #[test]
+    fn streamed_event_lines_are_checked_for_version_and_shape() {
+        let event = json!({"v": 1, "event": "member_failed", "volume": "r5", "detail": ""});
+        assert_eq!(check_streamed(&event), Ok(()));
+        assert_eq!(check_streamed(&json!({"v": 1, "lagged": 3})), Ok(()));
+        let newer = json!({"v": 2, "event": "member_failed"});
+        let text = check_streamed(&newer).unwrap_err().to_string();
+        assert!(text.contains("version 2, this nbraid version 1"), "{text}");
+        for (line, why) in [
+            (json!("x"), "not a JSON object"),
+            (json!({"event": "x"}), "no version field"),
+            (json!({"v": 1}), "neither an event"),
+            (json!({"v": 1, "event": 7}), "neither an event"),
+            (json!({"v": 1, "lagged": "many"}), "neither an event"),
+        ] {
+            let text = check_streamed(&line).unwrap_err().to_string();
+            assert!(text.contains(why), "{line}: {text}");
+        }
     }
 }

@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use nbraid_control::{check_reply, ErrorBody, Request};
+use nbraid_control::{check_reply, check_streamed, ErrorBody, Request};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -71,9 +71,10 @@ impl Client {
         if read_line_bounded(&mut self.reader, &mut line, REPLY_BYTES_MAX)? == 0 {
             return Ok(None);
         }
-        Ok(Some(
-            serde_json::from_str(&line).context("the daemon's line is not JSON")?,
-        ))
+        let v: Value = serde_json::from_str(&line).context("the daemon's line is not JSON")?;
+        // As for replies: a daemon of another release may mean other things by the fields.
+        check_streamed(&v)?;
+        Ok(Some(v))
     }
 
     /// Sends a request; the reply, or its refusal as an error ([`Refused`]).
@@ -204,6 +205,22 @@ mod tests {
         assert!(err.contains("no \"ok\""), "{err}");
         let (_dir, mut c) = answering(r#"{"v":1,"ok":true,"volumes":[]}"#);
         assert!(c.call(&status).is_ok());
+    }
+
+    /// Followed event lines pass the same version check as replies: one of another release
+    /// is an error naming both versions, not printed as a `?` event.
+    #[test]
+    fn a_streamed_line_of_another_version_is_an_error_naming_it() {
+        // `answering` writes its line once it has read one.
+        let asked = |c: &mut Client| c.writer.write_all(b"{}\n").unwrap();
+        let (_dir, mut c) = answering(r#"{"v":2,"event":"member_failed","volume":"r5"}"#);
+        asked(&mut c);
+        let err = c.next_line().expect_err("another version").to_string();
+        assert!(err.contains("version 2, this nbraid version 1"), "{err}");
+        let (_dir, mut c) = answering(r#"{"v":1,"event":"member_failed","volume":"r5"}"#);
+        asked(&mut c);
+        let v = c.next_line().unwrap().expect("a line");
+        assert_eq!(v["event"], "member_failed");
     }
 
     /// A peer streaming bytes with no newline is cut off at the bound, not read into memory
