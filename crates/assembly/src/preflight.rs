@@ -8,7 +8,6 @@
 //! answer, or answers with an export it cannot use, is unreachable to the check as to the
 //! start.
 
-use crate::member::AssembleError;
 use crate::plan::{self, Found, Plan, Refusal};
 use crate::{added, records, remote};
 use futures::FutureExt;
@@ -128,6 +127,9 @@ pub struct RemoteRead {
     pub contents: DiskContents,
     /// Said when the start could not use it: which member, at which URI, and why.
     pub unavailable: Option<String>,
+    /// What its server said of the export on that connection (also when the export is
+    /// unusable), or why it did not answer: `nbraid check` describes servers from it.
+    pub described: Result<nbraid_remote::Probe, String>,
 }
 
 /// Every member on an NBD server that a volume uses, read once (all at once, as the start
@@ -152,28 +154,42 @@ pub fn read_remotes(config: &Config) -> Vec<Option<RemoteRead>> {
 }
 
 /// Remote member `m`, connected as the start connects it (its size, the volumes' block
-/// size, its timeout) and its superblock read as the start reads it; nothing is written.
+/// size, its timeout; one connection, not its `connections`) and its superblock read as the start reads it; nothing is written.
 async fn read_remote(config: &Config, m: &nbraid_config::Member) -> RemoteRead {
-    let source = match remote::open_remote(config, m).await {
+    // One connection reads the superblock and describes the server: the extra ones a
+    // multi-conn server would get serve I/O, which a check does not do.
+    let opts = nbraid_remote::RemoteOptions {
+        connections: 1,
+        ..remote::remote_options(config, m)
+    };
+    let (described, opened) =
+        nbraid_remote::RemoteMember::connect_described(&m.path_text, Some(m.size), &opts).await;
+    match opened {
         Ok(member) => {
+            let described = described.or_else(|| member.probe());
             let meta = MemberMeta::load(Arc::new(member)).await;
-            return RemoteRead {
+            RemoteRead {
                 probe: meta.probe().clone(),
                 contents: meta.contents(),
                 unavailable: None,
-            };
+                described: described.ok_or_else(|| "no export information".to_string()),
+            }
         }
-        Err(AssembleError::Remote { source, .. }) => source,
-        Err(e) => {
-            let why = e.to_string();
-            return unavailable(m, "UNUSABLE", why);
+        Err(source) => {
+            let why = source.to_string();
+            let word = remote::unavailable_word(&source);
+            unavailable(m, word, why.clone(), described.ok_or(why))
         }
-    };
-    unavailable(m, remote::unavailable_word(&source), source.to_string())
+    }
 }
 
 /// A remote member the start would not use (`word`: UNREACHABLE or UNUSABLE, `why`).
-fn unavailable(m: &nbraid_config::Member, word: &str, why: String) -> RemoteRead {
+fn unavailable(
+    m: &nbraid_config::Member,
+    word: &str,
+    why: String,
+    described: Result<nbraid_remote::Probe, String>,
+) -> RemoteRead {
     RemoteRead {
         contents: DiskContents::Unknown(format!("unreachable: {why}")),
         unavailable: Some(format!(
@@ -181,6 +197,7 @@ fn unavailable(m: &nbraid_config::Member, word: &str, why: String) -> RemoteRead
             m.id, m.path_text
         )),
         probe: Probe::Unreachable(why),
+        described,
     }
 }
 

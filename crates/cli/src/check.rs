@@ -57,13 +57,10 @@ pub fn run(file: &Path, json: bool, draw: bool, rows: Option<u64>) -> Result<Str
         }
         Err(e) => return Err(e.into()),
     };
-    // The remote members' superblocks are read through NBD as the start reads them, while
-    // their servers are described.
-    let (remote, remotes) = std::thread::scope(|s| {
-        let reads = s.spawn(|| nbraid_assembly::preflight::read_remotes(&config));
-        let remote = remote_members(&config);
-        (remote, reads.join().expect("a remote read does not panic"))
-    });
+    // The remote members' superblocks are read through NBD as the start reads them, and
+    // their servers described from those same connections.
+    let remotes = nbraid_assembly::preflight::read_remotes(&config);
+    let remote = remote_members(&config, &remotes);
     let records = crate::records::look_with(&config, &remotes);
     let out = report(&config, &records, &remote, json, draw.then_some(rows))?;
     match refused(&records) {
@@ -137,7 +134,8 @@ fn report(
     Ok(out)
 }
 
-/// How long `check` waits for a remote member's server.
+/// How long `check` waits for the server of a remote member no volume uses (the others are
+/// connected to with their own `timeout`, as the start connects them).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A remote member as its server describes it (or why it could not be reached).
@@ -184,16 +182,26 @@ impl Remote {
     }
 }
 
-/// Connects to every remote member once (in parallel threads, each bounded).
-fn remote_members(config: &config::Config) -> Vec<Remote> {
+/// Every remote member's server, described: a member a volume uses from the connection
+/// its superblock was read on (`reads`, by config member index), so no server is asked
+/// twice; one no volume uses (not read) by a probe of its own, all at once, each bounded.
+fn remote_members(
+    config: &config::Config,
+    reads: &[Option<nbraid_assembly::preflight::RemoteRead>],
+) -> Vec<Remote> {
     let handles: Vec<_> = config
         .members
         .iter()
-        .filter(|m| m.state == config::MemberStorage::Remote)
-        .map(|m| {
+        .enumerate()
+        .filter(|(_, m)| m.state == config::MemberStorage::Remote)
+        .map(|(i, m)| {
             let (id, uri) = (m.id.clone(), m.path_text.clone());
+            let read = reads.get(i).and_then(Option::as_ref);
+            let described = read.map(|r| r.described.clone());
             std::thread::spawn(move || {
-                let probe = nbraid_remote::probe(&uri, PROBE_TIMEOUT).map_err(|e| e.to_string());
+                let probe = described.unwrap_or_else(|| {
+                    nbraid_remote::probe(&uri, PROBE_TIMEOUT).map_err(|e| e.to_string())
+                });
                 Remote { id, uri, probe }
             })
         })

@@ -232,10 +232,24 @@ impl RemoteMember {
         len: Option<u64>,
         opts: &RemoteOptions,
     ) -> Result<RemoteMember, RemoteError> {
+        Self::connect_described(uri, len, opts).await.1
+    }
+
+    /// [`RemoteMember::connect`], with what the server said of the export whenever it
+    /// answered — also when the export cannot be used (too small, read-only, blocks that do
+    /// not fit): `nbraid check` describes each server from the connection it reads the
+    /// member on, rather than connecting again to ask.
+    pub async fn connect_described(
+        uri: &str,
+        len: Option<u64>,
+        opts: &RemoteOptions,
+    ) -> (Option<Probe>, Result<RemoteMember, RemoteError>) {
         let rt = runtime();
         let (uri, opts) = (uri.to_string(), opts.clone());
         conn::enter(rt.clone(), async move {
-            Self::connect_in(rt, &uri, len, &opts).await
+            let mut described = None;
+            let member = Self::connect_in(rt, &uri, len, &opts, &mut described).await;
+            (described, member)
         })
         .await
     }
@@ -245,6 +259,7 @@ impl RemoteMember {
         uri: &str,
         len: Option<u64>,
         opts: &RemoteOptions,
+        described: &mut Option<Probe>,
     ) -> Result<RemoteMember, RemoteError> {
         let parsed = Uri::parse(uri).map_err(|e| connect_error(uri, e))?;
         let first = tokio::time::timeout(opts.timeout, conn::connect(&parsed))
@@ -252,6 +267,7 @@ impl RemoteMember {
             .map_err(|_| connect_error(uri, timed_out(opts.timeout)))?
             .map_err(|e| connect_error(uri, e))?;
         let info = first.info().clone();
+        *described = Some(Probe::of(&info, parsed.tls));
         let len = len.unwrap_or(info.size);
         check_export(uri, &info, len, opts.block_size)?;
         let count = if info.has(TFLAG_CAN_MULTI_CONN) {
