@@ -10,10 +10,10 @@
 mod common;
 
 use common::arrays::{create_first, write_clean};
-use common::{level_tree, Breaking, KIB, MIB};
+use common::{level_tree, named, BadSpot, Breaking, KIB, MIB};
 use futures::executor::block_on;
 use nbraid_core::metadata::{Array, ArrayOptions, METADATA_AREA_BYTES};
-use nbraid_core::Buf;
+use nbraid_core::{Buf, CacheMode, Member, MemoryMember, Volume, VolumeOptions};
 use nbraid_layout::{Level, Node};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -134,4 +134,86 @@ fn under_parity_the_member_is_failed_whatever_it_costs() {
         a.volume().member_is_failed(1),
         "a write d1 refused leaves d2's parity stale against it"
     );
+}
+
+/// With checksums on, a refused write leaves its blocks' old bytes readable: their entries
+/// are dropped with the write, not left for the new bytes (a fault hunt found every block of
+/// a refused 1 MiB write reading EIO as "checksum mismatch" and counted as bad, for good).
+#[test]
+fn a_refused_write_leaves_the_old_bytes_readable_with_checksums_on() {
+    const RESERVE: u64 = MIB;
+    let start = METADATA_AREA_BYTES + RESERVE;
+    let tree = level_tree(Level::Raid0, 2, STRIP, start, REGION);
+    let d: Vec<Arc<Breaking>> = (0..2)
+        .map(|i| {
+            Arc::new(Breaking {
+                from_byte: start,
+                ..Breaking::new(&format!("d{i}"), start + REGION)
+            })
+        })
+        .collect();
+    let opts = ArrayOptions {
+        checksum_area_before_region_bytes: Some(RESERVE),
+        ..opts()
+    };
+    let a = create_first(&tree, &d, opts, true).expect("create");
+    let model: Vec<u8> = (0..a.volume().capacity())
+        .map(|i| (i as u8).wrapping_mul(5) ^ (i >> 12) as u8)
+        .collect();
+    write_clean(&a, &model).expect("fill");
+    d[1].broken.store(true, Ordering::SeqCst);
+    let mut after = model.clone();
+    let failed = writes_with_one_broken(&a, &mut after);
+    assert!(!failed.is_empty());
+    assert!(!a.volume().member_is_failed(1));
+    // Every strip reads: the refused ones as they were, the others as written.
+    for at in (0..a.volume().capacity()).step_by(STRIP as usize) {
+        let got = block_on(a.volume().read(at, STRIP))
+            .unwrap_or_else(|e| panic!("strip at {at} does not read: {e}"));
+        let want = match failed.contains(&at) {
+            true => &model[at as usize..(at + STRIP) as usize],
+            false => &after[at as usize..(at + STRIP) as usize],
+        };
+        assert!(got[..] == want[..], "strip at {at} reads wrong");
+    }
+    let sums = a
+        .volume()
+        .options()
+        .checksums
+        .as_ref()
+        .expect("checksums on");
+    for i in 0..2 {
+        let errors = sums
+            .counters(i)
+            .expect("counters")
+            .errors
+            .load(Ordering::Relaxed);
+        assert_eq!(errors, 0, "d{i}: old bytes counted as bad blocks");
+    }
+}
+
+/// A bad spot on the very block the keep's probe used to read (the region's first) is still
+/// a bad spot: the probe reads away from the write that failed (a fault hunt saw one such
+/// sector fail a RAID 0's member and with it the whole volume).
+#[test]
+fn a_bad_spot_at_the_region_start_is_not_taken_for_a_dead_disk() {
+    let mut spot = BadSpot::new("d1", MIB, 0..4096);
+    spot.writes_fail = true;
+    let spot = Arc::new(spot);
+    let members: Vec<Arc<dyn Member>> = vec![Arc::new(MemoryMember::new("d0", MIB)), spot];
+    let opts = VolumeOptions {
+        cache: CacheMode::WriteThrough,
+        ..VolumeOptions::default()
+    };
+    let v = Volume::new(named(Level::Raid0, 2, None, STRIP, MIB), members, opts).expect("volume");
+    // Strip 1 starts d1's region.
+    let e = block_on(v.write(STRIP, Buf::copy_from(&[7; 4096]), false));
+    assert!(e.is_err(), "the write over the bad spot answers an error");
+    assert!(
+        !v.member_is_failed(1),
+        "d1 was failed: {:?}",
+        v.member_failure(1)
+    );
+    block_on(v.write(STRIP + 4096, Buf::copy_from(&[8; 4096]), false)).expect("beside it");
+    assert!(block_on(v.read(STRIP + 4096, 4096)).expect("read")[..] == [8; 4096][..]);
 }

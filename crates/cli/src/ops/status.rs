@@ -431,9 +431,10 @@ fn member_line(m: &Value) -> String {
         Some(true) => "    past its bad-block limit, kept: it holds the only readable copy of some data (its bad blocks answer read errors)\n",
         _ => "",
     };
-    // Nor fails one it cannot do without for a write error while it still reads.
+    // Nor fails one it cannot do without for a write error while it still reads (said only
+    // while it serves: one failed since, by a later error, was not kept).
     let write_errors = match m["write_errors_kept_through"].as_u64() {
-        Some(n) if n > 0 => format!("    {n} write errors, kept: the volume cannot do without it (those writes answered errors)\n"),
+        Some(n) if n > 0 && m["state"] != "failed" => format!("    {n} write errors, kept: the volume cannot do without it (those writes answered errors)\n"),
         _ => String::new(),
     };
     format!(
@@ -519,6 +520,11 @@ mod tests {
             "{line}"
         );
         assert!(!member_line(&m(0)).contains("kept"));
+        let failed = json!({"id": "d1", "state": "failed", "write_errors_kept_through": 2, "path": "d1.img"});
+        assert!(
+            !member_line(&failed).contains("kept"),
+            "a failed member was not kept"
+        );
     }
 
     /// A role recorded failed at start and rebuilt since reads as it is now.

@@ -443,6 +443,26 @@ impl LeafChecksums {
         }
     }
 
+    /// The write begun with `token` failed and its member is kept: what its blocks hold now
+    /// is unknown (the old bytes, the new, or a mix), so their entries say "no checksum"
+    /// until written again — else the old bytes would fail the new checksums, read as EIO
+    /// and count as bad blocks.
+    pub async fn forget_write(&self, m: &dyn Member, token: WriteToken) {
+        let Some(id) = token.id else {
+            return;
+        };
+        self.store.table().abandon_write(id);
+        let (first, last) = (token.first_block, token.first_block + token.blocks);
+        let r = (self.store)
+            .each_page(m, first, last, |t, blocks| {
+                blocks.for_each(|b| t.set_entry(b, BlockSum::Unknown));
+            })
+            .await;
+        if let Err(e) = r {
+            tracing::warn!("{e}: the checksums of a failed write's blocks could not be dropped");
+        }
+    }
+
     /// Writes the changed entry pages back (before the member flush that makes them
     /// durable), and after an unclean start blanks the pages of the groups it distrusts
     /// (so a clean shutdown leaves no stale entry to be trusted); returns how many pages. A

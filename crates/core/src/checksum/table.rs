@@ -530,6 +530,12 @@ impl Table {
             .count()
     }
 
+    /// The write begun as `id` failed: its old checksums are no longer accepted (its blocks'
+    /// entries are dropped by the caller), nor do its blocks count as repaired.
+    pub(super) fn abandon_write(&mut self, id: WriteId) {
+        self.in_flight.remove(&id.0);
+    }
+
     /// The dirty pages' bytes, handed out for writing back (they count as clean from now on;
     /// a later change makes them dirty again).
     pub(super) fn take_dirty(&mut self) -> Vec<(u64, Vec<u8>)> {

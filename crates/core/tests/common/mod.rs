@@ -323,12 +323,13 @@ pub fn areas_after(
 
 /// A memory disk with a bad spot: reads that touch `[at_byte, at_byte + len_bytes)` answer
 /// EIO while `bad` is set; a write over the whole spot clears it (a disk remaps a sector
-/// on its write).
+/// on its write) — unless `writes_fail`: then writes that touch it answer EIO too.
 pub struct BadSpot {
     pub inner: MemoryMember,
     pub at_byte: u64,
     pub len_bytes: u64,
     pub bad: AtomicBool,
+    pub writes_fail: bool,
 }
 
 impl BadSpot {
@@ -338,23 +339,36 @@ impl BadSpot {
             at_byte: spot.start,
             len_bytes: spot.end - spot.start,
             bad: AtomicBool::new(true),
+            writes_fail: false,
         }
+    }
+}
+
+impl BadSpot {
+    /// The error of an `op` touching the spot while it is bad.
+    fn refuses(&self, op: MemberOp, offset: u64, len: u64) -> Option<MemberError> {
+        let hits = offset < self.at_byte + self.len_bytes && self.at_byte < offset + len;
+        let eio = || std::io::Error::from_raw_os_error(libc::EIO);
+        (hits && self.bad.load(Ordering::SeqCst))
+            .then(|| MemberError::new(self.name(), op, offset, len, eio()))
     }
 }
 
 impl Member for BadSpot {
     fn read(&self, offset: u64, buf: Buf) -> BoxFuture<'_, MemberResult<Buf>> {
         let len = buf.len() as u64;
-        let hits = offset < self.at_byte + self.len_bytes && self.at_byte < offset + len;
-        if hits && self.bad.load(Ordering::SeqCst) {
-            let eio = std::io::Error::from_raw_os_error(libc::EIO);
-            let e = MemberError::new(self.name(), MemberOp::Read, offset, len, eio);
+        if let Some(e) = self.refuses(MemberOp::Read, offset, len) {
             return async move { Err(e) }.boxed();
         }
         self.inner.read(offset, buf)
     }
     fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
-        if offset <= self.at_byte && self.at_byte + self.len_bytes <= offset + data.len() as u64 {
+        let len = data.len() as u64;
+        if self.writes_fail {
+            if let Some(e) = self.refuses(MemberOp::Write, offset, len) {
+                return async move { Err(e) }.boxed();
+            }
+        } else if offset <= self.at_byte && self.at_byte + self.len_bytes <= offset + len {
             self.bad.store(false, Ordering::SeqCst);
         }
         self.inner.write(offset, data, fua)
