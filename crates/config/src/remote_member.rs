@@ -69,35 +69,16 @@ pub(crate) fn remote_settings(
 }
 
 /// Why remote member `uri`'s `socket=` path cannot be connected to (too long for a Unix
-/// socket address, like a listener's), if it cannot. Only `+unix` URIs have one; its value
-/// may be percent-encoded, as the URI parser reads it.
+/// socket address, like a listener's), if it cannot. Only `+unix` URIs have one; the NBD
+/// client's own parser reads it (percent-decoded), so the check sees what a connect would.
 pub(crate) fn socket_problem(uri: &str) -> Option<String> {
-    let (scheme, rest) = uri.trim().split_once("://")?;
-    if !scheme.ends_with("+unix") {
-        return None;
+    match nbraid_nbd::client::uri::Uri::parse(uri.trim())
+        .ok()?
+        .address
+    {
+        nbraid_nbd::client::uri::Address::Unix(path) => crate::listen::unix_path_problem(&path),
+        nbraid_nbd::client::uri::Address::Tcp { .. } => None,
     }
-    let (_, query) = rest.split_once('?')?;
-    let raw = query.split('&').find_map(|kv| kv.strip_prefix("socket="))?;
-    let path = percent_decode(raw).unwrap_or_else(|| raw.to_string());
-    crate::listen::unix_path_problem(std::path::Path::new(&path))
-}
-
-/// `s` with its `%XX` escapes decoded; `None` if one is malformed or the result is not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 fn timeout(t: &Spanned<RawSize>, who: &str) -> Result<Duration, Problem> {
