@@ -134,9 +134,13 @@ fn an_offline_apply_keeps_a_scrub_a_restart_interrupted() {
     let scrub = br#"{"v":1,"op":"scrub","volume":"v","rate_bytes_per_s":1048576}"#;
     let replies = exchange(&d.control, &[scrub]);
     assert_eq!(replies[0]["ok"], true, "{}", replies[0]);
-    wait_until(cfg, "v", "the scrub to move", |v| {
+    let v = wait_until(cfg, "v", "the scrub to move", |v| {
         v["scrub"]["position_bytes"].as_u64().unwrap_or(0) > 0
     });
+    // The operator's scrub, not a second one the start queued behind it by taking the
+    // checkpoint it had just recorded for one a restart left (that one ran unlimited and
+    // finished before the stop).
+    assert_eq!(v["scrub"]["rate_limit_bytes_per_s"], 1048576, "{v:#}");
     d.stop(); // the records keep the scrub's checkpoint
 
     config(dir.path(), "raid5", 4, "64KiB", "16MiB");

@@ -323,7 +323,11 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
     assert!(work.window_bytes > 0 && work.inflight > 0, "a pass moves");
     let total = work.total_bytes;
     ctl.total_bytes.store(total, Relaxed);
-    ctl.cancelled.store(false, Relaxed);
+    // A run again of a stopped pass clears the cancel that stopped it; a cancel asked of a
+    // pass not yet run (between its start and its first window) holds.
+    if ctl.state() != PassState::Idle {
+        ctl.cancelled.store(false, Relaxed);
+    }
     *ctl.failure.lock() = None;
     // A run measures its own rate (a resumed control's last one is of another run).
     ctl.measured_bytes_per_s.store(0, Relaxed);
@@ -522,6 +526,35 @@ mod tests {
         assert_eq!(s.expect("runs"), PassState::Done);
         assert_eq!(*seen.lock(), vec![(0, 3), (3, 3), (6, 3), (9, 1)]);
         assert_eq!(*afters.lock(), vec![6]);
+    }
+
+    /// A cancel asked between a pass's start and its first window (the slot's task still
+    /// recording where it starts) stops it there: the pass ran anyway, to its end.
+    #[test]
+    fn a_cancel_before_the_first_window_holds_and_a_rerun_resumes() {
+        let seen = Mutex::new(Vec::new());
+        let seen = &seen;
+        let ctl = &PassControl::new(0);
+        let work = || PassWork {
+            total_bytes: 10,
+            window_bytes: 4,
+            inflight: 1,
+            window: Box::new(|at, len| {
+                seen.lock().push((at, len));
+                futures::future::ready(Ok(())).boxed()
+            }),
+            checkpoint_bytes: 0,
+            checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
+            activity: None,
+        };
+        ctl.cancel();
+        let s = futures::executor::block_on(run(ctl, work()));
+        assert_eq!(s.expect("runs"), PassState::Cancelled);
+        assert_eq!(ctl.position_bytes(), 0);
+        assert!(seen.lock().is_empty(), "no window after the cancel");
+        let s = futures::executor::block_on(run(ctl, work()));
+        assert_eq!(s.expect("runs"), PassState::Done);
+        assert_eq!(*seen.lock(), vec![(0, 4), (4, 4), (8, 2)]);
     }
 
     /// A window's error stops the pass `failed`, saying why (it said `cancelled`, as if an

@@ -309,8 +309,8 @@ struct Background {
 }
 
 impl Background {
-    /// Starts them, in the order a client can see: background resyncs before the control
-    /// socket is announced, interrupted scrubs resumed before spares are healed in.
+    /// Starts them, in the order a client can see: background resyncs and interrupted
+    /// scrubs before the control socket is announced, so before spares are healed in.
     async fn start(
         controls: &Arc<Controls>,
         control: ControlServer,
@@ -326,6 +326,12 @@ impl Background {
             crate::control::start_checksum_fill(v).await;
             crate::control::start_checksum_refill(v);
         }
+        // Before the control socket is announced too: an operator's `scrub` sent as soon as
+        // it is records its own checkpoint, which this look must not take for one a restart
+        // left (it queued a second scrub of the volume behind the operator's, unlimited).
+        for v in &controls.volumes {
+            crate::heal::resume_scrub(v).await;
+        }
         say(format_args!(
             "nbraidd: control socket {}",
             control.path().display()
@@ -339,9 +345,6 @@ impl Background {
         ))];
         if let Some(addr) = metrics.local_addr() {
             say(format_args!("nbraidd: metrics http://{addr}/metrics"));
-        }
-        for v in &controls.volumes {
-            crate::heal::resume_scrub(v).await;
         }
         // Spares into failed roles, rebuilds started and resumed, by themselves.
         let returning = tokio::spawn(crate::returning::watch(controls.clone()));

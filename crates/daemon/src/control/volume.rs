@@ -10,7 +10,7 @@ use crate::served::{Counts, ServedArray};
 use nbraid_assembly::adopt::Known;
 use nbraid_control::Refusal;
 use nbraid_core::metadata::{Array, ArrayError};
-use nbraid_core::{Member, PassControl, PassRate, PassState, ScrubControl, ScrubState};
+use nbraid_core::{Member, PassControl, PassRate, PassState, ScrubControl};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
@@ -419,11 +419,13 @@ impl ControlVolume {
     pub fn start_scrub(&self, ctl: Arc<ScrubControl>) -> Result<(), Refusal> {
         let (array, name) = (self.array(), self.name.clone());
         // A cancelled scrub's task may still drain its windows and record its checkpoint:
-        // the new one starts after it returned (the slot's rule).
-        let busy = |c: &ScrubControl| matches!(c.state(), ScrubState::Running | ScrubState::Paused);
+        // the new one starts after it returned (the slot's rule). One spawned but not yet at
+        // its first window (idle, recording its start) is on its way: a second start (the
+        // start's resume of the checkpoint it just recorded) would queue behind it and run
+        // the volume again at another rate.
         let started = self.scrub.start(
-            |latest| match latest {
-                Some((c, _)) if busy(c) => None,
+            |latest| match latest.map(|(c, alive)| restart(Some((c.state(), alive)))) {
+                Some(Restart::Leave) => None,
                 _ => Some(ctl),
             },
             |ctl| async move {
