@@ -482,4 +482,13 @@ fn a_block_device_member_is_opened_exclusively() {
     let m = UringFile::open(&dev.path).unwrap();
     block_on(m.write(0, Buf::copy_from(&[9; 4096]).freeze(), true)).unwrap();
     block_on(m.flush()).unwrap();
+    drop(m);
+    // As a config's member: opened with the size the config gives it (what assembly does),
+    // not created (O_CREAT with O_EXCL failed with EEXIST on every device).
+    let m = UringFile::open_or_create(&dev.path, 8 * MIB)
+        .unwrap_or_else(|e| panic!("a device member with its size: {e}"));
+    assert!(m.is_block_device());
+    assert_eq!(m.len(), 8 * MIB);
+    let got = block_on(m.read(0, Buf::zeroed(4096))).unwrap();
+    assert_eq!(&got[..], &[9; 4096][..]);
 }

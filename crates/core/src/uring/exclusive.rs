@@ -20,8 +20,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 /// Opens the member at `path` read-write and exclusively: `O_EXCL` when it is a block device,
-/// then the advisory lock. With `create`, a missing file is created (empty). The lock is held
-/// until the returned file is closed.
+/// then the advisory lock. With `create`, a missing file is created (empty; a device is only
+/// opened). The lock is held until the returned file is closed.
 pub fn open_exclusive(path: &Path, create: bool) -> Result<File, UringError> {
     let open_err = |source| UringError::Open {
         path: path.to_path_buf(),
@@ -36,7 +36,9 @@ pub fn open_exclusive(path: &Path, create: bool) -> Result<File, UringError> {
     let file = match OpenOptions::new()
         .read(true)
         .write(true)
-        .create(create)
+        // A device exists already; O_CREAT beside the O_EXCL above would ask the kernel to
+        // create it and fail with EEXIST (every block-device member of a config failed so).
+        .create(create && !is_block)
         .truncate(false)
         .custom_flags(flags)
         .open(path)
