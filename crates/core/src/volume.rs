@@ -299,6 +299,19 @@ impl Volume {
         }
     }
 
+    /// Records write error `e` of member `index` on metadata outside the tree (its
+    /// superblock, the write-intent bitmap) as a data write's is
+    /// ([`crate::node::MemberTable::failed_write`]): a member the volume cannot do without
+    /// that still reads is kept. Whether it was failed.
+    pub(crate) async fn failed_write(
+        &self,
+        index: usize,
+        e: &crate::member::MemberError,
+        why: &(dyn crate::fail_cause::FailWhy + Sync),
+    ) -> bool {
+        self.table.failed_write(index, e, why).await
+    }
+
     /// Why member `index` is failed (its cause and words), while it is.
     pub fn member_failure(&self, index: usize) -> Option<crate::fail_cause::Failure> {
         self.table.slots().get(index)?.failure()

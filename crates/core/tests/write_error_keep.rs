@@ -122,6 +122,67 @@ fn the_last_copy_of_a_mirror_is_kept_a_redundant_member_is_failed() {
     reads_right_but(&a, &model, &failed);
 }
 
+/// A member that refuses every write, its superblock's and bitmap's too, but reads (an SSD
+/// gone read-only): kept through the commits that follow, so the volume keeps serving all
+/// it holds. Before, the first commit after its data write was kept failed it, and the RAID 0
+/// with it; a forced start failed it again at its own commit, so its bytes never read again.
+/// Its records lag the others' now: a restart takes it back by force, and serves it (when
+/// another member takes the start's records).
+#[test]
+fn a_member_gone_read_only_is_kept_through_its_superblock_writes() {
+    let raid0 = level_tree(Level::Raid0, 2, STRIP, METADATA_AREA_BYTES, REGION);
+    let raid1 = level_tree(Level::Raid1, 2, STRIP, METADATA_AREA_BYTES, REGION);
+    for (what, tree) in [("raid0", raid0), ("raid1", raid1)] {
+        let d: Vec<Arc<Breaking>> = (0..2)
+            .map(|i| {
+                Arc::new(Breaking::new(
+                    &format!("d{i}"),
+                    METADATA_AREA_BYTES + REGION,
+                ))
+            })
+            .collect();
+        let (a, mut model) = filled(&tree, &d);
+        if what == "raid1" {
+            // d1 then holds the only copy.
+            a.volume().fail_member(0, "test: d0 is gone");
+            block_on(a.flush()).expect("flush records d0 failed");
+        }
+        d[1].broken.store(true, Ordering::SeqCst);
+        let failed = writes_with_one_broken(&a, &mut model);
+        assert!(!failed.is_empty(), "{what}: some writes reach d1");
+        // Commits: the flush's, the clean mark's.
+        let flushed = block_on(a.flush());
+        let marked = block_on(a.mark_clean());
+        assert!(
+            !a.volume().member_is_failed(1),
+            "{what}: d1 was failed ({flushed:?}, {marked:?}): {:?}",
+            a.volume().member_failure(1)
+        );
+        reads_right_but(&a, &model, &failed);
+        drop(a);
+
+        let forced = ArrayOptions {
+            force_assembly: true,
+            ..opts()
+        };
+        let opened = common::arrays::open_every(&tree, &d, forced);
+        if what == "raid1" {
+            // No member can take the start's records: refused, saying why (left out: a
+            // start that serves it read-only).
+            let e = opened.err().expect("no member takes the records");
+            assert!(e.contains("superblock write failed"), "{e}");
+            continue;
+        }
+        let (a, _) = opened.unwrap_or_else(|e| panic!("{what}: a forced start: {e}"));
+        assert!(
+            !a.volume().member_is_failed(1),
+            "{what}: d1 failed at the start's commit: {:?}",
+            a.volume().member_failure(1)
+        );
+        reads_right_but(&a, &model, &failed);
+    }
+}
+
 #[test]
 fn under_parity_the_member_is_failed_whatever_it_costs() {
     let tree = level_tree(Level::Raid5, 3, STRIP, METADATA_AREA_BYTES, REGION);

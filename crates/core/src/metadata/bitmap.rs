@@ -124,7 +124,9 @@ impl Bitmap {
         for ((r, _, _), res) in writes.iter().zip(results) {
             match res {
                 Ok(()) => ok = true,
-                Err(e) => volume.fail_member(*r, &e),
+                Err(e) => {
+                    volume.failed_write(*r, &e, &e).await;
+                }
             }
         }
         if !ok {
@@ -145,7 +147,7 @@ impl Bitmap {
         let mut b = Buf::zeroed(area.len as usize);
         b.copy_from_slice(&image[..area.len as usize]);
         if let Err(e) = volume.member(r).write(area.offset, b.freeze(), true).await {
-            volume.fail_member(r, &e);
+            volume.failed_write(r, &e, &e).await;
         }
     }
 

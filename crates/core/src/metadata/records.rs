@@ -109,6 +109,21 @@ enum RecordWriteError {
     NoRecord { volume: String, member: String },
 }
 
+impl RecordWriteError {
+    /// The member's refused write, when that is what failed (not a read, not a missing
+    /// record).
+    fn member_write(&self) -> Option<&crate::member::MemberError> {
+        match self {
+            RecordWriteError::Io(super::SuperblockIoError::Member(e))
+                if e.op == crate::member::MemberOp::Write =>
+            {
+                Some(e)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// A record write that failed on an I/O error fails its member for that error's cause.
 impl crate::fail_cause::FailWhy for RecordWriteError {
     fn fail_cause(&self) -> crate::fail_cause::FailCause {
@@ -374,7 +389,12 @@ impl Records {
             let mut first = None;
             for (&r, res) in targets.iter().zip(results) {
                 if let Err(e) = res {
-                    self.fail(r, &e);
+                    match e.member_write() {
+                        // Kept when the volume cannot do without it and it reads: its
+                        // records lag by this commit (a restart takes it back by force).
+                        Some(w) => _ = self.table.failed_write(r, w, &e).await,
+                        None => self.fail(r, &e),
+                    }
                     first.get_or_insert((r, e));
                 }
             }

@@ -144,9 +144,7 @@ impl LeafNode {
     /// failed, unless the volume cannot do without it and the member still answers a read
     /// ([`crate::node::MemberTable::fail_for_write_error`]).
     async fn failed_write(&self, e: crate::member::MemberError) -> VolumeError {
-        let still_reads = self.table.may_keep_through_write_error(self.index)
-            && self.still_reads(e.offset, e.len).await;
-        self.table.fail_for_write_error(self.index, &e, still_reads);
+        self.table.failed_write(self.index, &e, &e).await;
         VolumeError::Member {
             member: self.index,
             source: e,
@@ -173,19 +171,6 @@ impl LeafNode {
             Ok(v) => Ok(v),
             Err(e) => Err(self.failed_write(e).await),
         }
-    }
-
-    /// Whether the member answers a read away from `[offset, offset+len)`, the write that
-    /// failed: a write error on a disk that still reads is a bad spot (or a full file
-    /// system under a file member); on one that reads nothing, a dead disk.
-    async fn still_reads(&self, offset: u64, len: u64) -> bool {
-        let m = self.slot().member();
-        for at in probe_places(m.len(), offset, len) {
-            if m.read(at, Buf::new(BLOCK_BYTES as usize)).await.is_ok() {
-                return true;
-            }
-        }
-        false
     }
 }
 
@@ -328,19 +313,6 @@ impl NodeIo for LeafNode {
         }
         .boxed()
     }
-}
-
-/// Where [`LeafNode::still_reads`] probes a member of `member_len` bytes whose write of
-/// `[offset, offset+len)` failed: its first block (a superblock under metadata) and its
-/// last, those the failed write does not cover — a probe of the bad spot itself would take a
-/// bad sector for a dead disk.
-fn probe_places(member_len: u64, offset: u64, len: u64) -> Vec<u64> {
-    let last = (member_len / BLOCK_BYTES).saturating_sub(1) * BLOCK_BYTES;
-    let mut places = vec![0, last];
-    places.dedup();
-    places.retain(|&at| at + BLOCK_BYTES <= member_len);
-    places.retain(|&at| at + BLOCK_BYTES <= offset || offset.saturating_add(len) <= at);
-    places
 }
 
 /// Trims `[at, at+len)` of `m`; a trim the member refuses (a device without discard, a
@@ -707,22 +679,5 @@ impl LeafNode {
         if let (Some(cs), Some((token, _guard))) = (&self.checksums, sums) {
             cs.end_write(token);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::probe_places;
-
-    /// The first and last blocks, but for those the failed write covered.
-    #[test]
-    fn a_probe_never_reads_where_the_write_failed() {
-        let mib = 1 << 20;
-        assert_eq!(probe_places(mib, 8192, 4096), vec![0, mib - 4096]);
-        assert_eq!(probe_places(mib, 0, 4096), vec![mib - 4096]);
-        assert_eq!(probe_places(mib, mib - 8192, 8192), vec![0]);
-        assert_eq!(probe_places(mib, 0, mib), Vec::<u64>::new());
-        assert_eq!(probe_places(4096, 8192, 4096), vec![0]);
-        assert_eq!(probe_places(100, 0, 0), Vec::<u64>::new());
     }
 }

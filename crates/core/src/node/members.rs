@@ -1,9 +1,11 @@
 //! The member table: every member's slot (the member, a replacement being rebuilt, failed and
 //! stale flags, write and flush counts), shared by the whole tree and by the volume.
 
+use crate::buf::Buf;
+use crate::checksum::BLOCK_BYTES;
 use crate::fail_cause::{FailCause, FailWhy, Failure};
 use crate::failure_gate::FailureGate;
-use crate::member::{Member, MemberResult};
+use crate::member::{Member, MemberError, MemberResult};
 use nbraid_layout::Node;
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -465,12 +467,69 @@ impl MemberTable {
         }
         false
     }
+
+    /// [`Self::fail_for_write_error`] for write error `e` of member `index`, the member
+    /// probed first when it may be kept ([`Self::still_reads`]). Every write-type op goes
+    /// through here — data, superblock, write-intent bitmap —: a member the volume cannot do
+    /// without that refuses writes but reads (an SSD gone read-only) was failed by the first
+    /// superblock write after its data write was kept, and the volume with it. Whether it
+    /// was failed.
+    /// `why` names the write (a superblock's, the bitmap's) as the failure's words.
+    pub(crate) async fn failed_write(
+        &self,
+        index: usize,
+        e: &MemberError,
+        why: &(dyn FailWhy + Sync),
+    ) -> bool {
+        let still_reads = self.may_keep_through_write_error(index)
+            && self.still_reads(index, e.offset, e.len).await;
+        self.fail_for_write_error(index, why, still_reads)
+    }
+
+    /// Whether member `index` answers a read away from `[offset, offset+len)`, the write
+    /// that failed: a write error on a disk that still reads is a bad spot (or a full file
+    /// system under a file member, or a device gone read-only); on one that reads nothing, a
+    /// dead disk.
+    async fn still_reads(&self, index: usize, offset: u64, len: u64) -> bool {
+        let m = self.slots[index].member();
+        for at in probe_places(m.len(), offset, len) {
+            if m.read(at, Buf::new(BLOCK_BYTES as usize)).await.is_ok() {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// Where [`MemberTable::still_reads`] probes a member of `member_len` bytes whose write of
+/// `[offset, offset+len)` failed: its first block (a superblock under metadata) and its
+/// last, those the failed write does not cover — a probe of the bad spot itself would take a
+/// bad sector for a dead disk.
+fn probe_places(member_len: u64, offset: u64, len: u64) -> Vec<u64> {
+    let last = (member_len / BLOCK_BYTES).saturating_sub(1) * BLOCK_BYTES;
+    let mut places = vec![0, last];
+    places.dedup();
+    places.retain(|&at| at + BLOCK_BYTES <= member_len);
+    places.retain(|&at| at + BLOCK_BYTES <= offset || offset.saturating_add(len) <= at);
+    places
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::memory::MemoryMember;
+
+    /// The first and last blocks, but for those the failed write covered.
+    #[test]
+    fn a_probe_never_reads_where_the_write_failed() {
+        let mib = 1 << 20;
+        assert_eq!(probe_places(mib, 8192, 4096), vec![0, mib - 4096]);
+        assert_eq!(probe_places(mib, 0, 4096), vec![mib - 4096]);
+        assert_eq!(probe_places(mib, mib - 8192, 8192), vec![0]);
+        assert_eq!(probe_places(mib, 0, mib), Vec::<u64>::new());
+        assert_eq!(probe_places(4096, 8192, 4096), vec![0]);
+        assert_eq!(probe_places(100, 0, 0), Vec::<u64>::new());
+    }
     use crate::testutil::SlowMember;
     use std::time::Duration;
 
