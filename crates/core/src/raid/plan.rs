@@ -212,6 +212,17 @@ pub fn plan_write(w: &StripeWrite) -> Option<WritePlan> {
             c.new.hull
         );
     }
+    // Past the parity's tolerance nothing is planned: new bytes on the survivors (a
+    // data-only write once P and Q are lost) would disagree with the parity a forced start
+    // rebuilds the lost chunks from.
+    let q = w.q.map(|q| !q.readable);
+    let parity_chunks = 1 + usize::from(q.is_some());
+    let lost = (w.data.iter()).filter(|c| !c.health.readable).count()
+        + usize::from(!w.p.readable)
+        + usize::from(q.unwrap_or(false));
+    if lost > parity_chunks {
+        return None;
+    }
     let plan = decide(w);
     let mut io = WritePlan {
         plan,

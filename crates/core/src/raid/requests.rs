@@ -194,10 +194,13 @@ impl ParityCore {
         }
         let (o, d) = segs.into_iter().next().expect("one segment");
         let d = compact(d);
+        // A stripe past its tolerance takes nothing: its bytes could never be destaged.
+        let refused = write::refuses_writes(&self.stripes, s);
         let mut st = cache.state.lock();
-        if !st.admits(&d, cache.bound) {
+        if refused || !st.admits(&d, cache.bound) {
             // No room (destaging fails, or this stripe alone exceeds the bound): write
-            // it through rather than grow the cache past its bound.
+            // it through rather than grow the cache past its bound (where the members
+            // refuse it, the write answers their error).
             let mut merged = Entry::new();
             merged.segs = st
                 .entries

@@ -26,7 +26,10 @@ use super::*;
 use crate::parity;
 use crate::ppl::LogFailed;
 
+mod give_up;
 mod rows;
+pub(super) use give_up::refuses_writes;
+use give_up::{give_up, may_lose, GiveUp, GivingUp, Refusal};
 use rows::assemble;
 use rows::RowsWrite;
 
@@ -211,15 +214,26 @@ impl StripeWriter<'_> {
                     } else {
                         Vec::new()
                     };
-                    // Members the volume cannot do without are not failed for a read
-                    // error (one bad spot would take every byte away): nothing of this
-                    // write went out, so the stripe keeps what it held, its parity with it,
-                    // and the write alone answers the error.
-                    if !failing.is_empty() && !wrote && !self.may_fail(base + r0, &failing) {
-                        tracing::error!(
-                            "stripe {stripe}: a read error, {REREADS} times again, left a write no redundancy, and the volume cannot do without the members that did not read: that write answers an error, nothing of it written ({e})"
-                        );
-                        return Err(RunFailed::Refused(e));
+                    let alive: Vec<usize> =
+                        (0..plan_lost.len()).filter(|&c| !plan_lost[c]).collect();
+                    let giving_up = GivingUp {
+                        read_errors: !failing.is_empty(),
+                        wrote,
+                        may_lose_unreadable: may_lose(self.stripes, base + r0, &failing),
+                        may_lose_alive: may_lose(self.stripes, base + r0, &alive),
+                    };
+                    match give_up(giving_up) {
+                        GiveUp::Refuse(Refusal::Unreadable) => {
+                            tracing::error!(
+                                "stripe {stripe}: a read error, {REREADS} times again, left a write no redundancy, and the volume cannot do without the members that did not read: that write answers an error, nothing of it written ({e})"
+                            );
+                            return Err(RunFailed::Refused(e));
+                        }
+                        // The volume says it is failed; every such write answers so.
+                        GiveUp::Refuse(Refusal::PastTolerance) => {
+                            return Err(RunFailed::Refused(e))
+                        }
+                        GiveUp::Salvage => {}
                     }
                     for c in failing {
                         let why = format!(
@@ -232,17 +246,6 @@ impl StripeWriter<'_> {
                 }
             }
         }
-    }
-
-    /// Whether the volume can do without every member under `children` at chunk offset
-    /// `at` at once: only then may a write their read errors left without redundancy fail
-    /// them.
-    fn may_fail(&self, at: u64, children: &[usize]) -> bool {
-        let members: Vec<usize> = (children.iter())
-            .flat_map(|&c| self.stripes.chunks.children[c].members_at(at))
-            .map(|(m, _)| m)
-            .collect();
-        (self.stripes.members.as_ref()).is_none_or(|t| t.may_lose_all(&members))
     }
 
     /// The children that cannot be read over `[at, at+len)` now: those in `unreadable`,
@@ -278,6 +281,9 @@ impl StripeWriter<'_> {
     pub(super) async fn salvage(&self, stripe: u64, w: &[Vec<(u64, SharedBuf)>], fua: bool) {
         self.stripes
             .debug_assert_exclusive(stripe, "marking its parity stale");
+        if self.stripes.health.first_loss() {
+            tracing::error!("stripe {stripe}: a write lost more chunks than parity covers");
+        }
         self.stripes.health.mark_stale(stripe);
         let roles = self.stripes.chunks.layout.roles(stripe);
         let base = self.stripes.chunks.layout.chunk_offset(stripe);
@@ -786,9 +792,6 @@ impl StripeWriter<'_> {
     ) -> Result<(), Retry> {
         let stripe = rows.stripe;
         if !self.stripes.chunks.rebuildable(now_lost) {
-            if self.stripes.health.first_loss() {
-                tracing::error!("stripe {stripe}: a write lost more chunks than parity covers");
-            }
             return Err(Retry::Lost(
                 crate::node::first_error(errors)
                     .unwrap_or_else(|| self.stripes.chunks.unavailable(stripe, now_lost, "write")),
