@@ -1,7 +1,7 @@
 //! The log writer's bookkeeping, driven by hand (memory members complete at once): ring
 //! space a slow writer's band must not pin, and writers that wait instead of spinning.
 
-use super::{Blocked, GroupLog, LogFailed, Values};
+use super::{Blocked, GroupLog, LogFailed, Prepared, Values};
 use crate::member::Member;
 use crate::memory::MemoryMember;
 use crate::node::MemberTable;
@@ -10,6 +10,8 @@ use crate::testutil::SlowMember;
 use futures::executor::block_on;
 use futures::FutureExt;
 use nbraid_layout::{Level, ParityLayout, Region, Shape};
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -508,6 +510,58 @@ fn a_band_rebased_before_its_writer_hands_over_its_entry_pins_no_ring_space() {
     let write = log.write(rewrite).now_or_never();
     let hold = write.expect("the rewrite is written, not waiting for room");
     assert!(hold.is_ok());
+}
+
+/// A round that finds no room while a done band pins the tail, and another writer that in
+/// the meantime (between the round letting go of the lock and deciding what to do about it)
+/// sees a flush of the members complete and retires that band: the round must still find
+/// the room that frees. It decided from a second look at the state, found nothing to flush
+/// and nothing in flight, and failed the pending entries — a flush on a healthy RAID 50
+/// answered "the partial-parity log had no room for an entry"
+/// (`daemon/tests/hang_raid50_writeback.rs`, 32 writers over a write-back cache).
+#[test]
+fn a_round_finding_no_room_while_another_writer_retires_the_band_pinning_it_still_writes() {
+    let log = small_log();
+    let dirty_all = |log: &GroupLog| (0..3).for_each(|m| log.table.slot(m).mark_dirty());
+    // Band 0's entry pins the tail while writes to stripes with the same P member fill
+    // that ring ...
+    let entries = one_sector(&log, 0).ok().expect("nothing live");
+    let first = block_on(log.write(entries)).expect("room in the ring");
+    for stripe in [3, 6, 9, 12] {
+        let entries = one_sector(&log, stripe).ok().expect("nothing live");
+        let hold = block_on(log.write(entries)).expect("room in the ring");
+        dirty_all(&log);
+        drop(hold);
+    }
+    // ... then its write ends, not flushed: done, and a flush would settle it.
+    dirty_all(&log);
+    drop(first);
+    let other: Rc<RefCell<Option<Prepared>>> = Rc::default();
+    let theirs = Rc::clone(&other);
+    super::rounds::gap::once(move |log, took| {
+        assert!(!took, "the ring is full up to band 0's entry");
+        // Another writer's flush of the members completes, and its next write retires every
+        // band that flush settled (band 0 among them) on the way to logging its own.
+        for m in 0..3 {
+            let slot = log.table.slot(m);
+            if let Some(target) = slot.flush_target() {
+                slot.flushed(target);
+            }
+        }
+        let entries = one_sector(log, 0)
+            .ok()
+            .expect("band 0 settled by the flush");
+        *theirs.borrow_mut() = Some(entries);
+    });
+    let entries = one_sector(&log, 15).ok().expect("nothing live");
+    let hold = block_on(log.write(entries));
+    assert_eq!(
+        hold.err(),
+        None,
+        "written once band 0 no longer pins the ring"
+    );
+    let theirs = other.borrow_mut().take().expect("the other writer ran");
+    assert!(block_on(log.write(theirs)).is_ok());
 }
 
 proptest::proptest! {

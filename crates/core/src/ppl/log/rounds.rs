@@ -306,24 +306,18 @@ impl GroupLog {
     pub(super) async fn write_round(&self) -> Option<oneshot::Receiver<()>> {
         let mut flushed = false;
         loop {
-            let round = {
-                let mut st = self.state.lock();
-                if flushed {
-                    self.rebase(&mut st);
+            let round = self.take_or_no_room(flushed);
+            #[cfg(test)]
+            gap::run(self, round.is_ok());
+            let (taken, mut batches) = match round {
+                Ok(round) => round,
+                Err(NoRoom::Flush) => {
+                    self.flush_members().await;
+                    flushed = true;
+                    continue;
                 }
-                self.retire(&mut st);
-                self.take_round(&mut st)
-            };
-            let Some((taken, mut batches)) = round else {
-                match self.no_room() {
-                    NoRoom::Flush => {
-                        self.flush_members().await;
-                        flushed = true;
-                        continue;
-                    }
-                    NoRoom::Wait(rx) => return Some(rx),
-                    NoRoom::Failed => return None,
-                }
+                Err(NoRoom::Wait(rx)) => return Some(rx),
+                Err(NoRoom::Failed) => return None,
             };
             // A ring more than half full of live batches: flush the group's members beside
             // this batch, so bands written so far settle before the ring runs out (instead of
@@ -345,6 +339,24 @@ impl GroupLog {
             std::mem::forget(unfinished);
             self.finish_round(batches, taken);
             return None;
+        }
+    }
+
+    /// A round of what is pending (`flushed`: the group's members were just flushed, so
+    /// rebase first), or — no room — what to do about it, decided under the same lock as
+    /// the attempt. Decided under a second lock, the state had moved on in between: another
+    /// writer's `retire` (after a flush it saw complete) could take out the very bands whose
+    /// entries held the ring, leaving nothing to flush or wait for while there was room
+    /// again, and the pending entries failed on a healthy array.
+    fn take_or_no_room(&self, flushed: bool) -> Result<(Vec<Pending>, Vec<Batch>), NoRoom> {
+        let mut st = self.state.lock();
+        if flushed {
+            self.rebase(&mut st);
+        }
+        self.retire(&mut st);
+        match self.take_round(&mut st) {
+            Some(round) => Ok(round),
+            None => Err(self.no_room(&mut st)),
         }
     }
 
@@ -441,10 +453,10 @@ impl GroupLog {
         batches
     }
 
-    /// No room for a round: settle what can be settled (flush the group's members), or wait
-    /// for a write in flight to end, or — nothing to wait for — fail the pending entries.
-    fn no_room(&self) -> NoRoom {
-        let mut st = self.state.lock();
+    /// No room for a round (`take_round` just found none, under the caller's lock on `st`):
+    /// settle what can be settled (flush the group's members), or wait for a write in flight
+    /// to end, or — nothing to wait for — fail the pending entries.
+    fn no_room(&self, st: &mut State) -> NoRoom {
         // A band done but not durable settles with a flush; so do the older entries of a
         // band logged again without one (see `rebase`).
         if st.bands.any_settles() {
@@ -459,12 +471,20 @@ impl GroupLog {
             st.room_waiters.push(tx);
             return NoRoom::Wait(rx);
         }
-        // The pending entries cannot fit (cannot happen with rings sized by
-        // `GroupLog::new`, pending entries pinning no ring space); fail them rather than hang.
+        // No room can ever come. Only a band a round has taken an entry of holds the tail,
+        // and such a band, seen under the lock that just retired and tried, is done
+        // (settles), stale (settles) or busy: the slot this round holds is the only one
+        // (`MAX_ROUNDS_IN_FLIGHT`), so the round that took its newest entry has ended and
+        // made it durable, and its member writes are in flight or done. None here: the tail
+        // is `next_seq`, no ring keeps a live batch, and the round still does not fit — a
+        // batch larger than its ring, which `GroupLog::new`'s sizing excludes (asserted in
+        // `place_batches`). Fail the entries rather than hang on such a bookkeeping bug.
         tracing::error!(
-            "parity group {}: {} partial-parity log entries fit no ring",
+            "parity group {}: {} partial-parity log entries fit no ring, with nothing to \
+             settle or wait for: {}",
             self.group,
-            st.pending.len()
+            st.pending.len(),
+            st.waits()
         );
         let failed: Vec<Pending> = st.pending.drain(..).collect();
         for p in &failed {
@@ -475,7 +495,7 @@ impl GroupLog {
         let gone = failed
             .iter()
             .map(|p| (p.entry.stripe, p.entry.band, p.entry.seq));
-        Self::abandon(&mut st, gone);
+        Self::abandon(st, gone);
         NoRoom::Failed
     }
 
@@ -618,6 +638,32 @@ impl Batch {
     /// it through a mapping.
     fn write_to<'a>(&self, member: &'a Arc<dyn Member>) -> BoxFuture<'a, MemberResult<()>> {
         member.write_in_window(self.window.clone(), self.at, self.bytes.clone(), true)
+    }
+}
+
+/// Tests: another writer's steps run where `write_round` has let go of the state lock after
+/// trying to take a round, before it acts on what it found (another thread may run there).
+#[cfg(test)]
+pub(super) mod gap {
+    use super::GroupLog;
+    use std::cell::RefCell;
+
+    /// Called with the log and whether the round took entries.
+    type Step = Box<dyn FnOnce(&GroupLog, bool)>;
+
+    thread_local! {
+        static NEXT: RefCell<Option<Step>> = const { RefCell::new(None) };
+    }
+
+    /// Runs `step` in the next round this thread writes, once.
+    pub(in crate::ppl::log) fn once(step: impl FnOnce(&GroupLog, bool) + 'static) {
+        NEXT.with(|n| *n.borrow_mut() = Some(Box::new(step)));
+    }
+
+    pub(super) fn run(log: &GroupLog, took: bool) {
+        if let Some(step) = NEXT.with(|n| n.borrow_mut().take()) {
+            step(log, took);
+        }
     }
 }
 
