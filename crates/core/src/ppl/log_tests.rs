@@ -188,7 +188,11 @@ fn a_round_dropped_unfinished_fails_the_entries_it_took() {
         .as_mut()
         .now_or_never()
         .expect("told, not left waiting");
-    assert_eq!(r.err(), Some(LogFailed::NoRoom));
+    assert_eq!(
+        r.err(),
+        Some(LogFailed::Cancelled),
+        "not called a lack of room"
+    );
     drop(slots);
     // Nothing of the band is pending: a new write of it is not blocked by the dropped one.
     assert!(one_sector(&log, 5).is_ok());

@@ -513,7 +513,7 @@ impl StripeWriter<'_> {
         };
         let hold = log.write(entries).await.map_err(|e| match e {
             LogFailed::ParityFailed => Retry::Read(roles.p, e.into_error()),
-            LogFailed::NoRoom => Retry::Fatal(e.into_error()),
+            LogFailed::NoRoom | LogFailed::Cancelled => Retry::Fatal(e.into_error()),
         })?;
         Ok(Some(hold))
     }

@@ -76,10 +76,14 @@ pub(crate) enum LogFailed {
     /// Every ring an entry was for is on a member that failed (before or by this write):
     /// the stripe is written as with its parity lost.
     ParityFailed,
-    /// The entries fit no ring (cannot happen with rings sized by `GroupLog::new`), or the
-    /// round that took them was dropped unfinished: the stripe must not be written, its
+    /// The entries fit no ring with nothing left to settle or wait for (cannot happen with
+    /// rings sized by `GroupLog::new`: see `no_room`): the stripe must not be written, its
     /// parity members still serving.
     NoRoom,
+    /// The round that took them was dropped before its batches were written (its writer's
+    /// future cancelled), or the writer gave its ticket up: not written, and not for want
+    /// of room — told apart so such a report names its cause.
+    Cancelled,
 }
 
 impl LogFailed {
@@ -88,6 +92,9 @@ impl LogFailed {
             reason: match self {
                 LogFailed::ParityFailed => "no parity member could take a partial-parity log entry",
                 LogFailed::NoRoom => "the partial-parity log had no room for an entry",
+                LogFailed::Cancelled => {
+                    "the partial-parity log round carrying an entry was cancelled unwritten"
+                }
             }
             .into(),
         }
@@ -131,7 +138,7 @@ impl Drop for Unfinished<'_> {
         let mut st = self.log.state.lock();
         for p in self.taken {
             if let Some(tx) = st.notify.remove(&p.ticket) {
-                let _ = tx.send(Err(LogFailed::NoRoom));
+                let _ = tx.send(Err(LogFailed::Cancelled));
             }
         }
         let gone = self
@@ -258,7 +265,7 @@ impl GroupLog {
         // fewer than `MAX_ROUNDS_IN_FLIGHT` are being written; otherwise it waits for its
         // ticket's end or for a round to end, whichever comes first.
         // A dropped sender: the ticket was given up (cannot happen while we wait).
-        let gone = Err(LogFailed::NoRoom);
+        let gone = Err(LogFailed::Cancelled);
         let ended_as = loop {
             if let Ok(Some(r)) = ended.try_recv() {
                 break r;
