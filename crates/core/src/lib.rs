@@ -27,6 +27,7 @@ pub mod pass;
 pub mod ppl;
 pub mod raid;
 mod range_lock;
+pub mod read_errors;
 pub mod read_policy;
 pub mod rebuild;
 pub mod reshape;

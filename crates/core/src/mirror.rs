@@ -6,7 +6,8 @@
 //! are written back to the copy that failed (as md and SPDK do). Only if that rewrite fails is
 //! the member marked failed (by the leaf). The repair holds its range exclusively in a
 //! [`RangeLock`] and re-reads the good copy under it, so a user write cannot land between
-//! the read and the write-back and leave the copies different.
+//! the read and the write-back and leave the copies different. A read error another copy
+//! corrected counts toward its member's `max_read_errors` ([`crate::read_errors`]).
 //!
 //! Writes go to every copy that is not failed, concurrently; the write succeeds when at least
 //! one copy stored every byte (the others are now marked failed by their leaves).
@@ -14,7 +15,8 @@
 use crate::buf::{Buf, SharedBuf};
 use crate::error::{VolumeError, VolumeResult};
 use crate::node::{
-    all_ok, collect_bufs, first_error, ArrayNode, NodeIo, NodeMaintenance, ScrubPass, ZeroKind,
+    all_ok, collect_bufs, first_error, ArrayNode, MemberTable, NodeIo, NodeMaintenance, ScrubPass,
+    ZeroKind,
 };
 use crate::range_lock::RangeLock;
 use crate::read_policy::{plan, views, CopyView, ReadPolicy};
@@ -47,6 +49,9 @@ pub struct MirrorNode {
     /// Pieces whose bytes were written back to a copy after a read error there (shared with
     /// the volume's counters).
     repairs: Arc<AtomicU64>,
+    /// The volume's members, which count the read errors another copy corrected (`None`: a
+    /// mirror built alone counts none).
+    members: Option<Arc<MemberTable>>,
 }
 
 impl MirrorNode {
@@ -67,6 +72,23 @@ impl MirrorNode {
             tick: AtomicU64::new(0),
             locks: RangeLock::default(),
             repairs,
+            members: None,
+        }
+    }
+
+    /// The mirror in a volume: read errors another copy corrects count toward their
+    /// members' read-error limit in `members`.
+    pub fn with_members(mut self, members: Arc<MemberTable>) -> MirrorNode {
+        self.members = Some(members);
+        self
+    }
+
+    /// Counts the member read errors among `errors`, which another copy just corrected.
+    fn count_corrected(&self, errors: &[VolumeError]) {
+        if let Some(table) = &self.members {
+            for m in errors.iter().filter_map(crate::read_errors::counted_member) {
+                table.read_error_corrected(m);
+            }
         }
     }
 
@@ -118,6 +140,7 @@ impl MirrorNode {
                     for &copy in &bad {
                         self.repair(offset, len as u64, c, copy).await;
                     }
+                    self.count_corrected(&errors);
                     return Ok(b);
                 }
                 Err(e) => {

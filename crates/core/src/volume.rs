@@ -52,6 +52,10 @@ pub struct VolumeOptions {
     pub cache_max_age: Option<Duration>,
     /// Per-block checksums on the members' checksum areas (`None`: none kept or checked).
     pub checksums: Option<crate::checksum::ChecksumSetup>,
+    /// md's `max_read_errors`: a member is failed once the redundancy has corrected more of
+    /// its read errors than this (a count halved per hour without one; default 20; 0:
+    /// never). A member the volume cannot do without is kept ([`crate::read_errors`]).
+    pub max_read_errors: u32,
 }
 
 impl Default for VolumeOptions {
@@ -64,6 +68,7 @@ impl Default for VolumeOptions {
             cache: CacheMode::default(),
             cache_max_age: Some(Duration::from_secs(1)),
             checksums: None,
+            max_read_errors: crate::read_errors::MAX_READ_ERRORS_DEFAULT,
         }
     }
 }
@@ -159,7 +164,10 @@ impl Volume {
         if !problems.is_empty() {
             return Err(VolumeError::Assembly(problems.join("; ")));
         }
-        let table = Arc::new(MemberTable::new(members).with_tree(geometry.root().clone()));
+        let table = MemberTable::new(members)
+            .with_tree(geometry.root().clone())
+            .with_max_read_errors(opts.max_read_errors);
+        let table = Arc::new(table);
         let repairs = Arc::new(AtomicU64::new(0));
         // The cache bound is per volume: each parity group gets an equal share.
         let mut node_opts = opts.clone();
@@ -360,6 +368,21 @@ impl Volume {
             .slots()
             .iter()
             .map(|s| s.kept_past_limit())
+            .collect()
+    }
+
+    /// Per member: the read errors the redundancy corrected, as `max_read_errors` counts
+    /// them now (halved per hour without one; [`crate::read_errors`]).
+    pub fn member_corrected_read_errors(&self) -> Vec<u32> {
+        (self.table.slots().iter())
+            .map(|s| s.corrected_read_errors())
+            .collect()
+    }
+
+    /// Per member: past `max_read_errors` but kept, as the volume cannot do without it.
+    pub fn member_kept_past_read_limit(&self) -> Vec<bool> {
+        (self.table.slots().iter())
+            .map(|s| s.kept_past_read_limit())
             .collect()
     }
 
@@ -751,13 +774,16 @@ fn build(
         ),
         Node::Concat(c) => Box::new(SplitNode::new(c.clone(), kids, node.capacity())),
         Node::Stripe(s) => Box::new(SplitNode::new(s.clone(), kids, node.capacity())),
-        Node::Mirror(_) => Box::new(MirrorNode::new(
-            kids,
-            node.capacity(),
-            opts.read_policy,
-            opts.mirror_seq_piece,
-            repairs.clone(),
-        )),
+        Node::Mirror(_) => Box::new(
+            MirrorNode::new(
+                kids,
+                node.capacity(),
+                opts.read_policy,
+                opts.mirror_seq_piece,
+                repairs.clone(),
+            )
+            .with_members(table.clone()),
+        ),
         Node::Parity(g) => {
             let leaves: Option<Vec<usize>> = node
                 .children()

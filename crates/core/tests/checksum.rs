@@ -62,6 +62,7 @@ fn build_with(
         cache_max_age: None,
         read_policy: ReadPolicy::RoundRobin,
         checksums: Some(ChecksumSetup::new("t", areas, true).with_cache_pages(2)),
+        ..VolumeOptions::default()
     };
     let v = Volume::new(g, dyns, opts).expect("volume");
     let mut rng = SmallRng::seed_from_u64(seed);

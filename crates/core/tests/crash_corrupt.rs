@@ -80,6 +80,7 @@ fn build(
                 .with_cache_pages(2)
                 .with_fail_after_errors(limit),
         ),
+        ..VolumeOptions::default()
     };
     let v = Volume::new(g, dyns, opts).expect("volume");
     let mut rng = Rng::new(seed);

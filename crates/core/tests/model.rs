@@ -292,6 +292,7 @@ impl<'a> ModelRun<'a> {
                 Some(Duration::from_secs(1)),
             ][rng.gen_range(0..3)],
             checksums: None,
+            ..VolumeOptions::default()
         };
         let vol = Volume::new(case.geometry.clone(), members, opts).expect("assemble");
         let cap = vol.capacity();

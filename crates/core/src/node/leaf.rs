@@ -84,7 +84,9 @@ impl LeafNode {
     }
 
     /// Records a read error. A read error alone does not fail the member (md's choice): a
-    /// mirror repairs the bytes, and only a failed repair write fails the member.
+    /// mirror or parity group serves the bytes from the redundancy and repairs them, and
+    /// only a failed repair write fails the member — or, counted by the node that corrected
+    /// them, more corrected read errors than `max_read_errors` ([`crate::read_errors`]).
     fn read_error(&self, e: crate::member::MemberError) -> VolumeError {
         self.slot().count_read_error();
         tracing::warn!("{e}");

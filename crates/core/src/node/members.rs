@@ -6,10 +6,12 @@ use crate::checksum::BLOCK_BYTES;
 use crate::fail_cause::{FailCause, FailWhy, Failure};
 use crate::failure_gate::FailureGate;
 use crate::member::{Member, MemberError, MemberResult};
+use crate::read_errors::{ReadErrorCount, Verdict, MAX_READ_ERRORS_DEFAULT};
 use nbraid_layout::Node;
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Health of one member as the volume sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +46,12 @@ pub struct MemberSlot {
     writes_durable: AtomicU64,
     /// Read errors this member returned (repaired or not).
     read_errors: AtomicU64,
+    /// Read errors the redundancy corrected, decayed: what `max_read_errors` is held to
+    /// ([`crate::read_errors`]). Reset when a member is installed again.
+    corrected_reads: ReadErrorCount,
+    /// Past the read-error limit but kept: the volume cannot do without it
+    /// ([`MemberTable::read_error_corrected`]). Cleared when a member is installed again.
+    kept_past_read_limit: AtomicBool,
     /// Write-type errors (write, trim, write-zeroes, checksum pages) of a member kept through
     /// them ([`MemberTable::fail_for_write_error`]).
     write_errors: AtomicU64,
@@ -193,6 +201,17 @@ impl MemberSlot {
         self.kept_past_limit.load(Ordering::Relaxed)
     }
 
+    /// Read errors the redundancy corrected, as the limit counts them now (decayed).
+    pub fn corrected_read_errors(&self) -> u32 {
+        self.corrected_reads.at(Instant::now())
+    }
+
+    /// Whether the member passed the read-error limit and was kept, as the volume cannot do
+    /// without it.
+    pub fn kept_past_read_limit(&self) -> bool {
+        self.kept_past_read_limit.load(Ordering::Relaxed)
+    }
+
     /// Stale and being resynced: takes writes, is never read.
     pub fn is_resyncing(&self) -> bool {
         self.resyncing.load(Ordering::Acquire)
@@ -241,9 +260,13 @@ pub struct MemberTable {
     /// The volume's layouts, which say what it can do without: one, or a reshape's old and
     /// new (none: tables outside a volume, whose members fail past their bad-block limit).
     trees: RwLock<Vec<Node>>,
-    /// Held while deciding a fail for bad blocks, so two members past their limit at once
-    /// cannot both be judged spare (each with the other still there).
+    /// Held while deciding a fail past a limit (bad blocks, read errors) or for a write
+    /// error, so two members at once cannot both be judged spare (each with the other
+    /// still there).
     bad_block_fails: Mutex<()>,
+    /// `max_read_errors`: corrected read errors a member may return (decayed) before it is
+    /// failed; 0: never.
+    max_read_errors: u32,
 }
 
 impl MemberTable {
@@ -261,6 +284,8 @@ impl MemberTable {
                     writes_done: AtomicU64::new(0),
                     writes_durable: AtomicU64::new(0),
                     read_errors: AtomicU64::new(0),
+                    corrected_reads: ReadErrorCount::default(),
+                    kept_past_read_limit: AtomicBool::new(false),
                     resyncing: AtomicBool::new(false),
                     kept_past_limit: AtomicBool::new(false),
                     write_errors: AtomicU64::new(0),
@@ -272,7 +297,14 @@ impl MemberTable {
             gate: FailureGate::default(),
             trees: RwLock::new(Vec::new()),
             bad_block_fails: Mutex::new(()),
+            max_read_errors: MAX_READ_ERRORS_DEFAULT,
         }
+    }
+
+    /// The table with `limit` as its `max_read_errors` (0: read errors never fail a member).
+    pub fn with_max_read_errors(mut self, limit: u32) -> MemberTable {
+        self.max_read_errors = limit;
+        self
     }
 
     /// The table of a volume laid out as `tree` (members by its indices).
@@ -333,6 +365,8 @@ impl MemberTable {
         self.set_resyncing(index, true);
         slot.put(member);
         slot.read_errors.store(0, Ordering::Relaxed);
+        slot.corrected_reads.reset();
+        slot.kept_past_read_limit.store(false, Ordering::Relaxed);
         slot.kept_past_limit.store(false, Ordering::Relaxed);
         *slot.failure.lock() = None;
         if slot.failed.swap(false, Ordering::AcqRel) {
@@ -407,17 +441,51 @@ impl MemberTable {
     /// lost): then it is kept — its bad blocks keep answering errors, every other block
     /// serves — and marked so for `status`. Whether it was failed.
     pub(crate) fn fail_for_bad_blocks(&self, index: usize, why: &dyn FailWhy) -> bool {
+        let kept = &self.slots[index].kept_past_limit;
+        self.fail_past_limit(index, why, kept, "bad-block")
+    }
+
+    /// Counts a read error of member `index` that the redundancy corrected (its bytes were
+    /// served from another copy or rebuilt). Past `max_read_errors` (decayed: see
+    /// [`crate::read_errors`]) the member is failed as one returning I/O errors is, with
+    /// "N read errors (limit L)" as the reason, unless the volume cannot do without it: then
+    /// it is kept and marked so for `status`. Whether it was failed.
+    pub(crate) fn read_error_corrected(&self, index: usize) -> bool {
+        let Some(slot) = self.slots.get(index) else {
+            return false;
+        };
+        if !slot.is_current() {
+            return false; // Failed (or stale) meanwhile: nothing left to judge.
+        }
+        let limit = self.max_read_errors;
+        let (count, verdict) = slot.corrected_reads.note(Instant::now(), limit);
+        if verdict == Verdict::Keep {
+            return false;
+        }
+        let why = format!("{count} read errors (limit {limit})");
+        self.fail_past_limit(index, &why, &slot.kept_past_read_limit, "read-error")
+    }
+
+    /// Fails member `index` past a limit (`what` names it), unless the volume cannot do
+    /// without it ([`Node::may_lose`], members failed or not current counted as lost): then
+    /// it is kept, `kept` set and said once. Whether it was failed.
+    fn fail_past_limit(
+        &self,
+        index: usize,
+        why: &dyn FailWhy,
+        kept: &AtomicBool,
+        what: &str,
+    ) -> bool {
         let _one_at_a_time = self.bad_block_fails.lock();
         let lost = |m: usize| self.slots.get(m).is_none_or(|s| !s.is_current());
         if self.trees.read().iter().all(|t| t.may_lose(index, &lost)) {
             self.fail(index, why);
             return true;
         }
-        let slot = &self.slots[index];
-        if !slot.kept_past_limit.swap(true, Ordering::Relaxed) {
+        if !kept.swap(true, Ordering::Relaxed) {
             tracing::error!(
-                "member {index} (`{}`) kept though past its bad-block limit: it holds the only readable copy of some data ({why})",
-                slot.member().name()
+                "member {index} (`{}`) kept though past its {what} limit: it holds the only readable copy of some data ({why})",
+                self.slots[index].member().name()
             );
         }
         false
@@ -604,5 +672,37 @@ mod tests {
         // Without a tree (a table outside a volume): failed as before.
         let bare = MemberTable::new(vec![memory("a")]);
         assert!(bare.fail_for_bad_blocks(0, &"bad blocks"));
+    }
+
+    /// Corrected read errors fail a member at the limit's next one, saying how many; a
+    /// member the volume cannot do without is kept and marked; a new member starts afresh.
+    #[test]
+    fn corrected_read_errors_fail_past_the_limit_only_what_the_volume_does_without() {
+        let pair = (0..2).map(|i| Node::member(i, 0, 1 << 20)).collect();
+        let tree = Node::mirror(pair).unwrap();
+        let table = MemberTable::new(vec![memory("a"), memory("b")])
+            .with_tree(tree)
+            .with_max_read_errors(2);
+        assert!(!table.read_error_corrected(0));
+        assert!(!table.read_error_corrected(0));
+        assert_eq!(table.slot(0).corrected_read_errors(), 2);
+        assert!(table.read_error_corrected(0), "the third fails it");
+        let f = table.slot(0).failure().unwrap();
+        assert_eq!(
+            (f.cause, f.why.as_str()),
+            (FailCause::Errors, "3 read errors (limit 2)")
+        );
+        // A failed member counts no more; the last copy is kept past the limit.
+        assert!(!table.read_error_corrected(0));
+        for _ in 0..3 {
+            assert!(!table.read_error_corrected(1));
+        }
+        assert!(!table.slot(1).is_failed() && table.slot(1).kept_past_read_limit());
+        assert!(!table.slot(1).kept_past_limit(), "not the bad-block mark");
+        table.install(0, memory("c"));
+        assert_eq!(table.slot(0).corrected_read_errors(), 0);
+        // 0: never.
+        let never = MemberTable::new(vec![memory("a")]).with_max_read_errors(0);
+        assert!((0..100).all(|_| !never.read_error_corrected(0)));
     }
 }

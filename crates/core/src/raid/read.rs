@@ -23,9 +23,28 @@ pub(super) fn copy_pieces(rows: &[Option<SharedBuf>], pieces: Vec<(ParityPiece, 
         .collect()
 }
 
-/// A child to treat as lost for one rebuild, and whether it failed with a member I/O error
-/// (then its rows are repaired afterwards).
-pub(super) type Force = Option<(usize, bool)>;
+/// A child to treat as lost for one rebuild, and, when it failed with a member I/O error,
+/// that read (then its rows are repaired afterwards).
+pub(super) type Force = Option<(usize, Option<BadRead>)>;
+
+/// A child whose read returned a member I/O error: its rows are repaired once the read is
+/// served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct BadRead {
+    pub(super) child: usize,
+    /// The member whose read error it was, when it counts toward `max_read_errors`
+    /// ([`crate::read_errors::counted_member`]; `None`: a checksum mismatch).
+    pub(super) counted: Option<usize>,
+}
+
+impl BadRead {
+    pub(super) fn of(child: usize, e: &VolumeError) -> BadRead {
+        BadRead {
+            child,
+            counted: crate::read_errors::counted_member(e),
+        }
+    }
+}
 
 /// Rows of one child to rewrite after it returned a read error there.
 pub(super) struct Repair {
@@ -33,6 +52,9 @@ pub(super) struct Repair {
     r0: u64,
     r1: u64,
     pub(super) child: usize,
+    /// The member whose read error the rebuild corrected, when it counts toward
+    /// `max_read_errors` ([`BadRead::counted`]).
+    pub(super) counted: Option<usize>,
 }
 
 /// The read path over a group's stripes: row reads that rebuild what is lost, the
@@ -80,7 +102,7 @@ impl Reader<'_> {
         want: &[bool],
         bufs: Vec<Option<Buf>>,
         force_lost: Option<usize>,
-    ) -> VolumeResult<(Vec<Buf>, Vec<usize>)> {
+    ) -> VolumeResult<(Vec<Buf>, Vec<BadRead>)> {
         let (k, strip) = (self.stripes.chunks.k, self.stripes.chunks.strip);
         assert!(
             r0 < r1 && r1 <= strip,
@@ -269,12 +291,12 @@ impl Reader<'_> {
         read_runs(&self.stripes.chunks.children, &cp, slots, |run, e| {
             // A member error, or a child (a mirror, say) with no readable copy.
             tracing::warn!("parity read {offset}+{len}: {e}; rebuilding from parity");
-            let io = e.is_member_io();
+            let bad = e.is_member_io().then(|| BadRead::of(run.child, &e));
             // A bad block fails the whole run, though it lies in one stripe: across
             // stripes the child is read again per stripe, not taken as lost in all (a
             // bad block of another child in one of them would be beyond tolerance).
             let many = (run.pieces.windows(2)).any(|w| pieces[w[0]].stripe != pieces[w[1]].stripe);
-            let force = (!(many && is_mismatch_error(&e))).then_some((run.child, io));
+            let force = (!(many && is_mismatch_error(&e))).then_some((run.child, bad));
             todo.extend(run.pieces.iter().map(|&i| (i, force)));
         })
         .await;
@@ -362,18 +384,17 @@ impl Reader<'_> {
                 .map_err(|_| e)?,
             Err(e) => return Err(e),
         };
-        if let Some((c, true)) = force {
-            bad.push(c);
-        }
-        bad.sort_unstable();
-        bad.dedup();
+        bad.extend(force.and_then(|(_, b)| b));
+        bad.sort_unstable_by_key(|b| b.child);
+        bad.dedup_by_key(|b| b.child);
         let repairs = bad
             .into_iter()
-            .map(|child| Repair {
+            .map(|b| Repair {
                 stripe,
                 r0,
                 r1,
-                child,
+                child: b.child,
+                counted: b.counted,
             })
             .collect();
         let mut result = Vec::with_capacity(outs.len());
@@ -397,7 +418,7 @@ impl Reader<'_> {
         r0: u64,
         r1: u64,
         want: &[bool],
-    ) -> VolumeResult<(Vec<Buf>, Vec<usize>)> {
+    ) -> VolumeResult<(Vec<Buf>, Vec<BadRead>)> {
         let k = self.stripes.chunks.k;
         let mut rows: Vec<Buf> = (0..k).map(|_| Buf::new((r1 - r0) as usize)).collect();
         let mut bad = Vec::new();
@@ -415,6 +436,21 @@ impl Reader<'_> {
             a = b;
         }
         Ok((rows, bad))
+    }
+
+    /// Counts toward `max_read_errors` the member read errors a request's rebuild corrected
+    /// (`repairs`: what it left to rewrite): each member once per request, as md counts
+    /// once a read it had to fix ([`crate::read_errors`]).
+    pub(super) fn count_corrected(&self, repairs: &[Repair]) {
+        let Some(table) = &self.stripes.members else {
+            return;
+        };
+        let mut members: Vec<usize> = repairs.iter().filter_map(|r| r.counted).collect();
+        members.sort_unstable();
+        members.dedup();
+        for m in members {
+            table.read_error_corrected(m);
+        }
     }
 
     /// Rewrites rows `[r0, r1)` of `child` in `stripe` from the rest of the stripe, after the
@@ -542,7 +578,13 @@ mod tests {
             len: 512,
         };
         let pieces = [piece(3), piece(3), piece(3), piece(4), piece(4)];
-        let lost = Some((1, true));
+        let lost = Some((
+            1,
+            Some(BadRead {
+                child: 1,
+                counted: Some(1),
+            }),
+        ));
         let todo = vec![(0, None), (1, None), (2, lost), (3, lost), (4, lost)];
         let group = |stripe, force, pieces: &[usize]| RebuildGroup {
             stripe,

@@ -7,8 +7,8 @@ use super::*;
 impl ParityCore {
     /// A read of the group: under the stripes' shared lock, from the cache when it holds
     /// every byte, else from the members (rebuilding what is lost) with the cache's dirty
-    /// bytes laid over; chunks that returned read errors are rewritten afterwards, each
-    /// under its stripe's exclusive lock.
+    /// bytes laid over; chunks that returned read errors are counted toward their members'
+    /// `max_read_errors` and rewritten afterwards, each under its stripe's exclusive lock.
     pub(super) async fn read(&self, offset: u64, buf: Buf) -> VolumeResult<Buf> {
         let len = buf.len() as u64;
         let g = self.stripes.lock_stripes(offset, len, false).await;
@@ -26,6 +26,7 @@ impl ParityCore {
         }
         drop(g);
         let reader = self.stripes.reader();
+        reader.count_corrected(&repairs);
         for r in repairs {
             if reader.repair(r).await {
                 self.repairs.fetch_add(1, Ordering::Relaxed);

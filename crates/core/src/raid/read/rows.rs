@@ -15,7 +15,7 @@ pub(super) struct RowGather {
     p: Option<Buf>,
     q: Option<Buf>,
     /// Children whose reads returned a member I/O error (candidates for repair).
-    pub(super) bad: Vec<usize>,
+    pub(super) bad: Vec<BadRead>,
     /// The failed reads' errors, in order.
     pub(super) errors: Vec<VolumeError>,
     len_bytes: usize,
@@ -114,7 +114,7 @@ impl RowGather {
                     self.lost[c] = true;
                     all_read = false;
                     if e.is_member_io() {
-                        self.bad.push(c);
+                        self.bad.push(BadRead::of(c, &e));
                     }
                     self.errors.push(e);
                 }
