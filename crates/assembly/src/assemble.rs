@@ -586,6 +586,7 @@ pub fn volume_options(v: &config::Volume) -> VolumeOptions {
         block_size: u64::from(v.block_size),
         read_policy: v.read_policy,
         cache: v.cache,
+        max_read_errors: v.metadata.max_read_errors,
         ..VolumeOptions::default()
     }
 }

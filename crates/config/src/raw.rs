@@ -149,6 +149,7 @@ pub(crate) struct RawVolume {
     pub write_hole_log_size: Option<Spanned<RawSize>>,
     pub checksums: Option<Spanned<String>>,
     pub checksum_error_limit: Option<Spanned<i64>>,
+    pub max_read_errors: Option<Spanned<i64>>,
 }
 
 /// A listen entry: `"tcp:IP:PORT"`, or a table giving that listener its own TLS mode,

@@ -14,7 +14,9 @@
 //! blocks rebuilt from the redundancy; `"off"`; `"enable"`: a volume created without them
 //! gets them — no reserve before its regions, which never move: the area goes where each
 //! member has room and a background pass computes the checksums), `checksum_error_limit` (a member that
-//! returned more bad blocks than this is failed; default 100). Each is checked at its place
+//! returned more bad blocks than this is failed; default 100), `max_read_errors` (md's: a
+//! member is failed once the redundancy corrected more of its read errors than this, a
+//! count halved per hour without one; default 20, 0: never). Each is checked at its place
 //! with what would be valid.
 
 use super::error::{ErrorKind, Problem};
@@ -50,6 +52,8 @@ pub const PPL_LOG_RESERVE_FROM_REGION_BYTES: u64 = 1 << 30;
 /// Default `checksum_error_limit` (md fails a member after 20 read errors it corrected in an
 /// hour; a checksum error is as clear a sign, but one bad sector run spans several blocks).
 pub const CHECKSUM_ERROR_LIMIT_DEFAULT: u64 = 100;
+/// Default `max_read_errors`: md's (`MD_DEFAULT_MAX_CORRECTED_READ_ERRORS`).
+pub const MAX_READ_ERRORS_DEFAULT: u32 = 20;
 
 /// The log reserve of a parity volume without `write_hole_log_size`: what its strips need
 /// (`strip_reserve`: `None` when the metadata area holds its ring), and at least
@@ -130,6 +134,9 @@ pub struct MetadataOptions {
     pub checksum_after_region_bytes: u64,
     /// `checksum_error_limit`: bad blocks a member may return before it is failed.
     pub checksum_error_limit: u64,
+    /// `max_read_errors`: read errors the redundancy corrected (halved per hour without
+    /// one) a member may return before it is failed; 0: never.
+    pub max_read_errors: u32,
 }
 
 impl Default for MetadataOptions {
@@ -145,6 +152,7 @@ impl Default for MetadataOptions {
             checksum_reserve_bytes: None,
             checksum_after_region_bytes: 0,
             checksum_error_limit: CHECKSUM_ERROR_LIMIT_DEFAULT,
+            max_read_errors: MAX_READ_ERRORS_DEFAULT,
         }
     }
 }
@@ -200,6 +208,9 @@ pub(crate) fn metadata_options(v: &RawVolume, who: &str) -> Result<MetadataOptio
         opts.ppl_log_bytes = Some(log_size(s, who)?);
     }
     checksum_keys(v, who, &mut opts)?;
+    if let Some(l) = &v.max_read_errors {
+        opts.max_read_errors = max_read_errors(l, who)?;
+    }
     if let Some(d) = &v.clean_delay {
         opts.clean_delay = if is_off(d.get_ref()) {
             None
@@ -248,6 +259,16 @@ fn checksum_keys(v: &RawVolume, who: &str, opts: &mut MetadataOptions) -> Result
             })?;
     }
     Ok(())
+}
+
+fn max_read_errors(l: &Spanned<i64>, who: &str) -> Result<u32, Problem> {
+    u32::try_from(*l.get_ref()).map_err(|_| {
+        Problem::new(
+            l.span(),
+            ErrorKind::Option,
+            format!("{who}: max_read_errors {} is out of range; give a count of corrected read errors from 0 (never fail a member for them) to {} (default {MAX_READ_ERRORS_DEFAULT})", l.get_ref(), u32::MAX),
+        )
+    })
 }
 
 fn bitmap_chunk(b: &Spanned<RawSize>, who: &str) -> Result<u64, Problem> {
@@ -386,6 +407,27 @@ mod tests {
             let e = volume(bad).unwrap_err();
             assert_eq!(e.kind(), Some(ErrorKind::Option), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn max_read_errors_defaults_to_mds_and_takes_a_count_or_zero() {
+        let m = volume("").unwrap().volumes[0].metadata;
+        assert_eq!(m.max_read_errors, super::MAX_READ_ERRORS_DEFAULT);
+        assert_eq!(m.max_read_errors, 20);
+        for (text, want) in [("max_read_errors = 5", 5), ("max_read_errors = 0", 0)] {
+            let m = volume(text).unwrap().volumes[0].metadata;
+            assert_eq!(m.max_read_errors, want, "{text}");
+        }
+        for bad in [
+            "max_read_errors = -1",
+            "max_read_errors = 4294967296",
+            "max_read_errors = \"20\"",
+        ] {
+            let e = volume(bad).unwrap_err();
+            assert!(e.to_string().contains("max_read_errors"), "{bad}: {e}");
+        }
+        let e = volume("max_read_errors = -1").unwrap_err();
+        assert_eq!(e.kind(), Some(ErrorKind::Option), "{e}");
     }
 
     #[test]
