@@ -133,6 +133,10 @@ struct MemberSnapshots<'a> {
     write_errors: Vec<u64>,
     /// Past the bad-block limit, kept: the only readable copy of some data.
     kept_past_limit: Vec<bool>,
+    /// Read errors the redundancy corrected, as `max_read_errors` counts them now.
+    corrected_read_errors: Vec<u32>,
+    /// Past `max_read_errors`, kept: the volume cannot do without it.
+    kept_past_read_limit: Vec<bool>,
 }
 
 impl<'a> MemberSnapshots<'a> {
@@ -145,6 +149,8 @@ impl<'a> MemberSnapshots<'a> {
             read_errors: vol.member_read_errors(),
             write_errors: vol.member_write_errors(),
             kept_past_limit: vol.member_kept_past_limit(),
+            corrected_read_errors: vol.member_corrected_read_errors(),
+            kept_past_read_limit: vol.member_kept_past_read_limit(),
         }
     }
 
@@ -173,6 +179,8 @@ impl<'a> MemberSnapshots<'a> {
             "checksum_errors": self.checksum(i, |c| &c.errors),
             "checksum_repairs": self.checksum(i, |c| &c.repairs),
             "kept_past_bad_block_limit": self.kept_past_limit[i],
+            "corrected_read_errors": self.corrected_read_errors[i],
+            "kept_past_read_error_limit": self.kept_past_read_limit[i],
             "reads": c.reads,
             "writes": c.writes,
             "read_bytes": c.read_bytes,
