@@ -97,6 +97,9 @@ pub struct VolumeSummary {
     pub rebuild_rate_bytes_per_s: u64,
     /// The automatic rebuild yields to clients' I/O.
     pub rebuild_adaptive: bool,
+    /// `max_read_errors`: corrected read errors (halved per hour) that fail a member; 0:
+    /// none do.
+    pub max_read_errors: u32,
 }
 
 impl Summary {
@@ -190,6 +193,7 @@ impl Summary {
                     .collect(),
                 rebuild_rate_bytes_per_s: v.heal.rebuild_rate_bytes_per_s,
                 rebuild_adaptive: v.heal.rebuild_adaptive,
+                max_read_errors: v.metadata.max_read_errors,
             });
         }
         Summary {
@@ -344,6 +348,11 @@ fn volume_options(v: &VolumeSummary) -> Vec<String> {
     opts.push(format!("{}-byte blocks", v.block_size));
     if v.read_only {
         opts.push("read-only".into());
+    }
+    match v.max_read_errors {
+        crate::volume_meta::MAX_READ_ERRORS_DEFAULT => {}
+        0 => opts.push("read errors never fail a member".into()),
+        n => opts.push(format!("a member fails past {n} corrected read errors")),
     }
     if !v.spares.is_empty() {
         opts.push(format!("spares {}", v.spares.join(" ")));

@@ -428,6 +428,16 @@ mod tests {
         }
         let e = volume("max_read_errors = -1").unwrap_err();
         assert_eq!(e.kind(), Some(ErrorKind::Option), "{e}");
+        // `nbraid check` says a limit other than md's.
+        let said = |text: &str| volume(text).unwrap().explain();
+        assert!(!said("").contains("read errors"), "{}", said(""));
+        let five = said("max_read_errors = 5");
+        assert!(
+            five.contains("a member fails past 5 corrected read errors"),
+            "{five}"
+        );
+        let zero = said("max_read_errors = 0");
+        assert!(zero.contains("read errors never fail a member"), "{zero}");
     }
 
     #[test]
