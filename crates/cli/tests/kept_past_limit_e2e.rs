@@ -2,7 +2,8 @@
 //! more 4 KiB blocks of one member file overwritten behind the daemon's back than
 //! `checksum_error_limit` allows, then `nbraid scrub`. The scrub finds every bad block, the
 //! member is not failed (nothing else holds its data), the volume stays available, and
-//! `nbraid status` says why the member was kept (`--json`: `kept_past_bad_block_limit`).
+//! `nbraid status` says why the member was kept (`--json`: `kept_past_bad_block_limit`), and
+//! so does one `kept-past-bad-block-limit` event.
 
 mod common;
 
@@ -60,4 +61,19 @@ fn a_raid0_member_past_its_bad_block_limit_is_kept_and_said_so() {
         shown.contains("past its bad-block limit, kept: it holds the only readable copy"),
         "{shown}"
     );
+    // And an event says so once, naming the member (the observer looks four times a second).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let kept = loop {
+        let events = ok(nbraid(&["events", "--json", "--config", cfg]), "events");
+        let kept: Vec<Value> = (events.lines())
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["event"] == "kept-past-bad-block-limit")
+            .collect();
+        if !kept.is_empty() || std::time::Instant::now() > deadline {
+            break kept;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0]["member"], "d1", "{kept:?}");
 }

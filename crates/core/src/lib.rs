@@ -57,4 +57,4 @@ pub use read_policy::ReadPolicy;
 pub use scrub::{ScrubControl, ScrubReport, ScrubState};
 pub use uring::exclusive;
 pub use uring::{DirectIo, Engine, FileOptions, UringError, UringFile};
-pub use volume::{Volume, VolumeCounters, VolumeOptions, MAX_REQUEST_BYTES};
+pub use volume::{RefusedFlushes, Volume, VolumeCounters, VolumeOptions, MAX_REQUEST_BYTES};

@@ -120,6 +120,17 @@ pub struct Volume {
     /// Usable bytes: the layout's capacity rounded down to the logical block.
     capacity: u64,
     counters: Counters,
+    /// Flushes that could not write the write-back cache's bytes to the members.
+    refused: parking_lot::Mutex<RefusedFlushes>,
+}
+
+/// Flushes that could not write back what the write-back cache holds (a parity group
+/// beyond its tolerance): those acknowledged writes stay in memory only, read from there.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RefusedFlushes {
+    pub count: u64,
+    /// The latest one's error.
+    pub last_error: Option<String>,
 }
 
 impl Volume {
@@ -187,6 +198,7 @@ impl Volume {
             opts,
             capacity,
             counters: Counters::default(),
+            refused: Default::default(),
         })
     }
 
@@ -438,6 +450,11 @@ impl Volume {
         self.root.cache_usage()
     }
 
+    /// The flushes that could not write back the write-back cache's bytes so far.
+    pub fn refused_flushes(&self) -> RefusedFlushes {
+        self.refused.lock().clone()
+    }
+
     /// What the volume's parity groups hold that a request may wait on (stripe locks, logs):
     /// the state a hang leaves behind.
     pub fn waits(&self) -> String {
@@ -623,7 +640,16 @@ impl Volume {
                 });
             }
         }
-        drained?;
+        if let Err(e) = drained {
+            // Counted only while cached bytes are left: the drain is what failed, not a
+            // leaf's bookkeeping.
+            if self.cache_usage().dirty_bytes > 0 {
+                let mut refused = self.refused.lock();
+                refused.count += 1;
+                refused.last_error = Some(e.to_string());
+            }
+            return Err(e);
+        }
         // A flush promises that every acknowledged write is durable: never while some of them
         // are on members lost beyond tolerance (whether they failed now or earlier).
         if let Some(lost) = self.data_lost() {

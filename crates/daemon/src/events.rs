@@ -43,6 +43,15 @@ pub enum EventKind {
     ReshapeFinished,
     /// A scrub found copies or parity that disagreed with the data.
     MismatchesFound,
+    /// A member answered write errors and was kept, not failed: the volume cannot do
+    /// without it while it reads (RAID 0, JBOD, a last copy). `count`: the errors so far.
+    WriteErrorsKept,
+    /// A member went past its bad-block limit and was kept: it holds the only readable copy
+    /// of some data.
+    KeptPastBadBlockLimit,
+    /// A flush could not write the write-back cache's bytes to the members: acknowledged
+    /// writes held in memory only. `count`: the flushes refused so far.
+    DestageFailed,
     /// The config was read again (SIGHUP): what changed live, what waits for a restart.
     ConfigReloaded,
     /// The config was read again but no longer loads: nothing changed.
@@ -68,6 +77,9 @@ impl EventKind {
             EventKind::ReshapeStarted => "reshape-started",
             EventKind::ReshapeFinished => "reshape-finished",
             EventKind::MismatchesFound => "mismatches-found",
+            EventKind::WriteErrorsKept => "write-errors-kept",
+            EventKind::KeptPastBadBlockLimit => "kept-past-bad-block-limit",
+            EventKind::DestageFailed => "destage-failed",
             EventKind::ConfigReloaded => "config-reloaded",
             EventKind::ConfigRefused => "config-refused",
         }
@@ -82,6 +94,9 @@ impl EventKind {
                 | EventKind::VolumeDegraded
                 | EventKind::VolumeFailed
                 | EventKind::MismatchesFound
+                | EventKind::WriteErrorsKept
+                | EventKind::KeptPastBadBlockLimit
+                | EventKind::DestageFailed
                 | EventKind::ConfigRefused
         )
     }
@@ -96,6 +111,8 @@ pub struct Event {
     pub member: Option<String>,
     /// The outcome of a finished pass (`done`, `cancelled`, `failed`), if any.
     pub result: Option<String>,
+    /// What a counting event counts so far (write errors, refused flushes), if any.
+    pub count: Option<u64>,
     pub detail: String,
     /// Milliseconds since the Unix epoch, set when published.
     pub time_unix_ms: u64,
@@ -108,6 +125,7 @@ impl Event {
             volume: volume.to_string(),
             member: None,
             result: None,
+            count: None,
             detail: detail.into(),
             time_unix_ms: 0,
         }
@@ -123,12 +141,18 @@ impl Event {
         self
     }
 
+    pub fn count(mut self, count: u64) -> Event {
+        self.count = Some(count);
+        self
+    }
+
     pub fn to_json(&self) -> Value {
         json!({
             "event": self.kind.name(),
             "volume": self.volume,
             "member": self.member,
             "result": self.result,
+            "count": self.count,
             "detail": self.detail,
             "time_unix_ms": self.time_unix_ms,
         })
@@ -148,6 +172,9 @@ impl Event {
         }
         if let Some(r) = &self.result {
             env.push(("NBRAID_RESULT", r.clone()));
+        }
+        if let Some(n) = self.count {
+            env.push(("NBRAID_COUNT", n.to_string()));
         }
         env
     }
@@ -257,5 +284,9 @@ mod tests {
         assert!(env.contains(&("NBRAID_EVENT", "rebuild-finished".into())));
         assert!(env.contains(&("NBRAID_MEMBER", "d1".into())));
         assert!(env.contains(&("NBRAID_RESULT", "done".into())));
+        assert!(!env.iter().any(|(k, _)| *k == "NBRAID_COUNT"));
+        let e = Event::new(EventKind::WriteErrorsKept, "db", "x").count(4);
+        assert!(e.env().contains(&("NBRAID_COUNT", "4".into())));
+        assert_eq!(e.to_json()["count"], 4);
     }
 }

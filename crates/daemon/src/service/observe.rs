@@ -9,7 +9,7 @@ use crate::control::task_slot::Run;
 use crate::control::{ControlVolume, Controls};
 use crate::events::{Event, EventBus, EventKind};
 use nbraid_core::fail_cause::Failure;
-use nbraid_core::{PassControl, PassState};
+use nbraid_core::{PassControl, PassState, RefusedFlushes};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +29,10 @@ pub struct Role {
     pub remote: bool,
     /// Why it failed, while it is failed.
     pub failure: Option<Failure>,
+    /// Write errors it answered and was kept through (the volume cannot do without it).
+    pub write_errors_kept: u64,
+    /// Past its bad-block limit, kept: the only readable copy of some data.
+    pub kept_past_limit: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,6 +131,10 @@ pub struct VolumeSnapshot {
     /// By [`PassKind::ALL`]'s order: the recent runs of each kind, oldest first — every
     /// run since the last look, however short.
     pub passes: [Vec<Pass>; 5],
+    /// Flushes that could not write the write-back cache's bytes to the members.
+    pub refused_flushes: RefusedFlushes,
+    /// Acknowledged writes in the write-back cache, not on the members yet.
+    pub cached_dirty_bytes: u64,
 }
 
 impl VolumeSnapshot {
@@ -141,11 +149,15 @@ impl VolumeSnapshot {
                     failed: false,
                     current: true,
                     failure: None,
+                    write_errors_kept: 0,
+                    kept_past_limit: false,
                     ..r.clone()
                 })
                 .collect(),
             health: Health::Optimal,
             passes: Default::default(),
+            refused_flushes: RefusedFlushes::default(),
+            cached_dirty_bytes: 0,
         }
     }
 
@@ -211,6 +223,74 @@ fn member_failed(volume: &str, n: &Role, out: &mut Vec<Event>) {
     }
 }
 
+/// Whether a count that went from `before` to `now` is told: at its first, and each time it
+/// reaches the next power of two. A member failing every write would otherwise be told at
+/// every look, pushing the other events out of the kept ones and running the hook four
+/// times a second. A count that went down started again (the volume was opened again).
+fn count_told(before: u64, now: u64) -> bool {
+    now > before && (before == 0 || now.ilog2() > before.ilog2())
+}
+
+/// The events of member `n` (the same as `p`, serving) being kept where the engine would
+/// fail a member it could do without: through write errors, past its bad-block limit.
+fn member_kept(volume: &str, p: &Role, n: &Role, out: &mut Vec<Event>) {
+    let id = &n.id;
+    if count_told(p.write_errors_kept, n.write_errors_kept) {
+        let count = n.write_errors_kept;
+        out.push(
+            Event::new(
+                EventKind::WriteErrorsKept,
+                volume,
+                format!(
+                    "member {id} answered write errors ({count} so far) and is kept: the volume cannot do without it while it reads; those writes answered errors to their clients"
+                ),
+            )
+            .member(id)
+            .count(count),
+        );
+    }
+    if !p.kept_past_limit && n.kept_past_limit {
+        out.push(
+            Event::new(
+                EventKind::KeptPastBadBlockLimit,
+                volume,
+                format!(
+                    "member {id} is past its bad-block limit and is kept: it holds the only readable copy of some data (its bad blocks answer read errors)"
+                ),
+            )
+            .member(id),
+        );
+    }
+}
+
+/// The event of the write-back cache's bytes refused by the members: a flush could not
+/// write them back, so acknowledged writes are in memory only.
+fn destage_refused(
+    volume: &str,
+    prev: &VolumeSnapshot,
+    next: &VolumeSnapshot,
+    out: &mut Vec<Event>,
+) {
+    let (before, now) = (&prev.refused_flushes, &next.refused_flushes);
+    if !count_told(before.count, now.count) {
+        return;
+    }
+    let why = (now.last_error.as_deref())
+        .map(|e| format!(" ({e})"))
+        .unwrap_or_default();
+    out.push(
+        Event::new(
+            EventKind::DestageFailed,
+            volume,
+            format!(
+                "the write-back cache could not write its cached writes to the members{why}: {} bytes of acknowledged writes are held in memory only (reads see them; a stop drops them); flushes refused so far: {}",
+                next.cached_dirty_bytes, now.count
+            ),
+        )
+        .count(now.count),
+    );
+}
+
 /// What changed on volume `volume` from `prev` to `next`, in the order an operator reads it:
 /// members, their passes, then what it means for the volume.
 pub fn changes(volume: &str, prev: &VolumeSnapshot, next: &VolumeSnapshot) -> Vec<Event> {
@@ -251,7 +331,11 @@ pub fn changes(volume: &str, prev: &VolumeSnapshot, next: &VolumeSnapshot) -> Ve
                 .member(&n.id),
             );
         }
+        if p.id == n.id && !n.failed {
+            member_kept(volume, p, n, &mut out);
+        }
     }
+    destage_refused(volume, prev, next, &mut out);
     for kind in PassKind::ALL {
         let (before, now) = (&prev.passes[kind as usize], &next.passes[kind as usize]);
         for n in now {
@@ -377,6 +461,7 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
     let array = v.array();
     let vol = array.volume();
     let ids = v.member_ids();
+    let (write_errors, kept) = (vol.member_write_errors(), vol.member_kept_past_limit());
     let roles = ids
         .iter()
         .enumerate()
@@ -386,6 +471,8 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
             current: vol.member_is_current(r),
             remote: is_remote(vol.member(r).name()),
             failure: vol.member_failure(r),
+            write_errors_kept: write_errors.get(r).copied().unwrap_or(0),
+            kept_past_limit: kept.get(r).copied().unwrap_or(false),
         })
         .collect();
     // A role being rebuilt (a spare that took it) is not redundancy yet: degraded until done.
@@ -445,6 +532,8 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
         roles,
         health,
         passes: [rebuild, resync, readd, scrub, reshape],
+        refused_flushes: vol.refused_flushes(),
+        cached_dirty_bytes: vol.cache_usage().dirty_bytes,
     }
 }
 

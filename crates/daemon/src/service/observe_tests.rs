@@ -14,6 +14,8 @@ fn vol(failed: &[bool]) -> VolumeSnapshot {
                 cause: FailCause::Unanswered,
                 why: "no reply within 5s".into(),
             }),
+            write_errors_kept: 0,
+            kept_past_limit: false,
         })
         .collect();
     let health = match failed.iter().filter(|f| **f).count() {
@@ -25,6 +27,8 @@ fn vol(failed: &[bool]) -> VolumeSnapshot {
         roles,
         health,
         passes: Default::default(),
+        refused_flushes: RefusedFlushes::default(),
+        cached_dirty_bytes: 0,
     }
 }
 
@@ -275,6 +279,80 @@ fn a_remote_member_that_answered_with_errors_is_said_to_stay_failed() {
     assert!(said.contains("stays failed until the operator"), "{said}");
 }
 
+/// Found by an events hunt: a member kept through write errors (the volume cannot do
+/// without it) raised no event; now the first and each power of two are told, with the
+/// member and the count, and nothing while the count stands still.
+#[test]
+fn write_errors_a_member_was_kept_through_are_told_with_the_count() {
+    let looks: Vec<VolumeSnapshot> = [0, 1, 1, 2, 3, 4, 7, 9]
+        .iter()
+        .map(|&n| {
+            let mut v = vol(&[false, false]);
+            v.roles[1].write_errors_kept = n;
+            v
+        })
+        .collect();
+    let said: Vec<Event> = (looks.windows(2))
+        .flat_map(|w| changes("db", &w[0], &w[1]))
+        .collect();
+    assert_eq!(kinds(&said), ["write-errors-kept"; 4]);
+    let counts: Vec<Option<u64>> = said.iter().map(|e| e.count).collect();
+    assert_eq!(counts, [Some(1), Some(2), Some(4), Some(9)]);
+    assert_eq!(said[0].member.as_deref(), Some("d1"));
+    assert!(said[3].detail.contains("(9 so far)"), "{}", said[3].detail);
+    // Counted from zero again (the volume opened again): the first is told again.
+    assert!(changes("db", &looks[7], &looks[0]).is_empty());
+    assert_eq!(
+        kinds(&changes("db", &looks[0], &looks[1])),
+        ["write-errors-kept"]
+    );
+}
+
+/// Found by an events hunt: a member kept past its bad-block limit raised no event.
+#[test]
+fn a_member_kept_past_its_bad_block_limit_is_told_once() {
+    let before = vol(&[false, false]);
+    let mut after = before.clone();
+    after.roles[0].kept_past_limit = true;
+    let e = changes("db", &before, &after);
+    assert_eq!(kinds(&e), ["kept-past-bad-block-limit"]);
+    assert_eq!(e[0].member.as_deref(), Some("d0"));
+    assert!(
+        e[0].detail.contains("only readable copy"),
+        "{}",
+        e[0].detail
+    );
+    assert!(changes("db", &after, &after).is_empty());
+}
+
+/// Found by an events hunt: a flush that could not write back the write-back cache (its
+/// acknowledged writes held in memory only) raised no event.
+#[test]
+fn a_refused_destage_of_the_write_back_cache_is_told_with_the_count() {
+    let before = vol(&[false, false]);
+    let refused = |count: u64| {
+        let mut v = before.clone();
+        v.refused_flushes = RefusedFlushes {
+            count,
+            last_error: Some("data unavailable: stripe 0".into()),
+        };
+        v.cached_dirty_bytes = 4096;
+        v
+    };
+    let e = changes("db", &before, &refused(1));
+    assert_eq!(kinds(&e), ["destage-failed"]);
+    assert_eq!(e[0].count, Some(1));
+    let d = &e[0].detail;
+    assert!(d.contains("4096 bytes of acknowledged writes"), "{d}");
+    assert!(d.contains("(data unavailable: stripe 0)"), "{d}");
+    assert!(changes("db", &refused(1), &refused(1)).is_empty());
+    assert!(changes("db", &refused(2), &refused(3)).is_empty());
+    assert_eq!(
+        kinds(&changes("db", &refused(3), &refused(4))),
+        ["destage-failed"]
+    );
+}
+
 #[test]
 fn the_summary_names_failed_members_and_running_passes() {
     let mut s = vol(&[false, true]);
@@ -380,4 +458,58 @@ async fn a_pass_replaced_between_two_looks_is_said_to_finish() {
     );
     assert_eq!(e[0].result.as_deref(), Some("cancelled"));
     assert_eq!(e[2].result.as_deref(), Some("done"));
+}
+
+/// The source of `destage-failed`: a write-back RAID 5 of four memory members whose
+/// cached write cannot be written back once two members failed.
+#[tokio::test]
+async fn a_flush_the_members_refuse_is_seen_by_the_observer() {
+    use crate::served::ServedArray;
+    use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta};
+    use nbraid_core::{Buf, CacheMode, Member, MemoryMember};
+    const MIB: u64 = 1 << 20;
+    let mut metas = Vec::new();
+    for i in 0..4 {
+        let m = Arc::new(MemoryMember::new(format!("m{i}"), 9 * MIB)) as Arc<dyn Member>;
+        metas.push(MemberMeta::load(m).await);
+    }
+    let leaves = (0..4)
+        .map(|i| nbraid_layout::Node::member(i, MIB, 8 * MIB))
+        .collect();
+    let tree = nbraid_layout::Node::parity(64 << 10, 1, Default::default(), leaves).unwrap();
+    let mut opts = ArrayOptions::default();
+    opts.volume.cache = CacheMode::WriteBack { bytes: 4 * MIB };
+    opts.volume.cache_max_age = None;
+    let (array, _) = Array::create("r5", tree, metas, opts.clone(), true, &|_, _| {})
+        .await
+        .unwrap();
+    let array = Arc::new(array);
+    let served = Arc::new(ServedArray::new(array.clone(), opts));
+    let v = ControlVolume::new(
+        "r5".into(),
+        "raid5".into(),
+        served,
+        (0..4).map(|i| format!("d{i}")).collect(),
+        vec!["active"; 4],
+        crate::control::StartReport::default(),
+    );
+    let before = snapshot(&v);
+    array
+        .write(0, Buf::copy_from(&[9u8; 4096]), false)
+        .await
+        .unwrap();
+    array.volume().fail_member(1, "test");
+    array.volume().fail_member(2, "test");
+    assert!(array.flush().await.is_err());
+    let e = changes("r5", &before, &snapshot(&v));
+    let refused: Vec<&Event> = (e.iter())
+        .filter(|e| e.kind == EventKind::DestageFailed)
+        .collect();
+    assert_eq!(refused.len(), 1, "{e:#?}");
+    assert_eq!(refused[0].count, Some(1));
+    assert!(
+        refused[0].detail.contains("4096 bytes"),
+        "{}",
+        refused[0].detail
+    );
 }
