@@ -225,11 +225,12 @@ async fn serve(
     // A member that does not answer can hold the drain for long: a second signal must not
     // leave the operator only SIGKILL.
     let hooks_at_cut = hooks.clone();
+    let slots_at_cut = slots.clone();
     let second_signal = tokio::spawn(async move {
         wait_for_stop(&mut stop).await;
         // No grace for the hooks either, but no orphans: their process groups go too.
         hooks_at_cut.stop(Duration::ZERO).await;
-        exit_cut_short()
+        exit_cut_short(dropped_writes(&cached_bytes(&slots_at_cut)))
     });
     let drained = server.shutdown_with_grace(SHUTDOWN_GRACE).await;
     // Whatever the drain's outcome, nothing may record a volume clean behind it (the idle
@@ -248,12 +249,51 @@ async fn serve(
     // the others from their clean record: each array's mark checks its own writes.
     let recorded = record_clean(&served, drained.is_ok()).await;
     second_signal.abort();
+    stop_outcome(drained, recorded, dropped_writes(&cached_bytes(&slots)))
+}
+
+/// Each volume's acknowledged writes in its write-back cache, not on its members.
+fn cached_bytes(slots: &[Arc<ServedArray>]) -> Vec<(String, u64)> {
+    (slots.iter())
+        .map(|slot| {
+            let a = slot.get();
+            (a.name().to_string(), a.volume().cache_usage().dirty_bytes)
+        })
+        .collect()
+}
+
+/// What the exit says of acknowledged writes still in a write-back cache once every flush
+/// was tried (`cached`: each volume's dirty bytes): the members refused them, and they go
+/// with the process. `None` when every cache was written back.
+fn dropped_writes(cached: &[(String, u64)]) -> Option<String> {
+    let lost: Vec<String> = (cached.iter())
+        .filter(|(_, bytes)| *bytes > 0)
+        .map(|(name, bytes)| format!("{name}: {bytes} bytes"))
+        .collect();
+    (!lost.is_empty()).then(|| {
+        format!(
+            "acknowledged writes are dropped ({}): their write-back cache could not write them to the members, and it ends with this process",
+            lost.join(", ")
+        )
+    })
+}
+
+/// The stop's outcome from the drain's, the clean records' and the writes it drops.
+fn stop_outcome(
+    drained: std::io::Result<()>,
+    recorded: Result<()>,
+    dropped: Option<String>,
+) -> Result<()> {
+    let dropped = dropped.map_or(String::new(), |d| format!("; {d}"));
     match (drained, recorded) {
-        (Ok(()), recorded) => recorded,
-        (Err(e), Ok(())) => Err(anyhow::Error::new(e)
-            .context("stopping: draining and flushing the exports failed (every volume that could be was recorded clean)")),
+        (Ok(()), Ok(())) if dropped.is_empty() => Ok(()),
+        (Ok(()), Ok(())) => Err(anyhow::anyhow!("stopping: every volume was recorded clean{dropped}")),
+        (Ok(()), Err(unclean)) => Err(anyhow::anyhow!("{unclean:#}{dropped}")),
+        (Err(e), Ok(())) => Err(anyhow::anyhow!(
+            "stopping: draining and flushing the exports failed: {e} (every volume that could be was recorded clean){dropped}"
+        )),
         (Err(e), Err(unclean)) => Err(anyhow::anyhow!(
-            "stopping: draining and flushing the exports failed: {e}; {unclean:#}"
+            "stopping: draining and flushing the exports failed: {e}; {unclean:#}{dropped}"
         )),
     }
 }
@@ -512,10 +552,14 @@ async fn wait_for_stop(
 
 /// What a second stop signal during the drain does: exits now, as a crash would leave the
 /// volumes (not recorded clean), without waiting on anything the drain may be stuck on.
-fn exit_cut_short() -> ! {
-    let why = "a second stop signal cut the drain short: exiting without flushing or recording \
-               the volumes clean; the next start resyncs them as after a crash (the regions \
-               the write-intent bitmap marks, the write-hole log replayed)";
+/// `dropped`: what it says of the acknowledged writes still cached ([`dropped_writes`]).
+fn exit_cut_short(dropped: Option<String>) -> ! {
+    let dropped = dropped.map_or(String::new(), |d| format!("; {d}"));
+    let why = format!(
+        "a second stop signal cut the drain short: exiting without flushing or recording \
+         the volumes clean; the next start resyncs them as after a crash (the regions \
+         the write-intent bitmap marks, the write-hole log replayed){dropped}"
+    );
     tracing::error!("{why}");
     eprintln!("nbraidd: error: {why}");
     std::process::exit(EXIT_CUT_SHORT)
@@ -550,5 +594,37 @@ mod tests {
         let limits = server_limits(&c.limits);
         assert_eq!(limits, limits.normalized());
         assert_eq!(limits.max_bytes_in_flight, MAX_PAYLOAD as usize);
+    }
+
+    /// Found by an events hunt: a stop with acknowledged writes pinned in a write-back
+    /// cache (its destage refused) said the flush failed, never that those writes are
+    /// dropped. Now it says so, with the bytes, whatever else the stop says.
+    #[test]
+    fn a_stop_says_which_acknowledged_writes_it_drops_and_how_many_bytes() {
+        let cached = [("ok".to_string(), 0), ("db".to_string(), 8 << 20)];
+        let dropped = dropped_writes(&cached);
+        let eio = || Err(std::io::Error::other("flushing db: data unavailable"));
+        let e = stop_outcome(eio(), Ok(()), dropped.clone()).unwrap_err();
+        let said = format!("{e:#}");
+        assert!(
+            said.contains("acknowledged writes are dropped")
+                && said.contains("(db: 8388608 bytes)"),
+            "{said}"
+        );
+        assert!(said.contains("flushing db: data unavailable"), "{said}");
+        assert!(!said.contains("ok:"), "{said}");
+        let unclean = || Err(anyhow::anyhow!("db: not recorded clean"));
+        let said = format!(
+            "{:#}",
+            stop_outcome(eio(), unclean(), dropped.clone()).unwrap_err()
+        );
+        assert!(
+            said.contains("dropped") && said.contains("not recorded clean"),
+            "{said}"
+        );
+        let said = format!("{:#}", stop_outcome(Ok(()), Ok(()), dropped).unwrap_err());
+        assert!(said.contains("8388608 bytes"), "{said}");
+        assert_eq!(dropped_writes(&[("ok".to_string(), 0)]), None);
+        assert!(stop_outcome(Ok(()), Ok(()), None).is_ok());
     }
 }
