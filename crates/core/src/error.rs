@@ -27,7 +27,8 @@ pub enum VolumeError {
         max: u64,
     },
     /// The data is beyond the volume's fault tolerance: no copy of it can be read or written.
-    #[error("data unavailable: {reason}")]
+    /// A reason made from another unavailability's text says its words once.
+    #[error("data unavailable: {}", once(reason))]
     Unavailable { reason: String },
     /// A member returned an I/O error and no redundancy could hide it.
     #[error("member {member}: {source}")]
@@ -40,6 +41,20 @@ pub enum VolumeError {
     Assembly(String),
     #[error("not supported yet: {0}")]
     Unsupported(String),
+}
+
+/// How [`VolumeError::Unavailable`] begins (its `#[error]` above says the same words).
+const UNAVAILABLE: &str = "data unavailable: ";
+
+/// `reason` without the words [`VolumeError::Unavailable`] says before it: a wrapper that
+/// adds its own words to an unavailability's text (a parity read naming the last member
+/// error) said "data unavailable: data unavailable: ...".
+fn once(reason: &str) -> &str {
+    let mut r = reason;
+    while let Some(rest) = r.strip_prefix(UNAVAILABLE) {
+        r = rest;
+    }
+    r
 }
 
 impl VolumeError {
@@ -103,3 +118,29 @@ impl VolumeError {
 }
 
 pub type VolumeResult<T> = Result<T, VolumeError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by an events hunt: a parity read beyond tolerance wraps its own unavailability
+    /// with the last member error and said "data unavailable: data unavailable: read: ...".
+    #[test]
+    fn an_unavailability_wrapping_another_says_so_once() {
+        let inner = VolumeError::Unavailable {
+            reason: "read: stripe 3 has lost children [0, 1]".into(),
+        };
+        let outer = VolumeError::Unavailable {
+            reason: format!("{inner} (last member error: member 1: EIO)"),
+        };
+        assert_eq!(
+            outer.to_string(),
+            "data unavailable: read: stripe 3 has lost children [0, 1] (last member error: member 1: EIO)"
+        );
+        assert_eq!(
+            inner.to_string(),
+            "data unavailable: read: stripe 3 has lost children [0, 1]"
+        );
+        assert_eq!(outer.duplicate().to_string(), outer.to_string());
+    }
+}
