@@ -460,6 +460,9 @@ fn failure_line(f: &Value) -> String {
         _ if f["returns_by_itself"] == true => {
             format!("    failed ({why}): re-added by itself once it answers\n")
         }
+        // The daemon's sentence may give the reason itself ("it answered with I/O errors
+        // (...)"): said once.
+        Some(stays) if stays.contains(why) => format!("    failed: {stays}\n"),
         Some(stays) => format!("    failed ({why}): {stays}\n"),
         None => format!("    failed ({why})\n"),
     }
@@ -553,6 +556,22 @@ mod tests {
             "{out}"
         );
         assert_eq!(member_line(&m(Value::Null)).lines().count(), 1);
+    }
+
+    /// Found by an events hunt: a member failed by I/O errors said its reason twice
+    /// ("failed (EIO): it answered with I/O errors (EIO): it stays failed ...").
+    #[test]
+    fn a_failed_member_says_its_reason_once() {
+        let why = "write of 4096 bytes at offset 0 failed: Input/output error";
+        let stays = format!("it answered with I/O errors ({why}): it stays failed until the operator brings it back (nbraid add, nbraid replace)");
+        let m = json!({"id": "d1", "state": "failed", "path": "d1.img", "failure":
+            {"why": why, "returns_by_itself": false, "stays_out": stays}});
+        let line = member_line(&m);
+        assert_eq!(line.matches(why).count(), 1, "{line}");
+        assert!(
+            line.ends_with(&format!("d1.img\n    failed: {stays}\n")),
+            "{line}"
+        );
     }
 
     #[test]
