@@ -187,16 +187,17 @@ impl VolumeSnapshot {
 /// member that stopped answering) or stays failed until the operator brings it back
 /// ([`may_return`]).
 fn member_failed(volume: &str, n: &Role, out: &mut Vec<Event>) {
-    let why = n
-        .failure
-        .as_ref()
-        .map(|f| format!(" ({})", f.why))
-        .unwrap_or_default();
     let verdict = may_return(n.remote, n.failure.as_ref());
     let stays = match &verdict {
         Err(why) if n.remote => format!("; {why}"),
         _ => String::new(),
     };
+    // The rule's sentence may give the reason itself ("it answered with I/O errors
+    // (...)"): said once.
+    let why = (n.failure.as_ref())
+        .filter(|f| !stays.contains(&f.why))
+        .map(|f| format!(" ({})", f.why))
+        .unwrap_or_default();
     out.push(
         Event::new(
             EventKind::MemberFailed,
