@@ -11,7 +11,7 @@ use nbraid_assembly::preflight::{
 };
 use nbraid_assembly::reshape_plan::{self, outline, Action, VolumePlan};
 use nbraid_config::format_size;
-use nbraid_config::{Config, Volume};
+use nbraid_config::{Config, MemberStorage, Volume};
 use nbraid_core::metadata::{
     assemble_named, planned_area, AssembleError, Probe, ReshapeRecord, Superblock,
 };
@@ -22,7 +22,8 @@ use serde::Serialize;
 pub struct Records {
     pub volume: String,
     /// `healthy`, `degraded: ...`, `no superblocks yet`, `not created yet: ...`, `not on
-    /// files`, or why the start would refuse.
+    /// files` (in memory), `not read: ...` (on NBD servers not read), or why the start would
+    /// refuse.
     pub state: String,
     /// The config id serving each role by the superblocks (empty when they do not decide);
     /// a member added at run time by the id it goes by, a missing member by its id too.
@@ -93,7 +94,15 @@ fn volume(
     };
     let n = v.members.len();
     let Some((probes, added)) = probes_with_remote(config, v, remotes) else {
-        r.state = "not on files (read at start only)".into();
+        let members: Vec<Unread> = (v.members.iter().chain(&v.heal.spares))
+            .map(|&m| {
+                unread(
+                    &config.members[m],
+                    remotes.get(m).is_some_and(Option::is_some),
+                )
+            })
+            .collect();
+        (r.state, r.notes) = not_read(&members);
         return r;
     };
     // The daemon's rule: a volume no member carries a record of is created (beside the
@@ -174,6 +183,62 @@ fn volume(
         format!("degraded: {}", absent.join(", "))
     };
     r
+}
+
+/// A member whose superblock this look could not read, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Unread {
+    /// On an NBD server not read here (its id, its URI).
+    Remote(String, String),
+    /// In memory: nothing survives its daemon.
+    Memory,
+    /// Read (a file or device, or a remote read through NBD).
+    Read,
+}
+
+fn unread(m: &nbraid_config::Member, remote_read: bool) -> Unread {
+    match m.state {
+        MemberStorage::Remote if !remote_read => Unread::Remote(m.id.clone(), m.path_text.clone()),
+        MemberStorage::Memory => Unread::Memory,
+        _ => Unread::Read,
+    }
+}
+
+/// The state and notes of a volume whose records were not all read (`members`: the config's
+/// members then spares): what can and cannot be told of it without connecting to its
+/// servers. Members in memory keep nothing once their daemon is gone; the superblocks of
+/// members on NBD servers are read through NBD, by a start and by `nbraid check`.
+fn not_read(members: &[Unread]) -> (String, Vec<String>) {
+    let remote: Vec<(&str, &str)> = (members.iter())
+        .filter_map(|m| match m {
+            Unread::Remote(id, uri) => Some((id.as_str(), uri.as_str())),
+            _ => None,
+        })
+        .collect();
+    if remote.is_empty() {
+        return (
+            "not on files (in memory: nothing is kept once its daemon stops)".into(),
+            Vec::new(),
+        );
+    }
+    let ids: Vec<&str> = remote.iter().map(|(id, _)| *id).collect();
+    let state = format!(
+        "not read: {} ({}); their superblocks are read through NBD, by a start and by `nbraid check`",
+        match remote.len() {
+            1 => "a member is on an NBD server",
+            _ => "members are on NBD servers",
+        },
+        ids.join(", ")
+    );
+    let mut notes: Vec<String> = (remote.iter())
+        .map(|(id, uri)| {
+            format!("{id} at {uri}: not connected to here, so whether its server answers, which role it holds and whether it is current are not known")
+        })
+        .collect();
+    if members.contains(&Unread::Memory) {
+        notes.push("its members in memory keep nothing once the daemon stops".into());
+    }
+    (state, notes)
 }
 
 /// The state of a volume the next start creates: beside the other volumes whose records its
@@ -316,6 +381,34 @@ mod tests {
                 members
             ])
             .unwrap()
+    }
+
+    /// Found by an events hunt: with no daemon running, `nbraid status` said "not on files"
+    /// of a volume whose members are all on NBD servers.
+    #[test]
+    fn a_volume_on_nbd_servers_says_what_is_not_read_and_where_to_read_it() {
+        let remote = |i: usize| Unread::Remote(format!("r{i}"), format!("nbd://h{i}/x"));
+        let (state, notes) = not_read(&[remote(0), remote(1)]);
+        assert!(!state.contains("not on files"), "{state}");
+        assert_eq!(
+            state,
+            "not read: members are on NBD servers (r0, r1); their superblocks are read through NBD, by a start and by `nbraid check`"
+        );
+        assert_eq!(notes.len(), 2);
+        assert!(
+            notes[1].starts_with("r1 at nbd://h1/x: not connected to here"),
+            "{}",
+            notes[1]
+        );
+        let (state, notes) = not_read(&[Unread::Read, remote(1)]);
+        assert!(
+            state.contains("a member is on an NBD server (r1);"),
+            "{state}"
+        );
+        assert_eq!(notes.len(), 1);
+        let (state, notes) = not_read(&[Unread::Memory, Unread::Memory]);
+        assert!(state.starts_with("not on files"), "{state}");
+        assert!(notes.is_empty());
     }
 
     #[test]

@@ -65,3 +65,31 @@ fn status_without_a_daemon_says_what_the_superblocks_say() {
     let (_, out, _) = status(cfg, false);
     assert!(out.contains("    role 4: d4 (d4.img) lost\n"), "{out}");
 }
+
+/// Found by an events hunt: a volume whose members are all on NBD servers read "not on
+/// files"; it says what is not read there and where it is read.
+#[test]
+fn status_without_a_daemon_says_what_it_cannot_tell_of_members_on_nbd_servers() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("arrays.toml");
+    let member = |id: &str, host: &str| {
+        format!("[[member]]\nid = \"{id}\"\npath = \"nbd://{host}:10809/x\"\nsize = \"16MiB\"\n\n")
+    };
+    let text = format!(
+        "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n{}{}[[volume]]\nname = \"m\"\nlevel = \"raid1\"\nmembers = [\"r0\", \"r1\"]\n",
+        member("r0", "192.0.2.1"),
+        member("r1", "192.0.2.2")
+    );
+    std::fs::write(&file, text).unwrap();
+    let (success, out, _) = status(file.to_str().unwrap(), false);
+    assert!(!success, "no daemon: still a failure");
+    assert!(!out.contains("not on files"), "{out}");
+    assert!(
+        out.contains("  m: not read: members are on NBD servers (r0, r1); their superblocks are read through NBD, by a start and by `nbraid check`\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("    note: r1 at nbd://192.0.2.2:10809/x: not connected to here"),
+        "{out}"
+    );
+}
