@@ -9,6 +9,7 @@ use common::*;
 use nbraid_nbd::client::Client;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,8 @@ fn a_refused_destage_is_an_event_and_the_stop_says_the_bytes_it_drops() {
            cache = \"write-back\"\nchecksums = \"off\"\n";
     std::fs::write(&config, text).unwrap();
     let cfg = config.to_str().unwrap();
+    // Started as `Daemon::start` does, its stderr kept for the stop's words; a `Daemon`,
+    // so a failed test does not leave it running.
     let mut child = Command::new(nbraidd_path())
         .args(["--config", cfg, "--log-level", "warn"])
         .stdin(Stdio::null())
@@ -41,11 +44,17 @@ fn a_refused_destage_is_an_event_and_the_stop_says_the_bytes_it_drops() {
         .spawn()
         .expect("start nbraidd");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let announced = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .any(|l| l.starts_with("nbraidd: control socket "));
-    assert!(announced, "nbraidd exited early: {:?}", child.wait());
+    let control = (lines.by_ref().map_while(Result::ok))
+        .find_map(|l| Some(PathBuf::from(l.strip_prefix("nbraidd: control socket ")?)));
+    let mut daemon = Daemon {
+        child,
+        control: control.unwrap_or_default(),
+    };
+    assert!(
+        daemon.control.exists(),
+        "nbraidd exited early: {:?}",
+        daemon.child.try_wait()
+    );
     std::thread::spawn(move || for _ in lines.by_ref() {});
     let uri = format!(
         "nbd+unix:///db?socket={}",
@@ -85,10 +94,11 @@ fn a_refused_destage_is_an_event_and_the_stop_says_the_bytes_it_drops() {
     assert!(detail.contains("held in memory only"), "{detail}");
 
     // SAFETY: kill(2) on our own child's pid has no memory effects.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-    let status = child.wait().unwrap();
+    unsafe { libc::kill(daemon.child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = daemon.child.wait().unwrap();
     let mut stderr = String::new();
-    child
+    daemon
+        .child
         .stderr
         .take()
         .unwrap()
