@@ -195,11 +195,11 @@ impl Reader<'_> {
         let q_ok = roles.q.is_some_and(|c| !lost[c]);
         recovery(&slots, !lost[roles.p], q_ok).ok_or_else(|| {
             let e = self.stripes.chunks.unavailable(stripe, lost, "read");
-            match last_error {
-                Some(first) => VolumeError::Unavailable {
-                    reason: format!("{e} (last member error: {first})"),
+            match (last_error, e) {
+                (Some(first), VolumeError::Unavailable { reason }) => VolumeError::Unavailable {
+                    reason: format!("{reason} (last member error: {first})"),
                 },
-                None => e,
+                (_, e) => e,
             }
         })
     }
