@@ -154,9 +154,9 @@ async fn serve(
     let stop = stop_signals()?;
     let hangup = reload::hangup_signal()?;
     let tls = server_tls(&config)?;
-    let volumes = assemble_with(&config, opts)?;
+    let mut volumes = assemble_with(&config, opts)?;
     let slots = served_arrays(&config, &volumes, opts);
-    let controls = Arc::new(controls(&config, &volumes, &slots));
+    let controls = Arc::new(controls(&config, &mut volumes, &slots));
     let served: Vec<(Arc<ServedArray>, Arc<VolumeExport>)> = (volumes.iter().zip(&slots))
         .map(|(a, slot)| {
             let export = VolumeExport::served(slot.clone(), a.read_only, a.description.clone());
@@ -477,9 +477,11 @@ fn served_arrays(
         .collect()
 }
 
-/// The control socket's view of the assembled volumes (member ids by role).
-fn controls(config: &Config, volumes: &[Assembled], slots: &[Arc<ServedArray>]) -> Controls {
-    let volumes = (volumes.iter().zip(slots))
+/// The control socket's view of the assembled volumes (member ids by role). The start's
+/// handles on members and spares (`known`) are taken out of `volumes`: only the arrays hold
+/// members open, so one refused or let go later is closed.
+fn controls(config: &Config, volumes: &mut [Assembled], slots: &[Arc<ServedArray>]) -> Controls {
+    let volumes = (volumes.iter_mut().zip(slots))
         .map(|(a, slot)| {
             let cv = config.volumes.iter().find(|v| v.name == a.name);
             let level = cv.map_or(String::new(), |v| v.kind_name().to_string());
@@ -496,7 +498,11 @@ fn controls(config: &Config, volumes: &[Assembled], slots: &[Arc<ServedArray>]) 
                     background_bytes: a.report.background_bytes,
                 },
             )
-            .with_heal(a.rebuild_rate, a.known.clone(), a.notes.clone())
+            .with_heal(
+                a.rebuild_rate,
+                std::mem::take(&mut a.known),
+                a.notes.clone(),
+            )
             .with_start_paths(a.paths.clone())
             .with_config_ids(cv.map(|v| ConfigIds {
                 ids: nbraid_assembly::adopt::position_ids(config, v, &[]),

@@ -35,7 +35,7 @@ impl Controls {
             .volumes
             .iter()
             .flat_map(|v| {
-                let known: Vec<String> = v.known.lock().iter().map(|k| k.id.clone()).collect();
+                let known: Vec<String> = v.known.lock().ids().map(str::to_string).collect();
                 v.members.iter().cloned().chain(known)
             })
             .collect();

@@ -2,8 +2,9 @@
 //! but the admin must still see them (`failed (F)` in `status`, as /proc/mdstat shows a
 //! faulty device) until `nbraid remove` takes them out, or `nbraid add` brings them back.
 //!
-//! Kept apart from the volume's known members (`ControlVolume::known`), which must keep
-//! every member let go: a re-add reuses the file the daemon holds open through them.
+//! Each is held open until then (md holds a faulty device until `mdadm --remove`): taken out
+//! of the list, its file or device is closed. The volume's known members
+//! (`ControlVolume::known`) name them but hold none open.
 
 use nbraid_core::Member;
 use parking_lot::Mutex;

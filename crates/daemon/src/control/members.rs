@@ -274,7 +274,7 @@ async fn remove_departed(v: &ControlVolume, gone: Departed) -> Result<Value, Ref
 pub(super) enum Offered {
     /// Nothing: opened anew.
     New,
-    /// A member let go (removed, replaced) but still open.
+    /// A failed member whose role a spare took, still held open (departed).
     LetGo(Arc<dyn Member>),
     /// A member of another volume ("member d0 of volume \"r10\"") on the same file
     /// (Matrix), with its shared superblock.
@@ -341,8 +341,8 @@ pub(super) fn same_file(name: &str, new: &std::fs::Metadata) -> bool {
 /// member, a spare standing by (a spare stands by for one volume, as in the config), a
 /// replacement being rebuilt in; opening it again would only meet the daemon's own lock.
 /// A member of *another* volume (Matrix: member files carry several) is handed over with
-/// its superblock, which the volumes share ([`Offered::Shared`]). A member let go but
-/// still open (removed, or replaced) is handed back to be used again.
+/// its superblock, which the volumes share ([`Offered::Shared`]). A departed member still
+/// held open is handed back to be used again.
 pub(super) fn already_open(
     controls: &Controls,
     volume: &str,
@@ -398,13 +398,8 @@ pub(super) fn already_open(
     if let Some((meta, other)) = shared {
         return Ok(Offered::Shared(meta, other));
     }
-    let let_go = controls.volumes.iter().find_map(|v| {
-        let known = v.known.lock();
-        known
-            .iter()
-            .find(|k| same_file(k.member.name(), &new))
-            .map(|k| k.member.clone())
-    });
+    let let_go =
+        (controls.volumes.iter()).find_map(|v| v.known.lock().held(&|name| same_file(name, &new)));
     Ok(let_go.map_or(Offered::New, Offered::LetGo))
 }
 

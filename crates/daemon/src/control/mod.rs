@@ -22,6 +22,7 @@ mod controls;
 mod departed;
 mod dispatch;
 mod fail;
+mod known;
 mod members;
 mod notes;
 mod passes;

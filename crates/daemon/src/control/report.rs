@@ -54,7 +54,7 @@ fn notes_now(controls: &Controls, v: &ControlVolume) -> Vec<String> {
         if spares.iter().any(|s| s == id) {
             return None;
         }
-        let member = v.known_member(id)?;
+        let path = v.known_path(id)?;
         // A file another volume serves from (Matrix) must not be wiped.
         let shared = controls
             .volumes
@@ -63,7 +63,7 @@ fn notes_now(controls: &Controls, v: &ControlVolume) -> Vec<String> {
             .any(|o| {
                 let other = o.array();
                 let ov = other.volume();
-                (0..ov.member_count()).any(|r| ov.member(r).name() == member.name())
+                (0..ov.member_count()).any(|r| ov.member(r).name() == path)
             });
         Some(!shared)
     };

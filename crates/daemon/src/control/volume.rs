@@ -3,6 +3,7 @@
 //! started, held and cancelled here, in one place.
 
 use super::departed::{Departed, Departures};
+use super::known::KnownMembers;
 use super::notes::ConfigIds;
 use super::paths::absolute_path;
 use super::task_slot::{restart, Restart, Run, TaskSlot};
@@ -53,9 +54,9 @@ pub struct ControlVolume {
     /// The pass giving back the checksums an unclean start dropped
     /// (`checksum_refill.rs`), when one started.
     pub checksum_refill: TaskSlot<nbraid_core::metadata::RefillControl>,
-    /// Every member and spare known by id (config ids; paths for those added at run time).
-    /// It keeps members let go: a re-add reuses the file held open through them.
-    pub(super) known: Mutex<Vec<Known>>,
+    /// Every member and spare known by id (config ids; paths for those added at run time);
+    /// it holds none open (`known.rs`).
+    pub(super) known: Mutex<KnownMembers>,
     /// Failed members whose role a spare took: shown until removed or added back.
     pub(super) departed: Departures,
     /// What the start found that the operator must hear (spares holding roles, old members
@@ -99,7 +100,7 @@ impl ControlVolume {
             reshape: TaskSlot::default(),
             checksum_fill: TaskSlot::default(),
             checksum_refill: TaskSlot::default(),
-            known: Mutex::new(Vec::new()),
+            known: Mutex::default(),
             departed: Departures::default(),
             notes: Vec::new(),
             config_ids: None,
@@ -196,7 +197,7 @@ impl ControlVolume {
     /// id, what the start must say.
     pub fn with_heal(mut self, rate: PassRate, known: Vec<Known>, notes: Vec<String>) -> Self {
         self.rebuild_rate = Mutex::new(rate);
-        self.known = Mutex::new(known);
+        self.known = Mutex::new(KnownMembers::new(known));
         self.notes = notes;
         self
     }
@@ -232,10 +233,9 @@ impl ControlVolume {
             .unwrap_or_else(|| absolute_path(self.array().volume().member(r).name()))
     }
 
-    /// The member or spare known by `id`, if one is.
-    pub(super) fn known_member(&self, id: &str) -> Option<Arc<dyn Member>> {
-        let known = self.known.lock();
-        known.iter().find(|k| k.id == id).map(|k| k.member.clone())
+    /// The path of the member or spare known by `id` (open or let go), if one is.
+    pub(super) fn known_path(&self, id: &str) -> Option<String> {
+        self.known.lock().path_of(id).map(str::to_string)
     }
 
     /// The id of whatever serves each role now (a spare that took a role goes by its own
@@ -248,9 +248,8 @@ impl ControlVolume {
             .map(|r| {
                 let m = vol.member(r);
                 known
-                    .iter()
-                    .find(|k| Arc::ptr_eq(&k.member, &m))
-                    .map_or_else(|| self.start_id(r), |k| k.id.clone())
+                    .id_of(&m)
+                    .map_or_else(|| self.start_id(r), str::to_string)
             })
             .collect()
     }
@@ -265,21 +264,13 @@ impl ControlVolume {
     pub(super) fn id_of(&self, member: &Arc<dyn Member>) -> String {
         let known = self.known.lock();
         known
-            .iter()
-            .find(|k| Arc::ptr_eq(&k.member, member))
-            .map_or_else(|| member.name().to_string(), |k| k.id.clone())
+            .id_of(member)
+            .map_or_else(|| member.name().to_string(), str::to_string)
     }
 
     /// Remembers a member added at run time by its id ([`Controls::added_id`]).
     pub(super) fn learn(&self, id: &str, member: &Arc<dyn Member>) {
-        let mut known = self.known.lock();
-        if known.iter().any(|k| Arc::ptr_eq(&k.member, member)) {
-            return; // one it let go and took back keeps its id
-        }
-        known.push(Known {
-            id: id.to_string(),
-            member: member.clone(),
-        });
+        self.known.lock().learn(id, member);
     }
 
     /// Puts spares in failed roles ([`Array::use_spares`]); the failed members they push

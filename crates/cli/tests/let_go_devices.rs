@@ -1,0 +1,139 @@
+//! Devices a running daemon takes out of service are let go at once, as `mdadm --remove`
+//! lets go of them: a member failed and removed, a config spare refused, a device whose
+//! `add` failed. They stayed open (O_EXCL and locked) until nbraidd exited before: `mkfs`,
+//! `mount` or another array could not take them. And a failed `add` tried again opened the
+//! device afresh: it used the first try's handle, whose failed write failed every later
+//! flush, so the retried member failed at once.
+//!
+//! The devices are loop devices over files (`losetup`, `blockdev`: util-linux; the test runs
+//! as root, as CI does).
+
+mod common;
+
+use common::{nbraid, ok, require, status_of, wait_until, Daemon};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A loop device over a file, made writable again and detached when dropped (a read-only
+/// flag outlives the detach).
+struct Loop {
+    path: PathBuf,
+}
+
+impl Loop {
+    fn attach(backing: &Path, len_bytes: u64) -> Loop {
+        let f = std::fs::File::create(backing).unwrap();
+        f.set_len(len_bytes).unwrap();
+        let out = ok(
+            Command::new(tool("losetup"))
+                .args(["--find", "--show"])
+                .arg(backing)
+                .output()
+                .unwrap(),
+            "losetup --find --show (this test needs loop devices: run as root)",
+        );
+        Loop {
+            path: PathBuf::from(out.trim()),
+        }
+    }
+
+    fn path(&self) -> &str {
+        self.path.to_str().unwrap()
+    }
+
+    fn set_read_only(&self, on: bool) {
+        let flag = if on { "--setro" } else { "--setrw" };
+        let out = Command::new(tool("blockdev"))
+            .arg(flag)
+            .arg(&self.path)
+            .output();
+        ok(out.unwrap(), "blockdev");
+    }
+
+    /// Whether another O_EXCL open of the device succeeds (nobody holds it).
+    fn is_free(&self) -> bool {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_EXCL)
+            .open(&self.path)
+            .is_ok()
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new(tool("blockdev"))
+            .arg("--setrw")
+            .arg(&self.path)
+            .status();
+        let _ = Command::new(tool("losetup"))
+            .arg("-d")
+            .arg(&self.path)
+            .status();
+    }
+}
+
+/// A util-linux tool (under /sbin, which a non-login PATH may lack).
+fn tool(name: &str) -> PathBuf {
+    ["/usr/sbin", "/sbin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| require(name))
+}
+
+/// Three loop devices and a config: a mirror of the first `members` of them, the rest
+/// spares; the config's path.
+fn setup(dir: &Path, members: usize) -> (Vec<Loop>, PathBuf) {
+    let devs: Vec<Loop> = (0..3)
+        .map(|i| Loop::attach(&dir.join(format!("d{i}.img")), 24 << 20))
+        .collect();
+    let mut text = format!(
+        "[daemon]\nlisten = [\"unix:{}\"]\n\n",
+        dir.join("nbd.sock").display()
+    );
+    for (i, d) in devs.iter().enumerate() {
+        text += &format!("[[member]]\nid = \"m{i}\"\npath = \"{}\"\n\n", d.path());
+    }
+    let ids: Vec<String> = (0..3).map(|i| format!("\"m{i}\"")).collect();
+    text += &format!(
+        "[[volume]]\nname = \"v\"\nlevel = \"raid1\"\nmembers = [{}]\nspares = [{}]\n",
+        ids[..members].join(", "),
+        ids[members..].join(", ")
+    );
+    let file = dir.join("a.toml");
+    std::fs::write(&file, text).unwrap();
+    (devs, file)
+}
+
+#[test]
+fn a_member_failed_and_removed_is_let_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let (devs, file) = setup(dir.path(), 3);
+    let cfg = file.to_str().unwrap();
+    let mut d = Daemon::start(&file);
+    assert!(!devs[2].is_free(), "a serving member is held");
+    ok(nbraid(&["fail", "v", "m2", "--config", cfg]), "fail");
+    ok(nbraid(&["remove", "v", "m2", "--config", cfg]), "remove");
+    assert!(devs[2].is_free(), "a removed member is let go");
+    d.stop();
+}
+
+#[test]
+fn a_refused_spare_is_let_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let (devs, file) = setup(dir.path(), 2);
+    let out = Command::new(tool("mkfs.ext4"))
+        .args(["-q", "-F"])
+        .arg(&devs[2].path)
+        .output();
+    ok(out.unwrap(), "mkfs.ext4");
+    let cfg = file.to_str().unwrap();
+    let mut d = Daemon::start(&file);
+    let v = status_of(cfg, "v");
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("not used as a spare"), "{v:#}");
+    assert!(devs[2].is_free(), "a refused spare is let go");
+    d.stop();
+}
