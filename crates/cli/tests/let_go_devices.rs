@@ -137,3 +137,33 @@ fn a_refused_spare_is_let_go() {
     assert!(devs[2].is_free(), "a refused spare is let go");
     d.stop();
 }
+
+#[test]
+fn a_failed_add_leaves_nothing_behind_and_a_retry_opens_the_device_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let (devs, file) = setup(dir.path(), 2);
+    // Not a spare of the config: only added at run time.
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace("spares = [\"m2\"]", "spares = []")).unwrap();
+    let cfg = file.to_str().unwrap();
+    let mut d = Daemon::start(&file);
+    ok(nbraid(&["fail", "v", "m1", "--config", cfg]), "fail");
+    ok(nbraid(&["remove", "v", "m1", "--config", cfg]), "remove");
+    devs[2].set_read_only(true);
+    let refused = nbraid(&["add", "v", devs[2].path(), "--config", cfg]);
+    assert!(
+        !refused.status.success(),
+        "an add of a read-only device fails"
+    );
+    devs[2].set_read_only(false);
+    assert!(devs[2].is_free(), "a failed add leaves the device closed");
+    ok(
+        nbraid(&["add", "v", devs[2].path(), "--config", cfg]),
+        "add after setrw",
+    );
+    let v = wait_until(cfg, "v", "the rebuild onto the retried member", |v| {
+        v["state"] != "degraded" || v["members"].to_string().contains("failed")
+    });
+    assert_eq!(v["state"], "healthy", "{v:#}");
+    d.stop();
+}

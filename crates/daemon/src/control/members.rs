@@ -83,7 +83,13 @@ pub(super) async fn add(
     v.learn(&controls.added_id(path), meta_member);
     // Added back: no longer a departed member.
     v.departed.forget(meta_member);
-    let placed = v.take_spares().await.map_err(refused)?;
+    let placed = match v.take_spares().await {
+        Ok(placed) => placed,
+        Err(e) => {
+            forget_if_dropped(v, meta_member).await;
+            return Err(refused(e));
+        }
+    };
     // The roles it holds now, whoever put it there: the daemon's watcher may have placed
     // it first (placements take turns, so this look comes after the watcher's).
     let array = v.array();
@@ -107,6 +113,28 @@ pub(super) async fn add(
         "rebuilding": rebuilding,
         "rebuild": rebuild_json(v),
     }))
+}
+
+/// After a failed placement: `member`, when the array dropped it (neither a spare nor in a
+/// role), is no longer recorded either, so no later start opens it; a failed `add` leaves
+/// nothing behind.
+async fn forget_if_dropped(v: &ControlVolume, member: &Arc<dyn Member>) {
+    let array = v.array();
+    let vol = array.volume();
+    let spare = array
+        .spares()
+        .iter()
+        .any(|s| Arc::ptr_eq(s.member(), member));
+    let in_role = (0..vol.member_count()).any(|r| {
+        Arc::ptr_eq(&vol.member(r), member)
+            || vol.replacement(r).is_some_and(|m| Arc::ptr_eq(&m, member))
+    });
+    if spare || in_role {
+        return;
+    }
+    if let Err(e) = array.forget_added_path(member.name()).await {
+        tracing::error!("volume {}: `{}` stays recorded: {e}", v.name, member.name());
+    }
 }
 
 /// `replace`: `member` keeps serving while the member at `path` is rebuilt in its place;
@@ -275,7 +303,7 @@ pub(super) enum Offered {
     /// Nothing: opened anew.
     New,
     /// A failed member whose role a spare took, still held open (departed).
-    LetGo(Arc<dyn Member>),
+    Departed(Arc<dyn Member>),
     /// A member of another volume ("member d0 of volume \"r10\"") on the same file
     /// (Matrix), with its shared superblock.
     Shared(Arc<MemberMeta>, String),
@@ -308,19 +336,12 @@ fn create_if_missing(v: &ControlVolume, path: &str) -> Result<(), Refusal> {
     })
 }
 
-/// Opens an existing member file for `add`/`replace` (or takes the daemon's open one,
-/// `open`) and reads its superblock.
-async fn open_newcomer(
-    path: &str,
-    open: Option<Arc<dyn Member>>,
-) -> Result<Arc<MemberMeta>, Refusal> {
-    let member = match open {
-        Some(m) => m,
-        None => Arc::new(
-            UringFile::open_with(path, None, Default::default())
-                .map_err(|e| Refusal::new("bad-request", format!("opening `{path}`: {e}")))?,
-        ) as Arc<dyn Member>,
-    };
+/// Opens an existing member file for `add`/`replace` and reads its superblock.
+async fn open_newcomer(path: &str) -> Result<Arc<MemberMeta>, Refusal> {
+    let member = Arc::new(
+        UringFile::open_with(path, None, Default::default())
+            .map_err(|e| Refusal::new("bad-request", format!("opening `{path}`: {e}")))?,
+    ) as Arc<dyn Member>;
     Ok(MemberMeta::load(member).await)
 }
 
@@ -342,7 +363,7 @@ pub(super) fn same_file(name: &str, new: &std::fs::Metadata) -> bool {
 /// replacement being rebuilt in; opening it again would only meet the daemon's own lock.
 /// A member of *another* volume (Matrix: member files carry several) is handed over with
 /// its superblock, which the volumes share ([`Offered::Shared`]). A departed member still
-/// held open is handed back to be used again.
+/// held open is named ([`Offered::Departed`]) for the caller to let go first.
 pub(super) fn already_open(
     controls: &Controls,
     volume: &str,
@@ -400,7 +421,15 @@ pub(super) fn already_open(
     }
     let let_go =
         (controls.volumes.iter()).find_map(|v| v.known.lock().held(&|name| same_file(name, &new)));
-    Ok(let_go.map_or(Offered::New, Offered::LetGo))
+    Ok(let_go.map_or(Offered::New, Offered::Departed))
+}
+
+/// Takes departed member `m` out of every volume's departed list: once the caller drops `m`
+/// too, its file or device is closed.
+pub(super) fn let_go_departed(controls: &Controls, m: &Arc<dyn Member>) {
+    for v in &controls.volumes {
+        v.departed.forget(m);
+    }
 }
 
 /// The member at `path` for `add`/`replace` of volume `v`, and the consent the write
@@ -418,7 +447,7 @@ async fn newcomer(
         siblings: Vec::new(),
     };
     create_if_missing(v, path)?;
-    let open = match already_open(controls, &v.name, path)? {
+    match already_open(controls, &v.name, path)? {
         Offered::Shared(meta, other) => {
             let writer = Writer {
                 array: Some(v.array().id()),
@@ -435,8 +464,10 @@ async fn newcomer(
             }
             return Ok((meta, consent));
         }
-        Offered::LetGo(m) => Some(m),
-        Offered::New => None,
+        // Opened afresh, never through the old handle: a member failed by its writes
+        // keeps refusing them through it. Closed first, or the open meets its lock.
+        Offered::Departed(m) => let_go_departed(controls, &m),
+        Offered::New => {}
     };
-    Ok((open_newcomer(path, open).await?, consent))
+    Ok((open_newcomer(path).await?, consent))
 }

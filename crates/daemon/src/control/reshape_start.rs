@@ -325,8 +325,10 @@ async fn open_added(
         }
         let member = &config.members[m];
         let path = member.path.to_string_lossy().to_string();
-        let open: Arc<dyn Member> = match already_open(controls, &v.name, &path)? {
-            Offered::LetGo(m) => m,
+        match already_open(controls, &v.name, &path)? {
+            // Opened afresh, as `add` does (`members.rs`).
+            Offered::Departed(m) => super::members::let_go_departed(controls, &m),
+            Offered::New => {}
             Offered::Shared(_, other) => {
                 return Err(Refusal::new(
                     "in-use",
@@ -336,15 +338,15 @@ async fn open_added(
                     ),
                 ))
             }
-            Offered::New => Arc::new(
-                UringFile::open_or_create(&member.path, member.size).map_err(|e| {
-                    Refusal::new(
-                        "bad-request",
-                        format!("member {} (`{path}`): {e}", member.id),
-                    )
-                })?,
-            ),
-        };
+        }
+        let open: Arc<dyn Member> = Arc::new(
+            UringFile::open_or_create(&member.path, member.size).map_err(|e| {
+                Refusal::new(
+                    "bad-request",
+                    format!("member {} (`{path}`): {e}", member.id),
+                )
+            })?,
+        );
         added.push(MemberMeta::load(open).await);
     }
     Ok(added)
