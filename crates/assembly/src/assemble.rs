@@ -262,11 +262,14 @@ pub async fn start_volume_with(
         opened,
         force,
     };
-    let added = match plan {
-        Plan::Open => open_added(config, v, opened).await,
-        Plan::Create { .. } => Vec::new(),
+    let (added, (tree, grown)) = match plan {
+        Plan::Open => (
+            open_added(config, v, opened).await,
+            crate::grown::start_tree(config, v, &start.probes()),
+        ),
+        Plan::Create { .. } => (Vec::new(), (v.geometry.root().clone(), Vec::new())),
     };
-    let (array, report, created) = start.open_or_create(plan, &added, progress).await?;
+    let (array, report, created) = start.open_or_create(plan, &tree, &added, progress).await?;
     // report.warnings: logged once by the engine as it found them.
     // A create's sync is not a recovery: only an opened array can have been left dirty.
     if !created && !report.was_clean && report.background_bytes == 0 {
@@ -299,6 +302,7 @@ pub async fn start_volume_with(
         tracing::warn!("{msg}");
     }
     let (mut notes, known) = adopt(&array, config, v, (opened, &added), &report).await;
+    notes.extend(grown);
     notes.extend(forced_notes(&report, &members));
     for n in &notes {
         tracing::warn!(volume = %v.name, "{n}");
@@ -366,19 +370,31 @@ impl VolumeStart<'_> {
         array_options(self.v, self.member_ids(), self.force)
     }
 
-    /// Creates the array or opens it by its superblocks (the members, then the spares, then
-    /// the members added at run time); returns it, the engine's report and whether it was
-    /// created.
+    /// What the volume's members, then its spares, were found to hold.
+    fn probes(&self) -> Vec<Probe> {
+        (self.v.members.iter().chain(&self.v.heal.spares))
+            .map(|&m| {
+                self.opened[m]
+                    .meta()
+                    .map_or(Probe::Missing, |x| x.probe().clone())
+            })
+            .collect()
+    }
+
+    /// Creates the array over `tree` or opens it by its superblocks (the members, then the
+    /// spares, then the members added at run time); returns it, the engine's report and
+    /// whether it was created.
     async fn open_or_create(
         &self,
         plan: Plan,
+        tree: &nbraid_layout::Node,
         added: &[Added],
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<(Array, OpenReport, bool), AssembleError> {
         let (v, opened) = (self.v, self.opened);
         let metas: Vec<Option<Arc<MemberMeta>>> =
             v.members.iter().map(|&m| opened[m].meta.clone()).collect();
-        let (opts, tree) = (self.array_options(), v.geometry.root().clone());
+        let (opts, tree) = (self.array_options(), tree.clone());
         match plan {
             Plan::Create { assume_clean } => {
                 let metas = metas.into_iter().map(|m| m.expect("created")).collect();

@@ -13,6 +13,8 @@
 //! - [`remote`]: members on NBD servers, and the one whose server does not answer.
 //! - [`records`]: what a member's superblock says about one volume (its record, its array).
 //! - [`added`]: members added at run time that the records list and the volume does not name.
+//! - [`grown`]: members that grew under a config that does not pin their size: opened with
+//!   the recorded regions, the growth left for `nbraid apply`.
 //! - [`adopt`]: after a volume started, which member serves which role, the spares standing
 //!   by, and the notes the operator must hear.
 //! - [`describe`] and [`beyond_tolerance`]: a volume in one line; why it cannot start.
@@ -31,6 +33,7 @@ pub mod assemble;
 pub mod beyond_tolerance;
 pub mod describe;
 pub mod error_text;
+pub mod grown;
 pub mod member;
 pub mod pins;
 pub mod plan;

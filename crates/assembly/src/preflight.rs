@@ -57,7 +57,10 @@ pub fn preflight(config: &Config) -> Preflight {
             Ok(Plan::Create { .. }) => continue, // written at the next start
             Ok(Plan::Open) => {}
         }
-        match assemble_named(&v.name, v.geometry.root(), &probes, &member_ids(config, v)) {
+        let (tree, grown) = crate::grown::start_tree(config, v, &probes);
+        let said = |w: &String| format!("volume {}: {w}", v.name);
+        out.warnings.extend(grown.iter().map(said));
+        match assemble_named(&v.name, &tree, &probes, &member_ids(config, v)) {
             Err(e) => (out.refusals).push(format!("volume {}: superblocks refused: {e}", v.name)),
             Ok(asm) => {
                 (out.warnings).extend(

@@ -121,10 +121,20 @@ fn volume(
         }
         Ok(Plan::Open) => {}
     }
-    let asm = match assemble_named(&v.name, v.geometry.root(), &probes, &member_ids(config, v)) {
+    // Members grown under a config that does not pin their size: the start opens the
+    // recorded regions, and `nbraid apply` plans the grow into the rest.
+    let (tree, grown) = nbraid_assembly::grown::start_tree(config, v, &probes);
+    if !grown.is_empty() {
+        r.reshape = reshape(config, v, &probes[..n]);
+    }
+    let asm = match assemble_named(&v.name, &tree, &probes, &member_ids(config, v)) {
         Ok(a) => a,
         Err(e) => {
-            if matches!(e, AssembleError::GeometryChanged { .. }) {
+            let changed = matches!(
+                e,
+                AssembleError::GeometryChanged { .. } | AssembleError::RegionGrown { .. }
+            );
+            if changed {
                 r.reshape = reshape(config, v, &probes[..n]);
             }
             r.state = format!("refused: {e}");
@@ -177,6 +187,7 @@ fn volume(
         })
         .collect();
     r.notes.extend(checksum_note(v, &probes[..n]));
+    r.notes.extend(grown);
     r.state = if absent.is_empty() {
         "healthy".into()
     } else {

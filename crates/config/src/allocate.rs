@@ -340,6 +340,7 @@ mod tests {
             path_text: "d0.img".into(),
             path: "d0.img".into(),
             size: 8 << 20,
+            sized_by_path: false,
             state: crate::model::MemberStorage::Missing,
             remote: Default::default(),
         };

@@ -90,6 +90,9 @@ pub struct Member {
     pub path: PathBuf,
     /// Bytes of the member nbraid uses (metadata reserve included).
     pub size: u64,
+    /// No `size` key: `size` is what the file or device holds, so it follows a member that
+    /// grew (a start keeps the recorded regions then: the growth waits for `nbraid apply`).
+    pub sized_by_path: bool,
     /// What is at `path` now.
     pub state: MemberStorage,
     /// `timeout` and `connections` of a remote member (empty for the others).

@@ -1171,6 +1171,38 @@ mod assembly {
         );
     }
 
+    /// A config that asks for a larger region than recorded at the same start (members grown
+    /// and their size pinned to match): refused, naming the bytes and `nbraid apply` (offline:
+    /// `--yes`) as the way — not "fix the config", which did ask for the growth.
+    #[test]
+    fn a_region_the_config_grows_is_refused_naming_nbraid_apply() {
+        let shape = Shape::new(Level::Raid5, 4, None, 64 << 10, ParityLayout::LeftSymmetric);
+        let grown = Region {
+            start: MIB,
+            len: (1 << 30) + 8 * MIB,
+        };
+        let tree = shape.unwrap().build(&[grown; 4]).unwrap();
+        let e = assemble("db", &tree, &probes(&members(7))).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                AssembleError::RegionGrown {
+                    grown_bytes: 8388608,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let text = e.to_string();
+        for part in [
+            "grew 8388608 bytes",
+            "`nbraid apply`",
+            "`nbraid apply --yes`",
+        ] {
+            assert!(text.contains(part), "{text}");
+        }
+    }
+
     #[test]
     fn foreign_members_are_refused_naming_both_arrays() {
         let tree = config_tree(64 << 10, Level::Raid5);

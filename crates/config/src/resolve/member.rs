@@ -58,6 +58,7 @@ pub(super) fn member(
         ));
     }
     let size = given_size(cx, raw, &who)?;
+    let sized_by_path = size.is_none();
     let (size, state) = size_and_state(raw, &who, &path, probed, size)?;
     let remote = matches!(state, MemberStorage::Remote);
     let remote = crate::remote_member::remote_settings(raw, &who, remote)?;
@@ -67,6 +68,7 @@ pub(super) fn member(
             path_text,
             path,
             size,
+            sized_by_path,
             state,
             remote,
         },

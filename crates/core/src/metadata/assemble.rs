@@ -144,6 +144,13 @@ pub enum AssembleError {
         config: String,
         recorded: String,
     },
+    #[error("volume `{volume}`: the config asks for member region {config}, the superblocks record {recorded}: the region grew {grown_bytes} bytes at the same start, and a start never grows a volume — `nbraid apply` shows the grow and, with nbraidd stopped, `nbraid apply --yes` records it (the next start grows the volume in place while serving); or give the member and volume their recorded sizes back to start it as it is")]
+    RegionGrown {
+        volume: String,
+        config: String,
+        recorded: String,
+        grown_bytes: u64,
+    },
     #[error("volume `{volume}`: members {a} and {b} both claim role {role}")]
     DuplicateRole {
         volume: String,
@@ -269,7 +276,8 @@ pub(crate) fn assemble_with(
         newest.members.len(),
         &role_name,
     )
-    .map_err(|e| placed_before_checksums(e, newest.checksums.is_none()))?;
+    .map_err(|e| placed_before_checksums(e, newest.checksums.is_none()))
+    .map_err(region_grown)?;
     let (mut roles, resuming) =
         place_roles(&volume, newest, &records, probes, names, &mut warnings)?;
     presume_unreachable(
@@ -707,10 +715,41 @@ fn placed_before_checksums(e: AssembleError, recorded_without_checksums: bool) -
     }
 }
 
+/// A region the config asks to be larger than recorded, at the same start: a member that grew
+/// and a config that asks for the growth (a pinned `size`); only `nbraid apply` grows a volume.
+fn region_grown(e: AssembleError) -> AssembleError {
+    match e {
+        AssembleError::GeometryChanged {
+            volume,
+            what: "member region",
+            config,
+            recorded,
+        } if region_start(&config) == region_start(&recorded)
+            && region_len(&config) > region_len(&recorded) =>
+        {
+            AssembleError::RegionGrown {
+                volume,
+                grown_bytes: region_len(&config) - region_len(&recorded),
+                config,
+                recorded,
+            }
+        }
+        e => e,
+    }
+}
+
 /// The start of a region written `start+len`.
 fn region_start(text: &str) -> u64 {
     text.split('+')
         .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The length of a region written `start+len` (perhaps followed by ` for member …`).
+fn region_len(text: &str) -> u64 {
+    (text.split('+').nth(1))
+        .and_then(|s| s.split(' ').next())
         .and_then(|s| s.parse().ok())
         .unwrap_or(0)
 }
