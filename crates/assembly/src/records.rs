@@ -39,14 +39,7 @@ fn held_of<'a>(
 /// by another array whose volume has the same name is outvoted by the members; `None` when
 /// none carries a record.
 pub fn this_array<'a>(probes: impl Iterator<Item = &'a Probe>, name: &str) -> Option<Uuid> {
-    let records: Vec<&VolumeRecord> = probes.filter_map(|p| record_of(p, name, None)).collect();
-    records
-        .iter()
-        .max_by_key(|r| {
-            let votes = records.iter().filter(|o| o.array == r.array).count();
-            (votes, r.events)
-        })
-        .map(|r| r.array)
+    metadata::voted_array(probes.filter_map(|p| record_of(p, name, None)))
 }
 
 /// Volume `name`'s newest record among `probes`, of the array most of them say it is
