@@ -39,7 +39,14 @@ fn held_of<'a>(
 /// by another array whose volume has the same name is outvoted by the members; `None` when
 /// none carries a record.
 pub fn this_array<'a>(probes: impl Iterator<Item = &'a Probe>, name: &str) -> Option<Uuid> {
-    metadata::voted_array(probes.filter_map(|p| record_of(p, name, None)))
+    let records: Vec<&VolumeRecord> = probes.filter_map(|p| record_of(p, name, None)).collect();
+    records
+        .iter()
+        .max_by_key(|r| {
+            let votes = records.iter().filter(|o| o.array == r.array).count();
+            (votes, r.events)
+        })
+        .map(|r| r.array)
 }
 
 /// Volume `name`'s newest record among `probes`, of the array most of them say it is

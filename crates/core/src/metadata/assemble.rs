@@ -359,24 +359,8 @@ struct Gathered<'a> {
     warnings: Vec<String>,
 }
 
-/// The array volume `name` is, by its members' `records` of that name: the id most of them
-/// carry (ties: the newest record's). A disk another array's volume of the same name now
-/// uses is outvoted by the members; `None` when no record is given.
-pub fn voted_array<'a>(records: impl IntoIterator<Item = &'a VolumeRecord>) -> Option<Uuid> {
-    let records: Vec<&VolumeRecord> = records.into_iter().collect();
-    (records.iter())
-        .max_by_key(|r| {
-            let votes = records.iter().filter(|o| o.array == r.array).count();
-            (votes, r.events)
-        })
-        .map(|r| r.array)
-}
-
-/// Every member's record of volume `name`, of the array most of them say it is
-/// ([`voted_array`]). A member holding no record of it (another array's, of this name or
-/// not, or none) is set out as a lost one would be — never read or written, said loudly —
-/// and the volume starts without it if it survives that. Refused when no member carries a
-/// record, or when the newest records split.
+/// Every member's record of volume `name`; refused when a member holds none (another
+/// array's, or none at all), when no member does, or when they name different arrays.
 fn gather<'a>(
     name: &str,
     probes: &'a [Probe],
@@ -386,7 +370,7 @@ fn gather<'a>(
     let mut records: Vec<Option<&VolumeRecord>> = vec![None; probes.len()];
     let mut warnings = Vec::new();
     // Members whose superblock has no record of this volume: (position, what they hold).
-    let mut foreign: Vec<(usize, String)> = Vec::new();
+    let mut foreign: Option<(usize, String)> = None;
     for (i, p) in probes.iter().enumerate() {
         match p {
             Probe::Superblock(sb, damage) => {
@@ -398,7 +382,9 @@ fn gather<'a>(
                 }
                 match sb.volumes.iter().find(|v| v.name == name) {
                     Some(r) => records[i] = Some(r),
-                    None => foreign.push((i, holdings(sb))),
+                    None => {
+                        foreign.get_or_insert((i, holdings(sb)));
+                    }
                 }
             }
             Probe::Unreadable(e) => warnings.push(format!(
@@ -408,40 +394,38 @@ fn gather<'a>(
             Probe::Missing | Probe::Blank | Probe::Unreachable(_) => {}
         }
     }
-    let Some(ours) = voted_array(records.iter().flatten().copied()) else {
-        if let Some((member, theirs)) = foreign.into_iter().next() {
-            return Err(AssembleError::Foreign {
-                volume,
-                member,
-                ours: "no member carries this volume's record".into(),
-                theirs,
-            });
-        }
-        return Err(AssembleError::Uninitialized { volume });
-    };
-    // Records of another array, outvoted: their members are set out like the others.
-    for (i, r) in records.iter_mut().enumerate() {
-        if let Some(theirs) = r.filter(|r| r.array != ours) {
-            foreign.push((
-                i,
-                format!("volume `{}` of array {}", theirs.name, theirs.array),
-            ));
-            *r = None;
-        }
-    }
-    foreign.sort_unstable_by_key(|(i, _)| *i);
-    for (i, theirs) in &foreign {
-        warnings.push(format!(
-            "{}: holds {theirs}, not this volume's array {ours} (as its other members say): set out, never read or written; served without it",
-            names.member(*i)
-        ));
-    }
     let held: Vec<(Uuid, &VolumeRecord)> = (records.iter().zip(probes))
         .filter_map(|(r, p)| match (r, p) {
             (Some(r), Probe::Superblock(sb, _)) => Some((sb.member, *r)),
             _ => None,
         })
         .collect();
+    // The array the volume is: the newest record's, however its event's records agree.
+    let ours = super::newest_record(held.iter().copied());
+    if let Some((member, theirs)) = foreign {
+        return Err(AssembleError::Foreign {
+            volume,
+            member,
+            ours: ours.map_or("no member carries this volume's record".into(), |n| {
+                format!("array {}", n.array)
+            }),
+            theirs,
+        });
+    }
+    let Some(ours) = ours else {
+        return Err(AssembleError::Uninitialized { volume });
+    };
+    // Every record must name the same array.
+    for (i, r) in records.iter().enumerate() {
+        if let Some(r) = r.filter(|r| r.array != ours.array) {
+            return Err(AssembleError::Foreign {
+                volume,
+                member: i,
+                ours: format!("array {}", ours.array),
+                theirs: format!("volume `{}` of array {}", r.name, r.array),
+            });
+        }
+    }
     let newest = match super::newest_record_checked(held) {
         Ok(newest) => newest.expect("a record of this volume"),
         Err(split) => {

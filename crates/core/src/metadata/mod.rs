@@ -51,7 +51,7 @@ mod unsynced;
 
 pub use array::{Array, CleanMark};
 pub use assemble::{
-    assemble, assemble_forced, assemble_named, pick_forced, pick_forced_with, voted_array, Absence,
+    assemble, assemble_forced, assemble_named, pick_forced, pick_forced_with, Absence,
     AssembleError, Assembly, ForcedRole, Probe,
 };
 pub use checksum_area::planned_area;
