@@ -7,46 +7,15 @@
 
 mod common;
 
+use common::loops::Loop;
 use common::{fill, nbraid, ok, prefix_reads_back, require, serve, status_of};
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// A loop device over a file, detached when dropped.
-struct Loop {
-    path: PathBuf,
-}
-
-impl Loop {
-    fn attach(losetup: &Path, backing: &Path, len_bytes: u64) -> Loop {
-        let f = std::fs::File::create(backing).unwrap();
-        f.set_len(len_bytes).unwrap();
-        let out = ok(
-            Command::new(losetup)
-                .args(["--find", "--show"])
-                .arg(backing)
-                .output()
-                .unwrap(),
-            "losetup --find --show (this test needs loop devices: run as root)",
-        );
-        Loop {
-            path: PathBuf::from(out.trim()),
-        }
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
-    }
-}
 
 #[test]
 fn a_volume_on_block_devices_is_created_served_and_restarted() {
-    let losetup = require_losetup();
     let nbdcopy = require("nbdcopy");
     let dir = tempfile::tempdir().unwrap();
     let devs: Vec<Loop> = (0..2)
-        .map(|i| Loop::attach(&losetup, &dir.path().join(format!("b{i}.img")), 48 << 20))
+        .map(|i| Loop::attach(&dir.path().join(format!("b{i}.img")), 48 << 20))
         .collect();
     // A mirror over two devices (their size from the devices) and a file.
     let mut text = format!(
@@ -92,13 +61,4 @@ fn a_volume_on_block_devices_is_created_served_and_restarted() {
         );
     }
     d.stop();
-}
-
-/// `losetup` (util-linux, in every Debian; under /sbin, which a non-login PATH may lack).
-fn require_losetup() -> PathBuf {
-    ["/usr/sbin/losetup", "/sbin/losetup"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| require("losetup"))
 }

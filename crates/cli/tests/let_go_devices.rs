@@ -10,78 +10,10 @@
 
 mod common;
 
-use common::{nbraid, ok, require, status_of, wait_until, Daemon};
-use std::os::unix::fs::OpenOptionsExt;
+use common::loops::{tool, Loop};
+use common::{nbraid, ok, status_of, wait_until, Daemon};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// A loop device over a file, made writable again and detached when dropped (a read-only
-/// flag outlives the detach).
-struct Loop {
-    path: PathBuf,
-}
-
-impl Loop {
-    fn attach(backing: &Path, len_bytes: u64) -> Loop {
-        let f = std::fs::File::create(backing).unwrap();
-        f.set_len(len_bytes).unwrap();
-        let out = ok(
-            Command::new(tool("losetup"))
-                .args(["--find", "--show"])
-                .arg(backing)
-                .output()
-                .unwrap(),
-            "losetup --find --show (this test needs loop devices: run as root)",
-        );
-        Loop {
-            path: PathBuf::from(out.trim()),
-        }
-    }
-
-    fn path(&self) -> &str {
-        self.path.to_str().unwrap()
-    }
-
-    fn set_read_only(&self, on: bool) {
-        let flag = if on { "--setro" } else { "--setrw" };
-        let out = Command::new(tool("blockdev"))
-            .arg(flag)
-            .arg(&self.path)
-            .output();
-        ok(out.unwrap(), "blockdev");
-    }
-
-    /// Whether another O_EXCL open of the device succeeds (nobody holds it).
-    fn is_free(&self) -> bool {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_EXCL)
-            .open(&self.path)
-            .is_ok()
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new(tool("blockdev"))
-            .arg("--setrw")
-            .arg(&self.path)
-            .status();
-        let _ = Command::new(tool("losetup"))
-            .arg("-d")
-            .arg(&self.path)
-            .status();
-    }
-}
-
-/// A util-linux tool (under /sbin, which a non-login PATH may lack).
-fn tool(name: &str) -> PathBuf {
-    ["/usr/sbin", "/sbin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| require(name))
-}
 
 /// Three loop devices and a config: a mirror of the first `members` of them, the rest
 /// spares; the config's path.

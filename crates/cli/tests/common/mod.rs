@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod blocks;
+pub mod loops;
 pub mod nbd_model;
 
 use serde_json::Value;
