@@ -645,14 +645,21 @@ fn foreign_and_non_blank_members_are_refused_and_create_writes_superblocks() {
     // Same volume name, another array: assembly names both arrays.
     let third = tempfile::tempdir().unwrap();
     let third_config = raid5_config(third.path(), [0, 1, 2, 3], "");
-    let o = nbraid(&["create", third_config.to_str().unwrap()], third.path());
+    let o = nbraid(
+        &["create", third_config.to_str().unwrap(), "--json"],
+        third.path(),
+    );
     assert!(o.status.success(), "{}", text(&o));
+    let created: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let third_id = created["volumes"][0]["array"].as_str().unwrap().to_string();
     std::fs::copy(third.path().join("d3.img"), dir.path().join("d3.img")).unwrap();
     let e = Daemon::try_start(&config)
         .err()
         .expect("started with another r5's member");
     assert!(
-        e.contains("belongs to another array") && e.contains("3 = d3 (d3.img)"),
+        e.contains("its members hold records of different arrays")
+            && e.contains("3 = d3 (d3.img)")
+            && e.contains(&format!("array {third_id} on member d3 ")),
         "{e}"
     );
 }

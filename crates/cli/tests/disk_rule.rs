@@ -149,6 +149,13 @@ fn add_and_replace_refuse_data_and_another_arrays_member_unless_forced() {
         !said.contains("r6: healthy") && said.contains("r6: refused"),
         "{said}"
     );
+    // The member taken holds no record of that volume now: it is named, by its id.
+    assert!(
+        said.contains(
+            "member o0 carries no record of this volume (its superblock holds no volume at all)"
+        ),
+        "{said}"
+    );
     d.stop();
 }
 

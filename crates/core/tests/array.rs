@@ -242,22 +242,35 @@ fn assembly_warnings_name_members_by_the_ids_given() {
 }
 
 #[test]
-fn a_foreign_member_is_refused_naming_both_arrays() {
+fn members_of_two_arrays_are_refused_naming_both_without_a_vote() {
     let d = disks(3);
     let other = disks(3);
-    drop(create(Level::Raid1, &d, 64 * KIB));
+    let ours = create(Level::Raid1, &d, 64 * KIB);
+    let our_id = ours.id().to_string();
+    drop(ours);
     let a = create(Level::Raid1, &other, 64 * KIB);
     let foreign_id = a.id().to_string();
     drop(a);
-    let mixed = vec![d[0].clone(), d[1].clone(), other[2].clone()];
-    let e = open(Level::Raid1, &mixed, &all(&mixed), 64 * KIB)
-        .err()
-        .expect("refused");
-    assert!(
-        matches!(e, ArrayError::Assemble(AssembleError::Foreign { .. })),
-        "{e}"
-    );
-    assert!(e.to_string().contains(&foreign_id), "{e}");
+    // Two of ours and one of theirs, then one of each: neither the majority nor the newer
+    // record decides (a disk taken by `--force` holds the newer one); both sides are named.
+    for mixed in [
+        vec![d[0].clone(), d[1].clone(), other[2].clone()],
+        vec![other[2].clone(), d[1].clone()],
+    ] {
+        let e = open(Level::Raid1, &mixed, &all(&mixed), 64 * KIB)
+            .err()
+            .expect("refused");
+        assert!(
+            matches!(
+                e,
+                ArrayError::Assemble(AssembleError::ArraysDisagree { .. })
+            ),
+            "{e}"
+        );
+        let said = e.to_string();
+        assert!(said.contains(&foreign_id) && said.contains(&our_id), "{e}");
+        assert!(said.contains("nothing was written"), "{e}");
+    }
 }
 
 #[test]

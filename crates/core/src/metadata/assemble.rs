@@ -7,6 +7,7 @@ use super::{MetadataError, RecordedState, Superblock, Uuid, VolumeRecord};
 use nbraid_layout::Node;
 use thiserror::Error;
 
+mod arrays;
 mod forced;
 mod geometry;
 mod peer_records;
@@ -124,13 +125,19 @@ pub enum AssembleError {
     /// No member carries a superblock: a new volume (create it) or not nbraid's.
     #[error("volume `{volume}`: no member carries an nbraid superblock")]
     Uninitialized { volume: String },
-    #[error("volume `{volume}`: member {member} belongs to another array ({theirs}), not to this one ({ours})")]
+    #[error("volume `{volume}`: {member} carries no record of this volume (its superblock holds {theirs}), while {ours}: it was taken by another array, or the config names another disk — not started, nothing written")]
     Foreign {
         volume: String,
-        member: usize,
+        /// `member <id>`.
+        member: String,
         ours: String,
         theirs: String,
     },
+    /// The members' records of the volume name different arrays: a disk was taken by another
+    /// array, or a config path names another array's disk. Which is this volume cannot be
+    /// told (the disk taken holds the newer record; a majority may be the other array's).
+    #[error("volume `{volume}`: its members hold records of different arrays — {sides}: a disk was taken by another array (`--force`) or a config path names another array's disk; which array this volume is cannot be told from the records, so it is not started and nothing was written (point the config's paths at one array's members; `nbraid check` shows what each holds)")]
+    ArraysDisagree { volume: String, sides: String },
     #[error("volume `{volume}`: the config says {what} {config}, the superblocks record {recorded}; data is never reinterpreted — `nbraid check` / `nbraid apply` show whether the change is a reshape done online, else fix the config")]
     GeometryChanged {
         volume: String,
@@ -246,6 +253,11 @@ impl Names<'_> {
         self.0
             .get(i)
             .map_or_else(|| format!("member {i}"), |id| format!("member {id}"))
+    }
+
+    /// Member `i`'s id (its position where none is known).
+    pub(super) fn id(&self, i: usize) -> String {
+        self.0.get(i).map_or_else(|| i.to_string(), String::clone)
     }
 }
 
@@ -400,31 +412,26 @@ fn gather<'a>(
             _ => None,
         })
         .collect();
-    // The array the volume is: the newest record's, however its event's records agree.
-    let ours = super::newest_record(held.iter().copied());
+    // Every record must name the same array: which side is this volume cannot be told.
+    if let Some(sides) = arrays::sides(&records) {
+        return Err(AssembleError::ArraysDisagree {
+            volume,
+            sides: arrays::describe(&sides, &|i| names.id(i)),
+        });
+    }
+    let ours = held.first().map(|(_, r)| r.array);
     if let Some((member, theirs)) = foreign {
         return Err(AssembleError::Foreign {
             volume,
-            member,
-            ours: ours.map_or("no member carries this volume's record".into(), |n| {
-                format!("array {}", n.array)
+            member: names.member(member),
+            ours: ours.map_or("no member carries this volume's record".into(), |a| {
+                format!("its other members are array {a}'s")
             }),
             theirs,
         });
     }
-    let Some(ours) = ours else {
+    if ours.is_none() {
         return Err(AssembleError::Uninitialized { volume });
-    };
-    // Every record must name the same array.
-    for (i, r) in records.iter().enumerate() {
-        if let Some(r) = r.filter(|r| r.array != ours.array) {
-            return Err(AssembleError::Foreign {
-                volume,
-                member: i,
-                ours: format!("array {}", ours.array),
-                theirs: format!("volume `{}` of array {}", r.name, r.array),
-            });
-        }
     }
     let newest = match super::newest_record_checked(held) {
         Ok(newest) => newest.expect("a record of this volume"),
