@@ -181,7 +181,8 @@ impl MirrorNode {
         collect_bufs(join_all(pieces).await).map(Buf::join)
     }
 
-    /// Writes the bytes of `good` back to `bad` under an exclusive range lock.
+    /// Writes the bytes of `good` back to `bad` under an exclusive range lock; a repair once
+    /// they read back.
     async fn repair(&self, offset: u64, len: u64, good: usize, bad: usize) {
         // Whole checksum blocks: a rewrite of part of a bad block leaves the rest of it bad
         // and drops its checksum (a part write cannot vouch for the bytes it keeps), so the
@@ -203,11 +204,14 @@ impl MirrorNode {
                 return;
             }
         };
-        match self.children[bad]
-            .write(offset, fresh.freeze(), false)
-            .await
-        {
+        let fresh = fresh.freeze();
+        match self.children[bad].write(offset, fresh.clone(), false).await {
             Ok(()) => {
+                let back = crate::node::read_back(&*self.children[bad], offset, &fresh).await;
+                if !back.holds() {
+                    tracing::warn!("mirror repair of bytes {offset}+{len} of copy {bad}: {back}");
+                    return;
+                }
                 self.repairs.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(
                     "mirror: repaired bytes {offset}+{len} of copy {bad} from copy {good}"

@@ -125,9 +125,10 @@ fn mirror_read_error_is_repaired_from_the_good_copy() {
     let v = Volume::new(named(Level::Raid1, 2, None, 64 * KIB, MIB), members, opts).unwrap();
     let data = pattern(64 * KIB, 5);
     block_on(v.write(128 * KIB, Buf::copy_from(&data), false)).unwrap();
-    // Copy 0 has a bad sector: wrong bytes behind a read error.
+    // Copy 0 has a bad sector, wrong bytes behind a read error, that the disk remaps when
+    // it is rewritten (it reads again after that).
     inner[0].inner().poke(128 * KIB + 4096, &[0xEE; 512]);
-    inner[0].fail_range(FaultOps::READ, 128 * KIB + 4096..128 * KIB + 4608);
+    inner[0].fail_reads_until_written(128 * KIB + 4096..128 * KIB + 4608);
     for _ in 0..6 {
         let got = block_on(v.read(128 * KIB, 64 * KIB)).unwrap();
         assert!(got[..] == data[..], "never the bad bytes");

@@ -83,6 +83,9 @@ enum Rule {
     After { ops: FaultOps, after: u64 },
     /// The next `times` ops of `ops` fail, wherever they are.
     Next { ops: FaultOps, times: u64 },
+    /// Reads overlapping `range` fail until a write covers all of it: a bad sector the disk
+    /// remaps when it is rewritten (a pending sector). `None` once written.
+    UntilWritten { range: Option<Range<u64>> },
 }
 
 struct State {
@@ -159,6 +162,13 @@ impl<M: Member> Faulty<M> {
             range,
             times: Some(times),
         });
+    }
+
+    /// Reads overlapping `range` fail until a write covers the whole of it (a bad sector the
+    /// disk remaps when it is rewritten); then it reads again.
+    pub fn fail_reads_until_written(&self, range: Range<u64>) {
+        let range = Some(range);
+        self.state.lock().rules.push(Rule::UntilWritten { range });
     }
 
     /// After `after` more ops of `ops`, every such op fails (0 = from now on).
@@ -257,6 +267,17 @@ impl<M: Member> Faulty<M> {
                             }
                         }
                     }
+                    Rule::UntilWritten { range } => match (op, range.as_ref()) {
+                        (MemberOp::Read, Some(r)) if r.start < offset + len && offset < r.end => {
+                            fail = true;
+                        }
+                        (MemberOp::Write, Some(r))
+                            if offset <= r.start && r.end <= offset + len =>
+                        {
+                            *range = None;
+                        }
+                        _ => {}
+                    },
                     Rule::Next { ops, times } => {
                         if ops.covers(op) && *times > 0 {
                             fail = true;

@@ -8,7 +8,7 @@
 use super::MirrorNode;
 use crate::buf::Buf;
 use crate::error::VolumeResult;
-use crate::node::{all_ok, ScrubPass, SkipReason};
+use crate::node::{all_ok, read_back, ScrubPass, SkipReason};
 use crate::scrub::{majority, ScrubAction, ScrubFinding, ScrubFound, MIRROR_SCRUB_BLOCK_BYTES};
 use futures::future::join_all;
 
@@ -210,8 +210,8 @@ impl MirrorNode {
         }
     }
 
-    /// Writes `bytes` to copy `c` at `offset` (durably), counting a repair; what became of
-    /// the copy's bytes.
+    /// Writes `bytes` to copy `c` at `offset` (durably) and reads them back, counting a
+    /// repair once they hold; what became of the copy's bytes.
     async fn rewrite(
         &self,
         c: usize,
@@ -222,6 +222,14 @@ impl MirrorNode {
         let b = Buf::copy_from(bytes).freeze();
         match self.children[c].write(offset, b, true).await {
             Ok(()) => {
+                let back = read_back(&*self.children[c], offset, bytes).await;
+                if !back.holds() {
+                    tracing::warn!(
+                        "scrub: mirror copy {c}, bytes {offset}+{}: {back}",
+                        bytes.len()
+                    );
+                    return ScrubAction::RewriteDidNotHold;
+                }
                 pass.bump(|s| &s.repaired, 1);
                 self.repairs
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -34,6 +34,7 @@ mod fanout;
 mod leaf;
 mod maintenance;
 mod members;
+mod read_back;
 pub mod scrub_findings;
 
 pub(crate) use fanout::{
@@ -45,6 +46,7 @@ pub use maintenance::{
     CacheUsage, NodeMaintenance, ScrubPass, ScrubStats, SkipReason, MIRROR_SCRUB_BLOCK_BYTES,
 };
 pub use members::{MemberSlot, MemberState, MemberTable, RegionIoSnapshot};
+pub(crate) use read_back::{read_back, ReadBack};
 
 use crate::buf::{Buf, SharedBuf};
 use crate::error::VolumeResult;

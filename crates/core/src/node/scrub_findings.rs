@@ -66,6 +66,9 @@ pub enum ScrubAction {
     QRewritten,
     /// A check (no `--repair`): found, left as it is.
     NotRepaired,
+    /// Rewritten from the redundancy, but the rewrite did not read back as written (a bad
+    /// spot the disk could not remap): not repaired.
+    RewriteDidNotHold,
     /// Nothing to repair from: more bad blocks in the row than the redundancy covers, no
     /// majority among the copies, a member no redundancy covers (RAID 0, JBOD), or the
     /// rewrite failed.
@@ -81,13 +84,17 @@ impl ScrubAction {
             ScrubAction::PRewritten => "P rewritten",
             ScrubAction::QRewritten => "Q rewritten",
             ScrubAction::NotRepaired => "not repaired (check only)",
+            ScrubAction::RewriteDidNotHold => "rewritten, but does not read back: not repaired",
             ScrubAction::Unrepairable => "unrepairable",
         }
     }
 
     /// Whether the member holds the right bytes again.
     pub fn repaired(self) -> bool {
-        !matches!(self, ScrubAction::NotRepaired | ScrubAction::Unrepairable)
+        !matches!(
+            self,
+            ScrubAction::NotRepaired | ScrubAction::Unrepairable | ScrubAction::RewriteDidNotHold
+        )
     }
 }
 

@@ -457,7 +457,7 @@ impl Reader<'_> {
     /// child returned a read error there (md's and SPDK's read repair: a rewrite cures a
     /// transient media error; if the rewrite fails, the leaf marks the member failed). Runs
     /// under the stripe's exclusive lock and rebuilds afresh under it, so no write is undone.
-    /// True when the rows were rewritten.
+    /// True when the rows were rewritten and read back as written.
     pub(super) async fn repair(&self, r: Repair) -> bool {
         // Whole checksum blocks: a rewrite of part of a bad block leaves the rest of it bad
         // and drops its checksum (a part write cannot vouch for the bytes it keeps), so the
@@ -498,11 +498,15 @@ impl Reader<'_> {
         let rows: Vec<SharedBuf> = rows.into_iter().map(Buf::freeze).collect();
         let fresh = self.stripes.chunks.chunk_from_rows(&roles, &rows, r.child);
         self.stripes.recent.forget(r.stripe);
-        match self.stripes.chunks.children[r.child]
-            .write(at, fresh, false)
-            .await
-        {
+        let child = &self.stripes.chunks.children[r.child];
+        match child.write(at, fresh.clone(), false).await {
             Ok(()) => {
+                let back = crate::node::read_back(&**child, at, &fresh).await;
+                if !back.holds() {
+                    let (s, c) = (r.stripe, r.child);
+                    tracing::warn!("parity repair of stripe {s} child {c}: {back}");
+                    return false;
+                }
                 tracing::info!(
                     "parity: repaired rows {}..{} of stripe {} on child {}",
                     r.r0,

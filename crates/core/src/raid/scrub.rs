@@ -13,6 +13,7 @@
 use super::*;
 use crate::checksum::BLOCK_BYTES;
 use crate::error::VolumeError;
+use crate::node::{read_back, ReadBack};
 use crate::scrub::{
     locate, CrossCheck, Culprit, ScrubAction, ScrubFinding, ScrubFound, ScrubPass, SkipReason,
 };
@@ -294,8 +295,8 @@ impl Scrubber<'_> {
     }
 
     /// Rewrites each of `targets` (children of stripe `s`) with its bytes in `writes` under
-    /// the stripe's exclusive lock, and records what became of them; whether every write
-    /// went through.
+    /// the stripe's exclusive lock, reads them back, and records what became of them;
+    /// whether every write went through and holds.
     async fn rewrite_chunks(
         &self,
         s: u64,
@@ -308,9 +309,10 @@ impl Scrubber<'_> {
         let at = self.stripes.chunks.layout.chunk_offset(s);
         let strip = self.stripes.chunks.strip;
         let children = &self.stripes.chunks.children;
+        let writes: Vec<SharedBuf> = writes.into_iter().map(Buf::freeze).collect();
         let results = join_all(
-            (targets.iter().zip(writes))
-                .map(|(t, b)| children[t.child].write(at, b.freeze(), true)),
+            (targets.iter().zip(&writes))
+                .map(|(t, b)| children[t.child].write(at, b.clone(), true)),
         )
         .await;
         if let Err(e) = crate::node::all_ok(results) {
@@ -319,9 +321,39 @@ impl Scrubber<'_> {
             self.record(s, 0, strip, targets, |_| ScrubAction::Unrepairable, pass);
             return false;
         }
-        self.record(s, 0, strip, targets, |t| t.action, pass);
-        pass.bump(|st| &st.repaired, 1);
-        true
+        let backs = join_all(
+            (targets.iter().zip(&writes)).map(|(t, b)| read_back(&*children[t.child], at, b)),
+        )
+        .await;
+        for (t, back) in targets.iter().zip(&backs).filter(|(_, b)| !b.holds()) {
+            tracing::warn!("scrub: stripe {s}, child {}: {back}", t.child);
+        }
+        let held = |t: &Target| {
+            let i = targets
+                .iter()
+                .position(|o| o.child == t.child)
+                .expect("a target");
+            backs[i].holds()
+        };
+        self.record(
+            s,
+            0,
+            strip,
+            targets,
+            |t| {
+                if held(t) {
+                    t.action
+                } else {
+                    ScrubAction::RewriteDidNotHold
+                }
+            },
+            pass,
+        );
+        if backs.iter().all(ReadBack::holds) {
+            pass.bump(|st| &st.repaired, 1);
+            return true;
+        }
+        false
     }
 
     /// Records a finding for every member under each of `targets` (children of stripe `s`,
@@ -506,7 +538,13 @@ impl Scrubber<'_> {
             return ScrubAction::Unrepairable;
         }
         match child.write(at, Buf::copy_from(bytes).freeze(), true).await {
-            Ok(()) => ScrubAction::RebuiltFromParity,
+            Ok(()) => match read_back(&**child, at, bytes).await {
+                ReadBack::Holds => ScrubAction::RebuiltFromParity,
+                back => {
+                    tracing::warn!("scrub: child {c} at {at}: {back}");
+                    ScrubAction::RewriteDidNotHold
+                }
+            },
             Err(e) => {
                 tracing::warn!("scrub: rewriting child {c} at {at} failed: {e}");
                 ScrubAction::Unrepairable
