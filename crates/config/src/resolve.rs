@@ -85,7 +85,7 @@ impl Cx<'_> {
         )?;
         let mut members: Vec<Member> = Vec::new();
         let mut spans: Vec<Range<usize>> = Vec::new();
-        let mut ids: Vec<Option<(u64, u64)>> = Vec::new();
+        let mut ids: Vec<Option<member::Identity>> = Vec::new();
         let mut small: Vec<Small> = Vec::new();
         for m in raw.member {
             let (member, id) = member::member(self, m.get_ref(), &members, &spans, &ids)?;

@@ -15,14 +15,39 @@ use crate::volume_meta::checksum_reserve_bytes;
 use nbraid_layout::STRIP_DEFAULT;
 use serde_spanned::Spanned;
 
-/// Member `raw`, checked against those `before` it (ids, paths, files).
+/// What makes two paths one member: the same file through two names (links, `..`), or the
+/// same block device through two device nodes (`/dev/loop3` and a `mknod` alias, or a
+/// `/dev/disk/by-id` link): a device node's own inode says nothing, its number does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Identity {
+    File { dev: u64, ino: u64 },
+    Device { rdev: u64 },
+}
+
+impl Identity {
+    /// How a refusal names what two members share: `block device 7:3`, or nothing for a file
+    /// (its two paths say it).
+    fn shown(self) -> Option<String> {
+        match self {
+            Identity::File { .. } => None,
+            Identity::Device { rdev } => Some(format!(
+                "block device {}:{}",
+                libc::major(rdev),
+                libc::minor(rdev)
+            )),
+        }
+    }
+}
+
+/// Member `raw`, checked against those `before` it (ids, paths, files, devices): the one rule
+/// that keeps two members off one disk, for `nbraid check` and the daemon's start alike.
 pub(super) fn member(
     cx: &Cx,
     raw: &RawMember,
     before: &[Member],
     id_spans: &[Range<usize>],
-    file_ids: &[Option<(u64, u64)>],
-) -> R<(Member, Option<(u64, u64)>)> {
+    file_ids: &[Option<Identity>],
+) -> R<(Member, Option<Identity>)> {
     let id = raw.id.get_ref().clone();
     check_name(&id, "member id", raw.id.span())?;
     if let Some(i) = before.iter().position(|m| m.id == id) {
@@ -47,11 +72,18 @@ pub(super) fn member(
         .zip(file_ids)
         .position(|(m, fid)| (!memory && m.path == path) || (file_id.is_some() && *fid == file_id))
     {
+        let what = match file_id.and_then(Identity::shown) {
+            Some(dev) if before[i].path != path => {
+                format!(": both name {dev} (\"{}\")", before[i].path.display())
+            }
+            Some(dev) => format!(": {dev}"),
+            None => String::new(),
+        };
         return Err(Problem::new(
             raw.path.span(),
             ErrorKind::Duplicate,
             format!(
-                "{who}: path \"{path_text}\" is already used by member \"{}\" (line {}); every member needs its own file or device",
+                "{who}: path \"{path_text}\" is already used by member \"{}\" (line {}){what}; every member needs its own file or device",
                 before[i].id,
                 cx.line(&id_spans[i])
             ),
@@ -279,7 +311,7 @@ enum Probe {
     /// A RAM member: nothing on disk to look at.
     Memory,
     Remote,
-    Found(MemberStorage, Option<(u64, u64)>),
+    Found(MemberStorage, Option<Identity>),
     Unusable(String),
 }
 
@@ -290,11 +322,15 @@ fn probe(path: &Path) -> Probe {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Probe::Missing,
         Err(e) => return Probe::Unusable(format!("cannot be inspected: {e}")),
     };
-    let id = Some((md.dev(), md.ino()));
     let ft = md.file_type();
     if ft.is_file() {
-        Probe::Found(MemberStorage::File { len: md.len() }, id)
+        let id = Identity::File {
+            dev: md.dev(),
+            ino: md.ino(),
+        };
+        Probe::Found(MemberStorage::File { len: md.len() }, Some(id))
     } else if ft.is_block_device() {
+        let id = Some(Identity::Device { rdev: md.rdev() });
         let len = std::fs::File::open(path).and_then(|mut f| f.seek(SeekFrom::End(0)));
         match len {
             Ok(len) => Probe::Found(MemberStorage::BlockDevice { len }, id),
