@@ -91,3 +91,30 @@ fn one_device_under_two_nodes_is_refused_by_check_and_start_alike() {
     }
     assert!(dev.is_free(), "nothing holds the device after the refusals");
 }
+
+/// A device smaller than its member's `size` was told to grow with `truncate -s ...
+/// /dev/loopN`, which fails on a device (and would be wrong advice if it did anything). A
+/// device is the size it is: lower `size`, or use a larger device.
+#[test]
+fn a_device_smaller_than_its_size_gets_advice_for_a_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Loop::attach(&dir.path().join("a.img"), 48 << 20);
+    let file = dir.path().join("b.img");
+    std::fs::File::create(&file).unwrap();
+    let cfg = mirror_of(dir.path(), &[dev.path(), file.to_str().unwrap()]);
+    let toml = std::fs::read_to_string(&cfg).unwrap();
+    let sized = toml.replace(
+        &format!("path = \"{}\"\n", dev.path()),
+        &format!("path = \"{}\"\nsize = \"64MiB\"\n", dev.path()),
+    );
+    std::fs::write(&cfg, sized).unwrap();
+    let o = nbraid(&["check", cfg.to_str().unwrap()]);
+    let said = text(&o);
+    assert!(!o.status.success(), "{said}");
+    assert!(said.contains("holds only 48 MiB"), "{said}");
+    assert!(!said.contains("truncate"), "no file advice for a device: {said}");
+    assert!(
+        said.contains("lower size to at most \"48MiB\"") && said.contains("use a larger device"),
+        "{said}"
+    );
+}

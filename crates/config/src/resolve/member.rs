@@ -265,16 +265,26 @@ fn size_and_state(
         (Probe::Found(state, _), Some((bytes, s))) => {
             let actual = state_len(state);
             if actual < bytes {
+                // A file grows with truncate; a device does not: it is the disk it is.
+                let way_out = match state {
+                    MemberStorage::BlockDevice { .. } => format!(
+                        "lower size to at most \"{}\" (or leave it out: the device's size), or use a larger device",
+                        format_size_exact(actual)
+                    ),
+                    _ => format!(
+                        "lower size, or grow the file (truncate -s {} {})",
+                        format_size_exact(bytes),
+                        path.display()
+                    ),
+                };
                 return Err(Problem::new(
                     s.span(),
                     ErrorKind::MemberPath,
                     format!(
-                        "{who}: size is {} but \"{}\" holds only {} ({actual} bytes); an existing member must be at least its size: lower size, or grow the file (truncate -s {} {})",
+                        "{who}: size is {} but \"{}\" holds only {} ({actual} bytes); an existing member must be at least its size: {way_out}",
                         s.get_ref().shown(),
                         path.display(),
                         format_size(actual),
-                        format_size_exact(bytes),
-                        path.display()
                     ),
                 ));
             }
