@@ -97,7 +97,7 @@ pub fn assemble_with(
     }
     futures::executor::block_on(async {
         let mut opened = open_members(config).await?;
-        let plans = plans(config, &opened, None);
+        let plans = plans(config, &opened, None, false);
         let mut sure = Vec::with_capacity(plans.len());
         for p in plans {
             sure.push(p?);
@@ -127,11 +127,14 @@ pub async fn open_members(config: &Config) -> Result<Vec<Opened>, AssembleError>
 }
 
 /// Every volume's [`Plan`] (or why it cannot start), by `create` from the config unless
-/// `policy` overrides it (`nbraid create` is the operator's consent).
+/// `policy` overrides it (`nbraid create` is the operator's consent); `force` is `nbraid
+/// create --force`: members the disk write rule refuses (data, another array's records) are
+/// written over, as `nbraid add --force` does ([`take_off_forced_records`] first).
 pub fn plans(
     config: &Config,
     opened: &[Opened],
     policy: Option<CreatePolicy>,
+    force: bool,
 ) -> Vec<Result<Plan, AssembleError>> {
     config
         .volumes
@@ -140,7 +143,7 @@ pub fn plans(
             let found: Vec<Found> = v
                 .members
                 .iter()
-                .map(|&m| found(config, opened, m, &v.name))
+                .map(|&m| found(config, opened, m, &v.name, force))
                 .collect();
             let policy = policy.unwrap_or(v.metadata.create);
             plan::plan_volume(config, v, policy, &found).map_err(|r| AssembleError::Refused(r.0))
@@ -217,8 +220,44 @@ async fn create_member(m: &config::Member) -> Result<Opened, AssembleError> {
     Ok(opened)
 }
 
-/// What member `m` holds, as volume `name`'s plan sees it.
-fn found(config: &Config, opened: &[Opened], m: usize, name: &str) -> Found {
+/// `nbraid create --force` of volume `v`: takes the records of other arrays off its members
+/// (said on stderr per member), so those arrays find their members gone instead of
+/// assembling over this volume's bytes — as `nbraid add --force` does.
+pub async fn take_off_forced_records(
+    config: &Config,
+    opened: &[Opened],
+    v: &config::Volume,
+) -> Result<Vec<String>, AssembleError> {
+    let mut said = Vec::new();
+    for &m in &v.members {
+        let Some(meta) = opened[m].meta.as_ref().filter(|_| !opened[m].created) else {
+            continue;
+        };
+        let gone = plan::forced_records(config, m, meta.probe(), &meta.contents());
+        if gone.is_empty() {
+            continue;
+        }
+        let member = &config.members[m];
+        meta.take_off_records(&gone).await.map_err(|e| {
+            AssembleError::Refused(format!(
+                "volume `{}`: member {} ({}): cannot take the other array's records off: {e}",
+                v.name, member.id, member.path_text
+            ))
+        })?;
+        let arrays: Vec<String> = gone.iter().map(|u| u.to_string()).collect();
+        said.push(format!(
+            "volume {}: member {} ({}): records of array {} taken off as forced",
+            v.name,
+            member.id,
+            member.path_text,
+            arrays.join(", ")
+        ));
+    }
+    Ok(said)
+}
+
+/// What member `m` holds, as volume `name`'s plan sees it (`force`: `nbraid create --force`).
+fn found(config: &Config, opened: &[Opened], m: usize, name: &str, force: bool) -> Found {
     let Some(meta) = &opened[m].meta else {
         return Found::Missing;
     };
@@ -229,7 +268,7 @@ fn found(config: &Config, opened: &[Opened], m: usize, name: &str) -> Found {
     if config.members[m].state == MemberStorage::Memory {
         return Found::Memory;
     }
-    plan::found_on(config, m, name, meta.probe(), &meta.contents())
+    plan::found_on(config, m, name, meta.probe(), &meta.contents(), force)
 }
 
 /// Opens or creates volume `v` over its members (`progress(done, total)` bytes of a sync).
@@ -464,7 +503,7 @@ impl VolumeStart<'_> {
         let gone: Vec<&str> = v
             .members
             .iter()
-            .filter(|&&m| found(config, opened, m, &v.name) != Found::HasThis)
+            .filter(|&&m| found(config, opened, m, &v.name, false) != Found::HasThis)
             .map(|&m| config.members[m].id.as_str())
             .collect();
         let unreachable: Vec<String> = v

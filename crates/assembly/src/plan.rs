@@ -16,7 +16,7 @@
 
 use nbraid_config::{Config, CreatePolicy, MemberStorage, Volume};
 use nbraid_core::metadata::disk_rule::{may_write, Allowed, DiskContents, Refused, Writer};
-use nbraid_core::metadata::Probe;
+use nbraid_core::metadata::{Probe, Uuid};
 use std::fmt;
 
 /// What one member of the volume holds.
@@ -67,37 +67,62 @@ pub struct MemberFound<'a> {
 }
 
 /// What config member `m`, whose superblock read gave `probe` (`contents`: what it holds as
-/// the write rule sees it), is to volume `name`'s plan. A member missing, created by this
-/// start or in memory is decided by the caller, who knows.
+/// the write rule sees it), is to volume `name`'s plan; `force` is `nbraid create --force`
+/// (the rule's refusals overridden, as `nbraid add --force` does: [`forced_records`] names
+/// the other arrays' records the create takes off). A member missing, created by this start
+/// or in memory is decided by the caller, who knows.
 pub fn found_on(
     config: &Config,
     m: usize,
     name: &str,
     probe: &Probe,
     contents: &DiskContents,
+    force: bool,
 ) -> Found {
-    let siblings = match probe {
+    let writer = match probe {
         Probe::Missing => return Found::Missing,
         Probe::Superblock(sb, _) if sb.volumes.iter().any(|v| v.name == name) => {
             return Found::HasThis
         }
-        // Records of the config's other volumes on this member are siblings (Matrix).
+        _ => creator(config, m, probe),
+    };
+    match may_write(contents, &writer, force) {
+        Ok(Allowed::Blank) => Found::Blank {
+            remote: config.members[m].state == MemberStorage::Remote,
+        },
+        Ok(_) => Found::Siblings,
+        Err(r) => Found::Refused(r),
+    }
+}
+
+/// Who writes when a volume of the config is created on member `m`: a new array, beside the
+/// records of the config's other volumes on the member (Matrix siblings).
+fn creator(config: &Config, m: usize, probe: &Probe) -> Writer {
+    let siblings = match probe {
         Probe::Superblock(sb, _) => (sb.volumes.iter())
             .filter(|r| (config.volumes.iter()).any(|v| v.name == r.name && v.members.contains(&m)))
             .map(|r| r.array)
             .collect(),
         _ => Vec::new(),
     };
-    let writer = Writer {
+    Writer {
         array: None,
         siblings,
-    };
-    match may_write(contents, &writer, false) {
-        Ok(Allowed::Blank) => Found::Blank {
-            remote: config.members[m].state == MemberStorage::Remote,
-        },
-        Ok(_) => Found::Siblings,
-        Err(r) => Found::Refused(r),
+    }
+}
+
+/// The other arrays whose records a forced create of a volume takes off member `m` (what
+/// the write rule refused there as another array's), so that array finds its member gone
+/// rather than assembling over the new volume's bytes.
+pub fn forced_records(
+    config: &Config,
+    m: usize,
+    probe: &Probe,
+    contents: &DiskContents,
+) -> Vec<Uuid> {
+    match may_write(contents, &creator(config, m, probe), false) {
+        Err(Refused::Foreign(records)) => records.iter().map(|r| r.array).collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -146,8 +171,9 @@ pub fn plan(
             }
             Found::Refused(r) => {
                 return Err(Refusal(format!(
-                    "volume `{name}`: {} {r} — remove it from the volume, or wipe its first \
-                     MiB if its data is no longer wanted",
+                    "volume `{name}`: {} {r} — remove it from the volume, or, if its data is \
+                     no longer wanted, write over it with `nbraid create {config_file} \
+                     --volume {name} --force`",
                     who(m)
                 )))
             }

@@ -226,7 +226,7 @@ pub fn start_plan_with(
                 return Found::Memory;
             }
             if let Some(Some(r)) = remotes.get(m) {
-                return plan::found_on(config, m, &v.name, probe, &r.contents);
+                return plan::found_on(config, m, &v.name, probe, &r.contents, false);
             }
             // A member without a superblock is blank only if its whole first MiB is.
             let first = match probe {
@@ -234,7 +234,7 @@ pub fn start_plan_with(
                 _ => None,
             };
             let contents = DiskContents::from_probe(probe, first.as_deref());
-            plan::found_on(config, m, &v.name, probe, &contents)
+            plan::found_on(config, m, &v.name, probe, &contents, false)
         })
         .collect();
     plan::plan_volume(config, v, v.metadata.create, &found)

@@ -267,7 +267,7 @@ async fn assemble_volume(config: &Config, v: &nbraid_config::Volume) -> Result<A
     // `nbraid create --volume` plans them: a missing member file is created (sparse) only
     // where every volume on it is to be created, never under a volume with data.
     let mut plans = Vec::with_capacity(config.volumes.len());
-    for (i, p) in assemble::plans(config, &opened, None)
+    for (i, p) in assemble::plans(config, &opened, None, false)
         .into_iter()
         .enumerate()
     {

@@ -1,11 +1,12 @@
-//! `nbraid create --config FILE [--volume NAME] [--assume-clean] [--json]`: creates a config's
+//! `nbraid create --config FILE [--volume NAME] [--assume-clean] [--force] [--json]`: creates a config's
 //! arrays — the member files that may be created (sparse), then every selected volume's
 //! superblocks, syncing copies and parity from the members' data unless the members are known
 //! zero (files just created) or `--assume-clean` says to trust them. Volumes that already
 //! carry superblocks are left alone. Members are held exclusively while it runs (a daemon
 //! serving them refuses it), and the daemon's own rules decide ([`nbraid_assembly::plan`]):
 //! members of another array or with non-zero bytes where the superblock goes are refused,
-//! never overwritten.
+//! never overwritten — unless `--force`, the operator's word as for `nbraid add --force`:
+//! then they are written over, and another array's records are taken off first.
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -27,7 +28,17 @@ struct Outcome {
     seconds: f64,
 }
 
-pub fn run(file: &Path, volume: Option<&str>, assume_clean: bool, json: bool) -> Result<String> {
+/// What the operator asked of `nbraid create`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Asked {
+    /// Trust the members to agree: no sync.
+    pub assume_clean: bool,
+    /// Write over members the disk write rule refuses (`--force`).
+    pub force: bool,
+    pub json: bool,
+}
+
+pub fn run(file: &Path, volume: Option<&str>, asked: Asked) -> Result<String> {
     let config = nbraid_assembly::pins::load(file)?;
     let selected: Vec<usize> = match volume {
         None => (0..config.volumes.len()).collect(),
@@ -44,27 +55,39 @@ pub fn run(file: &Path, volume: Option<&str>, assume_clean: bool, json: bool) ->
                 )
             })?],
     };
-    futures::executor::block_on(create(&config, &selected, assume_clean, json))
+    futures::executor::block_on(create(&config, &selected, asked))
 }
 
-async fn create(
-    config: &Config,
-    selected: &[usize],
-    assume_clean: bool,
-    json: bool,
-) -> Result<String> {
+async fn create(config: &Config, selected: &[usize], asked: Asked) -> Result<String> {
+    let Asked {
+        assume_clean,
+        force,
+        json,
+    } = asked;
     let mut opened = assemble::open_members(config).await?;
-    // `nbraid create` is the operator's consent: `create = "never"` does not stop it.
+    // `nbraid create` is the operator's consent: `create = "never"` does not stop it. Only
+    // the selected volumes are forced: the others are planned as a start would.
+    let forced = assemble::plans(config, &opened, Some(CreatePolicy::Auto), force);
+    let unforced = assemble::plans(config, &opened, Some(CreatePolicy::Auto), false);
     let mut plans = Vec::with_capacity(config.volumes.len());
-    for (k, p) in assemble::plans(config, &opened, Some(CreatePolicy::Auto))
-        .into_iter()
-        .enumerate()
-    {
-        match p {
+    for (k, (f, u)) in forced.into_iter().zip(unforced).enumerate() {
+        match if selected.contains(&k) { f } else { u } {
             Ok(p) => plans.push(Some(p)),
             Err(e) if selected.contains(&k) => return Err(e.into()),
             Err(_) => plans.push(None),
         }
+    }
+    // Another array's records come off a forced member before anything is written on it.
+    let mut said = Vec::new();
+    for &k in selected {
+        if force && matches!(plans[k], Some(Plan::Create { .. })) {
+            said.extend(
+                assemble::take_off_forced_records(config, &opened, &config.volumes[k]).await?,
+            );
+        }
+    }
+    for s in &said {
+        eprintln!("nbraid: {s}");
     }
     let files = assemble::create_members(config, &mut opened, &plans).await?;
     let mut outcomes = Vec::new();

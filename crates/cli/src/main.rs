@@ -103,6 +103,10 @@ enum Command {
         /// Trust the members to agree already (zero-filled): write superblocks, skip the sync.
         #[arg(long)]
         assume_clean: bool,
+        /// Write onto members the disk write rule refuses (they hold data or another array's
+        /// records, whose records are taken off), as `nbraid add --force` does.
+        #[arg(long)]
+        force: bool,
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
@@ -156,12 +160,16 @@ fn main() -> ExitCode {
             config,
             volume,
             assume_clean,
+            force,
             json,
         } => create::run(
             &file.or(config).expect("clap requires one"),
             volume.as_deref(),
-            assume_clean,
-            json,
+            create::Asked {
+                assume_clean,
+                force,
+                json,
+            },
         ),
         Command::Bench(args) => nbraid_bench::run(&args),
         Command::Serve {

@@ -112,9 +112,68 @@ fn a_device_smaller_than_its_size_gets_advice_for_a_device() {
     let said = text(&o);
     assert!(!o.status.success(), "{said}");
     assert!(said.contains("holds only 48 MiB"), "{said}");
-    assert!(!said.contains("truncate"), "no file advice for a device: {said}");
+    assert!(
+        !said.contains("truncate"),
+        "no file advice for a device: {said}"
+    );
     assert!(
         said.contains("lower size to at most \"48MiB\"") && said.contains("use a larger device"),
         "{said}"
     );
+}
+
+/// `nbraid create` refused a member holding data or another array's records with no way
+/// past it but wiping by hand; `--force` is now the operator's word, as for `nbraid add
+/// --force`: the members are written over and the other array's records taken off (that
+/// array finds its member gone instead of assembling over the new volume's bytes).
+#[test]
+fn create_force_writes_over_another_arrays_device_and_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Loop::attach(&dir.path().join("a.img"), 48 << 20);
+    let (old_dir, new_dir) = (dir.path().join("old"), dir.path().join("new"));
+    for d in [&old_dir, &new_dir] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::File::create(d.join("f.img"))
+            .and_then(|f| f.set_len(48 << 20))
+            .unwrap();
+    }
+    let old = mirror_of(&old_dir, &[dev.path(), "f.img"]);
+    let new = mirror_of(&new_dir, &[dev.path(), "f.img"]);
+    let toml = std::fs::read_to_string(&new).unwrap();
+    std::fs::write(&new, toml.replace("name = \"v\"", "name = \"w\"")).unwrap();
+    // The new config's file holds data where the superblock goes.
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(new_dir.join("f.img"));
+        f.unwrap().write_all_at(&[0xee; 4096], 8192).unwrap();
+    }
+    let (old, new) = (old.to_str().unwrap(), new.to_str().unwrap());
+    common::ok(nbraid(&["create", old]), "create the old array");
+
+    let o = nbraid(&["create", new]);
+    let said = text(&o);
+    assert!(!o.status.success(), "{said}");
+    assert!(said.contains("belongs to another array"), "{said}");
+    assert!(
+        said.contains(&format!("nbraid create {new} --volume w --force")),
+        "the way out is named: {said}"
+    );
+
+    let o = nbraid(&["create", new, "--force"]);
+    let said = text(&o);
+    assert!(o.status.success(), "{said}");
+    assert!(said.contains("volume w: created array"), "{said}");
+    assert!(said.contains("taken off as forced"), "{said}");
+    // The device carries only the new array: the old config finds `w`'s record, not `v`'s.
+    let o = nbraid(&["check", old]);
+    let said = text(&o);
+    assert!(!o.status.success(), "{said}");
+    assert!(
+        said.contains("member 0 belongs to another array (volume `w` of array"),
+        "{said}"
+    );
+    let o = nbraid(&["check", new]);
+    assert!(o.status.success(), "{}", text(&o));
 }

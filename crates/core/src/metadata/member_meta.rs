@@ -141,6 +141,19 @@ impl MemberMeta {
         .map(|_| ())
     }
 
+    /// Takes the records of arrays `gone` off the superblock (`nbraid create --force` over
+    /// another array's member: that array must find its member gone, not assemble over the
+    /// new one's bytes). Writes nothing when none is there.
+    pub async fn take_off_records(&self, gone: &[Uuid]) -> Result<(), SuperblockIoError> {
+        self.update_if(|sb| {
+            let before = sb.volumes.len();
+            sb.volumes.retain(|v| !gone.contains(&v.array));
+            sb.volumes.len() != before
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// [`Self::update`] when `f` finds something to write (it says whether it changed the
     /// superblock: `false` writes nothing). Whether it was written.
     pub(super) async fn update_if(
