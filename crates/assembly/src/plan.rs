@@ -59,11 +59,13 @@ impl fmt::Display for Refusal {
     }
 }
 
-/// One member as the decision sees it: config id, path (for messages) and what it holds.
+/// One member as the decision sees it: config id, path (for messages), what it holds, and
+/// whether it is a block device (advice for a file — remove it, truncate it — does not fit).
 pub struct MemberFound<'a> {
     pub id: &'a str,
     pub path: &'a str,
     pub found: &'a Found,
+    pub device: bool,
 }
 
 /// What config member `m`, whose superblock read gave `probe` (`contents`: what it holds as
@@ -138,6 +140,7 @@ pub fn plan_volume(
             id: &config.members[m].id,
             path: &config.members[m].path_text,
             found: f,
+            device: matches!(config.members[m].state, MemberStorage::BlockDevice { .. }),
         })
         .collect();
     plan(
@@ -197,11 +200,21 @@ pub fn plan(
         .filter(|m| matches!(m.found, Found::Blank { remote: false } | Found::Siblings))
         .collect();
     if let (Some(gone), Some(there)) = (missing.first(), local_on_disk.first()) {
+        // A device cannot be removed to start anew: the missing file is made instead, and
+        // the array is created over the members as they are (synced from their data).
+        let anew = if local_on_disk.iter().any(|m| m.device) {
+            format!(
+                "to start anew over the devices as they are, create {} empty at its size \
+                 (truncate -s SIZE {})",
+                gone.path, gone.path
+            )
+        } else {
+            "remove the other member files to start anew".to_string()
+        };
         return Err(Refusal(format!(
             "volume `{name}`: no member carries its superblock, {} is missing while {} \
              exists: refusing to create the array over part of its members (a volume of an \
-             older nbraid would lose that member's data); restore the missing file, or \
-             remove the other member files to start anew",
+             older nbraid would lose that member's data); restore the missing file, or {anew}",
             who(gone),
             who(there)
         )));
@@ -229,6 +242,7 @@ mod tests {
                 id,
                 path: "p",
                 found: f,
+                device: false,
             })
             .collect();
         plan("v", "c.toml", policy, &members)

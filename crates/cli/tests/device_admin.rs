@@ -177,3 +177,25 @@ fn create_force_writes_over_another_arrays_device_and_data() {
     let o = nbraid(&["check", new]);
     assert!(o.status.success(), "{}", text(&o));
 }
+
+/// A blank device beside a missing member file: the refusal (an older volume's members could
+/// be overwritten) told the operator to "remove the other member files to start anew" — a
+/// device is no file to remove. It now names the way that works with a device.
+#[test]
+fn a_missing_file_beside_a_device_gets_advice_for_a_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Loop::attach(&dir.path().join("a.img"), 48 << 20);
+    let cfg = mirror_of(dir.path(), &[dev.path(), "f.img"]);
+    let toml = std::fs::read_to_string(&cfg).unwrap();
+    let sized = toml.replace("path = \"f.img\"\n", "path = \"f.img\"\nsize = \"48MiB\"\n");
+    std::fs::write(&cfg, sized).unwrap();
+    let o = nbraid(&["check", cfg.to_str().unwrap()]);
+    let said = text(&o);
+    assert!(!o.status.success(), "{said}");
+    assert!(said.contains("is missing while member d0"), "{said}");
+    assert!(!said.contains("remove the other member files"), "{said}");
+    assert!(
+        said.contains("create f.img empty at its size (truncate -s SIZE f.img)"),
+        "{said}"
+    );
+}
