@@ -199,3 +199,58 @@ fn a_missing_file_beside_a_device_gets_advice_for_a_device() {
         "{said}"
     );
 }
+
+/// A config spare that is a block device, added by a reload (SIGHUP), then rebuilt into a
+/// failed member's role: the reload adds it as `nbraid add` would, so the daemon names it
+/// after its device node (`loopN`), and status said its file was a config member "which
+/// volume v does not list, so a start on this config does not give it the role" — but it is
+/// the volume's spare, and a start gives it the role. Status now says what a start says.
+#[test]
+fn a_device_spare_added_by_reload_is_named_as_a_start_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Loop::attach(&dir.path().join("s.img"), 48 << 20);
+    for f in ["d0.img", "d1.img"] {
+        std::fs::File::create(dir.path().join(f))
+            .and_then(|f| f.set_len(48 << 20))
+            .unwrap();
+    }
+    let cfg = mirror_of(dir.path(), &["d0.img", "d1.img", dev.path()]);
+    // d2 is declared but in no volume until the reload makes it v's spare.
+    let toml = std::fs::read_to_string(&cfg).unwrap();
+    let two = toml.replace(
+        "members = [\"d0\", \"d1\", \"d2\"]",
+        "members = [\"d0\", \"d1\"]",
+    );
+    std::fs::write(&cfg, &two).unwrap();
+    let cfg_s = cfg.to_str().unwrap();
+    let mut d = common::Daemon::start(&cfg);
+    std::fs::write(&cfg, format!("{two}spares = [\"d2\"]\n")).unwrap();
+    // SAFETY: kill(2) on our own child's pid has no memory effects.
+    unsafe { libc::kill(d.child.id() as libc::pid_t, libc::SIGHUP) };
+    common::wait_until(cfg_s, "v", "the reloaded spare", |v| {
+        v["spares"].as_array().is_some_and(|s| !s.is_empty())
+    });
+    common::ok(nbraid(&["fail", "v", "d1", "--config", cfg_s]), "fail d1");
+    let v = common::wait_until(cfg_s, "v", "the spare rebuilt into role 1", |v| {
+        v["state"] == "healthy" && v["members"][1]["path"] == dev.path()
+    });
+    let notes = v["notes"].to_string();
+    assert_eq!(v["members"][1]["id"], "d2", "{v:#}");
+    assert!(
+        notes.contains(r#"member d2 (listed in spares) now holds role 1; update the config: members = [\"d0\", \"d2\"]"#),
+        "{notes}"
+    );
+    assert!(!notes.contains("does not give it the role"), "{notes}");
+    d.stop();
+    // What the next start says, for comparison: the same.
+    let mut d = common::Daemon::start(&cfg);
+    let v = common::status_of(cfg_s, "v");
+    assert_eq!(v["members"][1]["id"], "d2", "{v:#}");
+    assert!(
+        v["notes"]
+            .to_string()
+            .contains("member d2 (listed in spares) now holds role 1"),
+        "{v:#}"
+    );
+    d.stop();
+}

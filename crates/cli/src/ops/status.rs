@@ -66,7 +66,10 @@ pub(super) fn run(
 /// `[[member]]` with that id and path — wrong where the config already declares that file
 /// (by a relative path, or under another id): pasting it repeats an id, and a start on this
 /// config opens the file as that config member, not for this volume. Such a note is replaced
-/// by one that names the config's member and the `members` line to set.
+/// by one that names the config's member and the `members` line to set. A holder whose file
+/// is one of the volume's own spares in the config (a spare a reload added, which the daemon
+/// named after its file, e.g. `loop1`) is the start's case: it goes by its config id, and the
+/// note is the start's ("listed in spares ... now holds role"), for a start gives it the role.
 fn as_config_names(vol: &mut Value, config: &nbraid_config::Config) {
     let Some(cv) = config
         .volumes
@@ -104,14 +107,31 @@ fn as_config_names(vol: &mut Value, config: &nbraid_config::Config) {
         .map(|((id, _), c)| format!("\"{}\"", c.map_or(*id, |c| c.id.as_str())))
         .collect();
     let line = line.join(", ");
+    let holders: Vec<(String, String)> = (holders.iter())
+        .map(|(id, path)| (id.to_string(), path.to_string()))
+        .collect();
     let mut notes: Vec<Value> = vol["notes"].as_array().cloned().unwrap_or_default();
     for (role, ((id, path), c)) in holders.iter().zip(&declared).enumerate() {
         let Some(c) = c else { continue };
         let said = format!("member {id} (added at run time: {path}) holds role {role}");
-        let note = format!(
-            "member {id} holds role {role}; its file {path} is the config's member {} (path = \"{}\"), which volume {} does not list, so a start on this config does not give it the role: set members = [{line}] (no [[member]] to add)",
-            c.id, c.path_text, cv.name
-        );
+        let listed_as = |of: &[usize]| of.iter().any(|&m| config.members[m].id == c.id);
+        let note = if listed_as(&cv.heal.spares) {
+            vol["members"][role]["id"] = json!(c.id);
+            format!(
+                "member {} (listed in spares) now holds role {role}; update the config: members = [{line}]",
+                c.id
+            )
+        } else if listed_as(&cv.members) {
+            // One of its members by another path: a start gives it its role and says nothing.
+            vol["members"][role]["id"] = json!(c.id);
+            notes.retain(|n| !n.as_str().is_some_and(|n| n.starts_with(&said)));
+            continue;
+        } else {
+            format!(
+                "member {id} holds role {role}; its file {path} is the config's member {} (path = \"{}\"), which volume {} does not list, so a start on this config does not give it the role: set members = [{line}] (no [[member]] to add)",
+                c.id, c.path_text, cv.name
+            )
+        };
         let at = notes
             .iter()
             .position(|n| n.as_str().is_some_and(|n| n.starts_with(&said)));
