@@ -62,7 +62,8 @@ impl BeyondTolerance<'_> {
         text += self.unreachable;
         text += &if self.forced {
             "; even by force there are not enough failed or stale members to take back: \
-             restore the member files or start their servers"
+             bring the members back (their files or devices at their paths, or their \
+             servers started)"
                 .to_string()
         } else if takeable {
             format!(
@@ -72,9 +73,41 @@ impl BeyondTolerance<'_> {
                 self.name
             )
         } else {
-            "; restore the member files, start their servers, or remove the volume from the config"
+            "; bring the members back (their files or devices at their paths, or their servers \
+             started), or remove the volume from the config"
                 .to_string()
         };
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A member may be a block device: the way back is worded for files and devices alike
+    /// (it said "restore the member files").
+    #[test]
+    fn the_way_back_fits_devices_too() {
+        let why = [(1, Absence::Lost)];
+        let mut b = BeyondTolerance {
+            name: "v",
+            kind: "raid0",
+            worst: 0,
+            why: &why,
+            no_record: &["d1"],
+            unreachable: "",
+            ids: &["d0", "d1"],
+            forced: false,
+        };
+        for forced in [false, true] {
+            b.forced = forced;
+            let text = b.text();
+            assert!(!text.contains("member files"), "{text}");
+            assert!(
+                text.contains("their files or devices at their paths"),
+                "{text}"
+            );
+        }
     }
 }
