@@ -70,7 +70,8 @@ pub enum Request {
     Scrub {
         volume: String,
         repair: bool,
-        rate: PassRate,
+        /// `None`: unlimited for a new scrub; a running one keeps its rate.
+        rate: Option<PassRate>,
     },
     Pause {
         volume: Option<String>,
@@ -186,10 +187,13 @@ impl Request {
                 volume,
                 repair,
                 rate: r,
-            } => with(
-                json!({"op": "scrub", "volume": volume, "repair": repair}),
-                rate(r),
-            ),
+            } => {
+                let req = json!({"op": "scrub", "volume": volume, "repair": repair});
+                match r {
+                    Some(r) => with(req, rate(r)),
+                    None => req,
+                }
+            }
             Request::Pause { volume } => json!({"op": "pause", "volume": volume}),
             Request::Resume { volume } => json!({"op": "resume", "volume": volume}),
             Request::Cancel { volume } => json!({"op": "cancel", "volume": volume}),
@@ -343,7 +347,7 @@ impl Fields<'_> {
             "scrub" => Request::Scrub {
                 volume: self.string("volume")?,
                 repair: self.flag("repair")?,
-                rate: self.rate()?,
+                rate: self.optional_rate()?,
             },
             "pause" => Request::Pause {
                 volume: self.optional_string("volume")?,
@@ -473,10 +477,15 @@ mod tests {
             Request::Scrub {
                 volume: v(),
                 repair: true,
-                rate: PassRate {
+                rate: Some(PassRate {
                     limit_bytes_per_s: 1 << 20,
                     adaptive: true,
-                },
+                }),
+            },
+            Request::Scrub {
+                volume: v(),
+                repair: false,
+                rate: None,
             },
             Request::Pause { volume: None },
             Request::Resume { volume: Some(v()) },
@@ -532,7 +541,7 @@ mod tests {
             line(Request::Scrub {
                 volume: "db".into(),
                 repair: false,
-                rate: PassRate::default()
+                rate: Some(PassRate::default())
             }),
             r#"{"adaptive":false,"op":"scrub","rate_bytes_per_s":0,"repair":false,"v":1,"volume":"db"}"#
         );
@@ -569,7 +578,7 @@ mod tests {
             Ok(Request::Scrub {
                 volume: "db".into(),
                 repair: true,
-                rate: PassRate::limit(1000)
+                rate: Some(PassRate::limit(1000))
             })
         );
         assert_eq!(

@@ -143,6 +143,16 @@ pub enum OpsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Stop a volume's scrub (md's `idle`): it ends after the window in flight and is not
+    /// resumed by a restart. A re-add resync cancelled this way runs again at `nbraid resume`.
+    Cancel {
+        volume: String,
+        #[command(flatten)]
+        target: Target,
+        /// Print the reply as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Pause background work (scrubs, rebuilds) of one volume or all.
     Pause {
         volume: Option<String>,
@@ -190,7 +200,8 @@ impl OpsCommand {
             OpsCommand::Status { json, .. }
             | OpsCommand::Scrub { json, .. }
             | OpsCommand::Remove { json, .. }
-            | OpsCommand::Rebuild { json, .. } => *json,
+            | OpsCommand::Rebuild { json, .. }
+            | OpsCommand::Cancel { json, .. } => *json,
             OpsCommand::Fail { .. }
             | OpsCommand::Add { .. }
             | OpsCommand::Replace { .. }
@@ -232,7 +243,7 @@ fn carry_out(cmd: OpsCommand) -> Result<String> {
             json,
         } => {
             // Following: nothing is started, the running scrub is only watched.
-            let start = (!follow).then(|| (repair, rate.unwrap_or_default()));
+            let start = (!follow).then_some((repair, rate));
             passes::scrub(&target, volume, start, json)
         }
         OpsCommand::Add {
@@ -261,6 +272,11 @@ fn carry_out(cmd: OpsCommand) -> Result<String> {
             rate,
             json,
         } => passes::rebuild(&target, volume, rate, json),
+        OpsCommand::Cancel {
+            volume,
+            target,
+            json,
+        } => passes::cancel(&target, volume, json),
         OpsCommand::Pause { volume, target } => passes::pause_resume(&target, "pause", volume),
         OpsCommand::Resume { volume, target } => passes::pause_resume(&target, "resume", volume),
     }

@@ -14,7 +14,7 @@ use std::time::Duration;
 pub(super) fn scrub(
     target: &Target,
     volume: String,
-    start: Option<(bool, PassRate)>,
+    start: Option<(bool, Option<PassRate>)>,
     json: bool,
 ) -> Result<String> {
     let mut c = Client::connect(target)?;
@@ -82,6 +82,38 @@ pub(super) fn parse_rate(s: &str) -> Result<PassRate, String> {
             "{e}; a rate is a size per second (200MB/s, 200MiB/s) or `adaptive`"
         )),
     }
+}
+
+/// `nbraid cancel VOLUME`: stops its scrub (and re-add resync); what was stopped.
+pub(super) fn cancel(target: &Target, volume: String, json: bool) -> Result<String> {
+    let v = Client::connect(target)?.call(&Request::Cancel {
+        volume: volume.clone(),
+    })?;
+    if json {
+        return Ok(format!("{v:#}\n"));
+    }
+    Ok(cancel_text(&volume, &v))
+}
+
+/// What `nbraid cancel` stopped, for people: the scrub's position (it ends after the window
+/// in flight, so the reply still says it runs) and the re-add resync.
+fn cancel_text(volume: &str, reply: &Value) -> String {
+    let mut out = String::new();
+    let scrub = &reply["scrub"];
+    if let Some(at) = scrub["position_bytes"].as_u64() {
+        let total = scrub["total_bytes"].as_u64().unwrap_or(0);
+        out += &format!(
+            "scrub of {volume} cancelled at {} of {}: it stops after the window in flight; a restart does not resume it\n",
+            bytes(at),
+            bytes(total)
+        );
+    }
+    if !reply["readd"].is_null() {
+        out += &format!(
+            "re-add resync of {volume} cancelled: the member it brings back is written but not read until `nbraid resume {volume}` runs it again\n"
+        );
+    }
+    out
 }
 
 /// `nbraid pause` or `nbraid resume` (`op`), of one volume or all.

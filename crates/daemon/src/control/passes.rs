@@ -5,13 +5,42 @@ use super::controls::refused;
 use super::report::{readd_json, rebuild_json, scrub_json};
 use super::volume::ControlVolume;
 use nbraid_control::Refusal;
-use nbraid_core::PassRate;
+use nbraid_core::{PassRate, ScrubControl};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering::SeqCst;
 
-/// `scrub`: starts one at `rate` (refused while one runs, or while the volume is reshaped:
-/// a scrub walks one shape); its first report.
-pub(super) fn scrub(v: &ControlVolume, repair: bool, rate: PassRate) -> Result<Value, Refusal> {
+/// `scrub`: starts one at `rate` (unlimited when `None`; refused while the volume is
+/// reshaped: a scrub walks one shape); its first report. A scrub of the same kind already
+/// under way is followed, re-rated when `rate` is given (as `rebuild --rate` re-rates a
+/// rebuild); one of the other kind is refused, naming `nbraid cancel`.
+pub(super) fn scrub(
+    v: &ControlVolume,
+    repair: bool,
+    rate: Option<PassRate>,
+) -> Result<Value, Refusal> {
+    if let Some(c) = v.scrub().filter(|c| under_way(c)) {
+        if c.report().repair != repair {
+            let (kind, asked) = if repair {
+                ("checked (no repair)", "repair")
+            } else {
+                ("repaired", "check")
+            };
+            return Err(Refusal::new(
+                "busy",
+                format!(
+                    "volume \"{}\" is already being {kind}: to {asked} instead, cancel it first (nbraid cancel {})",
+                    v.name, v.name
+                ),
+            ));
+        }
+        if let Some(rate) = rate {
+            c.pass.set_pass_rate(rate);
+        }
+        let rerated = rate.is_some();
+        return Ok(
+            json!({ "volume": v.name, "scrub": scrub_json(v, &c), "rerated": rerated, "already_running": true }),
+        );
+    }
     if v.array().reshape_progress().is_some() {
         return Err(Refusal::new(
             "busy",
@@ -21,9 +50,15 @@ pub(super) fn scrub(v: &ControlVolume, repair: bool, rate: PassRate) -> Result<V
             ),
         ));
     }
-    let ctl = v.new_scrub(repair, rate);
+    let ctl = v.new_scrub(repair, rate.unwrap_or_default());
     v.start_scrub(ctl.clone())?;
     Ok(json!({ "volume": v.name, "scrub": scrub_json(v, &ctl) }))
+}
+
+/// Whether scrub `c` is under way: spawned, running or paused, and not cancelled.
+fn under_way(c: &ScrubControl) -> bool {
+    use nbraid_core::PassState::*;
+    matches!(c.state(), Idle | Running | Paused) && !c.pass.is_cancelled()
 }
 
 /// `rebuild`: spares into failed roles, then the rebuild started at `rate` (a running one

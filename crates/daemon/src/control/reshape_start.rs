@@ -263,7 +263,10 @@ fn busy(controls: &Controls, v: &ControlVolume, array: &Array) -> Option<String>
         )
     };
     if (v.scrub()).is_some_and(|c| !ended(c.state())) {
-        return Some("a scrub is running: let it finish or cancel it first".into());
+        let name = &v.name;
+        return Some(format!(
+            "a scrub is running: let it finish or cancel it first (nbraid cancel {name})"
+        ));
     }
     if v.rebuild_running() || !array.rebuilding().is_empty() {
         return Some("a rebuild is running: let it finish first".into());

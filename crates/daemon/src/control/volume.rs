@@ -434,8 +434,8 @@ impl ControlVolume {
             None => Err(Refusal::new(
                 "busy",
                 format!(
-                    "volume \"{}\" is already being scrubbed (cancel it first)",
-                    self.name
+                    "volume \"{}\" is already being scrubbed (cancel it first: nbraid cancel {})",
+                    self.name, self.name
                 ),
             )),
         }
