@@ -6,25 +6,29 @@
 //! when a write to it *completes*, and a flush clears the mark and then `fdatasync`s each
 //! marked member. A write that completed before the flush was issued therefore marked its
 //! member before the flush looked, and is durable when the flush completes.
+//!
+//! Reports read the members through [`Volume::member_health`] (one snapshot per member);
+//! `volume/tree.rs` checks a layout against the members and builds the engine tree.
 
 use crate::buf::Buf;
 use crate::checksum::BLOCK_BYTES;
 use crate::error::{VolumeError, VolumeResult};
-use crate::member::{CounterSnapshot, Member};
-use crate::mirror::MirrorNode;
-use crate::node::{ArrayNode, LeafNode, MemberState, MemberTable, ScrubPass, ZeroKind};
+use crate::member::Member;
+use crate::node::{ArrayNode, MemberTable, ScrubPass, ZeroKind};
 use crate::part_blocks::PartBlocks;
 use crate::pass::{Checkpoint, PassWork};
-use crate::raid::{CacheMode, CacheUsage, ParityNode, SyncState};
+use crate::raid::{CacheMode, CacheUsage};
 use crate::read_policy::ReadPolicy;
 use crate::scrub::{scrub_inflight, ScrubControl, ScrubReport, SCRUB_WINDOW_BYTES};
-use crate::split::SplitNode;
 use futures::future::join_all;
 use futures::FutureExt;
 use nbraid_layout::{FaultTolerance, Geometry, Node};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
+use tree::{build, check_tree, parity_groups};
+
+mod tree;
 
 /// Longest request a volume accepts.
 pub const MAX_REQUEST_BYTES: u64 = 32 << 20;
@@ -43,7 +47,7 @@ pub struct VolumeOptions {
     pub mirror_seq_piece: u64,
     /// Whether every member region holds only zeroes (files just created sparse, RAM; default
     /// false). Parity groups (RAID 5/6/50/60) decide from it whether parity is known to match
-    /// data at assembly ([`SyncState::at_assembly`]).
+    /// data at assembly ([`crate::raid::SyncState::at_assembly`]).
     pub members_known_zero: bool,
     /// Parity groups: write-back stripe cache (default, 32 MiB per volume) or write-through.
     pub cache: CacheMode,
@@ -296,18 +300,10 @@ impl Volume {
         self.table.slot(index).member()
     }
 
-    pub fn member_states(&self) -> Vec<MemberState> {
-        self.table
-            .slots()
-            .iter()
-            .map(|s| {
-                if s.is_failed() {
-                    MemberState::Failed
-                } else {
-                    MemberState::Healthy
-                }
-            })
-            .collect()
+    /// Every member's health (state, failure, error counts, I/O), by member index: one
+    /// snapshot per member, read in one walk of the member table.
+    pub fn member_health(&self) -> Vec<crate::node::MemberHealth> {
+        self.table.health()
     }
 
     /// Marks member `index` failed (mdadm's `--fail`, or a member missing at assembly: pass
@@ -332,11 +328,6 @@ impl Volume {
         self.table.failed_write(index, e, why).await
     }
 
-    /// Why member `index` is failed (its cause and words), while it is.
-    pub fn member_failure(&self, index: usize) -> Option<crate::fail_cause::Failure> {
-        self.table.slots().get(index)?.failure()
-    }
-
     /// Marks member `index` stale (`on`: written but never read, while it is resynced) or
     /// current again.
     pub fn set_resyncing(&self, index: usize, on: bool) {
@@ -358,59 +349,6 @@ impl Volume {
     /// Members marked failed so far (O(1): the superblocks compare it with what they record).
     pub fn failed_count(&self) -> usize {
         self.table.failed_count()
-    }
-
-    /// Read errors each member returned (repaired or not).
-    pub fn member_read_errors(&self) -> Vec<u64> {
-        self.table.slots().iter().map(|s| s.read_errors()).collect()
-    }
-
-    pub fn member_write_errors(&self) -> Vec<u64> {
-        self.table
-            .slots()
-            .iter()
-            .map(|s| s.write_errors())
-            .collect()
-    }
-
-    /// Per member: past its bad-block limit but kept, as it holds the only readable copy of
-    /// some data ([`crate::node::MemberSlot::kept_past_limit`]).
-    pub fn member_kept_past_limit(&self) -> Vec<bool> {
-        self.table
-            .slots()
-            .iter()
-            .map(|s| s.kept_past_limit())
-            .collect()
-    }
-
-    /// Per member: the read errors the redundancy corrected, as `max_read_errors` counts
-    /// them now (halved per hour without one; [`crate::read_errors`]).
-    pub fn member_corrected_read_errors(&self) -> Vec<u32> {
-        (self.table.slots().iter())
-            .map(|s| s.corrected_read_errors())
-            .collect()
-    }
-
-    /// Per member: past `max_read_errors` but kept, as the volume cannot do without it.
-    pub fn member_kept_past_read_limit(&self) -> Vec<bool> {
-        (self.table.slots().iter())
-            .map(|s| s.kept_past_read_limit())
-            .collect()
-    }
-
-    /// Per member: this volume's own reads and writes of its region (Matrix volumes on one
-    /// file count apart; [`Volume::member_counters`] counts the whole file).
-    pub fn member_region_io(&self) -> Vec<crate::node::RegionIoSnapshot> {
-        self.table.slots().iter().map(|s| s.region_io()).collect()
-    }
-
-    /// Every member's own counters.
-    pub fn member_counters(&self) -> Vec<CounterSnapshot> {
-        self.table
-            .slots()
-            .iter()
-            .map(|s| s.member().counters().snapshot())
-            .collect()
     }
 
     /// Whether every byte is still readable with the members that are failed: a property of
@@ -660,7 +598,8 @@ impl Volume {
     }
 
     /// Recomputes the parity of every stripe not known to be in sync (after assembling members
-    /// not known to be zero: [`SyncState::Unknown`]); afterwards partial writes may use read-modify-write.
+    /// not known to be zero: [`crate::raid::SyncState::Unknown`]); afterwards partial writes
+    /// may use read-modify-write.
     pub async fn resync(&self) -> VolumeResult<()> {
         let r = self.root.resync().await;
         self.count(r)
@@ -730,112 +669,6 @@ impl Volume {
             };
         }
         self.count(r)
-    }
-}
-
-/// Collects assembly problems (members missing or too small) and counts parity groups.
-/// Parity groups in the tree under `node` (each has its own stripe cache).
-fn parity_groups(node: &Node) -> usize {
-    let own = usize::from(matches!(node, Node::Parity(_)));
-    own + node.children().iter().map(parity_groups).sum::<usize>()
-}
-
-fn check_tree(
-    node: &Node,
-    members: &[Arc<dyn Member>],
-    problems: &mut Vec<String>,
-    parity_groups: &mut usize,
-) {
-    match node {
-        Node::Member(m) => match members.get(m.index) {
-            None => problems.push(format!(
-                "the layout uses member {} but only {} members were given",
-                m.index,
-                members.len()
-            )),
-            Some(member) => {
-                let end = m.start.checked_add(m.len);
-                if end.is_none_or(|end| end > member.len()) {
-                    problems.push(format!(
-                        "member {} (`{}`) has {} bytes but the layout uses bytes {}..{} of it",
-                        m.index,
-                        member.name(),
-                        member.len(),
-                        m.start,
-                        m.start.saturating_add(m.len)
-                    ));
-                }
-            }
-        },
-        Node::Parity(_) => *parity_groups += 1,
-        _ => {}
-    }
-    for c in node.children() {
-        check_tree(c, members, problems, parity_groups);
-    }
-}
-
-fn build(
-    node: &Node,
-    table: &Arc<MemberTable>,
-    opts: &VolumeOptions,
-    (repairs, ppl): (&Arc<AtomicU64>, Option<&crate::ppl::PplSetup>),
-    groups: &mut u32,
-) -> Box<dyn ArrayNode> {
-    // Parity groups are numbered in preorder (the partial-parity log's group numbers).
-    let group = *groups;
-    if matches!(node, Node::Parity(_)) {
-        *groups += 1;
-    }
-    let kids: Vec<Box<dyn ArrayNode>> = node
-        .children()
-        .iter()
-        .map(|c| build(c, table, opts, (repairs, ppl), groups))
-        .collect();
-    match node {
-        Node::Member(m) => Box::new(
-            LeafNode::new(m.index, m.start, m.len, table.clone()).with_checksums(
-                (opts.checksums.as_ref()).and_then(|c| c.for_region(m.index, m.start, m.len)),
-            ),
-        ),
-        Node::Concat(c) => Box::new(SplitNode::new(c.clone(), kids, node.capacity())),
-        Node::Stripe(s) => Box::new(SplitNode::new(s.clone(), kids, node.capacity())),
-        Node::Mirror(_) => Box::new(
-            MirrorNode::new(
-                kids,
-                node.capacity(),
-                opts.read_policy,
-                opts.mirror_seq_piece,
-                repairs.clone(),
-            )
-            .with_members(table.clone()),
-        ),
-        Node::Parity(g) => {
-            let leaves: Option<Vec<usize>> = node
-                .children()
-                .iter()
-                .map(|c| match c {
-                    Node::Member(m) => Some(m.index),
-                    _ => None,
-                })
-                .collect();
-            let log = match (ppl, leaves) {
-                (Some(setup), Some(members)) => {
-                    crate::ppl::GroupLog::new(setup, group, g, members, table.clone())
-                }
-                _ => None,
-            };
-            Box::new(ParityNode::in_volume(
-                g.clone(),
-                kids,
-                node.capacity(),
-                SyncState::at_assembly(opts.members_known_zero),
-                opts.cache,
-                opts.cache_max_age,
-                repairs.clone(),
-                (log, table.clone()),
-            ))
-        }
     }
 }
 

@@ -225,7 +225,11 @@ fn bad_blocks_on_two_members_in_different_places_read_back_exactly() {
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
         }
         let (errors, repairs) = b.counts();
-        let reads: Vec<u64> = b.v.member_counters().iter().map(|c| c.reads).collect();
+        let reads: Vec<u64> =
+            b.v.member_health()
+                .iter()
+                .map(|h| h.counters.reads)
+                .collect();
         assert!(errors >= 2, "{name}: {errors} {reads:?}");
         assert_eq!(repairs, errors, "{name}");
     }

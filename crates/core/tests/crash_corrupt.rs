@@ -223,7 +223,10 @@ fn corrupt_geometry(
             block_on(r.disks[m].flip_random()).expect("flip");
         }
         assert!(
-            r.v.member_states()
+            r.v.member_health()
+                .iter()
+                .map(|h| h.state)
+                .collect::<Vec<_>>()
                 .iter()
                 .all(|s| *s == MemberState::Healthy),
             "{what}: no member failed without a threshold"
@@ -388,7 +391,7 @@ fn a_member_past_the_checksum_error_limit_is_failed_and_the_volume_serves_degrad
             // Mirrors read copies in turn: two passes reach every copy's blocks.
             r.read_check(0, r.v.capacity(), &what);
             r.read_check(0, r.v.capacity(), &what);
-            let failed = r.v.member_states()[0] == MemberState::Failed;
+            let failed = r.v.member_health()[0].state == MemberState::Failed;
             assert_eq!(
                 failed,
                 errors() > LIMIT,
@@ -397,9 +400,9 @@ fn a_member_past_the_checksum_error_limit_is_failed_and_the_volume_serves_degrad
             );
         }
         assert!(
-            r.v.member_states()[1..]
+            r.v.member_health()[1..]
                 .iter()
-                .all(|s| *s == MemberState::Healthy),
+                .all(|h| h.state == MemberState::Healthy),
             "{what}: only the bad member fails"
         );
         r.assert_blamed_right(&what);

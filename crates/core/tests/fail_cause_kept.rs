@@ -37,7 +37,10 @@ fn disks(n: usize) -> Vec<Arc<Faulty<MemoryMember>>> {
 }
 
 fn cause(a: &nbraid_core::metadata::Array, r: usize) -> Option<FailCause> {
-    a.volume().member_failure(r).map(|f| f.cause)
+    a.volume().member_health()[r]
+        .failure
+        .as_ref()
+        .map(|f| f.cause)
 }
 
 /// Role 1 failed by the operator, role 2 by a write's I/O error, role 3 for not answering:

@@ -47,7 +47,10 @@ fn raid0_beyond_tolerance_errors_and_never_returns_wrong_data() {
     let e = block_on(v.write(0, Buf::copy_from(&data[..16384]), false)).unwrap_err();
     assert!(e.to_string().contains("mem1"), "{e}");
     assert_eq!(
-        v.member_states(),
+        v.member_health()
+            .iter()
+            .map(|h| h.state)
+            .collect::<Vec<_>>(),
         vec![MemberState::Healthy, MemberState::Failed]
     );
     assert!(!v.is_available());
@@ -78,7 +81,10 @@ fn mirrors_beyond_tolerance_error_within_tolerance_serve() {
     assert!(got[..] == data[..]);
     block_on(v.write(0, Buf::copy_from(&pattern(v.capacity(), 3)), true)).unwrap();
     assert_eq!(
-        v.member_states(),
+        v.member_health()
+            .iter()
+            .map(|h| h.state)
+            .collect::<Vec<_>>(),
         vec![
             MemberState::Failed,
             MemberState::Healthy,
@@ -134,12 +140,15 @@ fn mirror_read_error_is_repaired_from_the_good_copy() {
         assert!(got[..] == data[..], "never the bad bytes");
     }
     assert!(
-        v.member_read_errors()[0] >= 1,
+        v.member_health()[0].read_errors >= 1,
         "round-robin must have tried copy 0"
     );
     assert!(v.counters().repairs >= 1);
     assert_eq!(
-        v.member_states(),
+        v.member_health()
+            .iter()
+            .map(|h| h.state)
+            .collect::<Vec<_>>(),
         vec![MemberState::Healthy; 2],
         "a repaired read error does not fail the member"
     );
@@ -158,7 +167,7 @@ fn mirror_read_error_is_repaired_from_the_good_copy() {
         let got = block_on(v.read(128 * KIB, 4096)).unwrap();
         assert_eq!(&got[..], &data[..4096]);
     }
-    assert_eq!(v.member_states()[0], MemberState::Failed);
+    assert_eq!(v.member_health()[0].state, MemberState::Failed);
 }
 
 /// Encodes a write's tag into every 8 bytes of each 512-byte sector.
@@ -401,7 +410,11 @@ fn counters_and_in_flight() {
     let v = vol(named(Level::Raid1, 2, None, 64 * KIB, MIB), m);
     block_on(v.write(0, Buf::zeroed(8192), false)).unwrap();
     block_on(v.read(0, 8192)).unwrap();
-    let c = v.member_counters();
+    let c = v
+        .member_health()
+        .iter()
+        .map(|h| h.counters)
+        .collect::<Vec<_>>();
     assert_eq!((c[0].writes, c[0].write_bytes, c[1].writes), (1, 8192, 1));
     assert_eq!(c[0].reads + c[1].reads, 1, "one copy serves a read");
     assert_eq!(c[0].read_bytes + c[1].read_bytes, 8192);
@@ -417,11 +430,14 @@ fn counters_and_in_flight() {
         .as_mut()
         .poll(&mut Context::from_waker(&waker))
         .is_pending());
-    let inflight: u64 = v.member_counters().iter().map(|c| c.in_flight).sum();
+    let inflight: u64 = v.member_health().iter().map(|h| h.counters.in_flight).sum();
     assert_eq!(inflight, 1);
     assert!(block_on(fut).is_ok());
     assert_eq!(
-        v.member_counters().iter().map(|c| c.in_flight).sum::<u64>(),
+        v.member_health()
+            .iter()
+            .map(|h| h.counters.in_flight)
+            .sum::<u64>(),
         0
     );
 }
@@ -458,7 +474,11 @@ fn mirror_reads_stay_sequential_and_spread_in_large_pieces() {
         for i in 0..64 {
             block_on(v.read(i * 4096, 4096)).unwrap();
         }
-        let c = v.member_counters();
+        let c = v
+            .member_health()
+            .iter()
+            .map(|h| h.counters)
+            .collect::<Vec<_>>();
         assert_eq!(
             (c[0].reads.min(c[1].reads), c[0].reads.max(c[1].reads)),
             (0, 64),
@@ -466,19 +486,31 @@ fn mirror_reads_stay_sequential_and_spread_in_large_pieces() {
         );
         // One 32 MiB read is cut in 1 MiB pieces over both copies.
         block_on(v.read(0, 32 * MIB)).unwrap();
-        let c = v.member_counters();
+        let c = v
+            .member_health()
+            .iter()
+            .map(|h| h.counters)
+            .collect::<Vec<_>>();
         let bytes = [c[0].read_bytes, c[1].read_bytes];
         assert!(
             bytes.iter().all(|&b| b >= 15 * MIB),
             "{policy}: a long read is spread: {bytes:?}"
         );
         // Queued 1 MiB sequential reads spread over both copies too.
-        let before = v.member_counters();
+        let before = v
+            .member_health()
+            .iter()
+            .map(|h| h.counters)
+            .collect::<Vec<_>>();
         let futs = (0..16u64).map(|i| v.read(32 * MIB + i * MIB, MIB));
         for r in block_on(join_all(futs)) {
             r.unwrap();
         }
-        let after = v.member_counters();
+        let after = v
+            .member_health()
+            .iter()
+            .map(|h| h.counters)
+            .collect::<Vec<_>>();
         let got: Vec<u64> = (0..2)
             .map(|i| after[i].read_bytes - before[i].read_bytes)
             .collect();

@@ -773,7 +773,11 @@ fn a_read_error_after_a_restart_is_repaired_from_the_redundancy() {
                     "{what}: never the bad bytes"
                 );
             }
-            assert_eq!(v.member_read_errors()[bad], 1, "{what}: the read error met");
+            assert_eq!(
+                v.member_health()[bad].read_errors,
+                1,
+                "{what}: the read error met"
+            );
             assert!(
                 v.counters().repairs > 0,
                 "{what}: nothing repaired {:?}",
@@ -787,9 +791,14 @@ fn a_read_error_after_a_restart_is_repaired_from_the_redundancy() {
             );
             assert!(block_on(read_all(v)) == model.bytes, "{what}: read back");
             assert!(
-                v.member_states().iter().all(|s| *s == MemberState::Healthy),
+                v.member_health()
+                    .iter()
+                    .all(|h| h.state == MemberState::Healthy),
                 "{what}: {:?}",
-                v.member_states()
+                v.member_health()
+                    .iter()
+                    .map(|h| h.state)
+                    .collect::<Vec<_>>()
             );
             if matches!(restart, Restart::CrashServeAtOnce) {
                 let ctl = PassControl::new(0);

@@ -39,7 +39,10 @@ fn slow_array(level: Level, n: usize) -> (Arc<Volume>, Members) {
 
 /// Member reads since `before`.
 fn reads_since(v: &Volume, before: &[CounterSnapshot]) -> u64 {
-    v.member_counters()
+    v.member_health()
+        .iter()
+        .map(|h| h.counters)
+        .collect::<Vec<_>>()
         .iter()
         .zip(before)
         .map(|(a, b)| a.reads - b.reads)
@@ -77,7 +80,11 @@ fn partial_writes_queued_on_a_stripe_become_one_full_stripe_write() {
         // Three data chunks a stripe.
         let (v, _m) = slow_array(level, n);
         let width = 3 * STRIP;
-        let before = v.member_counters();
+        let before = v
+            .member_health()
+            .iter()
+            .map(|h| h.counters)
+            .collect::<Vec<_>>();
         // A full stripe holds stripe 0; three thirds queue behind it.
         let writes = [
             (0, pattern(1, width)),
@@ -102,7 +109,11 @@ fn a_lone_partial_write_is_written_at_once() {
     // written alone (each reads: RMW or RCW), and none waits (a hold would time out).
     let (v, _m) = slow_array(Level::Raid5, 4);
     for i in 0..3 {
-        let before = v.member_counters();
+        let before = v
+            .member_health()
+            .iter()
+            .map(|h| h.counters)
+            .collect::<Vec<_>>();
         assert_eq!(concurrently(&v, &[(i * STRIP, pattern(5, STRIP))]), [true]);
         assert!(reads_since(&v, &before) > 0, "third {i}");
     }
@@ -112,7 +123,11 @@ fn a_lone_partial_write_is_written_at_once() {
 fn a_sequential_stream_across_stripes_is_written_in_full_stripes() {
     // 128 KiB writes on a 192 KiB stripe: the middle one ends stripe 0 and begins stripe 1.
     let (v, _m) = slow_array(Level::Raid5, 4);
-    let before = v.member_counters();
+    let before = v
+        .member_health()
+        .iter()
+        .map(|h| h.counters)
+        .collect::<Vec<_>>();
     let writes = [
         (0, pattern(1, 6 * STRIP)),
         (0, pattern(2, 2 * STRIP)),
@@ -175,7 +190,11 @@ fn a_stream_write_waits_for_its_successor_while_other_writes_are_in_flight() {
     let (v, _m) = slow_array(Level::Raid5, 4);
     let width = 3 * STRIP;
     let half = width / 2;
-    let before = v.member_counters();
+    let before = v
+        .member_health()
+        .iter()
+        .map(|h| h.counters)
+        .collect::<Vec<_>>();
     let writes = [
         (0, pattern(1, width)),
         (width, pattern(2, half)),

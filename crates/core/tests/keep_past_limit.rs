@@ -127,11 +127,11 @@ fn checksum_errors(v: &Volume, m: usize) -> u64 {
 fn assert_kept(v: &Volume, m: usize, what: &str) {
     assert!(checksum_errors(v, m) > LIMIT, "{what}: past the limit");
     assert_eq!(
-        v.member_states()[m],
+        v.member_health()[m].state,
         MemberState::Healthy,
         "{what}: not failed"
     );
-    assert!(v.member_kept_past_limit()[m], "{what}: marked kept");
+    assert!(v.member_health()[m].kept_past_limit, "{what}: marked kept");
     assert!(v.is_available(), "{what}: the volume stays available");
 }
 
@@ -184,8 +184,8 @@ fn a_mirror_half_the_volume_does_without_still_fails_past_the_limit() {
         }
     }
     assert!(checksum_errors(&v, 0) > LIMIT, "past the limit");
-    assert_eq!(v.member_states()[0], MemberState::Failed, "failed");
-    assert!(!v.member_kept_past_limit()[0]);
+    assert_eq!(v.member_health()[0].state, MemberState::Failed, "failed");
+    assert!(!v.member_health()[0].kept_past_limit);
     assert!(v.is_available());
     assert!(read_all(&v, &data, "raid1").is_empty(), "all from member 1");
 }

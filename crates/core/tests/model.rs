@@ -425,8 +425,8 @@ impl<'a> ModelRun<'a> {
             );
             at += len;
         }
-        for (i, s) in self.vol.member_states().iter().enumerate() {
-            if *s == MemberState::Failed {
+        for (i, h) in self.vol.member_health().iter().enumerate() {
+            if h.state == MemberState::Failed {
                 assert!(
                     dead.contains(&i),
                     "{name}: member {i} failed but only {dead:?} died"

@@ -39,7 +39,10 @@ fn memory_members(n: usize, len: u64) -> Vec<Arc<dyn Member>> {
 
 /// Sum over members of (reads, writes, read bytes, write bytes) since `before`.
 fn delta(v: &Volume, before: &[CounterSnapshot]) -> (u64, u64, u64, u64) {
-    v.member_counters()
+    v.member_health()
+        .iter()
+        .map(|h| h.counters)
+        .collect::<Vec<_>>()
         .iter()
         .zip(before)
         .fold((0, 0, 0, 0), |acc, (a, b)| {
@@ -91,7 +94,11 @@ fn random_4k_write_costs_min_of_rmw_and_rcw() {
                 let writes = 1 + p;
                 for _ in 0..20 {
                     let off = rng.gen_range(0..v.capacity() / 4096) * 4096;
-                    let before = v.member_counters();
+                    let before = v
+                        .member_health()
+                        .iter()
+                        .map(|h| h.counters)
+                        .collect::<Vec<_>>();
                     let data = random_bytes(&mut rng, 4096);
                     block_on(v.write(off, Buf::copy_from(&data), false)).unwrap();
                     block_on(v.flush()).unwrap();
@@ -126,7 +133,11 @@ fn the_issue_figures_4_and_6() {
             opts(CacheMode::WriteThrough, true),
         )
         .unwrap();
-        let before = v.member_counters();
+        let before = v
+            .member_health()
+            .iter()
+            .map(|h| h.counters)
+            .collect::<Vec<_>>();
         block_on(v.write(200 * KIB, Buf::zeroed(4096), false)).unwrap();
         let d = delta(&v, &before);
         assert_eq!((d.0, d.1), want, "{level} x{n}");
@@ -149,7 +160,11 @@ fn full_stripe_write_reads_nothing_and_writes_each_member_once() {
                 )
                 .unwrap();
                 let width = strip * k as u64;
-                let before = v.member_counters();
+                let before = v
+                    .member_health()
+                    .iter()
+                    .map(|h| h.counters)
+                    .collect::<Vec<_>>();
                 block_on(v.write(3 * width, Buf::zeroed(width as usize), false)).unwrap();
                 let d = delta(&v, &before);
                 assert_eq!(
@@ -158,7 +173,11 @@ fn full_stripe_write_reads_nothing_and_writes_each_member_once() {
                     "{level} x{n} {cache:?} known zero {known_zero}"
                 );
                 // Nothing left in the cache to write.
-                let before = v.member_counters();
+                let before = v
+                    .member_health()
+                    .iter()
+                    .map(|h| h.counters)
+                    .collect::<Vec<_>>();
                 block_on(v.flush()).unwrap();
                 assert_eq!(delta(&v, &before), (0, 0, 0, 0));
             }
@@ -173,7 +192,11 @@ fn full_stripe_write_reads_nothing_and_writes_each_member_once() {
         )
         .unwrap();
         let width = v.geometry().full_stripe_width().unwrap();
-        let before = v.member_counters();
+        let before = v
+            .member_health()
+            .iter()
+            .map(|h| h.counters)
+            .collect::<Vec<_>>();
         block_on(v.write(width, Buf::zeroed(width as usize), false)).unwrap();
         assert_eq!(delta(&v, &before), (0, n as u64, 0, n as u64 * 16 * KIB));
     }
@@ -210,7 +233,11 @@ fn whole_stripes_of_a_request_write_each_chunk_once_and_read_back_with_members_f
                 // A partial stripe at either end (cached) around five whole ones.
                 let data = random_bytes(&mut rng, (5 * width + 2 * 4 * KIB) as usize);
                 let at = 2 * width - 4 * KIB;
-                let before = v.member_counters();
+                let before = v
+                    .member_health()
+                    .iter()
+                    .map(|h| h.counters)
+                    .collect::<Vec<_>>();
                 block_on(v.write(at, Buf::copy_from(&data), false)).unwrap();
                 (v, data, at, before)
             };
@@ -247,7 +274,11 @@ fn whole_stripes_of_a_request_write_each_chunk_once_and_read_back_with_members_f
         let mut rng = SmallRng::seed_from_u64(3);
         let data = random_bytes(&mut rng, (4 * width) as usize);
         block_on(v.write(width, Buf::copy_from(&data), false)).unwrap();
-        assert_eq!(v.member_states()[1], MemberState::Failed, "{level} x{n}");
+        assert_eq!(
+            v.member_health()[1].state,
+            MemberState::Failed,
+            "{level} x{n}"
+        );
         let got = block_on(v.read(width, data.len() as u64)).unwrap();
         assert!(
             got[..] == data[..],
@@ -314,7 +345,11 @@ fn sequential_4k_writes_through_the_cache_become_full_stripes() {
             let width = v.geometry().full_stripe_width().unwrap();
             let start = start_blocks * 4096;
             let logical = (v.capacity() - start) / 4096 * 4096 - width;
-            let before = v.member_counters();
+            let before = v
+                .member_health()
+                .iter()
+                .map(|h| h.counters)
+                .collect::<Vec<_>>();
             let mut at = start;
             let mut data = Buf::zeroed(4096);
             let mut past_first = None;
@@ -323,10 +358,19 @@ fn sequential_4k_writes_through_the_cache_become_full_stripes() {
                 data = block_on(v.write(at, data, false)).unwrap();
                 at += 4096;
                 if past_first.is_none() && at >= width.max(start.next_multiple_of(width)) {
-                    past_first = Some(v.member_counters());
+                    past_first = Some(
+                        v.member_health()
+                            .iter()
+                            .map(|h| h.counters)
+                            .collect::<Vec<_>>(),
+                    );
                 }
             }
-            let mid = v.member_counters();
+            let mid = v
+                .member_health()
+                .iter()
+                .map(|h| h.counters)
+                .collect::<Vec<_>>();
             block_on(v.flush()).unwrap();
             let d = delta(&v, &before);
             let ideal =
@@ -369,12 +413,20 @@ fn unknown_sync_uses_reconstruct_write_until_resync() {
         opts(CacheMode::WriteThrough, false),
     )
     .unwrap();
-    let before = v.member_counters();
+    let before = v
+        .member_health()
+        .iter()
+        .map(|h| h.counters)
+        .collect::<Vec<_>>();
     block_on(v.write(0, Buf::zeroed(4096), false)).unwrap();
     // RCW: the 6 other data chunks are read, not old data + P.
     assert_eq!(delta(&v, &before).0, 6);
     block_on(v.resync()).unwrap();
-    let before = v.member_counters();
+    let before = v
+        .member_health()
+        .iter()
+        .map(|h| h.counters)
+        .collect::<Vec<_>>();
     block_on(v.write(0, Buf::zeroed(4096), false)).unwrap();
     assert_eq!(delta(&v, &before).0, 2, "after resync: RMW");
 }
@@ -394,7 +446,11 @@ fn aged_partial_stripes_are_destaged_in_the_background() {
         },
     )
     .unwrap();
-    let before = v.member_counters();
+    let before = v
+        .member_health()
+        .iter()
+        .map(|h| h.counters)
+        .collect::<Vec<_>>();
     block_on(v.write(8192, Buf::zeroed(4096), false)).unwrap();
     // Liveness, not timing: wait (up to a minute) for the background destage.
     let start = std::time::Instant::now();
@@ -406,7 +462,11 @@ fn aged_partial_stripes_are_destaged_in_the_background() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     assert_eq!(delta(&v, &before).1, 2, "data + parity");
-    let before = v.member_counters();
+    let before = v
+        .member_health()
+        .iter()
+        .map(|h| h.counters)
+        .collect::<Vec<_>>();
     block_on(v.flush()).unwrap();
     assert_eq!(delta(&v, &before).1, 0, "nothing left to destage");
 }
@@ -431,7 +491,11 @@ fn destage_aged_writes_the_stripes_old_enough_in_every_group() {
     block_on(v.write(8192, Buf::zeroed(4096), false)).unwrap();
     block_on(v.write(128 * KIB + 8192, Buf::zeroed(4096), false)).unwrap();
     assert_eq!(v.cache_usage().dirty_bytes, 8192);
-    let before = v.member_counters();
+    let before = v
+        .member_health()
+        .iter()
+        .map(|h| h.counters)
+        .collect::<Vec<_>>();
     block_on(v.destage_aged(std::time::Duration::from_secs(3600)));
     assert_eq!(delta(&v, &before).1, 0, "nothing is an hour old");
     assert_eq!(v.cache_usage().dirty_bytes, 8192);
@@ -613,7 +677,11 @@ fn degraded_sequential_read_reads_each_stripe_once() {
     v.fail_member(2, "test");
     let width = strip * 4;
     let stripes = 8;
-    let before = v.member_counters();
+    let before = v
+        .member_health()
+        .iter()
+        .map(|h| h.counters)
+        .collect::<Vec<_>>();
     block_on(v.read(0, stripes * width)).unwrap();
     let d = delta(&v, &before);
     // Every surviving member once per stripe (data or parity), nothing more.
@@ -638,7 +706,11 @@ fn degraded_partial_stripe_reads_rebuild_each_stripe_once() {
     v.fail_member(3, "test");
     let width = strip * (n - 2);
     let stripes = 40;
-    let before = v.member_counters();
+    let before = v
+        .member_health()
+        .iter()
+        .map(|h| h.counters)
+        .collect::<Vec<_>>();
     // 64 KiB requests over 96 KiB stripes.
     let mut at = 0;
     while at < stripes * width {
@@ -698,7 +770,11 @@ fn degraded_sequential_reads_of_every_geometry_read_each_surviving_chunk_once() 
             }
             v.fail_member(1, "test");
             for request in [MIB, 96 * KIB] {
-                let before = v.member_counters();
+                let before = v
+                    .member_health()
+                    .iter()
+                    .map(|h| h.counters)
+                    .collect::<Vec<_>>();
                 let mut at = 0;
                 while at < v.capacity() {
                     let len = request.min(v.capacity() - at);
@@ -746,7 +822,10 @@ fn read_errors_are_served_from_parity() {
     faulty[4].clear_faults();
     let got = block_on(v.read(128 * KIB, 64 * KIB)).unwrap();
     assert!(got[..] == d2[..]);
-    assert!(v.member_states().iter().all(|s| *s == MemberState::Healthy));
+    assert!(v
+        .member_health()
+        .iter()
+        .all(|h| h.state == MemberState::Healthy));
 }
 
 /// A read error met while a degraded sequential read folds chunks into the lost one (a
@@ -810,14 +889,20 @@ fn read_error_is_repaired_from_parity() {
             v.counters().repairs > 0,
             "{level}: no repair {:?} {:?}",
             v.counters(),
-            v.member_read_errors()
+            v.member_health()
+                .iter()
+                .map(|h| h.read_errors)
+                .collect::<Vec<_>>()
         );
-        assert!(v.member_read_errors()[0] >= 1, "{level}");
+        assert!(v.member_health()[0].read_errors >= 1, "{level}");
         let errors_before = faulty[0].counters().snapshot().errors;
         let got = block_on(v.read(0, v.capacity())).unwrap();
         assert!(got[..] == data[..]);
         assert_eq!(faulty[0].counters().snapshot().errors, errors_before);
-        assert!(v.member_states().iter().all(|s| *s == MemberState::Healthy));
+        assert!(v
+            .member_health()
+            .iter()
+            .all(|h| h.state == MemberState::Healthy));
     }
 }
 
@@ -979,7 +1064,7 @@ fn a_read_error_that_leaves_a_degraded_stripe_no_plan_refuses_the_write_alone() 
     // Part of chunk 0: RMW needs P (read error), RCW needs chunk 1 (lost).
     assert!(block_on(v.write(0, Buf::copy_from(&[0xbb; 512]), false)).is_err());
     assert_eq!(
-        v.member_states()[2],
+        v.member_health()[2].state,
         MemberState::Healthy,
         "the member whose read error left the write no plan serves on"
     );
@@ -1058,7 +1143,7 @@ fn sim_seq_write(bs: u64, qd: usize) -> (f64, u64) {
         }
     })
     .expect("only simulated members wait");
-    let reads = v.member_counters().iter().map(|c| c.reads).sum();
+    let reads = v.member_health().iter().map(|h| h.counters.reads).sum();
     (total as f64 / clock.now().as_secs_f64() / 1e6, reads)
 }
 
@@ -1126,7 +1211,11 @@ fn wide_parity_stripes_fold_parity_in_groups_and_read_back_with_any_members_fail
             model[at as usize..(at + len) as usize].copy_from_slice(&bytes);
             block_on(v.write(at, Buf::copy_from(&bytes), false)).unwrap();
         };
-        let before = v.member_counters();
+        let before = v
+            .member_health()
+            .iter()
+            .map(|h| h.counters)
+            .collect::<Vec<_>>();
         write(width, 2 * width);
         let d = delta(&v, &before);
         assert_eq!(d, (0, 2 * n as u64, 0, 2 * n as u64 * strip), "{name}");
@@ -1278,7 +1367,11 @@ fn queued_degraded_reads_serve_every_byte_in_place_reading_each_chunk_once() {
             v.fail_member(1, "test");
             for request in [MIB, 96 * KIB] {
                 let name = format!("{level:?}x{n} strip {strip}, {request}-byte requests");
-                let before = v.member_counters();
+                let before = v
+                    .member_health()
+                    .iter()
+                    .map(|h| h.counters)
+                    .collect::<Vec<_>>();
                 let got = read_queued(&v, request, depth);
                 assert!(got == data, "{name}: bytes");
                 let surviving = (n as u64 - 1) * member_len;

@@ -64,11 +64,11 @@ fn block_on_spot(v: &Volume, m: usize) -> u64 {
 /// Reads block `at` (it must read right) until a read reaches member `m` and fails there,
 /// at most twice (round-robin sends one of two reads to each copy of a mirror).
 fn meet_error(v: &Volume, data: &[u8], at: u64, m: usize) {
-    let before = v.member_read_errors()[m];
+    let before = v.member_health()[m].read_errors;
     for _ in 0..2 {
         let got = block_on(v.read(at, BLOCK_BYTES)).expect("served from the redundancy");
         assert!(got[..] == data[at as usize..(at + BLOCK_BYTES) as usize]);
-        if v.member_read_errors()[m] > before {
+        if v.member_health()[m].read_errors > before {
             return;
         }
     }
@@ -98,15 +98,23 @@ fn a_member_is_failed_after_one_more_corrected_read_error_than_the_limit() {
         let at = block_on_spot(&v, m);
         for k in 1..=LIMIT {
             meet_error(&v, &data, at, m);
-            assert_eq!(v.member_corrected_read_errors()[m], k, "{what}");
+            assert_eq!(v.member_health()[m].corrected_read_errors, k, "{what}");
         }
-        assert_eq!(v.member_states()[m], MemberState::Healthy, "{what}: at L");
+        assert_eq!(
+            v.member_health()[m].state,
+            MemberState::Healthy,
+            "{what}: at L"
+        );
         meet_error(&v, &data, at, m);
-        assert_eq!(v.member_states()[m], MemberState::Failed, "{what}: L + 1");
-        let f = v.member_failure(m).expect("failed");
+        assert_eq!(
+            v.member_health()[m].state,
+            MemberState::Failed,
+            "{what}: L + 1"
+        );
+        let f = v.member_health()[m].failure.clone().expect("failed");
         assert_eq!(f.cause, FailCause::Errors, "{what}");
         assert_eq!(f.why, format!("{} read errors (limit {LIMIT})", LIMIT + 1));
-        assert!(!v.member_kept_past_read_limit()[m], "{what}");
+        assert!(!v.member_health()[m].kept_past_read_limit, "{what}");
         assert!(v.is_available(), "{what}");
         let others = (0..n).filter(|&i| i != m);
         assert!(others.clone().all(|i| !v.member_is_failed(i)), "{what}");
@@ -131,9 +139,9 @@ fn a_member_the_volume_cannot_do_without_is_kept_past_the_limit() {
     for _ in 0..LIMIT + 3 {
         meet_error(&v, &data, at, 0);
     }
-    assert_eq!(v.member_corrected_read_errors()[0], LIMIT + 3);
-    assert_eq!(v.member_states()[0], MemberState::Healthy, "kept");
-    assert!(v.member_kept_past_read_limit()[0], "marked kept");
+    assert_eq!(v.member_health()[0].corrected_read_errors, LIMIT + 3);
+    assert_eq!(v.member_health()[0].state, MemberState::Healthy, "kept");
+    assert!(v.member_health()[0].kept_past_read_limit, "marked kept");
     assert!(v.is_available());
     assert_reads_right(&v, &data, "raid 0+1");
 }
@@ -152,9 +160,9 @@ fn the_last_copy_is_kept_and_its_uncorrected_errors_do_not_count() {
             "nothing corrects it"
         );
     }
-    assert!(v.member_read_errors()[1] >= u64::from(2 * LIMIT));
-    assert_eq!(v.member_corrected_read_errors()[1], 0);
-    assert_eq!(v.member_states()[1], MemberState::Healthy);
+    assert!(v.member_health()[1].read_errors >= u64::from(2 * LIMIT));
+    assert_eq!(v.member_health()[1].corrected_read_errors, 0);
+    assert_eq!(v.member_health()[1].state, MemberState::Healthy);
     let other = block_on(v.read(0, BLOCK_BYTES)).expect("the rest serves");
     assert!(other[..] == data[..BLOCK_BYTES as usize]);
 }
@@ -169,9 +177,9 @@ fn limit_zero_never_fails_a_member_for_read_errors() {
         for _ in 0..3 * 20 {
             meet_error(&v, &data, at, m);
         }
-        assert_eq!(v.member_corrected_read_errors()[m], 60, "{level}");
-        assert_eq!(v.member_states()[m], MemberState::Healthy, "{level}");
-        assert!(!v.member_kept_past_read_limit()[m], "{level}");
+        assert_eq!(v.member_health()[m].corrected_read_errors, 60, "{level}");
+        assert_eq!(v.member_health()[m].state, MemberState::Healthy, "{level}");
+        assert!(!v.member_health()[m].kept_past_read_limit, "{level}");
     }
 }
 
@@ -223,7 +231,7 @@ fn checksum_mismatches_do_not_count_toward_the_read_error_limit() {
             .errors
             .load(std::sync::atomic::Ordering::Relaxed);
         assert!(errors >= 4, "{level}: the rot was found ({errors})");
-        assert_eq!(v.member_corrected_read_errors()[m], 0, "{level}");
-        assert_eq!(v.member_states()[m], MemberState::Healthy, "{level}");
+        assert_eq!(v.member_health()[m].corrected_read_errors, 0, "{level}");
+        assert_eq!(v.member_health()[m].state, MemberState::Healthy, "{level}");
     }
 }

@@ -90,7 +90,10 @@ fn mirrors_sharing_a_member_all_drop_it() {
     block_on(b.flush()).unwrap();
     for v in [&a, &b] {
         assert_eq!(
-            v.member_states(),
+            v.member_health()
+                .iter()
+                .map(|h| h.state)
+                .collect::<Vec<_>>(),
             vec![MemberState::Failed, MemberState::Healthy]
         );
     }

@@ -200,7 +200,13 @@ fn files_model(level: Level, n: usize, spans: Option<usize>, test: &'static str)
                 );
             }
         }
-        assert_eq!(v.member_states(), vec![MemberState::Healthy; n]);
+        assert_eq!(
+            v.member_health()
+                .iter()
+                .map(|h| h.state)
+                .collect::<Vec<_>>(),
+            vec![MemberState::Healthy; n]
+        );
         let got = block_on(v.read(0, cap)).unwrap();
         assert!(got[..] == model[..]);
     }
@@ -252,7 +258,11 @@ fn volume_on_files_from_many_threads() {
     for t in threads {
         t.join().unwrap();
     }
-    let c = v.member_counters();
+    let c = v
+        .member_health()
+        .iter()
+        .map(|h| h.counters)
+        .collect::<Vec<_>>();
     assert!(
         c.iter().all(|c| c.flushes >= 1 && c.in_flight == 0),
         "{c:?}"

@@ -93,9 +93,9 @@ fn a_member_nothing_can_do_without_is_kept_through_a_write_error() {
         assert!(
             !a.volume().member_is_failed(1),
             "{what}: d1 was failed: {:?}",
-            a.volume().member_failure(1)
+            a.volume().member_health()[1].failure
         );
-        assert!(a.volume().member_write_errors()[1] > 0, "{what}");
+        assert!(a.volume().member_health()[1].write_errors > 0, "{what}");
         reads_right_but(&a, &model, &failed);
         // The disk answers again: the refused writes go through.
         d[1].broken.store(false, Ordering::SeqCst);
@@ -156,7 +156,7 @@ fn a_member_gone_read_only_is_kept_through_its_superblock_writes() {
         assert!(
             !a.volume().member_is_failed(1),
             "{what}: d1 was failed ({flushed:?}, {marked:?}): {:?}",
-            a.volume().member_failure(1)
+            a.volume().member_health()[1].failure
         );
         reads_right_but(&a, &model, &failed);
         drop(a);
@@ -177,7 +177,7 @@ fn a_member_gone_read_only_is_kept_through_its_superblock_writes() {
         assert!(
             !a.volume().member_is_failed(1),
             "{what}: d1 failed at the start's commit: {:?}",
-            a.volume().member_failure(1)
+            a.volume().member_health()[1].failure
         );
         reads_right_but(&a, &model, &failed);
     }
@@ -273,7 +273,7 @@ fn a_bad_spot_at_the_region_start_is_not_taken_for_a_dead_disk() {
     assert!(
         !v.member_is_failed(1),
         "d1 was failed: {:?}",
-        v.member_failure(1)
+        v.member_health()[1].failure
     );
     block_on(v.write(STRIP + 4096, Buf::copy_from(&[8; 4096]), false)).expect("beside it");
     assert!(block_on(v.read(STRIP + 4096, 4096)).expect("read")[..] == [8; 4096][..]);

@@ -485,7 +485,7 @@ fn rows_far_apart_in_a_wide_strip_are_written_as_separate_runs() {
     let tree = shape.build(&regions).expect("tree");
     let a = write_back_array_of(tree, (start + region, reserve), 8 * MIB, true, None);
     let moved = |a: &Array| -> u64 {
-        (a.volume().member_counters().iter())
+        (a.volume().member_health().iter().map(|h| h.counters))
             .map(|c| c.read_bytes + c.write_bytes)
             .sum()
     };
@@ -622,12 +622,22 @@ fn whole_stripes_written_straight_settle_what_the_log_would_replay_over_them() {
             let whole_at = (2 * width) as usize;
             let whole = pattern(8, 3 * width as usize);
             image[whole_at..whole_at + whole.len()].copy_from_slice(&whole);
-            let before = a.volume().member_counters();
+            let before = a
+                .volume()
+                .member_health()
+                .iter()
+                .map(|h| h.counters)
+                .collect::<Vec<_>>();
             block_on(a.write(whole_at as u64, whole, false)).expect("whole stripes");
             block_on(a.flush()).expect("flush");
-            let reads: u64 = (a.volume().member_counters().iter().zip(&before))
-                .map(|(x, y)| x.reads - y.reads)
-                .sum();
+            let reads: u64 = (a
+                .volume()
+                .member_health()
+                .iter()
+                .map(|h| h.counters)
+                .zip(&before))
+            .map(|(x, y)| x.reads - y.reads)
+            .sum();
             assert_eq!(reads, 0, "{level}: whole stripes read nothing");
             drop(a); // power lost with the records dirty
                      // The reopen misses a data member of stripe 3 (RAID 6: and P), so what the log

@@ -24,7 +24,7 @@
 use crate::control::readd::{is_remote, may_return, readd_role};
 use crate::control::{ControlVolume, Controls};
 use nbraid_core::fail_cause::{Because, FailCause};
-use nbraid_core::Member;
+use nbraid_core::{Member, MemberState};
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -53,12 +53,13 @@ struct Probing {
 fn due(v: &ControlVolume, p: &Probing) -> Vec<usize> {
     let array = v.array();
     let vol = array.volume();
+    let health = vol.member_health();
     (0..vol.member_count())
         .filter(|&r| {
-            let failed = vol.member_is_failed(r) && array.has_member(r);
+            let failed = health[r].state == MemberState::Failed && array.has_member(r);
             let remote = is_remote(vol.member(r).name());
             let verdict =
-                (failed && remote).then(|| may_return(remote, vol.member_failure(r).as_ref()));
+                (failed && remote).then(|| may_return(remote, health[r].failure.as_ref()));
             if let Some(Err(why)) = &verdict {
                 if p.held.lock().insert(r) {
                     say(&format!(

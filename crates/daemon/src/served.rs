@@ -174,12 +174,8 @@ impl Counts {
     /// `array`'s counters now.
     pub fn of(array: &Array) -> Counts {
         let vol = array.volume();
-        let read_errors = vol.member_read_errors();
-        let members = (vol.member_counters().into_iter().enumerate())
-            .map(|(r, c)| {
-                let errors = read_errors.get(r).copied().unwrap_or(0);
-                (vol.member(r).name().to_string(), c, errors)
-            })
+        let members = (vol.member_health().into_iter().enumerate())
+            .map(|(r, h)| (vol.member(r).name().to_string(), h.counters, h.read_errors))
             .collect();
         Counts {
             volume: vol.counters(),

@@ -161,7 +161,10 @@ fn range(capacity: u64, width: u64, kind: u8, a: u64, b: u64) -> (u64, u64) {
 }
 
 fn data_ops(v: &Volume) -> (u64, u64) {
-    v.member_counters()
+    v.member_health()
+        .iter()
+        .map(|h| h.counters)
+        .collect::<Vec<_>>()
         .iter()
         .fold((0, 0), |(r, w), c| (r + c.reads, w + c.writes))
 }

@@ -24,13 +24,15 @@
 //!
 //! # Files
 //! `mod.rs` (the traits), `maintenance.rs` (the maintenance trait and the small types it
-//! speaks: [`CacheUsage`], [`ScrubPass`]), `members.rs` (the [`MemberTable`]), `leaf.rs`
+//! speaks: [`CacheUsage`], [`ScrubPass`]), `members.rs` (the [`MemberTable`]), `health.rs` (what
+//! reports read of each member: [`MemberHealth`], one snapshot per member), `leaf.rs`
 //! ([`LeafNode`]; `leaf/scrub.rs`: a bare leaf's scrub), `fanout.rs` (requests and
 //! maintenance spread over children), `scrub_findings.rs` (what a scrub found where: the
 //! report's bounded list). This module imports nothing from the node kinds (`split`,
 //! `mirror`, `raid`): they build on it.
 
 mod fanout;
+mod health;
 mod leaf;
 mod maintenance;
 mod members;
@@ -41,6 +43,7 @@ pub(crate) use fanout::{
     all_ok, children_cache_usage, children_destage_aged, collect_bufs, each_run, first_error,
     flush_children, read_pieces, read_runs, resync_children, write_pieces, zero_pieces,
 };
+pub use health::MemberHealth;
 pub use leaf::LeafNode;
 pub use maintenance::{
     CacheUsage, NodeMaintenance, ScrubPass, ScrubStats, SkipReason, MIRROR_SCRUB_BLOCK_BYTES,

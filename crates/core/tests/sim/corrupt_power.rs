@@ -353,7 +353,12 @@ fn after_recovery(
     disks: &[Arc<Disk>],
     image: &[u8],
 ) -> Result<u64, String> {
-    let states = array.volume().member_states();
+    let states = array
+        .volume()
+        .member_health()
+        .iter()
+        .map(|h| h.state)
+        .collect::<Vec<_>>();
     if states.iter().any(|s| *s != MemberState::Healthy) {
         return Err(format!("a member failed within tolerance: {states:?}"));
     }
@@ -396,7 +401,12 @@ fn after_recovery(
             "the repair scrub changed what the volume reads at byte {at}"
         ));
     }
-    let states = array.volume().member_states();
+    let states = array
+        .volume()
+        .member_health()
+        .iter()
+        .map(|h| h.state)
+        .collect::<Vec<_>>();
     if states.iter().any(|s| *s != MemberState::Healthy) {
         return Err(format!("a member failed in the scrubs: {states:?}"));
     }

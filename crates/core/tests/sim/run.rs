@@ -341,7 +341,12 @@ impl<'a> Schedule<'a> {
         let dead: Vec<bool> = (live.world.lock().expect("world").disks.iter())
             .map(|d| d.dead)
             .collect();
-        let states = live.vol.member_states();
+        let states = live
+            .vol
+            .member_health()
+            .iter()
+            .map(|h| h.state)
+            .collect::<Vec<_>>();
         let failed: Vec<usize> = (0..self.case.members)
             .filter(|&i| dead[i] || states[i] == nbraid_core::MemberState::Failed)
             .collect();

@@ -6,9 +6,10 @@ use super::paths::absolute_path;
 use super::readd::{is_remote, may_return};
 use super::volume::ControlVolume;
 use nbraid_core::checksum::ChecksumCounters;
-use nbraid_core::node::RegionIoSnapshot;
+use nbraid_core::fail_cause::Failure;
+use nbraid_core::node::MemberHealth;
 use nbraid_core::scrub::{ScrubControl, ScrubFinding, ScrubFindings};
-use nbraid_core::{CacheUsage, CounterSnapshot, MemberState, ScrubReport, Volume, VolumeCounters};
+use nbraid_core::{CacheUsage, MemberState, ScrubReport, Volume, VolumeCounters};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -123,34 +124,16 @@ fn volume_state_name(available: bool, degraded: bool) -> &'static str {
 /// What `status` shows of every member, read from the volume before any member is shown.
 struct MemberSnapshots<'a> {
     vol: &'a Volume,
-    states: Vec<MemberState>,
-    /// The whole file's I/O, every volume on it and the metadata included.
-    file_io: Vec<CounterSnapshot>,
-    /// This volume's I/O to its region of the file.
-    region_io: Vec<RegionIoSnapshot>,
-    read_errors: Vec<u64>,
-    /// Write errors of a member kept through them (the volume cannot do without it).
-    write_errors: Vec<u64>,
-    /// Past the bad-block limit, kept: the only readable copy of some data.
-    kept_past_limit: Vec<bool>,
-    /// Read errors the redundancy corrected, as `max_read_errors` counts them now.
-    corrected_read_errors: Vec<u32>,
-    /// Past `max_read_errors`, kept: the volume cannot do without it.
-    kept_past_read_limit: Vec<bool>,
+    /// Every member's health, by member index (its `counters` are the whole file's I/O,
+    /// every volume on it and the metadata included; `region_io` this volume's).
+    health: Vec<MemberHealth>,
 }
 
 impl<'a> MemberSnapshots<'a> {
     fn read(vol: &'a Volume) -> MemberSnapshots<'a> {
         MemberSnapshots {
             vol,
-            states: vol.member_states(),
-            file_io: vol.member_counters(),
-            region_io: vol.member_region_io(),
-            read_errors: vol.member_read_errors(),
-            write_errors: vol.member_write_errors(),
-            kept_past_limit: vol.member_kept_past_limit(),
-            corrected_read_errors: vol.member_corrected_read_errors(),
-            kept_past_read_limit: vol.member_kept_past_read_limit(),
+            health: vol.member_health(),
         }
     }
 
@@ -164,23 +147,24 @@ impl<'a> MemberSnapshots<'a> {
     }
 
     fn member_json(&self, v: &ControlVolume, i: usize, id: &str) -> Value {
-        let (c, file) = (&self.region_io[i], &self.file_io[i]);
+        let h = &self.health[i];
+        let (c, file) = (&h.region_io, &h.counters);
         let at_start = v.at_start.get(i).copied();
         let in_array = v.array().has_member(i);
         json!({
             "id": id,
             "index": i,
             "path": v.member_path(i),
-            "state": member_state_name(self.states[i], at_start, self.vol.member_is_current(i), in_array),
+            "state": member_state_name(h.state, at_start, h.current, in_array),
             "at_start": at_start.unwrap_or("?"),
-            "failure": self.failure_json(i),
-            "read_errors": self.read_errors[i],
-            "write_errors_kept_through": self.write_errors[i],
+            "failure": self.failure_json(i, h.failure.as_ref()),
+            "read_errors": h.read_errors,
+            "write_errors_kept_through": h.write_errors,
             "checksum_errors": self.checksum(i, |c| &c.errors),
             "checksum_repairs": self.checksum(i, |c| &c.repairs),
-            "kept_past_bad_block_limit": self.kept_past_limit[i],
-            "corrected_read_errors": self.corrected_read_errors[i],
-            "kept_past_read_error_limit": self.kept_past_read_limit[i],
+            "kept_past_bad_block_limit": h.kept_past_limit,
+            "corrected_read_errors": h.corrected_read_errors,
+            "kept_past_read_error_limit": h.kept_past_read_limit,
             "reads": c.reads,
             "writes": c.writes,
             "read_bytes": c.read_bytes,
@@ -193,14 +177,14 @@ impl<'a> MemberSnapshots<'a> {
         })
     }
 
-    /// Why member `i` is failed (null while it is not), and whether it comes back by itself
-    /// (the probe's rule, [`may_return`]) or why it stays out.
-    fn failure_json(&self, i: usize) -> Value {
-        let Some(f) = self.vol.member_failure(i) else {
+    /// Why member `i` is failed (`failure`; null while it is not), and whether it comes back
+    /// by itself (the probe's rule, [`may_return`]) or why it stays out.
+    fn failure_json(&self, i: usize, failure: Option<&Failure>) -> Value {
+        let Some(f) = failure else {
             return Value::Null;
         };
         let remote = is_remote(self.vol.member(i).name());
-        let verdict = may_return(remote, Some(&f));
+        let verdict = may_return(remote, Some(f));
         json!({
             "cause": f.cause.describe(),
             "why": f.why,

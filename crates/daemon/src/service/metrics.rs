@@ -317,7 +317,7 @@ fn member_metrics(
             ("member", role.id.as_str()),
             ("role", role_text.as_str()),
         ];
-        let state = match (role.failed, vol.member_is_current(r)) {
+        let state = match (role.failed, role.current) {
             (true, _) => "failed",
             (false, true) => "active",
             (false, false) => "resyncing",

@@ -9,7 +9,7 @@ use crate::control::task_slot::Run;
 use crate::control::{ControlVolume, Controls};
 use crate::events::{Event, EventBus, EventKind};
 use nbraid_core::fail_cause::Failure;
-use nbraid_core::{PassControl, PassState, RefusedFlushes};
+use nbraid_core::{MemberState, PassControl, PassState, RefusedFlushes};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -462,18 +462,19 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
     let array = v.array();
     let vol = array.volume();
     let ids = v.member_ids();
-    let (write_errors, kept) = (vol.member_write_errors(), vol.member_kept_past_limit());
+    let members = vol.member_health();
     let roles = ids
         .iter()
+        .zip(members)
         .enumerate()
-        .map(|(r, id)| Role {
+        .map(|(r, (id, h))| Role {
             id: id.clone(),
-            failed: vol.member_is_failed(r),
-            current: vol.member_is_current(r),
+            failed: h.state == MemberState::Failed,
+            current: h.current,
             remote: is_remote(vol.member(r).name()),
-            failure: vol.member_failure(r),
-            write_errors_kept: write_errors.get(r).copied().unwrap_or(0),
-            kept_past_limit: kept.get(r).copied().unwrap_or(false),
+            failure: h.failure,
+            write_errors_kept: h.write_errors,
+            kept_past_limit: h.kept_past_limit,
         })
         .collect();
     // A role being rebuilt (a spare that took it) is not redundancy yet: degraded until done.

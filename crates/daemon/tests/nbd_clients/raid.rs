@@ -61,7 +61,7 @@ fn volumes_state(arrays: &[Arc<nbraid_core::metadata::Array>]) -> String {
             v.cache_usage(),
             v.counters()
         );
-        for (i, c) in v.member_counters().iter().enumerate() {
+        for (i, c) in v.member_health().iter().map(|h| h.counters).enumerate() {
             out += &format!("  member {i}: {c:?}\n");
         }
         out += &v.waits();
