@@ -15,6 +15,7 @@ mod client;
 mod findings;
 mod members;
 mod offline_status;
+mod pass_lines;
 mod passes;
 mod status;
 mod text;

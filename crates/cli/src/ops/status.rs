@@ -3,10 +3,11 @@
 
 use super::client::{Client, Target};
 use super::offline_status;
-use super::text::{bytes, count, utc};
+use super::pass_lines::pass_lines;
+use super::text::{ago_text, bytes, count, share_text, utc};
 use anyhow::Result;
 use nbraid_control::Request;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::io::Write;
 use std::time::Duration;
 
@@ -159,51 +160,12 @@ fn counted_since_line(since: &Value) -> String {
     )
 }
 
-/// How long a finished pass stays in the plain status.
-const DONE_SHOWN_S: u64 = 3600;
-
-/// "42s", "5 min", "2 h".
-fn ago_text(s: u64) -> String {
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{} min", s / 60),
-        _ => format!("{} h", s / 3600),
-    }
-}
-
-/// How far a pass is, "37%"; at a position but with no total yet (a resumed pass before its
-/// run sets it), the bytes done: a share of 0 bytes read as millions of percent.
-fn share_text(position: Option<&Value>, total: Option<&Value>) -> String {
-    let at = position.and_then(Value::as_u64).unwrap_or(0);
-    match total.and_then(Value::as_u64).unwrap_or(0) {
-        0 if at > 0 => format!("at {}", bytes(at)),
-        total => format!("{:.0}%", at as f64 * 100.0 / total.max(1) as f64),
-    }
-}
-
 /// What a scrub found bad: its findings (blocks whose copies or parity disagree, and blocks
 /// that did not read or failed their checksums), repaired or not — not only the mismatches,
 /// which leave out every block a checksum caught.
 fn scrub_bad(s: &Value) -> u64 {
     let counted = s["mismatches"].as_u64().unwrap_or(0) + s["unreadable"].as_u64().unwrap_or(0);
     s["findings_total"].as_u64().unwrap_or(counted).max(counted)
-}
-
-/// A pass's moves as "d2 → s1, d4 → d4" (who held each role, who is written now).
-fn moves_text(moves: Option<&Value>) -> String {
-    moves
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(|m| {
-            format!(
-                "{} → {}",
-                m["from"].as_str().unwrap_or("?"),
-                m["to"].as_str().unwrap_or("?")
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The status reply as a table: one line per volume, what runs in the background, its
@@ -344,88 +306,6 @@ fn volume_line(vol: &Value) -> String {
         count(&io["writes"]),
         cache,
     )
-}
-
-/// Background passes: a rebuild (or replace), the resync after an unclean start, the
-/// resync of re-added members, a reshape, the pass computing the checksums of a volume that
-/// enabled them, the one giving back those an unclean start dropped; one line each.
-fn pass_lines(vol: &Value) -> String {
-    let mut out = String::new();
-    for (what, roles) in [
-        ("rebuild", "of roles "),
-        ("resync", ""),
-        ("readd", "of roles "),
-        ("reshape", ""),
-        ("checksum_fill", ""),
-        ("checksum_refill", ""),
-    ] {
-        if let Some(r) = vol[what].as_object() {
-            out += &pass_line(what, roles, r);
-        }
-    }
-    if let Some(r) = vol["checksum_refill"].as_object() {
-        out += &unchecked_line(r);
-    }
-    out
-}
-
-/// Under the checksum refill until it is done: how many blocks read unchecked meanwhile
-/// (at most: a block written since has its checksum again).
-fn unchecked_line(r: &Map<String, Value>) -> String {
-    match r.get("unchecked_blocks").and_then(Value::as_u64) {
-        Some(n) if n > 0 && r["state"] != "done" => format!(
-            "    {n} blocks without checksums until it is done (dropped at the unclean start; read unchecked)\n"
-        ),
-        _ => String::new(),
-    }
-}
-
-/// Pass `what`'s line (`roles`: how its roles are introduced, empty: not shown); a finished
-/// pass says how far it went and how long ago, and an hour on it is history (`--json` keeps
-/// it).
-fn pass_line(what: &str, roles: &str, r: &Map<String, Value>) -> String {
-    if r["state"] == "done" {
-        // Its roles are current and its counters said all they had to say.
-        let ago = r.get("done_s_ago").and_then(Value::as_u64);
-        if ago.is_some_and(|s| s >= DONE_SHOWN_S) {
-            return String::new();
-        }
-        let over = match r["total_bytes"].as_u64().unwrap_or(0) {
-            0 => String::new(),
-            total => format!(" over {}", bytes(total)),
-        };
-        let ago = ago.map_or(String::new(), |s| format!(", {} ago", ago_text(s)));
-        return format!("  {what} done{over}{ago}\n");
-    }
-    let moves = moves_text(r.get("moves"));
-    let roles = match r.get("roles") {
-        _ if !moves.is_empty() => format!(" {moves}"),
-        Some(list) if !roles.is_empty() => format!(" {roles}{list}"),
-        _ => String::new(),
-    };
-    // A rate only while it moves (a stopped pass went at 0 B/s "now"), measured over this
-    // run; none yet right after it (re)started.
-    let rate = match r["rate_bytes_per_s"].as_u64() {
-        _ if r["state"] != "running" => String::new(),
-        Some(0) | None => " (rate not measured yet)".to_string(),
-        Some(rate) => format!(" at {}/s", bytes(rate)),
-    };
-    format!(
-        "  {what} {} {}{roles}{rate}{}{}\n",
-        r["state"].as_str().unwrap_or("?"),
-        share_text(r.get("position_bytes"), r.get("total_bytes")),
-        if r.get("adaptive") == Some(&Value::Bool(true)) {
-            " (adaptive)"
-        } else {
-            ""
-        },
-        r.get("eta_s")
-            .and_then(Value::as_u64)
-            .map_or(String::new(), |e| format!(", eta {e}s"))
-    ) + &r
-        .get("error")
-        .and_then(Value::as_str)
-        .map_or(String::new(), |e| format!("    stopped by an error: {e}\n"))
 }
 
 /// A member's line under its volume.
@@ -590,18 +470,6 @@ mod tests {
         assert_eq!(line.matches(why).count(), 1, "{line}");
         assert!(
             line.ends_with(&format!("d1.img\n    failed: {stays}\n")),
-            "{line}"
-        );
-    }
-
-    #[test]
-    fn a_pass_stopped_by_an_error_says_so_and_why() {
-        let r = json!({"state": "failed", "position_bytes": 52u64, "total_bytes": 100u64,
-                       "rate_bytes_per_s": 0, "error": "stripe 7 unreadable"});
-        let line = pass_line("reshape", "", r.as_object().unwrap());
-        assert!(line.starts_with("  reshape failed 52%"), "{line}");
-        assert!(
-            line.contains("stopped by an error: stripe 7 unreadable"),
             "{line}"
         );
     }

@@ -37,6 +37,25 @@ pub(super) fn utc(unix_s: u64) -> String {
     format!("{year}-{month:02}-{:02} {h:02}:{m:02}:{s:02} UTC", days + 1)
 }
 
+/// "42s", "5 min", "2 h".
+pub(super) fn ago_text(s: u64) -> String {
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{} min", s / 60),
+        _ => format!("{} h", s / 3600),
+    }
+}
+
+/// How far a pass is, "37%"; at a position but with no total yet (a resumed pass before its
+/// run sets it), the bytes done: a share of 0 bytes read as millions of percent.
+pub(super) fn share_text(position: Option<&Value>, total: Option<&Value>) -> String {
+    let at = position.and_then(Value::as_u64).unwrap_or(0);
+    match total.and_then(Value::as_u64).unwrap_or(0) {
+        0 if at > 0 => format!("at {}", bytes(at)),
+        total => format!("{:.0}%", at as f64 * 100.0 / total.max(1) as f64),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

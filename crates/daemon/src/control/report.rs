@@ -362,10 +362,15 @@ pub(super) fn rebuild_json(v: &ControlVolume) -> Value {
     };
     let state = v.rebuild_state().unwrap_or(c.state());
     let roles: Vec<usize> = v.array().rebuilding().iter().map(|(r, _)| *r).collect();
+    let rebuilt = v.rebuilt_roles(&c);
     json!({
         "state": state.name(),
         "moves": moves(v, &roles),
         "roles": roles,
+        // What it made current once it returned, and which of those failed since: then
+        // its "done" is history, not the roles' state.
+        "failed_since": failed_since(v, &rebuilt),
+        "rebuilt_roles": rebuilt,
         "done_s_ago": c.done_s_ago(),
         "position_bytes": c.position_bytes(),
         "total_bytes": c.total_bytes(),
@@ -376,6 +381,17 @@ pub(super) fn rebuild_json(v: &ControlVolume) -> Value {
         "spares": v.array().spare_count(),
         "error": c.failure(),
     })
+}
+
+/// Of `roles` (a finished rebuild's), those failed now: role, id, cause and words.
+fn failed_since(v: &ControlVolume, roles: &[usize]) -> Vec<Value> {
+    let (health, ids) = (v.array().volume().member_health(), v.member_ids());
+    (roles.iter())
+        .filter_map(|&r| {
+            let f = health.get(r)?.failure.as_ref()?;
+            Some(json!({ "role": r, "id": ids.get(r), "cause": f.cause.describe(), "why": f.why }))
+        })
+        .collect()
 }
 
 /// For each role a pass fills: who held it at start and who is written now (a spare or a

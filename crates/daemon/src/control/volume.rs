@@ -16,6 +16,9 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 
+/// A finished rebuild (its control) and the roles it made current.
+type Rebuilt = (Arc<PassControl>, Vec<usize>);
+
 /// One served volume as the control socket sees it.
 pub struct ControlVolume {
     pub name: String,
@@ -38,6 +41,9 @@ pub struct ControlVolume {
     /// The latest rebuild (running or finished); its task outlives the pass (the pass says
     /// done before the rebuilt members are committed current).
     pub(super) rebuild: TaskSlot<PassControl>,
+    /// The roles the latest finished rebuild made current, with its control (`status`
+    /// tells a done rebuild whose member failed since from one whose roles still serve).
+    rebuilt: Arc<Mutex<Option<Rebuilt>>>,
     /// The rate of rebuilds (and background resyncs) the daemon starts by itself; a reload
     /// (SIGHUP) may change it.
     rebuild_rate: Mutex<PassRate>,
@@ -94,6 +100,7 @@ impl ControlVolume {
             start,
             scrub: TaskSlot::default(),
             rebuild: TaskSlot::default(),
+            rebuilt: Arc::default(),
             rebuild_rate: Mutex::new(PassRate::default()),
             resync: TaskSlot::default(),
             readd: TaskSlot::default(),
@@ -308,6 +315,15 @@ impl ControlVolume {
         self.rebuild.latest()
     }
 
+    /// The roles rebuild `ctl` made current, once its task returned (empty before, or when
+    /// it was not the latest finished one).
+    pub(super) fn rebuilt_roles(&self, ctl: &Arc<PassControl>) -> Vec<usize> {
+        match &*self.rebuilt.lock() {
+            Some((c, roles)) if Arc::ptr_eq(c, ctl) => roles.clone(),
+            _ => Vec::new(),
+        }
+    }
+
     /// A rebuild task is running (its pass may already report done).
     pub(super) fn rebuild_running(&self) -> bool {
         self.rebuild.task_alive()
@@ -347,7 +363,7 @@ impl ControlVolume {
     }
 
     fn rebuild_task(&self, rate: PassRate, set_rate: bool) -> Arc<PassControl> {
-        let (array, name) = (self.array(), self.name.clone());
+        let (array, name, rebuilt) = (self.array(), self.name.clone(), self.rebuilt.clone());
         // Where the roles' checkpoints are, of the whole volume: a rebuild resumed after a
         // restart shows its share from its first report, not 0% until its run reads them.
         let resume_at = (array.rebuilding().iter()).map(|&(_, at)| at).min();
@@ -372,11 +388,14 @@ impl ControlVolume {
             },
             |ctl| async move {
                 match array.rebuild(&ctl).await {
-                    Ok(r) => tracing::info!(
-                        "rebuild of {name} {}: roles {:?} current",
-                        r.state.name(),
-                        r.completed
-                    ),
+                    Ok(r) => {
+                        tracing::info!(
+                            "rebuild of {name} {}: roles {:?} current",
+                            r.state.name(),
+                            r.completed
+                        );
+                        *rebuilt.lock() = Some((ctl, r.completed));
+                    }
                     Err(e) => tracing::error!("rebuild of {name} failed: {e}"),
                 }
             },
