@@ -95,7 +95,11 @@ fn a_scrub_repair_that_does_not_read_back_is_not_called_repaired() {
         assert_eq!(v.counters().repairs, 0, "{level:?}");
         // Still served right from the redundancy.
         assert!(read_all(&v) == data, "{level:?}");
-        assert_eq!(v.member_states()[1], MemberState::Healthy, "{level:?}");
+        assert_eq!(
+            v.member_health()[1].state,
+            MemberState::Healthy,
+            "{level:?}"
+        );
         // The disk remaps it after all: the next scrub's rewrite holds.
         faulty[1].clear_faults();
         faulty[1].fail_reads_until_written(SPOT);
@@ -116,16 +120,20 @@ fn a_read_repair_that_does_not_read_back_is_not_counted() {
         faulty[1].fail_range(FaultOps::READ, SPOT);
         read_twice(&v, &data, level);
         assert!(
-            v.member_read_errors()[1] >= 2,
+            v.member_health()[1].read_errors >= 2,
             "{level:?}: {:?}",
-            v.member_read_errors()
+            v.member_health()[1]
         );
         assert_eq!(
             v.counters().repairs,
             0,
             "{level:?}: a rewrite that did not hold"
         );
-        assert_eq!(v.member_states()[1], MemberState::Healthy, "{level:?}");
+        assert_eq!(
+            v.member_health()[1].state,
+            MemberState::Healthy,
+            "{level:?}"
+        );
         // Remapped on the next rewrite: counted then.
         faulty[1].clear_faults();
         faulty[1].fail_reads_until_written(SPOT);
