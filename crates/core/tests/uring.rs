@@ -364,6 +364,58 @@ fn a_member_file_is_opened_exclusively() {
     }
 }
 
+/// `read_only = true`'s members: a file even root cannot open for writing (immutable, as a
+/// file system remounted read-only) opens read-only, reads, and refuses every write, trim and
+/// write-zeroes before any I/O — its bytes stay as they were; a flush has nothing to sync.
+/// It is held exclusively as a writer's is. Before, a member could only be opened
+/// read-write, which such a file refuses.
+#[test]
+fn a_member_opened_read_only_reads_and_refuses_every_write() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = dir.path().join("ro.img");
+    let data: Vec<u8> = (0..MIB as u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&path, &data).unwrap();
+    let chattr = |flag: &str| {
+        let st = std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(&path)
+            .status()
+            .expect("chattr (e2fsprogs)");
+        assert!(st.success(), "chattr {flag}");
+    };
+    chattr("+i");
+    let rw = UringFile::open_or_create(&path, MIB);
+    let m = UringFile::open_read_only(&path, Some(MIB));
+    chattr("-i");
+    assert!(rw.is_err(), "an immutable file does not open read-write");
+    let m = m.unwrap_or_else(|e| panic!("opens read-only: {e}"));
+    assert!(m.is_read_only());
+    assert_eq!(m.len(), MIB);
+    let got = block_on(m.read(4096, Buf::new(8192))).unwrap();
+    assert_eq!(&got[..], &data[4096..4096 + 8192]);
+    let one = Buf::copy_from(&[7u8; 4096]).freeze();
+    let refused = [
+        block_on(m.write(0, one.clone(), false)),
+        block_on(m.write(0, one.clone(), true)),
+        block_on(m.write_vectored(0, vec![one.clone(), one], false)),
+        block_on(m.trim(0, 4096)),
+        block_on(m.write_zeroes(0, 4096)),
+    ];
+    for r in refused {
+        let e = r.expect_err("refused");
+        assert!(e.to_string().contains("read_only = true"), "{e}");
+    }
+    block_on(m.flush()).expect("nothing to sync");
+    // Held as a writer holds it.
+    let e = UringFile::open(&path).err().expect("held");
+    assert!(matches!(e, UringError::InUse { .. }), "{e}");
+    drop(m);
+    assert!(
+        std::fs::read(&path).unwrap() == data,
+        "not one byte written"
+    );
+}
+
 /// A loop device over a file in `dir`, detached when the last descriptor of it closes
 /// (LO_FLAGS_AUTOCLEAR), so a failed test leaves nothing attached.
 struct Loop {

@@ -23,6 +23,17 @@ use std::path::Path;
 /// then the advisory lock. With `create`, a missing file is created (empty; a device is only
 /// opened). The lock is held until the returned file is closed.
 pub fn open_exclusive(path: &Path, create: bool) -> Result<File, UringError> {
+    open_exclusive_mode(path, create, false)
+}
+
+/// [`open_exclusive`], read-only (`O_RDONLY`): a device with its ro flag set or a file the
+/// process may not write opens; nothing is created. The lock is taken as for a writer, so a
+/// daemon writing the member and one reading it are never both at it.
+pub fn open_exclusive_read_only(path: &Path) -> Result<File, UringError> {
+    open_exclusive_mode(path, false, true)
+}
+
+fn open_exclusive_mode(path: &Path, create: bool, read_only: bool) -> Result<File, UringError> {
     let open_err = |source| UringError::Open {
         path: path.to_path_buf(),
         source,
@@ -35,7 +46,7 @@ pub fn open_exclusive(path: &Path, create: bool) -> Result<File, UringError> {
     }
     let file = match OpenOptions::new()
         .read(true)
-        .write(true)
+        .write(!read_only)
         // A device exists already; O_CREAT beside the O_EXCL above would ask the kernel to
         // create it and fail with EEXIST (every block-device member of a config failed so).
         .create(create && !is_block)

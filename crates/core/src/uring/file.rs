@@ -63,6 +63,8 @@ pub struct UringFile {
     /// Usable bytes: only grows ([`Member::grow_to`]).
     len: AtomicU64,
     is_block: bool,
+    /// Opened `O_RDONLY` ([`UringFile::open_read_only`]): every op but a read is refused here.
+    read_only: bool,
     pub(super) shared: Arc<FileShared>,
     pub(super) ring: Arc<Ring>,
     /// fallocate modes the file system refused (`NO_*` bits), so we stop asking.
@@ -119,7 +121,26 @@ impl UringFile {
         size: Option<u64>,
         opts: FileOptions,
     ) -> Result<UringFile, UringError> {
-        let path = path.as_ref();
+        UringFile::open_mode(path.as_ref(), size, opts, false)
+    }
+
+    /// Opens an existing file or device read-only (`O_RDONLY`, still exclusive), using
+    /// `size` bytes of it (all of it when `None`): a device with its ro flag set, or a file
+    /// the process cannot write, opens. Every write, trim and write-zeroes is refused
+    /// without reaching the kernel (`EROFS`); a flush has nothing to sync.
+    pub fn open_read_only(
+        path: impl AsRef<Path>,
+        size: Option<u64>,
+    ) -> Result<UringFile, UringError> {
+        UringFile::open_mode(path.as_ref(), size, FileOptions::default(), true)
+    }
+
+    fn open_mode(
+        path: &Path,
+        size: Option<u64>,
+        opts: FileOptions,
+        read_only: bool,
+    ) -> Result<UringFile, UringError> {
         let open_err = |source| UringError::Open {
             path: path.to_path_buf(),
             source,
@@ -129,13 +150,17 @@ impl UringFile {
             None => Engine::global()?,
         };
         // Exclusive before anything else (even the resize below): see `exclusive`.
-        let file = exclusive::open_exclusive(path, size.is_some())?;
+        let file = if read_only {
+            exclusive::open_exclusive_read_only(path)?
+        } else {
+            exclusive::open_exclusive(path, size.is_some())?
+        };
         let meta = file.metadata().map_err(open_err)?;
         let is_block = meta.file_type().is_block_device();
         let actual = actual_len(&file).map_err(open_err)?;
         let len = match size {
             None => actual,
-            Some(wanted) if actual == 0 && !is_block => {
+            Some(wanted) if actual == 0 && !is_block && !read_only => {
                 file.set_len(wanted).map_err(open_err)?;
                 wanted
             }
@@ -151,7 +176,7 @@ impl UringFile {
         let inline = !is_block && memory_backed(&file);
         let (direct, mem_align, off_align) = match opts.direct {
             DirectIo::Off => (None, 1, 1),
-            mode => match open_direct(path) {
+            mode => match open_direct(path, read_only) {
                 Ok((fd, mem, off)) => (Some(fd), mem, off),
                 Err(reason) if mode == DirectIo::Required => {
                     return Err(UringError::DirectRefused {
@@ -172,6 +197,7 @@ impl UringFile {
             name: path.display().to_string(),
             len: AtomicU64::new(len),
             is_block,
+            read_only,
             shared: Arc::new(FileShared {
                 direct,
                 buffered: OwnedFd::from(file),
@@ -197,6 +223,11 @@ impl UringFile {
 
     pub fn is_block_device(&self) -> bool {
         self.is_block
+    }
+
+    /// Opened read-only ([`UringFile::open_read_only`]).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     async fn run(&self, offset: u64, kind: OpKind) -> io::Result<Done> {
@@ -315,6 +346,16 @@ impl UringFile {
         let g = self.counters.start(op, len);
         let r = match check_range(&self.name, op, offset, len, self.len()) {
             Err(e) => Err(e),
+            // Refused before any I/O: a read-only member is never written, whatever asks.
+            Ok(()) if self.read_only && op != MemberOp::Read => Err(self.err(
+                op,
+                offset,
+                len,
+                io::Error::new(
+                    io::ErrorKind::ReadOnlyFilesystem,
+                    "the member is opened read-only (read_only = true): nothing is written",
+                ),
+            )),
             Ok(()) => body().await.map_err(|e| match op {
                 MemberOp::Write => self.write_err(offset, len, fua, e),
                 _ => self.err(op, offset, len, e),
@@ -385,10 +426,10 @@ pub(super) fn memory_backed(file: &File) -> bool {
 }
 
 /// Opens `path` with O_DIRECT and learns its alignment; `Err` says why not.
-fn open_direct(path: &Path) -> Result<(OwnedFd, usize, u64), String> {
+fn open_direct(path: &Path, read_only: bool) -> Result<(OwnedFd, usize, u64), String> {
     let file: File = OpenOptions::new()
         .read(true)
-        .write(true)
+        .write(!read_only)
         .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC)
         .open(path)
         .map_err(|e| e.to_string())?;
@@ -492,6 +533,10 @@ impl Member for UringFile {
 
     fn flush(&self) -> BoxFuture<'_, MemberResult<()>> {
         async move {
+            if self.read_only {
+                // Nothing was written through this file: nothing to sync.
+                return Ok(());
+            }
             let g = self.counters.start(MemberOp::Flush, 0);
             let fsync = || async {
                 self.run(0, OpKind::Fsync)
