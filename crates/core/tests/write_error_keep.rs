@@ -167,10 +167,11 @@ fn a_member_gone_read_only_is_kept_through_its_superblock_writes() {
         };
         let opened = common::arrays::open_every(&tree, &d, forced);
         if what == "raid1" {
-            // No member can take the start's records: refused, saying why (left out: a
-            // start that serves it read-only).
+            // No member can take the start's records: refused, saying why and naming the
+            // start that serves it without writing.
             let e = opened.err().expect("no member takes the records");
             assert!(e.contains("superblock write failed"), "{e}");
+            assert!(e.contains("start it with read_only = true"), "{e}");
             continue;
         }
         let (a, _) = opened.unwrap_or_else(|e| panic!("{what}: a forced start: {e}"));

@@ -75,6 +75,15 @@ pub struct Array {
     reshape_window_bytes: AtomicU64,
 }
 
+/// How [`Array::open_with`] opens: resyncing before it serves, resyncing in the background
+/// where it may, or writing nothing at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Foreground,
+    Background,
+    ReadOnly,
+}
+
 /// What [`Array::mark_clean`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CleanMark {
@@ -155,7 +164,7 @@ impl Array {
         opts: ArrayOptions,
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<(Array, OpenReport), ArrayError> {
-        Array::open_with(name, config_tree, metas, opts, progress, false).await
+        Array::open_with(name, config_tree, metas, opts, progress, Mode::Foreground).await
     }
 
     /// [`Array::open`], but a volume serves at once after an unclean start: what needs
@@ -170,18 +179,42 @@ impl Array {
         opts: ArrayOptions,
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<(Array, OpenReport), ArrayError> {
-        Array::open_with(name, config_tree, metas, opts, progress, true).await
+        Array::open_with(name, config_tree, metas, opts, progress, Mode::Background).await
     }
 
-    /// [`Array::open`]; with `background`, a resync the volume may serve before is left to
-    /// [`Array::background_resync`].
+    /// Assembles volume `name` as [`Array::open`] does, but writes nothing to any member,
+    /// now or later (md's `--assemble --readonly`): no records, no bitmap, no log replay, no
+    /// resync; stale roles stay out; every record the volume would commit while it serves
+    /// (a member failing) is kept in memory. An array whose parity may disagree with its
+    /// data (an unclean stop) or that is mid-reshape is refused, saying why
+    /// (`read_only.rs`). Its members should be opened read-only too
+    /// ([`crate::UringFile::open_read_only`]), so a write nothing here foresaw is refused
+    /// by the member rather than carried out.
+    pub async fn open_read_only(
+        name: &str,
+        config_tree: &Node,
+        metas: Vec<Option<Arc<MemberMeta>>>,
+        opts: ArrayOptions,
+    ) -> Result<(Array, OpenReport), ArrayError> {
+        let no_progress = |_, _| {};
+        Array::open_with(name, config_tree, metas, opts, &no_progress, Mode::ReadOnly).await
+    }
+
+    /// Whether the volume was opened read-only ([`Array::open_read_only`]): it writes
+    /// nothing to its members.
+    pub fn is_read_only(&self) -> bool {
+        self.records.is_kept_in_memory()
+    }
+
+    /// [`Array::open`]; with [`Mode::Background`], a resync the volume may serve before is
+    /// left to [`Array::background_resync`]; with [`Mode::ReadOnly`], nothing is written.
     async fn open_with(
         name: &str,
         config_tree: &Node,
         metas: Vec<Option<Arc<MemberMeta>>>,
         opts: ArrayOptions,
         progress: &(dyn Fn(u64, u64) + Sync),
-        background: bool,
+        mode: Mode,
     ) -> Result<(Array, OpenReport), ArrayError> {
         let probes: Vec<Probe> = metas
             .iter()
@@ -189,8 +222,19 @@ impl Array {
             .collect();
         let names = Names(&opts.member_ids);
         let asm = assemble_with(name, config_tree, &probes, opts.force_assembly, &names)?;
-        let roles = plan_roles(&asm, &metas);
-        checksum_area::enable_at_open(name, opts.enable_checksums, &asm, &roles.by_role).await?;
+        let mut roles = plan_roles(&asm, &metas);
+        let read_only = mode == Mode::ReadOnly;
+        if read_only {
+            if opts.enable_checksums {
+                roles.warnings.push(
+                    "checksums = \"enable\" is not carried out: read_only = true writes nothing"
+                        .into(),
+                );
+            }
+        } else {
+            let enable = opts.enable_checksums;
+            checksum_area::enable_at_open(name, enable, &asm, &roles.by_role).await?;
+        }
         let tree = asm.tree.clone();
         let built = Array::build(
             name,
@@ -198,15 +242,21 @@ impl Array {
             tree,
             &roles.by_role,
             opts,
-            true,
+            !(read_only && asm.clean),
             Some(asm.newest_role),
         );
-        let array = built.await?;
+        let mut array = built.await?;
+        if read_only {
+            array.keep_in_memory(&asm)?;
+        }
         let rebuilding_roles = array.take_roles(&asm, &roles).await;
-        // The write hole: replay the partial-parity log before the resync and before serving.
+        // The write hole: replay the partial-parity log before the resync and before serving
+        // (read-only: only a clean array starts, whose log has nothing to replay).
         let ppl = match array.ppl.setup() {
-            Some(p) => crate::ppl::recover(&array.volume, &p.areas, p.life, !asm.clean).await?,
-            None => Default::default(),
+            Some(p) if !read_only => {
+                crate::ppl::recover(&array.volume, &p.areas, p.life, !asm.clean).await?
+            }
+            _ => Default::default(),
         };
         array.adopt_assembly(&asm).await;
         if let Some(node) = &array.reshape {
@@ -227,8 +277,13 @@ impl Array {
             rebuilding_roles,
             forced: asm.forced.clone(),
         };
+        if read_only {
+            // The stale roles stay resyncing: neither read nor (nothing writes) written.
+            return Ok((array, report));
+        }
         let stale = roles.stale;
         let rebuilding = !report.rebuilding_roles.is_empty();
+        let background = mode == Mode::Background;
         let resync =
             (array.resync_at_open(asm.clean, &stale, rebuilding, background, progress)).await?;
         match resync {
@@ -272,6 +327,30 @@ impl Array {
             return Ok(Resynced::Background);
         }
         Ok(Resynced::Foreground(self.resync(&ranges, progress).await?))
+    }
+
+    /// A read-only start: refused where it cannot serve right without writing
+    /// (`read_only.rs`); else the records and the bitmap are kept in memory from now on.
+    fn keep_in_memory(&mut self, asm: &Assembly) -> Result<(), ArrayError> {
+        let capacity = self.volume.capacity();
+        let unsynced_bytes = match &self.bitmap {
+            Some(b) => super::ranges::total_bytes(&b.intent().set_ranges(capacity)),
+            None => capacity,
+        };
+        let found = super::read_only::Found {
+            clean: asm.clean,
+            unsynced_bytes,
+            has_parity: !crate::ppl::parity_groups(self.volume.geometry().root()).is_empty(),
+            reshaping: self.reshape.is_some(),
+        };
+        if let Some(why) = super::read_only::refusal(self.name(), found) {
+            return Err(ArrayError::ReadOnly(why));
+        }
+        self.records.keep_in_memory();
+        if let Some(b) = &mut self.bitmap {
+            b.keep_in_memory();
+        }
+        Ok(())
     }
 
     /// The slots as the role plan says: absent roles failed, stale ones resyncing, new

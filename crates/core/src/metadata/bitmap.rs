@@ -27,6 +27,8 @@ pub(super) struct Bitmap {
     writes: AtomicU64,
     /// A region's bit is cleared only once no write touched it for this long.
     clear_delay: Duration,
+    /// A read-only start: the bitmap lives in memory only ([`Bitmap::keep_in_memory`]).
+    read_only: bool,
 }
 
 impl Bitmap {
@@ -59,6 +61,7 @@ impl Bitmap {
             writer: AsyncMutex::new(()),
             writes: AtomicU64::new(0),
             clear_delay,
+            read_only: false,
         })
     }
 
@@ -91,8 +94,17 @@ impl Bitmap {
         Some(self.intent.image_bytes())
     }
 
-    /// Writes the bitmap blocks that differ from the disk to every current member (FUA).
+    /// From now on nothing is written (a read-only start, `read_only.rs`).
+    pub(super) fn keep_in_memory(&mut self) {
+        self.read_only = true;
+    }
+
+    /// Writes the bitmap blocks that differ from the disk to every current member (FUA);
+    /// nothing on a read-only volume.
     pub(super) async fn write(&self, volume: &Volume) -> VolumeResult<()> {
+        if self.read_only {
+            return Ok(());
+        }
         let _g = self.writer.lock().await;
         let blocks = self.intent.dirty_blocks();
         if blocks.is_empty() {

@@ -12,4 +12,7 @@ pub enum ArrayError {
     Volume(#[from] VolumeError),
     #[error("volume `{volume}`: {detail}")]
     Metadata { volume: String, detail: String },
+    /// A read-only start ([`super::Array::open_read_only`]) refused, saying why.
+    #[error("{0}")]
+    ReadOnly(String),
 }

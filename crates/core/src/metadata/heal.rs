@@ -133,6 +133,10 @@ impl Heal {
     /// Puts spares in failed roles, the most endangered first, each the smallest spare that
     /// fits ([`super::assign_spares`]); returns the roles that got one.
     pub(super) async fn use_spares(&self, p: Parts<'_>) -> Result<Vec<usize>, ArrayError> {
+        if p.records.is_kept_in_memory() {
+            // A read-only volume takes no spare: taking one writes it.
+            return Ok(Vec::new());
+        }
         let _one_caller = self.placing.lock().await;
         let chosen: Vec<(usize, Arc<MemberMeta>)> = {
             let mut spares = self.spares.lock();

@@ -34,6 +34,7 @@ mod options;
 mod parts;
 mod ppl_area;
 mod ranges;
+mod read_only;
 mod readd;
 mod rebuilding;
 mod records;

@@ -195,6 +195,8 @@ pub(super) struct Records {
     /// write the old shape back over the new one. Such commits are refused; the volume is
     /// opened again over the new records.
     retired: AtomicBool,
+    /// A read-only start: commits are kept in memory, never written ([`Records::keep_in_memory`]).
+    read_only: AtomicBool,
 }
 
 impl Records {
@@ -223,7 +225,19 @@ impl Records {
             cleaning: AsyncMutex::new(()),
             rebuilding: Rebuilding::default(),
             retired: AtomicBool::new(false),
+            read_only: AtomicBool::new(false),
         }
+    }
+
+    /// From now on no commit writes anything (a read-only start: `read_only.rs`); what it
+    /// would record (a member failed, the event counter) stays in memory.
+    pub(super) fn keep_in_memory(&self) {
+        self.read_only.store(true, SeqCst);
+    }
+
+    /// Whether commits are kept in memory ([`Records::keep_in_memory`]).
+    pub(super) fn is_kept_in_memory(&self) -> bool {
+        self.read_only.load(SeqCst)
     }
 
     /// From now on every commit is refused ([`Records::retired`]): the members' records are
@@ -365,6 +379,12 @@ impl Records {
             )));
         }
         let gate = self.table.failure_gate();
+        if self.read_only.load(SeqCst) {
+            // Nothing is written to a read-only volume's members: the failures are known
+            // here, and a request waiting for them to be recorded may go on.
+            gate.recorded_up_to(gate.generation());
+            return Ok(());
+        }
         loop {
             let metas = self.metas.read().clone();
             assert_eq!(metas.len(), rec.members.len(), "a record per role");
@@ -405,7 +425,16 @@ impl Records {
             gate.recorded_up_to(generation);
             return match first {
                 Some((r, e)) if targets.len() == 1 => Err(VolumeError::Unavailable {
-                    reason: format!("member {r}: {e}"),
+                    // The last copy refused its record but may still read: the way to its
+                    // data is a start that writes nothing.
+                    reason: match e.member_write() {
+                        Some(_) => format!(
+                            "member {r}: {e}; it is the only member that could take the \
+                             records: to read the volume without writing to it, start it \
+                             with read_only = true"
+                        ),
+                        None => format!("member {r}: {e}"),
+                    },
                 }),
                 _ if targets.is_empty() => Err(VolumeError::Unavailable {
                     reason: "no member can take the superblock".into(),
