@@ -161,7 +161,12 @@ pub async fn open_added(config: &Config, v: &config::Volume, opened: &[Opened]) 
                     created: o.created,
                 });
             }
-            match nbraid_core::UringFile::open_with(&path, None, Default::default()) {
+            let file = if v.read_only {
+                nbraid_core::UringFile::open_read_only(&path, None)
+            } else {
+                nbraid_core::UringFile::open_with(&path, None, Default::default())
+            };
+            match file {
                 Ok(f) => load(Arc::new(f)).await.map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             }

@@ -146,7 +146,15 @@ pub fn plans(
                 .map(|&m| found(config, opened, m, &v.name, force))
                 .collect();
             let policy = policy.unwrap_or(v.metadata.create);
-            plan::plan_volume(config, v, policy, &found).map_err(|r| AssembleError::Refused(r.0))
+            let plan = plan::plan_volume(config, v, policy, &found)
+                .map_err(|r| AssembleError::Refused(r.0))?;
+            match plan {
+                Plan::Create { .. } if v.read_only => Err(AssembleError::Refused(format!(
+                    "volume `{}` has read_only = true, but its members carry no array to open                      (new or blank): a read-only start creates nothing — start it read-write                      once to create it",
+                    v.name
+                ))),
+                plan => Ok(plan),
+            }
         })
         .collect()
 }
@@ -194,11 +202,29 @@ async fn open_member(config: &Config, m: &config::Member) -> Result<Opened, Asse
             Err(e) => return remote::at_start(config, m, e),
         },
         MemberStorage::Missing => return Ok(Opened::missing()),
+        // Every volume on it writes nothing: opened O_RDONLY, so a device with its ro flag
+        // set or a file the process cannot write opens, and no write can reach it.
+        _ if read_only_member(config, m) => Arc::new(
+            UringFile::open_read_only(&m.path, Some(m.size))
+                .map_err(|source| member_error(m, source))?,
+        ),
         _ => Arc::new(
             UringFile::open_or_create(&m.path, m.size).map_err(|source| member_error(m, source))?,
         ),
     };
     load(member).await
+}
+
+/// Whether member `m` is used by volumes and every one of them is `read_only` (a member
+/// shared with a read-write volume is opened read-write: that volume writes its records).
+pub fn read_only_member(config: &Config, m: &config::Member) -> bool {
+    let Some(i) = config.members.iter().position(|x| x.id == m.id) else {
+        return false;
+    };
+    let mut on_it = (config.volumes.iter())
+        .filter(|v| v.members.contains(&i) || v.heal.spares.contains(&i))
+        .peekable();
+    on_it.peek().is_some() && on_it.all(|v| v.read_only)
 }
 
 /// Creates member `m`'s file, sparse (all zeroes), and its directory.
@@ -466,9 +492,13 @@ impl VolumeStart<'_> {
                 // Resync in the background while serving (some volumes before serving —
                 // without the log, with a stale or rebuilding member, mixed trees:
                 // `core::metadata::resync`).
-                let (a, r) = Array::open_background(&v.name, &tree, metas, opts, progress)
-                    .await
-                    .map_err(|e| self.array_error(e))?;
+                let opened = if v.read_only {
+                    // Writes nothing: no records, no resync (`core::metadata::read_only`).
+                    Array::open_read_only(&v.name, &tree, metas, opts).await
+                } else {
+                    Array::open_background(&v.name, &tree, metas, opts, progress).await
+                };
+                let (a, r) = opened.map_err(|e| self.array_error(e))?;
                 tracing::info!(volume = %v.name, array = %a.id(), was_clean = r.was_clean, resynced_bytes = r.resynced_bytes, "assembled by superblock");
                 Ok((a, r, false))
             }

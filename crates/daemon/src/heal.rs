@@ -117,6 +117,10 @@ pub async fn watch(controls: Arc<Controls>) {
     let mut seen: Vec<Option<(usize, u64)>> = vec![None; controls.volumes.len()];
     loop {
         for (v, seen) in controls.volumes.iter().zip(seen.iter_mut()) {
+            if v.array().is_read_only() {
+                // Takes no spare, starts no pass: each writes.
+                continue;
+            }
             let swaps = v.served.swaps();
             let now = (v.array().volume().failed_count(), swaps);
             let was = seen.replace(now);

@@ -210,7 +210,8 @@ pub async fn watch(controls: Arc<Controls>) {
     loop {
         settle_lost(&controls);
         for (k, (v, p)) in controls.volumes.iter().zip(&probing).enumerate() {
-            if v.array().volume().failed_count() == 0 {
+            // A read-only volume takes nothing back: a member re-added is written.
+            if v.array().volume().failed_count() == 0 || v.array().is_read_only() {
                 p.refused.lock().clear();
                 p.held.lock().clear();
                 continue;

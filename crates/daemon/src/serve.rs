@@ -169,6 +169,7 @@ async fn serve(
     let idle_tasks: Vec<_> = volumes
         .iter()
         .zip(&served)
+        .filter(|(v, _)| !v.read_only)
         .filter_map(|(v, (a, e))| {
             let delay = v.clean_delay?;
             Some(tokio::spawn(clean_when_idle(a.clone(), e.clone(), delay)))
@@ -360,7 +361,14 @@ impl Background {
     ) -> Background {
         // Background resyncs start before the control socket is announced: a `status` asked
         // as soon as it is must already see them running.
-        for v in &controls.volumes {
+        // A read-only volume runs none of them: each writes (`core::metadata::read_only`).
+        let writable = || {
+            controls
+                .volumes
+                .iter()
+                .filter(|v| !v.array().is_read_only())
+        };
+        for v in writable() {
             crate::heal::start_background_resync(v);
             crate::control::start_reshape_pass(v);
             crate::control::start_checksum_fill(v).await;
@@ -369,7 +377,7 @@ impl Background {
         // Before the control socket is announced too: an operator's `scrub` sent as soon as
         // it is records its own checkpoint, which this look must not take for one a restart
         // left (it queued a second scrub of the volume behind the operator's, unlimited).
-        for v in &controls.volumes {
+        for v in writable() {
             crate::heal::resume_scrub(v).await;
         }
         say(format_args!(

@@ -188,6 +188,9 @@ pub fn status_table(v: &Value) -> String {
         if vol["metadata"]["write_hole_logged"] == json!(false) {
             out += "  write hole open: the partial-parity log does not cover every parity group (a reshape runs, the log is off, or a member has no room for its ring: the daemon's start warnings say which)\n";
         }
+        if vol["read_only"] == json!(true) {
+            out += "  read-only (read_only = true): nothing is written to its members; writes, spares, rebuilds and repairs are refused\n";
+        }
         if vol["held"] == json!(true) {
             out += "  background work held (nbraid pause): it waits for `nbraid resume`\n";
         }

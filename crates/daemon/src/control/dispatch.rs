@@ -19,7 +19,13 @@ impl Controls {
             _ => None,
         };
         let _operations = match mutated_volume(&req) {
-            Some(name) => Some(self.find(name)?.operations().await),
+            Some(name) => {
+                let v = self.find(name)?;
+                if let Some(why) = writes_read_only(&req, v.array().is_read_only()) {
+                    return Err(Refusal::new("read-only", why));
+                }
+                Some(v.operations().await)
+            }
             None => None,
         };
         let fields = match req {
@@ -70,6 +76,33 @@ impl Controls {
         };
         Ok(ok_reply(fields))
     }
+}
+
+/// Why `req` is refused on a volume started with `read_only = true` (`None`: it writes
+/// nothing to the members, so it may run — a scrub that only checks).
+fn writes_read_only(req: &Request, read_only: bool) -> Option<String> {
+    if !read_only {
+        return None;
+    }
+    let (what, volume) = match req {
+        Request::Fail { volume, .. } => ("fail", volume),
+        Request::Add { volume, .. } => ("add", volume),
+        Request::Replace { volume, .. } => ("replace", volume),
+        Request::Remove { volume, .. } => ("remove", volume),
+        Request::Scrub {
+            volume,
+            repair: true,
+            ..
+        } => ("scrub --repair", volume),
+        Request::Rebuild { volume, .. } => ("rebuild", volume),
+        Request::Reshape { volume, .. } => ("apply (a reshape)", volume),
+        _ => return None,
+    };
+    Some(format!(
+        "volume `{volume}` was started with read_only = true: nothing is written to its \
+         members, so `{what}` is refused (a scrub without --repair may run); restart it \
+         without read_only to change it"
+    ))
 }
 
 /// The volume whose members or records `req` changes (`None`: it changes none).

@@ -84,6 +84,7 @@ fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
         "degraded": vol.is_degraded(),
         "available": vol.is_available(),
         "held": v.is_held(),
+        "read_only": array.is_read_only(),
         "rebuild_rate": { "limit_bytes_per_s": v.rebuild_rate().limit_bytes_per_s, "adaptive": v.rebuild_rate().adaptive },
         "members": members,
         "metadata": metadata_json(v),
