@@ -26,7 +26,9 @@ use nbraid_config::{self as config, Config, CreatePolicy, MemberStorage};
 use nbraid_core::metadata::{
     Absence, Array, ArrayError, ArrayOptions, MemberMeta, OpenReport, Probe, METADATA_AREA_BYTES,
 };
-use nbraid_core::{Member, MemoryMember, PassRate, UringError, UringFile, VolumeOptions};
+use nbraid_core::{
+    Member, MemoryMember, PassRate, ReadOnlyMember, UringError, UringFile, VolumeOptions,
+};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -211,6 +213,12 @@ async fn open_member(config: &Config, m: &config::Member) -> Result<Opened, Asse
         _ => Arc::new(
             UringFile::open_or_create(&m.path, m.size).map_err(|source| member_error(m, source))?,
         ),
+    };
+    // A remote (or memory) member of read-only volumes: its writes are refused here, as a
+    // file's are by its O_RDONLY descriptor.
+    let member: Arc<dyn Member> = match read_only_member(config, m) {
+        true => Arc::new(ReadOnlyMember(member)),
+        false => member,
     };
     load(member).await
 }
