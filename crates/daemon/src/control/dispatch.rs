@@ -162,6 +162,44 @@ mod tests {
         Controls { volumes: vec![v] }
     }
 
+    /// On a read-only volume every request that writes is refused naming `read_only`; a
+    /// check-only scrub, status and the pass controls are not.
+    #[test]
+    fn a_read_only_volume_refuses_what_writes_and_names_read_only() {
+        let v = || "r1".to_string();
+        let writing = [
+            fail("d0"),
+            Request::Scrub {
+                volume: v(),
+                repair: true,
+                rate: Default::default(),
+            },
+            Request::Rebuild {
+                volume: v(),
+                rate: None,
+            },
+            Request::Remove {
+                volume: v(),
+                member: "d0".into(),
+            },
+        ];
+        for req in &writing {
+            let why = writes_read_only(req, true).expect("refused");
+            assert!(why.contains("read_only = true"), "{why}");
+            assert_eq!(writes_read_only(req, false), None);
+        }
+        let check = Request::Scrub {
+            volume: v(),
+            repair: false,
+            rate: Default::default(),
+        };
+        assert_eq!(writes_read_only(&check, true), None);
+        assert_eq!(
+            writes_read_only(&Request::Status { volume: None }, true),
+            None
+        );
+    }
+
     fn fail(member: &str) -> Request {
         Request::Fail {
             volume: "r1".into(),
