@@ -429,6 +429,10 @@ async fn record_clean(
     let mut unclean = Vec::new();
     for (slot, _) in served {
         let a = slot.get();
+        if a.is_read_only() {
+            // Nothing was written, nothing is recorded: its records stay as the start found them.
+            continue;
+        }
         let mut outcome = a.mark_clean().await;
         if matches!(outcome, Ok(CleanMark::ResyncPending)) && !a.background_pending() {
             // The background resync ended between mark_clean's look and now: there is a
