@@ -235,6 +235,16 @@ fn start_offline(config: &nbraid_config::Config, force: bool, json: bool) -> Res
         let Action::Online(m) = &plan.action else {
             continue;
         };
+        if v.read_only {
+            // Starting the move writes its records; nothing writes to a read-only volume.
+            let why = format!(
+                "volume `{}` has read_only = true: `apply --yes` would write its records, and \
+                 nothing is written to a read-only volume's members; take read_only out to \
+                 change its shape",
+                v.name
+            );
+            return Err(NotStarted(out, why).into());
+        }
         let copies = m.kind == MoveKind::Copy;
         if let Err(e) = start_volume(config, v, &opened, copies, force) {
             return match e.downcast::<ScrubPending>() {

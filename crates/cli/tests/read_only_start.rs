@@ -248,6 +248,40 @@ fn an_unclean_raid5_is_refused_read_only_saying_why() {
     d.stop();
 }
 
+/// `nbraid apply --yes` with no daemon running writes the records of the move it starts:
+/// refused on a read-only volume, naming `read_only`, writing nothing. Before, it started
+/// the reshape (records written).
+#[test]
+fn an_offline_apply_is_refused_on_a_read_only_volume() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths: Vec<PathBuf> = (0..4)
+        .map(|i| dir.path().join(format!("d{i}.img")))
+        .collect();
+    let members: Vec<(String, String)> = (paths.iter().enumerate())
+        .map(|(i, p)| {
+            let line = format!("path = \"{}\"\nsize = \"24MiB\"", p.display());
+            (format!("m{i}"), line)
+        })
+        .collect();
+    let rw = config(dir.path(), &members[..3], "raid5", "");
+    write_data(&rw, dir.path(), 14);
+    std::fs::File::create(&paths[3])
+        .and_then(|f| f.set_len(24 << 20))
+        .unwrap();
+    let before = hashes(&paths);
+    // A fourth member: a restripe, offline.
+    let ro = config(dir.path(), &members, "raid5", "read_only = true\n");
+    let o = nbraid(&["apply", ro.to_str().unwrap(), "--yes"]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!o.status.success(), "refused: {text}");
+    assert!(text.contains("has read_only = true"), "{text}");
+    assert_eq!(hashes(&paths), before, "not one byte written");
+}
+
 /// Makes the files writable again when dropped (a failed test leaves none immutable).
 struct Immutable(Vec<PathBuf>);
 
