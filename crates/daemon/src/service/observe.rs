@@ -320,6 +320,11 @@ pub fn changes(volume: &str, prev: &VolumeSnapshot, next: &VolumeSnapshot) -> Ve
                 )
                 .member(&n.id),
             );
+            // And failed since, between the same two looks (a spare dying as soon as it is
+            // written): heard like any member's failure.
+            if n.failed {
+                member_failed(volume, n, &mut out);
+            }
         } else if !p.failed && n.failed {
             member_failed(volume, n, &mut out);
         } else if p.failed && !n.failed {

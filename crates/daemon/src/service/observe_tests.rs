@@ -130,6 +130,31 @@ fn a_member_that_failed_and_was_taken_over_between_two_looks_is_still_said_to_fa
 }
 
 #[test]
+fn a_spare_that_took_a_role_and_failed_between_two_looks_is_said_to_fail() {
+    let before = vol(&[false, false, false]);
+    let mut after = vol(&[false, true, false]);
+    after.roles[1].id = "s0".into();
+    let e = changes("db", &before, &after);
+    assert_eq!(
+        kinds(&e),
+        [
+            "member-failed",
+            "spare-active",
+            "member-failed",
+            "volume-degraded"
+        ]
+    );
+    assert_eq!(e[0].member.as_deref(), Some("d1"));
+    assert_eq!(e[2].member.as_deref(), Some("s0"));
+    // Its role already failed before (the spare took a failed member's place, then failed).
+    let mut out = vol(&[false, true, false]);
+    let e = changes("db", &out, &after);
+    assert_eq!(kinds(&e), ["spare-active", "member-failed"]);
+    out.roles[1].id = "s0".into();
+    assert!(changes("db", &out, &after).is_empty(), "said once");
+}
+
+#[test]
 fn a_pass_over_between_two_looks_is_started_and_finished() {
     let before = vol(&[false]);
     let mut after = before.clone();
