@@ -61,6 +61,33 @@ impl MemberError {
     }
 }
 
+impl MemberError {
+    /// Whether this is a read-only member's refusal ([`ReadOnlyRefusal`]): the volume's
+    /// own choice (`read_only = true`), not a fault of the disk.
+    pub fn is_read_only_refusal(&self) -> bool {
+        (self.source.get_ref()).is_some_and(|e| e.is::<ReadOnlyRefusal>())
+    }
+}
+
+/// What a member opened read-only answers a write, trim or write-zeroes (`EROFS`): nothing
+/// reached the storage. Told apart from a disk gone read-only by its type.
+#[derive(Debug)]
+pub struct ReadOnlyRefusal;
+
+impl ReadOnlyRefusal {
+    pub fn io_error() -> io::Error {
+        io::Error::new(io::ErrorKind::ReadOnlyFilesystem, ReadOnlyRefusal)
+    }
+}
+
+impl fmt::Display for ReadOnlyRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the member is opened read-only (read_only = true): nothing is written")
+    }
+}
+
+impl std::error::Error for ReadOnlyRefusal {}
+
 pub type MemberResult<T> = Result<T, MemberError>;
 
 /// Why a member's storage, re-opened behind the volumes' back, may not serve as the member.

@@ -5,10 +5,11 @@
 //! read repair) is refused by the member rather than carried out.
 
 use crate::buf::{Buf, SharedBuf};
-use crate::member::{IdentityCheck, Member, MemberCounters, MemberError, MemberOp, MemberResult};
+use crate::member::{
+    IdentityCheck, Member, MemberCounters, MemberError, MemberOp, MemberResult, ReadOnlyRefusal,
+};
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use std::io;
 use std::sync::Arc;
 
 /// `inner`, read-only: reads pass, every write, trim and write-zeroes is refused (`EROFS`)
@@ -17,10 +18,7 @@ pub struct ReadOnlyMember(pub Arc<dyn Member>);
 
 impl ReadOnlyMember {
     fn refused(&self, op: MemberOp, offset: u64, len: u64) -> BoxFuture<'_, MemberResult<()>> {
-        let why = io::Error::new(
-            io::ErrorKind::ReadOnlyFilesystem,
-            "the member is opened read-only (read_only = true): nothing is written",
-        );
+        let why = ReadOnlyRefusal::io_error();
         let e = MemberError::new(self.0.name(), op, offset, len, why);
         futures::future::ready(Err(e)).boxed()
     }

@@ -141,3 +141,36 @@ fn a_read_repair_that_does_not_read_back_is_not_counted() {
         assert_eq!(v.counters().repairs, 1, "{level:?}");
     }
 }
+
+/// A read-only volume (`read_only = true`) refuses the repair a read error asks for: its
+/// member is kept, not failed for that refusal, and the bytes are served from the others.
+#[test]
+fn a_read_only_volume_keeps_the_member_whose_repair_it_refused() {
+    for (level, n) in LEVELS {
+        let (v, faulty, data) = volume(level, n);
+        drop(v);
+        let members = (faulty.iter())
+            .map(|f| {
+                let m: std::sync::Arc<dyn nbraid_core::Member> = f.clone();
+                std::sync::Arc::new(nbraid_core::ReadOnlyMember(m))
+                    as std::sync::Arc<dyn nbraid_core::Member>
+            })
+            .collect();
+        let opts = VolumeOptions {
+            read_policy: ReadPolicy::RoundRobin,
+            cache: CacheMode::WriteThrough,
+            cache_max_age: None,
+            ..VolumeOptions::default()
+        };
+        let v = Volume::new(named(level, n, None, STRIP, MIB), members, opts).expect("volume");
+        faulty[1].fail_range(FaultOps::READ, SPOT);
+        read_twice(&v, &data, level);
+        assert!(v.member_health()[1].read_errors >= 1, "{level:?}");
+        assert_eq!(
+            v.member_health()[1].state,
+            MemberState::Healthy,
+            "{level:?}"
+        );
+        assert_eq!(v.counters().repairs, 0, "{level:?}");
+    }
+}

@@ -549,6 +549,12 @@ impl MemberTable {
         e: &MemberError,
         why: &(dyn FailWhy + Sync),
     ) -> bool {
+        if e.is_read_only_refusal() {
+            // A read-only volume's member refused a repair nothing should have asked of it:
+            // the disk is as it was, and failing it would degrade a volume that is being
+            // read off (md's read-only arrays do not rewrite either).
+            return false;
+        }
         let still_reads = self.may_keep_through_write_error(index)
             && self.still_reads(index, e.offset, e.len).await;
         self.fail_for_write_error(index, why, still_reads)

@@ -347,15 +347,9 @@ impl UringFile {
         let r = match check_range(&self.name, op, offset, len, self.len()) {
             Err(e) => Err(e),
             // Refused before any I/O: a read-only member is never written, whatever asks.
-            Ok(()) if self.read_only && op != MemberOp::Read => Err(self.err(
-                op,
-                offset,
-                len,
-                io::Error::new(
-                    io::ErrorKind::ReadOnlyFilesystem,
-                    "the member is opened read-only (read_only = true): nothing is written",
-                ),
-            )),
+            Ok(()) if self.read_only && op != MemberOp::Read => {
+                Err(self.err(op, offset, len, crate::member::ReadOnlyRefusal::io_error()))
+            }
             Ok(()) => body().await.map_err(|e| match op {
                 MemberOp::Write => self.write_err(offset, len, fua, e),
                 _ => self.err(op, offset, len, e),
