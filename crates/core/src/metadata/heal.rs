@@ -282,10 +282,11 @@ impl Heal {
         // replace must leave it as it was.
         p.volume.check_replacement(role, meta.member().as_ref())?;
         drop_forced_records(p, &meta, consent).await?;
-        // Recorded by path before the copy starts, as a spare added at run time: a restart
-        // before the swap opens it (standing by) instead of forgetting the operator's file.
+        // Recorded by path, and carrying this array's record, before the copy starts: a
+        // restart before the swap opens it and finds it this array's (standing by as a spare)
+        // whatever the copy wrote into its first MiB meanwhile (the write-hole log).
         let path = meta.member().name().to_string();
-        let listed = record_path(p, &path).await?;
+        let listed = record_replacement(p, role, &meta).await?;
         if let Err(e) = p.volume.start_replacement(role, meta.member().clone()) {
             if listed {
                 p.records.forget_added_path(&path).await?;
@@ -297,16 +298,43 @@ impl Heal {
     }
 }
 
-/// Lists `path` in the records' added paths (committed); whether it was not there yet.
-async fn record_path(p: Parts<'_>, path: &str) -> Result<bool, ArrayError> {
+/// Writes onto `meta`, about to replace role `role`'s member, this array's record naming it
+/// in the role (rebuilding), then lists its path in the records (committed); whether the
+/// path was not listed yet. The copy writes into the replacement's first MiB (the role's
+/// write-hole log lives there on small members): without the record first, a restart found
+/// it neither blank nor this array's, and refused it as a spare. The commit after the record
+/// always runs, so the members' records are newer than the replacement's: assembly ignores
+/// it in the role (its id is not the one recorded there) and keeps it as a spare.
+async fn record_replacement(
+    p: Parts<'_>,
+    role: usize,
+    meta: &MemberMeta,
+) -> Result<bool, ArrayError> {
+    let path = meta.member().name().to_string();
     let mut rec = p.records.lock().await;
-    if rec.added_paths.iter().any(|l| l == path) {
-        return Ok(false);
+    let listed = !rec.added_paths.contains(&path);
+    let mut next = rec.clone();
+    if listed {
+        recordable(&path, &rec.added_paths).map_err(|e| p.refuse(e))?;
+        next.added_paths.push(path);
     }
-    recordable(path, &rec.added_paths).map_err(|e| p.refuse(e))?;
-    rec.added_paths.push(path.to_string());
+    next.members[role] = MemberEntry {
+        uuid: joining_id(p, meta, &rec.members).await?,
+        state: RecordedState::Rebuilding {
+            checkpoint_bytes: 0,
+        },
+        unacked_since_failed: false,
+        failed_cause: None,
+    };
+    write_role_record(p, role, meta, &next, (None, true)).await?;
+    // Both superblock copies: no commit writes to it before the swap, and a blank second
+    // copy is reported damaged at a start.
+    meta.update(|_| {})
+        .await
+        .map_err(|e| p.refuse(e.to_string()))?;
+    rec.added_paths = next.added_paths;
     p.records.commit(&mut rec).await?;
-    Ok(true)
+    Ok(listed)
 }
 
 impl Heal {
