@@ -171,7 +171,9 @@ fn create_force_writes_over_another_arrays_device_and_data() {
     let said = text(&o);
     assert!(!o.status.success(), "{said}");
     assert!(
-        said.contains("member 0 belongs to another array (volume `w` of array"),
+        said.contains(
+            "member d0 carries no record of this volume (its superblock holds volume `w` of array"
+        ),
         "{said}"
     );
     let o = nbraid(&["check", new]);
