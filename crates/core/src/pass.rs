@@ -301,6 +301,9 @@ pub type Checkpoint<'a> = Box<dyn FnMut(u64) -> BoxFuture<'a, VolumeResult<()>> 
 /// adaptive mode watches.
 pub type Activity<'a> = Box<dyn Fn() -> u64 + Send + Sync + 'a>;
 
+/// Whether a pass's work changed under it ([`PassWork::stale`]).
+pub type Stale<'a> = Box<dyn Fn() -> bool + Send + Sync + 'a>;
+
 /// What a pass does: `window(at, len)` for each window in order (up to `inflight` at once);
 /// every `checkpoint_bytes` (0: never) the windows in flight are drained and
 /// `checkpoint(position)` is awaited before the next window is handed out.
@@ -314,6 +317,10 @@ pub(crate) struct PassWork<'a> {
     pub checkpoint: Checkpoint<'a>,
     /// Client activity for the adaptive mode (`None`: the pass ignores the mode).
     pub activity: Option<Activity<'a>>,
+    /// Whether the work changed under the pass (`None`: it never does). Once it says so the
+    /// pass hands out no more windows and returns `Cancelled` when those in flight are done
+    /// (its control not cancelled): the caller runs it again over the new work.
+    pub stale: Option<Stale<'a>>,
 }
 
 /// Runs `work` from the control's position to the end, honouring its rate limit, pause and
@@ -355,7 +362,8 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
             last_checkpoint = next;
             continue;
         }
-        let stopping = ctl.cancelled.load(Relaxed) || ctl.is_paused() || due;
+        let stale = work.stale.as_ref().is_some_and(|s| s());
+        let stopping = ctl.cancelled.load(Relaxed) || ctl.is_paused() || due || stale;
         // No window past a checkpoint's place: with several in flight the checkpoint would
         // otherwise come up to `inflight - 1` windows late (or never, on a short volume).
         let reaches_checkpoint = |next: u64| {
@@ -375,6 +383,11 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
                 return Ok(PassState::Done);
             }
             if ctl.cancelled.load(Relaxed) {
+                ctl.set_state(PassState::Cancelled);
+                return Ok(PassState::Cancelled);
+            }
+            if stale {
+                // Stopped, not cancelled: its caller runs it again over the new work.
                 ctl.set_state(PassState::Cancelled);
                 return Ok(PassState::Cancelled);
             }
@@ -486,6 +499,7 @@ mod tests {
             checkpoint_bytes: 0,
             checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
             activity: None,
+            stale: None,
         };
         let s = futures::executor::block_on(run(ctl, work));
         assert_eq!(s.expect("runs"), PassState::Done);
@@ -518,6 +532,7 @@ mod tests {
                 futures::future::ready(Ok(())).boxed()
             }),
             activity: None,
+            stale: None,
         };
         let s = futures::executor::block_on(run(ctl, work(Some(6))));
         assert_eq!(s.expect("runs"), PassState::Cancelled);
@@ -546,6 +561,7 @@ mod tests {
             checkpoint_bytes: 0,
             checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
             activity: None,
+            stale: None,
         };
         ctl.cancel();
         let s = futures::executor::block_on(run(ctl, work()));
@@ -578,6 +594,7 @@ mod tests {
             checkpoint_bytes: 0,
             checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
             activity: None,
+            stale: None,
         };
         let s = futures::executor::block_on(run(ctl, work(Some(3))));
         assert!(s.is_err());
@@ -609,6 +626,7 @@ mod tests {
                 futures::future::ready(Ok(())).boxed()
             }),
             activity: None,
+            stale: None,
         };
         let s = futures::executor::block_on(run(&PassControl::new(0), work));
         assert_eq!(s.expect("runs"), PassState::Done);
@@ -644,6 +662,7 @@ mod tests {
                 checkpoint_bytes: 0,
                 checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
                 activity: Some(Box::new(move || ops.load(Relaxed))),
+                stale: None,
             };
             let s = futures::executor::block_on(run(&ctl, work)).expect("runs");
             assert_eq!(s, PassState::Done);

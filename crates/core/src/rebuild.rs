@@ -33,7 +33,7 @@
 
 use crate::error::{VolumeError, VolumeResult};
 use crate::member::Member;
-use crate::pass::{Checkpoint, PassControl, PassState, PassWork};
+use crate::pass::{Checkpoint, PassControl, PassState, PassWork, Stale};
 use crate::volume::Volume;
 use futures::FutureExt;
 use nbraid_layout::Node;
@@ -274,13 +274,14 @@ impl Volume {
 
     /// Runs the rebuild pass in windows of about `window_bytes` from the control's position
     /// to the end; every `checkpoint_bytes` (0: never) `checkpoint(position)` runs with no
-    /// window in flight, everything below `position` rebuilt.
+    /// window in flight, everything below `position` rebuilt. Once `stale` says the targets
+    /// changed, it stops at the next window (`Cancelled`, the control left running).
     pub(crate) async fn rebuild_pass<'a>(
         &'a self,
         ctl: &PassControl,
-        window_bytes: u64,
-        checkpoint_bytes: u64,
+        (window_bytes, checkpoint_bytes): (u64, u64),
         checkpoint: Checkpoint<'a>,
+        stale: Option<Stale<'a>>,
     ) -> VolumeResult<PassState> {
         let root = self.root_node();
         crate::pass::run(
@@ -296,6 +297,7 @@ impl Volume {
                 checkpoint_bytes,
                 checkpoint,
                 activity: Some(Box::new(move || self.client_ops())),
+                stale,
             },
         )
         .await
@@ -331,9 +333,9 @@ impl Volume {
         let state = self
             .rebuild_pass(
                 ctl,
-                REBUILD_WINDOW_BYTES,
-                0,
+                (REBUILD_WINDOW_BYTES, 0),
                 Box::new(|_| futures::future::ready(Ok(())).boxed()),
+                None,
             )
             .await?;
         if state != PassState::Done {

@@ -729,6 +729,7 @@ impl Volume {
                 // Shortened to the pass's own lifetime (it borrows `pass`).
                 checkpoint: Box::new(move |pos| checkpoint(pos)),
                 activity: Some(Box::new(move || self.client_ops())),
+                stale: None,
             },
         )
         .await?;

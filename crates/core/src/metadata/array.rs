@@ -683,10 +683,25 @@ impl Array {
 
     /// Rebuilds every role being rebuilt or replaced, resuming at their checkpoints, while
     /// the volume serves; returns when they are all current (or the control cancelled it).
-    /// Roles added while it runs are rebuilt by a second pass before it returns.
+    /// A role that needs rebuilding while it runs starts the pass again at once over every
+    /// role, each from its own position.
     pub async fn rebuild(&self, ctl: &PassControl) -> Result<RebuildReport, ArrayError> {
         self.not_reshaping("rebuild")?;
-        self.heal.rebuild(self.parts(), ctl).await
+        self.heal.rebuild(self.parts(), ctl, true).await
+    }
+
+    /// [`Array::rebuild`], but a role that needs rebuilding while it runs stops it (at its
+    /// next window, `Cancelled`) with [`RebuildReport::restart`]: the caller starts a new
+    /// pass at once, which its watchers see start.
+    pub async fn rebuild_or_restart(&self, ctl: &PassControl) -> Result<RebuildReport, ArrayError> {
+        self.not_reshaping("rebuild")?;
+        self.heal.rebuild(self.parts(), ctl, false).await
+    }
+
+    /// Roles being rebuilt and the bytes current on each, the running rebuild at
+    /// `pass_bytes`: a role it has not started on (it starts again for it) shows its own.
+    pub fn rebuild_progress(&self, pass_bytes: u64) -> Vec<(usize, u64)> {
+        self.heal.progress(self.parts(), pass_bytes)
     }
 
     // Re-added members (`readd.rs`).

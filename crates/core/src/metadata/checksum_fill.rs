@@ -109,6 +109,7 @@ async fn fill_entries(
             checkpoint_bytes: every,
             checkpoint: Box::new(checkpoint),
             activity: Some(Box::new(move || p.volume.client_ops())),
+            stale: None,
         },
     )
     .await

@@ -255,6 +255,7 @@ async fn cover_spans(
             checkpoint_bytes: 0,
             checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
             activity: Some(Box::new(move || p.volume.client_ops())),
+            stale: None,
         },
     )
     .await

@@ -64,6 +64,9 @@ pub(super) struct Heal {
     replacing: Mutex<BTreeMap<usize, Arc<MemberMeta>>>,
     /// One pass at a time.
     running: AsyncMutex<()>,
+    /// What the running pass started with (`heal/rebuild.rs`): a role whose work is still
+    /// that is being moved by it; any other waits for the pass to start again.
+    live: Mutex<Vec<(usize, rebuild::Onto)>>,
     /// Spares go into roles one caller at a time (the daemon's watcher, `nbraid rebuild`):
     /// a spare is off the list before its role records it, so a second caller that did not
     /// wait would find neither a spare nor a role rebuilding and say "nothing to rebuild".
@@ -87,6 +90,9 @@ pub struct RebuildReport {
     pub state: PassState,
     /// Roles now current on their new member (rebuilt) or on their replacement (replaced).
     pub completed: Vec<usize>,
+    /// Stopped (`Cancelled`, not by its control) because a role needs rebuilding that the
+    /// pass did not write from its start: the caller starts a new pass over every role at once.
+    pub restart: bool,
 }
 
 impl Heal {

@@ -474,6 +474,7 @@ async fn resync_pass(
             checkpoint_bytes: 0,
             checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
             activity: Some(Box::new(|| p.volume.client_ops())),
+            stale: None,
         },
     )
     .await?;

@@ -64,6 +64,11 @@ impl Rebuilding {
         (claim.0.iter()).any(|&(c, term)| c == r && t.roles.get(&r).map(|e| e.1) == Some(term))
     }
 
+    /// Role `r`'s present term, while it is being rebuilt.
+    pub(super) fn term(&self, r: usize) -> Option<u64> {
+        self.0.lock().roles.get(&r).map(|e| e.1)
+    }
+
     /// The lowest position among `targets` (0 for one not listed): where a pass resumes.
     pub(super) fn start_of(&self, targets: &[usize]) -> u64 {
         let t = self.0.lock();

@@ -248,6 +248,7 @@ impl BackgroundResync {
                 checkpoint_bytes: 0,
                 checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
                 activity: Some(Box::new(|| p.volume.client_ops())),
+                stale: None,
             },
         )
         .await?;

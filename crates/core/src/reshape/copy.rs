@@ -195,6 +195,7 @@ impl ReshapeNode {
             checkpoint_bytes: 0,
             checkpoint: Box::new(|_| futures::future::ready(Ok(())).boxed()),
             activity: None,
+            stale: None,
         };
         crate::pass::run(ctl, work).await
     }

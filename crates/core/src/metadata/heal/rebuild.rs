@@ -22,44 +22,75 @@ use std::sync::Arc;
 impl Heal {
     /// Rebuilds every role being rebuilt or replaced, resuming at their checkpoints, while
     /// the volume serves; returns when they are all current (or the control cancelled it).
-    /// Roles added while it runs are rebuilt by a second pass before it returns.
+    /// A role that needs rebuilding while it runs (a spare took it, a replace began) stops
+    /// the pass at its next window: it starts again over every role, each from its own
+    /// position (md restarts its recovery likewise) — at once when `restart_inside`, else
+    /// it returns saying so ([`RebuildReport::restart`]) for the caller to start a new pass.
     pub(in crate::metadata) async fn rebuild(
         &self,
         p: Parts<'_>,
         ctl: &PassControl,
+        restart_inside: bool,
     ) -> Result<RebuildReport, ArrayError> {
         let _one = self.running.lock().await;
+        let report = self.rebuild_locked(p, ctl, restart_inside).await;
+        self.live.lock().clear();
+        report
+    }
+
+    async fn rebuild_locked(
+        &self,
+        p: Parts<'_>,
+        ctl: &PassControl,
+        restart_inside: bool,
+    ) -> Result<RebuildReport, ArrayError> {
+        let report = |state, completed| RebuildReport {
+            state,
+            completed,
+            restart: false,
+        };
         let mut completed = Vec::new();
         let mut lost = Lost::default();
         loop {
             self.give_up_replacements(p).await?;
+            // Taken before the targets: a role that comes between is the pass's next one.
+            let started = self.work(p);
             let targets = p.volume.rebuild_targets();
             if targets.is_empty() {
                 // A new member that failed on the way (and no spare took its role since), or
                 // a replacement given up: the pass did not do what it was for.
                 if let Some(why) = lost.still_out(p) {
                     ctl.failed(&why);
-                    return Ok(RebuildReport {
-                        state: PassState::Failed,
-                        completed,
-                    });
+                    return Ok(report(PassState::Failed, completed));
                 }
                 if completed.is_empty() {
                     ctl.nothing_to_do();
                 }
-                return Ok(RebuildReport {
-                    state: PassState::Done,
-                    completed,
-                });
+                return Ok(report(PassState::Done, completed));
             }
             // The members in the roles now: one put in a role later is not this pass's, nor
             // is a replacement started later (the first given up mid-pass, a second begun).
+            *self.live.lock() = started.clone();
             let claim = p.records.rebuilding.claim(&targets);
             let replacing = self.replacing.lock().clone();
             ctl.set_position(p.records.rebuilding.start_of(&targets));
-            let state = self.rebuild_pass(p, ctl, &targets, &claim).await?;
+            let state = self
+                .rebuild_pass(p, ctl, (&targets, &claim), &started)
+                .await?;
+            if state == PassState::Cancelled && !ctl.is_cancelled() {
+                tracing::info!(
+                    "volume `{}`: a role needs rebuilding: the rebuild starts again over every role",
+                    p.name()
+                );
+                if restart_inside {
+                    continue;
+                }
+                let mut r = report(state, completed);
+                r.restart = true;
+                return Ok(r);
+            }
             if state != PassState::Done {
-                return Ok(RebuildReport { state, completed });
+                return Ok(report(state, completed));
             }
             let (done, failed) = self.complete(p, &targets, (&claim, &replacing)).await?;
             completed.extend(done);
@@ -117,12 +148,42 @@ impl Heal {
         Ok(())
     }
 
+    /// Roles being rebuilt and the bytes current on their new member, the running pass at
+    /// `pass_bytes`: a role it moves (rebuilt onto what it was when the pass started) is at
+    /// least there; any other only at its own position (a role not started yet at 0).
+    pub(in crate::metadata) fn progress(&self, p: Parts<'_>, pass_bytes: u64) -> Vec<(usize, u64)> {
+        let live = self.live.lock().clone();
+        let now = self.work(p);
+        let moved = |r: usize| (now.iter()).any(|w| w.0 == r && live.contains(w));
+        (self.rebuilding(p).into_iter())
+            .map(|(r, at)| (r, if moved(r) { at.max(pass_bytes) } else { at }))
+            .collect()
+    }
+
+    /// What every role to rebuild is rebuilt onto now (see [`Onto`]).
+    fn work(&self, p: Parts<'_>) -> Vec<(usize, Onto)> {
+        let v = p.volume;
+        let targets = v.rebuild_targets().into_iter().map(|r| {
+            let onto = match v.table().slot(r).replacement() {
+                Some(m) => Onto::Replacement(Arc::as_ptr(&m) as *const () as usize),
+                None => p.records.rebuilding.term(r).map_or(Onto::Other, Onto::Term),
+            };
+            (r, onto)
+        });
+        // A role whose member failed under its replacement: the replacement goes into it.
+        let given_up: Vec<(usize, Onto)> = (self.replacing.lock().keys())
+            .filter(|&&r| v.table().slot(r).replacement().is_none() && v.member_is_failed(r))
+            .map(|&r| (r, Onto::GivenUp))
+            .collect();
+        targets.chain(given_up).collect()
+    }
+
     async fn rebuild_pass(
         &self,
         p: Parts<'_>,
         ctl: &PassControl,
-        targets: &[usize],
-        claim: &Claim,
+        (targets, claim): (&[usize], &Claim),
+        started: &[(usize, Onto)],
     ) -> Result<PassState, ArrayError> {
         let window = match self.window_bytes.load(SeqCst) {
             0 => REBUILD_WINDOW_BYTES,
@@ -130,9 +191,15 @@ impl Heal {
         };
         let every = checkpoint_every(p.volume.capacity(), window);
         let checkpoint = move |pos: u64| checkpoint(p, targets, claim, pos).boxed();
+        let stale = move || must_restart(started, &self.work(p));
         let state = p
             .volume
-            .rebuild_pass(ctl, window, every, Box::new(checkpoint))
+            .rebuild_pass(
+                ctl,
+                (window, every),
+                Box::new(checkpoint),
+                Some(Box::new(stale)),
+            )
             .await;
         // Progress in memory (a cancelled pass resumes here), whatever the outcome.
         p.records.rebuilding.advance(claim, ctl.position_bytes());
@@ -187,6 +254,28 @@ impl Heal {
         }
         Ok((done, failed))
     }
+}
+
+/// What a role is rebuilt onto.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Onto {
+    /// A new member, in its term ([`crate::metadata::rebuilding::Rebuilding::resume`]).
+    Term(u64),
+    /// A replacement, by identity.
+    Replacement(usize),
+    /// A member resyncing that is neither (nothing to restart for).
+    Other,
+    /// A replacement whose member failed: it is to go into the role.
+    GivenUp,
+}
+
+/// Whether a pass that started with the roles and members `started` must start again, the
+/// roles to rebuild being `now`: some role is rebuilt onto a member the pass did not write
+/// from its start (a spare took a role, a replace began, a new member replaced one that
+/// failed) — left to the end of the pass, that role waited a whole pass for nothing. Roles
+/// that left (done, failed) change nothing.
+fn must_restart(started: &[(usize, Onto)], now: &[(usize, Onto)]) -> bool {
+    now.iter().any(|w| !started.contains(w))
 }
 
 /// What failed on the way, of one completion or of a whole run ([`Heal::rebuild`]): roles
@@ -368,4 +457,31 @@ async fn swap_in(p: Parts<'_>, r: usize, meta: Arc<MemberMeta>) -> Result<bool, 
     checksum_area::swap_in_replacement(checksums(p), r, (&*serving, &*new), copy, swap).await;
     tracing::info!("volume `{}`: role {r} replaced", p.name());
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_role_given_new_work_restarts_the_pass_and_one_that_left_does_not() {
+        let started = [(1, Onto::Term(3)), (2, Onto::Replacement(77))];
+        assert!(!must_restart(&started, &started));
+        // Done or failed: nothing new.
+        assert!(!must_restart(&started, &started[..1]));
+        assert!(!must_restart(&started, &[]));
+        // A spare took a failed role while a replace ran.
+        let spare = [started[0], started[1], (0, Onto::Term(4))];
+        assert!(must_restart(&started, &spare));
+        // The new member of role 1 failed and a spare took the role: a new term.
+        assert!(must_restart(&started, &[(1, Onto::Term(5)), started[1]]));
+        // Another replacement of role 2, or its member failed under it.
+        assert!(must_restart(
+            &started,
+            &[started[0], (2, Onto::Replacement(78))]
+        ));
+        assert!(must_restart(&started, &[started[0], (2, Onto::GivenUp)]));
+        // A replace began while a role was rebuilt.
+        assert!(must_restart(&started[..1], &started));
+    }
 }
