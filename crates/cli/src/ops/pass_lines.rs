@@ -8,15 +8,22 @@ use serde_json::{Map, Value};
 /// How long a finished pass stays in the plain status.
 const DONE_SHOWN_S: u64 = 3600;
 
-/// A pass's moves as "d2 → s1, d4 → d4" (who held each role, who is written now).
-fn moves_text(moves: Option<&Value>) -> String {
-    moves
+/// A pass's moves as "d2 → s1, d4 → d4" (who held each role, who is written now); with
+/// several, each with its own share when it has one ("d1 → s0 9%, d2 → r 47%"): a role the
+/// pass started again for is not as far as the others.
+fn moves_text(moves: Option<&Value>, total: Option<&Value>) -> String {
+    let moves = moves
         .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
+        .map_or(&[][..], Vec::as_slice);
+    moves
+        .iter()
         .map(|m| {
+            let share = match m.get("position_bytes") {
+                Some(at) if moves.len() > 1 => format!(" {}", share_text(Some(at), total)),
+                _ => String::new(),
+            };
             format!(
-                "{} → {}",
+                "{} → {}{share}",
                 m["from"].as_str().unwrap_or("?"),
                 m["to"].as_str().unwrap_or("?")
             )
@@ -77,7 +84,7 @@ fn pass_line(what: &str, roles: &str, r: &Map<String, Value>) -> String {
         let ago = ago.map_or(String::new(), |s| format!(", {} ago", ago_text(s)));
         return format!("  {what} done{over}{ago}{}\n", failed_since_text(r));
     }
-    let moves = moves_text(r.get("moves"));
+    let moves = moves_text(r.get("moves"), r.get("total_bytes"));
     let roles = match r.get("roles") {
         _ if !moves.is_empty() => format!(" {moves}"),
         Some(list) if !roles.is_empty() => format!(" {roles}{list}"),

@@ -362,11 +362,18 @@ pub(super) fn rebuild_json(v: &ControlVolume) -> Value {
         return Value::Null;
     };
     let state = v.rebuild_state().unwrap_or(c.state());
-    let roles: Vec<usize> = v.array().rebuilding().iter().map(|(r, _)| *r).collect();
+    // Each role's own progress: one the pass has not started on (it starts again for it)
+    // is not shown moving with it.
+    let progress = v.array().rebuild_progress(c.position_bytes());
+    let roles: Vec<usize> = progress.iter().map(|(r, _)| *r).collect();
+    let mut moves = moves(v, &roles);
+    for (m, (_, at)) in moves.iter_mut().zip(&progress) {
+        m["position_bytes"] = json!(at);
+    }
     let rebuilt = v.rebuilt_roles(&c);
     json!({
         "state": state.name(),
-        "moves": moves(v, &roles),
+        "moves": moves,
         "roles": roles,
         // What it made current once it returned, and which of those failed since: then
         // its "done" is history, not the roles' state.

@@ -8,6 +8,7 @@ use super::notes::ConfigIds;
 use super::paths::absolute_path;
 use super::task_slot::{restart, Restart, Run, TaskSlot};
 use crate::served::{Counts, ServedArray};
+use futures::future::{BoxFuture, FutureExt};
 use nbraid_assembly::adopt::Known;
 use nbraid_control::Refusal;
 use nbraid_core::metadata::{Array, ArrayError};
@@ -363,15 +364,12 @@ impl ControlVolume {
     }
 
     fn rebuild_task(&self, rate: PassRate, set_rate: bool) -> Arc<PassControl> {
-        let (array, name, rebuilt) = (self.array(), self.name.clone(), self.rebuilt.clone());
-        // Where the roles' checkpoints are, of the whole volume: a rebuild resumed after a
-        // restart shows its share from its first report, not 0% until its run reads them.
-        let resume_at = (array.rebuilding().iter()).map(|&(_, at)| at).min();
-        let total = array.volume().capacity();
         let mut running = None;
         let started = self.rebuild.start(
             |latest| match latest {
-                // One runs: its task outlives the pass until the members are committed.
+                // One runs: its task outlives the pass until the members are committed. A
+                // role it does not rebuild stops it and a new pass starts for every role
+                // (`RebuildTask::run`).
                 Some((c, true)) => {
                     if set_rate {
                         c.set_pass_rate(rate);
@@ -379,28 +377,20 @@ impl ControlVolume {
                     running = Some(c.clone());
                     None
                 }
-                _ => {
-                    let c = self.new_pass(rate);
-                    c.set_position(resume_at.unwrap_or(0));
-                    c.set_total(total);
-                    Some(c)
-                }
+                _ => Some(self.new_pass(rate)),
             },
-            |ctl| async move {
-                match array.rebuild(&ctl).await {
-                    Ok(r) => {
-                        tracing::info!(
-                            "rebuild of {name} {}: roles {:?} current",
-                            r.state.name(),
-                            r.completed
-                        );
-                        *rebuilt.lock() = Some((ctl, r.completed));
-                    }
-                    Err(e) => tracing::error!("rebuild of {name} failed: {e}"),
-                }
-            },
+            |ctl| self.rebuild_runner().run(ctl),
         );
         (started.or(running)).expect("a rebuild started, or one runs")
+    }
+
+    fn rebuild_runner(&self) -> RebuildTask {
+        RebuildTask {
+            slot: self.rebuild.clone(),
+            array: self.array(),
+            name: self.name.clone(),
+            rebuilt: self.rebuilt.clone(),
+        }
     }
 
     pub(super) fn scrub(&self) -> Option<Arc<ScrubControl>> {
@@ -509,6 +499,57 @@ impl ControlVolume {
         c.cancel();
         c.resume();
         true
+    }
+}
+
+/// What a rebuild run needs: its slot (to start the next run), the array, where its
+/// outcome goes.
+struct RebuildTask {
+    slot: TaskSlot<PassControl>,
+    array: Arc<Array>,
+    name: String,
+    rebuilt: Arc<Mutex<Option<Rebuilt>>>,
+}
+
+impl RebuildTask {
+    /// Runs the rebuild under `ctl`. A role that needs rebuilding meanwhile (a spare took a
+    /// failed role, a replace began) stops it at its next window, and a new run starts at
+    /// once over every role, each from its own checkpoint: watchers see it start, and no
+    /// role waits for a whole pass it is no part of.
+    fn run(self, ctl: Arc<PassControl>) -> BoxFuture<'static, ()> {
+        async move { self.run_once(ctl).await }.boxed()
+    }
+
+    async fn run_once(self, ctl: Arc<PassControl>) {
+        // Where the roles' checkpoints are, of the whole volume: a rebuild resumed after a
+        // restart shows its share from its first report, not 0% until its run reads them.
+        let resume_at = (self.array.rebuilding().iter()).map(|&(_, at)| at).min();
+        if ctl.state() == PassState::Idle {
+            ctl.set_position(resume_at.unwrap_or(0));
+            ctl.set_total(self.array.volume().capacity());
+        }
+        let name = &self.name;
+        match self.array.rebuild_or_restart(&ctl).await {
+            Ok(r) if r.restart => {
+                tracing::info!("rebuild of {name}: a role needs rebuilding: a new pass starts");
+                let next = Arc::new(PassControl::with_rate(ctl.pass_rate()));
+                if ctl.is_paused() {
+                    next.pause();
+                }
+                *self.rebuilt.lock() = Some((ctl, r.completed));
+                let slot = self.slot.clone();
+                slot.start(|_| Some(next), |c| self.run(c));
+            }
+            Ok(r) => {
+                tracing::info!(
+                    "rebuild of {name} {}: roles {:?} current",
+                    r.state.name(),
+                    r.completed
+                );
+                *self.rebuilt.lock() = Some((ctl, r.completed));
+            }
+            Err(e) => tracing::error!("rebuild of {name} failed: {e}"),
+        }
     }
 }
 
