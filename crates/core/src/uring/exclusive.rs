@@ -71,14 +71,16 @@ fn open_exclusive_mode(path: &Path, create: bool, read_only: bool) -> Result<Fil
             Some(libc::EINTR) => continue,
             Some(libc::EWOULDBLOCK) => {
                 let meta = file.metadata().ok();
-                let live = meta
-                    .as_ref()
-                    .and_then(find_holder)
-                    .is_some_and(|h| h.is_alive());
-                if !live && started.elapsed() < DEAD_HOLDER_GRACE {
+                let holder = meta.as_ref().and_then(find_holder);
+                let live = holder.as_ref().is_some_and(|h| h.is_alive());
+                let ours = holder.as_ref().is_some_and(|h| h.pid == std::process::id());
+                let waited = started.elapsed();
+                if (!live && waited < DEAD_HOLDER_GRACE) || (ours && waited < OWN_CLOSE_GRACE) {
                     // Held by no live process: a killed holder's io_uring requests still
                     // reference the file while the kernel tears its rings down (after its
-                    // exit), keeping the lock a moment longer.
+                    // exit), keeping the lock a moment longer. Held by this process: a
+                    // member it just let go of (removed, failed, a test's dropped file) is
+                    // released once its ring's last requests are freed.
                     std::thread::sleep(std::time::Duration::from_millis(20));
                     continue;
                 }
@@ -97,6 +99,10 @@ fn open_exclusive_mode(path: &Path, create: bool, read_only: bool) -> Result<Fil
 /// How long a lock held by no live process may take to go away before the member is
 /// reported in use.
 const DEAD_HOLDER_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// How long a lock this process holds may take to go away (a member it just closed) before
+/// the member is reported in use — by itself, as when a config names one file twice.
+const OWN_CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The error for a member held elsewhere, naming the holder as far as it can be found.
 fn in_use(path: &Path, meta: Option<Metadata>, is_block: bool) -> UringError {
