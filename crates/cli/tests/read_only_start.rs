@@ -105,6 +105,18 @@ fn serve_read_only(cfg: &Path, dir: &Path, data: &[u8], degraded: bool) {
     d.stop();
 }
 
+/// Three 24 MiB file members d0..d2.img in `dir`: their paths, and their config lines by id.
+fn file_members(dir: &Path) -> (Vec<PathBuf>, Vec<(String, String)>) {
+    let paths: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("d{i}.img"))).collect();
+    let members = (paths.iter().enumerate())
+        .map(|(i, p)| {
+            let line = format!("path = \"{}\"\nsize = \"24MiB\"", p.display());
+            (format!("m{i}"), line)
+        })
+        .collect();
+    (paths, members)
+}
+
 /// Writes 32 MiB through a read-write start of `cfg`; the bytes.
 fn write_data(cfg: &Path, dir: &Path, seed: u64) -> Vec<u8> {
     let (mut d, uri) = serve(cfg, "v");
@@ -166,15 +178,7 @@ fn a_mirror_on_read_only_devices_starts_read_only_and_writes_nothing() {
 #[test]
 fn a_raid5_on_files_nobody_may_write_starts_read_only_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let paths: Vec<PathBuf> = (0..3)
-        .map(|i| dir.path().join(format!("d{i}.img")))
-        .collect();
-    let members: Vec<(String, String)> = (paths.iter().enumerate())
-        .map(|(i, p)| {
-            let line = format!("path = \"{}\"\nsize = \"24MiB\"", p.display());
-            (format!("m{i}"), line)
-        })
-        .collect();
+    let (paths, members) = file_members(dir.path());
     // The write-hole log and checksums on (the defaults).
     let rw = config(dir.path(), &members, "raid5", "");
     let data = write_data(&rw, dir.path(), 12);
@@ -208,15 +212,7 @@ fn a_raid5_on_files_nobody_may_write_starts_read_only_and_writes_nothing() {
 #[test]
 fn an_unclean_raid5_is_refused_read_only_saying_why() {
     let dir = tempfile::tempdir().unwrap();
-    let paths: Vec<PathBuf> = (0..3)
-        .map(|i| dir.path().join(format!("d{i}.img")))
-        .collect();
-    let members: Vec<(String, String)> = (paths.iter().enumerate())
-        .map(|(i, p)| {
-            let line = format!("path = \"{}\"\nsize = \"24MiB\"", p.display());
-            (format!("m{i}"), line)
-        })
-        .collect();
+    let (paths, members) = file_members(dir.path());
     let rw = config(dir.path(), &members, "raid5", "");
     let (mut d, uri) = serve(&rw, "v");
     fill(&require("nbdcopy"), dir.path(), &uri, 13);

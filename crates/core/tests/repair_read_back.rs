@@ -21,6 +21,20 @@ const STRIP: u64 = 16 * KIB;
 /// A 4 KiB spot inside the second strip of each member.
 const SPOT: std::ops::Range<u64> = STRIP + 4 * KIB..STRIP + 8 * KIB;
 
+/// A `level` volume of `n` over `members`: round-robin mirror reads (so both copies are
+/// read), write-through, no background destage.
+fn over(level: Level, n: usize, members: Vec<std::sync::Arc<dyn nbraid_core::Member>>) -> Volume {
+    let opts = VolumeOptions {
+        read_policy: ReadPolicy::RoundRobin,
+        cache: CacheMode::WriteThrough,
+        cache_max_age: None,
+        ..VolumeOptions::default()
+    };
+    Volume::new(named(level, n, None, STRIP, MIB), members, opts).expect("volume")
+}
+
+/// A `level` volume of `n` faulty memory members, written with random bytes: the volume,
+/// its members, the bytes.
 fn volume(
     level: Level,
     n: usize,
@@ -30,14 +44,7 @@ fn volume(
     Vec<u8>,
 ) {
     let (faulty, members) = faulty_members(n, MIB, 77, false);
-    let opts = VolumeOptions {
-        read_policy: ReadPolicy::RoundRobin,
-        cache: CacheMode::WriteThrough,
-        members_known_zero: true,
-        cache_max_age: None,
-        ..VolumeOptions::default()
-    };
-    let v = Volume::new(named(level, n, None, STRIP, MIB), members, opts).expect("volume");
+    let v = over(level, n, members);
     let mut data = vec![0u8; v.capacity() as usize];
     SmallRng::seed_from_u64(77).fill(&mut data[..]);
     block_on(v.write(0, Buf::copy_from(&data), false)).expect("write");
@@ -156,13 +163,7 @@ fn a_read_only_volume_keeps_the_member_whose_repair_it_refused() {
                     as std::sync::Arc<dyn nbraid_core::Member>
             })
             .collect();
-        let opts = VolumeOptions {
-            read_policy: ReadPolicy::RoundRobin,
-            cache: CacheMode::WriteThrough,
-            cache_max_age: None,
-            ..VolumeOptions::default()
-        };
-        let v = Volume::new(named(level, n, None, STRIP, MIB), members, opts).expect("volume");
+        let v = over(level, n, members);
         faulty[1].fail_range(FaultOps::READ, SPOT);
         read_twice(&v, &data, level);
         assert!(v.member_health()[1].read_errors >= 1, "{level:?}");
