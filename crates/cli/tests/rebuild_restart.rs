@@ -33,12 +33,21 @@ fn within(cfg: &str, secs: u64, done: impl Fn(&Value) -> bool) -> (Value, bool) 
 }
 
 /// Whether an event says a rebuild started onto `member`.
+/// Whether a `rebuild-started` event names `member`, within 10 s: the service's observer
+/// looks on its own schedule, so status can show the rebuild moving before the event is out.
 fn rebuild_started_onto(cfg: &str, member: &str) -> bool {
-    let events = ok(nbraid(&["events", "--json", "--config", cfg]), "events");
-    (events.lines())
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| e["event"] == "rebuild-started")
-        .any(|e| (e["member"].as_str().unwrap_or("").split(',')).any(|m| m == member))
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let events = ok(nbraid(&["events", "--json", "--config", cfg]), "events");
+        let said = (events.lines())
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["event"] == "rebuild-started")
+            .any(|e| (e["member"].as_str().unwrap_or("").split(',')).any(|m| m == member));
+        if said || std::time::Instant::now() > deadline {
+            return said;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
 
 /// Waits until the running pass is past `bytes`.
