@@ -18,43 +18,36 @@
 //! and their commit (`records.rs`), the write-intent bitmap (`bitmap.rs`), hot spares,
 //! rebuild and replace (`heal.rs`, `rebuild.rs`), re-added members (`readd.rs`), the
 //! background resync (`resync.rs`) — and is handed the others it acts on as [`Parts`]. The
-//! request path is `array/requests.rs`; creating and opening are here, their decisions in
-//! `create.rs` and `open.rs`.
+//! request path is `array/requests.rs`; creating and the open sequence are `array/start.rs`,
+//! their decisions in `create.rs` and `open.rs`.
 
-use super::assemble::{assemble_with, Names};
 use super::bitmap::Bitmap;
-use super::checksum_area;
 use super::checksum_refill::{Refill, RefillControl};
 use super::disk_rule::Consent;
 use super::error::ArrayError;
 use super::fill_control::{FillControl, FillReport};
 use super::heal::{roles_wanting_a_member, Heal, RebuildReport};
 use super::member_meta::MemberMeta;
-use super::open::{plan_roles, RolePlan};
 use super::options::{ArrayOptions, OpenReport};
 use super::parts::Parts;
 use super::ppl_area::PplPlaces;
 use super::readd::{Readd, Returning};
-use super::records::{Recorded, Records};
+use super::records::Records;
 use super::resync::BackgroundResync;
-use super::{
-    Area, Assembly, BitmapArea, Probe, RecordedState, ScrubCheckpoint, Uuid, VolumeRecord,
-};
-use crate::absent::AbsentMember;
+use super::{ScrubCheckpoint, Uuid};
 use crate::error::VolumeResult;
-use crate::fail_cause::Because;
-use crate::failure_gate::FailureRecorder;
-use crate::member::Member;
 use crate::pass::{PassControl, PassState};
 use crate::reshape::ReshapeNode;
 use crate::scrub::{ScrubControl, ScrubReport};
-use crate::volume::{Volume, VolumeOptions};
-use nbraid_layout::{Geometry, Node};
+use crate::volume::Volume;
+use nbraid_layout::Node;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Duration;
 
 mod requests;
+mod start;
+
+use start::Mode;
 
 pub struct Array {
     volume: Volume,
@@ -73,15 +66,6 @@ pub struct Array {
     reshape: Option<ReshapeNode>,
     /// The reshape's longest window (tests and the simulator use small ones).
     reshape_window_bytes: AtomicU64,
-}
-
-/// How [`Array::open_with`] opens: resyncing before it serves, resyncing in the background
-/// where it may, or writing nothing at all.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
-    Foreground,
-    Background,
-    ReadOnly,
 }
 
 /// What [`Array::mark_clean`] did.
@@ -130,28 +114,7 @@ impl Array {
         assume_clean: bool,
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<(Array, OpenReport), ArrayError> {
-        let id = super::create::write_records(name, &tree, &metas, &opts, assume_clean).await?;
-        // `checksums = "enable"` on a volume that is new: its regions were placed as without
-        // checksums, so they get the areas and the pass an existing volume gets, now rather
-        // than at the next open.
-        if opts.enable_checksums && opts.checksum_area_before_region_bytes.is_none() {
-            let roles: Vec<(usize, Arc<MemberMeta>)> = metas.iter().cloned().enumerate().collect();
-            checksum_area::enable_at_create(name, &roles).await?;
-        }
-        let metas: Vec<Option<Arc<MemberMeta>>> = metas.into_iter().map(Some).collect();
-        let array = Array::build(name, id, tree, &metas, opts, !assume_clean, None).await?;
-        let mut report = OpenReport {
-            was_clean: assume_clean,
-            roles: (0..array.volume.member_count()).map(Ok).collect(),
-            ..OpenReport::default()
-        };
-        if !assume_clean {
-            report.resynced_bytes = array
-                .resync(&[(0, array.volume.capacity())], progress)
-                .await?;
-        }
-        array.settle().await?;
-        Ok((array, report))
+        start::create(name, tree, metas, opts, assume_clean, progress).await
     }
 
     /// Assembles volume `name` from `metas` (config position `i`; `None`: missing), checking
@@ -164,7 +127,7 @@ impl Array {
         opts: ArrayOptions,
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<(Array, OpenReport), ArrayError> {
-        Array::open_with(name, config_tree, metas, opts, progress, Mode::Foreground).await
+        start::open(name, config_tree, metas, opts, progress, Mode::Foreground).await
     }
 
     /// [`Array::open`], but a volume serves at once after an unclean start: what needs
@@ -179,7 +142,7 @@ impl Array {
         opts: ArrayOptions,
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<(Array, OpenReport), ArrayError> {
-        Array::open_with(name, config_tree, metas, opts, progress, Mode::Background).await
+        start::open(name, config_tree, metas, opts, progress, Mode::Background).await
     }
 
     /// Assembles volume `name` as [`Array::open`] does, but writes nothing to any member,
@@ -197,341 +160,13 @@ impl Array {
         opts: ArrayOptions,
     ) -> Result<(Array, OpenReport), ArrayError> {
         let no_progress = |_, _| {};
-        Array::open_with(name, config_tree, metas, opts, &no_progress, Mode::ReadOnly).await
+        start::open(name, config_tree, metas, opts, &no_progress, Mode::ReadOnly).await
     }
 
     /// Whether the volume was opened read-only ([`Array::open_read_only`]): it writes
     /// nothing to its members.
     pub fn is_read_only(&self) -> bool {
         self.records.is_kept_in_memory()
-    }
-
-    /// [`Array::open`]; with [`Mode::Background`], a resync the volume may serve before is
-    /// left to [`Array::background_resync`]; with [`Mode::ReadOnly`], nothing is written.
-    async fn open_with(
-        name: &str,
-        config_tree: &Node,
-        metas: Vec<Option<Arc<MemberMeta>>>,
-        opts: ArrayOptions,
-        progress: &(dyn Fn(u64, u64) + Sync),
-        mode: Mode,
-    ) -> Result<(Array, OpenReport), ArrayError> {
-        let probes: Vec<Probe> = metas
-            .iter()
-            .map(|m| m.as_ref().map_or(Probe::Missing, |m| m.probe().clone()))
-            .collect();
-        let names = Names(&opts.member_ids);
-        let asm = assemble_with(name, config_tree, &probes, opts.force_assembly, &names)?;
-        let mut roles = plan_roles(&asm, &metas);
-        let read_only = mode == Mode::ReadOnly;
-        if read_only {
-            if opts.enable_checksums {
-                roles.warnings.push(
-                    "checksums = \"enable\" is not carried out: read_only = true writes nothing"
-                        .into(),
-                );
-            }
-        } else {
-            let enable = opts.enable_checksums;
-            checksum_area::enable_at_open(name, enable, &asm, &roles.by_role).await?;
-        }
-        let tree = asm.tree.clone();
-        let built = Array::build(
-            name,
-            asm.array,
-            tree,
-            &roles.by_role,
-            opts,
-            !(read_only && asm.clean),
-            Some(asm.newest_role),
-        );
-        let mut array = built.await?;
-        if read_only {
-            array.keep_in_memory(&asm)?;
-        }
-        let rebuilding_roles = array.take_roles(&asm, &roles).await;
-        // The write hole: replay the partial-parity log before the resync and before serving
-        // (read-only: only a clean array starts, whose log has nothing to replay).
-        let ppl = match array.ppl.setup() {
-            Some(p) if !read_only => {
-                crate::ppl::recover(&array.volume, &p.areas, p.life, !asm.clean).await?
-            }
-            _ => Default::default(),
-        };
-        array.adopt_assembly(&asm).await;
-        if let Some(node) = &array.reshape {
-            super::reshape_run::restore(array.parts(), node).await?;
-        }
-        for w in &roles.warnings {
-            tracing::warn!("volume `{name}`: {w}");
-        }
-        let mut report = OpenReport {
-            ppl,
-            warnings: roles.warnings,
-            was_clean: asm.clean,
-            resynced_roles: roles.stale.clone(),
-            absent_roles: roles.absent,
-            resynced_bytes: 0,
-            background_bytes: 0,
-            roles: asm.roles.clone(),
-            rebuilding_roles,
-            forced: asm.forced.clone(),
-        };
-        if read_only {
-            // The stale roles stay resyncing: neither read nor (nothing writes) written.
-            return Ok((array, report));
-        }
-        let stale = roles.stale;
-        let rebuilding = !report.rebuilding_roles.is_empty();
-        let background = mode == Mode::Background;
-        let resync =
-            (array.resync_at_open(asm.clean, &stale, rebuilding, background, progress)).await?;
-        match resync {
-            Resynced::Background => {
-                report.background_bytes = array.background_bytes();
-                return Ok((array, report));
-            }
-            Resynced::Foreground(bytes) => report.resynced_bytes = bytes,
-        }
-        let mut rec = array.records.lock().await;
-        for &r in &stale {
-            array.volume.set_resyncing(r, false);
-            rec.members[r].state = RecordedState::Active;
-        }
-        drop(rec);
-        array.settle().await?;
-        Ok((array, report))
-    }
-
-    /// After an unclean start or with stale roles: resyncs what the bitmap marks (the whole
-    /// volume without one) before serving, or leaves it to the background when `background`
-    /// and the volume may serve first (`resync.rs`).
-    async fn resync_at_open(
-        &self,
-        clean: bool,
-        stale: &[usize],
-        rebuilding: bool,
-        background: bool,
-        progress: &(dyn Fn(u64, u64) + Sync),
-    ) -> Result<Resynced, ArrayError> {
-        if clean && stale.is_empty() {
-            return Ok(Resynced::Foreground(0));
-        }
-        let capacity = self.volume.capacity();
-        let ranges = match &self.bitmap {
-            Some(b) => b.intent().set_ranges(capacity),
-            None => vec![(0, capacity)],
-        };
-        let p = self.parts();
-        if background && self.background.start(p, &ranges, stale, rebuilding).await? {
-            return Ok(Resynced::Background);
-        }
-        Ok(Resynced::Foreground(self.resync(&ranges, progress).await?))
-    }
-
-    /// A read-only start: refused where it cannot serve right without writing
-    /// (`read_only.rs`); else the records and the bitmap are kept in memory from now on.
-    fn keep_in_memory(&mut self, asm: &Assembly) -> Result<(), ArrayError> {
-        let capacity = self.volume.capacity();
-        let unsynced_bytes = match &self.bitmap {
-            Some(b) => super::ranges::total_bytes(&b.intent().set_ranges(capacity)),
-            None => capacity,
-        };
-        let found = super::read_only::Found {
-            clean: asm.clean,
-            unsynced_bytes,
-            has_parity: !crate::ppl::parity_groups(self.volume.geometry().root()).is_empty(),
-            reshaping: self.reshape.is_some(),
-        };
-        if let Some(why) = super::read_only::refusal(self.name(), found) {
-            return Err(ArrayError::ReadOnly(why));
-        }
-        self.records.keep_in_memory();
-        if let Some(b) = &mut self.bitmap {
-            b.keep_in_memory();
-        }
-        Ok(())
-    }
-
-    /// The slots as the role plan says: absent roles failed, stale ones resyncing, new
-    /// members being rebuilt written but not read (the rebuild resumes online). Returns the
-    /// roles being rebuilt and their checkpoints.
-    async fn take_roles(&self, asm: &Assembly, roles: &RolePlan) -> Vec<(usize, u64)> {
-        let recorded = self.records.lock().await.members.clone();
-        for &r in &roles.absent {
-            let (cause, why) = super::open::absent_cause(recorded.get(r));
-            self.volume.fail_member(r, &Because(cause, &why));
-        }
-        // Settled below (they were not there to miss anything since the records were written).
-        let gate = self.volume.table().failure_gate();
-        gate.recorded_up_to(gate.generation());
-        for &r in &roles.stale {
-            self.volume.set_resyncing(r, true);
-        }
-        let mut rebuilding = Vec::new();
-        for &(r, checkpoint) in &asm.rebuilding {
-            if self.volume.member_is_failed(r) {
-                continue;
-            }
-            self.volume.set_resyncing(r, true);
-            self.records.rebuilding.resume(r, checkpoint);
-            rebuilding.push((r, checkpoint));
-        }
-        rebuilding
-    }
-
-    /// The records take assembly's event counter, and trust the roles a forced assembly took
-    /// back (the next commit records them current).
-    async fn adopt_assembly(&self, asm: &Assembly) {
-        let mut rec = self.records.lock().await;
-        rec.events = asm.events;
-        for f in &asm.forced {
-            rec.members[f.role].state = RecordedState::Active;
-        }
-    }
-
-    /// The engine volume over members in recorded roles (absent roles get stand-ins), with
-    /// its records, bitmap and log places; the volume's state is role `newest_role`'s record
-    /// (assembly's choice; `None` at create, where every record is the one just written).
-    async fn build(
-        name: &str,
-        id: Uuid,
-        tree: Node,
-        by_role: &[Option<Arc<MemberMeta>>],
-        opts: ArrayOptions,
-        dirty: bool,
-        newest_role: Option<usize>,
-    ) -> Result<Array, ArrayError> {
-        let bad = |detail: String| ArrayError::Metadata {
-            volume: name.to_string(),
-            detail,
-        };
-        let mut records = Vec::with_capacity(by_role.len());
-        for m in by_role {
-            records.push(match m {
-                Some(m) => m.record(name).await,
-                None => None,
-            });
-        }
-        let newest = match newest_role {
-            Some(r) => records.get(r).cloned().flatten(),
-            None => records.iter().flatten().next().cloned(),
-        };
-        let newest = newest.ok_or_else(|| {
-            bad(format!("role {newest_role:?}'s record, the one its records say it starts from, is not on the member placed in that role (its record names another member there)"))
-        })?;
-        // Mid-reshape neither tree is logged; the bitmap's resync covers both (`crate::reshape`).
-        let logged = opts.ppl && newest.reshape.is_none();
-        let ppl = PplPlaces::new(name, &tree, &records, newest.events, logged);
-        // Parity is trusted: whatever may disagree (the bitmap's regions, stale members) is
-        // resynced before anything is served, so the volume starts as in sync as zeroed members.
-        let checksums = checksum_area::setup(name, &tree, &records, &newest)
-            .map(|s| s.with_fail_after_errors(opts.checksum_errors_to_fail));
-        let vopts = VolumeOptions {
-            members_known_zero: true,
-            checksums,
-            ..opts.volume
-        };
-        let (volume, reshape) = match &newest.reshape {
-            None => {
-                let members = members_by_role(&tree, by_role);
-                let setup = ppl.setup().cloned();
-                let v = Volume::with_ppl(Geometry::from_tree(tree), members, vopts, setup)?;
-                (v, None)
-            }
-            Some(r) => {
-                let members = members_by_role(&r.new_tree, by_role);
-                let new = Geometry::from_tree(r.new_tree.clone());
-                let old = Geometry::from_tree(tree);
-                let (v, node) = Volume::reshaping(old, &new, members, vopts, r.position_bytes)?;
-                (v, Some(node))
-            }
-        };
-        let bitmap = match newest.bitmap {
-            None => None,
-            Some(b) => {
-                // A member whose bitmap has another chunk (one that missed the commit of a
-                // reshape growing it) is neither read nor written: its bits mean other regions.
-                let same_chunk = |x: &BitmapArea| x.chunk_bytes == b.chunk_bytes;
-                let areas: Vec<Option<Area>> = (records.iter())
-                    .map(|r| {
-                        r.as_ref()
-                            .and_then(|r| r.bitmap.filter(same_chunk).map(|b| b.area))
-                    })
-                    .collect();
-                let loaded = Bitmap::load(&volume, b, areas, opts.bitmap_clear_delay);
-                Some(loaded.await.map_err(bad)?)
-            }
-        };
-        let mut recorded = recorded_as(&newest);
-        recorded.checksum_fill = checksum_area::fill_of(&records);
-        recorded.reshape = (newest.reshape.as_ref())
-            .map(|r| super::reshape::RecordedReshape::from_records(r, &records));
-        let records = Arc::new(Records::new(
-            id,
-            name,
-            volume.shared_table(),
-            by_role.to_vec(),
-            recorded,
-            dirty,
-        ));
-        // From here on a member failure is recorded before any further member write.
-        let recorder: Arc<dyn FailureRecorder> = records.clone();
-        (volume.table().failure_gate()).install(Arc::downgrade(&recorder));
-        Ok(Array {
-            volume,
-            records,
-            bitmap,
-            ppl,
-            heal: Heal::default(),
-            returning: Returning::default(),
-            background: BackgroundResync::default(),
-            refill: Refill::default(),
-            reshape,
-            reshape_window_bytes: AtomicU64::new(super::reshape_run::MAX_WINDOW_BYTES),
-        })
-    }
-
-    /// Rewrites copies and parity over `ranges`, piece by piece (whole full stripes, about
-    /// 1 MiB each: memory stays bounded whatever the ranges). Returns the bytes covered.
-    async fn resync(
-        &self,
-        ranges: &[(u64, u64)],
-        progress: &(dyn Fn(u64, u64) + Sync),
-    ) -> Result<u64, ArrayError> {
-        let capacity = self.volume.capacity();
-        let (width, piece) = self.parts().resync_piece();
-        let total = super::ranges::total_bytes(ranges);
-        let mut done = 0;
-        for &(a, b) in ranges {
-            let mut at = a / width * width;
-            let end = b.div_ceil(width).saturating_mul(width).min(capacity);
-            while at < end {
-                let n = piece.min(end - at);
-                self.volume.resync_range(at, n).await?;
-                at += n;
-                done += n;
-                progress(done.min(total), total);
-            }
-        }
-        self.volume.flush().await?;
-        Ok(total)
-    }
-
-    /// After open or create: every current member records the volume clean, with what
-    /// failed recorded; the bitmap is cleared when no role is missing (else it keeps what
-    /// the missing members will need).
-    async fn settle(&self) -> VolumeResult<()> {
-        self.volume.flush().await?;
-        if let Some(b) = &self.bitmap {
-            let i = b.intent();
-            if !self.volume.is_degraded() {
-                i.flushed(i.flush_started(), Duration::ZERO);
-            }
-            b.write(&self.volume).await?;
-        }
-        let mut rec = self.records.lock().await;
-        self.records.mark_clean(&mut rec).await
     }
 
     /// What the components act on.
@@ -916,43 +551,5 @@ impl Array {
     pub async fn scrub(&self, ctl: &ScrubControl) -> Result<ScrubReport, ArrayError> {
         self.not_reshaping("scrub")?;
         super::scrub::scrub(self.parts(), ctl).await
-    }
-}
-
-/// Where opening left the resync.
-enum Resynced {
-    /// Before serving: these bytes.
-    Foreground(u64),
-    /// Left to [`Array::background_resync`].
-    Background,
-}
-
-/// The engine's members by role: the member standing there, or a stand-in as long as the
-/// role's regions for a role none stands in.
-fn members_by_role(tree: &Node, by_role: &[Option<Arc<MemberMeta>>]) -> Vec<Arc<dyn Member>> {
-    let mut ends = vec![0u64; by_role.len()];
-    tree.visit_members(&mut |m| ends[m.index] = ends[m.index].max(m.start + m.len));
-    by_role
-        .iter()
-        .enumerate()
-        .map(|(r, m)| match m {
-            Some(m) => m.member.clone(),
-            None => Arc::new(AbsentMember::new(format!("role {r} (missing)"), ends[r]))
-                as Arc<dyn Member>,
-        })
-        .collect()
-}
-
-/// The records as the newest record says them.
-fn recorded_as(newest: &VolumeRecord) -> Recorded {
-    Recorded {
-        events: newest.events,
-        clean: newest.clean,
-        members: newest.members.clone(),
-        scrub: newest.scrub,
-        added_paths: newest.added_paths.clone(),
-        reshape: None,
-        tree: newest.tree.clone(),
-        checksum_fill: newest.checksum_fill,
     }
 }
