@@ -20,6 +20,10 @@ pub struct CacheUsage {
     pub pinned_bytes: u64,
     /// The most `pinned_bytes` may reach.
     pub bound_bytes: u64,
+    /// Write-backs that failed so far without a flush waiting on them: the background
+    /// flusher's aged destages and evictions (a refused flush is counted by the volume's
+    /// `RefusedFlushes`). Their stripes stay cached and are tried again.
+    pub failed_destages: u64,
 }
 
 impl CacheUsage {
@@ -28,6 +32,7 @@ impl CacheUsage {
             dirty_bytes: self.dirty_bytes + o.dirty_bytes,
             pinned_bytes: self.pinned_bytes + o.pinned_bytes,
             bound_bytes: self.bound_bytes + o.bound_bytes,
+            failed_destages: self.failed_destages + o.failed_destages,
         }
     }
 }

@@ -281,6 +281,7 @@ impl CacheState {
             dirty_bytes: self.bytes,
             pinned_bytes: self.pins.bytes,
             bound_bytes: bound,
+            failed_destages: 0,
         }
     }
 }
@@ -374,7 +375,10 @@ impl Cache {
 
     /// What the cache holds now.
     pub(super) fn usage(&self) -> CacheUsage {
-        self.state.lock().usage(self.bound)
+        CacheUsage {
+            failed_destages: self.failed_destages.load(Ordering::Relaxed),
+            ..self.state.lock().usage(self.bound)
+        }
     }
 
     /// Whether `room_bytes` more would take the cache past its bound.

@@ -265,6 +265,7 @@ fn cache_json(cache: &CacheUsage) -> Value {
         "dirty_bytes": cache.dirty_bytes,
         "pinned_bytes": cache.pinned_bytes,
         "bound_bytes": cache.bound_bytes,
+        "failed_destages": cache.failed_destages,
     })
 }
 

@@ -251,6 +251,12 @@ fn cache_metrics(m: &mut Families, name: &str, cache: &CacheUsage) {
         &[("volume", name)],
         cache.bound_bytes as f64,
     );
+    m.counter(
+        "nbraid_volume_cache_failed_destages_total",
+        "Background write-backs of the stripe cache (aged stripes, evictions) that failed; their stripes stay cached and are tried again.",
+        &[("volume", name)],
+        cache.failed_destages,
+    );
 }
 
 /// Per kind of background pass: whether one runs and how far the latest got; then what the

@@ -135,6 +135,9 @@ pub struct VolumeSnapshot {
     pub refused_flushes: RefusedFlushes,
     /// Acknowledged writes in the write-back cache, not on the members yet.
     pub cached_dirty_bytes: u64,
+    /// Write-backs of that cache that failed with no flush waiting (the background
+    /// flusher's, evictions'): told even when no client flushes.
+    pub failed_destages: u64,
 }
 
 impl VolumeSnapshot {
@@ -158,6 +161,7 @@ impl VolumeSnapshot {
             passes: Default::default(),
             refused_flushes: RefusedFlushes::default(),
             cached_dirty_bytes: 0,
+            failed_destages: 0,
         }
     }
 
@@ -265,7 +269,8 @@ fn member_kept(volume: &str, p: &Role, n: &Role, out: &mut Vec<Event>) {
 }
 
 /// The event of the write-back cache's bytes refused by the members: a flush could not
-/// write them back, so acknowledged writes are in memory only.
+/// write them back, so acknowledged writes are in memory only. Without a flush (a client
+/// that never flushes), the background flusher's failures tell it instead.
 fn destage_refused(
     volume: &str,
     prev: &VolumeSnapshot,
@@ -274,6 +279,7 @@ fn destage_refused(
 ) {
     let (before, now) = (&prev.refused_flushes, &next.refused_flushes);
     if !count_told(before.count, now.count) {
+        background_destage_failed(volume, prev, next, out);
         return;
     }
     let why = (now.last_error.as_deref())
@@ -289,6 +295,32 @@ fn destage_refused(
             ),
         )
         .count(now.count),
+    );
+}
+
+/// `destage-failed` from the background write-backs (aged stripes, evictions) that failed
+/// while no flush was refused: the count is theirs, told at the first and each power of two
+/// (as the daemon's log says them, with the error).
+fn background_destage_failed(
+    volume: &str,
+    prev: &VolumeSnapshot,
+    next: &VolumeSnapshot,
+    out: &mut Vec<Event>,
+) {
+    let (before, now) = (prev.failed_destages, next.failed_destages);
+    if !count_told(before, now) {
+        return;
+    }
+    out.push(
+        Event::new(
+            EventKind::DestageFailed,
+            volume,
+            format!(
+                "the write-back cache's background write-back to the members failed ({now} times so far; the daemon's log has the error): the cache holds {} bytes of acknowledged writes not yet written to them, and tries again",
+                next.cached_dirty_bytes
+            ),
+        )
+        .count(now),
     );
 }
 
@@ -541,6 +573,7 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
         passes: [rebuild, resync, readd, scrub, reshape],
         refused_flushes: vol.refused_flushes(),
         cached_dirty_bytes: vol.cache_usage().dirty_bytes,
+        failed_destages: vol.cache_usage().failed_destages,
     }
 }
 

@@ -29,6 +29,7 @@ fn vol(failed: &[bool]) -> VolumeSnapshot {
         passes: Default::default(),
         refused_flushes: RefusedFlushes::default(),
         cached_dirty_bytes: 0,
+        failed_destages: 0,
     }
 }
 
@@ -489,10 +490,10 @@ async fn a_pass_replaced_between_two_looks_is_said_to_finish() {
     assert_eq!(e[2].result.as_deref(), Some("done"));
 }
 
-/// The source of `destage-failed`: a write-back RAID 5 of four memory members whose
-/// cached write cannot be written back once two members failed.
-#[tokio::test]
-async fn a_flush_the_members_refuse_is_seen_by_the_observer() {
+/// A write-back RAID 5 of four memory members (no background flusher: the test destages
+/// by hand), as the service sees it, holding one cached 4 KiB write that cannot be written
+/// back: two members failed.
+async fn write_back_raid5_past_tolerance() -> (Arc<nbraid_core::metadata::Array>, ControlVolume) {
     use crate::served::ServedArray;
     use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta};
     use nbraid_core::{Buf, CacheMode, Member, MemoryMember};
@@ -522,18 +523,30 @@ async fn a_flush_the_members_refuse_is_seen_by_the_observer() {
         vec!["active"; 4],
         crate::control::StartReport::default(),
     );
-    let before = snapshot(&v);
     array
         .write(0, Buf::copy_from(&[9u8; 4096]), false)
         .await
         .unwrap();
     array.volume().fail_member(1, "test");
     array.volume().fail_member(2, "test");
+    (array, v)
+}
+
+/// The `destage-failed` events among `e`.
+fn destage_failed(e: &[Event]) -> Vec<&Event> {
+    (e.iter())
+        .filter(|e| e.kind == EventKind::DestageFailed)
+        .collect()
+}
+
+/// The source of `destage-failed`: a flush that cannot write the cache back.
+#[tokio::test]
+async fn a_flush_the_members_refuse_is_seen_by_the_observer() {
+    let (array, v) = write_back_raid5_past_tolerance().await;
+    let before = VolumeSnapshot::baseline(&snapshot(&v));
     assert!(array.flush().await.is_err());
     let e = changes("r5", &before, &snapshot(&v));
-    let refused: Vec<&Event> = (e.iter())
-        .filter(|e| e.kind == EventKind::DestageFailed)
-        .collect();
+    let refused = destage_failed(&e);
     assert_eq!(refused.len(), 1, "{e:#?}");
     assert_eq!(refused[0].count, Some(1));
     assert!(
@@ -541,4 +554,32 @@ async fn a_flush_the_members_refuse_is_seen_by_the_observer() {
         "{}",
         refused[0].detail
     );
+}
+
+/// A client that never flushes: the background flusher's failed write-back of an aged
+/// stripe is told too (before, only a refused flush was, so the cached writes sat in memory
+/// with nothing said but the daemon's log).
+#[tokio::test]
+async fn a_background_write_back_the_members_refuse_is_told_without_a_flush() {
+    let (array, v) = write_back_raid5_past_tolerance().await;
+    let before = VolumeSnapshot::baseline(&snapshot(&v));
+    array.volume().destage_aged(Duration::ZERO).await;
+    let after_one = snapshot(&v);
+    assert_eq!(after_one.failed_destages, 1);
+    let e = changes("r5", &before, &after_one);
+    let told = destage_failed(&e);
+    assert_eq!(told.len(), 1, "{e:#?}");
+    assert_eq!(told[0].count, Some(1));
+    assert!(told[0].detail.contains("background"), "{}", told[0].detail);
+    assert!(told[0].detail.contains("4096 bytes"), "{}", told[0].detail);
+    // Told at powers of two, as the log says them: the third failure is not told again.
+    array.volume().destage_aged(Duration::ZERO).await;
+    let after_two = snapshot(&v);
+    assert_eq!(
+        destage_failed(&changes("r5", &after_one, &after_two)).len(),
+        1
+    );
+    array.volume().destage_aged(Duration::ZERO).await;
+    let after_three = snapshot(&v);
+    assert!(destage_failed(&changes("r5", &after_two, &after_three)).is_empty());
 }
