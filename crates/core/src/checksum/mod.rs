@@ -463,6 +463,29 @@ impl LeafChecksums {
         }
     }
 
+    /// The write begun with `token` was refused before it reached the member (a read-only
+    /// member's refusal, [`crate::member::MemberError::is_read_only_refusal`]): its blocks
+    /// hold what they held, so their entries go back to what they were. Dropping them, as
+    /// after a failed write, would serve unchecked the very bytes a refused repair was for.
+    pub async fn refused_write(&self, m: &dyn Member, token: WriteToken) {
+        let Some(id) = token.id else {
+            return;
+        };
+        let olds = self.store.table().take_refused(id);
+        let first = token.first_block;
+        let r = (self.store)
+            .each_page(m, first, first + token.blocks, |t, blocks| {
+                for b in blocks {
+                    let old = olds.get((b - first) as usize).copied().flatten();
+                    t.set_entry(b, old.map_or(BlockSum::Unknown, BlockSum::Known));
+                }
+            })
+            .await;
+        if let Err(e) = r {
+            tracing::warn!("{e}: the checksums of a refused write's blocks could not be put back");
+        }
+    }
+
     /// Writes the changed entry pages back (before the member flush that makes them
     /// durable), and after an unclean start blanks the pages of the groups it distrusts
     /// (so a clean shutdown leaves no stale entry to be trusted); returns how many pages. A

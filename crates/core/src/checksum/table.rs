@@ -536,6 +536,15 @@ impl Table {
         self.in_flight.remove(&id.0);
     }
 
+    /// The write begun as `id` never reached its member: the checksums its entries replaced,
+    /// block by block from its first (`None`: none was known; empty: none of them was).
+    pub(super) fn take_refused(&mut self, id: WriteId) -> Vec<Option<u32>> {
+        self.in_flight
+            .remove(&id.0)
+            .map(|w| w.olds)
+            .unwrap_or_default()
+    }
+
     /// The dirty pages' bytes, handed out for writing back (they count as clean from now on;
     /// a later change makes them dirty again).
     pub(super) fn take_dirty(&mut self) -> Vec<(u64, Vec<u8>)> {

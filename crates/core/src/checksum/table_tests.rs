@@ -34,6 +34,24 @@ fn a_write_in_flight_accepts_old_and_new_bytes_and_a_rewrite_repairs() {
     assert_eq!(t.judge(3, 20).0, Verdict::Good);
 }
 
+/// A write refused before it reached the member hands back the sums its entries replaced
+/// (the block it found bad stays bad: nothing rewrote it); one over unknown entries, none.
+#[test]
+fn a_refused_write_hands_back_the_sums_it_replaced() {
+    let mut t = Table::new(1, 1, 4);
+    t.insert(0, page());
+    t.set_entry(3, BlockSum::Known(10));
+    assert!(matches!(t.judge(3, 30), (Verdict::Bad { .. }, true)));
+    let w = t.begin_write(3, &[BlockSum::Known(20), BlockSum::Known(21)]);
+    assert_eq!(t.take_refused(w), vec![Some(10), None]);
+    // No longer in flight: its old sum is accepted only once the caller puts it back.
+    assert!(matches!(t.judge(3, 10), (Verdict::Bad { .. }, _)));
+    t.set_entry(3, BlockSum::Known(10));
+    assert_eq!(t.judge(3, 10).0, Verdict::Good);
+    let unknown = t.begin_write(6, &[BlockSum::Known(5)]);
+    assert!(t.take_refused(unknown).is_empty());
+}
+
 /// The fast path agrees with judging block by block: known entries must match, unknown
 /// ones pass, a page not held says so, and only `judge` accepts a write's old sum.
 #[test]

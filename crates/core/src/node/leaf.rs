@@ -154,7 +154,8 @@ impl LeafNode {
     }
 
     /// A data write's result and its checksums: an answered write's take effect; a failed
-    /// one's blocks lose theirs (under the blocks' lock still), then the error goes through
+    /// one's blocks lose theirs (under the blocks' lock still) — or, refused by a read-only
+    /// member before reaching it, get their old ones back —, then the error goes through
     /// [`Self::failed_write`].
     async fn written_with_sums(&self, r: MemberResult<()>, sums: Sums<'_>) -> VolumeResult<()> {
         let Err(e) = r else {
@@ -162,7 +163,12 @@ impl LeafNode {
             return Ok(());
         };
         if let (Some(cs), Some((token, _guard))) = (&self.checksums, sums) {
-            cs.forget_write(&*self.slot().member(), token).await;
+            let member = self.slot().member();
+            if e.is_read_only_refusal() {
+                cs.refused_write(&*member, token).await;
+            } else {
+                cs.forget_write(&*member, token).await;
+            }
         }
         Err(self.failed_write(e).await)
     }
