@@ -63,6 +63,13 @@ impl VolumeError {
         matches!(self, VolumeError::Member { .. })
     }
 
+    /// A read-only volume's member refused a write before it reached the storage
+    /// ([`crate::member::MemberError::is_read_only_refusal`]): expected of every repair there,
+    /// so said at debug level, not warned about at each read of a bad block.
+    pub fn is_read_only_refusal(&self) -> bool {
+        matches!(self, VolumeError::Member { source, .. } if source.is_read_only_refusal())
+    }
+
     /// The same error for a second caller (one write's result answers several requests);
     /// an I/O error keeps its kind and message.
     pub fn duplicate(&self) -> VolumeError {

@@ -217,6 +217,9 @@ impl MirrorNode {
                     "mirror: repaired bytes {offset}+{len} of copy {bad} from copy {good}"
                 );
             }
+            Err(e) if e.is_read_only_refusal() => {
+                tracing::debug!("mirror repair of copy {bad} not made: {e}")
+            }
             // The leaf has marked the member failed.
             Err(e) => tracing::warn!("mirror repair of copy {bad} failed: {e}"),
         }

@@ -516,6 +516,10 @@ impl Reader<'_> {
                 );
                 true
             }
+            Err(e) if e.is_read_only_refusal() => {
+                tracing::debug!("parity repair of child {} not made: {e}", r.child);
+                false
+            }
             Err(e) => {
                 tracing::warn!("parity repair of child {} failed: {e}", r.child);
                 false
