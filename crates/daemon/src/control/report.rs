@@ -156,7 +156,7 @@ impl<'a> MemberSnapshots<'a> {
             "id": id,
             "index": i,
             "path": v.member_path(i),
-            "state": member_state_name(h.state, at_start, h.current, in_array),
+            "state": member_state_name(h.state, at_start, h.current, in_array, v.array().is_read_only()),
             "at_start": at_start.unwrap_or("?"),
             "failure": self.failure_json(i, h.failure.as_ref()),
             "read_errors": h.read_errors,
@@ -210,8 +210,12 @@ fn member_state_name(
     at_start: Option<&str>,
     current: bool,
     in_array: bool,
+    read_only: bool,
 ) -> &'static str {
     match (state, at_start) {
+        // A read-only volume rebuilds and resyncs nothing: the member waits for a
+        // read-write start (a stale one, or one stopped mid-rebuild).
+        (MemberState::Healthy, _) if !current && read_only => "out-of-sync",
         (MemberState::Healthy, _) if !current => "rebuilding",
         (MemberState::Healthy, _) => "healthy",
         (MemberState::Failed, _) if !in_array && at_start != Some("missing") => "removed",
@@ -448,7 +452,7 @@ mod tests {
     #[test]
     fn a_member_state_says_rebuilding_removed_missing_or_failed() {
         use MemberState::{Failed, Healthy};
-        let name = member_state_name;
+        let name = |s, at, current, in_array| member_state_name(s, at, current, in_array, false);
         assert_eq!(name(Healthy, Some("ok"), true, true), "healthy");
         assert_eq!(name(Healthy, Some("ok"), false, true), "rebuilding");
         assert_eq!(name(Failed, Some("ok"), true, true), "failed");
@@ -457,6 +461,11 @@ mod tests {
         // Missing at start and never added: missing, whether or not the array holds it.
         assert_eq!(name(Failed, Some("missing"), true, false), "missing");
         assert_eq!(name(Failed, Some("missing"), true, true), "missing");
+        // Read-only: nothing rebuilds a member that is not current.
+        let ro = |s, at, current| member_state_name(s, at, current, true, true);
+        assert_eq!(ro(Healthy, Some("stale"), false), "out-of-sync");
+        assert_eq!(ro(Healthy, Some("ok"), true), "healthy");
+        assert_eq!(ro(Failed, Some("missing"), true), "missing");
     }
 
     #[test]

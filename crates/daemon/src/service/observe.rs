@@ -388,7 +388,7 @@ pub fn changes(volume: &str, prev: &VolumeSnapshot, next: &VolumeSnapshot) -> Ve
             Health::Degraded if failed.is_empty() => (
                 EventKind::VolumeDegraded,
                 format!(
-                    "degraded: {} being rebuilt or resynced; served from the others",
+                    "degraded: {} not in sync (being rebuilt or resynced; on a read-only volume, until a read-write start); served from the others",
                     next.not_current_ids().join(", ")
                 ),
             ),
