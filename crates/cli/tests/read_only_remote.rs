@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{fill, nbraid, ok, require, serve, status_of};
+use common::{fill, nbraid, ok, read_out, require, serve, sha256, status_of};
 use serde_json::Value;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -103,27 +103,10 @@ fn corrupt(file: &Path, at: u64) -> Vec<u8> {
     old
 }
 
-fn sha256(path: &Path) -> String {
-    let out = ok(
-        Command::new(require("sha256sum"))
-            .arg(path)
-            .output()
-            .unwrap(),
-        "sha256sum",
-    );
-    out.split_whitespace().next().unwrap().to_string()
-}
-
 /// Reads the whole volume at `uri`: the 4 KiB blocks of its first `data.len()` bytes that
 /// differ from `data`.
 fn wrong_blocks(nbdcopy: &Path, dir: &Path, uri: &str, data: &[u8]) -> Vec<usize> {
-    let out = dir.join("out.img");
-    let _ = std::fs::remove_file(&out);
-    ok(
-        Command::new(nbdcopy).arg(uri).arg(&out).output().unwrap(),
-        "nbdcopy out of the volume",
-    );
-    let got = std::fs::read(&out).unwrap();
+    let got = read_out(nbdcopy, dir, uri);
     (0..data.len() / BLOCK)
         .filter(|b| got[b * BLOCK..(b + 1) * BLOCK] != data[b * BLOCK..(b + 1) * BLOCK])
         .collect()

@@ -216,16 +216,33 @@ pub fn fill(nbdcopy: &Path, dir: &Path, uri: &str, seed: u64) -> Vec<u8> {
     data
 }
 
-/// The first `data.len()` bytes of the volume are `data` (a volume grown past what was
-/// written).
-pub fn prefix_reads_back(nbdcopy: &Path, dir: &Path, uri: &str, data: &[u8]) {
+/// The whole volume at `uri`, copied out with nbdcopy (through `out.img` in `dir`).
+pub fn read_out(nbdcopy: &Path, dir: &Path, uri: &str) -> Vec<u8> {
     let out = dir.join("out.img");
     let _ = std::fs::remove_file(&out);
     ok(
         Command::new(nbdcopy).arg(uri).arg(&out).output().unwrap(),
         "nbdcopy out of the volume",
     );
-    let got = std::fs::read(&out).unwrap();
+    std::fs::read(&out).unwrap()
+}
+
+/// sha256 of the whole file or device at `path`.
+pub fn sha256(path: &Path) -> String {
+    let out = ok(
+        Command::new(require("sha256sum"))
+            .arg(path)
+            .output()
+            .unwrap(),
+        "sha256sum",
+    );
+    out.split_whitespace().next().unwrap().to_string()
+}
+
+/// The first `data.len()` bytes of the volume are `data` (a volume grown past what was
+/// written).
+pub fn prefix_reads_back(nbdcopy: &Path, dir: &Path, uri: &str, data: &[u8]) {
+    let got = read_out(nbdcopy, dir, uri);
     assert!(
         got.len() >= data.len() && got[..data.len()] == *data,
         "the volume reads back what was written"
@@ -233,14 +250,8 @@ pub fn prefix_reads_back(nbdcopy: &Path, dir: &Path, uri: &str, data: &[u8]) {
 }
 
 pub fn reads_back(nbdcopy: &Path, dir: &Path, uri: &str, data: &[u8]) {
-    let out = dir.join("out.img");
-    let _ = std::fs::remove_file(&out);
-    ok(
-        Command::new(nbdcopy).arg(uri).arg(&out).output().unwrap(),
-        "nbdcopy out of the volume",
-    );
     assert!(
-        std::fs::read(&out).unwrap() == data,
+        read_out(nbdcopy, dir, uri) == data,
         "the volume reads back what was written"
     );
 }
