@@ -10,6 +10,12 @@
 //! within a bound closes it too. `nbraid status --watch` and the passes' progress ask every
 //! second or faster, and a followed `events` stream is not idle however quiet the daemon is:
 //! only its writes are bounded.
+//!
+//! Such followers hold their place for as long as they like, so they get their own, smaller
+//! cap ([`ControlLimits::followers_max`]): a connection becomes one when it asks a second
+//! time or follows events ([`needs_follower_place`]), and one past the cap is refused
+//! naming it. The places left over are always there for one-shot requests (`fail`,
+//! `replace`, `stop`), however many dashboards watch.
 
 use super::controls::Controls;
 use crate::events::EventBus;
@@ -30,6 +36,9 @@ use tokio::time::timeout;
 pub struct ControlLimits {
     /// Connections served at once; one more is answered `busy` and closed.
     pub connections_max: usize,
+    /// Of those, followers (watchers, followed events and passes) at once; below
+    /// `connections_max`, so the rest stay for one-shot requests.
+    pub followers_max: usize,
     /// How long a connection may wait with no byte of a next request.
     pub idle_timeout: Duration,
     /// How long a request line may take from its first byte to its newline.
@@ -44,6 +53,9 @@ impl Default for ControlLimits {
             // Far more than operators and their scripts open; far fewer than the descriptors
             // NBD's own `max_connections` needs.
             connections_max: 64,
+            // 16 places no follower can take: admin commands get through any fleet of
+            // dashboards.
+            followers_max: 48,
             idle_timeout: Duration::from_secs(60),
             line_timeout: Duration::from_secs(10),
             write_timeout: Duration::from_secs(10),
@@ -129,6 +141,7 @@ impl ControlServer {
     /// Serves connections until the task is dropped.
     pub async fn serve(self, controls: Arc<Controls>) {
         let places = Arc::new(Semaphore::new(self.limits.connections_max));
+        let follower_places = Arc::new(Semaphore::new(self.limits.followers_max));
         let mut backoff = nbraid_nbd::AcceptBackoff::new();
         let mut busy_warned: Option<std::time::Instant> = None;
         loop {
@@ -156,9 +169,10 @@ impl ControlServer {
             let c = controls.clone();
             let events = self.events.clone();
             let limits = self.limits;
+            let followers = follower_places.clone();
             tokio::spawn(async move {
                 let _place = place;
-                if let Err(e) = connection(stream, c, events, limits).await {
+                if let Err(e) = connection(stream, c, events, followers, limits).await {
                     tracing::debug!("control connection: {e}");
                 }
             });
@@ -185,6 +199,24 @@ impl Drop for ControlServer {
             let _ = std::fs::remove_file(&self.path);
         }
     }
+}
+
+/// Whether a connection asking `req` after `answered` replies is a follower from now on: it
+/// follows events, or it asks again (a watcher, a pass followed) and so keeps its place.
+pub(super) fn needs_follower_place(answered: u64, req: &Request) -> bool {
+    matches!(req, Request::Events { follow: true }) || answered >= 1
+}
+
+/// Why a would-be follower is closed: the followers' cap is reached.
+fn followers_refusal(limits: &ControlLimits) -> Refusal {
+    Refusal::new(
+        "busy",
+        format!(
+            "the control socket serves at most {} followers at once (status --watch, events --follow, a pass followed); the other {} places are kept for one-shot requests. Close a watcher, or try again",
+            limits.followers_max,
+            limits.connections_max.saturating_sub(limits.followers_max)
+        ),
+    )
 }
 
 /// One request line read ([`next_line`]), or why there is none.
@@ -259,11 +291,15 @@ async fn connection(
     stream: UnixStream,
     controls: Arc<Controls>,
     events: Option<Arc<EventBus>>,
+    followers: Arc<Semaphore>,
     limits: ControlLimits,
 ) -> std::io::Result<()> {
     let (r, mut w) = stream.into_split();
     let mut reader = BufReader::new(r);
     let mut line = Vec::new();
+    let mut answered: u64 = 0;
+    // Held from the request that makes this connection a follower until it closes.
+    let mut follower_place = None;
     loop {
         match next_line(&mut reader, &mut line, &limits).await? {
             Line::Read => {}
@@ -289,7 +325,20 @@ async fn connection(
             send(&mut w, &error_reply(&refusal), &limits).await?;
             continue;
         }
-        let handled = match parse(&line) {
+        let parsed = parse(&line);
+        if follower_place.is_none()
+            && matches!(&parsed, Ok(req) if needs_follower_place(answered, req))
+        {
+            match followers.clone().try_acquire_owned() {
+                Ok(p) => follower_place = Some(p),
+                Err(_) => {
+                    tracing::debug!("control socket: a follower past the cap refused");
+                    return send(&mut w, &error_reply(&followers_refusal(&limits)), &limits).await;
+                }
+            }
+        }
+        answered += 1;
+        let handled = match parsed {
             Ok(Request::Events { follow }) => match &events {
                 Some(bus) if follow => return follow_events(bus, reader, w, &limits).await,
                 Some(bus) => Ok(events_reply(&bus.follow().0)),

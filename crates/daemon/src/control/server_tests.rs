@@ -27,6 +27,7 @@ fn serve(limits: ControlLimits) -> (tempfile::TempDir, PathBuf, Arc<EventBus>) {
 fn limits() -> ControlLimits {
     ControlLimits {
         connections_max: 8,
+        followers_max: 6,
         idle_timeout: Duration::from_secs(30),
         line_timeout: Duration::from_secs(30),
         write_timeout: Duration::from_secs(30),
@@ -88,6 +89,76 @@ async fn a_connection_beyond_the_cap_is_told_busy_and_closed_and_its_place_comes
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(status(&mut second).await["ok"], true);
+}
+
+#[test]
+fn a_connection_follows_once_it_asks_again_or_follows_events() {
+    let status = Request::Status { volume: None };
+    assert!(!needs_follower_place(0, &status), "a one-shot request");
+    assert!(needs_follower_place(1, &status), "a watcher's second ask");
+    assert!(needs_follower_place(0, &Request::Events { follow: true }));
+    assert!(!needs_follower_place(0, &Request::Events { follow: false }));
+}
+
+/// Watchers past the followers' cap are refused naming it, and the places left over still
+/// answer one-shot requests (found by a hunt: 64 `status --watch` locked `nbraid fail` out).
+#[tokio::test]
+async fn followers_past_their_cap_are_refused_and_one_shot_requests_still_answer() {
+    let (_dir, path, _) = serve(ControlLimits {
+        connections_max: 4,
+        followers_max: 2,
+        ..limits()
+    });
+    let mut watchers = Vec::new();
+    for _ in 0..2 {
+        let mut w = connect(&path).await;
+        assert_eq!(status(&mut w).await["ok"], true);
+        assert_eq!(
+            status(&mut w).await["ok"],
+            true,
+            "a follower within the cap"
+        );
+        watchers.push(w);
+    }
+    let mut third = connect(&path).await;
+    assert_eq!(
+        status(&mut third).await["ok"],
+        true,
+        "its first ask is answered"
+    );
+    let refused = status(&mut third).await;
+    assert_eq!(refused["error"]["code"], "busy", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("at most 2 followers at once") && message.contains("one-shot"),
+        "{message}"
+    );
+    assert!(next(&mut third).await.is_none(), "closed after the refusal");
+    let mut follower = connect(&path).await;
+    (follower.get_mut())
+        .write_all(b"{\"v\":1,\"op\":\"events\",\"follow\":true}\n")
+        .await
+        .unwrap();
+    let refused = next(&mut follower).await.expect("a refusal line");
+    assert_eq!(refused["error"]["code"], "busy", "{refused}");
+    // Admin commands find a place while every follower place is taken (the refused ones'
+    // places come back when their tasks end).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut admins = Vec::new();
+    while admins.len() < 2 {
+        let mut admin = connect(&path).await;
+        let reply = status(&mut admin).await;
+        match reply["ok"] == true {
+            true => admins.push(admin),
+            false => {
+                assert!(tokio::time::Instant::now() < deadline, "{reply}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    for w in &mut watchers {
+        assert_eq!(status(w).await["ok"], true, "the followers go on");
+    }
 }
 
 #[tokio::test]
