@@ -12,10 +12,11 @@
 //! only its writes are bounded.
 //!
 //! Such followers hold their place for as long as they like, so they get their own, smaller
-//! cap ([`ControlLimits::followers_max`]): a connection becomes one when it asks a second
-//! time or follows events ([`needs_follower_place`]), and one past the cap is refused
-//! naming it. The places left over are always there for one-shot requests (`fail`,
-//! `replace`, `stop`), however many dashboards watch.
+//! cap ([`ControlLimits::followers_max`]): a connection becomes one when it asks for status
+//! again after a first reply, or follows events ([`needs_follower_place`]), and one past the
+//! cap is refused naming it. The places left over are always there for admin requests
+//! (`fail`, `replace`, `remove`, `apply`'s status then reshape), however many dashboards
+//! watch.
 
 use super::controls::Controls;
 use crate::events::EventBus;
@@ -202,9 +203,15 @@ impl Drop for ControlServer {
 }
 
 /// Whether a connection asking `req` after `answered` replies is a follower from now on: it
-/// follows events, or it asks again (a watcher, a pass followed) and so keeps its place.
+/// follows events, or polls status after a first reply (a watcher, a scrub or rebuild
+/// followed) and so keeps its place. An admin command's few requests (`apply`: status,
+/// then a reshape per volume) are not following.
 pub(super) fn needs_follower_place(answered: u64, req: &Request) -> bool {
-    matches!(req, Request::Events { follow: true }) || answered >= 1
+    match req {
+        Request::Events { follow } => *follow,
+        Request::Status { .. } => answered >= 1,
+        _ => false,
+    }
 }
 
 /// Why a would-be follower is closed: the followers' cap is reached.

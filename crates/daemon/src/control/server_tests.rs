@@ -96,6 +96,22 @@ fn a_connection_follows_once_it_asks_again_or_follows_events() {
     let status = Request::Status { volume: None };
     assert!(!needs_follower_place(0, &status), "a one-shot request");
     assert!(needs_follower_place(1, &status), "a watcher's second ask");
+    let scrub = Request::Scrub {
+        volume: "r6".into(),
+        repair: false,
+        rate: None,
+    };
+    assert!(!needs_follower_place(0, &scrub));
+    assert!(needs_follower_place(1, &status), "the scrub followed");
+    let reshape = Request::Reshape {
+        volume: "r6".into(),
+        config: "arrays.toml".into(),
+        force: false,
+    };
+    assert!(
+        !needs_follower_place(1, &reshape),
+        "apply: status, then a reshape"
+    );
     assert!(needs_follower_place(0, &Request::Events { follow: true }));
     assert!(!needs_follower_place(0, &Request::Events { follow: false }));
 }
