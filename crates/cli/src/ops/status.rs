@@ -88,14 +88,24 @@ fn as_config_names(vol: &mut Value, config: &nbraid_config::Config) {
             (field("id"), field("path"))
         })
         .collect();
-    // Per role, the config's member declaring the file of a holder the volume does not list.
-    let declared: Vec<Option<&nbraid_config::Member>> = (holders.iter())
-        .map(|(id, path)| {
-            let path = std::path::Path::new(path);
+    // The daemon's note for a holder it took as added at run time.
+    let run_time_note = |role: usize, (id, path): &(&str, &str)| {
+        format!("member {id} (added at run time: {path}) holds role {role}")
+    };
+    let notes_say = |said: &str| {
+        (vol["notes"].as_array().into_iter().flatten())
+            .any(|n| n.as_str().is_some_and(|n| n.starts_with(said)))
+    };
+    // Per role, the config's member declaring the file of a holder the volume does not list
+    // — or lists only since a reload (a spare it added goes by its config id, but the
+    // daemon's notes take it as added at run time: its start's config did not list it).
+    let declared: Vec<Option<&nbraid_config::Member>> = (holders.iter().enumerate())
+        .map(|(role, h)| {
+            let path = std::path::Path::new(h.1);
             let same = |m: &&nbraid_config::Member| {
                 m.path == path || nbraid_assembly::added::same_file(&m.path, path)
             };
-            match listed.contains(id) {
+            match listed.contains(&h.0) && !notes_say(&run_time_note(role, h)) {
                 true => None,
                 false => config.members.iter().find(same),
             }
@@ -114,7 +124,7 @@ fn as_config_names(vol: &mut Value, config: &nbraid_config::Config) {
     let mut notes: Vec<Value> = vol["notes"].as_array().cloned().unwrap_or_default();
     for (role, ((id, path), c)) in holders.iter().zip(&declared).enumerate() {
         let Some(c) = c else { continue };
-        let said = format!("member {id} (added at run time: {path}) holds role {role}");
+        let said = run_time_note(role, &(id.as_str(), path.as_str()));
         let listed_as = |of: &[usize]| of.iter().any(|&m| config.members[m].id == c.id);
         let note = if listed_as(&cv.heal.spares) {
             vol["members"][role]["id"] = json!(c.id);

@@ -46,7 +46,7 @@ impl Controls {
                 volume,
                 path,
                 force,
-            } => members::add(self, self.find(&volume)?, &path, force).await?,
+            } => members::add(self, self.find(&volume)?, (&path, None), force).await?,
             Request::Replace {
                 volume,
                 member,
@@ -74,6 +74,29 @@ impl Controls {
                 reshape_start::start(self, self.find(&volume)?, (&config, text), force).await?
             }
         };
+        Ok(ok_reply(fields))
+    }
+
+    /// `add` of a spare the config declares (a reload adding it to `spares`): as the
+    /// request does, but known by its config id, as a start names its config's spares —
+    /// not by its file's name.
+    pub async fn add_config_spare(
+        &self,
+        volume: &str,
+        path: &str,
+        id: &str,
+    ) -> Result<Value, Refusal> {
+        let req = Request::Add {
+            volume: volume.to_string(),
+            path: path.to_string(),
+            force: false,
+        };
+        let v = self.find(volume)?;
+        if let Some(why) = writes_read_only(&req, v.array().is_read_only()) {
+            return Err(Refusal::new("read-only", why));
+        }
+        let _operations = v.operations().await;
+        let fields = members::add(self, v, (path, Some(id)), false).await?;
         Ok(ok_reply(fields))
     }
 }

@@ -63,10 +63,12 @@ pub(super) async fn fail(v: &ControlVolume, member: &str, force: bool) -> Result
 
 /// `add`: the member at `path` joins the spares (recorded: a restart still knows it), and a
 /// failed role takes it at once.
+/// `config_id`: the id the config gives it (a spare a reload adds), else one made from its
+/// path ([`Controls::added_id`]).
 pub(super) async fn add(
     controls: &Controls,
     v: &ControlVolume,
-    path: &str,
+    (path, config_id): (&str, Option<&str>),
     force: bool,
 ) -> Result<Value, Refusal> {
     if super::readd::is_remote(path) {
@@ -80,7 +82,8 @@ pub(super) async fn add(
         .add_recorded_spare(meta, &consent)
         .await
         .map_err(refused)?;
-    v.learn(&controls.added_id(path), meta_member);
+    let id = config_id.map_or_else(|| controls.added_id(path), str::to_string);
+    v.learn(&id, meta_member);
     // Added back: no longer a departed member.
     v.departed.forget(meta_member);
     let placed = match v.take_spares().await {

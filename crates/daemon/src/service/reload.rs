@@ -491,12 +491,12 @@ impl Reloader {
                 volume: name,
                 spare,
             } => {
-                let req = Request::Add {
-                    volume: name.clone(),
-                    path: spare.path.display().to_string(),
-                    force: false,
-                };
-                self.controls.handle(req).await.map_err(|r| r.message)?;
+                let path = spare.path.display().to_string();
+                // By its config id, as a start names it (not `loop1` for /dev/loop1).
+                (self.controls)
+                    .add_config_spare(name, &path, &spare.id)
+                    .await
+                    .map_err(|r| r.message)?;
                 self.live_volume(name).spares.push(spare.clone());
             }
             Change::RemoveSpare {
