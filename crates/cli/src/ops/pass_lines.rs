@@ -8,9 +8,9 @@ use serde_json::{Map, Value};
 /// How long a finished pass stays in the plain status.
 const DONE_SHOWN_S: u64 = 3600;
 
-/// A pass's moves as "d2 → s1, d4 → d4" (who held each role, who is written now); with
-/// several, each with its own share when it has one ("d1 → s0 9%, d2 → r 47%"): a role the
-/// pass started again for is not as far as the others.
+/// A pass's moves as "d2 → s1, d4 into role 3" (who held each role, who is written now);
+/// with several, each with its own share when it has one ("d1 → s0 9%, d2 → r 47%"): a
+/// role the pass started again for is not as far as the others.
 fn moves_text(moves: Option<&Value>, total: Option<&Value>) -> String {
     let moves = moves
         .and_then(Value::as_array)
@@ -22,14 +22,25 @@ fn moves_text(moves: Option<&Value>, total: Option<&Value>) -> String {
                 Some(at) if moves.len() > 1 => format!(" {}", share_text(Some(at), total)),
                 _ => String::new(),
             };
-            format!(
-                "{} → {}{share}",
-                m["from"].as_str().unwrap_or("?"),
-                m["to"].as_str().unwrap_or("?")
-            )
+            format!("{}{share}", move_text(m))
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// One role's move: "d1 → s0" only when another member held it before; a member written
+/// into a role with no other holder known (a rebuild resumed after a restart, a member back
+/// in its own role, a daemon that says `from` is the same) is "s0 into role 1", never
+/// "s0 → s0".
+fn move_text(m: &Value) -> String {
+    let to = m["to"].as_str().unwrap_or("?");
+    match m["from"].as_str() {
+        Some(from) if from != to => format!("{from} → {to}"),
+        _ => match m["role"].as_u64() {
+            Some(r) => format!("{to} into role {r}"),
+            None => to.to_string(),
+        },
+    }
 }
 
 /// Background passes: a rebuild (or replace), the resync after an unclean start, the
@@ -138,6 +149,27 @@ fn failed_since_text(r: &Map<String, Value>) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_move_line_names_two_members_only_for_a_real_move() {
+        let line = |m: Value| move_text(&m);
+        assert_eq!(
+            line(json!({"role": 1, "from": "d1", "to": "s0"})),
+            "d1 → s0"
+        );
+        // After a restart the daemon knows no earlier holder (null), or an older one says
+        // the same member: no move from a member to itself.
+        assert_eq!(
+            line(json!({"role": 1, "from": null, "to": "s0"})),
+            "s0 into role 1"
+        );
+        assert_eq!(
+            line(json!({"role": 1, "from": "s0", "to": "s0"})),
+            "s0 into role 1"
+        );
+        let moves = json!([{"role": 1, "from": "s0", "to": "s0"}]);
+        assert_eq!(moves_text(Some(&moves), None), "s0 into role 1");
+    }
 
     #[test]
     fn a_pass_stopped_by_an_error_says_so_and_why() {

@@ -407,8 +407,8 @@ fn failed_since(v: &ControlVolume, roles: &[usize]) -> Vec<Value> {
         .collect()
 }
 
-/// For each role a pass fills: who held it at start and who is written now (a spare or a
-/// replacement by its id; the same id when a member comes back into its own role).
+/// For each role a pass fills: who held it before and who is written now (a spare or a
+/// replacement by its id); `from` is null where no other holder is known ([`earlier_holder`]).
 fn moves(v: &ControlVolume, roles: &[usize]) -> Vec<Value> {
     let ids = v.member_ids();
     let array = v.array();
@@ -420,9 +420,16 @@ fn moves(v: &ControlVolume, roles: &[usize]) -> Vec<Value> {
                 Some(rep) => (ids[r].clone(), v.id_of(&rep)),
                 None => (v.start_id(r), ids[r].clone()),
             };
-            json!({ "role": r, "from": from, "to": to })
+            json!({ "role": r, "from": earlier_holder(from, &to), "to": to })
         })
         .collect()
+}
+
+/// The member a move comes from: the role's holder at start, unless that is the member
+/// written now — a start that found the new member already in the role (a rebuild resumed
+/// after a restart), or a member back in its own role, knows of no other.
+fn earlier_holder(at_start: String, now: &str) -> Option<String> {
+    (at_start != now).then_some(at_start)
 }
 
 /// The re-add resync (`returning.rs`): its pass, and the roles it brings back.
@@ -448,6 +455,13 @@ pub(super) fn readd_json(v: &ControlVolume) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_move_comes_from_another_member_or_from_none_known() {
+        assert_eq!(earlier_holder("d1".into(), "s0"), Some("d1".to_string()));
+        // A rebuild resumed after a restart: the start found s0 in the role already.
+        assert_eq!(earlier_holder("s0".into(), "s0"), None);
+    }
 
     #[test]
     fn a_member_state_says_rebuilding_removed_missing_or_failed() {
