@@ -151,10 +151,9 @@ pub fn plans(
             let plan = plan::plan_volume(config, v, policy, &found)
                 .map_err(|r| AssembleError::Refused(r.0))?;
             match plan {
-                Plan::Create { .. } if v.read_only => Err(AssembleError::Refused(format!(
-                    "volume `{}` has read_only = true, but its members carry no array to open                      (new or blank): a read-only start creates nothing — start it read-write                      once to create it",
-                    v.name
-                ))),
+                Plan::Create { .. } if v.read_only => Err(AssembleError::Refused(
+                    crate::read_only_check::create_refusal(&v.name),
+                )),
                 plan => Ok(plan),
             }
         })

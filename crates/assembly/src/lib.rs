@@ -38,6 +38,7 @@ pub mod member;
 pub mod pins;
 pub mod plan;
 pub mod preflight;
+pub mod read_only_check;
 pub mod records;
 pub mod remote;
 pub mod reshape_plan;

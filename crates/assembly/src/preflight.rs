@@ -46,12 +46,16 @@ pub fn preflight(config: &Config) -> Preflight {
             .filter_map(|r| r.unavailable.clone()),
     );
     for v in &config.volumes {
-        let Some(probes) = probes_with_remote(config, v, &remotes).map(|(p, _)| p) else {
+        let Some((probes, added)) = probes_with_remote(config, v, &remotes) else {
             continue;
         };
         match start_plan_with(config, v, &probes[..v.members.len()], &remotes) {
             Err(refusal) => {
                 out.refusals.push(refusal.0);
+                continue;
+            }
+            Ok(Plan::Create { .. }) if v.read_only => {
+                (out.refusals).push(crate::read_only_check::create_refusal(&v.name));
                 continue;
             }
             Ok(Plan::Create { .. }) => continue, // written at the next start
@@ -63,6 +67,13 @@ pub fn preflight(config: &Config) -> Preflight {
         match assemble_named(&v.name, &tree, &probes, &member_ids(config, v)) {
             Err(e) => (out.refusals).push(format!("volume {}: superblocks refused: {e}", v.name)),
             Ok(asm) => {
+                let read_only = v.read_only.then(|| {
+                    crate::read_only_check::open_refusal(config, v, &asm, (&probes, &added))
+                });
+                if let Some(why) = read_only.flatten() {
+                    out.refusals.push(why);
+                    continue;
+                }
                 (out.warnings).extend(
                     asm.warnings
                         .iter()

@@ -21,6 +21,14 @@ pub fn forget_offline(file: &Path, volume: &str, path: &str) -> Result<String> {
         .iter()
         .find(|v| v.name == volume)
         .with_context(|| format!("{}: no volume `{volume}`", file.display()))?;
+    if v.read_only {
+        // Its members are opened read-only: refused by name here, not by the write's error.
+        bail!(
+            "volume `{volume}` has read_only = true: `remove --offline` writes its members' \
+             superblocks, and nothing is written to a read-only volume's members; take \
+             read_only out of its table to change its records"
+        );
+    }
     futures::executor::block_on(async {
         let opened = assemble::open_members(&config).await.with_context(|| {
             format!("opening the members of {volume} (a daemon serving them holds them: use `nbraid remove` without --offline)")

@@ -112,6 +112,11 @@ fn volume(
             r.state = format!("refused: {refusal}");
             return r;
         }
+        Ok(Plan::Create { .. }) if v.read_only => {
+            let why = nbraid_assembly::read_only_check::create_refusal(&v.name);
+            r.state = format!("refused: {why}");
+            return r;
+        }
         Ok(Plan::Create { .. }) => {
             r.state = match areas.create(config, v, &probes[..n]) {
                 Ok(()) => to_be_created(&probes[..n]),
@@ -176,7 +181,22 @@ fn volume(
     r.absent = (asm.roles.iter())
         .map(|role| role.as_ref().err().map(absence_word))
         .collect();
-    // Which member is out, by its id and the file it was last known at.
+    r.notes.extend(checksum_note(v, &probes[..n]));
+    r.notes.extend(grown);
+    let read_only = v.read_only.then(|| {
+        nbraid_assembly::read_only_check::open_refusal(config, v, &asm, (&probes, &added))
+    });
+    r.state = state(&r, read_only.flatten());
+    r
+}
+
+/// The volume's state as the start would find it: refused read-only (`read_only`: why),
+/// else healthy or degraded naming which member is out, by its id and the file it was last
+/// known at.
+fn state(r: &Records, read_only: Option<String>) -> String {
+    if let Some(why) = read_only {
+        return format!("refused: {why}");
+    }
     let absent: Vec<String> = (r.absent.iter().enumerate())
         .filter_map(|(role, why)| {
             let who = match r.members[role].as_str() {
@@ -186,14 +206,10 @@ fn volume(
             Some(format!("role {role} {}{who}", (*why)?))
         })
         .collect();
-    r.notes.extend(checksum_note(v, &probes[..n]));
-    r.notes.extend(grown);
-    r.state = if absent.is_empty() {
-        "healthy".into()
-    } else {
-        format!("degraded: {}", absent.join(", "))
-    };
-    r
+    match absent.is_empty() {
+        true => "healthy".into(),
+        false => format!("degraded: {}", absent.join(", ")),
+    }
 }
 
 /// A member whose superblock this look could not read, and why.
@@ -380,6 +396,22 @@ fn under_way(
 mod tests {
     use super::*;
     use nbraid_layout::{Level, ParityLayout, Region, Shape};
+
+    #[test]
+    fn a_read_only_refusal_is_the_state_over_health() {
+        let r = Records {
+            volume: "v".into(),
+            state: String::new(),
+            members: vec!["d0".into(), "d1".into()],
+            paths: vec!["d0.img".into(), "d1.img".into()],
+            absent: vec![None, Some("stale")],
+            notes: vec![],
+            reshape: None,
+        };
+        assert_eq!(state(&r, None), "degraded: role 1 stale (d1: d1.img)");
+        let why = "volume `v` was not shut down cleanly".to_string();
+        assert_eq!(state(&r, Some(why.clone())), format!("refused: {why}"));
+    }
 
     fn raid(level: Level, members: usize) -> nbraid_layout::Node {
         Shape::new(level, members, None, 64 << 10, ParityLayout::default())

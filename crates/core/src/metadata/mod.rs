@@ -64,6 +64,7 @@ pub use identity::same_member;
 pub use io::{read_superblock, write_superblock, Found, SuperblockIoError};
 pub use member_meta::MemberMeta;
 pub use options::{ArrayOptions, OpenReport};
+pub use read_only::{refusal as read_only_refusal, Found as ReadOnlyFound};
 pub use readd::Readd;
 pub use reshape::{BackupWindow, ReshapeRecord};
 pub use reshape_areas::NewShape;

@@ -15,22 +15,23 @@
 //!   so either copy is an answer that write allowed.
 //! - A volume in the middle of a reshape is refused: its window is restored by writing.
 
-/// What a read-only start found, for [`refusal`].
+/// What a read-only start found, for [`refusal`] (also told by `nbraid check`, from the
+/// superblocks and bitmaps it reads).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Found {
+pub struct Found {
     /// The records say the array was shut down cleanly.
-    pub(super) clean: bool,
+    pub clean: bool,
     /// Bytes of the volume its parity may disagree with after an unclean stop: those the
     /// write-intent bitmap marks, the whole volume without one.
-    pub(super) unsynced_bytes: u64,
+    pub unsynced_bytes: u64,
     /// The tree has parity groups (RAID 5/6 and their nestings).
-    pub(super) has_parity: bool,
+    pub has_parity: bool,
     /// A reshape is recorded in progress.
-    pub(super) reshaping: bool,
+    pub reshaping: bool,
 }
 
 /// Why volume `name` cannot start read-only (`None`: it can, writing nothing).
-pub(super) fn refusal(name: &str, f: Found) -> Option<String> {
+pub fn refusal(name: &str, f: Found) -> Option<String> {
     if f.reshaping {
         return Some(format!(
             "volume `{name}` is in the middle of a reshape, which a start carries on by \
