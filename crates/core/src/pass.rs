@@ -427,7 +427,12 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
             inflight = crate::pace::adaptive_inflight(ops - ops_seen, work.inflight);
             ops_seen = ops;
         }
-        let wait = rate_delay(done, elapsed, limit);
+        // A stopping pass hands out no more windows: the limit has nothing left to pace
+        // (waiting here held a stop up by one window's time per window in flight).
+        let wait = match stale || ctl.cancelled.load(Relaxed) {
+            true => Duration::ZERO,
+            false => rate_delay(done, elapsed, limit),
+        };
         if !wait.is_zero() {
             crate::timer::sleep(wait).await;
         }

@@ -95,3 +95,29 @@ fn a_spare_that_fails_while_rebuilt_fails_the_pass() {
     assert!(a.volume().member_is_failed(2));
     assert!(read_all(&a, 1, 1) == model.bytes, "the volume's bytes");
 }
+
+/// A spare that fails at its first rebuild write, with no other spare: the pass stops at
+/// once, not at the volume's end (it walked on, writing nowhere, then said failed), and the
+/// role leaves the roles being rebuilt (nothing claims it rebuilt, or rebuilding).
+#[test]
+fn a_pass_whose_only_target_failed_stops_at_once() {
+    let (a, _model, spare) = raid5_and_newcomer();
+    a.set_rebuild_window_bytes(192 * KIB);
+    a.volume().fail_member(2, "test: d2 dies");
+    a.add_spare(meta_of(&spare)).expect("spare");
+    assert_eq!(block_on(a.use_spares()).expect("use"), vec![2]);
+    spare.broken.store(true, Ordering::SeqCst);
+    let ctl = PassControl::new(0);
+    let report = block_on(a.rebuild(&ctl)).expect("rebuild");
+    assert_eq!(report.state, PassState::Failed, "{report:?}");
+    assert!(report.completed.is_empty(), "{report:?}");
+    let capacity = a.volume().capacity();
+    assert!(
+        ctl.position_bytes() < capacity / 4,
+        "walked to {} of {capacity}",
+        ctl.position_bytes()
+    );
+    let why = ctl.failure().expect("a failed pass says why");
+    assert!(why.contains("role 2's new member `new` failed"), "{why}");
+    assert!(a.rebuilding().is_empty(), "{:?}", a.rebuilding());
+}

@@ -114,6 +114,8 @@ pub struct Pass {
     pub mismatches: u64,
     pub repaired: u64,
     pub unreadable: u64,
+    /// Why it stopped, once it failed (rebuilds: its target failed, say).
+    pub error: Option<String>,
 }
 
 impl Pass {
@@ -460,6 +462,9 @@ fn pass_changes(volume: &str, kind: PassKind, prev: Option<&Pass>, n: &Pass, out
         n.position_bytes,
         n.total_bytes
     );
+    if let Some(why) = n.error.as_deref().filter(|_| n.state == PassState::Failed) {
+        detail += &format!(": {why}");
+    }
     if kind == PassKind::Scrub {
         detail += &format!(
             ": {} checked, {} mismatches, {} repaired, {} unreadable",
@@ -538,6 +543,7 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
         mismatches: 0,
         repaired: 0,
         unreadable: 0,
+        error: run.ctl.failure(),
     };
     let runs_of = |runs: Vec<Run<PassControl>>, members: Vec<String>| -> Vec<Pass> {
         runs.iter().map(|run| pass_of(run, &members)).collect()
@@ -558,6 +564,7 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
                 mismatches: r.mismatches,
                 repaired: r.repaired,
                 unreadable: r.unreadable,
+                error: None,
             }
         })
         .collect();

@@ -44,6 +44,7 @@ fn pass(instance: u64, state: PassState) -> Pass {
         mismatches: 0,
         repaired: 0,
         unreadable: 0,
+        error: None,
     }
 }
 
@@ -582,4 +583,25 @@ async fn a_background_write_back_the_members_refuse_is_told_without_a_flush() {
     array.volume().destage_aged(Duration::ZERO).await;
     let after_three = snapshot(&v);
     assert!(destage_failed(&changes("r5", &after_two, &after_three)).is_empty());
+}
+
+/// A rebuild that failed says why in its `rebuild-finished` event (it said only "failed at
+/// N of M bytes": whether its target failed, or a read, was in the log alone).
+#[test]
+fn a_failed_rebuild_s_event_says_why() {
+    let mut running = vol(&[false]);
+    running.passes[PassKind::Rebuild as usize] = vec![pass(7, PassState::Running)];
+    let mut failed = running.clone();
+    let mut p = pass(7, PassState::Failed);
+    p.error = Some("role 1's new member `s0` failed: failed by the operator".into());
+    failed.passes[PassKind::Rebuild as usize] = vec![p];
+    let e = changes("db", &running, &failed);
+    assert_eq!(kinds(&e), ["rebuild-finished"]);
+    assert_eq!(e[0].result.as_deref(), Some("failed"));
+    assert!(
+        e[0].detail
+            .ends_with(": role 1's new member `s0` failed: failed by the operator"),
+        "{}",
+        e[0].detail
+    );
 }

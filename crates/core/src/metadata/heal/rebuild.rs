@@ -78,6 +78,12 @@ impl Heal {
                 .rebuild_pass(p, ctl, (&targets, &claim), &started)
                 .await?;
             if state == PassState::Cancelled && !ctl.is_cancelled() {
+                if change(&started, &self.work(p)) == Change::AllLeft {
+                    // Nothing the pass writes stands: it stops here, not at the volume's
+                    // end; what failed is said once no role is left to rebuild.
+                    lost.add(self.abandon(p, &targets, &claim).await?);
+                    continue;
+                }
                 tracing::info!(
                     "volume `{}`: a role needs rebuilding: the rebuild starts again over every role",
                     p.name()
@@ -191,7 +197,7 @@ impl Heal {
         };
         let every = checkpoint_every(p.volume.capacity(), window);
         let checkpoint = move |pos: u64| checkpoint(p, targets, claim, pos).boxed();
-        let stale = move || must_restart(started, &self.work(p));
+        let stale = move || change(started, &self.work(p)) != Change::None;
         let state = p
             .volume
             .rebuild_pass(
@@ -223,7 +229,7 @@ impl Heal {
         let mut failed = Lost::default();
         for &r in targets {
             if p.volume.member_is_failed(r) {
-                failed.new_members.push((r, failed_newcomer(p, r)));
+                failed.new_members.push((r, self.lose(p, r, claim).await));
                 continue;
             }
             // Only the replacement the pass started with, still in its slot, is swapped in.
@@ -256,6 +262,46 @@ impl Heal {
     }
 }
 
+impl Heal {
+    /// The pass stopped with none of its targets standing (each new member failed, each
+    /// replacement dropped, no spare in their roles): what was lost, the roles leaving the
+    /// rebuilding list. Nothing is made current.
+    async fn abandon(
+        &self,
+        p: Parts<'_>,
+        targets: &[usize],
+        claim: &Claim,
+    ) -> Result<Lost, ArrayError> {
+        let mut lost = Lost::default();
+        for &r in targets {
+            if p.volume.member_is_failed(r) {
+                lost.new_members.push((r, self.lose(p, r, claim).await));
+                continue;
+            }
+            // A replacement the slot dropped (it failed): its member keeps the role.
+            let dropped = {
+                let mut replacing = self.replacing.lock();
+                let gone = p.volume.table().slot(r).replacement().is_none();
+                gone.then(|| replacing.remove(&r)).flatten()
+            };
+            if let Some(meta) = dropped {
+                lost.replacements.push(let_go(p, r, &meta).await?);
+            }
+        }
+        Ok(lost)
+    }
+
+    /// Role `r`'s new member failed: what happened; the role is no longer being rebuilt
+    /// unless a member was put in it since (under the records' lock, which that holds).
+    async fn lose(&self, p: Parts<'_>, r: usize, claim: &Claim) -> String {
+        let _rec = p.records.lock().await;
+        if p.records.rebuilding.holds(claim, r) {
+            p.records.rebuilding.remove(r);
+        }
+        failed_newcomer(p, r)
+    }
+}
+
 /// What a role is rebuilt onto.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Onto {
@@ -269,13 +315,29 @@ pub(super) enum Onto {
     GivenUp,
 }
 
-/// Whether a pass that started with the roles and members `started` must start again, the
-/// roles to rebuild being `now`: some role is rebuilt onto a member the pass did not write
-/// from its start (a spare took a role, a replace began, a new member replaced one that
-/// failed) — left to the end of the pass, that role waited a whole pass for nothing. Roles
-/// that left (done, failed) change nothing.
-fn must_restart(started: &[(usize, Onto)], now: &[(usize, Onto)]) -> bool {
-    now.iter().any(|w| !started.contains(w))
+/// What changed for a pass that started with the roles and members `started`, the roles
+/// to rebuild being `now`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Change {
+    /// Its work stands, or some of it left (a target failed) and the rest goes on.
+    None,
+    /// Some role is rebuilt onto a member the pass did not write from its start (a spare
+    /// took a role, a replace began, a new member replaced one that failed): left to the
+    /// end of the pass, that role waited a whole pass for nothing. The pass starts again.
+    Restart,
+    /// Every role it started with left (its targets failed) and none came: walking on
+    /// writes nowhere. The pass stops.
+    AllLeft,
+}
+
+fn change(started: &[(usize, Onto)], now: &[(usize, Onto)]) -> Change {
+    if now.iter().any(|w| !started.contains(w)) {
+        Change::Restart
+    } else if !started.is_empty() && !started.iter().any(|w| now.contains(w)) {
+        Change::AllLeft
+    } else {
+        Change::None
+    }
 }
 
 /// What failed on the way, of one completion or of a whole run ([`Heal::rebuild`]): roles
@@ -465,9 +527,11 @@ mod tests {
 
     #[test]
     fn a_role_given_new_work_restarts_the_pass_and_one_that_left_does_not() {
+        let must_restart =
+            |s: &[(usize, Onto)], n: &[(usize, Onto)]| change(s, n) == Change::Restart;
         let started = [(1, Onto::Term(3)), (2, Onto::Replacement(77))];
         assert!(!must_restart(&started, &started));
-        // Done or failed: nothing new.
+        // Failed: nothing new.
         assert!(!must_restart(&started, &started[..1]));
         assert!(!must_restart(&started, &[]));
         // A spare took a failed role while a replace ran.
@@ -483,5 +547,23 @@ mod tests {
         assert!(must_restart(&started, &[started[0], (2, Onto::GivenUp)]));
         // A replace began while a role was rebuilt.
         assert!(must_restart(&started[..1], &started));
+    }
+
+    /// Every target left and none came: the pass stops (it walked on to its end, writing
+    /// nowhere). One target left and another stands: it goes on for that one.
+    #[test]
+    fn a_pass_whose_every_target_left_stops_and_one_with_a_target_left_goes_on() {
+        let started = [(1, Onto::Term(3)), (3, Onto::Term(4))];
+        assert_eq!(change(&started, &[]), Change::AllLeft);
+        assert_eq!(change(&started[..1], &[]), Change::AllLeft);
+        assert_eq!(change(&started, &started[1..]), Change::None);
+        assert_eq!(change(&started, &started), Change::None);
+        // Left, and a spare took the role: a new term, a new pass.
+        assert_eq!(
+            change(&started[..1], &[(1, Onto::Term(5))]),
+            Change::Restart
+        );
+        // A pass with nothing to do from its start has nothing that left.
+        assert_eq!(change(&[], &[]), Change::None);
     }
 }
