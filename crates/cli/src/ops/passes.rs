@@ -217,6 +217,10 @@ fn nothing_to_rebuild(volume: &str, reply: &Value) -> String {
         .filter(|r| !stuck_roles.contains(r))
         .map(|r| r.to_string())
         .collect();
+    if !waiting.is_empty() && reply["reshaping"] == json!(true) {
+        return waiting_for_reshape(volume, &waiting, reply["spares"].as_u64().unwrap_or(0))
+            + &stuck;
+    }
     if !waiting.is_empty() {
         return format!(
             "{volume}: nothing to rebuild onto: role(s) {} failed with no spare to take them (`nbraid add` one)\n{stuck}",
@@ -234,6 +238,20 @@ fn nothing_to_rebuild(volume: &str, reply: &Value) -> String {
     }
 }
 
+/// Failed roles `waiting` for a member while a reshape runs: spares go into no role until
+/// the volume is open in its new shape; then the daemon puts them in and starts the rebuild.
+fn waiting_for_reshape(volume: &str, waiting: &[String], spares: u64) -> String {
+    let roles = waiting.join(", ");
+    match spares {
+        0 => format!(
+            "{volume}: a reshape is running; role(s) {roles} failed with no spare to take them (`nbraid add` one: spares go into failed roles when the reshape ends)\n"
+        ),
+        n => format!(
+            "{volume}: a reshape is running: the {n} spare(s) standing by go into failed role(s) {roles} when it ends, and the rebuild starts then (`nbraid status` shows both)\n"
+        ),
+    }
+}
+
 /// `nbraid rebuild --json` when nothing is being rebuilt: the last rebuild's report (its
 /// `state`), or `"state": "none"` if the volume never had one, with `nothing_to_rebuild` and
 /// the failed roles still waiting for a member — never a bare `null`.
@@ -243,6 +261,8 @@ fn nothing_to_rebuild_json(reply: &Value) -> Value {
         _ => json!({ "state": "none" }),
     };
     out["nothing_to_rebuild"] = json!(true);
+    // Spares wait for the reshape's end to go into failed roles.
+    out["waits_for_reshape"] = json!(reply["reshaping"] == json!(true));
     out["roles_without_a_member"] = match &reply["roles_without_a_member"] {
         Value::Array(roles) => Value::Array(roles.clone()),
         _ => json!([]),
@@ -370,13 +390,33 @@ mod tests {
         assert_eq!(nothing_to_rebuild_json(&reply)["unrebuildable"], stuck);
     }
 
+    /// During a reshape spares go into no role until it ends: the reply says so, not "no
+    /// spare to take them" just after one was added.
+    #[test]
+    fn nothing_to_rebuild_during_a_reshape_says_the_rebuild_waits_for_it() {
+        let reply = json!({"roles_without_a_member": [0], "reshaping": true, "spares": 1});
+        let text = nothing_to_rebuild("db", &reply);
+        assert!(
+            text.starts_with("db: a reshape is running: the 1 spare(s) standing by go into failed role(s) 0 when it ends"),
+            "{text}"
+        );
+        assert!(!text.contains("no spare"), "{text}");
+        let none = json!({"roles_without_a_member": [0], "reshaping": true, "spares": 0});
+        let text = nothing_to_rebuild("db", &none);
+        assert!(
+            text.contains("a reshape is running; role(s) 0 failed with no spare"),
+            "{text}"
+        );
+        assert_eq!(nothing_to_rebuild_json(&reply)["waits_for_reshape"], true);
+    }
+
     #[test]
     fn nothing_to_rebuild_in_json_is_an_object_with_a_state() {
         let never = nothing_to_rebuild_json(&json!({"rebuild": null, "nothing_to_rebuild": true}));
         assert_eq!(
             never,
             json!({"state": "none", "nothing_to_rebuild": true, "roles_without_a_member": [],
-                   "unrebuildable": []})
+                   "unrebuildable": [], "waits_for_reshape": false})
         );
         let last = json!({"rebuild": {"state": "done", "roles": []},
                           "roles_without_a_member": [2]});

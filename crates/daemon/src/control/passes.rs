@@ -75,9 +75,15 @@ pub(super) async fn rebuild(v: &ControlVolume, rate: Option<PassRate>) -> Result
     // No role waits for a rebuild and none runs: a new pass would be done at once, its empty
     // report replacing the last rebuild's. Say so instead.
     if v.array().rebuilding().is_empty() && !v.rebuild_running() {
+        let array = v.array();
         return Ok(json!({
             "volume": v.name, "rebuild": rebuild_json(v), "nothing_to_rebuild": true,
-            "roles_without_a_member": v.array().roles_wanting_a_member(),
+            "roles_without_a_member": array.roles_wanting_a_member(),
+            // A reshape runs: spares stand by (`Array::use_spares`) until the volume opens in
+            // its new shape, when the watcher puts them in failed roles and starts the
+            // rebuild (`heal::watch`).
+            "reshaping": array.reshape_progress().is_some(),
+            "spares": array.spare_count(),
             // Of those, the roles no spare can help, and why.
             "unrebuildable": super::unrebuildable::unrebuildable_json(v),
         }));
