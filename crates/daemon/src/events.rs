@@ -109,6 +109,8 @@ pub struct Event {
     pub kind: EventKind,
     pub volume: String,
     pub member: Option<String>,
+    /// The members `member`'s replacements replace (a replace's pass), if any.
+    pub replaces: Option<String>,
     /// The outcome of a finished pass (`done`, `cancelled`, `failed`), if any.
     pub result: Option<String>,
     /// What a counting event counts so far (write errors, refused flushes), if any.
@@ -124,6 +126,7 @@ impl Event {
             kind,
             volume: volume.to_string(),
             member: None,
+            replaces: None,
             result: None,
             count: None,
             detail: detail.into(),
@@ -133,6 +136,11 @@ impl Event {
 
     pub fn member(mut self, id: &str) -> Event {
         self.member = Some(id.to_string());
+        self
+    }
+
+    pub fn replaces(mut self, ids: &str) -> Event {
+        self.replaces = Some(ids.to_string());
         self
     }
 
@@ -151,6 +159,7 @@ impl Event {
             "event": self.kind.name(),
             "volume": self.volume,
             "member": self.member,
+            "replaces": self.replaces,
             "result": self.result,
             "count": self.count,
             "detail": self.detail,
@@ -169,6 +178,9 @@ impl Event {
         ];
         if let Some(m) = &self.member {
             env.push(("NBRAID_MEMBER", m.clone()));
+        }
+        if let Some(r) = &self.replaces {
+            env.push(("NBRAID_REPLACES", r.clone()));
         }
         if let Some(r) = &self.result {
             env.push(("NBRAID_RESULT", r.clone()));

@@ -269,7 +269,7 @@ impl ControlVolume {
     }
 
     /// The id of a member or spare (its path when unknown).
-    pub(super) fn id_of(&self, member: &Arc<dyn Member>) -> String {
+    pub(crate) fn id_of(&self, member: &Arc<dyn Member>) -> String {
         let known = self.known.lock();
         known
             .id_of(member)

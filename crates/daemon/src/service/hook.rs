@@ -1,7 +1,7 @@
 //! The `on_event` program, run once per event the way mdadm runs its PROGRAM: arguments
 //! `EVENT VOLUME [MEMBER]`, every field in the environment (`NBRAID_EVENT`,
-//! `NBRAID_VOLUME`, `NBRAID_MEMBER`, `NBRAID_RESULT`, `NBRAID_COUNT`, `NBRAID_DETAIL`,
-//! `NBRAID_TIME_UNIX_MS`). Events queue (up to [`QUEUE_LEN`]) for one task that runs them in
+//! `NBRAID_VOLUME`, `NBRAID_MEMBER`, `NBRAID_REPLACES`, `NBRAID_RESULT`, `NBRAID_COUNT`,
+//! `NBRAID_DETAIL`, `NBRAID_TIME_UNIX_MS`). Events queue (up to [`QUEUE_LEN`]) for one task that runs them in
 //! order, one at a time; publishing never waits for it. A run longer than [`HOOK_TIMEOUT`] is
 //! killed with every process it started (it runs in its own process group: a shell script's
 //! `sleep` goes too), and a failed or killed run is logged once; neither holds anything else

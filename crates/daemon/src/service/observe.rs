@@ -107,6 +107,9 @@ pub struct Pass {
     pub state: PassState,
     /// The ids of the members it writes (rebuilds and re-add resyncs).
     pub members: Vec<String>,
+    /// Of `members`, the replacements (a replace's copy), each with the id of the member it
+    /// replaces (which keeps its role until the copy is done).
+    pub replacing: Vec<(String, String)>,
     pub position_bytes: u64,
     pub total_bytes: u64,
     /// Scrubs: what was compared and found.
@@ -416,6 +419,28 @@ pub fn changes(volume: &str, prev: &VolumeSnapshot, next: &VolumeSnapshot) -> Ve
     out
 }
 
+/// The members pass `n` writes, for people: a replacement with the member it replaces
+/// (`r (replacing d2)`).
+fn onto_text(n: &Pass) -> String {
+    let named = (n.members.iter()).map(|m| match n.replacing.iter().find(|(new, _)| new == m) {
+        Some((_, old)) => format!("{m} (replacing {old})"),
+        None => m.clone(),
+    });
+    named.collect::<Vec<_>>().join(", ")
+}
+
+/// Event `e` naming the members pass `n` writes, and those its replacements replace.
+fn with_members(mut e: Event, n: &Pass) -> Event {
+    if !n.members.is_empty() {
+        e = e.member(&n.members.join(","));
+    }
+    if !n.replacing.is_empty() {
+        let old: Vec<&str> = n.replacing.iter().map(|(_, old)| old.as_str()).collect();
+        e = e.replaces(&old.join(","));
+    }
+    e
+}
+
 /// Whether a pass in `state` is over (it ran and stopped: it does not run again).
 fn is_over(state: PassState) -> bool {
     !matches!(
@@ -433,17 +458,14 @@ fn pass_changes(volume: &str, kind: PassKind, prev: Option<&Pass>, n: &Pass, out
     if begun {
         let on = match n.members.is_empty() {
             true => String::new(),
-            false => format!(" onto {}", n.members.join(", ")),
+            false => format!(" onto {}", onto_text(n)),
         };
-        let mut e = Event::new(
+        let e = Event::new(
             started,
             volume,
             format!("{} started{on} ({} bytes)", kind.name(), n.total_bytes),
         );
-        if !n.members.is_empty() {
-            e = e.member(&n.members.join(","));
-        }
-        out.push(e);
+        out.push(with_members(e, n));
     }
     let ended = is_over(n.state) && prev.is_none_or(|p| !is_over(p.state));
     if !ended {
@@ -451,9 +473,9 @@ fn pass_changes(volume: &str, kind: PassKind, prev: Option<&Pass>, n: &Pass, out
     }
     // Once a rebuild is over the array no longer names the members it wrote: as seen
     // while it ran.
-    let members = match (n.members.is_empty(), prev) {
-        (true, Some(p)) => &p.members,
-        _ => &n.members,
+    let seen = match (n.members.is_empty(), prev) {
+        (true, Some(p)) => p,
+        _ => n,
     };
     let mut detail = format!(
         "{} {} at {} of {} bytes",
@@ -471,11 +493,8 @@ fn pass_changes(volume: &str, kind: PassKind, prev: Option<&Pass>, n: &Pass, out
             n.checked, n.mismatches, n.repaired, n.unreadable
         );
     }
-    let mut e = Event::new(finished, volume, detail).result(n.state.name());
-    if !members.is_empty() {
-        e = e.member(&members.join(","));
-    }
-    out.push(e);
+    let e = Event::new(finished, volume, detail).result(n.state.name());
+    out.push(with_members(e, seen));
     // Blocks a checksum caught count as unreadable, not as mismatches: both are bad blocks.
     let bad = n.mismatches + n.unreadable;
     if kind == PassKind::Scrub && bad > 0 {
@@ -533,10 +552,26 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
             .filter_map(|(r, _)| ids.get(*r).cloned())
             .collect()
     };
+    // What a rebuild writes: a role's new member, or its replacement (the member it
+    // replaces keeps the role, and its id, until the copy is done).
+    let mut replacing = Vec::new();
+    let mut rebuilt = Vec::new();
+    for (r, _) in array.rebuilding() {
+        let Some(id) = ids.get(r) else { continue };
+        match vol.replacement(r) {
+            Some(rep) => {
+                let new = v.id_of(&rep);
+                replacing.push((new.clone(), id.clone()));
+                rebuilt.push(new);
+            }
+            None => rebuilt.push(id.clone()),
+        }
+    }
     let pass_of = |run: &Run<PassControl>, members: &Vec<String>| Pass {
         instance: run.id,
         state: run_state(run),
         members: members.clone(),
+        replacing: Vec::new(),
         position_bytes: run.ctl.position_bytes(),
         total_bytes: run.ctl.total_bytes(),
         checked: 0,
@@ -548,7 +583,10 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
     let runs_of = |runs: Vec<Run<PassControl>>, members: Vec<String>| -> Vec<Pass> {
         runs.iter().map(|run| pass_of(run, &members)).collect()
     };
-    let rebuild = runs_of(v.rebuild_runs(), role_ids(array.rebuilding()));
+    let mut rebuild = runs_of(v.rebuild_runs(), rebuilt);
+    for p in &mut rebuild {
+        p.replacing = replacing.clone();
+    }
     let resync = runs_of(v.resync.runs(), Vec::new());
     let readd = runs_of(v.readd.runs(), role_ids(array.returning()));
     let scrub = (v.scrub_runs().iter())
@@ -558,6 +596,7 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
                 instance: run.id,
                 state: run_state(run),
                 members: Vec::new(),
+                replacing: Vec::new(),
                 position_bytes: r.position_bytes,
                 total_bytes: r.total_bytes,
                 checked: r.checked,

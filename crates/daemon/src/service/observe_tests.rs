@@ -38,6 +38,7 @@ fn pass(instance: u64, state: PassState) -> Pass {
         instance,
         state,
         members: vec!["s0".into()],
+        replacing: Vec::new(),
         position_bytes: 0,
         total_bytes: 100,
         checked: 0,
@@ -604,4 +605,34 @@ fn a_failed_rebuild_s_event_says_why() {
         "{}",
         e[0].detail
     );
+}
+
+/// A replace's events name the replacement it copies onto and the member it replaces
+/// (they named the replaced member as the one written: `onto d2`).
+#[test]
+fn a_replace_s_events_name_the_replacement_and_the_member_it_replaces() {
+    let mut running = vol(&[false]);
+    let mut p = pass(9, PassState::Running);
+    p.members = vec!["s0".into(), "r".into()];
+    p.replacing = vec![("r".into(), "d2".into())];
+    running.passes[PassKind::Rebuild as usize] = vec![p.clone()];
+    let e = changes("db", &vol(&[false]), &running);
+    assert_eq!(kinds(&e), ["rebuild-started"]);
+    assert!(
+        e[0].detail.contains("onto s0, r (replacing d2) ("),
+        "{}",
+        e[0].detail
+    );
+    assert_eq!(e[0].member.as_deref(), Some("s0,r"));
+    assert_eq!(e[0].replaces.as_deref(), Some("d2"));
+    assert_eq!(e[0].to_json()["replaces"], "d2");
+    // Over: the array names nothing it rebuilds any more; as seen while it ran.
+    let mut done = vol(&[false]);
+    let mut over = pass(9, PassState::Done);
+    over.members.clear();
+    done.passes[PassKind::Rebuild as usize] = vec![over];
+    let e = changes("db", &running, &done);
+    assert_eq!(kinds(&e), ["rebuild-finished"]);
+    assert_eq!(e[0].member.as_deref(), Some("s0,r"));
+    assert_eq!(e[0].replaces.as_deref(), Some("d2"));
 }
