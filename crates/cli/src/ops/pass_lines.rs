@@ -98,7 +98,10 @@ fn pass_line(what: &str, roles: &str, r: &Map<String, Value>) -> String {
     let moves = moves_text(r.get("moves"), r.get("total_bytes"));
     let roles = match r.get("roles") {
         _ if !moves.is_empty() => format!(" {moves}"),
-        Some(list) if !roles.is_empty() => format!(" {roles}{list}"),
+        // A failed rebuild's roles left the list with their target: none to name.
+        Some(list) if !roles.is_empty() && list.as_array().is_none_or(|l| !l.is_empty()) => {
+            format!(" {roles}{list}")
+        }
         _ => String::new(),
     };
     // A rate only while it moves (a stopped pass went at 0 B/s "now"), measured over this
@@ -185,6 +188,18 @@ mod tests {
 
     /// A done rebuild says which of the roles it rebuilt have failed since (it said "done"
     /// over a failed member), and nothing more while they serve.
+    #[test]
+    fn a_failed_rebuild_whose_roles_left_names_none() {
+        let r = json!({"state": "failed", "position_bytes": 1u64 << 20,
+                       "total_bytes": 3u64 << 20, "roles": [], "rate_bytes_per_s": 0});
+        let line = pass_line("rebuild", "of roles ", r.as_object().unwrap());
+        assert!(!line.contains("of roles"), "{line}");
+        let r = json!({"state": "running", "position_bytes": 1u64 << 20,
+                       "total_bytes": 3u64 << 20, "roles": [1], "rate_bytes_per_s": 0});
+        let line = pass_line("rebuild", "of roles ", r.as_object().unwrap());
+        assert!(line.contains("of roles [1]"), "{line}");
+    }
+
     #[test]
     fn a_done_rebuild_names_the_roles_it_rebuilt_that_failed_since() {
         let r = |failed: Value| {
