@@ -9,21 +9,9 @@
 mod common;
 
 use common::loops::{tool, Loop};
-use common::{fill, nbraid, ok, prefix_reads_back, require, serve, status_of, Daemon};
+use common::{fill, nbraid, ok, prefix_reads_back, require, serve, sha256, status_of, Daemon};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// sha256 of the whole file or device at `path`.
-fn sha256(path: &Path) -> String {
-    let out = ok(
-        Command::new(require("sha256sum"))
-            .arg(path)
-            .output()
-            .unwrap(),
-        "sha256sum",
-    );
-    out.split_whitespace().next().unwrap().to_string()
-}
 
 fn hashes(paths: &[PathBuf]) -> Vec<String> {
     paths.iter().map(|p| sha256(p)).collect()
