@@ -68,6 +68,18 @@ fn a_watcher_past_the_followers_cap_is_refused_and_admin_commands_still_answer()
             && err.contains("kept for one-shot requests"),
         "{err}"
     );
+    // A scrub is started (a one-shot request), then following it needs a follower's place:
+    // refused, it says the scrub runs (it said only `busy`, as if nothing had started).
+    let o = nbraid(&["scrub", "r6", "--rate", "1MiB", "--config", cfg]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "following was refused");
+    assert!(
+        err.contains("the scrub of r6 runs, but following it was refused")
+            && err.contains(&format!("at most {FOLLOWERS_MAX} followers")),
+        "{err}"
+    );
+    let o = nbraid(&["cancel", "r6", "--config", cfg]);
+    assert!(o.status.success(), "the scrub was running: {o:?}");
     // The admin commands find their places.
     ok(
         nbraid(&["fail", "r6", "d5", "--config", cfg]),

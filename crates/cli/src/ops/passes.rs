@@ -168,9 +168,10 @@ fn follow_pass(c: &mut Client, volume: &str, what: &str, bar: bool) -> Result<Va
         pb
     });
     loop {
-        let v = c.call(&Request::Status {
+        let asked = c.call(&Request::Status {
             volume: Some(volume.to_string()),
-        })?;
+        });
+        let v = asked.map_err(|e| not_followed(e, volume, what))?;
         let s = v["volumes"][0][what].clone();
         if s.is_null() {
             bail!("volume {volume} has no {what} to follow");
@@ -199,6 +200,19 @@ fn follow_pass(c: &mut Client, volume: &str, what: &str, bar: bool) -> Result<Va
             return Ok(s);
         }
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A poll of a followed pass that failed: refused a follower's place (`busy`: every one is
+/// held by watchers), the pass runs on unfollowed, and the error says so — it said only
+/// `busy`, as if the scrub or rebuild had not started.
+fn not_followed(e: anyhow::Error, volume: &str, what: &str) -> anyhow::Error {
+    match e.downcast_ref::<super::client::Refused>() {
+        Some(r) if r.0.code == "busy" => anyhow::anyhow!(
+            "the {what} of {volume} runs, but following it was refused: {} (`nbraid status {volume}` shows its progress)",
+            r.0.message
+        ),
+        _ => e,
     }
 }
 
