@@ -148,14 +148,7 @@ pub fn plans(
                 .map(|&m| found(config, opened, m, &v.name, force))
                 .collect();
             let policy = policy.unwrap_or(v.metadata.create);
-            let plan = plan::plan_volume(config, v, policy, &found)
-                .map_err(|r| AssembleError::Refused(r.0))?;
-            match plan {
-                Plan::Create { .. } if v.read_only => Err(AssembleError::Refused(
-                    crate::read_only_check::create_refusal(&v.name),
-                )),
-                plan => Ok(plan),
-            }
+            plan::plan_volume(config, v, policy, &found).map_err(|r| AssembleError::Refused(r.0))
         })
         .collect()
 }

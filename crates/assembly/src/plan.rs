@@ -128,7 +128,9 @@ pub fn forced_records(
     }
 }
 
-/// [`plan`] for config volume `v`, whose members (by position) hold `found`.
+/// [`plan`] for config volume `v`, whose members (by position) hold `found`. A volume to
+/// be created is refused when it is `read_only` (a read-only start creates nothing): one
+/// rule for the start, `nbraidd --check` and `nbraid check`.
 pub fn plan_volume(
     config: &Config,
     v: &Volume,
@@ -143,12 +145,13 @@ pub fn plan_volume(
             device: matches!(config.members[m].state, MemberStorage::BlockDevice { .. }),
         })
         .collect();
-    plan(
-        &v.name,
-        &config.file.display().to_string(),
-        policy,
-        &members,
-    )
+    let file = config.file.display().to_string();
+    match plan(&v.name, &file, policy, &members)? {
+        Plan::Create { .. } if v.read_only => {
+            Err(Refusal(crate::read_only_check::create_refusal(&v.name)))
+        }
+        p => Ok(p),
+    }
 }
 
 /// Decides how volume `name` starts (`config_file` names the config in hints).

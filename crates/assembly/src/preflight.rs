@@ -54,10 +54,6 @@ pub fn preflight(config: &Config) -> Preflight {
                 out.refusals.push(refusal.0);
                 continue;
             }
-            Ok(Plan::Create { .. }) if v.read_only => {
-                (out.refusals).push(crate::read_only_check::create_refusal(&v.name));
-                continue;
-            }
             Ok(Plan::Create { .. }) => continue, // written at the next start
             Ok(Plan::Open) => {}
         }

@@ -10,7 +10,7 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
 /// Why a read-only start refuses volume `name` whose members carry no array yet.
-pub fn create_refusal(name: &str) -> String {
+pub(crate) fn create_refusal(name: &str) -> String {
     format!(
         "volume `{name}` has read_only = true, but its members carry no array to open (new or \
          blank): a read-only start creates nothing — start it read-write once to create it"

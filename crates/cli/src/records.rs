@@ -112,11 +112,6 @@ fn volume(
             r.state = format!("refused: {refusal}");
             return r;
         }
-        Ok(Plan::Create { .. }) if v.read_only => {
-            let why = nbraid_assembly::read_only_check::create_refusal(&v.name);
-            r.state = format!("refused: {why}");
-            return r;
-        }
         Ok(Plan::Create { .. }) => {
             r.state = match areas.create(config, v, &probes[..n]) {
                 Ok(()) => to_be_created(&probes[..n]),

@@ -613,13 +613,14 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
         p.position_bytes = p.position_bytes.max(position);
         p.total_bytes = p.total_bytes.max(total);
     }
+    let cache = vol.cache_usage();
     VolumeSnapshot {
         roles,
         health,
         passes: [rebuild, resync, readd, scrub, reshape],
         refused_flushes: vol.refused_flushes(),
-        cached_dirty_bytes: vol.cache_usage().dirty_bytes,
-        failed_destages: vol.cache_usage().failed_destages,
+        cached_dirty_bytes: cache.dirty_bytes,
+        failed_destages: cache.failed_destages,
     }
 }
 
