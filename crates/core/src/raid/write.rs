@@ -404,8 +404,12 @@ impl StripeWriter<'_> {
             force_reconstruct,
         );
         let Some(plan) = plan_write(&input) else {
+            // Named with the children whose reads failed: they are why no plan fits.
+            let unusable: Vec<bool> = (failed.iter().zip(plan_lost))
+                .map(|(&f, &l)| f || l)
+                .collect();
             return Err(Retry::Fatal(
-                self.stripes.chunks.unavailable(stripe, &failed, "write"),
+                self.stripes.chunks.unavailable(stripe, &unusable, "write"),
             ));
         };
         // 2. Read what the plan reads.
