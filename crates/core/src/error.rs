@@ -37,10 +37,38 @@ pub enum VolumeError {
         #[source]
         source: MemberError,
     },
+    /// A rebuild found volume bytes no redundancy can give back (every copy unreadable, or
+    /// more of a stripe than its parity): `ranges` of the volume, `cause` the first error.
+    #[error("the volume's bytes at {} cannot be rebuilt: no copy or parity of them can be read ({cause}); writing them again (a client write of these bytes, from a backup) lets the rebuild get past them", ranges_text(ranges))]
+    Unrebuildable {
+        ranges: Vec<std::ops::Range<u64>>,
+        cause: Box<VolumeError>,
+    },
     #[error("cannot assemble the volume: {0}")]
     Assembly(String),
     #[error("not supported yet: {0}")]
     Unsupported(String),
+}
+
+/// Ranges shown at most in [`VolumeError::Unrebuildable`]'s text (the rest counted).
+const RANGES_SHOWN: usize = 8;
+
+/// `ranges` as `offset+len` in bytes, comma-separated, the first [`RANGES_SHOWN`] and a
+/// count of the rest; the bytes in all when there are several.
+fn ranges_text(ranges: &[std::ops::Range<u64>]) -> String {
+    let shown: Vec<String> = (ranges.iter().take(RANGES_SHOWN))
+        .map(|r| format!("{}+{}", r.start, r.end - r.start))
+        .collect();
+    let bytes: u64 = ranges.iter().map(|r| r.end - r.start).sum();
+    let more = ranges.len().saturating_sub(RANGES_SHOWN);
+    match (ranges.len(), more) {
+        (0 | 1, _) => shown.join(""),
+        (_, 0) => format!("{} ({bytes} bytes in all)", shown.join(", ")),
+        _ => format!(
+            "{} and {more} more ranges ({bytes} bytes in all)",
+            shown.join(", ")
+        ),
+    }
 }
 
 /// How [`VolumeError::Unavailable`] begins (its `#[error]` above says the same words).
@@ -118,6 +146,10 @@ impl VolumeError {
                     ..*source
                 },
             },
+            VolumeError::Unrebuildable { ranges, cause } => VolumeError::Unrebuildable {
+                ranges: ranges.clone(),
+                cause: Box::new(cause.duplicate()),
+            },
             VolumeError::Assembly(s) => VolumeError::Assembly(s.clone()),
             VolumeError::Unsupported(s) => VolumeError::Unsupported(s.clone()),
         }
@@ -149,5 +181,38 @@ mod tests {
             "data unavailable: read: stripe 3 has lost children [0, 1]"
         );
         assert_eq!(outer.duplicate().to_string(), outer.to_string());
+    }
+
+    /// Unrebuildable bytes are named as `offset+len`: one range alone, several with their
+    /// sum, past eight counted; a duplicate says the same.
+    #[test]
+    fn unrebuildable_bytes_are_named_by_offset_and_length() {
+        let cause = || {
+            Box::new(VolumeError::Unavailable {
+                reason: "read".into(),
+            })
+        };
+        let one = VolumeError::Unrebuildable {
+            ranges: std::iter::once(4096..8192).collect(),
+            cause: cause(),
+        };
+        assert!(one
+            .to_string()
+            .starts_with("the volume's bytes at 4096+4096 cannot be rebuilt: "));
+        assert_eq!(one.duplicate().to_string(), one.to_string());
+        let two = VolumeError::Unrebuildable {
+            ranges: vec![0..4096, 65536..131072],
+            cause: cause(),
+        };
+        assert!(two
+            .to_string()
+            .contains("at 0+4096, 65536+65536 (69632 bytes in all) cannot"));
+        let many = VolumeError::Unrebuildable {
+            ranges: (0..10).map(|i| i * 8192..i * 8192 + 4096).collect(),
+            cause: cause(),
+        };
+        assert!(many
+            .to_string()
+            .contains("57344+4096 and 2 more ranges (40960 bytes in all) cannot"));
     }
 }

@@ -31,6 +31,7 @@ pub mod read_errors;
 pub mod read_only_member;
 pub mod read_policy;
 pub mod rebuild;
+pub mod rebuild_narrow;
 pub mod reshape;
 pub mod scrub;
 pub mod split;

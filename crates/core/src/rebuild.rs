@@ -34,6 +34,7 @@
 use crate::error::{VolumeError, VolumeResult};
 use crate::member::Member;
 use crate::pass::{Checkpoint, PassControl, PassState, PassWork, Stale};
+use crate::rebuild_narrow;
 use crate::volume::Volume;
 use futures::FutureExt;
 use nbraid_layout::Node;
@@ -292,7 +293,7 @@ impl Volume {
                 inflight: REBUILD_INFLIGHT,
                 window: Box::new(move |at, len| match self.unrebuildable() {
                     Some(e) => futures::future::ready(Err(e)).boxed(),
-                    None => root.rebuild_range(at, len),
+                    None => self.rebuild_window(at, len).boxed(),
                 }),
                 checkpoint_bytes,
                 checkpoint,
@@ -301,6 +302,22 @@ impl Volume {
             },
         )
         .await
+    }
+
+    /// Rebuilds `[at, at + len)`; after a read error, piece by piece
+    /// ([`crate::rebuild_narrow`]): the pass stops only for bytes that cannot be rebuilt, and
+    /// names them. A member that failed meanwhile is said as such, not as unreadable bytes.
+    async fn rebuild_window(&self, at: u64, len: u64) -> VolumeResult<()> {
+        let root = self.root_node();
+        let first = match root.rebuild_range(at, len).await {
+            Err(e) if rebuild_narrow::worth_narrowing(&e) => e,
+            r => return r,
+        };
+        let r = rebuild_narrow::rebuild_in_pieces(root, at, len, first).await;
+        match (r, self.unrebuildable()) {
+            (Err(_), Some(blocker)) => Err(blocker),
+            (r, _) => r,
+        }
     }
 
     /// Marks rebuilt target `index` current: a new member becomes readable, a replacement
