@@ -325,16 +325,22 @@ enum CopyRole {
     Readable,
     /// Takes writes but is not read: gets a readable copy's bytes.
     Rebuilt,
+    /// Takes writes but is not read, and is current over the range already (every member
+    /// being rebuilt under it is ahead of the window): neither read nor written.
+    Ahead,
     /// Takes nothing.
     Failed,
 }
 
 impl CopyRole {
-    fn of(copy: &dyn ArrayNode, offset: u64, len: u64) -> CopyRole {
+    fn of(copy: &dyn ArrayNode, offset: u64, len: u64, ahead: &[usize]) -> CopyRole {
         if copy.readable(offset, len) {
             CopyRole::Readable
         } else if copy.writable(offset, len) {
-            CopyRole::Rebuilt
+            match copy.written_by_window(ahead) {
+                true => CopyRole::Rebuilt,
+                false => CopyRole::Ahead,
+            }
         } else {
             CopyRole::Failed
         }
@@ -511,15 +517,22 @@ impl NodeMaintenance for MirrorNode {
         .boxed()
     }
 
-    /// Copies that take writes but are not read (being rebuilt) get a readable copy's bytes;
-    /// readable copies rebuild what is below them — all under the range's exclusive lock.
-    fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+    /// Copies that take writes but are not read (being rebuilt) get a readable copy's bytes,
+    /// unless current over the range already (every member being rebuilt under them
+    /// `ahead`); readable copies rebuild what is below them — all under the range's
+    /// exclusive lock.
+    fn rebuild_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        ahead: &'a [usize],
+    ) -> BoxFuture<'a, VolumeResult<()>> {
         async move {
             let _guard = self.locks.lock(offset, len, true).await;
             let roles: Vec<CopyRole> = self
                 .children
                 .iter()
-                .map(|c| CopyRole::of(c.as_ref(), offset, len))
+                .map(|c| CopyRole::of(c.as_ref(), offset, len, ahead))
                 .collect();
             all_ok(
                 join_all(
@@ -527,7 +540,7 @@ impl NodeMaintenance for MirrorNode {
                         .iter()
                         .zip(&roles)
                         .filter(|(_, &r)| r == CopyRole::Readable)
-                        .map(|(c, _)| c.rebuild_range(offset, len)),
+                        .map(|(c, _)| c.rebuild_range(offset, len, ahead)),
                 )
                 .await,
             )?;

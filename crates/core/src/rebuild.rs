@@ -30,6 +30,8 @@
 //! flush, not regions ever written, and there is no trim map: nothing proves a region of the
 //! old member was zero, so every byte is rebuilt (a returning member that missed only some
 //! writes is resynced over the bitmap's regions instead, see `metadata::Array::open`).
+//! Each target once: a pass over several targets runs from the lowest of their positions,
+//! and a window leaves out a target already current over it ([`roles_ahead`]).
 
 use crate::error::{VolumeError, VolumeResult};
 use crate::member::Member;
@@ -73,6 +75,23 @@ pub fn rebuild_source<'a>(
         }
         node = child;
     }
+}
+
+/// The targets a rebuild window `[at, at+len)` leaves out, `starts` saying where each
+/// target is current up to (volume bytes): those current over the whole window. A pass
+/// that starts again over several targets (a spare took another role, a replace began)
+/// sweeps once from the lowest start, and a target rebuilt up to `X` before is not written
+/// again below `X`: its bytes there are current — a position becomes a checkpoint only
+/// after a flush, and a member being rebuilt takes every write from the moment it joins
+/// (md's recovery likewise skips a device whose recovery_offset is past its position). A
+/// window that reaches past a target's start writes it (its nodes round the window out to
+/// whole stripes); a node leaves out a child whose members being rebuilt are all left out
+/// ([`crate::node::NodeMaintenance::written_by_window`]).
+pub fn roles_ahead(starts: &[(usize, u64)], at: u64, len: u64) -> Vec<usize> {
+    (starts.iter())
+        .filter(|&&(_, start)| at + len <= start)
+        .map(|&(role, _)| role)
+        .collect()
 }
 
 /// Why no node can rebuild a lost member ([`rebuild_source`] finds none): no spare put in
@@ -275,12 +294,16 @@ impl Volume {
 
     /// Runs the rebuild pass in windows of about `window_bytes` from the control's position
     /// to the end; every `checkpoint_bytes` (0: never) `checkpoint(position)` runs with no
-    /// window in flight, everything below `position` rebuilt. Once `stale` says the targets
-    /// changed, it stops at the next window (`Cancelled`, the control left running).
+    /// window in flight, everything below `position` rebuilt. A window leaves out the
+    /// targets current over it already, `starts` saying where each is current up to
+    /// ([`roles_ahead`]; a target not listed: from the control's position). Once `stale`
+    /// says the targets changed, it stops at the next window (`Cancelled`, the control left
+    /// running).
     pub(crate) async fn rebuild_pass<'a>(
         &'a self,
         ctl: &PassControl,
         (window_bytes, checkpoint_bytes): (u64, u64),
+        starts: Vec<(usize, u64)>,
         checkpoint: Checkpoint<'a>,
         stale: Option<Stale<'a>>,
     ) -> VolumeResult<PassState> {
@@ -293,7 +316,10 @@ impl Volume {
                 inflight: REBUILD_INFLIGHT,
                 window: Box::new(move |at, len| match self.unrebuildable() {
                     Some(e) => futures::future::ready(Err(e)).boxed(),
-                    None => self.rebuild_window(at, len).boxed(),
+                    None => {
+                        let ahead = roles_ahead(&starts, at, len);
+                        async move { self.rebuild_window(at, len, &ahead).await }.boxed()
+                    }
                 }),
                 checkpoint_bytes,
                 checkpoint,
@@ -304,16 +330,17 @@ impl Volume {
         .await
     }
 
-    /// Rebuilds `[at, at + len)`; after a read error, piece by piece
-    /// ([`crate::rebuild_narrow`]): the pass stops only for bytes that cannot be rebuilt, and
-    /// names them. A member that failed meanwhile is said as such, not as unreadable bytes.
-    async fn rebuild_window(&self, at: u64, len: u64) -> VolumeResult<()> {
+    /// Rebuilds `[at, at + len)` but the targets `ahead`; after a read error, piece by
+    /// piece ([`crate::rebuild_narrow`]): the pass stops only for bytes that cannot be
+    /// rebuilt, and names them. A member that failed meanwhile is said as such, not as
+    /// unreadable bytes.
+    async fn rebuild_window(&self, at: u64, len: u64, ahead: &[usize]) -> VolumeResult<()> {
         let root = self.root_node();
-        let first = match root.rebuild_range(at, len).await {
+        let first = match root.rebuild_range(at, len, ahead).await {
             Err(e) if rebuild_narrow::worth_narrowing(&e) => e,
             r => return r,
         };
-        let r = rebuild_narrow::rebuild_in_pieces(root, at, len, first).await;
+        let r = rebuild_narrow::rebuild_in_pieces(root, (at, len, ahead), first).await;
         match (r, self.unrebuildable()) {
             (Err(_), Some(blocker)) => Err(blocker),
             (r, _) => r,
@@ -351,6 +378,7 @@ impl Volume {
             .rebuild_pass(
                 ctl,
                 (REBUILD_WINDOW_BYTES, 0),
+                Vec::new(),
                 Box::new(|_| futures::future::ready(Ok(())).boxed()),
                 None,
             )
@@ -530,6 +558,23 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A window below a target's start leaves it out; one that reaches past it (or starts
+    /// above it) writes it; a target starting at 0 is never left out.
+    #[test]
+    fn a_window_leaves_out_the_targets_current_over_it() {
+        let starts = [(1, 24 * MIB), (3, 0), (5, 8 * MIB)];
+        assert_eq!(roles_ahead(&starts, 0, 4 * MIB), vec![1, 5]);
+        assert_eq!(roles_ahead(&starts, 4 * MIB, 4 * MIB), vec![1, 5]);
+        // Ends at 5's start: 5 is current over all of it.
+        assert_eq!(roles_ahead(&starts, 6 * MIB, 2 * MIB), vec![1, 5]);
+        // Reaches past 5's start: written, whole.
+        assert_eq!(roles_ahead(&starts, 6 * MIB, 4 * MIB), vec![1]);
+        assert_eq!(roles_ahead(&starts, 20 * MIB, 4 * MIB), vec![1]);
+        assert_eq!(roles_ahead(&starts, 22 * MIB, 4 * MIB), Vec::<usize>::new());
+        assert_eq!(roles_ahead(&starts, 24 * MIB, 4 * MIB), Vec::<usize>::new());
+        assert_eq!(roles_ahead(&[], 0, MIB), Vec::<usize>::new());
     }
 
     /// The oracle: the path from the root to `role`, then up it.

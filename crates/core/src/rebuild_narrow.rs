@@ -69,18 +69,18 @@ pub fn coalesce(ranges: Vec<Range<u64>>) -> Vec<Range<u64>> {
     out
 }
 
-/// Rebuilds `[at, at + len)` of `root` piece by piece after the whole failed with `first`:
-/// `Ok` when every piece was rebuilt, else [`VolumeError::Unrebuildable`] naming the volume
-/// bytes that were not (the other pieces were).
+/// Rebuilds `[at, at + len)` of `root` piece by piece after the whole failed with `first`,
+/// each piece leaving out the window's targets `ahead` (a piece's own would be as many or
+/// more): `Ok` when every piece was rebuilt, else [`VolumeError::Unrebuildable`] naming the
+/// volume bytes that were not (the other pieces were).
 pub async fn rebuild_in_pieces(
     root: &dyn ArrayNode,
-    at: u64,
-    len: u64,
+    (at, len, ahead): (u64, u64, &[usize]),
     first: VolumeError,
 ) -> VolumeResult<()> {
     let mut lost = Vec::new();
     let mut cause = None;
-    failing_pieces(root, at, len, &mut lost, &mut cause).await;
+    failing_pieces(root, (at, len, ahead), &mut lost, &mut cause).await;
     if lost.is_empty() {
         tracing::info!(
             "rebuild: the window at volume byte {at} ({len} bytes) failed ({first}) but was rebuilt piece by piece"
@@ -97,22 +97,21 @@ pub async fn rebuild_in_pieces(
 /// block, then added to `lost` (its error kept in `cause`, the first one).
 fn failing_pieces<'a>(
     root: &'a dyn ArrayNode,
-    at: u64,
-    len: u64,
+    (at, len, ahead): (u64, u64, &'a [usize]),
     lost: &'a mut Vec<Range<u64>>,
     cause: &'a mut Option<VolumeError>,
 ) -> BoxFuture<'a, ()> {
     async move {
         for piece in pieces(at, len) {
             let piece_len = piece.end - piece.start;
-            let Err(e) = root.rebuild_range(piece.start, piece_len).await else {
+            let Err(e) = root.rebuild_range(piece.start, piece_len, ahead).await else {
                 continue;
             };
             if piece_len <= MIN_PIECE_BYTES {
                 cause.get_or_insert(e);
                 lost.push(piece);
             } else {
-                failing_pieces(root, piece.start, piece_len, lost, cause).await;
+                failing_pieces(root, (piece.start, piece_len, ahead), lost, cause).await;
             }
         }
     }

@@ -125,10 +125,18 @@ impl<L: Splitter> NodeMaintenance for SplitNode<L> {
     }
 
     /// Each child rebuilds its pieces of the range (runs on one child merged, concurrently).
-    fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+    fn rebuild_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        ahead: &'a [usize],
+    ) -> BoxFuture<'a, VolumeResult<()>> {
         async move {
             let pieces = self.layout.split(offset, len);
-            each_run(&self.children, &pieces, |c, at, n| c.rebuild_range(at, n)).await
+            each_run(&self.children, &pieces, |c, at, n| {
+                c.rebuild_range(at, n, ahead)
+            })
+            .await
         }
         .boxed()
     }

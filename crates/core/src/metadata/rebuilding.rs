@@ -79,6 +79,16 @@ impl Rebuilding {
             .unwrap_or(0)
     }
 
+    /// Where each role of `claim` still in its claimed term is current up to: what a pass
+    /// over them leaves out below ([`crate::rebuild::roles_ahead`]). A role put in a new
+    /// term since is not listed (its new member is written from the pass's start).
+    pub(super) fn starts(&self, claim: &Claim) -> Vec<(usize, u64)> {
+        let t = self.0.lock();
+        (claim.0.iter())
+            .filter_map(|&(r, term)| t.roles.get(&r).filter(|e| e.1 == term).map(|e| (r, e.0)))
+            .collect()
+    }
+
     /// The bytes below `pos` are current on the members `claim` names, those still in their
     /// claimed term; positions never go back. Returns the roles that advanced.
     pub(super) fn advance(&self, claim: &Claim, pos: u64) -> Vec<usize> {
@@ -118,8 +128,10 @@ mod tests {
         );
         assert_eq!(rb.advance(&claim, 50), vec![2, 4]);
         assert_eq!(rb.snapshot(), vec![(2, 100), (4, 50)]);
+        assert_eq!(rb.starts(&claim), vec![(2, 100), (4, 50)]);
         assert!(rb.remove(4) && !rb.contains(4));
         assert_eq!(rb.start_of(&[2]), 100);
+        assert_eq!(rb.starts(&claim), vec![(2, 100)], "4 is not being rebuilt");
     }
 
     /// A member put in a role mid-pass starts a new term: the pass's progress does not
@@ -133,6 +145,8 @@ mod tests {
         assert_eq!(rb.advance(&claim, 64), vec![1, 3]);
         rb.resume(1, 0); // its member failed, a spare took the role
         assert!(!rb.holds(&claim, 1) && rb.holds(&claim, 3));
+        // The old claim's pass leaves nothing of the spare out.
+        assert_eq!(rb.starts(&claim), vec![(3, 64)]);
         assert_eq!(rb.advance(&claim, 128), vec![3]);
         assert_eq!(rb.snapshot(), vec![(1, 0), (3, 128)]);
         assert_eq!(rb.start_of(&[1, 3]), 0);

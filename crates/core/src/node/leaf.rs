@@ -379,13 +379,29 @@ impl NodeMaintenance for LeafNode {
         .boxed()
     }
 
-    /// Copies the member's bytes onto its replacement (the parent holds the range's lock).
-    fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+    fn rebuilt_members(&self, out: &mut Vec<usize>) {
+        let slot = self.slot();
+        if (slot.is_resyncing() && !slot.is_failed()) || slot.replacement().is_some() {
+            out.push(self.index);
+        }
+    }
+
+    /// Copies the member's bytes onto its replacement (the parent holds the range's lock),
+    /// unless the replacement is current over the range already (`ahead`).
+    fn rebuild_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        ahead: &'a [usize],
+    ) -> BoxFuture<'a, VolumeResult<()>> {
         async move {
             let slot = self.slot();
             let Some(rep) = slot.replacement() else {
                 return Ok(());
             };
+            if ahead.contains(&self.index) {
+                return Ok(());
+            }
             if !slot.is_current() {
                 return Err(self.unavailable(offset, len));
             }

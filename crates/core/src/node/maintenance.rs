@@ -179,10 +179,36 @@ pub trait NodeMaintenance: Send + Sync {
     /// being rebuilt (a new member in a failed member's place: written, never read) get
     /// their bytes from the redundancy — mirrors copy a readable copy, parity groups
     /// reconstruct — and a leaf with a replacement copies its member onto it. Nothing else
-    /// is written. Each node holds its own range lock exclusively over the range while it
-    /// rebuilds it (so user writes cannot land in between); memory is bounded by the range.
-    fn rebuild_range(&self, _offset: u64, _len: u64) -> BoxFuture<'_, VolumeResult<()>> {
+    /// is written, nor are the members `ahead` (current over the window already: see
+    /// [`crate::rebuild::roles_ahead`]; a child is left out when every member being rebuilt
+    /// under it is, [`Self::written_by_window`]). Each node holds its own range lock
+    /// exclusively over the range while it rebuilds it (so user writes cannot land in
+    /// between); memory is bounded by the range.
+    fn rebuild_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        ahead: &'a [usize],
+    ) -> BoxFuture<'a, VolumeResult<()>> {
+        let _ = (offset, len, ahead);
         futures::future::ready(Ok(())).boxed()
+    }
+
+    /// Adds to `out` the members under this node being rebuilt: new members (resyncing, not
+    /// failed) and members with a replacement, as [`crate::Volume::rebuild_targets`] counts
+    /// them. What a parent asks of a child before it writes it in a rebuild window.
+    fn rebuilt_members(&self, out: &mut Vec<usize>) {
+        for child in self.children() {
+            child.rebuilt_members(out);
+        }
+    }
+
+    /// Whether a rebuild window that leaves out the members `ahead` writes this node, a
+    /// child that takes writes but is not read ([`writes_child`]).
+    fn written_by_window(&self, ahead: &[usize]) -> bool {
+        let mut rebuilt = Vec::new();
+        self.rebuilt_members(&mut rebuilt);
+        writes_child(&rebuilt, ahead)
     }
 
     /// Where byte `offset` of this node lies on the members, as (member index, member
@@ -204,5 +230,34 @@ pub trait NodeMaintenance: Send + Sync {
     ) -> BoxFuture<'a, VolumeResult<()>> {
         let _ = (offset, len, pass);
         futures::future::ready(Ok(())).boxed()
+    }
+}
+
+/// Whether a rebuild window that leaves out the members `ahead`
+/// ([`crate::rebuild::roles_ahead`]) writes a child that takes writes but is not read,
+/// `rebuilt_below` being the members under it being rebuilt
+/// ([`NodeMaintenance::rebuilt_members`]): not when every one of them is ahead. One with any
+/// member not ahead is written whole, an ahead member under it included (a repeat write of
+/// current bytes: a parent writes a child, not some of its members); one with none (not
+/// read for another reason) as it always was.
+fn writes_child(rebuilt_below: &[usize], ahead: &[usize]) -> bool {
+    rebuilt_below.is_empty() || rebuilt_below.iter().any(|m| !ahead.contains(m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child is left out only when every member being rebuilt under it is ahead; a child
+    /// with nothing being rebuilt under it is written as before.
+    #[test]
+    fn a_child_is_left_out_only_when_all_it_rebuilds_is_ahead() {
+        assert!(!writes_child(&[1], &[1, 5]));
+        assert!(!writes_child(&[1, 5], &[1, 5]));
+        assert!(writes_child(&[3], &[1, 5]));
+        // A pair with one member ahead, the other new: written whole.
+        assert!(writes_child(&[1, 3], &[1]));
+        assert!(writes_child(&[], &[1]));
+        assert!(writes_child(&[1], &[]));
     }
 }

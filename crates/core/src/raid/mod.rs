@@ -575,8 +575,13 @@ impl NodeMaintenance for ParityNode {
         async move { self.rebuilder().resync_range(offset, len).await }.boxed()
     }
 
-    fn rebuild_range(&self, offset: u64, len: u64) -> BoxFuture<'_, VolumeResult<()>> {
-        async move { self.rebuilder().rebuild_range(offset, len).await }.boxed()
+    fn rebuild_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        ahead: &'a [usize],
+    ) -> BoxFuture<'a, VolumeResult<()>> {
+        async move { self.rebuilder().rebuild_range(offset, len, ahead).await }.boxed()
     }
 
     fn scrub_range<'a>(

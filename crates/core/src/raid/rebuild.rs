@@ -98,7 +98,15 @@ impl Rebuilder<'_> {
         Ok(())
     }
 
-    pub(super) async fn rebuild_range(&self, offset: u64, len: u64) -> VolumeResult<()> {
+    /// Rebuilds the children being rebuilt under the stripes of `[offset, offset+len)`,
+    /// but those current there already (every member being rebuilt under them `ahead`):
+    /// they count as lost for the reconstruction (they are not read) and are not written.
+    pub(super) async fn rebuild_range(
+        &self,
+        offset: u64,
+        len: u64,
+        ahead: &[usize],
+    ) -> VolumeResult<()> {
         if len == 0 {
             return Ok(());
         }
@@ -124,7 +132,7 @@ impl Rebuilder<'_> {
                     (
                         c,
                         self.stripes.chunks.children[c]
-                            .rebuild_range(c0, clen)
+                            .rebuild_range(c0, clen, ahead)
                             .await,
                     )
                 }),
@@ -137,8 +145,12 @@ impl Rebuilder<'_> {
                 Err(e) => return Err(e),
             }
         }
-        let targets: Vec<usize> = (0..self.stripes.chunks.children.len())
-            .filter(|&c| !readable[c] && self.stripes.chunks.children[c].writable(c0, clen))
+        let children = &self.stripes.chunks.children;
+        let targets: Vec<usize> = (0..children.len())
+            .filter(|&c| {
+                let child = &children[c];
+                !readable[c] && child.writable(c0, clen) && child.written_by_window(ahead)
+            })
             .collect();
         if targets.is_empty() {
             return Ok(());

@@ -23,9 +23,11 @@ impl Heal {
     /// Rebuilds every role being rebuilt or replaced, resuming at their checkpoints, while
     /// the volume serves; returns when they are all current (or the control cancelled it).
     /// A role that needs rebuilding while it runs (a spare took it, a replace began) stops
-    /// the pass at its next window: it starts again over every role, each from its own
-    /// position (md restarts its recovery likewise) — at once when `restart_inside`, else
-    /// it returns saying so ([`RebuildReport::restart`]) for the caller to start a new pass.
+    /// the pass at its next window: it starts again over every role, one sweep from the
+    /// lowest position, each role written only from its own position up
+    /// ([`crate::rebuild::roles_ahead`]; md restarts its recovery likewise) — at once when
+    /// `restart_inside`, else it returns saying so ([`RebuildReport::restart`]) for the
+    /// caller to start a new pass. Every role completes at the sweep's end.
     pub(in crate::metadata) async fn rebuild(
         &self,
         p: Parts<'_>,
@@ -196,6 +198,8 @@ impl Heal {
             w => w,
         };
         let every = checkpoint_every(p.volume.capacity(), window);
+        // A role rebuilt up to a position before is not written again below it.
+        let starts = p.records.rebuilding.starts(claim);
         let checkpoint = move |pos: u64| checkpoint(p, targets, claim, pos).boxed();
         let stale = move || change(started, &self.work(p)) != Change::None;
         let state = p
@@ -203,6 +207,7 @@ impl Heal {
             .rebuild_pass(
                 ctl,
                 (window, every),
+                starts,
                 Box::new(checkpoint),
                 Some(Box::new(stale)),
             )
