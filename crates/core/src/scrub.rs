@@ -29,8 +29,10 @@
 //! - RAID 6, on a stripe whose parity is known in sync: the P and Q syndromes locate a single
 //!   corrupt chunk ([`locate`], md's raid6check idea): data chunk *z* when
 //!   `Q_syndrome = g^z · P_syndrome` at every differing byte, P alone when only P differs, Q
-//!   alone when only Q differs. That chunk is rewritten.
-//! - RAID 6 when no single chunk explains the syndromes, RAID 5 (one syndrome cannot say
+//!   alone when only Q differs. That chunk is rewritten. Each 4 KiB row of the stripe is
+//!   located on its own, as md checks page by page: chunks wrong in different rows are each
+//!   named in theirs (the whole stripe's syndromes would name none).
+//! - RAID 6 rows no single chunk explains, RAID 5 (one syndrome cannot say
 //!   which chunk is wrong), and any stripe whose parity is not known in sync (after an
 //!   unclean start its parity may legitimately be behind its data: the write hole): parity is
 //!   regenerated from the data, as md's `repair` does. Data is never rewritten on a guess.

@@ -27,6 +27,9 @@ enum Fix {
     Q,
     /// P (and Q) regenerated from the data.
     Parity,
+    /// RAID 6 rows (one checksum block of every chunk, md's page) that blame different
+    /// chunks: each row repaired by its own diagnosis ([`row_repairs`]).
+    Rows,
 }
 
 /// A child of a stripe the scrub found wrong, and what became of it.
@@ -57,6 +60,83 @@ impl Target {
 
 /// The chunks a diagnosis blames and what a repair does with each: the one the syndromes
 /// name (rebuilt, or P or Q rewritten), or P (and Q) recomputed when nothing names one.
+/// Per row, which chunk the syndromes blame there (see [`locate_rows`]): the chunks that
+/// row's repair changes, with their repaired bytes, rebuilt whole from `chunks` (by child)
+/// with every other row kept as it is. A located row rewrites only its culprit (a data
+/// chunk from the P syndrome `ps`, or P or Q from `p_new`/`q_new`, the parity of the data
+/// read); a row nothing locates regenerates its P and Q from the data, as a stripe does.
+fn row_repairs(
+    culprits: &[Culprit],
+    order: &[usize],
+    roles: &StripeRoles,
+    chunks: &[Buf],
+    regenerated: (&[u8], &[u8]),
+    ps: &[u8],
+) -> Vec<(Target, Buf)> {
+    let q_child = roles.q.expect("only RAID 6 locates");
+    let (p_new, q_new) = regenerated;
+    let row_len = ps.len().div_ceil(culprits.len().max(1));
+    let mut bytes: Vec<Option<Buf>> = chunks.iter().map(|_| None).collect();
+    // Per child: a row nothing located changed it (parity regenerated, not named).
+    let mut unnamed = vec![false; chunks.len()];
+    for (r, culprit) in culprits.iter().enumerate() {
+        let rows = r * row_len..((r + 1) * row_len).min(ps.len());
+        let mut put = |c: usize, from: &[u8], xor: bool| {
+            let b = bytes[c].get_or_insert_with(|| Buf::copy_from(&chunks[c]));
+            if xor {
+                for (d, e) in b[rows.clone()].iter_mut().zip(&from[rows.clone()]) {
+                    *d ^= e;
+                }
+            } else {
+                b[rows.clone()].copy_from_slice(&from[rows.clone()]);
+            }
+        };
+        match *culprit {
+            Culprit::None => {}
+            Culprit::P => put(roles.p, p_new, false),
+            Culprit::Q => put(q_child, q_new, false),
+            Culprit::Slot(z) => put(roles.data[order[z]], ps, true),
+            Culprit::Unknown => {
+                put(roles.p, p_new, false);
+                put(q_child, q_new, false);
+                unnamed[roles.p] = true;
+                unnamed[q_child] = true;
+            }
+        }
+    }
+    (bytes.into_iter().enumerate())
+        .filter_map(|(c, b)| b.map(|b| (c, b)))
+        .filter(|(c, b)| chunks[*c][..] != b[..])
+        .map(|(c, b)| {
+            let action = match c {
+                c if c == roles.p => ScrubAction::PRewritten,
+                c if c == q_child => ScrubAction::QRewritten,
+                _ => ScrubAction::RebuiltFromSyndrome,
+            };
+            let (found, cross_check) = match unnamed[c] {
+                true => (ScrubFound::ParityMismatch, None),
+                false => (ScrubFound::Syndrome, Some(CrossCheck::SyndromeOnly)),
+            };
+            let target = Target {
+                child: c,
+                found,
+                action,
+                cross_check,
+            };
+            (target, b)
+        })
+        .collect()
+}
+
+/// Which chunk the syndromes blame in each row of `row_len` bytes (md checks a RAID 6
+/// stripe page by page): chunks wrong in different rows of one stripe are each located
+/// in their own row, where the whole stripe's syndromes name no single chunk.
+fn locate_rows(ps: &[u8], qs: &[u8], k: usize, row_len: usize) -> Vec<Culprit> {
+    (ps.chunks(row_len).zip(qs.chunks(row_len)))
+        .map(|(p, q)| locate(p, q, k))
+        .collect()
+}
+
 fn verdict_targets(fix: Fix, roles: &StripeRoles) -> Vec<Target> {
     let named = |child, action| Target {
         child,
@@ -79,6 +159,7 @@ fn verdict_targets(fix: Fix, roles: &StripeRoles) -> Vec<Target> {
             t.extend(roles.q.map(|q| parity(q, ScrubAction::QRewritten)));
             t
         }
+        Fix::Rows => unreachable!("a per-row verdict carries its own targets"),
     }
 }
 
@@ -92,12 +173,18 @@ fn verdict_writes(
     chunks: &[Buf],
     failed: &[usize],
 ) -> Vec<(Target, Buf)> {
-    let Verdict { fix, p, q } = verdict;
+    let Verdict { fix, p, q, rows } = verdict;
+    if fix == Fix::Rows {
+        return (rows.into_iter())
+            .filter(|(t, _)| !failed.contains(&t.child))
+            .collect();
+    }
     let bytes = match fix {
         Fix::Data(_) | Fix::P => vec![p],
         Fix::Q => vec![q],
         Fix::Parity if roles.q.is_some() => vec![p, q],
         Fix::Parity => vec![p],
+        Fix::Rows => unreachable!("returned above"),
     };
     verdict_targets(fix, roles)
         .into_iter()
@@ -154,11 +241,12 @@ fn lost_children(lost: &[bool]) -> Vec<usize> {
 }
 
 /// A mismatching stripe's diagnosis: what to rewrite, and the bytes (`p` carries the
-/// repaired data chunk for [`Fix::Data`]).
+/// repaired data chunk for [`Fix::Data`]; `rows` the chunks and bytes of [`Fix::Rows`]).
 struct Verdict {
     fix: Fix,
     p: Buf,
     q: Buf,
+    rows: Vec<(Target, Buf)>,
 }
 
 /// Checking and repairing a group's stripes.
@@ -600,6 +688,7 @@ impl Scrubber<'_> {
                 fix: Fix::Parity,
                 p: p_new,
                 q: q_new,
+                rows: Vec::new(),
             });
         };
         parity::pq_gen(&data, &mut p_new, &mut q_new);
@@ -608,10 +697,33 @@ impl Scrubber<'_> {
         // Without knowing parity matched its data, a syndrome may only mean parity fell
         // behind a write (the write hole): never rewrite data from it. Nor with a child
         // lost: its rebuilt chunk absorbed any error in what it was rebuilt from.
-        let culprit = if self.stripes.health.in_sync(s) && !degraded {
-            locate(&ps, &qs, self.stripes.chunks.k)
+        let culprits = if self.stripes.health.in_sync(s) && !degraded {
+            locate_rows(&ps, &qs, self.stripes.chunks.k, BLOCK_BYTES as usize)
         } else {
-            Culprit::Unknown
+            vec![Culprit::Unknown]
+        };
+        let mut named = culprits.iter().filter(|&&c| c != Culprit::None);
+        let first = named.next().copied().unwrap_or(Culprit::Unknown);
+        // One culprit for every row that differs: the stripe's own fix. Rows blaming
+        // different chunks are each repaired as their own diagnosis says.
+        let culprit = match named.all(|&c| c == first) {
+            true => first,
+            false => {
+                let rows = row_repairs(
+                    &culprits,
+                    &order,
+                    roles,
+                    chunks,
+                    (&p_new[..], &q_new[..]),
+                    &ps,
+                );
+                return Some(Verdict {
+                    fix: Fix::Rows,
+                    p: p_new,
+                    q: q_new,
+                    rows,
+                });
+            }
         };
         let fix = match culprit {
             Culprit::P => Fix::P,
@@ -632,6 +744,7 @@ impl Scrubber<'_> {
             fix,
             p: p_new,
             q: q_new,
+            rows: Vec::new(),
         })
     }
 }
@@ -750,6 +863,87 @@ mod tests {
         assert_eq!(skip_reason(true, 2, 2), Some(SkipReason::StaleParity));
     }
 
+    /// The syndromes of a stripe whose `chunks` (by child) were read: P and Q of its data,
+    /// and the P and Q syndromes.
+    fn regenerate(
+        order: &[usize],
+        roles: &StripeRoles,
+        chunks: &[Buf],
+    ) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
+        let len = chunks[0].len();
+        let data: Vec<&[u8]> = order.iter().map(|&i| &chunks[roles.data[i]][..]).collect();
+        let (mut p_new, mut q_new) = (vec![0u8; len], vec![0u8; len]);
+        parity::pq_gen(&data, &mut p_new, &mut q_new);
+        let q = roles.q.expect("RAID 6");
+        let syndrome = |a: &[u8], b: &[u8]| a.iter().zip(b).map(|(x, y)| x ^ y).collect();
+        let ps = syndrome(&chunks[roles.p], &p_new);
+        let qs = syndrome(&chunks[q], &q_new);
+        (p_new, q_new, ps, qs)
+    }
+
+    /// Two data chunks of one RAID 6 stripe, each wrong in a different row: the whole
+    /// stripe's syndromes name no single chunk (the old diagnosis regenerated P and Q from
+    /// the wrong data, making both errors permanent), but each row names its own, and the
+    /// repair writes back exactly the bytes the stripe held, leaving P and Q alone.
+    #[test]
+    fn chunks_wrong_in_different_rows_are_each_located_in_their_row() {
+        let row = BLOCK_BYTES as usize;
+        let (roles, order, good) = row6(6, 1, 2 * row);
+        let mut chunks: Vec<Buf> = good.iter().map(|b| Buf::copy_from(b)).collect();
+        let (a, b) = (roles.data[0], roles.data[2]);
+        chunks[a][100..300].fill(0xee);
+        chunks[b][row + 7..row + 4000].fill(0x11);
+        let (p_new, q_new, ps, qs) = regenerate(&order, &roles, &chunks);
+        let k = order.len();
+        assert_eq!(
+            locate(&ps, &qs, k),
+            Culprit::Unknown,
+            "the stripe names none"
+        );
+        let culprits = locate_rows(&ps, &qs, k, row);
+        assert!(matches!(culprits[..], [Culprit::Slot(_), Culprit::Slot(_)]));
+        let repairs = row_repairs(&culprits, &order, &roles, &chunks, (&p_new, &q_new), &ps);
+        let children: Vec<usize> = repairs.iter().map(|(t, _)| t.child).collect();
+        assert_eq!(
+            children,
+            vec![a.min(b), a.max(b)],
+            "only the two wrong chunks"
+        );
+        for (t, bytes) in &repairs {
+            assert_eq!(bytes[..], good[t.child][..], "child {} as it was", t.child);
+            assert_eq!(t.action, ScrubAction::RebuiltFromSyndrome);
+            assert_eq!(t.found, ScrubFound::Syndrome);
+        }
+    }
+
+    /// A row two chunks are wrong in names none: its P and Q are regenerated from the data
+    /// (md's rule), while another row's located culprit (P here) is rewritten as located.
+    #[test]
+    fn a_row_nothing_locates_regenerates_its_parity_beside_located_rows() {
+        let row = BLOCK_BYTES as usize;
+        let (roles, order, good) = row6(5, 2, 2 * row);
+        let q = roles.q.expect("RAID 6");
+        let mut chunks: Vec<Buf> = good.iter().map(|b| Buf::copy_from(b)).collect();
+        chunks[roles.p][10..20].fill(0x5a);
+        chunks[roles.data[0]][row + 1..row + 9].fill(0xff);
+        chunks[roles.data[1]][row + 1..row + 9].fill(0x00);
+        let (p_new, q_new, ps, qs) = regenerate(&order, &roles, &chunks);
+        let culprits = locate_rows(&ps, &qs, order.len(), row);
+        assert_eq!(culprits, vec![Culprit::P, Culprit::Unknown]);
+        let repairs = row_repairs(&culprits, &order, &roles, &chunks, (&p_new, &q_new), &ps);
+        let mut children: Vec<usize> = repairs.iter().map(|(t, _)| t.child).collect();
+        children.sort_unstable();
+        let mut parity = vec![roles.p, q];
+        parity.sort_unstable();
+        assert_eq!(children, parity, "no data chunk is written on a guess");
+        for (t, bytes) in &repairs {
+            assert_eq!(t.found, ScrubFound::ParityMismatch, "child {}", t.child);
+            assert_eq!(bytes[..row], good[t.child][..row], "row 0 as it was");
+            let fresh = if t.child == q { &q_new } else { &p_new };
+            assert_eq!(bytes[row..], fresh[row..], "row 1 follows its data");
+        }
+    }
+
     /// Regenerated parity goes only to the surviving parity chunks it changes: with a data
     /// chunk lost (rebuilt from P) only Q, with P lost only Q, with Q lost only P — never to
     /// the lost child.
@@ -769,6 +963,7 @@ mod tests {
                 fix: Fix::Parity,
                 p: p_new,
                 q: q_new,
+                rows: Vec::new(),
             };
             (verdict_writes(v, &roles, &chunks, &[lost]).iter())
                 .map(|(t, _)| t.child)
