@@ -14,8 +14,10 @@
 //! stripe. A window whose pieces all succeed was rebuilt; the pass goes on.
 //!
 //! What a piece costs: a parity group rebuilds whole stripes, so every piece inside a stripe
-//! that cannot be rebuilt fails and reads the bad block again — bounded by the stripes of
-//! one window, on a path that only runs after a read error.
+//! that cannot be rebuilt fails and reads the stripe again (RAID 5 of 1 MiB strips: a 3 MiB
+//! read per 4 KiB piece). Every piece is tried once, as every byte must be rebuilt or named;
+//! splitting failed pieces further is bounded by [`SPLIT_TRIES`] tries a window — one bad
+//! block of a mirror takes 36 — past which a failing piece is named whole.
 
 use crate::error::{VolumeError, VolumeResult};
 use crate::node::ArrayNode;
@@ -28,6 +30,16 @@ pub const SPLIT: u64 = 16;
 
 /// The smallest piece tried: one checksum block (and a volume block at most this size).
 pub const MIN_PIECE_BYTES: u64 = 4096;
+
+/// Tries a window may spend splitting failed pieces further (its first [`SPLIT`] tries
+/// aside): each reads again what failed, bad blocks and the warnings they log included.
+pub const SPLIT_TRIES: u64 = 256;
+
+/// Whether a failed piece of `piece_len` bytes is split again with `tries_left`: not one
+/// block, nor when its pieces would overspend the tries.
+pub fn splits_further(piece_len: u64, tries_left: u64) -> bool {
+    piece_len > MIN_PIECE_BYTES && pieces(0, piece_len).len() as u64 <= tries_left
+}
 
 /// Whether a window's error may come from bytes that cannot be read (a member's read error,
 /// or a parity group that lost more of a stripe than it can rebuild through one), as opposed
@@ -78,44 +90,58 @@ pub async fn rebuild_in_pieces(
     (at, len, ahead): (u64, u64, &[usize]),
     first: VolumeError,
 ) -> VolumeResult<()> {
-    let mut lost = Vec::new();
-    let mut cause = None;
-    failing_pieces(root, (at, len, ahead), &mut lost, &mut cause).await;
-    if lost.is_empty() {
+    let mut n = Narrowing {
+        lost: Vec::new(),
+        cause: None,
+        tries_left: SPLIT_TRIES,
+    };
+    n.try_pieces(root, (at, len, ahead)).await;
+    if n.lost.is_empty() {
         tracing::info!(
             "rebuild: the window at volume byte {at} ({len} bytes) failed ({first}) but was rebuilt piece by piece"
         );
         return Ok(());
     }
     Err(VolumeError::Unrebuildable {
-        ranges: coalesce(lost),
-        cause: Box::new(cause.unwrap_or(first)),
+        ranges: coalesce(n.lost),
+        cause: Box::new(n.cause.unwrap_or(first)),
     })
 }
 
-/// Tries each piece of `[at, at + len)`; a failing piece is split again until it is one
-/// block, then added to `lost` (its error kept in `cause`, the first one).
-fn failing_pieces<'a>(
-    root: &'a dyn ArrayNode,
-    (at, len, ahead): (u64, u64, &'a [usize]),
-    lost: &'a mut Vec<Range<u64>>,
-    cause: &'a mut Option<VolumeError>,
-) -> BoxFuture<'a, ()> {
-    async move {
-        for piece in pieces(at, len) {
-            let piece_len = piece.end - piece.start;
-            let Err(e) = root.rebuild_range(piece.start, piece_len, ahead).await else {
-                continue;
-            };
-            if piece_len <= MIN_PIECE_BYTES {
-                cause.get_or_insert(e);
-                lost.push(piece);
-            } else {
-                failing_pieces(root, (piece.start, piece_len, ahead), lost, cause).await;
+/// One window's narrowing: what it found, and the splitting tries it has left.
+struct Narrowing {
+    /// Pieces that failed at the smallest size tried, in order.
+    lost: Vec<Range<u64>>,
+    /// The first of their errors.
+    cause: Option<VolumeError>,
+    tries_left: u64,
+}
+
+impl Narrowing {
+    /// Tries each piece of `[at, at + len)`; a failing piece is split again while
+    /// [`splits_further`] says so, else added to `lost`.
+    fn try_pieces<'a>(
+        &'a mut self,
+        root: &'a dyn ArrayNode,
+        (at, len, ahead): (u64, u64, &'a [usize]),
+    ) -> BoxFuture<'a, ()> {
+        async move {
+            for piece in pieces(at, len) {
+                let piece_len = piece.end - piece.start;
+                let Err(e) = root.rebuild_range(piece.start, piece_len, ahead).await else {
+                    continue;
+                };
+                if splits_further(piece_len, self.tries_left) {
+                    self.tries_left -= pieces(piece.start, piece_len).len() as u64;
+                    self.try_pieces(root, (piece.start, piece_len, ahead)).await;
+                } else {
+                    self.cause.get_or_insert(e);
+                    self.lost.push(piece);
+                }
             }
         }
+        .boxed()
     }
-    .boxed()
 }
 
 #[cfg(test)]
@@ -142,6 +168,18 @@ mod tests {
         assert!(p.iter().all(|r| r.start % 4096 == 0));
         // One block is one piece.
         assert_eq!(pieces(4096, 4096), vec![4096..8192]);
+    }
+
+    /// A failed piece is split while its pieces fit the tries left, never below one block:
+    /// one bad block in a 4 MiB window is found in 16 + 16 + 4 tries.
+    #[test]
+    fn failed_pieces_are_split_while_the_tries_last() {
+        assert!(splits_further(256 * 1024, 16));
+        assert!(!splits_further(256 * 1024, 15));
+        assert!(splits_further(16 * 1024, 4));
+        assert!(!splits_further(4096, SPLIT_TRIES));
+        let to_one_block = pieces(0, 256 * 1024).len() + pieces(0, 16 * 1024).len();
+        assert_eq!(to_one_block, 20);
     }
 
     #[test]
