@@ -18,6 +18,7 @@ use super::rebuilding::Rebuilding;
 use super::superblock::{MAX_ADDED_PATHS, MAX_ADDED_PATH_BYTES};
 use super::{MemberEntry, RecordedState, ScrubCheckpoint, Uuid};
 use crate::error::{VolumeError, VolumeResult};
+use crate::fail_cause::FailCause;
 use crate::failure_gate::FailureRecorder;
 use crate::node::MemberTable;
 use futures::future::{join_all, BoxFuture};
@@ -389,7 +390,7 @@ impl Records {
             let metas = self.metas.read().clone();
             assert_eq!(metas.len(), rec.members.len(), "a record per role");
             let generation = gate.generation();
-            self.note_failed(rec, &metas);
+            let newly_failed = self.note_failed(rec, &metas);
             // Only a failed role keeps the mark (one taken back or re-added drops it).
             for m in rec.members.iter_mut().filter(|m| !m.missed_nothing_acked()) {
                 m.unacked_since_failed = false;
@@ -401,11 +402,16 @@ impl Records {
             }
             rec.events += 1;
             let targets = self.commit_targets(&metas);
-            let results = join_all(targets.iter().map(|&r| {
-                let meta = metas[r].as_ref().expect("targets stand in their role");
-                self.write_record(r, meta, rec)
-            }))
-            .await;
+            let marks = newly_failed
+                .into_iter()
+                .filter(|&r| self.marks_itself_failed(r));
+            let (results, _) = futures::join!(
+                join_all(targets.iter().map(|&r| {
+                    let meta = metas[r].as_ref().expect("targets stand in their role");
+                    self.write_record(r, meta, rec)
+                })),
+                join_all(marks.map(|r| self.mark_failed_on_itself(r, &metas, rec)))
+            );
             let mut first = None;
             for (&r, res) in targets.iter().zip(results) {
                 if let Err(e) = res {
@@ -444,10 +450,42 @@ impl Records {
         }
     }
 
+    /// Whether member `r`, just failed, is also given the record that says so, on its own
+    /// superblock: when the operator failed it or it answered with errors (it likely still
+    /// takes a superblock write), not when it stopped answering. Otherwise its own record
+    /// still says it is current, and a start that finds it alone — the members that went
+    /// on without it missing — would serve its stale bytes as the volume's.
+    fn marks_itself_failed(&self, r: usize) -> bool {
+        (self.table.slot(r).failure())
+            .is_some_and(|f| matches!(f.cause, FailCause::Operator | FailCause::Errors))
+    }
+
+    /// Best effort: writes `rec` (which records member `r` failed) onto `r` itself. A
+    /// member that refuses it is failed already; what it costs is said.
+    async fn mark_failed_on_itself(
+        &self,
+        r: usize,
+        metas: &[Option<Arc<MemberMeta>>],
+        rec: &Recorded,
+    ) {
+        let Some(meta) = metas[r].as_ref() else {
+            return;
+        };
+        if let Err(e) = self.write_record(r, meta, rec).await {
+            tracing::warn!(
+                "volume `{}`: member {r} (`{}`) failed and could not be marked so on its own superblock ({e}): should it be found alone at a start, its stale bytes would look current",
+                self.name,
+                meta.member().name()
+            );
+        }
+    }
+
     /// Members failed since the last commit are recorded failed (one missing at assembly:
     /// rebuilding from 0, so that when it comes back it is resynced before rejoining), with
-    /// why: a restart lets back by itself only one that stopped answering.
-    fn note_failed(&self, rec: &mut Recorded, metas: &[Option<Arc<MemberMeta>>]) {
+    /// why: a restart lets back by itself only one that stopped answering. Returns the roles
+    /// recorded failed by this call.
+    fn note_failed(&self, rec: &mut Recorded, metas: &[Option<Arc<MemberMeta>>]) -> Vec<usize> {
+        let mut newly = Vec::new();
         for (r, m) in rec.members.iter_mut().enumerate() {
             if !self.is_failed(r) {
                 if m.state != RecordedState::Failed {
@@ -465,6 +503,7 @@ impl Records {
             // Failed now: whatever it missed since was not acknowledged yet.
             m.unacked_since_failed = metas[r].is_some();
             m.state = if metas[r].is_some() {
+                newly.push(r);
                 RecordedState::Failed
             } else {
                 RecordedState::Rebuilding {
@@ -472,6 +511,7 @@ impl Records {
                 }
             };
         }
+        newly
     }
 
     /// Current members, and members being rebuilt into their role (their records must keep

@@ -1,0 +1,140 @@
+//! A member the operator failed, found alone at a start, is not served as current. Its own
+//! superblock still said it was active (records went only to the members that went on), so
+//! a start that found it without the others served its stale bytes as the volume's: the
+//! writes acknowledged (and flushed) after it was failed were silently gone. Now the commit
+//! that records it failed writes that record onto it too, and the start refuses, naming it
+//! and `--force-assemble`.
+//! - RAID 1, `nbraid fail` m1, more writes, m0 gone at the next start.
+//! - Found by a sweep: m0 and m1 each failed and replaced by `nbraid add`, more writes, the
+//!   first replacement gone at the next start: the newest record left (m1's) listed only
+//!   the first replacement, so the second, which holds the data, was never opened.
+
+mod common;
+
+use common::{nbraid, ok, read_out, require, seeded_bytes, serve, status_of, wait_until};
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+fn config(dir: &Path) -> std::path::PathBuf {
+    for m in ["m0.img", "m1.img"] {
+        std::fs::File::create(dir.join(m))
+            .unwrap()
+            .set_len(24 * MIB)
+            .unwrap();
+    }
+    let cfg = dir.join("arrays.toml");
+    std::fs::write(
+        &cfg,
+        "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n\
+         [[member]]\nid = \"m0\"\npath = \"m0.img\"\nsize = \"24MiB\"\n\n\
+         [[member]]\nid = \"m1\"\npath = \"m1.img\"\nsize = \"24MiB\"\n\n\
+         [[volume]]\nname = \"v\"\nlevel = \"raid1\"\nmembers = [\"m0\", \"m1\"]\n",
+    )
+    .unwrap();
+    cfg
+}
+
+/// Writes `data` at the volume's start through nbdcopy (which flushes at its end).
+fn write(nbdcopy: &Path, dir: &Path, uri: &str, data: &[u8]) {
+    let src = dir.join("src.img");
+    std::fs::write(&src, data).unwrap();
+    ok(
+        Command::new(nbdcopy).arg(&src).arg(uri).output().unwrap(),
+        "nbdcopy into the volume",
+    );
+}
+
+/// The start refuses the volume, naming the failed member and the forced assembly (a
+/// daemon that starts instead is stopped and the test fails, rather than waiting on it).
+fn start_is_refused(cfg: &Path, failed: &str) {
+    let mut child = Command::new(common::nbraidd_path())
+        .arg("--config")
+        .arg(cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline || cfg.with_file_name("nbd.sock").exists() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the start served the volume from {failed}, failed and stale");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(!status.success(), "the start is refused: {err}");
+    assert!(err.contains(&format!("{failed} recorded failed")), "{err}");
+    assert!(err.contains("--force-assemble v"), "{err}");
+}
+
+#[test]
+fn a_member_failed_by_the_operator_found_alone_is_not_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg = config(d);
+    let c = cfg.to_str().unwrap();
+    let nbdcopy = require("nbdcopy");
+    let (mut daemon, uri) = serve(&cfg, "v");
+    let old = seeded_bytes(1, 8 * MIB);
+    write(&nbdcopy, d, &uri, &old);
+    ok(nbraid(&["fail", "v", "m1", "--config", c]), "fail m1");
+    let new = seeded_bytes(2, 8 * MIB);
+    write(&nbdcopy, d, &uri, &new);
+    daemon.stop();
+    std::fs::rename(d.join("m0.img"), d.join("m0.away")).unwrap();
+    start_is_refused(&cfg, "m1");
+    // With m0 back, the volume serves what was written last.
+    std::fs::rename(d.join("m0.away"), d.join("m0.img")).unwrap();
+    let (mut daemon, uri) = serve(&cfg, "v");
+    let got = read_out(&nbdcopy, d, &uri);
+    assert!(got[..new.len()] == new[..], "the latest writes");
+    daemon.stop();
+}
+
+#[test]
+fn a_replaced_member_found_without_its_replacements_is_not_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg = config(d);
+    let c = cfg.to_str().unwrap();
+    let nbdcopy = require("nbdcopy");
+    let (mut daemon, uri) = serve(&cfg, "v");
+    write(&nbdcopy, d, &uri, &seeded_bytes(3, 8 * MIB));
+    for (k, m) in ["m0", "m1"].iter().enumerate() {
+        ok(nbraid(&["fail", "v", m, "--config", c]), "fail");
+        let fresh = d.join(format!("fresh{k}.img"));
+        ok(
+            nbraid(&["add", "v", fresh.to_str().unwrap(), "--config", c]),
+            "add",
+        );
+        wait_until(c, "v", "the rebuild onto the new member", |v| {
+            v["state"] == "healthy" && v["rebuild"]["state"] == "done"
+        });
+    }
+    let new = seeded_bytes(4, 8 * MIB);
+    write(&nbdcopy, d, &uri, &new);
+    assert_eq!(status_of(c, "v")["state"], "healthy");
+    daemon.stop();
+    std::fs::rename(d.join("fresh0.img"), d.join("fresh0.away")).unwrap();
+    start_is_refused(&cfg, "m1");
+    std::fs::rename(d.join("fresh0.away"), d.join("fresh0.img")).unwrap();
+    let (mut daemon, uri) = serve(&cfg, "v");
+    let got = read_out(&nbdcopy, d, &uri);
+    assert!(got[..new.len()] == new[..], "the latest writes");
+    daemon.stop();
+}
