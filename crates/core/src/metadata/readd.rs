@@ -381,8 +381,10 @@ fn own_record<'a>(
 
 /// Why the array's bitmap may not mark all that the member whose record is `theirs` lacks,
 /// if it may not; `rec` is the array's, its failure committed. A set-out member gets no
-/// commit of the array's (`Records::commit` writes current and rebuilding members only), so
-/// its record says what it saw when it left — unless something else wrote it since:
+/// commit of the array's after the one recording its failure (`Records::commit` writes
+/// current and rebuilding members, and that record onto an active member that failed, so a
+/// start that finds it alone does not take it as current), so its record says what it saw
+/// when it left — unless something else wrote it since:
 /// - **it was being rebuilt** (its own record has its role rebuilding): it holds the volume
 ///   only below its last checkpoint, and the bitmap marks none of the rest;
 /// - **a start of its own elsewhere** (split brain): its events reach the array's, or its
@@ -397,15 +399,20 @@ fn own_record<'a>(
 /// too: the cases cannot be told apart, and a rebuild is right for every one of them.
 fn went_apart(rec: &Recorded, theirs: &VolumeRecord) -> Option<String> {
     let at = theirs.events;
-    if at >= rec.events {
+    let own = theirs.role as usize;
+    let own_state = theirs.members.get(own).map(|m| m.state);
+    // The record its failure left on it (`Records::commit`): the array's at that event.
+    let marked_failed = own_state == Some(RecordedState::Failed);
+    if at > rec.events || (at == rec.events && !marked_failed) {
         return Some(format!(
             "its record is at event {at} where the array is at {}: it may have been started on its own while away (split brain)",
             rec.events
         ));
     }
-    let own = theirs.role as usize;
-    let own_state = theirs.members.get(own).map(|m| m.state);
-    if own_state != Some(RecordedState::Active) {
+    if !matches!(
+        own_state,
+        Some(RecordedState::Active | RecordedState::Failed)
+    ) {
         return Some(format!(
             "its own record (event {at}) has its role {own_state:?}: it left before it was rebuilt whole"
         ));

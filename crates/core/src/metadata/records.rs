@@ -483,7 +483,7 @@ impl Records {
     /// Members failed since the last commit are recorded failed (one missing at assembly:
     /// rebuilding from 0, so that when it comes back it is resynced before rejoining), with
     /// why: a restart lets back by itself only one that stopped answering. Returns the roles
-    /// recorded failed by this call.
+    /// this call recorded failed that were active until then.
     fn note_failed(&self, rec: &mut Recorded, metas: &[Option<Arc<MemberMeta>>]) -> Vec<usize> {
         let mut newly = Vec::new();
         for (r, m) in rec.members.iter_mut().enumerate() {
@@ -502,8 +502,12 @@ impl Records {
             }
             // Failed now: whatever it missed since was not acknowledged yet.
             m.unacked_since_failed = metas[r].is_some();
-            m.state = if metas[r].is_some() {
+            // Only a member that was current can pass for current alone: one being rebuilt
+            // says so on its own record already.
+            if metas[r].is_some() && m.state == RecordedState::Active {
                 newly.push(r);
+            }
+            m.state = if metas[r].is_some() {
                 RecordedState::Failed
             } else {
                 RecordedState::Rebuilding {
