@@ -11,41 +11,21 @@
 
 mod common;
 
-use common::{nbraid, ok, read_out, require, seeded_bytes, serve, status_of, wait_until};
+use common::{
+    daemon_and_members, fill, nbraid, ok, read_out, require, serve, status_of, wait_until,
+};
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const MIB: u64 = 1 << 20;
-
-fn config(dir: &Path) -> std::path::PathBuf {
-    for m in ["m0.img", "m1.img"] {
-        std::fs::File::create(dir.join(m))
-            .unwrap()
-            .set_len(24 * MIB)
-            .unwrap();
-    }
+/// RAID 1 `v` over files m0 and m1 of 40 MiB (created at the first start).
+fn config(dir: &Path) -> PathBuf {
     let cfg = dir.join("arrays.toml");
-    std::fs::write(
-        &cfg,
-        "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n\
-         [[member]]\nid = \"m0\"\npath = \"m0.img\"\nsize = \"24MiB\"\n\n\
-         [[member]]\nid = \"m1\"\npath = \"m1.img\"\nsize = \"24MiB\"\n\n\
-         [[volume]]\nname = \"v\"\nlevel = \"raid1\"\nmembers = [\"m0\", \"m1\"]\n",
-    )
-    .unwrap();
+    let text = daemon_and_members("m", 2, "40MiB")
+        + "[[volume]]\nname = \"v\"\nlevel = \"raid1\"\nmembers = [\"m0\", \"m1\"]\n";
+    std::fs::write(&cfg, text).unwrap();
     cfg
-}
-
-/// Writes `data` at the volume's start through nbdcopy (which flushes at its end).
-fn write(nbdcopy: &Path, dir: &Path, uri: &str, data: &[u8]) {
-    let src = dir.join("src.img");
-    std::fs::write(&src, data).unwrap();
-    ok(
-        Command::new(nbdcopy).arg(&src).arg(uri).output().unwrap(),
-        "nbdcopy into the volume",
-    );
 }
 
 /// The start refuses the volume, naming the failed member and the forced assembly (a
@@ -90,11 +70,9 @@ fn a_member_failed_by_the_operator_found_alone_is_not_served() {
     let c = cfg.to_str().unwrap();
     let nbdcopy = require("nbdcopy");
     let (mut daemon, uri) = serve(&cfg, "v");
-    let old = seeded_bytes(1, 8 * MIB);
-    write(&nbdcopy, d, &uri, &old);
+    fill(&nbdcopy, d, &uri, 1);
     ok(nbraid(&["fail", "v", "m1", "--config", c]), "fail m1");
-    let new = seeded_bytes(2, 8 * MIB);
-    write(&nbdcopy, d, &uri, &new);
+    let new = fill(&nbdcopy, d, &uri, 2);
     daemon.stop();
     std::fs::rename(d.join("m0.img"), d.join("m0.away")).unwrap();
     start_is_refused(&cfg, "m1");
@@ -114,7 +92,7 @@ fn a_replaced_member_found_without_its_replacements_is_not_served() {
     let c = cfg.to_str().unwrap();
     let nbdcopy = require("nbdcopy");
     let (mut daemon, uri) = serve(&cfg, "v");
-    write(&nbdcopy, d, &uri, &seeded_bytes(3, 8 * MIB));
+    fill(&nbdcopy, d, &uri, 3);
     for (k, m) in ["m0", "m1"].iter().enumerate() {
         ok(nbraid(&["fail", "v", m, "--config", c]), "fail");
         let fresh = d.join(format!("fresh{k}.img"));
@@ -126,8 +104,7 @@ fn a_replaced_member_found_without_its_replacements_is_not_served() {
             v["state"] == "healthy" && v["rebuild"]["state"] == "done"
         });
     }
-    let new = seeded_bytes(4, 8 * MIB);
-    write(&nbdcopy, d, &uri, &new);
+    let new = fill(&nbdcopy, d, &uri, 4);
     assert_eq!(status_of(c, "v")["state"], "healthy");
     daemon.stop();
     std::fs::rename(d.join("fresh0.img"), d.join("fresh0.away")).unwrap();

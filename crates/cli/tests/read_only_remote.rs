@@ -10,33 +10,17 @@
 
 mod common;
 
-use common::{fill, nbraid, ok, read_out, require, serve, sha256, status_of};
-use serde_json::Value;
+use common::{fill, nbraid, read_out, require, serve, sha256, status_of};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command};
 
 const MIB: u64 = 1 << 20;
 const BLOCK: usize = 4096;
 
-/// `nbdkit file` serving `file` (read-write) on `sock`, once it accepts connections.
+/// `nbdkit file` serving `file` (read-write) on `sock`.
 fn export(sock: &Path, file: &Path) -> Child {
-    let kit = Command::new(require("nbdkit"))
-        .args(["--foreground", "--exit-with-parent", "--unix"])
-        .arg(sock)
-        .arg("file")
-        .arg(file)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("nbdkit starts");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    // The socket file appears at bind(), before listen(): wait until a connect succeeds.
-    while std::os::unix::net::UnixStream::connect(sock).is_err() {
-        assert!(Instant::now() < deadline, "nbdkit did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    kit
+    common::nbdkit_export(sock, &["file".as_ref(), file.as_os_str()])
 }
 
 /// A config of one `level` volume `v` over the exports on `socks`, with `keys`.
@@ -66,19 +50,7 @@ fn config(dir: &Path, socks: &[PathBuf], level: &str, name: &str, keys: &str) ->
 /// member 1 when it has one there (a mirror's second copy), else its first (a parity group's
 /// data chunk). (member index, member offset).
 fn block_place(cfg: &Path, logical: u64) -> (usize, u64) {
-    let out = ok(
-        nbraid(&[
-            "map",
-            cfg.to_str().unwrap(),
-            "v",
-            &format!("{logical}B"),
-            "4KiB",
-            "--json",
-        ]),
-        "map",
-    );
-    let map: Value = serde_json::from_str(&out).unwrap();
-    let data = map["data"].as_array().unwrap();
+    let data = common::map_extents(cfg, "v", logical);
     let e = (data.iter())
         .find(|e| e["member_index"] == 1)
         .unwrap_or(&data[0]);

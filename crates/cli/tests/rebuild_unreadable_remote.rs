@@ -10,10 +10,7 @@ mod common;
 
 use common::{fill, nbraid, ok, read_out, require, serve, status_of, wait_until};
 use nbraid_nbd::client::Client;
-use serde_json::Value;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 const BLOCK: u64 = 4096;
@@ -42,39 +39,10 @@ esac
     )
 }
 
-/// `nbdkit sh script` on `sock`, once it accepts connections.
-fn export(sock: &Path, script: &Path) -> Child {
-    let kit = Command::new(require("nbdkit"))
-        .args(["--foreground", "--exit-with-parent", "--unix"])
-        .arg(sock)
-        .arg("sh")
-        .arg(script)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("nbdkit starts");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::os::unix::net::UnixStream::connect(sock).is_err() {
-        assert!(Instant::now() < deadline, "nbdkit did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    kit
-}
-
 /// Where volume byte `logical` lies on member 0 (its offset there), by `nbraid map`.
 fn on_member0(cfg: &Path, logical: u64) -> u64 {
-    let out = ok(
-        nbraid(&[
-            "map",
-            cfg.to_str().unwrap(),
-            "v",
-            &format!("{logical}B"),
-            "4KiB",
-            "--json",
-        ]),
-        "map",
-    );
-    let map: Value = serde_json::from_str(&out).unwrap();
-    let e = (map["data"].as_array().unwrap().iter())
+    let data = common::map_extents(cfg, "v", logical);
+    let e = (data.iter())
         .find(|e| e["member_index"] == 0)
         .expect("a copy on member 0");
     e["member_offset"].as_u64().unwrap()
@@ -92,7 +60,7 @@ fn a_rebuild_stopped_by_a_bad_sector_names_the_bytes_and_finishes_once_they_are_
     std::fs::write(&script, bad_sector_script(&file, &armed)).unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let sock = d.join("m0.sock");
-    let mut kit = export(&sock, &script);
+    let mut kit = common::nbdkit_export(&sock, &["sh".as_ref(), script.as_os_str()]);
     for f in ["m1.img", "s.img"] {
         std::fs::File::create(d.join(f))
             .unwrap()

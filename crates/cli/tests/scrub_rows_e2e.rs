@@ -23,19 +23,7 @@ const BLOCK: u64 = 4096;
 /// The member file and the block (of the whole file, 4 KiB units) behind volume byte
 /// `logical`, by `nbraid map`.
 fn place(cfg: &Path, logical: u64) -> (PathBuf, u64, String) {
-    let out = ok(
-        nbraid(&[
-            "map",
-            cfg.to_str().unwrap(),
-            "r6",
-            &format!("{logical}B"),
-            "4KiB",
-            "--json",
-        ]),
-        "map",
-    );
-    let map: Value = serde_json::from_str(&out).unwrap();
-    let e = &map["data"][0];
+    let e = &map_extents(cfg, "r6", logical)[0];
     let file = cfg.with_file_name(e["member_path"].as_str().unwrap());
     let at = e["member_offset"].as_u64().unwrap();
     assert_eq!(at % BLOCK, 0, "a whole block");

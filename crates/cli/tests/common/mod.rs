@@ -319,3 +319,40 @@ pub fn wait_until(cfg: &str, name: &str, what: &str, done: impl Fn(&Value) -> bo
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// `nbdkit --unix sock ARGS…` (a plugin and its arguments), once it accepts connections;
+/// it exits with the test.
+pub fn nbdkit_export(sock: &Path, args: &[&std::ffi::OsStr]) -> Child {
+    let kit = Command::new(require("nbdkit"))
+        .args(["--foreground", "--exit-with-parent", "--unix"])
+        .arg(sock)
+        .args(args)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("nbdkit starts");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // The socket file appears at bind(), before listen(): wait until a connect succeeds.
+    while UnixStream::connect(sock).is_err() {
+        assert!(Instant::now() < deadline, "nbdkit did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kit
+}
+
+/// Where the 4 KiB at volume byte `logical` of `volume` lies: `nbraid map --json`'s data
+/// extents (each with `member_index`, `member`, `member_path`, `member_offset`).
+pub fn map_extents(cfg: &Path, volume: &str, logical: u64) -> Vec<Value> {
+    let out = ok(
+        nbraid(&[
+            "map",
+            cfg.to_str().unwrap(),
+            volume,
+            &format!("{logical}B"),
+            "4KiB",
+            "--json",
+        ]),
+        "map",
+    );
+    let map: Value = serde_json::from_str(&out).unwrap();
+    map["data"].as_array().expect("data extents").clone()
+}
