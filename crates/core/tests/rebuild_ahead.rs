@@ -1,10 +1,11 @@
 //! A rebuild that starts again for a second role (a spare took another failed role while
-//! the first was rebuilt) sweeps once from the lowest position, and the role already ahead
-//! is not written again below where it had come: its bytes there are current (it took
-//! every write since it joined). It once was: the new pass copied every target from the
-//! lowest start, rewriting the first role's range (on big disks, hours and wear). Both
-//! roles complete at the sweep's end, and every view of the members reads what was written,
-//! writes going on throughout. RAID 6, a three-way RAID 1, RAID 10 and RAID 5 over pairs.
+//! the first was rebuilt or replaced) sweeps once from the lowest position, and the role
+//! already ahead is not written again below where it had come: its bytes there are current
+//! (it took every write since it joined). It once was: the new pass copied every target from
+//! the lowest start, rewriting the first role's range (on big disks, hours and wear); a
+//! replacement was copied again from 0. Both roles complete at the sweep's end, and every
+//! view of the members reads what was written, writes going on throughout. RAID 6, a
+//! three-way RAID 1, RAID 10 and RAID 5 over pairs.
 
 mod common;
 
@@ -79,10 +80,24 @@ fn opts() -> ArrayOptions {
     }
 }
 
-/// Role `ahead` is being rebuilt onto a new member; half-way, role `second` fails and a
-/// new member takes it, so the pass starts again. From then on, no rebuild window writes
-/// `ahead`'s new member below where it had come.
-fn ahead_role_is_not_written_again(what: &str, tree: Node, ahead: usize, second: usize) {
+/// How the first role's new member joins.
+#[derive(Clone, Copy)]
+enum Joins {
+    /// Into the role, its member failed.
+    Rebuilt,
+    /// As the replacement of its member, which goes on serving (`nbraid replace`).
+    Replacing,
+}
+
+/// Role `ahead` is being rebuilt onto a new member (or replaced by it); half-way, role
+/// `second` fails and a new member takes it, so the pass starts again. From then on, no
+/// rebuild window writes `ahead`'s new member below where it had come.
+fn ahead_role_is_not_written_again(
+    what: &str,
+    tree: Node,
+    (ahead, joins): (usize, Joins),
+    second: usize,
+) {
     let n = tree.member_count();
     let disks: Vec<Arc<MemoryMember>> = (0..n)
         .map(|i| Arc::new(MemoryMember::new(format!("d{i}"), MEMBER_BYTES)))
@@ -94,9 +109,14 @@ fn ahead_role_is_not_written_again(what: &str, tree: Node, ahead: usize, second:
     let first_writes = model.borrow_mut().writes(200, CLIENT_BLOCKS_MAX);
     block_on(apply(&a, first_writes));
 
-    a.volume().fail_member(ahead, "test: the first member dies");
     let first = Arc::new(Counting::new("first"));
-    block_on(a.rebuild_onto(ahead, load(first.clone()))).expect("rebuild onto");
+    match joins {
+        Joins::Rebuilt => {
+            a.volume().fail_member(ahead, "test: the first member dies");
+            block_on(a.rebuild_onto(ahead, load(first.clone()))).expect("rebuild onto");
+        }
+        Joins::Replacing => block_on(a.replace(ahead, load(first.clone()))).expect("replace"),
+    }
     let late = Arc::new(MemoryMember::new("late", MEMBER_BYTES));
 
     // Slow enough to put the second member in half-way: the pass sleeps to keep the rate.
@@ -155,7 +175,8 @@ fn ahead_role_is_not_written_again(what: &str, tree: Node, ahead: usize, second:
     let since: Vec<(u64, u64)> = first.writes.lock()[mark..]
         .iter()
         .copied()
-        .filter(|&(_, len)| len >= REBUILD_WRITE_MIN_BYTES)
+        // (A replacement's checksum area is copied into its metadata area at the swap.)
+        .filter(|&(o, len)| len >= REBUILD_WRITE_MIN_BYTES && o >= METADATA_AREA_BYTES)
         .collect();
     assert!(
         since.iter().any(|&(o, _)| o >= below),
@@ -220,17 +241,32 @@ fn level(level: Level, n: usize) -> Node {
 
 #[test]
 fn raid6_does_not_rewrite_a_role_ahead_when_a_spare_takes_another() {
-    ahead_role_is_not_written_again("RAID 6 of 5", level(Level::Raid6, 5), 1, 3);
+    ahead_role_is_not_written_again(
+        "RAID 6 of 5",
+        level(Level::Raid6, 5),
+        (1, Joins::Rebuilt),
+        3,
+    );
 }
 
 #[test]
 fn raid1_three_way_does_not_rewrite_a_copy_ahead() {
-    ahead_role_is_not_written_again("RAID 1 of 3", level(Level::Raid1, 3), 1, 2);
+    ahead_role_is_not_written_again(
+        "RAID 1 of 3",
+        level(Level::Raid1, 3),
+        (1, Joins::Rebuilt),
+        2,
+    );
 }
 
 #[test]
 fn raid10_does_not_rewrite_a_role_ahead() {
-    ahead_role_is_not_written_again("RAID 10 of 4", level(Level::Raid10, 4), 1, 3);
+    ahead_role_is_not_written_again(
+        "RAID 10 of 4",
+        level(Level::Raid10, 4),
+        (1, Joins::Rebuilt),
+        3,
+    );
 }
 
 /// Nested: the pair of the role ahead is read (its other copy is current), and the pair
@@ -238,5 +274,25 @@ fn raid10_does_not_rewrite_a_role_ahead() {
 #[test]
 fn raid5_of_pairs_does_not_rewrite_a_copy_ahead() {
     let tree = raid5_of_pairs(STRIP, METADATA_AREA_BYTES, REGION);
-    ahead_role_is_not_written_again("RAID 5 of pairs", tree, 1, 4);
+    ahead_role_is_not_written_again("RAID 5 of pairs", tree, (1, Joins::Rebuilt), 4);
+}
+
+/// A replacement half-way when another role fails: the new pass leaves it out below where it
+/// had come (it takes every write, like a rebuilding member), and it swaps in at the end.
+#[test]
+fn raid6_does_not_recopy_a_replacement_ahead() {
+    let tree = level(Level::Raid6, 5);
+    ahead_role_is_not_written_again("RAID 6 of 5, replacing", tree, (1, Joins::Replacing), 3);
+}
+
+#[test]
+fn raid1_three_way_does_not_recopy_a_replacement_ahead() {
+    let tree = level(Level::Raid1, 3);
+    ahead_role_is_not_written_again("RAID 1 of 3, replacing", tree, (1, Joins::Replacing), 2);
+}
+
+#[test]
+fn raid5_of_pairs_does_not_recopy_a_replacement_ahead() {
+    let tree = raid5_of_pairs(STRIP, METADATA_AREA_BYTES, REGION);
+    ahead_role_is_not_written_again("RAID 5 of pairs, replacing", tree, (1, Joins::Replacing), 4);
 }

@@ -60,8 +60,8 @@ mod rebuild;
 #[derive(Default)]
 pub(super) struct Heal {
     spares: Mutex<Vec<Arc<MemberMeta>>>,
-    /// Per role being replaced: the replacement.
-    replacing: Mutex<BTreeMap<usize, Arc<MemberMeta>>>,
+    /// Per role being replaced: the replacement, and how far it is current.
+    replacing: Mutex<BTreeMap<usize, Replacing>>,
     /// One pass at a time.
     running: AsyncMutex<()>,
     /// What the running pass started with (`heal/rebuild.rs`): a role whose work is still
@@ -73,6 +73,16 @@ pub(super) struct Heal {
     placing: AsyncMutex<()>,
     /// Rebuild window (0: [`crate::rebuild::REBUILD_WINDOW_BYTES`]).
     window_bytes: AtomicU64,
+}
+
+/// A replacement copying a role's member (in memory only: a restart copies anew).
+#[derive(Clone)]
+struct Replacing {
+    meta: Arc<MemberMeta>,
+    /// The volume's bytes below this are current on it: a pass wrote them, and it took
+    /// every write since it joined. A pass started again for another role leaves it out
+    /// below ([`crate::rebuild::roles_ahead`]), as a rebuilding role below its checkpoint.
+    current_below_bytes: u64,
 }
 
 /// Whether a newcomer took a failed role.
@@ -181,10 +191,10 @@ impl Heal {
     }
 
     /// Roles being rebuilt and the bytes current on their new member so far; roles being
-    /// replaced (position 0: not recorded).
+    /// replaced and the bytes current on their replacement.
     pub(super) fn rebuilding(&self, p: Parts<'_>) -> Vec<(usize, u64)> {
         let mut v = p.records.rebuilding.snapshot();
-        v.extend(self.replacing.lock().keys().map(|&r| (r, 0)));
+        v.extend((self.replacing.lock().iter()).map(|(&r, x)| (r, x.current_below_bytes)));
         v
     }
 
@@ -299,7 +309,11 @@ impl Heal {
             }
             return Err(e.into());
         }
-        self.replacing.lock().insert(role, meta);
+        let replacing = Replacing {
+            meta,
+            current_below_bytes: 0,
+        };
+        self.replacing.lock().insert(role, replacing);
         Ok(())
     }
 }

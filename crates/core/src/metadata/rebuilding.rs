@@ -69,16 +69,6 @@ impl Rebuilding {
         self.0.lock().roles.get(&r).map(|e| e.1)
     }
 
-    /// The lowest position among `targets` (0 for one not listed): where a pass resumes.
-    pub(super) fn start_of(&self, targets: &[usize]) -> u64 {
-        let t = self.0.lock();
-        targets
-            .iter()
-            .map(|r| t.roles.get(r).map_or(0, |e| e.0))
-            .min()
-            .unwrap_or(0)
-    }
-
     /// Where each role of `claim` still in its claimed term is current up to: what a pass
     /// over them leaves out below ([`crate::rebuild::roles_ahead`]). A role put in a new
     /// term since is not listed (its new member is written from the pass's start).
@@ -119,7 +109,6 @@ mod tests {
         let rb = Rebuilding::default();
         rb.resume(2, 100);
         rb.resume(4, 0);
-        assert_eq!(rb.start_of(&[2, 4]), 0);
         let claim = rb.claim(&[2, 4, 7]);
         assert_eq!(
             claim,
@@ -130,7 +119,6 @@ mod tests {
         assert_eq!(rb.snapshot(), vec![(2, 100), (4, 50)]);
         assert_eq!(rb.starts(&claim), vec![(2, 100), (4, 50)]);
         assert!(rb.remove(4) && !rb.contains(4));
-        assert_eq!(rb.start_of(&[2]), 100);
         assert_eq!(rb.starts(&claim), vec![(2, 100)], "4 is not being rebuilt");
     }
 
@@ -149,7 +137,6 @@ mod tests {
         assert_eq!(rb.starts(&claim), vec![(3, 64)]);
         assert_eq!(rb.advance(&claim, 128), vec![3]);
         assert_eq!(rb.snapshot(), vec![(1, 0), (3, 128)]);
-        assert_eq!(rb.start_of(&[1, 3]), 0);
         let next = rb.claim(&[1, 3]);
         assert!(rb.holds(&next, 1) && rb.holds(&next, 3));
     }

@@ -2,8 +2,9 @@
 //! or replaced is copied by the engine's online rebuild ([`crate::rebuild`]), checkpointed
 //! in the records, and made current — recorded first, then read.
 
-use super::{checksums, newcomer_id, write_role_record, Heal, RebuildReport};
+use super::{checksums, newcomer_id, write_role_record, Heal, RebuildReport, Replacing};
 use crate::error::VolumeResult;
+use crate::member::Member;
 use crate::metadata::checksum_area;
 use crate::metadata::error::ArrayError;
 use crate::metadata::member_meta::MemberMeta;
@@ -24,7 +25,7 @@ impl Heal {
     /// the volume serves; returns when they are all current (or the control cancelled it).
     /// A role that needs rebuilding while it runs (a spare took it, a replace began) stops
     /// the pass at its next window: it starts again over every role, one sweep from the
-    /// lowest position, each role written only from its own position up
+    /// lowest position, each role (a replacement too) written only from its own position up
     /// ([`crate::rebuild::roles_ahead`]; md restarts its recovery likewise) — at once when
     /// `restart_inside`, else it returns saying so ([`RebuildReport::restart`]) for the
     /// caller to start a new pass. Every role completes at the sweep's end.
@@ -75,9 +76,10 @@ impl Heal {
             *self.live.lock() = started.clone();
             let claim = p.records.rebuilding.claim(&targets);
             let replacing = self.replacing.lock().clone();
-            ctl.set_position(p.records.rebuilding.start_of(&targets));
+            let starts = self.starts(p, &claim, &started);
+            ctl.set_position(pass_start(&targets, &starts));
             let state = self
-                .rebuild_pass(p, ctl, (&targets, &claim), &started)
+                .rebuild_pass(p, ctl, (&targets, &claim, starts), &started)
                 .await?;
             if state == PassState::Cancelled && !ctl.is_cancelled() {
                 if change(&started, &self.work(p)) == Change::AllLeft {
@@ -116,7 +118,7 @@ impl Heal {
             let gone = |r: usize| p.volume.table().slot(r).replacement().is_none();
             let given_up = (replacing.iter())
                 .filter(|&(&r, _)| gone(r))
-                .map(|(&r, m)| (r, m.clone()))
+                .map(|(&r, x)| (r, x.meta.clone()))
                 .collect();
             replacing.retain(|&r, _| !gone(r));
             given_up
@@ -173,7 +175,7 @@ impl Heal {
         let v = p.volume;
         let targets = v.rebuild_targets().into_iter().map(|r| {
             let onto = match v.table().slot(r).replacement() {
-                Some(m) => Onto::Replacement(Arc::as_ptr(&m) as *const () as usize),
+                Some(m) => Onto::replacement(&m),
                 None => p.records.rebuilding.term(r).map_or(Onto::Other, Onto::Term),
             };
             (r, onto)
@@ -186,11 +188,38 @@ impl Heal {
         targets.chain(given_up).collect()
     }
 
+    /// Where each target is current up to, of those the pass leaves out below: roles
+    /// rebuilt onto the member `claim` names, and replacements the pass `started` with.
+    fn starts(&self, p: Parts<'_>, claim: &Claim, started: &[(usize, Onto)]) -> Vec<(usize, u64)> {
+        let mut starts = p.records.rebuilding.starts(claim);
+        let replacing = self.replacing.lock();
+        starts.extend(started.iter().filter_map(|&(r, onto)| {
+            let x = replacing
+                .get(&r)
+                .filter(|x| onto == Onto::replacement(x.meta.member()))?;
+            Some((r, x.current_below_bytes))
+        }));
+        starts
+    }
+
+    /// The replacements the pass `started` with, still replacing, are current below `pos`
+    /// (the pass wrote every window below it; positions never go back).
+    fn advance_replacements(&self, started: &[(usize, Onto)], pos: u64) {
+        let mut replacing = self.replacing.lock();
+        for &(r, onto) in started {
+            if let Some(x) =
+                (replacing.get_mut(&r)).filter(|x| onto == Onto::replacement(x.meta.member()))
+            {
+                x.current_below_bytes = x.current_below_bytes.max(pos);
+            }
+        }
+    }
+
     async fn rebuild_pass(
         &self,
         p: Parts<'_>,
         ctl: &PassControl,
-        (targets, claim): (&[usize], &Claim),
+        (targets, claim, starts): (&[usize], &Claim, Vec<(usize, u64)>),
         started: &[(usize, Onto)],
     ) -> Result<PassState, ArrayError> {
         let window = match self.window_bytes.load(SeqCst) {
@@ -198,9 +227,11 @@ impl Heal {
             w => w,
         };
         let every = checkpoint_every(p.volume.capacity(), window);
-        // A role rebuilt up to a position before is not written again below it.
-        let starts = p.records.rebuilding.starts(claim);
-        let checkpoint = move |pos: u64| checkpoint(p, targets, claim, pos).boxed();
+        // A role rebuilt or replaced up to a position before is not written again below it.
+        let checkpoint = move |pos: u64| {
+            self.advance_replacements(started, pos);
+            checkpoint(p, targets, claim, pos).boxed()
+        };
         let stale = move || change(started, &self.work(p)) != Change::None;
         let state = p
             .volume
@@ -214,6 +245,7 @@ impl Heal {
             .await;
         // Progress in memory (a cancelled pass resumes here), whatever the outcome.
         p.records.rebuilding.advance(claim, ctl.position_bytes());
+        self.advance_replacements(started, ctl.position_bytes());
         Ok(state?)
     }
 
@@ -223,7 +255,7 @@ impl Heal {
         &self,
         p: Parts<'_>,
         targets: &[usize],
-        (claim, replacing): (&Claim, &BTreeMap<usize, Arc<MemberMeta>>),
+        (claim, replacing): (&Claim, &BTreeMap<usize, Replacing>),
     ) -> Result<(Vec<usize>, Lost), ArrayError> {
         // What the role is recorded on must hold the pass's bytes: a flush of the new
         // members, not of the volume — under client writes that destages the whole
@@ -240,12 +272,14 @@ impl Heal {
             // Only the replacement the pass started with, still in its slot, is swapped in.
             let replacement = {
                 let mut now = self.replacing.lock();
-                let same =
-                    |m: &Arc<MemberMeta>| replacing.get(&r).is_some_and(|c| Arc::ptr_eq(c, m));
+                let same = |x: &Replacing| {
+                    (replacing.get(&r)).is_some_and(|c| Arc::ptr_eq(&c.meta, &x.meta))
+                };
                 now.get(&r)
                     .is_some_and(same)
                     .then(|| now.remove(&r))
                     .flatten()
+                    .map(|x| x.meta)
             };
             let in_slot = |m: &MemberMeta| {
                 (p.volume.table().slot(r).replacement())
@@ -287,7 +321,7 @@ impl Heal {
             let dropped = {
                 let mut replacing = self.replacing.lock();
                 let gone = p.volume.table().slot(r).replacement().is_none();
-                gone.then(|| replacing.remove(&r)).flatten()
+                gone.then(|| replacing.remove(&r)).flatten().map(|x| x.meta)
             };
             if let Some(meta) = dropped {
                 lost.replacements.push(let_go(p, r, &meta).await?);
@@ -305,6 +339,12 @@ impl Heal {
         }
         failed_newcomer(p, r)
     }
+}
+
+/// Where a pass over `targets` starts: the lowest of their starts (0 for one not listed).
+fn pass_start(targets: &[usize], starts: &[(usize, u64)]) -> u64 {
+    let start = |r: usize| (starts.iter()).find(|s| s.0 == r).map_or(0, |s| s.1);
+    targets.iter().map(|&r| start(r)).min().unwrap_or(0)
 }
 
 /// What a role is rebuilt onto.
@@ -333,6 +373,13 @@ enum Change {
     /// Every role it started with left (its targets failed) and none came: walking on
     /// writes nowhere. The pass stops.
     AllLeft,
+}
+
+impl Onto {
+    /// Replacement `m`, by identity.
+    fn replacement(m: &Arc<dyn Member>) -> Onto {
+        Onto::Replacement(Arc::as_ptr(m) as *const () as usize)
+    }
 }
 
 fn change(started: &[(usize, Onto)], now: &[(usize, Onto)]) -> Change {
@@ -552,6 +599,19 @@ mod tests {
         assert!(must_restart(&started, &[started[0], (2, Onto::GivenUp)]));
         // A replace began while a role was rebuilt.
         assert!(must_restart(&started[..1], &started));
+    }
+
+    /// A pass starts at the lowest start of its targets; one with no start starts at 0.
+    #[test]
+    fn a_pass_starts_at_its_lowest_target() {
+        assert_eq!(pass_start(&[1, 3], &[(1, 64), (3, 32)]), 32);
+        assert_eq!(pass_start(&[1, 3], &[(1, 64)]), 0, "3 has not started");
+        assert_eq!(
+            pass_start(&[1], &[(1, 64), (3, 32)]),
+            64,
+            "3 is not a target"
+        );
+        assert_eq!(pass_start(&[], &[]), 0);
     }
 
     /// Every target left and none came: the pass stops (it walked on to its end, writing
