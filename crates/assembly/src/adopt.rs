@@ -231,7 +231,9 @@ pub async fn adopt(
 ) -> (Vec<String>, Vec<Known>) {
     let n = v.members.len();
     let configured = n + v.heal.spares.len();
-    let claimed = claimed(&report.roles);
+    let mut claimed = claimed(&report.roles);
+    // A replacement whose copy goes on is neither a spare nor a member to warn about.
+    claimed.extend(report.replacing.iter().map(|x| x.position));
     let this = Some(array.id());
     let paths: Vec<String> = added.iter().map(|a| a.path.clone()).collect();
     let ids = position_ids(config, v, &paths);

@@ -6,7 +6,8 @@ use nbraid_core::fail_cause::FailCause;
 use nbraid_core::metadata::{
     assemble, newest, newest_record, newest_record_checked, ran_apart_from, Absence, Area,
     BackupWindow, BitmapArea, ChecksumFill, MemberEntry, MetadataError, Probe, RecordedState,
-    ReshapeRecord, ScrubCheckpoint, Superblock, Uuid, VolumeRecord, SLOT_BYTES,
+    ReplacementCheckpoint, ReshapeRecord, ScrubCheckpoint, Superblock, Uuid, VolumeRecord,
+    SLOT_BYTES,
 };
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
 use proptest::prelude::*;
@@ -61,6 +62,7 @@ fn raid5_record(role: u32) -> VolumeRecord {
         added_paths: Vec::new(),
         reshape: None,
         checksum_fill: None,
+        replacements: Vec::new(),
     }
 }
 
@@ -329,9 +331,9 @@ fn added_paths_round_trip_and_only_they_bump_the_version() {
     let mut bad = superblock();
     bad.volumes[0].added_paths = vec![String::new()];
     assert!(bad.encode().unwrap_err().to_string().contains("added path"));
-    assert!(MetadataError::UnsupportedVersion { found: 5 }
+    assert!(MetadataError::UnsupportedVersion { found: 6 }
         .to_string()
-        .contains("versions 1 to 4"));
+        .contains("versions 1 to 5"));
 }
 
 /// The superblock of member 1 of [`raid5_record`]'s volume while it is being reshaped onto a
@@ -494,6 +496,54 @@ fn a_checksum_fill_round_trips_and_only_it_bumps_the_version_to_4() {
     assert!(e.to_string().contains("checksum fill position"), "{e}");
 }
 
+/// The superblock of [`superblock`] while role 2's member is being replaced, its copy at
+/// 3 MiB.
+fn replacing() -> Superblock {
+    let mut sb = superblock();
+    sb.volumes[0].replacements = vec![ReplacementCheckpoint {
+        role: 2,
+        member: uuid(0x77),
+        checkpoint_bytes: 3 * MIB,
+    }];
+    sb
+}
+
+/// A replace under way is written (as version 5) only while a record carries one, and
+/// round-trips beside the other checkpoints; a role the record lacks, a role twice, more
+/// entries than roles and a checkpoint past the counters' range are refused, named.
+#[test]
+fn a_replacement_checkpoint_round_trips_and_only_it_bumps_the_version_to_5() {
+    let plain = superblock().encode().unwrap();
+    let mut sb = replacing();
+    let bytes = sb.encode().unwrap();
+    assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 5);
+    // The added paths (empty), the reshape and fill (absent), then one entry.
+    assert_eq!(bytes.len(), plain.len() + 4 + 4 + 12 + 4 + 28);
+    assert_eq!(Superblock::decode(&bytes).unwrap(), sb);
+    sb.volumes[0].scrub = Some(ScrubCheckpoint {
+        position_bytes: 3 * MIB,
+        repair: true,
+    });
+    sb.volumes[0].checksum_fill = Some(ChecksumFill {
+        position_bytes: MIB,
+    });
+    sb.volumes[0].added_paths = vec!["/dev/disk/by-id/new".into()];
+    assert_eq!(Superblock::decode(&sb.encode().unwrap()).unwrap(), sb);
+    let refused = |f: &dyn Fn(&mut Vec<ReplacementCheckpoint>), what: &str| {
+        let mut sb = replacing();
+        f(&mut sb.volumes[0].replacements);
+        let e = Superblock::decode(&sb.encode().unwrap()).unwrap_err();
+        assert!(e.to_string().contains(what), "{what}: {e}");
+    };
+    refused(&|x| x[0].role = 4, "replacement role");
+    refused(&|x| x.push(x[0]), "replacement role");
+    refused(&|x| x.extend([x[0]; 4]), "replacement count");
+    refused(
+        &|x| x[0].checkpoint_bytes = u64::MAX,
+        "replacement checkpoint",
+    );
+}
+
 #[test]
 fn every_corruption_is_named() {
     let good = superblock().encode().unwrap();
@@ -504,10 +554,10 @@ fn every_corruption_is_named() {
         Err(MetadataError::BadMagic { .. })
     ));
     let mut bad = good.clone();
-    bad[8] = 5;
+    bad[8] = 6;
     assert_eq!(
         Superblock::decode(&bad),
-        Err(MetadataError::UnsupportedVersion { found: 5 })
+        Err(MetadataError::UnsupportedVersion { found: 6 })
     );
     let mut bad = good.clone();
     let last = bad.len() - 1;
@@ -616,6 +666,21 @@ proptest! {
     #[test]
     fn mutated_reshape_records_never_panic(edits in proptest::collection::vec((0usize..0x2a0, any::<u8>()), 1..8)) {
         let mut bytes = reshaping().encode().unwrap();
+        for (at, b) in edits {
+            if !(16..20).contains(&at) && at < bytes.len() {
+                bytes[at] = b;
+            }
+        }
+        bytes[16..20].fill(0);
+        let crc = crc32c(&bytes[..bytes.len().min(u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize)]);
+        bytes[16..20].copy_from_slice(&crc.to_le_bytes());
+        let _ = Superblock::decode(&bytes);
+    }
+
+    /// Mutations of a superblock mid-replace (version 5), checksum fixed up, never panic.
+    #[test]
+    fn mutated_replacement_records_never_panic(edits in proptest::collection::vec((0usize..0x1c0, any::<u8>()), 1..8)) {
+        let mut bytes = replacing().encode().unwrap();
         for (at, b) in edits {
             if !(16..20).contains(&at) && at < bytes.len() {
                 bytes[at] = b;

@@ -9,15 +9,12 @@
 
 mod common;
 
-use common::arrays::{apply, create, load, same, Model};
-use common::{level_tree, pass_through, raid5_of_pairs, KIB, MIB};
+use common::arrays::{apply, create, every_view_reads, load, same, Model};
+use common::{level_tree, raid5_of_pairs, Counting, KIB, MIB};
 use futures::executor::block_on;
 use nbraid_core::metadata::{ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
-use nbraid_core::{
-    CacheMode, Member, MemberResult, MemoryMember, PassControl, PassState, SharedBuf, Volume,
-    VolumeOptions,
-};
-use nbraid_layout::{Geometry, Level, Node};
+use nbraid_core::{CacheMode, Member, MemoryMember, PassControl, PassState, VolumeOptions};
+use nbraid_layout::{Level, Node};
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,34 +34,6 @@ const CLIENT_BLOCKS_MAX: u64 = 16;
 
 /// A member write at least this long is a rebuild window's (no client write is).
 const REBUILD_WRITE_MIN_BYTES: u64 = 256 * KIB;
-
-/// A memory disk that keeps the place and length of every write.
-struct Counting {
-    inner: MemoryMember,
-    writes: Mutex<Vec<(u64, u64)>>,
-}
-
-impl Counting {
-    fn new(name: &str) -> Counting {
-        Counting {
-            inner: MemoryMember::new(name, MEMBER_BYTES),
-            writes: Mutex::new(Vec::new()),
-        }
-    }
-}
-
-impl Member for Counting {
-    fn write(
-        &self,
-        offset: u64,
-        data: SharedBuf,
-        fua: bool,
-    ) -> futures::future::BoxFuture<'_, MemberResult<()>> {
-        self.writes.lock().push((offset, data.len() as u64));
-        self.inner.write(offset, data, fua)
-    }
-    pass_through!(inner; name len read flush trim write_zeroes counters);
-}
 
 fn opts() -> ArrayOptions {
     ArrayOptions {
@@ -109,7 +78,7 @@ fn ahead_role_is_not_written_again(
     let first_writes = model.borrow_mut().writes(200, CLIENT_BLOCKS_MAX);
     block_on(apply(&a, first_writes));
 
-    let first = Arc::new(Counting::new("first"));
+    let first = Arc::new(Counting::new("first", MEMBER_BYTES));
     match joins {
         Joins::Rebuilt => {
             a.volume().fail_member(ahead, "test: the first member dies");
@@ -200,39 +169,6 @@ fn ahead_role_is_not_written_again(
     members[ahead] = first;
     members[second] = late;
     every_view_reads(&tree, &members, &model.bytes, what);
-}
-
-/// Every view of `members` (in role order) losing up to two members the layout tolerates
-/// reads `want` (plain volumes over the regions: nothing is written).
-fn every_view_reads(tree: &Node, members: &[Arc<dyn Member>], want: &[u8], what: &str) {
-    let g = Geometry::from_tree(tree.clone());
-    let n = members.len();
-    let mut sets: Vec<Vec<usize>> = vec![vec![]];
-    sets.extend((0..n).map(|a| vec![a]));
-    for a in 0..n {
-        sets.extend((a + 1..n).map(|b| vec![a, b]));
-    }
-    for lost in sets.into_iter().filter(|s| g.survives(s)) {
-        let opts = VolumeOptions {
-            members_known_zero: true,
-            ..VolumeOptions::default()
-        };
-        let v = Volume::new(g.clone(), members.to_vec(), opts).expect("view");
-        for &m in &lost {
-            v.fail_member(m, "view");
-        }
-        let mut at = 0;
-        while at < v.capacity() {
-            let len = (v.capacity() - at).min(MIB);
-            let got = block_on(v.read(at, len)).expect("read");
-            let end = (at + len) as usize;
-            assert!(
-                got[..] == want[at as usize..end],
-                "{what}: the view losing {lost:?} differs from the model in {at}+{len}"
-            );
-            at += len;
-        }
-    }
 }
 
 fn level(level: Level, n: usize) -> Node {

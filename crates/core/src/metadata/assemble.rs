@@ -489,8 +489,14 @@ fn place_roles(
         let Some(r) = r else { continue };
         let role = r.role as usize;
         // A member whose id the records no longer name in its role was replaced (or rebuilt
-        // over): it holds nothing the volume needs.
+        // over): it holds nothing the volume needs. A replacement whose copy was under way is
+        // not placed either; the open decides whether its copy goes on (`replace_resume.rs`).
         if let (Probe::Superblock(sb, _), Some(m)) = (&probes[i], newest.members.get(role)) {
+            let replacing = (newest.replacements.iter())
+                .any(|x| x.role as usize == role && x.member == sb.member);
+            if sb.member != m.uuid && replacing {
+                continue;
+            }
             if sb.member != m.uuid {
                 warnings.push(format!(
                     "{}: its role {role} now belongs to another member; ignored",

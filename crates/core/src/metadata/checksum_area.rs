@@ -447,6 +447,7 @@ mod tests {
             added_paths: Vec::new(),
             reshape: None,
             checksum_fill: None,
+            replacements: Vec::new(),
         }
     }
 

@@ -266,6 +266,7 @@ impl NewVolume<'_> {
             added_paths: Vec::new(),
             reshape: None,
             checksum_fill: None,
+            replacements: Vec::new(),
         }
     }
 }

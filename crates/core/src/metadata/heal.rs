@@ -45,8 +45,11 @@ use super::error::ArrayError;
 use super::member_meta::MemberMeta;
 use super::parts::Parts;
 use super::records::{recordable, Recorded};
-use super::{Area, BitmapArea, MemberEntry, Probe, RecordedState, Uuid, VolumeRecord};
+use super::{
+    Area, BitmapArea, MemberEntry, Probe, RecordedState, ReplacementCheckpoint, Uuid, VolumeRecord,
+};
 use crate::buf::Buf;
+use crate::error::VolumeResult;
 use crate::pass::PassState;
 use crate::rebuild::rebuild_source;
 use futures::lock::Mutex as AsyncMutex;
@@ -75,10 +78,13 @@ pub(super) struct Heal {
     window_bytes: AtomicU64,
 }
 
-/// A replacement copying a role's member (in memory only: a restart copies anew).
+/// A replacement copying a role's member; the records keep its checkpoint
+/// ([`super::ReplacementCheckpoint`]).
 #[derive(Clone)]
 struct Replacing {
     meta: Arc<MemberMeta>,
+    /// Its id, as its own record names it in the role.
+    id: Uuid,
     /// The volume's bytes below this are current on it: a pass wrote them, and it took
     /// every write since it joined. A pass started again for another role leaves it out
     /// below ([`crate::rebuild::roles_ahead`]), as a rebuilding role below its checkpoint.
@@ -302,7 +308,7 @@ impl Heal {
         // restart before the swap opens it and finds it this array's (standing by as a spare)
         // whatever the copy wrote into its first MiB meanwhile (the write-hole log).
         let path = meta.member().name().to_string();
-        let listed = record_replacement(p, role, &meta).await?;
+        let (listed, id) = record_replacement(p, role, &meta).await?;
         if let Err(e) = p.volume.start_replacement(role, meta.member().clone()) {
             if listed {
                 p.records.forget_added_path(&path).await?;
@@ -311,7 +317,40 @@ impl Heal {
         }
         let replacing = Replacing {
             meta,
+            id,
             current_below_bytes: 0,
+        };
+        self.replacing.lock().insert(role, replacing);
+        // Named in the records from now on: a restart goes on with the copy (from 0 until
+        // the first checkpoint; `replace_resume.rs`).
+        let mut rec = p.records.lock().await;
+        rec.replacements.retain(|x| x.role as usize != role);
+        rec.replacements.push(ReplacementCheckpoint {
+            role: role as u32,
+            member: id,
+            checkpoint_bytes: 0,
+        });
+        p.records.commit(&mut rec).await?;
+        Ok(())
+    }
+
+    /// A replace the records say was under way at the last shutdown goes on: `meta` (the
+    /// replacement, its id `id`) copies role `role`'s member again, current below
+    /// `current_below_bytes` (`replace_resume.rs` decides what it may trust). Nothing
+    /// written to the volume since the start may have missed it.
+    pub(super) fn resume_replacement(
+        &self,
+        p: Parts<'_>,
+        role: usize,
+        (meta, id): (Arc<MemberMeta>, Uuid),
+        current_below_bytes: u64,
+    ) -> VolumeResult<()> {
+        p.volume.check_replacement(role, meta.member().as_ref())?;
+        p.volume.start_replacement(role, meta.member().clone())?;
+        let replacing = Replacing {
+            meta,
+            id,
+            current_below_bytes,
         };
         self.replacing.lock().insert(role, replacing);
         Ok(())
@@ -324,12 +363,13 @@ impl Heal {
 /// write-hole log lives there on small members): without the record first, a restart found
 /// it neither blank nor this array's, and refused it as a spare. The commit after the record
 /// always runs, so the members' records are newer than the replacement's: assembly ignores
-/// it in the role (its id is not the one recorded there) and keeps it as a spare.
+/// it in the role (its id is not the one recorded there) and keeps it as a spare. Returns
+/// whether the path was not listed yet, and the replacement's id.
 async fn record_replacement(
     p: Parts<'_>,
     role: usize,
     meta: &MemberMeta,
-) -> Result<bool, ArrayError> {
+) -> Result<(bool, Uuid), ArrayError> {
     let path = meta.member().name().to_string();
     let mut rec = p.records.lock().await;
     let listed = !rec.added_paths.contains(&path);
@@ -354,7 +394,7 @@ async fn record_replacement(
         .map_err(|e| p.refuse(e.to_string()))?;
     rec.added_paths = next.added_paths;
     p.records.commit(&mut rec).await?;
-    Ok(listed)
+    Ok((listed, next.members[role].uuid))
 }
 
 impl Heal {
@@ -583,6 +623,7 @@ async fn write_role_record(
         added_paths: rec.added_paths.clone(),
         reshape: None, // assembly refuses a volume mid-reshape: a running array has none
         checksum_fill: rec.checksum_fill,
+        replacements: rec.replacements.clone(),
     };
     let name = p.name().to_string();
     meta.update(move |sb| {

@@ -39,6 +39,7 @@ mod readd;
 mod rebuilding;
 mod records;
 mod remove;
+mod replace_resume;
 mod reshape;
 mod reshape_areas;
 mod reshape_backup;
@@ -66,6 +67,7 @@ pub use member_meta::MemberMeta;
 pub use options::{ArrayOptions, OpenReport};
 pub use read_only::{refusal as read_only_refusal, Found as ReadOnlyFound};
 pub use readd::Readd;
+pub use replace_resume::ResumedReplacement;
 pub use reshape::{BackupWindow, ReshapeRecord};
 pub use reshape_areas::NewShape;
 pub use reshape_run::start_preview as reshape_start_preview;
@@ -74,9 +76,9 @@ pub use spares::{assign_spares, SpareChoice};
 
 pub use superblock::{
     newest, newest_record, newest_record_checked, ran_apart_from, Area, BitmapArea, ChecksumFill,
-    HeldRecord, MemberEntry, RecordedState, ScrubCheckpoint, SplitRecords, Superblock, Uuid,
-    VolumeRecord, FIRST_FORMAT_VERSION, FORMAT_VERSION, MAX_ADDED_PATHS, MAX_PPL_AREA_BYTES,
-    METADATA_AREA_BYTES, SLOT_BYTES, SUPERBLOCK_MAGIC,
+    HeldRecord, MemberEntry, RecordedState, ReplacementCheckpoint, ScrubCheckpoint, SplitRecords,
+    Superblock, Uuid, VolumeRecord, FIRST_FORMAT_VERSION, FORMAT_VERSION, MAX_ADDED_PATHS,
+    MAX_PPL_AREA_BYTES, METADATA_AREA_BYTES, SLOT_BYTES, SUPERBLOCK_MAGIC,
 };
 
 use thiserror::Error;

@@ -82,6 +82,9 @@ pub struct OpenReport {
     /// Roles whose new member is being rebuilt, and the checkpoint it resumes from
     /// (`Array::rebuild` continues it while the volume serves).
     pub rebuilding_roles: Vec<(usize, u64)>,
+    /// Replaces under way at the last shutdown that go on (`Array::rebuild` continues them),
+    /// each replacement's position in the `metas` given (it holds no role: not a spare).
+    pub replacing: Vec<super::ResumedReplacement>,
     /// What replaying the partial-parity log did (nothing after a clean shutdown).
     pub ppl: crate::ppl::RecoverReport,
     /// Roles a forced assembly took back (their late bytes may be stale).

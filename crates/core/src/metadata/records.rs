@@ -16,7 +16,7 @@
 use super::member_meta::MemberMeta;
 use super::rebuilding::Rebuilding;
 use super::superblock::{MAX_ADDED_PATHS, MAX_ADDED_PATH_BYTES};
-use super::{MemberEntry, RecordedState, ScrubCheckpoint, Uuid};
+use super::{MemberEntry, RecordedState, ReplacementCheckpoint, ScrubCheckpoint, Uuid};
 use crate::error::{VolumeError, VolumeResult};
 use crate::fail_cause::FailCause;
 use crate::failure_gate::FailureRecorder;
@@ -47,6 +47,9 @@ pub(super) struct Recorded {
     pub(super) tree: nbraid_layout::Node,
     /// Checksums being enabled: how far the pass got (see `checksum_fill.rs`).
     pub(super) checksum_fill: Option<super::ChecksumFill>,
+    /// Replaces under way and how far each copy got (see `replace_resume.rs`). Every commit
+    /// drops the entry of a role whose slot no longer has a replacement.
+    pub(super) replacements: Vec<ReplacementCheckpoint>,
 }
 
 impl Recorded {
@@ -78,6 +81,7 @@ impl Recorded {
             added_paths: Vec::new(),
             reshape: None,
             checksum_fill: None,
+            replacements: Vec::new(),
         };
         self.clone().write_into(&mut v, role);
         v
@@ -94,6 +98,7 @@ impl Recorded {
         v.reshape = self.reshape.as_ref().map(|r| r.record_for(role));
         v.tree = self.tree;
         v.checksum_fill = self.checksum_fill;
+        v.replacements = self.replacements;
     }
 }
 
@@ -391,6 +396,16 @@ impl Records {
             assert_eq!(metas.len(), rec.members.len(), "a record per role");
             let generation = gate.generation();
             let newly_failed = self.note_failed(rec, &metas);
+            // A replacement dropped (it failed, or the member it copied did) has missed
+            // writes since: its checkpoint must not outlive it.
+            let table = &self.table;
+            let replacing = |r: usize| {
+                table
+                    .slots()
+                    .get(r)
+                    .is_some_and(|s| s.replacement().is_some())
+            };
+            rec.replacements.retain(|x| replacing(x.role as usize));
             // Only a failed role keeps the mark (one taken back or re-added drops it).
             for m in rec.members.iter_mut().filter(|m| !m.missed_nothing_acked()) {
                 m.unacked_since_failed = false;
@@ -672,6 +687,7 @@ mod tests {
                 backup_window: None,
             }),
             checksum_fill: None,
+            replacements: Vec::new(),
         };
         let recorded = Recorded {
             events: 9,
@@ -682,6 +698,7 @@ mod tests {
             reshape: None,
             tree: tree(3),
             checksum_fill: None,
+            replacements: Vec::new(),
         };
         let mut v = behind.clone();
         recorded.write_into(&mut v, 1);
@@ -720,6 +737,7 @@ mod tests {
             reshape: None,
             tree: tree(n.into()),
             checksum_fill: None,
+            replacements: Vec::new(),
         };
         let mut metas = Vec::new();
         for (r, m) in members.iter().enumerate() {

@@ -15,12 +15,13 @@ mod wire;
 use super::{MetadataError, MetadataResult};
 
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"NBRAIDSB";
-/// The newest format this reads and writes. A superblock is written as version 4 only while
-/// one of its records carries a checksum fill ([`VolumeRecord::checksum_fill`]), as version 3
+/// The newest format this reads and writes. A superblock is written as version 5 only while
+/// one of its records carries a replace under way ([`VolumeRecord::replacements`]), as
+/// version 4 while one carries a checksum fill ([`VolumeRecord::checksum_fill`]), as version 3
 /// while one carries a reshape ([`VolumeRecord::reshape`]), as version 2 when one
 /// lists paths added at run time (see [`VolumeRecord::added_paths`]), else as version 1, byte
 /// for byte as before: older readers refuse just the superblocks they cannot read.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// The oldest format this reads.
 pub const FIRST_FORMAT_VERSION: u32 = 1;
 /// Paths added at run time one volume record lists at most.
@@ -178,6 +179,9 @@ pub struct VolumeRecord {
     /// Checksums being enabled on an existing volume (format version 4): how far the pass
     /// that computes them got (`crate::metadata::checksum_fill`).
     pub checksum_fill: Option<ChecksumFill>,
+    /// Replaces under way (format version 5; written only while there is one): how far
+    /// each replacement's copy got.
+    pub replacements: Vec<ReplacementCheckpoint>,
 }
 
 #[cfg(test)]
@@ -206,6 +210,7 @@ impl VolumeRecord {
             added_paths: Vec::new(),
             reshape: None,
             checksum_fill: None,
+            replacements: Vec::new(),
         }
     }
 }
@@ -230,6 +235,17 @@ impl MemberEntry {
 pub struct ChecksumFill {
     /// Everything below it is done.
     pub position_bytes: u64,
+}
+
+/// A replace under way (`nbraid replace`): role `role`'s replacement, the member with id
+/// `member`, holds every byte of the volume below `checkpoint_bytes` (flushed before this was
+/// recorded) and took every write since. A start after a clean shutdown resumes the copy
+/// there (`metadata/replace_resume.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplacementCheckpoint {
+    pub role: u32,
+    pub member: Uuid,
+    pub checkpoint_bytes: u64,
 }
 
 /// Where an unfinished scrub stopped: it resumes there after a restart.

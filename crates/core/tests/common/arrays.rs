@@ -3,13 +3,14 @@
 //! it. The tests' own options and trees stay in each test; what every test built alike is
 //! here.
 
+use super::MIB;
 use futures::executor::block_on;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use nbraid_core::metadata::disk_rule::Consent;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, OpenReport};
-use nbraid_core::{Buf, Member, MemberResult, MemoryMember};
-use nbraid_layout::Node;
+use nbraid_core::{Buf, Member, MemberResult, MemoryMember, Volume, VolumeOptions};
+use nbraid_layout::{Geometry, Node};
 use nbraid_sim::Rng;
 use std::sync::Arc;
 use std::time::Duration;
@@ -230,4 +231,37 @@ pub fn same(a: &Array, want: &[u8], when: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Every view of `members` (in role order) losing up to two members the layout tolerates
+/// reads `want` (plain volumes over the regions: nothing is written).
+pub fn every_view_reads(tree: &Node, members: &[Arc<dyn Member>], want: &[u8], what: &str) {
+    let g = Geometry::from_tree(tree.clone());
+    let n = members.len();
+    let mut sets: Vec<Vec<usize>> = vec![vec![]];
+    sets.extend((0..n).map(|a| vec![a]));
+    for a in 0..n {
+        sets.extend((a + 1..n).map(|b| vec![a, b]));
+    }
+    for lost in sets.into_iter().filter(|s| g.survives(s)) {
+        let opts = VolumeOptions {
+            members_known_zero: true,
+            ..VolumeOptions::default()
+        };
+        let v = Volume::new(g.clone(), members.to_vec(), opts).expect("view");
+        for &m in &lost {
+            v.fail_member(m, "view");
+        }
+        let mut at = 0;
+        while at < v.capacity() {
+            let len = (v.capacity() - at).min(MIB);
+            let got = block_on(v.read(at, len)).expect("read");
+            let end = (at + len) as usize;
+            assert!(
+                got[..] == want[at as usize..end],
+                "{what}: the view losing {lost:?} differs from the model in {at}+{len}"
+            );
+            at += len;
+        }
+    }
 }

@@ -376,6 +376,29 @@ impl Member for BadSpot {
     pass_through!(inner; name len flush trim write_zeroes counters);
 }
 
+/// A memory disk that keeps the place and length of every write.
+pub struct Counting {
+    pub inner: MemoryMember,
+    pub writes: parking_lot::Mutex<Vec<(u64, u64)>>,
+}
+
+impl Counting {
+    pub fn new(name: &str, len_bytes: u64) -> Counting {
+        Counting {
+            inner: MemoryMember::new(name, len_bytes),
+            writes: parking_lot::Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl Member for Counting {
+    fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> BoxFuture<'_, MemberResult<()>> {
+        self.writes.lock().push((offset, data.len() as u64));
+        self.inner.write(offset, data, fua)
+    }
+    pass_through!(inner; name len read flush trim write_zeroes counters);
+}
+
 /// A memory disk whose writes at or past `from_byte` fail while `broken` is set (a bad spot
 /// in its data, its metadata still written when `from_byte` is past the metadata).
 pub struct Breaking {

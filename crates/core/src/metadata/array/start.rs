@@ -8,7 +8,8 @@
 //!    bitmap and log places; failures recorded before any further member write from here.
 //! 4. **Read-only check** — [`keep_in_memory`]: refused where it cannot serve right without
 //!    writing; else records and bitmap stay in memory.
-//! 5. **[`take_roles`]** — absent roles failed, stale ones resyncing, rebuilds resumed.
+//! 5. **[`take_roles`]** — absent roles failed, stale ones resyncing, rebuilds resumed;
+//!    then replaces under way resumed (`replace_resume.rs`).
 //! 6. **Log replay** — the partial-parity log closes the write hole (not read-only).
 //! 7. **[`adopt_assembly`]**, then a reshape cut off is restored.
 //! 8. **[`resync_at_open`]** — what the bitmap marks, before serving or in the background.
@@ -32,6 +33,7 @@ use crate::metadata::options::{ArrayOptions, OpenReport};
 use crate::metadata::ppl_area::PplPlaces;
 use crate::metadata::readd::Returning;
 use crate::metadata::records::{Recorded, Records};
+use crate::metadata::replace_resume;
 use crate::metadata::resync::BackgroundResync;
 use crate::metadata::{Area, Assembly, BitmapArea, Probe, RecordedState, Uuid, VolumeRecord};
 use crate::volume::{Volume, VolumeOptions};
@@ -127,6 +129,14 @@ pub(super) async fn open(
         keep_in_memory(&mut array, &asm)?;
     }
     let rebuilding_roles = take_roles(&array, &asm, &roles).await;
+    // Before anything is written: a replacement resumed must miss no write.
+    let replacing = match read_only {
+        true => Vec::new(),
+        false => {
+            let heal = (array.parts(), &array.heal, array.reshape.is_some());
+            replace_resume::resume(heal, &asm, &metas, &mut roles.warnings).await
+        }
+    };
     // The write hole: replay the partial-parity log before the resync and before serving
     // (read-only: only a clean array starts, whose log has nothing to replay).
     let ppl = match array.ppl.setup() {
@@ -152,6 +162,7 @@ pub(super) async fn open(
         background_bytes: 0,
         roles: asm.roles.clone(),
         rebuilding_roles,
+        replacing,
         forced: asm.forced.clone(),
     };
     if read_only {
@@ -453,5 +464,6 @@ fn recorded_as(newest: &VolumeRecord) -> Recorded {
         reshape: None,
         tree: newest.tree.clone(),
         checksum_fill: newest.checksum_fill,
+        replacements: newest.replacements.clone(),
     }
 }

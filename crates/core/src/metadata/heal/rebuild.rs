@@ -12,7 +12,7 @@ use crate::metadata::parts::Parts;
 use crate::metadata::ranges::checkpoint_every;
 use crate::metadata::rebuilding::Claim;
 use crate::metadata::records::recordable;
-use crate::metadata::{MemberEntry, RecordedState};
+use crate::metadata::{MemberEntry, RecordedState, ReplacementCheckpoint};
 use crate::pass::{PassControl, PassState};
 use crate::rebuild::REBUILD_WINDOW_BYTES;
 use futures::FutureExt;
@@ -228,10 +228,7 @@ impl Heal {
         };
         let every = checkpoint_every(p.volume.capacity(), window);
         // A role rebuilt or replaced up to a position before is not written again below it.
-        let checkpoint = move |pos: u64| {
-            self.advance_replacements(started, pos);
-            checkpoint(p, targets, claim, pos).boxed()
-        };
+        let checkpoint = move |pos: u64| self.checkpoint(p, (targets, claim, started), pos).boxed();
         let stale = move || change(started, &self.work(p)) != Change::None;
         let state = p
             .volume
@@ -444,22 +441,64 @@ async fn let_go(p: Parts<'_>, r: usize, meta: &MemberMeta) -> Result<String, Arr
     Ok(what)
 }
 
-/// Makes the rebuilt bytes durable on the new members and records `pos` as their
-/// checkpoint — on the members `claim` names, not on one put in a role since.
-async fn checkpoint(p: Parts<'_>, targets: &[usize], claim: &Claim, pos: u64) -> VolumeResult<()> {
-    p.records.rebuilding.advance(claim, pos);
-    let roles = flush_newcomers(p, targets).await;
-    let mut rec = p.records.lock().await;
-    // Under the records' lock, which a member put in a role holds while it takes it.
-    for &r in roles
-        .iter()
-        .filter(|&&r| p.records.rebuilding.holds(claim, r))
-    {
-        if let RecordedState::Rebuilding { checkpoint_bytes } = &mut rec.members[r].state {
-            *checkpoint_bytes = (*checkpoint_bytes).max(pos);
+impl Heal {
+    /// Makes the rebuilt bytes durable on the new members and replacements and records
+    /// `pos` as their checkpoint — on the members `claim` names and the replacements the
+    /// pass `started` with, not on one put in a role since.
+    async fn checkpoint(
+        &self,
+        p: Parts<'_>,
+        (targets, claim, started): (&[usize], &Claim, &[(usize, Onto)]),
+        pos: u64,
+    ) -> VolumeResult<()> {
+        p.records.rebuilding.advance(claim, pos);
+        self.advance_replacements(started, pos);
+        let roles = flush_newcomers(p, targets).await;
+        let mut rec = p.records.lock().await;
+        // Under the records' lock, which a member put in a role holds while it takes it.
+        for &r in roles
+            .iter()
+            .filter(|&&r| p.records.rebuilding.holds(claim, r))
+        {
+            if let RecordedState::Rebuilding { checkpoint_bytes } = &mut rec.members[r].state {
+                *checkpoint_bytes = (*checkpoint_bytes).max(pos);
+            }
         }
+        // Flushed, and still in their slots (one whose flush failed was dropped).
+        for x in self.replacement_checkpoints(p, started) {
+            rec.replacements.retain(|y| y.role != x.role);
+            rec.replacements.push(x);
+        }
+        p.records.commit(&mut rec).await
     }
-    p.records.commit(&mut rec).await
+
+    /// The replacements the pass `started` with that are still in their slots, each with
+    /// where it is current up to.
+    fn replacement_checkpoints(
+        &self,
+        p: Parts<'_>,
+        started: &[(usize, Onto)],
+    ) -> Vec<ReplacementCheckpoint> {
+        let replacing = self.replacing.lock();
+        let in_slot = |r: usize| {
+            p.volume
+                .table()
+                .slot(r)
+                .replacement()
+                .map(|m| Onto::replacement(&m))
+        };
+        (started.iter())
+            .filter_map(|&(r, onto)| {
+                let x = replacing.get(&r)?;
+                let same = onto == Onto::replacement(x.meta.member()) && in_slot(r) == Some(onto);
+                same.then_some(ReplacementCheckpoint {
+                    role: r as u32,
+                    member: x.id,
+                    checkpoint_bytes: x.current_below_bytes,
+                })
+            })
+            .collect()
+    }
 }
 
 /// Flushes what `targets` are being rebuilt onto (new members, replacements); one that
@@ -535,6 +574,8 @@ async fn swap_in(p: Parts<'_>, r: usize, meta: Arc<MemberMeta>) -> Result<bool, 
         None => (None, None),
     };
     let mut next = rec.clone();
+    // The copy is done: nothing is left to resume.
+    next.replacements.retain(|x| x.role as usize != r);
     next.members[r] = MemberEntry {
         uuid: newcomer_id(p, r, &meta, &rec).await?,
         state: RecordedState::Active,
@@ -559,6 +600,7 @@ async fn swap_in(p: Parts<'_>, r: usize, meta: Arc<MemberMeta>) -> Result<bool, 
     }
     let area = write_role_record(p, r, &meta, &next, (image, !copy.copied())).await?;
     rec.members[r] = next.members[r];
+    rec.replacements = next.replacements.clone();
     rec.added_paths = next.added_paths.clone();
     p.records.set_meta(&rec, r, Some(meta));
     if let Some(b) = p.bitmap {

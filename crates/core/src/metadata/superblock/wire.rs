@@ -5,10 +5,10 @@
 use super::tree::{decode_node, encode_node};
 use super::validate::{check_added_path, check_limits, check_member_uses, invalid, within};
 use super::{
-    Area, BitmapArea, ChecksumFill, MemberEntry, RecordedState, ScrubCheckpoint, Superblock, Uuid,
-    VolumeRecord, CRC_AT, FIRST_FORMAT_VERSION, FORMAT_VERSION, HEADER_BYTES, MAX_ADDED_PATHS,
-    MAX_ADDED_PATH_BYTES, MAX_COUNTER, MAX_MEMBERS, MAX_VOLUMES, NAME_BYTES, SCRUB_REPAIR,
-    SLOT_BYTES, SUPERBLOCK_MAGIC,
+    Area, BitmapArea, ChecksumFill, MemberEntry, RecordedState, ReplacementCheckpoint,
+    ScrubCheckpoint, Superblock, Uuid, VolumeRecord, CRC_AT, FIRST_FORMAT_VERSION, FORMAT_VERSION,
+    HEADER_BYTES, MAX_ADDED_PATHS, MAX_ADDED_PATH_BYTES, MAX_COUNTER, MAX_MEMBERS, MAX_VOLUMES,
+    NAME_BYTES, SCRUB_REPAIR, SLOT_BYTES, SUPERBLOCK_MAGIC,
 };
 use crate::fail_cause::FailCause;
 use crate::metadata::codec::{crc32c, ByteReader, Writer};
@@ -21,6 +21,8 @@ const ADDED_PATHS_VERSION: u32 = 2;
 const RESHAPE_VERSION: u32 = 3;
 /// The version that added the checksum fill (written only while a record carries one).
 const CHECKSUM_FILL_VERSION: u32 = 4;
+/// The version that added the replaces under way (written only while a record carries one).
+const REPLACEMENTS_VERSION: u32 = 5;
 /// Reshape flags: bit 0 = the backup holds the window at the position.
 const RESHAPE_BACKED_UP: u64 = 1;
 
@@ -34,7 +36,9 @@ impl Superblock {
     pub fn encode(&self) -> MetadataResult<Vec<u8>> {
         let mut w = Writer::default();
         w.bytes(&SUPERBLOCK_MAGIC);
-        let version = if self.volumes.iter().any(|v| v.checksum_fill.is_some()) {
+        let version = if self.volumes.iter().any(|v| !v.replacements.is_empty()) {
+            REPLACEMENTS_VERSION
+        } else if self.volumes.iter().any(|v| v.checksum_fill.is_some()) {
             CHECKSUM_FILL_VERSION
         } else if self.volumes.iter().any(|v| v.reshape.is_some()) {
             RESHAPE_VERSION
@@ -308,6 +312,9 @@ fn encode_volume(w: &mut Writer, v: &VolumeRecord, version: u32) -> MetadataResu
     if version >= CHECKSUM_FILL_VERSION {
         encode_fill(w, v.checksum_fill);
     }
+    if version >= REPLACEMENTS_VERSION {
+        encode_replacements(w, &v.replacements);
+    }
     if let Some(s) = v.scrub {
         w.u64(s.position_bytes);
         w.u64(if s.repair { SCRUB_REPAIR } else { 0 });
@@ -352,6 +359,11 @@ fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult
     } else {
         None
     };
+    let replacements = if version >= REPLACEMENTS_VERSION {
+        decode_replacements(&mut r, members.len())?
+    } else {
+        Vec::new()
+    };
     let scrub = decode_scrub(&mut r)?;
     if r.remaining() != 0 {
         return Err(invalid(
@@ -379,6 +391,7 @@ fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult
         added_paths,
         reshape,
         checksum_fill,
+        replacements,
     };
     check_limits(&record)?;
     Ok(record)
@@ -459,6 +472,55 @@ fn decode_fill(r: &mut ByteReader) -> MetadataResult<Option<ChecksumFill>> {
             format!("{p} with position {at} (1, or 0 with position 0)"),
         )),
     }
+}
+
+/// Version 5: a count (4), then per replace under way its role (4), the replacement's id
+/// (16) and its checkpoint (8).
+fn encode_replacements(w: &mut Writer, replacements: &[ReplacementCheckpoint]) {
+    w.u32(replacements.len() as u32);
+    for x in replacements {
+        w.u32(x.role);
+        w.bytes(&x.member.0);
+        w.u64(x.checkpoint_bytes);
+    }
+}
+
+/// At most one replace per role, each of a role the record has.
+fn decode_replacements(
+    r: &mut ByteReader,
+    members: usize,
+) -> MetadataResult<Vec<ReplacementCheckpoint>> {
+    let count = r.u32("replacement count")? as usize;
+    if count > members {
+        return Err(invalid(
+            "replacement count",
+            format!("{count} (at most one per role: {members})"),
+        ));
+    }
+    let mut replacements: Vec<ReplacementCheckpoint> = Vec::with_capacity(count);
+    for _ in 0..count {
+        let role = r.u32("replacement role")?;
+        let member = Uuid(r.array("replacement id")?);
+        let checkpoint_bytes = r.u64("replacement checkpoint")?;
+        if role as usize >= members || replacements.iter().any(|x| x.role == role) {
+            return Err(invalid(
+                "replacement role",
+                format!("{role} (a role of the {members}, once)"),
+            ));
+        }
+        if checkpoint_bytes > MAX_COUNTER {
+            return Err(invalid(
+                "replacement checkpoint",
+                format!("{checkpoint_bytes} (at most {MAX_COUNTER})"),
+            ));
+        }
+        replacements.push(ReplacementCheckpoint {
+            role,
+            member,
+            checkpoint_bytes,
+        });
+    }
+    Ok(replacements)
 }
 
 /// The scrub checkpoint, present when bytes are left after the tree (and added paths).
