@@ -555,9 +555,8 @@ impl VolumeStart<'_> {
                 unreachable.join("; ")
             )
         };
-        let ids: Vec<&str> = v
-            .members
-            .iter()
+        // By position: the members, then the spares (one may be rebuilding a role).
+        let ids: Vec<&str> = (v.members.iter().chain(&v.heal.spares))
             .map(|&m| config.members[m].id.as_str())
             .collect();
         AssembleError::Refused(
@@ -587,6 +586,7 @@ fn role_states(roles: &[Result<usize, Absence>], created: bool) -> Vec<&'static 
             Err(Absence::Failed { .. }) => "failed",
             Err(Absence::Lost) => "missing",
             Err(Absence::Unreachable { .. }) => "unreachable",
+            Err(Absence::Rebuilding { .. }) => "rebuilding",
         })
         .collect()
 }

@@ -15,7 +15,7 @@ pub struct BeyondTolerance<'a> {
     pub no_record: &'a [&'a str],
     /// Already worded: "; unreachable …" or empty.
     pub unreachable: &'a str,
-    /// Config ids by the volume's member position.
+    /// Config ids by the volume's member position (members, then spares).
     pub ids: &'a [&'a str],
     /// This start was a forced assembly already.
     pub forced: bool,
@@ -39,6 +39,13 @@ impl BeyondTolerance<'_> {
                     format!("role {role}: {} unreachable", id(*member))
                 }
                 Absence::Lost => format!("role {role}: no member carries it"),
+                Absence::Rebuilding {
+                    member,
+                    checkpoint_bytes,
+                } => format!(
+                    "role {role}: {} being rebuilt (current below byte {checkpoint_bytes} of the volume; not read until done)",
+                    id(*member)
+                ),
             })
             .collect();
         let takeable = self

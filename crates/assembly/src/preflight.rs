@@ -125,6 +125,7 @@ pub fn absence_word(a: &nbraid_core::metadata::Absence) -> &'static str {
         Absence::Stale { .. } => "stale",
         Absence::Failed { .. } => "failed",
         Absence::Unreachable { .. } => "unreachable",
+        Absence::Rebuilding { .. } => "rebuilding",
     }
 }
 

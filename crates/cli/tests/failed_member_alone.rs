@@ -14,10 +14,7 @@ mod common;
 use common::{
     daemon_and_members, fill, nbraid, ok, read_out, require, serve, status_of, wait_until,
 };
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// RAID 1 `v` over files m0 and m1 of 40 MiB (created at the first start).
 fn config(dir: &Path) -> PathBuf {
@@ -28,36 +25,9 @@ fn config(dir: &Path) -> PathBuf {
     cfg
 }
 
-/// The start refuses the volume, naming the failed member and the forced assembly (a
-/// daemon that starts instead is stopped and the test fails, rather than waiting on it).
+/// The start refuses the volume, naming the failed member and the forced assembly.
 fn start_is_refused(cfg: &Path, failed: &str) {
-    let mut child = Command::new(common::nbraidd_path())
-        .arg("--config")
-        .arg(cfg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline || cfg.with_file_name("nbd.sock").exists() {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the start served the volume from {failed}, failed and stale");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert!(!status.success(), "the start is refused: {err}");
+    let err = common::start_refused(cfg);
     assert!(err.contains(&format!("{failed} recorded failed")), "{err}");
     assert!(err.contains("--force-assemble v"), "{err}");
 }

@@ -165,14 +165,21 @@ impl Daemon {
     }
 
     pub fn stop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid has no memory effects.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let status = self.child.wait().unwrap();
+        let status = self.terminate();
         assert!(status.success(), "nbraidd exited with {status}");
         assert!(
             !self.control.exists(),
             "the control socket is removed on exit"
         );
+    }
+}
+
+impl Daemon {
+    /// SIGTERM, and how it exited (a volume it could not record clean makes it non-zero).
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on our own child's pid has no memory effects.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        self.child.wait().unwrap()
     }
 }
 
@@ -355,4 +362,39 @@ pub fn map_extents(cfg: &Path, volume: &str, logical: u64) -> Vec<Value> {
     );
     let map: Value = serde_json::from_str(&out).unwrap();
     map["data"].as_array().expect("data extents").clone()
+}
+
+/// Starts `nbraidd` on `cfg` expecting it to refuse (exit non-zero); its stderr. A daemon
+/// that serves instead (its socket appears) is stopped and the test fails, rather than
+/// waiting on it.
+pub fn start_refused(cfg: &Path) -> String {
+    use std::io::Read;
+    let mut child = Command::new(nbraidd_path())
+        .arg("--config")
+        .arg(cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline || cfg.with_file_name("nbd.sock").exists() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the start served instead of refusing");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(!status.success(), "the start is refused: {err}");
+    err
 }

@@ -45,6 +45,13 @@ pub enum Absence {
     /// Its member (presumed by position) did not answer at start: served degraded and
     /// recorded failed, re-added once it answers.
     Unreachable { member: usize },
+    /// Its new member is being rebuilt, current only below `checkpoint_bytes` of the volume:
+    /// written, not read, until the rebuild completes. Named only when the volume cannot
+    /// start ([`AssembleError::BeyondTolerance`]); the role itself is held.
+    Rebuilding {
+        member: usize,
+        checkpoint_bytes: u64,
+    },
 }
 
 impl Absence {
@@ -54,7 +61,8 @@ impl Absence {
             Absence::Lost => None,
             Absence::Stale { member, .. }
             | Absence::Failed { member }
-            | Absence::Unreachable { member } => Some(*member),
+            | Absence::Unreachable { member }
+            | Absence::Rebuilding { member, .. } => Some(*member),
         }
     }
 }
@@ -310,8 +318,14 @@ pub(crate) fn assemble_with(
         }
     }
     warn_apart(newest, &records, &roles, names, &mut warnings);
+    // A role whose new member is being rebuilt is written, not read, until the rebuild
+    // completes: for what the volume can serve, it is out like an absent one (md does not
+    // run an array whose recovering devices leave it past its tolerance either).
+    let rebuilt: Vec<usize> = resuming.iter().map(|&(r, _)| r).collect();
     let lost = |roles: &[Result<usize, Absence>]| -> Vec<usize> {
-        (0..roles.len()).filter(|&r| roles[r].is_err()).collect()
+        (0..roles.len())
+            .filter(|&r| roles[r].is_err() || rebuilt.contains(&r))
+            .collect()
     };
     let survives = |failed: &[usize]| {
         newest.tree.survives(&|m| failed.contains(&m))
@@ -321,16 +335,17 @@ pub(crate) fn assemble_with(
     };
     let mut forced = Vec::new();
     if force && !survives(&lost(&roles)) {
-        forced = force_roles(newest, &records, &mut roles);
+        forced = force_roles(newest, &records, &mut roles, &rebuilt);
     }
     warn_absent(&roles, &forced, names, &mut warnings);
     let failed = lost(&roles);
     if !survives(&failed) {
         return Err(AssembleError::BeyondTolerance {
-            why: roles
-                .iter()
-                .enumerate()
-                .filter_map(|(r, m)| m.as_ref().err().map(|a| (r, a.clone())))
+            why: (failed.iter())
+                .map(|&r| match &roles[r] {
+                    Err(a) => (r, a.clone()),
+                    Ok(member) => (r, rebuilding_absence(*member, r, &resuming)),
+                })
                 .collect(),
             volume,
             absent: failed
@@ -360,6 +375,15 @@ pub(crate) fn assemble_with(
         reshape,
         newest_role: newest.role as usize,
     })
+}
+
+/// Why role `role`, held by `member` and listed in `resuming` (role, checkpoint), is out.
+fn rebuilding_absence(member: usize, role: usize, resuming: &[(usize, u64)]) -> Absence {
+    let at = resuming.iter().find(|x| x.0 == role);
+    Absence::Rebuilding {
+        member,
+        checkpoint_bytes: at.map_or(0, |x| x.1),
+    }
 }
 
 /// The records of one volume, as the members hold them.
@@ -704,6 +728,13 @@ fn describe(a: &Absence, names: &Names) -> String {
         Absence::Unreachable { member } => {
             format!("{} is unreachable: served degraded", names.member(*member))
         }
+        Absence::Rebuilding {
+            member,
+            checkpoint_bytes,
+        } => format!(
+            "{} is being rebuilt (current below byte {checkpoint_bytes}): not read until done",
+            names.member(*member)
+        ),
     }
 }
 

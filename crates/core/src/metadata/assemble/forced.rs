@@ -50,17 +50,22 @@ pub fn pick_forced_with(
 
 /// Takes back into `roles` the failed members that missed nothing acknowledged, then the
 /// freshest failed or stale members ([`pick_forced_with`]) and says which; nothing when even
-/// all of them leave the tree beyond its tolerance.
+/// all of them leave the tree beyond its tolerance. The roles of `rebuilding` (a new member
+/// being rebuilt into each) are out for reads and never taken back: a new member holds only
+/// what its rebuild copied.
 pub(super) fn force_roles(
     newest: &VolumeRecord,
     records: &[Option<&VolumeRecord>],
     roles: &mut [Result<usize, Absence>],
+    rebuilding: &[usize],
 ) -> Vec<ForcedRole> {
     let newest_events = newest.events;
-    let absent: Vec<usize> = (0..roles.len()).filter(|&r| roles[r].is_err()).collect();
+    let absent: Vec<usize> = (0..roles.len())
+        .filter(|&r| roles[r].is_err() || rebuilding.contains(&r))
+        .collect();
     let events_of = |member: usize| records[member].map_or(0, |r| r.events);
-    let candidates: Vec<(usize, u64)> = absent
-        .iter()
+    let candidates: Vec<(usize, u64)> = (absent.iter())
+        .filter(|r| !rebuilding.contains(r))
         .filter_map(|&r| match roles[r] {
             Err(Absence::Failed { member } | Absence::Stale { member, .. }) => {
                 Some((r, events_of(member)))
