@@ -6,6 +6,7 @@ use super::{
     read_superblock, write_superblock, Found, Probe, Superblock, SuperblockIoError, Uuid,
     VolumeRecord,
 };
+use crate::fail_cause::FailCause;
 use crate::member::Member;
 use futures::lock::Mutex as AsyncMutex;
 use parking_lot::Mutex;
@@ -36,8 +37,7 @@ pub struct MemberMeta {
 impl MemberMeta {
     /// Reads `member`'s superblock (both copies; damage is reported by assembly).
     pub async fn load(member: Arc<dyn Member>) -> Arc<MemberMeta> {
-        let (probe, sb) =
-            (read_probe(&*member).await).unwrap_or_else(|why| (Probe::Unreadable(why), None));
+        let (probe, sb) = (read_probe(&*member).await).unwrap_or_else(|e| (unread_probe(&e), None));
         let contents = contents_of(&*member, &probe).await;
         let sb = Arc::new(AsyncMutex::new(sb));
         let lost = guard(&member, &sb);
@@ -64,7 +64,7 @@ impl MemberMeta {
     pub(super) async fn try_reread(&self) -> Result<Arc<MemberMeta>, String> {
         // Under the records' lock: no update of another volume lands between read and swap.
         let mut held = self.sb.lock().await;
-        let (probe, sb) = read_probe(&*self.member).await?;
+        let (probe, sb) = read_probe(&*self.member).await.map_err(|e| e.to_string())?;
         *self.contents.lock() = contents_of(&*self.member, &probe).await;
         *held = sb;
         Ok(self.with_probe(probe))
@@ -235,11 +235,23 @@ fn guard(
 
 /// `member`'s superblock as a probe, and the superblock to update from; `Err`: it could not
 /// be read (why).
-async fn read_probe(member: &dyn Member) -> Result<(Probe, Option<Superblock>), String> {
-    match read_superblock(member).await {
-        Ok(Found::Blank) => Ok((Probe::Blank, None)),
-        Ok(Found::Superblock(sb, d)) => Ok((Probe::Superblock(sb.clone(), d), Some(sb))),
-        Err(e) => Err(e.to_string()),
+async fn read_probe(member: &dyn Member) -> Result<(Probe, Option<Superblock>), SuperblockIoError> {
+    match read_superblock(member).await? {
+        Found::Blank => Ok((Probe::Blank, None)),
+        Found::Superblock(sb, d) => Ok((Probe::Superblock(sb.clone(), d), Some(sb))),
+    }
+}
+
+/// The probe of a superblock that could not be read. A member that did not answer (no reply
+/// in time, its connection lost: a remote server that took the handshake and then went
+/// quiet) is unreachable, as one whose connection was refused: presumed in its role, served
+/// degraded and re-added once it answers. Only one that answered with an error (or whose
+/// copies are both unusable) is unreadable, and so treated as lost.
+fn unread_probe(e: &SuperblockIoError) -> Probe {
+    let why = e.to_string();
+    match FailCause::of_error(e) {
+        FailCause::Unanswered => Probe::Unreachable(why),
+        _ => Probe::Unreadable(why),
     }
 }
 
@@ -251,4 +263,32 @@ pub(super) async fn contents_of(member: &dyn Member, probe: &Probe) -> DiskConte
         _ => None,
     };
     DiskContents::from_probe(probe, first.as_deref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::member::{MemberError, MemberOp};
+    use std::io;
+
+    fn superblock_read_failed(kind: io::ErrorKind) -> SuperblockIoError {
+        let e = io::Error::new(kind, "x");
+        SuperblockIoError::Member(MemberError::new("nbd://h/", MemberOp::Read, 0, 4096, e))
+    }
+
+    #[test]
+    fn a_superblock_read_with_no_answer_is_unreachable_not_unreadable() {
+        // A server that took the handshake and then did not answer in time, or dropped the
+        // connection: presumed in its role and re-added when it answers, as a refused one.
+        for kind in [io::ErrorKind::TimedOut, io::ErrorKind::NotConnected] {
+            let probe = unread_probe(&superblock_read_failed(kind));
+            assert!(
+                matches!(probe, Probe::Unreachable(_)),
+                "{kind:?}: {probe:?}"
+            );
+        }
+        // A disk or server that answered with an error: unreadable, treated as lost.
+        let probe = unread_probe(&superblock_read_failed(io::ErrorKind::Other));
+        assert!(matches!(probe, Probe::Unreadable(_)), "{probe:?}");
+    }
 }
