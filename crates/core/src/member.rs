@@ -182,6 +182,13 @@ pub trait Member: Send + Sync {
     /// storage that is the member.
     fn readmit(&self) {}
 
+    /// While a storage that answers is not used (a remote export back too small, changed,
+    /// or another disk): why, for `status` (the failure that took the member out may be
+    /// older: "stopped answering"). `None` while it is used, or does not answer at all.
+    fn refused_now(&self) -> Option<String> {
+        None
+    }
+
     /// Reads consecutive bytes from `offset` into `bufs` in order, as one operation where the
     /// backend can (io_uring `READV`). The default issues one read per buffer.
     fn read_vectored(&self, offset: u64, bufs: Vec<Buf>) -> BoxFuture<'_, MemberResult<Vec<Buf>>> {
@@ -238,6 +245,9 @@ impl<T: Member + ?Sized> Member for Arc<T> {
     }
     fn readmit(&self) {
         (**self).readmit()
+    }
+    fn refused_now(&self) -> Option<String> {
+        (**self).refused_now()
     }
     fn grow_to(&self, len_bytes: u64) -> Result<u64, String> {
         (**self).grow_to(len_bytes)

@@ -43,6 +43,9 @@ impl Member for ReadOnlyMember {
     fn readmit(&self) {
         self.0.readmit()
     }
+    fn refused_now(&self) -> Option<String> {
+        self.0.refused_now()
+    }
     fn grow_to(&self, len_bytes: u64) -> Result<u64, String> {
         self.0.grow_to(len_bytes)
     }

@@ -130,6 +130,10 @@ pub(crate) struct Connections {
     /// Dropped connections whose writes may still land (see [`AfterDrop::AwaitClose`]):
     /// while any, no request is served.
     lingering: AtomicUsize,
+    /// Why the last re-opened connection was not used although the server answered (the
+    /// export changed, too small, not the member); cleared when one opens or the server
+    /// does not answer at all. For `status`: the member's failure may be an older one.
+    refused: Mutex<Option<String>>,
 }
 
 /// Errors that say the connection itself is gone or out of step (not a failed request).
@@ -199,6 +203,7 @@ impl Connections {
             slots,
             next: AtomicUsize::new(0),
             lingering: AtomicUsize::new(0),
+            refused: Mutex::new(None),
         })
     }
 
@@ -485,6 +490,12 @@ impl Connections {
         *self.identity.lock() = Some(check);
     }
 
+    /// Why the server's export is not used, while the last connection that opened to it
+    /// was turned down (see the field).
+    pub fn refused_now(&self) -> Option<String> {
+        self.refused.lock().clone()
+    }
+
     /// What the export holds instead of the member, while a connection found so.
     pub fn identity_lost(&self) -> Option<String> {
         match self.changed.lock().as_deref() {
@@ -535,6 +546,7 @@ impl Connections {
         if self.changed.lock().take().is_some() {
             tracing::warn!("{}: the export is as it was again", self.uri_text);
         }
+        *self.refused.lock() = None;
         let mut s = self.slots[i].state.lock();
         s.client = Some(c);
         s.writes = Arc::default();
@@ -621,12 +633,19 @@ async fn reopen(weak: Weak<Connections>, i: usize) {
                     }
                     Err(why) => {
                         c.disconnect().await;
+                        *this.refused.lock() = Some(why.clone());
                         why
                     }
                 }
             }
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("no answer within {:?}", this.timeout),
+            Ok(Err(e)) => {
+                *this.refused.lock() = None;
+                e.to_string()
+            }
+            Err(_) => {
+                *this.refused.lock() = None;
+                format!("no answer within {:?}", this.timeout)
+            }
         };
         if attempt < 3 || attempt % 20 == 0 {
             tracing::warn!(

@@ -523,6 +523,10 @@ impl Member for RemoteMember {
     fn readmit(&self) {
         self.conns.readmit();
     }
+
+    fn refused_now(&self) -> Option<String> {
+        self.conns.refused_now()
+    }
 }
 
 /// `NBD_CMD_FLUSH` where the server has a cache to flush (without `SEND_FLUSH` a completed

@@ -370,9 +370,12 @@ fn failure_line(f: &Value) -> String {
     }
     let why = f["why"].as_str().unwrap_or("?");
     match f["stays_out"].as_str() {
-        _ if f["returns_by_itself"] == true => {
-            format!("    failed ({why}): re-added by itself once it answers\n")
-        }
+        _ if f["returns_by_itself"] == true => match f["refused_now"].as_str() {
+            Some(refused) => {
+                format!("    failed ({why}): its server answers again but is not used: {refused}\n")
+            }
+            None => format!("    failed ({why}): re-added by itself once it answers\n"),
+        },
         // The daemon's sentence may give the reason itself ("it answered with I/O errors
         // (...)"): said once.
         Some(stays) if stays.contains(why) => format!("    failed: {stays}\n"),
@@ -469,6 +472,14 @@ mod tests {
             "{out}"
         );
         assert_eq!(member_line(&m(Value::Null)).lines().count(), 1);
+        // Its server answers again, but the export is not used: said, not "once it answers".
+        let refused = json!({"why": "timeout", "returns_by_itself": true, "stays_out": null,
+            "refused_now": "the export has 33554432 bytes but the member needs 41943040"});
+        let out = member_line(&m(refused));
+        assert!(
+            out.contains("failed (timeout): its server answers again but is not used: the export has 33554432 bytes"),
+            "{out}"
+        );
     }
 
     /// Found by an events hunt: a member failed by I/O errors said its reason twice

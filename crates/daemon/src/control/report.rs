@@ -184,13 +184,17 @@ impl<'a> MemberSnapshots<'a> {
         let Some(f) = failure else {
             return Value::Null;
         };
-        let remote = is_remote(self.vol.member(i).name());
+        let member = self.vol.member(i);
+        let remote = is_remote(member.name());
         let verdict = may_return(remote, Some(f));
         json!({
             "cause": f.cause.describe(),
             "why": f.why,
             "returns_by_itself": verdict.is_ok(),
             "stays_out": verdict.err(),
+            // Its server answers again but the export is not used (too small, changed,
+            // another disk): the failure above may only say it stopped answering.
+            "refused_now": member.refused_now(),
         })
     }
 

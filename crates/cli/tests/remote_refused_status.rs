@@ -1,0 +1,97 @@
+//! A remote member whose server comes back with an export too small for it is not used (its
+//! requests fail, the start leaves it out), and `status` says why: before, it said only the
+//! old failure ("stopped answering") and "re-added by itself once it answers", while the
+//! server did answer and only the log named the size. Once the export is as large as the
+//! member again, it is re-added.
+
+mod common;
+
+use common::{fill, nbraid, ok, prefix_reads_back, require, serve, wait_until};
+use std::path::Path;
+use std::process::Child;
+
+const MIB: u64 = 1 << 20;
+
+/// `nbdkit file` serving `file` on `sock`, killed when dropped.
+struct Kit(Child);
+
+impl Kit {
+    /// Also over the socket file a killed one left.
+    fn serve(sock: &Path, file: &Path) -> Kit {
+        Kit::serve_with(sock, file, &[], &[])
+    }
+
+    /// Through nbdkit filter `filter`, given its arguments `params` (after the plugin's).
+    fn serve_with(sock: &Path, file: &Path, filter: &[&str], params: &[&str]) -> Kit {
+        let _ = std::fs::remove_file(sock);
+        let mut args: Vec<&std::ffi::OsStr> = filter.iter().map(|a| a.as_ref()).collect();
+        args.extend(["file".as_ref(), file.as_os_str()]);
+        args.extend(params.iter().map(|a| -> &std::ffi::OsStr { a.as_ref() }));
+        Kit(common::nbdkit_export(sock, &args))
+    }
+}
+
+impl Drop for Kit {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_remote_export_back_too_small_is_named_in_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (local, remote, sock) = (d.join("m0.img"), d.join("m1.img"), d.join("m1.sock"));
+    for f in [&local, &remote] {
+        std::fs::File::create(f).unwrap().set_len(40 * MIB).unwrap();
+    }
+    let kit = Kit::serve(&sock, &remote);
+    let cfg = d.join("arrays.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n\
+             [[member]]\nid = \"m0\"\npath = \"{}\"\nsize = \"40MiB\"\n\n\
+             [[member]]\nid = \"m1\"\npath = \"nbd+unix:///?socket={}\"\nsize = \"40MiB\"\ntimeout = \"2s\"\n\n\
+             [[volume]]\nname = \"v\"\nlevel = \"raid1\"\nmembers = [\"m0\", \"m1\"]\n",
+            local.display(),
+            sock.display()
+        ),
+    )
+    .unwrap();
+    let c = cfg.to_str().unwrap();
+    let nbdcopy = require("nbdcopy");
+    let (mut daemon, uri) = serve(&cfg, "v");
+    let data = fill(&nbdcopy, d, &uri, 9);
+    daemon.stop();
+
+    // The server comes back with the export cut to 32 MiB (its bytes kept on the file).
+    drop(kit);
+    let kit = Kit::serve_with(&sock, &remote, &["--filter=truncate"], &["truncate=32M"]);
+    let (mut daemon, uri) = serve(&cfg, "v");
+    let v = wait_until(c, "v", "the refusal said", |v| {
+        v["members"][1]["failure"]["refused_now"].is_string()
+    });
+    let refused = v["members"][1]["failure"]["refused_now"].as_str().unwrap();
+    assert!(
+        refused.contains("33554432 bytes but the member needs"),
+        "{refused}"
+    );
+    assert_eq!(v["state"], "degraded", "{v:#}");
+    let text = ok(nbraid(&["status", "v", "--config", c]), "status");
+    assert!(
+        text.contains("its server answers again but is not used"),
+        "{text}"
+    );
+    prefix_reads_back(&nbdcopy, d, &uri, &data);
+
+    // As large as the member again: re-added, and the refusal is gone.
+    drop(kit);
+    let _kit = Kit::serve(&sock, &remote);
+    let v = wait_until(c, "v", "the member back", |v| v["state"] == "healthy");
+    assert!(v["members"][1]["failure"].is_null(), "{v:#}");
+    ok(nbraid(&["fail", "v", "m0", "--config", c]), "fail m0");
+    prefix_reads_back(&nbdcopy, d, &uri, &data);
+    daemon.stop();
+}
