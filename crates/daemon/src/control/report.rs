@@ -98,7 +98,7 @@ fn volume_status(v: &ControlVolume, notes: Vec<String>) -> Value {
         "resync": resync_json(v),
         "returning": v.array().returning().iter().map(|&(i, b)| json!({ "index": i, "resync_bytes": b })).collect::<Vec<_>>(),
         "readd": readd_json(v),
-        "reshape": super::reshape::reshape_json(v),
+        "reshape": super::reshape::reshape_json(v, &array),
         "checksum_fill": super::checksum_fill::fill_json(v),
         "checksum_refill": super::checksum_refill::refill_json(v),
         "spares": v.array().spares().iter().map(|m| v.id_of(m.member())).collect::<Vec<_>>(),

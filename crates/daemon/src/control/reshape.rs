@@ -170,13 +170,16 @@ async fn finish(served: &ServedArray, name: &str) {
 }
 
 /// The reshape in `status`: where it is, its rate and state; `null` when none ran.
-pub(super) fn reshape_json(v: &ControlVolume) -> Value {
+/// `array` is the one the rest of the reply describes (its capacity, its members): the
+/// reshape's end swaps the served array, and a state read from the next one beside the
+/// capacity of the last said `done` with the old size.
+pub(super) fn reshape_json(v: &ControlVolume, array: &Array) -> Value {
     let Some(c) = v.reshape_pass() else {
         return Value::Null;
     };
-    let progress = v.array().reshape_progress();
+    let progress = array.reshape_progress();
     json!({
-        "state": c.state().name(),
+        "state": state_name(c.state(), progress.is_some()),
         // The pass walks the copy, then the space the new shape adds (synced before it is
         // offered): its own count runs past the array's position, which stops at the old
         // capacity.
@@ -192,6 +195,17 @@ pub(super) fn reshape_json(v: &ControlVolume) -> Value {
     })
 }
 
+/// The reshape's state as `status` says it: a copy whose pass is done while the served
+/// array is still the reshaping one (`mid_reshape`) is `finishing` — the new shape does not
+/// serve alone until [`finish`] has opened it again, and a client that took `done` to mean
+/// the new size would still be offered the old one.
+fn state_name(pass: PassState, mid_reshape: bool) -> &'static str {
+    match pass {
+        PassState::Done if mid_reshape => "finishing",
+        s => s.name(),
+    }
+}
+
 /// The spares the old array held stand by in the new one.
 pub(super) fn carry_spares(new: &Array, spares: Vec<Arc<MemberMeta>>) {
     for s in spares {
@@ -199,5 +213,18 @@ pub(super) fn carry_spares(new: &Array, spares: Vec<Arc<MemberMeta>>) {
         if let Err(e) = new.add_spare(s) {
             tracing::warn!("volume {}: spare {name} not kept: {e}", new.name());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_done_copy_is_finishing_until_the_new_shape_serves_alone() {
+        assert_eq!(state_name(PassState::Done, true), "finishing");
+        assert_eq!(state_name(PassState::Done, false), "done");
+        assert_eq!(state_name(PassState::Running, true), "running");
+        assert_eq!(state_name(PassState::Failed, true), "failed");
     }
 }

@@ -131,7 +131,7 @@ pub(super) async fn start(
     }
     Ok(json!({
         "volume": v.name, "plan": plan, "started": true,
-        "reshape": super::reshape::reshape_json(v),
+        "reshape": super::reshape::reshape_json(v, &v.array()),
     }))
 }
 
