@@ -50,7 +50,10 @@ fn a_raid5_failing_twice_mid_rebuild_is_refused_then_assembled_by_force() {
     let checked = String::from_utf8_lossy(&check.stdout).to_string()
         + &String::from_utf8_lossy(&check.stderr);
     assert!(!checked.contains("serves it degraded"), "{checked}");
-    assert!(checked.contains("roles 0, 1 have no trusted member"), "{checked}");
+    assert!(
+        checked.contains("roles 0, 1 have no trusted member"),
+        "{checked}"
+    );
     let said = start_refused(&config);
     for part in [
         "role 0: s0 being rebuilt (current below byte",
