@@ -6,7 +6,9 @@
 
 mod common;
 
-use common::{fill, nbraid, ok, prefix_reads_back, require, serve, wait_until};
+use common::{
+    fill, nbraid, ok, prefix_reads_back, raid1_local_and_remote, require, serve, wait_until,
+};
 use std::path::Path;
 use std::process::Child;
 
@@ -47,19 +49,7 @@ fn a_remote_export_back_too_small_is_named_in_status() {
         std::fs::File::create(f).unwrap().set_len(40 * MIB).unwrap();
     }
     let kit = Kit::serve(&sock, &remote);
-    let cfg = d.join("arrays.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n\
-             [[member]]\nid = \"m0\"\npath = \"{}\"\nsize = \"40MiB\"\n\n\
-             [[member]]\nid = \"m1\"\npath = \"nbd+unix:///?socket={}\"\nsize = \"40MiB\"\ntimeout = \"2s\"\n\n\
-             [[volume]]\nname = \"v\"\nlevel = \"raid1\"\nmembers = [\"m0\", \"m1\"]\n",
-            local.display(),
-            sock.display()
-        ),
-    )
-    .unwrap();
+    let cfg = raid1_local_and_remote(d, &local, &sock, "2s");
     let c = cfg.to_str().unwrap();
     let nbdcopy = require("nbdcopy");
     let (mut daemon, uri) = serve(&cfg, "v");

@@ -7,7 +7,10 @@
 
 mod common;
 
-use common::{fill, nbraid, ok, prefix_reads_back, require, serve, status_of, wait_until};
+use common::{
+    fill, nbraid, ok, prefix_reads_back, raid1_local_and_remote, require, serve, status_of,
+    wait_until,
+};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -56,19 +59,7 @@ fn a_remote_member_silent_at_the_start_is_readded_once_it_answers() {
             pause_arg.as_ref(),
         ],
     ));
-    let cfg = d.join("arrays.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n\
-             [[member]]\nid = \"m0\"\npath = \"{}\"\nsize = \"40MiB\"\n\n\
-             [[member]]\nid = \"m1\"\npath = \"nbd+unix:///?socket={}\"\nsize = \"40MiB\"\ntimeout = \"1s\"\n\n\
-             [[volume]]\nname = \"v\"\nlevel = \"raid1\"\nmembers = [\"m0\", \"m1\"]\n",
-            local.display(),
-            sock.display()
-        ),
-    )
-    .unwrap();
+    let cfg = raid1_local_and_remote(d, &local, &sock, "1s");
     let c = cfg.to_str().unwrap();
     let nbdcopy = require("nbdcopy");
 

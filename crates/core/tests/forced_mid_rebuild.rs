@@ -8,7 +8,9 @@
 
 mod common;
 
-use common::arrays::{apply, create, every_view_reads, load, meta, same, Model};
+use common::arrays::{
+    apply, closed_and_every_view_reads, create, load, members_then, rebuild_half_way, same, Model,
+};
 use common::{level_tree, KIB, MIB};
 use futures::executor::block_on;
 use nbraid_core::fail_cause::{Because, FailCause};
@@ -57,22 +59,13 @@ fn second_failure_mid_rebuild(
         .collect();
     let a = create(tree, &disks, opts(false));
     a.set_rebuild_window_bytes(MIB);
-    let cap = a.volume().capacity();
     let mut model = Model::zeroed(&a, 21);
     block_on(apply(&a, model.writes(200, 16)));
     block_on(a.flush()).expect("flush");
     a.volume().fail_member(first, "test: the first member dies");
     let spare = Arc::new(MemoryMember::new("s0", MEMBER_BYTES));
     block_on(a.rebuild_onto(first, load(spare.clone()))).expect("rebuild onto");
-    let ctl = PassControl::new(cap * 4);
-    let half = async {
-        while ctl.position_bytes() < cap / 2 && ctl.state() != PassState::Done {
-            nbraid_core::timer::sleep(Duration::from_micros(200)).await;
-        }
-        ctl.cancel();
-    };
-    let (r, ()) = block_on(futures::future::join(a.rebuild(&ctl), half));
-    assert_eq!(r.expect("rebuild").state, PassState::Cancelled);
+    rebuild_half_way(&a);
     let why = Because(
         FailCause::Operator,
         "test: the operator fails a second member",
@@ -83,20 +76,10 @@ fn second_failure_mid_rebuild(
     (disks, spare, model)
 }
 
-/// The config's members, then the spare (as the daemon passes them).
-fn candidates(
-    disks: &[Arc<MemoryMember>],
-    spare: &Arc<MemoryMember>,
-) -> Vec<Option<Arc<MemberMeta>>> {
-    let mut metas: Vec<Option<Arc<MemberMeta>>> = disks.iter().map(|d| Some(meta(d))).collect();
-    metas.push(Some(meta(spare)));
-    metas
-}
-
 fn forced_back_after_a_second_failure(what: &str, tree: Node, (first, second): (usize, usize)) {
     let (disks, spare, model) = second_failure_mid_rebuild(&tree, (first, second));
 
-    let refused = open(&tree, candidates(&disks, &spare), false).err();
+    let refused = open(&tree, members_then(&disks, spare.clone()), false).err();
     let Some(ArrayError::Assemble(AssembleError::BeyondTolerance { why, .. })) = refused else {
         panic!("{what}: a plain start must refuse, past tolerance: {refused:?}");
     };
@@ -111,7 +94,7 @@ fn forced_back_after_a_second_failure(what: &str, tree: Node, (first, second): (
         "{what}: the failed role is named: {why:?}"
     );
 
-    let a = open(&tree, candidates(&disks, &spare), true).expect("a forced start");
+    let a = open(&tree, members_then(&disks, spare.clone()), true).expect("a forced start");
     a.set_rebuild_window_bytes(MIB);
     same(&a, &model.bytes, what).expect("served from the member taken back");
     let r = block_on(a.rebuild(&PassControl::new(0))).expect("rebuild");
@@ -120,13 +103,8 @@ fn forced_back_after_a_second_failure(what: &str, tree: Node, (first, second): (
         (PassState::Done, vec![first]),
         "{what}"
     );
-    same(&a, &model.bytes, what).expect("reads the model after the rebuild");
-    assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
-    drop(a);
-    let mut members: Vec<Arc<dyn Member>> =
-        disks.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
-    members[first] = spare;
-    every_view_reads(&tree, &members, &model.bytes, what);
+    let put = vec![(first, spare as Arc<dyn Member>)];
+    closed_and_every_view_reads(a, (&tree, &disks), put, &model.bytes, what);
 }
 
 fn level(level: Level, n: usize) -> Node {
@@ -149,7 +127,7 @@ fn raid6_with_a_third_member_out_mid_rebuild_refuses_then_starts_by_force() {
     let tree = level(Level::Raid6, 5);
     let (disks, spare, model) = second_failure_mid_rebuild(&tree, (0, 1));
     // Two out (one being rebuilt, one failed): within RAID 6's tolerance, served.
-    let a = open(&tree, candidates(&disks, &spare), false).expect("within tolerance");
+    let a = open(&tree, members_then(&disks, spare.clone()), false).expect("within tolerance");
     same(&a, &model.bytes, "RAID 6, two out").expect("reads");
     drop(a);
 }

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::arrays::{apply, create, every_view_reads, load, same, Model};
+use common::arrays::{apply, closed_and_every_view_reads, create, load, Model};
 use common::{level_tree, raid5_of_pairs, Counting, KIB, MIB};
 use futures::executor::block_on;
 use nbraid_core::metadata::{ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
@@ -160,15 +160,8 @@ fn ahead_role_is_not_written_again(
     );
 
     let model = model.into_inner();
-    block_on(a.flush()).expect("flush");
-    same(&a, &model.bytes, what).expect("the volume reads the model");
-    assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
-    drop(a);
-    let mut members: Vec<Arc<dyn Member>> =
-        disks.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
-    members[ahead] = first;
-    members[second] = late;
-    every_view_reads(&tree, &members, &model.bytes, what);
+    let put: Vec<(usize, Arc<dyn Member>)> = vec![(ahead, first), (second, late)];
+    closed_and_every_view_reads(a, (&tree, &disks), put, &model.bytes, what);
 }
 
 fn level(level: Level, n: usize) -> Node {

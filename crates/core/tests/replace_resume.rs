@@ -7,7 +7,10 @@
 
 mod common;
 
-use common::arrays::{apply, create, every_view_reads, load, meta, same, Model};
+use common::arrays::{
+    apply, closed_and_every_view_reads, create, load, members_then, meta, rebuild_half_way, same,
+    Model,
+};
 use common::{level_tree, Counting, KIB, MIB};
 use futures::executor::block_on;
 use nbraid_core::metadata::{
@@ -48,13 +51,6 @@ enum Shutdown {
     Crash,
 }
 
-/// `disks`, then `extra` at the next position: what a start is given.
-fn candidates(disks: &[Arc<MemoryMember>], extra: Arc<dyn Member>) -> Vec<Option<Arc<MemberMeta>>> {
-    let mut metas: Vec<Option<Arc<MemberMeta>>> = disks.iter().map(|d| Some(meta(d))).collect();
-    metas.push(Some(load(extra)));
-    metas
-}
-
 fn reopen(tree: &Node, metas: Vec<Option<Arc<MemberMeta>>>) -> (Array, OpenReport) {
     let (a, report) = block_on(Array::open("vol", tree, metas, opts(), &|_, _| {})).expect("open");
     a.set_rebuild_window_bytes(WINDOW);
@@ -73,20 +69,10 @@ fn replaced_half_way(
         .collect();
     let a = create(tree, &disks, opts());
     a.set_rebuild_window_bytes(WINDOW);
-    let cap = a.volume().capacity();
     let mut model = Model::zeroed(&a, 5);
     block_on(apply(&a, model.writes(200, CLIENT_BLOCKS_MAX)));
     block_on(a.replace(role, load(new))).expect("replace");
-    // Slow enough to stop half-way.
-    let ctl = PassControl::new(cap * 4);
-    let half = async {
-        while ctl.position_bytes() < cap / 2 && ctl.state() != PassState::Done {
-            nbraid_core::timer::sleep(Duration::from_micros(200)).await;
-        }
-        ctl.cancel();
-    };
-    let (r, ()) = block_on(futures::future::join(a.rebuild(&ctl), half));
-    assert_eq!(r.expect("rebuild").state, PassState::Cancelled);
+    rebuild_half_way(&a);
     // Writes the replacement takes too.
     block_on(apply(&a, model.writes(100, CLIENT_BLOCKS_MAX)));
     (disks, model, a)
@@ -107,7 +93,7 @@ fn replace_goes_on(what: &str, tree: Node, role: usize, how: Shutdown) {
     }
     drop(a);
 
-    let (a, report) = reopen(&tree, candidates(&disks, new.clone()));
+    let (a, report) = reopen(&tree, members_then(&disks, new.clone()));
     let [resumed] = report.replacing[..] else {
         panic!("{what}: the replace does not go on: {:?}", report.warnings);
     };
@@ -144,14 +130,8 @@ fn replace_goes_on(what: &str, tree: Node, role: usize, how: Shutdown) {
         "{what}: the copy resumed at member byte {lowest}, its checkpoint at {below}"
     );
 
-    block_on(a.flush()).expect("flush");
-    same(&a, &model.bytes, what).expect("the volume reads the model");
-    assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
-    drop(a);
-    let mut members: Vec<Arc<dyn Member>> =
-        disks.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
-    members[role] = new;
-    every_view_reads(&tree, &members, &model.bytes, what);
+    let put = vec![(role, new as Arc<dyn Member>)];
+    closed_and_every_view_reads(a, (&tree, &disks), put, &model.bytes, what);
 }
 
 fn level(level: Level, n: usize) -> Node {
@@ -224,7 +204,7 @@ fn a_replace_whose_replacement_or_member_is_missing_is_dropped_and_said() {
     assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
     drop(a);
     // With it back: a spare now, not a copy resumed from a checkpoint the records dropped.
-    let (_a, report) = reopen(&tree, candidates(&disks, new));
+    let (_a, report) = reopen(&tree, members_then(&disks, new));
     assert_eq!(report.replacing, Vec::<ResumedReplacement>::new());
 
     // Role 2's member gone: the replacement holds only part of it; not resumed either.
@@ -233,7 +213,7 @@ fn a_replace_whose_replacement_or_member_is_missing_is_dropped_and_said() {
     block_on(a.flush()).expect("flush");
     assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
     drop(a);
-    let mut metas = candidates(&disks, new);
+    let mut metas = members_then(&disks, new);
     metas[2] = None;
     let (_a, report) = reopen(&tree, metas);
     assert_eq!(report.replacing, Vec::<ResumedReplacement>::new());

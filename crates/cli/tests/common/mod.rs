@@ -398,3 +398,22 @@ pub fn start_refused(cfg: &Path) -> String {
     assert!(!status.success(), "the start is refused: {err}");
     err
 }
+
+/// A RAID 1 `v` of 40 MiB members: m0 the file `local`, m1 the export at Unix socket `sock`
+/// with the member `timeout` (e.g. "1s"). Written as `arrays.toml` in `dir`; its path.
+pub fn raid1_local_and_remote(dir: &Path, local: &Path, sock: &Path, timeout: &str) -> PathBuf {
+    let cfg = dir.join("arrays.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n\
+             [[member]]\nid = \"m0\"\npath = \"{}\"\nsize = \"40MiB\"\n\n\
+             [[member]]\nid = \"m1\"\npath = \"nbd+unix:///?socket={}\"\nsize = \"40MiB\"\ntimeout = \"{timeout}\"\n\n\
+             [[volume]]\nname = \"v\"\nlevel = \"raid1\"\nmembers = [\"m0\", \"m1\"]\n",
+            local.display(),
+            sock.display()
+        ),
+    )
+    .unwrap();
+    cfg
+}

@@ -265,3 +265,50 @@ pub fn every_view_reads(tree: &Node, members: &[Arc<dyn Member>], want: &[u8], w
         }
     }
 }
+
+/// `a` flushed, read against `want` and recorded clean, then closed; then every view of
+/// `disks` with the members of `put` (role, member) in those roles reads `want`
+/// ([`every_view_reads`]).
+pub fn closed_and_every_view_reads(
+    a: Array,
+    (tree, disks): (&Node, &[Arc<MemoryMember>]),
+    put: Vec<(usize, Arc<dyn Member>)>,
+    want: &[u8],
+    what: &str,
+) {
+    block_on(a.flush()).expect("flush");
+    same(&a, want, what).expect("the volume reads the model");
+    assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
+    drop(a);
+    let mut members: Vec<Arc<dyn Member>> =
+        disks.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
+    for (role, m) in put {
+        members[role] = m;
+    }
+    every_view_reads(tree, &members, want, what);
+}
+
+/// Runs `a`'s rebuild (slow enough to stop there) and stops it half-way through the volume.
+pub fn rebuild_half_way(a: &Array) {
+    let cap = a.volume().capacity();
+    let ctl = nbraid_core::PassControl::new(cap * 4);
+    let half = async {
+        while ctl.position_bytes() < cap / 2 && ctl.state() != nbraid_core::PassState::Done {
+            nbraid_core::timer::sleep(Duration::from_micros(200)).await;
+        }
+        ctl.cancel();
+    };
+    let (r, ()) = block_on(futures::future::join(a.rebuild(&ctl), half));
+    assert_eq!(r.expect("rebuild").state, nbraid_core::PassState::Cancelled);
+}
+
+/// What a start is given: `disks` (the config's members), then `extra` at the next position
+/// (a spare or a replacement, as the daemon passes them).
+pub fn members_then(
+    disks: &[Arc<MemoryMember>],
+    extra: Arc<dyn Member>,
+) -> Vec<Option<Arc<MemberMeta>>> {
+    let mut metas: Vec<Option<Arc<MemberMeta>>> = disks.iter().map(|d| Some(meta(d))).collect();
+    metas.push(Some(load(extra)));
+    metas
+}
