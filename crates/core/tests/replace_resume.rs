@@ -178,6 +178,20 @@ fn raid6_replace_after_a_crash_copies_anew() {
     );
 }
 
+/// Flushed and recorded clean, then closed.
+fn shut_down_clean(a: Array) {
+    block_on(a.flush()).expect("flush");
+    assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
+    drop(a);
+}
+
+/// The start did not go on with role 2's replace, and said so, naming `why`.
+fn not_resumed(report: &OpenReport, why: &str) {
+    assert_eq!(report.replacing, Vec::<ResumedReplacement>::new());
+    let said = (report.warnings.iter()).any(|w| w.contains("replace of role 2") && w.contains(why));
+    assert!(said, "{why}: {:?}", report.warnings);
+}
+
 /// A restart without the replacement, or without the member it copied: the replace does
 /// not go on, said; the records drop it, so a later start with the replacement back does
 /// not trust its old checkpoint (it stands by as a spare).
@@ -186,19 +200,12 @@ fn a_replace_whose_replacement_or_member_is_missing_is_dropped_and_said() {
     let tree = level(Level::Raid5, 4);
     let new = Arc::new(MemoryMember::new("new", MEMBER_BYTES));
     let (disks, model, a) = replaced_half_way(&tree, 2, new.clone());
-    block_on(a.flush()).expect("flush");
-    assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
-    drop(a);
+    shut_down_clean(a);
 
     // Without the replacement: nothing goes on, said; the records drop it at the clean point.
     let metas: Vec<Option<Arc<MemberMeta>>> = disks.iter().map(|d| Some(meta(d))).collect();
     let (a, report) = reopen(&tree, metas);
-    assert_eq!(report.replacing, Vec::<ResumedReplacement>::new());
-    let said = report
-        .warnings
-        .iter()
-        .any(|w| w.contains("replace of role 2") && w.contains("the replacement was not found"));
-    assert!(said, "{:?}", report.warnings);
+    not_resumed(&report, "the replacement was not found");
     assert!(a.rebuilding().is_empty());
     same(&a, &model.bytes, "without the replacement").expect("reads");
     assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
@@ -210,13 +217,9 @@ fn a_replace_whose_replacement_or_member_is_missing_is_dropped_and_said() {
     // Role 2's member gone: the replacement holds only part of it; not resumed either.
     let new = Arc::new(MemoryMember::new("new2", MEMBER_BYTES));
     let (disks, _, a) = replaced_half_way(&tree, 2, new.clone());
-    block_on(a.flush()).expect("flush");
-    assert!(block_on(a.mark_clean()).expect("clean").is_recorded());
-    drop(a);
+    shut_down_clean(a);
     let mut metas = members_then(&disks, new);
     metas[2] = None;
     let (_a, report) = reopen(&tree, metas);
-    assert_eq!(report.replacing, Vec::<ResumedReplacement>::new());
-    let said = (report.warnings.iter()).any(|w| w.contains("role 2's member is not current"));
-    assert!(said, "{:?}", report.warnings);
+    not_resumed(&report, "role 2's member is not current");
 }
