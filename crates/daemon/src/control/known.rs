@@ -71,22 +71,29 @@ impl KnownMembers {
     }
 
     /// Remembers `member` by `id`. One known already keeps its id; a member opened afresh on
-    /// the path of one let go takes that one's id (and place).
-    pub fn learn(&mut self, id: &str, member: &Arc<dyn Member>) {
+    /// the path of one let go takes that one's id (and place). True when `id` is a new entry.
+    pub fn learn(&mut self, id: &str, member: &Arc<dyn Member>) -> bool {
         if self.id_of(member).is_some() {
-            return;
+            return false;
         }
         let name = member.name();
         let again = |e: &&mut Entry| !e.is_held() && e.name == name;
         if let Some(entry) = self.entries.iter_mut().find(again) {
             entry.member = Arc::downgrade(member);
-            return;
+            return false;
         }
         self.entries.push(Entry {
             id: id.to_string(),
             name: name.to_string(),
             member: Arc::downgrade(member),
         });
+        true
+    }
+
+    /// Drops the entry of `member` (one [`KnownMembers::learn`] just made for a member the
+    /// array then refused): no id is left behind for a file that never joined.
+    pub fn unlearn(&mut self, member: &Arc<dyn Member>) {
+        self.entries.retain(|e| !e.is(member));
     }
 }
 
@@ -130,5 +137,16 @@ mod tests {
         book.learn("ignored", &a);
         assert_eq!(book.id_of(&a), Some("a"));
         assert_eq!(book.id_of(&other), Some("a2"));
+    }
+
+    #[test]
+    fn an_entry_unlearnt_leaves_no_id() {
+        let a = member("/dev/a");
+        let mut book = KnownMembers::default();
+        assert!(book.learn("a", &a));
+        assert!(!book.learn("again", &a));
+        book.unlearn(&a);
+        assert_eq!(book.id_of(&a), None);
+        assert_eq!(book.ids().count(), 0);
     }
 }

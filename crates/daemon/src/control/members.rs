@@ -76,14 +76,15 @@ pub(super) async fn add(
     }
     let (meta, consent) = newcomer(controls, v, path, force).await?;
     let meta_member = &meta.member().clone();
-    // Known only once the array took it: a refused one is dropped here, its file closed
-    // and unlocked, and a departed member offered back stays shown.
-    v.array()
-        .add_recorded_spare(meta, &consent)
-        .await
-        .map_err(refused)?;
+    // A refused one is dropped here (its file closed and unlocked, its id forgotten), and a
+    // departed member offered back stays shown.
     let id = config_id.map_or_else(|| controls.added_id(path), str::to_string);
-    v.learn(&id, meta_member);
+    v.joining(
+        &[(&id, meta_member)],
+        v.array().add_recorded_spare(meta, &consent),
+    )
+    .await
+    .map_err(refused)?;
     // Added back: no longer a departed member.
     v.departed.forget(meta_member);
     let placed = match v.take_spares().await {
@@ -167,8 +168,10 @@ pub(super) async fn replace(
     let array = v.array();
     let left = (array.volume().member_is_failed(index) && array.has_member(index))
         .then(|| (v.member_ids()[index].clone(), array.volume().member(index)));
-    // Known only once the array took it (as `add`).
-    if let Err(e) = array.replace_with(index, meta, &consent).await {
+    // Known as the array takes it (as `add`).
+    let id = controls.added_id(path);
+    let joined = array.replace_with(index, meta, &consent);
+    if let Err(e) = v.joining(&[(&id, &newcomer_member)], joined).await {
         if let Some(s) = spare {
             if let Err(back) = array.add_spare(s) {
                 tracing::error!("volume {}: `{path}` left the spares: {back}", v.name);
@@ -186,7 +189,6 @@ pub(super) async fn replace(
             member,
         });
     }
-    v.learn(&controls.added_id(path), &newcomer_member);
     v.departed.forget(&newcomer_member);
     v.ensure_rebuild(v.rebuild_rate());
     Ok(json!({ "volume": v.name, "index": index, "rebuild": rebuild_json(v) }))

@@ -119,10 +119,10 @@ pub(super) async fn start(
         .map(|(id, meta)| (id.clone(), meta.member().clone()))
         .collect();
     let options = nbraid_assembly::assemble::array_options(cv, ids, false);
-    swap_in(v, (new_tree, copies), added, &consent, options).await?;
-    for (id, member) in &newcomers {
-        v.learn(id, member);
-    }
+    let newcomers: Vec<(&str, &Arc<dyn Member>)> =
+        newcomers.iter().map(|(id, m)| (id.as_str(), m)).collect();
+    let swapped = swap_in(v, (new_tree, copies), added, &consent, options);
+    v.joining(&newcomers, swapped).await?;
     v.set_level(cv.kind_name());
     match copies {
         // The new copies are roles being rebuilt, as after a restart mid-rebuild.

@@ -276,9 +276,26 @@ impl ControlVolume {
             .map_or_else(|| member.name().to_string(), str::to_string)
     }
 
-    /// Remembers a member added at run time by its id ([`Controls::added_id`]).
-    pub(super) fn learn(&self, id: &str, member: &Arc<dyn Member>) {
-        self.known.lock().learn(id, member);
+    /// Runs `join` (the array taking `newcomers`) with each already known by its id:
+    /// `status`, which reads the array and then the ids, never lists one by its path (or
+    /// role) in between. A refused join leaves no new id behind.
+    pub(super) async fn joining<T, E>(
+        &self,
+        newcomers: &[(&str, &Arc<dyn Member>)],
+        join: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let new_entries: Vec<bool> = {
+            let mut known = self.known.lock();
+            newcomers.iter().map(|(id, m)| known.learn(id, m)).collect()
+        };
+        let joined = join.await;
+        if joined.is_err() {
+            let mut known = self.known.lock();
+            for ((_, m), _) in newcomers.iter().zip(new_entries).filter(|(_, new)| *new) {
+                known.unlearn(m);
+            }
+        }
+        joined
     }
 
     /// Puts spares in failed roles ([`Array::use_spares`]); the failed members they push
