@@ -670,3 +670,65 @@ fn an_added_member_missing_at_a_restart_is_waited_for() {
         same(&a, &want, &format!("member {r} lost after")).unwrap();
     }
 }
+
+/// A member missing at the start whose disk is gone for good: the operator fails it
+/// (`nbraid fail`), which records it failed, and the reshape goes on without it — in the
+/// same run, and after a restart. (The fail of a member already out was recorded as
+/// "rebuilding from 0", which still waited for it: nothing could finish the reshape.) The
+/// disk found again later stays out; a fresh member rebuilt into its role brings the volume
+/// back to redundancy, and every byte reads back with any one member lost. An old role and
+/// the added one.
+#[test]
+fn a_missing_member_the_operator_fails_lets_the_reshape_go_on() {
+    use nbraid_core::fail_cause::{Because, FailCause};
+    let (old, new) = (
+        tree(Level::Raid5, 3, 4 * KIB),
+        tree(Level::Raid5, 4, 4 * KIB),
+    );
+    for (gone, restart) in [(1, false), (3, true)] {
+        let (mut disks, want) = started(&old, &new, 41 + gone as u64);
+        let a = open(&new, &disks, &[gone], None);
+        let e = block_on(a.reshape(&PassControl::new(0))).unwrap_err();
+        assert!(
+            e.to_string().contains(&format!("without role {gone}")),
+            "{e}"
+        );
+        let operator = Because(FailCause::Operator, "failed by the operator (nbraid fail)");
+        a.volume().fail_member(gone, &operator);
+        block_on(a.record_failures()).expect("recorded");
+        let a = match restart {
+            true => {
+                drop(a);
+                open(&new, &disks, &[gone], None)
+            }
+            false => a,
+        };
+        let state = block_on(a.reshape(&PassControl::new(0))).expect("goes on");
+        assert_eq!(state, PassState::Done, "role {gone} gone");
+        same(&a, &want, &format!("reshaped without role {gone}")).unwrap();
+        drop(a);
+        // The disk back: recorded failed, not read.
+        let a = open(&new, &disks, &[], None);
+        assert_eq!(a.roles_wanting_a_member(), vec![gone], "stays out");
+        same(&a, &want, "its disk back").unwrap();
+        drop(a);
+        let a = open(&new, &disks, &[gone], None);
+        disks[gone] = disk(format!("m{gone}-new"), 99);
+        block_on(a.rebuild_onto(gone, load(disks[gone].clone()))).expect("fresh member");
+        let report = block_on(a.rebuild(&PassControl::new(0))).unwrap();
+        assert_eq!(report.completed, vec![gone], "rebuilt");
+        block_on(a.mark_clean()).unwrap();
+        drop(a);
+        for r in 0..new.member_count() {
+            let a = open(&new, &disks, &[], None);
+            assert_eq!(a.roles_wanting_a_member(), Vec::<usize>::new(), "healthy");
+            a.volume().fail_member(r, "lost after by the test");
+            same(
+                &a,
+                &want,
+                &format!("role {gone} rebuilt, member {r} lost after"),
+            )
+            .unwrap();
+        }
+    }
+}

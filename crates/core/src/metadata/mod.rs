@@ -22,6 +22,7 @@ mod codec;
 mod create;
 pub mod disk_rule;
 mod error;
+mod failed_entry;
 mod fill_control;
 mod heal;
 mod identity;

@@ -13,6 +13,7 @@
 //! [`Records::lock`] hands out; the flag goes dirty only for a request counted in flight
 //! ([`Counted`]).
 
+use super::failed_entry::record_failed;
 use super::member_meta::MemberMeta;
 use super::rebuilding::Rebuilding;
 use super::superblock::{MAX_ADDED_PATHS, MAX_ADDED_PATH_BYTES};
@@ -495,10 +496,9 @@ impl Records {
         }
     }
 
-    /// Members failed since the last commit are recorded failed (one missing at assembly:
-    /// rebuilding from 0, so that when it comes back it is resynced before rejoining), with
-    /// why: a restart lets back by itself only one that stopped answering. Returns the roles
-    /// this call recorded failed that were active until then.
+    /// Members failed since the last commit are recorded failed, with why
+    /// ([`record_failed`]: one missing rebuilds from 0 unless the operator failed it).
+    /// Returns the roles this call recorded failed that were active until then.
     fn note_failed(&self, rec: &mut Recorded, metas: &[Option<Arc<MemberMeta>>]) -> Vec<usize> {
         let mut newly = Vec::new();
         for (r, m) in rec.members.iter_mut().enumerate() {
@@ -508,27 +508,10 @@ impl Records {
                 }
                 continue;
             }
-            // Also for one recorded already: the operator's fail outranks the first cause.
-            if let Some(f) = self.table.slot(r).failure() {
-                m.failed_cause = Some(f.cause);
-            }
-            if m.state == RecordedState::Failed {
-                continue;
-            }
-            // Failed now: whatever it missed since was not acknowledged yet.
-            m.unacked_since_failed = metas[r].is_some();
-            // Only a member that was current can pass for current alone: one being rebuilt
-            // says so on its own record already.
-            if metas[r].is_some() && m.state == RecordedState::Active {
+            let cause = self.table.slot(r).failure().map(|f| f.cause);
+            if record_failed(m, metas[r].is_some(), cause) {
                 newly.push(r);
             }
-            m.state = if metas[r].is_some() {
-                RecordedState::Failed
-            } else {
-                RecordedState::Rebuilding {
-                    checkpoint_bytes: 0,
-                }
-            };
         }
         newly
     }

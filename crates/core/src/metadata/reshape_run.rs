@@ -363,7 +363,7 @@ fn skipped_shares(layout: &Reshape, failed: &[bool], out: &[bool]) -> Result<Vec
         .collect();
     if !missing.is_empty() {
         return Err(format!(
-            "the reshape cannot go on without role {}: each member keeps its share of a window's backup — start the volume again with its member (resynced first, then the reshape resumes)",
+            "the reshape cannot go on without role {0}: each member keeps its share of a window's backup — start the volume again with its member (resynced first, then the reshape resumes); its disk gone for good, `nbraid fail` it (role {0}) and the reshape goes on without it",
             missing.join(", ")
         ));
     }
