@@ -51,6 +51,11 @@ pub(super) async fn fail(v: &ControlVolume, member: &str, force: bool) -> Result
             ),
         ));
     }
+    if recorded.is_ok() {
+        // A reshape stopped for want of this member (missing at the start, its disk gone)
+        // goes on without it now that its records say it failed.
+        super::reshape::start_reshape_pass(v);
+    }
     Ok(json!({
         "volume": v.name,
         "member": v.member_ids()[index],
