@@ -149,13 +149,11 @@ fn a_spare_rebuilds_a_failed_member_and_replace_swaps_a_healthy_one() {
     d.stop();
 }
 
-/// Every config member replaced, one after the other, by files the config does not name
-/// (md's "migrate to new disks"): no config member carries the newest record any more, so
-/// a restart follows the lists of the members it opens by path until it has them all.
-/// `add` and `replace` of a file that does not exist yet create it sparse, as large as the
-/// volume's places need (as the config creates its members): no `truncate` step first.
+/// `add` and `replace` of a file that does not exist (a typo, or one the config does not
+/// declare) are refused, naming it, and create nothing — mdadm --add never creates a device;
+/// the same files made first are taken (`add_creates_nothing.rs` has the other names).
 #[test]
-fn add_and_replace_create_a_missing_file_sparse() {
+fn add_and_replace_of_a_missing_undeclared_file_create_nothing() {
     let nbdcopy = require("nbdcopy");
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path());
@@ -164,22 +162,31 @@ fn add_and_replace_create_a_missing_file_sparse() {
     let data = fill(&nbdcopy, dir.path(), &uri, 0x243f_6a88_85a3_08d3);
     ok(nbraid(&["fail", "r6", "d1", "--config", cfg]), "fail");
     let spare = dir.path().join("new-spare.img");
-    let said = ok(
-        nbraid(&["add", "r6", spare.to_str().unwrap(), "--config", cfg]),
-        "add of a missing file",
+    let spare_arg = spare.to_str().unwrap();
+    let refused = nbraid(&["add", "r6", spare_arg, "--config", cfg]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("`{spare_arg}` does not exist")),
+        "{said}"
     );
-    assert!(said.contains("rebuilding role 1"), "{said}");
+    assert!(!spare.exists(), "nothing created");
     let next = dir.path().join("new-d4.img");
+    let next_arg = next.to_str().unwrap();
+    let refused = nbraid(&["replace", "r6", "d4", next_arg, "--config", cfg]);
+    assert!(!refused.status.success());
+    assert!(!next.exists(), "nothing created");
+    let v = volume_status(cfg);
+    assert_eq!(v["members"][1]["state"], "failed", "{v:#}");
+    assert_eq!(v["spares"], serde_json::json!([]), "{v:#}");
+
+    blank_member(dir.path(), "new-spare.img");
+    blank_member(dir.path(), "new-d4.img");
+    let said = ok(nbraid(&["add", "r6", spare_arg, "--config", cfg]), "add");
+    assert!(said.contains("rebuilding role 1"), "{said}");
     ok(
-        nbraid(&[
-            "replace",
-            "r6",
-            "d4",
-            next.to_str().unwrap(),
-            "--config",
-            cfg,
-        ]),
-        "replace onto a missing file",
+        nbraid(&["replace", "r6", "d4", next_arg, "--config", cfg]),
+        "replace",
     );
     wait_for(cfg, "the rebuilds", |v| {
         v["members"]
@@ -187,16 +194,13 @@ fn add_and_replace_create_a_missing_file_sparse() {
             .is_some_and(|m| m.iter().all(|m| m["state"] == "healthy"))
             && v["rebuild"]["state"] == "done"
     });
-    let len = std::fs::metadata(&spare).unwrap().len();
-    let member = std::fs::metadata(dir.path().join("d0.img")).unwrap().len();
-    assert!(
-        len > 0 && len <= member,
-        "{len} bytes against a member's {member}"
-    );
     reads_back(&nbdcopy, dir.path(), &uri, &data);
     d.stop();
 }
 
+/// Every config member replaced, one after the other, by files the config does not name
+/// (md's "migrate to new disks"): no config member carries the newest record any more, so
+/// a restart follows the lists of the members it opens by path until it has them all.
 #[test]
 fn a_volume_moved_whole_onto_new_files_restarts_on_them() {
     let nbdcopy = require("nbdcopy");

@@ -25,7 +25,7 @@ pub(super) fn fail(target: &Target, volume: String, member: String, force: bool)
 
 /// `nbraid add VOLUME PATH`: a hot spare, or at once a failed role's member.
 pub(super) fn add(target: &Target, volume: String, path: &str, force: bool) -> Result<String> {
-    let path = absolute(path)?;
+    let path = offered(path)?;
     let v = Client::connect(target)?.call(&Request::Add {
         volume: volume.clone(),
         path: path.clone(),
@@ -118,7 +118,7 @@ pub(super) fn replace(
     path: &str,
     force: bool,
 ) -> Result<String> {
-    let path = absolute(path)?;
+    let path = offered(path)?;
     Client::connect(target)?.call(&Request::Replace {
         volume: volume.clone(),
         member: member.clone(),
@@ -139,6 +139,16 @@ fn readded(uri: &str, volume: &str, how: &str, v: &serde_json::Value) -> String 
         ),
         _ => format!("{id} ({uri}) re-added to {volume}: rebuilding it whole\n"),
     }
+}
+
+/// What `add`/`replace` sends for `name`: a bare name (no `/`) that is no file here is sent
+/// as it is, for the daemon to take as a member or spare id (`nbraid add v m1`) or refuse —
+/// never made `./m1`, a file to create; anything else is a path ([`absolute`]).
+fn offered(name: &str) -> Result<String> {
+    if !name.contains('/') && !std::path::Path::new(name).exists() {
+        return Ok(name.to_string());
+    }
+    absolute(name)
 }
 
 /// A member path as the daemon must open it: relative paths are the caller's (the daemon's

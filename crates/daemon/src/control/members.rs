@@ -76,6 +76,7 @@ pub(super) async fn add(
     (path, config_id): (&str, Option<&str>),
     force: bool,
 ) -> Result<Value, Refusal> {
+    let path = &offered_path(v, path, config_id.is_some())?;
     if super::readd::is_remote(path) {
         return super::remote_add::readd(controls, v, path).await;
     }
@@ -157,6 +158,7 @@ pub(super) async fn replace(
     force: bool,
 ) -> Result<Value, Refusal> {
     let index = v.member_index(member)?;
+    let path = &offered_path(v, path, false)?;
     if super::readd::is_remote(path) {
         return Err(super::remote_add::not_a_file(&v.name, path));
     }
@@ -319,15 +321,70 @@ pub(super) enum Offered {
     Shared(Arc<MemberMeta>, String),
 }
 
-/// A file `add`/`replace` names that does not exist yet is created sparse, as the config's
-/// members are, as long as the largest place in the volume needs (so one file fits any
-/// role); its blank first MiB then passes the disk rule as any blank member's does. A path
-/// that exists, or whose directory does not, is left to the open to judge.
-fn create_if_missing(v: &ControlVolume, path: &str) -> Result<(), Refusal> {
-    let file = std::path::Path::new(path);
-    if file.exists() || path.contains("://") || !file.parent().is_some_and(|d| d.is_dir()) {
-        return Ok(());
+/// What `add`/`replace` does with the name the operator gave ([`offer`]).
+#[derive(Debug, PartialEq)]
+pub(super) enum Offer {
+    /// Open what is at this path (or URI): it exists, or opening it says what is wrong.
+    Open(String),
+    /// Create the member file the config declares at this path first, as a start creates
+    /// a new volume's members.
+    Create(String),
+}
+
+/// Where the name given to `add`/`replace` leads — mdadm's rule: a member is a file or
+/// device that exists, and a typo creates nothing.
+/// - A bare name (no `/`, not a URI) is the id of a member or spare of the volume and
+///   means its path (`id_path`); `nbraid add v m1` never creates `./m1`.
+/// - A path that does not exist (`exists`) is refused, naming it — unless the config
+///   declares it for the volume (`declared`): then it is created. Never under /dev (a
+///   regular file there lives in RAM and is gone at the next boot).
+pub(super) fn offer(
+    volume: &str,
+    name: &str,
+    id_path: Option<&str>,
+    exists: &dyn Fn(&str) -> bool,
+    declared: &dyn Fn(&str) -> bool,
+) -> Result<Offer, String> {
+    let bare = !name.contains('/') && !super::readd::is_remote(name) && name != "memory:";
+    let path = match (bare, id_path) {
+        (true, Some(p)) => p.to_string(),
+        (true, None) => {
+            return Err(format!(
+                "volume \"{volume}\": `{name}` is no id of its members or spares, and no path: name the file or device by its path"
+            ))
+        }
+        (false, _) => name.to_string(),
+    };
+    if super::readd::is_remote(&path) || path.starts_with("memory:") || exists(&path) {
+        return Ok(Offer::Open(path));
     }
+    if std::path::Path::new(&path).starts_with("/dev") {
+        return Err(format!(
+            "volume \"{volume}\": `{path}` does not exist: no device is there, and nothing is created under /dev (check the name)"
+        ));
+    }
+    if declared(&path) {
+        return Ok(Offer::Create(path));
+    }
+    Err(format!(
+        "volume \"{volume}\": `{path}` does not exist; add and replace take an existing file or device and create nothing (check the name, or create the file first)"
+    ))
+}
+
+/// The path `name` (given to `add`/`replace` of volume `v`) leads to ([`offer`]); the file
+/// the config declares there is created sparse when missing, as large as the largest place
+/// in the volume needs (so one file fits any role), its blank first MiB then passing the
+/// disk rule as any blank member's does.
+/// `config_spare`: a spare the config declares (a reload adds it): its path is declared.
+fn offered_path(v: &ControlVolume, name: &str, config_spare: bool) -> Result<String, Refusal> {
+    let id_path = known_id_path(v, name);
+    let declared = |path: &str| config_spare || declares(v, path);
+    let exists = |path: &str| std::path::Path::new(path).exists();
+    let path = match offer(&v.name, name, id_path.as_deref(), &exists, &declared) {
+        Ok(Offer::Open(path)) => return Ok(path),
+        Ok(Offer::Create(path)) => path,
+        Err(why) => return Err(Refusal::new("bad-request", why)),
+    };
     let mut need_bytes = 0;
     let array = v.array();
     let volume = array.volume();
@@ -336,14 +393,45 @@ fn create_if_missing(v: &ControlVolume, path: &str) -> Result<(), Refusal> {
     let created = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .open(file)
+        .open(&path)
         .and_then(|f| f.set_len(need_bytes));
     created.map_err(|e| {
         Refusal::new(
             "bad-request",
             format!("creating `{path}` ({need_bytes} bytes, sparse): {e}"),
         )
-    })
+    })?;
+    tracing::warn!(
+        "volume {}: created `{path}` ({need_bytes} bytes, sparse), the member file the config declares there",
+        v.name
+    );
+    Ok(path)
+}
+
+/// The path of the member or spare of `v` known by id `id` (config ids, and those given at
+/// run time); a role's id names the file its member serves from or is missing from.
+fn known_id_path(v: &ControlVolume, id: &str) -> Option<String> {
+    let array = v.array();
+    let role = v.member_ids().iter().position(|m| m == id);
+    let serving = role.and_then(|r| match array.has_member(r) {
+        true => Some(array.volume().member(r).name().to_string()),
+        false => v.missing_from(r),
+    });
+    let path = serving.or_else(|| v.known_path(id))?;
+    Some(super::paths::absolute_path(&path))
+}
+
+/// Whether the config declares `path` for volume `v`: the file a config member of a role
+/// is missing from, or one a config member or spare id of the volume was found at.
+fn declares(v: &ControlVolume, path: &str) -> bool {
+    let same = |p: String| super::paths::absolute_path(&p) == path;
+    let missing =
+        (0..v.array().volume().member_count()).any(|r| v.missing_from(r).is_some_and(same));
+    let config_ids = v.config_ids.as_ref().map_or(&[][..], |c| &c.ids[..]);
+    missing
+        || config_ids
+            .iter()
+            .any(|id| v.known_path(id).is_some_and(same))
 }
 
 /// Opens an existing member file for `add`/`replace` and reads its superblock.
@@ -456,7 +544,6 @@ async fn newcomer(
         force,
         siblings: Vec::new(),
     };
-    create_if_missing(v, path)?;
     match already_open(controls, &v.name, path)? {
         Offered::Shared(meta, other) => {
             let writer = Writer {
@@ -480,4 +567,68 @@ async fn newcomer(
         Offered::New => {}
     };
     Ok((open_newcomer(path).await?, consent))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offer_in(
+        name: &str,
+        id_path: Option<&str>,
+        files: &[&str],
+        declared: &[&str],
+    ) -> Result<Offer, String> {
+        let exists = |p: &str| files.contains(&p);
+        let declared = |p: &str| declared.contains(&p);
+        offer("v", name, id_path, &exists, &declared)
+    }
+
+    #[test]
+    fn a_member_id_means_its_path_and_an_unknown_bare_name_is_refused() {
+        let d1 = "/srv/nbraid/d1.img";
+        assert_eq!(
+            offer_in("d1", Some(d1), &[d1], &[]),
+            Ok(Offer::Open(d1.into()))
+        );
+        let why = offer_in("m1", None, &[], &[]).unwrap_err();
+        assert!(
+            why.contains("`m1` is no id") && why.contains("by its path"),
+            "{why}"
+        );
+        // An id of a remote member means its URI.
+        let uri = "nbd+unix:///?socket=/run/kit.sock";
+        assert_eq!(
+            offer_in("r1", Some(uri), &[], &[]),
+            Ok(Offer::Open(uri.into()))
+        );
+    }
+
+    #[test]
+    fn a_missing_path_is_created_only_where_the_config_declares_it_and_never_under_dev() {
+        let why = offer_in("/dev/sdq", None, &[], &[]).unwrap_err();
+        assert!(
+            why.contains("`/dev/sdq` does not exist") && why.contains("/dev"),
+            "{why}"
+        );
+        assert!(offer_in("/dev/sdq", None, &[], &["/dev/sdq"]).is_err());
+        assert_eq!(
+            offer_in("/dev/sdb", None, &["/dev/sdb"], &[]),
+            Ok(Offer::Open("/dev/sdb".into()))
+        );
+        let typo = offer_in("/srv/d7.img", None, &[], &[]).unwrap_err();
+        assert!(
+            typo.contains("`/srv/d7.img` does not exist") && typo.contains("create nothing"),
+            "{typo}"
+        );
+        assert_eq!(
+            offer_in("/srv/d3.img", None, &[], &["/srv/d3.img"]),
+            Ok(Offer::Create("/srv/d3.img".into()))
+        );
+        // A config member's id whose file is gone leads to the same creation.
+        assert_eq!(
+            offer_in("d3", Some("/srv/d3.img"), &[], &["/srv/d3.img"]),
+            Ok(Offer::Create("/srv/d3.img".into()))
+        );
+    }
 }
