@@ -531,6 +531,7 @@ async fn clean_when_idle(slot: Arc<ServedArray>, export: Arc<VolumeExport>, dela
     let tick = (delay / 4).max(Duration::from_millis(5));
     let mut seen = export.writes_begun();
     let mut quiet_since = tokio::time::Instant::now();
+    let mut failing = Repeated::new(REPEAT_WARNING_EVERY);
     loop {
         tokio::time::sleep(tick).await;
         let now = export.writes_begun();
@@ -544,10 +545,53 @@ async fn clean_when_idle(slot: Arc<ServedArray>, export: Arc<VolumeExport>, dela
         };
         let array = &entered.array;
         if array.is_dirty() && quiet_since.elapsed() >= delay {
-            if let Err(e) = array.mark_clean().await {
-                tracing::warn!(volume = %array.name(), "recording the volume clean: {e}");
+            // Retried each tick while it fails (a volume past its tolerance fails every
+            // time): said when it starts, when it changes, and every few minutes.
+            match array.mark_clean().await {
+                Err(e) if failing.should_say(&e.to_string(), std::time::Instant::now()) => {
+                    tracing::warn!(volume = %array.name(), "recording the volume clean: {e} (said again if it changes, else every {} s while it lasts)", REPEAT_WARNING_EVERY.as_secs());
+                }
+                Err(_) => {}
+                Ok(_) if failing.clear() => {
+                    tracing::warn!(volume = %array.name(), "recording the volume clean: recorded again");
+                }
+                Ok(_) => {}
             }
         }
+    }
+}
+
+/// How often a warning that stands unchanged is said again.
+const REPEAT_WARNING_EVERY: Duration = Duration::from_secs(300);
+
+/// A warning a loop meets again and again: said the first time, when its text changes, and
+/// again once `every` has passed while it stands — never once per tick.
+struct Repeated {
+    /// The text said last, and when; `None`: none stands.
+    last: Option<(String, std::time::Instant)>,
+    every: Duration,
+}
+
+impl Repeated {
+    fn new(every: Duration) -> Self {
+        Repeated { last: None, every }
+    }
+
+    /// Whether to say `text` at `now`; if so, it is remembered as said then.
+    fn should_say(&mut self, text: &str, now: std::time::Instant) -> bool {
+        let due = match &self.last {
+            Some((said, at)) => said != text || now.duration_since(*at) >= self.every,
+            None => true,
+        };
+        if due {
+            self.last = Some((text.to_string(), now));
+        }
+        due
+    }
+
+    /// The condition is over; whether a warning stood (to say it ended).
+    fn clear(&mut self) -> bool {
+        self.last.take().is_some()
     }
 }
 
@@ -644,5 +688,23 @@ mod tests {
         assert!(said.contains("8388608 bytes"), "{said}");
         assert_eq!(dropped_writes(&[("ok".to_string(), 0)]), None);
         assert!(stop_outcome(Ok(()), Ok(()), None).is_ok());
+    }
+
+    #[test]
+    fn a_standing_warning_is_said_once_then_when_it_changes_or_every_few_minutes() {
+        let every = Duration::from_secs(300);
+        let mut w = Repeated::new(every);
+        let t0 = std::time::Instant::now();
+        assert!(w.should_say("data unavailable", t0));
+        for tick in 1..200 {
+            let now = t0 + Duration::from_millis(1250) * tick;
+            assert!(!w.should_say("data unavailable", now), "tick {tick}");
+        }
+        assert!(w.should_say("data unavailable: stripe 3", t0 + Duration::from_secs(250)));
+        assert!(!w.should_say("data unavailable: stripe 3", t0 + Duration::from_secs(500)));
+        assert!(w.should_say("data unavailable: stripe 3", t0 + Duration::from_secs(550)));
+        assert!(w.clear());
+        assert!(!w.clear());
+        assert!(w.should_say("data unavailable: stripe 3", t0 + Duration::from_secs(551)));
     }
 }
