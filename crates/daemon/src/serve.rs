@@ -522,7 +522,10 @@ fn controls(config: &Config, volumes: &mut [Assembled], slots: &[Arc<ServedArray
             }))
         })
         .collect();
-    Controls { volumes }
+    Controls {
+        volumes,
+        config: Some(Arc::new(config.clone())),
+    }
 }
 
 /// Records the served array clean once no write has begun for `delay` (md's

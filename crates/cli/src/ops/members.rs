@@ -32,7 +32,9 @@ pub(super) fn add(target: &Target, volume: String, path: &str, force: bool) -> R
         force,
     })?;
     if let Some(how) = v["readded"].as_str() {
-        return Ok(readded(&path, &volume, how, &v));
+        // The URI the daemon found (`nbraid add v m1` names it by its id).
+        let uri = v["uri"].as_str().unwrap_or(&path);
+        return Ok(readded(uri, &volume, how, &v));
     }
     Ok(match v["rebuilding"].as_array() {
         Some(r) if !r.is_empty() => {
@@ -137,6 +139,9 @@ fn readded(uri: &str, volume: &str, how: &str, v: &serde_json::Value) -> String 
         Some(bytes) if how == "resync" => format!(
             "{id} ({uri}) re-added to {volume}: resyncing the {bytes} bytes the write-intent bitmap marks\n"
         ),
+        _ if how == "spare" => {
+            format!("{id} ({uri}) added back to {volume}: standing by as a hot spare\n")
+        }
         _ => format!("{id} ({uri}) re-added to {volume}: rebuilding it whole\n"),
     }
 }

@@ -3,10 +3,14 @@
 
 use super::volume::ControlVolume;
 use nbraid_control::Refusal;
+use std::sync::Arc;
 
 /// The daemon's volumes.
 pub struct Controls {
     pub volumes: Vec<ControlVolume>,
+    /// The config the daemon started with: how to open a remote member it declares again
+    /// (its size, timeout, TLS) once `nbraid remove` let it go. `None`: no config (tests).
+    pub config: Option<Arc<nbraid_config::Config>>,
 }
 
 impl Controls {

@@ -182,7 +182,10 @@ mod tests {
             vec!["active"; 2],
             StartReport::default(),
         );
-        Controls { volumes: vec![v] }
+        Controls {
+            volumes: vec![v],
+            config: None,
+        }
     }
 
     /// On a read-only volume every request that writes is refused naming `read_only`; a

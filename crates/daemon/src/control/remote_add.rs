@@ -1,16 +1,20 @@
 //! `add` and `replace` of an NBD URI. The operator brings back a failed remote member by
 //! naming its URI (`nbraid add VOLUME URI`): re-added as the probe for returning members
 //! would, resynced over what the bitmap marks (or rebuilt whole) — the probe itself leaves
-//! alone the members the operator failed or that answered with I/O errors. A remote member
-//! not serving the volume is declared in the config, where its size, timeout and TLS are.
+//! alone the members the operator failed or that answered with I/O errors. One the operator
+//! removed (`nbraid remove`) is opened again as the config declares it and rebuilt whole into
+//! its role. A remote member not serving the volume is declared in the config, where its
+//! size, timeout and TLS are.
 
-use super::controls::Controls;
+use super::controls::{refused, Controls};
 use super::readd::readd_role;
 use super::report::rebuild_json;
 use super::volume::ControlVolume;
 use nbraid_control::Refusal;
-use nbraid_core::metadata::Readd;
+use nbraid_core::metadata::{MemberMeta, Readd};
+use nbraid_core::Member;
 use serde_json::{json, Value};
+use std::sync::Arc;
 
 /// Why an NBD URI that names no member of the volume is refused, and what to do instead.
 pub(super) fn not_a_file(volume: &str, uri: &str) -> Refusal {
@@ -22,7 +26,8 @@ pub(super) fn not_a_file(volume: &str, uri: &str) -> Refusal {
     )
 }
 
-/// `add` of `uri`: re-adds the failed member of `v` at that URI.
+/// `add` of `uri`: re-adds the failed member of `v` at that URI, or opens again the one
+/// removed from its role ([`rejoin`]).
 pub(super) async fn readd(
     controls: &Controls,
     v: &ControlVolume,
@@ -33,7 +38,10 @@ pub(super) async fn readd(
     let role =
         (0..vol.member_count()).find(|&r| array.has_member(r) && vol.member(r).name() == uri);
     let Some(r) = role else {
-        return Err(not_a_file(&v.name, uri));
+        return match removed_role(v, uri) {
+            Some(_) => rejoin(controls, v, uri).await,
+            None => Err(not_a_file(&v.name, uri)),
+        };
     };
     let id = v.member_ids()[r].clone();
     if !vol.member_is_failed(r) {
@@ -51,7 +59,7 @@ pub(super) async fn readd(
             format!("volume \"{}\" is not served", v.name),
         ));
     };
-    let readded = |how: &str| json!({ "volume": v.name, "id": id, "role": r, "readded": how, "rebuild": rebuild_json(v) });
+    let readded = |how: &str| json!({ "volume": v.name, "id": id, "uri": uri, "role": r, "readded": how, "rebuild": rebuild_json(v) });
     match readd_role(controls, k, r).await {
         Ok(Readd::Resync { bytes }) => {
             let mut out = readded("resync");
@@ -74,4 +82,73 @@ pub(super) async fn readd(
             ),
         )),
     }
+}
+
+/// The role of `v` whose member at `uri` was removed: the role has no member, and its id
+/// — the one it had, or the config's member at its place (after a restart the records no
+/// longer name it) — names that URI.
+fn removed_role(v: &ControlVolume, uri: &str) -> Option<usize> {
+    let array = v.array();
+    let ids = v.member_ids();
+    let config_ids = v.config_ids.as_ref();
+    let config_id = |r: usize| config_ids.filter(|c| r < c.members).map(|c| &c.ids[r]);
+    let names_it = |id: Option<&String>| id.and_then(|id| v.known_path(id)).as_deref() == Some(uri);
+    let was_there = |r: usize| {
+        v.missing_from(r).as_deref() == Some(uri) || names_it(ids.get(r)) || names_it(config_id(r))
+    };
+    (0..array.volume().member_count()).find(|&r| !array.has_member(r) && was_there(r))
+}
+
+/// `add` of the URI of the remote member of `v` that `nbraid remove` let go: connected again
+/// with the settings the config declares for it, it joins as a spare (its old superblock
+/// is this array's: the disk rule lets it be written) and a free role — its own, unless
+/// another waits first — takes it and is rebuilt whole (the records no longer name it, so
+/// no bitmap says what it missed).
+async fn rejoin(controls: &Controls, v: &ControlVolume, uri: &str) -> Result<Value, Refusal> {
+    let config = controls.config.as_deref();
+    let declared = config.and_then(|c| Some((c, c.members.iter().find(|m| m.path_text == uri)?)));
+    let Some((config, m)) = declared else {
+        return Err(not_a_file(&v.name, uri));
+    };
+    // By the config's id (after a restart the role's own is unknown).
+    let id = m.id.clone();
+    let remote = nbraid_assembly::remote::open_remote(config, m)
+        .await
+        .map_err(|e| {
+            Refusal::new(
+                "refused",
+                format!(
+                    "volume \"{}\": member {id} (`{uri}`) cannot be opened again: {e}; it stays removed",
+                    v.name
+                ),
+            )
+        })?;
+    let member: Arc<dyn Member> = Arc::new(remote);
+    let meta = MemberMeta::load(member.clone()).await;
+    v.joining(&[(&id, &member)], async { v.array().add_spare(meta) })
+        .await
+        .map_err(refused)?;
+    let placed = v.take_spares().await.map_err(refused)?;
+    if !placed.is_empty() {
+        v.ensure_rebuild(v.rebuild_rate());
+    }
+    let array = v.array();
+    let vol = array.volume();
+    let role = (0..vol.member_count()).find(|&i| Arc::ptr_eq(&vol.member(i), &member));
+    tracing::warn!(
+        "volume {}: removed remote member {id} (`{uri}`) added back: {}",
+        v.name,
+        match role {
+            Some(i) => format!("rebuilding it whole into role {i}"),
+            None => "standing by as a spare".to_string(),
+        }
+    );
+    Ok(json!({
+        "volume": v.name,
+        "id": id,
+        "uri": uri,
+        "role": role,
+        "readded": if role.is_some() { "rebuild" } else { "spare" },
+        "rebuild": rebuild_json(v),
+    }))
 }

@@ -20,7 +20,10 @@ fn serve(limits: ControlLimits) -> (tempfile::TempDir, PathBuf, Arc<EventBus>) {
         .unwrap()
         .with_limits(limits)
         .with_events(bus.clone());
-    tokio::spawn(server.serve(Arc::new(Controls { volumes: vec![] })));
+    tokio::spawn(server.serve(Arc::new(Controls {
+        volumes: vec![],
+        config: None,
+    })));
     (dir, path, bus)
 }
 

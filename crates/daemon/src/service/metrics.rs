@@ -610,7 +610,10 @@ mod tests {
     /// A listener with no volumes on a free loopback port.
     async fn listening() -> MetricsListener {
         let source = Scraped {
-            controls: Arc::new(Controls { volumes: vec![] }),
+            controls: Arc::new(Controls {
+                volumes: vec![],
+                config: None,
+            }),
             latencies: Arc::new(Latencies::default()),
             connections: Arc::new(|| 0),
         };

@@ -35,7 +35,10 @@ async fn mirror() -> Controls {
         vec!["active"; 2],
         StartReport::default(),
     );
-    Controls { volumes: vec![v] }
+    Controls {
+        volumes: vec![v],
+        config: None,
+    }
 }
 
 /// Every counter sample of a scrape (`…_total`), as (name with labels, value).

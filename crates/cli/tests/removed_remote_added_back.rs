@@ -1,0 +1,86 @@
+//! A remote member the operator failed and removed comes back with `nbraid add VOLUME URI`
+//! (or its config id): opened again with the settings the config declares for it and
+//! rebuilt whole into its role — before, only a member still in its role matched the URI,
+//! and the refusal said to declare in the config a member the config declares.
+
+mod common;
+
+use common::*;
+use std::process::Child;
+
+const MIB: u64 = 1 << 20;
+
+/// The export's nbdkit, killed when the test ends.
+struct Kit(Child);
+
+impl Drop for Kit {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn healthy(cfg: &str) {
+    wait_until(cfg, "v", "both members healthy", |v| {
+        v["degraded"] == false
+            && v["members"]
+                .as_array()
+                .is_some_and(|m| m.iter().all(|m| m["state"] == "healthy"))
+    });
+}
+
+/// m0 failed: what the volume reads comes from the remote member alone.
+fn remote_alone_reads_back(cfg: &str, uri: &str, dir: &std::path::Path, data: &[u8]) {
+    let nbdcopy = require("nbdcopy");
+    ok(nbraid(&["fail", "v", "m0", "--config", cfg]), "fail m0");
+    // The volume's first 32 MiB were written.
+    prefix_reads_back(&nbdcopy, dir, uri, data);
+    ok(nbraid(&["remove", "v", "m0", "--config", cfg]), "remove m0");
+    ok(nbraid(&["add", "v", "m0", "--config", cfg]), "add m0 back");
+    healthy(cfg);
+}
+
+#[test]
+fn a_removed_remote_member_is_added_back_by_its_uri_or_id() {
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (local, remote) = (d.join("m0.img"), d.join("m1.img"));
+    for f in [&local, &remote] {
+        std::fs::File::create(f).unwrap().set_len(40 * MIB).unwrap();
+    }
+    let sock = d.join("m1.sock");
+    let _kit = Kit(nbdkit_export(&sock, &["file".as_ref(), remote.as_os_str()]));
+    let config = raid1_local_and_remote(d, &local, &sock, "1s");
+    let cfg = config.to_str().unwrap();
+    let member_uri = format!("nbd+unix:///?socket={}", sock.display());
+
+    let (mut daemon, uri) = serve(&config, "v");
+    let data = fill(&nbdcopy, d, &uri, 0x1f83_d9ab_fb41_bd6b);
+    ok(nbraid(&["fail", "v", "m1", "--config", cfg]), "fail m1");
+    ok(nbraid(&["remove", "v", "m1", "--config", cfg]), "remove m1");
+    let said = ok(
+        nbraid(&["add", "v", &member_uri, "--config", cfg]),
+        "add the removed remote member by its URI",
+    );
+    assert!(
+        said.contains("m1") && said.contains("rebuilding it whole"),
+        "{said}"
+    );
+    healthy(cfg);
+    let v = status_of(cfg, "v");
+    assert_eq!(v["members"][1]["id"], "m1", "{v:#}");
+    assert_eq!(v["members"][1]["path"], member_uri.as_str(), "{v:#}");
+    remote_alone_reads_back(cfg, &uri, d, &data);
+
+    // Removed, then a restart (the records no longer name it in role 1): by its id.
+    ok(nbraid(&["fail", "v", "m1", "--config", cfg]), "fail m1");
+    ok(nbraid(&["remove", "v", "m1", "--config", cfg]), "remove m1");
+    daemon.stop();
+    let (mut daemon, uri) = serve(&config, "v");
+    let said = ok(nbraid(&["add", "v", "m1", "--config", cfg]), "add m1");
+    assert!(said.contains(&member_uri), "{said}");
+    healthy(cfg);
+    remote_alone_reads_back(cfg, &uri, d, &data);
+    daemon.stop();
+}
