@@ -65,7 +65,12 @@ fn a_replaced_member_found_without_its_replacements_is_not_served() {
     fill(&nbdcopy, d, &uri, 3);
     for (k, m) in ["m0", "m1"].iter().enumerate() {
         ok(nbraid(&["fail", "v", m, "--config", c]), "fail");
+        // `add` creates no file: made first, as large as the members.
         let fresh = d.join(format!("fresh{k}.img"));
+        std::fs::File::create(&fresh)
+            .unwrap()
+            .set_len(40 << 20)
+            .unwrap();
         ok(
             nbraid(&["add", "v", fresh.to_str().unwrap(), "--config", c]),
             "add",
