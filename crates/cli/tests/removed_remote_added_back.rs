@@ -84,3 +84,51 @@ fn a_removed_remote_member_is_added_back_by_its_uri_or_id() {
     remote_alone_reads_back(cfg, &uri, d, &data);
     daemon.stop();
 }
+
+/// A remote member failed and rebuilt over by a spare (departed, still listed): its URI
+/// added back makes it a spare again, and it takes a role when the next member fails.
+#[test]
+fn a_departed_remote_member_is_added_back_as_a_spare() {
+    let nbdcopy = require("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (local, remote, spare) = (d.join("m0.img"), d.join("m1.img"), d.join("s.img"));
+    for f in [&local, &remote, &spare] {
+        std::fs::File::create(f).unwrap().set_len(40 * MIB).unwrap();
+    }
+    let sock = d.join("m1.sock");
+    let _kit = Kit(nbdkit_export(&sock, &["file".as_ref(), remote.as_os_str()]));
+    let config = raid1_local_and_remote(d, &local, &sock, "1s");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "[[volume]]",
+        &format!(
+            "[[member]]\nid = \"s\"\npath = \"{}\"\nsize = \"40MiB\"\n\n[[volume]]",
+            spare.display()
+        ),
+    ) + "spares = [\"s\"]\n";
+    std::fs::write(&config, text).unwrap();
+    let cfg = config.to_str().unwrap();
+    let member_uri = format!("nbd+unix:///?socket={}", sock.display());
+
+    let (mut daemon, uri) = serve(&config, "v");
+    let data = fill(&nbdcopy, d, &uri, 0x5be0_cd19_137e_2179);
+    ok(nbraid(&["fail", "v", "m1", "--config", cfg]), "fail m1");
+    healthy(cfg);
+    let v = status_of(cfg, "v");
+    assert_eq!(v["members"][1]["id"], "s", "{v:#}");
+    assert_eq!(v["departed"][0]["id"], "m1", "{v:#}");
+    let said = ok(
+        nbraid(&["add", "v", &member_uri, "--config", cfg]),
+        "add the departed remote member by its URI",
+    );
+    assert!(said.contains("hot spare"), "{said}");
+    let v = status_of(cfg, "v");
+    assert_eq!(v["spares"], serde_json::json!(["m1"]), "{v:#}");
+    assert_eq!(v["departed"], serde_json::json!([]), "{v:#}");
+    ok(nbraid(&["fail", "v", "s", "--config", cfg]), "fail s");
+    healthy(cfg);
+    let v = status_of(cfg, "v");
+    assert_eq!(v["members"][1]["id"], "m1", "{v:#}");
+    remote_alone_reads_back(cfg, &uri, d, &data);
+    daemon.stop();
+}

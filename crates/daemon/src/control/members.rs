@@ -350,7 +350,7 @@ pub(super) fn offer(
         (true, Some(p)) => p.to_string(),
         (true, None) => {
             return Err(format!(
-                "volume \"{volume}\": `{name}` is no id of its members or spares, and no path: name the file or device by its path"
+                "volume \"{volume}\": `{name}` is no id of its members or spares, and no file in the directory nbraid ran in: name the file or device by its path"
             ))
         }
         (false, _) => name.to_string(),

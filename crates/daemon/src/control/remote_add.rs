@@ -27,7 +27,7 @@ pub(super) fn not_a_file(volume: &str, uri: &str) -> Refusal {
 }
 
 /// `add` of `uri`: re-adds the failed member of `v` at that URI, or opens again the one
-/// removed from its role ([`rejoin`]).
+/// removed from its role or whose role a spare took ([`rejoin`]).
 pub(super) async fn readd(
     controls: &Controls,
     v: &ControlVolume,
@@ -38,10 +38,19 @@ pub(super) async fn readd(
     let role =
         (0..vol.member_count()).find(|&r| array.has_member(r) && vol.member(r).name() == uri);
     let Some(r) = role else {
-        return match removed_role(v, uri) {
-            Some(_) => rejoin(controls, v, uri).await,
-            None => Err(not_a_file(&v.name, uri)),
+        if removed_role(v, uri).is_some() {
+            return rejoin(controls, v, uri).await;
+        }
+        // Failed, and a spare took its role: connected afresh, it stands by as a spare
+        // (as a departed file added back does); still listed if that is refused.
+        let Some(gone) = v.departed.take(uri) else {
+            return Err(not_a_file(&v.name, uri));
         };
+        let back = rejoin(controls, v, uri).await;
+        if back.is_err() {
+            v.departed.record(gone);
+        }
+        return back;
     };
     let id = v.member_ids()[r].clone();
     if !vol.member_is_failed(r) {
@@ -99,7 +108,8 @@ fn removed_role(v: &ControlVolume, uri: &str) -> Option<usize> {
     (0..array.volume().member_count()).find(|&r| !array.has_member(r) && was_there(r))
 }
 
-/// `add` of the URI of the remote member of `v` that `nbraid remove` let go: connected again
+/// `add` of the URI of the remote member of `v` that `nbraid remove` let go (or that
+/// departed, a spare in its role): connected again
 /// with the settings the config declares for it, it joins as a spare (its old superblock
 /// is this array's: the disk rule lets it be written) and a free role — its own, unless
 /// another waits first — takes it and is rebuilt whole (the records no longer name it, so
