@@ -117,9 +117,57 @@ impl Problem {
             line,
             column,
             kind: self.kind,
-            message: self.message,
+            message: printable(&self.message),
         }
     }
+}
+
+/// Longest run of non-blank characters an error repeats from the config (a path may take up
+/// to a few hundred; a hostile value of megabytes is cut).
+const ECHO_RUN_MAX_CHARS: usize = 256;
+
+/// A character that prints as nothing or turns the text around it: bidi embeddings,
+/// overrides and isolates, zero-width marks, the BOM, the soft hyphen (Unicode format
+/// characters a name or a message must not carry unseen).
+pub(crate) fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
+}
+
+/// `message` as one printable line: control and invisible characters a config carried into it
+/// written as `\u{..}` escapes, and any run of more than [`ECHO_RUN_MAX_CHARS`] non-blank
+/// characters cut, saying how many were left out.
+pub(crate) fn printable(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(4096));
+    let mut run = 0usize;
+    let mut cut = 0usize;
+    let flush_cut = |out: &mut String, cut: &mut usize| {
+        if *cut > 0 {
+            out.push_str(&format!("… ({} more characters)", *cut));
+            *cut = 0;
+        }
+    };
+    for c in message.chars() {
+        if c == ' ' {
+            flush_cut(&mut out, &mut cut);
+            run = 0;
+            out.push(c);
+            continue;
+        }
+        run += 1;
+        if run > ECHO_RUN_MAX_CHARS {
+            cut += 1;
+            continue;
+        }
+        if c.is_control() || is_invisible(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    flush_cut(&mut out, &mut cut);
+    out
 }
 
 /// 1-based line and column (in characters) of byte `offset` of `text`.
@@ -138,6 +186,23 @@ pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_escape_what_would_not_print_and_cut_hostile_runs() {
+        assert_eq!(
+            printable("name \"a\u{0}b\u{202e}c\" is bad"),
+            "name \"a\\u{0}b\\u{202e}c\" is bad"
+        );
+        let long = format!("x {} y", "z".repeat(5000));
+        let shown = printable(&long);
+        assert_eq!(
+            shown,
+            format!("x {}… (4744 more characters) y", "z".repeat(256))
+        );
+        // Ordinary messages, paths and unicode names pass as they are.
+        let ok = "member \"dé0\" path /srv/nbraid/💾.img: missing";
+        assert_eq!(printable(ok), ok);
+    }
 
     #[test]
     fn line_col_counts_from_one_in_characters() {

@@ -130,18 +130,48 @@ pub(crate) fn from_toml<T: serde::de::DeserializeOwned>(
     if let Err(e) = text.parse::<toml::Table>() {
         let span = e.span().unwrap_or(0..0);
         return Err(Problem::new(
-            span,
+            span.clone(),
             ErrorKind::Syntax,
-            format!("not valid TOML: {}", one_line(e.message())),
+            syntax_message(text, span.start, e.message()),
         )
         .located(text, file));
     }
     toml::from_str(text).map_err(|e| schema_problem(text, &e).located(text, file))
 }
 
+/// toml's syntax error at `offset`, on one line, naming the key whose value it is in (a
+/// hostile value on a long line is otherwise found only by its column).
+fn syntax_message(text: &str, offset: usize, message: &str) -> String {
+    let message = one_line(message).replace(
+        "recursion limit exceeded",
+        "nested too deeply (tables and arrays inside each other past the TOML reader's limit)",
+    );
+    match field_at(text, offset) {
+        Some(key) => format!("not valid TOML: in the value of `{key}`: {message}"),
+        None => format!("not valid TOML: {message}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_syntax_error_in_a_value_names_its_key() {
+        let deep = format!("name = {}1{}\n", "[".repeat(200), "]".repeat(200));
+        let e = deep.parse::<toml::Table>().unwrap_err();
+        let m = syntax_message(&deep, e.span().unwrap().start, e.message());
+        assert!(
+            m.starts_with("not valid TOML: in the value of `name`: nested too deeply"),
+            "{m}"
+        );
+        let e = "x y = 1\n".parse::<toml::Table>().unwrap_err();
+        let m = syntax_message("x y = 1\n", e.span().unwrap().start, e.message());
+        assert!(
+            m.starts_with("not valid TOML: ") && !m.contains("value of"),
+            "{m}"
+        );
+    }
 
     #[test]
     fn suggests_close_field_names() {

@@ -46,5 +46,18 @@ pub(super) fn check_name(name: &str, what: &str, span: Range<usize>) -> R<()> {
             format!("{what} \"{name}\" contains whitespace or control characters; use letters, digits, '-', '_' or '.'"),
         ));
     }
+    // A name is printed by status, events and logs: an invisible character or a direction
+    // override there makes two names look alike, or text after it read backwards.
+    if let Some(c) = name.chars().find(|&c| crate::error::is_invisible(c)) {
+        return Err(Problem::new(
+            span,
+            ErrorKind::Name,
+            format!(
+                "{what} {:?} contains the invisible character U+{:04X} (a text-direction or zero-width mark); use letters, digits, '-', '_' or '.'",
+                name,
+                c as u32
+            ),
+        ));
+    }
     Ok(())
 }
