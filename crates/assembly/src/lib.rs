@@ -23,6 +23,7 @@
 //! - [`error_text`]: an error (and its causes) as one line for a person.
 //! - [`reshape_plan`]: the recorded tree against the config's: what `nbraid apply` would do.
 //! - [`pins`]: the config read with existing volumes' regions where their records start them.
+//! - [`settings`]: settings the config changes that a start does not take as written, said.
 //!
 //! **Boundaries.** No sockets, no NBD, no control protocol, no background tasks: what runs
 //! while a volume is served (heal watchers, returning members) is the daemon's. Nothing here
@@ -42,5 +43,6 @@ pub mod read_only_check;
 pub mod records;
 pub mod remote;
 pub mod reshape_plan;
+pub mod settings;
 
 pub use member::{AssembleError, Opened};

@@ -162,6 +162,16 @@ pub struct Move {
     pub tolerance_after: usize,
 }
 
+impl Move {
+    /// The move at `rate_bytes_per_s` (0: unlimited): the rate the daemon runs its passes
+    /// at, which a reload or `nbraid rebuild --rate` may have set apart from the config's.
+    pub fn at_rate(&mut self, rate_bytes_per_s: u64) {
+        self.rate_bytes_per_s = rate_bytes_per_s;
+        self.seconds_at_rate =
+            (rate_bytes_per_s > 0).then(|| self.walked_bytes.div_ceil(rate_bytes_per_s));
+    }
+}
+
 /// What the plan does about one volume.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "action", rename_all = "snake_case")]

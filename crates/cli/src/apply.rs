@@ -18,6 +18,7 @@ use crate::ops::{Client, Target};
 use anyhow::{bail, Context, Result};
 use nbraid_assembly::reshape_plan;
 use nbraid_assembly::reshape_plan::{outline, Action, Change, Move, MoveKind, VolumePlan};
+use nbraid_assembly::settings::{self, SettingChange};
 use nbraid_config::format_size;
 use nbraid_control::Request;
 use nbraid_core::metadata::disk_rule::{Consent, DiskContents};
@@ -58,10 +59,14 @@ pub fn run(file: &Path, yes: bool, force: bool, json: bool) -> Result<String> {
         .unwrap_or_default();
     let records = crate::records::look(&config);
     let plans: Vec<(VolumePlan, bool)> = (volume_plans(&config, &records).into_iter())
-        .map(|p| {
+        .map(|mut p| {
             let served = served.contains(&p.volume.as_str());
+            at_daemon_rate(&mut p, &status);
             (p, served)
         })
+        .collect();
+    let settings: Vec<Vec<SettingChange>> = (config.volumes.iter())
+        .map(|v| setting_changes(v, Some(&status)))
         .collect();
     let moves = plans
         .iter()
@@ -72,11 +77,11 @@ pub fn run(file: &Path, yes: bool, force: bool, json: bool) -> Result<String> {
     };
     let done = started.as_ref().map_or(&[][..], |s| &s[..]);
     let out = if json {
-        let volumes: Vec<_> = plans
-            .iter()
-            .map(|(p, served)| {
+        let volumes: Vec<_> = (plans.iter().zip(&settings))
+            .map(|((p, served), settings)| {
                 let mut v = serde_json::to_value(p).expect("a plan serializes");
                 v["served"] = json!(served);
+                v["settings"] = json!(settings);
                 v
             })
             .collect();
@@ -88,8 +93,9 @@ pub fn run(file: &Path, yes: bool, force: bool, json: bool) -> Result<String> {
         )
     } else {
         let mut out = String::new();
-        for (p, served) in &plans {
+        for ((p, served), settings) in plans.iter().zip(&settings) {
             out.push_str(&plan_text(p));
+            out.push_str(&settings_text(settings));
             match p.action {
                 Action::Unchanged => out.push_str(&reshape_note(
                     &status,
@@ -157,6 +163,48 @@ fn volume_plans(
                 }
             })
         })
+        .collect()
+}
+
+/// The daemon's status entry of volume `name`, if it serves it.
+fn served_status<'a>(status: &'a Value, name: &str) -> Option<&'a Value> {
+    (status["volumes"].as_array()?.iter()).find(|v| v["name"] == name)
+}
+
+/// A move of plan `p` timed at the rate the daemon runs volume `p.volume`'s passes at (its
+/// status' `rebuild_rate`), not the config's: a reload or `nbraid rebuild --rate` may have set
+/// it apart, and the daemon starts the reshape's pass at its own. Unchanged when the daemon
+/// does not serve the volume.
+fn at_daemon_rate(p: &mut VolumePlan, status: &Value) {
+    let Action::Online(m) = &mut p.action else {
+        return;
+    };
+    let rate = served_status(status, &p.volume)
+        .and_then(|v| v["rebuild_rate"]["limit_bytes_per_s"].as_u64());
+    if let Some(rate) = rate {
+        m.at_rate(rate);
+    }
+}
+
+/// The settings volume `v`'s config changes that are not taken as written
+/// (`nbraid_assembly::settings`): against its records, and against the running daemon's
+/// (`status`) where one serves it.
+fn setting_changes(v: &nbraid_config::Volume, status: Option<&Value>) -> Vec<SettingChange> {
+    let mut out = settings::fixed_at_create(v);
+    let logged = status
+        .and_then(|s| served_status(s, &v.name))
+        .and_then(|s| s["metadata"]["write_hole_logged"].as_bool());
+    if let Some(logged) = logged {
+        out.extend(settings::against_daemon(v, logged));
+    }
+    out
+}
+
+/// The setting lines under a volume's plan.
+fn settings_text(settings: &[SettingChange]) -> String {
+    settings
+        .iter()
+        .map(|c| format!("  setting: {}\n", c.text()))
         .collect()
 }
 
@@ -230,8 +278,12 @@ fn start_offline(config: &nbraid_config::Config, force: bool, json: bool) -> Res
     };
     let mut out = String::new();
     let mut started = Vec::new();
-    for (v, plan) in config.volumes.iter().zip(&plans) {
+    let settings: Vec<Vec<SettingChange>> = (config.volumes.iter())
+        .map(|v| setting_changes(v, None))
+        .collect();
+    for ((v, plan), settings) in config.volumes.iter().zip(&plans).zip(&settings) {
         out.push_str(&plan_text(plan));
+        out.push_str(&settings_text(settings));
         let Action::Online(m) = &plan.action else {
             continue;
         };
@@ -263,10 +315,17 @@ fn start_offline(config: &nbraid_config::Config, force: bool, json: bool) -> Res
         out.push_str("nothing to do: every volume already has the config's shape (no daemon running; nothing was written)\n");
     }
     if json {
+        let volumes: Vec<Value> = (plans.iter().zip(&settings))
+            .map(|(p, settings)| {
+                let mut v = serde_json::to_value(p).expect("a plan serializes");
+                v["settings"] = json!(settings);
+                v
+            })
+            .collect();
         out = format!(
             "{}\n",
             serde_json::to_string_pretty(&json!({
-                "volumes": plans, "daemon_running": false, "nothing_to_do": nothing,
+                "volumes": volumes, "daemon_running": false, "nothing_to_do": nothing,
                 "started": !started.is_empty(), "started_volumes": started,
             }))?
         );

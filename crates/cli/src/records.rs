@@ -177,6 +177,10 @@ fn volume(
         .map(|role| role.as_ref().err().map(absence_word))
         .collect();
     r.notes.extend(checksum_note(v, &probes[..n]));
+    // A setting the records keep otherwise (the config is loaded pinned to them).
+    let fixed = nbraid_assembly::settings::fixed_at_create(v);
+    r.notes
+        .extend(fixed.iter().map(|c| format!("setting: {}", c.text())));
     r.notes.extend(grown);
     let read_only = v.read_only.then(|| {
         nbraid_assembly::read_only_check::open_refusal(config, v, &asm, (&probes, &added))

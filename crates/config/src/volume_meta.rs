@@ -120,6 +120,10 @@ pub struct MetadataOptions {
     /// `write_hole_log_size`: bytes reserved for the log before the volume's region on every
     /// member (`None`: the log lives in the metadata area).
     pub ppl_log_bytes: Option<u64>,
+    /// `write_hole_log_size` as the config writes it. For an existing volume
+    /// [`Self::ppl_log_bytes`] is its records' reserve (fixed at create), which this may
+    /// differ from: `nbraid check` and `apply` say so.
+    pub ppl_log_bytes_written: Option<u64>,
     /// `checksums = "on"` (default): per-block checksums in a reserve before the regions.
     pub checksums: bool,
     /// `checksums = "enable"`: a volume recorded without checksums gets them (no reserve
@@ -147,6 +151,7 @@ impl Default for MetadataOptions {
             clean_delay: Some(CLEAN_DELAY_DEFAULT),
             ppl: true,
             ppl_log_bytes: None,
+            ppl_log_bytes_written: None,
             checksums: true,
             checksums_enable: false,
             checksum_reserve_bytes: None,
@@ -206,6 +211,7 @@ pub(crate) fn metadata_options(v: &RawVolume, who: &str) -> Result<MetadataOptio
             ));
         }
         opts.ppl_log_bytes = Some(log_size(s, who)?);
+        opts.ppl_log_bytes_written = opts.ppl_log_bytes;
     }
     checksum_keys(v, who, &mut opts)?;
     if let Some(l) = &v.max_read_errors {

@@ -88,11 +88,13 @@ pub(super) async fn start(
     let recorded = array.volume().geometry().root().clone();
     let new_tree =
         reshape_plan::config_by_role(cv.geometry.root(), &roles, recorded.member_count());
+    // At the rate the reshape's pass will run at: the volume's, not the config's (a reload or
+    // `nbraid rebuild --rate` may have set it apart).
     let plan = reshape_plan::plan(
         &v.name,
         &recorded,
         &new_tree,
-        cv.heal.rebuild_rate_bytes_per_s,
+        v.rebuild_rate().limit_bytes_per_s,
     );
     let copies = match &plan.action {
         Action::Unchanged => {
