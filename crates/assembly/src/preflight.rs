@@ -138,6 +138,9 @@ pub struct RemoteRead {
     pub contents: DiskContents,
     /// Said when the start could not use it: which member, at which URI, and why.
     pub unavailable: Option<String>,
+    /// Its server answers, with an export the member cannot use (too small, read-only...):
+    /// not "unreachable".
+    pub unusable: bool,
     /// What its server said of the export on that connection (also when the export is
     /// unusable), or why it did not answer: `nbraid check` describes servers from it.
     pub described: Result<nbraid_remote::Probe, String>,
@@ -183,13 +186,14 @@ async fn read_remote(config: &Config, m: &nbraid_config::Member) -> RemoteRead {
                 probe: meta.probe().clone(),
                 contents: meta.contents(),
                 unavailable: None,
+                unusable: false,
                 described: described.ok_or_else(|| "no export information".to_string()),
             }
         }
         Err(source) => {
-            let why = source.to_string();
+            let why = remote::unavailable_text(&source);
             let word = remote::unavailable_word(&source);
-            unavailable(m, word, why.clone(), described.ok_or(why))
+            unavailable(m, word, why.clone(), described.ok_or(source.to_string()))
         }
     }
 }
@@ -202,7 +206,8 @@ fn unavailable(
     described: Result<nbraid_remote::Probe, String>,
 ) -> RemoteRead {
     RemoteRead {
-        contents: DiskContents::Unknown(format!("unreachable: {why}")),
+        contents: DiskContents::Unknown(format!("{}: {why}", word.to_lowercase())),
+        unusable: word == "UNUSABLE",
         unavailable: Some(format!(
             "remote member {} ({}) is {word} now: {why}",
             m.id, m.path_text

@@ -71,10 +71,11 @@ pub fn at_start(config: &Config, m: &Member, e: AssembleError) -> Result<Opened,
                 source,
             })?;
     let msg = format!(
-        "remote member {} ({}) is {}: {source}; its volumes start degraded without it (within their tolerance) and it is re-added, resynced, once it answers as it should",
+        "remote member {} ({}) is {}: {}; its volumes start degraded without it (within their tolerance) and it is re-added, resynced, once it answers as it should",
         m.id,
         m.path_text,
-        unavailable_word(source)
+        unavailable_word(source),
+        unavailable_text(source)
     );
     tracing::warn!("{msg}");
     Ok(Opened {
@@ -97,6 +98,21 @@ pub(crate) fn unavailable_word(e: &nbraid_remote::RemoteError) -> &'static str {
     }
 }
 
+/// Why a remote member cannot be used, for people: an export too small says both sizes, in
+/// units and in bytes, and where the size it needs comes from.
+pub fn unavailable_text(e: &nbraid_remote::RemoteError) -> String {
+    match e {
+        nbraid_remote::RemoteError::TooSmall { uri, size, wanted } => format!(
+            "{uri}: the export is too small: {} ({size} bytes), but the member needs {} \
+             ({wanted} bytes, its size in the config); serve a larger export, or give the \
+             member a size the export holds",
+            config::format_size(*size),
+            config::format_size(*wanted),
+        ),
+        other => other.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +126,12 @@ mod tests {
             wanted: 1 << 30,
         };
         assert_eq!(unavailable_word(&small), "UNUSABLE");
+        assert_eq!(
+            unavailable_text(&small),
+            "nbd://h/: the export is too small: 1 MiB (1048576 bytes), but the member needs \
+             1 GiB (1073741824 bytes, its size in the config); serve a larger export, or give \
+             the member a size the export holds"
+        );
         let ro = RemoteError::ReadOnly {
             uri: "nbd://h/".into(),
         };

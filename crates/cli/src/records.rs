@@ -32,7 +32,8 @@ pub struct Records {
     /// member can be named).
     pub paths: Vec<String>,
     /// By role, why its member does not serve it (`lost`, `stale`, `failed`,
-    /// `unreachable`), `None` where it serves.
+    /// `unreachable`, `unusable`: its server answers with an export it cannot use), `None`
+    /// where it serves.
     pub absent: Vec<Option<&'static str>>,
     pub notes: Vec<String>,
     /// Where the config declares another shape than the records: how `nbraid apply` would get
@@ -53,6 +54,7 @@ pub fn look_with(config: &Config, remotes: &[Option<RemoteRead>]) -> Vec<Records
     (config.volumes.iter())
         .map(|v| {
             let mut r = volume(config, v, remotes, &mut areas);
+            unusable_roles(config, remotes, &mut r);
             let unavailable = (v.members.iter().chain(&v.heal.spares))
                 .filter_map(|&m| remotes.get(m)?.as_ref()?.unavailable.as_deref());
             let notes: Vec<String> = unavailable
@@ -62,6 +64,27 @@ pub fn look_with(config: &Config, remotes: &[Option<RemoteRead>]) -> Vec<Records
             r
         })
         .collect()
+}
+
+/// Roles whose member is on an NBD server that answers with an export it cannot use (too
+/// small, read-only): `unusable`, not `unreachable` — the note beside says what is wrong.
+fn unusable_roles(config: &Config, remotes: &[Option<RemoteRead>], r: &mut Records) {
+    let unusable = |id: &str| {
+        let m = config.members.iter().position(|m| m.id == id);
+        m.and_then(|m| remotes.get(m)?.as_ref())
+            .is_some_and(|x| x.unusable)
+    };
+    let mut changed = false;
+    for (role, why) in r.absent.iter_mut().enumerate() {
+        let id = r.members.get(role).map_or("", String::as_str);
+        if *why == Some("unreachable") && unusable(id) {
+            *why = Some("unusable");
+            changed = true;
+        }
+    }
+    if changed && r.state.starts_with("degraded") {
+        r.state = state(r, None);
+    }
 }
 
 /// What the start does about a member on an NBD server it could not use (`why`: which, at

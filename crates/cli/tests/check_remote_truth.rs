@@ -130,12 +130,14 @@ fn a_check_reads_a_remote_members_superblock_as_the_start_does() {
     );
     drop(kit);
 
-    // An export too small for r: the start goes without it (unusable), degraded.
+    // An export too small for r: the start goes without it (unusable, not unreachable: its
+    // server answers), degraded; both sizes said.
     let kit = Kit::serve(&zeroes(d, "small.img", 8 * MIB));
     let small = config(d, "small.toml", "v", "l0.img", &kit.uri);
     let out = ok(nbraid(&["check", small.to_str().unwrap()]), "check (small)");
     assert!(
-        out.contains("  v: degraded: role 1 unreachable")
+        out.contains("  v: degraded: role 1 unusable")
+            && out.contains("the export is too small: 8 MiB (8388608 bytes), but the member needs")
             && out.contains("remote member r (")
             && out.contains("is UNUSABLE now")
             && out.contains("serves the volume degraded without it"),
