@@ -1,7 +1,8 @@
 //! Why a volume cannot start: more members are out than its tree can lose. The text names
 //! each absent role and why, and what can bring the volume back.
 
-use nbraid_core::metadata::Absence;
+use nbraid_config::{Config, Volume};
+use nbraid_core::metadata::{Absence, AssembleError, Probe};
 
 /// Why a volume cannot start: each absent role and why, and what can bring it back — a
 /// forced assembly when members that missed writes are there, else the lost members.
@@ -86,6 +87,59 @@ impl BeyondTolerance<'_> {
         };
         text
     }
+}
+
+/// For `nbraid check` and `nbraidd --check`: assembly's refusal `e` of volume `v` over the
+/// superblocks they read (`probes` by position: members, spares, members added at run time;
+/// `ids` by the same positions) in the start's own words — each absent role, which member and
+/// why, and the command that would force it — or `e` as it is when it is not a refusal
+/// beyond tolerance.
+pub fn check_text(
+    config: &Config,
+    v: &Volume,
+    probes: &[Probe],
+    ids: &[&str],
+    e: &AssembleError,
+) -> String {
+    let AssembleError::BeyondTolerance { why, .. } = e else {
+        return e.to_string();
+    };
+    let carries = |p: &Probe| match p {
+        Probe::Superblock(sb, _) => sb.volumes.iter().any(|x| x.name == v.name),
+        _ => false,
+    };
+    let member_probes = v.members.iter().zip(probes);
+    let no_record: Vec<&str> = (member_probes.clone())
+        .filter(|(_, p)| !carries(p))
+        .map(|(&m, _)| config.members[m].id.as_str())
+        .collect();
+    let unreachable: Vec<String> = member_probes
+        .filter_map(|(&m, p)| match p {
+            Probe::Unreachable(e) => Some(format!(
+                "{} ({}): {e}",
+                config.members[m].id, config.members[m].path_text
+            )),
+            _ => None,
+        })
+        .collect();
+    let unreachable = match unreachable.is_empty() {
+        true => String::new(),
+        false => format!(
+            "; not used (their servers did not answer, or answered with an export they cannot use): {}",
+            unreachable.join("; ")
+        ),
+    };
+    BeyondTolerance {
+        name: &v.name,
+        kind: v.kind_name(),
+        worst: v.geometry.fault_tolerance().worst,
+        why,
+        no_record: &no_record,
+        unreachable: &unreachable,
+        ids,
+        forced: false,
+    }
+    .text()
 }
 
 #[cfg(test)]

@@ -61,7 +61,12 @@ pub fn preflight(config: &Config) -> Preflight {
         let said = |w: &String| format!("volume {}: {w}", v.name);
         out.warnings.extend(grown.iter().map(said));
         match assemble_named(&v.name, &tree, &probes, &member_ids(config, v)) {
-            Err(e) => (out.refusals).push(format!("volume {}: superblocks refused: {e}", v.name)),
+            Err(e) => {
+                let ids = crate::adopt::position_ids(config, v, &added);
+                let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+                let why = crate::beyond_tolerance::check_text(config, v, &probes, &ids, &e);
+                (out.refusals).push(format!("volume {}: superblocks refused: {why}", v.name))
+            }
             Ok(asm) => {
                 let read_only = v.read_only.then(|| {
                     crate::read_only_check::open_refusal(config, v, &asm, (&probes, &added))

@@ -160,7 +160,11 @@ fn volume(
             if changed {
                 r.reshape = reshape(config, v, &probes[..n]);
             }
-            r.state = format!("refused: {e}");
+            // Beyond tolerance: the start's own words (which member, why, what forces it).
+            let ids = adopt::position_ids(config, v, &added);
+            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            let why = nbraid_assembly::beyond_tolerance::check_text(config, v, &probes, &ids, &e);
+            r.state = format!("refused: {why}");
             return r;
         }
     };

@@ -1,6 +1,7 @@
 //! A RAID 5 whose spare rebuild was cut short by a second failure: a start refuses, naming
 //! the role being rebuilt (with its checkpoint) and the failed one, and
-//! `nbraidd --force-assemble` takes the failed member back; the rebuild goes on and the volume
+//! `nbraidd --force-assemble` takes the failed member back (both checks say so first, in the
+//! start's words); the rebuild goes on and the volume
 //! reads what was written. Found by a hunt over remote members (a server killed during a
 //! rebuild): the start called the volume "degraded: role 1 failed", went on, and died on its
 //! first read; the forced start took nothing back. `nbraidd` is the one built beside `nbraid`.
@@ -50,17 +51,24 @@ fn a_raid5_failing_twice_mid_rebuild_is_refused_then_assembled_by_force() {
     let checked = String::from_utf8_lossy(&check.stdout).to_string()
         + &String::from_utf8_lossy(&check.stderr);
     assert!(!checked.contains("serves it degraded"), "{checked}");
-    assert!(
-        checked.contains("roles 0, 1 have no trusted member"),
-        "{checked}"
-    );
     let said = start_refused(&config);
+    // Both checks say per role what the start says (they said "roles 0, 1 have no trusted
+    // member"): which member, why, and the command that forces it.
+    let looked = String::from_utf8_lossy(&nbraid(&["check", cfg]).stdout).to_string();
     for part in [
         "role 0: s0 being rebuilt (current below byte",
         "role 1: m1 recorded failed",
         "--force-assemble v",
     ] {
         assert!(said.contains(part), "the refusal lacks `{part}`: {said}");
+        assert!(
+            checked.contains(part),
+            "nbraidd --check lacks `{part}`: {checked}"
+        );
+        assert!(
+            looked.contains(part),
+            "nbraid check lacks `{part}`: {looked}"
+        );
     }
 
     let mut d = Daemon::start_with(&config, &["--force-assemble", "v"]);
