@@ -319,6 +319,7 @@ impl Cx<'_> {
         let listed = self.listed_members(v, vspan, &who, level, members)?;
         let opts = options::volume_options(v, &who, level)?;
         let (plan, idx) = self.plan(v, &who, given, listed, &opts, members)?;
+        members_addressable(&who, &idx, members, v.name.span())?;
         let requested = requested_size(v, &who)?;
         let asked = volume_meta::metadata_options(v, &who)?;
         let at = Placement {
@@ -655,4 +656,26 @@ fn check_cache_holds_a_stripe(
         ));
     }
     Ok(())
+}
+
+/// Most bytes a volume's members may hold together: the largest offset a block device or an
+/// NBD client addresses (`off_t`). Below it no capacity, region or offset computed over them
+/// wraps (three 8 EiB members of a JBOD overflowed the capacity's sum).
+const VOLUME_MEMBERS_MAX_BYTES: u64 = i64::MAX as u64;
+
+/// Volume `who`'s members (`idx`) hold at most [`VOLUME_MEMBERS_MAX_BYTES`] together.
+fn members_addressable(who: &str, idx: &[usize], members: &[Member], span: Range<usize>) -> R<()> {
+    let total: u128 = idx.iter().map(|&i| u128::from(members[i].size)).sum();
+    if total <= u128::from(VOLUME_MEMBERS_MAX_BYTES) {
+        return Ok(());
+    }
+    Err(Problem::new(
+        span,
+        ErrorKind::Size,
+        format!(
+            "{who}: its members hold {total} bytes together, more than a volume can address \
+             ({VOLUME_MEMBERS_MAX_BYTES} bytes, the largest block device offset); give the \
+             members their real sizes"
+        ),
+    ))
 }

@@ -159,6 +159,8 @@ fn hostile_values() -> Vec<String> {
         "\"1PiB\"",
         "\"8EiB\"",
         "\"16383PiB\"",
+        "\"8191PiB\"",
+        "\"4095PiB\"",
         "\"99999999999999999999999PiB\"",
         "\"1e300GiB\"",
         "\"-4KiB\"",
@@ -240,6 +242,8 @@ enum Mutation {
         key: &'static str,
         value: usize,
     },
+    /// Give `key` of every `[[member]]` the same value (sizes that overflow only together).
+    SetEveryMember { key: &'static str, value: usize },
     /// Give the `table`-th member the id of the first (a duplicate id).
     DuplicateId { table: usize },
     /// Repeat the `table`-th `[[member]]` or `[[volume]]` table as written.
@@ -280,6 +284,8 @@ fn mutation(values: usize) -> impl Strategy<Value = Mutation> {
             key,
             value,
         }),
+        1 => (key_of(MEMBER_KEYS), 0..values)
+            .prop_map(|(key, value)| Mutation::SetEveryMember { key, value }),
         1 => (1usize..8).prop_map(|table| Mutation::DuplicateId { table }),
         1 => (0usize..4, prop_oneof![Just(TableKind::Member), Just(TableKind::Volume)])
             .prop_map(|(table, kind)| Mutation::RepeatTable { kind, table }),
@@ -358,6 +364,22 @@ fn apply(
             lines.insert(start + 1, format!("{key} = {}", values[*value]));
             return Some((lines.join("\n") + "\n", Some((start + 2, *key))));
         }
+        Mutation::SetEveryMember { key, value } => {
+            let mut text = text.to_string();
+            for table in 0.. {
+                let m = Mutation::Set {
+                    kind: TableKind::Member,
+                    table,
+                    key,
+                    value: *value,
+                };
+                match apply(&text, &m, values) {
+                    Some((t, _)) => text = t,
+                    None => break,
+                }
+            }
+            return Some((text, None));
+        }
         Mutation::DuplicateId { table } => {
             let (s0, e0) = table_lines(&lines, TableKind::Member, 0)?;
             let first = (s0..e0).find(|&i| lines[i].trim_start().starts_with("id"))?;
@@ -396,6 +418,15 @@ fn walk(c: &config::Config) {
                 v.name
             );
         }
+    }
+    for m in &c.members {
+        // Past the largest file offset nothing can be created, read or written.
+        assert!(
+            m.size <= i64::MAX as u64,
+            "member {}: size {}",
+            m.id,
+            m.size
+        );
     }
     let _ = c.summary().to_string();
     let _ = c.explain();
@@ -503,6 +534,27 @@ fn every_hostile_value_of_every_key() {
         (TableKind::Daemon, DAEMON_KEYS),
     ];
     for (file, original) in examples() {
+        for value in 0..values.len() {
+            let m = Mutation::SetEveryMember { key: "size", value };
+            let Some((text, _)) = apply(&original, &m, &values) else {
+                continue;
+            };
+            let (result, largest) = largest_allocation(|| {
+                let parsed = config::parse(&text, Path::new("hostile/arrays.toml"));
+                if let Ok(c) = &parsed {
+                    walk(c);
+                }
+                parsed
+            });
+            let what = format!("{}: every size = {}", file.display(), values[value]);
+            assert!(
+                largest <= ALLOCATION_MAX_BYTES,
+                "{what}: an allocation of {largest} bytes"
+            );
+            if let Err(e) = &result {
+                located(e, &text, None);
+            }
+        }
         for (kind, keys) in tables {
             for key in keys {
                 for value in 0..values.len() {
@@ -585,4 +637,41 @@ fn a_huge_value_is_cut_in_the_error() {
         &e[..e.len().min(600)]
     );
     assert!(e.len() < 2000, "{} bytes", e.len());
+}
+
+/// A member size past the largest file offset (`off_t`) is no size a file or device can have
+/// (check showed a 16 EiB member "created sparse on assembly").
+#[test]
+fn a_member_larger_than_any_file_is_refused() {
+    let text = raid1("db", "a").replacen("\"64MiB\"", "\"16383PiB\"", 1);
+    let e = config::parse(&text, Path::new("x/arrays.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("member \"a\": size \"16383PiB\" is larger than any file or device can be"),
+        "{e}"
+    );
+    let text = raid1("db", "a").replacen("\"64MiB\"", "\"8191PiB\"", 1);
+    assert!(config::parse(&text, Path::new("x/arrays.toml")).is_ok());
+}
+
+/// Members each within the largest file offset but past it together: the volume's capacity
+/// would wrap (`nbraid check` panicked adding three 8191 PiB JBOD members, and multiplying
+/// RAID 0's).
+#[test]
+fn members_past_what_a_volume_can_address_are_refused() {
+    for level in ["jbod", "raid0", "raid1"] {
+        let text = raid1("db", "a")
+            .replace("\"64MiB\"", "\"8191PiB\"")
+            .replace("raid1", level);
+        // Two members of 8191 PiB hold 16 EiB together, whatever the level makes of them.
+        let e = config::parse(&text, Path::new("x/arrays.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("volume \"db\": its members hold")
+                && e.contains("more than a volume can address"),
+            "{level}: {e}"
+        );
+    }
 }

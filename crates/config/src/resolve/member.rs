@@ -148,8 +148,26 @@ fn given_size<'r>(
     let Some(s) = &raw.size else {
         return Ok(None);
     };
-    Ok(Some((cx.size(s, who, "size")?, s)))
+    let size = cx.size(s, who, "size")?;
+    // File and device offsets are signed 64-bit (off_t): past them no file can be created,
+    // read or written, and the engine's offsets would wrap.
+    if size > MEMBER_MAX_BYTES {
+        return Err(Problem::new(
+            s.span(),
+            ErrorKind::Size,
+            format!(
+                "{who}: size {} is larger than any file or device can be ({} bytes, \
+                 the largest file offset); give the member's real size",
+                s.get_ref().shown(),
+                MEMBER_MAX_BYTES
+            ),
+        ));
+    }
+    Ok(Some((size, s)))
 }
+
+/// Largest member `size`: the largest file offset (`off_t`), 8 EiB - 1.
+const MEMBER_MAX_BYTES: u64 = i64::MAX as u64;
 
 /// A member below [`MEMBER_MIN`]: too small for any volume. It is refused with what the
 /// first volume on it needs ([`Least`]), computed from that volume's geometry, or — no volume
