@@ -93,3 +93,36 @@ fn a_log_size_the_records_do_not_keep_is_said_never_taken() {
     assert_eq!(plan["settings"][0]["taken"], "next_start", "{plan:#}");
     d.stop();
 }
+
+/// The members an online reshape adds are new members of the new shape, not spares taking a
+/// place: no `spare-active` event (the daemon's observer compared ids by role, and read a
+/// newcomer as `role 3` before its id was learnt, then as `d3`: "d3 takes the place of role
+/// 3"; fixed on main by learning the id first, cccfc3e — this holds it).
+#[test]
+fn members_a_reshape_adds_are_not_announced_as_spares() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(dir.path(), 3, "rebuild_rate = \"16MiB\"\n");
+    let cfg = file.to_str().unwrap();
+    ok(nbraid(&["create", cfg]), "create");
+    let mut d = Daemon::start(&file);
+    config(dir.path(), 4, "rebuild_rate = \"16MiB\"\n");
+    ok(nbraid(&["apply", cfg, "--yes"]), "apply --yes");
+    wait_until(cfg, "v", "the reshape done", |v| {
+        v["reshape"]["state"] == "done"
+    });
+    // The observer hears the end at its next look.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let events = loop {
+        let events = ok(nbraid(&["events", "--config", cfg]), "events");
+        if events.contains("reshape-finished") {
+            break events;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no reshape-finished: {events}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(!events.contains("spare-active"), "{events}");
+    d.stop();
+}
