@@ -551,7 +551,8 @@ impl VolumeStart<'_> {
             String::new()
         } else {
             format!(
-                "; unreachable (their servers did not answer): {}",
+                "{}{}",
+                crate::beyond_tolerance::NOT_USED,
                 unreachable.join("; ")
             )
         };

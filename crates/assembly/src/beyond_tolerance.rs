@@ -89,6 +89,11 @@ impl BeyondTolerance<'_> {
     }
 }
 
+/// Before the remote members a volume beyond tolerance goes without, at the start and in the
+/// checks alike (one whose server answers with an export too small did not "not answer").
+pub(crate) const NOT_USED: &str =
+    "; not used (their servers did not answer, or answered with an export they cannot use): ";
+
 /// For `nbraid check` and `nbraidd --check`: assembly's refusal `e` of volume `v` over the
 /// superblocks they read (`probes` by position: members, spares, members added at run time;
 /// `ids` by the same positions) in the start's own words — each absent role, which member and
@@ -124,10 +129,7 @@ pub fn check_text(
         .collect();
     let unreachable = match unreachable.is_empty() {
         true => String::new(),
-        false => format!(
-            "; not used (their servers did not answer, or answered with an export they cannot use): {}",
-            unreachable.join("; ")
-        ),
+        false => format!("{NOT_USED}{}", unreachable.join("; ")),
     };
     BeyondTolerance {
         name: &v.name,

@@ -81,7 +81,7 @@ pub fn at_start(config: &Config, m: &Member, e: AssembleError) -> Result<Opened,
     Ok(Opened {
         meta: Some(MemberMeta::unreachable(
             Arc::new(member),
-            source.to_string(),
+            unavailable_text(source),
         )),
         blank: false,
         created: false,
