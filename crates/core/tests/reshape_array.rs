@@ -360,6 +360,9 @@ fn a_reshape_waits_for_a_member_missing_at_its_start() {
         ))
         .unwrap();
         same(&a, &want, &format!("{name}: without member 1")).unwrap();
+        // Shut down clean: a dirty start with a role out is refused mid-reshape
+        // (`tests/dirty_degraded_reshape.rs`).
+        block_on(a.mark_clean()).unwrap();
         drop(a);
         let a = open(&new, &disks).unwrap();
         let state = block_on(a.reshape(&PassControl::new(0))).unwrap();
@@ -371,6 +374,65 @@ fn a_reshape_waits_for_a_member_missing_at_its_start() {
             same(&a, &want, &format!("{name}: member {r} lost after")).unwrap();
         }
     }
+}
+
+/// Not shut down clean mid-reshape with a role out that parity rebuilds: neither shape is
+/// logged, so a row written at the crash may be torn and the out member's block in it,
+/// rebuilt from that parity, wrong. The start is refused, nothing written (md refuses a
+/// dirty degraded start too) — with the role still missing, and with its member back stale
+/// (it would be rebuilt from the same rows) — until forced; forced, it serves and the
+/// reshape finishes. A RAID 10 reshape with a mirror keeping a copy starts: no parity.
+#[test]
+fn a_dirty_start_mid_reshape_with_a_role_out_is_refused_unless_forced() {
+    for (name, old, new) in moves() {
+        if !old.survives(&|m| m == 1) || !new.survives(&|m| m == 1) {
+            continue;
+        }
+        let (disks, mut want) = started(&old, &new, 13);
+        let a = open_without(&new, &disks, 1);
+        let at = want.len() / 2 / 4096 * 4096;
+        want[at..at + 4096].fill(0x5c);
+        block_on(a.write(at as u64, Buf::copy_from(&want[at..at + 4096]), true)).unwrap();
+        drop(a); // the crash: recorded dirty
+        let bytes = |d: &Disk| {
+            let mut all = vec![0; MEMBER_BYTES as usize];
+            d.inner().peek(0, &mut all);
+            all
+        };
+        let before: Vec<Vec<u8>> = disks.iter().map(bytes).collect();
+        let mut m: Vec<Option<Arc<MemberMeta>>> = metas(&disks).into_iter().map(Some).collect();
+        m[1] = None;
+        let without = block_on(Array::open("vol", &new, m, opts(), &|_, _| {}));
+        let e = without.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            e.contains("not shut down clean during a reshape") && e.contains("--force-assemble"),
+            "{name}: {e}"
+        );
+        let back = open(&new, &disks).err().unwrap_or_default();
+        assert!(
+            back.contains("not shut down clean during a reshape"),
+            "{name}: {back}"
+        );
+        let after: Vec<Vec<u8>> = disks.iter().map(bytes).collect();
+        assert!(before == after, "{name}: a refused start writes nothing");
+        let forcing = ArrayOptions {
+            force_assembly: true,
+            ..opts()
+        };
+        let (a, _) = open_every(&new, &disks, forcing).expect("forced");
+        let state = block_on(a.reshape(&PassControl::new(0))).unwrap();
+        assert_eq!(state, PassState::Done, "{name}");
+        same(&a, &want, &format!("{name}: forced, reshaped")).unwrap();
+    }
+    let (old, new) = (
+        tree(Level::Raid10, 4, 4 * KIB),
+        tree(Level::Raid10, 6, 4 * KIB),
+    );
+    let (disks, _) = started(&old, &new, 14);
+    let a = open_without(&new, &disks, 1);
+    block_on(a.write(0, Buf::copy_from(&[3; 4096]), true)).unwrap();
+    drop(a);
+    open(&new, &disks).expect("mirrors keep a copy: no torn parity");
 }
 
 /// A role recorded failed mid-reshape whose member is gone at the next start: its share of

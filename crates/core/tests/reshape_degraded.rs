@@ -357,6 +357,9 @@ fn degraded_restart(old: &Node, new: &Node, gone: &[usize], loss: Loss) -> Resul
         want[at..at + 8192].fill(0xa7);
         block_on(a.write(at as u64, Buf::copy_from(&want[at..at + 8192]), true))
             .map_err(|e| e.to_string())?;
+        // Shut down clean: a dirty start with a role out is refused mid-reshape (its rows
+        // may be torn; `tests/reshape_array.rs`).
+        block_on(a.mark_clean()).map_err(|e| e.to_string())?;
         drop(a);
         if loss == Loss::FailedThenCut {
             let (tx, cut) = oneshot::channel();

@@ -12,6 +12,7 @@ mod forced;
 mod geometry;
 mod peer_records;
 mod reshape_records;
+mod torn_rows;
 
 use forced::force_roles;
 pub use forced::{pick_forced, pick_forced_with};
@@ -203,6 +204,10 @@ pub enum AssembleError {
         newer_position: u64,
         older_position: u64,
     },
+    /// Not shut down clean mid-reshape with a role out that parity rebuilds (see
+    /// `assemble/torn_rows.rs`): refused unless forced.
+    #[error("volume `{volume}`: not shut down clean during a reshape, with {roles} out: neither shape is logged while a reshape runs, so a row written at the crash may hold new data beside old parity, and the out member's block there, rebuilt from that parity, may read wrong though no client wrote it (md refuses such a dirty degraded start too) — not started, nothing written; bring the member back, or start with --force-assemble {volume} to serve it as it is")]
+    DirtyDegradedReshape { volume: String, roles: String },
     #[error(
         "volume `{volume}`: roles {absent} have no trusted member, more than the volume tolerates"
     )]
@@ -340,20 +345,7 @@ pub(crate) fn assemble_with(
     warn_absent(&roles, &forced, names, &mut warnings);
     let failed = lost(&roles);
     if !survives(&failed) {
-        return Err(AssembleError::BeyondTolerance {
-            why: (failed.iter())
-                .map(|&r| match &roles[r] {
-                    Err(a) => (r, a.clone()),
-                    Ok(member) => (r, rebuilding_absence(*member, r, &resuming)),
-                })
-                .collect(),
-            volume,
-            absent: failed
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(", "),
-        });
+        return Err(beyond_tolerance(volume, &roles, &failed, &resuming));
     }
     // Members back from a failure together hold old bytes where writes were in flight: the
     // dirty regions are resynced with them, as after a crash with every member there.
@@ -363,6 +355,14 @@ pub(crate) fn assemble_with(
         .filter(|r| r.events == newest.events)
         .all(|r| r.clean)
         && !forced.iter().any(|f| f.missed_nothing_acked);
+    let trees = reshape.as_ref().map(|r| (&newest.tree, &r.new_tree));
+    if let Some(out) = torn_rows::refuse_torn_rows((clean, force), trees, &failed) {
+        let roles = out.iter().map(|&r| role_name(r)).collect::<Vec<_>>();
+        return Err(AssembleError::DirtyDegradedReshape {
+            volume,
+            roles: roles.join(", "),
+        });
+    }
     Ok(Assembly {
         array: newest.array,
         tree: newest.tree.clone(),
@@ -375,6 +375,28 @@ pub(crate) fn assemble_with(
         reshape,
         newest_role: newest.role as usize,
     })
+}
+
+/// The refusal of volume `volume` with the roles `failed` out (each why: its absence, or
+/// its member being rebuilt, listed in `resuming`).
+fn beyond_tolerance(
+    volume: String,
+    roles: &[Result<usize, Absence>],
+    failed: &[usize],
+    resuming: &[(usize, u64)],
+) -> AssembleError {
+    AssembleError::BeyondTolerance {
+        why: (failed.iter())
+            .map(|&r| match &roles[r] {
+                Err(a) => (r, a.clone()),
+                Ok(member) => (r, rebuilding_absence(*member, r, resuming)),
+            })
+            .collect(),
+        volume,
+        absent: (failed.iter().map(usize::to_string))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
 }
 
 /// Why role `role`, held by `member` and listed in `resuming` (role, checkpoint), is out.
