@@ -21,7 +21,7 @@
 //! member that answered with I/O errors (a local disk, or a server replying EIO) or that the
 //! operator failed stays out until the operator decides (`nbraid add`, `nbraid replace`).
 
-use crate::control::readd::{is_remote, may_return, readd_role};
+use crate::control::readd::{is_remote, may_return_now, readd_role};
 use crate::control::{ControlVolume, Controls};
 use nbraid_core::fail_cause::{Because, FailCause};
 use nbraid_core::{Member, MemberState};
@@ -48,18 +48,19 @@ struct Probing {
 }
 
 /// The roles of `v` to probe: failed, with a member, on an NBD server, and allowed back by
-/// [`may_return`](crate::control::readd::may_return) (those that are not are said once, in `held`). Roles that are not
+/// [`may_return_now`] (those that are not are said once, in `held`). Roles that are not
 /// probed are forgotten from `refused`.
 fn due(v: &ControlVolume, p: &Probing) -> Vec<usize> {
     let array = v.array();
     let vol = array.volume();
     let health = vol.member_health();
+    let available = vol.is_available();
     (0..vol.member_count())
         .filter(|&r| {
             let failed = health[r].state == MemberState::Failed && array.has_member(r);
             let remote = is_remote(vol.member(r).name());
-            let verdict =
-                (failed && remote).then(|| may_return(remote, health[r].failure.as_ref()));
+            let failure = health[r].failure.as_ref();
+            let verdict = (failed && remote).then(|| may_return_now(available, remote, failure));
             if let Some(Err(why)) = &verdict {
                 if p.held.lock().insert(r) {
                     say(&format!(

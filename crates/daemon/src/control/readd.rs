@@ -35,6 +35,26 @@ pub fn may_return(remote: bool, failure: Option<&Failure>) -> Result<(), String>
     }
 }
 
+/// Why a failed remote member is not re-added while its volume is past its tolerance: a
+/// re-add resyncs what the member missed from the others, and some of its data has no
+/// readable copy among them (the resync failed, and the member stayed "rebuilding" for
+/// good). A start reads every member's records instead: the member that went on alone
+/// serves again, or `--force-assemble` takes back those that missed nothing acknowledged.
+const PAST_TOLERANCE: &str = "its volume is past its tolerance, and a re-add could not resync it from the others; restart nbraidd: the start assembles the volume from the members' records (naming --force-assemble where they disagree)";
+
+/// [`may_return`], now: while the volume is past its tolerance (not `available`) nothing
+/// comes back by itself ([`PAST_TOLERANCE`]). What the probe does and `status` says.
+pub fn may_return_now(
+    available: bool,
+    remote: bool,
+    failure: Option<&Failure>,
+) -> Result<(), String> {
+    may_return(remote, failure)?;
+    available
+        .then_some(())
+        .ok_or_else(|| PAST_TOLERANCE.to_string())
+}
+
 /// Whether a member's name is an NBD URI (a remote member).
 pub fn is_remote(name: &str) -> bool {
     nbraid_nbd::client::Uri::parse(name).is_ok()
@@ -98,6 +118,20 @@ mod tests {
             cause,
             why: "write of 4096 bytes at offset 0 failed: Input/output error".into(),
         }
+    }
+
+    #[test]
+    fn nothing_comes_back_by_itself_into_a_volume_past_its_tolerance() {
+        let timeout = failure(FailCause::Unanswered);
+        assert_eq!(may_return_now(true, true, Some(&timeout)), Ok(()));
+        let past = may_return_now(false, true, Some(&timeout)).unwrap_err();
+        assert!(
+            past.contains("past its tolerance") && past.contains("restart"),
+            "{past}"
+        );
+        // A member that stays out anyway says its own reason.
+        let op = may_return_now(false, true, Some(&failure(FailCause::Operator)));
+        assert!(op.unwrap_err().contains("operator failed it"));
     }
 
     #[test]

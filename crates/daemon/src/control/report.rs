@@ -3,7 +3,7 @@
 use super::controls::Controls;
 use super::notes::{live_notes, Holder};
 use super::paths::absolute_path;
-use super::readd::{is_remote, may_return};
+use super::readd::{is_remote, may_return_now};
 use super::volume::ControlVolume;
 use nbraid_core::checksum::ChecksumCounters;
 use nbraid_core::fail_cause::Failure;
@@ -179,14 +179,14 @@ impl<'a> MemberSnapshots<'a> {
     }
 
     /// Why member `i` is failed (`failure`; null while it is not), and whether it comes back
-    /// by itself (the probe's rule, [`may_return`]) or why it stays out.
+    /// by itself (the probe's rule, [`may_return_now`]) or why it stays out.
     fn failure_json(&self, i: usize, failure: Option<&Failure>) -> Value {
         let Some(f) = failure else {
             return Value::Null;
         };
         let member = self.vol.member(i);
         let remote = is_remote(member.name());
-        let verdict = may_return(remote, Some(f));
+        let verdict = may_return_now(self.vol.is_available(), remote, Some(f));
         json!({
             "cause": f.cause.describe(),
             "why": f.why,
