@@ -143,6 +143,18 @@ pub struct MetadataOptions {
     pub max_read_errors: u32,
 }
 
+impl MetadataOptions {
+    /// These settings without the log's size (`write_hole_log_size`: an existing array never
+    /// takes a new one, which a reload says apart from the keys a restart takes).
+    pub fn without_log_size(&self) -> MetadataOptions {
+        MetadataOptions {
+            ppl_log_bytes: None,
+            ppl_log_bytes_written: None,
+            ..*self
+        }
+    }
+}
+
 impl Default for MetadataOptions {
     fn default() -> Self {
         MetadataOptions {

@@ -329,9 +329,16 @@ fn volume_at_restart(
         ("block_size", old.block_size != v.block_size),
         (
             "the metadata keys (create, bitmap_chunk, clean_delay, write_hole)",
-            old.metadata != v.metadata,
+            old.metadata.without_log_size() != v.metadata.without_log_size(),
         ),
     ];
+    // The log's reserve is placed at create: no restart takes a new size (`nbraid check`
+    // and `nbraid apply` say what the records keep).
+    if old.metadata.ppl_log_bytes_written != v.metadata.ppl_log_bytes_written {
+        out.push(format!(
+            "{name}: write_hole_log_size is never taken by an existing array: its records keep the reserve it was created with (nbraid check says which)"
+        ));
+    }
     for (field, differs) in fields {
         if differs {
             out.push(format!("{name}: {field} takes effect at a restart"));

@@ -204,3 +204,23 @@ fn the_outcome_says_what_changed_what_failed_and_what_waits() {
     );
     assert_eq!(Outcome::default().summary(), "nothing changed live");
 }
+
+/// `write_hole_log_size` is never taken by an existing array (its records keep the reserve
+/// it was created with): a reload says so, not that a restart takes it (found by the config
+/// hunt). `write_hole` is still one of the keys a restart takes.
+#[test]
+fn a_new_log_size_is_said_never_taken_and_write_hole_waits_for_a_restart() {
+    let bigger = format!("{BASE}write_hole_log_size = \"4MiB\"\n");
+    let text = plan_of(BASE, &bigger).at_restart.join("\n");
+    assert!(
+        text.contains("db: write_hole_log_size is never taken by an existing array"),
+        "{text}"
+    );
+    assert!(!text.contains("takes effect at a restart"), "{text}");
+    let off = format!("{BASE}write_hole = \"off\"\n");
+    let text = plan_of(BASE, &off).at_restart.join("\n");
+    assert!(
+        text.contains("the metadata keys (create, bitmap_chunk, clean_delay, write_hole) takes effect at a restart"),
+        "{text}"
+    );
+}
