@@ -79,9 +79,8 @@ pub fn run(file: &Path, yes: bool, force: bool, json: bool) -> Result<String> {
     let out = if json {
         let volumes: Vec<_> = (plans.iter().zip(&settings))
             .map(|((p, served), settings)| {
-                let mut v = serde_json::to_value(p).expect("a plan serializes");
+                let mut v = plan_json(p, settings);
                 v["served"] = json!(served);
-                v["settings"] = json!(settings);
                 v
             })
             .collect();
@@ -200,6 +199,13 @@ fn setting_changes(v: &nbraid_config::Volume, status: Option<&Value>) -> Vec<Set
     out
 }
 
+/// A volume's plan as `--json` gives it, with its `settings`.
+fn plan_json(p: &VolumePlan, settings: &[SettingChange]) -> Value {
+    let mut v = serde_json::to_value(p).expect("a plan serializes");
+    v["settings"] = json!(settings);
+    v
+}
+
 /// The setting lines under a volume's plan.
 fn settings_text(settings: &[SettingChange]) -> String {
     settings
@@ -316,11 +322,7 @@ fn start_offline(config: &nbraid_config::Config, force: bool, json: bool) -> Res
     }
     if json {
         let volumes: Vec<Value> = (plans.iter().zip(&settings))
-            .map(|(p, settings)| {
-                let mut v = serde_json::to_value(p).expect("a plan serializes");
-                v["settings"] = json!(settings);
-                v
-            })
+            .map(|(p, settings)| plan_json(p, settings))
             .collect();
         out = format!(
             "{}\n",

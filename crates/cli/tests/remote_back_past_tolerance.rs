@@ -9,32 +9,15 @@
 mod common;
 
 use common::*;
-use std::process::Child;
-
-const MIB: u64 = 1 << 20;
-
-/// The export's nbdkit, killed when the test ends.
-struct Kit(Child);
-
-impl Drop for Kit {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[test]
 fn a_remote_member_back_past_the_tolerance_waits_for_a_restart_and_then_serves() {
     let nbdcopy = require("nbdcopy");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (local, remote) = (d.join("m0.img"), d.join("m1.img"));
-    for f in [&local, &remote] {
-        std::fs::File::create(f).unwrap().set_len(40 * MIB).unwrap();
-    }
+    let [local, remote] = member_files(d, ["m0.img", "m1.img"]);
     let sock = d.join("m1.sock");
-    let export = |_: ()| Kit(nbdkit_export(&sock, &["file".as_ref(), remote.as_os_str()]));
-    let kit = export(());
+    let kit = Kit::serve(&sock, &remote);
     let config = raid1_local_and_remote(d, &local, &sock, "1s");
     let cfg = config.to_str().unwrap();
     let (mut daemon, uri) = serve(&config, "v");
@@ -48,9 +31,7 @@ fn a_remote_member_back_past_the_tolerance_waits_for_a_restart_and_then_serves()
         .arg(d.join("partial.img"))
         .output();
     wait_until(cfg, "v", "the volume failed", |v| v["available"] == false);
-    // A killed nbdkit leaves its socket file behind.
-    let _ = std::fs::remove_file(&sock);
-    let _kit = export(());
+    let _kit = Kit::serve(&sock, &remote);
     let v = wait_until(cfg, "v", "m1 held out, said why", |v| {
         let stays = v["members"][1]["failure"]["stays_out"]
             .as_str()

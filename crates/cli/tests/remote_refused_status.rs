@@ -7,47 +7,16 @@
 mod common;
 
 use common::{
-    fill, nbraid, ok, prefix_reads_back, raid1_local_and_remote, require, serve, wait_until,
+    fill, member_files, nbraid, ok, prefix_reads_back, raid1_local_and_remote, require, serve,
+    wait_until, Kit,
 };
-use std::path::Path;
-use std::process::Child;
-
-const MIB: u64 = 1 << 20;
-
-/// `nbdkit file` serving `file` on `sock`, killed when dropped.
-struct Kit(Child);
-
-impl Kit {
-    /// Also over the socket file a killed one left.
-    fn serve(sock: &Path, file: &Path) -> Kit {
-        Kit::serve_with(sock, file, &[], &[])
-    }
-
-    /// Through nbdkit filter `filter`, given its arguments `params` (after the plugin's).
-    fn serve_with(sock: &Path, file: &Path, filter: &[&str], params: &[&str]) -> Kit {
-        let _ = std::fs::remove_file(sock);
-        let mut args: Vec<&std::ffi::OsStr> = filter.iter().map(|a| a.as_ref()).collect();
-        args.extend(["file".as_ref(), file.as_os_str()]);
-        args.extend(params.iter().map(|a| -> &std::ffi::OsStr { a.as_ref() }));
-        Kit(common::nbdkit_export(sock, &args))
-    }
-}
-
-impl Drop for Kit {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[test]
 fn a_remote_export_back_too_small_is_named_in_status() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (local, remote, sock) = (d.join("m0.img"), d.join("m1.img"), d.join("m1.sock"));
-    for f in [&local, &remote] {
-        std::fs::File::create(f).unwrap().set_len(40 * MIB).unwrap();
-    }
+    let [local, remote] = member_files(d, ["m0.img", "m1.img"]);
+    let sock = d.join("m1.sock");
     let kit = Kit::serve(&sock, &remote);
     let cfg = raid1_local_and_remote(d, &local, &sock, "2s");
     let c = cfg.to_str().unwrap();

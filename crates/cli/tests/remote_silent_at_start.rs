@@ -8,15 +8,12 @@
 mod common;
 
 use common::{
-    fill, nbraid, ok, prefix_reads_back, raid1_local_and_remote, require, serve, status_of,
-    wait_until,
+    fill, member_files, nbraid, ok, prefix_reads_back, raid1_local_and_remote, require, serve,
+    status_of, wait_until, Kit,
 };
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::Child;
-
-const MIB: u64 = 1 << 20;
 
 /// Sends `command` to nbdkit's pause filter on `control` ('p' pause, 'r' resume) and waits
 /// for its answer (the same letter, upper case: a pause is answered once the requests it
@@ -29,36 +26,14 @@ fn pause_control(control: &Path, command: u8) {
     assert_eq!(answer[0], command.to_ascii_uppercase());
 }
 
-/// The export's nbdkit, killed outright when the test ends: a paused one would wait for the
-/// requests it holds before exiting with the test.
-struct Kit(Child);
-
-impl Drop for Kit {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn a_remote_member_silent_at_the_start_is_readded_once_it_answers() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (local, remote) = (d.join("m0.img"), d.join("m1.img"));
-    for f in [&local, &remote] {
-        std::fs::File::create(f).unwrap().set_len(40 * MIB).unwrap();
-    }
+    let [local, remote] = member_files(d, ["m0.img", "m1.img"]);
     let (sock, control) = (d.join("m1.sock"), d.join("m1.pause"));
     let pause_arg = format!("pause-control={}", control.display());
-    let _kit = Kit(common::nbdkit_export(
-        &sock,
-        &[
-            "--filter=pause".as_ref(),
-            "file".as_ref(),
-            remote.as_os_str(),
-            pause_arg.as_ref(),
-        ],
-    ));
+    let _kit = Kit::serve_with(&sock, &remote, &["--filter=pause"], &[&pause_arg]);
     let cfg = raid1_local_and_remote(d, &local, &sock, "1s");
     let c = cfg.to_str().unwrap();
     let nbdcopy = require("nbdcopy");

@@ -6,19 +6,6 @@
 mod common;
 
 use common::*;
-use std::process::Child;
-
-const MIB: u64 = 1 << 20;
-
-/// The export's nbdkit, killed when the test ends.
-struct Kit(Child);
-
-impl Drop for Kit {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn healthy(cfg: &str) {
     wait_until(cfg, "v", "both members healthy", |v| {
@@ -45,12 +32,9 @@ fn a_removed_remote_member_is_added_back_by_its_uri_or_id() {
     let nbdcopy = require("nbdcopy");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (local, remote) = (d.join("m0.img"), d.join("m1.img"));
-    for f in [&local, &remote] {
-        std::fs::File::create(f).unwrap().set_len(40 * MIB).unwrap();
-    }
+    let [local, remote] = member_files(d, ["m0.img", "m1.img"]);
     let sock = d.join("m1.sock");
-    let _kit = Kit(nbdkit_export(&sock, &["file".as_ref(), remote.as_os_str()]));
+    let _kit = Kit::serve(&sock, &remote);
     let config = raid1_local_and_remote(d, &local, &sock, "1s");
     let cfg = config.to_str().unwrap();
     let member_uri = format!("nbd+unix:///?socket={}", sock.display());
@@ -92,12 +76,9 @@ fn a_departed_remote_member_is_added_back_as_a_spare() {
     let nbdcopy = require("nbdcopy");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (local, remote, spare) = (d.join("m0.img"), d.join("m1.img"), d.join("s.img"));
-    for f in [&local, &remote, &spare] {
-        std::fs::File::create(f).unwrap().set_len(40 * MIB).unwrap();
-    }
+    let [local, remote, spare] = member_files(d, ["m0.img", "m1.img", "s.img"]);
     let sock = d.join("m1.sock");
-    let _kit = Kit(nbdkit_export(&sock, &["file".as_ref(), remote.as_os_str()]));
+    let _kit = Kit::serve(&sock, &remote);
     let config = raid1_local_and_remote(d, &local, &sock, "1s");
     let text = std::fs::read_to_string(&config).unwrap().replace(
         "[[volume]]",

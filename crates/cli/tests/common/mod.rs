@@ -327,6 +327,46 @@ pub fn wait_until(cfg: &str, name: &str, what: &str, done: impl Fn(&Value) -> bo
     }
 }
 
+/// `nbdkit file` serving a file on a Unix socket, killed outright when dropped (a paused one
+/// would wait for the requests it holds before exiting with the test).
+pub struct Kit(pub Child);
+
+impl Kit {
+    /// `file` on `sock`, also over the socket file a killed one left.
+    pub fn serve(sock: &Path, file: &Path) -> Kit {
+        Kit::serve_with(sock, file, &[], &[])
+    }
+
+    /// Through nbdkit filter `filter`, given its arguments `params` (after the plugin's).
+    pub fn serve_with(sock: &Path, file: &Path, filter: &[&str], params: &[&str]) -> Kit {
+        let _ = std::fs::remove_file(sock);
+        let mut args: Vec<&std::ffi::OsStr> = filter.iter().map(|a| a.as_ref()).collect();
+        args.extend(["file".as_ref(), file.as_os_str()]);
+        args.extend(params.iter().map(|a| -> &std::ffi::OsStr { a.as_ref() }));
+        Kit(nbdkit_export(sock, &args))
+    }
+}
+
+impl Drop for Kit {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `names` in `dir` as 40 MiB sparse files (the size [`raid1_local_and_remote`] declares);
+/// their paths.
+pub fn member_files<const N: usize>(dir: &Path, names: [&str; N]) -> [PathBuf; N] {
+    names.map(|name| {
+        let path = dir.join(name);
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(40 * MIB)
+            .unwrap();
+        path
+    })
+}
+
 /// `nbdkit --unix sock ARGS…` (a plugin and its arguments), once it accepts connections;
 /// it exits with the test.
 pub fn nbdkit_export(sock: &Path, args: &[&std::ffi::OsStr]) -> Child {
