@@ -351,6 +351,13 @@ impl Volume {
         self.table.failed_count()
     }
 
+    /// Member failures so far, never going back (a member put in a failed slot does not
+    /// undo one): a watcher comparing two looks sees every failure between them, also one
+    /// that came after a spare filled the slot of another.
+    pub fn failures_so_far(&self) -> u64 {
+        self.table.failure_gate().generation()
+    }
+
     /// Whether every byte is still readable with the members that are failed: a property of
     /// the tree and the failed set, O(members) whatever the capacity.
     pub fn is_available(&self) -> bool {

@@ -1,8 +1,8 @@
 //! Automatic rebuild while volumes are served.
 //!
-//! A watcher per volume looks at the volume's failed count (one atomic load every
-//! [`WATCH_INTERVAL`]); when it changes — a member failed past the engine's tolerance of I/O
-//! errors, `nbraid fail`, a new member installed — failed roles take spares
+//! A watcher per volume looks at the volume's failures so far and failed count (atomic loads
+//! every [`WATCH_INTERVAL`]); when they change — a member failed past the engine's tolerance
+//! of I/O errors, `nbraid fail`, a new member installed — failed roles take spares
 //! ([`Array::use_spares`]: the most endangered first, the smallest spare that fits) and the
 //! rebuild starts at the volume's `rebuild_rate`, logged loudly and shown by `nbraid
 //! status`. At start the same look resumes rebuilds left at a checkpoint and puts spares in
@@ -17,7 +17,7 @@ use nbraid_core::{PassRate, ScrubControl};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How often the watcher looks at a volume's failed count.
+/// How often the watcher looks at a volume's failures.
 pub const WATCH_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Puts spares in failed roles and makes sure a rebuild runs for whatever is being rebuilt
@@ -109,12 +109,14 @@ pub fn start_background_resync(v: &ControlVolume) {
     }
 }
 
-/// Watches every volume: on a change of its failed count, [`heal_once`]; when the volume was
+/// Watches every volume: on a new member failure, [`heal_once`]; when the volume was
 /// opened again (a reshape started or ended), what a start does for a volume opened
 /// ([`after_reopen`]).
 pub async fn watch(controls: Arc<Controls>) {
-    // (failed count, swaps of the served array)
-    let mut seen: Vec<Option<(usize, u64)>> = vec![None; controls.volumes.len()];
+    // (failures so far, failed count, swaps of the served array). The count alone misses a
+    // spare placed and rebuilt and then failed, all between two looks: it is as it was, and
+    // the next spare stood by unused.
+    let mut seen: Vec<Option<(u64, usize, u64)>> = vec![None; controls.volumes.len()];
     loop {
         for (v, seen) in controls.volumes.iter().zip(seen.iter_mut()) {
             if v.array().is_read_only() {
@@ -122,10 +124,16 @@ pub async fn watch(controls: Arc<Controls>) {
                 continue;
             }
             let swaps = v.served.swaps();
-            let now = (v.array().volume().failed_count(), swaps);
+            let array = v.array();
+            let now = (
+                array.volume().failures_so_far(),
+                array.volume().failed_count(),
+                swaps,
+            );
+            drop(array);
             let was = seen.replace(now);
             // A volume already swapped at the first look (its reshape ended that soon) too.
-            if was.map_or(now.1 != 0, |(_, a)| a != now.1) {
+            if was.map_or(now.2 != 0, |(_, _, a)| a != now.2) {
                 after_reopen(v).await;
             }
             if was != Some(now) {
