@@ -10,7 +10,6 @@ mod common;
 use common::nbd_model::client;
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
@@ -29,16 +28,6 @@ fn config(dir: &Path, copies: usize) -> PathBuf {
     file
 }
 
-fn read_out(nbdcopy: &Path, dir: &Path, uri: &str) -> Vec<u8> {
-    let out = dir.join("out.img");
-    let _ = std::fs::remove_file(&out);
-    ok(
-        Command::new(nbdcopy).arg(uri).arg(&out).output().unwrap(),
-        "nbdcopy out of the volume",
-    );
-    std::fs::read(&out).unwrap()
-}
-
 #[test]
 fn copies_added_to_a_mirror_online_are_rebuilt_and_hold_every_byte() {
     let nbdcopy = require("nbdcopy");
@@ -47,21 +36,15 @@ fn copies_added_to_a_mirror_online_are_rebuilt_and_hold_every_byte() {
     let cfg = file.to_str().unwrap();
     ok(nbraid(&["create", cfg]), "create");
     let (_d, uri) = serve(&file, "m");
-    let cap = status_of(cfg, "m")["capacity_bytes"].as_u64().unwrap();
-    let data = seeded_bytes(11, cap);
-    let src = dir.path().join("src.img");
-    std::fs::write(&src, &data).unwrap();
-    ok(
-        Command::new(&nbdcopy).arg(&src).arg(&uri).output().unwrap(),
-        "nbdcopy into the volume",
-    );
+    let data = fill_whole(&nbdcopy, dir.path(), &uri, (cfg, "m"), 11);
 
     config(dir.path(), 3);
     let plan = ok(nbraid(&["apply", cfg]), "apply (plan)");
     assert!(plan.contains("new copies rebuilt online"), "{plan}");
+    let capacity_bytes = data.len() as u64;
     let model = Arc::new(Mutex::new(data));
     let stop = Arc::new(AtomicBool::new(false));
-    let busy = client(uri.clone(), model.clone(), cap, stop.clone());
+    let busy = client(uri.clone(), model.clone(), capacity_bytes, stop.clone());
     let out = ok(nbraid(&["apply", cfg, "--yes"]), "apply --yes");
     assert!(out.contains("started online"), "{out}");
     let v = status_of(cfg, "m");

@@ -41,15 +41,6 @@ fn grow_files(dir: &Path, mib: u64) {
     }
 }
 
-fn copy_in(nbdcopy: &Path, dir: &Path, uri: &str, data: &[u8]) {
-    let src = dir.join("src.img");
-    std::fs::write(&src, data).unwrap();
-    ok(
-        Command::new(nbdcopy).arg(&src).arg(uri).output().unwrap(),
-        "nbdcopy into the volume",
-    );
-}
-
 /// A check-only scrub of the whole volume: no stripe whose parity disagrees with its data.
 fn scrub_finds_nothing(cfg: &str) {
     let out = ok(nbraid(&["scrub", "db", "--config", cfg, "--json"]), "scrub");

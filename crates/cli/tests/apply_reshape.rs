@@ -12,7 +12,6 @@ use common::nbd_model::{client, size_seen};
 use common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
@@ -32,13 +31,6 @@ fn config(dir: &Path, level: &str, members: usize, rate: &str) -> PathBuf {
     file
 }
 
-fn copy(nbdcopy: &Path, from: &Path, to: &str) {
-    ok(
-        Command::new(nbdcopy).arg(from).arg(to).output().unwrap(),
-        "nbdcopy into the volume",
-    );
-}
-
 fn reshape_done_at(v: &Value, capacity: u64) -> bool {
     v["reshape"]["state"] == "done" && v["capacity_bytes"].as_u64() == Some(capacity)
 }
@@ -55,9 +47,7 @@ fn raid5_grows_online_then_moves_to_raid6_through_a_sigkill() {
     let cap = status_of(cfg, "db")["capacity_bytes"].as_u64().unwrap();
     assert_eq!(cap, 14 * MIB);
     let data = seeded_bytes(5, cap);
-    let src = dir.path().join("src.img");
-    std::fs::write(&src, &data).unwrap();
-    copy(&nbdcopy, &src, &uri);
+    copy_in(&nbdcopy, dir.path(), &uri, &data);
 
     // RAID 5 of 3 → 4, online, while a client writes and reads.
     let model = Arc::new(Mutex::new(data));
@@ -83,8 +73,7 @@ fn raid5_grows_online_then_moves_to_raid6_through_a_sigkill() {
     let mut data = model.lock().unwrap().clone();
     prefix_reads_back(&nbdcopy, dir.path(), &uri, &data);
     data.extend(seeded_bytes(6, 7 * MIB));
-    std::fs::write(&src, &data).unwrap();
-    copy(&nbdcopy, &src, &uri);
+    copy_in(&nbdcopy, dir.path(), &uri, &data);
 
     // RAID 5 of 4 → RAID 6 of 5, online and slowly enough to be killed mid-way.
     config(dir.path(), "raid6", 5, "1MiB");

@@ -13,7 +13,6 @@ use common::blocks::{block_of, corrupt, unix_uri};
 use common::*;
 use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
 
 /// Member files of 10 MiB: 1 MiB metadata, 1 MiB checksum reserve, an 8 MiB region.
 const MEMBER_MIB: u64 = 10;
@@ -85,20 +84,14 @@ fn bad_blocks_behind_the_daemons_back_read_back_exactly_and_are_repaired() {
     let mut d = Daemon::start(&config);
     let mut written = Vec::new();
     for (i, (v, _, _)) in VOLUMES.iter().enumerate() {
-        let st = status_of(cfg, v);
-        let cap = st["capacity_bytes"].as_u64().unwrap();
-        let data = seeded_bytes(0x5eed + i as u64, cap);
-        let src = dir.path().join(format!("{v}.src"));
-        std::fs::write(&src, &data).unwrap();
-        ok(
-            Command::new(&nbdcopy)
-                .arg(&src)
-                .arg(unix_uri(dir.path(), v))
-                .output()
-                .unwrap(),
-            "nbdcopy into the volume",
-        );
-        written.push(data);
+        let uri = unix_uri(dir.path(), v);
+        written.push(fill_whole(
+            &nbdcopy,
+            dir.path(),
+            &uri,
+            (cfg, v),
+            0x5eed + i as u64,
+        ));
     }
     let blocks = REGION / BLOCK;
     for (i, (v, _, n)) in VOLUMES.iter().enumerate() {

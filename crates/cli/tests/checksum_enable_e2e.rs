@@ -14,7 +14,6 @@ use common::blocks::{block_of, corrupt, unix_uri};
 use common::*;
 use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Member files of 9 MiB: 1 MiB metadata and an 8 MiB region (the checksum area of a
@@ -85,16 +84,9 @@ fn a_volume_created_without_checksums_enables_them_and_then_finds_bad_blocks() {
     let mut d = Daemon::start(&off);
     let mut written = Vec::new();
     for (i, (v, _, _)) in VOLUMES.iter().enumerate() {
-        let cap = status_of(&cfg, v)["capacity_bytes"].as_u64().unwrap();
-        let data = seeded_bytes(0xe4ab1e + i as u64, cap);
-        let src = dir.path().join(format!("{v}.src"));
-        std::fs::write(&src, &data).unwrap();
-        let copy = Command::new(&nbdcopy)
-            .arg(&src)
-            .arg(unix_uri(dir.path(), v))
-            .output();
-        ok(copy.unwrap(), "nbdcopy into the volume");
-        written.push(data);
+        let uri = unix_uri(dir.path(), v);
+        let seed = 0xe4ab1e + i as u64;
+        written.push(fill_whole(&nbdcopy, dir.path(), &uri, (&cfg, v), seed));
     }
     d.stop();
 

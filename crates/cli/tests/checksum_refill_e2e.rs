@@ -10,7 +10,6 @@ mod common;
 use common::blocks::{corrupt, unix_uri};
 use common::*;
 use serde_json::Value;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 const VOLUME: &str = "m";
@@ -60,12 +59,7 @@ fn a_crash_gets_its_checksums_back_and_status_counts_those_missing_meanwhile() {
     let config = config(dir.path());
     let cfg = config.to_str().unwrap().to_string();
     let (mut d, uri) = serve(&config, VOLUME);
-    let cap = status_of(&cfg, VOLUME)["capacity_bytes"].as_u64().unwrap();
-    let data = seeded_bytes(0x5eed_0f1e, cap);
-    let src = dir.path().join("src.img");
-    std::fs::write(&src, &data).unwrap();
-    let copy = Command::new(&nbdcopy).arg(&src).arg(&uri).output();
-    ok(copy.unwrap(), "nbdcopy into the volume");
+    let data = fill_whole(&nbdcopy, dir.path(), &uri, (&cfg, VOLUME), 0x5eed_0f1e);
     d.child.kill().unwrap();
     d.child.wait().unwrap();
 
@@ -93,7 +87,7 @@ fn a_crash_gets_its_checksums_back_and_status_counts_those_missing_meanwhile() {
     reads_back(&nbdcopy, dir.path(), &unix_uri(dir.path(), VOLUME), &data);
 
     // A block written before the crash rots on the second copy: its checksum finds it.
-    let at = cap / 2 / 4096 * 4096;
+    let at = data.len() as u64 / 2 / 4096 * 4096;
     let start = member_offset(&cfg, at, 1);
     corrupt(&dir.path().join("m1.img"), start, 0, 77);
     let args = ["scrub", VOLUME, "--repair", "--config", &cfg, "--json"];

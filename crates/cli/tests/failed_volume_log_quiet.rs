@@ -6,35 +6,9 @@ mod common;
 
 use common::blocks::unix_uri;
 use common::*;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// `nbraidd` on `config` with its log (stderr) in `log`.
-fn daemon_logging_to(config: &Path, log: &Path) -> Daemon {
-    let mut child = Command::new(nbraidd_path())
-        .arg("--config")
-        .arg(config)
-        .args(["--log-level", "warn"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .expect("start nbraidd");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let control = loop {
-        match lines.next() {
-            Some(Ok(l)) => match l.strip_prefix("nbraidd: control socket ") {
-                Some(p) => break p.into(),
-                None => continue,
-            },
-            _ => panic!("nbraidd exited early: {:?}", child.wait()),
-        }
-    };
-    std::thread::spawn(move || for _ in lines.by_ref() {});
-    Daemon { child, control }
-}
 
 #[test]
 fn a_volume_that_cannot_be_recorded_clean_says_so_once() {
@@ -45,7 +19,7 @@ fn a_volume_that_cannot_be_recorded_clean_says_so_once() {
     std::fs::write(&config, text).unwrap();
     let cfg = config.to_str().unwrap();
     let log = dir.path().join("nbraidd.log");
-    let mut d = daemon_logging_to(&config, &log);
+    let mut d = Daemon::start_logging(&config, &log, "warn");
     let uri = unix_uri(dir.path(), "v");
     // A write leaves the volume dirty; both members fail before it is recorded clean.
     let qemu_io = require("qemu-io");

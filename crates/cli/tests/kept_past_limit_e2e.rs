@@ -10,7 +10,6 @@ mod common;
 use common::blocks::{corrupt, unix_uri};
 use common::*;
 use serde_json::Value;
-use std::process::Command;
 
 /// Member files of 10 MiB: 1 MiB metadata, 1 MiB checksum reserve, an 8 MiB region.
 const REGION_START: u64 = 2 * MIB;
@@ -32,14 +31,8 @@ fn a_raid0_member_past_its_bad_block_limit_is_kept_and_said_so() {
     std::fs::write(&config, text).unwrap();
     let cfg = config.to_str().unwrap();
     let _d = Daemon::start(&config);
-    let cap = status_of(cfg, "r0")["capacity_bytes"].as_u64().unwrap();
-    let src = dir.path().join("r0.src");
-    std::fs::write(&src, seeded_bytes(0x7ee9, cap)).unwrap();
     let uri = unix_uri(dir.path(), "r0");
-    ok(
-        Command::new(&nbdcopy).arg(&src).arg(&uri).output().unwrap(),
-        "nbdcopy into the volume",
-    );
+    fill_whole(&nbdcopy, dir.path(), &uri, (cfg, "r0"), 0x7ee9);
     for k in 0..ROTTEN {
         corrupt(&dir.path().join("d1.img"), REGION_START, 3 + 100 * k, k);
     }

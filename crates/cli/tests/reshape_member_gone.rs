@@ -10,7 +10,6 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// `arrays.toml`: RAID 5 `db` over the first `members` of d0..d3 (12 MiB files), copying
 /// at 2 MiB/s, with `spares`.
@@ -35,14 +34,7 @@ fn a_reshape_goes_on_without_a_gone_member_once_the_operator_fails_it() {
     let cfg = file.to_str().unwrap();
     ok(nbraid(&["create", cfg]), "create");
     let (mut d, uri) = serve(&file, "db");
-    let cap = status_of(cfg, "db")["capacity_bytes"].as_u64().unwrap();
-    let data = seeded_bytes(11, cap);
-    let src = dir.path().join("src.img");
-    std::fs::write(&src, &data).unwrap();
-    ok(
-        Command::new(&nbdcopy).arg(&src).arg(&uri).output().unwrap(),
-        "nbdcopy into the volume",
-    );
+    let data = fill_whole(&nbdcopy, dir.path(), &uri, (cfg, "db"), 11);
     config(dir.path(), 4, "");
     ok(nbraid(&["apply", cfg, "--yes"]), "apply --yes");
     wait_until(cfg, "db", "the copy under way", |v| {

@@ -49,18 +49,7 @@ fn stop_mid_reshape_and_restart(m: Move) {
     let file = config(dir.path(), m.files, level, n, strip);
     let cfg = file.to_str().unwrap();
     let (mut d, uri) = serve(&file, "db");
-    let cap = status_of(cfg, "db")["capacity_bytes"].as_u64().unwrap();
-    let data = seeded_bytes(5, cap);
-    let src = dir.path().join("src.img");
-    std::fs::write(&src, &data).unwrap();
-    ok(
-        std::process::Command::new(&nbdcopy)
-            .arg(&src)
-            .arg(&uri)
-            .output()
-            .unwrap(),
-        "nbdcopy into the volume",
-    );
+    let data = fill_whole(&nbdcopy, dir.path(), &uri, (cfg, "db"), 5);
 
     let (level, n, strip) = m.new;
     config(dir.path(), m.files, level, n, strip);

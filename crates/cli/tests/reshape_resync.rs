@@ -10,9 +10,8 @@
 mod common;
 
 use common::*;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 
@@ -27,33 +26,6 @@ fn config(dir: &Path, strip: &str) -> PathBuf {
     let file = dir.join("arrays.toml");
     std::fs::write(&file, text).unwrap();
     file
-}
-
-/// Starts `nbraidd` on `config`, its log (info and up) written to `log`.
-fn start_logging(config: &Path, log: &Path) -> Daemon {
-    let mut child = Command::new(nbraidd_path())
-        .arg("--config")
-        .arg(config)
-        .args(["--log-level", "info"])
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .expect("start nbraidd");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let control = loop {
-        match lines.next() {
-            Some(Ok(l)) => {
-                if let Some(p) = l.strip_prefix("nbraidd: control socket ") {
-                    break PathBuf::from(p);
-                }
-            }
-            _ => panic!("nbraidd exited early: {:?}", child.wait()),
-        }
-    };
-    std::thread::spawn(move || for _ in lines.by_ref() {});
-    Daemon { child, control }
 }
 
 /// Copies `src` into the volume again and again (the same bytes: whatever a kill tears
@@ -83,15 +55,10 @@ fn a_resync_left_by_a_restart_mid_reshape_moves_to_the_new_shape_at_the_swap() {
     let cfg = file.to_str().unwrap();
     ok(nbraid(&["create", cfg]), "create");
     let (mut d, uri) = serve(&file, "db");
-    let cap = status_of(cfg, "db")["capacity_bytes"].as_u64().unwrap();
+    let data = fill_whole(&nbdcopy, dir.path(), &uri, (cfg, "db"), 11);
+    let cap = data.len() as u64;
     assert_eq!(cap, 20 * MIB);
-    let data = seeded_bytes(11, cap);
     let src = dir.path().join("src.img");
-    std::fs::write(&src, &data).unwrap();
-    ok(
-        Command::new(&nbdcopy).arg(&src).arg(&uri).output().unwrap(),
-        "nbdcopy into the volume",
-    );
 
     // A strip change online, killed late in the copy while a client writes: the records are
     // dirty, and the restart resyncs the whole volume (one bitmap chunk) while the reshape
@@ -109,7 +76,7 @@ fn a_resync_left_by_a_restart_mid_reshape_moves_to_the_new_shape_at_the_swap() {
     writer.join().unwrap();
 
     let log = dir.path().join("nbraidd.log");
-    let mut d = start_logging(&file, &log);
+    let mut d = Daemon::start_logging(&file, &log, "info");
     let v = status_of(cfg, "db");
     assert!(!v["reshape"].is_null(), "the reshape carries on: {v:#}");
     assert!(

@@ -8,7 +8,6 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// `arrays.toml`: RAID 5 `db` over the first `members` of d0..d3 (12 MiB files), spare `d4`.
 fn config(dir: &Path, members: usize) -> PathBuf {
@@ -32,14 +31,7 @@ fn a_member_failed_mid_reshape_takes_the_spare_once_the_reshape_ends() {
     let cfg = file.to_str().unwrap();
     ok(nbraid(&["create", cfg]), "create");
     let (mut d, uri) = serve(&file, "db");
-    let cap = status_of(cfg, "db")["capacity_bytes"].as_u64().unwrap();
-    let data = seeded_bytes(7, cap);
-    let src = dir.path().join("src.img");
-    std::fs::write(&src, &data).unwrap();
-    ok(
-        Command::new(&nbdcopy).arg(&src).arg(&uri).output().unwrap(),
-        "nbdcopy into the volume",
-    );
+    let data = fill_whole(&nbdcopy, dir.path(), &uri, (cfg, "db"), 7);
 
     config(dir.path(), 4);
     ok(nbraid(&["apply", cfg, "--yes"]), "apply --yes");

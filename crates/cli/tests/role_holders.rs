@@ -54,14 +54,7 @@ fn rebuilt_onto_new1(nbdcopy: &Path, dir: &Path) -> (Daemon, String, Vec<u8>) {
     let config = write_raid5(dir);
     let cfg = config.to_str().unwrap();
     let (mut d, uri) = serve(&config, "v");
-    let capacity = status_of(cfg, "v")["capacity_bytes"].as_u64().unwrap();
-    let data = seeded_bytes(0x9e37_79b9_7f4a_7c15, capacity);
-    let src = dir.join("src.img");
-    std::fs::write(&src, &data).unwrap();
-    ok(
-        Command::new(nbdcopy).arg(&src).arg(&uri).output().unwrap(),
-        "nbdcopy into the volume",
-    );
+    let data = fill_whole(nbdcopy, dir, &uri, (cfg, "v"), 0x9e37_79b9_7f4a_7c15);
     ok(nbraid(&["fail", "v", "d1", "--config", cfg]), "fail");
     d.stop();
     let (d, uri) = serve(&config, "v");

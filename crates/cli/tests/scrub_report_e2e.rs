@@ -16,7 +16,6 @@ use common::blocks::{block_of, corrupt};
 use common::*;
 use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
 
 /// Member files of 10 MiB: 1 MiB metadata, 1 MiB checksum reserve, an 8 MiB region.
 const MEMBER_MIB: u64 = 10;
@@ -104,17 +103,7 @@ fn the_scrub_report_names_member_offset_and_repair_of_every_bad_block() {
         )
     };
     for (i, (v, _, _, _)) in VOLUMES.iter().enumerate() {
-        let cap = status_of(cfg, v)["capacity_bytes"].as_u64().unwrap();
-        let src = dir.path().join(format!("{v}.src"));
-        std::fs::write(&src, seeded_bytes(0x5c0b + i as u64, cap)).unwrap();
-        ok(
-            Command::new(&nbdcopy)
-                .arg(&src)
-                .arg(uri(v))
-                .output()
-                .unwrap(),
-            "nbdcopy into the volume",
-        );
+        fill_whole(&nbdcopy, dir.path(), &uri(v), (cfg, v), 0x5c0b + i as u64);
     }
     let blocks = REGION / BLOCK;
     for (v, _, n, repair) in VOLUMES {

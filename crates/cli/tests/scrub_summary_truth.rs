@@ -7,7 +7,6 @@ mod common;
 
 use common::blocks::{corrupt, unix_uri};
 use common::*;
-use std::process::Command;
 
 #[test]
 fn the_scrub_summary_counts_the_blocks_its_member_lines_list() {
@@ -20,14 +19,8 @@ fn the_scrub_summary_counts_the_blocks_its_member_lines_list() {
     std::fs::write(&file, text).unwrap();
     let cfg = file.to_str().unwrap();
     let mut d = Daemon::start(&file);
-    let cap = status_of(cfg, "r5")["capacity_bytes"].as_u64().unwrap();
-    let src = dir.path().join("src.img");
-    std::fs::write(&src, seeded_bytes(0x5ca1, cap)).unwrap();
     let uri = unix_uri(dir.path(), "r5");
-    ok(
-        Command::new(&nbdcopy).arg(&src).arg(&uri).output().unwrap(),
-        "nbdcopy into the volume",
-    );
+    fill_whole(&nbdcopy, dir.path(), &uri, (cfg, "r5"), 0x5ca1);
     // Regions start after 1 MiB of metadata and 1 MiB of checksum reserve.
     let member = |m: usize| dir.path().join(format!("m{m}.img"));
     for (k, (m, block)) in [(1, 5), (1, 1000), (0, 1500)].into_iter().enumerate() {

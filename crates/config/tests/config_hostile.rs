@@ -486,6 +486,20 @@ fn located(e: &ConfigError, text: &str, set: Option<(usize, &str)>) {
     }
 }
 
+/// `text` parsed (and walked, if it loads): the result, the largest single allocation in
+/// bytes, and the time it took.
+fn parse_measured(text: &str) -> (Result<config::Config, ConfigError>, usize, Duration) {
+    let started = Instant::now();
+    let (result, largest) = largest_allocation(|| {
+        let parsed = config::parse(text, Path::new("hostile/arrays.toml"));
+        if let Ok(c) = &parsed {
+            walk(c);
+        }
+        parsed
+    });
+    (result, largest, started.elapsed())
+}
+
 proptest! {
     #![proptest_config(cases(384))]
 
@@ -505,15 +519,7 @@ proptest! {
             // Only the last edit's line is known to still be where it was written.
             set = s;
         }
-        let started = Instant::now();
-        let (result, largest) = largest_allocation(|| {
-            let parsed = config::parse(&text, Path::new("hostile/arrays.toml"));
-            if let Ok(c) = &parsed {
-                walk(c);
-            }
-            parsed
-        });
-        let took = started.elapsed();
+        let (result, largest, took) = parse_measured(&text);
         prop_assert!(largest <= ALLOCATION_MAX_BYTES,
             "{}: an allocation of {largest} bytes for a {}-byte config:\n{text}", file.display(), text.len());
         prop_assert!(took <= CASE_TIME_MAX, "{}: {took:?}:\n{text}", file.display());
@@ -539,13 +545,7 @@ fn every_hostile_value_of_every_key() {
             let Some((text, _)) = apply(&original, &m, &values) else {
                 continue;
             };
-            let (result, largest) = largest_allocation(|| {
-                let parsed = config::parse(&text, Path::new("hostile/arrays.toml"));
-                if let Ok(c) = &parsed {
-                    walk(c);
-                }
-                parsed
-            });
+            let (result, largest, _) = parse_measured(&text);
             let what = format!("{}: every size = {}", file.display(), values[value]);
             assert!(
                 largest <= ALLOCATION_MAX_BYTES,
@@ -567,15 +567,7 @@ fn every_hostile_value_of_every_key() {
                     let Some((text, set)) = apply(&original, &m, &values) else {
                         continue;
                     };
-                    let started = Instant::now();
-                    let (result, largest) = largest_allocation(|| {
-                        let parsed = config::parse(&text, Path::new("hostile/arrays.toml"));
-                        if let Ok(c) = &parsed {
-                            walk(c);
-                        }
-                        parsed
-                    });
-                    let took = started.elapsed();
+                    let (result, largest, took) = parse_measured(&text);
                     let what = format!("{}: {key} = {}", file.display(), values[value]);
                     if std::env::var_os("NBRAID_PROPS_TRACE").is_some() {
                         let got = result.as_ref().map(|_| "ok".to_string());

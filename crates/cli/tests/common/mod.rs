@@ -129,17 +129,24 @@ impl Daemon {
 
     /// [`Daemon::start`] with more `nbraidd` arguments.
     pub fn start_with(config: &Path, args: &[&str]) -> Daemon {
-        let nbraidd = nbraidd_path();
-        assert!(
-            nbraidd.is_file(),
-            "{} is not built: run `cargo build --bin nbraidd` (or `cargo test --workspace`)",
-            nbraidd.display()
-        );
-        let mut child = Command::new(nbraidd)
-            .arg("--config")
-            .arg(config)
-            .args(["--log-level", "warn"])
-            .args(args)
+        let mut command = nbraidd_command(config);
+        command.args(["--log-level", "warn"]).args(args);
+        Daemon::spawn(command)
+    }
+
+    /// [`Daemon::start`] with its log (`level` and up) written to `log`.
+    pub fn start_logging(config: &Path, log: &Path, level: &str) -> Daemon {
+        let mut command = nbraidd_command(config);
+        command
+            .args(["--log-level", level])
+            .env_remove("RUST_LOG")
+            .stderr(std::fs::File::create(log).unwrap());
+        Daemon::spawn(command)
+    }
+
+    /// Runs `command` and waits for the control socket it announces.
+    fn spawn(mut command: Command) -> Daemon {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
@@ -183,6 +190,19 @@ impl Daemon {
     }
 }
 
+/// `nbraidd --config CONFIG`, the binary checked to be built.
+fn nbraidd_command(config: &Path) -> Command {
+    let nbraidd = nbraidd_path();
+    assert!(
+        nbraidd.is_file(),
+        "{} is not built: run `cargo build --bin nbraidd` (or `cargo test --workspace`)",
+        nbraidd.display()
+    );
+    let mut command = Command::new(nbraidd);
+    command.arg("--config").arg(config);
+    command
+}
+
 /// The `nbraidd` binary built beside `nbraid`.
 pub fn nbraidd_path() -> PathBuf {
     Path::new(env!("CARGO_BIN_EXE_nbraid")).with_file_name("nbraidd")
@@ -214,13 +234,34 @@ pub fn seeded_bytes(seed: u64, len_bytes: u64) -> Vec<u8> {
 /// Writes 32 MiB of seeded bytes into the volume through NBD; the bytes.
 pub fn fill(nbdcopy: &Path, dir: &Path, uri: &str, seed: u64) -> Vec<u8> {
     let data = seeded_bytes(seed, 32 * MIB);
+    copy_in(nbdcopy, dir, uri, &data);
+    data
+}
+
+/// Writes the whole of `volume` (its capacity as `status` says) with seeded bytes through
+/// NBD; the bytes. They stay in `src.img` in `dir` for a test that writes them again.
+pub fn fill_whole(
+    nbdcopy: &Path,
+    dir: &Path,
+    uri: &str,
+    (cfg, volume): (&str, &str),
+    seed: u64,
+) -> Vec<u8> {
+    let capacity_bytes = status_of(cfg, volume)["capacity_bytes"].as_u64().unwrap();
+    let data = seeded_bytes(seed, capacity_bytes);
+    copy_in(nbdcopy, dir, uri, &data);
+    data
+}
+
+/// Copies `data` into the volume at `uri` from its start with nbdcopy (through `src.img` in
+/// `dir`).
+pub fn copy_in(nbdcopy: &Path, dir: &Path, uri: &str, data: &[u8]) {
     let src = dir.join("src.img");
-    std::fs::write(&src, &data).unwrap();
+    std::fs::write(&src, data).unwrap();
     ok(
         Command::new(nbdcopy).arg(&src).arg(uri).output().unwrap(),
         "nbdcopy into the volume",
     );
-    data
 }
 
 /// The whole volume at `uri`, copied out with nbdcopy (through `out.img` in `dir`).
