@@ -123,8 +123,11 @@ pub fn unidentified_positions(v: &config::Volume, opened: &[Opened], added: &[Ad
 /// stale, failed), or for a lost role a missing member's — one no role claims whose file
 /// shows no identity (`unidentified`, by position), the config's members first, then the
 /// members added at run time, then the spares. Never a member whose file carries another
-/// identity: a stale former holder of another role is not the lost role's. `None`: no
-/// position can be it. Positions are `0..n` members, `n..configured` spares, then added.
+/// identity: a stale former holder of another role is not the lost role's. A lost role no
+/// such file can be (its member removed, its file kept) is the one the config declares for
+/// it, when no role claims that member: the id and path the operator wrote, and the ones
+/// status, the start's `members = [...]` line and `check` all give. `None`: no position can
+/// be it. Positions are `0..n` members, `n..configured` spares, then added.
 pub fn holders(
     roles: &[Result<usize, Absence>],
     (n, configured): (usize, usize),
@@ -136,13 +139,19 @@ pub fn holders(
         .chain(n..configured.min(unidentified.len()));
     let mut candidates =
         order.filter(|p| !claimed.contains(p) && unidentified.get(*p) != Some(&false));
-    roles
+    let mut held: Vec<Option<usize>> = roles
         .iter()
         .map(|r| match r {
             Ok(p) => Some(*p),
             Err(a) => a.member().or_else(|| candidates.next()),
         })
-        .collect()
+        .collect();
+    for role in 0..held.len().min(n) {
+        if held[role].is_none() && !claimed.contains(&role) && !held.contains(&Some(role)) {
+            held[role] = Some(role);
+        }
+    }
+    held
 }
 
 /// The id of each role's holder ([`holders`]); `?` where none can be named.
@@ -205,7 +214,9 @@ pub fn role_notes(
         }
     }
     let claimed = claimed(roles);
-    for p in (0..n).filter(|p| !claimed.contains(p)) {
+    // A member named for a lost role ([`holders`]) is that role's, however old its record.
+    let named = |p: &usize| claimed.contains(p) || holders.contains(&Some(*p));
+    for p in (0..n).filter(|p| !named(p)) {
         let advice = match record(p) {
             None => continue,
             Some(true) => "remove it from the config, or wipe its first MiB to make it a spare",
@@ -461,10 +472,31 @@ mod tests {
             notes[1].starts_with("member d1 no longer holds a role"),
             "{notes:?}"
         );
-        // Every other file carries an identity: no member can be named.
+        // Every other file carries an identity (d2 its own, removed from the role): the
+        // config's member for the role is named, as status and the start name it.
         let known = [false, false, false, false, false];
-        assert_eq!(holders(&roles, (4, 4), &known)[2], None);
-        assert_eq!(ids_by_role(&pos, &holders(&roles, (4, 4), &known))[2], "?");
+        assert_eq!(holders(&roles, (4, 4), &known)[2], Some(2));
+        assert_eq!(ids_by_role(&pos, &holders(&roles, (4, 4), &known))[2], "d2");
+    }
+
+    /// A removed role whose member's file kept its old record: the config's member for the
+    /// role names it in the `members = [...]` line, and it is not told to leave the config.
+    /// Only a position no role claims is named: never one serving another role.
+    #[test]
+    fn a_removed_role_is_named_by_the_config_s_member_for_it() {
+        // Config: d0..d3, spare s0; s0 took role 1, d2 was removed; d1 and d2 keep records.
+        let pos = ids(&["d0", "d1", "d2", "d3", "s0"]);
+        let roles = vec![Ok(0), Ok(4), Err(Absence::Lost), Ok(3)];
+        let h = holders(&roles, (4, 5), &[false; 5]);
+        assert_eq!(ids_by_role(&pos, &h), ids(&["d0", "s0", "d2", "d3"]));
+        let notes = role_notes("v", (&pos, &[]), (4, 5), (&roles, &h), &|_| Some(true));
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].ends_with(r#"members = ["d0", "s0", "d2", "d3"]"#));
+        assert!(notes[1].starts_with("member d1 no longer holds a role"));
+        // Members swapped by superblock: d2 serves role 3, so role 2 cannot be named d2.
+        let roles = vec![Ok(0), Ok(1), Err(Absence::Lost), Ok(2)];
+        let h = holders(&roles, (4, 4), &[false; 4]);
+        assert_eq!(h[2], None);
     }
 
     /// A member added at run time that held a role and is gone is named before a config
