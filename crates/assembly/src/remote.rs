@@ -78,11 +78,13 @@ pub fn at_start(config: &Config, m: &Member, e: AssembleError) -> Result<Opened,
         unavailable_text(source)
     );
     tracing::warn!("{msg}");
+    // A server that answered is not said to be unreachable where the start refuses.
+    let meta = match source.is_unreachable() {
+        true => MemberMeta::unreachable(Arc::new(member), unavailable_text(source)),
+        false => MemberMeta::unusable(Arc::new(member), unavailable_text(source)),
+    };
     Ok(Opened {
-        meta: Some(MemberMeta::unreachable(
-            Arc::new(member),
-            unavailable_text(source),
-        )),
+        meta: Some(meta),
         blank: false,
         created: false,
     })

@@ -85,13 +85,22 @@ impl MemberMeta {
     /// `member` whose server did not answer (`why`): its superblock is unknown, read again
     /// when it is re-added.
     pub fn unreachable(member: Arc<dyn Member>, why: String) -> Arc<MemberMeta> {
+        Self::unavailable(member, "unreachable", why)
+    }
+
+    /// `member` whose server answered with an export it cannot use (`why`: too small, read
+    /// only...): as [`Self::unreachable`], but said to be what it is — the server answered.
+    pub fn unusable(member: Arc<dyn Member>, why: String) -> Arc<MemberMeta> {
+        Self::unavailable(member, "unusable", why)
+    }
+
+    /// A member not used at start, `word` (unreachable, unusable) for `why`.
+    fn unavailable(member: Arc<dyn Member>, word: &str, why: String) -> Arc<MemberMeta> {
         let sb = Arc::new(AsyncMutex::new(None));
         let lost = guard(&member, &sb);
         Arc::new(MemberMeta {
             member,
-            contents: Arc::new(Mutex::new(DiskContents::Unknown(format!(
-                "unreachable: {why}"
-            )))),
+            contents: Arc::new(Mutex::new(DiskContents::Unknown(format!("{word}: {why}")))),
             probe: Probe::Unreachable(why),
             sb,
             joining: Arc::default(),
