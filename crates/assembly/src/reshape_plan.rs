@@ -157,6 +157,9 @@ pub struct Move {
     pub rate_bytes_per_s: u64,
     /// Time the pass takes at that rate; `None` when the rate is unlimited.
     pub seconds_at_rate: Option<u64>,
+    /// The rate is `rebuild_rate = "adaptive"`: full speed while clients are idle, yielding
+    /// to their I/O — no time can be told ahead.
+    pub adaptive: bool,
     /// Member losses survived while the pass runs, and after it.
     pub tolerance_during: usize,
     pub tolerance_after: usize,
@@ -281,6 +284,7 @@ fn moving(kind: MoveKind, config: &Node, from: &Outline, to: &Outline, rate: u64
         written_bytes,
         rate_bytes_per_s: rate,
         seconds_at_rate: (rate > 0).then(|| walked_bytes.div_ceil(rate)),
+        adaptive: false,
         tolerance_during,
         tolerance_after: to.tolerance,
     }

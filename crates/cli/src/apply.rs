@@ -178,11 +178,13 @@ fn at_daemon_rate(p: &mut VolumePlan, status: &Value) {
     let Action::Online(m) = &mut p.action else {
         return;
     };
-    let rate = served_status(status, &p.volume)
-        .and_then(|v| v["rebuild_rate"]["limit_bytes_per_s"].as_u64());
-    if let Some(rate) = rate {
-        m.at_rate(rate);
+    let Some(rate) = served_status(status, &p.volume).map(|v| &v["rebuild_rate"]) else {
+        return;
+    };
+    if let Some(limit) = rate["limit_bytes_per_s"].as_u64() {
+        m.at_rate(limit);
     }
+    m.adaptive = rate["adaptive"].as_bool().unwrap_or(false);
 }
 
 /// The settings volume `v`'s config changes that are not taken as written
@@ -545,6 +547,9 @@ fn move_text(m: &Move) -> String {
             duration_text(s),
             format_size(m.rate_bytes_per_s)
         ),
+        None if m.adaptive => "at the adaptive rate (rebuild_rate = \"adaptive\"): full speed \
+                               while clients are idle, yielding to their I/O"
+            .into(),
         None => "at full speed (no rebuild_rate set)".into(),
     };
     let losses = |n: usize| {
@@ -630,6 +635,12 @@ mod tests {
              128 MiB walked, 213.33 MiB written to members, 32 s at 4 MiB/s\n  \
              redundancy: survives 1 member loss during the move, 2 member losses after\n"
         );
+        let mut p = plan("db", &raid(Level::Raid5, 3), &raid(Level::Raid6, 5), 0);
+        assert!(plan_text(&p).contains(", at full speed (no rebuild_rate set)\n"));
+        if let Action::Online(m) = &mut p.action {
+            m.adaptive = true;
+        }
+        assert!(plan_text(&p).contains(", at the adaptive rate (rebuild_rate = \"adaptive\")"));
         let p = plan("db", &raid(Level::Raid6, 5), &raid(Level::Raid6, 4), 0);
         assert!(plan_text(&p).contains("  refused: the config names 4 members"));
         assert_eq!(duration_text(7500), "2 h 05 min");

@@ -371,7 +371,10 @@ fn reshape(config: &Config, v: &Volume, probes: &[Probe]) -> Option<VolumePlan> 
         return Some(under_way(&v.name, &recorded, running, v.geometry.root()));
     }
     let tree = reshape_plan::config_by_role(v.geometry.root(), &roles, recorded.member_count());
-    let plan = reshape_plan::plan(&v.name, &recorded, &tree, v.heal.rebuild_rate_bytes_per_s);
+    let mut plan = reshape_plan::plan(&v.name, &recorded, &tree, v.heal.rebuild_rate_bytes_per_s);
+    if let reshape_plan::Action::Online(m) = &mut plan.action {
+        m.adaptive = v.heal.rebuild_adaptive;
+    }
     let by_role = crate::as_started::ByRole {
         recorded: &recorded,
         new_tree: &tree,
