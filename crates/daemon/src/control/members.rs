@@ -76,7 +76,7 @@ pub(super) async fn add(
     (path, config_id): (&str, Option<&str>),
     force: bool,
 ) -> Result<Value, Refusal> {
-    let path = &offered_path(v, path, config_id.is_some())?;
+    let path = &offered_path(controls, v, path, config_id.is_some())?;
     if super::readd::is_remote(path) {
         return super::remote_add::readd(controls, v, path).await;
     }
@@ -158,7 +158,7 @@ pub(super) async fn replace(
     force: bool,
 ) -> Result<Value, Refusal> {
     let index = v.member_index(member)?;
-    let path = &offered_path(v, path, false)?;
+    let path = &offered_path(controls, v, path, false)?;
     if super::readd::is_remote(path) {
         return Err(super::remote_add::not_a_file(&v.name, path));
     }
@@ -376,8 +376,13 @@ pub(super) fn offer(
 /// in the volume needs (so one file fits any role), its blank first MiB then passing the
 /// disk rule as any blank member's does.
 /// `config_spare`: a spare the config declares (a reload adds it): its path is declared.
-fn offered_path(v: &ControlVolume, name: &str, config_spare: bool) -> Result<String, Refusal> {
-    let id_path = known_id_path(v, name);
+fn offered_path(
+    controls: &Controls,
+    v: &ControlVolume,
+    name: &str,
+    config_spare: bool,
+) -> Result<String, Refusal> {
+    let id_path = known_id_path(v, name).or_else(|| declared_id_path(controls, v, name));
     let declared = |path: &str| config_spare || declares(v, path);
     let exists = |path: &str| std::path::Path::new(path).exists();
     let path = match offer(&v.name, name, id_path.as_deref(), &exists, &declared) {
@@ -419,6 +424,21 @@ fn known_id_path(v: &ControlVolume, id: &str) -> Option<String> {
     });
     let path = serving.or_else(|| v.known_path(id))?;
     Some(super::paths::absolute_path(&path))
+}
+
+/// The path the start's config declares for id `id` among volume `v`'s members and spares:
+/// one the start never opened (a spare missing then) is known by no handle, yet the
+/// operator names it by the id the config gives it once it is there.
+fn declared_id_path(controls: &Controls, v: &ControlVolume, id: &str) -> Option<String> {
+    let config = controls.config.as_deref()?;
+    let cv = config.volume(&v.name)?;
+    let m = (cv.members.iter().chain(&cv.heal.spares))
+        .map(|&m| &config.members[m])
+        .find(|m| m.id == id)?;
+    Some(match super::readd::is_remote(&m.path_text) {
+        true => m.path_text.clone(),
+        false => super::paths::absolute_path(&m.path.to_string_lossy()),
+    })
 }
 
 /// Whether the config declares `path` for volume `v`: the file a config member of a role
