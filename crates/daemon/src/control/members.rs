@@ -78,7 +78,10 @@ pub(super) async fn add(
 ) -> Result<Value, Refusal> {
     let path = &offered_path(controls, v, path, config_id.is_some())?;
     if super::readd::is_remote(path) {
-        return super::remote_add::readd(controls, v, path).await;
+        return match config_id {
+            Some(id) => super::remote_add::add_config_spare(controls, v, path, id).await,
+            None => super::remote_add::readd(controls, v, path).await,
+        };
     }
     let (meta, consent) = newcomer(controls, v, path, force).await?;
     let meta_member = &meta.member().clone();

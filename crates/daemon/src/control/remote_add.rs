@@ -11,6 +11,7 @@ use super::readd::readd_role;
 use super::report::rebuild_json;
 use super::volume::ControlVolume;
 use nbraid_control::Refusal;
+use nbraid_core::metadata::disk_rule::{may_write, Writer};
 use nbraid_core::metadata::{MemberMeta, Readd};
 use nbraid_core::Member;
 use serde_json::{json, Value};
@@ -161,4 +162,148 @@ async fn rejoin(controls: &Controls, v: &ControlVolume, uri: &str) -> Result<Val
         "readded": if role.is_some() { "rebuild" } else { "spare" },
         "rebuild": rebuild_json(v),
     }))
+}
+
+/// A remote spare a reload (SIGHUP) found in the config: `id` at `uri`. One this volume knows
+/// (a member in a role, removed, or departed) is taken as `nbraid add URI` takes it
+/// ([`readd`]); one another role or a spare of any volume holds is refused — a member serves
+/// one place at a time. Any other is connected as the config declares it (size, timeout,
+/// TLS), passes the write rule as a spare a start takes (blank, or carrying only this
+/// array's record), and stands by — a failed role takes it at once — as md adds a spare
+/// at run time. The config lists it: a restart opens it as a config spare.
+pub(super) async fn add_config_spare(
+    controls: &Controls,
+    v: &ControlVolume,
+    uri: &str,
+    id: &str,
+) -> Result<Value, Refusal> {
+    let array = v.array();
+    let vol = array.volume();
+    let in_a_role = (0..vol.member_count()).any(|r| vol.member(r).name() == uri);
+    let departed = (v.departed.to_json().iter()).any(|d| d["path"] == uri);
+    if in_a_role || departed || removed_role(v, uri).is_some() {
+        return readd(controls, v, uri).await;
+    }
+    if let Some(what) = held_elsewhere(controls, uri) {
+        return Err(Refusal::new(
+            "in-use",
+            format!(
+                "volume \"{}\": spare {id} (`{uri}`) is {what}; a member or spare serves one place at a time",
+                v.name
+            ),
+        ));
+    }
+    let (config, m) = declared_spare(controls, id, uri).await.map_err(|why| {
+        Refusal::new(
+            "refused",
+            format!("volume \"{}\": spare {id} (`{uri}`): {why}", v.name),
+        )
+    })?;
+    let cannot = |why: String| {
+        Refusal::new(
+            "refused",
+            format!(
+                "volume \"{}\": spare {id} (`{uri}`) {why}; not standing by",
+                v.name
+            ),
+        )
+    };
+    let remote = nbraid_assembly::remote::open_remote(&config, &m)
+        .await
+        .map_err(|e| match e {
+            nbraid_assembly::AssembleError::Remote { source, .. } => cannot(format!(
+                "cannot be used: {}",
+                nbraid_assembly::remote::unavailable_text(&source)
+            )),
+            other => cannot(format!("cannot be opened: {other}")),
+        })?;
+    let member: Arc<dyn Member> = Arc::new(remote);
+    let meta = MemberMeta::load(member.clone()).await;
+    let writer = Writer {
+        array: Some(array.id()),
+        siblings: Vec::new(),
+    };
+    may_write(&meta.contents(), &writer, false).map_err(|why| cannot(why.to_string()))?;
+    v.joining(&[(id, &member)], async { v.array().add_spare(meta) })
+        .await
+        .map_err(refused)?;
+    let placed = v.take_spares().await.map_err(refused)?;
+    if !placed.is_empty() {
+        v.ensure_rebuild(v.rebuild_rate());
+    }
+    let array = v.array();
+    let vol = array.volume();
+    let roles: Vec<usize> = (0..vol.member_count())
+        .filter(|&r| Arc::ptr_eq(&vol.member(r), &member))
+        .collect();
+    tracing::warn!(
+        "volume {}: remote spare {id} (`{uri}`) added by the reload: {}",
+        v.name,
+        match roles.first() {
+            Some(r) => format!("rebuilding role {r} onto it"),
+            None => "standing by".to_string(),
+        }
+    );
+    Ok(json!({
+        "volume": v.name,
+        "id": id,
+        "uri": uri,
+        "rebuilding_roles": roles,
+        "rebuild": rebuild_json(v),
+    }))
+}
+
+/// What of any volume holds `uri` (a member in a role, one being rebuilt in as a
+/// replacement, a spare standing by), said for a refusal; `None`: nothing does.
+fn held_elsewhere(controls: &Controls, uri: &str) -> Option<String> {
+    controls.volumes.iter().find_map(|o| {
+        let array = o.array();
+        let vol = array.volume();
+        let ids = o.member_ids();
+        let role = (0..vol.member_count()).find(|&r| {
+            vol.member(r).name() == uri || vol.replacement(r).is_some_and(|m| m.name() == uri)
+        });
+        if let Some(r) = role {
+            let id = ids.get(r).map_or("?", String::as_str);
+            return Some(format!("member {id} (role {r}) of volume \"{}\"", o.name));
+        }
+        (array.spares().iter())
+            .any(|s| s.member().name() == uri)
+            .then(|| format!("a spare of volume \"{}\" already", o.name))
+    })
+}
+
+/// The config's `[[member]]` for spare `id` at `uri`, and the config declaring it: the
+/// start's, else the config file read again — the reload that names the spare read it, and
+/// a spare new to the config is declared only there.
+async fn declared_spare(
+    controls: &Controls,
+    id: &str,
+    uri: &str,
+) -> Result<(Arc<nbraid_config::Config>, nbraid_config::Member), String> {
+    let find = |c: &nbraid_config::Config| {
+        (c.members.iter())
+            .find(|m| m.id == id && m.path_text == uri)
+            .cloned()
+    };
+    let Some(start) = controls.config.clone() else {
+        return Err("no config to open it by".into());
+    };
+    if let Some(m) = find(&start) {
+        return Ok((start, m));
+    }
+    let file = start.file.clone();
+    let loaded = tokio::task::spawn_blocking(move || nbraid_assembly::pins::load(&file)).await;
+    let config = match loaded {
+        Ok(Ok(c)) => Arc::new(c),
+        Ok(Err(e)) => return Err(format!("reading the config again: {e}")),
+        Err(e) => return Err(format!("reading the config again: {e}")),
+    };
+    match find(&config) {
+        Some(m) => Ok((config, m)),
+        None => Err(format!(
+            "the config ({}) no longer declares it there (changed again since the reload?)",
+            start.file.display()
+        )),
+    }
 }
