@@ -230,6 +230,12 @@ pub fn role_notes(
     notes
 }
 
+/// The start's note for config spare `id` missing then: `status` drops it once `nbraid add`
+/// has it standing by.
+pub fn missing_spare_note(id: &str) -> String {
+    format!("spare {id} is missing: not standing by")
+}
+
 /// After the volume started: hands every usable spare (and blank unclaimed member) to the
 /// array, and returns what the operator must hear ([`role_notes`], spares that cannot be
 /// used) and every member and spare known by id.
@@ -268,7 +274,7 @@ pub async fn adopt(
         let o = &opened[m];
         let Some(meta) = o.meta() else {
             if p >= n {
-                notes.push(format!("spare {id} is missing: not standing by"));
+                notes.push(missing_spare_note(id));
             }
             continue;
         };

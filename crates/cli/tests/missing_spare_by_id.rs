@@ -36,5 +36,9 @@ fn a_spare_missing_at_start_is_added_by_its_config_id_once_there() {
     assert!(said.contains("s1"), "{said}");
     let v = volume_status(cfg);
     assert_eq!(v["spares"], serde_json::json!(["s1"]), "{v:#}");
+    assert!(
+        !v["notes"].to_string().contains("spare s1 is missing"),
+        "standing by, no longer said missing: {v:#}"
+    );
     d.stop();
 }

@@ -5,6 +5,7 @@ use super::notes::{live_notes, Holder};
 use super::paths::absolute_path;
 use super::readd::{is_remote, may_return_now};
 use super::volume::ControlVolume;
+use nbraid_assembly::adopt::missing_spare_note;
 use nbraid_core::checksum::ChecksumCounters;
 use nbraid_core::fail_cause::Failure;
 use nbraid_core::node::MemberHealth;
@@ -68,7 +69,12 @@ fn notes_now(controls: &Controls, v: &ControlVolume) -> Vec<String> {
             });
         Some(!shared)
     };
-    live_notes(&v.name, config, &holders, &v.notes, &no_role)
+    // A spare missing at start that `nbraid add` has standing by since is not missing.
+    let start_notes: Vec<String> = (v.notes.iter())
+        .filter(|n| !spares.iter().any(|s| **n == missing_spare_note(s)))
+        .cloned()
+        .collect();
+    live_notes(&v.name, config, &holders, &start_notes, &no_role)
 }
 
 /// Everything `status` says about one volume.
