@@ -158,20 +158,11 @@ fn member_mib_for(geometry: &Geometry, load: &Load) -> u64 {
     let spans = geometry.spans.max(1);
     let data_members = geometry.members - parity_per_span * spans;
     let data_mib = (load.member_mib * 3).div_ceil(data_members as u64);
-    let strip_mib = parse_size(geometry.strip).div_ceil(1 << 20);
+    let strip_mib = nbraid_config::parse_size(geometry.strip)
+        .unwrap()
+        .div_ceil(1 << 20);
     // A ring of about 1 MiB per 512 KiB of strip (more for RAID 6), and whole strips.
     data_mib + 8 * strip_mib + 8
-}
-
-/// `"64KiB"` → 65536.
-fn parse_size(s: &str) -> u64 {
-    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = n.parse().unwrap();
-    n * match unit {
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        _ => 1,
-    }
 }
 
 /// SIGKILL under `load` on `geometry`, `lose` deleted, restart: every acknowledged write
