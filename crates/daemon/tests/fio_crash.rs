@@ -56,8 +56,11 @@ const STREAM: Load = Load {
 /// The volume under test: a level over file members (created by the daemon).
 #[derive(Clone, Copy, Debug)]
 struct Geometry {
+    /// A level's name, or a declared tree (`{ raid5 = [...] }`) over `d0`, `d1`, ...
     level: &'static str,
     members: usize,
+    /// Members' worth of data a row holds (RAID 5 of four: 3).
+    data_members: usize,
     /// raid10/50/60: the spans; else 0 (the level's own).
     spans: usize,
     strip: &'static str,
@@ -73,6 +76,7 @@ struct Geometry {
 const RAID5: Geometry = Geometry {
     level: "raid5",
     members: 4,
+    data_members: 3,
     spans: 0,
     strip: "64KiB",
     block_size: 4096,
@@ -93,14 +97,18 @@ fn config(dir: &Path, geometry: &Geometry, log_reserve: bool, member_mib: u64) -
         let mib = member_mib + if log_reserve { 8 } else { 0 };
         text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"{mib}MiB\"\n\n");
     }
+    text += "[[volume]]\nname = \"v\"\n";
+    text += &match geometry.level.strip_prefix('{') {
+        Some(_) => format!("tree = {}\n", geometry.level),
+        None => format!(
+            "level = \"{}\"\nmembers = [{}]\n",
+            geometry.level,
+            ids.join(", ")
+        ),
+    };
     text += &format!(
-        "[[volume]]\nname = \"v\"\nlevel = \"{}\"\nstrip_size = \"{}\"\nmembers = [{}]\n\
-         cache = \"{}\"\nbitmap_chunk = \"1MiB\"\nblock_size = {}\n",
-        geometry.level,
-        geometry.strip,
-        ids.join(", "),
-        geometry.cache,
-        geometry.block_size
+        "strip_size = \"{}\"\ncache = \"{}\"\nbitmap_chunk = \"1MiB\"\nblock_size = {}\n",
+        geometry.strip, geometry.cache, geometry.block_size
     );
     if geometry.spans > 0 {
         text += &format!("spans = {}\n", geometry.spans);
@@ -150,14 +158,7 @@ fn crash_and_verify(lose: Option<&str>, log_reserve: bool, load: &Load) {
 /// Each member's MiB for `load` on `geometry`: what RAID 5 of four needs, scaled to the data
 /// members of a row, and room for a log reserve of large strips.
 fn member_mib_for(geometry: &Geometry, load: &Load) -> u64 {
-    let parity_per_span = match geometry.level {
-        "raid5" | "raid50" => 1,
-        "raid6" | "raid60" => 2,
-        _ => 0,
-    };
-    let spans = geometry.spans.max(1);
-    let data_members = geometry.members - parity_per_span * spans;
-    let data_mib = (load.member_mib * 3).div_ceil(data_members as u64);
+    let data_mib = (load.member_mib * 3).div_ceil(geometry.data_members as u64);
     let strip_mib = nbraid_config::parse_size(geometry.strip)
         .unwrap()
         .div_ceil(1 << 20);
@@ -327,10 +328,11 @@ fn sigkill_under_a_sequential_stream_then_a_member_lost_keeps_every_completed_wr
 }
 
 /// Levels that log, at strips from 4 KiB to 16 MiB, 512-byte and 4 KiB blocks, with and
-/// without checksums, behind a write-through and a write-back cache (each write flushed),
-/// killed and restarted without as many members as they tolerate (one per span). By default a
-/// few cells the RAID 5 tests above do not cover; `NBRAID_SOAK=1` runs all 200 (about 12
-/// minutes), `NBRAID_FIO_CRASH_ONLY=raid6` those whose description holds the text.
+/// without checksums, and two declared trees, behind a write-through and a write-back cache
+/// (each write flushed), killed and restarted without as many members as they tolerate (one
+/// per span). By default a few cells the RAID 5 tests above do not cover; `NBRAID_SOAK=1`
+/// runs all 212 (about 14 minutes), `NBRAID_FIO_CRASH_ONLY=mirror` those whose description
+/// holds the text.
 #[test]
 fn geometries_keep_every_completed_write_through_a_kill_and_lost_members() {
     let cells = if std::env::var_os("NBRAID_SOAK").is_some() {
@@ -384,9 +386,15 @@ fn geometry(
     block_size: u32,
     checksums: bool,
 ) -> Geometry {
+    let parity_per_span = match level {
+        "raid5" | "raid50" => 1,
+        "raid6" | "raid60" => 2,
+        _ => 0,
+    };
     Geometry {
         level,
         members,
+        data_members: members - parity_per_span * spans.max(1),
         spans,
         strip,
         block_size,
@@ -417,6 +425,35 @@ fn matrix() -> Vec<(Geometry, Vec<&'static str>)> {
         ("raid50", 6, 2, vec!["d1", "d5"]),
         ("raid60", 8, 2, vec!["d0", "d2", "d5", "d7"]),
     ];
+    // Declared trees: RAID 5 over mirrored pairs (a pair and one more member lost), a mirror
+    // of two RAID 5s (one side lost whole, one member of the other).
+    let trees = [
+        (
+            "{ raid5 = [{ mirror = [\"d0\", \"d1\"] }, { mirror = [\"d2\", \"d3\"] }, \
+             { mirror = [\"d4\", \"d5\"] }] }",
+            6,
+            2,
+            vec!["d0", "d1", "d3"],
+        ),
+        (
+            "{ mirror = [{ raid5 = [\"d0\", \"d1\", \"d2\"] }, { raid5 = [\"d3\", \"d4\", \"d5\"] }] }",
+            6,
+            2,
+            vec!["d0", "d1", "d5"],
+        ),
+    ];
+    for (tree, members, data_members, lose) in trees {
+        for strip in ["4KiB", "64KiB", "1MiB"] {
+            for cache in ["write-through", "write-back"] {
+                let g = Geometry {
+                    data_members,
+                    cache,
+                    ..geometry(tree, members, 0, strip, 4096, true)
+                };
+                cells.push((g, lose.clone()));
+            }
+        }
+    }
     for (level, members, spans, lose) in shapes {
         for strip in ["4KiB", "64KiB", "256KiB", "1MiB", "16MiB"] {
             for block_size in [512, 4096] {
