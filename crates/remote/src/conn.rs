@@ -131,7 +131,7 @@ pub(crate) struct Connections {
     /// while any, no request is served.
     lingering: AtomicUsize,
     /// Why the last re-opened connection was not used although the server answered (the
-    /// export changed, too small, not the member); cleared when one opens or the server
+    /// export changed, too small, not the member, its TLS certificate refused); cleared when one opens or the server
     /// does not answer at all. For `status`: the member's failure may be an older one.
     refused: Mutex<Option<String>>,
 }
@@ -144,6 +144,22 @@ fn breaks_connection(e: &ClientError) -> bool {
             | ClientError::Io(_)
             | ClientError::Protocol(_)
             | ClientError::Connect { .. }
+    )
+}
+
+/// Whether opening a connection failed after the server answered — it refused our
+/// certificate or we refused its, it wants TLS we do not speak, it has no such export, it
+/// speaks no NBD — rather than not answering at all: `status` then says the server answers
+/// but is not used, and why, instead of the older failure alone.
+fn answered_but_refused(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::TlsHandshake(_)
+            | ClientError::TlsRequired
+            | ClientError::UnknownExport(_)
+            | ClientError::OptionRefused { .. }
+            | ClientError::NotNbd(_)
+            | ClientError::NotFixedNewstyle
     )
 }
 
@@ -601,6 +617,7 @@ async fn reopen(weak: Weak<Connections>, i: usize) {
     let Some(wake) = weak.upgrade().map(|c| c.wake.clone()) else {
         return;
     };
+    let mut last_why: Option<String> = None;
     for attempt in 0u32.. {
         tokio::select! {
             _ = tokio::time::sleep(backoff(attempt)) => {}
@@ -639,15 +656,19 @@ async fn reopen(weak: Weak<Connections>, i: usize) {
                 }
             }
             Ok(Err(e)) => {
-                *this.refused.lock() = None;
-                e.to_string()
+                let why = e.to_string();
+                *this.refused.lock() = answered_but_refused(&e).then(|| why.clone());
+                why
             }
             Err(_) => {
                 *this.refused.lock() = None;
                 format!("no answer within {:?}", this.timeout)
             }
         };
-        if attempt < 3 || attempt % 20 == 0 {
+        // A new reason is said at once (a server back with a certificate refused after
+        // minutes away); the same one again only now and then.
+        let new_reason = last_why.as_deref() != Some(why.as_str());
+        if attempt < 3 || attempt % 20 == 0 || new_reason {
             tracing::warn!(
                 "{}: re-opening connection {i} failed (attempt {}): {why}; next in {:?}",
                 this.uri_text,
@@ -655,12 +676,38 @@ async fn reopen(weak: Weak<Connections>, i: usize) {
                 backoff(attempt + 1)
             );
         }
+        last_why = Some(why);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_that_answers_and_refuses_is_told_from_one_that_does_not_answer() {
+        let refused = [
+            ClientError::TlsHandshake("invalid peer certificate: UnknownIssuer".into()),
+            ClientError::TlsRequired,
+            ClientError::UnknownExport("v".into()),
+            ClientError::NotNbd("HTTP/1.1".into()),
+        ];
+        for e in &refused {
+            assert!(answered_but_refused(e), "{e}");
+        }
+        let silent = [
+            ClientError::Connect {
+                addr: "127.0.0.1:1".into(),
+                source: io::Error::from(io::ErrorKind::ConnectionRefused),
+            },
+            ClientError::Io(io::Error::from(io::ErrorKind::UnexpectedEof)),
+            // Our own certificates' folder unreadable: the server was not asked.
+            ClientError::Tls("reading ca-cert.pem: No such file".into()),
+        ];
+        for e in &silent {
+            assert!(!answered_but_refused(e), "{e}");
+        }
+    }
 
     #[test]
     fn backoff_doubles_from_100ms_to_at_most_10s() {

@@ -21,8 +21,13 @@ pub enum ClientError {
     UnknownExport(String),
     #[error("the server requires TLS (NBD_REP_ERR_TLS_REQD): use an nbds:// URI")]
     TlsRequired,
+    /// Our side of TLS could not be set up (the certificates' folder), or the URI lacks it.
     #[error("TLS: {0}")]
     Tls(String),
+    /// The TLS handshake with a server that acknowledged `NBD_OPT_STARTTLS` failed: its
+    /// certificate refused, ours refused by it, or the connection lost mid-handshake.
+    #[error("TLS: {0}")]
+    TlsHandshake(String),
     #[error("option {option} refused: {}{}", reply_name(*.reply), message_suffix(.message))]
     OptionRefused {
         option: &'static str,

@@ -192,7 +192,7 @@ async fn secure(
         (Address::Unix(_), None) => "localhost".to_string(),
     };
     handshake::starttls(&mut s).await?;
-    let secured = tls.connect_raw(&host, s).await.map_err(ClientError::Tls)?;
+    let secured = (tls.connect_raw(&host, s).await).map_err(ClientError::TlsHandshake)?;
     Ok(Box::new(secured))
 }
 
