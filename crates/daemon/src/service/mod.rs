@@ -20,3 +20,4 @@ pub mod metrics;
 pub mod notify;
 pub mod observe;
 pub mod reload;
+mod reload_tls;

@@ -4,7 +4,8 @@
 //! changed and what waits for a restart (members, level, strip, size, policies, NBD
 //! listeners, limits, TLS, the control socket): in the log, as a `config-reloaded` event,
 //! and to systemd (`RELOADING=1` … `READY=1`). A config that no longer loads changes
-//! nothing (a `config-refused` event says why).
+//! nothing (a `config-refused` event says why), nor do TLS certificates that no longer load;
+//! certificates replaced since the start are said to wait for a restart (`reload_tls.rs`).
 //!
 //! [`plan`] decides (a pure function of the config the daemon started with, the volumes as
 //! they run now, the live settings now, and the new config); [`Reloader::reload`] carries
@@ -15,6 +16,7 @@
 use super::hook::{HookQueue, HookRuns};
 use super::metrics::MetricsListener;
 use super::notify::Notifier;
+use super::reload_tls::{files_at_restart, loads, TlsFiles};
 use crate::control::{ControlVolume, Controls};
 use crate::events::{Event, EventBus, EventKind};
 use nbraid_config::{self as config, Config};
@@ -431,6 +433,8 @@ pub struct Reloader {
     pub notifier: Arc<Notifier>,
     /// Where every hook queue counts its runs (a reload's new hook too).
     pub hooks: Arc<HookRuns>,
+    /// The TLS certificates' files as the start read them (what the server presents).
+    pub tls_files: TlsFiles,
 }
 
 impl Reloader {
@@ -451,6 +455,7 @@ impl Reloader {
             metrics,
             notifier: notifier.clone(),
             hooks: hooks.clone(),
+            tls_files: TlsFiles::read(&started.tls),
         }
     }
 
@@ -462,6 +467,13 @@ impl Reloader {
         let loaded = tokio::task::spawn_blocking(move || nbraid_assembly::pins::load(&file)).await;
         let new =
             (loaded.map_err(|e| format!("reading the config: {e}"))?).map_err(|e| e.to_string())?;
+        // The certificates as a start would read them: refused if they no longer load.
+        let tls = new.tls.clone();
+        let read = tokio::task::spawn_blocking(move || (loads(&tls), TlsFiles::read(&tls)));
+        let (tls_loads, tls_files) = read
+            .await
+            .map_err(|e| format!("reading the TLS files: {e}"))?;
+        tls_loads?;
         let running: Vec<RunningVolume> = self
             .controls
             .volumes
@@ -473,6 +485,9 @@ impl Reloader {
             at_restart: p.at_restart,
             ..Outcome::default()
         };
+        let tls_changed = self.started.tls != new.tls;
+        out.at_restart
+            .extend(files_at_restart(&self.tls_files, &tls_files, tls_changed));
         for c in p.changes {
             match self.apply(&c).await {
                 Ok(()) => out.changed.push(c.describe()),
