@@ -49,7 +49,16 @@ fn run(args: &Args) -> Result<()> {
         print!("{}", config.explain());
         // A config the start would refuse fails the check (superblocks read, not locked;
         // remote members' through NBD, as the start reads them).
-        let found = nbraid_assembly::preflight::preflight(&config);
+        let mut found = nbraid_assembly::preflight::preflight(&config);
+        // The certificates as the start loads them: a key that is not the certificate's,
+        // a file that is not PEM, refuse the start as a missing file does.
+        if let Err(e) = nbraid_daemon::serve::server_tls(&config) {
+            let said = nbraid_assembly::error_text::error_text(e.as_ref());
+            found.refusals.push(said);
+        }
+        found
+            .warnings
+            .extend(nbraid_daemon::serve::tls_warnings(&config));
         for w in &found.warnings {
             println!("warning: {w}");
         }

@@ -112,6 +112,22 @@ pub fn server_tls(config: &Config) -> Result<Vec<ServerTls>> {
         .collect())
 }
 
+/// What the start and `nbraidd --check` warn of in the TLS certificates the listeners would
+/// present: a server certificate expired or not valid yet, which the server presents all the
+/// same and every client refuses.
+pub fn tls_warnings(config: &Config) -> Vec<String> {
+    let dir = config.tls.certificates.as_deref();
+    let Some(dir) = dir.filter(|_| config.tls.any_on()) else {
+        return Vec::new();
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    nbraid_nbd::tls::server_certificate_out_of_date(dir, now)
+        .into_iter()
+        .collect()
+}
+
 /// Runs the daemon on the config at `path`; returns when stopped by a signal.
 pub fn run(path: &Path) -> Result<()> {
     run_with(path, &StartOptions::default())
@@ -154,6 +170,9 @@ async fn serve(
     let stop = stop_signals()?;
     let hangup = reload::hangup_signal()?;
     let tls = server_tls(&config)?;
+    for w in tls_warnings(&config) {
+        tracing::warn!("{w}");
+    }
     let mut volumes = assemble_with(&config, opts)?;
     let slots = served_arrays(&config, &volumes, opts);
     let controls = Arc::new(controls(&config, &mut volumes, &slots));

@@ -80,6 +80,7 @@ mod shared;
 #[doc(hidden)]
 pub mod testing;
 pub mod tls;
+mod tls_validity;
 mod transmission;
 mod unaligned;
 mod workers;

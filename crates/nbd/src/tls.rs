@@ -82,6 +82,28 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// Why every client refuses the server certificate in `dir` (`server-cert.pem`, the first
+/// in the file) at `now_unix_s`: it expired, or is not valid yet. rustls serves it either
+/// way. `None` when it is in date, or cannot be read (loading it says why).
+pub fn server_certificate_out_of_date(dir: &Path, now_unix_s: i64) -> Option<String> {
+    let path = dir.join("server-cert.pem");
+    let chain = certs(&path).ok()?;
+    let (not_before, not_after) = crate::tls_validity::validity_unix_s(chain.first()?)?;
+    let text = crate::tls_validity::utc_text;
+    let why = if now_unix_s > not_after {
+        format!("expired at {}", text(not_after))
+    } else if now_unix_s < not_before {
+        format!("is not valid before {}", text(not_before))
+    } else {
+        return None;
+    };
+    Some(format!(
+        "the server certificate {} {why}: every client refuses it (the TLS handshake fails) \
+         until a valid one is in its place and nbraidd restarted",
+        path.display()
+    ))
+}
+
 /// A listener's TLS: its mode and the server's certificate.
 #[derive(Clone)]
 pub struct ServerTls {

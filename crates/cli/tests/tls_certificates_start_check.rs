@@ -1,0 +1,146 @@
+//! `nbraidd --check` and the start judge the TLS certificates as the start loads them. A key
+//! that is not the certificate's passed the check (only missing files failed it), and the
+//! start then refused ("KeyMismatch"). A server certificate that expired passed both without
+//! a word — the server presents it and every client refuses it — and now each warns, naming
+//! the file and when it expired.
+
+mod common;
+
+use common::{nbraidd_path, require};
+use nbraid_nbd::testing::make_test_certificates;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A JBOD `v` on one file member, served on a Unix socket with TLS required, the
+/// certificates in `pki` beside the config.
+fn config(dir: &Path) -> PathBuf {
+    let cfg = dir.join("arrays.toml");
+    std::fs::write(
+        &cfg,
+        "[daemon]\nlisten = [\"unix:nbd.sock\"]\ntls = \"required\"\ntls_certificates = \"pki\"\n\n\
+         [[member]]\nid = \"d0\"\npath = \"d0.img\"\nsize = \"17MiB\"\n\n\
+         [[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"d0\"]\n",
+    )
+    .unwrap();
+    cfg
+}
+
+/// `nbraidd --check`: whether it passed, and what it said.
+fn check(cfg: &Path) -> (bool, String) {
+    let o = Command::new(nbraidd_path())
+        .args(["--check", "--config"])
+        .arg(cfg)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stdout) + String::from_utf8_lossy(&o.stderr);
+    (o.status.success(), said.into_owned())
+}
+
+/// What the daemon logs at its start on `cfg`, up to serving (then it is stopped).
+fn start_log(cfg: &Path) -> String {
+    let mut child = Command::new(nbraidd_path())
+        .arg("--config")
+        .arg(cfg)
+        .args(["--log-level", "warn"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cfg.with_file_name("nbd.sock").exists() {
+        assert!(Instant::now() < deadline, "the daemon did not serve");
+        assert!(child.try_wait().unwrap().is_none(), "the daemon exited");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) on our own child's pid has no memory effects.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "{log}");
+    log
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let o = Command::new(require("openssl"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn a_key_not_the_certificates_fails_the_check_as_it_fails_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (pki, other) = (d.join("pki"), d.join("other"));
+    for p in [&pki, &other] {
+        std::fs::create_dir(p).unwrap();
+        make_test_certificates(p);
+    }
+    let cfg = config(d);
+    let (passed, said) = check(&cfg);
+    assert!(passed, "{said}");
+    std::fs::copy(other.join("server-key.pem"), pki.join("server-key.pem")).unwrap();
+    let (passed, said) = check(&cfg);
+    assert!(
+        !passed,
+        "a check passed with another certificate's key: {said}"
+    );
+    assert!(
+        said.contains("a start would fail") && said.contains("loading the TLS certificates"),
+        "{said}"
+    );
+}
+
+#[test]
+fn an_expired_server_certificate_is_warned_of_by_the_check_and_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pki = d.join("pki");
+    std::fs::create_dir(&pki).unwrap();
+    make_test_certificates(&pki);
+    let cfg = config(d);
+    let (passed, said) = check(&cfg);
+    assert!(passed && !said.contains("expired"), "{said}");
+    // The same request signed again, valid until a day ago.
+    openssl(
+        &pki,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca-cert.pem",
+            "-CAkey",
+            "ca-key.pem",
+            "-CAcreateserial",
+            "-out",
+            "server-cert.pem",
+            "-days",
+            "-1",
+            "-extfile",
+            "server.ext",
+        ],
+    );
+    let (passed, said) = check(&cfg);
+    let file = pki.join("server-cert.pem");
+    let warning = format!(
+        "warning: the server certificate {} expired at ",
+        file.display()
+    );
+    assert!(passed && said.contains(&warning), "{said}");
+    let log = start_log(&cfg);
+    assert!(
+        log.contains("expired at") && log.contains("every client refuses it"),
+        "{log}"
+    );
+}
