@@ -211,12 +211,8 @@ where
                 return Err(ConnError::OptionTooLong { option: opt, len });
             }
             discard(self.r, len.into()).await?;
-            let rep = if is_known_option(opt) {
-                REP_ERR_TOO_BIG
-            } else {
-                REP_ERR_UNSUP
-            };
-            self.send(opt, rep, b"option data too long").await?;
+            let (rep, why) = too_long_reply(opt, self.tls);
+            self.send(opt, rep, why).await?;
             return Ok(Received::Answered);
         }
         // Bounded by MAX_OPTION_DATA above.
@@ -539,6 +535,22 @@ fn negotiated(st: &State, idx: usize, flags: u16, byte_granular: bool) -> Negoti
     }
 }
 
+/// The reply to option `opt` whose data was too long to read (discarded unread): while TLS
+/// is required and not yet active, `NBD_REP_ERR_TLS_REQD` as for every option but
+/// STARTTLS — the spec's MUST holds whatever the length — else too big, or unsupported.
+fn too_long_reply(opt: u32, tls: TlsPhase) -> (u32, &'static [u8]) {
+    if tls.mode == TlsMode::Required && !tls.active && !matches!(opt, OPT_STARTTLS | OPT_ABORT) {
+        (
+            REP_ERR_TLS_REQD,
+            b"TLS is required: send NBD_OPT_STARTTLS first",
+        )
+    } else if is_known_option(opt) {
+        (REP_ERR_TOO_BIG, b"option data too long")
+    } else {
+        (REP_ERR_UNSUP, b"option data too long")
+    }
+}
+
 fn is_known_option(opt: u32) -> bool {
     matches!(
         opt,
@@ -661,6 +673,21 @@ mod tests {
         big[0..4].copy_from_slice(&u32::MAX.to_be_bytes());
         assert_eq!(parse_info(&big), None);
         assert_eq!(parse_info(&[]), None);
+    }
+
+    #[test]
+    fn a_too_long_option_before_starttls_is_refused_as_tls_required() {
+        let phase = |mode, active| TlsPhase { mode, active };
+        let required = phase(TlsMode::Required, false);
+        for opt in [OPT_INFO, OPT_GO, OPT_LIST, 999] {
+            assert_eq!(too_long_reply(opt, required).0, REP_ERR_TLS_REQD, "{opt}");
+        }
+        assert_eq!(too_long_reply(OPT_STARTTLS, required).0, REP_ERR_TOO_BIG);
+        let over_tls = phase(TlsMode::Required, true);
+        assert_eq!(too_long_reply(OPT_INFO, over_tls).0, REP_ERR_TOO_BIG);
+        assert_eq!(too_long_reply(999, over_tls).0, REP_ERR_UNSUP);
+        let optional = phase(TlsMode::Optional, false);
+        assert_eq!(too_long_reply(OPT_GO, optional).0, REP_ERR_TOO_BIG);
     }
 
     #[test]
