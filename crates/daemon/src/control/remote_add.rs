@@ -136,16 +136,7 @@ async fn rejoin(controls: &Controls, v: &ControlVolume, uri: &str) -> Result<Val
         })?;
     let member: Arc<dyn Member> = Arc::new(remote);
     let meta = MemberMeta::load(member.clone()).await;
-    v.joining(&[(&id, &member)], async { v.array().add_spare(meta) })
-        .await
-        .map_err(refused)?;
-    let placed = v.take_spares().await.map_err(refused)?;
-    if !placed.is_empty() {
-        v.ensure_rebuild(v.rebuild_rate());
-    }
-    let array = v.array();
-    let vol = array.volume();
-    let role = (0..vol.member_count()).find(|&i| Arc::ptr_eq(&vol.member(i), &member));
+    let role = stand_by(v, &id, &member, meta).await?.first().copied();
     tracing::warn!(
         "volume {}: removed remote member {id} (`{uri}`) added back: {}",
         v.name,
@@ -224,18 +215,7 @@ pub(super) async fn add_config_spare(
         siblings: Vec::new(),
     };
     may_write(&meta.contents(), &writer, false).map_err(|why| cannot(why.to_string()))?;
-    v.joining(&[(id, &member)], async { v.array().add_spare(meta) })
-        .await
-        .map_err(refused)?;
-    let placed = v.take_spares().await.map_err(refused)?;
-    if !placed.is_empty() {
-        v.ensure_rebuild(v.rebuild_rate());
-    }
-    let array = v.array();
-    let vol = array.volume();
-    let roles: Vec<usize> = (0..vol.member_count())
-        .filter(|&r| Arc::ptr_eq(&vol.member(r), &member))
-        .collect();
+    let roles = stand_by(v, id, &member, meta).await?;
     tracing::warn!(
         "volume {}: remote spare {id} (`{uri}`) added by the reload: {}",
         v.name,
@@ -251,6 +231,28 @@ pub(super) async fn add_config_spare(
         "rebuilding_roles": roles,
         "rebuild": rebuild_json(v),
     }))
+}
+
+/// `member` (`meta` its records) joins `v` as spare `id`; a failed role waiting takes it and
+/// its rebuild starts. The roles it took (none: it stands by).
+async fn stand_by(
+    v: &ControlVolume,
+    id: &str,
+    member: &Arc<dyn Member>,
+    meta: Arc<MemberMeta>,
+) -> Result<Vec<usize>, Refusal> {
+    v.joining(&[(id, member)], async { v.array().add_spare(meta) })
+        .await
+        .map_err(refused)?;
+    let placed = v.take_spares().await.map_err(refused)?;
+    if !placed.is_empty() {
+        v.ensure_rebuild(v.rebuild_rate());
+    }
+    let array = v.array();
+    let vol = array.volume();
+    Ok((0..vol.member_count())
+        .filter(|&r| Arc::ptr_eq(&vol.member(r), member))
+        .collect())
 }
 
 /// What of any volume holds `uri` (a member in a role, one being rebuilt in as a
