@@ -227,8 +227,7 @@ fn a_device_spare_added_by_reload_is_named_as_a_start_names_it() {
     let cfg_s = cfg.to_str().unwrap();
     let mut d = common::Daemon::start(&cfg);
     std::fs::write(&cfg, format!("{two}spares = [\"d2\"]\n")).unwrap();
-    // SAFETY: kill(2) on our own child's pid has no memory effects.
-    unsafe { libc::kill(d.child.id() as libc::pid_t, libc::SIGHUP) };
+    d.hangup();
     common::wait_until(cfg_s, "v", "the reloaded spare", |v| {
         v["spares"].as_array().is_some_and(|s| !s.is_empty())
     });

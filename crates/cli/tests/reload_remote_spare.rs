@@ -6,29 +6,12 @@
 mod common;
 
 use common::*;
-use std::path::Path;
 
 /// `base` (the RAID 6 config, its volume table last) with spare `id` at `uri` declared.
 fn with_remote_spare(base: &str, id: &str, uri: &str) -> String {
     format!(
         "{base}spares = [\"{id}\"]\n\n[[member]]\nid = \"{id}\"\npath = \"{uri}\"\nsize = \"9MiB\"\ntimeout = \"2s\"\n"
     )
-}
-
-fn reload(d: &Daemon) {
-    // SAFETY: kill(2) on our own child's pid has no memory effects.
-    unsafe { libc::kill(d.child.id() as libc::pid_t, libc::SIGHUP) };
-}
-
-fn export(dir: &Path, name: &str) -> (Kit, String) {
-    let file = dir.join(format!("{name}.img"));
-    std::fs::File::create(&file)
-        .unwrap()
-        .set_len(9 * MIB)
-        .unwrap();
-    let sock = dir.join(format!("{name}.sock"));
-    let kit = Kit::serve(&sock, &file);
-    (kit, format!("nbd+unix:///?socket={}", sock.display()))
 }
 
 #[test]
@@ -38,9 +21,9 @@ fn a_remote_spare_a_reload_adds_stands_by_and_takes_a_failed_role() {
     let cfg = config.to_str().unwrap();
     let base = std::fs::read_to_string(&config).unwrap();
     let mut d = Daemon::start(&config);
-    let (_kit, uri) = export(dir.path(), "rs");
+    let (_kit, uri) = served_file(dir.path(), "rs", 9 * MIB);
     std::fs::write(&config, with_remote_spare(&base, "rs", &uri)).unwrap();
-    reload(&d);
+    d.hangup();
     let v = wait_for(cfg, "the remote spare standing by", |v| {
         v["spares"] == serde_json::json!(["rs"])
     });
@@ -65,9 +48,9 @@ fn a_uri_already_serving_is_not_taken_as_a_spare_too() {
     let cfg = config.to_str().unwrap();
     let base = std::fs::read_to_string(&config).unwrap();
     let mut d = Daemon::start(&config);
-    let (_kit, uri) = export(dir.path(), "rs");
+    let (_kit, uri) = served_file(dir.path(), "rs", 9 * MIB);
     std::fs::write(&config, with_remote_spare(&base, "rs", &uri)).unwrap();
-    reload(&d);
+    d.hangup();
     wait_for(cfg, "the remote spare standing by", |v| {
         v["spares"] == serde_json::json!(["rs"])
     });
@@ -77,7 +60,7 @@ fn a_uri_already_serving_is_not_taken_as_a_spare_too() {
     });
     // The same URI under a new id, among the spares: the member in role 3 is not a spare.
     std::fs::write(&config, with_remote_spare(&base, "again", &uri)).unwrap();
-    reload(&d);
+    d.hangup();
     std::thread::sleep(std::time::Duration::from_secs(2));
     let v = volume_status(cfg);
     assert_eq!(v["spares"], serde_json::json!([]), "{v:#}");

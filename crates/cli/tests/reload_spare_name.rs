@@ -20,8 +20,7 @@ fn a_spare_added_by_reload_goes_by_its_config_id_as_at_a_start() {
     let mut d = Daemon::start(&cfg);
     // The volume is the config's last table: the key goes to it.
     std::fs::write(&cfg, format!("{text}spares = [\"hot\"]\n")).unwrap();
-    // SAFETY: kill(2) on our own child's pid has no memory effects.
-    unsafe { libc::kill(d.child.id() as libc::pid_t, libc::SIGHUP) };
+    d.hangup();
     let v = wait_until(cfg_s, "r6", "the reloaded spare", |v| {
         v["spares"].as_array().is_some_and(|s| !s.is_empty())
     });

@@ -7,26 +7,12 @@
 
 mod common;
 
-use common::{exchange, ok, require, start_refused, Daemon};
+use common::{exchange, ok, require, start_refused, tls_jbod_config, Daemon};
 use nbraid_nbd::testing::make_test_certificates;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// A JBOD `v` on one file member, served on a Unix socket with TLS required, the
-/// certificates in `pki` beside the config.
-fn config(dir: &Path) -> PathBuf {
-    let cfg = dir.join("arrays.toml");
-    std::fs::write(
-        &cfg,
-        "[daemon]\nlisten = [\"unix:nbd.sock\"]\ntls = \"required\"\ntls_certificates = \"pki\"\n\n\
-         [[member]]\nid = \"d0\"\npath = \"d0.img\"\nsize = \"17MiB\"\n\n\
-         [[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"d0\"]\n",
-    )
-    .unwrap();
-    cfg
-}
 
 fn copy_files(from: &Path, to: &Path, names: &[&str]) {
     for n in names {
@@ -55,8 +41,7 @@ fn reload(d: &Daemon) -> Value {
         r[0]["events"].as_array().cloned().unwrap_or_default()
     };
     let before = events().len();
-    // SAFETY: kill(2) on our own child's pid has no memory effects.
-    unsafe { libc::kill(d.child.id() as libc::pid_t, libc::SIGHUP) };
+    d.hangup();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let found = (events().into_iter().skip(before))
@@ -81,7 +66,7 @@ fn a_reload_says_what_became_of_the_tls_certificates() {
     make_test_certificates(&rotated);
     let server_files = ["ca-cert.pem", "server-cert.pem", "server-key.pem"];
     copy_files(&ours, &pki, &server_files);
-    let cfg = config(d);
+    let cfg = tls_jbod_config(d);
     let daemon = Daemon::start(&cfg);
     let size = size_over_tls(d, &ours);
 

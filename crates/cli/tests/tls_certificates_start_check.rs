@@ -6,26 +6,12 @@
 
 mod common;
 
-use common::{nbraidd_path, require};
+use common::{nbraidd_path, require, tls_jbod_config};
 use nbraid_nbd::testing::make_test_certificates;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// A JBOD `v` on one file member, served on a Unix socket with TLS required, the
-/// certificates in `pki` beside the config.
-fn config(dir: &Path) -> PathBuf {
-    let cfg = dir.join("arrays.toml");
-    std::fs::write(
-        &cfg,
-        "[daemon]\nlisten = [\"unix:nbd.sock\"]\ntls = \"required\"\ntls_certificates = \"pki\"\n\n\
-         [[member]]\nid = \"d0\"\npath = \"d0.img\"\nsize = \"17MiB\"\n\n\
-         [[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"d0\"]\n",
-    )
-    .unwrap();
-    cfg
-}
 
 /// `nbraidd --check`: whether it passed, and what it said.
 fn check(cfg: &Path) -> (bool, String) {
@@ -85,7 +71,7 @@ fn a_key_not_the_certificates_fails_the_check_as_it_fails_the_start() {
         std::fs::create_dir(p).unwrap();
         make_test_certificates(p);
     }
-    let cfg = config(d);
+    let cfg = tls_jbod_config(d);
     let (passed, said) = check(&cfg);
     assert!(passed, "{said}");
     std::fs::copy(other.join("server-key.pem"), pki.join("server-key.pem")).unwrap();
@@ -107,7 +93,7 @@ fn an_expired_server_certificate_is_warned_of_by_the_check_and_the_start() {
     let pki = d.join("pki");
     std::fs::create_dir(&pki).unwrap();
     make_test_certificates(&pki);
-    let cfg = config(d);
+    let cfg = tls_jbod_config(d);
     let (passed, said) = check(&cfg);
     assert!(passed && !said.contains("expired"), "{said}");
     // The same request signed again, valid until a day ago.

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::Daemon;
+use common::{tls_jbod_config, Daemon};
 use nbraid_nbd::testing::make_test_certificates;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -43,14 +43,7 @@ fn every_option_before_starttls_is_refused_as_tls_required_however_long() {
     let pki = d.join("pki");
     std::fs::create_dir(&pki).unwrap();
     make_test_certificates(&pki);
-    let cfg = d.join("arrays.toml");
-    std::fs::write(
-        &cfg,
-        "[daemon]\nlisten = [\"unix:nbd.sock\"]\ntls = \"required\"\ntls_certificates = \"pki\"\n\n\
-         [[member]]\nid = \"d0\"\npath = \"d0.img\"\nsize = \"17MiB\"\n\n\
-         [[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"d0\"]\n",
-    )
-    .unwrap();
+    let cfg = tls_jbod_config(d);
     let mut daemon = Daemon::start(&cfg);
     let mut s = UnixStream::connect(d.join("nbd.sock")).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

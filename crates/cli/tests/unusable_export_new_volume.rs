@@ -11,22 +11,15 @@ use common::*;
 fn a_new_volume_s_too_small_export_is_said_unusable_not_unreachable() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let small = d.join("small.img");
-    std::fs::File::create(&small)
-        .unwrap()
-        .set_len(8 * MIB)
-        .unwrap();
-    let sock = d.join("small.sock");
-    let _kit = Kit::serve(&sock, &small);
+    let (_kit, uri) = served_file(d, "small", 8 * MIB);
     let file = d.join("arrays.toml");
     std::fs::write(
         &file,
         format!(
             "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\
              [[member]]\nid = \"l0\"\npath = \"l0.img\"\nsize = \"32MiB\"\n\
-             [[member]]\nid = \"r\"\npath = \"nbd+unix:///?socket={}\"\nsize = \"32MiB\"\n\
+             [[member]]\nid = \"r\"\npath = \"{uri}\"\nsize = \"32MiB\"\n\
              [[volume]]\nname = \"v\"\nlevel = \"raid1\"\nmembers = [\"l0\", \"r\"]\n",
-            sock.display()
         ),
     )
     .unwrap();

@@ -182,6 +182,12 @@ impl Daemon {
 }
 
 impl Daemon {
+    /// SIGHUP: the daemon reads its config again.
+    pub fn hangup(&self) {
+        // SAFETY: kill(2) on our own child's pid has no memory effects.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGHUP) };
+    }
+
     /// SIGTERM, and how it exited (a volume it could not record clean makes it non-zero).
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         // SAFETY: kill(2) on our own child's pid has no memory effects.
@@ -386,6 +392,33 @@ impl Kit {
         args.extend(params.iter().map(|a| -> &std::ffi::OsStr { a.as_ref() }));
         Kit(nbdkit_export(sock, &args))
     }
+}
+
+/// A JBOD `v` on one file member, served on a Unix socket with TLS required, the
+/// certificates in `pki` beside the config.
+pub fn tls_jbod_config(dir: &Path) -> PathBuf {
+    let cfg = dir.join("arrays.toml");
+    std::fs::write(
+        &cfg,
+        "[daemon]\nlisten = [\"unix:nbd.sock\"]\ntls = \"required\"\ntls_certificates = \"pki\"\n\n\
+         [[member]]\nid = \"d0\"\npath = \"d0.img\"\nsize = \"17MiB\"\n\n\
+         [[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"d0\"]\n",
+    )
+    .unwrap();
+    cfg
+}
+
+/// A sparse file `NAME.img` of `len_bytes` in `dir` served by `nbdkit file` on `NAME.sock`;
+/// the server and its URI.
+pub fn served_file(dir: &Path, name: &str, len_bytes: u64) -> (Kit, String) {
+    let file = dir.join(format!("{name}.img"));
+    std::fs::File::create(&file)
+        .unwrap()
+        .set_len(len_bytes)
+        .unwrap();
+    let sock = dir.join(format!("{name}.sock"));
+    let kit = Kit::serve(&sock, &file);
+    (kit, format!("nbd+unix:///?socket={}", sock.display()))
 }
 
 impl Drop for Kit {
