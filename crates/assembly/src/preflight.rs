@@ -13,7 +13,9 @@ use crate::{added, records, remote};
 use futures::FutureExt;
 use nbraid_config::{Config, MemberStorage, Volume};
 use nbraid_core::metadata::disk_rule::DiskContents;
-use nbraid_core::metadata::{assemble_named, MemberMeta, Probe, METADATA_AREA_BYTES, SLOT_BYTES};
+use nbraid_core::metadata::{
+    assemble_as_started, MemberMeta, Probe, METADATA_AREA_BYTES, SLOT_BYTES,
+};
 use nbraid_core::{Member, MemoryMember};
 use std::io::{Read, Seek};
 use std::path::Path;
@@ -60,7 +62,8 @@ pub fn preflight(config: &Config) -> Preflight {
         let (tree, grown) = crate::grown::start_tree(config, v, &probes);
         let said = |w: &String| format!("volume {}: {w}", v.name);
         out.warnings.extend(grown.iter().map(said));
-        match assemble_named(&v.name, &tree, &probes, &member_ids(config, v)) {
+        let ids = member_ids(config, v);
+        match assemble_as_started(&v.name, &tree, &probes, &ids, v.metadata.ppl) {
             Err(e) => {
                 let ids = crate::adopt::position_ids(config, v, &added);
                 let ids: Vec<&str> = ids.iter().map(String::as_str).collect();

@@ -227,6 +227,12 @@ fn raid5_without_the_log_is_caught_in_the_write_hole() {
         .find_map(|seed| run_crash(&case, seed).err());
     let e = caught.expect("no seed showed the write hole without the log: the check is not real");
     assert!(e.contains("after the crash"), "caught something else: {e}");
+    // Not the refusal of the dirty degraded start (its words say "after the crash" too):
+    // the reopen forces it, to read what it serves.
+    assert!(
+        !e.contains("not shut down clean"),
+        "refused, not caught: {e}"
+    );
 }
 
 #[test]

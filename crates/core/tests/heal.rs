@@ -577,7 +577,8 @@ fn a_restart_mid_scrub_resumes_from_the_checkpoint() {
 }
 
 /// RAID 5 over mirrored pairs with both members of pair 0 lost — one failed, a spare being
-/// rebuilt into the other's role — restarts after a crash: the resync at the open finds no
+/// rebuilt into the other's role — restarts after a crash (refused until forced: see
+/// `dirty_degraded.rs`; every write here was flushed, so nothing is torn): the resync at the open finds no
 /// readable copy of pair 0 to make agree and leaves it to the parity group (which rebuilds
 /// the pair's bytes and writes them to the spare) instead of failing the open; the rebuild
 /// then completes from the other pairs.
@@ -611,14 +612,26 @@ fn raid5_of_mirrors_restarts_with_a_whole_pair_lost_and_one_being_rebuilt() {
     // A crash before the rebuild: no clean shutdown.
     drop(a);
     disks[1] = spare;
-    let opened = block_on(Array::open(
-        "vol",
-        &t,
-        metas(&disks).into_iter().map(Some).collect(),
-        o,
-        &|_, _| {},
-    ));
-    let (a, report) = opened.expect("a dirty RAID 5 of mirrors missing a pair starts");
+    let open = |o: ArrayOptions| {
+        let m = metas(&disks).into_iter().map(Some).collect();
+        block_on(Array::open("vol", &t, m, o, &|_, _| {}))
+    };
+    // Dirty, and the parity group (over mirrors: never logged) rebuilds pair 0 from parity a
+    // crash may have torn: refused unless forced (md's start_dirty_degraded). Here every
+    // write was flushed before the crash, so forcing it is safe.
+    let refused = open(o.clone())
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        refused.contains("not shut down clean") && refused.contains("--force-assemble vol"),
+        "{refused}"
+    );
+    let forcing = ArrayOptions {
+        force_assembly: true,
+        ..o
+    };
+    let (a, report) = open(forcing).expect("a dirty RAID 5 of mirrors missing a pair starts");
     assert!(!report.was_clean);
     assert_eq!(report.rebuilding_roles, vec![(1, 0)]);
     let done = rebuild_under_writes(&a, &PassControl::new(0), model.writes(20));

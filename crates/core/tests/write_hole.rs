@@ -166,14 +166,20 @@ fn scenario_with(
     for d in &disks {
         d.lose.store(false, Ordering::SeqCst);
     }
-    let (a, report) = block_on(Array::open(
-        "vol",
-        &t,
-        metas(&lost_members),
-        opts(ppl, log_outside),
-        &|_, _| {},
-    ))
-    .expect("a dirty degraded array starts");
+    // Without the log such a start is refused unless forced (`dirty_degraded.rs`): forced
+    // here, to show what it would serve.
+    let open = |force_assembly: bool| {
+        let o = ArrayOptions {
+            force_assembly,
+            ..opts(ppl, log_outside)
+        };
+        block_on(Array::open("vol", &t, metas(&lost_members), o, &|_, _| {}))
+    };
+    if !ppl && !lost_members.is_empty() {
+        let refused = open(false).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(refused.contains("not shut down clean"), "{refused}");
+    }
+    let (a, report) = open(!ppl).expect("a dirty degraded array starts");
     assert!(
         !report.was_clean && report.absent_roles == lost_members,
         "{report:?}"

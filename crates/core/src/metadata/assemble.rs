@@ -137,7 +137,7 @@ pub fn assemble(
     config_tree: &Node,
     probes: &[Probe],
 ) -> Result<Assembly, AssembleError> {
-    assemble_with(name, config_tree, probes, false, &Names(&[]))
+    assemble_with(name, config_tree, probes, Start::default(), &Names(&[]))
 }
 
 /// [`assemble`], its messages naming the member at each config position by `ids` (the
@@ -150,7 +150,43 @@ pub fn assemble_named(
     probes: &[Probe],
     ids: &[String],
 ) -> Result<Assembly, AssembleError> {
-    assemble_with(name, config_tree, probes, false, &Names(ids))
+    assemble_with(name, config_tree, probes, Start::default(), &Names(ids))
+}
+
+/// [`assemble_named`] for a start that keeps the write-hole log (`write_hole_log`, the
+/// volume's `write_hole` option) or not: a dirty degraded start the log does not cover is
+/// refused ([`AssembleError::DirtyDegradedUnlogged`]), as the start itself refuses it.
+pub fn assemble_as_started(
+    name: &str,
+    config_tree: &Node,
+    probes: &[Probe],
+    ids: &[String],
+    write_hole_log: bool,
+) -> Result<Assembly, AssembleError> {
+    let start = Start {
+        force: false,
+        write_hole_log,
+    };
+    assemble_with(name, config_tree, probes, start, &Names(ids))
+}
+
+/// What the start asks of assembly.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Start {
+    /// `--force-assemble`: past the tolerance take members back; a dirty degraded start
+    /// is served as it is.
+    pub(crate) force: bool,
+    /// The start keeps the partial-parity log (`ArrayOptions::ppl`; on by default).
+    pub(crate) write_hole_log: bool,
+}
+
+impl Default for Start {
+    fn default() -> Start {
+        Start {
+            force: false,
+            write_hole_log: true,
+        }
+    }
 }
 
 /// [`assemble`], and where more roles are absent than the volume survives, takes back every
@@ -165,7 +201,11 @@ pub fn assemble_forced(
     config_tree: &Node,
     probes: &[Probe],
 ) -> Result<Assembly, AssembleError> {
-    assemble_with(name, config_tree, probes, true, &Names(&[]))
+    let start = Start {
+        force: true,
+        ..Start::default()
+    };
+    assemble_with(name, config_tree, probes, start, &Names(&[]))
 }
 
 /// How messages name the member at each config position: its config id where the caller
@@ -189,9 +229,10 @@ pub(crate) fn assemble_with(
     name: &str,
     config_tree: &Node,
     probes: &[Probe],
-    force: bool,
+    start: Start,
     names: &Names,
 ) -> Result<Assembly, AssembleError> {
+    let force = start.force;
     let volume = name.to_string();
     let Gathered {
         records,
@@ -274,6 +315,20 @@ pub(crate) fn assemble_with(
             roles: roles.join(", "),
         });
     }
+    if reshape.is_none() {
+        let rings = start
+            .write_hole_log
+            .then(|| ring_bytes_by_role(&records, &roles));
+        let out = torn_rows::refuse_unlogged_torn_rows(
+            (clean, force),
+            &newest.tree,
+            rings.as_deref(),
+            &failed,
+        );
+        if let Some(out) = out {
+            return Err(dirty_degraded_unlogged(volume, &out, &role_name, start));
+        }
+    }
     Ok(Assembly {
         array: newest.array,
         tree: newest.tree.clone(),
@@ -286,6 +341,57 @@ pub(crate) fn assemble_with(
         reshape,
         newest_role: newest.role as usize,
     })
+}
+
+/// Each role's partial-parity log ring length, as the open will place it
+/// (`ppl_area::areas_by_role`): the record of the member held in the role, or where its peers
+/// keep it for a role no member holds.
+fn ring_bytes_by_role(
+    records: &[Option<&VolumeRecord>],
+    roles: &[Result<usize, Absence>],
+) -> Vec<Option<u64>> {
+    let peers = records.iter().flatten().find_map(|r| r.ppl);
+    let held = |r: &Result<usize, Absence>| match r {
+        Ok(i) => Some(*i),
+        Err(a) => a.member(),
+    };
+    (roles.iter())
+        .map(
+            |r| match held(r).and_then(|i| records.get(i).copied().flatten()) {
+                Some(rec) => rec.ppl.map(|a| a.len),
+                None => peers.map(|a| a.len),
+            },
+        )
+        .collect()
+}
+
+/// The refusal of volume `volume`'s dirty start with roles `out` that a parity group
+/// without a log rebuilds ([`torn_rows::refuse_unlogged_torn_rows`]).
+fn dirty_degraded_unlogged(
+    volume: String,
+    out: &[usize],
+    role_name: &dyn Fn(usize) -> String,
+    start: Start,
+) -> AssembleError {
+    AssembleError::DirtyDegradedUnlogged {
+        volume,
+        roles: out
+            .iter()
+            .map(|&r| role_name(r))
+            .collect::<Vec<_>>()
+            .join(", "),
+        unlogged: unlogged_why(start.write_hole_log),
+    }
+}
+
+/// Why the write hole is open at a start refused by
+/// [`torn_rows::refuse_unlogged_torn_rows`].
+fn unlogged_why(write_hole_log: bool) -> String {
+    if write_hole_log {
+        "a parity group that rebuilds it keeps no partial-parity log (a group over mirrors or other groups, or a member whose log ring is missing or too small for its strips: a volume from before the log, a reshape into wider strips)".into()
+    } else {
+        "write_hole = \"off\" keeps no partial-parity log (if the volume ran with the log when it stopped, start it with write_hole = \"ppl\": the log's replay closes the hole)".into()
+    }
 }
 
 /// The refusal of volume `volume` with the roles `failed` out (each why: its absence, or

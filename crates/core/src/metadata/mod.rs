@@ -54,8 +54,8 @@ mod unsynced;
 
 pub use array::{Array, CleanMark};
 pub use assemble::{
-    assemble, assemble_forced, assemble_named, pick_forced, pick_forced_with, Absence,
-    AssembleError, Assembly, ForcedRole, Probe,
+    assemble, assemble_as_started, assemble_forced, assemble_named, pick_forced, pick_forced_with,
+    Absence, AssembleError, Assembly, ForcedRole, Probe,
 };
 pub use checksum_area::planned_area;
 pub use checksum_refill::{RefillControl, RefillReport};

@@ -106,7 +106,7 @@ pub(super) fn reopen_wrapped(
         .enumerate()
         .map(|(i, m)| wrap(i, m))
         .collect();
-    let (tree, o) = (case.tree.clone(), setup.opts.clone());
+    let (tree, o) = (case.tree.clone(), reopen_options(setup));
     let (array, report) = drive(&world, rng, async move {
         let metas = join_all(members.into_iter().map(MemberMeta::load)).await;
         let metas = metas.into_iter().map(Some).collect();
@@ -118,6 +118,18 @@ pub(super) fn reopen_wrapped(
     })?
     .map_err(|e| format!("reopen after a crash during {during}: {e}"))?;
     Ok((world, Arc::new(array), report))
+}
+
+/// The options a reopen after a power loss uses: the case's, forced where some parity group
+/// is not logged (the log off, or a group over mirrors). A dirty start with a role such a
+/// group rebuilds is refused unless forced (md's `start_dirty_degraded`); these cases study
+/// what such a start loses, so they force it (nothing else changes: every reopen here is
+/// within the tolerance, where forcing takes no member back).
+pub(super) fn reopen_options(setup: &Setup) -> ArrayOptions {
+    ArrayOptions {
+        force_assembly: !super::background::serves_before_resync(setup.case),
+        ..setup.opts.clone()
+    }
 }
 
 /// What every disk of `world` keeps through a power loss (`torn`: writes in flight may land

@@ -270,7 +270,10 @@ impl<'a> Schedule<'a> {
         let world = World::new(images, vec![DiskFaults::default(); self.setup.disks]);
         let members = sim_members(&world, self.setup.disks, self.setup.case.member_len);
         let background = serves_before_resync(self.setup.case) && self.rng.chance(600);
-        let (tree, opts) = (self.setup.case.tree.clone(), self.setup.opts.clone());
+        let (tree, opts) = (
+            self.setup.case.tree.clone(),
+            array::reopen_options(&self.setup),
+        );
         let opening = open(tree, opts, members, deleted, background);
         let opened = drive(&world, &mut self.rng, opening)?;
         let (array, report) = opened.map_err(|e| {

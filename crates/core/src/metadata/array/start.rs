@@ -21,7 +21,7 @@ use crate::error::VolumeResult;
 use crate::fail_cause::Because;
 use crate::failure_gate::FailureRecorder;
 use crate::member::Member;
-use crate::metadata::assemble::{assemble_with, Names};
+use crate::metadata::assemble::{assemble_with, Names, Start};
 use crate::metadata::bitmap::Bitmap;
 use crate::metadata::checksum_area;
 use crate::metadata::checksum_refill::Refill;
@@ -101,7 +101,11 @@ pub(super) async fn open(
         .map(|m| m.as_ref().map_or(Probe::Missing, |m| m.probe().clone()))
         .collect();
     let names = Names(&opts.member_ids);
-    let asm = assemble_with(name, config_tree, &probes, opts.force_assembly, &names)?;
+    let start = Start {
+        force: opts.force_assembly,
+        write_hole_log: opts.ppl,
+    };
+    let asm = assemble_with(name, config_tree, &probes, start, &names)?;
     let mut roles = plan_roles(&asm, &metas);
     let read_only = mode == Mode::ReadOnly;
     if read_only {

@@ -83,6 +83,15 @@ pub enum AssembleError {
     /// `assemble/torn_rows.rs`): refused unless forced.
     #[error("volume `{volume}`: not shut down clean during a reshape, with {roles} out: neither shape is logged while a reshape runs, so a row written at the crash may hold new data beside old parity, and the out member's block there, rebuilt from that parity, may read wrong though no client wrote it (md refuses such a dirty degraded start too) — not started, nothing written; bring the member back, or start with --force-assemble {volume} to serve it as it is")]
     DirtyDegradedReshape { volume: String, roles: String },
+    /// Not shut down clean, with a role out that a parity group without a write-hole log
+    /// rebuilds from parity (see `assemble/torn_rows.rs`): refused unless forced.
+    #[error("volume `{volume}`: not shut down clean, with {roles} out, and {unlogged}: a row written at the crash may hold new data beside old parity, and the out member's block there, rebuilt from that parity, may read wrong though no client wrote it (md refuses such a dirty degraded start too) — not started, nothing written; bring the member back (the resync then makes the rows agree), or start with --force-assemble {volume} to serve it as it is")]
+    DirtyDegradedUnlogged {
+        volume: String,
+        roles: String,
+        /// Why the hole is open: the log off at this start, or which groups it leaves out.
+        unlogged: String,
+    },
     #[error(
         "volume `{volume}`: roles {absent} have no trusted member, more than the volume tolerates"
     )]

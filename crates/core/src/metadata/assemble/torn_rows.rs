@@ -1,23 +1,73 @@
-//! A dirty start mid-reshape with a role out, refused unless forced ([`refuse_torn_rows`]).
+//! A dirty start with a role out that a parity group without a write-hole log rebuilds,
+//! refused unless forced: mid-reshape ([`refuse_torn_rows`]) and outside one
+//! ([`refuse_unlogged_torn_rows`]).
 //!
-//! Neither shape is logged while a reshape runs (the partial-parity log covers one tree),
-//! so a row a client was writing at a crash may hold new data beside old parity; the
+//! A row a client was writing at a crash may hold new data beside old parity; the
 //! write-intent bitmap's resync makes the row agree again only where every chunk is there.
 //! A parity group serving a child from its parity rebuilds that child's block of such a row
-//! from torn parity: it may read wrong though no client wrote it. md refuses such a dirty
-//! degraded start unless forced (`start_dirty_degraded`); so does nbraid.
+//! from torn parity: it may read wrong though no client wrote it. The partial-parity log
+//! closes this where it runs (its replay makes the parity right for the unwritten chunks,
+//! present or lost); it does not run mid-reshape (it covers one tree), with
+//! `write_hole = "off"`, for a group whose children are not all member regions, or where a
+//! member's ring is too small for the group's strips. md refuses such a dirty degraded start
+//! unless forced (`start_dirty_degraded`); so does nbraid. The write-intent bitmap does not
+//! narrow it: its bits are not in the records assembly decides from, and md refuses
+//! whatever its bitmap says.
 
-use nbraid_layout::Node;
+use nbraid_layout::{is_logged, log_ring_bytes, Node, ParityGroup};
 
 /// Whether some parity group of `tree` serves a child from its parity with the roles for
 /// which `out` is true gone (a child of a group that cannot serve without them; a mirror
 /// that keeps a copy serves its own).
 pub(super) fn parity_serves_a_lost_child(tree: &Node, out: &dyn Fn(usize) -> bool) -> bool {
+    unlogged_parity_serves_a_lost_child(tree, out, &|_| false)
+}
+
+/// [`parity_serves_a_lost_child`], counting only the groups for which `logged` is false.
+fn unlogged_parity_serves_a_lost_child(
+    tree: &Node,
+    out: &dyn Fn(usize) -> bool,
+    logged: &dyn Fn(&ParityGroup) -> bool,
+) -> bool {
     let lost_here = match tree {
-        Node::Parity(g) => g.children().iter().any(|c| !c.survives(out)),
+        Node::Parity(g) => !logged(g) && g.children().iter().any(|c| !c.survives(out)),
         _ => false,
     };
-    lost_here || (tree.children().iter()).any(|c| parity_serves_a_lost_child(c, out))
+    lost_here
+        || (tree.children().iter()).any(|c| unlogged_parity_serves_a_lost_child(c, out, logged))
+}
+
+/// Whether the log replays group `g`'s partial-stripe writes at a dirty start, with each
+/// role's ring length `ring_bytes[role]` (`None`: no ring there): every child is a member
+/// region whose ring holds the group's largest entries twice (as the engine decides,
+/// `resync::every_group_logged`).
+fn group_logged(g: &ParityGroup, ring_bytes: &[Option<u64>]) -> bool {
+    let need = log_ring_bytes(g);
+    is_logged(g)
+        && g.children().iter().all(|c| match c {
+            Node::Member(m) => ring_bytes.get(m.index).copied().flatten() >= Some(need),
+            _ => false,
+        })
+}
+
+/// Why volume `volume`, not mid-reshape, may not start as is: not clean (`clean`), not
+/// forced, with roles `out` that a parity group of `tree` without a log rebuilds from
+/// parity. `ring_bytes`: each role's log ring length, `None` when the start keeps no log
+/// (`write_hole = "off"`). `None`: it may start (clean, forced, whole, every such group
+/// logged, or the roles out kept by mirrors).
+pub(super) fn refuse_unlogged_torn_rows(
+    (clean, force): (bool, bool),
+    tree: &Node,
+    ring_bytes: Option<&[Option<u64>]>,
+    out: &[usize],
+) -> Option<Vec<usize>> {
+    if clean || force || out.is_empty() {
+        return None;
+    }
+    let is_out = |r: usize| out.contains(&r);
+    let logged = |g: &ParityGroup| ring_bytes.is_some_and(|rings| group_logged(g, rings));
+    let torn = unlogged_parity_serves_a_lost_child(tree, &is_out, &logged);
+    torn.then(|| out.to_vec())
 }
 
 /// Why volume `volume` may not start as is: not clean (`clean`), mid-reshape between `old`
@@ -84,6 +134,77 @@ mod tests {
         );
         let whole = |_: usize| false;
         assert!(!parity_serves_a_lost_child(&old, &whole));
+    }
+
+    /// Every role's ring as the config makes it (the largest group's need).
+    fn rings(t: &Node, roles: usize) -> Vec<Option<u64>> {
+        vec![nbraid_layout::volume_log_ring_bytes(t); roles]
+    }
+
+    #[test]
+    fn a_dirty_degraded_start_is_refused_only_where_no_log_covers_the_role_out() {
+        for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 5)] {
+            let t = tree(level, n);
+            let logged = rings(&t, n);
+            let refuse = |c: (bool, bool), r: Option<&[Option<u64>]>, out: &[usize]| {
+                refuse_unlogged_torn_rows(c, &t, r, out)
+            };
+            assert_eq!(refuse((false, false), None, &[2]), Some(vec![2]), "log off");
+            assert_eq!(refuse((false, false), Some(&logged), &[2]), None, "logged");
+            assert_eq!(refuse((true, false), None, &[2]), None, "clean");
+            assert_eq!(refuse((false, true), None, &[2]), None, "forced");
+            assert_eq!(refuse((false, false), None, &[]), None, "whole");
+            // A ring too small for the strips (a reshape into wider ones), or none on one
+            // member (a volume from before the log): that group is not logged.
+            let mut short = logged.clone();
+            short[0] = Some(4096);
+            assert_eq!(refuse((false, false), Some(&short), &[2]), Some(vec![2]));
+            short[0] = None;
+            assert_eq!(refuse((false, false), Some(&short), &[2]), Some(vec![2]));
+        }
+    }
+
+    #[test]
+    fn a_span_of_raid_50_is_judged_by_its_own_groups() {
+        let spans = (0..2).map(|s| {
+            let leaves = (3 * s..3 * s + 3).map(|i| Node::member(i, 1 << 20, 64 << 20));
+            Node::parity(64 << 10, 1, Default::default(), leaves.collect()).unwrap()
+        });
+        let t = Node::stripe(64 << 10, spans.collect()).unwrap();
+        let logged = rings(&t, 6);
+        assert_eq!(
+            refuse_unlogged_torn_rows((false, false), &t, Some(&logged), &[4]),
+            None
+        );
+        assert_eq!(
+            refuse_unlogged_torn_rows((false, false), &t, None, &[4]),
+            Some(vec![4])
+        );
+    }
+
+    #[test]
+    fn mirrors_start_and_raid_5_over_mirrors_is_refused_only_for_a_pair_wholly_lost() {
+        let t = tree(Level::Raid10, 4);
+        assert_eq!(
+            refuse_unlogged_torn_rows((false, false), &t, None, &[1]),
+            None
+        );
+        let pair = |first: usize| {
+            let leaves = (first..first + 2).map(|i| Node::member(i, 1 << 20, 64 << 20));
+            Node::mirror(leaves.collect()).unwrap()
+        };
+        let pairs = (0..3).map(|p| pair(2 * p)).collect();
+        let t = Node::parity(64 << 10, 1, Default::default(), pairs).unwrap();
+        // The log keeps nothing for a group over mirrors, whatever the rings.
+        let big = vec![Some(1u64 << 30); 6];
+        assert_eq!(
+            refuse_unlogged_torn_rows((false, false), &t, Some(&big), &[0]),
+            None
+        );
+        assert_eq!(
+            refuse_unlogged_torn_rows((false, false), &t, Some(&big), &[0, 1]),
+            Some(vec![0, 1])
+        );
     }
 
     #[test]
