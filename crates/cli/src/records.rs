@@ -13,7 +13,7 @@ use nbraid_assembly::reshape_plan::{self, outline, Action, VolumePlan};
 use nbraid_config::format_size;
 use nbraid_config::{Config, MemberStorage, Volume};
 use nbraid_core::metadata::{
-    assemble_named, planned_area, AssembleError, Probe, ReshapeRecord, Superblock,
+    assemble_as_started, planned_area, AssembleError, Probe, ReshapeRecord, Superblock,
 };
 use serde::Serialize;
 
@@ -150,7 +150,8 @@ fn volume(
     if !grown.is_empty() {
         r.reshape = reshape(config, v, &probes[..n]);
     }
-    let asm = match assemble_named(&v.name, &tree, &probes, &member_ids(config, v)) {
+    let ids = member_ids(config, v);
+    let asm = match assemble_as_started(&v.name, &tree, &probes, &ids, v.metadata.ppl) {
         Ok(a) => a,
         Err(e) => {
             let changed = matches!(
