@@ -567,9 +567,16 @@ async fn clean_when_idle(slot: Arc<ServedArray>, export: Arc<VolumeExport>, dela
         };
         let array = &entered.array;
         if array.is_dirty() && quiet_since.elapsed() >= delay {
+            // Run to its end even when the stop aborts this loop: a mark cut off after its
+            // claim left the flag clean and the records dirty, and the stop's own mark then
+            // found "already clean" and exited 0 (`tests/stop_amid_idle_clean.rs`). The
+            // stop's mark waits for it (one clean point at a time).
+            let marking = array.clone();
+            let marked = tokio::spawn(async move { marking.mark_clean().await }).await;
+            let Ok(marked) = marked else { continue };
             // Retried each tick while it fails (a volume past its tolerance fails every
             // time): said when it starts, when it changes, and every few minutes.
-            match array.mark_clean().await {
+            match marked {
                 Err(e) if failing.should_say(&e.to_string(), std::time::Instant::now()) => {
                     tracing::warn!(volume = %array.name(), "recording the volume clean: {e} (said again if it changes, else every {} s while it lasts)", REPEAT_WARNING_EVERY.as_secs());
                 }
