@@ -96,6 +96,8 @@ pub(super) struct PplPlaces {
     setup: Option<PplSetup>,
     /// Whether the volume wants its log (the options; none is written mid-reshape).
     enabled: bool,
+    /// This open's life: above every earlier open's.
+    life: u64,
 }
 
 impl PplPlaces {
@@ -111,6 +113,7 @@ impl PplPlaces {
             areas: areas_by_role(records),
             setup: setup(name, tree, records, events, enabled),
             enabled,
+            life: events + 1,
         }
     }
 
@@ -127,6 +130,24 @@ impl PplPlaces {
     /// The log the engine writes, for the replay at open.
     pub(super) fn setup(&self) -> Option<&PplSetup> {
         self.setup.as_ref()
+    }
+
+    /// The rings of a volume that does not log this open (`write_hole = "off"`, or
+    /// mid-reshape) yet whose records place them: the open marks them with its life, as a
+    /// logged open does after its replay, so no batch of an earlier life is ever replayed
+    /// over what this life writes unlogged (`tests/log_off_life.rs`). `None`: it logs, or
+    /// has no ring.
+    pub(super) fn unlogged_rings(&self) -> Option<PplSetup> {
+        if self.setup.is_some() {
+            return None;
+        }
+        let areas: Vec<Option<(u64, u64)>> = (self.areas.iter())
+            .map(|a| a.map(|a| (a.offset, a.len)))
+            .collect();
+        (areas.iter().any(Option::is_some)).then_some(PplSetup {
+            life: self.life,
+            areas,
+        })
     }
 }
 

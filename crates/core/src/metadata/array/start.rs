@@ -142,12 +142,13 @@ pub(super) async fn open(
         }
     };
     // The write hole: replay the partial-parity log before the resync and before serving
-    // (read-only: only a clean array starts, whose log has nothing to replay).
-    let ppl = match array.ppl.setup() {
-        Some(p) if !read_only => {
-            crate::ppl::recover(&array.volume, &p.areas, p.life, !asm.clean).await?
-        }
-        _ => Default::default(),
+    // (read-only: only a clean array starts, whose log has nothing to replay). Not logging
+    // this open, its rings are marked with its life all the same: nothing is replayed.
+    let ppl = match (array.ppl.setup(), array.ppl.unlogged_rings()) {
+        _ if read_only => Default::default(),
+        (Some(p), _) => crate::ppl::recover(&array.volume, &p.areas, p.life, !asm.clean).await?,
+        (None, Some(p)) => crate::ppl::recover(&array.volume, &p.areas, p.life, false).await?,
+        (None, None) => Default::default(),
     };
     adopt_assembly(&array, &asm).await;
     if let Some(node) = &array.reshape {
