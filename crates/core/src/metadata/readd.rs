@@ -261,6 +261,8 @@ impl Returning {
     ) -> Result<PassState, ArrayError> {
         let _one = self.running.lock().await;
         let mut first = true;
+        // Roles whose returning member failed again during a pass, with what happened.
+        let mut lost: Vec<(usize, String)> = Vec::new();
         loop {
             // The re-adds this pass works for (role, term), and the ranges they missed.
             let (terms, all) = {
@@ -271,6 +273,12 @@ impl Returning {
                 (terms, all)
             };
             if terms.is_empty() {
+                // A member that failed on the way and was not re-added since: the pass did
+                // not do what it was for (as a rebuild whose new member failed says).
+                if let Some(why) = still_out(p, &lost) {
+                    ctl.failed(&why);
+                    return Ok(PassState::Failed);
+                }
                 if first {
                     ctl.nothing_to_do();
                 }
@@ -285,7 +293,10 @@ impl Returning {
             }
             p.volume.flush().await?;
             for (r, term) in terms {
-                self.rejoin(p, r, term).await?;
+                if !self.rejoin(p, r, term).await? && p.volume.member_is_failed(r) {
+                    lost.retain(|&(l, _)| l != r);
+                    lost.push((r, failed_returning(p, r)));
+                }
             }
         }
     }
@@ -449,8 +460,27 @@ fn bitmap_area_of(p: Parts<'_>, role: usize, theirs: &VolumeRecord) -> Option<Ar
     })
 }
 
-/// One pass over `plan` (merged ranges) rewriting what `targets` missed; skipped once they
-/// have all failed again.
+/// Why a resync whose returning members in `lost` failed on the way failed, if it did: those
+/// still failed and not re-added again since (one re-added is the next pass's).
+fn still_out(p: Parts<'_>, lost: &[(usize, String)]) -> Option<String> {
+    let out: Vec<&str> = (lost.iter())
+        .filter(|(r, _)| p.volume.member_is_failed(*r))
+        .map(|(_, why)| why.as_str())
+        .collect();
+    (!out.is_empty()).then(|| out.join("; "))
+}
+
+/// What happened to role `r`'s returning member, which failed again while being resynced.
+fn failed_returning(p: Parts<'_>, r: usize) -> String {
+    let name = p.volume.member(r).name().to_string();
+    let why =
+        (p.volume.table().slot(r).failure()).map_or_else(String::new, |f| format!(": {}", f.why));
+    format!("its target `{name}` (role {r}, re-added) failed{why}: it was not made current")
+}
+
+/// One pass over `plan` (merged ranges) rewriting what `targets` missed; its windows are
+/// skipped once they have all failed again (one may be re-added meanwhile: the caller runs a
+/// pass for it, and says the pass failed if none was).
 async fn resync_pass(
     p: Parts<'_>,
     ctl: &PassControl,
@@ -460,7 +490,8 @@ async fn resync_pass(
     let window = move |at: u64, len: u64| {
         let real = slice(plan, at, len);
         async move {
-            if targets.iter().all(|&r| p.volume.member_is_failed(r)) {
+            // Writes nowhere: the caller says the pass failed unless one is re-added.
+            if all_failed(p, targets) {
                 return Ok(());
             }
             for (a, b) in real {
@@ -486,4 +517,9 @@ async fn resync_pass(
     )
     .await?;
     Ok(state)
+}
+
+/// Whether every member a resync writes has failed again.
+fn all_failed(p: Parts<'_>, targets: &[usize]) -> bool {
+    targets.iter().all(|&r| p.volume.member_is_failed(r))
 }

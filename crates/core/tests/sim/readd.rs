@@ -388,8 +388,15 @@ impl<'a> Schedule<'a> {
             } else if plan.again_at.is_none() {
                 return Err(format!("the returning member was not resynced: {r:?}"));
             }
-            if state.is_some_and(|s| s != PassState::Done) {
-                return Err(format!("the resync stopped: {state:?}"));
+            // A resync whose returning member failed again during it ends failed, saying
+            // so; one that made it current ends done (it may fail later, as any member).
+            let failed_again = volume.member_is_failed(self.role);
+            let ended_right =
+                |s: PassState| s == PassState::Done || (s == PassState::Failed && failed_again);
+            if state.is_some_and(|s| !ended_right(s)) {
+                return Err(format!(
+                    "the resync ended {state:?} (the returning member failed again: {failed_again})"
+                ));
             }
         }
         let current = volume.member_is_current(self.role);
