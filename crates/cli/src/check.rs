@@ -20,19 +20,35 @@ impl fmt::Display for JsonError {
 
 impl std::error::Error for JsonError {}
 
-/// The config parses but the daemon would refuse to start on it (its superblocks say so):
-/// `.0` is the report to print on stdout all the same, and the command fails, as `nginx -t`
-/// fails on what nginx would refuse.
+/// The config parses but the daemon would refuse to start on it (its superblocks say so,
+/// or its TLS certificates do not load): `.0` is the report to print on stdout all the same,
+/// and the command fails, as `nginx -t` fails on what nginx would refuse. `.1`: why.
 #[derive(Debug)]
 pub struct WouldNotStart(pub String, Vec<String>);
 
 impl fmt::Display for WouldNotStart {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "nbraidd would refuse to start: the superblocks of {} do not assemble (see above)",
-            self.1.join(", ")
-        )
+        write!(f, "nbraidd would refuse to start: {}", self.1.join("; "))
+    }
+}
+
+/// Why a start on `config` would refuse its TLS certificates, and what it warns of in them:
+/// judged by the start's own loader (`nbraid_nbd::tls::check_server_dir`), as `nbraidd
+/// --check` judges them. Before, a key not the certificate's or a file not PEM passed here
+/// and the start refused them.
+fn tls_findings(tls: &config::TlsSettings) -> (Option<String>, Vec<String>) {
+    let Some(dir) = tls.certificates.as_deref().filter(|_| tls.any_on()) else {
+        return (None, Vec::new());
+    };
+    let now_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    match nbraid_nbd::tls::check_server_dir(dir, tls.verify_clients, now_unix_s) {
+        Ok(warning) => (None, warning.into_iter().collect()),
+        Err(e) => {
+            let why = format!("loading the TLS certificates in {}: {e}", dir.display());
+            (Some(why), Vec::new())
+        }
     }
 }
 
@@ -62,10 +78,20 @@ pub fn run(file: &Path, json: bool, draw: bool, rows: Option<u64>) -> Result<Str
     let remotes = nbraid_assembly::preflight::read_remotes(&config);
     let remote = remote_members(&config, &remotes);
     let records = crate::records::look_with(&config, &remotes);
-    let out = report(&config, &records, &remote, json, draw.then_some(rows))?;
-    match refused(&records) {
-        volumes if volumes.is_empty() => Ok(out),
-        volumes => Err(WouldNotStart(out, volumes).into()),
+    let tls = tls_findings(&config.tls);
+    let out = report(&config, &records, &remote, &tls, json, draw.then_some(rows))?;
+    let mut refusals = Vec::new();
+    let volumes = refused(&records);
+    if !volumes.is_empty() {
+        refusals.push(format!(
+            "the superblocks of {} do not assemble (see above)",
+            volumes.join(", ")
+        ));
+    }
+    refusals.extend(tls.0);
+    match refusals.is_empty() {
+        true => Ok(out),
+        false => Err(WouldNotStart(out, refusals).into()),
     }
 }
 
@@ -74,12 +100,17 @@ fn report(
     config: &config::Config,
     records: &[crate::records::Records],
     remote: &[Remote],
+    (tls_refused, tls_warnings): &(Option<String>, Vec<String>),
     json: bool,
     draw: Option<Option<u64>>,
 ) -> Result<String> {
     if json {
         let mut v = serde_json::to_value(config.summary())?;
         v["superblocks"] = serde_json::to_value(records)?;
+        if config.tls.any_on() {
+            v["tls_certificates"] =
+                serde_json::json!({ "refused": tls_refused, "warnings": tls_warnings });
+        }
         if !remote.is_empty() {
             v["remote_members"] =
                 serde_json::Value::Array(remote.iter().map(Remote::json).collect());
@@ -93,6 +124,12 @@ fn report(
         for n in &r.notes {
             out.push_str(&format!("    note: {n}\n"));
         }
+    }
+    if let Some(why) = tls_refused {
+        out.push_str(&format!("\ntls certificates: {why}: a start would fail\n"));
+    }
+    for w in tls_warnings {
+        out.push_str(&format!("\nwarning: {w}\n"));
     }
     let plans: Vec<_> = records.iter().filter_map(|r| r.reshape.as_ref()).collect();
     if !plans.is_empty() {

@@ -104,6 +104,18 @@ pub fn server_certificate_out_of_date(dir: &Path, now_unix_s: i64) -> Option<Str
     ))
 }
 
+/// The server certificates in `dir` judged as the start loads them, for a check run before
+/// it (`nbraid check`): `Err`, why a start would refuse them (the start's own loader's
+/// error); else what the start warns of at `now_unix_s` (out of date).
+pub fn check_server_dir(
+    dir: &Path,
+    verify_clients: bool,
+    now_unix_s: i64,
+) -> Result<Option<String>, TlsError> {
+    ServerTls::from_dir(TlsMode::Required, dir, verify_clients)?;
+    Ok(server_certificate_out_of_date(dir, now_unix_s))
+}
+
 /// A listener's TLS: its mode and the server's certificate.
 #[derive(Clone)]
 pub struct ServerTls {

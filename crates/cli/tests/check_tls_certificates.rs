@@ -1,0 +1,133 @@
+//! `nbraid check` judges the TLS certificates as the start loads them, as `nbraidd --check`
+//! does: a key that is not the certificate's and a file that is not PEM passed it (the start
+//! then refused them), and an expired server certificate passed without a word (the server
+//! presents it and every client refuses it). Now the first two fail the check with the
+//! loader's reason, the third is warned of, naming the file and when it expired.
+
+mod common;
+
+use common::{nbraid, nbraidd_path, ok, require};
+use nbraid_nbd::testing::make_test_certificates;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A JBOD `v` on one file member, served on a Unix socket with TLS required, the
+/// certificates in `pki` beside the config.
+fn config(dir: &Path) -> PathBuf {
+    let cfg = dir.join("arrays.toml");
+    std::fs::write(
+        &cfg,
+        "[daemon]\nlisten = [\"unix:nbd.sock\"]\ntls = \"required\"\ntls_certificates = \"pki\"\n\n\
+         [[member]]\nid = \"d0\"\npath = \"d0.img\"\nsize = \"17MiB\"\n\n\
+         [[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"d0\"]\n",
+    )
+    .unwrap();
+    cfg
+}
+
+/// Whether `nbraid check` and `nbraidd --check` passed, and what each said.
+fn checks(cfg: &Path) -> [(bool, String); 2] {
+    let c = cfg.to_str().unwrap();
+    let daemon = Command::new(nbraidd_path())
+        .args(["--config", c, "--check"])
+        .output()
+        .unwrap();
+    [nbraid(&["check", c]), daemon].map(|o| {
+        let said = String::from_utf8_lossy(&o.stdout) + String::from_utf8_lossy(&o.stderr);
+        (o.status.success(), said.into_owned())
+    })
+}
+
+fn pki(d: &Path, name: &str) -> PathBuf {
+    let p = d.join(name);
+    std::fs::create_dir(&p).unwrap();
+    make_test_certificates(&p);
+    p
+}
+
+#[test]
+fn a_key_not_the_certificates_or_a_file_not_pem_fails_nbraid_check_as_it_fails_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (ours, other) = (pki(d, "pki"), pki(d, "other"));
+    let cfg = config(d);
+    for (passed, said) in checks(&cfg) {
+        assert!(passed, "{said}");
+    }
+    let key = ours.join("server-key.pem");
+    let good_key = std::fs::read(&key).unwrap();
+    std::fs::copy(other.join("server-key.pem"), &key).unwrap();
+    for (passed, said) in checks(&cfg) {
+        assert!(
+            !passed,
+            "a check passed with another certificate's key: {said}"
+        );
+        assert!(
+            said.contains("a start would fail") && said.contains("loading the TLS certificates"),
+            "{said}"
+        );
+    }
+    let [(_, cli), _] = checks(&cfg);
+    assert!(cli.contains("nbraidd would refuse to start"), "{cli}");
+
+    std::fs::write(&key, good_key).unwrap();
+    std::fs::write(ours.join("server-cert.pem"), "not a certificate\n").unwrap();
+    for (passed, said) in checks(&cfg) {
+        assert!(!passed, "a check passed with a certificate not PEM: {said}");
+        assert!(said.contains("loading the TLS certificates"), "{said}");
+    }
+    let o = nbraid(&["check", cfg.to_str().unwrap(), "--json"]);
+    assert!(!o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let refused = v["tls_certificates"]["refused"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(refused.contains("loading the TLS certificates"), "{v:#}");
+}
+
+#[test]
+fn an_expired_server_certificate_is_warned_of_by_nbraid_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pki = pki(d, "pki");
+    let cfg = config(d);
+    let c = cfg.to_str().unwrap();
+    let said = ok(nbraid(&["check", c]), "check");
+    assert!(!said.contains("expired"), "{said}");
+    // The same request signed again, valid until a day ago.
+    let o = Command::new(require("openssl"))
+        .current_dir(&pki)
+        .args([
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca-cert.pem",
+            "-CAkey",
+            "ca-key.pem",
+            "-CAcreateserial",
+            "-out",
+            "server-cert.pem",
+            "-days",
+            "-1",
+            "-extfile",
+            "server.ext",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let warning = format!(
+        "warning: the server certificate {} expired at ",
+        pki.join("server-cert.pem").display()
+    );
+    for (passed, said) in checks(&cfg) {
+        assert!(passed && said.contains(&warning), "{said}");
+    }
+    let o = nbraid(&["check", c, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let warned = v["tls_certificates"]["warnings"][0]
+        .as_str()
+        .unwrap_or_default();
+    assert!(warned.contains("expired at"), "{v:#}");
+}
