@@ -29,6 +29,9 @@ pub struct Role {
     pub remote: bool,
     /// Why it failed, while it is failed.
     pub failure: Option<Failure>,
+    /// Why its server, answering again, is not used (its TLS certificate refused, the
+    /// export too small...), while it is failed; `None` while it does not answer.
+    pub refused_now: Option<String>,
     /// Write errors it answered and was kept through (the volume cannot do without it).
     pub write_errors_kept: u64,
     /// Past its bad-block limit, kept: the only readable copy of some data.
@@ -157,6 +160,7 @@ impl VolumeSnapshot {
                     failed: false,
                     current: true,
                     failure: None,
+                    refused_now: None,
                     write_errors_kept: 0,
                     kept_past_limit: false,
                     ..r.clone()
@@ -219,18 +223,42 @@ fn member_failed(volume: &str, n: &Role, out: &mut Vec<Event>) {
         .member(&n.id),
     );
     if n.remote && verdict.is_ok() {
-        out.push(
-            Event::new(
-                EventKind::MemberUnreachable,
-                volume,
-                format!(
-                    "remote member {} is not answering; it is re-added, resynced, once it answers",
-                    n.id
-                ),
-            )
-            .member(&n.id),
-        );
+        let detail = match &n.refused_now {
+            Some(refused) => answers_refused(&n.id, refused),
+            None => format!(
+                "remote member {} is not answering; it is re-added, resynced, once it answers",
+                n.id
+            ),
+        };
+        out.push(Event::new(EventKind::MemberUnreachable, volume, detail).member(&n.id));
     }
+}
+
+/// What a failed remote member whose server answers but is not used is told as (status says
+/// the same): "not answering" hid a TLS certificate refused at every handshake.
+fn answers_refused(id: &str, refused: &str) -> String {
+    format!(
+        "remote member {id}: its server answers again but is not used: {refused}; it is re-added, resynced, once that is put right"
+    )
+}
+
+/// The event of failed remote member `n` (the same as `p`) whose server answers again but
+/// is refused (a TLS certificate not ours...): when that becomes known, or its reason changes.
+fn member_refused(volume: &str, p: &Role, n: &Role, out: &mut Vec<Event>) {
+    let Some(refused) = n.refused_now.as_deref() else {
+        return;
+    };
+    if !(p.failed && n.failed && n.remote) || p.refused_now.as_deref() == Some(refused) {
+        return;
+    }
+    out.push(
+        Event::new(
+            EventKind::MemberUnreachable,
+            volume,
+            answers_refused(&n.id, refused),
+        )
+        .member(&n.id),
+    );
 }
 
 /// Whether a count that went from `before` to `now` is told: at its first, and each time it
@@ -376,6 +404,9 @@ pub fn changes(volume: &str, prev: &VolumeSnapshot, next: &VolumeSnapshot) -> Ve
         }
         if p.id == n.id && !n.failed {
             member_kept(volume, p, n, &mut out);
+        }
+        if p.id == n.id {
+            member_refused(volume, p, n, &mut out);
         }
     }
     destage_refused(volume, prev, next, &mut out);
@@ -533,6 +564,9 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
             failed: h.state == MemberState::Failed,
             current: h.current,
             remote: is_remote(vol.member(r).name()),
+            refused_now: (h.state == MemberState::Failed)
+                .then(|| vol.member(r).refused_now())
+                .flatten(),
             failure: h.failure,
             write_errors_kept: h.write_errors,
             kept_past_limit: h.kept_past_limit,

@@ -16,6 +16,7 @@ fn vol(failed: &[bool]) -> VolumeSnapshot {
             }),
             write_errors_kept: 0,
             kept_past_limit: false,
+            refused_now: None,
         })
         .collect();
     let health = match failed.iter().filter(|f| **f).count() {
@@ -635,4 +636,50 @@ fn a_replace_s_events_name_the_replacement_and_the_member_it_replaces() {
     assert_eq!(kinds(&e), ["rebuild-finished"]);
     assert_eq!(e[0].member.as_deref(), Some("s0,r"));
     assert_eq!(e[0].replaces.as_deref(), Some("d2"));
+}
+
+#[test]
+fn a_remote_server_that_answers_but_is_refused_is_told_once_with_why() {
+    let mut gone = vol(&[false, true]);
+    gone.roles[1].remote = true;
+    let mut refused = gone.clone();
+    let tls = "TLS: invalid peer certificate: UnknownIssuer";
+    refused.roles[1].refused_now = Some(tls.into());
+    let e = changes("db", &gone, &refused);
+    assert_eq!(kinds(&e), ["member-unreachable"]);
+    assert_eq!(e[0].member.as_deref(), Some("d1"));
+    assert!(
+        e[0].detail
+            .contains("its server answers again but is not used")
+            && e[0].detail.contains(tls),
+        "{}",
+        e[0].detail
+    );
+    assert!(changes("db", &refused, &refused).is_empty(), "told once");
+    // Gone again (no answer): nothing new; refused again: told again.
+    assert!(changes("db", &refused, &gone).is_empty());
+    assert_eq!(
+        kinds(&changes("db", &gone, &refused)),
+        ["member-unreachable"]
+    );
+}
+
+#[test]
+fn a_remote_member_that_fails_already_refused_says_so_not_unanswering() {
+    let mut before = vol(&[false, false]);
+    before.roles[1].remote = true;
+    let mut after = vol(&[false, true]);
+    after.roles[1].remote = true;
+    after.roles[1].refused_now = Some("TLS: certificate expired".into());
+    let e = changes("db", &before, &after);
+    let told: Vec<&str> = e.iter().map(|e| e.detail.as_str()).collect();
+    assert!(
+        told.iter()
+            .any(|d| d.contains("answers again but is not used: TLS: certificate expired")),
+        "{told:?}"
+    );
+    assert!(
+        !told.iter().any(|d| d.contains("is not answering")),
+        "{told:?}"
+    );
 }
