@@ -69,6 +69,7 @@ mod export;
 mod handshake;
 mod limits;
 mod listener;
+mod log_every;
 mod payload;
 pub mod proto;
 mod replies;

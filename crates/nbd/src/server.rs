@@ -20,6 +20,7 @@ use super::connection::{run_connection, run_tls_connection};
 use super::handshake;
 use super::limits::Limits;
 use super::listener::{accept_one, widen_send_buffer, Accepted, Listener};
+use super::log_every::with_unsaid;
 use super::proto::{MAX_PAYLOAD, MAX_STRING};
 use super::shared::{shutdown_signalled, too_many_connections, ExportEntry, Shared};
 use super::workers::{Placed, Workers};
@@ -339,10 +340,17 @@ impl Server {
         F: std::future::Future<Output = Result<(), ConnError>> + Send + 'static,
     {
         let id = guard.id;
+        let shared = self.shared.clone();
         let task = async move {
             let res = conn.await;
             match &res {
                 Ok(()) => tracing::debug!("connection closed"),
+                Err(e @ ConnError::Tls(_)) => {
+                    let due = lock(&shared.tls_failures).offer(std::time::Instant::now());
+                    if let Some(unsaid) = due {
+                        tracing::info!("{}", with_unsaid(e, unsaid));
+                    }
+                }
                 Err(e) => tracing::info!("connection ended: {e}"),
             }
             drop(guard);

@@ -12,9 +12,13 @@ use tokio::task::AbortHandle;
 use crate::admission::Admission;
 use crate::export::Export;
 use crate::limits::Limits;
+use crate::log_every::LogEvery;
 use crate::server_memory::ServerMemory;
 use crate::workers::Workers;
 use crate::write_gate::WriteGate;
+
+/// At most one log line of abandoned TLS handshakes per this long.
+const TLS_FAILURES_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub(crate) struct ExportEntry {
     pub name: String,
@@ -54,6 +58,9 @@ pub(crate) struct Shared {
     pub refusing: AtomicUsize,
     /// Where connections run, when not on the accepting runtime.
     pub workers: OnceLock<Workers>,
+    /// Abandoned TLS handshakes: a client failing one after another is one log line, then
+    /// a count per period, not a line each.
+    pub tls_failures: Mutex<LogEvery>,
 }
 
 impl Shared {
@@ -73,6 +80,7 @@ impl Shared {
             requests_done: Notify::new(),
             refusing: AtomicUsize::new(0),
             workers: OnceLock::new(),
+            tls_failures: Mutex::new(LogEvery::new(TLS_FAILURES_LOG_EVERY)),
         }
     }
 
