@@ -1,0 +1,93 @@
+//! A remote member that comes back and fails again partway through its re-add resync (nbdkit's
+//! error filter answering EIO to every write once a file exists): `status` says the resync
+//! failed and why, naming the member, and the event says failed. Before, it said "readd done
+//! over 62 MiB", the log "resync of v's returning members done", the member still failed.
+
+mod common;
+
+use common::{fill, nbraid, ok, require, serve, wait_until, Kit, MIB};
+use serde_json::Value;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// nbdkit serving `file` on `sock`, every write answering EIO while `errors` exists.
+fn erring_kit(sock: &Path, file: &Path, errors: &Path) -> Kit {
+    let when = format!("error-pwrite-file={}", errors.display());
+    Kit::serve_with(
+        sock,
+        file,
+        &["--filter=error"],
+        &["error-pwrite=EIO", "error-pwrite-rate=100%", &when],
+    )
+}
+
+#[test]
+fn a_returning_member_that_fails_mid_resync_is_said_failed_not_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (local, remote, sock) = (d.join("m0.img"), d.join("m1.img"), d.join("m1.sock"));
+    for f in [&local, &remote] {
+        std::fs::File::create(f).unwrap().set_len(40 * MIB).unwrap();
+    }
+    let cfg = d.join("arrays.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n\
+             [[member]]\nid = \"m0\"\npath = \"{}\"\nsize = \"40MiB\"\n\n\
+             [[member]]\nid = \"m1\"\npath = \"nbd+unix:///?socket={}\"\n\
+             size = \"40MiB\"\ntimeout = \"3s\"\n\n\
+             [[volume]]\nname = \"v\"\nlevel = \"raid1\"\nmembers = [\"m0\", \"m1\"]\n\
+             rebuild_rate = \"4MiB\"\n",
+            local.display(),
+            sock.display()
+        ),
+    )
+    .unwrap();
+    let c = cfg.to_str().unwrap();
+    let nbdcopy = require("nbdcopy");
+    let errors = d.join("m1.errors");
+    let kit = erring_kit(&sock, &remote, &errors);
+    let (mut daemon, uri) = serve(&cfg, "v");
+    fill(&nbdcopy, d, &uri, 3);
+
+    // Away while everything is written again, then back: re-added, resyncing.
+    drop(kit);
+    let data = fill(&nbdcopy, d, &uri, 4);
+    let _kit = erring_kit(&sock, &remote, &errors);
+    wait_until(c, "v", "the resync under way", |v| {
+        v["readd"]["state"] == "running" && v["readd"]["position_bytes"].as_u64() > Some(0)
+    });
+    // Its writes fail from now on.
+    std::fs::write(&errors, "").unwrap();
+    let v = wait_until(c, "v", "the resync over", |v| {
+        v["readd"]["state"] == "failed" || v["readd"]["state"] == "done"
+    });
+    assert_eq!(v["readd"]["state"], "failed", "{v:#}");
+    let why = v["readd"]["error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("its target") && why.contains("m1.sock"),
+        "{why}"
+    );
+    assert_eq!(v["state"], "degraded", "{v:#}");
+    let text = ok(nbraid(&["status", "v", "--config", c]), "status");
+    assert!(!text.contains("readd done"), "{text}");
+
+    // The event says the resync failed.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let finished = loop {
+        let events = ok(nbraid(&["events", "--json", "--config", c]), "events");
+        let finished: Vec<Value> = (events.lines())
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["event"] == "resync-finished")
+            .collect();
+        if !finished.is_empty() || Instant::now() > deadline {
+            break finished;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let last = finished.last().expect("a resync-finished event");
+    assert!(last.to_string().contains("failed"), "{finished:#?}");
+    common::prefix_reads_back(&nbdcopy, d, &uri, &data);
+    daemon.stop();
+}
