@@ -37,13 +37,10 @@ impl fmt::Display for WouldNotStart {
 /// --check` judges them. Before, a key not the certificate's or a file not PEM passed here
 /// and the start refused them.
 fn tls_findings(tls: &config::TlsSettings) -> (Option<String>, Vec<String>) {
-    let Some(dir) = tls.certificates.as_deref().filter(|_| tls.any_on()) else {
+    let Some(dir) = tls.certificates_in_use() else {
         return (None, Vec::new());
     };
-    let now_unix_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    match nbraid_nbd::tls::check_server_dir(dir, tls.verify_clients, now_unix_s) {
+    match nbraid_nbd::tls::check_server_dir(dir, tls.verify_clients, nbraid_nbd::now_unix_s()) {
         Ok(warning) => (None, warning.into_iter().collect()),
         Err(e) => {
             let why = format!("loading the TLS certificates in {}: {e}", dir.display());

@@ -54,7 +54,7 @@ fn line(e: &Value, as_json: bool) -> String {
     }
     let time = e["time_unix_ms"]
         .as_u64()
-        .map_or_else(String::new, utc_text);
+        .map_or_else(String::new, |ms| nbraid_nbd::utc_text((ms / 1000) as i64));
     let member = e["member"]
         .as_str()
         .map_or_else(String::new, |m| format!(" {m}"));
@@ -66,39 +66,10 @@ fn line(e: &Value, as_json: bool) -> String {
     )
 }
 
-/// `2026-11-27T22:04:05Z` from milliseconds since the epoch (UTC, proleptic Gregorian).
-fn utc_text(unix_ms: u64) -> String {
-    let secs = unix_ms / 1000;
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    // Days to a civil date (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn times_are_utc_dates() {
-        assert_eq!(utc_text(0), "1970-01-01T00:00:00Z");
-        assert_eq!(utc_text(1_795_817_045_000), "2026-11-27T22:04:05Z");
-        assert_eq!(utc_text(951_782_400_000), "2000-02-29T00:00:00Z");
-    }
 
     #[test]
     fn an_event_reads_as_one_line() {

@@ -6,24 +6,10 @@
 
 mod common;
 
-use common::{nbraid, nbraidd_path, ok, require};
+use common::{nbraid, nbraidd_path, ok, require, tls_jbod_config};
 use nbraid_nbd::testing::make_test_certificates;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// A JBOD `v` on one file member, served on a Unix socket with TLS required, the
-/// certificates in `pki` beside the config.
-fn config(dir: &Path) -> PathBuf {
-    let cfg = dir.join("arrays.toml");
-    std::fs::write(
-        &cfg,
-        "[daemon]\nlisten = [\"unix:nbd.sock\"]\ntls = \"required\"\ntls_certificates = \"pki\"\n\n\
-         [[member]]\nid = \"d0\"\npath = \"d0.img\"\nsize = \"17MiB\"\n\n\
-         [[volume]]\nname = \"v\"\nlevel = \"jbod\"\nmembers = [\"d0\"]\n",
-    )
-    .unwrap();
-    cfg
-}
 
 /// Whether `nbraid check` and `nbraidd --check` passed, and what each said.
 fn checks(cfg: &Path) -> [(bool, String); 2] {
@@ -50,7 +36,7 @@ fn a_key_not_the_certificates_or_a_file_not_pem_fails_nbraid_check_as_it_fails_t
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (ours, other) = (pki(d, "pki"), pki(d, "other"));
-    let cfg = config(d);
+    let cfg = tls_jbod_config(d);
     for (passed, said) in checks(&cfg) {
         assert!(passed, "{said}");
     }
@@ -90,7 +76,7 @@ fn an_expired_server_certificate_is_warned_of_by_nbraid_check() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let pki = pki(d, "pki");
-    let cfg = config(d);
+    let cfg = tls_jbod_config(d);
     let c = cfg.to_str().unwrap();
     let said = ok(nbraid(&["check", c]), "check");
     assert!(!said.contains("expired"), "{said}");

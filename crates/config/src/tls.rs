@@ -183,6 +183,11 @@ impl TlsSettings {
     pub fn any_on(&self) -> bool {
         self.listeners.iter().any(|m| *m != TlsMode::Off)
     }
+
+    /// The certificates' folder the listeners present from: `None` with TLS off everywhere.
+    pub fn certificates_in_use(&self) -> Option<&std::path::Path> {
+        self.certificates.as_deref().filter(|_| self.any_on())
+    }
 }
 
 /// Whether `listener` may start with TLS `mode` (its own) under `tls`: `Ok(None)` fine,

@@ -116,14 +116,10 @@ pub fn server_tls(config: &Config) -> Result<Vec<ServerTls>> {
 /// present: a server certificate expired or not valid yet, which the server presents all the
 /// same and every client refuses.
 pub fn tls_warnings(config: &Config) -> Vec<String> {
-    let dir = config.tls.certificates.as_deref();
-    let Some(dir) = dir.filter(|_| config.tls.any_on()) else {
+    let Some(dir) = config.tls.certificates_in_use() else {
         return Vec::new();
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    nbraid_nbd::tls::server_certificate_out_of_date(dir, now)
+    nbraid_nbd::tls::server_certificate_out_of_date(dir, nbraid_nbd::now_unix_s())
         .into_iter()
         .collect()
 }

@@ -82,6 +82,7 @@ mod shared;
 pub mod testing;
 pub mod tls;
 mod tls_validity;
+pub use tls_validity::{now_unix_s, utc_text};
 mod transmission;
 mod unaligned;
 mod workers;

@@ -87,7 +87,15 @@ pub fn validity_unix_s(cert: &[u8]) -> Option<(i64, i64)> {
     Some((time_unix_s(t0, before)?, time_unix_s(t1, after)?))
 }
 
-/// The date and time of `unix_s` as `YYYY-MM-DD HH:MM:SS UTC`.
+/// Seconds since the Unix epoch now (0 on a clock before it).
+pub fn now_unix_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// The date and time of `unix_s` in UTC, ISO 8601: `2026-12-07T07:42:47Z` (certificates'
+/// validity, `nbraid events`).
 pub fn utc_text(unix_s: i64) -> String {
     let (days, secs) = (unix_s.div_euclid(86_400), unix_s.rem_euclid(86_400));
     // Inverse of days_from_civil.
@@ -101,7 +109,7 @@ pub fn utc_text(unix_s: i64) -> String {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
     format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
         secs / 3600,
         secs % 3600 / 60,
         secs % 60
@@ -122,8 +130,9 @@ mod tests {
         );
         assert_eq!(time_unix_s(UTC_TIME, b"491231235959Z"), Some(2_524_607_999));
         assert_eq!(time_unix_s(UTC_TIME, b"500101000000Z"), Some(-631_152_000));
-        assert_eq!(utc_text(1_796_629_367), "2026-12-07 07:42:47 UTC");
-        assert_eq!(utc_text(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc_text(1_796_629_367), "2026-12-07T07:42:47Z");
+        assert_eq!(utc_text(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_text(951_782_400), "2000-02-29T00:00:00Z");
         for bad in [&b"2612070742Z"[..], b"261307074247Z", b"26120707424x", b""] {
             assert_eq!(time_unix_s(UTC_TIME, bad), None, "{bad:?}");
         }

@@ -44,7 +44,7 @@ impl TlsFiles {
 /// Whether the certificates `tls` names load as a start loads them; why not, for the
 /// reload's refusal.
 pub fn loads(tls: &TlsSettings) -> Result<(), String> {
-    let Some(dir) = tls.certificates.as_deref().filter(|_| tls.any_on()) else {
+    let Some(dir) = tls.certificates_in_use() else {
         return Ok(());
     };
     ServerTls::from_dir(TlsMode::Required, dir, tls.verify_clients)
