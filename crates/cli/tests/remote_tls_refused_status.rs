@@ -4,12 +4,29 @@
 //! answer and every TLS handshake with it failed — and after the first three attempts the log
 //! said nothing either for minutes. Once the server presents its own certificate again, the
 //! member is re-added, and every byte written while it was away reads back from it alone.
+//! The refusal is an event too (`member-unreachable`, once, naming the member and the TLS
+//! reason): before, the only event said "remote member m1 is not answering".
 
 mod common;
 
 use common::{fill, nbraid, ok, prefix_reads_back, require, serve, wait_until, Kit, MIB};
 use nbraid_nbd::testing::make_test_certificates;
+use serde_json::Value;
 use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The `member-unreachable` events said so far that tell a TLS refusal.
+fn tls_refusal_events(cfg: &str) -> Vec<Value> {
+    let events = ok(nbraid(&["events", "--json", "--config", cfg]), "events");
+    (events.lines())
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["event"] == "member-unreachable")
+        .filter(|e| {
+            let detail = e["detail"].as_str().unwrap_or_default();
+            detail.contains("answers again but is not used") && detail.contains("TLS")
+        })
+        .collect()
+}
 
 /// nbdkit serving `file` on `sock` with TLS required, its certificates from `pki`.
 fn tls_kit(sock: &Path, file: &Path, pki: &Path) -> Kit {
@@ -68,6 +85,20 @@ fn a_remote_server_whose_certificate_is_refused_is_named_in_status() {
         "{text}"
     );
     prefix_reads_back(&nbdcopy, d, &uri, &data);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let told = loop {
+        let told = tls_refusal_events(c);
+        if !told.is_empty() || Instant::now() > deadline {
+            break told;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(told.len(), 1, "the refusal told once: {told:#?}");
+    assert_eq!(told[0]["member"], "m1", "{told:?}");
+    assert!(
+        told[0]["detail"].as_str().unwrap().contains("certificate"),
+        "{told:?}"
+    );
 
     // Its own certificate again: re-added, the refusal gone, and the remote copy alone
     // holds every byte written while it was away.
