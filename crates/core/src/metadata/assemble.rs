@@ -307,28 +307,9 @@ pub(crate) fn assemble_with(
         .filter(|r| r.events == newest.events)
         .all(|r| r.clean)
         && !forced.iter().any(|f| f.missed_nothing_acked);
-    let trees = reshape.as_ref().map(|r| (&newest.tree, &r.new_tree));
-    if let Some(out) = torn_rows::refuse_torn_rows((clean, force), trees, &failed) {
-        let roles = out.iter().map(|&r| role_name(r)).collect::<Vec<_>>();
-        return Err(AssembleError::DirtyDegradedReshape {
-            volume,
-            roles: roles.join(", "),
-        });
-    }
-    if reshape.is_none() {
-        let rings = start
-            .write_hole_log
-            .then(|| ring_bytes_by_role(&records, &roles));
-        let out = torn_rows::refuse_unlogged_torn_rows(
-            (clean, force),
-            &newest.tree,
-            rings.as_deref(),
-            &failed,
-        );
-        if let Some(out) = out {
-            return Err(dirty_degraded_unlogged(volume, &out, &role_name, start));
-        }
-    }
+    let trees = (&newest.tree, reshape.as_ref().map(|r| &r.new_tree));
+    let found = (&records[..], &roles[..], &failed[..]);
+    torn_rows::check(&volume, (clean, start), trees, found, &role_name)?;
     Ok(Assembly {
         array: newest.array,
         tree: newest.tree.clone(),
@@ -341,57 +322,6 @@ pub(crate) fn assemble_with(
         reshape,
         newest_role: newest.role as usize,
     })
-}
-
-/// Each role's partial-parity log ring length, as the open will place it
-/// (`ppl_area::areas_by_role`): the record of the member held in the role, or where its peers
-/// keep it for a role no member holds.
-fn ring_bytes_by_role(
-    records: &[Option<&VolumeRecord>],
-    roles: &[Result<usize, Absence>],
-) -> Vec<Option<u64>> {
-    let peers = records.iter().flatten().find_map(|r| r.ppl);
-    let held = |r: &Result<usize, Absence>| match r {
-        Ok(i) => Some(*i),
-        Err(a) => a.member(),
-    };
-    (roles.iter())
-        .map(
-            |r| match held(r).and_then(|i| records.get(i).copied().flatten()) {
-                Some(rec) => rec.ppl.map(|a| a.len),
-                None => peers.map(|a| a.len),
-            },
-        )
-        .collect()
-}
-
-/// The refusal of volume `volume`'s dirty start with roles `out` that a parity group
-/// without a log rebuilds ([`torn_rows::refuse_unlogged_torn_rows`]).
-fn dirty_degraded_unlogged(
-    volume: String,
-    out: &[usize],
-    role_name: &dyn Fn(usize) -> String,
-    start: Start,
-) -> AssembleError {
-    AssembleError::DirtyDegradedUnlogged {
-        volume,
-        roles: out
-            .iter()
-            .map(|&r| role_name(r))
-            .collect::<Vec<_>>()
-            .join(", "),
-        unlogged: unlogged_why(start.write_hole_log),
-    }
-}
-
-/// Why the write hole is open at a start refused by
-/// [`torn_rows::refuse_unlogged_torn_rows`].
-fn unlogged_why(write_hole_log: bool) -> String {
-    if write_hole_log {
-        "a parity group that rebuilds it keeps no partial-parity log (a group over mirrors or other groups, or a member whose log ring is missing or too small for its strips: a volume from before the log, a reshape into wider strips)".into()
-    } else {
-        "write_hole = \"off\" keeps no partial-parity log (if the volume ran with the log when it stopped, start it with write_hole = \"ppl\": the log's replay closes the hole)".into()
-    }
 }
 
 /// The refusal of volume `volume` with the roles `failed` out (each why: its absence, or

@@ -14,6 +14,7 @@
 //! narrow it: its bits are not in the records assembly decides from, and md refuses
 //! whatever its bitmap says.
 
+use super::{Absence, AssembleError, Start, VolumeRecord};
 use nbraid_layout::{is_logged, log_ring_bytes, Node, ParityGroup};
 
 /// Whether some parity group of `tree` serves a child from its parity with the roles for
@@ -84,6 +85,83 @@ pub(super) fn refuse_torn_rows(
         && !force
         && (parity_serves_a_lost_child(old, &is_out) || parity_serves_a_lost_child(new, &is_out));
     torn.then(|| out.to_vec())
+}
+
+/// What assembly found: the records by member, each role's holder, the roles out.
+pub(super) type Found<'a> = (
+    &'a [Option<&'a VolumeRecord>],
+    &'a [Result<usize, Absence>],
+    &'a [usize],
+);
+
+/// A dirty start with a role out that a parity group without a log would rebuild from
+/// torn parity, refused unless forced: mid-reshape (`trees.1`, the new tree: neither is
+/// logged) or not (the start's log and the rings the records place). `found`: the records by
+/// member, each role's holder, the roles out. `Ok`: it may start.
+pub(super) fn check(
+    volume: &str,
+    (clean, start): (bool, Start),
+    (tree, new_tree): (&Node, Option<&Node>),
+    (records, roles, out): Found<'_>,
+    role_name: &dyn Fn(usize) -> String,
+) -> Result<(), AssembleError> {
+    let names = |out: &[usize]| {
+        out.iter()
+            .map(|&r| role_name(r))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let volume = volume.to_string();
+    if let Some(new_tree) = new_tree {
+        return match refuse_torn_rows((clean, start.force), Some((tree, new_tree)), out) {
+            Some(out) => Err(AssembleError::DirtyDegradedReshape {
+                volume,
+                roles: names(&out),
+            }),
+            None => Ok(()),
+        };
+    }
+    let rings = (start.write_hole_log).then(|| ring_bytes_by_role(records, roles));
+    match refuse_unlogged_torn_rows((clean, start.force), tree, rings.as_deref(), out) {
+        Some(out) => Err(AssembleError::DirtyDegradedUnlogged {
+            volume,
+            roles: names(&out),
+            unlogged: unlogged_why(start.write_hole_log),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Each role's partial-parity log ring length, as the open will place it
+/// (`ppl_area::areas_by_role`): the record of the member held in the role, or where its peers
+/// keep it for a role no member holds.
+fn ring_bytes_by_role(
+    records: &[Option<&VolumeRecord>],
+    roles: &[Result<usize, Absence>],
+) -> Vec<Option<u64>> {
+    let peers = records.iter().flatten().find_map(|r| r.ppl);
+    let held = |r: &Result<usize, Absence>| match r {
+        Ok(i) => Some(*i),
+        Err(a) => a.member(),
+    };
+    (roles.iter())
+        .map(
+            |r| match held(r).and_then(|i| records.get(i).copied().flatten()) {
+                Some(rec) => rec.ppl.map(|a| a.len),
+                None => peers.map(|a| a.len),
+            },
+        )
+        .collect()
+}
+
+/// Why the write hole is open at a start refused by
+/// [`refuse_unlogged_torn_rows`].
+fn unlogged_why(write_hole_log: bool) -> String {
+    if write_hole_log {
+        "a parity group that rebuilds it keeps no partial-parity log (a group over mirrors or other groups, or a member whose log ring is missing or too small for its strips: a volume from before the log, a reshape into wider strips)".into()
+    } else {
+        "write_hole = \"off\" keeps no partial-parity log (if the volume ran with the log when it stopped, start it with write_hole = \"ppl\": the log's replay closes the hole)".into()
+    }
 }
 
 #[cfg(test)]
