@@ -170,9 +170,7 @@ pub async fn create_members(
         let on_it: Vec<usize> = (0..config.volumes.len())
             .filter(|&k| config.volumes[k].members.contains(&i))
             .collect();
-        // A spare's device not there yet is not made a file in RAM (/dev is a tmpfs): it is
-        // missing, and `nbraid add VOLUME ID` takes it once it is there.
-        if on_it.is_empty() && m.path.starts_with("/dev") {
+        if config.awaits_device(i) {
             continue;
         }
         if on_it.iter().all(|&k| created(k)) {

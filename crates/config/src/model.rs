@@ -219,11 +219,20 @@ impl Config {
     /// silently stand in for the lost data; the volume runs degraded without it instead.
     pub fn may_create(&self, m: usize) -> bool {
         self.members[m].state == MemberStorage::Missing
+            && !self.awaits_device(m)
             && self
                 .volumes
                 .iter()
                 .filter(|v| v.members.contains(&m))
                 .all(|v| self.volume_is_new(v))
+    }
+
+    /// Whether member `m` is a spare (no volume takes it) on a path under `/dev`: never made
+    /// a file — a device not there yet would become a file in RAM (devtmpfs); it stays
+    /// missing until the device is there and `nbraid add VOLUME ID` takes it.
+    pub fn awaits_device(&self, m: usize) -> bool {
+        self.members[m].path.starts_with("/dev")
+            && !self.volumes.iter().any(|v| v.members.contains(&m))
     }
 }
 

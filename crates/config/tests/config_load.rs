@@ -444,6 +444,40 @@ members = ["a0", "a1", "a2"]
     assert!(!c.may_create(1));
 }
 
+/// A spare on a path under /dev that is not there is never created (a device not attached yet
+/// would become a file in RAM): `check` and the start leave it missing. A volume's own new
+/// member there is created as any new member is (benches put members in /dev/shm).
+#[test]
+fn an_absent_spare_under_dev_is_not_created() {
+    let text = r#"
+[[member]]
+id = "a0"
+path = "/dev/shm/nbraid-config-test-absent-a0.img"
+size = "8MiB"
+[[member]]
+id = "a1"
+path = "/dev/shm/nbraid-config-test-absent-a1.img"
+size = "8MiB"
+[[member]]
+id = "s0"
+path = "/dev/nbraid-config-test-absent-s0"
+size = "8MiB"
+[[volume]]
+name = "m"
+level = "raid1"
+members = ["a0", "a1"]
+spares = ["s0"]
+"#;
+    let c = config::parse(text, std::path::Path::new("/tmp/arrays.toml")).unwrap();
+    assert!(
+        c.may_create(0) && c.may_create(1),
+        "the volume's new members"
+    );
+    assert!(c.awaits_device(2));
+    assert!(!c.may_create(2), "a spare's absent device");
+    assert!(!c.awaits_device(0));
+}
+
 #[test]
 fn server_limits_have_safe_defaults_and_are_read() {
     use std::time::Duration;
