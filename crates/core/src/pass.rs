@@ -11,7 +11,7 @@
 
 use crate::error::VolumeResult;
 use crate::pace::PassRate;
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, FutureExt};
 use futures::stream::{FuturesOrdered, StreamExt};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -326,106 +326,166 @@ pub(crate) struct PassWork<'a> {
 /// Runs `work` from the control's position to the end, honouring its rate limit, pause and
 /// cancel. On an error the windows in flight are finished first, then the error returns
 /// (the position stays below the failed window).
-pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResult<PassState> {
+pub(crate) async fn run(ctl: &PassControl, work: PassWork<'_>) -> VolumeResult<PassState> {
     assert!(work.window_bytes > 0 && work.inflight > 0, "a pass moves");
-    let total = work.total_bytes;
-    ctl.total_bytes.store(total, Relaxed);
-    // A run again of a stopped pass clears the cancel that stopped it; a cancel asked of a
-    // pass not yet run (between its start and its first window) holds.
-    if ctl.state() != PassState::Idle {
-        ctl.cancelled.store(false, Relaxed);
-    }
-    *ctl.failure.lock() = None;
-    // A run measures its own rate (a resumed control's last one is of another run).
-    ctl.measured_bytes_per_s.store(0, Relaxed);
-    let mut run = MeasuredRun::new(
-        Instant::now(),
-        ctl.position_bytes(),
-        ctl.rate_limit_bytes_per_s(),
-    );
-    let mut next = ctl.position_bytes();
-    let mut last_checkpoint = next;
-    let mut q = FuturesOrdered::new();
-    // Windows in flight: the adaptive mode decides after each window.
-    let mut inflight = work.inflight;
-    let user_ops = || work.activity.as_ref().map_or(0, |a| a());
-    let mut ops_seen = user_ops();
-    ctl.set_state(PassState::Running);
+    let mut runner = Runner::start(ctl, work);
+    let mut in_flight: InFlight<'_> = FuturesOrdered::new();
     loop {
-        let due = work.checkpoint_bytes > 0 && next - last_checkpoint >= work.checkpoint_bytes;
-        if due && q.is_empty() {
+        if runner.checkpoint_due() && in_flight.is_empty() {
             // Everything below `next` is done and nothing is in flight.
-            if let Err(e) = (work.checkpoint)(next).await {
-                ctl.failed(&e);
-                return Err(e);
-            }
-            last_checkpoint = next;
+            runner.checkpoint().await?;
             continue;
         }
-        let stale = work.stale.as_ref().is_some_and(|s| s());
-        let stopping = ctl.cancelled.load(Relaxed) || ctl.is_paused() || due || stale;
-        // No window past a checkpoint's place: with several in flight the checkpoint would
-        // otherwise come up to `inflight - 1` windows late (or never, on a short volume).
-        let reaches_checkpoint = |next: u64| {
-            work.checkpoint_bytes > 0 && next - last_checkpoint >= work.checkpoint_bytes
-        };
-        while !stopping && q.len() < inflight && next < total && !reaches_checkpoint(next) {
-            let len = (total - next).min(work.window_bytes);
-            let end = next + len;
-            let f = (work.window)(next, len);
-            q.push_back(async move { f.await.map(|()| end) });
-            next = end;
+        let stale = runner.is_stale();
+        if !stale {
+            runner.hand_out(&mut in_flight);
         }
-        let Some(r) = q.next().await else {
-            let at = ctl.position_bytes();
-            if at >= total {
-                ctl.set_state(PassState::Done);
-                return Ok(PassState::Done);
+        match in_flight.next().await {
+            None => {
+                if let Some(stopped) = runner.nothing_in_flight(stale).await {
+                    return Ok(stopped);
+                }
             }
-            if ctl.cancelled.load(Relaxed) {
-                ctl.set_state(PassState::Cancelled);
-                return Ok(PassState::Cancelled);
-            }
-            if stale {
-                // Stopped, not cancelled: its caller runs it again over the new work.
-                ctl.set_state(PassState::Cancelled);
-                return Ok(PassState::Cancelled);
-            }
-            ctl.set_state(PassState::Paused);
-            crate::timer::sleep(PAUSE_POLL).await;
-            // The rate is measured over running time only.
-            run = MeasuredRun::new(Instant::now(), at, ctl.rate_limit_bytes_per_s());
-            if !ctl.is_paused() {
-                ctl.set_state(PassState::Running);
-            }
-            continue;
-        };
-        let end = match r {
-            Ok(end) => end,
-            Err(e) => {
-                while q.next().await.is_some() {}
+            Some(Ok(end)) => runner.window_done(end, stale).await,
+            Some(Err(e)) => {
+                while in_flight.next().await.is_some() {}
                 // Stopped: watchers waiting for it to end see it end, and why.
                 ctl.failed(&e);
                 return Err(e);
             }
+        }
+    }
+}
+
+/// One run of a pass: where the next window starts, the last checkpoint's place, the
+/// measured stretch and how many windows may be in flight.
+struct Runner<'c, 'w> {
+    ctl: &'c PassControl,
+    work: PassWork<'w>,
+    next_bytes: u64,
+    last_checkpoint_bytes: u64,
+    measured: MeasuredRun,
+    /// Windows in flight: the adaptive mode decides after each window.
+    inflight: usize,
+    /// Client requests seen at the last window's end (the adaptive mode's baseline).
+    ops_seen: u64,
+}
+
+impl<'c, 'w> Runner<'c, 'w> {
+    fn start(ctl: &'c PassControl, work: PassWork<'w>) -> Runner<'c, 'w> {
+        ctl.total_bytes.store(work.total_bytes, Relaxed);
+        // A run again of a stopped pass clears the cancel that stopped it; a cancel asked of
+        // a pass not yet run (between its start and its first window) holds.
+        if ctl.state() != PassState::Idle {
+            ctl.cancelled.store(false, Relaxed);
+        }
+        *ctl.failure.lock() = None;
+        // A run measures its own rate (a resumed control's last one is of another run).
+        ctl.measured_bytes_per_s.store(0, Relaxed);
+        let at = ctl.position_bytes();
+        let mut runner = Runner {
+            ctl,
+            measured: MeasuredRun::new(Instant::now(), at, ctl.rate_limit_bytes_per_s()),
+            next_bytes: at,
+            last_checkpoint_bytes: at,
+            inflight: work.inflight,
+            ops_seen: 0,
+            work,
         };
+        runner.ops_seen = runner.client_ops();
+        ctl.set_state(PassState::Running);
+        runner
+    }
+
+    fn client_ops(&self) -> u64 {
+        self.work.activity.as_ref().map_or(0, |a| a())
+    }
+
+    fn is_stale(&self) -> bool {
+        self.work.stale.as_ref().is_some_and(|s| s())
+    }
+
+    /// Whether a window starting at `next_bytes` would pass the checkpoint's place: none
+    /// is handed out there (with several in flight the checkpoint would otherwise come up
+    /// to `inflight - 1` windows late, or never on a short volume).
+    fn checkpoint_due(&self) -> bool {
+        let every = self.work.checkpoint_bytes;
+        every > 0 && self.next_bytes - self.last_checkpoint_bytes >= every
+    }
+
+    async fn checkpoint(&mut self) -> VolumeResult<()> {
+        if let Err(e) = (self.work.checkpoint)(self.next_bytes).await {
+            self.ctl.failed(&e);
+            return Err(e);
+        }
+        self.last_checkpoint_bytes = self.next_bytes;
+        Ok(())
+    }
+
+    /// Hands out windows in order up to the width, unless the pass is stopping or a
+    /// checkpoint is due.
+    fn hand_out(&mut self, in_flight: &mut InFlight<'w>) {
+        let ctl = self.ctl;
+        if ctl.cancelled.load(Relaxed) || ctl.is_paused() {
+            return;
+        }
+        let total = self.work.total_bytes;
+        while in_flight.len() < self.inflight && self.next_bytes < total && !self.checkpoint_due() {
+            let len = (total - self.next_bytes).min(self.work.window_bytes);
+            let end = self.next_bytes + len;
+            let window = (self.work.window)(self.next_bytes, len);
+            in_flight.push_back(window.map(move |r| r.map(|()| end)).boxed());
+            self.next_bytes = end;
+        }
+    }
+
+    /// Nothing is in flight and nothing was handed out: the pass ended (`Some`: how), or
+    /// it is paused (it waits a little and goes on).
+    async fn nothing_in_flight(&mut self, stale: bool) -> Option<PassState> {
+        let ctl = self.ctl;
+        let at = ctl.position_bytes();
+        let ended = match () {
+            _ if at >= self.work.total_bytes => Some(PassState::Done),
+            _ if ctl.cancelled.load(Relaxed) => Some(PassState::Cancelled),
+            // Stopped, not cancelled: its caller runs it again over the new work.
+            _ if stale => Some(PassState::Cancelled),
+            _ => None,
+        };
+        if let Some(state) = ended {
+            ctl.set_state(state);
+            return Some(state);
+        }
+        ctl.set_state(PassState::Paused);
+        crate::timer::sleep(PAUSE_POLL).await;
+        // The rate is measured over running time only.
+        self.measured = MeasuredRun::new(Instant::now(), at, ctl.rate_limit_bytes_per_s());
+        if !ctl.is_paused() {
+            ctl.set_state(PassState::Running);
+        }
+        None
+    }
+
+    /// The oldest window in flight ended at `end` (every byte below it done): the position,
+    /// the measured rate and the adaptive width follow, then the wait the limit asks for.
+    async fn window_done(&mut self, end: u64, stale: bool) {
+        let ctl = self.ctl;
         ctl.position_bytes.store(end, Relaxed);
         let limit = ctl.rate_limit_bytes_per_s();
-        let Some((done, elapsed)) = run.window_done(end, Instant::now(), limit) else {
+        let Some((done, elapsed)) = self.measured.window_done(end, Instant::now(), limit) else {
             // Re-rated: nothing measured at the new limit yet (status shows no rate or ETA
             // rather than the old ones).
             ctl.measured_bytes_per_s.store(0, Relaxed);
-            continue;
+            return;
         };
         // Until a second window ends, nothing is measured: no rate nor ETA rather than the
         // first window's burst.
-        let shown = run.shown_rate(end, Instant::now()).unwrap_or(0);
+        let shown = self.measured.shown_rate(end, Instant::now()).unwrap_or(0);
         ctl.measured_bytes_per_s.store(shown, Relaxed);
-        inflight = work.inflight;
-        if ctl.is_adaptive() && work.activity.is_some() {
-            let ops = user_ops();
-            inflight = crate::pace::adaptive_inflight(ops - ops_seen, work.inflight);
-            ops_seen = ops;
+        self.inflight = self.work.inflight;
+        if ctl.is_adaptive() && self.work.activity.is_some() {
+            let ops = self.client_ops();
+            self.inflight = crate::pace::adaptive_inflight(ops - self.ops_seen, self.work.inflight);
+            self.ops_seen = ops;
         }
         // A stopping pass hands out no more windows: the limit has nothing left to pace
         // (waiting here held a stop up by one window's time per window in flight).
@@ -438,6 +498,9 @@ pub(crate) async fn run(ctl: &PassControl, mut work: PassWork<'_>) -> VolumeResu
         }
     }
 }
+
+/// The windows in flight, oldest first, each yielding where it ends.
+type InFlight<'w> = FuturesOrdered<BoxFuture<'w, VolumeResult<u64>>>;
 
 #[cfg(test)]
 mod tests {
