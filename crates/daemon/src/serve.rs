@@ -163,109 +163,165 @@ async fn serve(
     io_runtimes: Vec<tokio::runtime::Handle>,
 ) -> Result<()> {
     // Before anything is printed: a supervisor may send SIGTERM as soon as it sees the URIs.
-    let stop = stop_signals()?;
+    let mut stop = stop_signals()?;
     let hangup = reload::hangup_signal()?;
-    let tls = server_tls(&config)?;
-    for w in tls_warnings(&config) {
-        tracing::warn!("{w}");
-    }
-    let mut volumes = assemble_with(&config, opts)?;
-    let slots = served_arrays(&config, &volumes, opts);
-    let controls = Arc::new(controls(&config, &mut volumes, &slots));
-    let served: Vec<(Arc<ServedArray>, Arc<VolumeExport>)> = (volumes.iter().zip(&slots))
-        .map(|(a, slot)| {
-            let export = VolumeExport::served(slot.clone(), a.read_only, a.description.clone());
-            (slot.clone(), Arc::new(export))
+    let serving = Serving::start(&config, opts, &notifier, io_runtimes, hangup).await?;
+    // Every volume assembled, every listener bound and accepting: ready.
+    notifier.ready(&serving.background.summary_at_ready);
+    let watchdog = crate::service::notify::spawn_watchdog(&notifier);
+    wait_for_stop(&mut stop).await;
+    serving.stop(stop, watchdog, &notifier).await
+}
+
+/// The daemon while it serves: what its stop drains, flushes and records clean.
+struct Serving {
+    server: Server,
+    slots: Vec<Arc<ServedArray>>,
+    served: Vec<(Arc<ServedArray>, Arc<VolumeExport>)>,
+    /// Each writable volume's idle clean mark.
+    idle_tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// One per listener.
+    listener_tasks: Vec<tokio::task::JoinHandle<()>>,
+    background: Background,
+    /// Every hook run, for the exit to wait for and stop (a reload's hook too).
+    hooks: Arc<HookRuns>,
+    /// The volumes' controls, held until the stop has recorded them clean (the background
+    /// tasks' copies go when they are stopped, before that).
+    _controls: Arc<Controls>,
+}
+
+impl Serving {
+    /// Assembles the volumes, binds every listener (before serving anything, so a taken
+    /// port fails the start), announces them and starts the background tasks.
+    async fn start(
+        config: &Config,
+        opts: &StartOptions,
+        notifier: &Arc<Notifier>,
+        io_runtimes: Vec<tokio::runtime::Handle>,
+        hangup: tokio::signal::unix::Signal,
+    ) -> Result<Serving> {
+        let tls = server_tls(config)?;
+        for w in tls_warnings(config) {
+            tracing::warn!("{w}");
+        }
+        let mut volumes = assemble_with(config, opts)?;
+        let slots = served_arrays(config, &volumes, opts);
+        let controls = Arc::new(controls(config, &mut volumes, &slots));
+        let served: Vec<(Arc<ServedArray>, Arc<VolumeExport>)> = (volumes.iter().zip(&slots))
+            .map(|(a, slot)| {
+                let export = VolumeExport::served(slot.clone(), a.read_only, a.description.clone());
+                (slot.clone(), Arc::new(export))
+            })
+            .collect();
+        let idle_tasks = spawn_clean_when_idle(&volumes, &served);
+        let exports: Vec<(String, Arc<dyn Export>)> = (volumes.iter().zip(&served))
+            .map(|(a, (_, e))| (a.name.clone(), e.clone() as Arc<dyn Export>))
+            .collect();
+        let (exports, latencies) = Latencies::wrap(exports);
+        let names: Vec<String> = exports.iter().map(|(n, _)| n.clone()).collect();
+        let server = Server::with_limits(exports, server_limits(&config.limits))?;
+        server.run_connections_on(io_runtimes);
+
+        let listeners = bind_listeners(config).await?;
+        let scraped = metrics::Scraped {
+            controls: controls.clone(),
+            latencies: Arc::new(latencies),
+            connections: {
+                let s = server.clone();
+                Arc::new(move || s.connections())
+            },
+        };
+        let metrics =
+            metrics::MetricsListener::start(config.service.metrics_listen, scraped).await?;
+        let hooks = Arc::new(HookRuns::default());
+        let events = Arc::new(EventBus::new(
+            (config.service.on_event.clone()).map(|p| HookQueue::start(p, hooks.clone())),
+        ));
+        let control = ControlServer::bind(&config.control)?.with_events(events.clone());
+        announce(config, &names, &listeners, &tls);
+        let mut background =
+            Background::start(&controls, control, events.clone(), &metrics, notifier).await;
+        let reloader = reload::Reloader::new(config, &controls, events, metrics, notifier, &hooks);
+        background
+            .service
+            .push(tokio::spawn(reload::watch(hangup, reloader)));
+        let listener_tasks = (listeners.into_iter().zip(tls))
+            .map(|(l, tls)| {
+                let s = server.clone();
+                tokio::spawn(async move { s.serve_with_tls(l, tls).await })
+            })
+            .collect();
+        Ok(Serving {
+            server,
+            slots,
+            served,
+            idle_tasks,
+            listener_tasks,
+            background,
+            hooks,
+            _controls: controls,
         })
-        .collect();
-    let exports: Vec<(String, Arc<dyn Export>)> = (volumes.iter().zip(&served))
-        .map(|(a, (_, e))| (a.name.clone(), e.clone() as Arc<dyn Export>))
-        .collect();
-    let idle_tasks: Vec<_> = volumes
-        .iter()
-        .zip(&served)
+    }
+
+    /// A stop was asked for: drain the requests, stop the background tasks and the hooks,
+    /// record every volume clean. `stop` still listens: a second signal cuts the drain short.
+    async fn stop(
+        self,
+        mut stop: StopSignals,
+        watchdog: Option<tokio::task::JoinHandle<()>>,
+        notifier: &Notifier,
+    ) -> Result<()> {
+        notifier.stopping("stopping: draining requests and flushing volumes");
+        tracing::info!(
+            "stopping: draining requests and flushing volumes (a second SIGTERM/SIGINT exits at once)"
+        );
+        // A member that does not answer can hold the drain for long: a second signal must
+        // not leave the operator only SIGKILL.
+        let hooks_at_cut = self.hooks.clone();
+        let slots_at_cut = self.slots.clone();
+        let second_signal = tokio::spawn(async move {
+            wait_for_stop(&mut stop).await;
+            // No grace for the hooks either, but no orphans: their process groups go too.
+            hooks_at_cut.stop(Duration::ZERO).await;
+            exit_cut_short(dropped_writes(&cached_bytes(&slots_at_cut)))
+        });
+        let drained = self.server.shutdown_with_grace(SHUTDOWN_GRACE).await;
+        // Whatever the drain's outcome, nothing may record a volume clean behind it (the
+        // idle marker would, with requests still running).
+        for t in watchdog.into_iter().chain(self.idle_tasks) {
+            t.abort();
+            let _ = t.await;
+        }
+        self.background.stop().await;
+        // Outside systemd nothing else stops the hook's processes.
+        self.hooks.stop(HOOK_EXIT_GRACE).await;
+        for t in self.listener_tasks {
+            t.await.context("listener task")?;
+        }
+        // A volume that could not be flushed (one failed beyond its redundancy) must not
+        // keep the others from their clean record: each array's mark checks its own writes.
+        let recorded = record_clean(&self.served, drained.is_ok()).await;
+        second_signal.abort();
+        stop_outcome(
+            drained,
+            recorded,
+            dropped_writes(&cached_bytes(&self.slots)),
+        )
+    }
+}
+
+/// Each writable volume's idle clean mark, where its config asks for one.
+fn spawn_clean_when_idle(
+    volumes: &[Assembled],
+    served: &[(Arc<ServedArray>, Arc<VolumeExport>)],
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (volumes.iter().zip(served))
         .filter(|(v, _)| !v.read_only)
         .filter_map(|(v, (a, e))| {
             let delay = v.clean_delay?;
             Some(tokio::spawn(clean_when_idle(a.clone(), e.clone(), delay)))
         })
-        .collect();
-    let (exports, latencies) = Latencies::wrap(exports);
-    let names: Vec<String> = exports.iter().map(|(n, _)| n.clone()).collect();
-    let server = Server::with_limits(exports, server_limits(&config.limits))?;
-    server.run_connections_on(io_runtimes);
-
-    // Bind everything before serving anything, so a taken port fails the start.
-    let listeners = bind_listeners(&config).await?;
-    let scraped = metrics::Scraped {
-        controls: controls.clone(),
-        latencies: Arc::new(latencies),
-        connections: {
-            let s = server.clone();
-            Arc::new(move || s.connections())
-        },
-    };
-    let metrics = metrics::MetricsListener::start(config.service.metrics_listen, scraped).await?;
-    // Every hook run, for the exit to wait for and stop (a reload's hook too).
-    let hooks = Arc::new(HookRuns::default());
-    let events = Arc::new(EventBus::new(
-        (config.service.on_event.clone()).map(|p| HookQueue::start(p, hooks.clone())),
-    ));
-    let control = ControlServer::bind(&config.control)?.with_events(events.clone());
-    announce(&config, &names, &listeners, &tls);
-    let mut background =
-        Background::start(&controls, control, events.clone(), &metrics, &notifier).await;
-    let reloader = reload::Reloader::new(&config, &controls, events, metrics, &notifier, &hooks);
-    background
-        .service
-        .push(tokio::spawn(reload::watch(hangup, reloader)));
-
-    let tasks: Vec<_> = listeners
-        .into_iter()
-        .zip(tls)
-        .map(|(l, tls)| {
-            let s = server.clone();
-            tokio::spawn(async move { s.serve_with_tls(l, tls).await })
-        })
-        .collect();
-    // Every volume assembled, every listener bound and accepting: ready.
-    notifier.ready(&background.summary_at_ready);
-    let watchdog_task = crate::service::notify::spawn_watchdog(&notifier);
-
-    let mut stop = stop;
-    wait_for_stop(&mut stop).await;
-    notifier.stopping("stopping: draining requests and flushing volumes");
-    tracing::info!(
-        "stopping: draining requests and flushing volumes (a second SIGTERM/SIGINT exits at once)"
-    );
-    // A member that does not answer can hold the drain for long: a second signal must not
-    // leave the operator only SIGKILL.
-    let hooks_at_cut = hooks.clone();
-    let slots_at_cut = slots.clone();
-    let second_signal = tokio::spawn(async move {
-        wait_for_stop(&mut stop).await;
-        // No grace for the hooks either, but no orphans: their process groups go too.
-        hooks_at_cut.stop(Duration::ZERO).await;
-        exit_cut_short(dropped_writes(&cached_bytes(&slots_at_cut)))
-    });
-    let drained = server.shutdown_with_grace(SHUTDOWN_GRACE).await;
-    // Whatever the drain's outcome, nothing may record a volume clean behind it (the idle
-    // marker would, with requests still running).
-    for t in watchdog_task.into_iter().chain(idle_tasks) {
-        t.abort();
-        let _ = t.await;
-    }
-    background.stop().await;
-    // Outside systemd nothing else stops the hook's processes.
-    hooks.stop(HOOK_EXIT_GRACE).await;
-    for t in tasks {
-        t.await.context("listener task")?;
-    }
-    // A volume that could not be flushed (one failed beyond its redundancy) must not keep
-    // the others from their clean record: each array's mark checks its own writes.
-    let recorded = record_clean(&served, drained.is_ok()).await;
-    second_signal.abort();
-    stop_outcome(drained, recorded, dropped_writes(&cached_bytes(&slots)))
+        .collect()
 }
 
 /// Each volume's acknowledged writes in its write-back cache, not on its members.
@@ -620,17 +676,18 @@ impl Repeated {
     }
 }
 
+/// SIGTERM and SIGINT.
+type StopSignals = (tokio::signal::unix::Signal, tokio::signal::unix::Signal);
+
 /// SIGTERM and SIGINT, installed.
-fn stop_signals() -> Result<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)> {
+fn stop_signals() -> Result<StopSignals> {
     use tokio::signal::unix::{signal, SignalKind};
     let term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     Ok((term, int))
 }
 
-async fn wait_for_stop(
-    (term, int): &mut (tokio::signal::unix::Signal, tokio::signal::unix::Signal),
-) {
+async fn wait_for_stop((term, int): &mut StopSignals) {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
