@@ -13,7 +13,7 @@ use nbraid_assembly::reshape_plan::{self, outline, Action, VolumePlan};
 use nbraid_config::format_size;
 use nbraid_config::{Config, MemberStorage, Volume};
 use nbraid_core::metadata::{
-    assemble_as_started, planned_area, AssembleError, Probe, ReshapeRecord, Superblock,
+    assemble_as_started, planned_area, AssembleError, Assembly, Probe, ReshapeRecord, Superblock,
 };
 use serde::Serialize;
 
@@ -100,49 +100,23 @@ fn unavailable_note(why: &str, state: &str) -> String {
     format!("{why}; {outcome}")
 }
 
+/// One volume's records: read (or why not), the start's plan, the assembly as the start
+/// decides it, and who holds each role.
 fn volume(
     config: &Config,
     v: &Volume,
     remotes: &[Option<RemoteRead>],
     areas: &mut crate::meta_budget::Areas,
 ) -> Records {
-    let mut r = Records {
-        volume: v.name.clone(),
-        state: String::new(),
-        members: Vec::new(),
-        paths: Vec::new(),
-        absent: Vec::new(),
-        notes: Vec::new(),
-        reshape: None,
-    };
+    let mut r = Records::of(&v.name);
     let n = v.members.len();
     let Some((probes, added)) = probes_with_remote(config, v, remotes) else {
-        let members: Vec<Unread> = (v.members.iter().chain(&v.heal.spares))
-            .map(|&m| {
-                unread(
-                    &config.members[m],
-                    remotes.get(m).is_some_and(Option::is_some),
-                )
-            })
-            .collect();
-        (r.state, r.notes) = not_read(&members);
+        (r.state, r.notes) = not_read(&unread_members(config, v, remotes));
         return r;
     };
-    // The daemon's rule: a volume no member carries a record of is created (beside the
-    // config's other volumes' records, Matrix), one some member carries is assembled.
-    match start_plan_with(config, v, &probes[..n], remotes) {
-        Err(refusal) => {
-            r.state = format!("refused: {refusal}");
-            return r;
-        }
-        Ok(Plan::Create { .. }) => {
-            r.state = match areas.create(config, v, &probes[..n]) {
-                Ok(()) => to_be_created(&probes[..n]),
-                Err(why) => format!("refused: {why}"),
-            };
-            return r;
-        }
-        Ok(Plan::Open) => {}
+    if let Some(state) = not_opened(config, v, &probes[..n], remotes, areas) {
+        r.state = state;
+        return r;
     }
     // Members grown under a config that does not pin their size: the start opens the
     // recorded regions, and `nbraid apply` plans the grow into the rest.
@@ -154,29 +128,108 @@ fn volume(
     let asm = match assemble_as_started(&v.name, &tree, &probes, &ids, v.metadata.ppl) {
         Ok(a) => a,
         Err(e) => {
-            let changed = matches!(
-                e,
-                AssembleError::GeometryChanged { .. } | AssembleError::RegionGrown { .. }
-            );
-            if changed {
-                r.reshape = reshape(config, v, &probes[..n]);
-            }
-            // Beyond tolerance: the start's own words (which member, why, what forces it).
-            let ids = adopt::position_ids(config, v, &added);
-            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-            let why = nbraid_assembly::beyond_tolerance::check_text(config, v, &probes, &ids, &e);
-            r.state = format!("refused: {why}");
+            refused_assembly(config, v, (&probes, &added), &e, &mut r);
             return r;
         }
     };
-    let ids = adopt::position_ids(config, v, &added);
+    roles(config, v, (&probes, &added), &asm, &mut r);
+    r.notes.extend(checksum_note(v, &probes[..n]));
+    // A setting the records keep otherwise (the config is loaded pinned to them).
+    let fixed = nbraid_assembly::settings::fixed_at_create(v);
+    r.notes
+        .extend(fixed.iter().map(|c| format!("setting: {}", c.text())));
+    r.notes.extend(grown);
+    let read_only = v.read_only.then(|| {
+        nbraid_assembly::read_only_check::open_refusal(config, v, &asm, (&probes, &added))
+    });
+    r.state = state(&r, read_only.flatten());
+    r
+}
+
+impl Records {
+    /// Nothing known yet of volume `name`.
+    fn of(name: &str) -> Records {
+        Records {
+            volume: name.to_string(),
+            state: String::new(),
+            members: Vec::new(),
+            paths: Vec::new(),
+            absent: Vec::new(),
+            notes: Vec::new(),
+            reshape: None,
+        }
+    }
+}
+
+/// The volume's members then spares, as far as this look can read them.
+fn unread_members(config: &Config, v: &Volume, remotes: &[Option<RemoteRead>]) -> Vec<Unread> {
+    (v.members.iter().chain(&v.heal.spares))
+        .map(|&m| {
+            let remote_read = remotes.get(m).is_some_and(Option::is_some);
+            unread(&config.members[m], remote_read)
+        })
+        .collect()
+}
+
+/// The state of a volume the start would not open (`None`: it opens it): refused, or
+/// created — the daemon's rule: a volume no member carries a record of is created (beside
+/// the config's other volumes' records, Matrix), one some member carries is assembled.
+fn not_opened(
+    config: &Config,
+    v: &Volume,
+    probes: &[Probe],
+    remotes: &[Option<RemoteRead>],
+    areas: &mut crate::meta_budget::Areas,
+) -> Option<String> {
+    match start_plan_with(config, v, probes, remotes) {
+        Err(refusal) => Some(format!("refused: {refusal}")),
+        Ok(Plan::Create { .. }) => Some(match areas.create(config, v, probes) {
+            Ok(()) => to_be_created(probes),
+            Err(why) => format!("refused: {why}"),
+        }),
+        Ok(Plan::Open) => None,
+    }
+}
+
+/// The assembly refused `e`, beyond tolerance: the start's own words (which member, why,
+/// what forces it), and where the config declares another shape, how `apply` gets there.
+fn refused_assembly(
+    config: &Config,
+    v: &Volume,
+    (probes, added): (&[Probe], &[String]),
+    e: &AssembleError,
+    r: &mut Records,
+) {
+    let changed = matches!(
+        e,
+        AssembleError::GeometryChanged { .. } | AssembleError::RegionGrown { .. }
+    );
+    if changed {
+        r.reshape = reshape(config, v, &probes[..v.members.len()]);
+    }
+    let ids = adopt::position_ids(config, v, added);
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let why = nbraid_assembly::beyond_tolerance::check_text(config, v, probes, &ids, e);
+    r.state = format!("refused: {why}");
+}
+
+/// Who holds each role by the records' identities, as the daemon's start decides it: the
+/// ids, their files, the notes on roles and why a role is not served.
+fn roles(
+    config: &Config,
+    v: &Volume,
+    (probes, added): (&[Probe], &[String]),
+    asm: &Assembly,
+    r: &mut Records,
+) {
+    let ids = adopt::position_ids(config, v, added);
     let record = |p: usize| match &probes[p] {
         Probe::Superblock(sb, _) if sb.volumes.iter().any(|x| x.name == v.name) => {
             Some(sb.volumes.iter().all(|x| x.name == v.name))
         }
         _ => None,
     };
-    // Who holds each role by the records' identities, as the daemon's start decides it.
+    let n = v.members.len();
     let configured = n + v.heal.spares.len();
     let unidentified: Vec<bool> = probes
         .iter()
@@ -196,7 +249,7 @@ fn volume(
         .collect();
     r.notes = adopt::role_notes(
         &v.name,
-        (&ids, &added),
+        (&ids, added),
         (n, configured),
         (&asm.roles, &holders),
         &record,
@@ -204,17 +257,6 @@ fn volume(
     r.absent = (asm.roles.iter())
         .map(|role| role.as_ref().err().map(absence_word))
         .collect();
-    r.notes.extend(checksum_note(v, &probes[..n]));
-    // A setting the records keep otherwise (the config is loaded pinned to them).
-    let fixed = nbraid_assembly::settings::fixed_at_create(v);
-    r.notes
-        .extend(fixed.iter().map(|c| format!("setting: {}", c.text())));
-    r.notes.extend(grown);
-    let read_only = v.read_only.then(|| {
-        nbraid_assembly::read_only_check::open_refusal(config, v, &asm, (&probes, &added))
-    });
-    r.state = state(&r, read_only.flatten());
-    r
 }
 
 /// The volume's state as the start would find it: refused read-only (`read_only`: why),
