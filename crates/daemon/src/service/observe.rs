@@ -9,7 +9,8 @@ use crate::control::task_slot::Run;
 use crate::control::{ControlVolume, Controls};
 use crate::events::{Event, EventBus, EventKind};
 use nbraid_core::fail_cause::Failure;
-use nbraid_core::{MemberState, PassControl, PassState, RefusedFlushes};
+use nbraid_core::metadata::Array;
+use nbraid_core::{MemberState, PassControl, PassState, RefusedFlushes, ScrubControl, Volume};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -551,14 +552,27 @@ fn run_state<C>(run: &Run<C>) -> PassState {
 
 /// Reads `v`'s state now.
 pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
+    // One array and one list of ids for the whole look (a reshape's end swaps the array, a
+    // spare taking a role changes the ids).
     let array = v.array();
-    let vol = array.volume();
     let ids = v.member_ids();
-    let members = vol.member_health();
-    let roles = ids
-        .iter()
-        .zip(members)
-        .enumerate()
+    let vol = array.volume();
+    let cache = vol.cache_usage();
+    VolumeSnapshot {
+        roles: roles_now(&array, &ids),
+        health: health_now(vol),
+        passes: passes_now(v, &array, &ids),
+        refused_flushes: vol.refused_flushes(),
+        cached_dirty_bytes: cache.dirty_bytes,
+        failed_destages: cache.failed_destages,
+    }
+}
+
+/// Each role's member now (`ids`: by role): its id, whether it failed (and why, and
+/// whether its server refuses it now), whether it is current, the write errors it kept.
+fn roles_now(array: &Array, ids: &[String]) -> Vec<Role> {
+    let vol = array.volume();
+    (ids.iter().zip(vol.member_health()).enumerate())
         .map(|(r, (id, h))| Role {
             id: id.clone(),
             failed: h.state == MemberState::Failed,
@@ -571,23 +585,55 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
             write_errors_kept: h.write_errors,
             kept_past_limit: h.kept_past_limit,
         })
-        .collect();
-    // A role being rebuilt (a spare that took it) is not redundancy yet: degraded until done.
-    let health = if !vol.is_available() {
+        .collect()
+}
+
+/// A role being rebuilt (a spare that took it) is not redundancy yet: degraded until done.
+fn health_now(vol: &Volume) -> Health {
+    if !vol.is_available() {
         Health::Failed
     } else if vol.is_degraded() || (0..vol.member_count()).any(|r| !vol.member_is_current(r)) {
         Health::Degraded
     } else {
         Health::Optimal
+    }
+}
+
+/// Every pass's runs, in [`VolumeSnapshot::passes`]' order: rebuild, resync, re-add,
+/// scrub, reshape.
+fn passes_now(v: &ControlVolume, array: &Array, ids: &[String]) -> [Vec<Pass>; 5] {
+    let runs_of = |runs: Vec<Run<PassControl>>, members: Vec<String>| -> Vec<Pass> {
+        runs.iter().map(|run| Pass::of_run(run, &members)).collect()
     };
-    let role_ids = |roles: Vec<(usize, u64)>| -> Vec<String> {
-        roles
-            .iter()
-            .filter_map(|(r, _)| ids.get(*r).cloned())
-            .collect()
-    };
-    // What a rebuild writes: a role's new member, or its replacement (the member it
-    // replaces keeps the role, and its id, until the copy is done).
+    let (rebuilt, replacing) = rebuild_targets(v, array, ids);
+    let mut rebuild = runs_of(v.rebuild_runs(), rebuilt);
+    for p in &mut rebuild {
+        p.replacing = replacing.clone();
+    }
+    let resync = runs_of(v.resync.runs(), Vec::new());
+    let returning: Vec<String> = (array.returning().iter())
+        .filter_map(|(r, _)| ids.get(*r).cloned())
+        .collect();
+    let readd = runs_of(v.readd.runs(), returning);
+    let scrub = v.scrub_runs().iter().map(Pass::of_scrub).collect();
+    let mut reshape = runs_of(v.reshape.runs(), Vec::new());
+    if let (Some(p), Some((position, total))) = (reshape.last_mut(), array.reshape_progress()) {
+        // Before the pass's first window its control counts nothing yet.
+        p.position_bytes = p.position_bytes.max(position);
+        p.total_bytes = p.total_bytes.max(total);
+    }
+    [rebuild, resync, readd, scrub, reshape]
+}
+
+/// What a rebuild writes (`ids`: by role): a role's new member, or its replacement (the
+/// member it replaces keeps the role, and its id, until the copy is done); and each
+/// replacement's (new id, replaced id).
+fn rebuild_targets(
+    v: &ControlVolume,
+    array: &Array,
+    ids: &[String],
+) -> (Vec<String>, Vec<(String, String)>) {
+    let vol = array.volume();
     let mut replacing = Vec::new();
     let mut rebuilt = Vec::new();
     for (r, _) in array.rebuilding() {
@@ -601,60 +647,43 @@ pub fn snapshot(v: &ControlVolume) -> VolumeSnapshot {
             None => rebuilt.push(id.clone()),
         }
     }
-    let pass_of = |run: &Run<PassControl>, members: &Vec<String>| Pass {
-        instance: run.id,
-        state: run_state(run),
-        members: members.clone(),
-        replacing: Vec::new(),
-        position_bytes: run.ctl.position_bytes(),
-        total_bytes: run.ctl.total_bytes(),
-        checked: 0,
-        mismatches: 0,
-        repaired: 0,
-        unreadable: 0,
-        error: run.ctl.failure(),
-    };
-    let runs_of = |runs: Vec<Run<PassControl>>, members: Vec<String>| -> Vec<Pass> {
-        runs.iter().map(|run| pass_of(run, &members)).collect()
-    };
-    let mut rebuild = runs_of(v.rebuild_runs(), rebuilt);
-    for p in &mut rebuild {
-        p.replacing = replacing.clone();
+    (rebuilt, replacing)
+}
+
+impl Pass {
+    /// A run of a pass that counts bytes only, over `members`.
+    fn of_run(run: &Run<PassControl>, members: &[String]) -> Pass {
+        Pass {
+            instance: run.id,
+            state: run_state(run),
+            members: members.to_vec(),
+            replacing: Vec::new(),
+            position_bytes: run.ctl.position_bytes(),
+            total_bytes: run.ctl.total_bytes(),
+            checked: 0,
+            mismatches: 0,
+            repaired: 0,
+            unreadable: 0,
+            error: run.ctl.failure(),
+        }
     }
-    let resync = runs_of(v.resync.runs(), Vec::new());
-    let readd = runs_of(v.readd.runs(), role_ids(array.returning()));
-    let scrub = (v.scrub_runs().iter())
-        .map(|run| {
-            let r = run.ctl.report();
-            Pass {
-                instance: run.id,
-                state: run_state(run),
-                members: Vec::new(),
-                replacing: Vec::new(),
-                position_bytes: r.position_bytes,
-                total_bytes: r.total_bytes,
-                checked: r.checked,
-                mismatches: r.mismatches,
-                repaired: r.repaired,
-                unreadable: r.unreadable,
-                error: None,
-            }
-        })
-        .collect();
-    let mut reshape = runs_of(v.reshape.runs(), Vec::new());
-    if let (Some(p), Some((position, total))) = (reshape.last_mut(), array.reshape_progress()) {
-        // Before the pass's first window its control counts nothing yet.
-        p.position_bytes = p.position_bytes.max(position);
-        p.total_bytes = p.total_bytes.max(total);
-    }
-    let cache = vol.cache_usage();
-    VolumeSnapshot {
-        roles,
-        health,
-        passes: [rebuild, resync, readd, scrub, reshape],
-        refused_flushes: vol.refused_flushes(),
-        cached_dirty_bytes: cache.dirty_bytes,
-        failed_destages: cache.failed_destages,
+
+    /// A scrub's run, with what it found.
+    fn of_scrub(run: &Run<ScrubControl>) -> Pass {
+        let r = run.ctl.report();
+        Pass {
+            instance: run.id,
+            state: run_state(run),
+            members: Vec::new(),
+            replacing: Vec::new(),
+            position_bytes: r.position_bytes,
+            total_bytes: r.total_bytes,
+            checked: r.checked,
+            mismatches: r.mismatches,
+            repaired: r.repaired,
+            unreadable: r.unreadable,
+            error: None,
+        }
     }
 }
 
