@@ -44,6 +44,9 @@
 //! - A stripe with as many children lost as parity chunks (RAID 5 or a two-way mirror with
 //!   one out, RAID 6 with two) has nothing to check against: it is skipped, and counted so
 //!   ([`SkipReason::NoRedundancy`]; a stripe whose parity is stale, [`SkipReason::StaleParity`]).
+//!   What survives of it is still read: a block that does not read (or fails its checksum)
+//!   is counted unreadable and named, unrepairable — data already lost, said before a
+//!   rebuild trips on it.
 //! - Mirrors: a majority of ≥ 3 readable copies wins (voting); two copies that disagree
 //!   cannot say which is right, so the first readable copy is copied over the others (md's
 //!   rule); with ≥ 3 copies and no majority nothing is rewritten (reported only).

@@ -13,7 +13,7 @@ mod common;
 use common::*;
 use futures::executor::block_on;
 use nbraid_core::checksum::{area_bytes, ChecksumArea, ChecksumSetup, BLOCK_BYTES};
-use nbraid_core::scrub::ScrubFindings;
+use nbraid_core::scrub::{ScrubAction, ScrubFindings, ScrubFound};
 use nbraid_core::{
     Buf, Member, MemoryMember, ScrubControl, ScrubReport, ScrubState, Volume, VolumeOptions,
 };
@@ -359,5 +359,51 @@ fn without_redundancy_left_every_stripe_is_skipped_and_says_why() {
         );
         assert_eq!(counts, (0, stripes, stripes, 0), "{level:?} x{n}: {rep:?}");
         assert_eq!(rep.repaired, 0);
+    }
+}
+
+/// Without redundancy left the stripes are still read, through the checksums: a block
+/// overwritten behind the engine's back on a surviving member is named (member, offset,
+/// checksum mismatch) and counted unreadable — nothing can rebuild it, but the operator
+/// learns where data is already lost, before a rebuild of the failed member trips on it —
+/// and nothing is written, checking or repairing. (It was skipped unread: "0 unreadable".)
+#[test]
+fn without_redundancy_a_block_failing_its_checksum_is_still_named() {
+    let cases = [
+        (Level::Raid5, 4, &[FAILED][..], 64 * KIB),
+        (Level::Raid5, 5, &[FAILED][..], 4 * KIB),
+        (Level::Raid6, 5, &[0, 3][..], 256 * KIB),
+    ];
+    for (level, n, out, strip) in cases {
+        let what = format!("{level:?} x{n}, {} KiB strips", strip / KIB);
+        let stripes = MEMBER / strip;
+        let mut r = rig(named(level, n, None, strip, MEMBER), n, true, 9);
+        for &m in out {
+            r.v.fail_member(m, "test");
+        }
+        let victim = (0..n).find(|m| !out.contains(m)).expect("a survivor");
+        let block = (2 * strip + strip / 2) / BLOCK_BYTES;
+        r.junk(victim, block);
+        let junked = r.peek(victim, block * BLOCK_BYTES, BLOCK_BYTES);
+        for repair in [false, true] {
+            let what = format!("{what}, repair {repair}");
+            let (rep, findings) = r.scrub(repair);
+            let counts = (rep.checked, rep.skipped_no_redundancy, rep.unreadable);
+            assert_eq!(counts, (0, stripes, 1), "{what}: {rep:?}");
+            assert_eq!(rep.repaired, 0, "{what}");
+            let named: Vec<usize> = findings.by_member.keys().copied().collect();
+            assert_eq!(named, vec![victim], "{what}: {findings:?}");
+            let f = &findings.by_member[&victim].first[0];
+            let place = (f.member_offset_bytes, f.len_bytes, f.found, f.action);
+            let expected = (
+                block * BLOCK_BYTES,
+                BLOCK_BYTES,
+                ScrubFound::ChecksumMismatch,
+                ScrubAction::Unrepairable,
+            );
+            assert_eq!(place, expected, "{what}");
+            let now = r.peek(victim, block * BLOCK_BYTES, BLOCK_BYTES);
+            assert!(now == junked, "{what}: nothing written");
+        }
     }
 }

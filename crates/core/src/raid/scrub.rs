@@ -8,7 +8,8 @@
 //! syndrome nothing locates a wrong chunk, so a mismatch regenerates the surviving parity
 //! from the data as reads serve it (RAID 5's rule); a block whose checksum fails is still
 //! named and rebuilt. A stripe with as many lost as parity chunks has nothing to compare
-//! against: it is skipped and counted as such ([`SkipReason::NoRedundancy`]).
+//! against: it is skipped and counted as such ([`SkipReason::NoRedundancy`]), and still
+//! read — a block that does not read or fails its checksum is named, unrepairable.
 //!
 //! This file reads and writes; what a mismatch means and what its repair rewrites is decided
 //! by the pure functions of `scrub/verdict.rs`.
@@ -89,7 +90,8 @@ impl Scrubber<'_> {
             .collect();
         let failed = lost_children(&lost);
         let stale = self.stripes.health.any_stale(first, end - 1);
-        if skip_reason(stale, failed.len(), chunks.np).is_some() {
+        let skip = skip_reason(stale, failed.len(), chunks.np);
+        if skip == Some(SkipReason::StaleParity) {
             return (first..end).collect();
         }
         let reads = join_all(
@@ -104,6 +106,14 @@ impl Scrubber<'_> {
         let Ok(bufs) = reads.into_iter().collect::<VolumeResult<Vec<Buf>>>() else {
             return (first..end).collect();
         };
+        if let Some(why) = skip {
+            // Nothing to check against, and every surviving chunk read (through its
+            // checksums): nothing is known bad.
+            for _ in first..end {
+                pass.skip(why);
+            }
+            return Vec::new();
+        }
         // What a lost child's slice of a row holds before it is rebuilt.
         let blank = vec![0u8; if failed.is_empty() { 0 } else { strip }];
         let mut redo = Vec::new();
@@ -132,6 +142,9 @@ impl Scrubber<'_> {
         let stale = self.stripes.health.is_stale(s);
         if let Some(why) = skip_reason(stale, failed.len(), self.stripes.chunks.np) {
             pass.skip(why);
+            if why == SkipReason::NoRedundancy {
+                self.name_unreadable(s, &failed, pass).await;
+            }
             return Ok(());
         }
         let roles = self.stripes.chunks.layout.roles(s);
@@ -159,6 +172,31 @@ impl Scrubber<'_> {
             self.stripes.health.mark_in_sync(s);
         }
         Ok(())
+    }
+
+    /// Stripe `s` has nothing to check against (as many children `failed` as parity
+    /// chunks), but its surviving chunks are still read: a block that does not read (an I/O
+    /// error, or one failing its checksum) is counted unreadable and named, unrepairable —
+    /// nothing can rebuild it, but the operator learns where data is already lost before a
+    /// rebuild of the failed member trips on it. Nothing is written.
+    async fn name_unreadable(&self, s: u64, failed: &[usize], pass: &ScrubPass<'_>) {
+        let read = self.read_stripe_whole(s, failed).await;
+        let bad: Vec<usize> = (0..read.len())
+            .filter(|c| read[*c].is_none() && !failed.contains(c))
+            .collect();
+        pass.bump(|st| &st.unreadable, bad.len() as u64);
+        let strip = self.stripes.chunks.strip;
+        let n = BLOCK_BYTES.min(strip);
+        let at = self.stripes.chunks.layout.chunk_offset(s);
+        for c in bad {
+            let child = &self.stripes.chunks.children[c];
+            for off in (0..strip).step_by(n as usize) {
+                if let Err(e) = child.read(at + off, Buf::new(n as usize)).await {
+                    let t = [Target::bad(c, &e)];
+                    self.record(s, off, n, &t, |_| ScrubAction::Unrepairable, pass);
+                }
+            }
+        }
     }
 
     /// Rewrites each of `targets` (children of stripe `s`) with its bytes in `writes` under
