@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::{fill, nbraid, ok, require, serve, wait_until, Kit, MIB};
+use common::{
+    fill, member_files, nbraid, ok, raid1_local_and_remote, require, serve, wait_until, Kit,
+};
 use serde_json::Value;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -25,25 +27,12 @@ fn erring_kit(sock: &Path, file: &Path, errors: &Path) -> Kit {
 fn a_returning_member_that_fails_mid_resync_is_said_failed_not_done() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (local, remote, sock) = (d.join("m0.img"), d.join("m1.img"), d.join("m1.sock"));
-    for f in [&local, &remote] {
-        std::fs::File::create(f).unwrap().set_len(40 * MIB).unwrap();
-    }
-    let cfg = d.join("arrays.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[daemon]\nlisten = [\"unix:nbd.sock\"]\n\n\
-             [[member]]\nid = \"m0\"\npath = \"{}\"\nsize = \"40MiB\"\n\n\
-             [[member]]\nid = \"m1\"\npath = \"nbd+unix:///?socket={}\"\n\
-             size = \"40MiB\"\ntimeout = \"3s\"\n\n\
-             [[volume]]\nname = \"v\"\nlevel = \"raid1\"\nmembers = [\"m0\", \"m1\"]\n\
-             rebuild_rate = \"4MiB\"\n",
-            local.display(),
-            sock.display()
-        ),
-    )
-    .unwrap();
+    let [local, remote] = member_files(d, ["m0.img", "m1.img"]);
+    let sock = d.join("m1.sock");
+    let cfg = raid1_local_and_remote(d, &local, &sock, "3s");
+    // Slow enough that the resync is seen under way before its writes fail.
+    let text = std::fs::read_to_string(&cfg).unwrap() + "rebuild_rate = \"4MiB\"\n";
+    std::fs::write(&cfg, text).unwrap();
     let c = cfg.to_str().unwrap();
     let nbdcopy = require("nbdcopy");
     let errors = d.join("m1.errors");

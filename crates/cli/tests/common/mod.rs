@@ -514,7 +514,8 @@ pub fn start_refused(cfg: &Path) -> String {
 }
 
 /// A RAID 1 `v` of 40 MiB members: m0 the file `local`, m1 the export at Unix socket `sock`
-/// with the member `timeout` (e.g. "1s"). Written as `arrays.toml` in `dir`; its path.
+/// with the member `timeout` (e.g. "1s"). Written as `arrays.toml` in `dir`, the volume's
+/// table last (keys appended are the volume's); its path.
 pub fn raid1_local_and_remote(dir: &Path, local: &Path, sock: &Path, timeout: &str) -> PathBuf {
     let cfg = dir.join("arrays.toml");
     std::fs::write(
