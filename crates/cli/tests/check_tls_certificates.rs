@@ -6,9 +6,10 @@
 
 mod common;
 
-use common::{nbraid, nbraidd_path, ok, require, tls_jbod_config};
-use nbraid_nbd::testing::make_test_certificates;
-use std::path::{Path, PathBuf};
+use common::{
+    expire_server_certificate, nbraid, nbraidd_path, ok, test_certificates, tls_jbod_config,
+};
+use std::path::Path;
 use std::process::Command;
 
 /// Whether `nbraid check` and `nbraidd --check` passed, and what each said.
@@ -24,18 +25,11 @@ fn checks(cfg: &Path) -> [(bool, String); 2] {
     })
 }
 
-fn pki(d: &Path, name: &str) -> PathBuf {
-    let p = d.join(name);
-    std::fs::create_dir(&p).unwrap();
-    make_test_certificates(&p);
-    p
-}
-
 #[test]
 fn a_key_not_the_certificates_or_a_file_not_pem_fails_nbraid_check_as_it_fails_the_start() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (ours, other) = (pki(d, "pki"), pki(d, "other"));
+    let (ours, other) = (test_certificates(d, "pki"), test_certificates(d, "other"));
     let cfg = tls_jbod_config(d);
     for (passed, said) in checks(&cfg) {
         assert!(passed, "{said}");
@@ -75,34 +69,12 @@ fn a_key_not_the_certificates_or_a_file_not_pem_fails_nbraid_check_as_it_fails_t
 fn an_expired_server_certificate_is_warned_of_by_nbraid_check() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let pki = pki(d, "pki");
+    let pki = test_certificates(d, "pki");
     let cfg = tls_jbod_config(d);
     let c = cfg.to_str().unwrap();
     let said = ok(nbraid(&["check", c]), "check");
     assert!(!said.contains("expired"), "{said}");
-    // The same request signed again, valid until a day ago.
-    let o = Command::new(require("openssl"))
-        .current_dir(&pki)
-        .args([
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca-cert.pem",
-            "-CAkey",
-            "ca-key.pem",
-            "-CAcreateserial",
-            "-out",
-            "server-cert.pem",
-            "-days",
-            "-1",
-            "-extfile",
-            "server.ext",
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    expire_server_certificate(&pki);
     let warning = format!(
         "warning: the server certificate {} expired at ",
         pki.join("server-cert.pem").display()

@@ -6,8 +6,7 @@
 
 mod common;
 
-use common::{nbraidd_path, require, tls_jbod_config};
-use nbraid_nbd::testing::make_test_certificates;
+use common::{expire_server_certificate, nbraidd_path, test_certificates, tls_jbod_config};
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -53,24 +52,11 @@ fn start_log(cfg: &Path) -> String {
     log
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let o = Command::new(require("openssl"))
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-}
-
 #[test]
 fn a_key_not_the_certificates_fails_the_check_as_it_fails_the_start() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (pki, other) = (d.join("pki"), d.join("other"));
-    for p in [&pki, &other] {
-        std::fs::create_dir(p).unwrap();
-        make_test_certificates(p);
-    }
+    let (pki, other) = (test_certificates(d, "pki"), test_certificates(d, "other"));
     let cfg = tls_jbod_config(d);
     let (passed, said) = check(&cfg);
     assert!(passed, "{said}");
@@ -90,33 +76,11 @@ fn a_key_not_the_certificates_fails_the_check_as_it_fails_the_start() {
 fn an_expired_server_certificate_is_warned_of_by_the_check_and_the_start() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let pki = d.join("pki");
-    std::fs::create_dir(&pki).unwrap();
-    make_test_certificates(&pki);
+    let pki = test_certificates(d, "pki");
     let cfg = tls_jbod_config(d);
     let (passed, said) = check(&cfg);
     assert!(passed && !said.contains("expired"), "{said}");
-    // The same request signed again, valid until a day ago.
-    openssl(
-        &pki,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca-cert.pem",
-            "-CAkey",
-            "ca-key.pem",
-            "-CAcreateserial",
-            "-out",
-            "server-cert.pem",
-            "-days",
-            "-1",
-            "-extfile",
-            "server.ext",
-        ],
-    );
+    expire_server_certificate(&pki);
     let (passed, said) = check(&cfg);
     let file = pki.join("server-cert.pem");
     let warning = format!(

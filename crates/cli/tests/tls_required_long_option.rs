@@ -5,8 +5,7 @@
 
 mod common;
 
-use common::{tls_jbod_config, Daemon};
-use nbraid_nbd::testing::make_test_certificates;
+use common::{test_certificates, tls_jbod_config, Daemon};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
@@ -40,9 +39,7 @@ fn reply(s: &mut UnixStream) -> (u32, u32) {
 fn every_option_before_starttls_is_refused_as_tls_required_however_long() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let pki = d.join("pki");
-    std::fs::create_dir(&pki).unwrap();
-    make_test_certificates(&pki);
+    test_certificates(d, "pki");
     let cfg = tls_jbod_config(d);
     let mut daemon = Daemon::start(&cfg);
     let mut s = UnixStream::connect(d.join("nbd.sock")).unwrap();

@@ -408,6 +408,30 @@ pub fn tls_jbod_config(dir: &Path) -> PathBuf {
     cfg
 }
 
+/// A new folder `name` in `dir` holding the test CA, server and client certificates
+/// (`make_test_certificates`); its path.
+pub fn test_certificates(dir: &Path, name: &str) -> PathBuf {
+    let pki = dir.join(name);
+    std::fs::create_dir(&pki).unwrap();
+    nbraid_nbd::testing::make_test_certificates(&pki);
+    pki
+}
+
+/// The server certificate in `pki` (from [`test_certificates`]) signed again from the same
+/// request, valid until a day ago: expired, as a server may present it.
+pub fn expire_server_certificate(pki: &Path) {
+    let o = Command::new(require("openssl"))
+        .current_dir(pki)
+        .args(
+            "x509 -req -in server.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial \
+             -out server-cert.pem -days -1 -extfile server.ext"
+                .split_whitespace(),
+        )
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 /// A sparse file `NAME.img` of `len_bytes` in `dir` served by `nbdkit file` on `NAME.sock`;
 /// the server and its URI.
 pub fn served_file(dir: &Path, name: &str, len_bytes: u64) -> (Kit, String) {
