@@ -281,8 +281,7 @@ fn member_row(m: &MemberSummary) -> Vec<String> {
         format_size(m.used_bytes),
         format_size(m.free_bytes),
         match m.state {
-            MemberStorage::Missing if m.will_create => "missing: created sparse on assembly".into(),
-            MemberStorage::Missing => "MISSING: its volumes run degraded without it".into(),
+            MemberStorage::Missing => missing_text(m),
             MemberStorage::File { .. } => "file".into(),
             MemberStorage::BlockDevice { .. } => "block device".into(),
             MemberStorage::Memory => "memory (lost at exit)".into(),
@@ -294,6 +293,20 @@ fn member_row(m: &MemberSummary) -> Vec<String> {
             None => m.volumes.join(", "),
         },
     ]
+}
+
+/// What a missing member's absence means: a new one is created; a spare's absence costs no
+/// redundancy, only the stand-in (`nbraid add` takes it once its device is there); a
+/// volume's member is missed by its volumes.
+fn missing_text(m: &MemberSummary) -> String {
+    match &m.spare_of {
+        _ if m.will_create => "missing: created sparse on assembly".into(),
+        Some(v) => format!(
+            "MISSING: not standing by for {v} until it is there (then: nbraid add {v} {})",
+            m.id
+        ),
+        None => "MISSING: its volumes run degraded without it".into(),
+    }
 }
 
 /// A volume's row of the volumes' table: its members grouped by span.
@@ -391,5 +404,47 @@ impl Config {
     /// print.
     pub fn explain(&self) -> String {
         self.summary().to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The members' table's STATE cell of missing member `id`.
+    fn missing_state(id: &str, spare_of: Option<&str>, will_create: bool) -> String {
+        let m = MemberSummary {
+            id: id.into(),
+            path: format!("/dev/{id}"),
+            size_bytes: 8 << 20,
+            used_bytes: 0,
+            free_bytes: 0,
+            state: MemberStorage::Missing,
+            remote: Default::default(),
+            will_create,
+            volumes: if spare_of.is_some() {
+                vec![]
+            } else {
+                vec!["v".into()]
+            },
+            spare_of: spare_of.map(Into::into),
+        };
+        member_row(&m).swap_remove(5)
+    }
+
+    /// An absent spare leaves its volume as redundant as it was: it only stands by for
+    /// nothing. Before, it was said to leave "its volumes" degraded.
+    #[test]
+    fn an_absent_spare_is_said_not_standing_by_and_a_member_degraded() {
+        let spare = missing_state("s0", Some("v"), false);
+        assert_eq!(
+            spare,
+            "MISSING: not standing by for v until it is there (then: nbraid add v s0)"
+        );
+        assert!(!spare.contains("degraded"), "{spare}");
+        let member = missing_state("d0", None, false);
+        assert_eq!(member, "MISSING: its volumes run degraded without it");
+        let new = missing_state("d1", None, true);
+        assert_eq!(new, "missing: created sparse on assembly");
     }
 }

@@ -476,6 +476,13 @@ spares = ["s0"]
     assert!(c.awaits_device(2));
     assert!(!c.may_create(2), "a spare's absent device");
     assert!(!c.awaits_device(0));
+    // Absent, it stands by for nothing; the volume is as redundant as it was.
+    let text = c.explain();
+    assert!(
+        text.contains("MISSING: not standing by for m until it is there (then: nbraid add m s0)"),
+        "{text}"
+    );
+    assert!(!text.contains("degraded"), "{text}");
 }
 
 #[test]
