@@ -7,8 +7,7 @@
 
 mod common;
 
-use common::{exchange, ok, require, start_refused, tls_jbod_config, Daemon};
-use nbraid_nbd::testing::make_test_certificates;
+use common::{exchange, ok, require, start_refused, test_certificates, tls_jbod_config, Daemon};
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
@@ -58,12 +57,12 @@ fn reload(d: &Daemon) -> Value {
 fn a_reload_says_what_became_of_the_tls_certificates() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (ours, rotated, pki) = (d.join("ours"), d.join("rotated"), d.join("pki"));
-    for p in [&ours, &rotated, &pki] {
-        std::fs::create_dir(p).unwrap();
-    }
-    make_test_certificates(&ours);
-    make_test_certificates(&rotated);
+    let (ours, rotated) = (
+        test_certificates(d, "ours"),
+        test_certificates(d, "rotated"),
+    );
+    let pki = d.join("pki");
+    std::fs::create_dir(&pki).unwrap();
     let server_files = ["ca-cert.pem", "server-cert.pem", "server-key.pem"];
     copy_files(&ours, &pki, &server_files);
     let cfg = tls_jbod_config(d);

@@ -9,8 +9,9 @@
 
 mod common;
 
-use common::{fill, nbraid, ok, prefix_reads_back, require, serve, wait_until, Kit, MIB};
-use nbraid_nbd::testing::make_test_certificates;
+use common::{
+    fill, nbraid, ok, prefix_reads_back, require, serve, test_certificates, wait_until, Kit, MIB,
+};
 use serde_json::Value;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -38,11 +39,10 @@ fn tls_kit(sock: &Path, file: &Path, pki: &Path) -> Kit {
 fn a_remote_server_whose_certificate_is_refused_is_named_in_status() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (ours, other) = (d.join("pki"), d.join("other-pki"));
-    for pki in [&ours, &other] {
-        std::fs::create_dir(pki).unwrap();
-        make_test_certificates(pki);
-    }
+    let (ours, other) = (
+        test_certificates(d, "pki"),
+        test_certificates(d, "other-pki"),
+    );
     let (local, remote, sock) = (d.join("m0.img"), d.join("m1.img"), d.join("m1.sock"));
     for f in [&local, &remote] {
         std::fs::File::create(f).unwrap().set_len(40 * MIB).unwrap();
