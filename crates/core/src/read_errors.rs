@@ -3,7 +3,8 @@
 //! paying for a reconstruction each.
 //!
 //! What counts: an I/O error of a member's read whose bytes the engine then served from the
-//! redundancy (a mirror's other copy, a parity group's rebuild). A read error nothing could
+//! redundancy (a mirror's other copy, a parity group's rebuild) — a client's read, or a
+//! scrub's (md counts those too: a check is where a dying disk shows first). A read error nothing could
 //! correct is not counted: the client got an error, and the member is the only source of
 //! those bytes. A checksum mismatch is not counted either: it has its own limit
 //! (`checksum_error_limit`, per 4 KiB block, where one bad sector run spans several) and

@@ -235,3 +235,52 @@ fn checksum_mismatches_do_not_count_toward_the_read_error_limit() {
         assert_eq!(v.member_health()[m].state, MemberState::Healthy, "{level}");
     }
 }
+
+/// A scrub's reads count too (md counts every read error of a member, a check's included):
+/// RAID 5 ×3 and RAID 6 ×4 with one member dying in a spot of four chunks, `max_read_errors`
+/// 3: the scrub rebuilds each of those chunks from parity (one corrected error per stripe)
+/// and the fourth fails the member, saying why; the volume reads right without it. Before,
+/// a scrub could meet any number of them and the member stayed "healthy".
+#[test]
+fn a_scrub_s_corrected_read_errors_count_toward_the_limit() {
+    for (level, n, m) in [(Level::Raid5, 3, 1), (Level::Raid6, 4, 2)] {
+        let what = format!("{level} ×{n}, member {m}");
+        let (disks, v, data) = volume(level_tree(level, n, STRIP, 0, MEMBER), n, LIMIT);
+        disks[m].fail_range(FaultOps::READ, SPOT);
+        let ctl = nbraid_core::ScrubControl::new(false, 0);
+        let report = block_on(v.scrub(&ctl)).expect("scrub");
+        assert!(
+            report.unreadable >= u64::from(LIMIT + 1),
+            "{what}: {report:?}"
+        );
+        let health = &v.member_health()[m];
+        assert_eq!(health.state, MemberState::Failed, "{what}: {health:?}");
+        let f = health.failure.clone().expect("failed");
+        assert_eq!(f.why, format!("{} read errors (limit {LIMIT})", LIMIT + 1));
+        assert_reads_right(&v, &data, &what);
+    }
+}
+
+/// Mirrors too (RAID 1 ×2, RAID 10 ×4): a scrub that rewrites a copy's unreadable blocks
+/// from the other copy counts that copy's read error (once per member and range), and
+/// scrubs meeting the dying spot again fail the member past the limit.
+#[test]
+fn a_mirror_scrub_s_corrected_read_errors_count_toward_the_limit() {
+    for (level, n, m) in [(Level::Raid1, 2, 0), (Level::Raid10, 4, 3)] {
+        let what = format!("{level} ×{n}, member {m}");
+        let (disks, v, data) = volume(level_tree(level, n, STRIP, 0, MEMBER), n, LIMIT);
+        disks[m].fail_range(FaultOps::READ, SPOT);
+        let mut scrubs = 0;
+        while v.member_health()[m].state != MemberState::Failed {
+            scrubs += 1;
+            assert!(scrubs <= LIMIT + 1, "{what}: {:?}", v.member_health()[m]);
+            let ctl = nbraid_core::ScrubControl::new(false, 0);
+            let report = block_on(v.scrub(&ctl)).expect("scrub");
+            assert!(report.unreadable > 0, "{what}: {report:?}");
+            assert!(v.member_health()[m].corrected_read_errors > 0, "{what}");
+        }
+        let f = v.member_health()[m].failure.clone().expect("failed");
+        assert_eq!(f.why, format!("{} read errors (limit {LIMIT})", LIMIT + 1));
+        assert_reads_right(&v, &data, &what);
+    }
+}

@@ -23,6 +23,9 @@ struct CopyRead {
     ok: Vec<bool>,
     /// By unit: what went wrong with one that did not read.
     why: Vec<Option<ScrubFound>>,
+    /// The member whose read error of the copy counts toward `max_read_errors`
+    /// ([`crate::read_errors::counted_member`]), if its read erred with one.
+    counted: Option<usize>,
 }
 
 impl CopyRead {
@@ -62,6 +65,7 @@ impl MirrorNode {
         pass.bump(|s| &s.unreadable, lost as u64);
         if lost > 0 {
             self.rewrite_unreadable(offset, &copies, pass).await;
+            self.count_corrected_copies(&copies);
         }
         let block = MIRROR_SCRUB_BLOCK_BYTES as usize;
         for b in 0..blocks as usize {
@@ -138,6 +142,7 @@ impl MirrorNode {
                     buf,
                     ok: vec![true; units],
                     why: vec![None; units],
+                    counted: None,
                 }
             }
             Err(e) => e,
@@ -165,6 +170,7 @@ impl MirrorNode {
             buf,
             ok,
             why,
+            counted: crate::read_errors::counted_member(&e),
         }
     }
 
@@ -184,6 +190,22 @@ impl MirrorNode {
                     Some(src) => self.rewrite(bad.child, at, &src.buf[lo..hi], pass).await,
                 };
                 self.record(bad.child, at, (hi - lo) as u64, found, action, pass);
+            }
+        }
+    }
+
+    /// Counts toward `max_read_errors` each copy's read error that other copies corrected
+    /// (every unit it could not read, another did): once per member and range, as a client
+    /// read counts once per request.
+    fn count_corrected_copies(&self, copies: &[CopyRead]) {
+        let Some(table) = &self.members else {
+            return;
+        };
+        for bad in copies {
+            let Some(m) = bad.counted else { continue };
+            let missed = (0..bad.ok.len()).filter(|&u| !bad.ok[u]);
+            if missed.clone().all(|u| copies.iter().any(|c| c.ok[u])) {
+                table.read_error_corrected(m);
             }
         }
     }

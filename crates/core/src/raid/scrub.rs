@@ -148,13 +148,16 @@ impl Scrubber<'_> {
             return Ok(());
         }
         let roles = self.stripes.chunks.layout.roles(s);
-        let read = self.read_stripe_whole(s, &failed).await;
+        let (read, erred) = self.read_stripe_whole(s, &failed).await;
         let Some(chunks) = self
             .rebuild_unreadable(s, &roles, read, &failed, pass)
             .await
         else {
             return Ok(());
         };
+        // Every chunk that erred was rebuilt from the rest: read errors the redundancy
+        // corrected, which count toward the member's `max_read_errors` as a client read's do.
+        self.count_corrected(erred);
         pass.bump(|st| &st.checked, 1);
         let Some(verdict) = self.diagnose(s, &roles, &chunks, !failed.is_empty()) else {
             return Ok(());
@@ -180,7 +183,7 @@ impl Scrubber<'_> {
     /// nothing can rebuild it, but the operator learns where data is already lost before a
     /// rebuild of the failed member trips on it. Nothing is written.
     async fn name_unreadable(&self, s: u64, failed: &[usize], pass: &ScrubPass<'_>) {
-        let read = self.read_stripe_whole(s, failed).await;
+        let (read, _) = self.read_stripe_whole(s, failed).await;
         let bad: Vec<usize> = (0..read.len())
             .filter(|c| read[*c].is_none() && !failed.contains(c))
             .collect();
@@ -458,20 +461,44 @@ impl Scrubber<'_> {
     }
 
     /// Every chunk of stripe `s`, by child (`None`: the child returned an error, logged, or
-    /// is one of the `failed`, not read).
-    async fn read_stripe_whole(&self, s: u64, failed: &[usize]) -> Vec<Option<Buf>> {
+    /// is one of the `failed`, not read); and the members whose read error counts toward
+    /// `max_read_errors` ([`crate::read_errors::counted_member`]).
+    async fn read_stripe_whole(&self, s: u64, failed: &[usize]) -> (Vec<Option<Buf>>, Vec<usize>) {
         let at = self.stripes.chunks.layout.chunk_offset(s);
         let strip = self.stripes.chunks.strip as usize;
         let children = self.stripes.chunks.children.iter().enumerate();
         let reads = join_all(children.map(|(c, child)| async move {
-            if failed.contains(&c) {
-                return None;
+            match failed.contains(&c) {
+                true => None,
+                false => Some(child.read(at, Buf::new(strip)).await),
             }
-            let r = child.read(at, Buf::new(strip)).await;
-            r.map_err(|e| tracing::warn!("scrub: stripe {s}: {e}")).ok()
         }))
         .await;
-        reads
+        let mut counted = Vec::new();
+        let chunks = (reads.into_iter())
+            .map(|r| match r? {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    tracing::warn!("scrub: stripe {s}: {e}");
+                    counted.extend(crate::read_errors::counted_member(&e));
+                    None
+                }
+            })
+            .collect();
+        (chunks, counted)
+    }
+
+    /// Counts toward `max_read_errors` the read errors of `members` that a stripe's rebuild
+    /// corrected: each member once per stripe, as a client read counts once per request.
+    fn count_corrected(&self, mut members: Vec<usize>) {
+        let Some(table) = &self.stripes.members else {
+            return;
+        };
+        members.sort_unstable();
+        members.dedup();
+        for m in members {
+            table.read_error_corrected(m);
+        }
     }
 
     /// Whether stripe `s`'s chunks (by child) agree, and if not what a repair rewrites.
