@@ -37,7 +37,8 @@ where
         handshake::negotiate(shared, &mut r, &mut w, &mut stop, phase, &mut no_zeroes);
     let outcome = tokio::time::timeout(shared.limits.handshake_timeout, negotiation)
         .await
-        .map_err(|_| ConnError::HandshakeTimeout)??;
+        .map_err(|_| ConnError::HandshakeTimeout)?
+        .map_err(ConnError::in_handshake)?;
     drop(handshake);
     finish_handshake(shared, outcome, r, w, &mut stop).await
 }
@@ -69,8 +70,10 @@ where
     }
 }
 
+/// A step of the handshake under its deadline: its error, as met while negotiating.
 fn timed<T>(r: Result<Result<T, ConnError>, tokio::time::error::Elapsed>) -> Result<T, ConnError> {
     r.unwrap_or(Err(ConnError::HandshakeTimeout))
+        .map_err(ConnError::in_handshake)
 }
 
 /// A connection on a listener with TLS: options in the clear up to `NBD_OPT_STARTTLS` (all

@@ -7,6 +7,9 @@ use std::io;
 pub enum ConnError {
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// An I/O error before the handshake was done (a client that connects and hangs up).
+    #[error("I/O error in the handshake: {0}")]
+    HandshakeIo(std::io::Error),
     #[error("client sent unknown flags {0:#x}")]
     UnknownClientFlags(u32),
     #[error("bad option magic {0:#x}")]
@@ -42,6 +45,40 @@ pub enum ConnError {
     TlsRequired,
     #[error("TLS handshake: {0}")]
     Tls(String),
+}
+
+impl ConnError {
+    /// This error, met while negotiating: an I/O error says so ([`ConnError::HandshakeIo`]).
+    pub(crate) fn in_handshake(self) -> ConnError {
+        match self {
+            ConnError::Io(e) => ConnError::HandshakeIo(e),
+            e => e,
+        }
+    }
+
+    /// Whether the connection ended before it was served: what a flood of connections (a
+    /// port scanner, a client with the wrong CA or the wrong export) repeats, so its log
+    /// lines are limited ([`crate::log_every`]). Pure.
+    pub fn ended_in_handshake(&self) -> bool {
+        match self {
+            ConnError::HandshakeIo(_)
+            | ConnError::UnknownClientFlags(_)
+            | ConnError::BadOptionMagic(_)
+            | ConnError::OptionTooLong { .. }
+            | ConnError::TooManyOptions
+            | ConnError::UnknownExport(_)
+            | ConnError::HandshakeTimeout
+            | ConnError::Refused(_)
+            | ConnError::TlsRequired
+            | ConnError::Tls(_) => true,
+            ConnError::Io(_)
+            | ConnError::BadRequestMagic(_)
+            | ConnError::ShortHeader(_)
+            | ConnError::PayloadTooLong(_)
+            | ConnError::Stalled(..)
+            | ConnError::PayloadTooSlow { .. } => false,
+        }
+    }
 }
 
 /// Errors building a server or binding its listeners.

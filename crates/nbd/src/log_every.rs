@@ -1,7 +1,8 @@
 //! One log line for a failure that can come in floods: a client opening connection after
-//! connection and abandoning each TLS handshake (a wrong CA, a port scanner) wrote one INFO
-//! line per connection, 150 connections 150 lines. The first is said at once; those after it
-//! are counted and said as a count at most once per period.
+//! connection and abandoning each handshake (a wrong CA, a port scanner, a wrong export
+//! name), or connections refused over `max_connections`, wrote one INFO line each, 150
+//! connections 150 lines. The first is said at once; those after it are counted and said as a
+//! count at most once per period.
 
 use std::time::{Duration, Instant};
 
@@ -43,7 +44,17 @@ pub(crate) fn with_unsaid(e: &dyn std::fmt::Display, unsaid: u64) -> String {
     match unsaid {
         0 => format!("connection ended: {e}"),
         n => format!(
-            "connection ended: {e} ({n} more abandoned TLS handshakes since the last report)"
+            "connection ended: {e} ({n} more connections ended in their handshake since the last report)"
+        ),
+    }
+}
+
+/// The text of a refusal's line (`max` connections open), with how many went unsaid.
+pub(crate) fn refusal_line(max: usize, unsaid: u64) -> String {
+    match unsaid {
+        0 => format!("refusing a connection: {max} open already"),
+        n => format!(
+            "refusing a connection: {max} open already ({n} more refused since the last report)"
         ),
     }
 }
@@ -89,8 +100,12 @@ mod tests {
             with_unsaid(&e, 0),
             "connection ended: TLS handshake: bad certificate"
         );
-        assert!(
-            with_unsaid(&e, 7).ends_with("(7 more abandoned TLS handshakes since the last report)")
+        assert!(with_unsaid(&e, 7)
+            .ends_with("(7 more connections ended in their handshake since the last report)"));
+        assert_eq!(
+            refusal_line(16, 0),
+            "refusing a connection: 16 open already"
         );
+        assert!(refusal_line(16, 3).ends_with("(3 more refused since the last report)"));
     }
 }

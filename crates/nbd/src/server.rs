@@ -20,7 +20,7 @@ use super::connection::{run_connection, run_tls_connection};
 use super::handshake;
 use super::limits::Limits;
 use super::listener::{accept_one, widen_send_buffer, Accepted, Listener};
-use super::log_every::with_unsaid;
+use super::log_every::{refusal_line, with_unsaid};
 use super::proto::{MAX_PAYLOAD, MAX_STRING};
 use super::shared::{shutdown_signalled, too_many_connections, ExportEntry, Shared};
 use super::workers::{Placed, Workers};
@@ -345,8 +345,10 @@ impl Server {
             let res = conn.await;
             match &res {
                 Ok(()) => tracing::debug!("connection closed"),
-                Err(e @ ConnError::Tls(_)) => {
-                    let due = lock(&shared.tls_failures).offer(std::time::Instant::now());
+                // Refusals say so when they are made.
+                Err(ConnError::Refused(_)) => {}
+                Err(e) if e.ended_in_handshake() => {
+                    let due = lock(&shared.handshake_failures).offer(std::time::Instant::now());
                     if let Some(unsaid) = due {
                         tracing::info!("{}", with_unsaid(e, unsaid));
                     }
@@ -383,7 +385,10 @@ impl Server {
     {
         let max = self.shared.limits.max_connections;
         let why = too_many_connections(&self.shared);
-        tracing::info!("refusing a connection: {max} open already");
+        let due = lock(&self.shared.refusals).offer(std::time::Instant::now());
+        if let Some(unsaid) = due {
+            tracing::info!("{}", refusal_line(max, unsaid));
+        }
         let refusing = self.shared.refusing.fetch_add(1, Ordering::AcqRel);
         let guard = RefusalGuard(self.shared.clone());
         let timeout = self.shared.limits.handshake_timeout.min(REFUSAL_TIMEOUT);

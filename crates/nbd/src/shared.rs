@@ -17,8 +17,9 @@ use crate::server_memory::ServerMemory;
 use crate::workers::Workers;
 use crate::write_gate::WriteGate;
 
-/// At most one log line of abandoned TLS handshakes per this long.
-const TLS_FAILURES_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+/// At most one log line of connections ended in their handshake (and one of refusals) per
+/// this long.
+const FLOOD_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub(crate) struct ExportEntry {
     pub name: String,
@@ -58,9 +59,12 @@ pub(crate) struct Shared {
     pub refusing: AtomicUsize,
     /// Where connections run, when not on the accepting runtime.
     pub workers: OnceLock<Workers>,
-    /// Abandoned TLS handshakes: a client failing one after another is one log line, then
-    /// a count per period, not a line each.
-    pub tls_failures: Mutex<LogEvery>,
+    /// Connections ended in their handshake (a scanner, a wrong CA, a wrong export name):
+    /// a client failing one after another is one log line, then a count per period, not a
+    /// line each.
+    pub handshake_failures: Mutex<LogEvery>,
+    /// Connections refused over `max_connections`, likewise.
+    pub refusals: Mutex<LogEvery>,
 }
 
 impl Shared {
@@ -80,7 +84,8 @@ impl Shared {
             requests_done: Notify::new(),
             refusing: AtomicUsize::new(0),
             workers: OnceLock::new(),
-            tls_failures: Mutex::new(LogEvery::new(TLS_FAILURES_LOG_EVERY)),
+            handshake_failures: Mutex::new(LogEvery::new(FLOOD_LOG_EVERY)),
+            refusals: Mutex::new(LogEvery::new(FLOOD_LOG_EVERY)),
         }
     }
 

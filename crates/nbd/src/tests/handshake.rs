@@ -357,3 +357,30 @@ async fn idle_handshake_is_cut_off() {
     d.request(0, CMD_FLUSH, 1, 0, 0).await;
     assert_eq!(d.simple().await, (0, 1));
 }
+
+/// A client that hangs up mid-handshake (a port scanner) ends with an I/O error that says it
+/// was in the handshake, which the server's log limits as a flood; one that hangs up in the
+/// middle of a write's payload ends with a plain I/O error, said every time.
+#[tokio::test]
+async fn a_hang_up_in_the_handshake_is_told_from_one_in_transmission() {
+    let server = Server::new(vec![("a".into(), mem(MIB) as Arc<dyn Export>)]).unwrap();
+    let mut c = Client::connect(&server);
+    c.start(FLAG_C_FIXED_NEWSTYLE).await;
+    c.s.write_all(&IHAVEOPT.to_be_bytes()[..5]).await.unwrap();
+    c.s.shutdown().await.unwrap();
+    let ended = c.expect_closed().await;
+    assert!(
+        matches!(&ended, Err(ConnError::HandshakeIo(_))),
+        "{ended:?}"
+    );
+    assert!(ended.unwrap_err().ended_in_handshake());
+
+    let mut d = Client::connect(&server);
+    d.go("a", false).await;
+    d.request(0, CMD_WRITE, 1, 0, 4096).await;
+    d.s.write_all(&[7u8; 100]).await.unwrap();
+    d.s.shutdown().await.unwrap();
+    let ended = d.expect_closed().await;
+    assert!(matches!(&ended, Err(ConnError::Io(_))), "{ended:?}");
+    assert!(!ended.unwrap_err().ended_in_handshake());
+}
