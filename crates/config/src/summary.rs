@@ -297,7 +297,7 @@ fn member_row(m: &MemberSummary) -> Vec<String> {
 
 /// What a missing member's absence means: a new one is created; a spare's absence costs no
 /// redundancy, only the stand-in (`nbraid add` takes it once its device is there); a
-/// volume's member is missed by its volumes.
+/// volume's member is missed by its volumes; one no volume uses is missed by nothing.
 fn missing_text(m: &MemberSummary) -> String {
     match &m.spare_of {
         _ if m.will_create => "missing: created sparse on assembly".into(),
@@ -305,7 +305,11 @@ fn missing_text(m: &MemberSummary) -> String {
             "MISSING: not standing by for {v} until it is there (then: nbraid add {v} {})",
             m.id
         ),
-        None => "MISSING: its volumes run degraded without it".into(),
+        None if m.volumes.is_empty() => "missing: no volume uses it".into(),
+        None => match m.volumes.as_slice() {
+            [v] => format!("MISSING: volume {v} runs degraded without it"),
+            vs => format!("MISSING: volumes {} run degraded without it", vs.join(", ")),
+        },
     }
 }
 
@@ -413,6 +417,20 @@ mod tests {
 
     /// The members' table's STATE cell of missing member `id`.
     fn missing_state(id: &str, spare_of: Option<&str>, will_create: bool) -> String {
+        let volumes = match spare_of {
+            Some(_) => vec![],
+            None => vec!["v".into()],
+        };
+        missing_in(id, spare_of, will_create, volumes)
+    }
+
+    /// [`missing_state`] of a member that `volumes` use.
+    fn missing_in(
+        id: &str,
+        spare_of: Option<&str>,
+        will_create: bool,
+        volumes: Vec<String>,
+    ) -> String {
         let m = MemberSummary {
             id: id.into(),
             path: format!("/dev/{id}"),
@@ -422,11 +440,7 @@ mod tests {
             state: MemberStorage::Missing,
             remote: Default::default(),
             will_create,
-            volumes: if spare_of.is_some() {
-                vec![]
-            } else {
-                vec!["v".into()]
-            },
+            volumes,
             spare_of: spare_of.map(Into::into),
         };
         member_row(&m).swap_remove(5)
@@ -443,7 +457,12 @@ mod tests {
         );
         assert!(!spare.contains("degraded"), "{spare}");
         let member = missing_state("d0", None, false);
-        assert_eq!(member, "MISSING: its volumes run degraded without it");
+        assert_eq!(member, "MISSING: volume v runs degraded without it");
+        let shared = missing_in("d0", None, false, vec!["v".into(), "w".into()]);
+        assert_eq!(shared, "MISSING: volumes v, w run degraded without it");
+        // Declared, used by no volume: nothing runs degraded for it.
+        let unused = missing_in("d9", None, false, vec![]);
+        assert_eq!(unused, "missing: no volume uses it");
         let new = missing_state("d1", None, true);
         assert_eq!(new, "missing: created sparse on assembly");
     }
