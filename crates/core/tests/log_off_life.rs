@@ -8,44 +8,19 @@
 
 mod common;
 
+use common::write_hole::{self, create_filled, lossy_disks, metas_without, pattern};
 use common::{Lossy, KIB, MIB};
 use futures::executor::block_on;
-use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, METADATA_AREA_BYTES};
-use nbraid_core::{Buf, CacheMode, Member, MemoryMember, VolumeOptions};
+use nbraid_core::metadata::{Array, ArrayOptions, METADATA_AREA_BYTES};
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 const REGION: u64 = 2 * MIB;
 const STRIP: u64 = 64 * KIB;
 
 fn opts(ppl: bool) -> ArrayOptions {
-    ArrayOptions {
-        volume: VolumeOptions {
-            cache: CacheMode::WriteThrough,
-            ..VolumeOptions::default()
-        },
-        bitmap_chunk_bytes: Some(256 * KIB),
-        ppl,
-        ..ArrayOptions::default()
-    }
-}
-
-fn pattern(seed: u64, len: usize) -> Buf {
-    let mut b = Buf::new(len);
-    for (i, x) in b.iter_mut().enumerate() {
-        *x = (seed as usize * 131 + i * 7 + i / 4096) as u8;
-    }
-    b
-}
-
-/// Each disk's metadata as found now, `None` for the disks in `skip` (lost).
-fn metas_without(disks: &[Arc<Lossy>], skip: &[usize]) -> Vec<Option<Arc<MemberMeta>>> {
-    (disks.iter().enumerate())
-        .map(|(i, d)| {
-            (!skip.contains(&i)).then(|| block_on(MemberMeta::load(d.clone() as Arc<dyn Member>)))
-        })
-        .collect()
+    write_hole::opts(ppl, None)
 }
 
 fn open(t: &Node, disks: &[Arc<Lossy>], lost: &[usize], ppl: bool) -> Array {
@@ -65,14 +40,7 @@ fn open(t: &Node, disks: &[Arc<Lossy>], lost: &[usize], ppl: bool) -> Array {
 fn a_log_off_life_leaves_no_earlier_entry_to_replay() {
     for level in [Level::Raid5, Level::Raid6] {
         let n = 5;
-        let disks: Vec<Arc<Lossy>> = (0..n)
-            .map(|i| {
-                Arc::new(Lossy {
-                    inner: MemoryMember::new(format!("disk{i}"), METADATA_AREA_BYTES + REGION),
-                    lose: AtomicBool::new(false),
-                })
-            })
-            .collect();
+        let disks = lossy_disks(n, METADATA_AREA_BYTES + REGION);
         let shape = Shape::new(level, n, None, STRIP, ParityLayout::LeftSymmetric).unwrap();
         let regions = vec![
             Region {
@@ -82,21 +50,8 @@ fn a_log_off_life_leaves_no_earlier_entry_to_replay() {
             n
         ];
         let t = shape.build(&regions).unwrap();
-        let all = metas_without(&disks, &[]).into_iter().flatten().collect();
-        let a = block_on(Array::create(
-            "vol",
-            t.clone(),
-            all,
-            opts(true),
-            true,
-            &|_, _| {},
-        ))
-        .expect("create")
-        .0;
-        let capacity = a.volume().capacity();
+        let (a, capacity) = create_filled(&t, &disks, opts(true));
         let mut image = pattern(1, capacity as usize).to_vec();
-        block_on(a.write(0, pattern(1, capacity as usize), false)).expect("fill");
-        block_on(a.flush()).expect("flush");
 
         // Life 1, logged: 4 KiB into data chunk 0 of stripe 3, its parity writes lost.
         let (g, _) = nbraid_core::ppl::parity_groups(&t).remove(0);

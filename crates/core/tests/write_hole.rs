@@ -5,12 +5,13 @@
 
 mod common;
 
+use common::write_hole::{self, create_filled, metas_without, pattern};
 use common::{InFlight, Lossy, Yielding, KIB, MIB};
 use futures::executor::block_on;
 use nbraid_core::metadata::{Array, ArrayOptions, MemberMeta, Probe, METADATA_AREA_BYTES};
-use nbraid_core::{Buf, CacheMode, Member, MemoryMember, VolumeOptions};
+use nbraid_core::{CacheMode, Member, MemoryMember, VolumeOptions};
 use nbraid_layout::{Level, Node, ParityLayout, Region, Shape};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 const REGION: u64 = 2 * MIB;
@@ -18,42 +19,6 @@ const REGION: u64 = 2 * MIB;
 const LOG_RESERVE: u64 = MIB;
 const MEMBER_BYTES: u64 = METADATA_AREA_BYTES + LOG_RESERVE + REGION;
 const STRIP: u64 = 64 * KIB;
-
-/// `n` in-memory members that can lose writes.
-fn lossy_disks(n: usize) -> Vec<Arc<Lossy>> {
-    (0..n)
-        .map(|i| {
-            Arc::new(Lossy {
-                inner: MemoryMember::new(format!("disk{i}"), MEMBER_BYTES),
-                lose: AtomicBool::new(false),
-            })
-        })
-        .collect()
-}
-
-/// Each disk's metadata as found now, `None` for the disks in `skip` (lost).
-fn metas_without(disks: &[Arc<Lossy>], skip: &[usize]) -> Vec<Option<Arc<MemberMeta>>> {
-    disks
-        .iter()
-        .enumerate()
-        .map(|(i, d)| {
-            (!skip.contains(&i)).then(|| block_on(MemberMeta::load(d.clone() as Arc<dyn Member>)))
-        })
-        .collect()
-}
-
-/// A volume `t` created (assumed clean) over every disk, written whole with `pattern(1, ..)`
-/// and flushed; with its capacity.
-fn create_filled(t: &Node, disks: &[Arc<Lossy>], o: ArrayOptions) -> (Array, u64) {
-    let all = metas_without(disks, &[]).into_iter().flatten().collect();
-    let a = block_on(Array::create("vol", t.clone(), all, o, true, &|_, _| {}))
-        .expect("create")
-        .0;
-    let capacity = a.volume().capacity();
-    block_on(a.write(0, pattern(1, capacity as usize), false)).expect("fill");
-    block_on(a.flush()).expect("flush");
-    (a, capacity)
-}
 
 /// The tree over regions right after the metadata area, or after the log's reserve.
 fn tree(level: Level, n: usize, log_outside: bool) -> Node {
@@ -64,24 +29,11 @@ fn tree(level: Level, n: usize, log_outside: bool) -> Node {
 }
 
 fn opts(ppl: bool, log_outside: bool) -> ArrayOptions {
-    ArrayOptions {
-        ppl_area_before_region_bytes: log_outside.then_some(LOG_RESERVE),
-        volume: VolumeOptions {
-            cache: CacheMode::WriteThrough,
-            ..VolumeOptions::default()
-        },
-        bitmap_chunk_bytes: Some(256 * KIB),
-        ppl,
-        ..ArrayOptions::default()
-    }
+    write_hole::opts(ppl, log_outside.then_some(LOG_RESERVE))
 }
 
-fn pattern(seed: u64, len: usize) -> Buf {
-    let mut b = Buf::new(len);
-    for (i, x) in b.iter_mut().enumerate() {
-        *x = (seed as usize * 131 + i * 7 + i / 4096) as u8;
-    }
-    b
+fn lossy_disks(n: usize) -> Vec<Arc<Lossy>> {
+    write_hole::lossy_disks(n, MEMBER_BYTES)
 }
 
 /// A child of the written stripe: data chunk `i` (logical order), P or Q.

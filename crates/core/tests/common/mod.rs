@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod arrays;
+pub mod write_hole;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
