@@ -164,8 +164,8 @@ pub fn assemble_as_started(
     write_hole_log: bool,
 ) -> Result<Assembly, AssembleError> {
     let start = Start {
-        force: false,
         write_hole_log,
+        ..Start::default()
     };
     assemble_with(name, config_tree, probes, start, &Names(ids))
 }
@@ -178,6 +178,9 @@ pub(crate) struct Start {
     pub(crate) force: bool,
     /// The start keeps the partial-parity log (`ArrayOptions::ppl`; on by default).
     pub(crate) write_hole_log: bool,
+    /// The rings say the life that stopped logged its writes (`crate::ppl::last_life`; the
+    /// start reads them once assembly has placed the roles, and asks again if not).
+    pub(crate) last_life_logged: bool,
 }
 
 impl Default for Start {
@@ -185,6 +188,7 @@ impl Default for Start {
         Start {
             force: false,
             write_hole_log: true,
+            last_life_logged: true,
         }
     }
 }

@@ -6,8 +6,9 @@ use super::areas::{free_area_avoiding, region_of};
 use super::{Area, Superblock, VolumeRecord, METADATA_AREA_BYTES};
 use crate::buf::Buf;
 use crate::member::Member;
-use crate::ppl::{self, PplSetup};
+use crate::ppl::{self, LastLife, PplSetup};
 use nbraid_layout::{volume_log_ring_bytes, Node};
+use std::sync::Arc;
 
 /// A log area for a volume over `tree` on a member holding `held`, avoiding `avoid` (areas
 /// of this volume not recorded yet), in the metadata area: the default size, or the
@@ -98,6 +99,10 @@ pub(super) struct PplPlaces {
     enabled: bool,
     /// This open's life: above every earlier open's.
     life: u64,
+    /// Whether every row the stop before this open may have torn is in the rings to
+    /// replay: a clean stop tore none; after a dirty life that did not log
+    /// (`ppl::last_life`) they are left to a resync before serving, whatever this open logs.
+    torn_rows_logged: bool,
 }
 
 impl PplPlaces {
@@ -114,7 +119,25 @@ impl PplPlaces {
             setup: setup(name, tree, records, events, enabled),
             enabled,
             life: events + 1,
+            torn_rows_logged: true,
         }
+    }
+
+    /// Whether the replay alone covers the rows the stop before this open may have torn
+    /// (see the field; the background resync asks).
+    pub(super) fn torn_rows_logged(&self) -> bool {
+        self.torn_rows_logged
+    }
+
+    /// What the open found: the rows the stop before it may have torn are (not) logged.
+    pub(super) fn set_torn_rows_logged(&mut self, logged: bool) {
+        self.torn_rows_logged = logged;
+    }
+
+    /// The rings this open marks with its life: the log it writes, or the rings its records
+    /// place when it does not log ([`PplPlaces::unlogged_rings`]).
+    pub(super) fn rings(&self) -> Option<PplSetup> {
+        self.setup.clone().or_else(|| self.unlogged_rings())
     }
 
     /// Role `r`'s log area.
@@ -149,6 +172,27 @@ impl PplPlaces {
             areas,
         })
     }
+}
+
+/// What the rings of the members serving at a dirty start say of the life that marked them
+/// last (`ppl::last_life`), read before anything is written: `by_role`, the member in each
+/// role, but not the roles in `not_current` (stale or being rebuilt: their rings may be of
+/// an older life).
+pub(super) async fn last_life(
+    name: &str,
+    by_role: &[Option<Arc<super::MemberMeta>>],
+    not_current: &[usize],
+) -> LastLife {
+    let mut rings = Vec::new();
+    for (r, m) in by_role.iter().enumerate() {
+        let Some(m) = m.as_ref().filter(|_| !not_current.contains(&r)) else {
+            continue;
+        };
+        if let Some(area) = m.record(name).await.and_then(|rec| rec.ppl) {
+            rings.push((m.member.clone(), (area.offset, area.len)));
+        }
+    }
+    ppl::last_life_of(&rings).await
 }
 
 /// Where each role keeps the log, from the records by role. A role no member carries

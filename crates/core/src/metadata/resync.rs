@@ -39,7 +39,8 @@
 //!   (A group with a member missing at assembly is logged too, its ring for that member
 //!   placed where its peers keep theirs: `ppl_area::areas_by_role`.)
 //! - **Only logged parity groups, no stale members.** Without the log (a volume created
-//!   before it, the log off, a group over mirrors or groups, which is never logged) a torn
+//!   before it, the log off, a group over mirrors or groups, which is never logged — or
+//!   a dirty life before this start that did not log: its rings' marker says so) a torn
 //!   partial-stripe write leaves parity wrong under data that was *not* being written; a
 //!   member lost during a background pass would then rebuild wrong bytes nobody excused, so
 //!   those volumes resync before serving. A stale member of a parity volume (offline during
@@ -154,7 +155,9 @@ impl BackgroundResync {
         rebuilding: bool,
     ) -> VolumeResult<bool> {
         let root = p.volume.geometry().root();
-        let logged = every_group_logged(root, p.ppl.setup());
+        // After a dirty life that did not log, nothing was replayed: its torn rows are
+        // anywhere the bitmap marks, as without a log.
+        let logged = every_group_logged(root, p.ppl.setup()) && p.ppl.torn_rows_logged();
         if !serves_before_resync(root, logged, !stale.is_empty(), rebuilding) {
             return Ok(false);
         }

@@ -106,7 +106,56 @@ pub struct Batch {
     pub life: u64,
     /// Entries of this ring with a smaller sequence number are settled: never replayed.
     pub tail: u64,
+    /// What a life's marker says of a crash of that life ([`Cover::Unsaid`] in batches of
+    /// entries).
+    pub cover: Cover,
     pub entries: Vec<Entry>,
+}
+
+/// Header byte of a life's marker saying whether the replay covers a crash of that life
+/// (a byte of the reserve before 2026-12-07: an older reader ignores it).
+pub const COVER_AT: usize = 40;
+
+/// What a life's marker says of a crash of that life: whether every row it may have torn
+/// is in the rings to replay, or only a resync finds them (`super::last_life`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cover {
+    /// Nothing said (byte 0): a batch of entries, or a marker written before the byte was.
+    Unsaid,
+    /// Byte 1: the life logs every partial-stripe write and started with parity in sync (a
+    /// clean start, a replay of a logged crash, or the resync of an unlogged one done).
+    Logged,
+    /// Byte 2 (any other byte reads so too: the safe reading): the life does not log
+    /// (`write_hole = "off"`, mid-reshape), or an unlogged crash's rows are still to resync.
+    Unlogged,
+}
+
+impl Cover {
+    fn byte(self) -> u8 {
+        match self {
+            Cover::Unsaid => 0,
+            Cover::Logged => 1,
+            Cover::Unlogged => 2,
+        }
+    }
+
+    fn from_byte(b: u8) -> Cover {
+        match b {
+            0 => Cover::Unsaid,
+            1 => Cover::Logged,
+            _ => Cover::Unlogged,
+        }
+    }
+}
+
+/// The marker of life `life` (a batch without entries, tail 0), saying `cover`.
+pub fn encode_marker(life: u64, cover: Cover) -> Vec<u8> {
+    let mut b = encode_batch(life, 0, &[]);
+    b[COVER_AT] = cover.byte();
+    b[12..16].fill(0);
+    let crc = crc32c(&b[..BATCH_HEADER_BYTES]);
+    b[12..16].copy_from_slice(&crc.to_le_bytes());
+    b
 }
 
 /// Bytes of the batch of `entries` on the ring (each with the part it carries there):
@@ -221,6 +270,7 @@ pub fn decode_batch(bytes: &[u8]) -> Option<(Batch, usize)> {
     let count = u32_at(body, 20)? as usize;
     let life = u64_at(body, 24)?;
     let tail = u64_at(body, 32)?;
+    let cover = Cover::from_byte(*body.get(COVER_AT)?);
     let mut entries = Vec::new();
     let mut at = BATCH_HEADER_BYTES;
     for _ in 0..count {
@@ -232,6 +282,7 @@ pub fn decode_batch(bytes: &[u8]) -> Option<(Batch, usize)> {
         Batch {
             life,
             tail,
+            cover,
             entries,
         },
         len,
@@ -399,6 +450,7 @@ mod tests {
             Batch {
                 life: 5,
                 tail: 2,
+                cover: Cover::Unsaid,
                 entries: want
             }
         );
@@ -492,6 +544,30 @@ mod tests {
             b[bit / 8] ^= 1 << (bit % 8);
             assert!(decode_batch(&b).is_none(), "bit {bit} flipped was accepted");
         }
+    }
+
+    /// A marker's word sits in byte 40 (the reserve an older reader ignores): the rest is
+    /// the marker as before, so an older nbraid still reads it as one; a batch of entries
+    /// says nothing, and a byte no nbraid writes reads as the safe word.
+    #[test]
+    fn a_marker_says_whether_its_life_logged_in_a_byte_older_readers_ignore() {
+        for (cover, byte) in [(Cover::Logged, 1u8), (Cover::Unlogged, 2)] {
+            let m = encode_marker(9, cover);
+            let plain = encode_batch(9, 0, &[]);
+            assert_eq!(m.len(), plain.len());
+            assert_eq!(m[COVER_AT], byte);
+            let differ: Vec<usize> = (0..m.len()).filter(|&i| m[i] != plain[i]).collect();
+            assert!(differ
+                .iter()
+                .all(|&i| i == COVER_AT || (12..16).contains(&i)));
+            let (got, _) = decode_batch(&m).expect("decodes");
+            assert_eq!((got.life, got.tail, got.cover), (9, 0, cover));
+            assert!(got.entries.is_empty());
+        }
+        let a = entry(3, 1, vec![1, 0, 0], 3);
+        let got = decode_batch(&encode_batch(2, 0, &[(&a, Part::P)])).expect("decodes");
+        assert_eq!(got.0.cover, Cover::Unsaid);
+        assert_eq!(Cover::from_byte(7), Cover::Unlogged);
     }
 
     #[test]

@@ -25,7 +25,8 @@
 //!
 //! Entries are never replayed stale: each ring batch carries a tail (entries below it are
 //! settled) and the volume's life (every open starts a new one and marks every ring, so a
-//! previous life's entries are never replayed); a band whose last entry a ring may still
+//! previous life's entries are never replayed; the marker also says whether the life logs,
+//! so a dirty start after one that did not resyncs as any unlogged dirty start); a band whose last entry a ring may still
 //! replay gets a new entry even from a write that needs no partial parity (every chunk
 //! written). Full-stripe writes to bands with nothing logged write no entry at all.
 //!
@@ -34,17 +35,20 @@
 //! `log/rounds.rs` (batches: who writes them, numbering, how a writer learns its end),
 //! `log/masks.rs` (pure: a write's sector masks per band, when a band may skip its flush),
 //! `log/partial.rs` (pure: an entry's partial parity),
-//! `recover.rs` (the dirty start: read the rings, replay, mark the new life), `stats.rs`
+//! `recover.rs` (the dirty start: read the rings, replay, mark the new life), `last_life.rs`
+//! (pure: whether the life a dirty start recovers from logged its writes), `stats.rs`
 //! (counters for benchmarks).
 
 pub mod codec;
+mod last_life;
 mod log;
 mod recover;
 pub mod replay;
 mod stats;
 
+pub use last_life::{cover_of_open, last_life, LastLife};
 pub(crate) use log::{GroupLog, Hold, LogFailed, PerChunk, Prepared, Settled, Values};
-pub use recover::{recover, LogHost, RecoverReport};
+pub use recover::{last_life_of, mark, recover, LogHost, RecoverReport};
 pub use stats::{stats, LogStats};
 
 use nbraid_layout::{Node, ParityGroup};

@@ -1,8 +1,11 @@
 //! The dirty start: read every current member's log ring, replay each band's newest entry
 //! (before the bitmap resync and before anything is served), then mark every ring with the
-//! new life so nothing of the old one is ever replayed again.
+//! new life so nothing of the old one is ever replayed again, saying whether a crash of the
+//! new life is covered by its log (`last_life`).
 
-use super::codec::{declared_len, decode_batch, encode_batch, Batch, Entry, LOG_BLOCK_BYTES};
+use super::codec::LOG_BLOCK_BYTES;
+use super::codec::{declared_len, decode_batch, encode_marker, Batch, Cover, Entry};
+use super::last_life::{last_life, LastLife};
 use super::replay::{replay_sector, select, Replay, SectorState};
 use super::{parity_groups, BAND_BYTES, SECTOR_BYTES};
 use crate::buf::Buf;
@@ -36,12 +39,14 @@ pub trait LogHost {
 }
 
 /// Reads the log areas (`areas` by member index) of the current members; with `replay`
-/// (an unclean shutdown), replays the newest entries; then, when any ring held a batch, marks
-/// every current member's ring with `life` (block 0) so none of it is replayed again.
+/// (an unclean shutdown), replays the newest entries; then marks every current member's
+/// ring with `life` (block 0) saying `cover`, so none of it is replayed again and the next
+/// start knows whether this life's crash is covered — even a ring that held nothing (a
+/// life that does not log leaves only its marker to say so).
 pub async fn recover<H: LogHost>(
     volume: &H,
     areas: &[Option<(u64, u64)>],
-    life: u64,
+    (life, cover): (u64, Cover),
     replay: bool,
 ) -> VolumeResult<RecoverReport> {
     let mut report = RecoverReport::default();
@@ -56,10 +61,7 @@ pub async fn recover<H: LogHost>(
             Err(e) => tracing::warn!("member {m}: partial-parity log unreadable: {e}"),
         }
     }
-    if rings.iter().all(Vec::is_empty) {
-        return Ok(report);
-    }
-    if replay {
+    if replay && rings.iter().any(|r| !r.is_empty()) {
         let groups = parity_groups(volume.root());
         for r in select(&rings) {
             let e = &r.entry;
@@ -79,7 +81,14 @@ pub async fn recover<H: LogHost>(
             }
         }
     }
-    let marker = encode_batch(life, 0, &[]);
+    mark(volume, areas, life, cover).await;
+    Ok(report)
+}
+
+/// Writes the marker of `life` saying `cover` at block 0 of every current member's ring
+/// (`areas` by member index); a member whose write fails is failed.
+pub async fn mark<H: LogHost>(volume: &H, areas: &[Option<(u64, u64)>], life: u64, cover: Cover) {
+    let marker = encode_marker(life, cover);
     for (m, area) in areas.iter().enumerate() {
         let Some((offset, _)) = *area else { continue };
         if !volume.member_is_current(m) {
@@ -91,7 +100,23 @@ pub async fn recover<H: LogHost>(
             volume.fail_member(m, &format!("partial-parity log marker: {e}"));
         }
     }
-    Ok(report)
+}
+
+/// A member and its log area (offset, length).
+pub type Ring = (Arc<dyn Member>, (u64, u64));
+
+/// What the rings `rings` (each a member and its log area) say of the life that marked
+/// them last ([`last_life`]), before the volume is built; a ring that cannot be read says
+/// nothing (its peers carry the same marker).
+pub async fn last_life_of(rings: &[Ring]) -> LastLife {
+    let mut found = Vec::with_capacity(rings.len());
+    for (member, (offset, len)) in rings {
+        match read_ring(member.as_ref(), *offset, *len).await {
+            Ok(batches) => found.push(batches),
+            Err(e) => tracing::warn!("{}: partial-parity log unreadable: {e}", member.name()),
+        }
+    }
+    last_life(&found)
 }
 
 /// The ring is read in pieces of this many bytes (a batch running past a piece is read

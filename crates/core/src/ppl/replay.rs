@@ -378,6 +378,7 @@ mod tests {
         Batch {
             life,
             tail,
+            cover: crate::ppl::codec::Cover::Unsaid,
             entries,
         }
     }

@@ -10,7 +10,10 @@
 //!    writing; else records and bitmap stay in memory.
 //! 5. **[`take_roles`]** — absent roles failed, stale ones resyncing, rebuilds resumed;
 //!    then replaces under way resumed (`replace_resume.rs`).
-//! 6. **Log replay** — the partial-parity log closes the write hole (not read-only).
+//! 6. **Log replay** — the partial-parity log closes the write hole (not read-only); its
+//!    rings' marker says whether the life that stopped logged (read before step 2: a dirty
+//!    start after one that did not is judged as unlogged, and marks its own rings logged
+//!    only once its resync is done).
 //! 7. **[`adopt_assembly`]**, then a reshape cut off is restored.
 //! 8. **[`resync_at_open`]** — what the bitmap marks, before serving or in the background.
 //! 9. **[`settle`]** — recorded clean, the bitmap cleared when nothing is missing.
@@ -30,12 +33,13 @@ use crate::metadata::heal::Heal;
 use crate::metadata::member_meta::MemberMeta;
 use crate::metadata::open::{plan_roles, RolePlan};
 use crate::metadata::options::{ArrayOptions, OpenReport};
-use crate::metadata::ppl_area::PplPlaces;
+use crate::metadata::ppl_area::{self, PplPlaces};
 use crate::metadata::readd::Returning;
 use crate::metadata::records::{Recorded, Records};
 use crate::metadata::replace_resume;
 use crate::metadata::resync::BackgroundResync;
 use crate::metadata::{Area, Assembly, BitmapArea, Probe, RecordedState, Uuid, VolumeRecord};
+use crate::ppl::{codec::Cover, cover_of_open, LastLife};
 use crate::volume::{Volume, VolumeOptions};
 use nbraid_layout::{Geometry, Node};
 use std::sync::atomic::AtomicU64;
@@ -82,6 +86,11 @@ pub(super) async fn create(
     if !assume_clean {
         report.resynced_bytes = resync(&array, &[(0, array.volume.capacity())], progress).await?;
     }
+    // Its rings say whether a crash of this first life is the log's to close.
+    if let Some(p) = array.ppl.rings() {
+        let cover = cover_of_open(array.ppl.setup().is_some(), true, LastLife::Unknown);
+        crate::ppl::mark(&array.volume, &p.areas, p.life, cover).await;
+    }
     settle(&array).await?;
     Ok((array, report))
 }
@@ -104,10 +113,19 @@ pub(super) async fn open(
     let start = Start {
         force: opts.force_assembly,
         write_hole_log: opts.ppl,
+        ..Start::default()
     };
     let asm = assemble_with(name, config_tree, &probes, start, &names)?;
     let mut roles = plan_roles(&asm, &metas);
     let read_only = mode == Mode::ReadOnly;
+    let last_life = judge_last_life(
+        name,
+        (config_tree, &probes, &names),
+        start,
+        (&asm, &roles),
+        mode,
+    );
+    let last_life = last_life.await?;
     if read_only {
         if opts.enable_checksums {
             roles.warnings.push(
@@ -129,6 +147,9 @@ pub(super) async fn open(
         Some(asm.newest_role),
     );
     let mut array = built.await?;
+    array
+        .ppl
+        .set_torn_rows_logged(last_life.is_none_or(LastLife::logged));
     if read_only {
         keep_in_memory(&mut array, &asm)?;
     }
@@ -141,15 +162,7 @@ pub(super) async fn open(
             replace_resume::resume(heal, &asm, &metas, &mut roles.warnings).await
         }
     };
-    // The write hole: replay the partial-parity log before the resync and before serving
-    // (read-only: only a clean array starts, whose log has nothing to replay). Not logging
-    // this open, its rings are marked with its life all the same: nothing is replayed.
-    let ppl = match (array.ppl.setup(), array.ppl.unlogged_rings()) {
-        _ if read_only => Default::default(),
-        (Some(p), _) => crate::ppl::recover(&array.volume, &p.areas, p.life, !asm.clean).await?,
-        (None, Some(p)) => crate::ppl::recover(&array.volume, &p.areas, p.life, false).await?,
-        (None, None) => Default::default(),
-    };
+    let (ppl, cover) = replay_log(&array, &asm, last_life, read_only).await?;
     adopt_assembly(&array, &asm).await;
     if let Some(node) = &array.reshape {
         crate::metadata::reshape_run::restore(array.parts(), node).await?;
@@ -186,6 +199,10 @@ pub(super) async fn open(
         }
         Resynced::Foreground(bytes) => report.resynced_bytes = bytes,
     }
+    // The rows an unlogged life tore are resynced: a crash from here on is the log's.
+    if let (Some(p), Cover::Unlogged) = (array.ppl.setup(), cover) {
+        crate::ppl::mark(&array.volume, &p.areas, p.life, Cover::Logged).await;
+    }
     let mut rec = array.records.lock().await;
     for &r in &stale {
         array.volume.set_resyncing(r, false);
@@ -194,6 +211,60 @@ pub(super) async fn open(
     drop(rec);
     settle(&array).await?;
     Ok((array, report))
+}
+
+/// A dirty start that logs, after a life that did not: no ring holds that life's torn
+/// rows, so it starts as a dirty start without the log would (a role out refused unless
+/// forced, the resync before serving). What the rings of the roles serving say
+/// (`ppl::last_life`), read before anything is written; `None`: not judged — clean, not
+/// logging now, mid-reshape or writing nothing, the rings could change nothing.
+async fn judge_last_life(
+    name: &str,
+    (config_tree, probes, names): (&Node, &[Probe], &Names<'_>),
+    start: Start,
+    (asm, roles): (&Assembly, &RolePlan),
+    mode: Mode,
+) -> Result<Option<LastLife>, ArrayError> {
+    let judged = !asm.clean && start.write_hole_log && asm.reshape.is_none();
+    if !judged || mode == Mode::ReadOnly {
+        return Ok(None);
+    }
+    let not_current: Vec<usize> = (roles.stale.iter().copied())
+        .chain(asm.rebuilding.iter().map(|&(r, _)| r))
+        .collect();
+    let last = ppl_area::last_life(name, &roles.by_role, &not_current).await;
+    if !last.logged() {
+        let unlogged = Start {
+            last_life_logged: false,
+            ..start
+        };
+        assemble_with(name, config_tree, probes, unlogged, names)?;
+    }
+    Ok(Some(last))
+}
+
+/// The write hole: the partial-parity log replayed before the resync and before serving
+/// (read-only: only a clean array starts, whose log has nothing to replay). Not logging
+/// this open, its rings are marked with its life all the same: nothing is replayed. The
+/// marker says whether a crash of this life is the log's to close ([`cover_of_open`]; the
+/// word given is returned).
+async fn replay_log(
+    array: &Array,
+    asm: &Assembly,
+    last_life: Option<LastLife>,
+    read_only: bool,
+) -> Result<(crate::ppl::RecoverReport, Cover), ArrayError> {
+    let logs = array.ppl.setup().is_some();
+    let cover = cover_of_open(logs, asm.clean, last_life.unwrap_or(LastLife::Unknown));
+    let report = match array.ppl.rings() {
+        _ if read_only => Default::default(),
+        Some(p) => {
+            let replay = logs && !asm.clean;
+            crate::ppl::recover(&array.volume, &p.areas, (p.life, cover), replay).await?
+        }
+        None => Default::default(),
+    };
+    Ok((report, cover))
 }
 
 /// After an unclean start or with stale roles: resyncs what the bitmap marks (the whole

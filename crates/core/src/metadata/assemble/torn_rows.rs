@@ -9,7 +9,9 @@
 //! closes this where it runs (its replay makes the parity right for the unwritten chunks,
 //! present or lost); it does not run mid-reshape (it covers one tree), with
 //! `write_hole = "off"`, for a group whose children are not all member regions, or where a
-//! member's ring is too small for the group's strips. md refuses such a dirty degraded start
+//! member's ring is too small for the group's strips — nor did it in a life that stopped
+//! dirty without logging, whatever this start does (its rings' marker says so:
+//! `crate::ppl::last_life`). md refuses such a dirty degraded start
 //! unless forced (`start_dirty_degraded`); so does nbraid. The write-intent bitmap does not
 //! narrow it: its bits are not in the records assembly decides from, and md refuses
 //! whatever its bitmap says.
@@ -121,12 +123,13 @@ pub(super) fn check(
             None => Ok(()),
         };
     }
-    let rings = (start.write_hole_log).then(|| ring_bytes_by_role(records, roles));
+    let logged = start.write_hole_log && start.last_life_logged;
+    let rings = logged.then(|| ring_bytes_by_role(records, roles));
     match refuse_unlogged_torn_rows((clean, start.force), tree, rings.as_deref(), out) {
         Some(out) => Err(AssembleError::DirtyDegradedUnlogged {
             volume,
             roles: names(&out),
-            unlogged: unlogged_why(start.write_hole_log),
+            unlogged: unlogged_why(start),
         }),
         None => Ok(()),
     }
@@ -156,8 +159,10 @@ fn ring_bytes_by_role(
 
 /// Why the write hole is open at a start refused by
 /// [`refuse_unlogged_torn_rows`].
-fn unlogged_why(write_hole_log: bool) -> String {
-    if write_hole_log {
+fn unlogged_why(start: Start) -> String {
+    if start.write_hole_log && !start.last_life_logged {
+        "the life that stopped did not log its writes (it ran with write_hole = \"off\" or mid-reshape, resynced an earlier such crash, or was run by an nbraid that does not say), so no log replay covers its torn rows".into()
+    } else if start.write_hole_log {
         "a parity group that rebuilds it keeps no partial-parity log (a group over mirrors or other groups, or a member whose log ring is missing or too small for its strips: a volume from before the log, a reshape into wider strips)".into()
     } else {
         "write_hole = \"off\" keeps no partial-parity log (if the volume ran with the log when it stopped, start it with write_hole = \"ppl\": the log's replay closes the hole)".into()
