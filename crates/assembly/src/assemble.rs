@@ -414,6 +414,8 @@ pub fn array_options(v: &config::Volume, member_ids: Vec<String>, force: bool) -
         enable_checksums: v.metadata.checksums_enable,
         force_assembly: force,
         member_ids,
+        // A start from the config follows whatever stop came before.
+        quiet_handover: false,
     }
 }
 

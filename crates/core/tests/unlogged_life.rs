@@ -227,3 +227,56 @@ fn after_the_resync_a_crash_is_the_logs_again() {
         assert_eq!(torn.wrong_blocks(&a), 0, "{what}");
     }
 }
+
+/// A quiet handover is no crash: a life that did not log (a reshape's, or the log off) whose
+/// writes all completed and were flushed, stopped without its clean record (the daemon's
+/// reopen after a reshape, when a resync or the checksums' refill is still pending), opens
+/// again degraded with `quiet_handover` and reads back exactly — where the same open judged
+/// as after a crash refuses it (`DirtyDegradedUnlogged`), which left the volume unserved
+/// ("opening it again failed: restart nbraidd").
+#[test]
+fn a_quiet_handover_after_an_unlogged_life_opens_degraded() {
+    for (level, bitmap) in cases() {
+        let what = format!("{level:?}, bitmap {bitmap}");
+        let disks = lossy_disks(MEMBERS, METADATA_AREA_BYTES + REGION);
+        let shape = Shape::new(level, MEMBERS, None, STRIP, ParityLayout::LeftSymmetric).unwrap();
+        let region = Region {
+            start: METADATA_AREA_BYTES,
+            len: REGION,
+        };
+        let t = shape.build(&[region; MEMBERS]).unwrap();
+        let (a, capacity) = create_filled(&t, &disks, opts(true, bitmap));
+        let mut image = pattern(1, capacity as usize).to_vec();
+        drop(a);
+        let metas = metas_without(&disks, &[]);
+        let a = block_on(Array::open(
+            "vol",
+            &t,
+            metas,
+            opts(false, bitmap),
+            &|_, _| {},
+        ))
+        .expect("the life with the log off starts")
+        .0;
+        let at = 3 * STRIP as usize + 8 * KIB as usize;
+        image[at..at + 4096].copy_from_slice(&pattern(9, 4096));
+        block_on(a.write(at as u64, pattern(9, 4096), false)).expect("partial write");
+        block_on(a.flush()).expect("flush");
+        drop(a); // stopped quiet, never recorded clean
+        let lost = [1];
+        let open = |quiet_handover: bool| {
+            let o = ArrayOptions {
+                quiet_handover,
+                ..opts(true, bitmap)
+            };
+            let metas = metas_without(&disks, &lost);
+            block_on(Array::open_background("vol", &t, metas, o, &|_, _| {}))
+        };
+        let refused = open(false).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(refused.contains("did not log"), "{what}: {refused}");
+        let (a, report) = open(true).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(!report.was_clean, "{what}: {report:?}");
+        let got = block_on(a.read(0, capacity)).expect("read back");
+        assert!(got[..] == image[..], "{what}: every byte as written");
+    }
+}

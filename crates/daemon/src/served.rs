@@ -294,6 +294,11 @@ async fn open_again(
         detail: "no member carries a record of the volume any more".into(),
     })?;
     let progress = |_, _| {};
+    // The array it replaces stopped under the requests' hold (`quiet`), flushed.
+    let opts = ArrayOptions {
+        quiet_handover: true,
+        ..opts
+    };
     let (array, report) = Array::open_background(name, &tree, metas, opts, &progress).await?;
     tracing::info!(
         volume = name,

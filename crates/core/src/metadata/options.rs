@@ -42,6 +42,11 @@ pub struct ArrayOptions {
     /// Opening only: the config's member ids by position, so assembly's warnings name
     /// members as the operator does ("member d0"); empty: by position ("member 0").
     pub member_ids: Vec<String>,
+    /// Opening only: the array this open replaces stopped quiet — no request in flight, its
+    /// writes flushed (a daemon opening a volume again after a reshape, under its requests'
+    /// hold) — so the life that ended tore no row, whatever it logged, and a dirty open is
+    /// not judged as after an unlogged crash (`ppl::last_life`; a reshape's life does not log).
+    pub quiet_handover: bool,
 }
 
 impl Default for ArrayOptions {
@@ -57,6 +62,7 @@ impl Default for ArrayOptions {
             enable_checksums: false,
             force_assembly: false,
             member_ids: Vec::new(),
+            quiet_handover: false,
         }
     }
 }

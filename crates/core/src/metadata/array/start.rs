@@ -118,14 +118,15 @@ pub(super) async fn open(
     let asm = assemble_with(name, config_tree, &probes, start, &names)?;
     let mut roles = plan_roles(&asm, &metas);
     let read_only = mode == Mode::ReadOnly;
-    let last_life = judge_last_life(
-        name,
-        (config_tree, &probes, &names),
-        start,
-        (&asm, &roles),
-        mode,
-    );
-    let last_life = last_life.await?;
+    // A quiet handover (the array this open replaces stopped with nothing in flight, its
+    // writes flushed): the life that ended tore no row, whatever it logged.
+    let last_life = match opts.quiet_handover {
+        true => Some(LastLife::Logged),
+        false => {
+            let judged = (config_tree, &probes[..], &names);
+            judge_last_life(name, judged, start, (&asm, &roles), mode).await?
+        }
+    };
     if read_only {
         if opts.enable_checksums {
             roles.warnings.push(
