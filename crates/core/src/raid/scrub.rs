@@ -90,8 +90,9 @@ impl Scrubber<'_> {
             .collect();
         let failed = lost_children(&lost);
         let stale = self.stripes.health.any_stale(first, end - 1);
-        let skip = skip_reason(stale, failed.len(), chunks.np);
-        if skip == Some(SkipReason::StaleParity) {
+        // Each stripe decides for itself (a child being rebuilt is lost over the window but
+        // readable in the stripes below its checkpoint).
+        if skip_reason(stale, failed.len(), chunks.np).is_some() {
             return (first..end).collect();
         }
         let reads = join_all(
@@ -106,14 +107,6 @@ impl Scrubber<'_> {
         let Ok(bufs) = reads.into_iter().collect::<VolumeResult<Vec<Buf>>>() else {
             return (first..end).collect();
         };
-        if let Some(why) = skip {
-            // Nothing to check against, and every surviving chunk read (through its
-            // checksums): nothing is known bad.
-            for _ in first..end {
-                pass.skip(why);
-            }
-            return Vec::new();
-        }
         // What a lost child's slice of a row holds before it is rebuilt.
         let blank = vec![0u8; if failed.is_empty() { 0 } else { strip }];
         let mut redo = Vec::new();
