@@ -5,72 +5,16 @@
 //! closes). Under 4 KiB random writes, and under a sequential stream of writes smaller than a
 //! stripe (write-through joins them into full stripes where they meet).
 //!
-//! Which writes completed comes from fio's per-I/O completion log (`write_lat_log` with
-//! `log_offset`: fio logs a completion only when the write succeeded), and each such block
-//! is checked with fio's own block format (magic, its offset, header and data CRC-32C).
-//! Not fio's `verify_state_save` + `verify_only`: after the kill fio's saved state can claim
-//! writes it never issued (observed: `numberio` 16384 of 1265 issued, and blocks absent
-//! from every member file, pristine copies included, expected by the verify pass).
+//! Which writes completed, and how each is checked: `common/fio_verify.rs`.
 
 mod common;
-use common::{require, run_output, Daemon};
+use common::fio_verify::{
+    acked_writes, geometry, logged_job, one_pass, read_back_problems, start, write_config, Files,
+    Geometry, Load, RANDOM, STREAM,
+};
+use common::{require, run_output};
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// What fio writes: `rw` in blocks of `bs` bytes, `iodepth` in flight, over `size`.
-struct Load {
-    rw: &'static str,
-    bs: usize,
-    iodepth: u32,
-    size: &'static str,
-    /// Each member file's MiB (of RAID 5 of four) without the log's reserve.
-    member_mib: u64,
-    /// A flush after every write (fio's `fsync=1`): with `iodepth` 1, every write but the
-    /// last fio saw completed was flushed.
-    flush_each: bool,
-}
-
-/// 4 KiB random writes, 16 in flight: partial-stripe writes that log.
-const RANDOM: Load = Load {
-    rw: "randwrite",
-    bs: 4096,
-    iodepth: 16,
-    size: "64M",
-    member_mib: 33,
-    flush_each: false,
-};
-
-/// A 128 KiB sequential stream, 8 in flight, on 192 KiB stripes: write-through joins
-/// neighbours into full stripes (`raid/join.rs`), the rest log. Large enough that the
-/// second before the kill does not wrap around (checked).
-const STREAM: Load = Load {
-    rw: "write",
-    bs: 128 << 10,
-    iodepth: 8,
-    size: "1G",
-    member_mib: 400,
-    flush_each: false,
-};
-
-/// The volume under test: a level over file members (created by the daemon).
-#[derive(Clone, Copy, Debug)]
-struct Geometry {
-    /// A level's name, or a declared tree (`{ raid5 = [...] }`) over `d0`, `d1`, ...
-    level: &'static str,
-    members: usize,
-    /// Members' worth of data a row holds (RAID 5 of four: 3).
-    data_members: usize,
-    /// raid10/50/60: the spans; else 0 (the level's own).
-    spans: usize,
-    strip: &'static str,
-    /// The logical block size offered to clients (fio writes blocks of `Load::bs`).
-    block_size: u32,
-    checksums: bool,
-    /// `cache`: "write-through" (a write fio saw completed is in the member files) or
-    /// "write-back" (a flushed one is).
-    cache: &'static str,
-}
 
 /// The RAID 5 of four members with 64 KiB strips and 4 KiB blocks the first tests use.
 const RAID5: Geometry = Geometry {
@@ -87,63 +31,8 @@ const RAID5: Geometry = Geometry {
 /// `geometry` with its cache; each member `member_mib` MiB; with `log_reserve`, its write-hole
 /// log in an 8 MiB reserve before the region (`write_hole_log_size`).
 fn config(dir: &Path, geometry: &Geometry, log_reserve: bool, member_mib: u64) -> PathBuf {
-    let config = dir.join("arrays.toml");
-    let mut text = format!(
-        "[daemon]\nlisten = [\"unix:{}\"]\n\n",
-        dir.join("nbd.sock").display()
-    );
-    let ids: Vec<String> = (0..geometry.members).map(|i| format!("\"d{i}\"")).collect();
-    for i in 0..geometry.members {
-        let mib = member_mib + if log_reserve { 8 } else { 0 };
-        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\nsize = \"{mib}MiB\"\n\n");
-    }
-    text += "[[volume]]\nname = \"v\"\n";
-    text += &match geometry.level.strip_prefix('{') {
-        Some(_) => format!("tree = {}\n", geometry.level),
-        None => format!(
-            "level = \"{}\"\nmembers = [{}]\n",
-            geometry.level,
-            ids.join(", ")
-        ),
-    };
-    text += &format!(
-        "strip_size = \"{}\"\ncache = \"{}\"\nbitmap_chunk = \"1MiB\"\nblock_size = {}\n",
-        geometry.strip, geometry.cache, geometry.block_size
-    );
-    if geometry.spans > 0 {
-        text += &format!("spans = {}\n", geometry.spans);
-    }
-    if !geometry.checksums {
-        text += "checksums = \"off\"\n";
-    }
-    if log_reserve {
-        text += "write_hole_log_size = \"8MiB\"\n";
-    }
-    std::fs::write(&config, text).unwrap();
-    config
-}
-
-fn start(config: &Path) -> Daemon {
-    Daemon::start(config, "warn", false, |l| {
-        l.starts_with("nbraidd: control socket")
-    })
-}
-
-/// fio's job over the volume: `load`, crc32c in every block.
-fn job(fio: &Path, dir: &Path, load: &Load) -> Command {
-    let mut c = Command::new(fio);
-    c.current_dir(dir)
-        .args(["--name=w", "--ioengine=nbd", "--verify=crc32c"])
-        .arg(format!("--rw={}", load.rw))
-        .arg(format!("--bs={}", load.bs))
-        .arg(format!("--iodepth={}", load.iodepth))
-        .arg(format!("--size={}", load.size))
-        .arg(format!("--fsync={}", u32::from(load.flush_each)))
-        .arg(format!(
-            "--uri=nbd+unix:///v?socket={}",
-            dir.join("nbd.sock").display()
-        ));
-    c
+    let mib = vec![member_mib; geometry.members];
+    write_config(dir, geometry, &Files { mib: &mib }, log_reserve, "")
 }
 
 fn crash_and_verify(lose: Option<&str>, log_reserve: bool, load: &Load) {
@@ -182,41 +71,16 @@ fn crash_and_verify_on(geometry: &Geometry, lose: &[&str], log_reserve: bool, lo
     // which were in flight, and exits.
     let kill = format!("kill -9 {}", daemon.child.id());
     let out = run_output(
-        job(&fio, dir.path(), load)
-            .args([
-                "--do_verify=0",
-                "--write_lat_log=acked",
-                "--log_offset=1",
-                "--trigger-timeout=1",
-            ])
+        logged_job(&fio, dir.path(), load)
+            .arg("--trigger-timeout=1")
             .arg(format!("--trigger={kill}")),
     );
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     let _ = daemon.child.wait();
-    let mut acked = acked_offsets(&dir.path().join("acked_clat.1.log"));
-    if load.flush_each {
-        assert_eq!(
-            load.iodepth, 1,
-            "only one write in flight: each but the last flushed"
-        );
-        acked.pop();
-    }
-    assert!(
-        acked.len() >= 100,
-        "fio completed only {} writes before the kill: {text}",
-        acked.len()
-    );
+    let acked = acked_writes(dir.path(), load, &text);
     if load.rw == "write" {
-        // One pass: no block was rewritten, so none can be caught torn by a later write.
-        let mut seen = acked.clone();
-        seen.sort_unstable();
-        seen.dedup();
-        assert_eq!(
-            seen.len(),
-            acked.len(),
-            "fio wrapped around: raise the size"
-        );
+        assert!(one_pass(&acked), "fio wrapped around: raise the size");
     }
     if log_reserve {
         // The log's batches (magic `NBRAIDPL`) are in the reserve, none in the metadata area.
@@ -229,24 +93,7 @@ fn crash_and_verify_on(geometry: &Geometry, lose: &[&str], log_reserve: bool, lo
         std::fs::remove_file(dir.path().join(format!("{m}.img"))).unwrap();
     }
     let daemon = start(&config);
-    let image = dir.path().join("read-back.img");
-    let nbdcopy = require("nbdcopy", "libnbd-bin");
-    run_output(
-        Command::new(nbdcopy)
-            .arg(format!(
-                "nbd+unix:///v?socket={}",
-                dir.path().join("nbd.sock").display()
-            ))
-            .arg(&image),
-    );
-    let volume = std::fs::read(&image).unwrap();
-    let bad: Vec<String> = acked
-        .iter()
-        .filter_map(|&at| {
-            let block = volume.get(at as usize..at as usize + load.bs)?;
-            fio_block_problem(block, at).map(|why| format!("{at}: {why}"))
-        })
-        .collect();
+    let bad = read_back_problems(dir.path(), &acked, load.bs);
     assert!(
         bad.is_empty(),
         "{geometry:?}: {} of {} writes fio saw completed read back wrong after the restart without {lose:?}: {:?}\n--- the writing run:\n{text}",
@@ -255,53 +102,6 @@ fn crash_and_verify_on(geometry: &Geometry, lose: &[&str], log_reserve: bool, lo
         &bad[..bad.len().min(20)]
     );
     daemon.stop();
-}
-
-/// Offsets of the writes fio logged as completed (`time, value, ddir, bs, offset, ...`).
-fn acked_offsets(log: &Path) -> Vec<u64> {
-    let text = std::fs::read_to_string(log)
-        .unwrap_or_else(|e| panic!("fio's completion log {}: {e}", log.display()));
-    text.lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(',').map(str::trim).collect();
-            (f.len() >= 5 && f[2] == "1").then(|| f[4].parse().expect("offset"))
-        })
-        .collect()
-}
-
-/// fio's CRC-32C: the standard one without its final inversion.
-fn fio_crc(bytes: &[u8]) -> u32 {
-    !nbraid_core::ppl::codec::crc32c(bytes)
-}
-
-/// What is wrong with a block fio wrote at `at` (`verify=crc32c`): its header (magic 0xacca,
-/// length, offset, CRC of the header's first 36 bytes) and the CRC of the data after the
-/// header and its 4-byte checksum. `None`: intact.
-fn fio_block_problem(block: &[u8], at: u64) -> Option<String> {
-    let u16_at = |i: usize| u16::from_le_bytes(block[i..i + 2].try_into().unwrap());
-    let u32_at = |i: usize| u32::from_le_bytes(block[i..i + 4].try_into().unwrap());
-    let u64_at = |i: usize| u64::from_le_bytes(block[i..i + 8].try_into().unwrap());
-    if u16_at(0) != 0xacca {
-        let zero = block.iter().all(|&b| b == 0);
-        return Some(format!(
-            "no fio header (magic {:#x}, zeros: {zero})",
-            u16_at(0)
-        ));
-    }
-    if u32_at(4) as usize != block.len() || u64_at(16) != at {
-        return Some(format!(
-            "header of another write (len {}, offset {})",
-            u32_at(4),
-            u64_at(16)
-        ));
-    }
-    if fio_crc(&block[..36]) != u32_at(36) {
-        return Some("header checksum wrong".into());
-    }
-    if fio_crc(&block[44..]) != u32_at(40) {
-        return Some("data checksum wrong".into());
-    }
-    None
 }
 
 #[test]
@@ -376,31 +176,6 @@ fn few() -> Vec<(Geometry, Vec<&'static str>)> {
             vec!["d0", "d4"],
         ),
     ]
-}
-
-fn geometry(
-    level: &'static str,
-    members: usize,
-    spans: usize,
-    strip: &'static str,
-    block_size: u32,
-    checksums: bool,
-) -> Geometry {
-    let parity_per_span = match level {
-        "raid5" | "raid50" => 1,
-        "raid6" | "raid60" => 2,
-        _ => 0,
-    };
-    Geometry {
-        level,
-        members,
-        data_members: members - parity_per_span * spans.max(1),
-        spans,
-        strip,
-        block_size,
-        checksums,
-        cache: "write-through",
-    }
 }
 
 /// Random writes of the geometry's block size; on a write-back cache one at a time, each

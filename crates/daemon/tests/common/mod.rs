@@ -2,6 +2,7 @@
 //! bounded in time, output captured.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod fio_verify;
 pub mod returning;
 
 use std::ffi::OsStr;
