@@ -1,8 +1,10 @@
 //! The real daemon SIGKILLed mid-reshape under fio's writes: a volume serving fio is asked
 //! to reshape online (the control socket's `reshape`, what `nbraid apply --yes` sends), the
 //! daemon is killed right after the reshape starts, while it copies, or near its end;
-//! restarted with the new config (once with the old config first: the records, not the
-//! config, say where the data is), it finishes the reshape, and every write fio saw
+//! restarted with the new config (some cells first with the old config, which is refused
+//! naming what the records hold, or with a member's file away, which is refused as a dirty
+//! start mid-reshape with a role out, nothing written), it finishes the reshape, and every
+//! write fio saw
 //! completed reads back (fio's own CRCs, `common/fio_verify.rs`); a scrub then finds parity
 //! consistent (0 mismatches), and with as many members failed as the new shape tolerates
 //! every write still reads back — from parity the crash may have torn mid-update, which the
@@ -47,6 +49,10 @@ enum Restart {
     /// With the old config first (the records say a reshape into the new shape runs: the
     /// start must not serve the old shape over moved data), then with the new one.
     OldFirst,
+    /// With the new config but a member's file moved away first: a dirty start mid-reshape
+    /// with a role out is refused, nothing written (the rows the kill tore would be rebuilt
+    /// from parity); then with the file back.
+    MemberAwayFirst,
 }
 
 /// What is lost after the restart: the members the new shape tolerates losing, failed
@@ -251,8 +257,10 @@ fn kill_mid_reshape_and_verify(cell: &Cell) -> Result<(), String> {
     }
     let context = format!("{cell:?}, killed at {at_kill}");
 
-    if cell.restart == Restart::OldFirst {
-        old_config_start(dir, cell, &context);
+    match cell.restart {
+        Restart::OldFirst => old_config_start(dir, cell, &context),
+        Restart::MemberAwayFirst => member_away_start(dir, cell, &context),
+        Restart::New => {}
     }
     let fast = match cell.when {
         Lose::WhileCopying => slow.as_str(),
@@ -333,14 +341,12 @@ fn killed(daemon: &mut common::Daemon, mut writer: Writer) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
 
-/// A start with the old config mid-reshape: the records say the data is moving into the new
-/// shape. The daemon must not serve the old shape over moved data: it refuses the start
-/// (naming the reshape), or serves the volume as the records say (the reshape going on).
-fn old_config_start(dir: &Path, cell: &Cell, context: &str) {
-    let config = cell_config(dir, cell, &cell.old, "");
+/// nbraidd on `config` in `dir`: `Ok(status)` of volume `v` if it came up (then stopped),
+/// else `Err(what it printed)`.
+fn start_or_refusal(dir: &Path, config: &Path) -> Result<Value, String> {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nbraidd"))
         .arg("--config")
-        .arg(&config)
+        .arg(config)
         .args(["--log-level", "warn"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -350,27 +356,68 @@ fn old_config_start(dir: &Path, cell: &Cell, context: &str) {
     let stdout = BufReader::new(child.stdout.take().unwrap());
     let serving =
         (stdout.lines().map_while(Result::ok)).any(|l| l.starts_with("nbraidd: control socket"));
+    let v = serving.then(|| status(dir));
     if serving {
-        let v = status(dir);
-        eprintln!("fio_reshape_crash: served with the old config: {v}");
-        assert!(
-            !v["reshape"].is_null(),
-            "{context}: the old config served the volume as if no reshape ran: {v:#}"
-        );
         // SAFETY: kill(2) on our own child's pid has no memory effects.
         unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
     }
     let out = child.wait_with_output().unwrap();
-    let said = String::from_utf8_lossy(&out.stderr);
-    eprintln!(
-        "fio_reshape_crash: with the old config ({}): {said}",
-        out.status
+    v.ok_or_else(|| String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A start mid-reshape after a kill (the bitmap dirty) with the first member the new shape
+/// can lose moved away: refused, naming the role out and `--force-assemble`; nothing written
+/// (the other members' files unchanged). The file goes back.
+fn member_away_start(dir: &Path, cell: &Cell, context: &str) {
+    let config = cell_config(dir, cell, &cell.new, "");
+    let away = dir.join(format!("{}.img", cell.lose[0]));
+    let aside = dir.join("away.img");
+    std::fs::rename(&away, &aside).unwrap();
+    let others = |dir: &Path| -> Vec<Vec<u8>> {
+        (0..cell.new.members)
+            .map(|i| dir.join(format!("d{i}.img")))
+            .filter(|p| p.exists())
+            .map(|p| std::fs::read(p).unwrap())
+            .collect()
+    };
+    let before = others(dir);
+    match start_or_refusal(dir, &config) {
+        Ok(v) => panic!(
+            "{context}: a dirty start without {} served: {v:#}",
+            cell.lose[0]
+        ),
+        Err(said) => {
+            eprintln!("fio_reshape_crash: without {}: {said}", cell.lose[0]);
+            assert!(
+                said.contains("--force-assemble"),
+                "{context}: the refusal names no way on: {said}"
+            );
+        }
+    }
+    assert!(
+        before == others(dir),
+        "{context}: the refused start wrote to the members"
     );
-    if !serving {
-        assert!(
-            said.contains("reshap"),
-            "{context}: the old config's start failed without naming the reshape: {said}"
-        );
+    std::fs::rename(&aside, &away).unwrap();
+}
+
+/// A start with the old config mid-reshape: the records say the data is moving into the new
+/// shape. The daemon must not serve the old shape over moved data: it refuses the start
+/// (naming what the records hold), or serves the volume as the records say.
+fn old_config_start(dir: &Path, cell: &Cell, context: &str) {
+    let config = cell_config(dir, cell, &cell.old, "");
+    match start_or_refusal(dir, &config) {
+        Ok(v) => assert!(
+            !v["reshape"].is_null(),
+            "{context}: the old config served the volume as if no reshape ran: {v:#}"
+        ),
+        Err(said) => {
+            eprintln!("fio_reshape_crash: with the old config: {said}");
+            assert!(
+                said.contains("the superblocks record"),
+                "{context}: the old config's start failed without naming the records: {said}"
+            );
+        }
     }
 }
 
@@ -438,8 +485,8 @@ fn sigkill_mid_reshape_keeps_every_completed_write_and_parity() {
     run_cells(cells);
 }
 
-/// RAID 5 4 → 5 killed while copying, a member failed while the restart copies on; RAID 5 →
-/// RAID 6 behind a write-back cache with 512-byte blocks, killed right after the start and
+/// RAID 5 4 → 5 killed while copying, refused to start without a member, a member failed
+/// while the restart copies on; RAID 5 → RAID 6 behind a write-back cache with 512-byte blocks, killed right after the start and
 /// started with the old config first, two members failed after the end; RAID 6 6 → 7 to
 /// 256 KiB strips under a sequential stream, killed near the end.
 fn few() -> Vec<Cell> {
@@ -456,7 +503,7 @@ fn few() -> Vec<Cell> {
             new: geometry("raid5", 5, 0, "64KiB", 4096, true),
             load: load_for(&r5, RANDOM),
             kill: KillAt::Copying,
-            restart: Restart::New,
+            restart: Restart::MemberAwayFirst,
             lose: &["d1"],
             when: Lose::WhileCopying,
         },
@@ -536,9 +583,10 @@ fn matrix() -> Vec<Cell> {
                         new,
                         load: load_for(&old, base),
                         kill: kills[n % 3],
-                        restart: match n % 5 == 1 {
-                            true => Restart::OldFirst,
-                            false => Restart::New,
+                        restart: match n % 5 {
+                            1 => Restart::OldFirst,
+                            3 => Restart::MemberAwayFirst,
+                            _ => Restart::New,
                         },
                         when: match (n + n / 2) % 2 {
                             0 => Lose::WhileCopying,
