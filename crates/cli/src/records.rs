@@ -202,7 +202,9 @@ fn refused_assembly(
 ) {
     let changed = matches!(
         e,
-        AssembleError::GeometryChanged { .. } | AssembleError::RegionGrown { .. }
+        AssembleError::GeometryChanged { .. }
+            | AssembleError::ChangedMidReshape { .. }
+            | AssembleError::RegionGrown { .. }
     );
     if changed {
         r.reshape = reshape(config, v, &probes[..v.members.len()]);

@@ -1355,7 +1355,7 @@ fn assembly_resumes_rebuilds_and_ignores_replaced_members() {
 
 /// A volume whose records carry a reshape assembles against the shape it is moving into
 /// (the config, `nbraid apply`'s), with the reshape in the assembly; a config of the old shape
-/// is refused by what differs, and the tolerance is both trees'.
+/// is refused by what differs, said as a reshape under way, and the tolerance is both trees'.
 #[test]
 fn a_volume_mid_reshape_assembles_against_the_new_shape() {
     let sb = reshaping();
@@ -1375,7 +1375,7 @@ fn a_volume_mid_reshape_assembles_against_the_new_shape() {
     assert!(
         matches!(
             e,
-            nbraid_core::metadata::AssembleError::GeometryChanged { .. }
+            nbraid_core::metadata::AssembleError::ChangedMidReshape { .. }
         ),
         "{e}"
     );

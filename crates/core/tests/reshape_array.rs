@@ -492,3 +492,28 @@ fn a_member_failed_mid_reshape_is_rebuilt_whole_when_it_comes_back() {
         }
     }
 }
+
+/// A start mid-reshape with the config of the shape the volume moves out of (the config from
+/// before `nbraid apply`): refused as such — "a reshape is under way", the way on named —
+/// not as a geometry changed by hand ("fix the config"), and nothing written; the new
+/// shape's config then starts it.
+#[test]
+fn the_old_config_mid_reshape_is_refused_naming_the_reshape() {
+    let strips = (
+        "raid5 4, 64 → 16 KiB strips",
+        tree(Level::Raid5, 4, 64 * KIB),
+        tree(Level::Raid5, 4, 16 * KIB),
+    );
+    for (name, old, new) in moves().into_iter().chain([strips]) {
+        let (disks, _) = started(&old, &new, 5);
+        let n_old = old.member_count();
+        let refused = open(&old, &disks[..n_old]).err().unwrap_or_default();
+        assert!(
+            refused.contains("a reshape is under way")
+                && refused.contains("the config of the new shape")
+                && refused.contains("the superblocks record"),
+            "{name}: {refused}"
+        );
+        open(&new, &disks).unwrap_or_else(|e| panic!("{name}: the new config: {e}"));
+    }
+}

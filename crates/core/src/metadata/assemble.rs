@@ -258,7 +258,8 @@ pub(crate) fn assemble_with(
         &role_name,
     )
     .map_err(|e| placed_before_checksums(e, newest.checksums.is_none()))
-    .map_err(region_grown)?;
+    .map_err(region_grown)
+    .map_err(|e| geometry::mid_reshape(e, reshape.is_some()))?;
     let (mut roles, resuming) =
         place_roles(&volume, newest, &records, probes, names, &mut warnings)?;
     presume_unreachable(

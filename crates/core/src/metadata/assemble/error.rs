@@ -29,6 +29,15 @@ pub enum AssembleError {
         config: String,
         recorded: String,
     },
+    /// [`AssembleError::GeometryChanged`] while a reshape is under way: most likely the
+    /// config of the shape the volume is moving out of (from before `nbraid apply`).
+    #[error("volume `{volume}`: a reshape is under way, and the config says {what} {config} where the superblocks record {recorded} for the shape the data is moving into: start with the config of the new shape (the one `nbraid apply` was given), and the reshape goes on from where it stopped; the old shape is never served over moved data — not started, nothing written")]
+    ChangedMidReshape {
+        volume: String,
+        what: &'static str,
+        config: String,
+        recorded: String,
+    },
     #[error("volume `{volume}`: the config places a member region at {config}, the superblocks record {recorded} and no block-checksum area: the volume was created without per-block checksums (before nbraid had them, or with checksums = \"off\"), and the config now reserves their area before each region. Add `checksums = \"enable\"` to the volume's table to give it checksums (its regions stay where they are; the area goes where each member has room and a background pass computes them), or `checksums = \"off\"` to serve it as it is; data is never reinterpreted")]
     PlacedWithoutChecksums {
         volume: String,

@@ -48,6 +48,25 @@ pub(super) fn check_geometry(
     compare(config, recorded, &changed, role_name)
 }
 
+/// A config of another shape than the one a reshape under way (`reshaping`) moves into:
+/// said as such, with the way on, rather than as a geometry changed by hand.
+pub(super) fn mid_reshape(e: AssembleError, reshaping: bool) -> AssembleError {
+    match e {
+        AssembleError::GeometryChanged {
+            volume,
+            what,
+            config,
+            recorded,
+        } if reshaping => AssembleError::ChangedMidReshape {
+            volume,
+            what,
+            config,
+            recorded,
+        },
+        e => e,
+    }
+}
+
 /// What a node is, as messages say it.
 pub(super) fn kind(n: &Node) -> &'static str {
     match n {
