@@ -53,9 +53,9 @@ struct Torn {
     bitmap: bool,
 }
 
-/// Created and filled with the log on; then a life with the log off writes 4 KiB into data
-/// chunk 0 of stripe [`STRIPE`] and crashes with the parity members' writes lost.
-fn torn_in_an_unlogged_life(level: Level, bitmap: bool) -> Torn {
+/// A volume of `level` over [`MEMBERS`] lossy disks, created and filled with the log on:
+/// the disks, its tree and what every byte reads.
+fn created(level: Level, bitmap: bool) -> (Vec<Arc<Lossy>>, Node, Vec<u8>) {
     let disks = lossy_disks(MEMBERS, METADATA_AREA_BYTES + REGION);
     let shape = Shape::new(level, MEMBERS, None, STRIP, ParityLayout::LeftSymmetric).unwrap();
     let region = Region {
@@ -64,8 +64,14 @@ fn torn_in_an_unlogged_life(level: Level, bitmap: bool) -> Torn {
     };
     let t = shape.build(&[region; MEMBERS]).unwrap();
     let (a, capacity) = create_filled(&t, &disks, opts(true, bitmap));
-    let mut image = pattern(1, capacity as usize).to_vec();
     drop(a);
+    (disks, t, pattern(1, capacity as usize).to_vec())
+}
+
+/// Created and filled with the log on; then a life with the log off writes 4 KiB into data
+/// chunk 0 of stripe [`STRIPE`] and crashes with the parity members' writes lost.
+fn torn_in_an_unlogged_life(level: Level, bitmap: bool) -> Torn {
+    let (disks, t, mut image) = created(level, bitmap);
 
     let a = block_on(Array::open(
         "vol",
@@ -238,16 +244,8 @@ fn after_the_resync_a_crash_is_the_logs_again() {
 fn a_quiet_handover_after_an_unlogged_life_opens_degraded() {
     for (level, bitmap) in cases() {
         let what = format!("{level:?}, bitmap {bitmap}");
-        let disks = lossy_disks(MEMBERS, METADATA_AREA_BYTES + REGION);
-        let shape = Shape::new(level, MEMBERS, None, STRIP, ParityLayout::LeftSymmetric).unwrap();
-        let region = Region {
-            start: METADATA_AREA_BYTES,
-            len: REGION,
-        };
-        let t = shape.build(&[region; MEMBERS]).unwrap();
-        let (a, capacity) = create_filled(&t, &disks, opts(true, bitmap));
-        let mut image = pattern(1, capacity as usize).to_vec();
-        drop(a);
+        let (disks, t, mut image) = created(level, bitmap);
+        let capacity = image.len() as u64;
         let metas = metas_without(&disks, &[]);
         let a = block_on(Array::open(
             "vol",
