@@ -1,7 +1,8 @@
 //! The durability simulator over every level (see `sim/mod.rs`): seeded schedules of
 //! concurrent overlapping requests, out-of-order member completions, member faults within
 //! tolerance and a crash at a random point. A failure prints its seed; `NBRAID_SEED=<n>`
-//! replays it exactly; `NBRAID_SOAK=1` runs 100× more schedules.
+//! replays it exactly (`NBRAID_SIM_TRACE=1` beside it prints the plan and every answer);
+//! `NBRAID_SOAK=1` runs 100× more schedules.
 
 mod common;
 mod sim;

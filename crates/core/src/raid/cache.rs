@@ -286,6 +286,20 @@ impl CacheState {
     }
 }
 
+/// The stripe offsets in `newer` whose bytes a failed write salvaged: its salvaged rows
+/// (in-chunk offsets) on each of the `k` data chunks of `strip` bytes. Pure.
+fn salvaged_in(newer: (u64, u64), rows: &[(u64, u64)], strip: u64, k: u64) -> Vec<(u64, u64)> {
+    let (lo, hi) = newer;
+    (0..k)
+        .flat_map(|i| {
+            rows.iter()
+                .map(move |&(r0, r1)| (i * strip + r0, i * strip + r1))
+        })
+        .map(|(a, b)| (a.max(lo), b.min(hi)))
+        .filter(|(a, b)| a < b)
+        .collect()
+}
+
 /// The `batch` stripes an eviction destages, from `oldest` ((stripe, dirty bytes) of the
 /// `entries`, least recently used first) that are `free` (not being destaged): the fullest
 /// of the oldest [`EVICT_WINDOW`] — at most a quarter of the entries, at least `batch` —
@@ -468,8 +482,10 @@ impl Destager<'_> {
     /// for them on the stripe lock instead of missing them; if the write fails it stays
     /// (reads still see it, the next FLUSH retries and reports the error), so bytes already
     /// acknowledged never vanish silently — except its bytes in `newer` (stripe offsets),
-    /// which a newer write in `segs` covered: that write salvaged its own bytes there, and
-    /// the older ones must not come back over them ([`CacheState::forget`]).
+    /// which a newer write in `segs` covered, where that write salvaged its own bytes: the
+    /// older ones must not come back over them ([`CacheState::forget`]). Where the newer
+    /// write was refused (nothing written) the older bytes stay: the members hold older
+    /// still.
     /// Takes the (copyable) destager by value, so the future outlives the caller's handle.
     pub(super) async fn write_over_cache(
         self,
@@ -483,20 +499,27 @@ impl Destager<'_> {
         let r = self.stripes.writer().write_stripe(s, segs, fua).await;
         if let Some(cache) = &self.cache {
             let mut st = cache.state.lock();
-            if r.is_ok() {
-                st.remove(s);
-            } else {
-                if let Some((lo, hi)) = newer {
-                    st.forget(s, lo, hi);
+            match &r {
+                Ok(()) => {
+                    st.remove(s);
                 }
-                if let Some(e) = st.entries.get_mut(&s) {
-                    e.busy = false;
-                    // The flusher retries after another `max_age`, not every tick.
-                    e.since = Instant::now();
+                Err(failed) => {
+                    let (strip, k) = (self.stripes.chunks.strip, self.stripes.chunks.k as u64);
+                    for (lo, hi) in newer
+                        .map(|n| salvaged_in(n, &failed.salvaged_rows, strip, k))
+                        .unwrap_or_default()
+                    {
+                        st.forget(s, lo, hi);
+                    }
+                    if let Some(e) = st.entries.get_mut(&s) {
+                        e.busy = false;
+                        // The flusher retries after another `max_age`, not every tick.
+                        e.since = Instant::now();
+                    }
                 }
             }
         }
-        r
+        r.map_err(Into::into)
     }
 
     /// Destages the partial stripes that have waited longer than the cache's `max_age`.
@@ -574,6 +597,22 @@ impl Destager<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_salvaged_rows_of_a_newer_write_are_forgotten() {
+        // Refused: nothing salvaged, nothing forgotten.
+        assert!(salvaged_in((0, 12288), &[], 4096, 3).is_empty());
+        // One run over every row: the newer write's span, chunk by chunk.
+        assert_eq!(
+            salvaged_in((6656, 12288), &[(0, 4096)], 4096, 3),
+            vec![(6656, 8192), (8192, 12288)]
+        );
+        // Two runs, the first refused: only the second's rows, on each chunk the span meets.
+        assert_eq!(
+            salvaged_in((0, 8192), &[(2048, 4096)], 4096, 3),
+            vec![(2048, 4096), (6144, 8192)]
+        );
+    }
 
     #[test]
     fn a_drain_holds_about_its_byte_budget_of_stripes_within_bounds() {

@@ -73,6 +73,22 @@ pub(super) enum RunFailed {
     Refused(VolumeError),
 }
 
+/// A stripe write that failed ([`StripeWriter::write_stripe`]): its first error, and the
+/// row ranges (in-chunk offsets) whose new bytes were salvaged onto the data chunks that
+/// take writes. Runs refused wrote nothing: older bytes a cache holds there are still the
+/// newest the members do not have, and must stay.
+#[derive(Debug)]
+pub(super) struct StripeWriteFailed {
+    pub(super) error: VolumeError,
+    pub(super) salvaged_rows: Vec<(u64, u64)>,
+}
+
+impl From<StripeWriteFailed> for VolumeError {
+    fn from(f: StripeWriteFailed) -> VolumeError {
+        f.error
+    }
+}
+
 impl StripeWriter<'_> {
     /// Writes new bytes of one stripe to the members (with parity), the caller holding the
     /// stripe's lock: the rows its chunks write, as runs split at wide gaps ([`row_runs`]),
@@ -80,13 +96,13 @@ impl StripeWriter<'_> {
     /// or, refused, writes nothing ([`RunFailed`]); the runs after a salvaged one are
     /// salvaged straight away, as one hull's failure would have put
     /// them (plans over stale parity would only fail again, after rereads); the first error
-    /// is returned.
+    /// is returned, with the rows salvaged.
     pub(super) async fn write_stripe(
         &self,
         stripe: u64,
         segs: Segs,
         fua: bool,
-    ) -> VolumeResult<()> {
+    ) -> Result<(), StripeWriteFailed> {
         self.stripes.assert_exclusive(stripe, "a write");
         self.stripes.recent.forget(stripe);
         let strip = self.stripes.chunks.strip;
@@ -113,6 +129,7 @@ impl StripeWriter<'_> {
         let roles = self.stripes.chunks.layout.roles(stripe);
         let mut first_error = None;
         let mut salvaging = false;
+        let mut salvaged_rows = Vec::new();
         let one_run = runs.len() == 1;
         for (r0, r1) in runs {
             let in_run = |c: &Vec<(u64, SharedBuf)>| -> Vec<(u64, SharedBuf)> {
@@ -131,12 +148,14 @@ impl StripeWriter<'_> {
             };
             if salvaging {
                 self.salvage(stripe, &part, fua).await;
+                salvaged_rows.push((r0, r1));
                 continue;
             }
             match self.write_run(stripe, &roles, (r0, r1), &part, fua).await {
                 Ok(()) => {}
                 Err(RunFailed::Salvaged(e)) => {
                     salvaging = true;
+                    salvaged_rows.push((r0, r1));
                     first_error.get_or_insert(e);
                 }
                 Err(RunFailed::Refused(e)) => {
@@ -144,7 +163,13 @@ impl StripeWriter<'_> {
                 }
             }
         }
-        first_error.map_or(Ok(()), Err)
+        match first_error {
+            None => Ok(()),
+            Some(error) => Err(StripeWriteFailed {
+                error,
+                salvaged_rows,
+            }),
+        }
     }
 
     /// Writes rows `r0..r1` of the stripe (`w`: per data chunk, the new bytes there), and

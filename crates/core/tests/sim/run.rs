@@ -67,6 +67,12 @@ struct Shared {
 pub fn run(case: &Case, seed: u64) -> Result<Stats, String> {
     let mut rng = Rng::for_schedule(seed);
     let plan = Plan::draw(&mut rng, case);
+    if tracing() {
+        eprintln!(
+            "plan: beyond tolerance {}, torn {}, {} steps, {:?}, {:?}, faults {:?}",
+            plan.beyond, plan.torn, plan.steps, plan.opts.cache, plan.opts.read_policy, plan.faults
+        );
+    }
     let (mut s, mut live) = Schedule::assemble(case, rng, plan)?;
     let traffic = s.draw_traffic(&live);
     s.serve(&mut live, &traffic)?;
@@ -435,6 +441,11 @@ impl<'a> Schedule<'a> {
     }
 }
 
+/// `NBRAID_SIM_TRACE` set: the plan and every answer go to stderr (with `NBRAID_SEED`).
+fn tracing() -> bool {
+    std::env::var_os("NBRAID_SIM_TRACE").is_some()
+}
+
 /// The case's full stripe (16 KiB where it has none).
 fn full_stripe(case: &Case) -> u64 {
     case.geometry.full_stripe_width().unwrap_or(16 * 1024)
@@ -461,6 +472,14 @@ fn spawn(
         let now = world.lock().expect("world").step;
         shared.steps.borrow_mut()[id].1 = Some(now);
         shared.history.borrow_mut().complete(id, result.is_ok());
+        if tracing() {
+            let states: Vec<_> = vol.member_health().iter().map(|h| h.state).collect();
+            let error = result.as_ref().err().map(|e| e.to_string());
+            eprintln!(
+                "op {id} {kind:?} {offset}+{len} answered at step {now}: error {error:?}, members {states:?}, available {}",
+                vol.is_available()
+            );
+        }
         let verdict = match &result {
             // Members fail only within tolerance: every request must succeed.
             Err(e) if !beyond_tolerance => Err(format!(
