@@ -26,9 +26,11 @@ use super::*;
 use crate::parity;
 use crate::ppl::LogFailed;
 
+mod attempts;
 mod give_up;
 mod regenerated;
 mod rows;
+use attempts::{Again, Attempts, Exhausted, REREADS};
 pub(super) use give_up::refuses_writes;
 use give_up::{give_up, may_lose, GiveUp, GivingUp, Refusal};
 pub(super) use regenerated::fold_group;
@@ -43,10 +45,6 @@ static SPLIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0
 pub fn split_stripe_writes() -> u64 {
     SPLIT.load(std::sync::atomic::Ordering::Relaxed)
 }
-
-/// How many more times a write reads the children whose read errors left it no plan
-/// before it gives the stripe's redundancy up (and fails them).
-const REREADS: u32 = 3;
 
 /// The stripe writer over a group's stripes: carries out [`WritePlan`]s. Borrowed per
 /// request ([`Stripes::writer`]).
@@ -186,93 +184,79 @@ impl StripeWriter<'_> {
         w: &[Vec<(u64, SharedBuf)>],
         fua: bool,
     ) -> Result<(), RunFailed> {
-        let mut plan_lost = self.stripes.chunks.lost(stripe, r0, r1);
-        // Children whose reads for this write failed (not failed members).
-        let mut unreadable = Vec::new();
-        let mut rereads = 0;
-        let mut tries = 0;
+        let mut attempts = Attempts::new(self.stripes.chunks.lost(stripe, r0, r1));
         loop {
-            tries += 1;
+            let again = attempts.start();
             let r = self
-                .write_rows(stripe, roles, r0, r1, w, &plan_lost, fua, tries > 1)
+                .write_rows(stripe, roles, r0, r1, w, &attempts.plan_lost, fua, again)
                 .await;
-            // A read error while rebuilding the plan's lost chunks (whose, not known).
-            let rebuild_failed = matches!(r, Err(Retry::Rebuild(_)));
-            // Member writes went out: the stripe's parity no longer agrees with its members.
-            let wrote = matches!(r, Err(Retry::Lost(_)));
-            match r {
-                Ok(()) => return Ok(()),
-                // A read for the plan failed: treat that child as lost and plan again.
-                Err(Retry::Read(c, e)) if tries <= self.stripes.chunks.children.len() => {
-                    tracing::warn!("stripe {stripe}: read for a parity update failed: {e}");
-                    plan_lost[c] = true;
-                    unreadable.push(c);
-                }
-                // Read errors left no plan: they often pass, so read those children again
-                // before giving the stripe's redundancy up.
-                Err(Retry::Read(..))
-                | Err(Retry::Rebuild(_))
-                | Err(Retry::Fatal(_))
-                | Err(Retry::Lost(_))
-                    if rereads < REREADS && (!unreadable.is_empty() || rebuild_failed) =>
-                {
-                    rereads += 1;
-                    for c in unreadable.drain(..) {
-                        plan_lost[c] = false;
-                    }
-                    tries = 0;
-                }
-                Err(Retry::Read(_, e))
-                | Err(Retry::Rebuild(e))
-                | Err(Retry::Fatal(e))
-                | Err(Retry::Lost(e)) => {
-                    // Salvaging writes data without parity: a chunk lost in this stripe can
-                    // no longer be rebuilt. The stale mark says so only until the next
-                    // start, so where read errors (not failed members) forced it, those
-                    // children fail — recorded, the group is beyond its tolerance on disk
-                    // too, and nothing rebuilds the stripe from its parity after a crash
-                    // (md fails a member whose read error it cannot correct).
-                    // A stripe beyond its tolerance through failed members alone (a copy
-                    // under a mirror: every write) has nothing to find, and reads nothing.
-                    let base = self.stripes.chunks.layout.chunk_offset(stripe);
-                    let failing = if !unreadable.is_empty() || rebuild_failed {
-                        self.still_unreadable(base + r0, r1 - r0, &plan_lost, &unreadable)
-                            .await
-                    } else {
-                        Vec::new()
-                    };
-                    let alive: Vec<usize> =
-                        (0..plan_lost.len()).filter(|&c| !plan_lost[c]).collect();
-                    let giving_up = GivingUp {
-                        read_errors: !failing.is_empty(),
-                        wrote,
-                        may_lose_unreadable: may_lose(self.stripes, base + r0, &failing),
-                        may_lose_alive: may_lose(self.stripes, base + r0, &alive),
-                    };
-                    match give_up(giving_up) {
-                        GiveUp::Refuse(Refusal::Unreadable) => {
-                            tracing::error!(
-                                "stripe {stripe}: a read error, {REREADS} times again, left a write no redundancy, and the volume cannot do without the members that did not read: that write answers an error, nothing of it written ({e})"
-                            );
-                            return Err(RunFailed::Refused(e));
-                        }
-                        // The volume says it is failed; every such write answers so.
-                        GiveUp::Refuse(Refusal::PastTolerance) => {
-                            return Err(RunFailed::Refused(e))
-                        }
-                        GiveUp::Salvage => {}
-                    }
-                    for c in failing {
-                        let why = format!(
-                            "stripe {stripe}: its read error, {REREADS} times again, left a write no redundancy to keep ({e})"
-                        );
-                        self.stripes.chunks.children[c].fail_unreadable(base + r0, r1 - r0, &why);
-                    }
-                    self.salvage(stripe, w, fua).await;
-                    return Err(RunFailed::Salvaged(e));
+            let Err(failed) = r else { return Ok(()) };
+            match attempts.after(failed) {
+                Ok(Again::Without(child, e)) => tracing::warn!(
+                    "stripe {stripe}: child {child}'s read for a parity update failed: {e}"
+                ),
+                Ok(Again::ReadAgain) => {}
+                Err(exhausted) => {
+                    return Err(self
+                        .give_up_run(stripe, (r0, r1), w, fua, &attempts, exhausted)
+                        .await)
                 }
             }
         }
+    }
+
+    /// A run whose attempts are over ([`Attempts`]): refused (nothing written) or salvaged.
+    /// Salvaging writes data without parity: a chunk lost in this stripe can no longer be
+    /// rebuilt. The stale mark says so only until the next start, so where read errors (not
+    /// failed members) forced it, those children fail — recorded, the group is beyond its
+    /// tolerance on disk too, and nothing rebuilds the stripe from its parity after a crash
+    /// (md fails a member whose read error it cannot correct). A stripe beyond its tolerance
+    /// through failed members alone (a copy under a mirror: every write) has nothing to
+    /// find, and reads nothing.
+    async fn give_up_run(
+        &self,
+        stripe: u64,
+        (r0, r1): (u64, u64),
+        w: &[Vec<(u64, SharedBuf)>],
+        fua: bool,
+        attempts: &Attempts,
+        exhausted: Exhausted,
+    ) -> RunFailed {
+        let e = exhausted.error;
+        let base = self.stripes.chunks.layout.chunk_offset(stripe);
+        let plan_lost = &attempts.plan_lost;
+        let failing = if attempts.read_errors_found(exhausted.rebuild_failed) {
+            self.still_unreadable(base + r0, r1 - r0, plan_lost, &attempts.unreadable)
+                .await
+        } else {
+            Vec::new()
+        };
+        let alive: Vec<usize> = (0..plan_lost.len()).filter(|&c| !plan_lost[c]).collect();
+        let giving_up = GivingUp {
+            read_errors: !failing.is_empty(),
+            wrote: exhausted.wrote,
+            may_lose_unreadable: may_lose(self.stripes, base + r0, &failing),
+            may_lose_alive: may_lose(self.stripes, base + r0, &alive),
+        };
+        match give_up(giving_up) {
+            GiveUp::Refuse(Refusal::Unreadable) => {
+                tracing::error!(
+                    "stripe {stripe}: a read error, {REREADS} times again, left a write no redundancy, and the volume cannot do without the members that did not read: that write answers an error, nothing of it written ({e})"
+                );
+                return RunFailed::Refused(e);
+            }
+            // The volume says it is failed; every such write answers so.
+            GiveUp::Refuse(Refusal::PastTolerance) => return RunFailed::Refused(e),
+            GiveUp::Salvage => {}
+        }
+        for c in failing {
+            let why = format!(
+                "stripe {stripe}: its read error, {REREADS} times again, left a write no redundancy to keep ({e})"
+            );
+            self.stripes.chunks.children[c].fail_unreadable(base + r0, r1 - r0, &why);
+        }
+        self.salvage(stripe, w, fua).await;
+        RunFailed::Salvaged(e)
     }
 
     /// The children that cannot be read over `[at, at+len)` now: those in `unreadable`,
