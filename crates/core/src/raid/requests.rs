@@ -41,95 +41,120 @@ impl ParityCore {
     pub(super) async fn write(&self, offset: u64, data: SharedBuf, fua: bool) -> VolumeResult<()> {
         let len = data.len() as u64;
         let stripes = &self.stripes;
-        let destager = self.destager();
-        let w = stripes.chunks.width();
-        // What this write may add to the cache: its partial stripes at either end.
-        let room_bytes = len
-            .min(2 * w)
-            .next_multiple_of(crate::buf::BUF_ALIGN as u64);
-        if self
-            .cache
-            .as_ref()
-            .is_some_and(|c| c.needs_room(room_bytes))
-        {
-            // Make room first, before this write holds stripe locks an eviction may need.
-            if let Err(e) = destager.evict(room_bytes).await {
-                destager.warn_failed(format_args!("eviction"), &e);
-            }
-        }
-        let mut over_bound = false;
+        self.make_room(len).await;
         // Write-through: this write counts as in flight for the hold rule (`join`).
         let arrival = self
             .cache
             .is_none()
             .then(|| self.joins.arrive(offset, len, stripes.chunks.width()));
-        {
+        let over_bound = {
             let mut g = stripes.lock_stripes(offset, len, true).await;
             if arrival.is_some() {
                 self.joins.holding();
             }
             let streams = arrival.as_ref().is_some_and(|a| a.streams);
-            let mut futs = Vec::new();
-            // The first and last stripe that go to the members (the others are cached).
-            let mut written: Option<(u64, u64)> = None;
-            let mut to_members = |s: u64| {
-                written = Some(written.map_or((s, s), |(a, _)| (a, s)));
-            };
-            // Write-through stripes whose bytes this write left for a later writer (`join`).
-            let mut left = Vec::new();
-            // Write-back: the whole stripes, consecutive, written together (`whole.rs`).
-            let mut whole: Vec<(u64, SharedBuf)> = Vec::new();
+            let mut d = Dispatch::default();
             for (s, segs) in stripes.per_stripe(offset, &data) {
-                let Some(cache) = &self.cache else {
-                    let queued = stripes.locks.exclusive_waiter(s, 1);
-                    stripes.debug_assert_exclusive(s, "leaving bytes to a later writer");
-                    match self.joins.take(s, segs, fua, w, (queued, streams)) {
-                        Joined::Write { segs, fua, waiters } => {
-                            to_members(s);
-                            futs.push(self.write_joined(s, segs, fua, waiters).boxed());
-                        }
-                        Joined::Leave(answer, wait) => left.push((s, answer, wait)),
-                    }
-                    continue;
-                };
-                if segs[0].1.len() as u64 == w {
-                    to_members(s);
-                    whole.extend(segs.into_iter().map(|(_, d)| (s, d)));
-                    continue;
-                }
-                let (to_members_now, over) = self.write_back(cache, s, segs, fua);
-                over_bound |= over;
-                if let Some(write) = to_members_now {
-                    to_members(s);
-                    futs.push(write);
+                match &self.cache {
+                    None => self.dispatch_through(&mut d, s, segs, fua, streams),
+                    Some(cache) => self.dispatch_back(&mut d, cache, s, segs, fua),
                 }
             }
-            if !whole.is_empty() {
-                futs.push(self.write_whole_run(whole, fua));
+            if !d.whole.is_empty() {
+                d.futs
+                    .push(self.write_whole_run(std::mem::take(&mut d.whole), fua));
             }
             // A partial stripe at either end that only went into the cache is let go now:
             // the next sequential writer, which completes it, need not wait for this one's
             // member writes (it did, and the drives saw the writers out of order).
-            let g = written.map(|(a, b)| {
+            let g = d.to_members.map(|(a, b)| {
                 g.narrow(a, b - a + 1);
                 g
             });
-            let results = join_all(futs).await;
+            let results = join_all(d.futs).await;
             drop(g);
             // Only now, holding no stripe: the writer these were left to may be queued for
             // stripes this write held too.
-            let answered =
-                join_all(left.into_iter().map(|(s, a, w)| self.finish_left(s, a, w))).await;
+            let answered = join_all(
+                d.left
+                    .into_iter()
+                    .map(|(s, a, w)| self.finish_left(s, a, w)),
+            )
+            .await;
             crate::node::all_ok(results.into_iter().chain(answered).collect())?;
-        }
+            d.over_bound
+        };
         if over_bound {
             // This write is in the cache (or on the members) either way: a stripe that cannot
             // be destaged stays cached and dirty (reads see it) and the next flush reports it.
+            let destager = self.destager();
             if let Err(e) = destager.evict(0).await {
                 destager.warn_failed(format_args!("eviction"), &e);
             }
         }
         Ok(())
+    }
+
+    /// Write-back: room for what a write of `len_bytes` may add to the cache (its partial
+    /// stripes at either end), made before the write holds stripe locks an eviction may need.
+    async fn make_room(&self, len_bytes: u64) {
+        let w = self.stripes.chunks.width();
+        let room_bytes = len_bytes
+            .min(2 * w)
+            .next_multiple_of(crate::buf::BUF_ALIGN as u64);
+        if (self.cache.as_ref()).is_some_and(|c| c.needs_room(room_bytes)) {
+            let destager = self.destager();
+            if let Err(e) = destager.evict(room_bytes).await {
+                destager.warn_failed(format_args!("eviction"), &e);
+            }
+        }
+    }
+
+    /// Write-through: stripe `s`'s bytes are written now (with any left by writers before)
+    /// or left to a writer queued behind this one (`join`).
+    fn dispatch_through<'a>(
+        &'a self,
+        d: &mut Dispatch<'a>,
+        s: u64,
+        segs: Segs,
+        fua: bool,
+        streams: bool,
+    ) {
+        let stripes = &self.stripes;
+        let queued = stripes.locks.exclusive_waiter(s, 1);
+        stripes.debug_assert_exclusive(s, "leaving bytes to a later writer");
+        let w = stripes.chunks.width();
+        match self.joins.take(s, segs, fua, w, (queued, streams)) {
+            Joined::Write { segs, fua, waiters } => {
+                d.goes_to_members(s);
+                d.futs
+                    .push(self.write_joined(s, segs, fua, waiters).boxed());
+            }
+            Joined::Leave(answer, wait) => d.left.push((s, answer, wait)),
+        }
+    }
+
+    /// Write-back: a whole stripe joins the run written together (`whole.rs`); a partial
+    /// one goes into the cache, or to the members over it ([`Self::write_back`]).
+    fn dispatch_back<'a>(
+        &'a self,
+        d: &mut Dispatch<'a>,
+        cache: &Cache,
+        s: u64,
+        segs: Segs,
+        fua: bool,
+    ) {
+        if segs[0].1.len() as u64 == self.stripes.chunks.width() {
+            d.goes_to_members(s);
+            d.whole.extend(segs.into_iter().map(|(_, data)| (s, data)));
+            return;
+        }
+        let (to_members_now, over) = self.write_back(cache, s, segs, fua);
+        d.over_bound |= over;
+        if let Some(write) = to_members_now {
+            d.goes_to_members(s);
+            d.futs.push(write);
+        }
     }
 
     /// Write-back: whole stripes `run` ((stripe, its bytes), consecutive) bypass the cache
@@ -406,5 +431,26 @@ impl ParityCore {
             stripes.health.mark_consistent(first_full..last_full);
         }
         full_err
+    }
+}
+
+/// Where one write's stripes went ([`ParityCore::write`]): the member writes to wait for,
+/// the stripes left to a later writer, the whole stripes written together.
+#[derive(Default)]
+struct Dispatch<'a> {
+    futs: Vec<BoxFuture<'a, VolumeResult<()>>>,
+    /// The first and last stripe that go to the members (the others are cached).
+    to_members: Option<(u64, u64)>,
+    /// Write-through stripes whose bytes this write left for a later writer (`join`).
+    left: Vec<(u64, Answer, Wait)>,
+    /// Write-back: the whole stripes, consecutive, written together (`whole.rs`).
+    whole: Vec<(u64, SharedBuf)>,
+    /// Write-back: the cache is over its bound now.
+    over_bound: bool,
+}
+
+impl Dispatch<'_> {
+    fn goes_to_members(&mut self, s: u64) {
+        self.to_members = Some(self.to_members.map_or((s, s), |(a, _)| (a, s)));
     }
 }
