@@ -12,11 +12,12 @@ mod forced;
 mod geometry;
 mod peer_records;
 mod reshape_records;
+mod tolerance;
 mod torn_rows;
 
 pub use error::AssembleError;
-use forced::force_roles;
 pub use forced::{pick_forced, pick_forced_with};
+use tolerance::{warn_absent, Out};
 
 /// What the member at one position of the config holds.
 #[derive(Clone, Debug)]
@@ -270,40 +271,15 @@ pub(crate) fn assemble_with(
         &mut roles,
         &mut warnings,
     );
-    // The newest record's view of member states wins: a member its peers recorded failed
-    // stays failed (never resynced back in), whatever its own record says.
-    for (role, m) in newest.members.iter().enumerate() {
-        if m.state == RecordedState::Failed {
-            if let Ok(i) | Err(Absence::Stale { member: i, .. }) = roles[role] {
-                roles[role] = Err(Absence::Failed { member: i });
-            }
-        }
-    }
+    newest_failed_wins(newest, &mut roles);
     warn_apart(newest, &records, &roles, names, &mut warnings);
-    // A role whose new member is being rebuilt is written, not read, until the rebuild
-    // completes: for what the volume can serve, it is out like an absent one (md does not
-    // run an array whose recovering devices leave it past its tolerance either).
-    let rebuilt: Vec<usize> = resuming.iter().map(|&(r, _)| r).collect();
-    let lost = |roles: &[Result<usize, Absence>]| -> Vec<usize> {
-        (0..roles.len())
-            .filter(|&r| roles[r].is_err() || rebuilt.contains(&r))
-            .collect()
+    let out = Out {
+        tree: &newest.tree,
+        new_tree: reshape.as_ref().map(|r| &r.new_tree),
+        resuming: &resuming,
     };
-    let survives = |failed: &[usize]| {
-        newest.tree.survives(&|m| failed.contains(&m))
-            && reshape
-                .as_ref()
-                .is_none_or(|r| r.new_tree.survives(&|m| failed.contains(&m)))
-    };
-    let mut forced = Vec::new();
-    if force && !survives(&lost(&roles)) {
-        forced = force_roles(newest, &records, &mut roles, &rebuilt);
-    }
+    let (failed, forced) = out.roles_out(&volume, force, (newest, &records), &mut roles)?;
     warn_absent(&roles, &forced, names, &mut warnings);
-    let failed = lost(&roles);
-    if !survives(&failed) {
-        return Err(beyond_tolerance(volume, &roles, &failed, &resuming));
-    }
     // Members back from a failure together hold old bytes where writes were in flight: the
     // dirty regions are resynced with them, as after a crash with every member there.
     let clean = records
@@ -329,34 +305,15 @@ pub(crate) fn assemble_with(
     })
 }
 
-/// The refusal of volume `volume` with the roles `failed` out (each why: its absence, or
-/// its member being rebuilt, listed in `resuming`).
-fn beyond_tolerance(
-    volume: String,
-    roles: &[Result<usize, Absence>],
-    failed: &[usize],
-    resuming: &[(usize, u64)],
-) -> AssembleError {
-    AssembleError::BeyondTolerance {
-        why: (failed.iter())
-            .map(|&r| match &roles[r] {
-                Err(a) => (r, a.clone()),
-                Ok(member) => (r, rebuilding_absence(*member, r, resuming)),
-            })
-            .collect(),
-        volume,
-        absent: (failed.iter().map(usize::to_string))
-            .collect::<Vec<_>>()
-            .join(", "),
-    }
-}
-
-/// Why role `role`, held by `member` and listed in `resuming` (role, checkpoint), is out.
-fn rebuilding_absence(member: usize, role: usize, resuming: &[(usize, u64)]) -> Absence {
-    let at = resuming.iter().find(|x| x.0 == role);
-    Absence::Rebuilding {
-        member,
-        checkpoint_bytes: at.map_or(0, |x| x.1),
+/// The newest record's view of member states wins: a member its peers recorded failed
+/// stays failed (never resynced back in), whatever its own record says.
+fn newest_failed_wins(newest: &VolumeRecord, roles: &mut [Result<usize, Absence>]) {
+    for (role, m) in newest.members.iter().enumerate() {
+        if m.state == RecordedState::Failed {
+            if let Ok(i) | Err(Absence::Stale { member: i, .. }) = roles[role] {
+                roles[role] = Err(Absence::Failed { member: i });
+            }
+        }
     }
 }
 
@@ -584,39 +541,6 @@ fn warn_apart(
         warnings.push(format!(
             "{}: its own record has role {peer} out, which the volume holds active: it may have been started on its own elsewhere (split brain) — or it left while role {peer} was out; anything written on it since it left is not the volume's",
             names.member(i)
-        ));
-    }
-}
-
-/// A warning per absent role, and per role a forced assembly took back.
-fn warn_absent(
-    roles: &[Result<usize, Absence>],
-    forced: &[ForcedRole],
-    names: &Names,
-    warnings: &mut Vec<String>,
-) {
-    for (role, m) in roles.iter().enumerate() {
-        if let Err(a) = m {
-            warnings.push(format!("role {role}: {}", describe(a, names)));
-        }
-    }
-    for f in forced.iter().filter(|f| f.missed_nothing_acked) {
-        warnings.push(format!(
-            "role {}: taken back by force as current ({}, recorded failed at event {} of {} together with the members the volume lost: no write was acknowledged durable after it failed, so it missed nothing the array promised); the dirty regions are resynced with it",
-            f.role,
-            names.member(f.member),
-            f.events,
-            f.newest_events
-        ));
-    }
-    for f in forced.iter().filter(|f| !f.missed_nothing_acked) {
-        warnings.push(format!(
-            "role {}: FORCED back in ({}, {} at event {} of {}): served as current without a resync; bytes written after it dropped out may be stale on it",
-            f.role,
-            names.member(f.member),
-            if f.was_failed { "recorded failed" } else { "stale" },
-            f.events,
-            f.newest_events
         ));
     }
 }
