@@ -363,51 +363,8 @@ fn background_destage_failed(
 pub fn changes(volume: &str, prev: &VolumeSnapshot, next: &VolumeSnapshot) -> Vec<Event> {
     let mut out = Vec::new();
     for (r, n) in next.roles.iter().enumerate() {
-        let Some(p) = prev.roles.get(r) else { continue };
-        if p.id != n.id {
-            // A spare that took the role between two looks is still being rebuilt: the member
-            // it replaced failed in between (a replacement swaps in rebuilt, its old member
-            // serving until then).
-            if !p.failed && !n.current {
-                out.push(
-                    Event::new(
-                        EventKind::MemberFailed,
-                        volume,
-                        format!("member {} failed: it is no longer read or written", p.id),
-                    )
-                    .member(&p.id),
-                );
-            }
-            out.push(
-                Event::new(
-                    EventKind::SpareActive,
-                    volume,
-                    format!("{} takes the place of {}", n.id, p.id),
-                )
-                .member(&n.id),
-            );
-            // And failed since, between the same two looks (a spare dying as soon as it is
-            // written): heard like any member's failure.
-            if n.failed {
-                member_failed(volume, n, &mut out);
-            }
-        } else if !p.failed && n.failed {
-            member_failed(volume, n, &mut out);
-        } else if p.failed && !n.failed {
-            out.push(
-                Event::new(
-                    EventKind::MemberBack,
-                    volume,
-                    format!("member {} serves again", n.id),
-                )
-                .member(&n.id),
-            );
-        }
-        if p.id == n.id && !n.failed {
-            member_kept(volume, p, n, &mut out);
-        }
-        if p.id == n.id {
-            member_refused(volume, p, n, &mut out);
+        if let Some(p) = prev.roles.get(r) {
+            role_changes(volume, p, n, &mut out);
         }
     }
     destage_refused(volume, prev, next, &mut out);
@@ -419,36 +376,91 @@ pub fn changes(volume: &str, prev: &VolumeSnapshot, next: &VolumeSnapshot) -> Ve
         }
     }
     if prev.health != next.health {
-        let failed = next.failed_ids();
-        let (kind, detail) = match next.health {
-            Health::Optimal => (EventKind::VolumeOptimal, "every member serves".to_string()),
-            Health::Degraded if failed.is_empty() => (
-                EventKind::VolumeDegraded,
-                format!(
-                    "degraded: {} not in sync (being rebuilt or resynced; on a read-only volume, until a read-write start); served from the others",
-                    next.not_current_ids().join(", ")
-                ),
-            ),
-            Health::Degraded => (
-                EventKind::VolumeDegraded,
-                format!(
-                    "degraded: {} of {} members failed ({}); served from the others",
-                    failed.len(),
-                    next.roles.len(),
-                    failed.join(", ")
-                ),
-            ),
-            Health::Failed => (
-                EventKind::VolumeFailed,
-                format!(
-                    "FAILED: members {} failed, more than the volume tolerates; some data cannot be read",
-                    failed.join(", ")
-                ),
-            ),
-        };
-        out.push(Event::new(kind, volume, detail));
+        out.push(health_changed(volume, next));
     }
     out
+}
+
+/// What changed in one role from `p` to `n`: who holds it, whether it serves, what its
+/// member kept or refused.
+fn role_changes(volume: &str, p: &Role, n: &Role, out: &mut Vec<Event>) {
+    if p.id != n.id {
+        // A spare that took the role between two looks is still being rebuilt: the member
+        // it replaced failed in between (a replacement swaps in rebuilt, its old member
+        // serving until then).
+        if !p.failed && !n.current {
+            out.push(
+                Event::new(
+                    EventKind::MemberFailed,
+                    volume,
+                    format!("member {} failed: it is no longer read or written", p.id),
+                )
+                .member(&p.id),
+            );
+        }
+        out.push(
+            Event::new(
+                EventKind::SpareActive,
+                volume,
+                format!("{} takes the place of {}", n.id, p.id),
+            )
+            .member(&n.id),
+        );
+        // And failed since, between the same two looks (a spare dying as soon as it is
+        // written): heard like any member's failure.
+        if n.failed {
+            member_failed(volume, n, out);
+        }
+        return;
+    }
+    if !p.failed && n.failed {
+        member_failed(volume, n, out);
+    } else if p.failed && !n.failed {
+        out.push(
+            Event::new(
+                EventKind::MemberBack,
+                volume,
+                format!("member {} serves again", n.id),
+            )
+            .member(&n.id),
+        );
+    }
+    if !n.failed {
+        member_kept(volume, p, n, out);
+    }
+    member_refused(volume, p, n, out);
+}
+
+/// The volume's health now (`next`), told when it changed.
+fn health_changed(volume: &str, next: &VolumeSnapshot) -> Event {
+    let failed = next.failed_ids();
+    let (kind, detail) = match next.health {
+        Health::Optimal => (EventKind::VolumeOptimal, "every member serves".to_string()),
+        Health::Degraded if failed.is_empty() => (
+            EventKind::VolumeDegraded,
+            format!(
+                "degraded: {} not in sync (being rebuilt or resynced; on a read-only volume, until a read-write start); served from the others",
+                next.not_current_ids().join(", ")
+            ),
+        ),
+        Health::Degraded => (
+            EventKind::VolumeDegraded,
+            format!(
+                "degraded: {} of {} members failed ({}); served from the others",
+                failed.len(),
+                next.roles.len(),
+                failed.join(", ")
+            ),
+        ),
+        Health::Failed => (
+            EventKind::VolumeFailed,
+            format!(
+                "FAILED: members {} failed, more than the volume tolerates; some data cannot be read",
+                failed.join(", ")
+            ),
+        ),
+    };
+    Event::new(kind, volume, detail)
 }
 
 /// The members pass `n` writes, for people: a replacement with the member it replaces
