@@ -132,7 +132,25 @@ fn volume(
             return r;
         }
     };
+    // A dirty start that logs reads its rings' word on the life that stopped: after one
+    // that did not log, it is assembled as a start without the log.
+    let word = crate::last_life::word(config, v, (&probes, &added), &asm);
+    let asm = match &word {
+        crate::last_life::Word::Said(last) if !last.logged() => {
+            match last.assemble_after(&v.name, &tree, &probes, &ids, v.metadata.ppl) {
+                Ok(a) => a,
+                Err(e) => {
+                    refused_assembly(config, v, (&probes, &added), &e, &mut r);
+                    return r;
+                }
+            }
+        }
+        _ => asm,
+    };
     roles(config, v, (&probes, &added), &asm, &mut r);
+    let has_parity = !nbraid_core::ppl::parity_groups(&asm.tree).is_empty();
+    r.notes
+        .extend(crate::last_life::unlogged_note(&word, has_parity));
     r.notes.extend(checksum_note(v, &probes[..n]));
     // A setting the records keep otherwise (the config is loaded pinned to them).
     let fixed = nbraid_assembly::settings::fixed_at_create(v);

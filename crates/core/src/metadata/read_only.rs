@@ -14,6 +14,39 @@
 //!   differ only where writes were in flight at the crash, none of them acknowledged durable,
 //!   so either copy is an answer that write allowed.
 //! - A volume in the middle of a reshape is refused: its window is restored by writing.
+//!
+//! `nbraid check` reads what a start would, writing nothing: besides the superblocks, the
+//! write-hole log rings' word on the life that stopped ([`LastLife::assemble_after`]).
+
+use super::assemble::{assemble_with, Names, Start};
+use super::{AssembleError, Assembly, Probe};
+use crate::ppl::LastLife;
+use nbraid_layout::Node;
+
+impl LastLife {
+    /// Volume `name`'s assembly (`config_tree`, `probes` by config position, `ids` their
+    /// config ids) as a start that keeps the log (`logs`) decides it once its rings said
+    /// this of the life that stopped ([`LastLife::read_at_start`]): after one that did not
+    /// log, as a dirty start without the log — a role out that parity rebuilds refused
+    /// (`AssembleError::DirtyDegradedUnlogged`). Not forced (`nbraid check` has no
+    /// `--force-assemble`). Assembly's own decision, the one the start asks
+    /// (`array/start.rs`), for a reader that has the rings' word.
+    pub fn assemble_after(
+        self,
+        name: &str,
+        config_tree: &Node,
+        probes: &[Probe],
+        ids: &[String],
+        logs: bool,
+    ) -> Result<Assembly, AssembleError> {
+        let start = Start {
+            write_hole_log: logs,
+            last_life_logged: self.logged(),
+            ..Start::default()
+        };
+        assemble_with(name, config_tree, probes, start, &Names(ids))
+    }
+}
 
 /// What a read-only start found, for [`refusal`] (also told by `nbraid check`, from the
 /// superblocks and bitmaps it reads).

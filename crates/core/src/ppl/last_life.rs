@@ -24,6 +24,16 @@ impl LastLife {
     pub fn logged(self) -> bool {
         self == LastLife::Logged
     }
+
+    /// Whether a start reads the rings' word at all: a dirty one (not `clean`) that logs
+    /// (`logs`), not mid-reshape (`reshaping`: assembly judges that start unlogged from the
+    /// records alone) and that writes (`writes`: a read-only start of a dirty volume with
+    /// parity is refused, `metadata::read_only`). Only there can the word change what the
+    /// start does. The start (`metadata::array::start`) and `nbraid check`, which reads the
+    /// rings read-only, ask this alike.
+    pub fn read_at_start(clean: bool, logs: bool, reshaping: bool, writes: bool) -> bool {
+        !clean && logs && !reshaping && writes
+    }
 }
 
 /// What `rings` (every batch found on each ring read) say of the newest life among them:
@@ -120,6 +130,24 @@ mod tests {
         // An older nbraid's logging life that wrote entries.
         let older_logged = [vec![batch(3, Cover::Unsaid, 0), batch(3, Cover::Unsaid, 1)]];
         assert_eq!(last_life(&older_logged), LastLife::Logged);
+    }
+
+    #[test]
+    fn only_a_dirty_start_that_logs_and_writes_outside_a_reshape_reads_the_word() {
+        assert!(LastLife::read_at_start(false, true, false, true));
+        assert!(!LastLife::read_at_start(true, true, false, true), "clean");
+        assert!(
+            !LastLife::read_at_start(false, false, false, true),
+            "log off"
+        );
+        assert!(
+            !LastLife::read_at_start(false, true, true, true),
+            "mid-reshape"
+        );
+        assert!(
+            !LastLife::read_at_start(false, true, false, false),
+            "read-only"
+        );
     }
 
     #[test]

@@ -226,8 +226,13 @@ async fn judge_last_life(
     (asm, roles): (&Assembly, &RolePlan),
     mode: Mode,
 ) -> Result<Option<LastLife>, ArrayError> {
-    let judged = !asm.clean && start.write_hole_log && asm.reshape.is_none();
-    if !judged || mode == Mode::ReadOnly {
+    let writes = mode != Mode::ReadOnly;
+    if !LastLife::read_at_start(
+        asm.clean,
+        start.write_hole_log,
+        asm.reshape.is_some(),
+        writes,
+    ) {
         return Ok(None);
     }
     let not_current: Vec<usize> = (roles.stale.iter().copied())
