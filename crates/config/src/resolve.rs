@@ -241,6 +241,17 @@ impl Cx<'_> {
         } else if metadata.ppl && metadata.ppl_log_bytes.is_none() {
             let default = !self.pins.is_before_default_log();
             metadata.ppl_log_bytes = at.trial_log_reserve(usage, default);
+            // Read to find the records (`Pins::before_default_log`): a reserve the members
+            // cannot hold is left out, so the records are found and the config is read again
+            // with them (`nbraid_assembly::pins`). Strips larger than the records' (a
+            // reshape into them) need a larger ring than the one recorded; refused here, the
+            // records were never read and the refusal named this reserve, which the volume
+            // does not take (its log stays where recorded), instead of whether the new shape
+            // fits its recorded regions.
+            if !default {
+                let fits = |log| at.places_after_log(usage, log, &metadata);
+                metadata.ppl_log_bytes = metadata.ppl_log_bytes.filter(|&log| fits(log));
+            }
             // A log whose ring fits the metadata area, but whose members' areas the volumes
             // before it filled (Matrix), gets a reserve too — not in the read for older
             // records (`nbraid_assembly::pins` falls back to it to find them): an existing

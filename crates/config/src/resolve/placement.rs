@@ -102,6 +102,26 @@ impl Placement<'_> {
         volume_meta::default_log_reserve_bytes(strips, largest)
     }
 
+    /// Whether the volume's regions place after a write-hole log reserve of `log_bytes`
+    /// (and the checksum reserve `metadata` then asks for) on every member.
+    pub(super) fn places_after_log(
+        &self,
+        usage: &[Usage],
+        log_bytes: u64,
+        metadata: &MetadataOptions,
+    ) -> bool {
+        let p = self;
+        let sums = (metadata.checksums)
+            .then(|| p.checksum_reserve(usage, Some(log_bytes)))
+            .flatten();
+        let mut trial = usage.to_vec();
+        for &m in p.idx {
+            trial[m].cursor += log_bytes + sums.unwrap_or(0);
+        }
+        let sizing = p.plan.sizing();
+        allocate(p.who, sizing, p.requested, p.idx, p.members, &trial).is_ok()
+    }
+
     /// The checksum reserve that holds the area of every region placed after it (and after
     /// the log's `log_bytes`); `None` when the volume does not fit even without it. Sized
     /// from a placement without reserves, then placed again with it until it holds the
