@@ -35,6 +35,7 @@ pub mod beyond_tolerance;
 pub mod describe;
 pub mod error_text;
 pub mod grown;
+pub mod last_life;
 pub mod member;
 pub mod pins;
 pub mod plan;

@@ -63,14 +63,23 @@ pub fn preflight(config: &Config) -> Preflight {
         let said = |w: &String| format!("volume {}: {w}", v.name);
         out.warnings.extend(grown.iter().map(said));
         let ids = member_ids(config, v);
-        match assemble_as_started(&v.name, &tree, &probes, &ids, v.metadata.ppl) {
+        // A dirty start that logs reads its rings' word on the life that stopped: after one
+        // that did not log, it is assembled as a start without the log.
+        let assembled = assemble_as_started(&v.name, &tree, &probes, &ids, v.metadata.ppl)
+            .and_then(|asm| {
+                crate::last_life::as_started(config, v, (&tree, &probes, &added), &ids, asm)
+            });
+        match assembled {
             Err(e) => {
                 let ids = crate::adopt::position_ids(config, v, &added);
                 let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
                 let why = crate::beyond_tolerance::check_text(config, v, &probes, &ids, &e);
                 (out.refusals).push(format!("volume {}: superblocks refused: {why}", v.name))
             }
-            Ok(asm) => {
+            Ok((asm, word)) => {
+                let note = crate::last_life::unlogged_note(&word, &asm.tree);
+                out.warnings
+                    .extend(note.map(|n| format!("volume {}: {n}", v.name)));
                 let read_only = v.read_only.then(|| {
                     crate::read_only_check::open_refusal(config, v, &asm, (&probes, &added))
                 });

@@ -15,7 +15,6 @@ mod check;
 mod create;
 mod diagram;
 mod events;
-mod last_life;
 mod map;
 mod meta_budget;
 mod offline;

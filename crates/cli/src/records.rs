@@ -5,6 +5,7 @@
 //! line to write), an old member ignored, roles no member serves.
 
 use nbraid_assembly::adopt;
+use nbraid_assembly::last_life;
 use nbraid_assembly::plan::Plan;
 use nbraid_assembly::preflight::{
     absence_word, member_ids, probes_with_remote, start_plan_with, RemoteRead,
@@ -125,32 +126,19 @@ fn volume(
         r.reshape = reshape(config, v, &probes[..n]);
     }
     let ids = member_ids(config, v);
-    let asm = match assemble_as_started(&v.name, &tree, &probes, &ids, v.metadata.ppl) {
+    // A dirty start that logs reads its rings' word on the life that stopped: after one
+    // that did not log, it is assembled as a start without the log.
+    let assembled = assemble_as_started(&v.name, &tree, &probes, &ids, v.metadata.ppl)
+        .and_then(|asm| last_life::as_started(config, v, (&tree, &probes, &added), &ids, asm));
+    let (asm, word) = match assembled {
         Ok(a) => a,
         Err(e) => {
             refused_assembly(config, v, (&probes, &added), &e, &mut r);
             return r;
         }
     };
-    // A dirty start that logs reads its rings' word on the life that stopped: after one
-    // that did not log, it is assembled as a start without the log.
-    let word = crate::last_life::word(config, v, (&probes, &added), &asm);
-    let asm = match &word {
-        crate::last_life::Word::Said(last) if !last.logged() => {
-            match last.assemble_after(&v.name, &tree, &probes, &ids, v.metadata.ppl) {
-                Ok(a) => a,
-                Err(e) => {
-                    refused_assembly(config, v, (&probes, &added), &e, &mut r);
-                    return r;
-                }
-            }
-        }
-        _ => asm,
-    };
     roles(config, v, (&probes, &added), &asm, &mut r);
-    let has_parity = !nbraid_core::ppl::parity_groups(&asm.tree).is_empty();
-    r.notes
-        .extend(crate::last_life::unlogged_note(&word, has_parity));
+    r.notes.extend(last_life::unlogged_note(&word, &asm.tree));
     r.notes.extend(checksum_note(v, &probes[..n]));
     // A setting the records keep otherwise (the config is loaded pinned to them).
     let fixed = nbraid_assembly::settings::fixed_at_create(v);

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{daemon_and_memory_members, nbraid, ok, write_config};
+use common::{daemon_and_memory_members, nbraid, nbraidd, ok, write_config};
 use std::path::Path;
 
 /// The bytes of every member file of `r6` (from [`write_config`]), to see they did not change.
@@ -55,17 +55,6 @@ fn a_write_bench_on_a_config_volume_needs_destroy_data() {
         err.contains("rand-write writes over volume r6's data (--destroy-data)"),
         "{err}"
     );
-}
-
-/// `nbraidd` beside `nbraid`, as cargo builds both.
-fn nbraidd(args: &[&str]) -> std::process::Output {
-    let bin = Path::new(env!("CARGO_BIN_EXE_nbraid")).with_file_name("nbraidd");
-    assert!(bin.is_file(), "{} is not built", bin.display());
-    std::process::Command::new(bin)
-        .args(args)
-        .args(["--log-level", "error"])
-        .output()
-        .expect("run nbraidd")
 }
 
 #[test]

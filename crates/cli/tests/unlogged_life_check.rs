@@ -2,8 +2,9 @@
 //! config switched to `write_hole = "ppl"`: the log's rings say the life that stopped did not
 //! log, so the start is a dirty start without the log. `nbraid check` reads that word as
 //! the start does and says what the start does: with every member there, the resync before
-//! serving; with one out, refused (text and `--json`), as `nbraidd` refuses it. Before, check
-//! judged from the superblocks alone and said the dirty degraded start would serve.
+//! serving; with one out, refused (text and `--json`), as `nbraidd` refuses it — and
+//! `nbraidd --check` says the same. Before, both checks judged from the superblocks alone
+//! and said the dirty degraded start would serve.
 //! `nbraidd` is the one built beside `nbraid`.
 
 mod common;
@@ -95,6 +96,11 @@ fn check_tells_a_dirty_start_after_an_unlogged_life_as_the_start_does_it() {
     assert!(passed, "{v:#}");
     let notes = v["notes"].to_string();
     assert!(notes.contains("resyncs them before serving"), "{v:#}");
+    let out = ok(nbraidd(&["--config", cfg, "--check"]), "nbraidd --check");
+    assert!(
+        out.contains("resyncs them before serving"),
+        "nbraidd --check says nothing of the resync before serving:\n{out}"
+    );
 
     // A member out: refused, by check as by the start.
     let away = dir.path().join("d2.away");
@@ -111,6 +117,16 @@ fn check_tells_a_dirty_start_after_an_unlogged_life_as_the_start_does_it() {
     assert!(state.starts_with("refused: "), "{v:#}");
     for part in REFUSED {
         assert!(state.contains(part), "check --json lacks `{part}`: {state}");
+    }
+    let o = nbraidd(&["--config", cfg, "--check"]);
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!o.status.success(), "nbraidd --check exited 0:\n{out}");
+    for part in REFUSED {
+        assert!(out.contains(part), "nbraidd --check lacks `{part}`:\n{out}");
     }
     let said = start_refused(&config);
     for part in REFUSED {

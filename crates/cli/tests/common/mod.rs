@@ -209,6 +209,18 @@ fn nbraidd_command(config: &Path) -> Command {
     command
 }
 
+/// `nbraidd ARGS` (the one built beside `nbraid`) run to its end, logging errors only
+/// (`--config CONFIG --check`, for one).
+pub fn nbraidd(args: &[&str]) -> std::process::Output {
+    let bin = nbraidd_path();
+    assert!(bin.is_file(), "{} is not built", bin.display());
+    Command::new(bin)
+        .args(args)
+        .args(["--log-level", "error"])
+        .output()
+        .expect("run nbraidd")
+}
+
 /// The `nbraidd` binary built beside `nbraid`.
 pub fn nbraidd_path() -> PathBuf {
     Path::new(env!("CARGO_BIN_EXE_nbraid")).with_file_name("nbraidd")

@@ -1,5 +1,5 @@
-//! What `nbraid check` reads of the write-hole log's rings: their word on the life that
-//! stopped (`nbraid_core::ppl::last_life`), read as a dirty start reads it — the rings of
+//! What `nbraid check` and `nbraidd --check` read of the write-hole log's rings: their word
+//! on the life that stopped (`nbraid_core::ppl::last_life`), read as a dirty start reads it — the rings of
 //! the members serving, by the records' places, through the start's own reader — with plain
 //! reads (no lock, nothing written). After a crash in a life that did not log
 //! (`write_hole = "off"`, mid-reshape), a dirty start with the log on is a dirty start
@@ -8,9 +8,10 @@
 
 use nbraid_config::{Config, MemberStorage, Volume};
 use nbraid_core::member::Member;
-use nbraid_core::metadata::{Assembly, Probe};
+use nbraid_core::metadata::{AssembleError, Assembly, Probe};
 use nbraid_core::ppl::{last_life_of, LastLife};
 use nbraid_core::MemoryMember;
+use nbraid_layout::Node;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,7 +34,7 @@ pub enum Word {
 /// The rings' word on volume `v`'s last life, as its start would read it over `asm`
 /// (`probes`: the config's members, spares, then members added at run time, whose paths
 /// are `added`).
-pub fn word(
+fn word(
     config: &Config,
     v: &Volume,
     (probes, added): (&[Probe], &[String]),
@@ -65,6 +66,28 @@ pub fn word(
     Word::Said(futures::executor::block_on(last_life_of(&rings)))
 }
 
+/// Volume `v`'s assembly as its start leaves it once it read the rings' word (`asm`: the
+/// assembly from the superblocks, over `tree`, `probes` and `added` as
+/// `nbraid_core::metadata::assemble_as_started` took them, `ids` the members' config ids):
+/// after a life that did not log, assembled again as a dirty start without the log — a role
+/// out that parity rebuilds refused. With the word, for the notes ([`unlogged_note`]).
+pub fn as_started(
+    config: &Config,
+    v: &Volume,
+    (tree, probes, added): (&Node, &[Probe], &[String]),
+    ids: &[String],
+    asm: Assembly,
+) -> Result<(Assembly, Word), AssembleError> {
+    let word = word(config, v, (probes, added), &asm);
+    let asm = match &word {
+        Word::Said(last) if !last.logged() => {
+            last.assemble_after(&v.name, tree, probes, ids, v.metadata.ppl)?
+        }
+        _ => asm,
+    };
+    Ok((asm, word))
+}
+
 /// Where the record of volume `name` in `probe` places its log ring (offset, length).
 fn ring_area(probe: &Probe, name: &str) -> Option<(u64, u64)> {
     let Probe::Superblock(sb, _) = probe else {
@@ -87,8 +110,12 @@ fn read_ring(path: &std::path::Path, (offset, len): (u64, u64)) -> Option<Ring> 
 
 /// What the start does after a crash the rings say was not logged, once it may start
 /// (every role the volume's parity rebuilds is there): `None` where the rings do not
-/// change what it does.
-pub fn unlogged_note(word: &Word, has_parity: bool) -> Option<String> {
+/// change what it does (nor over a tree without parity, `tree`).
+pub fn unlogged_note(word: &Word, tree: &Node) -> Option<String> {
+    note_over(word, !nbraid_core::ppl::parity_groups(tree).is_empty())
+}
+
+fn note_over(word: &Word, has_parity: bool) -> Option<String> {
     match word {
         Word::Said(last) if !last.logged() && has_parity => Some(
             "not shut down cleanly, and the write-hole log's rings do not say the life that stopped logged its writes (it ran with write_hole = \"off\" or mid-reshape, or was run by an nbraid that does not say): no log replay covers the rows its crash may have torn, so the start resyncs them before serving, as without the log; a member missing now would be refused unless forced".into(),
@@ -106,13 +133,13 @@ mod tests {
 
     #[test]
     fn only_an_unlogged_word_over_parity_says_the_resync_comes_first() {
-        let note = unlogged_note(&Word::Said(LastLife::Unlogged), true).unwrap();
+        let note = note_over(&Word::Said(LastLife::Unlogged), true).unwrap();
         assert!(note.contains("resyncs them before serving"), "{note}");
-        assert!(unlogged_note(&Word::Said(LastLife::Unknown), true).is_some());
-        assert_eq!(unlogged_note(&Word::Said(LastLife::Logged), true), None);
-        assert_eq!(unlogged_note(&Word::Said(LastLife::Unlogged), false), None);
-        assert_eq!(unlogged_note(&Word::NotAsked, true), None);
-        let remote = unlogged_note(&Word::NotRead("r1".into()), true).unwrap();
+        assert!(note_over(&Word::Said(LastLife::Unknown), true).is_some());
+        assert_eq!(note_over(&Word::Said(LastLife::Logged), true), None);
+        assert_eq!(note_over(&Word::Said(LastLife::Unlogged), false), None);
+        assert_eq!(note_over(&Word::NotAsked, true), None);
+        let remote = note_over(&Word::NotRead("r1".into()), true).unwrap();
         assert!(remote.contains("r1's is on an NBD server"), "{remote}");
     }
 }
