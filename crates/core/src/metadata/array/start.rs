@@ -127,16 +127,7 @@ pub(super) async fn open(
             judge_last_life(name, judged, start, (&asm, &roles), mode).await?
         }
     };
-    if read_only {
-        if opts.enable_checksums {
-            roles.warnings.push(
-                "checksums = \"enable\" is not carried out: read_only = true writes nothing".into(),
-            );
-        }
-    } else {
-        let enable = opts.enable_checksums;
-        checksum_area::enable_at_open(name, enable, &asm, &roles.by_role).await?;
-    }
+    enable_checksums(name, opts.enable_checksums, read_only, &asm, &mut roles).await?;
     let tree = asm.tree.clone();
     let built = build(
         name,
@@ -188,15 +179,46 @@ pub(super) async fn open(
         // The stale roles stay resyncing: neither read nor (nothing writes) written.
         return Ok((array, report));
     }
-    let stale = roles.stale;
-    let rebuilding = !report.rebuilding_roles.is_empty();
     let background = mode == Mode::Background;
-    let resync =
-        (resync_at_open(&array, asm.clean, &stale, rebuilding, background, progress)).await?;
-    match resync {
+    let resync = (asm.clean, &roles.stale[..], cover, background);
+    resync_then_settle(&array, resync, progress, &mut report).await?;
+    Ok((array, report))
+}
+
+/// `checksums = "enable"` carried out at the open (nothing on a read-only one: a warning).
+async fn enable_checksums(
+    name: &str,
+    enable: bool,
+    read_only: bool,
+    asm: &Assembly,
+    roles: &mut RolePlan,
+) -> Result<(), ArrayError> {
+    if !read_only {
+        return checksum_area::enable_at_open(name, enable, asm, &roles.by_role).await;
+    }
+    if enable {
+        roles.warnings.push(
+            "checksums = \"enable\" is not carried out: read_only = true writes nothing".into(),
+        );
+    }
+    Ok(())
+}
+
+/// The open's resync of the stale roles and the rows a crash may have torn (`clean`: none),
+/// or, `background`, left to [`Array::background_resync`] where the volume may serve first;
+/// once it is done the rings say a crash from here on is the log's (`cover`: what the open
+/// marked them) and the records say the stale roles are current.
+async fn resync_then_settle(
+    array: &Array,
+    (clean, stale, cover, background): (bool, &[usize], Cover, bool),
+    progress: &(dyn Fn(u64, u64) + Sync),
+    report: &mut OpenReport,
+) -> Result<(), ArrayError> {
+    let rebuilding = !report.rebuilding_roles.is_empty();
+    match (resync_at_open(array, clean, stale, rebuilding, background, progress)).await? {
         Resynced::Background => {
             report.background_bytes = array.background_bytes();
-            return Ok((array, report));
+            return Ok(());
         }
         Resynced::Foreground(bytes) => report.resynced_bytes = bytes,
     }
@@ -205,13 +227,12 @@ pub(super) async fn open(
         crate::ppl::mark(&array.volume, &p.areas, p.life, Cover::Logged).await;
     }
     let mut rec = array.records.lock().await;
-    for &r in &stale {
+    for &r in stale {
         array.volume.set_resyncing(r, false);
         rec.members[r].state = RecordedState::Active;
     }
     drop(rec);
-    settle(&array).await?;
-    Ok((array, report))
+    Ok(settle(array).await?)
 }
 
 /// A dirty start that logs, after a life that did not: no ring holds that life's torn
