@@ -18,16 +18,16 @@
 
 mod common;
 use common::fio_verify::{
-    acked_writes, geometry, logged_job, one_pass, read_back_problems, start, write_config, Files,
-    Geometry, Load, RANDOM, STREAM,
+    acked_writes, geometry, one_pass, read_back_problems, start, Geometry, Load, RANDOM,
 };
 use common::require;
+use common::reshape_fio::{
+    ask_reshape, fail_members, kill_now, killed, load_for, member_files, move_config, reshape_done,
+    reshape_share, scrub_finds_nothing, slow_rate, start_or_refusal, status, wait_for, writer,
+    KillWhen, STREAM_32K,
+};
 
-use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// When the daemon is killed.
@@ -79,117 +79,9 @@ struct Cell {
     when: Lose,
 }
 
-/// MiB of a strip's text ("64KiB": 1/16).
-fn strip_bytes(strip: &str) -> u64 {
-    nbraid_config::parse_size(strip).unwrap()
-}
-
-/// The larger strip of the two shapes, in bytes.
-fn strip_max_bytes(cell: &Cell) -> u64 {
-    strip_bytes(cell.old.strip).max(strip_bytes(cell.new.strip))
-}
-
-/// Each old member's region MiB: at least 12, and four strips of the larger shape (a
-/// region cut to whole strips of the new shape must not hold less than the old one).
-fn region_mib(cell: &Cell) -> u64 {
-    (4 * strip_max_bytes(cell).div_ceil(1 << 20)).max(12)
-}
-
-/// The member files: the old members with their region and 2 MiB for metadata and checksums;
-/// the added ones larger by every member's backup of three strips and 1 MiB (a big strip's
-/// backups go to a pool after the added member's region).
-fn files_mib(cell: &Cell) -> Vec<u64> {
-    let base = region_mib(cell) + 2;
-    let members = cell.old.members.max(cell.new.members) as u64;
-    let pool_mib = (members * 3 * strip_max_bytes(cell)).div_ceil(1 << 20) + 1;
-    (0..members as usize)
-        .map(|i| match i < cell.old.members {
-            true => base,
-            false => base + pool_mib,
-        })
-        .collect()
-}
-
-/// The reshape's rate while it is to be killed: its pass about four seconds long.
-fn slow_rate(cell: &Cell) -> String {
-    let old_capacity_mib = region_mib(cell) * cell.old.data_members as u64;
-    format!(
-        "rebuild_rate = \"{}MiB\"\n",
-        old_capacity_mib.div_ceil(4).max(2)
-    )
-}
-
+/// The member files, as both shapes need them.
 fn cell_config(dir: &Path, cell: &Cell, geometry: &Geometry, volume_extra: &str) -> PathBuf {
-    let mib = files_mib(cell);
-    write_config(dir, geometry, &Files { mib: &mib }, false, volume_extra)
-}
-
-/// One request line to the daemon's control socket in `dir`; its reply (within 30 s).
-fn control(dir: &Path, request: Value) -> Value {
-    let mut s = UnixStream::connect(dir.join("ctl.sock")).expect("the control socket");
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut line = request.to_string();
-    line.push('\n');
-    s.write_all(line.as_bytes()).unwrap();
-    let mut reply = String::new();
-    BufReader::new(s).read_line(&mut reply).unwrap();
-    serde_json::from_str(&reply).unwrap_or_else(|e| panic!("reply {reply:?} to {line}: {e}"))
-}
-
-/// Volume `v`'s status.
-fn status(dir: &Path) -> Value {
-    let reply = control(dir, json!({"v": 1, "op": "status", "volume": "v"}));
-    assert_eq!(reply["ok"], true, "status: {reply}");
-    reply["volumes"][0].clone()
-}
-
-/// Polls `v`'s status (every 20 ms, at most `limit`) until `done` holds; that status.
-fn wait_for(dir: &Path, what: &str, limit: Duration, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let v = status(dir);
-        if done(&v) {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within {limit:?}: {v:#}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The share of its pass the reshape has walked (0 before it shows).
-fn reshape_share(v: &Value) -> f64 {
-    let r = &v["reshape"];
-    let at = r["position_bytes"].as_u64().unwrap_or(0) as f64;
-    at / r["total_bytes"].as_u64().unwrap_or(u64::MAX).max(1) as f64
-}
-
-fn reshape_done(v: &Value) -> bool {
-    v["reshape"]["state"] == "done"
-}
-
-/// A sequential stream of 32 KiB writes, 8 in flight: paced to outlast the reshape without
-/// wrapping around (one pass: no block rewritten, none caught torn), yet enough writes.
-const STREAM_32K: Load = Load {
-    bs: 32 << 10,
-    ..STREAM
-};
-
-/// fio's load for `g` (of `base`): blocks of the volume's block size; on a write-back cache
-/// one at a time, each flushed.
-fn load_for(g: &Geometry, base: Load) -> Load {
-    let write_back = g.cache == "write-back";
-    Load {
-        bs: match base.rw {
-            "randwrite" => g.block_size as usize,
-            _ => base.bs,
-        },
-        iodepth: if write_back { 1 } else { base.iodepth },
-        flush_each: write_back,
-        ..base
-    }
+    move_config(dir, (&cell.old, &cell.new), geometry, volume_extra)
 }
 
 /// Runs `cell`; `Err`: the move was refused at its start (the reason), so nothing to check.
@@ -197,31 +89,18 @@ fn kill_mid_reshape_and_verify(cell: &Cell) -> Result<(), String> {
     let fio = require("fio", "fio");
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let slow = slow_rate(cell);
+    let slow = slow_rate(&cell.old, &cell.new);
     let config = cell_config(dir, cell, &cell.old, &slow);
     let mut daemon = start(&config);
     let old_capacity = status(dir)["capacity_bytes"].as_u64().unwrap();
 
-    // fio writes until the daemon dies under it: random blocks over the whole volume, or one
-    // sequential pass paced to outlast the reshape. It SIGKILLs the daemon itself once the
-    // test creates `kill-now` (within about 20 ms), its writes in flight (an external kill
-    // left fio spinning on the dead connection); a write whose connection died is not logged
-    // as completed.
-    let mut job = logged_job(&fio, dir, &cell.load);
-    job.args(["--time_based", "--runtime=120"])
-        .arg(format!("--size={old_capacity}"))
-        .arg(format!("--trigger-file={}", dir.join("kill-now").display()))
-        .arg(format!("--trigger=kill -9 {}", daemon.child.id()));
-    if cell.load.rw == "write" {
-        job.arg(format!("--rate={}", old_capacity / 30));
-    }
-    let writer = Writer(Some(
-        job.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start fio"),
-    ));
+    let writer = writer(
+        &fio,
+        dir,
+        &cell.load,
+        (old_capacity, KillWhen::InFlight),
+        &daemon,
+    );
     // Writes before the reshape as well as during it (fio takes a while to start on a busy
     // machine: a fixed pause saw none completed).
     wait_for(dir, "fio's first writes", Duration::from_secs(60), |v| {
@@ -229,12 +108,9 @@ fn kill_mid_reshape_and_verify(cell: &Cell) -> Result<(), String> {
     });
 
     let new_config = cell_config(dir, cell, &cell.new, &slow);
-    let reply = control(
-        dir,
-        json!({"v": 1, "op": "reshape", "volume": "v", "config": new_config.to_str().unwrap()}),
-    );
+    let reply = ask_reshape(dir, &new_config);
     if reply["ok"] != true || reply["started"] == false {
-        std::fs::write(dir.join("kill-now"), b"").unwrap();
+        kill_now(dir);
         killed(&mut daemon, writer);
         return Err(format!("not started: {reply}"));
     }
@@ -257,7 +133,7 @@ fn kill_mid_reshape_and_verify(cell: &Cell) -> Result<(), String> {
         }
     }
     let at_kill = status(dir)["reshape"].clone();
-    std::fs::write(dir.join("kill-now"), b"").unwrap();
+    kill_now(dir);
     let text = killed(&mut daemon, writer);
     let acked = acked_writes(dir, &cell.load, &text);
     if cell.load.rw == "write" {
@@ -318,63 +194,6 @@ fn kill_mid_reshape_and_verify(cell: &Cell) -> Result<(), String> {
     Ok(())
 }
 
-/// fio writing; SIGKILLed if the test fails before its trigger ends it (with the daemon gone
-/// it would spin on for ever).
-struct Writer(Option<std::process::Child>);
-
-impl Drop for Writer {
-    fn drop(&mut self) {
-        if let Some(mut fio) = self.0.take() {
-            let _ = fio.kill();
-            let _ = fio.wait();
-        }
-    }
-}
-
-/// Waits for fio's trigger to SIGKILL `daemon` and for fio (`writer`) to end (each within
-/// 30 s); what fio printed.
-fn killed(daemon: &mut common::Daemon, mut writer: Writer) -> String {
-    let within = |child: &mut std::process::Child, what: &str| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while child.try_wait().unwrap().is_none() {
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("{what} did not end within 30 s of the trigger");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    };
-    within(&mut daemon.child, "nbraidd (killed by fio's trigger)");
-    let mut fio = writer.0.take().unwrap();
-    within(&mut fio, "fio");
-    let out = fio.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
-}
-
-/// nbraidd on `config` in `dir`: `Ok(status)` of volume `v` if it came up (then stopped),
-/// else `Err(what it printed)`.
-fn start_or_refusal(dir: &Path, config: &Path) -> Result<Value, String> {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nbraidd"))
-        .arg("--config")
-        .arg(config)
-        .args(["--log-level", "warn"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start nbraidd");
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    let serving =
-        (stdout.lines().map_while(Result::ok)).any(|l| l.starts_with("nbraidd: control socket"));
-    let v = serving.then(|| status(dir));
-    if serving {
-        // SAFETY: kill(2) on our own child's pid has no memory effects.
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-    }
-    let out = child.wait_with_output().unwrap();
-    v.ok_or_else(|| String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
 /// A start mid-reshape after a kill (the bitmap dirty) with the first member the new shape
 /// can lose moved away: refused, naming the role out and `--force-assemble`; nothing written
 /// (the other members' files unchanged). The file goes back.
@@ -383,14 +202,7 @@ fn member_away_start(dir: &Path, cell: &Cell, context: &str) {
     let away = dir.join(format!("{}.img", cell.lose[0]));
     let aside = dir.join("away.img");
     std::fs::rename(&away, &aside).unwrap();
-    let others = |dir: &Path| -> Vec<Vec<u8>> {
-        (0..cell.new.members)
-            .map(|i| dir.join(format!("d{i}.img")))
-            .filter(|p| p.exists())
-            .map(|p| std::fs::read(p).unwrap())
-            .collect()
-    };
-    let before = others(dir);
+    let before = member_files(dir, cell.new.members);
     match start_or_refusal(dir, &config) {
         Ok(v) => panic!(
             "{context}: a dirty start without {} served: {v:#}",
@@ -405,7 +217,7 @@ fn member_away_start(dir: &Path, cell: &Cell, context: &str) {
         }
     }
     assert!(
-        before == others(dir),
+        before == member_files(dir, cell.new.members),
         "{context}: the refused start wrote to the members"
     );
     std::fs::rename(&aside, &away).unwrap();
@@ -429,33 +241,6 @@ fn old_config_start(dir: &Path, cell: &Cell, context: &str) {
             );
         }
     }
-}
-
-/// `members` failed through the control socket (`nbraid fail`).
-fn fail_members(dir: &Path, members: &[&str], context: &str) {
-    for m in members {
-        let reply = control(
-            dir,
-            json!({"v": 1, "op": "fail", "volume": "v", "member": m}),
-        );
-        assert_eq!(reply["ok"], true, "{context}: fail {m}: {reply}");
-    }
-}
-
-/// A scrub of the whole volume: it ends finding no mismatch and nothing unreadable.
-fn scrub_finds_nothing(dir: &Path, context: &str) {
-    let reply = control(dir, json!({"v": 1, "op": "scrub", "volume": "v"}));
-    assert_eq!(reply["ok"], true, "{context}: scrub: {reply}");
-    let v = wait_for(dir, "the scrub's end", Duration::from_secs(300), |v| {
-        matches!(v["scrub"]["state"].as_str(), Some("done" | "failed"))
-    });
-    let s = &v["scrub"];
-    assert_eq!(s["state"], "done", "{context}: scrub: {s:#}");
-    assert_eq!(
-        (s["mismatches"].as_u64(), s["unreadable"].as_u64()),
-        (Some(0), Some(0)),
-        "{context}: the scrub after the reshape: {s:#}"
-    );
 }
 
 fn run_cells(cells: Vec<Cell>) {

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod fio_verify;
+pub mod reshape_fio;
 pub mod returning;
 
 use std::ffi::OsStr;
