@@ -5,16 +5,17 @@
 //!   `reshape` (`nbraid apply --yes`) is refused, saying which members are not current and
 //!   what to do; they are added back (`nbraid remove`, `nbraid add`), rebuilt, and the
 //!   reshape asked again runs, is SIGKILLed mid-copy and finishes after the restart.
-//! - **A member lost mid-copy**: failed through the control socket while the reshape copies,
-//!   or (`FileGone`) failed and its file removed while the daemon is down, or (`WritesFail`)
-//!   a member file whose writes fail with EIO (on nbdfuse, over nbdkit's error filter),
-//!   failed by the daemon; the daemon is SIGKILLed a second after fio's last write (the bitmap dirty: a
-//!   resync pending). The restart is refused (dirty, degraded, mid-reshape: no log covers
-//!   either shape), saying so and naming `--force-assemble`, nothing written; forced, it
-//!   carries on degraded, the reshape ends, and the array opened again in its new shape
-//!   (`served.rs`'s `open_again`, a quiet handover) serves degraded; every write reads back,
-//!   and again after another restart. The member is then added back and rebuilt, and a scrub
-//!   finds nothing.
+//! - **A member lost mid-copy**: failed through the control socket while the reshape
+//!   copies, or (`FileGone`) failed and its file removed while the daemon is down, or
+//!   (`WritesFail`) a member file whose writes fail with EIO (on nbdfuse, over nbdkit's
+//!   error filter), failed by the daemon. The daemon is SIGKILLed a second after fio's last
+//!   write (the bitmap dirty: a resync pending): the restart is refused (dirty, degraded,
+//!   mid-reshape: no log covers either shape), saying so and naming `--force-assemble`,
+//!   nothing written, and forced; or (`StoppedMidCopy`) it is stopped cleanly, and the
+//!   restart simply carries on. Degraded, the reshape ends, and the array opened again in
+//!   its new shape (`served.rs`'s `open_again`, a quiet handover) serves degraded; every
+//!   write reads back, and again after another restart. The member is then added back and
+//!   rebuilt, and a scrub finds nothing.
 //!
 //! Moves: RAID 5 4 → 5, RAID 6 5 → 6, RAID 5 → RAID 6, RAID 5 64 KiB → 256 KiB strips (with
 //! a member added and without); write-through and write-back, checksums on and off. Three
@@ -43,6 +44,9 @@ enum Case {
     StartDegraded,
     /// Failed (`nbraid fail`) a third into the copy; SIGKILL a little later.
     FailMidCopy,
+    /// As [`Case::FailMidCopy`], but the daemon stopped cleanly (SIGTERM), not killed: the
+    /// restart is not refused, the reshape goes on degraded.
+    StoppedMidCopy,
     /// As [`Case::FailMidCopy`], and their files removed while the daemon is down (a disk
     /// gone for good after it failed).
     FileGone,
@@ -169,7 +173,9 @@ fn erring_member(dir: &Path, cell: &Cell) -> Option<ErringFile> {
 fn lose_mid_copy(dir: &Path, cell: &Cell, context: &str) {
     match cell.case {
         Case::StartDegraded => return,
-        Case::FailMidCopy | Case::FileGone => fail_members(dir, cell.out, context),
+        Case::FailMidCopy | Case::StoppedMidCopy | Case::FileGone => {
+            fail_members(dir, cell.out, context)
+        }
         Case::WritesFail => {
             std::fs::write(eio_trigger(dir), b"").unwrap();
             fail_members(dir, &cell.out[1..], context);
@@ -303,6 +309,7 @@ fn reshape_degraded_and_verify(cell: &Cell) {
     // which no product can prevent without a log.
     let when = match cell.case {
         Case::StartDegraded => KillWhen::InFlight,
+        Case::StoppedMidCopy => KillWhen::Stopped,
         _ => KillWhen::Settled,
     };
     let writer = writer(&fio, dir, &cell.load, (capacity, when), &daemon);
@@ -336,7 +343,7 @@ fn reshape_degraded_and_verify(cell: &Cell) {
     if cell.load.rw == "write" {
         assert!(one_pass(&acked), "fio wrapped around: slow it down");
     }
-    let context = format!("{context}, killed at {at_kill}");
+    let context = format!("{context}, ended at {at_kill}");
     if cell.case == Case::FileGone {
         for m in cell.out {
             std::fs::remove_file(dir.join(format!("{m}.img"))).unwrap();
@@ -346,7 +353,7 @@ fn reshape_degraded_and_verify(cell: &Cell) {
     // The new config, at full speed: the pass carries on, degraded where members are out.
     let config = cell_config(dir, cell, &cell.new, "");
     let daemon = match cell.case {
-        Case::StartDegraded => start(&config),
+        Case::StartDegraded | Case::StoppedMidCopy => start(&config),
         _ => refused_dirty_then_forced(dir, cell, &config, &context),
     };
     let v = status(dir);
@@ -499,6 +506,7 @@ fn matrix() -> Vec<Cell> {
         for case in [
             Case::StartDegraded,
             Case::FailMidCopy,
+            Case::StoppedMidCopy,
             Case::FileGone,
             Case::WritesFail,
         ] {

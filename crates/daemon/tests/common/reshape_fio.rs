@@ -153,6 +153,8 @@ pub enum KillWhen {
     /// A second after fio stopped writing: every write it sent answered, none torn by the
     /// kill (the records still dirty: the volume is recorded clean only seconds later).
     Settled,
+    /// Not killed: stopped (SIGTERM) a second after fio stopped writing, a clean stop.
+    Stopped,
 }
 
 /// fio writing `load` over the `capacity_bytes` of volume `v` served by `daemon` in `dir`
@@ -168,15 +170,19 @@ pub fn writer(
     (capacity_bytes, when): (u64, KillWhen),
     daemon: &Daemon,
 ) -> Writer {
-    let pause = match when {
-        KillWhen::InFlight => "",
-        KillWhen::Settled => "sleep 1; ",
+    let (pause, signal) = match when {
+        KillWhen::InFlight => ("", "KILL"),
+        KillWhen::Settled => ("sleep 1; ", "KILL"),
+        KillWhen::Stopped => ("sleep 1; ", "TERM"),
     };
     let mut job = logged_job(fio, dir, load);
     job.args(["--time_based", "--runtime=120"])
         .arg(format!("--size={capacity_bytes}"))
         .arg(format!("--trigger-file={}", dir.join("kill-now").display()))
-        .arg(format!("--trigger={pause}kill -9 {}", daemon.child.id()));
+        .arg(format!(
+            "--trigger={pause}kill -{signal} {}",
+            daemon.child.id()
+        ));
     if load.rw == "write" {
         job.arg(format!("--rate={}", capacity_bytes / 30));
     }
@@ -189,7 +195,7 @@ pub fn writer(
     ))
 }
 
-/// Creates the trigger on which [`writer`]'s fio SIGKILLs the daemon.
+/// Creates the trigger on which [`writer`]'s fio SIGKILLs (or stops) the daemon.
 pub fn kill_now(dir: &Path) {
     std::fs::write(dir.join("kill-now"), b"").unwrap();
 }
@@ -203,7 +209,7 @@ impl Drop for Writer {
     }
 }
 
-/// Waits for fio's trigger to SIGKILL `daemon` and for fio (`writer`) to end (each within
+/// Waits for fio's trigger to SIGKILL (or stop) `daemon` and for fio (`writer`) to end (each within
 /// 30 s); what fio printed.
 pub fn killed(daemon: &mut Daemon, mut writer: Writer) -> String {
     let within = |child: &mut std::process::Child, what: &str| {
@@ -216,7 +222,7 @@ pub fn killed(daemon: &mut Daemon, mut writer: Writer) -> String {
             std::thread::sleep(Duration::from_millis(10));
         }
     };
-    within(&mut daemon.child, "nbraidd (killed by fio's trigger)");
+    within(&mut daemon.child, "nbraidd (ended by fio's trigger)");
     let mut fio = writer.0.take().unwrap();
     within(&mut fio, "fio");
     let out = fio.wait_with_output().unwrap();
