@@ -301,21 +301,35 @@ impl Daemon {
             })
             .spawn()
             .expect("start nbraidd");
-        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        // Read on a thread: a daemon that prints nothing more must not block the wait past its
+        // limit. The thread keeps draining stdout afterwards, so the daemon never blocks on a
+        // full pipe.
+        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in lines {
+                let _ = tx.send(line);
+            }
+        });
         let mut printed = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(30);
         while !printed.last().is_some_and(|l: &String| ready(l)) {
-            assert!(Instant::now() < deadline, "nbraidd not ready: {printed:?}");
-            match lines.next() {
-                Some(Ok(l)) => printed.push(l),
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(Ok(l)) => printed.push(l),
+                // Not left running once the test gives up on it (found serving, orphaned,
+                // half an hour after a start that took longer than this limit).
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("nbraidd not ready within 30 s (killed): {printed:?}");
+                }
                 _ => panic!(
                     "nbraidd exited early: {:?}, printed {printed:?}",
                     child.wait()
                 ),
             }
         }
-        // Keep draining stdout so the daemon never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines.by_ref() {});
         Daemon { child, printed }
     }
 
