@@ -265,7 +265,8 @@ fn refused_while_degraded(dir: &Path, cell: &Cell, config: &Path, context: &str)
 
 /// The start after a kill mid-reshape with `out` failed: refused (dirty, degraded, mid-
 /// reshape: the rows the kill tore cannot be told), naming the role out and
-/// `--force-assemble v`, nothing written; then forced.
+/// `--force-assemble v` (a member recorded failed stays out even with its file back: not
+/// "bring it back"), nothing written; then forced.
 fn refused_dirty_then_forced(
     dir: &Path,
     cell: &Cell,
@@ -283,6 +284,11 @@ fn refused_dirty_then_forced(
             assert!(
                 said.contains("--force-assemble v") && said.contains("during a reshape"),
                 "{context}: the refusal says why and the way on: {said}"
+            );
+            // Every case's member out is recorded failed: bringing it back cannot help.
+            assert!(
+                said.contains("recorded failed stays out") && said.contains("nbraid remove v"),
+                "{context}: the refusal offers a way that does not work: {said}"
             );
         }
     }

@@ -291,8 +291,9 @@ fn busy(controls: &Controls, v: &ControlVolume, array: &Array) -> Option<String>
         .map(|r| ids[r].as_str())
         .collect();
     if !out.is_empty() {
+        let name = &v.name;
         return Some(format!(
-            "member(s) {} not current: a reshape starts with every member in place (rebuild first)",
+            "member(s) {} not current: a reshape starts with every member in place — let a rebuild make them current first (a failed member with no spare: nbraid add {name} <spare>, or nbraid remove {name} <member> then nbraid add {name} <member>, or nbraid replace)",
             out.join(", ")
         ));
     }

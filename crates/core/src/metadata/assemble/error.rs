@@ -90,14 +90,21 @@ pub enum AssembleError {
     },
     /// Not shut down clean mid-reshape with a role out that parity rebuilds (see
     /// `assemble/torn_rows.rs`): refused unless forced.
-    #[error("volume `{volume}`: not shut down clean during a reshape, with {roles} out: neither shape is logged while a reshape runs, so a row written at the crash may hold new data beside old parity, and the out member's block there, rebuilt from that parity, may read wrong though no client wrote it (md refuses such a dirty degraded start too) — not started, nothing written; bring the member back, or start with --force-assemble {volume} to serve it as it is")]
-    DirtyDegradedReshape { volume: String, roles: String },
+    #[error("volume `{volume}`: not shut down clean during a reshape, with {roles} out: neither shape is logged while a reshape runs, so a row written at the crash may hold new data beside old parity, and the out member's block there, rebuilt from that parity, may read wrong though no client wrote it (md refuses such a dirty degraded start too) — not started, nothing written; {way_back}")]
+    DirtyDegradedReshape {
+        volume: String,
+        roles: String,
+        /// What the operator can do ([`torn_rows::way_back`](super::torn_rows)).
+        way_back: String,
+    },
     /// Not shut down clean, with a role out that a parity group without a write-hole log
     /// rebuilds from parity (see `assemble/torn_rows.rs`): refused unless forced.
-    #[error("volume `{volume}`: not shut down clean, with {roles} out, and {unlogged}: a row written at the crash may hold new data beside old parity, and the out member's block there, rebuilt from that parity, may read wrong though no client wrote it (md refuses such a dirty degraded start too) — not started, nothing written; bring the member back (the resync then makes the rows agree), or start with --force-assemble {volume} to serve it as it is")]
+    #[error("volume `{volume}`: not shut down clean, with {roles} out, and {unlogged}: a row written at the crash may hold new data beside old parity, and the out member's block there, rebuilt from that parity, may read wrong though no client wrote it (md refuses such a dirty degraded start too) — not started, nothing written; {way_back}")]
     DirtyDegradedUnlogged {
         volume: String,
         roles: String,
+        /// What the operator can do ([`torn_rows::way_back`](super::torn_rows)).
+        way_back: String,
         /// Why the hole is open: the log off at this start, or which groups it leaves out.
         unlogged: String,
     },

@@ -16,7 +16,7 @@
 //! narrow it: its bits are not in the records assembly decides from, and md refuses
 //! whatever its bitmap says.
 
-use super::{Absence, AssembleError, Start, VolumeRecord};
+use super::{Absence, AssembleError, RecordedState, Start, VolumeRecord};
 use nbraid_layout::{is_logged, log_ring_bytes, Node, ParityGroup};
 
 /// Whether some parity group of `tree` serves a child from its parity with the roles for
@@ -96,6 +96,26 @@ pub(super) type Found<'a> = (
     &'a [usize],
 );
 
+/// What the operator of a dirty degraded start refused can do: bring the member back (its
+/// rows then resync with it, `resyncs`) — unless a role out is recorded failed
+/// (`recorded_failed`): such a member stays out even with its disk there (only a rebuild
+/// brings a failed member back, and none runs before the start), so the way on is the
+/// forced start, then the member removed and added back (rebuilt) or a spare.
+fn way_back(volume: &str, recorded_failed: bool, resyncs: bool) -> String {
+    let forced = format!("start with --force-assemble {volume} to serve it as it is");
+    if recorded_failed {
+        return format!(
+            "a member recorded failed stays out even with its disk there, so bringing it back does not help: {forced}, then take the member out and back (nbraid remove {volume} <member>, nbraid add {volume} <member>) or add a spare, and let its rebuild finish"
+        );
+    }
+    let resync = if resyncs {
+        " (the resync then makes the rows agree)"
+    } else {
+        ""
+    };
+    format!("bring the member back{resync}, or {forced}")
+}
+
 /// A dirty start with a role out that a parity group without a log would rebuild from
 /// torn parity, refused unless forced: mid-reshape (`trees.1`, the new tree: neither is
 /// logged) or not (the start's log and the rings the records place). `found`: the records by
@@ -113,10 +133,20 @@ pub(super) fn check(
             .collect::<Vec<_>>()
             .join(", ")
     };
+    // By the newest record: a role recorded failed stays out whatever its member's disk
+    // holds now, present or missing.
+    let newest = records.iter().flatten().max_by_key(|r| r.events);
+    let recorded_failed = |out: &[usize]| {
+        newest.is_some_and(|n| {
+            (out.iter())
+                .any(|&r| (n.members.get(r)).is_some_and(|m| m.state == RecordedState::Failed))
+        })
+    };
     let volume = volume.to_string();
     if let Some(new_tree) = new_tree {
         return match refuse_torn_rows((clean, start.force), Some((tree, new_tree)), out) {
             Some(out) => Err(AssembleError::DirtyDegradedReshape {
+                way_back: way_back(&volume, recorded_failed(&out), false),
                 volume,
                 roles: names(&out),
             }),
@@ -127,6 +157,7 @@ pub(super) fn check(
     let rings = logged.then(|| ring_bytes_by_role(records, roles));
     match refuse_unlogged_torn_rows((clean, start.force), tree, rings.as_deref(), out) {
         Some(out) => Err(AssembleError::DirtyDegradedUnlogged {
+            way_back: way_back(&volume, recorded_failed(&out), true),
             volume,
             roles: names(&out),
             unlogged: unlogged_why(start),
@@ -172,6 +203,25 @@ fn unlogged_why(start: Start) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_way_back_of_a_refused_dirty_start_names_what_works() {
+        let missing = way_back("v", false, true);
+        assert!(
+            missing.starts_with("bring the member back (the resync"),
+            "{missing}"
+        );
+        assert!(missing.contains("--force-assemble v"), "{missing}");
+        let failed = way_back("v", true, false);
+        assert!(
+            failed.contains("bringing it back does not help"),
+            "{failed}"
+        );
+        assert!(
+            failed.contains("--force-assemble v") && failed.contains("nbraid remove v"),
+            "{failed}"
+        );
+    }
     use nbraid_layout::{Level, Region, Shape};
 
     fn tree(level: Level, members: usize) -> Node {
