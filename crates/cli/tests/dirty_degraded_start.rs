@@ -7,8 +7,6 @@
 mod common;
 
 use common::*;
-use std::process::{Command, Stdio};
-use std::time::Duration;
 
 #[test]
 fn a_dirty_degraded_start_without_the_log_is_refused_until_forced() {
@@ -20,36 +18,8 @@ fn a_dirty_degraded_start_without_the_log_is_refused_until_forced() {
     let config = dir.path().join("arrays.toml");
     std::fs::write(&config, text).unwrap();
     let cfg = config.to_str().unwrap();
-    let (mut d, uri) = serve(&config, "v");
-    let data = fill(&nbdcopy, dir.path(), &uri, 0xd1d7_0001);
-    let src = dir.path().join("src.img");
-    // Durable (a client flush): a write-back cache keeps no older bytes than these.
-    let flushed = Command::new(&nbdcopy)
-        .args(["--flush".as_ref(), src.as_os_str(), uri.as_ref()])
-        .status();
-    assert!(flushed.unwrap().success(), "flushed");
-    // Writes going on at the kill: the same bytes again (so what reads back is known),
-    // copy after copy.
-    let mut writer = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "while {} {} '{uri}'; do :; done",
-            nbdcopy.display(),
-            src.display()
-        ))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
-    assert!(writer.try_wait().unwrap().is_none(), "the writer runs");
-    d.child.kill().unwrap(); // SIGKILL
-    d.child.wait().unwrap();
-    let _ = writer.kill();
-    let _ = writer.wait();
+    let (data, uri) = killed_under_rewrites(&nbdcopy, &config, "v", 0xd1d7_0001);
     std::fs::remove_file(dir.path().join("d2.img")).unwrap();
-    // The killed daemon's sockets are left behind.
-    let _ = std::fs::remove_file(dir.path().join("nbd.sock"));
     let before: Vec<Vec<u8>> = ["d0", "d1", "d3"]
         .iter()
         .map(|m| std::fs::read(dir.path().join(format!("{m}.img"))).unwrap())
@@ -68,10 +38,7 @@ fn a_dirty_degraded_start_without_the_log_is_refused_until_forced() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(!o.status.success(), "nbraid check exited 0:\n{out}");
     assert!(out.contains(want[0]) && out.contains(want[2]), "{out}");
-    let o = Command::new(nbraidd_path())
-        .args(["--config", cfg, "--check", "--log-level", "error"])
-        .output()
-        .expect("run nbraidd");
+    let o = nbraidd(&["--config", cfg, "--check"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "nbraidd --check exited 0: {err}");
     assert!(err.contains(want[0]), "{err}");

@@ -11,9 +11,6 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::Duration;
 
 /// The words of the refusal: the role out, why the log does not cover it, what to do.
 const REFUSED: [&str; 3] = [
@@ -32,38 +29,6 @@ fn config_text(write_hole: &str) -> String {
     text
 }
 
-/// Starts the volume, fills it, and SIGKILLs the daemon while the same bytes are written
-/// again: the records stay dirty. The bytes written.
-fn killed_under_writes(nbdcopy: &Path, dir: &Path, config: &Path) -> Vec<u8> {
-    let (mut d, uri) = serve(config, "v");
-    let data = fill(nbdcopy, dir, &uri, 0x0b1e_55ed);
-    let src = dir.join("src.img");
-    let flushed = Command::new(nbdcopy)
-        .args(["--flush".as_ref(), src.as_os_str(), uri.as_ref()])
-        .status();
-    assert!(flushed.unwrap().success(), "flushed");
-    let mut writer = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "while {} {} '{uri}'; do :; done",
-            nbdcopy.display(),
-            src.display()
-        ))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
-    assert!(writer.try_wait().unwrap().is_none(), "the writer runs");
-    d.child.kill().unwrap(); // SIGKILL
-    d.child.wait().unwrap();
-    let _ = writer.kill();
-    let _ = writer.wait();
-    // The killed daemon's socket is left behind.
-    let _ = std::fs::remove_file(dir.join("nbd.sock"));
-    data
-}
-
 /// `nbraid check --json`'s superblocks entry for volume `v`, and whether check passed.
 fn check_json(cfg: &str) -> (Value, bool) {
     let o = nbraid(&["check", "--json", cfg]);
@@ -78,7 +43,7 @@ fn check_tells_a_dirty_start_after_an_unlogged_life_as_the_start_does_it() {
     let config = dir.path().join("arrays.toml");
     std::fs::write(&config, config_text("off")).unwrap();
     let cfg = config.to_str().unwrap();
-    let data = killed_under_writes(&nbdcopy, dir.path(), &config);
+    let (data, _) = killed_under_rewrites(&nbdcopy, &config, "v", 0x0b1e_55ed);
     std::fs::write(&config, config_text("ppl")).unwrap();
     let members: Vec<_> = (0..4)
         .map(|i| dir.path().join(format!("d{i}.img")))

@@ -256,6 +256,46 @@ pub fn fill(nbdcopy: &Path, dir: &Path, uri: &str, seed: u64) -> Vec<u8> {
     data
 }
 
+/// Serves `volume` of `config` (members beside it), fills it with seeded bytes (`seed`,
+/// flushed: a write-back cache keeps no older bytes than these), then SIGKILLs the daemon
+/// while the same bytes are written again, copy after copy — so the records stay dirty and
+/// what reads back is known. The bytes, and the URI the volume is served at again (the
+/// killed daemon's socket is removed).
+pub fn killed_under_rewrites(
+    nbdcopy: &Path,
+    config: &Path,
+    volume: &str,
+    seed: u64,
+) -> (Vec<u8>, String) {
+    let dir = config.parent().expect("the config's directory");
+    let (mut d, uri) = serve(config, volume);
+    let data = fill(nbdcopy, dir, &uri, seed);
+    let src = dir.join("src.img");
+    let flushed = Command::new(nbdcopy)
+        .args(["--flush".as_ref(), src.as_os_str(), uri.as_ref()])
+        .status();
+    assert!(flushed.unwrap().success(), "flushed");
+    let mut writer = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "while {} {} '{uri}'; do :; done",
+            nbdcopy.display(),
+            src.display()
+        ))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    assert!(writer.try_wait().unwrap().is_none(), "the writer runs");
+    d.child.kill().unwrap(); // SIGKILL
+    d.child.wait().unwrap();
+    let _ = writer.kill();
+    let _ = writer.wait();
+    let _ = std::fs::remove_file(dir.join("nbd.sock"));
+    (data, uri)
+}
+
 /// Writes the whole of `volume` (its capacity as `status` says) with seeded bytes through
 /// NBD; the bytes. They stay in `src.img` in `dir` for a test that writes them again.
 pub fn fill_whole(
