@@ -22,13 +22,13 @@ use common::fio_verify::{
 };
 use common::require;
 use common::reshape_fio::{
-    ask_reshape, fail_members, kill_now, killed, load_for, member_files, move_config, reshape_done,
-    reshape_share, scrub_finds_nothing, slow_rate, start_or_refusal, status, wait_for, writer,
-    KillWhen, STREAM_32K,
+    self, ask_reshape, fail_members, kill_now, killed, load_for, member_files, move_config,
+    reshape_done, reshape_share, scrub_finds_nothing, slow_rate, start_or_refusal, status,
+    wait_for, writer, KillWhen, STREAM_32K,
 };
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// When the daemon is killed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -243,41 +243,13 @@ fn old_config_start(dir: &Path, cell: &Cell, context: &str) {
     }
 }
 
-fn run_cells(cells: Vec<Cell>) {
-    let only = std::env::var("NBRAID_FIO_RESHAPE_ONLY").unwrap_or_default();
-    let (mut failed, mut refused) = (Vec::new(), Vec::new());
-    let began = Instant::now();
-    for cell in cells {
-        if !format!("{cell:?}").contains(&only) {
-            continue;
-        }
-        eprintln!("fio_reshape_crash: {cell:?}");
-        let at = Instant::now();
-        match std::panic::catch_unwind(|| kill_mid_reshape_and_verify(&cell)) {
-            Ok(Ok(())) => eprintln!("fio_reshape_crash: passed in {:?}", at.elapsed()),
-            Ok(Err(why)) => refused.push(format!("{cell:?}: {why}")),
-            Err(_) => failed.push(format!("{cell:?}")),
-        }
-    }
-    eprintln!(
-        "fio_reshape_crash: {:?} in all; refused at the start: {}",
-        began.elapsed(),
-        refused.len()
-    );
-    for r in &refused {
-        eprintln!("  refused: {r}");
-    }
-    assert!(failed.is_empty(), "failed cells:\n{}", failed.join("\n"));
-    assert!(refused.is_empty(), "moves refused:\n{}", refused.join("\n"));
-}
-
 #[test]
 fn sigkill_mid_reshape_keeps_every_completed_write_and_parity() {
     let cells = match std::env::var_os("NBRAID_SOAK") {
         Some(_) => matrix(),
         None => few(),
     };
-    run_cells(cells);
+    reshape_fio::run_cells("fio_reshape_crash", cells, kill_mid_reshape_and_verify);
 }
 
 /// RAID 5 4 → 5 killed while copying, refused to start without a member, a member failed

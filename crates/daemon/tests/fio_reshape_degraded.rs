@@ -27,7 +27,7 @@ use common::fio_verify::{
     acked_writes, geometry, one_pass, read_back_problems, start, Geometry, Load, RANDOM,
 };
 use common::reshape_fio::{
-    ask_reshape, control, fail_members, files_mib, kill_now, killed, load_for, member_files,
+    self, ask_reshape, control, fail_members, files_mib, kill_now, killed, load_for, member_files,
     move_config, reshape_done, reshape_share, scrub_finds_nothing, slow_rate, start_forced,
     start_or_refusal, status, wait_for, writer, KillWhen, STREAM_32K,
 };
@@ -410,32 +410,16 @@ fn reshape_degraded_and_verify(cell: &Cell) {
     daemon.stop();
 }
 
-fn run_cells(cells: Vec<Cell>) {
-    let only = std::env::var("NBRAID_FIO_RESHAPE_ONLY").unwrap_or_default();
-    let mut failed = Vec::new();
-    let began = Instant::now();
-    for cell in cells {
-        if !format!("{cell:?}").contains(&only) {
-            continue;
-        }
-        eprintln!("fio_reshape_degraded: {cell:?}");
-        let at = Instant::now();
-        match std::panic::catch_unwind(|| reshape_degraded_and_verify(&cell)) {
-            Ok(()) => eprintln!("fio_reshape_degraded: passed in {:?}", at.elapsed()),
-            Err(_) => failed.push(format!("{cell:?}")),
-        }
-    }
-    eprintln!("fio_reshape_degraded: {:?} in all", began.elapsed());
-    assert!(failed.is_empty(), "failed cells:\n{}", failed.join("\n"));
-}
-
 #[test]
 fn a_degraded_reshape_keeps_every_completed_write() {
     let cells = match std::env::var_os("NBRAID_SOAK") {
         Some(_) => matrix(),
         None => few(),
     };
-    run_cells(cells);
+    reshape_fio::run_cells("fio_reshape_degraded", cells, |cell| {
+        reshape_degraded_and_verify(cell);
+        Ok(())
+    });
 }
 
 /// RAID 5 4 → 5 with a member failed mid-copy and its file gone; RAID 6 5 → 6 behind a

@@ -299,3 +299,39 @@ pub fn scrub_finds_nothing(dir: &Path, context: &str) {
         "{context}: the scrub after the reshape: {s:#}"
     );
 }
+
+/// Runs each of `cells` whose `Debug` text holds `NBRAID_FIO_RESHAPE_ONLY` (every one when
+/// unset) through `run`, each on its own (a panic fails that cell, the others still run),
+/// printing each cell's time under `name`; then fails naming every cell that panicked or
+/// whose move `run` says was refused at the start (`Err`).
+pub fn run_cells<C: std::fmt::Debug>(
+    name: &str,
+    cells: Vec<C>,
+    run: impl Fn(&C) -> Result<(), String>,
+) {
+    let only = std::env::var("NBRAID_FIO_RESHAPE_ONLY").unwrap_or_default();
+    let (mut failed, mut refused) = (Vec::new(), Vec::new());
+    let began = Instant::now();
+    for cell in cells {
+        if !format!("{cell:?}").contains(&only) {
+            continue;
+        }
+        eprintln!("{name}: {cell:?}");
+        let at = Instant::now();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&cell))) {
+            Ok(Ok(())) => eprintln!("{name}: passed in {:?}", at.elapsed()),
+            Ok(Err(why)) => refused.push(format!("{cell:?}: {why}")),
+            Err(_) => failed.push(format!("{cell:?}")),
+        }
+    }
+    eprintln!(
+        "{name}: {:?} in all; refused at the start: {}",
+        began.elapsed(),
+        refused.len()
+    );
+    for r in &refused {
+        eprintln!("  refused: {r}");
+    }
+    assert!(failed.is_empty(), "failed cells:\n{}", failed.join("\n"));
+    assert!(refused.is_empty(), "moves refused:\n{}", refused.join("\n"));
+}
