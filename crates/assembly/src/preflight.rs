@@ -26,9 +26,19 @@ use std::sync::Arc;
 pub struct Preflight {
     /// Why it would refuse volumes, one line per volume (the start fails).
     pub refusals: Vec<String>,
+    /// The names of the volumes it would refuse, in the order of `refusals`.
+    pub refused_volumes: Vec<String>,
     /// What it would say loudly while starting: members on NBD servers it could not use,
     /// volumes served degraded, damaged superblock copies.
     pub warnings: Vec<String>,
+}
+
+impl Preflight {
+    /// A start refuses volume `v`, `why` (naming it).
+    fn refuse(&mut self, v: &Volume, why: String) {
+        self.refusals.push(why);
+        self.refused_volumes.push(v.name.clone());
+    }
 }
 
 /// Why a start on `config` would refuse volumes, one line per volume (empty: it would not,
@@ -53,7 +63,7 @@ pub fn preflight(config: &Config) -> Preflight {
         };
         match start_plan_with(config, v, &probes[..v.members.len()], &remotes) {
             Err(refusal) => {
-                out.refusals.push(refusal.0);
+                out.refuse(v, refusal.0);
                 continue;
             }
             Ok(Plan::Create { .. }) => continue, // written at the next start
@@ -74,7 +84,7 @@ pub fn preflight(config: &Config) -> Preflight {
                 let ids = crate::adopt::position_ids(config, v, &added);
                 let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
                 let why = crate::beyond_tolerance::check_text(config, v, &probes, &ids, &e);
-                (out.refusals).push(format!("volume {}: superblocks refused: {why}", v.name))
+                out.refuse(v, format!("volume {}: superblocks refused: {why}", v.name))
             }
             Ok((asm, word)) => {
                 let note = crate::last_life::unlogged_note(&word, &asm.tree);
@@ -84,7 +94,7 @@ pub fn preflight(config: &Config) -> Preflight {
                     crate::read_only_check::open_refusal(config, v, &asm, (&probes, &added))
                 });
                 if let Some(why) = read_only.flatten() {
-                    out.refusals.push(why);
+                    out.refuse(v, why);
                     continue;
                 }
                 (out.warnings).extend(

@@ -114,7 +114,7 @@ fn report(
         }
         return Ok(format!("{}\n", serde_json::to_string_pretty(&v)?));
     }
-    let mut out = config.explain();
+    let mut out = config.explain_refusing(&refused(records));
     out.push_str("\nsuperblocks\n");
     for r in records {
         out.push_str(&format!("  {}: {}\n", r.volume, r.state));

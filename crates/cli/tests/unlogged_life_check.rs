@@ -76,6 +76,11 @@ fn check_tells_a_dirty_start_after_an_unlogged_life_as_the_start_does_it() {
     for part in REFUSED {
         assert!(out.contains(part), "check lacks `{part}`:\n{out}");
     }
+    // The members' table agrees with the records: the volume does not run degraded.
+    assert!(
+        out.contains("MISSING: volume v is refused at start") && !out.contains("runs degraded"),
+        "check's members' table says otherwise than its records:\n{out}"
+    );
     let (v, passed) = check_json(cfg);
     assert!(!passed, "nbraid check --json exited 0: {v:#}");
     let state = v["state"].as_str().unwrap();
@@ -93,6 +98,10 @@ fn check_tells_a_dirty_start_after_an_unlogged_life_as_the_start_does_it() {
     for part in REFUSED {
         assert!(out.contains(part), "nbraidd --check lacks `{part}`:\n{out}");
     }
+    assert!(
+        out.contains("MISSING: volume v is refused at start") && !out.contains("runs degraded"),
+        "nbraidd --check's members' table says otherwise than its refusal:\n{out}"
+    );
     let said = start_refused(&config);
     for part in REFUSED {
         assert!(

@@ -1,10 +1,10 @@
 //! What a checked config amounts to, for people (`Display`: tables) and scripts (`Serialize`).
 
-use crate::model::{Config, MemberStorage, VolumeSize, METADATA_RESERVED};
+use crate::model::{Config, MemberStorage, Volume, VolumeSize, METADATA_RESERVED};
 use crate::size::format_size;
 use crate::tree::any_node;
 use crate::write_hole;
-use nbraid_layout::{FaultTolerance, Level, Node};
+use nbraid_layout::{FaultTolerance, Level, Node, Region};
 use serde::Serialize;
 use std::fmt;
 
@@ -17,6 +17,10 @@ pub struct Summary {
     pub metadata_reserved_bytes: u64,
     pub members: Vec<MemberSummary>,
     pub volumes: Vec<VolumeSummary>,
+    /// Volumes a start refuses (their records do not assemble: [`Summary::refusing`]); the
+    /// config alone cannot tell, and scripts read it from the records' own report.
+    #[serde(skip)]
+    pub refused_volumes: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -104,104 +108,120 @@ pub struct VolumeSummary {
 
 impl Summary {
     pub fn of(config: &Config) -> Summary {
-        let mut members: Vec<MemberSummary> = config
-            .members
-            .iter()
-            .enumerate()
-            .map(|(i, m)| MemberSummary {
-                will_create: config.may_create(i),
-                id: m.id.clone(),
-                path: m.path.display().to_string(),
-                size_bytes: m.size,
-                used_bytes: 0,
-                free_bytes: m.size.saturating_sub(METADATA_RESERVED),
-                state: m.state,
-                remote: m.remote,
-                volumes: Vec::new(),
-                spare_of: config
-                    .volumes
-                    .iter()
-                    .find(|v| v.heal.spares.contains(&i))
-                    .map(|v| v.name.clone()),
-            })
+        let mut members: Vec<MemberSummary> = (0..config.members.len())
+            .map(|i| MemberSummary::of(config, i))
             .collect();
-        let mut volumes = Vec::new();
         for v in &config.volumes {
-            let level = v.level();
             for (&m, r) in v.members.iter().zip(&v.regions) {
-                let ms = &mut members[m];
-                let after = v.metadata.checksum_after_region_bytes;
-                let reserves = v.metadata.ppl_log_bytes.unwrap_or(0)
-                    + v.metadata.checksum_reserve_bytes.unwrap_or(0)
-                    + after;
-                ms.used_bytes += r.len + reserves;
-                ms.free_bytes = (config.members[m].size).saturating_sub(r.start + r.len + after);
-                if r.len > 0 {
-                    ms.volumes.push(v.name.clone());
-                }
+                members[m].add_region(config.members[m].size, v, r);
             }
-            let ids = v.member_ids(config);
-            let root = v.geometry.root();
-            let unlogged = write_hole::unlogged_groups(root, v.metadata.ppl, &ids);
-            let groups = write_hole::parity_groups(root);
-            let write_hole_note = write_hole::note(&unlogged, groups, v.metadata.ppl);
-            let shape = v.shape.as_ref();
-            let striped = shape.filter(|s| !matches!(s.level, Level::Jbod | Level::Raid1));
-            volumes.push(VolumeSummary {
-                name: v.name.clone(),
-                level,
-                tree: v.tree_text(config),
-                spans: shape.filter(|s| s.level.has_spans()).map(|s| s.spans),
-                members: v
-                    .members
-                    .iter()
-                    .zip(&v.regions)
-                    .map(|(&m, r)| VolumeMemberSummary {
-                        id: config.members[m].id.clone(),
-                        region_start_bytes: r.start,
-                        region_len_bytes: r.len,
-                    })
-                    .collect(),
-                strip_size_bytes: striped.map(|s| s.strip),
-                parity_layout: shape
-                    .filter(|s| s.level.parity() > 0)
-                    .map(|s| s.parity_layout.to_string()),
-                data_members: v.geometry.data_members(),
-                capacity_bytes: v.capacity(),
-                capacity: format_size(v.capacity()),
-                requested_bytes: match v.requested {
-                    VolumeSize::All => None,
-                    VolumeSize::Bytes(b) => Some(b),
-                },
-                full_stripe_width_bytes: v.geometry.full_stripe_width(),
-                fault_tolerance: v.geometry.fault_tolerance(),
-                read_policy: any_node(v.geometry.root(), &|n| matches!(n, Node::Mirror(_)))
-                    .then(|| v.read_policy.to_string()),
-                cache: v.cache.to_string(),
-                cache_size_bytes: v.cache.cache_bytes(),
-                has_parity: any_node(v.geometry.root(), &|n| matches!(n, Node::Parity(_))),
-                write_hole_log_bytes: v.metadata.ppl_log_bytes,
-                unlogged_parity_groups: unlogged,
-                write_hole_note,
-                read_only: v.read_only,
-                block_size: v.block_size,
-                spares: v
-                    .heal
-                    .spares
-                    .iter()
-                    .map(|&m| config.members[m].id.clone())
-                    .collect(),
-                rebuild_rate_bytes_per_s: v.heal.rebuild_rate_bytes_per_s,
-                rebuild_adaptive: v.heal.rebuild_adaptive,
-                max_read_errors: v.metadata.max_read_errors,
-            });
         }
         Summary {
             file: config.file.display().to_string(),
             listen: config.listen.iter().map(|l| l.to_string()).collect(),
             metadata_reserved_bytes: METADATA_RESERVED,
             members,
-            volumes,
+            volumes: config
+                .volumes
+                .iter()
+                .map(|v| VolumeSummary::of(config, v))
+                .collect(),
+            refused_volumes: Vec::new(),
+        }
+    }
+
+    /// The summary of a config a start refuses `volumes` of (their records do not assemble):
+    /// the members' table then says so of a member they miss, where it would otherwise say
+    /// the volume runs degraded without it.
+    pub fn refusing(mut self, volumes: &[String]) -> Summary {
+        self.refused_volumes = volumes.to_vec();
+        self
+    }
+}
+
+impl MemberSummary {
+    /// Member `i` of `config` before any volume's region is counted on it.
+    fn of(config: &Config, i: usize) -> MemberSummary {
+        let m = &config.members[i];
+        MemberSummary {
+            will_create: config.may_create(i),
+            id: m.id.clone(),
+            path: m.path.display().to_string(),
+            size_bytes: m.size,
+            used_bytes: 0,
+            free_bytes: m.size.saturating_sub(METADATA_RESERVED),
+            state: m.state,
+            remote: m.remote,
+            volumes: Vec::new(),
+            spare_of: (config.volumes.iter())
+                .find(|v| v.heal.spares.contains(&i))
+                .map(|v| v.name.clone()),
+        }
+    }
+
+    /// Volume `v`'s region `r` on this member (`size_bytes` long), with the reserves before
+    /// and after it.
+    fn add_region(&mut self, size_bytes: u64, v: &Volume, r: &Region) {
+        let m = &v.metadata;
+        let after = m.checksum_after_region_bytes;
+        let reserves = m.ppl_log_bytes.unwrap_or(0) + m.checksum_reserve_bytes.unwrap_or(0) + after;
+        self.used_bytes += r.len + reserves;
+        self.free_bytes = size_bytes.saturating_sub(r.start + r.len + after);
+        if r.len > 0 {
+            self.volumes.push(v.name.clone());
+        }
+    }
+}
+
+impl VolumeSummary {
+    fn of(config: &Config, v: &Volume) -> VolumeSummary {
+        let ids = v.member_ids(config);
+        let root = v.geometry.root();
+        let unlogged = write_hole::unlogged_groups(root, v.metadata.ppl, &ids);
+        let groups = write_hole::parity_groups(root);
+        let write_hole_note = write_hole::note(&unlogged, groups, v.metadata.ppl);
+        let shape = v.shape.as_ref();
+        let striped = shape.filter(|s| !matches!(s.level, Level::Jbod | Level::Raid1));
+        VolumeSummary {
+            name: v.name.clone(),
+            level: v.level(),
+            tree: v.tree_text(config),
+            spans: shape.filter(|s| s.level.has_spans()).map(|s| s.spans),
+            members: (v.members.iter().zip(&v.regions))
+                .map(|(&m, r)| VolumeMemberSummary {
+                    id: config.members[m].id.clone(),
+                    region_start_bytes: r.start,
+                    region_len_bytes: r.len,
+                })
+                .collect(),
+            strip_size_bytes: striped.map(|s| s.strip),
+            parity_layout: (shape.filter(|s| s.level.parity() > 0))
+                .map(|s| s.parity_layout.to_string()),
+            data_members: v.geometry.data_members(),
+            capacity_bytes: v.capacity(),
+            capacity: format_size(v.capacity()),
+            requested_bytes: match v.requested {
+                VolumeSize::All => None,
+                VolumeSize::Bytes(b) => Some(b),
+            },
+            full_stripe_width_bytes: v.geometry.full_stripe_width(),
+            fault_tolerance: v.geometry.fault_tolerance(),
+            read_policy: any_node(root, &|n| matches!(n, Node::Mirror(_)))
+                .then(|| v.read_policy.to_string()),
+            cache: v.cache.to_string(),
+            cache_size_bytes: v.cache.cache_bytes(),
+            has_parity: any_node(root, &|n| matches!(n, Node::Parity(_))),
+            write_hole_log_bytes: v.metadata.ppl_log_bytes,
+            unlogged_parity_groups: unlogged,
+            write_hole_note,
+            read_only: v.read_only,
+            block_size: v.block_size,
+            spares: (v.heal.spares.iter())
+                .map(|&m| config.members[m].id.clone())
+                .collect(),
+            rebuild_rate_bytes_per_s: v.heal.rebuild_rate_bytes_per_s,
+            rebuild_adaptive: v.heal.rebuild_adaptive,
+            max_read_errors: v.metadata.max_read_errors,
         }
     }
 }
@@ -241,7 +261,9 @@ impl fmt::Display for Summary {
         writeln!(f, "config  {}", self.file)?;
         writeln!(f, "listen  {}", self.listen.join(", "))?;
         writeln!(f)?;
-        let rows: Vec<Vec<String>> = self.members.iter().map(member_row).collect();
+        let rows: Vec<Vec<String>> = (self.members.iter())
+            .map(|m| member_row(m, &self.refused_volumes))
+            .collect();
         f.write_str(&table(
             &["MEMBER", "PATH", "SIZE", "USED", "FREE", "STATE", "VOLUMES"],
             &rows,
@@ -272,8 +294,8 @@ impl fmt::Display for Summary {
     }
 }
 
-/// A member's row of the members' table.
-fn member_row(m: &MemberSummary) -> Vec<String> {
+/// A member's row of the members' table (`refused`: the volumes a start refuses).
+fn member_row(m: &MemberSummary, refused: &[String]) -> Vec<String> {
     vec![
         m.id.clone(),
         m.path.clone(),
@@ -281,7 +303,7 @@ fn member_row(m: &MemberSummary) -> Vec<String> {
         format_size(m.used_bytes),
         format_size(m.free_bytes),
         match m.state {
-            MemberStorage::Missing => missing_text(m),
+            MemberStorage::Missing => missing_text(m, refused),
             MemberStorage::File { .. } => "file".into(),
             MemberStorage::BlockDevice { .. } => "block device".into(),
             MemberStorage::Memory => "memory (lost at exit)".into(),
@@ -297,8 +319,10 @@ fn member_row(m: &MemberSummary) -> Vec<String> {
 
 /// What a missing member's absence means: a new one is created; a spare's absence costs no
 /// redundancy, only the stand-in (`nbraid add` takes it once its device is there); a
-/// volume's member is missed by its volumes; one no volume uses is missed by nothing.
-fn missing_text(m: &MemberSummary) -> String {
+/// volume's member is missed by its volumes — each runs degraded without it, unless a start
+/// refuses the volume (`refused`: its records do not assemble, e.g. past its tolerance or
+/// after a crash no log covers); one no volume uses is missed by nothing.
+fn missing_text(m: &MemberSummary, refused: &[String]) -> String {
     match &m.spare_of {
         _ if m.will_create => "missing: created sparse on assembly".into(),
         Some(v) => format!(
@@ -306,10 +330,29 @@ fn missing_text(m: &MemberSummary) -> String {
             m.id
         ),
         None if m.volumes.is_empty() => "missing: no volume uses it".into(),
-        None => match m.volumes.as_slice() {
-            [v] => format!("MISSING: volume {v} runs degraded without it"),
-            vs => format!("MISSING: volumes {} run degraded without it", vs.join(", ")),
-        },
+        None => {
+            let (stopped, degraded): (Vec<&String>, Vec<&String>) =
+                (m.volumes.iter()).partition(|v| refused.contains(v));
+            let mut said = Vec::new();
+            if !degraded.is_empty() {
+                said.push(volumes_then(&degraded, "runs", "run") + " degraded without it");
+            }
+            if !stopped.is_empty() {
+                said.push(
+                    volumes_then(&stopped, "is", "are") + " refused at start (see why below)",
+                );
+            }
+            format!("MISSING: {}", said.join("; "))
+        }
+    }
+}
+
+/// "volume v runs" or "volumes v, w run".
+fn volumes_then(volumes: &[&String], one: &str, many: &str) -> String {
+    let names: Vec<&str> = volumes.iter().map(|v| v.as_str()).collect();
+    match names.as_slice() {
+        [v] => format!("volume {v} {one}"),
+        vs => format!("volumes {} {many}", vs.join(", ")),
     }
 }
 
@@ -409,6 +452,12 @@ impl Config {
     pub fn explain(&self) -> String {
         self.summary().to_string()
     }
+
+    /// [`Config::explain`] for a start that refuses `volumes` (the checks read the records:
+    /// [`Summary::refusing`]).
+    pub fn explain_refusing(&self, volumes: &[String]) -> String {
+        self.summary().refusing(volumes).to_string()
+    }
 }
 
 #[cfg(test)]
@@ -421,7 +470,7 @@ mod tests {
             Some(_) => vec![],
             None => vec!["v".into()],
         };
-        missing_in(id, spare_of, will_create, volumes)
+        missing_in(id, spare_of, will_create, volumes, &[])
     }
 
     /// [`missing_state`] of a member that `volumes` use.
@@ -430,6 +479,7 @@ mod tests {
         spare_of: Option<&str>,
         will_create: bool,
         volumes: Vec<String>,
+        refused: &[String],
     ) -> String {
         let m = MemberSummary {
             id: id.into(),
@@ -443,7 +493,7 @@ mod tests {
             volumes,
             spare_of: spare_of.map(Into::into),
         };
-        member_row(&m).swap_remove(5)
+        member_row(&m, refused).swap_remove(5)
     }
 
     /// An absent spare leaves its volume as redundant as it was: it only stands by for
@@ -458,12 +508,35 @@ mod tests {
         assert!(!spare.contains("degraded"), "{spare}");
         let member = missing_state("d0", None, false);
         assert_eq!(member, "MISSING: volume v runs degraded without it");
-        let shared = missing_in("d0", None, false, vec!["v".into(), "w".into()]);
+        let shared = missing_in("d0", None, false, vec!["v".into(), "w".into()], &[]);
         assert_eq!(shared, "MISSING: volumes v, w run degraded without it");
         // Declared, used by no volume: nothing runs degraded for it.
-        let unused = missing_in("d9", None, false, vec![]);
+        let unused = missing_in("d9", None, false, vec![], &[]);
         assert_eq!(unused, "missing: no volume uses it");
         let new = missing_state("d1", None, true);
         assert_eq!(new, "missing: created sparse on assembly");
+    }
+
+    /// A volume a start refuses does not run degraded without its missing member: it does
+    /// not run. Before, the table said "runs degraded" beside the records' "refused".
+    #[test]
+    fn a_member_of_a_refused_volume_is_not_said_to_leave_it_degraded() {
+        let refused = ["v".to_string()];
+        let alone = missing_in("d0", None, false, vec!["v".into()], &refused);
+        assert_eq!(
+            alone,
+            "MISSING: volume v is refused at start (see why below)"
+        );
+        let both = missing_in("d0", None, false, vec!["v".into(), "w".into()], &refused);
+        assert_eq!(
+            both,
+            "MISSING: volume w runs degraded without it; volume v is refused at start (see why below)"
+        );
+        let all = ["v".to_string(), "w".to_string()];
+        let none_run = missing_in("d0", None, false, vec!["v".into(), "w".into()], &all);
+        assert_eq!(
+            none_run,
+            "MISSING: volumes v, w are refused at start (see why below)"
+        );
     }
 }

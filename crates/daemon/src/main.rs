@@ -46,10 +46,10 @@ fn main() -> ExitCode {
 fn run(args: &Args) -> Result<()> {
     if args.check {
         let config = nbraid_assembly::pins::load(&args.config)?;
-        print!("{}", config.explain());
         // A config the start would refuse fails the check (superblocks read, not locked;
         // remote members' through NBD, as the start reads them).
         let mut found = nbraid_assembly::preflight::preflight(&config);
+        print!("{}", config.explain_refusing(&found.refused_volumes));
         // The certificates as the start loads them: a key that is not the certificate's,
         // a file that is not PEM, refuse the start as a missing file does.
         if let Err(e) = nbraid_daemon::serve::server_tls(&config) {
