@@ -134,6 +134,5 @@ fn a_rebuild_stopped_by_a_bad_sector_names_the_bytes_and_finishes_once_they_are_
     let got = read_out(&nbdcopy, d, &uri);
     assert!(got[..data.len()] == data[..], "the spare holds every byte");
     daemon.stop();
-    let _ = kit.kill();
-    let _ = kit.wait();
+    common::stop_nbdkit(&mut kit);
 }

@@ -517,6 +517,19 @@ pub fn member_files<const N: usize>(dir: &Path, names: [&str; N]) -> [PathBuf; N
     })
 }
 
+/// Stops an nbdkit from [`nbdkit_export`]: SIGTERM first, so the `sh` plugin's temporary
+/// directory goes with it (a SIGKILL left it in /tmp); SIGKILL after 5 s.
+pub fn stop_nbdkit(kit: &mut Child) {
+    // SAFETY: kill(2) on our own child's pid, which `wait` below has not reaped yet.
+    unsafe { libc::kill(kit.id() as libc::pid_t, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while matches!(kit.try_wait(), Ok(None)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = kit.kill();
+    let _ = kit.wait();
+}
+
 /// `nbdkit --unix sock ARGS…` (a plugin and its arguments), once it accepts connections;
 /// it exits with the test.
 pub fn nbdkit_export(sock: &Path, args: &[&std::ffi::OsStr]) -> Child {

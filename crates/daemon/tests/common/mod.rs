@@ -361,7 +361,7 @@ impl Drop for Daemon {
 }
 
 /// nbdkit serving `plugin_args` (a plugin, its filters and parameters) on the Unix socket
-/// `sock`; SIGKILLed on drop.
+/// `sock`; stopped on drop.
 pub struct Nbdkit(pub Child);
 
 impl Nbdkit {
@@ -391,7 +391,15 @@ impl Nbdkit {
 }
 
 impl Drop for Nbdkit {
+    /// SIGTERM first: the `sh` plugin's temporary directory goes with it (a SIGKILL left it
+    /// in /tmp); SIGKILL if it has not exited within 5 s.
     fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid, which `wait` below has not reaped yet.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
