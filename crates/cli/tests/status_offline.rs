@@ -93,3 +93,39 @@ fn status_without_a_daemon_says_what_it_cannot_tell_of_members_on_nbd_servers() 
         "{out}"
     );
 }
+
+/// Members grown while no daemon runs move where the config alone would place the volume's
+/// region (a 2 GiB member gets the 8 MiB log reserve a 512 MiB one does not); the start and
+/// `nbraid check` read the config pinned to the records and serve it healthy. Before,
+/// status without a daemon read the config unpinned and said the volume was refused.
+#[test]
+fn status_without_a_daemon_reads_the_config_as_the_start_does_after_members_grew() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = "[daemon]\nlisten = [\"unix:nbd.sock\"]\ncontrol = \"ctl.sock\"\n".to_string();
+    for id in ["d0", "d1", "d2"] {
+        text += &format!("[[member]]\nid = \"{id}\"\npath = \"{id}.img\"\n");
+    }
+    text += "[[volume]]\nname = \"v\"\nlevel = \"raid5\"\nmembers = [\"d0\", \"d1\", \"d2\"]\n";
+    let file = dir.path().join("arrays.toml");
+    std::fs::write(&file, text).unwrap();
+    let cfg = file.to_str().unwrap();
+    let sized = |len_bytes: u64| {
+        for id in ["d0", "d1", "d2"] {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(dir.path().join(format!("{id}.img")))
+                .unwrap();
+            f.set_len(len_bytes).unwrap();
+        }
+    };
+    sized(512 << 20);
+    ok(nbraid(&["create", "--config", cfg]), "create");
+    sized(2 << 30);
+    let (success, out, _) = status(cfg, false);
+    assert!(!success, "no daemon: still a failure");
+    assert!(out.contains("  v: healthy\n"), "{out}");
+    assert!(!out.contains("refused"), "{out}");
+    assert!(out.contains("grew"), "the growth is named: {out}");
+}

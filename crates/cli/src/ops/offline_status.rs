@@ -45,7 +45,9 @@ pub(super) fn not_serving(
     json: bool,
     why: &anyhow::Error,
 ) -> anyhow::Error {
-    let config = match nbraid_config::load(config_file) {
+    // Pinned to the records, as `nbraid check` and the start load it: a member grown while
+    // stopped moves the config's own placement, not the volume's.
+    let config = match nbraid_assembly::pins::load(config_file) {
         Ok(c) => c,
         Err(e) => return anyhow::Error::new(e).context(format!("{why:#}")),
     };

@@ -31,7 +31,7 @@ pub(super) fn run(
     };
     let req = Request::Status { volume };
     // The config at hand, to word the daemon's notes as it names the members.
-    let config = (target.config.as_deref()).and_then(|f| nbraid_config::load(f).ok());
+    let config = (target.config.as_deref()).and_then(|f| nbraid_assembly::pins::load(f).ok());
     let call = |c: &mut Client| -> Result<Value> {
         let mut v = c.call(&req)?;
         if let Some(config) = &config {
