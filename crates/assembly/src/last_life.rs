@@ -8,7 +8,7 @@
 
 use nbraid_config::{Config, MemberStorage, Volume};
 use nbraid_core::member::Member;
-use nbraid_core::metadata::{AssembleError, Assembly, Probe};
+use nbraid_core::metadata::{resync_order, Absence, AssembleError, Assembly, Probe, ResyncOrder};
 use nbraid_core::ppl::{last_life_of, LastLife};
 use nbraid_core::MemoryMember;
 use nbraid_layout::Node;
@@ -70,7 +70,7 @@ fn word(
 /// assembly from the superblocks, over `tree`, `probes` and `added` as
 /// `nbraid_core::metadata::assemble_as_started` took them, `ids` the members' config ids):
 /// after a life that did not log, assembled again as a dirty start without the log — a role
-/// out that parity rebuilds refused. With the word, for the notes ([`unlogged_note`]).
+/// out that parity rebuilds refused. With the word, for the notes ([`resync_note`]).
 pub fn as_started(
     config: &Config,
     v: &Volume,
@@ -108,22 +108,93 @@ fn read_ring(path: &std::path::Path, (offset, len): (u64, u64)) -> Option<Ring> 
     Some((Arc::new(copy) as Arc<dyn Member>, (0, len)))
 }
 
-/// What the start does after a crash the rings say was not logged, once it may start
-/// (every role the volume's parity rebuilds is there): `None` where the rings do not
-/// change what it does (nor over a tree without parity, `tree`).
-pub fn unlogged_note(word: &Word, tree: &Node) -> Option<String> {
-    note_over(word, !nbraid_core::ppl::parity_groups(tree).is_empty())
+/// What a start of volume `v` assembled as `asm` does about a crash or a stale member, in a
+/// sentence, by the start's own rule (`nbraid_core::metadata::resync_order`): whether it
+/// replays the log, what it resyncs, and whether before serving or in the background, and
+/// why. `None`: nothing to resync (clean, no stale member), or a read-only or mid-reshape
+/// start (their own rules say what they do). `probes` give the records (the bitmap).
+pub fn resync_note(
+    config: &Config,
+    v: &Volume,
+    (asm, probes): (&Assembly, &[Probe]),
+    word: &Word,
+) -> Option<String> {
+    let stale = (asm.roles.iter()).any(|r| matches!(r, Err(Absence::Stale { .. })));
+    if (asm.clean && !stale) || v.read_only || asm.reshape.is_some() {
+        return None;
+    }
+    let has_parity = !nbraid_core::ppl::parity_groups(&asm.tree).is_empty();
+    if let (Word::NotRead(id), true) = (word, has_parity) {
+        return Some(format!(
+            "not shut down cleanly: whether the life that stopped logged its writes is in the write-hole log's rings, and {id}'s is on an NBD server, not read here; if it did not, the start resyncs before serving and refuses a member missing unless forced"
+        ));
+    }
+    let ids = v.member_ids(config);
+    let not_covered = nbraid_config::write_hole::unlogged_groups(&asm.tree, v.metadata.ppl, &ids);
+    let life_unlogged = matches!(word, Word::Said(last) if !last.logged());
+    let logged = not_covered.is_empty() && !life_unlogged;
+    let recorded = |p: &Probe| match p {
+        Probe::Superblock(sb, _) => {
+            (sb.volumes.iter()).any(|r| r.name == v.name && r.bitmap.is_some())
+        }
+        _ => false,
+    };
+    let start = StartResync {
+        clean: asm.clean,
+        replays_log: has_parity && logged,
+        bitmap: probes.iter().any(recorded),
+        order: resync_order(&asm.tree, logged, stale, !asm.rebuilding.is_empty()),
+        life_unlogged,
+        log_off: !v.metadata.ppl,
+        not_covered,
+    };
+    Some(start.text())
 }
 
-fn note_over(word: &Word, has_parity: bool) -> Option<String> {
-    match word {
-        Word::Said(last) if !last.logged() && has_parity => Some(
-            "not shut down cleanly, and the write-hole log's rings do not say the life that stopped logged its writes (it ran with write_hole = \"off\" or mid-reshape, or was run by an nbraid that does not say): no log replay covers the rows its crash may have torn, so the start resyncs them before serving, as without the log; a member missing now would be refused unless forced".into(),
-        ),
-        Word::NotRead(id) if has_parity => Some(format!(
-            "not shut down cleanly: whether the life that stopped logged its writes is in the write-hole log's rings, and {id}'s is on an NBD server, not read here; if it did not, the start resyncs before serving and refuses a member missing unless forced"
-        )),
-        _ => None,
+/// What a start resyncs, and when: [`resync_note`]'s facts.
+struct StartResync {
+    /// Shut down cleanly (then only a stale member is resynced).
+    clean: bool,
+    /// The log's entries are replayed first (parity, every group logged, a life that logged).
+    replays_log: bool,
+    /// The records keep a write-intent bitmap (else the whole volume is resynced).
+    bitmap: bool,
+    order: ResyncOrder,
+    /// The rings say the life that stopped did not log.
+    life_unlogged: bool,
+    /// `write_hole = "off"`.
+    log_off: bool,
+    /// Parity groups the log does not cover, in the tree's notation.
+    not_covered: Vec<String>,
+}
+
+impl StartResync {
+    fn text(&self) -> String {
+        let head = match (self.clean, self.replays_log) {
+            (true, _) => "a member missed writes while out (stale): the start resyncs",
+            (false, true) => {
+                "not shut down cleanly: the start replays the write-hole log, then resyncs"
+            }
+            (false, false) => "not shut down cleanly: the start resyncs",
+        };
+        let what = match self.bitmap {
+            true => "the regions the write-intent bitmap marks",
+            false => "the whole volume (it has no write-intent bitmap)",
+        };
+        let when = match self.order {
+            ResyncOrder::Background => {
+                "in the background while serving (`nbraid status` shows its progress)".to_string()
+            }
+            ResyncOrder::BeforeServingRebuilding => "before serving: a member is being rebuilt, and it is trusted below its checkpoint only once the resync rewrote those regions onto it".into(),
+            ResyncOrder::BeforeServingStale => "before serving: a stale member's chunks are rebuilt from parity the crash may have torn".into(),
+            ResyncOrder::BeforeServingUnlogged if self.life_unlogged => "before serving: the write-hole log's rings do not say the life that stopped logged its writes (it ran with write_hole = \"off\" or mid-reshape, or was run by an nbraid that does not say), so no log replay covers the rows its crash may have torn, as without the log; a member missing now would be refused unless forced".into(),
+            ResyncOrder::BeforeServingUnlogged if self.log_off => "before serving: with write_hole = \"off\" no log says which rows the crash may have torn".into(),
+            ResyncOrder::BeforeServingUnlogged => format!(
+                "before serving: the write-hole log does not cover {}",
+                self.not_covered.join(", ")
+            ),
+        };
+        format!("{head} {what} {when}")
     }
 }
 
@@ -131,15 +202,62 @@ fn note_over(word: &Word, has_parity: bool) -> Option<String> {
 mod tests {
     use super::*;
 
+    fn dirty(order: ResyncOrder) -> StartResync {
+        StartResync {
+            clean: false,
+            replays_log: order == ResyncOrder::Background,
+            bitmap: true,
+            order,
+            life_unlogged: false,
+            log_off: false,
+            not_covered: Vec::new(),
+        }
+    }
+
     #[test]
-    fn only_an_unlogged_word_over_parity_says_the_resync_comes_first() {
-        let note = note_over(&Word::Said(LastLife::Unlogged), true).unwrap();
-        assert!(note.contains("resyncs them before serving"), "{note}");
-        assert!(note_over(&Word::Said(LastLife::Unknown), true).is_some());
-        assert_eq!(note_over(&Word::Said(LastLife::Logged), true), None);
-        assert_eq!(note_over(&Word::Said(LastLife::Unlogged), false), None);
-        assert_eq!(note_over(&Word::NotAsked, true), None);
-        let remote = note_over(&Word::NotRead("r1".into()), true).unwrap();
-        assert!(remote.contains("r1's is on an NBD server"), "{remote}");
+    fn a_dirty_start_says_what_it_resyncs_and_when_by_the_starts_own_order() {
+        let logged = dirty(ResyncOrder::Background).text();
+        assert_eq!(logged, "not shut down cleanly: the start replays the write-hole log, then resyncs the regions the write-intent bitmap marks in the background while serving (`nbraid status` shows its progress)");
+        let unlogged = StartResync {
+            life_unlogged: true,
+            ..dirty(ResyncOrder::BeforeServingUnlogged)
+        };
+        let text = unlogged.text();
+        assert!(
+            text.starts_with("not shut down cleanly: the start resyncs the regions"),
+            "{text}"
+        );
+        assert!(
+            text.contains("before serving: the write-hole log's rings do not say"),
+            "{text}"
+        );
+        let off = StartResync {
+            log_off: true,
+            bitmap: false,
+            ..dirty(ResyncOrder::BeforeServingUnlogged)
+        };
+        assert!(off.text().contains("the whole volume (it has no write-intent bitmap) before serving: with write_hole = \"off\""), "{}", off.text());
+        let nested = StartResync {
+            not_covered: vec!["raid5(m0 m1 m2)".into()],
+            ..dirty(ResyncOrder::BeforeServingUnlogged)
+        };
+        assert!(nested
+            .text()
+            .ends_with("the write-hole log does not cover raid5(m0 m1 m2)"));
+        let stale = StartResync {
+            clean: true,
+            ..dirty(ResyncOrder::BeforeServingStale)
+        };
+        assert!(stale
+            .text()
+            .starts_with("a member missed writes while out (stale)"));
+        assert!(stale
+            .text()
+            .contains("before serving: a stale member's chunks"));
+        let rebuilding = dirty(ResyncOrder::BeforeServingRebuilding).text();
+        assert!(
+            rebuilding.contains("before serving: a member is being rebuilt"),
+            "{rebuilding}"
+        );
     }
 }

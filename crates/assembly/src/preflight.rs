@@ -87,7 +87,7 @@ pub fn preflight(config: &Config) -> Preflight {
                 out.refuse(v, format!("volume {}: superblocks refused: {why}", v.name))
             }
             Ok((asm, word)) => {
-                let note = crate::last_life::unlogged_note(&word, &asm.tree);
+                let note = crate::last_life::resync_note(config, v, (&asm, &probes), &word);
                 out.warnings
                     .extend(note.map(|n| format!("volume {}: {n}", v.name)));
                 let read_only = v.read_only.then(|| {

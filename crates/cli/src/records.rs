@@ -138,7 +138,8 @@ fn volume(
         }
     };
     roles(config, v, (&probes, &added), &asm, &mut r);
-    r.notes.extend(last_life::unlogged_note(&word, &asm.tree));
+    r.notes
+        .extend(last_life::resync_note(config, v, (&asm, &probes), &word));
     r.notes.extend(checksum_note(v, &probes[..n]));
     // A setting the records keep otherwise (the config is loaded pinned to them).
     let fixed = nbraid_assembly::settings::fixed_at_create(v);

@@ -54,16 +54,19 @@ fn check_tells_a_dirty_start_after_an_unlogged_life_as_the_start_does_it() {
     let out = ok(nbraid(&["check", cfg]), "check, every member there");
     assert!(out.contains("  v: healthy"), "{out}");
     assert!(
-        out.contains("the start resyncs them before serving"),
+        out.contains("before serving: the write-hole log's rings do not say"),
         "check says nothing of the resync before serving:\n{out}"
     );
     let (v, passed) = check_json(cfg);
     assert!(passed, "{v:#}");
     let notes = v["notes"].to_string();
-    assert!(notes.contains("resyncs them before serving"), "{v:#}");
+    assert!(
+        notes.contains("before serving: the write-hole log's rings do not say"),
+        "{v:#}"
+    );
     let out = ok(nbraidd(&["--config", cfg, "--check"]), "nbraidd --check");
     assert!(
-        out.contains("resyncs them before serving"),
+        out.contains("before serving: the write-hole log's rings do not say"),
         "nbraidd --check says nothing of the resync before serving:\n{out}"
     );
 

@@ -72,6 +72,7 @@ pub use replace_resume::ResumedReplacement;
 pub use reshape::{BackupWindow, ReshapeRecord};
 pub use reshape_areas::NewShape;
 pub use reshape_run::start_preview as reshape_start_preview;
+pub use resync::{resync_order, ResyncOrder};
 pub use spare_list::forget_added_path_offline;
 pub use spares::{assign_spares, SpareChoice};
 

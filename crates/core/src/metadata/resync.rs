@@ -128,10 +128,40 @@ pub(super) fn every_group_logged(root: &Node, setup: Option<&crate::ppl::PplSetu
     })
 }
 
-/// Whether a volume over `root` may serve before its resync (see the module docs): no role
-/// being rebuilt, and mirrors only, or every parity group logged and no stale member.
+/// When a start that must resync (unclean, or a stale member) serves, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResyncOrder {
+    /// Serves at once; the resync runs in the background.
+    Background,
+    /// Resyncs first: a role is being rebuilt.
+    BeforeServingRebuilding,
+    /// Resyncs first: a parity group's torn rows are not all in the log (no log, a group
+    /// it does not cover, or a life that did not log).
+    BeforeServingUnlogged,
+    /// Resyncs first: a stale member of a parity volume.
+    BeforeServingStale,
+}
+
+/// [`ResyncOrder`] of a volume over `root` (see the module docs): no role being rebuilt, and
+/// mirrors only, or every parity group logged (`logged`) and no stale member (`stale`).
+/// The one rule: the start decides by it and both checks say it.
+pub fn resync_order(root: &Node, logged: bool, stale: bool, rebuilding: bool) -> ResyncOrder {
+    if rebuilding {
+        ResyncOrder::BeforeServingRebuilding
+    } else if mirrors_only(root) {
+        ResyncOrder::Background
+    } else if !logged {
+        ResyncOrder::BeforeServingUnlogged
+    } else if stale {
+        ResyncOrder::BeforeServingStale
+    } else {
+        ResyncOrder::Background
+    }
+}
+
+/// Whether a volume over `root` may serve before its resync ([`resync_order`]).
 fn serves_before_resync(root: &Node, logged: bool, stale: bool, rebuilding: bool) -> bool {
-    !rebuilding && (mirrors_only(root) || (logged && !stale))
+    resync_order(root, logged, stale, rebuilding) == ResyncOrder::Background
 }
 
 impl BackgroundResync {
@@ -393,5 +423,27 @@ mod tests {
         assert!(every_group_logged(&mirrored, Some(&setup(6, 1 << 20))));
         assert!(serves_before_resync(&mirrored, true, false, false));
         assert!(!serves_before_resync(&mirrored, true, true, false));
+    }
+
+    #[test]
+    fn the_order_names_why_a_resync_comes_before_serving() {
+        use nbraid_layout::ParityLayout;
+        let m = |i| Node::member(i, 1 << 20, 4 << 20);
+        let r5 =
+            Node::parity(64 << 10, 1, ParityLayout::default(), vec![m(0), m(1), m(2)]).unwrap();
+        let r1 = Node::mirror(vec![m(0), m(1)]).unwrap();
+        use ResyncOrder::*;
+        assert_eq!(resync_order(&r5, true, false, false), Background);
+        assert_eq!(resync_order(&r5, false, true, false), BeforeServingUnlogged);
+        assert_eq!(resync_order(&r5, true, true, false), BeforeServingStale);
+        assert_eq!(
+            resync_order(&r5, true, false, true),
+            BeforeServingRebuilding
+        );
+        assert_eq!(resync_order(&r1, false, true, false), Background);
+        assert_eq!(
+            resync_order(&r1, false, false, true),
+            BeforeServingRebuilding
+        );
     }
 }
