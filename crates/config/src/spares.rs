@@ -20,8 +20,9 @@
 use super::error::{ErrorKind, Problem};
 use super::raw::{RawSize, RawVolume};
 use super::size::{format_size, format_size_exact, no_unit, parse_rate, SIZE_UNITS_HELP};
-use crate::model::{Member, Volume};
+use crate::model::{HealOptions, Member, Volume};
 use serde_spanned::Spanned;
+use std::ops::Range;
 
 /// Fills every volume's [`HealOptions`](crate::model::HealOptions) from its raw table (`raw[k]` is `volumes[k]`).
 pub(crate) fn resolve(
@@ -29,98 +30,204 @@ pub(crate) fn resolve(
     volumes: &mut [Volume],
     members: &[Member],
 ) -> Result<(), Problem> {
-    // Which volume each member is a spare of, with the name's span.
-    let mut spare_of: Vec<Option<usize>> = vec![None; members.len()];
+    let mut stand_by = StandBy::new(members.len());
     for (k, rv) in raw.iter().enumerate() {
         let who = format!("volume \"{}\"", volumes[k].name);
-        let heal = &mut volumes[k].heal;
-        match &rv.rebuild_rate {
-            None => {}
-            Some(r) if is_adaptive(r.get_ref()) => heal.rebuild_adaptive = true,
-            Some(r) => heal.rebuild_rate_bytes_per_s = rate(r, &who)?,
-        }
+        resolve_rate(rv.rebuild_rate.as_ref(), &mut volumes[k].heal, &who)?;
         let Some(list) = &rv.spares else { continue };
-        if !list.get_ref().is_empty() && volumes[k].geometry.fault_tolerance().best == 0 {
-            return Err(Problem::new(
-                list.span(),
-                ErrorKind::Option,
-                format!(
-                    "{who}: spares do not apply to {} (it has no redundancy: nothing can be \
-                     rebuilt onto a spare); remove spares, or use a level with redundancy",
-                    match volumes[k].level() {
-                        Some(l) => l.to_string(),
-                        None => "this tree".to_string(),
-                    }
-                ),
-            ));
+        if !list.get_ref().is_empty() {
+            require_redundancy(&volumes[k], list.span(), &who)?;
         }
-        let need = volumes[k]
-            .regions
-            .iter()
-            .map(|r| r.start + r.len)
-            .max()
-            .unwrap_or(0);
+        let need_bytes = members_need_bytes(&volumes[k]);
         for s in list.get_ref() {
             let id = s.get_ref();
-            let at = |kind, msg: String| Err(Problem::new(s.span(), kind, format!("{who}: {msg}")));
-            let Some(m) = members.iter().position(|x| &x.id == id) else {
-                let defined: Vec<&str> = members.iter().map(|x| x.id.as_str()).collect();
-                return at(
-                    ErrorKind::UnknownMember,
-                    format!(
-                        "spares: unknown member \"{id}\"; defined members: {}",
-                        defined.join(", ")
-                    ),
-                );
-            };
-            if volumes[k].heal.spares.contains(&m) {
-                return at(
-                    ErrorKind::Duplicate,
-                    format!("spares: member \"{id}\" is listed twice"),
-                );
-            }
-            if let Some(user) = volumes.iter().find(|v| v.members.contains(&m)) {
-                let why = if user.name == volumes[k].name {
-                    "is one of its members; a spare stands by outside the volume".to_string()
-                } else {
-                    format!(
-                        "is a member of volume \"{}\"; a spare must be a whole member no volume uses",
-                        user.name
-                    )
-                };
-                return at(
-                    ErrorKind::Duplicate,
-                    format!("spares: member \"{id}\" {why}"),
-                );
-            }
-            if let Some(other) = spare_of[m] {
-                return at(
-                    ErrorKind::Duplicate,
-                    format!(
-                        "spares: member \"{id}\" is already a spare of volume \"{}\"; a spare \
-                         stands by for one volume",
-                        volumes[other].name
-                    ),
-                );
-            }
-            if members[m].size < need {
-                return at(
-                    ErrorKind::Size,
-                    format!(
-                        "spares: member \"{id}\" has {} ({} bytes); the volume's members need {} \
-                         (size = \"{}\" or more)",
-                        format_size(members[m].size),
-                        members[m].size,
-                        format_size(need),
-                        format_size_exact(need)
-                    ),
-                );
-            }
-            spare_of[m] = Some(k);
+            let m = (stand_by.take(k, id, need_bytes, volumes, members)).map_err(|refusal| {
+                let msg = format!("{who}: spares: {}", refusal.text(id));
+                Problem::new(s.span(), refusal.kind(), msg)
+            })?;
             volumes[k].heal.spares.push(m);
         }
     }
     Ok(())
+}
+
+/// `rebuild_rate` into `heal`: adaptive, a limit, or (absent) left as it is.
+fn resolve_rate(
+    raw: Option<&Spanned<RawSize>>,
+    heal: &mut HealOptions,
+    who: &str,
+) -> Result<(), Problem> {
+    match raw {
+        None => {}
+        Some(r) if is_adaptive(r.get_ref()) => heal.rebuild_adaptive = true,
+        Some(r) => heal.rebuild_rate_bytes_per_s = rate(r, who)?,
+    }
+    Ok(())
+}
+
+/// Refuses spares (listed at `at`) on a volume with no redundancy: nothing could be rebuilt
+/// onto them.
+fn require_redundancy(v: &Volume, at: Range<usize>, who: &str) -> Result<(), Problem> {
+    if v.geometry.fault_tolerance().best > 0 {
+        return Ok(());
+    }
+    let level = match v.level() {
+        Some(l) => l.to_string(),
+        None => "this tree".to_string(),
+    };
+    Err(Problem::new(
+        at,
+        ErrorKind::Option,
+        format!(
+            "{who}: spares do not apply to {level} (it has no redundancy: nothing can be \
+             rebuilt onto a spare); remove spares, or use a level with redundancy"
+        ),
+    ))
+}
+
+/// The size a spare of volume `v` needs: the end of its furthest region on a member.
+fn members_need_bytes(v: &Volume) -> u64 {
+    v.regions.iter().map(|r| r.start + r.len).max().unwrap_or(0)
+}
+
+/// Which volume each member stands by for, as the volumes' spares are taken in order.
+struct StandBy {
+    /// By member index: the volume it is a spare of.
+    spare_of: Vec<Option<usize>>,
+}
+
+impl StandBy {
+    fn new(member_count: usize) -> StandBy {
+        StandBy {
+            spare_of: vec![None; member_count],
+        }
+    }
+
+    /// Takes member `id` as a spare of `volumes[k]` (whose members need `need_bytes`): its
+    /// index, or why it cannot stand by for that volume.
+    fn take<'a>(
+        &mut self,
+        k: usize,
+        id: &str,
+        need_bytes: u64,
+        volumes: &'a [Volume],
+        members: &'a [Member],
+    ) -> Result<usize, Refusal<'a>> {
+        let Some(m) = members.iter().position(|x| x.id == id) else {
+            let defined = members.iter().map(|x| x.id.as_str()).collect();
+            return Err(Refusal::UnknownMember { defined });
+        };
+        let candidate = Candidate {
+            listed: volumes[k].heal.spares.contains(&m),
+            member_of: (volumes.iter().find(|v| v.members.contains(&m))).map(|v| v.name.as_str()),
+            spare_of: self.spare_of[m].map(|o| volumes[o].name.as_str()),
+            size_bytes: members[m].size,
+        };
+        if let Some(refusal) = refusal(&volumes[k].name, &candidate, need_bytes) {
+            return Err(refusal);
+        }
+        self.spare_of[m] = Some(k);
+        Ok(m)
+    }
+}
+
+/// What the tables say about a member named as a spare of one volume.
+struct Candidate<'a> {
+    /// Already among that volume's spares.
+    listed: bool,
+    /// The volume that takes a region of it, if one does.
+    member_of: Option<&'a str>,
+    /// The volume it already stands by for, if any.
+    spare_of: Option<&'a str>,
+    size_bytes: u64,
+}
+
+/// Why a member cannot be a spare of a volume.
+#[derive(Debug, PartialEq, Eq)]
+enum Refusal<'a> {
+    UnknownMember {
+        defined: Vec<&'a str>,
+    },
+    ListedTwice,
+    /// One of the volume's own members.
+    OwnMember,
+    MemberOf {
+        volume: &'a str,
+    },
+    SpareOf {
+        volume: &'a str,
+    },
+    TooSmall {
+        size_bytes: u64,
+        need_bytes: u64,
+    },
+}
+
+/// The first rule `c` breaks as a spare of volume `volume` whose members need `need_bytes`
+/// (`None`: it may stand by for it).
+fn refusal<'a>(volume: &str, c: &Candidate<'a>, need_bytes: u64) -> Option<Refusal<'a>> {
+    if c.listed {
+        return Some(Refusal::ListedTwice);
+    }
+    match c.member_of {
+        Some(user) if user == volume => return Some(Refusal::OwnMember),
+        Some(user) => return Some(Refusal::MemberOf { volume: user }),
+        None => {}
+    }
+    if let Some(other) = c.spare_of {
+        return Some(Refusal::SpareOf { volume: other });
+    }
+    (c.size_bytes < need_bytes).then_some(Refusal::TooSmall {
+        size_bytes: c.size_bytes,
+        need_bytes,
+    })
+}
+
+impl Refusal<'_> {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            Refusal::UnknownMember { .. } => ErrorKind::UnknownMember,
+            Refusal::TooSmall { .. } => ErrorKind::Size,
+            Refusal::ListedTwice
+            | Refusal::OwnMember
+            | Refusal::MemberOf { .. }
+            | Refusal::SpareOf { .. } => ErrorKind::Duplicate,
+        }
+    }
+
+    /// For people, after "spares: ", of member `id`.
+    fn text(&self, id: &str) -> String {
+        match self {
+            Refusal::UnknownMember { defined } => {
+                format!(
+                    "unknown member \"{id}\"; defined members: {}",
+                    defined.join(", ")
+                )
+            }
+            Refusal::ListedTwice => format!("member \"{id}\" is listed twice"),
+            Refusal::OwnMember => format!(
+                "member \"{id}\" is one of its members; a spare stands by outside the volume"
+            ),
+            Refusal::MemberOf { volume } => format!(
+                "member \"{id}\" is a member of volume \"{volume}\"; a spare must be a whole \
+                 member no volume uses"
+            ),
+            Refusal::SpareOf { volume } => format!(
+                "member \"{id}\" is already a spare of volume \"{volume}\"; a spare stands by \
+                 for one volume"
+            ),
+            Refusal::TooSmall {
+                size_bytes,
+                need_bytes,
+            } => format!(
+                "member \"{id}\" has {} ({size_bytes} bytes); the volume's members need {} \
+                 (size = \"{}\" or more)",
+                format_size(*size_bytes),
+                format_size(*need_bytes),
+                format_size_exact(*need_bytes)
+            ),
+        }
+    }
 }
 
 fn is_adaptive(r: &RawSize) -> bool {
@@ -165,6 +272,54 @@ mod tests {
             "[[volume]]\nname = \"v\"\nlevel = \"raid1\"\nmembers = [\"a\", \"b\"]\n{volume_extra}\n{more}"
         );
         parse(&text, Path::new("t.toml"))
+    }
+
+    #[test]
+    fn a_spare_is_refused_by_the_first_rule_it_breaks() {
+        use super::{refusal, Candidate, Refusal};
+        let free = Candidate {
+            listed: false,
+            member_of: None,
+            spare_of: None,
+            size_bytes: 8 << 20,
+        };
+        assert_eq!(refusal("v", &free, 8 << 20), None);
+        let small = Candidate {
+            size_bytes: 4 << 20,
+            ..free
+        };
+        assert_eq!(
+            refusal("v", &small, 8 << 20),
+            Some(Refusal::TooSmall {
+                size_bytes: 4 << 20,
+                need_bytes: 8 << 20
+            })
+        );
+        // Listed twice is said before anything else the second naming breaks.
+        let again = Candidate {
+            listed: true,
+            spare_of: Some("v"),
+            ..small
+        };
+        assert_eq!(refusal("v", &again, 8 << 20), Some(Refusal::ListedTwice));
+        let own = Candidate {
+            member_of: Some("v"),
+            spare_of: Some("w"),
+            ..small
+        };
+        assert_eq!(refusal("v", &own, 8 << 20), Some(Refusal::OwnMember));
+        assert_eq!(
+            refusal("x", &own, 8 << 20),
+            Some(Refusal::MemberOf { volume: "v" })
+        );
+        let taken = Candidate {
+            spare_of: Some("w"),
+            ..small
+        };
+        assert_eq!(
+            refusal("v", &taken, 8 << 20),
+            Some(Refusal::SpareOf { volume: "w" })
+        );
     }
 
     #[test]
