@@ -164,24 +164,8 @@ impl Reader<'_> {
         let slot = self.stripes.recent.slot(stripe, k, x);
         let (metas, mut bufs): (Vec<ParityPiece>, Vec<Option<Buf>>) =
             pieces.into_iter().map(|(p, b)| (p, Some(b))).unzip();
-        let mut claims = Claims {
-            slot: &slot,
-            sources: Vec::new(),
-            target: false,
-        };
-        let planned = {
-            let mut st = slot.lock();
-            let planned = plan_fold(&mut st, &metas, strip);
-            if let Some(plan) = &planned {
-                claims.sources.clone_from(&plan.claimed);
-                if let Some(j) = plan.target {
-                    st.target = bufs[j].take();
-                    claims.target = true;
-                }
-            }
-            planned
-        };
-        let Some(plan) = planned else {
+        let mut claims = Claims::new(&slot);
+        let Some(plan) = claims.plan(&metas, &mut bufs, strip) else {
             return self.read_general(stripe, metas, bufs).await;
         };
         let wants_x = plan.steps.contains(&Step::Lost);
@@ -189,53 +173,22 @@ impl Reader<'_> {
         let order: Vec<(Source, Option<usize>, bool)> =
             reads.iter().map(|r| (r.0, r.3, r.4)).collect();
         let issued = reads.into_iter().map(|r| (r.0, r.1, r.2)).collect();
-        let mut own = std::pin::pin!(self.read_chunks(stripe, roles, issued));
-        let first = futures::future::poll_fn(|cx| Poll::Ready(own.as_mut().poll(cx))).await;
-        let at_once = first.is_ready();
-        let (got, ahead): (Vec<Option<Buf>>, Vec<AheadRead>) = match first {
-            Poll::Ready(got) => (got, Vec::new()),
-            Poll::Pending if wants_x => {
-                // Members with latency: what the fold still misses is read now, beside this
-                // request's own reads, not a round trip later.
-                let more = slot.lock().claim_missing();
-                claims.sources.extend(&more);
-                let ahead_reads = scratch_reads(&more, strip);
-                let (got, ahead) =
-                    futures::future::join(own, self.read_chunks(stripe, roles, ahead_reads)).await;
-                let ahead = more.into_iter().zip(ahead).collect();
-                (got, ahead)
-            }
-            Poll::Pending => (own.await, Vec::new()),
-        };
-        let mut failed = got
-            .iter()
-            .chain(ahead.iter().map(|a| &a.1))
-            .any(Option::is_none);
-        let mut got: Vec<Option<Buf>> = got;
-        if !failed {
-            let mut read: Vec<Buf> = got.drain(..).flatten().collect();
-            publish(&slot, &mut claims, &order, &mut read, ahead);
-            got = read.into_iter().map(Some).collect();
-        }
-        // The request's buffers back (a failed read's is lost: allocated again below).
-        for ((_, j, _), b) in order.iter().zip(got) {
-            if let (Some(j), Some(b)) = (j, b) {
-                bufs[*j] = Some(b);
-            }
-        }
-        if wants_x && !failed {
+        let own = (self.issue_own(stripe, roles, issued, wants_x, &mut claims)).await;
+        let at_once = own.at_once;
+        let mut ok = settle_own(&mut claims, &order, own, &mut bufs);
+        if wants_x && ok {
             if at_once {
                 // Memory speed: the requests queued behind this one issue their reads and
                 // fold straight from their own buffers before it reads their chunks for them.
                 yield_once().await;
             }
-            failed = failed || !self.finish_lost(stripe, roles, &slot, &mut claims).await;
+            ok = self.finish_lost(stripe, roles, &slot, &mut claims).await;
         }
-        failed = failed
-            || !self
+        ok = ok
+            && self
                 .fill_from_kept(&slot, &plan, &metas, &mut bufs, &mut claims)
                 .await;
-        if failed {
+        if !ok {
             if let (Some(j), Some(b)) = (plan.target, claims.give_back()) {
                 bufs[j] = Some(b);
             }
@@ -246,6 +199,40 @@ impl Reader<'_> {
         self.stripes.recent.drop_if_spent(stripe, &slot);
         let out = bufs.into_iter().map(|b| b.expect("filled")).collect();
         Ok((out, Vec::new()))
+    }
+
+    /// Issues a reader's own reads at once. When they are not ready at once and the reader
+    /// wants the lost chunk (members with latency), what the fold still misses is claimed
+    /// and read now, beside them, not a round trip later.
+    async fn issue_own(
+        &self,
+        stripe: u64,
+        roles: &StripeRoles,
+        issued: Vec<(Source, u64, Buf)>,
+        wants_lost: bool,
+        claims: &mut Claims<'_>,
+    ) -> OwnReads {
+        let strip = self.stripes.chunks.strip;
+        let mut own = std::pin::pin!(self.read_chunks(stripe, roles, issued));
+        let first = futures::future::poll_fn(|cx| Poll::Ready(own.as_mut().poll(cx))).await;
+        let at_once = first.is_ready();
+        let (got, ahead) = match first {
+            Poll::Ready(got) => (got, Vec::new()),
+            Poll::Pending if wants_lost => {
+                let more = claims.slot.lock().claim_missing();
+                claims.sources.extend(&more);
+                let ahead_reads = scratch_reads(&more, strip);
+                let (got, ahead) =
+                    futures::future::join(own, self.read_chunks(stripe, roles, ahead_reads)).await;
+                (got, more.into_iter().zip(ahead).collect())
+            }
+            Poll::Pending => (own.await, Vec::new()),
+        };
+        OwnReads {
+            got,
+            ahead,
+            at_once,
+        }
     }
 
     /// Completes the fold of the lost chunk: reads what nobody reads yet (kept for the next
@@ -401,7 +388,34 @@ struct Claims<'a> {
     target: bool,
 }
 
-impl Claims<'_> {
+impl<'a> Claims<'a> {
+    fn new(slot: &'a KeptSlot) -> Self {
+        Claims {
+            slot,
+            sources: Vec::new(),
+            target: false,
+        }
+    }
+
+    /// Plans the reader's steps over the kept stripe ([`plan_fold`]) under its lock, holding
+    /// the claims the plan takes; a whole lost chunk wanted hands its buffer (out of `bufs`)
+    /// to the fold as its target. `None`, nothing claimed: the general path serves it.
+    fn plan(
+        &mut self,
+        metas: &[ParityPiece],
+        bufs: &mut [Option<Buf>],
+        strip: u64,
+    ) -> Option<FoldPlan> {
+        let mut st = self.slot.lock();
+        let plan = plan_fold(&mut st, metas, strip)?;
+        self.sources.clone_from(&plan.claimed);
+        if let Some(j) = plan.target {
+            st.target = bufs[j].take();
+            self.target = true;
+        }
+        Some(plan)
+    }
+
     /// Gives every claim back; the reader's target buffer, if the fold held it.
     fn give_back(&mut self) -> Option<Buf> {
         if self.sources.is_empty() && !self.target {
@@ -418,6 +432,43 @@ impl Drop for Claims<'_> {
     fn drop(&mut self) {
         self.give_back();
     }
+}
+
+/// A reader's own reads ([`own_reads`]) once issued: the buffers back in their order
+/// (`None` where a read failed), the chunks read ahead beside them, and whether they were
+/// ready at once (memory speed).
+struct OwnReads {
+    got: Vec<Option<Buf>>,
+    ahead: Vec<AheadRead>,
+    at_once: bool,
+}
+
+/// Folds a reader's own reads (`order` matches `own.got`) and keeps what they bring, unless
+/// one failed, then hands the request's buffers back into `bufs` (a failed read's is lost:
+/// the general path allocates it again). False when a read failed.
+fn settle_own(
+    claims: &mut Claims<'_>,
+    order: &[(Source, Option<usize>, bool)],
+    own: OwnReads,
+    bufs: &mut [Option<Buf>],
+) -> bool {
+    let OwnReads { mut got, ahead, .. } = own;
+    let failed = got
+        .iter()
+        .chain(ahead.iter().map(|a| &a.1))
+        .any(Option::is_none);
+    if !failed {
+        let mut read: Vec<Buf> = got.drain(..).flatten().collect();
+        let slot = claims.slot;
+        publish(slot, claims, order, &mut read, ahead);
+        got = read.into_iter().map(Some).collect();
+    }
+    for ((_, j, _), b) in order.iter().zip(got) {
+        if let (Some(j), Some(b)) = (j, b) {
+            bufs[*j] = Some(b);
+        }
+    }
+    !failed
 }
 
 /// Folds what a reader read into the stripe's fold and keeps the whole chunks read for the
@@ -632,6 +683,36 @@ mod tests {
             child: data_index,
             in_chunk,
             len,
+        }
+    }
+
+    #[test]
+    fn own_reads_are_folded_only_when_all_read_and_the_buffers_always_come_back() {
+        let strip = 4096;
+        let metas = [piece(0, 0, strip)];
+        for read_ok in [true, false] {
+            let slot: KeptSlot =
+                std::sync::Arc::new(parking_lot::Mutex::new(Kept::new(3, Some(2))));
+            let mut claims = Claims::new(&slot);
+            let mut bufs = vec![Some(Buf::new(strip as usize))];
+            let plan = claims.plan(&metas, &mut bufs, strip).unwrap();
+            let reads = own_reads(&metas, &mut bufs, &plan, strip);
+            let order: Vec<_> = reads.iter().map(|r| (r.0, r.3, r.4)).collect();
+            assert_eq!(order, vec![(Source::Data(0), Some(0), true)]);
+            let got = reads.into_iter().map(|r| read_ok.then_some(r.2)).collect();
+            let own = OwnReads {
+                got,
+                ahead: Vec::new(),
+                at_once: true,
+            };
+            assert_eq!(settle_own(&mut claims, &order, own, &mut bufs), read_ok);
+            // A read's buffer back in its place; a failed one's lost (allocated again).
+            assert_eq!(bufs[0].is_some(), read_ok);
+            assert_eq!(slot.lock().folded(Source::Data(0)), read_ok);
+            // Folded: no claim left; failed: the claim given back when the reader lets go.
+            assert_eq!(claims.sources.is_empty(), read_ok);
+            drop(claims);
+            assert_eq!(slot.lock().reading(Source::Data(0)), Reading::Idle);
         }
     }
 
