@@ -1,9 +1,10 @@
 //! `nbraid map`: the member extents behind a logical range of a volume.
 
 use crate::diagram::describe;
+use crate::roles::Roles;
 use anyhow::{anyhow, Context, Result};
-use nbraid_config::{self as config, format_size, parse_size};
-use nbraid_layout::{Extent, Role};
+use nbraid_config::{self as config, format_size, parse_size, Config, Volume};
+use nbraid_layout::{Extent, Role, StripeId};
 use serde::Serialize;
 use std::path::Path;
 
@@ -18,7 +19,7 @@ struct Row {
     member_offset: u64,
     /// `data`, `P` or `Q`, as the table writes it.
     role: &'static str,
-    stripe: Option<nbraid_layout::StripeId>,
+    stripe: Option<StripeId>,
     copy: u32,
 }
 
@@ -45,14 +46,7 @@ pub fn run(
     json: bool,
 ) -> Result<String> {
     let config = nbraid_assembly::pins::load(file)?;
-    let v = config.volume(volume).ok_or_else(|| {
-        let names: Vec<&str> = config.volumes.iter().map(|v| v.name.as_str()).collect();
-        anyhow!(
-            "{}: no volume \"{volume}\"; volumes: {}",
-            file.display(),
-            names.join(", ")
-        )
-    })?;
+    let v = find_volume(&config, volume, file)?;
     let offset = parse_size(offset).context("OFFSET")?;
     let length = match length {
         Some(l) => parse_size(l).context("LENGTH")?,
@@ -66,60 +60,82 @@ pub fn run(
         .into_iter()
         .find(|r| r.volume == v.name);
     let roles = crate::roles::of(&config, v, record.as_ref())?;
-    let row = |e: &Extent| Row {
-        logical: e.logical,
-        len: e.len,
-        member: roles.ids[e.member].clone(),
-        member_path: roles.paths[e.member].clone(),
-        member_index: e.member,
-        member_offset: e.offset,
-        role: match e.role {
-            Role::Data => "data",
-            Role::P => "P",
-            Role::Q => "Q",
-        },
-        stripe: e.stripe,
-        copy: e.copy,
-    };
     let out = Output {
         volume: v.name.clone(),
         offset,
         length,
-        data: mapping.data.iter().map(row).collect(),
-        parity: mapping.parity.iter().map(row).collect(),
+        data: mapping.data.iter().map(|e| Row::of(e, &roles)).collect(),
+        parity: mapping.parity.iter().map(|e| Row::of(e, &roles)).collect(),
     };
     if json {
         return Ok(format!("{}\n", serde_json::to_string_pretty(&out)?));
     }
+    Ok(text(&config, v, &out, &roles.notes))
+}
+
+/// Volume `name` of the config read from `file`, or an error naming the volumes it has.
+fn find_volume<'a>(config: &'a Config, name: &str, file: &Path) -> Result<&'a Volume> {
+    config.volume(name).ok_or_else(|| {
+        let names: Vec<&str> = config.volumes.iter().map(|v| v.name.as_str()).collect();
+        anyhow!(
+            "{}: no volume \"{name}\"; volumes: {}",
+            file.display(),
+            names.join(", ")
+        )
+    })
+}
+
+impl Row {
+    /// Extent `e`, its member named by `roles`.
+    fn of(e: &Extent, roles: &Roles) -> Row {
+        Row {
+            logical: e.logical,
+            len: e.len,
+            member: roles.ids[e.member].clone(),
+            member_path: roles.paths[e.member].clone(),
+            member_index: e.member,
+            member_offset: e.offset,
+            role: role_name(e.role),
+            stripe: e.stripe,
+            copy: e.copy,
+        }
+    }
+
+    /// The row's cells in the table (`grouped`: the volume has several parity groups).
+    fn cells(&self, grouped: bool) -> Vec<String> {
+        vec![
+            self.logical.to_string(),
+            self.len.to_string(),
+            self.member.clone(),
+            self.member_path.clone(),
+            self.member_offset.to_string(),
+            self.role.to_string(),
+            stripe_cell(self.stripe, grouped),
+            self.copy.to_string(),
+        ]
+    }
+}
+
+/// The mapping for people: a head line, the notes on who holds which role, then one table
+/// row per extent, data first.
+fn text(config: &Config, v: &Volume, out: &Output, notes: &[String]) -> String {
     // RAID 50/60 and trees may have several parity groups: name the group with the stripe.
-    let groups = parity_groups(v.geometry.root());
+    let grouped = parity_groups(v.geometry.root()) > 1;
     let mut text = format!(
-        "{}: {}; {} + {} ({offset} + {length} bytes)\n",
+        "{}: {}; {} + {} ({} + {} bytes)\n",
         v.name,
-        describe(&config, v),
-        format_size(offset),
-        format_size(length)
+        describe(config, v),
+        format_size(out.offset),
+        format_size(out.length),
+        out.offset,
+        out.length
     );
-    for note in &roles.notes {
+    for note in notes {
         text.push_str(&format!("{note}\n"));
     }
-    let cells = |r: &Row| -> Vec<String> {
-        vec![
-            r.logical.to_string(),
-            r.len.to_string(),
-            r.member.clone(),
-            r.member_path.clone(),
-            r.member_offset.to_string(),
-            r.role.to_string(),
-            match r.stripe {
-                None => "-".into(),
-                Some(s) if groups > 1 => format!("{}:{}", s.group, s.stripe),
-                Some(s) => s.stripe.to_string(),
-            },
-            r.copy.to_string(),
-        ]
-    };
-    let rows: Vec<Vec<String>> = out.data.iter().chain(&out.parity).map(cells).collect();
+    let rows: Vec<Vec<String>> = (out.data.iter().chain(&out.parity))
+        .map(|r| r.cells(grouped))
+        .collect();
     let header = [
         "LOGICAL",
         "LENGTH",
@@ -127,9 +143,48 @@ pub fn run(
         "FILE",
         "MEMBER OFFSET",
         "ROLE",
-        if groups > 1 { "SPAN:STRIPE" } else { "STRIPE" },
+        if grouped { "SPAN:STRIPE" } else { "STRIPE" },
         "COPY",
     ];
     text.push_str(&config::table(&header, &rows));
-    Ok(text)
+    text
+}
+
+/// `data`, `P` or `Q`, as the table writes a role.
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::Data => "data",
+        Role::P => "P",
+        Role::Q => "Q",
+    }
+}
+
+/// A stripe as the table writes it: `-` for none (a mirror or a concat), `group:stripe`
+/// where the volume has several parity groups, the stripe alone where it has one.
+fn stripe_cell(stripe: Option<StripeId>, grouped: bool) -> String {
+    match stripe {
+        None => "-".into(),
+        Some(s) if grouped => format!("{}:{}", s.group, s.stripe),
+        Some(s) => s.stripe.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stripes_are_named_with_their_group_only_where_there_are_several() {
+        let s = StripeId {
+            group: 1,
+            stripe: 7,
+        };
+        assert_eq!(stripe_cell(Some(s), true), "1:7");
+        assert_eq!(stripe_cell(Some(s), false), "7");
+        assert_eq!(stripe_cell(None, true), "-");
+        assert_eq!(
+            [Role::Data, Role::P, Role::Q].map(role_name),
+            ["data", "P", "Q"]
+        );
+    }
 }
