@@ -53,18 +53,7 @@ pub fn run(file: &Path, yes: bool, force: bool, json: bool) -> Result<String> {
         Err(e) => return Err(e),
     };
     let status = daemon.call(&Request::Status { volume: None })?;
-    let served: Vec<&str> = status["volumes"]
-        .as_array()
-        .map(|vs| vs.iter().filter_map(|v| v["name"].as_str()).collect())
-        .unwrap_or_default();
-    let records = crate::records::look(&config);
-    let plans: Vec<(VolumePlan, bool)> = (volume_plans(&config, &records).into_iter())
-        .map(|mut p| {
-            let served = served.contains(&p.volume.as_str());
-            at_daemon_rate(&mut p, &status);
-            (p, served)
-        })
-        .collect();
+    let plans = served_plans(&config, &status);
     let settings: Vec<Vec<SettingChange>> = (config.volumes.iter())
         .map(|v| setting_changes(v, Some(&status)))
         .collect();
@@ -75,56 +64,124 @@ pub fn run(file: &Path, yes: bool, force: bool, json: bool) -> Result<String> {
         true => start_online(&mut daemon, file, &plans, force),
         false => Ok(Vec::new()),
     };
-    let done = started.as_ref().map_or(&[][..], |s| &s[..]);
-    let out = if json {
-        let volumes: Vec<_> = (plans.iter().zip(&settings))
+    let report = OnlineReport {
+        plans: &plans,
+        settings: &settings,
+        started: started.as_ref().map_or(&[][..], |s| &s[..]),
+    };
+    let out = match json {
+        true => report.json()?,
+        false => report.text(&status, (moves && !yes).then_some(file)),
+    };
+    online_outcome(out, started, yes, &plans)
+}
+
+/// Every volume's plan ([`volume_plans`]) timed at the daemon's rate ([`at_daemon_rate`]),
+/// with whether the daemon serves the volume.
+fn served_plans(config: &nbraid_config::Config, status: &Value) -> Vec<(VolumePlan, bool)> {
+    let served: Vec<&str> = status["volumes"]
+        .as_array()
+        .map(|vs| vs.iter().filter_map(|v| v["name"].as_str()).collect())
+        .unwrap_or_default();
+    let records = crate::records::look(config);
+    (volume_plans(config, &records).into_iter())
+        .map(|mut p| {
+            let served = served.contains(&p.volume.as_str());
+            at_daemon_rate(&mut p, status);
+            (p, served)
+        })
+        .collect()
+}
+
+/// What `apply` prints against a running daemon: per volume, its plan, the settings its
+/// config changes, whether the daemon serves it, whether its move was started.
+struct OnlineReport<'a> {
+    /// Each volume's plan, with whether the daemon serves the volume.
+    plans: &'a [(VolumePlan, bool)],
+    /// By volume, as `plans`.
+    settings: &'a [Vec<SettingChange>],
+    /// The volumes whose moves `--yes` started.
+    started: &'a [String],
+}
+
+impl OnlineReport<'_> {
+    fn json(&self) -> Result<String> {
+        let volumes: Vec<_> = (self.plans.iter().zip(self.settings))
             .map(|((p, served), settings)| {
                 let mut v = plan_json(p, settings);
                 v["served"] = json!(served);
                 v
             })
             .collect();
-        format!(
+        let started = self.started;
+        Ok(format!(
             "{}\n",
             serde_json::to_string_pretty(
-                &json!({ "volumes": volumes, "started": !done.is_empty(), "started_volumes": done })
+                &json!({ "volumes": volumes, "started": !started.is_empty(), "started_volumes": started })
             )?
-        )
-    } else {
+        ))
+    }
+
+    /// For people, each volume's reshape under way as the daemon's `status` shows it;
+    /// `hint`: the config file, where moves are planned and not asked for (`--yes`).
+    fn text(&self, status: &Value, hint: Option<&Path>) -> String {
         let mut out = String::new();
-        for ((p, served), settings) in plans.iter().zip(&settings) {
-            out.push_str(&plan_text(p));
-            out.push_str(&settings_text(settings));
-            match p.action {
-                Action::Unchanged => out.push_str(&reshape_note(
-                    &status,
-                    &p.volume,
-                    "the reshape into this shape",
-                )),
-                Action::Refused { .. } => out.push_str(&reshape_note(
-                    &status,
-                    &p.volume,
-                    "the daemon's reshape of it",
-                )),
-                Action::Online(_) => {}
-            }
-            if !served {
-                out.push_str("  note: the daemon does not serve this volume\n");
-            }
-            if done.contains(&p.volume) {
-                out.push_str(
-                    "  started online: copying into the new shape while serving (`nbraid status` shows it)\n",
-                );
-            }
+        for ((p, served), settings) in self.plans.iter().zip(self.settings) {
+            out.push_str(&self.volume_text(p, *served, settings, status));
         }
-        if moves && !yes {
+        if let Some(file) = hint {
             out.push_str(&format!(
                 "\n`nbraid apply {} --yes` starts the moves above, online while the volumes serve\n",
                 file.display()
             ));
         }
         out
-    };
+    }
+
+    fn volume_text(
+        &self,
+        p: &VolumePlan,
+        served: bool,
+        settings: &[SettingChange],
+        status: &Value,
+    ) -> String {
+        let mut out = plan_text(p);
+        out.push_str(&settings_text(settings));
+        if let Some(what) = reshape_in_words(&p.action) {
+            out.push_str(&reshape_note(status, &p.volume, what));
+        }
+        if !served {
+            out.push_str("  note: the daemon does not serve this volume\n");
+        }
+        if self.started.contains(&p.volume) {
+            out.push_str(
+                "  started online: copying into the new shape while serving (`nbraid status` shows it)\n",
+            );
+        }
+        out
+    }
+}
+
+/// How the note on a reshape still under way ([`reshape_note`]) names it, by the plan's
+/// action: the reshape into the config's shape where the config leaves the volume as it is,
+/// the daemon's where the plan is refused; no note beside a move of its own.
+fn reshape_in_words(action: &Action) -> Option<&'static str> {
+    match action {
+        Action::Unchanged => Some("the reshape into this shape"),
+        Action::Refused { .. } => Some("the daemon's reshape of it"),
+        Action::Online(_) => None,
+    }
+}
+
+/// What `apply` against a running daemon ends with, its output `out` printed either way:
+/// the daemon's refusal of a move `--yes` asked for, else (with `--yes`) the plans refused,
+/// else success.
+fn online_outcome(
+    out: String,
+    started: Result<Vec<String>>,
+    yes: bool,
+    plans: &[(VolumePlan, bool)],
+) -> Result<String> {
     match started {
         Err(why) => Err(NotStarted(out, format!("{why:#}")).into()),
         Ok(_) if yes => match refusals(plans.iter().map(|(p, _)| p)) {
@@ -604,6 +661,45 @@ mod tests {
         );
         assert_eq!(reshape_note(&status(Value::Null), "v", INTO), "");
         assert_eq!(reshape_note(&status(Value::Null), "w", INTO), "");
+    }
+
+    #[test]
+    fn the_note_on_a_reshape_under_way_is_named_by_the_plans_action() {
+        let online = plan("db", &raid(Level::Raid5, 3), &raid(Level::Raid6, 5), 0);
+        assert_eq!(reshape_in_words(&online.action), None);
+        assert_eq!(reshape_in_words(&Action::Unchanged), Some(INTO));
+        let refused = Action::Refused { reason: "x".into() };
+        assert_eq!(
+            reshape_in_words(&refused),
+            Some("the daemon's reshape of it")
+        );
+    }
+
+    #[test]
+    fn apply_fails_on_the_daemons_refusal_and_with_yes_on_a_refused_plan() {
+        let refused = plan("db", &raid(Level::Raid6, 5), &raid(Level::Raid6, 4), 0);
+        let online = plan("ok", &raid(Level::Raid5, 3), &raid(Level::Raid6, 5), 0);
+        let plans = [(online, true), (refused, true)];
+        let not_started = |r: Result<String>| {
+            let e = r.unwrap_err().downcast::<NotStarted>().unwrap();
+            assert_eq!(e.0, "out", "the output printed either way");
+            e.1
+        };
+        let daemon = Err(anyhow::anyhow!("busy"));
+        assert_eq!(
+            not_started(online_outcome("out".into(), daemon, true, &plans)),
+            "busy"
+        );
+        let why = not_started(online_outcome("out".into(), Ok(vec![]), true, &plans));
+        assert!(why.starts_with("volume db: not started: "), "{why}");
+        // Without --yes a refused plan is only printed.
+        let out = online_outcome("out".into(), Ok(vec![]), false, &plans).unwrap();
+        assert_eq!(out, "out");
+        let fine = &plans[..1];
+        assert_eq!(
+            online_outcome("out".into(), Ok(vec![]), true, fine).unwrap(),
+            "out"
+        );
     }
 
     fn raid(level: Level, members: usize) -> nbraid_layout::Node {
