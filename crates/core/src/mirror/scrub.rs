@@ -11,6 +11,7 @@ use crate::error::VolumeResult;
 use crate::node::{all_ok, read_back, ScrubPass, SkipReason};
 use crate::scrub::{majority, ScrubAction, ScrubFinding, ScrubFound, MIRROR_SCRUB_BLOCK_BYTES};
 use futures::future::join_all;
+use std::ops::Range;
 
 /// The unit a copy that failed to read is read again in (the checksums' block).
 const UNIT_BYTES: u64 = 4096;
@@ -38,8 +39,26 @@ impl CopyRead {
 
 impl MirrorNode {
     /// Scrubs `[offset, offset+len)`: the copies' own redundancy first (a copy may be a
-    /// parity group), then the copies against each other.
+    /// parity group), then the copies against each other, block by block.
     pub(super) async fn scrub_copies(
+        &self,
+        offset: u64,
+        len: u64,
+        pass: &ScrubPass<'_>,
+    ) -> VolumeResult<()> {
+        self.scrub_each_copy(offset, len, pass).await?;
+        let _g = self.locks.lock(offset, len, true).await;
+        let copies = self.read_copies(offset, len, pass).await;
+        let block = MIRROR_SCRUB_BLOCK_BYTES as usize;
+        for lo in (0..len as usize).step_by(block) {
+            let hi = (lo + block).min(len as usize);
+            self.compare_block(offset, lo..hi, &copies, pass).await;
+        }
+        Ok(())
+    }
+
+    /// Scrubs each copy's own redundancy, below this mirror.
+    async fn scrub_each_copy(
         &self,
         offset: u64,
         len: u64,
@@ -52,9 +71,13 @@ impl MirrorNode {
                 .map(|c| c.scrub_range(offset, len, &owned)),
         )
         .await;
-        all_ok(below)?;
-        let blocks = len.div_ceil(MIRROR_SCRUB_BLOCK_BYTES);
-        let _g = self.locks.lock(offset, len, true).await;
+        all_ok(below)
+    }
+
+    /// Every readable copy's bytes of the range (the caller holds its exclusive lock); the
+    /// units a copy could not read are counted, named and (repairing) rewritten from a copy
+    /// that read them.
+    async fn read_copies(&self, offset: u64, len: u64, pass: &ScrubPass<'_>) -> Vec<CopyRead> {
         let usable: Vec<usize> = (0..self.children.len())
             .filter(|&c| self.children[c].readable(offset, len))
             .collect();
@@ -67,68 +90,54 @@ impl MirrorNode {
             self.rewrite_unreadable(offset, &copies, pass).await;
             self.count_corrected_copies(&copies);
         }
-        let block = MIRROR_SCRUB_BLOCK_BYTES as usize;
-        for b in 0..blocks as usize {
-            let lo = b * block;
-            let hi = (lo + block).min(len as usize);
-            // The copies that read all of this block are compared.
-            let good: Vec<&CopyRead> = copies.iter().filter(|c| c.whole(lo, hi)).collect();
-            if good.len() < 2 {
-                // Nothing to compare against: a member under it has failed or erred.
-                pass.skip(SkipReason::NoRedundancy);
-                continue;
+        copies
+    }
+
+    /// Compares bytes `block` of the range (at `offset + block.start` on the copies) across
+    /// the copies that read all of it. A mismatch is named by the units that differ and
+    /// (repairing) rewritten from the copy [`right_copy`] picks; with none picked, every
+    /// copy is named and none rewritten.
+    async fn compare_block(
+        &self,
+        offset: u64,
+        block: Range<usize>,
+        copies: &[CopyRead],
+        pass: &ScrubPass<'_>,
+    ) {
+        let (lo, hi) = (block.start, block.end);
+        let good: Vec<&CopyRead> = copies.iter().filter(|c| c.whole(lo, hi)).collect();
+        if good.len() < 2 {
+            // Nothing to compare against: a member under it has failed or erred.
+            pass.skip(SkipReason::NoRedundancy);
+            return;
+        }
+        let views: Vec<&[u8]> = good.iter().map(|c| &c.buf[lo..hi]).collect();
+        pass.bump(|s| &s.checked, 1);
+        if views.iter().all(|v| *v == views[0]) {
+            return;
+        }
+        pass.bump(|s| &s.mismatches, 1);
+        let (at, len) = (offset + lo as u64, (hi - lo) as u64);
+        let Some(src) = right_copy(&views) else {
+            for c in &good {
+                let (found, action) = (ScrubFound::CopyDiffers, ScrubAction::Unrepairable);
+                self.record(c.child, at, len, found, action, pass);
             }
-            let views: Vec<&[u8]> = good.iter().map(|c| &c.buf[lo..hi]).collect();
-            pass.bump(|s| &s.checked, 1);
-            if views.iter().all(|v| *v == views[0]) {
-                continue;
-            }
-            pass.bump(|s| &s.mismatches, 1);
-            // A majority of three or more decides; two copies cannot: md copies the first.
-            let source = match majority(&views) {
-                Some(i) => Some(i),
-                None if views.len() == 2 => Some(0),
-                None => None,
+            return;
+        };
+        let right = views[src].to_vec();
+        for c in good.iter().filter(|c| c.buf[lo..hi] != right[..]) {
+            let action = if pass.repair {
+                self.rewrite(c.child, at, &right, pass).await
+            } else {
+                ScrubAction::NotRepaired
             };
-            let at = offset + lo as u64;
-            let len = (hi - lo) as u64;
-            let Some(src) = source else {
-                // No majority: every copy is named, none rewritten.
-                for c in &good {
-                    self.record(
-                        c.child,
-                        at,
-                        len,
-                        ScrubFound::CopyDiffers,
-                        ScrubAction::Unrepairable,
-                        pass,
-                    );
-                }
-                continue;
-            };
-            let right = views[src].to_vec();
-            let wrong: Vec<&CopyRead> = (good.iter())
-                .filter(|c| c.buf[lo..hi] != right[..])
-                .copied()
-                .collect();
-            for c in wrong {
-                let action = if pass.repair {
-                    self.rewrite(c.child, at, &right, pass).await
-                } else {
-                    ScrubAction::NotRepaired
-                };
-                // Named by the units that differ, not the whole compared block.
-                let unit = UNIT_BYTES as usize;
-                for u in (lo..hi).step_by(unit) {
-                    let end = (u + unit).min(hi);
-                    if c.buf[u..end] != right[u - lo..end - lo] {
-                        let (o, n) = (offset + u as u64, (end - u) as u64);
-                        self.record(c.child, o, n, ScrubFound::CopyDiffers, action, pass);
-                    }
-                }
+            // Named by the units that differ, not the whole compared block.
+            for u in differing_units(&c.buf[lo..hi], &right) {
+                let (o, n) = (at + u.start as u64, u.len() as u64);
+                self.record(c.child, o, n, ScrubFound::CopyDiffers, action, pass);
             }
         }
-        Ok(())
     }
 
     /// Copy `c`'s bytes of the range: whole, or (when that fails) unit by unit.
@@ -263,5 +272,51 @@ impl MirrorNode {
                 ScrubAction::Unrepairable
             }
         }
+    }
+}
+
+/// Which of a block's differing copies (`views`) is right: a majority of three or more
+/// decides; two copies cannot, and md copies the first. `None`: no majority.
+fn right_copy(views: &[&[u8]]) -> Option<usize> {
+    match majority(views) {
+        Some(i) => Some(i),
+        None if views.len() == 2 => Some(0),
+        None => None,
+    }
+}
+
+/// The units of [`UNIT_BYTES`] (from the start of `copy`, the last one short) where `copy`
+/// differs from `right`.
+fn differing_units<'a>(copy: &'a [u8], right: &'a [u8]) -> impl Iterator<Item = Range<usize>> + 'a {
+    let unit = UNIT_BYTES as usize;
+    (0..copy.len())
+        .step_by(unit)
+        .map(move |u| u..(u + unit).min(copy.len()))
+        .filter(move |u| copy[u.clone()] != right[u.clone()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_majority_or_the_first_of_two_copies_is_right() {
+        let (a, b, c): (&[u8], &[u8], &[u8]) = (b"a", b"b", b"c");
+        assert_eq!(right_copy(&[a, b]), Some(0));
+        assert_eq!(right_copy(&[a, b, b]).map(|i| [a, b, b][i]), Some(b));
+        assert_eq!(right_copy(&[a, b, c]), None);
+        assert_eq!(right_copy(&[a, a, b, b]), None);
+    }
+
+    #[test]
+    fn differing_units_are_named_each_and_the_last_short() {
+        let unit = UNIT_BYTES as usize;
+        let right = vec![0u8; 3 * unit + 100];
+        let mut copy = right.clone();
+        assert_eq!(differing_units(&copy, &right).count(), 0);
+        copy[unit + 5] = 1;
+        copy[3 * unit + 99] = 1;
+        let units: Vec<Range<usize>> = differing_units(&copy, &right).collect();
+        assert_eq!(units, vec![unit..2 * unit, 3 * unit..3 * unit + 100]);
     }
 }
