@@ -63,6 +63,7 @@ fn raid5_record(role: u32) -> VolumeRecord {
         reshape: None,
         checksum_fill: None,
         replacements: Vec::new(),
+        block_size: None,
     }
 }
 
@@ -331,9 +332,9 @@ fn added_paths_round_trip_and_only_they_bump_the_version() {
     let mut bad = superblock();
     bad.volumes[0].added_paths = vec![String::new()];
     assert!(bad.encode().unwrap_err().to_string().contains("added path"));
-    assert!(MetadataError::UnsupportedVersion { found: 6 }
+    assert!(MetadataError::UnsupportedVersion { found: 7 }
         .to_string()
-        .contains("versions 1 to 5"));
+        .contains("versions 1 to 6"));
 }
 
 /// The superblock of member 1 of [`raid5_record`]'s volume while it is being reshaped onto a
@@ -544,6 +545,94 @@ fn a_replacement_checkpoint_round_trips_and_only_it_bumps_the_version_to_5() {
     );
 }
 
+/// [`superblock`] with its record holding its block size (`bytes`).
+fn with_block_size(bytes: u32) -> Superblock {
+    let mut sb = superblock();
+    sb.volumes[0].block_size = Some(bytes);
+    sb
+}
+
+/// `bytes` (an encoded superblock) with the checksum computed again, so the fields
+/// themselves are decoded.
+fn fix_crc(mut bytes: Vec<u8>) -> Vec<u8> {
+    bytes[16..20].fill(0);
+    let len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    let crc = crc32c(&bytes[..bytes.len().min(len)]);
+    bytes[16..20].copy_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
+/// The block size a volume is served with is recorded as version 6 — written whenever a
+/// record holds one (every record committed since) — after the other tail fields and before
+/// the scrub checkpoint (told apart by the record length), and round-trips beside every
+/// other field; a record from before the field reads as not knowing it.
+#[test]
+fn the_block_size_round_trips_as_version_6_and_only_it_bumps_the_version() {
+    let plain = superblock().encode().unwrap();
+    assert_eq!(u32::from_le_bytes(plain[8..12].try_into().unwrap()), 1);
+    assert_eq!(
+        Superblock::decode(&plain).unwrap().volumes[0].block_size,
+        None
+    );
+    for b in [512, 4096] {
+        let mut sb = with_block_size(b);
+        let bytes = sb.encode().unwrap();
+        assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 6);
+        // The added paths (empty), reshape and fill (absent), replaces (none), the size.
+        assert_eq!(bytes.len(), plain.len() + 4 + 4 + 12 + 4 + 4);
+        assert_eq!(bytes[bytes.len() - 4..], b.to_le_bytes());
+        assert_eq!(Superblock::decode(&bytes).unwrap(), sb);
+        sb.volumes[0].scrub = Some(ScrubCheckpoint {
+            position_bytes: 3 * MIB,
+            repair: true,
+        });
+        sb.volumes[0].checksum_fill = Some(ChecksumFill {
+            position_bytes: MIB,
+        });
+        sb.volumes[0].added_paths = vec!["/dev/disk/by-id/new".into()];
+        sb.volumes[0].replacements = replacing().volumes[0].replacements.clone();
+        assert_eq!(Superblock::decode(&sb.encode().unwrap()).unwrap(), sb);
+    }
+    // A member shared with a volume whose record is from before the field (another
+    // volume's commit rewrote it): it stays not known, written as 0.
+    let mut sb = with_block_size(512);
+    let mut older = raid5_record(1);
+    older.name = "old".into();
+    older.array = uuid(0x5a);
+    sb.volumes.push(older);
+    let back = Superblock::decode(&sb.encode().unwrap()).unwrap();
+    assert_eq!(back, sb);
+    assert_eq!(back.volumes[1].block_size, None);
+}
+
+/// Block size bytes are hostile: anything but 512 or 4096 (or 0, not recorded) is refused,
+/// named; a record asked to hold another is not written.
+#[test]
+fn a_block_size_other_than_512_or_4096_is_refused_named() {
+    let good = with_block_size(512).encode().unwrap();
+    let at = good.len() - 4;
+    for b in [1u32, 511, 513, 1024, 2048, 8192, 65536, u32::MAX] {
+        let mut bad = good.clone();
+        bad[at..].copy_from_slice(&b.to_le_bytes());
+        let e = Superblock::decode(&fix_crc(bad)).unwrap_err();
+        assert!(e.to_string().contains("block size"), "{b}: {e}");
+        assert!(e.to_string().contains(&b.to_string()), "{b}: {e}");
+    }
+    let mut zero = good.clone();
+    zero[at..].fill(0);
+    let back = Superblock::decode(&fix_crc(zero)).unwrap();
+    assert_eq!(back.volumes[0].block_size, None);
+    let e = with_block_size(1024).encode().unwrap_err();
+    assert!(e.to_string().contains("block size"), "{e}");
+    // Cut short: the record ends where the size should be.
+    let mut short = good.clone();
+    short.truncate(at);
+    short[12..16].copy_from_slice(&(at as u32).to_le_bytes());
+    let rec_len = u32::from_le_bytes(short[64..68].try_into().unwrap());
+    short[64..68].copy_from_slice(&(rec_len - 4).to_le_bytes());
+    assert!(Superblock::decode(&fix_crc(short)).is_err());
+}
+
 #[test]
 fn every_corruption_is_named() {
     let good = superblock().encode().unwrap();
@@ -554,10 +643,10 @@ fn every_corruption_is_named() {
         Err(MetadataError::BadMagic { .. })
     ));
     let mut bad = good.clone();
-    bad[8] = 6;
+    bad[8] = 7;
     assert_eq!(
         Superblock::decode(&bad),
-        Err(MetadataError::UnsupportedVersion { found: 6 })
+        Err(MetadataError::UnsupportedVersion { found: 7 })
     );
     let mut bad = good.clone();
     let last = bad.len() - 1;
@@ -690,6 +779,44 @@ proptest! {
         let crc = crc32c(&bytes[..bytes.len().min(u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize)]);
         bytes[16..20].copy_from_slice(&crc.to_le_bytes());
         let _ = Superblock::decode(&bytes);
+    }
+
+    /// Mutations of a superblock that records its block size (version 6) and a scrub
+    /// checkpoint after it, checksum fixed up, never panic; any decode keeps the size
+    /// 512, 4096 or not known.
+    #[test]
+    fn mutated_block_size_records_never_panic(edits in proptest::collection::vec((0usize..0x1e0, any::<u8>()), 1..8)) {
+        let mut sb = with_block_size(4096);
+        sb.volumes[0].scrub = Some(ScrubCheckpoint { position_bytes: MIB, repair: false });
+        let mut bytes = sb.encode().unwrap();
+        for (at, b) in edits {
+            if !(16..20).contains(&at) && at < bytes.len() {
+                bytes[at] = b;
+            }
+        }
+        if let Ok(sb) = Superblock::decode(&fix_crc(bytes)) {
+            for v in &sb.volumes {
+                prop_assert!(matches!(v.block_size, None | Some(512) | Some(4096)), "{:?}", v.block_size);
+            }
+        }
+    }
+
+    /// Every value of the block size field: 512 and 4096 read as themselves, 0 as not
+    /// known, anything else is refused naming the field.
+    #[test]
+    fn any_block_size_value_decodes_only_as_512_4096_or_not_known(value in prop_oneof![any::<u32>(), Just(0u32), Just(512), Just(4096), 0u32..8193]) {
+        let mut bytes = with_block_size(512).encode().unwrap();
+        let at = bytes.len() - 4;
+        bytes[at..].copy_from_slice(&value.to_le_bytes());
+        let got = Superblock::decode(&fix_crc(bytes)).map(|sb| sb.volumes[0].block_size);
+        match value {
+            0 => prop_assert_eq!(got, Ok(None)),
+            512 | 4096 => prop_assert_eq!(got, Ok(Some(value))),
+            _ => {
+                let e = got.expect_err("refused");
+                prop_assert!(e.to_string().contains("block size"), "{}", e);
+            }
+        }
     }
 
     /// Mutations of a valid superblock, with the checksum fixed up so the fields themselves

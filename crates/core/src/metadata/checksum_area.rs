@@ -448,6 +448,7 @@ mod tests {
             reshape: None,
             checksum_fill: None,
             replacements: Vec::new(),
+            block_size: None,
         }
     }
 

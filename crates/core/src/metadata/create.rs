@@ -25,6 +25,8 @@ struct NewVolume<'a> {
     /// Bytes per write-intent bit (`None`: no bitmap).
     chunk_bytes: Option<u64>,
     assume_clean: bool,
+    /// The block size the volume is served with.
+    block_size: u32,
 }
 
 /// Writes a record of new volume `name` over `metas` (leaf `i` of `tree` is `metas[i]`) on
@@ -66,6 +68,8 @@ pub(super) async fn write_records(
             .bitmap_chunk_bytes
             .map(|c| intent::chunk_for(capacity, c)),
         assume_clean,
+        block_size: u32::try_from(opts.volume.block_size)
+            .map_err(|_| bad(format!("block size {}", opts.volume.block_size)))?,
     };
     let mut records = Vec::with_capacity(metas.len());
     for (role, m) in metas.iter().enumerate() {
@@ -267,6 +271,7 @@ impl NewVolume<'_> {
             reshape: None,
             checksum_fill: None,
             replacements: Vec::new(),
+            block_size: Some(self.block_size),
         }
     }
 }

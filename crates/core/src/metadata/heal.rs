@@ -624,6 +624,7 @@ async fn write_role_record(
         reshape: None, // assembly refuses a volume mid-reshape: a running array has none
         checksum_fill: rec.checksum_fill,
         replacements: rec.replacements.clone(),
+        block_size: Some(rec.block_size),
     };
     let name = p.name().to_string();
     meta.update(move |sb| {

@@ -79,8 +79,8 @@ pub use spares::{assign_spares, SpareChoice};
 pub use superblock::{
     newest, newest_record, newest_record_checked, ran_apart_from, Area, BitmapArea, ChecksumFill,
     HeldRecord, MemberEntry, RecordedState, ReplacementCheckpoint, ScrubCheckpoint, SplitRecords,
-    Superblock, Uuid, VolumeRecord, FIRST_FORMAT_VERSION, FORMAT_VERSION, MAX_ADDED_PATHS,
-    MAX_PPL_AREA_BYTES, METADATA_AREA_BYTES, SLOT_BYTES, SUPERBLOCK_MAGIC,
+    Superblock, Uuid, VolumeRecord, BLOCK_SIZES, FIRST_FORMAT_VERSION, FORMAT_VERSION,
+    MAX_ADDED_PATHS, MAX_PPL_AREA_BYTES, METADATA_AREA_BYTES, SLOT_BYTES, SUPERBLOCK_MAGIC,
 };
 
 use thiserror::Error;

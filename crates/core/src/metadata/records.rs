@@ -51,6 +51,8 @@ pub(super) struct Recorded {
     /// Replaces under way and how far each copy got (see `replace_resume.rs`). Every commit
     /// drops the entry of a role whose slot no longer has a replacement.
     pub(super) replacements: Vec<ReplacementCheckpoint>,
+    /// The block size the volume is served with, in bytes: every commit records it.
+    pub(super) block_size: u32,
 }
 
 impl Recorded {
@@ -83,6 +85,7 @@ impl Recorded {
             reshape: None,
             checksum_fill: None,
             replacements: Vec::new(),
+            block_size: None,
         };
         self.clone().write_into(&mut v, role);
         v
@@ -100,6 +103,7 @@ impl Recorded {
         v.tree = self.tree;
         v.checksum_fill = self.checksum_fill;
         v.replacements = self.replacements;
+        v.block_size = Some(self.block_size);
     }
 }
 
@@ -671,6 +675,7 @@ mod tests {
             }),
             checksum_fill: None,
             replacements: Vec::new(),
+            block_size: None,
         };
         let recorded = Recorded {
             events: 9,
@@ -682,6 +687,7 @@ mod tests {
             tree: tree(3),
             checksum_fill: None,
             replacements: Vec::new(),
+            block_size: 512,
         };
         let mut v = behind.clone();
         recorded.write_into(&mut v, 1);
@@ -721,6 +727,7 @@ mod tests {
             tree: tree(n.into()),
             checksum_fill: None,
             replacements: Vec::new(),
+            block_size: 512,
         };
         let mut metas = Vec::new();
         for (r, m) in members.iter().enumerate() {

@@ -15,13 +15,15 @@ mod wire;
 use super::{MetadataError, MetadataResult};
 
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"NBRAIDSB";
-/// The newest format this reads and writes. A superblock is written as version 5 only while
+/// The newest format this reads and writes. A superblock is written as version 6 while one
+/// of its records holds its block size ([`VolumeRecord::block_size`]: every record this
+/// code commits does), as version 5 only while
 /// one of its records carries a replace under way ([`VolumeRecord::replacements`]), as
 /// version 4 while one carries a checksum fill ([`VolumeRecord::checksum_fill`]), as version 3
 /// while one carries a reshape ([`VolumeRecord::reshape`]), as version 2 when one
 /// lists paths added at run time (see [`VolumeRecord::added_paths`]), else as version 1, byte
 /// for byte as before: older readers refuse just the superblocks they cannot read.
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 /// The oldest format this reads.
 pub const FIRST_FORMAT_VERSION: u32 = 1;
 /// Paths added at run time one volume record lists at most.
@@ -182,6 +184,12 @@ pub struct VolumeRecord {
     /// Replaces under way (format version 5; written only while there is one): how far
     /// each replacement's copy got.
     pub replacements: Vec<ReplacementCheckpoint>,
+    /// The logical block size the volume is served with, in bytes: 512 or 4096 (format
+    /// version 6). A disk's sector size never changes under its data (a partition table is
+    /// addressed in sectors), so a start serves this whatever the config asks. `None` in
+    /// records written before it: the start takes the config's and its next commit records
+    /// it.
+    pub block_size: Option<u32>,
 }
 
 #[cfg(test)]
@@ -211,6 +219,7 @@ impl VolumeRecord {
             reshape: None,
             checksum_fill: None,
             replacements: Vec::new(),
+            block_size: None,
         }
     }
 }
@@ -236,6 +245,9 @@ pub struct ChecksumFill {
     /// Everything below it is done.
     pub position_bytes: u64,
 }
+
+/// The block sizes a volume is served with, in bytes (`crate::VolumeOptions::block_size`).
+pub const BLOCK_SIZES: [u32; 2] = [512, 4096];
 
 /// A replace under way (`nbraid replace`): role `role`'s replacement, the member with id
 /// `member`, holds every byte of the volume below `checkpoint_bytes` (flushed before this was

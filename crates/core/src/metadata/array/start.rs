@@ -425,9 +425,11 @@ async fn build(
     // resynced before anything is served, so the volume starts as in sync as zeroed members.
     let checksums = checksum_area::setup(name, &tree, &records, &newest)
         .map(|s| s.with_fail_after_errors(opts.checksum_errors_to_fail));
+    let block_size = served_block_size(name, newest.block_size, opts.volume.block_size);
     let vopts = VolumeOptions {
         members_known_zero: true,
         checksums,
+        block_size: u64::from(block_size),
         ..opts.volume
     };
     let (volume, reshape) = match &newest.reshape {
@@ -461,7 +463,7 @@ async fn build(
             Some(loaded.await.map_err(bad)?)
         }
     };
-    let mut recorded = recorded_as(&newest);
+    let mut recorded = recorded_as(&newest, block_size);
     recorded.checksum_fill = checksum_area::fill_of(&records);
     recorded.reshape = (newest.reshape.as_ref())
         .map(|r| crate::metadata::reshape::RecordedReshape::from_records(r, &records));
@@ -556,9 +558,29 @@ fn members_by_role(tree: &Node, by_role: &[Option<Arc<MemberMeta>>]) -> Vec<Arc<
         .collect()
 }
 
-/// The records as the newest record says them.
-fn recorded_as(newest: &VolumeRecord) -> Recorded {
+/// The block size volume `name` is served with: the one its records keep (`recorded`; a
+/// disk's sector size never changes under its data), else — records from before the field —
+/// the one asked (`asked`, the config's), which the next commit records. Assembly loads the
+/// config pinned to the records (`nbraid_assembly::pins`) and says a change there; this
+/// catches a start that could not read the records first (members on NBD servers).
+fn served_block_size(name: &str, recorded: Option<u32>, asked: u64) -> u32 {
+    match recorded {
+        Some(r) if u64::from(r) != asked => {
+            tracing::warn!(
+                "volume `{name}`: block_size = {asked} is not taken: its records keep {r}-byte blocks (a disk's sector size never changes under its data); serving {r} — write block_size = {r} to say so"
+            );
+            r
+        }
+        Some(r) => r,
+        // Checked by the config and by `Volume::new`: 512 or 4096.
+        None => u32::try_from(asked).unwrap_or(u32::MAX),
+    }
+}
+
+/// The records as the newest record says them, served with `block_size`-byte blocks.
+fn recorded_as(newest: &VolumeRecord, block_size: u32) -> Recorded {
     Recorded {
+        block_size,
         events: newest.events,
         clean: newest.clean,
         members: newest.members.clone(),

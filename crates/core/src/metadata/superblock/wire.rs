@@ -6,9 +6,9 @@ use super::tree::{decode_node, encode_node};
 use super::validate::{check_added_path, check_limits, check_member_uses, invalid, within};
 use super::{
     Area, BitmapArea, ChecksumFill, MemberEntry, RecordedState, ReplacementCheckpoint,
-    ScrubCheckpoint, Superblock, Uuid, VolumeRecord, CRC_AT, FIRST_FORMAT_VERSION, FORMAT_VERSION,
-    HEADER_BYTES, MAX_ADDED_PATHS, MAX_ADDED_PATH_BYTES, MAX_COUNTER, MAX_MEMBERS, MAX_VOLUMES,
-    NAME_BYTES, SCRUB_REPAIR, SLOT_BYTES, SUPERBLOCK_MAGIC,
+    ScrubCheckpoint, Superblock, Uuid, VolumeRecord, BLOCK_SIZES, CRC_AT, FIRST_FORMAT_VERSION,
+    FORMAT_VERSION, HEADER_BYTES, MAX_ADDED_PATHS, MAX_ADDED_PATH_BYTES, MAX_COUNTER, MAX_MEMBERS,
+    MAX_VOLUMES, NAME_BYTES, SCRUB_REPAIR, SLOT_BYTES, SUPERBLOCK_MAGIC,
 };
 use crate::fail_cause::FailCause;
 use crate::metadata::codec::{crc32c, ByteReader, Writer};
@@ -23,6 +23,12 @@ const RESHAPE_VERSION: u32 = 3;
 const CHECKSUM_FILL_VERSION: u32 = 4;
 /// The version that added the replaces under way (written only while a record carries one).
 const REPLACEMENTS_VERSION: u32 = 5;
+/// The version that added the block size (written while a record holds one: every record
+/// committed since).
+const BLOCK_SIZE_VERSION: u32 = 6;
+/// The block size field of a version 6 record that does not know it (a record carried over
+/// from before the field, on a member another volume's commit rewrote).
+const BLOCK_SIZE_UNKNOWN: u32 = 0;
 /// Reshape flags: bit 0 = the backup holds the window at the position.
 const RESHAPE_BACKED_UP: u64 = 1;
 
@@ -36,7 +42,9 @@ impl Superblock {
     pub fn encode(&self) -> MetadataResult<Vec<u8>> {
         let mut w = Writer::default();
         w.bytes(&SUPERBLOCK_MAGIC);
-        let version = if self.volumes.iter().any(|v| !v.replacements.is_empty()) {
+        let version = if self.volumes.iter().any(|v| v.block_size.is_some()) {
+            BLOCK_SIZE_VERSION
+        } else if self.volumes.iter().any(|v| !v.replacements.is_empty()) {
             REPLACEMENTS_VERSION
         } else if self.volumes.iter().any(|v| v.checksum_fill.is_some()) {
             CHECKSUM_FILL_VERSION
@@ -315,6 +323,9 @@ fn encode_volume(w: &mut Writer, v: &VolumeRecord, version: u32) -> MetadataResu
     if version >= REPLACEMENTS_VERSION {
         encode_replacements(w, &v.replacements);
     }
+    if version >= BLOCK_SIZE_VERSION {
+        encode_block_size(w, v.block_size)?;
+    }
     if let Some(s) = v.scrub {
         w.u64(s.position_bytes);
         w.u64(if s.repair { SCRUB_REPAIR } else { 0 });
@@ -364,6 +375,11 @@ fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult
     } else {
         Vec::new()
     };
+    let block_size = if version >= BLOCK_SIZE_VERSION {
+        decode_block_size(&mut r)?
+    } else {
+        None
+    };
     let scrub = decode_scrub(&mut r)?;
     if r.remaining() != 0 {
         return Err(invalid(
@@ -392,6 +408,7 @@ fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult
         reshape,
         checksum_fill,
         replacements,
+        block_size,
     };
     check_limits(&record)?;
     Ok(record)
@@ -521,6 +538,28 @@ fn decode_replacements(
         });
     }
     Ok(replacements)
+}
+
+/// Version 6: the block size the volume is served with (4: 512 or 4096; 0 in a record that
+/// does not know it).
+fn encode_block_size(w: &mut Writer, block_size: Option<u32>) -> MetadataResult<()> {
+    match block_size {
+        None => w.u32(BLOCK_SIZE_UNKNOWN),
+        Some(b) if BLOCK_SIZES.contains(&b) => w.u32(b),
+        Some(b) => return Err(invalid("block size", format!("{b} bytes (512 or 4096)"))),
+    }
+    Ok(())
+}
+
+fn decode_block_size(r: &mut ByteReader) -> MetadataResult<Option<u32>> {
+    match r.u32("block size")? {
+        BLOCK_SIZE_UNKNOWN => Ok(None),
+        b if BLOCK_SIZES.contains(&b) => Ok(Some(b)),
+        b => Err(invalid(
+            "block size",
+            format!("{b} bytes (512 or 4096, or 0: not recorded)"),
+        )),
+    }
 }
 
 /// The scrub checkpoint, present when bytes are left after the tree (and added paths).
