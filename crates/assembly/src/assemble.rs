@@ -375,6 +375,13 @@ pub async fn start_volume_with(
     for n in &notes {
         tracing::warn!(volume = %v.name, "{n}");
     }
+    // Settings the config writes otherwise than the records keep (the config is loaded
+    // pinned to them): the records' are served; said at every start until the config agrees.
+    if !created {
+        for c in crate::settings::fixed_at_create(v) {
+            tracing::warn!(volume = %v.name, "setting: {}", c.text());
+        }
+    }
     Ok(Assembled {
         name: v.name.clone(),
         array: Arc::new(array),

@@ -3,8 +3,9 @@
 //! the records never do. [`load`] reads the config, then every member's superblock with
 //! plain reads (as `nbraid check` does: no lock, nothing written), and — where a recorded
 //! region start differs from the config's — checks the config's text again with the
-//! recorded starts pinned ([`nbraid_config::Pins`]). Every binary that compares a config with
-//! records loads it this way.
+//! recorded starts pinned ([`nbraid_config::Pins`]), and likewise where a recorded block size
+//! differs from the config's (the volume is served with the recorded one). Every binary that
+//! compares a config with records loads it this way.
 
 use crate::preflight::read_probe;
 use crate::{records, reshape_plan};
@@ -46,16 +47,22 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
 pub fn recorded_starts(config: &Config) -> Pins {
     let mut pins = Pins::new();
     for v in &config.volumes {
-        if let Some((places, log)) = volume_places(config, v) {
+        if let Some((places, log, block_size)) = volume_places(config, v) {
             pins.pin_recorded(&v.name, places, log);
+            if let Some(b) = block_size {
+                pins.pin_block_size(&v.name, b);
+            }
         }
     }
     pins
 }
 
-/// Volume `v`'s recorded places by position (region, and the member's own checksum area) and
-/// its log's recorded reserve.
-fn volume_places(config: &Config, v: &Volume) -> Option<(Vec<Option<RecordedPlace>>, Option<u64>)> {
+/// What volume `v`'s records keep that the config does not decide.
+type Recorded = (Vec<Option<RecordedPlace>>, Option<u64>, Option<u32>);
+
+/// Volume `v`'s recorded places by position (region, and the member's own checksum area),
+/// its log's recorded reserve and its recorded block size (`None`: records from before it).
+fn volume_places(config: &Config, v: &Volume) -> Option<Recorded> {
     // Only the config's members, each read where it can be (a file or device; a member on
     // an NBD server or in memory reads as missing here): a remote spare does not keep the
     // volume's file members from being pinned.
@@ -89,7 +96,7 @@ fn volume_places(config: &Config, v: &Volume) -> Option<(Vec<Option<RecordedPlac
             })
         })
         .collect();
-    Some((places, log))
+    Some((places, log, newest.block_size))
 }
 
 /// Role `role`'s region (start, length) in `tree`.
@@ -131,8 +138,8 @@ pub fn regions_by_position(
         .collect()
 }
 
-/// Every pinned start is where the config already puts it, and every pinned log where the
-/// config places it.
+/// Every pinned start is where the config already puts it, every pinned log where the
+/// config places it, and every pinned block size the config's.
 fn agrees(config: &Config, pins: &Pins) -> bool {
     config.volumes.iter().all(|v| {
         let starts = pins.starts(&v.name).is_none_or(|starts| {
@@ -140,7 +147,8 @@ fn agrees(config: &Config, pins: &Pins) -> bool {
         });
         let log = (pins.log_reserve_bytes(&v.name))
             .is_none_or(|l| !v.metadata.ppl || l == v.metadata.ppl_log_bytes);
-        starts && log
+        let block_size = pins.block_size(&v.name).is_none_or(|b| b == v.block_size);
+        starts && log && block_size
     })
 }
 

@@ -4,11 +4,17 @@
 //!
 //! - `write_hole_log_size`: the log's reserve sits right before the volume's region, so it
 //!   is fixed when the array is created; a start keeps the records' reserve. Never taken.
+//! - `block_size`: a disk's sector size never changes under its data (a partition table, a
+//!   file system, anything addressed in blocks would no longer line up), so a start serves
+//!   the block size the records keep and says so loudly. Never taken. Records from before
+//!   the block size was recorded (format version 6) do not know it: the start takes the
+//!   config's and its next commit records it.
 //! - `write_hole` (`"ppl"` ↔ `"off"`): the daemon logs or not from its start; a start takes
 //!   the config's (an area was reserved at create either way). Taken at the next start.
 //!
-//! `block_size` is not here: the records do not hold the block size a volume was served
-//! with, so nothing can tell a change from the config it was created under.
+//! The settings never taken are [`fixed_at_create`], read from a config loaded pinned to
+//! the records ([`crate::pins`]): the one rule the start's warnings, `nbraid check` and
+//! `nbraid apply` all say.
 
 use nbraid_config::{format_size, Volume};
 use serde::Serialize;
@@ -59,10 +65,39 @@ fn log_place(bytes: Option<u64>) -> String {
     }
 }
 
+/// The settings volume `v`'s config writes otherwise than its records keep, never taken:
+/// `write_hole_log_size` ([`log_size_kept`]) and `block_size` ([`block_size_kept`]). `v` is
+/// of a config loaded pinned to the records (`nbraid_assembly::pins`). Pure; empty when they
+/// agree.
+pub fn fixed_at_create(v: &Volume) -> Vec<SettingChange> {
+    let mut out = log_size_kept(v);
+    out.extend(block_size_kept(v));
+    out
+}
+
+/// `block_size` as volume `v` writes it (`v.block_size_written`) against the one its records
+/// keep (`v.block_size` of a config loaded pinned to them). Pure; empty when they agree.
+pub fn block_size_kept(v: &Volume) -> Option<SettingChange> {
+    let (written, kept) = (v.block_size_written, v.block_size);
+    (written != kept).then(|| SettingChange {
+        key: "block_size",
+        config: written.to_string(),
+        now: format!("{kept}-byte blocks"),
+        taken: Taken::Never,
+        why: format!(
+            "volume {}'s records keep {kept}-byte blocks, and a disk's sector size never \
+             changes under its data (a partition table, a file system, anything addressed in \
+             blocks would no longer line up); a start serves {kept} — write block_size = \
+             {kept} to say so",
+            v.name
+        ),
+    })
+}
+
 /// `write_hole_log_size` as volume `v` writes it against the log its records keep
 /// (`v.metadata.ppl_log_bytes` of a config loaded pinned to them: `nbraid_assembly::pins`).
 /// Pure; empty when they agree or the config leaves the size out.
-pub fn fixed_at_create(v: &Volume) -> Vec<SettingChange> {
+pub fn log_size_kept(v: &Volume) -> Vec<SettingChange> {
     let m = &v.metadata;
     match m.ppl_log_bytes_written {
         Some(written) if m.ppl && Some(written) != m.ppl_log_bytes => vec![SettingChange {
@@ -157,6 +192,56 @@ mod tests {
             t.contains("512 KiB in the metadata area") && t.contains("no write_hole_log_size"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn a_block_size_the_records_do_not_keep_is_said_never_taken() {
+        let mut c = raid5("block_size = 4096\n");
+        assert!(fixed_at_create(&c.volumes[0]).is_empty());
+        // As a load pinned to records that keep 512-byte blocks leaves it.
+        c.volumes[0].block_size = 512;
+        let got = fixed_at_create(&c.volumes[0]);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!((got[0].key, got[0].taken), ("block_size", Taken::Never));
+        let t = got[0].text();
+        assert!(
+            t.starts_with("block_size = 4096 (now 512-byte blocks): not taken: volume v's records keep 512-byte blocks"),
+            "{t}"
+        );
+        assert!(
+            t.contains("a start serves 512 — write block_size = 512"),
+            "{t}"
+        );
+        // The config leaves it out (4096, the default) over records of 512.
+        let mut c = raid5("");
+        c.volumes[0].block_size = 512;
+        let t = fixed_at_create(&c.volumes[0])[0].text();
+        assert!(
+            t.starts_with("block_size = 4096 (now 512-byte blocks)")
+                && t.contains("write block_size = 512"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn a_pinned_load_serves_the_recorded_block_size_and_remembers_the_written_one() {
+        let mut t = String::new();
+        for i in 0..3 {
+            t += &format!("[[member]]\nid = \"d{i}\"\npath = \"memory:\"\nsize = \"64MiB\"\n");
+        }
+        t += "[[volume]]\nname = \"v\"\nlevel = \"raid5\"\nmembers = [\"d0\", \"d1\", \"d2\"]\nblock_size = 4096\n";
+        let path = Path::new("x/a.toml");
+        let mut pins = nbraid_config::Pins::new();
+        pins.pin_block_size("v", 512);
+        let c = nbraid_config::parse_pinned(&t, path, &pins).unwrap();
+        let v = &c.volumes[0];
+        assert_eq!((v.block_size, v.block_size_written), (512, 4096));
+        assert_eq!(fixed_at_create(v)[0].key, "block_size");
+        // Not pinned (records from before the field, or none): the config's.
+        let c = nbraid_config::parse(&t, path).unwrap();
+        let v = &c.volumes[0];
+        assert_eq!((v.block_size, v.block_size_written), (4096, 4096));
+        assert!(fixed_at_create(v).is_empty());
     }
 
     #[test]

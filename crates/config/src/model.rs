@@ -152,8 +152,13 @@ pub struct Volume {
     /// for parity levels.
     pub cache: CacheMode,
     pub read_only: bool,
-    /// Logical block size offered to clients: 512 or 4096.
+    /// Logical block size offered to clients: 512 or 4096. For an existing volume the one
+    /// its records keep (a config loaded pinned to them: `crate::Pins`), which
+    /// [`Self::block_size_written`] may differ from.
     pub block_size: u32,
+    /// `block_size` as the config writes it (or its default): `nbraid check` and `apply`
+    /// say where the records keep another.
+    pub block_size_written: u32,
     /// On-disk metadata: `create`, `bitmap_chunk`, `clean_delay`.
     pub metadata: MetadataOptions,
     /// `spares` and `rebuild_rate`.

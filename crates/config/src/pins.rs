@@ -8,7 +8,8 @@
 //! volumes before it and that byte stays its reserves (the log's as recorded, whatever
 //! today's default reserve is), and when the grown region needs a larger checksum area than
 //! that reserve holds, the config leaves the room for it right after the region (where the
-//! engine moves the area when the volume grows in place).
+//! engine moves the area when the volume grows in place). The block size a volume's records
+//! keep is pinned the same way: the volume is served with it ([`Pins::block_size`]).
 
 use std::collections::HashMap;
 
@@ -19,6 +20,9 @@ use std::collections::HashMap;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Pins {
     by_volume: HashMap<String, Pinned>,
+    /// By volume name, the block size its records keep (bytes): a disk's sector size never
+    /// changes under its data, so the volume is served with it whatever the config says.
+    block_sizes: HashMap<String, u32>,
     /// Place every volume's log as before the 8 MiB default reserve (in the metadata area
     /// unless its strips need more): the placement a config whose existing volumes no longer
     /// fit today's rules is read with, to find their records.
@@ -91,8 +95,18 @@ impl Pins {
         self.by_volume.get(name).map(|p| p.log_reserve_bytes)
     }
 
+    /// Volume `name` is served with `bytes`-byte blocks, as its records keep.
+    pub fn pin_block_size(&mut self, name: &str, bytes: u32) {
+        self.block_sizes.insert(name.to_string(), bytes);
+    }
+
+    /// The block size volume `name`'s records keep, if pinned.
+    pub fn block_size(&self, name: &str) -> Option<u32> {
+        self.block_sizes.get(name).copied()
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.by_volume.is_empty()
+        self.by_volume.is_empty() && self.block_sizes.is_empty()
     }
 
     /// No pins, and logs placed as before the default reserve (see the field).

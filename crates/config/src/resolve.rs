@@ -389,6 +389,9 @@ impl Cx<'_> {
         };
         let areas = Areas::new(&who, &idx, members, &geometry, &metadata);
         areas.claim(v, &name, claim, usage)?;
+        // A disk's sector size never changes under its data: an existing volume is served
+        // with the block size its records keep.
+        let block_size = self.pins.block_size(&name).unwrap_or(opts.block_size);
         Ok(Volume {
             name,
             shape: plan.into_shape(),
@@ -399,7 +402,8 @@ impl Cx<'_> {
             read_policy: opts.read_policy,
             cache: opts.cache,
             read_only: v.read_only.unwrap_or(false),
-            block_size: opts.block_size,
+            block_size,
+            block_size_written: opts.block_size,
             metadata,
             heal: Default::default(),
         })
