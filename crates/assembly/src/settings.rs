@@ -7,7 +7,7 @@
 //! - `block_size`: a disk's sector size never changes under its data (a partition table, a
 //!   file system, anything addressed in blocks would no longer line up), so a start serves
 //!   the block size the records keep and says so loudly. Never taken. Records from before
-//!   the block size was recorded (format version 6) do not know it: the start takes the
+//!   the block size was recorded (docs/FORMAT.md, the member entries) do not know it: the start takes the
 //!   config's and its next commit records it.
 //! - `write_hole` (`"ppl"` ↔ `"off"`): the daemon logs or not from its start; a start takes
 //!   the config's (an area was reserved at create either way). Taken at the next start.

@@ -1,4 +1,4 @@
-//! The engine records the block size a volume is served with (format version 6) and serves
+//! The engine records the block size a volume is served with (a byte of every member entry that was padding) and serves
 //! the recorded one: a disk's sector size never changes under its data, so an open asking
 //! another (a config edited after the data was written) gets the recorded size. Records from
 //! before the field take the size asked, and the open's commit records it.
@@ -116,7 +116,7 @@ fn records_from_before_the_field_take_the_size_asked_and_record_it() {
     let a = create(&d, 512);
     block_on(a.mark_clean()).expect("clean");
     drop(a);
-    // As a writer before format version 6 left them.
+    // As a writer from before the block size byte left them.
     for m in &d {
         let mut sb = superblock(m);
         sb.volumes[0].block_size = None;

@@ -332,9 +332,9 @@ fn added_paths_round_trip_and_only_they_bump_the_version() {
     let mut bad = superblock();
     bad.volumes[0].added_paths = vec![String::new()];
     assert!(bad.encode().unwrap_err().to_string().contains("added path"));
-    assert!(MetadataError::UnsupportedVersion { found: 7 }
+    assert!(MetadataError::UnsupportedVersion { found: 6 }
         .to_string()
-        .contains("versions 1 to 6"));
+        .contains("versions 1 to 5"));
 }
 
 /// The superblock of member 1 of [`raid5_record`]'s volume while it is being reshaped onto a
@@ -562,25 +562,39 @@ fn fix_crc(mut bytes: Vec<u8>) -> Vec<u8> {
     bytes
 }
 
-/// The block size a volume is served with is recorded as version 6 — written whenever a
-/// record holds one (every record committed since) — after the other tail fields and before
-/// the scrub checkpoint (told apart by the record length), and round-trips beside every
-/// other field; a record from before the field reads as not knowing it.
+/// Where member entry `i`'s block size byte of [`superblock`]'s one record lies: the record
+/// at 64, its member entries 160 bytes in, 32 each, the byte after the state and flags.
+fn block_size_at(i: usize) -> usize {
+    64 + 160 + 32 * i + 16 + 2
+}
+
+/// The block size a volume is served with is recorded in every member entry of its record,
+/// in a byte that was padding (readers before it skip it): the record keeps its length and
+/// the superblock its version, so an older nbraid still reads the members; it round-trips
+/// beside every tail field; a record from before it (the byte 0) reads as not knowing it.
 #[test]
-fn the_block_size_round_trips_as_version_6_and_only_it_bumps_the_version() {
+fn the_block_size_round_trips_in_the_member_entries_and_keeps_the_version() {
     let plain = superblock().encode().unwrap();
     assert_eq!(u32::from_le_bytes(plain[8..12].try_into().unwrap()), 1);
     assert_eq!(
         Superblock::decode(&plain).unwrap().volumes[0].block_size,
         None
     );
-    for b in [512, 4096] {
+    let entries = superblock().volumes[0].members.len();
+    for (b, log2) in [(512, 9u8), (4096, 12)] {
         let mut sb = with_block_size(b);
         let bytes = sb.encode().unwrap();
-        assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 6);
-        // The added paths (empty), reshape and fill (absent), replaces (none), the size.
-        assert_eq!(bytes.len(), plain.len() + 4 + 4 + 12 + 4 + 4);
-        assert_eq!(bytes[bytes.len() - 4..], b.to_le_bytes());
+        assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 1);
+        assert_eq!(bytes.len(), plain.len());
+        for i in 0..entries {
+            assert_eq!(bytes[block_size_at(i)], log2, "entry {i}");
+        }
+        // Nothing else differs: an older reader, skipping the byte, reads the same record.
+        let mut skipped = bytes.clone();
+        for i in 0..entries {
+            skipped[block_size_at(i)] = 0;
+        }
+        assert_eq!(fix_crc(skipped), plain);
         assert_eq!(Superblock::decode(&bytes).unwrap(), sb);
         sb.volumes[0].scrub = Some(ScrubCheckpoint {
             position_bytes: 3 * MIB,
@@ -593,8 +607,8 @@ fn the_block_size_round_trips_as_version_6_and_only_it_bumps_the_version() {
         sb.volumes[0].replacements = replacing().volumes[0].replacements.clone();
         assert_eq!(Superblock::decode(&sb.encode().unwrap()).unwrap(), sb);
     }
-    // A member shared with a volume whose record is from before the field (another
-    // volume's commit rewrote it): it stays not known, written as 0.
+    // A member shared with a volume whose record is from before the byte (another volume's
+    // commit rewrote it): it stays not known, written as 0.
     let mut sb = with_block_size(512);
     let mut older = raid5_record(1);
     older.name = "old".into();
@@ -605,32 +619,28 @@ fn the_block_size_round_trips_as_version_6_and_only_it_bumps_the_version() {
     assert_eq!(back.volumes[1].block_size, None);
 }
 
-/// Block size bytes are hostile: anything but 512 or 4096 (or 0, not recorded) is refused,
-/// named; a record asked to hold another is not written.
+/// Block size bytes are hostile: anything but 9 (512), 12 (4096) or 0 (not recorded), or
+/// entries that disagree, is refused, named; a record asked to hold another size is not
+/// written.
 #[test]
 fn a_block_size_other_than_512_or_4096_is_refused_named() {
     let good = with_block_size(512).encode().unwrap();
-    let at = good.len() - 4;
-    for b in [1u32, 511, 513, 1024, 2048, 8192, 65536, u32::MAX] {
+    let entries = superblock().volumes[0].members.len();
+    for b in (1..=255u8).filter(|b| ![9, 12].contains(b)) {
         let mut bad = good.clone();
-        bad[at..].copy_from_slice(&b.to_le_bytes());
+        for i in 0..entries {
+            bad[block_size_at(i)] = b;
+        }
         let e = Superblock::decode(&fix_crc(bad)).unwrap_err();
         assert!(e.to_string().contains("block size"), "{b}: {e}");
-        assert!(e.to_string().contains(&b.to_string()), "{b}: {e}");
+        assert!(e.to_string().contains(&format!("log2 {b}")), "{b}: {e}");
     }
-    let mut zero = good.clone();
-    zero[at..].fill(0);
-    let back = Superblock::decode(&fix_crc(zero)).unwrap();
-    assert_eq!(back.volumes[0].block_size, None);
+    let mut split = good.clone();
+    split[block_size_at(entries - 1)] = 12;
+    let e = Superblock::decode(&fix_crc(split)).unwrap_err();
+    assert!(e.to_string().contains("disagree"), "{e}");
     let e = with_block_size(1024).encode().unwrap_err();
     assert!(e.to_string().contains("block size"), "{e}");
-    // Cut short: the record ends where the size should be.
-    let mut short = good.clone();
-    short.truncate(at);
-    short[12..16].copy_from_slice(&(at as u32).to_le_bytes());
-    let rec_len = u32::from_le_bytes(short[64..68].try_into().unwrap());
-    short[64..68].copy_from_slice(&(rec_len - 4).to_le_bytes());
-    assert!(Superblock::decode(&fix_crc(short)).is_err());
 }
 
 #[test]
@@ -643,10 +653,10 @@ fn every_corruption_is_named() {
         Err(MetadataError::BadMagic { .. })
     ));
     let mut bad = good.clone();
-    bad[8] = 7;
+    bad[8] = 6;
     assert_eq!(
         Superblock::decode(&bad),
-        Err(MetadataError::UnsupportedVersion { found: 7 })
+        Err(MetadataError::UnsupportedVersion { found: 6 })
     );
     let mut bad = good.clone();
     let last = bad.len() - 1;
@@ -781,9 +791,8 @@ proptest! {
         let _ = Superblock::decode(&bytes);
     }
 
-    /// Mutations of a superblock that records its block size (version 6) and a scrub
-    /// checkpoint after it, checksum fixed up, never panic; any decode keeps the size
-    /// 512, 4096 or not known.
+    /// Mutations of a superblock that records its block size and a scrub checkpoint,
+    /// checksum fixed up, never panic; any decode keeps the size 512, 4096 or not known.
     #[test]
     fn mutated_block_size_records_never_panic(edits in proptest::collection::vec((0usize..0x1e0, any::<u8>()), 1..8)) {
         let mut sb = with_block_size(4096);
@@ -801,17 +810,19 @@ proptest! {
         }
     }
 
-    /// Every value of the block size field: 512 and 4096 read as themselves, 0 as not
-    /// known, anything else is refused naming the field.
+    /// Every value of the block size byte: 9 and 12 read as 512 and 4096, 0 as not known,
+    /// anything else is refused naming the field.
     #[test]
-    fn any_block_size_value_decodes_only_as_512_4096_or_not_known(value in prop_oneof![any::<u32>(), Just(0u32), Just(512), Just(4096), 0u32..8193]) {
+    fn any_block_size_byte_decodes_only_as_512_4096_or_not_known(value in any::<u8>()) {
         let mut bytes = with_block_size(512).encode().unwrap();
-        let at = bytes.len() - 4;
-        bytes[at..].copy_from_slice(&value.to_le_bytes());
+        for i in 0..superblock().volumes[0].members.len() {
+            bytes[block_size_at(i)] = value;
+        }
         let got = Superblock::decode(&fix_crc(bytes)).map(|sb| sb.volumes[0].block_size);
         match value {
             0 => prop_assert_eq!(got, Ok(None)),
-            512 | 4096 => prop_assert_eq!(got, Ok(Some(value))),
+            9 => prop_assert_eq!(got, Ok(Some(512))),
+            12 => prop_assert_eq!(got, Ok(Some(4096))),
             _ => {
                 let e = got.expect_err("refused");
                 prop_assert!(e.to_string().contains("block size"), "{}", e);

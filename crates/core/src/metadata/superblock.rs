@@ -15,15 +15,13 @@ mod wire;
 use super::{MetadataError, MetadataResult};
 
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"NBRAIDSB";
-/// The newest format this reads and writes. A superblock is written as version 6 while one
-/// of its records holds its block size ([`VolumeRecord::block_size`]: every record this
-/// code commits does), as version 5 only while
+/// The newest format this reads and writes. A superblock is written as version 5 only while
 /// one of its records carries a replace under way ([`VolumeRecord::replacements`]), as
 /// version 4 while one carries a checksum fill ([`VolumeRecord::checksum_fill`]), as version 3
 /// while one carries a reshape ([`VolumeRecord::reshape`]), as version 2 when one
 /// lists paths added at run time (see [`VolumeRecord::added_paths`]), else as version 1, byte
 /// for byte as before: older readers refuse just the superblocks they cannot read.
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 5;
 /// The oldest format this reads.
 pub const FIRST_FORMAT_VERSION: u32 = 1;
 /// Paths added at run time one volume record lists at most.
@@ -184,8 +182,8 @@ pub struct VolumeRecord {
     /// Replaces under way (format version 5; written only while there is one): how far
     /// each replacement's copy got.
     pub replacements: Vec<ReplacementCheckpoint>,
-    /// The logical block size the volume is served with, in bytes: 512 or 4096 (format
-    /// version 6). A disk's sector size never changes under its data (a partition table is
+    /// The logical block size the volume is served with, in bytes: 512 or 4096 (a byte of
+    /// every member entry that was padding: readers before it skip it). A disk's sector size never changes under its data (a partition table is
     /// addressed in sectors), so a start serves this whatever the config asks. `None` in
     /// records written before it: the start takes the config's and its next commit records
     /// it.

@@ -23,12 +23,9 @@ const RESHAPE_VERSION: u32 = 3;
 const CHECKSUM_FILL_VERSION: u32 = 4;
 /// The version that added the replaces under way (written only while a record carries one).
 const REPLACEMENTS_VERSION: u32 = 5;
-/// The version that added the block size (written while a record holds one: every record
-/// committed since).
-const BLOCK_SIZE_VERSION: u32 = 6;
-/// The block size field of a version 6 record that does not know it (a record carried over
-/// from before the field, on a member another volume's commit rewrote).
-const BLOCK_SIZE_UNKNOWN: u32 = 0;
+/// The block size byte of a member entry's padding in a record that does not know it
+/// (written before the byte, or by a writer that does not know it).
+const BLOCK_SIZE_UNKNOWN: u8 = 0;
 /// Reshape flags: bit 0 = the backup holds the window at the position.
 const RESHAPE_BACKED_UP: u64 = 1;
 
@@ -42,9 +39,7 @@ impl Superblock {
     pub fn encode(&self) -> MetadataResult<Vec<u8>> {
         let mut w = Writer::default();
         w.bytes(&SUPERBLOCK_MAGIC);
-        let version = if self.volumes.iter().any(|v| v.block_size.is_some()) {
-            BLOCK_SIZE_VERSION
-        } else if self.volumes.iter().any(|v| !v.replacements.is_empty()) {
+        let version = if self.volumes.iter().any(|v| !v.replacements.is_empty()) {
             REPLACEMENTS_VERSION
         } else if self.volumes.iter().any(|v| v.checksum_fill.is_some()) {
             CHECKSUM_FILL_VERSION
@@ -178,7 +173,8 @@ const FAILED_UNANSWERED: u8 = 1 << 1;
 const FAILED_ERRORS: u8 = 1 << 2;
 const FAILED_BY_OPERATOR: u8 = 1 << 3;
 
-fn encode_state(w: &mut Writer, m: &MemberEntry) {
+/// Member entry `m` of a record whose volume is served with `block_size` bytes.
+fn encode_state(w: &mut Writer, m: &MemberEntry, block_size: u8) {
     let (code, checkpoint) = match m.state {
         RecordedState::Active => (0u8, 0),
         RecordedState::Failed => (1, 0),
@@ -187,7 +183,8 @@ fn encode_state(w: &mut Writer, m: &MemberEntry) {
     };
     w.u8(code);
     w.u8(member_flags(m));
-    w.bytes(&[0; 6]);
+    w.u8(block_size);
+    w.bytes(&[0; 5]);
     w.u64(checkpoint);
 }
 
@@ -227,15 +224,19 @@ fn failed_cause_of(flags: u8) -> Option<FailCause> {
 /// A member's state, whether it missed nothing acknowledged, and why it failed (only a
 /// failed one can say either; the bits on any other state, or other bits, are ignored as
 /// the padding they were).
-fn decode_state(r: &mut ByteReader) -> MetadataResult<(RecordedState, bool, Option<FailCause>)> {
+/// With the entry's block size byte.
+fn decode_state(
+    r: &mut ByteReader,
+) -> MetadataResult<(RecordedState, bool, Option<FailCause>, u8)> {
     let code = r.u8("member state")?;
     let flags = r.u8("member flags")?;
-    r.take(6, "member state padding")?;
+    let block_size = r.u8("block size")?;
+    r.take(5, "member state padding")?;
     let checkpoint = r.u64("rebuild checkpoint")?;
     let failed = code == 1;
     let unacked = failed && flags & UNACKED_SINCE_FAILED != 0;
     let cause = if failed { failed_cause_of(flags) } else { None };
-    decode_state_code(code, checkpoint).map(|s| (s, unacked, cause))
+    decode_state_code(code, checkpoint).map(|s| (s, unacked, cause, block_size))
 }
 
 fn decode_state_code(code: u8, checkpoint: u64) -> MetadataResult<RecordedState> {
@@ -306,9 +307,10 @@ fn encode_volume(w: &mut Writer, v: &VolumeRecord, version: u32) -> MetadataResu
     encode_area(w, v.ppl);
     encode_area(w, v.checksums);
     w.u32(v.members.len() as u32);
+    let block_size = block_size_byte(v.block_size)?;
     for m in &v.members {
         w.bytes(&m.uuid.0);
-        encode_state(w, m);
+        encode_state(w, m, block_size);
     }
     encode_node(w, &v.tree);
     if version >= ADDED_PATHS_VERSION {
@@ -322,9 +324,6 @@ fn encode_volume(w: &mut Writer, v: &VolumeRecord, version: u32) -> MetadataResu
     }
     if version >= REPLACEMENTS_VERSION {
         encode_replacements(w, &v.replacements);
-    }
-    if version >= BLOCK_SIZE_VERSION {
-        encode_block_size(w, v.block_size)?;
     }
     if let Some(s) = v.scrub {
         w.u64(s.position_bytes);
@@ -353,7 +352,7 @@ fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult
     let bitmap = decode_bitmap(&mut r, member_bytes)?;
     let ppl = decode_area(&mut r, "partial-parity log area", member_bytes)?;
     let checksums = decode_area(&mut r, "checksum area", member_bytes)?;
-    let members = decode_members(&mut r, role)?;
+    let (members, block_size) = decode_members(&mut r, role)?;
     let tree = decode_node(&mut r, members.len(), 0)?;
     let added_paths = if version >= ADDED_PATHS_VERSION {
         decode_added_paths(&mut r)?
@@ -374,11 +373,6 @@ fn decode_volume(body: &[u8], member_bytes: u64, version: u32) -> MetadataResult
         decode_replacements(&mut r, members.len())?
     } else {
         Vec::new()
-    };
-    let block_size = if version >= BLOCK_SIZE_VERSION {
-        decode_block_size(&mut r)?
-    } else {
-        None
     };
     let scrub = decode_scrub(&mut r)?;
     if r.remaining() != 0 {
@@ -447,7 +441,11 @@ fn decode_bitmap(r: &mut ByteReader, member_bytes: u64) -> MetadataResult<Option
 }
 
 /// Every member's id and state; `role` must be one of them.
-fn decode_members(r: &mut ByteReader, role: u32) -> MetadataResult<Vec<MemberEntry>> {
+/// The member entries, and the block size they record (every entry the same).
+fn decode_members(
+    r: &mut ByteReader,
+    role: u32,
+) -> MetadataResult<(Vec<MemberEntry>, Option<u32>)> {
     let count = r.u32("member count")?;
     if count == 0 || count > MAX_MEMBERS {
         return Err(invalid(
@@ -459,17 +457,19 @@ fn decode_members(r: &mut ByteReader, role: u32) -> MetadataResult<Vec<MemberEnt
         return Err(invalid("role", format!("{role} of {count} members")));
     }
     let mut members = Vec::with_capacity(count as usize);
+    let mut block_sizes = Vec::with_capacity(count as usize);
     for _ in 0..count {
         let uuid = Uuid(r.array("member uuid")?);
-        let (state, unacked_since_failed, failed_cause) = decode_state(r)?;
+        let (state, unacked_since_failed, failed_cause, block_size) = decode_state(r)?;
         members.push(MemberEntry {
             uuid,
             state,
             unacked_since_failed,
             failed_cause,
         });
+        block_sizes.push(block_size);
     }
-    Ok(members)
+    Ok((members, block_size_of(&block_sizes)?))
 }
 
 /// Version 4: a present flag (4: 0 or 1), then the fill's position (8).
@@ -540,24 +540,33 @@ fn decode_replacements(
     Ok(replacements)
 }
 
-/// Version 6: the block size the volume is served with (4: 512 or 4096; 0 in a record that
-/// does not know it).
-fn encode_block_size(w: &mut Writer, block_size: Option<u32>) -> MetadataResult<()> {
+/// The block size byte every member entry of a record carries (in what was padding, which
+/// readers before it skip): the size's log2, 9 for 512 and 12 for 4096; 0 where the record
+/// does not know it.
+fn block_size_byte(block_size: Option<u32>) -> MetadataResult<u8> {
     match block_size {
-        None => w.u32(BLOCK_SIZE_UNKNOWN),
-        Some(b) if BLOCK_SIZES.contains(&b) => w.u32(b),
-        Some(b) => return Err(invalid("block size", format!("{b} bytes (512 or 4096)"))),
+        None => Ok(BLOCK_SIZE_UNKNOWN),
+        Some(b) if BLOCK_SIZES.contains(&b) => Ok(b.trailing_zeros() as u8),
+        Some(b) => Err(invalid("block size", format!("{b} bytes (512 or 4096)"))),
     }
-    Ok(())
 }
 
-fn decode_block_size(r: &mut ByteReader) -> MetadataResult<Option<u32>> {
-    match r.u32("block size")? {
+/// The block size the member entries' bytes (`bytes`, one per entry) record: every entry
+/// the same byte, 9 (512), 12 (4096) or 0 (not known); anything else refused, named.
+fn block_size_of(bytes: &[u8]) -> MetadataResult<Option<u32>> {
+    let first = bytes.first().copied().unwrap_or(BLOCK_SIZE_UNKNOWN);
+    if let Some(other) = bytes.iter().find(|&&b| b != first) {
+        return Err(invalid(
+            "block size",
+            format!("member entries disagree (log2 {first} and {other})"),
+        ));
+    }
+    match first {
         BLOCK_SIZE_UNKNOWN => Ok(None),
-        b if BLOCK_SIZES.contains(&b) => Ok(Some(b)),
+        b if b < 32 && BLOCK_SIZES.contains(&(1u32 << b)) => Ok(Some(1 << b)),
         b => Err(invalid(
             "block size",
-            format!("{b} bytes (512 or 4096, or 0: not recorded)"),
+            format!("log2 {b} (9 for 512 bytes or 12 for 4096, or 0: not recorded)"),
         )),
     }
 }
