@@ -87,6 +87,12 @@ pub fn preflight(config: &Config) -> Preflight {
                 out.refuse(v, format!("volume {}: superblocks refused: {why}", v.name))
             }
             Ok((asm, word)) => {
+                // Settings the records keep otherwise, never taken (what the start warns).
+                let kept = crate::settings::fixed_at_create(v);
+                (out.warnings).extend(
+                    kept.iter()
+                        .map(|c| format!("volume {}: setting: {}", v.name, c.text())),
+                );
                 let note = crate::last_life::resync_note(config, v, (&asm, &probes), &word);
                 out.warnings
                     .extend(note.map(|n| format!("volume {}: {n}", v.name)));

@@ -8,7 +8,9 @@
 
 mod common;
 
-use common::{daemon_and_members, nbraid, ok, read_out, require, seeded_bytes, serve, Daemon};
+use common::{
+    daemon_and_members, nbraid, nbraidd, ok, read_out, require, seeded_bytes, serve, Daemon,
+};
 use nbraid_core::metadata::{Superblock, SLOT_BYTES};
 use serde_json::Value;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -119,6 +121,11 @@ fn a_volume_written_at_512_is_served_at_512_whatever_the_config_says_and_said_so
             .iter()
             .any(|n| n.starts_with(said) && n.contains("write block_size = 512")),
         "{notes:?}"
+    );
+    let checked = ok(nbraidd(&["--config", &cfg, "--check"]), "nbraidd --check");
+    assert!(
+        checked.contains(&format!("warning: volume r5: {said}")),
+        "{checked}"
     );
     // The start serves the recorded 512 and says so loudly.
     let log = dir.path().join("nbraidd.log");

@@ -324,11 +324,10 @@ fn volume_at_restart(
     if resized {
         out.push(format!("{name}: size: {geometry}"));
     }
-    let fields: [(&str, bool); 5] = [
+    let fields: [(&str, bool); 4] = [
         ("read_policy", old.read_policy != v.read_policy),
         ("cache", old.cache != v.cache),
         ("read_only", old.read_only != v.read_only),
-        ("block_size", old.block_size != v.block_size),
         (
             "the metadata keys (create, bitmap_chunk, clean_delay, write_hole)",
             old.metadata.without_log_size() != v.metadata.without_log_size(),
@@ -339,6 +338,14 @@ fn volume_at_restart(
     if old.metadata.ppl_log_bytes_written != v.metadata.ppl_log_bytes_written {
         out.push(format!(
             "{name}: write_hole_log_size is never taken by an existing array: its records keep the reserve it was created with (nbraid check says which)"
+        ));
+    }
+    // The records keep the block size the volume is served with: a disk's sector size
+    // never changes under its data (`nbraid_assembly::settings::block_size_kept`).
+    if old.block_size_written != v.block_size_written {
+        out.push(format!(
+            "{name}: block_size is never taken by an existing array: its records keep {}-byte blocks, the size it is served with (nbraid check says so)",
+            old.block_size
         ));
     }
     for (field, differs) in fields {

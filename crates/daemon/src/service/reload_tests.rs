@@ -224,3 +224,19 @@ fn a_new_log_size_is_said_never_taken_and_write_hole_waits_for_a_restart() {
         "{text}"
     );
 }
+
+/// `block_size` is never taken by an existing array either (its records keep the size it is
+/// served with): a reload says so. Before, it said "takes effect at a restart", which a
+/// restart did not do.
+#[test]
+fn a_new_block_size_is_said_never_taken() {
+    let small = format!("{BASE}block_size = 512\n");
+    let text = plan_of(BASE, &small).at_restart.join("\n");
+    assert!(
+        text.contains(
+            "db: block_size is never taken by an existing array: its records keep 4096-byte blocks"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("takes effect at a restart"), "{text}");
+}
