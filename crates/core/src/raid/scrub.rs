@@ -22,8 +22,10 @@ use crate::scrub::{
     locate, CrossCheck, Culprit, ScrubAction, ScrubFinding, ScrubFound, ScrubPass, SkipReason,
 };
 
+mod diagnosis;
 mod verdict;
 
+use diagnosis::StripeChunks;
 use verdict::{
     degraded_row_agrees, locate_rows, lost_children, rebuild_chunks, row_agrees, row_repairs,
     skip_reason, verdict_writes, Fix, Target, Verdict,
@@ -504,84 +506,16 @@ impl Scrubber<'_> {
         chunks: &[Buf],
         degraded: bool,
     ) -> Option<Verdict> {
-        let strip = self.stripes.chunks.strip as usize;
-        // Data in md's syndrome order.
         let order = self.stripes.chunks.slot_order(roles);
-        let data: Vec<&[u8]> = order.iter().map(|&i| &chunks[roles.data[i]][..]).collect();
-        let p = &chunks[roles.p][..];
-        let q = roles.q.map(|c| &chunks[c][..]);
-        let ok = match q {
-            None => parity::check_p(&data, p),
-            Some(q) => parity::check_pq(&data, p, q),
-        };
-        if ok {
-            return None;
-        }
-        let mut p_new = Buf::new(strip);
-        let mut q_new = Buf::new(if q.is_some() { strip } else { 0 });
-        let Some(q) = q else {
-            parity::xor_gen(&data, &mut p_new);
-            return Some(Verdict {
-                fix: Fix::Parity,
-                p: p_new,
-                q: q_new,
-                rows: Vec::new(),
-            });
-        };
-        parity::pq_gen(&data, &mut p_new, &mut q_new);
-        let ps: Vec<u8> = p.iter().zip(&p_new[..]).map(|(a, b)| a ^ b).collect();
-        let qs: Vec<u8> = q.iter().zip(&q_new[..]).map(|(a, b)| a ^ b).collect();
         // Without knowing parity matched its data, a syndrome may only mean parity fell
         // behind a write (the write hole): never rewrite data from it. Nor with a child
         // lost: its rebuilt chunk absorbed any error in what it was rebuilt from.
-        let culprits = if self.stripes.health.in_sync(s) && !degraded {
-            locate_rows(&ps, &qs, self.stripes.chunks.k, BLOCK_BYTES as usize)
-        } else {
-            vec![Culprit::Unknown]
+        let locatable = self.stripes.health.in_sync(s) && !degraded;
+        let stripe = StripeChunks {
+            roles,
+            order: &order,
+            chunks,
         };
-        let mut named = culprits.iter().filter(|&&c| c != Culprit::None);
-        let first = named.next().copied().unwrap_or(Culprit::Unknown);
-        // One culprit for every row that differs: the stripe's own fix. Rows blaming
-        // different chunks are each repaired as their own diagnosis says.
-        let culprit = match named.all(|&c| c == first) {
-            true => first,
-            false => {
-                let rows = row_repairs(
-                    &culprits,
-                    &order,
-                    roles,
-                    chunks,
-                    (&p_new[..], &q_new[..]),
-                    &ps,
-                );
-                return Some(Verdict {
-                    fix: Fix::Rows,
-                    p: p_new,
-                    q: q_new,
-                    rows,
-                });
-            }
-        };
-        let fix = match culprit {
-            Culprit::P => Fix::P,
-            Culprit::Q => Fix::Q,
-            Culprit::Slot(z) => {
-                let i = order[z];
-                let mut d = Buf::new(strip);
-                d.copy_from_slice(&chunks[roles.data[i]]);
-                for (b, e) in d.iter_mut().zip(&ps) {
-                    *b ^= e;
-                }
-                p_new = d; // carries the repaired data chunk
-                Fix::Data(i)
-            }
-            Culprit::None | Culprit::Unknown => Fix::Parity,
-        };
-        Some(Verdict {
-            fix,
-            p: p_new,
-            q: q_new,
-            rows: Vec::new(),
-        })
+        stripe.diagnose(locatable)
     }
 }
