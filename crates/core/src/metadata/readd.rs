@@ -106,6 +106,55 @@ pub enum Readd {
     Unreachable(String),
 }
 
+/// A failed role's member that came back carrying a superblock (`sb`, read again into
+/// `fresh`); `otherwise`: its disk was found not as last written while it was away.
+struct Returned<'a> {
+    role: usize,
+    /// The member's name, for people.
+    name: &'a str,
+    sb: &'a Superblock,
+    fresh: Arc<MemberMeta>,
+    otherwise: Option<String>,
+}
+
+/// How a member back with its own record returns.
+#[derive(Debug, PartialEq, Eq)]
+enum Comeback {
+    /// Put back resyncing over the bitmap, kept in this area of the member.
+    Resync(Area),
+    /// Rebuilt whole; with why when its record says the bitmap may not mark all it lacks.
+    RebuildWhole(Option<String>),
+}
+
+/// Whether a member back with its own record is resynced: only with a bitmap (`bitmap`) it
+/// keeps a copy of (`area`), recorded failed (not half rebuilt: `state`), and nothing
+/// saying it went apart from the array while away (`apart`).
+fn comeback(
+    bitmap: bool,
+    area: Option<Area>,
+    state: RecordedState,
+    apart: Option<String>,
+) -> Comeback {
+    match (bitmap, area, state, apart) {
+        (true, Some(area), RecordedState::Failed, None) => Comeback::Resync(area),
+        (.., apart) => Comeback::RebuildWhole(apart),
+    }
+}
+
+/// Role `role`'s member, as the records hold it: refused unless the role exists, has
+/// failed and has a member.
+fn failed_role(p: Parts<'_>, role: usize) -> Result<Arc<MemberMeta>, ArrayError> {
+    let v = p.volume;
+    if role >= v.member_count() {
+        return Err(refuse_readd(p, role, "no such member"));
+    }
+    if !v.member_is_failed(role) {
+        return Err(refuse_readd(p, role, "it has not failed"));
+    }
+    (p.records.meta(role))
+        .ok_or_else(|| refuse_readd(p, role, "the role has no member (missing or removed)"))
+}
+
 fn refuse_readd(p: Parts<'_>, role: usize, detail: impl std::fmt::Display) -> ArrayError {
     p.refuse(format!("member {role} cannot be re-added: {detail}"))
 }
@@ -121,26 +170,13 @@ impl Returning {
         role: usize,
         siblings: &[Uuid],
     ) -> Result<Readd, ArrayError> {
-        let v = p.volume;
-        if role >= v.member_count() {
-            return Err(refuse_readd(p, role, "no such member"));
-        }
-        if !v.member_is_failed(role) {
-            return Err(refuse_readd(p, role, "it has not failed"));
-        }
-        let Some(old) = p.records.meta(role) else {
-            return Err(refuse_readd(
-                p,
-                role,
-                "the role has no member (missing or removed)",
-            ));
-        };
+        let old = failed_role(p, role)?;
         // The records say the role failed before anything else happens to it.
         p.records.record_failures().await?;
         // The member's other volumes (Matrix) wait: a member back blank gets one id and
         // areas apart, each volume placing its own beside the records written before.
         let _one = old.one_joining().await;
-        let member = old.member().clone();
+        let name = old.member().name().to_string();
         // Read again, its records' state shared with the other volumes on it (Matrix). A
         // member that comes back without a superblock is written only if blank (the rule).
         let fresh = match old.try_reread().await {
@@ -150,58 +186,73 @@ impl Returning {
         // Told once per volume, whatever this re-add does.
         let otherwise = old.found_otherwise(p.name());
         let sb = match fresh.probe() {
-            Probe::Superblock(sb, _) => Some(sb.clone()),
-            _ => None,
-        };
-        let Some(sb) = sb else {
-            tracing::warn!(
-                "volume `{}`: member {role} (`{}`) came back blank: rebuilding it whole",
-                p.name(),
-                member.name()
-            );
-            heal.rebuild_onto(p, role, fresh).await?;
-            return Ok(Readd::Rebuild);
+            Probe::Superblock(sb, _) => sb.clone(),
+            _ => {
+                tracing::warn!(
+                    "volume `{}`: member {role} (`{name}`) came back blank: rebuilding it whole",
+                    p.name(),
+                );
+                heal.rebuild_onto(p, role, fresh).await?;
+                return Ok(Readd::Rebuild);
+            }
         };
         if !carries_ours(p, &sb) && beside_siblings(p, &fresh, siblings) {
             tracing::warn!(
-                "volume `{}`: member {role} (`{}`) came back with records of the volumes sharing it only, none of this one (it came back blank and they rebuilt it first): rebuilding it whole beside them",
+                "volume `{}`: member {role} (`{name}`) came back with records of the volumes sharing it only, none of this one (it came back blank and they rebuilt it first): rebuilding it whole beside them",
                 p.name(),
-                member.name()
             );
             heal.install_newcomer(p, role, fresh).await?;
             return Ok(Readd::Rebuild);
         }
+        let back = Returned {
+            role,
+            name: &name,
+            sb: &sb,
+            fresh,
+            otherwise,
+        };
+        self.readd_own(p, heal, back).await
+    }
+
+    /// A member back with its superblock, not only its siblings' records: resynced when its
+    /// own record says the bitmap marks all it lacks, else rebuilt whole; refused when it is
+    /// not the member the records name in its role.
+    async fn readd_own(
+        &self,
+        p: Parts<'_>,
+        heal: &Heal,
+        back: Returned<'_>,
+    ) -> Result<Readd, ArrayError> {
+        let role = back.role;
         let rec = p.records.lock().await;
         // Looked at again under the lock: a spare may have taken the role meanwhile.
-        if !v.member_is_failed(role) {
+        if !p.volume.member_is_failed(role) {
             return Err(refuse_readd(p, role, "it has not failed"));
         }
-        let theirs = own_record(p, role, member.name(), &sb, &rec)?;
+        let theirs = own_record(p, role, back.name, back.sb, &rec)?;
         // Found not as last written while away (a stale copy): it lacks writes from before
         // it left, which no bitmap marks.
         let apart = went_apart(&rec, theirs).or_else(|| {
-            otherwise.map(|found| {
+            (back.otherwise).map(|found| {
                 format!("its disk was found not as last written while it was away ({found})")
             })
         });
         let area = bitmap_area_of(p, role, theirs);
-        let resync = p.bitmap.is_some()
-            && area.is_some()
-            && rec.members[role].state == RecordedState::Failed
-            && apart.is_none();
-        if !resync {
-            if let Some(why) = apart {
-                tracing::warn!(
-                    "volume `{}`: member {role} (`{}`) is back, but {why}: what the bitmap marks may not be all it lacks, so it is rebuilt whole (whatever was written on it since it left is overwritten)",
-                    p.name(),
-                    member.name()
-                );
+        match comeback(p.bitmap.is_some(), area, rec.members[role].state, apart) {
+            Comeback::Resync(area) => self.put_back(p, &rec, role, back.fresh, Some(area)),
+            Comeback::RebuildWhole(apart) => {
+                if let Some(why) = apart {
+                    tracing::warn!(
+                        "volume `{}`: member {role} (`{}`) is back, but {why}: what the bitmap marks may not be all it lacks, so it is rebuilt whole (whatever was written on it since it left is overwritten)",
+                        p.name(),
+                        back.name
+                    );
+                }
+                drop(rec);
+                heal.rebuild_onto(p, role, back.fresh).await?;
+                Ok(Readd::Rebuild)
             }
-            drop(rec);
-            heal.rebuild_onto(p, role, fresh).await?;
-            return Ok(Readd::Rebuild);
         }
-        self.put_back(p, &rec, role, fresh, area)
     }
 
     /// The member is back in its slot, resyncing: written from now on, and the regions the
@@ -522,4 +573,36 @@ async fn resync_pass(
 /// Whether every member a resync writes has failed again.
 fn all_failed(p: Parts<'_>, targets: &[usize]) -> bool {
     targets.iter().all(|&r| p.volume.member_is_failed(r))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AREA: Area = Area {
+        offset: 4096,
+        len: 8192,
+    };
+
+    /// Resynced only with a bitmap it keeps a copy of, recorded failed and not apart; any
+    /// other member back is rebuilt whole, and only a record gone apart says why.
+    #[test]
+    fn only_a_failed_member_with_the_bitmap_and_nothing_apart_is_resynced() {
+        use RecordedState::{Active, Failed, Rebuilding};
+        let apart = || Some("split brain".to_string());
+        assert_eq!(
+            comeback(true, Some(AREA), Failed, None),
+            Comeback::Resync(AREA)
+        );
+        let whole = |why| Comeback::RebuildWhole(why);
+        assert_eq!(comeback(false, Some(AREA), Failed, None), whole(None));
+        assert_eq!(comeback(true, None, Failed, None), whole(None));
+        assert_eq!(comeback(true, Some(AREA), Active, None), whole(None));
+        let half = Rebuilding {
+            checkpoint_bytes: 1 << 20,
+        };
+        assert_eq!(comeback(true, Some(AREA), half, None), whole(None));
+        assert_eq!(comeback(true, Some(AREA), Failed, apart()), whole(apart()));
+        assert_eq!(comeback(false, None, Failed, apart()), whole(apart()));
+    }
 }
