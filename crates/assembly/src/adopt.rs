@@ -256,7 +256,7 @@ pub async fn adopt(
     let ids = position_ids(config, v, &paths);
     let unidentified = unidentified_positions(v, opened, added);
     let holders = holders(&report.roles, (n, configured), &unidentified);
-    let mut notes = role_notes(
+    let notes = role_notes(
         &v.name,
         (&ids, &paths),
         (n, configured),
@@ -267,67 +267,117 @@ pub async fn adopt(
                 .then(|| only_this_volume(o, &v.name, this) == Some(true))
         },
     );
-    let mut known = Vec::new();
+    let mut adoption = Adoption {
+        array,
+        volume: &v.name,
+        notes,
+        known: Vec::new(),
+    };
     let positions = v.members.iter().chain(&v.heal.spares).enumerate();
     for (p, &m) in positions {
         let id = &config.members[m].id;
-        let o = &opened[m];
-        let Some(meta) = o.meta() else {
-            if p >= n {
-                notes.push(missing_spare_note(id));
-            }
-            continue;
-        };
-        known.push(Known {
-            id: id.clone(),
-            member: meta.member().clone(),
-        });
-        if claimed.contains(&p) {
-            continue;
-        }
-        // An old member whose id the records no longer name: `role_notes` says it.
-        if p < n && has_this_volume(o, &v.name, this) {
-            continue;
-        }
-        let what = if p < n { "member" } else { "spare" };
-        if let Err(why) = spare_rule(meta, array) {
-            notes.push(format!("{what} {id} {why} — not used as a spare; wipe its first MiB if its data is no longer wanted"));
-            continue;
-        }
-        if only_this_volume(o, &v.name, this) == Some(false) {
-            notes.push(format!(
-                "{what} {id} carries another volume's records: not used as a spare — wipe its first MiB if its data is no longer wanted"
-            ));
-            continue;
-        }
-        match array.add_spare(meta.clone()) {
-            Ok(()) if p < n => notes.push(format!(
-                "member {id} is blank and holds no role: it stands by as a spare (a lost role is rebuilt onto it)"
-            )),
-            Ok(()) => {}
-            Err(e) => notes.push(format!("spare {id}: {e}")),
-        }
+        adoption.configured(id, &opened[m], p < n, claimed.contains(&p));
     }
     for (i, a) in added.iter().enumerate() {
-        if claimed.contains(&(configured + i)) {
-            if let Ok(o) = &a.opened {
-                if let Some(meta) = o.meta() {
-                    known.push(Known {
-                        id: ids[configured + i].clone(),
-                        member: meta.member().clone(),
-                    });
-                }
+        let p = configured + i;
+        adoption.added(&ids[p], a, claimed.contains(&p));
+    }
+    (adoption.notes, adoption.known)
+}
+
+/// What [`adopt`] gathers over the volume's members and spares.
+struct Adoption<'a> {
+    array: &'a Array,
+    /// The volume's name.
+    volume: &'a str,
+    /// What the operator must hear, in order.
+    notes: Vec<String>,
+    /// Every member and spare that opened, by id.
+    known: Vec<Known>,
+}
+
+impl Adoption<'_> {
+    /// Config member (`member`) or spare `id`, opened as `o`: known by id when it opened,
+    /// and handed to the array as a spare when no role claims it (`claimed`) and the spares'
+    /// rules allow.
+    fn configured(&mut self, id: &str, o: &Opened, member: bool, claimed: bool) {
+        let Some(meta) = o.meta() else {
+            if !member {
+                self.notes.push(missing_spare_note(id));
             }
-            continue;
+            return;
+        };
+        self.known.push(Known {
+            id: id.to_string(),
+            member: meta.member().clone(),
+        });
+        // An old member whose id the records no longer name: `role_notes` says it.
+        if claimed || (member && has_this_volume(o, self.volume, Some(self.array.id()))) {
+            return;
         }
-        if let Some(m) = adopt_recorded(array, &v.name, a, &mut notes) {
-            known.push(Known {
-                id: ids[configured + i].clone(),
-                member: m,
+        let what = if member { "member" } else { "spare" };
+        match not_a_spare(self.array, self.volume, o, meta) {
+            Some(NotSpare::Refused(why)) => self.notes.push(format!("{what} {id} {why} — not used as a spare; wipe its first MiB if its data is no longer wanted")),
+            Some(NotSpare::OtherVolumes) => self.notes.push(format!(
+                "{what} {id} carries another volume's records: not used as a spare — wipe its first MiB if its data is no longer wanted"
+            )),
+            None => match self.array.add_spare(meta.clone()) {
+                Ok(()) if member => self.notes.push(format!(
+                    "member {id} is blank and holds no role: it stands by as a spare (a lost role is rebuilt onto it)"
+                )),
+                Ok(()) => {}
+                Err(e) => self.notes.push(format!("spare {id}: {e}")),
+            },
+        }
+    }
+
+    /// Member `id` added at run time: known when a role claims it (`claimed`) and it opened;
+    /// else kept as a spare when the records list it and the rules allow
+    /// ([`adopt_recorded`]).
+    fn added(&mut self, id: &str, a: &Added, claimed: bool) {
+        let member = match claimed {
+            true => (a.opened.as_ref().ok())
+                .and_then(|o| o.meta())
+                .map(|meta| meta.member().clone()),
+            false => adopt_recorded(self.array, self.volume, a, &mut self.notes),
+        };
+        if let Some(member) = member {
+            self.known.push(Known {
+                id: id.to_string(),
+                member,
             });
         }
     }
-    (notes, known)
+}
+
+/// Why a member or spare no role claims cannot stand by as a spare.
+#[derive(Debug, PartialEq)]
+enum NotSpare {
+    /// The write rule refuses it (another array's records, data where the superblock goes,
+    /// unreadable).
+    Refused(Refused),
+    /// It carries other volumes' records beside this one's: never wiped for a spare.
+    OtherVolumes,
+}
+
+/// Why `meta` (opened as `o`), claimed by no role of volume `volume`, cannot stand by as a
+/// spare of `array`, if it cannot.
+fn not_a_spare(array: &Array, volume: &str, o: &Opened, meta: &MemberMeta) -> Option<NotSpare> {
+    spare_refusal(spare_rule(meta, array), || {
+        only_this_volume(o, volume, Some(array.id()))
+    })
+}
+
+/// A spare's refusal from the write rule's answer `rule`, then from whether it carries this
+/// volume's records only (`only_ours`, asked only when the rule allows).
+fn spare_refusal(
+    rule: Result<(), Refused>,
+    only_ours: impl FnOnce() -> Option<bool>,
+) -> Option<NotSpare> {
+    match rule {
+        Err(why) => Some(NotSpare::Refused(why)),
+        Ok(()) => (only_ours() == Some(false)).then_some(NotSpare::OtherVolumes),
+    }
 }
 
 /// A member added at run time that the records list and no role claims: kept as a spare by
@@ -350,12 +400,10 @@ fn adopt_recorded(
         }
     };
     let meta = o.meta()?.clone();
-    let found = match spare_rule(&meta, array) {
-        Err(why) => Some(why.to_string()),
-        Ok(()) if only_this_volume(o, volume, Some(array.id())) == Some(false) => {
-            Some("carries other volumes' records".to_string())
-        }
-        Ok(()) => None,
+    let found = match not_a_spare(array, volume, o, &meta) {
+        Some(NotSpare::Refused(why)) => Some(why.to_string()),
+        Some(NotSpare::OtherVolumes) => Some("carries other volumes' records".to_string()),
+        None => None,
     };
     if let Some(found) = found {
         notes.push(format!(
@@ -540,5 +588,22 @@ mod tests {
         ] {
             assert!(!is_role_note(other), "{other}");
         }
+    }
+
+    /// The write rule's refusal comes first (the records are not looked at then); a spare
+    /// it allows is refused only when it carries other volumes' records.
+    #[test]
+    fn a_spare_is_refused_by_the_write_rule_then_by_other_volumes_records() {
+        let unreadable = || Err(Refused::Unknown("EIO".into()));
+        assert_eq!(
+            spare_refusal(unreadable(), || unreachable!("not asked once refused")),
+            Some(NotSpare::Refused(Refused::Unknown("EIO".into())))
+        );
+        assert_eq!(
+            spare_refusal(Ok(()), || Some(false)),
+            Some(NotSpare::OtherVolumes)
+        );
+        assert_eq!(spare_refusal(Ok(()), || Some(true)), None);
+        assert_eq!(spare_refusal(Ok(()), || None), None, "blank");
     }
 }
