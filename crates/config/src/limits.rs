@@ -124,42 +124,79 @@ pub fn format_duration(d: Duration) -> String {
 }
 
 /// The limits `[daemon]` sets, the defaults ([`ServerLimits::default`]) for what it leaves out.
+/// Fields are checked in the order the section documents them; the first bad one is reported.
 pub(super) fn resolve(raw: Option<&RawDaemon>) -> Result<ServerLimits, Problem> {
-    let mut limits = ServerLimits::default();
+    let defaults = ServerLimits::default();
     let Some(raw) = raw else {
-        return Ok(limits);
+        return Ok(defaults);
     };
-    if let Some(v) = &raw.max_connections {
-        let n = *v.get_ref();
-        if n < 1 || n as u64 > MAX_CONNECTIONS_MAX {
-            return Err(problem(
-                v,
-                format!(
-                    "max_connections {n} is not valid; give 1 to {MAX_CONNECTIONS_MAX} \
-                     (default {})",
-                    ServerLimits::default().max_connections
-                ),
-            ));
+    let day = Duration::from_secs(86_400);
+    let second = Duration::from_secs(1);
+    let max_connections = count(
+        raw.max_connections.as_ref(),
+        ("max_connections", MAX_CONNECTIONS_MAX),
+        defaults.max_connections,
+    )?;
+    let max_handshakes = count(
+        raw.max_handshakes.as_ref(),
+        ("max_handshakes", MAX_HANDSHAKES_MAX),
+        defaults.max_handshakes,
+    )?;
+    let payload_min_bytes_per_s = (raw.payload_min_bytes_per_s.as_ref())
+        .map_or(Ok(defaults.payload_min_bytes_per_s), payload_rate)?;
+    let (in_flight_bytes, in_flight_bytes_per_connection) = in_flight(raw, &defaults)?;
+    let handshake_timeout = (raw.handshake_timeout.as_ref())
+        .map_or(Ok(defaults.handshake_timeout), |v| {
+            duration(v, "handshake_timeout", second, day / 24)
+        })?;
+    let stall_timeout = (raw.stall_timeout.as_ref()).map_or(Ok(defaults.stall_timeout), |v| {
+        duration(v, "stall_timeout", second, day)
+    })?;
+    let idle_timeout = (raw.idle_timeout.as_ref()).map_or(Ok(defaults.idle_timeout), |v| {
+        match is_off(v.get_ref()) {
+            true => Ok(None),
+            false => duration(v, "idle_timeout", second, 365 * day).map(Some),
         }
-        limits.max_connections = n as usize;
+    })?;
+    Ok(ServerLimits {
+        max_connections,
+        max_handshakes,
+        in_flight_bytes,
+        in_flight_bytes_per_connection,
+        handshake_timeout,
+        idle_timeout,
+        stall_timeout,
+        payload_min_bytes_per_s,
+    })
+}
+
+/// A count of connections (`field`, at most `max`): from 1 to `max`, `default` when left out.
+fn count(
+    v: Option<&Spanned<i64>>,
+    (field, max): (&str, u64),
+    default: usize,
+) -> Result<usize, Problem> {
+    let Some(v) = v else {
+        return Ok(default);
+    };
+    let n = *v.get_ref();
+    match u64::try_from(n) {
+        Ok(ok) if (1..=max).contains(&ok) => Ok(n as usize),
+        _ => Err(problem(
+            v,
+            format!("{field} {n} is not valid; give 1 to {max} (default {default})"),
+        )),
     }
-    if let Some(v) = &raw.max_handshakes {
-        let n = *v.get_ref();
-        if n < 1 || n as u64 > MAX_HANDSHAKES_MAX {
-            return Err(problem(
-                v,
-                format!(
-                    "max_handshakes {n} is not valid; give 1 to {MAX_HANDSHAKES_MAX} \
-                     (default {})",
-                    ServerLimits::default().max_handshakes
-                ),
-            ));
-        }
-        limits.max_handshakes = n as usize;
-    }
-    if let Some(v) = &raw.payload_min_bytes_per_s {
-        limits.payload_min_bytes_per_s = payload_rate(v)?;
-    }
+}
+
+/// Whether a timeout that may be turned off is: `"off"`, in any case.
+fn is_off(v: &RawSize) -> bool {
+    matches!(v, RawSize::Text(t) if t.trim().eq_ignore_ascii_case("off"))
+}
+
+/// `in_flight_memory` and `in_flight_memory_per_connection` (the defaults for those left
+/// out): one connection's share may not exceed the whole.
+fn in_flight(raw: &RawDaemon, defaults: &ServerLimits) -> Result<(u64, u64), Problem> {
     let total = match &raw.in_flight_memory {
         Some(v) => Some((memory(v, "in_flight_memory")?, v)),
         None => None,
@@ -168,49 +205,27 @@ pub(super) fn resolve(raw: Option<&RawDaemon>) -> Result<ServerLimits, Problem> 
         Some(v) => Some((memory(v, "in_flight_memory_per_connection")?, v)),
         None => None,
     };
-    let total_bytes = total.map_or(limits.in_flight_bytes, |(b, _)| b);
-    let per_conn_bytes = per_conn.map_or(limits.in_flight_bytes_per_connection, |(b, _)| b);
-    if per_conn_bytes > total_bytes {
-        let shown = |b: u64| format!("\"{}\"", format_size_exact(b));
-        let (at, default) = match (per_conn, total) {
-            (Some((_, v)), _) => (v, ""),
-            (None, Some((_, v))) => (v, " (the default)"),
-            (None, None) => unreachable!("the defaults are consistent"),
-        };
-        let (per, tot) = (shown(per_conn_bytes), shown(total_bytes));
-        return Err(problem(
-            at,
-            format!(
-                "in_flight_memory_per_connection {per}{default} is more than \
-                 in_flight_memory {tot}: one connection's share cannot exceed the whole; \
-                 give in_flight_memory at least {per}, or a smaller share"
-            ),
-        ));
+    let total_bytes = total.map_or(defaults.in_flight_bytes, |(b, _)| b);
+    let per_conn_bytes = per_conn.map_or(defaults.in_flight_bytes_per_connection, |(b, _)| b);
+    if per_conn_bytes <= total_bytes {
+        return Ok((total_bytes, per_conn_bytes));
     }
-    limits.in_flight_bytes = total_bytes;
-    limits.in_flight_bytes_per_connection = per_conn_bytes;
-    let day = Duration::from_secs(86_400);
-    if let Some(v) = &raw.handshake_timeout {
-        let d = duration(v, "handshake_timeout", Duration::from_secs(1), day / 24)?;
-        limits.handshake_timeout = d;
-    }
-    if let Some(v) = &raw.stall_timeout {
-        limits.stall_timeout = duration(v, "stall_timeout", Duration::from_secs(1), day)?;
-    }
-    if let Some(v) = &raw.idle_timeout {
-        let off = matches!(v.get_ref(), RawSize::Text(t) if t.trim().eq_ignore_ascii_case("off"));
-        limits.idle_timeout = if off {
-            None
-        } else {
-            Some(duration(
-                v,
-                "idle_timeout",
-                Duration::from_secs(1),
-                365 * day,
-            )?)
-        };
-    }
-    Ok(limits)
+    let shown = |b: u64| format!("\"{}\"", format_size_exact(b));
+    // Reported at the share when it is set, else at the whole that is less than the default.
+    let (at, default) = match (per_conn, total) {
+        (Some((_, v)), _) => (v, ""),
+        (None, Some((_, v))) => (v, " (the default)"),
+        (None, None) => unreachable!("the defaults are consistent"),
+    };
+    let (per, tot) = (shown(per_conn_bytes), shown(total_bytes));
+    Err(problem(
+        at,
+        format!(
+            "in_flight_memory_per_connection {per}{default} is more than \
+             in_flight_memory {tot}: one connection's share cannot exceed the whole; \
+             give in_flight_memory at least {per}, or a smaller share"
+        ),
+    ))
 }
 
 fn problem<T>(v: &Spanned<T>, message: String) -> Problem {
@@ -339,5 +354,65 @@ mod tests {
             let d = parse_duration(text).unwrap();
             assert_eq!(format_duration(d), text);
         }
+    }
+
+    fn limits(daemon: &str) -> Result<ServerLimits, String> {
+        let raw: super::super::raw::RawConfig =
+            toml::from_str(&format!("[daemon]\n{daemon}\n")).unwrap();
+        resolve(raw.daemon.as_ref().map(|d| d.get_ref())).map_err(|e| e.message)
+    }
+
+    #[test]
+    fn counts_take_one_to_their_most_and_say_the_default() {
+        assert_eq!(
+            limits("max_connections = 1").map(|l| l.max_connections),
+            Ok(1)
+        );
+        assert_eq!(
+            limits("max_connections = 65536").map(|l| l.max_connections),
+            Ok(65536)
+        );
+        for bad in [
+            "max_connections = 0",
+            "max_connections = -3",
+            "max_connections = 65537",
+        ] {
+            let e = limits(bad).unwrap_err();
+            assert!(e.contains("give 1 to 65536 (default 128)"), "{e}");
+        }
+        assert_eq!(limits("").map(|l| l.max_handshakes), Ok(64));
+    }
+
+    #[test]
+    fn a_share_larger_than_the_whole_is_reported_where_it_was_set() {
+        let e = limits("in_flight_memory = \"64MiB\"").unwrap_err();
+        assert!(e.contains("\"128MiB\" (the default) is more than"), "{e}");
+        let e = limits("in_flight_memory_per_connection = \"1GiB\"").unwrap_err();
+        assert!(
+            e.contains("\"1GiB\" is more than in_flight_memory \"512MiB\""),
+            "{e}"
+        );
+        let both = "in_flight_memory = \"64MiB\"\nin_flight_memory_per_connection = \"64MiB\"";
+        let l = limits(both).unwrap();
+        assert_eq!(
+            (l.in_flight_bytes, l.in_flight_bytes_per_connection),
+            (64 << 20, 64 << 20)
+        );
+    }
+
+    #[test]
+    fn only_the_idle_timeout_turns_off() {
+        assert!(is_off(&RawSize::Text(" OFF ".into())));
+        assert!(!is_off(&RawSize::Text("30s".into())));
+        assert_eq!(
+            limits("idle_timeout = \"off\"").map(|l| l.idle_timeout),
+            Ok(None)
+        );
+        let ten_min = Some(Duration::from_secs(600));
+        assert_eq!(
+            limits("idle_timeout = \"10min\"").map(|l| l.idle_timeout),
+            Ok(ten_min)
+        );
+        assert!(limits("stall_timeout = \"off\"").is_err());
     }
 }
