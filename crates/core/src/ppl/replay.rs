@@ -99,82 +99,112 @@ pub fn replay_sector(
     pq: Option<&[u8]>,
 ) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
     let k = s.data.len();
-    let n = SECTOR_BYTES;
-    let raid6 = s.raid6;
-    // Slot order, as the parity kernels take data.
-    let mut order = vec![0usize; k];
-    for (i, &slot) in s.q_slot.iter().enumerate() {
-        order[slot] = i;
-    }
-    let mut full: Vec<Vec<u8>> = (0..k)
-        .map(|i| s.data[i].map_or_else(|| vec![0; n], <[u8]>::to_vec))
-        .collect();
+    let mut stripe = SectorStripe::new(s);
     // 1. Unwritten chunks that are missing: from the partial parity over a virtual stripe
     //    where the written chunks are zero.
-    let lost_u: Vec<usize> = (0..k)
+    let lost_unwritten: Vec<usize> = (0..k)
         .filter(|&i| !written[i] && s.data[i].is_none())
         .collect();
-    if !lost_u.is_empty() {
-        let mut virt: Vec<Vec<u8>> = order
-            .iter()
-            .map(|&i| {
-                if written[i] {
-                    vec![0; n]
-                } else {
-                    full[i].clone()
-                }
-            })
-            .collect();
-        let mut vp = pp.map_or_else(|| vec![0; n], <[u8]>::to_vec);
-        let mut vq = raid6.then(|| pq.map_or_else(|| vec![0; n], <[u8]>::to_vec));
-        let loss = match (lost_u.as_slice(), pp.is_some(), raid6 && pq.is_some()) {
-            ([a], true, _) => Loss::Data(s.q_slot[*a]),
-            ([a], false, true) => Loss::DataP(s.q_slot[*a]),
-            ([a, b], true, true) => Loss::TwoData(s.q_slot[*a], s.q_slot[*b]),
-            _ => return None,
-        };
-        {
-            let mut refs: Vec<&mut [u8]> = virt.iter_mut().map(|v| v.as_mut_slice()).collect();
-            parity::recover(&mut refs, &mut vp, vq.as_deref_mut(), loss);
-        }
-        for &i in &lost_u {
-            full[i] = std::mem::take(&mut virt[s.q_slot[i]]);
-        }
-    }
+    let partial = (pp, pq.filter(|_| s.raid6));
+    stripe.rebuild(&lost_unwritten, |i| written[i], partial)?;
     // 2. Written chunks that are missing: from the parity found.
-    let lost_w: Vec<usize> = (0..k)
+    let lost_written: Vec<usize> = (0..k)
         .filter(|&i| written[i] && s.data[i].is_none())
         .collect();
-    if !lost_w.is_empty() {
-        let mut slots: Vec<Vec<u8>> = order.iter().map(|&i| full[i].clone()).collect();
-        let mut p = s.p.map_or_else(|| vec![0; n], <[u8]>::to_vec);
-        let mut q =
-            s.q.map(<[u8]>::to_vec)
-                .or_else(|| raid6.then(|| vec![0; n]));
-        let loss = match (lost_w.as_slice(), s.p.is_some(), s.q.is_some()) {
-            ([a], true, _) => Loss::Data(s.q_slot[*a]),
-            ([a], false, true) => Loss::DataP(s.q_slot[*a]),
-            ([a, b], true, true) => Loss::TwoData(s.q_slot[*a], s.q_slot[*b]),
-            _ => return None,
-        };
+    stripe.rebuild(&lost_written, |_| false, (s.p, s.q))?;
+    // 3. Parity from the whole stripe.
+    Some(stripe.parity())
+}
+
+/// One logged sector's data chunks as replay rebuilds them.
+struct SectorStripe<'a> {
+    /// md's syndrome slot of each data chunk (logical order).
+    q_slot: &'a [usize],
+    /// The data chunk (logical index) in each syndrome slot, as the parity kernels take data.
+    order: Vec<usize>,
+    raid6: bool,
+    /// Every data chunk, by logical index: as the members hold it, zero while missing and
+    /// not rebuilt yet.
+    full: Vec<Vec<u8>>,
+}
+
+impl<'a> SectorStripe<'a> {
+    fn new(s: &SectorState<'a>) -> Self {
+        let mut order = vec![0usize; s.data.len()];
+        for (i, &slot) in s.q_slot.iter().enumerate() {
+            order[slot] = i;
+        }
+        let full = (s.data.iter())
+            .map(|d| d.map_or_else(|| vec![0; SECTOR_BYTES], <[u8]>::to_vec))
+            .collect();
+        SectorStripe {
+            q_slot: s.q_slot,
+            order,
+            raid6: s.raid6,
+            full,
+        }
+    }
+
+    /// Rebuilds the data chunks `lost` (logical indices) from `parity` (P, Q; `None`: not
+    /// there) of the stripe whose chunks `zeroed` names are zero and the others as `full`
+    /// holds them. `None` when the parity there cannot cover the losses.
+    fn rebuild(
+        &mut self,
+        lost: &[usize],
+        zeroed: impl Fn(usize) -> bool,
+        parity: (Option<&[u8]>, Option<&[u8]>),
+    ) -> Option<()> {
+        if lost.is_empty() {
+            return Some(());
+        }
+        let (p_found, q_found) = parity;
+        let loss = loss_of(lost, self.q_slot, p_found.is_some(), q_found.is_some())?;
+        let n = SECTOR_BYTES;
+        let mut slots: Vec<Vec<u8>> = (self.order.iter())
+            .map(|&i| match zeroed(i) {
+                true => vec![0; n],
+                false => self.full[i].clone(),
+            })
+            .collect();
+        let mut p = p_found.map_or_else(|| vec![0; n], <[u8]>::to_vec);
+        let mut q = (q_found.map(<[u8]>::to_vec)).or_else(|| self.raid6.then(|| vec![0; n]));
         {
             let mut refs: Vec<&mut [u8]> = slots.iter_mut().map(|v| v.as_mut_slice()).collect();
             parity::recover(&mut refs, &mut p, q.as_deref_mut(), loss);
         }
-        for &i in &lost_w {
-            full[i] = std::mem::take(&mut slots[s.q_slot[i]]);
+        for &i in lost {
+            self.full[i] = std::mem::take(&mut slots[self.q_slot[i]]);
+        }
+        Some(())
+    }
+
+    /// P (and for RAID 6 Q) of the whole stripe.
+    fn parity(&self) -> (Vec<u8>, Option<Vec<u8>>) {
+        let srcs: Vec<&[u8]> = (self.order.iter())
+            .map(|&i| self.full[i].as_slice())
+            .collect();
+        let mut p = vec![0; SECTOR_BYTES];
+        if self.raid6 {
+            let mut q = vec![0; SECTOR_BYTES];
+            parity::pq_gen(&srcs, &mut p, &mut q);
+            (p, Some(q))
+        } else {
+            parity::xor_gen(&srcs, &mut p);
+            (p, None)
         }
     }
-    // 3. Parity from the whole stripe.
-    let srcs: Vec<&[u8]> = order.iter().map(|&i| full[i].as_slice()).collect();
-    let mut p = vec![0; n];
-    if raid6 {
-        let mut q = vec![0; n];
-        parity::pq_gen(&srcs, &mut p, &mut q);
-        Some((p, Some(q)))
-    } else {
-        parity::xor_gen(&srcs, &mut p);
-        Some((p, None))
+}
+
+/// What the parity kernels recover when data chunks `lost` (logical indices, at least one;
+/// `q_slot`: their syndrome slots) are missing and P and Q are there (`has_p`, `has_q`) or
+/// not: one chunk from P, or from Q where P is not there; two from both. `None`: beyond
+/// what is there.
+fn loss_of(lost: &[usize], q_slot: &[usize], has_p: bool, has_q: bool) -> Option<Loss> {
+    match (lost, has_p, has_q) {
+        ([a], true, _) => Some(Loss::Data(q_slot[*a])),
+        ([a], false, true) => Some(Loss::DataP(q_slot[*a])),
+        ([a, b], true, true) => Some(Loss::TwoData(q_slot[*a], q_slot[*b])),
+        _ => None,
     }
 }
 
@@ -358,6 +388,24 @@ mod tests {
             let written: Vec<bool> = (0..4).map(|i| mask & (1 << i) != 0).collect();
             check(4, true, &written);
         }
+    }
+
+    /// One missing chunk comes from P, or from Q alone; two need both; more, or two with
+    /// one parity, cannot be covered. Slots are the chunks' syndrome slots.
+    #[test]
+    fn losses_map_to_what_the_parity_there_recovers() {
+        let q_slot = [2, 0, 1];
+        assert_eq!(loss_of(&[0], &q_slot, true, false), Some(Loss::Data(2)));
+        assert_eq!(loss_of(&[0], &q_slot, true, true), Some(Loss::Data(2)));
+        assert_eq!(loss_of(&[1], &q_slot, false, true), Some(Loss::DataP(0)));
+        assert_eq!(loss_of(&[1], &q_slot, false, false), None);
+        assert_eq!(
+            loss_of(&[0, 2], &q_slot, true, true),
+            Some(Loss::TwoData(2, 1))
+        );
+        assert_eq!(loss_of(&[0, 2], &q_slot, true, false), None);
+        assert_eq!(loss_of(&[0, 2], &q_slot, false, true), None);
+        assert_eq!(loss_of(&[0, 1, 2], &q_slot, true, true), None);
     }
 
     fn e(seq: u64, stripe: u64) -> Entry {
