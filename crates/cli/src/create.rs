@@ -59,89 +59,109 @@ pub fn run(file: &Path, volume: Option<&str>, asked: Asked) -> Result<String> {
 }
 
 async fn create(config: &Config, selected: &[usize], asked: Asked) -> Result<String> {
-    let Asked {
-        assume_clean,
-        force,
-        json,
-    } = asked;
     let mut opened = assemble::open_members(config).await?;
     // `nbraid create` is the operator's consent: `create = "never"` does not stop it. Only
     // the selected volumes are forced: the others are planned as a start would.
-    let forced = assemble::plans(config, &opened, Some(CreatePolicy::Auto), force);
+    let forced = assemble::plans(config, &opened, Some(CreatePolicy::Auto), asked.force);
     let unforced = assemble::plans(config, &opened, Some(CreatePolicy::Auto), false);
-    let mut plans = Vec::with_capacity(config.volumes.len());
-    for (k, (f, u)) in forced.into_iter().zip(unforced).enumerate() {
-        match if selected.contains(&k) { f } else { u } {
-            Ok(p) => plans.push(Some(p)),
-            Err(e) if selected.contains(&k) => return Err(e.into()),
-            Err(_) => plans.push(None),
-        }
+    let plans = chosen_plans(forced, unforced, selected)?;
+    if asked.force {
+        take_off_forced_records(config, &opened, &plans, selected).await?;
     }
-    // Another array's records come off a forced member before anything is written on it.
+    let files = assemble::create_members(config, &mut opened, &plans).await?;
+    let mut outcomes = Vec::new();
+    for &k in selected {
+        outcomes.push(outcome(config, k, &opened, plans[k], asked).await?);
+    }
+    match asked.json {
+        true => json_report(&files, &outcomes),
+        false => Ok(text(config, &files, &outcomes)),
+    }
+}
+
+/// Each volume's plan: the forced one for the `selected` volumes (whose plan must succeed),
+/// the unforced one for the others (`None` when it fails: they are not created).
+fn chosen_plans<P, E>(
+    forced: Vec<Result<P, E>>,
+    unforced: Vec<Result<P, E>>,
+    selected: &[usize],
+) -> Result<Vec<Option<P>>, E> {
+    (forced.into_iter().zip(unforced).enumerate())
+        .map(|(k, (f, u))| match selected.contains(&k) {
+            true => f.map(Some),
+            false => Ok(u.ok()),
+        })
+        .collect()
+}
+
+/// Another array's records come off a forced member of a selected volume to be created
+/// before anything is written on it; what was taken off is said.
+async fn take_off_forced_records(
+    config: &Config,
+    opened: &[Opened],
+    plans: &[Option<Plan>],
+    selected: &[usize],
+) -> Result<()> {
     let mut said = Vec::new();
     for &k in selected {
-        if force && matches!(plans[k], Some(Plan::Create { .. })) {
-            said.extend(
-                assemble::take_off_forced_records(config, &opened, &config.volumes[k]).await?,
-            );
+        if matches!(plans[k], Some(Plan::Create { .. })) {
+            let volume = &config.volumes[k];
+            said.extend(assemble::take_off_forced_records(config, opened, volume).await?);
         }
     }
     for s in &said {
         eprintln!("nbraid: {s}");
     }
-    let files = assemble::create_members(config, &mut opened, &plans).await?;
-    let mut outcomes = Vec::new();
-    for &k in selected {
-        let v = &config.volumes[k];
-        let in_memory = v
-            .members
-            .iter()
-            .any(|&m| config.members[m].state == MemberStorage::Memory);
-        outcomes.push(match plans[k] {
-            _ if in_memory => Outcome {
-                name: v.name.clone(),
-                state: "memory",
-                array: None,
-                synced_bytes: 0,
-                assume_clean: true,
-                seconds: 0.0,
-            },
-            Some(Plan::Open) => Outcome {
-                name: v.name.clone(),
-                state: "exists",
-                array: array_of(&opened, v),
-                synced_bytes: 0,
-                assume_clean: false,
-                seconds: 0.0,
-            },
-            Some(Plan::Create { assume_clean: zero }) => {
-                create_volume(config, k, &opened, assume_clean || zero, json).await?
-            }
-            None => bail!("volume {} cannot be planned", v.name),
-        });
-    }
-    Ok(if json {
-        let volumes: Vec<Value> = outcomes
-            .iter()
-            .map(|o| {
-                json!({
-                    "name": o.name,
-                    "state": o.state,
-                    "array": o.array,
-                    "synced_bytes": o.synced_bytes,
-                    "assume_clean": o.assume_clean,
-                    "seconds": o.seconds,
-                })
-            })
-            .collect();
-        let files: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
-        format!(
-            "{}\n",
-            serde_json::to_string_pretty(&json!({ "files_created": files, "volumes": volumes }))?
-        )
-    } else {
-        text(config, &files, &outcomes)
+    Ok(())
+}
+
+/// What `nbraid create` does with selected volume `k`, planned `plan`: nothing for one in
+/// memory or one that exists, else its superblocks written ([`create_volume`]).
+async fn outcome(
+    config: &Config,
+    k: usize,
+    opened: &[Opened],
+    plan: Option<Plan>,
+    asked: Asked,
+) -> Result<Outcome> {
+    let v = &config.volumes[k];
+    let in_memory = (v.members.iter()).any(|&m| config.members[m].state == MemberStorage::Memory);
+    let left = |state, array, assume_clean| Outcome {
+        name: v.name.clone(),
+        state,
+        array,
+        synced_bytes: 0,
+        assume_clean,
+        seconds: 0.0,
+    };
+    Ok(match plan {
+        _ if in_memory => left("memory", None, true),
+        Some(Plan::Open) => left("exists", array_of(opened, v), false),
+        Some(Plan::Create { assume_clean: zero }) => {
+            let assume_clean = asked.assume_clean || zero;
+            create_volume(config, k, opened, assume_clean, asked.json).await?
+        }
+        None => bail!("volume {} cannot be planned", v.name),
     })
+}
+
+/// The `--json` report: the member files created and every selected volume's outcome.
+fn json_report(files: &[std::path::PathBuf], outcomes: &[Outcome]) -> Result<String> {
+    let volumes: Vec<Value> = (outcomes.iter())
+        .map(|o| {
+            json!({
+                "name": o.name,
+                "state": o.state,
+                "array": o.array,
+                "synced_bytes": o.synced_bytes,
+                "assume_clean": o.assume_clean,
+                "seconds": o.seconds,
+            })
+        })
+        .collect();
+    let files: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+    let report = json!({ "files_created": files, "volumes": volumes });
+    Ok(format!("{}\n", serde_json::to_string_pretty(&report)?))
 }
 
 fn array_of(opened: &[Opened], v: &nbraid_config::Volume) -> Option<String> {
@@ -230,4 +250,26 @@ fn text(config: &Config, files: &[std::path::PathBuf], outcomes: &[Outcome]) -> 
         };
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A selected volume takes its forced plan and fails the create if it fails; the others
+    /// take their unforced plan, a failing one only leaving them out.
+    #[test]
+    fn selected_volumes_are_forced_and_must_plan_the_others_may_not() {
+        let forced = || vec![Ok(10), Err("f1"), Ok(12)];
+        let unforced = || vec![Ok(0), Err("u1"), Err("u2")];
+        assert_eq!(
+            chosen_plans(forced(), unforced(), &[0]),
+            Ok(vec![Some(10), None, None])
+        );
+        assert_eq!(
+            chosen_plans(forced(), unforced(), &[2]),
+            Ok(vec![Some(0), None, Some(12)])
+        );
+        assert_eq!(chosen_plans(forced(), unforced(), &[0, 1]), Err("f1"));
+    }
 }
