@@ -1,18 +1,21 @@
-//! The engine records the block size a volume is served with (a byte of every member entry that was padding) and serves
-//! the recorded one: a disk's sector size never changes under its data, so an open asking
-//! another (a config edited after the data was written) gets the recorded size. Records from
-//! before the field take the size asked, and the open's commit records it.
+//! The engine records the block size a volume is served with (a byte of every member entry
+//! that was padding) and serves the recorded one: a disk's sector size never changes under
+//! its data, so an open asking another (a config edited after the data was written) gets the
+//! recorded size. Records from before the byte take the size asked, and the open's commit
+//! records it.
 
+mod common;
+
+use common::arrays::metas;
+use common::MIB;
 use futures::executor::block_on;
 use nbraid_core::metadata::{
-    read_superblock, write_superblock, Array, ArrayOptions, Found, MemberMeta, Superblock,
-    METADATA_AREA_BYTES,
+    read_superblock, write_superblock, Array, ArrayOptions, Found, Superblock, METADATA_AREA_BYTES,
 };
 use nbraid_core::{Buf, CacheMode, Member, MemoryMember, VolumeOptions};
 use nbraid_layout::{Level, Node, Region, Shape};
 use std::sync::Arc;
 
-const MIB: u64 = 1 << 20;
 const REGION: u64 = 4 * MIB;
 /// The block written at an odd 512-byte sector (as a partition table might be).
 const LBA: u64 = 7;
@@ -46,12 +49,6 @@ fn disks() -> Vec<Arc<MemoryMember>> {
                 METADATA_AREA_BYTES + REGION,
             ))
         })
-        .collect()
-}
-
-fn metas(disks: &[Arc<MemoryMember>]) -> Vec<Arc<MemberMeta>> {
-    (disks.iter())
-        .map(|d| block_on(MemberMeta::load(d.clone() as Arc<dyn Member>)))
         .collect()
 }
 

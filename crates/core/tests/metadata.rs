@@ -512,6 +512,19 @@ fn replacing() -> Superblock {
 /// A replace under way is written (as version 5) only while a record carries one, and
 /// round-trips beside the other checkpoints; a role the record lacks, a role twice, more
 /// entries than roles and a checkpoint past the counters' range are refused, named.
+/// Record `v` with a scrub checkpoint, a checksum fill and a path added at run time: a
+/// round trip with them shows a field does not disturb the others.
+fn with_other_tail_fields(v: &mut VolumeRecord) {
+    v.scrub = Some(ScrubCheckpoint {
+        position_bytes: 3 * MIB,
+        repair: true,
+    });
+    v.checksum_fill = Some(ChecksumFill {
+        position_bytes: MIB,
+    });
+    v.added_paths = vec!["/dev/disk/by-id/new".into()];
+}
+
 #[test]
 fn a_replacement_checkpoint_round_trips_and_only_it_bumps_the_version_to_5() {
     let plain = superblock().encode().unwrap();
@@ -521,14 +534,7 @@ fn a_replacement_checkpoint_round_trips_and_only_it_bumps_the_version_to_5() {
     // The added paths (empty), the reshape and fill (absent), then one entry.
     assert_eq!(bytes.len(), plain.len() + 4 + 4 + 12 + 4 + 28);
     assert_eq!(Superblock::decode(&bytes).unwrap(), sb);
-    sb.volumes[0].scrub = Some(ScrubCheckpoint {
-        position_bytes: 3 * MIB,
-        repair: true,
-    });
-    sb.volumes[0].checksum_fill = Some(ChecksumFill {
-        position_bytes: MIB,
-    });
-    sb.volumes[0].added_paths = vec!["/dev/disk/by-id/new".into()];
+    with_other_tail_fields(&mut sb.volumes[0]);
     assert_eq!(Superblock::decode(&sb.encode().unwrap()).unwrap(), sb);
     let refused = |f: &dyn Fn(&mut Vec<ReplacementCheckpoint>), what: &str| {
         let mut sb = replacing();
@@ -596,14 +602,7 @@ fn the_block_size_round_trips_in_the_member_entries_and_keeps_the_version() {
         }
         assert_eq!(fix_crc(skipped), plain);
         assert_eq!(Superblock::decode(&bytes).unwrap(), sb);
-        sb.volumes[0].scrub = Some(ScrubCheckpoint {
-            position_bytes: 3 * MIB,
-            repair: true,
-        });
-        sb.volumes[0].checksum_fill = Some(ChecksumFill {
-            position_bytes: MIB,
-        });
-        sb.volumes[0].added_paths = vec!["/dev/disk/by-id/new".into()];
+        with_other_tail_fields(&mut sb.volumes[0]);
         sb.volumes[0].replacements = replacing().volumes[0].replacements.clone();
         assert_eq!(Superblock::decode(&sb.encode().unwrap()).unwrap(), sb);
     }
