@@ -161,10 +161,7 @@ fn geometries_keep_every_completed_write_through_a_kill_and_lost_members() {
 /// with 512-byte blocks at 1 MiB strips behind a write-back cache, RAID 50 without checksums
 /// losing one member per span.
 fn few() -> Vec<(Geometry, Vec<&'static str>)> {
-    let write_back = Geometry {
-        cache: "write-back",
-        ..geometry("raid5", 4, 0, "1MiB", 512, true)
-    };
+    let write_back = geometry("raid5", 4, 0, "1MiB", 512, true).write_back();
     vec![
         (
             geometry("raid6", 6, 0, "256KiB", 4096, true),

@@ -258,11 +258,7 @@ fn sigkill_mid_reshape_keeps_every_completed_write_and_parity() {
 /// 256 KiB strips under a sequential stream, killed near the end.
 fn few() -> Vec<Cell> {
     let r5 = geometry("raid5", 4, 0, "64KiB", 4096, true);
-    let wb = |g: Geometry| Geometry {
-        cache: "write-back",
-        ..g
-    };
-    let r5_512 = wb(geometry("raid5", 4, 0, "64KiB", 512, false));
+    let r5_512 = geometry("raid5", 4, 0, "64KiB", 512, false).write_back();
     let r6 = geometry("raid6", 6, 0, "64KiB", 4096, true);
     vec![
         Cell {
@@ -276,7 +272,7 @@ fn few() -> Vec<Cell> {
         },
         Cell {
             old: r5_512,
-            new: wb(geometry("raid6", 5, 0, "64KiB", 512, false)),
+            new: geometry("raid6", 5, 0, "64KiB", 512, false).write_back(),
             load: load_for(&r5_512, RANDOM),
             kill: KillAt::Started,
             restart: Restart::OldFirst,

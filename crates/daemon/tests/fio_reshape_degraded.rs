@@ -428,11 +428,7 @@ fn a_degraded_reshape_keeps_every_completed_write() {
 /// mid-copy.
 fn few() -> Vec<Cell> {
     let r5 = geometry("raid5", 4, 0, "64KiB", 4096, true);
-    let wb = |g: Geometry| Geometry {
-        cache: "write-back",
-        ..g
-    };
-    let r6 = wb(geometry("raid6", 5, 0, "64KiB", 4096, true));
+    let r6 = geometry("raid6", 5, 0, "64KiB", 4096, true).write_back();
     let r5_off = geometry("raid5", 4, 0, "64KiB", 4096, false);
     vec![
         Cell {
@@ -444,7 +440,7 @@ fn few() -> Vec<Cell> {
         },
         Cell {
             old: r6,
-            new: wb(geometry("raid6", 6, 0, "64KiB", 4096, true)),
+            new: geometry("raid6", 6, 0, "64KiB", 4096, true).write_back(),
             load: load_for(&r6, RANDOM),
             case: Case::StartDegraded,
             out: &["d0", "d3"],

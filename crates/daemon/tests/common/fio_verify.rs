@@ -94,6 +94,16 @@ pub fn geometry(
     }
 }
 
+impl Geometry {
+    /// The same geometry behind a write-back cache.
+    pub fn write_back(self) -> Geometry {
+        Geometry {
+            cache: "write-back",
+            ..self
+        }
+    }
+}
+
 /// The member files a config declares: `d0`, `d1`, ... of `mib` MiB each (some perhaps not
 /// in the volume yet: the members a reshape adds).
 pub struct Files<'a> {
