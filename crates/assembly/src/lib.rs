@@ -43,6 +43,7 @@ pub mod preflight;
 pub mod read_only_check;
 pub mod records;
 pub mod remote;
+pub mod replaces;
 pub mod reshape_plan;
 pub mod settings;
 

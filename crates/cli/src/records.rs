@@ -10,6 +10,7 @@ use nbraid_assembly::plan::Plan;
 use nbraid_assembly::preflight::{
     absence_word, member_ids, probes_with_remote, start_plan_with, RemoteRead,
 };
+use nbraid_assembly::replaces::{self, ReplaceUnderWay};
 use nbraid_assembly::reshape_plan::{self, outline, Action, VolumePlan};
 use nbraid_config::format_size;
 use nbraid_config::{Config, MemberStorage, Volume};
@@ -41,6 +42,9 @@ pub struct Records {
     /// there, or why it would not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reshape: Option<VolumePlan>,
+    /// The replaces under way at the last shutdown, and what the next start does with each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replaces: Vec<ReplaceUnderWay>,
 }
 
 /// The superblocks of every volume whose members are files or devices.
@@ -138,6 +142,8 @@ fn volume(
         }
     };
     roles(config, v, (&probes, &added), &asm, &mut r);
+    r.replaces = replaces::under_way(config, v, &asm, (&probes, &added));
+    r.notes.extend(r.replaces.iter().map(ReplaceUnderWay::text));
     r.notes
         .extend(last_life::resync_note(config, v, (&asm, &probes), &word));
     r.notes.extend(checksum_note(v, &probes[..n]));
@@ -164,6 +170,7 @@ impl Records {
             absent: Vec::new(),
             notes: Vec::new(),
             reshape: None,
+            replaces: Vec::new(),
         }
     }
 }
@@ -488,6 +495,7 @@ mod tests {
             absent: vec![None, Some("stale")],
             notes: vec![],
             reshape: None,
+            replaces: Vec::new(),
         };
         assert_eq!(state(&r, None), "degraded: role 1 stale (d1: d1.img)");
         let why = "volume `v` was not shut down cleanly".to_string();

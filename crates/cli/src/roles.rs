@@ -109,6 +109,7 @@ members = ["d0", "d1", "d2"]
             absent,
             notes: Vec::new(),
             reshape: None,
+            replaces: Vec::new(),
         }
     }
 

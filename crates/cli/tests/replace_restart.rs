@@ -51,6 +51,7 @@ fn a_replace_cut_short_by_a_restart_goes_on() {
         } else {
             d.stop();
         }
+        let said = said_before_the_start(cfg, killed);
 
         let (mut d, uri) = serve(&config, "r6");
         let v = volume_status(cfg);
@@ -69,6 +70,7 @@ fn a_replace_cut_short_by_a_restart_goes_on() {
             // Its last checkpoint: a window (4 MiB) behind at most.
             let at = role3_position(&v);
             assert!(at >= 12 * MIB, "resumed at {at}: {v:#}");
+            assert!(at >= said, "resumed at {at}, the check said {said}: {v:#}");
         }
 
         let v = wait_for(cfg, "the swap", |v| {
@@ -80,4 +82,40 @@ fn a_replace_cut_short_by_a_restart_goes_on() {
         reads_back(&nbdcopy, dir.path(), &uri, &data);
         d.stop();
     }
+}
+
+/// What `nbraid check` and `nbraid status` (no daemon) say of the replace cut short: it is
+/// under way, by `new.img`, and the next start goes on from its checkpoint (SIGTERM) or
+/// copies again from 0 (SIGKILL). Returns where the check said the copy goes on.
+fn said_before_the_start(cfg: &str, killed: bool) -> u64 {
+    let check: Value = serde_json::from_str(&ok(nbraid(&["check", cfg, "--json"]), "check"))
+        .expect("check's JSON");
+    let records = check["superblocks"].as_array().expect("superblocks");
+    let replaces = &records[0]["replaces"];
+    assert_eq!(replaces.as_array().map(Vec::len), Some(1), "{check:#}");
+    let x = &replaces[0];
+    assert_eq!(x["role"], 3, "{x:#}");
+    assert!(
+        x["replacement"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with("new.img"),
+        "{x:#}"
+    );
+    let checkpoint = x["checkpoint_bytes"].as_u64().expect("checkpoint");
+    let from = x["resumes_from_bytes"].as_u64().expect("goes on");
+    assert!(checkpoint >= 8 * MIB, "{x:#}");
+    assert_eq!(from, if killed { 0 } else { checkpoint }, "{x:#}");
+    let o = nbraid(&["status", "--config", cfg]);
+    assert!(!o.status.success(), "status with no daemon");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let goes_on = match killed {
+        true => "the next start copies it again from the start",
+        false => "the next start goes on with it from there",
+    };
+    assert!(
+        text.contains("a replace of role 3 by ") && text.contains(goes_on),
+        "{text}"
+    );
+    from
 }

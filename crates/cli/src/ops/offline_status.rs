@@ -113,6 +113,7 @@ mod tests {
             absent,
             notes: vec!["a note".into()],
             reshape: None,
+            replaces: Vec::new(),
         }
     }
 

@@ -68,7 +68,7 @@ pub use member_meta::MemberMeta;
 pub use options::{ArrayOptions, OpenReport};
 pub use read_only::{refusal as read_only_refusal, Found as ReadOnlyFound};
 pub use readd::Readd;
-pub use replace_resume::ResumedReplacement;
+pub use replace_resume::{is_replacement, replace_at_start, ReplaceAtStart, ResumedReplacement};
 pub use reshape::{BackupWindow, ReshapeRecord};
 pub use reshape_areas::NewShape;
 pub use reshape_run::start_preview as reshape_start_preview;
