@@ -197,7 +197,17 @@ impl Volume {
             )));
         }
         self.table().install(index, member);
+        self.checksums_count_anew(index);
         Ok(())
+    }
+
+    /// A new member took role `index`: its checksum counts start from zero, as the table's
+    /// do (`MemberSlot::count_anew`).
+    fn checksums_count_anew(&self, index: usize) {
+        let sums = self.options().checksums.as_ref();
+        if let Some(c) = sums.and_then(|s| s.counters(index)) {
+            c.reset();
+        }
     }
 
     /// Takes failed slot `index`'s member out (the slot keeps `placeholder`, failed):
@@ -356,7 +366,9 @@ impl Volume {
             return None;
         }
         if slot.replacement().is_some() {
-            return self.table().finish_replacement(index);
+            let old = self.table().finish_replacement(index);
+            self.checksums_count_anew(index);
+            return old;
         }
         self.set_resyncing(index, false);
         None

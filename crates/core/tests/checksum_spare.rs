@@ -229,6 +229,7 @@ fn a_spare_for_a_role_missing_at_start_gets_the_roles_area() {
     }
 }
 
+/// A replacement takes over its member's checksums — and not its count of bad blocks.
 #[test]
 fn a_replacement_takes_over_its_members_checksums() {
     let mut v = vec![(Level::Raid1, 2, 64 * KIB), (Level::Raid6, 4, 64 * KIB)];
@@ -238,6 +239,16 @@ fn a_replacement_takes_over_its_members_checksums() {
         let mut disks: Vec<_> = (0..n).map(|i| disk(&format!("d{i}"))).collect();
         let a = create(level, &disks, strip);
         let mut model = Model::filled(&a, 7);
+        // The member being replaced returned bad blocks: its counts are its own, not its
+        // replacement's (`rebuild_under_writes` finds none after the swap).
+        corrupt_rows(&disks[1], strip, 0, 1);
+        assert!(
+            read_all(&a) == model.bytes,
+            "{what}: corrupted blocks read right"
+        );
+        if level != Level::Raid1 {
+            assert!(errors_and_repairs(&a).0 >= 1, "{what}: bad blocks counted");
+        }
         let new = forged_disk("new");
         block_on(a.replace(1, meta(&new))).expect("replace");
         rebuild_under_writes(&a, &mut model, &what);

@@ -71,6 +71,15 @@ pub struct ChecksumCounters {
     pub repairs: AtomicU64,
 }
 
+impl ChecksumCounters {
+    /// A new member took the role: what was counted was its predecessor's (and the
+    /// bad-block limit holds each member to its own).
+    pub fn reset(&self) {
+        self.errors.store(0, Relaxed);
+        self.repairs.store(0, Relaxed);
+    }
+}
+
 /// A block whose bytes do not match its checksum (inside the [`MemberError`] of the read).
 #[derive(Debug, thiserror::Error)]
 #[error("checksum mismatch in volume {volume}: block at member offset {member_offset} (stored {stored:#010x}, computed {computed:#010x}); {bad_blocks} bad block(s) in the read")]

@@ -94,6 +94,17 @@ impl RegionIo {
         self.write_bytes.fetch_add(len_bytes, Ordering::Relaxed);
     }
 
+    fn reset(&self) {
+        for n in [
+            &self.reads,
+            &self.read_bytes,
+            &self.writes,
+            &self.write_bytes,
+        ] {
+            n.store(0, Ordering::Relaxed);
+        }
+    }
+
     fn snapshot(&self) -> RegionIoSnapshot {
         RegionIoSnapshot {
             reads: self.reads.load(Ordering::Relaxed),
@@ -133,6 +144,19 @@ impl MemberSlot {
     /// Whether the member serving this slot now keeps its bytes in memory.
     pub fn memory_backed(&self) -> bool {
         self.memory_backed.load(Ordering::Acquire)
+    }
+
+    /// A new member took the slot (installed, or a replacement took over): what the slot
+    /// counted was its predecessor's. Its errors, its marks past a limit and its I/O start
+    /// from zero — a replacement inheriting a flaky disk's corrected read errors would be
+    /// failed early under `max_read_errors`, and status would show the old disk's errors on it.
+    fn count_anew(&self) {
+        self.read_errors.store(0, Ordering::Relaxed);
+        self.write_errors.store(0, Ordering::Relaxed);
+        self.corrected_reads.reset();
+        self.kept_past_read_limit.store(false, Ordering::Relaxed);
+        self.kept_past_limit.store(false, Ordering::Relaxed);
+        self.region_io.reset();
     }
 
     /// Puts `member` in this slot, returning the one it held.
@@ -364,10 +388,7 @@ impl MemberTable {
         );
         self.set_resyncing(index, true);
         slot.put(member);
-        slot.read_errors.store(0, Ordering::Relaxed);
-        slot.corrected_reads.reset();
-        slot.kept_past_read_limit.store(false, Ordering::Relaxed);
-        slot.kept_past_limit.store(false, Ordering::Relaxed);
+        slot.count_anew();
         *slot.failure.lock() = None;
         if slot.failed.swap(false, Ordering::AcqRel) {
             self.failed.fetch_sub(1, Ordering::AcqRel);
@@ -398,7 +419,9 @@ impl MemberTable {
         let mut rep = slot.replacement.write();
         let new = rep.take()?;
         slot.replacing.store(false, Ordering::Release);
-        Some(slot.put(new))
+        let old = slot.put(new);
+        slot.count_anew();
+        Some(old)
     }
 
     /// Marks member `index` failed (once), logging why and keeping its cause. A replacement being rebuilt beside
@@ -710,5 +733,49 @@ mod tests {
         // 0: never.
         let never = MemberTable::new(vec![memory("a")]).with_max_read_errors(0);
         assert!((0..100).all(|_| !never.read_error_corrected(0)));
+    }
+
+    /// What a slot counted belongs to the member that was in it: a member installed in a
+    /// failed slot, and a replacement taking over, start from zero (errors, the read-error
+    /// limit's count, the marks past a limit, the volume's I/O to it).
+    #[test]
+    fn a_new_member_in_a_slot_counts_from_zero() {
+        let pair = (0..2).map(|i| Node::member(i, 0, 1 << 20)).collect();
+        let tree = Node::mirror(pair).unwrap();
+        let table = MemberTable::new(vec![memory("a"), memory("b")])
+            .with_tree(tree)
+            .with_max_read_errors(5);
+        let counted = |t: &MemberTable, i: usize| {
+            let h = t.slot(i).health();
+            (
+                h.read_errors,
+                h.write_errors,
+                h.corrected_read_errors,
+                h.region_io,
+            )
+        };
+        let zero = (0, 0, 0, RegionIoSnapshot::default());
+        for i in 0..2 {
+            let slot = table.slot(i);
+            slot.count_read_error();
+            slot.count_read(4096);
+            slot.count_write(4096);
+            assert!(!table.read_error_corrected(i));
+            slot.write_errors.fetch_add(1, Ordering::Relaxed);
+            assert_ne!(counted(&table, i), zero);
+        }
+        // Replaced while serving: the replacement's counts start at zero.
+        table.set_replacement(0, memory("new"));
+        assert_ne!(
+            counted(&table, 0),
+            zero,
+            "a replacement is not the member yet"
+        );
+        table.finish_replacement(0).expect("a replacement");
+        assert_eq!(counted(&table, 0), zero);
+        // Failed, and a member installed in its place.
+        table.fail(1, &"test");
+        table.install(1, memory("c"));
+        assert_eq!(counted(&table, 1), zero);
     }
 }
