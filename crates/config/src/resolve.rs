@@ -1,7 +1,7 @@
 //! From TOML text to a checked [`Config`]: schema errors located by toml, semantic errors
 //! located by the spans of the fields they concern; member regions placed by [`super::allocate`].
 
-use super::allocate::{self, allocate, Usage};
+use super::allocate::Usage;
 use super::error::{ErrorKind, Problem};
 use super::field::size_field;
 use super::listen::{Listener, DEFAULT_LISTEN, LISTEN_HELP};
@@ -67,93 +67,100 @@ mod meta_area;
 mod options;
 mod pinned;
 mod placement;
+mod placing;
 
 use cx::{check_name, Cx, R};
-use member::Small;
+use member::{MemberTable, Small};
 use meta_area::{Areas, Claim};
 use placement::Placement;
+use placing::Placing;
+
+/// A volume's declaration, checked: what it is, before where it goes.
+struct Declared {
+    name: String,
+    /// How messages name the volume: `volume "v0"`.
+    who: String,
+    plan: Plan,
+    /// Its members in layout order, by index in the config's members.
+    idx: Vec<usize>,
+    opts: options::VolumeOptions,
+    requested: VolumeSize,
+    /// The metadata its settings ask for, before any reserve is sized.
+    asked: MetadataOptions,
+}
+
+/// The volume names used so far, each with the line it was first used at: a name is an NBD
+/// export name, so used once.
+#[derive(Default)]
+struct VolumeNames {
+    first_line: HashMap<String, usize>,
+}
+
+impl VolumeNames {
+    /// Takes `name` (used at `line`); `Err(first_line)` when it was used before.
+    fn claim(&mut self, name: &str, line: usize) -> Result<(), usize> {
+        if let Some(&first_line) = self.first_line.get(name) {
+            return Err(first_line);
+        }
+        self.first_line.insert(name.to_string(), line);
+        Ok(())
+    }
+}
+
+/// Volume `v` uses the name a volume before it took at `first_line`.
+fn duplicate_volume(v: &RawVolume, first_line: usize) -> Problem {
+    let name = v.name.get_ref();
+    Problem::new(
+        v.name.span(),
+        ErrorKind::Duplicate,
+        format!(
+            "volume \"{name}\": duplicate volume name (first used at line {first_line}); \
+             volume names are NBD export names and must be unique"
+        ),
+    )
+}
+
+/// A config with no `[[volume]]` table.
+fn no_volumes() -> Problem {
+    Problem::new(
+        0..0,
+        ErrorKind::Schema,
+        "the config defines no volumes; add a [[volume]] table with name, level and members",
+    )
+}
+
+/// The control socket's path: `given` (relative to the config's directory `base`), or by
+/// default the config `file`'s path with `.ctl`. An empty one is refused.
+fn control_path(given: Option<&Spanned<String>>, base: &Path, file: &Path) -> R<PathBuf> {
+    match given {
+        Some(c) if c.get_ref().is_empty() => Err(Problem::new(
+            c.span(),
+            ErrorKind::Listen,
+            "daemon: control is empty; give the control socket's path, or remove it for the default (the config's path with .ctl)",
+        )),
+        Some(c) => Ok(base.join(c.get_ref())),
+        None => Ok(file.with_extension("ctl")),
+    }
+}
 
 impl Cx<'_> {
+    /// The checks run in this order, so the first problem reported stays the same: the
+    /// daemon's listeners, limits, bench and TLS settings, the members, the volumes (and
+    /// their spares), the control socket, the service settings.
     fn resolve(&self, raw: RawConfig, file: &Path) -> R<Config> {
+        let daemon = raw.daemon.as_ref().map(|d| d.get_ref());
         let (listen, own_tls) = self.listen(&raw)?;
-        let limits = super::limits::resolve(raw.daemon.as_ref().map(|d| d.get_ref()))?;
+        let limits = super::limits::resolve(daemon)?;
         let bench = super::bench::resolve(raw.bench.as_ref(), "bench.", self.text)?;
-        let tls = super::tls::resolve(
-            raw.daemon.as_ref().map(|d| d.get_ref()),
-            self.base,
-            &own_tls,
-        )?;
-        let mut members: Vec<Member> = Vec::new();
-        let mut spans: Vec<Range<usize>> = Vec::new();
-        let mut ids: Vec<Option<member::Identity>> = Vec::new();
-        let mut small: Vec<Small> = Vec::new();
-        for m in raw.member {
-            let (member, id) = member::member(self, m.get_ref(), &members, &spans, &ids)?;
-            small.extend(Small::of(members.len(), m.get_ref(), &member));
-            members.push(member);
-            spans.push(m.get_ref().id.span());
-            ids.push(id);
-        }
-        if let (true, Some(s)) = (raw.volume.is_empty(), small.first()) {
-            return Err(s.unused());
-        }
-        if raw.volume.is_empty() {
-            return Err(Problem::new(
-                0..0,
-                ErrorKind::Schema,
-                "the config defines no volumes; add a [[volume]] table with name, level and members",
-            ));
-        }
-        let mut usage: Vec<Usage> = members
-            .iter()
-            .map(|_| Usage {
-                cursor: METADATA_RESERVED,
-                ..Usage::default()
-            })
-            .collect();
-        let mut volumes: Vec<Volume> = Vec::new();
-        let mut names: HashMap<String, usize> = HashMap::new();
-        for v in &raw.volume {
-            let span = v.span();
-            let v = v.get_ref();
-            let name = v.name.get_ref();
-            if let Some(line) = names.get(name) {
-                return Err(Problem::new(
-                    v.name.span(),
-                    ErrorKind::Duplicate,
-                    format!(
-                        "volume \"{name}\": duplicate volume name (first used at line {line}); \
-                         volume names are NBD export names and must be unique"
-                    ),
-                ));
-            }
-            names.insert(name.clone(), self.line(&v.name.span()));
-            volumes.push(self.volume(v, span, &members, &small, &mut usage)?);
-        }
-        let unused = |s: &&Small| !volumes.iter().any(|v| v.members.contains(&s.member));
-        if let Some(s) = small.iter().find(unused) {
-            return Err(s.unused());
-        }
-        let raw_volumes: Vec<&RawVolume> = raw.volume.iter().map(|v| v.get_ref()).collect();
-        super::spares::resolve(&raw_volumes, &mut volumes, &members)?;
-        let given = raw
-            .daemon
-            .as_ref()
-            .and_then(|d| d.get_ref().control.as_ref());
-        let control = match given {
-            Some(c) if c.get_ref().is_empty() => {
-                return Err(Problem::new(
-                    c.span(),
-                    ErrorKind::Listen,
-                    "daemon: control is empty; give the control socket's path, or remove it for the default (the config's path with .ctl)",
-                ))
-            }
-            Some(c) => self.base.join(c.get_ref()),
-            None => file.with_extension("ctl"),
-        };
+        let tls = super::tls::resolve(daemon, self.base, &own_tls)?;
+        let table = MemberTable::read(self, &raw.member)?;
+        let volumes = self.volumes(&raw.volume, &table)?;
+        let members = table.members;
+        let given = daemon.and_then(|d| d.control.as_ref());
+        let control = control_path(given, self.base, file)?;
         let span = given.map_or(0..0, |c| c.span());
         crate::control_path::check(&control, file, &members, &listen, span)?;
-        let service = super::service::resolve(raw.daemon.as_ref().map(|d| d.get_ref()), self.base)?;
+        let service = super::service::resolve(daemon, self.base)?;
         Ok(Config {
             file: file.to_path_buf(),
             listen,
@@ -165,6 +172,40 @@ impl Cx<'_> {
             members,
             volumes,
         })
+    }
+
+    /// The volumes in file order, each placed on its members after those before it; then
+    /// their spares. A member too small for any volume is refused naming the first volume
+    /// on it, or — none uses it — what any volume needs.
+    fn volumes(&self, raw: &[Spanned<RawVolume>], table: &MemberTable) -> R<Vec<Volume>> {
+        let members = &table.members;
+        if raw.is_empty() {
+            return Err(table.small.first().map_or_else(no_volumes, Small::unused));
+        }
+        let mut usage: Vec<Usage> = members
+            .iter()
+            .map(|_| Usage {
+                cursor: METADATA_RESERVED,
+                ..Usage::default()
+            })
+            .collect();
+        let mut names = VolumeNames::default();
+        let mut volumes: Vec<Volume> = Vec::with_capacity(raw.len());
+        for v in raw {
+            let (vspan, v) = (v.span(), v.get_ref());
+            let line = self.line(&v.name.span());
+            names
+                .claim(v.name.get_ref(), line)
+                .map_err(|first_line| duplicate_volume(v, first_line))?;
+            volumes.push(self.volume(v, vspan, members, &table.small, &mut usage)?);
+        }
+        let unused = |s: &&Small| !volumes.iter().any(|v| v.members.contains(&s.member));
+        if let Some(s) = table.small.iter().find(unused) {
+            return Err(s.unused());
+        }
+        let raw_volumes: Vec<&RawVolume> = raw.iter().map(|v| v.get_ref()).collect();
+        super::spares::resolve(&raw_volumes, &mut volumes, members)?;
+        Ok(volumes)
     }
 
     /// The listeners, each with its own TLS mode if its entry names one (and the entry's span).
@@ -222,100 +263,9 @@ impl Cx<'_> {
         Ok((out, own_tls))
     }
 
-    /// `asked` with the reserves volume `name` placed `at` takes on its members after the
-    /// volumes before it (`usage`): its write-hole log's and its block checksums'.
-    fn with_reserves(
-        &self,
-        at: &Placement,
-        name: &str,
-        asked: MetadataOptions,
-        usage: &[Usage],
-    ) -> MetadataOptions {
-        let mut metadata = asked;
-        // A log whose ring the metadata area cannot hold (large strips) gets a reserve sized
-        // from the strip, as if `write_hole_log_size` had asked for it: every parity volume
-        // has its log (and large regions a larger one). The strips, hence the ring, do not
-        // depend on where regions start. A volume the records place keeps its recorded log.
-        if let (true, Some(recorded)) = (metadata.ppl, self.pins.log_reserve_bytes(name)) {
-            metadata.ppl_log_bytes = recorded;
-        } else if metadata.ppl && metadata.ppl_log_bytes.is_none() {
-            let default = !self.pins.is_before_default_log();
-            metadata.ppl_log_bytes = at.trial_log_reserve(usage, default);
-            // Read to find the records (`Pins::before_default_log`): a reserve the members
-            // cannot hold is left out, so the records are found and the config is read again
-            // with them (`nbraid_assembly::pins`). Strips larger than the records' (a
-            // reshape into them) need a larger ring than the one recorded; refused here, the
-            // records were never read and the refusal named this reserve, which the volume
-            // does not take (its log stays where recorded), instead of whether the new shape
-            // fits its recorded regions.
-            if !default {
-                let fits = |log| at.places_after_log(usage, log, &metadata);
-                metadata.ppl_log_bytes = metadata.ppl_log_bytes.filter(|&log| fits(log));
-            }
-            // A log whose ring fits the metadata area, but whose members' areas the volumes
-            // before it filled (Matrix), gets a reserve too — not in the read for older
-            // records (`nbraid_assembly::pins` falls back to it to find them): an existing
-            // volume whose records hold no log area would get a reserve the full members
-            // cannot hold, both reads would fail and its records would never be read.
-            // Nor a volume with a member on an NBD server: nothing can pin it, so it keeps
-            // the rule it was created under (as [`Placement::trial_log_reserve`]).
-            if metadata.ppl_log_bytes.is_none() && default && !at.remote() {
-                metadata.ppl_log_bytes = at.log_reserve_for_room(usage, &metadata);
-            }
-        }
-        if metadata.checksums {
-            metadata.checksum_reserve_bytes = at.checksum_reserve(usage, metadata.ppl_log_bytes);
-        }
-        metadata
-    }
-
-    /// The largest size volume `name` (placed `at`, asking `asked`) fits at with the
-    /// reserves that size takes — a larger size takes no smaller reserves, so the sizes
-    /// that fit are those below some bound, found by halving over whole strips of each
-    /// member. `None`: not even one strip fits (or no size was asked for).
-    fn largest_fitting(
-        &self,
-        at: &Placement,
-        name: &str,
-        asked: MetadataOptions,
-        usage: &[Usage],
-    ) -> Option<u64> {
-        let VolumeSize::Bytes(_) = at.requested else {
-            return None;
-        };
-        let sizing = at.plan.sizing();
-        let strip = sizing.unit().max(1);
-        let free = (at.idx.iter())
-            .map(|&m| at.members[m].size.saturating_sub(usage[m].cursor))
-            .min()?;
-        let fits = |strips: u64| {
-            let size = sizing.capacity_at(strips * strip);
-            let trial = Placement {
-                requested: VolumeSize::Bytes(size),
-                ..*at
-            };
-            let metadata = self.with_reserves(&trial, name, asked, usage);
-            let mut placed = usage.to_vec();
-            trial.reserve_checksums(name, metadata.checksum_reserve_bytes, &mut placed);
-            trial.reserve_log(name, metadata.ppl_log_bytes, &mut placed);
-            let sized = allocate(at.who, sizing, trial.requested, at.idx, at.members, &placed);
-            (size > 0 && sized.is_ok()).then_some(size)
-        };
-        // Invariant: `low` strips fit (or are 0), `high` do not.
-        let (mut low, mut high) = (0, free / strip + 1);
-        while high - low > 1 {
-            let mid = low + (high - low) / 2;
-            match fits(mid) {
-                Some(_) => low = mid,
-                None => high = mid,
-            }
-        }
-        fits(low)
-    }
-
     /// Volume `v` (its table at `vspan`), placed on its members after the volumes before it
     /// (`usage`). The checks run in this order, so the first problem reported stays the same:
-    /// name, level or tree, members, options, shape, size, metadata, placement.
+    /// its declaration ([`Self::declared`]), then its metadata and placement.
     fn volume(
         &self,
         v: &RawVolume,
@@ -324,6 +274,54 @@ impl Cx<'_> {
         small: &[Small],
         usage: &mut [Usage],
     ) -> R<Volume> {
+        let d = self.declared(v, vspan, members)?;
+        let placing = Placing {
+            at: Placement {
+                who: &d.who,
+                plan: &d.plan,
+                requested: d.requested,
+                idx: &d.idx,
+                members,
+            },
+            name: &d.name,
+            asked: d.asked,
+            pins: self.pins,
+        };
+        let mut metadata = placing.with_reserves(usage);
+        let recorded = placing.recorded();
+        if !recorded {
+            placing.at.refuse_small(small, &metadata, usage)?;
+        }
+        let (regions, geometry) = placing.place(v, &mut metadata, usage)?;
+        check_log_size(v, &d.who, &geometry, metadata.ppl_log_bytes)?;
+        check_cache_holds_a_stripe(v, &d.who, &geometry, &d.opts.cache)?;
+        let trial = self.pins.is_before_default_log();
+        let claim = Claim::for_volume(recorded, trial, placing.at.remote());
+        let areas = Areas::new(&d.who, &d.idx, members, &geometry, &metadata);
+        areas.claim(v, &d.name, claim, usage)?;
+        // A disk's sector size never changes under its data: an existing volume is served
+        // with the block size its records keep.
+        let block_size = self.pins.block_size(&d.name).unwrap_or(d.opts.block_size);
+        Ok(Volume {
+            name: d.name,
+            shape: d.plan.into_shape(),
+            members: d.idx,
+            regions,
+            geometry,
+            requested: d.requested,
+            read_policy: d.opts.read_policy,
+            cache: d.opts.cache,
+            read_only: v.read_only.unwrap_or(false),
+            block_size,
+            block_size_written: d.opts.block_size,
+            metadata,
+            heal: Default::default(),
+        })
+    }
+
+    /// Volume `v`'s declaration, checked in this order: name, level or tree, members,
+    /// options, shape, size, metadata settings.
+    fn declared(&self, v: &RawVolume, vspan: Range<usize>, members: &[Member]) -> R<Declared> {
         let (name, who) = volume_name(v)?;
         let given = given(v, vspan.clone(), &who)?;
         let level = given.level();
@@ -333,79 +331,14 @@ impl Cx<'_> {
         members_addressable(&who, &idx, members, v.name.span())?;
         let requested = requested_size(v, &who)?;
         let asked = volume_meta::metadata_options(v, &who)?;
-        let at = Placement {
-            who: &who,
-            plan: &plan,
-            requested,
-            idx: &idx,
-            members,
-        };
-        let mut metadata = self.with_reserves(&at, &name, asked, usage);
-        // On each member: the checksum reserve, the log's reserve, the region — or, for a
-        // volume the records place, the region where they put it (`pins.rs`).
-        let unpinned = |metadata: &MetadataOptions, usage: &mut [Usage]| {
-            let before = usage.to_vec();
-            at.reserve_checksums(&name, metadata.checksum_reserve_bytes, usage);
-            at.reserve_log(&name, metadata.ppl_log_bytes, usage);
-            let (regions, geometry) = at.regions(v, usage).map_err(|mut p| {
-                // The size it suggests was measured without the reserves that size takes.
-                if let VolumeSize::Bytes(_) = at.requested {
-                    let fits = self.largest_fitting(&at, &name, asked, &before);
-                    p.message = allocate::suggesting(&p.message, fits);
-                }
-                p
-            })?;
-            claim_regions(&name, &idx, &regions, usage);
-            Ok((regions, geometry))
-        };
-        let recorded = self.pins.starts(&name).is_some();
-        if !recorded {
-            at.refuse_small(small, &metadata, usage)?;
-        }
-        let (regions, geometry) = match recorded.then_some(self.pins) {
-            None => unpinned(&metadata, usage)?,
-            Some(pins) => {
-                let kept: Vec<Usage> = idx.iter().map(|&m| usage[m].clone()).collect();
-                match at.pinned(v, &name, pins, &mut metadata, usage) {
-                    Ok(placed) => placed,
-                    // Settings the records contradict (`checksums = "on"` over a volume
-                    // created without the reserve): placed as a new volume would be, so the
-                    // start refuses this volume alone, naming the way out, as it always did.
-                    Err(p) if p.kind == ErrorKind::Option => {
-                        idx.iter().zip(kept).for_each(|(&m, u)| usage[m] = u);
-                        unpinned(&metadata, usage)?
-                    }
-                    Err(p) => return Err(p),
-                }
-            }
-        };
-        check_log_size(v, &who, &geometry, metadata.ppl_log_bytes)?;
-        check_cache_holds_a_stripe(v, &who, &geometry, &opts.cache)?;
-        let claim = match (recorded, self.pins.is_before_default_log(), at.remote()) {
-            (true, _, _) => Claim::Recorded,
-            (false, true, _) => Claim::Trial,
-            (false, false, true) => Claim::Remote,
-            (false, false, false) => Claim::New,
-        };
-        let areas = Areas::new(&who, &idx, members, &geometry, &metadata);
-        areas.claim(v, &name, claim, usage)?;
-        // A disk's sector size never changes under its data: an existing volume is served
-        // with the block size its records keep.
-        let block_size = self.pins.block_size(&name).unwrap_or(opts.block_size);
-        Ok(Volume {
+        Ok(Declared {
             name,
-            shape: plan.into_shape(),
-            members: idx,
-            regions,
-            geometry,
+            who,
+            plan,
+            idx,
+            opts,
             requested,
-            read_policy: opts.read_policy,
-            cache: opts.cache,
-            read_only: v.read_only.unwrap_or(false),
-            block_size,
-            block_size_written: opts.block_size,
-            metadata,
-            heal: Default::default(),
+            asked,
         })
     }
 
@@ -693,4 +626,36 @@ fn members_addressable(who: &str, idx: &[usize], members: &[Member], span: Range
              members their real sizes"
         ),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_volume_name_used_again_names_the_line_it_was_first_used_at() {
+        let mut names = VolumeNames::default();
+        assert_eq!(names.claim("v0", 3), Ok(()));
+        assert_eq!(names.claim("v1", 9), Ok(()));
+        assert_eq!(names.claim("v0", 14), Err(3));
+        // The first use stays the one named.
+        assert_eq!(names.claim("v0", 20), Err(3));
+    }
+
+    #[test]
+    fn the_control_path_defaults_beside_the_config_and_is_never_empty() {
+        let (base, file) = (Path::new("/etc/nbraid"), Path::new("/etc/nbraid/a.toml"));
+        let default = control_path(None, base, file).expect("default");
+        assert_eq!(default, Path::new("/etc/nbraid/a.ctl"));
+        let given = Spanned::new(5..9, "run/a.sock".to_string());
+        let joined = control_path(Some(&given), base, file).expect("given");
+        assert_eq!(joined, Path::new("/etc/nbraid/run/a.sock"));
+        let absolute = Spanned::new(5..9, "/run/a.sock".to_string());
+        let kept = control_path(Some(&absolute), base, file).expect("absolute");
+        assert_eq!(kept, Path::new("/run/a.sock"));
+        let empty = Spanned::new(5..7, String::new());
+        let refused = control_path(Some(&empty), base, file).expect_err("empty");
+        assert_eq!((refused.span, refused.kind), (5..7, ErrorKind::Listen));
+        assert!(refused.message.starts_with("daemon: control is empty"));
+    }
 }

@@ -39,24 +39,59 @@ impl Identity {
     }
 }
 
+/// The config's members in file order, with what checking the next one against them needs.
+pub(super) struct MemberTable {
+    pub members: Vec<Member>,
+    /// By member: the span of its id (a duplicate names the line it was first defined at).
+    id_spans: Vec<Range<usize>>,
+    /// By member: the file or device it is (`None`: nothing found there, or a memory member).
+    file_ids: Vec<Option<Identity>>,
+    /// The members too small for any volume, refused once the volumes say which needs them.
+    pub small: Vec<Small>,
+}
+
+impl MemberTable {
+    /// The `[[member]]` tables, each checked against those before it.
+    pub fn read(cx: &Cx, raw: &[Spanned<RawMember>]) -> R<MemberTable> {
+        let mut table = MemberTable {
+            members: Vec::with_capacity(raw.len()),
+            id_spans: Vec::with_capacity(raw.len()),
+            file_ids: Vec::with_capacity(raw.len()),
+            small: Vec::new(),
+        };
+        for m in raw {
+            let (member, file_id) = member(cx, m.get_ref(), &table)?;
+            let index = table.members.len();
+            table.small.extend(Small::of(index, m.get_ref(), &member));
+            table.members.push(member);
+            table.id_spans.push(m.get_ref().id.span());
+            table.file_ids.push(file_id);
+        }
+        Ok(table)
+    }
+
+    /// The member that is the same file or device as a new one at `path` (`file_id`: what
+    /// is there): the same path — unless `memory`, whose members share a name, not bytes —
+    /// or the same file or device through another name.
+    fn same_disk(&self, path: &Path, file_id: Option<Identity>, memory: bool) -> Option<usize> {
+        (self.members.iter().zip(&self.file_ids)).position(|(m, fid)| {
+            (!memory && m.path == path) || (file_id.is_some() && *fid == file_id)
+        })
+    }
+}
+
 /// Member `raw`, checked against those `before` it (ids, paths, files, devices): the one rule
 /// that keeps two members off one disk, for `nbraid check` and the daemon's start alike.
-pub(super) fn member(
-    cx: &Cx,
-    raw: &RawMember,
-    before: &[Member],
-    id_spans: &[Range<usize>],
-    file_ids: &[Option<Identity>],
-) -> R<(Member, Option<Identity>)> {
+fn member(cx: &Cx, raw: &RawMember, before: &MemberTable) -> R<(Member, Option<Identity>)> {
     let id = raw.id.get_ref().clone();
     check_name(&id, "member id", raw.id.span())?;
-    if let Some(i) = before.iter().position(|m| m.id == id) {
+    if let Some(i) = before.members.iter().position(|m| m.id == id) {
         return Err(Problem::new(
             raw.id.span(),
             ErrorKind::Duplicate,
             format!(
                 "member \"{id}\": duplicate member id (first defined at line {}); member ids must be unique",
-                cx.line(&id_spans[i])
+                cx.line(&before.id_spans[i])
             ),
         ));
     }
@@ -67,14 +102,11 @@ pub(super) fn member(
         _ => None,
     };
     let memory = matches!(probed, Probe::Memory);
-    if let Some(i) = before
-        .iter()
-        .zip(file_ids)
-        .position(|(m, fid)| (!memory && m.path == path) || (file_id.is_some() && *fid == file_id))
-    {
+    if let Some(i) = before.same_disk(&path, file_id, memory) {
+        let first = &before.members[i];
         let what = match file_id.and_then(Identity::shown) {
-            Some(dev) if before[i].path != path => {
-                format!(": both name {dev} (\"{}\")", before[i].path.display())
+            Some(dev) if first.path != path => {
+                format!(": both name {dev} (\"{}\")", first.path.display())
             }
             Some(dev) => format!(": {dev}"),
             None => String::new(),
@@ -84,8 +116,8 @@ pub(super) fn member(
             ErrorKind::Duplicate,
             format!(
                 "{who}: path \"{path_text}\" is already used by member \"{}\" (line {}){what}; every member needs its own file or device",
-                before[i].id,
-                cx.line(&id_spans[i])
+                first.id,
+                cx.line(&before.id_spans[i])
             ),
         ));
     }
@@ -389,5 +421,44 @@ mod tests {
         assert_eq!(normalize(Path::new("../x")), PathBuf::from("../x"));
         assert_eq!(normalize(Path::new("/a/b/../../c")), PathBuf::from("/c"));
         assert_eq!(normalize(Path::new(".")), PathBuf::from("."));
+    }
+
+    fn table(members: &[(&str, Option<Identity>)]) -> MemberTable {
+        let text: String = (members.iter())
+            .map(|(path, _)| {
+                format!("[[member]]\nid = \"{path}\"\npath = \"{path}\"\nsize = \"8MiB\"\n")
+            })
+            .collect();
+        let raw: crate::raw::RawConfig = toml::from_str(&text).expect("members");
+        let cx = Cx {
+            text: &text,
+            base: Path::new("/cfg"),
+            pins: &crate::Pins::new(),
+        };
+        let mut table = MemberTable::read(&cx, &raw.member).expect("table");
+        table.file_ids = members.iter().map(|(_, id)| *id).collect();
+        table
+    }
+
+    #[test]
+    fn a_disk_is_the_same_by_its_path_or_by_what_is_there() {
+        let (file, device) = (
+            Identity::File { dev: 8, ino: 12 },
+            Identity::Device { rdev: 0x703 },
+        );
+        let t = table(&[("/cfg/d0.img", Some(file)), ("/cfg/d1.img", Some(device))]);
+        let path = Path::new("/cfg/d1.img");
+        assert_eq!(t.same_disk(path, None, false), Some(1));
+        assert_eq!(
+            t.same_disk(Path::new("/cfg/x.img"), Some(device), false),
+            Some(1)
+        );
+        assert_eq!(
+            t.same_disk(Path::new("/cfg/link.img"), Some(file), false),
+            Some(0)
+        );
+        assert_eq!(t.same_disk(Path::new("/cfg/x.img"), None, false), None);
+        // Memory members all name one path, and are each their own bytes.
+        assert_eq!(t.same_disk(path, None, true), None);
     }
 }

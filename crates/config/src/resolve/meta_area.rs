@@ -31,6 +31,20 @@ pub(super) enum Claim {
     Remote,
 }
 
+impl Claim {
+    /// How the areas of a volume are claimed: one the records place (`recorded`) never
+    /// refuses; nor does anything in the read for older records (`trial`), nor a volume
+    /// with a member on an NBD server (`remote`); anything else is new.
+    pub fn for_volume(recorded: bool, trial: bool, remote: bool) -> Claim {
+        match (recorded, trial, remote) {
+            (true, _, _) => Claim::Recorded,
+            (false, true, _) => Claim::Trial,
+            (false, false, true) => Claim::Remote,
+            (false, false, false) => Claim::New,
+        }
+    }
+}
+
 /// The areas member usage `u` holds.
 fn taken(u: &Usage) -> Vec<Area> {
     u.areas.iter().map(|(_, a)| *a).collect()
@@ -134,5 +148,25 @@ impl<'a> Areas<'a> {
         let why = no_room_text(&self.members[m].id, short, &u.areas);
         let span = span.unwrap_or(v.name.span());
         Problem::new(span, ErrorKind::Fit, format!("{}: {why}", self.who))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Claim;
+
+    #[test]
+    fn a_recorded_volume_claims_as_recorded_whatever_else_holds() {
+        for (trial, remote) in [(false, false), (true, false), (false, true), (true, true)] {
+            assert_eq!(Claim::for_volume(true, trial, remote), Claim::Recorded);
+        }
+    }
+
+    #[test]
+    fn an_unrecorded_volume_is_new_unless_a_trial_read_or_remote() {
+        assert_eq!(Claim::for_volume(false, true, true), Claim::Trial);
+        assert_eq!(Claim::for_volume(false, true, false), Claim::Trial);
+        assert_eq!(Claim::for_volume(false, false, true), Claim::Remote);
+        assert_eq!(Claim::for_volume(false, false, false), Claim::New);
     }
 }
