@@ -10,6 +10,7 @@ use crate::pins::{Pins, RecordedPlace};
 use crate::raw::RawVolume;
 use crate::volume_meta::{checksum_area_bytes, checksum_reserve_bytes, MetadataOptions};
 use nbraid_layout::{Geometry, Region};
+use std::ops::Range;
 
 impl Placement<'_> {
     /// The regions of a volume whose records put member position `p`'s region at
@@ -25,77 +26,17 @@ impl Placement<'_> {
         metadata: &mut MetadataOptions,
         usage: &mut [Usage],
     ) -> R<(Vec<Region>, Geometry)> {
-        let starts = pins.starts(name).unwrap_or_default();
-        // The log's reserve as recorded, even with `write_hole = "off"` now: its bytes are
-        // the volume's.
-        let recorded_log = pins.log_reserve_bytes(name).flatten();
-        let log_bytes = recorded_log.or(metadata.ppl_log_bytes).unwrap_or(0);
-        let mut room_before = Vec::with_capacity(self.idx.len());
-        for (p, &m) in self.idx.iter().enumerate() {
-            let u = &mut usage[m];
-            let Some(start) = starts.get(p).copied().flatten() else {
-                let reserves = metadata.checksum_reserve_bytes.unwrap_or(0) + log_bytes;
-                u.cursor += reserves;
-                u.users
-                    .push((format!("the reserves of volume \"{name}\""), reserves));
-                room_before.push(None);
-                continue;
-            };
-            // The lowest byte the volume keeps before its region on this member: its log's
-            // reserve, its checksum area when that lies before the region.
-            let area = pins.place(name, p).and_then(|r| r.checksum_area);
-            let below = area.filter(|&(o, _)| o >= METADATA_RESERVED && o < start);
-            let floor = (start.saturating_sub(log_bytes)).min(below.map_or(start, |(o, _)| o));
-            if floor < u.cursor {
-                let member = &self.members[m];
-                return Err(Problem::new(
-                    v.name.span(),
-                    ErrorKind::Fit,
-                    format!(
-                        "{}: its records keep it from byte {floor} of member \"{}\" on (its region at byte {start}, its reserves before it), but the config places the volumes before it up to byte {}: a member's data is never moved, so the volumes before it cannot grow into it (list a new volume after the existing ones)",
-                        self.who, member.id, u.cursor
-                    ),
-                ));
-            }
-            room_before.push(Some((start - u.cursor).saturating_sub(log_bytes)));
-            if start > u.cursor {
-                let what = format!("the reserves before volume \"{name}\"");
-                u.users.push((what, start - u.cursor));
-            }
-            u.cursor = start;
-        }
+        let records = Recorded::of(pins, name, self.idx.len(), metadata);
+        let room_before = self.keep_before_regions(v, &records, usage)?;
         if reserved_checksums(metadata) && room_before.iter().flatten().all(|&r| r == 0) {
-            return Err(Problem::new(
-                v.name.span(),
-                ErrorKind::Option,
-                format!(
-                    "{}: its records start its regions with no block-checksum reserve before them (it was created with checksums = \"off\" or \"enable\"), and checksums = \"on\" (the default) keeps the checksums in such a reserve, but a region never moves: set checksums = \"enable\" (an area where each member has room, and a background pass computes the checksums) or \"off\"",
-                    self.who
-                ),
-            ));
+            return Err(no_checksum_reserve(self.who, v));
         }
-        let (mut regions, mut geometry) = self.regions(v, usage)?;
-        let recorded: Vec<Option<RecordedPlace>> =
-            (0..self.idx.len()).map(|p| pins.place(name, p)).collect();
-        // First as if no region grew past a checksum area the records put after it; then,
-        // where one did, with room for that area to move past the grown end.
-        let mut tails = tail_bytes(metadata, &regions, &room_before, &recorded, &[]);
-        for round in 0..2 {
-            if tails.iter().all(|&t| t == 0) {
-                break;
-            }
-            (self.idx.iter().zip(&tails)).for_each(|(&m, &t)| usage[m].tail_bytes = t);
-            let again = self.regions(v, usage);
-            self.idx.iter().for_each(|&m| usage[m].tail_bytes = 0);
-            (regions, geometry) = again?;
-            let grown: Vec<bool> = (regions.iter().zip(&recorded))
-                .map(|(r, rec)| rec.is_some_and(|rec| r.len > rec.len))
-                .collect();
-            if round == 1 || !grown.contains(&true) {
-                break;
-            }
-            tails = tail_bytes(metadata, &regions, &room_before, &recorded, &grown);
-        }
+        let rule = TailRule {
+            metadata,
+            room_before,
+            recorded: &records.places,
+        };
+        let (regions, geometry, tails) = self.regions_with_tails(v, &rule, usage)?;
         claim_regions(name, self.idx, &regions, usage);
         metadata.checksum_after_region_bytes = tails.iter().copied().max().unwrap_or(0);
         for (&m, &tail) in self.idx.iter().zip(&tails).filter(|(_, &t)| t > 0) {
@@ -105,6 +46,202 @@ impl Placement<'_> {
         }
         Ok((regions, geometry))
     }
+
+    /// Takes on each member what the volume keeps before its region: the bytes up to its
+    /// recorded start, or — on a member the records do not place — the reserves a new
+    /// volume's would get. By position: the room before each recorded region for the
+    /// checksums ([`room_before_region`]; `None`: not recorded).
+    fn keep_before_regions(
+        &self,
+        v: &RawVolume,
+        records: &Recorded,
+        usage: &mut [Usage],
+    ) -> R<Vec<Option<u64>>> {
+        let name = records.name;
+        let mut room_before = Vec::with_capacity(self.idx.len());
+        for (p, &m) in self.idx.iter().enumerate() {
+            let u = &mut usage[m];
+            let Some(start) = records.start(p) else {
+                let reserves = records.unrecorded_reserve_bytes;
+                u.cursor += reserves;
+                u.users
+                    .push((format!("the reserves of volume \"{name}\""), reserves));
+                room_before.push(None);
+                continue;
+            };
+            let area = records.checksum_area(p);
+            let room = room_before_region(start, u.cursor, records.log_bytes, area)
+                .map_err(|o| o.problem(self.who, &self.members[m].id, v.name.span()))?;
+            room_before.push(Some(room));
+            if start > u.cursor {
+                let what = format!("the reserves before volume \"{name}\"");
+                u.users.push((what, start - u.cursor));
+            }
+            u.cursor = start;
+        }
+        Ok(room_before)
+    }
+
+    /// The regions, their geometry and the bytes kept after each region for its checksum
+    /// area (`rule`): placed first as if no region grew past a checksum area the records put
+    /// after it; then, where one did, with room for that area to move past the grown end.
+    fn regions_with_tails(
+        &self,
+        v: &RawVolume,
+        rule: &TailRule,
+        usage: &mut [Usage],
+    ) -> R<(Vec<Region>, Geometry, Vec<u64>)> {
+        let (mut regions, mut geometry) = self.regions(v, usage)?;
+        let mut tails = rule.tails(&regions, &[]);
+        for round in 0..2 {
+            if tails.iter().all(|&t| t == 0) {
+                break;
+            }
+            (self.idx.iter().zip(&tails)).for_each(|(&m, &t)| usage[m].tail_bytes = t);
+            let again = self.regions(v, usage);
+            self.idx.iter().for_each(|&m| usage[m].tail_bytes = 0);
+            (regions, geometry) = again?;
+            let grown = grown_past_records(&regions, rule.recorded);
+            if round == 1 || !grown.contains(&true) {
+                break;
+            }
+            tails = rule.tails(&regions, &grown);
+        }
+        Ok((regions, geometry, tails))
+    }
+}
+
+/// What the records keep of volume `name`, by member position.
+struct Recorded<'a> {
+    name: &'a str,
+    /// Where each region starts (`None`, or past the end: a member the records do not place).
+    starts: &'a [Option<u64>],
+    /// Each region as recorded, with its checksum area.
+    places: Vec<Option<RecordedPlace>>,
+    /// The log's reserve before each region.
+    log_bytes: u64,
+    /// What a member the records do not place takes before the region: a new volume's
+    /// reserves.
+    unrecorded_reserve_bytes: u64,
+}
+
+impl<'a> Recorded<'a> {
+    /// Volume `name`'s records over its `n` members, with the reserves `metadata` asks.
+    fn of(pins: &'a Pins, name: &'a str, n: usize, metadata: &MetadataOptions) -> Recorded<'a> {
+        // The log's reserve as recorded, even with `write_hole = "off"` now: its bytes are
+        // the volume's.
+        let recorded_log = pins.log_reserve_bytes(name).flatten();
+        let log_bytes = recorded_log.or(metadata.ppl_log_bytes).unwrap_or(0);
+        Recorded {
+            name,
+            starts: pins.starts(name).unwrap_or_default(),
+            places: (0..n).map(|p| pins.place(name, p)).collect(),
+            log_bytes,
+            unrecorded_reserve_bytes: metadata.checksum_reserve_bytes.unwrap_or(0) + log_bytes,
+        }
+    }
+
+    /// Where position `p`'s region starts; `None`: the records do not place it.
+    fn start(&self, p: usize) -> Option<u64> {
+        self.starts.get(p).copied().flatten()
+    }
+
+    /// Position `p`'s recorded checksum area (offset, length).
+    fn checksum_area(&self, p: usize) -> Option<(u64, u64)> {
+        self.places[p].and_then(|r| r.checksum_area)
+    }
+}
+
+/// The bytes a member keeps free before its recorded region at `start` for the volume's
+/// checksums, once the config's volumes before it end at `cursor`: those between them, less
+/// the log's reserve (`log_bytes`). A member's data never moves, so the lowest byte the
+/// volume keeps (its log's reserve, or its checksum `area` where that lies before the
+/// region) must not lie below `cursor`. Pure.
+fn room_before_region(
+    start: u64,
+    cursor: u64,
+    log_bytes: u64,
+    area: Option<(u64, u64)>,
+) -> Result<u64, Overlap> {
+    let below = area.filter(|&(o, _)| o >= METADATA_RESERVED && o < start);
+    let floor = (start.saturating_sub(log_bytes)).min(below.map_or(start, |(o, _)| o));
+    if floor < cursor {
+        return Err(Overlap {
+            floor,
+            start,
+            cursor,
+        });
+    }
+    Ok((start - cursor).saturating_sub(log_bytes))
+}
+
+/// A recorded region whose reserves begin (`floor`) below where the config places the
+/// volumes before it up to (`cursor`).
+#[derive(Debug, PartialEq, Eq)]
+struct Overlap {
+    floor: u64,
+    /// Where the recorded region starts.
+    start: u64,
+    cursor: u64,
+}
+
+impl Overlap {
+    /// Volume `who` refused, naming the member (`member_id`) it overlaps on.
+    fn problem(&self, who: &str, member_id: &str, span: Range<usize>) -> Problem {
+        let Overlap {
+            floor,
+            start,
+            cursor,
+        } = self;
+        Problem::new(
+            span,
+            ErrorKind::Fit,
+            format!(
+                "{who}: its records keep it from byte {floor} of member \"{member_id}\" on (its region at byte {start}, its reserves before it), but the config places the volumes before it up to byte {cursor}: a member's data is never moved, so the volumes before it cannot grow into it (list a new volume after the existing ones)",
+            ),
+        )
+    }
+}
+
+/// Volume `who` keeps its checksums in a reserve before its regions, which its records
+/// never made room for.
+fn no_checksum_reserve(who: &str, v: &RawVolume) -> Problem {
+    Problem::new(
+        v.name.span(),
+        ErrorKind::Option,
+        format!(
+            "{who}: its records start its regions with no block-checksum reserve before them (it was created with checksums = \"off\" or \"enable\"), and checksums = \"on\" (the default) keeps the checksums in such a reserve, but a region never moves: set checksums = \"enable\" (an area where each member has room, and a background pass computes the checksums) or \"off\"",
+        ),
+    )
+}
+
+/// What decides the bytes kept after each region of a pinned volume ([`tail_bytes`]).
+struct TailRule<'a> {
+    metadata: &'a MetadataOptions,
+    /// By position: the room recorded before each region (`None`: not recorded).
+    room_before: Vec<Option<u64>>,
+    /// By position: each region as recorded.
+    recorded: &'a [Option<RecordedPlace>],
+}
+
+impl TailRule<'_> {
+    /// The tails of `regions`, where `grown[p]` says position `p`'s grew over its area.
+    fn tails(&self, regions: &[Region], grown: &[bool]) -> Vec<u64> {
+        tail_bytes(
+            self.metadata,
+            regions,
+            &self.room_before,
+            self.recorded,
+            grown,
+        )
+    }
+}
+
+/// By position: whether each region is longer than the records keep it. Pure.
+fn grown_past_records(regions: &[Region], recorded: &[Option<RecordedPlace>]) -> Vec<bool> {
+    (regions.iter().zip(recorded))
+        .map(|(r, rec)| rec.is_some_and(|rec| r.len > rec.len))
+        .collect()
 }
 
 /// Bytes to keep free right after each member's region (by position) of a pinned volume for
@@ -187,6 +324,63 @@ mod tests {
     }
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn the_room_before_a_recorded_region_is_what_the_log_leaves_of_the_gap() {
+        let start = 10 * MIB;
+        assert_eq!(room_before_region(start, 4 * MIB, MIB, None), Ok(5 * MIB));
+        // A volume right behind it leaves no room; nor does a log that fills the gap.
+        assert_eq!(room_before_region(start, start, 0, None), Ok(0));
+        assert_eq!(room_before_region(start, 4 * MIB, 6 * MIB, None), Ok(0));
+        // A checksum area after the region, or inside the metadata area, lowers nothing.
+        let after = Some((start + 100 * MIB, MIB));
+        assert_eq!(room_before_region(start, 4 * MIB, 0, after), Ok(6 * MIB));
+    }
+
+    #[test]
+    fn reserves_recorded_below_the_volumes_before_are_an_overlap() {
+        let start = 10 * MIB;
+        // The log's reserve reaches below the cursor.
+        let log = room_before_region(start, 8 * MIB, 3 * MIB, None);
+        let floor = 7 * MIB;
+        let want = Overlap {
+            floor,
+            start,
+            cursor: 8 * MIB,
+        };
+        assert_eq!(log, Err(want));
+        // So does a checksum area recorded before the region.
+        let area = room_before_region(start, 8 * MIB, 0, Some((5 * MIB, MIB)));
+        assert_eq!(area.map_err(|o| o.floor), Err(5 * MIB));
+        let text = Overlap {
+            floor,
+            start,
+            cursor: 8 * MIB,
+        }
+        .problem("volume \"v\"", "d1", 0..1)
+        .message;
+        assert!(
+            text.starts_with("volume \"v\": its records keep it from byte 7340032 of member \"d1\" on (its region at byte 10485760"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_region_has_grown_only_past_what_its_records_keep() {
+        let rec = |len| {
+            Some(RecordedPlace {
+                start: 3 * MIB,
+                len,
+                checksum_area: None,
+            })
+        };
+        let regions = [region(100 * MIB), region(200 * MIB), region(300 * MIB)];
+        let recorded = [rec(100 * MIB), rec(150 * MIB), None];
+        assert_eq!(
+            grown_past_records(&regions, &recorded),
+            [false, true, false]
+        );
+    }
 
     fn region(len: u64) -> Region {
         Region {
