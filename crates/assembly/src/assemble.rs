@@ -330,66 +330,28 @@ pub async fn start_volume_with(
         opened,
         force,
     };
-    let (added, (tree, grown)) = match plan {
-        Plan::Open => (
-            open_added(config, v, opened).await,
-            crate::grown::start_tree(config, v, &start.probes()),
-        ),
-        Plan::Create { .. } => (Vec::new(), (v.geometry.root().clone(), Vec::new())),
-    };
+    let (added, tree, grown) = start.starting_point(plan).await;
     let (array, report, created) = start.open_or_create(plan, &tree, &added, progress).await?;
     // report.warnings: logged once by the engine as it found them.
-    // A create's sync is not a recovery: only an opened array can have been left dirty.
-    if !created && !report.was_clean && report.background_bytes == 0 {
+    if resynced_before_serving(created, &report) {
         tracing::warn!(volume = %v.name, resynced_bytes = report.resynced_bytes, "the array was not shut down cleanly: resynced before serving");
     }
-    // Config member ids by role (spares that took a role by their own id), and the file
-    // each holder was found at or is missing from.
-    let added_paths: Vec<String> = added.iter().map(|a| a.path.clone()).collect();
-    let (n, configured) = (v.members.len(), v.members.len() + v.heal.spares.len());
-    let holders = holders(
-        &report.roles,
-        (n, configured),
-        &unidentified_positions(v, opened, &added),
-    );
-    let members = ids_by_role(&position_ids(config, v, &added_paths), &holders);
-    let paths = (holders.iter())
-        .map(|h| {
-            let p = (*h)?;
-            let config_path = |i: usize| config.members[i].path.to_string_lossy().into_owned();
-            (v.members
-                .iter()
-                .chain(&v.heal.spares)
-                .nth(p)
-                .map(|&m| config_path(m)))
-            .or_else(|| added_paths.get(p - configured).cloned())
-        })
-        .collect();
-    let at_start = role_states(&report.roles, created);
-    if let Some(msg) = degraded_warning(&v.name, &members, &at_start) {
+    let roles = start.role_names(&added, &report, created);
+    if let Some(msg) = degraded_warning(&v.name, &roles.members, &roles.at_start) {
         tracing::warn!("{msg}");
     }
     let (mut notes, known) = adopt(&array, config, v, (opened, &added), &report).await;
     notes.extend(grown);
-    notes.extend(forced_notes(&report, &members));
-    for n in &notes {
-        tracing::warn!(volume = %v.name, "{n}");
-    }
-    // Settings the config writes otherwise than the records keep (the config is loaded
-    // pinned to them): the records' are served; said at every start until the config agrees.
-    if !created {
-        for c in crate::settings::fixed_at_create(v) {
-            tracing::warn!(volume = %v.name, "setting: {}", c.text());
-        }
-    }
+    notes.extend(forced_notes(&report, &roles.members));
+    start.log_notes(&notes, created);
     Ok(Assembled {
         name: v.name.clone(),
         array: Arc::new(array),
         read_only: v.read_only,
         description: describe(config, v),
-        members,
-        paths,
-        at_start,
+        members: roles.members,
+        paths: roles.paths,
+        at_start: roles.at_start,
         created,
         report,
         clean_delay: v.metadata.clean_delay,
@@ -400,6 +362,39 @@ pub async fn start_volume_with(
             adaptive: v.heal.rebuild_adaptive,
         },
     })
+}
+
+/// An opened array that was not shut down cleanly and was resynced before serving (not in
+/// the background). A create's sync is not a recovery: only an opened array can have been
+/// left dirty. Pure.
+fn resynced_before_serving(created: bool, report: &OpenReport) -> bool {
+    !created && !report.was_clean && report.background_bytes == 0
+}
+
+/// By role, the names [`Assembled`] gives: the config member serving it, the file it was
+/// found at or is missing from, and what assembly found.
+struct RoleNames {
+    members: Vec<String>,
+    paths: Vec<Option<String>>,
+    at_start: Vec<&'static str>,
+}
+
+/// By position (the volume's members, its spares, then the members added at run time):
+/// the file each is at.
+fn position_paths(config: &Config, v: &config::Volume, added_paths: &[String]) -> Vec<String> {
+    let config_path = |&m: &usize| config.members[m].path.to_string_lossy().into_owned();
+    (v.members.iter().chain(&v.heal.spares))
+        .map(config_path)
+        .chain(added_paths.iter().cloned())
+        .collect()
+}
+
+/// By role: the file of the position holding it (`holders`; `None`: no position can be
+/// named). Pure.
+fn paths_by_role(paths: &[String], holders: &[Option<usize>]) -> Vec<Option<String>> {
+    (holders.iter())
+        .map(|h| paths.get((*h)?).cloned())
+        .collect()
 }
 
 /// The engine's options for volume `v`'s array (`member_ids`: by position, for its
@@ -445,6 +440,51 @@ impl VolumeStart<'_> {
     /// The engine's options for the array.
     fn array_options(&self) -> ArrayOptions {
         array_options(self.v, self.member_ids(), self.force)
+    }
+
+    /// What the array starts from: the members added at run time (an opened volume's
+    /// records list them), the tree its records last grew it to, and notes on that growth.
+    /// A created array starts from the config's tree alone.
+    async fn starting_point(&self, plan: Plan) -> (Vec<Added>, nbraid_layout::Node, Vec<String>) {
+        let (config, v) = (self.config, self.v);
+        match plan {
+            Plan::Open => {
+                let added = open_added(config, v, self.opened).await;
+                let (tree, grown) = crate::grown::start_tree(config, v, &self.probes());
+                (added, tree, grown)
+            }
+            Plan::Create { .. } => (Vec::new(), v.geometry.root().clone(), Vec::new()),
+        }
+    }
+
+    /// By role: who holds it (config member ids; spares that took a role by their own id),
+    /// the file each holder was found at or is missing from, and what assembly found.
+    fn role_names(&self, added: &[Added], report: &OpenReport, created: bool) -> RoleNames {
+        let (config, v) = (self.config, self.v);
+        let added_paths: Vec<String> = added.iter().map(|a| a.path.clone()).collect();
+        let (n, configured) = (v.members.len(), v.members.len() + v.heal.spares.len());
+        let unidentified = unidentified_positions(v, self.opened, added);
+        let holders = holders(&report.roles, (n, configured), &unidentified);
+        RoleNames {
+            members: ids_by_role(&position_ids(config, v, &added_paths), &holders),
+            paths: paths_by_role(&position_paths(config, v, &added_paths), &holders),
+            at_start: role_states(&report.roles, created),
+        }
+    }
+
+    /// Logs the start's `notes`, and for an opened volume the settings the config writes
+    /// otherwise than the records keep (the config is loaded pinned to them): the records'
+    /// are served; said at every start until the config agrees.
+    fn log_notes(&self, notes: &[String], created: bool) {
+        let v = self.v;
+        for n in notes {
+            tracing::warn!(volume = %v.name, "{n}");
+        }
+        if !created {
+            for c in crate::settings::fixed_at_create(v) {
+                tracing::warn!(volume = %v.name, "setting: {}", c.text());
+            }
+        }
     }
 
     /// What the volume's members, then its spares, were found to hold.
@@ -714,6 +754,45 @@ mod tests {
             "{msg}"
         );
         assert_eq!(degraded_warning("v", &ids, &["active", "stale"]), None);
+    }
+
+    #[test]
+    fn only_an_opened_dirty_array_resynced_in_the_foreground_is_said_to_be() {
+        let dirty = OpenReport::default();
+        assert!(resynced_before_serving(false, &dirty));
+        // A create's sync is not a recovery.
+        assert!(!resynced_before_serving(true, &dirty));
+        let clean = OpenReport {
+            was_clean: true,
+            ..OpenReport::default()
+        };
+        assert!(!resynced_before_serving(false, &clean));
+        // Resyncing while serving: not before.
+        let background = OpenReport {
+            background_bytes: 1 << 20,
+            ..OpenReport::default()
+        };
+        assert!(!resynced_before_serving(false, &background));
+    }
+
+    #[test]
+    fn a_role_is_named_by_the_file_of_the_position_holding_it() {
+        // Positions: two members, a spare, a member added at run time.
+        let paths: Vec<String> = ["/d0", "/d1", "/s0", "/added"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let holders = [Some(0), Some(2), None, Some(3), Some(9)];
+        assert_eq!(
+            paths_by_role(&paths, &holders),
+            [
+                Some("/d0".to_string()),
+                Some("/s0".to_string()),
+                None,
+                Some("/added".to_string()),
+                None
+            ]
+        );
     }
 
     #[test]
