@@ -487,6 +487,38 @@ impl VolumeStart<'_> {
         }
     }
 
+    /// The volume's members by position, as the engine's messages number them:
+    /// `0 = d0 (d0.img), 1 = d1 (d1.img)`.
+    fn legend(&self) -> String {
+        (self.v.members.iter().enumerate())
+            .map(|(i, &m)| {
+                let m = &self.config.members[m];
+                format!("{i} = {} ({})", m.id, m.path_text)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The members whose servers did not answer, each with why, after the words that say
+    /// they were not used; empty when every member answered.
+    fn unreachable(&self) -> String {
+        let (config, opened) = (self.config, self.opened);
+        let unreachable: Vec<String> = (self.v.members.iter())
+            .filter_map(|&m| match opened[m].meta.as_ref()?.probe() {
+                Probe::Unreachable(e) => Some(format!(
+                    "{} ({}): {e}",
+                    config.members[m].id, config.members[m].path_text
+                )),
+                _ => None,
+            })
+            .collect();
+        if unreachable.is_empty() {
+            return String::new();
+        }
+        let not_used = crate::beyond_tolerance::NOT_USED;
+        format!("{not_used}{}", unreachable.join("; "))
+    }
+
     /// What the volume's members, then its spares, were found to hold.
     fn probes(&self) -> Vec<Probe> {
         (self.v.members.iter().chain(&self.v.heal.spares))
@@ -565,19 +597,9 @@ impl VolumeStart<'_> {
             why, ..
         }) = source
         else {
-            let legend = v
-                .members
-                .iter()
-                .enumerate()
-                .map(|(i, &m)| {
-                    let m = &config.members[m];
-                    format!("{i} = {} ({})", m.id, m.path_text)
-                })
-                .collect::<Vec<_>>()
-                .join(", ");
             return AssembleError::Array {
                 name: v.name.clone(),
-                legend,
+                legend: self.legend(),
                 source: Box::new(source),
             };
         };
@@ -588,26 +610,7 @@ impl VolumeStart<'_> {
             .filter(|&&m| found(config, opened, m, &v.name, false) != Found::HasThis)
             .map(|&m| config.members[m].id.as_str())
             .collect();
-        let unreachable: Vec<String> = v
-            .members
-            .iter()
-            .filter_map(|&m| match opened[m].meta.as_ref()?.probe() {
-                Probe::Unreachable(e) => Some(format!(
-                    "{} ({}): {e}",
-                    config.members[m].id, config.members[m].path_text
-                )),
-                _ => None,
-            })
-            .collect();
-        let unreachable = if unreachable.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "{}{}",
-                crate::beyond_tolerance::NOT_USED,
-                unreachable.join("; ")
-            )
-        };
+        let unreachable = self.unreachable();
         // By position: the members, then the spares (one may be rebuilding a role).
         let ids: Vec<&str> = (v.members.iter().chain(&v.heal.spares))
             .map(|&m| config.members[m].id.as_str())
