@@ -502,21 +502,9 @@ impl VolumeStart<'_> {
     /// The members whose servers did not answer, each with why, after the words that say
     /// they were not used; empty when every member answered.
     fn unreachable(&self) -> String {
-        let (config, opened) = (self.config, self.opened);
-        let unreachable: Vec<String> = (self.v.members.iter())
-            .filter_map(|&m| match opened[m].meta.as_ref()?.probe() {
-                Probe::Unreachable(e) => Some(format!(
-                    "{} ({}): {e}",
-                    config.members[m].id, config.members[m].path_text
-                )),
-                _ => None,
-            })
-            .collect();
-        if unreachable.is_empty() {
-            return String::new();
-        }
-        let not_used = crate::beyond_tolerance::NOT_USED;
-        format!("{not_used}{}", unreachable.join("; "))
+        let found = (self.v.members.iter())
+            .filter_map(|&m| Some((m, self.opened[m].meta.as_ref()?.probe())));
+        crate::beyond_tolerance::not_used(self.config, found)
     }
 
     /// What the volume's members, then its spares, were found to hold.

@@ -89,10 +89,31 @@ impl BeyondTolerance<'_> {
     }
 }
 
-/// Before the remote members a volume beyond tolerance goes without, at the start and in the
-/// checks alike (one whose server answers with an export too small did not "not answer").
-pub(crate) const NOT_USED: &str =
-    "; not used (their servers did not answer, or answered with an export they cannot use): ";
+/// The remote members a volume beyond tolerance goes without (`members`: each member's
+/// config position and what was found there), each with why, after the words that say they
+/// were not used — at the start and in the checks alike (one whose server answers with an
+/// export too small did not "not answer"); empty when every member answered.
+pub(crate) fn not_used<'a>(
+    config: &Config,
+    members: impl Iterator<Item = (usize, &'a Probe)>,
+) -> String {
+    let unreachable: Vec<String> = members
+        .filter_map(|(m, p)| match p {
+            Probe::Unreachable(e) => Some(format!(
+                "{} ({}): {e}",
+                config.members[m].id, config.members[m].path_text
+            )),
+            _ => None,
+        })
+        .collect();
+    match unreachable.is_empty() {
+        true => String::new(),
+        false => format!(
+            "; not used (their servers did not answer, or answered with an export they cannot use): {}",
+            unreachable.join("; ")
+        ),
+    }
+}
 
 /// For `nbraid check` and `nbraidd --check`: assembly's refusal `e` of volume `v` over the
 /// superblocks they read (`probes` by position: members, spares, members added at run time;
@@ -118,19 +139,7 @@ pub fn check_text(
         .filter(|(_, p)| !carries(p))
         .map(|(&m, _)| config.members[m].id.as_str())
         .collect();
-    let unreachable: Vec<String> = member_probes
-        .filter_map(|(&m, p)| match p {
-            Probe::Unreachable(e) => Some(format!(
-                "{} ({}): {e}",
-                config.members[m].id, config.members[m].path_text
-            )),
-            _ => None,
-        })
-        .collect();
-    let unreachable = match unreachable.is_empty() {
-        true => String::new(),
-        false => format!("{NOT_USED}{}", unreachable.join("; ")),
-    };
+    let unreachable = not_used(config, member_probes.map(|(&m, p)| (m, p)));
     BeyondTolerance {
         name: &v.name,
         kind: v.kind_name(),
