@@ -1,11 +1,13 @@
 //! Starting an array: [`create`] (records written, then built) and the open sequence
 //! ([`open`]), each step a function here, in the order they run:
 //!
-//! 1. **Assemble** — roles by the members' records, checked against the config
-//!    (`assemble`), and the role plan: absent, stale and rebuilding roles (`open.rs`).
+//! 1. **[`Assembled`]** — roles by the members' records, checked against the config
+//!    (`assemble`), and the role plan: absent, stale and rebuilding roles (`open.rs`);
+//!    then what the rings say of the life that stopped ([`Assembled::last_life`]).
 //! 2. **Checksum areas** — `checksums = "enable"` carried out (not read-only).
 //! 3. **[`build`]** — the engine volume over members in recorded roles, with its records,
-//!    bitmap and log places; failures recorded before any further member write from here.
+//!    bitmap and log places (`start/build.rs`); failures recorded before any further member
+//!    write from here.
 //! 4. **Read-only check** — [`keep_in_memory`]: refused where it cannot serve right without
 //!    writing; else records and bitmap stay in memory.
 //! 5. **[`take_roles`]** — absent roles failed, stale ones resyncing, rebuilds resumed;
@@ -19,32 +21,25 @@
 //! 9. **[`settle`]** — recorded clean, the bitmap cleared when nothing is missing.
 
 use super::Array;
-use crate::absent::AbsentMember;
 use crate::error::VolumeResult;
 use crate::fail_cause::Because;
-use crate::failure_gate::FailureRecorder;
-use crate::member::Member;
 use crate::metadata::assemble::{assemble_with, Names, Start};
-use crate::metadata::bitmap::Bitmap;
 use crate::metadata::checksum_area;
-use crate::metadata::checksum_refill::Refill;
 use crate::metadata::error::ArrayError;
-use crate::metadata::heal::Heal;
 use crate::metadata::member_meta::MemberMeta;
 use crate::metadata::open::{plan_roles, RolePlan};
 use crate::metadata::options::{ArrayOptions, OpenReport};
-use crate::metadata::ppl_area::{self, PplPlaces};
-use crate::metadata::readd::Returning;
-use crate::metadata::records::{Recorded, Records};
+use crate::metadata::ppl_area;
 use crate::metadata::replace_resume;
-use crate::metadata::resync::BackgroundResync;
-use crate::metadata::{Area, Assembly, BitmapArea, Probe, RecordedState, Uuid, VolumeRecord};
+use crate::metadata::{Assembly, Probe, RecordedState, ResumedReplacement};
 use crate::ppl::{codec::Cover, cover_of_open, LastLife};
-use crate::volume::{Volume, VolumeOptions};
-use nbraid_layout::{Geometry, Node};
-use std::sync::atomic::AtomicU64;
+use nbraid_layout::Node;
 use std::sync::Arc;
 use std::time::Duration;
+
+mod build;
+
+use build::build;
 
 /// How [`open`] opens: resyncing before it serves, resyncing in the background
 /// where it may, or writing nothing at all.
@@ -105,68 +100,161 @@ pub(super) async fn open(
     progress: &(dyn Fn(u64, u64) + Sync),
     mode: Mode,
 ) -> Result<(Array, OpenReport), ArrayError> {
-    let probes: Vec<Probe> = metas
-        .iter()
-        .map(|m| m.as_ref().map_or(Probe::Missing, |m| m.probe().clone()))
-        .collect();
-    let names = Names(&opts.member_ids);
-    let start = Start {
-        force: opts.force_assembly,
-        write_hole_log: opts.ppl,
-        ..Start::default()
-    };
-    let asm = assemble_with(name, config_tree, &probes, start, &names)?;
-    let mut roles = plan_roles(&asm, &metas);
-    let read_only = mode == Mode::ReadOnly;
-    // A quiet handover (the array this open replaces stopped with nothing in flight, its
-    // writes flushed): the life that ended tore no row, whatever it logged.
-    let last_life = match opts.quiet_handover {
-        true => Some(LastLife::Logged),
-        false => {
-            let judged = (config_tree, &probes[..], &names);
-            judge_last_life(name, judged, start, (&asm, &roles), mode).await?
-        }
-    };
-    enable_checksums(name, opts.enable_checksums, read_only, &asm, &mut roles).await?;
-    let tree = asm.tree.clone();
+    let assembled = Assembled::assemble(name, config_tree, &metas, &opts)?;
+    let last_life = assembled.last_life(name, config_tree, &opts, mode).await?;
+    let Assembled { asm, mut roles, .. } = assembled;
+    enable_checksums(name, opts.enable_checksums, mode, &asm, &mut roles).await?;
+    let dirty = mode.starts_dirty(asm.clean);
+    let (tree, newest_role) = (asm.tree.clone(), Some(asm.newest_role));
     let built = build(
         name,
         asm.array,
         tree,
         &roles.by_role,
         opts,
-        !(read_only && asm.clean),
-        Some(asm.newest_role),
+        dirty,
+        newest_role,
     );
     let mut array = built.await?;
-    array
-        .ppl
-        .set_torn_rows_logged(last_life.is_none_or(LastLife::logged));
-    if read_only {
+    (array.ppl).set_torn_rows_logged(last_life.is_none_or(LastLife::logged));
+    if !mode.writes() {
         keep_in_memory(&mut array, &asm)?;
     }
     let rebuilding_roles = take_roles(&array, &asm, &roles).await;
     // Before anything is written: a replacement resumed must miss no write.
-    let replacing = match read_only {
-        true => Vec::new(),
-        false => {
+    let replacing = match mode.writes() {
+        false => Vec::new(),
+        true => {
             let heal = (array.parts(), &array.heal, array.reshape.is_some());
             replace_resume::resume(heal, &asm, &metas, &mut roles.warnings).await
         }
     };
-    let (ppl, cover) = replay_log(&array, &asm, last_life, read_only).await?;
+    let (ppl, cover) = replay_log(&array, &asm, last_life, mode.writes()).await?;
     adopt_assembly(&array, &asm).await;
     if let Some(node) = &array.reshape {
         crate::metadata::reshape_run::restore(array.parts(), node).await?;
     }
+    let stale = roles.stale.clone();
+    let mut report = open_report(name, &asm, roles, ppl, (rebuilding_roles, replacing));
+    if !mode.writes() {
+        // The stale roles stay resyncing: neither read nor (nothing writes) written.
+        return Ok((array, report));
+    }
+    let resync = (asm.clean, &stale[..], cover, mode == Mode::Background);
+    resync_then_settle(&array, resync, progress, &mut report).await?;
+    Ok((array, report))
+}
+
+/// What assembly found for an open and the role plan drawn from it: who stands in each
+/// role and what the open does about the others, decided from the members' records alone.
+struct Assembled {
+    asm: Assembly,
+    roles: RolePlan,
+    /// The members' records as assembly read them, by config position.
+    probes: Vec<Probe>,
+    /// What assembly was asked (forced, logging).
+    start: Start,
+}
+
+impl Assembled {
+    /// Volume `name` assembled from `metas` (by config position) against `config_tree`,
+    /// and its roles planned.
+    fn assemble(
+        name: &str,
+        config_tree: &Node,
+        metas: &[Option<Arc<MemberMeta>>],
+        opts: &ArrayOptions,
+    ) -> Result<Assembled, ArrayError> {
+        let probes: Vec<Probe> = metas
+            .iter()
+            .map(|m| m.as_ref().map_or(Probe::Missing, |m| m.probe().clone()))
+            .collect();
+        let start = Start {
+            force: opts.force_assembly,
+            write_hole_log: opts.ppl,
+            ..Start::default()
+        };
+        let names = Names(&opts.member_ids);
+        let asm = assemble_with(name, config_tree, &probes, start, &names)?;
+        let roles = plan_roles(&asm, metas);
+        Ok(Assembled {
+            asm,
+            roles,
+            probes,
+            start,
+        })
+    }
+
+    /// Whether the life that stopped logged its writes. A quiet handover (the array this
+    /// open replaces stopped with nothing in flight, its writes flushed): the life that
+    /// ended tore no row, whatever it logged. Else a dirty start that logs, after a life
+    /// that did not: no ring holds that life's torn rows, so it starts as a dirty start
+    /// without the log would (a role out refused unless forced, the resync before
+    /// serving). What the rings of the roles serving say (`ppl::last_life`), read before
+    /// anything is written; `None`: not judged — clean, not logging now, mid-reshape or
+    /// writing nothing, the rings could change nothing.
+    async fn last_life(
+        &self,
+        name: &str,
+        config_tree: &Node,
+        opts: &ArrayOptions,
+        mode: Mode,
+    ) -> Result<Option<LastLife>, ArrayError> {
+        if opts.quiet_handover {
+            return Ok(Some(LastLife::Logged));
+        }
+        let asm = &self.asm;
+        let (reshaping, logs) = (asm.reshape.is_some(), self.start.write_hole_log);
+        if !LastLife::read_at_start(asm.clean, logs, reshaping, mode.writes()) {
+            return Ok(None);
+        }
+        let not_current: Vec<usize> = (self.roles.stale.iter().copied())
+            .chain(asm.rebuilding.iter().map(|&(r, _)| r))
+            .collect();
+        let last = ppl_area::last_life(name, &self.roles.by_role, &not_current).await;
+        if !last.logged() {
+            let unlogged = Start {
+                last_life_logged: false,
+                ..self.start
+            };
+            let names = Names(&opts.member_ids);
+            assemble_with(name, config_tree, &self.probes, unlogged, &names)?;
+        }
+        Ok(Some(last))
+    }
+}
+
+impl Mode {
+    /// Whether this open writes to the members at all.
+    fn writes(self) -> bool {
+        self != Mode::ReadOnly
+    }
+
+    /// Whether the records start dirty (a write may be in flight): but for a read-only
+    /// open of a volume that stopped clean, which writes nothing and so tears nothing.
+    fn starts_dirty(self, clean: bool) -> bool {
+        self.writes() || !clean
+    }
+}
+
+/// What an open of `asm` with `roles` planned found and did, its warnings logged (the
+/// resync's bytes are filled in by [`resync_then_settle`]): `ppl`, the log's replay;
+/// `rebuilding_roles` with their checkpoints and the replaces `replacing`, resumed.
+fn open_report(
+    name: &str,
+    asm: &Assembly,
+    roles: RolePlan,
+    ppl: crate::ppl::RecoverReport,
+    (rebuilding_roles, replacing): (Vec<(usize, u64)>, Vec<ResumedReplacement>),
+) -> OpenReport {
     for w in &roles.warnings {
         tracing::warn!("volume `{name}`: {w}");
     }
-    let mut report = OpenReport {
+    OpenReport {
         ppl,
         warnings: roles.warnings,
         was_clean: asm.clean,
-        resynced_roles: roles.stale.clone(),
+        resynced_roles: roles.stale,
         absent_roles: roles.absent,
         resynced_bytes: 0,
         background_bytes: 0,
@@ -174,26 +262,18 @@ pub(super) async fn open(
         rebuilding_roles,
         replacing,
         forced: asm.forced.clone(),
-    };
-    if read_only {
-        // The stale roles stay resyncing: neither read nor (nothing writes) written.
-        return Ok((array, report));
     }
-    let background = mode == Mode::Background;
-    let resync = (asm.clean, &roles.stale[..], cover, background);
-    resync_then_settle(&array, resync, progress, &mut report).await?;
-    Ok((array, report))
 }
 
 /// `checksums = "enable"` carried out at the open (nothing on a read-only one: a warning).
 async fn enable_checksums(
     name: &str,
     enable: bool,
-    read_only: bool,
+    mode: Mode,
     asm: &Assembly,
     roles: &mut RolePlan,
 ) -> Result<(), ArrayError> {
-    if !read_only {
+    if mode.writes() {
         return checksum_area::enable_at_open(name, enable, asm, &roles.by_role).await;
     }
     if enable {
@@ -235,43 +315,8 @@ async fn resync_then_settle(
     Ok(settle(array).await?)
 }
 
-/// A dirty start that logs, after a life that did not: no ring holds that life's torn
-/// rows, so it starts as a dirty start without the log would (a role out refused unless
-/// forced, the resync before serving). What the rings of the roles serving say
-/// (`ppl::last_life`), read before anything is written; `None`: not judged — clean, not
-/// logging now, mid-reshape or writing nothing, the rings could change nothing.
-async fn judge_last_life(
-    name: &str,
-    (config_tree, probes, names): (&Node, &[Probe], &Names<'_>),
-    start: Start,
-    (asm, roles): (&Assembly, &RolePlan),
-    mode: Mode,
-) -> Result<Option<LastLife>, ArrayError> {
-    let writes = mode != Mode::ReadOnly;
-    if !LastLife::read_at_start(
-        asm.clean,
-        start.write_hole_log,
-        asm.reshape.is_some(),
-        writes,
-    ) {
-        return Ok(None);
-    }
-    let not_current: Vec<usize> = (roles.stale.iter().copied())
-        .chain(asm.rebuilding.iter().map(|&(r, _)| r))
-        .collect();
-    let last = ppl_area::last_life(name, &roles.by_role, &not_current).await;
-    if !last.logged() {
-        let unlogged = Start {
-            last_life_logged: false,
-            ..start
-        };
-        assemble_with(name, config_tree, probes, unlogged, names)?;
-    }
-    Ok(Some(last))
-}
-
 /// The write hole: the partial-parity log replayed before the resync and before serving
-/// (read-only: only a clean array starts, whose log has nothing to replay). Not logging
+/// (read-only, `!writes`: only a clean array starts, whose log has nothing to replay). Not logging
 /// this open, its rings are marked with its life all the same: nothing is replayed. The
 /// marker says whether a crash of this life is the log's to close ([`cover_of_open`]; the
 /// word given is returned).
@@ -279,12 +324,12 @@ async fn replay_log(
     array: &Array,
     asm: &Assembly,
     last_life: Option<LastLife>,
-    read_only: bool,
+    writes: bool,
 ) -> Result<(crate::ppl::RecoverReport, Cover), ArrayError> {
     let logs = array.ppl.setup().is_some();
     let cover = cover_of_open(logs, asm.clean, last_life.unwrap_or(LastLife::Unknown));
     let report = match array.ppl.rings() {
-        _ if read_only => Default::default(),
+        _ if !writes => Default::default(),
         Some(p) => {
             let replay = logs && !asm.clean;
             crate::ppl::recover(&array.volume, &p.areas, (p.life, cover), replay).await?
@@ -388,110 +433,6 @@ async fn adopt_assembly(array: &Array, asm: &Assembly) {
     }
 }
 
-/// The engine volume over members in recorded roles (absent roles get stand-ins), with
-/// its records, bitmap and log places; the volume's state is role `newest_role`'s record
-/// (assembly's choice; `None` at create, where every record is the one just written).
-async fn build(
-    name: &str,
-    id: Uuid,
-    tree: Node,
-    by_role: &[Option<Arc<MemberMeta>>],
-    opts: ArrayOptions,
-    dirty: bool,
-    newest_role: Option<usize>,
-) -> Result<Array, ArrayError> {
-    let bad = |detail: String| ArrayError::Metadata {
-        volume: name.to_string(),
-        detail,
-    };
-    let mut records = Vec::with_capacity(by_role.len());
-    for m in by_role {
-        records.push(match m {
-            Some(m) => m.record(name).await,
-            None => None,
-        });
-    }
-    let newest = match newest_role {
-        Some(r) => records.get(r).cloned().flatten(),
-        None => records.iter().flatten().next().cloned(),
-    };
-    let newest = newest.ok_or_else(|| {
-        bad(format!("role {newest_role:?}'s record, the one its records say it starts from, is not on the member placed in that role (its record names another member there)"))
-    })?;
-    // Mid-reshape neither tree is logged; the bitmap's resync covers both (`crate::reshape`).
-    let logged = opts.ppl && newest.reshape.is_none();
-    let ppl = PplPlaces::new(name, &tree, &records, newest.events, logged);
-    // Parity is trusted: whatever may disagree (the bitmap's regions, stale members) is
-    // resynced before anything is served, so the volume starts as in sync as zeroed members.
-    let checksums = checksum_area::setup(name, &tree, &records, &newest)
-        .map(|s| s.with_fail_after_errors(opts.checksum_errors_to_fail));
-    let block_size = served_block_size(name, newest.block_size, opts.volume.block_size);
-    let vopts = VolumeOptions {
-        members_known_zero: true,
-        checksums,
-        block_size: u64::from(block_size),
-        ..opts.volume
-    };
-    let (volume, reshape) = match &newest.reshape {
-        None => {
-            let members = members_by_role(&tree, by_role);
-            let setup = ppl.setup().cloned();
-            let v = Volume::with_ppl(Geometry::from_tree(tree), members, vopts, setup)?;
-            (v, None)
-        }
-        Some(r) => {
-            let members = members_by_role(&r.new_tree, by_role);
-            let new = Geometry::from_tree(r.new_tree.clone());
-            let old = Geometry::from_tree(tree);
-            let (v, node) = Volume::reshaping(old, &new, members, vopts, r.position_bytes)?;
-            (v, Some(node))
-        }
-    };
-    let bitmap = match newest.bitmap {
-        None => None,
-        Some(b) => {
-            // A member whose bitmap has another chunk (one that missed the commit of a
-            // reshape growing it) is neither read nor written: its bits mean other regions.
-            let same_chunk = |x: &BitmapArea| x.chunk_bytes == b.chunk_bytes;
-            let areas: Vec<Option<Area>> = (records.iter())
-                .map(|r| {
-                    r.as_ref()
-                        .and_then(|r| r.bitmap.filter(same_chunk).map(|b| b.area))
-                })
-                .collect();
-            let loaded = Bitmap::load(&volume, b, areas, opts.bitmap_clear_delay);
-            Some(loaded.await.map_err(bad)?)
-        }
-    };
-    let mut recorded = recorded_as(&newest, block_size);
-    recorded.checksum_fill = checksum_area::fill_of(&records);
-    recorded.reshape = (newest.reshape.as_ref())
-        .map(|r| crate::metadata::reshape::RecordedReshape::from_records(r, &records));
-    let records = Arc::new(Records::new(
-        id,
-        name,
-        volume.shared_table(),
-        by_role.to_vec(),
-        recorded,
-        dirty,
-    ));
-    // From here on a member failure is recorded before any further member write.
-    let recorder: Arc<dyn FailureRecorder> = records.clone();
-    (volume.table().failure_gate()).install(Arc::downgrade(&recorder));
-    Ok(Array {
-        volume,
-        records,
-        bitmap,
-        ppl,
-        heal: Heal::default(),
-        returning: Returning::default(),
-        background: BackgroundResync::default(),
-        refill: Refill::default(),
-        reshape,
-        reshape_window_bytes: AtomicU64::new(crate::metadata::reshape_run::MAX_WINDOW_BYTES),
-    })
-}
-
 /// Rewrites copies and parity over `ranges`, piece by piece (whole full stripes, about
 /// 1 MiB each: memory stays bounded whatever the ranges). Returns the bytes covered.
 async fn resync(
@@ -542,53 +483,21 @@ enum Resynced {
     Background,
 }
 
-/// The engine's members by role: the member standing there, or a stand-in as long as the
-/// role's regions for a role none stands in.
-fn members_by_role(tree: &Node, by_role: &[Option<Arc<MemberMeta>>]) -> Vec<Arc<dyn Member>> {
-    let mut ends = vec![0u64; by_role.len()];
-    tree.visit_members(&mut |m| ends[m.index] = ends[m.index].max(m.start + m.len));
-    by_role
-        .iter()
-        .enumerate()
-        .map(|(r, m)| match m {
-            Some(m) => m.member.clone(),
-            None => Arc::new(AbsentMember::new(format!("role {r} (missing)"), ends[r]))
-                as Arc<dyn Member>,
-        })
-        .collect()
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// The block size volume `name` is served with: the one its records keep (`recorded`; a
-/// disk's sector size never changes under its data), else — records from before the field —
-/// the one asked (`asked`, the config's), which the next commit records. Assembly loads the
-/// config pinned to the records (`nbraid_assembly::pins`) and says a change there; this
-/// catches a start that could not read the records first (members on NBD servers).
-fn served_block_size(name: &str, recorded: Option<u32>, asked: u64) -> u32 {
-    match recorded {
-        Some(r) if u64::from(r) != asked => {
-            tracing::warn!(
-                "volume `{name}`: block_size = {asked} is not taken: its records keep {r}-byte blocks (a disk's sector size never changes under its data); serving {r} — write block_size = {r} to say so"
-            );
-            r
+    /// Only a read-only open writes nothing; it alone starts its records clean, and only
+    /// over a volume that stopped clean (one that did not may have rows a crash tore).
+    #[test]
+    fn only_a_read_only_open_of_a_clean_volume_starts_its_records_clean() {
+        assert!(Mode::Foreground.writes() && Mode::Background.writes());
+        assert!(!Mode::ReadOnly.writes());
+        for clean in [false, true] {
+            assert!(Mode::Foreground.starts_dirty(clean));
+            assert!(Mode::Background.starts_dirty(clean));
         }
-        Some(r) => r,
-        // Checked by the config and by `Volume::new`: 512 or 4096.
-        None => u32::try_from(asked).unwrap_or(u32::MAX),
-    }
-}
-
-/// The records as the newest record says them, served with `block_size`-byte blocks.
-fn recorded_as(newest: &VolumeRecord, block_size: u32) -> Recorded {
-    Recorded {
-        block_size,
-        events: newest.events,
-        clean: newest.clean,
-        members: newest.members.clone(),
-        scrub: newest.scrub,
-        added_paths: newest.added_paths.clone(),
-        reshape: None,
-        tree: newest.tree.clone(),
-        checksum_fill: newest.checksum_fill,
-        replacements: newest.replacements.clone(),
+        assert!(Mode::ReadOnly.starts_dirty(false));
+        assert!(!Mode::ReadOnly.starts_dirty(true));
     }
 }
