@@ -11,8 +11,9 @@
 //! against: it is skipped and counted as such ([`SkipReason::NoRedundancy`]), and still
 //! read — a block that does not read or fails its checksum is named, unrepairable.
 //!
-//! This file reads and writes; what a mismatch means and what its repair rewrites is decided
-//! by the pure functions of `scrub/verdict.rs`.
+//! This file reads and writes; whether a stripe can be checked, whether a row agrees, what a
+//! mismatch means and what its repair rewrites are decided by the pure functions of
+//! `scrub/verdict.rs`.
 
 use super::*;
 use crate::checksum::BLOCK_BYTES;
@@ -22,13 +23,11 @@ use crate::scrub::{
     locate, CrossCheck, Culprit, ScrubAction, ScrubFinding, ScrubFound, ScrubPass, SkipReason,
 };
 
-mod diagnosis;
 mod verdict;
 
-use diagnosis::StripeChunks;
 use verdict::{
-    degraded_row_agrees, locate_rows, lost_children, rebuild_chunks, row_agrees, row_repairs,
-    skip_reason, verdict_writes, Fix, Target, Verdict,
+    degraded_row_agrees, locatable, lost_children, rebuild_chunks, row_agrees, skip_reason,
+    verdict_writes, StripeChunks, Target, Verdict,
 };
 
 /// Checking and repairing a group's stripes.
@@ -507,15 +506,11 @@ impl Scrubber<'_> {
         degraded: bool,
     ) -> Option<Verdict> {
         let order = self.stripes.chunks.slot_order(roles);
-        // Without knowing parity matched its data, a syndrome may only mean parity fell
-        // behind a write (the write hole): never rewrite data from it. Nor with a child
-        // lost: its rebuilt chunk absorbed any error in what it was rebuilt from.
-        let locatable = self.stripes.health.in_sync(s) && !degraded;
         let stripe = StripeChunks {
             roles,
             order: &order,
             chunks,
         };
-        stripe.diagnose(locatable)
+        stripe.diagnose(locatable(self.stripes.health.in_sync(s), degraded))
     }
 }

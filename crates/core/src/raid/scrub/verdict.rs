@@ -1,9 +1,131 @@
-//! A mismatching stripe's verdict, as pure functions over the chunks read: which chunk the
-//! syndromes blame (per 4 KiB row on RAID 6), what a repair rewrites and with which bytes,
-//! whether a row agrees with its parity (with lost children rebuilt first), and why a
-//! stripe cannot be checked. The scrubber (`raid/scrub.rs`) reads and writes; this decides.
+//! What a scrub concludes about a stripe and why, as pure functions over the chunks read;
+//! the scrubber (`raid/scrub.rs`) reads and writes, this decides. In the order it asks:
+//!
+//! 1. **Can it be checked?** Not when its parity is stale or its lost children leave no
+//!    parity chunk to spare ([`skip_reason`]).
+//! 2. **Does a row agree?** With its parity ([`row_agrees`]), its lost children rebuilt
+//!    first as a read rebuilds them ([`degraded_row_agrees`], [`rebuild_chunks`]).
+//! 3. **If not, what is wrong?** The diagnosis ([`StripeChunks::diagnose`], a [`Verdict`]):
+//!    RAID 5 regenerates P; RAID 6 blames the chunk its syndromes locate (per 4 KiB row
+//!    when rows blame different chunks: [`locate_rows`], [`row_repairs`]), or regenerates P
+//!    and Q when nothing is located or locating is not allowed ([`locatable`]).
+//! 4. **What does the repair write?** Each chunk with its bytes and what is recorded of it
+//!    ([`verdict_writes`], [`Target`]): never a lost child, regenerated parity only where
+//!    it changes.
 
 use super::*;
+
+// 1. Can the stripe be checked?
+
+/// Why a stripe cannot be checked, if it cannot: its parity is stale, or `failed` children
+/// (failed members) leave no parity chunk to spare out of `parity_chunks`.
+pub(super) fn skip_reason(stale: bool, failed: usize, parity_chunks: usize) -> Option<SkipReason> {
+    if stale {
+        Some(SkipReason::StaleParity)
+    } else if failed >= parity_chunks {
+        Some(SkipReason::NoRedundancy)
+    } else {
+        None
+    }
+}
+
+/// The children marked in `lost`.
+pub(super) fn lost_children(lost: &[bool]) -> Vec<usize> {
+    (0..lost.len()).filter(|&c| lost[c]).collect()
+}
+
+// 2. Does a row agree?
+
+/// Whether a row (by child) satisfies its parity: P, and Q for RAID 6.
+pub(super) fn row_agrees(order: &[usize], roles: &StripeRoles, row: &[&[u8]]) -> bool {
+    let data: Vec<&[u8]> = order.iter().map(|&i| row[roles.data[i]]).collect();
+    match roles.q {
+        None => parity::check_p(&data, row[roles.p]),
+        Some(q) => parity::check_pq(&data, row[roles.p], row[q]),
+    }
+}
+
+/// [`row_agrees`] for a row whose `failed` children are lost (their slices are not read):
+/// they are rebuilt as a read rebuilds them — a data chunk from P, parity from the data —
+/// and what parity is left checks the row. Lost children must be fewer than parity chunks
+/// (else the rebuilt row agrees by construction).
+pub(super) fn degraded_row_agrees(
+    order: &[usize],
+    roles: &StripeRoles,
+    failed: &[usize],
+    row: &[&[u8]],
+) -> bool {
+    if failed.is_empty() {
+        return row_agrees(order, roles, row);
+    }
+    let mut blocks: Vec<Buf> = row.iter().map(|b| Buf::copy_from(b)).collect();
+    rebuild_chunks(order, roles, failed, &mut blocks);
+    let rebuilt: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
+    row_agrees(order, roles, &rebuilt)
+}
+
+/// Rebuilds the chunks of children `lost` (at most the group's parity count) in `chunks` (by
+/// child) from the others. `order`: the data chunks in md's syndrome order.
+pub(super) fn rebuild_chunks(
+    order: &[usize],
+    roles: &StripeRoles,
+    lost: &[usize],
+    chunks: &mut [Buf],
+) {
+    // Each lost child as a slot of the syndrome: data slot z, P or Q.
+    let slot = |c: usize| -> Option<usize> { order.iter().position(|&i| roles.data[i] == c) };
+    let is_p = |c: usize| c == roles.p;
+    let loss = match lost {
+        [c] if is_p(*c) => parity::Loss::P,
+        [c] if Some(*c) == roles.q => parity::Loss::Q,
+        [c] => parity::Loss::Data(slot(*c).expect("a data child")),
+        [a, b] => {
+            let (pq, data): (Vec<usize>, Vec<usize>) = [*a, *b]
+                .into_iter()
+                .partition(|&c| is_p(c) || Some(c) == roles.q);
+            match (pq.as_slice(), data.as_slice()) {
+                ([_, _], []) => parity::Loss::PQ,
+                ([c], [d]) if is_p(*c) => parity::Loss::DataP(slot(*d).expect("data")),
+                ([_], [d]) => parity::Loss::DataQ(slot(*d).expect("data")),
+                _ => parity::Loss::TwoData(slot(*a).expect("data"), slot(*b).expect("data")),
+            }
+        }
+        _ => unreachable!("at most two chunks are rebuilt"),
+    };
+    // Take the chunks apart so data, P and Q can be borrowed mutably together.
+    let mut taken: Vec<Option<Buf>> = chunks
+        .iter_mut()
+        .map(|b| Some(std::mem::replace(b, Buf::new(0))))
+        .collect();
+    let mut p = taken[roles.p].take().expect("P");
+    let mut q = roles.q.map(|c| taken[c].take().expect("Q"));
+    let mut data: Vec<Buf> = order
+        .iter()
+        .map(|&i| taken[roles.data[i]].take().expect("data"))
+        .collect();
+    {
+        let mut refs: Vec<&mut [u8]> = data.iter_mut().map(|b| &mut b[..]).collect();
+        parity::recover(&mut refs, &mut p, q.as_deref_mut(), loss);
+    }
+    chunks[roles.p] = p;
+    if let (Some(c), Some(q)) = (roles.q, q) {
+        chunks[c] = q;
+    }
+    for (&i, b) in order.iter().zip(data) {
+        chunks[roles.data[i]] = b;
+    }
+}
+
+// 3. If not, what is wrong?
+
+/// A mismatching stripe's diagnosis: what to rewrite, and the bytes (`p` carries the
+/// repaired data chunk for [`Fix::Data`]; `rows` the chunks and bytes of [`Fix::Rows`]).
+pub(super) struct Verdict {
+    pub(super) fix: Fix,
+    pub(super) p: Buf,
+    pub(super) q: Buf,
+    pub(super) rows: Vec<(Target, Buf)>,
+}
 
 /// What a mismatching stripe's repair rewrites.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,30 +141,122 @@ pub(super) enum Fix {
     Rows,
 }
 
-/// A child of a stripe the scrub found wrong, and what became of it.
-pub(super) struct Target {
-    pub(super) child: usize,
-    pub(super) found: ScrubFound,
-    pub(super) action: ScrubAction,
-    pub(super) cross_check: Option<CrossCheck>,
+/// Whether a stripe's syndromes may blame a chunk. Not without knowing its parity matched
+/// its data (`in_sync`): a syndrome may only mean parity fell behind a write (the write
+/// hole), and data is never rewritten from that. Nor with a child lost (`degraded`): its
+/// chunk, rebuilt from one syndrome, absorbed any error in what it was rebuilt from.
+pub(super) fn locatable(in_sync: bool, degraded: bool) -> bool {
+    in_sync && !degraded
 }
 
-impl Target {
-    /// Child `c`, whose block did not read with error `e` (not repaired yet).
-    pub(super) fn bad(c: usize, e: &VolumeError) -> Target {
-        let found = match e {
-            VolumeError::Member { source, .. } if crate::checksum::is_mismatch(source) => {
-                ScrubFound::ChecksumMismatch
-            }
-            _ => ScrubFound::ReadError,
+/// One stripe's chunks as a diagnosis reads them.
+pub(super) struct StripeChunks<'a> {
+    pub(super) roles: &'a StripeRoles,
+    /// The data chunks (logical index) in md's syndrome order.
+    pub(super) order: &'a [usize],
+    /// Every chunk, by child, one strip each.
+    pub(super) chunks: &'a [Buf],
+}
+
+impl StripeChunks<'_> {
+    /// `None` when P (and Q) agree with the data; else what a repair rewrites. `locatable`:
+    /// the syndromes may blame a chunk (the stripe's parity is known in sync and no child
+    /// was rebuilt); otherwise a mismatch only regenerates parity.
+    pub(super) fn diagnose(&self, locatable: bool) -> Option<Verdict> {
+        let data: Vec<&[u8]> = (self.order.iter())
+            .map(|&i| &self.chunks[self.roles.data[i]][..])
+            .collect();
+        let p = &self.chunks[self.roles.p][..];
+        let Some(q_child) = self.roles.q else {
+            return (!parity::check_p(&data, p)).then(|| regenerated_p(&data, p.len()));
         };
-        Target {
-            child: c,
-            found,
-            action: ScrubAction::NotRepaired,
-            cross_check: None,
+        let q = &self.chunks[q_child][..];
+        match parity::check_pq(&data, p, q) {
+            true => None,
+            false => Some(self.raid6_verdict(&data, (p, q), locatable)),
         }
     }
+
+    /// The repair of a RAID 6 stripe whose parity `read` (P, Q) disagrees with `data`.
+    fn raid6_verdict(&self, data: &[&[u8]], read: (&[u8], &[u8]), locatable: bool) -> Verdict {
+        let (p, q) = read;
+        let (mut p_new, mut q_new) = (Buf::new(p.len()), Buf::new(q.len()));
+        parity::pq_gen(data, &mut p_new, &mut q_new);
+        let ps = xor_of(p, &p_new);
+        let qs = xor_of(q, &q_new);
+        let culprits = match locatable {
+            true => locate_rows(&ps, &qs, data.len(), BLOCK_BYTES as usize),
+            false => vec![Culprit::Unknown],
+        };
+        let Some(culprit) = stripe_culprit(&culprits) else {
+            let regenerated = (&p_new[..], &q_new[..]);
+            let rows = row_repairs(
+                &culprits,
+                self.order,
+                self.roles,
+                self.chunks,
+                regenerated,
+                &ps,
+            );
+            return Verdict {
+                fix: Fix::Rows,
+                p: p_new,
+                q: q_new,
+                rows,
+            };
+        };
+        let fix = culprit_fix(culprit, self.order);
+        if let Fix::Data(i) = fix {
+            // `p` carries the repaired data chunk.
+            p_new = xor_of(&self.chunks[self.roles.data[i]], &ps);
+        }
+        Verdict {
+            fix,
+            p: p_new,
+            q: q_new,
+            rows: Vec::new(),
+        }
+    }
+}
+
+/// A RAID 5 mismatch's repair: P regenerated from the data (`strip` bytes a chunk).
+fn regenerated_p(data: &[&[u8]], strip: usize) -> Verdict {
+    let mut p = Buf::new(strip);
+    parity::xor_gen(data, &mut p);
+    Verdict {
+        fix: Fix::Parity,
+        p,
+        q: Buf::new(0),
+        rows: Vec::new(),
+    }
+}
+
+/// The chunk every row that differs blames (`Unknown` when no row names one), or `None`
+/// when rows blame different chunks and each row is repaired as its own diagnosis says.
+pub(super) fn stripe_culprit(culprits: &[Culprit]) -> Option<Culprit> {
+    let mut named = culprits.iter().filter(|&&c| c != Culprit::None);
+    let first = named.next().copied().unwrap_or(Culprit::Unknown);
+    named.all(|&c| c == first).then_some(first)
+}
+
+/// What the stripe's repair rewrites when the syndromes blame `culprit`; `order` maps a
+/// syndrome slot to its data chunk.
+pub(super) fn culprit_fix(culprit: Culprit, order: &[usize]) -> Fix {
+    match culprit {
+        Culprit::P => Fix::P,
+        Culprit::Q => Fix::Q,
+        Culprit::Slot(z) => Fix::Data(order[z]),
+        Culprit::None | Culprit::Unknown => Fix::Parity,
+    }
+}
+
+/// Which chunk the syndromes blame in each row of `row_len` bytes (md checks a RAID 6
+/// stripe page by page): chunks wrong in different rows of one stripe are each located
+/// in their own row, where the whole stripe's syndromes name no single chunk.
+pub(super) fn locate_rows(ps: &[u8], qs: &[u8], k: usize, row_len: usize) -> Vec<Culprit> {
+    (ps.chunks(row_len).zip(qs.chunks(row_len)))
+        .map(|(p, q)| locate(p, q, k))
+        .collect()
 }
 
 /// The chunks a diagnosis blames and what a repair does with each: the one the syndromes
@@ -115,15 +329,44 @@ pub(super) fn row_repairs(
         .collect()
 }
 
-/// Which chunk the syndromes blame in each row of `row_len` bytes (md checks a RAID 6
-/// stripe page by page): chunks wrong in different rows of one stripe are each located
-/// in their own row, where the whole stripe's syndromes name no single chunk.
-pub(super) fn locate_rows(ps: &[u8], qs: &[u8], k: usize, row_len: usize) -> Vec<Culprit> {
-    (ps.chunks(row_len).zip(qs.chunks(row_len)))
-        .map(|(p, q)| locate(p, q, k))
-        .collect()
+/// `a` XOR `b`, byte by byte (a syndrome, or a chunk with one applied).
+fn xor_of(a: &[u8], b: &[u8]) -> Buf {
+    let mut out = Buf::copy_from(a);
+    for (d, e) in out.iter_mut().zip(b) {
+        *d ^= e;
+    }
+    out
 }
 
+// 4. What does the repair write?
+
+/// A child of a stripe the scrub found wrong, and what became of it.
+pub(super) struct Target {
+    pub(super) child: usize,
+    pub(super) found: ScrubFound,
+    pub(super) action: ScrubAction,
+    pub(super) cross_check: Option<CrossCheck>,
+}
+
+impl Target {
+    /// Child `c`, whose block did not read with error `e` (not repaired yet).
+    pub(super) fn bad(c: usize, e: &VolumeError) -> Target {
+        let found = match e {
+            VolumeError::Member { source, .. } if crate::checksum::is_mismatch(source) => {
+                ScrubFound::ChecksumMismatch
+            }
+            _ => ScrubFound::ReadError,
+        };
+        Target {
+            child: c,
+            found,
+            action: ScrubAction::NotRepaired,
+            cross_check: None,
+        }
+    }
+}
+
+/// The targets of a whole-stripe `fix` (not [`Fix::Rows`], whose rows carry their own).
 pub(super) fn verdict_targets(fix: Fix, roles: &StripeRoles) -> Vec<Target> {
     let named = |child, action| Target {
         child,
@@ -180,112 +423,6 @@ pub(super) fn verdict_writes(
             !failed.contains(&t.child) && (fix != Fix::Parity || chunks[t.child][..] != b[..])
         })
         .collect()
-}
-
-/// Whether a row (by child) satisfies its parity: P, and Q for RAID 6.
-pub(super) fn row_agrees(order: &[usize], roles: &StripeRoles, row: &[&[u8]]) -> bool {
-    let data: Vec<&[u8]> = order.iter().map(|&i| row[roles.data[i]]).collect();
-    match roles.q {
-        None => parity::check_p(&data, row[roles.p]),
-        Some(q) => parity::check_pq(&data, row[roles.p], row[q]),
-    }
-}
-
-/// [`row_agrees`] for a row whose `failed` children are lost (their slices are not read):
-/// they are rebuilt as a read rebuilds them — a data chunk from P, parity from the data —
-/// and what parity is left checks the row. Lost children must be fewer than parity chunks
-/// (else the rebuilt row agrees by construction).
-pub(super) fn degraded_row_agrees(
-    order: &[usize],
-    roles: &StripeRoles,
-    failed: &[usize],
-    row: &[&[u8]],
-) -> bool {
-    if failed.is_empty() {
-        return row_agrees(order, roles, row);
-    }
-    let mut blocks: Vec<Buf> = row.iter().map(|b| Buf::copy_from(b)).collect();
-    rebuild_chunks(order, roles, failed, &mut blocks);
-    let rebuilt: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
-    row_agrees(order, roles, &rebuilt)
-}
-
-/// Why a stripe cannot be checked, if it cannot: its parity is stale, or `failed` children
-/// (failed members) leave no parity chunk to spare out of `parity_chunks`.
-pub(super) fn skip_reason(stale: bool, failed: usize, parity_chunks: usize) -> Option<SkipReason> {
-    if stale {
-        Some(SkipReason::StaleParity)
-    } else if failed >= parity_chunks {
-        Some(SkipReason::NoRedundancy)
-    } else {
-        None
-    }
-}
-
-/// The children marked in `lost`.
-pub(super) fn lost_children(lost: &[bool]) -> Vec<usize> {
-    (0..lost.len()).filter(|&c| lost[c]).collect()
-}
-
-/// A mismatching stripe's diagnosis: what to rewrite, and the bytes (`p` carries the
-/// repaired data chunk for [`Fix::Data`]; `rows` the chunks and bytes of [`Fix::Rows`]).
-pub(super) struct Verdict {
-    pub(super) fix: Fix,
-    pub(super) p: Buf,
-    pub(super) q: Buf,
-    pub(super) rows: Vec<(Target, Buf)>,
-}
-
-/// Rebuilds the chunks of children `lost` (at most the group's parity count) in `chunks` (by
-/// child) from the others. `order`: the data chunks in md's syndrome order.
-pub(super) fn rebuild_chunks(
-    order: &[usize],
-    roles: &StripeRoles,
-    lost: &[usize],
-    chunks: &mut [Buf],
-) {
-    // Each lost child as a slot of the syndrome: data slot z, P or Q.
-    let slot = |c: usize| -> Option<usize> { order.iter().position(|&i| roles.data[i] == c) };
-    let is_p = |c: usize| c == roles.p;
-    let loss = match lost {
-        [c] if is_p(*c) => parity::Loss::P,
-        [c] if Some(*c) == roles.q => parity::Loss::Q,
-        [c] => parity::Loss::Data(slot(*c).expect("a data child")),
-        [a, b] => {
-            let (pq, data): (Vec<usize>, Vec<usize>) = [*a, *b]
-                .into_iter()
-                .partition(|&c| is_p(c) || Some(c) == roles.q);
-            match (pq.as_slice(), data.as_slice()) {
-                ([_, _], []) => parity::Loss::PQ,
-                ([c], [d]) if is_p(*c) => parity::Loss::DataP(slot(*d).expect("data")),
-                ([_], [d]) => parity::Loss::DataQ(slot(*d).expect("data")),
-                _ => parity::Loss::TwoData(slot(*a).expect("data"), slot(*b).expect("data")),
-            }
-        }
-        _ => unreachable!("at most two chunks are rebuilt"),
-    };
-    // Take the chunks apart so data, P and Q can be borrowed mutably together.
-    let mut taken: Vec<Option<Buf>> = chunks
-        .iter_mut()
-        .map(|b| Some(std::mem::replace(b, Buf::new(0))))
-        .collect();
-    let mut p = taken[roles.p].take().expect("P");
-    let mut q = roles.q.map(|c| taken[c].take().expect("Q"));
-    let mut data: Vec<Buf> = order
-        .iter()
-        .map(|&i| taken[roles.data[i]].take().expect("data"))
-        .collect();
-    {
-        let mut refs: Vec<&mut [u8]> = data.iter_mut().map(|b| &mut b[..]).collect();
-        parity::recover(&mut refs, &mut p, q.as_deref_mut(), loss);
-    }
-    chunks[roles.p] = p;
-    if let (Some(c), Some(q)) = (roles.q, q) {
-        chunks[c] = q;
-    }
-    for (&i, b) in order.iter().zip(data) {
-        chunks[roles.data[i]] = b;
-    }
 }
 
 #[cfg(test)]
@@ -473,5 +610,123 @@ mod tests {
         assert_eq!(written(roles.p, q), vec![q]);
         assert_eq!(written(q, d1), vec![roles.p], "Q lost: P rewritten");
         assert_eq!(written(q, roles.p), vec![roles.p]);
+    }
+
+    /// Stripe `s` of `n` children with `np` parity chunks, consistent: roles, syndrome
+    /// order and chunks by child.
+    fn stripe(n: usize, np: usize, s: u64) -> (StripeRoles, Vec<usize>, Vec<Buf>) {
+        const LEN: usize = 2 * BLOCK_BYTES as usize;
+        let roles = StripeRoles::md(ParityLayout::default(), n, np, s);
+        let k = n - np;
+        let mut order = vec![0usize; k];
+        for i in 0..k {
+            order[roles.q_slot[i]] = i;
+        }
+        let mut chunks: Vec<Buf> = (0..n).map(|_| Buf::new(LEN)).collect();
+        for i in 0..k {
+            let bytes: Vec<u8> = (0..LEN).map(|b| (b * 13 + i * 71 + 5) as u8).collect();
+            chunks[roles.data[i]] = Buf::copy_from(&bytes);
+        }
+        let data: Vec<&[u8]> = order.iter().map(|&i| &chunks[roles.data[i]][..]).collect();
+        let (mut p, mut q) = (Buf::new(LEN), Buf::new(LEN));
+        match np {
+            1 => parity::xor_gen(&data, &mut p),
+            _ => parity::pq_gen(&data, &mut p, &mut q),
+        }
+        chunks[roles.p] = p;
+        if let Some(c) = roles.q {
+            chunks[c] = q;
+        }
+        (roles, order, chunks)
+    }
+
+    fn diagnose(
+        roles: &StripeRoles,
+        order: &[usize],
+        chunks: &[Buf],
+        locatable: bool,
+    ) -> Option<Verdict> {
+        StripeChunks {
+            roles,
+            order,
+            chunks,
+        }
+        .diagnose(locatable)
+    }
+
+    /// Only a stripe known in sync with no child lost lets its syndromes blame a chunk.
+    #[test]
+    fn only_an_in_sync_stripe_with_every_child_there_is_located() {
+        assert!(locatable(true, false));
+        assert!(!locatable(false, false));
+        assert!(!locatable(true, true));
+        assert!(!locatable(false, true));
+    }
+
+    #[test]
+    fn rows_that_differ_share_a_culprit_or_are_repaired_each_as_their_own() {
+        use Culprit::{None as Same, Slot, Unknown, P};
+        assert_eq!(stripe_culprit(&[Same, Same]), Some(Unknown));
+        assert_eq!(stripe_culprit(&[Same, Slot(1), Slot(1)]), Some(Slot(1)));
+        assert_eq!(stripe_culprit(&[P]), Some(P));
+        assert_eq!(stripe_culprit(&[Slot(1), Same, P]), None);
+        assert_eq!(stripe_culprit(&[Unknown, Slot(0)]), None);
+    }
+
+    #[test]
+    fn a_culprit_names_the_chunk_rewritten_and_nothing_named_regenerates_parity() {
+        let order = [2, 0, 1];
+        assert_eq!(culprit_fix(Culprit::Slot(0), &order), Fix::Data(2));
+        assert_eq!(culprit_fix(Culprit::P, &order), Fix::P);
+        assert_eq!(culprit_fix(Culprit::Q, &order), Fix::Q);
+        assert_eq!(culprit_fix(Culprit::Unknown, &order), Fix::Parity);
+        assert_eq!(culprit_fix(Culprit::None, &order), Fix::Parity);
+    }
+
+    /// A RAID 5 stripe that agrees needs nothing; one with a flipped data byte gets P
+    /// regenerated from the data as read.
+    #[test]
+    fn raid5_mismatch_regenerates_p() {
+        let (roles, order, mut chunks) = stripe(4, 1, 1);
+        assert!(diagnose(&roles, &order, &chunks, true).is_none());
+        let good_p = chunks[roles.p].to_vec();
+        chunks[roles.data[0]][9] ^= 0x10;
+        let verdict = diagnose(&roles, &order, &chunks, true).expect("mismatch");
+        assert_eq!(verdict.fix, Fix::Parity);
+        assert_eq!(verdict.p[9], good_p[9] ^ 0x10);
+        assert!(verdict.q.is_empty() && verdict.rows.is_empty());
+    }
+
+    /// A RAID 6 data chunk wrong in both rows is located and its bytes repaired when
+    /// locating is allowed; otherwise only P and Q are regenerated.
+    #[test]
+    fn raid6_locates_a_wrong_data_chunk_only_when_allowed() {
+        let (roles, order, good) = stripe(6, 2, 2);
+        assert!(diagnose(&roles, &order, &good, true).is_none());
+        let mut chunks: Vec<Buf> = good.iter().map(|b| Buf::copy_from(b)).collect();
+        let bad = roles.data[1];
+        chunks[bad][3] ^= 0x5a;
+        chunks[bad][BLOCK_BYTES as usize + 3] ^= 0x0f;
+        let verdict = diagnose(&roles, &order, &chunks, true).expect("mismatch");
+        assert_eq!(verdict.fix, Fix::Data(1));
+        assert_eq!(&verdict.p[..], &good[bad][..]);
+        let verdict = diagnose(&roles, &order, &chunks, false).expect("mismatch");
+        assert_eq!(verdict.fix, Fix::Parity);
+        assert!(verdict.rows.is_empty());
+    }
+
+    /// Two rows blaming different chunks are repaired row by row.
+    #[test]
+    fn raid6_rows_blaming_different_chunks_are_repaired_by_row() {
+        let (roles, order, mut chunks) = stripe(6, 2, 0);
+        chunks[roles.data[0]][3] ^= 0x5a;
+        chunks[roles.p][BLOCK_BYTES as usize + 3] ^= 0x0f;
+        let verdict = diagnose(&roles, &order, &chunks, true).expect("mismatch");
+        assert_eq!(verdict.fix, Fix::Rows);
+        let mut children: Vec<usize> = verdict.rows.iter().map(|(t, _)| t.child).collect();
+        children.sort_unstable();
+        let mut expected = vec![roles.data[0], roles.p];
+        expected.sort_unstable();
+        assert_eq!(children, expected);
     }
 }
