@@ -26,8 +26,8 @@ use crate::scrub::{
 mod verdict;
 
 use verdict::{
-    degraded_row_agrees, locatable, lost_children, rebuild_chunks, row_agrees, skip_reason,
-    verdict_writes, StripeChunks, Target, Verdict,
+    degraded_row_agrees, locatable, lost_children, rebuild_chunks, row_rebuild, skip_reason,
+    verdict_writes, RowRebuild, StripeChunks, Target, Verdict,
 };
 
 /// Checking and repairing a group's stripes.
@@ -352,9 +352,9 @@ impl Scrubber<'_> {
     /// Row `off` (one checksum block of every child) of stripe `s`: the children whose chunk
     /// did not read (but for the `failed` ones) are read again there; the blocks that still
     /// do not read, and the failed children's, are rebuilt from the row when the parity can
-    /// (checked against their checksums before they are rewritten: a rebuild from a row that
-    /// is itself wrong must not be written as a repair). Returns the row and whether a block
-    /// was rewritten; `None` when the row has too many bad blocks.
+    /// ([`row_rebuild`]; checked against their checksums before they are rewritten: a rebuild
+    /// from a row that is itself wrong must not be written as a repair). Returns the row and
+    /// whether a block was rewritten; `None` when the row has too many bad blocks.
     async fn rebuild_row(
         &self,
         s: u64,
@@ -365,9 +365,45 @@ impl Scrubber<'_> {
         pass: &ScrubPass<'_>,
     ) -> Option<(Vec<Buf>, bool)> {
         let n = BLOCK_BYTES.min(self.stripes.chunks.strip) as usize;
-        let o = off as usize;
         let at = self.stripes.chunks.layout.chunk_offset(s) + off;
-        let children = &self.stripes.chunks.children;
+        let (mut blocks, mut bad) = self.reread_row(at, read, failed, off as usize, n).await;
+        let order = self.stripes.chunks.slot_order(roles);
+        let bad_children: Vec<usize> = bad.iter().map(|t| t.child).collect();
+        let gone = (failed, &bad_children[..]);
+        let in_sync = self.stripes.health.in_sync(s);
+        let cross_check = match row_rebuild(&order, roles, gone, &mut blocks, in_sync) {
+            RowRebuild::TooManyGone => {
+                self.record(s, off, n as u64, &bad, |_| ScrubAction::Unrepairable, pass);
+                return None;
+            }
+            RowRebuild::Rebuilt(cross_check) => cross_check,
+        };
+        let mut rewrote = false;
+        for t in &mut bad {
+            t.cross_check = cross_check;
+            t.action = self
+                .rewrite_block(t.child, at, &blocks[t.child], pass)
+                .await;
+            rewrote |= t.action.repaired();
+        }
+        if !bad.is_empty() {
+            self.record(s, off, n as u64, &bad, |t| t.action, pass);
+        }
+        Some((blocks, rewrote))
+    }
+
+    /// The `n`-byte row at `at` (`o` bytes into each chunk) of a stripe whose chunks were
+    /// `read` (by child): the blocks that read, and those that did not (but for the
+    /// `failed` children, never read) read again. Returns the row (zeros where nothing
+    /// read) and the children whose block still does not read.
+    async fn reread_row(
+        &self,
+        at: u64,
+        read: &[Option<Buf>],
+        failed: &[usize],
+        o: usize,
+        n: usize,
+    ) -> (Vec<Buf>, Vec<Target>) {
         let mut blocks: Vec<Buf> = read
             .iter()
             .map(|b| {
@@ -375,51 +411,15 @@ impl Scrubber<'_> {
                     .map_or_else(|| Buf::zeroed(n), |b| Buf::copy_from(&b[o..o + n]))
             })
             .collect();
-        let mut lost: Vec<Target> = Vec::new();
+        let children = &self.stripes.chunks.children;
+        let mut bad: Vec<Target> = Vec::new();
         for c in (0..read.len()).filter(|&c| read[c].is_none() && !failed.contains(&c)) {
             match children[c].read(at, Buf::new(n)).await {
                 Ok(b) => blocks[c] = b,
-                Err(e) => lost.push(Target::bad(c, &e)),
+                Err(e) => bad.push(Target::bad(c, &e)),
             }
         }
-        // Every child whose block the row must rebuild: the failed ones and the bad ones.
-        let mut gone: Vec<usize> = (failed.iter().copied())
-            .chain(lost.iter().map(|t| t.child))
-            .collect();
-        gone.sort_unstable();
-        let parity_chunks = 1 + usize::from(roles.q.is_some());
-        if gone.len() > parity_chunks {
-            self.record(s, off, n as u64, &lost, |_| ScrubAction::Unrepairable, pass);
-            return None;
-        }
-        let order = self.stripes.chunks.slot_order(roles);
-        if !gone.is_empty() {
-            rebuild_chunks(&order, roles, &gone, &mut blocks);
-        }
-        if lost.is_empty() {
-            return Some((blocks, false));
-        }
-        // RAID 6 with a syndrome to spare: the rebuilt row must satisfy both.
-        if gone.len() < parity_chunks && self.stripes.health.in_sync(s) {
-            let row: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
-            let agrees = row_agrees(&order, roles, &row);
-            for t in &mut lost {
-                t.cross_check = Some(if agrees {
-                    CrossCheck::Agrees
-                } else {
-                    CrossCheck::Disagrees
-                });
-            }
-        }
-        let mut rewrote = false;
-        for t in &mut lost {
-            t.action = self
-                .rewrite_block(t.child, at, &blocks[t.child], pass)
-                .await;
-            rewrote |= t.action.repaired();
-        }
-        self.record(s, off, n as u64, &lost, |t| t.action, pass);
-        Some((blocks, rewrote))
+        (blocks, bad)
     }
 
     /// Rewrites child `c`'s block at `at` with `bytes` rebuilt from parity (repairing), once

@@ -4,7 +4,9 @@
 //! 1. **Can it be checked?** Not when its parity is stale or its lost children leave no
 //!    parity chunk to spare ([`skip_reason`]).
 //! 2. **Does a row agree?** With its parity ([`row_agrees`]), its lost children rebuilt
-//!    first as a read rebuilds them ([`degraded_row_agrees`], [`rebuild_chunks`]).
+//!    first as a read rebuilds them ([`degraded_row_agrees`], [`rebuild_chunks`]); a row
+//!    whose blocks did not read is rebuilt, and judged by a syndrome to spare
+//!    ([`row_rebuild`]).
 //! 3. **If not, what is wrong?** The diagnosis ([`StripeChunks::diagnose`], a [`Verdict`]):
 //!    RAID 5 regenerates P; RAID 6 blames the chunk its syndromes locate (per 4 KiB row
 //!    when rows blame different chunks: [`locate_rows`], [`row_repairs`]), or regenerates P
@@ -114,6 +116,47 @@ pub(super) fn rebuild_chunks(
     for (&i, b) in order.iter().zip(data) {
         chunks[roles.data[i]] = b;
     }
+}
+
+/// What a row whose blocks did not all read concludes ([`row_rebuild`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RowRebuild {
+    /// More blocks gone than parity chunks: nothing rebuilds the row.
+    TooManyGone,
+    /// Rebuilt; with what a syndrome to spare says of the rebuilt row (RAID 6 with one
+    /// block gone, parity known in sync, a bad block to judge), else `None`.
+    Rebuilt(Option<CrossCheck>),
+}
+
+/// A row (one checksum block of every child, `blocks`) whose `failed` children were not
+/// read and whose `bad` ones did not read: their blocks are rebuilt from the others when
+/// the parity can. With a syndrome to spare and parity known `in_sync`, the rebuilt row
+/// must satisfy both: whether it does is recorded with each bad block's repair.
+pub(super) fn row_rebuild(
+    order: &[usize],
+    roles: &StripeRoles,
+    (failed, bad): (&[usize], &[usize]),
+    blocks: &mut [Buf],
+    in_sync: bool,
+) -> RowRebuild {
+    // Every child whose block the row must rebuild: the failed ones and the bad ones.
+    let mut gone: Vec<usize> = failed.iter().chain(bad).copied().collect();
+    gone.sort_unstable();
+    let parity_chunks = 1 + usize::from(roles.q.is_some());
+    if gone.len() > parity_chunks {
+        return RowRebuild::TooManyGone;
+    }
+    if !gone.is_empty() {
+        rebuild_chunks(order, roles, &gone, blocks);
+    }
+    let spare = !bad.is_empty() && gone.len() < parity_chunks && in_sync;
+    RowRebuild::Rebuilt(spare.then(|| {
+        let row: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
+        match row_agrees(order, roles, &row) {
+            true => CrossCheck::Agrees,
+            false => CrossCheck::Disagrees,
+        }
+    }))
 }
 
 // 3. If not, what is wrong?
@@ -476,6 +519,49 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A RAID 6 row with bad blocks: one bad block is rebuilt and, parity in sync, the
+    /// syndrome to spare judges the rebuilt row (agreeing, or not when another block is
+    /// wrong too); none judges it out of sync or with two gone, which are still rebuilt;
+    /// three gone is past the parity. Nothing bad: nothing to judge.
+    #[test]
+    fn a_row_is_rebuilt_within_its_parity_and_judged_by_a_syndrome_to_spare() {
+        let (roles, order, good) = row6(6, 1, 64);
+        let (d0, d1) = (roles.data[0], roles.data[1]);
+        let rebuild = |failed: &[usize], bad: &[usize], wrong: Option<usize>, in_sync| {
+            let mut blocks: Vec<Buf> = good.iter().map(|b| Buf::copy_from(b)).collect();
+            for &c in failed.iter().chain(bad) {
+                blocks[c].fill(0);
+            }
+            if let Some(c) = wrong {
+                blocks[c][5] ^= 0x21;
+            }
+            let done = row_rebuild(&order, &roles, (failed, bad), &mut blocks, in_sync);
+            let restored = failed
+                .iter()
+                .chain(bad)
+                .all(|&c| blocks[c][..] == good[c][..]);
+            (done, restored)
+        };
+        let agrees = RowRebuild::Rebuilt(Some(CrossCheck::Agrees));
+        assert_eq!(rebuild(&[], &[d0], None, true), (agrees, true));
+        let disagrees = RowRebuild::Rebuilt(Some(CrossCheck::Disagrees));
+        assert_eq!(rebuild(&[], &[d0], Some(roles.p), true).0, disagrees);
+        assert_eq!(
+            rebuild(&[], &[d0], None, false),
+            (RowRebuild::Rebuilt(None), true)
+        );
+        assert_eq!(
+            rebuild(&[d1], &[d0], None, true),
+            (RowRebuild::Rebuilt(None), true)
+        );
+        assert_eq!(
+            rebuild(&[d1], &[], None, true),
+            (RowRebuild::Rebuilt(None), true)
+        );
+        let three = rebuild(&[d1], &[d0, roles.p], None, true).0;
+        assert_eq!(three, RowRebuild::TooManyGone);
     }
 
     /// A stripe is skipped when its parity is stale, or when as many children are lost as
