@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 /// How often a paused pass looks at its control again.
 const PAUSE_POLL: Duration = Duration::from_millis(20);
 
+/// The longest slice a rate-limited pass waits before it looks at its control again.
+const PACE_SLICE: Duration = Duration::from_millis(50);
+
 /// The least time a rate is measured over before it is shown.
 const RATE_SPAN_MIN: Duration = Duration::from_millis(500);
 
@@ -226,6 +229,30 @@ impl PassControl {
         let rate = self.measured_bytes_per_s();
         (rate > 0 && self.state() == PassState::Running)
             .then(|| self.total_bytes().saturating_sub(self.position_bytes()) / rate)
+    }
+}
+
+/// Whether a pass waiting `left` more for the limit `limit` it computed that wait with
+/// waits on: not once it is cancelled or paused, nor under another limit (a new limit starts
+/// a new measured run, owing nothing).
+fn keeps_pacing(ctl: &PassControl, limit: u64, left: Duration) -> bool {
+    !left.is_zero()
+        && !ctl.is_cancelled()
+        && !ctl.is_paused()
+        && ctl.rate_limit_bytes_per_s() == limit
+}
+
+/// Waits `wait` for the rate limit `limit`, in slices: a cancel, a pause, a new limit or
+/// `stale` work ends the wait at once. One window at a low limit is a long wait (4 MiB at
+/// 64 KiB/s: a minute), and a cancel or a re-rate waited all of it before taking effect.
+async fn pace(ctl: &PassControl, stale: Option<&Stale<'_>>, wait: Duration, limit: u64) {
+    let until = Instant::now() + wait;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if !keeps_pacing(ctl, limit, left) || stale.is_some_and(|s| s()) {
+            return;
+        }
+        crate::timer::sleep(left.min(PACE_SLICE)).await;
     }
 }
 
@@ -493,9 +520,7 @@ impl<'c, 'w> Runner<'c, 'w> {
             true => Duration::ZERO,
             false => rate_delay(done, elapsed, limit),
         };
-        if !wait.is_zero() {
-            crate::timer::sleep(wait).await;
-        }
+        pace(ctl, self.work.stale.as_ref(), wait, limit).await;
     }
 }
 
@@ -507,6 +532,24 @@ mod tests {
     use super::*;
     use futures::FutureExt;
     use parking_lot::Mutex;
+
+    /// A wait for the limit ends at a cancel, a pause or a new limit, not at the end of the
+    /// window's time at the old limit.
+    #[test]
+    fn pacing_stops_at_a_cancel_a_pause_or_a_new_limit() {
+        let minute = Duration::from_secs(60);
+        let ctl = PassControl::new(64 << 10);
+        assert!(keeps_pacing(&ctl, 64 << 10, minute));
+        assert!(!keeps_pacing(&ctl, 64 << 10, Duration::ZERO));
+        ctl.set_rate(1 << 30);
+        assert!(!keeps_pacing(&ctl, 64 << 10, minute), "re-rated");
+        ctl.set_rate(64 << 10);
+        ctl.pause();
+        assert!(!keeps_pacing(&ctl, 64 << 10, minute), "paused");
+        ctl.resume();
+        ctl.cancel();
+        assert!(!keeps_pacing(&ctl, 64 << 10, minute), "cancelled");
+    }
 
     #[test]
     fn rate_delay_keeps_to_the_limit() {
