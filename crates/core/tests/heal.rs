@@ -1030,3 +1030,18 @@ fn a_replacement_rebuilt_into_the_role_is_recorded_by_path() {
         "the replacement now serving role 0 is not recorded: {paths:?}"
     );
 }
+
+/// A volume with no redundancy takes no spare (the config refuses `spares` there too):
+/// nothing could be rebuilt onto it. `nbraid add` once said "added as a hot spare" on RAID 0.
+#[test]
+fn a_volume_without_redundancy_takes_no_spare() {
+    for level in [Level::Raid0, Level::Jbod] {
+        let disks: Vec<_> = (0..2).map(|i| disk(&format!("d{i}"))).collect();
+        let a = create(level, &disks);
+        let e = a
+            .add_spare(meta(&disk("spare")))
+            .expect_err("a spare taken");
+        assert!(e.to_string().contains("no redundancy"), "{level:?}: {e}");
+        assert_eq!(a.spare_count(), 0);
+    }
+}

@@ -509,6 +509,14 @@ pub(super) fn check_spare(
     meta: &MemberMeta,
     consent: &Consent,
 ) -> Result<(), ArrayError> {
+    // As the config refuses `spares` there: nothing could ever be rebuilt onto it, and
+    // taking it (and saying so) would promise a cover the volume does not have.
+    if p.volume.fault_tolerance().best == 0 {
+        return Err(p.refuse(format!(
+            "`{}`: spares do not apply to a volume with no redundancy (nothing can be rebuilt onto a spare)",
+            meta.member().name()
+        )));
+    }
     check_disk(p, meta, consent)?;
     check_newcomer(p, meta, None)
 }
