@@ -15,7 +15,9 @@
 //!   beside new local files.
 
 use nbraid_config::{Config, CreatePolicy, MemberStorage, Volume};
-use nbraid_core::metadata::disk_rule::{may_write, Allowed, DiskContents, Refused, Writer};
+use nbraid_core::metadata::disk_rule::{
+    may_write, Allowed, DiskContents, RecordSeen, Refused, Writer,
+};
 use nbraid_core::metadata::{Probe, Uuid};
 use std::fmt;
 
@@ -145,13 +147,38 @@ pub fn plan_volume(
             device: matches!(config.members[m].state, MemberStorage::BlockDevice { .. }),
         })
         .collect();
+    let named = |n: &str| config.volumes.iter().any(|x| x.name == n);
     let file = config.file.display().to_string();
+    if let Some(was) = renamed_from(found, named) {
+        return Err(Refusal(format!(
+            "volume `{}`: every member carries {was}, which the config no longer names: if the \
+             volume was renamed in the config, write name = \"{}\" back — a volume's name is \
+             recorded on its members (it is also its NBD export name) and does not change \
+             there; nothing was written. If that array's data is no longer wanted, write over \
+             it with `nbraid create {file} --volume {} --force`",
+            v.name, was.volume, v.name
+        )));
+    }
     match plan(&v.name, &file, policy, &members)? {
         Plan::Create { .. } if v.read_only => {
             Err(Refusal(crate::read_only_check::create_refusal(&v.name)))
         }
         p => Ok(p),
     }
+}
+
+/// The one other volume every member carries alone, when the config (`named`) has no
+/// volume of that name: most likely this volume, renamed in the config. Pure.
+fn renamed_from(found: &[Found], named: impl Fn(&str) -> bool) -> Option<&RecordSeen> {
+    fn only(f: &Found) -> Option<&RecordSeen> {
+        match f {
+            Found::Refused(Refused::Foreign(records)) if records.len() == 1 => Some(&records[0]),
+            _ => None,
+        }
+    }
+    let first = only(found.first()?)?;
+    let all_same = found.iter().all(|f| only(f) == Some(first));
+    (all_same && !named(&first.volume)).then_some(first)
 }
 
 /// Decides how volume `name` starts (`config_file` names the config in hints).
@@ -258,6 +285,26 @@ mod tests {
             array: Uuid([1; 16]),
             volume: "x".into(),
         }]))
+    }
+
+    #[test]
+    fn members_all_carrying_one_volume_the_config_no_longer_names_were_renamed() {
+        let (x, other) = (foreign(), Found::Refused(Refused::Foreign(vec![])));
+        let seen = |f: &Found| match f {
+            Found::Refused(Refused::Foreign(r)) => r.first().cloned(),
+            _ => None,
+        };
+        let none = |_: &str| false;
+        assert_eq!(
+            renamed_from(&[x.clone(), x.clone()], none),
+            seen(&x).as_ref()
+        );
+        // The config still names it: another volume's members, not a rename.
+        assert_eq!(renamed_from(&[x.clone(), x.clone()], |n| n == "x"), None);
+        // Not every member: a blank one, or another array's.
+        assert_eq!(renamed_from(&[x.clone(), BLANK], none), None);
+        assert_eq!(renamed_from(&[x.clone(), other], none), None);
+        assert_eq!(renamed_from(&[], none), None);
     }
 
     #[test]

@@ -208,8 +208,10 @@ fn volume_plans(
                     to: now,
                     changes: Vec::new(),
                     action: if r.state.starts_with("refused") {
+                        // The state says "refused: why"; the plan prints "refused: ".
+                        let why = r.state.strip_prefix("refused: ").unwrap_or(&r.state);
                         Action::Refused {
-                            reason: r.state.clone(),
+                            reason: why.to_string(),
                         }
                     } else {
                         Action::Unchanged

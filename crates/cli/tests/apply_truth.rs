@@ -163,3 +163,29 @@ fn an_offline_apply_keeps_a_scrub_a_restart_interrupted() {
     );
     d.stop();
 }
+
+/// A volume renamed in the config: its members carry the old name, and the plan, `check`
+/// and `apply --yes` say so — once (the plan printed "refused: refused:"), with the way
+/// back (write the old name back) rather than only `nbraid create --force` over its data.
+#[test]
+fn a_renamed_volume_is_refused_with_its_recorded_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(dir.path(), "raid5", 3, "64KiB", "16MiB");
+    let cfg = file.to_str().unwrap();
+    ok(nbraid(&["create", cfg]), "create");
+    let mut d = Daemon::start(&file);
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace("name = \"v\"", "name = \"w\"")).unwrap();
+    let way_back = "every member carries volume `v` of array";
+    let (_, out, _) = run(&["apply", cfg]);
+    assert!(
+        out.contains(way_back) && out.contains("write name = \"v\" back"),
+        "{out}"
+    );
+    assert!(!out.contains("refused: refused"), "{out}");
+    let (good, out, err) = run(&["check", cfg]);
+    assert!(!good && out.contains(way_back), "{out}{err}");
+    let (good, _, err) = run(&["apply", cfg, "--yes"]);
+    assert!(!good && err.contains(way_back), "{err}");
+    d.stop();
+}
