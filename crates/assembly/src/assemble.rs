@@ -655,19 +655,27 @@ fn degraded_warning(volume: &str, members: &[String], at_start: &[&str]) -> Opti
 /// What a forced assembly took back, one note per member (`members`: ids by role).
 fn forced_notes(report: &OpenReport, members: &[String]) -> Vec<String> {
     (report.forced.iter())
-        .map(|f| forced_note(f, members.get(f.role).map_or("?", String::as_str)))
+        .map(|f| {
+            let id = members.get(f.role).map_or("?", String::as_str);
+            forced_note(f, id, report.background_bytes > 0)
+        })
         .collect()
 }
 
 /// Which member came back (`id`), and why: one that failed with nothing acknowledged since
-/// is current, one that missed acknowledged writes may be stale.
-fn forced_note(f: &nbraid_core::metadata::ForcedRole, id: &str) -> String {
+/// is current, one that missed acknowledged writes may be stale. `in_background`: the
+/// volume's resync goes on while it serves (else it was done before serving).
+fn forced_note(f: &nbraid_core::metadata::ForcedRole, id: &str, in_background: bool) -> String {
     if f.missed_nothing_acked {
+        let resync = match in_background {
+            true => "are being resynced with it in the background (status shows how far)",
+            false => "were resynced with it before serving",
+        };
         return format!(
             "assembled by force: {id} took role {} back as current (recorded failed at event {} \
              of {}, and no write was acknowledged durable after it failed: it dropped out \
              together with the members the volume lost and missed nothing acknowledged); the \
-             volume's dirty regions were resynced with it, as after a crash",
+             volume's dirty regions {resync}, as after a crash",
             f.role, f.events, f.newest_events
         );
     }
@@ -796,17 +804,23 @@ mod tests {
             was_failed: true,
             missed_nothing_acked: true,
         };
-        let note = forced_note(&f, "d2");
+        let note = forced_note(&f, "d2", false);
         for part in [
             "d2 took role 2 back as current",
             "no write was acknowledged durable after it failed",
-            "resynced",
+            "dirty regions were resynced with it before serving",
         ] {
             assert!(note.contains(part), "{note}");
         }
         assert!(!note.contains("stale"), "{note}");
+        // A resync still going on is not said to be done.
+        let note = forced_note(&f, "d2", true);
+        assert!(
+            note.contains("dirty regions are being resynced with it in the background"),
+            "{note}"
+        );
         f.missed_nothing_acked = false;
-        let note = forced_note(&f, "d2");
+        let note = forced_note(&f, "d2", true);
         assert!(
             note.contains("d2 took role 2 back (recorded failed"),
             "{note}"
