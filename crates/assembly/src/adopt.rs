@@ -236,6 +236,12 @@ pub fn missing_spare_note(id: &str) -> String {
     format!("spare {id} is missing: not standing by")
 }
 
+/// The start's note on config member `id`, blank and in no role: taken as a spare. True
+/// while it stands by; once a lost role was rebuilt onto it, `status` no longer says it.
+pub fn blank_member_note(id: &str) -> String {
+    format!("member {id} is blank and holds no role: it stands by as a spare (a lost role is rebuilt onto it)")
+}
+
 /// After the volume started: hands every usable spare (and blank unclaimed member) to the
 /// array, and returns what the operator must hear ([`role_notes`], spares that cannot be
 /// used) and every member and spare known by id.
@@ -322,9 +328,7 @@ impl Adoption<'_> {
                 "{what} {id} carries another volume's records: not used as a spare — wipe its first MiB if its data is no longer wanted"
             )),
             None => match self.array.add_spare(meta.clone()) {
-                Ok(()) if member => self.notes.push(format!(
-                    "member {id} is blank and holds no role: it stands by as a spare (a lost role is rebuilt onto it)"
-                )),
+                Ok(()) if member => self.notes.push(blank_member_note(id)),
                 Ok(()) => {}
                 Err(e) => self.notes.push(format!("spare {id}: {e}")),
             },

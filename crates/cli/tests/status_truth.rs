@@ -191,3 +191,29 @@ fn a_role_holder_the_config_declares_is_named_as_the_config_names_it() {
     );
     d.stop();
 }
+
+/// A member file swapped for a blank one while stopped: the start takes it as a spare and
+/// says so, then rebuilds its role onto it — and `status` stops saying it stands by (the
+/// start's note was shown for the daemon's whole life).
+#[test]
+fn a_blank_member_rebuilt_into_its_role_is_no_longer_said_to_stand_by() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config_with(dir.path(), &[], "");
+    let cfg = config.to_str().unwrap();
+    let mut d = Daemon::start(&config);
+    d.stop();
+    let d2 = dir.path().join("d2.img");
+    let len = std::fs::metadata(&d2).unwrap().len();
+    std::fs::remove_file(&d2).unwrap();
+    std::fs::File::create(&d2).unwrap().set_len(len).unwrap();
+    let mut d = Daemon::start(&config);
+    let said = "member d2 is blank and holds no role: it stands by as a spare";
+    let v = wait_for(cfg, "d2 rebuilt into role 2", |v| {
+        v["members"][2]["id"] == "d2"
+            && v["rebuild"]["state"] == "done"
+            && !v["degraded"].as_bool().unwrap_or(true)
+    });
+    let notes = v["notes"].to_string();
+    assert!(!notes.contains(said), "{v:#}");
+    d.stop();
+}

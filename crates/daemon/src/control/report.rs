@@ -5,7 +5,7 @@ use super::notes::{live_notes, Holder};
 use super::paths::absolute_path;
 use super::readd::{is_remote, may_return_now};
 use super::volume::ControlVolume;
-use nbraid_assembly::adopt::missing_spare_note;
+use nbraid_assembly::adopt::{blank_member_note, missing_spare_note};
 use nbraid_core::checksum::ChecksumCounters;
 use nbraid_core::fail_cause::Failure;
 use nbraid_core::node::MemberHealth;
@@ -69,11 +69,15 @@ fn notes_now(controls: &Controls, v: &ControlVolume) -> Vec<String> {
             });
         Some(!shared)
     };
-    // A spare missing at start that `nbraid add` has standing by since is not missing.
-    let start_notes: Vec<String> = (v.notes.iter())
-        .filter(|n| !spares.iter().any(|s| **n == missing_spare_note(s)))
-        .cloned()
-        .collect();
+    // A spare missing at start that `nbraid add` has standing by since is not missing; a
+    // blank member taken as a spare at start that a role took since no longer stands by.
+    let standing_by = |id: &str| spares.iter().any(|s| s == id);
+    let ids = v.member_ids();
+    let outdated = |n: &String| {
+        let taken_since = (ids.iter()).any(|id| *n == blank_member_note(id) && !standing_by(id));
+        taken_since || spares.iter().any(|s| *n == missing_spare_note(s))
+    };
+    let start_notes: Vec<String> = (v.notes.iter()).filter(|n| !outdated(n)).cloned().collect();
     live_notes(&v.name, config, &holders, &start_notes, &no_role)
 }
 
