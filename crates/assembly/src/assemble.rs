@@ -585,6 +585,16 @@ impl VolumeStart<'_> {
             why, ..
         }) = source
         else {
+            let changed = matches!(
+                source,
+                ArrayError::Assemble(nbraid_core::metadata::AssembleError::GeometryChanged { .. })
+            );
+            let shrunk = changed
+                .then(|| crate::grown::shrunk_members(config, v, &self.probes()))
+                .flatten();
+            if let Some(shrunk) = shrunk {
+                return AssembleError::Refused(format!("volume `{}`: {shrunk} ({source})", v.name));
+            }
             return AssembleError::Array {
                 name: v.name.clone(),
                 legend: self.legend(),

@@ -226,7 +226,13 @@ fn refused_assembly(
     let ids = adopt::position_ids(config, v, added);
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
     let why = nbraid_assembly::beyond_tolerance::check_text(config, v, probes, &ids, e);
-    r.state = format!("refused: {why}");
+    let shrunk = changed
+        .then(|| nbraid_assembly::grown::shrunk_members(config, v, probes))
+        .flatten();
+    r.state = match shrunk {
+        Some(shrunk) => format!("refused: {shrunk} ({why})"),
+        None => format!("refused: {why}"),
+    };
 }
 
 /// Who holds each role by the records' identities, as the daemon's start decides it: the

@@ -84,3 +84,32 @@ fn members_grown_under_an_unpinned_config_start_as_recorded_and_apply_grows_them
     wait_until(cfg, "v", "the grow", |v| v["capacity_bytes"] == 30 * MIB);
     d.stop();
 }
+
+/// The other way: a member file truncated shorter while stopped. The config, sizing the
+/// volume by its members, shrinks every region with it, and the start and `nbraid check`
+/// refused naming the first member's region (`d0`'s), not the member that shrank. Both name
+/// `d1` now, its length and what its records need.
+#[test]
+fn a_member_truncated_shorter_is_named_by_the_start_and_the_check() {
+    let dir = tempfile::tempdir().unwrap();
+    grow(dir.path(), 24 * MIB);
+    let file = config(dir.path(), None);
+    let cfg = file.to_str().unwrap();
+    ok(nbraid(&["create", "--config", cfg]), "create");
+    let d1 = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join("d1.img"))
+        .unwrap();
+    d1.set_len(12 * MIB).unwrap();
+    let named = "member d1 (d1.img) holds 12 MiB, less than the end of the region its records keep (24 MiB)";
+    let o = nbraid(&["check", cfg]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success() && out.contains(named), "{out}");
+    let o = Command::new(nbraidd_path())
+        .arg("--config")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains(named), "{err}");
+}
