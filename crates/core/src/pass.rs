@@ -242,14 +242,16 @@ fn keeps_pacing(ctl: &PassControl, limit: u64, left: Duration) -> bool {
         && ctl.rate_limit_bytes_per_s() == limit
 }
 
-/// Waits `wait` for the rate limit `limit`, in slices: a cancel, a pause, a new limit or
-/// `stale` work ends the wait at once. One window at a low limit is a long wait (4 MiB at
-/// 64 KiB/s: a minute), and a cancel or a re-rate waited all of it before taking effect.
-async fn pace(ctl: &PassControl, stale: Option<&Stale<'_>>, wait: Duration, limit: u64) {
+/// Waits `wait` for the rate limit `limit`, in slices: a cancel, a pause or a new limit
+/// ends the wait at once. One window at a low limit is a long wait (4 MiB at 64 KiB/s: a
+/// minute), and a cancel or a re-rate waited all of it before taking effect. (Work gone
+/// stale is the runner's to notice after the wait, as before: a replace started again
+/// meanwhile is taken by the same rebuild's next pass.)
+async fn pace(ctl: &PassControl, wait: Duration, limit: u64) {
     let until = Instant::now() + wait;
     loop {
         let left = until.saturating_duration_since(Instant::now());
-        if !keeps_pacing(ctl, limit, left) || stale.is_some_and(|s| s()) {
+        if !keeps_pacing(ctl, limit, left) {
             return;
         }
         crate::timer::sleep(left.min(PACE_SLICE)).await;
@@ -520,7 +522,7 @@ impl<'c, 'w> Runner<'c, 'w> {
             true => Duration::ZERO,
             false => rate_delay(done, elapsed, limit),
         };
-        pace(ctl, self.work.stale.as_ref(), wait, limit).await;
+        pace(ctl, wait, limit).await;
     }
 }
 
