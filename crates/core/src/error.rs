@@ -46,6 +46,10 @@ pub enum VolumeError {
     },
     #[error("cannot assemble the volume: {0}")]
     Assembly(String),
+    /// An operation on a serving volume refused (a member to install, replace or take out
+    /// that does not fit): the reason alone — it is no assembly.
+    #[error("{0}")]
+    Refused(String),
     #[error("not supported yet: {0}")]
     Unsupported(String),
 }
@@ -151,6 +155,7 @@ impl VolumeError {
                 cause: Box::new(cause.duplicate()),
             },
             VolumeError::Assembly(s) => VolumeError::Assembly(s.clone()),
+            VolumeError::Refused(s) => VolumeError::Refused(s.clone()),
             VolumeError::Unsupported(s) => VolumeError::Unsupported(s.clone()),
         }
     }

@@ -164,7 +164,7 @@ impl Volume {
     /// Whether `member` can stand in slot `index`: the slot exists, redundancy covers it,
     /// and the member is large enough.
     fn check_newcomer(&self, index: usize, member: &dyn Member) -> VolumeResult<()> {
-        let bad = |why: String| Err(VolumeError::Assembly(why));
+        let bad = |why: String| Err(VolumeError::Refused(why));
         if index >= self.member_count() {
             return bad(format!(
                 "member {index} does not exist (the volume has {})",
@@ -192,7 +192,7 @@ impl Volume {
     pub fn install_member(&self, index: usize, member: Arc<dyn Member>) -> VolumeResult<()> {
         self.check_newcomer(index, &*member)?;
         if !self.member_is_failed(index) {
-            return Err(VolumeError::Assembly(format!(
+            return Err(VolumeError::Refused(format!(
                 "member {index} has not failed: replace it instead"
             )));
         }
@@ -218,7 +218,7 @@ impl Volume {
         placeholder: Arc<dyn Member>,
     ) -> VolumeResult<Arc<dyn Member>> {
         if index >= self.member_count() || !self.member_is_failed(index) {
-            return Err(VolumeError::Assembly(format!(
+            return Err(VolumeError::Refused(format!(
                 "member {index} has not failed: fail it before removing it"
             )));
         }
@@ -237,12 +237,12 @@ impl Volume {
     pub fn check_replacement(&self, index: usize, member: &dyn Member) -> VolumeResult<()> {
         self.check_newcomer(index, member)?;
         if !self.member_is_current(index) {
-            return Err(VolumeError::Assembly(format!(
+            return Err(VolumeError::Refused(format!(
                 "member {index} is not current: rebuild onto a new member instead of replacing it"
             )));
         }
         if self.table().slot(index).replacement().is_some() {
-            return Err(VolumeError::Assembly(format!(
+            return Err(VolumeError::Refused(format!(
                 "member {index} is already being replaced"
             )));
         }

@@ -1043,5 +1043,12 @@ fn a_volume_without_redundancy_takes_no_spare() {
             .expect_err("a spare taken");
         assert!(e.to_string().contains("no redundancy"), "{level:?}: {e}");
         assert_eq!(a.spare_count(), 0);
+        // Nor a replacement; said as a refusal of the serving volume (it once read
+        // "cannot assemble the volume: ..." while the volume served).
+        let e = (a.volume().check_replacement(0, &*disk("new"))).expect_err("replaced");
+        assert_eq!(
+            e.to_string(),
+            "member 0 has no redundancy over it: nothing to rebuild it from"
+        );
     }
 }
