@@ -590,7 +590,7 @@ impl VolumeStart<'_> {
                 ArrayError::Assemble(nbraid_core::metadata::AssembleError::GeometryChanged { .. })
             );
             let shrunk = changed
-                .then(|| crate::grown::shrunk_members(config, v, &self.probes()))
+                .then(|| crate::pins::shrunk_members(config, v, &self.probes()))
                 .flatten();
             if let Some(shrunk) = shrunk {
                 return AssembleError::Refused(format!("volume `{}`: {shrunk} ({source})", v.name));

@@ -123,44 +123,6 @@ fn note(config: &Config, v: &Volume, g: &Gain) -> String {
     )
 }
 
-/// The members of volume `v` that hold less than the region their records keep (`probes`
-/// by position, the volume's members first): a file truncated, or another disk at its path.
-/// A config that sizes the volume by its members (no `size`) then shrinks every region with
-/// the shortest, and the engine's comparison names the first region that differs — not the
-/// member that shrank; this names it, for the refusal. `None` when none is short.
-pub fn shrunk_members(config: &Config, v: &Volume, probes: &[Probe]) -> Option<String> {
-    let n = v.members.len().min(probes.len());
-    let newest = records::newest_record(&probes[..n], &v.name)?;
-    // By position, the role its own record gives it (a member whose superblock no longer
-    // reads has none: it is placed where create put it, as the pins place it).
-    let roles: Vec<Option<usize>> = (probes[..n].iter())
-        .map(|p| records::record_of(p, &v.name, Some(newest.array)).map(|r| r.role as usize))
-        .collect();
-    let regions = crate::pins::regions_by_position(&newest.tree, &roles, n);
-    let short: Vec<String> = (v.members.iter().zip(regions))
-        .filter_map(|(&m, region)| {
-            let (start, len) = region?;
-            let member = &config.members[m];
-            let end = start + len;
-            (member.size < end).then(|| {
-                format!(
-                    "member {} ({}) holds {}, less than the end of the region its records keep ({})",
-                    member.id,
-                    member.path_text,
-                    format_size(member.size),
-                    format_size(end)
-                )
-            })
-        })
-        .collect();
-    (!short.is_empty()).then(|| {
-        format!(
-            "{}: it was truncated, or another disk is at its path — give it back its length (or the disk) and start again",
-            short.join("; ")
-        )
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

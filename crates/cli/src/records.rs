@@ -227,7 +227,7 @@ fn refused_assembly(
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
     let why = nbraid_assembly::beyond_tolerance::check_text(config, v, probes, &ids, e);
     let shrunk = changed
-        .then(|| nbraid_assembly::grown::shrunk_members(config, v, probes))
+        .then(|| nbraid_assembly::pins::shrunk_members(config, v, probes))
         .flatten();
     r.state = match shrunk {
         Some(shrunk) => format!("refused: {shrunk} ({why})"),
