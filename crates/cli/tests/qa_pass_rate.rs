@@ -9,20 +9,11 @@
 mod common;
 
 use common::*;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Under the minute a 4 MiB window at 64 KiB/s waits: what "at once" may take on a busy
 /// machine.
 const PROMPT: Duration = Duration::from_secs(20);
-
-fn config(dir: &Path) -> std::path::PathBuf {
-    let mut text = daemon_and_members("d", 3, "24MiB");
-    text += "[[volume]]\nname = \"v\"\nlevel = \"raid5\"\nmembers = [\"d0\", \"d1\", \"d2\"]\n";
-    let file = dir.join("arrays.toml");
-    std::fs::write(&file, text).unwrap();
-    file
-}
 
 /// Sends one control request and asserts it was taken.
 fn request(d: &Daemon, line: &str) {
@@ -41,7 +32,7 @@ fn moved(cfg: &str, pass: &str) {
 #[test]
 fn a_slow_scrub_is_cancelled_and_re_rated_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let file = config(dir.path());
+    let file = raid5_of_three(dir.path(), "24MiB");
     let cfg = file.to_str().unwrap();
     ok(nbraid(&["create", cfg]), "create");
     let d = Daemon::start(&file);
@@ -81,7 +72,7 @@ fn a_slow_scrub_is_cancelled_and_re_rated_at_once() {
 #[test]
 fn a_slow_rebuild_re_rated_ends_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let file = config(dir.path());
+    let file = raid5_of_three(dir.path(), "24MiB");
     let cfg = file.to_str().unwrap();
     ok(nbraid(&["create", cfg]), "create");
     let d = Daemon::start(&file);

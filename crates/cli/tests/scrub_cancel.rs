@@ -9,17 +9,8 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::path::Path;
 
 const MIB: u64 = 1 << 20;
-
-fn config(dir: &Path) -> std::path::PathBuf {
-    let mut text = daemon_and_members("d", 3, "24MiB");
-    text += "[[volume]]\nname = \"v\"\nlevel = \"raid5\"\nmembers = [\"d0\", \"d1\", \"d2\"]\n";
-    let file = dir.join("arrays.toml");
-    std::fs::write(&file, text).unwrap();
-    file
-}
 
 /// Starts a scrub at 1 MiB/s through the control socket and waits until it moved.
 fn slow_scrub(d: &Daemon, cfg: &str) {
@@ -34,7 +25,7 @@ fn slow_scrub(d: &Daemon, cfg: &str) {
 #[test]
 fn a_running_scrub_is_re_rated_refused_for_the_other_kind_and_cancelled() {
     let dir = tempfile::tempdir().unwrap();
-    let file = config(dir.path());
+    let file = raid5_of_three(dir.path(), "24MiB");
     let cfg = file.to_str().unwrap();
     ok(nbraid(&["create", cfg]), "create");
     let mut d = Daemon::start(&file);

@@ -54,6 +54,16 @@ pub fn daemon_and_members(prefix: &str, n: usize, size: &str) -> String {
     daemon_and_members_at(prefix, n, size, |id| format!("{id}.img"))
 }
 
+/// `arrays.toml` in `dir`: RAID 5 `v` over d0..d2 of `size` each (the default strip), the
+/// daemon as [`daemon_and_members`] sets it.
+pub fn raid5_of_three(dir: &Path, size: &str) -> PathBuf {
+    let mut text = daemon_and_members("d", 3, size);
+    text += "[[volume]]\nname = \"v\"\nlevel = \"raid5\"\nmembers = [\"d0\", \"d1\", \"d2\"]\n";
+    let file = dir.join("arrays.toml");
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
 /// [`daemon_and_members`] with every member in memory (`path = "memory:"`).
 pub fn daemon_and_memory_members(prefix: &str, n: usize, size: &str) -> String {
     daemon_and_members_at(prefix, n, size, |_| "memory:".to_string())
