@@ -1422,6 +1422,21 @@ mod assembly {
         assert!(e.to_string().contains("volume `other`"), "{e}");
     }
 
+    /// `--force-assemble` is the operator's word that a disk went to another array: the
+    /// volume starts without it (its role lost) within its tolerance, and past it is refused.
+    #[test]
+    fn a_forced_start_leaves_a_member_of_another_volume_out() {
+        let tree = config_tree(64 << 10, Level::Raid5);
+        let mut sbs = members(7);
+        sbs[2].volumes[0].name = "other".into();
+        let a = assemble_forced("db", &tree, &probes(&sbs)).unwrap();
+        assert!(matches!(a.roles[2], Err(Absence::Lost)), "{:?}", a.roles);
+        assert!(a.warnings.iter().any(|w| w.contains("started without it")));
+        sbs[3].volumes[0].name = "other".into();
+        let e = assemble_forced("db", &tree, &probes(&sbs)).unwrap_err();
+        assert!(matches!(e, AssembleError::BeyondTolerance { .. }), "{e}");
+    }
+
     #[test]
     fn uninitialized_volume_and_dirty_shutdown() {
         let tree = config_tree(64 << 10, Level::Raid5);

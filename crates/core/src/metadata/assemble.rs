@@ -243,7 +243,7 @@ pub(crate) fn assemble_with(
         records,
         newest,
         mut warnings,
-    } = gather(name, probes, names)?;
+    } = gather(name, probes, names, force)?;
     peer_records::records_agree(&volume, &records, probes, newest, names)?;
     reshape_records::reshapes_agree(&volume, &records, probes, newest)?;
     reshape_records::reshape_moves_forward(&volume, &records, probes, newest)?;
@@ -328,16 +328,20 @@ struct Gathered<'a> {
 
 /// Every member's record of volume `name`; refused when a member holds none (another
 /// array's, or none at all), when no member does, or when they name different arrays.
+/// Under `force` (the operator's `--force-assemble`: the disk was taken by another array,
+/// `nbraid add`/`create --force`) a member holding no record of it is left out, its role
+/// lost, as a missing member's is: nothing is written to it.
 fn gather<'a>(
     name: &str,
     probes: &'a [Probe],
     names: &Names,
+    force: bool,
 ) -> Result<Gathered<'a>, AssembleError> {
     let volume = name.to_string();
     let mut records: Vec<Option<&VolumeRecord>> = vec![None; probes.len()];
     let mut warnings = Vec::new();
     // Members whose superblock has no record of this volume: (position, what they hold).
-    let mut foreign: Option<(usize, String)> = None;
+    let mut foreign: Vec<(usize, String)> = Vec::new();
     for (i, p) in probes.iter().enumerate() {
         match p {
             Probe::Superblock(sb, damage) => {
@@ -349,9 +353,7 @@ fn gather<'a>(
                 }
                 match sb.volumes.iter().find(|v| v.name == name) {
                     Some(r) => records[i] = Some(r),
-                    None => {
-                        foreign.get_or_insert((i, holdings(sb)));
-                    }
+                    None => foreign.push((i, holdings(sb))),
                 }
             }
             Probe::Unreadable(e) => warnings.push(format!(
@@ -375,15 +377,21 @@ fn gather<'a>(
         });
     }
     let ours = held.first().map(|(_, r)| r.array);
-    if let Some((member, theirs)) = foreign {
-        return Err(AssembleError::Foreign {
-            volume,
-            member: names.member(member),
-            ours: ours.map_or("no member carries this volume's record".into(), |a| {
-                format!("its other members are array {a}'s")
-            }),
-            theirs,
-        });
+    match (foreign.first(), ours) {
+        // The operator's word that those disks went to another array: left out.
+        (Some(_), Some(_)) if force => {
+            warnings.extend(foreign.iter().map(|(i, theirs)| {
+                format!(
+                    "{} carries no record of this volume (its superblock holds {theirs}): \
+                     started without it, as forced; nothing is written to it",
+                    names.member(*i)
+                )
+            }));
+        }
+        (Some((member, theirs)), _) => {
+            return Err(foreign_member(&volume, *member, theirs, ours, names))
+        }
+        (None, _) => {}
     }
     if ours.is_none() {
         return Err(AssembleError::Uninitialized { volume });
@@ -408,6 +416,25 @@ fn gather<'a>(
         newest,
         warnings,
     })
+}
+
+/// The refusal of a member that holds no record of volume `volume` (`theirs`: what it
+/// holds) among members of array `ours` (none: no member carries this volume's record).
+fn foreign_member(
+    volume: &str,
+    member: usize,
+    theirs: &str,
+    ours: Option<Uuid>,
+    names: &Names,
+) -> AssembleError {
+    AssembleError::Foreign {
+        volume: volume.to_string(),
+        member: names.member(member),
+        ours: ours.map_or("no member carries this volume's record".into(), |a| {
+            format!("its other members are array {a}'s")
+        }),
+        theirs: theirs.to_string(),
+    }
 }
 
 /// What a superblock without this volume's record holds, for the refusal.

@@ -9,7 +9,7 @@ pub enum AssembleError {
     /// No member carries a superblock: a new volume (create it) or not nbraid's.
     #[error("volume `{volume}`: no member carries an nbraid superblock")]
     Uninitialized { volume: String },
-    #[error("volume `{volume}`: {member} carries no record of this volume (its superblock holds {theirs}), while {ours}: it was taken by another array, or the config names another disk — not started, nothing written")]
+    #[error("volume `{volume}`: {member} carries no record of this volume (its superblock holds {theirs}), while {ours}: it was taken by another array, or the config names another disk — not started, nothing written (point the config at this volume's disk; or, when the disk really went to the other array, `--force-assemble {volume}` starts the volume without it, degraded, until `nbraid add` or `replace` gives the role a new disk)")]
     Foreign {
         volume: String,
         /// `member <id>`.
