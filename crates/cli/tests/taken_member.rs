@@ -1,7 +1,8 @@
 //! A member taken by another array (`nbraid create --force`, `add --force`): the array it
 //! was taken from refuses to start, naming the array that holds the disk now and the way on —
 //! `--force-assemble VOLUME` starts it without that disk, degraded, and writes nothing to it
-//! (README: "that array finds its member gone").
+//! (README: "that array finds its member gone"); once `nbraid add` gave the role a new disk,
+//! a start needs no flag.
 
 mod common;
 
@@ -68,7 +69,29 @@ fn an_array_whose_member_was_taken_starts_degraded_by_force_and_leaves_the_disk_
     assert_eq!(sha256(&taken), taken_bytes, "the taken disk was written");
     ok(nbraid(&["check", new_cfg]), "the other array still checks");
 
+    // A later start is forced again until a new disk holds the role: then it needs no flag
+    // (the config's entry names a disk the volume no longer needs).
     let mut d = Daemon::start_with(&old, &["--force-assemble", "v"]);
+    prefix_reads_back(&nbdcopy, dir.path(), &uri, &again);
+    let new_disk = blank_member(dir.path(), "n1.img");
+    std::fs::File::options()
+        .write(true)
+        .open(&new_disk)
+        .unwrap()
+        .set_len(24 << 20)
+        .unwrap();
+    ok(
+        nbraid(&["add", "v", &new_disk, "--config", old_cfg]),
+        "add a new disk",
+    );
+    wait_until(old_cfg, "v", "the rebuild onto the new disk", |v| {
+        v["state"] == "healthy"
+    });
+    d.stop();
+    assert_eq!(sha256(&taken), taken_bytes, "the taken disk was written");
+    let mut d = Daemon::start(&old);
+    let v = status_of(old_cfg, "v");
+    assert_eq!(v["state"], "healthy", "{v:#}");
     prefix_reads_back(&nbdcopy, dir.path(), &uri, &again);
     d.stop();
     assert_eq!(sha256(&taken), taken_bytes, "the taken disk was written");

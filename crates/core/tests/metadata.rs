@@ -1437,6 +1437,29 @@ mod assembly {
         assert!(matches!(e, AssembleError::BeyondTolerance { .. }), "{e}");
     }
 
+    /// Once another disk holds its role (added at run time, offered after the config's
+    /// members), the config's disk of another array is not this volume's missing one: left
+    /// out without `--force`.
+    #[test]
+    fn a_member_of_another_volume_whose_role_another_disk_holds_is_left_out() {
+        let tree = config_tree(64 << 10, Level::Raid5);
+        let mut sbs = members(7);
+        for sb in &mut sbs {
+            sb.volumes[0].members[2].uuid = uuid(0x77);
+        }
+        let mut added = sbs[2].clone();
+        added.member = uuid(0x77);
+        sbs[2].volumes[0].name = "other".into();
+        assert!(assemble("db", &tree, &probes(&sbs)).is_err());
+        sbs.push(added);
+        let a = assemble("db", &tree, &probes(&sbs)).unwrap();
+        assert_eq!(a.roles[2], Ok(4), "{:?}", a.roles);
+        assert!(a
+            .warnings
+            .iter()
+            .any(|w| w.contains("held by another member")));
+    }
+
     #[test]
     fn uninitialized_volume_and_dirty_shutdown() {
         let tree = config_tree(64 << 10, Level::Raid5);

@@ -377,25 +377,12 @@ fn gather<'a>(
         });
     }
     let ours = held.first().map(|(_, r)| r.array);
-    match (foreign.first(), ours) {
-        // The operator's word that those disks went to another array: left out.
-        (Some(_), Some(_)) if force => {
-            warnings.extend(foreign.iter().map(|(i, theirs)| {
-                format!(
-                    "{} carries no record of this volume (its superblock holds {theirs}): \
-                     started without it, as forced; nothing is written to it",
-                    names.member(*i)
-                )
-            }));
-        }
-        (Some((member, theirs)), _) => {
-            return Err(foreign_member(&volume, *member, theirs, ours, names))
-        }
-        (None, _) => {}
-    }
-    if ours.is_none() {
-        return Err(AssembleError::Uninitialized { volume });
-    }
+    let Some(ours) = ours else {
+        return Err(match foreign.first() {
+            Some((member, theirs)) => foreign_member(&volume, *member, theirs, None, names),
+            None => AssembleError::Uninitialized { volume },
+        });
+    };
     let newest = match super::newest_record_checked(held) {
         Ok(newest) => newest.expect("a record of this volume"),
         Err(split) => {
@@ -411,11 +398,37 @@ fn gather<'a>(
             });
         }
     };
+    if let Some((member, theirs)) = foreign.first() {
+        let left_out = match (force, every_role_held(newest, &records)) {
+            (_, true) => "every role of this volume is held by another member",
+            (true, false) => "started without it, as forced",
+            (false, false) => {
+                return Err(foreign_member(&volume, *member, theirs, Some(ours), names));
+            }
+        };
+        warnings.extend(foreign.iter().map(|(i, theirs)| {
+            format!(
+                "{} carries no record of this volume (its superblock holds {theirs}): {left_out}; \
+                 nothing is written to it",
+                names.member(*i)
+            )
+        }));
+    }
     Ok(Gathered {
         records,
         newest,
         warnings,
     })
+}
+
+/// Whether every role of `newest` is held by a member whose record is as new: a disk of
+/// another array among the config's members is then not this volume's missing one (a new
+/// disk took its role: `nbraid add`), and is left out without the operator's `--force`.
+fn every_role_held(newest: &VolumeRecord, records: &[Option<&VolumeRecord>]) -> bool {
+    let current = |role: usize| {
+        (records.iter().flatten()).any(|r| r.role as usize == role && r.events == newest.events)
+    };
+    (0..newest.members.len()).all(current)
 }
 
 /// The refusal of a member that holds no record of volume `volume` (`theirs`: what it
