@@ -15,6 +15,9 @@ pub(super) trait Sizing {
     fn concatenates_members(&self) -> bool;
     /// Every member's region is a whole number of these.
     fn unit(&self) -> u64;
+    /// Its unit is a strip that `strip_size` sets (raid0, raid5...): not a mirror's or a
+    /// concatenation's (they have no strips), nor a declared tree's (its nodes set theirs).
+    fn has_strips(&self) -> bool;
     /// Volume capacity when every member gives `member_len` bytes (a multiple of `unit`).
     fn capacity_at(&self, member_len: u64) -> u64;
     /// Bytes each member gives for a volume of at least `capacity` bytes (a multiple of
@@ -33,6 +36,10 @@ impl Sizing for Shape {
 
     fn unit(&self) -> u64 {
         self.strip
+    }
+
+    fn has_strips(&self) -> bool {
+        !matches!(self.level, Level::Raid1 | Level::Jbod)
     }
 
     fn capacity_at(&self, member_len: u64) -> u64 {
@@ -82,22 +89,52 @@ fn describe_free(m: &Member, u: &Usage) -> String {
     }
 }
 
-/// Why not even one strip of `level` fits on member `m` (`u`: what is taken on it), and what
-/// would: the member size that holds one `strip` (or `more`, the bytes a requested size needs
-/// on each member) after what is taken, however short the member already is; with no size
-/// requested, the largest power-of-two strip (at least 4 KiB) that fits as is.
-fn no_strip_fits(who: &str, level: &str, strip: u64, m: &Member, u: &Usage, more: u64) -> String {
+/// The least region a volume gives on each member, in words: "one 64 KiB strip" — or,
+/// for a layout without strips (`has_strips` false: a mirror, a declared tree), "one 64 KiB
+/// unit", what its regions are whole multiples of. Pure.
+pub(super) fn least_region_words(unit: u64, has_strips: bool) -> String {
+    let word = if has_strips { "strip" } else { "unit" };
+    format!("one {} {word}", format_size(unit))
+}
+
+/// The volume being placed, as [`no_strip_fits`] names it: its level (`raid5`, `the tree`),
+/// the unit its regions are whole multiples of, and whether that unit is a strip.
+pub(super) struct Unit {
+    pub level: String,
+    pub bytes: u64,
+    pub has_strips: bool,
+}
+
+impl Unit {
+    fn of(shape: &dyn Sizing) -> Unit {
+        Unit {
+            level: shape.name(),
+            bytes: shape.unit(),
+            has_strips: shape.has_strips(),
+        }
+    }
+}
+
+/// Why not even one unit (a strip, for striped levels) of `unit.level` fits on member `m`
+/// (`u`: what is taken on it), and what would: the member size that holds one unit (or
+/// `more`, the bytes a requested size needs on each member) after what is taken, however
+/// short the member already is; with no size requested and a level with strips, the largest
+/// power-of-two strip (at least 4 KiB) that fits as is — a mirror or a tree has no
+/// `strip_size` to lower.
+fn no_strip_fits(who: &str, unit: &Unit, m: &Member, u: &Usage, more: u64) -> String {
+    let strip = unit.bytes;
     let free = (m.size.saturating_sub(u.cursor)).saturating_sub(u.tail_bytes);
     let size = u.cursor + u.tail_bytes + strip.max(more);
     // A smaller strip never makes a requested size fit: it needs `more` on the member.
-    let smaller = (free >= 4096 && more <= free).then(|| 1u64 << free.ilog2());
+    let smaller = (unit.has_strips && free >= 4096 && more <= free).then(|| 1u64 << free.ilog2());
     let or_strip = match smaller.filter(|&s| s < strip) {
         Some(s) => format!(", or strip_size = \"{}\" or smaller", format_size_exact(s)),
         None => String::new(),
     };
     format!(
-        "{who}: no room for one {} strip of {level} on member \"{}\" ({}): give it size = \"{}\" or more{or_strip}",
-        format_size(strip),
+        "{who}: no room for {} of {} on member \"{}\" ({}): give it size = \"{}\" or more{or_strip}",
+        least_region_words(strip, unit.has_strips),
+        unit.level,
         m.id,
         describe_free(m, u),
         format_size_exact(size),
@@ -247,7 +284,8 @@ impl FreeSpace<'_> {
     /// Every other level: the length every member gives, whole strips, bounded by the
     /// member with the least free space.
     fn equal_len(&self, shape: &dyn Sizing, requested: VolumeSize) -> Result<u64, String> {
-        let (who, level, strip) = (self.who, shape.name(), shape.unit());
+        let (who, unit) = (self.who, Unit::of(shape));
+        let (level, strip) = (&unit.level, unit.bytes);
         let (tightest, min_free) = self
             .idx
             .iter()
@@ -260,7 +298,7 @@ impl FreeSpace<'_> {
                 if len == 0 {
                     let m = &self.members[tightest];
                     let u = &self.usage[tightest];
-                    return Err(no_strip_fits(who, &level, strip, m, u, 0));
+                    return Err(no_strip_fits(who, &unit, m, u, 0));
                 }
                 Ok(len)
             }
@@ -273,7 +311,7 @@ impl FreeSpace<'_> {
                         let u = &self.usage[tightest];
                         return Err(format!(
                             "{}; size {} needs {} on each member",
-                            no_strip_fits(who, &level, strip, m, u, need),
+                            no_strip_fits(who, &unit, m, u, need),
                             format_size(b),
                             format_size(need),
                         ));
@@ -349,20 +387,30 @@ mod tests {
             ..Usage::default()
         };
         // size = "all": 7 MiB free after the 1 MiB reserve; a 4 MiB strip fits as is.
-        let all = no_strip_fits("volume \"v\"", "raid0", 16 << 20, &m, &used(1 << 20), 0);
+        let raid0 = Unit {
+            level: "raid0".into(),
+            bytes: 16 << 20,
+            has_strips: true,
+        };
+        let all = no_strip_fits("volume \"v\"", &raid0, &m, &used(1 << 20), 0);
         assert_eq!(
             all,
             "volume \"v\": no room for one 16 MiB strip of raid0 on member \"d0\" (7 MiB free: 8 MiB minus the 1 MiB metadata reserve): give it size = \"17MiB\" or more, or strip_size = \"4MiB\" or smaller"
         );
         // A requested size needing 32 MiB per member: no smaller strip makes it fit.
-        let sized = no_strip_fits("v", "raid0", 16 << 20, &m, &used(1 << 20), 32 << 20);
+        let sized = no_strip_fits("v", &raid0, &m, &used(1 << 20), 32 << 20);
         assert!(
             sized.contains("give it size = \"33MiB\" or more"),
             "{sized}"
         );
         assert!(!sized.contains("strip_size"), "{sized}");
         // Earlier volumes take 3 MiB more than the member has: the size covers them too.
-        let short = no_strip_fits("v", "raid1", 64 << 10, &m, &used(11 << 20), 0);
+        let raid1 = Unit {
+            level: "raid1".into(),
+            bytes: 64 << 10,
+            has_strips: false,
+        };
+        let short = no_strip_fits("v", &raid1, &m, &used(11 << 20), 0);
         assert!(
             short.contains("is 3 MiB short): give it size = \"11328KiB\" or more"),
             "{short}"
@@ -382,6 +430,49 @@ mod tests {
         };
         let said = describe_free(&big, &u);
         assert_eq!(said, "none free: 64 MiB minus the 1 MiB metadata reserve, minus 65 MiB used by volume \"a\", minus 1 MiB used by the log is 3 MiB short");
+    }
+
+    /// A mirror, a concatenation or a declared tree has no strips: its least region is a
+    /// unit, and no `strip_size` (refused for them) is offered as a way out.
+    #[test]
+    fn a_layout_without_strips_is_not_said_to_have_one() {
+        let m = Member {
+            id: "a".into(),
+            path_text: "a.img".into(),
+            path: "a.img".into(),
+            size: 1050 << 10,
+            sized_by_path: true,
+            state: crate::model::MemberStorage::File { len: 1050 << 10 },
+            remote: Default::default(),
+        };
+        let used = Usage {
+            cursor: 1 << 20,
+            ..Usage::default()
+        };
+        for level in [Level::Raid1, Level::Jbod] {
+            let shape = Shape::new(level, 2, None, 64 << 10, Default::default()).unwrap();
+            assert!(!shape.has_strips(), "{level}");
+        }
+        let raid5 = Shape::new(Level::Raid5, 3, None, 64 << 10, Default::default()).unwrap();
+        assert!(raid5.has_strips());
+        let said = no_strip_fits(
+            "volume \"m\"",
+            &Unit::of(&Shape::new(Level::Raid1, 2, None, 64 << 10, Default::default()).unwrap()),
+            &m,
+            &used,
+            0,
+        );
+        assert_eq!(
+            said,
+            "volume \"m\": no room for one 64 KiB unit of raid1 on member \"a\" (26 KiB free: 1.02 MiB minus the 1 MiB metadata reserve): give it size = \"1088KiB\" or more"
+        );
+        let said = no_strip_fits("volume \"m\"", &Unit::of(&raid5), &m, &used, 0);
+        assert!(said.contains("one 64 KiB strip of raid5"), "{said}");
+        assert!(
+            said.ends_with("or strip_size = \"16KiB\" or smaller"),
+            "{said}"
+        );
+        assert_eq!(least_region_words(4096, false), "one 4 KiB unit");
     }
 
     #[test]

@@ -105,6 +105,12 @@ impl Sizing for Spec {
         self.member_unit()
     }
 
+    fn has_strips(&self) -> bool {
+        // Its nodes set their own units: no `strip_size` to lower, and a tree of mirrors
+        // has no strips at all.
+        false
+    }
+
     fn capacity_at(&self, member_len: u64) -> u64 {
         let region = Region {
             start: 0,

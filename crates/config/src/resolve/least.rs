@@ -3,6 +3,7 @@
 //! least region, that region — from the volume's plan. A member below the least any volume
 //! needs is refused with it (`member::Small`).
 
+use crate::allocate::least_region_words;
 use crate::model::{VolumeSize, JBOD_ALIGN, METADATA_RESERVED};
 use crate::size::format_size;
 use crate::tree_spec::Plan;
@@ -48,7 +49,7 @@ impl Least {
         let unit = sizing.unit();
         let (region_bytes, what) = match requested {
             _ if sizing.concatenates_members() => (JBOD_ALIGN, "one 4 KiB block".to_string()),
-            VolumeSize::All => (unit, format!("one {} strip", format_size(unit))),
+            VolumeSize::All => (unit, least_region_words(unit, sizing.has_strips())),
             VolumeSize::Bytes(b) => {
                 let len = sizing.member_len_for(b);
                 (
