@@ -117,6 +117,38 @@ pub enum MemberStorage {
     Remote,
 }
 
+impl Member {
+    /// What the file or device holds when that is less than the member's size: a member
+    /// *short* of what its records keep (truncated, or another disk at its path). Never
+    /// opened for writing nor taken for blank: its volumes start without it, as without a
+    /// missing member ([`Member::short_text`] says why).
+    pub fn short_len_bytes(&self) -> Option<u64> {
+        match self.state {
+            MemberStorage::File { len } | MemberStorage::BlockDevice { len } => {
+                (len < self.size).then_some(len)
+            }
+            _ => None,
+        }
+    }
+
+    /// Why a short member ([`Member::short_len_bytes`]) is left out, naming it; `None` when
+    /// it is not short.
+    pub fn short_text(&self) -> Option<String> {
+        let len = self.short_len_bytes()?;
+        let of = match self.sized_by_path {
+            true => "the end of the region its records keep",
+            false => "its size in the config",
+        };
+        Some(format!(
+            "member {} ({}) holds {}, less than {of} ({}): it was truncated, or another disk is at its path",
+            self.id,
+            self.path_text,
+            crate::size::format_size(len),
+            crate::size::format_size(self.size)
+        ))
+    }
+}
+
 /// A volume's spares and rebuild rate.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HealOptions {

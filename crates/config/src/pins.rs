@@ -23,6 +23,14 @@ pub struct Pins {
     /// By volume name, the block size its records keep (bytes): a disk's sector size never
     /// changes under its data, so the volume is served with it whatever the config says.
     block_sizes: HashMap<String, u32>,
+    /// By member id, the end of what the records keep on it (its regions, a checksum area
+    /// after one): a member sized by its path that holds less is *short* — the config sizes
+    /// it as the records need, and assembly leaves it out ([`crate::Member::short_len_bytes`])
+    /// rather than shrinking every region with it.
+    member_needs: HashMap<String, u64>,
+    /// Read to find the records: a member file or device holding less than its `size` is
+    /// taken as short rather than refused, whether or not records keep bytes on it.
+    short_taken: bool,
     /// Place every volume's log as before the 8 MiB default reserve (in the metadata area
     /// unless its strips need more): the placement a config whose existing volumes no longer
     /// fit today's rules is read with, to find their records.
@@ -106,7 +114,18 @@ impl Pins {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_volume.is_empty() && self.block_sizes.is_empty()
+        self.by_volume.is_empty() && self.block_sizes.is_empty() && self.member_needs.is_empty()
+    }
+
+    /// The records keep bytes up to `end_bytes` on member `id` (the largest pinned stays).
+    pub fn pin_member_need(&mut self, id: &str, end_bytes: u64) {
+        let need = self.member_needs.entry(id.to_string()).or_default();
+        *need = (*need).max(end_bytes);
+    }
+
+    /// The end of what the records keep on member `id`, if pinned.
+    pub fn member_need(&self, id: &str) -> Option<u64> {
+        self.member_needs.get(id).copied()
     }
 
     /// No pins, and logs placed as before the default reserve (see the field).
@@ -115,6 +134,21 @@ impl Pins {
             before_default_log: true,
             ..Pins::default()
         }
+    }
+
+    /// No pins, and members holding less than their `size` taken as short (see the field):
+    /// the reading that finds a short member's records when the config alone refuses it.
+    pub fn finding_short_members() -> Pins {
+        Pins {
+            short_taken: true,
+            ..Pins::default()
+        }
+    }
+
+    /// Whether member `id`, holding less than its `size`, is short rather than refused:
+    /// records keep bytes on it, or this reading finds them.
+    pub fn takes_short(&self, id: &str) -> bool {
+        self.short_taken || self.member_needs.contains_key(id)
     }
 
     /// Logs are placed as before the default reserve.

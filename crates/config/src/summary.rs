@@ -304,6 +304,12 @@ fn member_row(m: &MemberSummary, refused: &[String]) -> Vec<String> {
         format_size(m.free_bytes),
         match m.state {
             MemberStorage::Missing => missing_text(m, refused),
+            // Less than its records keep (or its size says): left out of its volumes.
+            MemberStorage::File { len } | MemberStorage::BlockDevice { len }
+                if len < m.size_bytes =>
+            {
+                format!("SHORT: holds {}, left out", format_size(len))
+            }
             MemberStorage::File { .. } => "file".into(),
             MemberStorage::BlockDevice { .. } => "block device".into(),
             MemberStorage::Memory => "memory (lost at exit)".into(),

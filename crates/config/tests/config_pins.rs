@@ -191,3 +191,56 @@ fn a_new_volume_listed_before_an_existing_one_is_refused_not_placed_over_its_res
         "{e}"
     );
 }
+
+/// A member sized by its file that holds less than its records keep (`Pins::pin_member_need`)
+/// is short: sized as the records need, so its volume keeps its recorded shape, and said
+/// short with what it holds. A `size` the file no longer holds is short only where records
+/// keep bytes on it (or while the records are being found); else the config refuses it.
+#[test]
+fn a_member_holding_less_than_its_records_keep_is_short_not_shrinking_its_volume() {
+    let dir = tempfile::tempdir().unwrap();
+    let member = |i: usize, len: u64| {
+        let f = std::fs::File::create(dir.path().join(format!("d{i}.img"))).unwrap();
+        f.set_len(len).unwrap();
+    };
+    (0..3).for_each(|i| member(i, 24 * MIB));
+    let mut text = String::new();
+    for i in 0..3 {
+        text += &format!("[[member]]\nid = \"d{i}\"\npath = \"d{i}.img\"\n");
+    }
+    text += "[[volume]]\nname = \"db\"\nlevel = \"raid5\"\nmembers = [\"d0\", \"d1\", \"d2\"]\n";
+    let file = dir.path().join("arrays.toml");
+    let read = |text: &str, pins: &Pins| config::parse_pinned(text, &file, pins);
+    let whole = read(&text, &Pins::new()).unwrap();
+    member(1, 12 * MIB);
+    let shrunk = read(&text, &Pins::new()).unwrap();
+    assert!(db(&shrunk).capacity() < db(&whole).capacity());
+    assert_eq!(shrunk.members[1].short_len_bytes(), None);
+
+    let mut pins = Pins::new();
+    pins.pin_member_need("d1", 24 * MIB);
+    let short = read(&text, &pins).unwrap();
+    assert_eq!(db(&short).capacity(), db(&whole).capacity());
+    let d1 = &short.members[1];
+    assert_eq!((d1.size, d1.short_len_bytes()), (24 * MIB, Some(12 * MIB)));
+    assert_eq!(
+        d1.short_text().unwrap(),
+        "member d1 (d1.img) holds 12 MiB, less than the end of the region its records keep (24 MiB): it was truncated, or another disk is at its path"
+    );
+    assert_eq!(short.members[0].short_text(), None);
+
+    let sized = text.replace(
+        "path = \"d1.img\"\n",
+        "path = \"d1.img\"\nsize = \"24MiB\"\n",
+    );
+    let refused = read(&sized, &Pins::new()).unwrap_err().to_string();
+    assert!(
+        refused.contains("an existing member must be at least its size"),
+        "{refused}"
+    );
+    for pins in [pins, Pins::finding_short_members()] {
+        let short = read(&sized, &pins).unwrap();
+        let said = short.members[1].short_text().unwrap();
+        assert!(said.ends_with("holds 12 MiB, less than its size in the config (24 MiB): it was truncated, or another disk is at its path"), "{said}");
+    }
+}

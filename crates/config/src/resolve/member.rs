@@ -123,7 +123,8 @@ fn member(cx: &Cx, raw: &RawMember, before: &MemberTable) -> R<(Member, Option<I
     }
     let size = given_size(cx, raw, &who)?;
     let sized_by_path = size.is_none();
-    let (size, state) = size_and_state(raw, &who, &path, probed, size)?;
+    let need = (cx.pins.member_need(&id), cx.pins.takes_short(&id));
+    let (size, state) = size_and_state(raw, &who, &path, probed, size, need)?;
     let remote = matches!(state, MemberStorage::Remote);
     let remote = crate::remote_member::remote_settings(raw, &who, remote)?;
     Ok((
@@ -287,13 +288,16 @@ impl Small {
 
 /// The member's size and storage from what is at its path and the size given: a missing file,
 /// a memory or a remote member needs a size; an existing file or device holds at least it (or
-/// gives its own).
+/// gives its own). `need`: the end of what its records keep on it (`crate::Pins`), and
+/// whether one holding less than its `size` is taken as short — a member that holds less is
+/// short: sized as its size or its records say, left out by assembly.
 fn size_and_state(
     raw: &RawMember,
     who: &str,
     path: &Path,
     probed: Probe,
     size: Option<(u64, &Spanned<RawSize>)>,
+    (need, short_taken): (Option<u64>, bool),
 ) -> R<(u64, MemberStorage)> {
     let refuse = |why: String| Err(Problem::new(raw.path.span(), ErrorKind::MemberPath, why));
     match (probed, size) {
@@ -314,7 +318,9 @@ fn size_and_state(
         )),
         (Probe::Found(state, _), Some((bytes, s))) => {
             let actual = state_len(state);
-            if actual < bytes {
+            // A member with data on it stays in the config, short: its volumes start
+            // without it (within their tolerance), the others as if it were fine.
+            if actual < bytes && !short_taken {
                 // A file grows with truncate; a device does not: it is the disk it is.
                 let way_out = match state {
                     MemberStorage::BlockDevice { .. } => format!(
@@ -340,7 +346,7 @@ fn size_and_state(
             }
             Ok((bytes, state))
         }
-        (Probe::Found(state, _), None) => Ok((state_len(state), state)),
+        (Probe::Found(state, _), None) => Ok((state_len(state).max(need.unwrap_or(0)), state)),
     }
 }
 
