@@ -192,6 +192,9 @@ pub async fn create_members(
 
 /// Opens member `m` if it is there and reads its superblock.
 async fn open_member(config: &Config, m: &config::Member) -> Result<Opened, AssembleError> {
+    if let Some(why) = crate::member::short_text(m) {
+        return Ok(crate::member::open_short(m, why));
+    }
     let member: Arc<dyn Member> = match m.state {
         MemberStorage::Memory => Arc::new(MemoryMember::new(&m.id, m.size)),
         MemberStorage::Remote => match open_remote(config, m).await {
@@ -342,6 +345,7 @@ pub async fn start_volume_with(
     }
     let (mut notes, known) = adopt(&array, config, v, (opened, &added), &report).await;
     notes.extend(grown);
+    notes.extend(short_notes(config, v));
     notes.extend(forced_notes(&report, &roles.members));
     start.log_notes(&notes, created);
     Ok(Assembled {
@@ -606,6 +610,8 @@ impl VolumeStart<'_> {
             .members
             .iter()
             .filter(|&&m| found(config, opened, m, &v.name, false) != Found::HasThis)
+            // A short member carries its record; it is left out (`unreachable` says why).
+            .filter(|&&m| config.members[m].short_len_bytes().is_none())
             .map(|&m| config.members[m].id.as_str())
             .collect();
         let unreachable = self.unreachable();
@@ -660,6 +666,14 @@ fn degraded_warning(volume: &str, members: &[String], at_start: &[&str]) -> Opti
             lost.join(", ")
         )
     })
+}
+
+/// Why volume `v`'s short members and spares are left out (`member::short_text`), one
+/// note each: status says it beside the failed role.
+fn short_notes(config: &Config, v: &config::Volume) -> Vec<String> {
+    (v.members.iter().chain(&v.heal.spares))
+        .filter_map(|&m| crate::member::short_text(&config.members[m]))
+        .collect()
 }
 
 /// What a forced assembly took back, one note per member (`members`: ids by role).

@@ -1,7 +1,7 @@
 //! Why a volume cannot start: more members are out than its tree can lose. The text names
 //! each absent role and why, and what can bring the volume back.
 
-use nbraid_config::{Config, Volume};
+use nbraid_config::{Config, MemberStorage, Volume};
 use nbraid_core::metadata::{Absence, AssembleError, Probe};
 
 /// Why a volume cannot start: each absent role and why, and what can bring it back — a
@@ -92,27 +92,35 @@ impl BeyondTolerance<'_> {
 /// The remote members a volume beyond tolerance goes without (`members`: each member's
 /// config position and what was found there), each with why, after the words that say they
 /// were not used — at the start and in the checks alike (one whose server answers with an
-/// export too small did not "not answer"); empty when every member answered.
+/// export too small did not "not answer"); then the short members left out (a file or
+/// device holding less than its records keep: `member::short_text` says it all); empty
+/// when every member answered.
 pub(crate) fn not_used<'a>(
     config: &Config,
     members: impl Iterator<Item = (usize, &'a Probe)>,
 ) -> String {
-    let unreachable: Vec<String> = members
-        .filter_map(|(m, p)| match p {
-            Probe::Unreachable(e) => Some(format!(
-                "{} ({}): {e}",
-                config.members[m].id, config.members[m].path_text
-            )),
-            _ => None,
-        })
-        .collect();
-    match unreachable.is_empty() {
-        true => String::new(),
-        false => format!(
-            "; not used (their servers did not answer, or answered with an export they cannot use): {}",
-            unreachable.join("; ")
-        ),
+    let (mut remote, mut short) = (Vec::new(), Vec::new());
+    for (m, p) in members {
+        let Probe::Unreachable(e) = p else { continue };
+        let member = &config.members[m];
+        match member.state {
+            MemberStorage::Remote => {
+                remote.push(format!("{} ({}): {e}", member.id, member.path_text))
+            }
+            _ => short.push(e.clone()),
+        }
     }
+    let mut text = String::new();
+    if !remote.is_empty() {
+        text += &format!(
+            "; not used (their servers did not answer, or answered with an export they cannot use): {}",
+            remote.join("; ")
+        );
+    }
+    if !short.is_empty() {
+        text += &format!("; left out: {}", short.join("; "));
+    }
+    text
 }
 
 /// For `nbraid check` and `nbraidd --check`: assembly's refusal `e` of volume `v` over the
@@ -135,8 +143,9 @@ pub fn check_text(
         _ => false,
     };
     let member_probes = v.members.iter().zip(probes);
+    // A short member carries its record; it is left out (said below), not without one.
     let no_record: Vec<&str> = (member_probes.clone())
-        .filter(|(_, p)| !carries(p))
+        .filter(|(&m, p)| !carries(p) && config.members[m].short_len_bytes().is_none())
         .map(|(&m, _)| config.members[m].id.as_str())
         .collect();
     let unreachable = not_used(config, member_probes.map(|(&m, p)| (m, p)));

@@ -8,8 +8,8 @@
 //! The modules stack from the bottom up; each uses only those above it in this list:
 //!
 //! - [`plan`]: opened or created — a pure decision over what was found on the members.
-//! - [`member`]: one member as found at start ([`Opened`]) and why assembly failed
-//!   ([`AssembleError`]).
+//! - [`member`]: one member as found at start ([`Opened`]; a short one left out) and why
+//!   assembly failed ([`AssembleError`]).
 //! - [`remote`]: members on NBD servers, and the one whose server does not answer.
 //! - [`records`]: what a member's superblock says about one volume (its record, its array).
 //! - [`added`]: members added at run time that the records list and the volume does not name.

@@ -80,6 +80,30 @@ impl Opened {
     }
 }
 
+/// Why short member `m` ([`config::Member::short_len_bytes`]) is left out of its volumes,
+/// and the way back; `None` when it is not short.
+pub fn short_text(m: &config::Member) -> Option<String> {
+    Some(format!(
+        "{}; it is left out of its volumes (never written, never taken for blank): give it back its length (or the disk) and `nbraid add`, or `nbraid replace` it",
+        m.short_text()?
+    ))
+}
+
+/// Short member `m` as assembly takes it: not opened at all (nothing can be written to it),
+/// a stand-in of its size that fails every operation, unusable ([`Probe::Unreachable`] with
+/// `why`, [`short_text`]): its volumes start degraded without it within their tolerance,
+/// and a create never writes over it.
+pub(crate) fn open_short(m: &config::Member, why: String) -> Opened {
+    tracing::warn!("{why}");
+    let name = m.path.to_string_lossy();
+    let member: Arc<dyn Member> = Arc::new(nbraid_core::AbsentMember::new(name, m.size));
+    Opened {
+        meta: Some(MemberMeta::unusable(member, why)),
+        blank: false,
+        created: false,
+    }
+}
+
 /// Reads `member`'s superblock.
 pub(crate) async fn load(member: Arc<dyn Member>) -> Result<Opened, AssembleError> {
     let meta = MemberMeta::load(member).await;

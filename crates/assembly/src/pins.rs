@@ -32,7 +32,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         Ok(c) => (c, true),
         Err(e) => match nbraid_config::parse_pinned(text, path, &Pins::before_default_log()) {
             Ok(c) => (c, false),
-            Err(_) => return Err(e),
+            Err(_) => return short_sized(text, path).ok_or(e),
         },
     };
     let pins = recorded_starts(&config);
@@ -42,12 +42,30 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     nbraid_config::parse_pinned(text, path, &pins)
 }
 
+/// The config whose members include one holding less than its `size` (truncated, or
+/// another disk at its path) that records keep bytes on: read once taking such members as
+/// short to find their records, then pinned to them — a member no record needs stays
+/// refused. `None` when it still does not read.
+fn short_sized(text: &str, path: &Path) -> Option<Config> {
+    let finding = nbraid_config::parse_pinned(text, path, &Pins::finding_short_members()).ok()?;
+    nbraid_config::parse_pinned(text, path, &recorded_starts(&finding)).ok()
+}
+
 /// Every volume's recorded region starts, by position in its `members`, read from its
-/// members' superblocks (volumes on files and devices; none recorded yet: not pinned).
+/// members' superblocks (volumes on files and devices; none recorded yet: not pinned), and
+/// the end of what the records keep on each member (a spare that took a role too).
 pub fn recorded_starts(config: &Config) -> Pins {
     let mut pins = Pins::new();
     for v in &config.volumes {
         if let Some((places, log, block_size)) = volume_places(config, v) {
+            for (&m, place) in v.members.iter().zip(&places) {
+                if let Some(end) = place.map(|p| kept_end(&p)) {
+                    pins.pin_member_need(&config.members[m].id, end);
+                }
+            }
+            for (m, end) in spare_needs(config, v) {
+                pins.pin_member_need(&config.members[m].id, end);
+            }
             pins.pin_recorded(&v.name, places, log);
             if let Some(b) = block_size {
                 pins.pin_block_size(&v.name, b);
@@ -97,6 +115,37 @@ fn volume_places(config: &Config, v: &Volume) -> Option<Recorded> {
         })
         .collect();
     Some((places, log, newest.block_size))
+}
+
+/// The end of what a member's record keeps: its region, and a checksum area after it.
+/// Pure.
+fn kept_end(place: &RecordedPlace) -> u64 {
+    let region_end = place.start + place.len;
+    place
+        .checksum_area
+        .map_or(region_end, |(offset, len)| region_end.max(offset + len))
+}
+
+/// The spares of volume `v` that took one of its roles (their record says which), each
+/// with the end of that role's recorded region: what the spare must hold.
+fn spare_needs(config: &Config, v: &Volume) -> Vec<(usize, u64)> {
+    let probes: Vec<Probe> = (v.members.iter().chain(&v.heal.spares))
+        .map(|&m| match config.members[m].state {
+            MemberStorage::Memory | MemberStorage::Remote => Probe::Missing,
+            _ => read_probe(&config.members[m].path, &config.members[m].id),
+        })
+        .collect();
+    let Some(newest) = records::newest_record(&probes, &v.name) else {
+        return Vec::new();
+    };
+    let tree = (newest.reshape.as_ref()).map_or(&newest.tree, |r| &r.new_tree);
+    (v.heal.spares.iter().zip(&probes[v.members.len()..]))
+        .filter_map(|(&m, probe)| {
+            let role = records::record_of(probe, &v.name, Some(newest.array))?.role;
+            let (start, len) = region_of_role(tree, role as usize)?;
+            Some((m, start + len))
+        })
+        .collect()
 }
 
 /// Role `role`'s region (start, length) in `tree`.
@@ -149,7 +198,7 @@ fn agrees(config: &Config, pins: &Pins) -> bool {
             .is_none_or(|l| !v.metadata.ppl || l == v.metadata.ppl_log_bytes);
         let block_size = pins.block_size(&v.name).is_none_or(|b| b == v.block_size);
         starts && log && block_size
-    })
+    }) && (config.members.iter()).all(|m| pins.member_need(&m.id).is_none_or(|n| n <= m.size))
 }
 
 /// The members of volume `v` that hold less than the region their records keep (`probes`
@@ -227,5 +276,19 @@ mod tests {
         // An unknown member at a position whose role another member serves: not pinned.
         let got = regions_by_position(&t, &[None, Some(0), Some(1), Some(2)], 4);
         assert_eq!(got, vec![None, at(10), at(20), at(30)]);
+    }
+
+    #[test]
+    fn a_member_keeps_its_region_and_a_checksum_area_after_it() {
+        let mib = 1u64 << 20;
+        let place = |checksum_area| RecordedPlace {
+            start: 2 * mib,
+            len: 20 * mib,
+            checksum_area,
+        };
+        assert_eq!(kept_end(&place(None)), 22 * mib);
+        // An area before the region (its reserve) ends nothing later; one after it does.
+        assert_eq!(kept_end(&place(Some((mib, mib)))), 22 * mib);
+        assert_eq!(kept_end(&place(Some((22 * mib, mib)))), 23 * mib);
     }
 }

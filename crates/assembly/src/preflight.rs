@@ -325,7 +325,7 @@ pub fn probes_with_remote(
         .map(|&m| match (config.members[m].state, remotes.get(m)) {
             (MemberStorage::Remote, Some(Some(r))) => Some(r.probe.clone()),
             (MemberStorage::Memory | MemberStorage::Remote, _) => None,
-            _ => Some(read_probe(&config.members[m].path, &config.members[m].id)),
+            _ => Some(member_probe(&config.members[m])),
         })
         .collect::<Option<_>>()?;
     // Members added at run time, by the daemon's rules (`added::open_added`): the paths the
@@ -367,6 +367,15 @@ pub fn probes_with_remote(
 /// A probe as [`added::follow_added`] asks for it.
 pub fn read_probe_of(probe: &Probe) -> Option<&Probe> {
     Some(probe)
+}
+
+/// What config member `m` (a file or device) is to assembly, read as [`read_probe`]: a
+/// short member is unusable ([`Probe::Unreachable`], why), as the start takes it.
+pub fn member_probe(m: &nbraid_config::Member) -> Probe {
+    match crate::member::short_text(m) {
+        Some(why) => Probe::Unreachable(why),
+        None => read_probe(&m.path, &m.id),
+    }
 }
 
 /// The superblock of the member file at `path` (config id or path `id`), read without

@@ -66,6 +66,10 @@ pub fn look_with(config: &Config, remotes: &[Option<RemoteRead>]) -> Vec<Records
                 .map(|why| unavailable_note(why, &r.state))
                 .collect();
             r.notes.extend(notes);
+            // A short member is left out as the start leaves it (`nbraid_assembly::member`).
+            let short = (v.members.iter().chain(&v.heal.spares))
+                .filter_map(|&m| nbraid_assembly::member::short_text(&config.members[m]));
+            r.notes.extend(short);
             r
         })
         .collect()
@@ -74,10 +78,13 @@ pub fn look_with(config: &Config, remotes: &[Option<RemoteRead>]) -> Vec<Records
 /// Roles whose member is on an NBD server that answers with an export it cannot use (too
 /// small, read-only): `unusable`, not `unreachable` — the note beside says what is wrong.
 fn unusable_roles(config: &Config, remotes: &[Option<RemoteRead>], r: &mut Records) {
+    // A short member (less than its records keep) answers too: it is unusable.
     let unusable = |id: &str| {
         let m = config.members.iter().position(|m| m.id == id);
-        m.and_then(|m| remotes.get(m)?.as_ref())
-            .is_some_and(|x| x.unusable)
+        let short = m.is_some_and(|m| config.members[m].short_len_bytes().is_some());
+        short
+            || m.and_then(|m| remotes.get(m)?.as_ref())
+                .is_some_and(|x| x.unusable)
     };
     let mut changed = false;
     for (role, why) in r.absent.iter_mut().enumerate() {
