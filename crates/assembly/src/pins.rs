@@ -7,7 +7,7 @@
 //! differs from the config's (the volume is served with the recorded one). Every binary that
 //! compares a config with records loads it this way.
 
-use crate::preflight::read_probe;
+use crate::preflight::{read_probe, read_probe_past_end};
 use crate::{records, reshape_plan};
 use nbraid_config::{format_size, Config, ConfigError, MemberStorage, Pins, RecordedPlace, Volume};
 use nbraid_core::metadata::Probe;
@@ -127,12 +127,14 @@ fn kept_end(place: &RecordedPlace) -> u64 {
 }
 
 /// The spares of volume `v` that took one of its roles (their record says which), each
-/// with the end of that role's recorded region: what the spare must hold.
+/// with the end of that role's recorded region: what the spare must hold. A spare's record
+/// is read whatever its length (one truncated since reads as unusable otherwise: its region
+/// past its end).
 fn spare_needs(config: &Config, v: &Volume) -> Vec<(usize, u64)> {
     let probes: Vec<Probe> = (v.members.iter().chain(&v.heal.spares))
         .map(|&m| match config.members[m].state {
             MemberStorage::Memory | MemberStorage::Remote => Probe::Missing,
-            _ => read_probe(&config.members[m].path, &config.members[m].id),
+            _ => read_probe_past_end(&config.members[m].path, &config.members[m].id),
         })
         .collect();
     let Some(newest) = records::newest_record(&probes, &v.name) else {

@@ -381,6 +381,16 @@ pub fn member_probe(m: &nbraid_config::Member) -> Probe {
 /// The superblock of the member file at `path` (config id or path `id`), read without
 /// opening it for writing (`nbraidd --check` and `nbraid check`).
 pub fn read_probe(path: &Path, id: &str) -> Probe {
+    read_probe_as(path, id, false)
+}
+
+/// [`read_probe`] as if the member were as long as its records say: what a member
+/// truncated since recorded (its records place regions past its end).
+pub fn read_probe_past_end(path: &Path, id: &str) -> Probe {
+    read_probe_as(path, id, true)
+}
+
+fn read_probe_as(path: &Path, id: &str, past_end: bool) -> Probe {
     let mut bytes = Vec::new();
     let len_bytes = match std::fs::File::open(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Probe::Missing,
@@ -398,6 +408,10 @@ pub fn read_probe(path: &Path, id: &str) -> Probe {
     };
     // Assembly's own reader over a copy of the two slots, as long as the member; a memory
     // member answers at once, so one poll does (this runs inside `follow_added`'s executor).
+    let len_bytes = match past_end {
+        true => i64::MAX as u64,
+        false => len_bytes,
+    };
     let copy = MemoryMember::with_prefix(id, len_bytes, 2 * SLOT_BYTES);
     copy.poke(0, &bytes);
     let meta = MemberMeta::load(Arc::new(copy) as Arc<dyn Member>)

@@ -235,3 +235,39 @@ fn a_member_holding_less_than_its_size_is_short_once_records_keep_it() {
     );
     assert!(!checked.contains("reshape plan"), "{checked}");
 }
+
+/// A spare that took a role, truncated while stopped: its record reads past its end, and the
+/// config refused it — and every volume — as a spare smaller than the members. It is short
+/// now, left out as a member is: the volume starts degraded, saying why.
+#[test]
+fn a_spare_that_took_a_role_and_was_truncated_is_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    grow(d, 24 * MIB);
+    set_len(d, "s0", 24 * MIB);
+    let file = config(d, None);
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    text = text.replace(
+        "[[volume]]",
+        "[[member]]\nid = \"s0\"\npath = \"s0.img\"\n[[volume]]",
+    );
+    text += "spares = [\"s0\"]\n";
+    std::fs::write(&file, text).unwrap();
+    let cfg = file.to_str().unwrap();
+    ok(nbraid(&["create", "--config", cfg]), "create");
+    let mut daemon = Daemon::start(&file);
+    ok(nbraid(&["fail", "--config", cfg, "v", "d1"]), "fail d1");
+    wait_until(cfg, "v", "the rebuild onto s0", |v| v["state"] == "healthy");
+    daemon.stop();
+    set_len(d, "s0", 10 * MIB);
+
+    let named = "member s0 (s0.img) holds 10 MiB, less than the end of the region its records keep (24 MiB)";
+    let checked = ok(nbraid(&["check", cfg]), "check");
+    assert!(checked.contains(named), "{checked}");
+    let mut daemon = Daemon::start(&file);
+    let v = status_of(cfg, "v");
+    assert!(v["state"].as_str().unwrap().starts_with("degraded"), "{v}");
+    assert!(v["notes"].to_string().contains(named), "{v}");
+    daemon.stop();
+    assert_eq!(std::fs::metadata(d.join("s0.img")).unwrap().len(), 10 * MIB);
+}

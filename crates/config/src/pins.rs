@@ -145,6 +145,11 @@ impl Pins {
         }
     }
 
+    /// This reading takes members holding less than their `size` as short, to find records.
+    pub fn is_finding_short_members(&self) -> bool {
+        self.short_taken
+    }
+
     /// Whether member `id`, holding less than its `size`, is short rather than refused:
     /// records keep bytes on it, or this reading finds them.
     pub fn takes_short(&self, id: &str) -> bool {

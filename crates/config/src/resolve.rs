@@ -204,7 +204,8 @@ impl Cx<'_> {
             return Err(s.unused());
         }
         let raw_volumes: Vec<&RawVolume> = raw.iter().map(|v| v.get_ref()).collect();
-        super::spares::resolve(&raw_volumes, &mut volumes, members)?;
+        let sizes_checked = !self.pins.is_finding_short_members();
+        super::spares::resolve(&raw_volumes, &mut volumes, members, sizes_checked)?;
         Ok(volumes)
     }
 

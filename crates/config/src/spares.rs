@@ -25,10 +25,14 @@ use serde_spanned::Spanned;
 use std::ops::Range;
 
 /// Fills every volume's [`HealOptions`](crate::model::HealOptions) from its raw table (`raw[k]` is `volumes[k]`).
+/// `sizes_checked` false: a spare smaller than the volume's members is not refused — the
+/// config is read to find the records (`crate::Pins::finding_short_members`), which may say
+/// the spare took a role and was truncated since (then short, left out, not a typo).
 pub(crate) fn resolve(
     raw: &[&RawVolume],
     volumes: &mut [Volume],
     members: &[Member],
+    sizes_checked: bool,
 ) -> Result<(), Problem> {
     let mut stand_by = StandBy::new(members.len());
     for (k, rv) in raw.iter().enumerate() {
@@ -38,7 +42,10 @@ pub(crate) fn resolve(
         if !list.get_ref().is_empty() {
             require_redundancy(&volumes[k], list.span(), &who)?;
         }
-        let need_bytes = members_need_bytes(&volumes[k]);
+        let need_bytes = match sizes_checked {
+            true => members_need_bytes(&volumes[k]),
+            false => 0,
+        };
         for s in list.get_ref() {
             let id = s.get_ref();
             let m = (stand_by.take(k, id, need_bytes, volumes, members)).map_err(|refusal| {
@@ -121,7 +128,12 @@ impl StandBy {
             listed: volumes[k].heal.spares.contains(&m),
             member_of: (volumes.iter().find(|v| v.members.contains(&m))).map(|v| v.name.as_str()),
             spare_of: self.spare_of[m].map(|o| volumes[o].name.as_str()),
-            size_bytes: members[m].size,
+            // A short spare (one that took a role, truncated since) is left out as short,
+            // not refused for its size.
+            size_bytes: match members[m].short_len_bytes() {
+                Some(_) => u64::MAX,
+                None => members[m].size,
+            },
         };
         if let Some(refusal) = refusal(&volumes[k].name, &candidate, need_bytes) {
             return Err(refusal);
