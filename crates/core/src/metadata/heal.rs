@@ -294,6 +294,7 @@ impl Heal {
     ) -> Result<(), ArrayError> {
         check_disk(p, &meta, consent)?;
         check_newcomer(p, &meta, None)?;
+        super::cloned::refuse_a_copy(p, &meta)?;
         // Its path is recorded when it takes the role: refused now if it could not be.
         let listed = p.records.lock().await.added_paths.clone();
         recordable(meta.member().name(), &listed).map_err(|e| p.refuse(e))?;
@@ -518,7 +519,8 @@ pub(super) fn check_spare(
         )));
     }
     check_disk(p, meta, consent)?;
-    check_newcomer(p, meta, None)
+    check_newcomer(p, meta, None)?;
+    super::cloned::refuse_a_copy(p, meta)
 }
 
 /// Whether `meta` can join (as a spare, or in role `role`, whose old member it may be).

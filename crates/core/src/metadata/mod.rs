@@ -18,6 +18,7 @@ mod bitmap;
 mod checksum_area;
 mod checksum_fill;
 mod checksum_refill;
+mod cloned;
 mod codec;
 mod create;
 pub mod disk_rule;
