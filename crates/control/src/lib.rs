@@ -32,7 +32,9 @@
 //! | `reshape` | `volume`, `config` (the path of the config declaring the shape it should have), `force` (bool: added members may be written although the disk write rule refuses) | `plan`: the plan started, `reshape`: progress |
 //!
 //! **Bounds.** A client holds its connection only while it talks: the daemon serves at most
-//! 64 at once (one more gets a `busy` error line and is closed), closes a connection that
+//! 64 at once (one more takes the place of the connection that has waited longest on its
+//! client, which gets a `busy` error line and is closed; while every place runs a request or
+//! follows, the newcomer gets it), closes a connection that
 //! sends no request for 60 s or leaves a line unfinished for 10 s (an error line with code
 //! `timeout` says which), and one that takes no reply for 10 s. A followed `events` stream is
 //! not idle; only its writes are bounded. A `reshape`'s `config` must be a regular file of at

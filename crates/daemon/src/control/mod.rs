@@ -27,6 +27,7 @@ mod members;
 mod notes;
 mod passes;
 mod paths;
+mod places;
 pub mod readd;
 mod remote_add;
 mod report;

@@ -4,10 +4,12 @@
 //! one reply line each; a bad line gets an error reply, never a dropped daemon.
 //!
 //! A client holds a place only while it talks ([`ControlLimits`]): at most so many connections
-//! at once (one beyond is told `busy` and closed, so idle clients cannot take the daemon's
-//! file descriptors, which NBD clients need too); a connection that sends no request for a
-//! while, or stops in the middle of a line, is closed; a reply the client does not read
-//! within a bound closes it too. `nbraid status --watch` and the passes' progress ask every
+//! at once, so idle clients cannot take the daemon's file descriptors, which NBD clients need
+//! too. When all are taken, a new connection takes the place of the one that has waited
+//! longest on its client (`places`: half-sent lines must not lock `nbraid fail` out); only
+//! when every place runs a request or follows is it told `busy` and closed. A connection
+//! that sends no request for a while, or stops in the middle of a line, is closed; a reply
+//! the client does not read within a bound closes it too. `nbraid status --watch` and the passes' progress ask every
 //! second or faster, and a followed `events` stream is not idle however quiet the daemon is:
 //! only its writes are bounded.
 //!
@@ -19,6 +21,7 @@
 //! watch.
 
 use super::controls::Controls;
+use super::places::{Place, Places};
 use crate::events::EventBus;
 use anyhow::{bail, Context, Result};
 use nbraid_control::{error_reply, ok_reply, parse, Refusal, Request, MAX_LINE_BYTES};
@@ -141,7 +144,7 @@ impl ControlServer {
 
     /// Serves connections until the task is dropped.
     pub async fn serve(self, controls: Arc<Controls>) {
-        let places = Arc::new(Semaphore::new(self.limits.connections_max));
+        let places = Places::new(self.limits.connections_max);
         let follower_places = Arc::new(Semaphore::new(self.limits.followers_max));
         let mut backoff = nbraid_nbd::AcceptBackoff::new();
         let mut busy_warned: Option<std::time::Instant> = None;
@@ -155,25 +158,26 @@ impl ControlServer {
                 }
             };
             backoff.succeeded();
-            let Ok(place) = places.clone().try_acquire_owned() else {
+            let Some(place) = places.admit() else {
                 refuse_busy(&stream, self.limits.connections_max);
                 if busy_warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
                     busy_warned = Some(std::time::Instant::now());
                     tracing::warn!(
-                        "control socket {}: {} connections open, a new one refused",
+                        "control socket {}: {} connections open, none free to give its place up (each runs a request, follows, or is closing), a new one refused",
                         self.path.display(),
                         self.limits.connections_max
                     );
                 }
                 continue; // dropped: closed
             };
-            let c = controls.clone();
-            let events = self.events.clone();
-            let limits = self.limits;
-            let followers = follower_places.clone();
+            let served = Served {
+                controls: controls.clone(),
+                events: self.events.clone(),
+                followers: follower_places.clone(),
+                limits: self.limits,
+            };
             tokio::spawn(async move {
-                let _place = place;
-                if let Err(e) = connection(stream, c, events, followers, limits).await {
+                if let Err(e) = connection(stream, place, served).await {
                     tracing::debug!("control connection: {e}");
                 }
             });
@@ -181,14 +185,37 @@ impl ControlServer {
     }
 }
 
-/// Tells a client beyond the cap why it is closed, without waiting: a new connection's send
-/// buffer is empty, so one short line fits, and if it does not the close says enough.
+/// What a connection's task serves with.
+struct Served {
+    controls: Arc<Controls>,
+    events: Option<Arc<EventBus>>,
+    /// The followers' places ([`ControlLimits::followers_max`]).
+    followers: Arc<Semaphore>,
+    limits: ControlLimits,
+}
+
+/// Tells a client beyond the cap why it is closed.
 fn refuse_busy(stream: &UnixStream, max: usize) {
     let refusal = Refusal::new(
         "busy",
-        format!("the control socket serves at most {max} connections at once; try again"),
+        format!("the control socket serves at most {max} connections at once, and none can give its place up now (each runs a request, follows, or is closing); try again"),
     );
-    let mut out = error_reply(&refusal).to_string().into_bytes();
+    say_and_close(stream, &refusal);
+}
+
+/// Tells a client waiting on its side that its place went to a new connection.
+fn say_given_up(w: &OwnedWriteHalf, max: usize) {
+    let refusal = Refusal::new(
+        "busy",
+        format!("closed to give its place to a new connection: all {max} places of the control socket were taken and this connection had waited longest on its client"),
+    );
+    say_and_close(w.as_ref(), &refusal);
+}
+
+/// Writes `refusal` without waiting: a send buffer with room takes one short line, and if it
+/// has none the close says enough.
+fn say_and_close(stream: &UnixStream, refusal: &Refusal) {
+    let mut out = error_reply(refusal).to_string().into_bytes();
     out.push(b'\n');
     let _ = stream.try_write(&out);
 }
@@ -294,71 +321,92 @@ async fn send(
     }
 }
 
-async fn connection(
-    stream: UnixStream,
-    controls: Arc<Controls>,
-    events: Option<Arc<EventBus>>,
-    followers: Arc<Semaphore>,
-    limits: ControlLimits,
-) -> std::io::Result<()> {
+async fn connection(stream: UnixStream, place: Place, served: Served) -> std::io::Result<()> {
     let (r, mut w) = stream.into_split();
     let mut reader = BufReader::new(r);
     let mut line = Vec::new();
     let mut answered: u64 = 0;
+    let limits = &served.limits;
     // Held from the request that makes this connection a follower until it closes.
     let mut follower_place = None;
+    // Waiting from its admission on (stamped then, not when this task first runs: the
+    // longest-waiting is the first admitted); again after each request.
     loop {
-        match next_line(&mut reader, &mut line, &limits).await? {
-            Line::Read => {}
-            Line::Closed => return Ok(()),
-            Line::TooLong => {
-                let refusal = Refusal::new(
-                    "malformed",
-                    format!("request line longer than {MAX_LINE_BYTES} bytes"),
-                );
-                return send(&mut w, &error_reply(&refusal), &limits).await;
+        let read = tokio::select! {
+            read = next_line(&mut reader, &mut line, limits) => read?,
+            () = place.told_to_give_up() => {
+                say_given_up(&w, limits.connections_max);
+                return Ok(());
             }
-            Line::TimedOut(why) => {
-                let refusal = Refusal::new("timeout", why);
-                return send(&mut w, &error_reply(&refusal), &limits).await;
-            }
+        };
+        match last_words(read) {
+            Ok(()) => {}
+            Err(None) => return Ok(()),
+            Err(Some(refusal)) => return send(&mut w, &error_reply(&refusal), limits).await,
         }
-        if line.iter().all(u8::is_ascii_whitespace) {
-            // Answered like any bad line: a client that sent only a newline waits for a reply.
-            let refusal = Refusal::new(
-                "malformed",
-                "an empty request line: a request is one JSON object on one line",
-            );
-            send(&mut w, &error_reply(&refusal), &limits).await?;
-            continue;
-        }
-        let parsed = parse(&line);
+        let parsed = request_of(&line);
         if follower_place.is_none()
             && matches!(&parsed, Ok(req) if needs_follower_place(answered, req))
         {
-            match followers.clone().try_acquire_owned() {
-                Ok(p) => follower_place = Some(p),
-                Err(_) => {
-                    tracing::debug!("control socket: a follower past the cap refused");
-                    return send(&mut w, &error_reply(&followers_refusal(&limits)), &limits).await;
-                }
-            }
+            let Ok(p) = served.followers.clone().try_acquire_owned() else {
+                tracing::debug!("control socket: a follower past the cap refused");
+                return send(&mut w, &error_reply(&followers_refusal(limits)), limits).await;
+            };
+            follower_place = Some(p);
+            place.following();
         }
-        answered += 1;
+        if !place.working() {
+            say_given_up(&w, limits.connections_max);
+            return Ok(());
+        }
+        answered += u64::from(!is_blank(&line));
         let handled = match parsed {
-            Ok(Request::Events { follow }) => match &events {
-                Some(bus) if follow => return follow_events(bus, reader, w, &limits).await,
+            Ok(Request::Events { follow }) => match &served.events {
+                Some(bus) if follow => return follow_events(bus, reader, w, limits).await,
                 Some(bus) => Ok(events_reply(&bus.follow().0)),
                 None => Err(Refusal::new("unsupported", "this daemon keeps no events")),
             },
-            Ok(req) => controls.handle(req).await,
+            Ok(req) => served.controls.handle(req).await,
             Err(r) => Err(r),
         };
-        let reply = match handled {
-            Ok(v) => v,
-            Err(r) => error_reply(&r),
-        };
-        send(&mut w, &reply, &limits).await?;
+        let reply = handled.unwrap_or_else(|r| error_reply(&r));
+        place.waiting();
+        tokio::select! {
+            sent = send(&mut w, &reply, limits) => sent?,
+            () = place.told_to_give_up() => return Err(std::io::Error::other(
+                "its place given to a new connection while its reply waited to be taken",
+            )),
+        }
+    }
+}
+
+/// The request on `line`. A blank line is answered like any bad one: a client that sent only
+/// a newline waits for a reply.
+fn request_of(line: &[u8]) -> Result<Request, Refusal> {
+    match is_blank(line) {
+        true => Err(Refusal::new(
+            "malformed",
+            "an empty request line: a request is one JSON object on one line",
+        )),
+        false => parse(line),
+    }
+}
+
+fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(u8::is_ascii_whitespace)
+}
+
+/// Whether the connection goes on after `read`: `Err(None)` the client closed, `Err(Some)`
+/// what to tell it before closing.
+fn last_words(read: Line) -> Result<(), Option<Refusal>> {
+    match read {
+        Line::Read => Ok(()),
+        Line::Closed => Err(None),
+        Line::TooLong => Err(Some(Refusal::new(
+            "malformed",
+            format!("request line longer than {MAX_LINE_BYTES} bytes"),
+        ))),
+        Line::TimedOut(why) => Err(Some(Refusal::new("timeout", why))),
     }
 }
 

@@ -1,4 +1,5 @@
-//! The control socket's bounds, with short limits: a connection beyond the cap, an idle one,
+//! The control socket's bounds, with short limits: a connection beyond the cap (given the
+//! place of the longest-waiting one, or told busy while all follow), an idle one,
 //! a half line, a client that never reads; and the long-lived uses that must go on (polling
 //! as `status --watch` does, following events).
 
@@ -57,17 +58,53 @@ async fn status(c: &mut BufReader<UnixStream>) -> Value {
     next(c).await.expect("a status reply")
 }
 
+/// Connections waiting on their clients (one half a line in, one idle after a reply) give
+/// their places to newcomers, the longest-waiting first, saying why (found by a hunt: 64
+/// half-sent lines locked `nbraid status` and `fail` out until the line timeout).
 #[tokio::test]
-async fn a_connection_beyond_the_cap_is_told_busy_and_closed_and_its_place_comes_back() {
+async fn a_newcomer_past_the_cap_takes_the_place_of_the_longest_waiting_connection() {
     let (_dir, path, _) = serve(ControlLimits {
         connections_max: 2,
         ..limits()
     });
+    let mut half = connect(&path).await;
+    half.get_mut().write_all(b"{\"v\":1,\"op\":").await.unwrap();
+    let mut idle = connect(&path).await;
+    assert_eq!(status(&mut idle).await["ok"], true);
+
+    let mut newcomer = connect(&path).await;
+    assert_eq!(status(&mut newcomer).await["ok"], true, "served at once");
+    let told = next(&mut half).await.expect("a line saying why");
+    assert_eq!(told["error"]["code"], "busy", "{told}");
+    let message = told["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("to give its place to a new connection")
+            && message.contains("waited longest"),
+        "{message}"
+    );
+    assert!(next(&mut half).await.is_none(), "closed");
+
+    let mut another = connect(&path).await;
+    assert_eq!(status(&mut another).await["ok"], true);
+    let told = next(&mut idle).await.expect("a line saying why");
+    assert_eq!(told["error"]["code"], "busy", "{told}");
+}
+
+/// When every place follows (or runs a request), a newcomer is told `busy` and closed, and
+/// gets a place again once one is given back.
+#[tokio::test]
+async fn a_newcomer_is_told_busy_only_while_every_place_follows() {
+    let (_dir, path, _) = serve(ControlLimits {
+        connections_max: 2,
+        followers_max: 2,
+        ..limits()
+    });
     let mut first = connect(&path).await;
     let mut second = connect(&path).await;
-    assert_eq!(status(&mut first).await["ok"], true);
-    assert_eq!(status(&mut second).await["ok"], true);
-
+    for w in [&mut first, &mut second] {
+        assert_eq!(status(w).await["ok"], true);
+        assert_eq!(status(w).await["ok"], true, "a follower now");
+    }
     let mut third = connect(&path).await;
     let refused = next(&mut third).await.expect("a refusal line");
     assert_eq!(refused["error"]["code"], "busy", "{refused}");
@@ -91,7 +128,11 @@ async fn a_connection_beyond_the_cap_is_told_busy_and_closed_and_its_place_comes
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(status(&mut second).await["ok"], true);
+    assert_eq!(
+        status(&mut second).await["ok"],
+        true,
+        "followers keep theirs"
+    );
 }
 
 #[test]
