@@ -48,7 +48,7 @@ pub use error::{VolumeError, VolumeResult};
 pub use flush_gate::FlushGate;
 pub use member::{
     CounterSnapshot, IdentityCheck, IdentityFault, Member, MemberCounters, MemberError, MemberOp,
-    MemberResult,
+    MemberResult, OpenFile,
 };
 pub use memory::MemoryMember;
 pub use node::{ArrayNode, MemberState, NodeIo, NodeMaintenance, ZeroKind};

@@ -108,6 +108,19 @@ pub trait IdentityCheck: Send + Sync {
     fn verify<'a>(&'a self, disk: &'a dyn Member) -> BoxFuture<'a, Result<(), IdentityFault>>;
 }
 
+/// A member's open file as `fstat` sees it ([`Member::open_file`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenFile {
+    /// The file system's device and the inode: which file it is.
+    pub dev: u64,
+    pub ino: u64,
+    /// Names left: 0 once every path to it was removed (it lives while open).
+    pub links: u64,
+    /// A block device's number (`st_rdev`): the disk itself, whichever node names it.
+    /// `None` for a regular file.
+    pub block_device: Option<u64>,
+}
+
 /// A device a volume stores bytes on. Offsets are absolute bytes on the member.
 ///
 /// Contract: `read` fills the whole buffer or fails; `write` writes every byte or fails;
@@ -189,6 +202,13 @@ pub trait Member: Send + Sync {
         None
     }
 
+    /// The local file or device node the member has open, as `fstat` of its descriptor says
+    /// now (whether its path still names it is the caller's question: `status` asks).
+    /// `None` for members that are no local file: memory, remote.
+    fn open_file(&self) -> Option<io::Result<OpenFile>> {
+        None
+    }
+
     /// Reads consecutive bytes from `offset` into `bufs` in order, as one operation where the
     /// backend can (io_uring `READV`). The default issues one read per buffer.
     fn read_vectored(&self, offset: u64, bufs: Vec<Buf>) -> BoxFuture<'_, MemberResult<Vec<Buf>>> {
@@ -248,6 +268,9 @@ impl<T: Member + ?Sized> Member for Arc<T> {
     }
     fn refused_now(&self) -> Option<String> {
         (**self).refused_now()
+    }
+    fn open_file(&self) -> Option<io::Result<OpenFile>> {
+        (**self).open_file()
     }
     fn grow_to(&self, len_bytes: u64) -> Result<u64, String> {
         (**self).grow_to(len_bytes)

@@ -6,7 +6,8 @@
 
 use crate::buf::{Buf, SharedBuf};
 use crate::member::{
-    IdentityCheck, Member, MemberCounters, MemberError, MemberOp, MemberResult, ReadOnlyRefusal,
+    IdentityCheck, Member, MemberCounters, MemberError, MemberOp, MemberResult, OpenFile,
+    ReadOnlyRefusal,
 };
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -45,6 +46,9 @@ impl Member for ReadOnlyMember {
     }
     fn refused_now(&self) -> Option<String> {
         self.0.refused_now()
+    }
+    fn open_file(&self) -> Option<std::io::Result<OpenFile>> {
+        self.0.open_file()
     }
     fn grow_to(&self, len_bytes: u64) -> Result<u64, String> {
         self.0.grow_to(len_bytes)

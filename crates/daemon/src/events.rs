@@ -49,6 +49,9 @@ pub enum EventKind {
     /// A member went past its bad-block limit and was kept: it holds the only readable copy
     /// of some data.
     KeptPastBadBlockLimit,
+    /// A file member's path no longer names the file it serves from (deleted, moved, made to
+    /// name another file): the next start will not find it.
+    MemberPathLost,
     /// A flush could not write the write-back cache's bytes to the members: acknowledged
     /// writes held in memory only. `count`: the flushes refused so far.
     DestageFailed,
@@ -79,6 +82,7 @@ impl EventKind {
             EventKind::MismatchesFound => "mismatches-found",
             EventKind::WriteErrorsKept => "write-errors-kept",
             EventKind::KeptPastBadBlockLimit => "kept-past-bad-block-limit",
+            EventKind::MemberPathLost => "member-path-lost",
             EventKind::DestageFailed => "destage-failed",
             EventKind::ConfigReloaded => "config-reloaded",
             EventKind::ConfigRefused => "config-refused",
@@ -96,6 +100,7 @@ impl EventKind {
                 | EventKind::MismatchesFound
                 | EventKind::WriteErrorsKept
                 | EventKind::KeptPastBadBlockLimit
+                | EventKind::MemberPathLost
                 | EventKind::DestageFailed
                 | EventKind::ConfigRefused
         )

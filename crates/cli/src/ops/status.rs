@@ -350,8 +350,13 @@ fn member_line(m: &Value) -> String {
         Some(n) if n > 0 && m["state"] != "failed" => format!("    {n} write errors, kept: the volume cannot do without it (those writes answered errors)\n"),
         _ => String::new(),
     };
+    // Its path no longer names the file it serves from: what that means and the way out.
+    let path_problem = match m["path_problem"]["message"].as_str() {
+        Some(message) => format!("    {message}\n"),
+        None => String::new(),
+    };
     format!(
-        "  {:<10} {:<8} reads {:>9} writes {:>9} read errors {:>4}{sums}  {}\n{}{kept}{write_errors}",
+        "  {:<10} {:<8} reads {:>9} writes {:>9} read errors {:>4}{sums}  {}\n{}{kept}{write_errors}{path_problem}",
         m["id"].as_str().unwrap_or("?"),
         state,
         count(&m["reads"]),

@@ -11,7 +11,9 @@ use super::window_maps::WindowMaps;
 use super::UringError;
 use crate::buf::{Buf, SharedBuf};
 use crate::flush_gate::FlushGate;
-use crate::member::{check_range, Member, MemberCounters, MemberError, MemberOp, MemberResult};
+use crate::member::{
+    check_range, Member, MemberCounters, MemberError, MemberOp, MemberResult, OpenFile,
+};
 use futures::channel::oneshot;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, TryStreamExt};
@@ -20,7 +22,7 @@ use std::future::Future;
 use std::io;
 use std::ops::Range;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 #[cfg(test)]
 use std::sync::atomic::AtomicUsize;
@@ -462,6 +464,16 @@ impl Member for UringFile {
 
     fn len(&self) -> u64 {
         self.len.load(Relaxed)
+    }
+
+    fn open_file(&self) -> Option<io::Result<OpenFile>> {
+        let file = self.shared.buffered.try_clone().map(File::from);
+        Some(file.and_then(|f| f.metadata()).map(|meta| OpenFile {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            links: meta.nlink(),
+            block_device: self.is_block.then(|| meta.rdev()),
+        }))
     }
 
     fn grow_to(&self, len_bytes: u64) -> Result<u64, String> {

@@ -2,7 +2,7 @@
 
 /// A member's path as the operator can use it anywhere: relative paths are the daemon's
 /// (its working directory); URIs and `memory:` stay as they are.
-pub(super) fn absolute_path(name: &str) -> String {
+pub(crate) fn absolute_path(name: &str) -> String {
     if name.contains("://") || name.starts_with("memory:") || name.starts_with("nbd+") {
         return name.to_string();
     }

@@ -1,6 +1,7 @@
 //! What `status` says, and the JSON of each background pass that other replies carry too.
 
 use super::controls::Controls;
+use super::member_path::member_path_problem;
 use super::notes::{live_notes, Holder};
 use super::paths::absolute_path;
 use super::readd::{is_remote, may_return_now};
@@ -169,6 +170,7 @@ impl<'a> MemberSnapshots<'a> {
             "state": member_state_name(h.state, at_start, h.current, in_array, v.array().is_read_only()),
             "at_start": at_start.unwrap_or("?"),
             "failure": self.failure_json(i, h.failure.as_ref()),
+            "path_problem": self.path_problem_json(v, i, id, h.state),
             "read_errors": h.read_errors,
             "write_errors_kept_through": h.write_errors,
             "checksum_errors": self.checksum(i, |c| &c.errors),
@@ -205,6 +207,29 @@ impl<'a> MemberSnapshots<'a> {
             // Its server answers again but the export is not used (too small, changed,
             // another disk): the failure above may only say it stopped answering.
             "refused_now": member.refused_now(),
+        })
+    }
+
+    /// Whether member `i`'s path still names the file it serves from ([`super::member_path`]; null
+    /// while it does, and for a failed member or one with no path: remote, memory).
+    fn path_problem_json(
+        &self,
+        v: &ControlVolume,
+        i: usize,
+        id: &str,
+        state: MemberState,
+    ) -> Value {
+        if state == MemberState::Failed {
+            return Value::Null;
+        }
+        let member = self.vol.member(i);
+        let Some(problem) = member_path_problem(&*member) else {
+            return Value::Null;
+        };
+        let path = absolute_path(member.name());
+        json!({
+            "problem": problem.name(),
+            "message": problem.describe(&v.name, id, &path),
         })
     }
 

@@ -1,9 +1,11 @@
 //! Where events come from: a few times a second each volume's state is read the way the
 //! control socket's `status` reads it (member states, the passes' controls: loads of
-//! atomics, no I/O) into a [`VolumeSnapshot`], and [`changes`] (a pure function) says what
+//! atomics, no I/O but a `stat` of each file member's path: `control::member_path`) into a [`VolumeSnapshot`], and [`changes`] (a pure function) says what
 //! differs from the last one. The engine is not hooked: a member failed by an I/O error, by
 //! `nbraid fail` or by a remote server going away is seen the same way.
 
+use crate::control::absolute_path;
+use crate::control::member_path::{member_path_problem, PathProblem};
 use crate::control::readd::{is_remote, may_return};
 use crate::control::task_slot::Run;
 use crate::control::{ControlVolume, Controls};
@@ -37,6 +39,8 @@ pub struct Role {
     pub write_errors_kept: u64,
     /// Past its bad-block limit, kept: the only readable copy of some data.
     pub kept_past_limit: bool,
+    /// A file member whose path no longer names its open file, and that path.
+    pub path_problem: Option<(PathProblem, String)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,6 +168,7 @@ impl VolumeSnapshot {
                     refused_now: None,
                     write_errors_kept: 0,
                     kept_past_limit: false,
+                    path_problem: None,
                     ..r.clone()
                 })
                 .collect(),
@@ -429,6 +434,19 @@ fn role_changes(volume: &str, p: &Role, n: &Role, out: &mut Vec<Event>) {
         member_kept(volume, p, n, out);
     }
     member_refused(volume, p, n, out);
+    member_path_lost(volume, p, n, out);
+}
+
+/// The event of member `n`'s path found no longer naming its open file, or naming it
+/// otherwise wrong than before (told once: not again while it stays so).
+fn member_path_lost(volume: &str, p: &Role, n: &Role, out: &mut Vec<Event>) {
+    let Some((problem, path)) = &n.path_problem else {
+        return;
+    };
+    if p.path_problem.as_ref().map(|(was, _)| was) != Some(problem) {
+        let detail = problem.describe(volume, &n.id, path);
+        out.push(Event::new(EventKind::MemberPathLost, volume, detail).member(&n.id));
+    }
 }
 
 /// The volume's health now (`next`), told when it changed.
@@ -596,6 +614,10 @@ fn roles_now(array: &Array, ids: &[String]) -> Vec<Role> {
             failure: h.failure,
             write_errors_kept: h.write_errors,
             kept_past_limit: h.kept_past_limit,
+            path_problem: (h.state != MemberState::Failed)
+                .then(|| member_path_problem(&*vol.member(r)))
+                .flatten()
+                .map(|p| (p, absolute_path(vol.member(r).name()))),
         })
         .collect()
 }

@@ -17,6 +17,7 @@ fn vol(failed: &[bool]) -> VolumeSnapshot {
             write_errors_kept: 0,
             kept_past_limit: false,
             refused_now: None,
+            path_problem: None,
         })
         .collect();
     let health = match failed.iter().filter(|f| **f).count() {
@@ -681,5 +682,34 @@ fn a_remote_member_that_fails_already_refused_says_so_not_unanswering() {
     assert!(
         !told.iter().any(|d| d.contains("is not answering")),
         "{told:?}"
+    );
+}
+
+/// Found by a hunt: a member file deleted while served showed healthy and raised nothing.
+/// Its path found not naming its file is told once, and again only when that changes.
+#[test]
+fn a_member_path_lost_is_told_once_per_change() {
+    use crate::control::member_path::PathProblem;
+    let before = vol(&[false, false]);
+    let mut after = before.clone();
+    after.roles[1].path_problem = Some((PathProblem::Deleted, "/d1.img".into()));
+    let e = changes("db", &before, &after);
+    assert_eq!(kinds(&e), ["member-path-lost"]);
+    assert_eq!(e[0].member.as_deref(), Some("d1"));
+    assert!(
+        e[0].detail.contains("/d1.img was deleted") && e[0].detail.contains("nbraid replace"),
+        "{}",
+        e[0].detail
+    );
+    assert!(changes("db", &after, &after).is_empty(), "told once");
+    let mut replaced = after.clone();
+    replaced.roles[1].path_problem = Some((PathProblem::Replaced, "/d1.img".into()));
+    assert_eq!(
+        kinds(&changes("db", &after, &replaced)),
+        ["member-path-lost"]
+    );
+    assert!(
+        changes("db", &replaced, &before).is_empty(),
+        "put back: nothing to tell"
     );
 }
