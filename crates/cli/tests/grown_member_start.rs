@@ -29,13 +29,7 @@ fn config(dir: &Path, size: Option<&str>) -> PathBuf {
 
 fn grow(dir: &Path, len_bytes: u64) {
     for id in ["d0", "d1"] {
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(dir.join(format!("{id}.img")))
-            .unwrap();
-        f.set_len(len_bytes).unwrap();
+        set_len(dir, id, len_bytes);
     }
 }
 
